@@ -1,0 +1,51 @@
+"""lading: training data from disk to RAM to GPU for multi-GPU PyTorch, without a copy per process.
+
+Quick start::
+
+    import lading
+    store = lading.build_store("collection.tsv", "msmarco.store")   # once; every rank may call it
+    store = lading.open_store("msmarco.store")                      # free in every process
+    store["7067032"], store.get_many(["0", "1"])
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from lading.errors import (  # noqa: E402
+    LadingError,
+    SkippedRecordsWarning,
+    SourceError,
+    StaleStoreWarning,
+    StoreFormatError,
+)
+from lading.sources import Record, read_records  # noqa: E402
+from lading.stores import (  # noqa: E402
+    DocStore,
+    InMemoryStore,
+    IrDatasetsStore,
+    OffsetStore,
+    PackedStore,
+    build_store,
+    open_store,
+)
+from lading.world import World  # noqa: E402
+
+__all__ = [
+    "DocStore",
+    "InMemoryStore",
+    "IrDatasetsStore",
+    "LadingError",
+    "OffsetStore",
+    "PackedStore",
+    "Record",
+    "SkippedRecordsWarning",
+    "SourceError",
+    "StaleStoreWarning",
+    "StoreFormatError",
+    "World",
+    "__version__",
+    "build_store",
+    "open_store",
+    "read_records",
+]

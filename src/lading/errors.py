@@ -1,0 +1,38 @@
+"""Exceptions and warnings lading raises, each naming the file, the place and the fix."""
+
+from __future__ import annotations
+
+import os
+
+
+class LadingError(Exception):
+    """Base class of every error lading raises on purpose."""
+
+
+class SourceError(LadingError, ValueError):
+    """A record of an input file could not be read.
+
+    Attributes:
+        path: the file that holds the bad record.
+        line: 1-based line number where the record starts (None when unknown).
+        reason: what was expected and what was found.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], line: int | None, reason: str) -> None:
+        self.path = os.fspath(path)
+        self.line = line
+        self.reason = reason
+        where = f"line {line} of {self.path}" if line is not None else self.path
+        super().__init__(f"{where}: {reason}")
+
+
+class StoreFormatError(LadingError):
+    """A store directory is missing, truncated, foreign or of an unsupported version."""
+
+
+class StaleStoreWarning(UserWarning):
+    """The source a store was built from has changed since the build."""
+
+
+class SkippedRecordsWarning(UserWarning):
+    """Records were skipped because the caller chose ``on_error="skip"``."""

@@ -1,0 +1,82 @@
+"""Which share of N items is mine: pure index math for ranks and DataLoader workers.
+
+Every function here is deterministic and side-effect free, so any process can compute any other
+process's share. DDP needs every rank to take the same number of steps; ``equal_share`` gets
+there either by padding (repeating items from the start of the order, as torch's
+DistributedSampler does) or by dropping the tail.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+Equalize = Literal["pad", "drop"]
+EQUALIZE_MODES: tuple[str, ...] = ("pad", "drop")
+
+
+def contiguous_range(n: int, parts: int, index: int) -> tuple[int, int]:
+    """Bounds ``[start, stop)`` of part ``index`` when ``n`` items are cut into ``parts`` runs.
+
+    Sizes differ by at most one; the first ``n % parts`` parts get the extra item.
+    """
+    _check_part(parts, index)
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    base, extra = divmod(n, parts)
+    start = index * base + min(index, extra)
+    return start, start + base + (1 if index < extra else 0)
+
+
+def per_rank_count(n: int, world_size: int, equalize: Equalize) -> int:
+    """Items every rank gets from ``n`` when shares are made equal by ``equalize``."""
+    _check_equalize(equalize)
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if equalize == "pad":
+        return -(-n // world_size)
+    return n // world_size
+
+
+def equal_share(
+    order: npt.NDArray[np.int64], world_size: int, rank: int, equalize: Equalize = "pad"
+) -> npt.NDArray[np.int64]:
+    """The items of ``order`` that ``rank`` reads, the same count on every rank.
+
+    Items are dealt round-robin (``order[rank::world_size]``) so every rank sees a sample of the
+    whole order rather than one slice of it. With ``"pad"`` the order is first extended by
+    wrapping around to a multiple of ``world_size`` (each item seen at least once, at most
+    ``world_size - 1`` seen twice); with ``"drop"`` the last ``len(order) % world_size`` items
+    are left out (each item seen at most once).
+    """
+    _check_part(world_size, rank)
+    count = per_rank_count(len(order), world_size, equalize)
+    total = count * world_size
+    if total > len(order):
+        if len(order) == 0:
+            raise ValueError("cannot pad an empty order: there is nothing to repeat")
+        reps = -(-total // len(order))
+        order = np.tile(order, reps)[:total]
+    else:
+        order = order[:total]
+    return order[rank::world_size]
+
+
+def worker_share(share: npt.NDArray[np.int64], num_workers: int, worker_id: int) -> npt.NDArray[np.int64]:
+    """The part of a rank's ``share`` that DataLoader worker ``worker_id`` reads (round-robin)."""
+    _check_part(num_workers, worker_id)
+    return share[worker_id::num_workers]
+
+
+def _check_part(parts: int, index: int) -> None:
+    if parts < 1:
+        raise ValueError(f"number of parts must be >= 1, got {parts}")
+    if not 0 <= index < parts:
+        raise ValueError(f"part index {index} outside [0, {parts})")
+
+
+def _check_equalize(equalize: str) -> None:
+    if equalize not in EQUALIZE_MODES:
+        raise ValueError(f"unknown equalize mode {equalize!r}; choose from {sorted(EQUALIZE_MODES)}")

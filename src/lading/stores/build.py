@@ -1,0 +1,191 @@
+"""``build_store``: one builder per destination, atomic, reused when nothing changed.
+
+Under DDP every rank may call :func:`build_store` with the same arguments: one rank builds (local
+rank 0 of each node for node-local disks, global rank 0 for a shared filesystem) while the
+others wait at a barrier, then all open the same files. Unrelated processes are serialised by a
+file lock, and whoever comes second finds the store built and opens it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from lading.errors import SkippedRecordsWarning, StoreFormatError
+from lading.sources import OnError, ParseOptions, SourceReader, is_compressed
+from lading.stores.atomic import build_lock, is_ours_to_replace, new_temp_dir, publish, remove_dead_temps
+from lading.stores.layout import read_meta
+from lading.stores.packed import PackedStore
+from lading.stores.writer import Duplicates, write_store
+from lading.tokens import describe_tokenizer, load_tokenizer
+from lading.world import World
+
+Builder = Literal["local", "global"]
+BUILDER_MODES: tuple[str, ...] = ("global", "local")
+
+
+def build_store(
+    source: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    format: str | None = None,
+    tokenizer: Any = None,
+    max_length: int | None = None,
+    on_error: OnError = "raise",
+    *,
+    duplicates: Duplicates = "error",
+    id_field: str | None = None,
+    text_field: str | None = None,
+    columns: Sequence[str] = ("id", "text"),
+    overwrite: bool = False,
+    builder: Builder = "local",
+    progress: bool | None = None,
+) -> PackedStore:
+    """Build a :class:`PackedStore` at ``dest`` from ``source`` (once) and open it.
+
+    Args:
+        source: a TSV/JSONL/TREC file (optionally .gz/.bz2/.zst), a BEIR folder, or
+            ``"irds:<dataset-id>"``.
+        dest: the store directory to create.
+        format: the source format; detected from the name when None.
+        tokenizer: pre-tokenize with this (a ``tokenizers.Tokenizer``, a HF fast tokenizer, a
+            ``tokenizer.json`` path or a local model folder); tokens stored without special
+            tokens, as uint16 when the vocabulary has at most 65,536 entries.
+        max_length: keep at most this many tokens per document.
+        on_error: ``"raise"`` (default) stops at the first malformed record naming file and
+            line; ``"skip"`` skips malformed records, warns with their count and records it in
+            ``meta.json``.
+        duplicates: a repeated id is an error (``"error"``), or keep its ``"first"``/``"last"``.
+        id_field, text_field: JSON keys of id and text (default: found among common names).
+        columns: TSV column names; must include ``"id"`` and ``"text"``.
+        overwrite: rebuild even when ``dest`` holds a store built from the same source with the
+            same options (by default such a store is reused as it is).
+        builder: under torch.distributed, who builds: ``"local"`` (local rank 0 of each node,
+            for a node-local ``dest``) or ``"global"`` (rank 0 only, for a shared filesystem).
+        progress: show a progress bar (default: when stderr is a terminal).
+
+    Returns:
+        The opened store.
+    """
+    if builder not in BUILDER_MODES:
+        raise ValueError(f"unknown builder {builder!r}; choose from {sorted(BUILDER_MODES)}")
+    dest_path = Path(dest)
+    reader = SourceReader(source, format, on_error, ParseOptions(id_field, text_field, tuple(columns)))
+    tok = load_tokenizer(tokenizer) if tokenizer is not None else None
+    options = {
+        "format": reader.format,
+        "on_error": on_error,
+        "duplicates": duplicates,
+        "id_field": id_field,
+        "text_field": text_field,
+        "columns": list(columns),
+        "tokenizer": describe_tokenizer(tok) if tok is not None else None,
+        "max_length": max_length,
+    }
+
+    def build_here() -> None:
+        _build_locked(reader, dest_path, tok, max_length, duplicates, options, overwrite, progress)
+
+    dist = _initialized_dist()
+    if dist is None:
+        build_here()
+        return PackedStore(dest_path)
+    world = World.detect()
+    i_build = world.rank == 0 if builder == "global" else world.local_rank == 0
+    failure: BaseException | None = None
+    if i_build:
+        try:
+            build_here()
+        except BaseException as e:  # reach the barrier first, or the other ranks hang forever
+            failure = e
+    dist.barrier()
+    if failure is not None:
+        raise failure
+    try:
+        return PackedStore(dest_path)
+    except StoreFormatError as e:
+        raise StoreFormatError(
+            f"rank {world.rank}: the store at {dest_path} was not built ({e}); the building rank "
+            "failed, see its error"
+        ) from None
+
+
+def _initialized_dist() -> Any:
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        return None
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist
+    return None
+
+
+def reusable(dest: Path, reader: SourceReader, options: dict[str, Any]) -> bool:
+    """Whether ``dest`` holds a complete store of this very source built with ``options``.
+
+    The source must match by path, size and content hash; its mtime alone may differ (a copy
+    or a ``touch`` does not call for a rebuild).
+    """
+    try:
+        meta = read_meta(dest)
+    except StoreFormatError:
+        return False
+    built = {k: meta.get("build", {}).get(k) for k in options}
+    if built != options:
+        return False
+    recorded = meta.get("source", {})
+    now = reader.fingerprint()
+    return all(recorded.get(k) == v for k, v in now.items() if k != "mtime_ns")
+
+
+def _build_locked(
+    reader: SourceReader,
+    dest: Path,
+    tok: Any,
+    max_length: int | None,
+    duplicates: Duplicates,
+    options: dict[str, Any],
+    overwrite: bool,
+    progress: bool | None,
+) -> None:
+    with build_lock(dest):
+        remove_dead_temps(dest)
+        if not overwrite and reusable(dest, reader, options):
+            return
+        if not is_ours_to_replace(dest):
+            raise FileExistsError(
+                f"{dest} exists and is not a lading store; refusing to replace it. Choose "
+                "another destination or remove it yourself."
+            )
+        tmp = new_temp_dir(dest)
+        try:
+            with _progress_bar(reader, progress) as bar:
+                meta = write_store(
+                    reader, tmp, tokenizer=tok, max_length=max_length, duplicates=duplicates,
+                    build_options=options, progress=bar,
+                )
+            publish(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    if meta["build"]["skipped"]:
+        first = meta["build"]["skip_examples"][0]
+        warnings.warn(
+            f"skipped {meta['build']['skipped']} malformed record(s) of {reader.source} "
+            f"building {dest}; first: {first}",
+            SkippedRecordsWarning,
+            stacklevel=3,
+        )
+
+
+def _progress_bar(reader: SourceReader, enabled: bool | None) -> Any:
+    from tqdm.auto import tqdm
+
+    path = reader.path
+    total = path.stat().st_size if path is not None and not is_compressed(path) else None
+    disable = None if enabled is None else not enabled  # None: tqdm hides itself off a terminal
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
+                desc=f"building {Path(str(reader.source)).name}", disable=disable)

@@ -1,0 +1,70 @@
+"""IrDatasetsStore: the study's baseline 3, an adapter over an ``ir_datasets`` docstore.
+
+ir_datasets keeps its own lookup structures (numpy-sorted indices, LZ4 blocks) under
+``~/.ir_datasets``; this class only gives it lading's store protocol. Optional extra:
+``pip install 'lading[irds]'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from lading.sources import import_ir_datasets, irds_record
+from lading.stores.base import DocStore, IdLike
+
+
+class IrDatasetsStore(DocStore):
+    """Documents of ``ir_datasets.load(dataset_id)``, looked up in its docstore.
+
+    Pickles as the dataset id; each process opens the docstore itself on first use.
+    """
+
+    def __init__(self, dataset_id: str) -> None:
+        self.dataset_id = dataset_id
+        self._dataset: Any = None
+        self._docstore: Any = None
+        ir_datasets = import_ir_datasets()
+        dataset = ir_datasets.load(dataset_id)
+        if not dataset.has_docs():
+            raise ValueError(f"ir_datasets dataset {dataset_id!r} has no documents")
+
+    def _store(self) -> Any:
+        if self._docstore is None:
+            self._dataset = import_ir_datasets().load(self.dataset_id)
+            self._docstore = self._dataset.docs_store()
+        return self._docstore
+
+    def __repr__(self) -> str:
+        return f"IrDatasetsStore({self.dataset_id!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"dataset_id": self.dataset_id}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.dataset_id = state["dataset_id"]
+        self._dataset = self._docstore = None
+
+    def __len__(self) -> int:
+        self._store()
+        return int(self._dataset.docs_count())
+
+    def __contains__(self, doc_id: object) -> bool:
+        if not isinstance(doc_id, (str, int)):
+            return False
+        return bool(self._store().get_many([str(doc_id)]))
+
+    def ids(self) -> list[str]:
+        self._store()
+        return [str(doc.doc_id) for doc in self._dataset.docs_iter()]
+
+    def get_many(self, ids: Sequence[IdLike]) -> list[str]:
+        keys = [str(i) for i in ids]
+        found = self._store().get_many(keys)
+        out = []
+        for key in keys:
+            doc = found.get(key)
+            if doc is None:
+                raise self.missing(key)
+            out.append(irds_record(doc).text)
+        return out

@@ -1,0 +1,224 @@
+"""The packed store's files on disk: ``meta.json`` written last, ragged columns, checks on open.
+
+A store is a directory:
+
+- ``meta.json``: format name and version, row count, index kind, columns, token dtype, the
+  source's fingerprint, and for every other file its exact size and CRC32.
+- ``<column>.bin`` + ``<column>.off``: a ragged column. ``.bin`` holds the rows' bytes back to
+  back, ``.off`` holds ``count + 1`` little-endian uint64 offsets (row i is
+  ``bin[off[i]:off[i+1]]``). Columns: ``text`` and ``ids`` (UTF-8), ``field.<name>`` (UTF-8),
+  ``tokens`` (token ids, uint16 or uint32, offsets counted in tokens).
+- the id index (see :mod:`lading.stores.index`).
+
+Nothing is pickled. ``meta.json`` is the last file written, so a directory without it, or with
+files whose sizes differ from it, is refused on open.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import re
+import zlib
+from array import array
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import numpy.typing as npt
+
+from lading.errors import StoreFormatError
+
+FORMAT_NAME = "lading.packed"
+FORMAT_VERSION = 1
+META_FILE = "meta.json"
+OFFSET_DTYPE = np.dtype("<u8")
+_FIELD_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_WRITE_BUFFER = 1 << 22  # flush column bytes to disk every 4 MiB
+
+
+def column_files(column: str) -> tuple[str, str]:
+    """File names (data, offsets) of a ragged column."""
+    return f"{column}.bin", f"{column}.off"
+
+
+def field_column(name: str) -> str:
+    """Column name of an extra field, checked to be a safe file name."""
+    if not _FIELD_NAME.match(name):
+        raise ValueError(
+            f"field name {name!r} cannot name a file; use letters, digits, '_', '-' or '.'"
+        )
+    return f"field.{name}"
+
+
+class RaggedWriter:
+    """Appends rows of bytes to ``<column>.bin`` and keeps their offsets for ``<column>.off``.
+
+    Bytes are buffered and written in 4 MiB blocks; a CRC32 of everything written is kept for
+    ``meta.json`` so ``lading verify`` can check content later without a second read at build.
+    """
+
+    def __init__(self, directory: Path, column: str, itemsize: int = 1) -> None:
+        self.column = column
+        self.itemsize = itemsize
+        bin_name, _ = column_files(column)
+        self._file: BinaryIO = open(directory / bin_name, "wb")  # noqa: SIM115 - closed in finish
+        self._directory = directory
+        self._offsets = array("Q", [0])
+        self._buffer = bytearray()
+        self._crc = 0
+        self._written = 0  # items (bytes or tokens) written, buffered included
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        """Add one row."""
+        self._buffer += data
+        self._written += len(data) // self.itemsize
+        self._offsets.append(self._written)
+        if len(self._buffer) >= _WRITE_BUFFER:
+            self._flush()
+
+    def pad_to(self, rows: int) -> None:
+        """Add empty rows until there are ``rows`` (for a field that first appears late)."""
+        missing = rows - len(self)
+        if missing > 0:
+            self._offsets.extend([self._written] * missing)
+
+    def _flush(self) -> None:
+        if self._buffer:
+            self._crc = zlib.crc32(self._buffer, self._crc)
+            self._file.write(self._buffer)
+            self._buffer.clear()
+
+    def finish(self) -> dict[str, dict[str, int]]:
+        """Flush, write the offsets file, fsync both, and describe them for ``meta.json``."""
+        self._flush()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        bin_name, off_name = column_files(self.column)
+        offsets = np.frombuffer(self._offsets, dtype=np.uint64).astype(OFFSET_DTYPE, copy=False)
+        off_bytes = offsets.tobytes()
+        write_file(self._directory / off_name, off_bytes)
+        return {
+            bin_name: {"size": self._written * self.itemsize, "crc32": self._crc},
+            off_name: {"size": len(off_bytes), "crc32": zlib.crc32(off_bytes)},
+        }
+
+
+def write_file(path: Path, data: bytes) -> dict[str, int]:
+    """Write ``data`` to ``path`` and fsync it; return its size and CRC32 for ``meta.json``."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return {"size": len(data), "crc32": zlib.crc32(data)}
+
+
+def write_meta(directory: Path, meta: dict[str, Any]) -> None:
+    """Write ``meta.json`` (the commit point of a build) and fsync the directory."""
+    text = json.dumps(meta, indent=2, sort_keys=True)
+    write_file(directory / META_FILE, text.encode("utf-8"))
+    fsync_dir(directory)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a directory's entries durable (file creations and renames inside it)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_meta(
+    directory: str | os.PathLike[str], expected_format: str = FORMAT_NAME
+) -> dict[str, Any]:
+    """Load and check ``meta.json``: format, version, and every listed file's size.
+
+    Raises:
+        StoreFormatError: naming the directory or file and what was expected.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise StoreFormatError(f"{root} is not a lading store: no such directory")
+    meta_path = root / META_FILE
+    if not meta_path.is_file():
+        raise StoreFormatError(
+            f"{root} is not a lading store: {META_FILE} is missing (an interrupted build leaves "
+            "no meta.json; build it again with `lading build`)"
+        )
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise StoreFormatError(f"{meta_path} is not valid JSON ({e}); rebuild the store") from None
+    if not isinstance(meta, dict) or meta.get("format") != expected_format:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise StoreFormatError(f"{meta_path}: format is {found!r}, expected {expected_format!r}")
+    if meta.get("version") != FORMAT_VERSION:
+        raise StoreFormatError(
+            f"{meta_path}: unsupported store version {meta.get('version')!r}; this lading reads "
+            f"version {FORMAT_VERSION}. Rebuild the store with this lading, or install the "
+            "lading that built it."
+        )
+    files = meta.get("files")
+    if not isinstance(files, dict):
+        raise StoreFormatError(f"{meta_path}: no file list; rebuild the store")
+    for name, info in files.items():
+        _check_listed_file(root, name, info)
+    return meta
+
+
+def _check_listed_file(root: Path, name: str, info: Any) -> None:
+    if not isinstance(name, str) or "/" in name or "\\" in name or name in ("", ".", ".."):
+        raise StoreFormatError(f"{root / META_FILE}: file name {name!r} points outside the store")
+    path = root / name
+    if not path.is_file():
+        raise StoreFormatError(f"{path} is missing; the store is incomplete, rebuild it")
+    expected = info.get("size") if isinstance(info, dict) else None
+    actual = path.stat().st_size
+    if actual != expected:
+        raise StoreFormatError(
+            f"{path} is {actual} bytes, expected {expected} (truncated or replaced?); rebuild "
+            "the store"
+        )
+
+
+def verify_checksums(directory: str | os.PathLike[str]) -> list[str]:
+    """Read every file of a store in full and compare its CRC32; return the problems found."""
+    root = Path(directory)
+    meta = read_meta(root)
+    problems = []
+    for name, info in sorted(meta["files"].items()):
+        crc = 0
+        with open(root / name, "rb") as f:
+            while block := f.read(1 << 24):
+                crc = zlib.crc32(block, crc)
+        if crc != info.get("crc32"):
+            problems.append(f"{root / name}: CRC32 {crc:#010x}, expected {info.get('crc32'):#010x}")
+    return problems
+
+
+class MappedFile:
+    """A read-only memory map of one file; an empty file maps to empty bytes.
+
+    Reading a row is a slice of the map (one copy into a new ``bytes``); the pages come from the
+    OS page cache, shared by every process that maps the same file.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        size = path.stat().st_size
+        self.buffer: mmap.mmap | bytes
+        if size == 0:
+            self.buffer = b""
+        else:
+            with open(path, "rb") as f:
+                self.buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def array(self, dtype: npt.DTypeLike) -> np.ndarray:
+        """The whole file as a numpy array of ``dtype`` (a view of the map, no copy)."""
+        return np.frombuffer(self.buffer, dtype=dtype)

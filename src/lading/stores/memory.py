@@ -1,0 +1,107 @@
+"""InMemoryStore: the study's baseline 1, every document in a dict in every process.
+
+Kept as the reference point of the benchmarks: the fastest possible lookup, and a full copy of
+the corpus in each DDP rank (and, once reference counts touch the pages after a fork, in each
+DataLoader worker). On MS MARCO passages that is ~500 MiB of anonymous memory per process per
+million passages; with documents (~22 GB) the study ran out of memory at 4 GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from lading.errors import SourceError
+from lading.sources import OnError, ParseOptions, SourceReader
+from lading.stores.base import DocStore, IdLike
+from lading.stores.writer import DUPLICATE_MODES, Duplicates
+
+
+class InMemoryStore(DocStore):
+    """A dict from id to text, loaded from a source.
+
+    Pickles as its recipe (source and options), so a ``spawn`` DataLoader worker reloads the
+    source, exactly as each process of the study's training script did.
+    """
+
+    def __init__(self, docs: dict[str, str], recipe: dict[str, Any] | None = None) -> None:
+        self._docs = docs
+        self._recipe = recipe
+
+    @classmethod
+    def from_source(
+        cls,
+        source: str | os.PathLike[str],
+        format: str | None = None,
+        on_error: OnError = "raise",
+        *,
+        duplicates: Duplicates = "error",
+        id_field: str | None = None,
+        text_field: str | None = None,
+        columns: Sequence[str] = ("id", "text"),
+    ) -> InMemoryStore:
+        """Read every record of ``source`` into a dict (see :func:`lading.build_store`)."""
+        if duplicates not in DUPLICATE_MODES:
+            raise ValueError(f"unknown duplicates {duplicates!r}; choose from {sorted(DUPLICATE_MODES)}")
+        options = ParseOptions(id_field, text_field, tuple(columns))
+        reader = SourceReader(source, format, on_error, options)
+        docs: dict[str, str] = {}
+        for record, line, _ in reader.iter_numbered():
+            if record.id in docs:
+                if duplicates == "error":
+                    raise SourceError(
+                        reader.path or os.fspath(source), line,
+                        f"duplicate id {record.id!r}; pass duplicates='first' or 'last'",
+                    )
+                if duplicates == "first":
+                    continue
+            docs[record.id] = record.text
+        recipe = {"source": os.fspath(source), "format": reader.format, "on_error": on_error,
+                  "duplicates": duplicates, "id_field": id_field, "text_field": text_field,
+                  "columns": tuple(columns)}
+        store = cls(docs, recipe)
+        store.skipped = reader.skipped
+        return store
+
+    skipped: int = 0
+
+    def __repr__(self) -> str:
+        origin = self._recipe["source"] if self._recipe else "dict"
+        return f"InMemoryStore({origin!r}, {len(self._docs)} docs)"
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._recipe is None:
+            return {"docs": self._docs, "recipe": None}
+        return {"recipe": self._recipe}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        recipe = state["recipe"]
+        if recipe is None:
+            self._docs, self._recipe = state["docs"], None
+            return
+        args = dict(recipe)
+        fresh = InMemoryStore.from_source(args.pop("source"), **args)
+        self._docs, self._recipe, self.skipped = fresh._docs, recipe, fresh.skipped
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return str(doc_id) in self._docs if isinstance(doc_id, (str, int)) else False
+
+    def ids(self) -> list[str]:
+        return list(self._docs)
+
+    def __getitem__(self, doc_id: IdLike) -> str:
+        try:
+            return self._docs[doc_id if type(doc_id) is str else str(doc_id)]
+        except KeyError:
+            raise self.missing(doc_id) from None
+
+    def get_many(self, ids: Sequence[IdLike]) -> list[str]:
+        docs = self._docs
+        try:
+            return [docs[i] for i in ids]  # type: ignore[index]
+        except KeyError:
+            return [self[i] for i in ids]  # int ids, or name the missing one

@@ -1,0 +1,232 @@
+"""PackedStore: a memory-mapped store, opened for free in every rank and DataLoader worker.
+
+Nothing of the corpus is copied into a process: texts, ids, fields and tokens stay in files
+mapped read-only, so their pages sit once in the OS page cache and are shared by every process
+on the machine. A process pays only for the rows it decodes and a few small objects. The maps
+are reopened after a fork (the object remembers the pid that opened them) and a pickled store
+is just its path, so ``spawn`` workers reopen it too.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from lading.errors import StaleStoreWarning, StoreFormatError
+from lading.sources import Record, fingerprint_changed
+from lading.stores.base import DocStore, IdLike
+from lading.stores.index import IdIndex
+from lading.stores.layout import OFFSET_DTYPE, MappedFile, column_files, read_meta
+
+OnStale = Literal["warn", "raise", "ignore"]
+ON_STALE_MODES: tuple[str, ...] = ("ignore", "raise", "warn")
+
+
+class RaggedColumn:
+    """Read side of a ragged column: ``bin[off[i]:off[i+1]]`` is row i."""
+
+    def __init__(self, directory: Path, column: str, dtype: npt.DTypeLike = np.uint8) -> None:
+        bin_name, off_name = column_files(column)
+        self.data = MappedFile(directory / bin_name)
+        self.offsets = MappedFile(directory / off_name).array(OFFSET_DTYPE)
+        self.dtype = np.dtype(dtype)
+        total = int(self.offsets[-1]) if len(self.offsets) else -1
+        if len(self.offsets) == 0 or int(self.offsets[0]) != 0 or (
+            total * self.dtype.itemsize != len(self.data.buffer)
+        ):
+            raise StoreFormatError(
+                f"{directory / off_name} does not describe {directory / bin_name} "
+                f"(last offset {total}, data {len(self.data.buffer)} bytes); rebuild the store"
+            )
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def text(self, row: int) -> str:
+        """Row ``row`` decoded from UTF-8."""
+        start, end = int(self.offsets[row]), int(self.offsets[row + 1])
+        return self.data.buffer[start:end].decode("utf-8")
+
+    def texts(self, rows: npt.NDArray[np.int64]) -> list[str]:
+        """Rows decoded from UTF-8, in the order given."""
+        buf = self.data.buffer
+        starts = self.offsets[rows].tolist()
+        ends = self.offsets[rows + 1].tolist()
+        return [buf[a:b].decode("utf-8") for a, b in zip(starts, ends)]
+
+    def arrays(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
+        """Rows as numpy views of the map (no copy), in the order given."""
+        values = self.data.array(self.dtype)
+        starts = self.offsets[rows].tolist()
+        ends = self.offsets[rows + 1].tolist()
+        return [values[a:b] for a, b in zip(starts, ends)]
+
+
+@dataclass
+class _Mapped:
+    """Everything one process maps of a store."""
+
+    meta: dict[str, Any]
+    text: RaggedColumn
+    ids: RaggedColumn
+    fields: dict[str, RaggedColumn]
+    tokens: RaggedColumn | None
+    index: IdIndex
+
+
+class PackedStore(DocStore):
+    """A store built by :func:`lading.build_store`, memory-mapped.
+
+    Args:
+        path: the store directory.
+        on_stale: what to do when the source changed since the build: ``"warn"`` (default)
+            emits a :class:`~lading.errors.StaleStoreWarning`, ``"raise"`` refuses to open,
+            ``"ignore"`` says nothing. :attr:`stale` holds the reason either way.
+
+    Raises:
+        StoreFormatError: the directory is missing, truncated, foreign or of another version.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, on_stale: OnStale = "warn") -> None:
+        if on_stale not in ON_STALE_MODES:
+            raise ValueError(f"unknown on_stale {on_stale!r}; choose from {sorted(ON_STALE_MODES)}")
+        self.path = Path(path)
+        self.on_stale = on_stale
+        self._pid = -1
+        self._mapped: _Mapped | None = None
+        self.stale = fingerprint_changed(self._maps().meta.get("source", {}))
+        if self.stale and on_stale == "raise":
+            raise StoreFormatError(f"store {self.path} is stale: {self.stale}; rebuild it")
+        if self.stale and on_stale == "warn":
+            warnings.warn(f"store {self.path} is stale: {self.stale}", StaleStoreWarning, stacklevel=2)
+
+    def __repr__(self) -> str:
+        return f"PackedStore({str(self.path)!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the maps belong to this process; a copy elsewhere reopens from the path
+        return {"path": str(self.path), "on_stale": self.on_stale, "stale": self.stale}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path = Path(state["path"])
+        self.on_stale = state["on_stale"]
+        self.stale = state["stale"]
+        self._pid = -1
+        self._mapped = None
+
+    def _maps(self) -> _Mapped:
+        if self._pid != os.getpid() or self._mapped is None:
+            self._mapped = _map(self.path)
+            self._pid = os.getpid()
+        return self._mapped
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The store's ``meta.json``: counts, dtypes, source, build options and report."""
+        return self._maps().meta
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Names of the extra fields stored besides the text (e.g. ``title``)."""
+        return tuple(self._maps().fields)
+
+    @property
+    def has_tokens(self) -> bool:
+        """Whether the store was built with a tokenizer."""
+        return self._maps().tokens is not None
+
+    def __len__(self) -> int:
+        return len(self._maps().text)
+
+    def __contains__(self, doc_id: object) -> bool:
+        if not isinstance(doc_id, (str, int)):
+            return False
+        return self._maps().index.row(doc_id) >= 0
+
+    def ids(self) -> list[str]:
+        ids = self._maps().ids
+        return ids.texts(np.arange(len(ids), dtype=np.int64))
+
+    def rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
+        """Row numbers of ``ids`` (request order); a compact handle for datasets to keep.
+
+        Raises:
+            KeyError: naming the first absent id and the store.
+        """
+        rows = self._maps().index.rows(ids)
+        if len(rows) and rows.min() < 0:
+            raise self.missing(ids[int(np.argmin(rows >= 0))])
+        return rows
+
+    def __getitem__(self, doc_id: IdLike) -> str:
+        maps = self._maps()
+        row = maps.index.row(doc_id)
+        if row < 0:
+            raise self.missing(doc_id)
+        return maps.text.text(row)
+
+    def get_many(self, ids: Sequence[IdLike]) -> list[str]:
+        return self._maps().text.texts(self.rows(ids))
+
+    def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
+        """Texts of rows (as returned by :meth:`rows`)."""
+        return self._maps().text.texts(np.asarray(rows, dtype=np.int64))
+
+    def field(self, doc_id: IdLike, name: str) -> str:
+        """Field ``name`` of a document (``""`` where that document had none)."""
+        maps = self._maps()
+        if name not in maps.fields:
+            raise KeyError(f"{self!r} has no field {name!r}; it has {sorted(maps.fields)}")
+        return maps.fields[name].texts(self.rows([doc_id]))[0]
+
+    def record(self, doc_id: IdLike) -> Record:
+        """Id, text and fields of one document."""
+        maps = self._maps()
+        rows = self.rows([doc_id])
+        fields = {name: col.texts(rows)[0] for name, col in maps.fields.items()}
+        return Record(maps.ids.texts(rows)[0], maps.text.texts(rows)[0], fields)
+
+    def tokens(self, doc_id: IdLike) -> np.ndarray:
+        """Token ids of one document: a read-only view of the map (no copy)."""
+        return self.tokens_many([doc_id])[0]
+
+    def tokens_many(self, ids: Sequence[IdLike]) -> list[np.ndarray]:
+        """Token ids of ``ids`` in request order, each a view of the map (no copy)."""
+        return self.tokens_at(self.rows(ids))
+
+    def tokens_at(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
+        """Token ids of rows (as returned by :meth:`rows`)."""
+        tokens = self._maps().tokens
+        if tokens is None:
+            raise ValueError(
+                f"{self!r} has no tokens: build it with a tokenizer "
+                "(lading.build_store(..., tokenizer=...) or `lading build --tokenizer`)"
+            )
+        return tokens.arrays(np.asarray(rows, dtype=np.int64))
+
+
+def _map(path: Path) -> _Mapped:
+    meta = read_meta(path)
+    try:
+        text = RaggedColumn(path, "text")
+        ids = RaggedColumn(path, "ids")
+        fields = {name: RaggedColumn(path, f"field.{name}") for name in meta["fields"]}
+        tok_meta = meta.get("tokens")
+        tokens = RaggedColumn(path, "tokens", tok_meta["dtype"]) if tok_meta else None
+        index = IdIndex(path, meta["index"])
+    except (KeyError, TypeError) as e:
+        raise StoreFormatError(f"{path}/meta.json lacks {e}; rebuild the store") from None
+    count = meta.get("count")
+    for column in (text, ids, *fields.values(), *([tokens] if tokens else [])):
+        if len(column) != count:
+            raise StoreFormatError(
+                f"{path}: a column has {len(column)} rows, meta.json says {count}; rebuild the store"
+            )
+    return _Mapped(meta, text, ids, fields, tokens, index)

@@ -1,0 +1,230 @@
+"""Writes a packed store into an empty directory in one streaming pass over a source.
+
+Memory during a build: the row offsets (8 bytes per row per column), one int64 per row for
+integer ids (or the fixed-width id keys at the end), one int64 line number per row for error
+messages, and one tokenizer batch of texts. Text itself is never held whole.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from lading import __version__
+from lading.errors import SourceError
+from lading.sources import Record, SourceReader
+from lading.stores.index import IntIdCollector, bytes_keys, write_index
+from lading.stores.layout import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    OFFSET_DTYPE,
+    MappedFile,
+    RaggedWriter,
+    column_files,
+    field_column,
+    write_meta,
+)
+from lading.tokens import describe_tokenizer, encode_texts, token_dtype
+
+Duplicates = Literal["error", "first", "last"]
+DUPLICATE_MODES: tuple[str, ...] = ("error", "first", "last")
+TOKENIZE_BATCH = 1024  # documents per encode_batch call: enough to keep its thread pool busy
+
+
+@dataclass
+class BuildStats:
+    """What a build did, for the progress bar and the report in ``meta.json``."""
+
+    rows: int = 0
+    bytes_read: int = 0
+    duplicates_dropped: int = 0
+
+
+class _Columns:
+    """The ragged columns of one build, written row by row."""
+
+    def __init__(self, directory: Path, tok_dtype: np.dtype[Any] | None) -> None:
+        self.directory = directory
+        self.text = RaggedWriter(directory, "text")
+        self.ids = RaggedWriter(directory, "ids")
+        self.fields: dict[str, RaggedWriter] = {}
+        self.tokens = RaggedWriter(directory, "tokens", tok_dtype.itemsize) if tok_dtype else None
+
+    def add(self, record: Record) -> None:
+        row = len(self.text)
+        self.text.append(record.text.encode("utf-8"))
+        self.ids.append(record.id.encode("utf-8"))
+        for name, value in record.fields.items():
+            column = self.fields.get(name)
+            if column is None:
+                column = self.fields[name] = RaggedWriter(self.directory, field_column(name))
+            column.pad_to(row)
+            column.append(value.encode("utf-8"))
+
+    def all(self) -> list[RaggedWriter]:
+        rest = [self.tokens] if self.tokens is not None else []
+        return [self.text, self.ids, *self.fields.values(), *rest]
+
+
+def write_store(
+    reader: SourceReader,
+    directory: Path,
+    *,
+    tokenizer: Any = None,
+    max_length: int | None = None,
+    duplicates: Duplicates = "error",
+    build_options: dict[str, Any],
+    progress: Any = None,
+) -> dict[str, Any]:
+    """Stream ``reader`` into the empty ``directory``; return the ``meta.json`` written last.
+
+    Args:
+        reader: the source.
+        directory: an empty directory (the caller renames it into place after).
+        tokenizer: a loaded ``tokenizers.Tokenizer`` (see :func:`lading.tokens.load_tokenizer`).
+        max_length: keep at most this many tokens per document.
+        duplicates: ``"error"`` stops at a repeated id naming both lines; ``"first"``/``"last"``
+            keep one occurrence and count the others in the report.
+        build_options: the recipe recorded in ``meta.json`` (lets a later build reuse the store).
+        progress: a tqdm-like object with ``update(n_bytes)``, or None.
+    """
+    if duplicates not in DUPLICATE_MODES:
+        raise ValueError(f"unknown duplicates {duplicates!r}; choose from {sorted(DUPLICATE_MODES)}")
+    started = time.perf_counter()
+    tok_info = describe_tokenizer(tokenizer) if tokenizer is not None else None
+    tok_dtype = token_dtype(tok_info["vocab_size"]) if tok_info else None
+    columns = _Columns(directory, tok_dtype)
+    int_ids = IntIdCollector()
+    lines = array("q")
+    stats = BuildStats()
+    pending: list[str] = []
+
+    def flush_tokens() -> None:
+        assert columns.tokens is not None and tok_dtype is not None
+        for ids in encode_texts(tokenizer, pending, tok_dtype, max_length):
+            columns.tokens.append(ids.tobytes())
+        pending.clear()
+
+    for record, line, end in reader.iter_numbered():
+        columns.add(record)
+        int_ids.add(record.id)
+        lines.append(line)
+        if columns.tokens is not None:
+            pending.append(record.text)
+            if len(pending) >= TOKENIZE_BATCH:
+                flush_tokens()
+        if progress is not None and end > stats.bytes_read:
+            progress.update(end - stats.bytes_read)
+            stats.bytes_read = end
+    if pending:
+        flush_tokens()
+    rows = len(columns.text)
+    for column in columns.fields.values():
+        column.pad_to(rows)
+    files: dict[str, dict[str, int]] = {}
+    for column in columns.all():
+        files.update(column.finish())
+
+    is_int = int_ids.values is not None
+    keys = id_keys(directory, int_ids)
+    keep = unique_rows(keys, lines, duplicates, reader)
+    if keep is not None:
+        stats.duplicates_dropped = rows - int(keep.sum())
+        files = compact(directory, files, keep, columns.all())
+        keys = keys[keep]
+        rows = len(keys)
+    index_meta, index_files = write_index(directory, keys, is_int)
+    files.update(index_files)
+    meta = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "lading_version": __version__,
+        "count": rows,
+        "fields": sorted(columns.fields),
+        "index": index_meta,
+        "tokens": (
+            {**tok_info, "dtype": tok_dtype.str, "max_length": max_length, "special_tokens": False}
+            if tok_info and tok_dtype is not None
+            else None
+        ),
+        "source": {**reader.fingerprint(), "format": reader.format},
+        "build": {
+            **build_options,
+            "skipped": reader.skipped,
+            "skip_examples": reader.skip_reasons,
+            "duplicates_dropped": stats.duplicates_dropped,
+            "seconds": round(time.perf_counter() - started, 3),
+        },
+        "files": files,
+    }
+    write_meta(directory, meta)
+    return meta
+
+
+def id_keys(directory: Path, int_ids: IntIdCollector) -> np.ndarray:
+    """Index keys in row order: the int64 ids, or fixed-width bytes of the ``ids`` column."""
+    if int_ids.values is not None:
+        return np.frombuffer(int_ids.values, dtype=np.int64).copy()
+    bin_name, off_name = column_files("ids")
+    data = MappedFile(directory / bin_name).array(np.uint8)
+    offsets = MappedFile(directory / off_name).array(OFFSET_DTYPE)
+    return bytes_keys(data, offsets)
+
+
+def unique_rows(
+    keys: np.ndarray, lines: array[int], duplicates: Duplicates, reader: SourceReader
+) -> npt.NDArray[np.bool_] | None:
+    """Mask of rows to keep, or None when every id is unique."""
+    if len(keys) < 2:
+        return None
+    order = np.argsort(keys, kind="stable")  # equal ids stay in row order
+    sorted_keys = keys[order]
+    same = sorted_keys[1:] == sorted_keys[:-1]
+    if not same.any():
+        return None
+    if duplicates == "error":
+        i = int(np.argmax(same))
+        first, again = int(order[i]), int(order[i + 1])
+        key = sorted_keys[i]
+        shown = key.decode("utf-8") if isinstance(key, bytes) else str(key)
+        raise SourceError(
+            reader.path or str(reader.source), lines[again],
+            f"duplicate id {shown!r} (first on line {lines[first]}); pass duplicates='first' or "
+            "'last' to keep one of them",
+        )
+    drop = order[1:][same] if duplicates == "first" else order[:-1][same]
+    keep = np.ones(len(keys), dtype=bool)
+    keep[drop] = False
+    return keep
+
+
+def compact(
+    directory: Path,
+    files: dict[str, dict[str, int]],
+    keep: npt.NDArray[np.bool_],
+    writers: list[RaggedWriter],
+) -> dict[str, dict[str, int]]:
+    """Rewrite every column with only the kept rows (runs only when duplicates were dropped)."""
+    rows = np.flatnonzero(keep)
+    for column in writers:
+        bin_name, off_name = column_files(column.column)
+        src_bin, src_off = directory / bin_name, directory / off_name
+        data = MappedFile(src_bin).array(np.uint8)
+        offsets = MappedFile(src_off).array(OFFSET_DTYPE)
+        tmp_name = f"{column.column}.compact"
+        out = RaggedWriter(directory, tmp_name, column.itemsize)
+        size = column.itemsize
+        for row in rows.tolist():
+            out.append(data[int(offsets[row]) * size : int(offsets[row + 1]) * size].tobytes())
+        described = out.finish()
+        del data, offsets
+        for old, new in zip((bin_name, off_name), column_files(tmp_name)):
+            (directory / new).replace(directory / old)
+            files[old] = described[new]
+    return files

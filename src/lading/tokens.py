@@ -1,0 +1,82 @@
+"""Tokenizers for pre-tokenized stores: loading, fingerprinting, batched encoding, token dtype.
+
+Documents are encoded without special tokens (no ``[CLS]``/``[SEP]``): whoever builds model
+inputs adds them, so one store serves any pairing (cross-encoder, bi-encoder, LM).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+UINT16_VOCAB = 1 << 16  # ids 0..65535 fit uint16: 2 bytes a token instead of 4
+
+
+def _import_tokenizers() -> Any:
+    try:
+        import tokenizers
+    except ImportError:
+        raise ImportError(
+            "pre-tokenizing needs the tokenizers package. To install:\n  pip install 'lading[hf]'"
+        ) from None
+    return tokenizers
+
+
+def load_tokenizer(spec: Any) -> Any:
+    """A ``tokenizers.Tokenizer`` from a Tokenizer, a HF fast tokenizer, a tokenizer.json path
+    or a local HF model directory holding ``tokenizer.json``.
+
+    The result is a private copy with padding and truncation switched off, so encoding a batch
+    never pads documents to each other's length.
+    """
+    tokenizers = _import_tokenizers()
+    if isinstance(spec, tokenizers.Tokenizer):
+        tok = spec
+    elif hasattr(spec, "backend_tokenizer"):
+        tok = spec.backend_tokenizer
+    elif isinstance(spec, (str, os.PathLike)):
+        path = Path(spec)
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"no tokenizer at {path}: pass a tokenizer.json file or a folder that holds one "
+                "(save one with tokenizer.save_pretrained(DIR) or Tokenizer.save(PATH))"
+            )
+        tok = tokenizers.Tokenizer.from_file(str(path))
+    else:
+        raise TypeError(f"cannot make a tokenizer from {type(spec).__name__}; pass a path or Tokenizer")
+    copy = tokenizers.Tokenizer.from_str(tok.to_str())
+    copy.no_padding()
+    copy.no_truncation()
+    return copy
+
+
+def describe_tokenizer(tok: Any) -> dict[str, Any]:
+    """What a store records of its tokenizer: vocabulary size and a hash of its definition."""
+    definition = tok.to_str().encode("utf-8")
+    return {
+        "vocab_size": int(tok.get_vocab_size(with_added_tokens=True)),
+        "sha256": hashlib.sha256(definition).hexdigest(),
+    }
+
+
+def token_dtype(vocab_size: int) -> np.dtype[Any]:
+    """uint16 when every id fits (vocab ≤ 65,536, e.g. BERT's 30,522), else uint32."""
+    return np.dtype("<u2") if vocab_size <= UINT16_VOCAB else np.dtype("<u4")
+
+
+def encode_texts(
+    tok: Any, texts: Sequence[str], dtype: np.dtype[Any], max_length: int | None = None
+) -> list[np.ndarray]:
+    """Token ids of each text (no special tokens), cut to ``max_length`` tokens.
+
+    ``encode_batch`` runs in the tokenizers library's own thread pool, outside the GIL.
+    """
+    encodings = tok.encode_batch(list(texts), add_special_tokens=False)
+    return [np.asarray(e.ids[:max_length], dtype=dtype) for e in encodings]
