@@ -12,15 +12,15 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from lading.errors import (  # noqa: E402
+from lading.errors import (
     LadingError,
     SkippedRecordsWarning,
     SourceError,
     StaleStoreWarning,
     StoreFormatError,
 )
-from lading.sources import Record, read_records  # noqa: E402
-from lading.stores import (  # noqa: E402
+from lading.sources import Record, read_records
+from lading.stores import (
     DocStore,
     InMemoryStore,
     IrDatasetsStore,
@@ -29,7 +29,7 @@ from lading.stores import (  # noqa: E402
     build_store,
     open_store,
 )
-from lading.world import World  # noqa: E402
+from lading.world import World
 
 __all__ = [
     "DocStore",

@@ -103,7 +103,9 @@ def check_id(doc_id: str) -> str:
     if not doc_id:
         raise RecordError("empty id")
     if doc_id != doc_id.strip():
-        raise RecordError(f"id {doc_id!r} has leading or trailing whitespace; strip it in the source")
+        raise RecordError(
+            f"id {doc_id!r} has leading or trailing whitespace; strip it in the source"
+        )
     if "\x00" in doc_id:
         raise RecordError(f"id {doc_id!r} contains a NUL character")
     return doc_id
@@ -153,7 +155,7 @@ def make_tsv_parser(options: ParseOptions) -> Parser:
             raise RecordError(f'expected "{expected}", found {len(parts)} column(s)')
         extra = {}
         for i, value in enumerate(parts):
-            if i == id_pos or i == text_pos:
+            if i in (id_pos, text_pos):
                 continue
             extra[columns[i] if i < len(columns) else f"col{i}"] = value
         return Record(check_id(parts[id_pos]), parts[text_pos], extra)
@@ -309,8 +311,13 @@ FILE_FORMATS: dict[str, FileFormat] = {
 }
 FORMATS: tuple[str, ...] = ("beir", "irds", "jsonl", "trec", "tsv")
 _SUFFIX_FORMATS = {
-    ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
-    ".trec": "trec", ".sgml": "trec", ".trectext": "trec",
+    ".tsv": "tsv",
+    ".txt": "tsv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".trec": "trec",
+    ".sgml": "trec",
+    ".trectext": "trec",
 }
 
 
@@ -321,7 +328,7 @@ def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
     """Open ``path`` for reading bytes, decompressing ``.gz``, ``.bz2`` and ``.zst`` on the fly."""
     name = os.fspath(path)
     if name.endswith(".gz"):
-        return gzip.open(name, "rb")
+        return gzip.open(name, "rb")  # type: ignore[return-value]
     if name.endswith(".bz2"):
         return bz2.open(name, "rb")
     if name.endswith(".zst"):
@@ -334,8 +341,8 @@ def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
             ) from None
         raw = open(name, "rb")  # noqa: SIM115 - closed by the wrapping reader
         reader = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
-        return io.BufferedReader(reader)  # type: ignore[arg-type]
-    return open(name, "rb")  # noqa: SIM115 - caller closes
+        return io.BufferedReader(reader)
+    return open(name, "rb")
 
 
 def is_compressed(path: str | os.PathLike[str]) -> bool:
@@ -438,7 +445,9 @@ class SourceReader:
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR_MODES:
-            raise ValueError(f"unknown on_error {self.on_error!r}; choose from {sorted(ON_ERROR_MODES)}")
+            raise ValueError(
+                f"unknown on_error {self.on_error!r}; choose from {sorted(ON_ERROR_MODES)}"
+            )
         name = os.fspath(self.source)
         self.format = self.format or detect_format(name)
         if self.format not in FORMATS:
@@ -514,8 +523,10 @@ class SourceReader:
             if isinstance(e, FileNotFoundError):
                 raise
             raise SourceError(
-                path, line + 1 if line else None,
-                f"the compressed stream is corrupt or truncated ({e}); re-download or recompress it",
+                path,
+                line + 1 if line else None,
+                f"the compressed stream is corrupt or truncated ({e}); "
+                "re-download or recompress it",
             ) from None
 
     def _bad(self, path: Path, line: int, reason: str) -> None:

@@ -54,9 +54,7 @@ def equal_share(
     _check_part(world_size, rank)
     count = per_rank_count(len(order), world_size, equalize)
     total = count * world_size
-    if total > len(order):
-        if len(order) == 0:
-            raise ValueError("cannot pad an empty order: there is nothing to repeat")
+    if total > len(order):  # only with "pad", and then len(order) > 0
         reps = -(-total // len(order))
         order = np.tile(order, reps)[:total]
     else:
@@ -64,7 +62,9 @@ def equal_share(
     return order[rank::world_size]
 
 
-def worker_share(share: npt.NDArray[np.int64], num_workers: int, worker_id: int) -> npt.NDArray[np.int64]:
+def worker_share(
+    share: npt.NDArray[np.int64], num_workers: int, worker_id: int
+) -> npt.NDArray[np.int64]:
     """The part of a rank's ``share`` that DataLoader worker ``worker_id`` reads (round-robin)."""
     _check_part(num_workers, worker_id)
     return share[worker_id::num_workers]
@@ -79,4 +79,6 @@ def _check_part(parts: int, index: int) -> None:
 
 def _check_equalize(equalize: str) -> None:
     if equalize not in EQUALIZE_MODES:
-        raise ValueError(f"unknown equalize mode {equalize!r}; choose from {sorted(EQUALIZE_MODES)}")
+        raise ValueError(
+            f"unknown equalize mode {equalize!r}; choose from {sorted(EQUALIZE_MODES)}"
+        )

@@ -50,7 +50,9 @@ def load_tokenizer(spec: Any) -> Any:
             )
         tok = tokenizers.Tokenizer.from_file(str(path))
     else:
-        raise TypeError(f"cannot make a tokenizer from {type(spec).__name__}; pass a path or Tokenizer")
+        raise TypeError(
+            f"cannot make a tokenizer from {type(spec).__name__}; pass a path or Tokenizer"
+        )
     copy = tokenizers.Tokenizer.from_str(tok.to_str())
     copy.no_padding()
     copy.no_truncation()

@@ -68,8 +68,14 @@ class World:
 
     def with_worker(self, worker_id: int, num_workers: int) -> World:
         """The same rank seen from DataLoader worker ``worker_id`` of ``num_workers``."""
-        return World(self.rank, self.world_size, self.local_rank, self.local_world_size,
-                     worker_id, num_workers)
+        return World(
+            self.rank,
+            self.world_size,
+            self.local_rank,
+            self.local_world_size,
+            worker_id,
+            num_workers,
+        )
 
 
 def _env_int(name: str, default: int) -> int:

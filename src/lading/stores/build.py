@@ -17,7 +17,13 @@ from typing import Any, Literal
 
 from lading.errors import SkippedRecordsWarning, StoreFormatError
 from lading.sources import OnError, ParseOptions, SourceReader, is_compressed
-from lading.stores.atomic import build_lock, is_ours_to_replace, new_temp_dir, publish, remove_dead_temps
+from lading.stores.atomic import (
+    build_lock,
+    is_ours_to_replace,
+    new_temp_dir,
+    publish,
+    remove_dead_temps,
+)
 from lading.stores.layout import read_meta
 from lading.stores.packed import PackedStore
 from lading.stores.writer import Duplicates, write_store
@@ -73,7 +79,9 @@ def build_store(
     if builder not in BUILDER_MODES:
         raise ValueError(f"unknown builder {builder!r}; choose from {sorted(BUILDER_MODES)}")
     dest_path = Path(dest)
-    reader = SourceReader(source, format, on_error, ParseOptions(id_field, text_field, tuple(columns)))
+    reader = SourceReader(
+        source, format, on_error, ParseOptions(id_field, text_field, tuple(columns))
+    )
     tok = load_tokenizer(tokenizer) if tokenizer is not None else None
     options = {
         "format": reader.format,
@@ -164,8 +172,13 @@ def _build_locked(
         try:
             with _progress_bar(reader, progress) as bar:
                 meta = write_store(
-                    reader, tmp, tokenizer=tok, max_length=max_length, duplicates=duplicates,
-                    build_options=options, progress=bar,
+                    reader,
+                    tmp,
+                    tokenizer=tok,
+                    max_length=max_length,
+                    duplicates=duplicates,
+                    build_options=options,
+                    progress=bar,
                 )
             publish(tmp, dest)
         except BaseException:
@@ -187,5 +200,11 @@ def _progress_bar(reader: SourceReader, enabled: bool | None) -> Any:
     path = reader.path
     total = path.stat().st_size if path is not None and not is_compressed(path) else None
     disable = None if enabled is None else not enabled  # None: tqdm hides itself off a terminal
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
-                desc=f"building {Path(str(reader.source)).name}", disable=disable)
+    return tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=f"building {Path(str(reader.source)).name}",
+        disable=disable,
+    )

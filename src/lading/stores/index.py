@@ -37,7 +37,10 @@ IdLike = str | int
 
 
 def canonical_int(doc_id: str) -> int | None:
-    """The integer ``doc_id`` spells canonically, or None (``"7"`` → 7; ``"07"``, ``"x"`` → None)."""
+    """The integer ``doc_id`` spells canonically, or None.
+
+    ``"7"`` → 7; ``"07"``, ``" 7"``, ``"x"`` → None.
+    """
     if (
         doc_id.isascii()
         and doc_id.isdigit()
@@ -73,7 +76,8 @@ def row_dtype(count: int) -> np.dtype[Any]:
 def bytes_keys(ids_bin: npt.NDArray[np.uint8], ids_off: npt.NDArray[np.uint64]) -> np.ndarray:
     """Fixed-width ``S<width>`` keys of a ragged UTF-8 id column, built in 1M-row blocks."""
     count = len(ids_off) - 1
-    lengths = np.diff(ids_off.astype(np.int64))
+    bounds = ids_off.astype(np.int64)
+    lengths = bounds[1:] - bounds[:-1]
     width = max(int(lengths.max()) if count else 1, 1)
     keys = np.zeros((count, width), dtype=np.uint8)
     block = 1 << 20
@@ -83,7 +87,8 @@ def bytes_keys(ids_bin: npt.NDArray[np.uint8], ids_off: npt.NDArray[np.uint64]) 
         start = int(ids_off[lo])
         flat = ids_bin[start : int(ids_off[hi])]
         row = np.repeat(np.arange(lo, hi), lens)
-        col = np.arange(len(flat)) - np.repeat(ids_off[lo:hi].astype(np.int64) - start, lens)
+        starts: npt.NDArray[np.int64] = ids_off[lo:hi].astype(np.int64) - start
+        col = np.arange(len(flat)) - np.repeat(starts, lens)
         keys[row, col] = flat
     return keys.view(f"S{width}").reshape(count)
 

@@ -7,11 +7,28 @@ ir_datasets keeps its own lookup structures (numpy-sorted indices, LZ4 blocks) u
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from lading.sources import import_ir_datasets, irds_record
 from lading.stores.base import DocStore, IdLike
+
+_LOCAL = "lading-local/"
+
+
+def _register_local(dataset_id: str) -> None:
+    """Register ``lading-local/<path>`` (a local TSV) with ir_datasets, once per process."""
+    ir_datasets = import_ir_datasets()
+    if not dataset_id.startswith(_LOCAL) or dataset_id in ir_datasets.registry:
+        return
+    from ir_datasets.datasets.base import Dataset
+    from ir_datasets.formats import TsvDocs
+    from ir_datasets.util import LocalDownload
+
+    docs = TsvDocs(LocalDownload(Path(dataset_id[len(_LOCAL) :])), namespace="lading-local")
+    ir_datasets.registry.register(dataset_id, Dataset(docs))
 
 
 class IrDatasetsStore(DocStore):
@@ -24,6 +41,8 @@ class IrDatasetsStore(DocStore):
         self.dataset_id = dataset_id
         self._dataset: Any = None
         self._docstore: Any = None
+        self._count: int | None = None
+        _register_local(dataset_id)
         ir_datasets = import_ir_datasets()
         dataset = ir_datasets.load(dataset_id)
         if not dataset.has_docs():
@@ -31,6 +50,7 @@ class IrDatasetsStore(DocStore):
 
     def _store(self) -> Any:
         if self._docstore is None:
+            _register_local(self.dataset_id)  # a spawned worker starts with an empty registry
             self._dataset = import_ir_datasets().load(self.dataset_id)
             self._docstore = self._dataset.docs_store()
         return self._docstore
@@ -44,10 +64,30 @@ class IrDatasetsStore(DocStore):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.dataset_id = state["dataset_id"]
         self._dataset = self._docstore = None
+        self._count = None
+
+    @classmethod
+    def from_tsv(cls, path: str | os.PathLike[str]) -> IrDatasetsStore:
+        """Register a local ``id<TAB>text`` file as an ir_datasets dataset and open it.
+
+        ir_datasets builds its docstore beside the file (``<file>.pklz4``, its own format), so
+        ``path`` must be in a writable folder. Used to compare the baselines on one corpus.
+        """
+        resolved = Path(path).resolve()
+        if not resolved.is_file():
+            raise FileNotFoundError(f"no file {resolved}")
+        name = f"{_LOCAL}{resolved}"
+        _register_local(name)
+        return cls(name)
 
     def __len__(self) -> int:
-        self._store()
-        return int(self._dataset.docs_count())
+        if self._count is None:
+            self._store()
+            count = self._dataset.docs_count()  # None for datasets registered without a count
+            self._count = (
+                int(count) if count is not None else sum(1 for _ in self._dataset.docs_iter())
+            )
+        return self._count
 
     def __contains__(self, doc_id: object) -> bool:
         if not isinstance(doc_id, (str, int)):

@@ -43,7 +43,9 @@ class InMemoryStore(DocStore):
     ) -> InMemoryStore:
         """Read every record of ``source`` into a dict (see :func:`lading.build_store`)."""
         if duplicates not in DUPLICATE_MODES:
-            raise ValueError(f"unknown duplicates {duplicates!r}; choose from {sorted(DUPLICATE_MODES)}")
+            raise ValueError(
+                f"unknown duplicates {duplicates!r}; choose from {sorted(DUPLICATE_MODES)}"
+            )
         options = ParseOptions(id_field, text_field, tuple(columns))
         reader = SourceReader(source, format, on_error, options)
         docs: dict[str, str] = {}
@@ -51,15 +53,22 @@ class InMemoryStore(DocStore):
             if record.id in docs:
                 if duplicates == "error":
                     raise SourceError(
-                        reader.path or os.fspath(source), line,
+                        reader.path or os.fspath(source),
+                        line,
                         f"duplicate id {record.id!r}; pass duplicates='first' or 'last'",
                     )
                 if duplicates == "first":
                     continue
             docs[record.id] = record.text
-        recipe = {"source": os.fspath(source), "format": reader.format, "on_error": on_error,
-                  "duplicates": duplicates, "id_field": id_field, "text_field": text_field,
-                  "columns": tuple(columns)}
+        recipe = {
+            "source": os.fspath(source),
+            "format": reader.format,
+            "on_error": on_error,
+            "duplicates": duplicates,
+            "id_field": id_field,
+            "text_field": text_field,
+            "columns": tuple(columns),
+        }
         store = cls(docs, recipe)
         store.skipped = reader.skipped
         return store

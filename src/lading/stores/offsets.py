@@ -10,6 +10,7 @@ document; the text itself stays in the page cache, shared.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from array import array
 from collections.abc import Sequence
@@ -19,7 +20,14 @@ from typing import Any
 import numpy as np
 
 from lading.errors import StoreFormatError
-from lading.sources import OnError, ParseOptions, Parser, SourceReader, fingerprint_changed, is_compressed
+from lading.sources import (
+    OnError,
+    ParseOptions,
+    Parser,
+    SourceReader,
+    fingerprint_changed,
+    is_compressed,
+)
 from lading.stores.atomic import build_lock, new_temp_dir, publish, remove_dead_temps
 from lading.stores.base import DocStore, IdLike
 from lading.stores.index import IdIndex, IntIdCollector, write_index
@@ -95,7 +103,9 @@ class OffsetStore(DocStore):
             raise StoreFormatError(f"{self.path} is stale: {changed}; its offsets no longer hold")
         o = meta["options"]
         parser: Parser = SourceReader(
-            source["path"], meta["file_format"], "raise",
+            source["path"],
+            meta["file_format"],
+            "raise",
             ParseOptions(o["id_field"], o["text_field"], tuple(o["columns"])),
         ).parser()
         self._state = {
@@ -124,10 +134,8 @@ class OffsetStore(DocStore):
     def __del__(self) -> None:
         fd = self.__dict__.get("_state", {}).get("fd")
         if fd is not None and self.__dict__.get("_pid") == os.getpid():
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
     def __len__(self) -> int:
         return len(self._open()["start"])
@@ -152,7 +160,9 @@ class OffsetStore(DocStore):
         return [parse(os.pread(fd, n, s)).text for s, n in zip(starts, lengths)]
 
 
-def _write(reader: SourceReader, directory: Path, duplicates: Duplicates, options: ParseOptions) -> None:
+def _write(
+    reader: SourceReader, directory: Path, duplicates: Duplicates, options: ParseOptions
+) -> None:
     starts, lengths, lines = array("Q"), array("I"), array("q")
     ids = RaggedWriter(directory, "ids")
     int_ids = IntIdCollector()
@@ -175,15 +185,21 @@ def _write(reader: SourceReader, directory: Path, duplicates: Duplicates, option
     index_meta, index_files = write_index(directory, keys, int_ids.values is not None)
     files.update(index_files)
     assert reader.path is not None
-    write_meta(directory, {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "count": len(keys),
-        "file_format": reader.file_format,
-        "source": {**reader.fingerprint(), "format": reader.format},
-        "options": {"id_field": options.id_field, "text_field": options.text_field,
-                    "columns": list(options.columns)},
-        "index": index_meta,
-        "skipped": reader.skipped,
-        "files": files,
-    })
+    write_meta(
+        directory,
+        {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "count": len(keys),
+            "file_format": reader.file_format,
+            "source": {**reader.fingerprint(), "format": reader.format},
+            "options": {
+                "id_field": options.id_field,
+                "text_field": options.text_field,
+                "columns": list(options.columns),
+            },
+            "index": index_meta,
+            "skipped": reader.skipped,
+            "files": files,
+        },
+    )

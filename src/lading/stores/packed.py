@@ -38,8 +38,10 @@ class RaggedColumn:
         self.offsets = MappedFile(directory / off_name).array(OFFSET_DTYPE)
         self.dtype = np.dtype(dtype)
         total = int(self.offsets[-1]) if len(self.offsets) else -1
-        if len(self.offsets) == 0 or int(self.offsets[0]) != 0 or (
-            total * self.dtype.itemsize != len(self.data.buffer)
+        if (
+            len(self.offsets) == 0
+            or int(self.offsets[0]) != 0
+            or (total * self.dtype.itemsize != len(self.data.buffer))
         ):
             raise StoreFormatError(
                 f"{directory / off_name} does not describe {directory / bin_name} "
@@ -105,7 +107,9 @@ class PackedStore(DocStore):
         if self.stale and on_stale == "raise":
             raise StoreFormatError(f"store {self.path} is stale: {self.stale}; rebuild it")
         if self.stale and on_stale == "warn":
-            warnings.warn(f"store {self.path} is stale: {self.stale}", StaleStoreWarning, stacklevel=2)
+            warnings.warn(
+                f"store {self.path} is stale: {self.stale}", StaleStoreWarning, stacklevel=2
+            )
 
     def __repr__(self) -> str:
         return f"PackedStore({str(self.path)!r})"
@@ -227,6 +231,7 @@ def _map(path: Path) -> _Mapped:
     for column in (text, ids, *fields.values(), *([tokens] if tokens else [])):
         if len(column) != count:
             raise StoreFormatError(
-                f"{path}: a column has {len(column)} rows, meta.json says {count}; rebuild the store"
+                f"{path}: a column has {len(column)} rows, meta.json says {count}; "
+                "rebuild the store"
             )
     return _Mapped(meta, text, ids, fields, tokens, index)

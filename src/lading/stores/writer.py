@@ -95,7 +95,9 @@ def write_store(
         progress: a tqdm-like object with ``update(n_bytes)``, or None.
     """
     if duplicates not in DUPLICATE_MODES:
-        raise ValueError(f"unknown duplicates {duplicates!r}; choose from {sorted(DUPLICATE_MODES)}")
+        raise ValueError(
+            f"unknown duplicates {duplicates!r}; choose from {sorted(DUPLICATE_MODES)}"
+        )
     started = time.perf_counter()
     tok_info = describe_tokenizer(tokenizer) if tokenizer is not None else None
     tok_dtype = token_dtype(tok_info["vocab_size"]) if tok_info else None
@@ -194,7 +196,8 @@ def unique_rows(
         key = sorted_keys[i]
         shown = key.decode("utf-8") if isinstance(key, bytes) else str(key)
         raise SourceError(
-            reader.path or str(reader.source), lines[again],
+            reader.path or str(reader.source),
+            lines[again],
             f"duplicate id {shown!r} (first on line {lines[first]}); pass duplicates='first' or "
             "'last' to keep one of them",
         )

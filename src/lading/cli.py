@@ -1,0 +1,199 @@
+"""The ``lading`` command: argparse subcommands that call the library and print its answers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lading import __version__
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from lading.stores import build_store
+
+    started = time.perf_counter()
+    columns = tuple(args.columns.split(",")) if args.columns else ("id", "text")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the skip count is printed below instead
+        store = build_store(
+            args.source,
+            args.dest,
+            format=args.format,
+            tokenizer=args.tokenizer,
+            max_length=args.max_length,
+            on_error=args.on_error,
+            duplicates=args.duplicates,
+            id_field=args.id_field,
+            text_field=args.text_field,
+            columns=columns,
+            overwrite=args.overwrite,
+            progress=not args.quiet,
+        )
+    seconds = time.perf_counter() - started
+    build = store.meta["build"]
+    print(f"{store.path}: {len(store):,} documents in {seconds:.1f}s")
+    if build["skipped"]:
+        print(
+            f"skipped {build['skipped']:,} malformed record(s); first: {build['skip_examples'][0]}"
+        )
+    if build["duplicates_dropped"]:
+        print(
+            f"dropped {build['duplicates_dropped']:,} duplicate id(s), kept the {args.duplicates}"
+        )
+    return 0
+
+
+def _sizes(path: Path, files: dict[str, Any]) -> str:
+    total = sum(int(info["size"]) for info in files.values())
+    return f"{total / 2**20:,.1f} MiB in {len(files)} files"
+
+
+def describe(path: str | Path) -> dict[str, Any]:
+    """What ``lading inspect`` reports of a store, as a dict."""
+    from lading.stores import open_store
+
+    store = open_store(path, on_stale="ignore")
+    meta = store.meta
+    return {
+        "path": str(store.path),
+        "format": f"{meta['format']} v{meta['version']}",
+        "documents": meta["count"],
+        "size": _sizes(store.path, meta["files"]),
+        "text_bytes": meta["files"]["text.bin"]["size"],
+        "index": meta["index"]["kind"],
+        "fields": meta["fields"],
+        "tokens": meta["tokens"],
+        "source": meta["source"],
+        "stale": store.stale,
+        "build": {
+            k: meta["build"][k]
+            for k in ("on_error", "skipped", "duplicates", "duplicates_dropped", "seconds")
+        },
+    }
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    info = describe(args.store)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    tokens = info["tokens"]
+    source = info["source"]
+    lines = [
+        f"store      {info['path']} ({info['format']})",
+        f"documents  {info['documents']:,}",
+        f"size       {info['size']} (text {info['text_bytes'] / 2**20:,.1f} MiB)",
+        f"index      {info['index']}",
+        f"fields     {', '.join(info['fields']) or '-'}",
+        "tokens     "
+        + (
+            f"{tokens['dtype']} (vocab {tokens['vocab_size']:,}, max_length {tokens['max_length']})"
+            if tokens
+            else "-"
+        ),
+        f"source     {source.get('path') or source.get('irds')} ({source.get('format')})",
+        "stale      " + (f"YES: {info['stale']}" if info["stale"] else "no"),
+        f"build      {info['build']['seconds']}s, skipped {info['build']['skipped']}, "
+        f"duplicates {info['build']['duplicates']} (dropped {info['build']['duplicates_dropped']})",
+    ]
+    print("\n".join(lines))
+    return 0
+
+
+def _cmd_get(args: argparse.Namespace) -> int:
+    from lading.stores import open_store
+
+    store = open_store(args.store)
+    missing = [i for i in args.ids if i not in store]
+    for doc_id in args.ids:
+        if doc_id in store:
+            print(json.dumps(store.record(doc_id)._asdict(), ensure_ascii=False))
+    for doc_id in missing:
+        print(f"lading get: id {doc_id!r} is not in {store.path}", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from lading.stores.layout import verify_checksums
+
+    problems = verify_checksums(args.store)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if not problems:
+        print(f"{args.store}: every file matches its checksum")
+    return 1 if problems else 0
+
+
+def _cmd_synth(args: argparse.Namespace) -> int:
+    from lading.synth import synth
+
+    files = synth(args.kind, args.n, args.out, queries=args.queries, seed=args.seed)
+    for name, path in files.__dict__.items():
+        print(f"{name:8s} {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``lading`` command."""
+    parser = argparse.ArgumentParser(
+        prog="lading",
+        description="Move training data from disk to RAM to GPU without a copy per process.",
+    )
+    parser.add_argument("--version", action="version", version=f"lading {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("build", help="build a memory-mapped store from a corpus file")
+    p.add_argument("source", help="TSV/JSONL/TREC file (.gz/.bz2/.zst ok), BEIR folder, irds:<id>")
+    p.add_argument("dest", help="store directory to create")
+    p.add_argument("--format", choices=["beir", "irds", "jsonl", "trec", "tsv"])
+    p.add_argument("--tokenizer", help="tokenizer.json or a local HF model folder: pre-tokenize")
+    p.add_argument("--max-length", type=int, help="keep at most this many tokens per document")
+    p.add_argument("--on-error", choices=["raise", "skip"], default="raise")
+    p.add_argument("--duplicates", choices=["error", "first", "last"], default="error")
+    p.add_argument("--id-field", help="JSON key of the id")
+    p.add_argument("--text-field", help="JSON key of the text")
+    p.add_argument("--columns", help="TSV column names, comma-separated (default: id,text)")
+    p.add_argument("--overwrite", action="store_true", help="rebuild even if up to date")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser("inspect", help="counts, sizes, dtypes, fields, source and staleness")
+    p.add_argument("store")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser("get", help="print documents by id (JSON lines)")
+    p.add_argument("store")
+    p.add_argument("ids", nargs="+")
+    p.set_defaults(func=_cmd_get)
+
+    p = sub.add_parser("verify", help="read every file of a store and check its checksum")
+    p.add_argument("store")
+    p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("synth", help="write a deterministic MS MARCO-shaped collection")
+    p.add_argument("kind", choices=["passages", "documents"])
+    p.add_argument("n", type=int, help="number of documents")
+    p.add_argument("out", help="folder to write")
+    p.add_argument("--queries", type=int, help="number of queries (default n/100, 10..5000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_synth)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``lading`` command; errors lading raises on purpose print as one line."""
+    from lading.errors import LadingError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (LadingError, FileNotFoundError, FileExistsError, ImportError, ValueError) as e:
+        print(f"lading {args.command}: {e}", file=sys.stderr)
+        return 2

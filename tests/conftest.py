@@ -1,0 +1,57 @@
+"""Shared fixtures: tiny corpora written inline, and the real collections in ../shared/data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def shared_data() -> Path | None:
+    """The real data folder: $LADING_DATA, else ../shared/data beside the repository."""
+    env = os.environ.get("LADING_DATA")
+    candidates = [Path(env)] if env else []
+    candidates.append(REPO.parent / "shared" / "data")
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    """The real data folder, or a skip saying where it was looked for."""
+    found = shared_data()
+    if found is None:
+        pytest.skip("real data not found: set LADING_DATA or put it at ../shared/data")
+    return found
+
+
+def write(path: Path, content: str | bytes) -> Path:
+    """Write text (UTF-8, no newline translation) or bytes to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, str):
+        content = content.encode("utf-8")
+    path.write_bytes(content)
+    return path
+
+
+@pytest.fixture
+def tiny_tsv(tmp_path: Path) -> Path:
+    """Five passages with integer ids, one with non-ASCII text, one empty."""
+    return write(
+        tmp_path / "collection.tsv",
+        "".join(
+            f"{i}\t{text}\n"
+            for i, text in [
+                (0, "the quick brown fox"),
+                (1, "café crème, naïve façade — ünïcödé ✓"),
+                (2, ""),
+                (3, "jumps over the lazy dog"),
+                (7, "seven"),
+            ]
+        ),
+    )

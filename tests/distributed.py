@@ -1,0 +1,70 @@
+"""Run a function in N real processes (spawn), optionally joined in a gloo process group."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _entry(
+    fn: Callable[..., Any], rank: int, world: int, port: int | None, args: tuple[Any, ...], out: Any
+) -> None:
+    try:
+        if port is not None:
+            import torch.distributed as dist
+
+            os.environ.update(
+                RANK=str(rank),
+                WORLD_SIZE=str(world),
+                LOCAL_RANK=str(rank),
+                LOCAL_WORLD_SIZE=str(world),
+            )
+            dist.init_process_group(
+                "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+            )
+        result = fn(rank, world, *args)
+        if port is not None:
+            dist.barrier()
+            dist.destroy_process_group()
+        out.put((rank, "ok", result))
+    except BaseException:
+        out.put((rank, "error", traceback.format_exc()))
+
+
+def run_processes(
+    fn: Callable[..., Any], world: int, *args: Any, gloo: bool = True, timeout: float = 120
+) -> list[Any]:
+    """``fn(rank, world, *args)`` in ``world`` spawned processes; their results by rank.
+
+    Raises AssertionError with the child's traceback when a process fails or hangs.
+    """
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port() if gloo else None
+    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, args, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    try:
+        for _ in range(world):
+            rank, status, value = out.get(timeout=timeout)
+            if status != "ok":
+                raise AssertionError(f"rank {rank} failed:\n{value}")
+            results[rank] = value
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return [results[r] for r in range(world)]

@@ -1,0 +1,59 @@
+"""The command line: synth → build → inspect → get → verify, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lading.cli import main
+
+
+def test_synth_build_inspect_get(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["synth", "passages", "500", str(tmp_path / "c")]) == 0
+    for name in ("collection.tsv", "queries.tsv", "qrels.txt", "run.trec"):
+        assert (tmp_path / "c" / name).stat().st_size > 0
+    assert (
+        main(["build", str(tmp_path / "c" / "collection.tsv"), str(tmp_path / "s"), "--quiet"]) == 0
+    )
+    assert "500 documents" in capsys.readouterr().out
+    assert main(["inspect", str(tmp_path / "s"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["documents"], info["index"], info["stale"]) == (500, "dense", None)
+    assert main(["get", str(tmp_path / "s"), "3", "nope"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["id"] == "3" and "'nope' is not in" in err
+    assert main(["verify", str(tmp_path / "s")]) == 0
+
+
+def test_synth_is_deterministic_and_shaped_like_msmarco(tmp_path: Path) -> None:
+    main(["synth", "documents", "50", str(tmp_path / "a"), "--queries", "5"])
+    main(["synth", "documents", "50", str(tmp_path / "b"), "--queries", "5"])
+    for name in ("docs.jsonl", "queries.tsv", "qrels.txt", "run.trec"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    first = json.loads((tmp_path / "a" / "docs.jsonl").read_text().splitlines()[0])
+    assert first["docid"].startswith("msmarco_doc_") and len(first["body"].split()) > 100
+    run = (tmp_path / "a" / "run.trec").read_text().splitlines()
+    assert run[0].split()[1] == "Q0" and run[0].split()[3] == "1"
+
+
+def test_bad_input_is_one_line_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("1\tok\n2 no tab\n")
+    assert main(["build", str(bad), str(tmp_path / "s"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lading build: line 2 of ") and "Traceback" not in err
+    assert main(["build", str(bad), str(tmp_path / "s"), "--quiet", "--on-error", "skip"]) == 0
+    assert "skipped 1 malformed record" in capsys.readouterr().out
+
+
+def test_python_dash_m_runs_the_same_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "lading", "--version"], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.startswith("lading ")

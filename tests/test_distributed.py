@@ -1,0 +1,102 @@
+"""Stores under real processes: one build for many ranks, and memory that stays shared."""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lading
+from distributed import run_processes
+from lading.synth import synth
+
+pytestmark = pytest.mark.slow
+
+
+def rss_anon_kib() -> int:
+    """Anonymous resident memory of this process (what it really costs), from /proc."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    raise RuntimeError("no RssAnon in /proc/self/status")
+
+
+def _build_in_rank(rank: int, world: int, src: str, dest: str) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    assert dist.is_initialized()
+    store = lading.build_store(src, dest, progress=False)
+    return {"inode": os.stat(Path(dest) / "text.bin").st_ino, "len": len(store), "doc": store["17"]}
+
+
+def test_every_rank_calls_build_one_store_results(tmp_path: Path) -> None:
+    files = synth("passages", 2000, tmp_path / "c")
+    results = run_processes(_build_in_rank, 3, str(files.corpus), str(tmp_path / "store"))
+    assert len({r["inode"] for r in results}) == 1
+    assert {r["len"] for r in results} == {2000}
+    assert len({r["doc"] for r in results}) == 1
+    assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
+
+
+def _failing_build(rank: int, world: int, src: str, dest: str) -> str:
+    try:
+        lading.build_store(src, dest, progress=False)
+    except Exception as e:  # every rank must get an error, none may hang at the barrier
+        return type(e).__name__
+    return "no error"
+
+
+def test_a_failed_build_fails_every_rank_instead_of_hanging(tmp_path: Path) -> None:
+    src = tmp_path / "bad.tsv"
+    src.write_text("1\tok\nno tab here\n")
+    results = run_processes(_failing_build, 2, str(src), str(tmp_path / "store"), timeout=60)
+    assert results == ["SourceError", "StoreFormatError"]
+
+
+def _race(rank: int, world: int, src: str, dest: str) -> int:
+    lading.build_store(src, dest, progress=False)
+    return os.stat(Path(dest) / "text.bin").st_ino
+
+
+def test_unrelated_processes_racing_get_one_store(tmp_path: Path) -> None:
+    files = synth("passages", 3000, tmp_path / "c")
+    inodes = run_processes(_race, 4, str(files.corpus), str(tmp_path / "store"), gloo=False)
+    assert len(set(inodes)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "store", "store.lock"]
+
+
+def _read_everything(rank: int, world: int, dest: str, kind: str, src: str) -> dict[str, int]:
+    before = rss_anon_kib()
+    if kind == "packed":
+        store: lading.DocStore = lading.open_store(dest)
+    else:
+        store = lading.InMemoryStore.from_source(src)
+    ids = store.ids()
+    total = 0
+    for lo in range(0, len(ids), 512):
+        total += sum(map(len, store.get_many(ids[lo : lo + 512])))
+    del ids
+    gc.collect()
+    return {"anon_kib": rss_anon_kib() - before, "chars": total, "keep": len(store)}
+
+
+def test_four_processes_share_one_copy_of_the_text(tmp_path: Path) -> None:
+    files = synth("passages", 40_000, tmp_path / "c")
+    store = lading.build_store(files.corpus, tmp_path / "store", progress=False)
+    text_kib = store.meta["files"]["text.bin"]["size"] // 1024
+    packed = run_processes(
+        _read_everything, 4, str(store.path), "packed", str(files.corpus), gloo=False
+    )
+    (memory,) = run_processes(
+        _read_everything, 1, str(store.path), "memory", str(files.corpus), gloo=False
+    )
+    assert {r["chars"] for r in packed} == {memory["chars"]}
+    # each process read all ~17 MiB of text; the dict keeps it (and more), the map does not:
+    # a packed reader pays a fixed few MiB (the ids list, allocator arenas), not the corpus
+    assert memory["anon_kib"] > text_kib
+    for r in packed:
+        assert r["anon_kib"] < 4096, (r, text_kib)

@@ -1,0 +1,164 @@
+"""Readers of TSV, JSONL, TREC and BEIR: records, deliberate edge cases, errors with file+line."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import write
+from lading.errors import SourceError
+from lading.sources import SourceReader, detect_format, read_records
+
+
+def ids_texts(path: Path, **kwargs: object) -> list[tuple[str, str]]:
+    return [(r.id, r.text) for r in read_records(path, **kwargs)]  # type: ignore[arg-type]
+
+
+def test_tsv_reads_ids_texts_and_extra_columns(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.tsv", "1\thello world\n2\tsecond\textra\n")
+    records = list(read_records(path))
+    assert [(r.id, r.text) for r in records] == [("1", "hello world"), ("2", "second")]
+    assert records[1].fields == {"col2": "extra"}
+
+
+def test_tsv_named_columns(tmp_path: Path) -> None:
+    path = write(tmp_path / "docs.tsv", "D1\thttp://x\tTitle one\tBody one\n")
+    (record,) = read_records(path, columns=("id", "url", "title", "text"))
+    assert (record.id, record.text, dict(record.fields)) == (
+        "D1",
+        "Body one",
+        {"url": "http://x", "title": "Title one"},
+    )
+
+
+def test_bom_and_crlf_are_dropped_blank_lines_ignored(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.tsv", b"\xef\xbb\xbf1\tone\r\n\r\n2\ttwo\r\n")
+    assert ids_texts(path) == [("1", "one"), ("2", "two")]
+
+
+def test_missing_tab_names_file_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.tsv", "1\tone\n2 two\n")
+    with pytest.raises(
+        SourceError, match=r"line 2 of .*c\.tsv: expected \"<id>\\t<text>\", found no tab"
+    ):
+        ids_texts(path)
+
+
+def test_invalid_utf8_raises_or_is_skipped_and_counted(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.tsv", b"1\tok\n2\tbad \xff byte\n3\tok too\n")
+    with pytest.raises(SourceError, match=r"line 2 .*invalid UTF-8 at byte 6"):
+        ids_texts(path)
+    reader = read_records(path, on_error="skip")
+    assert [r.id for r in reader] == ["1", "3"]
+    assert reader.skipped == 1
+    assert "line 2" in reader.skip_reasons[0]
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("\ttext", "empty id"),
+        (" 5\ttext", "leading or trailing whitespace"),
+        ("5 \ttext", "leading or trailing whitespace"),
+    ],
+)
+def test_bad_ids_are_errors(tmp_path: Path, line: str, reason: str) -> None:
+    path = write(tmp_path / "c.tsv", f"1\tok\n{line}\n")
+    with pytest.raises(SourceError, match=f"line 2 .*{reason}"):
+        ids_texts(path)
+
+
+def test_jsonl_finds_id_and_text_fields_and_keeps_title(tmp_path: Path) -> None:
+    lines = [
+        {"doc_id": "a", "title": "T", "text": "x"},
+        {"_id": "b", "contents": "y"},
+        {"pid": 3, "body": "z"},
+    ]
+    path = write(tmp_path / "c.jsonl", "".join(json.dumps(o) + "\n" for o in lines))
+    records = list(read_records(path))
+    assert [(r.id, r.text) for r in records] == [("a", "x"), ("b", "y"), ("3", "z")]
+    assert records[0].fields == {"title": "T"}
+
+
+def test_jsonl_explicit_fields_and_errors(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.jsonl", '{"key": "k1", "passage": "p1", "id": "ignored"}\n')
+    assert ids_texts(path, id_field="key", text_field="passage") == [("k1", "p1")]
+    bad = write(tmp_path / "bad.jsonl", '{"id": "1", "text": "ok"}\n{"id": "2", "text": \n')
+    with pytest.raises(SourceError, match=r"line 2 .*invalid JSON"):
+        ids_texts(bad)
+    no_text = write(tmp_path / "nt.jsonl", '{"id": "1", "words": "x"}\n')
+    with pytest.raises(SourceError, match=r"line 1 .*no text field.*text_field="):
+        ids_texts(no_text)
+    bool_id = write(tmp_path / "bi.jsonl", '{"id": true, "text": "x"}\n')
+    with pytest.raises(SourceError, match="must be a string or an integer"):
+        ids_texts(bool_id)
+
+
+TREC = """<DOC>
+<DOCNO> FT911-1 </DOCNO>
+<HEADLINE>A headline</HEADLINE>
+<TEXT>
+First part.
+</TEXT>
+<TEXT>Second part.</TEXT>
+</DOC>
+<DOC>
+<DOCNO>2</DOCNO>
+plain body
+  two lines
+</DOC>
+"""
+
+
+def test_trec_text_elements_title_and_plain_bodies(tmp_path: Path) -> None:
+    records = list(read_records(write(tmp_path / "d.trec", TREC)))
+    assert [r.id for r in records] == ["FT911-1", "2"]
+    assert records[0].text == "First part.\n\nSecond part."
+    assert records[0].fields == {"title": "A headline"}
+    assert records[1].text == "plain body\n  two lines"
+
+
+def test_trec_truncated_and_stray_text_are_errors(tmp_path: Path) -> None:
+    cut = write(tmp_path / "cut.trec", TREC + "<DOC>\n<DOCNO>3</DOCNO>\nno end\n")
+    with pytest.raises(SourceError, match=r"line 14 .*no </DOC> before the end"):
+        ids_texts(cut)
+    stray = write(tmp_path / "stray.trec", "junk\n" + TREC)
+    with pytest.raises(SourceError, match=r"line 1 .*expected <DOC>"):
+        ids_texts(stray)
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".zst"])
+def test_compressed_files_read_like_plain_ones(tmp_path: Path, suffix: str) -> None:
+    data = b"1\tone\n2\ttwo\n"
+    if suffix == ".gz":
+        payload = gzip.compress(data)
+    elif suffix == ".bz2":
+        payload = bz2.compress(data)
+    else:
+        zstandard = pytest.importorskip("zstandard")
+        payload = zstandard.ZstdCompressor().compress(data)
+    path = write(tmp_path / f"c.tsv{suffix}", payload)
+    assert detect_format(path) == "tsv"
+    assert ids_texts(path) == [("1", "one"), ("2", "two")]
+
+
+def test_truncated_gzip_is_an_error_never_a_shorter_corpus(tmp_path: Path) -> None:
+    payload = gzip.compress(b"".join(b"%d\tpassage number %d\n" % (i, i) for i in range(2000)))
+    path = write(tmp_path / "c.tsv.gz", payload[: len(payload) // 2])
+    with pytest.raises(SourceError, match="corrupt or truncated"):
+        ids_texts(path)
+
+
+def test_beir_folder_and_format_detection(tmp_path: Path) -> None:
+    write(tmp_path / "beir" / "corpus.jsonl", '{"_id": "d1", "title": "t", "text": "body"}\n')
+    assert detect_format(tmp_path / "beir") == "beir"
+    assert ids_texts(tmp_path / "beir") == [("d1", "body")]
+    assert detect_format("irds:msmarco-passage") == "irds"
+    with pytest.raises(ValueError, match="pass format="):
+        detect_format(tmp_path / "corpus.weird")
+    with pytest.raises(ValueError, match="unknown format 'csv'"):
+        SourceReader(tmp_path / "beir", format="csv")

@@ -1,0 +1,285 @@
+"""The store protocol, checked on every store; then what only the packed store promises."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lading
+from conftest import write
+from lading.errors import SkippedRecordsWarning, SourceError, StaleStoreWarning, StoreFormatError
+from lading.stores.base import DocStore
+
+StoreMaker = Callable[[Path, Path], DocStore]
+
+MAKERS: dict[str, StoreMaker] = {
+    "packed": lambda src, tmp: lading.build_store(src, tmp / "packed", progress=False),
+    "memory": lambda src, tmp: lading.InMemoryStore.from_source(src),
+    "offsets": lambda src, tmp: lading.OffsetStore.build(src, tmp / "offsets"),
+}
+
+
+def _irds(src: Path, tmp: Path) -> DocStore:
+    pytest.importorskip("ir_datasets")
+    return lading.IrDatasetsStore.from_tsv(src)
+
+
+@pytest.fixture(params=[*MAKERS, "irds"])
+def make(request: pytest.FixtureRequest) -> StoreMaker:
+    return _irds if request.param == "irds" else MAKERS[request.param]
+
+
+def test_protocol(make: StoreMaker, tiny_tsv: Path, tmp_path: Path) -> None:
+    store = make(tiny_tsv, tmp_path)
+    assert len(store) == 5
+    assert sorted(store.ids()) == ["0", "1", "2", "3", "7"]
+    assert store["1"] == "café crème, naïve façade — ünïcödé ✓"
+    assert store["2"] == ""
+    assert store.get_many(["7", "0", "7"]) == ["seven", "the quick brown fox", "seven"]
+    assert store.get("404") is None and store.get("404", "x") == "x"
+    assert "3" in store and "4" not in store and None not in store
+    with pytest.raises(KeyError, match="'404' is not in"):
+        store.get_many(["0", "404"])
+
+
+def test_pickles_as_a_recipe_and_reopens(make: StoreMaker, tiny_tsv: Path, tmp_path: Path) -> None:
+    store = make(tiny_tsv, tmp_path)
+    blob = pickle.dumps(store)
+    assert b"quick brown fox" not in blob  # the corpus never travels inside the pickle
+    again = pickle.loads(blob)
+    assert again.get_many(["3", "1"]) == store.get_many(["3", "1"])
+
+
+@pytest.mark.parametrize("kind", list(MAKERS))
+def test_id_forms(kind: str, tmp_path: Path) -> None:
+    """Leading zeros make other ids; sparse ints, strings and int lookups all work."""
+    src = write(
+        tmp_path / "c.tsv", "7\tseven\n07\tzero-seven\nmsmarco_doc_31_726131\tlong\n8841822\tlast\n"
+    )
+    store = MAKERS[kind](src, tmp_path)
+    assert store.get_many(["07", "7", "8841822", "msmarco_doc_31_726131"]) == [
+        "zero-seven",
+        "seven",
+        "last",
+        "long",
+    ]
+    assert "007" not in store and "+7" not in store and " 7" not in store and "" not in store
+
+
+@pytest.mark.parametrize(
+    ("ids", "kind"),
+    [
+        (["3", "1", "2", "0"], "dense"),
+        (["5", "8841822", "12"], "sorted-int"),
+        (["a", "b-2", "D123"], "sorted-bytes"),
+        (["1", "x"], "sorted-bytes"),
+    ],
+)
+def test_index_kind_follows_the_ids(tmp_path: Path, ids: list[str], kind: str) -> None:
+    src = write(tmp_path / "c.tsv", "".join(f"{i}\ttext {i}\n" for i in ids))
+    store = lading.build_store(src, tmp_path / "s", progress=False)
+    assert store.meta["index"]["kind"] == kind
+    assert store.ids() == ids
+    assert store.get_many(ids[::-1]) == [f"text {i}" for i in ids[::-1]]
+    assert store.get_many([int(i) for i in ids if i.isdigit()]) == [
+        f"text {i}" for i in ids if i.isdigit()
+    ]
+    assert "zzzzzzzzzzzzzzzzzzzzzz" not in store and 10**17 not in store
+
+
+@pytest.mark.parametrize("kind", ["packed", "memory"])
+def test_duplicates_error_or_keep_first_or_last(kind: str, tmp_path: Path) -> None:
+    src = write(tmp_path / "c.tsv", "a\tfirst\nb\tonly\na\tsecond\n")
+    with pytest.raises(SourceError, match=r"line 3 .*duplicate id 'a'"):
+        MAKERS[kind](src, tmp_path)
+    if kind == "packed":
+        first = lading.build_store(src, tmp_path / "f", duplicates="first", progress=False)
+        last = lading.build_store(src, tmp_path / "l", duplicates="last", progress=False)
+        assert first.meta["build"]["duplicates_dropped"] == 1
+    else:
+        first = lading.InMemoryStore.from_source(src, duplicates="first")
+        last = lading.InMemoryStore.from_source(src, duplicates="last")
+    assert (first["a"], last["a"], len(first), len(last)) == ("first", "second", 2, 2)
+    assert sorted(first.ids()) == ["a", "b"]
+
+
+def test_skip_reports_the_count(tmp_path: Path) -> None:
+    src = write(tmp_path / "c.tsv", "1\tok\nnotab\n2\tok\n\t\n")
+    with pytest.warns(SkippedRecordsWarning, match="skipped 2 malformed"):
+        store = lading.build_store(src, tmp_path / "s", on_error="skip", progress=False)
+    assert len(store) == 2
+    assert store.meta["build"]["skipped"] == 2
+
+
+def test_fields_and_records(tmp_path: Path) -> None:
+    src = write(
+        tmp_path / "c.jsonl", '{"id": "a", "text": "x"}\n{"id": "b", "title": "Tb", "text": "y"}\n'
+    )
+    store = lading.build_store(src, tmp_path / "s", progress=False)
+    assert store.fields == ("title",)
+    assert store.field("a", "title") == "" and store.field("b", "title") == "Tb"
+    assert store.record("b") == lading.Record("b", "y", {"title": "Tb"})
+
+
+def test_reused_when_unchanged_rebuilt_when_source_changes(tiny_tsv: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "s"
+    lading.build_store(tiny_tsv, dest, progress=False)
+    inode = (dest / "text.bin").stat().st_ino
+    lading.build_store(tiny_tsv, dest, progress=False)
+    assert (dest / "text.bin").stat().st_ino == inode  # reused, not rebuilt
+    with open(tiny_tsv, "a") as f:
+        f.write("99\tnew\n")
+    with pytest.warns(StaleStoreWarning, match="bytes, was"):
+        stale = lading.open_store(dest)
+    assert stale.stale and "99" not in stale
+    with pytest.raises(StoreFormatError, match="stale"):
+        lading.open_store(dest, on_stale="raise")
+    fresh = lading.build_store(tiny_tsv, dest, progress=False)
+    assert fresh["99"] == "new" and fresh.stale is None
+
+
+def test_open_refuses_truncated_foreign_or_newer_stores(tiny_tsv: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "s"
+    lading.build_store(tiny_tsv, dest, progress=False)
+    text = dest / "text.bin"
+    text.write_bytes(text.read_bytes()[:-3])
+    with pytest.raises(StoreFormatError, match=r"text\.bin is \d+ bytes, expected \d+"):
+        lading.open_store(dest)
+    with pytest.raises(StoreFormatError, match=r"meta\.json is missing"):
+        lading.open_store(tmp_path)
+    meta_path = dest / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "version": 99}))
+    with pytest.raises(StoreFormatError, match="unsupported store version 99"):
+        lading.open_store(dest)
+    meta_path.write_text(json.dumps({**meta, "format": "parquet"}))
+    with pytest.raises(StoreFormatError, match="format is 'parquet'"):
+        lading.open_store(dest)
+    meta_path.write_text(json.dumps({**meta, "files": {"../../etc/passwd": {"size": 1}}}))
+    with pytest.raises(StoreFormatError, match="points outside the store"):
+        lading.open_store(dest)
+
+
+def test_verify_finds_a_flipped_byte(tiny_tsv: Path, tmp_path: Path) -> None:
+    from lading.stores.layout import verify_checksums
+
+    dest = tmp_path / "s"
+    lading.build_store(tiny_tsv, dest, progress=False)
+    assert verify_checksums(dest) == []
+    data = bytearray((dest / "text.bin").read_bytes())
+    data[0] ^= 0xFF
+    (dest / "text.bin").write_bytes(bytes(data))
+    assert [p.split(":")[0] for p in verify_checksums(dest)] == [str(dest / "text.bin")]
+
+
+def test_failed_build_leaves_nothing_that_opens(tmp_path: Path) -> None:
+    src = write(tmp_path / "c.tsv", "1\tok\nbad line\n")
+    dest = tmp_path / "s"
+    with pytest.raises(SourceError):
+        lading.build_store(src, dest, progress=False)
+    assert not dest.exists()
+    assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
+
+
+def test_leftover_temp_dirs_of_dead_builders_are_removed(tiny_tsv: Path, tmp_path: Path) -> None:
+    dead = tmp_path / "s.tmp-999999999-abcd"  # no such pid
+    dead.mkdir()
+    (dead / "text.bin").write_bytes(b"half")
+    lading.build_store(tiny_tsv, tmp_path / "s", progress=False)
+    assert not dead.exists()
+
+
+def test_never_replaces_a_folder_that_is_not_a_store(tiny_tsv: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    write(mine / "thesis.tex", "precious")
+    with pytest.raises(FileExistsError, match="not a lading store"):
+        lading.build_store(tiny_tsv, mine, progress=False)
+    assert (mine / "thesis.tex").read_text() == "precious"
+
+
+def test_workers_read_the_store_after_fork(tiny_tsv: Path, tmp_path: Path) -> None:
+    import torch.utils.data as tud
+
+    store = lading.build_store(tiny_tsv, tmp_path / "s", progress=False)
+    store.get_many(["0"])  # map it in the parent first: children must reopen, not reuse
+
+    class Docs(tud.Dataset[str]):
+        def __len__(self) -> int:
+            return 5
+
+        def __getitem__(self, i: int) -> str:
+            return store[store.ids()[i]] + f"|{os.getpid()}"
+
+    loader = tud.DataLoader(Docs(), batch_size=None, num_workers=2, multiprocessing_context="fork")
+    got = list(loader)
+    assert sorted(g.split("|")[0] for g in got) == sorted(store.get_many(store.ids()))
+    assert {g.split("|")[1] for g in got} != {str(os.getpid())}
+
+
+def _train_tokenizer(tmp_path: Path, texts: list[str], vocab_size: int) -> Path:
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, normalizers, pre_tokenizers, trainers
+
+    tok = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    )
+    tok.train_from_iterator(texts, trainer)
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def test_tokens_match_the_tokenizer_and_use_uint16(tiny_tsv: Path, tmp_path: Path) -> None:
+    texts = lading.InMemoryStore.from_source(tiny_tsv).get_many(["0", "1", "2", "3", "7"])
+    tok_path = _train_tokenizer(tmp_path, texts * 20, 200)
+    store = lading.build_store(tiny_tsv, tmp_path / "s", tokenizer=tok_path, progress=False)
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tok_path))
+    assert store.meta["tokens"]["dtype"] == "<u2"
+    assert (tmp_path / "s" / "tokens.bin").stat().st_size == 2 * sum(
+        len(tok.encode(t, add_special_tokens=False).ids) for t in texts
+    )
+    for doc_id, text in zip(["0", "1", "2", "3", "7"], texts):
+        got = store.tokens(doc_id)
+        assert got.dtype == np.uint16
+        assert got.tolist() == tok.encode(text, add_special_tokens=False).ids
+    many = store.tokens_many(["3", "0"])
+    assert [m.tolist() for m in many] == [store.tokens("3").tolist(), store.tokens("0").tolist()]
+    assert not many[0].flags.writeable  # a view of the read-only map, not a copy
+    cut = lading.build_store(
+        tiny_tsv, tmp_path / "cut", tokenizer=tok_path, max_length=2, progress=False
+    )
+    assert max(len(t) for t in cut.tokens_many(cut.ids())) == 2
+    plain = lading.build_store(tiny_tsv, tmp_path / "plain", progress=False)
+    with pytest.raises(ValueError, match="build it with a tokenizer"):
+        plain.tokens("0")
+
+
+def test_large_vocabularies_use_uint32() -> None:
+    from lading.tokens import token_dtype
+
+    assert token_dtype(30_522) == np.uint16 and token_dtype(65_536) == np.uint16
+    assert token_dtype(65_537) == np.uint32 and token_dtype(250_002) == np.uint32
+
+
+def test_offset_store_refuses_compressed_and_changed_sources(tmp_path: Path) -> None:
+    import gzip
+
+    gz = write(tmp_path / "c.tsv.gz", gzip.compress(b"1\tx\n"))
+    with pytest.raises(ValueError, match="needs an uncompressed file"):
+        lading.OffsetStore.build(gz, tmp_path / "o")
+    src = write(tmp_path / "c.tsv", "1\tx\n2\ty\n")
+    lading.OffsetStore.build(src, tmp_path / "o")
+    write(src, "1\tX\n2\ty\n3\tz\n")
+    with pytest.raises(StoreFormatError, match="stale"):
+        lading.OffsetStore(tmp_path / "o")
