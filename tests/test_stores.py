@@ -77,8 +77,10 @@ def test_id_forms(kind: str, tmp_path: Path) -> None:
     [
         (["3", "1", "2", "0"], "dense"),
         (["5", "8841822", "12"], "sorted-int"),
-        (["a", "b-2", "D123"], "sorted-bytes"),
-        (["1", "x"], "sorted-bytes"),
+        (["a", "b-2", "D123"], "hash"),
+        (["1", "x"], "hash"),
+        ([f"msmarco_doc_{i % 7:02d}_{i}" for i in range(300)], "hash"),
+        (["é", "日本語の文書", "x" * 17, "x" * 16, "x" * 9], "hash"),
     ],
 )
 def test_index_kind_follows_the_ids(tmp_path: Path, ids: list[str], kind: str) -> None:
