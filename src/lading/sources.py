@@ -21,6 +21,7 @@ Deliberate choices, so nothing happens by accident:
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import hashlib
 import io
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, NamedTuple
 
 from lading.errors import SourceError
+from lading.tsv_blocks import TsvBlock, read_blocks, scan_block
 
 OnError = Literal["raise", "skip"]
 ON_ERROR_MODES: tuple[str, ...] = ("raise", "skip")
@@ -244,13 +246,18 @@ def make_trec_parser(options: ParseOptions) -> Parser:
 # --------------------------------------------------------------------------- chunkers
 
 
-def chunk_lines(stream: IO[bytes]) -> Iterator[Chunk]:
-    """One chunk per non-blank line; a UTF-8 BOM at the very start is dropped."""
-    pos = 0
-    for number, raw in enumerate(stream, start=1):
+def chunk_lines(
+    stream: IO[bytes], first_line: int = 1, first_byte: int = 0, strip_bom: bool = True
+) -> Iterator[Chunk]:
+    """One chunk per non-blank line; a UTF-8 BOM at the very start is dropped.
+
+    ``first_line``/``first_byte`` number a stream that starts inside a file (a block).
+    """
+    pos = first_byte
+    for number, raw in enumerate(stream, start=first_line):
         start = pos
         pos += len(raw)
-        if number == 1 and raw.startswith(_BOM):
+        if strip_bom and number == 1 and raw.startswith(_BOM):
             raw = raw[len(_BOM) :]
             start += len(_BOM)
         if not raw.rstrip(b"\r\n"):
@@ -506,28 +513,47 @@ class SourceReader:
             raise ValueError("irds sources have no byte spans")
         parse = self.parser()
         chunker = FILE_FORMATS[self.file_format].chunker
-        line = 0
-        try:
-            with open_binary(path) as stream:
-                for chunk in chunker(stream):
-                    line = chunk.line
+        with _reading(path) as where, open_binary(path) as stream:
+            for chunk in chunker(stream):
+                where[0] = chunk.line
+                try:
+                    record = parse(chunk.data)
+                except RecordError as e:
+                    self._bad(path, chunk.line, str(e))
+                    continue
+                yield record, chunk
+
+    @property
+    def bulk(self) -> bool:
+        """Whether :meth:`iter_bulk` can take whole blocks (plain ``id<TAB>text`` files)."""
+        return self.format == "tsv" and self.options.columns == ("id", "text")
+
+    def iter_bulk(self) -> Iterator[TsvBlock | tuple[Record, int, int]]:
+        """Like :meth:`iter_numbered`, but clean blocks of a TSV come whole, as a TsvBlock.
+
+        Blocks with any line that needs judging go through the per-line parser, so records,
+        errors and skip counts are the same as from :meth:`iter_numbered`.
+        """
+        path = self.path
+        if not self.bulk or path is None:
+            yield from self.iter_numbered()
+            return
+        parse = self.parser()
+        with _reading(path) as where, open_binary(path) as stream:
+            for raw in read_blocks(stream):
+                where[0] = raw.line
+                block = scan_block(raw)
+                if block is not None:
+                    yield block
+                    continue
+                lines = chunk_lines(io.BytesIO(raw.data), raw.line, raw.start, strip_bom=False)
+                for chunk in lines:
                     try:
                         record = parse(chunk.data)
                     except RecordError as e:
                         self._bad(path, chunk.line, str(e))
                         continue
-                    yield record, chunk
-        except _ChunkError as e:
-            raise SourceError(path, e.line, e.reason) from None
-        except (EOFError, OSError, zlib.error) as e:
-            if isinstance(e, FileNotFoundError):
-                raise
-            raise SourceError(
-                path,
-                line + 1 if line else None,
-                f"the compressed stream is corrupt or truncated ({e}); "
-                "re-download or recompress it",
-            ) from None
+                    yield record, chunk.line, chunk.end
 
     def _bad(self, path: Path, line: int, reason: str) -> None:
         if self.on_error == "raise":
@@ -535,6 +561,33 @@ class SourceReader:
         self.skipped += 1
         if len(self.skip_reasons) < 10:
             self.skip_reasons.append(str(SourceError(path, line, reason)))
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[list[int]]:
+    """Turn a structural or decompression failure into a SourceError naming file and line.
+
+    The body keeps the line it is at in the yielded one-element list.
+    """
+    where = [0]
+    try:
+        yield where
+    except _ChunkError as e:
+        raise SourceError(path, e.line, e.reason) from None
+    except (EOFError, zlib.error) as e:
+        raise _corrupt(path, where[0], e) from None
+    except OSError as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise _corrupt(path, where[0], e) from None
+
+
+def _corrupt(path: Path, line: int, error: BaseException) -> SourceError:
+    return SourceError(
+        path,
+        line or None,
+        f"the compressed stream is corrupt or truncated ({error}); re-download or recompress it",
+    )
 
 
 def _iter_irds(dataset_id: str) -> Iterator[Record]:

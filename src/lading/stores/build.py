@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -122,9 +123,10 @@ def build_store(
 
 
 def _initialized_dist() -> Any:
-    try:
-        import torch.distributed as dist
-    except ImportError:  # pragma: no cover - torch is a core dependency
+    # a process group can only exist if torch.distributed was imported; importing torch just
+    # to ask would cost ~1 s per build
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
         return None
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return dist

@@ -110,7 +110,7 @@ def write_hash_index(
         slot = fill[target] + rank
         fits = slot < SLOTS
         table[target[fits], slot[fits]] = entry[order[fits]]
-        np.add.at(fill, target[fits], 1)
+        fill += np.bincount(target[fits], minlength=n_buckets)
         pending = order[~fits]
         if len(pending):
             spill += 1

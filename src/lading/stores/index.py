@@ -20,6 +20,8 @@ digits, so that ``"007"`` and ``"7"`` stay different ids, as they are in the sou
 
 from __future__ import annotations
 
+import itertools
+import mmap
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +32,7 @@ import numpy.typing as npt
 
 from lading.stores.hashindex import HashIndex, key_width, write_hash_index
 from lading.stores.layout import MappedFile, write_file
+from lading.tsv_blocks import int_values
 
 INDEX_KINDS: tuple[str, ...] = ("dense", "hash", "sorted-int")
 _MAX_INT_DIGITS = 18  # < 2**63, so every canonical id fits int64
@@ -70,14 +73,24 @@ class IntIdCollector:
         else:
             self.values.append(value)
 
+    def add_many(self, ids: list[bytes]) -> None:
+        """Record a block of ids given as bytes (in row order)."""
+        if self.values is None:
+            return
+        values = int_values(ids)
+        if values is None:
+            self.values = None
+        else:
+            self.values.frombytes(values.astype(np.int64).tobytes())
+
 
 def row_dtype(count: int) -> np.dtype[Any]:
     """int32 rows while they fit (half the bytes of int64), else int64."""
     return np.dtype("<i4") if count < 2**31 - 1 else np.dtype("<i8")
 
 
-def bytes_keys(ids_bin: npt.NDArray[np.uint8], ids_off: npt.NDArray[np.uint64]) -> np.ndarray:
-    """Fixed-width ``S<width>`` keys of a ragged UTF-8 id column, built in 1M-row blocks.
+def bytes_keys(ids_bin: bytes | mmap.mmap, ids_off: npt.NDArray[np.uint64]) -> np.ndarray:
+    """Fixed-width ``S<width>`` keys of a ragged UTF-8 id column, cut in 1M-row chunks.
 
     The width is a whole number of 8-byte words, so the keys also read as uint64 words.
     """
@@ -85,18 +98,13 @@ def bytes_keys(ids_bin: npt.NDArray[np.uint8], ids_off: npt.NDArray[np.uint64]) 
     bounds = ids_off.astype(np.int64)
     lengths = bounds[1:] - bounds[:-1]
     width = key_width(int(lengths.max()) if count else 1)
-    keys = np.zeros((count, width), dtype=np.uint8)
-    block = 1 << 20
-    for lo in range(0, count, block):
-        hi = min(lo + block, count)
-        lens = lengths[lo:hi]
-        start = int(ids_off[lo])
-        flat = ids_bin[start : int(ids_off[hi])]
-        row = np.repeat(np.arange(lo, hi), lens)
-        starts: npt.NDArray[np.int64] = ids_off[lo:hi].astype(np.int64) - start
-        col = np.arange(len(flat)) - np.repeat(starts, lens)
-        keys[row, col] = flat
-    return keys.view(f"S{width}").reshape(count)
+    keys = np.empty(count, dtype=f"S{width}")
+    chunk = 1 << 20
+    for lo in range(0, count, chunk):
+        hi = min(lo + chunk, count)
+        edges = bounds[lo : hi + 1].tolist()
+        keys[lo:hi] = [ids_bin[a:b] for a, b in itertools.pairwise(edges)]
+    return keys
 
 
 def write_index(
@@ -161,7 +169,8 @@ class IdIndex:
         query = _int_query(ids)
         if self.kind == "dense":
             table = self._table
-            if len(query) and query.min() >= 0 and query.max() < len(table):
+            # one reduction checks both ends: a negative id reads as a huge unsigned one
+            if len(query) and int(query.view(np.uint64).max()) < len(table):
                 return table[query].astype(np.int64)
             valid = (query >= 0) & (query < len(table))
             out = np.full(len(query), -1, dtype=np.int64)

@@ -22,6 +22,8 @@ import os
 import re
 import zlib
 from array import array
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -52,22 +54,60 @@ def field_column(name: str) -> str:
     return f"field.{name}"
 
 
+class _BackgroundFile:
+    """Writes and checksums byte blocks on one thread, in order, while the caller goes on.
+
+    ``file.write`` and ``zlib.crc32`` release the GIL on large buffers, so writing a block
+    overlaps scanning the next one. At most ``_IN_FLIGHT`` blocks wait, which bounds memory;
+    an error on the thread is raised by the next call from the owner.
+    """
+
+    _IN_FLIGHT = 2
+
+    def __init__(self, path: Path) -> None:
+        self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lading-write")
+        self._pending: deque[Future[None]] = deque()
+        self.crc = 0
+
+    def _write(self, data: bytes) -> None:
+        self.crc = zlib.crc32(data, self.crc)
+        self._file.write(data)
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data`` (which must not change afterwards) to be written after earlier blocks."""
+        while len(self._pending) >= self._IN_FLIGHT:
+            self._pending.popleft().result()
+        self._pending.append(self._pool.submit(self._write, data))
+
+    def close(self) -> None:
+        """Wait for every block, fsync and close (also after an error, then re-raise it)."""
+        try:
+            while self._pending:
+                self._pending.popleft().result()
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        finally:
+            self._pool.shutdown(wait=True)
+            self._file.close()
+
+
 class RaggedWriter:
     """Appends rows of bytes to ``<column>.bin`` and keeps their offsets for ``<column>.off``.
 
-    Bytes are buffered and written in 4 MiB blocks; a CRC32 of everything written is kept for
-    ``meta.json`` so ``lading verify`` can check content later without a second read at build.
+    Small rows are buffered into 4 MiB blocks, large blocks go as they are; a background thread
+    writes them and keeps a CRC32 of everything for ``meta.json``, so ``lading verify`` can check
+    content later without a second read at build time.
     """
 
     def __init__(self, directory: Path, column: str, itemsize: int = 1) -> None:
         self.column = column
         self.itemsize = itemsize
         bin_name, _ = column_files(column)
-        self._file: BinaryIO = open(directory / bin_name, "wb")  # noqa: SIM115 - closed in finish
+        self._file = _BackgroundFile(directory / bin_name)
         self._directory = directory
         self._offsets = array("Q", [0])
         self._buffer = bytearray()
-        self._crc = 0
         self._written = 0  # items (bytes or tokens) written, buffered included
 
     def __len__(self) -> int:
@@ -81,6 +121,19 @@ class RaggedWriter:
         if len(self._buffer) >= _WRITE_BUFFER:
             self._flush()
 
+    def append_many(self, data: bytes, lengths: npt.NDArray[np.int64]) -> None:
+        """Add ``len(lengths)`` rows whose bytes are ``data``, back to back."""
+        ends = np.cumsum(lengths, dtype=np.int64) // self.itemsize + self._written
+        self._offsets.frombytes(ends.astype(np.uint64).tobytes())
+        self._written += len(data) // self.itemsize
+        if len(data) >= _WRITE_BUFFER:  # a whole block: write it as is, no copy into the buffer
+            self._flush()
+            self._file.write(data)
+            return
+        self._buffer += data
+        if len(self._buffer) >= _WRITE_BUFFER:
+            self._flush()
+
     def pad_to(self, rows: int) -> None:
         """Add empty rows until there are ``rows`` (for a field that first appears late)."""
         missing = rows - len(self)
@@ -89,22 +142,19 @@ class RaggedWriter:
 
     def _flush(self) -> None:
         if self._buffer:
-            self._crc = zlib.crc32(self._buffer, self._crc)
-            self._file.write(self._buffer)
+            self._file.write(bytes(self._buffer))
             self._buffer.clear()
 
     def finish(self) -> dict[str, dict[str, int]]:
         """Flush, write the offsets file, fsync both, and describe them for ``meta.json``."""
         self._flush()
-        self._file.flush()
-        os.fsync(self._file.fileno())
         self._file.close()
         bin_name, off_name = column_files(self.column)
         offsets = np.frombuffer(self._offsets, dtype=np.uint64).astype(OFFSET_DTYPE, copy=False)
         off_bytes = offsets.tobytes()
         write_file(self._directory / off_name, off_bytes)
         return {
-            bin_name: {"size": self._written * self.itemsize, "crc32": self._crc},
+            bin_name: {"size": self._written * self.itemsize, "crc32": self._file.crc},
             off_name: {"size": len(off_bytes), "crc32": zlib.crc32(off_bytes)},
         }
 

@@ -31,6 +31,7 @@ from lading.stores.layout import (
     write_meta,
 )
 from lading.tokens import describe_tokenizer, encode_texts, token_dtype
+from lading.tsv_blocks import TsvBlock
 
 Duplicates = Literal["error", "first", "last"]
 DUPLICATE_MODES: tuple[str, ...] = ("error", "first", "last")
@@ -66,6 +67,11 @@ class _Columns:
                 column = self.fields[name] = RaggedWriter(self.directory, field_column(name))
             column.pad_to(row)
             column.append(value.encode("utf-8"))
+
+    def add_block(self, block: TsvBlock) -> None:
+        self.text.append_many(block.texts, block.text_lengths)
+        lengths = np.fromiter(map(len, block.ids), np.int64, len(block.ids))
+        self.ids.append_many(b"".join(block.ids), lengths)
 
     def all(self) -> list[RaggedWriter]:
         rest = [self.tokens] if self.tokens is not None else []
@@ -113,14 +119,25 @@ def write_store(
             columns.tokens.append(ids.tobytes())
         pending.clear()
 
-    for record, line, end in reader.iter_numbered():
-        columns.add(record)
-        int_ids.add(record.id)
-        lines.append(line)
-        if columns.tokens is not None:
-            pending.append(record.text)
-            if len(pending) >= TOKENIZE_BATCH:
-                flush_tokens()
+    for item in reader.iter_bulk():
+        if isinstance(item, TsvBlock):
+            columns.add_block(item)
+            int_ids.add_many(item.ids)
+            lines.frombytes(item.lines.astype(np.int64).tobytes())
+            if columns.tokens is not None:
+                ends = np.cumsum(item.text_lengths).tolist()
+                starts = [0, *ends[:-1]]
+                pending.extend(item.texts[a:b].decode("utf-8") for a, b in zip(starts, ends))
+            end = item.end
+        else:
+            record, line, end = item
+            columns.add(record)
+            int_ids.add(record.id)
+            lines.append(line)
+            if columns.tokens is not None:
+                pending.append(record.text)
+        if len(pending) >= TOKENIZE_BATCH:
+            flush_tokens()
         if progress is not None and end > stats.bytes_read:
             progress.update(end - stats.bytes_read)
             stats.bytes_read = end
@@ -174,7 +191,7 @@ def id_keys(directory: Path, int_ids: IntIdCollector) -> np.ndarray:
     if int_ids.values is not None:
         return np.frombuffer(int_ids.values, dtype=np.int64).copy()
     bin_name, off_name = column_files("ids")
-    data = MappedFile(directory / bin_name).array(np.uint8)
+    data = MappedFile(directory / bin_name).buffer
     offsets = MappedFile(directory / off_name).array(OFFSET_DTYPE)
     return bytes_keys(data, offsets)
 
