@@ -31,6 +31,16 @@ from lading.stores import (
 )
 from lading.world import World
 
+
+def __getattr__(name: str) -> object:
+    """``lading.loader``: imported on first use, so ``import lading`` does not import torch."""
+    if name == "loader":
+        from lading.dataloader import loader
+
+        return loader
+    raise AttributeError(f"module 'lading' has no attribute {name!r}")
+
+
 __all__ = [
     "DocStore",
     "InMemoryStore",
@@ -46,6 +56,7 @@ __all__ = [
     "World",
     "__version__",
     "build_store",
+    "loader",
     "open_store",
     "read_records",
 ]

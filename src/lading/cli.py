@@ -139,6 +139,111 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train_cross_encoder(args: argparse.Namespace) -> int:
+    from lading.ir.train import TrainConfig, train
+
+    fields = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__}
+    for key in ("out", "queries", "qrels", "store", "corpus", "negatives"):
+        if fields.get(key) is not None:
+            fields[key] = Path(fields[key])
+    summary = train(TrainConfig(**fields))
+    if int(__import__("os").environ.get("RANK", "0")) == 0:
+        print(
+            f"{args.out}: {summary['steps']} steps, last loss {summary['last_loss']:.4f}; "
+            f"model in {Path(args.out) / 'model'}"
+        )
+    return 0
+
+
+def _cmd_rerank(args: argparse.Namespace) -> int:
+    import torch
+
+    from lading.ir.inputs import read_qrels, read_queries, read_run
+    from lading.ir.model import CrossEncoder
+    from lading.ir.rerank import evaluate, rerank, write_trec_run
+    from lading.stores import open_store
+
+    model = CrossEncoder.from_pretrained(args.model)
+    tokenizer = Path(args.model) / "tokenizer.json"
+    store = open_store(args.store)
+    run = read_run(args.run)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    scores = rerank(
+        model,
+        store,
+        read_queries(args.queries),
+        run,
+        tokenizer,
+        depth=args.depth,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        device=device,
+    )
+    write_trec_run(scores, args.out)
+    print(f"{args.out}: reranked the top {args.depth} of {len(scores)} queries")
+    if args.qrels:
+        qrels = read_qrels(args.qrels)
+        before = evaluate(
+            qrels, {q: run[q][: args.depth] for q in scores}, args.measures, args.min_relevance
+        )
+        after = evaluate(qrels, scores, args.measures, args.min_relevance)
+        print(f"{'measure':10s} {'input run':>10s} {'reranked':>10s}")
+        for name in args.measures:
+            print(f"{name:10s} {before[name]:10.4f} {after[name]:10.4f}")
+    return 0
+
+
+def _add_train(sub: Any) -> None:
+    train = sub.add_parser("train", help="train a model with DDP, DP or one process")
+    kinds = train.add_subparsers(dest="kind", required=True)
+    p = kinds.add_parser(
+        "cross-encoder",
+        help="a cross-encoder reranker on (query, relevant, negatives) groups",
+        description="Launch with torchrun --nproc_per_node N -m lading train cross-encoder ... "
+        "for DDP (NCCL on GPU, gloo on CPU).",
+    )
+    p.add_argument("--out", required=True, help="folder for model, checkpoints and logs")
+    p.add_argument("--store", help="a lading store (built with the model's tokenizer: fastest)")
+    p.add_argument(
+        "--corpus", help="a corpus file: built into OUT/store with the model's tokenizer"
+    )
+    p.add_argument("--queries", required=True)
+    p.add_argument("--qrels", required=True)
+    p.add_argument("--negatives", help="TREC run, hard-negative JSONL or MS MARCO id triples")
+    p.add_argument(
+        "--model",
+        default="tiny",
+        help="'tiny' (a 2-layer BERT, tokenizer trained locally) or a HF model path",
+    )
+    p.add_argument("--tokenizer", help="tokenizer.json or folder (default: the model's)")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=8,
+        help="groups per step per rank (with --parallel dp: in all)",
+    )
+    p.add_argument("--steps", type=int, help="optimizer steps (default: --epochs epochs)")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--lr", type=float, default=2e-5)
+    p.add_argument("--warmup", type=float, default=0.1, help="share of steps warming up")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
+    p.add_argument("--parallel", choices=["ddp", "dp", "none"], default="ddp")
+    p.add_argument("--loss", choices=["bce", "listwise"], default="bce")
+    p.add_argument("--sampling", choices=["run", "random", "run+random"], default="run")
+    p.add_argument("--depth", type=int, default=100)
+    p.add_argument("--min-relevance", type=int, default=1)
+    p.add_argument("--max-length", type=int, default=512)
+    p.add_argument("--max-query-length", type=int, default=64)
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    p.add_argument("--trace", action="store_true", help="per-step JSON lines per rank")
+    p.set_defaults(func=_cmd_train_cross_encoder)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``lading`` command."""
     parser = argparse.ArgumentParser(
@@ -176,6 +281,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="read every file of a store and check its checksum")
     p.add_argument("store")
     p.set_defaults(func=_cmd_verify)
+
+    _add_train(sub)
+
+    p = sub.add_parser("rerank", help="rerank a run with a trained cross-encoder; evaluate it")
+    p.add_argument("--model", required=True, help="OUT/model of lading train cross-encoder")
+    p.add_argument("--store", required=True)
+    p.add_argument("--queries", required=True)
+    p.add_argument("--run", required=True, help="the run to rerank (TREC format)")
+    p.add_argument("--out", required=True, help="where to write the reranked run")
+    p.add_argument("--qrels", help="judgements: print measures of both runs (ir-measures)")
+    p.add_argument("--measures", nargs="+", default=["nDCG@10", "RR@10", "R@100"])
+    p.add_argument("--min-relevance", type=int, default=1)
+    p.add_argument("--depth", type=int, default=100)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-length", type=int, default=512)
+    p.set_defaults(func=_cmd_rerank)
 
     p = sub.add_parser("synth", help="write a deterministic MS MARCO-shaped collection")
     p.add_argument("kind", choices=["passages", "documents"])

@@ -179,6 +179,18 @@ class PackedStore(DocStore):
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
         return self._maps().text.texts(self.rows(ids))
 
+    def ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
+        """Ids of rows (as returned by :meth:`rows`)."""
+        return self._maps().ids.texts(np.asarray(rows, dtype=np.int64))
+
+    def tokenizer(self) -> Any:
+        """The ``tokenizers.Tokenizer`` the tokens were made with (a copy is kept in the store)."""
+        if not self.has_tokens:
+            raise ValueError(f"{self!r} was built without a tokenizer")
+        from lading.tokens import load_tokenizer
+
+        return load_tokenizer(self.path / "tokenizer.json")
+
     def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
         """Texts of rows (as returned by :meth:`rows`)."""
         return self._maps().text.texts(np.asarray(rows, dtype=np.int64))

@@ -28,6 +28,7 @@ from lading.stores.layout import (
     RaggedWriter,
     column_files,
     field_column,
+    write_file,
     write_meta,
 )
 from lading.tokens import describe_tokenizer, encode_texts, token_dtype
@@ -160,6 +161,10 @@ def write_store(
         rows = len(keys)
     index_meta, index_files = write_index(directory, keys, is_int)
     files.update(index_files)
+    if tokenizer is not None:  # queries must be encoded by the very same tokenizer
+        files["tokenizer.json"] = write_file(
+            directory / "tokenizer.json", tokenizer.to_str().encode("utf-8")
+        )
     meta = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,

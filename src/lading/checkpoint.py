@@ -1,0 +1,91 @@
+"""Checkpoints without pickle: tensors in safetensors, everything else in JSON.
+
+Training state (model, optimizer, scheduler, loader position, RNG states) is a nest of dicts,
+lists, numbers, strings and tensors. :func:`save` writes the tensors to ``tensors.safetensors``
+and the rest to ``state.json`` with each tensor replaced by a reference, then renames the
+directory into place, so a crash mid-save leaves the previous checkpoint intact. Integer dict
+keys (optimizer state is keyed by parameter index) survive the trip through JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lading.stores.atomic import new_temp_dir, publish
+
+_TENSOR = "__tensor__"
+_INT_KEYS = "__int_keys__"
+_TUPLE = "__tuple__"
+
+
+def _flatten(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, torch.Tensor):
+        key = f"t{len(tensors)}"
+        tensors[key] = value.detach().contiguous().cpu()
+        return {_TENSOR: key}
+    if isinstance(value, dict):
+        if value and all(isinstance(k, int) for k in value):
+            return {_INT_KEYS: {str(k): _flatten(v, tensors) for k, v in value.items()}}
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError(f"checkpoint dict keys must be str or int, found {list(value)[:3]}")
+        return {k: _flatten(v, tensors) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return {_TUPLE: [_flatten(v, tensors) for v in value]}
+    if isinstance(value, list):
+        return [_flatten(v, tensors) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"cannot checkpoint a {type(value).__name__} without pickle")
+
+
+def _restore(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, dict):
+        if _TENSOR in value:
+            return tensors[value[_TENSOR]]
+        if _INT_KEYS in value:
+            return {int(k): _restore(v, tensors) for k, v in value[_INT_KEYS].items()}
+        if _TUPLE in value:
+            return tuple(_restore(v, tensors) for v in value[_TUPLE])
+        return {k: _restore(v, tensors) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_restore(v, tensors) for v in value]
+    return value
+
+
+def save(state: dict[str, Any], directory: str | os.PathLike[str]) -> None:
+    """Write ``state`` to the checkpoint directory ``directory`` (atomically replaced)."""
+    from safetensors.torch import save_file
+
+    dest = Path(directory)
+    tensors: dict[str, torch.Tensor] = {}
+    skeleton = _flatten(state, tensors)
+    tmp = new_temp_dir(dest)
+    try:
+        save_file(tensors, str(tmp / "tensors.safetensors"))
+        (tmp / "state.json").write_text(json.dumps(skeleton))
+        (tmp / "meta.json").write_text(json.dumps({"format": "lading.checkpoint", "version": 1}))
+        publish(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save`."""
+    from safetensors.torch import load_file
+
+    root = Path(directory)
+    meta_path = root / "meta.json"
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"{root} is not a lading checkpoint (no meta.json)")
+    meta = json.loads(meta_path.read_text())
+    if meta.get("format") != "lading.checkpoint" or meta.get("version") != 1:
+        raise ValueError(f"{meta_path}: not a lading checkpoint of version 1 ({meta})")
+    tensors = load_file(str(root / "tensors.safetensors"))
+    return dict(_restore(json.loads((root / "state.json").read_text()), tensors))

@@ -1,0 +1,20 @@
+"""Neural ranking workloads: inputs, training groups, cross-encoder batches, model, training."""
+
+from __future__ import annotations
+
+from lading.ir.collate import CrossEncoderCollator
+from lading.ir.groups import TrainingGroups
+from lading.ir.inputs import read_qrels, read_queries, read_run
+from lading.ir.model import CrossEncoder
+from lading.ir.rerank import evaluate, rerank
+
+__all__ = [
+    "CrossEncoder",
+    "CrossEncoderCollator",
+    "TrainingGroups",
+    "evaluate",
+    "read_qrels",
+    "read_queries",
+    "read_run",
+    "rerank",
+]

@@ -1,0 +1,233 @@
+"""Readers of queries, relevance judgements and runs: TREC, MS MARCO, BEIR and hard-negative files.
+
+Every reader streams its file once and returns plain dicts keyed by query id, the shapes
+training and evaluation code wants. Bad lines raise :class:`~lading.errors.SourceError` with
+file and line, or, with ``on_error="skip"``, are skipped and counted on the returned object
+(``.skipped``); nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from lading.errors import SourceError
+from lading.sources import OnError, check_id, import_ir_datasets, open_binary
+
+Queries = dict[str, str]
+Qrels = dict[str, dict[str, int]]
+
+
+class Run(dict[str, list[str]]):
+    """Ranked document ids per query, best first, plus optional judged negatives and positives.
+
+    A plain ``dict[qid, list[docid]]`` with three extras: ``positives`` (from hard-negative
+    files, ``{"pos": …}``), ``triples`` (MS MARCO id triples kept as (qid, pos, neg)) and
+    ``skipped`` (lines skipped under ``on_error="skip"``).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.positives: dict[str, list[str]] = {}
+        self.triples: list[tuple[str, str, str]] = []
+        self.skipped = 0
+
+
+class ReadQueries(dict[str, str]):
+    """Query id → text, with ``.skipped``."""
+
+    skipped = 0
+
+
+class ReadQrels(dict[str, dict[str, int]]):
+    """Query id → {doc id → relevance}, with ``.skipped``."""
+
+    skipped = 0
+
+
+class _Line(NamedTuple):
+    number: int
+    text: str
+
+
+def _lines(path: Path) -> Iterator[_Line]:
+    """Decoded, non-blank lines without their line ends; BOM dropped; file+line on bad UTF-8."""
+    with open_binary(path) as stream:
+        for number, raw in enumerate(stream, start=1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                text = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as e:
+                raise SourceError(path, number, f"invalid UTF-8 at byte {e.start}") from None
+            if text.strip():
+                yield _Line(number, text)
+
+
+class _Policy:
+    """Applies ``on_error`` for one file."""
+
+    def __init__(self, path: Path, on_error: OnError) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"unknown on_error {on_error!r}; choose from ['raise', 'skip']")
+        self.path, self.on_error, self.skipped = path, on_error, 0
+
+    def bad(self, line: int, reason: str) -> None:
+        if self.on_error == "raise":
+            raise SourceError(self.path, line, reason)
+        self.skipped += 1
+
+
+def read_queries(path: str | os.PathLike[str], on_error: OnError = "raise") -> ReadQueries:
+    """Queries from TSV (``qid<TAB>text``), JSONL (``_id``/``qid``/``query_id`` and ``text``/
+    ``query``; BEIR's ``queries.jsonl``), or ``irds:<dataset-id>``."""
+    out = ReadQueries()
+    name = os.fspath(path)
+    if name.startswith("irds:"):
+        dataset = import_ir_datasets().load(name[len("irds:") :])
+        for query in dataset.queries_iter():
+            text = getattr(query, "text", None)
+            out[str(query.query_id)] = text if isinstance(text, str) else query.default_text()
+        return out
+    file = Path(name)
+    policy = _Policy(file, on_error)
+    is_json = ".jsonl" in file.name or ".json" in file.name
+    for line in _lines(file):
+        try:
+            qid, text = _json_query(line.text) if is_json else _tsv_query(line.text)
+        except ValueError as e:
+            policy.bad(line.number, str(e))
+            continue
+        out[qid] = text
+    out.skipped = policy.skipped
+    return out
+
+
+def _tsv_query(text: str) -> tuple[str, str]:
+    qid, sep, rest = text.partition("\t")
+    if not sep:
+        raise ValueError('expected "<qid>\\t<text>", found no tab')
+    return check_id(qid), rest
+
+
+def _json_query(text: str) -> tuple[str, str]:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"invalid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
+    qid = next((obj[k] for k in ("_id", "qid", "query_id", "id") if k in obj), None)
+    body = next((obj[k] for k in ("text", "query") if k in obj), None)
+    if qid is None or not isinstance(body, str):
+        raise ValueError(
+            "expected a query id (_id, qid, query_id or id) and a text (text or query)"
+        )
+    return check_id(str(qid)), body
+
+
+def read_qrels(path: str | os.PathLike[str], on_error: OnError = "raise") -> ReadQrels:
+    """Judgements from TREC qrels (``qid 0 docid rel``) or BEIR ``qrels/*.tsv``
+    (``query-id<TAB>corpus-id<TAB>score`` with a header line)."""
+    file = Path(path)
+    policy = _Policy(file, on_error)
+    out = ReadQrels()
+    for line in _lines(file):
+        parts = line.text.split()
+        if line.number == 1 and parts[:2] == ["query-id", "corpus-id"]:
+            continue  # BEIR header
+        try:
+            if len(parts) == 4:
+                qid, _, docid, rel = parts
+            elif len(parts) == 3:
+                qid, docid, rel = parts
+            else:
+                raise ValueError(f'expected "<qid> 0 <docid> <rel>", found {len(parts)} fields')
+            value = int(rel)
+        except ValueError as e:
+            reason = (
+                str(e) if "expected" in str(e) else f"relevance {parts[-1]!r} is not an integer"
+            )
+            policy.bad(line.number, reason)
+            continue
+        out.setdefault(qid, {})[docid] = value
+    out.skipped = policy.skipped
+    return out
+
+
+def read_run(path: str | os.PathLike[str], on_error: OnError = "raise") -> Run:
+    """A ranking per query from a TREC run (``qid Q0 docid rank score tag``, ordered by score),
+    a hard-negative JSONL (``{"qid", "pos": [...], "neg": [...]}``, negatives in file order),
+    or MS MARCO id triples (``qid<TAB>pos<TAB>neg``)."""
+    file = Path(path)
+    policy = _Policy(file, on_error)
+    run = Run()
+    lines = _lines(file)
+    first = next(lines, None)
+    if first is None:
+        return run
+    stripped = first.text.lstrip()
+    if stripped.startswith("{"):
+        _hard_negatives(run, first, lines, policy)
+    elif len(first.text.split("\t")) == 3 and len(first.text.split()) == 3:
+        _triples(run, first, lines, policy)
+    else:
+        _trec_run(run, first, lines, policy)
+    run.skipped = policy.skipped
+    return run
+
+
+def _trec_run(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) -> None:
+    scored: dict[str, list[tuple[float, int, str]]] = {}
+    for line in itertools.chain([first], rest):
+        parts = line.text.split()
+        if len(parts) != 6:
+            policy.bad(
+                line.number,
+                f'expected "<qid> Q0 <docid> <rank> <score> <tag>", found {len(parts)} fields',
+            )
+            continue
+        qid, _, docid, rank, score, _tag = parts
+        try:
+            key = (-float(score), int(rank), docid)
+        except ValueError:
+            policy.bad(line.number, f"rank {rank!r} or score {score!r} is not a number")
+            continue
+        scored.setdefault(qid, []).append(key)
+    for qid, entries in scored.items():
+        entries.sort()  # by score descending, then rank, then doc id: as trec_eval orders
+        run[qid] = [docid for _, _, docid in entries]
+
+
+def _hard_negatives(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) -> None:
+    for line in itertools.chain([first], rest):
+        try:
+            obj = json.loads(line.text)
+            qid = str(obj["qid"])
+            pos = [str(d) for d in obj.get("pos", [])]
+            neg = [str(d) for d in obj["neg"]]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            policy.bad(line.number, f'expected {{"qid": …, "pos": […], "neg": […]}} ({e})')
+            continue
+        run[qid] = neg
+        run.positives[qid] = pos
+
+
+def _triples(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) -> None:
+    for line in itertools.chain([first], rest):
+        parts = line.text.split("\t")
+        if len(parts) != 3:
+            policy.bad(line.number, 'expected "<qid>\\t<pos docid>\\t<neg docid>"')
+            continue
+        qid, pos, neg = parts
+        run.triples.append((qid, pos, neg))
+        negatives = run.setdefault(qid, [])
+        if neg not in negatives:
+            negatives.append(neg)
+        positives = run.positives.setdefault(qid, [])
+        if pos not in positives:
+            positives.append(pos)

@@ -1,0 +1,107 @@
+"""Rerank a run with a trained cross-encoder, and score runs with the ir-measures library."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lading.ir.collate import CrossEncoderCollator
+from lading.ir.model import CrossEncoder
+from lading.stores.base import DocStore
+from lading.stores.packed import PackedStore
+
+DEFAULT_MEASURES: tuple[str, ...] = ("nDCG@10", "RR@10", "R@100")
+
+
+@torch.no_grad()
+def rerank(
+    model: CrossEncoder,
+    store: DocStore,
+    queries: Mapping[str, str],
+    run: Mapping[str, Sequence[str]],
+    tokenizer: Any,
+    *,
+    depth: int = 100,
+    batch_size: int = 64,
+    max_length: int = 512,
+    device: str | torch.device = "cpu",
+) -> dict[str, dict[str, float]]:
+    """Scores of the top ``depth`` documents of each query's run: {qid: {docid: score}}."""
+    collate = CrossEncoderCollator(store, tokenizer, max_length=max_length)
+    model.eval().to(device)
+    scores: dict[str, dict[str, float]] = {}
+    for qid, ranked in run.items():
+        if qid not in queries:
+            continue
+        docs = [d for d in ranked[:depth] if d in store]
+        codes = store.rows(docs) if isinstance(store, PackedStore) else None
+        out: dict[str, float] = {}
+        for lo in range(0, len(docs), batch_size):
+            chunk = docs[lo : lo + batch_size]
+            items = [
+                {
+                    "query": queries[qid],
+                    "doc_ids": [d],
+                    "doc_codes": codes[lo + i : lo + i + 1] if codes is not None else [0],
+                }
+                for i, d in enumerate(chunk)
+            ]
+            batch = collate(items)
+            logits = model(
+                batch["input_ids"].to(device),
+                batch["attention_mask"].to(device),
+                batch["token_type_ids"].to(device),
+            )
+            out.update(zip(chunk, logits.float().cpu().tolist()))
+        scores[qid] = out
+    return scores
+
+
+def write_trec_run(
+    scores: Mapping[str, Mapping[str, float]], path: str | os.PathLike[str], tag: str = "lading"
+) -> None:
+    """Write ``{qid: {docid: score}}`` as a TREC run, each query's documents by score."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for qid, docs in scores.items():
+            ranked = sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))
+            for rank, (docid, score) in enumerate(ranked, start=1):
+                f.write(f"{qid} Q0 {docid} {rank} {score:.6f} {tag}\n")
+
+
+def evaluate(
+    qrels: Mapping[str, Mapping[str, int]],
+    run: Mapping[str, Mapping[str, float]] | Mapping[str, Sequence[str]],
+    measures: Sequence[str] = DEFAULT_MEASURES,
+    min_relevance: int = 1,
+) -> dict[str, float]:
+    """Mean of each measure over the judged queries, computed by ir-measures.
+
+    A run given as ranked lists is scored by rank. ``min_relevance`` sets the binary threshold
+    of RR and R (``rel=``); nDCG uses the graded judgements.
+    """
+    try:
+        import ir_measures
+    except ImportError:
+        raise ImportError(
+            "evaluation needs ir-measures. To install:\n  pip install ir-measures"
+        ) from None
+    scored: dict[str, dict[str, float]] = {}
+    for qid, docs in run.items():
+        if isinstance(docs, Mapping):
+            scored[qid] = {str(d): float(s) for d, s in docs.items()}
+        else:
+            scored[qid] = {str(d): float(len(docs) - i) for i, d in enumerate(docs)}
+    parsed = []
+    for name in measures:
+        measure = ir_measures.parse_measure(name)
+        if min_relevance != 1 and not name.startswith("nDCG"):
+            measure = measure(rel=min_relevance)
+        parsed.append(measure)
+    judged = {q: dict(d) for q, d in qrels.items()}
+    result = ir_measures.calc_aggregate(parsed, judged, scored)
+    return {name: float(result[m]) for name, m in zip(measures, parsed)}

@@ -1,0 +1,70 @@
+"""Contracts every loader must meet, as reusable checks (torchdata's run_test_save_load_state).
+
+``make_loader(world, num_workers)`` builds the loader one rank would use; the checks run every
+rank's loader in this process (a rank's share depends only on (seed, epoch, rank, world)).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from lading.world import World
+
+MakeLoader = Callable[[World, int], Any]
+
+
+def batches_of(loader: Any, key: Callable[[Any], list[Any]]) -> list[list[Any]]:
+    """Every batch of one epoch as a list of sample keys."""
+    return [key(batch) for batch in loader]
+
+
+def assert_exact_partition(
+    make_loader: MakeLoader,
+    world_size: int,
+    num_workers: int,
+    n: int,
+    key: Callable[[Any], list[Any]],
+    drop_last: bool = False,
+) -> None:
+    """Ranks get disjoint shares (up to padding), together complete, with equal batch counts."""
+    per_rank = []
+    for rank in range(world_size):
+        loader = make_loader(World(rank=rank, world_size=world_size), num_workers)
+        loader.set_epoch(0)
+        per_rank.append(batches_of(loader, key))
+    counts = {len(b) for b in per_rank}
+    assert len(counts) == 1, f"ranks yield different batch counts: {[len(b) for b in per_rank]}"
+    seen = Counter(s for batches in per_rank for batch in batches for s in batch)
+    if drop_last:
+        assert all(c == 1 for c in seen.values()), "a sample was seen twice with drop_last"
+        assert len(seen) >= n - world_size * max(1, len(per_rank[0][0]) if per_rank[0] else 1)
+    else:
+        assert set(seen) == set(range(n)), f"missing samples: {set(range(n)) - set(seen)}"
+        assert sum(seen.values()) - n < world_size, "more repeats than padding explains"
+
+
+def assert_resumes(
+    make_loader: MakeLoader,
+    world: World,
+    num_workers: int,
+    midpoint: int,
+    key: Callable[[Any], list[Any]],
+    epoch: int = 0,
+) -> None:
+    """A loader restored from the state after ``midpoint`` batches yields exactly the rest."""
+    reference = make_loader(world, num_workers)
+    reference.set_epoch(epoch)
+    full = batches_of(reference, key)
+    first = make_loader(world, num_workers)
+    first.set_epoch(epoch)
+    head = []
+    for batch in first:
+        head.append(key(batch))
+        if len(head) == midpoint:
+            break
+    state = first.state_dict()
+    resumed = make_loader(world, num_workers)
+    resumed.load_state_dict(state)
+    assert head + batches_of(resumed, key) == full

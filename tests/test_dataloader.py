@@ -1,0 +1,109 @@
+"""lading.loader: equal disjoint shares for every (rank, worker) layout, exact resume."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contracts import assert_exact_partition, assert_resumes
+from lading.dataloader import EpochIndex, ShardedSampler, epoch_order, loader
+from lading.world import World
+
+
+class Numbers:
+    """Item i is i (with the epoch when epoch-aware)."""
+
+    def __init__(self, n: int, epoch_aware: bool = False) -> None:
+        self.n, self.epoch_aware = n, epoch_aware
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> Any:
+        return (i.epoch, i.item) if isinstance(i, EpochIndex) else i
+
+
+def key(batch: Any) -> list[int]:
+    return [int(x) for x in batch]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 5])
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("n", [1, 7, 64])
+def test_exact_partition(world_size: int, num_workers: int, n: int) -> None:
+    def make(world: World, workers: int) -> Any:
+        return loader(Numbers(n), batch_size=4, num_workers=workers, seed=3, world=world)
+
+    assert_exact_partition(make, world_size, num_workers, n, key)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_mid_epoch(num_workers: int) -> None:
+    def make(world: World, workers: int) -> Any:
+        return loader(Numbers(50), batch_size=4, num_workers=workers, seed=1, world=world)
+
+    for rank in range(3):
+        assert_resumes(
+            make, World(rank=rank, world_size=3), num_workers, midpoint=2, key=key, epoch=4
+        )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    n=st.integers(1, 300),
+    world=st.integers(1, 8),
+    seed=st.integers(0, 9),
+    epoch=st.integers(0, 5),
+    drop_last=st.booleans(),
+)
+def test_global_order_does_not_depend_on_world_size(
+    n: int, world: int, seed: int, epoch: int, drop_last: bool
+) -> None:
+    shares = [
+        ShardedSampler(n, seed=seed, drop_last=drop_last, world=World(rank=r, world_size=world))
+        for r in range(world)
+    ]
+    for s in shares:
+        s.set_epoch(epoch)
+    lists = [list(s) for s in shares]
+    assert len({len(x) for x in lists}) == 1
+    interleaved = [lists[r][j] for j in range(len(lists[0])) for r in range(world)]
+    order = epoch_order(n, seed, epoch).tolist()
+    limit = n - n % world if drop_last else n
+    assert interleaved[:limit] == order[:limit]
+
+
+def test_epochs_reshuffle_and_epoch_aware_items_carry_the_epoch() -> None:
+    data = loader(Numbers(20, epoch_aware=True), batch_size=20, seed=0, world=World())
+    data.set_epoch(0)
+    (first,) = list(data)
+    data.set_epoch(1)
+    (second,) = list(data)
+    epochs0, items0 = first
+    epochs1, items1 = second
+    assert set(epochs0.tolist()) == {0} and set(epochs1.tolist()) == {1}
+    assert sorted(items0.tolist()) == sorted(items1.tolist()) == list(range(20))
+    assert items0.tolist() != items1.tolist()
+
+
+def test_state_from_another_setup_is_refused() -> None:
+    a = loader(Numbers(10), batch_size=2, world=World(rank=0, world_size=2))
+    b = loader(Numbers(10), batch_size=3, world=World(rank=0, world_size=2))
+    with pytest.raises(ValueError, match="batch_size=2"):
+        b.load_state_dict(a.state_dict())
+    c = loader(Numbers(10), batch_size=2, world=World(rank=0, world_size=4))
+    with pytest.raises(ValueError, match="world size 2"):
+        c.load_state_dict(a.state_dict())
+
+
+def test_worker_seeds_do_not_touch_the_global_rng() -> None:
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    data = loader(Numbers(8), batch_size=2, num_workers=1, world=World())
+    list(data)
+    assert torch.equal(torch.rand(3), expected)

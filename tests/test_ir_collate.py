@@ -1,0 +1,133 @@
+"""CrossEncoderCollator: the same tensors as the HF tokenizer, from stored tokens or from text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import lading
+from lading.ir import CrossEncoderCollator, TrainingGroups, read_qrels, read_queries, read_run
+from lading.sources import read_records
+
+pytest.importorskip("tokenizers")
+transformers = pytest.importorskip("transformers")
+POOL = "ir/normalized/msmarco-passage-trecdl1920-pool"
+
+
+def bert_tokenizer(texts: list[str], path: Path) -> Path:
+    """A BERT-style WordPiece tokenizer trained here, with BERT's pair template."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(
+        texts,
+        trainers.WordPieceTrainer(
+            vocab_size=4000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        ),
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
+    )
+    tok.save(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from conftest import shared_data
+
+    root = shared_data()
+    if root is None:
+        pytest.skip("real data not found: set LADING_DATA or put it at ../shared/data")
+    tmp = tmp_path_factory.mktemp("collate")
+    pool = root / POOL
+    texts = [r.text for _, r in zip(range(5000), read_records(pool / "docs.tsv"))]
+    tok_path = bert_tokenizer(texts, tmp / "tokenizer.json")
+    tokens = lading.build_store(
+        pool / "docs.tsv", tmp / "tokens", tokenizer=tok_path, progress=False
+    )
+    plain = lading.build_store(pool / "docs.tsv", tmp / "plain", progress=False)
+    args = (
+        read_queries(pool / "queries.tsv"),
+        read_qrels(pool / "qrels.in_pool.txt"),
+        read_run(pool / "runs/dl19.bm25.run"),
+    )
+    hf = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(tok_path),
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        mask_token="[MASK]",
+    )
+    return {"tok": tok_path, "tokens": tokens, "plain": plain, "args": args, "hf": hf}
+
+
+@pytest.mark.parametrize("max_length", [96, 128, 512])
+@pytest.mark.parametrize("kind", ["tokens", "plain"])
+def test_equals_the_hf_tokenizer(setup: dict[str, Any], max_length: int, kind: str) -> None:
+    store = setup[kind]
+    groups = TrainingGroups(store, *setup["args"], group_size=4, on_missing="skip")
+    collate = CrossEncoderCollator(store, setup["tok"], max_length=max_length)
+    assert collate.use_tokens == (kind == "tokens")
+    items = [groups[i] for i in range(0, len(groups), len(groups) // 12)]
+    batch = collate(items)
+    n = len(items) * 4
+    assert batch["input_ids"].shape[0] == n and batch["input_ids"].shape[1] % 8 == 0
+    assert batch["labels"].tolist() == [1.0, 0.0, 0.0, 0.0] * len(items)
+    row = 0
+    for item in items:
+        for text in store.get_many(item["doc_ids"]):
+            want = setup["hf"](
+                item["query"],
+                text,
+                truncation="only_second",
+                max_length=max_length,
+                return_token_type_ids=True,
+            )
+            length = len(want["input_ids"])
+            assert batch["input_ids"][row, :length].tolist() == want["input_ids"]
+            assert batch["token_type_ids"][row, :length].tolist() == want["token_type_ids"]
+            assert batch["attention_mask"][row].sum().item() == length
+            assert (batch["input_ids"][row, length:] == 0).all()  # [PAD] is id 0
+            row += 1
+
+
+def test_token_path_refuses_a_store_of_another_tokenizer(
+    setup: dict[str, Any], tmp_path: Path
+) -> None:
+    other = bert_tokenizer(["completely different words here"] * 50, tmp_path / "other.json")
+    with pytest.raises(ValueError, match="tokenized with another tokenizer"):
+        CrossEncoderCollator(setup["tokens"], other)
+    with pytest.raises(ValueError, match="has no tokens"):
+        CrossEncoderCollator(setup["plain"], setup["tok"], use_tokens=True)
+
+
+def test_collator_pickles_for_spawned_workers(setup: dict[str, Any]) -> None:
+    import pickle
+
+    collate = CrossEncoderCollator(setup["tokens"])
+    groups = TrainingGroups(setup["tokens"], *setup["args"], group_size=2, on_missing="skip")
+    again = pickle.loads(pickle.dumps(collate))
+    items = [groups[0], groups[1]]
+    assert torch.equal(again(items)["input_ids"], collate(items)["input_ids"])
+
+
+def test_queries_are_cut_to_max_query_length(setup: dict[str, Any]) -> None:
+    store = setup["tokens"]
+    collate = CrossEncoderCollator(store, max_length=64, max_query_length=5)
+    groups = TrainingGroups(store, *setup["args"], group_size=2, on_missing="skip")
+    item = dict(groups[0])
+    item["query"] = " ".join(["longword"] * 40)
+    batch = collate([item])
+    sep = collate.sep_id
+    first_sep = int(np.flatnonzero(batch["input_ids"][0].numpy() == sep)[0])
+    assert first_sep == 1 + 5

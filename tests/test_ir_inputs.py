@@ -1,0 +1,66 @@
+"""Queries, qrels and runs in their common formats; errors with file and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import write
+from lading.errors import SourceError
+from lading.ir import read_qrels, read_queries, read_run
+
+
+def test_queries_tsv_jsonl_beir(tmp_path: Path) -> None:
+    assert read_queries(write(tmp_path / "q.tsv", "1\tfirst query\n2\tsecond\n")) == {
+        "1": "first query",
+        "2": "second",
+    }
+    beir = write(
+        tmp_path / "queries.jsonl", '{"_id": "q1", "text": "beir query", "metadata": {}}\n'
+    )
+    assert read_queries(beir) == {"q1": "beir query"}
+    with pytest.raises(SourceError, match=r"line 2 of .*q2\.tsv.*no tab"):
+        read_queries(write(tmp_path / "q2.tsv", "1\tok\nbroken\n"))
+    skipped = read_queries(write(tmp_path / "q3.tsv", "1\tok\nbroken\n"), on_error="skip")
+    assert (dict(skipped), skipped.skipped) == ({"1": "ok"}, 1)
+
+
+def test_qrels_trec_and_beir_header(tmp_path: Path) -> None:
+    trec = write(tmp_path / "qrels.txt", "1 0 d1 2\n1 0 d2 0\n2 0 d1 1\n")
+    assert read_qrels(trec) == {"1": {"d1": 2, "d2": 0}, "2": {"d1": 1}}
+    beir = write(tmp_path / "test.tsv", "query-id\tcorpus-id\tscore\nq1\tdoc9\t1\n")
+    assert read_qrels(beir) == {"q1": {"doc9": 1}}
+    with pytest.raises(SourceError, match=r"line 2 .*relevance 'high' is not an integer"):
+        read_qrels(write(tmp_path / "bad.txt", "1 0 d1 1\n1 0 d2 high\n"))
+    with pytest.raises(SourceError, match=r"line 1 .*found 2 fields"):
+        read_qrels(write(tmp_path / "bad2.txt", "1 d1\n"))
+
+
+def test_trec_run_is_ordered_by_score(tmp_path: Path) -> None:
+    run = read_run(write(tmp_path / "r.run", "1 Q0 a 2 5.0 x\n1 Q0 b 1 9.5 x\n2 Q0 c 1 1 x\n"))
+    assert run == {"1": ["b", "a"], "2": ["c"]}
+    with pytest.raises(SourceError, match=r"line 2 .*score 'high'"):
+        read_run(write(tmp_path / "bad.run", "1 Q0 a 1 1.0 x\n1 Q0 b 2 high x\n"))
+
+
+def test_hard_negatives_and_triples(tmp_path: Path) -> None:
+    hard = read_run(
+        write(tmp_path / "h.jsonl", '{"qid": 7, "query": "q", "pos": ["p"], "neg": ["n1", "n2"]}\n')
+    )
+    assert hard == {"7": ["n1", "n2"]} and hard.positives == {"7": ["p"]}
+    triples = read_run(write(tmp_path / "t.tsv", "1\tp1\tn1\n1\tp1\tn2\n2\tp2\tn1\n"))
+    assert triples == {"1": ["n1", "n2"], "2": ["n1"]}
+    assert triples.triples[1] == ("1", "p1", "n2")
+
+
+def test_real_files_read(data_dir: Path) -> None:
+    pool = data_dir / "ir/normalized/msmarco-passage-trecdl1920-pool"
+    queries = read_queries(pool / "queries.tsv")
+    qrels = read_qrels(pool / "qrels.txt")
+    run = read_run(pool / "runs/dl19.bm25.run")
+    hard = read_run(pool / "hard_negatives.jsonl")
+    assert len(queries) == 97 and set(qrels) <= set(queries)
+    assert sum(len(j) for j in qrels.values()) == 20646
+    assert len(run) == 43 and all(len(r) == 100 for r in run.values())  # rank_llm top-100
+    assert len(hard) == 97 and all(hard.positives[q] for q in hard)
