@@ -104,12 +104,22 @@ class CrossEncoderCollator:
 
     def __call__(self, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         group_size = len(items[0]["doc_codes"])
-        queries = [it["query"] for it in items]
+        queries = [
+            np.asarray(e.ids[: self.max_query_length], dtype=np.int64)
+            for e in self.tokenizer.encode_batch(
+                [it["query"] for it in items], add_special_tokens=False
+            )
+        ]
         if self.use_tokens:
-            rows = self._rows_from_tokens(items, queries)
+            assert isinstance(self.store, PackedStore)
+            docs = self.store.tokens_at(np.concatenate([it["doc_codes"] for it in items]))
         else:
-            rows = self._rows_from_text(items, queries, group_size)
-        batch = self._pad(rows)
+            texts = self.store.get_many([d for it in items for d in it["doc_ids"]])
+            docs = [
+                np.asarray(e.ids, dtype=np.int64)
+                for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)
+            ]
+        batch = self._assemble(queries, docs, group_size)
         labels = torch.zeros(len(items) * group_size, dtype=torch.float32)
         labels[::group_size] = 1.0
         batch["labels"] = labels
@@ -117,52 +127,31 @@ class CrossEncoderCollator:
         batch["pairs"] = [f"{it.get('qid')}/{it['doc_ids'][0]}" for it in items]
         return batch
 
-    def _rows_from_tokens(
-        self, items: Sequence[dict[str, Any]], queries: list[str]
-    ) -> list[tuple[np.ndarray, int]]:
-        assert isinstance(self.store, PackedStore)
-        encoded = self.tokenizer.encode_batch(queries, add_special_tokens=False)
-        codes = np.concatenate([it["doc_codes"] for it in items])
-        docs = self.store.tokens_at(codes)
-        group_size = len(items[0]["doc_codes"])
-        out = []
-        for g, enc in enumerate(encoded):
-            q = np.asarray(enc.ids[: self.max_query_length], dtype=np.int64)
-            budget = self.max_length - len(q) - 3
-            head = np.concatenate([[self.cls_id], q, [self.sep_id]])
-            for doc in docs[g * group_size : (g + 1) * group_size]:
-                body = np.asarray(doc[:budget], dtype=np.int64)
-                out.append((np.concatenate([head, body, [self.sep_id]]), len(head)))
-        return out
-
-    def _rows_from_text(
-        self, items: Sequence[dict[str, Any]], queries: list[str], group_size: int
-    ) -> list[tuple[np.ndarray, int]]:
-        texts = self.store.get_many([d for it in items for d in it["doc_ids"]])
-        q_encoded = self.tokenizer.encode_batch(queries, add_special_tokens=False)
-        d_encoded = self.tokenizer.encode_batch(texts, add_special_tokens=False)
-        out = []
-        for g, enc in enumerate(q_encoded):
-            q = np.asarray(enc.ids[: self.max_query_length], dtype=np.int64)
-            budget = self.max_length - len(q) - 3
-            head = np.concatenate([[self.cls_id], q, [self.sep_id]])
-            for d in d_encoded[g * group_size : (g + 1) * group_size]:
-                body = np.asarray(d.ids[:budget], dtype=np.int64)
-                out.append((np.concatenate([head, body, [self.sep_id]]), len(head)))
-        return out
-
-    def _pad(self, rows: list[tuple[np.ndarray, int]]) -> dict[str, Any]:
-        longest = max(len(r) for r, _ in rows)
-        width = -(-longest // self.multiple) * self.multiple
-        input_ids = np.full((len(rows), width), self.pad_id, dtype=np.int64)
-        token_type = np.zeros((len(rows), width), dtype=np.int64)
-        attention = np.zeros((len(rows), width), dtype=np.int64)
-        for i, (row, head) in enumerate(rows):
-            input_ids[i, : len(row)] = row
-            token_type[i, head : len(row)] = 1
-            attention[i, : len(row)] = 1
+    def _assemble(
+        self, queries: list[np.ndarray], docs: list[np.ndarray], group_size: int
+    ) -> dict[str, Any]:
+        """Rows ``[CLS] q [SEP] d [SEP]`` written straight into the padded matrix."""
+        n = len(docs)
+        q_len = np.repeat([len(q) for q in queries], group_size)
+        budget = self.max_length - q_len - 3  # the document fills what the query leaves
+        d_len = np.minimum([len(d) for d in docs], budget)
+        lengths = q_len + d_len + 3
+        width = int(-(-lengths.max() // self.multiple) * self.multiple)
+        input_ids = np.full((n, width), self.pad_id, dtype=np.int64)
+        input_ids[:, 0] = self.cls_id
+        rows = np.arange(n)
+        input_ids[rows, q_len + 1] = self.sep_id
+        input_ids[rows, lengths - 1] = self.sep_id
+        for g, q in enumerate(queries):  # one query fills its whole group at once
+            input_ids[g * group_size : (g + 1) * group_size, 1 : 1 + len(q)] = q
+        starts, ends = (q_len + 2).tolist(), (q_len + 2 + d_len).tolist()
+        for i, (doc, a, b) in enumerate(zip(docs, starts, ends)):
+            input_ids[i, a:b] = doc[: b - a]
+        cols = np.arange(width)
+        attention = cols < lengths[:, None]
+        token_type = (cols >= (q_len + 2)[:, None]) & attention
         return {
             "input_ids": torch.from_numpy(input_ids),
-            "attention_mask": torch.from_numpy(attention),
-            "token_type_ids": torch.from_numpy(token_type),
+            "attention_mask": torch.from_numpy(attention.astype(np.int64)),
+            "token_type_ids": torch.from_numpy(token_type.astype(np.int64)),
         }

@@ -1,0 +1,77 @@
+"""Helpers the benchmark scripts share: the real data, the 1M-passage corpus, a tokenizer, the
+results file. Benchmarks import lading; they never copy it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import lading
+from lading.synth import synth
+
+HERE = Path(__file__).resolve().parent
+
+
+def data_dir() -> Path | None:
+    env = os.environ.get("LADING_DATA")
+    for candidate in [Path(env)] if env else [HERE.parent.parent / "shared" / "data"]:
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def make_corpora(n: int, work: Path) -> tuple[Path, Path, str]:
+    """Two TSVs of ``n`` passages (integer ids, string ids) and where their text came from."""
+    int_tsv, str_tsv = work / f"passages-{n}-int.tsv", work / f"passages-{n}-str.tsv"
+    if int_tsv.exists() and str_tsv.exists():
+        return int_tsv, str_tsv, (work / "origin.txt").read_text()
+    real = data_dir()
+    if real is not None:
+        pool = real / "ir/normalized/msmarco-passage-trecdl1920-pool/docs.tsv"
+        texts = [r.text for r in lading.read_records(pool)]
+        origin = f"{len(texts):,} real MS MARCO passages ({pool.name} of the TREC DL 19/20 pool)"
+    else:
+        files = synth("passages", min(n, 50_000), work / "synth")
+        texts = [r.text for r in lading.read_records(files.corpus)]
+        origin = "synthetic passages (lading synth; real data not found)"
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(texts), n)
+    with open(int_tsv, "w") as fi, open(str_tsv, "w") as fs:
+        for i, k in enumerate(picks.tolist()):
+            fi.write(f"{i}\t{texts[k]}\n")
+            fs.write(f"msmarco_passage_{i}\t{texts[k]}\n")
+    (work / "origin.txt").write_text(origin)
+    return int_tsv, str_tsv, origin
+
+
+def train_tokenizer(src: Path) -> Any:
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    texts = [r.text for _, r in zip(range(20_000), lading.read_records(src))]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(
+        texts,
+        trainers.WordPieceTrainer(
+            vocab_size=30_522, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        ),
+    )
+    return tok
+
+
+def write_section(path: Path, title: str, body: str, command: str) -> None:
+    """Replace (or add) the ``## title`` section of RESULTS.md, keeping the others."""
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    marker = f"\n## {title}\n"
+    section = f"{marker}\nReproduce: `{command}`\n\n{body}\n"
+    if marker in text:
+        head, rest = text.split(marker, 1)
+        tail = rest[rest.find("\n## ") :] if "\n## " in rest else ""
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n" + section
+    path.write_text(text)
