@@ -27,7 +27,8 @@ _TUPLE = "__tuple__"
 def _flatten(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
     if isinstance(value, torch.Tensor):
         key = f"t{len(tensors)}"
-        tensors[key] = value.detach().contiguous().cpu()
+        # a copy of its own: tied weights share storage, which safetensors refuses to write
+        tensors[key] = value.detach().cpu().clone().contiguous()
         return {_TENSOR: key}
     if isinstance(value, dict):
         if value and all(isinstance(k, int) for k in value):

@@ -193,9 +193,116 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
+    from lading.lm.tokenizer import train_tokenizer
+
+    path = train_tokenizer(
+        args.source,
+        args.out,
+        vocab_size=args.vocab_size,
+        kind=args.kind,
+        split=args.split,
+        limit=args.limit,
+    )
+    print(f"{path}: {args.kind} tokenizer, {args.vocab_size:,} entries")
+    return 0
+
+
+def _cmd_lm_build(args: argparse.Namespace) -> int:
+    from lading.lm import TokenCorpus
+
+    corpus = TokenCorpus.build(
+        args.source,
+        args.dest,
+        args.tokenizer,
+        append_eos=not args.no_eos,
+        eos_token=args.eos_token,
+        split=args.split,
+        overwrite=args.overwrite,
+        progress=not args.quiet,
+    )
+    print(
+        f"{corpus.path}: {len(corpus):,} documents, {corpus.n_tokens:,} tokens as "
+        f"{corpus.dtype} ({corpus.n_tokens * corpus.dtype.itemsize / 2**20:,.1f} MiB)"
+    )
+    return 0
+
+
+def _cmd_train_lm(args: argparse.Namespace) -> int:
+    from lading.lm.train import LMConfig, train_lm
+
+    fields = {k: v for k, v in vars(args).items() if k in LMConfig.__dataclass_fields__}
+    fields["corpus"], fields["out"] = Path(args.corpus), Path(args.out)
+    summary = train_lm(LMConfig(**fields))
+    if int(__import__("os").environ.get("RANK", "0")) == 0:
+        print(
+            f"{args.out}: {summary['steps']} steps, validation perplexity "
+            f"{summary['valid_ppl']:.2f}"
+        )
+    return 0
+
+
+def _add_lm(sub: Any) -> None:
+    lm = sub.add_parser("lm", help="language-model corpora: train a tokenizer, build a corpus")
+    kinds = lm.add_subparsers(dest="lm_command", required=True)
+    p = kinds.add_parser("tokenizer", help="train a tokenizer locally (byte-level BPE default)")
+    p.add_argument("source", help="text file(s), JSONL, WikiExtractor output, folder or store")
+    p.add_argument("out", help="tokenizer.json to write (or a folder)")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--kind", choices=["bpe", "wordpiece"], default="bpe")
+    p.add_argument("--split", choices=["blank", "line", "file"], default="blank")
+    p.add_argument("--limit", type=int, help="train on at most this many documents")
+    p.set_defaults(func=_cmd_lm_tokenizer)
+    p = kinds.add_parser("build", help="tokenize a corpus into a memory-mapped TokenCorpus")
+    p.add_argument("source")
+    p.add_argument("dest")
+    p.add_argument("--tokenizer", required=True)
+    p.add_argument(
+        "--split",
+        choices=["blank", "line", "file"],
+        default="blank",
+        help="how plain text divides into documents",
+    )
+    p.add_argument("--no-eos", action="store_true", help="do not end documents with EOS")
+    p.add_argument("--eos-token", help="name of the end-of-text token")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_cmd_lm_build)
+
+
 def _add_train(sub: Any) -> None:
     train = sub.add_parser("train", help="train a model with DDP, DP or one process")
     kinds = train.add_subparsers(dest="kind", required=True)
+    p = kinds.add_parser(
+        "lm",
+        help="an LSTM language model on a TokenCorpus (BPTT continuity)",
+        description="torchrun --nproc_per_node N -m lading train lm ... for DDP.",
+    )
+    p.add_argument("--corpus", required=True, help="a TokenCorpus (lading lm build)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--valid-fraction", type=float, default=0.02, help="documents held out")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--bptt", type=int, default=70)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--emb", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--dropout", type=float, default=0.2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--parallel", choices=["ddp", "none"], default="ddp")
+    p.add_argument(
+        "--break-continuity",
+        action="store_true",
+        help="ablation: shuffle the rows of every batch (the state no longer fits)",
+    )
+    p.add_argument("--eval-every", type=int, default=0)
+    p.add_argument("--eval-batches", type=int, help="validation batches per evaluation")
+    p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--checkpoint-every", type=int, default=0)
+    p.add_argument("--resume", action="store_true")
+    p.set_defaults(func=_cmd_train_lm)
     p = kinds.add_parser(
         "cross-encoder",
         help="a cross-encoder reranker on (query, relevant, negatives) groups",
@@ -283,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_verify)
 
     _add_train(sub)
+    _add_lm(sub)
 
     p = sub.add_parser("rerank", help="rerank a run with a trained cross-encoder; evaluate it")
     p.add_argument("--model", required=True, help="OUT/model of lading train cross-encoder")

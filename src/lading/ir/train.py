@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lading import checkpoint
+from lading import checkpoint, ddp
 from lading.dataloader import ResumableLoader, loader
 from lading.ir.collate import CrossEncoderCollator
 from lading.ir.groups import TrainingGroups
@@ -33,7 +33,6 @@ from lading.stores.base import DocStore
 from lading.stores.packed import PackedStore
 from lading.world import World
 
-PARALLEL: tuple[str, ...] = ("ddp", "dp", "none")
 PRECISION: tuple[str, ...] = ("bf16", "fp16", "fp32")
 
 
@@ -76,34 +75,6 @@ class TrainConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _setup(config: TrainConfig) -> tuple[World, torch.device]:
-    if config.parallel not in PARALLEL:
-        raise ValueError(f"unknown parallel {config.parallel!r}; choose from {sorted(PARALLEL)}")
-    if config.precision not in PRECISION:
-        raise ValueError(f"unknown precision {config.precision!r}; choose from {sorted(PRECISION)}")
-    env_world = int(os.environ.get("WORLD_SIZE", "1"))
-    if config.parallel == "ddp" and env_world > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
-    if env_world > 1 and config.parallel != "ddp":
-        raise ValueError(
-            f"--parallel {config.parallel} runs in one process; launch it without "
-            "torchrun (or use --parallel ddp)"
-        )
-    world = World.detect()
-    if torch.cuda.is_available():
-        device = torch.device("cuda", world.local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    return world, device
-
-
-def _barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
-
-
 def _tiny_tokenizer(texts: list[str], path: Path, world: World) -> Path:
     """Train a WordPiece tokenizer on ``texts`` (rank 0) and save it, BERT-style, to ``path``."""
     if world.rank == 0 and not path.is_file():
@@ -126,7 +97,7 @@ def _tiny_tokenizer(texts: list[str], path: Path, world: World) -> Path:
         tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
         tok.save(str(tmp))
         tmp.replace(path)
-    _barrier()
+    ddp.barrier()
     return path
 
 
@@ -194,25 +165,11 @@ def _linear_schedule(total: int, warmup: float) -> Any:
     return factor
 
 
-def _reduce_mean(value: float, device: torch.device) -> float:
-    if not dist.is_initialized():
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return float(t.item()) / dist.get_world_size()
-
-
-def _gather(obj: Any) -> list[Any]:
-    if not dist.is_initialized():
-        return [obj]
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
-
-
 def train(config: TrainConfig) -> dict[str, Any]:
     """Run training; return a summary (steps, final loss, samples/s, memory) on every rank."""
-    world, device = _setup(config)
+    if config.precision not in PRECISION:
+        raise ValueError(f"unknown precision {config.precision!r}; choose from {sorted(PRECISION)}")
+    world, device = ddp.setup(config.parallel)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     store, tok, model = prepare(config, world)
@@ -291,7 +248,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         model.save(out / "model")
         tok.save(str(out / "model" / "tokenizer.json"))
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    _barrier()
+    ddp.barrier()
     return summary
 
 
@@ -321,8 +278,8 @@ def _save(
     data: ResumableLoader,
     world: World,
 ) -> None:
-    loaders = _gather(data.state_dict())
-    rngs = _gather(torch.get_rng_state())
+    loaders = ddp.gather_objects(data.state_dict())
+    rngs = ddp.gather_objects(torch.get_rng_state())
     if world.rank == 0:
         checkpoint.save(
             {
@@ -335,7 +292,7 @@ def _save(
             },
             ckpt_dir,
         )
-    _barrier()
+    ddp.barrier()
 
 
 def _loop(
@@ -445,9 +402,9 @@ def _log_record(
 ) -> dict[str, Any]:
     seconds = time.perf_counter() - since
     rate = rows / seconds if seconds > 0 else 0.0
-    total_rate = _reduce_mean(rate, device) * world.world_size  # summed over ranks
-    mean_loss = _reduce_mean(loss, device)
-    memory = _gather([m.as_dict() for m in tree_memory()])
+    total_rate = ddp.mean_over_ranks(rate, device) * world.world_size  # summed over ranks
+    mean_loss = ddp.mean_over_ranks(loss, device)
+    memory = ddp.gather_objects([m.as_dict() for m in tree_memory()])
     return {
         "step": step,
         "loss": mean_loss,

@@ -1,0 +1,69 @@
+"""Process-group plumbing shared by the training loops: join the group, pick the device, reduce.
+
+Launched by ``torchrun`` (``WORLD_SIZE`` > 1) the process joins the default group: NCCL when
+CUDA is present, gloo otherwise. Everything here is a no-op in a single process.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from lading.world import World
+
+PARALLEL: tuple[str, ...] = ("ddp", "dp", "none")
+
+
+def setup(parallel: str = "ddp") -> tuple[World, torch.device]:
+    """Join the process group if torchrun started us; return who we are and our device."""
+    if parallel not in PARALLEL:
+        raise ValueError(f"unknown parallel {parallel!r}; choose from {sorted(PARALLEL)}")
+    env_world = int(os.environ.get("WORLD_SIZE", "1"))
+    if env_world > 1 and parallel != "ddp":
+        raise ValueError(
+            f"--parallel {parallel} runs in one process; launch it without "
+            "torchrun (or use --parallel ddp)"
+        )
+    if parallel == "ddp" and env_world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    world = World.detect()
+    if torch.cuda.is_available():
+        device = torch.device("cuda", world.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    return world, device
+
+
+def barrier() -> None:
+    """Wait for every rank (nothing to wait for in one process)."""
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def sum_over_ranks(values: list[float], device: torch.device) -> list[float]:
+    """Element-wise sums of ``values`` over all ranks."""
+    if not dist.is_initialized():
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return [float(v) for v in t.tolist()]
+
+
+def mean_over_ranks(value: float, device: torch.device) -> float:
+    """Mean of ``value`` over all ranks."""
+    if not dist.is_initialized():
+        return value
+    return sum_over_ranks([value], device)[0] / dist.get_world_size()
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """``obj`` of every rank, in rank order (JSON-able objects or tensors)."""
+    if not dist.is_initialized():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out

@@ -1,0 +1,117 @@
+"""Documents of a language-model corpus from text files, JSONL, WikiExtractor output, folders and
+lading stores, streamed one document at a time.
+
+Plain text splits into documents at blank lines (``split="blank"``: WikiText paragraphs, Tiny
+Shakespeare speeches), at every line (``"line"``) or not at all (``"file"``). JSONL records give
+their text field (WikiExtractor ``--json`` output included); WikiExtractor's default output,
+``<doc id=… title=…>…</doc>`` blocks, gives each block's body. A folder gives every file in it,
+sorted by path; a lading store gives its texts in row order.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from lading.errors import SourceError
+from lading.sources import open_binary, read_records
+from lading.stores.layout import META_FILE
+
+SPLITS: tuple[str, ...] = ("blank", "file", "line")
+_JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.bz2", ".jsonl.zst")
+
+
+def iter_texts(source: str | os.PathLike[str], split: str = "blank") -> Iterator[str]:
+    """Every document text of ``source``, in a stable order."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {sorted(SPLITS)}")
+    path = Path(source)
+    if path.is_dir() and (path / META_FILE).is_file():
+        yield from _store_texts(path)
+    elif path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        if not files:
+            raise ValueError(f"{path} holds no files")
+        for file in files:
+            yield from _file_texts(file, split)
+    elif path.is_file():
+        yield from _file_texts(path, split)
+    else:
+        raise FileNotFoundError(f"source {path} does not exist")
+
+
+def _store_texts(path: Path) -> Iterator[str]:
+    import numpy as np
+
+    from lading.stores import open_store
+
+    store = open_store(path)
+    for lo in range(0, len(store), 10_000):
+        yield from store.texts_at(np.arange(lo, min(lo + 10_000, len(store))))
+
+
+def _file_texts(path: Path, split: str) -> Iterator[str]:
+    if path.name.endswith(_JSON_SUFFIXES):
+        for record in read_records(path, format="jsonl"):
+            yield record.text
+        return
+    with open_binary(path) as stream:
+        head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
+    if head.lstrip().startswith(b"<doc "):
+        yield from _wikiextractor(path)
+    else:
+        yield from _plain(path, split)
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    with open_binary(path) as stream:
+        for number, raw in enumerate(stream, start=1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise SourceError(path, number, f"invalid UTF-8 at byte {e.start}") from None
+
+
+def _plain(path: Path, split: str) -> Iterator[str]:
+    if split == "file":
+        text = "".join(line for _, line in _lines(path)).strip()
+        if text:
+            yield text
+        return
+    block: list[str] = []
+    for _, line in _lines(path):
+        if split == "line":
+            if line.strip():
+                yield line.strip()
+            continue
+        if line.strip():
+            block.append(line.strip())
+        elif block:
+            yield "\n".join(block)
+            block = []
+    if block:
+        yield "\n".join(block)
+
+
+def _wikiextractor(path: Path) -> Iterator[str]:
+    body: list[str] | None = None
+    start = 0
+    for number, line in _lines(path):
+        if line.startswith("<doc "):
+            if body is not None:
+                raise SourceError(path, number, f"<doc> inside the <doc> of line {start}")
+            body, start = [], number
+        elif line.startswith("</doc>"):
+            if body is None:
+                raise SourceError(path, number, "</doc> without <doc>")
+            text = "".join(body).strip()
+            if text:
+                yield text
+            body = None
+        elif body is not None:
+            body.append(line)
+    if body is not None:
+        raise SourceError(path, start, "<doc> has no </doc> before the end of the file")

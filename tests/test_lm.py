@@ -1,0 +1,260 @@
+"""TokenCorpus and LanguageModelLoader: continuity, coverage, shifts, ranks, resume, memory."""
+
+from __future__ import annotations
+
+import itertools
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import write
+from distributed import run_processes
+from lading.lm import LanguageModelLoader, TokenCorpus
+from lading.lm.loader import feistel_permutation
+from lading.world import World
+
+tokenizers = pytest.importorskip("tokenizers")
+
+
+def word_tokenizer(words: list[str], path: Path) -> Path:
+    """A word-level tokenizer over ``words`` plus an end-of-text token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"<|endoftext|>": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(path))
+    return path
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> TokenCorpus:
+    """37 documents of 3..40 words; word w_i has id i + 2, so tokens are easy to check."""
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(500)]
+    docs = [" ".join(rng.choice(words, int(rng.integers(3, 40)))) for _ in range(37)]
+    src = write(tmp_path / "docs.txt", "\n\n".join(docs) + "\n")
+    return TokenCorpus.build(
+        src, tmp_path / "corpus", word_tokenizer(words, tmp_path / "t.json"), progress=False
+    )
+
+
+def epoch_stream(loader: LanguageModelLoader, epoch: int) -> np.ndarray:
+    """The permuted epoch stream, built the slow way from the corpus's documents."""
+    rng = np.random.default_rng([loader.seed, epoch, 0])
+    order = loader.documents[rng.permutation(len(loader.documents))]
+    return np.concatenate([loader.corpus.document(int(d)) for d in order]).astype(np.int64)
+
+
+def collect(loader: LanguageModelLoader) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [(x.numpy().copy(), y.numpy().copy()) for x, y in loader]
+
+
+def test_corpus_uses_uint16_and_ends_documents(corpus: TokenCorpus) -> None:
+    assert corpus.dtype == np.uint16 and len(corpus) == 37
+    assert (corpus.path / "tokens.bin").stat().st_size == 2 * corpus.n_tokens
+    for i in range(len(corpus)):
+        doc = corpus.document(i)
+        assert doc[-1] == corpus.eos_id and (doc[:-1] >= 2).all()
+    again = TokenCorpus.open(corpus.path)
+    assert np.array_equal(again.tokens, corpus.tokens)
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_continuity_coverage_and_shift(
+    corpus: TokenCorpus, backwards: bool, world_size: int
+) -> None:
+    batch = 3
+    loaders = [
+        LanguageModelLoader(
+            corpus,
+            batch,
+            bptt=7,
+            seed=5,
+            backwards=backwards,
+            world=World(rank=r, world_size=world_size),
+        )
+        for r in range(world_size)
+    ]
+    for loader in loaders:
+        loader.set_epoch(2)
+    batches = [collect(loader) for loader in loaders]
+    assert len({len(b) for b in batches}) == 1  # every rank the same number of batches
+    stream = epoch_stream(loaders[0], 2)
+    if backwards:
+        stream = stream[::-1]
+    total = len(stream)
+    streams = world_size * batch
+    length = -(-(total - 1) // streams)
+    seen: Counter[int] = Counter()
+    for rank, rank_batches in enumerate(batches):
+        for row in range(batch):
+            xs = np.concatenate([x[row] for x, _ in rank_batches])
+            for x, y in rank_batches:  # y is x shifted by one token
+                assert np.array_equal(y[row, :-1], x[row, 1:])
+            for (_, y), (x_next, _) in itertools.pairwise(rank_batches):
+                assert y[row, -1] == x_next[row, 0]  # row r of batch t+1 continues row r of t
+            s = rank * batch + row
+            positions = (s * length + np.arange(len(xs))) % total
+            assert np.array_equal(xs, stream[positions])  # a contiguous piece of the stream
+            seen.update(positions.tolist())
+    assert set(seen) == set(range(total))  # every token of the epoch is used
+    assert sum(seen.values()) - total < streams  # only the wrap-around fill repeats
+
+
+def test_epochs_permute_differently_and_drop_last(corpus: TokenCorpus) -> None:
+    loader = LanguageModelLoader(corpus, 2, bptt=5, seed=0, world=World())
+    first = collect(loader)
+    loader.set_epoch(1)
+    second = collect(loader)
+    assert not np.array_equal(first[0][0], second[0][0])
+    dropping = LanguageModelLoader(corpus, 2, bptt=5, drop_last=True, world=World())
+    xs = np.concatenate([x[0] for x, _ in collect(dropping)])
+    assert len(xs) == (corpus.n_tokens - 1) // 2
+
+
+def test_jitter_rules(corpus: TokenCorpus) -> None:
+    fixed = LanguageModelLoader(corpus, 2, bptt=9, bptt_jitter=None, world=World())
+    lengths = [x.shape[1] for x, _ in fixed]
+    assert set(lengths[:-1]) == {9}
+    uniform = LanguageModelLoader(corpus, 2, bptt=9, bptt_jitter=(4, 6), world=World())
+    assert set(x.shape[1] for x, _ in list(uniform)[:-1]) <= {4, 5, 6}
+    fastai = LanguageModelLoader(corpus, 1, bptt=30, world=World())
+    lengths = [x.shape[1] for x, _ in fastai][:-1]
+    assert min(lengths) >= 5 and max(lengths) <= 55 and 20 < np.mean(lengths) < 32
+    with pytest.raises(ValueError, match="bptt_jitter must be"):
+        LanguageModelLoader(corpus, 2, bptt=9, bptt_jitter=(6, 4))
+
+
+def test_exact_resume(corpus: TokenCorpus) -> None:
+    def make() -> LanguageModelLoader:
+        loader = LanguageModelLoader(corpus, 3, bptt=6, seed=9, world=World(1, 2))
+        loader.set_epoch(3)
+        return loader
+
+    full = collect(make())
+    first = make()
+    head = []
+    for x, y in first:
+        head.append((x.numpy().copy(), y.numpy().copy()))
+        if len(head) == 5:
+            break
+    resumed = make()
+    resumed.load_state_dict(first.state_dict())
+    rest = collect(resumed)
+    assert len(head) + len(rest) == len(full)
+    for (a, b), (c, d) in zip(head + rest, full):
+        assert np.array_equal(a, c) and np.array_equal(b, d)
+    other = LanguageModelLoader(corpus, 4, bptt=6, seed=9, world=World(1, 2))
+    with pytest.raises(ValueError, match="batch_size=3"):
+        other.load_state_dict(first.state_dict())
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_windows_are_disjoint_and_cover_the_epoch(corpus: TokenCorpus, world_size: int) -> None:
+    loaders = [
+        LanguageModelLoader(
+            corpus, 4, bptt=8, mode="windows", seed=2, world=World(rank=r, world_size=world_size)
+        )
+        for r in range(world_size)
+    ]
+    stream = epoch_stream(loaders[0], 0)
+    windows = (len(stream) - 1) // 8
+    found: Counter[int] = Counter()
+    counts = set()
+    for loader in loaders:
+        batches = collect(loader)
+        counts.add(len(batches))
+        for x, y in batches:
+            assert np.array_equal(y[:, :-1], x[:, 1:])
+            for row in x:
+                starts = [
+                    w for w in range(windows) if np.array_equal(stream[w * 8 : w * 8 + 8], row)
+                ]
+                found[starts[0]] += 1
+    assert len(counts) == 1
+    assert set(found) == set(range(windows))
+    assert sum(found.values()) - windows < world_size
+
+
+def test_feistel_is_a_permutation() -> None:
+    for n in (1, 2, 7, 100, 1000, 4097):
+        got = feistel_permutation(np.arange(n), n, (1, 2))
+        assert sorted(got.tolist()) == list(range(n))
+    assert feistel_permutation(np.arange(50), 50, (1, 2)).tolist() != list(range(50))
+
+
+def test_memory_does_not_grow_with_the_token_count(tmp_path: Path) -> None:
+    """Few long documents: iterating allocates the buffer and a per-document index, no more."""
+    words = [f"w{i}" for i in range(100)]
+    rng = np.random.default_rng(1)
+    docs = [" ".join(rng.choice(words, 20_000)) for _ in range(10)]  # 200k tokens
+    src = write(tmp_path / "long.txt", "\n\n".join(docs))
+    corpus = TokenCorpus.build(
+        src, tmp_path / "c", word_tokenizer(words, tmp_path / "t.json"), progress=False
+    )
+    loader = LanguageModelLoader(corpus, 8, bptt=50, world=World())
+    tracemalloc.start()
+    for _ in loader:
+        pass
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    buffer = loader._buffer.nbytes
+    assert peak < 0.1 * corpus.n_tokens * 8, (peak, corpus.n_tokens)
+    assert buffer < 8 * 8 * 75 * 33 + 1024
+
+
+def _rank_batches(rank: int, world: int, path: str) -> dict[str, Any]:
+    corpus = TokenCorpus.open(path)
+    loader = LanguageModelLoader(corpus, 2, bptt=6, seed=4)  # world detected from gloo
+    loader.set_epoch(1)
+    order = np.random.default_rng([4, 1, 0]).permutation(len(corpus)).tolist()
+    xs = [x.numpy().tolist() for x, _ in loader]
+    return {"rank": loader.world.rank, "batches": xs, "order": order}
+
+
+@pytest.mark.slow
+def test_real_ranks_split_the_streams(corpus: TokenCorpus) -> None:
+    results = run_processes(_rank_batches, 3, str(corpus.path))
+    assert [r["rank"] for r in results] == [0, 1, 2]
+    assert len({len(r["batches"]) for r in results}) == 1
+    single = [LanguageModelLoader(corpus, 2, bptt=6, seed=4, world=World(r, 3)) for r in range(3)]
+    for r, loader in enumerate(single):
+        loader.set_epoch(1)
+        assert [x.numpy().tolist() for x, _ in loader] == results[r]["batches"]
+    rows = [tuple(np.concatenate(rows_of(r["batches"], i))) for r in results for i in range(2)]
+    assert len(set(rows)) == 6  # six different streams
+
+
+def rows_of(batches: list[list[list[int]]], row: int) -> list[np.ndarray]:
+    return [np.array(b[row]) for b in batches]
+
+
+def test_real_wikipedia_sample(data_dir: Path, tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from lading.lm.texts import iter_texts
+
+    src = data_dir / "lm/enwiki-2015-wikiextractor.jsonl"
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    head = [t for _, t in zip(range(300), iter_texts(src))]
+    tok.train_from_iterator(
+        head,
+        trainers.BpeTrainer(
+            vocab_size=1000,
+            special_tokens=["<|endoftext|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    corpus = TokenCorpus.build(src, tmp_path / "wiki", tok, progress=False)
+    assert corpus.dtype == np.uint16 and len(corpus) > 1000
+    assert corpus.n_tokens > 5_000_000
+    loader = LanguageModelLoader(corpus, 16, bptt=70, world=World())
+    x, y = next(iter(loader))
+    assert x.shape[0] == 16 and np.array_equal(y[:, :-1].numpy(), x[:, 1:].numpy())
