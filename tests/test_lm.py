@@ -198,7 +198,7 @@ def test_memory_does_not_grow_with_the_token_count(tmp_path: Path) -> None:
     corpus = TokenCorpus.build(
         src, tmp_path / "c", word_tokenizer(words, tmp_path / "t.json"), progress=False
     )
-    loader = LanguageModelLoader(corpus, 8, bptt=50, world=World())
+    loader = LanguageModelLoader(corpus, 8, bptt=50, world=World(), chunk_batches=128)
     tracemalloc.start()
     for _ in loader:
         pass
@@ -206,7 +206,7 @@ def test_memory_does_not_grow_with_the_token_count(tmp_path: Path) -> None:
     tracemalloc.stop()
     buffer = loader._buffer.nbytes
     assert peak < 0.1 * corpus.n_tokens * 8, (peak, corpus.n_tokens)
-    assert buffer < 8 * 8 * 75 * 33 + 1024
+    assert buffer == 8 * 8 * (75 * 128 + 1)  # rows x (max_seq x chunk + 1) int64: no corpus term
 
 
 def _rank_batches(rank: int, world: int, path: str) -> dict[str, Any]:

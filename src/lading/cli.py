@@ -242,6 +242,87 @@ def _cmd_train_lm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from lading.bench import GridOptions, Settings, parse_bytes, render, run_bench
+
+    if args.target == "report":
+        if not args.dir:
+            raise ValueError("lading bench report DIR: say which folder holds results.json")
+        print(render(args.dir))
+        return 0
+    options = GridOptions(
+        strategies=[s for s in args.strategies.split(",") if s],
+        world_sizes=_int_list(args.world_sizes) if args.world_sizes else _default_world_sizes(),
+        modes=[m for m in args.modes.split(",") if m],
+        workers=_int_list(args.workers),
+        pin_memory=args.pin_memory,
+        ramdisk=args.ramdisk,
+        parallel=args.parallel,
+        memory_budget=parse_bytes(args.memory_budget) if args.memory_budget else None,
+    )
+    settings = Settings(
+        steps=args.steps,
+        warmup=args.warmup,
+        batch_size=args.batch_size,
+        group_size=args.group_size,
+        max_length=args.max_length,
+        model=args.model,
+    )
+    paths = {
+        k: Path(getattr(args, k)) if getattr(args, k) else None
+        for k in ("corpus", "queries", "qrels", "negatives")
+    }
+    run_bench(
+        options, settings, Path(args.out), passages=args.passages, tokenizer=args.tokenizer, **paths
+    )
+    print(f"results in {args.out} (results.json, report.md, *.png)")
+    return 0
+
+
+def _default_world_sizes() -> list[int]:
+    import torch
+
+    gpus = torch.cuda.device_count()
+    return [w for w in (1, 2, 4, 8) if w <= gpus] if gpus else [1, 2, 4]
+
+
+def _add_bench(sub: Any) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="the study: document strategies x world sizes, samples/s and memory",
+        description="lading bench [ir] [options] runs the grid; lading bench report DIR "
+        "re-renders report.md and the plots from DIR/results.json.",
+    )
+    p.add_argument("target", nargs="?", choices=["ir", "report"], default="ir")
+    p.add_argument("dir", nargs="?", help="with report: the results folder")
+    p.add_argument("--corpus", help="a corpus file (default: a synthetic one, cached)")
+    p.add_argument("--queries")
+    p.add_argument("--qrels")
+    p.add_argument("--negatives", help="a run for --sampling run (default sampling: random)")
+    p.add_argument("--passages", type=int, default=100_000, help="size of the default corpus")
+    p.add_argument("--strategies", default="memory,offsets,packed,irds")
+    p.add_argument("--world-sizes", help="default: 1,2,4 on CPU; 1,2,4,8 up to the GPUs")
+    p.add_argument("--modes", default="loader,train", help="loader, train or both")
+    p.add_argument("--workers", default="0", help="DataLoader workers, e.g. 0,2,4")
+    p.add_argument("--pin-memory", action="store_true", help="also run with pinned memory")
+    p.add_argument("--ramdisk", action="store_true", help="also run from a copy in /dev/shm")
+    p.add_argument("--parallel", choices=["ddp", "dp"], default="ddp")
+    p.add_argument("--steps", type=int, default=30, help="timed steps per cell")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    p.add_argument("--batch-size", type=int, default=8, help="groups per rank per step")
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--model", default="tiny", help="'tiny' on CPU; a HF model path on GPU")
+    p.add_argument("--tokenizer", help="the model's tokenizer (default: trained on the corpus)")
+    p.add_argument("--memory-budget", help="e.g. 8G (default: the machine's available RAM)")
+    p.add_argument("--out", default="bench-out", help="folder for results")
+    p.set_defaults(func=_cmd_bench)
+
+
 def _add_lm(sub: Any) -> None:
     lm = sub.add_parser("lm", help="language-model corpora: train a tokenizer, build a corpus")
     kinds = lm.add_subparsers(dest="lm_command", required=True)
@@ -391,6 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_train(sub)
     _add_lm(sub)
+    _add_bench(sub)
 
     p = sub.add_parser("rerank", help="rerank a run with a trained cross-encoder; evaluate it")
     p.add_argument("--model", required=True, help="OUT/model of lading train cross-encoder")

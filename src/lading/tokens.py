@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 UINT16_VOCAB = 1 << 16  # ids 0..65535 fit uint16: 2 bytes a token instead of 4
+EOS = "<|endoftext|>"
+TRAINABLE: tuple[str, ...] = ("bpe", "wordpiece")
+BERT_SPECIAL: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 def _import_tokenizers() -> Any:
@@ -82,3 +85,50 @@ def encode_texts(
     """
     encodings = tok.encode_batch(list(texts), add_special_tokens=False)
     return [np.asarray(e.ids[:max_length], dtype=dtype) for e in encodings]
+
+
+def train_tokenizer(texts: Iterable[str], kind: str = "wordpiece", vocab_size: int = 8000) -> Any:
+    """Train a tokenizer here, offline, on ``texts``.
+
+    ``"wordpiece"``: BERT-style (lower-cased, ``[CLS] a [SEP] b [SEP]`` pair template, the
+    special tokens ``[PAD] [UNK] [CLS] [SEP] [MASK]``), for cross-encoders. ``"bpe"``: GPT-2
+    style byte-level BPE with an ``<|endoftext|>`` token, for language models.
+    """
+    tokenizers = _import_tokenizers()
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    if kind not in TRAINABLE:
+        raise ValueError(f"unknown kind {kind!r}; choose from {sorted(TRAINABLE)}")
+    trainer: Any
+    if kind == "bpe":
+        tok = tokenizers.Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=[EOS],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
+        tok.train_from_iterator(texts, trainer)
+        return tok
+    tok = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(BERT_SPECIAL))
+    tok.train_from_iterator(texts, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
+    )
+    return tok
+
+
+def save_tokenizer(tok: Any, path: str | os.PathLike[str]) -> Path:
+    """Write ``tok`` to ``path`` atomically (a concurrent reader never sees half a file)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + f".tmp-{os.getpid()}")
+    tok.save(str(tmp))
+    tmp.replace(target)
+    return target

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from lading.procmem import tree_memory
 from lading.stores import build_store, open_store
 from lading.stores.base import DocStore
 from lading.stores.packed import PackedStore
+from lading.tokens import save_tokenizer, train_tokenizer
 from lading.world import World
 
 PRECISION: tuple[str, ...] = ("bf16", "fp16", "fp32")
@@ -76,27 +76,9 @@ class TrainConfig:
 
 
 def _tiny_tokenizer(texts: list[str], path: Path, world: World) -> Path:
-    """Train a WordPiece tokenizer on ``texts`` (rank 0) and save it, BERT-style, to ``path``."""
+    """Rank 0 trains a BERT-style WordPiece tokenizer on ``texts`` into ``path``; all wait."""
     if world.rank == 0 and not path.is_file():
-        from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-
-        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        tok.train_from_iterator(
-            texts, trainers.WordPieceTrainer(vocab_size=8000, special_tokens=special)
-        )
-        cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-        tok.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]",
-            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
-        )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-        tok.save(str(tmp))
-        tmp.replace(path)
+        save_tokenizer(train_tokenizer(texts, "wordpiece", 8000), path)
     ddp.barrier()
     return path
 

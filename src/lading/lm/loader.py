@@ -84,7 +84,7 @@ class LanguageModelLoader:
         world: World | None = None,
         mode: str = "streams",
         documents: npt.ArrayLike | None = None,
-        chunk_batches: int = 32,
+        chunk_batches: int = 128,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose from {sorted(MODES)}")
@@ -192,15 +192,21 @@ class LanguageModelLoader:
     def _read_forward(self, index: _Epoch, start: int, out: npt.NDArray[np.int64]) -> None:
         """Epoch-stream tokens ``[start, start + len(out))``, wrapping at the end, into ``out``."""
         tokens, total, n = self.corpus.tokens, index.total, len(out)
-        filled, pos = 0, start % total
+        cum_end, lengths, doc_start = index.cum_end, index.lengths, index.doc_start
+        pos = start % total
+        k = int(np.searchsorted(cum_end, pos, side="right"))  # once: the rest is k + 1, k + 2…
+        filled = 0
         while filled < n:
-            k = int(np.searchsorted(index.cum_end, pos, side="right"))
-            in_doc = pos - (int(index.cum_end[k]) - int(index.lengths[k]))
-            take = min(n - filled, int(index.lengths[k]) - in_doc)
-            src = int(index.doc_start[k]) + in_doc
+            length = int(lengths[k])
+            in_doc = pos - (int(cum_end[k]) - length)
+            take = min(n - filled, length - in_doc)
+            src = int(doc_start[k]) + in_doc
             out[filled : filled + take] = tokens[src : src + take]
             filled += take
-            pos = (pos + take) % total
+            pos += take
+            k += 1
+            if k == len(cum_end):  # wrap around to the start of the epoch stream
+                k, pos = 0, 0
 
     def _read(self, index: _Epoch, start: int, out: npt.NDArray[np.int64]) -> None:
         if not self.backwards:
@@ -247,6 +253,7 @@ class LanguageModelLoader:
             col = offset - base
             self.batch += 1
             offset += length
+            # numpy slicing + from_numpy measured faster than slicing a torch view of the buffer
             yield (
                 torch.from_numpy(buf[:, col : col + length]),
                 torch.from_numpy(buf[:, col + 1 : col + length + 1]),

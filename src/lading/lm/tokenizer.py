@@ -1,15 +1,16 @@
-"""Training a tokenizer locally (the ``tokenizers`` library), so everything runs offline."""
+"""Training a language-model tokenizer locally from any corpus source, so all runs offline."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
-from typing import Any
 
 from lading.lm.texts import iter_texts
+from lading.tokens import TRAINABLE, save_tokenizer
+from lading.tokens import train_tokenizer as train_on_texts
 
-EOS = "<|endoftext|>"
-KINDS: tuple[str, ...] = ("bpe", "wordpiece")
+KINDS = TRAINABLE
 
 
 def train_tokenizer(
@@ -20,7 +21,7 @@ def train_tokenizer(
     split: str = "blank",
     limit: int | None = None,
 ) -> Path:
-    """Train a byte-level BPE (GPT-2 style) or a WordPiece tokenizer on ``source``.
+    """Train a tokenizer on the documents of ``source`` and write it to ``out``.
 
     Args:
         source: anything :func:`lading.lm.texts.iter_texts` reads.
@@ -30,34 +31,11 @@ def train_tokenizer(
         split: how plain text divides into documents.
         limit: train on at most this many documents.
     """
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
-    if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}; choose from {sorted(KINDS)}")
     texts = iter_texts(source, split)
     if limit is not None:
-        texts = (t for i, t in enumerate(texts) if i < limit)
-    trainer: Any
-    if kind == "bpe":
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size,
-            special_tokens=[EOS],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        )
-    else:
-        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        trainer = trainers.WordPieceTrainer(
-            vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        )
-    tok.train_from_iterator(texts, trainer)
+        texts = itertools.islice(texts, limit)
+    tok = train_on_texts(texts, kind, vocab_size)
     path = Path(out)
     if path.is_dir() or path.suffix != ".json":
         path = path / "tokenizer.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(path))
-    return path
+    return save_tokenizer(tok, path)

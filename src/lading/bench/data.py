@@ -1,0 +1,140 @@
+"""The study's inputs, prepared once: corpus, queries, judgements, tokenizer and every store.
+
+Without arguments ``lading bench`` generates an MS MARCO-shaped passage collection with
+:func:`lading.synth.synth` under the user's cache directory and builds, from that one TSV, the
+stores the strategies need: a pre-tokenized PackedStore, an OffsetStore and an ir_datasets
+docstore (when ir_datasets is installed). A real collection can be given instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from lading.synth import synth
+
+STRATEGIES: tuple[str, ...] = ("irds", "memory", "offsets", "packed")
+
+
+def cache_dir() -> Path:
+    """``$LADING_CACHE``, else ``$XDG_CACHE_HOME/lading``, else ``~/.cache/lading``."""
+    if os.environ.get("LADING_CACHE"):
+        return Path(os.environ["LADING_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "lading"
+
+
+@dataclass(frozen=True)
+class BenchData:
+    """Paths of everything a cell opens (the same files for every strategy)."""
+
+    corpus: Path
+    queries: Path
+    qrels: Path
+    negatives: Path | None
+    tokenizer: Path
+    packed: Path
+    offsets: Path
+    irds_tsv: Path | None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {k: (str(v) if v is not None else None) for k, v in self.__dict__.items()}
+
+
+def default_collection(passages: int) -> tuple[Path, Path, Path, Path]:
+    """(corpus, queries, qrels, run) of the cached synthetic collection, made on first use."""
+    folder = cache_dir() / "bench" / f"synth-passages-{passages}"
+    if not (folder / "run.trec").is_file():
+        tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        synth("passages", passages, tmp)
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.replace(folder)
+    return (
+        folder / "collection.tsv",
+        folder / "queries.tsv",
+        folder / "qrels.txt",
+        folder / "run.trec",
+    )
+
+
+def prepare(
+    corpus: Path,
+    queries: Path,
+    qrels: Path,
+    negatives: Path | None,
+    work: Path,
+    strategies: list[str],
+    tokenizer: str | None = None,
+) -> BenchData:
+    """Build (or reuse) the tokenizer and the stores of ``strategies`` under ``work``."""
+    from lading.sources import read_records
+    from lading.stores import OffsetStore, build_store
+    from lading.tokens import save_tokenizer, train_tokenizer
+
+    work.mkdir(parents=True, exist_ok=True)
+    if tokenizer is None:
+        tok_path = work / "tokenizer" / "tokenizer.json"
+        if not tok_path.is_file():
+            texts = [r.text for _, r in zip(range(20_000), read_records(corpus))]
+            save_tokenizer(train_tokenizer(texts, "wordpiece", 8000), tok_path)
+    else:
+        tok_path = Path(tokenizer)
+        if tok_path.is_dir():
+            tok_path = tok_path / "tokenizer.json"
+    packed = work / "packed"
+    if "packed" in strategies:
+        build_store(corpus, packed, tokenizer=tok_path, max_length=512, progress=True)
+    offsets = work / "offsets"
+    if "offsets" in strategies and not (offsets / "meta.json").is_file():
+        OffsetStore.build(corpus, offsets)
+    irds_tsv = None
+    if "irds" in strategies:
+        from lading.stores import IrDatasetsStore
+
+        irds_tsv = work / "irds" / "collection.tsv"  # ir_datasets writes its docstore beside it
+        if not irds_tsv.exists():
+            irds_tsv.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(corpus, irds_tsv)
+        IrDatasetsStore.from_tsv(irds_tsv).get_many([])  # build the docstore now, not in a cell
+    return BenchData(corpus, queries, qrels, negatives, tok_path, packed, offsets, irds_tsv)
+
+
+def to_ramdisk(data: BenchData, strategy: str, root: Path) -> BenchData:
+    """A copy of what ``strategy`` reads, under ``root`` (a tmpfs such as /dev/shm)."""
+    root.mkdir(parents=True, exist_ok=True)
+
+    def copy(path: Path) -> Path:
+        target = root / path.name
+        if path.is_dir():
+            shutil.copytree(path, target, dirs_exist_ok=True)
+        else:
+            shutil.copyfile(path, target)
+        return target
+
+    if strategy == "packed":
+        return BenchData(**{**data.__dict__, "packed": copy(data.packed)})
+    if strategy == "memory":
+        return BenchData(**{**data.__dict__, "corpus": copy(data.corpus)})
+    if strategy == "offsets":
+        from lading.stores import OffsetStore
+
+        corpus = copy(data.corpus)
+        return BenchData(
+            **{
+                **data.__dict__,
+                "corpus": corpus,
+                "offsets": OffsetStore.build(corpus, root / "offsets").path,
+            }
+        )
+    assert data.irds_tsv is not None
+    folder = root / "irds"
+    folder.mkdir(parents=True, exist_ok=True)
+    tsv = folder / data.irds_tsv.name
+    shutil.copyfile(data.irds_tsv, tsv)
+    docstore = data.irds_tsv.with_name(data.irds_tsv.name + ".pklz4")
+    if docstore.exists():
+        shutil.copytree(docstore, folder / docstore.name, dirs_exist_ok=True)
+    return BenchData(**{**data.__dict__, "irds_tsv": tsv})

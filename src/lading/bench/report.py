@@ -1,0 +1,252 @@
+"""Results of ``lading bench``: the JSON record, the study's tables in Markdown, and plots.
+
+``results.json`` holds one record per cell plus the machine, library versions, corpus and every
+option, so ``lading bench report DIR`` can re-render the tables and plots from it alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "lading.bench/1"
+CELL_KEYS: tuple[str, ...] = (
+    "strategy",
+    "world_size",
+    "mode",
+    "workers",
+    "pin_memory",
+    "ramdisk",
+    "parallel",
+    "status",
+    "memory",
+)
+STATUSES: tuple[str, ...] = ("error", "ok", "oom")
+MiB = 2**20
+
+
+def machine() -> dict[str, Any]:
+    """Where the numbers were measured (absolute figures only mean something here)."""
+    import numpy
+    import psutil
+    import torch
+
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpus": os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "gpus": gpus,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+    }
+
+
+def new_results(
+    options: dict[str, Any], settings: dict[str, Any], corpus: dict[str, Any]
+) -> dict[str, Any]:
+    from lading import __version__
+
+    return {
+        "schema": SCHEMA,
+        "lading": __version__,
+        "machine": machine(),
+        "options": options,
+        "settings": settings,
+        "corpus": corpus,
+        "cells": [],
+    }
+
+
+def write_results(results: dict[str, Any], out: Path) -> Path:
+    """Write ``out/results.json`` atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    tmp = path.with_name(f"results.json.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(results, indent=2, default=str))
+    tmp.replace(path)
+    return path
+
+
+def validate(results: Any) -> dict[str, Any]:
+    """``results`` if it follows the schema; else ValueError saying what is wrong."""
+    if not isinstance(results, dict) or results.get("schema") != SCHEMA:
+        found = results.get("schema") if isinstance(results, dict) else type(results).__name__
+        raise ValueError(f"not a lading bench result (schema {found!r}, expected {SCHEMA!r})")
+    for key in ("machine", "options", "settings", "corpus", "cells"):
+        if key not in results:
+            raise ValueError(f"results lack {key!r}")
+    for i, cell in enumerate(results["cells"]):
+        missing = [k for k in CELL_KEYS if k not in cell]
+        if missing:
+            raise ValueError(f"cell {i} lacks {missing}")
+        if cell["status"] not in STATUSES:
+            raise ValueError(f"cell {i} has status {cell['status']!r}; expected {STATUSES}")
+        if cell["status"] == "ok" and not cell.get("samples_per_s", 0) > 0:
+            raise ValueError(f"cell {i} is ok but has no positive samples_per_s")
+    return results
+
+
+def load_results(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    path = Path(directory) / "results.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no results.json in {directory}; run `lading bench --out DIR`")
+    return validate(json.loads(path.read_text()))
+
+
+def _value(cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return "-"
+    if cell["status"] == "oom":
+        return "OOM"
+    if cell["status"] == "error":
+        return "error"
+    memory = cell["memory"]
+    added = cell.get("strategy_anon")
+    extra = f" (+{added / MiB:,.0f} for documents)" if added is not None else ""
+    return (
+        f"{cell['samples_per_s']:,.1f}/s, anon {memory['peak_anon'] / MiB:,.0f} MiB{extra}, "
+        f"PSS {memory['peak_pss'] / MiB:,.0f} MiB"
+    )
+
+
+def _main_cells(results: dict[str, Any]) -> list[dict[str, Any]]:
+    first_workers = results["options"]["workers"][0]
+    return [
+        c
+        for c in results["cells"]
+        if c["workers"] == first_workers and not c["pin_memory"] and not c["ramdisk"]
+    ]
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The study's layout: per mode, strategies x world sizes; then the variants."""
+    cells = _main_cells(results)
+    sizes = sorted({c["world_size"] for c in cells})
+    strategies = list(dict.fromkeys(c["strategy"] for c in cells))
+    corpus = results["corpus"]
+    lines = [
+        "# lading bench",
+        "",
+        f"Corpus: {corpus.get('documents', '?'):,} documents ({corpus.get('name', '?')}), "
+        f"text {corpus.get('text_bytes', 0) / MiB:,.0f} MiB. Machine: "
+        f"{results['machine']['cpus']} CPUs, GPUs: {results['machine']['gpus'] or 'none'}, "
+        f"torch {results['machine']['torch']}. Samples/s count the whole loop (waiting for the "
+        "batch, host-to-device copy, step) summed over ranks, after warm-up; memory is the peak "
+        "over all ranks and DataLoader workers together (anonymous memory: what each copy "
+        'costs; PSS: shared pages divided among their users); "for documents" is the '
+        "anonymous memory the ranks gained from opening their documents to the end of the run.",
+    ]
+    for mode in dict.fromkeys(c["mode"] for c in cells):
+        lines += [
+            "",
+            f"## {mode} mode",
+            "",
+            "| strategy | "
+            + " | ".join(f"{w} process{'es' if w > 1 else ''}" for w in sizes)
+            + " |",
+            "|---|" + "---:|" * len(sizes),
+        ]
+        for s in strategies:
+            row = []
+            for w in sizes:
+                match = [
+                    c for c in cells if (c["strategy"], c["world_size"], c["mode"]) == (s, w, mode)
+                ]
+                row.append(_value(match[-1] if match else None))
+            lines.append(f"| {s} | " + " | ".join(row) + " |")
+    variants = [c for c in results["cells"] if c not in cells]
+    if variants:
+        lines += [
+            "",
+            "## Workers, pinned memory, RAM disk (1 process, loader mode)",
+            "",
+            "| strategy | workers | pin memory | RAM disk | result |",
+            "|---|---:|---|---|---|",
+        ]
+        for c in variants:
+            lines.append(
+                f"| {c['strategy']} | {c['workers']} | {c['pin_memory']} | "
+                f"{c['ramdisk']} | {_value(c)} |"
+            )
+    problems = [c for c in results["cells"] if c["status"] != "ok"]
+    if problems:
+        lines += ["", "## Cells that did not run to the end", ""]
+        for c in problems:
+            reason = str(c.get("reason", "")).strip().splitlines()
+            lines.append(
+                f"- {c['strategy']} x{c['world_size']} {c['mode']}: {c['status']} "
+                f"({reason[-1] if reason else 'no reason recorded'})"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
+    """samples/s and anonymous memory against world size, one line per strategy and mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = [c for c in _main_cells(results) if c["status"] == "ok"]
+    paths = []
+    for name, ylabel, value in (
+        ("samples_per_s.png", "samples/s (all ranks)", lambda c: c["samples_per_s"]),
+        (
+            "memory_anon.png",
+            "peak anonymous memory, all processes (MiB)",
+            lambda c: c["memory"]["peak_anon"] / MiB,
+        ),
+        (
+            "memory_documents.png",
+            "anonymous memory for documents, all ranks (MiB)",
+            lambda c: c.get("strategy_anon", 0) / MiB,
+        ),
+        (
+            "memory_pss.png",
+            "peak PSS, all processes (MiB)",
+            lambda c: c["memory"]["peak_pss"] / MiB,
+        ),
+    ):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+        for mode in dict.fromkeys(c["mode"] for c in cells):
+            for strategy in dict.fromkeys(c["strategy"] for c in cells):
+                points = sorted(
+                    (c["world_size"], value(c))
+                    for c in cells
+                    if (c["mode"], c["strategy"]) == (mode, strategy)
+                )
+                if points:
+                    xs, ys = zip(*points)
+                    ax.plot(xs, ys, marker="o", label=f"{strategy} ({mode})")
+        for c in results["cells"]:
+            if c["status"] == "oom" and c in _main_cells(results):
+                ax.axvline(c["world_size"], color="red", alpha=0.15)
+        ax.set_xlabel("processes (world size)")
+        ax.set_xticks(sorted({c["world_size"] for c in cells}))
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / name
+        fig.savefig(path)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def render(directory: str | os.PathLike[str]) -> str:
+    """Re-render ``report.md`` and the plots from ``results.json``; return the Markdown."""
+    out = Path(directory)
+    results = load_results(out)
+    markdown = render_markdown(results)
+    (out / "report.md").write_text(markdown)
+    write_plots(results, out)
+    return markdown

@@ -1,0 +1,119 @@
+"""lading bench end to end on a small grid: every cell, positive numbers, schema, table, plots."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from lading.bench.report import render, validate
+from lading.cli import main
+from lading.synth import synth
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("matplotlib")
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from a PNG header (and proof that it is a PNG)."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    width, height = struct.unpack(">II", head[16:24])
+    return width, height
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    files = synth("passages", 2000, tmp_path_factory.mktemp("bench") / "c", queries=40)
+    return {
+        "--corpus": str(files.corpus),
+        "--queries": str(files.queries),
+        "--qrels": str(files.qrels),
+    }
+
+
+def bench(collection: dict[str, str], out: Path, *extra: str) -> dict:  # type: ignore[type-arg]
+    args = ["bench", "--steps", "3", "--warmup", "1", "--out", str(out)]
+    for key, value in collection.items():
+        args += [key, value]
+    assert main(args + list(extra)) == 0
+    return json.loads((out / "results.json").read_text())
+
+
+def test_small_grid(
+    collection: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "cache"))
+    results = bench(
+        collection,
+        tmp_path / "out",
+        "--strategies",
+        "memory,packed",
+        "--world-sizes",
+        "1,2",
+        "--modes",
+        "loader,train",
+        "--workers",
+        "0,1",
+    )
+    validate(results)
+    cells = {(c["strategy"], c["world_size"], c["mode"], c["workers"]): c for c in results["cells"]}
+    expected = {
+        (s, w, m, 0) for s in ("memory", "packed") for w in (1, 2) for m in ("loader", "train")
+    } | {("memory", 1, "loader", 1), ("packed", 1, "loader", 1)}
+    assert set(cells) == expected
+    for cell in cells.values():
+        assert cell["status"] == "ok", cell.get("reason")
+        assert cell["samples_per_s"] > 0
+        assert cell["memory"]["peak_anon"] > 0 and cell["memory"]["peak_pss"] > 0
+        assert cell["memory"]["processes"] >= cell["world_size"] + cell["workers"]
+    # the dict is a copy per rank: two ranks hold about twice what one holds
+    one, two = cells[("memory", 1, "loader", 0)], cells[("memory", 2, "loader", 0)]
+    assert two["strategy_anon"] > 1.5 * one["strategy_anon"] > 0
+    assert results["machine"]["torch"] and results["corpus"]["documents"] == 2000
+    table = capsys.readouterr().out
+    assert "## loader mode" in table and "| packed |" in table
+    for name in ("samples_per_s.png", "memory_anon.png", "memory_pss.png", "memory_documents.png"):
+        width, height = png_size(tmp_path / "out" / name)
+        assert width > 300 and height > 200
+    (tmp_path / "out" / "report.md").unlink()
+    assert "## train mode" in render(tmp_path / "out")
+    assert (tmp_path / "out" / "report.md").is_file()
+
+
+def test_tiny_budget_gives_oom_cells_and_the_grid_goes_on(
+    collection: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "cache"))
+    results = bench(
+        collection,
+        tmp_path / "out",
+        "--strategies",
+        "memory,packed",
+        "--world-sizes",
+        "1,2",
+        "--modes",
+        "loader",
+        "--memory-budget",
+        "1M",
+    )
+    statuses = [(c["strategy"], c["world_size"], c["status"]) for c in results["cells"]]
+    assert statuses == [
+        ("memory", 1, "oom"),
+        ("memory", 2, "oom"),
+        ("packed", 1, "oom"),
+        ("packed", 2, "oom"),
+    ]
+    assert results["cells"][1].get("predicted") is True  # x2 predicted from x1, not run
+    assert "OOM" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_report_refuses_foreign_files(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text(json.dumps({"schema": "other/1"}))
+    with pytest.raises(ValueError, match="not a lading bench result"):
+        render(tmp_path)
