@@ -323,6 +323,39 @@ def _add_bench(sub: Any) -> None:
     p.set_defaults(func=_cmd_bench)
 
 
+def _cmd_train_sessions(args: argparse.Namespace) -> int:
+    from lading.tabular.train import SessionsConfig, train_sessions
+
+    fields = {k: v for k, v in vars(args).items() if k in SessionsConfig.__dataclass_fields__}
+    fields.update(data=Path(args.data), out=Path(args.out), train_days=_int_list(args.train_days))
+    summary = train_sessions(SessionsConfig(**fields))
+    if "model" in summary:
+        model, popular = summary["model"], summary["most_popular"]
+        print(
+            f"{args.out}: {summary['steps']} steps on {summary['world_size']} process(es); "
+            f"day {args.eval_day}, {model['sessions']:,} sessions"
+        )
+        print(f"{'':14s} {'Recall@20':>10s} {'NDCG@20':>10s}")
+        for name, m in (("model", model), ("most popular", popular)):
+            print(f"{name:14s} {m['recall@20']:10.4f} {m['ndcg@20']:10.4f}")
+    return 0
+
+
+def _cmd_repartition(args: argparse.Namespace) -> int:
+    from lading.tabular import repartition
+
+    print(
+        repartition(
+            args.src,
+            args.dst,
+            world_size=args.world_size,
+            workers=args.workers,
+            row_group_size=args.row_group_size,
+        )
+    )
+    return 0
+
+
 def _add_lm(sub: Any) -> None:
     lm = sub.add_parser("lm", help="language-model corpora: train a tokenizer, build a corpus")
     kinds = lm.add_subparsers(dest="lm_command", required=True)
@@ -354,6 +387,36 @@ def _add_lm(sub: Any) -> None:
 def _add_train(sub: Any) -> None:
     train = sub.add_parser("train", help="train a model with DDP, DP or one process")
     kinds = train.add_subparsers(dest="kind", required=True)
+    p = kinds.add_parser(
+        "sessions",
+        help="a next-item transformer on parquet sessions (YOOCHOOSE protocol)",
+        description="torchrun --nproc_per_node N -m lading train sessions ... for DDP; "
+        "--parallel dp for nn.DataParallel (batch size = total).",
+    )
+    p.add_argument("--data", required=True, help="folder with one sub-folder per day")
+    p.add_argument("--out", required=True)
+    p.add_argument("--train-days", default="178,179,180,181")
+    p.add_argument("--eval-day", type=int, default=182)
+    p.add_argument("--column", default="item_id-list_seq")
+    p.add_argument("--max-len", type=int, default=20)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=2)
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument(
+        "--positions",
+        type=int,
+        default=4,
+        help="random positions per session in the loss (0: all; CPU-friendly)",
+    )
+    p.add_argument("--parallel", choices=["ddp", "dp", "none"], default="ddp")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=50)
+    p.set_defaults(func=_cmd_train_sessions)
     p = kinds.add_parser(
         "lm",
         help="an LSTM language model on a TokenCorpus (BPTT continuity)",
@@ -473,6 +536,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_lm(sub)
     _add_bench(sub)
+
+    p = sub.add_parser("repartition", help="rewrite parquet into row groups for N readers")
+    p.add_argument("src", nargs="+", help="parquet files or folders")
+    p.add_argument("dst", help="folder to write")
+    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--workers", type=int, default=1, help="DataLoader workers per rank")
+    p.add_argument("--row-group-size", type=int, help="rows per group wanted")
+    p.set_defaults(func=_cmd_repartition)
 
     p = sub.add_parser("rerank", help="rerank a run with a trained cross-encoder; evaluate it")
     p.add_argument("--model", required=True, help="OUT/model of lading train cross-encoder")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from lading.stores.layout import META_FILE, fsync_dir
 
+DATASET_MARK = "_lading.json"
 _TMP_MARK = ".tmp-"
 _OLD_MARK = ".old-"
 
@@ -72,14 +73,16 @@ def _alive(pid: int) -> bool:
 def is_ours_to_replace(dest: Path) -> bool:
     """Whether ``dest`` may be deleted by a rebuild: absent, an empty dir, or a lading directory.
 
-    A lading directory has a ``meta.json`` (any content: a corrupt store may be replaced);
-    anything else is the user's and is never deleted.
+    A lading directory has a ``meta.json`` (any content: a corrupt store may be replaced) or,
+    for parquet output that other tools read as a dataset, a ``_lading.json`` (pyarrow skips
+    names starting with ``_``); anything else is the user's and is never deleted.
     """
     if not dest.exists():
         return True
     if not dest.is_dir():
         return False
-    return (dest / META_FILE).is_file() or not any(dest.iterdir())
+    marked = (dest / META_FILE).is_file() or (dest / DATASET_MARK).is_file()
+    return marked or not any(dest.iterdir())
 
 
 def publish(tmp: Path, dest: Path) -> None:

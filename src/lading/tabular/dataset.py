@@ -1,0 +1,318 @@
+"""PartitionedParquet: batches of tensors from parquet row groups, equal on every rank.
+
+Each (rank, DataLoader worker) reads its planned share (see :mod:`lading.tabular.plan`) in
+chunks of ``buffer_rows`` rows, shuffles each chunk with a generator seeded from
+``(seed, epoch, reader, chunk)`` and cuts batches from the shuffled stream. Memory per worker:
+the chunk being served plus the one being read, i.e. a few row groups. Because chunks have
+fixed boundaries in the reader's row sequence, a resume jumps straight to the batch after the
+last one received and reads at most one chunk again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from lading.tabular.pad import pad_lists
+from lading.tabular.plan import (
+    Share,
+    epoch_pieces,
+    parquet_files,
+    pieces_of,
+    rows_per_reader,
+    share_of,
+)
+from lading.world import World
+
+STATE_VERSION = 1
+
+
+class PartitionedParquet(IterableDataset[dict[str, torch.Tensor]]):
+    """Parquet rows as dicts of tensors, the same number of batches on every rank.
+
+    Args:
+        paths: parquet files and/or folders (read recursively).
+        columns: columns to read (default: all).
+        batch_size: rows per batch.
+        list_columns: ``{name: max_len}`` of ragged list columns: padded or truncated (keeping
+            the most recent items) to ``max_len``, with a ``<name>_lengths`` tensor.
+        pad: ``"right"`` or ``"left"`` padding of list columns (with ``pad_value``).
+        shuffle: shuffle row groups and rows within chunks, from ``(seed, epoch)``.
+        seed: fixes every order.
+        drop_last: drop each reader's last partial batch.
+        equalize: ``"truncate"`` or ``"pad"`` (see :mod:`lading.tabular.plan`).
+        world: rank and world size (default: detected; always the global rank).
+        buffer_rows: rows shuffled together (default: the largest row group, at least
+            8 batches).
+        pad_value: fill of list columns.
+
+    Raises:
+        ValueError: a column is missing or cannot become a tensor, or there are fewer rows
+            than ranks (the message says what to change).
+    """
+
+    def __init__(
+        self,
+        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        columns: Sequence[str] | None = None,
+        batch_size: int = 32,
+        list_columns: Mapping[str, int] | None = None,
+        pad: str = "right",
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        equalize: str = "truncate",
+        world: World | None = None,
+        buffer_rows: int | None = None,
+        pad_value: int | float = 0,
+    ) -> None:
+        import pyarrow.parquet as pq
+
+        super().__init__()
+        self.files = parquet_files(paths)
+        self.pieces = pieces_of(self.files)
+        schema = pq.read_schema(self.files[0])
+        self.columns = list(columns) if columns is not None else list(schema.names)
+        self.list_columns = dict(list_columns or {})
+        _check_columns(schema, self.columns, self.list_columns, self.files[0])
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size, self.pad, self.shuffle, self.seed = batch_size, pad, shuffle, seed
+        self.drop_last, self.equalize, self.pad_value = drop_last, equalize, pad_value
+        self.world = world or World.detect()
+        self.total_rows = sum(p.rows for p in self.pieces)
+        rows_per_reader(self.total_rows, self.world.world_size, equalize)  # fail now, not later
+        largest = max((p.rows for p in self.pieces), default=1)
+        self.buffer_rows = buffer_rows or max(largest, 8 * batch_size)
+        self.epoch = 0
+        self.skip_batches = 0  # batches of this epoch the rank already received (resume)
+        self._files: dict[str, Any] = {}
+        self._pid = -1
+
+    # ------------------------------------------------------------------ planning
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` (reshuffles; the same on every rank)."""
+        self.epoch, self.skip_batches = epoch, 0
+
+    def readers(self, num_workers: int) -> int:
+        return self.world.world_size * max(1, num_workers)
+
+    def batches_per_reader(self, num_workers: int) -> int:
+        rows = rows_per_reader(self.total_rows, self.readers(num_workers), self.equalize)
+        return rows // self.batch_size if self.drop_last else -(-rows // self.batch_size)
+
+    def batches_per_rank(self, num_workers: int = 0) -> int:
+        """Batches every rank yields per epoch with ``num_workers`` DataLoader workers."""
+        return self.batches_per_reader(num_workers) * max(1, num_workers)
+
+    def share(self, worker: int, num_workers: int) -> Share:
+        """What worker ``worker`` of this rank reads this epoch."""
+        ordered = epoch_pieces(self.pieces, self.seed, self.epoch, self.shuffle)
+        reader = self.world.rank * max(1, num_workers) + worker
+        return share_of(ordered, reader, self.readers(num_workers), self.equalize)
+
+    # ------------------------------------------------------------------ reading
+
+    def _file(self, path: str) -> Any:
+        import pyarrow.parquet as pq
+
+        if self._pid != os.getpid():  # file handles are per process, never shared over fork
+            self._files, self._pid = {}, os.getpid()
+        if path not in self._files:
+            self._files[path] = pq.ParquetFile(path)
+        return self._files[path]
+
+    def _read(self, share: Share, lo: int, hi: int) -> Any:
+        """Rows ``[lo, hi)`` of a share as one Arrow table."""
+        import pyarrow as pa
+
+        tables, position = [], 0
+        for fragment in share.fragments:
+            size = fragment.stop - fragment.start
+            begin, end = position, position + size
+            position = end
+            if end <= lo or begin >= hi:
+                continue
+            table = self._file(fragment.piece.path).read_row_group(
+                fragment.piece.row_group, columns=self.columns
+            )
+            first = fragment.start + max(lo, begin) - begin
+            last = fragment.start + min(hi, end) - begin
+            table = table.slice(first, last - first)
+            for name in self.columns:
+                if table.column(name).null_count:
+                    raise ValueError(
+                        f"{fragment.piece.path}, row group {fragment.piece.row_group}: column "
+                        f"{name!r} has nulls; fill them (pyarrow.compute.fill_null) or leave the "
+                        "column out of columns="
+                    )
+            tables.append(table)
+        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+    def _tensors(self, table: Any) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        for name in self.columns:
+            column = table.column(name).combine_chunks()
+            if name in self.list_columns:
+                offsets = np.asarray(column.offsets, dtype=np.int64)
+                values = column.flatten().to_numpy(zero_copy_only=False)
+                padded, lengths = pad_lists(
+                    values, offsets - offsets[0], self.list_columns[name], self.pad, self.pad_value
+                )
+                out[name] = torch.from_numpy(padded)
+                out[f"{name}_lengths"] = torch.from_numpy(lengths)
+            else:
+                out[name] = torch.from_numpy(column.to_numpy(zero_copy_only=False).copy())
+        return out
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 0)
+        workers = max(1, num_workers)
+        # The DataLoader takes batches from its workers round-robin, starting with worker 0.
+        # Of the rank's first `skip_batches`, logical worker w delivered every workers-th one
+        # starting at w; after a resume the next batch is logical worker skip % workers's, so
+        # worker 0 takes that role and the others follow in turn.
+        worker = (worker + self.skip_batches) % workers
+        share = self.share(worker, num_workers)
+        batches = self.batches_per_reader(num_workers)
+        done = max(0, (self.skip_batches - worker + workers - 1) // workers)
+        reader = self.world.rank * workers + worker
+        size, chunk_rows = self.batch_size, self.buffer_rows
+        chunk_index, chunk = -1, None
+        for b in range(done, batches):
+            lo, hi = b * size, min((b + 1) * size, share.rows)
+            parts = []
+            while lo < hi:
+                wanted = lo // chunk_rows
+                if wanted != chunk_index:
+                    chunk_index = wanted
+                    chunk = self._chunk(share, reader, chunk_index)
+                assert chunk is not None
+                offset = chunk_index * chunk_rows
+                take = min(hi, offset + chunk.num_rows) - lo
+                parts.append(chunk.slice(lo - offset, take))
+                lo += take
+            import pyarrow as pa
+
+            yield self._tensors(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
+
+    def _chunk(self, share: Share, reader: int, index: int) -> Any:
+        lo = index * self.buffer_rows
+        table = self._read(share, lo, min(lo + self.buffer_rows, share.rows))
+        if not self.shuffle:
+            return table
+        rng = np.random.default_rng([self.seed, self.epoch, reader, index, 13])
+        return table.take(rng.permutation(table.num_rows))
+
+    def loader(
+        self,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        multiprocessing_context: str | None = None,
+    ) -> ParquetLoader:
+        """A DataLoader over this dataset that can save and restore its position."""
+        return ParquetLoader(self, num_workers, pin_memory, multiprocessing_context)
+
+
+class ParquetLoader:
+    """Iterates a :class:`PartitionedParquet` with DataLoader workers; resumable mid-epoch."""
+
+    def __init__(
+        self,
+        dataset: PartitionedParquet,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        multiprocessing_context: str | None = None,
+    ) -> None:
+        self.dataset, self.num_workers, self.pin_memory = dataset, num_workers, pin_memory
+        self.context = multiprocessing_context
+        self.batches = 0  # batches of the current epoch received
+
+    @property
+    def epoch(self) -> int:
+        return self.dataset.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)
+        self.batches = 0
+
+    def __len__(self) -> int:
+        return self.dataset.batches_per_rank(self.num_workers) - self.batches
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        self.dataset.skip_batches = self.batches
+        kwargs: dict[str, Any] = {}
+        if self.num_workers and self.context:
+            kwargs["multiprocessing_context"] = self.context
+        data = DataLoader(
+            self.dataset,
+            batch_size=None,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            **kwargs,
+        )
+        for batch in data:
+            self.batches += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "epoch": self.dataset.epoch,
+            "batches": self.batches,
+            "num_workers": self.num_workers,
+            "world_size": self.dataset.world.world_size,
+            "seed": self.dataset.seed,
+            "rows": self.dataset.total_rows,
+            "batch_size": self.dataset.batch_size,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        mine = self.state_dict()
+        for key in ("version", "num_workers", "world_size", "seed", "rows", "batch_size"):
+            if state.get(key) != mine[key]:
+                raise ValueError(
+                    f"loader state has {key}={state.get(key)!r}, this loader "
+                    f"{mine[key]!r}; resume with the settings of the saved run"
+                )
+        self.dataset.epoch = int(state["epoch"])
+        self.batches = int(state["batches"])
+
+
+def _check_columns(
+    schema: Any, columns: list[str], list_columns: dict[str, int], path: Any
+) -> None:
+    import pyarrow as pa
+
+    for name in [*columns, *list_columns]:
+        if name not in schema.names:
+            raise ValueError(f"{path}: no column {name!r}; it has {schema.names}")
+    for name in columns:
+        kind = schema.field(name).type
+        if name in list_columns:
+            if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+                raise ValueError(
+                    f"{path}: {name!r} is {kind}, not a list; drop it from list_columns"
+                )
+            kind = kind.value_type
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            raise ValueError(
+                f"{path}: {name!r} is a list column ({kind}); give its max_len in "
+                f"list_columns={{{name!r}: N}}"
+            )
+        if not (
+            pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+        ):
+            raise ValueError(
+                f"{path}: {name!r} is {kind} and cannot become a tensor; leave it out of columns="
+            )
+    missing_lists = [n for n in list_columns if n not in columns]
+    if missing_lists:
+        raise ValueError(f"list_columns {missing_lists} are not among columns={columns}")

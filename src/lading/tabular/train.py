@@ -1,0 +1,205 @@
+"""Training the next-item transformer on parquet sessions with DDP (torchrun), DP or one process.
+
+The default protocol follows Transformers4Rec's YOOCHOOSE example: train on the sessions of
+days 178-181, evaluate on day 182. With ``parallel="dp"`` one process drives every GPU through
+``nn.DataParallel`` and ``batch_size`` is the total batch, as in Transformers4Rec; with DDP it is
+the batch of each rank, so the effective batch grows with the world size: retune the learning
+rate when changing either.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from lading import ddp
+from lading.tabular.dataset import PartitionedParquet
+from lading.tabular.sessions import (
+    NextItemTransformer,
+    last_item_ranks,
+    metrics,
+    next_item_loss,
+    popularity_ranks,
+)
+from lading.world import World
+
+ITEMS = "item_id-list_seq"
+
+
+@dataclass
+class SessionsConfig:
+    """Everything ``lading train sessions`` takes (see ``lading train sessions -h``)."""
+
+    data: Path
+    out: Path
+    train_days: list[int] = field(default_factory=lambda: [178, 179, 180, 181])
+    eval_day: int = 182
+    column: str = ITEMS
+    max_len: int = 20
+    batch_size: int = 256
+    epochs: int = 3
+    steps: int | None = None
+    lr: float = 1e-3
+    dim: int = 64
+    layers: int = 2
+    heads: int = 2
+    num_workers: int = 0
+    positions: int = 4
+    parallel: str = "ddp"
+    seed: int = 0
+    log_every: int = 50
+    progress: bool | None = None
+
+
+def day_files(data: Path, days: list[int], splits: tuple[str, ...]) -> list[Path]:
+    files = [data / str(day) / f"{split}.parquet" for day in days for split in splits]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"missing {missing}; --data must hold one folder per day with "
+            f"{', '.join(s + '.parquet' for s in splits)}"
+        )
+    return files
+
+
+def item_count(files: list[Path], column: str) -> int:
+    """Largest item id in ``files`` plus one (id 0 is padding)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    top = 0
+    for file in files:
+        values = pq.read_table(file, columns=[column]).column(column).combine_chunks().flatten()
+        top = max(top, int(pc.max(values).as_py() or 0))
+    return top + 1
+
+
+def evaluate(
+    model: NextItemTransformer, files: list[Path], config: SessionsConfig, device: torch.device
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Ranks of the last items of every evaluation session (sessions of length >= 2)."""
+    data = PartitionedParquet(
+        files,
+        columns=[config.column],
+        batch_size=1024,
+        list_columns={config.column: config.max_len},
+        shuffle=False,
+        world=World(),
+    )
+    model.eval()
+    ranks, last, seqs = [], [], []
+    with torch.no_grad():
+        for batch in data:
+            items, lengths = batch[config.column], batch[f"{config.column}_lengths"]
+            keep = lengths >= 2
+            items, lengths = items[keep].to(device), lengths[keep].to(device)
+            if len(items):
+                ranks.append(last_item_ranks(model, items, lengths).cpu().numpy())
+                rows = torch.arange(len(items), device=device)
+                last.append(items[rows, lengths - 1].cpu().numpy())
+            seqs.append(batch[config.column].numpy())
+    model.train()
+    return np.concatenate(ranks), np.concatenate(last), seqs
+
+
+def train_sessions(config: SessionsConfig) -> dict[str, Any]:
+    """Train, evaluate on the evaluation day, compare with most-popular; return the summary."""
+    world, device = ddp.setup(config.parallel)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    train_files = day_files(Path(config.data), config.train_days, ("train",))
+    eval_files = day_files(Path(config.data), [config.eval_day], ("train", "valid", "test"))
+    num_items = item_count(train_files + eval_files, config.column)
+    dataset = PartitionedParquet(
+        train_files,
+        columns=[config.column],
+        batch_size=config.batch_size,
+        list_columns={config.column: config.max_len},
+        seed=config.seed,
+        world=world,
+    )
+    data = dataset.loader(num_workers=config.num_workers, pin_memory=device.type == "cuda")
+    torch.manual_seed(config.seed)
+    model = NextItemTransformer(
+        num_items, config.dim, config.layers, config.heads, config.max_len
+    ).to(device)
+    net: nn.Module = model
+    if torch.distributed.is_initialized():
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    elif config.parallel == "dp" and torch.cuda.device_count() > 1:
+        net = nn.DataParallel(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    total = config.steps if config.steps is not None else len(data) * config.epochs
+    log = open(out / "log.jsonl", "a") if world.rank == 0 else None  # noqa: SIM115
+    step, epoch, rows, since = 0, 0, 0, time.perf_counter()
+    while step < total:
+        data.set_epoch(epoch)
+        for batch in data:
+            items = batch[config.column].to(device, non_blocking=True)
+            lengths = batch[f"{config.column}_lengths"].to(device, non_blocking=True)
+            loss = next_item_loss(
+                model, net(items, lengths), items, lengths, config.positions or None
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            rows += len(items)
+            if log is not None and (step % config.log_every == 0 or step >= total):
+                seconds = time.perf_counter() - since
+                log.write(
+                    json.dumps(
+                        {
+                            "step": step,
+                            "epoch": epoch,
+                            "loss": loss.item(),
+                            "sessions_per_s": rows / seconds * world.world_size,
+                        }
+                    )
+                    + "\n"
+                )
+                log.flush()
+                rows, since = 0, time.perf_counter()
+            if step >= total:
+                break
+        epoch += 1
+    summary: dict[str, Any] = {
+        "steps": step,
+        "epochs": epoch,
+        "world_size": world.world_size,
+        "parallel": config.parallel,
+        "num_items": num_items,
+        "effective_batch": config.batch_size * world.world_size,
+    }
+    if world.rank == 0:
+        ranks, last, _ = evaluate(model, eval_files, config, device)
+        train_seqs = [
+            b[config.column].numpy()
+            for b in PartitionedParquet(
+                train_files,
+                columns=[config.column],
+                batch_size=4096,
+                list_columns={config.column: config.max_len},
+                shuffle=False,
+                world=World(),
+            )
+        ]
+        summary["model"] = metrics(ranks)
+        summary["most_popular"] = metrics(popularity_ranks(train_seqs, last, num_items))
+        summary["config"] = {
+            k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()
+        }
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        if log is not None:
+            log.close()
+    ddp.barrier()
+    return summary

@@ -1,0 +1,223 @@
+"""PartitionedParquet and repartition: equal, disjoint, complete shares; padding; resume."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from distributed import free_port
+from lading.tabular import PartitionedParquet, repartition
+from lading.tabular.pad import pad_lists
+from lading.world import World
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+def write_sessions(path: Path, rows: int, row_groups: int, seed: int = 0) -> Path:
+    """Sessions with ids 0..rows-1 and ragged item lists item = id * 100 + position."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 12, rows)
+    table = pa.table(
+        {
+            "session_id": pa.array(np.arange(rows), pa.int64()),
+            "score": pa.array(rng.random(rows).astype(np.float32)),
+            "items": pa.array(
+                [[i * 100 + k for k in range(n)] for i, n in enumerate(lengths)],
+                pa.list_(pa.int64()),
+            ),
+        }
+    ).replace_schema_metadata({"origin": "test"})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, row_group_size=-(-rows // row_groups))
+    assert pq.ParquetFile(path).metadata.num_row_groups == row_groups
+    return path
+
+
+def rank_batches(paths: Any, world_size: int, workers: int, **kwargs: Any) -> list[list[dict]]:  # type: ignore[type-arg]
+    out = []
+    for rank in range(world_size):
+        ds = PartitionedParquet(
+            paths, batch_size=5, list_columns={"items": 6}, world=World(rank, world_size), **kwargs
+        )
+        out.append(list(ds.loader(num_workers=workers, multiprocessing_context="fork")))
+    return out
+
+
+@pytest.mark.parametrize("row_groups", [1, 3, 7])
+@pytest.mark.parametrize("workers", [0, 1, 2])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
+def test_exact_partition(tmp_path: Path, row_groups: int, workers: int, world_size: int) -> None:
+    rows = 53
+    path = write_sessions(tmp_path / "s.parquet", rows, row_groups)
+    per_rank = rank_batches(path, world_size, workers)
+    assert len({len(b) for b in per_rank}) == 1, [len(b) for b in per_rank]
+    assert all(len(b) > 0 for b in per_rank)  # no rank is ever empty
+    seen = Counter(int(s) for batches in per_rank for b in batches for s in b["session_id"])
+    readers = world_size * max(1, workers)
+    assert all(c == 1 for c in seen.values())  # disjoint
+    assert len(seen) == rows - rows % readers  # complete up to the documented truncation
+
+
+def test_pad_mode_repeats_at_most_readers_minus_one(tmp_path: Path) -> None:
+    path = write_sessions(tmp_path / "s.parquet", 53, 3)
+    per_rank = rank_batches(path, 4, 0, equalize="pad")
+    seen = Counter(int(s) for batches in per_rank for b in batches for s in b["session_id"])
+    assert set(seen) == set(range(53)) and sum(seen.values()) == 56  # ceil(53 / 4) * 4
+
+
+def test_list_columns_padded_and_truncated_exactly(tmp_path: Path) -> None:
+    path = write_sessions(tmp_path / "s.parquet", 40, 2)
+    source = pq.read_table(path).to_pydict()
+    for pad in ("right", "left"):
+        ds = PartitionedParquet(
+            path, batch_size=7, list_columns={"items": 6}, pad=pad, world=World(), pad_value=-1
+        )
+        for batch in ds:
+            assert batch["score"].dtype == torch.float32  # scalar columns keep their dtype
+            assert batch["session_id"].dtype == torch.int64
+            for sid, row, length in zip(
+                batch["session_id"].tolist(),
+                batch["items"].tolist(),
+                batch["items_lengths"].tolist(),
+            ):
+                items = source["items"][sid][-6:]  # truncation keeps the most recent items
+                assert length == len(items)
+                expected = (
+                    items + [-1] * (6 - len(items))
+                    if pad == "right"
+                    else ([-1] * (6 - len(items)) + items)
+                )
+                assert row == expected
+
+
+def test_epochs_reshuffle_identically_on_every_rank(tmp_path: Path) -> None:
+    path = write_sessions(tmp_path / "s.parquet", 60, 3)
+
+    def order(rank: int, epoch: int) -> list[int]:
+        ds = PartitionedParquet(
+            path, batch_size=4, list_columns={"items": 3}, world=World(rank, 2), seed=3
+        )
+        ds.set_epoch(epoch)
+        return [int(s) for b in ds for s in b["session_id"]]
+
+    assert order(0, 1) == order(0, 1)  # deterministic in (seed, epoch)
+    assert order(0, 0) != order(0, 1)  # and different across epochs
+    assert set(order(0, 1)).isdisjoint(order(1, 1))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_mid_epoch(tmp_path: Path, workers: int) -> None:
+    path = write_sessions(tmp_path / "s.parquet", 90, 4)
+
+    def make() -> Any:
+        ds = PartitionedParquet(
+            path, batch_size=4, list_columns={"items": 3}, world=World(1, 2), seed=5, buffer_rows=16
+        )
+        loader = ds.loader(num_workers=workers, multiprocessing_context="fork")
+        loader.set_epoch(2)
+        return loader
+
+    ids = lambda batch: batch["session_id"].tolist()  # noqa: E731
+    full = [ids(b) for b in make()]
+    first = make()
+    head = []
+    for b in first:
+        head.append(ids(b))
+        if len(head) == 3:
+            break
+    resumed = make()
+    resumed.load_state_dict(first.state_dict())
+    assert head + [ids(b) for b in resumed] == full
+
+
+def test_impossible_requests_fail_at_construction(tmp_path: Path) -> None:
+    path = write_sessions(tmp_path / "s.parquet", 3, 1)
+    with pytest.raises(ValueError, match=r"3 rows cannot give each of 4 readers"):
+        PartitionedParquet(path, batch_size=2, list_columns={"items": 2}, world=World(0, 4))
+    with pytest.raises(ValueError, match="is a list column"):
+        PartitionedParquet(path, batch_size=2, world=World())
+    with pytest.raises(ValueError, match="no column 'nope'"):
+        PartitionedParquet(path, columns=["nope"], batch_size=2, world=World())
+
+
+def test_pad_lists_keeps_the_most_recent_items() -> None:
+    values = np.array([1, 2, 3, 4, 5, 6, 7])
+    offsets = np.array([0, 5, 5, 7])
+    padded, lengths = pad_lists(values, offsets, 3, "left", fill=0)
+    assert padded.tolist() == [[3, 4, 5], [0, 0, 0], [0, 6, 7]] and lengths.tolist() == [3, 0, 2]
+
+
+def test_repartition_streams_into_a_multiple_and_keeps_metadata(tmp_path: Path) -> None:
+    a = write_sessions(tmp_path / "in" / "a.parquet", 30, 1)
+    write_sessions(tmp_path / "in" / "b.parquet", 23, 2, seed=1)
+    report = repartition(tmp_path / "in", tmp_path / "out", world_size=3, workers=2)
+    assert report.rows == 53 and report.row_groups_after % 6 == 0
+    out = pq.ParquetFile(tmp_path / "out" / "part-0.parquet")
+    assert out.metadata.num_row_groups == report.row_groups_after
+    assert out.schema_arrow.metadata[b"origin"] == b"test"
+    sizes = [out.metadata.row_group(i).num_rows for i in range(out.metadata.num_row_groups)]
+    assert max(sizes) - min(sizes) <= 1
+    got = pq.read_table(tmp_path / "out").to_pydict()
+    want = pq.read_table(tmp_path / "in").to_pydict()
+    assert got["session_id"] == want["session_id"] and got["items"] == want["items"]
+    assert json.loads((tmp_path / "out" / "_lading.json").read_text())["report"]["rows"] == 53
+    del a
+
+
+@pytest.mark.slow
+def test_lading_train_sessions_with_two_ranks(tmp_path: Path) -> None:
+    data = tmp_path / "days"
+    for day in (1, 2, 3):
+        for split, rows in (("train", 120), ("valid", 20), ("test", 20)):
+            write_sessions(data / str(day) / f"{split}.parquet", rows, 2, seed=day)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(free_port()),
+            "-m",
+            "lading",
+            "train",
+            "sessions",
+            "--data",
+            str(data),
+            "--train-days",
+            "1,2",
+            "--eval-day",
+            "3",
+            "--out",
+            str(tmp_path / "out"),
+            "--column",
+            "items",
+            "--max-len",
+            "6",
+            "--batch-size",
+            "16",
+            "--epochs",
+            "2",
+            "--dim",
+            "16",
+            "--log-every",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["steps"] > 0
+    assert 0 <= summary["model"]["recall@20"] <= 1 and summary["most_popular"]["sessions"] > 0
