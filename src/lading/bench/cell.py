@@ -134,6 +134,7 @@ def _run_rank(
 
     anon_before = process_memory().anon  # torch and friends loaded, no documents yet
     store = open_strategy(cell.strategy, data)
+    store_anon = process_memory().anon - anon_before  # the store alone: a dict, or ~nothing
     negatives = read_run(data.negatives) if data.negatives else None
     groups = TrainingGroups(
         store,
@@ -225,6 +226,7 @@ def _run_rank(
         "seconds": seconds,
         "wait_s": waited,
         "strategy_anon": anon_after - anon_before,
+        "store_anon": store_anon,
     }
 
 
@@ -291,6 +293,7 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
         record["ranks"] = [results[r] for r in sorted(results)]
         # what holding the documents cost the ranks (their workers' memory is in "memory")
         record["strategy_anon"] = sum(r["strategy_anon"] for r in results.values())
+        record["store_anon"] = sum(r["store_anon"] for r in results.values())
     return record
 
 

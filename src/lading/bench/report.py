@@ -108,8 +108,8 @@ def _value(cell: dict[str, Any] | None) -> str:
     if cell["status"] == "error":
         return "error"
     memory = cell["memory"]
-    added = cell.get("strategy_anon")
-    extra = f" (+{added / MiB:,.0f} for documents)" if added is not None else ""
+    added = cell.get("store_anon")
+    extra = f" (store +{added / MiB:,.0f})" if added is not None else ""
     return (
         f"{cell['samples_per_s']:,.1f}/s, anon {memory['peak_anon'] / MiB:,.0f} MiB{extra}, "
         f"PSS {memory['peak_pss'] / MiB:,.0f} MiB"
@@ -204,9 +204,9 @@ def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
             lambda c: c["memory"]["peak_anon"] / MiB,
         ),
         (
-            "memory_documents.png",
-            "anonymous memory for documents, all ranks (MiB)",
-            lambda c: c.get("strategy_anon", 0) / MiB,
+            "memory_store.png",
+            "anonymous memory of the document stores, all ranks (MiB)",
+            lambda c: c.get("store_anon", 0) / MiB,
         ),
         (
             "memory_pss.png",
