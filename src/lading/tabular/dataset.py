@@ -92,6 +92,7 @@ class PartitionedParquet(IterableDataset[dict[str, torch.Tensor]]):
         self.epoch = 0
         self.skip_batches = 0  # batches of this epoch the rank already received (resume)
         self._files: dict[str, Any] = {}
+        self._recent: list[tuple[tuple[str, int], Any]] = []
         self._pid = -1
 
     # ------------------------------------------------------------------ planning
@@ -123,10 +124,21 @@ class PartitionedParquet(IterableDataset[dict[str, torch.Tensor]]):
         import pyarrow.parquet as pq
 
         if self._pid != os.getpid():  # file handles are per process, never shared over fork
-            self._files, self._pid = {}, os.getpid()
+            self._files, self._recent, self._pid = {}, [], os.getpid()
         if path not in self._files:
             self._files[path] = pq.ParquetFile(path)
         return self._files[path]
+
+    def _row_group(self, path: str, index: int) -> Any:
+        """A row group as a table; the last two read are kept, since consecutive chunks (whose
+        fixed boundaries resume depends on) often share the row group between them."""
+        key = (path, index)
+        for cached_key, table in self._recent:
+            if cached_key == key:
+                return table
+        table = self._file(path).read_row_group(index, columns=self.columns)
+        self._recent = [*self._recent[-1:], (key, table)]
+        return table
 
     def _read(self, share: Share, lo: int, hi: int) -> Any:
         """Rows ``[lo, hi)`` of a share as one Arrow table."""
@@ -139,9 +151,7 @@ class PartitionedParquet(IterableDataset[dict[str, torch.Tensor]]):
             position = end
             if end <= lo or begin >= hi:
                 continue
-            table = self._file(fragment.piece.path).read_row_group(
-                fragment.piece.row_group, columns=self.columns
-            )
+            table = self._row_group(fragment.piece.path, fragment.piece.row_group)
             first = fragment.start + max(lo, begin) - begin
             last = fragment.start + min(hi, end) - begin
             table = table.slice(first, last - first)

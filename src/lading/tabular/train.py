@@ -33,6 +33,15 @@ from lading.world import World
 ITEMS = "item_id-list_seq"
 
 
+def true_lengths(items: torch.Tensor) -> torch.Tensor:
+    """Items per session, not counting the 0s the T4R preprocessing pads lists with.
+
+    Item id 0 is padding in those files (lists are right-padded to 20), so a list's length in
+    the file is not the session's length.
+    """
+    return (items > 0).sum(dim=1)
+
+
 @dataclass
 class SessionsConfig:
     """Everything ``lading train sessions`` takes (see ``lading train sessions -h``)."""
@@ -97,7 +106,8 @@ def evaluate(
     ranks, last, seqs = [], [], []
     with torch.no_grad():
         for batch in data:
-            items, lengths = batch[config.column], batch[f"{config.column}_lengths"]
+            items = batch[config.column]
+            lengths = torch.minimum(batch[f"{config.column}_lengths"], true_lengths(items))
             keep = lengths >= 2
             items, lengths = items[keep].to(device), lengths[keep].to(device)
             if len(items):
@@ -145,7 +155,11 @@ def train_sessions(config: SessionsConfig) -> dict[str, Any]:
         data.set_epoch(epoch)
         for batch in data:
             items = batch[config.column].to(device, non_blocking=True)
-            lengths = batch[f"{config.column}_lengths"].to(device, non_blocking=True)
+            lengths = torch.minimum(
+                batch[f"{config.column}_lengths"].to(device), true_lengths(items)
+            )
+            keep = lengths >= 2  # a session of one item has nothing to predict
+            items, lengths = items[keep], lengths[keep]
             loss = next_item_loss(
                 model, net(items, lengths), items, lengths, config.positions or None
             )
