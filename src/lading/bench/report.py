@@ -232,8 +232,8 @@ def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
         ax.set_xticks(sorted({c["world_size"] for c in cells}))
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=8)
+        if any(not str(line.get_label()).startswith("_") for line in ax.lines):
+            ax.legend(fontsize=8)  # OOM markers carry no label; a legend of none would warn
         fig.tight_layout()
         path = out / name
         fig.savefig(path)
