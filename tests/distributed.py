@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import socket
+import subprocess
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -68,3 +70,26 @@ def run_processes(
             if p.is_alive():
                 p.kill()
     return [results[r] for r in range(world)]
+
+
+def run_cli(
+    args: list[str], torchrun: int = 0, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """``python -m lading ARGS`` (under torchrun with ``torchrun`` processes); fails the test
+    with the command's stderr when it fails."""
+    launcher = [sys.executable, "-m", "lading"]
+    if torchrun:
+        launcher = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            str(torchrun),
+            "--master_port",
+            str(free_port()),
+            "-m",
+            "lading",
+        ]
+    done = subprocess.run(launcher + args, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done

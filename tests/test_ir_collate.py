@@ -20,24 +20,9 @@ POOL = "ir/normalized/msmarco-passage-trecdl1920-pool"
 
 def bert_tokenizer(texts: list[str], path: Path) -> Path:
     """A BERT-style WordPiece tokenizer trained here, with BERT's pair template."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from lading.tokens import save_tokenizer, train_tokenizer
 
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(
-        texts,
-        trainers.WordPieceTrainer(
-            vocab_size=4000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        ),
-    )
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
-    )
-    tok.save(str(path))
-    return path
+    return save_tokenizer(train_tokenizer(texts, "wordpiece", 4000), path)
 
 
 @pytest.fixture(scope="module")

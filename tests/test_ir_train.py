@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from distributed import free_port
+from distributed import run_cli
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("transformers")
@@ -72,33 +72,6 @@ def train_args(small: dict[str, Path], out: Path, *extra: str) -> list[str]:
     ]
 
 
-def run_lading(
-    args: list[str], env: dict[str, str] | None = None, torchrun: int = 0
-) -> subprocess.CompletedProcess[str]:
-    launcher = [sys.executable, "-m", "lading"]
-    if torchrun:
-        launcher = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            str(torchrun),
-            "--master_port",
-            str(free_port()),
-            "-m",
-            "lading",
-        ]
-    done = subprocess.run(
-        launcher + args,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return done
-
-
 def trace(out: Path, rank: int = 0) -> dict[int, dict[str, Any]]:
     """Per-step records of a rank; after a resume the last record of a step wins."""
     records: dict[int, dict[str, Any]] = {}
@@ -110,7 +83,7 @@ def trace(out: Path, rank: int = 0) -> dict[int, dict[str, Any]]:
 
 def test_two_ranks_with_torchrun_see_disjoint_pairs(small: dict[str, Path]) -> None:
     out = small["tmp"] / "ddp"
-    run_lading(train_args(small, out, "--batch-size", "8", "--epochs", "1"), torchrun=2)
+    run_cli(train_args(small, out, "--batch-size", "8", "--epochs", "1"), torchrun=2)
     ranks = [trace(out, r) for r in range(2)]
     assert len(ranks[0]) == len(ranks[1]) > 3  # the same number of batches
     pairs = [[p for rec in r.values() for p in rec["pairs"]] for r in ranks]
@@ -126,7 +99,7 @@ def test_two_ranks_with_torchrun_see_disjoint_pairs(small: dict[str, Path]) -> N
 
 def test_killed_and_resumed_equals_uninterrupted(small: dict[str, Path]) -> None:
     first = small["tmp"] / "tokenizer-run"
-    run_lading(train_args(small, first, "--steps", "1", "--parallel", "none"))
+    run_cli(train_args(small, first, "--steps", "1", "--parallel", "none"))
     shared = str(first / "tokenizer" / "tokenizer.json")  # one vocabulary for both runs
     steps = [
         "--batch-size",
@@ -141,7 +114,7 @@ def test_killed_and_resumed_equals_uninterrupted(small: dict[str, Path]) -> None
         shared,
     ]
     reference = small["tmp"] / "reference"
-    run_lading(train_args(small, reference, *steps))
+    run_cli(train_args(small, reference, *steps))
     killed = small["tmp"] / "killed"
     proc = subprocess.Popen(
         [sys.executable, "-m", "lading", *train_args(small, killed, *steps)],
@@ -157,7 +130,7 @@ def test_killed_and_resumed_equals_uninterrupted(small: dict[str, Path]) -> None
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert len(trace(killed)) < 10, "the run finished before it could be killed"
-    run_lading(train_args(small, killed, *steps, "--resume"))
+    run_cli(train_args(small, killed, *steps, "--resume"))
     want, got = trace(reference), trace(killed)
     assert sorted(got) == sorted(want) == list(range(1, 11))
     for step in want:
@@ -168,9 +141,9 @@ def test_killed_and_resumed_equals_uninterrupted(small: dict[str, Path]) -> None
 
 def test_data_parallel_mode_and_rerank(small: dict[str, Path]) -> None:
     out = small["tmp"] / "dp"
-    run_lading(train_args(small, out, "--batch-size", "8", "--steps", "4", "--parallel", "dp"))
+    run_cli(train_args(small, out, "--batch-size", "8", "--steps", "4", "--parallel", "dp"))
     assert (out / "model" / "model.safetensors").is_file()
-    done = run_lading(
+    done = run_cli(
         [
             "rerank",
             "--model",
@@ -214,7 +187,7 @@ def test_accelerate_path_on_cpu(small: dict[str, Path]) -> None:
 
     out = small["tmp"] / "accelerate"
     tok_path = out / "tokenizer.json"
-    run_lading(train_args(small, out, "--steps", "1", "--parallel", "none"))  # makes a tokenizer
+    run_cli(train_args(small, out, "--steps", "1", "--parallel", "none"))  # makes a tokenizer
     tok_path = out / "tokenizer" / "tokenizer.json"
     store = lading.open_store(out / "store")
     accelerator = accelerate.Accelerator(cpu=True)

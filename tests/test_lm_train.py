@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import write
-from distributed import free_port
+from distributed import run_cli
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("tokenizers")
@@ -32,24 +32,6 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = write(tmp / "docs.txt", "\n\n".join(docs) + "\n")
     tok = train_tokenizer(src, tmp / "tok.json", vocab_size=400)
     return TokenCorpus.build(src, tmp / "corpus", tok, progress=False).path
-
-
-def run(args: list[str], torchrun: int = 0) -> None:
-    launcher = [sys.executable, "-m", "lading"]
-    if torchrun:
-        launcher = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            str(torchrun),
-            "--master_port",
-            str(free_port()),
-            "-m",
-            "lading",
-        ]
-    done = subprocess.run(launcher + args, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
 
 
 def lm_args(corpus: Path, out: Path, *extra: str) -> list[str]:
@@ -79,7 +61,7 @@ def lm_args(corpus: Path, out: Path, *extra: str) -> list[str]:
 
 
 def test_ddp_with_torchrun_trains_and_evaluates(corpus: Path, tmp_path: Path) -> None:
-    run(lm_args(corpus, tmp_path / "ddp", "--steps", "30", "--eval-every", "15"), torchrun=2)
+    run_cli(lm_args(corpus, tmp_path / "ddp", "--steps", "30", "--eval-every", "15"), torchrun=2)
     summary = json.loads((tmp_path / "ddp" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 30
     ppl = [e["valid_ppl"] for e in summary["evaluations"]]
@@ -88,7 +70,7 @@ def test_ddp_with_torchrun_trains_and_evaluates(corpus: Path, tmp_path: Path) ->
 
 def test_killed_and_resumed_equals_uninterrupted(corpus: Path, tmp_path: Path) -> None:
     common = ["--steps", "40", "--parallel", "none", "--checkpoint-every", "1"]
-    run(lm_args(corpus, tmp_path / "reference", *common))
+    run_cli(lm_args(corpus, tmp_path / "reference", *common))
     killed = tmp_path / "killed"
     proc = subprocess.Popen(
         [sys.executable, "-m", "lading", *lm_args(corpus, killed, *common)],
@@ -104,7 +86,7 @@ def test_killed_and_resumed_equals_uninterrupted(corpus: Path, tmp_path: Path) -
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert len(log.read_text().splitlines()) < 40, "finished before it could be killed"
-    run(lm_args(corpus, killed, *common, "--resume"))
+    run_cli(lm_args(corpus, killed, *common, "--resume"))
 
     def losses(path: Path) -> dict[int, float]:
         return {r["step"]: r["loss"] for r in map(json.loads, path.read_text().splitlines())}

@@ -59,20 +59,11 @@ def test_real_qrels_ids_are_found(data_dir: Path, tmp_path: Path) -> None:
 
 
 def test_pretokenized_real_passages(data_dir: Path, tmp_path: Path) -> None:
-    tokenizers = pytest.importorskip("tokenizers")
-    from tokenizers import models, normalizers, pre_tokenizers, trainers
+    pytest.importorskip("tokenizers")
+    from lading.tokens import train_tokenizer
 
     source = data_dir / COLLECTIONS[0]
-    texts = [r.text for r in read_records(source)]
-    tok = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(
-        texts,
-        trainers.WordPieceTrainer(
-            vocab_size=8000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        ),
-    )
+    tok = train_tokenizer([r.text for r in read_records(source)], "wordpiece", 8000)
     store = lading.build_store(
         source, tmp_path / "s", tokenizer=tok, max_length=256, progress=False
     )

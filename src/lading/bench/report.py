@@ -197,20 +197,20 @@ def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
     cells = [c for c in _main_cells(results) if c["status"] == "ok"]
     paths = []
     for name, ylabel, value in (
-        ("samples_per_s.png", "samples/s (all ranks)", lambda c: c["samples_per_s"]),
+        ("samples_per_s.png", "samples/s, all ranks", lambda c: c["samples_per_s"]),
         (
             "memory_anon.png",
-            "peak anonymous memory, all processes (MiB)",
+            "peak anonymous memory (MiB)",
             lambda c: c["memory"]["peak_anon"] / MiB,
         ),
         (
             "memory_store.png",
-            "anonymous memory of the document stores, all ranks (MiB)",
+            "document stores, anonymous (MiB)",
             lambda c: c.get("store_anon", 0) / MiB,
         ),
         (
             "memory_pss.png",
-            "peak PSS, all processes (MiB)",
+            "peak PSS (MiB)",
             lambda c: c["memory"]["peak_pss"] / MiB,
         ),
     ):
@@ -228,7 +228,9 @@ def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
         for c in results["cells"]:
             if c["status"] == "oom" and c in _main_cells(results):
                 ax.axvline(c["world_size"], color="red", alpha=0.15)
-        ax.set_xlabel("processes (world size)")
+        ax.set_xlabel("processes (world size); sums over every process")
+        if name == "samples_per_s.png" and ax.lines:
+            ax.set_yscale("log")  # loader-only and training rates differ by orders
         ax.set_xticks(sorted({c["world_size"] for c in cells}))
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
