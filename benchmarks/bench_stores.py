@@ -29,26 +29,10 @@ import numpy as np
 
 import lading
 from common import HERE, make_corpora, train_tokenizer, write_section
+from lading.procmem import process_memory
 
 BATCH = 64
 READERS = 8  # processes reading the whole store at once, for the PSS target
-
-
-def proc_status(pid: int | str = "self") -> dict[str, int]:
-    """RssAnon and Rss (KiB) from /proc/PID/status, PSS and USS from smaps_rollup."""
-    out: dict[str, int] = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            key = line.split(":")[0]
-            if key in ("RssAnon", "VmRSS"):
-                out[key] = int(line.split()[1])
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            key = line.split(":")[0]
-            if key in ("Pss", "Private_Clean", "Private_Dirty"):
-                out[key] = int(line.split()[1])
-    out["Uss"] = out.pop("Private_Clean", 0) + out.pop("Private_Dirty", 0)
-    return out
 
 
 def read_into_dict(path: Path) -> dict[str, str]:
@@ -93,7 +77,7 @@ def measure_lookups(name: str, src: str, work: str, seconds: float) -> dict[str,
     rng = random.Random(0)
     batches = [[spell(i) for i in rng.sample(range(n), BATCH)] for _ in range(2000)]
     gc.collect()
-    before = proc_status()
+    before = process_memory()
     store = open_strategy(name, Path(src), Path(work))
     fetch = store.tokens_many if name == "packed+tokens" else store.get_many  # type: ignore[attr-defined]
     for batch in batches[:50]:
@@ -112,12 +96,12 @@ def measure_lookups(name: str, src: str, work: str, seconds: float) -> dict[str,
         done += 200 * BATCH
     sampled = done / (time.perf_counter() - started)
     gc.collect()
-    after = proc_status()
+    after = process_memory()
     return {
         "docs_per_s": pure,
         "docs_per_s_with_sampling": sampled,
-        "rss_anon_mib": (after["RssAnon"] - before["RssAnon"]) / 1024,
-        "pss_mib": after["Pss"] / 1024,
+        "rss_anon_mib": (after.anon - before.anon) / 2**20,
+        "pss_mib": after.pss / 2**20,
     }
 
 
@@ -144,7 +128,8 @@ def _reader(dest: str, barrier: Any, out: Any) -> None:
     del ids
     gc.collect()
     barrier.wait()  # everyone maps the whole text now: PSS splits the shared pages fairly
-    out.put({**proc_status(), "StorePss": store_pss_kib(dest)})
+    mine = process_memory()
+    out.put({"pss": mine.pss, "anon": mine.anon, "store_pss": store_pss_kib(dest) * 1024})
     barrier.wait()
 
 
@@ -158,9 +143,9 @@ def measure_readers(dest: Path) -> dict[str, float]:
     for p in procs:
         p.join()
     return {
-        "store_pss_total_mib": sum(s["StorePss"] for s in stats) / 1024,
-        "pss_total_mib": sum(s["Pss"] for s in stats) / 1024,
-        "rss_anon_total_mib": sum(s["RssAnon"] for s in stats) / 1024,
+        "store_pss_total_mib": sum(s["store_pss"] for s in stats) / 2**20,
+        "pss_total_mib": sum(s["pss"] for s in stats) / 2**20,
+        "rss_anon_total_mib": sum(s["anon"] for s in stats) / 2**20,
     }
 
 

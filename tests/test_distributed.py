@@ -11,18 +11,10 @@ import pytest
 
 import lading
 from distributed import run_processes
+from lading.procmem import process_memory
 from lading.synth import synth
 
 pytestmark = pytest.mark.slow
-
-
-def rss_anon_kib() -> int:
-    """Anonymous resident memory of this process (what it really costs), from /proc."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1])
-    raise RuntimeError("no RssAnon in /proc/self/status")
 
 
 def _build_in_rank(rank: int, world: int, src: str, dest: str) -> dict[str, Any]:
@@ -70,7 +62,7 @@ def test_unrelated_processes_racing_get_one_store(tmp_path: Path) -> None:
 
 
 def _read_everything(rank: int, world: int, dest: str, kind: str, src: str) -> dict[str, int]:
-    before = rss_anon_kib()
+    before = process_memory().anon // 1024
     if kind == "packed":
         store: lading.DocStore = lading.open_store(dest)
     else:
@@ -81,7 +73,7 @@ def _read_everything(rank: int, world: int, dest: str, kind: str, src: str) -> d
         total += sum(map(len, store.get_many(ids[lo : lo + 512])))
     del ids
     gc.collect()
-    return {"anon_kib": rss_anon_kib() - before, "chars": total, "keep": len(store)}
+    return {"anon_kib": process_memory().anon // 1024 - before, "chars": total, "keep": len(store)}
 
 
 def test_four_processes_share_one_copy_of_the_text(tmp_path: Path) -> None:
