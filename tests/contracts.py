@@ -68,3 +68,47 @@ def assert_resumes(
     resumed = make_loader(world, num_workers)
     resumed.load_state_dict(state)
     assert head + batches_of(resumed, key) == full
+
+
+def assert_elastic(
+    make_loader: MakeLoader,
+    old_world: int,
+    new_world: int,
+    num_workers: int,
+    midpoint: int,
+    n: int,
+    key: Callable[[Any], list[Any]],
+    max_repeats: int,
+    epoch: int = 0,
+) -> None:
+    """Checkpointed after ``midpoint`` batches at ``old_world`` ranks and resumed at
+    ``new_world``: every sample is read, at most ``max_repeats`` reads are repeats (padding),
+    and the new ranks take equal batch counts."""
+    seen: Counter[Any] = Counter()
+    states = []
+    for rank in range(old_world):
+        loader = make_loader(World(rank=rank, world_size=old_world), num_workers)
+        loader.set_epoch(epoch)
+        taken = 0
+        for batch in loader:
+            seen.update(key(batch))
+            taken += 1
+            if taken == midpoint:
+                break
+        assert taken == midpoint, "midpoint past the end of the epoch"
+        states.append(loader.state_dict())
+    assert all(s == states[0] for s in states), "ranks saved different loader states"
+    counts = []
+    for rank in range(new_world):
+        loader = make_loader(World(rank=rank, world_size=new_world), num_workers)
+        loader.load_state_dict(states[rank % old_world])
+        rest = batches_of(loader, key)
+        counts.append(len(rest))
+        for batch in rest:
+            seen.update(batch)
+    assert len(set(counts)) == 1, f"resumed ranks yield different batch counts: {counts}"
+    missing = set(range(n)) - set(seen)
+    assert not missing, f"{len(missing)} samples never read after the resume: {sorted(missing)[:9]}"
+    assert set(seen) <= set(range(n))
+    repeats = sum(seen.values()) - n
+    assert repeats <= max_repeats, f"{repeats} repeated reads, padding explains {max_repeats}"

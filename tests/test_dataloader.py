@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contracts import assert_exact_partition, assert_resumes
+from contracts import assert_elastic, assert_exact_partition, assert_resumes
 from lading.dataloader import EpochIndex, ShardedSampler, epoch_order, loader
 from lading.world import World
 
@@ -90,14 +90,65 @@ def test_epochs_reshuffle_and_epoch_aware_items_carry_the_epoch() -> None:
     assert items0.tolist() != items1.tolist()
 
 
-def test_state_from_another_setup_is_refused() -> None:
-    a = loader(Numbers(10), batch_size=2, world=World(rank=0, world_size=2))
-    b = loader(Numbers(10), batch_size=3, world=World(rank=0, world_size=2))
-    with pytest.raises(ValueError, match="batch_size=2"):
+def test_state_from_another_dataset_or_order_is_refused() -> None:
+    a = loader(Numbers(10), batch_size=2, seed=0, world=World(rank=0, world_size=2))
+    b = loader(Numbers(11), batch_size=2, seed=0, world=World(rank=0, world_size=2))
+    with pytest.raises(ValueError, match="n=10"):
         b.load_state_dict(a.state_dict())
-    c = loader(Numbers(10), batch_size=2, world=World(rank=0, world_size=4))
-    with pytest.raises(ValueError, match="world size 2"):
+    c = loader(Numbers(10), batch_size=2, seed=1, world=World(rank=0, world_size=2))
+    with pytest.raises(ValueError, match="seed=0"):
         c.load_state_dict(a.state_dict())
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "batch_sizes"), [(4, 2, (4, 4)), (2, 3, (4, 4)), (4, 2, (3, 6)), (3, 5, (4, 1))]
+)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_elastic_resume_reads_every_sample_once(
+    old: int, new: int, batch_sizes: tuple[int, int], num_workers: int
+) -> None:
+    n = 103
+    sizes = {old: batch_sizes[0], new: batch_sizes[1]}
+
+    def make(world: World, workers: int) -> Any:
+        size = sizes[world.world_size]
+        return loader(Numbers(n), batch_size=size, num_workers=workers, seed=5, world=world)
+
+    assert_elastic(make, old, new, num_workers, 3, n, key, max_repeats=new - 1, epoch=2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 200),
+    sizes=st.lists(st.integers(1, 6), min_size=2, max_size=4),
+    data=st.data(),
+)
+def test_chained_elastic_resumes_keep_the_global_order(
+    n: int, sizes: list[int], data: st.DataObject
+) -> None:
+    """World sizes change several times in one epoch: every sample is read, each once apart
+    from the padding of the world size that reaches the end."""
+    state: dict[str, Any] | None = None
+    read: list[int] = []
+    for i, world_size in enumerate(sizes):
+        ranks = [
+            loader(Numbers(n), batch_size=2, seed=7, world=World(rank=r, world_size=world_size))
+            for r in range(world_size)
+        ]
+        for r in ranks:
+            r.set_epoch(0)
+            if state is not None:
+                r.load_state_dict(state)
+        left = len(ranks[0])
+        assert all(len(r) == left for r in ranks)
+        steps = left if i == len(sizes) - 1 else data.draw(st.integers(0, left))
+        iterators = [iter(r) for r in ranks]
+        for _ in range(steps):
+            for it in iterators:  # one step: a batch from every rank
+                read.extend(key(next(it)))
+        state = ranks[0].state_dict()
+    assert set(read) == set(range(n))
+    assert len(read) - n < max(sizes)  # only the world that reaches the end pads
 
 
 def test_worker_seeds_do_not_touch_the_global_rng() -> None:

@@ -150,9 +150,118 @@ def test_exact_resume(corpus: TokenCorpus) -> None:
     assert len(head) + len(rest) == len(full)
     for (a, b), (c, d) in zip(head + rest, full):
         assert np.array_equal(a, c) and np.array_equal(b, d)
-    other = LanguageModelLoader(corpus, 4, bptt=6, seed=9, world=World(1, 2))
-    with pytest.raises(ValueError, match="batch_size=3"):
+    other = LanguageModelLoader(corpus, 3, bptt=6, seed=8, world=World(1, 2))
+    with pytest.raises(ValueError, match="seed=9"):
         other.load_state_dict(first.state_dict())
+
+
+@pytest.fixture
+def unique_corpus(tmp_path: Path) -> TokenCorpus:
+    """23 documents of distinct words: an (input, target) pair names its stream position."""
+    rng = np.random.default_rng(1)
+    words = [f"u{i}" for i in range(600)]
+    cuts = np.sort(rng.choice(np.arange(1, 600), 22, replace=False))
+    docs = [" ".join(part) for part in np.split(np.array(words), cuts)]
+    src = write(tmp_path / "u.txt", "\n\n".join(docs) + "\n")
+    return TokenCorpus.build(
+        src, tmp_path / "u", word_tokenizer(words, tmp_path / "u.json"), progress=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "backwards", "drop_last"),
+    [
+        ("streams", False, False),
+        ("streams", True, False),
+        ("streams", False, True),
+        ("windows", False, False),
+    ],
+)
+@pytest.mark.parametrize(("old", "new"), [((4, 2), (2, 3)), ((2, 2), (3, 2)), ((4, 2), (4, 3))])
+def test_elastic_resume_predicts_every_position_once(
+    unique_corpus: TokenCorpus,
+    mode: str,
+    backwards: bool,
+    drop_last: bool,
+    old: tuple[int, int],
+    new: tuple[int, int],
+) -> None:
+    """Checkpointed at (world size, batch size) ``old`` after 4 batches and resumed at ``new``:
+    every (input, target) pair of the epoch stream is read, pairs are true neighbours, and
+    repeats are only the padding of the two layouts."""
+
+    def make(layout: tuple[int, int], rank: int) -> LanguageModelLoader:
+        world_size, batch = layout
+        loader = LanguageModelLoader(
+            unique_corpus, batch, bptt=9, seed=4, mode=mode, backwards=backwards,
+            drop_last=drop_last, world=World(rank=rank, world_size=world_size),
+        )  # fmt: skip
+        loader.set_epoch(1)
+        return loader
+
+    stream = epoch_stream(make(old, 0), 1)
+    if backwards:
+        stream = stream[::-1]
+    position = {(int(a), int(b)): p for p, (a, b) in enumerate(itertools.pairwise(stream))}
+    assert len(position) == len(stream) - 1  # pairs are unique in this corpus
+    seen: Counter[int] = Counter()
+
+    def read(x: Any, y: Any) -> None:
+        for a, b in zip(np.asarray(x).ravel().tolist(), np.asarray(y).ravel().tolist()):
+            if (a, b) in position:
+                seen[position[(a, b)]] += 1
+            else:  # only the wrap from the stream's end to its start is not a real pair
+                assert (a, b) == (int(stream[-1]), int(stream[0])), (a, b)
+
+    states = []
+    for rank in range(old[0]):
+        loader = make(old, rank)
+        for _, (x, y) in zip(range(4), loader):
+            read(x, y)
+        states.append(loader.state_dict())
+    assert all(state == states[0] for state in states)
+    counts = set()
+    for rank in range(new[0]):
+        loader = make(new, rank)
+        loader.load_state_dict(states[0])
+        batches = collect(loader)
+        counts.add(len(batches))
+        for x, y in batches:
+            read(x, y)
+    assert len(counts) == 1, counts
+    pairs = len(stream) - 1
+    unit = 9 if mode == "windows" else 1
+    if drop_last:
+        assert all(c == 1 for c in seen.values())
+        assert len(seen) >= pairs - new[0] * new[1] * unit
+    else:
+        assert set(seen) == set(range(pairs if mode == "streams" else pairs - pairs % 9))
+        assert sum(seen.values()) - len(seen) < (old[0] * old[1] + new[0] * new[1]) * unit
+
+
+def test_elastic_then_same_layout_resume_is_bitwise(unique_corpus: TokenCorpus) -> None:
+    """A run resumed elastically can itself be checkpointed and resumed exactly."""
+
+    def make(rank: int, world_size: int, batch: int) -> LanguageModelLoader:
+        return LanguageModelLoader(
+            unique_corpus, batch, bptt=5, seed=2, world=World(rank=rank, world_size=world_size)
+        )
+
+    first = make(0, 4, 2)
+    for _ in zip(range(3), first):
+        pass
+    state = first.state_dict()
+    full, head = make(1, 3, 2), make(1, 3, 2)
+    full.load_state_dict(state)
+    head.load_state_dict(state)
+    expected = collect(full)
+    taken = [(x.numpy().copy(), y.numpy().copy()) for _, (x, y) in zip(range(2), head)]
+    again = make(1, 3, 2)
+    again.load_state_dict(head.state_dict())
+    got = taken + collect(again)
+    assert len(got) == len(expected) > 2
+    for (a, b), (c, d) in zip(got, expected):
+        assert np.array_equal(a, c) and np.array_equal(b, d)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])

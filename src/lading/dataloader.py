@@ -7,6 +7,15 @@ same number of batches and DDP never waits on a rank that ran out. After ``k`` b
 rank has consumed exactly the first ``k * batch_size * world_size`` samples of the padded order,
 which is what makes a resume exact: the rest of the epoch is recomputed from there.
 
+The same fact makes a resume *elastic*: a run checkpointed at world size 4 can continue at 2
+(or 3, or with another batch size). The saved position counts samples of the global order,
+which no world size changes; the rest of the order is dealt over the new ranks, so every
+sample not yet consumed is read exactly once more this epoch. Bitwise equal across the change:
+the sequence of samples in global order, and what each sample is (an epoch-aware dataset draws
+from ``(epoch, index)``). Not equal, and cannot be: which rank reads a sample, which samples
+share a batch, and the few samples repeated (or dropped, with ``drop_last``) to even out the
+new world size's shares.
+
 DataLoader workers prefetch ahead of the training loop, so the position saved by
 :meth:`ResumableLoader.state_dict` counts the batches the loop has *received*, not those the
 sampler has handed out.
@@ -54,15 +63,21 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> npt.NDAr
     return np.random.default_rng([seed, epoch]).permutation(n).astype(np.int64)
 
 
-def dealt(order: npt.NDArray[np.int64], world_size: int, drop_last: bool) -> npt.NDArray[np.int64]:
-    """``order`` padded by wrapping (or cut, with ``drop_last``) to a multiple of ``world_size``."""
-    n = len(order)
+def dealt(
+    order: npt.NDArray[np.int64], world_size: int, drop_last: bool, start: int = 0
+) -> npt.NDArray[np.int64]:
+    """``order[start:]`` padded (or cut, with ``drop_last``) to a multiple of ``world_size``.
+
+    Padding repeats samples from the start of the whole order, so resuming at the same world
+    size from any multiple of it gives exactly the tail of the uninterrupted epoch's order.
+    """
+    rest = order[min(start, len(order)) :]
     if drop_last:
-        return order[: n - n % world_size]
-    total = -(-n // world_size) * world_size
-    if total == n or n == 0:
-        return order
-    return np.concatenate([order, np.resize(order, total - n)])
+        return rest[: len(rest) - len(rest) % world_size]
+    pad = -len(rest) % world_size
+    if pad == 0 or len(order) == 0:
+        return rest
+    return np.concatenate([rest, np.resize(order, pad)])
 
 
 class ShardedSampler(Sampler[Any]):
@@ -97,15 +112,14 @@ class ShardedSampler(Sampler[Any]):
         """Start ``epoch`` from its beginning."""
         self.epoch, self.start = epoch, 0
 
-    def global_order(self) -> npt.NDArray[np.int64]:
-        """This epoch's padded/cut global order."""
+    def rest(self) -> npt.NDArray[np.int64]:
+        """What all ranks read from ``start`` to the end of the epoch, padded or cut."""
         order = epoch_order(self.n, self.seed, self.epoch, self.shuffle)
-        return dealt(order, self.world.world_size, self.drop_last)
+        return dealt(order, self.world.world_size, self.drop_last, self.start)
 
     def share(self) -> npt.NDArray[np.int64]:
         """What this rank reads from ``start`` to the end of the epoch."""
-        rest = self.global_order()[self.start :]
-        return rest[self.world.rank :: self.world.world_size]
+        return self.rest()[self.world.rank :: self.world.world_size]
 
     def __len__(self) -> int:
         return len(self.share())
@@ -174,25 +188,23 @@ class ResumableLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: the next batch is the one after the last one received.
 
+        The world size and batch size may differ from the saved run's (see the module
+        docstring): the samples not yet consumed are dealt over this run's ranks.
+
         Raises:
-            ValueError: the state belongs to another dataset size, seed or batch size.
+            ValueError: the state belongs to another dataset size, seed or order.
         """
         if state.get("version") != STATE_VERSION:
             raise ValueError(
                 f"loader state version {state.get('version')}, expected {STATE_VERSION}"
             )
-        for key in ("n", "seed", "batch_size", "shuffle", "drop_last"):
-            mine = getattr(self.sampler, key, None) if key != "batch_size" else self.batch_size
+        for key in ("n", "seed", "shuffle", "drop_last"):
+            mine = getattr(self.sampler, key)
             if state[key] != mine:
                 raise ValueError(
                     f"loader state has {key}={state[key]!r}, this loader {mine!r}; "
                     "resume with the settings of the saved run"
                 )
-        if state["world_size"] != self.sampler.world.world_size:
-            raise ValueError(
-                f"loader state was saved at world size {state['world_size']}, this run has "
-                f"{self.sampler.world.world_size}; resume on the same number of processes"
-            )
         self.sampler.epoch = state["epoch"]
         self.sampler.start = state["consumed"]
         set_epoch = getattr(self.loader.dataset, "set_epoch", None)

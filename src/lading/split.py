@@ -82,3 +82,79 @@ def _check_equalize(equalize: str) -> None:
         raise ValueError(
             f"unknown equalize mode {equalize!r}; choose from {sorted(EQUALIZE_MODES)}"
         )
+
+
+class Runs:
+    """A sequence of positions of some base sequence, stored as runs ``[start, stop)``.
+
+    What is left of an epoch after a resume on another number of processes is rarely one
+    range: every stream or reader of the old run stopped at its own point. ``Runs`` keeps the
+    left-over positions in their base order with two int64 per run, and cuts that sequence into
+    new equal shares without ever listing the positions one by one.
+    """
+
+    def __init__(self, starts: npt.ArrayLike, stops: npt.ArrayLike) -> None:
+        starts = np.asarray(starts, dtype=np.int64)
+        stops = np.asarray(stops, dtype=np.int64)
+        keep = stops > starts
+        self.starts, self.stops = starts[keep], stops[keep]
+        self.ends = np.cumsum(self.stops - self.starts)  # sequence position past each run
+
+    @classmethod
+    def whole(cls, n: int) -> Runs:
+        """Positions ``0 … n-1``."""
+        return cls([0], [n])
+
+    @classmethod
+    def of_positions(cls, positions: npt.ArrayLike) -> Runs:
+        """The given positions, in the given order, adjacent ones merged into runs."""
+        pos = np.asarray(positions, dtype=np.int64)
+        if len(pos) == 0:
+            return cls([], [])
+        breaks = np.flatnonzero(np.diff(pos) != 1) + 1
+        firsts = np.concatenate([[0], breaks])
+        lasts = np.concatenate([breaks, [len(pos)]])
+        return cls(pos[firsts], pos[lasts - 1] + 1)
+
+    @classmethod
+    def concat(cls, parts: list[Runs]) -> Runs:
+        """The sequences of ``parts`` one after the other."""
+        if not parts:
+            return cls([], [])
+        return cls(
+            np.concatenate([p.starts for p in parts]), np.concatenate([p.stops for p in parts])
+        )
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Runs)
+            and np.array_equal(self.starts, other.starts)
+            and np.array_equal(self.stops, other.stops)
+        )
+
+    def slice(self, lo: int, hi: int) -> Runs:
+        """Sequence positions ``[lo, hi)`` (clipped to the sequence) as runs of the base."""
+        lo, hi = max(0, lo), min(len(self), hi)
+        if hi <= lo:
+            return Runs([], [])
+        first = int(np.searchsorted(self.ends, lo, side="right"))
+        last = int(np.searchsorted(self.ends, hi, side="left"))
+        starts = self.starts[first : last + 1].copy()
+        stops = self.stops[first : last + 1].copy()
+        begins = self.ends[first : last + 1] - (self.stops - self.starts)[first : last + 1]
+        starts[0] += lo - int(begins[0])
+        stops[-1] -= int(self.ends[last]) - hi
+        return Runs(starts, stops)
+
+    def within(self, inner: Runs) -> Runs:
+        """``inner``, whose positions index this sequence, as positions of the base."""
+        return Runs.concat([self.slice(int(a), int(b)) for a, b in zip(inner.starts, inner.stops)])
+
+    def positions(self) -> npt.NDArray[np.int64]:
+        """Every position, in order (for tests and small sequences)."""
+        if not len(self.starts):
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([np.arange(a, b) for a, b in zip(self.starts, self.stops)])

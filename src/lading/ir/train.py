@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -205,7 +206,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
     step = 0
     ckpt_dir = out / "checkpoint"
     if config.resume and (ckpt_dir / "meta.json").is_file():
-        step = _restore(ckpt_dir, model, optimizer, scheduler, data, world)
+        step = _restore(ckpt_dir, model, optimizer, scheduler, data, world, config.seed)
     else:
         data.set_epoch(0)
     trace = open(out / f"trace-rank{world.rank}.jsonl", "a") if config.trace else None  # noqa: SIM115
@@ -241,14 +242,24 @@ def _restore(
     scheduler: Any,
     data: ResumableLoader,
     world: World,
+    seed: int,
 ) -> int:
     state = checkpoint.load(ckpt_dir)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
-    data.load_state_dict(state["loaders"][world.rank])
-    torch.set_rng_state(state["rng"][world.rank])
-    return int(state["step"])
+    saved_world = len(state["loaders"])
+    # every rank saved the same loader position (it counts samples of the global order), so
+    # any of them serves a run on another number of processes: an elastic resume
+    data.load_state_dict(state["loaders"][world.rank % saved_world])
+    step = int(state["step"])
+    if saved_world == world.world_size:
+        torch.set_rng_state(state["rng"][world.rank])
+    else:  # no saved dropout stream for this rank: a fresh one, still reproducible
+        torch.manual_seed(
+            int(np.random.SeedSequence([seed, world.rank, step]).generate_state(1)[0])
+        )
+    return step
 
 
 def _save(

@@ -23,6 +23,15 @@ Sequence lengths vary per batch (``bptt_jitter="fastai"``: ``bptt`` with probabi
 order shuffled by ``(seed, epoch)`` and dealt to ranks (Megatron/nanoGPT style, for
 transformers); the order is a keyed Feistel permutation computed per index, so even it costs
 nothing proportional to the token count.
+
+A checkpoint can be resumed on another number of processes or with another batch size
+(*elastic*). What is left of the epoch is known exactly: in ``"windows"`` mode a suffix of the
+window order; in ``"streams"`` mode, the unread end of every stream, kept as runs of stream
+positions (:class:`lading.split.Runs`, two integers per stream). The new ranks cut the
+concatenation of those runs into their own streams (or deal the remaining windows), so each
+remaining position is predicted exactly once more this epoch. Across the change the set of
+(input, target) pairs is bitwise that of the uninterrupted epoch; the rows that hold them, and
+the hidden state a row carries, are not (reset it: an old row has no counterpart).
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import numpy.typing as npt
 import torch
 
 from lading.lm.corpus import TokenCorpus
+from lading.split import Runs
 from lading.world import World
 
 MODES: tuple[str, ...] = ("streams", "windows")
@@ -112,6 +122,10 @@ class LanguageModelLoader:
         self._buffer = np.zeros((batch_size, width), dtype=np.int64)
         self._scratch = np.zeros(width, dtype=np.int64)
         self.epoch, self.batch = 0, 0  # next batch to yield
+        # after an elastic resume: what was left of the epoch, as epoch-stream positions
+        # ("streams") or as the number of windows already read ("windows")
+        self._rest: Runs | None = None
+        self._windows_done = 0
         self._plan: _Plan | None = None
 
     # ------------------------------------------------------------------ planning
@@ -137,9 +151,10 @@ class LanguageModelLoader:
             raise ValueError("the corpus has fewer than 2 tokens: nothing to predict")
         return _Epoch(starts, lengths, cum_end, total)
 
-    def _seq_lengths(self, epoch: int, positions: int) -> list[int]:
+    def _seq_lengths(self, epoch: int, positions: int, resumed: int = 0) -> list[int]:
         """Lengths of the epoch's batches: they add up to ``positions`` (the last is cut)."""
-        rng = np.random.default_rng([self.seed, epoch, 1])
+        key = [self.seed, epoch, 1] if resumed == 0 else [self.seed, epoch, 1, resumed]
+        rng = np.random.default_rng(key)
         out, pos = [], 0
         while pos < positions:
             if self.jitter is None:
@@ -161,26 +176,25 @@ class LanguageModelLoader:
         streams = self.world.world_size * self.batch_size
         if self.mode == "windows":
             windows = (index.total - 1) // self.bptt
-            per_rank = (
-                windows // self.world.world_size
-                if self.drop_last
-                else -(-windows // self.world.world_size)
-            )
+            left = max(0, windows - self._windows_done)
+            world_size = self.world.world_size
+            per_rank = left // world_size if self.drop_last else -(-left // world_size)
             batches = (
                 per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
             )
             return _Plan(epoch, index, 0, [], batches, windows, per_rank)
-        if self.drop_last:
-            length = (index.total - 1) // streams
-        else:
-            length = -(-(index.total - 1) // streams)
+        positions = index.total - 1 if self._rest is None else len(self._rest)
+        if positions == 0:  # an elastic resume found the epoch already read
+            return _Plan(epoch, index, 0, [], 0, 0, 0, self._rest)
+        length = positions // streams if self.drop_last else -(-positions // streams)
         if length < 1:
             raise ValueError(
-                f"{index.total} tokens cannot fill {streams} streams "
+                f"{positions} tokens cannot fill {streams} streams "
                 f"(world_size x batch_size); use a smaller batch_size"
             )
-        seqs = self._seq_lengths(epoch, length)
-        return _Plan(epoch, index, length, seqs, len(seqs), 0, 0)
+        resumed = 0 if self._rest is None else len(self._rest.starts)
+        seqs = self._seq_lengths(epoch, length, resumed)
+        return _Plan(epoch, index, length, seqs, len(seqs), 0, 0, self._rest)
 
     def _plan_for(self, epoch: int) -> _Plan:
         if self._plan is None or self._plan.epoch != epoch:
@@ -225,12 +239,17 @@ class LanguageModelLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its first batch."""
+        if (self._rest is not None or self._windows_done) and epoch != self.epoch:
+            self._plan = None  # the elastic remainder belonged to the previous epoch
         self.epoch, self.batch = epoch, 0
+        self._rest, self._windows_done = None, 0
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         plan = self._plan_for(self.epoch)
         if self.mode == "windows":
             yield from self._iter_windows(plan)
+        elif plan.rest is not None:
+            yield from self._iter_rest(plan)
         else:
             yield from self._iter_streams(plan)
 
@@ -259,6 +278,35 @@ class LanguageModelLoader:
                 torch.from_numpy(buf[:, col + 1 : col + length + 1]),
             )
 
+    def _iter_rest(self, plan: _Plan) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Streams cut from what an elastic resume found left of the epoch.
+
+        Stream position ``q`` of stream ``s`` is position ``s * length + q`` of the remainder
+        (wrapping past its end); inputs and targets are read separately, since the next
+        remaining position is not always the next token of the epoch stream.
+        """
+        rest = plan.rest
+        assert rest is not None
+        x = np.zeros((self.batch_size, self.max_seq), dtype=np.int64)
+        y = np.zeros_like(x)
+        offset = sum(plan.seqs[: self.batch])
+        first_stream = self.world.rank * self.batch_size
+        while self.batch < plan.batches:
+            length = plan.seqs[self.batch]
+            for row in range(self.batch_size):
+                begin = (first_stream + row) * plan.length + offset
+                filled = 0
+                while filled < length:  # at most one wrap: the fill is shorter than one stream
+                    at = (begin + filled) % len(rest)
+                    runs = rest.slice(at, at + length - filled)
+                    for start, stop in zip(runs.starts.tolist(), runs.stops.tolist()):
+                        self._read(plan.index, start, x[row, filled : filled + stop - start])
+                        self._read(plan.index, start + 1, y[row, filled : filled + stop - start])
+                        filled += stop - start
+            self.batch += 1
+            offset += length
+            yield torch.from_numpy(x[:, :length]), torch.from_numpy(y[:, :length])
+
     def _iter_windows(self, plan: _Plan) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         width = self.bptt + 1
         buf = self._buffer[:, :width]
@@ -266,7 +314,8 @@ class LanguageModelLoader:
         while self.batch < plan.batches:
             lo = self.batch * self.batch_size
             slots = np.arange(lo, min(lo + self.batch_size, plan.per_rank), dtype=np.int64)
-            flat = slots * world.world_size + world.rank  # round-robin over ranks
+            # round-robin over ranks, after the windows read before an elastic resume
+            flat = self._windows_done + slots * world.world_size + world.rank
             flat = flat % plan.windows  # padding wraps to the first windows
             key = (self.seed, plan.epoch) if self.shuffle else None
             order = feistel_permutation(flat, plan.windows, key) if key else flat
@@ -278,9 +327,24 @@ class LanguageModelLoader:
 
     # ------------------------------------------------------------------ state
 
+    def _remaining(self) -> Runs:
+        """Epoch-stream positions (``"streams"``) not yet read: the end of every stream, and
+        the tail that ``drop_last`` would have left out."""
+        plan = self._plan_for(self.epoch)
+        offset = sum(plan.seqs[: self.batch])
+        rest = plan.rest if plan.rest is not None else Runs.whole(plan.index.total - 1)
+        streams = self.world.world_size * self.batch_size
+        firsts = np.arange(streams, dtype=np.int64) * plan.length
+        inner = Runs(
+            np.append(firsts + offset, streams * plan.length),
+            np.append(np.minimum(firsts + plan.length, len(rest)), len(rest)),
+        )
+        return rest.within(inner)
+
     def state_dict(self) -> dict[str, Any]:
-        """Epoch and next batch, with what fixes the plan (checked on load)."""
-        return {
+        """Epoch and next batch, what fixes the plan (checked on load), and what is left of
+        the epoch in a form any world size can resume from."""
+        state: dict[str, Any] = {
             "version": STATE_VERSION,
             "epoch": self.epoch,
             "batch": self.batch,
@@ -292,31 +356,69 @@ class LanguageModelLoader:
             "backwards": self.backwards,
             "documents": len(self.documents),
             "tokens": self.corpus.n_tokens,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "jitter": list(self.jitter) if isinstance(self.jitter, tuple) else self.jitter,
         }
+        if self.mode == "windows":
+            plan = self._plan_for(self.epoch)
+            read = self._windows_done + self.batch * self.batch_size * self.world.world_size
+            state["windows_done"] = self._windows_done
+            state["windows_read"] = min(read, plan.windows)
+        else:
+            based, left = self._rest, self._remaining()
+            state["based_on"] = _runs_state(based) if based is not None else None
+            state["remaining"] = _runs_state(left)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue where ``state`` left off: the next batch is the one after the saved one."""
+        """Continue where ``state`` left off: the next batch is the one after the saved one.
+
+        With the saved world size and batch size the batches are bitwise those the
+        uninterrupted run would have yielded; with others, what was left of the epoch is
+        dealt over this run's streams (see the module docstring).
+
+        Raises:
+            ValueError: the state belongs to another corpus, mode or order.
+        """
         if state.get("version") != STATE_VERSION:
             raise ValueError(
                 f"loader state version {state.get('version')}, expected {STATE_VERSION}"
             )
         mine = self.state_dict()
-        for key in (
-            "seed",
-            "batch_size",
-            "bptt",
-            "world_size",
-            "mode",
-            "backwards",
-            "documents",
-            "tokens",
-        ):
-            if state[key] != mine[key]:
+        same = ["seed", "mode", "backwards", "documents", "tokens", "shuffle", "drop_last"]
+        if self.mode == "windows":
+            same.append("bptt")
+        for key in same:
+            if state.get(key) != mine[key]:
                 raise ValueError(
-                    f"loader state has {key}={state[key]!r}, this loader "
+                    f"loader state has {key}={state.get(key)!r}, this loader "
                     f"{mine[key]!r}; resume with the settings of the saved run"
                 )
-        self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
+        self._plan = None
+        self.epoch = int(state["epoch"])
+        layout = ("world_size", "batch_size", "bptt", "jitter")
+        if all(state[key] == mine[key] for key in layout):  # the saved layout, bitwise
+            self.batch = int(state["batch"])
+            if self.mode == "windows":
+                self._windows_done, self._rest = int(state["windows_done"]), None
+            else:
+                based = state["based_on"]
+                self._rest = _runs_from(based) if based is not None else None
+            return
+        self.batch = 0  # elastic: a new layout over what is left
+        if self.mode == "windows":
+            self._windows_done, self._rest = int(state["windows_read"]), None
+        else:
+            self._rest, self._windows_done = _runs_from(state["remaining"]), 0
+
+
+def _runs_state(runs: Runs) -> dict[str, list[int]]:
+    return {"starts": runs.starts.tolist(), "stops": runs.stops.tolist()}
+
+
+def _runs_from(state: dict[str, list[int]]) -> Runs:
+    return Runs(state["starts"], state["stops"])
 
 
 @dataclass
@@ -328,6 +430,7 @@ class _Plan:
     batches: int
     windows: int  # windows mode
     per_rank: int
+    rest: Runs | None = None  # streams mode after an elastic resume: what is left to read
 
 
 _MASK32 = np.uint64(0xFFFFFFFF)

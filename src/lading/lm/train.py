@@ -129,11 +129,18 @@ def train_lm(config: LMConfig) -> dict[str, Any]:
         state = checkpoint.load(ckpt)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        data.load_state_dict(state["loaders"][world.rank])
-        torch.set_rng_state(state["rng"][world.rank])
-        saved = state["hidden"][world.rank]
-        hidden = (saved[0].to(device), saved[1].to(device)) if saved is not None else None
         step = int(state["step"])
+        saved_world = len(state["loaders"])
+        # every rank saved the same account of what is left of the epoch, so any of them
+        # serves a resume on another number of processes (elastic)
+        data.load_state_dict(state["loaders"][world.rank % saved_world])
+        if saved_world == world.world_size and state["loaders"][0]["batch_size"] == data.batch_size:
+            torch.set_rng_state(state["rng"][world.rank])
+            saved = state["hidden"][world.rank]
+            hidden = (saved[0].to(device), saved[1].to(device)) if saved is not None else None
+        else:  # new streams: no row has a predecessor whose hidden state it could carry
+            seed = np.random.SeedSequence([config.seed, world.rank, step]).generate_state(1)
+            torch.manual_seed(int(seed[0]))
     log = open(out / "log.jsonl", "a") if world.rank == 0 else None  # noqa: SIM115
     shuffle_rng = np.random.default_rng([config.seed, world.rank, 99])
     evaluations: list[dict[str, float]] = []
