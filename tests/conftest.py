@@ -55,3 +55,14 @@ def tiny_tsv(tmp_path: Path) -> Path:
             ]
         ),
     )
+
+
+def word_tokenizer(words: list[str], path: Path) -> Path:
+    """A word-level tokenizer over ``words`` plus an end-of-text token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"<|endoftext|>": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(path))
+    return path

@@ -11,24 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import write
+from conftest import word_tokenizer, write
 from distributed import run_processes
 from lading.lm import LanguageModelLoader, TokenCorpus
 from lading.lm.loader import feistel_permutation
 from lading.world import World
 
 tokenizers = pytest.importorskip("tokenizers")
-
-
-def word_tokenizer(words: list[str], path: Path) -> Path:
-    """A word-level tokenizer over ``words`` plus an end-of-text token."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {"<|endoftext|>": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(words)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.save(str(path))
-    return path
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lading.split import contiguous_range, equal_share, per_rank_count, worker_share
+from lading.split import Runs, contiguous_range, equal_share, per_rank_count, worker_share
 from lading.world import World
 
 
@@ -93,3 +93,23 @@ def test_world_sees_the_dataloader_worker() -> None:
 
     got = sorted(tuple(x) for x in tud.DataLoader(Probe(), batch_size=None, num_workers=2))
     assert got == [(0, 2), (1, 2)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    runs=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 8)), max_size=6),
+    lo=st.integers(0, 60),
+    width=st.integers(0, 60),
+    picks=st.lists(st.integers(0, 59), max_size=10),
+)
+def test_runs_slice_and_within_match_the_listed_positions(
+    runs: list[tuple[int, int]], lo: int, width: int, picks: list[int]
+) -> None:
+    seq = Runs([a for a, _ in runs], [a + n for a, n in runs])
+    listed = np.concatenate([np.arange(a, a + n) for a, n in runs] or [np.zeros(0, np.int64)])
+    assert len(seq) == len(listed)
+    assert np.array_equal(seq.slice(lo, lo + width).positions(), listed[lo : lo + width])
+    picks = [p for p in picks if p < len(listed)]
+    inner = Runs.of_positions(picks)
+    assert np.array_equal(inner.positions(), np.array(picks, dtype=np.int64))
+    assert np.array_equal(seq.within(inner).positions(), listed[picks])

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from contracts import assert_elastic
 from distributed import free_port
 from lading.tabular import PartitionedParquet, repartition
 from lading.tabular.pad import pad_lists
@@ -137,6 +138,62 @@ def test_resume_mid_epoch(tmp_path: Path, workers: int) -> None:
     resumed = make()
     resumed.load_state_dict(first.state_dict())
     assert head + [ids(b) for b in resumed] == full
+
+
+@pytest.mark.parametrize(("old", "new"), [(4, 2), (2, 3), (3, 1)])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_elastic_resume_reads_every_row_once(
+    tmp_path: Path, old: int, new: int, workers: int
+) -> None:
+    rows = 211
+    path = write_sessions(tmp_path / "s.parquet", rows, 5)
+
+    def make(world: World, num_workers: int) -> Any:
+        ds = PartitionedParquet(
+            path, batch_size=3 if world.world_size == old else 5, list_columns={"items": 2},
+            world=world, seed=8, buffer_rows=16, equalize="pad",
+        )  # fmt: skip
+        return ds.loader(num_workers=num_workers, multiprocessing_context="fork")
+
+    readers = new * max(1, workers)
+    key = lambda batch: batch["session_id"].tolist()  # noqa: E731
+    assert_elastic(make, old, new, workers, 3, rows, key, max_repeats=readers - 1, epoch=1)
+
+
+@pytest.mark.parametrize("equalize", ["pad", "truncate"])
+def test_chained_elastic_resumes(tmp_path: Path, equalize: str) -> None:
+    """4 ranks x 2 workers, then 2 x 0, then 3 x 1 with other batch sizes, then the same
+    layout again: rows read once each (truncate may leave out fewer than the last readers)."""
+    rows = 300
+    path = write_sessions(tmp_path / "s.parquet", rows, 6)
+    layouts = [(4, 2, 4, 3), (2, 0, 7, 5), (3, 1, 2, 9), (3, 1, 2, None)]
+    seen: Counter[int] = Counter()
+    state: dict[str, Any] | None = None
+    for world_size, workers, batch, stop in layouts:
+        states = []
+        for rank in range(world_size):
+            ds = PartitionedParquet(
+                path, batch_size=batch, list_columns={"items": 2}, world=World(rank, world_size),
+                seed=3, buffer_rows=20, equalize=equalize,
+            )  # fmt: skip
+            loader = ds.loader(num_workers=workers, multiprocessing_context="fork")
+            loader.set_epoch(0)
+            if state is not None:
+                loader.load_state_dict(state)
+            for taken, b in enumerate(loader, 1):
+                seen.update(b["session_id"].tolist())
+                if taken == stop:
+                    break
+            states.append(loader.state_dict())
+        assert all(x == states[0] for x in states)
+        state = states[0]
+    last_readers = layouts[-1][0] * max(1, layouts[-1][1])
+    if equalize == "pad":
+        assert set(seen) == set(range(rows))
+        assert sum(seen.values()) - rows < last_readers
+    else:
+        assert max(seen.values()) == 1
+        assert rows - len(seen) < last_readers
 
 
 def test_impossible_requests_fail_at_construction(tmp_path: Path) -> None:

@@ -6,6 +6,14 @@ chunks of ``buffer_rows`` rows, shuffles each chunk with a generator seeded from
 the chunk being served plus the one being read, i.e. a few row groups. Because chunks have
 fixed boundaries in the reader's row sequence, a resume jumps straight to the batch after the
 last one received and reads at most one chunk again.
+
+A checkpoint can also be resumed with another world size, number of workers or batch size
+(*elastic*). Which rows each old reader served is known from the saved layout and batch
+count: whole chunks, plus the first rows of one shuffled chunk. What is left — the unread
+rows, in the epoch's row order, kept as :class:`lading.split.Runs` — is cut into equal shares
+for the new readers, so every row not yet read is read exactly once more this epoch (plus the
+padding that ``equalize="pad"`` adds to even out shares). The state stores only the layouts
+and batch counts; the remainder is recomputed from them on load.
 """
 
 from __future__ import annotations
@@ -18,18 +26,22 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from lading.split import Runs
 from lading.tabular.pad import pad_lists
 from lading.tabular.plan import (
     Share,
+    chunk_order,
     epoch_pieces,
     parquet_files,
     pieces_of,
     rows_per_reader,
     share_of,
+    share_of_runs,
 )
 from lading.world import World
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+LAYOUT_KEYS = ("world_size", "num_workers", "batch_size", "buffer_rows", "equalize", "drop_last")
 
 
 class PartitionedParquet(IterableDataset[dict[str, torch.Tensor]]):
@@ -91,6 +103,9 @@ class PartitionedParquet(IterableDataset[dict[str, torch.Tensor]]):
         self.buffer_rows = buffer_rows or max(largest, 8 * batch_size)
         self.epoch = 0
         self.skip_batches = 0  # batches of this epoch the rank already received (resume)
+        # layouts this epoch was read with before an elastic resume, each with its batch count
+        self.history: list[dict[str, Any]] = []
+        self._base: tuple[tuple[int, int], Runs] | None = None
         self._files: dict[str, Any] = {}
         self._recent: list[tuple[tuple[str, int], Any]] = []
         self._pid = -1
@@ -99,24 +114,97 @@ class PartitionedParquet(IterableDataset[dict[str, torch.Tensor]]):
 
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` (reshuffles; the same on every rank)."""
-        self.epoch, self.skip_batches = epoch, 0
+        self.epoch, self.skip_batches, self.history = epoch, 0, []
+
+    def layout(self, num_workers: int) -> dict[str, Any]:
+        """What fixes who reads which rows, besides the seed and epoch."""
+        return {
+            "world_size": self.world.world_size,
+            "num_workers": num_workers,
+            "batch_size": self.batch_size,
+            "buffer_rows": self.buffer_rows,
+            "equalize": self.equalize,
+            "drop_last": self.drop_last,
+        }
 
     def readers(self, num_workers: int) -> int:
         return self.world.world_size * max(1, num_workers)
 
+    @staticmethod
+    def _rows_each(rows: int, readers: int, equalize: str, resumed: bool) -> int:
+        """Rows per reader; near the end of an elastically resumed epoch, when fewer rows are
+        left than readers, shares are padded rather than cut so that no row is lost."""
+        if resumed and rows < readers:
+            return 1 if rows else 0
+        return rows_per_reader(rows, readers, equalize)
+
     def batches_per_reader(self, num_workers: int) -> int:
-        rows = rows_per_reader(self.total_rows, self.readers(num_workers), self.equalize)
+        readers, resumed = self.readers(num_workers), bool(self.history)
+        rows = self._rows_each(self.rows_left(), readers, self.equalize, resumed)
         return rows // self.batch_size if self.drop_last else -(-rows // self.batch_size)
 
     def batches_per_rank(self, num_workers: int = 0) -> int:
-        """Batches every rank yields per epoch with ``num_workers`` DataLoader workers."""
+        """Batches every rank yields this epoch with ``num_workers`` DataLoader workers."""
         return self.batches_per_reader(num_workers) * max(1, num_workers)
+
+    def rows_left(self) -> int:
+        """Rows this layout shares out: all of the epoch's, or what an elastic resume found."""
+        base = self.base()
+        return self.total_rows if base is None else len(base)
+
+    def base(self) -> Runs | None:
+        """After an elastic resume: the epoch's row positions left to read (else ``None``)."""
+        if not self.history:
+            return None
+        key = (self.epoch, len(self.history))
+        if self._base is None or self._base[0] != key:
+            runs = Runs.whole(self.total_rows)
+            for segment, layout in enumerate(self.history):
+                runs = runs.within(self._unread(len(runs), layout, segment))
+            self._base = (key, runs)
+        return self._base[1]
+
+    def _unread(self, rows: int, layout: dict[str, Any], segment: int) -> Runs:
+        """Positions (of a sequence of ``rows``) not read under ``layout`` after its batches."""
+        workers = max(1, layout["num_workers"])
+        readers = layout["world_size"] * workers
+        each = self._rows_each(rows, readers, layout["equalize"], segment > 0)
+        size, chunk_rows = layout["batch_size"], layout["buffer_rows"]
+        parts = []
+        for reader in range(readers):
+            worker = reader % workers
+            served = len(range(worker, layout["batches"], workers)) * size
+            consumed = min(served, each)
+            chunk, into = divmod(consumed, chunk_rows)
+            first = reader * each
+            rest_from = consumed
+            if into:
+                lo, hi = chunk * chunk_rows, min((chunk + 1) * chunk_rows, each)
+                key = self._chunk_key(reader, chunk, segment)
+                left = np.sort(chunk_order(key, hi - lo, self.shuffle)[into:]) + lo
+                parts.append(Runs.of_positions(first + left))
+                rest_from = hi
+            parts.append(Runs([first + rest_from], [first + each]))
+        parts.append(Runs([readers * each], [rows]))  # what "truncate" left out
+        runs = Runs.concat(parts)
+        return Runs(np.minimum(runs.starts, rows), np.minimum(runs.stops, rows))  # no padding
 
     def share(self, worker: int, num_workers: int) -> Share:
         """What worker ``worker`` of this rank reads this epoch."""
         ordered = epoch_pieces(self.pieces, self.seed, self.epoch, self.shuffle)
         reader = self.world.rank * max(1, num_workers) + worker
-        return share_of(ordered, reader, self.readers(num_workers), self.equalize)
+        base = self.base()
+        if base is None:
+            return share_of(ordered, reader, self.readers(num_workers), self.equalize)
+        rows = len(base)
+        each = self._rows_each(rows, self.readers(num_workers), self.equalize, True)
+        lo, hi = reader * each, (reader + 1) * each
+        mine = Runs.concat([base.slice(lo, hi), base.slice(0, hi - rows)])  # padding wraps
+        return share_of_runs(ordered, mine)
+
+    def _chunk_key(self, reader: int, chunk: int, segment: int) -> list[int]:
+        key = [self.seed, self.epoch, reader, chunk, 13]
+        return key if segment == 0 else [*key, segment]
 
     # ------------------------------------------------------------------ reading
 
@@ -218,8 +306,8 @@ class PartitionedParquet(IterableDataset[dict[str, torch.Tensor]]):
         table = self._read(share, lo, min(lo + self.buffer_rows, share.rows))
         if not self.shuffle:
             return table
-        rng = np.random.default_rng([self.seed, self.epoch, reader, index, 13])
-        return table.take(rng.permutation(table.num_rows))
+        key = self._chunk_key(reader, index, len(self.history))
+        return table.take(chunk_order(key, table.num_rows, True))
 
     def loader(
         self,
@@ -273,27 +361,40 @@ class ParquetLoader:
             yield batch
 
     def state_dict(self) -> dict[str, Any]:
+        """The epoch, batches received, this run's layout and those it was resumed from."""
         return {
             "version": STATE_VERSION,
             "epoch": self.dataset.epoch,
             "batches": self.batches,
-            "num_workers": self.num_workers,
-            "world_size": self.dataset.world.world_size,
             "seed": self.dataset.seed,
             "rows": self.dataset.total_rows,
-            "batch_size": self.dataset.batch_size,
+            "shuffle": self.dataset.shuffle,
+            "layout": self.dataset.layout(self.num_workers),
+            "history": list(self.dataset.history),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``: bitwise, with the saved layout; else elastic (see the
+        module docstring).
+
+        Raises:
+            ValueError: the state belongs to other files, another seed or another version.
+        """
         mine = self.state_dict()
-        for key in ("version", "num_workers", "world_size", "seed", "rows", "batch_size"):
+        for key in ("version", "seed", "rows", "shuffle"):
             if state.get(key) != mine[key]:
                 raise ValueError(
                     f"loader state has {key}={state.get(key)!r}, this loader "
-                    f"{mine[key]!r}; resume with the settings of the saved run"
+                    f"{mine[key]!r}; resume with the data and seed of the saved run"
                 )
         self.dataset.epoch = int(state["epoch"])
-        self.batches = int(state["batches"])
+        if state["layout"] == mine["layout"]:
+            self.dataset.history = list(state["history"])
+            self.batches = int(state["batches"])
+        else:
+            done = {**state["layout"], "batches": int(state["batches"])}
+            self.dataset.history = [*state["history"], done]
+            self.batches = 0
 
 
 def _check_columns(

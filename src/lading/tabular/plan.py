@@ -22,6 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from lading.split import Runs
+
 EQUALIZE: tuple[str, ...] = ("pad", "truncate")
 
 
@@ -125,3 +127,24 @@ def _fragments(ordered: Sequence[Piece], start: int, stop: int, total: int) -> I
             if begin >= hi:
                 break
             yield Fragment(piece, max(lo, begin) - begin, min(hi, end) - begin)
+
+
+def share_of_runs(ordered: Sequence[Piece], runs: Runs) -> Share:
+    """The rows at ``runs`` (positions of the epoch's row sequence), as fragments, in order."""
+    ends = np.cumsum([p.rows for p in ordered])
+    fragments = []
+    for lo, hi in zip(runs.starts.tolist(), runs.stops.tolist()):
+        k = int(np.searchsorted(ends, lo, side="right"))
+        while lo < hi:
+            begin = int(ends[k]) - ordered[k].rows
+            stop = min(hi, int(ends[k]))
+            fragments.append(Fragment(ordered[k], lo - begin, stop - begin))
+            lo, k = stop, k + 1
+    return Share(tuple(fragments), len(runs))
+
+
+def chunk_order(key: list[int], size: int, shuffle: bool) -> np.ndarray:
+    """The order in which a reader serves the ``size`` rows of one chunk."""
+    if not shuffle:
+        return np.arange(size)
+    return np.random.default_rng(key).permutation(size)
