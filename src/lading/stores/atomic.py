@@ -88,15 +88,21 @@ def is_ours_to_replace(dest: Path) -> bool:
 def publish(tmp: Path, dest: Path) -> None:
     """Move the finished ``tmp`` to ``dest``, replacing a previous version of it.
 
-    Linux cannot rename a directory over a non-empty one, so the old version is first renamed
-    aside (``DEST.old-<pid>-…``) and removed after; in between, ``dest`` is briefly absent,
-    never half-written.
+    Linux cannot rename a directory over a non-empty one. Where the kernel and filesystem
+    allow, the two are swapped in one step (``renameat2`` with ``RENAME_EXCHANGE``), so
+    ``dest`` is the old version or the new one at every instant. Elsewhere the old version is
+    first renamed aside (``DEST.old-<pid>-…``): in between, ``dest`` is briefly absent, never
+    half-written.
     """
     if not is_ours_to_replace(dest):
         raise FileExistsError(
             f"{dest} exists and is not a lading directory; refusing to replace it. "
             "Choose another destination or remove it yourself."
         )
+    if dest.exists() and _exchange(tmp, dest):
+        fsync_dir(dest.parent)
+        shutil.rmtree(tmp, ignore_errors=True)  # now holds the old version
+        return
     old = None
     if dest.exists():
         old = dest.parent / f"{dest.name}{_OLD_MARK}{os.getpid()}-{secrets.token_hex(4)}"
@@ -105,3 +111,32 @@ def publish(tmp: Path, dest: Path) -> None:
     fsync_dir(dest.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically; False where ``renameat2`` or the flag is not supported."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM):
+        return False
+    raise OSError(code, f"swapping {a} and {b}: {os.strerror(code)}")

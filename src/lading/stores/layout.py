@@ -16,6 +16,7 @@ files whose sizes differ from it, is refused on open.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
@@ -33,6 +34,7 @@ import numpy.typing as npt
 from lading.errors import StoreFormatError
 
 FORMAT_NAME = "lading.packed"
+LADING_FORMATS = ("lading.packed", "lading.tokens", "lading.offsets")
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
 OFFSET_DTYPE = np.dtype("<u8")
@@ -237,10 +239,22 @@ def _check_listed_file(root: Path, name: str, info: Any) -> None:
         )
 
 
-def verify_checksums(directory: str | os.PathLike[str]) -> list[str]:
-    """Read every file of a store in full and compare its CRC32; return the problems found."""
+def verify_checksums(
+    directory: str | os.PathLike[str], expected_format: str | None = None
+) -> list[str]:
+    """Read every file of a store in full and compare its CRC32; return the problems found.
+
+    ``expected_format`` defaults to whichever lading format (a packed store, a token corpus,
+    an offsets index) ``meta.json`` declares.
+    """
     root = Path(directory)
-    meta = read_meta(root)
+    if expected_format is None:
+        expected_format = FORMAT_NAME
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            declared = json.loads((root / META_FILE).read_text(encoding="utf-8")).get("format")
+            if isinstance(declared, str) and declared in LADING_FORMATS:
+                expected_format = declared
+    meta = read_meta(root, expected_format)
     problems = []
     for name, info in sorted(meta["files"].items()):
         crc = 0

@@ -1,0 +1,151 @@
+"""SIGKILL in the middle of `lading build`, `lading lm build` and `lading repartition`.
+
+Each destination first holds a complete version 1; a build of version 2 is killed at a random
+moment after its temporary directory appears. Afterwards the destination must be absent or a
+complete version 1 or 2 (it opens, its checksums hold, its counts are those of a version) —
+never something half-written — and the next build must clean up and succeed.
+``LADING_KILLS`` sets the kills per tool (default 3; benchmarks/reliability.py uses more).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import word_tokenizer, write
+
+KILLS = int(os.environ.get("LADING_KILLS", "3"))
+pytest.importorskip("tokenizers")
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+def passages(n: int, salt: str) -> str:
+    rng = np.random.default_rng(n)
+    words = [f"w{i}" for i in range(300)]
+    return "".join(f"p{i}\t{salt} {' '.join(rng.choice(words, 40))}\n" for i in range(n))
+
+
+def store_version(dest: Path) -> int:
+    from lading.stores.layout import verify_checksums
+    from lading.stores.packed import PackedStore
+
+    store = PackedStore(dest)
+    assert verify_checksums(dest) == [], f"{dest} opens but its checksums fail"
+    return {30_000: 1, 45_000: 2}[len(store)]
+
+
+def corpus_version(dest: Path) -> int:
+    from lading.lm import TokenCorpus
+    from lading.stores.layout import verify_checksums
+
+    corpus = TokenCorpus.open(dest)
+    assert verify_checksums(dest) == []
+    return {3_000: 1, 4_500: 2}[len(corpus)]
+
+
+def parquet_version(dest: Path) -> int:
+    assert (dest / "_lading.json").is_file()
+    return {60_000: 1, 90_000: 2}[pq.read_table(dest).num_rows]
+
+
+def sessions(path: Path, rows: int) -> Path:
+    table = pa.table({"session_id": pa.array(np.arange(rows), pa.int64())})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, row_group_size=1000)
+    return path
+
+
+def start(command: list[str], dest: Path) -> tuple[subprocess.Popen[bytes], float]:
+    """Start ``command``; return it once its temporary directory exists, with that moment."""
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(dest.parent.glob(f"{dest.name}.tmp-*")):
+            break
+        time.sleep(0.002)
+    return proc, time.monotonic()
+
+
+def crash_many(
+    build: Callable[[int], list[str]], dest: Path, version: Callable[[Path], int]
+) -> None:
+    lading = [sys.executable, "-m", "lading"]
+    subprocess.run(lading + build(1), check=True, capture_output=True)
+    assert version(dest) == 1
+    proc, began = start(lading + build(2), dest)
+    while proc.poll() is None and any(dest.parent.glob(f"{dest.name}.tmp-*")):
+        time.sleep(0.002)
+    writing = time.monotonic() - began  # from the temporary directory to the published one
+    proc.wait()
+    assert proc.returncode == 0 and version(dest) == 2
+    subprocess.run(lading + build(1), check=True, capture_output=True)
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    seen, interrupted = [], 0
+    for _ in range(KILLS):
+        proc, _ = start(lading + build(2), dest)
+        time.sleep(rng.uniform(0, 1.5 * writing))
+        proc.kill()
+        proc.wait()
+        interrupted += any(dest.parent.glob(f"{dest.name}.tmp-*"))
+        seen.append(version(dest) if dest.exists() else 0)  # absent is allowed, half is not
+    assert set(seen) <= {0, 1, 2}, f"versions after kills: {seen} (seed {seed})"
+    assert interrupted > 0, f"no kill landed while the build was writing (seed {seed})"
+    subprocess.run(lading + build(2), check=True, capture_output=True)
+    assert version(dest) == 2
+    leftovers = [p.name for p in dest.parent.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+    assert leftovers == [], f"temporary directories left behind: {leftovers} (seed {seed})"
+    log = os.environ.get("LADING_RELIABILITY_LOG")
+    if log:  # benchmarks/reliability.py counts what the kills found
+        with open(log, "a") as f:
+            f.write(json.dumps({"tool": build(1)[0], "kills": KILLS, "interrupted": interrupted,
+                                "versions": seen}) + "\n")  # fmt: skip
+
+
+def test_killed_store_builds(tmp_path: Path) -> None:
+    sources = {
+        1: write(tmp_path / "v1.tsv", passages(30_000, "one")),
+        2: write(tmp_path / "v2.tsv", passages(45_000, "two")),
+    }
+    dest = tmp_path / "store"
+    crash_many(lambda v: ["build", str(sources[v]), str(dest)], dest, store_version)
+
+
+def test_killed_corpus_builds(tmp_path: Path) -> None:
+    words = [f"w{i}" for i in range(300)]
+    tok = word_tokenizer(words, tmp_path / "tok.json")
+    rng = np.random.default_rng(0)
+    sources = {
+        v: write(
+            tmp_path / f"v{v}.txt",
+            "\n\n".join(" ".join(rng.choice(words, 200)) for _ in range(n)) + "\n",
+        )
+        for v, n in ((1, 3_000), (2, 4_500))
+    }
+    dest = tmp_path / "corpus"
+
+    def build(v: int) -> list[str]:
+        return ["lm", "build", str(sources[v]), str(dest), "--tokenizer", str(tok), "--quiet"]
+
+    crash_many(build, dest, corpus_version)
+
+
+def test_killed_repartitions(tmp_path: Path) -> None:
+    sources = {1: sessions(tmp_path / "v1" / "a.parquet", 60_000)}
+    sources[2] = sessions(tmp_path / "v2" / "a.parquet", 90_000)
+    dest = tmp_path / "parts"
+    crash_many(
+        lambda v: ["repartition", str(sources[v]), str(dest), "--row-group-size", "500"],
+        dest,
+        parquet_version,
+    )
