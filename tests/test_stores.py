@@ -180,6 +180,32 @@ def test_verify_finds_a_flipped_byte(tiny_tsv: Path, tmp_path: Path) -> None:
     assert [p.split(":")[0] for p in verify_checksums(dest)] == [str(dest / "text.bin")]
 
 
+@pytest.mark.parametrize("name", ["text.bin", "text.off", "ids.bin"])
+def test_zero_filled_file_is_refused_on_open(tmp_path: Path, name: str) -> None:
+    """A file of the right size but all zeros (what a crash can leave on some filesystems)."""
+    src = write(tmp_path / "c.tsv", "".join(f"d{i}\tpassage number {i}\n" for i in range(3000)))
+    dest = tmp_path / "s"
+    lading.build_store(src, dest, progress=False)
+    size = (dest / name).stat().st_size
+    (dest / name).write_bytes(bytes(size))
+    with pytest.raises(StoreFormatError, match=rf"{name}: .*all zero bytes.*Rebuild"):
+        lading.open_store(dest)
+
+
+def test_damage_past_the_spot_checks_is_found_by_verify(tmp_path: Path) -> None:
+    from lading.stores.layout import verify_checksums
+
+    src = write(tmp_path / "c.tsv", "".join(f"d{i}\tpassage number {i}\n" for i in range(3000)))
+    dest = tmp_path / "s"
+    lading.build_store(src, dest, progress=False)
+    data = bytearray((dest / "text.bin").read_bytes())
+    assert len(data) > 3 * 4096
+    data[len(data) // 2] ^= 0x01
+    (dest / "text.bin").write_bytes(bytes(data))
+    lading.open_store(dest)  # opening reads 8 KiB per file; a middle byte needs verify
+    assert [p.split(":")[0] for p in verify_checksums(dest)] == [str(dest / "text.bin")]
+
+
 def test_failed_build_leaves_nothing_that_opens(tmp_path: Path) -> None:
     src = write(tmp_path / "c.tsv", "1\tok\nbad line\n")
     dest = tmp_path / "s"

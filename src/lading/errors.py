@@ -30,6 +30,16 @@ class StoreFormatError(LadingError):
     """A store directory is missing, truncated, foreign or of an unsupported version."""
 
 
+class OutOfSpaceError(LadingError, OSError):
+    """A build ran out of disk space (or hit a file size limit); nothing was published.
+
+    ``errno`` is that of the failed write (``ENOSPC``, ``EDQUOT`` or ``EFBIG``).
+    """
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 class StaleStoreWarning(UserWarning):
     """The source a store was built from has changed since the build."""
 

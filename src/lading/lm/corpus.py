@@ -10,7 +10,6 @@ and renames the finished directory into place (the same atomic build as the stor
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import numpy.typing as npt
 
 from lading import __version__
 from lading.lm.texts import iter_texts
-from lading.stores.atomic import build_lock, new_temp_dir, publish, remove_dead_temps
+from lading.stores.atomic import build_lock, publish, remove_dead_temps, staging
 from lading.stores.layout import (
     OFFSET_DTYPE,
     MappedFile,
@@ -112,13 +111,9 @@ class TokenCorpus:
             remove_dead_temps(target)
             if not overwrite and _reusable(target, recipe):
                 return cls.open(target)
-            tmp = new_temp_dir(target)
-            try:
+            with staging(target) as tmp:
                 _write(tmp, source, tok, info, eos, split, recipe, progress)
                 publish(tmp, target)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
         return cls.open(target)
 
     def __len__(self) -> int:

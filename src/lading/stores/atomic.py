@@ -19,6 +19,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from lading.errors import OutOfSpaceError
 from lading.stores.layout import META_FILE, fsync_dir
 
 DATASET_MARK = "_lading.json"
@@ -44,6 +45,52 @@ def new_temp_dir(dest: Path) -> Path:
     tmp = dest.parent / f"{dest.name}{_TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir(parents=True)
     return tmp
+
+
+@contextlib.contextmanager
+def staging(dest: Path) -> Iterator[Path]:
+    """A fresh temporary directory for a build of ``dest``, removed if the body fails.
+
+    Call under :func:`build_lock`; the body writes into the directory and calls
+    :func:`publish`. A full disk (``ENOSPC``, ``EDQUOT``) or a file size limit (``EFBIG``)
+    becomes an :class:`OutOfSpaceError` that says how much was written and that ``dest`` is
+    untouched, instead of a traceback from inside a writer thread.
+    """
+    tmp = new_temp_dir(dest)
+    try:
+        yield tmp
+    except OSError as e:
+        written = _size_of(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno not in _NO_SPACE:
+            raise
+        state = "left as it was" if dest.exists() else "not created"
+        limit = (
+            "the file size limit (ulimit -f) was reached"
+            if e.errno == errno.EFBIG
+            else "the filesystem is full"
+        )
+        raise OutOfSpaceError(
+            e.errno,
+            f"building {dest}: {limit} after writing {written:,} bytes "
+            f"({Path(e.filename).name if e.filename else 'writing'}: {os.strerror(e.errno)}). "
+            "The partial build was removed "
+            f"and {dest} was {state}. Free space on that filesystem or build elsewhere.",
+        ) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _size_of(directory: Path) -> int:
+    total = 0
+    for path in directory.rglob("*"):
+        with contextlib.suppress(OSError):
+            total += path.stat().st_size if path.is_file() else 0
+    return total
 
 
 def remove_dead_temps(dest: Path) -> list[Path]:

@@ -9,7 +9,6 @@ file lock, and whoever comes second finds the store built and opens it.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import warnings
 from collections.abc import Sequence
@@ -21,9 +20,9 @@ from lading.sources import OnError, ParseOptions, SourceReader, is_compressed
 from lading.stores.atomic import (
     build_lock,
     is_ours_to_replace,
-    new_temp_dir,
     publish,
     remove_dead_temps,
+    staging,
 )
 from lading.stores.layout import read_meta
 from lading.stores.packed import PackedStore
@@ -170,8 +169,7 @@ def _build_locked(
                 f"{dest} exists and is not a lading store; refusing to replace it. Choose "
                 "another destination or remove it yourself."
             )
-        tmp = new_temp_dir(dest)
-        try:
+        with staging(dest) as tmp:
             with _progress_bar(reader, progress) as bar:
                 meta = write_store(
                     reader,
@@ -183,9 +181,6 @@ def _build_locked(
                     progress=bar,
                 )
             publish(tmp, dest)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     if meta["build"]["skipped"]:
         first = meta["build"]["skip_examples"][0]
         warnings.warn(

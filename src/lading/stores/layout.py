@@ -67,6 +67,7 @@ class _BackgroundFile:
     _IN_FLIGHT = 2
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed in close()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lading-write")
         self._pending: deque[Future[None]] = deque()
@@ -74,7 +75,10 @@ class _BackgroundFile:
 
     def _write(self, data: bytes) -> None:
         self.crc = zlib.crc32(data, self.crc)
-        self._file.write(data)
+        try:
+            self._file.write(data)
+        except OSError as e:  # say which file: the thread's traceback will not be seen
+            raise OSError(e.errno, e.strerror, str(self.path)) from e
 
     def write(self, data: bytes) -> None:
         """Queue ``data`` (which must not change afterwards) to be written after earlier blocks."""
@@ -89,6 +93,10 @@ class _BackgroundFile:
                 self._pending.popleft().result()
             self._file.flush()
             os.fsync(self._file.fileno())
+        except OSError as e:
+            if e.filename is None:
+                raise OSError(e.errno, e.strerror, str(self.path)) from e
+            raise
         finally:
             self._pool.shutdown(wait=True)
             self._file.close()
@@ -170,8 +178,27 @@ def write_file(path: Path, data: bytes) -> dict[str, int]:
     return {"size": len(data), "crc32": zlib.crc32(data)}
 
 
+SPOT_BYTES = 4096
+
+
+def spot_crc32(path: Path) -> int:
+    """CRC32 of a file's first and last 4 KiB: read on every open, it catches a file that was
+    zero-filled (what some filesystems leave after a crash) or overwritten, for 8 KiB of I/O."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(SPOT_BYTES)
+        f.seek(max(0, size - SPOT_BYTES))
+        tail = f.read(SPOT_BYTES)
+    return zlib.crc32(tail, zlib.crc32(head))
+
+
 def write_meta(directory: Path, meta: dict[str, Any]) -> None:
-    """Write ``meta.json`` (the commit point of a build) and fsync the directory."""
+    """Write ``meta.json`` (the commit point of a build) and fsync the directory.
+
+    Each listed file gets its spot checksum (:func:`spot_crc32`), checked on open.
+    """
+    for name, info in meta.get("files", {}).items():
+        info["spot_crc32"] = spot_crc32(directory / name)
     text = json.dumps(meta, indent=2, sort_keys=True)
     write_file(directory / META_FILE, text.encode("utf-8"))
     fsync_dir(directory)
@@ -187,9 +214,10 @@ def fsync_dir(directory: Path) -> None:
 
 
 def read_meta(
-    directory: str | os.PathLike[str], expected_format: str = FORMAT_NAME
+    directory: str | os.PathLike[str], expected_format: str = FORMAT_NAME, spots: bool = True
 ) -> dict[str, Any]:
-    """Load and check ``meta.json``: format, version, and every listed file's size.
+    """Load and check ``meta.json``: format, version, every listed file's size and (unless
+    ``spots`` is False) the checksum of its first and last 4 KiB.
 
     Raises:
         StoreFormatError: naming the directory or file and what was expected.
@@ -220,11 +248,11 @@ def read_meta(
     if not isinstance(files, dict):
         raise StoreFormatError(f"{meta_path}: no file list; rebuild the store")
     for name, info in files.items():
-        _check_listed_file(root, name, info)
+        _check_listed_file(root, name, info, spots)
     return meta
 
 
-def _check_listed_file(root: Path, name: str, info: Any) -> None:
+def _check_listed_file(root: Path, name: str, info: Any, spots: bool) -> None:
     if not isinstance(name, str) or "/" in name or "\\" in name or name in ("", ".", ".."):
         raise StoreFormatError(f"{root / META_FILE}: file name {name!r} points outside the store")
     path = root / name
@@ -237,6 +265,24 @@ def _check_listed_file(root: Path, name: str, info: Any) -> None:
             f"{path} is {actual} bytes, expected {expected} (truncated or replaced?); rebuild "
             "the store"
         )
+    spot = info.get("spot_crc32")
+    if spots and spot is not None and spot_crc32(path) != spot:
+        zeros = _all_zero_spots(path)
+        raise StoreFormatError(
+            f"{path}: its first and last {SPOT_BYTES} bytes do not match their checksum"
+            + (" (they are all zero bytes, as a crash can leave a file)" if zeros else "")
+            + "; the file was damaged or replaced after the build. Rebuild the store "
+            "(`lading verify` checks every byte)."
+        )
+
+
+def _all_zero_spots(path: Path) -> bool:
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(SPOT_BYTES)
+        f.seek(max(0, size - SPOT_BYTES))
+        tail = f.read(SPOT_BYTES)
+    return not head.strip(b"\0") and not tail.strip(b"\0")
 
 
 def verify_checksums(
@@ -254,7 +300,7 @@ def verify_checksums(
             declared = json.loads((root / META_FILE).read_text(encoding="utf-8")).get("format")
             if isinstance(declared, str) and declared in LADING_FORMATS:
                 expected_format = declared
-    meta = read_meta(root, expected_format)
+    meta = read_meta(root, expected_format, spots=False)  # every byte is checked below
     problems = []
     for name, info in sorted(meta["files"].items()):
         crc = 0

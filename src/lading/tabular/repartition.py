@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,9 +20,9 @@ from typing import Any
 from lading.stores.atomic import (
     DATASET_MARK,
     build_lock,
-    new_temp_dir,
     publish,
     remove_dead_temps,
+    staging,
 )
 from lading.tabular.plan import parquet_files, pieces_of
 
@@ -101,9 +100,14 @@ def repartition(
     target = Path(dst)
     with build_lock(target):
         remove_dead_temps(target)
-        tmp = new_temp_dir(target)
-        try:
-            _write(files, schema, sizes, tmp / "part-0.parquet")
+        with staging(target) as tmp:
+            out = tmp / "part-0.parquet"
+            try:
+                _write(files, schema, sizes, out)
+            except OSError as e:  # Arrow's I/O errors carry the errno but not the file
+                if e.filename is None and e.errno is not None:
+                    raise OSError(e.errno, os.strerror(e.errno), str(out)) from e
+                raise
             report = RepartitionReport(
                 len(files),
                 rows,
@@ -121,9 +125,6 @@ def repartition(
             }
             (tmp / DATASET_MARK).write_text(json.dumps(meta, indent=2))
             publish(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     return report
 
 
