@@ -346,10 +346,58 @@ def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
                 f"{name} is zstd-compressed and the zstandard package is missing. To install:\n"
                 "  pip install zstandard"
             ) from None
-        raw = open(name, "rb")  # noqa: SIM115 - closed by the wrapping reader
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
-        return io.BufferedReader(reader)
+        return io.BufferedReader(_ZstdReader(name, zstandard), buffer_size=1 << 20)
     return open(name, "rb")
+
+
+class _ZstdReader(io.RawIOBase):
+    """Decompresses a ``.zst`` file frame after frame, and fails on a truncated last frame.
+
+    zstandard's ``stream_reader`` ends quietly when the input stops in the middle of a frame,
+    which would make an interrupted download look like a shorter corpus. Here every frame must
+    reach its end (``decompressobj().eof``); otherwise reading raises ``EOFError``, as gzip and
+    bz2 do.
+    """
+
+    def __init__(self, name: str, zstandard: Any) -> None:
+        self._file = open(name, "rb")  # noqa: SIM115 - closed in close()
+        self._zstd = zstandard
+        self._obj = zstandard.ZstdDecompressor().decompressobj()
+        self._in_frame = False  # bytes of the current frame were fed and it has not ended
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        while not self._pending:
+            data = self._file.read(1 << 20)
+            if not data:
+                if self._in_frame:
+                    raise EOFError("the zstd stream ends inside a frame (truncated file)")
+                return 0
+            self._pending = self._feed(data)
+        n = min(len(view), len(self._pending))
+        view[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def _feed(self, data: bytes) -> bytes:
+        out = []
+        while data:
+            self._in_frame = True
+            out.append(self._obj.decompress(data))
+            if not self._obj.eof:
+                break
+            self._in_frame = False  # a frame ended; what is left starts the next one
+            data = self._obj.unused_data
+            self._obj = self._zstd.ZstdDecompressor().decompressobj()
+        return b"".join(out)
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
 
 
 def is_compressed(path: str | os.PathLike[str]) -> bool:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lading.errors import SourceError
-from lading.sources import OnError, check_id, import_ir_datasets, open_binary
+from lading.sources import OnError, RecordError, check_id, import_ir_datasets, open_binary
 
 Queries = dict[str, str]
 Qrels = dict[str, dict[str, int]]
@@ -204,17 +204,49 @@ def _trec_run(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) ->
 
 
 def _hard_negatives(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) -> None:
+    """One JSON object per line; lines of the same query add to it (files often hold one line
+    per positive), keeping the first occurrence of each document."""
     for line in itertools.chain([first], rest):
         try:
-            obj = json.loads(line.text)
-            qid = str(obj["qid"])
-            pos = [str(d) for d in obj.get("pos", [])]
-            neg = [str(d) for d in obj["neg"]]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            policy.bad(line.number, f'expected {{"qid": …, "pos": […], "neg": […]}} ({e})')
+            qid, pos, neg = _hard_negative_line(line.text)
+        except ValueError as e:
+            policy.bad(line.number, f'expected {{"qid": …, "pos": […], "neg": […]}}: {e}')
             continue
-        run[qid] = neg
-        run.positives[qid] = pos
+        negatives = run.setdefault(qid, [])
+        positives = run.positives.setdefault(qid, [])
+        for found, ids in ((negatives, neg), (positives, pos)):
+            known = set(found)
+            for doc in ids:
+                if doc not in known:
+                    found.append(doc)
+                    known.add(doc)
+
+
+def _hard_negative_line(text: str) -> tuple[str, list[str], list[str]]:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"invalid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"found a JSON {type(obj).__name__}, not an object")
+    if "qid" not in obj or "neg" not in obj:
+        raise ValueError(f"missing {'qid' if 'qid' not in obj else 'neg'}")
+    qid = _json_id(obj["qid"], "qid")
+    pos, neg = obj.get("pos", []), obj["neg"]
+    for name, value in (("pos", pos), ("neg", neg)):
+        if not isinstance(value, list):
+            raise ValueError(f"{name} is a JSON {type(value).__name__}, not a list of ids")
+    return qid, [_json_id(d, "pos") for d in pos], [_json_id(d, "neg") for d in neg]
+
+
+def _json_id(value: object, field: str) -> str:
+    """An id given as a JSON string or integer (never a bool, float, null or container)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"{field} holds {json.dumps(value)[:40]}, not a string or integer id")
+    try:
+        return check_id(str(value))
+    except RecordError as e:
+        raise ValueError(f"{field}: {e}") from None
 
 
 def _triples(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) -> None:
