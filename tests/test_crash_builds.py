@@ -108,8 +108,9 @@ def crash_many(
     log = os.environ.get("LADING_RELIABILITY_LOG")
     if log:  # benchmarks/reliability.py counts what the kills found
         with open(log, "a") as f:
-            f.write(json.dumps({"tool": build(1)[0], "kills": KILLS, "interrupted": interrupted,
-                                "versions": seen}) + "\n")  # fmt: skip
+            record = {"test": "crash_build", "tool": build(1)[0], "kills": KILLS,
+                      "interrupted": interrupted, "versions": seen}  # fmt: skip
+            f.write(json.dumps(record) + "\n")
 
 
 def test_killed_store_builds(tmp_path: Path) -> None:
