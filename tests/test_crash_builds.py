@@ -1,7 +1,7 @@
 """SIGKILL in the middle of `lading build`, `lading lm build` and `lading repartition`.
 
-Each destination first holds a complete version 1; a build of version 2 is killed at a random
-moment after its temporary directory appears. Afterwards the destination must be absent or a
+Each destination first holds a complete version 1; a build of the other version is killed at a
+random moment after its temporary directory appears, again and again. Afterwards the destination must be absent or a
 complete version 1 or 2 (it opens, its checksums hold, its counts are those of a version) —
 never something half-written — and the next build must clean up and succeed.
 ``LADING_KILLS`` sets the kills per tool (default 3; benchmarks/reliability.py uses more).
@@ -92,13 +92,19 @@ def crash_many(
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     seen, interrupted = [], 0
+    budget = 1.5 * writing
+    current = 1
     for _ in range(KILLS):
-        proc, _ = start(lading + build(2), dest)
-        time.sleep(rng.uniform(0, 1.5 * writing))
+        # build the version the destination does not hold, or the build would be a no-op
+        proc, _ = start(lading + build(2 if current != 2 else 1), dest)
+        time.sleep(rng.uniform(0, budget))
         proc.kill()
         proc.wait()
-        interrupted += any(dest.parent.glob(f"{dest.name}.tmp-*"))
-        seen.append(version(dest) if dest.exists() else 0)  # absent is allowed, half is not
+        hit = any(dest.parent.glob(f"{dest.name}.tmp-*"))
+        interrupted += hit
+        budget = budget if hit else 0.6 * budget  # the build outran the kill: aim earlier
+        current = version(dest) if dest.exists() else 0  # absent is allowed, half is not
+        seen.append(current)
     assert set(seen) <= {0, 1, 2}, f"versions after kills: {seen} (seed {seed})"
     assert interrupted > 0, f"no kill landed while the build was writing (seed {seed})"
     subprocess.run(lading + build(2), check=True, capture_output=True)

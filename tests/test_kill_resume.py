@@ -25,6 +25,7 @@ from distributed import free_port
 pytest.importorskip("tokenizers")
 pq = pytest.importorskip("pyarrow.parquet")
 JOB = REPO / "tests" / "loader_job.py"
+FAST = ("--step-seconds", "0")  # runs nobody kills need no pretend compute
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,7 @@ def wrap_pair(corpus_dir: Path, epoch: int) -> list[int]:
 def test_killed_at_a_random_step_resumes(data: Path, tmp_path: Path, kind: str, nproc: int,
                                          elastic: int) -> None:  # fmt: skip
     reference = tmp_path / "reference"
-    finish(launch(kind, data, reference, nproc))
+    finish(launch(kind, data, reference, nproc, *FAST))
     want = traces(reference)
     steps = max(step for _, step in want)
     assert steps >= 6, "too few steps to kill in the middle"
@@ -137,12 +138,12 @@ def test_killed_at_a_random_step_resumes(data: Path, tmp_path: Path, kind: str, 
     same = tmp_path / "same"
     killed_at = kill_at(launch(kind, data, same, nproc), same, rng.randrange(2, steps - 1))
     assert killed_at < steps, why
-    finish(launch(kind, data, same, nproc, "--resume"))
+    finish(launch(kind, data, same, nproc, "--resume", *FAST))
     assert traces(same) == want, f"resumed batches differ from the uninterrupted run {why}"
 
     grown = tmp_path / "elastic"
     checkpoint = kill_at(launch(kind, data, grown, nproc), grown, rng.randrange(2, steps - 1))
-    finish(launch(kind, data, grown, elastic, "--resume"))
+    finish(launch(kind, data, grown, elastic, "--resume", *FAST))
     records = traces(grown)
     before = [
         r for (_, step), r in records.items() if step <= checkpoint and r["world_size"] == nproc
