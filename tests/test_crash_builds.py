@@ -1,10 +1,11 @@
 """SIGKILL in the middle of `lading build`, `lading lm build` and `lading repartition`.
 
-Each destination first holds a complete version 1; a build of the other version is killed at a
-random moment after its temporary directory appears, again and again. Afterwards the destination must be absent or a
-complete version 1 or 2 (it opens, its checksums hold, its counts are those of a version) —
-never something half-written — and the next build must clean up and succeed.
-``LADING_KILLS`` sets the kills per tool (default 3; benchmarks/reliability.py uses more).
+Each destination first holds a complete version 1; builds of the version it lacks are killed
+at random moments after their temporary directory appears, again and again. After each kill the
+destination must be absent or a complete version 1 or 2 (it opens, its checksums hold, its
+counts are those of a version), never something half-written, and the next build must clean
+up and succeed. ``LADING_KILLS`` sets the kills per tool (default 3; benchmarks/reliability.py
+uses more).
 """
 
 from __future__ import annotations
