@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -66,3 +67,12 @@ def word_tokenizer(words: list[str], path: Path) -> Path:
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(path))
     return path
+
+
+def log_reliability(record: dict[str, object]) -> None:
+    """Append ``record`` to $LADING_RELIABILITY_LOG, where benchmarks/reliability.py counts
+    what the fault tests tried; nothing when it is unset (the default test run)."""
+    log = os.environ.get("LADING_RELIABILITY_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(json.dumps(record) + "\n")

@@ -10,7 +10,6 @@ uses more).
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import subprocess
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import word_tokenizer, write
+from conftest import log_reliability, word_tokenizer, write
 
 KILLS = int(os.environ.get("LADING_KILLS", "3"))
 pytest.importorskip("tokenizers")
@@ -112,12 +111,8 @@ def crash_many(
     assert version(dest) == 2
     leftovers = [p.name for p in dest.parent.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
     assert leftovers == [], f"temporary directories left behind: {leftovers} (seed {seed})"
-    log = os.environ.get("LADING_RELIABILITY_LOG")
-    if log:  # benchmarks/reliability.py counts what the kills found
-        with open(log, "a") as f:
-            record = {"test": "crash_build", "tool": build(1)[0], "kills": KILLS,
-                      "interrupted": interrupted, "versions": seen}  # fmt: skip
-            f.write(json.dumps(record) + "\n")
+    log_reliability({"test": "crash_build", "tool": build(1)[0], "kills": KILLS,
+                     "interrupted": interrupted, "versions": seen})  # fmt: skip
 
 
 def test_killed_store_builds(tmp_path: Path) -> None:

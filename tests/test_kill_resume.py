@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import REPO, word_tokenizer, write
+from conftest import REPO, log_reliability, word_tokenizer, write
 from distributed import free_port
 
 pytest.importorskip("tokenizers")
@@ -157,10 +156,6 @@ def test_killed_at_a_random_step_resumes(data: Path, tmp_path: Path, kind: str, 
     assert set(got) == set(expected), f"{len(set(expected) - set(got))} samples lost {why}"
     padding = nproc * 3 * 2 + elastic * 3 * 2  # at most a share's pad per reader or stream
     assert sum(got.values()) - len(got) <= padding, why
-    log = os.environ.get("LADING_RELIABILITY_LOG")
-    if log:  # benchmarks/reliability.py counts kills and resumes
-        with open(log, "a") as f:
-            record = {"test": "kill_resume", "kind": kind, "steps": steps,
-                      "same_world_killed_at": killed_at, "elastic_from_step": checkpoint,
-                      "samples": len(got), "repeats": sum(got.values()) - len(got)}  # fmt: skip
-            f.write(json.dumps(record) + "\n")
+    log_reliability({"test": "kill_resume", "kind": kind, "steps": steps,
+                     "same_world_killed_at": killed_at, "elastic_from_step": checkpoint,
+                     "samples": len(got), "repeats": sum(got.values()) - len(got)})  # fmt: skip

@@ -181,15 +181,19 @@ def write_file(path: Path, data: bytes) -> dict[str, int]:
 SPOT_BYTES = 4096
 
 
-def spot_crc32(path: Path) -> int:
-    """CRC32 of a file's first and last 4 KiB: read on every open, it catches a file that was
-    zero-filled (what some filesystems leave after a crash) or overwritten, for 8 KiB of I/O."""
+def _spots(path: Path) -> bytes:
+    """A file's first and last 4 KiB (they overlap in a file under 8 KiB)."""
     size = path.stat().st_size
     with open(path, "rb") as f:
         head = f.read(SPOT_BYTES)
         f.seek(max(0, size - SPOT_BYTES))
-        tail = f.read(SPOT_BYTES)
-    return zlib.crc32(tail, zlib.crc32(head))
+        return head + f.read(SPOT_BYTES)
+
+
+def spot_crc32(path: Path) -> int:
+    """CRC32 of a file's first and last 4 KiB: read on every open, it catches a file that was
+    zero-filled (what some filesystems leave after a crash) or overwritten, for 8 KiB of I/O."""
+    return zlib.crc32(_spots(path))
 
 
 def write_meta(directory: Path, meta: dict[str, Any]) -> None:
@@ -266,23 +270,14 @@ def _check_listed_file(root: Path, name: str, info: Any, spots: bool) -> None:
             "the store"
         )
     spot = info.get("spot_crc32")
-    if spots and spot is not None and spot_crc32(path) != spot:
-        zeros = _all_zero_spots(path)
+    if spots and spot is not None and zlib.crc32(seen := _spots(path)) != spot:
+        zeros = not seen.strip(b"\0")
         raise StoreFormatError(
             f"{path}: its first and last {SPOT_BYTES} bytes do not match their checksum"
             + (" (they are all zero bytes, as a crash can leave a file)" if zeros else "")
             + "; the file was damaged or replaced after the build. Rebuild the store "
             "(`lading verify` checks every byte)."
         )
-
-
-def _all_zero_spots(path: Path) -> bool:
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(SPOT_BYTES)
-        f.seek(max(0, size - SPOT_BYTES))
-        tail = f.read(SPOT_BYTES)
-    return not head.strip(b"\0") and not tail.strip(b"\0")
 
 
 def verify_checksums(
