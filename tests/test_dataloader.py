@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contracts import assert_elastic, assert_exact_partition, assert_resumes
-from lading.dataloader import EpochIndex, ShardedSampler, epoch_order, loader
+from lading.dataloader import EpochIndex, MapSource, epoch_order, loader
 from lading.world import World
 
 
@@ -63,13 +63,14 @@ def test_resume_mid_epoch(num_workers: int) -> None:
 def test_global_order_does_not_depend_on_world_size(
     n: int, world: int, seed: int, epoch: int, drop_last: bool
 ) -> None:
+    equalize = "truncate" if drop_last else "pad"
     shares = [
-        ShardedSampler(n, seed=seed, drop_last=drop_last, world=World(rank=r, world_size=world))
+        MapSource(n, batch_size=1, seed=seed, equalize=equalize, world=World(r, world))
         for r in range(world)
     ]
     for s in shares:
         s.set_epoch(epoch)
-    lists = [list(s) for s in shares]
+    lists = [list(s.keys()) for s in shares]
     assert len({len(x) for x in lists}) == 1
     interleaved = [lists[r][j] for j in range(len(lists[0])) for r in range(world)]
     order = epoch_order(n, seed, epoch).tolist()

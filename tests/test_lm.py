@@ -15,6 +15,7 @@ from conftest import word_tokenizer, write
 from distributed import run_processes
 from lading.lm import LanguageModelLoader, TokenCorpus
 from lading.lm.loader import feistel_permutation
+from lading.loading.order import Salt
 from lading.world import World
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -34,7 +35,7 @@ def corpus(tmp_path: Path) -> TokenCorpus:
 
 def epoch_stream(loader: LanguageModelLoader, epoch: int) -> np.ndarray:
     """The permuted epoch stream, built the slow way from the corpus's documents."""
-    rng = np.random.default_rng([loader.seed, epoch, 0])
+    rng = np.random.default_rng([loader.seed, int(Salt.DOCUMENT_ORDER), epoch])
     order = loader.documents[rng.permutation(len(loader.documents))]
     return np.concatenate([loader.corpus.document(int(d)) for d in order]).astype(np.int64)
 
@@ -102,7 +103,7 @@ def test_epochs_permute_differently_and_drop_last(corpus: TokenCorpus) -> None:
     loader.set_epoch(1)
     second = collect(loader)
     assert not np.array_equal(first[0][0], second[0][0])
-    dropping = LanguageModelLoader(corpus, 2, bptt=5, drop_last=True, world=World())
+    dropping = LanguageModelLoader(corpus, 2, bptt=5, equalize="truncate", world=World())
     xs = np.concatenate([x[0] for x, _ in collect(dropping)])
     assert len(xs) == (corpus.n_tokens - 1) // 2
 
@@ -183,7 +184,8 @@ def test_elastic_resume_predicts_every_position_once(
         world_size, batch = layout
         loader = LanguageModelLoader(
             unique_corpus, batch, bptt=9, seed=4, mode=mode, backwards=backwards,
-            drop_last=drop_last, world=World(rank=rank, world_size=world_size),
+            equalize="truncate" if drop_last else "pad", drop_partial_batch=drop_last,
+            world=World(rank=rank, world_size=world_size),
         )  # fmt: skip
         loader.set_epoch(1)
         return loader
@@ -282,9 +284,9 @@ def test_windows_are_disjoint_and_cover_the_epoch(corpus: TokenCorpus, world_siz
 
 def test_feistel_is_a_permutation() -> None:
     for n in (1, 2, 7, 100, 1000, 4097):
-        got = feistel_permutation(np.arange(n), n, (1, 2))
+        got = feistel_permutation(np.arange(n), n, 1, 2)
         assert sorted(got.tolist()) == list(range(n))
-    assert feistel_permutation(np.arange(50), 50, (1, 2)).tolist() != list(range(50))
+    assert feistel_permutation(np.arange(50), 50, 1, 2).tolist() != list(range(50))
 
 
 def test_memory_does_not_grow_with_the_token_count(tmp_path: Path) -> None:
@@ -311,7 +313,8 @@ def _rank_batches(rank: int, world: int, path: str) -> dict[str, Any]:
     corpus = TokenCorpus.open(path)
     loader = LanguageModelLoader(corpus, 2, bptt=6, seed=4)  # world detected from gloo
     loader.set_epoch(1)
-    order = np.random.default_rng([4, 1, 0]).permutation(len(corpus)).tolist()
+    order = np.random.default_rng([4, int(Salt.DOCUMENT_ORDER), 1]).permutation(len(corpus))
+    order = order.tolist()
     xs = [x.numpy().tolist() for x, _ in loader]
     return {"rank": loader.world.rank, "batches": xs, "order": order}
 

@@ -1,87 +1,13 @@
-"""Which share of N items is mine: pure index math for ranks and DataLoader workers.
+"""Sequences of positions stored as runs: the currency of every plan, share and remainder.
 
-Every function here is deterministic and side-effect free, so any process can compute any other
-process's share. DDP needs every rank to take the same number of steps; ``equal_share`` gets
-there either by padding (repeating items from the start of the order, as torch's
-DistributedSampler does) or by dropping the tail.
+Pure index math, deterministic and side-effect free, so any process can compute any other
+process's share (the planner that cuts shares is :mod:`lading.loading.plan`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 import numpy.typing as npt
-
-Equalize = Literal["pad", "drop"]
-EQUALIZE_MODES: tuple[str, ...] = ("pad", "drop")
-
-
-def contiguous_range(n: int, parts: int, index: int) -> tuple[int, int]:
-    """Bounds ``[start, stop)`` of part ``index`` when ``n`` items are cut into ``parts`` runs.
-
-    Sizes differ by at most one; the first ``n % parts`` parts get the extra item.
-    """
-    _check_part(parts, index)
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    base, extra = divmod(n, parts)
-    start = index * base + min(index, extra)
-    return start, start + base + (1 if index < extra else 0)
-
-
-def per_rank_count(n: int, world_size: int, equalize: Equalize) -> int:
-    """Items every rank gets from ``n`` when shares are made equal by ``equalize``."""
-    _check_equalize(equalize)
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
-    if equalize == "pad":
-        return -(-n // world_size)
-    return n // world_size
-
-
-def equal_share(
-    order: npt.NDArray[np.int64], world_size: int, rank: int, equalize: Equalize = "pad"
-) -> npt.NDArray[np.int64]:
-    """The items of ``order`` that ``rank`` reads, the same count on every rank.
-
-    Items are dealt round-robin (``order[rank::world_size]``) so every rank sees a sample of the
-    whole order rather than one slice of it. With ``"pad"`` the order is first extended by
-    wrapping around to a multiple of ``world_size`` (each item seen at least once, at most
-    ``world_size - 1`` seen twice); with ``"drop"`` the last ``len(order) % world_size`` items
-    are left out (each item seen at most once).
-    """
-    _check_part(world_size, rank)
-    count = per_rank_count(len(order), world_size, equalize)
-    total = count * world_size
-    if total > len(order):  # only with "pad", and then len(order) > 0
-        reps = -(-total // len(order))
-        order = np.tile(order, reps)[:total]
-    else:
-        order = order[:total]
-    return order[rank::world_size]
-
-
-def worker_share(
-    share: npt.NDArray[np.int64], num_workers: int, worker_id: int
-) -> npt.NDArray[np.int64]:
-    """The part of a rank's ``share`` that DataLoader worker ``worker_id`` reads (round-robin)."""
-    _check_part(num_workers, worker_id)
-    return share[worker_id::num_workers]
-
-
-def _check_part(parts: int, index: int) -> None:
-    if parts < 1:
-        raise ValueError(f"number of parts must be >= 1, got {parts}")
-    if not 0 <= index < parts:
-        raise ValueError(f"part index {index} outside [0, {parts})")
-
-
-def _check_equalize(equalize: str) -> None:
-    if equalize not in EQUALIZE_MODES:
-        raise ValueError(
-            f"unknown equalize mode {equalize!r}; choose from {sorted(EQUALIZE_MODES)}"
-        )
 
 
 class Runs:
@@ -153,8 +79,74 @@ class Runs:
         """``inner``, whose positions index this sequence, as positions of the base."""
         return Runs.concat([self.slice(int(a), int(b)) for a, b in zip(inner.starts, inner.stops)])
 
+    def wrap(self, n: int) -> Runs:
+        """Positions taken modulo ``n``: a run past ``n`` continues from 0 (padding wraps)."""
+        if n <= 0:
+            return Runs([], [])
+        inside = self.stops <= n
+        if inside.all():  # nothing to wrap: the common case, kept vectorised
+            return self
+        starts, stops = [], []
+        for a, b in zip(self.starts.tolist(), self.stops.tolist()):
+            while a < b:
+                lap, at = divmod(a, n)
+                end = min(b, (lap + 1) * n)
+                starts.append(at)
+                stops.append(at + end - a)
+                a = end
+        return Runs(starts, stops)
+
+    def clip(self, n: int) -> Runs:
+        """Only the positions below ``n``, in order."""
+        return Runs(np.minimum(self.starts, n), np.minimum(self.stops, n))
+
+    def sorted(self) -> Runs:
+        """The same positions in increasing order (runs must not overlap)."""
+        order = np.argsort(self.starts, kind="stable")
+        return Runs(self.starts[order], self.stops[order])
+
+    def minus(self, other: Runs) -> Runs:
+        """The positions of this sequence that are not in ``other``, in this sequence's order.
+
+        This sequence's runs must be increasing and disjoint (a share, a whole range); ``other``
+        may be in any order.
+        """
+        if len(self.starts) > 1 and np.any(self.starts[1:] < self.stops[:-1]):
+            raise ValueError("Runs.minus needs increasing, disjoint runs")
+        cut = other.sorted()
+        starts, stops, k = [], [], 0
+        cut_starts, cut_stops = cut.starts.tolist(), cut.stops.tolist()
+        for a, b in zip(self.starts.tolist(), self.stops.tolist()):
+            while k < len(cut_starts) and cut_stops[k] <= a:
+                k += 1
+            j = k
+            while a < b:
+                if j == len(cut_starts) or cut_starts[j] >= b:
+                    starts.append(a)
+                    stops.append(b)
+                    break
+                if cut_starts[j] > a:
+                    starts.append(a)
+                    stops.append(cut_starts[j])
+                a = max(a, cut_stops[j])
+                j += 1
+        return Runs(starts, stops)
+
+    def to_dict(self) -> dict[str, list[int]]:
+        """JSON-able form (two lists of integers) for loader states."""
+        return {"starts": self.starts.tolist(), "stops": self.stops.tolist()}
+
+    @classmethod
+    def from_dict(cls, state: dict[str, list[int]]) -> Runs:
+        """Inverse of :meth:`to_dict`."""
+        return cls(state["starts"], state["stops"])
+
     def positions(self) -> npt.NDArray[np.int64]:
-        """Every position, in order (for tests and small sequences)."""
-        if not len(self.starts):
+        """Every position, in order (for samplers over map-style datasets and for tests)."""
+        lengths = self.stops - self.starts
+        if not len(lengths):
             return np.zeros(0, dtype=np.int64)
-        return np.concatenate([np.arange(a, b) for a, b in zip(self.starts, self.stops)])
+        firsts = self.ends - lengths  # sequence position of each run's first item
+        return np.arange(int(self.ends[-1]), dtype=np.int64) + np.repeat(
+            self.starts - firsts, lengths
+        )

@@ -1,30 +1,24 @@
-"""Which rows each (rank, worker) reads: planned from parquet metadata alone.
+"""Rows of parquet files as pieces and fragments, from metadata alone.
 
 A *piece* is a row group (file, index, rows). Each epoch the pieces are shuffled from
-``(seed, epoch)`` — the same order on every rank — into one virtual sequence of ``N`` rows, and
-that sequence is cut into ``readers = world_size x num_workers`` contiguous, equal ranges: a
-reader's range may start or end inside a row group (split by row range), so any number of row
-groups serves any number of readers and no reader is ever empty. Equal ranges mean equal
-batch counts on every rank, so DDP never waits for a rank that ran out.
-
-``equalize="truncate"`` gives every reader ``N // readers`` rows and drops the last
-``N % readers`` of the shuffled sequence (different rows each epoch); ``"pad"`` gives
-``ceil(N / readers)`` and wraps around to repeat the first ``readers - N % readers`` rows.
+``(seed, epoch)`` — the same order on every rank — into one sequence of ``N`` rows, whose
+positions the loader core shares out (:mod:`lading.loading.plan`); :func:`share_of_runs`
+turns a reader's positions back into fragments of row groups, split by row range, so any
+number of row groups serves any number of readers.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
+from lading.loading.order import Salt, permutation
 from lading.split import Runs
-
-EQUALIZE: tuple[str, ...] = ("pad", "truncate")
 
 
 class Piece(NamedTuple):
@@ -82,51 +76,10 @@ class Share:
     rows: int
 
 
-def rows_per_reader(total: int, readers: int, equalize: str) -> int:
-    """Rows every reader gets; raises when some reader would get none."""
-    if equalize not in EQUALIZE:
-        raise ValueError(f"unknown equalize {equalize!r}; choose from {sorted(EQUALIZE)}")
-    each = total // readers if equalize == "truncate" else -(-total // readers)
-    if each == 0:
-        raise ValueError(
-            f"{total} rows cannot give each of {readers} readers (world_size x num_workers) "
-            "a row: use fewer DataLoader workers or processes, or equalize='pad'"
-        )
-    return each
-
-
 def epoch_pieces(pieces: Sequence[Piece], seed: int, epoch: int, shuffle: bool) -> list[Piece]:
     """The epoch's piece order: a permutation from (seed, epoch), identical on every rank."""
-    if not shuffle:
-        return list(pieces)
-    order = np.random.default_rng([seed, epoch, 11]).permutation(len(pieces))
+    order = permutation(len(pieces), seed, Salt.PIECE_ORDER, epoch, shuffle=shuffle)
     return [pieces[i] for i in order]
-
-
-def share_of(ordered: Sequence[Piece], reader: int, readers: int, equalize: str) -> Share:
-    """Reader ``reader``'s contiguous range of the epoch's row sequence."""
-    total = sum(p.rows for p in ordered)
-    each = rows_per_reader(total, readers, equalize)
-    start = reader * each
-    return Share(tuple(_fragments(ordered, start, start + each, total)), each)
-
-
-def _fragments(ordered: Sequence[Piece], start: int, stop: int, total: int) -> Iterator[Fragment]:
-    """Fragments covering sequence rows ``[start, stop)``, wrapping past ``total``."""
-    position = 0
-    wanted = [(start, min(stop, total))]
-    if stop > total:  # padding: wrap around to the start of the sequence
-        wanted.append((0, stop - total))
-    for lo, hi in wanted:
-        position = 0
-        for piece in ordered:
-            begin, end = position, position + piece.rows
-            position = end
-            if end <= lo:
-                continue
-            if begin >= hi:
-                break
-            yield Fragment(piece, max(lo, begin) - begin, min(hi, end) - begin)
 
 
 def share_of_runs(ordered: Sequence[Piece], runs: Runs) -> Share:
@@ -141,10 +94,3 @@ def share_of_runs(ordered: Sequence[Piece], runs: Runs) -> Share:
             fragments.append(Fragment(ordered[k], lo - begin, stop - begin))
             lo, k = stop, k + 1
     return Share(tuple(fragments), len(runs))
-
-
-def chunk_order(key: list[int], size: int, shuffle: bool) -> np.ndarray:
-    """The order in which a reader serves the ``size`` rows of one chunk."""
-    if not shuffle:
-        return np.arange(size)
-    return np.random.default_rng(key).permutation(size)

@@ -1,0 +1,83 @@
+"""Epoch orders: every random draw of a loader comes from ``(seed, salt, *key)``, salts named.
+
+A loader must make the same draw on every rank and in every DataLoader worker, so nothing here
+reads global random state: each draw seeds a fresh ``numpy`` generator from the run's seed, a
+:class:`Salt` naming what is drawn, and the integers that place the draw (epoch, reader,
+chunk, …). Two draws with different salts are independent even when the rest of their keys
+agree, which magic numbers scattered over six modules could not promise.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+import numpy.typing as npt
+
+
+class Salt(IntEnum):
+    """What a random draw is for; part of its seed. Never renumber: checkpoints depend on it."""
+
+    SAMPLE_ORDER = 1  # map-style datasets: the epoch's permutation of items
+    DOCUMENT_ORDER = 2  # language models: the epoch's permutation of documents
+    SEQ_LENGTHS = 3  # language models: BPTT lengths of an epoch's batches
+    WINDOW_ORDER = 4  # language models: Feistel round keys of the window order
+    PIECE_ORDER = 5  # parquet: the epoch's order of row groups
+    CHUNK_ORDER = 6  # parquet: row order inside one shuffled chunk of one reader
+    NEGATIVES = 7  # IR training groups: negatives of one item in one epoch
+    HOLDOUT = 8  # a split of items fixed for the whole run (validation documents)
+    ROW_ORDER = 9  # training loops: order of rows inside a rank's batch
+    RESEED = 10  # training loops: a rank's fresh dropout stream after an elastic resume
+
+
+def generator(seed: int, salt: Salt, *key: int) -> np.random.Generator:
+    """A generator for the draw ``salt`` at ``key`` (e.g. epoch, reader, chunk) of run ``seed``."""
+    return np.random.default_rng([int(seed), int(salt), *(int(k) for k in key)])
+
+
+def permutation(
+    n: int, seed: int, salt: Salt, *key: int, shuffle: bool = True
+) -> npt.NDArray[np.int64]:
+    """``0 … n-1`` permuted by the draw ``(seed, salt, *key)``, or in order without ``shuffle``."""
+    if not shuffle:
+        return np.arange(n, dtype=np.int64)
+    return generator(seed, salt, *key).permutation(n).astype(np.int64)
+
+
+def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> npt.NDArray[np.int64]:
+    """The global order of ``n`` items of a map-style dataset in ``epoch``: any world size."""
+    return permutation(n, seed, Salt.SAMPLE_ORDER, epoch, shuffle=shuffle)
+
+
+_MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def feistel_permutation(
+    index: npt.NDArray[np.int64], n: int, seed: int, *key: int
+) -> npt.NDArray[np.int64]:
+    """A keyed bijection of ``[0, n)`` evaluated at ``index``: shuffles without an n-array.
+
+    A 4-round Feistel network permutes ``[0, 4**k)`` (the smallest power of 4 >= n); values
+    landing outside ``[0, n)`` are fed through again (cycle walking) until they land inside.
+    Orders of billions of windows therefore cost nothing until a window is asked for.
+    """
+    bits = max(2, int(np.ceil(np.log2(max(n, 2)))))
+    bits += bits % 2
+    half = bits // 2
+    mask = np.uint64((1 << half) - 1)
+    round_keys = generator(seed, Salt.WINDOW_ORDER, *key).integers(0, 2**32, 4, dtype=np.uint64)
+    result = index.astype(np.uint64)
+    todo = np.ones(len(result), dtype=bool)
+    for _ in range(1000):  # each pass leaves a value outside with probability < 3/4
+        x = result[todo]
+        left, right = x >> np.uint64(half), x & mask
+        for k in round_keys:
+            f = (right * np.uint64(0x9E3779B1) + k) & _MASK32
+            f ^= f >> np.uint64(15)
+            f = (f * np.uint64(0x85EBCA6B)) & _MASK32
+            left, right = right, (left ^ f) & mask
+        result[todo] = (left << np.uint64(half)) | right
+        todo &= result >= np.uint64(n)
+        if not todo.any():
+            return result.astype(np.int64)
+    raise RuntimeError("cycle walking did not converge")  # pragma: no cover

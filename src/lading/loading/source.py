@@ -1,0 +1,43 @@
+"""What every loader is on top of the core: a *position source*.
+
+A source says which positions an epoch has, how many readers share them and how a reader's
+positions become the keys of its batches; the core (:mod:`~lading.loading.plan`,
+:mod:`~lading.loading.state`, :class:`~lading.loading.loader.ResumableLoader`) does sharding,
+equalizing, state, resume and elastic resume, once for all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+from lading.loading.state import Cursor
+from lading.split import Runs
+
+
+class PositionSource(Protocol):
+    """The planning side of a loader (map-style samples, LM streams, parquet rows)."""
+
+    kind: str
+    cursor: Cursor
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its first batch."""
+
+    def batches(self) -> int:
+        """Batches this rank yields in the current segment (the same on every rank)."""
+
+    def keys(self) -> Iterator[Any]:
+        """Keys of this rank's items from the cursor on: ``dataset[key]`` builds each one."""
+
+    def layout(self) -> dict[str, Any]:
+        """What fixes who reads what: world size, readers per rank, batch size, …"""
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What fixes the data and its orders: sizes, seed, shuffle, equalize, …"""
+
+    def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
+        """Epoch positions that ``layout`` had not read at ``cursor`` (for elastic resumes)."""
+
+    def consumed(self) -> int:
+        """Positions read so far this segment, over all ranks."""

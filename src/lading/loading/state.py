@@ -1,0 +1,115 @@
+"""The one loader state: where a loader is in its epoch, checked in one place on load.
+
+Every loader's :meth:`state_dict` is the same schema::
+
+    {"format": "lading.loader-state", "version": 2, "kind": "map" | "lm" | "parquet",
+     "epoch": int, "segment": int, "base": {"starts": [...], "stops": [...]} | None,
+     "batches": int, "consumed": int, "layout": {...}, "fingerprint": {...}}
+
+- ``fingerprint``: what fixes the data and its orders (sizes, seed, shuffle, equalize…). A
+  state whose fingerprint differs belongs to another dataset or run: refused, naming the key.
+- ``layout``: what fixes who reads what (world size, workers, batch size…). The same layout
+  resumes bitwise: ``batches`` are skipped. Another layout resumes *elastically*: the positions
+  the saved layout left unread become the ``base`` of a new *segment* of the epoch, planned over
+  this run's readers (:mod:`lading.loading.plan`).
+- ``base``: the epoch positions the current segment reads (``None``: all of them); ``segment``
+  counts elastic resumes within the epoch and salts any draw that depends on the layout.
+- ``batches``: batches this rank received in the current segment (the same on every rank);
+  ``consumed``: positions read so far this segment, over all ranks (for humans and logs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lading.split import Runs
+
+STATE_FORMAT = "lading.loader-state"
+STATE_VERSION = 2
+
+
+class LoaderStateError(ValueError):
+    """A saved loader state that this loader cannot continue from (message says why)."""
+
+
+@dataclass
+class Cursor:
+    """Where a loader is: epoch, segment of the epoch, what the segment reads, batches taken."""
+
+    epoch: int = 0
+    segment: int = 0
+    base: Runs | None = None
+    batches: int = 0
+
+    def start_epoch(self, epoch: int) -> None:
+        """Go to the first batch of ``epoch`` (any elastic remainder belonged to another)."""
+        self.epoch, self.segment, self.base, self.batches = epoch, 0, None, 0
+
+    def base_or_whole(self, n: int) -> Runs:
+        """The positions this segment reads, out of an epoch of ``n``."""
+        return Runs.whole(n) if self.base is None else self.base
+
+
+def state_dict(
+    kind: str,
+    cursor: Cursor,
+    layout: Mapping[str, Any],
+    fingerprint: Mapping[str, Any],
+    consumed: int = 0,
+) -> dict[str, Any]:
+    """The saved form of a loader's position (see the module docstring)."""
+    return {
+        "format": STATE_FORMAT,
+        "version": STATE_VERSION,
+        "kind": kind,
+        "epoch": cursor.epoch,
+        "segment": cursor.segment,
+        "base": None if cursor.base is None else cursor.base.to_dict(),
+        "batches": cursor.batches,
+        "consumed": consumed,
+        "layout": dict(layout),
+        "fingerprint": dict(fingerprint),
+    }
+
+
+def check(state: Mapping[str, Any], kind: str, fingerprint: Mapping[str, Any]) -> None:
+    """Raise :class:`LoaderStateError` unless ``state`` is a ``kind`` state of this data."""
+    if state.get("format") != STATE_FORMAT or state.get("version") != STATE_VERSION:
+        raise LoaderStateError(
+            f"unsupported loader state (format {state.get('format')!r}, version "
+            f"{state.get('version')!r}); expected {STATE_FORMAT!r} version {STATE_VERSION}: "
+            "it was saved by another lading version, restart the epoch without it"
+        )
+    if state.get("kind") != kind:
+        raise LoaderStateError(
+            f"loader state is of a {state.get('kind')!r} loader, this one is {kind!r}"
+        )
+    saved = state.get("fingerprint", {})
+    for key in sorted(set(saved) | set(fingerprint)):
+        if saved.get(key) != fingerprint.get(key):
+            raise LoaderStateError(
+                f"loader state has {key}={saved.get(key)!r}, this loader "
+                f"{fingerprint.get(key)!r}; resume with the data and settings of the saved run"
+            )
+
+
+def restore(
+    state: Mapping[str, Any],
+    kind: str,
+    layout: Mapping[str, Any],
+    fingerprint: Mapping[str, Any],
+    unread: Callable[[Mapping[str, Any], Cursor], Runs],
+) -> Cursor:
+    """The cursor to continue from ``state`` with this run's ``layout``.
+
+    ``unread(saved_layout, saved_cursor)`` gives the epoch positions the saved layout had not
+    read; it is called only when the layouts differ (an elastic resume).
+    """
+    check(state, kind, fingerprint)
+    base = None if state["base"] is None else Runs.from_dict(state["base"])
+    saved = Cursor(int(state["epoch"]), int(state["segment"]), base, int(state["batches"]))
+    if dict(state["layout"]) == dict(layout):
+        return saved
+    return Cursor(saved.epoch, saved.segment + 1, unread(state["layout"], saved), 0)
