@@ -27,8 +27,14 @@ def assert_exact_partition(
     n: int,
     key: Callable[[Any], list[Any]],
     drop_last: bool = False,
+    readers: int | None = None,
 ) -> None:
-    """Ranks get disjoint shares (up to padding), together complete, with equal batch counts."""
+    """Ranks get disjoint shares (up to padding), together complete, with equal batch counts.
+
+    ``readers`` (default: ``world_size``) is how many equal shares the loader cuts: padding
+    repeats fewer than that many items, truncation leaves fewer out.
+    """
+    readers = readers or world_size
     per_rank = []
     for rank in range(world_size):
         loader = make_loader(World(rank=rank, world_size=world_size), num_workers)
@@ -37,12 +43,13 @@ def assert_exact_partition(
     counts = {len(b) for b in per_rank}
     assert len(counts) == 1, f"ranks yield different batch counts: {[len(b) for b in per_rank]}"
     seen = Counter(s for batches in per_rank for batch in batches for s in batch)
+    assert set(seen) <= set(range(n)), f"unknown samples: {set(seen) - set(range(n))}"
     if drop_last:
         assert all(c == 1 for c in seen.values()), "a sample was seen twice with drop_last"
-        assert len(seen) >= n - world_size * max(1, len(per_rank[0][0]) if per_rank[0] else 1)
+        assert len(seen) >= n - readers * max(1, len(per_rank[0][0]) if per_rank[0] else 1)
     else:
         assert set(seen) == set(range(n)), f"missing samples: {set(range(n)) - set(seen)}"
-        assert sum(seen.values()) - n < world_size, "more repeats than padding explains"
+        assert sum(seen.values()) - n < readers, "more repeats than padding explains"
 
 
 def assert_resumes(

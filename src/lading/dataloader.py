@@ -100,9 +100,11 @@ class MapSource:
 
     def _take(self, each: int, batch_size: int) -> int:
         """Samples a rank reads this segment: its share, less a dropped partial batch."""
-        return batch_count(each, batch_size, self.drop_partial_batch) * batch_size if (
-            self.drop_partial_batch
-        ) else each
+        return (
+            batch_count(each, batch_size, self.drop_partial_batch) * batch_size
+            if (self.drop_partial_batch)
+            else each
+        )
 
     def batches(self) -> int:
         _, p = self._plan(self.world.world_size, self.cursor)

@@ -6,15 +6,19 @@ through the cumulative lengths of the permuted documents (one int64 per document
 is cut into ``world_size * batch_size`` contiguous streams; rank ``k`` reads streams
 ``k*batch_size … (k+1)*batch_size - 1``, one per batch row, so row ``r`` of batch ``t+1`` starts
 exactly where row ``r`` of batch ``t`` ended and an RNN's hidden state carries over (the point
-of the fastai thread). Streams have ``ceil(T / (world_size * batch_size))`` positions; the last
-ones wrap around to the start of the epoch stream, so every token is used and every rank takes
-the same number of batches (``equalize="truncate"`` drops the tail instead). The cut is the
-loader core's planner (:mod:`lading.loading.plan`) with one reader per stream.
+of the fastai thread). The epoch stream is read as a cycle of ``T`` (input, target) pairs: its
+last token, an end-of-document, predicts its first, as every end-of-document predicts the
+start of the next document. Streams have ``ceil(T / (world_size * batch_size))`` positions; the
+last ones wrap around to the start of the epoch stream, so every token is used and every rank
+takes the same number of batches (``equalize="truncate"`` drops the tail instead). The cut is
+the loader core's planner (:mod:`lading.loading.plan`) with one reader per stream.
 
-Batches are views of one ``(batch_size, chunk)`` int64 buffer, filled in bulk a chunk of stream
-at a time: ``x = buf[:, o:o+L]`` and ``y = buf[:, o+1:o+L+1]``, as cheap as slicing a
-pre-batchified tensor, without the tensor. They stay valid until the next batch is asked for;
-``.to(device)`` (or ``.clone()``) them to keep them.
+In this process, batches are views of one ``(batch_size, chunk)`` int64 buffer, filled in bulk
+a chunk of stream at a time: ``x = buf[:, o:o+L]`` and ``y = buf[:, o+1:o+L+1]``, as cheap as
+slicing a pre-batchified tensor, without the tensor. They stay valid until the next batch is
+asked for; ``.to(device)`` (or ``.clone()``) them to keep them. :meth:`LanguageModelLoader.loader`
+builds the same batches in DataLoader workers instead (persistent ones too): every batch is
+asked for by a key that says which batch of which segment it is; a worker reads its rows.
 
 Sequence lengths vary per batch (``bptt_jitter="fastai"``: ``bptt`` with probability 0.95, else
 ``bptt / 2``, then ``max(5, int(normal(that, 5)))``, capped at ``bptt + 25``; or a uniform
@@ -42,15 +46,18 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
+from lading.lm.bptt import Jitter, check_jitter, jitter_of, max_seq, seq_lengths
 from lading.lm.corpus import TokenCorpus
+from lading.lm.stream import EpochStream
 from lading.loading import state as loader_state
-from lading.loading.order import Salt, feistel_permutation, generator, permutation
+from lading.loading.loader import ResumableLoader
+from lading.loading.order import Salt, feistel_permutation, generator
 from lading.loading.plan import Plan, batch_count, check_equalize, plan
 from lading.loading.state import Cursor
 from lading.split import Runs
@@ -59,44 +66,32 @@ from lading.world import World
 __all__ = ["MODES", "LanguageModelLoader", "feistel_permutation"]
 
 MODES: tuple[str, ...] = ("streams", "windows")
-_JITTER_CAP = 25  # fastai's normal(bptt, 5) exceeds bptt + 25 with probability < 1e-6
-Jitter = str | tuple[int, int] | None
 
 
-@dataclass
-class _Epoch:
-    """The epoch stream's index: permuted documents and their cumulative lengths."""
+class BatchKey(NamedTuple):
+    """Batch ``batch`` of segment ``segment`` of ``epoch`` (with the segment's base after an
+    elastic resume): all a DataLoader worker needs to build it."""
 
-    doc_start: npt.NDArray[np.int64]  # start of each permuted document in corpus.tokens
-    lengths: npt.NDArray[np.int64]
-    cum_end: npt.NDArray[np.int64]  # stream position just past each permuted document
-    total: int
+    epoch: int
+    segment: int
+    batch: int
+    base: tuple[tuple[int, ...], tuple[int, ...]] | None
 
 
 @dataclass
 class _Segment:
     """The plan of one segment of an epoch under one layout."""
 
-    index: _Epoch
-    n: int  # positions of the epoch: predicted tokens ("streams") or windows ("windows")
+    stream: EpochStream
+    n: int  # positions of the epoch: tokens of the cyclic stream ("streams") or windows
     base: Runs  # the positions this segment reads
     plan: Plan  # one reader per stream ("streams") or per rank ("windows")
     seqs: list[int]  # "streams": the length of each batch
     batches: int
 
-
-def _max_seq(bptt: int, jitter: Jitter, mode: str) -> int:
-    if mode == "windows" or jitter is None:
-        return bptt
-    if jitter == "fastai":
-        return bptt + _JITTER_CAP
-    assert isinstance(jitter, tuple)
-    return int(jitter[1])
-
-
-def _jitter_of(value: Any) -> Jitter:
-    """A jitter as saved in JSON (a list for a range) back to its argument form."""
-    return (int(value[0]), int(value[1])) if isinstance(value, list) else value
+    def offset(self, batch: int) -> int:
+        """Stream position, within every stream, where ``batch`` starts ("streams")."""
+        return sum(self.seqs[:batch])
 
 
 class LanguageModelLoader:
@@ -144,14 +139,7 @@ class LanguageModelLoader:
             raise ValueError(f"unknown mode {mode!r}; choose from {sorted(MODES)}")
         if batch_size < 1 or bptt < 1:
             raise ValueError(f"batch_size and bptt must be >= 1, got {batch_size}, {bptt}")
-        if bptt_jitter not in ("fastai", None) and not (
-            isinstance(bptt_jitter, tuple)
-            and len(bptt_jitter) == 2
-            and 1 <= bptt_jitter[0] <= bptt_jitter[1]
-        ):
-            raise ValueError(
-                f"bptt_jitter must be 'fastai', None or (low, high), got {bptt_jitter!r}"
-            )
+        check_jitter(bptt_jitter)
         if drop_last is not None:
             warnings.warn(
                 "LanguageModelLoader(drop_last=...) is deprecated: pass equalize='truncate' "
@@ -171,59 +159,32 @@ class LanguageModelLoader:
             if documents is None
             else np.asarray(documents, dtype=np.int64)
         )
-        self.max_seq = _max_seq(bptt, bptt_jitter, mode)
+        self.max_seq = bptt if mode == "windows" else max_seq(bptt, bptt_jitter)
         width = self.max_seq * max(1, chunk_batches) + 1
         self._buffer = np.zeros((batch_size, width), dtype=np.int64)
         self.cursor = Cursor()
         self._segment: _Segment | None = None
+        self._keyed: tuple[tuple[int, int], _Segment] | None = None  # planned for keys
 
     # ------------------------------------------------------------------ planning
 
-    def _epoch_index(self, epoch: int) -> _Epoch:
-        order = permutation(
-            len(self.documents), self.seed, Salt.DOCUMENT_ORDER, epoch, shuffle=self.shuffle
+    def _stream(self, epoch: int) -> EpochStream:
+        return EpochStream(
+            self.corpus, self.documents, self.seed, epoch, self.shuffle, self.backwards
         )
-        docs = self.documents[order]
-        offsets = self.corpus.offsets
-        starts = offsets[docs].astype(np.int64)
-        lengths = offsets[docs + 1].astype(np.int64) - starts
-        cum_end = np.cumsum(lengths)
-        total = int(cum_end[-1]) if len(cum_end) else 0
-        if total < 2:
-            raise ValueError("the corpus has fewer than 2 tokens: nothing to predict")
-        return _Epoch(starts, lengths, cum_end, total)
-
-    def _seq_lengths(self, cursor: Cursor, positions: int, bptt: int, jitter: Jitter) -> list[int]:
-        """Lengths of the segment's batches: they add up to ``positions`` (the last is cut)."""
-        rng = generator(self.seed, Salt.SEQ_LENGTHS, cursor.epoch, cursor.segment)
-        cap = _max_seq(bptt, jitter, "streams")
-        out, pos = [], 0
-        while pos < positions:
-            if jitter is None:
-                length = bptt
-            elif jitter == "fastai":
-                base = bptt if rng.random() < 0.95 else bptt / 2
-                length = min(max(5, int(rng.normal(base, 5))), cap)
-            else:
-                assert isinstance(jitter, tuple)
-                length = int(rng.integers(jitter[0], jitter[1] + 1))
-            length = min(length, positions - pos)
-            out.append(length)
-            pos += length
-        return out
 
     def _plan_segment(self, cursor: Cursor, layout: Mapping[str, Any]) -> _Segment:
         """The plan of ``cursor``'s segment under ``layout`` (this run's or a saved one)."""
-        index = self._epoch_index(cursor.epoch)
+        stream = self._stream(cursor.epoch)
         world_size, batch_size = int(layout["world_size"]), int(layout["batch_size"])
         resumed = cursor.segment > 0
         if self.mode == "windows":
-            n = (index.total - 1) // self.bptt
+            n = (stream.total - 1) // self.bptt
             base = cursor.base_or_whole(n)
             p = plan(len(base), world_size, self.equalize, interleave=True, resumed=resumed)
             batches = batch_count(p.each, batch_size, self.drop_partial_batch)
-            return _Segment(index, n, base, p, [], batches)
-        n = index.total - 1
+            return _Segment(stream, n, base, p, [], batches)
+        n = stream.total  # the epoch stream is a cycle: its last token predicts its first
         base = cursor.base_or_whole(n)
         streams = world_size * batch_size
         p = plan(len(base), streams, self.equalize, resumed=resumed)
@@ -232,44 +193,14 @@ class LanguageModelLoader:
                 f"{len(base)} tokens cannot fill {streams} streams "
                 "(world_size x batch_size); use a smaller batch_size or equalize='pad'"
             )
-        bptt, jitter = int(layout["bptt"]), _jitter_of(layout["jitter"])
-        seqs = self._seq_lengths(cursor, p.each, bptt, jitter)
-        return _Segment(index, n, base, p, seqs, len(seqs))
+        rng = generator(self.seed, Salt.SEQ_LENGTHS, cursor.epoch, cursor.segment)
+        seqs = seq_lengths(rng, p.each, int(layout["bptt"]), jitter_of(layout["jitter"]))
+        return _Segment(stream, n, base, p, seqs, len(seqs))
 
     def _current(self) -> _Segment:
         if self._segment is None:
             self._segment = self._plan_segment(self.cursor, self.layout())
         return self._segment
-
-    # ------------------------------------------------------------------ reading
-
-    def _read_forward(self, index: _Epoch, start: int, out: npt.NDArray[np.int64]) -> None:
-        """Epoch-stream tokens ``[start, start + len(out))``, wrapping at the end, into ``out``."""
-        tokens, total, n = self.corpus.tokens, index.total, len(out)
-        cum_end, lengths, doc_start = index.cum_end, index.lengths, index.doc_start
-        pos = start % total
-        k = int(np.searchsorted(cum_end, pos, side="right"))  # once: the rest is k + 1, k + 2…
-        filled = 0
-        while filled < n:
-            length = int(lengths[k])
-            in_doc = pos - (int(cum_end[k]) - length)
-            take = min(n - filled, length - in_doc)
-            src = int(doc_start[k]) + in_doc
-            out[filled : filled + take] = tokens[src : src + take]
-            filled += take
-            pos += take
-            k += 1
-            if k == len(cum_end):  # wrap around to the start of the epoch stream
-                k, pos = 0, 0
-
-    def _read(self, index: _Epoch, start: int, out: npt.NDArray[np.int64]) -> None:
-        if not self.backwards:
-            self._read_forward(index, start, out)
-            return
-        n, total = len(out), index.total
-        # the reversed stream's [start, start+n) is the forward stream's [T-start-n, T-start)
-        self._read_forward(index, (total - start - n) % total, out)
-        out[:] = out[::-1].copy()
 
     # ------------------------------------------------------------------ iteration
 
@@ -287,18 +218,21 @@ class LanguageModelLoader:
         self._segment = None
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        segment = self._current()
-        if self.mode == "windows":
-            yield from self._iter_windows(segment)
-        elif self.cursor.base is None:
+        segment, cursor = self._current(), self.cursor
+        if self.mode == "streams" and cursor.base is None:
             yield from self._iter_streams(segment)
-        else:
-            yield from self._iter_rest(segment)
+            return
+        x = np.zeros((self.batch_size, self.max_seq + 1), dtype=np.int64)
+        while cursor.batches < segment.batches:
+            batch = self._build(segment, cursor, cursor.batches, x)
+            cursor.batches += 1
+            yield batch
 
     def _iter_streams(self, seg: _Segment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Whole-epoch streams, read a buffer of many batches at a time."""
         buf, cursor, length = self._buffer, self.cursor, seg.plan.each
         first_stream = self.world.rank * self.batch_size
-        offset = sum(seg.seqs[: cursor.batches])  # stream position of the next batch
+        offset = seg.offset(cursor.batches)  # stream position of the next batch
         base, filled = offset, 0  # buffer column 0 holds stream position `base`
         while cursor.batches < seg.batches:
             seq = seg.seqs[cursor.batches]
@@ -309,7 +243,7 @@ class LanguageModelLoader:
                 want = min(buf.shape[1], length + 1 - offset)
                 for row in range(self.batch_size):
                     start = (first_stream + row) * length + offset + keep
-                    self._read(seg.index, start, buf[row, keep:want])
+                    seg.stream.read(start, buf[row, keep:want])
                 base, filled = offset, want
             col = offset - base
             cursor.batches += 1
@@ -320,51 +254,90 @@ class LanguageModelLoader:
                 torch.from_numpy(buf[:, col + 1 : col + seq + 1]),
             )
 
-    def _iter_rest(self, seg: _Segment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Streams cut from what an elastic resume found left of the epoch.
+    def _build(
+        self, seg: _Segment, cursor: Cursor, batch: int, x: npt.NDArray[np.int64]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Batch ``batch`` of ``seg``, read row by row into ``x`` (``[batch_size, seq + 1]``)."""
+        if self.mode == "windows":
+            return self._window_batch(seg, cursor.epoch, batch, x)
+        seq, offset, length = seg.seqs[batch], seg.offset(batch), seg.plan.each
+        y = None if cursor.base is None else np.empty_like(x)
+        for row in range(self.batch_size):
+            begin = (self.world.rank * self.batch_size + row) * length + offset
+            if y is None:  # the whole epoch: stream positions are epoch-stream positions
+                seg.stream.read(begin, x[row, : seq + 1])
+                continue
+            filled = 0  # after an elastic resume the next position is not always the next token
+            while filled < seq:  # at most one wrap: the fill is shorter than one stream
+                at = (begin + filled) % len(seg.base)
+                runs = seg.base.slice(at, at + seq - filled)
+                for start, stop in zip(runs.starts.tolist(), runs.stops.tolist()):
+                    seg.stream.read(start, x[row, filled : filled + stop - start])
+                    seg.stream.read(start + 1, y[row, filled : filled + stop - start])
+                    filled += stop - start
+        if y is None:
+            return torch.from_numpy(x[:, :seq]), torch.from_numpy(x[:, 1 : seq + 1])
+        return torch.from_numpy(x[:, :seq]), torch.from_numpy(y[:, :seq])
 
-        Stream position ``q`` of stream ``s`` is position ``s * length + q`` of the remainder
-        (wrapping past its end); inputs and targets are read separately, since the next
-        remaining position is not always the next token of the epoch stream.
-        """
-        rest, cursor, length = seg.base, self.cursor, seg.plan.each
-        x = np.zeros((self.batch_size, self.max_seq), dtype=np.int64)
-        y = np.zeros_like(x)
-        offset = sum(seg.seqs[: cursor.batches])
-        first_stream = self.world.rank * self.batch_size
-        while cursor.batches < seg.batches:
-            seq = seg.seqs[cursor.batches]
-            for row in range(self.batch_size):
-                begin = (first_stream + row) * length + offset
-                filled = 0
-                while filled < seq:  # at most one wrap: the fill is shorter than one stream
-                    at = (begin + filled) % len(rest)
-                    runs = rest.slice(at, at + seq - filled)
-                    for start, stop in zip(runs.starts.tolist(), runs.stops.tolist()):
-                        self._read(seg.index, start, x[row, filled : filled + stop - start])
-                        self._read(seg.index, start + 1, y[row, filled : filled + stop - start])
-                        filled += stop - start
-            cursor.batches += 1
-            offset += seq
-            yield torch.from_numpy(x[:, :seq]), torch.from_numpy(y[:, :seq])
-
-    def _iter_windows(self, seg: _Segment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        buf, cursor = self._buffer[:, : self.bptt + 1], self.cursor
+    def _window_batch(
+        self, seg: _Segment, epoch: int, batch: int, x: npt.NDArray[np.int64]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         share = seg.base.within(seg.plan.positions(self.world.rank))
+        lo = batch * self.batch_size
         take = self._taken(seg, self.batch_size, seg.batches)
-        while cursor.batches < seg.batches:
-            lo = cursor.batches * self.batch_size
-            slots = share.slice(lo, min(lo + self.batch_size, take)).positions()
-            order = (
-                feistel_permutation(slots, seg.n, self.seed, cursor.epoch)
-                if self.shuffle
-                else slots
-            )
-            for row, window in enumerate(order.tolist()):
-                self._read(seg.index, window * self.bptt, buf[row])
-            rows = len(order)
-            cursor.batches += 1
-            yield torch.from_numpy(buf[:rows, :-1]), torch.from_numpy(buf[:rows, 1:])
+        slots = share.slice(lo, min(lo + self.batch_size, take)).positions()
+        order = feistel_permutation(slots, seg.n, self.seed, epoch) if self.shuffle else slots
+        for row, window in enumerate(order.tolist()):
+            seg.stream.read(window * self.bptt, x[row, : self.bptt + 1])
+        rows = len(order)
+        return torch.from_numpy(x[:rows, : self.bptt]), torch.from_numpy(
+            x[:rows, 1 : self.bptt + 1]
+        )
+
+    # ------------------------------------------------------------------ DataLoader workers
+
+    def batches(self) -> int:
+        """Batches this rank yields in the current segment of the epoch."""
+        return self._current().batches
+
+    def keys(self) -> Iterator[BatchKey]:
+        """Keys of this rank's batches from the cursor on (see :meth:`loader`)."""
+        cursor, base = self.cursor, self.cursor.base
+        saved = None if base is None else (tuple(base.starts.tolist()), tuple(base.stops.tolist()))
+        for batch in range(cursor.batches, self._current().batches):
+            yield BatchKey(cursor.epoch, cursor.segment, batch, saved)
+
+    def __getitem__(self, key: BatchKey) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch ``key`` names, in fresh arrays (it leaves the worker process)."""
+        base = None if key.base is None else Runs(*key.base)
+        cursor = Cursor(key.epoch, key.segment, base, key.batch)
+        if self._keyed is None or self._keyed[0] != (key.epoch, key.segment):
+            self._keyed = ((key.epoch, key.segment), self._plan_segment(cursor, self.layout()))
+        x = np.zeros((self.batch_size, self.max_seq + 1), dtype=np.int64)
+        return self._build(self._keyed[1], cursor, key.batch, x)
+
+    def loader(
+        self,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        multiprocessing_context: str | None = None,
+        persistent_workers: bool | None = None,
+    ) -> ResumableLoader:
+        """A DataLoader whose workers build the batches; resumable like this loader.
+
+        Worth it when batches are large or far apart in the corpus (windows over a corpus
+        on a network filesystem); in-process iteration is faster for small RNN batches.
+        """
+        return ResumableLoader(
+            self,
+            self,
+            batch_size=None,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            seed=self.seed,
+            persistent_workers=persistent_workers,
+            multiprocessing_context=multiprocessing_context,
+        )
 
     # ------------------------------------------------------------------ state
 

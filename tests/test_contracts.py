@@ -1,0 +1,174 @@
+"""The loader contracts, one set of checks run on every loader (tests/contracts.py).
+
+Exact partition (disjoint, complete, equal batch counts), bitwise resume and elastic resume,
+for ``lading.loader`` over a map-style dataset, the language-model loader in both modes
+(in-process and through DataLoader workers) and partitioned parquet, at world sizes 1-5,
+0-3 workers, and awkward sizes: fewer items than readers, primes. Every item of every loader
+is a number ``0 … n-1`` (a sample, a row, a token position, a window), so one key function
+per loader turns a batch into the items it holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import word_tokenizer, write
+from contracts import assert_elastic, assert_exact_partition, assert_resumes
+from lading.world import World
+
+pytest.importorskip("tokenizers")
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+SIZES = (2, 13, 61)  # fewer items than readers, and primes
+WORLD_SIZES = (1, 2, 3, 4, 5)
+WORKERS = (0, 1, 2, 3)
+BATCH = 3
+BPTT = 2  # windows of 2 (input, target) pairs
+
+
+class Numbers:
+    """Map-style dataset whose item ``i`` is ``i``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+@dataclass
+class Kind:
+    """One loader under test: ``make(world, workers)`` and the items of a batch."""
+
+    name: str
+    make: Callable[[World, int], Any]
+    key: Callable[[Any], list[int]]
+    items: int  # n: the items an epoch holds
+    readers: Callable[[int, int], int]  # (world_size, workers) -> shares cut
+
+
+def map_kind(n: int, tmp: Path) -> Kind:
+    from lading.dataloader import loader
+
+    def make(world: World, workers: int) -> Any:
+        return loader(
+            Numbers(n), BATCH, num_workers=workers, seed=3, world=world,
+            multiprocessing_context="fork",
+        )  # fmt: skip
+
+    return Kind("map", make, lambda b: [int(x) for x in b], n, lambda w, k: w)
+
+
+def parquet_kind(n: int, tmp: Path) -> Kind:
+    from lading.tabular import PartitionedParquet
+
+    path = tmp / f"rows{n}.parquet"
+    if not path.exists():
+        table = pa.table({"row": pa.array(np.arange(n), pa.int64())})
+        pq.write_table(table, path, row_group_size=max(1, n // 3))
+
+    def make(world: World, workers: int) -> Any:
+        data = PartitionedParquet(
+            path, batch_size=BATCH, seed=3, equalize="pad", world=world, buffer_rows=5
+        )
+        return data.loader(num_workers=workers, multiprocessing_context="fork")
+
+    return Kind("parquet", make, lambda b: b["row"].tolist(), n, lambda w, k: w * max(1, k))
+
+
+def lm_kind(n: int, tmp: Path, mode: str) -> Kind:
+    """One document of unique words: token ``t`` of the stream has id ``t + 2`` (0 is the
+    end of the document, the last token), so a batch names its stream positions."""
+    from lading.lm import LanguageModelLoader, TokenCorpus
+
+    tokens = n if mode == "streams" else n * BPTT + 1  # n positions or n windows
+    path = tmp / f"lm{tokens}"
+    if not path.exists():
+        words = [f"w{i}" for i in range(tokens - 1)]
+        src = write(tmp / f"lm{tokens}.txt", " ".join(words) + "\n")
+        tok = word_tokenizer(words, tmp / f"lm{tokens}.json")
+        TokenCorpus.build(src, path, tok, progress=False)
+    corpus = TokenCorpus.open(path)
+    assert corpus.n_tokens == tokens
+
+    def position(token: int) -> int:
+        return tokens - 1 if token == 0 else token - 2
+
+    def make(world: World, workers: int) -> Any:
+        data = LanguageModelLoader(corpus, BATCH, bptt=BPTT, seed=3, mode=mode, world=world)
+        return data if workers == 0 else data.loader(workers, multiprocessing_context="fork")
+
+    if mode == "streams":
+        return Kind(
+            "lm-streams",
+            make,
+            lambda b: [position(t) for t in b[0].flatten().tolist()],
+            n,
+            lambda w, k: w * BATCH,
+        )
+    return Kind(
+        "lm-windows",
+        make,
+        lambda b: [position(int(row[0])) // BPTT for row in b[0]],
+        n,
+        lambda w, k: w,
+    )
+
+
+KINDS: dict[str, Callable[[int, Path], Kind]] = {
+    "map": map_kind,
+    "parquet": parquet_kind,
+    "lm-streams": lambda n, tmp: lm_kind(n, tmp, "streams"),
+    "lm-windows": lambda n, tmp: lm_kind(n, tmp, "windows"),
+}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("contracts")
+
+
+def workers_param(workers: tuple[int, ...]) -> list[Any]:
+    """Workers as parameters; DataLoader workers cost a fork each, so they run in the slow set."""
+    return [pytest.param(k, marks=pytest.mark.slow) if k else k for k in workers]
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("workers", workers_param(WORKERS))
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_exact_partition(kind: str, n: int, workers: int, world_size: int, data_dir: Path) -> None:
+    k = KINDS[kind](n, data_dir)
+    readers = k.readers(world_size, workers)
+    assert_exact_partition(k.make, world_size, workers, k.items, k.key, readers=readers)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("workers", workers_param((0, 2)))
+@pytest.mark.parametrize("world_size", (1, 3))
+def test_resume_is_bitwise(kind: str, workers: int, world_size: int, data_dir: Path) -> None:
+    k = KINDS[kind](61, data_dir)
+    for rank in range(world_size):
+        assert_resumes(k.make, World(rank, world_size), workers, midpoint=2, key=k.key, epoch=1)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize("n", (13, 61))
+@pytest.mark.parametrize("workers", workers_param((0, 2)))
+@pytest.mark.parametrize(("old", "new"), [(4, 2), (2, 3), (3, 1), (3, 5), (1, 4)])
+def test_elastic_resume(
+    kind: str, n: int, workers: int, old: int, new: int, data_dir: Path
+) -> None:
+    k = KINDS[kind](n, data_dir)
+    repeats = k.readers(old, workers) + k.readers(new, workers)
+    assert_elastic(k.make, old, new, workers, 1, k.items, k.key, max_repeats=repeats, epoch=1)
