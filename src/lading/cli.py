@@ -120,7 +120,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from lading.stores.layout import verify_checksums
+    from lading.disk import verify_checksums
 
     problems = verify_checksums(args.store)
     for problem in problems:

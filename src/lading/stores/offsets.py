@@ -19,6 +19,19 @@ from typing import Any
 
 import numpy as np
 
+from lading.disk import (
+    MappedFile,
+    RaggedColumn,
+    RaggedWriter,
+    build_lock,
+    current_version,
+    new_temp_dir,
+    publish,
+    read_meta,
+    remove_dead_temps,
+    write_file,
+    write_meta,
+)
 from lading.errors import StoreFormatError
 from lading.sources import (
     OnError,
@@ -28,15 +41,11 @@ from lading.sources import (
     fingerprint_changed,
     is_compressed,
 )
-from lading.stores.atomic import build_lock, new_temp_dir, publish, remove_dead_temps
 from lading.stores.base import DocStore, IdLike
 from lading.stores.index import IdIndex, IntIdCollector, write_index
-from lading.stores.layout import MappedFile, RaggedWriter, read_meta, write_file, write_meta
-from lading.stores.packed import RaggedColumn
 from lading.stores.writer import Duplicates, compact, id_keys, unique_rows
 
 FORMAT_NAME = "lading.offsets"
-FORMAT_VERSION = 1
 
 
 class OffsetStore(DocStore):
@@ -90,8 +99,6 @@ class OffsetStore(DocStore):
         if self._pid == os.getpid():
             return self._state
         meta = read_meta(self.path, FORMAT_NAME)
-        if meta.get("version") != FORMAT_VERSION:  # pragma: no cover - read_meta checks 1
-            raise StoreFormatError(f"{self.path}: unsupported version {meta.get('version')}")
         source = meta["source"]
         if not os.path.exists(source["path"]):
             raise StoreFormatError(
@@ -189,7 +196,7 @@ def _write(
         directory,
         {
             "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
+            "version": current_version(FORMAT_NAME),
             "count": len(keys),
             "file_format": reader.file_format,
             "source": {**reader.fingerprint(), "format": reader.format},

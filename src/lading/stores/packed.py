@@ -19,56 +19,15 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from lading.disk import RaggedColumn, read_meta
 from lading.errors import StaleStoreWarning, StoreFormatError
 from lading.sources import Record, fingerprint_changed
 from lading.stores.base import DocStore, IdLike
 from lading.stores.index import IdIndex
-from lading.stores.layout import OFFSET_DTYPE, MappedFile, column_files, read_meta
+from lading.stores.layout import FORMAT_NAME
 
 OnStale = Literal["warn", "raise", "ignore"]
 ON_STALE_MODES: tuple[str, ...] = ("ignore", "raise", "warn")
-
-
-class RaggedColumn:
-    """Read side of a ragged column: ``bin[off[i]:off[i+1]]`` is row i."""
-
-    def __init__(self, directory: Path, column: str, dtype: npt.DTypeLike = np.uint8) -> None:
-        bin_name, off_name = column_files(column)
-        self.data = MappedFile(directory / bin_name)
-        self.offsets = MappedFile(directory / off_name).array(OFFSET_DTYPE)
-        self.dtype = np.dtype(dtype)
-        total = int(self.offsets[-1]) if len(self.offsets) else -1
-        if (
-            len(self.offsets) == 0
-            or int(self.offsets[0]) != 0
-            or (total * self.dtype.itemsize != len(self.data.buffer))
-        ):
-            raise StoreFormatError(
-                f"{directory / off_name} does not describe {directory / bin_name} "
-                f"(last offset {total}, data {len(self.data.buffer)} bytes); rebuild the store"
-            )
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def text(self, row: int) -> str:
-        """Row ``row`` decoded from UTF-8."""
-        start, end = int(self.offsets[row]), int(self.offsets[row + 1])
-        return self.data.buffer[start:end].decode("utf-8")
-
-    def texts(self, rows: npt.NDArray[np.int64]) -> list[str]:
-        """Rows decoded from UTF-8, in the order given."""
-        buf = self.data.buffer
-        starts = self.offsets[rows].tolist()
-        ends = self.offsets[rows + 1].tolist()
-        return [buf[a:b].decode("utf-8") for a, b in zip(starts, ends)]
-
-    def arrays(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
-        """Rows as numpy views of the map (no copy), in the order given."""
-        values = self.data.array(self.dtype)
-        starts = self.offsets[rows].tolist()
-        ends = self.offsets[rows + 1].tolist()
-        return [values[a:b] for a, b in zip(starts, ends)]
 
 
 @dataclass
@@ -229,7 +188,7 @@ class PackedStore(DocStore):
 
 
 def _map(path: Path) -> _Mapped:
-    meta = read_meta(path)
+    meta = read_meta(path, FORMAT_NAME)
     try:
         text = RaggedColumn(path, "text")
         ids = RaggedColumn(path, "ids")
