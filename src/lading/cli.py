@@ -209,7 +209,7 @@ def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
 
 
 def _cmd_lm_build(args: argparse.Namespace) -> int:
-    from lading.lm import TokenCorpus
+    from lading.lm.corpus import TokenCorpus
 
     corpus = TokenCorpus.build(
         args.source,
@@ -342,7 +342,7 @@ def _cmd_train_sessions(args: argparse.Namespace) -> int:
 
 
 def _cmd_repartition(args: argparse.Namespace) -> int:
-    from lading.tabular import repartition
+    from lading.tabular.repartition import repartition
 
     print(
         repartition(
