@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from lading.disk import (
     MappedFile,
@@ -156,12 +157,22 @@ class OffsetStore(DocStore):
         ids: RaggedColumn = self._open()["ids"]
         return ids.texts(np.arange(len(ids), dtype=np.int64))
 
+    def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
+        """Row numbers of ``ids`` (request order), -1 for each absent one: from the id index."""
+        rows: npt.NDArray[np.int64] = self._open()["index"].rows(ids)
+        return rows
+
+    def ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
+        ids: RaggedColumn = self._open()["ids"]
+        return ids.texts(np.asarray(rows, dtype=np.int64))
+
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
+        return self.texts_at(self.rows(ids))
+
+    def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
         state = self._open()
-        rows = state["index"].rows(ids)
-        if len(rows) and rows.min() < 0:
-            raise self.missing(ids[int(np.argmin(rows >= 0))])
         fd, parse = state["fd"], state["parse"]
+        rows = np.asarray(rows, dtype=np.int64)
         starts = state["start"][rows].tolist()
         lengths = state["length"][rows].tolist()
         return [parse(os.pread(fd, n, s)).text for s, n in zip(starts, lengths)]

@@ -105,6 +105,15 @@ class PackedStore(DocStore):
         """Whether the store was built with a tokenizer."""
         return self._maps().tokens is not None
 
+    @property
+    def token_info(self) -> dict[str, Any] | None:
+        info: dict[str, Any] | None = self._maps().meta.get("tokens")
+        return info
+
+    @property
+    def tokenizer_path(self) -> Path | None:
+        return self.path / "tokenizer.json" if self.has_tokens else None
+
     def __len__(self) -> int:
         return len(self._maps().text)
 
@@ -117,16 +126,9 @@ class PackedStore(DocStore):
         ids = self._maps().ids
         return ids.texts(np.arange(len(ids), dtype=np.int64))
 
-    def rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
-        """Row numbers of ``ids`` (request order); a compact handle for datasets to keep.
-
-        Raises:
-            KeyError: naming the first absent id and the store.
-        """
-        rows = self._maps().index.rows(ids)
-        if len(rows) and rows.min() < 0:
-            raise self.missing(ids[int(np.argmin(rows >= 0))])
-        return rows
+    def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
+        """Row numbers of ``ids`` (request order), -1 for each absent one: from the id index."""
+        return self._maps().index.rows(ids)
 
     def __getitem__(self, doc_id: IdLike) -> str:
         maps = self._maps()
@@ -144,11 +146,12 @@ class PackedStore(DocStore):
 
     def tokenizer(self) -> Any:
         """The ``tokenizers.Tokenizer`` the tokens were made with (a copy is kept in the store)."""
-        if not self.has_tokens:
-            raise ValueError(f"{self!r} was built without a tokenizer")
+        path = self.tokenizer_path
+        if path is None:
+            raise self.no_tokens()
         from lading.tokens import load_tokenizer
 
-        return load_tokenizer(self.path / "tokenizer.json")
+        return load_tokenizer(path)
 
     def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
         """Texts of rows (as returned by :meth:`rows`)."""
@@ -168,22 +171,12 @@ class PackedStore(DocStore):
         fields = {name: col.texts(rows)[0] for name, col in maps.fields.items()}
         return Record(maps.ids.texts(rows)[0], maps.text.texts(rows)[0], fields)
 
-    def tokens(self, doc_id: IdLike) -> np.ndarray:
-        """Token ids of one document: a read-only view of the map (no copy)."""
-        return self.tokens_many([doc_id])[0]
-
-    def tokens_many(self, ids: Sequence[IdLike]) -> list[np.ndarray]:
-        """Token ids of ``ids`` in request order, each a view of the map (no copy)."""
-        return self.tokens_at(self.rows(ids))
-
     def tokens_at(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
-        """Token ids of rows (as returned by :meth:`rows`)."""
+        """Token ids of rows (as returned by :meth:`rows`), each a read-only view of the map
+        (no copy); :meth:`tokens` and :meth:`tokens_many` go through here."""
         tokens = self._maps().tokens
         if tokens is None:
-            raise ValueError(
-                f"{self!r} has no tokens: build it with a tokenizer "
-                "(lading.build_store(..., tokenizer=...) or `lading build --tokenizer`)"
-            )
+            raise self.no_tokens()
         return tokens.arrays(np.asarray(rows, dtype=np.int64))
 
 
