@@ -1,7 +1,9 @@
 """Tabular workloads: partitioned parquet for session-based recommendation under DDP.
 
-Names are imported on first use, so ``lading repartition`` runs without importing torch; only
-the loaders need it.
+The loaders are imported on first use, so ``lading repartition`` runs without importing torch.
+:func:`repartition` (no torch either) is imported at once: it shares its module's name, and
+once the module is imported Python binds that name on the package to the module, so a lazy
+lookup would never be asked.
 """
 
 from __future__ import annotations
@@ -9,16 +11,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from lading.tabular.repartition import RepartitionReport, repartition
+
 if TYPE_CHECKING:
     from lading.tabular.dataset import ParquetLoader, PartitionedParquet
-    from lading.tabular.repartition import RepartitionReport, repartition
 
-_HOMES = {
-    "ParquetLoader": "lading.tabular.dataset",
-    "PartitionedParquet": "lading.tabular.dataset",
-    "RepartitionReport": "lading.tabular.repartition",
-    "repartition": "lading.tabular.repartition",
-}
+_HOMES = {"ParquetLoader": "lading.tabular.dataset", "PartitionedParquet": "lading.tabular.dataset"}
 
 
 def __getattr__(name: str) -> object:
