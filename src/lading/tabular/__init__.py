@@ -8,22 +8,18 @@ lookup would never be asked.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from lading._lazy import lazy_attributes
 from lading.tabular.repartition import RepartitionReport, repartition
 
 if TYPE_CHECKING:
     from lading.tabular.dataset import ParquetLoader, PartitionedParquet
 
-_HOMES = {"ParquetLoader": "lading.tabular.dataset", "PartitionedParquet": "lading.tabular.dataset"}
-
-
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'lading.tabular' has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__ = lazy_attributes(
+    __name__,
+    {"ParquetLoader": "lading.tabular.dataset", "PartitionedParquet": "lading.tabular.dataset"},
+)
 
 
 __all__ = ["ParquetLoader", "PartitionedParquet", "RepartitionReport", "repartition"]
