@@ -92,6 +92,9 @@ def check_version(name: str, found: object, path: str | os.PathLike[str]) -> int
     raise UnsupportedVersionError(
         f"{os.fspath(path)}: Unsupported {fmt.what} version: {found!r}. Expected {fmt.version} "
         f"(this lading reads {fmt.name} version {readable}). "
-        + ("It was written by a newer lading: upgrade lading, or " if newer else "Either ")
-        + f"{fmt.rebuild}."
+        + (
+            f"It was written by a newer lading: upgrade lading, or {fmt.rebuild}."
+            if newer
+            else f"{fmt.rebuild[:1].upper()}{fmt.rebuild[1:]}, or install the lading that wrote it."
+        )
     )
