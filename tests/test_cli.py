@@ -57,3 +57,39 @@ def test_python_dash_m_runs_the_same_command() -> None:
         [sys.executable, "-m", "lading", "--version"], capture_output=True, text=True, check=True
     )
     assert done.stdout.startswith("lading ")
+
+
+_NO_TORCH = """
+import sys
+from lading.cli import main
+rc = main(sys.argv[1:])
+loaded = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
+print("torch modules:", loaded)
+sys.exit(rc or (3 if loaded else 0))
+"""
+
+
+def test_lm_build_and_repartition_do_not_import_torch(tmp_path: Path) -> None:
+    """Preparing data needs no torch: the commands run where only the data tools are installed,
+    and they skip torch's import time (seconds) on every invocation."""
+    pytest.importorskip("tokenizers")
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from conftest import word_tokenizer, write
+
+    src = write(tmp_path / "docs.txt", "alpha beta\n\nbeta gamma\n")
+    tok = word_tokenizer(["alpha", "beta", "gamma"], tmp_path / "tok.json")
+    pq.write_table(pa.table({"x": list(range(40))}), tmp_path / "t.parquet", row_group_size=7)
+    commands = [
+        ["lm", "build", str(src), str(tmp_path / "corpus"), "--tokenizer", str(tok), "--quiet"],
+        ["repartition", str(tmp_path / "t.parquet"), str(tmp_path / "parts"), "--world-size", "2"],
+    ]
+    for command in commands:
+        done = subprocess.run(
+            [sys.executable, "-c", _NO_TORCH, *command], capture_output=True, text=True
+        )
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        assert "torch modules: []" in done.stdout
+    assert (tmp_path / "corpus" / "meta.json").is_file()
+    assert (tmp_path / "parts" / "part-0.parquet").is_file()

@@ -36,7 +36,7 @@ def passages(n: int, salt: str) -> str:
 
 
 def store_version(dest: Path) -> int:
-    from lading.stores.layout import verify_checksums
+    from lading.disk import verify_checksums
     from lading.stores.packed import PackedStore
 
     store = PackedStore(dest)
@@ -45,8 +45,8 @@ def store_version(dest: Path) -> int:
 
 
 def corpus_version(dest: Path) -> int:
+    from lading.disk import verify_checksums
     from lading.lm import TokenCorpus
-    from lading.stores.layout import verify_checksums
 
     corpus = TokenCorpus.open(dest)
     assert verify_checksums(dest) == []

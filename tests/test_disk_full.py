@@ -78,7 +78,7 @@ def check_refused(done: subprocess.CompletedProcess[str], dest: Path, words: str
 
 
 def still_version_one(dest: Path, tool: str) -> None:
-    from lading.stores.layout import verify_checksums
+    from lading.disk import verify_checksums
 
     if tool == "repartition":
         assert pq.read_table(dest).num_rows == 3000

@@ -56,6 +56,41 @@ def test_pickles_as_a_recipe_and_reopens(make: StoreMaker, tiny_tsv: Path, tmp_p
     assert again.get_many(["3", "1"]) == store.get_many(["3", "1"])
 
 
+def test_row_codes_follow_ids_order(make: StoreMaker, tiny_tsv: Path, tmp_path: Path) -> None:
+    """Every store numbers its documents in ids() order, so datasets may keep int64 codes."""
+    store = make(tiny_tsv, tmp_path)
+    ids = store.ids()
+    codes = store.find_rows(["7", "404", "0", 3])
+    assert codes.dtype == np.int64 and codes[1] == -1
+    assert [ids[c] for c in codes[[0, 2, 3]]] == ["7", "0", "3"]
+    assert store.ids_at(store.rows(ids)) == ids
+    assert store.rows(ids).tolist() == list(range(len(ids)))
+    assert store.texts_at(store.rows(["7", "0"])) == ["seven", "the quick brown fox"]
+    with pytest.raises(KeyError, match="'404' is not in"):
+        store.rows(["0", "404"])
+    blob = pickle.dumps(store)  # the id-to-row dict a baseline builds stays behind
+    assert b"_row_positions" not in blob and b"quick brown fox" not in blob
+    assert pickle.loads(blob).find_rows(["3"]).tolist() == store.find_rows(["3"]).tolist()
+
+
+def test_stores_without_tokens_say_so(make: StoreMaker, tiny_tsv: Path, tmp_path: Path) -> None:
+    store = make(tiny_tsv, tmp_path)
+    assert not store.has_tokens
+    assert store.token_info is None and store.tokenizer_path is None
+    for ask in (lambda: store.tokens_many(["0"]), lambda: store.tokenizer()):
+        with pytest.raises(ValueError, match=r"has no tokens: build it with a tokenizer"):
+            ask()
+
+
+def test_ir_names_no_concrete_store() -> None:
+    """ir/ reads documents through the DocStore protocol only (tokens included)."""
+    concrete = ("PackedStore", "InMemoryStore", "OffsetStore", "IrDatasetsStore", "_maps(")
+    ir = Path(lading.__file__).parent / "ir"
+    for module in sorted(ir.glob("*.py")):
+        text = module.read_text(encoding="utf-8")
+        assert not [name for name in concrete if name in text], module
+
+
 @pytest.mark.parametrize("kind", list(MAKERS))
 def test_id_forms(kind: str, tmp_path: Path) -> None:
     """Leading zeros make other ids; sparse ints, strings and int lookups all work."""
@@ -158,7 +193,9 @@ def test_open_refuses_truncated_foreign_or_newer_stores(tiny_tsv: Path, tmp_path
     meta_path = dest / "meta.json"
     meta = json.loads(meta_path.read_text())
     meta_path.write_text(json.dumps({**meta, "version": 99}))
-    with pytest.raises(StoreFormatError, match="unsupported store version 99"):
+    with pytest.raises(
+        StoreFormatError, match=r"meta\.json: Unsupported store version: 99\. Expected 1"
+    ):
         lading.open_store(dest)
     meta_path.write_text(json.dumps({**meta, "format": "parquet"}))
     with pytest.raises(StoreFormatError, match="format is 'parquet'"):
@@ -169,7 +206,7 @@ def test_open_refuses_truncated_foreign_or_newer_stores(tiny_tsv: Path, tmp_path
 
 
 def test_verify_finds_a_flipped_byte(tiny_tsv: Path, tmp_path: Path) -> None:
-    from lading.stores.layout import verify_checksums
+    from lading.disk import verify_checksums
 
     dest = tmp_path / "s"
     lading.build_store(tiny_tsv, dest, progress=False)
@@ -193,7 +230,7 @@ def test_zero_filled_file_is_refused_on_open(tmp_path: Path, name: str) -> None:
 
 
 def test_damage_past_the_spot_checks_is_found_by_verify(tmp_path: Path) -> None:
-    from lading.stores.layout import verify_checksums
+    from lading.disk import verify_checksums
 
     src = write(tmp_path / "c.tsv", "".join(f"d{i}\tpassage number {i}\n" for i in range(3000)))
     dest = tmp_path / "s"
@@ -288,6 +325,9 @@ def test_tokens_match_the_tokenizer_and_use_uint16(tiny_tsv: Path, tmp_path: Pat
         tiny_tsv, tmp_path / "cut", tokenizer=tok_path, max_length=2, progress=False
     )
     assert max(len(t) for t in cut.tokens_many(cut.ids())) == 2
+    assert store.has_tokens and store.tokenizer_path == tmp_path / "s" / "tokenizer.json"
+    assert store.token_info is not None and store.token_info["dtype"] == "<u2"
+    assert store.tokenizer().get_vocab() == tok.get_vocab()
     plain = lading.build_store(tiny_tsv, tmp_path / "plain", progress=False)
     with pytest.raises(ValueError, match="build it with a tokenizer"):
         plain.tokens("0")

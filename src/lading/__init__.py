@@ -10,8 +10,7 @@ Quick start::
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from lading._version import __version__
 from lading.errors import (
     LadingError,
     SkippedRecordsWarning,

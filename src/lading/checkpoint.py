@@ -17,8 +17,9 @@ from typing import Any
 
 import torch
 
-from lading.stores.atomic import new_temp_dir, publish
+from lading.disk import check_version, current_version, new_temp_dir, publish
 
+FORMAT_NAME = "lading.checkpoint"
 _TENSOR = "__tensor__"
 _INT_KEYS = "__int_keys__"
 _TUPLE = "__tuple__"
@@ -70,7 +71,8 @@ def save(state: dict[str, Any], directory: str | os.PathLike[str]) -> None:
     try:
         save_file(tensors, str(tmp / "tensors.safetensors"))
         (tmp / "state.json").write_text(json.dumps(skeleton))
-        (tmp / "meta.json").write_text(json.dumps({"format": "lading.checkpoint", "version": 1}))
+        meta = {"format": FORMAT_NAME, "version": current_version(FORMAT_NAME)}
+        (tmp / "meta.json").write_text(json.dumps(meta))
         publish(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -86,7 +88,8 @@ def load(directory: str | os.PathLike[str]) -> dict[str, Any]:
     if not meta_path.is_file():
         raise FileNotFoundError(f"{root} is not a lading checkpoint (no meta.json)")
     meta = json.loads(meta_path.read_text())
-    if meta.get("format") != "lading.checkpoint" or meta.get("version") != 1:
-        raise ValueError(f"{meta_path}: not a lading checkpoint of version 1 ({meta})")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise ValueError(f"{meta_path}: not a lading checkpoint ({meta})")
+    check_version(FORMAT_NAME, meta.get("version"), meta_path)  # a ValueError too
     tensors = load_file(str(root / "tensors.safetensors"))
     return dict(_restore(json.loads((root / "state.json").read_text()), tensors))

@@ -120,7 +120,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from lading.stores.layout import verify_checksums
+    from lading.disk import verify_checksums
 
     problems = verify_checksums(args.store)
     for problem in problems:
@@ -209,7 +209,7 @@ def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
 
 
 def _cmd_lm_build(args: argparse.Namespace) -> int:
-    from lading.lm import TokenCorpus
+    from lading.lm.corpus import TokenCorpus
 
     corpus = TokenCorpus.build(
         args.source,
@@ -342,7 +342,7 @@ def _cmd_train_sessions(args: argparse.Namespace) -> int:
 
 
 def _cmd_repartition(args: argparse.Namespace) -> int:
-    from lading.tabular import repartition
+    from lading.tabular.repartition import repartition
 
     print(
         repartition(

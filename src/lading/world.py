@@ -47,11 +47,6 @@ class World:
         """Number of (rank, worker) readers in the whole job."""
         return self.world_size * self.num_workers
 
-    @property
-    def is_distributed(self) -> bool:
-        """True when more than one training process takes part."""
-        return self.world_size > 1
-
     @classmethod
     def detect(cls) -> World:
         """Read rank and world from torch.distributed (when initialised) or torchrun's env vars.

@@ -15,7 +15,6 @@ import socket
 import time
 import traceback
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -295,8 +294,3 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
         record["strategy_anon"] = sum(r["strategy_anon"] for r in results.values())
         record["store_anon"] = sum(r["store_anon"] for r in results.values())
     return record
-
-
-def data_from_dict(values: dict[str, str | None]) -> BenchData:
-    """Inverse of :meth:`BenchData.as_dict` (for results files)."""
-    return BenchData(**{k: Path(v) if v is not None else None for k, v in values.items()})  # type: ignore[arg-type]

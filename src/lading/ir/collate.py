@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 from lading.stores.base import DocStore
-from lading.stores.packed import PackedStore
 from lading.tokens import describe_tokenizer, load_tokenizer
 
 
@@ -56,20 +55,18 @@ class CrossEncoderCollator:
         pad_token: str = "[PAD]",
         use_tokens: bool | None = None,
     ) -> None:
-        has_tokens = isinstance(store, PackedStore) and store.has_tokens
+        has_tokens = store.has_tokens
         if use_tokens and not has_tokens:
             raise ValueError(f"{store!r} has no tokens; build it with the model's tokenizer")
         self.use_tokens = has_tokens if use_tokens is None else use_tokens
         if tokenizer is None:
             if not self.use_tokens:
                 raise ValueError("tokenizing text needs tokenizer=")
-            assert isinstance(store, PackedStore)
             tok = store.tokenizer()
         else:
             tok = load_tokenizer(tokenizer)
         if self.use_tokens:
-            assert isinstance(store, PackedStore)
-            built_with = store.meta["tokens"]["sha256"]
+            built_with = (store.token_info or {}).get("sha256")
             if describe_tokenizer(tok)["sha256"] != built_with:
                 raise ValueError(
                     f"{store!r} was tokenized with another tokenizer than the one given; "
@@ -111,7 +108,6 @@ class CrossEncoderCollator:
             )
         ]
         if self.use_tokens:
-            assert isinstance(self.store, PackedStore)
             docs = self.store.tokens_at(np.concatenate([it["doc_codes"] for it in items]))
         else:
             texts = self.store.get_many([d for it in items for d in it["doc_ids"]])

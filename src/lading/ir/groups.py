@@ -4,10 +4,10 @@ Item ``i`` is one (query, relevant document) pair plus ``group_size - 1`` negati
 come from a named policy and are drawn from a generator seeded with ``(seed, epoch, i)``: the
 same on every rank and worker, different every epoch, and never a document judged relevant.
 
-Memory: documents are kept as integer codes (store rows for a :class:`PackedStore`, positions in
-``store.ids()`` otherwise), candidates as one ragged int64 array. Per query that is 8 bytes a
-candidate; MS MARCO's 500k training queries with depth-100 runs cost ~400 MB once, shared by
-every worker forked from the process that built it.
+Memory: documents are kept as integer codes (the store's row codes, see
+:meth:`~lading.stores.base.DocStore.find_rows`), candidates as one ragged int64 array. Per query
+that is 8 bytes a candidate; MS MARCO's 500k training queries with depth-100 runs cost ~400 MB
+once, shared by every worker forked from the process that built it.
 """
 
 from __future__ import annotations
@@ -22,46 +22,9 @@ import numpy.typing as npt
 
 from lading.dataloader import EpochIndex
 from lading.stores.base import DocStore
-from lading.stores.packed import PackedStore
 
 SAMPLING: tuple[str, ...] = ("random", "run", "run+random")
 ON_MISSING: tuple[str, ...] = ("raise", "skip")
-
-
-class DocCodes:
-    """Integer codes for the documents of a store, and the way back to ids."""
-
-    def __init__(self, store: DocStore) -> None:
-        self.store = store
-        if isinstance(store, PackedStore):
-            self._ids: list[str] | None = None
-            self._index: dict[str, int] | None = None
-            self.count = len(store)
-        else:
-            self._ids = store.ids()
-            self._index = {doc_id: i for i, doc_id in enumerate(self._ids)}
-            self.count = len(self._ids)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"store": self.store}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["store"])  # type: ignore[misc]
-
-    def codes(self, ids: Sequence[str]) -> npt.NDArray[np.int64]:
-        """Codes of ids, -1 for each absent one."""
-        if self._index is None:
-            assert isinstance(self.store, PackedStore)
-            return self.store._maps().index.rows(ids)
-        index = self._index
-        return np.fromiter((index.get(i, -1) for i in ids), np.int64, len(ids))
-
-    def ids(self, codes: npt.NDArray[np.int64]) -> list[str]:
-        """Ids of codes."""
-        if self._ids is None:
-            assert isinstance(self.store, PackedStore)
-            return self.store.ids_at(codes)
-        return [self._ids[c] for c in codes.tolist()]
 
 
 @dataclass(frozen=True)
@@ -80,7 +43,8 @@ class TrainingGroups:
     """A map-style dataset of training groups for cross-encoders and other rankers.
 
     Args:
-        store: the documents (any :class:`DocStore`; a :class:`PackedStore` keeps it light).
+        store: the documents (any :class:`DocStore`; one with an id index of its own, such as
+            the packed store, keeps it light: others build an id-to-row dict once).
         queries: query id → text.
         qrels: query id → {doc id → relevance}.
         negatives: ranked candidates per query (a TREC run, hard negatives); needed for the
@@ -121,7 +85,7 @@ class TrainingGroups:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
         if sampling != "random" and negatives is None:
             raise ValueError(f"sampling={sampling!r} needs negatives= (a run or hard negatives)")
-        self.docs = DocCodes(store)
+        self.store, self.doc_count = store, len(store)
         self.group_size, self.sampling, self.depth = group_size, sampling, depth
         self.seed, self.epoch = seed, 0
         self._build(queries, qrels, negatives or {}, min_relevance, on_missing)
@@ -155,13 +119,13 @@ class TrainingGroups:
                 no_text += 1
                 continue
             judged_ids = list(judged)
-            codes = self.docs.codes(judged_ids)
+            codes = self.store.find_rows(judged_ids)
             absent = [judged_ids[i] for i in np.flatnonzero(codes < 0)]
             if absent:
                 if on_missing == "raise":
                     raise KeyError(
                         f"query {qid!r}: judged document {absent[0]!r} is not in "
-                        f"{self.docs.store!r} ({len(absent)} such); pass "
+                        f"{self.store!r} ({len(absent)} such); pass "
                         "on_missing='skip' to leave them out"
                     )
                 missing_judged += len(absent)
@@ -170,7 +134,7 @@ class TrainingGroups:
             if len(relevant_codes) == 0:
                 continue
             run = list(negatives.get(qid, ()))[: self.depth]
-            run_codes = self.docs.codes(run) if run else np.empty(0, np.int64)
+            run_codes = self.store.find_rows(run) if run else np.empty(0, np.int64)
             missing_run += int((run_codes < 0).sum())
             run_codes = run_codes[run_codes >= 0]
             excluded = set(relevant_codes.tolist())
@@ -186,7 +150,7 @@ class TrainingGroups:
             cand_parts.append(run_codes)
         if missing_run and on_missing == "raise":
             raise KeyError(
-                f"{missing_run} run documents are not in {self.docs.store!r}; pass "
+                f"{missing_run} run documents are not in {self.store!r}; pass "
                 "on_missing='skip' to leave them out"
             )
         if not pair_query:
@@ -220,7 +184,7 @@ class TrainingGroups:
         return {
             "qid": self.qids[q],
             "query": self.query_texts[q],
-            "doc_ids": self.docs.ids(codes),
+            "doc_ids": self.store.ids_at(codes),
             "doc_codes": codes,
         }
 
@@ -234,7 +198,7 @@ class TrainingGroups:
         take = min(from_run, len(run))
         picked = run[rng.choice(len(run), size=take, replace=False)] if take else run[:0]
         relevant = self._relevant[self._relevant_off[q] : self._relevant_off[q + 1]]
-        rest = _random_excluding(rng, self.docs.count, need - take, relevant)
+        rest = _random_excluding(rng, self.doc_count, need - take, relevant)
         return np.concatenate([picked, rest])
 
 

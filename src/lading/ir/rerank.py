@@ -12,7 +12,6 @@ import torch
 from lading.ir.collate import CrossEncoderCollator
 from lading.ir.model import CrossEncoder
 from lading.stores.base import DocStore
-from lading.stores.packed import PackedStore
 
 DEFAULT_MEASURES: tuple[str, ...] = ("nDCG@10", "RR@10", "R@100")
 
@@ -38,7 +37,7 @@ def rerank(
         if qid not in queries:
             continue
         docs = [d for d in ranked[:depth] if d in store]
-        codes = store.rows(docs) if isinstance(store, PackedStore) else None
+        codes = store.rows(docs) if collate.use_tokens else None  # only tokens are read by row
         out: dict[str, float] = {}
         for lo in range(0, len(docs), batch_size):
             chunk = docs[lo : lo + batch_size]

@@ -30,7 +30,6 @@ from lading.ir.model import CrossEncoder, ranking_loss, tiny_bert_config
 from lading.procmem import tree_memory
 from lading.stores import build_store, open_store
 from lading.stores.base import DocStore
-from lading.stores.packed import PackedStore
 from lading.tokens import save_tokenizer, train_tokenizer
 from lading.world import World
 
@@ -116,8 +115,8 @@ def prepare(config: TrainConfig, world: World) -> tuple[DocStore, Any, CrossEnco
         assert config.store is not None
         store = open_store(config.store)
         if tokenizer is None:
-            if isinstance(store, PackedStore) and store.has_tokens:
-                tokenizer = Path(config.store) / "tokenizer.json"
+            if store.has_tokens:
+                tokenizer = store.tokenizer_path
             else:
                 tokenizer = _tiny_tokenizer(
                     _sample_texts(store) if world.rank == 0 else [],

@@ -1,8 +1,22 @@
-"""Language-model workloads: tokenized corpora and a loader that keeps BPTT continuity."""
+"""Language-model workloads: tokenized corpora and a loader that keeps BPTT continuity.
+
+Names are imported on first use, so ``lading lm build`` (a :class:`TokenCorpus`) runs without
+importing torch; only :class:`LanguageModelLoader` needs it.
+"""
 
 from __future__ import annotations
 
-from lading.lm.corpus import TokenCorpus
-from lading.lm.loader import LanguageModelLoader
+from typing import TYPE_CHECKING
+
+from lading._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from lading.lm.corpus import TokenCorpus
+    from lading.lm.loader import LanguageModelLoader
+
+__getattr__ = lazy_attributes(
+    __name__, {"TokenCorpus": "lading.lm.corpus", "LanguageModelLoader": "lading.lm.loader"}
+)
+
 
 __all__ = ["LanguageModelLoader", "TokenCorpus"]

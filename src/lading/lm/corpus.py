@@ -17,21 +17,24 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lading import __version__
-from lading.lm.texts import iter_texts
-from lading.stores.atomic import build_lock, publish, remove_dead_temps, staging
-from lading.stores.layout import (
+from lading._version import __version__
+from lading.disk import (
     OFFSET_DTYPE,
     MappedFile,
     RaggedWriter,
+    build_lock,
+    current_version,
+    publish,
     read_meta,
+    remove_dead_temps,
+    staging,
     write_file,
     write_meta,
 )
+from lading.lm.texts import iter_texts
 from lading.tokens import describe_tokenizer, load_tokenizer, token_dtype
 
 FORMAT_NAME = "lading.tokens"
-FORMAT_VERSION = 1
 EOS_CANDIDATES: tuple[str, ...] = ("<|endoftext|>", "</s>", "<eos>", "[SEP]", "<|end|>")
 BATCH_DOCS = 1000  # documents per encode_batch call
 
@@ -200,7 +203,7 @@ def _write(
         directory,
         {
             "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
+            "version": current_version(FORMAT_NAME),
             "lading_version": __version__,
             "documents": documents,
             "tokens": int(files["tokens.bin"]["size"] // dtype.itemsize),

@@ -14,9 +14,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from lading.disk.meta import META_FILE
 from lading.errors import SourceError
 from lading.sources import open_binary, read_records
-from lading.stores.layout import META_FILE
 
 SPLITS: tuple[str, ...] = ("blank", "file", "line")
 _JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.bz2", ".jsonl.zst")

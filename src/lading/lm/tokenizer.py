@@ -7,10 +7,8 @@ import os
 from pathlib import Path
 
 from lading.lm.texts import iter_texts
-from lading.tokens import TRAINABLE, save_tokenizer
+from lading.tokens import save_tokenizer
 from lading.tokens import train_tokenizer as train_on_texts
-
-KINDS = TRAINABLE
 
 
 def train_tokenizer(

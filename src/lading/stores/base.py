@@ -1,14 +1,20 @@
-"""The protocol every document store follows: lookups by id, membership, size, ids in order."""
+"""The protocol every document store follows: lookups by id, membership, size, ids in order,
+row codes, and (the tokenized-store capability) token ids."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 IdLike = str | int
 T = TypeVar("T")
 _MISSING = object()
+_POSITIONS = "_row_positions"  # instance attribute of the default row codes (never pickled)
 
 
 class DocStore(ABC):
@@ -18,6 +24,17 @@ class DocStore(ABC):
     :meth:`ids`; the rest follows. Ids may be given as ``str`` or, for integer ids, ``int``.
     A store pickles as the recipe to reopen it (a path), never as its contents, so DataLoader
     workers started with ``spawn`` reopen it themselves.
+
+    Row codes: every store numbers its documents ``0 .. len - 1`` in the order of :meth:`ids`,
+    so a dataset can keep int64 codes instead of id strings (:meth:`find_rows`, :meth:`rows`,
+    :meth:`ids_at`, :meth:`texts_at`). By default the codes are positions in :meth:`ids`, found
+    through a dict built on first use (the memory of the ids once more); a store with an index
+    of its own (the packed store, the offsets index) answers from it instead.
+
+    Tokens (the *tokenized store* capability): :attr:`has_tokens` says whether the store holds
+    every document's token ids. Only then do :meth:`tokens_at`, :meth:`tokens_many`,
+    :meth:`tokenizer`, :attr:`token_info` and :attr:`tokenizer_path` answer; code that uses
+    tokens asks :attr:`has_tokens`, never the store's class.
     """
 
     @abstractmethod
@@ -56,3 +73,86 @@ class DocStore(ABC):
     def missing(self, doc_id: IdLike) -> KeyError:
         """The KeyError for an absent id, naming the id and this store."""
         return KeyError(f"id {doc_id!r} is not in {self!r}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop(_POSITIONS, None)  # rebuilt on first use wherever the store lands
+        return state
+
+    # -- row codes ---------------------------------------------------------------------------
+
+    def _positions(self) -> tuple[list[str], dict[str, int]]:
+        found: tuple[list[str], dict[str, int]] | None = self.__dict__.get(_POSITIONS)
+        if found is None:
+            ids = self.ids()
+            found = (ids, {doc_id: i for i, doc_id in enumerate(ids)})
+            self.__dict__[_POSITIONS] = found
+        return found
+
+    def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
+        """Row codes of ``ids`` in request order, -1 for each absent one."""
+        index = self._positions()[1]
+        return np.fromiter(
+            (index.get(i if type(i) is str else str(i), -1) for i in ids), np.int64, len(ids)
+        )
+
+    def rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
+        """Row codes of ``ids`` in request order: a compact handle for datasets to keep.
+
+        Raises:
+            KeyError: naming the first absent id and the store.
+        """
+        rows = self.find_rows(ids)
+        if len(rows) and rows.min() < 0:
+            raise self.missing(ids[int(np.argmin(rows >= 0))])
+        return rows
+
+    def ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
+        """Ids of row codes (as returned by :meth:`rows`)."""
+        ids = self._positions()[0]
+        return [ids[r] for r in np.asarray(rows, dtype=np.int64).tolist()]
+
+    def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
+        """Texts of row codes (as returned by :meth:`rows`)."""
+        return self.get_many(self.ids_at(rows))
+
+    # -- tokens (the tokenized-store capability) -----------------------------------------------
+
+    @property
+    def has_tokens(self) -> bool:
+        """Whether the store holds every document's token ids (built with a tokenizer)."""
+        return False
+
+    @property
+    def token_info(self) -> dict[str, Any] | None:
+        """The tokenizer the tokens were made with (``sha256``, ``vocab_size``, ``dtype``,
+        ``max_length``), or None without tokens."""
+        return None
+
+    @property
+    def tokenizer_path(self) -> Path | None:
+        """The ``tokenizer.json`` kept with the tokens, or None without tokens."""
+        return None
+
+    def tokenizer(self) -> Any:
+        """The ``tokenizers.Tokenizer`` the tokens were made with."""
+        raise self.no_tokens()
+
+    def tokens_at(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
+        """Token ids of row codes, in the order given."""
+        raise self.no_tokens()
+
+    def tokens_many(self, ids: Sequence[IdLike]) -> list[np.ndarray]:
+        """Token ids of ``ids`` in request order."""
+        return self.tokens_at(self.rows(ids))
+
+    def tokens(self, doc_id: IdLike) -> np.ndarray:
+        """Token ids of one document."""
+        return self.tokens_many([doc_id])[0]
+
+    def no_tokens(self) -> ValueError:
+        """The error for asking a store without tokens for them, saying how to get them."""
+        return ValueError(
+            f"{self!r} has no tokens: build it with a tokenizer "
+            "(lading.build_store(..., tokenizer=...) or `lading build --tokenizer`)"
+        )

@@ -15,16 +15,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from lading.errors import SkippedRecordsWarning, StoreFormatError
-from lading.sources import OnError, ParseOptions, SourceReader, is_compressed
-from lading.stores.atomic import (
+from lading.disk import (
     build_lock,
     is_ours_to_replace,
     publish,
+    read_meta,
     remove_dead_temps,
     staging,
 )
-from lading.stores.layout import read_meta
+from lading.errors import SkippedRecordsWarning, StoreFormatError
+from lading.sources import OnError, ParseOptions, SourceReader, is_compressed
+from lading.stores.layout import FORMAT_NAME
 from lading.stores.packed import PackedStore
 from lading.stores.writer import Duplicates, write_store
 from lading.tokens import describe_tokenizer, load_tokenizer
@@ -139,7 +140,7 @@ def reusable(dest: Path, reader: SourceReader, options: dict[str, Any]) -> bool:
     or a ``touch`` does not call for a rebuild).
     """
     try:
-        meta = read_meta(dest)
+        meta = read_meta(dest, FORMAT_NAME)
     except StoreFormatError:
         return False
     built = {k: meta.get("build", {}).get(k) for k in options}

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lading.stores.layout import MappedFile, write_file
+from lading.disk import MappedFile, write_file
 
 _SEED = np.uint64(0x9E3779B97F4A7C15)
 _MUL = np.uint64(0xFF51AFD7ED558CCD)

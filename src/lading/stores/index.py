@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from lading.disk import MappedFile, write_file
 from lading.stores.hashindex import HashIndex, key_width, write_hash_index
-from lading.stores.layout import MappedFile, write_file
 from lading.tsv_blocks import int_values
 
 INDEX_KINDS: tuple[str, ...] = ("dense", "hash", "sorted-int")

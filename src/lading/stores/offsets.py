@@ -18,7 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from lading.disk import (
+    MappedFile,
+    RaggedColumn,
+    RaggedWriter,
+    build_lock,
+    current_version,
+    new_temp_dir,
+    publish,
+    read_meta,
+    remove_dead_temps,
+    write_file,
+    write_meta,
+)
 from lading.errors import StoreFormatError
 from lading.sources import (
     OnError,
@@ -28,15 +42,11 @@ from lading.sources import (
     fingerprint_changed,
     is_compressed,
 )
-from lading.stores.atomic import build_lock, new_temp_dir, publish, remove_dead_temps
 from lading.stores.base import DocStore, IdLike
 from lading.stores.index import IdIndex, IntIdCollector, write_index
-from lading.stores.layout import MappedFile, RaggedWriter, read_meta, write_file, write_meta
-from lading.stores.packed import RaggedColumn
 from lading.stores.writer import Duplicates, compact, id_keys, unique_rows
 
 FORMAT_NAME = "lading.offsets"
-FORMAT_VERSION = 1
 
 
 class OffsetStore(DocStore):
@@ -90,8 +100,6 @@ class OffsetStore(DocStore):
         if self._pid == os.getpid():
             return self._state
         meta = read_meta(self.path, FORMAT_NAME)
-        if meta.get("version") != FORMAT_VERSION:  # pragma: no cover - read_meta checks 1
-            raise StoreFormatError(f"{self.path}: unsupported version {meta.get('version')}")
         source = meta["source"]
         if not os.path.exists(source["path"]):
             raise StoreFormatError(
@@ -149,12 +157,22 @@ class OffsetStore(DocStore):
         ids: RaggedColumn = self._open()["ids"]
         return ids.texts(np.arange(len(ids), dtype=np.int64))
 
+    def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
+        """Row numbers of ``ids`` (request order), -1 for each absent one: from the id index."""
+        rows: npt.NDArray[np.int64] = self._open()["index"].rows(ids)
+        return rows
+
+    def ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
+        ids: RaggedColumn = self._open()["ids"]
+        return ids.texts(np.asarray(rows, dtype=np.int64))
+
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
+        return self.texts_at(self.rows(ids))
+
+    def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
         state = self._open()
-        rows = state["index"].rows(ids)
-        if len(rows) and rows.min() < 0:
-            raise self.missing(ids[int(np.argmin(rows >= 0))])
         fd, parse = state["fd"], state["parse"]
+        rows = np.asarray(rows, dtype=np.int64)
         starts = state["start"][rows].tolist()
         lengths = state["length"][rows].tolist()
         return [parse(os.pread(fd, n, s)).text for s, n in zip(starts, lengths)]
@@ -189,7 +207,7 @@ def _write(
         directory,
         {
             "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
+            "version": current_version(FORMAT_NAME),
             "count": len(keys),
             "file_format": reader.file_format,
             "source": {**reader.fingerprint(), "format": reader.format},

@@ -19,56 +19,15 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from lading.disk import RaggedColumn, read_meta
 from lading.errors import StaleStoreWarning, StoreFormatError
 from lading.sources import Record, fingerprint_changed
 from lading.stores.base import DocStore, IdLike
 from lading.stores.index import IdIndex
-from lading.stores.layout import OFFSET_DTYPE, MappedFile, column_files, read_meta
+from lading.stores.layout import FORMAT_NAME
 
 OnStale = Literal["warn", "raise", "ignore"]
 ON_STALE_MODES: tuple[str, ...] = ("ignore", "raise", "warn")
-
-
-class RaggedColumn:
-    """Read side of a ragged column: ``bin[off[i]:off[i+1]]`` is row i."""
-
-    def __init__(self, directory: Path, column: str, dtype: npt.DTypeLike = np.uint8) -> None:
-        bin_name, off_name = column_files(column)
-        self.data = MappedFile(directory / bin_name)
-        self.offsets = MappedFile(directory / off_name).array(OFFSET_DTYPE)
-        self.dtype = np.dtype(dtype)
-        total = int(self.offsets[-1]) if len(self.offsets) else -1
-        if (
-            len(self.offsets) == 0
-            or int(self.offsets[0]) != 0
-            or (total * self.dtype.itemsize != len(self.data.buffer))
-        ):
-            raise StoreFormatError(
-                f"{directory / off_name} does not describe {directory / bin_name} "
-                f"(last offset {total}, data {len(self.data.buffer)} bytes); rebuild the store"
-            )
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def text(self, row: int) -> str:
-        """Row ``row`` decoded from UTF-8."""
-        start, end = int(self.offsets[row]), int(self.offsets[row + 1])
-        return self.data.buffer[start:end].decode("utf-8")
-
-    def texts(self, rows: npt.NDArray[np.int64]) -> list[str]:
-        """Rows decoded from UTF-8, in the order given."""
-        buf = self.data.buffer
-        starts = self.offsets[rows].tolist()
-        ends = self.offsets[rows + 1].tolist()
-        return [buf[a:b].decode("utf-8") for a, b in zip(starts, ends)]
-
-    def arrays(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
-        """Rows as numpy views of the map (no copy), in the order given."""
-        values = self.data.array(self.dtype)
-        starts = self.offsets[rows].tolist()
-        ends = self.offsets[rows + 1].tolist()
-        return [values[a:b] for a, b in zip(starts, ends)]
 
 
 @dataclass
@@ -146,6 +105,15 @@ class PackedStore(DocStore):
         """Whether the store was built with a tokenizer."""
         return self._maps().tokens is not None
 
+    @property
+    def token_info(self) -> dict[str, Any] | None:
+        info: dict[str, Any] | None = self._maps().meta.get("tokens")
+        return info
+
+    @property
+    def tokenizer_path(self) -> Path | None:
+        return self.path / "tokenizer.json" if self.has_tokens else None
+
     def __len__(self) -> int:
         return len(self._maps().text)
 
@@ -158,16 +126,9 @@ class PackedStore(DocStore):
         ids = self._maps().ids
         return ids.texts(np.arange(len(ids), dtype=np.int64))
 
-    def rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
-        """Row numbers of ``ids`` (request order); a compact handle for datasets to keep.
-
-        Raises:
-            KeyError: naming the first absent id and the store.
-        """
-        rows = self._maps().index.rows(ids)
-        if len(rows) and rows.min() < 0:
-            raise self.missing(ids[int(np.argmin(rows >= 0))])
-        return rows
+    def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
+        """Row numbers of ``ids`` (request order), -1 for each absent one: from the id index."""
+        return self._maps().index.rows(ids)
 
     def __getitem__(self, doc_id: IdLike) -> str:
         maps = self._maps()
@@ -185,11 +146,12 @@ class PackedStore(DocStore):
 
     def tokenizer(self) -> Any:
         """The ``tokenizers.Tokenizer`` the tokens were made with (a copy is kept in the store)."""
-        if not self.has_tokens:
-            raise ValueError(f"{self!r} was built without a tokenizer")
+        path = self.tokenizer_path
+        if path is None:
+            raise self.no_tokens()
         from lading.tokens import load_tokenizer
 
-        return load_tokenizer(self.path / "tokenizer.json")
+        return load_tokenizer(path)
 
     def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
         """Texts of rows (as returned by :meth:`rows`)."""
@@ -209,27 +171,17 @@ class PackedStore(DocStore):
         fields = {name: col.texts(rows)[0] for name, col in maps.fields.items()}
         return Record(maps.ids.texts(rows)[0], maps.text.texts(rows)[0], fields)
 
-    def tokens(self, doc_id: IdLike) -> np.ndarray:
-        """Token ids of one document: a read-only view of the map (no copy)."""
-        return self.tokens_many([doc_id])[0]
-
-    def tokens_many(self, ids: Sequence[IdLike]) -> list[np.ndarray]:
-        """Token ids of ``ids`` in request order, each a view of the map (no copy)."""
-        return self.tokens_at(self.rows(ids))
-
     def tokens_at(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
-        """Token ids of rows (as returned by :meth:`rows`)."""
+        """Token ids of rows (as returned by :meth:`rows`), each a read-only view of the map
+        (no copy); :meth:`tokens` and :meth:`tokens_many` go through here."""
         tokens = self._maps().tokens
         if tokens is None:
-            raise ValueError(
-                f"{self!r} has no tokens: build it with a tokenizer "
-                "(lading.build_store(..., tokenizer=...) or `lading build --tokenizer`)"
-            )
+            raise self.no_tokens()
         return tokens.arrays(np.asarray(rows, dtype=np.int64))
 
 
 def _map(path: Path) -> _Mapped:
-    meta = read_meta(path)
+    meta = read_meta(path, FORMAT_NAME)
     try:
         text = RaggedColumn(path, "text")
         ids = RaggedColumn(path, "ids")

@@ -16,21 +16,20 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from lading import __version__
-from lading.errors import SourceError
-from lading.sources import Record, SourceReader
-from lading.stores.index import IntIdCollector, bytes_keys, write_index
-from lading.stores.layout import (
-    FORMAT_NAME,
-    FORMAT_VERSION,
+from lading._version import __version__
+from lading.disk import (
     OFFSET_DTYPE,
     MappedFile,
     RaggedWriter,
     column_files,
-    field_column,
+    current_version,
     write_file,
     write_meta,
 )
+from lading.errors import SourceError
+from lading.sources import Record, SourceReader
+from lading.stores.index import IntIdCollector, bytes_keys, write_index
+from lading.stores.layout import FORMAT_NAME, field_column
 from lading.tokens import describe_tokenizer, encode_texts, token_dtype
 from lading.tsv_blocks import TsvBlock
 
@@ -167,7 +166,7 @@ def write_store(
         )
     meta = {
         "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
+        "version": current_version(FORMAT_NAME),
         "lading_version": __version__,
         "count": rows,
         "fields": sorted(columns.fields),

@@ -1,8 +1,25 @@
-"""Tabular workloads: partitioned parquet for session-based recommendation under DDP."""
+"""Tabular workloads: partitioned parquet for session-based recommendation under DDP.
+
+The loaders are imported on first use, so ``lading repartition`` runs without importing torch.
+:func:`repartition` (no torch either) is imported at once: it shares its module's name, and
+once the module is imported Python binds that name on the package to the module, so a lazy
+lookup would never be asked.
+"""
 
 from __future__ import annotations
 
-from lading.tabular.dataset import ParquetLoader, PartitionedParquet
+from typing import TYPE_CHECKING
+
+from lading._lazy import lazy_attributes
 from lading.tabular.repartition import RepartitionReport, repartition
+
+if TYPE_CHECKING:
+    from lading.tabular.dataset import ParquetLoader, PartitionedParquet
+
+__getattr__ = lazy_attributes(
+    __name__,
+    {"ParquetLoader": "lading.tabular.dataset", "PartitionedParquet": "lading.tabular.dataset"},
+)
+
 
 __all__ = ["ParquetLoader", "PartitionedParquet", "RepartitionReport", "repartition"]

@@ -17,15 +17,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lading.stores.atomic import (
+from lading.disk import (
     DATASET_MARK,
     build_lock,
+    current_version,
     publish,
     remove_dead_temps,
     staging,
 )
 from lading.tabular.plan import parquet_files, pieces_of
 
+FORMAT_NAME = "lading.repartition"  # of the _lading.json written beside the parquet
 READ_BATCH = 65_536  # rows per record batch read from the source
 
 
@@ -118,8 +120,8 @@ def repartition(
                 str(target),
             )
             meta = {
-                "format": "lading.repartition",
-                "version": 1,
+                "format": FORMAT_NAME,
+                "version": current_version(FORMAT_NAME),
                 "report": asdict(report),
                 "source": [str(f) for f in files],
             }

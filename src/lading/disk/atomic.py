@@ -19,8 +19,9 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from lading.disk.files import fsync_dir
+from lading.disk.meta import META_FILE
 from lading.errors import OutOfSpaceError
-from lading.stores.layout import META_FILE, fsync_dir
 
 DATASET_MARK = "_lading.json"
 _TMP_MARK = ".tmp-"

@@ -1,0 +1,63 @@
+"""Disk utilities every on-disk format shares; the bottom layer (imports nothing of lading's
+but :mod:`lading.errors`).
+
+- :mod:`lading.disk.atomic`: build into a private temporary directory under a file lock, then
+  rename it into place (:func:`build_lock`, :func:`staging`, :func:`new_temp_dir`,
+  :func:`publish`, :func:`remove_dead_temps`).
+- :mod:`lading.disk.ragged`: ragged arrays (``.bin`` + ``.off``), written in one pass and mapped.
+- :mod:`lading.disk.meta`: ``meta.json`` with sizes and spot checksums, written last, checked on
+  open; :func:`verify_checksums` reads every byte.
+- :mod:`lading.disk.formats`: each format's own version, and the versions still readable.
+- :mod:`lading.disk.files`: durable writes, directory fsync, read-only maps.
+"""
+
+from __future__ import annotations
+
+from lading.disk.atomic import (
+    DATASET_MARK,
+    build_lock,
+    is_ours_to_replace,
+    new_temp_dir,
+    publish,
+    remove_dead_temps,
+    staging,
+)
+from lading.disk.files import MappedFile, fsync_dir, write_file
+from lading.disk.formats import (
+    FORMATS,
+    DiskFormat,
+    UnsupportedVersionError,
+    check_version,
+    current_version,
+    disk_format,
+)
+from lading.disk.meta import META_FILE, read_meta, spot_crc32, verify_checksums, write_meta
+from lading.disk.ragged import OFFSET_DTYPE, RaggedColumn, RaggedWriter, column_files
+
+__all__ = [
+    "DATASET_MARK",
+    "FORMATS",
+    "META_FILE",
+    "OFFSET_DTYPE",
+    "DiskFormat",
+    "MappedFile",
+    "RaggedColumn",
+    "RaggedWriter",
+    "UnsupportedVersionError",
+    "build_lock",
+    "check_version",
+    "column_files",
+    "current_version",
+    "disk_format",
+    "fsync_dir",
+    "is_ours_to_replace",
+    "new_temp_dir",
+    "publish",
+    "read_meta",
+    "remove_dead_temps",
+    "spot_crc32",
+    "staging",
+    "verify_checksums",
+    "write_file",
+    "write_meta",
+]

@@ -1,0 +1,51 @@
+"""File primitives every on-disk format shares: durable writes and directories, read-only maps."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import zlib
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+
+def write_file(path: Path, data: bytes) -> dict[str, int]:
+    """Write ``data`` to ``path`` and fsync it; return its size and CRC32 for ``meta.json``."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return {"size": len(data), "crc32": zlib.crc32(data)}
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a directory's entries durable (file creations and renames inside it)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class MappedFile:
+    """A read-only memory map of one file; an empty file maps to empty bytes.
+
+    Reading a row is a slice of the map (one copy into a new ``bytes``); the pages come from the
+    OS page cache, shared by every process that maps the same file.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        size = path.stat().st_size
+        self.buffer: mmap.mmap | bytes
+        if size == 0:
+            self.buffer = b""
+        else:
+            with open(path, "rb") as f:
+                self.buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def array(self, dtype: npt.DTypeLike) -> np.ndarray:
+        """The whole file as a numpy array of ``dtype`` (a view of the map, no copy)."""
+        return np.frombuffer(self.buffer, dtype=dtype)

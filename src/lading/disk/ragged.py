@@ -1,0 +1,187 @@
+"""Ragged arrays on disk: rows of bytes (or fixed-width items) back to back, plus offsets.
+
+A ragged column ``<column>`` is two files: ``<column>.bin`` holds the rows' items back to back,
+``<column>.off`` holds ``count + 1`` little-endian uint64 offsets counted in items (row i is
+``bin[off[i]:off[i+1]]``). The packed store, the offsets index and the token corpus all keep
+their rows this way; :class:`RaggedWriter` writes a column in one streaming pass,
+:class:`RaggedColumn` maps one for reading.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from array import array
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import numpy.typing as npt
+
+from lading.disk.files import MappedFile, write_file
+from lading.errors import StoreFormatError
+
+OFFSET_DTYPE = np.dtype("<u8")
+_WRITE_BUFFER = 1 << 22  # flush column bytes to disk every 4 MiB
+
+
+def column_files(column: str) -> tuple[str, str]:
+    """File names (data, offsets) of a ragged column."""
+    return f"{column}.bin", f"{column}.off"
+
+
+class _BackgroundFile:
+    """Writes and checksums byte blocks on one thread, in order, while the caller goes on.
+
+    ``file.write`` and ``zlib.crc32`` release the GIL on large buffers, so writing a block
+    overlaps scanning the next one. At most ``_IN_FLIGHT`` blocks wait, which bounds memory;
+    an error on the thread is raised by the next call from the owner.
+    """
+
+    _IN_FLIGHT = 2
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lading-write")
+        self._pending: deque[Future[None]] = deque()
+        self.crc = 0
+
+    def _write(self, data: bytes) -> None:
+        self.crc = zlib.crc32(data, self.crc)
+        try:
+            self._file.write(data)
+        except OSError as e:  # say which file: the thread's traceback will not be seen
+            raise OSError(e.errno, e.strerror, str(self.path)) from e
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data`` (which must not change afterwards) to be written after earlier blocks."""
+        while len(self._pending) >= self._IN_FLIGHT:
+            self._pending.popleft().result()
+        self._pending.append(self._pool.submit(self._write, data))
+
+    def close(self) -> None:
+        """Wait for every block, fsync and close (also after an error, then re-raise it)."""
+        try:
+            while self._pending:
+                self._pending.popleft().result()
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as e:
+            if e.filename is None:
+                raise OSError(e.errno, e.strerror, str(self.path)) from e
+            raise
+        finally:
+            self._pool.shutdown(wait=True)
+            self._file.close()
+
+
+class RaggedWriter:
+    """Appends rows of bytes to ``<column>.bin`` and keeps their offsets for ``<column>.off``.
+
+    Small rows are buffered into 4 MiB blocks, large blocks go as they are; a background thread
+    writes them and keeps a CRC32 of everything for ``meta.json``, so ``lading verify`` can check
+    content later without a second read at build time.
+    """
+
+    def __init__(self, directory: Path, column: str, itemsize: int = 1) -> None:
+        self.column = column
+        self.itemsize = itemsize
+        bin_name, _ = column_files(column)
+        self._file = _BackgroundFile(directory / bin_name)
+        self._directory = directory
+        self._offsets = array("Q", [0])
+        self._buffer = bytearray()
+        self._written = 0  # items (bytes or tokens) written, buffered included
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        """Add one row."""
+        self._buffer += data
+        self._written += len(data) // self.itemsize
+        self._offsets.append(self._written)
+        if len(self._buffer) >= _WRITE_BUFFER:
+            self._flush()
+
+    def append_many(self, data: bytes, lengths: npt.NDArray[np.int64]) -> None:
+        """Add ``len(lengths)`` rows whose bytes are ``data``, back to back."""
+        ends = np.cumsum(lengths, dtype=np.int64) // self.itemsize + self._written
+        self._offsets.frombytes(ends.astype(np.uint64).tobytes())
+        self._written += len(data) // self.itemsize
+        if len(data) >= _WRITE_BUFFER:  # a whole block: write it as is, no copy into the buffer
+            self._flush()
+            self._file.write(data)
+            return
+        self._buffer += data
+        if len(self._buffer) >= _WRITE_BUFFER:
+            self._flush()
+
+    def pad_to(self, rows: int) -> None:
+        """Add empty rows until there are ``rows`` (for a field that first appears late)."""
+        missing = rows - len(self)
+        if missing > 0:
+            self._offsets.extend([self._written] * missing)
+
+    def _flush(self) -> None:
+        if self._buffer:
+            self._file.write(bytes(self._buffer))
+            self._buffer.clear()
+
+    def finish(self) -> dict[str, dict[str, int]]:
+        """Flush, write the offsets file, fsync both, and describe them for ``meta.json``."""
+        self._flush()
+        self._file.close()
+        bin_name, off_name = column_files(self.column)
+        offsets = np.frombuffer(self._offsets, dtype=np.uint64).astype(OFFSET_DTYPE, copy=False)
+        off_bytes = offsets.tobytes()
+        write_file(self._directory / off_name, off_bytes)
+        return {
+            bin_name: {"size": self._written * self.itemsize, "crc32": self._file.crc},
+            off_name: {"size": len(off_bytes), "crc32": zlib.crc32(off_bytes)},
+        }
+
+
+class RaggedColumn:
+    """Read side of a ragged column: ``bin[off[i]:off[i+1]]`` is row i."""
+
+    def __init__(self, directory: Path, column: str, dtype: npt.DTypeLike = np.uint8) -> None:
+        bin_name, off_name = column_files(column)
+        self.data = MappedFile(directory / bin_name)
+        self.offsets = MappedFile(directory / off_name).array(OFFSET_DTYPE)
+        self.dtype = np.dtype(dtype)
+        total = int(self.offsets[-1]) if len(self.offsets) else -1
+        if (
+            len(self.offsets) == 0
+            or int(self.offsets[0]) != 0
+            or (total * self.dtype.itemsize != len(self.data.buffer))
+        ):
+            raise StoreFormatError(
+                f"{directory / off_name} does not describe {directory / bin_name} "
+                f"(last offset {total}, data {len(self.data.buffer)} bytes); rebuild it"
+            )
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def text(self, row: int) -> str:
+        """Row ``row`` decoded from UTF-8."""
+        start, end = int(self.offsets[row]), int(self.offsets[row + 1])
+        return self.data.buffer[start:end].decode("utf-8")
+
+    def texts(self, rows: npt.NDArray[np.int64]) -> list[str]:
+        """Rows decoded from UTF-8, in the order given."""
+        buf = self.data.buffer
+        starts = self.offsets[rows].tolist()
+        ends = self.offsets[rows + 1].tolist()
+        return [buf[a:b].decode("utf-8") for a, b in zip(starts, ends)]
+
+    def arrays(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
+        """Rows as numpy views of the map (no copy), in the order given."""
+        values = self.data.array(self.dtype)
+        starts = self.offsets[rows].tolist()
+        ends = self.offsets[rows + 1].tolist()
+        return [values[a:b] for a, b in zip(starts, ends)]
