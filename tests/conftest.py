@@ -4,11 +4,30 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# One seed per test session for the randomised tests that are not hypothesis's (kill moments,
+# fault injection): fresh each run so faults land somewhere new, printed so a red run replays.
+SEED = int(os.environ.get("LADING_TEST_SEED") or random.SystemRandom().randrange(2**32))
+
+
+def pytest_report_header() -> str:
+    return (
+        f"lading test seed: {SEED} (replay: LADING_TEST_SEED={SEED}; "
+        "hypothesis tests replay with --hypothesis-seed=N and print failing examples)"
+    )
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> random.Random:
+    """A generator seeded from the session seed and the test's name; the seed is printed."""
+    seed = f"{SEED}:{request.node.nodeid}"
+    print(f"random seed: LADING_TEST_SEED={SEED} ({request.node.nodeid})")
+    return random.Random(seed)
 
 
 def shared_data() -> Path | None:

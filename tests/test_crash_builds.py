@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import log_reliability, word_tokenizer, write
+from conftest import SEED, log_reliability, word_tokenizer, write
 
 KILLS = int(os.environ.get("LADING_KILLS", "3"))
 pytest.importorskip("tokenizers")
@@ -77,7 +77,10 @@ def start(command: list[str], dest: Path) -> tuple[subprocess.Popen[bytes], floa
 
 
 def crash_many(
-    build: Callable[[int], list[str]], dest: Path, version: Callable[[Path], int]
+    build: Callable[[int], list[str]],
+    dest: Path,
+    version: Callable[[Path], int],
+    rng: random.Random,
 ) -> None:
     lading = [sys.executable, "-m", "lading"]
     subprocess.run(lading + build(1), check=True, capture_output=True)
@@ -89,9 +92,8 @@ def crash_many(
     proc.wait()
     assert proc.returncode == 0 and version(dest) == 2
     subprocess.run(lading + build(1), check=True, capture_output=True)
-    seed = random.randrange(2**32)
-    rng = random.Random(seed)
     seen, interrupted = [], 0
+    replay = f"(replay: LADING_TEST_SEED={SEED})"
     budget = 1.5 * writing
     current = 1
     for _ in range(KILLS):
@@ -105,33 +107,33 @@ def crash_many(
         budget = budget if hit else 0.6 * budget  # the build outran the kill: aim earlier
         current = version(dest) if dest.exists() else 0  # absent is allowed, half is not
         seen.append(current)
-    assert set(seen) <= {0, 1, 2}, f"versions after kills: {seen} (seed {seed})"
-    assert interrupted > 0, f"no kill landed while the build was writing (seed {seed})"
+    assert set(seen) <= {0, 1, 2}, f"versions after kills: {seen} {replay}"
+    assert interrupted > 0, f"no kill landed while the build was writing {replay}"
     subprocess.run(lading + build(2), check=True, capture_output=True)
     assert version(dest) == 2
     leftovers = [p.name for p in dest.parent.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
-    assert leftovers == [], f"temporary directories left behind: {leftovers} (seed {seed})"
+    assert leftovers == [], f"temporary directories left behind: {leftovers} {replay}"
     log_reliability({"test": "crash_build", "tool": build(1)[0], "kills": KILLS,
                      "interrupted": interrupted, "versions": seen})  # fmt: skip
 
 
-def test_killed_store_builds(tmp_path: Path) -> None:
+def test_killed_store_builds(tmp_path: Path, rng: random.Random) -> None:
     sources = {
         1: write(tmp_path / "v1.tsv", passages(30_000, "one")),
         2: write(tmp_path / "v2.tsv", passages(45_000, "two")),
     }
     dest = tmp_path / "store"
-    crash_many(lambda v: ["build", str(sources[v]), str(dest)], dest, store_version)
+    crash_many(lambda v: ["build", str(sources[v]), str(dest)], dest, store_version, rng)
 
 
-def test_killed_corpus_builds(tmp_path: Path) -> None:
+def test_killed_corpus_builds(tmp_path: Path, rng: random.Random) -> None:
     words = [f"w{i}" for i in range(300)]
     tok = word_tokenizer(words, tmp_path / "tok.json")
-    rng = np.random.default_rng(0)
+    draw = np.random.default_rng(0)
     sources = {
         v: write(
             tmp_path / f"v{v}.txt",
-            "\n\n".join(" ".join(rng.choice(words, 200)) for _ in range(n)) + "\n",
+            "\n\n".join(" ".join(draw.choice(words, 200)) for _ in range(n)) + "\n",
         )
         for v, n in ((1, 3_000), (2, 4_500))
     }
@@ -140,10 +142,10 @@ def test_killed_corpus_builds(tmp_path: Path) -> None:
     def build(v: int) -> list[str]:
         return ["lm", "build", str(sources[v]), str(dest), "--tokenizer", str(tok), "--quiet"]
 
-    crash_many(build, dest, corpus_version)
+    crash_many(build, dest, corpus_version, rng)
 
 
-def test_killed_repartitions(tmp_path: Path) -> None:
+def test_killed_repartitions(tmp_path: Path, rng: random.Random) -> None:
     sources = {1: sessions(tmp_path / "v1" / "a.parquet", 60_000)}
     sources[2] = sessions(tmp_path / "v2" / "a.parquet", 90_000)
     dest = tmp_path / "parts"
@@ -151,4 +153,5 @@ def test_killed_repartitions(tmp_path: Path) -> None:
         lambda v: ["repartition", str(sources[v]), str(dest), "--row-group-size", "500"],
         dest,
         parquet_version,
+        rng,
     )

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.dataloader import EpochIndex
+from lading.loading.order import Salt, generator
 from lading.stores.base import DocStore
 
 SAMPLING: tuple[str, ...] = ("random", "run", "run+random")
@@ -180,7 +181,7 @@ class TrainingGroups:
         q = int(self._pair_query[i])
         codes = np.empty(self.group_size, dtype=np.int64)
         codes[0] = self._pair_doc[i]
-        codes[1:] = self.negatives(q, np.random.default_rng([self.seed, epoch, i]))
+        codes[1:] = self.negatives(q, generator(self.seed, Salt.NEGATIVES, epoch, i))
         return {
             "qid": self.qids[q],
             "query": self.query_texts[q],

@@ -74,17 +74,19 @@ class Plan:
 
         ``served[r]`` holds positions *of reader r's share* (0 … each-1) it has read: a prefix
         for most loaders, a prefix plus part of a shuffled chunk for parquet. Padding (virtual
-        positions past ``n``) that was not read is dropped, being a repeat; the positions
-        ``truncate`` left out are included, being unread.
+        positions past ``n``) that was not read is dropped, being a repeat, and a position
+        read as padding counts as read; the positions ``truncate`` left out are included.
         """
         if len(served) != self.readers:
             raise ValueError(f"{len(served)} served lists for {self.readers} readers")
-        left = []
+        left, repeats = [], []
         for reader, done in enumerate(served):
             todo = Runs.whole(self.each).minus(done)
             left.append(self.share(reader).within(todo).clip(self.n))
+            padding = self.share(reader).within(done).minus(Runs.whole(self.n))
+            repeats.append(padding.wrap(self.n))  # read as padding: read all the same
         left.append(Runs([self.readers * self.each], [self.n]))  # what truncate left out
-        return Runs.concat(left).sorted()
+        return Runs.concat(left).sorted().minus(Runs.concat(repeats))
 
 
 def plan(
