@@ -166,6 +166,14 @@ class LanguageModelLoader:
         self._segment: _Segment | None = None
         self._keyed: tuple[tuple[int, int], _Segment] | None = None  # planned for keys
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a DataLoader worker gets: no buffer, no plan (an epoch stream holds the token
+        map, which would be pickled as a copy of the corpus); the corpus pickles as its path."""
+        state = dict(self.__dict__)
+        state["_buffer"] = np.zeros((0, 0), dtype=np.int64)
+        state["_segment"] = state["_keyed"] = None
+        return state
+
     # ------------------------------------------------------------------ planning
 
     def _stream(self, epoch: int) -> EpochStream:
@@ -328,15 +336,8 @@ class LanguageModelLoader:
         Worth it when batches are large or far apart in the corpus (windows over a corpus
         on a network filesystem); in-process iteration is faster for small RNN batches.
         """
-        return ResumableLoader(
-            self,
-            self,
-            batch_size=None,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            seed=self.seed,
-            persistent_workers=persistent_workers,
-            multiprocessing_context=multiprocessing_context,
+        return ResumableLoader.of_batches(
+            self, num_workers, pin_memory, multiprocessing_context, persistent_workers
         )
 
     # ------------------------------------------------------------------ state

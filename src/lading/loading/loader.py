@@ -77,6 +77,27 @@ class ResumableLoader:
             **kwargs,
         )
 
+    @classmethod
+    def of_batches(
+        cls,
+        source: Any,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        multiprocessing_context: str | None = None,
+        persistent_workers: bool | None = None,
+    ) -> ResumableLoader:
+        """A loader over a source that is its own dataset and whose keys are whole batches."""
+        return cls(
+            source,
+            source,
+            batch_size=None,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            seed=int(source.seed),
+            persistent_workers=persistent_workers,
+            multiprocessing_context=multiprocessing_context,
+        )
+
     @property
     def epoch(self) -> int:
         return self.source.cursor.epoch

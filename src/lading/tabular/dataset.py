@@ -25,7 +25,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-import numpy.typing as npt
 import torch
 from torch.utils.data import Dataset
 
@@ -125,6 +124,12 @@ class PartitionedParquet(Dataset[dict[str, torch.Tensor]]):
         self.cursor = Cursor()
         self._ordered: tuple[int, list[Piece]] | None = None
         self._chunks: list[tuple[tuple[int, ...], Any]] = []  # the last two chunks served
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a DataLoader worker gets: no cached chunks (Arrow tables stay behind)."""
+        state = dict(self.__dict__)
+        state["_chunks"], state["_ordered"] = [], None
+        return state
 
     @property
     def epoch(self) -> int:
@@ -275,11 +280,6 @@ class PartitionedParquet(Dataset[dict[str, torch.Tensor]]):
         for key in self.keys():
             yield self[key]
 
-    def share_rows(self, reader: int) -> npt.NDArray[np.int64]:
-        """Epoch row positions reader ``reader`` of this rank reads this segment (for tests)."""
-        base, p = self._plan(self.world.world_size * self._workers(), self.cursor)
-        return base.within(p.positions(reader)).positions()
-
     def loader(
         self,
         num_workers: int = 0,
@@ -290,13 +290,6 @@ class PartitionedParquet(Dataset[dict[str, torch.Tensor]]):
         """A DataLoader over this dataset that can save and restore its position."""
         self.num_workers = num_workers
         self._check_readers()
-        return ResumableLoader(
-            self,
-            self,
-            batch_size=None,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            seed=self.seed,
-            persistent_workers=persistent_workers,
-            multiprocessing_context=multiprocessing_context,
+        return ResumableLoader.of_batches(
+            self, num_workers, pin_memory, multiprocessing_context, persistent_workers
         )
