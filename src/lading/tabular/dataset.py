@@ -349,11 +349,14 @@ class ParquetLoader:
         kwargs: dict[str, Any] = {}
         if self.num_workers and self.context:
             kwargs["multiprocessing_context"] = self.context
+        generator = torch.Generator()
+        generator.manual_seed(self.dataset.seed)  # worker seeds: not from the global RNG (dropout)
         data = DataLoader(
             self.dataset,
             batch_size=None,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
+            generator=generator,
             **kwargs,
         )
         for batch in data:
