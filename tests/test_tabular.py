@@ -278,3 +278,30 @@ def test_lading_train_sessions_with_two_ranks(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] > 0
     assert 0 <= summary["model"]["recall@20"] <= 1 and summary["most_popular"]["sessions"] > 0
+
+
+def test_lading_train_sessions_resumed_gives_the_uninterrupted_losses(tmp_path: Path) -> None:
+    """Stopped mid-epoch at step 5 and resumed: steps 6-12 have the losses of an unbroken run."""
+    from lading.tabular.train import SessionsConfig, train_sessions
+
+    data = tmp_path / "days"
+    for day in (1, 2):
+        for split, rows in (("train", 60), ("valid", 10), ("test", 10)):
+            write_sessions(data / str(day) / f"{split}.parquet", rows, 2, seed=day)
+
+    def run(out: str, steps: int, **extra: Any) -> dict[int, float]:
+        config = SessionsConfig(
+            data, tmp_path / out, train_days=[1], eval_day=2, column="items", max_len=6,
+            batch_size=8, steps=steps, dim=8, heads=2, parallel="none", log_every=1,
+            progress=False, **extra,
+        )  # fmt: skip
+        train_sessions(config)
+        lines = (tmp_path / out / "log.jsonl").read_text().splitlines()
+        return {r["step"]: r["loss"] for r in map(json.loads, lines)}
+
+    want = run("reference", 12)
+    assert len(want) == 12 and len(set(want.values())) > 1
+    first = run("resumed", 5, checkpoint_every=5)  # 7 batches an epoch: stops mid-epoch
+    assert first == {s: want[s] for s in range(1, 6)}
+    got = run("resumed", 12, checkpoint_every=5, resume=True)
+    assert got == want  # the resumed run appended steps 6-12 to the log

@@ -416,6 +416,8 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--parallel", choices=["ddp", "dp", "none"], default="ddp")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=50)
+    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.set_defaults(func=_cmd_train_sessions)
     p = kinds.add_parser(
         "lm",

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from lading.world import World
 
@@ -36,6 +37,29 @@ def setup(parallel: str = "ddp") -> tuple[World, torch.device]:
     else:
         device = torch.device("cpu")
     return world, device
+
+
+def wrap(model: nn.Module, parallel: str, device: torch.device) -> nn.Module:
+    """``model`` as the step should call it: under DDP when a group is up and ``parallel`` is
+    ``"ddp"``, under DataParallel when it is ``"dp"`` and there are GPUs to spread over, else
+    as it is. Keep the bare model for ``state_dict`` and saving."""
+    if parallel == "ddp" and dist.is_initialized():
+        ids = [device.index] if device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    if parallel == "dp" and torch.cuda.device_count() > 1:
+        return nn.DataParallel(model)
+    return model
+
+
+def teardown() -> None:
+    """Leave the process group, if this process joined one."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def world_size() -> int:
+    """Processes in the group (1 without one)."""
+    return dist.get_world_size() if dist.is_initialized() else 1
 
 
 def barrier() -> None:

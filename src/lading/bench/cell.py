@@ -98,53 +98,30 @@ def _run_rank(
     rank: int, cell: Cell, settings: Settings, data: BenchData, port: int
 ) -> dict[str, float]:
     import torch
-    import torch.distributed as dist
 
+    from lading import ddp
     from lading.dataloader import loader as make_loader
-    from lading.ir import (
-        CrossEncoder,
-        CrossEncoderCollator,
-        TrainingGroups,
-        read_qrels,
-        read_queries,
-        read_run,
-    )
-    from lading.ir.model import ranking_loss, tiny_bert_config
+    from lading.ir import CrossEncoder, CrossEncoderCollator
+    from lading.ir.model import tiny_bert_config
+    from lading.ir.train import CrossEncoderStep, groups_from_files
+    from lading.procmem import process_memory
     from lading.tokens import load_tokenizer
-    from lading.world import World
+    from lading.train import LoopConfig, Trainer
 
-    cuda = torch.cuda.is_available()
-    os.environ.update(
+    os.environ.update(  # what torchrun would set: ddp.setup joins the group from these
         RANK=str(rank),
         WORLD_SIZE=str(cell.world_size),
         LOCAL_RANK=str(rank),
         LOCAL_WORLD_SIZE=str(cell.world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
     )
-    dist.init_process_group(
-        "nccl" if cuda else "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=cell.world_size,
-    )
-    device = torch.device("cuda", rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    from lading.procmem import process_memory
-
+    world, device = ddp.setup("ddp")  # a dp cell's ranks (if several) still form a group
+    cuda = device.type == "cuda"
     anon_before = process_memory().anon  # torch and friends loaded, no documents yet
     store = open_strategy(cell.strategy, data)
     store_anon = process_memory().anon - anon_before  # the store alone: a dict, or ~nothing
-    negatives = read_run(data.negatives) if data.negatives else None
-    groups = TrainingGroups(
-        store,
-        read_queries(data.queries),
-        read_qrels(data.qrels),
-        negatives,
-        group_size=settings.group_size,
-        sampling=settings.sampling,
-        seed=settings.seed,
-        on_missing="skip",
-    )
+    groups = groups_from_files(store, data.queries, data.qrels, data.negatives, settings)
     tokenizer = load_tokenizer(data.tokenizer)
     collate = CrossEncoderCollator(
         store, tokenizer, max_length=settings.max_length, use_tokens=cell.strategy == "packed"
@@ -159,9 +136,11 @@ def _run_rank(
         num_workers=cell.workers,
         pin_memory=cell.pin_memory and cuda,
         seed=settings.seed,
-        world=World.detect(),
+        world=world,
     )
     model: Any = None
+    optimizer: Any = None
+    net: Any = None
     if cell.mode == "train":
         torch.manual_seed(settings.seed)
         if settings.model == "tiny":
@@ -169,61 +148,30 @@ def _run_rank(
         else:
             model = CrossEncoder.from_pretrained(settings.model)
         model = model.to(device)
-        if cell.parallel == "dp" and cuda:
-            model = torch.nn.DataParallel(model)
-        elif cell.world_size > 1:
-            model = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[device.index] if cuda else None
-            )
+        net = ddp.wrap(model, "dp" if cell.parallel == "dp" and cuda else "ddp", device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    total = settings.warmup + settings.steps
-    rows = 0
-    waited = 0.0
-    started = 0.0
-    step = 0
-    epoch = 0
-    dist.barrier()
-    while step < total:
-        loader.set_epoch(epoch)
-        before = time.perf_counter()
-        for batch in loader:
-            got = time.perf_counter()
-            if step == settings.warmup:
-                if cuda:
-                    torch.cuda.synchronize()
-                dist.barrier()  # every rank starts the clock together
-                started = time.perf_counter()
-                before = got = started
-                rows, waited = 0, 0.0
-            waited += got - before
-            inputs = {
-                k: batch[k].to(device, non_blocking=True)
-                for k in ("input_ids", "attention_mask", "token_type_ids")
-            }
-            if model is not None:
-                logits = model(**inputs)
-                loss = ranking_loss(logits.float(), batch["labels"].to(device), batch["group_size"])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-            elif cuda:
-                torch.cuda.synchronize()
-            rows += int(inputs["input_ids"].shape[0])
-            step += 1
-            if step >= total:
-                break
-            before = time.perf_counter()
-        epoch += 1
-    if cuda:
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - started
-    dist.barrier()
-    dist.destroy_process_group()
+    timed = Trainer(
+        CrossEncoderStep(net, device),
+        loader,
+        LoopConfig(
+            settings.warmup + settings.steps,
+            seed=settings.seed,
+            progress=False,
+            memory=False,
+            warmup=settings.warmup,
+        ),
+        world,
+        device,
+        model,
+        optimizer,
+    ).run()
+    ddp.barrier()
+    ddp.teardown()
     anon_after = process_memory().anon
     return {
-        "rows": rows,
-        "seconds": seconds,
-        "wait_s": waited,
+        "rows": timed.rows,
+        "seconds": timed.seconds,
+        "wait_s": timed.wait_s,
         "strategy_anon": anon_after - anon_before,
         "store_anon": store_anon,
     }

@@ -9,31 +9,29 @@ optimizer, scheduler, loader position and RNG state; ``resume=True`` continues e
 from __future__ import annotations
 
 import itertools
-import json
-import math
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-import torch.distributed as dist
 from torch import nn
 
-from lading import checkpoint, ddp
-from lading.dataloader import ResumableLoader, loader
+from lading import ddp
+from lading.dataloader import loader
 from lading.ir.collate import CrossEncoderCollator
 from lading.ir.groups import TrainingGroups
 from lading.ir.inputs import read_qrels, read_queries, read_run
 from lading.ir.model import CrossEncoder, ranking_loss, tiny_bert_config
-from lading.procmem import tree_memory
 from lading.stores import build_store, open_store
 from lading.stores.base import DocStore
 from lading.tokens import save_tokenizer, train_tokenizer
+from lading.train import LoopConfig, StepResult, Trainer, Workload, jsonable, write_summary
 from lading.world import World
 
 PRECISION: tuple[str, ...] = ("bf16", "fp16", "fp32")
+INPUTS: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
+# the settings of a config that are TrainingGroups options
+GROUP_OPTIONS: tuple[str, ...] = ("group_size", "sampling", "depth", "min_relevance", "seed")
 
 
 @dataclass
@@ -72,7 +70,6 @@ class TrainConfig:
     trace: bool = False
     use_tokens: bool | None = None
     progress: bool | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _tiny_tokenizer(texts: list[str], path: Path, world: World) -> Path:
@@ -136,6 +133,19 @@ def prepare(config: TrainConfig, world: World) -> tuple[DocStore, Any, CrossEnco
     return store, tok, model
 
 
+def groups_from_files(
+    store: DocStore, queries: Path, qrels: Path, negatives: Path | None, settings: Any
+) -> TrainingGroups:
+    """Training groups from the queries, judgements and (optional) negatives files, with the
+    :data:`GROUP_OPTIONS` that ``settings`` has; pairs whose document the store lacks are
+    skipped."""
+    options = {k: getattr(settings, k) for k in GROUP_OPTIONS if hasattr(settings, k)}
+    negative_run = read_run(negatives) if negatives else None
+    return TrainingGroups(
+        store, read_queries(queries), read_qrels(qrels), negative_run, on_missing="skip", **options
+    )
+
+
 def _linear_schedule(total: int, warmup: float) -> Any:
     warm = max(1, int(total * warmup))
 
@@ -147,30 +157,52 @@ def _linear_schedule(total: int, warmup: float) -> Any:
     return factor
 
 
+class CrossEncoderStep(Workload):
+    """A cross-encoder step: the batch to the device, forward (autocast), ranking loss.
+
+    Without a network it only copies the batch to the device: the bench's loader mode, which
+    times the data path alone.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module | None,
+        device: torch.device,
+        precision: str = "fp32",
+        loss: str = "bce",
+    ) -> None:
+        if precision not in PRECISION:
+            raise ValueError(f"unknown precision {precision!r}; choose from {sorted(PRECISION)}")
+        self.net, self.device, self.precision, self.loss = net, device, precision, loss
+        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
+            precision
+        ]
+
+    def step(self, batch: dict[str, Any]) -> StepResult:
+        inputs = {k: batch[k].to(self.device, non_blocking=True) for k in INPUTS}
+        if self.net is None:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            return StepResult(None, int(inputs["input_ids"].shape[0]))
+        labels = batch["labels"].to(self.device, non_blocking=True)
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.precision != "fp32"):
+            logits = self.net(**inputs)
+            loss = ranking_loss(logits.float(), labels, batch["group_size"], self.loss)
+        return StepResult(loss, int(labels.shape[0]))
+
+    def trace(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return {"pairs": batch["pairs"], "input_sum": int(batch["input_ids"].sum())}
+
+
 def train(config: TrainConfig) -> dict[str, Any]:
-    """Run training; return a summary (steps, final loss, samples/s, memory) on every rank."""
+    """Run training; return a summary (steps, final loss, epoch, world size) on every rank."""
     if config.precision not in PRECISION:
         raise ValueError(f"unknown precision {config.precision!r}; choose from {sorted(PRECISION)}")
     world, device = ddp.setup(config.parallel)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     store, tok, model = prepare(config, world)
-    torch.manual_seed(config.seed + world.rank)  # dropout: reproducible, different per rank
-    queries = read_queries(config.queries)
-    qrels = read_qrels(config.qrels)
-    negatives = read_run(config.negatives) if config.negatives else None
-    groups = TrainingGroups(
-        store,
-        queries,
-        qrels,
-        negatives,
-        group_size=config.group_size,
-        sampling=config.sampling,
-        depth=config.depth,
-        min_relevance=config.min_relevance,
-        seed=config.seed,
-        on_missing="skip",
-    )
+    groups = groups_from_files(store, config.queries, config.qrels, config.negatives, config)
     collate = CrossEncoderCollator(
         store, tok, config.max_length, config.max_query_length, use_tokens=config.use_tokens
     )
@@ -186,232 +218,35 @@ def train(config: TrainConfig) -> dict[str, Any]:
         seed=config.seed,
         world=world,
     )
-    per_epoch = len(data)
-    total = config.steps if config.steps is not None else per_epoch * config.epochs
+    total = config.steps if config.steps is not None else len(data) * config.epochs
     model.to(device)
-    net: nn.Module = model
-    if config.parallel == "ddp" and dist.is_initialized():
-        ids = [device.index] if device.type == "cuda" else None
-        net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
-    elif config.parallel == "dp" and torch.cuda.device_count() > 1:
-        net = nn.DataParallel(model)
+    net = ddp.wrap(model, config.parallel, device)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _linear_schedule(total, config.warmup))
     scaler = torch.amp.GradScaler(
         "cuda", enabled=config.precision == "fp16" and device.type == "cuda"
     )
-    step = 0
-    ckpt_dir = out / "checkpoint"
-    if config.resume and (ckpt_dir / "meta.json").is_file():
-        step = _restore(ckpt_dir, model, optimizer, scheduler, data, world, config.seed)
-    else:
-        data.set_epoch(0)
-    trace = open(out / f"trace-rank{world.rank}.jsonl", "a") if config.trace else None  # noqa: SIM115
-    summary = _loop(
-        config,
-        net,
+    result = Trainer(
+        CrossEncoderStep(net, device, config.precision, config.loss),
+        data,
+        LoopConfig.of(config, total, desc="train cross-encoder"),
+        world,
+        device,
         model,
         optimizer,
-        scheduler,
+        torch.optim.lr_scheduler.LambdaLR(optimizer, _linear_schedule(total, config.warmup)),
         scaler,
-        data,
-        device,
-        world,
-        step,
-        total,
-        trace,
-        ckpt_dir,
-    )
-    if trace is not None:
-        trace.close()
+    ).run()
+    summary = {
+        "steps": result.steps,
+        "last_loss": result.last_loss,
+        "epoch": result.epoch,
+        "world_size": world.world_size,
+        "config": jsonable(asdict(config)),
+    }
     if world.rank == 0:
         model.save(out / "model")
         tok.save(str(out / "model" / "tokenizer.json"))
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    ddp.barrier()
+    write_summary(out, summary, world)
     return summary
-
-
-def _restore(
-    ckpt_dir: Path,
-    model: CrossEncoder,
-    optimizer: Any,
-    scheduler: Any,
-    data: ResumableLoader,
-    world: World,
-    seed: int,
-) -> int:
-    state = checkpoint.load(ckpt_dir)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    saved_world = len(state["loaders"])
-    # every rank saved the same loader position (it counts samples of the global order), so
-    # any of them serves a run on another number of processes: an elastic resume
-    data.load_state_dict(state["loaders"][world.rank % saved_world])
-    step = int(state["step"])
-    if saved_world == world.world_size:
-        torch.set_rng_state(state["rng"][world.rank])
-    else:  # no saved dropout stream for this rank: a fresh one, still reproducible
-        torch.manual_seed(
-            int(np.random.SeedSequence([seed, world.rank, step]).generate_state(1)[0])
-        )
-    return step
-
-
-def _save(
-    ckpt_dir: Path,
-    step: int,
-    model: CrossEncoder,
-    optimizer: Any,
-    scheduler: Any,
-    data: ResumableLoader,
-    world: World,
-) -> None:
-    loaders = ddp.gather_objects(data.state_dict())
-    rngs = ddp.gather_objects(torch.get_rng_state())
-    if world.rank == 0:
-        checkpoint.save(
-            {
-                "step": step,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "loaders": loaders,
-                "rng": rngs,
-            },
-            ckpt_dir,
-        )
-    ddp.barrier()
-
-
-def _loop(
-    config: TrainConfig,
-    net: nn.Module,
-    model: CrossEncoder,
-    optimizer: Any,
-    scheduler: Any,
-    scaler: Any,
-    data: ResumableLoader,
-    device: torch.device,
-    world: World,
-    step: int,
-    total: int,
-    trace: Any,
-    ckpt_dir: Path,
-) -> dict[str, Any]:
-    from tqdm.auto import tqdm
-
-    show = world.rank == 0 and config.progress is not False
-    bar = tqdm(
-        total=total,
-        initial=step,
-        disable=None if show else True,
-        unit="step",
-        desc="train cross-encoder",
-    )
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.precision]
-    log = open(Path(config.out) / "log.jsonl", "a") if world.rank == 0 else None  # noqa: SIM115
-    rows_seen, loss_sum, losses = 0, 0.0, 0
-    last_loss = math.nan
-    window_start = time.perf_counter()
-    model.train()
-    while step < total:
-        waited = time.perf_counter()
-        for batch in data:
-            fetch_s = time.perf_counter() - waited
-            inputs = {
-                k: batch[k].to(device, non_blocking=True)
-                for k in ("input_ids", "attention_mask", "token_type_ids")
-            }
-            labels = batch["labels"].to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=dtype, enabled=config.precision != "fp32"):
-                logits = net(**inputs)
-                loss = ranking_loss(logits.float(), labels, batch["group_size"], config.loss)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            step += 1
-            last_loss = float(loss.item())
-            rows_seen += int(labels.shape[0])
-            loss_sum, losses = loss_sum + last_loss, losses + 1
-            if trace is not None:
-                trace.write(
-                    json.dumps(
-                        {
-                            "step": step,
-                            "epoch": data.epoch,
-                            "loss": last_loss,
-                            "rows": int(labels.shape[0]),
-                            "pairs": batch["pairs"],
-                            "input_sum": int(inputs["input_ids"].sum()),
-                            "fetch_s": fetch_s,
-                        }
-                    )
-                    + "\n"
-                )
-                trace.flush()  # a killed run leaves every finished step on disk
-            bar.update(1)
-            if config.checkpoint_every and step % config.checkpoint_every == 0:
-                _save(ckpt_dir, step, model, optimizer, scheduler, data, world)
-            if step % config.log_every == 0 or step >= total:
-                record = _log_record(
-                    step, rows_seen, loss_sum / max(losses, 1), window_start, device, world
-                )
-                if log is not None:
-                    log.write(json.dumps(record) + "\n")
-                    log.flush()
-                    bar.set_postfix(
-                        loss=f"{record['loss']:.4f}", samples_s=f"{record['samples_per_s']:.1f}"
-                    )
-                rows_seen, loss_sum, losses = 0, 0.0, 0
-                window_start = time.perf_counter()
-            if step >= total:
-                break
-            waited = time.perf_counter()
-        else:
-            data.set_epoch(data.epoch + 1)
-    bar.close()
-    if config.checkpoint_every:
-        _save(ckpt_dir, step, model, optimizer, scheduler, data, world)
-    if log is not None:
-        log.close()
-    return {
-        "steps": step,
-        "last_loss": last_loss,
-        "epoch": data.epoch,
-        "world_size": world.world_size,
-        "config": _jsonable(asdict(config)),
-    }
-
-
-def _log_record(
-    step: int, rows: int, loss: float, since: float, device: torch.device, world: World
-) -> dict[str, Any]:
-    seconds = time.perf_counter() - since
-    rate = rows / seconds if seconds > 0 else 0.0
-    total_rate = ddp.mean_over_ranks(rate, device) * world.world_size  # summed over ranks
-    mean_loss = ddp.mean_over_ranks(loss, device)
-    memory = ddp.gather_objects([m.as_dict() for m in tree_memory()])
-    return {
-        "step": step,
-        "loss": mean_loss,
-        "samples_per_s": total_rate,
-        "memory": {f"rank{r}": procs for r, procs in enumerate(memory)},
-        "anon_bytes_total": sum(p["anon"] for procs in memory for p in procs),
-        "pss_bytes_total": sum(p["pss"] for procs in memory for p in procs),
-    }
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value

@@ -8,9 +8,7 @@ computed on held-out documents with the state carried through them, on every ran
 
 from __future__ import annotations
 
-import json
 import math
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -19,10 +17,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from lading import checkpoint, ddp
+from lading import ddp
 from lading.lm.corpus import TokenCorpus
 from lading.lm.loader import LanguageModelLoader
 from lading.lm.model import LSTMLanguageModel, State, detach
+from lading.train import LoopConfig, StepResult, Trainer, Workload, jsonable, write_summary
 from lading.world import World
 
 
@@ -87,6 +86,65 @@ def evaluate(
     return math.exp(total / max(tokens, 1.0))
 
 
+class LanguageModelStep(Workload):
+    """An LSTM step: the hidden state carried from batch to batch, detached between them.
+
+    Row ``i`` of every batch continues stream ``i`` of the loader, so its state is the one the
+    previous batch's row ``i`` left; a new epoch starts new streams (no state). The state is
+    checkpointed per rank and restored only when the streams are the same (same world size
+    and batch size); otherwise no row has a predecessor whose state it could carry.
+    """
+
+    def __init__(
+        self,
+        model: LSTMLanguageModel,
+        device: torch.device,
+        config: LMConfig,
+        world: World,
+        valid: LanguageModelLoader | None,
+    ) -> None:
+        self.model, self.net = model, ddp.wrap(model, config.parallel, device)
+        self.device, self.world = device, world
+        self.config, self.valid = config, valid
+        self.shuffle_rng = np.random.default_rng([config.seed, world.rank, 99])
+        self.hidden: State | None = None
+        self.evaluations: list[dict[str, float]] = []
+
+    def step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> StepResult:
+        x, y = (t.to(self.device, non_blocking=True) for t in batch)
+        if self.config.break_continuity:  # the ablation: rows inherit another stream's state
+            perm = torch.from_numpy(self.shuffle_rng.permutation(x.shape[0])).to(self.device)
+            x, y = x[perm], y[perm]
+        logits, self.hidden = self.net(x, detach(self.hidden) if self.hidden is not None else None)
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+        return StepResult(loss, y.numel())
+
+    def on_epoch(self, epoch: int) -> None:
+        self.hidden = None  # a new epoch starts new streams
+
+    def log_fields(self, step: int) -> dict[str, Any]:
+        """The validation perplexity every ``eval_every`` steps (all ranks evaluate)."""
+        every = self.config.eval_every
+        if self.valid is None or not every or step % every:
+            return {}
+        ppl = evaluate(self.model, self.valid, self.device, self.config.eval_batches)
+        self.evaluations.append({"step": step, "valid_ppl": ppl})
+        return {"valid_ppl": ppl}
+
+    def state(self) -> dict[str, Any]:
+        hidden = [t.detach().cpu() for t in self.hidden] if self.hidden is not None else None
+        return {"hidden": hidden}
+
+    def exact_resume(self, saved: dict[str, Any]) -> bool:
+        return bool(saved["loaders"][0].get("batch_size") == self.config.batch_size)
+
+    def load_state(self, saved: dict[str, Any], exact: bool) -> None:
+        kept = (
+            saved.get("hidden", [None] * len(saved["loaders"]))[self.world.rank] if exact else None
+        )
+        self.hidden = (kept[0].to(self.device), kept[1].to(self.device)) if kept else None
+
+
 def train_lm(config: LMConfig) -> dict[str, Any]:
     """Train; return a summary with the validation perplexities (on every rank)."""
     world, device = ddp.setup(config.parallel)
@@ -114,126 +172,27 @@ def train_lm(config: LMConfig) -> dict[str, Any]:
     model = LSTMLanguageModel(
         corpus.vocab_size, config.emb, config.hidden, config.layers, config.dropout
     ).to(device)
-    torch.manual_seed(config.seed + world.rank)  # dropout differs per rank
-    net: nn.Module = model
-    if torch.distributed.is_initialized():
-        net = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     total = config.steps if config.steps is not None else len(data) * config.epochs
-    step = 0
-    hidden: State | None = None
-    ckpt = out / "checkpoint"
-    if config.resume and (ckpt / "meta.json").is_file():
-        state = checkpoint.load(ckpt)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        step = int(state["step"])
-        saved_world = len(state["loaders"])
-        # every rank saved the same account of what is left of the epoch, so any of them
-        # serves a resume on another number of processes (elastic)
-        data.load_state_dict(state["loaders"][world.rank % saved_world])
-        if saved_world == world.world_size and state["loaders"][0]["batch_size"] == data.batch_size:
-            torch.set_rng_state(state["rng"][world.rank])
-            saved = state["hidden"][world.rank]
-            hidden = (saved[0].to(device), saved[1].to(device)) if saved is not None else None
-        else:  # new streams: no row has a predecessor whose hidden state it could carry
-            seed = np.random.SeedSequence([config.seed, world.rank, step]).generate_state(1)
-            torch.manual_seed(int(seed[0]))
-    log = open(out / "log.jsonl", "a") if world.rank == 0 else None  # noqa: SIM115
-    shuffle_rng = np.random.default_rng([config.seed, world.rank, 99])
-    evaluations: list[dict[str, float]] = []
-    tokens, loss_sum, losses, since = 0, 0.0, 0, time.perf_counter()
-    from tqdm.auto import tqdm
-
-    bar = tqdm(
-        total=total,
-        initial=step,
-        unit="step",
-        desc="train lm",
-        disable=True if world.rank != 0 or config.progress is False else None,
-    )
-    while step < total:
-        for x, y in data:
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            if config.break_continuity:  # the ablation: rows inherit another stream's state
-                perm = torch.from_numpy(shuffle_rng.permutation(x.shape[0])).to(device)
-                x, y = x[perm], y[perm]
-            logits, hidden = net(x, detach(hidden) if hidden is not None else None)
-            loss = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), config.clip)
-            optimizer.step()
-            step += 1
-            tokens += y.numel()
-            loss_sum, losses = loss_sum + loss.item(), losses + 1
-            bar.update(1)
-            if config.checkpoint_every and step % config.checkpoint_every == 0:
-                _save(ckpt, step, model, optimizer, data, world, hidden)
-            if step % config.log_every == 0 or step >= total:
-                seconds = time.perf_counter() - since
-                rate = ddp.sum_over_ranks([tokens / max(seconds, 1e-9)], device)[0]
-                mean = ddp.mean_over_ranks(loss_sum / max(losses, 1), device)
-                record = {"step": step, "loss": mean, "tokens_per_s": rate}
-                if valid is not None and config.eval_every and step % config.eval_every == 0:
-                    record["valid_ppl"] = evaluate(model, valid, device, config.eval_batches)
-                    evaluations.append({"step": step, "valid_ppl": record["valid_ppl"]})
-                if log is not None:
-                    log.write(json.dumps(record) + "\n")
-                    log.flush()
-                    bar.set_postfix(loss=f"{mean:.3f}", tok_s=f"{rate:,.0f}")
-                tokens, loss_sum, losses, since = 0, 0.0, 0, time.perf_counter()
-            if step >= total:
-                break
-        else:
-            data.set_epoch(data.epoch + 1)
-            hidden = None  # a new epoch starts new streams
-    bar.close()
-    final = evaluate(model, valid, device, config.eval_batches) if valid is not None else math.nan
+    workload = LanguageModelStep(model, device, config, world, valid)
+    result = Trainer(
+        workload,
+        data,
+        LoopConfig.of(config, total, desc="train lm", rate_key="tokens_per_s", clip=config.clip),
+        world,
+        device,
+        model,
+        torch.optim.Adam(model.parameters(), lr=config.lr),
+    ).run()
+    final = math.nan if valid is None else evaluate(model, valid, device, config.eval_batches)
     summary = {
-        "steps": step,
+        "steps": result.steps,
         "valid_ppl": final,
-        "evaluations": evaluations,
+        "evaluations": workload.evaluations,
         "world_size": world.world_size,
         "break_continuity": config.break_continuity,
         "train_documents": len(train_docs),
         "valid_documents": len(valid_docs),
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
+        "config": jsonable(asdict(config)),
     }
-    if config.checkpoint_every:
-        _save(ckpt, step, model, optimizer, data, world, hidden)
-    if world.rank == 0:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        if log is not None:
-            log.close()
-    ddp.barrier()
+    write_summary(out, summary, world)
     return summary
-
-
-def _save(
-    ckpt: Path,
-    step: int,
-    model: nn.Module,
-    optimizer: Any,
-    data: LanguageModelLoader,
-    world: World,
-    hidden: State | None,
-) -> None:
-    loaders = ddp.gather_objects(data.state_dict())
-    rngs = ddp.gather_objects(torch.get_rng_state())
-    states = ddp.gather_objects([t.detach().cpu() for t in hidden] if hidden is not None else None)
-    if world.rank == 0:
-        checkpoint.save(
-            {
-                "step": step,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "loaders": loaders,
-                "rng": rngs,
-                "hidden": states,
-            },
-            ckpt,
-        )
-    ddp.barrier()

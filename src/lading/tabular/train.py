@@ -9,8 +9,6 @@ rate when changing either.
 
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from lading.tabular.sessions import (
     next_item_loss,
     popularity_ranks,
 )
+from lading.train import LoopConfig, StepResult, Trainer, Workload, jsonable, write_summary
 from lading.world import World
 
 ITEMS = "item_id-list_seq"
@@ -64,6 +63,8 @@ class SessionsConfig:
     parallel: str = "ddp"
     seed: int = 0
     log_every: int = 50
+    checkpoint_every: int = 0
+    resume: bool = False
     progress: bool | None = None
 
 
@@ -92,20 +93,12 @@ def item_count(files: list[Path], column: str) -> int:
 
 def evaluate(
     model: NextItemTransformer, files: list[Path], config: SessionsConfig, device: torch.device
-) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """Ranks of the last items of every evaluation session (sessions of length >= 2)."""
-    data = PartitionedParquet(
-        files,
-        columns=[config.column],
-        batch_size=1024,
-        list_columns={config.column: config.max_len},
-        shuffle=False,
-        world=World(),
-    )
+) -> tuple[np.ndarray, np.ndarray]:
+    """Ranks and true last items of every evaluation session (sessions of length >= 2)."""
     model.eval()
-    ranks, last, seqs = [], [], []
+    ranks, last = [], []
     with torch.no_grad():
-        for batch in data:
+        for batch in _whole(files, config, 1024):
             items = batch[config.column]
             lengths = torch.minimum(batch[f"{config.column}_lengths"], true_lengths(items))
             keep = lengths >= 2
@@ -114,9 +107,38 @@ def evaluate(
                 ranks.append(last_item_ranks(model, items, lengths).cpu().numpy())
                 rows = torch.arange(len(items), device=device)
                 last.append(items[rows, lengths - 1].cpu().numpy())
-            seqs.append(batch[config.column].numpy())
     model.train()
-    return np.concatenate(ranks), np.concatenate(last), seqs
+    return np.concatenate(ranks), np.concatenate(last)
+
+
+def _whole(files: list[Path], config: SessionsConfig, batch_size: int) -> PartitionedParquet:
+    """Every session of ``files`` in file order, in one process."""
+    return PartitionedParquet(
+        files,
+        columns=[config.column],
+        batch_size=batch_size,
+        list_columns={config.column: config.max_len},
+        shuffle=False,
+        world=World(),
+    )
+
+
+class SessionsStep(Workload):
+    """A next-item step: sessions of two items or more, loss at (some) positions of each."""
+
+    def __init__(self, model: NextItemTransformer, net: nn.Module, config: SessionsConfig,
+                 device: torch.device) -> None:  # fmt: skip
+        self.model, self.net, self.config, self.device = model, net, config, device
+
+    def step(self, batch: dict[str, torch.Tensor]) -> StepResult:
+        column = self.config.column
+        items = batch[column].to(self.device, non_blocking=True)
+        lengths = torch.minimum(batch[f"{column}_lengths"].to(self.device), true_lengths(items))
+        keep = lengths >= 2  # a session of one item has nothing to predict
+        items, lengths = items[keep], lengths[keep]
+        scores = self.net(items, lengths)
+        loss = next_item_loss(self.model, scores, items, lengths, self.config.positions or None)
+        return StepResult(loss, len(items))
 
 
 def train_sessions(config: SessionsConfig) -> dict[str, Any]:
@@ -136,84 +158,34 @@ def train_sessions(config: SessionsConfig) -> dict[str, Any]:
         world=world,
     )
     data = dataset.loader(num_workers=config.num_workers, pin_memory=device.type == "cuda")
-    torch.manual_seed(config.seed)
+    torch.manual_seed(config.seed)  # the same initial weights on every rank
     model = NextItemTransformer(
         num_items, config.dim, config.layers, config.heads, config.max_len
     ).to(device)
-    net: nn.Module = model
-    if torch.distributed.is_initialized():
-        net = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
-    elif config.parallel == "dp" and torch.cuda.device_count() > 1:
-        net = nn.DataParallel(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     total = config.steps if config.steps is not None else len(data) * config.epochs
-    log = open(out / "log.jsonl", "a") if world.rank == 0 else None  # noqa: SIM115
-    step, epoch, rows, since = 0, 0, 0, time.perf_counter()
-    while step < total:
-        data.set_epoch(epoch)
-        for batch in data:
-            items = batch[config.column].to(device, non_blocking=True)
-            lengths = torch.minimum(
-                batch[f"{config.column}_lengths"].to(device), true_lengths(items)
-            )
-            keep = lengths >= 2  # a session of one item has nothing to predict
-            items, lengths = items[keep], lengths[keep]
-            loss = next_item_loss(
-                model, net(items, lengths), items, lengths, config.positions or None
-            )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            step += 1
-            rows += len(items)
-            if log is not None and (step % config.log_every == 0 or step >= total):
-                seconds = time.perf_counter() - since
-                log.write(
-                    json.dumps(
-                        {
-                            "step": step,
-                            "epoch": epoch,
-                            "loss": loss.item(),
-                            "sessions_per_s": rows / seconds * world.world_size,
-                        }
-                    )
-                    + "\n"
-                )
-                log.flush()
-                rows, since = 0, time.perf_counter()
-            if step >= total:
-                break
-        epoch += 1
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    result = Trainer(
+        SessionsStep(model, ddp.wrap(model, config.parallel, device), config, device),
+        data,
+        LoopConfig.of(config, total, desc="train sessions", rate_key="sessions_per_s"),
+        world,
+        device,
+        model,
+        optimizer,
+    ).run()
     summary: dict[str, Any] = {
-        "steps": step,
-        "epochs": epoch,
+        "steps": result.steps,
+        "epochs": result.epoch + 1,  # the epoch the last step was in, counted from 1
         "world_size": world.world_size,
         "parallel": config.parallel,
         "num_items": num_items,
         "effective_batch": config.batch_size * world.world_size,
     }
     if world.rank == 0:
-        ranks, last, _ = evaluate(model, eval_files, config, device)
-        train_seqs = [
-            b[config.column].numpy()
-            for b in PartitionedParquet(
-                train_files,
-                columns=[config.column],
-                batch_size=4096,
-                list_columns={config.column: config.max_len},
-                shuffle=False,
-                world=World(),
-            )
-        ]
+        ranks, last = evaluate(model, eval_files, config, device)
+        train_seqs = [b[config.column].numpy() for b in _whole(train_files, config, 4096)]
         summary["model"] = metrics(ranks)
         summary["most_popular"] = metrics(popularity_ranks(train_seqs, last, num_items))
-        summary["config"] = {
-            k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()
-        }
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        if log is not None:
-            log.close()
-    ddp.barrier()
+        summary["config"] = jsonable(asdict(config))
+    write_summary(out, summary, world)
     return summary

@@ -1,0 +1,146 @@
+"""What the shared training loop asks of a workload, and what it is told and gives back.
+
+A workload (cross-encoder ranking, LSTM language model, next-item sessions, the bench) says how
+one batch becomes a loss in :meth:`Workload.step`; the loop does everything around it: the
+optimizer update, logging, traces, checkpoints and resume. The other hooks have defaults that
+do nothing, so a workload overrides only what it needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+import torch
+
+
+class StepResult(NamedTuple):
+    """One batch's outcome.
+
+    Attributes:
+        loss: the scalar to back-propagate; None when there is nothing to learn (the bench's
+            loader mode), and then the loop makes no update.
+        rows: what the throughput counts for this batch (pairs, tokens, sessions).
+    """
+
+    loss: torch.Tensor | None
+    rows: int
+
+
+class Workload:
+    """Hooks of one training task; subclass and override :meth:`step` (the rest is optional)."""
+
+    def step(self, batch: Any) -> StepResult:
+        """Forward one batch (on this rank's share) and return its loss; no backward here."""
+        raise NotImplementedError(f"{type(self).__name__} must define step(batch)")
+
+    def trace(self, batch: Any) -> dict[str, Any]:
+        """Fields identifying ``batch`` in the per-step trace (only called when tracing)."""
+        return {}
+
+    def on_epoch(self, epoch: int) -> None:
+        """The loader has just moved on to ``epoch`` after finishing the previous one."""
+
+    def log_fields(self, step: int) -> dict[str, Any]:
+        """Extra fields of the log record at ``step``; called on every rank (may reduce)."""
+        return {}
+
+    def state(self) -> dict[str, Any]:
+        """This rank's extra state to checkpoint, by key; each key is saved as a per-rank list."""
+        return {}
+
+    def exact_resume(self, saved: dict[str, Any]) -> bool:
+        """Whether ``saved`` (same world size) can continue bit for bit; False reseeds."""
+        return True
+
+    def load_state(self, saved: dict[str, Any], exact: bool) -> None:
+        """Take back what :meth:`state` saved; ``exact`` False means an elastic resume."""
+
+
+class Loader(Protocol):
+    """What the loop needs of a loader: the three lading loaders all have it."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+    def __iter__(self) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class LoopConfig:
+    """How long to train and what to write.
+
+    Attributes:
+        total: optimizer steps to reach (a resumed run counts the saved ones).
+        out: folder for ``log.jsonl``, ``trace-rank{R}.jsonl`` and ``checkpoint/``; None writes
+            nothing (the bench).
+        seed: the run's seed: every rank's torch RNG starts at ``seed + rank``, and an elastic
+            resume reseeds from ``(seed, rank, step)``.
+        log_every: steps between log records (0: none); the last step is always logged.
+        checkpoint_every: steps between checkpoints (0: none, and none at the end either).
+        resume: continue from ``out/checkpoint`` when one is there.
+        trace: one JSON line per step and rank (loss, rows, fetch time, the workload's fields).
+        progress: the progress bar on rank 0 (None: only on a terminal).
+        desc: the progress bar's label.
+        rate_key: the log field of the summed throughput, e.g. ``"tokens_per_s"``.
+        memory: log the memory of every rank's process tree (a gather per record).
+        warmup: steps before the clock of :class:`LoopResult` starts.
+        clip: gradient-norm clipping (None: none).
+    """
+
+    total: int
+    out: Path | None = None
+    seed: int = 0
+    log_every: int = 0
+    checkpoint_every: int = 0
+    resume: bool = False
+    trace: bool = False
+    progress: bool | None = None
+    desc: str = "train"
+    rate_key: str = "samples_per_s"
+    memory: bool = True
+    warmup: int = 0
+    clip: float | None = None
+
+    @classmethod
+    def of(cls, settings: Any, total: int, **fields: Any) -> LoopConfig:
+        """The loop's part of a workload's config: ``out``, ``seed``, ``log_every``,
+        ``checkpoint_every``, ``resume``, ``trace`` and ``progress`` where ``settings`` has
+        them, then ``fields``."""
+        shared = {k: getattr(settings, k) for k in _SHARED if hasattr(settings, k)}
+        if shared.get("out") is not None:
+            shared["out"] = Path(shared["out"])
+        return cls(total, **{**shared, **fields})
+
+
+_SHARED = ("out", "seed", "log_every", "checkpoint_every", "resume", "trace", "progress")
+
+
+@dataclass
+class LoopResult:
+    """Where the loop stopped and what it measured after the warm-up, on this rank.
+
+    Attributes:
+        steps: the step reached.
+        epoch: the loader's epoch at the end.
+        last_loss: the last step's loss (NaN without a loss).
+        rows: rows stepped since the clock started.
+        seconds: time since the clock started (CUDA synchronised).
+        wait_s: of those, time spent waiting for batches.
+    """
+
+    steps: int
+    epoch: int
+    last_loss: float
+    rows: int = 0
+    seconds: float = 0.0
+    wait_s: float = 0.0

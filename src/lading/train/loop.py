@@ -1,0 +1,193 @@
+"""The training loop every workload shares: steps over epochs, update, log, trace, checkpoint.
+
+The workload turns a batch into a loss (:class:`~lading.train.hooks.Workload`); :class:`Trainer`
+does the rest the same way for the cross-encoder, the LSTM language model, the next-item
+transformer and the bench: seed each rank, restore from ``out/checkpoint`` (exactly, or
+elastically on another world size), iterate the loader epoch after epoch until ``total`` steps,
+update (zero grad, backward through an optional GradScaler, clip, step, schedule), write
+``log.jsonl`` and traces, checkpoint every ``checkpoint_every`` steps and at the end.
+Throughput counts the whole loop: waiting for the batch, the copy and the step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from lading import ddp
+from lading.train import state
+from lading.train.hooks import Loader, LoopConfig, LoopResult, StepResult, Workload
+from lading.train.records import Window, open_lines, write_line
+from lading.world import World
+
+
+@dataclass
+class Trainer:
+    """A workload, its loader and (unless it only reads) the model and its optimizer.
+
+    Attributes:
+        workload: the step and the other hooks.
+        loader: this rank's loader (one of lading's resumable loaders).
+        config: steps, logging, checkpoints.
+        world: this process's place in the job.
+        device: where the step runs (CUDA synchronised before the clock reads).
+        model: the bare model (not the DDP wrapper): checkpointed and put in train mode.
+        optimizer: None for a run without updates.
+        scheduler: stepped after every update; None for none.
+        scaler: a ``torch.amp.GradScaler`` for fp16; None backpropagates the loss as it is.
+    """
+
+    workload: Workload
+    loader: Loader
+    config: LoopConfig
+    world: World
+    device: torch.device
+    model: nn.Module | None = None
+    optimizer: Any = None
+    scheduler: Any = None
+    scaler: Any = None
+
+    def run(self) -> LoopResult:
+        """Train from scratch or the checkpoint to ``config.total`` steps; this rank's result."""
+        config = self.config
+        step = self._start()
+        trace = open_lines(config.out, f"trace-rank{self.world.rank}.jsonl", config.trace)
+        log = open_lines(config.out, "log.jsonl", self.world.rank == 0 and config.log_every > 0)
+        bar = self._bar(step)
+        window, timed = Window(), _Clock(self.device)
+        last: StepResult = StepResult(None, 0)
+        if self.model is not None:
+            self.model.train()
+        try:
+            while step < config.total:
+                received = False
+                waited = time.perf_counter()
+                for batch in self.loader:
+                    received, fetch_s = True, time.perf_counter() - waited
+                    if step >= config.warmup and not timed.running:
+                        timed.start()  # this batch's wait was before the clock
+                    elif timed.running:
+                        timed.wait_s += fetch_s
+                    last = self.workload.step(batch)
+                    self._update(last.loss)
+                    step += 1
+                    window.add(last.loss, last.rows)
+                    timed.rows += last.rows if timed.running else 0
+                    if trace is not None:
+                        write_line(trace, self._trace(step, last, batch, fetch_s))
+                    bar.update(1)
+                    if config.checkpoint_every and step % config.checkpoint_every == 0:
+                        self._save(step)
+                    if config.log_every and (step % config.log_every == 0 or step >= config.total):
+                        self._log(log, bar, window, step)
+                    if step >= config.total:
+                        break
+                    waited = time.perf_counter()
+                else:
+                    if not received:
+                        raise ValueError(
+                            f"the loader gave no batch in epoch {self.loader.epoch} "
+                            f"(step {step} of {config.total}): it has fewer rows than one batch "
+                            "per rank; use a smaller batch size or fewer processes"
+                        )
+                    self.loader.set_epoch(self.loader.epoch + 1)
+                    self.workload.on_epoch(self.loader.epoch)
+        finally:
+            bar.close()
+            for file in (trace, log):
+                if file is not None:
+                    file.close()
+        seconds = timed.stop()
+        if config.checkpoint_every:
+            self._save(step)
+        loss = float(last.loss.item()) if last.loss is not None else float("nan")
+        return LoopResult(step, self.loader.epoch, loss, timed.rows, seconds, timed.wait_s)
+
+    def _start(self) -> int:
+        """Seed this rank, then restore the checkpoint if asked and present; the first step."""
+        torch.manual_seed(self.config.seed + self.world.rank)  # dropout differs per rank
+        out = self.config.out
+        if self.config.resume and out is not None and (out / "checkpoint" / "meta.json").is_file():
+            return state.restore(self)
+        self.loader.set_epoch(0)
+        return 0
+
+    def _update(self, loss: torch.Tensor | None) -> None:
+        if loss is None or self.optimizer is None:
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        scaler = self.scaler
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        if self.config.clip is not None:
+            assert self.model is not None, "clipping needs the model"
+            if scaler is not None:
+                scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip)
+        if scaler is not None:
+            scaler.step(self.optimizer)
+            scaler.update()
+        else:
+            self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def _trace(self, step: int, result: StepResult, batch: Any, fetch_s: float) -> dict[str, Any]:
+        loss = float(result.loss.item()) if result.loss is not None else None
+        head = {"step": step, "epoch": self.loader.epoch, "loss": loss, "rows": result.rows}
+        return {**head, **self.workload.trace(batch), "fetch_s": fetch_s}
+
+    def _save(self, step: int) -> None:
+        if self.config.out is not None and self.model is not None:
+            state.save(self, step)
+
+    def _log(self, log: Any, bar: Any, window: Window, step: int) -> None:
+        """One record from every rank's window (all ranks reduce); rank 0 writes it."""
+        config = self.config
+        record = window.record(step, self.loader.epoch, config.rate_key, config.memory, self.device)
+        record.update(self.workload.log_fields(step))
+        if log is not None:
+            write_line(log, record)
+            short = config.rate_key.removesuffix("_per_s") + "_s"
+            bar.set_postfix(
+                {"loss": f"{record['loss']:.4f}", short: f"{record[config.rate_key]:,.1f}"}
+            )
+        window.reset()
+
+    def _bar(self, step: int) -> Any:
+        from tqdm.auto import tqdm
+
+        show = self.world.rank == 0 and self.config.progress is not False
+        return tqdm(
+            total=self.config.total,
+            initial=step,
+            disable=None if show else True,
+            unit="step",
+            desc=self.config.desc,
+        )
+
+
+class _Clock:
+    """Time, rows and batch waits from the first step after the warm-up on."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.running = device, False
+        self.started, self.rows, self.wait_s = 0.0, 0, 0.0
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def start(self) -> None:
+        self._sync()
+        ddp.barrier()  # every rank starts the clock together
+        self.started, self.rows, self.wait_s, self.running = time.perf_counter(), 0, 0.0, True
+
+    def stop(self) -> float:
+        if not self.running:
+            return 0.0
+        self._sync()
+        return time.perf_counter() - self.started

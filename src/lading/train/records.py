@@ -1,0 +1,90 @@
+"""What a training run writes besides checkpoints: log records, per-step traces, the summary.
+
+``log.jsonl`` (rank 0) has one record per log window: the step, epoch, mean loss over the
+window and the ranks, the throughput summed over ranks and, when asked, every rank's process
+tree memory (``memory``, ``anon_bytes_total``, ``pss_bytes_total``). ``trace-rank{R}.jsonl``
+has one line per step and rank, flushed at once, so a killed run leaves every finished step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+from lading import ddp
+from lading.procmem import tree_memory
+from lading.world import World
+
+
+class Window:
+    """Loss and rows since the last log record, on this rank (summed without a GPU sync)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.rows, self.losses, self.since = 0, 0, time.perf_counter()
+        self.loss_sum: torch.Tensor | float = 0.0
+
+    def add(self, loss: torch.Tensor | None, rows: int) -> None:
+        self.rows += rows
+        if loss is not None:
+            self.loss_sum = self.loss_sum + loss.detach().to(torch.float64)
+            self.losses += 1
+
+    def record(
+        self, step: int, epoch: int, rate_key: str, memory: bool, device: torch.device
+    ) -> dict[str, Any]:
+        """The log record of this window; every rank must call it (it reduces over ranks)."""
+        seconds = time.perf_counter() - self.since
+        loss = float(self.loss_sum) / self.losses if self.losses else float("nan")
+        rate, mean_loss = ddp.sum_over_ranks([self.rows / max(seconds, 1e-9), loss], device)
+        out: dict[str, Any] = {
+            "step": step,
+            "epoch": epoch,
+            "loss": mean_loss / ddp.world_size(),
+            rate_key: rate,
+        }
+        if memory:
+            trees = ddp.gather_objects([m.as_dict() for m in tree_memory()])
+            out["memory"] = {f"rank{r}": procs for r, procs in enumerate(trees)}
+            out["anon_bytes_total"] = sum(p["anon"] for procs in trees for p in procs)
+            out["pss_bytes_total"] = sum(p["pss"] for procs in trees for p in procs)
+        return out
+
+
+def open_lines(out: Path | None, name: str, wanted: bool) -> IO[str] | None:
+    """``out/name`` opened for appending when ``wanted`` (a resumed run adds to it)."""
+    if out is None or not wanted:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    return open(out / name, "a")
+
+
+def write_line(file: IO[str] | None, record: dict[str, Any]) -> None:
+    """Append one JSON line and flush it (a killed run keeps every line written)."""
+    if file is not None:
+        file.write(json.dumps(record) + "\n")
+        file.flush()
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with paths as strings and tuples as lists (a config, for JSON)."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def write_summary(out: Path, summary: dict[str, Any], world: World) -> None:
+    """Rank 0 writes ``out/summary.json``; every rank waits for it."""
+    if world.rank == 0:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    ddp.barrier()

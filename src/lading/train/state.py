@@ -1,0 +1,89 @@
+"""Checkpoints of a training run: written by rank 0 from every rank's parts, read by all.
+
+On disk (through :mod:`lading.checkpoint`, no pickle) a checkpoint holds ``step``, ``model``,
+``optimizer``, ``scheduler`` (when the run has one), ``loaders`` and ``rng`` (one entry per
+rank, in rank order) and any per-rank lists the workload adds (the LM's ``hidden``). Every rank
+saves the same account of what is left of the epoch, so any rank's loader state serves a run on
+another number of processes: an elastic resume, which reseeds the RNG instead of restoring it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from lading import checkpoint, ddp
+
+if TYPE_CHECKING:
+    from lading.train.loop import Trainer
+
+RESERVED: frozenset[str] = frozenset({"step", "model", "optimizer", "scheduler", "loaders", "rng"})
+
+
+def save(trainer: Trainer, step: int) -> None:
+    """Gather every rank's loader, RNG and workload state into ``out/checkpoint`` at ``step``:
+    rank 0 writes it; every rank waits until it has."""
+    loaders = ddp.gather_objects(trainer.loader.state_dict())
+    rngs = ddp.gather_objects(torch.get_rng_state())
+    extra = trainer.workload.state()
+    clash = RESERVED & set(extra)
+    if clash:
+        name = type(trainer.workload).__name__
+        raise ValueError(f"{name}.state() uses the reserved keys {sorted(clash)}; rename them")
+    gathered = {key: ddp.gather_objects(value) for key, value in sorted(extra.items())}
+    if trainer.world.rank == 0:
+        assert trainer.model is not None, "a checkpoint needs a model"
+        saved: dict[str, Any] = {"step": step, "model": trainer.model.state_dict()}
+        for name, part in (("optimizer", trainer.optimizer), ("scheduler", trainer.scheduler)):
+            if part is not None:
+                saved[name] = part.state_dict()
+        saved.update(loaders=loaders, rng=rngs, **gathered)
+        checkpoint.save(saved, directory(trainer))
+    ddp.barrier()
+
+
+def restore(trainer: Trainer) -> int:
+    """Load ``out/checkpoint`` into the trainer's parts; the step it was taken at.
+
+    With the saved world size (and the workload agreeing) the RNG continues bit for bit;
+    otherwise each rank gets a fresh stream seeded from ``(seed, rank, step)``.
+    """
+    where, world = directory(trainer), trainer.world
+    saved = checkpoint.load(where)
+    if trainer.model is None:
+        raise ValueError(f"{where}: resuming needs the model the checkpoint was taken of")
+    trainer.model.load_state_dict(saved["model"])
+    for name, part in (("optimizer", trainer.optimizer), ("scheduler", trainer.scheduler)):
+        if part is None:
+            continue
+        if name not in saved:
+            raise ValueError(
+                f"{where} holds no {name} state; it was written by another kind of run "
+                "(delete it or train into another --out)"
+            )
+        part.load_state_dict(saved[name])
+    saved_world = len(saved["loaders"])
+    trainer.loader.load_state_dict(saved["loaders"][world.rank % saved_world])
+    step = int(saved["step"])
+    exact = saved_world == world.world_size and trainer.workload.exact_resume(saved)
+    if exact:
+        torch.set_rng_state(saved["rng"][world.rank])
+    else:  # no saved stream for this rank: a fresh one, still reproducible
+        torch.manual_seed(elastic_seed(trainer.config.seed, world.rank, step))
+    trainer.workload.load_state(saved, exact)
+    return step
+
+
+def directory(trainer: Trainer) -> Path:
+    """Where the trainer's checkpoint lives: ``out/checkpoint``."""
+    if trainer.config.out is None:
+        raise ValueError("checkpoints need LoopConfig.out, the run's folder")
+    return trainer.config.out / "checkpoint"
+
+
+def elastic_seed(seed: int, rank: int, step: int) -> int:
+    """The torch seed of ``rank`` resuming at ``step`` on another world size."""
+    return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
