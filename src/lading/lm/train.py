@@ -21,6 +21,7 @@ from lading import ddp
 from lading.lm.corpus import TokenCorpus
 from lading.lm.loader import LanguageModelLoader
 from lading.lm.model import LSTMLanguageModel, State, detach
+from lading.loading.order import Salt, generator, permutation
 from lading.train import LoopConfig, StepResult, Trainer, Workload, jsonable, write_summary
 from lading.world import World
 
@@ -55,7 +56,7 @@ class LMConfig:
 
 def split_documents(count: int, valid_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(train, valid) document indices: a fixed random ``valid_fraction`` held out."""
-    order = np.random.default_rng([seed, 7]).permutation(count)
+    order = permutation(count, seed, Salt.HOLDOUT)
     n_valid = max(1, round(count * valid_fraction)) if valid_fraction > 0 else 0
     return np.sort(order[n_valid:]), np.sort(order[:n_valid])
 
@@ -106,7 +107,7 @@ class LanguageModelStep(Workload):
         self.model, self.net = model, ddp.wrap(model, config.parallel, device)
         self.device, self.world = device, world
         self.config, self.valid = config, valid
-        self.shuffle_rng = np.random.default_rng([config.seed, world.rank, 99])
+        self.shuffle_rng = generator(config.seed, Salt.ROW_ORDER, world.rank)
         self.hidden: State | None = None
         self.evaluations: list[dict[str, float]] = []
 
@@ -134,9 +135,6 @@ class LanguageModelStep(Workload):
     def state(self) -> dict[str, Any]:
         hidden = [t.detach().cpu() for t in self.hidden] if self.hidden is not None else None
         return {"hidden": hidden}
-
-    def exact_resume(self, saved: dict[str, Any]) -> bool:
-        return bool(saved["loaders"][0].get("batch_size") == self.config.batch_size)
 
     def load_state(self, saved: dict[str, Any], exact: bool) -> None:
         kept = (

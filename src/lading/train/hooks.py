@@ -50,10 +50,6 @@ class Workload:
         """This rank's extra state to checkpoint, by key; each key is saved as a per-rank list."""
         return {}
 
-    def exact_resume(self, saved: dict[str, Any]) -> bool:
-        """Whether ``saved`` (same world size) can continue bit for bit; False reseeds."""
-        return True
-
     def load_state(self, saved: dict[str, Any], exact: bool) -> None:
         """Take back what :meth:`state` saved; ``exact`` False means an elastic resume."""
 

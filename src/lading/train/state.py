@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from lading import checkpoint, ddp
+from lading.loading.order import Salt, generator
 
 if TYPE_CHECKING:
     from lading.train.loop import Trainer
@@ -48,8 +48,8 @@ def save(trainer: Trainer, step: int) -> None:
 def restore(trainer: Trainer) -> int:
     """Load ``out/checkpoint`` into the trainer's parts; the step it was taken at.
 
-    With the saved world size (and the workload agreeing) the RNG continues bit for bit;
-    otherwise each rank gets a fresh stream seeded from ``(seed, rank, step)``.
+    With the saved data layout the RNG continues bit for bit; otherwise (an elastic resume)
+    each rank gets a fresh stream seeded from ``(seed, rank, step)``.
     """
     where, world = directory(trainer), trainer.world
     saved = checkpoint.load(where)
@@ -66,9 +66,14 @@ def restore(trainer: Trainer) -> int:
             )
         part.load_state_dict(saved[name])
     saved_world = len(saved["loaders"])
-    trainer.loader.load_state_dict(saved["loaders"][world.rank % saved_world])
+    loader_state = saved["loaders"][world.rank % saved_world]
+    trainer.loader.load_state_dict(loader_state)
     step = int(saved["step"])
-    exact = saved_world == world.world_size and trainer.workload.exact_resume(saved)
+    # bit for bit only with the saved data layout (world size, batch size, …; loading.state):
+    # another layout gives rows (LM streams) and ranks no saved counterpart
+    exact = saved_world == world.world_size and (
+        loader_state["layout"] == trainer.loader.state_dict()["layout"]
+    )
     if exact:
         torch.set_rng_state(saved["rng"][world.rank])
     else:  # no saved stream for this rank: a fresh one, still reproducible
@@ -86,4 +91,4 @@ def directory(trainer: Trainer) -> Path:
 
 def elastic_seed(seed: int, rank: int, step: int) -> int:
     """The torch seed of ``rank`` resuming at ``step`` on another world size."""
-    return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
+    return int(generator(seed, Salt.RESEED, rank, step).integers(2**63))
