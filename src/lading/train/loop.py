@@ -80,10 +80,12 @@ class Trainer:
                     if trace is not None:
                         write_line(trace, self._trace(step, last, batch, fetch_s))
                     bar.update(1)
-                    if config.checkpoint_every and step % config.checkpoint_every == 0:
-                        self._save(step)
+                    # the log line first: a run killed between the two resumes from the
+                    # previous checkpoint and writes this step's line again, never none
                     if config.log_every and (step % config.log_every == 0 or step >= config.total):
                         self._log(log, bar, window, step)
+                    if config.checkpoint_every and step % config.checkpoint_every == 0:
+                        self._save(step)
                     if step >= config.total:
                         break
                     waited = time.perf_counter()
