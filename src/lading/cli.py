@@ -384,6 +384,29 @@ def _add_lm(sub: Any) -> None:
     p.set_defaults(func=_cmd_lm_build)
 
 
+def _add_run_args(
+    p: argparse.ArgumentParser,
+    *,
+    batch_size: int,
+    lr: float,
+    epochs: int = 1,
+    log_every: int = 50,
+    parallel: tuple[str, ...] = ("ddp", "dp", "none"),
+) -> None:
+    """The options every ``lading train`` command takes (lading.train.config.RunConfig)."""
+    p.add_argument("--out", required=True, help="folder for model, checkpoints and logs")
+    p.add_argument("--batch-size", type=int, default=batch_size, help="rows per step per rank")
+    p.add_argument("--steps", type=int, help="optimizer steps (default: --epochs epochs)")
+    p.add_argument("--epochs", type=int, default=epochs)
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--parallel", choices=list(parallel), default="ddp")
+    p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per rank")
+    p.add_argument("--log-every", type=int, default=log_every)
+    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+
+
 def _add_train(sub: Any) -> None:
     train = sub.add_parser("train", help="train a model with DDP, DP or one process")
     kinds = train.add_subparsers(dest="kind", required=True)
@@ -393,51 +416,35 @@ def _add_train(sub: Any) -> None:
         description="torchrun --nproc_per_node N -m lading train sessions ... for DDP; "
         "--parallel dp for nn.DataParallel (batch size = total).",
     )
+    _add_run_args(p, batch_size=256, lr=1e-3, epochs=3)
     p.add_argument("--data", required=True, help="folder with one sub-folder per day")
-    p.add_argument("--out", required=True)
     p.add_argument("--train-days", default="178,179,180,181")
     p.add_argument("--eval-day", type=int, default=182)
     p.add_argument("--column", default="item_id-list_seq")
     p.add_argument("--max-len", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--steps", type=int)
-    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=2)
-    p.add_argument("--num-workers", type=int, default=0)
     p.add_argument(
         "--positions",
         type=int,
         default=4,
         help="random positions per session in the loss (0: all; CPU-friendly)",
     )
-    p.add_argument("--parallel", choices=["ddp", "dp", "none"], default="ddp")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-every", type=int, default=50)
-    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.set_defaults(func=_cmd_train_sessions)
     p = kinds.add_parser(
         "lm",
         help="an LSTM language model on a TokenCorpus (BPTT continuity)",
         description="torchrun --nproc_per_node N -m lading train lm ... for DDP.",
     )
+    _add_run_args(p, batch_size=32, lr=3e-3, parallel=("ddp", "none"))
     p.add_argument("--corpus", required=True, help="a TokenCorpus (lading lm build)")
-    p.add_argument("--out", required=True)
     p.add_argument("--valid-fraction", type=float, default=0.02, help="documents held out")
-    p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--bptt", type=int, default=70)
-    p.add_argument("--steps", type=int)
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--emb", type=int, default=256)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--dropout", type=float, default=0.2)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--parallel", choices=["ddp", "none"], default="ddp")
     p.add_argument(
         "--break-continuity",
         action="store_true",
@@ -445,9 +452,6 @@ def _add_train(sub: Any) -> None:
     )
     p.add_argument("--eval-every", type=int, default=0)
     p.add_argument("--eval-batches", type=int, help="validation batches per evaluation")
-    p.add_argument("--log-every", type=int, default=50)
-    p.add_argument("--checkpoint-every", type=int, default=0)
-    p.add_argument("--resume", action="store_true")
     p.set_defaults(func=_cmd_train_lm)
     p = kinds.add_parser(
         "cross-encoder",
@@ -455,7 +459,7 @@ def _add_train(sub: Any) -> None:
         description="Launch with torchrun --nproc_per_node N -m lading train cross-encoder ... "
         "for DDP (NCCL on GPU, gloo on CPU).",
     )
-    p.add_argument("--out", required=True, help="folder for model, checkpoints and logs")
+    _add_run_args(p, batch_size=8, lr=2e-5, log_every=10)
     p.add_argument("--store", help="a lading store (built with the model's tokenizer: fastest)")
     p.add_argument(
         "--corpus", help="a corpus file: built into OUT/store with the model's tokenizer"
@@ -470,29 +474,14 @@ def _add_train(sub: Any) -> None:
     )
     p.add_argument("--tokenizer", help="tokenizer.json or folder (default: the model's)")
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=8,
-        help="groups per step per rank (with --parallel dp: in all)",
-    )
-    p.add_argument("--steps", type=int, help="optimizer steps (default: --epochs epochs)")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--warmup", type=float, default=0.1, help="share of steps warming up")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
-    p.add_argument("--parallel", choices=["ddp", "dp", "none"], default="ddp")
     p.add_argument("--loss", choices=["bce", "listwise"], default="bce")
     p.add_argument("--sampling", choices=["run", "random", "run+random"], default="run")
     p.add_argument("--depth", type=int, default=100)
     p.add_argument("--min-relevance", type=int, default=1)
     p.add_argument("--max-length", type=int, default=512)
     p.add_argument("--max-query-length", type=int, default=64)
-    p.add_argument("--num-workers", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
-    p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument("--trace", action="store_true", help="per-step JSON lines per rank")
     p.set_defaults(func=_cmd_train_cross_encoder)
 

@@ -75,6 +75,17 @@ class RecordError(ValueError):
     """A parser's complaint about one record; the reader adds file and line."""
 
 
+def json_object(text: str) -> dict[str, Any]:
+    """``text`` parsed as one JSON object, or a RecordError saying what it is instead."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RecordError(f"invalid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise RecordError(f"expected a JSON object, found {type(obj).__name__}")
+    return obj
+
+
 Parser = Callable[[bytes], Record]
 
 
@@ -178,13 +189,7 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
     keep = options.keep_fields
 
     def parse_jsonl(raw: bytes) -> Record:
-        text = _decode(raw)
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise RecordError(f"invalid JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(obj, dict):
-            raise RecordError(f"expected a JSON object, found {type(obj).__name__}")
+        obj = json_object(_decode(raw))
         id_key = next((k for k in id_keys if k in obj), None)
         if id_key is None:
             raise RecordError(f"no id field: expected one of {list(id_keys)}; pass id_field=")

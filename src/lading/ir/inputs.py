@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from lading.errors import SourceError
-from lading.sources import OnError, RecordError, check_id, import_ir_datasets, open_binary
+from lading.sources import (
+    OnError,
+    RecordError,
+    check_id,
+    import_ir_datasets,
+    json_object,
+    open_binary,
+)
 
 Queries = dict[str, str]
 Qrels = dict[str, dict[str, int]]
@@ -115,12 +122,7 @@ def _tsv_query(text: str) -> tuple[str, str]:
 
 
 def _json_query(text: str) -> tuple[str, str]:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"invalid JSON ({e.msg} at column {e.colno})") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
+    obj = json_object(text)
     qid = next((obj[k] for k in ("_id", "qid", "query_id", "id") if k in obj), None)
     body = next((obj[k] for k in ("text", "query") if k in obj), None)
     if qid is None or not isinstance(body, str):
@@ -223,12 +225,7 @@ def _hard_negatives(run: Run, first: _Line, rest: Iterator[_Line], policy: _Poli
 
 
 def _hard_negative_line(text: str) -> tuple[str, list[str], list[str]]:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"invalid JSON ({e.msg} at column {e.colno})") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"found a JSON {type(obj).__name__}, not an object")
+    obj = json_object(text)
     if "qid" not in obj or "neg" not in obj:
         raise ValueError(f"missing {'qid' if 'qid' not in obj else 'neg'}")
     qid = _json_id(obj["qid"], "qid")

@@ -26,6 +26,7 @@ from lading.stores import build_store, open_store
 from lading.stores.base import DocStore
 from lading.tokens import save_tokenizer, train_tokenizer
 from lading.train import LoopConfig, StepResult, Trainer, Workload, jsonable, write_summary
+from lading.train.config import RunConfig
 from lading.world import World
 
 PRECISION: tuple[str, ...] = ("bf16", "fp16", "fp32")
@@ -34,11 +35,10 @@ INPUTS: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
 GROUP_OPTIONS: tuple[str, ...] = ("group_size", "sampling", "depth", "min_relevance", "seed")
 
 
-@dataclass
-class TrainConfig:
+@dataclass(kw_only=True)
+class TrainConfig(RunConfig):
     """Everything ``lading train cross-encoder`` takes (see ``lading train cross-encoder -h``)."""
 
-    out: Path
     queries: Path
     qrels: Path
     store: Path | None = None
@@ -47,29 +47,22 @@ class TrainConfig:
     model: str = "tiny"
     tokenizer: str | None = None
     group_size: int = 8
-    batch_size: int = 8
-    steps: int | None = None
-    epochs: int = 1
-    lr: float = 2e-5
     warmup: float = 0.1
     weight_decay: float = 0.01
     precision: str = "fp32"
-    parallel: str = "ddp"
     loss: str = "bce"
     sampling: str = "run"
     depth: int = 100
     min_relevance: int = 1
     max_length: int = 512
     max_query_length: int = 64
-    num_workers: int = 0
     pin_memory: bool | None = None
-    seed: int = 0
-    checkpoint_every: int = 0
-    log_every: int = 10
-    resume: bool = False
     trace: bool = False
     use_tokens: bool | None = None
-    progress: bool | None = None
+    # RunConfig fields with this workload's defaults
+    batch_size: int = 8
+    lr: float = 2e-5
+    log_every: int = 10
 
 
 def _tiny_tokenizer(texts: list[str], path: Path, world: World) -> Path:

@@ -56,7 +56,7 @@ from lading.lm.bptt import Jitter, check_jitter, jitter_of, max_seq, seq_lengths
 from lading.lm.corpus import TokenCorpus
 from lading.lm.stream import EpochStream
 from lading.loading import state as loader_state
-from lading.loading.loader import ResumableLoader
+from lading.loading.loader import BatchKeyed
 from lading.loading.order import Salt, feistel_permutation, generator
 from lading.loading.plan import Plan, batch_count, check_equalize, plan
 from lading.loading.state import Cursor
@@ -94,7 +94,7 @@ class _Segment:
         return sum(self.seqs[:batch])
 
 
-class LanguageModelLoader:
+class LanguageModelLoader(BatchKeyed):
     """Batches ``(x, y)`` of shape ``[batch_size, seq]`` from a :class:`TokenCorpus`.
 
     Args:
@@ -303,6 +303,9 @@ class LanguageModelLoader:
         )
 
     # ------------------------------------------------------------------ DataLoader workers
+    # ``loader(num_workers)`` (from BatchKeyed) builds batches in workers: worth it when batches
+    # are large or far apart in the corpus (windows over a network filesystem); in-process
+    # iteration is faster for small RNN batches.
 
     def batches(self) -> int:
         """Batches this rank yields in the current segment of the epoch."""
@@ -323,22 +326,6 @@ class LanguageModelLoader:
             self._keyed = ((key.epoch, key.segment), self._plan_segment(cursor, self.layout()))
         x = np.zeros((self.batch_size, self.max_seq + 1), dtype=np.int64)
         return self._build(self._keyed[1], cursor, key.batch, x)
-
-    def loader(
-        self,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        multiprocessing_context: str | None = None,
-        persistent_workers: bool | None = None,
-    ) -> ResumableLoader:
-        """A DataLoader whose workers build the batches; resumable like this loader.
-
-        Worth it when batches are large or far apart in the corpus (windows over a corpus
-        on a network filesystem); in-process iteration is faster for small RNN batches.
-        """
-        return ResumableLoader.of_batches(
-            self, num_workers, pin_memory, multiprocessing_context, persistent_workers
-        )
 
     # ------------------------------------------------------------------ state
 

@@ -23,35 +23,28 @@ from lading.lm.loader import LanguageModelLoader
 from lading.lm.model import LSTMLanguageModel, State, detach
 from lading.loading.order import Salt, generator, permutation
 from lading.train import LoopConfig, StepResult, Trainer, Workload, jsonable, write_summary
+from lading.train.config import RunConfig
 from lading.world import World
 
 
-@dataclass
-class LMConfig:
+@dataclass(kw_only=True)
+class LMConfig(RunConfig):
     """Everything ``lading train lm`` takes (see ``lading train lm -h``)."""
 
     corpus: Path
-    out: Path
     valid_fraction: float = 0.02
-    batch_size: int = 32
     bptt: int = 70
-    steps: int | None = None
-    epochs: int = 1
-    lr: float = 3e-3
     clip: float = 0.25
     emb: int = 256
     hidden: int = 256
     layers: int = 2
     dropout: float = 0.2
-    seed: int = 0
-    parallel: str = "ddp"
     break_continuity: bool = False
     eval_every: int = 0
     eval_batches: int | None = None
-    log_every: int = 50
-    checkpoint_every: int = 0
-    resume: bool = False
-    progress: bool | None = None
+    # RunConfig fields with this workload's defaults
+    batch_size: int = 32
+    lr: float = 3e-3
 
 
 def split_documents(count: int, valid_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -150,9 +143,12 @@ def train_lm(config: LMConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     corpus = TokenCorpus.open(config.corpus)
     train_docs, valid_docs = split_documents(len(corpus), config.valid_fraction, config.seed)
-    data = LanguageModelLoader(
+    streams = LanguageModelLoader(
         corpus, config.batch_size, config.bptt, seed=config.seed, documents=train_docs, world=world
     )
+    # in-process iteration reads a buffer of many batches at once; workers only pay off for
+    # a corpus far away (a network filesystem)
+    data: Any = streams.loader(config.num_workers) if config.num_workers else streams
     valid = (
         LanguageModelLoader(
             corpus,

@@ -77,27 +77,6 @@ class ResumableLoader:
             **kwargs,
         )
 
-    @classmethod
-    def of_batches(
-        cls,
-        source: Any,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        multiprocessing_context: str | None = None,
-        persistent_workers: bool | None = None,
-    ) -> ResumableLoader:
-        """A loader over a source that is its own dataset and whose keys are whole batches."""
-        return cls(
-            source,
-            source,
-            batch_size=None,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            seed=int(source.seed),
-            persistent_workers=persistent_workers,
-            multiprocessing_context=multiprocessing_context,
-        )
-
     @property
     def epoch(self) -> int:
         return self.source.cursor.epoch
@@ -149,3 +128,32 @@ class ResumableLoader:
         set_epoch = getattr(self.loader.dataset, "set_epoch", None)
         if callable(set_epoch) and self.loader.dataset is not self.source:
             set_epoch(source.cursor.epoch)
+
+
+class BatchKeyed:
+    """Mixin of sources that are their own dataset and whose keys are whole batches."""
+
+    seed: int
+
+    def _set_workers(self, num_workers: int) -> None:
+        """Called before the loader is made: a source whose plan depends on it checks it."""
+
+    def loader(
+        self,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        multiprocessing_context: str | None = None,
+        persistent_workers: bool | None = None,
+    ) -> ResumableLoader:
+        """A DataLoader whose workers build the batches, resumable like this source."""
+        self._set_workers(num_workers)
+        return ResumableLoader(
+            self,  # type: ignore[arg-type]  # the subclass is a PositionSource
+            self,
+            batch_size=None,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            seed=int(self.seed),
+            persistent_workers=persistent_workers,
+            multiprocessing_context=multiprocessing_context,
+        )

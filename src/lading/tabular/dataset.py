@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from lading.loading.loader import ResumableLoader
+from lading.loading.loader import BatchKeyed, ResumableLoader
 from lading.loading.order import Salt, permutation
 from lading.loading.plan import Plan, batch_count, check_equalize, plan
 from lading.loading.state import Cursor
@@ -52,7 +52,7 @@ class BatchKey(NamedTuple):
     chunks: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]
 
 
-class PartitionedParquet(Dataset[dict[str, torch.Tensor]]):
+class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
     """Parquet rows as dicts of tensors, the same number of batches on every rank.
 
     Args:
@@ -280,16 +280,7 @@ class PartitionedParquet(Dataset[dict[str, torch.Tensor]]):
         for key in self.keys():
             yield self[key]
 
-    def loader(
-        self,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        multiprocessing_context: str | None = None,
-        persistent_workers: bool | None = None,
-    ) -> ResumableLoader:
-        """A DataLoader over this dataset that can save and restore its position."""
+    def _set_workers(self, num_workers: int) -> None:
+        """Readers are ``world_size x num_workers``: check every one gets a row."""
         self.num_workers = num_workers
         self._check_readers()
-        return ResumableLoader.of_batches(
-            self, num_workers, pin_memory, multiprocessing_context, persistent_workers
-        )

@@ -27,6 +27,7 @@ from lading.tabular.sessions import (
     popularity_ranks,
 )
 from lading.train import LoopConfig, StepResult, Trainer, Workload, jsonable, write_summary
+from lading.train.config import RunConfig
 from lading.world import World
 
 ITEMS = "item_id-list_seq"
@@ -41,31 +42,22 @@ def true_lengths(items: torch.Tensor) -> torch.Tensor:
     return (items > 0).sum(dim=1)
 
 
-@dataclass
-class SessionsConfig:
+@dataclass(kw_only=True)
+class SessionsConfig(RunConfig):
     """Everything ``lading train sessions`` takes (see ``lading train sessions -h``)."""
 
     data: Path
-    out: Path
     train_days: list[int] = field(default_factory=lambda: [178, 179, 180, 181])
     eval_day: int = 182
     column: str = ITEMS
     max_len: int = 20
-    batch_size: int = 256
-    epochs: int = 3
-    steps: int | None = None
-    lr: float = 1e-3
     dim: int = 64
     layers: int = 2
     heads: int = 2
-    num_workers: int = 0
     positions: int = 4
-    parallel: str = "ddp"
-    seed: int = 0
-    log_every: int = 50
-    checkpoint_every: int = 0
-    resume: bool = False
-    progress: bool | None = None
+    # RunConfig fields with this workload's defaults
+    batch_size: int = 256
+    epochs: int = 3
 
 
 def day_files(data: Path, days: list[int], splits: tuple[str, ...]) -> list[Path]:
