@@ -291,7 +291,7 @@ def test_lading_train_sessions_resumed_gives_the_uninterrupted_losses(tmp_path: 
 
     def run(out: str, steps: int, **extra: Any) -> dict[int, float]:
         config = SessionsConfig(
-            data, tmp_path / out, train_days=[1], eval_day=2, column="items", max_len=6,
+            data=data, out=tmp_path / out, train_days=[1], eval_day=2, column="items", max_len=6,
             batch_size=8, steps=steps, dim=8, heads=2, parallel="none", log_every=1,
             progress=False, **extra,
         )  # fmt: skip
