@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import word_tokenizer, write
-from contracts import assert_elastic, assert_exact_partition, assert_resumes
+from contracts import assert_elastic, assert_exact_partition, assert_resumes, batches_of
 from lading.world import World
 
 pytest.importorskip("tokenizers")
@@ -172,3 +172,29 @@ def test_elastic_resume(
     k = KINDS[kind](n, data_dir)
     repeats = k.readers(old, workers) + k.readers(new, workers)
     assert_elastic(k.make, old, new, workers, 1, k.items, k.key, max_repeats=repeats, epoch=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_persistent_workers_follow_set_epoch_and_load_state(kind: str, data_dir: Path) -> None:
+    """Workers started in epoch 0 serve epoch 1, and a state loaded after they started."""
+    k = KINDS[kind](61, data_dir)
+    world = World(1, 2)
+    fresh = k.make(world, 2)
+    fresh.set_epoch(1)
+    want = batches_of(fresh, k.key)
+    kept = k.make(world, 2)
+    kept.set_epoch(0)
+    batches_of(kept, k.key)  # the workers start, and persist
+    kept.set_epoch(1)
+    assert batches_of(kept, k.key) == want
+    head = k.make(world, 0)
+    head.set_epoch(1)
+    for _ in zip(range(2), head):
+        pass
+    state = head.state_dict()
+    kept.load_state_dict(state)  # another layout (0 workers): an elastic resume
+    other = k.make(world, 2)
+    other.load_state_dict(state)
+    rest = batches_of(kept, k.key)
+    assert rest and rest == batches_of(other, k.key)  # as workers started after the load

@@ -240,8 +240,11 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
         return base.within(p.unread(served))
 
     def consumed(self) -> int:
-        _, _, served = self._served(self.layout(), self.cursor)
-        return sum(len(s) for s in served)
+        workers = self._workers()
+        _, p = self._plan(self.world.world_size * workers, self.cursor)
+        take, batches = self._take(p.each, self.batch_size), self.cursor.batches
+        counts = [len(range(w, batches, workers)) for w in range(workers)]
+        return self.world.world_size * sum(min(c * self.batch_size, take) for c in counts)
 
     # ------------------------------------------------------------------ reading
 

@@ -1,0 +1,72 @@
+"""The one loader state: one schema for every loader, checked in one place on load."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from lading.dataloader import loader
+from lading.loading.state import STATE_VERSION, Cursor, LoaderStateError, restore, state_dict
+from lading.split import Runs
+from lading.world import World
+
+
+class Numbers:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+def test_a_state_is_json_and_says_where_the_loader_is() -> None:
+    data = loader(Numbers(40), 4, seed=1, world=World(0, 2))
+    data.set_epoch(3)
+    for _ in zip(range(2), data):
+        pass
+    state = data.state_dict()
+    assert json.loads(json.dumps(state)) == state  # no pickle: JSON through and through
+    assert state["version"] == STATE_VERSION and state["kind"] == "map"
+    assert (state["epoch"], state["segment"], state["batches"], state["base"]) == (3, 0, 2, None)
+    assert state["consumed"] == 2 * 4 * 2  # batches x batch size x ranks
+    assert state["layout"] == {"world_size": 2, "batch_size": 4}
+    assert state["fingerprint"]["n"] == 40 and state["fingerprint"]["seed"] == 1
+
+
+def test_states_of_another_kind_version_or_data_are_refused_by_name() -> None:
+    fingerprint = {"n": 10, "seed": 0}
+    saved = state_dict("map", Cursor(), {"world_size": 1}, fingerprint)
+
+    def unread(layout: Any, cursor: Cursor) -> Runs:
+        raise AssertionError("not an elastic resume")
+
+    with pytest.raises(LoaderStateError, match="of a 'map' loader, this one is 'parquet'"):
+        restore(saved, "parquet", {"world_size": 1}, fingerprint, unread)
+    with pytest.raises(LoaderStateError, match="n=10, this loader 11"):
+        restore(saved, "map", {"world_size": 1}, {"n": 11, "seed": 0}, unread)
+    old = {"version": 1, "epoch": 0, "batches_done": 3}  # what lading.loader saved before
+    with pytest.raises(LoaderStateError, match="version 1"):
+        restore(old, "map", {"world_size": 1}, fingerprint, unread)
+    assert issubclass(LoaderStateError, ValueError)
+
+
+def test_same_layout_skips_and_another_layout_starts_a_segment_of_what_is_left() -> None:
+    cursor = Cursor(epoch=2, segment=0, base=None, batches=5)
+    saved = state_dict("map", cursor, {"world_size": 2}, {})
+    same = restore(saved, "map", {"world_size": 2}, {}, lambda layout, c: Runs([], []))
+    assert (same.epoch, same.segment, same.base, same.batches) == (2, 0, None, 5)
+    seen: list[Any] = []
+
+    def unread(layout: Any, c: Cursor) -> Runs:
+        seen.append((layout, c.batches))
+        return Runs([7], [9])
+
+    other = restore(saved, "map", {"world_size": 3}, {}, unread)
+    assert seen == [({"world_size": 2}, 5)]  # asked with the saved layout and position
+    assert (other.epoch, other.segment, other.batches) == (2, 1, 0)
+    assert other.base == Runs([7], [9])
