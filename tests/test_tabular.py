@@ -280,8 +280,12 @@ def test_lading_train_sessions_with_two_ranks(tmp_path: Path) -> None:
     assert 0 <= summary["model"]["recall@20"] <= 1 and summary["most_popular"]["sessions"] > 0
 
 
-def test_lading_train_sessions_resumed_gives_the_uninterrupted_losses(tmp_path: Path) -> None:
-    """Stopped mid-epoch at step 5 and resumed: steps 6-12 have the losses of an unbroken run."""
+@pytest.mark.parametrize("stop", [5, 7])
+def test_lading_train_sessions_resumed_gives_the_uninterrupted_losses(
+    tmp_path: Path, stop: int
+) -> None:
+    """Stopped mid-epoch (step 5) or at the end of the epoch (step 7) and resumed: the later
+    steps have the losses of an unbroken run."""
     from lading.tabular.train import SessionsConfig, train_sessions
 
     data = tmp_path / "days"
@@ -301,7 +305,7 @@ def test_lading_train_sessions_resumed_gives_the_uninterrupted_losses(tmp_path: 
 
     want = run("reference", 12)
     assert len(want) == 12 and len(set(want.values())) > 1
-    first = run("resumed", 5, checkpoint_every=5)  # 7 batches an epoch: stops mid-epoch
-    assert first == {s: want[s] for s in range(1, 6)}
-    got = run("resumed", 12, checkpoint_every=5, resume=True)
-    assert got == want  # the resumed run appended steps 6-12 to the log
+    first = run("resumed", stop, checkpoint_every=stop)  # 7 batches an epoch
+    assert first == {s: want[s] for s in range(1, stop + 1)}
+    got = run("resumed", 12, checkpoint_every=stop, resume=True)
+    assert got == want  # the resumed run appended the later steps to the log

@@ -62,6 +62,7 @@ class Trainer:
         last: StepResult = StepResult(None, 0)
         if self.model is not None:
             self.model.train()
+        fresh = step == 0  # a resumed epoch may have been read to its end before the checkpoint
         try:
             while step < config.total:
                 received = False
@@ -90,7 +91,7 @@ class Trainer:
                         break
                     waited = time.perf_counter()
                 else:
-                    if not received:
+                    if not received and fresh:
                         raise ValueError(
                             f"the loader gave no batch in epoch {self.loader.epoch} "
                             f"(step {step} of {config.total}): it has fewer rows than one batch "
@@ -98,6 +99,7 @@ class Trainer:
                         )
                     self.loader.set_epoch(self.loader.epoch + 1)
                     self.workload.on_epoch(self.loader.epoch)
+                    fresh = True
         finally:
             bar.close()
             for file in (trace, log):
