@@ -280,11 +280,11 @@ def test_lading_train_sessions_with_two_ranks(tmp_path: Path) -> None:
     assert 0 <= summary["model"]["recall@20"] <= 1 and summary["most_popular"]["sessions"] > 0
 
 
-@pytest.mark.parametrize("stop", [5, 7])
+@pytest.mark.parametrize("stop", [5, 8])
 def test_lading_train_sessions_resumed_gives_the_uninterrupted_losses(
     tmp_path: Path, stop: int
 ) -> None:
-    """Stopped mid-epoch (step 5) or at the end of the epoch (step 7) and resumed: the later
+    """Stopped mid-epoch (step 5) or at the end of the epoch (step 8) and resumed: the later
     steps have the losses of an unbroken run."""
     from lading.tabular.train import SessionsConfig, train_sessions
 
@@ -305,7 +305,7 @@ def test_lading_train_sessions_resumed_gives_the_uninterrupted_losses(
 
     want = run("reference", 12)
     assert len(want) == 12 and len(set(want.values())) > 1
-    first = run("resumed", stop, checkpoint_every=stop)  # 7 batches an epoch
+    first = run("resumed", stop, checkpoint_every=stop)  # 60 rows: 8 batches an epoch
     assert first == {s: want[s] for s in range(1, stop + 1)}
     got = run("resumed", 12, checkpoint_every=stop, resume=True)
     assert got == want  # the resumed run appended the later steps to the log
