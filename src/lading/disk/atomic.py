@@ -25,6 +25,7 @@ from lading.disk.meta import META_FILE
 from lading.errors import OutOfSpaceError
 
 DATASET_MARK = "_lading.json"
+STAGE_MARK = "_lading_stage.json"  # a copy made by ``lading stage`` (of any directory)
 _TMP_MARK = ".tmp-"
 _OLD_MARK = ".old-"
 
@@ -131,13 +132,14 @@ def is_ours_to_replace(dest: Path) -> bool:
 
     A lading directory has a ``meta.json`` (any content: a corrupt store may be replaced) or,
     for parquet output that other tools read as a dataset, a ``_lading.json`` (pyarrow skips
-    names starting with ``_``); anything else is the user's and is never deleted.
+    names starting with ``_``), or is a staged copy (``_lading_stage.json``); anything else is
+    the user's and is never deleted.
     """
     if not dest.exists():
         return True
     if not dest.is_dir():
         return False
-    marked = (dest / META_FILE).is_file() or (dest / DATASET_MARK).is_file()
+    marked = any((dest / mark).is_file() for mark in (META_FILE, DATASET_MARK, STAGE_MARK))
     return marked or not any(dest.iterdir())
 
 
