@@ -19,7 +19,7 @@ from lading.errors import (
     StoreFormatError,
 )
 from lading.sources import Record, read_records
-from lading.stage import stage
+from lading.staging import stage
 from lading.stores import (
     DocStore,
     InMemoryStore,

@@ -131,7 +131,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
-    from lading.stage import stage
+    from lading.staging import stage
 
     options: dict[str, Any] = {}
     for item in args.storage_option:
