@@ -66,9 +66,13 @@ def test_a_rebuilt_source_is_staged_again(built: Path, tmp_path: Path) -> None:
     dest = tmp_path / "node0" / "store"
     stage(built, dest)
     before = _mark(dest)
-    build_store(tmp_path / "c" / "collection.tsv", built, overwrite=True)  # a new meta.json
+    corpus = tmp_path / "c" / "collection.tsv"
+    with open(corpus, "a") as f:
+        f.write("extra-doc\ta document added after the first build\n")
+    build_store(corpus, built)  # the source changed: a rebuild, a new meta.json
     stage(built, dest)
     assert _mark(dest)["fingerprint"] != before["fingerprint"]
+    assert len(open_store(dest)) == 401 and open_store(dest)["extra-doc"].startswith("a document")
 
 
 def test_a_damaged_source_is_refused_and_nothing_is_staged(built: Path, tmp_path: Path) -> None:
