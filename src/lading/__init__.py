@@ -19,6 +19,7 @@ from lading.errors import (
     StoreFormatError,
 )
 from lading.sources import Record, read_records
+from lading.staging import stage
 from lading.stores import (
     DocStore,
     InMemoryStore,
@@ -58,4 +59,5 @@ __all__ = [
     "loader",
     "open_store",
     "read_records",
+    "stage",
 ]

@@ -130,6 +130,26 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _cmd_stage(args: argparse.Namespace) -> int:
+    from lading.staging import stage
+
+    options: dict[str, Any] = {}
+    for item in args.storage_option:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--storage-option {item!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(value)  # numbers, booleans, objects
+        except json.JSONDecodeError:
+            options[key] = value
+    started = time.perf_counter()
+    dest = stage(
+        args.src, args.dest, storage_options=options, verify=args.verify, progress=not args.quiet
+    )
+    print(f"{dest}: staged from {args.src} ({time.perf_counter() - started:.1f}s)")
+    return 0
+
+
 def _cmd_synth(args: argparse.Namespace) -> int:
     from lading.synth import synth
 
@@ -523,6 +543,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="read every file of a store and check its checksum")
     p.add_argument("store")
     p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("stage", help="copy a store/corpus/parquet folder to node-local disk")
+    p.add_argument("src", help="a built directory, or an fsspec URL (s3://bucket/prefix, gs://...)")
+    p.add_argument("dest", help="node-local directory to create (reused when still current)")
+    p.add_argument(
+        "--storage-option",
+        "-o",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec option for a URL source, e.g. endpoint_url=http://host:9000 (repeatable)",
+    )
+    p.add_argument("--verify", action="store_true", help="re-read a reused copy in full")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_stage)
 
     _add_train(sub)
     _add_lm(sub)

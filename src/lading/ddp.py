@@ -1,7 +1,9 @@
 """Process-group plumbing shared by the training loops: join the group, pick the device, reduce.
 
 Launched by ``torchrun`` (``WORLD_SIZE`` > 1) the process joins the default group: NCCL when
-CUDA is present, gloo otherwise. Everything here is a no-op in a single process.
+CUDA is present, gloo otherwise. Launched by ``srun`` or ``mpirun`` without torchrun, the ranks
+come from that launcher's variables (:mod:`lading.world`) and ``MASTER_ADDR``/``MASTER_PORT``
+must be exported. Everything here is a no-op in a single process.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ def setup(parallel: str = "ddp") -> tuple[World, torch.device]:
     """Join the process group if torchrun started us; return who we are and our device."""
     if parallel not in PARALLEL:
         raise ValueError(f"unknown parallel {parallel!r}; choose from {sorted(PARALLEL)}")
+    launched = World.detect()
+    if not dist.is_initialized() and launched.world_size > 1 and launched.launcher != "torchrun":
+        _export_for_env_init(launched)
     env_world = int(os.environ.get("WORLD_SIZE", "1"))
     if env_world > 1 and parallel != "ddp":
         raise ValueError(
@@ -37,6 +42,23 @@ def setup(parallel: str = "ddp") -> tuple[World, torch.device]:
     else:
         device = torch.device("cpu")
     return world, device
+
+
+def _export_for_env_init(world: World) -> None:
+    """Give ``init_process_group``'s ``env://`` the ranks srun/mpirun/LADING_* said."""
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
+    if missing:
+        raise ValueError(
+            f"{world.launcher} started rank {world.rank} of {world.world_size} without torchrun; "
+            f"export {' and '.join(missing)} (the first node's hostname and a free port) on "
+            "every node, or launch with torchrun"
+        )
+    os.environ.update(
+        RANK=str(world.rank),
+        WORLD_SIZE=str(world.world_size),
+        LOCAL_RANK=str(world.local_rank),
+        LOCAL_WORLD_SIZE=str(world.local_world_size),
+    )
 
 
 def wrap(model: nn.Module, parallel: str, device: torch.device) -> nn.Module:

@@ -1,9 +1,35 @@
-"""Who am I: global rank, world size, local rank and DataLoader worker of the calling process."""
+"""Who am I: global rank, world size, local rank, node and DataLoader worker of this process.
+
+:meth:`World.detect` reads the launcher's environment variables. Precedence, first match wins:
+
+1. ``LADING_RANK`` / ``LADING_WORLD_SIZE`` (+ ``LADING_LOCAL_RANK``, ``LADING_LOCAL_WORLD_SIZE``,
+   ``LADING_NODE_RANK``): an explicit override (or pass a :class:`World` to the loaders).
+2. torchrun: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` (node).
+   It wins over Slurm because ``srun torchrun ...`` leaves Slurm's per-node task ids in the
+   environment of every worker torchrun starts.
+3. Open MPI: ``OMPI_COMM_WORLD_RANK``/``_SIZE``/``_LOCAL_RANK``/``_LOCAL_SIZE``.
+4. MVAPICH2: ``MV2_COMM_WORLD_RANK``/``_SIZE``/``_LOCAL_RANK``/``_LOCAL_SIZE``.
+5. PMI (MPICH, Intel MPI): ``PMI_RANK``/``PMI_SIZE``, ``MPI_LOCALRANKID``/``MPI_LOCALNRANKS``.
+   The MPI launchers win over Slurm because ``mpirun`` inside an ``sbatch`` script inherits the
+   batch step's ``SLURM_PROCID=0`` in every process.
+6. Slurm ``srun``: ``SLURM_PROCID``, ``SLURM_STEP_NUM_TASKS`` (or ``SLURM_NTASKS``),
+   ``SLURM_LOCALID``, ``SLURM_NODEID``, and tasks per node from ``SLURM_STEP_TASKS_PER_NODE`` /
+   ``SLURM_TASKS_PER_NODE`` (``"4(x2),3"``) or ``SLURM_NTASKS_PER_NODE``. Only inside a job
+   step (``SLURM_STEP_ID`` set): a bare ``sbatch`` script is one process, not rank 0 of N.
+
+When torch.distributed is initialised its rank and size are authoritative; the launcher still
+supplies local rank and node. A launcher that does not say how many processes share this node
+(a bare ``RANK``/``WORLD_SIZE``) is taken as a single node.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+SHARED_FS_ENV = "LADING_SHARED_FS"
 
 
 @dataclass(frozen=True)
@@ -20,6 +46,9 @@ class World:
         local_world_size: processes on this node.
         worker_id: DataLoader worker id in ``[0, num_workers)``; 0 in the main process.
         num_workers: DataLoader workers of this rank; 1 when loading in the main process.
+        node_rank: index of this node, when the launcher says it (torchrun, Slurm, override);
+            None otherwise (MPI launchers do not).
+        launcher: which environment the values came from (``"torchrun"``, ``"slurm"``, ...).
     """
 
     rank: int = 0
@@ -28,6 +57,8 @@ class World:
     local_world_size: int = 1
     worker_id: int = 0
     num_workers: int = 1
+    node_rank: int | None = None
+    launcher: str = "none"
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
@@ -47,35 +78,136 @@ class World:
         """Number of (rank, worker) readers in the whole job."""
         return self.world_size * self.num_workers
 
+    def is_builder(self, shared_fs: bool | None = None) -> bool:
+        """Whether this process is the one that builds (or stages) a directory for the job.
+
+        On a shared filesystem (``shared_fs`` True; default from ``LADING_SHARED_FS``) that is
+        global rank 0; on node-local disks it is local rank 0 of every node.
+        """
+        return self.rank == 0 if resolve_shared_fs(shared_fs) else self.local_rank == 0
+
     @classmethod
-    def detect(cls) -> World:
-        """Read rank and world from torch.distributed (when initialised) or torchrun's env vars.
+    def detect(cls, env: Mapping[str, str] | None = None) -> World:
+        """This process's place, from torch.distributed (when initialised) and the launcher's
+        environment variables (``env``, default ``os.environ``; precedence in the module doc).
 
         The DataLoader worker comes from ``torch.utils.data.get_worker_info()``, so calling this
         inside a worker gives that worker's id.
         """
-        rank, world_size = _distributed_rank_and_size()
-        # torchrun sets LOCAL_RANK and LOCAL_WORLD_SIZE; without them assume a single node.
-        local_rank = _env_int("LOCAL_RANK", rank)
-        local_world_size = max(_env_int("LOCAL_WORLD_SIZE", world_size), local_rank + 1)
+        found = from_environment(os.environ if env is None else env)
+        dist_rank = _distributed_rank_and_size()
+        if dist_rank is not None and dist_rank != (found.rank, found.world_size):
+            rank, size = dist_rank
+            local_size = found.local_world_size if found.world_size == size else size
+            local = found.local_rank if found.world_size == size else rank
+            found = replace(found, rank=rank, world_size=size, local_rank=local)
+            found = replace(found, local_world_size=max(local_size, found.local_rank + 1))
         worker_id, num_workers = _worker_id_and_count()
-        return cls(rank, world_size, local_rank, local_world_size, worker_id, num_workers)
+        return replace(found, worker_id=worker_id, num_workers=num_workers)
 
     def with_worker(self, worker_id: int, num_workers: int) -> World:
         """The same rank seen from DataLoader worker ``worker_id`` of ``num_workers``."""
+        return replace(self, worker_id=worker_id, num_workers=num_workers)
+
+
+def resolve_shared_fs(shared_fs: bool | None = None) -> bool:
+    """``shared_fs`` if given, else ``LADING_SHARED_FS`` (``1``/``0``), else False (each node's
+    local rank 0 builds; on a shared filesystem the build lock makes the second one reuse)."""
+    if shared_fs is not None:
+        return bool(shared_fs)
+    value = os.environ.get(SHARED_FS_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"{SHARED_FS_ENV}={value!r}: use 1 (shared filesystem) or 0 (node-local)")
+
+
+# (launcher, rank, size, local rank, local size, node rank); None: the launcher does not say
+_LAUNCHERS: tuple[tuple[str, str, str, str | None, str | None, str | None], ...] = (
+    ("lading", "LADING_RANK", "LADING_WORLD_SIZE", "LADING_LOCAL_RANK", "LADING_LOCAL_WORLD_SIZE",
+     "LADING_NODE_RANK"),
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"),
+    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE", None),
+    ("mvapich", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
+     "MV2_COMM_WORLD_LOCAL_SIZE", None),
+    ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", None),
+)  # fmt: skip
+
+
+def from_environment(env: Mapping[str, str]) -> World:
+    """The :class:`World` that ``env``'s launcher variables describe (worker 0 of 1)."""
+    for name, rank_var, size_var, local_var, local_size_var, node_var in _LAUNCHERS:
+        if _get(env, rank_var) is None and _get(env, size_var) is None:
+            continue
+        rank = _int(env, rank_var, 0)
+        size = _int(env, size_var, 1)
+        local = _int(env, local_var, rank) if local_var else rank
+        local_size = _int(env, local_size_var, size) if local_size_var else size
+        node = _int(env, node_var, -1) if node_var else -1
+        if node < 0:
+            node = 0 if local_size >= size else -1  # one node: node 0; else unknown
+        return _world(name, rank, size, local, local_size, node)
+    if _get(env, "SLURM_PROCID") is not None and _get(env, "SLURM_STEP_ID", "SLURM_STEPID"):
+        return _slurm(env)
+    return World()
+
+
+def _slurm(env: Mapping[str, str]) -> World:
+    rank = _int(env, "SLURM_PROCID", 0)
+    size = int(_get(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS") or 1)
+    node = _int(env, "SLURM_NODEID", 0)
+    local = _int(env, "SLURM_LOCALID", rank)
+    per_node = _get(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+    if per_node is not None:
+        counts = tasks_per_node(per_node)
+        local_size = counts[node] if node < len(counts) else max(counts)
+    elif (fixed := _get(env, "SLURM_NTASKS_PER_NODE")) is not None:
+        local_size = int(fixed)
+    else:
+        local_size = size
+    return _world("slurm", rank, size, local, local_size, node)
+
+
+def tasks_per_node(value: str) -> list[int]:
+    """Slurm's compressed task counts per node, expanded: ``"4(x2),3"`` -> ``[4, 4, 3]``."""
+    counts: list[int] = []
+    for part in value.split(","):
+        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if match is None:
+            raise ValueError(
+                f"cannot read Slurm tasks per node {value!r}: expected counts like '4(x2),3'"
+            )
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts
+
+
+def _world(name: str, rank: int, size: int, local: int, local_size: int, node: int) -> World:
+    try:
         return World(
-            self.rank,
-            self.world_size,
-            self.local_rank,
-            self.local_world_size,
-            worker_id,
-            num_workers,
+            rank,
+            size,
+            local,
+            max(local_size, local + 1),
+            node_rank=node if node >= 0 else None,
+            launcher=name,
         )
+    except ValueError as e:
+        raise ValueError(f"{name} environment variables are inconsistent: {e}") from None
 
 
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None or value == "":
+def _get(env: Mapping[str, str], *names: str) -> str | None:
+    for name in names:
+        value = env.get(name)
+        if value is not None and value.strip() != "":
+            return value.strip()
+    return None
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    value = _get(env, name)
+    if value is None:
         return default
     try:
         return int(value)
@@ -83,14 +215,13 @@ def _env_int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
-def _distributed_rank_and_size() -> tuple[int, int]:
-    try:
-        import torch.distributed as dist
-    except ImportError:  # pragma: no cover - torch is a core dependency
-        dist = None  # type: ignore[assignment]
+def _distributed_rank_and_size() -> tuple[int, int] | None:
+    import sys
+
+    dist = sys.modules.get("torch.distributed")  # never import torch just to ask
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    return _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
+    return None
 
 
 def _worker_id_and_count() -> tuple[int, int]:

@@ -1,7 +1,8 @@
 """Disk utilities every on-disk format shares; the bottom layer (imports nothing of lading's
 but :mod:`lading.errors`).
 
-- :mod:`lading.disk.atomic`: build into a private temporary directory under a file lock, then
+- :mod:`lading.disk.lock`: the build lock (an ``O_EXCL`` file with a heartbeat, no flock).
+- :mod:`lading.disk.atomic`: build into a private temporary directory under that lock, then
   rename it into place (:func:`build_lock`, :func:`staging`, :func:`new_temp_dir`,
   :func:`publish`, :func:`remove_dead_temps`).
 - :mod:`lading.disk.ragged`: ragged arrays (``.bin`` + ``.off``), written in one pass and mapped.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from lading.disk.atomic import (
     DATASET_MARK,
+    STAGE_MARK,
     build_lock,
     is_ours_to_replace,
     new_temp_dir,
@@ -39,6 +41,7 @@ __all__ = [
     "FORMATS",
     "META_FILE",
     "OFFSET_DTYPE",
+    "STAGE_MARK",
     "DiskFormat",
     "MappedFile",
     "RaggedColumn",

@@ -3,16 +3,16 @@
 A build writes into ``DEST.tmp-<pid>-<random>`` beside the destination and renames it into place
 only when every file is written and fsynced, so a crash at any moment leaves either no
 destination or the previous complete one, plus a temporary directory that the next build under
-the lock removes. Unrelated processes building the same destination are serialised by
-``fcntl.flock`` on ``DEST.lock``: the lock dies with its holder, so a killed builder never
-blocks the next one.
+the lock removes. Processes building the same destination, on this host or on other nodes of a
+shared filesystem, are serialised by ``DEST.lock`` (:mod:`lading.disk.lock`: an ``O_EXCL`` file
+with a heartbeat, not ``flock``, which hangs on Lustre and NFS): a killed builder's lock is taken
+over, at once on the same host, after ``LADING_LOCK_STALE_S`` (default 60) seconds elsewhere.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import secrets
 import shutil
@@ -20,25 +20,34 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lading.disk.files import fsync_dir
+from lading.disk.lock import HEARTBEAT_S, STALE_AFTER_S, FileLock
 from lading.disk.meta import META_FILE
 from lading.errors import OutOfSpaceError
 
 DATASET_MARK = "_lading.json"
+STAGE_MARK = "_lading_stage.json"  # a copy made by ``lading stage`` (of any directory)
 _TMP_MARK = ".tmp-"
 _OLD_MARK = ".old-"
 
 
 @contextlib.contextmanager
 def build_lock(dest: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``DEST.lock`` (blocking) for the body of the ``with``."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = dest.parent / f"{dest.name}.lock"
-    with open(lock_path, "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    """Hold an exclusive lock on ``DEST.lock`` (blocking) for the body of the ``with``.
+
+    Waiting, it prints the holder's host, pid and age every 30 s. ``LADING_LOCK_STALE_S`` sets
+    how long a silent holder on another host keeps it (default 60 s; heartbeat a twelfth).
+    """
+    stale = float(os.environ.get("LADING_LOCK_STALE_S", "") or STALE_AFTER_S)
+    lock = FileLock(
+        dest.parent / f"{dest.name}.lock",
+        stale_after=stale,
+        heartbeat=min(HEARTBEAT_S, stale / 12),
+    )
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def new_temp_dir(dest: Path) -> Path:
@@ -123,13 +132,14 @@ def is_ours_to_replace(dest: Path) -> bool:
 
     A lading directory has a ``meta.json`` (any content: a corrupt store may be replaced) or,
     for parquet output that other tools read as a dataset, a ``_lading.json`` (pyarrow skips
-    names starting with ``_``); anything else is the user's and is never deleted.
+    names starting with ``_``), or is a staged copy (``_lading_stage.json``); anything else is
+    the user's and is never deleted.
     """
     if not dest.exists():
         return True
     if not dest.is_dir():
         return False
-    marked = (dest / META_FILE).is_file() or (dest / DATASET_MARK).is_file()
+    marked = any((dest / mark).is_file() for mark in (META_FILE, DATASET_MARK, STAGE_MARK))
     return marked or not any(dest.iterdir())
 
 

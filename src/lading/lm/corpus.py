@@ -64,8 +64,16 @@ class TokenCorpus:
             raise ValueError(f"{path}: tokens.off does not describe tokens.bin; rebuild")
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> TokenCorpus:
-        """Map a corpus built by :meth:`build` (checked: format, version, file sizes)."""
+    def open(
+        cls, path: str | os.PathLike[str], *, stage_to: str | os.PathLike[str] | None = None
+    ) -> TokenCorpus:
+        """Map a corpus built by :meth:`build` (checked: format, version, file sizes); with
+        ``stage_to``, a node-local copy in ``stage_to/<name>`` (:func:`lading.staging.stage`)."""
+        if stage_to is not None:
+            from lading.staging import stage
+
+            name = os.fspath(path).rstrip("/").rsplit("/", 1)[-1]
+            path = stage(path, Path(stage_to) / name)
         root = Path(path)
         return cls(root, read_meta(root, FORMAT_NAME))
 

@@ -7,7 +7,11 @@ offsets into the source file) and ``IrDatasetsStore`` (ir_datasets' docstore).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
+from lading.staging import stage
 from lading.stores.base import DocStore
 from lading.stores.build import build_store
 from lading.stores.irds import IrDatasetsStore
@@ -16,12 +20,29 @@ from lading.stores.offsets import OffsetStore
 from lading.stores.packed import OnStale, PackedStore
 
 
-def open_store(path: str | os.PathLike[str], *, on_stale: OnStale = "warn") -> PackedStore:
+def open_store(
+    path: str | os.PathLike[str],
+    *,
+    on_stale: OnStale = "warn",
+    stage_to: str | os.PathLike[str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> PackedStore:
     """Open a store built by :func:`build_store`: cheap, memory-mapped, checked.
+
+    Args:
+        path: the store directory, or with ``stage_to`` also an fsspec URL (``s3://...``).
+        on_stale: what to do when the store's source file changed since the build.
+        stage_to: first copy the store to ``stage_to/<name>`` on this node (local rank 0
+            copies once, checked; later runs reuse the copy; see :func:`lading.staging.stage`)
+            and open that copy.
+        storage_options: fsspec options for a URL ``path`` (e.g. ``endpoint_url``).
 
     Raises:
         StoreFormatError: the directory is not a complete store of a version this lading reads.
     """
+    if stage_to is not None:
+        name = os.fspath(path).rstrip("/").rsplit("/", 1)[-1]
+        path = stage(path, Path(stage_to) / name, storage_options=storage_options)
     return PackedStore(path, on_stale=on_stale)
 
 

@@ -1,9 +1,10 @@
 """``build_store``: one builder per destination, atomic, reused when nothing changed.
 
 Under DDP every rank may call :func:`build_store` with the same arguments: one rank builds (local
-rank 0 of each node for node-local disks, global rank 0 for a shared filesystem) while the
-others wait at a barrier, then all open the same files. Unrelated processes are serialised by a
-file lock, and whoever comes second finds the store built and opens it.
+rank 0 of each node for node-local disks, global rank 0 for a shared filesystem: ``shared_fs=``
+or ``LADING_SHARED_FS=1|0``) while the others wait at a barrier, then all open the same files.
+Unrelated processes (and other nodes' builders) are serialised by the build lock, and whoever
+comes second finds the store built and opens it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from lading.stores.layout import FORMAT_NAME
 from lading.stores.packed import PackedStore
 from lading.stores.writer import Duplicates, write_store
 from lading.tokens import describe_tokenizer, load_tokenizer
-from lading.world import World
+from lading.world import World, resolve_shared_fs
 
 Builder = Literal["local", "global"]
 BUILDER_MODES: tuple[str, ...] = ("global", "local")
@@ -48,7 +49,8 @@ def build_store(
     text_field: str | None = None,
     columns: Sequence[str] = ("id", "text"),
     overwrite: bool = False,
-    builder: Builder = "local",
+    builder: Builder | None = None,
+    shared_fs: bool | None = None,
     progress: bool | None = None,
 ) -> PackedStore:
     """Build a :class:`PackedStore` at ``dest`` from ``source`` (once) and open it.
@@ -70,15 +72,21 @@ def build_store(
         columns: TSV column names; must include ``"id"`` and ``"text"``.
         overwrite: rebuild even when ``dest`` holds a store built from the same source with the
             same options (by default such a store is reused as it is).
-        builder: under torch.distributed, who builds: ``"local"`` (local rank 0 of each node,
-            for a node-local ``dest``) or ``"global"`` (rank 0 only, for a shared filesystem).
+        shared_fs: under torch.distributed, whether ``dest`` is on a filesystem every node sees:
+            then global rank 0 builds; else local rank 0 of each node builds its own copy.
+            Default: ``LADING_SHARED_FS`` (``1``/``0``), else False (on a shared filesystem the
+            second node's builder then finds the store built, under the lock, and reuses it).
+        builder: the older spelling: ``"global"`` is ``shared_fs=True``, ``"local"`` False.
         progress: show a progress bar (default: when stderr is a terminal).
 
     Returns:
         The opened store.
     """
-    if builder not in BUILDER_MODES:
+    if builder is not None and builder not in BUILDER_MODES:
         raise ValueError(f"unknown builder {builder!r}; choose from {sorted(BUILDER_MODES)}")
+    if builder is not None and shared_fs is not None and (builder == "global") != shared_fs:
+        raise ValueError(f"builder={builder!r} contradicts shared_fs={shared_fs}; pass one")
+    shared = resolve_shared_fs(shared_fs if builder is None else builder == "global")
     dest_path = Path(dest)
     reader = SourceReader(
         source, format, on_error, ParseOptions(id_field, text_field, tuple(columns))
@@ -103,7 +111,7 @@ def build_store(
         build_here()
         return PackedStore(dest_path)
     world = World.detect()
-    i_build = world.rank == 0 if builder == "global" else world.local_rank == 0
+    i_build = world.is_builder(shared)
     failure: BaseException | None = None
     if i_build:
         try:

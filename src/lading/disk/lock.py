@@ -1,0 +1,274 @@
+"""A directory-build lock that works on NFS, Lustre and Weka: an ``O_EXCL`` file with a heartbeat.
+
+``fcntl.flock`` hangs or silently does nothing on several network filesystems (HF datasets #329,
+#6744), so the lock is a file created with ``O_CREAT | O_EXCL`` (atomic on NFSv3+, Lustre, GPFS,
+Weka) holding JSON: host, pid, start time, a random token and a heartbeat counter. A thread of
+the holder rewrites it (write a temporary file, rename it over the lock) every ``heartbeat``
+seconds. A waiter takes the lock over when
+
+- the holder is on this host and its pid is dead (at once: a SIGKILLed builder), or
+- the file has not changed for ``stale_after`` seconds of the *waiter's* monotonic clock (a
+  holder on another node that died or lost its mount). Clocks of different nodes are never
+  compared, so skew cannot make a live lock look stale.
+
+Takeover renames the stale file to a private name, checks it is the very file judged stale (same
+token and beat) and deletes it; then the waiter competes for ``O_EXCL`` like anyone else. The
+holder checks the token before each heartbeat, so a holder that was (wrongly) taken over stops
+beating and says so. What the lock protects stays safe even then: builds go to private
+temporary directories published by an atomic rename (:mod:`lading.disk.atomic`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+HEARTBEAT_S = 5.0  # the holder rewrites the lock file this often
+STALE_AFTER_S = 60.0  # a lock unchanged this long (12 missed beats) is taken over
+POLL_S = 0.2
+REPORT_EVERY_S = 30.0  # a waiter names the holder this often
+_HOST = socket.gethostname()
+
+
+@dataclass(frozen=True)
+class Holder:
+    """What a lock file says about the process holding it."""
+
+    host: str
+    pid: int
+    started: float  # wall-clock time.time() of the holder's host
+    token: str
+    beat: int
+
+    def describe(self, now: float | None = None) -> str:
+        age = (time.time() if now is None else now) - self.started
+        return f"host {self.host}, pid {self.pid}, held for {age:.0f}s"
+
+
+def read_holder(path: Path) -> Holder | None:
+    """The holder named in lock file ``path``; None if absent or still being written."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Holder(
+            str(data["host"]),
+            int(data["pid"]),
+            float(data["started"]),
+            str(data["token"]),
+            int(data["beat"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class FileLock:
+    """An exclusive lock on ``path`` across processes and hosts (see the module docstring).
+
+    Args:
+        path: the lock file (created, removed on release).
+        heartbeat: seconds between the holder's rewrites of the file.
+        stale_after: seconds without a change after which a waiter takes the lock over.
+        timeout: give up waiting after this many seconds (None: wait as long as it takes).
+        report: where to say who holds the lock while waiting (None: stderr).
+        report_every: seconds between those messages.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        heartbeat: float = HEARTBEAT_S,
+        stale_after: float = STALE_AFTER_S,
+        timeout: float | None = None,
+        report: TextIO | None = None,
+        report_every: float = REPORT_EVERY_S,
+    ) -> None:
+        if stale_after <= 2 * heartbeat:
+            raise ValueError(
+                f"stale_after={stale_after}s must exceed two heartbeats ({2 * heartbeat}s), or a "
+                "live holder could be taken over"
+            )
+        self.path = Path(path)
+        self.heartbeat, self.stale_after, self.timeout = heartbeat, stale_after, timeout
+        self.report, self.report_every = report, report_every
+        self.token = ""
+        self._started = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lost = False  # set if another process took the lock over while we held it
+
+    def acquire(self) -> None:
+        """Block until the lock is ours."""
+        started = time.monotonic()
+        last_report = started
+        seen: tuple[Any, ...] | None = None  # (content) of the lock file as last observed
+        seen_since = started
+        while True:
+            if self._try_create():
+                return
+            now = time.monotonic()
+            holder = read_holder(self.path)
+            state = (holder, self._mtime())
+            if state != seen:
+                seen, seen_since = state, now
+            if self._stale(holder, now - seen_since):
+                self._take_over(holder)
+                continue
+            if self.timeout is not None and now - started > self.timeout:
+                raise TimeoutError(f"gave up after {self.timeout:.0f}s waiting for {self._who()}")
+            if now - last_report >= self.report_every:
+                last_report = now
+                print(
+                    f"lading: waiting {now - started:.0f}s for {self._who(holder)}; it is taken "
+                    f"over if unchanged for {self.stale_after:.0f}s",
+                    file=self.report or sys.stderr,
+                    flush=True,
+                )
+            time.sleep(POLL_S)
+
+    def release(self) -> None:
+        """Stop the heartbeat and remove the lock file (if it is still ours)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        holder = read_holder(self.path)
+        if holder is not None and holder.token == self.token:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+    def __enter__(self) -> FileLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _who(self, holder: Holder | None = None) -> str:
+        holder = holder or read_holder(self.path)
+        named = holder.describe() if holder else "a holder still writing its name"
+        return f"the lock {self.path} ({named})"
+
+    def _mtime(self) -> int | None:
+        try:
+            return self.path.stat().st_mtime_ns
+        except OSError:
+            return None
+
+    def _stale(self, holder: Holder | None, unchanged_for: float) -> bool:
+        if not self.path.exists():
+            return False
+        if holder is not None and holder.host == _HOST and not pid_alive(holder.pid):
+            return True  # a dead process on this very host holds nothing
+        return unchanged_for >= self.stale_after
+
+    def _content(self, beat: int) -> bytes:
+        record = {
+            "host": _HOST,
+            "pid": os.getpid(),
+            "started": self._started,
+            "token": self.token,
+            "beat": beat,
+        }
+        return json.dumps(record).encode("utf-8")
+
+    def _try_create(self) -> bool:
+        self.token = secrets.token_hex(8)
+        self._started = time.time()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            os.write(fd, self._content(0))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._stop.clear()
+        self.lost = False
+        self._thread = threading.Thread(
+            target=self._beat, name="lading-lock-heartbeat", daemon=True
+        )
+        self._thread.start()
+        return True
+
+    def _beat(self) -> None:
+        beat = 0
+        while not self._stop.wait(self.heartbeat):
+            holder = read_holder(self.path)
+            if holder is None or holder.token != self.token:
+                self.lost = True
+                print(
+                    f"lading: the lock {self.path} was taken over by another process "
+                    f"({holder.describe() if holder else 'removed'}); this build goes on, and "
+                    "its atomic publish keeps the result whole",
+                    file=self.report or sys.stderr,
+                    flush=True,
+                )
+                return
+            beat += 1
+            tmp = self.path.with_name(f"{self.path.name}.beat-{self.token}")
+            with contextlib.suppress(OSError):  # a missed beat is retried at the next one
+                tmp.write_bytes(self._content(beat))
+                os.replace(tmp, self.path)
+
+    def _take_over(self, judged: Holder | None) -> None:
+        aside = self.path.with_name(f"{self.path.name}.stale-{secrets.token_hex(4)}")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return  # someone else removed it first
+        moved = read_holder(aside)
+        same = (moved is None and judged is None) or (
+            moved is not None
+            and judged is not None
+            and (moved.token, moved.beat) == (judged.token, judged.beat)
+        )
+        if same:
+            print(
+                f"lading: took over the stale lock {self.path} "
+                f"({judged.describe() if judged else 'no holder written'})",
+                file=self.report or sys.stderr,
+                flush=True,
+            )
+            aside.unlink(missing_ok=True)
+            return
+        # we moved a live lock that replaced the stale one in between: put it back
+        with contextlib.suppress(FileExistsError):  # else a third process holds a new lock,
+            os.link(aside, self.path)  # and the moved holder notices at its next heartbeat
+        aside.unlink(missing_ok=True)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (a zombie counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except OSError as e:
+        return e.errno == errno.EPERM
+    try:  # a killed child not yet reaped by its parent is a zombie: it holds nothing
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike[str], **options: Any) -> Iterator[FileLock]:
+    """Hold :class:`FileLock` ``path`` for the body of the ``with``."""
+    lock = FileLock(path, **options)
+    lock.acquire()
+    try:
+        yield lock
+    finally:
+        lock.release()

@@ -1,0 +1,144 @@
+"""The heartbeat lock: racing processes, a SIGKILLed holder, a silent holder on another host."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from distributed import run_processes
+from lading.disk import build_lock, publish, read_meta, remove_dead_temps, staging
+from lading.disk.lock import FileLock, file_lock, read_holder
+from lading.errors import StoreFormatError
+from lading.stores import build_store, open_store
+from lading.synth import synth
+
+
+def _critical(rank: int, world: int, lock: str, log: str) -> None:
+    for _ in range(5):
+        with file_lock(lock, heartbeat=0.05, stale_after=1.0), open(log, "a") as f:
+            f.write(f"in {rank}\n")
+            f.flush()
+            time.sleep(0.01)
+            f.write(f"out {rank}\n")
+
+
+def test_racing_processes_never_hold_the_lock_together(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    run_processes(_critical, 4, str(tmp_path / "x.lock"), str(log), gloo=False)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 4 * 5 * 2
+    for enter, leave in zip(lines[::2], lines[1::2], strict=True):
+        assert enter.startswith("in ") and leave == "out " + enter[3:], lines
+    assert not (tmp_path / "x.lock").exists()
+
+
+def _build_once(rank: int, world: int, dest: str) -> bool:
+    target = Path(dest)
+    with build_lock(target):
+        remove_dead_temps(target)
+        if (target / "meta.json").is_file():
+            return False
+        with staging(target) as tmp:
+            (tmp / "data").write_bytes(os.urandom(1 << 16))
+            time.sleep(0.2)  # long enough that the others arrive while this one builds
+            (tmp / "meta.json").write_text(json.dumps({"by": rank}))
+            publish(tmp, target)
+    return True
+
+
+def test_racing_builders_build_once_and_all_see_the_result(tmp_path: Path) -> None:
+    built = run_processes(_build_once, 4, str(tmp_path / "d"), gloo=False)
+    assert sum(built) == 1
+    assert json.loads((tmp_path / "d" / "meta.json").read_text())["by"] == built.index(True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+HOLD_AND_HANG = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from lading.disk import build_lock, staging
+    dest = Path(sys.argv[1])
+    with build_lock(dest):
+        with staging(dest) as tmp:
+            (tmp / "docs.bin").write_bytes(b"half a build")
+            print("building", flush=True)
+            time.sleep(600)
+    """
+)
+
+
+def test_a_sigkilled_builder_is_taken_over_and_its_half_build_never_opens(tmp_path: Path) -> None:
+    files = synth("passages", 200, tmp_path / "c")
+    dest = tmp_path / "store"
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD_AND_HANG, str(dest)], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "building"
+    holder = read_holder(tmp_path / "store.lock")
+    assert holder is not None and holder.pid == child.pid
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    with pytest.raises(StoreFormatError):
+        open_store(dest)  # nothing was published
+    started = time.monotonic()
+    store = build_store(files.corpus, dest)  # same host, dead pid: taken over at once
+    assert time.monotonic() - started < 30
+    assert len(store) == 200 and read_meta(dest, "lading.packed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "store"]  # half build removed
+
+
+def test_a_silent_holder_on_another_host_is_taken_over_after_the_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "x.lock"
+    record = {"host": "node-elsewhere", "pid": 4242, "started": time.time() - 100, "beat": 3}
+    path.write_text(json.dumps({**record, "token": "feedface"}))
+    report = io.StringIO()
+    lock = FileLock(path, heartbeat=0.1, stale_after=1.0, report=report, report_every=0.3)
+    started = time.monotonic()
+    with lock:
+        waited = time.monotonic() - started
+        holder = read_holder(path)
+        assert holder is not None and holder.token == lock.token and holder.pid == os.getpid()
+    assert 1.0 <= waited < 10
+    said = report.getvalue()
+    assert "host node-elsewhere, pid 4242, held for 10" in said  # host, pid and age named
+    assert "took over the stale lock" in said
+    assert not path.exists()
+
+
+HOLD_BEATING = textwrap.dedent(
+    """
+    import sys, time
+    from lading.disk.lock import file_lock
+    with file_lock(sys.argv[1], heartbeat=0.1, stale_after=0.5):
+        print("holding", flush=True)
+        time.sleep(float(sys.argv[2]))
+    """
+)
+
+
+def test_a_live_holder_keeps_its_lock_past_the_stale_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "x.lock"
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD_BEATING, str(path), "1.0"], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "holding"
+    with pytest.raises(TimeoutError, match=f"pid {child.pid}"):
+        FileLock(path, heartbeat=0.1, stale_after=0.5, timeout=0.8).acquire()
+    assert child.wait(timeout=30) == 0
+    with FileLock(path, heartbeat=0.1, stale_after=0.5, timeout=5):
+        pass
+
+
+def test_stale_timeout_must_exceed_two_heartbeats(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="must exceed two heartbeats"):
+        FileLock(tmp_path / "x.lock", heartbeat=1.0, stale_after=1.5)

@@ -1,0 +1,208 @@
+"""Staging to node-local disk: a checked copy, reused while current, damage caught, S3 source."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from distributed import free_port, run_processes
+from lading.disk import STAGE_MARK
+from lading.errors import StoreFormatError
+from lading.staging import stage
+from lading.stores import build_store, open_store
+from lading.synth import synth
+from lading.world import World
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> Path:
+    files = synth("passages", 400, tmp_path / "c")
+    build_store(files.corpus, tmp_path / "shared" / "store")
+    return tmp_path / "shared" / "store"
+
+
+def _mark(dest: Path) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads((dest / STAGE_MARK).read_text())
+    return result
+
+
+def _damage_middle(path: Path) -> None:
+    """Flip one byte in the middle of a file: the spot checksums of its ends cannot see it."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_stage_copies_checks_and_reuses(built: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "node0" / "store"
+    assert stage(built, dest) == dest
+    original, copy = open_store(built), open_store(dest)
+    assert copy.ids() == original.ids() and copy.get_many(copy.ids()[:50]) == original.get_many(
+        original.ids()[:50]
+    )
+    first = _mark(dest)
+    assert first["source"] == str(built) and first["format"] == "lading.packed"
+    inode = os.stat(dest / "meta.json").st_ino
+    stage(built, dest)  # the same source: the copy is reused as it is
+    assert _mark(dest)["staged_at"] == first["staged_at"]
+    assert os.stat(dest / "meta.json").st_ino == inode
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["store"]  # no lock or temp left
+
+
+def test_open_store_stage_to(built: Path, tmp_path: Path) -> None:
+    store = open_store(built, stage_to=tmp_path / "local")
+    assert store.path == tmp_path / "local" / "store"
+    assert len(store) == 400 and (store.path / STAGE_MARK).is_file()
+
+
+def test_a_rebuilt_source_is_staged_again(built: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "node0" / "store"
+    stage(built, dest)
+    before = _mark(dest)
+    corpus = tmp_path / "c" / "collection.tsv"
+    with open(corpus, "a") as f:
+        f.write("extra-doc\ta document added after the first build\n")
+    build_store(corpus, built)  # the source changed: a rebuild, a new meta.json
+    stage(built, dest)
+    assert _mark(dest)["fingerprint"] != before["fingerprint"]
+    assert len(open_store(dest)) == 401 and open_store(dest)["extra-doc"].startswith("a document")
+
+
+def test_a_damaged_source_is_refused_and_nothing_is_staged(built: Path, tmp_path: Path) -> None:
+    big = max((p for p in built.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    _damage_middle(big)
+    dest = tmp_path / "node0" / "store"
+    with pytest.raises(StoreFormatError, match=f"{big.name}: CRC32 .* the source is damaged"):
+        stage(built, dest)
+    assert not dest.exists() and not list(dest.parent.glob("store.tmp-*"))
+
+
+def test_a_damaged_staged_copy_is_copied_again(built: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "node0" / "store"
+    stage(built, dest)
+    big = max((p for p in dest.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    # zeroed ends (what a crash can leave): the spot checksums catch it on a plain reuse
+    data = big.read_bytes()
+    big.write_bytes(b"\0" * 4096 + data[4096:])
+    stage(built, dest)
+    assert big.read_bytes() == data
+    # one flipped byte mid-file: only verify=True, which reads every byte, catches it
+    _damage_middle(big)
+    stage(built, dest)
+    assert big.read_bytes() != data
+    stage(built, dest, verify=True)
+    assert big.read_bytes() == data
+
+
+def test_a_plain_folder_stages_and_a_changed_file_restages(tmp_path: Path) -> None:
+    src = tmp_path / "parquet"
+    (src / "part").mkdir(parents=True)
+    (src / "part" / "a.parquet").write_bytes(os.urandom(10_000))
+    (src / "_lading.json").write_text("{}")
+    dest = tmp_path / "local" / "parquet"
+    stage(src, dest)
+    assert (dest / "part" / "a.parquet").read_bytes() == (src / "part" / "a.parquet").read_bytes()
+    (src / "part" / "a.parquet").write_bytes(os.urandom(20_000))
+    stage(src, dest)
+    assert (dest / "part" / "a.parquet").read_bytes() == (src / "part" / "a.parquet").read_bytes()
+
+
+def _stage_as(rank: int, world: int, src: str, dest: str) -> str:
+    me = World(rank=rank, world_size=world, local_rank=rank, local_world_size=world)
+    try:
+        stage(src, dest, world=me, timeout=60)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return str(_mark(Path(dest))["staged_at"])
+
+
+def test_local_rank_0_copies_and_the_others_wait(built: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "node0" / "store"
+    times = run_processes(_stage_as, 3, str(built), str(dest), gloo=False)
+    assert len(set(times)) == 1  # one copy, seen by all three
+
+
+def test_the_waiting_ranks_hear_that_local_rank_0_failed(built: Path, tmp_path: Path) -> None:
+    big = max((p for p in built.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    _damage_middle(big)
+    said = run_processes(_stage_as, 2, str(built), str(tmp_path / "n" / "store"), gloo=False)
+    assert said[0].startswith("StoreFormatError") and "the source is damaged" in said[0]
+    assert said[1].startswith("RuntimeError: local rank 0 failed to stage"), said[1]
+    assert "the source is damaged" in said[1]
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[dict[str, str]]:
+    """A real S3-compatible server (moto's standalone server) on a free localhost port."""
+    pytest.importorskip("s3fs", reason="S3 staging needs s3fs: pip install 'lading[remote]'")
+    server_mod = pytest.importorskip(
+        "moto.server", reason="the local S3 server needs moto: pip install 'moto[server]'"
+    )
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "endpoint_url": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    saved = {k: os.environ.get(k) for k in env if k.startswith("AWS")}
+    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS")})
+    try:
+        yield env
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _upload(s3: dict[str, str], local: Path, url: str) -> None:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(endpoint_url=s3["endpoint_url"], skip_instance_cache=True)
+    bucket = url.removeprefix("s3://").split("/", 1)[0]
+    if not fs.exists(bucket):
+        fs.mkdir(bucket)
+    fs.put(str(local), url.removeprefix("s3://"), recursive=True)
+
+
+def test_stage_from_s3(built: Path, tmp_path: Path, s3: dict[str, str]) -> None:
+    _upload(s3, built, "s3://corpora/msmarco/store")
+    options = {"endpoint_url": s3["endpoint_url"], "skip_instance_cache": True}
+    store = open_store("s3://corpora/msmarco/store", stage_to=tmp_path / "nvme",
+                       storage_options=options)  # fmt: skip
+    assert store.path == tmp_path / "nvme" / "store"
+    assert store.ids() == open_store(built).ids()
+    assert _mark(store.path)["source"] == "s3://corpora/msmarco/store"
+    # the CLI, in a fresh process; the copy is current, so it is reused
+    staged_at = _mark(store.path)["staged_at"]
+    cli = [sys.executable, "-m", "lading", "stage", "s3://corpora/msmarco/store", str(store.path)]
+    cli += ["-o", f"endpoint_url={s3['endpoint_url']}", "--quiet"]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert _mark(store.path)["staged_at"] == staged_at
+
+
+def test_a_damaged_object_in_the_bucket_is_refused(
+    built: Path, tmp_path: Path, s3: dict[str, str]
+) -> None:
+    big = max((p for p in built.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    _damage_middle(big)
+    _upload(s3, built, "s3://corpora/damaged/store")
+    cli = [sys.executable, "-m", "lading", "stage", "s3://corpora/damaged/store"]
+    cli += [str(tmp_path / "nvme" / "store"), "-o", f"endpoint_url={s3['endpoint_url']}"]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert f"s3://corpora/damaged/store/{big.name}: CRC32" in done.stderr
+    assert not (tmp_path / "nvme" / "store").exists()

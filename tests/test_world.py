@@ -1,0 +1,127 @@
+"""Rank detection: every launcher's variables, their precedence, and who builds."""
+
+from __future__ import annotations
+
+import pytest
+
+from lading.world import World, from_environment, resolve_shared_fs, tasks_per_node
+
+# (case, environment, expected (launcher, rank, world, local rank, local world, node))
+TABLE = [
+    ("nothing", {}, ("none", 0, 1, 0, 1, None)),
+    (
+        "torchrun node 1 of 2",
+        {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
+         "GROUP_RANK": "1"},
+        ("torchrun", 5, 8, 1, 4, 1),
+    ),
+    ("bare RANK/WORLD_SIZE: one node", {"RANK": "2", "WORLD_SIZE": "3"},
+     ("torchrun", 2, 3, 2, 3, 0)),
+    (
+        "srun 2 nodes x 4 tasks",
+        {"SLURM_PROCID": "6", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2", "SLURM_NODEID": "1",
+         "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_STEP_ID": "0"},
+        ("slurm", 6, 8, 2, 4, 1),
+    ),
+    (
+        "srun uneven nodes: the step's own counts win over the job's",
+        {"SLURM_PROCID": "8", "SLURM_NTASKS": "16", "SLURM_STEP_NUM_TASKS": "9",
+         "SLURM_LOCALID": "0", "SLURM_NODEID": "2", "SLURM_TASKS_PER_NODE": "8(x2)",
+         "SLURM_STEP_TASKS_PER_NODE": "4(x2),1", "SLURM_STEP_ID": "3"},
+        ("slurm", 8, 9, 0, 1, 2),
+    ),
+    (
+        "srun --ntasks-per-node",
+        {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+         "SLURM_NTASKS_PER_NODE": "2", "SLURM_STEPID": "0"},
+        ("slurm", 3, 4, 1, 2, 1),
+    ),
+    (
+        "sbatch script without srun: one process, not rank 0 of 8",
+        {"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_NODEID": "0"},
+        ("none", 0, 1, 0, 1, None),
+    ),
+    (
+        "Open MPI",
+        {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
+         "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+        ("openmpi", 3, 4, 1, 2, None),
+    ),
+    (
+        "MVAPICH2",
+        {"MV2_COMM_WORLD_RANK": "2", "MV2_COMM_WORLD_SIZE": "6",
+         "MV2_COMM_WORLD_LOCAL_RANK": "2", "MV2_COMM_WORLD_LOCAL_SIZE": "3"},
+        ("mvapich", 2, 6, 2, 3, None),
+    ),
+    (
+        "PMI (MPICH / Intel MPI)",
+        {"PMI_RANK": "7", "PMI_SIZE": "8", "MPI_LOCALRANKID": "3", "MPI_LOCALNRANKS": "4"},
+        ("pmi", 7, 8, 3, 4, None),
+    ),
+    (
+        "torchrun under srun: torchrun's variables win",
+        {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
+         "GROUP_RANK": "1", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
+         "SLURM_NODEID": "1", "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_STEP_ID": "0"},
+        ("torchrun", 5, 8, 1, 4, 1),
+    ),
+    (
+        "mpirun inside sbatch: MPI wins over the batch step's Slurm ids",
+        {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
+         "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+         "SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_STEP_ID": "0"},
+        ("openmpi", 5, 8, 1, 4, None),
+    ),
+    (
+        "explicit override wins over everything",
+        {"LADING_RANK": "1", "LADING_WORLD_SIZE": "2", "LADING_LOCAL_RANK": "0",
+         "LADING_LOCAL_WORLD_SIZE": "1", "LADING_NODE_RANK": "1", "RANK": "0",
+         "WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"},
+        ("lading", 1, 2, 0, 1, 1),
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "env", "expected"), TABLE, ids=[row[0] for row in TABLE])
+def test_launcher_table(case: str, env: dict[str, str], expected: tuple[object, ...]) -> None:
+    world = from_environment(env)
+    got = (world.launcher, world.rank, world.world_size, world.local_rank)
+    assert (*got, world.local_world_size, world.node_rank) == expected, case
+
+
+def test_detect_reads_the_given_environment() -> None:
+    env = {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "1"}
+    world = World.detect(env)
+    assert (world.rank, world.world_size, world.local_rank, world.num_workers) == (1, 2, 0, 1)
+
+
+@pytest.mark.parametrize(
+    ("value", "counts"),
+    [("4", [4]), ("4(x2)", [4, 4]), ("4(x2),3", [4, 4, 3]), ("2,1(x3)", [2, 1, 1, 1])],
+)
+def test_slurm_tasks_per_node(value: str, counts: list[int]) -> None:
+    assert tasks_per_node(value) == counts
+
+
+def test_bad_values_name_the_variable() -> None:
+    with pytest.raises(ValueError, match="cannot read Slurm tasks per node '4x2'"):
+        tasks_per_node("4x2")
+    with pytest.raises(ValueError, match="OMPI_COMM_WORLD_RANK='three'"):
+        from_environment({"OMPI_COMM_WORLD_RANK": "three", "OMPI_COMM_WORLD_SIZE": "4"})
+    with pytest.raises(ValueError, match="slurm environment variables are inconsistent"):
+        from_environment({"SLURM_PROCID": "9", "SLURM_NTASKS": "4", "SLURM_STEP_ID": "0"})
+
+
+def test_who_builds_follows_shared_fs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # node 1's local rank 0 (global rank 4) builds node-locally, never on a shared filesystem
+    world = World(rank=4, world_size=8, local_rank=0, local_world_size=4, node_rank=1)
+    assert world.is_builder(shared_fs=False) and not world.is_builder(shared_fs=True)
+    assert World(rank=0, world_size=8, local_world_size=4).is_builder(shared_fs=True)
+    monkeypatch.setenv("LADING_SHARED_FS", "1")
+    assert resolve_shared_fs() and not world.is_builder()
+    monkeypatch.setenv("LADING_SHARED_FS", "0")
+    assert not resolve_shared_fs() and world.is_builder()
+    assert resolve_shared_fs(True)  # the argument wins over the variable
+    monkeypatch.setenv("LADING_SHARED_FS", "maybe")
+    with pytest.raises(ValueError, match="LADING_SHARED_FS='maybe'"):
+        resolve_shared_fs()
