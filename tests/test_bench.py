@@ -79,13 +79,47 @@ def test_small_grid(
     assert packed["store_anon"] < 0.2 * two["store_anon"]  # a memory map costs next to nothing
     assert results["machine"]["torch"] and results["corpus"]["documents"] == 2000
     table = capsys.readouterr().out
-    assert "## loader mode" in table and "| packed |" in table
+    assert "## loader mode" in table
+    assert "| packed | PackedStore (memory map) | at build (stored ids) |" in table
+    assert "| memory | a dict in every rank | collator |" in table
+    assert "## Memory for documents, all ranks together (MiB)" in table
     for name in ("samples_per_s.png", "memory_anon.png", "memory_pss.png", "memory_store.png"):
         width, height = png_size(tmp_path / "out" / name)
         assert width > 300 and height > 200
     (tmp_path / "out" / "report.md").unlink()
     assert "## train mode" in render(tmp_path / "out")
     assert (tmp_path / "out" / "report.md").is_file()
+
+
+def test_packed_text_reads_the_packed_store_as_text(
+    collection: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "cache"))
+    args = ("--strategies", "packed-text", "--world-sizes", "1", "--modes", "loader")
+    results = bench(collection, tmp_path / "out", *args)
+    (cell,) = results["cells"]
+    assert cell["strategy"] == "packed-text" and cell["status"] == "ok", cell.get("reason")
+    assert cell["samples_per_s"] > 0 and cell["store_anon"] < 2**20  # a map, not a copy
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "| packed-text | PackedStore (memory map) | collator |" in report
+
+
+def test_quick_grid_by_default_full_grid_one_flag_away() -> None:
+    from lading.bench import FULL, QUICK
+    from lading.cli import _default_world_sizes, bench_plan, build_parser
+
+    options, settings, passages = bench_plan(build_parser().parse_args(["bench"]))
+    assert (passages, options.world_sizes, options.modes) == (20_000, [1, 2], ["loader"])
+    assert options.strategies == list(QUICK.strategies)
+    assert "packed-text" in options.strategies and "memory" in options.strategies
+    assert (settings.steps, settings.warmup) == (QUICK.steps, QUICK.warmup)
+    options, settings, passages = bench_plan(build_parser().parse_args(["bench", "--full"]))
+    assert (passages, options.modes, settings.steps) == (100_000, ["loader", "train"], 30)
+    assert options.strategies == list(FULL.strategies) and "irds" in options.strategies
+    assert options.world_sizes == _default_world_sizes()  # 1,2,4 on CPU; up to 8 GPUs
+    given = ["bench", "--full", "--modes", "train", "--steps", "7", "--world-sizes", "1,4"]
+    options, settings, passages = bench_plan(build_parser().parse_args(given))
+    assert (options.modes, settings.steps, options.world_sizes) == (["train"], 7, [1, 4])
 
 
 def test_tiny_budget_gives_oom_cells_and_the_grid_goes_on(

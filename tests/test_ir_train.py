@@ -1,4 +1,7 @@
-"""lading train cross-encoder, for real: torchrun with gloo, SIGKILL and resume, DP, Accelerate."""
+"""lading train cross-encoder, for real: torchrun with gloo, SIGKILL and resume, DP.
+
+The Accelerate recipe: tests/test_accelerate.py (accelerate launch, 2 CPU processes).
+"""
 
 from __future__ import annotations
 
@@ -168,59 +171,3 @@ def test_data_parallel_mode_and_rerank(small: dict[str, Path]) -> None:
     lines = (out / "rerank.trec").read_text().splitlines()
     assert lines[0].split()[1] == "Q0" and lines[0].split()[3] == "1"
     assert len(lines) == 20 * len({line.split()[0] for line in lines})
-
-
-def test_accelerate_path_on_cpu(small: dict[str, Path]) -> None:
-    accelerate = pytest.importorskip("accelerate")
-    import torch
-
-    import lading
-    from lading.ir import (
-        CrossEncoder,
-        CrossEncoderCollator,
-        TrainingGroups,
-        read_qrels,
-        read_queries,
-        read_run,
-    )
-    from lading.ir.model import ranking_loss, tiny_bert_config
-
-    out = small["tmp"] / "accelerate"
-    tok_path = out / "tokenizer.json"
-    run_cli(train_args(small, out, "--steps", "1", "--parallel", "none"))  # makes a tokenizer
-    tok_path = out / "tokenizer" / "tokenizer.json"
-    store = lading.open_store(out / "store")
-    accelerator = accelerate.Accelerator(cpu=True)
-    groups = TrainingGroups(
-        store,
-        read_queries(small["queries"]),
-        read_qrels(small["qrels"]),
-        read_run(small["run"]),
-        group_size=4,
-        on_missing="skip",
-    )
-    data = lading.loader(groups, 4, CrossEncoderCollator(store, max_length=96))
-    from tokenizers import Tokenizer
-
-    model = CrossEncoder.from_config(
-        tiny_bert_config(Tokenizer.from_file(str(tok_path)).get_vocab_size())
-    )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    # our loader already gives each rank its share: only model and optimizer go to prepare()
-    model, optimizer = accelerator.prepare(model, optimizer)
-    before = [p.detach().clone() for p in model.parameters()]
-    data.set_epoch(0)
-    for step, batch in enumerate(data):
-        logits = model(
-            batch["input_ids"].to(accelerator.device),
-            batch["attention_mask"].to(accelerator.device),
-            batch["token_type_ids"].to(accelerator.device),
-        )
-        loss = ranking_loss(logits, batch["labels"].to(accelerator.device), batch["group_size"])
-        accelerator.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        if step == 3:
-            break
-    assert torch.isfinite(loss)
-    assert any(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters()))

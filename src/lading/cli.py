@@ -266,38 +266,58 @@ def _int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from lading.bench import GridOptions, Settings, parse_bytes, render, run_bench
+def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
+    """(GridOptions, Settings, passages) of ``lading bench``: options given, else the preset.
 
-    if args.target == "report":
-        if not args.dir:
-            raise ValueError("lading bench report DIR: say which folder holds results.json")
-        print(render(args.dir))
-        return 0
+    The preset is :data:`lading.bench.QUICK`, or :data:`lading.bench.FULL` with ``--full``.
+    """
+    from lading.bench import FULL, QUICK, GridOptions, Settings, parse_bytes
+
+    preset = FULL if args.full else QUICK
+    if args.world_sizes:
+        world_sizes = _int_list(args.world_sizes)
+    elif preset.world_sizes is not None:
+        world_sizes = list(preset.world_sizes)
+    else:
+        world_sizes = _default_world_sizes()
     options = GridOptions(
-        strategies=[s for s in args.strategies.split(",") if s],
-        world_sizes=_int_list(args.world_sizes) if args.world_sizes else _default_world_sizes(),
-        modes=[m for m in args.modes.split(",") if m],
+        strategies=args.strategies.split(",") if args.strategies else list(preset.strategies),
+        world_sizes=world_sizes,
+        modes=args.modes.split(",") if args.modes else list(preset.modes),
         workers=_int_list(args.workers),
         pin_memory=args.pin_memory,
         ramdisk=args.ramdisk,
         parallel=args.parallel,
         memory_budget=parse_bytes(args.memory_budget) if args.memory_budget else None,
     )
+    options.strategies = [s for s in options.strategies if s]
+    options.modes = [m for m in options.modes if m]
     settings = Settings(
-        steps=args.steps,
-        warmup=args.warmup,
+        steps=args.steps if args.steps is not None else preset.steps,
+        warmup=args.warmup if args.warmup is not None else preset.warmup,
         batch_size=args.batch_size,
         group_size=args.group_size,
         max_length=args.max_length,
         model=args.model,
     )
+    return options, settings, args.passages if args.passages is not None else preset.passages
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from lading.bench import render, run_bench
+
+    if args.target == "report":
+        if not args.dir:
+            raise ValueError("lading bench report DIR: say which folder holds results.json")
+        print(render(args.dir))
+        return 0
+    options, settings, passages = bench_plan(args)
     paths = {
         k: Path(getattr(args, k)) if getattr(args, k) else None
         for k in ("corpus", "queries", "qrels", "negatives")
     }
     run_bench(
-        options, settings, Path(args.out), passages=args.passages, tokenizer=args.tokenizer, **paths
+        options, settings, Path(args.out), passages=passages, tokenizer=args.tokenizer, **paths
     )
     print(f"results in {args.out} (results.json, report.md, *.png)")
     return 0
@@ -314,25 +334,35 @@ def _add_bench(sub: Any) -> None:
     p = sub.add_parser(
         "bench",
         help="the study: document strategies x world sizes, samples/s and memory",
-        description="lading bench [ir] [options] runs the grid; lading bench report DIR "
-        "re-renders report.md and the plots from DIR/results.json.",
+        description="lading bench [ir] [options] runs a quick grid (loader mode, 20,000 "
+        "passages, 1 and 2 processes; minutes); --full runs the study's grid (100,000 passages, "
+        "every strategy, loader and train, 1/2/4 processes or up to 8 GPUs). Options given "
+        "override the grid's. lading bench report DIR re-renders report.md and the plots from "
+        "DIR/results.json.",
     )
     p.add_argument("target", nargs="?", choices=["ir", "report"], default="ir")
     p.add_argument("dir", nargs="?", help="with report: the results folder")
+    p.add_argument(
+        "--full", action="store_true", help="the study's full grid (11-16 min on 2 CPUs)"
+    )
     p.add_argument("--corpus", help="a corpus file (default: a synthetic one, cached)")
     p.add_argument("--queries")
     p.add_argument("--qrels")
     p.add_argument("--negatives", help="a run for --sampling run (default sampling: random)")
-    p.add_argument("--passages", type=int, default=100_000, help="size of the default corpus")
-    p.add_argument("--strategies", default="memory,offsets,packed,irds")
-    p.add_argument("--world-sizes", help="default: 1,2,4 on CPU; 1,2,4,8 up to the GPUs")
-    p.add_argument("--modes", default="loader,train", help="loader, train or both")
+    p.add_argument("--passages", type=int, help="size of the default corpus (20000; --full 100000)")
+    p.add_argument(
+        "--strategies",
+        help="memory,offsets,packed,packed-text (--full adds irds); packed reads stored token "
+        "ids, the others tokenize text in the collator",
+    )
+    p.add_argument("--world-sizes", help="default 1,2; --full: 1,2,4 on CPU, up to 8 GPUs")
+    p.add_argument("--modes", help="loader, train or both (default loader; --full both)")
     p.add_argument("--workers", default="0", help="DataLoader workers, e.g. 0,2,4")
     p.add_argument("--pin-memory", action="store_true", help="also run with pinned memory")
     p.add_argument("--ramdisk", action="store_true", help="also run from a copy in /dev/shm")
     p.add_argument("--parallel", choices=["ddp", "dp"], default="ddp")
-    p.add_argument("--steps", type=int, default=30, help="timed steps per cell")
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    p.add_argument("--steps", type=int, help="timed steps per cell (20; --full 30)")
+    p.add_argument("--warmup", type=int, help="untimed steps first (3; --full 5)")
     p.add_argument("--batch-size", type=int, default=8, help="groups per rank per step")
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--max-length", type=int, default=128)

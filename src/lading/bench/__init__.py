@@ -1,24 +1,71 @@
 """``lading bench``: the study "Moving Stuff Around", reproducible by anyone on their hardware.
 
-Strategies (``memory``, ``offsets``, ``packed``, ``irds``) x world sizes x loader-only and
-training modes, each cell a fresh group of processes, with throughput over the whole loop and
-memory over every process. See :func:`run_bench`.
+Strategies (``memory``, ``offsets``, ``packed``, ``packed-text``, ``irds``) x world sizes x
+loader-only and training modes, each cell a fresh group of processes, with throughput over the
+whole loop and memory over every process. See :func:`run_bench`. Two grids come ready:
+:data:`QUICK` (``lading bench``: minutes on a laptop, still showing that the dict's memory grows
+with the world size while the others' does not) and :data:`FULL` (``lading bench --full``).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lading.bench.cell import Cell, Settings
-from lading.bench.data import STRATEGIES, default_collection, prepare
+from lading.bench.data import (
+    DOCUMENTS_LIVE_IN,
+    STRATEGIES,
+    TOKENIZED_IN,
+    default_collection,
+    prepare,
+)
 from lading.bench.grid import GridOptions, run_grid
 from lading.bench.report import render
 
 DEFAULT_PASSAGES = 100_000
 
-__all__ = ["STRATEGIES", "Cell", "GridOptions", "Settings", "parse_bytes", "render", "run_bench"]
+
+@dataclass(frozen=True)
+class Preset:
+    """A ready grid: what ``lading bench`` runs unless an option says otherwise."""
+
+    passages: int
+    strategies: tuple[str, ...]
+    world_sizes: tuple[int, ...] | None  # None: 1, 2, 4 on CPU; 1, 2, 4, 8 up to the GPUs
+    modes: tuple[str, ...]
+    steps: int
+    warmup: int
+
+
+# about 2 minutes on 2 CPU cores from a fresh cache: loader mode, world sizes 1 and 2
+QUICK = Preset(20_000, ("memory", "offsets", "packed", "packed-text"), (1, 2), ("loader",), 20, 3)
+# the study's grid (11-16 minutes on 2 CPU cores): every strategy, loader and training
+FULL = Preset(
+    DEFAULT_PASSAGES,
+    ("memory", "offsets", "packed", "packed-text", "irds"),
+    None,
+    ("loader", "train"),
+    30,
+    5,
+)
+
+__all__ = [
+    "DOCUMENTS_LIVE_IN",
+    "FULL",
+    "QUICK",
+    "STRATEGIES",
+    "TOKENIZED_IN",
+    "Cell",
+    "GridOptions",
+    "Preset",
+    "Settings",
+    "parse_bytes",
+    "render",
+    "run_bench",
+]
 
 
 def parse_bytes(text: str) -> int:

@@ -76,7 +76,7 @@ def open_strategy(strategy: str, data: BenchData) -> Any:
         return InMemoryStore.from_source(data.corpus)  # the study: every rank loads a dict
     if strategy == "offsets":
         return OffsetStore(data.offsets)
-    if strategy == "packed":
+    if strategy in ("packed", "packed-text"):  # packed-text: the same store, read as text
         return open_store(data.packed)
     if strategy == "irds":
         assert data.irds_tsv is not None

@@ -2,7 +2,8 @@
 
 Without arguments ``lading bench`` generates an MS MARCO-shaped passage collection with
 :func:`lading.synth.synth` under the user's cache directory and builds, from that one TSV, the
-stores the strategies need: a pre-tokenized PackedStore, an OffsetStore and an ir_datasets
+stores the strategies need: a pre-tokenized PackedStore (read as token ids by ``packed``, as
+text by ``packed-text``), an OffsetStore and an ir_datasets
 docstore (when ir_datasets is installed). A real collection can be given instead.
 """
 
@@ -15,7 +16,23 @@ from pathlib import Path
 
 from lading.synth import synth
 
-STRATEGIES: tuple[str, ...] = ("irds", "memory", "offsets", "packed")
+STRATEGIES: tuple[str, ...] = ("irds", "memory", "offsets", "packed", "packed-text")
+# what each strategy includes: where the documents live, and where their text is tokenized
+# (``packed`` and ``packed-text`` read the same store; only the first uses its token ids)
+DOCUMENTS_LIVE_IN: dict[str, str] = {
+    "memory": "a dict in every rank",
+    "offsets": "source TSV, read at offsets",
+    "packed": "PackedStore (memory map)",
+    "packed-text": "PackedStore (memory map)",
+    "irds": "ir_datasets docstore",
+}
+TOKENIZED_IN: dict[str, str] = {
+    "memory": "collator",
+    "offsets": "collator",
+    "packed": "at build (stored ids)",
+    "packed-text": "collator",
+    "irds": "collator",
+}
 
 
 def cache_dir() -> Path:
@@ -85,7 +102,7 @@ def prepare(
         if tok_path.is_dir():
             tok_path = tok_path / "tokenizer.json"
     packed = work / "packed"
-    if "packed" in strategies:
+    if "packed" in strategies or "packed-text" in strategies:
         build_store(corpus, packed, tokenizer=tok_path, max_length=512, progress=True)
     offsets = work / "offsets"
     if "offsets" in strategies and not (offsets / "meta.json").is_file():
@@ -114,7 +131,7 @@ def to_ramdisk(data: BenchData, strategy: str, root: Path) -> BenchData:
             shutil.copyfile(path, target)
         return target
 
-    if strategy == "packed":
+    if strategy in ("packed", "packed-text"):
         return BenchData(**{**data.__dict__, "packed": copy(data.packed)})
     if strategy == "memory":
         return BenchData(**{**data.__dict__, "corpus": copy(data.corpus)})

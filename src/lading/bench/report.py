@@ -12,6 +12,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from lading.bench.data import DOCUMENTS_LIVE_IN, TOKENIZED_IN
+
 SCHEMA = "lading.bench/1"
 CELL_KEYS: tuple[str, ...] = (
     "strategy",
@@ -125,6 +127,37 @@ def _main_cells(results: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _includes(strategy: str) -> str:
+    """The two table cells saying what a strategy includes."""
+    return f"{DOCUMENTS_LIVE_IN.get(strategy, '?')} | {TOKENIZED_IN.get(strategy, '?')}"
+
+
+def _memory_table(cells: list[dict[str, Any]], sizes: list[int]) -> list[str]:
+    """Anonymous memory the ranks gained by opening their documents, against world size."""
+    loader = [c for c in cells if c["mode"] == "loader" and c["status"] == "ok"] or [
+        c for c in cells if c["status"] == "ok"
+    ]
+    strategies = list(dict.fromkeys(c["strategy"] for c in loader if "store_anon" in c))
+    if not strategies or len(sizes) < 2:
+        return []
+    lines = [
+        "",
+        "## Memory for documents, all ranks together (MiB)",
+        "",
+        "A copy per rank grows with the processes; a store shared through the page cache does not.",
+        "",
+        "| strategy | " + " | ".join(f"{w} process{'es' if w > 1 else ''}" for w in sizes) + " |",
+        "|---|" + "---:|" * len(sizes),
+    ]
+    for s in strategies:
+        row = []
+        for w in sizes:
+            match = [c for c in loader if (c["strategy"], c["world_size"]) == (s, w)]
+            row.append(f"{match[-1]['store_anon'] / MiB:,.1f}" if match else "-")
+        lines.append(f"| {s} | " + " | ".join(row) + " |")
+    return lines
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     """The study's layout: per mode, strategies x world sizes; then the variants."""
     cells = _main_cells(results)
@@ -141,17 +174,21 @@ def render_markdown(results: dict[str, Any]) -> str:
         "batch, host-to-device copy, step) summed over ranks, after warm-up; memory is the peak "
         "over all ranks and DataLoader workers together (anonymous memory: what each copy "
         'costs; PSS: shared pages divided among their users); "for documents" is the '
-        "anonymous memory the ranks gained from opening their documents to the end of the run.",
+        "anonymous memory the ranks gained from opening their documents to the end of the run. "
+        '"Documents live in" says where a strategy keeps the documents, "tokenized" whether '
+        "the loop tokenizes their text (in the collator) or reads token ids stored at build "
+        "time: packed and packed-text read the same store, only packed skips the tokenizer.",
     ]
+    lines += _memory_table(cells, sizes)
     for mode in dict.fromkeys(c["mode"] for c in cells):
         lines += [
             "",
             f"## {mode} mode",
             "",
-            "| strategy | "
+            "| strategy | documents live in | tokenized | "
             + " | ".join(f"{w} process{'es' if w > 1 else ''}" for w in sizes)
             + " |",
-            "|---|" + "---:|" * len(sizes),
+            "|---|---|---|" + "---:|" * len(sizes),
         ]
         for s in strategies:
             row = []
@@ -160,19 +197,21 @@ def render_markdown(results: dict[str, Any]) -> str:
                     c for c in cells if (c["strategy"], c["world_size"], c["mode"]) == (s, w, mode)
                 ]
                 row.append(_value(match[-1] if match else None))
-            lines.append(f"| {s} | " + " | ".join(row) + " |")
+            lines.append(f"| {s} | {_includes(s)} | " + " | ".join(row) + " |")
     variants = [c for c in results["cells"] if c not in cells]
     if variants:
         lines += [
             "",
             "## Workers, pinned memory, RAM disk (1 process, loader mode)",
             "",
-            "| strategy | workers | pin memory | RAM disk | result |",
-            "|---|---:|---|---|---|",
+            "| strategy | documents live in | tokenized | workers | pin memory | RAM disk "
+            "| result |",
+            "|---|---|---|---:|---|---|---|",
         ]
         for c in variants:
             lines.append(
-                f"| {c['strategy']} | {c['workers']} | {c['pin_memory']} | "
+                f"| {c['strategy']} | {_includes(c['strategy'])} | {c['workers']} | "
+                f"{c['pin_memory']} | "
                 f"{c['ramdisk']} | {_value(c)} |"
             )
     problems = [c for c in results["cells"] if c["status"] != "ok"]
