@@ -23,6 +23,8 @@ import pytest
 
 from conftest import SEED, log_reliability, word_tokenizer, write
 
+pytestmark = pytest.mark.slow  # SIGKILLs real processes at random moments: run by .ci/run
+
 KILLS = int(os.environ.get("LADING_KILLS", "3"))
 pytest.importorskip("tokenizers")
 pa = pytest.importorskip("pyarrow")

@@ -21,6 +21,8 @@ import pytest
 from conftest import REPO, SEED, log_reliability, word_tokenizer, write
 from distributed import free_port
 
+pytestmark = pytest.mark.slow  # SIGKILLs real processes at random moments: run by .ci/run
+
 pytest.importorskip("tokenizers")
 pq = pytest.importorskip("pyarrow.parquet")
 JOB = REPO / "tests" / "loader_job.py"
