@@ -16,6 +16,11 @@
 sentence-transformers tokenizes text in its collator (bi-encoders) or its losses
 (cross-encoders), so the store hands it text. ``per_device_train_batch_size`` counts *groups*
 per batch: a batch has that many groups' rows (``rows_per_group`` each).
+
+Under DDP, give the cross-encoder trainer ``ddp_find_unused_parameters=False``: s-t's
+CrossEncoder is no ``PreTrainedModel``, so the Trainer turns the unused-parameter search on, and
+DDP then fails marking the classifier's parameters ready twice (s-t 6.2, torch 2.13; the
+bi-encoder needs the search left on for BERT's unused pooler).
 """
 
 from __future__ import annotations
