@@ -1,7 +1,8 @@
 """Readers of the world's document formats, streamed in constant memory.
 
 Formats: TSV (``id<TAB>text[<TAB>more…]``, MS MARCO's ``collection.tsv``), JSONL, TREC SGML
-(``<DOC><DOCNO>…</DOCNO>…</DOC>``), a BEIR folder (``corpus.jsonl``) and ``irds:<dataset-id>``.
+(``<DOC><DOCNO>…</DOCNO>…</DOC>``), a BEIR folder (``corpus.jsonl``), ``irds:<dataset-id>``, and
+parquet and Arrow files (read by :mod:`lading.table_sources`).
 ``.gz``, ``.bz2`` and ``.zst`` files are decompressed on the fly.
 
 Each file format is two functions: a *chunker* that cuts the byte stream into raw records, each
@@ -321,7 +322,7 @@ FILE_FORMATS: dict[str, FileFormat] = {
     "jsonl": FileFormat(chunk_lines, make_jsonl_parser),
     "trec": FileFormat(chunk_trec, make_trec_parser),
 }
-FORMATS: tuple[str, ...] = ("beir", "irds", "jsonl", "trec", "tsv")
+FORMATS: tuple[str, ...] = ("arrow", "beir", "irds", "jsonl", "parquet", "trec", "tsv")
 _SUFFIX_FORMATS = {
     ".tsv": "tsv",
     ".txt": "tsv",
@@ -330,6 +331,9 @@ _SUFFIX_FORMATS = {
     ".trec": "trec",
     ".sgml": "trec",
     ".trectext": "trec",
+    ".parquet": "parquet",
+    ".arrow": "arrow",
+    ".feather": "arrow",
 }
 
 
@@ -530,7 +534,9 @@ class SourceReader:
         return "jsonl" if self.format == "beir" else str(self.format)
 
     def parser(self) -> Parser:
-        """The parser of this source's records (not available for irds)."""
+        """The parser of this source's records (not available for irds, parquet and Arrow)."""
+        if self.format not in FILE_FORMATS and self.format != "beir":
+            raise ValueError(f"{self.source} ({self.format}) has no per-record parser")
         options = self.options
         if self.format == "beir" and options.id_field is None:
             options = ParseOptions("_id", options.text_field, options.columns, options.keep_fields)
@@ -546,6 +552,9 @@ class SourceReader:
         if self.format == "irds":
             yield from _iter_irds(os.fspath(self.source)[len("irds:") :])
             return
+        if self.format in ("arrow", "parquet"):
+            yield from (record for record, _, _ in self.iter_numbered())
+            return
         for record, _ in self.iter_spans():
             yield record
 
@@ -556,14 +565,23 @@ class SourceReader:
             for number, record in enumerate(self, start=1):
                 yield record, number, 0
             return
+        if self.format in ("arrow", "parquet"):
+            from lading.table_sources import iter_table  # imports pyarrow only when needed
+
+            assert self.path is not None
+            for record, row in iter_table(self.path, self.format, self.options, self._bad):
+                yield record, row, 0
+            return
         for record, chunk in self.iter_spans():
             yield record, chunk.line, chunk.end
 
     def iter_spans(self) -> Iterator[tuple[Record, Chunk]]:
         """Records with the raw chunk each came from (byte span in the decompressed file)."""
         path = self.path
-        if path is None:
-            raise ValueError("irds sources have no byte spans")
+        if path is None or self.format not in ("beir", *FILE_FORMATS):
+            raise ValueError(
+                f"{self.format} sources have no byte spans (an OffsetStore needs a text file)"
+            )
         parse = self.parser()
         chunker = FILE_FORMATS[self.file_format].chunker
         with _reading(path) as where, open_binary(path) as stream:

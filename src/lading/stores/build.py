@@ -37,7 +37,7 @@ BUILDER_MODES: tuple[str, ...] = ("global", "local")
 
 
 def build_store(
-    source: str | os.PathLike[str],
+    source: str | os.PathLike[str] | SourceReader,
     dest: str | os.PathLike[str],
     format: str | None = None,
     tokenizer: Any = None,
@@ -56,8 +56,10 @@ def build_store(
     """Build a :class:`PackedStore` at ``dest`` from ``source`` (once) and open it.
 
     Args:
-        source: a TSV/JSONL/TREC file (optionally .gz/.bz2/.zst), a BEIR folder, or
-            ``"irds:<dataset-id>"``.
+        source: a TSV/JSONL/TREC file (optionally .gz/.bz2/.zst), a parquet or Arrow file, a
+            BEIR folder, ``"irds:<dataset-id>"``, or a reader made elsewhere (a
+            :class:`~lading.table_sources.RecordStream`, e.g. over an HF dataset; ``format``,
+            ``on_error`` and the field options are then the reader's own).
         dest: the store directory to create.
         format: the source format; detected from the name when None.
         tokenizer: pre-tokenize with this (a ``tokenizers.Tokenizer``, a HF fast tokenizer, a
@@ -88,9 +90,12 @@ def build_store(
         raise ValueError(f"builder={builder!r} contradicts shared_fs={shared_fs}; pass one")
     shared = resolve_shared_fs(shared_fs if builder is None else builder == "global")
     dest_path = Path(dest)
-    reader = SourceReader(
-        source, format, on_error, ParseOptions(id_field, text_field, tuple(columns))
-    )
+    if isinstance(source, SourceReader):
+        reader, on_error = source, source.on_error
+    else:
+        reader = SourceReader(
+            source, format, on_error, ParseOptions(id_field, text_field, tuple(columns))
+        )
     tok = load_tokenizer(tokenizer) if tokenizer is not None else None
     options = {
         "format": reader.format,

@@ -1,0 +1,183 @@
+"""The HF ``Trainer`` reading a lading loader, resumable through the Trainer's own checkpoints.
+
+``LadingTrainer(model=..., args=..., train_loader=lading.loader(...))`` trains from the loader
+as it is: each rank reads its own disjoint, equal share (the Trainer does not wrap the loader
+in a sampler of its own, nor hand it to Accelerate to shard again), and ``set_epoch`` reshuffles
+and redraws per-epoch negatives. Every checkpoint the Trainer writes gets the loader's
+``state_dict()`` as ``lading_loader.json`` (a :class:`LoaderStateCallback`); ``trainer.train(
+resume_from_checkpoint=...)`` loads it, so the resumed run reads exactly the batches the
+interrupted one had not yet read, in the same order.
+
+The Trainer's own way of resuming data, skipping the first batches of the epoch, would rebuild
+the DataLoader from its parts and lose the loader's position; the trainer sets
+``args.ignore_data_skip = True`` because the loader resumes itself (no batch is read twice to
+be skipped). One limit of that: with ``gradient_accumulation_steps > 1`` on an epoch whose
+batch count is not a multiple of it, the Trainer regroups the last accumulation of a resumed
+epoch; pick equal multiples when exact resumes matter.
+
+:class:`LadingTrainerMixin` holds all of it for other ``Trainer`` subclasses (the
+sentence-transformers trainers in :mod:`lading.integrations.sentence_transformers`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+
+from lading.loading.loader import ResumableLoader
+
+LOADER_FILE = "lading_loader.json"
+
+
+class TrainerLoader:
+    """What the Trainer iterates: a lading loader as the Trainer expects a DataLoader to be.
+
+    ``len()`` is the batch count of a whole epoch (the Trainer plans its steps from it), and
+    ``set_epoch`` leaves a just-restored position in place when the Trainer starts the epoch
+    that position belongs to.
+    """
+
+    def __init__(self, loader: ResumableLoader) -> None:
+        self.loader = loader
+        self.epoch_batches = loader.source.batches()
+        self._fresh = True  # nothing read since the position was set or restored
+
+    @property
+    def dataset(self) -> Any:
+        return self.loader.dataset
+
+    def __len__(self) -> int:
+        return self.epoch_batches
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch``, unless the loader stands, unread, at a position of that epoch."""
+        if not (self._fresh and epoch == self.loader.epoch):
+            self.loader.set_epoch(epoch)
+        self._fresh = True
+
+    def __iter__(self) -> Iterator[Any]:
+        self._fresh = False
+        return iter(self.loader)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state)
+        self._fresh = True
+
+
+def save_loader_state(
+    loader: TrainerLoader | ResumableLoader, folder: str | os.PathLike[str]
+) -> Path:
+    """Write ``loader.state_dict()`` as ``folder/lading_loader.json`` (atomically)."""
+    path = Path(folder) / LOADER_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{LOADER_FILE}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(loader.state_dict(), indent=1))
+    tmp.replace(path)
+    return path
+
+
+def load_loader_state(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """The loader state saved in checkpoint ``folder``; FileNotFoundError saying why if none."""
+    path = Path(folder) / LOADER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{folder} has no {LOADER_FILE}: it was not written by a trainer with a "
+            "LoaderStateCallback, so the loader position is unknown. Resume from a checkpoint "
+            "of such a trainer, or start training afresh."
+        )
+    state: dict[str, Any] = json.loads(path.read_text())
+    return state
+
+
+class LoaderStateCallback(TrainerCallback):
+    """Saves the trainer's loader position into every checkpoint folder the Trainer writes.
+
+    The position is the same on every rank (all take the same batches), so the process that
+    saves checkpoints (``args.should_save``) writes it, beside ``trainer_state.json``.
+    """
+
+    def __init__(self, trainer: LadingTrainerMixin) -> None:
+        self.trainer = trainer
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        loader = self.trainer.lading_loader
+        if loader is None or not args.should_save:
+            return
+        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        save_loader_state(loader, folder)
+
+
+class LadingTrainerMixin:
+    """Makes a ``transformers.Trainer`` subclass train from a lading loader, resumably.
+
+    Call :meth:`setup_lading` from ``__init__`` after the Trainer's; a subclass that builds its
+    loader itself (from its collator, its batch size) overrides :meth:`make_lading_loader`.
+    """
+
+    args: Any
+    lading_loader: TrainerLoader | None
+    _lading_resume: dict[str, Any] | None
+
+    def setup_lading(self, loader: ResumableLoader | None) -> None:
+        self.lading_loader = TrainerLoader(loader) if loader is not None else None
+        self._lading_resume = None
+        self.args.ignore_data_skip = True  # the loader resumes itself; see the module docstring
+        self.add_callback(LoaderStateCallback(self))  # type: ignore[attr-defined]
+
+    def make_lading_loader(self) -> ResumableLoader:
+        raise ValueError(
+            f"{type(self).__name__} has no loader: pass train_loader=lading.loader(...)"
+        )
+
+    def get_train_dataloader(self) -> TrainerLoader:
+        """The lading loader (made on first use), at the checkpoint's position when resuming."""
+        if self.lading_loader is None:
+            self.lading_loader = TrainerLoader(self.make_lading_loader())
+        if self._lading_resume is not None:
+            self.lading_loader.load_state_dict(self._lading_resume)
+            self._lading_resume = None
+        return self.lading_loader
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
+        """``Trainer.train``; a checkpoint resumed from also gives the loader its position."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"no checkpoint found in {self.args.output_dir} to resume from")
+        if isinstance(resume_from_checkpoint, (str, os.PathLike)):
+            # read before the Trainer loads anything, so a checkpoint without it fails first
+            self._lading_resume = load_loader_state(resume_from_checkpoint)
+        return super().train(resume_from_checkpoint=resume_from_checkpoint or None, **kwargs)  # type: ignore[misc]
+
+
+class LadingTrainer(LadingTrainerMixin, Trainer):  # type: ignore[misc]
+    """``transformers.Trainer`` training from ``train_loader`` (a :func:`lading.loader` or any
+    lading loader: ``PartitionedParquet(...).loader()``, ``LanguageModelLoader(...).loader()``).
+
+    Everything else is the Trainer's: pass ``model``, ``args`` and the rest as usual, and
+    override ``compute_loss`` when the model does not return its own loss.
+    """
+
+    def __init__(self, *args: Any, train_loader: ResumableLoader | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.setup_lading(train_loader)
+
+
+__all__ = [
+    "LOADER_FILE",
+    "LadingTrainer",
+    "LadingTrainerMixin",
+    "LoaderStateCallback",
+    "TrainerLoader",
+    "load_loader_state",
+    "save_loader_state",
+]

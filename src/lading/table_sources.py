@@ -1,0 +1,193 @@
+"""Documents from columnar files (parquet, Arrow IPC) and from any stream of records.
+
+Parquet and Arrow files are read one record batch at a time with pyarrow (the ``parquet``
+extra), only the id, text and kept columns, so a 20 GB file costs one batch of memory. The id
+and text columns are named like JSON keys (``id_field``/``text_field``, default: the first of
+:data:`~lading.sources.JSON_ID_FIELDS` / :data:`~lading.sources.JSON_TEXT_FIELDS` present).
+Arrow files may be in the IPC *file* format (Feather v2) or the *stream* format (what HF
+``datasets`` writes to its cache): both are read through a memory map.
+
+:class:`RecordStream` turns any callable that yields :class:`~lading.sources.Record` s (an HF
+dataset, a DataFrame, a generator) into a source :func:`lading.build_store` accepts; its
+``identity`` stands in for a file fingerprint when deciding whether a built store is reusable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from lading.sources import (
+    JSON_ID_FIELDS,
+    JSON_TEXT_FIELDS,
+    Chunk,
+    OnError,
+    ParseOptions,
+    Parser,
+    Record,
+    RecordError,
+    SourceReader,
+    check_id,
+)
+
+TABLE_FORMATS: tuple[str, ...] = ("arrow", "parquet")
+BATCH_ROWS = 4096  # rows per record batch read: a few MB of text, small next to a page cache
+
+
+def import_pyarrow() -> Any:
+    """Import pyarrow or explain how to install it."""
+    try:
+        import pyarrow
+    except ImportError:
+        raise ImportError(
+            "reading parquet or Arrow files needs pyarrow. To install:\n"
+            "  pip install 'lading[parquet]'"
+        ) from None
+    return pyarrow
+
+
+def pick_column(
+    names: Iterable[str], chosen: str | None, defaults: tuple[str, ...], what: str
+) -> str:
+    """The column named ``chosen``, else the first of ``defaults`` present; ValueError otherwise."""
+    names = list(names)
+    if chosen is not None:
+        if chosen not in names:
+            raise ValueError(f"no {what} column {chosen!r}; the columns are {names}")
+        return chosen
+    for name in defaults:
+        if name in names:
+            return name
+    raise ValueError(
+        f"no {what} column among {names}: name it (id_field=/text_field=, or --id-field/"
+        f"--text-field); the defaults tried were {list(defaults)}"
+    )
+
+
+def make_record(doc_id: Any, text: Any, fields: Mapping[str, Any]) -> Record:
+    """A Record from column values; RecordError for a null or non-text value."""
+    if doc_id is None:
+        raise RecordError("null id")
+    if isinstance(doc_id, (bytes, bytearray)):
+        doc_id = doc_id.decode("utf-8")
+    if not isinstance(text, str):
+        raise RecordError(f"text is {type(text).__name__}, not a string")
+    kept = {k: v for k, v in fields.items() if isinstance(v, str)}
+    return Record(check_id(str(doc_id)), text, kept)
+
+
+def _batches(path: Path, fmt: str, columns: list[str] | None) -> tuple[list[str], Iterator[Any]]:
+    """Column names of the file and an iterator over its record batches (of ``columns``)."""
+    pa = import_pyarrow()
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        parquet = pq.ParquetFile(path)
+        names = list(parquet.schema_arrow.names)
+        if columns is None:
+            return names, iter(())
+        return names, parquet.iter_batches(batch_size=BATCH_ROWS, columns=columns)
+    source = pa.memory_map(str(path), "r")
+    try:
+        reader: Any = pa.ipc.open_file(source)
+        names = list(reader.schema.names)
+        batches: Iterator[Any] = (reader.get_batch(i) for i in range(reader.num_record_batches))
+    except pa.ArrowInvalid:  # not the file format: the stream format HF datasets writes
+        source.seek(0)
+        reader = pa.ipc.open_stream(source)
+        names = list(reader.schema.names)
+        batches = iter(reader)
+    if columns is None:
+        return names, iter(())
+    return names, (batch.select(columns) for batch in batches)
+
+
+def table_columns(path: Path, fmt: str, options: ParseOptions) -> tuple[str, str, list[str]]:
+    """The id column, the text column and the kept field columns of a table file."""
+    names, _ = _batches(path, fmt, None)
+    id_col = pick_column(names, options.id_field, JSON_ID_FIELDS, "id")
+    text_col = pick_column(names, options.text_field, JSON_TEXT_FIELDS, "text")
+    kept = [n for n in options.keep_fields if n in names and n not in (id_col, text_col)]
+    return id_col, text_col, kept
+
+
+def iter_table(
+    path: Path, fmt: str, options: ParseOptions, bad: Callable[[Path, int, str], None]
+) -> Iterator[tuple[Record, int]]:
+    """Records of a parquet/Arrow file with their 1-based row numbers; ``bad`` judges errors."""
+    id_col, text_col, kept = table_columns(path, fmt, options)
+    _, batches = _batches(path, fmt, [id_col, text_col, *kept])
+    row = 0
+    for batch in batches:
+        ids = batch.column(0).to_pylist()
+        texts = batch.column(1).to_pylist()
+        extra = {name: batch.column(2 + i).to_pylist() for i, name in enumerate(kept)}
+        for j, (doc_id, text) in enumerate(zip(ids, texts)):
+            row += 1
+            try:
+                record = make_record(doc_id, text, {k: v[j] for k, v in extra.items()})
+            except RecordError as e:
+                bad(path, row, f"row {row}: {e}")
+                continue
+            yield record, row
+
+
+class RecordStream(SourceReader):
+    """A source made of records from ``records()``, for :func:`lading.build_store`.
+
+    Args:
+        records: called once per build; yields the documents, or ``(id, text, fields)`` triples.
+        name: what error messages and ``meta.json`` call this source.
+        identity: what distinguishes this source from another (e.g. an HF dataset's
+            fingerprint); a store built from a stream of equal identity with the same options
+            is reused instead of rebuilt.
+        on_error: ``"raise"`` stops at a bad record (null id, non-text text), ``"skip"``
+            skips and counts it.
+    """
+
+    def __init__(
+        self,
+        records: Callable[[], Iterable[Record | tuple[Any, Any, Mapping[str, Any]]]],
+        name: str,
+        identity: Mapping[str, Any],
+        on_error: OnError = "raise",
+    ) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"unknown on_error {on_error!r}; choose from ['raise', 'skip']")
+        self.source, self.format, self.on_error = name, "records", on_error
+        self.options, self.skipped, self.skip_reasons = ParseOptions(), 0, []
+        self._records, self._identity = records, dict(identity)
+
+    @property
+    def path(self) -> Path | None:
+        return None
+
+    def fingerprint(self) -> dict[str, Any]:
+        return dict(self._identity)
+
+    def parser(self) -> Parser:
+        raise ValueError(f"{self.source} is a stream of records: it has no parser")
+
+    def iter_spans(self) -> Iterator[tuple[Record, Chunk]]:
+        raise ValueError(f"{self.source} is a stream of records: it has no byte spans")
+
+    @property
+    def bulk(self) -> bool:
+        return False
+
+    def __iter__(self) -> Iterator[Record]:
+        for record, _, _ in self.iter_numbered():
+            yield record
+
+    def iter_numbered(self) -> Iterator[tuple[Record, int, int]]:
+        """Records with their 1-based position in the stream (no byte offsets: 0)."""
+        for number, item in enumerate(self._records(), start=1):
+            try:
+                record = item if isinstance(item, Record) else make_record(*item)
+                check_id(record.id)
+            except RecordError as e:
+                self._bad(Path(os.fspath(self.source)), number, f"record {number}: {e}")
+                continue
+            yield record, number, 0

@@ -1,0 +1,85 @@
+"""HF datasets in and out: stores from a Dataset, a split, parquet and Arrow; groups exported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+datasets = pytest.importorskip("datasets")
+
+from integration_data import adi  # noqa: E402
+
+
+def test_stores_from_a_dataset_a_split_parquet_and_arrow_agree(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    import lading
+    from lading.integrations.hf_datasets import build_store
+
+    docs = data_dir / "ir/normalized/vaswani/docs.jsonl"
+    if not docs.is_file():
+        pytest.skip(f"{docs} not found")
+    data = datasets.Dataset.from_json(str(docs), cache_dir=str(tmp_path / "hf"))
+    reference = lading.build_store(docs, tmp_path / "from-jsonl", id_field="doc_id")
+    split = build_store(datasets.DatasetDict(train=data), tmp_path / "split", id_column="doc_id")
+    data.to_parquet(str(tmp_path / "docs.parquet"))
+    parquet = build_store(tmp_path / "docs.parquet", tmp_path / "parquet", id_column="doc_id")
+    arrow_file = data.cache_files[0]["filename"]  # datasets' own cache: the Arrow stream format
+    arrow = lading.build_store(arrow_file, tmp_path / "arrow", format="arrow", id_field="doc_id")
+    assert len(reference) == 11429
+    for store in (split, parquet, arrow):
+        assert store.ids() == reference.ids()
+        assert store.get_many(["1", "5000", "11429"]) == reference.get_many(["1", "5000", "11429"])
+    # the same dataset again is reused, not rebuilt
+    before = (tmp_path / "split" / "meta.json").stat().st_mtime_ns
+    build_store(data, tmp_path / "split", id_column="doc_id")
+    assert (tmp_path / "split" / "meta.json").stat().st_mtime_ns == before
+
+
+def test_bad_columns_and_rows_are_named(tmp_path: Path) -> None:
+    from lading.errors import SourceError
+    from lading.integrations.hf_datasets import build_store
+
+    data = datasets.Dataset.from_dict({"pid": ["a", None, "c"], "body": ["x", "y", "z"]})
+    with pytest.raises(ValueError, match=r"no column 'id'.*\['pid', 'body'\]"):
+        build_store(data, tmp_path / "s")
+    with pytest.raises(SourceError, match="record 2: null id"):
+        build_store(data, tmp_path / "s", id_column="pid", text_column="body")
+    with pytest.warns(UserWarning, match="skipped 1"):
+        store = build_store(
+            data, tmp_path / "s", id_column="pid", text_column="body", on_error="skip"
+        )
+    assert store.ids() == ["a", "c"]
+    with pytest.raises(ValueError, match="pass split="):
+        build_store(datasets.DatasetDict(a=data, b=data), tmp_path / "t", id_column="pid")
+
+
+@pytest.mark.parametrize("fmt", ["n-tuple", "triplet", "labeled-pair", "labeled-list"])
+def test_groups_export_in_sentence_transformers_formats(
+    fmt: str, data_dir: Path, tmp_path: Path
+) -> None:
+    from lading.dataloader import EpochIndex
+    from lading.integrations.hf_datasets import groups_to_dataset
+
+    data = adi(data_dir, tmp_path)
+    groups = data.groups(group_size=3)
+    out = groups_to_dataset(groups, fmt, epoch=2, cache_dir=str(tmp_path / "hf"))
+    rows_per_group = {"n-tuple": 1, "labeled-list": 1, "triplet": 2, "labeled-pair": 3}[fmt]
+    assert len(out) == len(groups) * rows_per_group
+    first = groups[EpochIndex(2, 0)]
+    texts = data.store.get_many(first["doc_ids"])
+    row = out[0]
+    expected = {
+        "n-tuple": {
+            "query": first["query"],
+            "positive": texts[0],
+            "negative_1": texts[1],
+            "negative_2": texts[2],
+        },
+        "triplet": {"anchor": first["query"], "positive": texts[0], "negative": texts[1]},
+        "labeled-pair": {"query": first["query"], "passage": texts[0], "label": 1.0},
+        "labeled-list": {"query": first["query"], "docs": texts, "labels": [1, 0, 0]},
+    }[fmt]
+    assert row == expected
+    assert list(out.column_names) == list(expected)  # the order sentence-transformers reads
