@@ -56,7 +56,7 @@ class _Source:
         self.remote = "://" in self.url and not self.url.startswith("file://")
         if self.remote:
             try:
-                from fsspec.core import url_to_fs  # type: ignore[import-untyped]
+                from fsspec.core import url_to_fs
             except ImportError:  # pragma: no cover - torch depends on fsspec
                 raise ImportError(
                     f"staging from {self.url} needs fsspec. To install:\n"
