@@ -418,6 +418,12 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    p.add_argument(
+        "--no-prefetch",
+        dest="prefetch",
+        action="store_false",
+        help="on CUDA, copy each batch in the step instead of ahead on a side stream (to compare)",
+    )
     p.set_defaults(func=_cmd_train_sessions)
     p = kinds.add_parser(
         "lm",
@@ -448,6 +454,12 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--checkpoint-every", type=int, default=0)
     p.add_argument("--resume", action="store_true")
+    p.add_argument(
+        "--no-prefetch",
+        dest="prefetch",
+        action="store_false",
+        help="on CUDA, copy each batch in the step instead of ahead on a side stream (to compare)",
+    )
     p.set_defaults(func=_cmd_train_lm)
     p = kinds.add_parser(
         "cross-encoder",
@@ -494,6 +506,18 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument("--trace", action="store_true", help="per-step JSON lines per rank")
+    p.add_argument(
+        "--narrow",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="send ids in the store's dtype + lengths, widened on the device (default: on CUDA)",
+    )
+    p.add_argument(
+        "--no-prefetch",
+        dest="prefetch",
+        action="store_false",
+        help="on CUDA, copy each batch in the step instead of ahead on a side stream (to compare)",
+    )
     p.set_defaults(func=_cmd_train_cross_encoder)
 
 

@@ -52,6 +52,7 @@ class LMConfig:
     checkpoint_every: int = 0
     resume: bool = False
     progress: bool | None = None
+    prefetch: bool = True  # on CUDA: batches copied ahead on a side stream
 
 
 def split_documents(count: int, valid_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

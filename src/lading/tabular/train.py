@@ -66,6 +66,7 @@ class SessionsConfig:
     checkpoint_every: int = 0
     resume: bool = False
     progress: bool | None = None
+    prefetch: bool = True  # on CUDA: batches copied ahead on a side stream
 
 
 def day_files(data: Path, days: list[int], splits: tuple[str, ...]) -> list[Path]:
