@@ -329,3 +329,58 @@ def test_resident_lm_loader_keeps_continuity_and_resumes_exactly(
     assert run(back) == want[1][5:]
     with pytest.raises(ValueError, match="in-process"):
         moved.loader(num_workers=2)
+
+
+class CountingLoader:
+    """A loader without a cursor: its state is only what ``state_dict`` says."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.i, self.epoch = n, 0, 0
+
+    def __iter__(self) -> Any:
+        while self.i < self.n:
+            self.i += 1
+            yield {"i": torch.tensor([self.i])}
+
+    def __len__(self) -> int:
+        return self.n - self.i
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self.i = epoch, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"i": self.i}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.i = state["i"]
+
+
+def test_a_loader_without_a_cursor_is_snapshotted_whole() -> None:
+    pre = DevicePrefetcher(CountingLoader(10), "cpu", depth=3)
+    assert run(pre, 4) == [[("i", ["torch.int64", [k]])] for k in (1, 2, 3, 4)]
+    assert pre.loader.i == 7 and pre.state_dict() == {"i": 4}
+    assert len(pre) == 6
+
+
+@needs_cuda
+def test_trainer_prefetches_on_cuda_and_checkpoints_what_it_stepped(tmp_path: Path) -> None:
+    from lading.train import LoopConfig, StepResult, Trainer, Workload
+
+    seen: list[list[int]] = []
+
+    class Step(Workload):
+        def step(self, batch: dict[str, Any]) -> StepResult:
+            assert batch["ids"].device.type == "cuda"
+            seen.append(batch["ids"].cpu().tolist())
+            return StepResult(None, len(batch["ids"]))
+
+    model = torch.nn.Linear(1, 1).cuda()
+    config = LoopConfig(5, out=tmp_path, checkpoint_every=5, progress=False, memory=False)
+    trainer = Trainer(Step(), map_loader(), config, World(0, 1), torch.device("cuda"), model)
+    assert isinstance(trainer.loader, DevicePrefetcher)
+    trainer.run()
+    reference = map_loader()
+    reference.set_epoch(0)
+    want = run(reference, 5)
+    assert seen == [dict(b)["ids"][1] for b in want]
+    assert trainer.loader.state_dict() == reference.state_dict()

@@ -26,11 +26,16 @@ def narrow_dtype(vocab_size: int) -> np.dtype[Any]:
 
 
 def widen(ids: torch.Tensor) -> torch.Tensor:
-    """``ids`` as int64. uint16 is read through its int16 bit pattern (int16 has every kernel
-    on every device; uint16 only some)."""
-    if ids.dtype == torch.uint16:
-        return ids.view(torch.int16).to(torch.int64) & 0xFFFF
-    return ids.to(torch.int64)
+    """``ids`` as int64. Where a device has no conversion kernel for an unsigned type (torch's
+    unsigned types have only some kernels), its bits are read through the signed type of the
+    same width and masked."""
+    try:
+        return ids.to(torch.int64)
+    except (RuntimeError, NotImplementedError):
+        signed = {torch.uint16: torch.int16, torch.uint32: torch.int32}.get(ids.dtype)
+        if signed is None:
+            raise
+        return ids.view(signed).to(torch.int64) & ((1 << (8 * ids.element_size())) - 1)
 
 
 def is_narrow(batch: Mapping[str, Any]) -> bool:

@@ -21,6 +21,7 @@ is tested without a GPU.
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -33,7 +34,7 @@ class _InFlight(NamedTuple):
     copy's completion event (CUDA only)."""
 
     batch: Any
-    state: dict[str, Any] | None
+    state: Any  # a copy of the loader's cursor, or its whole state_dict
     ready: Any
 
 
@@ -89,7 +90,11 @@ class DevicePrefetcher:
         self._stream: Any = torch.cuda.Stream(self.device) if self.cuda else None
         self._queue: deque[_InFlight] = deque()
         self._source: Iterator[Any] | None = None  # the loader's live iteration
-        self._handed: dict[str, Any] | None = None  # the state after the last batch handed out
+        self._handed: Any = None  # the loader's position after the last batch handed out
+        # lading's loaders keep their position in a small cursor: copying it is the cheap
+        # snapshot (a few fields); any other loader's state_dict() is taken whole
+        owner = getattr(loader, "source", loader)
+        self._owner = owner if hasattr(owner, "cursor") else None
 
     # ------------------------------------------------------------------ the loader's interface
 
@@ -108,10 +113,16 @@ class DevicePrefetcher:
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state as of the last batch handed to the caller."""
-        if self._queue:
-            assert self._handed is not None, "batches in flight but no state of the last handed"
-            return self._handed
-        return dict(self.loader.state_dict())
+        if not self._queue:
+            return dict(self.loader.state_dict())
+        assert self._handed is not None, "batches in flight but no state of the last handed"
+        if self._owner is None:
+            return dict(self._handed)
+        ahead, self._owner.cursor = self._owner.cursor, self._handed
+        try:  # the loader's own state_dict, as of the cursor of the last batch handed out
+            return dict(self.loader.state_dict())
+        finally:
+            self._owner.cursor = ahead
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._drop()
@@ -138,9 +149,13 @@ class DevicePrefetcher:
             self._handed = item.state
             yield self._hand(item)
 
-    def _snapshot(self) -> dict[str, Any] | None:
+    def _snapshot(self) -> Any:
+        if not self.depth:
+            return None  # nothing is ever in flight while the caller holds a batch
+        if self._owner is not None:
+            return copy.copy(self._owner.cursor)
         state_dict = getattr(self.loader, "state_dict", None)
-        return dict(state_dict()) if callable(state_dict) and self.depth else None
+        return dict(state_dict()) if callable(state_dict) else None
 
     def _pull(self) -> None:
         assert self._source is not None
