@@ -384,3 +384,22 @@ def test_trainer_prefetches_on_cuda_and_checkpoints_what_it_stepped(tmp_path: Pa
     want = run(reference, 5)
     assert seen == [dict(b)["ids"][1] for b in want]
     assert trainer.loader.state_dict() == reference.state_dict()
+
+
+@pytest.mark.parametrize(
+    ("kind", "required"),
+    [
+        ("cross-encoder", ["--out", "o", "--queries", "q", "--qrels", "r"]),
+        ("lm", ["--corpus", "c", "--out", "o"]),
+        ("sessions", ["--data", "d", "--out", "o"]),
+    ],
+)
+def test_no_prefetch_flag_reaches_the_loop_config(kind: str, required: list[str]) -> None:
+    from lading.cli import build_parser
+    from lading.train import LoopConfig
+
+    parser = build_parser()
+    on = parser.parse_args(["train", kind, *required])
+    off = parser.parse_args(["train", kind, *required, "--no-prefetch"])
+    assert on.prefetch is True and off.prefetch is False
+    assert LoopConfig.of(off, 1).prefetch is False and LoopConfig.of(on, 1).prefetch is True
