@@ -162,7 +162,12 @@ def render(sizes: dict[str, Any], over: dict[str, Any], cost: dict[str, float]) 
             "`lading bench --world-sizes 1` with the full grid on a GPU are to be measured with "
             "`lading bench --strategies packed,packed+prefetch,gpu-resident --modes train` on a "
             "CUDA machine (the bench reports E, wait share and H2D bytes per cell; on the CPU it "
-            "reports `gpu-resident` as n/a).",
+            "reports `gpu-resident` as n/a), with a DistilBERT-sized cross-encoder (6 layers, "
+            "768 hidden, from a config), max length 512, bf16, 32x8 on 1 GPU; likewise "
+            "`lading train lm` and `lading train sessions` with and without `--no-prefetch`. "
+            "The CUDA code paths (side-stream copies, events, `record_stream`, widening and "
+            "gathers on the GPU) have not run yet: their tests in tests/test_device.py skip "
+            "without CUDA.",
             "",
             "| host-to-device bytes per step | KiB | of today's |",
             "|---|---:|---:|",
