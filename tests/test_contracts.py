@@ -125,11 +125,42 @@ def lm_kind(n: int, tmp: Path, mode: str) -> Kind:
     )
 
 
+def prefetched(kind: Kind) -> Kind:
+    """``kind`` behind a DevicePrefetcher pulling 2 batches ahead (on the CPU): batches in
+    flight must not count as consumed."""
+    from lading.device import DevicePrefetcher
+
+    def make(world: World, workers: int) -> Any:
+        return DevicePrefetcher(kind.make(world, workers), "cpu", depth=2)
+
+    return Kind(kind.name + "+prefetch", make, kind.key, kind.items, kind.readers)
+
+
+def resident(kind: Kind) -> Kind:
+    """The LM streams loader with its corpus held as a (CPU) device tensor: batches gathered
+    from stream positions, in-process only."""
+    from lading.lm.resident import ResidentLanguageModelLoader
+
+    def make(world: World, workers: int) -> Any:
+        if workers:
+            pytest.skip("a GPU-resident loader reads in-process (no DataLoader workers)")
+        host = kind.make(world, 0)
+        return ResidentLanguageModelLoader(
+            host.corpus, BATCH, bptt=BPTT, seed=3, mode=host.mode, world=world, device="cpu"
+        )
+
+    return Kind(kind.name + "+resident", make, kind.key, kind.items, kind.readers)
+
+
 KINDS: dict[str, Callable[[int, Path], Kind]] = {
     "map": map_kind,
     "parquet": parquet_kind,
     "lm-streams": lambda n, tmp: lm_kind(n, tmp, "streams"),
     "lm-windows": lambda n, tmp: lm_kind(n, tmp, "windows"),
+    # the device layer (lading.device) over the loaders
+    "map+prefetch": lambda n, tmp: prefetched(map_kind(n, tmp)),
+    "lm-streams+prefetch": lambda n, tmp: prefetched(lm_kind(n, tmp, "streams")),
+    "lm-streams+resident": lambda n, tmp: resident(lm_kind(n, tmp, "streams")),
 }
 
 

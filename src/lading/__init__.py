@@ -33,15 +33,21 @@ from lading.world import World
 
 
 def __getattr__(name: str) -> object:
-    """``lading.loader``: imported on first use, so ``import lading`` does not import torch."""
+    """``lading.loader`` and ``lading.DevicePrefetcher``: imported on first use, so
+    ``import lading`` does not import torch."""
     if name == "loader":
         from lading.dataloader import loader
 
         return loader
+    if name == "DevicePrefetcher":
+        from lading.device import DevicePrefetcher
+
+        return DevicePrefetcher
     raise AttributeError(f"module 'lading' has no attribute {name!r}")
 
 
 __all__ = [
+    "DevicePrefetcher",
     "DocStore",
     "InMemoryStore",
     "IrDatasetsStore",

@@ -455,6 +455,12 @@ def _add_run_args(
     p.add_argument("--log-every", type=int, default=log_every)
     p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    p.add_argument(
+        "--no-prefetch",
+        dest="prefetch",
+        action="store_false",
+        help="on CUDA, copy each batch in the step instead of ahead on a side stream (to compare)",
+    )
 
 
 def _add_train(sub: Any) -> None:
@@ -533,6 +539,12 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--max-length", type=int, default=512)
     p.add_argument("--max-query-length", type=int, default=64)
     p.add_argument("--trace", action="store_true", help="per-step JSON lines per rank")
+    p.add_argument(
+        "--narrow",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="send ids in the store's dtype + lengths, widened on the device (default: on CUDA)",
+    )
     p.set_defaults(func=_cmd_train_cross_encoder)
 
 

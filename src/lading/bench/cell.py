@@ -4,7 +4,9 @@ Every rank opens its document strategy, builds the training groups and a DDP loa
 ``warmup + steps`` iterations of the whole loop: waiting for the batch, copying it to the
 device, and (in train mode) a forward/backward/optimizer step of a cross-encoder under DDP.
 Only the iterations after the warm-up are timed. The launcher watches the memory of every rank
-and DataLoader worker and stops the cell if it passes the budget.
+and DataLoader worker and stops the cell if it passes the budget. A training cell then replays
+its batches from the device through the same step (:mod:`lading.bench.synthetic`): the
+efficiency E of the data path, and the bytes each step brought to the device.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from lading.bench.data import BenchData
+from lading.bench.data import READS_PACKED, BenchData
 from lading.bench.monitor import MemoryMonitor
 
 MODES: tuple[str, ...] = ("loader", "train")
@@ -76,7 +78,7 @@ def open_strategy(strategy: str, data: BenchData) -> Any:
         return InMemoryStore.from_source(data.corpus)  # the study: every rank loads a dict
     if strategy == "offsets":
         return OffsetStore(data.offsets)
-    if strategy in ("packed", "packed-text"):  # packed-text: the same store, read as text
+    if strategy in READS_PACKED:
         return open_store(data.packed)
     if strategy == "irds":
         assert data.irds_tsv is not None
@@ -100,7 +102,9 @@ def _run_rank(
     import torch
 
     from lading import ddp
+    from lading.bench.synthetic import EMIT, PREFETCHED, Recorded
     from lading.dataloader import loader as make_loader
+    from lading.device import to_device
     from lading.ir import CrossEncoder, CrossEncoderCollator
     from lading.ir.model import tiny_bert_config
     from lading.ir.train import CrossEncoderStep, groups_from_files
@@ -124,8 +128,13 @@ def _run_rank(
     groups = groups_from_files(store, data.queries, data.qrels, data.negatives, settings)
     tokenizer = load_tokenizer(data.tokenizer)
     collate = CrossEncoderCollator(
-        store, tokenizer, max_length=settings.max_length, use_tokens=cell.strategy == "packed"
+        store,
+        tokenizer,
+        max_length=settings.max_length,
+        use_tokens=cell.strategy in READS_PACKED,
+        emit=EMIT.get(cell.strategy, "wide"),
     )
+    resident = to_device(store, device) if EMIT.get(cell.strategy) == "rows" else None
     batch_size = settings.batch_size * (
         torch.cuda.device_count() if cell.parallel == "dp" and cuda else 1
     )
@@ -150,21 +159,22 @@ def _run_rank(
         model = model.to(device)
         net = ddp.wrap(model, "dp" if cell.parallel == "dp" and cuda else "ddp", device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    timed = Trainer(
-        CrossEncoderStep(net, device),
-        loader,
-        LoopConfig(
-            settings.warmup + settings.steps,
-            seed=settings.seed,
-            progress=False,
-            memory=False,
-            warmup=settings.warmup,
-        ),
-        world,
-        device,
-        model,
-        optimizer,
-    ).run()
+    workload = Recorded(CrossEncoderStep(net, device, resident=resident), cell.mode == "train")
+    config = LoopConfig(
+        settings.warmup + settings.steps,
+        seed=settings.seed,
+        progress=False,
+        memory=False,
+        warmup=settings.warmup,
+        prefetch=cell.strategy in PREFETCHED,  # the study's strategies copy in the step
+    )
+    timed = Trainer(workload, loader, config, world, device, model, optimizer).run()
+    synthetic = 0.0
+    if cell.mode == "train":  # the same step on the same batches, already on the device
+        replay = workload.replay()
+        config.prefetch = False
+        ideal = Trainer(workload.inner, replay, config, world, device, model, optimizer)
+        synthetic = ideal.run().seconds
     ddp.barrier()
     ddp.teardown()
     anon_after = process_memory().anon
@@ -172,6 +182,8 @@ def _run_rank(
         "rows": timed.rows,
         "seconds": timed.seconds,
         "wait_s": timed.wait_s,
+        "synthetic_s": synthetic,
+        "h2d_bytes_per_step": workload.bytes_per_step(),
         "strategy_anon": anon_after - anon_before,
         "store_anon": store_anon,
     }
@@ -189,7 +201,12 @@ def _kill_tree(pids: list[int]) -> None:
 
 
 def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None) -> dict[str, Any]:
-    """Run ``cell`` in fresh processes; its record (status ok, oom or error)."""
+    """Run ``cell`` in fresh processes; its record (status ok, oom, error or n/a)."""
+    from lading.bench.synthetic import unavailable
+
+    why = unavailable(cell)
+    if why is not None:
+        return {**asdict(cell), "memory": {"samples": 0}, "status": "n/a", "reason": why}
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port = _free_port()
@@ -241,4 +258,9 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
         # what holding the documents cost the ranks (their workers' memory is in "memory")
         record["strategy_anon"] = sum(r["strategy_anon"] for r in results.values())
         record["store_anon"] = sum(r["store_anon"] for r in results.values())
+        record["h2d_bytes_per_step"] = results[0]["h2d_bytes_per_step"]
+        if cell.mode == "train":  # E: the same step on device-resident batches / the real loop
+            record["efficiency"] = sum(
+                r["synthetic_s"] / r["seconds"] for r in results.values()
+            ) / len(results)
     return record

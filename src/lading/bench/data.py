@@ -33,6 +33,17 @@ TOKENIZED_IN: dict[str, str] = {
     "packed-text": "collator",
     "irds": "collator",
 }
+# the GPU leg (lading.device): the packed store's batches copied ahead on a side stream in
+# narrow types, or built on the device from its resident tokens
+DEVICE_STRATEGIES: tuple[str, ...] = ("packed+prefetch", "gpu-resident")
+STRATEGIES += DEVICE_STRATEGIES
+READS_PACKED: tuple[str, ...] = ("packed", "packed-text", *DEVICE_STRATEGIES)
+DOCUMENTS_LIVE_IN.update(
+    {"packed+prefetch": "PackedStore (memory map)", "gpu-resident": "GPU memory"}
+)
+TOKENIZED_IN.update(
+    {"packed+prefetch": "at build (stored ids)", "gpu-resident": "at build (stored ids)"}
+)
 
 
 def cache_dir() -> Path:
@@ -102,7 +113,7 @@ def prepare(
         if tok_path.is_dir():
             tok_path = tok_path / "tokenizer.json"
     packed = work / "packed"
-    if "packed" in strategies or "packed-text" in strategies:
+    if any(s in READS_PACKED for s in strategies):
         build_store(corpus, packed, tokenizer=tok_path, max_length=512, progress=True)
     offsets = work / "offsets"
     if "offsets" in strategies and not (offsets / "meta.json").is_file():
@@ -131,7 +142,7 @@ def to_ramdisk(data: BenchData, strategy: str, root: Path) -> BenchData:
             shutil.copyfile(path, target)
         return target
 
-    if strategy in ("packed", "packed-text"):
+    if strategy in READS_PACKED:
         return BenchData(**{**data.__dict__, "packed": copy(data.packed)})
     if strategy == "memory":
         return BenchData(**{**data.__dict__, "corpus": copy(data.corpus)})

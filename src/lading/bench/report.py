@@ -26,7 +26,7 @@ CELL_KEYS: tuple[str, ...] = (
     "status",
     "memory",
 )
-STATUSES: tuple[str, ...] = ("error", "ok", "oom")
+STATUSES: tuple[str, ...] = ("error", "n/a", "ok", "oom")
 MiB = 2**20
 
 
@@ -109,6 +109,8 @@ def _value(cell: dict[str, Any] | None) -> str:
         return "OOM"
     if cell["status"] == "error":
         return "error"
+    if cell["status"] == "n/a":
+        return "n/a"
     memory = cell["memory"]
     added = cell.get("store_anon")
     extra = f" (store +{added / MiB:,.0f})" if added is not None else ""
@@ -214,6 +216,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                 f"{c['pin_memory']} | "
                 f"{c['ramdisk']} | {_value(c)} |"
             )
+    lines += efficiency_markdown(cells)
     problems = [c for c in results["cells"] if c["status"] != "ok"]
     if problems:
         lines += ["", "## Cells that did not run to the end", ""]
@@ -280,6 +283,7 @@ def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
         fig.savefig(path)
         plt.close(fig)
         paths.append(path)
+    paths += efficiency_plot(cells, out)
     return paths
 
 
@@ -291,3 +295,65 @@ def render(directory: str | os.PathLike[str]) -> str:
     (out / "report.md").write_text(markdown)
     write_plots(results, out)
     return markdown
+
+
+def efficiency_markdown(cells: list[dict[str, Any]]) -> list[str]:
+    """The GPU leg's table: per strategy and world size, the efficiency E (step time on
+    batches already on the device / step time with the loader), the share of the loop spent
+    waiting for batches, and the bytes each step copied to the device (train mode)."""
+    rated = [c for c in cells if c["mode"] == "train" and c["status"] in ("ok", "n/a")]
+    if not any("efficiency" in c for c in rated):
+        return []
+    sizes = sorted({c["world_size"] for c in rated})
+    lines = [
+        "",
+        "## Efficiency E (train mode)",
+        "",
+        "E = step time on the same batches already on the device / step time with the loader "
+        "(1.0: loading and copying are hidden); wait: share of the loop waiting for batches; "
+        "H2D: bytes copied to the device per step.",
+        "",
+        "| strategy | " + " | ".join(f"{w} process{'es' if w > 1 else ''}" for w in sizes) + " |",
+        "|---|" + "---:|" * len(sizes),
+    ]
+    for strategy in dict.fromkeys(c["strategy"] for c in rated):
+        row = []
+        for w in sizes:
+            match = [c for c in rated if (c["strategy"], c["world_size"]) == (strategy, w)]
+            c = match[-1] if match else None
+            if c is None or "efficiency" not in c:
+                row.append("n/a" if c is not None else "-")
+                continue
+            row.append(
+                f"E {c['efficiency']:.3f}, wait {100 * c['wait_share']:.1f}%, "
+                f"H2D {c['h2d_bytes_per_step'] / 2**10:,.1f} KiB"
+            )
+        lines.append(f"| {strategy} | " + " | ".join(row) + " |")
+    return lines
+
+
+def efficiency_plot(cells: list[dict[str, Any]], out: Path) -> list[Path]:
+    """``efficiency.png``: E against world size, one line per strategy (train mode)."""
+    rated = [c for c in cells if c["mode"] == "train" and "efficiency" in c]
+    if not rated:
+        return []
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    for strategy in dict.fromkeys(c["strategy"] for c in rated):
+        points = sorted(
+            (c["world_size"], c["efficiency"]) for c in rated if c["strategy"] == strategy
+        )
+        xs, ys = zip(*points)
+        ax.plot(xs, ys, marker="o", label=strategy)
+    ax.axhline(1.0, color="grey", alpha=0.4)
+    ax.set_xticks(sorted({c["world_size"] for c in rated}))
+    ax.set_xlabel("processes (world size)")
+    ax.set_ylabel("E = step time synthetic / real")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "efficiency.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return [path]

@@ -10,6 +10,12 @@ tokenized in the collator. Both give what the HF tokenizer gives for
 
 Rows are laid out group by group, relevant document first, so ``logits.view(-1, group_size)``
 with target 0 is the listwise loss and ``labels`` (1.0 for the relevant row) the pointwise one.
+
+What crosses the bus (``emit=``): ``"wide"`` is the int64 ids, attention mask and token types a
+model takes; ``"narrow"`` the ids in the store's dtype (uint16 up to 65,536 ids) with each row's
+length and second-segment start, widened on the device by :func:`lading.device.expand`;
+``"rows"`` (tokenized stores) only the query ids and the documents' store rows, for a store held
+on the device (:meth:`lading.device.ResidentTokens.assemble`). All three give equal tensors.
 """
 
 from __future__ import annotations
@@ -20,8 +26,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from lading.device import narrow as narrow_batch
+from lading.device import resident
 from lading.stores.base import DocStore
 from lading.tokens import describe_tokenizer, load_tokenizer
+
+EMIT: tuple[str, ...] = ("wide", "narrow", "rows")
 
 
 class CrossEncoderCollator:
@@ -37,9 +47,12 @@ class CrossEncoderCollator:
         cls_token, sep_token, pad_token: names of the special tokens in the vocabulary.
         use_tokens: ``None`` (tokens when the store has them), True (require them) or False
             (tokenize text, the study's way).
+        emit: ``"wide"`` (int64 model inputs), ``"narrow"`` (ids in the store's dtype +
+            lengths) or ``"rows"`` (query ids + document rows; needs a tokenized store).
 
     Raises:
-        ValueError: the store was tokenized with a different tokenizer than ``tokenizer``.
+        ValueError: the store was tokenized with a different tokenizer than ``tokenizer``;
+            an unknown ``emit``, or ``"rows"`` without tokens.
     """
 
     def __init__(
@@ -54,7 +67,10 @@ class CrossEncoderCollator:
         sep_token: str = "[SEP]",
         pad_token: str = "[PAD]",
         use_tokens: bool | None = None,
+        emit: str = "wide",
     ) -> None:
+        if emit not in EMIT:
+            raise ValueError(f"unknown emit={emit!r}; choose from {list(EMIT)}")
         has_tokens = store.has_tokens
         if use_tokens and not has_tokens:
             raise ValueError(f"{store!r} has no tokens; build it with the model's tokenizer")
@@ -87,6 +103,14 @@ class CrossEncoderCollator:
                 f"{pad_token!r}; pass cls_token=/sep_token=/pad_token="
             )
         self.cls_id, self.sep_id, self.pad_id = (int(i) for i in ids)
+        if emit == "rows" and not self.use_tokens:
+            raise ValueError("emit='rows' sends store rows: it needs a store with tokens")
+        self.emit = emit
+        self.id_dtype = (
+            narrow_batch.narrow_dtype(tok.get_vocab_size())
+            if emit != "wide"
+            else np.dtype(np.int64)
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -108,7 +132,11 @@ class CrossEncoderCollator:
             )
         ]
         if self.use_tokens:
-            docs = self.store.tokens_at(np.concatenate([it["doc_codes"] for it in items]))
+            rows = np.concatenate([it["doc_codes"] for it in items])
+            docs = self.store.tokens_at(rows)  # views of the map: only offsets are read here
+            if self.emit == "rows":
+                batch = self._rows(queries, docs, rows, group_size)
+                return self._finish(batch, items, group_size)
         else:
             texts = self.store.get_many([d for it in items for d in it["doc_ids"]])
             docs = [
@@ -116,6 +144,11 @@ class CrossEncoderCollator:
                 for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)
             ]
         batch = self._assemble(queries, docs, group_size)
+        return self._finish(batch, items, group_size)
+
+    def _finish(
+        self, batch: dict[str, Any], items: Sequence[dict[str, Any]], group_size: int
+    ) -> dict[str, Any]:
         labels = torch.zeros(len(items) * group_size, dtype=torch.float32)
         labels[::group_size] = 1.0
         batch["labels"] = labels
@@ -123,17 +156,42 @@ class CrossEncoderCollator:
         batch["pairs"] = [f"{it.get('qid')}/{it['doc_ids'][0]}" for it in items]
         return batch
 
-    def _assemble(
+    def _shape(
         self, queries: list[np.ndarray], docs: list[np.ndarray], group_size: int
-    ) -> dict[str, Any]:
-        """Rows ``[CLS] q [SEP] d [SEP]`` written straight into the padded matrix."""
-        n = len(docs)
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """Per row: query tokens, document tokens kept, row length; and the padded width."""
         q_len = np.repeat([len(q) for q in queries], group_size)
         budget = self.max_length - q_len - 3  # the document fills what the query leaves
         d_len = np.minimum([len(d) for d in docs], budget)
         lengths = q_len + d_len + 3
         width = int(-(-lengths.max() // self.multiple) * self.multiple)
-        input_ids = np.full((n, width), self.pad_id, dtype=np.int64)
+        return q_len, d_len, lengths, width
+
+    def _rows(
+        self, queries: list[np.ndarray], docs: list[np.ndarray], rows: np.ndarray, group_size: int
+    ) -> dict[str, Any]:
+        """What a device holding the store's tokens needs to build the batch itself."""
+        q_len, d_len, _, width = self._shape(queries, docs, group_size)
+        longest = max((len(q) for q in queries), default=0)
+        query_ids = np.full((len(queries), longest), self.pad_id, dtype=self.id_dtype)
+        for g, q in enumerate(queries):
+            query_ids[g, : len(q)] = q
+        return {
+            resident.QUERY_IDS: torch.from_numpy(query_ids),
+            resident.QUERY_LENGTHS: torch.from_numpy(q_len[::group_size].astype(np.int32)),
+            resident.DOC_ROWS: torch.from_numpy(np.asarray(rows, dtype=np.int64)),
+            resident.DOC_LENGTHS: torch.from_numpy(d_len.astype(np.int32)),
+            resident.SPECIAL: (self.cls_id, self.sep_id, self.pad_id),
+            "width": width,
+        }
+
+    def _assemble(
+        self, queries: list[np.ndarray], docs: list[np.ndarray], group_size: int
+    ) -> dict[str, Any]:
+        """Rows ``[CLS] q [SEP] d [SEP]`` written straight into the padded matrix."""
+        n = len(docs)
+        q_len, d_len, lengths, width = self._shape(queries, docs, group_size)
+        input_ids = np.full((n, width), self.pad_id, dtype=self.id_dtype)
         input_ids[:, 0] = self.cls_id
         rows = np.arange(n)
         input_ids[rows, q_len + 1] = self.sep_id
@@ -143,6 +201,12 @@ class CrossEncoderCollator:
         starts, ends = (q_len + 2).tolist(), (q_len + 2 + d_len).tolist()
         for i, (doc, a, b) in enumerate(zip(docs, starts, ends)):
             input_ids[i, a:b] = doc[: b - a]
+        if self.emit == "narrow":
+            return {
+                "input_ids": torch.from_numpy(input_ids),
+                narrow_batch.LENGTHS: torch.from_numpy(lengths.astype(np.int32)),
+                narrow_batch.SEGMENT_STARTS: torch.from_numpy((q_len + 2).astype(np.int32)),
+            }
         cols = np.arange(width)
         attention = cols < lengths[:, None]
         token_type = (cols >= (q_len + 2)[:, None]) & attention

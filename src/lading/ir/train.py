@@ -18,6 +18,8 @@ from torch import nn
 
 from lading import ddp
 from lading.dataloader import loader
+from lading.device import ResidentTokens, expand
+from lading.device.resident import DOC_ROWS
 from lading.ir.collate import CrossEncoderCollator
 from lading.ir.groups import TrainingGroups
 from lading.ir.inputs import read_qrels, read_queries, read_run
@@ -63,6 +65,7 @@ class TrainConfig(RunConfig):
     batch_size: int = 8
     lr: float = 2e-5
     log_every: int = 10
+    narrow: bool | None = None  # ids in the store's dtype, widened on the device
 
 
 def _tiny_tokenizer(texts: list[str], path: Path, world: World) -> Path:
@@ -154,7 +157,9 @@ class CrossEncoderStep(Workload):
     """A cross-encoder step: the batch to the device, forward (autocast), ranking loss.
 
     Without a network it only copies the batch to the device: the bench's loader mode, which
-    times the data path alone.
+    times the data path alone. Narrow batches are widened on the device
+    (:func:`lading.device.expand`); rows batches are built there from ``resident``, the store's
+    tokens on the device.
     """
 
     def __init__(
@@ -163,28 +168,43 @@ class CrossEncoderStep(Workload):
         device: torch.device,
         precision: str = "fp32",
         loss: str = "bce",
+        resident: ResidentTokens | None = None,
     ) -> None:
         if precision not in PRECISION:
             raise ValueError(f"unknown precision {precision!r}; choose from {sorted(PRECISION)}")
         self.net, self.device, self.precision, self.loss = net, device, precision, loss
+        self.resident = resident
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
             precision
         ]
 
+    def inputs(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """``batch`` on the device with the model's int64 inputs, however it came."""
+        if DOC_ROWS in batch:
+            if self.resident is None:
+                raise ValueError(
+                    "a rows batch (CrossEncoderCollator(emit='rows')) needs the store's "
+                    "tokens on the device: pass resident=lading.device.to_device(store, device)"
+                )
+            return self.resident.assemble(batch)
+        return expand(batch, self.device)
+
     def step(self, batch: dict[str, Any]) -> StepResult:
-        inputs = {k: batch[k].to(self.device, non_blocking=True) for k in INPUTS}
+        moved = self.inputs(batch)
+        inputs = {k: moved[k] for k in INPUTS}
         if self.net is None:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             return StepResult(None, int(inputs["input_ids"].shape[0]))
-        labels = batch["labels"].to(self.device, non_blocking=True)
+        labels = moved["labels"]
         with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.precision != "fp32"):
             logits = self.net(**inputs)
             loss = ranking_loss(logits.float(), labels, batch["group_size"], self.loss)
         return StepResult(loss, int(labels.shape[0]))
 
     def trace(self, batch: dict[str, Any]) -> dict[str, Any]:
-        return {"pairs": batch["pairs"], "input_sum": int(batch["input_ids"].sum())}
+        ids = batch["input_ids"] if "input_ids" in batch else batch[DOC_ROWS]
+        return {"pairs": batch["pairs"], "input_sum": int(ids.to(torch.int64).sum())}
 
 
 def train(config: TrainConfig) -> dict[str, Any]:
@@ -196,8 +216,14 @@ def train(config: TrainConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     store, tok, model = prepare(config, world)
     groups = groups_from_files(store, config.queries, config.qrels, config.negatives, config)
+    narrow = device.type == "cuda" if config.narrow is None else config.narrow
     collate = CrossEncoderCollator(
-        store, tok, config.max_length, config.max_query_length, use_tokens=config.use_tokens
+        store,
+        tok,
+        config.max_length,
+        config.max_query_length,
+        use_tokens=config.use_tokens,
+        emit="narrow" if narrow else "wide",
     )
     pin = device.type == "cuda" if config.pin_memory is None else config.pin_memory
     data = loader(

@@ -142,6 +142,10 @@ class DocStore(ABC):
         """Token ids of row codes, in the order given."""
         raise self.no_tokens()
 
+    def token_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """All token ids back to back and the ``n + 1`` offsets of the rows (row order)."""
+        raise self.no_tokens()
+
     def tokens_many(self, ids: Sequence[IdLike]) -> list[np.ndarray]:
         """Token ids of ``ids`` in request order."""
         return self.tokens_at(self.rows(ids))

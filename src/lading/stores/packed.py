@@ -171,6 +171,14 @@ class PackedStore(DocStore):
         fields = {name: col.texts(rows)[0] for name, col in maps.fields.items()}
         return Record(maps.ids.texts(rows)[0], maps.text.texts(rows)[0], fields)
 
+    def token_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every document's token ids back to back and their ``n + 1`` offsets (row order),
+        both views of the map: what :func:`lading.device.to_device` copies to a GPU."""
+        tokens = self._maps().tokens
+        if tokens is None:
+            raise self.no_tokens()
+        return tokens.data.array(tokens.dtype), tokens.offsets
+
     def tokens_at(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
         """Token ids of rows (as returned by :meth:`rows`), each a read-only view of the map
         (no copy); :meth:`tokens` and :meth:`tokens_many` go through here."""

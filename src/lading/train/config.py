@@ -28,6 +28,7 @@ class RunConfig:
         checkpoint_every: steps between checkpoints (0: none).
         resume: continue from ``out/checkpoint`` when there is one.
         progress: the progress bar on rank 0 (None: only on a terminal).
+        prefetch: on CUDA, copy batches ahead on a side stream (lading.DevicePrefetcher).
     """
 
     out: Path
@@ -42,3 +43,4 @@ class RunConfig:
     checkpoint_every: int = 0
     resume: bool = False
     progress: bool | None = None
+    prefetch: bool = True

@@ -91,6 +91,8 @@ class LoopConfig:
         memory: log the memory of every rank's process tree (a gather per record).
         warmup: steps before the clock of :class:`LoopResult` starts.
         clip: gradient-norm clipping (None: none).
+        prefetch: on CUDA, copy the next batches on a side stream while the step runs
+            (:class:`lading.device.DevicePrefetcher`); elsewhere it changes nothing.
     """
 
     total: int
@@ -106,19 +108,29 @@ class LoopConfig:
     memory: bool = True
     warmup: int = 0
     clip: float | None = None
+    prefetch: bool = True
 
     @classmethod
     def of(cls, settings: Any, total: int, **fields: Any) -> LoopConfig:
         """The loop's part of a workload's config: ``out``, ``seed``, ``log_every``,
-        ``checkpoint_every``, ``resume``, ``trace`` and ``progress`` where ``settings`` has
-        them, then ``fields``."""
+        ``checkpoint_every``, ``resume``, ``trace``, ``progress`` and ``prefetch`` where
+        ``settings`` has them, then ``fields``."""
         shared = {k: getattr(settings, k) for k in _SHARED if hasattr(settings, k)}
         if shared.get("out") is not None:
             shared["out"] = Path(shared["out"])
         return cls(total, **{**shared, **fields})
 
 
-_SHARED = ("out", "seed", "log_every", "checkpoint_every", "resume", "trace", "progress")
+_SHARED = (
+    "out",
+    "seed",
+    "log_every",
+    "checkpoint_every",
+    "resume",
+    "trace",
+    "progress",
+    "prefetch",
+)
 
 
 @dataclass

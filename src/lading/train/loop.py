@@ -6,7 +6,10 @@ transformer and the bench: seed each rank, restore from ``out/checkpoint`` (exac
 elastically on another world size), iterate the loader epoch after epoch until ``total`` steps,
 update (zero grad, backward through an optional GradScaler, clip, step, schedule), write
 ``log.jsonl`` and traces, checkpoint every ``checkpoint_every`` steps and at the end.
-Throughput counts the whole loop: waiting for the batch, the copy and the step.
+Throughput counts the whole loop: waiting for the batch, the copy and the step. On CUDA the
+loader is wrapped in a :class:`~lading.device.DevicePrefetcher` (unless ``config.prefetch`` is
+off): batches arrive on the device, copied on a side stream during the previous step, and
+checkpoints still count only the batches the loop received.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 from torch import nn
 
 from lading import ddp
+from lading.device import DevicePrefetcher
 from lading.train import state
 from lading.train.hooks import Loader, LoopConfig, LoopResult, StepResult, Workload
 from lading.train.records import Window, open_lines, write_line
@@ -50,6 +54,11 @@ class Trainer:
     optimizer: Any = None
     scheduler: Any = None
     scaler: Any = None
+
+    def __post_init__(self) -> None:
+        cuda = torch.device(self.device).type == "cuda"
+        if cuda and self.config.prefetch and not isinstance(self.loader, DevicePrefetcher):
+            self.loader = DevicePrefetcher(self.loader, self.device)
 
     def run(self) -> LoopResult:
         """Train from scratch or the checkpoint to ``config.total`` steps; this rank's result."""

@@ -1,0 +1,85 @@
+"""The bench's upper bound: the same model step on batches already on the device.
+
+A training cell first runs the real loop (loader, copy, step) and keeps the batches it stepped;
+then, in the same processes, it replays those batches, expanded on the device beforehand, through
+the same step: no loader, no copy. The efficiency E = step time synthetic / step time real
+(1.0: the data path is hidden entirely). The strategies of the GPU leg say how a batch reaches
+the device: ``packed+prefetch`` (narrow ids, copied ahead on a side stream) and
+``gpu-resident`` (built on the device from the store's resident tokens; CUDA only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from lading.bench.cell import Cell
+from lading.device import batch_bytes
+from lading.train import StepResult, Workload
+
+EMIT: dict[str, str] = {"packed+prefetch": "narrow", "gpu-resident": "rows"}
+PREFETCHED: frozenset[str] = frozenset({"packed+prefetch", "gpu-resident"})
+CUDA_ONLY: frozenset[str] = frozenset({"gpu-resident"})
+
+
+def unavailable(cell: Cell) -> str | None:
+    """Why ``cell`` cannot run on this machine (reported as n/a), or None."""
+    if cell.strategy in CUDA_ONLY:
+        import torch
+
+        if not torch.cuda.is_available():
+            return f"{cell.strategy} needs a CUDA device (tokens held in GPU memory)"
+    return None
+
+
+class Recorded(Workload):
+    """``inner``'s step, counting the bytes each batch brings to the device and keeping the
+    batches (references only: nothing is computed or copied in the timed loop)."""
+
+    def __init__(self, inner: Any, keep: bool) -> None:
+        self.inner, self.keep = inner, keep
+        self.kept: list[Any] = []
+        self.bytes, self.steps = 0, 0
+
+    def step(self, batch: Any) -> StepResult:
+        self.bytes += batch_bytes(batch)
+        self.steps += 1
+        if self.keep:
+            self.kept.append(batch)
+        result: StepResult = self.inner.step(batch)
+        return result
+
+    def bytes_per_step(self) -> float:
+        return self.bytes / max(1, self.steps)
+
+    def replay(self) -> Replay:
+        """The kept batches with the model's inputs already built on the device."""
+        return Replay([self.inner.inputs(b) for b in self.kept])
+
+
+class Replay:
+    """A loader over batches already on the device, cycled epoch after epoch."""
+
+    def __init__(self, batches: list[Any]) -> None:
+        if not batches:
+            raise ValueError("nothing to replay: the real run stepped no batch")
+        self.batches, self._epoch = batches, 0
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.batches)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self._epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._epoch = int(state["epoch"])

@@ -1,0 +1,201 @@
+"""DevicePrefetcher: the next batches are copied to the GPU while the current step runs.
+
+The naive copy, ``batch.to(device, non_blocking=True)`` inside the step, runs on the compute
+stream: the step waits for its own copy. The prefetcher pulls ``depth`` batches ahead of the
+caller, pins them (unless the loader already did), and issues their copies on a side CUDA
+stream; handing a batch out makes the compute stream wait on that batch's copy event (not on the
+whole side stream), and ``record_stream`` tells the caching allocator that the compute stream
+uses memory the side stream allocated, so it is not reused while the step still reads it.
+
+Resume stays exact. lading's loaders count the batches the caller has *received*; the
+prefetcher receives batches before its caller does, so it snapshots the loader's state as each
+batch is pulled and, while batches are in flight, reports the snapshot of the last batch it
+handed out: batches in flight are not consumed. A new ``iter()`` after the caller stopped early
+continues with the batches in flight (as the loader itself would continue from its cursor).
+
+On a device other than CUDA nothing needs copying; by default it is then a pass-through (no
+pull-ahead). An explicit ``depth`` on the CPU pulls ahead the same way and clones each batch's
+tensors (a loader may reuse its buffers, as the LM loader does), which is how the resume logic
+is tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import torch
+
+
+class _InFlight(NamedTuple):
+    """A batch pulled from the loader: its staged copy, the loader's state after it, the
+    copy's completion event (CUDA only)."""
+
+    batch: Any
+    state: Any  # a copy of the loader's cursor, or its whole state_dict
+    ready: Any
+
+
+def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``batch`` with ``fn`` applied to every tensor in it (dicts, lists, tuples, named tuples;
+    other values are kept as they are)."""
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, dict):
+        return {k: map_tensors(v, fn) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a NamedTuple
+        return type(batch)(*(map_tensors(v, fn) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(map_tensors(v, fn) for v in batch)
+    return batch
+
+
+def tensors(batch: Any) -> list[torch.Tensor]:
+    """Every tensor in ``batch`` (the structures :func:`map_tensors` walks)."""
+    found: list[torch.Tensor] = []
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        found.append(t)
+        return t
+
+    map_tensors(batch, keep)
+    return found
+
+
+class DevicePrefetcher:
+    """Iterate it like the loader it wraps; batches arrive already on ``device``.
+
+    Args:
+        loader: a lading loader (``set_epoch``, ``epoch``, ``state_dict``/``load_state_dict``,
+            ``len``) or any iterable of batches (then only iteration is passed through).
+        device: where the batches go.
+        depth: batches pulled ahead of the caller. ``None``: 2 on CUDA, 0 (a pass-through)
+            elsewhere.
+
+    Raises:
+        ValueError: ``depth`` is negative.
+    """
+
+    def __init__(self, loader: Any, device: torch.device | str, depth: int | None = None) -> None:
+        self.loader = loader
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        if depth is None:
+            depth = 2 if self.cuda else 0
+        if depth < 0:
+            raise ValueError(f"depth must be >= 0 batches ahead, got {depth}")
+        self.depth = depth
+        self._stream: Any = torch.cuda.Stream(self.device) if self.cuda else None
+        self._queue: deque[_InFlight] = deque()
+        self._source: Iterator[Any] | None = None  # the loader's live iteration
+        self._handed: Any = None  # the loader's position after the last batch handed out
+        # lading's loaders keep their position in a small cursor: copying it is the cheap
+        # snapshot (a few fields); any other loader's state_dict() is taken whole
+        owner = getattr(loader, "source", loader)
+        self._owner = owner if hasattr(owner, "cursor") else None
+
+    # ------------------------------------------------------------------ the loader's interface
+
+    @property
+    def epoch(self) -> int:
+        return int(self.loader.epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Drop the batches in flight (they belong to the old position) and pass it on."""
+        self._drop()
+        self.loader.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        """Batches the caller has yet to receive this epoch (in-flight ones included)."""
+        return len(self.loader) + len(self._queue)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's state as of the last batch handed to the caller."""
+        if not self._queue:
+            return dict(self.loader.state_dict())
+        assert self._handed is not None, "batches in flight but no state of the last handed"
+        if self._owner is None:
+            return dict(self._handed)
+        ahead, self._owner.cursor = self._owner.cursor, self._handed
+        try:  # the loader's own state_dict, as of the cursor of the last batch handed out
+            return dict(self.loader.state_dict())
+        finally:
+            self._owner.cursor = ahead
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._drop()
+        self.loader.load_state_dict(state)
+
+    def __getattr__(self, name: str) -> Any:
+        """Anything else (``dataset``, ``source``, ``num_workers``…) is the loader's."""
+        if name == "loader":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    # ------------------------------------------------------------------ iteration
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._source is None and not self._queue:
+            self._source = iter(self.loader)
+        while True:
+            while self._source is not None and len(self._queue) <= self.depth:
+                self._pull()
+            if not self._queue:
+                self._source = None
+                return
+            item = self._queue.popleft()
+            self._handed = item.state
+            yield self._hand(item)
+
+    def _snapshot(self) -> Any:
+        if not self.depth:
+            return None  # nothing is ever in flight while the caller holds a batch
+        if self._owner is not None:
+            return copy.copy(self._owner.cursor)
+        state_dict = getattr(self.loader, "state_dict", None)
+        return dict(state_dict()) if callable(state_dict) else None
+
+    def _pull(self) -> None:
+        assert self._source is not None
+        try:
+            batch = next(self._source)
+        except StopIteration:
+            self._source = None
+            return
+        if self.cuda:
+            staged, ready = self._copy(batch)
+        elif self.depth:
+            staged, ready = map_tensors(batch, lambda t: t.clone()), None
+        else:
+            staged, ready = batch, None
+        self._queue.append(_InFlight(staged, self._snapshot(), ready))
+
+    def _copy(self, batch: Any) -> tuple[Any, Any]:
+        """Pin (if needed) and copy ``batch`` on the side stream; the event that ends it."""
+
+        def pinned(t: torch.Tensor) -> torch.Tensor:
+            return t if t.device.type != "cpu" or t.is_pinned() else t.pin_memory()
+
+        host = map_tensors(batch, pinned)
+        with torch.cuda.stream(self._stream):
+            moved = map_tensors(host, lambda t: t.to(self.device, non_blocking=True))
+            ready = torch.cuda.Event()
+            ready.record(self._stream)
+        return moved, ready
+
+    def _hand(self, item: _InFlight) -> Any:
+        if item.ready is None:
+            return item.batch
+        compute = torch.cuda.current_stream(self.device)
+        compute.wait_event(item.ready)
+        for t in tensors(item.batch):
+            if t.device.type == "cuda":
+                t.record_stream(compute)
+        return item.batch
+
+    def _drop(self) -> None:
+        self._queue.clear()
+        self._source = None
+        self._handed = None

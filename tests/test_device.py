@@ -1,0 +1,405 @@
+"""The device layer: prefetcher (order, states, resume with batches in flight), narrow batches
+widened on the device, GPU-resident gathers. Run on CPU tensors; the CUDA variants skip
+without a GPU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import lading
+from conftest import word_tokenizer, write
+from lading.device import DevicePrefetcher, ResidentStream, batch_bytes, expand, to_device
+from lading.device.prefetch import tensors
+from lading.lm import LanguageModelLoader, TokenCorpus
+from lading.lm.resident import ResidentLanguageModelLoader
+from lading.lm.stream import EpochStream
+from lading.world import World
+
+pytest.importorskip("tokenizers")
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="CUDA is not available on this machine")
+DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
+
+
+# ---------------------------------------------------------------------------- loaders under test
+
+
+def rows_collate(items: list[int]) -> dict[str, Any]:
+    ids = torch.tensor(items, dtype=torch.int64)
+    return {"ids": ids, "x": ids[:, None] * torch.ones(3, dtype=torch.int64), "n": len(items)}
+
+
+def map_loader(num_workers: int = 0) -> Any:
+    return lading.loader(
+        list(range(53)), 4, rows_collate, num_workers=num_workers, seed=3, world=World(0, 1)
+    )
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> TokenCorpus:
+    """29 documents of 2..30 words over 300 words (ids 2..301)."""
+    rng = np.random.default_rng(5)
+    words = [f"w{i}" for i in range(300)]
+    docs = [" ".join(rng.choice(words, int(rng.integers(2, 30)))) for _ in range(29)]
+    src = write(tmp_path / "docs.txt", "\n\n".join(docs) + "\n")
+    return TokenCorpus.build(
+        src, tmp_path / "corpus", word_tokenizer(words, tmp_path / "t.json"), progress=False
+    )
+
+
+def lm_loader(corpus: TokenCorpus, **kw: Any) -> LanguageModelLoader:
+    return LanguageModelLoader(corpus, 3, bptt=5, seed=2, world=World(0, 1), **kw)
+
+
+def plain(batch: Any) -> list[Any]:
+    """A batch as comparable values (tensors to CPU lists, others as they are)."""
+    if isinstance(batch, dict):
+        return [(k, plain(v)) for k, v in sorted(batch.items())]
+    if isinstance(batch, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in batch):
+        return [plain(v) for v in batch]
+    if isinstance(batch, torch.Tensor):
+        return [str(batch.dtype), batch.cpu().tolist()]
+    return batch
+
+
+def run(loader: Any, steps: int | None = None) -> list[Any]:
+    out = []
+    for batch in loader:
+        out.append(plain(batch))  # copied now: the LM loader reuses its buffer
+        if steps is not None and len(out) == steps:
+            break
+    return out
+
+
+# ---------------------------------------------------------------------------- prefetcher
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("depth", [None, 0, 1, 2, 5])
+def test_prefetcher_yields_the_loaders_batches_in_order(device: str, depth: int | None) -> None:
+    want = run(map_loader())
+    pre = DevicePrefetcher(map_loader(), device, depth)
+    assert len(pre) == len(want) == 14
+    got = [plain(b) for b in pre]
+    assert got == want
+    for batch in DevicePrefetcher(map_loader(), device, depth):
+        assert all(t.device.type == device for t in tensors(batch))
+
+
+@pytest.mark.parametrize("depth", [1, 2, 4])
+@pytest.mark.parametrize("stop", [1, 5, 12, 14])
+def test_state_counts_only_the_batches_handed_out(depth: int, stop: int) -> None:
+    """With batches in flight, the state is the loader's after ``stop`` batches, and a fresh
+    loader resumed from it yields exactly the rest of the epoch."""
+    reference = map_loader()
+    reference.set_epoch(1)
+    want = run(reference, stop)
+    want_state = reference.state_dict()
+    want_rest = run(reference)
+    pre = DevicePrefetcher(map_loader(), "cpu", depth)
+    pre.set_epoch(1)
+    assert run(pre, stop) == want
+    assert pre.state_dict() == want_state
+    assert len(pre) == len(want_rest)
+    resumed = DevicePrefetcher(map_loader(), "cpu", depth)
+    resumed.load_state_dict(pre.state_dict())
+    assert run(resumed) == want_rest
+    assert pre.epoch == resumed.epoch == 1
+
+
+def test_iterating_again_continues_with_the_batches_in_flight() -> None:
+    """A loop that breaks and iterates again gets the next batch, as the loader would give."""
+    want = run(map_loader())
+    pre = DevicePrefetcher(map_loader(), "cpu", depth=3)
+    got = run(pre, 4) + run(pre, 3) + run(pre)
+    assert got == want
+    assert run(pre) == []  # the epoch is over until set_epoch
+
+
+def test_set_epoch_passes_through_and_drops_what_is_in_flight() -> None:
+    reference = map_loader()
+    reference.set_epoch(2)
+    want = run(reference)
+    pre = DevicePrefetcher(map_loader(), "cpu", depth=2)
+    run(pre, 3)  # epoch 0, batches in flight
+    pre.set_epoch(2)
+    assert pre.epoch == 2 and run(pre) == want
+    assert pre.num_workers == 0 and pre.dataset is pre.loader.dataset  # the rest is the loader's
+
+
+def test_workers_loader_resumes_exactly_with_batches_in_flight() -> None:
+    reference = map_loader(num_workers=2)
+    want = run(reference)
+    pre = DevicePrefetcher(map_loader(num_workers=2), "cpu", depth=2)
+    head = run(pre, 6)
+    state = pre.state_dict()
+    assert state["batches"] == 6
+    resumed = DevicePrefetcher(map_loader(num_workers=2), "cpu", depth=2)
+    resumed.load_state_dict(state)
+    assert head + run(resumed) == want
+
+
+@pytest.mark.parametrize("depth", [0, 2])
+def test_lm_tuples_with_a_reused_buffer(corpus: TokenCorpus, depth: int) -> None:
+    """The LM loader hands out views of one buffer (refilled every batch with
+    ``chunk_batches=1``); pulled ahead they must not change."""
+    want = run(lm_loader(corpus, chunk_batches=1))
+    pre = DevicePrefetcher(lm_loader(corpus, chunk_batches=1), "cpu", depth)
+    head = run(pre, 4)
+    resumed = DevicePrefetcher(lm_loader(corpus, chunk_batches=1), "cpu", depth)
+    resumed.load_state_dict(pre.state_dict())
+    assert head + run(resumed) == want
+
+
+def test_bad_depth_is_refused() -> None:
+    with pytest.raises(ValueError, match="depth must be >= 0"):
+        DevicePrefetcher(map_loader(), "cpu", -1)
+
+
+def test_import_lading_stays_torch_free_and_the_prefetcher_is_exported() -> None:
+    code = (
+        "import sys, lading; assert 'torch' not in sys.modules; "
+        "P = lading.DevicePrefetcher; assert 'torch' in sys.modules; print(P.__name__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "DevicePrefetcher"
+
+
+# ---------------------------------------------------------------------------- narrow batches
+
+
+@pytest.fixture(scope="module")
+def ir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A synthetic passage collection, a WordPiece tokenizer, stores with and without tokens."""
+    from lading.ir import TrainingGroups, read_qrels, read_queries
+    from lading.synth import synth
+    from lading.tokens import save_tokenizer, train_tokenizer
+
+    tmp = tmp_path_factory.mktemp("device-ir")
+    files = synth("passages", 400, tmp / "synth", queries=20)
+    texts = [line.split("\t", 1)[1] for line in files.corpus.read_text().splitlines()]
+    tok = save_tokenizer(train_tokenizer(texts, "wordpiece", 2000), tmp / "tok.json")
+    tokens = lading.build_store(files.corpus, tmp / "tokens", tokenizer=tok, progress=False)
+    text = lading.build_store(files.corpus, tmp / "text", progress=False)
+    out: dict[str, Any] = {"tok": tok, "tokens": tokens, "text": text}
+    for kind in ("tokens", "text"):
+        out[f"{kind}_groups"] = TrainingGroups(
+            out[kind],
+            read_queries(files.queries),
+            read_qrels(files.qrels),
+            None,
+            group_size=8,
+            sampling="random",
+            on_missing="skip",
+        )
+    return out
+
+
+def collated(ir: dict[str, Any], kind: str, emit: str, max_length: int) -> dict[str, Any]:
+    from lading.ir import CrossEncoderCollator
+
+    groups = ir[f"{kind}_groups"]
+    collate = CrossEncoderCollator(
+        ir[kind], ir["tok"], max_length, min(64, max_length // 3), emit=emit
+    )
+    return collate([groups[i] for i in range(min(len(groups), 12))])
+
+
+def assert_same_inputs(got: dict[str, Any], want: dict[str, Any]) -> None:
+    for key in ("input_ids", "attention_mask", "token_type_ids", "labels"):
+        assert got[key].dtype == want[key].dtype, key
+        assert torch.equal(got[key].cpu(), want[key]), key
+    assert got["group_size"] == want["group_size"] and got["pairs"] == want["pairs"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("max_length", [24, 64, 512])
+@pytest.mark.parametrize("kind", ["tokens", "text"])
+def test_narrow_expanded_equals_todays_batch(
+    ir: dict[str, Any], kind: str, max_length: int, device: str
+) -> None:
+    wide = collated(ir, kind, "wide", max_length)
+    narrow = collated(ir, kind, "narrow", max_length)
+    assert narrow["input_ids"].dtype == torch.uint16  # the store's dtype (vocab 2,000)
+    assert "attention_mask" not in narrow and "token_type_ids" not in narrow
+    assert_same_inputs(expand(narrow, device), wide)
+    assert_same_inputs(expand(wide, device), wide)  # a wide batch is only moved
+    assert batch_bytes(narrow) * 4 <= batch_bytes(wide)
+
+
+def test_bytes_per_step_of_a_32x8x512_batch() -> None:
+    """The issue's shape: int64 ids + mask + types against uint16 ids + two int32 per row."""
+    rows, width = 32 * 8, 512
+    wide = {k: torch.zeros(rows, width, dtype=torch.int64) for k in ("a", "b", "c")}
+    narrow = {
+        "input_ids": torch.zeros(rows, width, dtype=torch.uint16),
+        "lengths": torch.zeros(rows, dtype=torch.int32),
+        "segment_starts": torch.zeros(rows, dtype=torch.int32),
+    }
+    assert batch_bytes(wide) == 3 * 2**20
+    assert batch_bytes(narrow) / batch_bytes(wide) < 1 / 11
+
+
+def test_unknown_emit_and_rows_without_tokens_are_refused(ir: dict[str, Any]) -> None:
+    from lading.ir import CrossEncoderCollator
+
+    with pytest.raises(ValueError, match="unknown emit"):
+        CrossEncoderCollator(ir["tokens"], ir["tok"], emit="thin")
+    with pytest.raises(ValueError, match="needs a store with tokens"):
+        CrossEncoderCollator(ir["text"], ir["tok"], emit="rows")
+
+
+# ---------------------------------------------------------------------------- GPU-resident
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("max_length", [24, 64, 512])
+def test_resident_store_gather_equals_the_host_batch(
+    ir: dict[str, Any], max_length: int, device: str
+) -> None:
+    resident = to_device(ir["tokens"], device)
+    tokens, offsets = ir["tokens"].token_arrays()
+    assert resident.nbytes == tokens.nbytes + offsets.nbytes
+    rows = collated(ir, "tokens", "rows", max_length)
+    wide = collated(ir, "tokens", "wide", max_length)
+    assert batch_bytes(rows) * 20 < batch_bytes(wide)  # a few integers per row cross the bus
+    assert_same_inputs(resident.assemble(rows), wide)
+
+
+def test_resident_gather_of_unsigned_ids_above_the_signed_range() -> None:
+    class Ragged:
+        tokens = np.array([65535, 40000, 7, 32768, 1], dtype=np.uint16)
+        offsets = np.array([0, 2, 5], dtype=np.uint64)
+
+    resident = to_device(Ragged(), "cpu")
+    assert resident.take(torch.arange(5)).tolist() == [65535, 40000, 7, 32768, 1]
+    wide = Ragged()
+    wide.tokens = np.array([2**32 - 1, 5], dtype=np.uint32)
+    wide.offsets = np.array([0, 2], dtype=np.uint64)
+    assert to_device(wide, "cpu").take(torch.arange(2)).tolist() == [2**32 - 1, 5]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("backwards", [False, True])
+def test_resident_stream_reads_what_the_host_stream_reads(
+    corpus: TokenCorpus, backwards: bool, device: str, rng: Any
+) -> None:
+    docs = np.arange(len(corpus), dtype=np.int64)
+    host = EpochStream(corpus, docs, seed=4, epoch=1, shuffle=True, backwards=backwards)
+    on_device = ResidentStream(
+        to_device(corpus, device), host.doc_start, host.lengths, backwards=backwards
+    )
+    starts = [rng.randrange(3 * host.total) for _ in range(20)] + [0, host.total - 1]
+    for n in (1, 7, host.total + 5):  # longer than the stream: wraps around
+        got = on_device.read(starts, n)
+        for row, start in enumerate(starts):
+            want = np.zeros(n, dtype=np.int64)
+            host.read(start, want)
+            assert got[row].cpu().tolist() == want.tolist(), (start, n)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_resident_lm_loader_keeps_continuity_and_resumes_exactly(
+    corpus: TokenCorpus, device: str
+) -> None:
+    host = lm_loader(corpus)
+    want = [run(host) for host_epoch in range(2) if host.set_epoch(host_epoch) is None]
+    resident = ResidentLanguageModelLoader(corpus, 3, 5, seed=2, world=World(0, 1), device=device)
+    got = [run(resident) for epoch in range(2) if resident.set_epoch(epoch) is None]
+    assert got == want  # the same batches: streams continue from batch to batch as on the host
+    # a host state resumes on the device and a device state on the host
+    host.set_epoch(1)
+    head = run(host, 3)
+    moved = ResidentLanguageModelLoader(corpus, 3, 5, seed=2, world=World(0, 1), device=device)
+    moved.load_state_dict(host.state_dict())
+    rest = run(moved)
+    assert head + rest == want[1]
+    back = lm_loader(corpus)
+    moved.load_state_dict(host.state_dict())
+    assert run(moved, 2) == want[1][3:5]
+    back.load_state_dict(moved.state_dict())
+    assert run(back) == want[1][5:]
+    with pytest.raises(ValueError, match="in-process"):
+        moved.loader(num_workers=2)
+
+
+class CountingLoader:
+    """A loader without a cursor: its state is only what ``state_dict`` says."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.i, self.epoch = n, 0, 0
+
+    def __iter__(self) -> Any:
+        while self.i < self.n:
+            self.i += 1
+            yield {"i": torch.tensor([self.i])}
+
+    def __len__(self) -> int:
+        return self.n - self.i
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self.i = epoch, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"i": self.i}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.i = state["i"]
+
+
+def test_a_loader_without_a_cursor_is_snapshotted_whole() -> None:
+    pre = DevicePrefetcher(CountingLoader(10), "cpu", depth=3)
+    assert run(pre, 4) == [[("i", ["torch.int64", [k]])] for k in (1, 2, 3, 4)]
+    assert pre.loader.i == 7 and pre.state_dict() == {"i": 4}
+    assert len(pre) == 6
+
+
+@needs_cuda
+def test_trainer_prefetches_on_cuda_and_checkpoints_what_it_stepped(tmp_path: Path) -> None:
+    from lading.train import LoopConfig, StepResult, Trainer, Workload
+
+    seen: list[list[int]] = []
+
+    class Step(Workload):
+        def step(self, batch: dict[str, Any]) -> StepResult:
+            assert batch["ids"].device.type == "cuda"
+            seen.append(batch["ids"].cpu().tolist())
+            return StepResult(None, len(batch["ids"]))
+
+    model = torch.nn.Linear(1, 1).cuda()
+    config = LoopConfig(5, out=tmp_path, checkpoint_every=5, progress=False, memory=False)
+    trainer = Trainer(Step(), map_loader(), config, World(0, 1), torch.device("cuda"), model)
+    assert isinstance(trainer.loader, DevicePrefetcher)
+    trainer.run()
+    reference = map_loader()
+    reference.set_epoch(0)
+    want = run(reference, 5)
+    assert seen == [dict(b)["ids"][1] for b in want]
+    assert trainer.loader.state_dict() == reference.state_dict()
+
+
+@pytest.mark.parametrize(
+    ("kind", "required"),
+    [
+        ("cross-encoder", ["--out", "o", "--queries", "q", "--qrels", "r"]),
+        ("lm", ["--corpus", "c", "--out", "o"]),
+        ("sessions", ["--data", "d", "--out", "o"]),
+    ],
+)
+def test_no_prefetch_flag_reaches_the_loop_config(kind: str, required: list[str]) -> None:
+    from lading.cli import build_parser
+    from lading.train import LoopConfig
+
+    parser = build_parser()
+    on = parser.parse_args(["train", kind, *required])
+    off = parser.parse_args(["train", kind, *required, "--no-prefetch"])
+    assert on.prefetch is True and off.prefetch is False
+    assert LoopConfig.of(off, 1).prefetch is False and LoopConfig.of(on, 1).prefetch is True
