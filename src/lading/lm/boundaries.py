@@ -43,6 +43,7 @@ class DocumentBatch(NamedTuple):
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> DocumentBatch:
         """The tensors moved to ``device`` (``max_seqlen`` stays a Python int)."""
+
         def move(t: torch.Tensor) -> torch.Tensor:
             return t.to(device, non_blocking=non_blocking)
 
