@@ -64,15 +64,8 @@ import torch
 from lading.lm.boundaries import DocumentBatch, document_batch
 from lading.lm.bptt import Jitter, check_jitter, jitter_of, max_seq, seq_lengths
 from lading.lm.corpus import TokenCorpus
-from lading.lm.packing import Packing, pack
 from lading.lm.stream import EpochStream
-from lading.lm.windows import (
-    MixedWindows,
-    PackedWindows,
-    StreamWindows,
-    TokenMixture,
-    WindowSource,
-)
+from lading.lm.windows import EpochWindows, TokenMixture, WindowSource
 from lading.loading import state as loader_state
 from lading.loading.loader import ResumableLoader
 from lading.loading.order import Salt, feistel_permutation, generator
@@ -162,15 +155,14 @@ class LanguageModelLoader:
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose from {sorted(MODES)}")
-        mixture = isinstance(corpus, TokenMixture)
-        if mode == "streams" and (boundaries or mixture):
+        if mode == "streams" and (boundaries or isinstance(corpus, TokenMixture)):
             raise ValueError(
                 "boundaries= and TokenMixture need independent windows: use mode='windows' "
                 "or mode='packed' (streams carry an RNN state across documents)"
             )
         if mode == "packed" and backwards:
             raise ValueError("mode='packed' does not read backwards; use mode='windows'")
-        if mixture and documents is not None:
+        if isinstance(corpus, TokenMixture) and documents is not None:
             raise ValueError("documents= selects from one corpus; a TokenMixture takes them all")
         if batch_size < 1 or bptt < 1:
             raise ValueError(f"batch_size and bptt must be >= 1, got {batch_size}, {bptt}")
@@ -196,12 +188,7 @@ class LanguageModelLoader:
             if documents is None
             else np.asarray(documents, dtype=np.int64)
         )
-        self._parts = [
-            (c, self.documents if i == 0 and not mixture else np.arange(len(c), dtype=np.int64))
-            for i, c in enumerate(parts)
-        ]
-        self._packings: dict[int, Packing] = {}
-        self._windows_of: tuple[int, WindowSource] | None = None
+        self._windows = EpochWindows(corpus, self.documents, mode, bptt, seed, shuffle, backwards)
         self.max_seq = max_seq(bptt, bptt_jitter) if mode == "streams" else bptt
         width = self.max_seq * max(1, chunk_batches) + 1
         self._buffer = np.zeros((batch_size, width), dtype=np.int64)
@@ -214,61 +201,34 @@ class LanguageModelLoader:
         map, which would be pickled as a copy of the corpus); the corpus pickles as its path."""
         state = dict(self.__dict__)
         state["_buffer"] = np.zeros((0, 0), dtype=np.int64)
-        state["_segment"] = state["_keyed"] = state["_windows_of"] = None
-        state["_packings"] = {}  # a worker packs again (deterministic) rather than unpickle
+        state["_segment"] = state["_keyed"] = None
         return state
 
     # ------------------------------------------------------------------ planning
 
     def _stream(self, epoch: int) -> EpochStream:
         return EpochStream(
-            self._parts[0][0], self.documents, self.seed, epoch, self.shuffle, self.backwards
+            self._windows.parts[0][0],
+            self.documents,
+            self.seed,
+            epoch,
+            self.shuffle,
+            self.backwards,
         )
-
-    def _packing(self, part: int) -> Packing:
-        """The packing of corpus ``part`` (computed once: it depends on the seed only)."""
-        if part not in self._packings:
-            corpus, documents = self._parts[part]
-            lengths = corpus.lengths()[documents]
-            self._packings[part] = pack(lengths, self.bptt + 1, self.seed)
-        return self._packings[part]
-
-    def _part_windows(self, part: int, epoch: int) -> WindowSource:
-        corpus, documents = self._parts[part]
-        if self.mode == "packed":
-            pad = corpus.eos_id if corpus.eos_id is not None else 0
-            return PackedWindows(corpus, documents, self._packing(part), pad)
-        stream = EpochStream(corpus, documents, self.seed, epoch, self.shuffle, self.backwards)
-        return StreamWindows(stream, self.bptt)
-
-    def _windows(self, epoch: int) -> WindowSource:
-        """The windows of ``epoch`` ("windows" and "packed" modes; a mixture's too)."""
-        if self._windows_of is None or self._windows_of[0] != epoch:
-            sources = [self._part_windows(i, epoch) for i in range(len(self._parts))]
-            if isinstance(self.corpus, TokenMixture):
-                counts = self.corpus.counts([s.n for s in sources])
-                self._windows_of = (epoch, MixedWindows(sources, counts, self.seed, epoch))
-            else:
-                self._windows_of = (epoch, sources[0])
-        return self._windows_of[1]
 
     def packing_stats(self) -> dict[str, Any]:
         """``mode="packed"``: windows, pieces, tokens and padding (``padding_fraction`` of the
         token slots), summed over a mixture's corpora."""
         if self.mode != "packed":
             raise ValueError(f"packing_stats() is for mode='packed', this loader is {self.mode!r}")
-        parts = [self._packing(i).stats() for i in range(len(self._parts))]
-        total = {k: sum(p[k] for p in parts) for k in ("windows", "pieces", "tokens", "padding")}
-        total["split_documents"] = sum(p["split_documents"] for p in parts)
-        slots = total["windows"] * (self.bptt + 1)
-        return {**total, "capacity": self.bptt + 1, "padding_fraction": total["padding"] / slots}
+        return self._windows.packing_stats()
 
     def _plan_segment(self, cursor: Cursor, layout: Mapping[str, Any]) -> _Segment:
         """The plan of ``cursor``'s segment under ``layout`` (this run's or a saved one)."""
         world_size, batch_size = int(layout["world_size"]), int(layout["batch_size"])
         resumed = cursor.segment > 0
         if self.mode != "streams":
-            windows = self._windows(cursor.epoch)
+            windows = self._windows.of_epoch(cursor.epoch)
             base = cursor.base_or_whole(windows.n)
             p = plan(len(base), world_size, self.equalize, interleave=True, resumed=resumed)
             batches = batch_count(p.each, batch_size, self.drop_partial_batch)
@@ -459,7 +419,7 @@ class LanguageModelLoader:
             "seed": self.seed,
             "backwards": self.backwards,
             "documents": len(self.documents),
-            "tokens": sum(corpus.n_tokens for corpus, _ in self._parts),
+            "tokens": sum(corpus.n_tokens for corpus, _ in self._windows.parts),
             "shuffle": self.shuffle,
             "equalize": self.equalize,
             "drop_partial_batch": self.drop_partial_batch,

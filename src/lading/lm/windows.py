@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from lading.lm.boundaries import renumber
 from lading.lm.corpus import TokenCorpus
-from lading.lm.packing import Packing
+from lading.lm.packing import Packing, pack
 from lading.lm.stream import EpochStream
 from lading.loading.order import Salt, feistel_permutation
 
@@ -163,3 +163,71 @@ class MixedWindows:
     ) -> None:
         corpus, inner = self.locate(window)
         self.sources[corpus].read(inner, tokens, segments)
+
+
+class EpochWindows:
+    """The window source of every epoch of one loader ("windows"/"packed", a mixture or not).
+
+    A packing depends on the seed only, so it is computed once per corpus and kept (a few
+    integers per piece); it is not pickled: a DataLoader worker packs again, identically.
+    """
+
+    def __init__(
+        self,
+        corpus: TokenCorpus | TokenMixture,
+        documents: npt.NDArray[np.int64],
+        mode: str,
+        bptt: int,
+        seed: int,
+        shuffle: bool,
+        backwards: bool,
+    ) -> None:
+        self.mixture = corpus if isinstance(corpus, TokenMixture) else None
+        self.parts: list[tuple[TokenCorpus, npt.NDArray[np.int64]]]  # corpus, documents read
+        if isinstance(corpus, TokenMixture):
+            self.parts = [(c, np.arange(len(c), dtype=np.int64)) for c in corpus.corpora]
+        else:
+            self.parts = [(corpus, documents)]
+        self.mode, self.bptt, self.seed = mode, bptt, seed
+        self.shuffle, self.backwards = shuffle, backwards
+        self._packings: dict[int, Packing] = {}
+        self._epoch: tuple[int, WindowSource] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_packings": {}, "_epoch": None}
+
+    def packing(self, part: int) -> Packing:
+        """The packing of corpus ``part``, into windows of ``bptt + 1`` tokens."""
+        if part not in self._packings:
+            corpus, documents = self.parts[part]
+            self._packings[part] = pack(corpus.lengths()[documents], self.bptt + 1, self.seed)
+        return self._packings[part]
+
+    def _part(self, part: int, epoch: int) -> WindowSource:
+        corpus, documents = self.parts[part]
+        if self.mode == "packed":
+            pad = corpus.eos_id if corpus.eos_id is not None else 0
+            return PackedWindows(corpus, documents, self.packing(part), pad)
+        stream = EpochStream(corpus, documents, self.seed, epoch, self.shuffle, self.backwards)
+        return StreamWindows(stream, self.bptt)
+
+    def of_epoch(self, epoch: int) -> WindowSource:
+        """The windows of ``epoch`` (the last one asked for is kept)."""
+        if self._epoch is None or self._epoch[0] != epoch:
+            sources = [self._part(i, epoch) for i in range(len(self.parts))]
+            if self.mixture is not None:
+                counts = self.mixture.counts([s.n for s in sources])
+                self._epoch = (epoch, MixedWindows(sources, counts, self.seed, epoch))
+            else:
+                self._epoch = (epoch, sources[0])
+        return self._epoch[1]
+
+    def packing_stats(self) -> dict[str, Any]:
+        """Windows, pieces, tokens and padding of the packing, summed over the corpora."""
+        parts = [self.packing(i).stats() for i in range(len(self.parts))]
+        keys = ("windows", "pieces", "split_documents", "tokens", "padding")
+        total: dict[str, Any] = {k: sum(p[k] for p in parts) for k in keys}
+        slots = total["windows"] * (self.bptt + 1)
+        total["capacity"] = self.bptt + 1
+        total["padding_fraction"] = total["padding"] / slots if slots else 0.0
+        return total
