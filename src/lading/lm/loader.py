@@ -111,9 +111,8 @@ class LanguageModelLoader:
     """Batches ``(x, y)`` of shape ``[batch_size, seq]`` from a :class:`TokenCorpus`.
 
     Args:
-        corpus: the tokenized corpus.
-        batch_size: rows per batch on this rank.
         corpus: the tokenized corpus, or a :class:`TokenMixture` of several (window modes).
+        batch_size: rows per batch on this rank.
         bptt: target sequence length (``mode="streams"``); the window length otherwise.
         bptt_jitter: ``"fastai"``, ``None`` (fixed) or a ``(low, high)`` uniform range.
         shuffle: permute documents (and windows) each epoch.
