@@ -348,3 +348,17 @@ def test_gpt_resumed_run_equals_uninterrupted(repetitive: Path, tmp_path: Path) 
 
     want, got = losses(tmp_path / "ref"), losses(tmp_path / "cut")
     assert sorted(want) == list(range(1, 13)) and got == want
+
+
+def test_cli_gpt_flags_reach_the_run(repetitive: Path, tmp_path: Path) -> None:
+    import json
+
+    from lading.cli import main
+
+    args = ["train", "lm", "--corpus", str(repetitive), "--out", str(tmp_path / "cli")]
+    args += ["--arch", "gpt", "--packed", "--no-document-mask", "--heads", "2", "--emb", "16"]
+    args += ["--layers", "1", "--bptt", "8", "--batch-size", "2", "--steps", "3"]
+    assert main([*args, "--parallel", "none", "--log-every", "3"]) == 0
+    summary = json.loads((tmp_path / "cli" / "summary.json").read_text())
+    assert summary["arch"] == "gpt" and summary["document_mask"] is False
+    assert summary["packing"]["capacity"] == 9 and summary["steps"] == 3
