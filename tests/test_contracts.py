@@ -1,8 +1,9 @@
 """The loader contracts, one set of checks run on every loader (tests/contracts.py).
 
 Exact partition (disjoint, complete, equal batch counts), bitwise resume and elastic resume,
-for ``lading.loader`` over a map-style dataset, the language-model loader in both modes
-(in-process and through DataLoader workers) and partitioned parquet, at world sizes 1-5,
+for ``lading.loader`` over a map-style dataset, the language-model loader in its streams,
+windows and packed modes and over a weighted mixture (in-process and through DataLoader
+workers) and partitioned parquet, at world sizes 1-5,
 0-3 workers, and awkward sizes: fewer items than readers, primes. Every item of every loader
 is a number ``0 … n-1`` (a sample, a row, a token position, a window), so one key function
 per loader turns a batch into the items it holds.
@@ -152,7 +153,66 @@ def resident(kind: Kind) -> Kind:
     return Kind(kind.name + "+resident", make, kind.key, kind.items, kind.readers)
 
 
+def words_corpus(tmp: Path, name: str, docs: list[list[str]], vocab: list[str]) -> Any:
+    """A corpus of ``docs`` (lists of words) whose tokenizer knows ``vocab``."""
+    from lading.lm import TokenCorpus
+
+    path = tmp / name
+    if not path.exists():
+        src = write(tmp / f"{name}.txt", "\n\n".join(" ".join(d) for d in docs) + "\n")
+        TokenCorpus.build(src, path, word_tokenizer(vocab, tmp / f"{name}.json"), progress=False)
+    return TokenCorpus.open(path)
+
+
+def packed_kind(n: int, tmp: Path) -> Kind:
+    """``n`` documents of 1-4 unique words packed into windows of 6 tokens; a window is
+    named by its first token, the start of its first piece."""
+    from lading.lm import LanguageModelLoader
+    from lading.lm.packing import pack
+
+    lengths = np.random.default_rng(n).integers(1, 5, n)
+    vocab = [f"w{i}" for i in range(int(lengths.sum()))]
+    ends = np.cumsum(lengths)
+    docs = [vocab[e - k : e] for e, k in zip(ends.tolist(), lengths.tolist())]
+    corpus = words_corpus(tmp, f"packed{n}", docs, vocab)
+    packing = pack(corpus.lengths(), 6, seed=3)
+    first = corpus.offsets[packing.document[packing.ptr[:-1]]].astype(np.int64)
+    starts = first + packing.start[packing.ptr[:-1]]
+    window_of = {int(corpus.tokens[s]): w for w, s in enumerate(starts.tolist())}
+
+    def make(world: World, workers: int) -> Any:
+        data = LanguageModelLoader(corpus, BATCH, bptt=5, seed=3, mode="packed", world=world)
+        return data if workers == 0 else data.loader(workers, multiprocessing_context="fork")
+
+    key = lambda b: [window_of[int(row[0])] for row in b[0]]  # noqa: E731
+    return Kind("lm-packed", make, key, packing.windows, lambda w, k: w)
+
+
+def mixture_kind(n: int, tmp: Path) -> Kind:
+    """Two one-document corpora of unique words weighted by their sizes, so that the
+    mixture's ``n`` positions are their ``n`` windows, each once."""
+    from lading.lm import LanguageModelLoader
+    from lading.lm.windows import TokenMixture
+
+    sizes = (max(1, n // 3), n - max(1, n // 3))  # windows of each corpus
+    vocab = [f"w{i}" for i in range(sum(s * BPTT for s in sizes))]
+    a = words_corpus(tmp, f"mixa{n}", [vocab[: sizes[0] * BPTT]], vocab)
+    b = words_corpus(tmp, f"mixb{n}", [vocab[sizes[0] * BPTT :]], vocab)
+
+    def window(token: int) -> int:  # both corpora's words count from 0 in one vocabulary
+        return (token - 2) // BPTT  # a's windows come first, then b's: 0 … n-1
+
+    def make(world: World, workers: int) -> Any:
+        mix = TokenMixture({a: sizes[0] / n, b: sizes[1] / n})
+        data = LanguageModelLoader(mix, BATCH, bptt=BPTT, seed=3, mode="windows", world=world)
+        return data if workers == 0 else data.loader(workers, multiprocessing_context="fork")
+
+    return Kind("lm-mixture", make, lambda b: [window(int(r[0])) for r in b[0]], n, lambda w, k: w)
+
+
 KINDS: dict[str, Callable[[int, Path], Kind]] = {
+    "lm-packed": packed_kind,
+    "lm-mixture": mixture_kind,
     "map": map_kind,
     "parquet": parquet_kind,
     "lm-streams": lambda n, tmp: lm_kind(n, tmp, "streams"),

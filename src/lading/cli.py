@@ -490,11 +490,20 @@ def _add_train(sub: Any) -> None:
     p.set_defaults(func=_cmd_train_sessions)
     p = kinds.add_parser(
         "lm",
-        help="an LSTM language model on a TokenCorpus (BPTT continuity)",
+        help="a language model on a TokenCorpus: LSTM (BPTT continuity) or a tiny GPT",
         description="torchrun --nproc_per_node N -m lading train lm ... for DDP.",
     )
     _add_run_args(p, batch_size=32, lr=3e-3, parallel=("ddp", "none"))
     p.add_argument("--corpus", required=True, help="a TokenCorpus (lading lm build)")
+    p.add_argument("--arch", choices=["lstm", "gpt"], default="lstm")
+    p.add_argument("--heads", type=int, default=4, help="gpt: attention heads")
+    p.add_argument("--packed", action="store_true", help="gpt: pack whole documents")
+    p.add_argument(
+        "--no-document-mask",
+        dest="document_mask",
+        action="store_false",
+        help="gpt ablation: attend and count positions across document boundaries",
+    )
     p.add_argument("--valid-fraction", type=float, default=0.02, help="documents held out")
     p.add_argument("--bptt", type=int, default=70)
     p.add_argument("--emb", type=int, default=256)

@@ -11,12 +11,20 @@ from typing import TYPE_CHECKING
 from lading._lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from lading.lm.boundaries import DocumentBatch
     from lading.lm.corpus import TokenCorpus
     from lading.lm.loader import LanguageModelLoader
+    from lading.lm.windows import TokenMixture
 
 __getattr__ = lazy_attributes(
-    __name__, {"TokenCorpus": "lading.lm.corpus", "LanguageModelLoader": "lading.lm.loader"}
+    __name__,
+    {
+        "TokenCorpus": "lading.lm.corpus",
+        "LanguageModelLoader": "lading.lm.loader",
+        "TokenMixture": "lading.lm.windows",
+        "DocumentBatch": "lading.lm.boundaries",
+    },
 )
 
 
-__all__ = ["LanguageModelLoader", "TokenCorpus"]
+__all__ = ["DocumentBatch", "LanguageModelLoader", "TokenCorpus", "TokenMixture"]

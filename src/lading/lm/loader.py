@@ -30,6 +30,15 @@ transformers); the order is a keyed Feistel permutation computed per index, so e
 nothing proportional to the token count. Windows are dealt round-robin over the ranks by the
 same planner (``interleave``).
 
+``mode="packed"`` serves windows of ``seq_len + 1`` tokens into which whole documents were
+packed by best-fit decreasing (:mod:`lading.lm.packing`): no document is cut unless it is
+longer than a window, and the rest of a window is padding (:meth:`packing_stats`). The packed
+windows are the epoch's positions, planned, shuffled and resumed exactly like ``"windows"``.
+A :class:`~lading.lm.windows.TokenMixture` in place of the corpus mixes several corpora by
+weight in either of those modes. ``boundaries=True`` makes every batch a
+:class:`~lading.lm.boundaries.DocumentBatch` (position ids restarting at each document,
+``cu_seqlens``, document ids for the attention mask, a loss mask) instead of ``(x, y)``.
+
 A checkpoint can be resumed on another number of processes or with another batch size
 (*elastic*). What is left of the epoch is known exactly: in ``"windows"`` mode a suffix of the
 window order; in ``"streams"`` mode, the unread end of every stream, kept as runs of stream
@@ -52,9 +61,11 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from lading.lm.boundaries import DocumentBatch, document_batch
 from lading.lm.bptt import Jitter, check_jitter, jitter_of, max_seq, seq_lengths
 from lading.lm.corpus import TokenCorpus
 from lading.lm.stream import EpochStream
+from lading.lm.windows import EpochWindows, TokenMixture, WindowSource
 from lading.loading import state as loader_state
 from lading.loading.loader import BatchKeyed
 from lading.loading.order import Salt, feistel_permutation, generator
@@ -65,7 +76,8 @@ from lading.world import World
 
 __all__ = ["MODES", "LanguageModelLoader", "feistel_permutation"]
 
-MODES: tuple[str, ...] = ("streams", "windows")
+MODES: tuple[str, ...] = ("streams", "windows", "packed")
+Batch = tuple[torch.Tensor, torch.Tensor] | DocumentBatch
 
 
 class BatchKey(NamedTuple):
@@ -82,7 +94,8 @@ class BatchKey(NamedTuple):
 class _Segment:
     """The plan of one segment of an epoch under one layout."""
 
-    stream: EpochStream
+    stream: EpochStream | None  # "streams" mode
+    windows: WindowSource | None  # "windows" and "packed" modes
     n: int  # positions of the epoch: tokens of the cyclic stream ("streams") or windows
     base: Runs  # the positions this segment reads
     plan: Plan  # one reader per stream ("streams") or per rank ("windows")
@@ -98,28 +111,30 @@ class LanguageModelLoader(BatchKeyed):
     """Batches ``(x, y)`` of shape ``[batch_size, seq]`` from a :class:`TokenCorpus`.
 
     Args:
-        corpus: the tokenized corpus.
+        corpus: the tokenized corpus, or a :class:`TokenMixture` of several (window modes).
         batch_size: rows per batch on this rank.
-        bptt: target sequence length (``mode="streams"``); the window length in ``"windows"``.
+        bptt: target sequence length (``mode="streams"``); the window length otherwise.
         bptt_jitter: ``"fastai"``, ``None`` (fixed) or a ``(low, high)`` uniform range.
         shuffle: permute documents (and windows) each epoch.
         backwards: read every stream from its end to its start (for backward LMs).
         seed: with the epoch, fixes every order and length.
         drop_last: deprecated; ``True`` is ``equalize="truncate", drop_partial_batch=True``.
         world: rank and world size (default: detected; the global rank).
-        mode: ``"streams"`` (continuity across batches) or ``"windows"``.
+        mode: ``"streams"`` (continuity across batches), ``"windows"`` or ``"packed"``.
         documents: use only these documents (e.g. a training split), in this base order.
         chunk_batches: how many batches of stream the buffer holds between refills.
         equalize: ``"pad"`` (wrap around to fill the last streams or windows) or
             ``"truncate"`` (drop the epoch's tail).
         drop_partial_batch: ``"windows"`` mode: leave out a rank's last, partial batch.
+        boundaries: yield :class:`DocumentBatch` es (window modes) instead of ``(x, y)``.
+        eod_mask_loss: with ``boundaries``, do not score labels that start another document.
     """
 
     kind = "lm"
 
     def __init__(
         self,
-        corpus: TokenCorpus,
+        corpus: TokenCorpus | TokenMixture,
         batch_size: int,
         bptt: int,
         bptt_jitter: Jitter = "fastai",
@@ -134,9 +149,20 @@ class LanguageModelLoader(BatchKeyed):
         *,
         equalize: str = "pad",
         drop_partial_batch: bool = False,
+        boundaries: bool = False,
+        eod_mask_loss: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose from {sorted(MODES)}")
+        if mode == "streams" and (boundaries or isinstance(corpus, TokenMixture)):
+            raise ValueError(
+                "boundaries= and TokenMixture need independent windows: use mode='windows' "
+                "or mode='packed' (streams carry an RNN state across documents)"
+            )
+        if mode == "packed" and backwards:
+            raise ValueError("mode='packed' does not read backwards; use mode='windows'")
+        if isinstance(corpus, TokenMixture) and documents is not None:
+            raise ValueError("documents= selects from one corpus; a TokenMixture takes them all")
         if batch_size < 1 or bptt < 1:
             raise ValueError(f"batch_size and bptt must be >= 1, got {batch_size}, {bptt}")
         check_jitter(bptt_jitter)
@@ -152,14 +178,17 @@ class LanguageModelLoader(BatchKeyed):
         self.corpus, self.batch_size, self.bptt = corpus, batch_size, bptt
         self.jitter, self.shuffle, self.backwards = bptt_jitter, shuffle, backwards
         self.seed, self.mode = seed, mode
+        self.boundaries, self.eod_mask_loss = boundaries, eod_mask_loss
         self.equalize, self.drop_partial_batch = check_equalize(equalize), drop_partial_batch
         self.world = world or World.detect()
+        parts = corpus.corpora if isinstance(corpus, TokenMixture) else [corpus]
         self.documents = (
-            np.arange(len(corpus), dtype=np.int64)
+            np.arange(len(parts[0]), dtype=np.int64)
             if documents is None
             else np.asarray(documents, dtype=np.int64)
         )
-        self.max_seq = bptt if mode == "windows" else max_seq(bptt, bptt_jitter)
+        self._windows = EpochWindows(corpus, self.documents, mode, bptt, seed, shuffle, backwards)
+        self.max_seq = max_seq(bptt, bptt_jitter) if mode == "streams" else bptt
         width = self.max_seq * max(1, chunk_batches) + 1
         self._buffer = np.zeros((batch_size, width), dtype=np.int64)
         self.cursor = Cursor()
@@ -178,20 +207,32 @@ class LanguageModelLoader(BatchKeyed):
 
     def _stream(self, epoch: int) -> EpochStream:
         return EpochStream(
-            self.corpus, self.documents, self.seed, epoch, self.shuffle, self.backwards
+            self._windows.parts[0][0],
+            self.documents,
+            self.seed,
+            epoch,
+            self.shuffle,
+            self.backwards,
         )
+
+    def packing_stats(self) -> dict[str, Any]:
+        """``mode="packed"``: windows, pieces, tokens and padding (``padding_fraction`` of the
+        token slots), summed over a mixture's corpora."""
+        if self.mode != "packed":
+            raise ValueError(f"packing_stats() is for mode='packed', this loader is {self.mode!r}")
+        return self._windows.packing_stats()
 
     def _plan_segment(self, cursor: Cursor, layout: Mapping[str, Any]) -> _Segment:
         """The plan of ``cursor``'s segment under ``layout`` (this run's or a saved one)."""
-        stream = self._stream(cursor.epoch)
         world_size, batch_size = int(layout["world_size"]), int(layout["batch_size"])
         resumed = cursor.segment > 0
-        if self.mode == "windows":
-            n = (stream.total - 1) // self.bptt
-            base = cursor.base_or_whole(n)
+        if self.mode != "streams":
+            windows = self._windows.of_epoch(cursor.epoch)
+            base = cursor.base_or_whole(windows.n)
             p = plan(len(base), world_size, self.equalize, interleave=True, resumed=resumed)
             batches = batch_count(p.each, batch_size, self.drop_partial_batch)
-            return _Segment(stream, n, base, p, [], batches)
+            return _Segment(None, windows, windows.n, base, p, [], batches)
+        stream = self._stream(cursor.epoch)
         n = stream.total  # the epoch stream is a cycle: its last token predicts its first
         base = cursor.base_or_whole(n)
         streams = world_size * batch_size
@@ -203,7 +244,7 @@ class LanguageModelLoader(BatchKeyed):
             )
         rng = generator(self.seed, Salt.SEQ_LENGTHS, cursor.epoch, cursor.segment)
         seqs = seq_lengths(rng, p.each, int(layout["bptt"]), jitter_of(layout["jitter"]))
-        return _Segment(stream, n, base, p, seqs, len(seqs))
+        return _Segment(stream, None, n, base, p, seqs, len(seqs))
 
     def _current(self) -> _Segment:
         if self._segment is None:
@@ -225,7 +266,7 @@ class LanguageModelLoader(BatchKeyed):
         self.cursor.start_epoch(epoch)
         self._segment = None
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[Batch]:
         segment, cursor = self._current(), self.cursor
         if self.mode == "streams" and cursor.base is None:
             yield from self._iter_streams(segment)
@@ -238,7 +279,8 @@ class LanguageModelLoader(BatchKeyed):
 
     def _iter_streams(self, seg: _Segment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Whole-epoch streams, read a buffer of many batches at a time."""
-        buf, cursor, length = self._buffer, self.cursor, seg.plan.each
+        buf, cursor, length, stream = self._buffer, self.cursor, seg.plan.each, seg.stream
+        assert stream is not None
         first_stream = self.world.rank * self.batch_size
         offset = seg.offset(cursor.batches)  # stream position of the next batch
         base, filled = offset, 0  # buffer column 0 holds stream position `base`
@@ -251,7 +293,7 @@ class LanguageModelLoader(BatchKeyed):
                 want = min(buf.shape[1], length + 1 - offset)
                 for row in range(self.batch_size):
                     start = (first_stream + row) * length + offset + keep
-                    seg.stream.read(start, buf[row, keep:want])
+                    stream.read(start, buf[row, keep:want])
                 base, filled = offset, want
             col = offset - base
             cursor.batches += 1
@@ -262,42 +304,49 @@ class LanguageModelLoader(BatchKeyed):
                 torch.from_numpy(buf[:, col + 1 : col + seq + 1]),
             )
 
-    def _build(
-        self, seg: _Segment, cursor: Cursor, batch: int, x: npt.NDArray[np.int64]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _build(self, seg: _Segment, cursor: Cursor, batch: int, x: npt.NDArray[np.int64]) -> Batch:
         """Batch ``batch`` of ``seg``, read row by row into ``x`` (``[batch_size, seq + 1]``)."""
-        if self.mode == "windows":
-            return self._window_batch(seg, cursor.epoch, batch, x)
-        seq, offset, length = seg.seqs[batch], seg.offset(batch), seg.plan.each
+        if seg.windows is not None:
+            return self._window_batch(seg, seg.windows, cursor.epoch, batch, x)
+        seq, offset, length, stream = seg.seqs[batch], seg.offset(batch), seg.plan.each, seg.stream
+        assert stream is not None
         y = None if cursor.base is None else np.empty_like(x)
         for row in range(self.batch_size):
             begin = (self.world.rank * self.batch_size + row) * length + offset
             if y is None:  # the whole epoch: stream positions are epoch-stream positions
-                seg.stream.read(begin, x[row, : seq + 1])
+                stream.read(begin, x[row, : seq + 1])
                 continue
             filled = 0  # after an elastic resume the next position is not always the next token
             while filled < seq:  # at most one wrap: the fill is shorter than one stream
                 at = (begin + filled) % len(seg.base)
                 runs = seg.base.slice(at, at + seq - filled)
                 for start, stop in zip(runs.starts.tolist(), runs.stops.tolist()):
-                    seg.stream.read(start, x[row, filled : filled + stop - start])
-                    seg.stream.read(start + 1, y[row, filled : filled + stop - start])
+                    stream.read(start, x[row, filled : filled + stop - start])
+                    stream.read(start + 1, y[row, filled : filled + stop - start])
                     filled += stop - start
         if y is None:
             return torch.from_numpy(x[:, :seq]), torch.from_numpy(x[:, 1 : seq + 1])
         return torch.from_numpy(x[:, :seq]), torch.from_numpy(y[:, :seq])
 
     def _window_batch(
-        self, seg: _Segment, epoch: int, batch: int, x: npt.NDArray[np.int64]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self,
+        seg: _Segment,
+        windows: WindowSource,
+        epoch: int,
+        batch: int,
+        x: npt.NDArray[np.int64],
+    ) -> Batch:
         share = seg.base.within(seg.plan.positions(self.world.rank))
         lo = batch * self.batch_size
         take = self._taken(seg, self.batch_size, seg.batches)
         slots = share.slice(lo, min(lo + self.batch_size, take)).positions()
         order = feistel_permutation(slots, seg.n, self.seed, epoch) if self.shuffle else slots
+        rows, width = len(order), self.bptt + 1
+        segments = np.empty((rows, width), dtype=np.int64) if self.boundaries else None
         for row, window in enumerate(order.tolist()):
-            seg.stream.read(window * self.bptt, x[row, : self.bptt + 1])
-        rows = len(order)
+            windows.read(window, x[row, :width], None if segments is None else segments[row])
+        if segments is not None:
+            return document_batch(x[:rows, :width], segments, self.eod_mask_loss)
         return torch.from_numpy(x[:rows, : self.bptt]), torch.from_numpy(
             x[:rows, 1 : self.bptt + 1]
         )
@@ -318,7 +367,7 @@ class LanguageModelLoader(BatchKeyed):
         for batch in range(cursor.batches, self._current().batches):
             yield BatchKey(cursor.epoch, cursor.segment, batch, saved)
 
-    def __getitem__(self, key: BatchKey) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, key: BatchKey) -> Batch:
         """The batch ``key`` names, in fresh arrays (it leaves the worker process)."""
         base = None if key.base is None else Runs(*key.base)
         cursor = Cursor(key.epoch, key.segment, base, key.batch)
@@ -356,13 +405,15 @@ class LanguageModelLoader(BatchKeyed):
             "seed": self.seed,
             "backwards": self.backwards,
             "documents": len(self.documents),
-            "tokens": self.corpus.n_tokens,
+            "tokens": sum(corpus.n_tokens for corpus, _ in self._windows.parts),
             "shuffle": self.shuffle,
             "equalize": self.equalize,
             "drop_partial_batch": self.drop_partial_batch,
         }
-        if self.mode == "windows":
+        if self.mode != "streams":
             fingerprint["bptt"] = self.bptt
+        if isinstance(self.corpus, TokenMixture):
+            fingerprint.update(self.corpus.fingerprint())
         return fingerprint
 
     def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:

@@ -57,6 +57,7 @@ class ResidentLanguageModelLoader(LanguageModelLoader):
         """The segment's epoch stream on the device (its document order copied once)."""
         if self._on_device is None or self._on_device[0] != id(seg):
             stream = seg.stream
+            assert stream is not None  # streams mode: the only mode read on the device
             on_device = ResidentStream(
                 self.resident, stream.doc_start, stream.lengths, stream.backwards
             )

@@ -76,3 +76,16 @@ class EpochStream:
         # the reversed stream's [start, start+n) is the forward stream's [T-start-n, T-start)
         self._read_forward((total - start - n) % total, out)
         out[:] = out[::-1].copy()
+
+    def documents(self, start: int, n: int) -> npt.NDArray[np.int64]:
+        """A document number for every stream token ``[start, start + n)``, wrapping like
+        :meth:`read`: the index in this epoch's order, plus one cycle of documents per wrap
+        (so a wrap always starts a new document, even in a one-document corpus)."""
+        if self.backwards:  # the reversed stream's piece is the forward one's, reversed
+            at = (self.total - start - n) + np.arange(n, dtype=np.int64)
+        else:
+            at = start + np.arange(n, dtype=np.int64)
+        cycle = np.floor_divide(at, self.total)
+        number = np.searchsorted(self.cum_end, at - cycle * self.total, side="right")
+        number = number + cycle * len(self.cum_end)
+        return number[::-1] if self.backwards else number

@@ -1,9 +1,14 @@
-"""Training the LSTM language model: hidden state carried across batches, DDP via torchrun.
+"""Training a language model: the LSTM (hidden state carried across batches) or a tiny GPT
+(windows with document boundaries), DDP via torchrun.
 
 The proof that continuity matters: with ``break_continuity=True`` the rows of every batch are
 shuffled before the step, so the hidden state a row inherits belongs to another stream, which
 is what a loader that serves unrelated windows does to an RNN. Validation perplexity is
 computed on held-out documents with the state carried through them, on every rank's share.
+
+``arch="gpt"`` reads windows of ``bptt + 1`` tokens with their document boundaries (packed
+whole with ``packed=True``) and trains :class:`GPTLanguageModel`; ``document_mask=False`` is
+the ablation that lets attention and positions run across document boundaries.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ import torch
 from torch import nn
 
 from lading import ddp
+from lading.lm.boundaries import DocumentBatch
 from lading.lm.corpus import TokenCorpus
+from lading.lm.gpt import GPTLanguageModel
 from lading.lm.loader import LanguageModelLoader
 from lading.lm.model import LSTMLanguageModel, State, detach
 from lading.loading.order import Salt, generator, permutation
@@ -42,6 +49,10 @@ class LMConfig(RunConfig):
     break_continuity: bool = False
     eval_every: int = 0
     eval_batches: int | None = None
+    arch: str = "lstm"
+    heads: int = 4
+    packed: bool = False
+    document_mask: bool = True
     # RunConfig fields with this workload's defaults
     batch_size: int = 32
     lr: float = 3e-3
@@ -66,7 +77,9 @@ def evaluate(
     loader.set_epoch(0)
     state: State | None = None
     loss_sum, count = 0.0, 0
-    for i, (x, y) in enumerate(loader):
+    for i, batch in enumerate(loader):
+        assert not isinstance(batch, DocumentBatch), "the LSTM reads (x, y) streams"
+        x, y = batch
         if max_batches is not None and i >= max_batches:
             break
         logits, state = model(x.to(device), state)
@@ -136,13 +149,116 @@ class LanguageModelStep(Workload):
         self.hidden = (kept[0].to(self.device), kept[1].to(self.device)) if kept else None
 
 
+def gpt_loss(
+    model: nn.Module, batch: DocumentBatch, document_mask: bool, reduction: str = "mean"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy over the scored labels (``loss_mask``) and how many there were.
+
+    With ``document_mask`` attention stops at document boundaries and positions restart
+    at each document; without it (the ablation) every window is one causal sequence.
+    """
+    if document_mask:
+        logits = model(batch.input_ids, batch.position_ids, batch.attention_mask())
+    else:
+        logits = model(batch.input_ids)
+    each = nn.functional.cross_entropy(
+        logits.flatten(0, 1).float(), batch.labels.flatten(), reduction="none"
+    )
+    mask = batch.loss_mask.flatten()
+    total, count = (each * mask).sum(), mask.sum()
+    return (total / count.clamp(min=1) if reduction == "mean" else total), count
+
+
+@torch.no_grad()
+def evaluate_gpt(
+    model: nn.Module,
+    loader: LanguageModelLoader,
+    device: torch.device,
+    document_mask: bool,
+    max_batches: int | None = None,
+) -> float:
+    """Validation perplexity over the loader's epoch 0, summed over all ranks."""
+    model.eval()
+    loader.set_epoch(0)
+    loss_sum, count = 0.0, 0.0
+    for i, batch in enumerate(loader):
+        if max_batches is not None and i >= max_batches:
+            break
+        assert isinstance(batch, DocumentBatch)
+        summed, n = gpt_loss(model, batch.to(device), document_mask, reduction="sum")
+        loss_sum, count = loss_sum + summed.item(), count + n.item()
+    model.train()
+    total, tokens = ddp.sum_over_ranks([loss_sum, count], device)
+    return math.exp(total / max(tokens, 1.0))
+
+
+class GPTStep(Workload):
+    """A transformer step on a :class:`DocumentBatch`: no state between batches."""
+
+    def __init__(
+        self,
+        model: GPTLanguageModel,
+        device: torch.device,
+        config: LMConfig,
+        valid: LanguageModelLoader | None,
+    ) -> None:
+        self.model, self.net = model, ddp.wrap(model, config.parallel, device)
+        self.device, self.config, self.valid = device, config, valid
+        self.evaluations: list[dict[str, float]] = []
+
+    def step(self, batch: DocumentBatch) -> StepResult:
+        loss, count = gpt_loss(self.net, batch.to(self.device), self.config.document_mask)
+        return StepResult(loss, int(count.item()))
+
+    def log_fields(self, step: int) -> dict[str, Any]:
+        every = self.config.eval_every
+        if self.valid is None or not every or step % every:
+            return {}
+        ppl = evaluate_gpt(
+            self.model, self.valid, self.device, self.config.document_mask, self.config.eval_batches
+        )
+        self.evaluations.append({"step": step, "valid_ppl": ppl})
+        return {"valid_ppl": ppl}
+
+
+def _gpt_parts(
+    config: LMConfig,
+    corpus: TokenCorpus,
+    world: World,
+    device: torch.device,
+    train_docs: np.ndarray,
+    valid_docs: np.ndarray,
+) -> tuple[LanguageModelLoader, LanguageModelLoader | None, GPTLanguageModel, GPTStep]:
+    """Loaders (windows with boundaries), model and workload of ``arch="gpt"``."""
+    mode = "packed" if config.packed else "windows"
+    data = LanguageModelLoader(
+        corpus, config.batch_size, config.bptt, seed=config.seed, mode=mode,
+        documents=train_docs, boundaries=True, world=world,
+    )  # fmt: skip
+    valid = None
+    if len(valid_docs):
+        valid = LanguageModelLoader(
+            corpus, config.batch_size, config.bptt, shuffle=False, mode="windows",
+            documents=valid_docs, boundaries=True, world=world,
+        )  # fmt: skip
+    torch.manual_seed(config.seed)
+    model = GPTLanguageModel(
+        corpus.vocab_size, config.emb, config.layers, config.heads, config.bptt, config.dropout
+    ).to(device)
+    return data, valid, model, GPTStep(model, device, config, valid)
+
+
 def train_lm(config: LMConfig) -> dict[str, Any]:
     """Train; return a summary with the validation perplexities (on every rank)."""
+    if config.arch not in ("lstm", "gpt"):
+        raise ValueError(f"unknown arch {config.arch!r}; choose 'lstm' or 'gpt'")
     world, device = ddp.setup(config.parallel)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     corpus = TokenCorpus.open(config.corpus)
     train_docs, valid_docs = split_documents(len(corpus), config.valid_fraction, config.seed)
+    if config.arch == "gpt":
+        return _train_gpt(config, corpus, world, device, train_docs, valid_docs)
     streams = LanguageModelLoader(
         corpus, config.batch_size, config.bptt, seed=config.seed, documents=train_docs, world=world
     )
@@ -189,4 +305,45 @@ def train_lm(config: LMConfig) -> dict[str, Any]:
         "config": jsonable(asdict(config)),
     }
     write_summary(out, summary, world)
+    return summary
+
+
+def _train_gpt(
+    config: LMConfig,
+    corpus: TokenCorpus,
+    world: World,
+    device: torch.device,
+    train_docs: np.ndarray,
+    valid_docs: np.ndarray,
+) -> dict[str, Any]:
+    data, valid, model, workload = _gpt_parts(config, corpus, world, device, train_docs, valid_docs)
+    total = config.steps if config.steps is not None else len(data) * config.epochs
+    result = Trainer(
+        workload,
+        data,
+        LoopConfig.of(config, total, desc="train gpt", rate_key="tokens_per_s", clip=config.clip),
+        world,
+        device,
+        model,
+        torch.optim.AdamW(model.parameters(), lr=config.lr),
+    ).run()
+    final = (
+        math.nan
+        if valid is None
+        else evaluate_gpt(model, valid, device, config.document_mask, config.eval_batches)
+    )
+    summary = {
+        "steps": result.steps,
+        "valid_ppl": final,
+        "valid_loss": math.log(final),
+        "evaluations": workload.evaluations,
+        "world_size": world.world_size,
+        "arch": "gpt",
+        "document_mask": config.document_mask,
+        "packing": data.packing_stats() if config.packed else None,
+        "train_documents": len(train_docs),
+        "valid_documents": len(valid_docs),
+        "config": jsonable(asdict(config)),
+    }
+    write_summary(Path(config.out), summary, world)
     return summary

@@ -28,6 +28,8 @@ class Salt(IntEnum):
     HOLDOUT = 8  # a split of items fixed for the whole run (validation documents)
     ROW_ORDER = 9  # training loops: order of rows inside a rank's batch
     RESEED = 10  # training loops: a rank's fresh dropout stream after an elastic resume
+    PACK_ORDER = 11  # packed language models: order of equal-length documents before packing
+    MIXTURE_ORDER = 12  # token mixtures: which windows of a corpus a mixture epoch takes
 
 
 def generator(seed: int, salt: Salt, *key: int) -> np.random.Generator:

@@ -1,0 +1,233 @@
+"""What a window-mode epoch is made of: stream windows, packed windows, or a weighted mixture.
+
+A *window source* numbers the windows of one epoch ``0 … n-1`` and fills window ``w`` (its
+``seq_len + 1`` tokens and, per token, its segment of the row: see
+:mod:`lading.lm.boundaries`). The loader core plans those ``n`` positions over the ranks,
+shuffles them, checkpoints and resumes them; a source only says what a position holds.
+
+- :class:`StreamWindows`: ``seq_len + 1`` tokens of the epoch stream from ``w * seq_len``
+  (consecutive windows share one token, so every pair is predicted once);
+- :class:`PackedWindows`: window ``w`` of a best-fit-decreasing :class:`Packing`;
+- :class:`MixedWindows`: a :class:`TokenMixture`'s epoch. Its ``n`` positions are cut into
+  ``count[i]`` consecutive positions per corpus (largest-remainder rounding of
+  ``weight[i] * n``); position ``j`` of corpus ``i`` is that corpus's window
+  ``feistel(j mod n_i)`` in a permutation keyed by ``(epoch, i, j // n_i)``, a subsample
+  without repeats when the corpus has more windows than its count, whole passes plus one
+  subsample when it has fewer. The loader's shuffled order then mixes the corpora, so the
+  realised proportions over an epoch are the counts: within ``1 / n`` of the weights.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from lading.lm.boundaries import renumber
+from lading.lm.corpus import TokenCorpus
+from lading.lm.packing import Packing, pack
+from lading.lm.stream import EpochStream
+from lading.loading.order import Salt, feistel_permutation
+
+
+class WindowSource(Protocol):
+    """The windows of one epoch."""
+
+    n: int
+
+    def read(
+        self, window: int, tokens: npt.NDArray[np.int64], segments: npt.NDArray[np.int64] | None
+    ) -> None:
+        """Fill ``tokens`` (``seq_len + 1``) and, when asked, their segment ids (-1: padding)."""
+
+
+class StreamWindows:
+    """Windows of ``bptt + 1`` tokens of an epoch stream, every ``bptt`` tokens."""
+
+    def __init__(self, stream: EpochStream, bptt: int) -> None:
+        self.stream, self.bptt = stream, bptt
+        self.n = (stream.total - 1) // bptt
+
+    def read(
+        self, window: int, tokens: npt.NDArray[np.int64], segments: npt.NDArray[np.int64] | None
+    ) -> None:
+        self.stream.read(window * self.bptt, tokens)
+        if segments is not None:
+            segments[:] = renumber(self.stream.documents(window * self.bptt, len(tokens)))
+
+
+class PackedWindows:
+    """The windows of ``packing`` over ``documents`` of ``corpus`` (padded with ``pad_id``)."""
+
+    def __init__(
+        self,
+        corpus: TokenCorpus,
+        documents: npt.NDArray[np.int64],
+        packing: Packing,
+        pad_id: int,
+    ) -> None:
+        self.tokens = corpus.tokens
+        self.doc_start = corpus.offsets[documents].astype(np.int64)
+        self.packing, self.pad_id = packing, pad_id
+        self.n = packing.windows
+
+    def read(
+        self, window: int, tokens: npt.NDArray[np.int64], segments: npt.NDArray[np.int64] | None
+    ) -> None:
+        p = self.packing
+        filled = 0
+        for segment, piece in enumerate(range(int(p.ptr[window]), int(p.ptr[window + 1]))):
+            length = int(p.length[piece])
+            src = int(self.doc_start[p.document[piece]]) + int(p.start[piece])
+            tokens[filled : filled + length] = self.tokens[src : src + length]
+            if segments is not None:
+                segments[filled : filled + length] = segment
+            filled += length
+        tokens[filled:] = self.pad_id
+        if segments is not None:
+            segments[filled:] = -1
+
+
+class TokenMixture:
+    """Several token corpora read in proportion to weights: ``TokenMixture({a: 0.7, b: 0.3})``.
+
+    Args:
+        weights: corpus (a :class:`TokenCorpus` or its path) -> weight (> 0; normalised).
+        windows: windows in one epoch of the mixture (default: all windows of all corpora,
+            so each corpus is up- or down-sampled around its own size).
+
+    Pass it as the corpus of a ``LanguageModelLoader`` in ``"windows"`` or ``"packed"`` mode;
+    weights are shares of the epoch's windows (of its tokens, in ``"windows"`` mode).
+    """
+
+    def __init__(
+        self,
+        weights: Mapping[TokenCorpus | str | os.PathLike[str], float],
+        windows: int | None = None,
+    ) -> None:
+        if not weights:
+            raise ValueError("TokenMixture needs at least one corpus")
+        self.corpora = [c if isinstance(c, TokenCorpus) else TokenCorpus.open(c) for c in weights]
+        raw = np.array([float(w) for w in weights.values()])
+        if not np.all(raw > 0) or not np.all(np.isfinite(raw)):
+            raise ValueError(f"mixture weights must be finite and > 0, got {raw.tolist()}")
+        self.weights = raw / raw.sum()
+        if windows is not None and windows < 1:
+            raise ValueError(f"windows must be >= 1, got {windows}")
+        self.windows = windows
+
+    def counts(self, sizes: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """Windows each corpus gives one epoch, given each corpus's own window count."""
+        total = int(np.sum(sizes)) if self.windows is None else self.windows
+        exact = self.weights * total
+        counts = np.floor(exact).astype(np.int64)
+        short = total - int(counts.sum())
+        counts[np.argsort(-(exact - counts), kind="stable")[:short]] += 1  # largest remainders
+        return counts
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "weights": [round(float(w), 12) for w in self.weights],
+            "corpora_tokens": [c.n_tokens for c in self.corpora],
+            "corpora_documents": [len(c) for c in self.corpora],
+            "mixture_windows": self.windows,
+        }
+
+
+class MixedWindows:
+    """The epoch of a :class:`TokenMixture`: ``counts[i]`` windows of source ``i``."""
+
+    def __init__(
+        self, sources: list[WindowSource], counts: npt.NDArray[np.int64], seed: int, epoch: int
+    ) -> None:
+        empty = [i for i, (s, c) in enumerate(zip(sources, counts)) if c and not s.n]
+        if empty:
+            raise ValueError(f"mixture corpora {empty} have no window of this length")
+        self.sources, self.counts, self.seed, self.epoch = sources, counts, seed, epoch
+        self.first = np.cumsum(counts) - counts
+        self.n = int(counts.sum())
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """(corpus, window of that corpus) at mixture position ``position``."""
+        i = int(np.searchsorted(self.first, position, side="right")) - 1
+        j, size = position - int(self.first[i]), self.sources[i].n
+        key = (int(Salt.MIXTURE_ORDER), self.epoch, i, j // size)
+        window = feistel_permutation(np.array([j % size]), size, self.seed, *key)
+        return i, int(window[0])
+
+    def read(
+        self, window: int, tokens: npt.NDArray[np.int64], segments: npt.NDArray[np.int64] | None
+    ) -> None:
+        corpus, inner = self.locate(window)
+        self.sources[corpus].read(inner, tokens, segments)
+
+
+class EpochWindows:
+    """The window source of every epoch of one loader ("windows"/"packed", a mixture or not).
+
+    A packing depends on the seed only, so it is computed once per corpus and kept (a few
+    integers per piece); it is not pickled: a DataLoader worker packs again, identically.
+    """
+
+    def __init__(
+        self,
+        corpus: TokenCorpus | TokenMixture,
+        documents: npt.NDArray[np.int64],
+        mode: str,
+        bptt: int,
+        seed: int,
+        shuffle: bool,
+        backwards: bool,
+    ) -> None:
+        self.mixture = corpus if isinstance(corpus, TokenMixture) else None
+        self.parts: list[tuple[TokenCorpus, npt.NDArray[np.int64]]]  # corpus, documents read
+        if isinstance(corpus, TokenMixture):
+            self.parts = [(c, np.arange(len(c), dtype=np.int64)) for c in corpus.corpora]
+        else:
+            self.parts = [(corpus, documents)]
+        self.mode, self.bptt, self.seed = mode, bptt, seed
+        self.shuffle, self.backwards = shuffle, backwards
+        self._packings: dict[int, Packing] = {}
+        self._epoch: tuple[int, WindowSource] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_packings": {}, "_epoch": None}
+
+    def packing(self, part: int) -> Packing:
+        """The packing of corpus ``part``, into windows of ``bptt + 1`` tokens."""
+        if part not in self._packings:
+            corpus, documents = self.parts[part]
+            self._packings[part] = pack(corpus.lengths()[documents], self.bptt + 1, self.seed)
+        return self._packings[part]
+
+    def _part(self, part: int, epoch: int) -> WindowSource:
+        corpus, documents = self.parts[part]
+        if self.mode == "packed":
+            pad = corpus.eos_id if corpus.eos_id is not None else 0
+            return PackedWindows(corpus, documents, self.packing(part), pad)
+        stream = EpochStream(corpus, documents, self.seed, epoch, self.shuffle, self.backwards)
+        return StreamWindows(stream, self.bptt)
+
+    def of_epoch(self, epoch: int) -> WindowSource:
+        """The windows of ``epoch`` (the last one asked for is kept)."""
+        if self._epoch is None or self._epoch[0] != epoch:
+            sources = [self._part(i, epoch) for i in range(len(self.parts))]
+            if self.mixture is not None:
+                counts = self.mixture.counts([s.n for s in sources])
+                self._epoch = (epoch, MixedWindows(sources, counts, self.seed, epoch))
+            else:
+                self._epoch = (epoch, sources[0])
+        return self._epoch[1]
+
+    def packing_stats(self) -> dict[str, Any]:
+        """Windows, pieces, tokens and padding of the packing, summed over the corpora."""
+        parts = [self.packing(i).stats() for i in range(len(self.parts))]
+        keys = ("windows", "pieces", "split_documents", "tokens", "padding")
+        total: dict[str, Any] = {k: sum(p[k] for p in parts) for k in keys}
+        slots = total["windows"] * (self.bptt + 1)
+        total["capacity"] = self.bptt + 1
+        total["padding_fraction"] = total["padding"] / slots if slots else 0.0
+        return total

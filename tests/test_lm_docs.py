@@ -1,0 +1,364 @@
+"""Document boundaries, packing and mixtures of the LM loader, against reconstructions.
+
+Every corpus here is made of unique words: word ``w`` has token id ``w + 2`` and belongs to a
+known document, 0 is the end of a document (and the padding id). From the token ids alone the
+tests rebuild which document every token of a window belongs to, independently of the loader's
+own bookkeeping, and check positions, cu_seqlens, masks, loss masks and packing against it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import word_tokenizer, write
+from lading.world import World
+
+pytest.importorskip("tokenizers")
+
+EOS = 0
+
+
+class Docs:
+    """A corpus of documents of unique words, with the reverse map word -> document."""
+
+    def __init__(self, tmp: Path, lengths: list[int], name: str = "c", first_word: int = 0):
+        from lading.lm import TokenCorpus
+
+        self.lengths = lengths  # words per document (each also ends with EOS)
+        total = first_word + sum(lengths)
+        words = [f"w{i}" for i in range(total)]
+        self.doc_of = np.full(total + 2, -1, dtype=np.int64)  # token id -> document
+        self.last_word = set()
+        texts, at = [], first_word
+        for d, n in enumerate(lengths):
+            texts.append(" ".join(words[at : at + n]))
+            self.doc_of[at + 2 : at + n + 2] = d
+            self.last_word.add(at + n + 1)
+            at += n
+        src = write(tmp / f"{name}.txt", "\n\n".join(texts) + "\n")
+        tok = word_tokenizer(words, tmp / f"{name}.json")
+        self.corpus = TokenCorpus.build(src, tmp / name, tok, progress=False)
+        assert len(self.corpus) == len(lengths)
+
+    def owners(self, row: list[int]) -> list[int]:
+        """Document of every token of a window (-1: padding), from the ids alone."""
+        out: list[int] = []
+        for i, t in enumerate(row):
+            if t != EOS:
+                out.append(int(self.doc_of[t]))
+            elif i == 0:
+                out.append(-2)  # a window opening on an end-of-document: its own segment
+            elif row[i - 1] in self.last_word:
+                out.append(out[-1])  # the EOS right after a document's last word
+            else:
+                out.append(-1)  # padding
+        return out
+
+
+def segments_of(owners: list[int]) -> list[int]:
+    """Owners as segment numbers 0, 1, … in order (padding stays -1)."""
+    seg, out, prev = -1, [], None
+    for o in owners:
+        if o != prev:
+            seg += 1
+            prev = o
+        out.append(-1 if o == -1 else seg)
+    return out
+
+
+def positions_of(owners: list[int]) -> list[int]:
+    out: list[int] = []
+    for i, o in enumerate(owners):
+        out.append(out[-1] + 1 if i and owners[i - 1] == o else 0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory: pytest.TempPathFactory) -> Docs:
+    rng = np.random.default_rng(5)
+    lengths = [int(n) for n in rng.integers(1, 30, 40)] + [1, 60]  # one shorter, one longer
+    return Docs(tmp_path_factory.mktemp("docs"), lengths)
+
+
+def loader(data: Any, mode: str, batch: int = 4, bptt: int = 12, **kw: Any) -> Any:
+    from lading.lm import LanguageModelLoader
+
+    world = kw.pop("world", World())
+    return LanguageModelLoader(data, batch, bptt=bptt, mode=mode, world=world, seed=7, **kw)
+
+
+@pytest.mark.parametrize("mode", ["windows", "packed"])
+@pytest.mark.parametrize("eod_mask_loss", [False, True])
+def test_boundaries_match_reconstruction(docs: Docs, mode: str, eod_mask_loss: bool) -> None:
+    data = loader(docs.corpus, mode, boundaries=True, eod_mask_loss=eod_mask_loss)
+    for epoch in (0, 1):
+        data.set_epoch(epoch)
+        for b in data:
+            window = torch.cat([b.input_ids, b.labels[:, -1:]], dim=1).tolist()
+            flat_starts = []
+            for r, row in enumerate(window):
+                owners = docs.owners(row)
+                seg = segments_of(owners)
+                assert b.input_ids[r].tolist() == row[:-1] and b.labels[r].tolist() == row[1:]
+                assert b.document_ids[r].tolist() == seg[:-1]
+                assert b.position_ids[r].tolist() == positions_of(owners)[:-1]
+                scored = [
+                    a != -1 and c != -1 and (a == c or not eod_mask_loss)
+                    for a, c in itertools.pairwise(owners)
+                ]
+                assert b.loss_mask[r].tolist() == [float(s) for s in scored]
+                starts = [i for i in range(len(row) - 1) if i == 0 or seg[i] != seg[i - 1]]
+                flat_starts += [r * (len(row) - 1) + i for i in starts]
+            rows, length = b.input_ids.shape
+            assert b.cu_seqlens.dtype == torch.int32
+            assert b.cu_seqlens.tolist() == [*flat_starts, rows * length]
+            assert b.max_seqlen == int(np.diff(b.cu_seqlens.numpy()).max())
+
+
+@pytest.mark.parametrize("mode", ["windows", "packed"])
+def test_no_token_attends_across_documents(docs: Docs, mode: str) -> None:
+    from lading.lm.boundaries import attention_mask, document_mask_mod
+
+    b = next(iter(loader(docs.corpus, mode, boundaries=True)))
+    mask = b.attention_mask()
+    rows, length = b.input_ids.shape
+    assert mask.shape == (rows, 1, length, length) and mask.dtype == torch.bool
+    for r in range(rows):
+        seg = segments_of(docs.owners([*b.input_ids[r].tolist(), b.labels[r, -1].item()]))
+        for i in range(length):
+            allowed = [j <= i and seg[j] == seg[i] for j in range(length)]
+            assert mask[r, 0, i].tolist() == allowed
+    q_idx = torch.arange(length)[:, None]
+    kv_idx = torch.arange(length)[None, :]
+    mod = document_mask_mod(b.document_ids)
+    for r in range(rows):
+        assert torch.equal(mod(torch.tensor(r), torch.tensor(0), q_idx, kv_idx), mask[r, 0])
+    # SDPA with the mask equals causal attention run on every document alone
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(rows, 2, length, 8, generator=gen) for _ in range(3))
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=attention_mask(b.document_ids)
+    )
+    cu = b.cu_seqlens.tolist()
+    for lo, hi in itertools.pairwise(cu):
+        r, a, z = lo // length, lo % length, lo % length + hi - lo
+        alone = torch.nn.functional.scaled_dot_product_attention(
+            q[r : r + 1, :, a:z], k[r : r + 1, :, a:z], v[r : r + 1, :, a:z], is_causal=True
+        )
+        torch.testing.assert_close(out[r : r + 1, :, a:z], alone)
+
+
+def test_packing_cuts_no_document_and_loses_no_token(docs: Docs) -> None:
+    bptt = 12
+    data = loader(docs.corpus, "packed", batch=5, bptt=bptt, shuffle=False)
+    pairs: Counter[tuple[int, int]] = Counter()
+    windows_of_doc: dict[int, set[int]] = {}
+    seen_tokens: set[int] = set()
+    windows = 0
+    for x, y in data:
+        for row_x, row_y in zip(x.tolist(), y.tolist()):
+            row = [*row_x, row_y[-1]]
+            owners = docs.owners(row)
+            for i, (t, o) in enumerate(zip(row, owners)):
+                if o >= 0:
+                    windows_of_doc.setdefault(o, set()).add(windows)
+                    if t != EOS:
+                        seen_tokens.add(t)
+                if i + 1 < len(row) and o >= 0 and owners[i + 1] == o:
+                    pairs[(t, row[i + 1])] += 1
+            windows += 1
+    stats = data.packing_stats()
+    assert windows == stats["windows"]  # one process, no padding rows: every window once
+    # every word, every within-document pair exactly once
+    assert seen_tokens == set(range(2, sum(docs.lengths) + 2))
+    expected = Counter()
+    for d in range(len(docs.lengths)):
+        ids = [t for t in range(len(docs.doc_of)) if docs.doc_of[t] == d] + [EOS]
+        expected.update(itertools.pairwise(ids))
+    assert pairs == expected
+    for d, n in enumerate(docs.lengths):  # a document that fits one window is never cut
+        if n + 1 <= bptt + 1:
+            assert len(windows_of_doc[d]) == 1, f"document {d} of {n + 1} tokens was cut"
+    assert stats["padding"] == stats["windows"] * (bptt + 1) - stats["tokens"]
+    assert stats["split_documents"] == sum(n + 1 > bptt + 1 for n in docs.lengths)
+
+
+def test_best_fit_decreasing_properties(rng: Any) -> None:
+    from lading.lm.packing import pack
+
+    lengths = [rng.randrange(0, 70) for _ in range(300)]
+    capacity = 33
+    p = pack(lengths, capacity, seed=rng.randrange(1000))
+    used = np.add.reduceat(p.length, p.ptr[:-1]) if p.windows else np.array([])
+    assert (used <= capacity).all() and (p.length >= 1).all()
+    # best fit never opens a window the other windows could have shared: any two together
+    # hold more than one window's worth
+    two = np.sort(used)[:2]
+    assert two.sum() > capacity
+    # the pieces tile every document (overlapping by one token where a document was cut)
+    for d, n in enumerate(lengths):
+        mine = np.flatnonzero(p.document == d)
+        starts = np.sort(p.start[mine])
+        if n == 0:
+            assert len(mine) == 0
+            continue
+        assert starts[0] == 0 and (np.diff(starts) == capacity - 1).all()
+        assert max(p.start[mine] + p.length[mine]) == n
+    assert p.windows >= -(-sum(lengths) // capacity)
+
+
+def test_packed_order_is_deterministic_per_seed_and_epoch(docs: Docs) -> None:
+    def first_tokens(epoch: int, seed: int = 7) -> list[int]:
+        from lading.lm import LanguageModelLoader
+
+        data = LanguageModelLoader(docs.corpus, 4, bptt=12, mode="packed", seed=seed, world=World())
+        data.set_epoch(epoch)
+        return [int(t) for x, _ in data for t in x[:, 0]]
+
+    assert first_tokens(0) == first_tokens(0)
+    assert first_tokens(0) != first_tokens(1)
+    assert sorted(first_tokens(0)) == sorted(first_tokens(1))  # the same windows, reordered
+
+
+@pytest.fixture(scope="module")
+def mixture_parts(tmp_path_factory: pytest.TempPathFactory) -> list[Docs]:
+    tmp = tmp_path_factory.mktemp("mix")
+    rng = np.random.default_rng(11)
+    parts, first = [], 0
+    for name, count in (("a", 30), ("b", 12), ("c", 50)):
+        lengths = [int(n) for n in rng.integers(3, 25, count)]
+        parts.append(Docs(tmp, lengths, name, first_word=first))
+        first += sum(lengths)
+    return parts
+
+
+def corpus_of(parts: list[Docs], token: int) -> int:
+    """Which corpus a window comes from: the first word-token of a row names it."""
+    for i, p in enumerate(parts):
+        if token < len(p.doc_of) and p.doc_of[token] >= 0:
+            return i
+    raise AssertionError(f"token {token} belongs to no corpus")
+
+
+@pytest.mark.parametrize("mode", ["windows", "packed"])
+def test_mixture_proportions_within_one_percent(mixture_parts: list[Docs], mode: str) -> None:
+    from lading.lm.windows import TokenMixture
+
+    weights = (0.5, 0.2, 0.3)  # b is small: upsampled several times; c is downsampled
+    mixture = TokenMixture({p.corpus: w for p, w in zip(mixture_parts, weights)}, windows=400)
+    counts: Counter[int] = Counter()
+    per_rank = []
+    for rank in range(2):
+        data = loader(mixture, mode, batch=8, bptt=6, world=World(rank, 2), equalize="truncate")
+        data.set_epoch(3)
+        rows = [row for x, _ in data for row in x.tolist()]
+        per_rank.append(len(rows))
+        for row in rows:
+            counts[corpus_of(mixture_parts, next(t for t in row if t != EOS))] += 1
+    assert per_rank[0] == per_rank[1] == 200
+    for i, w in enumerate(weights):
+        assert abs(counts[i] / 400 - w) <= 0.01, (counts, weights)
+
+
+def test_mixture_is_deterministic_and_refuses_other_weights(mixture_parts: list[Docs]) -> None:
+    from lading.lm.windows import TokenMixture
+    from lading.loading import LoaderStateError
+
+    parts = {p.corpus: 1.0 for p in mixture_parts}
+    a = loader(TokenMixture(parts), "windows", bptt=6)
+    b = loader(TokenMixture(parts), "windows", bptt=6)
+    assert all(torch.equal(x1, x2) for (x1, _), (x2, _) in zip(a, b))
+    other = loader(TokenMixture({**parts, mixture_parts[0].corpus: 2.0}), "windows", bptt=6)
+    with pytest.raises(LoaderStateError, match="weights"):
+        other.load_state_dict(a.state_dict())
+
+
+def test_invalid_combinations_are_refused(docs: Docs) -> None:
+    from lading.lm.windows import TokenMixture
+
+    with pytest.raises(ValueError, match="mode='windows'"):
+        loader(docs.corpus, "streams", boundaries=True)
+    with pytest.raises(ValueError, match="backwards"):
+        loader(docs.corpus, "packed", backwards=True)
+    with pytest.raises(ValueError, match="> 0"):
+        TokenMixture({docs.corpus: 0.0})
+    with pytest.raises(ValueError, match="packing_stats"):
+        loader(docs.corpus, "windows").packing_stats()
+
+
+@pytest.fixture(scope="module")
+def repetitive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Documents of 40 recurring words: something a tiny model can learn in a few steps."""
+    from lading.lm import TokenCorpus
+
+    tmp = tmp_path_factory.mktemp("rep")
+    rng = np.random.default_rng(0)
+    words = [f"v{i}" for i in range(40)]
+    texts = [
+        " ".join(rng.choice(words[: int(rng.integers(5, 40))], rng.integers(5, 40)))
+        for _ in range(120)
+    ]
+    src = write(tmp / "rep.txt", "\n\n".join(texts) + "\n")
+    return TokenCorpus.build(
+        src, tmp / "rep", word_tokenizer(words, tmp / "t.json"), progress=False
+    ).path
+
+
+def gpt_config(corpus: Path, out: Path, **kw: Any) -> Any:
+    from lading.lm.train import LMConfig
+
+    fields = dict(
+        corpus=corpus, out=out, arch="gpt", batch_size=4, bptt=16, emb=32, layers=1, heads=2,
+        dropout=0.0, parallel="none", log_every=1, valid_fraction=0.1, progress=False,
+    )  # fmt: skip
+    return LMConfig(**{**fields, **kw})
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_gpt_trains_end_to_end(repetitive: Path, tmp_path: Path, packed: bool) -> None:
+    from lading.lm.train import train_lm
+
+    first = train_lm(gpt_config(repetitive, tmp_path / "a", steps=2, packed=packed))
+    config = gpt_config(repetitive, tmp_path / "b", steps=40, packed=packed, log_every=20)
+    later = train_lm(config)
+    assert later["valid_ppl"] < first["valid_ppl"] < 43  # learning; better than uniform
+    assert (later["packing"] is not None) == packed
+
+
+def test_gpt_resumed_run_equals_uninterrupted(repetitive: Path, tmp_path: Path) -> None:
+    import json
+
+    from lading.lm.train import train_lm
+
+    train_lm(gpt_config(repetitive, tmp_path / "ref", steps=12, packed=True))
+    cut = gpt_config(repetitive, tmp_path / "cut", steps=7, packed=True, checkpoint_every=1)
+    train_lm(cut)
+    train_lm(gpt_config(repetitive, tmp_path / "cut", steps=12, packed=True, resume=True))
+
+    def losses(path: Path) -> dict[int, float]:
+        lines = (path / "log.jsonl").read_text().splitlines()
+        return {r["step"]: r["loss"] for r in map(json.loads, lines)}
+
+    want, got = losses(tmp_path / "ref"), losses(tmp_path / "cut")
+    assert sorted(want) == list(range(1, 13)) and got == want
+
+
+def test_cli_gpt_flags_reach_the_run(repetitive: Path, tmp_path: Path) -> None:
+    import json
+
+    from lading.cli import main
+
+    args = ["train", "lm", "--corpus", str(repetitive), "--out", str(tmp_path / "cli")]
+    args += ["--arch", "gpt", "--packed", "--no-document-mask", "--heads", "2", "--emb", "16"]
+    args += ["--layers", "1", "--bptt", "8", "--batch-size", "2", "--steps", "3"]
+    assert main([*args, "--parallel", "none", "--log-every", "3"]) == 0
+    summary = json.loads((tmp_path / "cli" / "summary.json").read_text())
+    assert summary["arch"] == "gpt" and summary["document_mask"] is False
+    assert summary["packing"]["capacity"] == 9 and summary["steps"] == 3
