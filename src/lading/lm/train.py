@@ -29,7 +29,15 @@ from lading.lm.gpt import GPTLanguageModel
 from lading.lm.loader import LanguageModelLoader
 from lading.lm.model import LSTMLanguageModel, State, detach
 from lading.loading.order import Salt, generator, permutation
-from lading.train import LoopConfig, StepResult, Trainer, Workload, jsonable, write_summary
+from lading.train import (
+    LoopConfig,
+    LoopResult,
+    StepResult,
+    Trainer,
+    Workload,
+    jsonable,
+    write_summary,
+)
 from lading.train.config import RunConfig
 from lading.world import World
 
@@ -282,17 +290,9 @@ def train_lm(config: LMConfig) -> dict[str, Any]:
     model = LSTMLanguageModel(
         corpus.vocab_size, config.emb, config.hidden, config.layers, config.dropout
     ).to(device)
-    total = config.steps if config.steps is not None else len(data) * config.epochs
     workload = LanguageModelStep(model, device, config, world, valid)
-    result = Trainer(
-        workload,
-        data,
-        LoopConfig.of(config, total, desc="train lm", rate_key="tokens_per_s", clip=config.clip),
-        world,
-        device,
-        model,
-        torch.optim.Adam(model.parameters(), lr=config.lr),
-    ).run()
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    result = _fit(config, data, workload, model, optimizer, world, device, "train lm")
     final = math.nan if valid is None else evaluate(model, valid, device, config.eval_batches)
     summary = {
         "steps": result.steps,
@@ -308,6 +308,22 @@ def train_lm(config: LMConfig) -> dict[str, Any]:
     return summary
 
 
+def _fit(
+    config: LMConfig,
+    data: Any,
+    workload: Workload,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    world: World,
+    device: torch.device,
+    desc: str,
+) -> LoopResult:
+    """The shared loop for ``steps`` (or ``epochs`` epochs) of either architecture."""
+    total = config.steps if config.steps is not None else len(data) * config.epochs
+    settings = LoopConfig.of(config, total, desc=desc, rate_key="tokens_per_s", clip=config.clip)
+    return Trainer(workload, data, settings, world, device, model, optimizer).run()
+
+
 def _train_gpt(
     config: LMConfig,
     corpus: TokenCorpus,
@@ -317,16 +333,8 @@ def _train_gpt(
     valid_docs: np.ndarray,
 ) -> dict[str, Any]:
     data, valid, model, workload = _gpt_parts(config, corpus, world, device, train_docs, valid_docs)
-    total = config.steps if config.steps is not None else len(data) * config.epochs
-    result = Trainer(
-        workload,
-        data,
-        LoopConfig.of(config, total, desc="train gpt", rate_key="tokens_per_s", clip=config.clip),
-        world,
-        device,
-        model,
-        torch.optim.AdamW(model.parameters(), lr=config.lr),
-    ).run()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    result = _fit(config, data, workload, model, optimizer, world, device, "train gpt")
     final = (
         math.nan
         if valid is None
