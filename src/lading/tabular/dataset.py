@@ -38,6 +38,7 @@ from lading.tabular.read import RowReader, check_columns
 from lading.world import World
 
 ParquetLoader = ResumableLoader  # the name this loader had before the core was shared
+ChunkRows = tuple[int, tuple[int, ...], tuple[int, ...]]  # (chunk, run starts, run stops)
 
 
 class BatchKey(NamedTuple):
@@ -49,7 +50,7 @@ class BatchKey(NamedTuple):
     reader: int
     lo: int
     hi: int
-    chunks: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]
+    chunks: tuple[ChunkRows, ...]
 
 
 class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
@@ -181,17 +182,26 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
         base, p = self._plan(self.world.world_size * workers, cursor)
         take = self._take(p.each, size)
         shares: dict[int, Runs] = {}
+        last: dict[int, ChunkRows] = {}  # each reader's latest chunk: it serves many batches
+
+        def chunk_of(reader: int, chunk: int) -> ChunkRows:
+            """A chunk's epoch rows, cut from the reader's share once."""
+            if reader not in last or last[reader][0] != chunk:
+                if reader not in shares:
+                    shares[reader] = base.within(p.positions(reader))
+                rows = shares[reader].slice(chunk * chunk_rows, (chunk + 1) * chunk_rows)
+                last[reader] = (chunk, tuple(rows.starts.tolist()), tuple(rows.stops.tolist()))
+            return last[reader]
+
         for i in range(cursor.batches, self.batches()):
             reader = self.world.rank * workers + i % workers
-            if reader not in shares:
-                shares[reader] = base.within(p.positions(reader))
             lo = (i // workers) * size
             hi = min(lo + size, take)
-            chunks = []
-            for chunk in range(lo // chunk_rows, (hi - 1) // chunk_rows + 1):
-                rows = shares[reader].slice(chunk * chunk_rows, (chunk + 1) * chunk_rows)
-                chunks.append((chunk, tuple(rows.starts.tolist()), tuple(rows.stops.tolist())))
-            yield BatchKey(cursor.epoch, cursor.segment, reader, lo, hi, tuple(chunks))
+            chunks = tuple(
+                chunk_of(reader, chunk)
+                for chunk in range(lo // chunk_rows, (hi - 1) // chunk_rows + 1)
+            )
+            yield BatchKey(cursor.epoch, cursor.segment, reader, lo, hi, chunks)
 
     def _chunk_order(self, epoch: int, reader: int, chunk: int, segment: int, size: int) -> Any:
         return permutation(
