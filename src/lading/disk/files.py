@@ -11,13 +11,19 @@ import numpy as np
 import numpy.typing as npt
 
 
-def write_file(path: Path, data: bytes) -> dict[str, int]:
-    """Write ``data`` to ``path`` and fsync it; return its size and CRC32 for ``meta.json``."""
+def write_file(path: Path, data: bytes | bytearray | memoryview | np.ndarray) -> dict[str, int]:
+    """Write ``data`` to ``path`` and fsync it; return its size and CRC32 for ``meta.json``.
+
+    ``data`` may be any C-contiguous buffer (a numpy array too): it is written in place, not
+    copied into a ``bytes`` first (an index table of 100 MB would otherwise exist twice).
+    """
+    raw = np.ascontiguousarray(data).data if isinstance(data, np.ndarray) else memoryview(data)
+    view = raw.cast("B")
     with open(path, "wb") as f:
-        f.write(data)
+        f.write(view)
         f.flush()
         os.fsync(f.fileno())
-    return {"size": len(data), "crc32": zlib.crc32(data)}
+    return {"size": view.nbytes, "crc32": zlib.crc32(view)}
 
 
 def fsync_dir(directory: Path) -> None:

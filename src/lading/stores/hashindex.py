@@ -115,9 +115,10 @@ def write_hash_index(
         if len(pending):
             spill += 1
             bucket[pending] = (bucket[pending] + 1) % n_buckets
+    del h, bucket, entry, fill, pending  # before writing: the peak is the table plus the keys
     files = {
-        "index.table": write_file(directory / "index.table", table.astype("<u8").tobytes()),
-        "index.keys": write_file(directory / "index.keys", words.astype("<u8").tobytes()),
+        "index.table": write_file(directory / "index.table", np.ascontiguousarray(table, "<u8")),
+        "index.keys": write_file(directory / "index.keys", np.ascontiguousarray(words, "<u8")),
     }
     meta = {
         "kind": "hash",

@@ -142,7 +142,7 @@ def write_index(
         size = int(keys.max()) + 1 if count else 0
         table = np.full(size, -1, dtype=rows_t)
         table[keys] = np.arange(count, dtype=rows_t)
-        files = {"index.dense": write_file(directory / "index.dense", table.tobytes())}
+        files = {"index.dense": write_file(directory / "index.dense", table)}
         return {"kind": "dense", "row_dtype": rows_t.str}, files
     if not is_int:
         words = np.ascontiguousarray(keys).view("<u8").reshape(count, -1)
@@ -150,8 +150,8 @@ def write_index(
     order = np.argsort(keys, kind="stable")
     sorted_keys = np.ascontiguousarray(keys[order])
     files = {
-        "index.keys": write_file(directory / "index.keys", sorted_keys.tobytes()),
-        "index.rows": write_file(directory / "index.rows", order.astype(rows_t).tobytes()),
+        "index.keys": write_file(directory / "index.keys", sorted_keys),
+        "index.rows": write_file(directory / "index.rows", order.astype(rows_t)),
     }
     meta = {"kind": "sorted-int", "key_dtype": sorted_keys.dtype.str, "row_dtype": rows_t.str}
     return meta, files
