@@ -7,6 +7,7 @@ that file. Parts:
 
 - ``synth``: ``lading synth`` wall time and peak RSS (skipped when the corpus exists).
 - ``read``: reading the corpus once, cold: ``cat > /dev/null`` and a Python binary line loop.
+- ``disk``: writing 2 GiB with ``dd`` (fsync included): what a build's writes can go at.
 - ``build``: ``lading build`` cold: wall time, MB/s, peak RSS, bytes written.
 - ``ids``: a build of ``--n`` rows with the same ids and one-word texts: the peak RSS that the
   id count alone causes (the index is built from the ids), when the full text is too big to
@@ -43,7 +44,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "scale_results.json"
-PARTS = ("synth", "read", "build", "ids", "tokenize", "dict", "stores", "lookup", "ranks")
+PARTS = ("synth", "read", "disk", "build", "ids", "tokenize", "dict", "stores", "lookup", "ranks")
 PY = sys.executable
 LADING = str(Path(sys.executable).parent / "lading")
 BATCH = 64
@@ -140,9 +141,41 @@ class Corpus:
 # --------------------------------------------------------------------------- parts
 
 
-def part_synth(c: Corpus) -> None:
+_TILE = """
+import sys
+sys.path.insert(0, {here!r})
+import numpy as np
+from bench_scale import Corpus
+from pathlib import Path
+c = Corpus({kind!r}, {n}, Path({work!r}))
+small, n = Path(sys.argv[1]), {n}
+with open(c.tsv, "wb") as out:
+    i = 0
+    while i < n:
+        with open(small, "rb") as f:
+            for line in f:
+                if i == n:
+                    break
+                out.write(c.doc_id(np.array([i]))[0].encode() + line[line.index(b"\\t"):])
+                i += 1
+"""
+
+
+def part_tile(c: Corpus, work: Path, small_n: int) -> None:
+    """The corpus as a smaller synth's lines repeated, each with the id of its new row."""
+    small = Corpus(c.kind, small_n, work)
+    c.tsv.parent.mkdir(parents=True, exist_ok=True)
+    script = _TILE.format(here=str(HERE), kind=c.kind, n=c.n, work=str(work))
+    out = measured([PY, "-c", script, str(small.tsv)])
+    save(c.key, "synth", {**out, "bytes": c.tsv.stat().st_size, "tiled_from": small.key})
+
+
+def part_synth(c: Corpus, work: Path, tile_from: int | None) -> None:
     if c.tsv.exists():
         print(f"{c.tsv} exists: synth skipped")
+        return
+    if tile_from:
+        part_tile(c, work, tile_from)
         return
     fmt = [] if c.kind == "passages" else ["--format", "tsv"]
     out = measured([LADING, "synth", c.kind, str(c.n), str(c.tsv.parent), *fmt])
@@ -159,6 +192,16 @@ def part_read(c: Corpus) -> None:
     for r in (cat, py):
         r["mb_per_s"] = round(size / 1e6 / r["seconds"], 1)
     save(c.key, "read", {"cat": cat, "python_lines": py, "bytes": size, "cold": True})
+
+
+def part_disk(c: Corpus) -> None:
+    """Sequential write speed of the work disk: 2 GiB with dd, fsync included."""
+    target = c.dir / "dd.bin"
+    cmd = ["dd", "if=/dev/zero", f"of={target}", "bs=16M", "count=128", "conv=fsync"]
+    out = measured(cmd)
+    target.unlink()
+    out["mb_per_s"] = round(2**31 / 1e6 / out["seconds"], 1)
+    save(c.key, "disk", {**out, "machine": machine()})
 
 
 def part_build(c: Corpus) -> None:
@@ -219,7 +262,10 @@ if __name__ == "__main__":
     with mp.get_context("fork").Pool(workers, init, (path,)) as pool:
         started = time.perf_counter()
         tokens = sum(pool.imap_unordered(encode, batches))
-        print(time.perf_counter() - started, tokens)
+        seconds = time.perf_counter() - started
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(seconds, tokens, usage.ru_utime + usage.ru_stime)
 """
 
 
@@ -251,9 +297,10 @@ def part_tokenize(c: Corpus, sample_mb: int) -> None:
         done = subprocess.run(
             cmd, env={**os.environ, "RAYON_NUM_THREADS": "1"}, capture_output=True, text=True
         )
-        seconds, tokens = done.stdout.split()
+        seconds, tokens, cpu = done.stdout.split()
         out[f"encode_processes_{workers}"] = {
             "seconds": round(float(seconds), 2),
+            "cpu_seconds": round(float(cpu), 2),
             "tokens": int(tokens),
             "mb_per_s": round(size / 1e6 / float(seconds), 2),
         }
@@ -425,27 +472,104 @@ def part_ranks(c: Corpus, work: Path) -> None:
 # --------------------------------------------------------------------------- report
 
 
+def _f(value: Any, spec: str = ",.0f") -> str:
+    return format(value, spec) if isinstance(value, int | float) else "not measured"
+
+
 def report() -> str:
+    """The tables of the Scale section, from ``scale_results.json``."""
     results = load_results()
-    rows = []
-    for key, r in sorted(results.items(), reverse=True):
-        synth, read, build = r.get("synth", {}), r.get("read", {}), r.get("build", {})
-        loop = read.get("python_lines", {}).get("seconds")
-        ratio = f"{build['seconds'] / loop:.2f}" if build and loop else "not measured"
-        rows.append(
-            f"| {key} | {synth.get('bytes', build.get('bytes_in', 0)) / 1e9:.2f} GB "
-            f"| {synth.get('seconds', '–')} s | {read.get('cat', {}).get('seconds', '–')} s "
-            f"| {loop or '–'} s | {build.get('seconds', '–')} s | {build.get('mb_per_s', '–')} "
-            f"| {ratio} | {build.get('peak_rss_mib', '–')} MiB "
-            f"| {build.get('bytes_written', 0) / 1e9:.2f} GB |"
-        )
-    lines = [
-        "| corpus | text | synth | cat | Python line loop | lading build | build MB/s "
-        "| build / line loop | build peak RSS | store on disk |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        *rows,
+    keys = sorted(results, key=lambda k: (k.split("-")[0] != "passages", k))
+    out = [
+        "| corpus | text GB | synth s | cat s | Python line loop s | lading build s "
+        "| build MB/s | build / line loop | build CPU s / loop CPU s | build peak RSS MiB "
+        "| store GB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    return "\n".join(lines)
+    for key in keys:
+        r = results[key]
+        synth, read, build = r.get("synth", {}), r.get("read", {}), r.get("build", {})
+        if not build and not synth:
+            continue
+        loop = read.get("python_lines", {})
+        ratio = build["seconds"] / loop["seconds"] if build and loop else None
+        cpu = build["cpu_seconds"] / loop["cpu_seconds"] if build and loop else None
+        tiled = f" (tiled from {synth['tiled_from']})" if "tiled_from" in synth else ""
+        out.append(
+            f"| {key}{tiled} | {_f(synth.get('bytes', build.get('bytes_in')) / 1e9, '.2f')} "
+            f"| {_f(synth.get('seconds'), '.0f')} "
+            f"| {_f(read.get('cat', {}).get('seconds'), '.1f')} "
+            f"| {_f(loop.get('seconds'), '.1f')} | {_f(build.get('seconds'), '.1f')} "
+            f"| {_f(build.get('mb_per_s'), '.0f')} | {_f(ratio, '.2f')} | {_f(cpu, '.1f')} "
+            f"| {_f(build.get('peak_rss_mib'))} "
+            f"| {_f(build.get('bytes_written', 0) / 1e9 or None, '.2f')} |"
+        )
+    ids = [(k, r["ids"]) for k, r in results.items() if "ids" in r]
+    if ids:
+        out += [
+            "",
+            "| ids only (one-word texts) | rows | build s | peak RSS MiB |",
+            "|---|---:|---:|---:|",
+        ]
+        out += [
+            f"| {k} | {v['rows']:,} | {v['seconds']:.0f} | {v['peak_rss_mib']:,.0f} |"
+            for k, v in ids
+        ]
+    out += [
+        "",
+        "| corpus | store | docs/s cold | docs/s warm | RssAnon per rank at 4 ranks, MiB |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for key in keys:
+        lookup, ranks = results[key].get("lookup", {}), results[key].get("ranks", {})
+        for name in ("packed", "offsets", "irds"):
+            got, anon = lookup.get(name, {}), ranks.get(name, {}).get("anon_mib_per_rank")
+            if got or anon:
+                out.append(
+                    f"| {key} | {name} | {_f(got.get('cold'))} | {_f(got.get('warm'))} "
+                    f"| {', '.join(f'{a:.1f}' for a in anon) if anon else 'not measured'} |"
+                )
+    out += [
+        "",
+        "| corpus | dict baseline: RssAnon per corpus byte | per rank MiB | budget MiB "
+        "| 1 rank | 4 ranks |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for key in keys:
+        d = results[key].get("dict")
+        if not d:
+            continue
+        text = results[key].get("synth", {}).get("bytes") or results[key]["build"]["bytes_in"]
+        per_rank = d["anon_per_corpus_byte"] * text / MIB
+        out.append(
+            f"| {key} | {d['anon_per_corpus_byte']:.2f} | {per_rank:,.0f} | {d['budget_mib']:,} "
+            f"| {d['ranks_1']['status'].upper()} | {d['ranks_4']['status'].upper()} |"
+        )
+    for key in keys:
+        t = results[key].get("tokenize")
+        if not t:
+            continue
+        mb = t["sample_bytes"] / 1e6
+        out += [
+            "",
+            f"Tokenized builds of a {mb:.0f} MB sample of {key} (WordPiece, 30,522 entries):",
+            "",
+            "| how | workers | wall s | MB/s (wall) | CPU s | MB per CPU-second |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for how, label in (
+            ("build_threads", "lading build, tokenizers threads"),
+            ("encode_processes", "encode_batch in a process pool"),
+        ):
+            for w in (1, 2):
+                r = t.get(f"{how}_{w}", {})
+                cpu = r.get("cpu_seconds")
+                out.append(
+                    f"| {label} | {w} | {_f(r.get('seconds'), '.1f')} "
+                    f"| {_f(r.get('mb_per_s'), '.2f')} "
+                    f"| {_f(cpu, '.1f')} | {_f(mb / cpu if cpu else None, '.2f')} |"
+                )
+    return "\n".join(out)
 
 
 def main() -> None:
@@ -456,6 +580,11 @@ def main() -> None:
     p.add_argument("--parts", default="all", help=f"comma-separated among {','.join(PARTS)}")
     p.add_argument("--sample-mb", type=int, default=32)
     p.add_argument("--lookup-seconds", type=float, default=10.0)
+    p.add_argument(
+        "--tile-from",
+        type=int,
+        help="synth: repeat the texts of the corpus of this many rows (made before) to --n rows",
+    )
     p.add_argument("--report", action="store_true", help="print the table from the results")
     p.add_argument("--clean", action="store_true", help="delete this corpus's work folder after")
     args = p.parse_args()
@@ -468,9 +597,11 @@ def main() -> None:
     for part in parts:
         print(f"== {c.key}: {part}", flush=True)
         if part == "synth":
-            part_synth(c)
+            part_synth(c, args.work, args.tile_from)
         elif part == "read":
             part_read(c)
+        elif part == "disk":
+            part_disk(c)
         elif part == "build":
             part_build(c)
         elif part == "ids":
