@@ -48,6 +48,8 @@ PARTS = ("synth", "read", "disk", "build", "ids", "tokenize", "dict", "stores", 
 PY = sys.executable
 LADING = str(Path(sys.executable).parent / "lading")
 BATCH = 64
+TITLE = "Scale: MS MARCO sizes on one 24 GiB machine"
+_TABLES = "<!-- tables -->"  # where scale_notes.md takes the measured tables
 MIB = 2**20
 
 
@@ -585,11 +587,30 @@ def main() -> None:
         type=int,
         help="synth: repeat the texts of the corpus of this many rows (made before) to --n rows",
     )
-    p.add_argument("--report", action="store_true", help="print the table from the results")
+    p.add_argument("--report", action="store_true", help="print the tables from the results")
+    p.add_argument(
+        "--write", action="store_true", help="write the tables and notes into RESULTS.md"
+    )
     p.add_argument("--clean", action="store_true", help="delete this corpus's work folder after")
     args = p.parse_args()
-    if args.report:
+    if args.report or args.write:
         print(report())
+        if args.write:
+            sys.path.insert(0, str(HERE))
+            from common import write_section
+
+            notes = (HERE / "scale_notes.md").read_text().strip()
+            write_section(
+                HERE / "RESULTS.md",
+                TITLE,
+                f"{notes.split(_TABLES)[0].strip()}\n\n{report()}\n\n"
+                f"{notes.split(_TABLES)[1].strip()}",
+                "python benchmarks/bench_scale.py --kind passages --n 8800000 --parts all; "
+                "python benchmarks/bench_scale.py --kind documents --n 320000 --parts all; "
+                "python benchmarks/bench_scale.py --kind documents --n 3200000 --tile-from 320000 "
+                "--parts synth,read,build,ids,dict,stores,lookup,ranks; "
+                "python benchmarks/bench_scale.py --write",
+            )
         return
     c = Corpus(args.kind, args.n, args.work)
     c.dir.mkdir(parents=True, exist_ok=True)

@@ -40,9 +40,14 @@ class MappedFile:
 
     Reading a row is a slice of the map (one copy into a new ``bytes``); the pages come from the
     OS page cache, shared by every process that maps the same file.
+
+    ``random_access=True`` advises the kernel that reads land anywhere (``MADV_RANDOM``): a page
+    fault then reads that page, not the device's whole read-ahead window around it. Measured on
+    a 21 GB store with an 8 MiB read-ahead (``/sys/block/*/queue/read_ahead_kb``): cold lookups
+    of random documents went from 134 docs/s to thousands.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, random_access: bool = False) -> None:
         self.path = path
         size = path.stat().st_size
         self.buffer: mmap.mmap | bytes
@@ -51,6 +56,8 @@ class MappedFile:
         else:
             with open(path, "rb") as f:
                 self.buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            if random_access and hasattr(mmap, "MADV_RANDOM"):
+                self.buffer.madvise(mmap.MADV_RANDOM)
 
     def array(self, dtype: npt.DTypeLike) -> np.ndarray:
         """The whole file as a numpy array of ``dtype`` (a view of the map, no copy)."""

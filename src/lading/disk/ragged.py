@@ -173,10 +173,16 @@ class RaggedWriter:
 class RaggedColumn:
     """Read side of a ragged column: ``bin[off[i]:off[i+1]]`` is row i."""
 
-    def __init__(self, directory: Path, column: str, dtype: npt.DTypeLike = np.uint8) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        column: str,
+        dtype: npt.DTypeLike = np.uint8,
+        random_access: bool = False,
+    ) -> None:
         bin_name, off_name = column_files(column)
-        self.data = MappedFile(directory / bin_name)
-        self.offsets = MappedFile(directory / off_name).array(OFFSET_DTYPE)
+        self.data = MappedFile(directory / bin_name, random_access)
+        self.offsets = MappedFile(directory / off_name, random_access).array(OFFSET_DTYPE)
         self.dtype = np.dtype(dtype)
         total = int(self.offsets[-1]) if len(self.offsets) else -1
         if (

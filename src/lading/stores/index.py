@@ -166,12 +166,14 @@ class IdIndex:
             raise ValueError(f"unknown index kind {self.kind!r}; choose from {sorted(INDEX_KINDS)}")
         rows_t = np.dtype(meta["row_dtype"])
         if self.kind == "dense":
-            self._table = MappedFile(directory / "index.dense").array(rows_t)
+            self._table = MappedFile(directory / "index.dense", True).array(rows_t)
         elif self.kind == "hash":
             self._hash = HashIndex(directory, meta)
         else:
-            self._keys = MappedFile(directory / "index.keys").array(np.dtype(meta["key_dtype"]))
-            self._rows = MappedFile(directory / "index.rows").array(rows_t)
+            self._keys = MappedFile(directory / "index.keys", True).array(
+                np.dtype(meta["key_dtype"])
+            )
+            self._rows = MappedFile(directory / "index.rows", True).array(rows_t)
 
     def row(self, doc_id: IdLike) -> int:
         """Row of one id, or -1 when absent."""
