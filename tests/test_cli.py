@@ -93,3 +93,28 @@ def test_lm_build_and_repartition_do_not_import_torch(tmp_path: Path) -> None:
         assert "torch modules: []" in done.stdout
     assert (tmp_path / "corpus" / "meta.json").is_file()
     assert (tmp_path / "parts" / "part-0.parquet").is_file()
+
+
+def test_synth_documents_tsv_has_msmarco_columns_and_lengths(tmp_path: Path) -> None:
+    assert main(["synth", "documents", "300", str(tmp_path / "d"), "--format", "tsv"]) == 0
+    lines = (tmp_path / "d" / "docs.tsv").read_text().splitlines()
+    rows = [line.split("\t") for line in lines]
+    assert len(rows) == 300 and {len(r) for r in rows} == {4}
+    ids = [r[0] for r in rows]
+    assert len(set(ids)) == 300 and all(i.startswith("msmarco_doc_") for i in ids)
+    words = sorted(len(r[3].split()) for r in rows)
+    assert 600 < sum(words) / len(words) < 2000  # MS MARCO documents: ~1,100+ words
+    assert words[-1] > 2 * words[len(words) // 2]  # a long tail
+    assert all(r[3].startswith(r[2]) for r in rows)  # the title is the body's first words
+    qrels = (tmp_path / "d" / "qrels.txt").read_text().split()
+    assert qrels[2] in set(ids)
+
+
+def test_synth_passages_stream_as_msmarco_sized_lines(tmp_path: Path) -> None:
+    from lading.synth import synth
+
+    files = synth("passages", 3000, tmp_path / "p", queries=20)
+    lines = files.corpus.read_bytes().splitlines()
+    assert [int(line.split(b"\t")[0]) for line in lines] == list(range(3000))
+    mean = files.corpus.stat().st_size / 3000
+    assert 250 < mean < 420, mean  # MS MARCO passages: 2.9 GB / 8.8M = ~330 bytes a line

@@ -153,7 +153,14 @@ def _cmd_stage(args: argparse.Namespace) -> int:
 def _cmd_synth(args: argparse.Namespace) -> int:
     from lading.synth import synth
 
-    files = synth(args.kind, args.n, args.out, queries=args.queries, seed=args.seed)
+    files = synth(
+        args.kind,
+        args.n,
+        args.out,
+        queries=args.queries,
+        seed=args.seed,
+        corpus_format=args.corpus_format,
+    )
     for name, path in files.__dict__.items():
         print(f"{name:8s} {path}")
     return 0
@@ -642,6 +649,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", help="folder to write")
     p.add_argument("--queries", type=int, help="number of queries (default n/100, 10..5000)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--format",
+        dest="corpus_format",
+        choices=["jsonl", "tsv"],
+        help="documents: docs.jsonl (default) or docs.tsv (docid, url, title, body)",
+    )
     p.set_defaults(func=_cmd_synth)
     return parser
 

@@ -8,6 +8,7 @@ but :mod:`lading.errors`).
 - :mod:`lading.disk.ragged`: ragged arrays (``.bin`` + ``.off``), written in one pass and mapped.
 - :mod:`lading.disk.meta`: ``meta.json`` with sizes and spot checksums, written last, checked on
   open; :func:`verify_checksums` reads every byte.
+- :mod:`lading.disk.spill`: an int64 array spilled to a scratch file while a build grows it.
 - :mod:`lading.disk.formats`: each format's own version, and the versions still readable.
 - :mod:`lading.disk.files`: durable writes, directory fsync, read-only maps.
 """
@@ -35,6 +36,7 @@ from lading.disk.formats import (
 )
 from lading.disk.meta import META_FILE, read_meta, spot_crc32, verify_checksums, write_meta
 from lading.disk.ragged import OFFSET_DTYPE, RaggedColumn, RaggedWriter, column_files
+from lading.disk.spill import SpillArray
 
 __all__ = [
     "DATASET_MARK",
@@ -46,6 +48,7 @@ __all__ = [
     "MappedFile",
     "RaggedColumn",
     "RaggedWriter",
+    "SpillArray",
     "UnsupportedVersionError",
     "build_lock",
     "check_version",

@@ -20,11 +20,12 @@ from typing import BinaryIO
 import numpy as np
 import numpy.typing as npt
 
-from lading.disk.files import MappedFile, write_file
+from lading.disk.files import MappedFile
 from lading.errors import StoreFormatError
 
 OFFSET_DTYPE = np.dtype("<u8")
 _WRITE_BUFFER = 1 << 22  # flush column bytes to disk every 4 MiB
+_OFFSETS_BATCH = _WRITE_BUFFER // 8  # and offsets every 512Ki rows (4 MiB)
 
 
 def column_files(column: str) -> tuple[str, str]:
@@ -83,35 +84,51 @@ class RaggedWriter:
 
     Small rows are buffered into 4 MiB blocks, large blocks go as they are; a background thread
     writes them and keeps a CRC32 of everything for ``meta.json``, so ``lading verify`` can check
-    content later without a second read at build time.
+    content later without a second read at build time. Offsets stream to ``<column>.off`` the
+    same way, so memory does not grow with the row count (8.8M rows would otherwise hold 70 MB
+    of offsets per column until the end).
     """
 
     def __init__(self, directory: Path, column: str, itemsize: int = 1) -> None:
         self.column = column
         self.itemsize = itemsize
-        bin_name, _ = column_files(column)
+        bin_name, off_name = column_files(column)
         self._file = _BackgroundFile(directory / bin_name)
-        self._directory = directory
-        self._offsets = array("Q", [0])
+        self._off_file = _BackgroundFile(directory / off_name)
+        self._offsets = array("Q", [0])  # not yet flushed to the offsets file
+        self._rows = 0
         self._buffer = bytearray()
         self._written = 0  # items (bytes or tokens) written, buffered included
 
     def __len__(self) -> int:
-        return len(self._offsets) - 1
+        return self._rows
+
+    def _flush_offsets(self) -> None:
+        if self._offsets:
+            self._off_file.write(
+                np.frombuffer(self._offsets, np.uint64).astype(OFFSET_DTYPE).tobytes()
+            )
+            self._offsets = array("Q")
 
     def append(self, data: bytes | bytearray | memoryview) -> None:
         """Add one row."""
         self._buffer += data
         self._written += len(data) // self.itemsize
         self._offsets.append(self._written)
+        self._rows += 1
         if len(self._buffer) >= _WRITE_BUFFER:
             self._flush()
+        elif len(self._offsets) >= _OFFSETS_BATCH:
+            self._flush_offsets()
 
     def append_many(self, data: bytes, lengths: npt.NDArray[np.int64]) -> None:
         """Add ``len(lengths)`` rows whose bytes are ``data``, back to back."""
         ends = np.cumsum(lengths, dtype=np.int64) // self.itemsize + self._written
         self._offsets.frombytes(ends.astype(np.uint64).tobytes())
+        self._rows += len(lengths)
         self._written += len(data) // self.itemsize
+        if len(self._offsets) >= _OFFSETS_BATCH:
+            self._flush_offsets()
         if len(data) >= _WRITE_BUFFER:  # a whole block: write it as is, no copy into the buffer
             self._flush()
             self._file.write(data)
@@ -123,35 +140,49 @@ class RaggedWriter:
     def pad_to(self, rows: int) -> None:
         """Add empty rows until there are ``rows`` (for a field that first appears late)."""
         missing = rows - len(self)
-        if missing > 0:
-            self._offsets.extend([self._written] * missing)
+        while missing > 0:
+            step = min(missing, _WRITE_BUFFER // 8)
+            self._offsets.frombytes(np.full(step, self._written, np.uint64).tobytes())
+            self._rows += step
+            missing -= step
+            self._flush()
 
     def _flush(self) -> None:
         if self._buffer:
             self._file.write(bytes(self._buffer))
             self._buffer.clear()
+        if len(self._offsets) >= _OFFSETS_BATCH:
+            self._flush_offsets()
 
     def finish(self) -> dict[str, dict[str, int]]:
-        """Flush, write the offsets file, fsync both, and describe them for ``meta.json``."""
+        """Flush, fsync both files, and describe them for ``meta.json``."""
         self._flush()
+        self._flush_offsets()
         self._file.close()
+        self._off_file.close()
         bin_name, off_name = column_files(self.column)
-        offsets = np.frombuffer(self._offsets, dtype=np.uint64).astype(OFFSET_DTYPE, copy=False)
-        off_bytes = offsets.tobytes()
-        write_file(self._directory / off_name, off_bytes)
         return {
             bin_name: {"size": self._written * self.itemsize, "crc32": self._file.crc},
-            off_name: {"size": len(off_bytes), "crc32": zlib.crc32(off_bytes)},
+            off_name: {
+                "size": (self._rows + 1) * OFFSET_DTYPE.itemsize,
+                "crc32": self._off_file.crc,
+            },
         }
 
 
 class RaggedColumn:
     """Read side of a ragged column: ``bin[off[i]:off[i+1]]`` is row i."""
 
-    def __init__(self, directory: Path, column: str, dtype: npt.DTypeLike = np.uint8) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        column: str,
+        dtype: npt.DTypeLike = np.uint8,
+        random_access: bool = False,
+    ) -> None:
         bin_name, off_name = column_files(column)
-        self.data = MappedFile(directory / bin_name)
-        self.offsets = MappedFile(directory / off_name).array(OFFSET_DTYPE)
+        self.data = MappedFile(directory / bin_name, random_access)
+        self.offsets = MappedFile(directory / off_name, random_access).array(OFFSET_DTYPE)
         self.dtype = np.dtype(dtype)
         total = int(self.offsets[-1]) if len(self.offsets) else -1
         if (

@@ -191,11 +191,18 @@ class PackedStore(DocStore):
 def _map(path: Path) -> _Mapped:
     meta = read_meta(path, FORMAT_NAME)
     try:
-        text = RaggedColumn(path, "text")
-        ids = RaggedColumn(path, "ids")
-        fields = {name: RaggedColumn(path, f"field.{name}") for name in meta["fields"]}
+        # rows are read by id, anywhere in the files: no read-ahead around each page fault
+        text = RaggedColumn(path, "text", random_access=True)
+        ids = RaggedColumn(path, "ids", random_access=True)
+        fields = {
+            name: RaggedColumn(path, f"field.{name}", random_access=True) for name in meta["fields"]
+        }
         tok_meta = meta.get("tokens")
-        tokens = RaggedColumn(path, "tokens", tok_meta["dtype"]) if tok_meta else None
+        tokens = (
+            RaggedColumn(path, "tokens", tok_meta["dtype"], random_access=True)
+            if tok_meta
+            else None
+        )
         index = IdIndex(path, meta["index"])
     except (KeyError, TypeError) as e:
         raise StoreFormatError(f"{path}/meta.json lacks {e}; rebuild the store") from None

@@ -1,14 +1,18 @@
 """Writes a packed store into an empty directory in one streaming pass over a source.
 
-Memory during a build: the row offsets (8 bytes per row per column), one int64 per row for
-integer ids (or the fixed-width id keys at the end), one int64 line number per row for error
-messages, and one tokenizer batch of texts. Text itself is never held whole.
+Memory while the source streams does not grow with the row count: row offsets, integer ids
+and line numbers (for error messages) go to disk as they come (:class:`RaggedWriter`,
+:class:`~lading.disk.SpillArray`), and one block of text or one tokenizer batch is held at a
+time. After the pass, the index is built from the ids alone in numpy: for N rows about 40
+bytes per row for integer ids (keys, sort order, dense table; 8.8M passages: ~350 MB) or
+~100 bytes per row for string ids (fixed-width keys, their hashes, the bucket table; 3.2M
+documents: ~320 MB), never a Python object per id.
 """
 
 from __future__ import annotations
 
 import time
-from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +25,7 @@ from lading.disk import (
     OFFSET_DTYPE,
     MappedFile,
     RaggedWriter,
+    SpillArray,
     column_files,
     current_version,
     write_file,
@@ -108,8 +113,9 @@ def write_store(
     tok_info = describe_tokenizer(tokenizer) if tokenizer is not None else None
     tok_dtype = token_dtype(tok_info["vocab_size"]) if tok_info else None
     columns = _Columns(directory, tok_dtype)
-    int_ids = IntIdCollector()
-    lines = array("q")
+    # per-row integers wait on disk, not in RAM: the build's memory must not grow with the rows
+    int_ids = IntIdCollector(SpillArray(directory / "ids.int.scratch"))
+    lines = SpillArray(directory / "lines.scratch")
     stats = BuildStats()
     pending: list[str] = []
 
@@ -123,7 +129,7 @@ def write_store(
         if isinstance(item, TsvBlock):
             columns.add_block(item)
             int_ids.add_many(item.ids)
-            lines.frombytes(item.lines.astype(np.int64).tobytes())
+            lines.extend(item.lines)
             if columns.tokens is not None:
                 ends = np.cumsum(item.text_lengths).tolist()
                 starts = [0, *ends[:-1]]
@@ -152,7 +158,10 @@ def write_store(
 
     is_int = int_ids.values is not None
     keys = id_keys(directory, int_ids)
-    keep = unique_rows(keys, lines, duplicates, reader)
+    if isinstance(int_ids.values, SpillArray):
+        int_ids.values.discard()
+    keep = unique_rows(keys, lines.view(), duplicates, reader)
+    lines.discard()
     if keep is not None:
         stats.duplicates_dropped = rows - int(keep.sum())
         files = compact(directory, files, keep, columns.all())
@@ -193,7 +202,7 @@ def write_store(
 def id_keys(directory: Path, int_ids: IntIdCollector) -> np.ndarray:
     """Index keys in row order: the int64 ids, or fixed-width bytes of the ``ids`` column."""
     if int_ids.values is not None:
-        return np.frombuffer(int_ids.values, dtype=np.int64).copy()
+        return int_ids.keys()
     bin_name, off_name = column_files("ids")
     data = MappedFile(directory / bin_name).buffer
     offsets = MappedFile(directory / off_name).array(OFFSET_DTYPE)
@@ -201,11 +210,16 @@ def id_keys(directory: Path, int_ids: IntIdCollector) -> np.ndarray:
 
 
 def unique_rows(
-    keys: np.ndarray, lines: array[int], duplicates: Duplicates, reader: SourceReader
+    keys: np.ndarray,
+    lines: Sequence[int] | npt.NDArray[np.int64],
+    duplicates: Duplicates,
+    reader: SourceReader,
 ) -> npt.NDArray[np.bool_] | None:
     """Mask of rows to keep, or None when every id is unique."""
     if len(keys) < 2:
         return None
+    if keys.dtype == np.int64 and _all_distinct_small_ints(keys):
+        return None  # the common case (MS MARCO pids) without sorting 8 bytes per row twice
     order = np.argsort(keys, kind="stable")  # equal ids stay in row order
     sorted_keys = keys[order]
     same = sorted_keys[1:] == sorted_keys[:-1]
@@ -218,14 +232,28 @@ def unique_rows(
         shown = key.decode("utf-8") if isinstance(key, bytes) else str(key)
         raise SourceError(
             reader.path or str(reader.source),
-            lines[again],
-            f"duplicate id {shown!r} (first on line {lines[first]}); pass duplicates='first' or "
-            "'last' to keep one of them",
+            int(lines[again]),
+            f"duplicate id {shown!r} (first on line {int(lines[first])}); pass "
+            "duplicates='first' or 'last' to keep one of them",
         )
     drop = order[1:][same] if duplicates == "first" else order[:-1][same]
     keep = np.ones(len(keys), dtype=bool)
     keep[drop] = False
     return keep
+
+
+def _all_distinct_small_ints(keys: npt.NDArray[np.int64]) -> bool:
+    """True when ``keys`` are distinct integers in ``[0, 4 * len + 65536)``, one byte per value.
+
+    One byte per possible value instead of an argsort's two 8-byte arrays per row; False when
+    the values are out of that range or repeat (then the caller sorts to find which).
+    """
+    low, high = int(keys.min()), int(keys.max())
+    if low < 0 or high >= 4 * len(keys) + 65536:
+        return False
+    seen = np.zeros(high + 1, dtype=bool)
+    seen[keys] = True
+    return int(np.count_nonzero(seen)) == len(keys)
 
 
 def compact(
