@@ -54,8 +54,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -64,12 +63,13 @@ import torch
 from lading.lm.boundaries import DocumentBatch, document_batch
 from lading.lm.bptt import Jitter, check_jitter, jitter_of, max_seq, seq_lengths
 from lading.lm.corpus import TokenCorpus
+from lading.lm.segment import BatchKey, Segment
 from lading.lm.stream import EpochStream
 from lading.lm.windows import EpochWindows, TokenMixture, WindowSource
-from lading.loading import state as loader_state
 from lading.loading.loader import BatchKeyed
 from lading.loading.order import Salt, feistel_permutation, generator
-from lading.loading.plan import Plan, batch_count, check_equalize, plan
+from lading.loading.plan import batch_count, check_equalize, plan
+from lading.loading.source import StatefulSource
 from lading.loading.state import Cursor
 from lading.split import Runs
 from lading.world import World
@@ -80,34 +80,7 @@ MODES: tuple[str, ...] = ("streams", "windows", "packed")
 Batch = tuple[torch.Tensor, torch.Tensor] | DocumentBatch
 
 
-class BatchKey(NamedTuple):
-    """Batch ``batch`` of segment ``segment`` of ``epoch`` (with the segment's base after an
-    elastic resume): all a DataLoader worker needs to build it."""
-
-    epoch: int
-    segment: int
-    batch: int
-    base: tuple[tuple[int, ...], tuple[int, ...]] | None
-
-
-@dataclass
-class _Segment:
-    """The plan of one segment of an epoch under one layout."""
-
-    stream: EpochStream | None  # "streams" mode
-    windows: WindowSource | None  # "windows" and "packed" modes
-    n: int  # positions of the epoch: tokens of the cyclic stream ("streams") or windows
-    base: Runs  # the positions this segment reads
-    plan: Plan  # one reader per stream ("streams") or per rank ("windows")
-    seqs: list[int]  # "streams": the length of each batch
-    batches: int
-
-    def offset(self, batch: int) -> int:
-        """Stream position, within every stream, where ``batch`` starts ("streams")."""
-        return sum(self.seqs[:batch])
-
-
-class LanguageModelLoader(BatchKeyed):
+class LanguageModelLoader(BatchKeyed, StatefulSource):
     """Batches ``(x, y)`` of shape ``[batch_size, seq]`` from a :class:`TokenCorpus`.
 
     Args:
@@ -192,8 +165,8 @@ class LanguageModelLoader(BatchKeyed):
         width = self.max_seq * max(1, chunk_batches) + 1
         self._buffer = np.zeros((batch_size, width), dtype=np.int64)
         self.cursor = Cursor()
-        self._segment: _Segment | None = None
-        self._keyed: tuple[tuple[int, int], _Segment] | None = None  # planned for keys
+        self._segment: Segment | None = None
+        self._keyed: tuple[tuple[int, int], Segment] | None = None  # planned for keys
 
     def __getstate__(self) -> dict[str, Any]:
         """What a DataLoader worker gets: no buffer, no plan (an epoch stream holds the token
@@ -222,7 +195,7 @@ class LanguageModelLoader(BatchKeyed):
             raise ValueError(f"packing_stats() is for mode='packed', this loader is {self.mode!r}")
         return self._windows.packing_stats()
 
-    def _plan_segment(self, cursor: Cursor, layout: Mapping[str, Any]) -> _Segment:
+    def _plan_segment(self, cursor: Cursor, layout: Mapping[str, Any]) -> Segment:
         """The plan of ``cursor``'s segment under ``layout`` (this run's or a saved one)."""
         world_size, batch_size = int(layout["world_size"]), int(layout["batch_size"])
         resumed = cursor.segment > 0
@@ -231,7 +204,7 @@ class LanguageModelLoader(BatchKeyed):
             base = cursor.base_or_whole(windows.n)
             p = plan(len(base), world_size, self.equalize, interleave=True, resumed=resumed)
             batches = batch_count(p.each, batch_size, self.drop_partial_batch)
-            return _Segment(None, windows, windows.n, base, p, [], batches)
+            return Segment(None, windows, windows.n, base, p, [], batches)
         stream = self._stream(cursor.epoch)
         n = stream.total  # the epoch stream is a cycle: its last token predicts its first
         base = cursor.base_or_whole(n)
@@ -244,9 +217,9 @@ class LanguageModelLoader(BatchKeyed):
             )
         rng = generator(self.seed, Salt.SEQ_LENGTHS, cursor.epoch, cursor.segment)
         seqs = seq_lengths(rng, p.each, int(layout["bptt"]), jitter_of(layout["jitter"]))
-        return _Segment(stream, None, n, base, p, seqs, len(seqs))
+        return Segment(stream, None, n, base, p, seqs, len(seqs))
 
-    def _current(self) -> _Segment:
+    def _current(self) -> Segment:
         if self._segment is None:
             self._segment = self._plan_segment(self.cursor, self.layout())
         return self._segment
@@ -277,7 +250,7 @@ class LanguageModelLoader(BatchKeyed):
             cursor.batches += 1
             yield batch
 
-    def _iter_streams(self, seg: _Segment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _iter_streams(self, seg: Segment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Whole-epoch streams, read a buffer of many batches at a time."""
         buf, cursor, length, stream = self._buffer, self.cursor, seg.plan.each, seg.stream
         assert stream is not None
@@ -304,7 +277,7 @@ class LanguageModelLoader(BatchKeyed):
                 torch.from_numpy(buf[:, col + 1 : col + seq + 1]),
             )
 
-    def _build(self, seg: _Segment, cursor: Cursor, batch: int, x: npt.NDArray[np.int64]) -> Batch:
+    def _build(self, seg: Segment, cursor: Cursor, batch: int, x: npt.NDArray[np.int64]) -> Batch:
         """Batch ``batch`` of ``seg``, read row by row into ``x`` (``[batch_size, seq + 1]``)."""
         if seg.windows is not None:
             return self._window_batch(seg, seg.windows, cursor.epoch, batch, x)
@@ -330,7 +303,7 @@ class LanguageModelLoader(BatchKeyed):
 
     def _window_batch(
         self,
-        seg: _Segment,
+        seg: Segment,
         windows: WindowSource,
         epoch: int,
         batch: int,
@@ -378,7 +351,7 @@ class LanguageModelLoader(BatchKeyed):
 
     # ------------------------------------------------------------------ state
 
-    def _taken(self, seg: _Segment, batch_size: int, batches: int) -> int:
+    def _taken(self, seg: Segment, batch_size: int, batches: int) -> int:
         """Positions each reader of ``seg`` has read after ``batches`` batches."""
         if self.mode == "streams":
             return sum(seg.seqs[:batches])
@@ -428,23 +401,5 @@ class LanguageModelLoader(BatchKeyed):
         seg = self._current()
         return self._taken(seg, self.batch_size, self.cursor.batches) * seg.plan.readers
 
-    def state_dict(self) -> dict[str, Any]:
-        """The one loader state (:mod:`lading.loading.state`)."""
-        return loader_state.state_dict(
-            self.kind, self.cursor, self.layout(), self.fingerprint(), self.consumed()
-        )
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue where ``state`` left off: the next batch is the one after the saved one.
-
-        With the saved world size and batch size the batches are bitwise those the
-        uninterrupted run would have yielded; with others, what was left of the epoch is
-        dealt over this run's streams (see the module docstring).
-
-        Raises:
-            LoaderStateError: the state belongs to another corpus, mode or order.
-        """
-        self.cursor = loader_state.restore(
-            state, self.kind, self.layout(), self.fingerprint(), self.unread
-        )
-        self._segment = None
+    def _cursor_moved(self) -> None:
+        self._segment = None  # the plan belonged to the old cursor

@@ -18,7 +18,8 @@ import torch
 
 from lading.device import ResidentStream, ResidentTokens, to_device
 from lading.lm.corpus import TokenCorpus
-from lading.lm.loader import LanguageModelLoader, _Segment
+from lading.lm.loader import LanguageModelLoader
+from lading.lm.segment import Segment
 
 
 class ResidentLanguageModelLoader(LanguageModelLoader):
@@ -53,7 +54,7 @@ class ResidentLanguageModelLoader(LanguageModelLoader):
             "cannot share its device tensors (use LanguageModelLoader(...).loader() instead)"
         )
 
-    def _device_stream(self, seg: _Segment) -> ResidentStream:
+    def _device_stream(self, seg: Segment) -> ResidentStream:
         """The segment's epoch stream on the device (its document order copied once)."""
         if self._on_device is None or self._on_device[0] != id(seg):
             stream = seg.stream
@@ -64,7 +65,7 @@ class ResidentLanguageModelLoader(LanguageModelLoader):
             self._on_device = (id(seg), on_device)
         return self._on_device[1]
 
-    def _iter_streams(self, seg: _Segment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _iter_streams(self, seg: Segment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Whole-epoch streams: row ``r`` of batch ``b`` is stream ``rank * batch_size + r``
         at its offset of batch ``b``; read ``seq + 1`` tokens there, on the device."""
         stream, cursor, length = self._device_stream(seg), self.cursor, seg.plan.each

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+from lading.loading import state as loader_state
 from lading.loading.state import Cursor
 from lading.split import Runs
 
@@ -41,3 +42,44 @@ class PositionSource(Protocol):
 
     def consumed(self) -> int:
         """Positions read so far this segment, over all ranks."""
+
+
+class StatefulSource:
+    """``state_dict``/``load_state_dict`` of a source that iterates itself (the LM loader in
+    its own process), from its cursor, layout and fingerprint: the one loader state."""
+
+    kind: str
+    cursor: Cursor
+
+    def layout(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def fingerprint(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
+        raise NotImplementedError
+
+    def consumed(self) -> int:
+        raise NotImplementedError
+
+    def _cursor_moved(self) -> None:
+        """Drop whatever was planned for the cursor a load replaced."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The one loader state (:mod:`lading.loading.state`)."""
+        return loader_state.state_dict(
+            self.kind, self.cursor, self.layout(), self.fingerprint(), self.consumed()
+        )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``: bitwise with the saved layout, elastically with another
+        (what the saved layout left unread is planned over this one's readers).
+
+        Raises:
+            LoaderStateError: the state belongs to other data, another seed or order.
+        """
+        self.cursor = loader_state.restore(
+            state, self.kind, self.layout(), self.fingerprint(), self.unread
+        )
+        self._cursor_moved()
