@@ -8,7 +8,9 @@ parquet and Arrow files (read by :mod:`lading.table_sources`).
 Each file format is two functions: a *chunker* that cuts the byte stream into raw records, each
 with the line it starts on and its byte span, and a *parser* that turns one raw record into a
 :class:`Record`. The split lets :class:`~lading.stores.offsets.OffsetStore` read a span back with
-``os.pread`` and parse it with the very same parser that the build used.
+``os.pread`` and parse it with the very same parser that the build used. The chunkers and
+decompression live in :mod:`lading.source_io`, the parsers in :mod:`lading.parsers`; this
+module puts them together and re-exports their public names.
 
 Deliberate choices, so nothing happens by accident:
 - A UTF-8 byte-order mark at the start of a file is dropped; ``\\r\\n`` line ends are read as
@@ -21,292 +23,77 @@ Deliberate choices, so nothing happens by accident:
 
 from __future__ import annotations
 
-import bz2
-import contextlib
-import gzip
 import hashlib
 import io
-import json
 import os
-import re
-import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal, NamedTuple
+from typing import IO, Any, Literal
 
 from lading.errors import SourceError
+from lading.parsers import (
+    JSON_ID_FIELDS,
+    JSON_TEXT_FIELDS,
+    ParseOptions,
+    Parser,
+    Record,
+    RecordError,
+    check_id,
+    json_object,
+    make_jsonl_parser,
+    make_trec_parser,
+    make_tsv_parser,
+)
+from lading.source_io import (
+    COMPRESSED_SUFFIXES,
+    Chunk,
+    _reading,
+    chunk_lines,
+    chunk_trec,
+    is_compressed,
+    open_binary,
+)
 from lading.tsv_blocks import TsvBlock, read_blocks, scan_block
+
+# The public names, including those defined in lading.parsers and lading.source_io.
+__all__ = [
+    "COMPRESSED_SUFFIXES",
+    "FILE_FORMATS",
+    "FORMATS",
+    "JSON_ID_FIELDS",
+    "JSON_TEXT_FIELDS",
+    "ON_ERROR_MODES",
+    "Chunk",
+    "FileFormat",
+    "OnError",
+    "ParseOptions",
+    "Parser",
+    "Record",
+    "RecordError",
+    "SourceReader",
+    "beir_corpus_file",
+    "check_id",
+    "chunk_lines",
+    "chunk_trec",
+    "detect_format",
+    "fingerprint",
+    "fingerprint_changed",
+    "import_ir_datasets",
+    "irds_record",
+    "is_compressed",
+    "json_object",
+    "make_jsonl_parser",
+    "make_trec_parser",
+    "make_tsv_parser",
+    "open_binary",
+    "read_records",
+]
 
 OnError = Literal["raise", "skip"]
 ON_ERROR_MODES: tuple[str, ...] = ("raise", "skip")
 
-JSON_ID_FIELDS: tuple[str, ...] = ("id", "doc_id", "docid", "_id", "pid")
-JSON_TEXT_FIELDS: tuple[str, ...] = ("text", "contents", "body")
-COMPRESSED_SUFFIXES: tuple[str, ...] = (".gz", ".bz2", ".zst")
-_BOM = b"\xef\xbb\xbf"
 _FINGERPRINT_BYTES = 1 << 16  # hash 64 KiB at each end: cheap even for a 100 GB corpus
-
-
-class Record(NamedTuple):
-    """One document: its id, its text and any extra named fields (``title``, extra columns)."""
-
-    id: str
-    text: str
-    fields: Mapping[str, str]
-
-
-class Chunk(NamedTuple):
-    """Raw bytes of one record as found in the (decompressed) file.
-
-    Attributes:
-        line: 1-based line number where the record starts.
-        start: byte offset of the record's first byte.
-        end: byte offset one past its last byte (line end included).
-        data: the bytes ``[start, end)``.
-    """
-
-    line: int
-    start: int
-    end: int
-    data: bytes
-
-
-class RecordError(ValueError):
-    """A parser's complaint about one record; the reader adds file and line."""
-
-
-def json_object(text: str) -> dict[str, Any]:
-    """``text`` parsed as one JSON object, or a RecordError saying what it is instead."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise RecordError(f"invalid JSON ({e.msg} at column {e.colno})") from None
-    if not isinstance(obj, dict):
-        raise RecordError(f"expected a JSON object, found {type(obj).__name__}")
-    return obj
-
-
-Parser = Callable[[bytes], Record]
-
-
-@dataclass(frozen=True)
-class ParseOptions:
-    """How to find id, text and fields in records.
-
-    Attributes:
-        id_field: JSON key of the id (default: the first of ``JSON_ID_FIELDS`` present).
-        text_field: JSON key of the text (default: the first of ``JSON_TEXT_FIELDS`` present).
-        columns: TSV column names; must contain ``"id"`` and ``"text"``. Columns past the named
-            ones become fields ``col<N>`` (0-based position).
-        keep_fields: JSON keys kept as fields besides the id and text (default: ``title``).
-    """
-
-    id_field: str | None = None
-    text_field: str | None = None
-    columns: tuple[str, ...] = ("id", "text")
-    keep_fields: tuple[str, ...] = ("title",)
-
-    def __post_init__(self) -> None:
-        if "id" not in self.columns or "text" not in self.columns:
-            raise ValueError(f"TSV columns {list(self.columns)} must name both 'id' and 'text'")
-
-
-def check_id(doc_id: str) -> str:
-    """Return ``doc_id`` if it is usable as a key, else raise :class:`RecordError` saying why."""
-    if not doc_id:
-        raise RecordError("empty id")
-    if doc_id != doc_id.strip():
-        raise RecordError(
-            f"id {doc_id!r} has leading or trailing whitespace; strip it in the source"
-        )
-    if "\x00" in doc_id:
-        raise RecordError(f"id {doc_id!r} contains a NUL character")
-    return doc_id
-
-
-def _decode(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        bad = e.object[e.start : e.end]
-        raise RecordError(
-            f"invalid UTF-8 at byte {e.start} of the record ({bad!r}); re-encode the file as "
-            "UTF-8, or pass on_error='skip' to skip such records"
-        ) from None
-
-
-def _strip_line_end(raw: bytes) -> bytes:
-    if raw.endswith(b"\n"):
-        raw = raw[:-1]
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-    return raw
-
-
-# --------------------------------------------------------------------------- parsers
-
-
-def make_tsv_parser(options: ParseOptions) -> Parser:
-    """Parser of one TSV line into a Record, columns named by ``options.columns``."""
-    columns = options.columns
-    id_pos = columns.index("id")
-    text_pos = columns.index("text")
-    need = max(id_pos, text_pos) + 1
-    expected = "<" + ">\\t<".join(columns) + ">"
-    simple = columns == ("id", "text")
-
-    def parse_tsv(raw: bytes) -> Record:
-        line = _decode(_strip_line_end(raw))
-        if simple:
-            doc_id, sep, rest = line.partition("\t")
-            if not sep:
-                raise RecordError(f'expected "{expected}", found no tab')
-            if "\t" not in rest:
-                return Record(check_id(doc_id), rest, {})
-        parts = line.split("\t")
-        if len(parts) < need:
-            raise RecordError(f'expected "{expected}", found {len(parts)} column(s)')
-        extra = {}
-        for i, value in enumerate(parts):
-            if i in (id_pos, text_pos):
-                continue
-            extra[columns[i] if i < len(columns) else f"col{i}"] = value
-        return Record(check_id(parts[id_pos]), parts[text_pos], extra)
-
-    return parse_tsv
-
-
-def _json_scalar_id(value: Any, key: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise RecordError(f"id field {key!r} must be a string or an integer, found {value!r}")
-    return check_id(str(value))
-
-
-def make_jsonl_parser(options: ParseOptions) -> Parser:
-    """Parser of one JSON object per line into a Record."""
-    id_keys = (options.id_field,) if options.id_field else JSON_ID_FIELDS
-    text_keys = (options.text_field,) if options.text_field else JSON_TEXT_FIELDS
-    keep = options.keep_fields
-
-    def parse_jsonl(raw: bytes) -> Record:
-        obj = json_object(_decode(raw))
-        id_key = next((k for k in id_keys if k in obj), None)
-        if id_key is None:
-            raise RecordError(f"no id field: expected one of {list(id_keys)}; pass id_field=")
-        text_key = next((k for k in text_keys if k in obj), None)
-        if text_key is None:
-            raise RecordError(f"no text field: expected one of {list(text_keys)}; pass text_field=")
-        body = obj[text_key]
-        if not isinstance(body, str):
-            raise RecordError(f"text field {text_key!r} must be a string, found {body!r:.40}")
-        fields = {}
-        for key in keep:
-            value = obj.get(key)
-            if value is None:
-                continue
-            if not isinstance(value, str):
-                raise RecordError(f"field {key!r} must be a string, found {value!r:.40}")
-            fields[key] = value
-        return Record(_json_scalar_id(obj[id_key], id_key), body, fields)
-
-    return parse_jsonl
-
-
-_DOCNO = re.compile(r"<DOCNO>(.*?)</DOCNO>", re.DOTALL | re.IGNORECASE)
-_TEXT = re.compile(r"<TEXT>(.*?)</TEXT>", re.DOTALL | re.IGNORECASE)
-_DOCHDR = re.compile(r"<DOCHDR>.*?</DOCHDR>", re.DOTALL | re.IGNORECASE)
-_TITLE = re.compile(r"<(TITLE|HEADLINE|HEAD)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
-_DOC_OPEN = re.compile(rb"^\s*<DOC>", re.IGNORECASE)
-_DOC_CLOSE = re.compile(rb"</DOC>\s*$", re.IGNORECASE)
-
-
-def make_trec_parser(options: ParseOptions) -> Parser:
-    """Parser of one ``<DOC>…</DOC>`` block into a Record.
-
-    The text is the content of the ``<TEXT>`` elements when there are any (joined by a blank
-    line), else everything after ``</DOCNO>`` except a ``<DOCHDR>`` header; leading and
-    trailing white space is stripped, inner line breaks are kept. A ``<TITLE>``, ``<HEADLINE>``
-    or ``<HEAD>`` element becomes the ``title`` field.
-    """
-    del options  # TREC documents name their own parts
-
-    def parse_trec(raw: bytes) -> Record:
-        doc = _decode(raw).replace("\r\n", "\n")
-        match = _DOCNO.search(doc)
-        if match is None:
-            raise RecordError("<DOC> without <DOCNO>…</DOCNO>")
-        doc_id = check_id(match.group(1).strip())
-        body = doc[match.end() :]
-        close = body.upper().rfind("</DOC>")
-        body = body[:close] if close >= 0 else body
-        texts = _TEXT.findall(body)
-        text = "\n\n".join(t.strip() for t in texts) if texts else _DOCHDR.sub("", body).strip()
-        title = _TITLE.search(body)
-        fields = {"title": title.group(2).strip()} if title else {}
-        return Record(doc_id, text, fields)
-
-    return parse_trec
-
-
-# --------------------------------------------------------------------------- chunkers
-
-
-def chunk_lines(
-    stream: IO[bytes], first_line: int = 1, first_byte: int = 0, strip_bom: bool = True
-) -> Iterator[Chunk]:
-    """One chunk per non-blank line; a UTF-8 BOM at the very start is dropped.
-
-    ``first_line``/``first_byte`` number a stream that starts inside a file (a block).
-    """
-    pos = first_byte
-    for number, raw in enumerate(stream, start=first_line):
-        start = pos
-        pos += len(raw)
-        if strip_bom and number == 1 and raw.startswith(_BOM):
-            raw = raw[len(_BOM) :]
-            start += len(_BOM)
-        if not raw.rstrip(b"\r\n"):
-            continue  # a blank line separates nothing and holds nothing
-        yield Chunk(number, start, pos, raw)
-
-
-def chunk_trec(stream: IO[bytes]) -> Iterator[Chunk]:
-    """One chunk per ``<DOC>…</DOC>`` block.
-
-    Raises RecordError (wrapped by the reader with the file and line) for text outside a block
-    and for a block that the end of the file cuts off.
-    """
-    parts: list[bytes] = []
-    start = first_line = 0
-    pos = 0
-    for number, raw in enumerate(stream, start=1):
-        line_start = pos
-        pos += len(raw)
-        if number == 1 and raw.startswith(_BOM):
-            raw = raw[len(_BOM) :]
-            line_start += len(_BOM)
-        if not parts:
-            if raw.isspace() or not raw:
-                continue
-            if not _DOC_OPEN.match(raw):
-                raise _ChunkError(number, f"expected <DOC>, found {raw[:40]!r}")
-            start, first_line = line_start, number
-        parts.append(raw)
-        if _DOC_CLOSE.search(raw):
-            yield Chunk(first_line, start, pos, b"".join(parts))
-            parts = []
-    if parts:
-        raise _ChunkError(first_line, "<DOC> has no </DOC> before the end of the file (truncated?)")
-
-
-class _ChunkError(Exception):
-    """A structural error found while cutting the stream; not recoverable by skipping."""
-
-    def __init__(self, line: int, reason: str) -> None:
-        super().__init__(reason)
-        self.line = line
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -335,83 +122,6 @@ _SUFFIX_FORMATS = {
     ".arrow": "arrow",
     ".feather": "arrow",
 }
-
-
-# --------------------------------------------------------------------------- files
-
-
-def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
-    """Open ``path`` for reading bytes, decompressing ``.gz``, ``.bz2`` and ``.zst`` on the fly."""
-    name = os.fspath(path)
-    if name.endswith(".gz"):
-        return gzip.open(name, "rb")  # type: ignore[return-value]
-    if name.endswith(".bz2"):
-        return bz2.open(name, "rb")
-    if name.endswith(".zst"):
-        try:
-            import zstandard
-        except ImportError:
-            raise ImportError(
-                f"{name} is zstd-compressed and the zstandard package is missing. To install:\n"
-                "  pip install zstandard"
-            ) from None
-        return io.BufferedReader(_ZstdReader(name, zstandard), buffer_size=1 << 20)
-    return open(name, "rb")
-
-
-class _ZstdReader(io.RawIOBase):
-    """Decompresses a ``.zst`` file frame after frame, and fails on a truncated last frame.
-
-    zstandard's ``stream_reader`` ends quietly when the input stops in the middle of a frame,
-    which would make an interrupted download look like a shorter corpus. Here every frame must
-    reach its end (``decompressobj().eof``); otherwise reading raises ``EOFError``, as gzip and
-    bz2 do.
-    """
-
-    def __init__(self, name: str, zstandard: Any) -> None:
-        self._file = open(name, "rb")  # noqa: SIM115 - closed in close()
-        self._zstd = zstandard
-        self._obj = zstandard.ZstdDecompressor().decompressobj()
-        self._in_frame = False  # bytes of the current frame were fed and it has not ended
-        self._pending = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        while not self._pending:
-            data = self._file.read(1 << 20)
-            if not data:
-                if self._in_frame:
-                    raise EOFError("the zstd stream ends inside a frame (truncated file)")
-                return 0
-            self._pending = self._feed(data)
-        n = min(len(view), len(self._pending))
-        view[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
-        return n
-
-    def _feed(self, data: bytes) -> bytes:
-        out = []
-        while data:
-            self._in_frame = True
-            out.append(self._obj.decompress(data))
-            if not self._obj.eof:
-                break
-            self._in_frame = False  # a frame ended; what is left starts the next one
-            data = self._obj.unused_data
-            self._obj = self._zstd.ZstdDecompressor().decompressobj()
-        return b"".join(out)
-
-    def close(self) -> None:
-        self._file.close()
-        super().close()
-
-
-def is_compressed(path: str | os.PathLike[str]) -> bool:
-    """True when ``path`` is read through a decompressor (byte offsets are then not seekable)."""
-    return os.fspath(path).endswith(COMPRESSED_SUFFIXES)
 
 
 def detect_format(source: str | os.PathLike[str]) -> str:
@@ -632,33 +342,6 @@ class SourceReader:
         self.skipped += 1
         if len(self.skip_reasons) < 10:
             self.skip_reasons.append(str(SourceError(path, line, reason)))
-
-
-@contextlib.contextmanager
-def _reading(path: Path) -> Iterator[list[int]]:
-    """Turn a structural or decompression failure into a SourceError naming file and line.
-
-    The body keeps the line it is at in the yielded one-element list.
-    """
-    where = [0]
-    try:
-        yield where
-    except _ChunkError as e:
-        raise SourceError(path, e.line, e.reason) from None
-    except (EOFError, zlib.error) as e:
-        raise _corrupt(path, where[0], e) from None
-    except OSError as e:
-        if isinstance(e, FileNotFoundError):
-            raise
-        raise _corrupt(path, where[0], e) from None
-
-
-def _corrupt(path: Path, line: int, error: BaseException) -> SourceError:
-    return SourceError(
-        path,
-        line or None,
-        f"the compressed stream is corrupt or truncated ({error}); re-download or recompress it",
-    )
 
 
 def _iter_irds(dataset_id: str) -> Iterator[Record]:

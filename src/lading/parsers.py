@@ -1,0 +1,201 @@
+"""Per-format record parsers: one raw TSV line, JSON line or TREC ``<DOC>`` block to a Record.
+
+A parser takes the bytes of one record as a chunker of :mod:`lading.source_io` cut them and
+returns a :class:`Record`, or raises :class:`RecordError` saying what is wrong; the reader
+(:class:`lading.sources.SourceReader`) adds the file and line. The same parser serves the build
+and :class:`~lading.stores.offsets.OffsetStore`, which reads a span back with ``os.pread``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+JSON_ID_FIELDS: tuple[str, ...] = ("id", "doc_id", "docid", "_id", "pid")
+JSON_TEXT_FIELDS: tuple[str, ...] = ("text", "contents", "body")
+
+
+class Record(NamedTuple):
+    """One document: its id, its text and any extra named fields (``title``, extra columns)."""
+
+    id: str
+    text: str
+    fields: Mapping[str, str]
+
+
+class RecordError(ValueError):
+    """A parser's complaint about one record; the reader adds file and line."""
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """``text`` parsed as one JSON object, or a RecordError saying what it is instead."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RecordError(f"invalid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise RecordError(f"expected a JSON object, found {type(obj).__name__}")
+    return obj
+
+
+Parser = Callable[[bytes], Record]
+
+
+@dataclass(frozen=True)
+class ParseOptions:
+    """How to find id, text and fields in records.
+
+    Attributes:
+        id_field: JSON key of the id (default: the first of ``JSON_ID_FIELDS`` present).
+        text_field: JSON key of the text (default: the first of ``JSON_TEXT_FIELDS`` present).
+        columns: TSV column names; must contain ``"id"`` and ``"text"``. Columns past the named
+            ones become fields ``col<N>`` (0-based position).
+        keep_fields: JSON keys kept as fields besides the id and text (default: ``title``).
+    """
+
+    id_field: str | None = None
+    text_field: str | None = None
+    columns: tuple[str, ...] = ("id", "text")
+    keep_fields: tuple[str, ...] = ("title",)
+
+    def __post_init__(self) -> None:
+        if "id" not in self.columns or "text" not in self.columns:
+            raise ValueError(f"TSV columns {list(self.columns)} must name both 'id' and 'text'")
+
+
+def check_id(doc_id: str) -> str:
+    """Return ``doc_id`` if it is usable as a key, else raise :class:`RecordError` saying why."""
+    if not doc_id:
+        raise RecordError("empty id")
+    if doc_id != doc_id.strip():
+        raise RecordError(
+            f"id {doc_id!r} has leading or trailing whitespace; strip it in the source"
+        )
+    if "\x00" in doc_id:
+        raise RecordError(f"id {doc_id!r} contains a NUL character")
+    return doc_id
+
+
+def _decode(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad = e.object[e.start : e.end]
+        raise RecordError(
+            f"invalid UTF-8 at byte {e.start} of the record ({bad!r}); re-encode the file as "
+            "UTF-8, or pass on_error='skip' to skip such records"
+        ) from None
+
+
+def _strip_line_end(raw: bytes) -> bytes:
+    if raw.endswith(b"\n"):
+        raw = raw[:-1]
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+    return raw
+
+
+# --------------------------------------------------------------------------- parsers
+
+
+def make_tsv_parser(options: ParseOptions) -> Parser:
+    """Parser of one TSV line into a Record, columns named by ``options.columns``."""
+    columns = options.columns
+    id_pos = columns.index("id")
+    text_pos = columns.index("text")
+    need = max(id_pos, text_pos) + 1
+    expected = "<" + ">\\t<".join(columns) + ">"
+    simple = columns == ("id", "text")
+
+    def parse_tsv(raw: bytes) -> Record:
+        line = _decode(_strip_line_end(raw))
+        if simple:
+            doc_id, sep, rest = line.partition("\t")
+            if not sep:
+                raise RecordError(f'expected "{expected}", found no tab')
+            if "\t" not in rest:
+                return Record(check_id(doc_id), rest, {})
+        parts = line.split("\t")
+        if len(parts) < need:
+            raise RecordError(f'expected "{expected}", found {len(parts)} column(s)')
+        extra = {}
+        for i, value in enumerate(parts):
+            if i in (id_pos, text_pos):
+                continue
+            extra[columns[i] if i < len(columns) else f"col{i}"] = value
+        return Record(check_id(parts[id_pos]), parts[text_pos], extra)
+
+    return parse_tsv
+
+
+def _json_scalar_id(value: Any, key: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise RecordError(f"id field {key!r} must be a string or an integer, found {value!r}")
+    return check_id(str(value))
+
+
+def make_jsonl_parser(options: ParseOptions) -> Parser:
+    """Parser of one JSON object per line into a Record."""
+    id_keys = (options.id_field,) if options.id_field else JSON_ID_FIELDS
+    text_keys = (options.text_field,) if options.text_field else JSON_TEXT_FIELDS
+    keep = options.keep_fields
+
+    def parse_jsonl(raw: bytes) -> Record:
+        obj = json_object(_decode(raw))
+        id_key = next((k for k in id_keys if k in obj), None)
+        if id_key is None:
+            raise RecordError(f"no id field: expected one of {list(id_keys)}; pass id_field=")
+        text_key = next((k for k in text_keys if k in obj), None)
+        if text_key is None:
+            raise RecordError(f"no text field: expected one of {list(text_keys)}; pass text_field=")
+        body = obj[text_key]
+        if not isinstance(body, str):
+            raise RecordError(f"text field {text_key!r} must be a string, found {body!r:.40}")
+        fields = {}
+        for key in keep:
+            value = obj.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise RecordError(f"field {key!r} must be a string, found {value!r:.40}")
+            fields[key] = value
+        return Record(_json_scalar_id(obj[id_key], id_key), body, fields)
+
+    return parse_jsonl
+
+
+_DOCNO = re.compile(r"<DOCNO>(.*?)</DOCNO>", re.DOTALL | re.IGNORECASE)
+_TEXT = re.compile(r"<TEXT>(.*?)</TEXT>", re.DOTALL | re.IGNORECASE)
+_DOCHDR = re.compile(r"<DOCHDR>.*?</DOCHDR>", re.DOTALL | re.IGNORECASE)
+_TITLE = re.compile(r"<(TITLE|HEADLINE|HEAD)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
+
+
+def make_trec_parser(options: ParseOptions) -> Parser:
+    """Parser of one ``<DOC>…</DOC>`` block into a Record.
+
+    The text is the content of the ``<TEXT>`` elements when there are any (joined by a blank
+    line), else everything after ``</DOCNO>`` except a ``<DOCHDR>`` header; leading and
+    trailing white space is stripped, inner line breaks are kept. A ``<TITLE>``, ``<HEADLINE>``
+    or ``<HEAD>`` element becomes the ``title`` field.
+    """
+    del options  # TREC documents name their own parts
+
+    def parse_trec(raw: bytes) -> Record:
+        doc = _decode(raw).replace("\r\n", "\n")
+        match = _DOCNO.search(doc)
+        if match is None:
+            raise RecordError("<DOC> without <DOCNO>…</DOCNO>")
+        doc_id = check_id(match.group(1).strip())
+        body = doc[match.end() :]
+        close = body.upper().rfind("</DOC>")
+        body = body[:close] if close >= 0 else body
+        texts = _TEXT.findall(body)
+        text = "\n\n".join(t.strip() for t in texts) if texts else _DOCHDR.sub("", body).strip()
+        title = _TITLE.search(body)
+        fields = {"title": title.group(2).strip()} if title else {}
+        return Record(doc_id, text, fields)
+
+    return parse_trec

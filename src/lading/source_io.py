@@ -1,0 +1,211 @@
+"""Opening corpus files and cutting them into records: compression, frames, line and TREC chunks.
+
+This is the byte level under :mod:`lading.sources`: :func:`open_binary` decompresses ``.gz``,
+``.bz2`` and ``.zst`` on the fly (a truncated zstd frame is an error, as in gzip and bz2), the
+*chunkers* cut the byte stream into raw :class:`Chunk` s with the line each starts on and its
+byte span, and :func:`_reading` turns a structural or decompression failure into a
+:class:`~lading.errors.SourceError` naming file and line. Turning a chunk into a record is
+:mod:`lading.parsers`' job.
+"""
+
+from __future__ import annotations
+
+import bz2
+import contextlib
+import gzip
+import io
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any, NamedTuple
+
+from lading.errors import SourceError
+
+COMPRESSED_SUFFIXES: tuple[str, ...] = (".gz", ".bz2", ".zst")
+_BOM = b"\xef\xbb\xbf"
+
+
+class Chunk(NamedTuple):
+    """Raw bytes of one record as found in the (decompressed) file.
+
+    Attributes:
+        line: 1-based line number where the record starts.
+        start: byte offset of the record's first byte.
+        end: byte offset one past its last byte (line end included).
+        data: the bytes ``[start, end)``.
+    """
+
+    line: int
+    start: int
+    end: int
+    data: bytes
+
+
+_DOC_OPEN = re.compile(rb"^\s*<DOC>", re.IGNORECASE)
+_DOC_CLOSE = re.compile(rb"</DOC>\s*$", re.IGNORECASE)
+
+
+# --------------------------------------------------------------------------- chunkers
+
+
+def chunk_lines(
+    stream: IO[bytes], first_line: int = 1, first_byte: int = 0, strip_bom: bool = True
+) -> Iterator[Chunk]:
+    """One chunk per non-blank line; a UTF-8 BOM at the very start is dropped.
+
+    ``first_line``/``first_byte`` number a stream that starts inside a file (a block).
+    """
+    pos = first_byte
+    for number, raw in enumerate(stream, start=first_line):
+        start = pos
+        pos += len(raw)
+        if strip_bom and number == 1 and raw.startswith(_BOM):
+            raw = raw[len(_BOM) :]
+            start += len(_BOM)
+        if not raw.rstrip(b"\r\n"):
+            continue  # a blank line separates nothing and holds nothing
+        yield Chunk(number, start, pos, raw)
+
+
+def chunk_trec(stream: IO[bytes]) -> Iterator[Chunk]:
+    """One chunk per ``<DOC>…</DOC>`` block.
+
+    Raises RecordError (wrapped by the reader with the file and line) for text outside a block
+    and for a block that the end of the file cuts off.
+    """
+    parts: list[bytes] = []
+    start = first_line = 0
+    pos = 0
+    for number, raw in enumerate(stream, start=1):
+        line_start = pos
+        pos += len(raw)
+        if number == 1 and raw.startswith(_BOM):
+            raw = raw[len(_BOM) :]
+            line_start += len(_BOM)
+        if not parts:
+            if raw.isspace() or not raw:
+                continue
+            if not _DOC_OPEN.match(raw):
+                raise _ChunkError(number, f"expected <DOC>, found {raw[:40]!r}")
+            start, first_line = line_start, number
+        parts.append(raw)
+        if _DOC_CLOSE.search(raw):
+            yield Chunk(first_line, start, pos, b"".join(parts))
+            parts = []
+    if parts:
+        raise _ChunkError(first_line, "<DOC> has no </DOC> before the end of the file (truncated?)")
+
+
+class _ChunkError(Exception):
+    """A structural error found while cutting the stream; not recoverable by skipping."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(reason)
+        self.line = line
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------- files
+
+
+def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
+    """Open ``path`` for reading bytes, decompressing ``.gz``, ``.bz2`` and ``.zst`` on the fly."""
+    name = os.fspath(path)
+    if name.endswith(".gz"):
+        return gzip.open(name, "rb")  # type: ignore[return-value]
+    if name.endswith(".bz2"):
+        return bz2.open(name, "rb")
+    if name.endswith(".zst"):
+        try:
+            import zstandard
+        except ImportError:
+            raise ImportError(
+                f"{name} is zstd-compressed and the zstandard package is missing. To install:\n"
+                "  pip install zstandard"
+            ) from None
+        return io.BufferedReader(_ZstdReader(name, zstandard), buffer_size=1 << 20)
+    return open(name, "rb")
+
+
+class _ZstdReader(io.RawIOBase):
+    """Decompresses a ``.zst`` file frame after frame, and fails on a truncated last frame.
+
+    zstandard's ``stream_reader`` ends quietly when the input stops in the middle of a frame,
+    which would make an interrupted download look like a shorter corpus. Here every frame must
+    reach its end (``decompressobj().eof``); otherwise reading raises ``EOFError``, as gzip and
+    bz2 do.
+    """
+
+    def __init__(self, name: str, zstandard: Any) -> None:
+        self._file = open(name, "rb")  # noqa: SIM115 - closed in close()
+        self._zstd = zstandard
+        self._obj = zstandard.ZstdDecompressor().decompressobj()
+        self._in_frame = False  # bytes of the current frame were fed and it has not ended
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        while not self._pending:
+            data = self._file.read(1 << 20)
+            if not data:
+                if self._in_frame:
+                    raise EOFError("the zstd stream ends inside a frame (truncated file)")
+                return 0
+            self._pending = self._feed(data)
+        n = min(len(view), len(self._pending))
+        view[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def _feed(self, data: bytes) -> bytes:
+        out = []
+        while data:
+            self._in_frame = True
+            out.append(self._obj.decompress(data))
+            if not self._obj.eof:
+                break
+            self._in_frame = False  # a frame ended; what is left starts the next one
+            data = self._obj.unused_data
+            self._obj = self._zstd.ZstdDecompressor().decompressobj()
+        return b"".join(out)
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+def is_compressed(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is read through a decompressor (byte offsets are then not seekable)."""
+    return os.fspath(path).endswith(COMPRESSED_SUFFIXES)
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[list[int]]:
+    """Turn a structural or decompression failure into a SourceError naming file and line.
+
+    The body keeps the line it is at in the yielded one-element list.
+    """
+    where = [0]
+    try:
+        yield where
+    except _ChunkError as e:
+        raise SourceError(path, e.line, e.reason) from None
+    except (EOFError, zlib.error) as e:
+        raise _corrupt(path, where[0], e) from None
+    except OSError as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise _corrupt(path, where[0], e) from None
+
+
+def _corrupt(path: Path, line: int, error: BaseException) -> SourceError:
+    return SourceError(
+        path,
+        line or None,
+        f"the compressed stream is corrupt or truncated ({error}); re-download or recompress it",
+    )
