@@ -1,0 +1,118 @@
+"""``lading bench``: the study's grid from options or a preset (bench_plan), command, parser."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def _int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
+    """(GridOptions, Settings, passages) of ``lading bench``: options given, else the preset.
+
+    The preset is :data:`lading.bench.QUICK`, or :data:`lading.bench.FULL` with ``--full``.
+    """
+    from lading.bench import FULL, QUICK, GridOptions, Settings, parse_bytes
+
+    preset = FULL if args.full else QUICK
+    if args.world_sizes:
+        world_sizes = _int_list(args.world_sizes)
+    elif preset.world_sizes is not None:
+        world_sizes = list(preset.world_sizes)
+    else:
+        world_sizes = _default_world_sizes()
+    options = GridOptions(
+        strategies=args.strategies.split(",") if args.strategies else list(preset.strategies),
+        world_sizes=world_sizes,
+        modes=args.modes.split(",") if args.modes else list(preset.modes),
+        workers=_int_list(args.workers),
+        pin_memory=args.pin_memory,
+        ramdisk=args.ramdisk,
+        parallel=args.parallel,
+        memory_budget=parse_bytes(args.memory_budget) if args.memory_budget else None,
+    )
+    options.strategies = [s for s in options.strategies if s]
+    options.modes = [m for m in options.modes if m]
+    settings = Settings(
+        steps=args.steps if args.steps is not None else preset.steps,
+        warmup=args.warmup if args.warmup is not None else preset.warmup,
+        batch_size=args.batch_size,
+        group_size=args.group_size,
+        max_length=args.max_length,
+        model=args.model,
+    )
+    return options, settings, args.passages if args.passages is not None else preset.passages
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from lading.bench import render, run_bench
+
+    if args.target == "report":
+        if not args.dir:
+            raise ValueError("lading bench report DIR: say which folder holds results.json")
+        print(render(args.dir))
+        return 0
+    options, settings, passages = bench_plan(args)
+    paths = {
+        k: Path(getattr(args, k)) if getattr(args, k) else None
+        for k in ("corpus", "queries", "qrels", "negatives")
+    }
+    run_bench(
+        options, settings, Path(args.out), passages=passages, tokenizer=args.tokenizer, **paths
+    )
+    print(f"results in {args.out} (results.json, report.md, *.png)")
+    return 0
+
+
+def _default_world_sizes() -> list[int]:
+    import torch
+
+    gpus = torch.cuda.device_count()
+    return [w for w in (1, 2, 4, 8) if w <= gpus] if gpus else [1, 2, 4]
+
+
+def _add_bench(sub: Any) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="the study: document strategies x world sizes, samples/s and memory",
+        description="lading bench [ir] [options] runs a quick grid (loader mode, 20,000 "
+        "passages, 1 and 2 processes; minutes); --full runs the study's grid (100,000 passages, "
+        "every strategy, loader and train, 1/2/4 processes or up to 8 GPUs). Options given "
+        "override the grid's. lading bench report DIR re-renders report.md and the plots from "
+        "DIR/results.json.",
+    )
+    p.add_argument("target", nargs="?", choices=["ir", "report"], default="ir")
+    p.add_argument("dir", nargs="?", help="with report: the results folder")
+    p.add_argument(
+        "--full", action="store_true", help="the study's full grid (11-16 min on 2 CPUs)"
+    )
+    p.add_argument("--corpus", help="a corpus file (default: a synthetic one, cached)")
+    p.add_argument("--queries")
+    p.add_argument("--qrels")
+    p.add_argument("--negatives", help="a run for --sampling run (default sampling: random)")
+    p.add_argument("--passages", type=int, help="size of the default corpus (20000; --full 100000)")
+    p.add_argument(
+        "--strategies",
+        help="memory,offsets,packed,packed-text (--full adds irds); packed reads stored token "
+        "ids, the others tokenize text in the collator",
+    )
+    p.add_argument("--world-sizes", help="default 1,2; --full: 1,2,4 on CPU, up to 8 GPUs")
+    p.add_argument("--modes", help="loader, train or both (default loader; --full both)")
+    p.add_argument("--workers", default="0", help="DataLoader workers, e.g. 0,2,4")
+    p.add_argument("--pin-memory", action="store_true", help="also run with pinned memory")
+    p.add_argument("--ramdisk", action="store_true", help="also run from a copy in /dev/shm")
+    p.add_argument("--parallel", choices=["ddp", "dp"], default="ddp")
+    p.add_argument("--steps", type=int, help="timed steps per cell (20; --full 30)")
+    p.add_argument("--warmup", type=int, help="untimed steps first (3; --full 5)")
+    p.add_argument("--batch-size", type=int, default=8, help="groups per rank per step")
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--model", default="tiny", help="'tiny' on CPU; a HF model path on GPU")
+    p.add_argument("--tokenizer", help="the model's tokenizer (default: trained on the corpus)")
+    p.add_argument("--memory-budget", help="e.g. 8G (default: the machine's available RAM)")
+    p.add_argument("--out", default="bench-out", help="folder for results")
+    p.set_defaults(func=_cmd_bench)

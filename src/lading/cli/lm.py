@@ -1,0 +1,69 @@
+"""``lading lm`` (tokenizer, build): language-model corpus commands and their parser."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
+    from lading.lm.tokenizer import train_tokenizer
+
+    path = train_tokenizer(
+        args.source,
+        args.out,
+        vocab_size=args.vocab_size,
+        kind=args.kind,
+        split=args.split,
+        limit=args.limit,
+    )
+    print(f"{path}: {args.kind} tokenizer, {args.vocab_size:,} entries")
+    return 0
+
+
+def _cmd_lm_build(args: argparse.Namespace) -> int:
+    from lading.lm.corpus import TokenCorpus
+
+    corpus = TokenCorpus.build(
+        args.source,
+        args.dest,
+        args.tokenizer,
+        append_eos=not args.no_eos,
+        eos_token=args.eos_token,
+        split=args.split,
+        overwrite=args.overwrite,
+        progress=not args.quiet,
+    )
+    print(
+        f"{corpus.path}: {len(corpus):,} documents, {corpus.n_tokens:,} tokens as "
+        f"{corpus.dtype} ({corpus.n_tokens * corpus.dtype.itemsize / 2**20:,.1f} MiB)"
+    )
+    return 0
+
+
+def _add_lm(sub: Any) -> None:
+    lm = sub.add_parser("lm", help="language-model corpora: train a tokenizer, build a corpus")
+    kinds = lm.add_subparsers(dest="lm_command", required=True)
+    p = kinds.add_parser("tokenizer", help="train a tokenizer locally (byte-level BPE default)")
+    p.add_argument("source", help="text file(s), JSONL, WikiExtractor output, folder or store")
+    p.add_argument("out", help="tokenizer.json to write (or a folder)")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--kind", choices=["bpe", "wordpiece"], default="bpe")
+    p.add_argument("--split", choices=["blank", "line", "file"], default="blank")
+    p.add_argument("--limit", type=int, help="train on at most this many documents")
+    p.set_defaults(func=_cmd_lm_tokenizer)
+    p = kinds.add_parser("build", help="tokenize a corpus into a memory-mapped TokenCorpus")
+    p.add_argument("source")
+    p.add_argument("dest")
+    p.add_argument("--tokenizer", required=True)
+    p.add_argument(
+        "--split",
+        choices=["blank", "line", "file"],
+        default="blank",
+        help="how plain text divides into documents",
+    )
+    p.add_argument("--no-eos", action="store_true", help="do not end documents with EOS")
+    p.add_argument("--eos-token", help="name of the end-of-text token")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_cmd_lm_build)

@@ -1,0 +1,253 @@
+"""``lading`` store commands: build, inspect, get, verify, stage, synth, repartition."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from lading.stores import build_store
+
+    started = time.perf_counter()
+    columns = tuple(args.columns.split(",")) if args.columns else ("id", "text")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the skip count is printed below instead
+        store = build_store(
+            args.source,
+            args.dest,
+            format=args.format,
+            tokenizer=args.tokenizer,
+            max_length=args.max_length,
+            on_error=args.on_error,
+            duplicates=args.duplicates,
+            id_field=args.id_field,
+            text_field=args.text_field,
+            columns=columns,
+            overwrite=args.overwrite,
+            progress=not args.quiet,
+        )
+    seconds = time.perf_counter() - started
+    build = store.meta["build"]
+    print(f"{store.path}: {len(store):,} documents in {seconds:.1f}s")
+    if build["skipped"]:
+        print(
+            f"skipped {build['skipped']:,} malformed record(s); first: {build['skip_examples'][0]}"
+        )
+    if build["duplicates_dropped"]:
+        print(
+            f"dropped {build['duplicates_dropped']:,} duplicate id(s), kept the {args.duplicates}"
+        )
+    return 0
+
+
+def _sizes(path: Path, files: dict[str, Any]) -> str:
+    total = sum(int(info["size"]) for info in files.values())
+    return f"{total / 2**20:,.1f} MiB in {len(files)} files"
+
+
+def describe(path: str | Path) -> dict[str, Any]:
+    """What ``lading inspect`` reports of a store, as a dict."""
+    from lading.stores import open_store
+
+    store = open_store(path, on_stale="ignore")
+    meta = store.meta
+    return {
+        "path": str(store.path),
+        "format": f"{meta['format']} v{meta['version']}",
+        "documents": meta["count"],
+        "size": _sizes(store.path, meta["files"]),
+        "text_bytes": meta["files"]["text.bin"]["size"],
+        "index": meta["index"]["kind"],
+        "fields": meta["fields"],
+        "tokens": meta["tokens"],
+        "source": meta["source"],
+        "stale": store.stale,
+        "build": {
+            k: meta["build"][k]
+            for k in ("on_error", "skipped", "duplicates", "duplicates_dropped", "seconds")
+        },
+    }
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    info = describe(args.store)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    tokens = info["tokens"]
+    source = info["source"]
+    lines = [
+        f"store      {info['path']} ({info['format']})",
+        f"documents  {info['documents']:,}",
+        f"size       {info['size']} (text {info['text_bytes'] / 2**20:,.1f} MiB)",
+        f"index      {info['index']}",
+        f"fields     {', '.join(info['fields']) or '-'}",
+        "tokens     "
+        + (
+            f"{tokens['dtype']} (vocab {tokens['vocab_size']:,}, max_length {tokens['max_length']})"
+            if tokens
+            else "-"
+        ),
+        f"source     {source.get('path') or source.get('irds')} ({source.get('format')})",
+        "stale      " + (f"YES: {info['stale']}" if info["stale"] else "no"),
+        f"build      {info['build']['seconds']}s, skipped {info['build']['skipped']}, "
+        f"duplicates {info['build']['duplicates']} (dropped {info['build']['duplicates_dropped']})",
+    ]
+    print("\n".join(lines))
+    return 0
+
+
+def _cmd_get(args: argparse.Namespace) -> int:
+    from lading.stores import open_store
+
+    store = open_store(args.store)
+    missing = [i for i in args.ids if i not in store]
+    for doc_id in args.ids:
+        if doc_id in store:
+            print(json.dumps(store.record(doc_id)._asdict(), ensure_ascii=False))
+    for doc_id in missing:
+        print(f"lading get: id {doc_id!r} is not in {store.path}", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from lading.disk import verify_checksums
+
+    problems = verify_checksums(args.store)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if not problems:
+        print(f"{args.store}: every file matches its checksum")
+    return 1 if problems else 0
+
+
+def _cmd_stage(args: argparse.Namespace) -> int:
+    from lading.staging import stage
+
+    options: dict[str, Any] = {}
+    for item in args.storage_option:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--storage-option {item!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(value)  # numbers, booleans, objects
+        except json.JSONDecodeError:
+            options[key] = value
+    started = time.perf_counter()
+    dest = stage(
+        args.src, args.dest, storage_options=options, verify=args.verify, progress=not args.quiet
+    )
+    print(f"{dest}: staged from {args.src} ({time.perf_counter() - started:.1f}s)")
+    return 0
+
+
+def _cmd_synth(args: argparse.Namespace) -> int:
+    from lading.synth import synth
+
+    files = synth(
+        args.kind,
+        args.n,
+        args.out,
+        queries=args.queries,
+        seed=args.seed,
+        corpus_format=args.corpus_format,
+    )
+    for name, path in files.__dict__.items():
+        print(f"{name:8s} {path}")
+    return 0
+
+
+def _cmd_repartition(args: argparse.Namespace) -> int:
+    from lading.tabular.repartition import repartition
+
+    print(
+        repartition(
+            args.src,
+            args.dst,
+            world_size=args.world_size,
+            workers=args.workers,
+            row_group_size=args.row_group_size,
+        )
+    )
+    return 0
+
+
+def add_store_commands(sub: Any) -> None:
+    """The parsers of ``build``, ``inspect``, ``get``, ``verify`` and ``stage``."""
+    p = sub.add_parser("build", help="build a memory-mapped store from a corpus file")
+    p.add_argument("source", help="TSV/JSONL/TREC file (.gz/.bz2/.zst ok), BEIR folder, irds:<id>")
+    p.add_argument("dest", help="store directory to create")
+    p.add_argument("--format", choices=["beir", "irds", "jsonl", "trec", "tsv"])
+    p.add_argument("--tokenizer", help="tokenizer.json or a local HF model folder: pre-tokenize")
+    p.add_argument("--max-length", type=int, help="keep at most this many tokens per document")
+    p.add_argument("--on-error", choices=["raise", "skip"], default="raise")
+    p.add_argument("--duplicates", choices=["error", "first", "last"], default="error")
+    p.add_argument("--id-field", help="JSON key of the id")
+    p.add_argument("--text-field", help="JSON key of the text")
+    p.add_argument("--columns", help="TSV column names, comma-separated (default: id,text)")
+    p.add_argument("--overwrite", action="store_true", help="rebuild even if up to date")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser("inspect", help="counts, sizes, dtypes, fields, source and staleness")
+    p.add_argument("store")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser("get", help="print documents by id (JSON lines)")
+    p.add_argument("store")
+    p.add_argument("ids", nargs="+")
+    p.set_defaults(func=_cmd_get)
+
+    p = sub.add_parser("verify", help="read every file of a store and check its checksum")
+    p.add_argument("store")
+    p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("stage", help="copy a store/corpus/parquet folder to node-local disk")
+    p.add_argument("src", help="a built directory, or an fsspec URL (s3://bucket/prefix, gs://...)")
+    p.add_argument("dest", help="node-local directory to create (reused when still current)")
+    p.add_argument(
+        "--storage-option",
+        "-o",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec option for a URL source, e.g. endpoint_url=http://host:9000 (repeatable)",
+    )
+    p.add_argument("--verify", action="store_true", help="re-read a reused copy in full")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_stage)
+
+
+def add_repartition(sub: Any) -> None:
+    """The parser of ``repartition``."""
+    p = sub.add_parser("repartition", help="rewrite parquet into row groups for N readers")
+    p.add_argument("src", nargs="+", help="parquet files or folders")
+    p.add_argument("dst", help="folder to write")
+    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--workers", type=int, default=1, help="DataLoader workers per rank")
+    p.add_argument("--row-group-size", type=int, help="rows per group wanted")
+    p.set_defaults(func=_cmd_repartition)
+
+
+def add_synth(sub: Any) -> None:
+    """The parser of ``synth``."""
+    p = sub.add_parser("synth", help="write a deterministic MS MARCO-shaped collection")
+    p.add_argument("kind", choices=["passages", "documents"])
+    p.add_argument("n", type=int, help="number of documents")
+    p.add_argument("out", help="folder to write")
+    p.add_argument("--queries", type=int, help="number of queries (default n/100, 10..5000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--format",
+        dest="corpus_format",
+        choices=["jsonl", "tsv"],
+        help="documents: docs.jsonl (default) or docs.tsv (docid, url, title, body)",
+    )
+    p.set_defaults(func=_cmd_synth)

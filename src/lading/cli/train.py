@@ -1,0 +1,235 @@
+"""``lading train`` (sessions, lm, cross-encoder) and ``lading rerank``: commands and parsers."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from lading.cli.bench import _int_list
+
+
+def _cmd_train_cross_encoder(args: argparse.Namespace) -> int:
+    from lading.ir.train import TrainConfig, train
+
+    fields = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__}
+    for key in ("out", "queries", "qrels", "store", "corpus", "negatives"):
+        if fields.get(key) is not None:
+            fields[key] = Path(fields[key])
+    summary = train(TrainConfig(**fields))
+    if int(__import__("os").environ.get("RANK", "0")) == 0:
+        print(
+            f"{args.out}: {summary['steps']} steps, last loss {summary['last_loss']:.4f}; "
+            f"model in {Path(args.out) / 'model'}"
+        )
+    return 0
+
+
+def _cmd_rerank(args: argparse.Namespace) -> int:
+    import torch
+
+    from lading.ir.inputs import read_qrels, read_queries, read_run
+    from lading.ir.model import CrossEncoder
+    from lading.ir.rerank import evaluate, rerank, write_trec_run
+    from lading.stores import open_store
+
+    model = CrossEncoder.from_pretrained(args.model)
+    tokenizer = Path(args.model) / "tokenizer.json"
+    store = open_store(args.store)
+    run = read_run(args.run)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    scores = rerank(
+        model,
+        store,
+        read_queries(args.queries),
+        run,
+        tokenizer,
+        depth=args.depth,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        device=device,
+    )
+    write_trec_run(scores, args.out)
+    print(f"{args.out}: reranked the top {args.depth} of {len(scores)} queries")
+    if args.qrels:
+        qrels = read_qrels(args.qrels)
+        before = evaluate(
+            qrels, {q: run[q][: args.depth] for q in scores}, args.measures, args.min_relevance
+        )
+        after = evaluate(qrels, scores, args.measures, args.min_relevance)
+        print(f"{'measure':10s} {'input run':>10s} {'reranked':>10s}")
+        for name in args.measures:
+            print(f"{name:10s} {before[name]:10.4f} {after[name]:10.4f}")
+    return 0
+
+
+def _cmd_train_lm(args: argparse.Namespace) -> int:
+    from lading.lm.train import LMConfig, train_lm
+
+    fields = {k: v for k, v in vars(args).items() if k in LMConfig.__dataclass_fields__}
+    fields["corpus"], fields["out"] = Path(args.corpus), Path(args.out)
+    summary = train_lm(LMConfig(**fields))
+    if int(__import__("os").environ.get("RANK", "0")) == 0:
+        print(
+            f"{args.out}: {summary['steps']} steps, validation perplexity "
+            f"{summary['valid_ppl']:.2f}"
+        )
+    return 0
+
+
+def _cmd_train_sessions(args: argparse.Namespace) -> int:
+    from lading.tabular.train import SessionsConfig, train_sessions
+
+    fields = {k: v for k, v in vars(args).items() if k in SessionsConfig.__dataclass_fields__}
+    fields.update(data=Path(args.data), out=Path(args.out), train_days=_int_list(args.train_days))
+    summary = train_sessions(SessionsConfig(**fields))
+    if "model" in summary:
+        model, popular = summary["model"], summary["most_popular"]
+        print(
+            f"{args.out}: {summary['steps']} steps on {summary['world_size']} process(es); "
+            f"day {args.eval_day}, {model['sessions']:,} sessions"
+        )
+        print(f"{'':14s} {'Recall@20':>10s} {'NDCG@20':>10s}")
+        for name, m in (("model", model), ("most popular", popular)):
+            print(f"{name:14s} {m['recall@20']:10.4f} {m['ndcg@20']:10.4f}")
+    return 0
+
+
+def _add_run_args(
+    p: argparse.ArgumentParser,
+    *,
+    batch_size: int,
+    lr: float,
+    epochs: int = 1,
+    log_every: int = 50,
+    parallel: tuple[str, ...] = ("ddp", "dp", "none"),
+) -> None:
+    """The options every ``lading train`` command takes (lading.train.config.RunConfig)."""
+    p.add_argument("--out", required=True, help="folder for model, checkpoints and logs")
+    p.add_argument("--batch-size", type=int, default=batch_size, help="rows per step per rank")
+    p.add_argument("--steps", type=int, help="optimizer steps (default: --epochs epochs)")
+    p.add_argument("--epochs", type=int, default=epochs)
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--parallel", choices=list(parallel), default="ddp")
+    p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per rank")
+    p.add_argument("--log-every", type=int, default=log_every)
+    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    p.add_argument(
+        "--no-prefetch",
+        dest="prefetch",
+        action="store_false",
+        help="on CUDA, copy each batch in the step instead of ahead on a side stream (to compare)",
+    )
+
+
+def _add_train(sub: Any) -> None:
+    train = sub.add_parser("train", help="train a model with DDP, DP or one process")
+    kinds = train.add_subparsers(dest="kind", required=True)
+    p = kinds.add_parser(
+        "sessions",
+        help="a next-item transformer on parquet sessions (YOOCHOOSE protocol)",
+        description="torchrun --nproc_per_node N -m lading train sessions ... for DDP; "
+        "--parallel dp for nn.DataParallel (batch size = total).",
+    )
+    _add_run_args(p, batch_size=256, lr=1e-3, epochs=3)
+    p.add_argument("--data", required=True, help="folder with one sub-folder per day")
+    p.add_argument("--train-days", default="178,179,180,181")
+    p.add_argument("--eval-day", type=int, default=182)
+    p.add_argument("--column", default="item_id-list_seq")
+    p.add_argument("--max-len", type=int, default=20)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=2)
+    p.add_argument(
+        "--positions",
+        type=int,
+        default=4,
+        help="random positions per session in the loss (0: all; CPU-friendly)",
+    )
+    p.set_defaults(func=_cmd_train_sessions)
+    p = kinds.add_parser(
+        "lm",
+        help="a language model on a TokenCorpus: LSTM (BPTT continuity) or a tiny GPT",
+        description="torchrun --nproc_per_node N -m lading train lm ... for DDP.",
+    )
+    _add_run_args(p, batch_size=32, lr=3e-3, parallel=("ddp", "none"))
+    p.add_argument("--corpus", required=True, help="a TokenCorpus (lading lm build)")
+    p.add_argument("--arch", choices=["lstm", "gpt"], default="lstm")
+    p.add_argument("--heads", type=int, default=4, help="gpt: attention heads")
+    p.add_argument("--packed", action="store_true", help="gpt: pack whole documents")
+    p.add_argument(
+        "--no-document-mask",
+        dest="document_mask",
+        action="store_false",
+        help="gpt ablation: attend and count positions across document boundaries",
+    )
+    p.add_argument("--valid-fraction", type=float, default=0.02, help="documents held out")
+    p.add_argument("--bptt", type=int, default=70)
+    p.add_argument("--emb", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--dropout", type=float, default=0.2)
+    p.add_argument(
+        "--break-continuity",
+        action="store_true",
+        help="ablation: shuffle the rows of every batch (the state no longer fits)",
+    )
+    p.add_argument("--eval-every", type=int, default=0)
+    p.add_argument("--eval-batches", type=int, help="validation batches per evaluation")
+    p.set_defaults(func=_cmd_train_lm)
+    p = kinds.add_parser(
+        "cross-encoder",
+        help="a cross-encoder reranker on (query, relevant, negatives) groups",
+        description="Launch with torchrun --nproc_per_node N -m lading train cross-encoder ... "
+        "for DDP (NCCL on GPU, gloo on CPU).",
+    )
+    _add_run_args(p, batch_size=8, lr=2e-5, log_every=10)
+    p.add_argument("--store", help="a lading store (built with the model's tokenizer: fastest)")
+    p.add_argument(
+        "--corpus", help="a corpus file: built into OUT/store with the model's tokenizer"
+    )
+    p.add_argument("--queries", required=True)
+    p.add_argument("--qrels", required=True)
+    p.add_argument("--negatives", help="TREC run, hard-negative JSONL or MS MARCO id triples")
+    p.add_argument(
+        "--model",
+        default="tiny",
+        help="'tiny' (a 2-layer BERT, tokenizer trained locally) or a HF model path",
+    )
+    p.add_argument("--tokenizer", help="tokenizer.json or folder (default: the model's)")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--warmup", type=float, default=0.1, help="share of steps warming up")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
+    p.add_argument("--loss", choices=["bce", "listwise"], default="bce")
+    p.add_argument("--sampling", choices=["run", "random", "run+random"], default="run")
+    p.add_argument("--depth", type=int, default=100)
+    p.add_argument("--min-relevance", type=int, default=1)
+    p.add_argument("--max-length", type=int, default=512)
+    p.add_argument("--max-query-length", type=int, default=64)
+    p.add_argument("--trace", action="store_true", help="per-step JSON lines per rank")
+    p.add_argument(
+        "--narrow",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="send ids in the store's dtype + lengths, widened on the device (default: on CUDA)",
+    )
+    p.set_defaults(func=_cmd_train_cross_encoder)
+
+
+def add_rerank(sub: Any) -> None:
+    """The parser of ``rerank``."""
+    p = sub.add_parser("rerank", help="rerank a run with a trained cross-encoder; evaluate it")
+    p.add_argument("--model", required=True, help="OUT/model of lading train cross-encoder")
+    p.add_argument("--store", required=True)
+    p.add_argument("--queries", required=True)
+    p.add_argument("--run", required=True, help="the run to rerank (TREC format)")
+    p.add_argument("--out", required=True, help="where to write the reranked run")
+    p.add_argument("--qrels", help="judgements: print measures of both runs (ir-measures)")
+    p.add_argument("--measures", nargs="+", default=["nDCG@10", "RR@10", "R@100"])
+    p.add_argument("--min-relevance", type=int, default=1)
+    p.add_argument("--depth", type=int, default=100)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-length", type=int, default=512)
+    p.set_defaults(func=_cmd_rerank)
