@@ -242,8 +242,20 @@ def kinds_and_workers(workers: tuple[int, ...]) -> list[Any]:
     ]
 
 
-@pytest.mark.parametrize(("kind", "workers"), kinds_and_workers(WORKERS))
-@pytest.mark.parametrize("n", SIZES)
+def partition_params() -> list[Any]:
+    """(kind, workers, n): every size in-process; with workers, the extremes (fewer items than
+    readers, and the largest prime) — the middle size adds forks, not cases."""
+    out = []
+    for param in kinds_and_workers(WORKERS):
+        kind, workers = getattr(param, "values", param)  # a ParameterSet (slow) or a tuple
+        for n in SIZES if not workers else (SIZES[0], SIZES[-1]):
+            out.append(
+                pytest.param(kind, workers, n, marks=pytest.mark.slow) if workers else (kind, 0, n)
+            )
+    return out
+
+
+@pytest.mark.parametrize(("kind", "workers", "n"), partition_params())
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_exact_partition(kind: str, n: int, workers: int, world_size: int, data_dir: Path) -> None:
     k = KINDS[kind](n, data_dir)

@@ -11,9 +11,10 @@ feature; ``.ci/run`` reads its extras and pytest arguments from that command.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -85,11 +86,17 @@ def imports(root: Path) -> Iterator[tuple[str, Path, int]]:
                 yield node.module.split(".")[0], path, node.lineno
 
 
-def distributions_of(module: str) -> list[str]:
-    """Distributions that may provide ``module``: installed metadata, the table, or its name."""
+@functools.cache
+def installed_providers() -> Mapping[str, list[str]]:
+    """Import name -> distributions, from the installed metadata (read once: it is slow)."""
     from importlib.metadata import packages_distributions
 
-    found = packages_distributions().get(module)
+    return packages_distributions()
+
+
+def distributions_of(module: str) -> list[str]:
+    """Distributions that may provide ``module``: installed metadata, the table, or its name."""
+    found = installed_providers().get(module)
     if found:
         return list(found)
     return [KNOWN_DISTRIBUTIONS.get(module, module)]
