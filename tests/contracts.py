@@ -15,6 +15,19 @@ from lading.world import World
 MakeLoader = Callable[[World, int], Any]
 
 
+class Numbers:
+    """Map-style dataset whose item ``i`` is ``i``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
 def batches_of(loader: Any, key: Callable[[Any], list[Any]]) -> list[list[Any]]:
     """Every batch of one epoch as a list of sample keys."""
     return [key(batch) for batch in loader]

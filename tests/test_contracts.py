@@ -20,7 +20,13 @@ import numpy as np
 import pytest
 
 from conftest import word_tokenizer, write
-from contracts import assert_elastic, assert_exact_partition, assert_resumes, batches_of
+from contracts import (
+    Numbers,
+    assert_elastic,
+    assert_exact_partition,
+    assert_resumes,
+    batches_of,
+)
 from lading.world import World
 
 pytest.importorskip("tokenizers")
@@ -32,19 +38,6 @@ WORLD_SIZES = (1, 2, 3, 4, 5)
 WORKERS = (0, 1, 2, 3)
 BATCH = 3
 BPTT = 2  # windows of 2 (input, target) pairs
-
-
-class Numbers:
-    """Map-style dataset whose item ``i`` is ``i``."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> int:
-        return i
 
 
 @dataclass

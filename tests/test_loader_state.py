@@ -7,21 +7,11 @@ from typing import Any
 
 import pytest
 
+from contracts import Numbers
 from lading.dataloader import loader
 from lading.loading.state import STATE_VERSION, Cursor, LoaderStateError, restore, state_dict
 from lading.split import Runs
 from lading.world import World
-
-
-class Numbers:
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> int:
-        return i
 
 
 def test_a_state_is_json_and_says_where_the_loader_is() -> None:
