@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lading.tsv_blocks
 from lading.errors import SourceError
-from lading.sources import SourceReader
-from lading.tsv_blocks import TsvBlock, int_values
+from lading.sources import ParseOptions, SourceReader
+from lading.stores.index import canonical_int
+from lading.tsv_blocks import Column, TsvBlock, int_values
 
 PIECES = [
     b"1",
@@ -34,40 +36,59 @@ line_strategy = st.lists(st.sampled_from(PIECES), max_size=8).map(b"".join)
 file_strategy = st.lists(line_strategy, max_size=40).map(lambda ls: b"\n".join(ls))
 
 
-def flatten(reader: SourceReader, bulk: bool) -> list[tuple[str, str, int]]:
+Row = tuple[str, str, dict[str, str], int]
+
+
+def flatten(reader: SourceReader, bulk: bool) -> list[Row]:
     out = []
     items = reader.iter_bulk() if bulk else reader.iter_numbered()
     for item in items:
         if isinstance(item, TsvBlock):
-            ends = [0, *__import__("itertools").accumulate(item.text_lengths.tolist())]
-            for i, doc_id in enumerate(item.ids):
-                text = item.texts[ends[i] : ends[i + 1]].decode()
-                out.append((doc_id.decode(), text, int(item.lines[i])))
+            fields = {k: v.values() for k, v in item.fields.items()}
+            for i, (doc_id, text) in enumerate(zip(item.ids.values(), item.texts.values())):
+                extra = {k: v[i].decode() for k, v in fields.items()}
+                out.append((doc_id.decode(), text.decode(), extra, int(item.lines[i])))
         else:
             record, line, _ = item
-            out.append((record.id, record.text, line))
+            out.append((record.id, record.text, dict(record.fields), line))
     return out
 
 
-def outcome(path: Path, on_error: str, bulk: bool) -> tuple[object, ...]:
-    reader = SourceReader(path, "tsv", on_error)  # type: ignore[arg-type]
+def outcome(
+    path: Path, on_error: str, bulk: bool, columns: tuple[str, ...] = ("id", "text")
+) -> tuple[object, ...]:
+    options = ParseOptions(columns=columns)
+    reader = SourceReader(path, "tsv", on_error, options)  # type: ignore[arg-type]
     try:
         return ("ok", flatten(reader, bulk), reader.skipped, reader.skip_reasons)
     except SourceError as e:
         return ("error", str(e))
 
 
+COLUMNS = [("id", "text"), ("id", "url", "title", "text"), ("text", "id"), ("title", "id", "text")]
+
+
 @settings(max_examples=300, deadline=None)
-@given(content=file_strategy, on_error=st.sampled_from(["raise", "skip"]), block=st.integers(1, 64))
+@given(
+    content=file_strategy,
+    on_error=st.sampled_from(["raise", "skip"]),
+    block=st.integers(1, 64),
+    columns=st.sampled_from(COLUMNS),
+)
 def test_bulk_equals_per_line(
-    tmp_path_factory: pytest.TempPathFactory, content: bytes, on_error: str, block: int
+    tmp_path_factory: pytest.TempPathFactory,
+    content: bytes,
+    on_error: str,
+    block: int,
+    columns: tuple[str, ...],
 ) -> None:
     path = tmp_path_factory.mktemp("tsv") / "c.tsv"
     path.write_bytes(content)
     old = lading.tsv_blocks.BLOCK_BYTES
     lading.tsv_blocks.BLOCK_BYTES = block  # tiny blocks: lines cross block edges
     try:
-        assert outcome(path, on_error, bulk=True) == outcome(path, on_error, bulk=False)
+        bulk = outcome(path, on_error, bulk=True, columns=columns)
+        assert bulk == outcome(path, on_error, bulk=False, columns=columns)
     finally:
         lading.tsv_blocks.BLOCK_BYTES = old
 
@@ -80,7 +101,75 @@ def test_clean_blocks_are_taken_whole(tmp_path: Path) -> None:
     assert items[0].lines.tolist() == list(range(1, 1001))
 
 
+def column(values: list[bytes]) -> Column:
+    return Column(b"".join(values), np.array([len(v) for v in values], dtype=np.int64))
+
+
 def test_int_values_are_canonical_only() -> None:
-    assert int_values([b"0", b"7", b"8841822"]).tolist() == [0, 7, 8841822]  # type: ignore[union-attr]
-    for bad in ([b"07"], [b"1", b"x"], [b"1" * 19], [b"-1"]):
-        assert int_values(bad) is None
+    assert int_values(column([b"0", b"7", b"8841822"])).tolist() == [0, 7, 8841822]  # type: ignore[union-attr]
+    assert int_values(column([b"9" * 18])).tolist() == [10**18 - 1]  # type: ignore[union-attr]
+    for bad in ([b"07"], [b"1", b"x"], [b"1" * 19], [b"-1"], [b"1", b""]):
+        assert int_values(column(bad)) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text("0123456789x-", min_size=1, max_size=20), min_size=1, max_size=30))
+def test_int_values_agree_with_canonical_int(ids: list[str]) -> None:
+    """The numpy parse gives what the per-id parse gives, or refuses where it refuses."""
+    expected = [canonical_int(i) for i in ids]
+    got = int_values(column([i.encode() for i in ids]))
+    if any(e is None for e in expected):
+        assert got is None
+    else:
+        assert got is not None and got.tolist() == expected
+
+
+def test_four_column_store_equals_the_per_line_build(tmp_path: Path) -> None:
+    """Clean blocks of an MS MARCO-style 4-column TSV are taken whole; a block that is not
+    (an extra column, so a late ``col4`` field) goes line by line; the store is the same."""
+    from lading.stores import build_store
+
+    lines = [b"D%d\thttp://x/%d\ttitle %d\tbody %d" % (i, i, i, i) for i in range(300)]
+    lines[250] += b"\textra"
+    path = tmp_path / "docs.tsv"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    columns = ("id", "url", "title", "text")
+    old = lading.tsv_blocks.BLOCK_BYTES
+    lading.tsv_blocks.BLOCK_BYTES = 1024  # several blocks, most of them clean
+    try:
+        reader = SourceReader(path, "tsv", options=ParseOptions(columns=columns))
+        kinds = {type(item).__name__ for item in reader.iter_bulk()}
+        store = build_store(path, tmp_path / "store", columns=columns, progress=False)
+    finally:
+        lading.tsv_blocks.BLOCK_BYTES = old
+    assert kinds == {"TsvBlock", "tuple"}  # both paths were taken
+    expected = list(SourceReader(path, "tsv", options=ParseOptions(columns=columns)))
+    assert len(store) == len(expected) == 300
+    for record in expected:
+        got = store.record(record.id)
+        assert (got.id, got.text) == (record.id, record.text)
+        assert {k: v for k, v in got.fields.items() if v} == dict(record.fields)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.binary(min_size=1, max_size=300),
+    cuts=st.lists(st.integers(0, 300), max_size=40),
+    slice_cost=st.sampled_from([0, 10**9]),
+)
+def test_every_way_of_cutting_a_column_gives_the_same_bytes(
+    data: bytes, cuts: list[int], slice_cost: int
+) -> None:
+    """Row-by-width gather, block mask and one slice per row agree with plain slicing."""
+    bounds = sorted(min(c, len(data)) for c in cuts)
+    starts = np.array(bounds[0::2][: len(bounds) // 2], dtype=np.int64)
+    ends = np.array(bounds[1::2][: len(starts)], dtype=np.int64)
+    if len(starts) == 0:
+        return
+    old = lading.tsv_blocks._SLICE_COST
+    lading.tsv_blocks._SLICE_COST = slice_cost  # 0: a slice per row; 10**9: the mask
+    try:
+        got = lading.tsv_blocks._cut(np.frombuffer(data, np.uint8), starts, ends)
+    finally:
+        lading.tsv_blocks._SLICE_COST = old
+    assert got.values() == [data[a:b] for a, b in zip(starts.tolist(), ends.tolist())]

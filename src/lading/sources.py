@@ -54,7 +54,7 @@ from lading.source_io import (
     is_compressed,
     open_binary,
 )
-from lading.tsv_blocks import TsvBlock, read_blocks, scan_block
+from lading.tsv_blocks import TsvBlock, scanned_blocks
 
 # The public names, including those defined in lading.parsers and lading.source_io.
 __all__ = [
@@ -306,8 +306,9 @@ class SourceReader:
 
     @property
     def bulk(self) -> bool:
-        """Whether :meth:`iter_bulk` can take whole blocks (plain ``id<TAB>text`` files)."""
-        return self.format == "tsv" and self.options.columns == ("id", "text")
+        """Whether :meth:`iter_bulk` can take whole blocks: TSV, every column named once."""
+        columns = self.options.columns
+        return self.format == "tsv" and len(set(columns)) == len(columns)
 
     def iter_bulk(self) -> Iterator[TsvBlock | tuple[Record, int, int]]:
         """Like :meth:`iter_numbered`, but clean blocks of a TSV come whole, as a TsvBlock.
@@ -321,9 +322,8 @@ class SourceReader:
             return
         parse = self.parser()
         with _reading(path) as where, open_binary(path) as stream:
-            for raw in read_blocks(stream):
+            for raw, block in scanned_blocks(stream, self.options.columns):
                 where[0] = raw.line
-                block = scan_block(raw)
                 if block is not None:
                     yield block
                     continue

@@ -11,8 +11,10 @@ results and error messages are exactly those of :mod:`lading.sources`.
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Iterator
-from typing import IO, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -29,20 +31,32 @@ class RawBlock(NamedTuple):
     line: int
 
 
+class Column(NamedTuple):
+    """One column of a block: every row's bytes back to back, and each row's byte length."""
+
+    data: bytes
+    lengths: npt.NDArray[np.int64]
+
+    def values(self) -> list[bytes]:
+        """Each row's bytes (for tests and small blocks; the build never splits a column)."""
+        ends = np.cumsum(self.lengths).tolist()
+        return [self.data[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+
+
 class TsvBlock(NamedTuple):
     """The records of one clean block, columns side by side.
 
     Attributes:
-        ids: each record's id as bytes (ASCII-safe edges, UTF-8 inside).
-        texts: all texts back to back, UTF-8.
-        text_lengths: byte length of each text.
+        ids: each record's id (ASCII-safe edges, UTF-8 inside).
+        texts: each record's text, UTF-8.
+        fields: the other named columns, name to column, in the file's order.
         lines: 1-based line number of each record.
         end: byte offset just past the block.
     """
 
-    ids: list[bytes]
-    texts: bytes
-    text_lengths: npt.NDArray[np.int64]
+    ids: Column
+    texts: Column
+    fields: dict[str, Column]
     lines: npt.NDArray[np.int64]
     end: int
 
@@ -79,8 +93,13 @@ def read_blocks(stream: IO[bytes], size: int | None = None) -> Iterator[RawBlock
         line += block.count(b"\n")
 
 
-def scan_block(block: RawBlock) -> TsvBlock | None:
-    """The records of a block when every line is plainly ``id<TAB>text``; else None."""
+def scan_block(block: RawBlock, columns: tuple[str, ...] = ("id", "text")) -> TsvBlock | None:
+    """The records of a block when every line is plainly ``columns`` joined by tabs; else None.
+
+    Plainly means: exactly ``len(columns) - 1`` tabs per line (no missing or extra column), an
+    id that is not empty and has no whitespace, control or non-ASCII byte at either end, no NUL,
+    valid UTF-8. Anything else is for the per-line parser to judge and report.
+    """
     buf = block.data
     if not buf.endswith(b"\n"):
         buf += b"\n"  # the file's last line had no newline
@@ -99,38 +118,122 @@ def scan_block(block: RawBlock) -> TsvBlock | None:
     ends = ends - ((ends > starts) & (arr[ends - 1] == 13))  # CRLF reads as LF
     keep = ends > starts  # blank lines hold no record
     starts, ends, number = starts[keep], ends[keep], number[keep]
-    empty = np.empty(0, dtype=np.int64)
+    empty = Column(b"", np.empty(0, dtype=np.int64))
     if len(starts) == 0:
-        return TsvBlock([], b"", empty, empty, block.start + len(block.data))
+        return TsvBlock(empty, empty, {}, number, block.start + len(block.data))
     tabs = np.flatnonzero(arr == 9)
-    k = np.searchsorted(tabs, starts)
-    if len(tabs) == 0 or k[-1] >= len(tabs):
-        return None  # some line has no tab
-    tab = tabs[k]
-    nxt = tabs[np.minimum(k + 1, len(tabs) - 1)]
-    if np.any(tab >= ends) or np.any((k + 1 < len(tabs)) & (nxt < ends)) or np.any(tab == starts):
-        return None  # no tab in the line, a second tab, or an empty id
-    first, last = arr[starts], arr[tab - 1]
-    if np.any((first <= 32) | (first >= 127) | (last <= 32) | (last >= 127)):
+    seps = len(columns) - 1
+    first_tab = np.searchsorted(tabs, starts)
+    if np.any(np.searchsorted(tabs, ends) - first_tab != seps):
+        return None  # a line with a missing or an extra column
+    # column j of each line runs from bounds[j] + 1 (the line's start for j = 0) to bounds[j + 1]
+    bounds = [starts - 1, *(tabs[first_tab + j] for j in range(seps)), ends]
+    cut = [(bounds[j] + 1, bounds[j + 1]) for j in range(len(columns))]
+    id_start, id_end = cut[columns.index("id")]
+    if np.any(id_end == id_start):
+        return None  # an empty id
+    edges = np.concatenate([arr[id_start], arr[id_end - 1]])
+    if np.any((edges <= 32) | (edges >= 127)):
         return None  # an id edge the per-line parser must judge (whitespace, control, non-ASCII)
-    s, t, e = starts.tolist(), tab.tolist(), ends.tolist()
-    ids = [buf[a:b] for a, b in zip(s, t)]
-    view = memoryview(buf)
-    texts = b"".join([view[b + 1 : c] for b, c in zip(t, e)])
-    return TsvBlock(ids, texts, ends - tab - 1, number + block.line, block.start + len(block.data))
+    cols = {name: _cut(arr, a, b) for name, (a, b) in zip(columns, cut)}
+    texts, ids = cols.pop("text"), cols.pop("id")
+    return TsvBlock(ids, texts, cols, number + block.line, block.start + len(block.data))
 
 
-def int_values(ids: list[bytes]) -> npt.NDArray[np.int64] | None:
-    """int64 values when every id is a canonical integer (no sign, no leading zero, ≤18 digits)."""
-    if not ids:
+def _cut(
+    arr: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+) -> Column:
+    """The bytes ``arr[starts[i]:ends[i]]`` of every row, back to back, and their lengths.
+
+    Three ways, whichever touches least (measured on 8 MiB blocks): short values (ids) as a
+    rows x width gather; many rows (passages: 26k per block) as one mask over the block, built
+    with ``np.repeat``; few long rows (documents: ~1.3k per block) one slice per row.
+    """
+    lengths = (ends - starts).astype(np.int64)
+    n = len(lengths)
+    width = int(lengths.max()) if n else 0
+    if width <= 64 and width * n <= 4 * int(lengths.sum()) + 64:
+        columns = np.arange(width)
+        index = np.minimum(starts[:, None] + columns, len(arr) - 1)
+        return Column(arr[index][columns < lengths[:, None]].tobytes(), lengths)
+    if n * _SLICE_COST > len(arr):
+        runs = np.empty(2 * n + 1, dtype=np.int64)  # gap, row, gap, row, ..., gap
+        runs[0], runs[-1] = starts[0], len(arr) - ends[-1]
+        runs[1:-1:2] = lengths
+        runs[2:-1:2] = starts[1:] - ends[:-1]
+        keep = np.zeros(2 * n + 1, dtype=bool)
+        keep[1::2] = True
+        return Column(arr[np.repeat(keep, runs)].tobytes(), lengths)
+    view = memoryview(arr.data)
+    return Column(b"".join([view[a:b] for a, b in zip(starts.tolist(), ends.tolist())]), lengths)
+
+
+_SLICE_COST = 540  # a Python slice per row costs about what a mask pass costs per 540 bytes
+
+
+def int_values(ids: Column) -> npt.NDArray[np.int64] | None:
+    """int64 values when every id is a canonical integer (no sign, no leading zero, ≤18 digits).
+
+    Parsed in numpy from the column's bytes (a Python ``int()`` per id cost as much as reading
+    the file): each digit times its power of ten, summed per id.
+    """
+    lengths = ids.lengths
+    if len(lengths) == 0:
         return np.empty(0, dtype=np.int64)
-    joined = b"".join(ids)
-    if not joined.isdigit():  # bytes.isdigit is ASCII-only
+    if not ids.data.isdigit() or lengths.min() < 1:  # bytes.isdigit is ASCII-only
         return None
-    lengths = np.fromiter(map(len, ids), np.int64, len(ids))
     if lengths.max() > 18:
         return None
-    leading_zero = np.frombuffer(joined, np.uint8)[np.cumsum(lengths) - lengths] == ord("0")
-    if np.any(leading_zero & (lengths > 1)):
-        return None
-    return np.fromiter(map(int, ids), np.int64, len(ids))
+    digits = np.frombuffer(ids.data, np.uint8).astype(np.int64) - ord("0")
+    firsts = np.cumsum(lengths) - lengths
+    if np.any((digits[firsts] == 0) & (lengths > 1)):
+        return None  # a leading zero: "007" is not the integer 7's canonical spelling
+    places = np.repeat(firsts + lengths - 1, lengths) - np.arange(len(digits))
+    return np.add.reduceat(digits * _POWERS[places], firsts)
+
+
+_POWERS = 10 ** np.arange(18, dtype=np.int64)
+
+
+def scanned_blocks(
+    stream: IO[bytes], columns: tuple[str, ...] = ("id", "text"), ahead: int = 2
+) -> Iterator[tuple[RawBlock, TsvBlock | None]]:
+    """Each block of ``stream`` with its scan, read and scanned on a thread ``ahead`` blocks early.
+
+    Reading (a cold page cache waits on the disk) and numpy's passes over a block release the
+    GIL, so they overlap the caller writing the previous block. Errors of the thread are raised
+    here, in order; closing the iterator early stops the thread.
+    """
+    done = object()
+    slots: queue.Queue[Any] = queue.Queue(maxsize=ahead)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for raw in read_blocks(stream):
+                item = (raw, scan_block(raw, columns))
+                while not stop.is_set():
+                    try:
+                        slots.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            slots.put(done)
+        except BaseException as e:  # handed to the consumer, raised there
+            slots.put(e)
+
+    thread = threading.Thread(target=produce, name="lading-scan", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = slots.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()

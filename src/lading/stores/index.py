@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from lading.disk import MappedFile, SpillArray, write_file
 from lading.stores.hashindex import HashIndex, key_width, write_hash_index
-from lading.tsv_blocks import int_values
+from lading.tsv_blocks import Column, int_values
 
 INDEX_KINDS: tuple[str, ...] = ("dense", "hash", "sorted-int")
 _MAX_INT_DIGITS = 18  # < 2**63, so every canonical id fits int64
@@ -84,8 +84,8 @@ class IntIdCollector:
         else:
             self.values.append(value)
 
-    def add_many(self, ids: list[bytes]) -> None:
-        """Record a block of ids given as bytes (in row order)."""
+    def add_many(self, ids: Column) -> None:
+        """Record a block's ids (in row order)."""
         if self.values is None:
             return
         values = int_values(ids)

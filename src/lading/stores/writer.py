@@ -63,20 +63,25 @@ class _Columns:
         self.tokens = RaggedWriter(directory, "tokens", tok_dtype.itemsize) if tok_dtype else None
 
     def add(self, record: Record) -> None:
-        row = len(self.text)
         self.text.append(record.text.encode("utf-8"))
         self.ids.append(record.id.encode("utf-8"))
         for name, value in record.fields.items():
-            column = self.fields.get(name)
-            if column is None:
-                column = self.fields[name] = RaggedWriter(self.directory, field_column(name))
-            column.pad_to(row)
-            column.append(value.encode("utf-8"))
+            self._field(name, len(self.text) - 1).append(value.encode("utf-8"))
 
     def add_block(self, block: TsvBlock) -> None:
-        self.text.append_many(block.texts, block.text_lengths)
-        lengths = np.fromiter(map(len, block.ids), np.int64, len(block.ids))
-        self.ids.append_many(b"".join(block.ids), lengths)
+        row = len(self.text)
+        self.text.append_many(*block.texts)
+        self.ids.append_many(*block.ids)
+        for name, column in block.fields.items():
+            self._field(name, row).append_many(*column)
+
+    def _field(self, name: str, row: int) -> RaggedWriter:
+        """The writer of field ``name``, with empty rows before ``row`` if it is new here."""
+        column = self.fields.get(name)
+        if column is None:
+            column = self.fields[name] = RaggedWriter(self.directory, field_column(name))
+        column.pad_to(row)
+        return column
 
     def all(self) -> list[RaggedWriter]:
         rest = [self.tokens] if self.tokens is not None else []
@@ -131,9 +136,7 @@ def write_store(
             int_ids.add_many(item.ids)
             lines.extend(item.lines)
             if columns.tokens is not None:
-                ends = np.cumsum(item.text_lengths).tolist()
-                starts = [0, *ends[:-1]]
-                pending.extend(item.texts[a:b].decode("utf-8") for a, b in zip(starts, ends))
+                pending.extend(text.decode("utf-8") for text in item.texts.values())
             end = item.end
         else:
             record, line, end = item
