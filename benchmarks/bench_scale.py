@@ -288,8 +288,9 @@ def part_tokenize(c: Corpus, sample_mb: int) -> None:
     for threads in (1, 2):
         dest = c.dir / f"tok-build-{threads}"
         shutil.rmtree(dest, ignore_errors=True)
-        cmd = [LADING, "build", str(sample), str(dest), "--quiet", "--columns", c.columns]
-        cmd += ["--tokenizer", str(tok_path)]
+        cores = ",".join(str(i) for i in range(threads))  # 1 or 2 cores, not just threads
+        cmd = ["taskset", "-c", cores, LADING, "build", str(sample), str(dest), "--quiet"]
+        cmd += ["--columns", c.columns, "--tokenizer", str(tok_path)]
         r = measured(cmd, env={"RAYON_NUM_THREADS": str(threads)})
         r["mb_per_s"] = round(size / 1e6 / r["seconds"], 2)
         out[f"build_threads_{threads}"] = r

@@ -76,14 +76,10 @@ def token_dtype(vocab_size: int) -> np.dtype[Any]:
     return np.dtype("<u2") if vocab_size <= UINT16_VOCAB else np.dtype("<u4")
 
 
-def encode_texts(
-    tok: Any, texts: Sequence[str], dtype: np.dtype[Any], max_length: int | None = None
+def token_arrays(
+    encodings: Sequence[Any], dtype: np.dtype[Any], max_length: int | None = None
 ) -> list[np.ndarray]:
-    """Token ids of each text (no special tokens), cut to ``max_length`` tokens.
-
-    ``encode_batch`` runs in the tokenizers library's own thread pool, outside the GIL.
-    """
-    encodings = tok.encode_batch(list(texts), add_special_tokens=False)
+    """The ids of each of ``encode_batch``'s encodings as an array, cut to ``max_length``."""
     return [np.asarray(e.ids[:max_length], dtype=dtype) for e in encodings]
 
 

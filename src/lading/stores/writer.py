@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -35,7 +36,7 @@ from lading.errors import SourceError
 from lading.sources import Record, SourceReader
 from lading.stores.index import IntIdCollector, bytes_keys, write_index
 from lading.stores.layout import FORMAT_NAME, field_column
-from lading.tokens import describe_tokenizer, encode_texts, token_dtype
+from lading.tokens import describe_tokenizer, token_arrays, token_dtype
 from lading.tsv_blocks import TsvBlock
 
 Duplicates = Literal["error", "first", "last"]
@@ -123,12 +124,23 @@ def write_store(
     lines = SpillArray(directory / "lines.scratch")
     stats = BuildStats()
     pending: list[str] = []
+    # encode_batch runs outside the GIL on its own threads: batch k+1 is encoded while this
+    # thread turns batch k's encodings into arrays and goes on reading (1.66x -> see RESULTS)
+    encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lading-tokenize")
+    encoding: list[Future[Any]] = []
 
     def flush_tokens() -> None:
-        assert columns.tokens is not None and tok_dtype is not None
-        for ids in encode_texts(tokenizer, pending, tok_dtype, max_length):
-            columns.tokens.append(ids.tobytes())
+        encoding.append(
+            encoder.submit(tokenizer.encode_batch, pending.copy(), add_special_tokens=False)
+        )
         pending.clear()
+        if len(encoding) > 1:
+            write_tokens(encoding.pop(0).result())
+
+    def write_tokens(encodings: list[Any]) -> None:
+        assert columns.tokens is not None and tok_dtype is not None
+        for ids in token_arrays(encodings, tok_dtype, max_length):
+            columns.tokens.append(ids.tobytes())
 
     for item in reader.iter_bulk():
         if isinstance(item, TsvBlock):
@@ -152,6 +164,9 @@ def write_store(
             stats.bytes_read = end
     if pending:
         flush_tokens()
+    while encoding:
+        write_tokens(encoding.pop(0).result())
+    encoder.shutdown()
     rows = len(columns.text)
     for column in columns.fields.values():
         column.pad_to(rows)
