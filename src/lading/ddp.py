@@ -26,7 +26,7 @@ def setup(parallel: str = "ddp") -> tuple[World, torch.device]:
         raise ValueError(f"unknown parallel {parallel!r}; choose from {sorted(PARALLEL)}")
     launched = World.detect()
     if not dist.is_initialized() and launched.world_size > 1 and launched.launcher != "torchrun":
-        _export_for_env_init(launched)
+        export_launch_env(launched)
     env_world = int(os.environ.get("WORLD_SIZE", "1"))
     if env_world > 1 and parallel != "ddp":
         raise ValueError(
@@ -44,7 +44,7 @@ def setup(parallel: str = "ddp") -> tuple[World, torch.device]:
     return world, device
 
 
-def _export_for_env_init(world: World) -> None:
+def export_launch_env(world: World) -> None:
     """Give ``init_process_group``'s ``env://`` the ranks srun/mpirun/LADING_* said."""
     missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
     if missing:

@@ -19,6 +19,7 @@ from lading.bench.data import (
     DOCUMENTS_LIVE_IN,
     STRATEGIES,
     TOKENIZED_IN,
+    BenchData,
     default_collection,
     prepare,
 )
@@ -92,8 +93,6 @@ def run_bench(
     """Prepare the data, run the grid, write results.json, report.md and the plots."""
     import psutil
 
-    from lading.bench.data import cache_dir
-
     unknown = set(options.strategies) - set(STRATEGIES)
     if unknown:
         raise ValueError(f"unknown strategies {sorted(unknown)}; choose from {sorted(STRATEGIES)}")
@@ -102,6 +101,61 @@ def run_bench(
             import ir_datasets  # noqa: F401
         except ImportError:
             options.strategies = [s for s in options.strategies if s != "irds"]
+    from lading.bench.launched import Coordinators, launched_world
+
+    launched = launched_world()
+    coordinators: Coordinators | None = None
+    if launched is not None:
+        if options.ramdisk:
+            raise ValueError(
+                "--ramdisk copies the stores per process; across nodes it is not supported. "
+                "Run it on one machine, without torchrun"
+            )
+        options.variant_world_size = launched.world_size
+        if launched.is_builder():  # first, alone on this node (or in all): the others wait
+            _collection(corpus, queries, qrels, negatives, passages, out, options, tokenizer)
+        coordinators = Coordinators.join(launched)  # returns when every process has joined
+        coordinators.check_world_sizes(options.world_sizes)
+    collection = _collection(corpus, queries, qrels, negatives, passages, out, options, tokenizer)
+    data, name = collection
+    corpus = data.corpus
+    if options.memory_budget is None:
+        options.memory_budget = int(psutil.virtual_memory().available)
+    info: dict[str, Any] = {"name": name, "path": str(corpus), "text_bytes": corpus.stat().st_size}
+    if data.packed.is_dir():
+        from lading.stores import open_store
+
+        store = open_store(data.packed)
+        info.update(documents=len(store), text_bytes=store.meta["files"]["text.bin"]["size"])
+    if launched is not None:
+        info["launch"] = {
+            "launcher": launched.launcher,
+            "world_size": launched.world_size,
+            "processes_per_node": launched.local_world_size,
+        }
+    try:
+        results = run_grid(options, settings, data, out, info, coordinators=coordinators)
+    finally:
+        if coordinators is not None:
+            coordinators.leave()
+    if coordinators is None or coordinators.leader:
+        print(render(out))
+    return results
+
+
+def _collection(
+    corpus: Path | None,
+    queries: Path | None,
+    qrels: Path | None,
+    negatives: Path | None,
+    passages: int,
+    out: Path,
+    options: GridOptions,
+    tokenizer: str | None,
+) -> tuple[BenchData, str]:
+    """The bench's data, made on first use (the default synthetic collection if no corpus)."""
+    from lading.bench.data import cache_dir
+
     if corpus is None:
         corpus, queries, qrels, negatives = default_collection(passages)
         work = cache_dir() / "bench" / f"synth-passages-{passages}" / "stores"
@@ -112,15 +166,5 @@ def run_bench(
         work = out / "stores"
         name = str(corpus)
     assert queries is not None and qrels is not None
-    if options.memory_budget is None:
-        options.memory_budget = int(psutil.virtual_memory().available)
     data = prepare(corpus, queries, qrels, negatives, work, options.strategies, tokenizer)
-    info = {"name": name, "path": str(corpus), "text_bytes": corpus.stat().st_size}
-    if data.packed.is_dir():
-        from lading.stores import open_store
-
-        store = open_store(data.packed)
-        info.update(documents=len(store), text_bytes=store.meta["files"]["text.bin"]["size"])
-    results = run_grid(options, settings, data, out, info)
-    print(render(out))
-    return results
+    return data, name

@@ -64,9 +64,10 @@ class Settings:
     timeout_s: float = 900.0
 
 
-def _free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on at ``host`` now ("" for every interface)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -86,19 +87,30 @@ def open_strategy(strategy: str, data: BenchData) -> Any:
     raise ValueError(f"unknown strategy {strategy!r}")
 
 
+def local_env(rank: int, world_size: int, port: int) -> dict[str, str]:
+    """What torchrun would set for ``rank`` of a one-machine group on ``port``."""
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+
+
 def rank_main(
-    rank: int, cell: Cell, settings: Settings, data: BenchData, port: int, out: Any
+    rank: int, cell: Cell, settings: Settings, data: BenchData, env: dict[str, str], out: Any
 ) -> None:
-    """Entry point of one rank (spawned)."""
+    """Entry point of one rank (spawned), joining its cell's group through ``env``."""
     try:
-        out.put((rank, "ok", _run_rank(rank, cell, settings, data, port)))
+        os.environ.update(env)  # ddp.setup joins the group from these
+        out.put((rank, "ok", _run_rank(cell, settings, data)))
     except BaseException:
         out.put((rank, "error", traceback.format_exc()))
 
 
-def _run_rank(
-    rank: int, cell: Cell, settings: Settings, data: BenchData, port: int
-) -> dict[str, float]:
+def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, float]:
     import torch
 
     from lading import ddp
@@ -112,14 +124,6 @@ def _run_rank(
     from lading.tokens import load_tokenizer
     from lading.train import LoopConfig, Trainer
 
-    os.environ.update(  # what torchrun would set: ddp.setup joins the group from these
-        RANK=str(rank),
-        WORLD_SIZE=str(cell.world_size),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(cell.world_size),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
     world, device = ddp.setup("ddp")  # a dp cell's ranks (if several) still form a group
     cuda = device.type == "cuda"
     anon_before = process_memory().anon  # torch and friends loaded, no documents yet
@@ -189,7 +193,8 @@ def _run_rank(
     }
 
 
-def _kill_tree(pids: list[int]) -> None:
+def kill_tree(pids: list[int]) -> None:
+    """Kill these processes and all their descendants (DataLoader workers)."""
     for pid in pids:
         try:
             parent = psutil.Process(pid)
@@ -209,15 +214,18 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
         return {**asdict(cell), "memory": {"samples": 0}, "status": "n/a", "reason": why}
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [
-        ctx.Process(target=rank_main, args=(r, cell, settings, data, port, out))
+        ctx.Process(
+            target=rank_main,
+            args=(r, cell, settings, data, local_env(r, cell.world_size, port), out),
+        )
         for r in range(cell.world_size)
     ]
     for p in procs:
         p.start()
     pids = [p.pid for p in procs if p.pid is not None]
-    monitor = MemoryMonitor(pids, budget=budget, on_budget=lambda: _kill_tree(pids)).start()
+    monitor = MemoryMonitor(pids, budget=budget, on_budget=lambda: kill_tree(pids)).start()
     results: dict[int, Any] = {}
     errors: list[str] = []
     deadline = time.monotonic() + settings.timeout_s
@@ -233,16 +241,33 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
         else:
             errors.append(value)
     monitor.stop()
-    _kill_tree(pids)
+    kill_tree(pids)
     for p in procs:
         p.join(timeout=10)
-    record: dict[str, Any] = {**asdict(cell), "memory": monitor.summary()}
     killed = any(p.exitcode is not None and p.exitcode < 0 for p in procs)
-    if monitor.over_budget or (killed and not errors and len(results) < cell.world_size):
+    return cell_record(cell, results, errors, monitor.summary(), monitor.over_budget, killed)
+
+
+def cell_record(
+    cell: Cell,
+    results: dict[int, dict[str, float]],
+    errors: list[str],
+    memory: dict[str, Any],
+    over_budget: bool,
+    killed: bool,
+) -> dict[str, Any]:
+    """A cell's record from what its ranks reported (rank -> result) and its memory.
+
+    Status ``oom`` when the memory passed the budget (or a rank was killed without saying
+    why), ``error`` when a rank failed or did not report, else ``ok`` with the throughput
+    summed over ranks, the mean wait share, and E for a training cell.
+    """
+    record: dict[str, Any] = {**asdict(cell), "memory": memory}
+    if over_budget or (killed and not errors and len(results) < cell.world_size):
         record["status"] = "oom"
         record["reason"] = (
             "anonymous memory passed the budget"
-            if monitor.over_budget
+            if over_budget
             else "a process was killed (out of memory?)"
         )
     elif errors or len(results) < cell.world_size:
@@ -258,7 +283,7 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
         # what holding the documents cost the ranks (their workers' memory is in "memory")
         record["strategy_anon"] = sum(r["strategy_anon"] for r in results.values())
         record["store_anon"] = sum(r["store_anon"] for r in results.values())
-        record["h2d_bytes_per_step"] = results[0]["h2d_bytes_per_step"]
+        record["h2d_bytes_per_step"] = results[min(results)]["h2d_bytes_per_step"]
         if cell.mode == "train":  # E: the same step on device-resident batches / the real loop
             record["efficiency"] = sum(
                 r["synthetic_s"] / r["seconds"] for r in results.values()

@@ -19,6 +19,7 @@ from typing import Any
 
 from lading.bench.cell import Cell, Settings, run_cell
 from lading.bench.data import BenchData, to_ramdisk
+from lading.bench.launched import Coordinators
 from lading.bench.report import new_results, write_results
 
 
@@ -34,6 +35,7 @@ class GridOptions:
     ramdisk: bool = False
     parallel: str = "ddp"
     memory_budget: int | None = None
+    variant_world_size: int = 1  # the workers/pin/RAM-disk variants' (launched: all ranks)
 
 
 def grid_cells(options: GridOptions) -> list[Cell]:
@@ -47,11 +49,12 @@ def grid_cells(options: GridOptions) -> list[Cell]:
     ]
     variants: list[Cell] = []
     for s in options.strategies:
-        variants += [Cell(s, 1, "loader", w) for w in options.workers[1:]]
+        at = options.variant_world_size
+        variants += [Cell(s, at, "loader", w) for w in options.workers[1:]]
         if options.pin_memory:
-            variants.append(Cell(s, 1, "loader", first_workers, pin_memory=True))
+            variants.append(Cell(s, at, "loader", first_workers, pin_memory=True))
         if options.ramdisk:
-            variants.append(Cell(s, 1, "loader", first_workers, ramdisk=True))
+            variants.append(Cell(s, at, "loader", first_workers, ramdisk=True))
     return cells + variants
 
 
@@ -88,13 +91,19 @@ def run_grid(
     out: Path,
     corpus_info: dict[str, Any],
     on_cell: Callable[[dict[str, Any]], None] | None = None,
+    coordinators: Coordinators | None = None,
 ) -> dict[str, Any]:
-    """Run every cell; write ``out/results.json`` as it goes; return the results."""
+    """Run every cell; write ``out/results.json`` as it goes; return the results.
+
+    With ``coordinators`` (a launched bench), each cell runs across the launched processes,
+    every one of them gets the same records, and only global rank 0 writes and shows progress.
+    """
     from tqdm.auto import tqdm
 
     results = new_results(asdict(options), asdict(settings), corpus_info)
     cells = grid_cells(options)
-    bar = tqdm(cells, desc="lading bench", unit="cell")
+    leader = coordinators is None or coordinators.leader
+    bar = tqdm(cells, desc="lading bench", unit="cell", disable=not leader)
     for cell in bar:
         bar.set_postfix_str(cell.label())
         reason = predict_oom(cell, results["cells"], options.memory_budget)
@@ -106,10 +115,13 @@ def run_grid(
                 "predicted": True,
                 "memory": {"samples": 0},
             }
+        elif coordinators is not None:
+            record = coordinators.run_cell(cell, settings, data, options.memory_budget)
         else:
             record = _run(cell, settings, data, options.memory_budget)
         results["cells"].append(record)
-        write_results(results, out)
+        if leader:
+            write_results(results, out)
         if on_cell is not None:
             on_cell(record)
     return results

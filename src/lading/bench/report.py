@@ -181,6 +181,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         "the loop tokenizes their text (in the collator) or reads token ids stored at build "
         "time: packed and packed-text read the same store, only packed skips the tokenizer.",
     ]
+    lines += _launch_lines(corpus.get("launch"), cells)
     lines += _memory_table(cells, sizes)
     for mode in dict.fromkeys(c["mode"] for c in cells):
         lines += [
@@ -285,6 +286,27 @@ def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
         paths.append(path)
     paths += efficiency_plot(cells, out)
     return paths
+
+
+def _launch_lines(launch: dict[str, Any] | None, cells: list[dict[str, Any]]) -> list[str]:
+    """For a launched bench: how many processes on how many nodes, and memory per node."""
+    if not launch:
+        return []
+    lines = [
+        "",
+        f"Launched by {launch['launcher']}: {launch['world_size']} processes, "
+        f"{launch['processes_per_node']} per node; memory per node is the sum of its ranks' "
+        "peaks (an upper bound of the node's peak).",
+        "",
+        "| cell | nodes | peak anonymous memory per node, MiB |",
+        "|---|---:|---|",
+    ]
+    for cell in cells:
+        nodes = cell.get("memory", {}).get("nodes", {})
+        per_node = ", ".join(f"{v['peak_anon'] / MiB:,.1f}" for v in nodes.values()) or "n/a"
+        label = f"{cell['strategy']} {cell['mode']}"
+        lines.append(f"| {label} | {cell.get('nodes', '?')} | {per_node} |")
+    return lines
 
 
 def render(directory: str | os.PathLike[str]) -> str:

@@ -17,10 +17,14 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
     The preset is :data:`lading.bench.QUICK`, or :data:`lading.bench.FULL` with ``--full``.
     """
     from lading.bench import FULL, QUICK, GridOptions, Settings, parse_bytes
+    from lading.bench.launched import launched_world
 
     preset = FULL if args.full else QUICK
+    launched = launched_world()
     if args.world_sizes:
         world_sizes = _int_list(args.world_sizes)
+    elif launched is not None:  # torchrun/srun: every cell runs on all the launched processes
+        world_sizes = [launched.world_size]
     elif preset.world_sizes is not None:
         world_sizes = list(preset.world_sizes)
     else:

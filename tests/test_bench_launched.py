@@ -1,0 +1,114 @@
+"""lading bench launched by torchrun: the cells run across the launched processes.
+
+The record-building and the world-size check are pure and tested here directly; the two-node
+run (slow set) starts two torchrun "nodes" on this machine, each with its own cache.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from lading.bench.cell import Cell
+from lading.bench.launched import Coordinators, launched_record, merge_memory
+from lading.world import World
+
+
+def report(rank: int, node: str, *, result: bool = True, peak: int = 100) -> dict[str, object]:
+    memory = {
+        "samples": 5,
+        "processes": 1,
+        **{f"{k}_{f}": peak for k in ("peak", "steady") for f in ("rss", "pss", "uss", "anon")},
+        "per_process": [{"pid": rank, "role": "rank"}],
+    }
+    return {
+        "rank": rank,
+        "host": f"host{node}",
+        "node": node,
+        "result": {
+            "rows": 100.0,
+            "seconds": 2.0,
+            "wait_s": 0.5,
+            "synthetic_s": 1.0,
+            "h2d_bytes_per_step": 10.0,
+            "strategy_anon": 7.0,
+            "store_anon": 3.0,
+        }
+        if result
+        else None,
+        "error": None if result else "Traceback: boom",
+        "memory": memory,
+        "over_budget": False,
+        "killed": False,
+    }
+
+
+def test_record_sums_ranks_and_gives_memory_per_node() -> None:
+    cell = Cell("memory", 3, "train")
+    reports = [report(0, "0", peak=100), report(1, "0", peak=50), report(2, "1", peak=30)]
+    record = launched_record(cell, reports)  # type: ignore[arg-type]
+    assert record["status"] == "ok" and record["nodes"] == 2
+    assert record["samples_per_s"] == pytest.approx(150.0)  # 3 ranks x 100 rows / 2 s
+    assert record["wait_share"] == pytest.approx(0.25)
+    assert record["efficiency"] == pytest.approx(0.5)
+    assert record["strategy_anon"] == 21.0 and len(record["ranks"]) == 3
+    assert record["memory"]["peak_anon"] == 180
+    assert record["memory"]["nodes"] == {"0": {"peak_anon": 150}, "1": {"peak_anon": 30}}
+
+
+def test_one_failed_rank_makes_the_cell_an_error_naming_it() -> None:
+    reports = [report(0, "0"), report(1, "1", result=False)]
+    record = launched_record(Cell("packed", 2, "loader"), reports)  # type: ignore[arg-type]
+    assert record["status"] == "error"
+    assert record["reason"].startswith("rank 1 on host1: Traceback: boom")
+
+
+def test_unmeasured_memory_is_said_not_invented() -> None:
+    assert merge_memory([{"samples": 0}, {"samples": 0}], ["0", "1"]) == {"samples": 0}
+
+
+def test_other_world_sizes_are_refused_with_the_way_out() -> None:
+    coordinators = Coordinators(World(rank=0, world_size=4, local_world_size=2))
+    coordinators.check_world_sizes([4])  # the launched size: fine
+    with pytest.raises(ValueError, match=r"world size 4; --world-sizes asked for \[1, 2\]"):
+        coordinators.check_world_sizes([1, 2, 4])
+
+
+@pytest.mark.slow
+def test_bench_across_two_nodes(tmp_path: Path) -> None:
+    """Every cell at world size 2 over two nodes; each node made its data once, in its cache."""
+    pytest.importorskip("matplotlib")
+    from test_multinode import launch_two_nodes
+
+    out = tmp_path / "shared" / "bench"
+    bench = [
+        sys.executable, "-m", "lading", "bench", "--passages", "2000",
+        "--strategies", "memory,packed", "--steps", "3", "--warmup", "1", "--out", str(out),
+    ]  # fmt: skip
+    script = f"LADING_CACHE=$NODE_DIR/cache exec {shlex.join(bench)}"
+    done = launch_two_nodes(
+        ["--no-python", "bash", "-c", script], tmp_path, nproc=1, env={"LADING_SHARED_FS": "0"}
+    )
+    results = json.loads((out / "results.json").read_text())
+    cells = results["cells"]
+    assert [c["strategy"] for c in cells] == ["memory", "packed"]
+    for cell in cells:
+        assert cell["status"] == "ok", cell.get("reason")
+        assert cell["world_size"] == 2 and cell["nodes"] == 2 and len(cell["ranks"]) == 2
+        assert cell["samples_per_s"] > 0 and cell["memory"]["samples"] > 0
+        assert set(cell["memory"]["nodes"]) == {"0", "1"}
+    assert results["corpus"]["launch"]["world_size"] == 2
+    report_md = (out / "report.md").read_text()
+    assert "Launched by torchrun: 2 processes, 1 per node" in report_md
+    # the dict costs every rank; the packed store's pages are shared, not copied per rank
+    memory, packed = cells
+    assert memory["store_anon"] > 4 * max(packed["store_anon"], 1)
+    for node in (0, 1):  # once per node: each node's own cache holds the built store
+        stores = tmp_path / f"node{node}" / "cache" / "bench" / "synth-passages-2000" / "stores"
+        assert (stores / "packed" / "meta.json").is_file()
+    assert "lading bench" in done[0].stdout + done[0].stderr  # the report, on rank 0 only
+    assert "| memory" not in done[1].stdout
