@@ -492,7 +492,7 @@ def report() -> str:
     for key in keys:
         r = results[key]
         synth, read, build = r.get("synth", {}), r.get("read", {}), r.get("build", {})
-        if not build and not synth:
+        if not build:
             continue
         loop = read.get("python_lines", {})
         ratio = build["seconds"] / loop["seconds"] if build and loop else None
@@ -557,20 +557,23 @@ def report() -> str:
             "",
             f"Tokenized builds of a {mb:.0f} MB sample of {key} (WordPiece, 30,522 entries):",
             "",
-            "| how | workers | wall s | MB/s (wall) | CPU s | MB per CPU-second |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| how | cores | wall s | MB/s (wall) | CPU s | MB per CPU-second | 2 cores / 1 |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for how, label in (
-            ("build_threads", "lading build, tokenizers threads"),
+            ("build_threads", "lading build (taskset, tokenizers threads)"),
             ("encode_processes", "encode_batch in a process pool"),
         ):
+            one = t.get(f"{how}_1", {}).get("seconds")
             for w in (1, 2):
                 r = t.get(f"{how}_{w}", {})
                 cpu = r.get("cpu_seconds")
+                gain = one / r["seconds"] if w == 2 and one and r.get("seconds") else None
                 out.append(
                     f"| {label} | {w} | {_f(r.get('seconds'), '.1f')} "
                     f"| {_f(r.get('mb_per_s'), '.2f')} "
-                    f"| {_f(cpu, '.1f')} | {_f(mb / cpu if cpu else None, '.2f')} |"
+                    f"| {_f(cpu, '.1f')} | {_f(mb / cpu if cpu else None, '.2f')} "
+                    f"| {_f(gain, '.2f') if w == 2 else ''} |"
                 )
     return "\n".join(out)
 
@@ -610,6 +613,10 @@ def main() -> None:
                 "python benchmarks/bench_scale.py --kind documents --n 320000 --parts all; "
                 "python benchmarks/bench_scale.py --kind documents --n 3200000 --tile-from 320000 "
                 "--parts synth,read,build,ids,dict,stores,lookup,ranks; "
+                "python benchmarks/bench_scale.py --kind passages --n 200000 "
+                "--parts synth,tokenize; "
+                "python benchmarks/bench_scale.py --kind documents --n 6000 "
+                "--parts synth,tokenize; "
                 "python benchmarks/bench_scale.py --write",
             )
         return
