@@ -112,3 +112,26 @@ def test_bench_across_two_nodes(tmp_path: Path) -> None:
         assert (stores / "packed" / "meta.json").is_file()
     assert "lading bench" in done[0].stdout + done[0].stderr  # the report, on rank 0 only
     assert "| memory" not in done[1].stdout
+
+
+def test_a_collection_published_meanwhile_is_kept_not_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two nodes' builders over one shared cache: while this one synthesizes, the other
+    publishes the collection. Its folder, which a reader may already hold, must stay."""
+    import lading.bench.data as bench_data
+    from lading.synth import synth as real_synth
+
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "cache" / "bench" / "synth-passages-300"
+
+    def racing_synth(kind: str, n: int, dest: Path) -> object:
+        real_synth(kind, n, folder)  # the other node, first
+        (folder / "in-use").write_text("a reader holds this folder")
+        return real_synth(kind, n, dest)
+
+    monkeypatch.setattr(bench_data, "synth", racing_synth)
+    corpus, queries, qrels, run = bench_data.default_collection(300)
+    assert (folder / "in-use").is_file()  # the first publication stands
+    assert corpus.parent == folder and all(p.is_file() for p in (corpus, queries, qrels, run))
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no .tmp-* left over

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,11 +76,17 @@ def default_collection(passages: int) -> tuple[Path, Path, Path, Path]:
     """(corpus, queries, qrels, run) of the cached synthetic collection, made on first use."""
     folder = cache_dir() / "bench" / f"synth-passages-{passages}"
     if not (folder / "run.trec").is_file():
-        tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
+        # made aside and renamed into place: the folder exists only whole. Nodes sharing one
+        # cache may race here; the first rename wins and the others' copies are dropped
+        tmp = folder.with_name(folder.name + f".tmp-{socket.gethostname()}-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         synth("passages", passages, tmp)
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp.replace(folder)
+        if folder.is_dir() and not (folder / "run.trec").is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # an incomplete folder of an older version
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process published it first: it is the same collection
+            shutil.rmtree(tmp, ignore_errors=True)
     return (
         folder / "collection.tsv",
         folder / "queries.tsv",
