@@ -104,6 +104,28 @@ def test_packed_text_reads_the_packed_store_as_text(
     assert "| packed-text | PackedStore (memory map) | collator |" in report
 
 
+def test_each_strategy_tokenizes_where_the_report_says(
+    collection: dict[str, str], tmp_path: Path
+) -> None:
+    """packed and packed-text open the same store; only packed may read its stored ids, while
+    packed-text, like memory and offsets, encodes the text in the collator on every batch."""
+    from lading.bench.cell import Settings, collator_for, open_strategy
+    from lading.bench.data import prepare
+    from lading.tokens import load_tokenizer
+
+    files = {k.lstrip("-"): Path(v) for k, v in collection.items()}
+    strategies = ["memory", "offsets", "packed", "packed-text"]
+    data = prepare(
+        files["corpus"], files["queries"], files["qrels"], None, tmp_path / "w", strategies
+    )
+    tokenizer = load_tokenizer(data.tokenizer)
+    stored = {
+        s: collator_for(s, open_strategy(s, data), tokenizer, Settings()).use_tokens
+        for s in strategies
+    }
+    assert stored == {"memory": False, "offsets": False, "packed": True, "packed-text": False}
+
+
 def test_quick_grid_by_default_full_grid_one_flag_away() -> None:
     from lading.bench import FULL, QUICK
     from lading.cli import _default_world_sizes, bench_plan, build_parser

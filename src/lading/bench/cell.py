@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from lading.bench.data import READS_PACKED, BenchData
+from lading.bench.data import READS_PACKED, TOKENIZED_IN, BenchData
 from lading.bench.monitor import MemoryMonitor
 
 MODES: tuple[str, ...] = ("loader", "train")
@@ -99,6 +99,21 @@ def local_env(rank: int, world_size: int, port: int) -> dict[str, str]:
     }
 
 
+def collator_for(strategy: str, store: Any, tokenizer: Any, settings: Settings) -> Any:
+    """The collator of a strategy: it tokenizes the documents' text exactly where the report's
+    "tokenized" column (:data:`TOKENIZED_IN`) says the loop does."""
+    from lading.bench.synthetic import EMIT
+    from lading.ir import CrossEncoderCollator
+
+    return CrossEncoderCollator(
+        store,
+        tokenizer,
+        max_length=settings.max_length,
+        use_tokens=TOKENIZED_IN[strategy] != "collator",
+        emit=EMIT.get(strategy, "wide"),
+    )
+
+
 def rank_main(
     rank: int, cell: Cell, settings: Settings, data: BenchData, env: dict[str, str], out: Any
 ) -> None:
@@ -117,7 +132,7 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
     from lading.bench.synthetic import EMIT, PREFETCHED, Recorded
     from lading.dataloader import loader as make_loader
     from lading.device import to_device
-    from lading.ir import CrossEncoder, CrossEncoderCollator
+    from lading.ir import CrossEncoder
     from lading.ir.model import tiny_bert_config
     from lading.ir.train import CrossEncoderStep, groups_from_files
     from lading.procmem import process_memory
@@ -131,13 +146,7 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
     store_anon = process_memory().anon - anon_before  # the store alone: a dict, or ~nothing
     groups = groups_from_files(store, data.queries, data.qrels, data.negatives, settings)
     tokenizer = load_tokenizer(data.tokenizer)
-    collate = CrossEncoderCollator(
-        store,
-        tokenizer,
-        max_length=settings.max_length,
-        use_tokens=cell.strategy in READS_PACKED,
-        emit=EMIT.get(cell.strategy, "wide"),
-    )
+    collate = collator_for(cell.strategy, store, tokenizer, settings)
     resident = to_device(store, device) if EMIT.get(cell.strategy) == "rows" else None
     batch_size = settings.batch_size * (
         torch.cuda.device_count() if cell.parallel == "dp" and cuda else 1
