@@ -135,3 +135,16 @@ def test_a_collection_published_meanwhile_is_kept_not_replaced(
     assert (folder / "in-use").is_file()  # the first publication stands
     assert corpus.parent == folder and all(p.is_file() for p in (corpus, queries, qrels, run))
     assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no .tmp-* left over
+
+
+def test_a_launched_bench_refuses_the_ram_disk_before_joining(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lading.bench import GridOptions, Settings, run_bench
+
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    options = GridOptions(["packed"], [2], ["loader"], ramdisk=True)
+    with pytest.raises(ValueError, match=r"--ramdisk .* across nodes it is not supported"):
+        run_bench(options, Settings(), tmp_path / "out")
