@@ -52,6 +52,7 @@ class TsvBlock(NamedTuple):
         fields: the other named columns, name to column, in the file's order.
         lines: 1-based line number of each record.
         end: byte offset just past the block.
+        newlines: newline bytes in the block (where the next block's line numbers start).
     """
 
     ids: Column
@@ -59,6 +60,7 @@ class TsvBlock(NamedTuple):
     fields: dict[str, Column]
     lines: npt.NDArray[np.int64]
     end: int
+    newlines: int = 0
 
 
 def read_blocks(stream: IO[bytes], size: int | None = None) -> Iterator[RawBlock]:
@@ -66,15 +68,27 @@ def read_blocks(stream: IO[bytes], size: int | None = None) -> Iterator[RawBlock
 
     A UTF-8 byte-order mark at the very start is dropped, as the per-line reader does.
     """
+    line = 1
+    for data, start in whole_lines(stream, size):
+        yield RawBlock(data, start, line)
+        line += data.count(b"\n")
+
+
+def whole_lines(stream: IO[bytes], size: int | None = None) -> Iterator[tuple[bytes, int]]:
+    """``(bytes, offset)`` of each block of whole lines, about ``size`` bytes each, no BOM.
+
+    Each block is copied once (the previous read's partial last line joined to this read's
+    whole lines); line numbers are the caller's, who may know them without counting.
+    """
     size = size or BLOCK_BYTES
     carry = b""
-    start, line = 0, 1
+    start = 0
     first = True
     while True:
         data = stream.read(max(size, len(_BOM)) if first else size)
         if not data:
             if carry:
-                yield RawBlock(carry, start, line)
+                yield carry, start
             return
         if first:
             first = False
@@ -82,15 +96,14 @@ def read_blocks(stream: IO[bytes], size: int | None = None) -> Iterator[RawBlock
                 data, start = data[len(_BOM) :], len(_BOM)
                 if not data:
                     continue
-        buf = carry + data if carry else data
-        cut = buf.rfind(b"\n") + 1
+        cut = data.rfind(b"\n") + 1
         if cut == 0:
-            carry = buf
+            carry += data
             continue
-        block, carry = buf[:cut], buf[cut:]
-        yield RawBlock(block, start, line)
+        block = b"".join((carry, memoryview(data)[:cut])) if carry or cut < len(data) else data
+        carry = data[cut:]
+        yield block, start
         start += len(block)
-        line += block.count(b"\n")
 
 
 def scan_block(block: RawBlock, columns: tuple[str, ...] = ("id", "text")) -> TsvBlock | None:
@@ -111,6 +124,7 @@ def scan_block(block: RawBlock, columns: tuple[str, ...] = ("id", "text")) -> Ts
     if np.any(arr == 0):
         return None
     ends = np.flatnonzero(arr == 10)
+    newlines = len(ends) - (buf is not block.data)  # a newline added above is not the file's
     starts = np.empty_like(ends)
     starts[0] = 0
     starts[1:] = ends[:-1] + 1
@@ -120,7 +134,7 @@ def scan_block(block: RawBlock, columns: tuple[str, ...] = ("id", "text")) -> Ts
     starts, ends, number = starts[keep], ends[keep], number[keep]
     empty = Column(b"", np.empty(0, dtype=np.int64))
     if len(starts) == 0:
-        return TsvBlock(empty, empty, {}, number, block.start + len(block.data))
+        return TsvBlock(empty, empty, {}, number, block.start + len(block.data), newlines)
     tabs = np.flatnonzero(arr == 9)
     seps = len(columns) - 1
     first_tab = np.searchsorted(tabs, starts)
@@ -137,7 +151,8 @@ def scan_block(block: RawBlock, columns: tuple[str, ...] = ("id", "text")) -> Ts
         return None  # an id edge the per-line parser must judge (whitespace, control, non-ASCII)
     cols = {name: _cut(arr, a, b) for name, (a, b) in zip(columns, cut)}
     texts, ids = cols.pop("text"), cols.pop("id")
-    return TsvBlock(ids, texts, cols, number + block.line, block.start + len(block.data))
+    end = block.start + len(block.data)
+    return TsvBlock(ids, texts, cols, number + block.line, end, newlines)
 
 
 def _cut(
@@ -209,9 +224,13 @@ def scanned_blocks(
     stop = threading.Event()
 
     def produce() -> None:
+        line = 1
         try:
-            for raw in read_blocks(stream):
-                item = (raw, scan_block(raw, columns))
+            for data, start in whole_lines(stream):
+                raw = RawBlock(data, start, line)
+                scanned = scan_block(raw, columns)
+                line += scanned.newlines if scanned is not None else data.count(b"\n")
+                item = (raw, scanned)
                 while not stop.is_set():
                     try:
                         slots.put(item, timeout=0.1)
