@@ -110,6 +110,36 @@ def test_synth_documents_tsv_has_msmarco_columns_and_lengths(tmp_path: Path) -> 
     assert qrels[2] in set(ids)
 
 
+@pytest.mark.parametrize(
+    "kind,fmt", [("passages", "tsv"), ("documents", "tsv"), ("documents", "jsonl")]
+)
+def test_synth_workers_write_the_same_bytes_as_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, fmt: str
+) -> None:
+    import lading.synth as synth_module
+
+    monkeypatch.setattr(synth_module, "_BLOCK_WORDS", 3000)  # many blocks, several pool tasks
+    n = 900 if kind == "passages" else 60
+    one = synth_module.synth(kind, n, tmp_path / "one", queries=5, corpus_format=fmt)  # type: ignore[arg-type]
+    assert (
+        len(synth_module._blocks(synth_module._Generator(kind, n, 0)))
+        > 4 * synth_module._TASK_BLOCKS
+    )  # type: ignore[arg-type]
+    args = ["synth", kind, str(n), str(tmp_path / "two"), "--queries", "5", "--format", fmt]
+    assert main([*args, "--workers", "3"]) == 0
+    two = tmp_path / "two" / one.corpus.name
+    assert two.read_bytes() == one.corpus.read_bytes()
+    assert len(one.corpus.read_bytes().splitlines()) == n
+    assert not list((tmp_path / "two").glob("*.tmp-*"))
+
+
+def test_synth_refuses_no_workers(tmp_path: Path) -> None:
+    from lading.synth import synth
+
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        synth("passages", 10, tmp_path / "p", workers=0)
+
+
 def test_synth_passages_stream_as_msmarco_sized_lines(tmp_path: Path) -> None:
     from lading.synth import synth
 

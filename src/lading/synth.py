@@ -18,12 +18,16 @@ overlap run ranks relevant documents high, though not always first.
 Generation streams: every random draw is a counter-based hash of (seed, document, position),
 so blocks of documents are generated with a few numpy calls, any document can be regenerated
 alone (the run scores candidates that way), and memory does not grow with ``n``. Text bytes are
-assembled in numpy from a padded vocabulary matrix, not joined word by word in Python.
+assembled in numpy from a padded vocabulary matrix, not joined word by word in Python. Because
+blocks are independent, ``workers`` processes generate them side by side while this process
+writes them in order: the bytes do not depend on the number of workers.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -215,9 +219,8 @@ class _Generator:
 
     def text_bytes(self, words: np.ndarray) -> tuple[bytes, npt.NDArray[np.int64]]:
         """The words as text, each followed by a space, and the byte end of each word."""
-        widths = self.widths[words]
-        mask = np.arange(self.padded.shape[1]) < widths[:, None]
-        return self.padded[words][mask].tobytes(), np.cumsum(widths)
+        rows = np.take(self.padded, words, axis=0).ravel()  # take: ~2x faster than [words]
+        return rows[rows != 0].tobytes(), np.cumsum(self.widths[words])  # padding is the zeros
 
     def text(self, words: np.ndarray) -> str:
         return " ".join(self.vocab[w] for w in words.tolist())
@@ -254,6 +257,59 @@ def _corpus_block(gen: _Generator, lo: int, hi: int, corpus_format: CorpusFormat
     return b"".join(out)
 
 
+_WORKER: tuple[_Generator, CorpusFormat] | None = None
+_TASK_BLOCKS = 4  # blocks per task sent to a worker: ~15-20 MiB of text, pipes stay busy
+
+
+def _start_worker(gen: _Generator, corpus_format: CorpusFormat) -> None:
+    global _WORKER
+    _WORKER = (gen, corpus_format)
+
+
+def _worker_blocks(ranges: list[tuple[int, int]]) -> bytes:
+    assert _WORKER is not None, "the pool's initializer did not run"
+    gen, fmt = _WORKER
+    return b"".join(_corpus_block(gen, lo, hi, fmt) for lo, hi in ranges)
+
+
+def _corpus_chunks(gen: _Generator, fmt: CorpusFormat, workers: int) -> Iterator[bytes]:
+    """The corpus's bytes in order, generated here (``workers`` 1) or by a process pool.
+
+    The pool is fed at most two tasks per worker ahead of the writer, so memory stays bounded
+    however far generation runs ahead of the disk.
+    """
+    blocks = _blocks(gen)
+    if workers <= 1 or len(blocks) < 2:
+        for lo, hi in blocks:
+            yield _corpus_block(gen, lo, hi, fmt)
+        return
+    tasks = [blocks[i : i + _TASK_BLOCKS] for i in range(0, len(blocks), _TASK_BLOCKS)]
+    workers = min(workers, len(tasks))
+    import multiprocessing
+
+    # fork: workers inherit the generator's tables (building the vocabulary takes ~0.8 s), and
+    # spawn would re-run an unguarded __main__ script; only numpy runs in them
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(
+        workers, context, initializer=_start_worker, initargs=(gen, fmt)
+    ) as pool:
+        pending: list[Future[bytes]] = []
+        for task in tasks:
+            pending.append(pool.submit(_worker_blocks, task))
+            if len(pending) >= 2 * workers:
+                yield pending.pop(0).result()
+        for future in pending:
+            yield future.result()
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def synth(
     kind: Kind,
     n: int,
@@ -262,10 +318,12 @@ def synth(
     queries: int | None = None,
     seed: int = 0,
     corpus_format: CorpusFormat | None = None,
+    workers: int = 1,
 ) -> SynthFiles:
     """Write a synthetic collection of ``n`` documents into the folder ``out``.
 
-    Streams: memory stays a few tens of MiB whatever ``n`` (8.8M passages: ~3 GB written).
+    Streams: memory stays a few tens of MiB per process whatever ``n`` (8.8M passages: ~3 GB
+    written).
 
     Args:
         kind: ``"passages"`` or ``"documents"``.
@@ -275,7 +333,11 @@ def synth(
         seed: different seeds, different collections.
         corpus_format: documents only: ``"jsonl"`` (default, ``docs.jsonl``) or ``"tsv"``
             (``docs.tsv``: ``docid<TAB>url<TAB>title<TAB>body``); passages are always TSV.
+        workers: processes generating the corpus (1: this one; see ``default_workers``). The
+            output is the same bytes for any number.
     """
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
     gen = _Generator(kind, n, seed)
     fmt: CorpusFormat = corpus_format or ("tsv" if kind == "passages" else "jsonl")
     if fmt not in CORPUS_FORMATS or (kind == "passages" and fmt != "tsv"):
@@ -288,9 +350,13 @@ def synth(
     folder.mkdir(parents=True, exist_ok=True)
     corpus = folder / ("collection.tsv" if kind == "passages" else f"docs.{fmt}")
     tmp = corpus.with_name(corpus.name + f".tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        for lo, hi in _blocks(gen):
-            f.write(_corpus_block(gen, lo, hi, fmt))
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in _corpus_chunks(gen, fmt, workers):
+                f.write(chunk)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(corpus)
     files = SynthFiles(corpus, folder / "queries.tsv", folder / "qrels.txt", folder / "run.trec")
     _write_queries_qrels_run(gen, n_queries, files)

@@ -148,7 +148,7 @@ def _cmd_stage(args: argparse.Namespace) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from lading.synth import synth
+    from lading.synth import default_workers, synth
 
     files = synth(
         args.kind,
@@ -157,6 +157,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
         queries=args.queries,
         seed=args.seed,
         corpus_format=args.corpus_format,
+        workers=args.workers or default_workers(),
     )
     for name, path in files.__dict__.items():
         print(f"{name:8s} {path}")
@@ -249,5 +250,10 @@ def add_synth(sub: Any) -> None:
         dest="corpus_format",
         choices=["jsonl", "tsv"],
         help="documents: docs.jsonl (default) or docs.tsv (docid, url, title, body)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="processes generating the corpus (default: every core; same bytes for any number)",
     )
     p.set_defaults(func=_cmd_synth)
