@@ -120,10 +120,14 @@ def scan_block(block: RawBlock, columns: tuple[str, ...] = ("id", "text")) -> Ts
         buf.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    arr = np.frombuffer(buf, dtype=np.uint8)
-    if np.any(arr == 0):
+    if buf.find(0) >= 0:  # memchr: ~3x faster than a numpy comparison pass
         return None
-    ends = np.flatnonzero(arr == 10)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    # one pass finds tabs and newlines together (bytes below 11), a second sorts out the few
+    # other control bytes: half the passes over the block of one per separator
+    low = np.flatnonzero(arr < 11)
+    low_values = arr[low]
+    ends = low[low_values == 10]
     newlines = len(ends) - (buf is not block.data)  # a newline added above is not the file's
     starts = np.empty_like(ends)
     starts[0] = 0
@@ -135,7 +139,7 @@ def scan_block(block: RawBlock, columns: tuple[str, ...] = ("id", "text")) -> Ts
     empty = Column(b"", np.empty(0, dtype=np.int64))
     if len(starts) == 0:
         return TsvBlock(empty, empty, {}, number, block.start + len(block.data), newlines)
-    tabs = np.flatnonzero(arr == 9)
+    tabs = low[low_values == 9]
     seps = len(columns) - 1
     first_tab = np.searchsorted(tabs, starts)
     if np.any(np.searchsorted(tabs, ends) - first_tab != seps):
