@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
+import sys
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +27,38 @@ def write_file(path: Path, data: bytes | bytearray | memoryview | np.ndarray) ->
         f.flush()
         os.fsync(f.fileno())
     return {"size": view.nbytes, "crc32": zlib.crc32(view)}
+
+
+_SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start writeback of the range's dirty pages, no wait
+
+
+def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+    return call
+
+
+_sync_file_range = _libc_sync_file_range()
+
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to start writing ``length`` bytes at ``offset`` to the device, now.
+
+    Without it, pages written stay dirty until the final fsync (the kernel's own writeback
+    starts at 10% of RAM dirty, 2.4 GB here), so a build wrote its whole output after its last
+    byte instead of beside the work. ``sync_file_range(SYNC_FILE_RANGE_WRITE)`` does not wait and
+    does not make anything durable: the fsync before publishing still does that. A no-op where
+    the call does not exist (not Linux) or fails (some filesystems).
+    """
+    if _sync_file_range is not None:
+        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -20,12 +20,13 @@ from typing import BinaryIO
 import numpy as np
 import numpy.typing as npt
 
-from lading.disk.files import MappedFile
+from lading.disk.files import MappedFile, start_writeback
 from lading.errors import StoreFormatError
 
 OFFSET_DTYPE = np.dtype("<u8")
 _WRITE_BUFFER = 1 << 22  # flush column bytes to disk every 4 MiB
 _OFFSETS_BATCH = _WRITE_BUFFER // 8  # and offsets every 512Ki rows (4 MiB)
+_WRITEBACK_EVERY = 1 << 25  # start the disk on each 32 MiB written (see start_writeback)
 
 
 def column_files(column: str) -> tuple[str, str]:
@@ -49,6 +50,8 @@ class _BackgroundFile:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lading-write")
         self._pending: deque[Future[None]] = deque()
         self.crc = 0
+        self._size = 0  # bytes written
+        self._kicked = 0  # bytes whose writeback was started
 
     def _write(self, data: bytes) -> None:
         self.crc = zlib.crc32(data, self.crc)
@@ -56,6 +59,11 @@ class _BackgroundFile:
             self._file.write(data)
         except OSError as e:  # say which file: the thread's traceback will not be seen
             raise OSError(e.errno, e.strerror, str(self.path)) from e
+        self._size += len(data)
+        if self._size - self._kicked >= _WRITEBACK_EVERY:  # the disk writes beside the build
+            self._file.flush()
+            start_writeback(self._file.fileno(), self._kicked, self._size - self._kicked)
+            self._kicked = self._size
 
     def write(self, data: bytes) -> None:
         """Queue ``data`` (which must not change afterwards) to be written after earlier blocks."""
