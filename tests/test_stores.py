@@ -35,6 +35,19 @@ def make(request: pytest.FixtureRequest) -> StoreMaker:
     return _irds if request.param == "irds" else MAKERS[request.param]
 
 
+def test_irds_reads_a_local_msmarco_docs_tsv(tmp_path: Path) -> None:
+    pytest.importorskip("ir_datasets")
+    src = tmp_path / "docs.tsv"
+    src.write_text("D1\thttp://a\tTitle one\tbody one\nD2\thttp://b\tTitle two\tbody two\n")
+    store = lading.IrDatasetsStore.from_tsv(src)
+    assert len(store) == 2
+    assert store.get_many(["D2", "D1"]) == ["Title two body two", "Title one body one"]
+    bad = tmp_path / "three.tsv"
+    bad.write_text("D1\ttitle\tbody\n")
+    with pytest.raises(ValueError, match=r"three.tsv, line 1: 3 columns"):
+        lading.IrDatasetsStore.from_tsv(bad)
+
+
 def test_protocol(make: StoreMaker, tiny_tsv: Path, tmp_path: Path) -> None:
     store = make(tiny_tsv, tmp_path)
     assert len(store) == 5

@@ -27,8 +27,33 @@ def _register_local(dataset_id: str) -> None:
     from ir_datasets.formats import TsvDocs
     from ir_datasets.util import LocalDownload
 
-    docs = TsvDocs(LocalDownload(Path(dataset_id[len(_LOCAL) :])), namespace="lading-local")
+    path = Path(dataset_id[len(_LOCAL) :])
+    docs = TsvDocs(LocalDownload(path), doc_cls=_doc_class(path), namespace="lading-local")
     ir_datasets.registry.register(dataset_id, Dataset(docs))
+
+
+def _doc_class(path: Path) -> Any:
+    """ir_datasets' document type for a local TSV, from its first line's columns.
+
+    ``id<TAB>text`` (MS MARCO passages) reads as ``GenericDoc``; ``id<TAB>url<TAB>title<TAB>
+    body`` (``msmarco-docs.tsv``) as ``MsMarcoDocument``, the type ir_datasets itself gives MS
+    MARCO documents (its text is title + body).
+    """
+    from ir_datasets.datasets.msmarco_document import MsMarcoDocument
+    from ir_datasets.formats import GenericDoc
+
+    with open(path, "rb") as f:
+        first = f.readline()
+    tabs = first.count(b"\t")
+    if tabs == 1:
+        return GenericDoc
+    if tabs == 3:
+        return MsMarcoDocument
+    raise ValueError(
+        f"{path}, line 1: {tabs + 1} columns; ir_datasets reads a local TSV of id<TAB>text or "
+        "id<TAB>url<TAB>title<TAB>body (msmarco-docs.tsv). Build a lading store of other layouts "
+        "with --columns instead"
+    )
 
 
 class IrDatasetsStore(DocStore):
