@@ -6,7 +6,8 @@ under ``--work`` so a later call reuses it, and merging every figure into
 that file. Parts:
 
 - ``synth``: ``lading synth`` wall time and peak RSS (skipped when the corpus exists).
-- ``read``: reading the corpus once, cold: ``cat > /dev/null`` and a Python binary line loop.
+- ``read``: reading the corpus once, cold: ``cat > /dev/null`` and a Python binary line loop;
+  and ``cp`` of it to the work disk with ``sync``: the time to write as many bytes durably.
 - ``disk``: writing 2 GiB with ``dd`` (fsync included): what a build's writes can go at.
 - ``build``: ``lading build`` cold: wall time, MB/s, peak RSS, bytes written.
 - ``ids``: a build of ``--n`` rows with the same ids and one-word texts: the peak RSS that the
@@ -191,9 +192,13 @@ def part_read(c: Corpus) -> None:
     evict([c.tsv])
     loop = f"n = 0\nfor line in open({str(c.tsv)!r}, 'rb'):\n    n += 1\n"
     py = measured([PY, "-c", loop])
-    for r in (cat, py):
+    evict([c.tsv])
+    copy = c.dir / "copy.tsv"  # a durable copy on the store's disk: the build's writes alone
+    cp = measured(["sh", "-c", f"cp '{c.tsv}' '{copy}' && sync -f '{copy}'"])
+    copy.unlink()
+    for r in (cat, py, cp):
         r["mb_per_s"] = round(size / 1e6 / r["seconds"], 1)
-    save(c.key, "read", {"cat": cat, "python_lines": py, "bytes": size, "cold": True})
+    save(c.key, "read", {"cat": cat, "python_lines": py, "cp": cp, "bytes": size, "cold": True})
 
 
 def part_disk(c: Corpus) -> None:
@@ -364,12 +369,13 @@ def part_stores(c: Corpus) -> None:
     )
     out["offsets"] = measured([PY, "-c", code, str(c.tsv), str(c.offsets), c.columns])
     out["offsets"]["bytes_written"] = size_of(c.offsets)
-    if c.kind == "passages":  # ir_datasets' local TSV docs are id<TAB>text
-        code = (
-            "import sys; from lading.stores.irds import IrDatasetsStore; "
-            "s = IrDatasetsStore(sys.argv[1]); print(s.get_many(['0']))"
-        )
-        out["irds"] = measured([PY, "-c", code, irds_id(c)])
+    shutil.rmtree(irds_files(c)[0], ignore_errors=True)
+    # ir_datasets reads a local TSV as GenericDoc (passages) or MsMarcoDocument (4 columns)
+    code = (
+        "import sys; from lading.stores.irds import IrDatasetsStore; "
+        "s = IrDatasetsStore(sys.argv[1]); print(s.get_many([sys.argv[2]]))"
+    )
+    out["irds"] = measured([PY, "-c", code, irds_id(c), c.doc_id(np.array([0]))[0]])
     save(c.key, "stores", out)
 
 
@@ -417,7 +423,7 @@ def lookup_script(c: Corpus, work: Path) -> str:
 
 def part_lookup(c: Corpus, work: Path, seconds: float) -> None:
     out: dict[str, Any] = {"batch": BATCH, "seconds_each": seconds, "machine": machine()}
-    names = ["packed", "offsets"] + (["irds"] if c.kind == "passages" else [])
+    names = ["packed", "offsets", "irds"]
     for name in names:
         done = subprocess.run(
             [PY, "-c", lookup_script(c, work), name, str(seconds)], capture_output=True, text=True
@@ -459,7 +465,7 @@ print(m.anon, m.pss)
 def part_ranks(c: Corpus, work: Path) -> None:
     out: dict[str, Any] = {}
     script = _RANK.format(here=str(HERE), kind=c.kind, n=c.n, work=str(work))
-    names = ["packed", "offsets"] + (["irds"] if c.kind == "passages" else [])
+    names = ["packed", "offsets", "irds"]
     for name in names:
         procs = [
             subprocess.Popen([PY, "-c", script, name, str(r)], stdout=subprocess.PIPE, text=True)
@@ -484,10 +490,10 @@ def report() -> str:
     results = load_results()
     keys = sorted(results, key=lambda k: (k.split("-")[0] != "passages", k))
     out = [
-        "| corpus | text GB | synth s | cat s | Python line loop s | lading build s "
-        "| build MB/s | build / line loop | build CPU s / loop CPU s | build peak RSS MiB "
-        "| store GB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| corpus | text GB | synth s | cat s | Python line loop s | durable cp s "
+        "| lading build s | build MB/s | build / line loop | build / cp "
+        "| build CPU s / loop CPU s | build peak RSS MiB | store GB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key in keys:
         r = results[key]
@@ -497,13 +503,17 @@ def report() -> str:
         loop = read.get("python_lines", {})
         ratio = build["seconds"] / loop["seconds"] if build and loop else None
         cpu = build["cpu_seconds"] / loop["cpu_seconds"] if build and loop else None
+        cp = read.get("cp", {}).get("seconds")
+        over_cp = build["seconds"] / cp if cp else None
         tiled = f" (tiled from {synth['tiled_from']})" if "tiled_from" in synth else ""
         out.append(
             f"| {key}{tiled} | {_f(synth.get('bytes', build.get('bytes_in')) / 1e9, '.2f')} "
             f"| {_f(synth.get('seconds'), '.0f')} "
             f"| {_f(read.get('cat', {}).get('seconds'), '.1f')} "
-            f"| {_f(loop.get('seconds'), '.1f')} | {_f(build.get('seconds'), '.1f')} "
-            f"| {_f(build.get('mb_per_s'), '.0f')} | {_f(ratio, '.2f')} | {_f(cpu, '.1f')} "
+            f"| {_f(loop.get('seconds'), '.1f')} | {_f(cp, '.1f')} "
+            f"| {_f(build.get('seconds'), '.1f')} "
+            f"| {_f(build.get('mb_per_s'), '.0f')} | {_f(ratio, '.2f')} | {_f(over_cp, '.2f')} "
+            f"| {_f(cpu, '.1f')} "
             f"| {_f(build.get('peak_rss_mib'))} "
             f"| {_f(build.get('bytes_written', 0) / 1e9 or None, '.2f')} |"
         )
@@ -611,8 +621,7 @@ def main() -> None:
                 f"{notes.split(_TABLES)[1].strip()}",
                 "python benchmarks/bench_scale.py --kind passages --n 8800000 --parts all; "
                 "python benchmarks/bench_scale.py --kind documents --n 320000 --parts all; "
-                "python benchmarks/bench_scale.py --kind documents --n 3200000 --tile-from 320000 "
-                "--parts synth,read,build,ids,dict,stores,lookup,ranks; "
+                "python benchmarks/bench_scale.py --kind documents --n 3200000 --parts all; "
                 "python benchmarks/bench_scale.py --kind passages --n 200000 "
                 "--parts synth,tokenize; "
                 "python benchmarks/bench_scale.py --kind documents --n 6000 "
