@@ -10,6 +10,7 @@ their rows this way; :class:`RaggedWriter` writes a column in one streaming pass
 from __future__ import annotations
 
 import os
+import time
 import zlib
 from array import array
 from collections import deque
@@ -27,6 +28,9 @@ OFFSET_DTYPE = np.dtype("<u8")
 _WRITE_BUFFER = 1 << 22  # flush column bytes to disk every 4 MiB
 _OFFSETS_BATCH = _WRITE_BUFFER // 8  # and offsets every 512Ki rows (4 MiB)
 _WRITEBACK_EVERY = 1 << 25  # start the disk on each 32 MiB written (see start_writeback)
+# a row copied slower than this came from the device: a page-cache copy of a 7 KB document with
+# its UTF-8 decode takes ~1.5 us, a read from this machine's virtual disk 40-150 us
+_COLD_SECONDS = 10e-6
 
 
 def column_files(column: str) -> tuple[str, str]:
@@ -190,8 +194,11 @@ class RaggedColumn:
     ) -> None:
         bin_name, off_name = column_files(column)
         self.data = MappedFile(directory / bin_name, random_access)
-        self.offsets = MappedFile(directory / off_name, random_access).array(OFFSET_DTYPE)
+        self._offsets_file = MappedFile(directory / off_name, random_access)
+        self.offsets = self._offsets_file.array(OFFSET_DTYPE)
         self.dtype = np.dtype(dtype)
+        # read a batch's rows ahead while its pages come from the device (see texts)
+        self._read_ahead = random_access
         total = int(self.offsets[-1]) if len(self.offsets) else -1
         if (
             len(self.offsets) == 0
@@ -212,11 +219,26 @@ class RaggedColumn:
         return self.data.buffer[start:end].decode("utf-8")
 
     def texts(self, rows: npt.NDArray[np.int64]) -> list[str]:
-        """Rows decoded from UTF-8, in the order given."""
+        """Rows decoded from UTF-8, in the order given.
+
+        On a random-access column, a batch whose copy took longer than ``_COLD_SECONDS`` per row
+        came (at least partly) from the device: the next batches first ask for all their rows at
+        once (:meth:`MappedFile.will_need`), until a batch copies at page-cache speed again.
+        """
         buf = self.data.buffer
+        batch = len(rows) > 1 and self.data.random_access
+        if batch and self._read_ahead:
+            first = (np.asarray(rows, dtype=np.int64) * OFFSET_DTYPE.itemsize).tolist()
+            self._offsets_file.will_need(first, [f + 2 * OFFSET_DTYPE.itemsize for f in first])
+        started = time.perf_counter()
         starts = self.offsets[rows].tolist()
         ends = self.offsets[rows + 1].tolist()
-        return [buf[a:b].decode("utf-8") for a, b in zip(starts, ends)]
+        if batch and self._read_ahead:
+            self.data.will_need(starts, ends)
+        out = [buf[a:b].decode("utf-8") for a, b in zip(starts, ends)]
+        if batch:
+            self._read_ahead = time.perf_counter() - started > _COLD_SECONDS * len(starts)
+        return out
 
     def arrays(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
         """Rows as numpy views of the map (no copy), in the order given."""
