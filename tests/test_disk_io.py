@@ -52,6 +52,15 @@ def test_read_ahead_returns_the_same_rows_cold_or_warm(
     assert [column.texts(b) for b in batches] == expected
     assert not column._read_ahead
     assert column.texts(np.array([3])) == [rows[3].decode()]  # one row: never asks ahead
+    monkeypatch.setattr(ragged, "_COLD_SECONDS", 0.0)
+    monkeypatch.setattr(ragged, "_READ_AHEAD_ROWS", 10)
+    asked: list[int] = []
+    monkeypatch.setattr(column.data, "will_need", lambda s, e: asked.append(len(s)))
+    assert column.texts(np.arange(len(rows))) == [r.decode() for r in rows]  # all: no syscalls
+    assert asked == []
+    column.texts(np.arange(10))  # was warm: no read-ahead, but this batch looks cold
+    column.texts(np.arange(10))
+    assert asked == [10]
 
 
 def test_read_ahead_asks_for_every_page_of_every_row(

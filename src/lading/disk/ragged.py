@@ -31,6 +31,8 @@ _WRITEBACK_EVERY = 1 << 25  # start the disk on each 32 MiB written (see start_w
 # a row copied slower than this came from the device: a page-cache copy of a 7 KB document with
 # its UTF-8 decode takes ~1.5 us, a read from this machine's virtual disk 40-150 us
 _COLD_SECONDS = 10e-6
+# larger requests (every id of a store) are not lookups: a system call per row would cost more
+_READ_AHEAD_ROWS = 4096
 
 
 def column_files(column: str) -> tuple[str, str]:
@@ -221,12 +223,13 @@ class RaggedColumn:
     def texts(self, rows: npt.NDArray[np.int64]) -> list[str]:
         """Rows decoded from UTF-8, in the order given.
 
-        On a random-access column, a batch whose copy took longer than ``_COLD_SECONDS`` per row
-        came (at least partly) from the device: the next batches first ask for all their rows at
-        once (:meth:`MappedFile.will_need`), until a batch copies at page-cache speed again.
+        On a random-access column, a batch (up to ``_READ_AHEAD_ROWS`` rows) whose copy took
+        longer than ``_COLD_SECONDS`` per row came (at least partly) from the device: the next
+        batches first ask for all their rows at once (:meth:`MappedFile.will_need`), until a
+        batch copies at page-cache speed again.
         """
         buf = self.data.buffer
-        batch = len(rows) > 1 and self.data.random_access
+        batch = 1 < len(rows) <= _READ_AHEAD_ROWS and self.data.random_access
         if batch and self._read_ahead:
             first = (np.asarray(rows, dtype=np.int64) * OFFSET_DTYPE.itemsize).tolist()
             self._offsets_file.will_need(first, [f + 2 * OFFSET_DTYPE.itemsize for f in first])
