@@ -3,7 +3,8 @@
 Each build runs in a fresh interpreter that imports everything the build needs, then resets the
 kernel's high-water mark (``/proc/self/clear_refs``) so import-time spikes do not count; the
 peak is ``VmHWM`` after the build: the interpreter's resident set plus the build's own peak.
-Measured (2 cores): ~135 MiB at 200k rows and ~176 MiB at 2M (x1.3): the streaming buffers are
+Measured (2 cores, glibc's mmap threshold fixed at 1 MiB, see ``build_peak_kib``): ~103 MiB at
+200k rows and 120-133 MiB at 2M (x1.2): the streaming buffers are
 fixed, only the index arrays built at the end grow (~20 bytes a row for integer ids). Keeping
 the row offsets, line numbers and integer ids in RAM while streaming (32 bytes a row, as builds
 did before) measured x1.6 and fails; a Python object per row (~60+ bytes) fails by far.
@@ -12,6 +13,7 @@ did before) measured x1.6 and fails; a Python object per row (~60+ bytes) fails 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,11 +40,17 @@ _TEXT = b"lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod 
 
 def build_peak_kib(source: Path, dest: Path) -> dict[str, int]:
     """Resident set (KiB) of a fresh interpreter before building ``source``, and at its peak."""
+    # glibc raises its mmap threshold each time a large block is freed, after which 8 MiB
+    # blocks come from per-thread heaps that keep their pages: 30-80 MB more at 2M rows than at
+    # 200k (the longer build cycles more blocks through more arenas), bounded but timing-
+    # dependent (x1.22-1.57 measured). A fixed threshold measures what the build holds.
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(source), str(dest)],
         capture_output=True,
         text=True,
         check=False,
+        env=env,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return dict(json.loads(done.stdout.splitlines()[-1]))

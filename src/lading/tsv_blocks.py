@@ -116,10 +116,11 @@ def scan_block(block: RawBlock, columns: tuple[str, ...] = ("id", "text")) -> Ts
     buf = block.data
     if not buf.endswith(b"\n"):
         buf += b"\n"  # the file's last line had no newline
-    try:
-        buf.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+    if not buf.isascii():  # ASCII is valid UTF-8: skip making an 8 MiB str to find out
+        try:
+            buf.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
     if buf.find(0) >= 0:  # memchr: ~3x faster than a numpy comparison pass
         return None
     arr = np.frombuffer(buf, dtype=np.uint8)
@@ -219,6 +220,9 @@ def scanned_blocks(
 ) -> Iterator[tuple[RawBlock, TsvBlock | None]]:
     """Each block of ``stream`` with its scan, read and scanned on a thread ``ahead`` blocks early.
 
+    A block that scanned comes with its line and offset only (``data`` empty): the raw bytes are
+    kept for the per-line parser of a block that did not.
+
     Reading (a cold page cache waits on the disk) and numpy's passes over a block release the
     GIL, so they overlap the caller writing the previous block. Errors of the thread are raised
     here, in order; closing the iterator early stops the thread.
@@ -234,6 +238,8 @@ def scanned_blocks(
                 raw = RawBlock(data, start, line)
                 scanned = scan_block(raw, columns)
                 line += scanned.newlines if scanned is not None else data.count(b"\n")
+                if scanned is not None:  # its bytes are in the columns now: do not queue them twice
+                    raw = RawBlock(b"", start, raw.line)
                 item = (raw, scanned)
                 while not stop.is_set():
                     try:
