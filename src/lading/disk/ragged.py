@@ -230,13 +230,14 @@ class RaggedColumn:
         """
         buf = self.data.buffer
         batch = 1 < len(rows) <= _READ_AHEAD_ROWS and self.data.random_access
-        if batch and self._read_ahead:
+        ahead = batch and self._read_ahead
+        if ahead:
             first = (np.asarray(rows, dtype=np.int64) * OFFSET_DTYPE.itemsize).tolist()
             self._offsets_file.will_need(first, [f + 2 * OFFSET_DTYPE.itemsize for f in first])
         started = time.perf_counter()
         starts = self.offsets[rows].tolist()
         ends = self.offsets[rows + 1].tolist()
-        if batch and self._read_ahead:
+        if ahead:
             self.data.will_need(starts, ends)
         out = [buf[a:b].decode("utf-8") for a, b in zip(starts, ends)]
         if batch:
