@@ -20,21 +20,31 @@ def free_port() -> int:
 
 
 def _entry(
-    fn: Callable[..., Any], rank: int, world: int, port: int | None, args: tuple[Any, ...], out: Any
+    fn: Callable[..., Any],
+    rank: int,
+    world: int,
+    port: int | None,
+    args: tuple[Any, ...],
+    out: Any,
+    launcher_env: bool = True,
 ) -> None:
     try:
         if port is not None:
             import torch.distributed as dist
 
-            os.environ.update(
-                RANK=str(rank),
-                WORLD_SIZE=str(world),
-                LOCAL_RANK=str(rank),
-                LOCAL_WORLD_SIZE=str(world),
-            )
-            dist.init_process_group(
-                "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-            )
+            if launcher_env:  # as torchrun sets them
+                os.environ.update(
+                    RANK=str(rank),
+                    WORLD_SIZE=str(world),
+                    LOCAL_RANK=str(rank),
+                    LOCAL_WORLD_SIZE=str(world),
+                )
+            else:  # PyTorch's DDP tutorial: mp.spawn, MASTER_ADDR/PORT only, rank passed in
+                for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
+                    os.environ.pop(name, None)
+                os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            init = f"tcp://127.0.0.1:{port}" if launcher_env else "env://"
+            dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
         result = fn(rank, world, *args)
         if port is not None:
             dist.barrier()
@@ -45,16 +55,27 @@ def _entry(
 
 
 def run_processes(
-    fn: Callable[..., Any], world: int, *args: Any, gloo: bool = True, timeout: float = 120
+    fn: Callable[..., Any],
+    world: int,
+    *args: Any,
+    gloo: bool = True,
+    timeout: float = 120,
+    launcher_env: bool = True,
 ) -> list[Any]:
     """``fn(rank, world, *args)`` in ``world`` spawned processes; their results by rank.
+
+    With ``launcher_env`` False the group is joined as PyTorch's DDP tutorial does (no
+    ``RANK``/``LOCAL_RANK``/... variables, only ``MASTER_ADDR``/``MASTER_PORT``).
 
     Raises AssertionError with the child's traceback when a process fails or hangs.
     """
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port = free_port() if gloo else None
-    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, args, out)) for r in range(world)]
+    procs = [
+        ctx.Process(target=_entry, args=(fn, r, world, port, args, out, launcher_env))
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     results: dict[int, Any] = {}

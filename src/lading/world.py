@@ -97,17 +97,36 @@ class World:
         found = from_environment(os.environ if env is None else env)
         dist_rank = _distributed_rank_and_size()
         if dist_rank is not None and dist_rank != (found.rank, found.world_size):
-            rank, size = dist_rank
-            local_size = found.local_world_size if found.world_size == size else size
-            local = found.local_rank if found.world_size == size else rank
-            found = replace(found, rank=rank, world_size=size, local_rank=local)
-            found = replace(found, local_world_size=max(local_size, found.local_rank + 1))
+            found = _from_process_group(found, *dist_rank)
         worker_id, num_workers = _worker_id_and_count()
         return replace(found, worker_id=worker_id, num_workers=num_workers)
 
     def with_worker(self, worker_id: int, num_workers: int) -> World:
         """The same rank seen from DataLoader worker ``worker_id`` of ``num_workers``."""
         return replace(self, worker_id=worker_id, num_workers=num_workers)
+
+
+def _from_process_group(found: World, rank: int, size: int) -> World:
+    """``found`` (the launcher's view) corrected by an initialised process group's rank and size.
+
+    A group started without launcher variables (``mp.spawn`` + ``init_process_group(rank=r,
+    world_size=n)``, PyTorch's DDP tutorial) has no local rank or node: it is taken as one node
+    of ``size`` processes. Every field is replaced in one step, so no half-updated World is ever
+    validated (a rank 1 with the launcher's ``local_world_size`` of 1 is not an error).
+    """
+    if found.world_size == size:  # the launcher agrees on the size: keep its local layout
+        local, local_size, node = found.local_rank, found.local_world_size, found.node_rank
+    else:  # no (or another) launcher: one node holding the whole group
+        local, local_size, node = rank, size, 0
+    return replace(
+        found,
+        rank=rank,
+        world_size=size,
+        local_rank=local,
+        local_world_size=max(local_size, local + 1),
+        node_rank=node,
+        launcher=found.launcher if found.world_size == size else "torch.distributed",
+    )
 
 
 def resolve_shared_fs(shared_fs: bool | None = None) -> bool:
