@@ -403,3 +403,17 @@ def test_no_prefetch_flag_reaches_the_loop_config(kind: str, required: list[str]
     off = parser.parse_args(["train", kind, *required, "--no-prefetch"])
     assert on.prefetch is True and off.prefetch is False
     assert LoopConfig.of(off, 1).prefetch is False and LoopConfig.of(on, 1).prefetch is True
+
+
+def test_resident_lm_loader_reads_each_epoch_in_its_own_order(corpus: TokenCorpus) -> None:
+    # The device stream was cached under id(segment): after set_epoch the old segment is freed
+    # and the new one may get its address, so an epoch was read in the previous epoch's order.
+    host = LanguageModelLoader(corpus, 2, bptt=4, seed=7, world=World(0, 2))
+    resident = ResidentLanguageModelLoader(corpus, 2, 4, seed=7, world=World(0, 2), device="cpu")
+    wrong = []
+    for epoch in range(60):
+        host.set_epoch(epoch)
+        resident.set_epoch(epoch)
+        if run(resident) != run(host):
+            wrong.append(epoch)
+    assert wrong == []

@@ -45,7 +45,9 @@ class ResidentLanguageModelLoader(LanguageModelLoader):
     ) -> None:
         super().__init__(corpus, batch_size, bptt, *args, **kwargs)
         self.resident = resident if resident is not None else to_device(corpus, device)
-        self._on_device: tuple[int, ResidentStream] | None = None
+        # keyed by the segment object itself, held here: an id() could be reused by the next
+        # epoch's segment once this one is freed, and that epoch would read this one's order
+        self._on_device: tuple[Segment, ResidentStream] | None = None
 
     def loader(self, *args: Any, **kwargs: Any) -> Any:
         """Not available: a GPU-resident loader reads in the training process."""
@@ -56,13 +58,13 @@ class ResidentLanguageModelLoader(LanguageModelLoader):
 
     def _device_stream(self, seg: Segment) -> ResidentStream:
         """The segment's epoch stream on the device (its document order copied once)."""
-        if self._on_device is None or self._on_device[0] != id(seg):
+        if self._on_device is None or self._on_device[0] is not seg:
             stream = seg.stream
             assert stream is not None  # streams mode: the only mode read on the device
             on_device = ResidentStream(
                 self.resident, stream.doc_start, stream.lengths, stream.backwards
             )
-            self._on_device = (id(seg), on_device)
+            self._on_device = (seg, on_device)
         return self._on_device[1]
 
     def _iter_streams(self, seg: Segment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
