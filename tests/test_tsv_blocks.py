@@ -173,3 +173,29 @@ def test_every_way_of_cutting_a_column_gives_the_same_bytes(
     finally:
         lading.tsv_blocks._SLICE_COST = old
     assert got.values() == [data[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"1\thello\n2\tlast\r",  # a last line ending in \r without \n keeps its \r
+        b"1\thello\r\n2\tlast\r",
+        b"1\thello\r\n2\tlast\r\n",
+        b"\xc3\xa9\thello\n2\tlast\r",  # a non-ASCII id sends the block to the per-line parser
+        b"1\thello\n2\tlast\r\r\n",
+    ],
+)
+def test_every_store_reads_the_same_text(tmp_path: Path, content: bytes) -> None:
+    import lading
+    from lading.sources import read_records
+
+    path = tmp_path / "c.tsv"
+    path.write_bytes(content)
+    want = {r.id: r.text for r in read_records(path)}
+    stores = {
+        "packed": lading.build_store(path, tmp_path / "packed"),
+        "offsets": lading.OffsetStore.build(path, tmp_path / "offsets"),
+        "memory": lading.InMemoryStore.from_source(path),
+    }
+    for name, store in stores.items():
+        assert {i: store[i] for i in want} == want, name

@@ -134,7 +134,10 @@ def scan_block(block: RawBlock, columns: tuple[str, ...] = ("id", "text")) -> Ts
     starts[0] = 0
     starts[1:] = ends[:-1] + 1
     number = np.arange(len(ends), dtype=np.int64)
-    ends = ends - ((ends > starts) & (arr[ends - 1] == 13))  # CRLF reads as LF
+    crlf = (ends > starts) & (arr[ends - 1] == 13)  # CRLF reads as LF ...
+    if buf is not block.data:
+        crlf[-1] = False  # ... but a last line without a newline keeps its "\r", as per line
+    ends = ends - crlf
     keep = ends > starts  # blank lines hold no record
     starts, ends, number = starts[keep], ends[keep], number[keep]
     empty = Column(b"", np.empty(0, dtype=np.int64))
