@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import word_tokenizer, write
 from distributed import run_processes
@@ -359,3 +360,33 @@ def test_real_wikipedia_sample(data_dir: Path, tmp_path: Path) -> None:
     loader = LanguageModelLoader(corpus, 16, bptt=70, world=World())
     x, y = next(iter(loader))
     assert x.shape[0] == 16 and np.array_equal(y[:, :-1].numpy(), x[:, 1:].numpy())
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_packed_padding_is_never_scored(corpus: TokenCorpus, workers: int) -> None:
+    from lading.lm import IGNORE_INDEX
+
+    def make(boundaries: bool) -> Any:
+        loader = LanguageModelLoader(
+            corpus, 8, 16, mode="packed", boundaries=boundaries, world=World(0, 1), seed=3
+        )
+        return loader if workers == 0 else loader.loader(num_workers=workers)
+
+    plain = [(x.clone(), y.clone()) for x, y in make(False)]
+    marked = list(make(True))
+    assert len(plain) == len(marked) and plain
+    padded = 0
+    for (x, y), batch in zip(plain, marked):
+        scored = batch.loss_mask.bool()
+        assert torch.equal(x, batch.input_ids)
+        assert torch.equal(y[scored], batch.labels[scored])  # real labels kept as they are
+        assert bool((y[~scored] == IGNORE_INDEX).all())  # padding: never a real token's label
+        padded += int((~scored).sum())
+    assert padded > 0  # the corpus leaves padding in its packed windows
+    # and cross_entropy over (x, y) scores exactly the labels the loss mask scores
+    logits = torch.randn(*plain[0][1].shape, 600)
+    want = torch.nn.functional.cross_entropy(
+        logits[marked[0].loss_mask.bool()], marked[0].labels[marked[0].loss_mask.bool()]
+    )
+    got = torch.nn.functional.cross_entropy(logits.flatten(0, 1), plain[0][1].flatten())
+    assert torch.allclose(got, want)

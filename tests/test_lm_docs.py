@@ -164,8 +164,11 @@ def test_packing_cuts_no_document_and_loses_no_token(docs: Docs) -> None:
     windows = 0
     for x, y in data:
         for row_x, row_y in zip(x.tolist(), y.tolist()):
-            row = [*row_x, row_y[-1]]
+            last = EOS if row_y[-1] == -100 else row_y[-1]  # padding is labelled -100
+            row = [*row_x, last]
             owners = docs.owners(row)
+            # a label is -100 exactly where the token it names is padding
+            assert [y == -100 for y in row_y] == [o < 0 for o in owners[1:]]
             for i, (t, o) in enumerate(zip(row, owners)):
                 if o >= 0:
                     windows_of_doc.setdefault(o, set()).add(windows)

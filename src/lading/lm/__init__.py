@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from lading._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from lading.lm.boundaries import DocumentBatch
+    from lading.lm.boundaries import IGNORE_INDEX, DocumentBatch
     from lading.lm.corpus import TokenCorpus
     from lading.lm.loader import LanguageModelLoader
     from lading.lm.windows import TokenMixture
@@ -23,8 +23,9 @@ __getattr__ = lazy_attributes(
         "LanguageModelLoader": "lading.lm.loader",
         "TokenMixture": "lading.lm.windows",
         "DocumentBatch": "lading.lm.boundaries",
+        "IGNORE_INDEX": "lading.lm.boundaries",
     },
 )
 
 
-__all__ = ["DocumentBatch", "LanguageModelLoader", "TokenCorpus", "TokenMixture"]
+__all__ = ["IGNORE_INDEX", "DocumentBatch", "LanguageModelLoader", "TokenCorpus", "TokenMixture"]

@@ -30,6 +30,11 @@ import numpy.typing as npt
 import torch
 
 
+IGNORE_INDEX = -100
+"""The label of a position that is not scored in ``(x, y)`` batches (packed windows' padding):
+``torch.nn.functional.cross_entropy``'s default ``ignore_index``, as in transformers."""
+
+
 class DocumentBatch(NamedTuple):
     """A batch of windows with its document boundaries (``boundaries=True``)."""
 

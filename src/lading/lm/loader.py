@@ -32,7 +32,8 @@ same planner (``interleave``).
 
 ``mode="packed"`` serves windows of ``seq_len + 1`` tokens into which whole documents were
 packed by best-fit decreasing (:mod:`lading.lm.packing`): no document is cut unless it is
-longer than a window, and the rest of a window is padding (:meth:`packing_stats`). The packed
+longer than a window, and the rest of a window is padding (:meth:`packing_stats`), labelled
+``IGNORE_INDEX`` (-100, what ``cross_entropy`` skips) in ``(x, y)`` batches. The packed
 windows are the epoch's positions, planned, shuffled and resumed exactly like ``"windows"``.
 A :class:`~lading.lm.windows.TokenMixture` in place of the corpus mixes several corpora by
 weight in either of those modes. ``boundaries=True`` makes every batch a
@@ -60,7 +61,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from lading.lm.boundaries import DocumentBatch, document_batch
+from lading.lm.boundaries import IGNORE_INDEX, DocumentBatch, document_batch
 from lading.lm.bptt import Jitter, check_jitter, jitter_of, max_seq, seq_lengths
 from lading.lm.corpus import TokenCorpus
 from lading.lm.segment import BatchKey, Segment
@@ -315,14 +316,17 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         slots = share.slice(lo, min(lo + self.batch_size, take)).positions()
         order = feistel_permutation(slots, seg.n, self.seed, epoch) if self.shuffle else slots
         rows, width = len(order), self.bptt + 1
-        segments = np.empty((rows, width), dtype=np.int64) if self.boundaries else None
+        padded = self.boundaries or self.mode == "packed"  # packed windows end in padding
+        segments = np.empty((rows, width), dtype=np.int64) if padded else None
         for row, window in enumerate(order.tolist()):
             windows.read(window, x[row, :width], None if segments is None else segments[row])
-        if segments is not None:
+        if self.boundaries:
+            assert segments is not None
             return document_batch(x[:rows, :width], segments, self.eod_mask_loss)
-        return torch.from_numpy(x[:rows, : self.bptt]), torch.from_numpy(
-            x[:rows, 1 : self.bptt + 1]
-        )
+        y = x[:rows, 1:width]
+        if segments is not None:  # padding is labelled IGNORE_INDEX: cross_entropy skips it
+            y = np.where(segments[:, 1:] < 0, IGNORE_INDEX, y)
+        return torch.from_numpy(x[:rows, : self.bptt]), torch.from_numpy(y)
 
     # ------------------------------------------------------------------ DataLoader workers
     # ``loader(num_workers)`` (from BatchKeyed) builds batches in workers: worth it when batches
