@@ -29,7 +29,6 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-
 IGNORE_INDEX = -100
 """The label of a position that is not scored in ``(x, y)`` batches (packed windows' padding):
 ``torch.nn.functional.cross_entropy``'s default ``ignore_index``, as in transformers."""
