@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from lading.loading.loader import ResumableLoader
 from lading.loading.order import epoch_order
-from lading.loading.plan import Plan, batch_count, check_equalize, plan
+from lading.loading.plan import Plan, batch_count, check_epoch, check_equalize, plan
 from lading.loading.state import Cursor
 from lading.split import Runs
 from lading.world import World
@@ -88,6 +88,15 @@ class MapSource:
         self.world = world or World.detect()
         self.epoch_aware = epoch_aware
         self.cursor = Cursor()
+        check_epoch(
+            n,
+            self.world.world_size,
+            equalize,
+            batch_size,
+            drop_partial_batch,
+            items="samples",
+            readers_are="world_size",
+        )
 
     def set_epoch(self, epoch: int) -> None:
         self.cursor.start_epoch(epoch)

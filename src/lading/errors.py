@@ -40,6 +40,14 @@ class OutOfSpaceError(LadingError, OSError):
         return str(self.strerror)
 
 
+class EmptyEpochError(LadingError, ValueError):
+    """A loader's data and settings give every rank an epoch of no batch.
+
+    Under DDP that is zero steps on every rank, without a word; refused when the loader is
+    made, naming the numbers and what to change.
+    """
+
+
 class StaleStoreWarning(UserWarning):
     """The source a store was built from has changed since the build."""
 

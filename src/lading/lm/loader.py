@@ -61,6 +61,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from lading.errors import EmptyEpochError
 from lading.lm.boundaries import IGNORE_INDEX, DocumentBatch, document_batch
 from lading.lm.bptt import Jitter, check_jitter, jitter_of, max_seq, seq_lengths
 from lading.lm.corpus import TokenCorpus
@@ -69,7 +70,7 @@ from lading.lm.stream import EpochStream
 from lading.lm.windows import EpochWindows, TokenMixture, WindowSource
 from lading.loading.loader import BatchKeyed
 from lading.loading.order import Salt, feistel_permutation, generator
-from lading.loading.plan import batch_count, check_equalize, plan
+from lading.loading.plan import batch_count, check_epoch, check_equalize, plan
 from lading.loading.source import StatefulSource
 from lading.loading.state import Cursor
 from lading.split import Runs
@@ -168,6 +169,34 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         self.cursor = Cursor()
         self._segment: Segment | None = None
         self._keyed: tuple[tuple[int, int], Segment] | None = None  # planned for keys
+        self._check_epoch()
+
+    def _check_epoch(self) -> None:
+        """Refuse settings whose first epoch has no batch, as every lading loader does."""
+        if self.mode == "streams":
+            seg = self._current()  # raises itself when the tokens cannot fill the streams
+            if seg.batches == 0:
+                raise EmptyEpochError(
+                    f"an epoch of 0 batches on every rank: {seg.n} tokens give each of "
+                    f"{seg.plan.readers} streams (world_size x batch_size) {seg.plan.each}, "
+                    "too few for one batch; use a smaller batch_size or fewer processes"
+                )
+            return
+        windows = self._windows.of_epoch(0).n
+        if windows == 0 and self.mode == "windows":
+            raise EmptyEpochError(
+                "an epoch of 0 batches on every rank: the corpus holds no window of bptt + 1 = "
+                f"{self.bptt + 1} tokens; use a smaller bptt"
+            )
+        check_epoch(
+            windows,
+            self.world.world_size,
+            self.equalize,
+            self.batch_size,
+            self.drop_partial_batch,
+            items="windows",
+            readers_are="world_size",
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         """What a DataLoader worker gets: no buffer, no plan (an epoch stream holds the token
@@ -212,7 +241,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         streams = world_size * batch_size
         p = plan(len(base), streams, self.equalize, resumed=resumed)
         if p.each < 1 and len(base):
-            raise ValueError(
+            raise EmptyEpochError(
                 f"{len(base)} tokens cannot fill {streams} streams "
                 "(world_size x batch_size); use a smaller batch_size or equalize='pad'"
             )

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lading.errors import EmptyEpochError
 from lading.split import Runs
 
 EQUALIZE: tuple[str, ...] = ("pad", "truncate")
@@ -45,6 +46,42 @@ def batch_count(items: int, batch_size: int, drop_partial_batch: bool) -> int:
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     return items // batch_size if drop_partial_batch else -(-items // batch_size)
+
+
+def check_epoch(
+    n: int,
+    readers: int,
+    equalize: str,
+    batch_size: int,
+    drop_partial_batch: bool,
+    *,
+    items: str,
+    readers_are: str,
+) -> None:
+    """Refuse settings whose fresh epoch of ``n`` ``items`` yields no batch on any reader.
+
+    Every loader calls this when it is made, so all of them refuse alike: an empty source,
+    ``equalize="truncate"`` over fewer items than readers (``readers_are`` says what a reader
+    is, e.g. "world_size x num_workers"), a share smaller than a batch that
+    ``drop_partial_batch`` drops. Raises :class:`~lading.errors.EmptyEpochError`.
+    """
+    each = plan(n, readers, equalize).each
+    if batch_count(each, batch_size, drop_partial_batch) > 0:
+        return
+    if n == 0:
+        why = f"there are no {items} to read"
+    elif each == 0:
+        why = (
+            f"{n} {items} cannot give each of {readers} readers ({readers_are}) one with "
+            "equalize='truncate': use equalize='pad', or fewer processes or workers"
+        )
+    else:
+        why = (
+            f"each of {readers} readers ({readers_are}) gets {each} {items}, fewer than "
+            f"batch_size={batch_size}, and drop_partial_batch=True drops that partial batch: "
+            "use a smaller batch_size or drop_partial_batch=False"
+        )
+    raise EmptyEpochError(f"an epoch of 0 batches on every rank: {why}")
 
 
 @dataclass(frozen=True)

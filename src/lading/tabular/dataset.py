@@ -30,7 +30,7 @@ from torch.utils.data import Dataset
 
 from lading.loading.loader import BatchKeyed, ResumableLoader
 from lading.loading.order import Salt, permutation
-from lading.loading.plan import Plan, batch_count, check_equalize, plan
+from lading.loading.plan import Plan, batch_count, check_epoch, check_equalize, plan
 from lading.loading.state import Cursor
 from lading.split import Runs
 from lading.tabular.plan import Piece, epoch_pieces, parquet_files, pieces_of, share_of_runs
@@ -138,12 +138,15 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
 
     def _check_readers(self) -> None:
         readers = self.world.world_size * max(1, self.num_workers)
-        if plan(self.total_rows, readers, self.equalize).each == 0:
-            raise ValueError(
-                f"{self.total_rows} rows cannot give each of {readers} readers (world_size x "
-                "num_workers) a row: use fewer DataLoader workers or processes, or "
-                "equalize='pad'"
-            )
+        check_epoch(
+            self.total_rows,
+            readers,
+            self.equalize,
+            self.batch_size,
+            self.drop_partial_batch,
+            items="rows",
+            readers_are="world_size x num_workers",
+        )
 
     # ------------------------------------------------------------------ planning
 

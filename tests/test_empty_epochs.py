@@ -1,0 +1,70 @@
+"""Every loader refuses alike settings that give every rank an epoch of no batch.
+
+Under DDP, zero batches is zero optimizer steps on every rank and no error: the run "trains"
+and nothing is learned. The map-style loader, the three LM modes and partitioned parquet all
+refuse when made, with an EmptyEpochError naming the numbers and what to change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lading
+from conftest import word_tokenizer, write
+from contracts import Numbers
+from lading.errors import EmptyEpochError
+from lading.lm import LanguageModelLoader, TokenCorpus
+from lading.tabular import PartitionedParquet
+from lading.world import World
+
+
+def test_map_loader_truncate_over_fewer_items_than_ranks() -> None:
+    with pytest.raises(EmptyEpochError, match=r"3 samples cannot give each of 4 .*equalize='pad'"):
+        lading.loader(Numbers(3), batch_size=2, equalize="truncate", world=World(1, 4))
+    # padding gives every rank one sample; truncate over enough samples is fine
+    assert len(list(lading.loader(Numbers(3), 2, world=World(1, 4), collate_fn=list))) == 1
+    assert len(lading.loader(Numbers(8), 2, equalize="truncate", world=World(1, 4))) == 1
+
+
+def test_map_loader_empty_dataset_and_dropped_partial_batch() -> None:
+    with pytest.raises(EmptyEpochError, match="there are no samples"):
+        lading.loader(Numbers(0), batch_size=2, world=World())
+    with pytest.raises(EmptyEpochError, match=r"gets 3 samples, fewer than batch_size=4"):
+        lading.loader(Numbers(6), batch_size=4, drop_partial_batch=True, world=World(0, 2))
+
+
+@pytest.fixture
+def small_corpus(tmp_path: Path) -> TokenCorpus:
+    words = [f"w{i}" for i in range(20)]
+    src = write(tmp_path / "docs.txt", "w1 w2 w3\n\nw4 w5\n")  # 7 tokens with end-of-text
+    return TokenCorpus.build(src, tmp_path / "c", word_tokenizer(words, tmp_path / "t.json"))
+
+
+def test_windows_longer_than_the_corpus(small_corpus: TokenCorpus) -> None:
+    with pytest.raises(EmptyEpochError, match=r"no window of bptt \+ 1 = 17 tokens"):
+        LanguageModelLoader(small_corpus, 2, 16, mode="windows", world=World())
+    assert len(LanguageModelLoader(small_corpus, 2, 3, mode="windows", world=World())) == 1
+
+
+def test_lm_modes_refuse_alike(small_corpus: TokenCorpus) -> None:
+    with pytest.raises(EmptyEpochError, match=r"7 tokens cannot fill 16 streams"):
+        LanguageModelLoader(small_corpus, 8, 4, equalize="truncate", world=World(0, 2))
+    with pytest.raises(EmptyEpochError, match=r"windows cannot give each of 8 readers"):
+        LanguageModelLoader(small_corpus, 1, 2, mode="windows", equalize="truncate",
+                            world=World(0, 8))  # fmt: skip
+    packed = LanguageModelLoader(small_corpus, 1, 4, mode="packed", world=World(0, 2))
+    assert len(packed) >= 1  # two documents, padded to two windows: one each
+
+
+def test_parquet_refuses_alike(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"x": np.arange(3)}), path)
+    with pytest.raises(EmptyEpochError, match=r"3 rows cannot give each of 4 readers"):
+        PartitionedParquet(path, batch_size=1, equalize="truncate", world=World(0, 4))
+    with pytest.raises(EmptyEpochError, match=r"fewer than batch_size=8"):
+        PartitionedParquet(path, batch_size=8, drop_partial_batch=True, world=World())
