@@ -417,3 +417,12 @@ def test_resident_lm_loader_reads_each_epoch_in_its_own_order(corpus: TokenCorpu
         if run(resident) != run(host):
             wrong.append(epoch)
     assert wrong == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where CUDA is absent")
+def test_prefetcher_without_cuda_names_the_fix() -> None:
+    from lading.errors import DeviceUnavailableError
+
+    with pytest.raises(DeviceUnavailableError, match=r"'cuda'.*CUDA is not available.*'cpu'"):
+        DevicePrefetcher([1, 2], "cuda")
+    assert list(DevicePrefetcher([1, 2], "cpu")) == [1, 2]

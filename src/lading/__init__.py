@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from lading._version import __version__
 from lading.errors import (
+    DeviceUnavailableError,
     EmptyEpochError,
     LadingError,
     SkippedRecordsWarning,
@@ -49,6 +50,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "DevicePrefetcher",
+    "DeviceUnavailableError",
     "DocStore",
     "EmptyEpochError",
     "InMemoryStore",

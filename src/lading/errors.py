@@ -48,6 +48,10 @@ class EmptyEpochError(LadingError, ValueError):
     """
 
 
+class DeviceUnavailableError(LadingError, RuntimeError):
+    """The device asked for is not in this process (no CUDA build, no GPU, a bad index)."""
+
+
 class StaleStoreWarning(UserWarning):
     """The source a store was built from has changed since the build."""
 

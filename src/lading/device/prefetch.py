@@ -28,6 +28,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from lading.errors import DeviceUnavailableError
+
 
 class _InFlight(NamedTuple):
     """A batch pulled from the loader: its staged copy, the loader's state after it, the
@@ -64,6 +66,24 @@ def tensors(batch: Any) -> list[torch.Tensor]:
     return found
 
 
+def check_cuda(device: torch.device) -> None:
+    """Raise :class:`~lading.errors.DeviceUnavailableError` naming why ``device`` (a CUDA
+    device) cannot be used here and what to pass instead, before torch fails deep inside."""
+    if not torch.cuda.is_available():
+        built = f"built with CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU build"
+        raise DeviceUnavailableError(
+            f"device {str(device)!r}: CUDA is not available in this process (torch "
+            f"{torch.__version__}, {built}); pass device='cpu' (batches are then handed out "
+            "as they come), or run where a GPU and a CUDA build of torch are"
+        )
+    count = torch.cuda.device_count()
+    if device.index is not None and not 0 <= device.index < count:
+        raise DeviceUnavailableError(
+            f"device {str(device)!r}: this process sees {count} CUDA device(s), 0 to "
+            f"{count - 1}; pass one of them (under torchrun: f'cuda:{{local_rank}}')"
+        )
+
+
 class DevicePrefetcher:
     """Iterate it like the loader it wraps; batches arrive already on ``device``.
 
@@ -82,6 +102,8 @@ class DevicePrefetcher:
         self.loader = loader
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
+        if self.cuda:
+            check_cuda(self.device)
         if depth is None:
             depth = 2 if self.cuda else 0
         if depth < 0:
