@@ -72,7 +72,7 @@ def plain(batch: Any) -> list[Any]:
 def run(loader: Any, steps: int | None = None) -> list[Any]:
     out = []
     for batch in loader:
-        out.append(plain(batch))  # copied now: the LM loader reuses its buffer
+        out.append(plain(batch))
         if steps is not None and len(out) == steps:
             break
     return out
@@ -147,8 +147,8 @@ def test_workers_loader_resumes_exactly_with_batches_in_flight() -> None:
 
 
 @pytest.mark.parametrize("depth", [0, 2])
-def test_lm_tuples_with_a_reused_buffer(corpus: TokenCorpus, depth: int) -> None:
-    """The LM loader hands out views of one buffer (refilled every batch with
+def test_lm_tuples_pulled_ahead_stay_intact(corpus: TokenCorpus, depth: int) -> None:
+    """The LM loader hands out views of a chunk of stream (a new one every batch with
     ``chunk_batches=1``); pulled ahead they must not change."""
     want = run(lm_loader(corpus, chunk_batches=1))
     pre = DevicePrefetcher(lm_loader(corpus, chunk_batches=1), "cpu", depth)

@@ -13,10 +13,13 @@ last ones wrap around to the start of the epoch stream, so every token is used a
 takes the same number of batches (``equalize="truncate"`` drops the tail instead). The cut is
 the loader core's planner (:mod:`lading.loading.plan`) with one reader per stream.
 
-In this process, batches are views of one ``(batch_size, chunk)`` int64 buffer, filled in bulk
-a chunk of stream at a time: ``x = buf[:, o:o+L]`` and ``y = buf[:, o+1:o+L+1]``, as cheap as
-slicing a pre-batchified tensor, without the tensor. They stay valid until the next batch is
-asked for; ``.to(device)`` (or ``.clone()``) them to keep them. :meth:`LanguageModelLoader.loader`
+In this process, whole-epoch streams are read in bulk, a chunk of ``chunk_batches`` batches of
+stream at a time into a fresh ``(batch_size, chunk)`` int64 array, and each batch is a view of
+it: ``x = chunk[:, o:o+L]`` and ``y = chunk[:, o+1:o+L+1]`` (as fastai slices its batchified
+tensor; ``y`` is ``x`` shifted, so they share memory: clone before changing one in place). The
+loader never writes a chunk again once it has handed out a batch of it, so batches belong to the
+caller as a DataLoader's do: ``list(loader)`` keeps every batch intact. Other batches (windows,
+packed, after an elastic resume) are arrays of their own. :meth:`LanguageModelLoader.loader`
 builds the same batches in DataLoader workers instead (persistent ones too): every batch is
 asked for by a key that says which batch of which segment it is; a worker reads its rows.
 
@@ -80,6 +83,18 @@ __all__ = ["MODES", "LanguageModelLoader", "feistel_permutation"]
 
 MODES: tuple[str, ...] = ("streams", "windows", "packed")
 Batch = tuple[torch.Tensor, torch.Tensor] | DocumentBatch
+
+
+def owned(view: npt.NDArray[np.int64]) -> torch.Tensor:
+    """A contiguous tensor of its own holding ``view``'s values: what the loader hands out, so
+    that no later batch (which refills the loader's scratch buffer) changes a batch a user
+    kept, as with any DataLoader."""
+    return torch.from_numpy(view.copy())
+
+
+def chunk_view(view: npt.NDArray[np.int64]) -> torch.Tensor:
+    """A tensor over ``view``, a slice of a chunk the loader filled once and never reuses."""
+    return torch.from_numpy(view)
 
 
 class LanguageModelLoader(BatchKeyed, StatefulSource):
@@ -165,7 +180,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         self._windows = EpochWindows(corpus, self.documents, mode, bptt, seed, shuffle, backwards)
         self.max_seq = max_seq(bptt, bptt_jitter) if mode == "streams" else bptt
         width = self.max_seq * max(1, chunk_batches) + 1
-        self._buffer = np.zeros((batch_size, width), dtype=np.int64)
+        self._chunk = (batch_size, width)  # the shape of each chunk of stream read at once
         self.cursor = Cursor()
         self._segment: Segment | None = None
         self._keyed: tuple[tuple[int, int], Segment] | None = None  # planned for keys
@@ -202,7 +217,6 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         """What a DataLoader worker gets: no buffer, no plan (an epoch stream holds the token
         map, which would be pickled as a copy of the corpus); the corpus pickles as its path."""
         state = dict(self.__dict__)
-        state["_buffer"] = np.zeros((0, 0), dtype=np.int64)
         state["_segment"] = state["_keyed"] = None
         return state
 
@@ -282,7 +296,8 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
 
     def _iter_streams(self, seg: Segment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Whole-epoch streams, read a buffer of many batches at a time."""
-        buf, cursor, length, stream = self._buffer, self.cursor, seg.plan.each, seg.stream
+        cursor, length, stream = self.cursor, seg.plan.each, seg.stream
+        buf = np.empty((0, 0), dtype=np.int64)  # the chunk being read; none yet
         assert stream is not None
         first_stream = self.world.rank * self.batch_size
         offset = seg.offset(cursor.batches)  # stream position of the next batch
@@ -290,10 +305,14 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         while cursor.batches < seg.batches:
             seq = seg.seqs[cursor.batches]
             if offset - base + seq + 1 > filled:
+                # a fresh chunk for each refill: batches already handed out are views of the
+                # old one, which the loader lets go of and never writes again
                 keep = filled - (offset - base) if filled else 0
+                fresh = np.empty(self._chunk, dtype=np.int64)
                 if keep > 0:
-                    buf[:, :keep] = buf[:, offset - base : filled].copy()
-                want = min(buf.shape[1], length + 1 - offset)
+                    fresh[:, :keep] = buf[:, offset - base : filled]
+                buf = fresh
+                want = min(self._chunk[1], length + 1 - offset)
                 for row in range(self.batch_size):
                     start = (first_stream + row) * length + offset + keep
                     stream.read(start, buf[row, keep:want])
@@ -301,11 +320,9 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
             col = offset - base
             cursor.batches += 1
             offset += seq
-            # numpy slicing + from_numpy measured faster than slicing a torch view of the buffer
-            yield (
-                torch.from_numpy(buf[:, col : col + seq]),
-                torch.from_numpy(buf[:, col + 1 : col + seq + 1]),
-            )
+            # views of this chunk, which no later batch overwrites (numpy slicing + from_numpy
+            # measured faster than slicing a torch view); y is x shifted by one, as in fastai
+            yield chunk_view(buf[:, col : col + seq]), chunk_view(buf[:, col + 1 : col + seq + 1])
 
     def _build(self, seg: Segment, cursor: Cursor, batch: int, x: npt.NDArray[np.int64]) -> Batch:
         """Batch ``batch`` of ``seg``, read row by row into ``x`` (``[batch_size, seq + 1]``)."""
@@ -328,8 +345,8 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
                     stream.read(start + 1, y[row, filled : filled + stop - start])
                     filled += stop - start
         if y is None:
-            return torch.from_numpy(x[:, :seq]), torch.from_numpy(x[:, 1 : seq + 1])
-        return torch.from_numpy(x[:, :seq]), torch.from_numpy(y[:, :seq])
+            return owned(x[:, :seq]), owned(x[:, 1 : seq + 1])
+        return owned(x[:, :seq]), owned(y[:, :seq])
 
     def _window_batch(
         self,
@@ -355,7 +372,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         y = x[:rows, 1:width]
         if segments is not None:  # padding is labelled IGNORE_INDEX: cross_entropy skips it
             y = np.where(segments[:, 1:] < 0, IGNORE_INDEX, y)
-        return torch.from_numpy(x[:rows, : self.bptt]), torch.from_numpy(y)
+        return owned(x[:rows, : self.bptt]), owned(y)
 
     # ------------------------------------------------------------------ DataLoader workers
     # ``loader(num_workers)`` (from BatchKeyed) builds batches in workers: worth it when batches

@@ -1,0 +1,123 @@
+"""What owned LM batches cost: this tree's loader against a baseline revision, side by side.
+
+    python benchmarks/bench_lm_owned.py [--baseline REV] [--copies 3] [--repeats 5] [--write]
+
+Before, :class:`~lading.lm.LanguageModelLoader` yielded views of one reused buffer, which the
+next batch overwrote (``list(loader)`` kept other batches' tokens). Now a whole-epoch stream is
+read into a fresh chunk per refill (batches are views of it, never written again) and other
+batches are arrays of their own. ``--baseline`` (default: the last revision with the reused
+buffer) is checked out into a temporary git worktree; each repeat runs one epoch of each tree in
+a fresh process (``PYTHONPATH`` to that tree's ``src``), alternating, so drift hits both alike.
+Same corpus (the Wikipedia sample of ../shared/data read ``--copies`` times, BPE 8,000), batch
+64 x bptt 70, streams and windows modes. Timed window: one whole epoch, nothing consuming the
+batches (the loader alone: the worst case). Median and min–max over the repeats.
+``--write`` puts the table in benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_lm import BATCH, BPTT, build
+from common import HERE, write_section
+
+BASELINE = "3e3486f"  # the last revision whose LM loader reused one buffer for every batch
+
+
+def child(corpus_path: str, mode: str) -> None:
+    """One epoch in this process; prints tokens/s."""
+    from lading.lm import LanguageModelLoader, TokenCorpus
+    from lading.world import World
+
+    loader = LanguageModelLoader(
+        TokenCorpus.open(corpus_path), BATCH, BPTT, mode=mode, world=World(), seed=1
+    )
+    started, tokens = time.perf_counter(), 0
+    for x, _ in loader:
+        tokens += x.numel()
+    print(json.dumps(tokens / (time.perf_counter() - started)))
+
+
+def run(src: Path, corpus: str, mode: str) -> float:
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE}"}
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", mode, "--corpus", corpus],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--baseline", default=BASELINE)
+    parser.add_argument("--copies", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", default="bench-out/lm")
+    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    parser.add_argument("--child")
+    parser.add_argument("--corpus")
+    args = parser.parse_args()
+    if args.child:
+        child(args.corpus, args.child)
+        return
+    corpus = str(build(args.copies, Path(args.out)).path)
+    repo = HERE.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        old_tree = Path(tmp) / "baseline"
+        subprocess.run(
+            ["git", "-C", str(repo), "worktree", "add", "--detach", str(old_tree), args.baseline],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            lines = table(old_tree / "src", repo / "src", corpus, args)
+        finally:
+            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(old_tree)])
+    report = "\n".join(lines)
+    print(report)
+    if args.write:
+        write_section(
+            HERE / "RESULTS.md",
+            "Language model: owned batches",
+            report,
+            "python benchmarks/bench_lm_owned.py --write",
+        )
+
+
+def table(old: Path, new: Path, corpus: str, args: argparse.Namespace) -> list[str]:
+    lines = [
+        f"Corpus: the Wikipedia sample read {args.copies} times. Batch {BATCH} x bptt {BPTT}; "
+        f"timed window: one whole epoch, loader alone, one fresh process per epoch; "
+        f"{args.repeats} repeats alternating baseline ({args.baseline}: one reused buffer) and "
+        "this tree (owned batches); median [min–max] tokens/s.",
+        "",
+        "| mode | baseline: reused buffer | owned batches | owned / baseline (medians) |",
+        "|---|---:|---:|---:|",
+    ]
+    for mode in ("streams", "windows"):
+        runs: dict[str, list[float]] = {"old": [], "new": []}
+        for _ in range(args.repeats):
+            runs["old"].append(run(old, corpus, mode))
+            runs["new"].append(run(new, corpus, mode))
+        o, n = runs["old"], runs["new"]
+        lines.append(
+            f"| {mode} | {statistics.median(o):,.0f} [{min(o):,.0f}–{max(o):,.0f}] | "
+            f"{statistics.median(n):,.0f} [{min(n):,.0f}–{max(n):,.0f}] | "
+            f"{statistics.median(n) / statistics.median(o):.3f} |"
+        )
+    return lines
+
+
+if __name__ == "__main__":
+    main()
