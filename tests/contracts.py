@@ -33,6 +33,21 @@ def batches_of(loader: Any, key: Callable[[Any], list[Any]]) -> list[list[Any]]:
     return [key(batch) for batch in loader]
 
 
+def assert_batches_kept(
+    make_loader: MakeLoader, world: World, num_workers: int, key: Callable[[Any], list[Any]]
+) -> None:
+    """Batches kept past the next one (``list(loader)``) are the batches as they came: no
+    loader hands out a view that a later batch overwrites."""
+    as_they_came = make_loader(world, num_workers)
+    as_they_came.set_epoch(1)
+    want = batches_of(as_they_came, key)  # each batch read before the next one is asked for
+    kept_loader = make_loader(world, num_workers)
+    kept_loader.set_epoch(1)
+    kept = list(kept_loader)
+    assert len(kept) == len(want) > 0
+    assert [key(batch) for batch in kept] == want, "a kept batch was overwritten by a later one"
+
+
 def assert_exact_partition(
     make_loader: MakeLoader,
     world_size: int,

@@ -22,6 +22,7 @@ import pytest
 from conftest import word_tokenizer, write
 from contracts import (
     Numbers,
+    assert_batches_kept,
     assert_elastic,
     assert_exact_partition,
     assert_resumes,
@@ -262,6 +263,12 @@ def test_resume_is_bitwise(kind: str, workers: int, world_size: int, data_dir: P
     k = KINDS[kind](61, data_dir)
     for rank in range(world_size):
         assert_resumes(k.make, World(rank, world_size), workers, midpoint=2, key=k.key, epoch=1)
+
+
+@pytest.mark.parametrize(("kind", "workers"), kinds_and_workers((0, 2)))
+def test_kept_batches_are_the_batches_as_they_came(kind: str, workers: int, data_dir: Path) -> None:
+    k = KINDS[kind](61, data_dir)
+    assert_batches_kept(k.make, World(1, 2), workers, k.key)
 
 
 @pytest.mark.parametrize(("kind", "workers"), kinds_and_workers((0, 2)))
