@@ -68,3 +68,15 @@ def test_parquet_refuses_alike(tmp_path: Path) -> None:
         PartitionedParquet(path, batch_size=1, equalize="truncate", world=World(0, 4))
     with pytest.raises(EmptyEpochError, match=r"fewer than batch_size=8"):
         PartitionedParquet(path, batch_size=8, drop_partial_batch=True, world=World())
+
+
+def test_dataloader_drop_last_is_refused_naming_the_two_arguments(
+    small_corpus: TokenCorpus, tmp_path: Path
+) -> None:
+    # DataLoader's drop_last means two things under DDP; lading names them apart and refuses
+    # the DataLoader name rather than guess (it was a deprecated alias with two meanings)
+    fix = r"drop_last=\.\.\.\) is not a lading argument: pass drop_partial_batch=True"
+    with pytest.raises(TypeError, match=r"lading\.loader\(" + fix):
+        lading.loader(Numbers(8), 2, drop_last=True, world=World())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"LanguageModelLoader\(" + fix):
+        LanguageModelLoader(small_corpus, 1, 2, drop_last=False)  # type: ignore[arg-type]

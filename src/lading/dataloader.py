@@ -18,7 +18,6 @@ left out, with ``equalize="truncate"``) to even out the new world size's shares.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sized
 from typing import Any, NamedTuple, Protocol
 
@@ -27,7 +26,14 @@ import numpy.typing as npt
 
 from lading.loading.loader import ResumableLoader
 from lading.loading.order import epoch_order
-from lading.loading.plan import Plan, batch_count, check_epoch, check_equalize, plan
+from lading.loading.plan import (
+    Plan,
+    batch_count,
+    check_epoch,
+    check_equalize,
+    plan,
+    refuse_drop_last,
+)
 from lading.loading.state import Cursor
 from lading.split import Runs
 from lading.world import World
@@ -164,9 +170,9 @@ def loader(
     num_workers: int = 0,
     pin_memory: bool = False,
     shuffle: bool = True,
-    drop_last: bool | None = None,
     seed: int = 0,
     *,
+    drop_last: None = None,
     equalize: str = "pad",
     drop_partial_batch: bool = False,
     world: World | None = None,
@@ -184,7 +190,7 @@ def loader(
         num_workers: DataLoader worker processes per rank. Stores reopen lazily in each.
         pin_memory: page-locked batches for faster host-to-device copies (GPU only).
         shuffle, seed: the epoch order is a permutation from (seed, epoch).
-        drop_last: deprecated; ``True`` is ``equalize="truncate", drop_partial_batch=True``.
+        drop_last: refused with a TypeError naming lading's two arguments for it.
         equalize: ``"pad"`` repeats samples from the start of the order to even out the
             shares, ``"truncate"`` leaves the last ``n % world_size`` out.
         drop_partial_batch: leave out each rank's last batch when it is not full.
@@ -195,15 +201,7 @@ def loader(
     """
     if not isinstance(dataset, Sized):
         raise TypeError("lading.loader needs a map-style dataset with __len__")
-    if drop_last is not None:
-        warnings.warn(
-            "lading.loader(drop_last=...) is deprecated: pass equalize='truncate' and "
-            "drop_partial_batch=True (drop_last=True) or nothing (drop_last=False)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        if drop_last:
-            equalize, drop_partial_batch = "truncate", True
+    refuse_drop_last(drop_last, "lading.loader")
     source = MapSource(
         len(dataset),
         batch_size=batch_size,

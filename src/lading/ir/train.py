@@ -233,7 +233,6 @@ def train(config: TrainConfig) -> dict[str, Any]:
         num_workers=config.num_workers,
         pin_memory=pin,
         shuffle=True,
-        drop_last=False,
         seed=config.seed,
         world=world,
     )

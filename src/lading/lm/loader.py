@@ -56,7 +56,6 @@ the hidden state a row carries, are not (reset it: an old row has no counterpart
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -73,7 +72,13 @@ from lading.lm.stream import EpochStream
 from lading.lm.windows import EpochWindows, TokenMixture, WindowSource
 from lading.loading.loader import BatchKeyed
 from lading.loading.order import Salt, feistel_permutation, generator
-from lading.loading.plan import batch_count, check_epoch, check_equalize, plan
+from lading.loading.plan import (
+    batch_count,
+    check_epoch,
+    check_equalize,
+    plan,
+    refuse_drop_last,
+)
 from lading.loading.source import StatefulSource
 from lading.loading.state import Cursor
 from lading.split import Runs
@@ -108,7 +113,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         shuffle: permute documents (and windows) each epoch.
         backwards: read every stream from its end to its start (for backward LMs).
         seed: with the epoch, fixes every order and length.
-        drop_last: deprecated; ``True`` is ``equalize="truncate", drop_partial_batch=True``.
+        drop_last: refused with a TypeError naming lading's two arguments for it.
         world: rank and world size (default: detected; the global rank).
         mode: ``"streams"`` (continuity across batches), ``"windows"`` or ``"packed"``.
         documents: use only these documents (e.g. a training split), in this base order.
@@ -131,7 +136,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         shuffle: bool = True,
         backwards: bool = False,
         seed: int = 0,
-        drop_last: bool | None = None,
+        drop_last: None = None,
         world: World | None = None,
         mode: str = "streams",
         documents: npt.ArrayLike | None = None,
@@ -156,15 +161,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         if batch_size < 1 or bptt < 1:
             raise ValueError(f"batch_size and bptt must be >= 1, got {batch_size}, {bptt}")
         check_jitter(bptt_jitter)
-        if drop_last is not None:
-            warnings.warn(
-                "LanguageModelLoader(drop_last=...) is deprecated: pass equalize='truncate' "
-                "and drop_partial_batch=True (drop_last=True) or nothing (drop_last=False)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            if drop_last:
-                equalize, drop_partial_batch = "truncate", True
+        refuse_drop_last(drop_last, "LanguageModelLoader")
         self.corpus, self.batch_size, self.bptt = corpus, batch_size, bptt
         self.jitter, self.shuffle, self.backwards = bptt_jitter, shuffle, backwards
         self.seed, self.mode = seed, mode

@@ -48,6 +48,22 @@ def batch_count(items: int, batch_size: int, drop_partial_batch: bool) -> int:
     return items // batch_size if drop_partial_batch else -(-items // batch_size)
 
 
+def refuse_drop_last(drop_last: object, where: str) -> None:
+    """Refuse DataLoader's ``drop_last`` (lading splits its two effects) naming what to pass.
+
+    DataLoader's ``drop_last=True`` drops a rank's last partial batch; under DDP the sampler's
+    own ``drop_last`` also cuts the data to equal shares. lading names these separately:
+    ``drop_partial_batch`` and ``equalize``. A user typing the DataLoader name gets this error,
+    never a silent guess at which of the two was meant.
+    """
+    if drop_last is not None:
+        raise TypeError(
+            f"{where}(drop_last=...) is not a lading argument: pass drop_partial_batch=True to "
+            "leave out each rank's last partial batch (DataLoader's drop_last), and "
+            "equalize='truncate' to cut the data to equal shares (DistributedSampler's)"
+        )
+
+
 def check_epoch(
     n: int,
     readers: int,
