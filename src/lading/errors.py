@@ -26,6 +26,11 @@ class SourceError(LadingError, ValueError):
         super().__init__(f"{where}: {reason}")
 
 
+class LoaderStateError(LadingError, ValueError):
+    """A saved loader state that this loader cannot continue from (message says why: another
+    kind of loader, a newer state version, other data or settings)."""
+
+
 class StoreFormatError(LadingError):
     """A store directory is missing, truncated, foreign or of an unsupported version."""
 

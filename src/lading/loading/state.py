@@ -24,14 +24,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lading.errors import LoaderStateError
 from lading.split import Runs
 
 STATE_FORMAT = "lading.loader-state"
 STATE_VERSION = 2
-
-
-class LoaderStateError(ValueError):
-    """A saved loader state that this loader cannot continue from (message says why)."""
 
 
 @dataclass

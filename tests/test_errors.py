@@ -1,0 +1,36 @@
+"""Every error lading raises on purpose is a LadingError, exported from the package top."""
+
+from __future__ import annotations
+
+import inspect
+
+import lading
+import lading.errors
+
+
+def test_every_error_is_a_lading_error_and_exported() -> None:
+    errors = {
+        name: cls
+        for name, cls in vars(lading.errors).items()
+        if inspect.isclass(cls)
+        and issubclass(cls, Exception)
+        and cls.__module__ == "lading.errors"
+        and not issubclass(cls, Warning)
+    }
+    assert len(errors) >= 7
+    for name, cls in errors.items():
+        assert issubclass(cls, lading.LadingError), name
+        assert getattr(lading, name) is cls and name in lading.__all__, f"{name} not exported"
+
+
+def test_loader_state_error_is_one_class() -> None:
+    from lading.loading import LoaderStateError
+    from lading.loading.state import STATE_FORMAT, STATE_VERSION, check
+
+    assert LoaderStateError is lading.LoaderStateError
+    try:
+        check({"format": STATE_FORMAT, "version": STATE_VERSION, "kind": "lm"}, "map", {})
+    except lading.LadingError as e:  # callers catch lading's errors with one except
+        assert "lm" in str(e)
+    else:
+        raise AssertionError("a state of another loader kind was accepted")
