@@ -19,7 +19,7 @@ it: ``x = chunk[:, o:o+L]`` and ``y = chunk[:, o+1:o+L+1]`` (as fastai slices it
 tensor; ``y`` is ``x`` shifted, so they share memory: clone before changing one in place). The
 loader never writes a chunk again once it has handed out a batch of it, so batches belong to the
 caller as a DataLoader's do: ``list(loader)`` keeps every batch intact. Other batches (windows,
-packed, after an elastic resume) are arrays of their own. :meth:`LanguageModelLoader.loader`
+packed, after an elastic resume) are views of an array filled for that batch alone. :meth:`LanguageModelLoader.loader`
 builds the same batches in DataLoader workers instead (persistent ones too): every batch is
 asked for by a key that says which batch of which segment it is; a worker reads its rows.
 
@@ -90,15 +90,9 @@ MODES: tuple[str, ...] = ("streams", "windows", "packed")
 Batch = tuple[torch.Tensor, torch.Tensor] | DocumentBatch
 
 
-def owned(view: npt.NDArray[np.int64]) -> torch.Tensor:
-    """A contiguous tensor of its own holding ``view``'s values: what the loader hands out, so
-    that no later batch (which refills the loader's scratch buffer) changes a batch a user
-    kept, as with any DataLoader."""
-    return torch.from_numpy(view.copy())
-
-
 def chunk_view(view: npt.NDArray[np.int64]) -> torch.Tensor:
-    """A tensor over ``view``, a slice of a chunk the loader filled once and never reuses."""
+    """A tensor over ``view``, a slice of an array the loader filled once and never reuses
+    (a chunk of stream, or one batch's windows): the caller owns it."""
     return torch.from_numpy(view)
 
 
@@ -285,8 +279,9 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         if self.mode == "streams" and cursor.base is None:
             yield from self._iter_streams(segment)
             return
-        x = np.zeros((self.batch_size, self.max_seq + 1), dtype=np.int64)
         while cursor.batches < segment.batches:
+            # a fresh array per batch: the batch handed out is a view of it, never reused
+            x = np.empty((self.batch_size, self.max_seq + 1), dtype=np.int64)
             batch = self._build(segment, cursor, cursor.batches, x)
             cursor.batches += 1
             yield batch
@@ -342,8 +337,8 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
                     stream.read(start + 1, y[row, filled : filled + stop - start])
                     filled += stop - start
         if y is None:
-            return owned(x[:, :seq]), owned(x[:, 1 : seq + 1])
-        return owned(x[:, :seq]), owned(y[:, :seq])
+            return chunk_view(x[:, :seq]), chunk_view(x[:, 1 : seq + 1])
+        return chunk_view(x[:, :seq]), chunk_view(y[:, :seq])
 
     def _window_batch(
         self,
@@ -369,7 +364,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         y = x[:rows, 1:width]
         if segments is not None:  # padding is labelled IGNORE_INDEX: cross_entropy skips it
             y = np.where(segments[:, 1:] < 0, IGNORE_INDEX, y)
-        return owned(x[:rows, : self.bptt]), owned(y)
+        return chunk_view(x[:rows, : self.bptt]), chunk_view(y)
 
     # ------------------------------------------------------------------ DataLoader workers
     # ``loader(num_workers)`` (from BatchKeyed) builds batches in workers: worth it when batches
@@ -393,7 +388,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         cursor = Cursor(key.epoch, key.segment, base, key.batch)
         if self._keyed is None or self._keyed[0] != (key.epoch, key.segment):
             self._keyed = ((key.epoch, key.segment), self._plan_segment(cursor, self.layout()))
-        x = np.zeros((self.batch_size, self.max_seq + 1), dtype=np.int64)
+        x = np.empty((self.batch_size, self.max_seq + 1), dtype=np.int64)
         return self._build(self._keyed[1], cursor, key.batch, x)
 
     # ------------------------------------------------------------------ state
