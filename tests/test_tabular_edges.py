@@ -62,18 +62,35 @@ def test_a_null_item_inside_an_int_list_is_refused_not_turned_into_nan(tmp_path:
     assert "fill_null" in message
 
 
-def test_a_null_int_is_refused_naming_file_row_group_row_and_column(tmp_path: Path) -> None:
+def test_a_null_int_is_refused_when_the_dataset_opens(tmp_path: Path) -> None:
     path = write(
         tmp_path / "s.parquet",
         {"session_id": pa.array([0, 1, 2, None, 4, 5], pa.int64())},
         row_group_size=3,
     )
-    ds = PartitionedParquet(path, batch_size=6, shuffle=False, world=ONE)
+    # the footer's statistics count the null: refused before the first batch, not mid-epoch
     with pytest.raises(ValueError) as e:
-        read_all(ds)
+        PartitionedParquet(path, batch_size=6, shuffle=False, world=ONE)
     message = str(e.value)
     assert str(path) in message and "row group 1" in message and "'session_id'" in message
     assert "row 3 of the file" in message and "fill_null" in message
+
+
+def test_a_null_int_without_statistics_is_refused_when_read(tmp_path: Path) -> None:
+    path = tmp_path / "s.parquet"
+    table = pa.table({"session_id": pa.array([0, 1, 2, None, 4, 5], pa.int64())})
+    pq.write_table(table, path, row_group_size=3, write_statistics=False)
+    ds = PartitionedParquet(path, batch_size=6, shuffle=False, world=ONE)
+    with pytest.raises(ValueError, match=r"row group 1, row 0 of it \(row 3 of the file\)"):
+        read_all(ds)
+
+
+def test_empty_lists_are_not_nulls(tmp_path: Path) -> None:
+    items = pa.array([[1], [], [2, 3]], pa.list_(pa.int64()))
+    path = write(tmp_path / "s.parquet", {"items": items})
+    ds = PartitionedParquet(path, batch_size=3, list_columns={"items": 2}, shuffle=False, world=ONE)
+    (batch,) = read_all(ds)
+    assert batch["items"].dtype == torch.int64 and batch["items_lengths"].tolist() == [1, 0, 2]
 
 
 def test_a_null_list_is_refused(tmp_path: Path) -> None:

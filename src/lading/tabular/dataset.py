@@ -35,7 +35,7 @@ from lading.loading.state import Cursor
 from lading.split import Runs
 from lading.tabular.files import check_schemas, parquet_files, scan
 from lading.tabular.plan import Piece, epoch_pieces, share_of_runs
-from lading.tabular.read import RowReader, check_columns
+from lading.tabular.read import RowReader, check_columns, check_counted_nulls
 from lading.world import World
 
 ParquetLoader = ResumableLoader  # the name this loader had before the core was shared
@@ -110,11 +110,12 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
             drop_partial_batch = drop_last
         self.files = parquet_files(paths)
         self.pieces: list[Piece]
-        self.pieces, schemas = scan(self.files)
+        self.pieces, schemas, footers = scan(self.files)
         self.columns = list(columns) if columns is not None else list(schemas[0].names)
         list_columns = dict(list_columns or {})
         check_schemas(self.files, schemas, self.columns)
         check_columns(schemas[0], self.columns, list_columns, self.files[0])
+        check_counted_nulls(self.files, footers, [c for c in self.columns if c not in list_columns])
         self.rows = RowReader(self.columns, list_columns, pad, pad_value)
         batch_count(0, batch_size, drop_partial_batch)  # checks batch_size
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed

@@ -85,8 +85,9 @@ def _is_debris(folder: Path) -> bool:
     return bool(_BUILD_DEBRIS.search(folder.name))
 
 
-def scan(files: Sequence[Path]) -> tuple[list[Piece], list[Any]]:
-    """The non-empty row groups of ``files`` and each file's Arrow schema, from the footers.
+def scan(files: Sequence[Path]) -> tuple[list[Piece], list[Any], list[Any]]:
+    """The non-empty row groups of ``files``, each file's Arrow schema and parquet metadata,
+    from the footers.
 
     Raises:
         ValueError: a file is not parquet (e.g. empty or truncated), naming it.
@@ -94,7 +95,7 @@ def scan(files: Sequence[Path]) -> tuple[list[Piece], list[Any]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pieces, schemas = [], []
+    pieces, schemas, footers = [], [], []
     for file in files:
         try:
             footer = pq.ParquetFile(file)
@@ -104,6 +105,7 @@ def scan(files: Sequence[Path]) -> tuple[list[Piece], list[Any]]:
             ) from e
         metadata = footer.metadata
         schemas.append(footer.schema_arrow)
+        footers.append(metadata)
         for i in range(metadata.num_row_groups):
             rows = metadata.row_group(i).num_rows
             if rows:
@@ -111,7 +113,7 @@ def scan(files: Sequence[Path]) -> tuple[list[Piece], list[Any]]:
     if not pieces:
         shown = ", ".join(str(f) for f in files[:3]) + (", ..." if len(files) > 3 else "")
         raise ValueError(f"no rows in {len(files)} parquet file(s): {shown}")
-    return pieces, schemas
+    return pieces, schemas, footers
 
 
 def check_schemas(files: Sequence[Path], schemas: Sequence[Any], columns: Sequence[str]) -> None:

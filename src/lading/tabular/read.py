@@ -72,24 +72,12 @@ class RowReader:
             for name in self.columns:
                 found = first_null(table.column(name))
                 if found is not None:
-                    row, what = found[0] + fragment.start, found[1]  # row of the row group
-                    self._refuse_null(
-                        fragment.piece.path, fragment.piece.row_group, name, row, what
-                    )
+                    piece = fragment.piece
+                    metadata = self._file(piece.path).metadata
+                    row = found[0] + fragment.start  # of the row group
+                    raise null_error(piece.path, metadata, piece.row_group, row, name, found[1])
             tables.append(table)
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-
-    def _refuse_null(self, path: str, row_group: int, name: str, row: int, what: str) -> None:
-        """Raise for a null at ``row`` of a row group: a tensor has no null, and the only way
-        to hold one would be a float NaN, silently changing an int column's dtype."""
-        metadata = self._file(path).metadata
-        before = sum(metadata.row_group(i).num_rows for i in range(row_group))
-        raise ValueError(
-            f"{path}, row group {row_group}, row {row} of it (row {before + row} of the "
-            f"file): column {name!r} {what}; a tensor cannot hold a null (it would turn "
-            f"into NaN and the column into float64). Fill the nulls when writing the file "
-            f"({FILL_HOW}) or leave the column out of columns="
-        )
 
     def tensors(self, table: Any) -> dict[str, torch.Tensor]:
         """Columns as tensors; list columns padded to their ``max_len`` plus ``<name>_lengths``."""
@@ -107,6 +95,44 @@ class RowReader:
             else:
                 out[name] = torch.from_numpy(column.to_numpy(zero_copy_only=False).copy())
         return out
+
+
+def null_error(
+    path: str | os.PathLike[str], metadata: Any, row_group: int, row: int, name: str, what: str
+) -> ValueError:
+    """The error for a null at ``row`` of a row group: a tensor has no null, and the only way
+    to hold one would be a float NaN, silently changing an int column's dtype."""
+    before = sum(metadata.row_group(i).num_rows for i in range(row_group))
+    return ValueError(
+        f"{path}, row group {row_group}, row {row} of it (row {before + row} of the "
+        f"file): column {name!r} {what}; a tensor cannot hold a null (it would turn "
+        f"into NaN and the column into float64). Fill the nulls when writing the file "
+        f"({FILL_HOW}) or leave the column out of columns="
+    )
+
+
+def check_counted_nulls(files: Sequence[Any], footers: Sequence[Any], flat: Sequence[str]) -> None:
+    """Raise when the footers' statistics count a null in a column of ``flat`` (not lists).
+
+    This finds a null when the dataset opens instead of when its batch comes, mid-epoch; only
+    the flagged column chunk is read, to name the row. List columns are left to
+    :meth:`RowReader.read`: their leaf statistics count an empty list as a null too.
+    """
+    import pyarrow.parquet as pq
+
+    for file, metadata in zip(files, footers):
+        leaves = {metadata.schema.column(j).path: j for j in range(metadata.num_columns)}
+        wanted = [(name, leaves[name]) for name in flat if name in leaves]
+        for group in range(metadata.num_row_groups):
+            chunks = metadata.row_group(group)
+            for name, j in wanted:
+                stats = chunks.column(j).statistics
+                if stats is None or not stats.has_null_count or not stats.null_count:
+                    continue
+                column = pq.ParquetFile(file).read_row_group(group, columns=[name]).column(name)
+                found = first_null(column)
+                if found is not None:
+                    raise null_error(file, metadata, group, found[0], name, found[1])
 
 
 def first_null(column: Any) -> tuple[int, str] | None:

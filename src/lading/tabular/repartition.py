@@ -153,7 +153,7 @@ def _inputs(src: PathsArg, target: Path) -> tuple[list[Path], list[Piece], Any]:
                 "whole (deleting the input); write the output to another folder"
             )
     files = parquet_files(src, exclude=[target])
-    pieces, schemas = scan(files)
+    pieces, schemas, _ = scan(files)
     names = list(schemas[0].names)
     check_schemas(files, schemas, names)  # the rewrite keeps every column
     for file, schema in zip(files[1:], schemas[1:]):
