@@ -70,8 +70,8 @@ def _walk(top: Path, skip: set[Path]) -> list[Path]:
             raise ValueError(
                 f"{here} holds the output of `lading repartition` ({DATASET_MARK}) inside "
                 f"{top}: reading {top} would read its rows twice, once from the sources and "
-                f"once from the copy. Read {here} alone, move it out of {top}, or list the "
-                "files to read"
+                f"once from the copy. Read {here} alone, move it out of {top}, or pass the "
+                "folders or files to read as a list"
             )
         dirs[:] = sorted(
             d for d in dirs if (here / d).resolve() not in skip and not _is_debris(here / d)
