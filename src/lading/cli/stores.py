@@ -229,8 +229,17 @@ def add_store_commands(sub: Any) -> None:
 def add_repartition(sub: Any) -> None:
     """The parser of ``repartition``."""
     p = sub.add_parser("repartition", help="rewrite parquet into row groups for N readers")
-    p.add_argument("src", nargs="+", help="parquet files or folders")
-    p.add_argument("dst", help="folder to write")
+    p.add_argument(
+        "src",
+        nargs="+",
+        help="parquet files or folders (a folder is read recursively, leaving out dst, the "
+        "staging folders of killed runs; another repartition output inside it is refused)",
+    )
+    p.add_argument(
+        "dst",
+        help="folder to write; an earlier output there is replaced atomically (never mixed "
+        "with new files), any other non-empty folder is refused",
+    )
     p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--workers", type=int, default=1, help="DataLoader workers per rank")
     p.add_argument("--row-group-size", type=int, help="rows per group wanted")

@@ -33,8 +33,9 @@ from lading.loading.order import Salt, permutation
 from lading.loading.plan import Plan, batch_count, check_epoch, check_equalize, plan
 from lading.loading.state import Cursor
 from lading.split import Runs
-from lading.tabular.plan import Piece, epoch_pieces, parquet_files, pieces_of, share_of_runs
-from lading.tabular.read import RowReader, check_columns
+from lading.tabular.files import check_schemas, parquet_files, scan
+from lading.tabular.plan import Piece, epoch_pieces, share_of_runs
+from lading.tabular.read import RowReader, check_columns, check_counted_nulls
 from lading.world import World
 
 ParquetLoader = ResumableLoader  # the name this loader had before the core was shared
@@ -74,8 +75,10 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
         drop_partial_batch: leave out each reader's last batch when it is not full.
 
     Raises:
-        ValueError: a column is missing or cannot become a tensor, or there are fewer rows
-            than ranks (the message says what to change).
+        ValueError: a column is missing or cannot become a tensor, the files disagree on the
+            columns read, a file is not parquet, there are no rows, or fewer rows than ranks
+            (the message names the file and says what to change); while reading, a null in a
+            column read (the fix: fill it, e.g. ``pyarrow.compute.fill_null``).
     """
 
     kind = "parquet"
@@ -97,8 +100,6 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
         *,
         drop_partial_batch: bool = False,
     ) -> None:
-        import pyarrow.parquet as pq
-
         super().__init__()
         if drop_last is not None:
             warnings.warn(
@@ -108,11 +109,13 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
             )
             drop_partial_batch = drop_last
         self.files = parquet_files(paths)
-        self.pieces: list[Piece] = pieces_of(self.files)
-        schema = pq.read_schema(self.files[0])
-        self.columns = list(columns) if columns is not None else list(schema.names)
+        self.pieces: list[Piece]
+        self.pieces, schemas, footers = scan(self.files)
+        self.columns = list(columns) if columns is not None else list(schemas[0].names)
         list_columns = dict(list_columns or {})
-        check_columns(schema, self.columns, list_columns, self.files[0])
+        check_schemas(self.files, schemas, self.columns)
+        check_columns(schemas[0], self.columns, list_columns, self.files[0])
+        check_counted_nulls(self.files, footers, [c for c in self.columns if c not in list_columns])
         self.rows = RowReader(self.columns, list_columns, pad, pad_value)
         batch_count(0, batch_size, drop_partial_batch)  # checks batch_size
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed

@@ -9,10 +9,8 @@ number of row groups serves any number of readers.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -35,37 +33,6 @@ class Fragment(NamedTuple):
     piece: Piece
     start: int
     stop: int
-
-
-def parquet_files(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """Every ``*.parquet`` file under ``paths`` (files or folders), sorted."""
-    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    files: list[Path] = []
-    for item in items:
-        path = Path(item)
-        if path.is_dir():
-            files += sorted(p for p in path.rglob("*.parquet") if p.is_file())
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise FileNotFoundError(f"no parquet file or folder at {path}")
-    if not files:
-        raise ValueError(f"no *.parquet files under {items}")
-    return files
-
-
-def pieces_of(files: Sequence[Path]) -> list[Piece]:
-    """Row groups of ``files``, from their footers only (no data is read)."""
-    import pyarrow.parquet as pq
-
-    pieces = []
-    for file in files:
-        metadata = pq.ParquetFile(file).metadata
-        for i in range(metadata.num_row_groups):
-            rows = metadata.row_group(i).num_rows
-            if rows:
-                pieces.append(Piece(str(file), i, rows))
-    return pieces
 
 
 @dataclass(frozen=True)

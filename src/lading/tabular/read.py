@@ -16,6 +16,11 @@ import torch
 from lading.tabular.pad import pad_lists
 from lading.tabular.plan import Share
 
+FILL_HOW = (
+    "pyarrow.compute.fill_null(column, 0); for a list column's items, "
+    "pa.ListArray.from_arrays(column.offsets, pyarrow.compute.fill_null(column.flatten(), 0))"
+)
+
 
 class RowReader:
     """Rows of fragments as one Arrow table; tables as dicts of tensors (lists padded)."""
@@ -65,12 +70,12 @@ class RowReader:
             table = self._row_group(fragment.piece.path, fragment.piece.row_group)
             table = table.slice(fragment.start, fragment.stop - fragment.start)
             for name in self.columns:
-                if table.column(name).null_count:
-                    raise ValueError(
-                        f"{fragment.piece.path}, row group {fragment.piece.row_group}: column "
-                        f"{name!r} has nulls; fill them (pyarrow.compute.fill_null) or leave the "
-                        "column out of columns="
-                    )
+                found = first_null(table.column(name))
+                if found is not None:
+                    piece = fragment.piece
+                    metadata = self._file(piece.path).metadata
+                    row = found[0] + fragment.start  # of the row group
+                    raise null_error(piece.path, metadata, piece.row_group, row, name, found[1])
             tables.append(table)
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
@@ -90,6 +95,71 @@ class RowReader:
             else:
                 out[name] = torch.from_numpy(column.to_numpy(zero_copy_only=False).copy())
         return out
+
+
+def null_error(
+    path: str | os.PathLike[str], metadata: Any, row_group: int, row: int, name: str, what: str
+) -> ValueError:
+    """The error for a null at ``row`` of a row group: a tensor has no null, and the only way
+    to hold one would be a float NaN, silently changing an int column's dtype."""
+    before = sum(metadata.row_group(i).num_rows for i in range(row_group))
+    return ValueError(
+        f"{path}, row group {row_group}, row {row} of it (row {before + row} of the "
+        f"file): column {name!r} {what}; a tensor cannot hold a null (it would turn "
+        f"into NaN and the column into float64). Fill the nulls when writing the file "
+        f"({FILL_HOW}) or leave the column out of columns="
+    )
+
+
+def check_counted_nulls(files: Sequence[Any], footers: Sequence[Any], flat: Sequence[str]) -> None:
+    """Raise when the footers' statistics count a null in a column of ``flat`` (not lists).
+
+    This finds a null when the dataset opens instead of when its batch comes, mid-epoch; only
+    the flagged column chunk is read, to name the row. List columns are left to
+    :meth:`RowReader.read`: their leaf statistics count an empty list as a null too.
+    """
+    import pyarrow.parquet as pq
+
+    for file, metadata in zip(files, footers):
+        leaves = {metadata.schema.column(j).path: j for j in range(metadata.num_columns)}
+        wanted = [(name, leaves[name]) for name in flat if name in leaves]
+        for group in range(metadata.num_row_groups):
+            chunks = metadata.row_group(group)
+            for name, j in wanted:
+                stats = chunks.column(j).statistics
+                if stats is None or not stats.has_null_count or not stats.null_count:
+                    continue
+                column = pq.ParquetFile(file).read_row_group(group, columns=[name]).column(name)
+                found = first_null(column)
+                if found is not None:
+                    raise null_error(file, metadata, group, found[0], name, found[1])
+
+
+def first_null(column: Any) -> tuple[int, str] | None:
+    """``(row, what)`` of the first null of an Arrow column, or of an item of a list column.
+
+    Arrow would hand a null to numpy as NaN, turning an int64 column (or a list column's
+    items) into float64 without a word; the caller refuses instead.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    seen = 0  # rows of the earlier chunks
+    for chunk in column.chunks:
+        if chunk.null_count:
+            return seen + pc.index(pc.is_null(chunk), True).as_py(), "is null"
+        if pa.types.is_list(chunk.type) or pa.types.is_large_list(chunk.type):
+            values = chunk.flatten()  # the items of this (possibly sliced) chunk's rows
+            if values.null_count:
+                at = pc.index(pc.is_null(values), True).as_py()
+                offsets = np.asarray(chunk.offsets, dtype=np.int64)
+                row = int(np.searchsorted(offsets - offsets[0], at, side="right")) - 1
+                return (
+                    seen + row,
+                    f"has a null item in its list (item {at - offsets[row] + offsets[0]})",
+                )
+        seen += len(chunk)
+    return None
 
 
 def check_columns(

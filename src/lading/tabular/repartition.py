@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,11 +21,13 @@ from lading.disk import (
     DATASET_MARK,
     build_lock,
     current_version,
+    is_ours_to_replace,
     publish,
     remove_dead_temps,
     staging,
 )
-from lading.tabular.plan import parquet_files, pieces_of
+from lading.tabular.files import PathsArg, check_schemas, parquet_files, scan
+from lading.tabular.plan import Piece
 
 FORMAT_NAME = "lading.repartition"  # of the _lading.json written beside the parquet
 READ_BATCH = 65_536  # rows per record batch read from the source
@@ -72,7 +74,7 @@ def plan_groups(rows: int, current: int, multiple: int, row_group_size: int | No
 
 
 def repartition(
-    src: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    src: PathsArg,
     dst: str | os.PathLike[str],
     world_size: int = 1,
     workers: int = 1,
@@ -81,25 +83,26 @@ def repartition(
     """Rewrite the parquet under ``src`` into ``dst/part-0.parquet`` (see the module docstring).
 
     Args:
-        src: parquet files or folders, all with the same schema.
-        dst: the folder to create (replaced if it holds an earlier repartition).
+        src: parquet files or folders, all with the same schema. ``dst`` may lie inside a
+            folder of ``src``: it is left out of the listing (with the staging folders of
+            killed runs), so a second run reads the same rows as the first.
+        dst: the folder to create, replaced atomically (never mixed with old files) if it
+            holds an earlier repartition; any other non-empty folder is refused.
+
+    Raises:
+        FileExistsError: ``dst`` holds files lading did not write.
+        ValueError: an input lies inside ``dst``, files differ in schema, a folder has no
+            parquet, or holds another repartition output (see
+            :func:`lading.tabular.files.parquet_files`).
         world_size, workers: the row-group count becomes a multiple of their product.
         row_group_size: rows per group wanted (default: keep the current number of groups,
             rounded up to the multiple).
     """
-    import pyarrow.parquet as pq
-
-    files = parquet_files(src)
-    schema = pq.read_schema(files[0])
-    for file in files[1:]:
-        other = pq.read_schema(file)
-        if not other.remove_metadata().equals(schema.remove_metadata()):
-            raise ValueError(f"{file} has another schema than {files[0]}:\n{other}\nvs\n{schema}")
-    pieces = pieces_of(files)
+    target = Path(dst)
+    files, pieces, schema = _inputs(src, target)
     rows = sum(p.rows for p in pieces)
     multiple = max(1, world_size) * max(1, workers)
     sizes = group_sizes(rows, plan_groups(rows, len(pieces), multiple, row_group_size))
-    target = Path(dst)
     with build_lock(target):
         remove_dead_temps(target)
         with staging(target) as tmp:
@@ -128,6 +131,39 @@ def repartition(
             (tmp / DATASET_MARK).write_text(json.dumps(meta, indent=2))
             publish(tmp, target)
     return report
+
+
+def _inputs(src: PathsArg, target: Path) -> tuple[list[Path], list[Piece], Any]:
+    """The files, row groups and schema to rewrite into ``target``, checked before any write.
+
+    ``target`` (an earlier output of this command) and its build debris are left out of the
+    listing, so ``repartition day day/rep`` run twice reads ``day``'s files only.
+    """
+    if not is_ours_to_replace(target):
+        raise FileExistsError(
+            f"{target} exists and is not a lading directory; refusing to replace it. "
+            "Choose another destination or remove it yourself."
+        )
+    resolved = target.resolve()
+    for item in [src] if isinstance(src, (str, os.PathLike)) else list(src):
+        path = Path(item).resolve()
+        if path == resolved or resolved in path.parents:
+            raise ValueError(
+                f"input {item} is inside the output {target}, which the repartition replaces "
+                "whole (deleting the input); write the output to another folder"
+            )
+    files = parquet_files(src, exclude=[target])
+    pieces, schemas, _ = scan(files)
+    names = list(schemas[0].names)
+    check_schemas(files, schemas, names)  # the rewrite keeps every column
+    for file, schema in zip(files[1:], schemas[1:]):
+        extra = [n for n in schema.names if n not in names]
+        if extra:
+            raise ValueError(
+                f"{file} has column(s) {extra} that {files[0]} lacks; every file must have "
+                "the same columns: rewrite the file, or repartition the files apart"
+            )
+    return files, pieces, schemas[0]
 
 
 def _batches(files: list[Path]) -> Iterator[Any]:

@@ -1,0 +1,146 @@
+"""Which parquet files a tabular dataset reads, and whether they agree, checked on open.
+
+Every footer is read once (no data): its row groups become :class:`~lading.tabular.plan.Piece`
+s and its schema is compared with the first file's, so a file that lacks a column or holds it
+in another type is named when the dataset opens, not by a ``KeyError`` mid-epoch.
+
+A folder is read recursively, except for what lading itself leaves in it: the temporary and
+old directories of an atomic build (``DEST.tmp-<pid>-<hex>``, ``DEST.old-<pid>-<hex>``, see
+:func:`lading.disk.new_temp_dir`) are skipped, and a nested ``lading repartition`` output
+(a folder holding ``_lading.json``) is refused: it copies rows the folder most likely holds
+already, so reading both would read them twice.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lading.disk import DATASET_MARK
+from lading.tabular.plan import Piece
+
+# the names lading.disk gives a build's staging and replaced directories
+_BUILD_DEBRIS = re.compile(r"\.(tmp|old)-\d+-[0-9a-f]+$")
+
+PathsArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+def parquet_files(paths: PathsArg, exclude: Iterable[Path] = ()) -> list[Path]:
+    """Every ``*.parquet`` file under ``paths`` (files or folders), sorted per folder.
+
+    Args:
+        paths: parquet files and/or folders.
+        exclude: folders left out of the walk (with their build debris), e.g. the output of
+            the command that is listing them.
+
+    Raises:
+        FileNotFoundError: a path does not exist.
+        ValueError: a folder holds no parquet file, or holds a nested repartition output.
+    """
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    skip = {Path(p).resolve() for p in exclude}
+    files: list[Path] = []
+    for item in items:
+        path = Path(item)
+        if path.is_dir():
+            found = _walk(path, skip)
+            if not found:
+                raise ValueError(
+                    f"no *.parquet files in {path} (nor in its subfolders); point at the "
+                    "folder that holds the parquet files, or at the files themselves"
+                )
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise FileNotFoundError(f"no parquet file or folder at {path}")
+    if not files:
+        raise ValueError("no parquet files given: paths is empty")
+    return files
+
+
+def _walk(top: Path, skip: set[Path]) -> list[Path]:
+    found = []
+    for folder, dirs, names in os.walk(top):
+        here = Path(folder)
+        if here != top and (here / DATASET_MARK).is_file():
+            raise ValueError(
+                f"{here} holds the output of `lading repartition` ({DATASET_MARK}) inside "
+                f"{top}: reading {top} would read its rows twice, once from the sources and "
+                f"once from the copy. Read {here} alone, move it out of {top}, or pass the "
+                "folders or files to read as a list"
+            )
+        dirs[:] = sorted(
+            d for d in dirs if (here / d).resolve() not in skip and not _is_debris(here / d)
+        )
+        found += [here / n for n in names if n.endswith(".parquet") and (here / n).is_file()]
+    return sorted(found)
+
+
+def _is_debris(folder: Path) -> bool:
+    """A build's staging or replaced directory: never data to read (half-written or stale)."""
+    return bool(_BUILD_DEBRIS.search(folder.name))
+
+
+def scan(files: Sequence[Path]) -> tuple[list[Piece], list[Any], list[Any]]:
+    """The non-empty row groups of ``files``, each file's Arrow schema and parquet metadata,
+    from the footers.
+
+    Raises:
+        ValueError: a file is not parquet (e.g. empty or truncated), naming it.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pieces, schemas, footers = [], [], []
+    for file in files:
+        try:
+            footer = pq.ParquetFile(file)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise ValueError(
+                f"{file} is not a parquet file ({e}); remove it or write it again"
+            ) from e
+        metadata = footer.metadata
+        schemas.append(footer.schema_arrow)
+        footers.append(metadata)
+        for i in range(metadata.num_row_groups):
+            rows = metadata.row_group(i).num_rows
+            if rows:
+                pieces.append(Piece(str(file), i, rows))
+    if not pieces:
+        shown = ", ".join(str(f) for f in files[:3]) + (", ..." if len(files) > 3 else "")
+        raise ValueError(f"no rows in {len(files)} parquet file(s): {shown}")
+    return pieces, schemas, footers
+
+
+def check_schemas(files: Sequence[Path], schemas: Sequence[Any], columns: Sequence[str]) -> None:
+    """Raise unless every file holds ``columns`` with the first file's name, type and nullability.
+
+    Only the columns read need to agree: the others are never read.
+    """
+    first = schemas[0]
+    for file, schema in zip(files[1:], schemas[1:]):
+        differ = []
+        for name in columns:
+            if name not in first.names:
+                if name in schema.names:
+                    differ.append(f"{name!r} is {_describe(schema.field(name))}, missing first")
+                continue  # in no file so far: check_columns names the first file
+            want = first.field(name)
+            if name not in schema.names:
+                differ.append(f"{name!r} is missing (want {want.type})")
+            elif not schema.field(name).equals(want):
+                differ.append(f"{name!r} is {_describe(schema.field(name))}, not {_describe(want)}")
+        if differ:
+            raise ValueError(
+                f"{file} does not match {files[0]}: {'; '.join(differ)}. Every file must hold "
+                "the columns read with one type: rewrite the file, cast the column (e.g. "
+                "table.cast), or read only the columns they share (columns=[...])"
+            )
+
+
+def _describe(field: Any) -> str:
+    return f"{field.type}{'' if field.nullable else ' not null'}"

@@ -1,0 +1,260 @@
+"""Bad parquet and bad paths: nulls, differing schemas, empty inputs, repartition into itself.
+
+Each case must fail when the dataset opens (or the command starts), with a message naming the
+file, the place and the fix, instead of a KeyError mid-epoch or a silent change of dtype/rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from lading.cli import main
+from lading.tabular import PartitionedParquet, repartition
+from lading.world import World
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+ONE = World(0, 1)
+
+
+def write(path: Path, columns: dict[str, Any], row_group_size: int | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns), path, row_group_size=row_group_size)
+    return path
+
+
+def sessions(rows: int, start: int = 0) -> dict[str, Any]:
+    ids = np.arange(start, start + rows)
+    return {
+        "session_id": pa.array(ids, pa.int64()),
+        "items": pa.array([[int(i), int(i) + 1] for i in ids], pa.list_(pa.int64())),
+    }
+
+
+def read_all(ds: PartitionedParquet) -> list[dict[str, Any]]:
+    return list(ds)
+
+
+# ---------------------------------------------------------------- 1. nulls
+
+
+def test_a_null_item_inside_an_int_list_is_refused_not_turned_into_nan(tmp_path: Path) -> None:
+    items = pa.array([[1, 2], [3, 4], [5, None], [7]], pa.list_(pa.int64()))
+    path = write(
+        tmp_path / "s.parquet",
+        {"session_id": pa.array([0, 1, 2, 3], pa.int64()), "items": items},
+        row_group_size=2,
+    )
+    ds = PartitionedParquet(path, batch_size=4, list_columns={"items": 3}, world=ONE)
+    with pytest.raises(ValueError) as e:
+        got = read_all(ds)
+        # what the old code did: the whole column became float64 with a NaN
+        pytest.fail(f"read {[b['items'].dtype for b in got]} instead of refusing")
+    message = str(e.value)
+    assert str(path) in message and "row group 1" in message and "'items'" in message
+    assert "row 2 of the file" in message  # the third row: [5, None]
+    assert "fill_null" in message
+
+
+def test_a_null_int_is_refused_when_the_dataset_opens(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "s.parquet",
+        {"session_id": pa.array([0, 1, 2, None, 4, 5], pa.int64())},
+        row_group_size=3,
+    )
+    # the footer's statistics count the null: refused before the first batch, not mid-epoch
+    with pytest.raises(ValueError) as e:
+        PartitionedParquet(path, batch_size=6, shuffle=False, world=ONE)
+    message = str(e.value)
+    assert str(path) in message and "row group 1" in message and "'session_id'" in message
+    assert "row 3 of the file" in message and "fill_null" in message
+
+
+def test_a_null_int_without_statistics_is_refused_when_read(tmp_path: Path) -> None:
+    path = tmp_path / "s.parquet"
+    table = pa.table({"session_id": pa.array([0, 1, 2, None, 4, 5], pa.int64())})
+    pq.write_table(table, path, row_group_size=3, write_statistics=False)
+    ds = PartitionedParquet(path, batch_size=6, shuffle=False, world=ONE)
+    with pytest.raises(ValueError, match=r"row group 1, row 0 of it \(row 3 of the file\)"):
+        read_all(ds)
+
+
+def test_empty_lists_are_not_nulls(tmp_path: Path) -> None:
+    items = pa.array([[1], [], [2, 3]], pa.list_(pa.int64()))
+    path = write(tmp_path / "s.parquet", {"items": items})
+    ds = PartitionedParquet(path, batch_size=3, list_columns={"items": 2}, shuffle=False, world=ONE)
+    (batch,) = read_all(ds)
+    assert batch["items"].dtype == torch.int64 and batch["items_lengths"].tolist() == [1, 0, 2]
+
+
+def test_a_null_list_is_refused(tmp_path: Path) -> None:
+    items = pa.array([[1], None, [3]], pa.list_(pa.int64()))
+    path = write(tmp_path / "s.parquet", {"items": items})
+    ds = PartitionedParquet(path, batch_size=3, list_columns={"items": 2}, world=ONE)
+    with pytest.raises(ValueError, match=r"row 1 of the file.*'items'"):
+        read_all(ds)
+
+
+def test_nulls_in_a_column_not_read_are_fine(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "s.parquet",
+        {**sessions(4), "other": pa.array([1, None, 3, None], pa.int64())},
+    )
+    ds = PartitionedParquet(path, columns=["session_id"], batch_size=4, shuffle=False, world=ONE)
+    (batch,) = read_all(ds)
+    assert batch["session_id"].dtype == torch.int64
+    assert batch["session_id"].tolist() == [0, 1, 2, 3]
+
+
+# ---------------------------------------------------------------- 2. schemas
+
+
+def test_files_with_different_columns_are_refused_when_the_dataset_opens(tmp_path: Path) -> None:
+    first = write(tmp_path / "d" / "a.parquet", {"a": pa.array([1, 2], pa.int64())})
+    other = write(
+        tmp_path / "d" / "b.parquet",
+        {"a": pa.array([3], pa.int64()), "b": pa.array([4], pa.int64())},
+    )
+    # the old code read the columns of a.parquet, then failed mid-epoch with a KeyError
+    with pytest.raises(ValueError) as e:
+        PartitionedParquet(tmp_path / "d", columns=["a", "b"], batch_size=1, world=ONE)
+    message = str(e.value)
+    assert str(first) in message and str(other) in message and "'b'" in message
+    assert "columns=" in message
+
+
+def test_files_with_a_different_type_are_refused_naming_both_types(tmp_path: Path) -> None:
+    first = write(tmp_path / "d" / "a.parquet", {"a": pa.array([1, 2], pa.int64())})
+    other = write(tmp_path / "d" / "b.parquet", {"a": pa.array([1.5], pa.float64())})
+    with pytest.raises(ValueError) as e:
+        PartitionedParquet(tmp_path / "d", batch_size=1, world=ONE)
+    message = str(e.value)
+    assert str(first) in message and str(other) in message
+    assert "'a'" in message and "int64" in message and "double" in message
+
+
+def test_a_column_missing_from_a_later_file_is_refused(tmp_path: Path) -> None:
+    write(tmp_path / "d" / "a.parquet", {"a": pa.array([1], pa.int64()), "b": pa.array([2])})
+    write(tmp_path / "d" / "b.parquet", {"a": pa.array([3], pa.int64())})
+    with pytest.raises(ValueError, match=r"b\.parquet.*'b'"):
+        PartitionedParquet(tmp_path / "d", batch_size=1, world=ONE)
+
+
+def test_only_the_columns_read_must_agree(tmp_path: Path) -> None:
+    write(tmp_path / "d" / "a.parquet", {"a": pa.array([1, 2], pa.int64()), "x": ["s", "t"]})
+    write(tmp_path / "d" / "b.parquet", {"a": pa.array([3], pa.int64()), "y": [1.0]})
+    ds = PartitionedParquet(tmp_path / "d", columns=["a"], batch_size=3, shuffle=False, world=ONE)
+    assert sorted(int(v) for b in ds for v in b["a"]) == [1, 2, 3]
+
+
+def test_repartition_names_the_differing_column(tmp_path: Path) -> None:
+    write(tmp_path / "d" / "a.parquet", {"a": pa.array([1], pa.int64())})
+    write(tmp_path / "d" / "b.parquet", {"a": pa.array([1], pa.int32())})
+    with pytest.raises(ValueError, match=r"b\.parquet.*'a'.*int32"):
+        repartition(tmp_path / "d", tmp_path / "out")
+
+
+# ---------------------------------------------------------------- empty inputs
+
+
+def test_a_folder_without_parquet_is_named(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "notes.txt").write_text("not parquet")
+    with pytest.raises(ValueError, match=rf"no \*\.parquet files in {tmp_path / 'd'}\b"):
+        PartitionedParquet(tmp_path / "d", world=ONE)
+
+
+def test_parquet_files_without_rows_are_a_clear_error(tmp_path: Path) -> None:
+    write(tmp_path / "d" / "a.parquet", sessions(0))
+    with pytest.raises(ValueError, match=r"no rows.*a\.parquet"):
+        PartitionedParquet(tmp_path / "d", list_columns={"items": 2}, world=ONE)
+    with pytest.raises(ValueError, match=r"no rows.*a\.parquet"):
+        repartition(tmp_path / "d", tmp_path / "out")
+
+
+def test_an_empty_file_beside_full_ones_is_skipped(tmp_path: Path) -> None:
+    write(tmp_path / "d" / "a.parquet", sessions(0))
+    write(tmp_path / "d" / "b.parquet", sessions(3))
+    ds = PartitionedParquet(tmp_path / "d", list_columns={"items": 2}, batch_size=3, world=ONE)
+    assert sorted(int(v) for b in ds for v in b["session_id"]) == [0, 1, 2]
+
+
+def test_a_zero_byte_parquet_file_is_named(tmp_path: Path) -> None:
+    write(tmp_path / "d" / "a.parquet", sessions(3))
+    (tmp_path / "d" / "b.parquet").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"b\.parquet.*not a parquet file"):
+        PartitionedParquet(tmp_path / "d", list_columns={"items": 2}, world=ONE)
+
+
+# ---------------------------------------------------------------- 3. repartition into itself
+
+
+def test_repartition_into_a_folder_inside_its_input_twice_keeps_the_rows(tmp_path: Path) -> None:
+    day = tmp_path / "day"
+    write(day / "a.parquet", sessions(10))
+    write(day / "b.parquet", sessions(7, start=10))
+    for _ in range(2):
+        assert main(["repartition", str(day), str(day / "rep"), "--world-size", "2"]) == 0
+        report = repartition(day, day / "rep", world_size=2)
+        assert report.rows == 17 and report.source_files == 2
+    assert sorted(pq.read_table(day / "rep").column("session_id").to_pylist()) == list(range(17))
+
+
+def test_repartition_ignores_a_dead_builds_temp_folder_inside_its_input(tmp_path: Path) -> None:
+    day = tmp_path / "day"
+    write(day / "a.parquet", sessions(10))
+    write(day / "rep.tmp-999999999-abcd" / "part-0.parquet", sessions(10))  # a killed run's
+    report = repartition(day, day / "rep")
+    assert report.rows == 10
+
+
+def test_reading_a_folder_that_holds_its_own_repartition_is_refused(tmp_path: Path) -> None:
+    day = tmp_path / "day"
+    write(day / "a.parquet", sessions(10))
+    repartition(day, day / "rep", world_size=2)
+    # day/*.parquet and day/rep/part-0.parquet are the same rows twice
+    with pytest.raises(ValueError) as e:
+        PartitionedParquet(day, list_columns={"items": 2}, world=ONE)
+    assert str(day / "rep") in str(e.value) and "_lading.json" in str(e.value)
+    with pytest.raises(ValueError, match=str(day / "rep")):
+        repartition(day, tmp_path / "elsewhere")
+    ds = PartitionedParquet(day / "rep", list_columns={"items": 2}, batch_size=5, world=ONE)
+    assert ds.total_rows == 10
+
+
+def test_repartition_refuses_an_input_inside_its_output(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write(tmp_path / "in" / "a.parquet", sessions(10))
+    repartition(tmp_path / "in", out)
+    write(out / "more" / "b.parquet", sessions(3))
+    # publishing replaces the whole of out: the input under it would be deleted
+    with pytest.raises(ValueError, match=r"inside the output"):
+        repartition(out / "more", out)
+    assert (out / "more" / "b.parquet").is_file()
+
+
+def test_repartition_over_its_earlier_output_replaces_it_whole(tmp_path: Path) -> None:
+    write(tmp_path / "in" / "a.parquet", sessions(12))
+    out = tmp_path / "out"
+    repartition(tmp_path / "in", out, world_size=4)
+    (tmp_path / "in" / "a.parquet").unlink()
+    write(tmp_path / "in" / "b.parquet", sessions(5, start=100))
+    repartition(tmp_path / "in", out, world_size=1)
+    assert sorted(p.name for p in out.iterdir()) == ["_lading.json", "part-0.parquet"]
+    assert pq.read_table(out).column("session_id").to_pylist() == list(range(100, 105))
+
+
+def test_repartition_refuses_a_foreign_output_folder_before_reading(tmp_path: Path) -> None:
+    write(tmp_path / "in" / "a.parquet", sessions(5))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("the user's")
+    assert main(["repartition", str(tmp_path / "in"), str(tmp_path / "out")]) == 2
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["mine.txt"]
+    with pytest.raises(FileExistsError, match="not a lading directory"):
+        repartition(tmp_path / "in", tmp_path / "out")
