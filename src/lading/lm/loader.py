@@ -20,8 +20,9 @@ tensor; ``y`` is ``x`` shifted, so they share memory: clone before changing one 
 loader never writes a chunk again once it has handed out a batch of it, so batches belong to the
 caller as a DataLoader's do: ``list(loader)`` keeps every batch intact. Other batches (windows,
 packed, after an elastic resume) are views of an array filled for that batch alone.
-:meth:`LanguageModelLoader.loader` builds the same batches in DataLoader workers instead (persistent ones too): every batch is
-asked for by a key that says which batch of which segment it is; a worker reads its rows.
+:meth:`LanguageModelLoader.loader` builds the same batches in DataLoader workers instead
+(persistent ones too): every batch is asked for by a key that says which batch of which segment
+it is; a worker reads its rows.
 
 Sequence lengths vary per batch (``bptt_jitter="fastai"``: ``bptt`` with probability 0.95, else
 ``bptt / 2``, then ``max(5, int(normal(that, 5)))``, capped at ``bptt + 25``; or a uniform
