@@ -16,8 +16,11 @@ reading order; ``-1`` for padding) and everything a transformer needs follows fr
   ``mask_mod`` (torchtitan / attention-gym's document mask);
 - ``loss_mask``: 1 where a label should be scored. Labels are the next token of the window, so
   the last token of a document (its end-of-text id) is labelled with the first token of the
-  next segment. That pair is kept (the model learns to guess how documents begin) unless
-  ``eod_mask_loss`` (Megatron's name), and labels that are padding are never scored.
+  next segment. That pair is not scored with ``eod_mask_loss`` (Megatron's name; the loader's
+  default, as in transformers, where nothing predicts a document's first token from another
+  document); without it the model also learns to guess how documents begin. Labels that are
+  padding are never scored. :mod:`lading.integrations.transformers_lm` turns a batch into a
+  transformers model's keyword arguments (its label convention, a mask per attention).
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ def cu_seqlens(segments: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
 
 
 def document_batch(
-    window: npt.NDArray[np.int64], segments: npt.NDArray[np.int64], eod_mask_loss: bool = False
+    window: npt.NDArray[np.int64], segments: npt.NDArray[np.int64], eod_mask_loss: bool = True
 ) -> DocumentBatch:
     """The batch of ``window`` tokens ``[B, L + 1]`` whose segment ids are ``segments``."""
     x, y = window[:, :-1], window[:, 1:]

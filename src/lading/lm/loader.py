@@ -117,7 +117,9 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
             ``"truncate"`` (drop the epoch's tail).
         drop_partial_batch: ``"windows"`` mode: leave out a rank's last, partial batch.
         boundaries: yield :class:`DocumentBatch` es (window modes) instead of ``(x, y)``.
-        eod_mask_loss: with ``boundaries``, do not score labels that start another document.
+        eod_mask_loss: with ``boundaries``, do not score labels that start another document
+            (the default, as transformers' ``DataCollatorWithFlattening``; False scores the
+            end-of-text -> next document's first token, Megatron's default).
     """
 
     kind = "lm"
@@ -140,7 +142,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         equalize: str = "pad",
         drop_partial_batch: bool = False,
         boundaries: bool = False,
-        eod_mask_loss: bool = False,
+        eod_mask_loss: bool = True,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose from {sorted(MODES)}")

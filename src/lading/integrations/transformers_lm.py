@@ -1,0 +1,112 @@
+"""A lading LM batch as the keyword arguments a transformers causal LM expects, per attention.
+
+:class:`~lading.lm.DocumentBatch` (``boundaries=True``) carries lading's own convention: labels
+are the *next* token of each input (already shifted) with a ``loss_mask``, and documents are
+kept apart by ``document_ids``. A transformers model (``LlamaForCausalLM`` and the like) expects
+its own: ``labels`` aligned with ``input_ids`` (the model shifts them), ``-100`` where nothing
+is scored, and a mask in the form its attention implementation reads. Getting either wrong is
+silent: the model trains, on the wrong labels or across document boundaries. So
+:func:`to_hf_kwargs` gives each implementation what it needs and refuses what would be wrong:
+
+- ``labels``: what ``DataCollatorWithFlattening`` gives for the same documents: the input ids,
+  ``-100`` at the first token of every document (nothing predicts it from another document)
+  and on padding. The transition "end of one document -> start of the next" is thus never
+  scored, as in transformers (lading's loader default, ``eod_mask_loss=True``, agrees). As in
+  every transformers causal-LM batch, the last input of a row has no label.
+- ``position_ids``: restarting at 0 at every document.
+- the attention, per ``attn_implementation``:
+
+  ``"sdpa"``: a ``[B, 1, L, L]`` bool mask (``True``: may attend), block-diagonal causal;
+  ``"eager"``: the same as an additive float mask (0 or the dtype's minimum), since eager
+  attention *adds* the mask to the scores (a bool mask there adds 1s and 0s: wrong logits);
+  ``"flex_attention"``: a FlexAttention ``BlockMask`` of the same rule;
+  ``"flash_attention_2"``/``"flash_attention_3"``: the batch flattened to one row with
+  ``cu_seq_lens_q/k`` and ``max_length_q/k`` (flash-attention's varlen kwargs, as
+  ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)`` gives them).
+
+- ``use_cache=False``: a cache built from packed rows would let later tokens attend across
+  documents; a ``use_cache=True`` request is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lading.lm.boundaries import IGNORE_INDEX, DocumentBatch, document_mask_mod
+
+IMPLEMENTATIONS = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
+
+
+def hf_labels(batch: DocumentBatch) -> torch.Tensor:
+    """Labels aligned with ``input_ids`` (transformers shifts them): ``labels[t]`` is input
+    ``t`` where the prediction of it from input ``t - 1`` is scored, else ``IGNORE_INDEX``."""
+    labels = torch.full_like(batch.input_ids, IGNORE_INDEX)
+    scored = batch.loss_mask[:, :-1].bool()
+    labels[:, 1:] = torch.where(scored, batch.labels[:, :-1], labels[:, 1:])
+    return labels
+
+
+def to_hf_kwargs(
+    batch: DocumentBatch,
+    attn_implementation: str,
+    *,
+    dtype: torch.dtype = torch.float32,
+    use_cache: bool = False,
+) -> dict[str, Any]:
+    """``model(**to_hf_kwargs(batch, model.config._attn_implementation))``: see the module doc.
+
+    Args:
+        batch: a :class:`~lading.lm.DocumentBatch` (a loader with ``boundaries=True``), on
+            the model's device.
+        attn_implementation: the model's (``model.config._attn_implementation``).
+        dtype: the model's dtype, for the additive mask of ``"eager"``.
+        use_cache: must stay False (refused otherwise: see the module doc).
+
+    Raises:
+        ValueError: an attention implementation this function does not know, or
+            ``use_cache=True``.
+    """
+    if use_cache:
+        raise ValueError(
+            "to_hf_kwargs(use_cache=True): packed rows hold several documents, and a cache "
+            "built from them lets later tokens attend across documents; train with "
+            "use_cache=False (generate from one document at a time)"
+        )
+    kwargs: dict[str, Any] = {
+        "input_ids": batch.input_ids,
+        "labels": hf_labels(batch),
+        "position_ids": batch.position_ids,
+        "use_cache": False,
+    }
+    if attn_implementation == "sdpa":
+        kwargs["attention_mask"] = batch.attention_mask()
+    elif attn_implementation == "eager":
+        allowed = batch.attention_mask()
+        additive = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+        kwargs["attention_mask"] = additive.masked_fill(~allowed, torch.finfo(dtype).min)
+    elif attn_implementation == "flex_attention":
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        b, length = batch.document_ids.shape
+        mask_mod = document_mask_mod(batch.document_ids)
+        device = batch.document_ids.device
+        kwargs["attention_mask"] = create_block_mask(mask_mod, b, None, length, length, device)
+    elif attn_implementation in ("flash_attention_2", "flash_attention_3"):
+        kwargs = {key: value.reshape(1, -1) for key, value in kwargs.items() if key != "use_cache"}
+        cu = batch.cu_seqlens.to(torch.int32)
+        kwargs.update(
+            use_cache=False,
+            cu_seq_lens_q=cu,
+            cu_seq_lens_k=cu,
+            max_length_q=batch.max_seqlen,
+            max_length_k=batch.max_seqlen,
+        )
+    else:
+        raise ValueError(
+            f"attn_implementation {attn_implementation!r}: to_hf_kwargs knows "
+            f"{', '.join(IMPLEMENTATIONS)}; for another, build its mask from "
+            "batch.document_ids (each document attends causally to itself only)"
+        )
+    return kwargs
