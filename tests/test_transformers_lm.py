@@ -125,7 +125,7 @@ def test_loss_equals_the_framework_route(packed_batch: DocumentBatch) -> None:
 def test_refusals(packed_batch: DocumentBatch) -> None:
     with pytest.raises(ValueError, match="use_cache=False"):
         to_hf_kwargs(packed_batch, "sdpa", use_cache=True)
-    with pytest.raises(ValueError, match="'paged_attention'.*document_ids"):
+    with pytest.raises(ValueError, match=r"'paged_attention'.*document_ids"):
         to_hf_kwargs(packed_batch, "paged_attention")
 
 
