@@ -4,6 +4,7 @@ Each module imports its framework on use and sits behind an extra: ``datasets`` 
 stores from datasets, parquet and Arrow; training groups exported as datasets), ``hf_trainer``
 (the HF ``Trainer`` reading a lading loader, resumable from the Trainer's checkpoints),
 ``sentence_transformers`` (``SentenceTransformerTrainer``/``CrossEncoderTrainer`` on training
-groups) and ``pyterrier`` (document text from a store in a PyTerrier pipeline). ``rows`` holds
+groups), ``pyterrier`` (document text from a store in a PyTerrier pipeline) and
+``transformers_lm`` (an LM batch as a transformers causal LM's keyword arguments). ``rows`` holds
 the sentence-transformers row formats both the trainers and the export use.
 """
