@@ -37,7 +37,8 @@ same planner (``interleave``).
 ``mode="packed"`` serves windows of ``seq_len + 1`` tokens into which whole documents were
 packed by best-fit decreasing (:mod:`lading.lm.packing`): no document is cut unless it is
 longer than a window, and the rest of a window is padding (:meth:`packing_stats`), labelled
-``IGNORE_INDEX`` (-100, what ``cross_entropy`` skips) in ``(x, y)`` batches. The packed
+``IGNORE_INDEX`` (-100, what ``cross_entropy`` skips) in ``(x, y)`` batches, as are the
+starts of documents with ``eod_mask_loss`` (the default). The packed
 windows are the epoch's positions, planned, shuffled and resumed exactly like ``"windows"``.
 A :class:`~lading.lm.windows.TokenMixture` in place of the corpus mixes several corpora by
 weight in either of those modes. ``boundaries=True`` makes every batch a
@@ -117,9 +118,11 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
             ``"truncate"`` (drop the epoch's tail).
         drop_partial_batch: ``"windows"`` mode: leave out a rank's last, partial batch.
         boundaries: yield :class:`DocumentBatch` es (window modes) instead of ``(x, y)``.
-        eod_mask_loss: with ``boundaries``, do not score labels that start another document
-            (the default, as transformers' ``DataCollatorWithFlattening``; False scores the
-            end-of-text -> next document's first token, Megatron's default).
+        eod_mask_loss: do not score labels that start another document (the default, as
+            transformers' ``DataCollatorWithFlattening``; False scores the end-of-text -> next
+            document's first token, Megatron's default). Batches that know their documents
+            obey it: ``boundaries=True`` (the loss mask) and ``"packed"`` ``(x, y)`` (labels
+            ``IGNORE_INDEX``); ``"streams"``/``"windows"`` ``(x, y)`` score every label.
     """
 
     kind = "lm"
@@ -365,8 +368,11 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
             assert segments is not None
             return document_batch(x[:rows, :width], segments, self.eod_mask_loss)
         y = x[:rows, 1:width]
-        if segments is not None:  # padding is labelled IGNORE_INDEX: cross_entropy skips it
-            y = np.where(segments[:, 1:] < 0, IGNORE_INDEX, y)
+        if segments is not None:  # unscored labels are IGNORE_INDEX: cross_entropy skips them
+            unscored = segments[:, 1:] < 0  # padding
+            if self.eod_mask_loss:  # and, as in the boundaries batch, a next document's start
+                unscored |= segments[:, 1:] != segments[:, :-1]
+            y = np.where(unscored, IGNORE_INDEX, y)
         return chunk_view(x[:rows, : self.bptt]), chunk_view(y)
 
     # ------------------------------------------------------------------ DataLoader workers

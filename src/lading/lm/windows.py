@@ -8,17 +8,19 @@ shuffles them, checkpoints and resumes them; a source only says what a position 
 - :class:`StreamWindows`: ``seq_len + 1`` tokens of the epoch stream from ``w * seq_len``
   (consecutive windows share one token, so every pair is predicted once);
 - :class:`PackedWindows`: window ``w`` of a best-fit-decreasing :class:`Packing`;
-- :class:`MixedWindows`: a :class:`TokenMixture`'s epoch. Its ``n`` positions are cut into
-  ``count[i]`` consecutive positions per corpus (largest-remainder rounding of
-  ``weight[i] * n``); position ``j`` of corpus ``i`` is that corpus's window
-  ``feistel(j mod n_i)`` in a permutation keyed by ``(epoch, i, j // n_i)``, a subsample
-  without repeats when the corpus has more windows than its count, whole passes plus one
-  subsample when it has fewer. The loader's shuffled order then mixes the corpora, so the
-  realised proportions over an epoch are the counts: within ``1 / n`` of the weights.
+- :class:`MixedWindows`: a :class:`TokenMixture`'s epoch. Its ``n`` positions hold
+  ``count[i]`` windows of corpus ``i`` (largest-remainder rounding of ``weight[i] * n``),
+  spread evenly over the positions (:func:`smooth_schedule`); the ``j``-th of corpus ``i`` is
+  that corpus's window ``feistel(j mod n_i)`` in a permutation keyed by ``(epoch, i, j //
+  n_i)``, a subsample without repeats when the corpus has more windows than its count, whole
+  passes plus one subsample when it has fewer. The loader's shuffled order then mixes the
+  corpora: the realised proportions over an epoch are the counts (within ``1 / n`` of the
+  weights), and over short runs at least as even as a uniform shuffle.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -30,7 +32,7 @@ from lading.lm.boundaries import renumber
 from lading.lm.corpus import TokenCorpus
 from lading.lm.packing import Packing, pack
 from lading.lm.stream import EpochStream
-from lading.loading.order import Salt, feistel_permutation
+from lading.loading.order import Salt, feistel_value
 
 
 class WindowSource(Protocol):
@@ -134,7 +136,30 @@ class TokenMixture:
             "corpora_tokens": [c.n_tokens for c in self.corpora],
             "corpora_documents": [len(c) for c in self.corpora],
             "mixture_windows": self.windows,
+            "mixture_schedule": "smooth",  # positions spread evenly (before: one block each)
         }
+
+
+@functools.lru_cache(maxsize=8)
+def smooth_schedule(counts: tuple[int, ...]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """(corpus, rank within that corpus) of every position of a mixture of ``counts`` windows.
+
+    The ``j``-th window of corpus ``i`` sits at the virtual time ``(j + 1/2) / counts[i]``, and
+    positions are those times in order (ties by corpus): every run of consecutive positions
+    holds each corpus within about one window of its weight, so however the loader's order
+    groups nearby positions, short runs of it mix the corpora at least as evenly as a uniform
+    shuffle would (measured in benchmarks/bench_lm_mixture.py). Two small integers per window
+    of the epoch, kept for the counts last asked for.
+    """
+    live = [(i, c) for i, c in enumerate(counts) if c]
+    times = np.concatenate([(2 * np.arange(c) + 1) / (2 * c) for _, c in live])
+    corpus = np.concatenate([np.full(c, i, dtype=np.int32) for i, c in live])
+    rank = np.concatenate([np.arange(c, dtype=np.int64) for _, c in live])
+    order = np.lexsort((corpus, times))
+    corpus_of, rank_of = corpus[order], rank[order]
+    corpus_of.setflags(write=False)
+    rank_of.setflags(write=False)
+    return corpus_of, rank_of
 
 
 class MixedWindows:
@@ -147,16 +172,15 @@ class MixedWindows:
         if empty:
             raise ValueError(f"mixture corpora {empty} have no window of this length")
         self.sources, self.counts, self.seed, self.epoch = sources, counts, seed, epoch
-        self.first = np.cumsum(counts) - counts
+        self.corpus_of, self.rank_of = smooth_schedule(tuple(int(c) for c in counts))
         self.n = int(counts.sum())
 
     def locate(self, position: int) -> tuple[int, int]:
         """(corpus, window of that corpus) at mixture position ``position``."""
-        i = int(np.searchsorted(self.first, position, side="right")) - 1
-        j, size = position - int(self.first[i]), self.sources[i].n
+        i, j = int(self.corpus_of[position]), int(self.rank_of[position])
+        size = self.sources[i].n
         key = (int(Salt.MIXTURE_ORDER), self.epoch, i, j // size)
-        window = feistel_permutation(np.array([j % size]), size, self.seed, *key)
-        return i, int(window[0])
+        return i, feistel_value(j % size, size, self.seed, *key)
 
     def read(
         self, window: int, tokens: npt.NDArray[np.int64], segments: npt.NDArray[np.int64] | None

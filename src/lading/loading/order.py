@@ -9,6 +9,7 @@ agree, which magic numbers scattered over six modules could not promise.
 
 from __future__ import annotations
 
+import functools
 from enum import IntEnum
 
 import numpy as np
@@ -54,6 +55,40 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> npt.NDAr
 _MASK32 = np.uint64(0xFFFFFFFF)
 
 
+@functools.lru_cache(maxsize=4096)
+def _round_keys(seed: int, *key: int) -> tuple[int, int, int, int]:
+    """The four round keys of the Feistel network keyed by ``(seed, *key)``, kept: a batch
+    asks for the same few keys again and again (a mixture: one per corpus and pass)."""
+    keys = generator(seed, Salt.WINDOW_ORDER, *key).integers(0, 2**32, 4, dtype=np.uint64)
+    a, b, c, d = (int(k) for k in keys)
+    return a, b, c, d
+
+
+def _domain(n: int) -> tuple[int, int]:
+    """(half, mask): the Feistel network permutes ``[0, 4**half)``, the smallest >= n."""
+    bits = max(2, (max(n, 2) - 1).bit_length())
+    bits += bits % 2
+    return bits // 2, (1 << (bits // 2)) - 1
+
+
+def feistel_value(value: int, n: int, seed: int, *key: int) -> int:
+    """:func:`feistel_permutation` at one index, in Python integers: a few microseconds, where
+    numpy's per-call overhead costs a few hundred (the same arithmetic, the same result)."""
+    half, mask = _domain(n)
+    keys = _round_keys(int(seed), *(int(k) for k in key))
+    for _ in range(1000):  # each pass leaves a value outside with probability < 3/4
+        left, right = value >> half, value & mask
+        for k in keys:
+            f = (right * 0x9E3779B1 + k) & 0xFFFFFFFF
+            f ^= f >> 15
+            f = (f * 0x85EBCA6B) & 0xFFFFFFFF
+            left, right = right, (left ^ f) & mask
+        value = (left << half) | right
+        if value < n:
+            return value
+    raise RuntimeError("cycle walking did not converge")  # pragma: no cover
+
+
 def feistel_permutation(
     index: npt.NDArray[np.int64], n: int, seed: int, *key: int
 ) -> npt.NDArray[np.int64]:
@@ -61,24 +96,27 @@ def feistel_permutation(
 
     A 4-round Feistel network permutes ``[0, 4**k)`` (the smallest power of 4 >= n); values
     landing outside ``[0, n)`` are fed through again (cycle walking) until they land inside.
-    Orders of billions of windows therefore cost nothing until a window is asked for.
+    Orders of billions of windows therefore cost nothing until a window is asked for. A batch
+    of indices (up to 64) is permuted in Python integers (:func:`feistel_value`), faster there
+    than numpy; more, in numpy.
     """
-    bits = max(2, int(np.ceil(np.log2(max(n, 2)))))
-    bits += bits % 2
-    half = bits // 2
-    mask = np.uint64((1 << half) - 1)
-    round_keys = generator(seed, Salt.WINDOW_ORDER, *key).integers(0, 2**32, 4, dtype=np.uint64)
+    if len(index) <= 64:
+        values = [feistel_value(int(i), n, seed, *key) for i in index.tolist()]
+        return np.array(values, dtype=np.int64)
+    half_, mask_ = _domain(n)
+    half, mask = np.uint64(half_), np.uint64(mask_)
+    round_keys = [np.uint64(k) for k in _round_keys(int(seed), *(int(k) for k in key))]
     result = index.astype(np.uint64)
     todo = np.ones(len(result), dtype=bool)
     for _ in range(1000):  # each pass leaves a value outside with probability < 3/4
         x = result[todo]
-        left, right = x >> np.uint64(half), x & mask
+        left, right = x >> half, x & mask
         for k in round_keys:
             f = (right * np.uint64(0x9E3779B1) + k) & _MASK32
             f ^= f >> np.uint64(15)
             f = (f * np.uint64(0x85EBCA6B)) & _MASK32
             left, right = right, (left ^ f) & mask
-        result[todo] = (left << np.uint64(half)) | right
+        result[todo] = (left << half) | right
         todo &= result >= np.uint64(n)
         if not todo.any():
             return result.astype(np.int64)
