@@ -92,6 +92,10 @@ def deviation(labels: np.ndarray, weights: np.ndarray, run: int) -> float:
     return float(((shares - weights) ** 2).mean())
 
 
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} [{min(values):.2f}–{max(values):.2f}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
@@ -113,8 +117,8 @@ def main() -> None:
         "",
         "| reading | ms per batch |",
         "|---|---:|",
-        f"| one corpus | {statistics.median(single):.2f} [{min(single):.2f}–{max(single):.2f}] |",
-        f"| mixture of three | {statistics.median(mixed):.2f} [{min(mixed):.2f}–{max(mixed):.2f}] |",
+        f"| one corpus | {spread(single)} |",
+        f"| mixture of three | {spread(mixed)} |",
         f"| mixture / one corpus (medians) | {ratio:.2f} (target <= 1.5) |",
         "",
         "Short-run evenness (runs of 16 windows; mean squared deviation of the corpus shares "
