@@ -156,14 +156,36 @@ def test_the_checker_catches_an_undeclared_import(tmp_path: Path) -> None:
     assert undeclared_imports(package, pyproject, own="demo") == []
 
 
+def expand(extras: list[str], optional: Mapping[str, list[str]]) -> set[str]:
+    """``extras`` and every extra they pull in through ``lading[...]`` requirements."""
+    seen: set[str] = set()
+    todo = list(extras)
+    while todo:
+        extra = todo.pop()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for requirement in optional.get(extra, []):
+            inner = re.fullmatch(r"lading\[([^\]]*)\]", requirement.strip())
+            if inner:
+                todo += [e.strip() for e in inner.group(1).split(",")]
+    return seen
+
+
 def test_readme_test_command_installs_every_extra() -> None:
     extras, args = readme_test_command()
-    project = tomllib.loads(PYPROJECT.read_text())["project"]
-    assert sorted(extras) == sorted(project["optional-dependencies"]), (
-        f"README's test command installs {sorted(extras)}; pyproject.toml declares "
-        f"{sorted(project['optional-dependencies'])}: a test of a declared feature would skip"
+    optional = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
+    assert expand(extras, optional) == set(optional), (
+        f"README's test command installs {sorted(expand(extras, optional))}; pyproject.toml "
+        f"declares {sorted(optional)}: a test of a declared feature would skip"
     )
     assert args.strip() == "-q"
+
+
+def test_all_names_every_feature_extra() -> None:
+    # pip install "lading[all]" gives every feature (every extra but the test tools)
+    optional = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
+    assert expand(["all"], optional) == set(optional) - {"test"}
 
 
 def test_ci_runs_readme_test_command_in_a_fresh_venv() -> None:
