@@ -306,3 +306,31 @@ def test_persistent_workers_follow_set_epoch_and_load_state(kind: str, data_dir:
     other.load_state_dict(state)
     rest = batches_of(kept, k.key)
     assert rest and rest == batches_of(other, k.key)  # as workers started after the load
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_resumes_through_torch_distributed_checkpoint(
+    kind: str, data_dir: Path, tmp_path: Path
+) -> None:
+    """torchtitan and torchtune save a loader with torch.distributed.checkpoint (DCP), which
+    calls its state_dict() and, on load, its load_state_dict(): every loader kind resumes
+    through it exactly."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    k = KINDS[kind](61, data_dir)
+    world = World(0, 1)
+    whole = k.make(world, 0)
+    whole.set_epoch(1)
+    want = batches_of(whole, k.key)
+    head = k.make(world, 0)
+    head.set_epoch(1)
+    for _ in zip(range(2), head):
+        pass
+    with warnings.catch_warnings():  # DCP warns that it runs without a process group
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save({"dataloader": head}, checkpoint_id=tmp_path / "ckpt")
+        resumed = k.make(world, 0)
+        dcp.load({"dataloader": resumed}, checkpoint_id=tmp_path / "ckpt")
+    assert want[:2] + batches_of(resumed, k.key) == want
