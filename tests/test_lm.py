@@ -403,3 +403,23 @@ def test_kept_batches_are_not_overwritten(corpus: TokenCorpus, mode: str) -> Non
     assert len(kept) == len(copied) > 4  # several chunks of 2 batches were read
     for (x, y), (cx, cy) in zip(kept, copied):
         assert torch.equal(x, cx) and torch.equal(y, cy)
+
+
+def test_a_state_loaded_by_a_wrapper_replans_the_epoch(corpus: TokenCorpus) -> None:
+    # ResumableLoader.load_state_dict replaces the source's cursor; the plan cached for the
+    # cursor the loader was made with (epoch 0) must not be read for the restored epoch 1
+    def make() -> Any:
+        # jittered lengths: epochs 0 and 1 have different batch counts (81 and 94)
+        return LanguageModelLoader(
+            corpus, 2, bptt=5, seed=7, world=World(), bptt_jitter=(2, 9)
+        ).loader(0)
+
+    whole = make()
+    whole.set_epoch(1)
+    want = [x.tolist() for x, _ in whole]
+    head = make()
+    head.set_epoch(1)
+    got = [batch[0].tolist() for _, batch in zip(range(2), head)]
+    resumed = make()
+    resumed.load_state_dict(head.state_dict())
+    assert got + [x.tolist() for x, _ in resumed] == want

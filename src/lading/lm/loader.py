@@ -98,6 +98,11 @@ def chunk_view(view: npt.NDArray[np.int64]) -> torch.Tensor:
     return torch.from_numpy(view)
 
 
+def _same_position(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """(cursor, epoch, segment, base) equal: the same objects, the same numbers."""
+    return a[0] is b[0] and a[1] == b[1] and a[2] == b[2] and a[3] is b[3]
+
+
 class LanguageModelLoader(BatchKeyed, StatefulSource):
     """Batches ``(x, y)`` of shape ``[batch_size, seq]`` from a :class:`TokenCorpus`.
 
@@ -179,7 +184,8 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         width = self.max_seq * max(1, chunk_batches) + 1
         self._chunk = (batch_size, width)  # the shape of each chunk of stream read at once
         self.cursor = Cursor()
-        self._segment: Segment | None = None
+        # the plan of the cursor's segment, with the cursor state it was made for
+        self._segment: tuple[tuple[Any, ...], Segment] | None = None
         self._keyed: tuple[tuple[int, int], Segment] | None = None  # planned for keys
         self._check_epoch()
 
@@ -261,9 +267,17 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         return Segment(stream, None, n, base, p, seqs, len(seqs))
 
     def _current(self) -> Segment:
-        if self._segment is None:
-            self._segment = self._plan_segment(self.cursor, self.layout())
-        return self._segment
+        """The plan of the cursor's segment, kept while the cursor stays in that segment.
+
+        The cache is checked against the cursor itself (the object, its epoch, segment and
+        base), not only cleared by the loader's own methods: a wrapper that restores a state
+        (ResumableLoader, DCP) replaces the cursor, and a stale plan would read another epoch.
+        """
+        cursor, cached = self.cursor, self._segment
+        key = (cursor, cursor.epoch, cursor.segment, cursor.base)
+        if cached is None or not _same_position(cached[0], key):
+            cached = self._segment = (key, self._plan_segment(cursor, self.layout()))
+        return cached[1]
 
     # ------------------------------------------------------------------ iteration
 
