@@ -178,7 +178,12 @@ def fingerprint(path: str | os.PathLike[str]) -> dict[str, Any]:
 def fingerprint_changed(recorded: Mapping[str, Any]) -> str | None:
     """Why the file ``recorded`` describes differs from it now, or None when it looks the same.
 
-    A missing file is not a change (the store may have been copied to another machine).
+    Size, the hash of the first and last 64 KiB, and the modification time: an edit in the
+    middle that keeps the size changes only the last (make's rule; hashing the whole file on
+    every open would read a 21 GB corpus per process: see benchmarks/RELIABILITY.md). A copy
+    or ``touch`` of an unchanged source therefore counts as a change, and ``build_store``
+    rebuilds. A missing file is not a change (the store may have been copied to another
+    machine).
     """
     path = recorded.get("path")
     if not path or not os.path.exists(path):
@@ -188,6 +193,8 @@ def fingerprint_changed(recorded: Mapping[str, Any]) -> str | None:
         return f"{path} is now {now['size']} bytes, was {recorded.get('size')} at build time"
     if now["head_tail_sha256"] != recorded.get("head_tail_sha256"):
         return f"{path} has different content than at build time"
+    if "mtime_ns" in recorded and now["mtime_ns"] != recorded["mtime_ns"]:
+        return f"{path} was modified after the build (its modification time changed)"
     return None
 
 

@@ -160,8 +160,8 @@ def reusable(dest: Path, reader: SourceReader, options: dict[str, Any]) -> bool:
     if built != options:
         return False
     recorded = meta.get("source", {})
-    now = reader.fingerprint()
-    return all(recorded.get(k) == v for k, v in now.items() if k != "mtime_ns")
+    now = reader.fingerprint()  # its mtime too: a same-size edit in the middle changes only it
+    return all(recorded.get(k) == v for k, v in now.items())
 
 
 def _build_locked(
