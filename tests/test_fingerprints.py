@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 import lading
-from lading.errors import LoaderStateError
 
 
 def edited_in_place(path: Path) -> None:
