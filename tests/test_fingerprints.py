@@ -50,3 +50,21 @@ def test_same_size_edit_makes_the_offset_store_refuse(source: Path, tmp_path: Pa
     edited_in_place(source)
     with pytest.raises(lading.StoreFormatError, match="stale"):
         lading.OffsetStore(tmp_path / "o")["1"]
+
+
+def test_token_corpus_is_rebuilt_after_its_source_changed(source: Path, tmp_path: Path) -> None:
+    from conftest import word_tokenizer
+
+    from lading.lm import TokenCorpus
+
+    words = ["document", "number", "EDITED!!", *(str(i) for i in range(20_000))]
+    tok = word_tokenizer(words, tmp_path / "t.json")
+    first = TokenCorpus.build(source, tmp_path / "c", tok, split="line")
+    before = first.document(10_000).tolist()
+    edited_in_place(source)
+    again = TokenCorpus.build(source, tmp_path / "c", tok, split="line")
+    assert again.document(10_000).tolist() != before  # tokenized again, not reused
+    # unchanged: reused (the same files, not a new build)
+    built_at = (tmp_path / "c" / "meta.json").stat().st_mtime_ns
+    TokenCorpus.build(source, tmp_path / "c", tok, split="line")
+    assert (tmp_path / "c" / "meta.json").stat().st_mtime_ns == built_at

@@ -31,7 +31,7 @@ from lading.disk import (
     write_file,
     write_meta,
 )
-from lading.lm.texts import iter_texts
+from lading.lm.texts import iter_texts, source_identity
 from lading.tokens import describe_tokenizer, load_tokenizer, token_dtype
 
 FORMAT_NAME = "lading.tokens"
@@ -113,6 +113,7 @@ class TokenCorpus:
         target = Path(dest)
         recipe = {
             "source": str(Path(source).resolve()),
+            "source_identity": source_identity(source),  # an edited source is tokenized again
             "tokenizer": info["sha256"],
             "append_eos": append_eos,
             "eos_id": eos,

@@ -10,13 +10,15 @@ sorted by path; a lading store gives its texts in row order.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from lading.disk.meta import META_FILE
 from lading.errors import SourceError
-from lading.sources import open_binary, read_records
+from lading.sources import fingerprint, open_binary, read_records
 
 SPLITS: tuple[str, ...] = ("blank", "file", "line")
 _JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.bz2", ".jsonl.zst")
@@ -30,7 +32,7 @@ def iter_texts(source: str | os.PathLike[str], split: str = "blank") -> Iterator
     if path.is_dir() and (path / META_FILE).is_file():
         yield from _store_texts(path)
     elif path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        files = folder_files(path)
         if not files:
             raise ValueError(f"{path} holds no files")
         for file in files:
@@ -39,6 +41,27 @@ def iter_texts(source: str | os.PathLike[str], split: str = "blank") -> Iterator
         yield from _file_texts(path, split)
     else:
         raise FileNotFoundError(f"source {path} does not exist")
+
+
+def folder_files(path: Path) -> list[Path]:
+    """The files of a folder source, in the order they are read (hidden files left out)."""
+    return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def source_identity(source: str | os.PathLike[str]) -> dict[str, Any]:
+    """What identifies the texts of ``source`` for a corpus's reuse decision: a lading store's
+    file checksums; a file's fingerprint (size, mtime, head/tail hash); every file of a
+    folder's relative path, size and mtime (a folder of Wikipedia dumps is thousands of files:
+    reading 128 KiB of each would cost more than the check is worth)."""
+    path = Path(source)
+    if path.is_dir() and (path / META_FILE).is_file():
+        meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
+        files = meta.get("files", {})
+        return {"store": {name: info.get("crc32") for name, info in sorted(files.items())}}
+    if path.is_dir():
+        stats = [(f, f.stat()) for f in folder_files(path)]
+        return {"folder": [[str(f.relative_to(path)), s.st_size, s.st_mtime_ns] for f, s in stats]}
+    return {"file": fingerprint(path)}
 
 
 def _store_texts(path: Path) -> Iterator[str]:
