@@ -54,7 +54,6 @@ def test_same_size_edit_makes_the_offset_store_refuse(source: Path, tmp_path: Pa
 
 def test_token_corpus_is_rebuilt_after_its_source_changed(source: Path, tmp_path: Path) -> None:
     from conftest import word_tokenizer
-
     from lading.lm import TokenCorpus
 
     words = ["document", "number", "EDITED!!", *(str(i) for i in range(20_000))]
