@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import lading
+from lading.errors import LoaderStateError
 
 
 def edited_in_place(path: Path) -> None:
@@ -67,3 +68,65 @@ def test_token_corpus_is_rebuilt_after_its_source_changed(source: Path, tmp_path
     built_at = (tmp_path / "c" / "meta.json").stat().st_mtime_ns
     TokenCorpus.build(source, tmp_path / "c", tok, split="line")
     assert (tmp_path / "c" / "meta.json").stat().st_mtime_ns == built_at
+
+
+def small_groups(tmp_path: Path, name: str, text: str) -> object:
+    """Training groups over a 40-document store whose texts say ``text``."""
+    from lading.ir import TrainingGroups
+
+    src = tmp_path / f"{name}.tsv"
+    src.write_text("".join(f"d{i}\t{text} {i}\n" for i in range(40)))
+    store = lading.build_store(src, tmp_path / name)
+    queries = {f"q{i}": f"query {i}" for i in range(20)}
+    qrels = {f"q{i}": {f"d{i}": 1} for i in range(20)}
+    return TrainingGroups(store, queries, qrels, group_size=3, sampling="random", seed=1)
+
+
+def test_map_state_of_other_groups_of_the_same_length_is_refused(tmp_path: Path) -> None:
+    from contracts import Numbers
+    from lading.world import World
+
+    first = lading.loader(small_groups(tmp_path, "a", "alpha"), 4, world=World(), collate_fn=list)
+    next(iter(first))
+    state = first.state_dict()
+    other = lading.loader(small_groups(tmp_path, "b", "beta"), 4, world=World(), collate_fn=list)
+    with pytest.raises(LoaderStateError, match="data="):
+        other.load_state_dict(state)
+    same = lading.loader(small_groups(tmp_path, "c", "alpha"), 4, world=World(), collate_fn=list)
+    same.load_state_dict(state)  # the same content in another directory resumes
+    plain = lading.loader(Numbers(20), 4, world=World())  # no fingerprint: length only
+    plain.load_state_dict(lading.loader(Numbers(20), 4, world=World()).state_dict())
+
+
+def test_parquet_state_of_other_files_with_the_same_counts_is_refused(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from lading.tabular import PartitionedParquet
+    from lading.world import World
+
+    for name, offset in (("a", 0), ("b", 1000)):
+        (tmp_path / name).mkdir()
+        table = pa.table({"x": pa.array(range(offset, offset + 60), pa.int64())})
+        pq.write_table(table, tmp_path / name / "part.parquet", row_group_size=20)
+
+    def make(folder: str) -> object:
+        return PartitionedParquet(tmp_path / folder, batch_size=4, world=World()).loader()
+
+    state = make("a").state_dict()  # type: ignore[attr-defined]
+    with pytest.raises(LoaderStateError, match="data="):
+        make("b").load_state_dict(state)  # type: ignore[attr-defined]
+    make("a").load_state_dict(state)  # type: ignore[attr-defined]
+
+
+def test_groups_to_dataset_sees_a_rebuilt_store(tmp_path: Path) -> None:
+    pytest.importorskip("datasets")
+    from lading.integrations.hf_datasets import groups_to_dataset
+
+    cache = str(tmp_path / "hf")
+    old = groups_to_dataset(small_groups(tmp_path, "s", "alpha"), "triplet", cache_dir=cache)
+    assert all("alpha" in row["positive"] for row in old)
+    # the same path rebuilt with other texts: the cache must not hand back the old rows
+    new = groups_to_dataset(small_groups(tmp_path, "s", "beta"), "triplet", cache_dir=cache)
+    assert all("beta" in row["positive"] for row in new)
+    again = groups_to_dataset(small_groups(tmp_path, "s", "beta"), "triplet", cache_dir=cache)
+    assert again.cache_files == new.cache_files  # unchanged data: the cached file is reused

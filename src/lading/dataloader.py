@@ -87,12 +87,13 @@ class MapSource:
         drop_partial_batch: bool = False,
         world: World | None = None,
         epoch_aware: bool = False,
+        data: str | None = None,
     ) -> None:
         batch_count(0, batch_size, drop_partial_batch)  # checks batch_size
         self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
         self.equalize, self.drop_partial_batch = check_equalize(equalize), drop_partial_batch
         self.world = world or World.detect()
-        self.epoch_aware = epoch_aware
+        self.epoch_aware, self.data = epoch_aware, data
         self.cursor = Cursor()
         check_epoch(
             n,
@@ -149,6 +150,7 @@ class MapSource:
             "shuffle": self.shuffle,
             "equalize": self.equalize,
             "drop_partial_batch": self.drop_partial_batch,
+            "data": self.data,  # the dataset's data_fingerprint(), where it has one
         }
 
     def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
@@ -161,6 +163,14 @@ class MapSource:
         _, p = self._plan(self.world.world_size, self.cursor)
         taken = min(self.cursor.batches * self.batch_size, self._take(p.each, self.batch_size))
         return taken * p.readers
+
+
+def data_fingerprint(dataset: object) -> str | None:
+    """``dataset.data_fingerprint()`` where the dataset defines it (TrainingGroups does): a
+    digest of its content, put in the loader's state so a state saved over other data of the
+    same length is refused. A dataset without one is known by its length only."""
+    method = getattr(dataset, "data_fingerprint", None)
+    return str(method()) if callable(method) else None
 
 
 def loader(
@@ -211,6 +221,7 @@ def loader(
         drop_partial_batch=drop_partial_batch,
         world=world,
         epoch_aware=bool(getattr(dataset, "epoch_aware", False)),
+        data=data_fingerprint(dataset),
     )
     return ResumableLoader(
         source,

@@ -108,7 +108,8 @@ def build_store(
     return build_from_source(stream, dest, **options)
 
 
-def _generate(groups: Any, epoch: int, fmt: str) -> Iterator[dict[str, Any]]:
+def _generate(groups: Any, epoch: int, fmt: str, data: str) -> Iterator[dict[str, Any]]:
+    """The rows of ``groups``' epoch; ``data`` (their content digest) only keys the cache."""
     from lading.dataloader import EpochIndex
 
     rows = GroupRows(groups, fmt)
@@ -134,7 +135,14 @@ def groups_to_dataset(
     check_format(fmt)
     return datasets.Dataset.from_generator(
         _generate,
-        gen_kwargs={"groups": groups, "epoch": epoch, "fmt": fmt},
+        # the groups' content digest keys datasets' cache: a store (which pickles as its
+        # path) rebuilt with other texts must not be served from the old Arrow file
+        gen_kwargs={
+            "groups": groups,
+            "epoch": epoch,
+            "fmt": fmt,
+            "data": groups.data_fingerprint(),
+        },
         cache_dir=cache_dir,
     )
 

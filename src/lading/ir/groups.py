@@ -12,6 +12,8 @@ once, shared by every worker forked from the process that built it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ import numpy.typing as npt
 
 from lading.dataloader import EpochIndex
 from lading.loading.order import Salt, generator
-from lading.stores.base import DocStore
+from lading.stores.base import DocStore, store_identity
 
 SAMPLING: tuple[str, ...] = ("random", "run", "run+random")
 ON_MISSING: tuple[str, ...] = ("raise", "skip")
@@ -89,6 +91,7 @@ class TrainingGroups:
         self.store, self.doc_count = store, len(store)
         self.group_size, self.sampling, self.depth = group_size, sampling, depth
         self.seed, self.epoch = seed, 0
+        self._fingerprint: str | None = None
         self._build(queries, qrels, negatives or {}, min_relevance, on_missing)
 
     def _build(
@@ -188,6 +191,21 @@ class TrainingGroups:
             "doc_ids": self.store.ids_at(codes),
             "doc_codes": codes,
         }
+
+    def data_fingerprint(self) -> str:
+        """A digest of what the groups hold (computed once): the store's content (a lading
+        directory's file checksums; else its type and size), the queries' texts, the
+        judged and candidate documents by row, and the sampling settings. ``lading.loader``
+        puts it in its state, so a state of other groups of the same count is refused, and
+        ``groups_to_dataset`` in its cache key, so a rebuilt store is not served stale."""
+        if self._fingerprint is None:
+            digest = hashlib.sha256(json.dumps(store_identity(self.store)).encode())
+            settings = [self.group_size, self.sampling, self.depth, self.seed]
+            digest.update(json.dumps([settings, self.qids, self.query_texts]).encode())
+            for array in (self._pair_query, self._pair_doc, self._relevant, self._cands):
+                digest.update(np.ascontiguousarray(array).tobytes())
+            self._fingerprint = digest.hexdigest()
+        return self._fingerprint
 
     def negatives(self, q: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
         """``group_size - 1`` negative codes for query ``q`` under the sampling policy."""

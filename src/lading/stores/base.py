@@ -3,6 +3,7 @@ row codes, and (the tokenized-store capability) token ids."""
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -160,3 +161,17 @@ class DocStore(ABC):
             f"{self!r} has no tokens: build it with a tokenizer "
             "(lading.build_store(..., tokenizer=...) or `lading build --tokenizer`)"
         )
+
+
+def store_identity(store: object) -> dict[str, object]:
+    """What identifies a store's content, cheaply: a lading directory's (packed store,
+    offsets index) file checksums from its ``meta.json``, which change with every rebuild of
+    other data; otherwise its type and size (an in-memory dict or an ir_datasets docstore has
+    no build record to read)."""
+    path = getattr(store, "path", None)
+    meta = Path(path) / "meta.json" if path is not None else None
+    if meta is not None and meta.is_file():
+        files = json.loads(meta.read_text(encoding="utf-8")).get("files", {})
+        sums = {name: info.get("crc32") for name, info in sorted(files.items())}
+        return {"type": type(store).__name__, "files": sums}
+    return {"type": type(store).__name__, "size": len(store)}  # type: ignore[arg-type]

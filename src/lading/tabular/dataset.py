@@ -33,7 +33,7 @@ from lading.loading.order import Salt, permutation
 from lading.loading.plan import Plan, batch_count, check_epoch, check_equalize, plan
 from lading.loading.state import Cursor
 from lading.split import Runs
-from lading.tabular.files import check_schemas, parquet_files, scan
+from lading.tabular.files import check_schemas, footer_digest, parquet_files, scan
 from lading.tabular.plan import Piece, epoch_pieces, share_of_runs
 from lading.tabular.read import RowReader, check_columns, check_counted_nulls
 from lading.world import World
@@ -116,6 +116,7 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
         check_schemas(self.files, schemas, self.columns)
         check_columns(schemas[0], self.columns, list_columns, self.files[0])
         check_counted_nulls(self.files, footers, [c for c in self.columns if c not in list_columns])
+        self._data = footer_digest(self.files, footers)
         self.rows = RowReader(self.columns, list_columns, pad, pad_value)
         batch_count(0, batch_size, drop_partial_batch)  # checks batch_size
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
@@ -226,6 +227,7 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
         return {
             "rows": self.total_rows,
             "row_groups": len(self.pieces),
+            "data": self._data,  # other files of the same row and row-group counts: refused
             "seed": self.seed,
             "shuffle": self.shuffle,
             "equalize": self.equalize,

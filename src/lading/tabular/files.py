@@ -13,6 +13,8 @@ already, so reading both would read them twice.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -144,3 +146,18 @@ def check_schemas(files: Sequence[Path], schemas: Sequence[Any], columns: Sequen
 
 def _describe(field: Any) -> str:
     return f"{field.type}{'' if field.nullable else ' not null'}"
+
+
+def footer_digest(files: Sequence[Path], footers: Sequence[Any]) -> str:
+    """A digest of what the files hold, from their footers (read once already): each file's
+    name and size, and its parquet metadata (schema, every row group's column chunks with
+    their sizes, offsets and statistics). Another dataset with the same row and row-group
+    counts differs here; a copy of the same files (another folder, a new mtime) does not."""
+    digest = hashlib.sha256()
+    for path, footer in zip(files, footers):
+        meta = footer.to_dict()
+        meta.pop("created_by", None)
+        digest.update(path.name.encode())
+        digest.update(str(path.stat().st_size).encode())
+        digest.update(json.dumps(meta, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
