@@ -145,6 +145,46 @@ def detect_format(source: str | os.PathLike[str]) -> str:
     )
 
 
+def check_source_shape(name: str, format: str) -> None:
+    """Refuse a source whose shape cannot be of ``format``, naming the source and the fix,
+    before anything is read (else the reader fails far off: a folder read as a stream)."""
+    is_dir = os.path.isdir(name)
+    if format == "irds":
+        if not name.startswith("irds:"):
+            raise ValueError(
+                f"{name}: format 'irds' reads an ir_datasets id, written irds:<dataset-id> "
+                "(e.g. irds:msmarco-passage); for a file, pass its own format or none"
+            )
+        known = _irds_ids()
+        dataset_id = name[len("irds:") :]
+        if known is not None and dataset_id not in known:
+            close = sorted(k for k in known if k.split("/")[0] == dataset_id.split("/")[0])
+            hint = f"; {dataset_id.split('/')[0]} has: {', '.join(close[:8])}" if close else ""
+            raise ValueError(f"{name}: ir_datasets has no dataset {dataset_id!r}{hint}")
+    elif format == "beir":
+        if not is_dir or beir_corpus_file(name) is None:
+            raise ValueError(
+                f"{name}: format 'beir' reads a BEIR folder holding corpus.jsonl[.gz]; for a "
+                "file, pass its own format (tsv, jsonl, trec) or none"
+            )
+    elif format in ("tsv", "jsonl", "trec") and is_dir:
+        raise ValueError(
+            f"{name} is a folder: format {format!r} reads one file; pass the file inside it "
+            "(a BEIR folder needs format 'beir')"
+        )
+
+
+def _irds_ids() -> set[str] | None:
+    """The dataset ids ir_datasets knows, or None when it is not installed (then the load
+    itself reports it)."""
+    try:
+        import ir_datasets
+    except ImportError:
+        return None
+    registered = getattr(ir_datasets.registry, "_registered", None)  # no public listing
+    return set(registered) if isinstance(registered, dict) else None
+
+
 def beir_corpus_file(folder: str | os.PathLike[str]) -> Path | None:
     """The corpus file of a BEIR folder, or None when there is none."""
     for name in ("corpus.jsonl", "corpus.jsonl.gz"):
@@ -235,6 +275,7 @@ class SourceReader:
             raise ValueError(f"unknown format {self.format!r}; choose from {sorted(FORMATS)}")
         if self.format != "irds" and not os.path.exists(name):
             raise FileNotFoundError(f"source {name} does not exist")
+        check_source_shape(name, self.format)
 
     @property
     def path(self) -> Path | None:

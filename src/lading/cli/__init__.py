@@ -8,6 +8,7 @@ the top, so building the parser (and ``lading lm build``, ``lading repartition``
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -53,6 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        # the reader went away (`lading inspect STORE | head -1`): as the Python docs advise,
+        # point stdout at devnull so the interpreter's final flush does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except (LadingError, FileNotFoundError, FileExistsError, ImportError, ValueError) as e:
         print(f"lading {args.command}: {e}", file=sys.stderr)
         return 2

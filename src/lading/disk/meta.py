@@ -65,6 +65,11 @@ def read_meta(
     """
     fmt = disk_format(expected_format)
     root = Path(directory)
+    if root.is_file():
+        raise StoreFormatError(
+            f"{root} is a file, not a lading {fmt.what} (a directory holding {META_FILE}); "
+            f"pass the directory a build wrote (e.g. `lading build {root} DEST`, then DEST)"
+        )
     if not root.is_dir():
         raise StoreFormatError(f"{root} is not a lading {fmt.what}: no such directory")
     meta_path = root / META_FILE

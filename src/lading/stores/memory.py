@@ -60,6 +60,10 @@ class InMemoryStore(DocStore):
                 if duplicates == "first":
                     continue
             docs[record.id] = record.text
+        if not docs:
+            from lading.stores.writer import empty_source_reason
+
+            raise SourceError(reader.source, None, empty_source_reason(reader))
         recipe = {
             "source": os.fspath(source),
             "format": reader.format,

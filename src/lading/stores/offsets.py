@@ -33,7 +33,7 @@ from lading.disk import (
     write_file,
     write_meta,
 )
-from lading.errors import StoreFormatError
+from lading.errors import SourceError, StoreFormatError
 from lading.sources import (
     OnError,
     ParseOptions,
@@ -44,7 +44,7 @@ from lading.sources import (
 )
 from lading.stores.base import DocStore, IdLike
 from lading.stores.index import IdIndex, IntIdCollector, write_index
-from lading.stores.writer import Duplicates, compact, id_keys, unique_rows
+from lading.stores.writer import Duplicates, compact, empty_source_reason, id_keys, unique_rows
 
 FORMAT_NAME = "lading.offsets"
 
@@ -190,6 +190,8 @@ def _write(
         lines.append(chunk.line)
         ids.append(record.id.encode("utf-8"))
         int_ids.add(record.id)
+    if not starts:
+        raise SourceError(reader.source, None, empty_source_reason(reader))
     files = ids.finish()
     keys = id_keys(directory, int_ids)
     keep = unique_rows(keys, lines, duplicates, reader)

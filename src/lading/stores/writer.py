@@ -168,6 +168,8 @@ def write_store(
         write_tokens(encoding.pop(0).result())
     encoder.shutdown()
     rows = len(columns.text)
+    if rows == 0:
+        raise SourceError(reader.source, None, empty_source_reason(reader))
     for column in columns.fields.values():
         column.pad_to(rows)
     files: dict[str, dict[str, int]] = {}
@@ -298,3 +300,18 @@ def compact(
             (directory / new).replace(directory / old)
             files[old] = described[new]
     return files
+
+
+def empty_source_reason(reader: SourceReader) -> str:
+    """Why a source gave no document, and what to do: a store of 0 documents is refused,
+    since it is almost always a wrong file, format or column layout."""
+    if reader.skipped:
+        first = reader.skip_reasons[0] if reader.skip_reasons else ""
+        return (
+            f"every record was skipped ({reader.skipped:,}; the first: {first}); nothing "
+            "would be left to store. Check the format and columns"
+        )
+    return (
+        f"no documents found in it as format {reader.format!r}; a store of 0 documents is "
+        "refused. Check the file (is it empty?), its format and its columns"
+    )

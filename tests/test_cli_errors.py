@@ -1,0 +1,76 @@
+"""Bad input through the CLI: one line on stderr naming the input and the fix, exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lading
+from lading.cli import main
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err[-1] if err else ""
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    (tmp_path / "c.tsv").write_text("1\thello\n2\tworld\n")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "c.tsv").write_text("1\thello\n")
+    (tmp_path / "empty.tsv").write_text("")
+    (tmp_path / "bad.tsv").write_text("no tab here\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["build", "{d}/c.tsv", "{d}/s", "--format", "irds"], "reads an ir_datasets id"),
+        (["build", "{d}/c.tsv", "{d}/s", "--format", "beir"], "reads a BEIR folder"),
+        (["build", "{d}/folder", "{d}/s", "--format", "tsv"], "is a folder: format 'tsv'"),
+        (["inspect", "{d}/c.tsv"], "is a file, not a lading store"),
+        (["build", "{d}/empty.tsv", "{d}/s"], "a store of 0 documents is refused"),
+        (["build", "{d}/bad.tsv", "{d}/s", "--on-error", "skip"], "every record was skipped"),
+    ],
+)
+def test_one_line_naming_the_input(
+    files: Path, args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, line = run([a.format(d=files) for a in args], capsys)
+    assert code == 2 and says in line and str(files) in line, line
+    assert not (files / "s").exists()  # nothing that opens as a store was left behind
+
+
+def test_unknown_irds_dataset_is_named(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("ir_datasets")
+    code, line = run(["build", "irds:msmarco-passage/nope", str(files / "s")], capsys)
+    assert code == 2 and "no dataset 'msmarco-passage/nope'" in line
+    assert "msmarco-passage/dev" in line  # what that family does have
+
+
+def test_every_store_refuses_an_empty_source(files: Path) -> None:
+    for build in (
+        lambda p: lading.build_store(p, files / "p"),
+        lambda p: lading.OffsetStore.build(p, files / "o"),
+        lading.InMemoryStore.from_source,
+    ):
+        with pytest.raises(lading.SourceError, match="0 documents is refused"):
+            build(files / "empty.tsv")
+
+
+@pytest.mark.parametrize("command", [["inspect", "{s}"], ["get", "{s}", "1", "2"]])
+def test_a_closed_pipe_ends_quietly(files: Path, command: list[str]) -> None:
+    store = lading.build_store(files / "c.tsv", files / "s")
+    args = [a.format(s=store.path) for a in command]
+    cmd = [sys.executable, "-m", "lading", *args]
+    # `lading ... | head -0`: the reader is gone before the first line is written
+    done = subprocess.run(
+        f"{' '.join(cmd)} | head -c 0", shell=True, capture_output=True, text=True, timeout=60
+    )
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
