@@ -74,3 +74,43 @@ def test_a_closed_pipe_ends_quietly(files: Path, command: list[str]) -> None:
         f"{' '.join(cmd)} | head -c 0", shell=True, capture_output=True, text=True, timeout=60
     )
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
+def test_a_missing_input_is_named_before_any_work(
+    files: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --queries is missing: refused while the command line is read, before a tokenizer is
+    # trained or a store built (nothing is written to --out)
+    args = ["train", "cross-encoder", "--corpus", str(files / "c.tsv"), "--out",
+            str(files / "out"), "--queries", str(files / "nope.tsv"), "--qrels",
+            str(files / "c.tsv")]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --queries" in err and "nope.tsv does not exist" in err
+    assert not (files / "out").exists()
+
+
+def test_rerank_names_a_model_that_is_not_here(
+    files: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tsv = str(files / "c.tsv")
+    args = ["rerank", "--model", "nope", "--store", str(files), "--queries", tsv,
+            "--run", tsv, "--out", str(files / "r")]  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(args)
+    err = capsys.readouterr().err
+    assert "not a model folder on this machine" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 6  # usage + one line, not 74 lines of hub errors
+
+
+def test_a_file_that_is_not_a_tokenizer_is_one_line(
+    files: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["build", str(files / "c.tsv"), str(files / "s"), "--tokenizer", str(files / "c.tsv")])
+    err = capsys.readouterr().err
+    assert "c.tsv is not a tokenizer" in err and "Tokenizer.save" in err
+    with pytest.raises(ValueError, match="is not a tokenizer"):
+        lading.build_store(files / "c.tsv", files / "s", tokenizer=files / "c.tsv")

@@ -51,7 +51,14 @@ def load_tokenizer(spec: Any) -> Any:
                 f"no tokenizer at {path}: pass a tokenizer.json file or a folder that holds one "
                 "(save one with tokenizer.save_pretrained(DIR) or Tokenizer.save(PATH))"
             )
-        tok = tokenizers.Tokenizer.from_file(str(path))
+        try:
+            tok = tokenizers.Tokenizer.from_file(str(path))
+        except Exception as e:  # tokenizers raises a bare Exception with a serde message
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ValueError(
+                f"{path} is not a tokenizer ({reason}): pass a tokenizer.json written by "
+                "Tokenizer.save(PATH) or tokenizer.save_pretrained(DIR), or that folder"
+            ) from None
     else:
         raise TypeError(
             f"cannot make a tokenizer from {type(spec).__name__}; pass a path or Tokenizer"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from lading.cli.inputs import tokenizer
+
 
 def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
     from lading.lm.tokenizer import train_tokenizer
@@ -55,7 +57,7 @@ def _add_lm(sub: Any) -> None:
     p = kinds.add_parser("build", help="tokenize a corpus into a memory-mapped TokenCorpus")
     p.add_argument("source")
     p.add_argument("dest")
-    p.add_argument("--tokenizer", required=True)
+    p.add_argument("--tokenizer", required=True, type=tokenizer)
     p.add_argument(
         "--split",
         choices=["blank", "line", "file"],

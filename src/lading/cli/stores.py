@@ -10,6 +10,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from lading.cli.inputs import tokenizer
+
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from lading.stores import build_store
@@ -185,7 +187,11 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("source", help="TSV/JSONL/TREC file (.gz/.bz2/.zst ok), BEIR folder, irds:<id>")
     p.add_argument("dest", help="store directory to create")
     p.add_argument("--format", choices=["beir", "irds", "jsonl", "trec", "tsv"])
-    p.add_argument("--tokenizer", help="tokenizer.json or a local HF model folder: pre-tokenize")
+    p.add_argument(
+        "--tokenizer",
+        type=tokenizer,
+        help="tokenizer.json or a local HF model folder: pre-tokenize",
+    )
     p.add_argument("--max-length", type=int, help="keep at most this many tokens per document")
     p.add_argument("--on-error", choices=["raise", "skip"], default="raise")
     p.add_argument("--duplicates", choices=["error", "first", "last"], default="error")

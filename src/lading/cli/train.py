@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.cli.bench import _int_list
+from lading.cli.inputs import existing, local_model, model_or_tiny, tokenizer
 
 
 def _cmd_train_cross_encoder(args: argparse.Namespace) -> int:
@@ -155,7 +156,7 @@ def _add_train(sub: Any) -> None:
         description="torchrun --nproc_per_node N -m lading train lm ... for DDP.",
     )
     _add_run_args(p, batch_size=32, lr=3e-3, parallel=("ddp", "none"))
-    p.add_argument("--corpus", required=True, help="a TokenCorpus (lading lm build)")
+    p.add_argument("--corpus", required=True, type=existing, help="a TokenCorpus (lading lm build)")
     p.add_argument("--arch", choices=["lstm", "gpt"], default="lstm")
     p.add_argument("--heads", type=int, default=4, help="gpt: attention heads")
     p.add_argument("--packed", action="store_true", help="gpt: pack whole documents")
@@ -186,19 +187,28 @@ def _add_train(sub: Any) -> None:
         "for DDP (NCCL on GPU, gloo on CPU).",
     )
     _add_run_args(p, batch_size=8, lr=2e-5, log_every=10)
-    p.add_argument("--store", help="a lading store (built with the model's tokenizer: fastest)")
     p.add_argument(
-        "--corpus", help="a corpus file: built into OUT/store with the model's tokenizer"
+        "--store", type=existing, help="a lading store (built with the model's tokenizer: fastest)"
     )
-    p.add_argument("--queries", required=True)
-    p.add_argument("--qrels", required=True)
-    p.add_argument("--negatives", help="TREC run, hard-negative JSONL or MS MARCO id triples")
+    p.add_argument(
+        "--corpus",
+        type=existing,
+        help="a corpus file: built into OUT/store with the model's tokenizer",
+    )
+    p.add_argument("--queries", required=True, type=existing)
+    p.add_argument("--qrels", required=True, type=existing)
+    p.add_argument(
+        "--negatives", type=existing, help="TREC run, hard-negative JSONL or MS MARCO id triples"
+    )
     p.add_argument(
         "--model",
         default="tiny",
+        type=model_or_tiny,
         help="'tiny' (a 2-layer BERT, tokenizer trained locally) or a HF model path",
     )
-    p.add_argument("--tokenizer", help="tokenizer.json or folder (default: the model's)")
+    p.add_argument(
+        "--tokenizer", type=tokenizer, help="tokenizer.json or folder (default: the model's)"
+    )
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--warmup", type=float, default=0.1, help="share of steps warming up")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
@@ -221,12 +231,16 @@ def _add_train(sub: Any) -> None:
 def add_rerank(sub: Any) -> None:
     """The parser of ``rerank``."""
     p = sub.add_parser("rerank", help="rerank a run with a trained cross-encoder; evaluate it")
-    p.add_argument("--model", required=True, help="OUT/model of lading train cross-encoder")
-    p.add_argument("--store", required=True)
-    p.add_argument("--queries", required=True)
-    p.add_argument("--run", required=True, help="the run to rerank (TREC format)")
+    p.add_argument(
+        "--model", required=True, type=local_model, help="OUT/model of lading train cross-encoder"
+    )
+    p.add_argument("--store", required=True, type=existing)
+    p.add_argument("--queries", required=True, type=existing)
+    p.add_argument("--run", required=True, type=existing, help="the run to rerank (TREC format)")
     p.add_argument("--out", required=True, help="where to write the reranked run")
-    p.add_argument("--qrels", help="judgements: print measures of both runs (ir-measures)")
+    p.add_argument(
+        "--qrels", type=existing, help="judgements: print measures of both runs (ir-measures)"
+    )
     p.add_argument("--measures", nargs="+", default=["nDCG@10", "RR@10", "R@100"])
     p.add_argument("--min-relevance", type=int, default=1)
     p.add_argument("--depth", type=int, default=100)

@@ -1,0 +1,43 @@
+"""Argument types that check an input exists (and is what it should be) when the command line
+is read: a missing ``--queries`` is reported before a tokenizer is trained or a store is built,
+not after minutes (hours at MS MARCO size) of work. Each failure is argparse's one-line error
+naming the flag, with exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def existing(value: str) -> str:
+    """A file or folder that exists."""
+    if not Path(value).exists():
+        raise argparse.ArgumentTypeError(f"{value} does not exist")
+    return value
+
+
+def local_model(value: str) -> str:
+    """A model folder on this machine (lading never downloads one)."""
+    path = Path(value)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{value} is not a model folder on this machine (lading does not download models): "
+            "pass OUT/model of `lading train cross-encoder` or a save_pretrained() folder"
+        )
+    return value
+
+
+def model_or_tiny(value: str) -> str:
+    """``tiny`` (a small BERT made locally) or a local model folder."""
+    return value if value == "tiny" else local_model(value)
+
+
+def tokenizer(value: str) -> str:
+    """A tokenizer.json (or a folder holding one) that ``tokenizers`` can load."""
+    from lading.tokens import load_tokenizer
+
+    try:
+        load_tokenizer(value)
+    except (FileNotFoundError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
