@@ -114,3 +114,36 @@ def test_a_file_that_is_not_a_tokenizer_is_one_line(
     assert "c.tsv is not a tokenizer" in err and "Tokenizer.save" in err
     with pytest.raises(ValueError, match="is not a tokenizer"):
         lading.build_store(files / "c.tsv", files / "s", tokenizer=files / "c.tsv")
+
+
+TRUNCATED_TREC = (
+    "<DOC>\n<DOCNO>d1</DOCNO>\n<TEXT>one</TEXT>\n</DOC>\n<DOC>\n<DOCNO>d2</DOCNO>\n<TEXT>cut off"
+)
+
+
+def test_a_cut_off_last_trec_document_is_skipped_and_counted(tmp_path: Path) -> None:
+    path = tmp_path / "t.trec"
+    path.write_text(TRUNCATED_TREC)
+    store = lading.build_store(path, tmp_path / "s", on_error="skip")
+    assert store.ids() == ["d1"] and store["d1"] == "one"
+    reader = lading.sources.SourceReader(path, on_error="skip")
+    assert [r.id for r in reader] == ["d1"] and reader.skipped == 1
+    with pytest.raises(lading.SourceError, match=r"line 5 of .*no </DOC>.*on_error='skip'"):
+        lading.build_store(path, tmp_path / "s2")
+
+
+def test_hints_name_the_cli_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.trec"
+    path.write_text(TRUNCATED_TREC)
+    code, line = run(["build", str(path), str(tmp_path / "s")], capsys)
+    assert code == 2 and "pass --on-error skip to leave" in line and "on_error=" not in line
+
+
+def test_cli_spelling_rewrites_only_this_commands_flags() -> None:
+    from lading.cli import cli_spelling
+
+    flags = {"on_error": "--on-error", "overwrite": "--overwrite", "max_length": "--max-length"}
+    said = "pass on_error='skip', or overwrite=True, max_length=512; seed=3 stays"
+    assert cli_spelling(said, flags) == (
+        "pass --on-error skip, or --overwrite, --max-length 512; seed=3 stays"
+    )

@@ -191,7 +191,12 @@ def make_trec_parser(options: ParseOptions) -> Parser:
         doc_id = check_id(match.group(1).strip())
         body = doc[match.end() :]
         close = body.upper().rfind("</DOC>")
-        body = body[:close] if close >= 0 else body
+        if close < 0:  # the chunker hands over a last block the end of the file cut off
+            raise RecordError(
+                "<DOC> has no </DOC> before the end of the file (truncated?); pass "
+                "on_error='skip' to leave this last document out"
+            )
+        body = body[:close]
         texts = _TEXT.findall(body)
         text = "\n\n".join(t.strip() for t in texts) if texts else _DOCHDR.sub("", body).strip()
         title = _TITLE.search(body)

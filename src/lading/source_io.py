@@ -72,8 +72,9 @@ def chunk_lines(
 def chunk_trec(stream: IO[bytes]) -> Iterator[Chunk]:
     """One chunk per ``<DOC>…</DOC>`` block.
 
-    Raises RecordError (wrapped by the reader with the file and line) for text outside a block
-    and for a block that the end of the file cuts off.
+    Raises RecordError (wrapped by the reader with the file and line) for text outside a block.
+    A last block that the end of the file cuts off is handed over as it is: the parser refuses
+    it (a record error, so ``on_error="skip"`` skips and counts it; nothing follows it).
     """
     parts: list[bytes] = []
     start = first_line = 0
@@ -94,8 +95,8 @@ def chunk_trec(stream: IO[bytes]) -> Iterator[Chunk]:
         if _DOC_CLOSE.search(raw):
             yield Chunk(first_line, start, pos, b"".join(parts))
             parts = []
-    if parts:
-        raise _ChunkError(first_line, "<DOC> has no </DOC> before the end of the file (truncated?)")
+    if parts:  # cut off by the end of the file: the parser refuses it, or it is skipped
+        yield Chunk(first_line, start, pos, b"".join(parts))
 
 
 class _ChunkError(Exception):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_repartition(sub)
     add_rerank(sub)
     add_synth(sub)
+    _record_flags(parser)
     return parser
 
 
@@ -61,5 +63,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 1
     except (LadingError, FileNotFoundError, FileExistsError, ImportError, ValueError) as e:
-        print(f"lading {args.command}: {e}", file=sys.stderr)
+        flags = getattr(args, "_flags", {})
+        print(f"lading {args.command}: {cli_spelling(str(e), flags)}", file=sys.stderr)
         return 2
+
+
+_KEYWORD = re.compile(r"\b([a-z_]+)=(?:'([^']*)'|\"([^\"]*)\"|(True|False|None|-?\d+(?:\.\d+)?))")
+
+
+def cli_spelling(message: str, flags: dict[str, str]) -> str:
+    """``message`` with the library's keyword spellings (``on_error='skip'``) written as the
+    command's flags (``--on-error skip``), for every keyword that is a flag of this command
+    (``flags``: argparse dest -> option string); other text is left as it is."""
+
+    def flag(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in flags:
+            return match.group(0)
+        value = next(v for v in match.groups()[1:] if v is not None)
+        if value == "True":
+            return flags[name]
+        return f"{flags[name]} {value}"
+
+    return _KEYWORD.sub(flag, message)
+
+
+def _record_flags(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand's namespace ``_flags`` (dest -> its long option), so errors can
+    name the flag the user typed (see :func:`cli_spelling`)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _record_flags(sub)
+    flags = {
+        a.dest: max(a.option_strings, key=len)
+        for a in parser._actions
+        if a.option_strings and a.dest not in ("help", "version")
+    }
+    parser.set_defaults(_flags=flags)  # the innermost (sub)command's defaults are the last set
