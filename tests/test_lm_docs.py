@@ -367,3 +367,19 @@ def test_cli_gpt_flags_reach_the_run(repetitive: Path, tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "cli" / "summary.json").read_text())
     assert summary["arch"] == "gpt" and summary["document_mask"] is False
     assert summary["packing"]["capacity"] == 9 and summary["steps"] == 3
+
+
+def test_plain_text_keeps_indentation(tmp_path: Path) -> None:
+    from lading.lm.texts import iter_texts
+
+    code = "def f(x):\n    return x\n\n  two spaces\n\tand a tab\n   \nlast\r\n"
+    path = tmp_path / "code.txt"
+    path.write_bytes(code.encode())
+    assert list(iter_texts(path)) == [
+        "def f(x):\n    return x",
+        "  two spaces\n\tand a tab",
+        "last",
+    ]
+    assert list(iter_texts(path, split="line")) == [
+        "def f(x):", "    return x", "  two spaces", "\tand a tab", "last"
+    ]  # fmt: skip

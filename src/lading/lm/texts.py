@@ -5,7 +5,10 @@ Plain text splits into documents at blank lines (``split="blank"``: WikiText par
 Shakespeare speeches), at every line (``"line"``) or not at all (``"file"``). JSONL records give
 their text field (WikiExtractor ``--json`` output included); WikiExtractor's default output,
 ``<doc id=… title=…>…</doc>`` blocks, gives each block's body. A folder gives every file in it,
-sorted by path; a lading store gives its texts in row order.
+sorted by path; a lading store gives its texts in row order. Lines are kept as written
+(indentation and inner spaces included: code and verse keep their shape); only line ends go,
+and lines of nothing but white space separate documents (``"blank"``) or are skipped
+(``"line"``).
 """
 
 from __future__ import annotations
@@ -105,13 +108,14 @@ def _plain(path: Path, split: str) -> Iterator[str]:
             yield text
         return
     block: list[str] = []
-    for _, line in _lines(path):
+    for _, raw in _lines(path):
+        line = raw.rstrip("\r\n")  # the text as written: indentation kept (code, verse)
         if split == "line":
             if line.strip():
-                yield line.strip()
+                yield line
             continue
         if line.strip():
-            block.append(line.strip())
+            block.append(line)
         elif block:
             yield "\n".join(block)
             block = []
