@@ -14,6 +14,12 @@ more. Bitwise equal across the change: the sequence of samples in global order, 
 sample is (an epoch-aware dataset draws from ``(epoch, index)``). Not equal, and cannot be:
 which rank reads a sample, which samples share a batch, and the few samples repeated (or
 left out, with ``equalize="truncate"``) to even out the new world size's shares.
+
+``batching="no_duplicates"`` regroups each step's samples so that no batch holds two samples
+sharing a key (a query, a document: the dataset's ``duplicate_keys``), for losses that take the
+rest of a batch as negatives (:mod:`lading.loading.distinct`). The batch counts stay the plan's;
+the regrouping depends on the world size and batch size, so such a run resumes bitwise with
+its saved layout and refuses another.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from lading.loading.distinct import arrange
 from lading.loading.loader import ResumableLoader
 from lading.loading.order import epoch_order
 from lading.loading.plan import (
@@ -34,11 +41,26 @@ from lading.loading.plan import (
     plan,
     refuse_drop_last,
 )
-from lading.loading.state import Cursor
+from lading.loading.state import Cursor, LoaderStateError
 from lading.split import Runs
 from lading.world import World
 
-__all__ = ["EpochIndex", "MapSource", "ResumableLoader", "epoch_order", "loader"]
+__all__ = ["BATCHING", "EpochIndex", "MapSource", "ResumableLoader", "epoch_order", "loader"]
+
+BATCHING: tuple[str, ...] = ("no_duplicates", "order")
+DuplicateKeys = Callable[[npt.NDArray[np.int64], int], npt.NDArray[np.int64]]
+
+
+def check_batching(batching: str, duplicate_keys: DuplicateKeys | None) -> str:
+    """``batching`` if it names a policy the dataset supports, else a ValueError saying why."""
+    if batching not in BATCHING:
+        raise ValueError(f"unknown batching {batching!r}; choose from {sorted(BATCHING)}")
+    if batching == "no_duplicates" and duplicate_keys is None:
+        raise ValueError(
+            "batching='no_duplicates' needs a dataset with duplicate_keys(items, epoch) (the "
+            "keys no two samples of a batch may share), such as lading.ir.TrainingGroups"
+        )
+    return batching
 
 
 class MapDataset(Protocol):
@@ -72,6 +94,8 @@ class MapSource:
         drop_partial_batch: leave out each rank's last batch when it is not full.
         world: rank and world size.
         epoch_aware: yield :class:`EpochIndex` keys instead of plain ints.
+        batching: ``"order"`` (a batch is a run of the order) or ``"no_duplicates"``.
+        duplicate_keys: ``(items, epoch) -> keys``, one row per item (``"no_duplicates"``).
     """
 
     kind = "map"
@@ -88,8 +112,13 @@ class MapSource:
         world: World | None = None,
         epoch_aware: bool = False,
         data: str | None = None,
+        batching: str = "order",
+        duplicate_keys: DuplicateKeys | None = None,
     ) -> None:
         batch_count(0, batch_size, drop_partial_batch)  # checks batch_size
+        self.batching = check_batching(batching, duplicate_keys)
+        self.duplicate_keys = duplicate_keys
+        self._arranged: tuple[tuple[int, int], list[npt.NDArray[np.int64]]] | None = None
         self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
         self.equalize, self.drop_partial_batch = check_equalize(equalize), drop_partial_batch
         self.world = world or World.detect()
@@ -128,10 +157,47 @@ class MapSource:
 
     def share(self) -> npt.NDArray[np.int64]:
         """Dataset indices this rank reads in the current segment, in order."""
+        if self.batching == "no_duplicates":
+            return self._distinct_shares()[self.world.rank]
         base, p = self._plan(self.world.world_size, self.cursor)
         positions = base.within(p.positions(self.world.rank)).positions()
         order = epoch_order(self.n, self.seed, self.cursor.epoch, self.shuffle)
         return order[positions[: self._take(p.each, self.batch_size)]]
+
+    def _distinct_shares(self) -> list[npt.NDArray[np.int64]]:
+        """Every rank's share, regrouped into batches without a shared key (cached per epoch).
+
+        The pool is what the ranks would read, in reading order (step by step, rank by rank);
+        the slots are the ranks' batches in the same order, so step ``k`` of every rank is
+        filled from the front of what is left, as s-t fills its next batch.
+        """
+        at = (self.cursor.epoch, self.cursor.segment)
+        if self._arranged is not None and self._arranged[0] == at:
+            return self._arranged[1]
+        world, size = self.world.world_size, self.batch_size
+        base, p = self._plan(world, self.cursor)
+        order = epoch_order(self.n, self.seed, self.cursor.epoch, self.shuffle)
+        shares = [order[base.within(p.positions(r)).positions()] for r in range(world)]
+        pool = np.stack(shares, axis=1).reshape(-1)  # step-major: share j of rank 0, 1, …
+        take = self._take(p.each, size)
+        sizes = [size] * (take // size) + ([take % size] if take % size else [])
+        assert self.duplicate_keys is not None  # check_batching made sure
+        unique, inverse = np.unique(pool, return_inverse=True)
+        keys = np.asarray(self.duplicate_keys(unique, self.cursor.epoch))[inverse]
+        done = arrange(pool, [s for s in sizes for _ in range(world)], keys)
+        if done.left_out or done.repeated:
+            warnings.warn(
+                f"no_duplicates, epoch {self.cursor.epoch}: {done.left_out} samples could not "
+                f"be placed in a batch without a duplicate and are left out; {done.repeated} "
+                "places were filled with samples read twice instead (batch counts stay equal)",
+                stacklevel=2,
+            )
+        per_rank = [
+            np.concatenate(done.slots[r::world]) if sizes else np.empty(0, np.int64)
+            for r in range(world)
+        ]
+        self._arranged = (at, per_rank)
+        return per_rank
 
     def keys(self) -> Iterator[Any]:
         indices = self.share()[self.cursor.batches * self.batch_size :].tolist()
@@ -144,7 +210,7 @@ class MapSource:
         return {"world_size": self.world.world_size, "batch_size": self.batch_size}
 
     def fingerprint(self) -> dict[str, Any]:
-        return {
+        found: dict[str, Any] = {
             "n": self.n,
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -152,8 +218,17 @@ class MapSource:
             "drop_partial_batch": self.drop_partial_batch,
             "data": self.data,  # the dataset's data_fingerprint(), where it has one
         }
+        if self.batching != "order":  # absent by default: states saved before it still load
+            found["batching"] = self.batching
+        return found
 
     def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
+        if self.batching == "no_duplicates":
+            raise LoaderStateError(
+                f"a no_duplicates epoch is regrouped for its layout; the state was saved with "
+                f"{dict(layout)}, this loader has {self.layout()}: resume with the saved "
+                "world size and batch size, or start the epoch afresh"
+            )
         base, p = self._plan(int(layout["world_size"]), cursor)
         size = int(layout["batch_size"])
         done = min(cursor.batches * size, self._take(p.each, size))
@@ -189,6 +264,7 @@ def loader(
     prefetch_factor: int | None = None,
     persistent_workers: bool | None = None,
     multiprocessing_context: str | None = None,
+    batching: str = "order",
 ) -> ResumableLoader:
     """A DataLoader for ``dataset`` in which each global rank reads a disjoint, equal share.
 
@@ -208,6 +284,9 @@ def loader(
         prefetch_factor: batches each worker keeps ready (default 2 when workers are used).
         persistent_workers: keep workers between epochs (default: when there are workers).
         multiprocessing_context: ``"fork"``, ``"spawn"`` or ``"forkserver"`` for workers.
+        batching: ``"order"`` (batches are runs of the epoch's order) or ``"no_duplicates"``
+            (no two samples of a batch share a key of ``dataset.duplicate_keys``: for losses
+            with in-batch negatives; see the module docstring).
     """
     if not isinstance(dataset, Sized):
         raise TypeError("lading.loader needs a map-style dataset with __len__")
@@ -222,6 +301,8 @@ def loader(
         world=world,
         epoch_aware=bool(getattr(dataset, "epoch_aware", False)),
         data=data_fingerprint(dataset),
+        batching=batching,
+        duplicate_keys=getattr(dataset, "duplicate_keys", None),
     )
     return ResumableLoader(
         source,

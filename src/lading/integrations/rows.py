@@ -85,6 +85,10 @@ class GroupRows:
     def set_epoch(self, epoch: int) -> None:
         self.groups.set_epoch(epoch)
 
+    def duplicate_keys(self, items: Any, epoch: int) -> Any:
+        """The groups' keys (for ``batching="no_duplicates"``): a group's rows are one unit."""
+        return self.groups.duplicate_keys(items, epoch)
+
     def __getitem__(self, key: int | EpochIndex) -> list[dict[str, Any]]:
         item = self.groups[key]
         texts = self.groups.store.texts_at(item["doc_codes"])

@@ -160,6 +160,10 @@ class TrainingGroups:
         if not pair_query:
             raise ValueError("no query has a relevant document in the store: nothing to train on")
         self.qids, self.query_texts = qids, texts
+        text_ids: dict[str, int] = {}  # equal texts of two query ids are one query in a batch
+        self._query_text_id = np.array(
+            [text_ids.setdefault(t, len(text_ids)) for t in texts], dtype=np.int64
+        )
         self._pair_query = np.array(pair_query, dtype=np.int64)
         self._pair_doc = np.array(pair_doc, dtype=np.int64)
         self._relevant, self._relevant_off = _ragged(judged_parts)
@@ -206,6 +210,23 @@ class TrainingGroups:
                 digest.update(np.ascontiguousarray(array).tobytes())
             self._fingerprint = digest.hexdigest()
         return self._fingerprint
+
+    def duplicate_keys(self, items: npt.NDArray[np.int64], epoch: int) -> npt.NDArray[np.int64]:
+        """What no two groups of a batch may share, one row per item of ``epoch``.
+
+        Row: ``-1 - t`` for the query text ``t`` (texts, not ids: two ids of one text are one
+        query), then the group's document codes (relevant first, then the negatives ``epoch``
+        draws for the item, the very draws :meth:`__getitem__` makes). Codes are store rows,
+        so two rows holding the same text count as different documents. Used by
+        ``lading.loader(..., batching="no_duplicates")``.
+        """
+        out = np.empty((len(items), 1 + self.group_size), dtype=np.int64)
+        for row, i in enumerate(np.asarray(items, dtype=np.int64).tolist()):
+            q = int(self._pair_query[i])
+            out[row, 0] = -1 - self._query_text_id[q]
+            out[row, 1] = self._pair_doc[i]
+            out[row, 2:] = self.negatives(q, generator(self.seed, Salt.NEGATIVES, epoch, i))
+        return out
 
     def negatives(self, q: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
         """``group_size - 1`` negative codes for query ``q`` under the sampling policy."""
