@@ -14,8 +14,27 @@
   loader's exact position (:mod:`lading.integrations.hf_trainer`).
 
 sentence-transformers tokenizes text in its collator (bi-encoders) or its losses
-(cross-encoders), so the store hands it text. ``per_device_train_batch_size`` counts *groups*
-per batch: a batch has that many groups' rows (``rows_per_group`` each).
+(cross-encoders), so the store hands it text.
+
+What each s-t argument that shapes the data does here (the loader is lading's; s-t's own
+DataLoader and samplers are not used, so each is honoured by lading's mechanism or refused):
+
+- ``per_device_train_batch_size`` counts *groups*, s-t's counts rows: with ``"n-tuple"`` and
+  ``"labeled-list"`` (one row a group) the two agree; with ``"labeled-pair"`` and ``"triplet"`` a
+  batch holds ``rows_per_group`` times as many rows as s-t's own route would give, and
+  ``train_samples_per_second`` counts groups. A warning says so once.
+- ``dataloader_drop_last=True``: ``equalize="truncate", drop_partial_batch=True`` (no partial
+  batch, as s-t's ``drop_last``; under DDP every rank still takes the same number of steps).
+- ``batch_sampler``: ``"batch_sampler"`` is lading's seeded order; ``"no_duplicates"`` and
+  ``"no_duplicates_hashed"`` are ``batching="no_duplicates"``: no query text and no document
+  (positive or negative) in two groups of a batch (:mod:`lading.loading.distinct`; a group's
+  own rows stay together). ``"group_by_label"`` and custom samplers (a class or a function) are
+  refused: they would reorder rows lading has sharded over the ranks.
+- ``multi_dataset_batch_sampler`` chooses between the datasets of a ``DatasetDict``; lading
+  trains on one ``TrainingGroups``, where s-t ignores it too. A dict of groups is refused.
+- ``dataloader_num_workers``, ``dataloader_pin_memory`` (pinned only with CUDA),
+  ``dataloader_persistent_workers``, ``dataloader_prefetch_factor`` and
+  ``dataloader_multiprocessing_context`` go to :func:`lading.loader` as they are.
 
 Under DDP, give the cross-encoder trainer ``ddp_find_unused_parameters=False``: s-t's
 CrossEncoder is no ``PreTrainedModel``, so the Trainer turns the unused-parameter search on, and
@@ -25,6 +44,8 @@ bi-encoder needs the search left on for BERT's unused pooler).
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -32,7 +53,7 @@ from sentence_transformers import SentenceTransformerTrainer
 from sentence_transformers.cross_encoder import CrossEncoderTrainer
 
 from lading.integrations.hf_trainer import LadingTrainerMixin
-from lading.integrations.rows import FlattenRows, GroupRows, check_format
+from lading.integrations.rows import FlattenRows, GroupRows, check_format, rows_per_group
 from lading.loading.loader import ResumableLoader
 
 
@@ -46,6 +67,13 @@ class GroupsTrainerMixin(LadingTrainerMixin):
     ) -> None:
         if groups is None and train_loader is None:
             raise ValueError("pass train_groups=TrainingGroups(...) (or train_loader=)")
+        if isinstance(groups, Mapping):
+            raise ValueError(
+                f"train_groups= takes one TrainingGroups, got a {type(groups).__name__} of "
+                f"{len(groups)}: several datasets (what multi_dataset_batch_sampler chooses "
+                "between) are not supported; build one TrainingGroups over all of them, or "
+                "train on a DatasetDict through s-t's own train_dataset="
+            )
         self.train_groups, self.row_format = groups, check_format(row_format)
         self.setup_lading(train_loader)
 
@@ -54,13 +82,61 @@ class GroupsTrainerMixin(LadingTrainerMixin):
         from lading.dataloader import loader
 
         args = self.args
+        batching = st_batching(args.batch_sampler)
+        warn_batch_counts_groups(
+            args.per_device_train_batch_size, self.row_format, self.train_groups.group_size
+        )
+        workers = args.dataloader_num_workers
         return loader(
             GroupRows(self.train_groups, self.row_format),
             batch_size=args.per_device_train_batch_size,
             collate_fn=FlattenRows(self.data_collator),
-            num_workers=args.dataloader_num_workers,
+            num_workers=workers,
             pin_memory=bool(args.dataloader_pin_memory and torch.cuda.is_available()),
             seed=args.seed,
+            equalize="truncate" if args.dataloader_drop_last else "pad",
+            drop_partial_batch=bool(args.dataloader_drop_last),
+            persistent_workers=bool(args.dataloader_persistent_workers) if workers else None,
+            prefetch_factor=args.dataloader_prefetch_factor,
+            multiprocessing_context=getattr(args, "dataloader_multiprocessing_context", None),
+            batching=batching,
+        )
+
+
+def st_batching(batch_sampler: Any) -> str:
+    """lading's ``batching`` for s-t's ``batch_sampler``, or a ValueError saying why not."""
+    name = getattr(batch_sampler, "value", batch_sampler)
+    if name == "batch_sampler":
+        return "order"
+    if name in ("no_duplicates", "no_duplicates_hashed"):
+        return "no_duplicates"
+    if name == "group_by_label":
+        raise ValueError(
+            "batch_sampler='group_by_label' is not supported on train_groups: groups have no "
+            "label column to group by (their rows are one query's documents); use "
+            "'batch_sampler' or 'no_duplicates', or train on a labelled Dataset through "
+            "s-t's own train_dataset="
+        )
+    raise ValueError(
+        f"batch_sampler={batch_sampler!r} is not supported on train_groups: a custom sampler "
+        "would reorder rows lading has already sharded over the ranks (and lose the "
+        "loader's resumable position); use 'batch_sampler' or 'no_duplicates', or train "
+        "through s-t's own train_dataset="
+    )
+
+
+def warn_batch_counts_groups(batch_size: int, row_format: str, group_size: int) -> None:
+    """Warn (once a place) when ``batch_size`` groups are more rows than s-t would batch."""
+    rows = rows_per_group(row_format, group_size)
+    if rows > 1:
+        warnings.warn(
+            f"per_device_train_batch_size={batch_size} counts training groups here: a batch "
+            f"holds {batch_size} groups = {batch_size * rows} {row_format!r} rows, where s-t's "
+            f"own route batches {batch_size} rows (and train_samples_per_second counts "
+            f"groups); pass per_device_train_batch_size={max(1, batch_size // rows)} for "
+            f"about {batch_size} rows a batch",
+            UserWarning,
+            stacklevel=3,
         )
 
 
