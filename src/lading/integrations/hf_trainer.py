@@ -17,6 +17,22 @@ epoch; pick equal multiples when exact resumes matter.
 
 :class:`LadingTrainerMixin` holds all of it for other ``Trainer`` subclasses (the
 sentence-transformers trainers in :mod:`lading.integrations.sentence_transformers`).
+
+The ``dataloader_*`` arguments and ``train_sampling_strategy`` (``group_by_length``) shape a
+DataLoader the Trainer would build; the lading loader is built by its caller, so one set to
+something the loader does not do is refused, naming where it goes instead
+(:mod:`lading.integrations.trainer_args`).
+
+On a batch of training groups (:class:`~lading.ir.CrossEncoderCollator`'s, which carries
+``group_size``) ``LadingTrainer.compute_loss`` is the listwise loss (``ranking_loss="bce"``:
+pointwise), never the model's own loss on ``labels`` (a ``BertForSequenceClassification``
+with one label would train MSE on them). Its scale follows the Trainer's convention under
+gradient accumulation: when the Trainer counts ``num_items_in_batch`` (models whose
+``forward`` takes ``**kwargs``) the loss is the sum over this batch's groups divided by the
+groups of the whole accumulated step, and the Trainer does not divide it again; otherwise it is
+this batch's mean and the Trainer divides by ``gradient_accumulation_steps``. Either way one
+optimizer step of ``k`` accumulated batches of ``b`` groups trains and logs what one batch of
+``k * b`` groups would.
 """
 
 from __future__ import annotations
@@ -27,9 +43,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import nn
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
+from lading.integrations.trainer_args import check_trainer_arguments
 from lading.loading.loader import ResumableLoader
 
 LOADER_FILE = "lading_loader.json"
@@ -129,6 +148,8 @@ class LadingTrainerMixin:
 
     def setup_lading(self, loader: ResumableLoader | None) -> None:
         self.lading_loader = TrainerLoader(loader) if loader is not None else None
+        if loader is not None:
+            check_trainer_arguments(self.args, loader)  # refused when made, not at train()
         self._lading_resume = None
         self.args.ignore_data_skip = True  # the loader resumes itself; see the module docstring
         self.add_callback(LoaderStateCallback(self))  # type: ignore[attr-defined]
@@ -141,7 +162,9 @@ class LadingTrainerMixin:
     def get_train_dataloader(self) -> TrainerLoader:
         """The lading loader (made on first use), at the checkpoint's position when resuming."""
         if self.lading_loader is None:
-            self.lading_loader = TrainerLoader(self.make_lading_loader())
+            made = self.make_lading_loader()
+            check_trainer_arguments(self.args, made)
+            self.lading_loader = TrainerLoader(made)
         if self._lading_resume is not None:
             self.lading_loader.load_state_dict(self._lading_resume)
             self._lading_resume = None
@@ -159,21 +182,99 @@ class LadingTrainerMixin:
         return super().train(resume_from_checkpoint=resume_from_checkpoint or None, **kwargs)  # type: ignore[misc]
 
 
+RANKING_LOSSES: tuple[str, ...] = ("bce", "listwise")
+
+
 class LadingTrainer(LadingTrainerMixin, Trainer):  # type: ignore[misc]
     """``transformers.Trainer`` training from ``train_loader`` (a :func:`lading.loader` or any
     lading loader: ``PartitionedParquet(...).loader()``, ``LanguageModelLoader(...).loader()``).
 
-    Everything else is the Trainer's: pass ``model``, ``args`` and the rest as usual, and
-    override ``compute_loss`` when the model does not return its own loss.
+    Everything else is the Trainer's: pass ``model``, ``args`` and the rest as usual. Batches of
+    training groups train ``ranking_loss`` (see the module docstring); any other batch trains
+    the Trainer's own way (the model's loss, or ``compute_loss_func``).
+
+    Args:
+        train_loader: the loader to train from.
+        ranking_loss: ``"listwise"`` (cross-entropy over each group, relevant document first)
+            or ``"bce"`` (binary cross-entropy on each row's label).
     """
 
-    def __init__(self, *args: Any, train_loader: ResumableLoader | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        train_loader: ResumableLoader | None = None,
+        ranking_loss: str = "listwise",
+        **kwargs: Any,
+    ):
+        if ranking_loss not in RANKING_LOSSES:
+            raise ValueError(
+                f"unknown ranking_loss {ranking_loss!r}; choose from {sorted(RANKING_LOSSES)}"
+            )
         super().__init__(*args, **kwargs)
+        self.ranking_loss = ranking_loss
         self.setup_lading(train_loader)
+
+    def compute_loss(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> Any:
+        """The ranking loss of a batch of groups, at the Trainer's scale; else the Trainer's."""
+        if "group_size" not in inputs or self.compute_loss_func is not None:
+            self.__dict__.pop("loss_is_scaled_for_ga", None)  # the class's rule again
+            return super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
+        if "input_ids" not in inputs:
+            raise ValueError(
+                "LadingTrainer scores groups from input_ids: build the collator with "
+                f"emit='wide' (this batch has {sorted(inputs)})"
+            )
+        outputs = model(
+            input_ids=inputs["input_ids"],
+            attention_mask=inputs["attention_mask"],
+            token_type_ids=inputs.get("token_type_ids"),
+        )
+        logits = outputs if torch.is_tensor(outputs) else outputs["logits"]
+        total, items = self.summed_ranking_loss(logits, inputs["labels"], inputs["group_size"])
+        if num_items_in_batch is None:  # the Trainer divides by gradient_accumulation_steps
+            loss, self.loss_is_scaled_for_ga = total / items, False
+        else:  # counted rows (labels) of the whole accumulated step, on every rank
+            per_item = 1 if self.ranking_loss == "bce" else int(inputs["group_size"])
+            loss, self.loss_is_scaled_for_ga = total / (num_items_in_batch / per_item), True
+            if self.args.average_tokens_across_devices:
+                # as Trainer.compute_loss: the count is over all ranks and DDP averages the
+                # gradients over them, so scale back up by the ranks sharing the count
+                gpus = self.args.n_gpu
+                loss = loss * (
+                    self.accelerator.num_processes // self.get_tp_size() if gpus <= 1 else gpus
+                )
+        return (loss, outputs) if return_outputs else loss
+
+    def summed_ranking_loss(
+        self, logits: torch.Tensor, labels: torch.Tensor, group_size: int
+    ) -> tuple[torch.Tensor, int]:
+        """The loss summed over this batch's items (groups, or rows for bce) and their count."""
+        rows = labels.numel()
+        if logits.numel() != rows:
+            raise ValueError(
+                f"the model gave {logits.numel()} logits for {rows} rows: a ranker needs one "
+                "score a row (num_labels=1)"
+            )
+        logits = logits.reshape(-1).float()
+        if self.ranking_loss == "bce":
+            bce = nn.functional.binary_cross_entropy_with_logits
+            return bce(logits, labels.float(), reduction="sum"), rows
+        grouped = logits.view(-1, int(group_size))
+        target = torch.zeros(grouped.shape[0], dtype=torch.long, device=logits.device)
+        return nn.functional.cross_entropy(grouped, target, reduction="sum"), grouped.shape[0]
 
 
 __all__ = [
     "LOADER_FILE",
+    "RANKING_LOSSES",
     "LadingTrainer",
     "LadingTrainerMixin",
     "LoaderStateCallback",

@@ -1,0 +1,102 @@
+"""The HF ``TrainingArguments`` that shape training data, checked against a lading loader.
+
+The Trainer builds its DataLoader from these arguments; a lading loader is built by its caller
+(``lading.loader(...)``, ``PartitionedParquet(...).loader()``, …), so an argument set to
+something the loader does not do would be silently ignored. Each is either what the loader
+already does or refused, naming the argument and where the setting goes instead. Only values
+other than the argument's default are checked (``dataloader_pin_memory`` defaults to True in
+the Trainer and to False in lading: a default is no request).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lading.loading.loader import ResumableLoader
+
+SAMPLING_REFUSED = ("group_by_length", "batch_rebalance")
+
+
+def _start_method(context: Any) -> str | None:
+    if context is None:
+        return None
+    return str(getattr(context, "get_start_method", lambda: context)())
+
+
+def _loader_settings(loader: ResumableLoader) -> dict[str, Any]:
+    """What the loader does, keyed by the TrainingArguments field that would ask for it."""
+    torch_loader, source = loader.loader, loader.source
+    workers = torch_loader.num_workers
+    return {
+        "dataloader_drop_last": bool(getattr(source, "drop_partial_batch", False)),
+        "dataloader_num_workers": workers,
+        "dataloader_pin_memory": bool(torch_loader.pin_memory),
+        "dataloader_persistent_workers": bool(torch_loader.persistent_workers),
+        "dataloader_prefetch_factor": torch_loader.prefetch_factor if workers else None,
+        "dataloader_multiprocessing_context": _start_method(torch_loader.multiprocessing_context)
+        if workers
+        else None,
+    }
+
+
+FIXES = {
+    "dataloader_drop_last": "equalize='truncate', drop_partial_batch=True",
+    "dataloader_num_workers": "num_workers=",
+    "dataloader_pin_memory": "pin_memory=",
+    "dataloader_persistent_workers": "persistent_workers= (with num_workers > 0)",
+    "dataloader_prefetch_factor": "prefetch_factor= (with num_workers > 0)",
+    "dataloader_multiprocessing_context": "multiprocessing_context= (with num_workers > 0)",
+}
+
+
+def check_trainer_arguments(args: Any, loader: ResumableLoader) -> None:
+    """Refuse any data-shaping argument ``args`` sets that ``loader`` does not already do.
+
+    Raises:
+        ValueError: naming the argument, its value, what the loader does and the fix.
+    """
+    defaults = type(args).__dataclass_fields__
+    has = _loader_settings(loader)
+    for name, fix in FIXES.items():
+        if not hasattr(args, name):
+            continue  # an older transformers without this argument
+        value = getattr(args, name)
+        if name == "dataloader_multiprocessing_context":
+            value = _start_method(value)
+        if value == defaults[name].default or value == has[name]:
+            continue
+        raise ValueError(
+            f"TrainingArguments({name}={value!r}) does not reach a lading loader, which is "
+            f"built by its caller (this one has {has[name]!r}): pass {fix} to the loader "
+            f"(lading.loader(..., {fix.split(' ')[0]}...)) and leave {name} at its default"
+        )
+    if getattr(args, "dataloader_in_order", True) is False:
+        raise ValueError(
+            "TrainingArguments(dataloader_in_order=False) is not supported: a lading loader "
+            "yields its batches in order, which its exact resume relies on; leave it True"
+        )
+    _check_sampling(args, loader)
+
+
+def _check_sampling(args: Any, loader: ResumableLoader) -> None:
+    """``train_sampling_strategy`` (``group_by_length`` before transformers 5): the loader's
+    order is its own seeded one, so only ``"random"`` and, for an unshuffled loader,
+    ``"sequential"`` describe it."""
+    strategy = getattr(args, "train_sampling_strategy", "random")
+    if getattr(args, "group_by_length", False) or strategy in SAMPLING_REFUSED:
+        asked = (
+            "group_by_length=True"
+            if getattr(args, "group_by_length", False)
+            else f"train_sampling_strategy={strategy!r}"
+        )
+        raise ValueError(
+            f"TrainingArguments({asked}) is not supported with a lading loader: its order is "
+            "a seeded permutation from (seed, epoch), the same on every rank, which grouping "
+            "by length would replace; leave the strategy at 'random'"
+        )
+    shuffles = bool(getattr(loader.source, "shuffle", True))
+    if strategy == "sequential" and shuffles:
+        raise ValueError(
+            "TrainingArguments(train_sampling_strategy='sequential') does not reach a lading "
+            "loader: pass shuffle=False to lading.loader(...) for the dataset's order"
+        )
