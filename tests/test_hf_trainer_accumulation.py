@@ -212,3 +212,37 @@ def test_data_arguments_are_honoured_or_refused_by_name(data_dir: Path, tmp_path
     dropping = lading_loader(data, equalize="truncate", drop_partial_batch=True)
     assert len(make(dropping, dataloader_drop_last=True).get_train_dataloader()) == 37 // 4
     assert make(lading_loader(data, shuffle=False), train_sampling_strategy="sequential")
+
+
+def _rank_step(rank: int, world: int, data: Collection, kind: str, out: str) -> Any:
+    """One optimizer step of 2 accumulated batches of 2 groups on each of 2 gloo ranks."""
+    from lading.integrations.hf_trainer import LadingTrainer
+
+    trainer = LadingTrainer(
+        model=make_model(kind),
+        args=make_args(Path(out) / kind, 2, 2, ddp_backend="gloo"),
+        train_loader=lading_loader(data, batch=2),
+    )
+    trainer.train()
+    # numpy, not tensors: a tensor sent through the queue is shared memory the rank frees
+    weights = {k: v.detach().numpy().copy() for k, v in trainer.model.state_dict().items()}
+    return step_one(trainer), weights
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["hf-classifier", "lading-cross-encoder"])
+def test_two_gloo_ranks_accumulating_train_as_one_batch_of_all(
+    kind: str, data_dir: Path, tmp_path: Path
+) -> None:
+    from distributed import run_processes
+
+    data = adi(data_dir, tmp_path)
+    # 2 ranks x 2 accumulated batches x 2 groups read the order's first 8 groups: the very
+    # batch the Trainer's own route reads in one process (the count of num_items_in_batch
+    # is gathered over the ranks and DDP averages the gradients)
+    ranks = run_processes(_rank_step, 2, data, kind, str(tmp_path), timeout=300)
+    whole = framework_route(data, kind, "listwise", tmp_path / "whole", 8, 1)
+    for logged, weights in ranks:
+        assert logged == pytest.approx(step_one(whole), abs=1e-5)
+        for name, value in whole.model.state_dict().items():
+            assert abs(weights[name] - value.numpy()).max() < 1e-5, name

@@ -40,7 +40,9 @@ def st_args(tmp: Path, **extra: Any) -> Any:
     )
 
 
-def trainers(data: Collection, tmp: Path, queries: int | None, **extra: Any) -> tuple[Any, Any]:
+def trainers(
+    data: Collection, tmp: Path, queries: int | None, folder: Path | None = None, **extra: Any
+) -> tuple[Any, Any]:
     """lading's trainer on groups and s-t's own on a Dataset of the same epoch-0 rows."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
@@ -52,7 +54,8 @@ def trainers(data: Collection, tmp: Path, queries: int | None, **extra: Any) -> 
     groups = data.groups(group_size=3, queries=queries, seed=5)
     rows = GroupRows(groups, "n-tuple")
     dataset = Dataset.from_list([rows[i][0] for i in range(len(rows))])
-    model = SentenceTransformer(str(model_folder("bi-encoder", data, tmp)), device="cpu")
+    folder = folder or model_folder("bi-encoder", data, tmp)
+    model = SentenceTransformer(str(folder), device="cpu")
     loss = MultipleNegativesRankingLoss(model)
     ours = LadingSentenceTransformerTrainer(
         model=model, args=st_args(tmp, **extra), loss=loss, train_groups=groups
@@ -246,3 +249,31 @@ def test_arrange_places_a_dominant_key_by_swaps_and_refuses_the_impossible() -> 
         assert len(ks) == len(set(ks))
     with pytest.raises(ValueError, match="lower batch_size"):
         arrange(pool[:4], [4], np.zeros((4, 1), dtype=np.int64))
+
+
+def _rank_epoch(
+    rank: int, world: int, data: Collection, folder: Path, tmp: str
+) -> list[list[dict[str, Any]]]:
+    """One epoch of the s-t trainer's loader with no_duplicates, in a real gloo process group."""
+    out = Path(tmp) / str(rank)
+    ours, _ = trainers(data, out, None, folder, batch_sampler="no_duplicates")
+    return RecordingRows(ours).batches
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_get_equal_duplicate_free_disjoint_epochs(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    from distributed import run_processes
+
+    data = adi(data_dir, tmp_path)
+    folder = model_folder("bi-encoder", data, tmp_path)  # made here: the ranks load it
+    ranks = run_processes(_rank_epoch, 2, data, folder, str(tmp_path), timeout=240)
+    # s-t turns dataloader_drop_last on under DDP, and lading honours it: 170 pairs, 85 a
+    # rank, 21 full batches of 4 on each
+    assert len(ranks[0]) == len(ranks[1]) == 21
+    assert all(duplicates(b) == ([], []) for share in ranks for b in share)
+    pairs = [Counter((r["query"], r["positive"]) for b in share for r in b) for share in ranks]
+    assert set(pairs[0].values()) == set(pairs[1].values()) == {1}
+    assert not set(pairs[0]) & set(pairs[1])
+    assert len(set(pairs[0]) | set(pairs[1])) == 168  # all but the 2 a dropped batch leaves

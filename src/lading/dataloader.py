@@ -185,11 +185,11 @@ class MapSource:
         unique, inverse = np.unique(pool, return_inverse=True)
         keys = np.asarray(self.duplicate_keys(unique, self.cursor.epoch))[inverse]
         done = arrange(pool, [s for s in sizes for _ in range(world)], keys)
-        if done.left_out or done.repeated:
+        if done.repeated:  # the rest of left_out is what equalize/drop_partial_batch leave out
             warnings.warn(
-                f"no_duplicates, epoch {self.cursor.epoch}: {done.left_out} samples could not "
-                f"be placed in a batch without a duplicate and are left out; {done.repeated} "
-                "places were filled with samples read twice instead (batch counts stay equal)",
+                f"no_duplicates, epoch {self.cursor.epoch}: {done.repeated} samples could not "
+                "be placed in a batch without a duplicate and are left out; their places hold "
+                "samples read twice instead (batch counts stay equal on every rank)",
                 stacklevel=2,
             )
         per_rank = [

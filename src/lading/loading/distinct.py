@@ -31,7 +31,9 @@ import numpy.typing as npt
 
 
 class Arranged(NamedTuple):
-    """Items of each slot, in slot order; how many items were left out; how many repeated."""
+    """Items of each slot, in slot order; pool positions left unread (more slots than places:
+    the pool less the slots, plus one per repeat); places holding a repeat (one per sample the
+    walk and the swaps could not place without a duplicate)."""
 
     slots: list[npt.NDArray[np.int64]]
     left_out: int
