@@ -24,6 +24,7 @@ its saved layout and refuses another.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sized
 from typing import Any, NamedTuple, Protocol
 
