@@ -10,7 +10,8 @@ with the world size while the others' does not) and :data:`FULL` (``lading bench
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,19 +38,26 @@ class Preset:
     strategies: tuple[str, ...]
     world_sizes: tuple[int, ...] | None  # None: 1, 2, 4 on CPU; 1, 2, 4, 8 up to the GPUs
     modes: tuple[str, ...]
-    steps: int
+    seconds: float  # each repeat's timed window, after the warm-up
+    repeats: int
+    steps: int  # at least this many timed steps per window
     warmup: int
 
 
-# about 2 minutes on 2 CPU cores from a fresh cache: loader mode, world sizes 1 and 2
-QUICK = Preset(20_000, ("memory", "offsets", "packed", "packed-text"), (1, 2), ("loader",), 20, 3)
-# the study's grid (11-16 minutes on 2 CPU cores): every strategy, loader and training
+# loader mode, world sizes 1 and 2: 8 cells x 3 repeats of a 1 s window; each run of a cell
+# also starts its processes (~3-5 s on 2 CPU cores), so about 2 minutes in all
+QUICK = Preset(
+    20_000, ("memory", "offsets", "packed", "packed-text"), (1, 2), ("loader",), 1.0, 3, 5, 3
+)
+# the study's grid: every strategy, loader and training, 3 repeats of a 2 s window per cell
 FULL = Preset(
     DEFAULT_PASSAGES,
     ("memory", "offsets", "packed", "packed-text", "irds"),
     None,
     ("loader", "train"),
-    30,
+    2.0,
+    3,
+    5,
     5,
 )
 
@@ -118,6 +126,8 @@ def run_bench(
         coordinators.check_world_sizes(options.world_sizes)
     collection = _collection(corpus, queries, qrels, negatives, passages, out, options, tokenizer)
     data, name = collection
+    if data.negatives is not None and settings.sampling == "random":
+        settings = replace(settings, sampling="run")  # negatives given are negatives used
     corpus = data.corpus
     if options.memory_budget is None:
         options.memory_budget = int(psutil.virtual_memory().available)
@@ -143,6 +153,11 @@ def run_bench(
     return results
 
 
+def say(line: str) -> None:
+    """A progress line on stderr, at once: the grid's bar comes only after the preparation."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def _collection(
     corpus: Path | None,
     queries: Path | None,
@@ -157,6 +172,7 @@ def _collection(
     from lading.bench.data import cache_dir
 
     if corpus is None:
+        say(f"lading bench: preparing the synthetic collection ({passages:,} passages, cached)")
         corpus, queries, qrels, negatives = default_collection(passages)
         work = cache_dir() / "bench" / f"synth-passages-{passages}" / "stores"
         name = f"lading synth passages {passages}"
@@ -166,5 +182,6 @@ def _collection(
         work = out / "stores"
         name = str(corpus)
     assert queries is not None and qrels is not None
+    say(f"lading bench: preparing the stores of {', '.join(options.strategies)} in {work}")
     data = prepare(corpus, queries, qrels, negatives, work, options.strategies, tokenizer)
     return data, name

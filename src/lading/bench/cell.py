@@ -1,12 +1,14 @@
 """One cell of the study: a fresh group of processes reading documents one way, measured.
 
 Every rank opens its document strategy, builds the training groups and a DDP loader, and runs
-``warmup + steps`` iterations of the whole loop: waiting for the batch, copying it to the
-device, and (in train mode) a forward/backward/optimizer step of a cross-encoder under DDP.
-Only the iterations after the warm-up are timed. The launcher watches the memory of every rank
-and DataLoader worker and stops the cell if it passes the budget. A training cell then replays
-its batches from the device through the same step (:mod:`lading.bench.synthetic`): the
-efficiency E of the data path, and the bytes each step brought to the device.
+``warmup`` untimed iterations of the whole loop, then a timed window of ``seconds`` (at least
+``steps`` iterations; :mod:`lading.bench.window`): waiting for the batch, on CUDA copying it to
+the device, and (in train mode) a forward/backward/optimizer step of a cross-encoder under DDP.
+A cell runs once per repeat; the grid interleaves the repeats (:mod:`lading.bench.stats`).
+The launcher watches the memory of every rank and DataLoader worker and stops the cell if it
+passes the budget. A training cell then replays its batches from the device through the same
+step (:mod:`lading.bench.synthetic`): the efficiency E of the data path, and the bytes each
+step brought to the device.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import psutil
 
 from lading.bench.data import READS_PACKED, TOKENIZED_IN, BenchData
 from lading.bench.monitor import MemoryMonitor
+from lading.bench.stats import load_average
 
 MODES: tuple[str, ...] = ("loader", "train")
 
@@ -51,10 +54,21 @@ class Cell:
 
 @dataclass(frozen=True)
 class Settings:
-    """What every cell of a grid shares."""
+    """What every cell of a grid shares.
 
-    steps: int = 30
+    Attributes:
+        seconds: each repeat's timed window, after the warm-up.
+        steps: the fewest timed steps a window may have (a slow train step may pass
+            ``seconds`` before).
+        warmup: untimed steps first (the tokenizer, caches and allocator warm up).
+        repeats: runs of every cell, interleaved over the grid.
+        sampling: ``"run"`` when there are negatives (their run's top), else ``"random"``.
+    """
+
+    seconds: float = 1.0
+    steps: int = 5
     warmup: int = 5
+    repeats: int = 3
     batch_size: int = 8
     group_size: int = 4
     max_length: int = 128
@@ -85,6 +99,15 @@ def open_strategy(strategy: str, data: BenchData) -> Any:
         assert data.irds_tsv is not None
         return IrDatasetsStore.from_tsv(data.irds_tsv)
     raise ValueError(f"unknown strategy {strategy!r}")
+
+
+def quiet_ir_datasets() -> None:
+    """Silence INFO logging in this rank process: ir_datasets logs "[INFO] ..." lines on
+    loggers it sets to INFO itself at first use, which break the bench's progress bar.
+    Warnings and errors still show."""
+    import logging
+
+    logging.disable(logging.INFO)
 
 
 def local_env(rank: int, world_size: int, port: int) -> dict[str, str]:
@@ -119,6 +142,7 @@ def rank_main(
 ) -> None:
     """Entry point of one rank (spawned), joining its cell's group through ``env``."""
     try:
+        quiet_ir_datasets()
         os.environ.update(env)  # ddp.setup joins the group from these
         out.put((rank, "ok", _run_rank(cell, settings, data)))
     except BaseException:
@@ -130,6 +154,7 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
 
     from lading import ddp
     from lading.bench.synthetic import EMIT, PREFETCHED, Recorded
+    from lading.bench.window import Endless, run_replay, run_window
     from lading.dataloader import loader as make_loader
     from lading.device import to_device
     from lading.ir import CrossEncoder
@@ -174,25 +199,26 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     workload = Recorded(CrossEncoderStep(net, device, resident=resident), cell.mode == "train")
     config = LoopConfig(
-        settings.warmup + settings.steps,
+        1,
         seed=settings.seed,
         progress=False,
         memory=False,
-        warmup=settings.warmup,
         prefetch=cell.strategy in PREFETCHED,  # the study's strategies copy in the step
     )
-    timed = Trainer(workload, loader, config, world, device, model, optimizer).run()
+    trainer = Trainer(workload, Endless(loader), config, world, device, model, optimizer)
+    timed = run_window(trainer, settings.seconds, settings.steps, settings.warmup)
     synthetic = 0.0
     if cell.mode == "train":  # the same step on the same batches, already on the device
-        replay = workload.replay()
         config.prefetch = False
-        ideal = Trainer(workload.inner, replay, config, world, device, model, optimizer)
-        synthetic = ideal.run().seconds
+        ideal = Trainer(workload.inner, workload.replay(), config, world, device, model, optimizer)
+        synthetic = run_replay(ideal, timed.steps, settings.warmup)
     ddp.barrier()
     ddp.teardown()
     anon_after = process_memory().anon
     return {
         "rows": timed.rows,
+        "steps": timed.steps,
+        "blocks": timed.blocks,
         "seconds": timed.seconds,
         "wait_s": timed.wait_s,
         "synthetic_s": synthetic,
@@ -224,6 +250,7 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port = free_port()
+    load1 = load_average()
     procs = [
         ctx.Process(
             target=rank_main,
@@ -250,11 +277,26 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
         else:
             errors.append(value)
     monitor.stop()
+    finish(procs, pids)
+    out.close()
+    out.join_thread()
+    killed = any(p.exitcode is not None and p.exitcode < 0 for p in procs)
+    record = cell_record(cell, results, errors, monitor.summary(), monitor.over_budget, killed)
+    return {**record, "load1": load1}
+
+
+def finish(procs: list[Any], pids: list[int], grace_s: float = 10.0) -> None:
+    """Let the ranks exit by themselves, then kill what is left.
+
+    A rank killed at once leaves its multiprocessing semaphores (tqdm's lock) registered with
+    the parent's resource tracker, which warns "leaked semaphore objects" at exit.
+    """
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
     kill_tree(pids)
     for p in procs:
         p.join(timeout=10)
-    killed = any(p.exitcode is not None and p.exitcode < 0 for p in procs)
-    return cell_record(cell, results, errors, monitor.summary(), monitor.over_budget, killed)
 
 
 def cell_record(
@@ -289,6 +331,8 @@ def cell_record(
             results
         )
         record["ranks"] = [results[r] for r in sorted(results)]
+        record["window_s"] = max(r["seconds"] for r in results.values())
+        record["steps"] = results[min(results)].get("steps", 0)
         # what holding the documents cost the ranks (their workers' memory is in "memory")
         record["strategy_anon"] = sum(r["strategy_anon"] for r in results.values())
         record["store_anon"] = sum(r["store_anon"] for r in results.values())

@@ -9,6 +9,7 @@ docstore (when ir_datasets is installed). A real collection can be given instead
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -133,7 +134,11 @@ def prepare(
         if not irds_tsv.exists():
             irds_tsv.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(corpus, irds_tsv)
-        IrDatasetsStore.from_tsv(irds_tsv).get_many([])  # build the docstore now, not in a cell
+        logging.disable(logging.INFO)  # ir_datasets' "[INFO]" lines would break the output
+        try:
+            IrDatasetsStore.from_tsv(irds_tsv).get_many([])  # build the docstore now, not in a cell
+        finally:
+            logging.disable(logging.NOTSET)
     return BenchData(corpus, queries, qrels, negatives, tok_path, packed, offsets, irds_tsv)
 
 

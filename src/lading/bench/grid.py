@@ -4,11 +4,13 @@ The main grid is strategies x world sizes x modes; a second grid varies DataLoad
 pinned memory and a RAM disk at world size 1. A cell whose anonymous memory, extrapolated from
 the same strategy at smaller world sizes (per-rank cost x ranks), would pass the budget is
 recorded as OOM without being run; one that passes it while running is stopped and recorded.
-Results are written after every cell, so an interrupted grid keeps what it measured.
+Every cell runs ``repeats`` times, in rounds over the grid; results are written after every
+run, so an interrupted grid keeps what it measured.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import tempfile
@@ -21,6 +23,7 @@ from lading.bench.cell import Cell, Settings, run_cell
 from lading.bench.data import BenchData, to_ramdisk
 from lading.bench.launched import Coordinators
 from lading.bench.report import new_results, write_results
+from lading.bench.stats import load_average, merge_repeats
 
 
 @dataclass
@@ -93,38 +96,74 @@ def run_grid(
     on_cell: Callable[[dict[str, Any]], None] | None = None,
     coordinators: Coordinators | None = None,
 ) -> dict[str, Any]:
-    """Run every cell; write ``out/results.json`` as it goes; return the results.
+    """Run every cell ``settings.repeats`` times; write ``out/results.json`` as it goes.
 
+    The repeats are rounds over the whole grid (cell 1, 2, ..., n, then 1, 2, ... again), so a
+    change in the machine's load hits every strategy alike. A cell that was OOM, n/a or failed
+    is not run again. ``results["cells"]`` holds the merged records (:func:`merge_repeats`),
+    ``results["load"]`` the load averages before, at each run and after.
     With ``coordinators`` (a launched bench), each cell runs across the launched processes,
     every one of them gets the same records, and only global rank 0 writes and shows progress.
     """
     from tqdm.auto import tqdm
 
     results = new_results(asdict(options), asdict(settings), corpus_info)
+    load: dict[str, Any] = {"cpus": os.cpu_count(), "before": load_average(), "cells": []}
+    results["load"] = load
+    results["started"] = _now()
     cells = grid_cells(options)
+    runs: list[list[dict[str, Any]]] = [[] for _ in cells]
     leader = coordinators is None or coordinators.leader
-    bar = tqdm(cells, desc="lading bench", unit="cell", disable=not leader)
-    for cell in bar:
-        bar.set_postfix_str(cell.label())
-        reason = predict_oom(cell, results["cells"], options.memory_budget)
-        if reason is not None:
-            record = {
-                **asdict(cell),
-                "status": "oom",
-                "reason": reason,
-                "predicted": True,
-                "memory": {"samples": 0},
-            }
-        elif coordinators is not None:
-            record = coordinators.run_cell(cell, settings, data, options.memory_budget)
-        else:
-            record = _run(cell, settings, data, options.memory_budget)
-        results["cells"].append(record)
-        if leader:
-            write_results(results, out)
-        if on_cell is not None:
-            on_cell(record)
+    repeats = max(1, settings.repeats)
+    bar = tqdm(total=len(cells) * repeats, desc="lading bench", unit="run", disable=not leader)
+    for repeat in range(repeats):
+        for i, cell in enumerate(cells):
+            bar.set_postfix_str(f"{cell.label()}, repeat {repeat + 1}/{repeats}")
+            if runs[i] and runs[i][-1]["status"] != "ok":
+                bar.update(1)
+                continue
+            record = _one(cell, settings, data, options, results["cells"], coordinators)
+            runs[i].append(record)
+            load["cells"].append(record.get("load1", load_average()))
+            results["cells"] = [merge_repeats(r) for r in runs if r]
+            if leader:
+                write_results(results, out)
+            if on_cell is not None:
+                on_cell(record)
+            bar.update(1)
+    bar.close()
+    load["after"] = load_average()
+    results["finished"] = _now()
+    if leader:
+        write_results(results, out)
     return results
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _one(
+    cell: Cell,
+    settings: Settings,
+    data: BenchData,
+    options: GridOptions,
+    done: list[dict[str, Any]],
+    coordinators: Coordinators | None,
+) -> dict[str, Any]:
+    """One run of ``cell``: predicted OOM from the cells done, else run here or launched."""
+    reason = predict_oom(cell, done, options.memory_budget)
+    if reason is not None:
+        return {
+            **asdict(cell),
+            "status": "oom",
+            "reason": reason,
+            "predicted": True,
+            "memory": {"samples": 0},
+        }
+    if coordinators is not None:
+        return coordinators.run_cell(cell, settings, data, options.memory_budget)
+    return _run(cell, settings, data, options.memory_budget)
 
 
 def _run(cell: Cell, settings: Settings, data: BenchData, budget: int | None) -> dict[str, Any]:

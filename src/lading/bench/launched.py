@@ -22,7 +22,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from lading.bench.cell import Cell, Settings, cell_record, free_port, kill_tree, rank_main
+from lading.bench.cell import (
+    Cell,
+    Settings,
+    cell_record,
+    finish,
+    free_port,
+    kill_tree,
+    rank_main,
+)
 from lading.bench.data import BenchData
 from lading.bench.monitor import FIELDS, MemoryMonitor
 from lading.world import World
@@ -134,8 +142,9 @@ class Coordinators:
             if flags[0] or not flags[1] or flags[2]:
                 break
         monitor.stop()
-        kill_tree(pids)
-        child.join(timeout=10)
+        finish([child], pids)
+        out.close()
+        out.join_thread()
         host = socket.gethostname()
         mine = {
             "rank": self.world.rank,

@@ -32,9 +32,13 @@ def unavailable(cell: Cell) -> str | None:
     return None
 
 
+KEEP_AT_MOST = 256  # batches kept for the replay (which cycles them): a window may take 1000s
+
+
 class Recorded(Workload):
     """``inner``'s step, counting the bytes each batch brings to the device and keeping the
-    batches (references only: nothing is computed or copied in the timed loop)."""
+    first :data:`KEEP_AT_MOST` batches (references only: nothing is computed or copied in the
+    timed loop)."""
 
     def __init__(self, inner: Any, keep: bool) -> None:
         self.inner, self.keep = inner, keep
@@ -44,7 +48,7 @@ class Recorded(Workload):
     def step(self, batch: Any) -> StepResult:
         self.bytes += batch_bytes(batch)
         self.steps += 1
-        if self.keep:
+        if self.keep and len(self.kept) < KEEP_AT_MOST:
             self.kept.append(batch)
         result: StepResult = self.inner.step(batch)
         return result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +42,57 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
     )
     options.strategies = [s for s in options.strategies if s]
     options.modes = [m for m in options.modes if m]
+    check_flags(args)
     settings = Settings(
+        seconds=args.seconds if args.seconds is not None else preset.seconds,
+        repeats=args.repeats if args.repeats is not None else preset.repeats,
         steps=args.steps if args.steps is not None else preset.steps,
         warmup=args.warmup if args.warmup is not None else preset.warmup,
         batch_size=args.batch_size,
         group_size=args.group_size,
         max_length=args.max_length,
         model=args.model,
+        sampling="run" if args.negatives else "random",
     )
     return options, settings, args.passages if args.passages is not None else preset.passages
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse, in one line naming the value, the flags this machine cannot honour."""
+    if args.pin_memory:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(
+                "--pin-memory pins host memory for copies to a CUDA device, and this machine "
+                "has none (torch.cuda.is_available() is False): nothing would be pinned. "
+                "Leave --pin-memory out on CPU"
+            )
+    if args.model != "tiny" and not _model_exists(args.model):
+        raise ValueError(
+            f"--model {args.model}: no such folder (nor a model in the Hugging Face cache); "
+            "give a local model folder with config.json, or 'tiny'"
+        )
+    for flag in ("corpus", "queries", "qrels", "negatives", "tokenizer"):
+        value = getattr(args, flag)
+        if value and not Path(value).exists():
+            raise FileNotFoundError(f"--{flag} {value}: no such file or folder")
+    if (args.seconds is not None and args.seconds < 0) or (
+        args.repeats is not None and args.repeats < 1
+    ):
+        raise ValueError("--seconds must be >= 0 and --repeats >= 1")
+
+
+def _model_exists(model: str) -> bool:
+    """A local folder, or a model id already in the Hugging Face cache (the bench is offline)."""
+    if Path(model).exists():
+        return True
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(model, "config.json"), str)
+    except Exception:  # not installed, or not a valid repo id: not there
+        return False
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -60,6 +103,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             raise ValueError("lading bench report DIR: say which folder holds results.json")
         print(render(args.dir))
         return 0
+    print("lading bench: importing torch and planning the grid", file=sys.stderr, flush=True)
     options, settings, passages = bench_plan(args)
     paths = {
         k: Path(getattr(args, k)) if getattr(args, k) else None
@@ -84,7 +128,8 @@ def _add_bench(sub: Any) -> None:
         "bench",
         help="the study: document strategies x world sizes, samples/s and memory",
         description="lading bench [ir] [options] runs a quick grid (loader mode, 20,000 "
-        "passages, 1 and 2 processes; minutes); --full runs the study's grid (100,000 passages, "
+        "passages, 1 and 2 processes, 3 repeats of a 1 s window per cell; about 2 minutes on 2 "
+        "CPU cores); --full runs the study's grid (100,000 passages, "
         "every strategy, loader and train, 1/2/4 processes or up to 8 GPUs). Options given "
         "override the grid's. lading bench report DIR re-renders report.md and the plots from "
         "DIR/results.json.",
@@ -92,12 +137,16 @@ def _add_bench(sub: Any) -> None:
     p.add_argument("target", nargs="?", choices=["ir", "report"], default="ir")
     p.add_argument("dir", nargs="?", help="with report: the results folder")
     p.add_argument(
-        "--full", action="store_true", help="the study's full grid (11-16 min on 2 CPUs)"
+        "--full", action="store_true", help="the study's full grid (30 cells x 3 repeats)"
     )
     p.add_argument("--corpus", help="a corpus file (default: a synthetic one, cached)")
     p.add_argument("--queries")
     p.add_argument("--qrels")
-    p.add_argument("--negatives", help="a run for --sampling run (default sampling: random)")
+    p.add_argument(
+        "--negatives",
+        help="a run (TREC) whose top documents are the negatives: sampling 'run' (without it, "
+        "negatives are drawn at random)",
+    )
     p.add_argument("--passages", type=int, help="size of the default corpus (20000; --full 100000)")
     p.add_argument(
         "--strategies",
@@ -107,15 +156,23 @@ def _add_bench(sub: Any) -> None:
     p.add_argument("--world-sizes", help="default 1,2; --full: 1,2,4 on CPU, up to 8 GPUs")
     p.add_argument("--modes", help="loader, train or both (default loader; --full both)")
     p.add_argument("--workers", default="0", help="DataLoader workers, e.g. 0,2,4")
-    p.add_argument("--pin-memory", action="store_true", help="also run with pinned memory")
+    p.add_argument(
+        "--pin-memory", action="store_true", help="also run with pinned memory (CUDA only)"
+    )
     p.add_argument("--ramdisk", action="store_true", help="also run from a copy in /dev/shm")
     p.add_argument("--parallel", choices=["ddp", "dp"], default="ddp")
-    p.add_argument("--steps", type=int, help="timed steps per cell (20; --full 30)")
+    p.add_argument(
+        "--seconds", type=float, help="each repeat's timed window, after warm-up (1; --full 2)"
+    )
+    p.add_argument("--repeats", type=int, help="runs of every cell, interleaved over the grid (3)")
+    p.add_argument("--steps", type=int, help="at least this many timed steps per window (5)")
     p.add_argument("--warmup", type=int, help="untimed steps first (3; --full 5)")
     p.add_argument("--batch-size", type=int, default=8, help="groups per rank per step")
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--max-length", type=int, default=128)
-    p.add_argument("--model", default="tiny", help="'tiny' on CPU; a HF model path on GPU")
+    p.add_argument(
+        "--model", default="tiny", help="'tiny', or a local HF model folder (train mode)"
+    )
     p.add_argument("--tokenizer", help="the model's tokenizer (default: trained on the corpus)")
     p.add_argument("--memory-budget", help="e.g. 8G (default: the machine's available RAM)")
     p.add_argument("--out", default="bench-out", help="folder for results")

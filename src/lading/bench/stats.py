@@ -1,0 +1,171 @@
+"""How sure the bench is: repeats merged into median and range, rankings only beyond the noise.
+
+Every cell of a grid runs ``repeats`` times, interleaved round by round over the cells so that
+drift on a shared machine (another job starting, a cache going cold) hits every strategy alike.
+A cell's figure is the median of its repeats and its range the min and max (with 3-5 repeats an
+IQR would be the range itself). Two cells are ranked only when their ranges do not overlap;
+otherwise the report says "within noise". The same rule reads E: a range that covers 1.0 is
+"within noise of 1", never a gain above the ideal.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from itertools import combinations
+from typing import Any, NamedTuple
+
+# per-repeat numbers kept in a merged record, and merged into median and range
+REPEATED: tuple[str, ...] = ("samples_per_s", "efficiency", "wait_share", "store_anon")
+
+
+class Spread(NamedTuple):
+    """Median and range of one figure over a cell's repeats."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread:
+        if not values:
+            raise ValueError("a spread needs at least one value")
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+    def overlaps(self, other: Spread) -> bool:
+        """Whether the two ranges share any value (then no order between them is claimed)."""
+        return self.low <= other.high and other.low <= self.high
+
+    def covers(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+
+class Ranking(NamedTuple):
+    """Two cells of one scope compared: ``first`` is the one with the higher median; ``decided``
+    only when the ranges do not overlap."""
+
+    scope: str
+    first: str
+    second: str
+    decided: bool
+    first_spread: Spread
+    second_spread: Spread
+
+    def text(self) -> str:
+        a, b = self.first_spread, self.second_spread
+        ranges = f"{_range(a)} vs {_range(b)} samples/s"
+        if not self.decided:
+            return f"{self.scope}: {self.first} vs {self.second}: within noise ({ranges})"
+        return (
+            f"{self.scope}: {self.first} faster than {self.second}, "
+            f"{a.median / b.median:,.2f}x by median ({ranges})"
+        )
+
+
+def _range(s: Spread) -> str:
+    return f"{s.low:,.0f}-{s.high:,.0f}"
+
+
+def merge_repeats(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record from a cell's repeats: the median repeat's record, with :data:`REPEATED` as
+    medians, ``spread`` (figure -> [median, min, max]) and ``repeats`` (each repeat's figures).
+
+    A cell with any repeat not ``ok`` (OOM, error, n/a) is that repeat's record: a cell that
+    failed once did not measure what the others did.
+    """
+    if not records:
+        raise ValueError("no repeats to merge")
+    failed = [r for r in records if r["status"] != "ok"]
+    if failed:
+        return {**failed[0], "repeats": [_figures(r) for r in records]}
+    ordered = sorted(records, key=lambda r: r["samples_per_s"])
+    merged = dict(ordered[(len(ordered) - 1) // 2])  # the lower median: a real repeat
+    merged["repeats"] = [_figures(r) for r in records]
+    merged["spread"] = {}
+    for key in REPEATED:
+        values = [float(r[key]) for r in records if key in r]
+        if len(values) == len(records):
+            spread = Spread.of(values)
+            merged[key] = spread.median
+            merged["spread"][key] = [spread.median, spread.low, spread.high]
+    anon = Spread.of([float(r["memory"]["peak_anon"]) for r in records])
+    merged["spread"]["peak_anon"] = [anon.median, anon.low, anon.high]
+    return merged
+
+
+def _figures(record: dict[str, Any]) -> dict[str, Any]:
+    keep = (*REPEATED, "status", "window_s", "steps", "load1")
+    figures = {k: record[k] for k in keep if k in record}
+    if record.get("memory", {}).get("samples"):
+        figures["peak_anon"] = record["memory"]["peak_anon"]
+    return figures
+
+
+def spread_of(cell: dict[str, Any], key: str) -> Spread | None:
+    """The spread of ``key`` over a merged cell's repeats (one repeat: a zero-width range)."""
+    if cell.get("status") != "ok":
+        return None
+    if key in cell.get("spread", {}):
+        median, low, high = cell["spread"][key]
+        return Spread(median, low, high, len(cell.get("repeats", [])) or 1)
+    if key in cell:
+        return Spread(float(cell[key]), float(cell[key]), float(cell[key]), 1)
+    return None
+
+
+def rankings(cells: list[dict[str, Any]]) -> list[Ranking]:
+    """Every pair of strategies at one (mode, world size), and every pair of world sizes of one
+    (mode, strategy): higher median first, decided only where the ranges do not overlap."""
+    out: list[Ranking] = []
+    rated = [(c, spread_of(c, "samples_per_s")) for c in cells]
+    ok = [(c, s) for c, s in rated if s is not None]
+    groups: dict[tuple[str, str], list[tuple[str, Spread]]] = {}
+    for c, s in ok:
+        processes = f"{c['world_size']} process{'es' if c['world_size'] > 1 else ''}"
+        groups.setdefault((f"{c['mode']}, {processes}", "strategy"), []).append((c["strategy"], s))
+        groups.setdefault((f"{c['mode']}, {c['strategy']}", "size"), []).append(
+            (f"{c['world_size']}p", s)
+        )
+    for (scope, _), members in groups.items():
+        for (a, sa), (b, sb) in combinations(members, 2):
+            if sb.median > sa.median:
+                (a, sa), (b, sb) = (b, sb), (a, sa)
+            out.append(Ranking(scope, a, b, not sa.overlaps(sb), sa, sb))
+    return out
+
+
+def efficiency_text(spread: Spread) -> str:
+    """E for the report: median and range, and never a figure above 1 read as a gain."""
+    if spread.covers(1.0):
+        return f"within noise of 1 ({spread.low:.2f}-{spread.high:.2f})"
+    if spread.low > 1.0:
+        return f"above 1 in every repeat ({spread.low:.2f}-{spread.high:.2f}): noise, read as 1"
+    return f"{spread.median:.2f} ({spread.low:.2f}-{spread.high:.2f})"
+
+
+def load_average() -> float:
+    """The 1-minute load average (0.0 where the platform has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def busy_warning(load: dict[str, Any]) -> str | None:
+    """A warning when other work shared the machine, from the load averages the grid recorded:
+    before the first cell (others' work alone) at half the CPUs or more, or at any cell's
+    start above the CPUs (the cell's own processes then waited for a core)."""
+    cpus = load.get("cpus") or 1
+    before, highest = load.get("before", 0.0), max(load.get("cells", [0.0]) or [0.0])
+    reasons = []
+    if before >= 0.5 * cpus:
+        reasons.append(f"load average {before:.2f} before the first cell on {cpus} CPUs")
+    if highest > cpus:
+        reasons.append(f"up to {highest:.2f} while cells ran")
+    if not reasons:
+        return None
+    return (
+        "Warning: the machine was busy (" + "; ".join(reasons) + "). Samples/s are lower and "
+        "noisier than on an idle machine; trust only the rankings printed as decided."
+    )

@@ -1,0 +1,121 @@
+"""One rank's timed window: warm-up steps, then blocks of steps until a time budget is spent.
+
+As ``torch.utils.benchmark``'s ``blocked_autorange``: a window is a number of seconds, not of
+steps, so a fast strategy is not timed over 20 ms and a slow one over a second. The steps of a
+block double (1, 2, 4, ...) until one block takes a tenth of the budget, and blocks run until
+the budget and ``min_steps`` are both reached. Every rank takes the same number of steps (under
+DDP a training step is a collective): rank 0 decides each block's size and whether to go on, and
+broadcasts it. The loader runs on across blocks (:class:`Endless`), never re-reading the warm-up
+batches. The block's wall clock includes its first batch's wait, which the loop's own clock
+leaves out; a loader-mode step is mostly that wait.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+BLOCKS_PER_WINDOW = 10  # a block grows to a tenth of the budget: ~10 decisions per window
+
+
+class Measured(NamedTuple):
+    """What one rank measured over its window."""
+
+    rows: int
+    steps: int
+    seconds: float
+    wait_s: float
+    blocks: int
+
+
+class Endless:
+    """A loader whose batches run on from one :meth:`Trainer.run` to the next.
+
+    The loop restarts every run at epoch 0 (``set_epoch(0)``); here that is ignored and the
+    epochs follow one another, so every block reads batches no block read before.
+    """
+
+    def __init__(self, loader: Any) -> None:
+        self.loader, self._fresh = loader, False
+        self._it: Iterator[Any] | None = None
+        loader.set_epoch(0)
+
+    @property
+    def epoch(self) -> int:
+        return int(self.loader.epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Ignored: the stream of batches goes on (see the class)."""
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            if self._it is None:
+                self._it, self._fresh = iter(self.loader), True
+            it = self._it
+            for batch in it:  # resumed where the last run stopped
+                self._fresh = False
+                yield batch
+            if self._fresh:
+                raise ValueError(f"the loader gave no batch in epoch {self.loader.epoch}")
+            self._it = None
+            self.loader.set_epoch(self.loader.epoch + 1)
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.loader.state_dict())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state)
+
+
+def _agree(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank (itself when no process group is up)."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def run_window(trainer: Any, seconds: float, min_steps: int, warmup: int) -> Measured:
+    """Warm up, then time blocks of steps until ``seconds`` and ``min_steps`` are reached.
+
+    ``trainer`` is a :class:`lading.train.Trainer` over an :class:`Endless` loader; its config's
+    ``total`` and ``warmup`` are set here for each block.
+    """
+    config = trainer.config
+    if warmup:
+        config.total = config.warmup = warmup  # untimed
+        trainer.run()
+    config.warmup = 0
+    rows = steps = blocks = 0
+    spent = wait_s = 0.0
+    size = 1
+    while True:
+        config.total = size
+        started = time.perf_counter()
+        result = trainer.run()
+        block_s = time.perf_counter() - started
+        rows, steps, blocks = rows + result.rows, steps + size, blocks + 1
+        spent, wait_s = spent + block_s, wait_s + result.wait_s
+        grow = block_s < seconds / BLOCKS_PER_WINDOW
+        size, go_on = _agree((size * 2 if grow else size, spent < seconds or steps < min_steps))
+        if not go_on:
+            return Measured(rows, steps, spent, wait_s, blocks)
+
+
+def run_replay(trainer: Any, steps: int, warmup: int) -> float:
+    """Seconds of ``steps`` steps of ``trainer`` (over a replay of batches) after a warm-up."""
+    config = trainer.config
+    if warmup:
+        config.total = config.warmup = warmup
+        trainer.run()
+    config.total, config.warmup = steps, 0
+    started = time.perf_counter()
+    trainer.run()
+    return time.perf_counter() - started
