@@ -224,6 +224,7 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
         "synthetic_s": synthetic,
         "h2d_bytes_per_step": workload.bytes_per_step(),
         "strategy_anon": anon_after - anon_before,
+        "baseline_anon": anon_before,
         "store_anon": store_anon,
     }
 
@@ -336,6 +337,8 @@ def cell_record(
         # what holding the documents cost the ranks (their workers' memory is in "memory")
         record["strategy_anon"] = sum(r["strategy_anon"] for r in results.values())
         record["store_anon"] = sum(r["store_anon"] for r in results.values())
+        # the ranks' interpreters with torch loaded, before any document: what every cell pays
+        record["baseline_anon"] = sum(r.get("baseline_anon", 0) for r in results.values())
         record["h2d_bytes_per_step"] = results[min(results)]["h2d_bytes_per_step"]
         if cell.mode == "train":  # E: the same step on device-resident batches / the real loop
             record["efficiency"] = sum(

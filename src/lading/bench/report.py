@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from lading.bench.data import DOCUMENTS_LIVE_IN, TOKENIZED_IN
+from lading.bench.stats import busy_warning, efficiency_text, rankings, spread_of
 
-SCHEMA = "lading.bench/1"
+SCHEMA = "lading.bench/2"  # 2: repeats, spreads and load; 1 (one run per cell) still reads
+READABLE: tuple[str, ...] = ("lading.bench/1", SCHEMA)
 CELL_KEYS: tuple[str, ...] = (
     "strategy",
     "world_size",
@@ -78,7 +80,7 @@ def write_results(results: dict[str, Any], out: Path) -> Path:
 
 def validate(results: Any) -> dict[str, Any]:
     """``results`` if it follows the schema; else ValueError saying what is wrong."""
-    if not isinstance(results, dict) or results.get("schema") != SCHEMA:
+    if not isinstance(results, dict) or results.get("schema") not in READABLE:
         found = results.get("schema") if isinstance(results, dict) else type(results).__name__
         raise ValueError(f"not a lading bench result (schema {found!r}, expected {SCHEMA!r})")
     for key in ("machine", "options", "settings", "corpus", "cells"):
@@ -114,10 +116,74 @@ def _value(cell: dict[str, Any] | None) -> str:
     memory = cell["memory"]
     added = cell.get("store_anon")
     extra = f" (store +{added / MiB:,.0f})" if added is not None else ""
+    rate = spread_of(cell, "samples_per_s")
+    assert rate is not None  # an ok cell has a rate
+    ranged = f" ({rate.low:,.0f}-{rate.high:,.0f})" if rate.n > 1 else " (1 run)"
     return (
-        f"{cell['samples_per_s']:,.1f}/s, anon {memory['peak_anon'] / MiB:,.0f} MiB{extra}, "
+        f"{rate.median:,.0f}/s{ranged}, anon {memory['peak_anon'] / MiB:,.0f} MiB{extra}, "
         f"PSS {memory['peak_pss'] / MiB:,.0f} MiB"
     )
+
+
+def what_is_timed(results: dict[str, Any]) -> str:
+    """What the timed loop includes on this machine: no device copy and no step are claimed
+    where there was none (loader mode has no model; a CPU run copies nothing)."""
+    modes = {c["mode"] for c in results["cells"]}
+    gpu = bool(results["machine"].get("gpus"))
+    copy = "copying it to the GPU" if gpu else "no device copy (CPU: the batch stays in RAM)"
+    parts = []
+    if "loader" in modes:
+        parts.append(f"loader mode: waiting for the batch (reading, tokenizing, collating), {copy}")
+    if "train" in modes:
+        parts.append(f"train mode: waiting for the batch, {copy}, and the model's step")
+    return "; ".join(parts)
+
+
+def measurement_lines(results: dict[str, Any]) -> list[str]:
+    """How the figures were taken and how sure they are: window, repeats, load, warning."""
+    settings, load = results["settings"], results.get("load")
+    if load is None:  # schema 1: one run per cell, a window of steps
+        return [
+            "",
+            f"One run per cell, {settings.get('steps')} timed steps after "
+            f"{settings.get('warmup')} warm-up steps: no repeats, no spread; rank nothing on it.",
+        ]
+    lines = [
+        "",
+        "## How the figures were taken",
+        "",
+        f"Each cell ran {settings['repeats']} times, in rounds over the whole grid (so a change "
+        "of load hits every strategy alike), each time in fresh processes: "
+        f"{settings['warmup']} untimed warm-up steps, then a timed window of "
+        f"{settings['seconds']:g} s (at least {settings['steps']} steps). Figures are the median "
+        "of the repeats, in brackets their range (min-max). Load average (1 min) on "
+        f"{load['cpus']} CPUs: {load['before']:.2f} before, "
+        f"{min(load['cells'] or [0]):.2f}-{max(load['cells'] or [0]):.2f} as cells started, "
+        f"{load.get('after', float('nan')):.2f} after; run {results.get('started', '?')} to "
+        f"{results.get('finished', '?')}.",
+    ]
+    warning = busy_warning(load)
+    if warning:
+        lines += ["", f"**{warning}**"]
+    return lines
+
+
+def ranking_lines(cells: list[dict[str, Any]]) -> list[str]:
+    """The rankings the repeats support, and the pairs within noise, by scope."""
+    found = rankings([c for c in cells if c["status"] == "ok"])
+    if not found:
+        return []
+    lines = [
+        "",
+        "## Rankings (samples/s)",
+        "",
+        "A pair is ranked only where its ranges over the repeats do not overlap; otherwise it is "
+        "within noise, whatever the medians say.",
+        "",
+    ]
+    lines += [f"- {r.text()}" for r in found if r.decided]
+    lines += [f"- {r.text()}" for r in found if not r.decided]
+    return lines
 
 
 def _main_cells(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -172,8 +238,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"Corpus: {corpus.get('documents', '?'):,} documents ({corpus.get('name', '?')}), "
         f"text {corpus.get('text_bytes', 0) / MiB:,.0f} MiB. Machine: "
         f"{results['machine']['cpus']} CPUs, GPUs: {results['machine']['gpus'] or 'none'}, "
-        f"torch {results['machine']['torch']}. Samples/s count the whole loop (waiting for the "
-        "batch, host-to-device copy, step) summed over ranks, after warm-up; memory is the peak "
+        f"torch {results['machine']['torch']}. Samples/s count the whole loop, summed over "
+        f"ranks, after warm-up ({what_is_timed(results)}); memory is the peak "
         "over all ranks and DataLoader workers together (anonymous memory: what each copy "
         'costs; PSS: shared pages divided among their users); "for documents" is the '
         "anonymous memory the ranks gained from opening their documents to the end of the run. "
@@ -181,6 +247,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         "the loop tokenizes their text (in the collator) or reads token ids stored at build "
         "time: packed and packed-text read the same store, only packed skips the tokenizer.",
     ]
+    lines += measurement_lines(results)
     lines += _launch_lines(corpus.get("launch"), cells)
     lines += _memory_table(cells, sizes)
     for mode in dict.fromkeys(c["mode"] for c in cells):
@@ -217,6 +284,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                 f"{c['pin_memory']} | "
                 f"{c['ramdisk']} | {_value(c)} |"
             )
+    lines += ranking_lines(cells)
     lines += efficiency_markdown(cells)
     problems = [c for c in results["cells"] if c["status"] != "ok"]
     if problems:
@@ -228,64 +296,6 @@ def render_markdown(results: dict[str, Any]) -> str:
                 f"({reason[-1] if reason else 'no reason recorded'})"
             )
     return "\n".join(lines) + "\n"
-
-
-def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
-    """samples/s and anonymous memory against world size, one line per strategy and mode."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cells = [c for c in _main_cells(results) if c["status"] == "ok"]
-    paths = []
-    for name, ylabel, value in (
-        ("samples_per_s.png", "samples/s, all ranks", lambda c: c["samples_per_s"]),
-        (
-            "memory_anon.png",
-            "peak anonymous memory (MiB)",
-            lambda c: c["memory"]["peak_anon"] / MiB,
-        ),
-        (
-            "memory_store.png",
-            "document stores, anonymous (MiB)",
-            lambda c: c.get("store_anon", 0) / MiB,
-        ),
-        (
-            "memory_pss.png",
-            "peak PSS (MiB)",
-            lambda c: c["memory"]["peak_pss"] / MiB,
-        ),
-    ):
-        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
-        for mode in dict.fromkeys(c["mode"] for c in cells):
-            for strategy in dict.fromkeys(c["strategy"] for c in cells):
-                points = sorted(
-                    (c["world_size"], value(c))
-                    for c in cells
-                    if (c["mode"], c["strategy"]) == (mode, strategy)
-                )
-                if points:
-                    xs, ys = zip(*points)
-                    ax.plot(xs, ys, marker="o", label=f"{strategy} ({mode})")
-        for c in results["cells"]:
-            if c["status"] == "oom" and c in _main_cells(results):
-                ax.axvline(c["world_size"], color="red", alpha=0.15)
-        ax.set_xlabel("processes (world size); sums over every process")
-        if name == "samples_per_s.png" and ax.lines:
-            ax.set_yscale("log")  # loader-only and training rates differ by orders
-        ax.set_xticks(sorted({c["world_size"] for c in cells}))
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        if any(not str(line.get_label()).startswith("_") for line in ax.lines):
-            ax.legend(fontsize=8)  # OOM markers carry no label; a legend of none would warn
-        fig.tight_layout()
-        path = out / name
-        fig.savefig(path)
-        plt.close(fig)
-        paths.append(path)
-    paths += efficiency_plot(cells, out)
-    return paths
 
 
 def _launch_lines(launch: dict[str, Any] | None, cells: list[dict[str, Any]]) -> list[str]:
@@ -315,6 +325,8 @@ def render(directory: str | os.PathLike[str]) -> str:
     results = load_results(out)
     markdown = render_markdown(results)
     (out / "report.md").write_text(markdown)
+    from lading.bench.plots import write_plots
+
     write_plots(results, out)
     return markdown
 
@@ -332,8 +344,10 @@ def efficiency_markdown(cells: list[dict[str, Any]]) -> list[str]:
         "## Efficiency E (train mode)",
         "",
         "E = step time on the same batches already on the device / step time with the loader "
-        "(1.0: loading and copying are hidden); wait: share of the loop waiting for batches; "
-        "H2D: bytes copied to the device per step.",
+        "(1.0: loading and copying are hidden; it cannot truly pass 1, so a range covering 1 "
+        "is within noise of 1), median and range over the repeats; wait: share of the loop "
+        "waiting for batches; H2D: bytes per step that reach the device (on a CPU nothing is "
+        "copied: the bytes the step reads).",
         "",
         "| strategy | " + " | ".join(f"{w} process{'es' if w > 1 else ''}" for w in sizes) + " |",
         "|---|" + "---:|" * len(sizes),
@@ -346,36 +360,11 @@ def efficiency_markdown(cells: list[dict[str, Any]]) -> list[str]:
             if c is None or "efficiency" not in c:
                 row.append("n/a" if c is not None else "-")
                 continue
+            e = spread_of(c, "efficiency")
+            assert e is not None
             row.append(
-                f"E {c['efficiency']:.3f}, wait {100 * c['wait_share']:.1f}%, "
+                f"E {efficiency_text(e)}, wait {100 * c['wait_share']:.1f}%, "
                 f"H2D {c['h2d_bytes_per_step'] / 2**10:,.1f} KiB"
             )
         lines.append(f"| {strategy} | " + " | ".join(row) + " |")
     return lines
-
-
-def efficiency_plot(cells: list[dict[str, Any]], out: Path) -> list[Path]:
-    """``efficiency.png``: E against world size, one line per strategy (train mode)."""
-    rated = [c for c in cells if c["mode"] == "train" and "efficiency" in c]
-    if not rated:
-        return []
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
-    for strategy in dict.fromkeys(c["strategy"] for c in rated):
-        points = sorted(
-            (c["world_size"], c["efficiency"]) for c in rated if c["strategy"] == strategy
-        )
-        xs, ys = zip(*points)
-        ax.plot(xs, ys, marker="o", label=strategy)
-    ax.axhline(1.0, color="grey", alpha=0.4)
-    ax.set_xticks(sorted({c["world_size"] for c in rated}))
-    ax.set_xlabel("processes (world size)")
-    ax.set_ylabel("E = step time synthetic / real")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / "efficiency.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return [path]

@@ -89,8 +89,12 @@ def merge_repeats(records: list[dict[str, Any]]) -> dict[str, Any]:
             spread = Spread.of(values)
             merged[key] = spread.median
             merged["spread"][key] = [spread.median, spread.low, spread.high]
-    anon = Spread.of([float(r["memory"]["peak_anon"]) for r in records])
-    merged["spread"]["peak_anon"] = [anon.median, anon.low, anon.high]
+    for key, value in (
+        ("peak_anon", lambda r: r["memory"]["peak_anon"]),
+        ("above_baseline", lambda r: r["memory"]["peak_anon"] - r.get("baseline_anon", 0)),
+    ):
+        spread = Spread.of([float(value(r)) for r in records])
+        merged["spread"][key] = [spread.median, spread.low, spread.high]
     return merged
 
 

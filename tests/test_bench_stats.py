@@ -1,0 +1,176 @@
+"""The bench's statistics: repeats merged into median and range, rankings only beyond the noise,
+E never read above 1, the busy-machine warning, and the flags refused before anything runs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lading.bench.stats import (
+    Spread,
+    busy_warning,
+    efficiency_text,
+    merge_repeats,
+    rankings,
+)
+from lading.cli import build_parser, main
+
+
+def run(rate: float, strategy: str = "memory", world_size: int = 1, **extra: Any) -> dict:  # type: ignore[type-arg]
+    """A repeat's record as a cell returns it."""
+    return {
+        "strategy": strategy,
+        "world_size": world_size,
+        "mode": "loader",
+        "status": "ok",
+        "samples_per_s": rate,
+        "wait_share": 0.5,
+        "store_anon": 100,
+        "baseline_anon": 1000,
+        "memory": {"samples": 3, "peak_anon": 5000},
+        **extra,
+    }
+
+
+def test_spread_overlap_is_inclusive() -> None:
+    a, b = Spread.of([1.0, 2.0, 3.0]), Spread.of([3.0, 4.0])
+    assert (a.median, a.low, a.high, a.n) == (2.0, 1.0, 3.0, 3)
+    assert a.overlaps(b) and b.overlaps(a)  # touching at 3.0 is overlapping: no order claimed
+    assert not a.overlaps(Spread.of([3.5, 9.0]))
+    with pytest.raises(ValueError):
+        Spread.of([])
+
+
+def test_merge_keeps_each_repeat_and_the_median() -> None:
+    merged = merge_repeats([run(300.0), run(100.0), run(200.0)])
+    assert merged["samples_per_s"] == 200.0
+    assert merged["spread"]["samples_per_s"] == [200.0, 100.0, 300.0]
+    assert [r["samples_per_s"] for r in merged["repeats"]] == [300.0, 100.0, 200.0]
+    assert merged["spread"]["above_baseline"] == [4000.0, 4000.0, 4000.0]
+
+
+def test_a_failed_repeat_makes_the_cell_failed() -> None:
+    oom = {**run(0.0), "status": "oom", "reason": "budget"}
+    merged = merge_repeats([run(100.0), oom])
+    assert merged["status"] == "oom" and len(merged["repeats"]) == 2
+
+
+def _cells(**rates: list[float]) -> list[dict]:  # type: ignore[type-arg]
+    return [merge_repeats([run(r, strategy=s) for r in rs]) for s, rs in rates.items()]
+
+
+def test_ranking_only_where_ranges_do_not_overlap() -> None:
+    (found,) = rankings(_cells(memory=[100, 110, 120], packed=[400, 420, 500]))
+    assert found.decided and (found.first, found.second) == ("packed", "memory")
+    assert "packed faster than memory" in found.text()
+    # the medians differ (110 vs 115) but the ranges overlap: within noise, no order
+    (noisy,) = rankings(_cells(memory=[100, 110, 150], offsets=[90, 115, 130]))
+    assert not noisy.decided and "within noise" in noisy.text()
+    assert "faster" not in noisy.text()
+
+
+def test_rankings_compare_world_sizes_of_one_strategy() -> None:
+    one = merge_repeats([run(r, world_size=1) for r in (100, 120, 140)])
+    two = merge_repeats([run(r, world_size=2) for r in (130, 160, 170)])
+    (found,) = rankings([one, two])
+    assert found.scope == "loader, memory" and not found.decided  # 130 < 140: overlap
+
+
+def test_efficiency_above_one_is_never_a_gain() -> None:
+    assert efficiency_text(Spread.of([0.95, 1.02, 1.317])) == "within noise of 1 (0.95-1.32)"
+    above = efficiency_text(Spread.of([1.05, 1.1, 1.2]))
+    assert "noise" in above and not above.startswith("1.1")
+    assert efficiency_text(Spread.of([0.5, 0.6, 0.7])) == "0.60 (0.50-0.70)"
+
+
+def test_busy_warning_from_the_load_averages() -> None:
+    assert busy_warning({"cpus": 2, "before": 0.2, "cells": [1.5, 1.9]}) is None
+    assert "busy" in (busy_warning({"cpus": 2, "before": 1.4, "cells": [1.5]}) or "")
+    assert "up to 3.10" in (busy_warning({"cpus": 2, "before": 0.1, "cells": [3.1]}) or "")
+
+
+def _plan(*flags: str) -> Any:
+    from lading.cli import bench_plan
+
+    return bench_plan(build_parser().parse_args(["bench", *flags]))
+
+
+def test_pin_memory_refused_without_cuda(capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine can pin memory")
+    assert main(["bench", "--pin-memory", "--out", "unused"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # after "importing torch..."
+    assert error.startswith("lading bench: --pin-memory") and "CUDA" in error
+
+
+def test_missing_model_refused_in_loader_mode_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-model"
+    assert main(["bench", "--modes", "loader", "--model", str(missing), "--out", "x"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"lading bench: --model {missing}: no such folder")
+    (tmp_path / "model").mkdir()
+    _, settings, _ = _plan("--model", str(tmp_path / "model"))
+    assert settings.model == str(tmp_path / "model")
+
+
+def test_negatives_mean_run_sampling(tmp_path: Path) -> None:
+    run_file = tmp_path / "bm25.run"
+    run_file.write_text("q1 Q0 d1 1 9.0 bm25\n")
+    _, settings, _ = _plan("--negatives", str(run_file))
+    assert settings.sampling == "run"
+    _, settings, _ = _plan()
+    assert settings.sampling == "random"
+
+
+def test_timing_flags_reach_the_settings() -> None:
+    from lading.bench import QUICK
+
+    _, settings, _ = _plan()
+    assert (settings.seconds, settings.repeats) == (QUICK.seconds, QUICK.repeats)
+    assert QUICK.repeats >= 3 and QUICK.seconds > 0
+    _, settings, _ = _plan("--seconds", "0.5", "--repeats", "4")
+    assert (settings.seconds, settings.repeats) == (0.5, 4)
+    with pytest.raises(ValueError, match="--repeats"):
+        _plan("--repeats", "0")
+    assert isinstance(build_parser().parse_args(["bench"]), argparse.Namespace)
+
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def test_benchmarks_write_tracked_results_only_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import common
+
+    monkeypatch.setattr(common, "OUT", tmp_path / "out")
+    tracked = tmp_path / "RESULTS.md"
+    tracked.write_text("# Benchmark results\n\n## Old\n\nkept\n")
+    written = common.write_section(tracked, "New", "body", "python x.py", write=False)
+    assert written == tmp_path / "out" / "RESULTS.md"
+    assert tracked.read_text() == "# Benchmark results\n\n## Old\n\nkept\n"
+    assert "## Old" in written.read_text() and "## New" in written.read_text()
+    assert common.write_section(tracked, "New", "body", "python x.py", write=True) == tracked
+    assert "## New" in tracked.read_text()
+
+
+def test_every_benchmark_says_whether_it_writes_the_tracked_file() -> None:
+    """No call of write_section in benchmarks/ without ``write=``: a plain run of any script
+    must leave the clone clean."""
+    import ast
+
+    calls = 0
+    for script in sorted(BENCHMARKS.glob("*.py")):
+        for node in ast.walk(ast.parse(script.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "write_section":
+                calls += 1
+                assert any(k.arg == "write" for k in node.keywords), f"{script.name}:{node.lineno}"
+    assert calls >= 10
