@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 import lading
-from common import HERE, write_section
+from common import HERE, add_write_flag, write_section
 from lading.device import DevicePrefetcher, batch_bytes, expand, to_device
 from lading.ir import CrossEncoderCollator, TrainingGroups, read_qrels, read_queries
 from lading.synth import synth
@@ -212,6 +212,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=20, help="batches per byte count")
     parser.add_argument("--repeats", type=int, default=5, help="timings per way (best kept)")
+    add_write_flag(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)  # one core, as a training process's loop has; stable on a busy host
     with tempfile.TemporaryDirectory(prefix="bench-device-") as tmp:
@@ -228,6 +229,7 @@ def main() -> None:
         "GPU leg (CPU measurements)",
         report,
         "python benchmarks/bench_device.py",
+        write=args.write,
     )
 
 

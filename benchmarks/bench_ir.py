@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 import lading
-from common import HERE, make_corpora, train_tokenizer, write_section
+from common import HERE, add_write_flag, make_corpora, train_tokenizer, write_section
 from lading.ir import CrossEncoderCollator, TrainingGroups
 from lading.procmem import tree_memory
 
@@ -110,6 +110,7 @@ def main() -> None:
     parser.add_argument("--out", default="bench-out/stores")
     parser.add_argument("--seconds", type=float, default=60.0, help="loader memory run length")
     parser.add_argument("--pair-seconds", type=float, default=10.0)
+    add_write_flag(parser)
     args = parser.parse_args()
     work = Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
@@ -140,7 +141,13 @@ def main() -> None:
     samples = loader_memory(fast_groups, fast, args.seconds)
     report = render(slow_rate, fast_rate, samples, args.n, origin)
     print(report)
-    write_section(HERE / "RESULTS.md", "Ranker batches", report, "python benchmarks/bench_ir.py")
+    write_section(
+        HERE / "RESULTS.md",
+        "Ranker batches",
+        report,
+        "python benchmarks/bench_ir.py",
+        write=args.write,
+    )
 
 
 def render(slow: float, fast: float, samples: list[dict[str, Any]], n: int, origin: str) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from common import HERE, data_dir, write_section
+from common import HERE, add_write_flag, data_dir, write_section
 from lading.lm import LanguageModelLoader, TokenCorpus
 from lading.lm.tokenizer import train_tokenizer
 from lading.procmem import process_memory
@@ -102,6 +102,7 @@ def main() -> None:
     parser.add_argument("--out", default="bench-out/lm")
     parser.add_argument("--child")
     parser.add_argument("--corpus")
+    add_write_flag(parser)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run(args.child, args.corpus)))
@@ -148,7 +149,11 @@ def main() -> None:
     report = "\n".join(lines)
     print(report)
     write_section(
-        HERE / "RESULTS.md", "Language model: loader", report, "python benchmarks/bench_lm.py"
+        HERE / "RESULTS.md",
+        "Language model: loader",
+        report,
+        "python benchmarks/bench_lm.py",
+        write=args.write,
     )
 
 

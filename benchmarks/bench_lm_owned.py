@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from bench_lm import BATCH, BPTT, build
-from common import HERE, write_section
+from common import HERE, add_write_flag, write_section
 
 BASELINE = "3e3486f"  # the last revision whose LM loader reused one buffer for every batch
 
@@ -64,9 +64,9 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default="bench-out/lm")
-    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     parser.add_argument("--child")
     parser.add_argument("--corpus")
+    add_write_flag(parser)
     args = parser.parse_args()
     if args.child:
         child(args.corpus, args.child)
@@ -86,13 +86,13 @@ def main() -> None:
             subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(old_tree)])
     report = "\n".join(lines)
     print(report)
-    if args.write:
-        write_section(
-            HERE / "RESULTS.md",
-            "Language model: owned batches",
-            report,
-            "python benchmarks/bench_lm_owned.py --write",
-        )
+    write_section(
+        HERE / "RESULTS.md",
+        "Language model: owned batches",
+        report,
+        "python benchmarks/bench_lm_owned.py --write",
+        write=args.write,
+    )
 
 
 def table(old: Path, new: Path, corpus: str, args: argparse.Namespace) -> list[str]:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import HERE, data_dir, write_section
+from common import HERE, add_write_flag, data_dir, write_section
 from lading.lm import LanguageModelLoader, TokenCorpus
 from lading.lm.tokenizer import train_tokenizer
 from lading.world import World
@@ -81,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="bench-out/lm-packing")
     parser.add_argument("--steps", type=int, default=150)
+    add_write_flag(parser)
     args = parser.parse_args()
     out = Path(args.out)
     corpus = build(out)
@@ -154,6 +155,7 @@ def main() -> None:
         "Language model: packing and document masks",
         body,
         "python benchmarks/bench_lm_packing.py",
+        write=args.write,
     )
     print(body)
 

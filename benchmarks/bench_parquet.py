@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from common import HERE, data_dir, write_section
+from common import HERE, add_write_flag, data_dir, write_section
 from lading.procmem import process_memory
 from lading.tabular import PartitionedParquet
 from lading.world import World
@@ -91,6 +91,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--child")
     parser.add_argument("--files", nargs="*")
+    add_write_flag(parser)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run(args.child, args.files)))
@@ -130,7 +131,13 @@ def main() -> None:
         ]
     )
     print(report)
-    write_section(HERE / "RESULTS.md", "Parquet", report, "python benchmarks/bench_parquet.py")
+    write_section(
+        HERE / "RESULTS.md",
+        "Parquet",
+        report,
+        "python benchmarks/bench_parquet.py",
+        write=args.write,
+    )
 
 
 if __name__ == "__main__":

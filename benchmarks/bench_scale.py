@@ -627,6 +627,7 @@ def main() -> None:
                 "python benchmarks/bench_scale.py --kind documents --n 6000 "
                 "--parts synth,tokenize; "
                 "python benchmarks/bench_scale.py --write",
+                write=True,
             )
         return
     c = Corpus(args.kind, args.n, args.work)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 import lading
-from common import HERE, make_corpora, train_tokenizer, write_section
+from common import HERE, add_write_flag, make_corpora, train_tokenizer, write_section
 from lading.procmem import process_memory
 
 BATCH = 64
@@ -214,6 +214,7 @@ def main() -> None:
     parser.add_argument("--child")
     parser.add_argument("--src")
     parser.add_argument("--work")
+    add_write_flag(parser)
     args = parser.parse_args()
     if args.child:
         child(args)
@@ -254,7 +255,9 @@ def main() -> None:
     )
     report = render(rows, readers, text_mib, args.n, origin)
     print(report)
-    write_section(HERE / "RESULTS.md", "Stores", report, "python benchmarks/bench_stores.py")
+    write_section(
+        HERE / "RESULTS.md", "Stores", report, "python benchmarks/bench_stores.py", write=args.write
+    )
 
 
 def _get(rows: list[dict[str, Any]], strategy: str, ids: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@ results file. Benchmarks import lading; they never copy it."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 from typing import Any
@@ -55,9 +56,30 @@ def train_tokenizer(src: Path) -> Any:
     return train(texts, "wordpiece", 30_522)
 
 
-def write_section(path: Path, title: str, body: str, command: str) -> None:
-    """Replace (or add) the ``## title`` section of RESULTS.md, keeping the others."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
+# where a script's sections go unless --write: under the repository's bench-out/, which git
+# ignores, so running a benchmark never leaves a clone dirty
+OUT = HERE.parent / "bench-out" / "results"
+
+
+def add_write_flag(parser: argparse.ArgumentParser) -> None:
+    """``--write``: also update the tracked results file (default: only the copy in OUT)."""
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help=f"also rewrite the tracked benchmarks/*.md (default: write only under {OUT})",
+    )
+
+
+def write_section(path: Path, title: str, body: str, command: str, *, write: bool) -> Path:
+    """Replace (or add) the ``## title`` section of a results file, keeping the others.
+
+    With ``write`` the tracked file ``path`` (benchmarks/RESULTS.md) is rewritten; without it,
+    a copy of it under :data:`OUT` (made from the tracked file the first time). Returns the file
+    written.
+    """
+    target = path if write else OUT / path.name
+    source = target if target.exists() else path
+    text = source.read_text() if source.exists() else "# Benchmark results\n"
     marker = f"\n## {title}\n"
     section = f"{marker}\nReproduce: `{command}`\n\n{body}\n"
     if marker in text:
@@ -66,4 +88,8 @@ def write_section(path: Path, title: str, body: str, command: str) -> None:
         text = head + section + tail
     else:
         text = text.rstrip("\n") + "\n" + section
-    path.write_text(text)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    hint = "" if write else f" (tracked {path.name} unchanged; --write updates it)"
+    print(f"section {title!r} written to {target}{hint}")
+    return target

@@ -17,7 +17,7 @@ import os
 import platform
 from pathlib import Path
 
-from common import HERE, data_dir, write_section
+from common import HERE, add_write_flag, data_dir, write_section
 from lading.lm import TokenCorpus
 from lading.lm.tokenizer import train_tokenizer
 from lading.lm.train import LMConfig, train_lm
@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=200)
     parser.add_argument("--vocab-size", type=int, default=2000)
     parser.add_argument("--out", default="bench-out/lm")
+    add_write_flag(parser)
     args = parser.parse_args()
     root = data_dir()
     if root is None:
@@ -91,6 +92,7 @@ def main() -> None:
         "Language model: continuity",
         report,
         "python benchmarks/lm_continuity.py",
+        write=args.write,
     )
 
 

@@ -25,7 +25,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from common import HERE, write_section
+from common import HERE, add_write_flag, write_section
 
 REPO = HERE.parent
 FUZZ_TESTS = [
@@ -110,15 +110,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
+    add_write_flag(parser)
     args = parser.parse_args()
     target = HERE / "RELIABILITY.md"
     command = f"python benchmarks/reliability.py --kills {args.kills} --rounds {args.rounds}"
     body = fuzzing(args.rounds)
     print(body)
-    write_section(target, "Fuzzing", body, command)
+    write_section(target, "Fuzzing", body, command, write=args.write)
     body = kills(args.kills, args.rounds)
     print(body)
-    write_section(target, "Kills", body, command)
+    write_section(target, "Kills", body, command, write=args.write)
 
 
 if __name__ == "__main__":

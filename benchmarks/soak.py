@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 import lading
-from common import HERE, make_corpora, write_section
+from common import HERE, add_write_flag, make_corpora, write_section
 from lading.procmem import process_memory
 
 MiB = 1 << 20
@@ -117,6 +117,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=180)
     parser.add_argument("--work", type=Path, default=Path("bench-out/soak"))
+    add_write_flag(parser)
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     _, str_tsv, origin = make_corpora(args.n, args.work)
@@ -160,7 +161,7 @@ def main() -> None:
         f"python benchmarks/soak.py --n {args.n} --ranks {args.ranks} "
         f"--workers {args.workers} --seconds {args.seconds:g}"
     )
-    write_section(HERE / "RELIABILITY.md", "Soak", body, command)
+    write_section(HERE / "RELIABILITY.md", "Soak", body, command, write=args.write)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,137 @@
+"""Do `lading bench`'s printed conclusions hold? The quick grid N times back to back, checked.
+
+Issue 25's proof: run the quick grid (``lading bench``) ``--runs`` times (default 5) one after
+another on one machine, then check that
+
+1. every ranking a run's report prints as decided (ranges apart) holds in every run: the same
+   order of medians, decided there or not; and
+2. every median a run prints lies inside the range (min-max over repeats) that every other run
+   reports for the same cell ("strict"), or at least inside the hull of the other runs' ranges.
+
+Prints each check's failures and a verdict. Results go to ``--out`` (default
+bench-out/stability, ignored by git); nothing tracked is written unless ``--write`` (a section
+in benchmarks/RESULTS.md). Extra arguments after ``--`` go to every ``lading bench`` run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from common import HERE, add_write_flag, write_section
+from lading.bench.stats import Spread, rankings, spread_of
+
+Key = tuple[str, int, str]
+
+
+def cells_of(results: dict[str, Any]) -> dict[Key, dict[str, Any]]:
+    """The ok cells of the main grid, by (strategy, world size, mode)."""
+    return {
+        (c["strategy"], c["world_size"], c["mode"]): c
+        for c in results["cells"]
+        if c["status"] == "ok" and not c["pin_memory"] and not c["ramdisk"]
+    }
+
+
+def named_medians(results: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """(scope, name) -> median samples/s, named as the rankings name them."""
+    out = {}
+    for r in rankings(list(cells_of(results).values())):
+        out[(r.scope, r.first)] = r.first_spread.median
+        out[(r.scope, r.second)] = r.second_spread.median
+    return out
+
+
+def check_rankings(runs: list[dict[str, Any]]) -> tuple[int, list[str]]:
+    """(decided rankings printed, those contradicted by another run's medians)."""
+    medians = [named_medians(x) for x in runs]
+    printed, failures = 0, []
+    for i, run in enumerate(runs):
+        for r in rankings(list(cells_of(run).values())):
+            if not r.decided:
+                continue
+            printed += 1
+            for j, other in enumerate(medians):
+                a, b = other.get((r.scope, r.first)), other.get((r.scope, r.second))
+                if a is None or b is None or not a > b:
+                    failures.append(
+                        f"run {i + 1} prints {r.scope}: {r.first} > {r.second}; run {j + 1} has "
+                        f"medians {a} vs {b}"
+                    )
+    return printed, failures
+
+
+def check_medians(runs: list[dict[str, Any]]) -> tuple[int, list[str], list[str]]:
+    """(medians checked, outside another run's range, outside the hull of the others')."""
+    cells = [cells_of(r) for r in runs]
+    checked, strict, hull = 0, [], []
+    for i, mine in enumerate(cells):
+        for key, cell in mine.items():
+            median = spread_of(cell, "samples_per_s")
+            others = [
+                spread_of(c[key], "samples_per_s")
+                for j, c in enumerate(cells)
+                if j != i and key in c
+            ]
+            spreads = [s for s in others if s is not None]
+            if median is None or not spreads:
+                continue
+            checked += 1
+            label = f"run {i + 1} {key[0]} x{key[1]} {key[2]}: median {median.median:,.0f}"
+            outside = [s for s in spreads if not s.covers(median.median)]
+            if outside:
+                strict.append(f"{label} outside {len(outside)} other run(s)' ranges")
+            joined = Spread(0, min(s.low for s in spreads), max(s.high for s in spreads), 0)
+            if not joined.covers(median.median):
+                hull.append(f"{label} outside all others ({joined.low:,.0f}-{joined.high:,.0f})")
+    return checked, strict, hull
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=HERE.parent / "bench-out" / "stability")
+    add_write_flag(parser)
+    parser.add_argument("bench_args", nargs="*", help="after --: passed to lading bench")
+    args = parser.parse_args()
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src")}
+    runs, seconds = [], []
+    for i in range(args.runs):
+        out = args.out / f"run-{i + 1}"
+        started = time.monotonic()
+        command = [sys.executable, "-m", "lading", "bench", "--out", str(out), *args.bench_args]
+        subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+        seconds.append(time.monotonic() - started)
+        runs.append(json.loads((out / "results.json").read_text()))
+        load = runs[-1]["load"]
+        print(f"run {i + 1}: {seconds[-1]:.0f} s, load {load['before']:.2f} -> {load['after']:.2f}")
+    printed, contradicted = check_rankings(runs)
+    checked, strict, hull = check_medians(runs)
+    lines = [
+        f"{args.runs} runs of `lading bench {' '.join(args.bench_args)}`, "
+        f"{min(seconds):.0f}-{max(seconds):.0f} s each, started {runs[0].get('started')}.",
+        f"- rankings printed as decided: {printed}; contradicted by another run: "
+        f"{len(contradicted)}",
+        f"- medians inside every other run's range: {checked - len(strict)} of {checked}; "
+        f"inside the hull of the other runs' ranges: {checked - len(hull)} of {checked}",
+        *[f"  - {line}" for line in contradicted + strict],
+    ]
+    ok = not contradicted and not strict
+    lines.append(
+        "Verdict: " + ("PASS: every printed ranking and median held" if ok else "FAIL: see above")
+    )
+    body = "\n".join(lines)
+    print(body)
+    command = f"python benchmarks/bench_stability.py --runs {args.runs}"
+    write_section(HERE / "RESULTS.md", "Bench stability", body, command, write=args.write)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
