@@ -35,7 +35,8 @@ def collection(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def bench(collection: dict[str, str], out: Path, *extra: str) -> dict:  # type: ignore[type-arg]
-    args = ["bench", "--steps", "3", "--warmup", "1", "--out", str(out)]
+    args = ["bench", "--steps", "3", "--warmup", "1", "--seconds", "0", "--out", str(out)]
+    args += [] if "--repeats" in extra else ["--repeats", "1"]
     for key, value in collection.items():
         args += [key, value]
     assert main(args + list(extra)) == 0
@@ -96,9 +97,12 @@ def test_packed_text_reads_the_packed_store_as_text(
 ) -> None:
     monkeypatch.setenv("LADING_CACHE", str(tmp_path / "cache"))
     args = ("--strategies", "packed-text", "--world-sizes", "1", "--modes", "loader")
-    results = bench(collection, tmp_path / "out", *args)
+    results = bench(collection, tmp_path / "out", *args, "--repeats", "2")
     (cell,) = results["cells"]
     assert cell["strategy"] == "packed-text" and cell["status"] == "ok", cell.get("reason")
+    assert len(cell["repeats"]) == 2 and cell["steps"] >= 3  # two runs, each >= --steps
+    median, low, high = cell["spread"]["samples_per_s"]
+    assert low <= median == cell["samples_per_s"] <= high
     assert cell["samples_per_s"] > 0 and cell["store_anon"] < 2**20  # a map, not a copy
     report = (tmp_path / "out" / "report.md").read_text()
     assert "| packed-text | PackedStore (memory map) | collator |" in report
@@ -136,7 +140,8 @@ def test_quick_grid_by_default_full_grid_one_flag_away() -> None:
     assert "packed-text" in options.strategies and "memory" in options.strategies
     assert (settings.steps, settings.warmup) == (QUICK.steps, QUICK.warmup)
     options, settings, passages = bench_plan(build_parser().parse_args(["bench", "--full"]))
-    assert (passages, options.modes, settings.steps) == (100_000, ["loader", "train"], 30)
+    assert (passages, options.modes) == (100_000, ["loader", "train"])
+    assert (settings.seconds, settings.repeats) == (FULL.seconds, FULL.repeats)
     assert options.strategies == list(FULL.strategies) and "irds" in options.strategies
     assert options.world_sizes == _default_world_sizes()  # 1,2,4 on CPU; up to 8 GPUs
     given = ["bench", "--full", "--modes", "train", "--steps", "7", "--world-sizes", "1,4"]

@@ -88,6 +88,7 @@ def test_bench_across_two_nodes(tmp_path: Path) -> None:
     bench = [
         sys.executable, "-m", "lading", "bench", "--passages", "2000",
         "--strategies", "memory,packed", "--steps", "3", "--warmup", "1", "--out", str(out),
+        "--seconds", "0", "--repeats", "1",
     ]  # fmt: skip
     script = f"LADING_CACHE=$NODE_DIR/cache exec {shlex.join(bench)}"
     done = launch_two_nodes(

@@ -23,6 +23,7 @@ def test_device_strategies_report_efficiency_and_bytes(
     files = synth("passages", 600, tmp_path / "c", queries=30)
     out = tmp_path / "out"
     args = ["bench", "--steps", "2", "--warmup", "1", "--out", str(out), "--world-sizes", "1"]
+    args += ["--seconds", "0", "--repeats", "2"]
     args += ["--corpus", str(files.corpus), "--queries", str(files.queries)]
     args += ["--qrels", str(files.qrels), "--modes", "train"]
     args += ["--strategies", "packed,packed+prefetch,gpu-resident"]
@@ -33,6 +34,8 @@ def test_device_strategies_report_efficiency_and_bytes(
         cell = cells[name]
         assert cell["status"] == "ok", cell.get("reason")
         assert cell["efficiency"] > 0 and 0 <= cell["wait_share"] < 1
+        median, low, high = cell["spread"]["efficiency"]  # two repeats: a range, not a point
+        assert 0 < low <= median <= high and len(cell["repeats"]) == 2
     # narrow ids + lengths: well under a quarter of today's int64 ids, mask and token types
     wide, narrow = (cells[s]["h2d_bytes_per_step"] for s in ("packed", "packed+prefetch"))
     assert 0 < narrow * 4 < wide

@@ -44,10 +44,11 @@ class Preset:
     warmup: int
 
 
-# loader mode, world sizes 1 and 2: 8 cells x 3 repeats of a 1 s window; each run of a cell
-# also starts its processes (~3-5 s on 2 CPU cores), so about 2 minutes in all
+# loader mode, world sizes 1 and 2: 8 cells x 3 repeats of a 0.5 s window. Starting a run's
+# processes costs more than its window (torch's import alone is ~2 s of CPU per process), so
+# the grid takes about 2 minutes on 2 idle CPU cores, more when other work shares them
 QUICK = Preset(
-    20_000, ("memory", "offsets", "packed", "packed-text"), (1, 2), ("loader",), 1.0, 3, 5, 3
+    20_000, ("memory", "offsets", "packed", "packed-text"), (1, 2), ("loader",), 0.5, 3, 5, 3
 )
 # the study's grid: every strategy, loader and training, 3 repeats of a 2 s window per cell
 FULL = Preset(

@@ -128,8 +128,8 @@ def _add_bench(sub: Any) -> None:
         "bench",
         help="the study: document strategies x world sizes, samples/s and memory",
         description="lading bench [ir] [options] runs a quick grid (loader mode, 20,000 "
-        "passages, 1 and 2 processes, 3 repeats of a 1 s window per cell; about 2 minutes on 2 "
-        "CPU cores); --full runs the study's grid (100,000 passages, "
+        "passages, 1 and 2 processes, 3 repeats of a 0.5 s window per cell; about 2 minutes on 2 "
+        "idle CPU cores); --full runs the study's grid (100,000 passages, "
         "every strategy, loader and train, 1/2/4 processes or up to 8 GPUs). Options given "
         "override the grid's. lading bench report DIR re-renders report.md and the plots from "
         "DIR/results.json.",
@@ -162,7 +162,7 @@ def _add_bench(sub: Any) -> None:
     p.add_argument("--ramdisk", action="store_true", help="also run from a copy in /dev/shm")
     p.add_argument("--parallel", choices=["ddp", "dp"], default="ddp")
     p.add_argument(
-        "--seconds", type=float, help="each repeat's timed window, after warm-up (1; --full 2)"
+        "--seconds", type=float, help="each repeat's timed window, after warm-up (0.5; --full 2)"
     )
     p.add_argument("--repeats", type=int, help="runs of every cell, interleaved over the grid (3)")
     p.add_argument("--steps", type=int, help="at least this many timed steps per window (5)")
