@@ -93,16 +93,32 @@ def check_medians(runs: list[dict[str, Any]]) -> tuple[int, list[str], list[str]
     return checked, strict, hull
 
 
+def _seconds(results: dict[str, Any]) -> float:
+    """A finished grid's wall time from its timestamps (its preparation not included)."""
+    from datetime import datetime
+
+    started, finished = (datetime.fromisoformat(results[k]) for k in ("started", "finished"))
+    return (finished - started).total_seconds()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--out", type=Path, default=HERE.parent / "bench-out" / "stability")
+    parser.add_argument(
+        "--check", action="store_true", help="only check the runs already in --out (run-*/)"
+    )
     add_write_flag(parser)
     parser.add_argument("bench_args", nargs="*", help="after --: passed to lading bench")
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src")}
     runs, seconds = [], []
-    for i in range(args.runs):
+    if args.check:
+        found = sorted(args.out.glob("run-*/results.json"), key=lambda p: int(p.parent.name[4:]))
+        runs = [json.loads(p.read_text()) for p in found]
+        seconds = [_seconds(r) for r in runs]
+        args.runs = len(runs)
+    for i in range(0 if args.check else args.runs):
         out = args.out / f"run-{i + 1}"
         started = time.monotonic()
         command = [sys.executable, "-m", "lading", "bench", "--out", str(out), *args.bench_args]

@@ -72,6 +72,15 @@ def test_ranking_only_where_ranges_do_not_overlap() -> None:
     assert "faster" not in noisy.text()
 
 
+def test_ranges_closer_than_the_noise_floor_are_not_ranked() -> None:
+    """Disjoint but 1% apart (4,910-5,571 vs 4,261-4,864, seen in one quick grid): with three
+    repeats that happens by chance; the ranges widened to +-5% of their medians overlap."""
+    (close,) = rankings(_cells(memory=[4910, 4986, 5571], offsets=[4261, 4688, 4864]))
+    assert not close.decided
+    assert Spread.of([100.0]).widened() == Spread(100.0, 95.0, 105.0, 1)
+    assert Spread.of([50.0, 100.0, 200.0]).widened() == Spread.of([50.0, 100.0, 200.0])
+
+
 def test_rankings_compare_world_sizes_of_one_strategy() -> None:
     one = merge_repeats([run(r, world_size=1) for r in (100, 120, 140)])
     two = merge_repeats([run(r, world_size=2) for r in (130, 160, 170)])
