@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from common import HERE, add_write_flag, write_section
-from lading.bench.stats import Spread, rankings, spread_of
+from lading.bench.stats import Spread, report_rankings, spread_of
 
 Key = tuple[str, int, str]
 
@@ -42,9 +42,9 @@ def cells_of(results: dict[str, Any]) -> dict[Key, dict[str, Any]]:
 def named_medians(results: dict[str, Any]) -> dict[tuple[str, str], float]:
     """(scope, name) -> median samples/s, named as the rankings name them."""
     out = {}
-    for r in rankings(list(cells_of(results).values())):
-        out[(r.scope, r.first)] = r.first_spread.median
-        out[(r.scope, r.second)] = r.second_spread.median
+    for r in report_rankings(results, list(cells_of(results).values())):
+        out[(r.key, r.scope, r.first)] = r.first_spread.median
+        out[(r.key, r.scope, r.second)] = r.second_spread.median
     return out
 
 
@@ -53,37 +53,39 @@ def check_rankings(runs: list[dict[str, Any]]) -> tuple[int, list[str]]:
     medians = [named_medians(x) for x in runs]
     printed, failures = 0, []
     for i, run in enumerate(runs):
-        for r in rankings(list(cells_of(run).values())):
+        for r in report_rankings(run, list(cells_of(run).values())):
             if not r.decided:
                 continue
             printed += 1
             for j, other in enumerate(medians):
-                a, b = other.get((r.scope, r.first)), other.get((r.scope, r.second))
-                if a is None or b is None or not a > b:
+                a = other.get((r.key, r.scope, r.first))
+                b = other.get((r.key, r.scope, r.second))
+                if a is None or b is None:
+                    failures.append(f"run {j + 1} lacks {r.scope}: {r.first} or {r.second}")
+                elif not a > b:
                     failures.append(
-                        f"run {i + 1} prints {r.scope}: {r.first} > {r.second}; run {j + 1} has "
-                        f"medians {a} vs {b}"
+                        f"run {i + 1} prints {r.key} {r.scope}: {r.first} > {r.second}; "
+                        f"run {j + 1} has medians {a:,.0f} vs {b:,.0f}"
                     )
     return printed, failures
 
 
-def check_medians(runs: list[dict[str, Any]]) -> tuple[int, list[str], list[str]]:
-    """(medians checked, outside another run's range, outside the hull of the others')."""
+def check_medians(
+    runs: list[dict[str, Any]], figure: str = "samples_per_s"
+) -> tuple[int, list[str], list[str]]:
+    """(medians of ``figure`` checked, outside another run's range, outside the hull of the
+    other runs' ranges)."""
     cells = [cells_of(r) for r in runs]
     checked, strict, hull = 0, [], []
     for i, mine in enumerate(cells):
         for key, cell in mine.items():
-            median = spread_of(cell, "samples_per_s")
-            others = [
-                spread_of(c[key], "samples_per_s")
-                for j, c in enumerate(cells)
-                if j != i and key in c
-            ]
+            median = spread_of(cell, figure)
+            others = [spread_of(c[key], figure) for j, c in enumerate(cells) if j != i and key in c]
             spreads = [s for s in others if s is not None]
             if median is None or not spreads:
                 continue
             checked += 1
-            label = f"run {i + 1} {key[0]} x{key[1]} {key[2]}: median {median.median:,.0f}"
+            label = f"run {i + 1} {key[0]} x{key[1]} {key[2]}: {figure} {median.median:,.0f}"
             outside = [s for s in spreads if not s.covers(median.median)]
             if outside:
                 strict.append(f"{label} outside {len(outside)} other run(s)' ranges")
@@ -128,16 +130,23 @@ def main() -> None:
         load = runs[-1]["load"]
         print(f"run {i + 1}: {seconds[-1]:.0f} s, load {load['before']:.2f} -> {load['after']:.2f}")
     printed, contradicted = check_rankings(runs)
-    checked, strict, hull = check_medians(runs)
     lines = [
         f"{args.runs} runs of `lading bench {' '.join(args.bench_args)}`, "
-        f"{min(seconds):.0f}-{max(seconds):.0f} s each, started {runs[0].get('started')}.",
-        f"- rankings printed as decided: {printed}; contradicted by another run: "
+        f"{min(seconds):.0f}-{max(seconds):.0f} s each, started {runs[0].get('started')}, "
+        "load average before each: " + ", ".join(f"{r['load']['before']:.2f}" for r in runs),
+        f"- rankings printed as decided: {printed}; contradicted by another run's medians: "
         f"{len(contradicted)}",
-        f"- medians inside every other run's range: {checked - len(strict)} of {checked}; "
-        f"inside the hull of the other runs' ranges: {checked - len(hull)} of {checked}",
-        *[f"  - {line}" for line in contradicted + strict],
     ]
+    strict: list[str] = []
+    for figure in ("samples_per_s", "samples_per_cpu_s"):
+        checked, outside, hull = check_medians(runs, figure)
+        strict += outside
+        lines.append(
+            f"- {figure} medians inside every other run's range: {checked - len(outside)} of "
+            f"{checked}; inside the hull of the other runs' ranges: {checked - len(hull)} of "
+            f"{checked}"
+        )
+    lines += [f"  - {line}" for line in contradicted + strict]
     ok = not contradicted and not strict
     lines.append(
         "Verdict: " + ("PASS: every printed ranking and median held" if ok else "FAIL: see above")

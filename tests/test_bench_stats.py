@@ -88,6 +88,18 @@ def test_rankings_compare_world_sizes_of_one_strategy() -> None:
     assert found.scope == "loader, memory" and not found.decided  # 130 < 140: overlap
 
 
+def test_world_sizes_not_ranked_by_rate_without_free_cpus() -> None:
+    """1 vs 2 processes on 2 CPUs already running 3 others' processes measures the others."""
+    one = merge_repeats([run(r, world_size=1, samples_per_cpu_s=r) for r in (100, 110, 120)])
+    two = merge_repeats([run(r, world_size=2, samples_per_cpu_s=r) for r in (300, 310, 320)])
+    (free,) = rankings([one, two], free_cpus=2.0)
+    assert free.decided
+    (busy,) = rankings([one, two], free_cpus=2 - 3.1)
+    assert not busy.decided and "not ranked: 2 processes, 0.0 CPUs free" in busy.text()
+    (cost,) = rankings([one, two], key="samples_per_cpu_s", free_cpus=0.0)
+    assert cost.decided and "cheaper than" in cost.text()
+
+
 def test_efficiency_above_one_is_never_a_gain() -> None:
     assert efficiency_text(Spread.of([0.95, 1.02, 1.317])) == "within noise of 1 (0.95-1.32)"
     above = efficiency_text(Spread.of([1.05, 1.1, 1.2]))

@@ -237,6 +237,7 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
         "steps": timed.steps,
         "blocks": timed.blocks,
         "seconds": timed.seconds,
+        "cpu_s": timed.cpu_s,
         "wait_s": timed.wait_s,
         "synthetic_s": synthetic,
         "h2d_bytes_per_step": workload.bytes_per_step(),
@@ -345,6 +346,10 @@ def cell_record(
     else:
         record["status"] = "ok"
         record["samples_per_s"] = sum(r["rows"] / r["seconds"] for r in results.values())
+        # the cost: samples per CPU-second of all ranks (and workers), robust to other work
+        cpu = sum(r.get("cpu_s", 0.0) for r in results.values())
+        if cpu > 0:
+            record["samples_per_cpu_s"] = sum(r["rows"] for r in results.values()) / cpu
         record["wait_share"] = sum(r["wait_s"] / r["seconds"] for r in results.values()) / len(
             results
         )

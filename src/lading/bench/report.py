@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.bench.data import DOCUMENTS_LIVE_IN, TOKENIZED_IN
-from lading.bench.stats import busy_warning, efficiency_text, rankings, spread_of
+from lading.bench.stats import busy_warning, efficiency_text, report_rankings, spread_of
 
 SCHEMA = "lading.bench/2"  # 2: repeats, spreads and load; 1 (one run per cell) still reads
 READABLE: tuple[str, ...] = ("lading.bench/1", SCHEMA)
@@ -119,8 +119,10 @@ def _value(cell: dict[str, Any] | None) -> str:
     rate = spread_of(cell, "samples_per_s")
     assert rate is not None  # an ok cell has a rate
     ranged = f" ({rate.low:,.0f}-{rate.high:,.0f})" if rate.n > 1 else " (1 run)"
+    cost = spread_of(cell, "samples_per_cpu_s")
+    per_cpu = f", {cost.median:,.0f}/CPU-s" if cost is not None else ""
     return (
-        f"{rate.median:,.0f}/s{ranged}, anon {memory['peak_anon'] / MiB:,.0f} MiB{extra}, "
+        f"{rate.median:,.0f}/s{ranged}{per_cpu}, anon {memory['peak_anon'] / MiB:,.0f} MiB{extra}, "
         f"PSS {memory['peak_pss'] / MiB:,.0f} MiB"
     )
 
@@ -168,17 +170,20 @@ def measurement_lines(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def ranking_lines(cells: list[dict[str, Any]]) -> list[str]:
-    """The rankings the repeats support, and the pairs within noise, by scope."""
-    found = rankings([c for c in cells if c["status"] == "ok"])
+def ranking_lines(results: dict[str, Any], cells: list[dict[str, Any]]) -> list[str]:
+    """The rankings the repeats support, and the pairs within noise, by figure and scope."""
+    found = report_rankings(results, cells)
     if not found:
         return []
     lines = [
         "",
-        "## Rankings (samples/s)",
+        "## Rankings",
         "",
-        "A pair is ranked only where its ranges over the repeats do not overlap; otherwise it is "
-        "within noise, whatever the medians say.",
+        "A pair is ranked only where its ranges over the repeats, each at least +-5% around its "
+        "median, do not overlap; otherwise it is within noise, whatever the medians say. "
+        "Samples per CPU-second (user + system time of the ranks and their workers) say what "
+        "the data path costs and hardly move when other work shares the cores; samples/s say "
+        "what it delivered here and now.",
         "",
     ]
     lines += [f"- {r.text()}" for r in found if r.decided]
@@ -284,7 +289,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                 f"{c['pin_memory']} | "
                 f"{c['ramdisk']} | {_value(c)} |"
             )
-    lines += ranking_lines(cells)
+    lines += ranking_lines(results, cells)
     lines += efficiency_markdown(cells)
     problems = [c for c in results["cells"] if c["status"] != "ok"]
     if problems:

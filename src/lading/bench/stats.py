@@ -23,7 +23,13 @@ from typing import Any, NamedTuple
 # not resolve 5% anyway.
 NOISE_FLOOR = 0.05
 # per-repeat numbers kept in a merged record, and merged into median and range
-REPEATED: tuple[str, ...] = ("samples_per_s", "efficiency", "wait_share", "store_anon")
+REPEATED: tuple[str, ...] = (
+    "samples_per_s",
+    "samples_per_cpu_s",
+    "efficiency",
+    "wait_share",
+    "store_anon",
+)
 
 
 class Spread(NamedTuple):
@@ -54,8 +60,8 @@ class Spread(NamedTuple):
 
 
 class Ranking(NamedTuple):
-    """Two cells of one scope compared: ``first`` is the one with the higher median; ``decided``
-    only when the ranges do not overlap."""
+    """Two cells of one scope compared on one figure: ``first`` has the higher median;
+    ``decided`` only when the ranges do not overlap (``why`` says otherwise, if not noise)."""
 
     scope: str
     first: str
@@ -63,16 +69,24 @@ class Ranking(NamedTuple):
     decided: bool
     first_spread: Spread
     second_spread: Spread
+    key: str = "samples_per_s"
+    why: str = ""
 
     def text(self) -> str:
         a, b = self.first_spread, self.second_spread
-        ranges = f"{_range(a)} vs {_range(b)} samples/s"
+        unit = UNITS.get(self.key, self.key)
+        ranges = f"{_range(a)} vs {_range(b)} {unit}"
         if not self.decided:
-            return f"{self.scope}: {self.first} vs {self.second}: within noise ({ranges})"
+            verdict = self.why or "within noise"
+            return f"{self.scope}: {self.first} vs {self.second}: {verdict} ({ranges})"
+        verb = "cheaper than" if self.key == "samples_per_cpu_s" else "faster than"
         return (
-            f"{self.scope}: {self.first} faster than {self.second}, "
+            f"{self.scope}: {self.first} {verb} {self.second}, "
             f"{a.median / b.median:,.2f}x by median ({ranges})"
         )
+
+
+UNITS = {"samples_per_s": "samples/s", "samples_per_cpu_s": "samples per CPU-second"}
 
 
 def _range(s: Spread) -> str:
@@ -130,26 +144,54 @@ def spread_of(cell: dict[str, Any], key: str) -> Spread | None:
     return None
 
 
-def rankings(cells: list[dict[str, Any]]) -> list[Ranking]:
+def rankings(
+    cells: list[dict[str, Any]], key: str = "samples_per_s", free_cpus: float | None = None
+) -> list[Ranking]:
     """Every pair of strategies at one (mode, world size), and every pair of world sizes of one
-    (mode, strategy): higher median first, decided only where the ranges, each widened to at
-    least :data:`NOISE_FLOOR` around its median, do not overlap."""
+    (mode, strategy), on ``key``: higher median first, decided only where the ranges, each
+    widened to at least :data:`NOISE_FLOOR` around its median, do not overlap.
+
+    With ``free_cpus`` (CPUs less the load before the grid), world sizes are not ranked by
+    samples/s where the larger has more processes than free CPUs: what 2 processes deliver
+    on 2 cores that run 3 others' processes measures the others' work, not scaling.
+    """
     out: list[Ranking] = []
-    rated = [(c, spread_of(c, "samples_per_s")) for c in cells]
-    ok = [(c, s) for c, s in rated if s is not None]
-    groups: dict[tuple[str, str], list[tuple[str, Spread]]] = {}
-    for c, s in ok:
-        processes = f"{c['world_size']} process{'es' if c['world_size'] > 1 else ''}"
-        groups.setdefault((f"{c['mode']}, {processes}", "strategy"), []).append((c["strategy"], s))
-        groups.setdefault((f"{c['mode']}, {c['strategy']}", "size"), []).append(
-            (f"{c['world_size']}p", s)
+    rated = [(c, spread_of(c, key)) for c in cells]
+    groups: dict[tuple[str, str], list[tuple[str, int, Spread]]] = {}
+    for c, s in rated:
+        if s is None:
+            continue
+        w = c["world_size"]
+        processes = f"{w} process{'es' if w > 1 else ''}"
+        groups.setdefault((f"{c['mode']}, {processes}", "strategy"), []).append(
+            (c["strategy"], w, s)
         )
-    for (scope, _), members in groups.items():
-        for (a, sa), (b, sb) in combinations(members, 2):
+        groups.setdefault((f"{c['mode']}, {c['strategy']}", "size"), []).append((f"{w}p", w, s))
+    for (scope, kind), members in groups.items():
+        for (a, wa, sa), (b, wb, sb) in combinations(members, 2):
             if sb.median > sa.median:
-                (a, sa), (b, sb) = (b, sb), (a, sa)
-            out.append(Ranking(scope, a, b, not sa.widened().overlaps(sb.widened()), sa, sb))
+                (a, wa, sa), (b, wb, sb) = (b, wb, sb), (a, wa, sa)
+            decided, why = not sa.widened().overlaps(sb.widened()), ""
+            free = max(free_cpus, 0.0) if free_cpus is not None else None
+            if (
+                kind == "size"
+                and key == "samples_per_s"
+                and free is not None
+                and max(wa, wb) > free
+            ):
+                decided = False
+                why = f"not ranked: {max(wa, wb)} processes, {free:.1f} CPUs free"
+            out.append(Ranking(scope, a, b, decided, sa, sb, key, why))
     return out
+
+
+def report_rankings(results: dict[str, Any], cells: list[dict[str, Any]]) -> list[Ranking]:
+    """The rankings a report prints: by samples/s (world sizes only where the CPUs were free
+    before the grid) and by samples per CPU-second."""
+    load = results.get("load")
+    free = (load["cpus"] - load["before"]) if load else None
+    ok = [c for c in cells if c.get("status") == "ok"]
+    return rankings(ok, "samples_per_s", free) + rankings(ok, "samples_per_cpu_s")
 
 
 def efficiency_text(spread: Spread) -> str:
