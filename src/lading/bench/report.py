@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from lading.bench.data import DOCUMENTS_LIVE_IN, TOKENIZED_IN
-from lading.bench.stats import busy_warning, efficiency_text, report_rankings, spread_of
+from lading.bench.stats import (
+    NOISE_FLOOR,
+    busy_warning,
+    efficiency_text,
+    report_rankings,
+    spread_of,
+)
 
 SCHEMA = "lading.bench/2"  # 2: repeats, spreads and load; 1 (one run per cell) still reads
 READABLE: tuple[str, ...] = ("lading.bench/1", SCHEMA)
@@ -179,8 +185,9 @@ def ranking_lines(results: dict[str, Any], cells: list[dict[str, Any]]) -> list[
         "",
         "## Rankings",
         "",
-        "A pair is ranked only where its ranges over the repeats, each at least +-5% around its "
-        "median, do not overlap; otherwise it is within noise, whatever the medians say. "
+        "A pair is ranked only where its ranges over the repeats, each at least "
+        f"+-{NOISE_FLOOR:.0%} around its median, do not overlap; otherwise it is within "
+        "noise, whatever the medians say. "
         "Samples per CPU-second (user + system time of the ranks and their workers) say what "
         "the data path costs and hardly move when other work shares the cores; samples/s say "
         "what it delivered here and now.",
