@@ -45,8 +45,8 @@ class Preset:
 
 
 # loader mode, world sizes 1 and 2: 8 cells x 3 repeats of a 0.5 s window. Starting a run's
-# processes costs more than its window (torch's import alone is ~2 s of CPU per process), so
-# the grid takes about 2 minutes on 2 idle CPU cores, more when other work shares them
+# processes costs more than its window (torch's import alone is ~2 s of CPU per process):
+# 81-178 s per grid measured on 2 shared CPU cores at load 1.9-7.1 (2026-11-23)
 QUICK = Preset(
     20_000, ("memory", "offsets", "packed", "packed-text"), (1, 2), ("loader",), 0.5, 3, 5, 3
 )

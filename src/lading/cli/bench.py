@@ -128,8 +128,8 @@ def _add_bench(sub: Any) -> None:
         "bench",
         help="the study: document strategies x world sizes, samples/s and memory",
         description="lading bench [ir] [options] runs a quick grid (loader mode, 20,000 "
-        "passages, 1 and 2 processes, 3 repeats of a 0.5 s window per cell; about 2 minutes on 2 "
-        "idle CPU cores); --full runs the study's grid (100,000 passages, "
+        "passages, 1 and 2 processes, 3 repeats of a 0.5 s window per cell; 1.5-3 minutes "
+        "measured on 2 shared CPU cores); --full runs the study's grid (100,000 passages, "
         "every strategy, loader and train, 1/2/4 processes or up to 8 GPUs). Options given "
         "override the grid's. lading bench report DIR re-renders report.md and the plots from "
         "DIR/results.json.",
