@@ -106,13 +106,14 @@ def main() -> None:
         )
     report = "\n".join(lines)
     print(report)
-    if args.write:
-        write_section(
-            HERE / "RELIABILITY.md",
-            "Source fingerprint",
-            DECISION + "\n\n" + report,
-            "python benchmarks/bench_fingerprint.py --write",
-        )
+    where = write_section(
+        HERE / "RELIABILITY.md",
+        "Source fingerprint",
+        DECISION + "\n\n" + report,
+        "python benchmarks/bench_fingerprint.py --write",
+        write=args.write,
+    )
+    print(f"written to {where}")
 
 
 DECISION = """What is hashed, and when. A store (packed or offsets) and a token corpus record their

@@ -130,13 +130,14 @@ def main() -> None:
     ]
     report = "\n".join(lines)
     print(report)
-    if args.write:
-        write_section(
-            HERE / "RESULTS.md",
-            "Language model: mixtures",
-            report,
-            "python benchmarks/bench_lm_mixture.py --write",
-        )
+    where = write_section(
+        HERE / "RESULTS.md",
+        "Language model: mixtures",
+        report,
+        "python benchmarks/bench_lm_mixture.py --write",
+        write=args.write,
+    )
+    print(f"written to {where}")
 
 
 if __name__ == "__main__":
