@@ -394,10 +394,15 @@ def test_trainer_prefetches_on_cuda_and_checkpoints_what_it_stepped(tmp_path: Pa
         ("sessions", ["--data", "d", "--out", "o"]),
     ],
 )
-def test_no_prefetch_flag_reaches_the_loop_config(kind: str, required: list[str]) -> None:
+def test_no_prefetch_flag_reaches_the_loop_config(
+    kind: str, required: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from lading.cli import build_parser
     from lading.train import LoopConfig
 
+    monkeypatch.chdir(tmp_path)
+    for name in ("q", "r", "c", "d"):  # inputs are checked to exist when the line is read
+        (tmp_path / name).write_text("")
     parser = build_parser()
     on = parser.parse_args(["train", kind, *required])
     off = parser.parse_args(["train", kind, *required, "--no-prefetch"])
