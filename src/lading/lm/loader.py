@@ -315,7 +315,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         # a chunk is free when its reference count is that of an array held by one local name
         # here (measured, not assumed: the count's baseline differs between Python versions);
         # every live batch adds one (its tensor keeps a view whose base is the chunk). Recycling
-        # a free chunk spares the page faults of a new one (13% of streams' loader-alone rate)
+        # a free chunk spares the page faults of a new one
         probe = np.empty(0, dtype=np.int64)
         free = sys.getrefcount(probe)
         assert stream is not None
