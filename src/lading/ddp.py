@@ -9,6 +9,8 @@ must be exported. Everything here is a no-op in a single process.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -42,6 +44,23 @@ def setup(parallel: str = "ddp") -> tuple[World, torch.device]:
     else:
         device = torch.device("cpu")
     return world, device
+
+
+@contextmanager
+def joined(parallel: str = "ddp") -> Iterator[tuple[World, torch.device]]:
+    """:func:`setup` for the length of a ``with`` block, then leave the group if this call
+    joined it; a group the caller started stays up for the caller to close.
+
+    Leaving matters: a gloo group alive at interpreter exit can abort the process with
+    ``terminate called without an active exception`` after a finished run (pytorch#190489).
+    """
+    ours = not dist.is_initialized()
+    world, device = setup(parallel)
+    try:
+        yield world, device
+    finally:
+        if ours:
+            teardown()
 
 
 def export_launch_env(world: World) -> None:

@@ -211,7 +211,11 @@ def train(config: TrainConfig) -> dict[str, Any]:
     """Run training; return a summary (steps, final loss, epoch, world size) on every rank."""
     if config.precision not in PRECISION:
         raise ValueError(f"unknown precision {config.precision!r}; choose from {sorted(PRECISION)}")
-    world, device = ddp.setup(config.parallel)
+    with ddp.joined(config.parallel) as (world, device):
+        return _train(config, world, device)
+
+
+def _train(config: TrainConfig, world: World, device: torch.device) -> dict[str, Any]:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     store, tok, model = prepare(config, world)

@@ -260,7 +260,11 @@ def train_lm(config: LMConfig) -> dict[str, Any]:
     """Train; return a summary with the validation perplexities (on every rank)."""
     if config.arch not in ("lstm", "gpt"):
         raise ValueError(f"unknown arch {config.arch!r}; choose 'lstm' or 'gpt'")
-    world, device = ddp.setup(config.parallel)
+    with ddp.joined(config.parallel) as (world, device):
+        return _train_lm(config, world, device)
+
+
+def _train_lm(config: LMConfig, world: World, device: torch.device) -> dict[str, Any]:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     corpus = TokenCorpus.open(config.corpus)

@@ -135,7 +135,11 @@ class SessionsStep(Workload):
 
 def train_sessions(config: SessionsConfig) -> dict[str, Any]:
     """Train, evaluate on the evaluation day, compare with most-popular; return the summary."""
-    world, device = ddp.setup(config.parallel)
+    with ddp.joined(config.parallel) as (world, device):
+        return _train_sessions(config, world, device)
+
+
+def _train_sessions(config: SessionsConfig, world: World, device: torch.device) -> dict[str, Any]:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     train_files = day_files(Path(config.data), config.train_days, ("train",))
