@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,36 @@ def test_groups_export_in_sentence_transformers_formats(
     }[fmt]
     assert row == expected
     assert list(out.column_names) == list(expected)  # the order sentence-transformers reads
+
+
+def test_a_store_exports_as_a_dataset_and_a_rebuild_is_seen(tmp_path: Path) -> None:
+    """Ids, texts, fields and token ids in row order; the store's source rewritten and the
+    store rebuilt, the export gives the new texts (not datasets' cached Arrow file)."""
+    import lading
+    from lading.integrations.hf_datasets import store_to_dataset
+    from lading.tokens import save_tokenizer, train_tokenizer
+
+    source = tmp_path / "docs.jsonl"
+    rows = [
+        {"doc_id": f"d{i}", "title": f"title {i}", "text": f"text of doc {i}"} for i in range(2500)
+    ]
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    texts = [r["text"] for r in rows]
+    save_tokenizer(train_tokenizer(texts, "wordpiece", 200), tmp_path / "tok.json")
+    store = lading.build_store(
+        source, tmp_path / "store", id_field="doc_id", tokenizer=tmp_path / "tok.json"
+    )
+    cache = str(tmp_path / "hf")
+    data = store_to_dataset(store, tokens=True, cache_dir=cache)
+    assert data.column_names == ["id", "text", "title", "input_ids"]
+    assert data["id"] == [r["doc_id"] for r in rows] and data["text"] == texts
+    assert data[1234]["title"] == "title 1234"
+    assert data[7]["input_ids"] == store.tokens("d7").tolist()
+    assert store_to_dataset(store, cache_dir=cache).column_names == ["id", "text", "title"]
+
+    rows[5]["text"] = "a new text"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = lading.build_store(source, tmp_path / "store", id_field="doc_id")
+    assert store_to_dataset(store, cache_dir=cache)[5]["text"] == "a new text"
+    with pytest.raises(ValueError, match="has no tokens"):
+        store_to_dataset(store, tokens=True, cache_dir=cache)

@@ -24,6 +24,7 @@ NEEDS = {
     "sentence-transformers": ("sentence_transformers", "datasets"),
     "PyTerrier": ("pyterrier",),
     "HF datasets": ("datasets",),
+    "PyTorch Lightning": ("lightning",),
     "Transformers4Rec / Merlin": ("pyarrow",),
 }
 

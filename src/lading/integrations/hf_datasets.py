@@ -4,7 +4,8 @@ In: :func:`build_store` takes a ``datasets.Dataset``, a ``DatasetDict`` and a sp
 or Arrow file, with the id and text columns named, and builds a lading store once (reused while
 the dataset's fingerprint and the options stay the same). Out: :func:`groups_to_dataset` writes
 the training groups of one epoch as a ``datasets.Dataset`` in a sentence-transformers format
-(:mod:`lading.integrations.rows`), for those who want the static file; training through
+(:mod:`lading.integrations.rows`), for those who want the static file, and
+:func:`store_to_dataset` a store's documents (text, fields, token ids); training through
 :mod:`lading.integrations.sentence_transformers` redraws the negatives every epoch instead.
 """
 
@@ -147,4 +148,51 @@ def groups_to_dataset(
     )
 
 
-__all__ = ["build_store", "groups_to_dataset", "pick_split"]
+def _store_rows(
+    store: Any, fields: tuple[str, ...], tokens: bool, data: dict[str, Any]
+) -> Iterator[dict[str, Any]]:
+    """The store's documents in row order, a block at a time; ``data`` only keys the cache."""
+    import numpy as np
+
+    for start in range(0, len(store), READ_ROWS):
+        rows = np.arange(start, min(start + READ_ROWS, len(store)), dtype=np.int64)
+        ids, texts = store.ids_at(rows), store.texts_at(rows)
+        ids_of = store.tokens_at(rows) if tokens else [None] * len(rows)
+        for doc_id, text, token_ids in zip(ids, texts, ids_of):
+            row: dict[str, Any] = {"id": doc_id, "text": text}
+            for name in fields:
+                row[name] = store.field(doc_id, name)
+            if tokens:
+                row["input_ids"] = token_ids.tolist()
+            yield row
+
+
+def store_to_dataset(store: Any, *, tokens: bool = False, cache_dir: str | None = None) -> Any:
+    """A store's documents as a ``datasets.Dataset``: ``id``, ``text``, each stored field
+    (e.g. ``title``), and with ``tokens=True`` the stored token ids as ``input_ids``.
+
+    Rows are in the store's row order (the source's order). The store's file checksums key
+    datasets' cache, so a rebuilt store is exported afresh, an unchanged one reused.
+
+    Raises:
+        ValueError: ``tokens=True`` on a store built without a tokenizer.
+    """
+    from lading.stores.base import store_identity
+
+    datasets = _datasets()
+    if tokens and not store.has_tokens:
+        raise store.no_tokens()
+    fields = tuple(getattr(store, "fields", ()))
+    return datasets.Dataset.from_generator(
+        _store_rows,
+        gen_kwargs={
+            "store": store,
+            "fields": fields,
+            "tokens": tokens,
+            "data": store_identity(store),
+        },
+        cache_dir=cache_dir,
+    )
+
+
+__all__ = ["build_store", "groups_to_dataset", "pick_split", "store_to_dataset"]
