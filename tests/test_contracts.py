@@ -334,3 +334,46 @@ def test_resumes_through_torch_distributed_checkpoint(
         resumed = k.make(world, 0)
         dcp.load({"dataloader": resumed}, checkpoint_id=tmp_path / "ckpt")
     assert want[:2] + batches_of(resumed, k.key) == want
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_loader_is_resumable_through_the_one_protocol(kind: str, data_dir: Path) -> None:
+    """Each kind (prefetched and framework-wrapped ones too) is a ``Resumable``: its state as of
+    an earlier ``position()`` is the state it had then, and ``epoch_length`` counts the epoch."""
+    from lading.loading.resumable import EpochLoader, Resumable
+
+    made = KINDS[kind](60, data_dir).make(World(0, 2), 0)
+    assert isinstance(made, Resumable)
+    made.set_epoch(1)
+    total = len(made)
+    assert made.epoch_length() == total >= 2
+    it = iter(made)
+    next(it)
+    at, then = made.position(), made.state_dict()
+    for _ in it:
+        pass
+    assert made.state_dict(at=at) == then and made.state_dict() != then
+    assert made.epoch_length() == total and len(made) == 0
+    made.load_state_dict(then)
+    wrapped = EpochLoader(made)  # around a just-restored loader: set_epoch(1) keeps its place
+    wrapped.set_epoch(1)
+    assert len(wrapped) == total and len(list(wrapped)) == total - 1
+    wrapped.set_epoch(1)  # read through the wrapper since: the epoch starts again
+    assert len(list(wrapped)) == total
+
+
+def test_no_wrapper_reaches_inside_a_loader() -> None:
+    """Outside ``lading/loading`` nothing reads a loader's source or another object's cursor:
+    wrappers compose through :class:`~lading.loading.resumable.Resumable` only."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent / "src" / "lading"
+    pattern = re.compile(r"\.source\.|(?<!self)\.cursor\b")
+    found = [
+        f"{path.relative_to(root)}:{number}: {line.strip()}"
+        for path in sorted(root.rglob("*.py"))
+        if path.parent.name != "loading"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, "private access to a loader:\n" + "\n".join(found)

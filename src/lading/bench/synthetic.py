@@ -79,10 +79,16 @@ class Replay:
     def __len__(self) -> int:
         return len(self.batches)
 
+    def epoch_length(self) -> int:
+        return len(self.batches)
+
+    def position(self) -> Any:
+        return None  # nothing to resume: every epoch replays the same batches
+
     def __iter__(self) -> Iterator[Any]:
         return iter(self.batches)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, at: Any = None) -> dict[str, Any]:
         return {"epoch": self._epoch}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

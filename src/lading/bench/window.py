@@ -52,6 +52,12 @@ class Endless:
     def __len__(self) -> int:
         return len(self.loader)
 
+    def epoch_length(self) -> int:
+        return int(self.loader.epoch_length())
+
+    def position(self) -> Any:
+        return self.loader.position()
+
     def __iter__(self) -> Iterator[Any]:
         while True:
             if self._it is None:
@@ -65,8 +71,8 @@ class Endless:
             self._it = None
             self.loader.set_epoch(self.loader.epoch + 1)
 
-    def state_dict(self) -> dict[str, Any]:
-        return dict(self.loader.state_dict())
+    def state_dict(self, at: Any = None) -> dict[str, Any]:
+        return dict(self.loader.state_dict(at=at))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state)

@@ -21,7 +21,6 @@ is tested without a GPU.
 
 from __future__ import annotations
 
-import copy
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -29,6 +28,7 @@ from typing import Any, NamedTuple
 import torch
 
 from lading.errors import DeviceUnavailableError
+from lading.loading.resumable import Resumable
 
 
 class _InFlight(NamedTuple):
@@ -113,10 +113,9 @@ class DevicePrefetcher:
         self._queue: deque[_InFlight] = deque()
         self._source: Iterator[Any] | None = None  # the loader's live iteration
         self._handed: Any = None  # the loader's position after the last batch handed out
-        # lading's loaders keep their position in a small cursor: copying it is the cheap
-        # snapshot (a few fields); any other loader's state_dict() is taken whole
-        owner = getattr(loader, "source", loader)
-        self._owner = owner if hasattr(owner, "cursor") else None
+        # a lading loader gives a cheap position with each batch pulled ahead and its state as
+        # of that position later; any other loader's state_dict() is taken whole
+        self._resumable = isinstance(loader, Resumable)
 
     # ------------------------------------------------------------------ the loader's interface
 
@@ -133,18 +132,22 @@ class DevicePrefetcher:
         """Batches the caller has yet to receive this epoch (in-flight ones included)."""
         return len(self.loader) + len(self._queue)
 
-    def state_dict(self) -> dict[str, Any]:
-        """The loader's state as of the last batch handed to the caller."""
-        if not self._queue:
+    def epoch_length(self) -> int:
+        return int(self.loader.epoch_length())
+
+    def position(self) -> Any:
+        """Where the caller is: the loader's position after the last batch handed out."""
+        return self._handed if self._queue else self.loader.position()
+
+    def state_dict(self, at: Any = None) -> dict[str, Any]:
+        """The loader's state as of the last batch handed to the caller (or of ``at``)."""
+        if at is None and not self._queue:
             return dict(self.loader.state_dict())
-        assert self._handed is not None, "batches in flight but no state of the last handed"
-        if self._owner is None:
-            return dict(self._handed)
-        ahead, self._owner.cursor = self._owner.cursor, self._handed
-        try:  # the loader's own state_dict, as of the cursor of the last batch handed out
-            return dict(self.loader.state_dict())
-        finally:
-            self._owner.cursor = ahead
+        at = self._handed if at is None else at
+        assert at is not None, "batches in flight but no state of the last handed"
+        if not self._resumable:
+            return dict(at)
+        return dict(self.loader.state_dict(at=at))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._drop()
@@ -174,8 +177,8 @@ class DevicePrefetcher:
     def _snapshot(self) -> Any:
         if not self.depth:
             return None  # nothing is ever in flight while the caller holds a batch
-        if self._owner is not None:
-            return copy.copy(self._owner.cursor)
+        if self._resumable:
+            return self.loader.position()
         state_dict = getattr(self.loader, "state_dict", None)
         return dict(state_dict()) if callable(state_dict) else None
 

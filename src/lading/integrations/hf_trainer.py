@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,46 +49,22 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from lading.integrations.trainer_args import check_trainer_arguments
 from lading.loading.loader import ResumableLoader
+from lading.loading.resumable import EpochLoader
 
 LOADER_FILE = "lading_loader.json"
 
 
-class TrainerLoader:
+class TrainerLoader(EpochLoader):
     """What the Trainer iterates: a lading loader as the Trainer expects a DataLoader to be.
 
     ``len()`` is the batch count of a whole epoch (the Trainer plans its steps from it), and
     ``set_epoch`` leaves a just-restored position in place when the Trainer starts the epoch
-    that position belongs to.
+    that position belongs to (:class:`~lading.loading.resumable.EpochLoader`).
     """
-
-    def __init__(self, loader: ResumableLoader) -> None:
-        self.loader = loader
-        self.epoch_batches = loader.source.batches()
-        self._fresh = True  # nothing read since the position was set or restored
 
     @property
     def dataset(self) -> Any:
-        return self.loader.dataset
-
-    def __len__(self) -> int:
-        return self.epoch_batches
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch``, unless the loader stands, unread, at a position of that epoch."""
-        if not (self._fresh and epoch == self.loader.epoch):
-            self.loader.set_epoch(epoch)
-        self._fresh = True
-
-    def __iter__(self) -> Iterator[Any]:
-        self._fresh = False
-        return iter(self.loader)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.loader.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state)
-        self._fresh = True
+        return getattr(self.loader, "dataset", None)
 
 
 def save_loader_state(

@@ -37,39 +37,20 @@ except ImportError:  # pragma: no cover - depends on the environment
     ) from None
 
 from lading.errors import LoaderStateError
-from lading.train.hooks import Loader
+from lading.loading.resumable import EpochLoader, Resumable
 from lading.world import World
 
-LoaderFactory = Callable[[World], Loader]
+LoaderFactory = Callable[[World], Resumable]
 
 
-class _EpochSetter:
-    """What Lightning finds as ``loader.sampler``: its ``set_epoch`` keeps a restored epoch."""
-
-    def __init__(self, loader: Loader) -> None:
-        self._loader = loader
-
-    def set_epoch(self, epoch: int) -> None:
-        if epoch != self._loader.epoch:
-            self._loader.set_epoch(epoch)
-
-
-class TrainLoader:
+class TrainLoader(EpochLoader):
     """A lading loader in Lightning's shape: sized by the epoch, epoch-settable, stateful."""
 
-    def __init__(self, loader: Loader) -> None:
-        self.loader = loader
-        self.sampler = _EpochSetter(loader)
-
-    def __len__(self) -> int:
-        """Batches of the whole epoch on this rank (done and left), as a DataLoader's len."""
-        return int(self.loader.state_dict()["batches"]) + len(self.loader)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.loader)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.loader.state_dict()
+    @property
+    def sampler(self) -> EpochLoader:
+        """Where Lightning looks for ``set_epoch``: this loader's, which keeps a restored
+        position (:class:`~lading.loading.resumable.EpochLoader`)."""
+        return self
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (saved by Lightning in the checkpoint).
@@ -78,7 +59,7 @@ class TrainLoader:
             LoaderStateError: the state is of other data, or of another layout (world size,
                 batch size, workers), which Lightning's batch counter cannot follow.
         """
-        self.loader.load_state_dict(state)
+        super().load_state_dict(state)
         now = self.loader.state_dict()["layout"]
         if dict(state["layout"]) != dict(now):
             raise LoaderStateError(
@@ -92,11 +73,11 @@ class TrainLoader:
 class EvalLoader:
     """A lading loader that reads this rank's whole share each time it is iterated."""
 
-    def __init__(self, loader: Loader) -> None:
+    def __init__(self, loader: Resumable) -> None:
         self.loader = loader
 
     def __len__(self) -> int:
-        return int(self.loader.state_dict()["batches"]) + len(self.loader)
+        return self.loader.epoch_length()
 
     def __iter__(self) -> Iterator[Any]:
         self.loader.set_epoch(self.loader.epoch)  # from its first batch, every time
@@ -151,7 +132,7 @@ class LadingDataModule(pl.LightningDataModule):
         if test is not None:
             self.test_dataloader = self._test_loader  # type: ignore[method-assign]
 
-    def _make(self, stage: str) -> Loader:
+    def _make(self, stage: str) -> Resumable:
         factory = self._factories[stage]
         assert factory is not None  # the method exists only where a factory was given
         trainer = getattr(self, "trainer", None)

@@ -25,10 +25,10 @@ def _start_method(context: Any) -> str | None:
 
 def _loader_settings(loader: ResumableLoader) -> dict[str, Any]:
     """What the loader does, keyed by the TrainingArguments field that would ask for it."""
-    torch_loader, source = loader.loader, loader.source
+    torch_loader, orders = loader.loader, loader.state_dict()["fingerprint"]
     workers = torch_loader.num_workers
     return {
-        "dataloader_drop_last": bool(getattr(source, "drop_partial_batch", False)),
+        "dataloader_drop_last": bool(orders.get("drop_partial_batch", False)),
         "dataloader_num_workers": workers,
         "dataloader_pin_memory": bool(torch_loader.pin_memory),
         "dataloader_persistent_workers": bool(torch_loader.persistent_workers),
@@ -94,7 +94,7 @@ def _check_sampling(args: Any, loader: ResumableLoader) -> None:
             "a seeded permutation from (seed, epoch), the same on every rank, which grouping "
             "by length would replace; leave the strategy at 'random'"
         )
-    shuffles = bool(getattr(loader.source, "shuffle", True))
+    shuffles = bool(loader.state_dict()["fingerprint"].get("shuffle", True))
     if strategy == "sequential" and shuffles:
         raise ValueError(
             "TrainingArguments(train_sampling_strategy='sequential') does not reach a lading "

@@ -286,6 +286,10 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         """Batches left in the current epoch (the same on every rank)."""
         return self._current().batches - self.cursor.batches
 
+    def epoch_length(self) -> int:
+        """Batches of the current epoch (segment) on this rank, read and left."""
+        return self._current().batches
+
     @property
     def epoch(self) -> int:
         return self.cursor.epoch

@@ -13,6 +13,7 @@ the main process after the workers started.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from lading.loading import state as loader_state
 from lading.loading.source import PositionSource
+from lading.loading.state import Cursor
 
 
 class CursorSampler(Sampler[Any]):
@@ -99,21 +101,32 @@ class ResumableLoader:
     def __len__(self) -> int:
         return max(0, self.source.batches() - self.source.cursor.batches)
 
+    def epoch_length(self) -> int:
+        """Batches of the current epoch (segment) on this rank, read and left."""
+        return self.source.batches()
+
+    def position(self) -> Cursor:
+        """A copy of the cursor: where the loader is, for :meth:`state_dict`'s ``at``."""
+        return copy.copy(self.source.cursor)
+
     def __iter__(self) -> Iterator[Any]:
         cursor = self.source.cursor
         for batch in self.loader:
             cursor.batches += 1
             yield batch
 
-    def state_dict(self) -> dict[str, Any]:
-        """The one loader state (:mod:`lading.loading.state`)."""
-        return loader_state.state_dict(
-            self.source.kind,
-            self.source.cursor,
-            self.source.layout(),
-            self.source.fingerprint(),
-            self.source.consumed(),
-        )
+    def state_dict(self, at: Cursor | None = None) -> dict[str, Any]:
+        """The one loader state (:mod:`lading.loading.state`), now or as of ``at``."""
+        source = self.source
+        now = source.cursor
+        if at is not None:
+            source.cursor = at
+        try:
+            return loader_state.state_dict(
+                source.kind, source.cursor, source.layout(), source.fingerprint(), source.consumed()
+            )
+        finally:
+            source.cursor = now
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: bitwise with the saved layout, elastically with another.

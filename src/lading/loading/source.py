@@ -8,6 +8,7 @@ equalizing, state, resume and elastic resume, once for all of them.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
@@ -66,11 +67,25 @@ class StatefulSource:
     def _cursor_moved(self) -> None:
         """Drop whatever was planned for the cursor a load replaced."""
 
-    def state_dict(self) -> dict[str, Any]:
-        """The one loader state (:mod:`lading.loading.state`)."""
-        return loader_state.state_dict(
-            self.kind, self.cursor, self.layout(), self.fingerprint(), self.consumed()
-        )
+    def epoch_length(self) -> int:
+        """Batches of the current epoch (segment) on this rank, read and left."""
+        raise NotImplementedError
+
+    def position(self) -> Cursor:
+        """A copy of the cursor: where the loader is, for :meth:`state_dict`'s ``at``."""
+        return copy.copy(self.cursor)
+
+    def state_dict(self, at: Cursor | None = None) -> dict[str, Any]:
+        """The one loader state (:mod:`lading.loading.state`), now or as of ``at``."""
+        now = self.cursor
+        if at is not None:
+            self.cursor = at
+        try:
+            return loader_state.state_dict(
+                self.kind, self.cursor, self.layout(), self.fingerprint(), self.consumed()
+            )
+        finally:
+            self.cursor = now
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: bitwise with the saved layout, elastically with another

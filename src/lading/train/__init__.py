@@ -7,12 +7,11 @@ in a :class:`Trainer` with the loader, model, optimizer and a :class:`LoopConfig
 
 from __future__ import annotations
 
-from lading.train.hooks import Loader, LoopConfig, LoopResult, StepResult, Workload
+from lading.train.hooks import LoopConfig, LoopResult, StepResult, Workload
 from lading.train.loop import Trainer
 from lading.train.records import jsonable, write_summary
 
 __all__ = [
-    "Loader",
     "LoopConfig",
     "LoopResult",
     "StepResult",

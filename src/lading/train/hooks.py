@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import torch
 
@@ -52,23 +52,6 @@ class Workload:
 
     def load_state(self, saved: dict[str, Any], exact: bool) -> None:
         """Take back what :meth:`state` saved; ``exact`` False means an elastic resume."""
-
-
-class Loader(Protocol):
-    """What the loop needs of a loader: the three lading loaders all have it."""
-
-    @property
-    def epoch(self) -> int: ...
-
-    def set_epoch(self, epoch: int) -> None: ...
-
-    def __iter__(self) -> Any: ...
-
-    def __len__(self) -> int: ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 @dataclass

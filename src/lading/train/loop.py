@@ -23,8 +23,9 @@ from torch import nn
 
 from lading import ddp
 from lading.device import DevicePrefetcher
+from lading.loading.resumable import Resumable
 from lading.train import state
-from lading.train.hooks import Loader, LoopConfig, LoopResult, StepResult, Workload
+from lading.train.hooks import LoopConfig, LoopResult, StepResult, Workload
 from lading.train.records import Window, open_lines, write_line
 from lading.world import World
 
@@ -46,7 +47,7 @@ class Trainer:
     """
 
     workload: Workload
-    loader: Loader
+    loader: Resumable
     config: LoopConfig
     world: World
     device: torch.device
