@@ -80,3 +80,10 @@ def test_dataloader_drop_last_is_refused_naming_the_two_arguments(
         lading.loader(Numbers(8), 2, drop_last=True, world=World())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"LanguageModelLoader\(" + fix):
         LanguageModelLoader(small_corpus, 1, 2, drop_last=False)  # type: ignore[arg-type]
+    pq = pytest.importorskip("pyarrow.parquet")
+    pa = pytest.importorskip("pyarrow")
+    pq.write_table(pa.table({"x": list(range(8))}), tmp_path / "x.parquet")
+    from lading.tabular import PartitionedParquet
+
+    with pytest.raises(TypeError, match=r"PartitionedParquet\(" + fix):
+        PartitionedParquet(tmp_path / "x.parquet", batch_size=2, drop_last=True)  # type: ignore[arg-type]

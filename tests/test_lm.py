@@ -15,8 +15,7 @@ import torch
 from conftest import word_tokenizer, write
 from distributed import run_processes
 from lading.lm import LanguageModelLoader, TokenCorpus
-from lading.lm.loader import feistel_permutation
-from lading.loading.order import Salt
+from lading.loading.order import Salt, feistel_permutation
 from lading.world import World
 
 tokenizers = pytest.importorskip("tokenizers")

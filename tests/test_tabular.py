@@ -59,7 +59,7 @@ def rank_batches(paths: Any, world_size: int, workers: int, **kwargs: Any) -> li
 def test_exact_partition(tmp_path: Path, row_groups: int, workers: int, world_size: int) -> None:
     rows = 53
     path = write_sessions(tmp_path / "s.parquet", rows, row_groups)
-    per_rank = rank_batches(path, world_size, workers)
+    per_rank = rank_batches(path, world_size, workers, equalize="truncate")
     assert len({len(b) for b in per_rank}) == 1, [len(b) for b in per_rank]
     assert all(len(b) > 0 for b in per_rank)  # no rank is ever empty
     seen = Counter(int(s) for batches in per_rank for b in batches for s in b["session_id"])
@@ -199,7 +199,9 @@ def test_chained_elastic_resumes(tmp_path: Path, equalize: str) -> None:
 def test_impossible_requests_fail_at_construction(tmp_path: Path) -> None:
     path = write_sessions(tmp_path / "s.parquet", 3, 1)
     with pytest.raises(ValueError, match=r"3 rows cannot give each of 4 readers"):
-        PartitionedParquet(path, batch_size=2, list_columns={"items": 2}, world=World(0, 4))
+        PartitionedParquet(
+            path, batch_size=2, list_columns={"items": 2}, equalize="truncate", world=World(0, 4)
+        )
     with pytest.raises(ValueError, match="is a list column"):
         PartitionedParquet(path, batch_size=2, world=World())
     with pytest.raises(ValueError, match="no column 'nope'"):

@@ -46,7 +46,7 @@ from lading.loading.state import Cursor, LoaderStateError
 from lading.split import Runs
 from lading.world import World
 
-__all__ = ["BATCHING", "EpochIndex", "MapSource", "ResumableLoader", "epoch_order", "loader"]
+__all__ = ["BATCHING", "EpochIndex", "MapSource", "loader"]
 
 BATCHING: tuple[str, ...] = ("no_duplicates", "order")
 DuplicateKeys = Callable[[npt.NDArray[np.int64], int], npt.NDArray[np.int64]]

@@ -87,7 +87,7 @@ from lading.loading.state import Cursor
 from lading.split import Runs
 from lading.world import World
 
-__all__ = ["MODES", "LanguageModelLoader", "feistel_permutation"]
+__all__ = ["MODES", "LanguageModelLoader"]
 
 MODES: tuple[str, ...] = ("streams", "windows", "packed")
 Batch = tuple[torch.Tensor, torch.Tensor] | DocumentBatch

@@ -14,7 +14,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from lading.disk import (
     build_lock,
@@ -32,9 +32,6 @@ from lading.stores.writer import Duplicates, write_store
 from lading.tokens import describe_tokenizer, load_tokenizer
 from lading.world import World, resolve_shared_fs
 
-Builder = Literal["local", "global"]
-BUILDER_MODES: tuple[str, ...] = ("global", "local")
-
 
 def build_store(
     source: str | os.PathLike[str] | SourceReader,
@@ -49,7 +46,6 @@ def build_store(
     text_field: str | None = None,
     columns: Sequence[str] = ("id", "text"),
     overwrite: bool = False,
-    builder: Builder | None = None,
     shared_fs: bool | None = None,
     progress: bool | None = None,
 ) -> PackedStore:
@@ -78,17 +74,12 @@ def build_store(
             then global rank 0 builds; else local rank 0 of each node builds its own copy.
             Default: ``LADING_SHARED_FS`` (``1``/``0``), else False (on a shared filesystem the
             second node's builder then finds the store built, under the lock, and reuses it).
-        builder: the older spelling: ``"global"`` is ``shared_fs=True``, ``"local"`` False.
         progress: show a progress bar (default: when stderr is a terminal).
 
     Returns:
         The opened store.
     """
-    if builder is not None and builder not in BUILDER_MODES:
-        raise ValueError(f"unknown builder {builder!r}; choose from {sorted(BUILDER_MODES)}")
-    if builder is not None and shared_fs is not None and (builder == "global") != shared_fs:
-        raise ValueError(f"builder={builder!r} contradicts shared_fs={shared_fs}; pass one")
-    shared = resolve_shared_fs(shared_fs if builder is None else builder == "global")
+    shared = resolve_shared_fs(shared_fs)
     dest_path = Path(dest)
     if isinstance(source, SourceReader):
         reader, on_error = source, source.on_error

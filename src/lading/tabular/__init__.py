@@ -14,12 +14,12 @@ from lading._lazy import lazy_attributes
 from lading.tabular.repartition import RepartitionReport, repartition
 
 if TYPE_CHECKING:
-    from lading.tabular.dataset import ParquetLoader, PartitionedParquet
+    from lading.tabular.dataset import PartitionedParquet
 
 __getattr__ = lazy_attributes(
     __name__,
-    {"ParquetLoader": "lading.tabular.dataset", "PartitionedParquet": "lading.tabular.dataset"},
+    {"PartitionedParquet": "lading.tabular.dataset"},
 )
 
 
-__all__ = ["ParquetLoader", "PartitionedParquet", "RepartitionReport", "repartition"]
+__all__ = ["PartitionedParquet", "RepartitionReport", "repartition"]

@@ -20,7 +20,6 @@ not yet read is read exactly once more this epoch (plus ``equalize="pad"``'s pad
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -28,9 +27,16 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from lading.loading.loader import BatchKeyed, ResumableLoader
+from lading.loading.loader import BatchKeyed
 from lading.loading.order import Salt, permutation
-from lading.loading.plan import Plan, batch_count, check_epoch, check_equalize, plan
+from lading.loading.plan import (
+    Plan,
+    batch_count,
+    check_epoch,
+    check_equalize,
+    plan,
+    refuse_drop_last,
+)
 from lading.loading.state import Cursor
 from lading.split import Runs
 from lading.tabular.files import check_schemas, footer_digest, parquet_files, scan
@@ -38,7 +44,6 @@ from lading.tabular.plan import Piece, epoch_pieces, share_of_runs
 from lading.tabular.read import RowReader, check_columns, check_counted_nulls
 from lading.world import World
 
-ParquetLoader = ResumableLoader  # the name this loader had before the core was shared
 ChunkRows = tuple[int, tuple[int, ...], tuple[int, ...]]  # (chunk, run starts, run stops)
 
 
@@ -66,13 +71,14 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
         pad: ``"right"`` or ``"left"`` padding of list columns (with ``pad_value``).
         shuffle: shuffle row groups and rows within chunks, from ``(seed, epoch)``.
         seed: fixes every order.
-        drop_last: deprecated name of ``drop_partial_batch``.
-        equalize: ``"truncate"`` (drop fewer rows than readers) or ``"pad"`` (repeat as many).
+        equalize: ``"pad"`` (repeat fewer rows than readers, so no row is left out) or
+            ``"truncate"`` (leave as many out).
         world: rank and world size (default: detected; always the global rank).
         buffer_rows: rows shuffled together (default: the largest row group, at least
             8 batches).
         pad_value: fill of list columns.
         drop_partial_batch: leave out each reader's last batch when it is not full.
+        drop_last: refused with a TypeError naming lading's two arguments for it.
 
     Raises:
         ValueError: a column is missing or cannot become a tensor, the files disagree on the
@@ -92,22 +98,16 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
         pad: str = "right",
         shuffle: bool = True,
         seed: int = 0,
-        drop_last: bool | None = None,
-        equalize: str = "truncate",
+        *,
+        equalize: str = "pad",
         world: World | None = None,
         buffer_rows: int | None = None,
         pad_value: int | float = 0,
-        *,
         drop_partial_batch: bool = False,
+        drop_last: None = None,
     ) -> None:
         super().__init__()
-        if drop_last is not None:
-            warnings.warn(
-                "PartitionedParquet(drop_last=...) is deprecated: pass drop_partial_batch=",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            drop_partial_batch = drop_last
+        refuse_drop_last(drop_last, "PartitionedParquet")
         self.files = parquet_files(paths)
         self.pieces: list[Piece]
         self.pieces, schemas, footers = scan(self.files)
