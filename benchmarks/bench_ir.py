@@ -31,7 +31,7 @@ import numpy as np
 import lading
 from common import HERE, add_write_flag, make_corpora, train_tokenizer, write_section
 from lading.ir import CrossEncoderCollator, TrainingGroups
-from lading.procmem import tree_memory
+from lading.train.procmem import tree_memory
 
 GROUPS, GROUP_SIZE, MAX_LENGTH = 32, 8, 512
 

@@ -29,7 +29,7 @@ import torch
 from common import HERE, add_write_flag, data_dir, write_section
 from lading.lm import LanguageModelLoader, TokenCorpus
 from lading.lm.tokenizer import train_tokenizer
-from lading.procmem import process_memory
+from lading.train.procmem import process_memory
 from lading.world import World
 
 BATCH, BPTT = 64, 70

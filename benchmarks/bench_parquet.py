@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from common import HERE, add_write_flag, data_dir, write_section
-from lading.procmem import process_memory
 from lading.tabular import PartitionedParquet
+from lading.train.procmem import process_memory
 from lading.world import World
 
 ITEMS, BATCH, MAX_LEN = "item_id-list_seq", 256, 20

@@ -317,7 +317,7 @@ def part_tokenize(c: Corpus, sample_mb: int) -> None:
 
 _DICT_SAMPLE = """
 import sys, json
-from lading.procmem import process_memory
+from lading.train.procmem import process_memory
 before = process_memory().anon
 docs = {}
 for line in open(sys.argv[1], "rb"):
@@ -442,7 +442,7 @@ sys.path.insert(0, {here!r})
 import numpy as np
 from bench_scale import Corpus
 from pathlib import Path
-from lading.procmem import process_memory
+from lading.train.procmem import process_memory
 c = Corpus({kind!r}, {n}, Path({work!r}))
 name, rank = sys.argv[1], int(sys.argv[2])
 if name == "packed":

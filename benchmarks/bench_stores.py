@@ -29,7 +29,7 @@ import numpy as np
 
 import lading
 from common import HERE, add_write_flag, make_corpora, train_tokenizer, write_section
-from lading.procmem import process_memory
+from lading.train.procmem import process_memory
 
 BATCH = 64
 READERS = 8  # processes reading the whole store at once, for the PSS target

@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 import lading
 from common import HERE, add_write_flag, make_corpora, write_section
-from lading.procmem import process_memory
+from lading.train.procmem import process_memory
 
 MiB = 1 << 20
 REPORT_EVERY = 5.0

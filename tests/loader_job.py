@@ -21,7 +21,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from lading import ddp
+from lading.train import ddp
 
 
 def ir_keys(items: list[dict[str, Any]]) -> list[Any]:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import lading
-import lading.staging
+import lading.disk.stage
 import lading.stores.build
-from lading import ddp
+from lading.train import ddp
 from lading.world import World, resolve_shared_fs
 
 source, shared = Path(sys.argv[1]), Path(sys.argv[2])
@@ -36,7 +36,7 @@ def logged(kind: str, fn: Any) -> Any:
 
 
 lading.stores.build.write_store = logged("build", lading.stores.build.write_store)  # type: ignore[attr-defined]
-lading.staging._copy = logged("stage", lading.staging._copy)  # type: ignore[attr-defined]
+lading.disk.stage._copy = logged("stage", lading.disk.stage._copy)  # type: ignore[attr-defined]
 
 world, _ = ddp.setup("ddp")
 dest = (shared if resolve_shared_fs() else node_dir) / "store"

@@ -53,7 +53,7 @@ class Kind:
 
 
 def map_kind(n: int, tmp: Path) -> Kind:
-    from lading.dataloader import loader
+    from lading.loading.map_source import loader
 
     def make(world: World, workers: int) -> Any:
         return loader(

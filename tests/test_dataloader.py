@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from contracts import assert_elastic, assert_exact_partition, assert_resumes
-from lading.dataloader import EpochIndex, MapSource, loader
+from lading.loading.map_source import EpochIndex, MapSource, loader
 from lading.loading.order import epoch_order
 from lading.world import World
 

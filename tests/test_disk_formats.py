@@ -97,12 +97,12 @@ def test_checkpoints_have_their_own_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     torch = pytest.importorskip("torch")
-    from lading import checkpoint
+    from lading.train import checkpoint
 
     checkpoint.save({"w": torch.arange(3), "step": 4}, tmp_path / "ckpt")
     bump(monkeypatch, "lading.packed", 5)
     assert checkpoint.load(tmp_path / "ckpt")["step"] == 4
-    bump(monkeypatch, "lading.checkpoint", 2)
+    bump(monkeypatch, "lading.train.checkpoint", 2)
     with pytest.raises(ValueError, match=r"ckpt/meta\.json: Unsupported checkpoint version: 1"):
         checkpoint.load(tmp_path / "ckpt")
 

@@ -11,8 +11,8 @@ import pytest
 
 import lading
 from distributed import run_processes
-from lading.procmem import process_memory
 from lading.synth import synth
+from lading.train.procmem import process_memory
 
 pytestmark = pytest.mark.slow
 

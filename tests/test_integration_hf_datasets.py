@@ -60,8 +60,8 @@ def test_bad_columns_and_rows_are_named(tmp_path: Path) -> None:
 def test_groups_export_in_sentence_transformers_formats(
     fmt: str, data_dir: Path, tmp_path: Path
 ) -> None:
-    from lading.dataloader import EpochIndex
     from lading.integrations.hf_datasets import groups_to_dataset
+    from lading.loading.map_source import EpochIndex
 
     data = adi(data_dir, tmp_path)
     groups = data.groups(group_size=3)

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from contracts import Numbers
-from lading.dataloader import loader
+from lading.loading.map_source import loader
+from lading.loading.runs import Runs
 from lading.loading.state import STATE_VERSION, Cursor, LoaderStateError, restore, state_dict
-from lading.split import Runs
 from lading.world import World
 
 

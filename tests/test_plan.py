@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lading.loading.plan import plan
-from lading.split import Runs
+from lading.loading.runs import Runs
 from lading.world import World
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from distributed import free_port, run_processes
 from lading.disk import STAGE_MARK
+from lading.disk.stage import stage
 from lading.errors import StoreFormatError
-from lading.staging import stage
 from lading.stores import build_store, open_store
 from lading.synth import synth
 from lading.world import World

@@ -11,6 +11,7 @@ Quick start::
 from __future__ import annotations
 
 from lading._version import __version__
+from lading.disk.stage import stage
 from lading.errors import (
     DeviceUnavailableError,
     EmptyEpochError,
@@ -23,7 +24,6 @@ from lading.errors import (
     StoreFormatError,
 )
 from lading.sources import Record, read_records
-from lading.staging import stage
 from lading.stores import (
     DocStore,
     InMemoryStore,
@@ -40,7 +40,7 @@ def __getattr__(name: str) -> object:
     """``lading.loader`` and ``lading.DevicePrefetcher``: imported on first use, so
     ``import lading`` does not import torch."""
     if name == "loader":
-        from lading.dataloader import loader
+        from lading.loading.map_source import loader
 
         return loader
     if name == "DevicePrefetcher":

@@ -169,17 +169,16 @@ def rank_main(
 def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, float]:
     import torch
 
-    from lading import ddp
     from lading.bench.synthetic import EMIT, PREFETCHED, Recorded
     from lading.bench.window import Endless, run_replay, run_window
-    from lading.dataloader import loader as make_loader
     from lading.device import to_device
     from lading.ir import CrossEncoder
     from lading.ir.model import tiny_bert_config
     from lading.ir.train import CrossEncoderStep, groups_from_files
-    from lading.procmem import process_memory
+    from lading.loading.map_source import loader as make_loader
     from lading.tokens import load_tokenizer
-    from lading.train import LoopConfig, Trainer
+    from lading.train import LoopConfig, Trainer, ddp
+    from lading.train.procmem import process_memory
 
     world, device = ddp.setup("ddp")  # a dp cell's ranks (if several) still form a group
     cuda = device.type == "cuda"

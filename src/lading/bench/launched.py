@@ -55,7 +55,7 @@ class Coordinators:
         """Join the coordinators' group (torchrun's, or srun/mpirun's ranks + MASTER_*)."""
         import torch.distributed as dist
 
-        from lading.ddp import export_launch_env
+        from lading.train.ddp import export_launch_env
 
         if world.launcher != "torchrun":
             export_launch_env(world)

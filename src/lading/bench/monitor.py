@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from lading.procmem import Memory, process_memory
+from lading.train.procmem import Memory, process_memory
 
 FIELDS: tuple[str, ...] = ("rss", "pss", "uss", "anon")
 

@@ -130,7 +130,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
-    from lading.staging import stage
+    from lading.disk.stage import stage
 
     options: dict[str, Any] = {}
     for item in args.storage_option:

@@ -11,6 +11,8 @@ but :mod:`lading.errors`).
 - :mod:`lading.disk.spill`: an int64 array spilled to a scratch file while a build grows it.
 - :mod:`lading.disk.formats`: each format's own version, and the versions still readable.
 - :mod:`lading.disk.files`: durable writes, directory fsync, read-only maps.
+- :mod:`lading.disk.stage`: copy a finished store to node-local disk once per node (``lading
+  stage``); the one module here that also reads :mod:`lading.world`, to know the node.
 """
 
 from __future__ import annotations

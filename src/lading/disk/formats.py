@@ -55,7 +55,7 @@ FORMATS: dict[str, DiskFormat] = {
         _format("lading.packed", 1, "store", "rebuild the store with `lading build`"),
         _format("lading.offsets", 1, "offsets index", "rebuild it with OffsetStore.build"),
         _format("lading.tokens", 1, "token corpus", "rebuild it with `lading lm build`"),
-        _format("lading.checkpoint", 1, "checkpoint", "train again from the start"),
+        _format("lading.train.checkpoint", 1, "checkpoint", "train again from the start"),
         _format("lading.repartition", 1, "repartition", "run `lading repartition` again"),
     )
 }

@@ -79,7 +79,7 @@ class GroupsTrainerMixin(LadingTrainerMixin):
 
     def make_lading_loader(self) -> ResumableLoader:
         """``lading.loader`` over the groups' rows, batched by the trainer's own collator."""
-        from lading.dataloader import loader
+        from lading.loading.map_source import loader
 
         args = self.args
         batching = st_batching(args.batch_sampler)

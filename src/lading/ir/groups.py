@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lading.dataloader import EpochIndex
+from lading.loading.map_source import EpochIndex
 from lading.loading.order import Salt, generator
 from lading.stores.base import DocStore, store_identity
 
@@ -65,7 +65,7 @@ class TrainingGroups:
     Items are dicts: ``qid``, ``query``, ``doc_ids`` (relevant first), ``doc_codes``.
     """
 
-    epoch_aware = True  # see lading.dataloader.EpochIndex
+    epoch_aware = True  # see lading.loading.map_source.EpochIndex
 
     def __init__(
         self,

@@ -16,18 +16,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from lading import ddp
-from lading.dataloader import loader
 from lading.device import ResidentTokens, expand
 from lading.device.resident import DOC_ROWS
 from lading.ir.collate import CrossEncoderCollator
 from lading.ir.groups import TrainingGroups
 from lading.ir.inputs import read_qrels, read_queries, read_run
 from lading.ir.model import CrossEncoder, ranking_loss, tiny_bert_config
+from lading.loading.map_source import loader
 from lading.stores import build_store, open_store
 from lading.stores.base import DocStore
 from lading.tokens import save_tokenizer, train_tokenizer
-from lading.train import LoopConfig, StepResult, Trainer, Workload, jsonable, write_summary
+from lading.train import LoopConfig, StepResult, Trainer, Workload, ddp, jsonable, write_summary
 from lading.train.config import RunConfig
 from lading.world import World
 

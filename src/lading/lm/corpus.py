@@ -68,9 +68,9 @@ class TokenCorpus:
         cls, path: str | os.PathLike[str], *, stage_to: str | os.PathLike[str] | None = None
     ) -> TokenCorpus:
         """Map a corpus built by :meth:`build` (checked: format, version, file sizes); with
-        ``stage_to``, a node-local copy in ``stage_to/<name>`` (:func:`lading.staging.stage`)."""
+        ``stage_to``, a node-local copy in ``stage_to/<name>`` (:func:`lading.disk.stage.stage`)."""
         if stage_to is not None:
-            from lading.staging import stage
+            from lading.disk.stage import stage
 
             name = os.fspath(path).rstrip("/").rsplit("/", 1)[-1]
             path = stage(path, Path(stage_to) / name)

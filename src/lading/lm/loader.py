@@ -48,7 +48,7 @@ weight in either of those modes. ``boundaries=True`` makes every batch a
 A checkpoint can be resumed on another number of processes or with another batch size
 (*elastic*). What is left of the epoch is known exactly: in ``"windows"`` mode a suffix of the
 window order; in ``"streams"`` mode, the unread end of every stream, kept as runs of stream
-positions (:class:`lading.split.Runs`, two integers per stream). Both are the core's one
+positions (:class:`lading.loading.runs.Runs`, two integers per stream). Both are the core's one
 mechanism (:mod:`lading.loading.state`): what is left becomes the base of a new segment of the
 epoch, planned over the new streams (or ranks), so each remaining position is predicted
 exactly once more this epoch. Across the change the set of
@@ -82,9 +82,9 @@ from lading.loading.plan import (
     plan,
     refuse_drop_last,
 )
+from lading.loading.runs import Runs
 from lading.loading.source import StatefulSource
 from lading.loading.state import Cursor
-from lading.split import Runs
 from lading.world import World
 
 __all__ = ["MODES", "LanguageModelLoader"]

@@ -9,7 +9,7 @@ from typing import NamedTuple
 from lading.lm.stream import EpochStream
 from lading.lm.windows import WindowSource
 from lading.loading.plan import Plan
-from lading.split import Runs
+from lading.loading.runs import Runs
 
 
 class BatchKey(NamedTuple):

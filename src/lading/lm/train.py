@@ -22,7 +22,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from lading import ddp
 from lading.lm.boundaries import DocumentBatch
 from lading.lm.corpus import TokenCorpus
 from lading.lm.gpt import GPTLanguageModel
@@ -35,6 +34,7 @@ from lading.train import (
     StepResult,
     Trainer,
     Workload,
+    ddp,
     jsonable,
     write_summary,
 )

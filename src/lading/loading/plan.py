@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lading.errors import EmptyEpochError
-from lading.split import Runs
+from lading.loading.runs import Runs
 
 EQUALIZE: tuple[str, ...] = ("pad", "truncate")
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from lading.loading import state as loader_state
+from lading.loading.runs import Runs
 from lading.loading.state import Cursor
-from lading.split import Runs
 
 
 class PositionSource(Protocol):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lading.errors import LoaderStateError
-from lading.split import Runs
+from lading.loading.runs import Runs
 
 STATE_FORMAT = "lading.loader-state"
 STATE_VERSION = 2

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lading.staging import stage
+from lading.disk.stage import stage
 from lading.stores.base import DocStore
 from lading.stores.build import build_store
 from lading.stores.irds import IrDatasetsStore
@@ -33,7 +33,7 @@ def open_store(
         path: the store directory, or with ``stage_to`` also an fsspec URL (``s3://...``).
         on_stale: what to do when the store's source file changed since the build.
         stage_to: first copy the store to ``stage_to/<name>`` on this node (local rank 0
-            copies once, checked; later runs reuse the copy; see :func:`lading.staging.stage`)
+            copies once, checked; later runs reuse the copy; see :func:`lading.disk.stage.stage`)
             and open that copy.
         storage_options: fsspec options for a URL ``path`` (e.g. ``endpoint_url``).
 

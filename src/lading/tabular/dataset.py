@@ -37,8 +37,8 @@ from lading.loading.plan import (
     plan,
     refuse_drop_last,
 )
+from lading.loading.runs import Runs
 from lading.loading.state import Cursor
-from lading.split import Runs
 from lading.tabular.files import check_schemas, footer_digest, parquet_files, scan
 from lading.tabular.plan import Piece, epoch_pieces, share_of_runs
 from lading.tabular.read import RowReader, check_columns, check_counted_nulls

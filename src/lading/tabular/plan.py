@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from lading.loading.order import Salt, permutation
-from lading.split import Runs
+from lading.loading.runs import Runs
 
 
 class Piece(NamedTuple):

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from lading import ddp
 from lading.tabular.dataset import PartitionedParquet
 from lading.tabular.sessions import (
     NextItemTransformer,
@@ -26,7 +25,7 @@ from lading.tabular.sessions import (
     next_item_loss,
     popularity_ranks,
 )
-from lading.train import LoopConfig, StepResult, Trainer, Workload, jsonable, write_summary
+from lading.train import LoopConfig, StepResult, Trainer, Workload, ddp, jsonable, write_summary
 from lading.train.config import RunConfig
 from lading.world import World
 

@@ -21,10 +21,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from lading import ddp
 from lading.device import DevicePrefetcher
 from lading.loading.resumable import Resumable
-from lading.train import state
+from lading.train import ddp, state
 from lading.train.hooks import LoopConfig, LoopResult, StepResult, Workload
 from lading.train.records import Window, open_lines, write_line
 from lading.world import World

@@ -15,8 +15,8 @@ from typing import IO, Any
 
 import torch
 
-from lading import ddp
-from lading.procmem import tree_memory
+from lading.train import ddp
+from lading.train.procmem import tree_memory
 from lading.world import World
 
 

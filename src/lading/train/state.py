@@ -1,6 +1,6 @@
 """Checkpoints of a training run: written by rank 0 from every rank's parts, read by all.
 
-On disk (through :mod:`lading.checkpoint`, no pickle) a checkpoint holds ``step``, ``model``,
+On disk (through :mod:`lading.train.checkpoint`, no pickle) a checkpoint holds ``step``, ``model``,
 ``optimizer``, ``scheduler`` (when the run has one), ``loaders`` and ``rng`` (one entry per
 rank, in rank order) and any per-rank lists the workload adds (the LM's ``hidden``). Every rank
 saves the same account of what is left of the epoch, so any rank's loader state serves a run on
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lading import checkpoint, ddp
 from lading.loading.order import Salt, generator
+from lading.train import checkpoint, ddp
 
 if TYPE_CHECKING:
     from lading.train.loop import Trainer

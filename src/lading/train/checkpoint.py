@@ -19,7 +19,7 @@ import torch
 
 from lading.disk import check_version, current_version, new_temp_dir, publish
 
-FORMAT_NAME = "lading.checkpoint"
+FORMAT_NAME = "lading.train.checkpoint"
 _TENSOR = "__tensor__"
 _INT_KEYS = "__int_keys__"
 _TUPLE = "__tuple__"

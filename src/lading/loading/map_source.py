@@ -42,8 +42,8 @@ from lading.loading.plan import (
     plan,
     refuse_drop_last,
 )
+from lading.loading.runs import Runs
 from lading.loading.state import Cursor, LoaderStateError
-from lading.split import Runs
 from lading.world import World
 
 __all__ = ["BATCHING", "EpochIndex", "MapSource", "loader"]
