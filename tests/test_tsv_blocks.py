@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import lading.tsv_blocks
+import lading.sources.tsv_blocks
 from lading.errors import SourceError
 from lading.sources import ParseOptions, SourceReader
+from lading.sources.tsv_blocks import Column, TsvBlock, int_values
 from lading.stores.index import canonical_int
-from lading.tsv_blocks import Column, TsvBlock, int_values
 
 PIECES = [
     b"1",
@@ -84,13 +84,13 @@ def test_bulk_equals_per_line(
 ) -> None:
     path = tmp_path_factory.mktemp("tsv") / "c.tsv"
     path.write_bytes(content)
-    old = lading.tsv_blocks.BLOCK_BYTES
-    lading.tsv_blocks.BLOCK_BYTES = block  # tiny blocks: lines cross block edges
+    old = lading.sources.tsv_blocks.BLOCK_BYTES
+    lading.sources.tsv_blocks.BLOCK_BYTES = block  # tiny blocks: lines cross block edges
     try:
         bulk = outcome(path, on_error, bulk=True, columns=columns)
         assert bulk == outcome(path, on_error, bulk=False, columns=columns)
     finally:
-        lading.tsv_blocks.BLOCK_BYTES = old
+        lading.sources.tsv_blocks.BLOCK_BYTES = old
 
 
 def test_clean_blocks_are_taken_whole(tmp_path: Path) -> None:
@@ -134,14 +134,14 @@ def test_four_column_store_equals_the_per_line_build(tmp_path: Path) -> None:
     path = tmp_path / "docs.tsv"
     path.write_bytes(b"\n".join(lines) + b"\n")
     columns = ("id", "url", "title", "text")
-    old = lading.tsv_blocks.BLOCK_BYTES
-    lading.tsv_blocks.BLOCK_BYTES = 1024  # several blocks, most of them clean
+    old = lading.sources.tsv_blocks.BLOCK_BYTES
+    lading.sources.tsv_blocks.BLOCK_BYTES = 1024  # several blocks, most of them clean
     try:
         reader = SourceReader(path, "tsv", options=ParseOptions(columns=columns))
         kinds = {type(item).__name__ for item in reader.iter_bulk()}
         store = build_store(path, tmp_path / "store", columns=columns, progress=False)
     finally:
-        lading.tsv_blocks.BLOCK_BYTES = old
+        lading.sources.tsv_blocks.BLOCK_BYTES = old
     assert kinds == {"TsvBlock", "tuple"}  # both paths were taken
     expected = list(SourceReader(path, "tsv", options=ParseOptions(columns=columns)))
     assert len(store) == len(expected) == 300
@@ -166,12 +166,12 @@ def test_every_way_of_cutting_a_column_gives_the_same_bytes(
     ends = np.array(bounds[1::2][: len(starts)], dtype=np.int64)
     if len(starts) == 0:
         return
-    old = lading.tsv_blocks._SLICE_COST
-    lading.tsv_blocks._SLICE_COST = slice_cost  # 0: a slice per row; 10**9: the mask
+    old = lading.sources.tsv_blocks._SLICE_COST
+    lading.sources.tsv_blocks._SLICE_COST = slice_cost  # 0: a slice per row; 10**9: the mask
     try:
-        got = lading.tsv_blocks._cut(np.frombuffer(data, np.uint8), starts, ends)
+        got = lading.sources.tsv_blocks._cut(np.frombuffer(data, np.uint8), starts, ends)
     finally:
-        lading.tsv_blocks._SLICE_COST = old
+        lading.sources.tsv_blocks._SLICE_COST = old
     assert got.values() == [data[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 
 

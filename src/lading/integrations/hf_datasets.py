@@ -16,10 +16,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from lading.integrations.rows import GroupRows, check_format
-from lading.sources import OnError
+from lading.sources import OnError, RecordStream
 from lading.stores import PackedStore
 from lading.stores import build_store as build_from_source
-from lading.table_sources import RecordStream
 
 READ_ROWS = 1000  # rows per batch read from a dataset's Arrow table
 

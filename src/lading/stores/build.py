@@ -54,7 +54,7 @@ def build_store(
     Args:
         source: a TSV/JSONL/TREC file (optionally .gz/.bz2/.zst), a parquet or Arrow file, a
             BEIR folder, ``"irds:<dataset-id>"``, or a reader made elsewhere (a
-            :class:`~lading.table_sources.RecordStream`, e.g. over an HF dataset; ``format``,
+            :class:`~lading.sources.tables.RecordStream`, e.g. over an HF dataset; ``format``,
             ``on_error`` and the field options are then the reader's own).
         dest: the store directory to create.
         format: the source format; detected from the name when None.

@@ -30,8 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.disk import MappedFile, SpillArray, write_file
+from lading.sources.tsv_blocks import Column, int_values
 from lading.stores.hashindex import HashIndex, key_width, write_hash_index
-from lading.tsv_blocks import Column, int_values
 
 INDEX_KINDS: tuple[str, ...] = ("dense", "hash", "sorted-int")
 _MAX_INT_DIGITS = 18  # < 2**63, so every canonical id fits int64

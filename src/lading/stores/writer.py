@@ -34,10 +34,10 @@ from lading.disk import (
 )
 from lading.errors import SourceError
 from lading.sources import Record, SourceReader
+from lading.sources.tsv_blocks import TsvBlock
 from lading.stores.index import IntIdCollector, bytes_keys, write_index
 from lading.stores.layout import FORMAT_NAME, field_column
 from lading.tokens import describe_tokenizer, token_arrays, token_dtype
-from lading.tsv_blocks import TsvBlock
 
 Duplicates = Literal["error", "first", "last"]
 DUPLICATE_MODES: tuple[str, ...] = ("error", "first", "last")

@@ -1,6 +1,6 @@
 """Per-format record parsers: one raw TSV line, JSON line or TREC ``<DOC>`` block to a Record.
 
-A parser takes the bytes of one record as a chunker of :mod:`lading.source_io` cut them and
+A parser takes the bytes of one record as a chunker of :mod:`lading.sources.chunks` cut them and
 returns a :class:`Record`, or raises :class:`RecordError` saying what is wrong; the reader
 (:class:`lading.sources.SourceReader`) adds the file and line. The same parser serves the build
 and :class:`~lading.stores.offsets.OffsetStore`, which reads a span back with ``os.pread``.

@@ -2,15 +2,17 @@
 
 Formats: TSV (``id<TAB>text[<TAB>more…]``, MS MARCO's ``collection.tsv``), JSONL, TREC SGML
 (``<DOC><DOCNO>…</DOCNO>…</DOC>``), a BEIR folder (``corpus.jsonl``), ``irds:<dataset-id>``, and
-parquet and Arrow files (read by :mod:`lading.table_sources`).
+parquet and Arrow files (read by :mod:`lading.sources.tables`), and records from any iterator
+(:class:`RecordStream`).
 ``.gz``, ``.bz2`` and ``.zst`` files are decompressed on the fly.
 
 Each file format is two functions: a *chunker* that cuts the byte stream into raw records, each
 with the line it starts on and its byte span, and a *parser* that turns one raw record into a
 :class:`Record`. The split lets :class:`~lading.stores.offsets.OffsetStore` read a span back with
 ``os.pread`` and parse it with the very same parser that the build used. The chunkers and
-decompression live in :mod:`lading.source_io`, the parsers in :mod:`lading.parsers`; this
-module puts them together and re-exports their public names.
+decompression live in :mod:`lading.sources.chunks`, the parsers in
+:mod:`lading.sources.parsers`, parquet and Arrow in :mod:`lading.sources.tables`; this module
+puts them together (:mod:`lading.sources` exports the public names).
 
 Deliberate choices, so nothing happens by accident:
 - A UTF-8 byte-order mark at the start of a file is dropped; ``\\r\\n`` line ends are read as
@@ -23,16 +25,25 @@ Deliberate choices, so nothing happens by accident:
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
 from lading.errors import SourceError
-from lading.parsers import (
+from lading.sources.chunks import (
+    COMPRESSED_SUFFIXES,
+    Chunk,
+    _reading,
+    chunk_lines,
+    chunk_trec,
+    is_compressed,
+    open_binary,
+)
+from lading.sources.fingerprint import fingerprint, fingerprint_changed
+from lading.sources.parsers import (
     JSON_ID_FIELDS,
     JSON_TEXT_FIELDS,
     ParseOptions,
@@ -45,18 +56,10 @@ from lading.parsers import (
     make_trec_parser,
     make_tsv_parser,
 )
-from lading.source_io import (
-    COMPRESSED_SUFFIXES,
-    Chunk,
-    _reading,
-    chunk_lines,
-    chunk_trec,
-    is_compressed,
-    open_binary,
-)
-from lading.tsv_blocks import TsvBlock, scanned_blocks
+from lading.sources.tables import iter_table
+from lading.sources.tsv_blocks import TsvBlock, scanned_blocks
 
-# The public names, including those defined in lading.parsers and lading.source_io.
+# The public names, including those defined in lading.sources.parsers and lading.sources.chunks.
 __all__ = [
     "COMPRESSED_SUFFIXES",
     "FILE_FORMATS",
@@ -92,8 +95,6 @@ __all__ = [
 
 OnError = Literal["raise", "skip"]
 ON_ERROR_MODES: tuple[str, ...] = ("raise", "skip")
-
-_FINGERPRINT_BYTES = 1 << 16  # hash 64 KiB at each end: cheap even for a 100 GB corpus
 
 
 @dataclass(frozen=True)
@@ -194,50 +195,6 @@ def beir_corpus_file(folder: str | os.PathLike[str]) -> Path | None:
     return None
 
 
-def fingerprint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Cheap identity of a file: size, mtime and a hash of its first and last 64 KiB.
-
-    Stored in a store's metadata so that opening it can tell whether the source has changed.
-    """
-    p = Path(path)
-    st = p.stat()
-    digest = hashlib.sha256()
-    with open(p, "rb") as f:
-        digest.update(f.read(_FINGERPRINT_BYTES))
-        if st.st_size > _FINGERPRINT_BYTES:
-            f.seek(max(st.st_size - _FINGERPRINT_BYTES, _FINGERPRINT_BYTES))
-            digest.update(f.read(_FINGERPRINT_BYTES))
-    return {
-        "path": str(p.resolve()),
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
-        "head_tail_sha256": digest.hexdigest(),
-    }
-
-
-def fingerprint_changed(recorded: Mapping[str, Any]) -> str | None:
-    """Why the file ``recorded`` describes differs from it now, or None when it looks the same.
-
-    Size, the hash of the first and last 64 KiB, and the modification time: an edit in the
-    middle that keeps the size changes only the last (make's rule; hashing the whole file on
-    every open would read a 21 GB corpus per process: see benchmarks/RELIABILITY.md). A copy
-    or ``touch`` of an unchanged source therefore counts as a change, and ``build_store``
-    rebuilds. A missing file is not a change (the store may have been copied to another
-    machine).
-    """
-    path = recorded.get("path")
-    if not path or not os.path.exists(path):
-        return None
-    now = fingerprint(path)
-    if now["size"] != recorded.get("size"):
-        return f"{path} is now {now['size']} bytes, was {recorded.get('size')} at build time"
-    if now["head_tail_sha256"] != recorded.get("head_tail_sha256"):
-        return f"{path} has different content than at build time"
-    if "mtime_ns" in recorded and now["mtime_ns"] != recorded["mtime_ns"]:
-        return f"{path} was modified after the build (its modification time changed)"
-    return None
-
-
 # --------------------------------------------------------------------------- reader
 
 
@@ -324,8 +281,6 @@ class SourceReader:
                 yield record, number, 0
             return
         if self.format in ("arrow", "parquet"):
-            from lading.table_sources import iter_table  # imports pyarrow only when needed
-
             assert self.path is not None
             for record, row in iter_table(self.path, self.format, self.options, self._bad):
                 yield record, row, 0

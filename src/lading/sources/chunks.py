@@ -5,7 +5,7 @@ This is the byte level under :mod:`lading.sources`: :func:`open_binary` decompre
 *chunkers* cut the byte stream into raw :class:`Chunk` s with the line each starts on and its
 byte span, and :func:`_reading` turns a structural or decompression failure into a
 :class:`~lading.errors.SourceError` naming file and line. Turning a chunk into a record is
-:mod:`lading.parsers`' job.
+:mod:`lading.sources.parsers`' job.
 """
 
 from __future__ import annotations
