@@ -86,3 +86,6 @@ def main(data: Path, out: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]), Path(sys.argv[2]))
+    # the group accelerate started must not outlive the script (pytorch#190489)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

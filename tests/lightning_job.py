@@ -145,3 +145,7 @@ def fit(config: dict[str, Any]) -> dict[str, Any]:
 
 if __name__ == "__main__":
     fit(json.loads(Path(sys.argv[1]).read_text()))
+    # Lightning starts the gloo group and leaves it up; under torch 2.13 a group alive at
+    # interpreter exit can abort the process (pytorch#190489), so the script ends it.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
