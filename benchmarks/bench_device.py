@@ -37,8 +37,9 @@ import torch
 
 import lading
 from common import HERE, add_write_flag, write_section
-from lading.device import DevicePrefetcher, batch_bytes, expand, to_device
+from lading.device import DevicePrefetcher, batch_bytes, to_device
 from lading.ir import CrossEncoderCollator, TrainingGroups, read_qrels, read_queries
+from lading.ir.layouts import assemble, expand
 from lading.synth import synth
 from lading.world import World
 
@@ -129,7 +130,7 @@ def expand_cost(store: Any, groups: TrainingGroups, tok: Path, repeats: int) -> 
     out = {}
     for name, fn in (
         ("expand", lambda: expand(narrow, "cpu")),
-        ("assemble", lambda: resident.assemble(rows)),
+        ("assemble", lambda: assemble(rows, resident)),
     ):
         best = float("inf")
         for _ in range(repeats * 5):

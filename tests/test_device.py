@@ -15,10 +15,11 @@ import torch
 
 import lading
 from conftest import word_tokenizer, write
-from lading.device import DevicePrefetcher, ResidentStream, batch_bytes, expand, to_device
+from lading.device import DevicePrefetcher, batch_bytes, to_device
 from lading.device.prefetch import tensors
+from lading.ir.layouts import assemble, expand, layout, model_inputs
 from lading.lm import LanguageModelLoader, TokenCorpus
-from lading.lm.resident import ResidentLanguageModelLoader
+from lading.lm.resident import ResidentLanguageModelLoader, ResidentStream
 from lading.lm.stream import EpochStream
 from lading.world import World
 
@@ -271,7 +272,23 @@ def test_resident_store_gather_equals_the_host_batch(
     rows = collated(ir, "tokens", "rows", max_length)
     wide = collated(ir, "tokens", "wide", max_length)
     assert batch_bytes(rows) * 20 < batch_bytes(wide)  # a few integers per row cross the bus
-    assert_same_inputs(resident.assemble(rows), wide)
+    assert_same_inputs(assemble(rows, resident), wide)
+
+
+def test_one_dispatcher_takes_every_layout_to_the_model_inputs(ir: dict[str, Any]) -> None:
+    """``model_inputs`` (what the training step calls) gives the wide batch from each layout,
+    and a rows batch without the resident tokens is refused, naming the fix."""
+    wide = collated(ir, "tokens", "wide", 64)
+    resident = to_device(ir["tokens"], "cpu")
+    for emit in ("wide", "narrow", "rows"):
+        batch = collated(ir, "tokens", emit, 64)
+        assert layout(batch) == emit
+        assert_same_inputs(model_inputs(batch, "cpu", resident), wide)
+    rows = collated(ir, "tokens", "rows", 64)
+    with pytest.raises(ValueError, match=r"resident=lading\.device\.to_device"):
+        model_inputs(rows, "cpu")
+    with pytest.raises(ValueError, match="assemble"):
+        expand(rows, "cpu")
 
 
 def test_resident_gather_of_unsigned_ids_above_the_signed_range() -> None:

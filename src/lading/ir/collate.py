@@ -13,9 +13,10 @@ with target 0 is the listwise loss and ``labels`` (1.0 for the relevant row) the
 
 What crosses the bus (``emit=``): ``"wide"`` is the int64 ids, attention mask and token types a
 model takes; ``"narrow"`` the ids in the store's dtype (uint16 up to 65,536 ids) with each row's
-length and second-segment start, widened on the device by :func:`lading.device.expand`;
+length and second-segment start, widened on the device by :func:`lading.ir.layouts.expand`;
 ``"rows"`` (tokenized stores) only the query ids and the documents' store rows, for a store held
-on the device (:meth:`lading.device.ResidentTokens.assemble`). All three give equal tensors.
+on the device (:func:`lading.ir.layouts.assemble`). All three give equal tensors; the layouts
+and their masks are defined once, in :mod:`lading.ir.layouts`.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from lading.device import narrow as narrow_batch
-from lading.device import resident
+from lading.device import narrow_dtype
+from lading.ir import layouts
 from lading.stores.base import DocStore
 from lading.tokens import describe_tokenizer, load_tokenizer
 
-EMIT: tuple[str, ...] = ("wide", "narrow", "rows")
+EMIT: tuple[str, ...] = layouts.LAYOUTS
 
 
 class CrossEncoderCollator:
@@ -106,11 +107,7 @@ class CrossEncoderCollator:
         if emit == "rows" and not self.use_tokens:
             raise ValueError("emit='rows' sends store rows: it needs a store with tokens")
         self.emit = emit
-        self.id_dtype = (
-            narrow_batch.narrow_dtype(tok.get_vocab_size())
-            if emit != "wide"
-            else np.dtype(np.int64)
-        )
+        self.id_dtype = narrow_dtype(tok.get_vocab_size()) if emit != "wide" else np.dtype(np.int64)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -177,12 +174,12 @@ class CrossEncoderCollator:
         for g, q in enumerate(queries):
             query_ids[g, : len(q)] = q
         return {
-            resident.QUERY_IDS: torch.from_numpy(query_ids),
-            resident.QUERY_LENGTHS: torch.from_numpy(q_len[::group_size].astype(np.int32)),
-            resident.DOC_ROWS: torch.from_numpy(np.asarray(rows, dtype=np.int64)),
-            resident.DOC_LENGTHS: torch.from_numpy(d_len.astype(np.int32)),
-            resident.SPECIAL: (self.cls_id, self.sep_id, self.pad_id),
-            "width": width,
+            layouts.QUERY_IDS: torch.from_numpy(query_ids),
+            layouts.QUERY_LENGTHS: torch.from_numpy(q_len[::group_size].astype(np.int32)),
+            layouts.DOC_ROWS: torch.from_numpy(np.asarray(rows, dtype=np.int64)),
+            layouts.DOC_LENGTHS: torch.from_numpy(d_len.astype(np.int32)),
+            layouts.SPECIAL: (self.cls_id, self.sep_id, self.pad_id),
+            layouts.WIDTH: width,
         }
 
     def _assemble(
@@ -204,14 +201,14 @@ class CrossEncoderCollator:
         if self.emit == "narrow":
             return {
                 "input_ids": torch.from_numpy(input_ids),
-                narrow_batch.LENGTHS: torch.from_numpy(lengths.astype(np.int32)),
-                narrow_batch.SEGMENT_STARTS: torch.from_numpy((q_len + 2).astype(np.int32)),
+                layouts.LENGTHS: torch.from_numpy(lengths.astype(np.int32)),
+                layouts.SEGMENT_STARTS: torch.from_numpy((q_len + 2).astype(np.int32)),
             }
-        cols = np.arange(width)
-        attention = cols < lengths[:, None]
-        token_type = (cols >= (q_len + 2)[:, None]) & attention
+        attention, token_type = layouts.masks(
+            width, torch.from_numpy(lengths), torch.from_numpy(q_len + 2)
+        )
         return {
             "input_ids": torch.from_numpy(input_ids),
-            "attention_mask": torch.from_numpy(attention.astype(np.int64)),
-            "token_type_ids": torch.from_numpy(token_type.astype(np.int64)),
+            "attention_mask": attention,
+            "token_type_ids": token_type,
         }

@@ -16,11 +16,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from lading.device import ResidentTokens, expand
-from lading.device.resident import DOC_ROWS
+from lading.device import ResidentTokens
 from lading.ir.collate import CrossEncoderCollator
 from lading.ir.groups import TrainingGroups
 from lading.ir.inputs import read_qrels, read_queries, read_run
+from lading.ir.layouts import DOC_ROWS, model_inputs
 from lading.ir.model import CrossEncoder, ranking_loss, tiny_bert_config
 from lading.loading.map_source import loader
 from lading.stores import build_store, open_store
@@ -157,7 +157,7 @@ class CrossEncoderStep(Workload):
 
     Without a network it only copies the batch to the device: the bench's loader mode, which
     times the data path alone. Narrow batches are widened on the device
-    (:func:`lading.device.expand`); rows batches are built there from ``resident``, the store's
+    (:func:`lading.ir.layouts.expand`); rows batches are built there from ``resident``, the store's
     tokens on the device.
     """
 
@@ -179,14 +179,7 @@ class CrossEncoderStep(Workload):
 
     def inputs(self, batch: dict[str, Any]) -> dict[str, Any]:
         """``batch`` on the device with the model's int64 inputs, however it came."""
-        if DOC_ROWS in batch:
-            if self.resident is None:
-                raise ValueError(
-                    "a rows batch (CrossEncoderCollator(emit='rows')) needs the store's "
-                    "tokens on the device: pass resident=lading.device.to_device(store, device)"
-                )
-            return self.resident.assemble(batch)
-        return expand(batch, self.device)
+        return model_inputs(batch, self.device, self.resident)
 
     def step(self, batch: dict[str, Any]) -> StepResult:
         moved = self.inputs(batch)

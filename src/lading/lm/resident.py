@@ -4,7 +4,7 @@
 respect that matters for training and resume (the same plan, cursor, state, layout and
 fingerprint: its states and the host loader's are interchangeable); only where the tokens are
 read differs. For whole-epoch streams, the main training path, each batch is read on the device
-from the stream position of every row (:class:`lading.device.ResidentStream`): nothing but the
+from the stream position of every row (:class:`ResidentStream`): nothing but the
 row starts crosses the bus. Windows and the segments after an elastic resume are read on the
 host as by the parent class (the step's ``.to(device)`` copies them).
 """
@@ -14,12 +14,55 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
-from lading.device import ResidentStream, ResidentTokens, to_device
+from lading.device import ResidentTokens, to_device
 from lading.lm.corpus import TokenCorpus
 from lading.lm.loader import LanguageModelLoader
 from lading.lm.segment import Segment
+
+
+class ResidentStream:
+    """An LM epoch stream read on the device: documents (given by their start and length in
+    the resident tokens, in epoch order) concatenated into a cycle.
+
+    Args:
+        resident: the corpus's tokens on the device.
+        doc_start, lengths: per document of the epoch, in order (host arrays; copied once).
+        backwards: read the stream from its end to its start.
+    """
+
+    def __init__(
+        self,
+        resident: ResidentTokens,
+        doc_start: npt.NDArray[np.int64],
+        lengths: npt.NDArray[np.int64],
+        backwards: bool = False,
+    ) -> None:
+        device = resident.device
+        self.resident, self.backwards = resident, backwards
+        self.doc_start = torch.from_numpy(np.asarray(doc_start, dtype=np.int64)).to(device)
+        self.lengths = torch.from_numpy(np.asarray(lengths, dtype=np.int64)).to(device)
+        self.cum_end = torch.cumsum(self.lengths, 0)
+        self.total = int(np.sum(lengths))
+        if self.total < 1:
+            raise ValueError("the epoch stream holds no tokens")
+
+    def read(self, starts: torch.Tensor | npt.ArrayLike, n: int) -> torch.Tensor:
+        """int64 ``[rows, n]``: row ``r`` is stream positions ``[starts[r], starts[r] + n)``,
+        wrapping at the end of the stream (what ``EpochStream.read`` gives, row by row)."""
+        device = self.resident.device
+        begin = torch.as_tensor(starts, dtype=torch.int64).to(device)
+        total = self.total
+        if self.backwards:  # reversed [s, s+n) is forward [T-s-n, T-s), read back to front
+            begin = (total - begin - n) % total
+        pos = (begin[:, None] + torch.arange(n, device=device)) % total
+        k = torch.searchsorted(self.cum_end, pos, right=True)
+        src = self.doc_start[k] + pos - (self.cum_end[k] - self.lengths[k])
+        out = self.resident.take(src)
+        return out.flip(1) if self.backwards else out
 
 
 class ResidentLanguageModelLoader(LanguageModelLoader):
