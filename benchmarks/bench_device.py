@@ -37,10 +37,10 @@ import torch
 
 import lading
 from common import HERE, add_write_flag, write_section
+from lading.bench.synth import synth
 from lading.device import DevicePrefetcher, batch_bytes, to_device
 from lading.ir import CrossEncoderCollator, TrainingGroups, read_qrels, read_queries
 from lading.ir.layouts import assemble, expand
-from lading.synth import synth
 from lading.world import World
 
 GROUPS, GROUP_SIZE, MAX_LENGTH = 32, 8, 512
@@ -48,7 +48,7 @@ GROUPS, GROUP_SIZE, MAX_LENGTH = 32, 8, 512
 
 def collection(work: Path) -> tuple[Any, TrainingGroups, Path]:
     """A tokenized store of 600 synthetic documents (most longer than 512 tokens), groups."""
-    from lading.tokens import save_tokenizer, train_tokenizer
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
 
     files = synth("documents", 600, work / "docs", queries=200)
     texts = [r.text for _, r in zip(range(2000), lading.read_records(files.corpus))]

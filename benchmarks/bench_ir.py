@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 import lading
-from common import HERE, add_write_flag, make_corpora, train_tokenizer, write_section
+from common import HERE, add_write_flag, bert_vocabulary, make_corpora, write_section
 from lading.ir import CrossEncoderCollator, TrainingGroups
 from lading.train.procmem import tree_memory
 
@@ -117,7 +117,7 @@ def main() -> None:
     int_tsv, _, origin = make_corpora(args.n, work)
     tok_path = work / "bert-like-tokenizer.json"
     if not tok_path.exists():
-        train_tokenizer(int_tsv).save(str(tok_path))
+        bert_vocabulary(int_tsv).save(str(tok_path))
     tokens = lading.build_store(
         int_tsv,
         work / f"{int_tsv.stem}.tokens512",

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from common import HERE, add_write_flag, data_dir, write_section
+from common import HERE, add_write_flag, data_dir, first, write_section
 from lading.lm import LanguageModelLoader, TokenCorpus
-from lading.lm.tokenizer import train_tokenizer
+from lading.stores.tokens import save_tokenizer, train_tokenizer
 from lading.train.procmem import process_memory
 from lading.world import World
 
@@ -86,7 +86,7 @@ def build(copies: int, out: Path) -> TokenCorpus:
     if root is None:
         raise SystemExit("the Wikipedia sample is in ../shared/data/lm; set LADING_DATA")
     source = root / "lm/enwiki-2015-wikiextractor.jsonl"
-    tok = train_tokenizer(source, out / "bpe8000.json", vocab_size=8000, limit=3000)
+    tok = save_tokenizer(train_tokenizer(first(source, 3000), "bpe", 8000), out / "bpe8000.json")
     folder = out / f"wiki-x{copies}"
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(copies):

@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import HERE, add_write_flag, data_dir, write_section
+from common import HERE, add_write_flag, data_dir, first, write_section
 from lading.lm import LanguageModelLoader, TokenCorpus
-from lading.lm.tokenizer import train_tokenizer
+from lading.stores.tokens import save_tokenizer, train_tokenizer
 from lading.world import World
 
 BATCH, SEQ = 16, 512
@@ -38,7 +38,7 @@ def build(out: Path) -> TokenCorpus:
         raise SystemExit("no ../shared/data (set LADING_DATA): the Wikipedia sample is needed")
     src = source / "lm" / "enwiki-2015-wikiextractor.jsonl"
     out.mkdir(parents=True, exist_ok=True)
-    tok = train_tokenizer(src, out / "bpe8000.json", vocab_size=8000, limit=3000)
+    tok = save_tokenizer(train_tokenizer(first(src, 3000), "bpe", 8000), out / "bpe8000.json")
     return TokenCorpus.build(src, out / "corpus", tok, progress=False)
 
 

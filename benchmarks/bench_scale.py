@@ -256,7 +256,7 @@ def make_sample(c: Corpus, mb: int) -> Path:
 
 _PROC_ENCODE = """
 import sys, time, multiprocessing as mp
-from lading.tokens import load_tokenizer
+from lading.stores.tokens import load_tokenizer
 def init(path):
     global tok
     tok = load_tokenizer(path)
@@ -277,7 +277,7 @@ if __name__ == "__main__":
 
 
 def part_tokenize(c: Corpus, sample_mb: int) -> None:
-    from lading.tokens import train_tokenizer
+    from lading.stores.tokens import train_tokenizer
 
     sample = make_sample(c, sample_mb)
     size = sample.stat().st_size

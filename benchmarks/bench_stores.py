@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 import lading
-from common import HERE, add_write_flag, make_corpora, train_tokenizer, write_section
+from common import HERE, add_write_flag, bert_vocabulary, make_corpora, write_section
 from lading.train.procmem import process_memory
 
 BATCH = 64
@@ -229,7 +229,7 @@ def main() -> None:
         strategies.append("irds")
     except ImportError:
         pass
-    tokenizer = train_tokenizer(int_tsv)
+    tokenizer = bert_vocabulary(int_tsv)
     warm = work / "warm.tsv"  # first-build costs (lazy imports) must not land on one strategy
     warm.write_text("1\twarm up\n")
     lading.build_store(

@@ -4,14 +4,16 @@ results file. Benchmarks import lading; they never copy it."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import lading
-from lading.synth import synth
+from lading.bench.synth import synth
 
 HERE = Path(__file__).resolve().parent
 
@@ -48,12 +50,19 @@ def make_corpora(n: int, work: Path) -> tuple[Path, Path, str]:
     return int_tsv, str_tsv, origin
 
 
-def train_tokenizer(src: Path) -> Any:
+def first(source: Path, n: int) -> Iterator[str]:
+    """The texts of the first ``n`` documents of ``source`` (anything lading.lm reads)."""
+    from lading.lm.texts import iter_texts
+
+    return itertools.islice(iter_texts(source), n)
+
+
+def bert_vocabulary(src: Path) -> Any:
     """A BERT-style WordPiece vocabulary of 30,522 trained on the first 20,000 passages."""
-    from lading.tokens import train_tokenizer as train
+    from lading.stores.tokens import train_tokenizer
 
     texts = [r.text for _, r in zip(range(20_000), lading.read_records(src))]
-    return train(texts, "wordpiece", 30_522)
+    return train_tokenizer(texts, "wordpiece", 30_522)
 
 
 # where a script's sections go unless --write: under the repository's bench-out/, which git

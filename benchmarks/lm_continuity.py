@@ -17,10 +17,10 @@ import os
 import platform
 from pathlib import Path
 
-from common import HERE, add_write_flag, data_dir, write_section
+from common import HERE, add_write_flag, data_dir, first, write_section
 from lading.lm import TokenCorpus
-from lading.lm.tokenizer import train_tokenizer
 from lading.lm.train import LMConfig, train_lm
+from lading.stores.tokens import save_tokenizer, train_tokenizer
 
 
 def main() -> None:
@@ -36,8 +36,9 @@ def main() -> None:
         raise SystemExit("the Wikipedia sample is in ../shared/data/lm; set LADING_DATA")
     source = root / "lm/enwiki-2015-wikiextractor.jsonl"
     out = Path(args.out)
-    tok = train_tokenizer(
-        source, out / f"bpe{args.vocab_size}.json", vocab_size=args.vocab_size, limit=3000
+    tok = save_tokenizer(
+        train_tokenizer(first(source, 3000), "bpe", args.vocab_size),
+        out / f"bpe{args.vocab_size}.json",
     )
     corpus = TokenCorpus.build(source, out / f"corpus{args.vocab_size}", tok, progress=False)
     runs = {}

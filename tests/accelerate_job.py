@@ -29,7 +29,7 @@ from lading.ir import (
     read_run,
 )
 from lading.ir.model import ranking_loss, tiny_bert_config
-from lading.tokens import load_tokenizer
+from lading.stores.tokens import load_tokenizer
 
 
 def main(data: Path, out: Path) -> None:

@@ -43,7 +43,7 @@ def adi(data_dir: Path, tmp: Path) -> Collection:
     """ADI as a tokenized store under ``tmp``; skips when the collection is absent."""
     import lading
     from lading import ir
-    from lading.tokens import save_tokenizer, train_tokenizer
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
 
     folder = data_dir / COLLECTION
     if not folder.is_dir():

@@ -27,9 +27,9 @@ JOB = Path(__file__).with_name("accelerate_job.py")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small synthetic collection with a tokenizer and a pre-tokenized store."""
     import lading
+    from lading.bench.synth import synth
     from lading.sources import read_records
-    from lading.synth import synth
-    from lading.tokens import save_tokenizer, train_tokenizer
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
 
     root = tmp_path_factory.mktemp("accelerate")
     files = synth("passages", 400, root / "synth", queries=24)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from lading.bench.report import render, validate
+from lading.bench.synth import synth
 from lading.cli import main
-from lading.synth import synth
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("matplotlib")
@@ -115,7 +115,7 @@ def test_each_strategy_tokenizes_where_the_report_says(
     packed-text, like memory and offsets, encodes the text in the collator on every batch."""
     from lading.bench.cell import Settings, collator_for, open_strategy
     from lading.bench.data import prepare
-    from lading.tokens import load_tokenizer
+    from lading.stores.tokens import load_tokenizer
 
     files = {k.lstrip("-"): Path(v) for k, v in collection.items()}
     strategies = ["memory", "offsets", "packed", "packed-text"]

@@ -121,7 +121,7 @@ def test_a_collection_published_meanwhile_is_kept_not_replaced(
     """Two nodes' builders over one shared cache: while this one synthesizes, the other
     publishes the collection. Its folder, which a reader may already hold, must stay."""
     import lading.bench.data as bench_data
-    from lading.synth import synth as real_synth
+    from lading.bench.synth import synth as real_synth
 
     monkeypatch.setenv("LADING_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "cache" / "bench" / "synth-passages-300"

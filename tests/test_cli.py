@@ -69,7 +69,7 @@ sys.exit(rc or (3 if loaded else 0))
 """
 
 
-def test_lm_build_and_repartition_do_not_import_torch(tmp_path: Path) -> None:
+def test_lm_tokenizer_build_and_repartition_do_not_import_torch(tmp_path: Path) -> None:
     """Preparing data needs no torch: the commands run where only the data tools are installed,
     and they skip torch's import time (seconds) on every invocation."""
     pytest.importorskip("tokenizers")
@@ -82,6 +82,7 @@ def test_lm_build_and_repartition_do_not_import_torch(tmp_path: Path) -> None:
     tok = word_tokenizer(["alpha", "beta", "gamma"], tmp_path / "tok.json")
     pq.write_table(pa.table({"x": list(range(40))}), tmp_path / "t.parquet", row_group_size=7)
     commands = [
+        ["lm", "tokenizer", str(src), str(tmp_path / "bpe"), "--vocab-size", "300"],
         ["lm", "build", str(src), str(tmp_path / "corpus"), "--tokenizer", str(tok), "--quiet"],
         ["repartition", str(tmp_path / "t.parquet"), str(tmp_path / "parts"), "--world-size", "2"],
     ]
@@ -93,6 +94,8 @@ def test_lm_build_and_repartition_do_not_import_torch(tmp_path: Path) -> None:
         assert "torch modules: []" in done.stdout
     assert (tmp_path / "corpus" / "meta.json").is_file()
     assert (tmp_path / "parts" / "part-0.parquet").is_file()
+    trained = json.loads((tmp_path / "bpe" / "tokenizer.json").read_text())
+    assert trained["model"]["type"] == "BPE" and "<|endoftext|>" in trained["model"]["vocab"]
 
 
 def test_synth_documents_tsv_has_msmarco_columns_and_lengths(tmp_path: Path) -> None:
@@ -116,7 +119,7 @@ def test_synth_documents_tsv_has_msmarco_columns_and_lengths(tmp_path: Path) -> 
 def test_synth_workers_write_the_same_bytes_as_one_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, fmt: str
 ) -> None:
-    import lading.synth as synth_module
+    import lading.bench.synth as synth_module
 
     monkeypatch.setattr(synth_module, "_BLOCK_WORDS", 3000)  # many blocks, several pool tasks
     n = 900 if kind == "passages" else 60
@@ -134,14 +137,14 @@ def test_synth_workers_write_the_same_bytes_as_one_process(
 
 
 def test_synth_refuses_no_workers(tmp_path: Path) -> None:
-    from lading.synth import synth
+    from lading.bench.synth import synth
 
     with pytest.raises(ValueError, match="workers must be at least 1"):
         synth("passages", 10, tmp_path / "p", workers=0)
 
 
 def test_synth_passages_stream_as_msmarco_sized_lines(tmp_path: Path) -> None:
-    from lading.synth import synth
+    from lading.bench.synth import synth
 
     files = synth("passages", 3000, tmp_path / "p", queries=20)
     lines = files.corpus.read_bytes().splitlines()

@@ -180,9 +180,9 @@ def test_import_lading_stays_torch_free_and_the_prefetcher_is_exported() -> None
 @pytest.fixture(scope="module")
 def ir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A synthetic passage collection, a WordPiece tokenizer, stores with and without tokens."""
+    from lading.bench.synth import synth
     from lading.ir import TrainingGroups, read_qrels, read_queries
-    from lading.synth import synth
-    from lading.tokens import save_tokenizer, train_tokenizer
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
 
     tmp = tmp_path_factory.mktemp("device-ir")
     files = synth("passages", 400, tmp / "synth", queries=20)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from lading.bench.report import render, validate
+from lading.bench.synth import synth
 from lading.cli import main
-from lading.synth import synth
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("matplotlib")

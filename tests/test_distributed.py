@@ -11,7 +11,7 @@ import pytest
 
 import lading
 from distributed import run_processes
-from lading.synth import synth
+from lading.bench.synth import synth
 from lading.train.procmem import process_memory
 
 pytestmark = pytest.mark.slow

@@ -91,7 +91,7 @@ def test_a_store_exports_as_a_dataset_and_a_rebuild_is_seen(tmp_path: Path) -> N
     store rebuilt, the export gives the new texts (not datasets' cached Arrow file)."""
     import lading
     from lading.integrations.hf_datasets import store_to_dataset
-    from lading.tokens import save_tokenizer, train_tokenizer
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
 
     source = tmp_path / "docs.jsonl"
     rows = [

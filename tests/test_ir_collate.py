@@ -20,7 +20,7 @@ POOL = "ir/normalized/msmarco-passage-trecdl1920-pool"
 
 def bert_tokenizer(texts: list[str], path: Path) -> Path:
     """A BERT-style WordPiece tokenizer trained here, with BERT's pair template."""
-    from lading.tokens import save_tokenizer, train_tokenizer
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
 
     return save_tokenizer(train_tokenizer(texts, "wordpiece", 4000), path)
 

@@ -23,14 +23,15 @@ pytest.importorskip("tokenizers")
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from lading.lm import TokenCorpus
-    from lading.lm.tokenizer import train_tokenizer
+    from lading.lm.texts import iter_texts
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
 
     tmp = tmp_path_factory.mktemp("lm")
     rng = np.random.default_rng(0)
     words = [f"word{i}" for i in range(300)]
     docs = [" ".join(rng.choice(words, int(rng.integers(20, 200)))) for _ in range(200)]
     src = write(tmp / "docs.txt", "\n\n".join(docs) + "\n")
-    tok = train_tokenizer(src, tmp / "tok.json", vocab_size=400)
+    tok = save_tokenizer(train_tokenizer(iter_texts(src), "bpe", 400), tmp / "tok.json")
     return TokenCorpus.build(src, tmp / "corpus", tok, progress=False).path
 
 

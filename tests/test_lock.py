@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from distributed import run_processes
+from lading.bench.synth import synth
 from lading.disk import build_lock, publish, read_meta, remove_dead_temps, staging
 from lading.disk.lock import FileLock, file_lock, read_holder
 from lading.errors import StoreFormatError
 from lading.stores import build_store, open_store
-from lading.synth import synth
 
 
 def _critical(rank: int, world: int, lock: str, log: str) -> None:

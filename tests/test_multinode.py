@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from distributed import free_port
-from lading.synth import synth
+from lading.bench.synth import synth
 
 pytestmark = pytest.mark.slow
 JOB = Path(__file__).with_name("multinode_job.py")

@@ -60,7 +60,7 @@ def test_real_qrels_ids_are_found(data_dir: Path, tmp_path: Path) -> None:
 
 def test_pretokenized_real_passages(data_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("tokenizers")
-    from lading.tokens import train_tokenizer
+    from lading.stores.tokens import train_tokenizer
 
     source = data_dir / COLLECTIONS[0]
     tok = train_tokenizer([r.text for r in read_records(source)], "wordpiece", 8000)

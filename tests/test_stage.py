@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from distributed import free_port, run_processes
+from lading.bench.synth import synth
 from lading.disk import STAGE_MARK
 from lading.disk.stage import stage
 from lading.errors import StoreFormatError
 from lading.stores import build_store, open_store
-from lading.synth import synth
 from lading.world import World
 
 

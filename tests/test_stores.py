@@ -347,7 +347,7 @@ def test_tokens_match_the_tokenizer_and_use_uint16(tiny_tsv: Path, tmp_path: Pat
 
 
 def test_large_vocabularies_use_uint32() -> None:
-    from lading.tokens import token_dtype
+    from lading.stores.tokens import token_dtype
 
     assert token_dtype(30_522) == np.uint16 and token_dtype(65_536) == np.uint16
     assert token_dtype(65_537) == np.uint32 and token_dtype(250_002) == np.uint32

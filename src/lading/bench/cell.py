@@ -176,7 +176,7 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
     from lading.ir.model import tiny_bert_config
     from lading.ir.train import CrossEncoderStep, groups_from_files
     from lading.loading.map_source import loader as make_loader
-    from lading.tokens import load_tokenizer
+    from lading.stores.tokens import load_tokenizer
     from lading.train import LoopConfig, Trainer, ddp
     from lading.train.procmem import process_memory
 

@@ -1,7 +1,7 @@
 """The study's inputs, prepared once: corpus, queries, judgements, tokenizer and every store.
 
 Without arguments ``lading bench`` generates an MS MARCO-shaped passage collection with
-:func:`lading.synth.synth` under the user's cache directory and builds, from that one TSV, the
+:func:`lading.bench.synth.synth` under the user's cache directory and builds, from that one TSV, the
 stores the strategies need: a pre-tokenized PackedStore (read as token ids by ``packed``, as
 text by ``packed-text``), an OffsetStore and an ir_datasets
 docstore (when ir_datasets is installed). A real collection can be given instead.
@@ -16,7 +16,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from lading.synth import synth
+from lading.bench.synth import synth
 
 STRATEGIES: tuple[str, ...] = ("irds", "memory", "offsets", "packed", "packed-text")
 # what each strategy includes: where the documents live, and where their text is tokenized
@@ -108,7 +108,7 @@ def prepare(
     """Build (or reuse) the tokenizer and the stores of ``strategies`` under ``work``."""
     from lading.sources import read_records
     from lading.stores import OffsetStore, build_store
-    from lading.tokens import save_tokenizer, train_tokenizer
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
 
     work.mkdir(parents=True, exist_ok=True)
     if tokenizer is None:

@@ -34,7 +34,7 @@ def model_or_tiny(value: str) -> str:
 
 def tokenizer(value: str) -> str:
     """A tokenizer.json (or a folder holding one) that ``tokenizers`` can load."""
-    from lading.tokens import load_tokenizer
+    from lading.stores.tokens import load_tokenizer
 
     try:
         load_tokenizer(value)

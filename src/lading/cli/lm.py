@@ -9,16 +9,17 @@ from lading.cli.inputs import tokenizer
 
 
 def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
-    from lading.lm.tokenizer import train_tokenizer
+    import itertools
+    from pathlib import Path
 
-    path = train_tokenizer(
-        args.source,
-        args.out,
-        vocab_size=args.vocab_size,
-        kind=args.kind,
-        split=args.split,
-        limit=args.limit,
-    )
+    from lading.lm.texts import iter_texts
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
+
+    texts = itertools.islice(iter_texts(args.source, args.split), args.limit)
+    path = Path(args.out)
+    if path.is_dir() or path.suffix != ".json":
+        path = path / "tokenizer.json"
+    save_tokenizer(train_tokenizer(texts, args.kind, args.vocab_size), path)
     print(f"{path}: {args.kind} tokenizer, {args.vocab_size:,} entries")
     return 0
 

@@ -150,7 +150,7 @@ def _cmd_stage(args: argparse.Namespace) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from lading.synth import default_workers, synth
+    from lading.bench.synth import default_workers, synth
 
     files = synth(
         args.kind,

@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from lading.tokens import token_dtype
+from lading.stores.tokens import token_dtype
 
 
 def narrow_dtype(vocab_size: int) -> np.dtype[Any]:
-    """The id dtype sent over the bus: the store's own (:func:`lading.tokens.token_dtype`) where
-    that is uint16, else int32 (torch has few kernels for uint32; ids stay below 2**31)."""
+    """The id dtype sent over the bus: the store's own
+    (:func:`lading.stores.tokens.token_dtype`) where that is uint16, else int32 (torch has few
+    kernels for uint32; ids stay below 2**31)."""
     return np.dtype(np.uint16) if token_dtype(vocab_size).itemsize == 2 else np.dtype(np.int32)
 
 

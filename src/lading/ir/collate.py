@@ -30,7 +30,7 @@ import torch
 from lading.device import narrow_dtype
 from lading.ir import layouts
 from lading.stores.base import DocStore
-from lading.tokens import describe_tokenizer, load_tokenizer
+from lading.stores.tokens import describe_tokenizer, load_tokenizer
 
 EMIT: tuple[str, ...] = layouts.LAYOUTS
 

@@ -25,7 +25,7 @@ from lading.ir.model import CrossEncoder, ranking_loss, tiny_bert_config
 from lading.loading.map_source import loader
 from lading.stores import build_store, open_store
 from lading.stores.base import DocStore
-from lading.tokens import save_tokenizer, train_tokenizer
+from lading.stores.tokens import save_tokenizer, train_tokenizer
 from lading.train import LoopConfig, StepResult, Trainer, Workload, ddp, jsonable, write_summary
 from lading.train.config import RunConfig
 from lading.world import World
@@ -115,7 +115,7 @@ def prepare(config: TrainConfig, world: World) -> tuple[DocStore, Any, CrossEnco
                     out / "tokenizer" / "tokenizer.json",
                     world,
                 )
-    from lading.tokens import load_tokenizer
+    from lading.stores.tokens import load_tokenizer
 
     tok = load_tokenizer(tokenizer)
     if config.model == "tiny":

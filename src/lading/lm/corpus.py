@@ -32,7 +32,7 @@ from lading.disk import (
     write_meta,
 )
 from lading.lm.texts import iter_texts, source_identity
-from lading.tokens import describe_tokenizer, load_tokenizer, token_dtype
+from lading.stores.tokens import describe_tokenizer, load_tokenizer, token_dtype
 
 FORMAT_NAME = "lading.tokens"
 EOS_CANDIDATES: tuple[str, ...] = ("<|endoftext|>", "</s>", "<eos>", "[SEP]", "<|end|>")

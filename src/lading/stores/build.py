@@ -28,8 +28,8 @@ from lading.errors import SkippedRecordsWarning, StoreFormatError
 from lading.sources import OnError, ParseOptions, SourceReader, is_compressed
 from lading.stores.layout import FORMAT_NAME
 from lading.stores.packed import PackedStore
+from lading.stores.tokens import describe_tokenizer, load_tokenizer
 from lading.stores.writer import Duplicates, write_store
-from lading.tokens import describe_tokenizer, load_tokenizer
 from lading.world import World, resolve_shared_fs
 
 

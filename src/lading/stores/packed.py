@@ -149,7 +149,7 @@ class PackedStore(DocStore):
         path = self.tokenizer_path
         if path is None:
             raise self.no_tokens()
-        from lading.tokens import load_tokenizer
+        from lading.stores.tokens import load_tokenizer
 
         return load_tokenizer(path)
 

@@ -37,7 +37,7 @@ from lading.sources import Record, SourceReader
 from lading.sources.tsv_blocks import TsvBlock
 from lading.stores.index import IntIdCollector, bytes_keys, write_index
 from lading.stores.layout import FORMAT_NAME, field_column
-from lading.tokens import describe_tokenizer, token_arrays, token_dtype
+from lading.stores.tokens import describe_tokenizer, token_arrays, token_dtype
 
 Duplicates = Literal["error", "first", "last"]
 DUPLICATE_MODES: tuple[str, ...] = ("error", "first", "last")
@@ -104,7 +104,8 @@ def write_store(
     Args:
         reader: the source.
         directory: an empty directory (the caller renames it into place after).
-        tokenizer: a loaded ``tokenizers.Tokenizer`` (see :func:`lading.tokens.load_tokenizer`).
+        tokenizer: a loaded ``tokenizers.Tokenizer``
+            (see :func:`lading.stores.tokens.load_tokenizer`).
         max_length: keep at most this many tokens per document.
         duplicates: ``"error"`` stops at a repeated id naming both lines; ``"first"``/``"last"``
             keep one occurrence and count the others in the report.
