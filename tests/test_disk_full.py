@@ -124,3 +124,43 @@ def test_full_filesystem(tmp_path: Path, tool: str) -> None:
             with pytest.raises(OutOfSpaceError, match="filesystem is full") as caught:
                 lading.build_store(args[2][1], dest, progress=False)
             assert caught.value.errno == 28
+
+
+_SAVE_TWICE = """
+import sys, torch
+from lading import OffsetStore
+from lading.train import checkpoint
+root = sys.argv[1]
+if sys.argv[2] == "checkpoint":
+    checkpoint.save({"step": 1, "w": torch.ones(16)}, root + "/ckpt")
+    checkpoint.save({"step": 2, "w": torch.zeros(1 << 19)}, root + "/ckpt")  # 2 MiB: too big
+else:
+    OffsetStore.build(root + "/small.tsv", root + "/index")
+    OffsetStore.build(root + "/big.tsv", root + "/index")
+"""
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "offsets"])
+def test_checkpoint_and_offset_index_past_the_file_size_limit(tmp_path: Path, kind: str) -> None:
+    """Every atomic build goes through the one staging step: a checkpoint or an offset index
+    that runs out of space is an OutOfSpaceError naming the cause, and the last good one stays."""
+    write(tmp_path / "small.tsv", "".join(f"{i}\tdoc {i}\n" for i in range(10)))
+    write(tmp_path / "big.tsv", "".join(f"{i}\tdoc {i}\n" for i in range(300_000)))
+    done = subprocess.run(
+        [sys.executable, "-c", _SAVE_TWICE, str(tmp_path), kind],
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: limit_file_size(1 << 20),
+    )
+    assert done.returncode != 0
+    assert "OutOfSpaceError" in done.stderr and "file size limit" in done.stderr, done.stderr
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    if kind == "checkpoint":
+        from lading.train import checkpoint
+
+        kept = checkpoint.load(tmp_path / "ckpt")
+        assert kept["step"] == 1 and kept["w"].tolist() == [1.0] * 16
+    else:
+        from lading import OffsetStore
+
+        assert len(OffsetStore(tmp_path / "index")) == 10

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from lading.errors import LadingError
+
 JSON_ID_FIELDS: tuple[str, ...] = ("id", "doc_id", "docid", "_id", "pid")
 JSON_TEXT_FIELDS: tuple[str, ...] = ("text", "contents", "body")
 
@@ -26,7 +28,7 @@ class Record(NamedTuple):
     fields: Mapping[str, str]
 
 
-class RecordError(ValueError):
+class RecordError(LadingError, ValueError):
     """A parser's complaint about one record; the reader adds file and line."""
 
 

@@ -26,10 +26,10 @@ from lading.disk import (
     RaggedWriter,
     build_lock,
     current_version,
-    new_temp_dir,
     publish,
     read_meta,
     remove_dead_temps,
+    staging,
     write_file,
     write_meta,
 )
@@ -85,15 +85,9 @@ class OffsetStore(DocStore):
         dest = Path(index_dir)
         with build_lock(dest):
             remove_dead_temps(dest)
-            tmp = new_temp_dir(dest)
-            try:
+            with staging(dest) as tmp:
                 _write(reader, tmp, duplicates, options)
                 publish(tmp, dest)
-            except BaseException:
-                import shutil
-
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
         return cls(dest)
 
     def _open(self) -> dict[str, Any]:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lading.disk import check_version, current_version, new_temp_dir, publish
+from lading.disk import check_version, current_version, publish, staging
 
 FORMAT_NAME = "lading.train.checkpoint"
 _TENSOR = "__tensor__"
@@ -62,21 +62,31 @@ def _restore(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
 
 def save(state: dict[str, Any], directory: str | os.PathLike[str]) -> None:
     """Write ``state`` to the checkpoint directory ``directory`` (atomically replaced)."""
-    from safetensors.torch import save_file
-
     dest = Path(directory)
     tensors: dict[str, torch.Tensor] = {}
     skeleton = _flatten(state, tensors)
-    tmp = new_temp_dir(dest)
-    try:
-        save_file(tensors, str(tmp / "tensors.safetensors"))
+    with staging(dest) as tmp:  # a full disk: OutOfSpaceError, the old checkpoint kept
+        _save_tensors(tensors, tmp / "tensors.safetensors")
         (tmp / "state.json").write_text(json.dumps(skeleton))
         meta = {"format": FORMAT_NAME, "version": current_version(FORMAT_NAME)}
         (tmp / "meta.json").write_text(json.dumps(meta))
         publish(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+
+def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """safetensors' ``save_file``, its I/O failures as the OSError they are: it reports a full
+    disk as its own ``SafetensorError`` with the errno only in the text ("(os error 28)"), which
+    :func:`lading.disk.staging` could not tell from a bug."""
+    from safetensors.torch import save_file
+
+    try:
+        save_file(tensors, str(path))
+    except Exception as e:
+        found = re.search(r"\(os error (\d+)\)", str(e))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from e
 
 
 def load(directory: str | os.PathLike[str]) -> dict[str, Any]:
