@@ -167,7 +167,7 @@ def render(sizes: dict[str, Any], over: dict[str, Any], cost: dict[str, float]) 
             "768 hidden, from a config), max length 512, bf16, 32x8 on 1 GPU; likewise "
             "`lading train lm` and `lading train sessions` with and without `--no-prefetch`. "
             "The CUDA code paths (side-stream copies, events, `record_stream`, widening and "
-            "gathers on the GPU) have not run yet: their tests in tests/test_device.py skip "
+            "gathers on the GPU) have not run yet: their tests in tests/device/test_device.py skip "
             "without CUDA.",
             "",
             "| host-to-device bytes per step | KiB | of today's |",
@@ -183,7 +183,7 @@ def render(sizes: dict[str, Any], over: dict[str, Any], cost: dict[str, float]) 
             f"{sizes['exact_narrow'] / sizes['exact_wide']:.3f} |",
             "",
             "Target: narrow <= 1/4 of today's bytes per step. The expanded tensors equal "
-            "today's exactly (tests/test_device.py).",
+            "today's exactly (tests/device/test_device.py).",
             "",
             "| prefetcher on the CPU, per batch | plain loop | pass-through (CPU default) | "
             "depth 2 (pull-ahead, as on a GPU) |",

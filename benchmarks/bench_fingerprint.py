@@ -123,9 +123,9 @@ source: its files' CRC32s). Every open compares all of them (`store.stale`, a
 `StaleStoreWarning`, `lading inspect`); `build_store` and `TokenCorpus.build` reuse only on an
 exact match, else rebuild; an `OffsetStore` refuses to read a changed source. The mtime is what
 catches an edit in the middle that keeps the size (the independent test's 8 bytes of line
-10,000: `tests/test_fingerprints.py`). The price is make's: a `touch`, or a copy that does not
-keep the mtime, of an unchanged source also rebuilds. Hashing the whole source instead would
-be exact, but it would read the whole corpus on every open, in every rank and worker: at the
+10,000: `tests/sources/test_fingerprints.py`). The price is make's: a `touch`, or a copy that
+does not keep the mtime, of an unchanged source also rebuilds. Hashing the whole source instead
+would be exact, but it would read the whole corpus on every open, in every rank and worker: at the
 rates below 26 s (CRC32) to 110 s (BLAKE2b) per process for MS MARCO documents from a warm
 cache, more from disk, against a tenth of a millisecond. A
 copy of the store to another machine (source path absent there) is not stale. Loader states

@@ -2,12 +2,12 @@
 
     python benchmarks/reliability.py [--kills 20] [--rounds 5]
 
-- Fuzzing: every hypothesis test of tests/test_fuzz_readers.py, the TSV block path and the
+- Fuzzing: every hypothesis test of tests/sources/test_fuzz_readers.py, the TSV block path and the
   elastic-resume properties, ``--rounds`` times with fresh random seeds; the number of examples
   run is read from hypothesis's statistics.
-- Build kills: tests/test_crash_builds.py with ``--kills`` SIGKILLs per tool.
-- Training kills: tests/test_kill_resume.py ``--rounds`` times (each round draws new kill steps
-  and kills every loader twice: once resumed on the same world size, once on another).
+- Build kills: tests/disk/test_crash_builds.py with ``--kills`` SIGKILLs per tool.
+- Training kills: tests/loading/test_kill_resume.py ``--rounds`` times (each round draws new
+  kill steps and kills every loader twice: once resumed on the same world size, once on another).
 
 Writes the "Fuzzing" and "Kills" sections of benchmarks/RELIABILITY.md. The soak is separate
 (benchmarks/soak.py): it needs minutes of a quiet machine.
@@ -29,10 +29,10 @@ from common import HERE, add_write_flag, write_section
 
 REPO = HERE.parent
 FUZZ_TESTS = [
-    "tests/test_fuzz_readers.py",
-    "tests/test_tsv_blocks.py",
-    "tests/test_dataloader.py::test_chained_elastic_resumes_keep_the_global_order",
-    "tests/test_split.py::test_runs_slice_and_within_match_the_listed_positions",
+    "tests/sources/test_fuzz_readers.py",
+    "tests/sources/test_tsv_blocks.py",
+    "tests/loading/test_dataloader.py::test_chained_elastic_resumes_keep_the_global_order",
+    "tests/loading/test_plan.py::test_runs_slice_and_within_match_the_listed_positions",
 ]
 
 
@@ -75,9 +75,9 @@ def kills(n_kills: int, rounds: int) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "log.jsonl"
         env = {"LADING_KILLS": str(n_kills), "LADING_RELIABILITY_LOG": str(log)}
-        pytest(["tests/test_crash_builds.py"], env)
+        pytest(["tests/disk/test_crash_builds.py"], env)
         for _ in range(rounds):
-            pytest(["tests/test_kill_resume.py"], env)
+            pytest(["tests/loading/test_kill_resume.py"], env)
         records = [json.loads(line) for line in log.read_text().splitlines()]
     builds = [
         "Each kill hits a build of the version the destination does not hold (so a build is "

@@ -10,9 +10,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"  # helper modules and the job scripts tests launch live here
 # One seed per test session for the randomised tests that are not hypothesis's (kill moments,
 # fault injection): fresh each run so faults land somewhere new, printed so a red run replays.
 SEED = int(os.environ.get("LADING_TEST_SEED") or random.SystemRandom().randrange(2**32))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test on the real collections (``data_dir``) is end to end: out of the unit tier."""
+    for item in items:
+        if "data_dir" in getattr(item, "fixturenames", ()) or item.get_closest_marker("data"):
+            item.add_marker(pytest.mark.e2e)
 
 
 def pytest_report_header() -> str:

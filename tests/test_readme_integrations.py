@@ -18,6 +18,8 @@ import pytest
 from conftest import REPO
 from integration_data import adi, hf_tokenizer_dir
 
+pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+
 SECTION = "## Inside the frameworks you train with"
 NEEDS = {
     "HF Trainer": ("transformers", "accelerate"),

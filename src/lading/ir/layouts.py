@@ -11,7 +11,7 @@ What the collator hands over (``CrossEncoderCollator(emit=...)``) is one of:
   the device (:func:`lading.device.to_device`); :func:`assemble` builds the rows there.
 
 :func:`model_inputs` takes any of the three to what the model takes; all three give equal
-tensors (tests/test_device.py). The masks of every layout come from :func:`masks`.
+tensors (tests/device/test_device.py). The masks of every layout come from :func:`masks`.
 """
 
 from __future__ import annotations

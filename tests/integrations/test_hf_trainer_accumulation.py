@@ -20,6 +20,8 @@ pytest.importorskip("accelerate")
 
 from integration_data import Collection, adi
 
+pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+
 GROUP = 4
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TESTS
 from distributed import free_port
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("accelerate")  # declared in the `train` extra, which the test command installs
 pytest.importorskip("transformers")
-JOB = Path(__file__).with_name("accelerate_job.py")
+JOB = TESTS / "accelerate_job.py"
 
 
 @pytest.fixture(scope="module")

@@ -113,6 +113,7 @@ def test_synth_documents_tsv_has_msmarco_columns_and_lengths(tmp_path: Path) -> 
     assert qrels[2] in set(ids)
 
 
+@pytest.mark.e2e  # worker processes write the corpus
 @pytest.mark.parametrize(
     "kind,fmt", [("passages", "tsv"), ("documents", "tsv"), ("documents", "jsonl")]
 )

@@ -20,6 +20,8 @@ from lading.errors import StoreFormatError
 from lading.stores import build_store, open_store
 from lading.world import World
 
+pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+
 
 @pytest.fixture
 def built(tmp_path: Path) -> Path:

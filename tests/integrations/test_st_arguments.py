@@ -18,8 +18,11 @@ import pytest
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("datasets")
 
-from integration_data import Collection, adi
 from test_integration_sentence_transformers import RecordingCollator, model_folder
+
+from integration_data import Collection, adi
+
+pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
 
 QUERIES = 12  # ADI's first 12 judged queries: 37 (query, relevant) pairs, 37 % 4 == 1
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import word_tokenizer, write
+from conftest import REPO, word_tokenizer, write
 from contracts import (
     Numbers,
     assert_batches_kept,
@@ -367,7 +367,7 @@ def test_no_wrapper_reaches_inside_a_loader() -> None:
     wrappers compose through :class:`~lading.loading.resumable.Resumable` only."""
     import re
 
-    root = Path(__file__).resolve().parent.parent / "src" / "lading"
+    root = REPO / "src" / "lading"
     pattern = re.compile(r"\.source\.|(?<!self)\.cursor\b")
     found = [
         f"{path.relative_to(root)}:{number}: {line.strip()}"

@@ -16,12 +16,16 @@ from typing import Any
 
 import pytest
 
+from conftest import TESTS
+
 pytest.importorskip("lightning", reason="PyTorch Lightning is the `lightning` extra")
 
 from distributed import free_port
 from lightning_job import fit
 
-JOB = Path(__file__).with_name("lightning_job.py")
+pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+
+JOB = TESTS / "lightning_job.py"
 N, BATCH = 32, 4  # 8 batches an epoch in one process
 
 
@@ -252,8 +256,9 @@ def lightning_ids(kind: Any, tmp: Path, resume: Path | None = None, every: int =
 def test_every_workload_through_the_datamodule(tmp_path: Path, name: str) -> None:
     """Each workload's loader in a Lightning fit gives the batches it gives when iterated by
     hand (2 epochs), and a mid-epoch Lightning checkpoint resumes on the next batch."""
-    from lading.world import World
     from test_contracts import lm_kind, map_kind, parquet_kind
+
+    from lading.world import World
 
     kind = {
         "map": lambda: map_kind(40, tmp_path),

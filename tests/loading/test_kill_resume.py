@@ -18,14 +18,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import REPO, SEED, log_reliability, word_tokenizer, write
+from conftest import SEED, TESTS, log_reliability, word_tokenizer, write
 from distributed import free_port
 
 pytestmark = pytest.mark.slow  # SIGKILLs real processes at random moments: run by .ci/run
 
 pytest.importorskip("tokenizers")
 pq = pytest.importorskip("pyarrow.parquet")
-JOB = REPO / "tests" / "loader_job.py"
+JOB = TESTS / "loader_job.py"
 FAST = ("--step-seconds", "0")  # runs nobody kills need no pretend compute
 
 

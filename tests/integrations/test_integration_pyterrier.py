@@ -10,6 +10,8 @@ pt = pytest.importorskip("pyterrier")
 
 from integration_data import adi  # noqa: E402
 
+pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+
 
 def test_a_pipeline_adds_text_and_a_text_scorer_is_evaluated(
     data_dir: Path, tmp_path: Path

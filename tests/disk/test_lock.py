@@ -21,6 +21,8 @@ from lading.disk.lock import FileLock, file_lock, read_holder
 from lading.errors import StoreFormatError
 from lading.stores import build_store, open_store
 
+pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+
 
 def _critical(rank: int, world: int, lock: str, log: str) -> None:
     for _ in range(5):

@@ -1,6 +1,6 @@
 """lading train cross-encoder, for real: torchrun with gloo, SIGKILL and resume, DP.
 
-The Accelerate recipe: tests/test_accelerate.py (accelerate launch, 2 CPU processes).
+The Accelerate recipe: tests/integrations/test_accelerate.py (accelerate launch, 2 CPU processes).
 """
 
 from __future__ import annotations

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TESTS
 from distributed import free_port
 from lading.bench.synth import synth
 
 pytestmark = pytest.mark.slow
-JOB = Path(__file__).with_name("multinode_job.py")
+JOB = TESTS / "multinode_job.py"
 
 
 def launch_two_nodes(

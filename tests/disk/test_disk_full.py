@@ -23,6 +23,8 @@ pytest.importorskip("tokenizers")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
+pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+
 
 def limit_file_size(limit: int) -> None:
     """In the child before exec: writes past ``limit`` bytes fail with EFBIG, no signal."""

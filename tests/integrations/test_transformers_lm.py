@@ -22,6 +22,8 @@ from lading.world import World
 transformers = pytest.importorskip("transformers")
 from lading.integrations.transformers_lm import to_hf_kwargs  # noqa: E402
 
+pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+
 VOCAB = [f"w{i}" for i in range(60)]
 
 

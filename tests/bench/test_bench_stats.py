@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from conftest import REPO
 from lading.bench.stats import (
     Spread,
     busy_warning,
@@ -166,7 +167,7 @@ def test_timing_flags_reach_the_settings() -> None:
     assert isinstance(build_parser().parse_args(["bench"]), argparse.Namespace)
 
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCHMARKS = REPO / "benchmarks"
 
 
 def test_benchmarks_write_tracked_results_only_when_asked(

@@ -19,6 +19,8 @@ pytest.importorskip("datasets")
 from distributed import run_processes
 from integration_data import Collection, adi, hf_tokenizer_dir
 
+pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+
 KINDS = ("bi-encoder", "cross-encoder")
 
 

@@ -11,6 +11,8 @@ datasets = pytest.importorskip("datasets")
 
 from integration_data import adi  # noqa: E402
 
+pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+
 
 def test_stores_from_a_dataset_a_split_parquet_and_arrow_agree(
     data_dir: Path, tmp_path: Path

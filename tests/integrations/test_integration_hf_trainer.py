@@ -12,6 +12,8 @@ pytest.importorskip("accelerate")
 
 from integration_data import Collection, adi
 
+pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+
 
 class Recorder:
     """What each optimizer step trained on and its loss, in order."""

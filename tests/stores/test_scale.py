@@ -20,10 +20,13 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+
 _CHILD = """
 import gc, json, sys
 from lading.stores.build import build_store
 import lading.stores.writer, tqdm.auto  # noqa: F401 - imported before the baseline
+
 def status():
     with open("/proc/self/status") as f:
         return {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f)
