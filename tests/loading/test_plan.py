@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lading.loading.plan import plan
+from lading.loading.plan import plan_shares
 from lading.loading.runs import Runs
 from lading.world import World
 
@@ -23,7 +23,7 @@ from lading.world import World
 def test_plan_gives_equal_shares_disjoint_up_to_padding(
     n: int, readers: int, interleave: bool, equalize: str
 ) -> None:
-    p = plan(n, readers, equalize, interleave=interleave)
+    p = plan_shares(n, readers, equalize, interleave=interleave)
     shares = [p.positions(r).positions() for r in range(readers)]
     assert {len(s) for s in shares} == {p.each}
     seen = Counter(np.concatenate(shares).tolist())
@@ -49,7 +49,7 @@ def test_plan_gives_equal_shares_disjoint_up_to_padding(
 def test_unread_is_exactly_what_no_reader_served(
     n: int, readers: int, interleave: bool, equalize: str, data: st.DataObject
 ) -> None:
-    p = plan(n, readers, equalize, interleave=interleave)
+    p = plan_shares(n, readers, equalize, interleave=interleave)
     served = [
         Runs.of_positions(sorted(data.draw(st.sets(st.integers(0, max(0, p.each - 1))))))
         if p.each
@@ -65,13 +65,15 @@ def test_unread_is_exactly_what_no_reader_served(
 
 def test_bad_arguments_say_what_is_valid() -> None:
     with pytest.raises(ValueError, match=r"reader 3 outside \[0, 3\)"):
-        plan(5, 3).share(3)
+        plan_shares(5, 3).share(3)
     with pytest.raises(ValueError, match="unknown equalize 'even'"):
-        plan(5, 2, "even")
+        plan_shares(5, 2, "even")
     with pytest.raises(ValueError, match="readers must be >= 1"):
-        plan(5, 0)
-    assert plan(0, 2).positions(1).positions().tolist() == []
-    assert plan(1, 3, "truncate", resumed=True).each == 1  # a resumed epoch loses no position
+        plan_shares(5, 0)
+    assert plan_shares(0, 2).positions(1).positions().tolist() == []
+    assert (
+        plan_shares(1, 3, "truncate", resumed=True).each == 1
+    )  # a resumed epoch loses no position
 
 
 def test_runs_wrap_minus_and_sorted() -> None:

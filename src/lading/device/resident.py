@@ -58,7 +58,7 @@ class ResidentTokens:
         return raw
 
 
-def token_arrays(source: Any) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+def ragged_tokens(source: Any) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """(ids, offsets) of a tokenized store (``token_arrays()``) or a
     :class:`~lading.lm.TokenCorpus` (``tokens``/``offsets``)."""
     arrays = getattr(source, "token_arrays", None)
@@ -82,7 +82,7 @@ def to_device(source: Any, device: torch.device | str) -> ResidentTokens:
         ValueError: the ids are of a type wider than 32 bits.
     """
     device = torch.device(device)
-    tokens, offsets = token_arrays(source)
+    tokens, offsets = ragged_tokens(source)
     dtype = np.dtype(tokens.dtype)
     if dtype.itemsize > 4:
         raise ValueError(f"{source!r}: token ids of {dtype} are wider than 32 bits")

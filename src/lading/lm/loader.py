@@ -70,7 +70,7 @@ from lading.errors import EmptyEpochError
 from lading.lm.boundaries import IGNORE_INDEX, DocumentBatch, document_batch
 from lading.lm.bptt import Jitter, check_jitter, jitter_of, max_seq, seq_lengths
 from lading.lm.corpus import TokenCorpus
-from lading.lm.segment import BatchKey, Segment
+from lading.lm.segment import Segment, SegmentBatchKey
 from lading.lm.stream import EpochStream
 from lading.lm.windows import EpochWindows, TokenMixture, WindowSource
 from lading.loading.loader import BatchKeyed
@@ -79,7 +79,7 @@ from lading.loading.plan import (
     batch_count,
     check_epoch,
     check_equalize,
-    plan,
+    plan_shares,
     refuse_drop_last,
 )
 from lading.loading.runs import Runs
@@ -250,14 +250,14 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         if self.mode != "streams":
             windows = self._windows.of_epoch(cursor.epoch)
             base = cursor.base_or_whole(windows.n)
-            p = plan(len(base), world_size, self.equalize, interleave=True, resumed=resumed)
+            p = plan_shares(len(base), world_size, self.equalize, interleave=True, resumed=resumed)
             batches = batch_count(p.each, batch_size, self.drop_partial_batch)
             return Segment(None, windows, windows.n, base, p, [], batches)
         stream = self._stream(cursor.epoch)
         n = stream.total  # the epoch stream is a cycle: its last token predicts its first
         base = cursor.base_or_whole(n)
         streams = world_size * batch_size
-        p = plan(len(base), streams, self.equalize, resumed=resumed)
+        p = plan_shares(len(base), streams, self.equalize, resumed=resumed)
         if p.each < 1 and len(base):
             raise EmptyEpochError(
                 f"{len(base)} tokens cannot fill {streams} streams "
@@ -413,14 +413,14 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         """Batches this rank yields in the current segment of the epoch."""
         return self._current().batches
 
-    def keys(self) -> Iterator[BatchKey]:
+    def keys(self) -> Iterator[SegmentBatchKey]:
         """Keys of this rank's batches from the cursor on (see :meth:`loader`)."""
         cursor, base = self.cursor, self.cursor.base
         saved = None if base is None else (tuple(base.starts.tolist()), tuple(base.stops.tolist()))
         for batch in range(cursor.batches, self._current().batches):
-            yield BatchKey(cursor.epoch, cursor.segment, batch, saved)
+            yield SegmentBatchKey(cursor.epoch, cursor.segment, batch, saved)
 
-    def __getitem__(self, key: BatchKey) -> Batch:
+    def __getitem__(self, key: SegmentBatchKey) -> Batch:
         """The batch ``key`` names, in fresh arrays (it leaves the worker process)."""
         base = None if key.base is None else Runs(*key.base)
         cursor = Cursor(key.epoch, key.segment, base, key.batch)

@@ -12,7 +12,7 @@ from lading.loading.plan import Plan
 from lading.loading.runs import Runs
 
 
-class BatchKey(NamedTuple):
+class SegmentBatchKey(NamedTuple):
     """Batch ``batch`` of segment ``segment`` of ``epoch`` (with the segment's base after an
     elastic resume): all a DataLoader worker needs to build it."""
 

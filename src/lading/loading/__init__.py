@@ -7,7 +7,7 @@ is a position source on top of it (:class:`~lading.loading.source.PositionSource
 from __future__ import annotations
 
 from lading.loading.order import Salt, epoch_order, feistel_permutation, generator, permutation
-from lading.loading.plan import EQUALIZE, Plan, batch_count, plan
+from lading.loading.plan import EQUALIZE, Plan, batch_count, plan_shares
 from lading.loading.state import Cursor, LoaderStateError
 
 __all__ = [
@@ -21,5 +21,5 @@ __all__ = [
     "feistel_permutation",
     "generator",
     "permutation",
-    "plan",
+    "plan_shares",
 ]

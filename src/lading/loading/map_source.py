@@ -39,7 +39,7 @@ from lading.loading.plan import (
     batch_count,
     check_epoch,
     check_equalize,
-    plan,
+    plan_shares,
     refuse_drop_last,
 )
 from lading.loading.runs import Runs
@@ -140,7 +140,7 @@ class MapSource:
 
     def _plan(self, world_size: int, cursor: Cursor) -> tuple[Runs, Plan]:
         base = cursor.base_or_whole(self.n)
-        return base, plan(
+        return base, plan_shares(
             len(base), world_size, self.equalize, interleave=True, resumed=cursor.segment > 0
         )
 

@@ -81,7 +81,7 @@ def check_epoch(
     is, e.g. "world_size x num_workers"), a share smaller than a batch that
     ``drop_partial_batch`` drops. Raises :class:`~lading.errors.EmptyEpochError`.
     """
-    each = plan(n, readers, equalize).each
+    each = plan_shares(n, readers, equalize).each
     if batch_count(each, batch_size, drop_partial_batch) > 0:
         return
     if n == 0:
@@ -142,7 +142,7 @@ class Plan:
         return Runs.concat(left).sorted().minus(Runs.concat(repeats))
 
 
-def plan(
+def plan_shares(
     n: int,
     readers: int,
     equalize: str = "pad",

@@ -83,7 +83,7 @@ def token_dtype(vocab_size: int) -> np.dtype[Any]:
     return np.dtype("<u2") if vocab_size <= UINT16_VOCAB else np.dtype("<u4")
 
 
-def token_arrays(
+def encoded_ids(
     encodings: Sequence[Any], dtype: np.dtype[Any], max_length: int | None = None
 ) -> list[np.ndarray]:
     """The ids of each of ``encode_batch``'s encodings as an array, cut to ``max_length``."""

@@ -37,7 +37,7 @@ from lading.sources import Record, SourceReader
 from lading.sources.tsv_blocks import TsvBlock
 from lading.stores.index import IntIdCollector, bytes_keys, write_index
 from lading.stores.layout import FORMAT_NAME, field_column
-from lading.stores.tokens import describe_tokenizer, token_arrays, token_dtype
+from lading.stores.tokens import describe_tokenizer, encoded_ids, token_dtype
 
 Duplicates = Literal["error", "first", "last"]
 DUPLICATE_MODES: tuple[str, ...] = ("error", "first", "last")
@@ -140,7 +140,7 @@ def write_store(
 
     def write_tokens(encodings: list[Any]) -> None:
         assert columns.tokens is not None and tok_dtype is not None
-        for ids in token_arrays(encodings, tok_dtype, max_length):
+        for ids in encoded_ids(encodings, tok_dtype, max_length):
             columns.tokens.append(ids.tobytes())
 
     for item in reader.iter_bulk():

@@ -34,7 +34,7 @@ from lading.loading.plan import (
     batch_count,
     check_epoch,
     check_equalize,
-    plan,
+    plan_shares,
     refuse_drop_last,
 )
 from lading.loading.runs import Runs
@@ -47,7 +47,7 @@ from lading.world import World
 ChunkRows = tuple[int, tuple[int, ...], tuple[int, ...]]  # (chunk, run starts, run stops)
 
 
-class BatchKey(NamedTuple):
+class RowsKey(NamedTuple):
     """Everything a worker needs to build one batch: rows ``[lo, hi)`` of a reader's share,
     and the epoch positions of each chunk of the share those rows fall in."""
 
@@ -160,7 +160,7 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
 
     def _plan(self, readers: int, cursor: Cursor) -> tuple[Runs, Plan]:
         base = cursor.base_or_whole(self.total_rows)
-        return base, plan(len(base), readers, self.equalize, resumed=cursor.segment > 0)
+        return base, plan_shares(len(base), readers, self.equalize, resumed=cursor.segment > 0)
 
     def _take(self, each: int, batch_size: int) -> int:
         if not self.drop_partial_batch:
@@ -182,7 +182,7 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
         _, p = self._plan(self.world.world_size * workers, self.cursor)
         return batch_count(p.each, self.batch_size, self.drop_partial_batch) * workers
 
-    def keys(self) -> Iterator[BatchKey]:
+    def keys(self) -> Iterator[RowsKey]:
         """This rank's batches from the cursor on, reader ``i % workers`` giving batch ``i``."""
         workers, size, chunk_rows = self._workers(), self.batch_size, self.buffer_rows
         cursor = self.cursor
@@ -208,7 +208,7 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
                 chunk_of(reader, chunk)
                 for chunk in range(lo // chunk_rows, (hi - 1) // chunk_rows + 1)
             )
-            yield BatchKey(cursor.epoch, cursor.segment, reader, lo, hi, chunks)
+            yield RowsKey(cursor.epoch, cursor.segment, reader, lo, hi, chunks)
 
     def _chunk_order(self, epoch: int, reader: int, chunk: int, segment: int, size: int) -> Any:
         return permutation(
@@ -271,7 +271,7 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
             self._ordered = (epoch, epoch_pieces(self.pieces, self.seed, epoch, self.shuffle))
         return self._ordered[1]
 
-    def _chunk(self, key: BatchKey, chunk: int, rows: Runs) -> Any:
+    def _chunk(self, key: RowsKey, chunk: int, rows: Runs) -> Any:
         """One chunk of a reader's share, shuffled; the last two are kept (a batch may span
         two, and the next batch of the same reader usually starts in the last one)."""
         ident = (key.epoch, key.segment, key.reader, chunk)
@@ -288,7 +288,7 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
         self._chunks = [*self._chunks, (ident, table)]
         return table
 
-    def __getitem__(self, key: BatchKey) -> dict[str, torch.Tensor]:
+    def __getitem__(self, key: RowsKey) -> dict[str, torch.Tensor]:
         import pyarrow as pa
 
         parts = []
