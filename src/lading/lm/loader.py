@@ -13,13 +13,9 @@ last ones wrap around to the start of the epoch stream, so every token is used a
 takes the same number of batches (``equalize="truncate"`` drops the tail instead). The cut is
 the loader core's planner (:mod:`lading.loading.plan`) with one reader per stream.
 
-In this process, whole-epoch streams are read in bulk, a chunk of ``chunk_batches`` batches of
-stream at a time into a fresh ``(batch_size, chunk)`` int64 array, and each batch is a view of
-it: ``x = chunk[:, o:o+L]`` and ``y = chunk[:, o+1:o+L+1]`` (as fastai slices its batchified
-tensor; ``y`` is ``x`` shifted, so they share memory: clone before changing one in place). The
-loader never writes a chunk again once it has handed out a batch of it, so batches belong to the
-caller as a DataLoader's do: ``list(loader)`` keeps every batch intact. Other batches (windows,
-packed, after an elastic resume) are views of an array filled for that batch alone.
+In this process, whole-epoch streams are read in bulk, many batches at a time, and every batch is
+a view of an array no later batch overwrites (:mod:`lading.lm.batches`): ``list(loader)`` keeps
+every batch intact, as with a DataLoader.
 :meth:`LanguageModelLoader.loader` builds the same batches in DataLoader workers instead
 (persistent ones too): every batch is asked for by a key that says which batch of which segment
 it is; a worker reads its rows.
@@ -58,7 +54,6 @@ the hidden state a row carries, are not (reset it: an old row has no counterpart
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -67,19 +62,18 @@ import numpy.typing as npt
 import torch
 
 from lading.errors import EmptyEpochError
-from lading.lm.boundaries import IGNORE_INDEX, DocumentBatch, document_batch
-from lading.lm.bptt import Jitter, check_jitter, jitter_of, max_seq, seq_lengths
+from lading.lm.batches import Batch, chunked_streams, stream_batch, window_batch
+from lading.lm.bptt import Jitter, check_jitter, max_seq
 from lading.lm.corpus import TokenCorpus
-from lading.lm.segment import Segment, SegmentBatchKey
+from lading.lm.segment import Segment, SegmentBatchKey, plan_segment
 from lading.lm.stream import EpochStream
-from lading.lm.windows import EpochWindows, TokenMixture, WindowSource
+from lading.lm.windows import EpochWindows, TokenMixture
 from lading.loading.loader import BatchKeyed
-from lading.loading.order import Salt, feistel_permutation, generator
+from lading.loading.order import feistel_permutation
 from lading.loading.plan import (
     batch_count,
     check_epoch,
     check_equalize,
-    plan_shares,
     refuse_drop_last,
 )
 from lading.loading.runs import Runs
@@ -90,13 +84,6 @@ from lading.world import World
 __all__ = ["MODES", "LanguageModelLoader"]
 
 MODES: tuple[str, ...] = ("streams", "windows", "packed")
-Batch = tuple[torch.Tensor, torch.Tensor] | DocumentBatch
-
-
-def chunk_view(view: npt.NDArray[np.int64]) -> torch.Tensor:
-    """A tensor over ``view``, a slice of an array the loader filled once and never reuses
-    (a chunk of stream, or one batch's windows): the caller owns it."""
-    return torch.from_numpy(view)
 
 
 def _same_position(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
@@ -245,27 +232,11 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
 
     def _plan_segment(self, cursor: Cursor, layout: Mapping[str, Any]) -> Segment:
         """The plan of ``cursor``'s segment under ``layout`` (this run's or a saved one)."""
-        world_size, batch_size = int(layout["world_size"]), int(layout["batch_size"])
-        resumed = cursor.segment > 0
-        if self.mode != "streams":
-            windows = self._windows.of_epoch(cursor.epoch)
-            base = cursor.base_or_whole(windows.n)
-            p = plan_shares(len(base), world_size, self.equalize, interleave=True, resumed=resumed)
-            batches = batch_count(p.each, batch_size, self.drop_partial_batch)
-            return Segment(None, windows, windows.n, base, p, [], batches)
-        stream = self._stream(cursor.epoch)
-        n = stream.total  # the epoch stream is a cycle: its last token predicts its first
-        base = cursor.base_or_whole(n)
-        streams = world_size * batch_size
-        p = plan_shares(len(base), streams, self.equalize, resumed=resumed)
-        if p.each < 1 and len(base):
-            raise EmptyEpochError(
-                f"{len(base)} tokens cannot fill {streams} streams "
-                "(world_size x batch_size); use a smaller batch_size or equalize='pad'"
-            )
-        rng = generator(self.seed, Salt.SEQ_LENGTHS, cursor.epoch, cursor.segment)
-        seqs = seq_lengths(rng, p.each, int(layout["bptt"]), jitter_of(layout["jitter"]))
-        return Segment(stream, None, n, base, p, seqs, len(seqs))
+        windows = None if self.mode == "streams" else self._windows.of_epoch(cursor.epoch)
+        stream = self._stream(cursor.epoch) if windows is None else None
+        return plan_segment(
+            cursor, layout, stream, windows, self.equalize, self.drop_partial_batch, self.seed
+        )
 
     def _current(self) -> Segment:
         """The plan of the cursor's segment, kept while the cursor stays in that segment.
@@ -312,97 +283,35 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
             yield batch
 
     def _iter_streams(self, seg: Segment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Whole-epoch streams, read a buffer of many batches at a time."""
-        cursor, length, stream = self.cursor, seg.plan.each, seg.stream
-        buf = np.empty((0, 0), dtype=np.int64)  # the chunk being read; none yet
-        spare: npt.NDArray[np.int64] | None = None  # the chunk before it, to recycle if free
-        # a chunk is free when its reference count is that of an array held by one local name
-        # here (measured, not assumed: the count's baseline differs between Python versions);
-        # every live batch adds one (its tensor keeps a view whose base is the chunk). Recycling
-        # a free chunk spares the page faults of a new one
-        probe = np.empty(0, dtype=np.int64)
-        free = sys.getrefcount(probe)
-        assert stream is not None
-        first_stream = self.world.rank * self.batch_size
-        offset = seg.offset(cursor.batches)  # stream position of the next batch
-        base, filled = offset, 0  # buffer column 0 holds stream position `base`
-        while cursor.batches < seg.batches:
-            seq = seg.seqs[cursor.batches]
-            if offset - base + seq + 1 > filled:
-                # batches handed out are views of their chunk: a chunk is written again only
-                # when no batch of it is alive any more (the caller kept none), else a new one
-                keep = filled - (offset - base) if filled else 0
-                fresh = spare if spare is not None and sys.getrefcount(spare) == free else None
-                if fresh is None:
-                    fresh = np.empty(self._chunk, dtype=np.int64)
-                if keep > 0:
-                    fresh[:, :keep] = buf[:, offset - base : filled]
-                spare, buf = (buf if buf.size else None), fresh
-                fresh = None  # only `buf` and `spare` may refer to the chunks now
-                want = min(self._chunk[1], length + 1 - offset)
-                for row in range(self.batch_size):
-                    start = (first_stream + row) * length + offset + keep
-                    stream.read(start, buf[row, keep:want])
-                base, filled = offset, want
-            col = offset - base
-            cursor.batches += 1
-            offset += seq
-            # views of this chunk, which no later batch overwrites (numpy slicing + from_numpy
-            # measured faster than slicing a torch view); y is x shifted by one, as in fastai
-            yield chunk_view(buf[:, col : col + seq]), chunk_view(buf[:, col + 1 : col + seq + 1])
+        """Whole-epoch streams, read a chunk of many batches at a time (a GPU-resident loader
+        reads them on the device instead)."""
+        return chunked_streams(seg, self.cursor, self._first_stream, self._chunk)
+
+    @property
+    def _first_stream(self) -> int:
+        """The first of this rank's streams ("streams" mode: one per batch row)."""
+        return self.world.rank * self.batch_size
 
     def _build(self, seg: Segment, cursor: Cursor, batch: int, x: npt.NDArray[np.int64]) -> Batch:
         """Batch ``batch`` of ``seg``, read row by row into ``x`` (``[batch_size, seq + 1]``)."""
-        if seg.windows is not None:
-            return self._window_batch(seg, seg.windows, cursor.epoch, batch, x)
-        seq, offset, length, stream = seg.seqs[batch], seg.offset(batch), seg.plan.each, seg.stream
-        assert stream is not None
-        y = None if cursor.base is None else np.empty_like(x)
-        for row in range(self.batch_size):
-            begin = (self.world.rank * self.batch_size + row) * length + offset
-            if y is None:  # the whole epoch: stream positions are epoch-stream positions
-                stream.read(begin, x[row, : seq + 1])
-                continue
-            filled = 0  # after an elastic resume the next position is not always the next token
-            while filled < seq:  # at most one wrap: the fill is shorter than one stream
-                at = (begin + filled) % len(seg.base)
-                runs = seg.base.slice(at, at + seq - filled)
-                for start, stop in zip(runs.starts.tolist(), runs.stops.tolist()):
-                    stream.read(start, x[row, filled : filled + stop - start])
-                    stream.read(start + 1, y[row, filled : filled + stop - start])
-                    filled += stop - start
-        if y is None:
-            return chunk_view(x[:, :seq]), chunk_view(x[:, 1 : seq + 1])
-        return chunk_view(x[:, :seq]), chunk_view(y[:, :seq])
-
-    def _window_batch(
-        self,
-        seg: Segment,
-        windows: WindowSource,
-        epoch: int,
-        batch: int,
-        x: npt.NDArray[np.int64],
-    ) -> Batch:
+        if seg.windows is None:
+            return stream_batch(seg, cursor, batch, self._first_stream, x)
         share = seg.base.within(seg.plan.positions(self.world.rank))
         lo = batch * self.batch_size
         take = self._taken(seg, self.batch_size, seg.batches)
         slots = share.slice(lo, min(lo + self.batch_size, take)).positions()
-        order = feistel_permutation(slots, seg.n, self.seed, epoch) if self.shuffle else slots
-        rows, width = len(order), self.bptt + 1
-        padded = self.boundaries or self.mode == "packed"  # packed windows end in padding
-        segments = np.empty((rows, width), dtype=np.int64) if padded else None
-        for row, window in enumerate(order.tolist()):
-            windows.read(window, x[row, :width], None if segments is None else segments[row])
-        if self.boundaries:
-            assert segments is not None
-            return document_batch(x[:rows, :width], segments, self.eod_mask_loss)
-        y = x[:rows, 1:width]
-        if segments is not None:  # unscored labels are IGNORE_INDEX: cross_entropy skips them
-            unscored = segments[:, 1:] < 0  # padding
-            if self.eod_mask_loss:  # and, as in the boundaries batch, a next document's start
-                unscored |= segments[:, 1:] != segments[:, :-1]
-            y = np.where(unscored, IGNORE_INDEX, y)
-        return chunk_view(x[:rows, : self.bptt]), chunk_view(y)
+        order = (
+            feistel_permutation(slots, seg.n, self.seed, cursor.epoch) if self.shuffle else slots
+        )
+        return window_batch(
+            seg.windows,
+            order,
+            x,
+            self.bptt,
+            packed=self.mode == "packed",
+            boundaries=self.boundaries,
+            eod_mask_loss=self.eod_mask_loss,
+        )
 
     # ------------------------------------------------------------------ DataLoader workers
     # ``loader(num_workers)`` (from BatchKeyed) builds batches in workers: worth it when batches

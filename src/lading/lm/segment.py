@@ -3,13 +3,18 @@ batch of it, which is all a DataLoader worker needs to build that batch."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from lading.errors import EmptyEpochError
+from lading.lm.bptt import jitter_of, seq_lengths
 from lading.lm.stream import EpochStream
 from lading.lm.windows import WindowSource
-from lading.loading.plan import Plan
+from lading.loading.order import Salt, generator
+from lading.loading.plan import Plan, batch_count, plan_shares
 from lading.loading.runs import Runs
+from lading.loading.state import Cursor
 
 
 class SegmentBatchKey(NamedTuple):
@@ -37,3 +42,38 @@ class Segment:
     def offset(self, batch: int) -> int:
         """Stream position, within every stream, where ``batch`` starts ("streams")."""
         return sum(self.seqs[:batch])
+
+
+def plan_segment(
+    cursor: Cursor,
+    layout: Mapping[str, Any],
+    stream: EpochStream | None,
+    windows: WindowSource | None,
+    equalize: str,
+    drop_partial_batch: bool,
+    seed: int,
+) -> Segment:
+    """The plan of ``cursor``'s segment under ``layout``: of the epoch's ``stream`` cut into
+    ``world_size x batch_size`` streams, with each batch's (jittered) length; or of its
+    ``windows`` dealt round-robin to the ranks. What is left of an interrupted segment
+    (``cursor.base``) is planned instead of the whole epoch."""
+    world_size, batch_size = int(layout["world_size"]), int(layout["batch_size"])
+    resumed = cursor.segment > 0
+    if windows is not None:
+        base = cursor.base_or_whole(windows.n)
+        p = plan_shares(len(base), world_size, equalize, interleave=True, resumed=resumed)
+        batches = batch_count(p.each, batch_size, drop_partial_batch)
+        return Segment(None, windows, windows.n, base, p, [], batches)
+    assert stream is not None
+    n = stream.total  # the epoch stream is a cycle: its last token predicts its first
+    base = cursor.base_or_whole(n)
+    streams = world_size * batch_size
+    p = plan_shares(len(base), streams, equalize, resumed=resumed)
+    if p.each < 1 and len(base):
+        raise EmptyEpochError(
+            f"{len(base)} tokens cannot fill {streams} streams "
+            "(world_size x batch_size); use a smaller batch_size or equalize='pad'"
+        )
+    rng = generator(seed, Salt.SEQ_LENGTHS, cursor.epoch, cursor.segment)
+    seqs = seq_lengths(rng, p.each, int(layout["bptt"]), jitter_of(layout["jitter"]))
+    return Segment(stream, None, n, base, p, seqs, len(seqs))
