@@ -128,6 +128,12 @@ def _add_run_args(
 def _add_train(sub: Any) -> None:
     train = sub.add_parser("train", help="train a model with DDP, DP or one process")
     kinds = train.add_subparsers(dest="kind", required=True)
+    _add_train_sessions(kinds)
+    _add_train_lm(kinds)
+    _add_train_cross_encoder(kinds)
+
+
+def _add_train_sessions(kinds: Any) -> None:
     p = kinds.add_parser(
         "sessions",
         help="a next-item transformer on parquet sessions (YOOCHOOSE protocol)",
@@ -150,6 +156,9 @@ def _add_train(sub: Any) -> None:
         help="random positions per session in the loss (0: all; CPU-friendly)",
     )
     p.set_defaults(func=_cmd_train_sessions)
+
+
+def _add_train_lm(kinds: Any) -> None:
     p = kinds.add_parser(
         "lm",
         help="a language model on a TokenCorpus: LSTM (BPTT continuity) or a tiny GPT",
@@ -180,6 +189,9 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--eval-every", type=int, default=0)
     p.add_argument("--eval-batches", type=int, help="validation batches per evaluation")
     p.set_defaults(func=_cmd_train_lm)
+
+
+def _add_train_cross_encoder(kinds: Any) -> None:
     p = kinds.add_parser(
         "cross-encoder",
         help="a cross-encoder reranker on (query, relevant, negatives) groups",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,26 +102,31 @@ def build_store(
     def build_here() -> None:
         _build_locked(reader, dest_path, tok, max_length, duplicates, options, overwrite, progress)
 
+    return _build_in_group(build_here, dest_path, shared)
+
+
+def _build_in_group(build: Callable[[], None], dest: Path, shared: bool) -> PackedStore:
+    """Run ``build`` here, or under an initialised process group in the builder rank(s) only,
+    the others waiting at a barrier; then open the store on every rank."""
     dist = _initialized_dist()
     if dist is None:
-        build_here()
-        return PackedStore(dest_path)
+        build()
+        return PackedStore(dest)
     world = World.detect()
-    i_build = world.is_builder(shared)
     failure: BaseException | None = None
-    if i_build:
+    if world.is_builder(shared):
         try:
-            build_here()
+            build()
         except BaseException as e:  # reach the barrier first, or the other ranks hang forever
             failure = e
     dist.barrier()
     if failure is not None:
         raise failure
     try:
-        return PackedStore(dest_path)
+        return PackedStore(dest)
     except StoreFormatError as e:
         raise StoreFormatError(
-            f"rank {world.rank}: the store at {dest_path} was not built ({e}); the building rank "
+            f"rank {world.rank}: the store at {dest} was not built ({e}); the building rank "
             "failed, see its error"
         ) from None
 

@@ -12,7 +12,7 @@ documents: ~320 MB), never a Python object per id.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +62,7 @@ class _Columns:
         self.ids = RaggedWriter(directory, "ids")
         self.fields: dict[str, RaggedWriter] = {}
         self.tokens = RaggedWriter(directory, "tokens", tok_dtype.itemsize) if tok_dtype else None
+        self.tokens_dtype = tok_dtype
 
     def add(self, record: Record) -> None:
         self.text.append(record.text.encode("utf-8"))
@@ -124,70 +125,12 @@ def write_store(
     int_ids = IntIdCollector(SpillArray(directory / "ids.int.scratch"))
     lines = SpillArray(directory / "lines.scratch")
     stats = BuildStats()
-    pending: list[str] = []
-    # encode_batch runs outside the GIL on its own threads: batch k+1 is encoded while this
-    # thread turns batch k's encodings into arrays and goes on reading (1.66x -> see RESULTS)
-    encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lading-tokenize")
-    encoding: list[Future[Any]] = []
-
-    def flush_tokens() -> None:
-        encoding.append(
-            encoder.submit(tokenizer.encode_batch, pending.copy(), add_special_tokens=False)
-        )
-        pending.clear()
-        if len(encoding) > 1:
-            write_tokens(encoding.pop(0).result())
-
-    def write_tokens(encodings: list[Any]) -> None:
-        assert columns.tokens is not None and tok_dtype is not None
-        for ids in encoded_ids(encodings, tok_dtype, max_length):
-            columns.tokens.append(ids.tobytes())
-
-    for item in reader.iter_bulk():
-        if isinstance(item, TsvBlock):
-            columns.add_block(item)
-            int_ids.add_many(item.ids)
-            lines.extend(item.lines)
-            if columns.tokens is not None:
-                pending.extend(text.decode("utf-8") for text in item.texts.values())
-            end = item.end
-        else:
-            record, line, end = item
-            columns.add(record)
-            int_ids.add(record.id)
-            lines.append(line)
-            if columns.tokens is not None:
-                pending.append(record.text)
-        if len(pending) >= TOKENIZE_BATCH:
-            flush_tokens()
-        if progress is not None and end > stats.bytes_read:
-            progress.update(end - stats.bytes_read)
-            stats.bytes_read = end
-    if pending:
-        flush_tokens()
-    while encoding:
-        write_tokens(encoding.pop(0).result())
-    encoder.shutdown()
-    rows = len(columns.text)
-    if rows == 0:
-        raise SourceError(reader.source, None, empty_source_reason(reader))
-    for column in columns.fields.values():
-        column.pad_to(rows)
-    files: dict[str, dict[str, int]] = {}
-    for column in columns.all():
-        files.update(column.finish())
-
-    is_int = int_ids.values is not None
-    keys = id_keys(directory, int_ids)
-    if isinstance(int_ids.values, SpillArray):
-        int_ids.values.discard()
-    keep = unique_rows(keys, lines.view(), duplicates, reader)
-    lines.discard()
-    if keep is not None:
-        stats.duplicates_dropped = rows - int(keep.sum())
-        files = compact(directory, files, keep, columns.all())
-        keys = keys[keep]
-        rows = len(keys)
+    encoder = None if tokenizer is None else _Encoder(tokenizer, columns, max_length)
+    _stream_rows(reader, columns, int_ids, lines, encoder, stats, progress)
+    if encoder is not None:
+        encoder.finish()
+    is_int = int_ids.values is not None  # every id an integer: the dense or hashed int index
+    files, keys, rows = _finish_rows(directory, reader, columns, int_ids, lines, duplicates, stats)
     index_meta, index_files = write_index(directory, keys, is_int)
     files.update(index_files)
     if tokenizer is not None:  # queries must be encoded by the very same tokenizer
@@ -218,6 +161,113 @@ def write_store(
     }
     write_meta(directory, meta)
     return meta
+
+
+def _stream_rows(
+    reader: SourceReader,
+    columns: _Columns,
+    int_ids: IntIdCollector,
+    lines: SpillArray,
+    encoder: _Encoder | None,
+    stats: BuildStats,
+    progress: Any,
+) -> None:
+    """Every record of ``reader`` into the columns (a TSV block at a time where the reader
+    gives blocks), its integer id and line number to the spill files, its text to the encoder."""
+    for item in reader.iter_bulk():
+        if isinstance(item, TsvBlock):
+            columns.add_block(item)
+            int_ids.add_many(item.ids)
+            lines.extend(item.lines)
+            if encoder is not None:
+                encoder.add(text.decode("utf-8") for text in item.texts.values())
+            end = item.end
+        else:
+            record, line, end = item
+            columns.add(record)
+            int_ids.add(record.id)
+            lines.append(line)
+            if encoder is not None:
+                encoder.add([record.text])
+        if progress is not None and end > stats.bytes_read:
+            progress.update(end - stats.bytes_read)
+            stats.bytes_read = end
+
+
+class _Encoder:
+    """Token ids of the texts as they stream, :data:`TOKENIZE_BATCH` at a time.
+
+    ``encode_batch`` runs outside the GIL on its own threads: batch k+1 is encoded while the
+    build turns batch k's encodings into arrays and goes on reading (1.66x -> see RESULTS).
+    """
+
+    def __init__(self, tokenizer: Any, columns: _Columns, max_length: int | None) -> None:
+        assert columns.tokens is not None and columns.tokens_dtype is not None
+        self.tokenizer, self.max_length = tokenizer, max_length
+        self.out, self.dtype = columns.tokens, columns.tokens_dtype
+        self.pending: list[str] = []
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lading-tokenize")
+        self.encoding: list[Future[Any]] = []
+
+    def add(self, texts: Iterable[str]) -> None:
+        """Queue ``texts``; every :data:`TOKENIZE_BATCH` of them go to the encoder (a TSV block
+        of many thousand texts is not held as strings all at once)."""
+        for text in texts:
+            self.pending.append(text)
+            if len(self.pending) >= TOKENIZE_BATCH:
+                self._flush()
+
+    def _flush(self) -> None:
+        batch, self.pending = self.pending, []
+        self.encoding.append(
+            self.pool.submit(self.tokenizer.encode_batch, batch, add_special_tokens=False)
+        )
+        if len(self.encoding) > 1:
+            self._write(self.encoding.pop(0).result())
+
+    def _write(self, encodings: list[Any]) -> None:
+        for ids in encoded_ids(encodings, self.dtype, self.max_length):
+            self.out.append(ids.tobytes())
+
+    def finish(self) -> None:
+        """Encode and write what is pending; every row has its tokens after this."""
+        if self.pending:
+            self._flush()
+        while self.encoding:
+            self._write(self.encoding.pop(0).result())
+        self.pool.shutdown()
+
+
+def _finish_rows(
+    directory: Path,
+    reader: SourceReader,
+    columns: _Columns,
+    int_ids: IntIdCollector,
+    lines: SpillArray,
+    duplicates: Duplicates,
+    stats: BuildStats,
+) -> tuple[dict[str, dict[str, int]], np.ndarray, int]:
+    """Close the columns and drop duplicate ids as ``duplicates`` says: (files written, index
+    keys in row order, rows kept)."""
+    rows = len(columns.text)
+    if rows == 0:
+        raise SourceError(reader.source, None, empty_source_reason(reader))
+    for column in columns.fields.values():
+        column.pad_to(rows)
+    files: dict[str, dict[str, int]] = {}
+    for column in columns.all():
+        files.update(column.finish())
+    keys = id_keys(directory, int_ids)
+    if isinstance(int_ids.values, SpillArray):
+        int_ids.values.discard()
+    keep = unique_rows(keys, lines.view(), duplicates, reader)
+    lines.discard()
+    if keep is not None:
+        stats.duplicates_dropped = rows - int(keep.sum())
+        files = compact(directory, files, keep, columns.all())
+        keys = keys[keep]
+        rows = len(keys)
+    return files, keys, rows
 
 
 def id_keys(directory: Path, int_ids: IntIdCollector) -> np.ndarray:
