@@ -16,7 +16,7 @@ import numpy.typing as npt
 import torch
 
 from lading.lm.boundaries import IGNORE_INDEX, DocumentBatch, document_batch
-from lading.lm.segment import Segment
+from lading.lm.segment import LMSegment
 from lading.lm.windows import WindowSource
 from lading.loading.state import Cursor
 
@@ -30,7 +30,7 @@ def chunk_view(view: npt.NDArray[np.int64]) -> torch.Tensor:
 
 
 def chunked_streams(
-    seg: Segment, cursor: Cursor, first_stream: int, chunk: tuple[int, int]
+    seg: LMSegment, cursor: Cursor, first_stream: int, chunk: tuple[int, int]
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Whole-epoch streams ``first_stream …`` (one per row), read ``chunk`` (rows, columns) at
     a time; ``cursor.batches`` advances with each batch handed out."""
@@ -73,7 +73,7 @@ def chunked_streams(
 
 
 def stream_batch(
-    seg: Segment, cursor: Cursor, batch: int, first_stream: int, x: npt.NDArray[np.int64]
+    seg: LMSegment, cursor: Cursor, batch: int, first_stream: int, x: npt.NDArray[np.int64]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Batch ``batch`` of ``seg``'s streams ``first_stream …``, read row by row into ``x``
     (``[rows, seq + 1]``); after an elastic resume, through the segment's base runs."""

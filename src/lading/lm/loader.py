@@ -65,13 +65,12 @@ from lading.errors import EmptyEpochError
 from lading.lm.batches import Batch, chunked_streams, stream_batch, window_batch
 from lading.lm.bptt import Jitter, check_jitter, max_seq
 from lading.lm.corpus import TokenCorpus
-from lading.lm.segment import Segment, SegmentBatchKey, plan_segment
+from lading.lm.segment import LMSegment, SegmentBatchKey, plan_segment
 from lading.lm.stream import EpochStream
 from lading.lm.windows import EpochWindows, TokenMixture
 from lading.loading.loader import BatchKeyed
 from lading.loading.order import feistel_permutation
 from lading.loading.plan import (
-    batch_count,
     check_epoch,
     check_equalize,
     refuse_drop_last,
@@ -173,8 +172,8 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         self._chunk = (batch_size, width)  # the shape of each chunk of stream read at once
         self.cursor = Cursor()
         # the plan of the cursor's segment, with the cursor state it was made for
-        self._segment: tuple[tuple[Any, ...], Segment] | None = None
-        self._keyed: tuple[tuple[int, int], Segment] | None = None  # planned for keys
+        self._segment: tuple[tuple[Any, ...], LMSegment] | None = None
+        self._keyed: tuple[tuple[int, int], LMSegment] | None = None  # planned for keys
         self._check_epoch()
 
     def _check_epoch(self) -> None:
@@ -230,7 +229,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
             raise ValueError(f"packing_stats() is for mode='packed', this loader is {self.mode!r}")
         return self._windows.packing_stats()
 
-    def _plan_segment(self, cursor: Cursor, layout: Mapping[str, Any]) -> Segment:
+    def _plan_segment(self, cursor: Cursor, layout: Mapping[str, Any]) -> LMSegment:
         """The plan of ``cursor``'s segment under ``layout`` (this run's or a saved one)."""
         windows = None if self.mode == "streams" else self._windows.of_epoch(cursor.epoch)
         stream = self._stream(cursor.epoch) if windows is None else None
@@ -238,7 +237,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
             cursor, layout, stream, windows, self.equalize, self.drop_partial_batch, self.seed
         )
 
-    def _current(self) -> Segment:
+    def _current(self) -> LMSegment:
         """The plan of the cursor's segment, kept while the cursor stays in that segment.
 
         The cache is checked against the cursor itself (the object, its epoch, segment and
@@ -282,7 +281,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
             cursor.batches += 1
             yield batch
 
-    def _iter_streams(self, seg: Segment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _iter_streams(self, seg: LMSegment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Whole-epoch streams, read a chunk of many batches at a time (a GPU-resident loader
         reads them on the device instead)."""
         return chunked_streams(seg, self.cursor, self._first_stream, self._chunk)
@@ -292,13 +291,13 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         """The first of this rank's streams ("streams" mode: one per batch row)."""
         return self.world.rank * self.batch_size
 
-    def _build(self, seg: Segment, cursor: Cursor, batch: int, x: npt.NDArray[np.int64]) -> Batch:
+    def _build(self, seg: LMSegment, cursor: Cursor, batch: int, x: npt.NDArray[np.int64]) -> Batch:
         """Batch ``batch`` of ``seg``, read row by row into ``x`` (``[batch_size, seq + 1]``)."""
         if seg.windows is None:
             return stream_batch(seg, cursor, batch, self._first_stream, x)
         share = seg.base.within(seg.plan.positions(self.world.rank))
         lo = batch * self.batch_size
-        take = self._taken(seg, self.batch_size, seg.batches)
+        take = seg.core.take
         slots = share.slice(lo, min(lo + self.batch_size, take)).positions()
         order = (
             feistel_permutation(slots, seg.n, self.seed, cursor.epoch) if self.shuffle else slots
@@ -340,15 +339,6 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
 
     # ------------------------------------------------------------------ state
 
-    def _taken(self, seg: Segment, batch_size: int, batches: int) -> int:
-        """Positions each reader of ``seg`` has read after ``batches`` batches."""
-        if self.mode == "streams":
-            return sum(seg.seqs[:batches])
-        each = seg.plan.each
-        if self.drop_partial_batch:
-            each = batch_count(each, batch_size, True) * batch_size
-        return min(batches * batch_size, each)
-
     def layout(self) -> dict[str, Any]:
         """What fixes who reads what; another layout on resume is an elastic resume."""
         layout: dict[str, Any] = {
@@ -383,12 +373,11 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         ``layout`` at ``cursor``: the end of every stream (or rank's windows) and the tail
         ``truncate`` left out."""
         seg = self._plan_segment(cursor, layout)
-        done = self._taken(seg, int(layout["batch_size"]), cursor.batches)
-        return seg.base.within(seg.plan.unread([Runs([0], [done])] * seg.plan.readers))
+        return seg.core.unread_after(cursor.batches)
 
     def consumed(self) -> int:
-        seg = self._current()
-        return self._taken(seg, self.batch_size, self.cursor.batches) * seg.plan.readers
+        seg = self._current().core
+        return seg.read_after(self.cursor.batches) * seg.readers
 
     def _cursor_moved(self) -> None:
         self._segment = None  # the plan belonged to the old cursor

@@ -21,7 +21,7 @@ import torch
 from lading.device import ResidentTokens, to_device
 from lading.lm.corpus import TokenCorpus
 from lading.lm.loader import LanguageModelLoader
-from lading.lm.segment import Segment
+from lading.lm.segment import LMSegment
 
 
 class ResidentStream:
@@ -90,7 +90,7 @@ class ResidentLanguageModelLoader(LanguageModelLoader):
         self.resident = resident if resident is not None else to_device(corpus, device)
         # keyed by the segment object itself, held here: an id() could be reused by the next
         # epoch's segment once this one is freed, and that epoch would read this one's order
-        self._on_device: tuple[Segment, ResidentStream] | None = None
+        self._on_device: tuple[LMSegment, ResidentStream] | None = None
 
     def loader(self, *args: Any, **kwargs: Any) -> Any:
         """Not available: a GPU-resident loader reads in the training process."""
@@ -99,7 +99,7 @@ class ResidentLanguageModelLoader(LanguageModelLoader):
             "cannot share its device tensors (use LanguageModelLoader(...).loader() instead)"
         )
 
-    def _device_stream(self, seg: Segment) -> ResidentStream:
+    def _device_stream(self, seg: LMSegment) -> ResidentStream:
         """The segment's epoch stream on the device (its document order copied once)."""
         if self._on_device is None or self._on_device[0] is not seg:
             stream = seg.stream
@@ -110,7 +110,7 @@ class ResidentLanguageModelLoader(LanguageModelLoader):
             self._on_device = (seg, on_device)
         return self._on_device[1]
 
-    def _iter_streams(self, seg: Segment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _iter_streams(self, seg: LMSegment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Whole-epoch streams: row ``r`` of batch ``b`` is stream ``rank * batch_size + r``
         at its offset of batch ``b``; read ``seq + 1`` tokens there, on the device."""
         stream, cursor, length = self._device_stream(seg), self.cursor, seg.plan.each

@@ -12,8 +12,9 @@ from lading.lm.bptt import jitter_of, seq_lengths
 from lading.lm.stream import EpochStream
 from lading.lm.windows import WindowSource
 from lading.loading.order import Salt, generator
-from lading.loading.plan import Plan, batch_count, plan_shares
+from lading.loading.plan import Plan, plan_shares
 from lading.loading.runs import Runs
+from lading.loading.segment import Segment
 from lading.loading.state import Cursor
 
 
@@ -28,20 +29,31 @@ class SegmentBatchKey(NamedTuple):
 
 
 @dataclass
-class Segment:
-    """The plan of one segment of an epoch under one layout."""
+class LMSegment:
+    """One segment of an LM epoch under one layout: the core's segment (base, plan, take,
+    batches: :class:`lading.loading.segment.Segment`) and what the LM reads it from."""
 
+    core: Segment  # one reader per stream ("streams") or per rank ("windows")
     stream: EpochStream | None  # "streams" mode
     windows: WindowSource | None  # "windows" and "packed" modes
     n: int  # positions of the epoch: tokens of the cyclic stream ("streams") or windows
-    base: Runs  # the positions this segment reads
-    plan: Plan  # one reader per stream ("streams") or per rank ("windows")
     seqs: list[int]  # "streams": the length of each batch
-    batches: int
+
+    @property
+    def base(self) -> Runs:
+        return self.core.base
+
+    @property
+    def plan(self) -> Plan:
+        return self.core.plan
+
+    @property
+    def batches(self) -> int:
+        return self.core.batches
 
     def offset(self, batch: int) -> int:
         """Stream position, within every stream, where ``batch`` starts ("streams")."""
-        return sum(self.seqs[:batch])
+        return self.core.read_after(batch)
 
 
 def plan_segment(
@@ -52,28 +64,34 @@ def plan_segment(
     equalize: str,
     drop_partial_batch: bool,
     seed: int,
-) -> Segment:
+) -> LMSegment:
     """The plan of ``cursor``'s segment under ``layout``: of the epoch's ``stream`` cut into
     ``world_size x batch_size`` streams, with each batch's (jittered) length; or of its
     ``windows`` dealt round-robin to the ranks. What is left of an interrupted segment
     (``cursor.base``) is planned instead of the whole epoch."""
     world_size, batch_size = int(layout["world_size"]), int(layout["batch_size"])
-    resumed = cursor.segment > 0
     if windows is not None:
-        base = cursor.base_or_whole(windows.n)
-        p = plan_shares(len(base), world_size, equalize, interleave=True, resumed=resumed)
-        batches = batch_count(p.each, batch_size, drop_partial_batch)
-        return Segment(None, windows, windows.n, base, p, [], batches)
+        core = Segment.of(
+            windows.n,
+            world_size,
+            cursor,
+            equalize=equalize,
+            batch_size=batch_size,
+            drop_partial_batch=drop_partial_batch,
+            interleave=True,
+        )
+        return LMSegment(core, None, windows, windows.n, [])
     assert stream is not None
     n = stream.total  # the epoch stream is a cycle: its last token predicts its first
     base = cursor.base_or_whole(n)
     streams = world_size * batch_size
-    p = plan_shares(len(base), streams, equalize, resumed=resumed)
-    if p.each < 1 and len(base):
+    each = plan_shares(len(base), streams, equalize, resumed=cursor.segment > 0).each
+    if each < 1 and len(base):
         raise EmptyEpochError(
             f"{len(base)} tokens cannot fill {streams} streams "
             "(world_size x batch_size); use a smaller batch_size or equalize='pad'"
         )
     rng = generator(seed, Salt.SEQ_LENGTHS, cursor.epoch, cursor.segment)
-    seqs = seq_lengths(rng, p.each, int(layout["bptt"]), jitter_of(layout["jitter"]))
-    return Segment(stream, None, n, base, p, seqs, len(seqs))
+    seqs = seq_lengths(rng, each, int(layout["bptt"]), jitter_of(layout["jitter"]))
+    core = Segment.of_lengths(n, streams, cursor, equalize=equalize, lengths=seqs)
+    return LMSegment(core, stream, None, n, seqs)

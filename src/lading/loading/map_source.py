@@ -35,14 +35,13 @@ from lading.loading.distinct import arrange
 from lading.loading.loader import ResumableLoader
 from lading.loading.order import epoch_order
 from lading.loading.plan import (
-    Plan,
     batch_count,
     check_epoch,
     check_equalize,
-    plan_shares,
     refuse_drop_last,
 )
 from lading.loading.runs import Runs
+from lading.loading.segment import Segment
 from lading.loading.state import Cursor, LoaderStateError
 from lading.world import World
 
@@ -138,32 +137,29 @@ class MapSource:
     def set_epoch(self, epoch: int) -> None:
         self.cursor.start_epoch(epoch)
 
-    def _plan(self, world_size: int, cursor: Cursor) -> tuple[Runs, Plan]:
-        base = cursor.base_or_whole(self.n)
-        return base, plan_shares(
-            len(base), world_size, self.equalize, interleave=True, resumed=cursor.segment > 0
-        )
-
-    def _take(self, each: int, batch_size: int) -> int:
-        """Samples a rank reads this segment: its share, less a dropped partial batch."""
-        return (
-            batch_count(each, batch_size, self.drop_partial_batch) * batch_size
-            if (self.drop_partial_batch)
-            else each
+    def _segment(self, world_size: int, cursor: Cursor, batch_size: int) -> Segment:
+        """``cursor``'s segment of the samples, interleaved over ``world_size`` ranks."""
+        return Segment.of(
+            self.n,
+            world_size,
+            cursor,
+            equalize=self.equalize,
+            batch_size=batch_size,
+            drop_partial_batch=self.drop_partial_batch,
+            interleave=True,
         )
 
     def batches(self) -> int:
-        _, p = self._plan(self.world.world_size, self.cursor)
-        return batch_count(p.each, self.batch_size, self.drop_partial_batch)
+        return self._segment(self.world.world_size, self.cursor, self.batch_size).batches
 
     def share(self) -> npt.NDArray[np.int64]:
         """Dataset indices this rank reads in the current segment, in order."""
         if self.batching == "no_duplicates":
             return self._distinct_shares()[self.world.rank]
-        base, p = self._plan(self.world.world_size, self.cursor)
-        positions = base.within(p.positions(self.world.rank)).positions()
+        seg = self._segment(self.world.world_size, self.cursor, self.batch_size)
+        positions = seg.share(self.world.rank).positions()
         order = epoch_order(self.n, self.seed, self.cursor.epoch, self.shuffle)
-        return order[positions[: self._take(p.each, self.batch_size)]]
+        return order[positions[: seg.take]]
 
     def _distinct_shares(self) -> list[npt.NDArray[np.int64]]:
         """Every rank's share, regrouped into batches without a shared key (cached per epoch).
@@ -176,11 +172,11 @@ class MapSource:
         if self._arranged is not None and self._arranged[0] == at:
             return self._arranged[1]
         world, size = self.world.world_size, self.batch_size
-        base, p = self._plan(world, self.cursor)
+        seg = self._segment(world, self.cursor, size)
         order = epoch_order(self.n, self.seed, self.cursor.epoch, self.shuffle)
-        shares = [order[base.within(p.positions(r)).positions()] for r in range(world)]
+        shares = [order[seg.share(r).positions()] for r in range(world)]
         pool = np.stack(shares, axis=1).reshape(-1)  # step-major: share j of rank 0, 1, …
-        take = self._take(p.each, size)
+        take = seg.take
         sizes = [size] * (take // size) + ([take % size] if take % size else [])
         assert self.duplicate_keys is not None  # check_batching made sure
         unique, inverse = np.unique(pool, return_inverse=True)
@@ -230,15 +226,12 @@ class MapSource:
                 f"{dict(layout)}, this loader has {self.layout()}: resume with the saved "
                 "world size and batch size, or start the epoch afresh"
             )
-        base, p = self._plan(int(layout["world_size"]), cursor)
-        size = int(layout["batch_size"])
-        done = min(cursor.batches * size, self._take(p.each, size))
-        return base.within(p.unread([Runs([0], [done])] * p.readers))
+        seg = self._segment(int(layout["world_size"]), cursor, int(layout["batch_size"]))
+        return seg.unread_after(cursor.batches)
 
     def consumed(self) -> int:
-        _, p = self._plan(self.world.world_size, self.cursor)
-        taken = min(self.cursor.batches * self.batch_size, self._take(p.each, self.batch_size))
-        return taken * p.readers
+        seg = self._segment(self.world.world_size, self.cursor, self.batch_size)
+        return seg.read_after(self.cursor.batches) * seg.readers
 
 
 def data_fingerprint(dataset: object) -> str | None:

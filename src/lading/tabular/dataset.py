@@ -30,14 +30,13 @@ from torch.utils.data import Dataset
 from lading.loading.loader import BatchKeyed
 from lading.loading.order import Salt, permutation
 from lading.loading.plan import (
-    Plan,
     batch_count,
     check_epoch,
     check_equalize,
-    plan_shares,
     refuse_drop_last,
 )
 from lading.loading.runs import Runs
+from lading.loading.segment import Segment
 from lading.loading.state import Cursor
 from lading.tabular.files import check_schemas, footer_digest, parquet_files, scan
 from lading.tabular.plan import Piece, epoch_pieces, share_of_runs
@@ -158,36 +157,37 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
         """Start ``epoch`` (reshuffles; the same on every rank)."""
         self.cursor.start_epoch(epoch)
 
-    def _plan(self, readers: int, cursor: Cursor) -> tuple[Runs, Plan]:
-        base = cursor.base_or_whole(self.total_rows)
-        return base, plan_shares(len(base), readers, self.equalize, resumed=cursor.segment > 0)
-
-    def _take(self, each: int, batch_size: int) -> int:
-        if not self.drop_partial_batch:
-            return each
-        return batch_count(each, batch_size, True) * batch_size
+    def _segment(self, readers: int, cursor: Cursor, batch_size: int) -> Segment:
+        """``cursor``'s segment of the rows, in contiguous ranges over ``readers``."""
+        return Segment.of(
+            self.total_rows,
+            readers,
+            cursor,
+            equalize=self.equalize,
+            batch_size=batch_size,
+            drop_partial_batch=self.drop_partial_batch,
+        )
 
     def _workers(self) -> int:
         return max(1, self.num_workers)
 
     def batches(self) -> int:
         """Batches this rank yields in the current segment of the epoch."""
-        workers = self._workers()
-        _, p = self._plan(self.world.world_size * workers, self.cursor)
-        return batch_count(p.each, self.batch_size, self.drop_partial_batch) * workers
+        return self.batches_per_rank(self.num_workers)
 
     def batches_per_rank(self, num_workers: int = 0) -> int:
         """Batches every rank yields this epoch with ``num_workers`` DataLoader workers."""
         workers = max(1, num_workers)
-        _, p = self._plan(self.world.world_size * workers, self.cursor)
-        return batch_count(p.each, self.batch_size, self.drop_partial_batch) * workers
+        return (
+            self._segment(self.world.world_size * workers, self.cursor, self.batch_size).batches
+            * workers
+        )
 
     def keys(self) -> Iterator[RowsKey]:
         """This rank's batches from the cursor on, reader ``i % workers`` giving batch ``i``."""
         workers, size, chunk_rows = self._workers(), self.batch_size, self.buffer_rows
         cursor = self.cursor
-        base, p = self._plan(self.world.world_size * workers, cursor)
-        take = self._take(p.each, size)
+        seg = self._segment(self.world.world_size * workers, cursor, size)
         shares: dict[int, Runs] = {}
         last: dict[int, ChunkRows] = {}  # each reader's latest chunk: it serves many batches
 
@@ -195,7 +195,7 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
             """A chunk's epoch rows, cut from the reader's share once."""
             if reader not in last or last[reader][0] != chunk:
                 if reader not in shares:
-                    shares[reader] = base.within(p.positions(reader))
+                    shares[reader] = seg.share(reader)
                 rows = shares[reader].slice(chunk * chunk_rows, (chunk + 1) * chunk_rows)
                 last[reader] = (chunk, tuple(rows.starts.tolist()), tuple(rows.stops.tolist()))
             return last[reader]
@@ -203,7 +203,7 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
         for i in range(cursor.batches, self.batches()):
             reader = self.world.rank * workers + i % workers
             lo = (i // workers) * size
-            hi = min(lo + size, take)
+            hi = seg.read_after(i // workers + 1)
             chunks = tuple(
                 chunk_of(reader, chunk)
                 for chunk in range(lo // chunk_rows, (hi - 1) // chunk_rows + 1)
@@ -234,35 +234,33 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
             "drop_partial_batch": self.drop_partial_batch,
         }
 
-    def _served(self, layout: Mapping[str, Any], cursor: Cursor) -> tuple[Runs, Plan, list[Runs]]:
+    def _served(self, layout: Mapping[str, Any], cursor: Cursor) -> tuple[Segment, list[Runs]]:
         """What each reader of ``layout`` had read at ``cursor``, as positions of its share:
         whole chunks, plus the first rows of one shuffled chunk."""
         workers = max(1, int(layout["num_workers"]))
-        base, p = self._plan(int(layout["world_size"]) * workers, cursor)
         size, chunk_rows = int(layout["batch_size"]), int(layout["buffer_rows"])
-        take = self._take(p.each, size)
+        seg = self._segment(int(layout["world_size"]) * workers, cursor, size)
         served = []
-        for reader in range(p.readers):
-            rows = min(len(range(reader % workers, cursor.batches, workers)) * size, take)
+        for reader in range(seg.readers):
+            rows = seg.read_after(len(range(reader % workers, cursor.batches, workers)))
             chunk, into = divmod(rows, chunk_rows)
             parts = [Runs([0], [chunk * chunk_rows])]
             if into:
-                lo, hi = chunk * chunk_rows, min((chunk + 1) * chunk_rows, p.each)
+                lo, hi = chunk * chunk_rows, min((chunk + 1) * chunk_rows, seg.plan.each)
                 order = self._chunk_order(cursor.epoch, reader, chunk, cursor.segment, hi - lo)
                 parts.append(Runs.of_positions(np.sort(order[:into]) + lo))
             served.append(Runs.concat(parts))
-        return base, p, served
+        return seg, served
 
     def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
-        base, p, served = self._served(layout, cursor)
-        return base.within(p.unread(served))
+        seg, served = self._served(layout, cursor)
+        return seg.unread(served)
 
     def consumed(self) -> int:
-        workers = self._workers()
-        _, p = self._plan(self.world.world_size * workers, self.cursor)
-        take, batches = self._take(p.each, self.batch_size), self.cursor.batches
+        workers, batches = self._workers(), self.cursor.batches
+        seg = self._segment(self.world.world_size * workers, self.cursor, self.batch_size)
         counts = [len(range(w, batches, workers)) for w in range(workers)]
-        return self.world.world_size * sum(min(c * self.batch_size, take) for c in counts)
+        return self.world.world_size * sum(seg.read_after(c) for c in counts)
 
     # ------------------------------------------------------------------ reading
 
