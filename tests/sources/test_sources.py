@@ -162,3 +162,33 @@ def test_beir_folder_and_format_detection(tmp_path: Path) -> None:
         detect_format(tmp_path / "corpus.weird")
     with pytest.raises(ValueError, match="unknown format 'csv'"):
         SourceReader(tmp_path / "beir", format="csv")
+
+
+def test_a_bom_is_dropped_by_every_line_reader(tmp_path: Path) -> None:
+    """A UTF-8 BOM (what Windows editors write) never reaches an id or a text: documents in
+    each format, queries, qrels, runs and LM text all go through the one line reader."""
+    from lading import read_records
+    from lading.ir import read_qrels, read_queries, read_run
+    from lading.lm.texts import iter_texts
+
+    bom = b"\xef\xbb\xbf"
+    docs = {
+        "d.tsv": b"d1\tfirst doc\nd2\tsecond\n",
+        "d.jsonl": b'{"id": "d1", "text": "first doc"}\n{"id": "d2", "text": "second"}\n',
+        "d.trec": b"<DOC>\n<DOCNO>d1</DOCNO>\nfirst doc\n</DOC>\n"
+        b"<DOC>\n<DOCNO>d2</DOCNO>\nsecond\n</DOC>\n",
+    }
+    for name, data in docs.items():
+        records = list(read_records(write(tmp_path / name, bom + data)))
+        assert [(r.id, r.text.strip()) for r in records] == [
+            ("d1", "first doc"),
+            ("d2", "second"),
+        ], name
+    assert read_queries(write(tmp_path / "q.tsv", bom + b"q1\twhat is it\n")) == {
+        "q1": "what is it"
+    }
+    assert read_qrels(write(tmp_path / "qrels", bom + b"q1 0 d1 1\n")) == {"q1": {"d1": 1}}
+    run = read_run(write(tmp_path / "r.run", bom + b"q1 Q0 d2 1 9.5 bm25\n"))
+    assert list(run) == ["q1"] and list(run["q1"]) == ["d2"]
+    text = write(tmp_path / "t.txt", bom + b"alpha beta\n\ngamma\n")
+    assert list(iter_texts(text, "blank")) == ["alpha beta", "gamma"]

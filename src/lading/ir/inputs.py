@@ -24,6 +24,7 @@ from lading.sources import (
     json_object,
     open_binary,
 )
+from lading.sources.chunks import numbered_lines
 
 Queries = dict[str, str]
 Qrels = dict[str, dict[str, int]]
@@ -64,9 +65,7 @@ class _Line(NamedTuple):
 def _lines(path: Path) -> Iterator[_Line]:
     """Decoded, non-blank lines without their line ends; BOM dropped; file+line on bad UTF-8."""
     with open_binary(path) as stream:
-        for number, raw in enumerate(stream, start=1):
-            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
+        for number, _, _, raw in numbered_lines(stream):
             try:
                 text = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as e:

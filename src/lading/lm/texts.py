@@ -22,6 +22,7 @@ from typing import Any
 from lading.disk.meta import META_FILE
 from lading.errors import SourceError
 from lading.sources import fingerprint, open_binary, read_records
+from lading.sources.chunks import numbered_lines
 
 SPLITS: tuple[str, ...] = ("blank", "file", "line")
 _JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.bz2", ".jsonl.zst")
@@ -92,9 +93,7 @@ def _file_texts(path: Path, split: str) -> Iterator[str]:
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     with open_binary(path) as stream:
-        for number, raw in enumerate(stream, start=1):
-            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
+        for number, _, _, raw in numbered_lines(stream):
             try:
                 yield number, raw.decode("utf-8")
             except UnicodeDecodeError as e:

@@ -24,7 +24,7 @@ from typing import IO, Any, NamedTuple
 from lading.errors import SourceError
 
 COMPRESSED_SUFFIXES: tuple[str, ...] = (".gz", ".bz2", ".zst")
-_BOM = b"\xef\xbb\xbf"
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark: dropped at the start of every source
 
 
 class Chunk(NamedTuple):
@@ -50,23 +50,30 @@ _DOC_CLOSE = re.compile(rb"</DOC>\s*$", re.IGNORECASE)
 # --------------------------------------------------------------------------- chunkers
 
 
-def chunk_lines(
+def numbered_lines(
     stream: IO[bytes], first_line: int = 1, first_byte: int = 0, strip_bom: bool = True
 ) -> Iterator[Chunk]:
-    """One chunk per non-blank line; a UTF-8 BOM at the very start is dropped.
-
-    ``first_line``/``first_byte`` number a stream that starts inside a file (a block).
-    """
+    """Every line of ``stream`` (line end included) with its number and byte range: the one
+    line reader of the source layer. A UTF-8 BOM at the very start is dropped (the line's
+    range starts after it). ``first_line``/``first_byte`` number a stream that starts inside
+    a file (a block), where no BOM is looked for."""
     pos = first_byte
     for number, raw in enumerate(stream, start=first_line):
         start = pos
         pos += len(raw)
-        if strip_bom and number == 1 and raw.startswith(_BOM):
-            raw = raw[len(_BOM) :]
-            start += len(_BOM)
-        if not raw.rstrip(b"\r\n"):
-            continue  # a blank line separates nothing and holds nothing
+        if strip_bom and number == 1 and raw.startswith(BOM):
+            raw = raw[len(BOM) :]
+            start += len(BOM)
         yield Chunk(number, start, pos, raw)
+
+
+def chunk_lines(
+    stream: IO[bytes], first_line: int = 1, first_byte: int = 0, strip_bom: bool = True
+) -> Iterator[Chunk]:
+    """One chunk per non-blank line (see :func:`numbered_lines`)."""
+    for line in numbered_lines(stream, first_line, first_byte, strip_bom):
+        if line.data.rstrip(b"\r\n"):  # a blank line separates nothing and holds nothing
+            yield line
 
 
 def chunk_trec(stream: IO[bytes]) -> Iterator[Chunk]:
@@ -78,13 +85,7 @@ def chunk_trec(stream: IO[bytes]) -> Iterator[Chunk]:
     """
     parts: list[bytes] = []
     start = first_line = 0
-    pos = 0
-    for number, raw in enumerate(stream, start=1):
-        line_start = pos
-        pos += len(raw)
-        if number == 1 and raw.startswith(_BOM):
-            raw = raw[len(_BOM) :]
-            line_start += len(_BOM)
+    for number, line_start, pos, raw in numbered_lines(stream):
         if not parts:
             if raw.isspace() or not raw:
                 continue

@@ -19,8 +19,9 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from lading.sources.chunks import BOM
+
 BLOCK_BYTES = 1 << 23  # 8 MiB: numpy calls amortised, memory bounded
-_BOM = b"\xef\xbb\xbf"
 
 
 class RawBlock(NamedTuple):
@@ -85,15 +86,15 @@ def whole_lines(stream: IO[bytes], size: int | None = None) -> Iterator[tuple[by
     start = 0
     first = True
     while True:
-        data = stream.read(max(size, len(_BOM)) if first else size)
+        data = stream.read(max(size, len(BOM)) if first else size)
         if not data:
             if carry:
                 yield carry, start
             return
         if first:
             first = False
-            if data.startswith(_BOM):
-                data, start = data[len(_BOM) :], len(_BOM)
+            if data.startswith(BOM):
+                data, start = data[len(BOM) :], len(BOM)
                 if not data:
                     continue
         cut = data.rfind(b"\n") + 1
