@@ -76,7 +76,7 @@ def parquet_kind(n: int, tmp: Path) -> Kind:
         data = PartitionedParquet(
             path, batch_size=BATCH, seed=3, equalize="pad", world=world, buffer_rows=5
         )
-        return data.loader(num_workers=workers, multiprocessing_context="fork")
+        return data if workers == 0 else data.loader(workers, multiprocessing_context="fork")
 
     return Kind("parquet", make, lambda b: b["row"].tolist(), n, lambda w, k: w * max(1, k))
 

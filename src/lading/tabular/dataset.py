@@ -37,6 +37,7 @@ from lading.loading.plan import (
 )
 from lading.loading.runs import Runs
 from lading.loading.segment import Segment
+from lading.loading.source import StatefulSource
 from lading.loading.state import Cursor
 from lading.tabular.files import check_schemas, footer_digest, parquet_files, scan
 from lading.tabular.plan import Piece, epoch_pieces, share_of_runs
@@ -58,7 +59,7 @@ class RowsKey(NamedTuple):
     chunks: tuple[ChunkRows, ...]
 
 
-class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
+class PartitionedParquet(BatchKeyed, StatefulSource, Dataset[dict[str, torch.Tensor]]):
     """Parquet rows as dicts of tensors, the same number of batches on every rank.
 
     Args:
@@ -298,9 +299,21 @@ class PartitionedParquet(BatchKeyed, Dataset[dict[str, torch.Tensor]]):
         return self.rows.tensors(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        """This rank's batches of the current epoch, read in this process."""
+        """This rank's batches of the current epoch from where it stands, read in this
+        process; the position advances with each batch handed out (``state_dict()``), as
+        the LM loader's in-process iteration and every ``.loader()`` do."""
         for key in self.keys():
-            yield self[key]
+            batch = self[key]
+            self.cursor.batches += 1
+            yield batch
+
+    def __len__(self) -> int:
+        """Batches left in the current epoch on this rank (the same on every rank)."""
+        return self.batches() - self.cursor.batches
+
+    def epoch_length(self) -> int:
+        """Batches of the current epoch (segment) on this rank, read and left."""
+        return self.batches()
 
     def _set_workers(self, num_workers: int) -> None:
         """Readers are ``world_size x num_workers``: check every one gets a row."""
