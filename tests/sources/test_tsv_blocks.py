@@ -40,17 +40,21 @@ Row = tuple[str, str, dict[str, str], int]
 
 
 def flatten(reader: SourceReader, bulk: bool) -> list[Row]:
+    """Every record as (id, text, fields, line); an empty field is left out, as a store keeps
+    a field a record lacks as empty (records gathered into a block get empty ones)."""
     out = []
     items = reader.iter_bulk() if bulk else reader.iter_numbered()
     for item in items:
         if isinstance(item, TsvBlock):
             fields = {k: v.values() for k, v in item.fields.items()}
             for i, (doc_id, text) in enumerate(zip(item.ids.values(), item.texts.values())):
-                extra = {k: v[i].decode() for k, v in fields.items()}
+                extra = {k: v[i].decode() for k, v in fields.items() if v[i]}
                 out.append((doc_id.decode(), text.decode(), extra, int(item.lines[i])))
         else:
             record, line, _ = item
-            out.append((record.id, record.text, dict(record.fields), line))
+            out.append(
+                (record.id, record.text, {k: v for k, v in record.fields.items() if v}, line)
+            )
     return out
 
 
@@ -138,11 +142,13 @@ def test_four_column_store_equals_the_per_line_build(tmp_path: Path) -> None:
     lading.sources.tsv_blocks.BLOCK_BYTES = 1024  # several blocks, most of them clean
     try:
         reader = SourceReader(path, "tsv", options=ParseOptions(columns=columns))
+        paths = {type(item).__name__ for item in reader._bulk_items()}
         kinds = {type(item).__name__ for item in reader.iter_bulk()}
         store = build_store(path, tmp_path / "store", columns=columns, progress=False)
     finally:
         lading.sources.tsv_blocks.BLOCK_BYTES = old
-    assert kinds == {"TsvBlock", "tuple"}  # both paths were taken
+    assert paths == {"TsvBlock", "tuple"}  # both paths were taken
+    assert kinds == {"TsvBlock"}  # and came out in one shape
     expected = list(SourceReader(path, "tsv", options=ParseOptions(columns=columns)))
     assert len(store) == len(expected) == 300
     for record in expected:

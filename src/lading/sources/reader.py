@@ -57,7 +57,7 @@ from lading.sources.parsers import (
     make_tsv_parser,
 )
 from lading.sources.tables import iter_table
-from lading.sources.tsv_blocks import TsvBlock, scanned_blocks
+from lading.sources.tsv_blocks import TsvBlock, records_block, scanned_blocks
 
 # The public names, including those defined in lading.sources.parsers and lading.sources.chunks.
 __all__ = [
@@ -111,6 +111,8 @@ FILE_FORMATS: dict[str, FileFormat] = {
     "trec": FileFormat(chunk_trec, make_trec_parser),
 }
 FORMATS: tuple[str, ...] = ("arrow", "beir", "irds", "jsonl", "parquet", "trec", "tsv")
+BLOCK_RECORDS = 1024  # records of a non-TSV source gathered into one block by iter_bulk
+
 _SUFFIX_FORMATS = {
     ".tsv": "tsv",
     ".txt": "tsv",
@@ -313,12 +315,30 @@ class SourceReader:
         columns = self.options.columns
         return self.format == "tsv" and len(set(columns)) == len(columns)
 
-    def iter_bulk(self) -> Iterator[TsvBlock | tuple[Record, int, int]]:
-        """Like :meth:`iter_numbered`, but clean blocks of a TSV come whole, as a TsvBlock.
+    def iter_bulk(self) -> Iterator[TsvBlock]:
+        """Every record, in blocks of columns (one shape for every format): clean blocks of a
+        TSV whole, other records :data:`BLOCK_RECORDS` at a time.
 
         Blocks with any line that needs judging go through the per-line parser, so records,
         errors and skip counts are the same as from :meth:`iter_numbered`.
         """
+        pending: list[tuple[Record, int, int]] = []
+        for item in self._bulk_items():
+            if isinstance(item, TsvBlock):
+                if pending:
+                    yield records_block(pending)
+                    pending = []
+                yield item
+                continue
+            pending.append(item)
+            if len(pending) >= BLOCK_RECORDS:
+                yield records_block(pending)
+                pending = []
+        if pending:
+            yield records_block(pending)
+
+    def _bulk_items(self) -> Iterator[TsvBlock | tuple[Record, int, int]]:
+        """Clean TSV blocks whole, and the records of every other block or format one by one."""
         path = self.path
         if not self.bulk or path is None:
             yield from self.iter_numbered()

@@ -45,7 +45,8 @@ class Column(NamedTuple):
 
 
 class TsvBlock(NamedTuple):
-    """The records of one clean block, columns side by side.
+    """Records side by side in columns: the one block shape every reader's bulk path gives
+    (a clean TSV block as cut from the file; other records gathered by :func:`records_block`).
 
     Attributes:
         ids: each record's id (ASCII-safe edges, UTF-8 inside).
@@ -270,3 +271,26 @@ def scanned_blocks(
     finally:
         stop.set()
         thread.join()
+
+
+def column_of(values: list[bytes]) -> Column:
+    """``values`` as one column: their bytes back to back, and each one's length."""
+    return Column(b"".join(values), np.fromiter(map(len, values), np.int64, len(values)))
+
+
+def records_block(records: list[tuple[Any, int, int]]) -> TsvBlock:
+    """Records ``(record, line, end)`` (from the per-record parsers) as one block: a field a
+    record lacks is empty in its row, as the store keeps it; ``end`` is the last one's."""
+    names: dict[str, None] = {}
+    for record, _, _ in records:
+        names.update(dict.fromkeys(record.fields))
+    return TsvBlock(
+        ids=column_of([r.id.encode("utf-8") for r, _, _ in records]),
+        texts=column_of([r.text.encode("utf-8") for r, _, _ in records]),
+        fields={
+            name: column_of([r.fields.get(name, "").encode("utf-8") for r, _, _ in records])
+            for name in names
+        },
+        lines=np.fromiter((line for _, line, _ in records), np.int64, len(records)),
+        end=records[-1][2],
+    )

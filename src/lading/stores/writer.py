@@ -33,7 +33,7 @@ from lading.disk import (
     write_meta,
 )
 from lading.errors import SourceError
-from lading.sources import Record, SourceReader
+from lading.sources import SourceReader
 from lading.sources.tsv_blocks import TsvBlock
 from lading.stores.index import IntIdCollector, bytes_keys, write_index
 from lading.stores.layout import FORMAT_NAME, field_column
@@ -63,12 +63,6 @@ class _Columns:
         self.fields: dict[str, RaggedWriter] = {}
         self.tokens = RaggedWriter(directory, "tokens", tok_dtype.itemsize) if tok_dtype else None
         self.tokens_dtype = tok_dtype
-
-    def add(self, record: Record) -> None:
-        self.text.append(record.text.encode("utf-8"))
-        self.ids.append(record.id.encode("utf-8"))
-        for name, value in record.fields.items():
-            self._field(name, len(self.text) - 1).append(value.encode("utf-8"))
 
     def add_block(self, block: TsvBlock) -> None:
         row = len(self.text)
@@ -172,23 +166,15 @@ def _stream_rows(
     stats: BuildStats,
     progress: Any,
 ) -> None:
-    """Every record of ``reader`` into the columns (a TSV block at a time where the reader
-    gives blocks), its integer id and line number to the spill files, its text to the encoder."""
-    for item in reader.iter_bulk():
-        if isinstance(item, TsvBlock):
-            columns.add_block(item)
-            int_ids.add_many(item.ids)
-            lines.extend(item.lines)
-            if encoder is not None:
-                encoder.add(text.decode("utf-8") for text in item.texts.values())
-            end = item.end
-        else:
-            record, line, end = item
-            columns.add(record)
-            int_ids.add(record.id)
-            lines.append(line)
-            if encoder is not None:
-                encoder.add([record.text])
+    """Every record of ``reader`` into the columns, a block at a time; its integer id and line
+    number to the spill files, its text to the encoder."""
+    for block in reader.iter_bulk():
+        columns.add_block(block)
+        int_ids.add_many(block.ids)
+        lines.extend(block.lines)
+        if encoder is not None:
+            encoder.add(text.decode("utf-8") for text in block.texts.values())
+        end = block.end
         if progress is not None and end > stats.bytes_read:
             progress.update(end - stats.bytes_read)
             stats.bytes_read = end
