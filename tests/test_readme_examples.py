@@ -28,13 +28,11 @@ NOT_RUN = {
     "simulated nodes",
     "Beyond one machine #2": "several nodes (and Slurm); tests/test_bench_launched.py runs the "
     "launched bench",
-    "Language models: token streams with BPTT continuity #3": "a sketch: `model`, `web` and "
-    "`code` stand for the reader's; tests/test_lm_docs.py and tests/test_transformers_lm.py "
-    "run packing, boundaries and mixtures",
     "`lading bench` #1": "each line runs a grid for minutes; test_bench_lines_are_accepted "
     "plans every line here (flags checked, files found) and tests/test_bench.py runs grids",
 }
 FAST = ["Quick start #1", "Language models: token streams with BPTT continuity #2",
+        "Language models: token streams with BPTT continuity #3",
         "Session-based recommendation: partitioned parquet without DDP hangs #1"]  # fmt: skip
 # heavier: training runs; edits only make them shorter
 SLOW = {

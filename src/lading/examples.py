@@ -11,7 +11,8 @@ in a folder this module fills, under the names README uses:
   BERT built from :func:`lading.ir.model.tiny_bert_config`, random weights), needing
   ``transformers``;
 - ``wiki.jsonl`` (the documents as LM text) with ``wiki/tokenizer.json`` (byte-level BPE) and
-  ``wiki/corpus`` (a :class:`lading.lm.TokenCorpus`);
+  ``wiki/corpus`` (a :class:`lading.lm.TokenCorpus`), and ``code/corpus`` (small Python
+  functions in the same tokenizer) to mix with it;
 - ``sessions/<day>/{train,valid,test}.parquet`` for days 178-182 (``session_id`` and a ragged
   ``item_id-list_seq``, YOOCHOOSE's preprocessed shape), needing ``pyarrow``.
 
@@ -133,7 +134,21 @@ def _language_model(docs: Path, folder: Path) -> dict[str, Path]:
             f.write(json.dumps(record) + "\n")
     tok = train_tokenizer(wiki, folder / "wiki" / "tokenizer.json", vocab_size=_LM_VOCAB)
     corpus = TokenCorpus.build(wiki, folder / "wiki" / "corpus", tok, progress=False)
-    return {"wiki.jsonl": wiki, "wiki/tokenizer.json": tok, "wiki/corpus": corpus.path}
+    # a second corpus to mix with (README's TokenMixture): small Python functions, in the same
+    # byte-level tokenizer (no unknown tokens), documents split at blank lines
+    code = folder / "code.txt"
+    code.write_text(
+        "\n\n".join(
+            f"def f{i}(x):\n    y = x * {i % 7 + 1}\n    return y + {i}\n" for i in range(300)
+        )
+    )
+    mix = TokenCorpus.build(code, folder / "code" / "corpus", tok, progress=False)
+    return {
+        "wiki.jsonl": wiki,
+        "wiki/tokenizer.json": tok,
+        "wiki/corpus": corpus.path,
+        "code/corpus": mix.path,
+    }
 
 
 def write_sessions(

@@ -23,7 +23,8 @@ def add_example(sub: Any) -> None:
         "tokenizers, a tiny model, LM text, parquet sessions)",
         description="lading example DIR writes into DIR what README's examples read, under "
         "the names README uses: collection.tsv, docs.tsv, docs.jsonl, queries.tsv, qrels.txt, "
-        "bm25.run, tokenizer.json, bert-tokenizer/, tiny-bert/, wiki.jsonl, wiki/, sessions/. "
+        "bm25.run, tokenizer.json, bert-tokenizer/, tiny-bert/, wiki.jsonl, wiki/, code/, "
+        "sessions/. "
         "Nothing is downloaded; the model is built from a config with random weights.",
     )
     p.add_argument("dir", help="folder to write into (created; files of the same names replaced)")
