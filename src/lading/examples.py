@@ -16,7 +16,9 @@ in a folder this module fills, under the names README uses:
 - ``sessions/<day>/{train,valid,test}.parquet`` for days 178-182 (``session_id`` and a ragged
   ``item_id-list_seq``, YOOCHOOSE's preprocessed shape), needing ``pyarrow``.
 
-Same (passages, seed), same files; ~2 s on a laptop core, most of it importing transformers.
+Same (passages, seed), same texts, runs, model weights and sessions; the WordPiece vocabulary
+may number entries of equal frequency in another order from run to run (``tokenizers``' trainer
+breaks ties in hash order). ~5 s on a shared core, most of it importing transformers.
 """
 
 from __future__ import annotations
