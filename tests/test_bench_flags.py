@@ -169,6 +169,17 @@ def test_a_model_without_a_tokenizer_is_refused(collection: Path, tmp_path: Path
         plan(*corpus_flags(collection), "--model", str(model))
 
 
+def test_a_tokenizer_larger_than_the_model_is_refused(collection: Path, tmp_path: Path) -> None:
+    """Ids past the model's embedding would fail every train cell with an IndexError."""
+    from lading.tokens import save_tokenizer, train_tokenizer
+
+    model = _tiny_model(tmp_path / "tiny-bert", collection, vocab_size=200)
+    texts = [line.split("\t", 1)[1] for line in (collection / "collection.tsv").open()]
+    big = save_tokenizer(train_tokenizer(texts, "wordpiece", 1000), tmp_path / "big.json")
+    with pytest.raises(ValueError, match=r"--tokenizer .*big\.json.*entries.*--model"):
+        plan(*corpus_flags(collection), "--model", str(model), "--tokenizer", str(big))
+
+
 @pytest.mark.slow
 def test_a_train_cell_with_a_model_runs_on_its_tokenizer(collection: Path, tmp_path: Path) -> None:
     """End to end: the old bench trained an 8,000-entry tokenizer for a 300-entry model and the

@@ -99,7 +99,30 @@ def check_flags(args: argparse.Namespace) -> None:
         args.repeats is not None and args.repeats < 1
     ):
         raise ValueError("--seconds must be >= 0 and --repeats >= 1")
-    bench_tokenizer(args)  # a model without a tokenizer is refused now, not after the stores
+    tokenizer = bench_tokenizer(args)  # a model without one is refused now, not after stores
+    if tokenizer is not None and args.model != "tiny":
+        check_vocabulary(tokenizer, args.model)
+
+
+def check_vocabulary(tokenizer: str, model: str) -> None:
+    """Refuse a tokenizer whose ids pass the model's embedding (every train cell would fail
+    with an IndexError inside the model)."""
+    import json
+
+    from lading.tokens import load_tokenizer
+
+    folder = model_folder(model)
+    assert folder is not None  # checked by check_flags
+    rows = json.loads((folder / "config.json").read_text()).get("vocab_size")
+    if not isinstance(rows, int):  # a config without one: nothing to compare with
+        return
+    entries = load_tokenizer(tokenizer).get_vocab_size()
+    if entries > rows:
+        raise ValueError(
+            f"--tokenizer {tokenizer} has {entries:,} entries and --model {model} embeds "
+            f"{rows:,} (config.json vocab_size): ids past it would fail every train cell; "
+            "give the model's own tokenizer (leave --tokenizer out to use its tokenizer.json)"
+        )
 
 
 def model_folder(model: str) -> Path | None:
