@@ -103,3 +103,12 @@ def log_reliability(record: dict[str, object]) -> None:
     if log:
         with open(log, "a") as f:
             f.write(json.dumps(record) + "\n")
+
+
+@pytest.fixture(scope="session")
+def readme_example(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder made by ``python -m lading example``, once per session: what README's
+    examples read (copy it before writing; see tests/readme_blocks.py)."""
+    from readme_blocks import make_example
+
+    return make_example(tmp_path_factory.mktemp("readme") / "example")

@@ -65,16 +65,6 @@ def adi(data_dir: Path, tmp: Path) -> Collection:
 
 def hf_tokenizer_dir(tokenizer: Path, out: Path) -> Path:
     """A local HF tokenizer folder (what sentence-transformers loads) from a tokenizer.json."""
-    from transformers import PreTrainedTokenizerFast
+    from lading.examples import hf_tokenizer_folder
 
-    fast = PreTrainedTokenizerFast(
-        tokenizer_file=str(tokenizer),
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-        model_max_length=128,
-    )
-    fast.save_pretrained(out)
-    return out
+    return hf_tokenizer_folder(tokenizer, out)

@@ -1,22 +1,20 @@
-"""The README's framework examples run as written, on real data (ADI, YOOCHOOSE), offline.
+"""The README's framework examples run as written, offline, in a folder `lading example` made,
+and the distributed ones are real DDP: under ``torchrun --nproc_per_node 2`` on CPU (gloo) both
+ranks end with the same weights, as they must when DDP averages the gradients.
 
 Each ```python block of the section "Inside the frameworks you train with" runs in a fresh
-interpreter, in a folder holding what the section says it holds.
+interpreter (see tests/readme_blocks.py); the other README blocks: tests/test_readme_examples.py.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
-from integration_data import adi, hf_tokenizer_dir
+from readme_blocks import blocks, run_block
 
 pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
 
@@ -29,62 +27,65 @@ NEEDS = {
     "PyTorch Lightning": ("lightning",),
     "Transformers4Rec / Merlin": ("pyarrow",),
 }
+FRAMEWORK_BLOCKS = {f"{title} #1": title for title in NEEDS}
+FAST = {"Transformers4Rec / Merlin"}  # the others import a framework and train: slow
+# the models each distributed example trains, whose weights must agree over the ranks
+DISTRIBUTED = {"HF Trainer": ("model",), "sentence-transformers": ("model", "reranker")}
+DIGEST = """
+import hashlib as _hashlib, json as _json, os as _os
+def _digest(module):
+    h = _hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        h.update(name.encode()); h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+_json.dump({n: _digest(globals()[n]) for n in %r},
+           open(f"weights-{_os.environ.get('RANK', '0')}.json", "w"))
+"""
 
 
-def examples() -> dict[str, str]:
-    """Subsection title -> its python block."""
-    text = (REPO / "README.md").read_text()
+def test_every_framework_has_one_example() -> None:
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    found = {}
-    for part in section.split("\n### ")[1:]:
-        title = part.splitlines()[0].strip()
-        blocks = re.findall(r"```python\n(.*?)```", part, re.S)
-        assert len(blocks) == 1, f"README subsection {title!r}: expected one python block"
-        found[title] = blocks[0]
-    return found
+    titles = [part.splitlines()[0].strip() for part in section.split("\n### ")[1:]]
+    assert set(titles) == set(NEEDS)
+    for title in titles:
+        assert f"{title} #2" not in blocks(), f"README subsection {title!r}: one block expected"
+        assert blocks()[f"{title} #1"].lang == "python"
 
 
-def test_every_framework_has_an_example() -> None:
-    assert set(examples()) == set(NEEDS)
-
-
-@pytest.mark.parametrize("title", sorted(NEEDS))
-def test_readme_example_runs(title: str, data_dir: Path, tmp_path: Path) -> None:
+def _needs(title: str) -> None:
     for module in NEEDS[title]:
         pytest.importorskip(module)
-    work = tmp_path / "work"
-    work.mkdir()
-    if title.startswith("Transformers4Rec"):
-        days = data_dir / "recsys/yoochoose_t4r_preproc_sessions_by_day"
-        if not days.is_dir():
-            pytest.skip(f"{days} not found")
-        for day in ("178", "179"):
-            (work / day).symlink_to(days / day)
-    else:
-        data = adi(data_dir, tmp_path)
-        for name in ("docs.tsv", "docs.jsonl", "queries.tsv", "qrels.txt", "bm25.run"):
-            shutil.copy(data.folder / name, work / name)
-        shutil.copy(data.tokenizer, work / "tokenizer.json")
-        if title == "sentence-transformers":
-            from transformers import BertModel
 
-            from lading.ir.model import tiny_bert_config
 
-            folder = hf_tokenizer_dir(data.tokenizer, work / "tiny-bert")
-            BertModel(tiny_bert_config(800, max_position=128)).save_pretrained(folder)
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets"),
-        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", examples()[title]],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+@pytest.mark.parametrize(
+    "title",
+    [t if t in FAST else pytest.param(t, marks=pytest.mark.slow) for t in sorted(NEEDS)],
+)
+def test_readme_example_runs(title: str, readme_example: Path, tmp_path: Path) -> None:
+    _needs(title)
+    run_block(blocks()[f"{title} #1"], readme_example, tmp_path, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("title", sorted(DISTRIBUTED))
+def test_readme_example_is_ddp_under_torchrun(
+    title: str, readme_example: Path, tmp_path: Path
+) -> None:
+    """``torchrun --nproc_per_node 2 train.py`` with README's script: DDP on CPU too. Without
+    ``use_cpu=True`` transformers ignores the gloo group on a CPU and each rank trains alone
+    on its own share, ending with other weights."""
+    _needs(title)
+    names = DISTRIBUTED[title]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    work = run_block(
+        blocks()[f"{title} #1"],
+        readme_example,
+        tmp_path,
+        append=DIGEST % (names,),
+        prefix=launcher,
+        timeout=600,
     )
-    assert done.returncode == 0, f"README example {title!r} failed:\n{done.stderr[-4000:]}"
+    ranks = [json.loads((work / f"weights-{r}.json").read_text()) for r in (0, 1)]
+    assert set(ranks[0]) == set(names)
+    assert ranks[0] == ranks[1], "the two ranks ended with different weights: not DDP"

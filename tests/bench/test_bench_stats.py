@@ -139,19 +139,16 @@ def test_missing_model_refused_in_loader_mode_too(
     missing = tmp_path / "no-such-model"
     assert main(["bench", "--modes", "loader", "--model", str(missing), "--out", "x"]) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert error.startswith(f"lading bench: --model {missing}: no such folder")
-    (tmp_path / "model").mkdir()
-    _, settings, _ = _plan("--model", str(tmp_path / "model"))
-    assert settings.model == str(tmp_path / "model")
+    assert error.startswith(f"lading bench: --model {missing}: no model folder")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "tokenizer.json").write_text("{}")
+    _, settings, _ = _plan("--model", str(model))
+    assert settings.model == str(model)
 
 
-def test_negatives_mean_run_sampling(tmp_path: Path) -> None:
-    run_file = tmp_path / "bm25.run"
-    run_file.write_text("q1 Q0 d1 1 9.0 bm25\n")
-    _, settings, _ = _plan("--negatives", str(run_file))
-    assert settings.sampling == "run"
-    _, settings, _ = _plan()
-    assert settings.sampling == "random"
+# --negatives and run sampling: tests/test_bench_flags.py
 
 
 def test_timing_flags_reach_the_settings() -> None:

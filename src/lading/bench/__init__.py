@@ -176,6 +176,8 @@ def _collection(
         say(f"lading bench: preparing the synthetic collection ({passages:,} passages, cached)")
         corpus, queries, qrels, negatives = default_collection(passages)
         work = cache_dir() / "bench" / f"synth-passages-{passages}" / "stores"
+        if tokenizer is not None:  # the cached stores hold the trained tokenizer's ids
+            work = work.with_name(f"stores-{_file_key(tokenizer)}")
         name = f"lading synth passages {passages}"
     else:
         if queries is None or qrels is None:
@@ -186,3 +188,13 @@ def _collection(
     say(f"lading bench: preparing the stores of {', '.join(options.strategies)} in {work}")
     data = prepare(corpus, queries, qrels, negatives, work, options.strategies, tokenizer)
     return data, name
+
+
+def _file_key(path: str) -> str:
+    """A short key of a tokenizer's bytes: stores of another tokenizer go to another folder."""
+    import hashlib
+
+    file = Path(path)
+    if file.is_dir():
+        file = file / "tokenizer.json"
+    return hashlib.sha256(file.read_bytes()).hexdigest()[:12]

@@ -133,6 +133,14 @@ def _value(cell: dict[str, Any] | None) -> str:
     )
 
 
+def _pinned(cell: dict[str, Any]) -> str:
+    """The pin memory column: a pinned cell that could not run pinned (no CUDA) says so, so no
+    row reads "True" where nothing was pinned."""
+    if cell["pin_memory"] and cell["status"] == "n/a":
+        return "n/a on CPU"
+    return str(cell["pin_memory"])
+
+
 def what_is_timed(results: dict[str, Any]) -> str:
     """What the timed loop includes on this machine: no device copy and no step are claimed
     where there was none (loader mode has no model; a CPU run copies nothing)."""
@@ -293,7 +301,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         for c in variants:
             lines.append(
                 f"| {c['strategy']} | {_includes(c['strategy'])} | {c['workers']} | "
-                f"{c['pin_memory']} | "
+                f"{_pinned(c)} | "
                 f"{c['ramdisk']} | {_value(c)} |"
             )
     lines += ranking_lines(results, cells)

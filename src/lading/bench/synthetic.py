@@ -24,11 +24,15 @@ CUDA_ONLY: frozenset[str] = frozenset({"gpu-resident"})
 
 def unavailable(cell: Cell) -> str | None:
     """Why ``cell`` cannot run on this machine (reported as n/a), or None."""
-    if cell.strategy in CUDA_ONLY:
+    if cell.strategy in CUDA_ONLY or cell.pin_memory:
         import torch
 
-        if not torch.cuda.is_available():
+        if torch.cuda.is_available():
+            return None
+        if cell.strategy in CUDA_ONLY:
             return f"{cell.strategy} needs a CUDA device (tokens held in GPU memory)"
+        # run unpinned, it would be reported as pinned: a "pin memory True" row of nothing
+        return "pinned memory needs a CUDA device: n/a on CPU (nothing would be pinned)"
     return None
 
 

@@ -1,8 +1,9 @@
 """The ``lading`` command: argparse subcommands that call the library and print its answers.
 
 One module per command group holds its commands and parsers: :mod:`lading.cli.stores`,
-:mod:`lading.cli.train`, :mod:`lading.cli.lm`, :mod:`lading.cli.bench`. None imports torch at
-the top, so building the parser (and ``lading lm build``, ``lading repartition``) stays light.
+:mod:`lading.cli.train`, :mod:`lading.cli.lm`, :mod:`lading.cli.bench`,
+:mod:`lading.cli.example`. None imports torch at the top, so building the parser (and ``lading
+lm build``, ``lading repartition``) stays light.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 
 from lading import __version__
 from lading.cli.bench import _add_bench, _default_world_sizes, bench_plan
+from lading.cli.example import add_example
 from lading.cli.lm import _add_lm
 from lading.cli.stores import add_repartition, add_store_commands, add_synth, describe
 from lading.cli.train import _add_run_args, _add_train, add_rerank
@@ -45,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_repartition(sub)
     add_rerank(sub)
     add_synth(sub)
+    add_example(sub)
     _record_flags(parser)
     return parser
 

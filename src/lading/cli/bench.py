@@ -58,7 +58,8 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
 
 
 def check_flags(args: argparse.Namespace) -> None:
-    """Refuse, in one line naming the value, the flags this machine cannot honour."""
+    """Refuse, in one line naming the flag and the fix, the flags this machine cannot honour
+    and the flags that would be ignored."""
     if args.pin_memory:
         import torch
 
@@ -68,31 +69,93 @@ def check_flags(args: argparse.Namespace) -> None:
                 "has none (torch.cuda.is_available() is False): nothing would be pinned. "
                 "Leave --pin-memory out on CPU"
             )
-    if args.model != "tiny" and not _model_exists(args.model):
+    if args.model != "tiny" and model_folder(args.model) is None:
         raise ValueError(
-            f"--model {args.model}: no such folder (nor a model in the Hugging Face cache); "
-            "give a local model folder with config.json, or 'tiny'"
+            f"--model {args.model}: no model folder with config.json there (nor a model of "
+            "that id in the local Hugging Face cache; the bench never downloads); give a local "
+            "model folder with config.json, or 'tiny'"
         )
     for flag in ("corpus", "queries", "qrels", "negatives", "tokenizer"):
         value = getattr(args, flag)
         if value and not Path(value).exists():
             raise FileNotFoundError(f"--{flag} {value}: no such file or folder")
+    if not args.corpus:
+        # the synthetic collection brings its own queries, judgements and run: these would be
+        # silently replaced by them
+        for flag in ("queries", "qrels", "negatives"):
+            if getattr(args, flag):
+                raise ValueError(
+                    f"--{flag} {getattr(args, flag)} given without --corpus: the default "
+                    "synthetic collection has its own queries, qrels and run (its negatives "
+                    f"come from that run); give --corpus (with --queries and --qrels) to use "
+                    f"yours, or leave --{flag} out"
+                )
+    elif not (args.queries and args.qrels):
+        raise ValueError(
+            f"--corpus {args.corpus} needs --queries and --qrels too (the training groups "
+            "pair judged queries with documents); --negatives is optional"
+        )
     if (args.seconds is not None and args.seconds < 0) or (
         args.repeats is not None and args.repeats < 1
     ):
         raise ValueError("--seconds must be >= 0 and --repeats >= 1")
+    tokenizer = bench_tokenizer(args)  # a model without one is refused now, not after stores
+    if tokenizer is not None and args.model != "tiny":
+        check_vocabulary(tokenizer, args.model)
 
 
-def _model_exists(model: str) -> bool:
-    """A local folder, or a model id already in the Hugging Face cache (the bench is offline)."""
-    if Path(model).exists():
-        return True
+def check_vocabulary(tokenizer: str, model: str) -> None:
+    """Refuse a tokenizer whose ids pass the model's embedding (every train cell would fail
+    with an IndexError inside the model)."""
+    import json
+
+    from lading.tokens import load_tokenizer
+
+    folder = model_folder(model)
+    assert folder is not None  # checked by check_flags
+    rows = json.loads((folder / "config.json").read_text()).get("vocab_size")
+    if not isinstance(rows, int):  # a config without one: nothing to compare with
+        return
+    entries = load_tokenizer(tokenizer).get_vocab_size()
+    if entries > rows:
+        raise ValueError(
+            f"--tokenizer {tokenizer} has {entries:,} entries and --model {model} embeds "
+            f"{rows:,} (config.json vocab_size): ids past it would fail every train cell; "
+            "give the model's own tokenizer (leave --tokenizer out to use its tokenizer.json)"
+        )
+
+
+def model_folder(model: str) -> Path | None:
+    """The folder of ``model``: a local folder with ``config.json``, or the snapshot of a model
+    id already in the Hugging Face cache (looked up locally only: the bench is offline)."""
+    path = Path(model)
+    if path.exists():
+        return path if (path / "config.json").is_file() else None
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        return isinstance(try_to_load_from_cache(model, "config.json"), str)
+        config = try_to_load_from_cache(model, "config.json")
     except Exception:  # not installed, or not a valid repo id: not there
-        return False
+        return None
+    return Path(config).parent if isinstance(config, str) else None
+
+
+def bench_tokenizer(args: argparse.Namespace) -> str | None:
+    """The tokenizer the stores are built with: ``--tokenizer``, else ``--model``'s own
+    ``tokenizer.json`` (token ids the model's embedding knows), else None (one is trained on
+    the corpus, for ``--model tiny``)."""
+    if args.tokenizer:
+        return str(args.tokenizer)
+    if args.model == "tiny":
+        return None
+    folder = model_folder(args.model)
+    if folder is None or not (folder / "tokenizer.json").is_file():
+        raise ValueError(
+            f"--model {args.model} has no tokenizer.json beside its config.json: the stores "
+            "must hold the model's token ids; give its tokenizer with --tokenizer PATH "
+            "(a tokenizer.json, e.g. saved with AutoTokenizer(...).backend_tokenizer.save)"
+        )
+    return str(folder / "tokenizer.json")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -110,7 +173,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         for k in ("corpus", "queries", "qrels", "negatives")
     }
     run_bench(
-        options, settings, Path(args.out), passages=passages, tokenizer=args.tokenizer, **paths
+        options,
+        settings,
+        Path(args.out),
+        passages=passages,
+        tokenizer=bench_tokenizer(args),
+        **paths,
     )
     print(f"results in {args.out} (results.json, report.md, *.png)")
     return 0
@@ -140,12 +208,12 @@ def _add_bench(sub: Any) -> None:
         "--full", action="store_true", help="the study's full grid (30 cells x 3 repeats)"
     )
     p.add_argument("--corpus", help="a corpus file (default: a synthetic one, cached)")
-    p.add_argument("--queries")
-    p.add_argument("--qrels")
+    p.add_argument("--queries", help="with --corpus: queries (TSV)")
+    p.add_argument("--qrels", help="with --corpus: judgements (TREC qrels)")
     p.add_argument(
         "--negatives",
-        help="a run (TREC) whose top documents are the negatives: sampling 'run' (without it, "
-        "negatives are drawn at random)",
+        help="with --corpus: a run (TREC) whose top documents are the negatives: sampling "
+        "'run' (without it, negatives of --corpus are drawn at random)",
     )
     p.add_argument("--passages", type=int, help="size of the default corpus (20000; --full 100000)")
     p.add_argument(
@@ -171,9 +239,15 @@ def _add_bench(sub: Any) -> None:
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument(
-        "--model", default="tiny", help="'tiny', or a local HF model folder (train mode)"
+        "--model",
+        default="tiny",
+        help="'tiny', or a local HF model folder (or a model id in the local Hugging Face "
+        "cache) with its tokenizer.json; trained in train mode",
     )
-    p.add_argument("--tokenizer", help="the model's tokenizer (default: trained on the corpus)")
+    p.add_argument(
+        "--tokenizer",
+        help="a tokenizer.json (default: --model's own; with 'tiny', trained on the corpus)",
+    )
     p.add_argument("--memory-budget", help="e.g. 8G (default: the machine's available RAM)")
     p.add_argument("--out", default="bench-out", help="folder for results")
     p.set_defaults(func=_cmd_bench)

@@ -1,0 +1,202 @@
+"""``lading bench`` flags mean what they say, or are refused naming the flag and the fix.
+
+Refusals happen when the grid is planned (:func:`lading.cli.bench_plan`), before any data is
+made or any process started: the tests call the planner, never the grid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+torch = pytest.importorskip("torch")
+CPU_ONLY = not torch.cuda.is_available()
+
+
+def plan(*flags: str) -> object:
+    from lading.cli import bench_plan, build_parser
+
+    return bench_plan(build_parser().parse_args(["bench", *flags]))
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from lading.synth import synth
+
+    folder = tmp_path_factory.mktemp("synth")
+    synth("passages", 200, folder, queries=10)
+    return folder
+
+
+def corpus_flags(folder: Path) -> list[str]:
+    return [
+        "--corpus",
+        str(folder / "collection.tsv"),
+        "--queries",
+        str(folder / "queries.tsv"),
+        "--qrels",
+        str(folder / "qrels.txt"),
+    ]
+
+
+@pytest.mark.skipif(not CPU_ONLY, reason="a CUDA device is present: --pin-memory is honoured")
+def test_pin_memory_is_refused_without_cuda() -> None:
+    with pytest.raises(ValueError, match=r"--pin-memory.*Leave --pin-memory out"):
+        plan("--pin-memory")
+
+
+@pytest.mark.skipif(not CPU_ONLY, reason="a CUDA device is present: pinning happens")
+def test_a_pinned_cell_is_na_on_cpu_not_a_pin_memory_true_row() -> None:
+    """Through the library (no CLI check) a pinned cell on a CPU is n/a, never run unpinned
+    and reported as pinned."""
+    from lading.bench import Cell
+    from lading.bench.report import _pinned, _value
+    from lading.bench.synthetic import unavailable
+
+    why = unavailable(Cell("packed", 1, "loader", pin_memory=True))
+    assert why is not None and "CUDA" in why
+    assert unavailable(Cell("packed", 1, "loader")) is None
+    record = {"pin_memory": True, "status": "n/a", "reason": why, "memory": {}}
+    assert _value(record) == "n/a"
+    assert _pinned(record) == "n/a on CPU"  # the report's pin memory column
+
+
+@pytest.mark.parametrize("mode", ["loader", "train"])
+def test_a_missing_model_is_refused_in_every_mode(mode: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"--model .*nowhere.*local model folder"):
+        plan("--modes", mode, "--model", str(tmp_path / "nowhere"))
+
+
+def test_a_folder_that_is_not_a_model_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(ValueError, match=r"--model .*notes.*config\.json"):
+        plan("--model", str(tmp_path / "notes"))
+
+
+def _plan_in_subprocess(flags: list[str], cache: Path) -> subprocess.CompletedProcess[str]:
+    """``bench_plan`` in a fresh interpreter whose Hugging Face cache is ``cache``, offline."""
+    code = (
+        "import sys; from lading.cli import bench_plan, build_parser; "
+        "bench_plan(build_parser().parse_args(['bench', *sys.argv[1:]])); print('planned')"
+    )
+    env = {
+        **os.environ,
+        "HF_HUB_CACHE": str(cache),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO / "src"),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", code, *flags], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_hub_id_is_looked_up_in_the_local_cache_only(tmp_path: Path) -> None:
+    snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot / "tokenizer.json").write_text("{}")
+    (tmp_path / "hub" / "models--org--tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--tiny" / "refs" / "main").write_text("0" * 40)
+    found = _plan_in_subprocess(["--model", "org/tiny"], tmp_path / "hub")
+    assert found.returncode == 0, found.stderr[-2000:]
+    absent = _plan_in_subprocess(["--model", "org/absent"], tmp_path / "hub")
+    assert absent.returncode != 0
+    assert "--model org/absent" in absent.stderr and "Hugging Face cache" in absent.stderr
+
+
+@pytest.mark.parametrize("flag", ["--queries", "--qrels", "--negatives"])
+def test_inputs_of_a_corpus_are_refused_without_one(flag: str, collection: Path) -> None:
+    """Without --corpus the synthetic collection brings its own queries, qrels and run: a
+    --queries/--qrels/--negatives given alone was silently replaced by them."""
+    name = {"--queries": "queries.tsv", "--qrels": "qrels.txt", "--negatives": "run.trec"}[flag]
+    with pytest.raises(ValueError, match=rf"{flag} .*without --corpus.*give --corpus"):
+        plan(flag, str(collection / name))
+
+
+def test_a_corpus_without_queries_is_refused_when_planned(collection: Path) -> None:
+    with pytest.raises(ValueError, match=r"--corpus.*--queries and --qrels"):
+        plan("--corpus", str(collection / "collection.tsv"))
+
+
+def test_negatives_mean_run_sampling(collection: Path) -> None:
+    _, settings, _ = plan(*corpus_flags(collection), "--negatives", str(collection / "run.trec"))
+    assert settings.sampling == "run"  # type: ignore[attr-defined]
+    _, settings, _ = plan(*corpus_flags(collection))
+    assert settings.sampling == "random"  # type: ignore[attr-defined]
+
+
+def _tiny_model(folder: Path, collection: Path, vocab_size: int = 300) -> Path:
+    """A tiny BERT folder with its own tokenizer.json (a vocabulary far below the 8,000 the
+    bench trains when it has no tokenizer)."""
+    from transformers import BertModel
+
+    from lading.ir.model import tiny_bert_config
+    from lading.tokens import save_tokenizer, train_tokenizer
+
+    texts = [line.split("\t", 1)[1] for line in (collection / "collection.tsv").open()]
+    tok = train_tokenizer(texts, "wordpiece", vocab_size)
+    save_tokenizer(tok, folder / "tokenizer.json")
+    BertModel(tiny_bert_config(tok.get_vocab_size(), max_position=128)).save_pretrained(folder)
+    return folder
+
+
+def test_the_model_brings_its_tokenizer(collection: Path, tmp_path: Path) -> None:
+    from lading.cli import build_parser
+    from lading.cli.bench import bench_tokenizer
+
+    model = _tiny_model(tmp_path / "tiny-bert", collection)
+    args = build_parser().parse_args(["bench", *corpus_flags(collection), "--model", str(model)])
+    assert bench_tokenizer(args) == str(model / "tokenizer.json")
+    given = str(tmp_path / "tiny-bert")
+    args = build_parser().parse_args(
+        ["bench", *corpus_flags(collection), "--model", str(model), "--tokenizer", given]
+    )
+    assert bench_tokenizer(args) == given  # --tokenizer wins
+    assert bench_tokenizer(build_parser().parse_args(["bench"])) is None  # trained on the corpus
+
+
+def test_a_model_without_a_tokenizer_is_refused(collection: Path, tmp_path: Path) -> None:
+    model = _tiny_model(tmp_path / "tiny-bert", collection)
+    (model / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match=r"--model .*tokenizer\.json.*--tokenizer"):
+        plan(*corpus_flags(collection), "--model", str(model))
+
+
+def test_a_tokenizer_larger_than_the_model_is_refused(collection: Path, tmp_path: Path) -> None:
+    """Ids past the model's embedding would fail every train cell with an IndexError."""
+    from lading.tokens import save_tokenizer, train_tokenizer
+
+    model = _tiny_model(tmp_path / "tiny-bert", collection, vocab_size=200)
+    texts = [line.split("\t", 1)[1] for line in (collection / "collection.tsv").open()]
+    big = save_tokenizer(train_tokenizer(texts, "wordpiece", 1000), tmp_path / "big.json")
+    with pytest.raises(ValueError, match=r"--tokenizer .*big\.json.*entries.*--model"):
+        plan(*corpus_flags(collection), "--model", str(model), "--tokenizer", str(big))
+
+
+@pytest.mark.slow
+def test_a_train_cell_with_a_model_runs_on_its_tokenizer(collection: Path, tmp_path: Path) -> None:
+    """End to end: the old bench trained an 8,000-entry tokenizer for a 300-entry model and the
+    cell failed (index out of range in the embedding)."""
+    model = _tiny_model(tmp_path / "tiny-bert", collection)
+    out = tmp_path / "out"
+    flags = [*corpus_flags(collection), "--model", str(model), "--modes", "train"]
+    flags += ["--strategies", "packed", "--world-sizes", "1", "--seconds", "0", "--repeats", "1"]
+    flags += ["--steps", "2", "--warmup", "1", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "lading", "bench", *flags],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    cells = json.loads((out / "results.json").read_text())["cells"]
+    assert [c["status"] for c in cells] == ["ok"], [c.get("reason") for c in cells]
