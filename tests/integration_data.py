@@ -65,6 +65,6 @@ def adi(data_dir: Path, tmp: Path) -> Collection:
 
 def hf_tokenizer_dir(tokenizer: Path, out: Path) -> Path:
     """A local HF tokenizer folder (what sentence-transformers loads) from a tokenizer.json."""
-    from lading.examples import hf_tokenizer_folder
+    from lading.bench.examples import hf_tokenizer_folder
 
     return hf_tokenizer_folder(tokenizer, out)

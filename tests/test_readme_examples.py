@@ -17,6 +17,8 @@ import pytest
 from readme_blocks import blocks, commands, run_block
 from test_readme_integrations import FRAMEWORK_BLOCKS
 
+pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+
 NOT_RUN = {
     "lading #1": "installs packages and runs the bench and the whole suite: what .ci/run does "
     "in a new virtual environment",

@@ -109,7 +109,7 @@ def check_vocabulary(tokenizer: str, model: str) -> None:
     with an IndexError inside the model)."""
     import json
 
-    from lading.tokens import load_tokenizer
+    from lading.stores.tokens import load_tokenizer
 
     folder = model_folder(model)
     assert folder is not None  # checked by check_flags

@@ -1,4 +1,4 @@
-"""``lading example DIR``: README's example inputs, made offline (:mod:`lading.examples`)."""
+"""``lading example DIR``: README's example inputs, made offline (:mod:`lading.bench.examples`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 
 def _cmd_example(args: argparse.Namespace) -> int:
-    from lading.examples import describe, make_example
+    from lading.bench.examples import describe, make_example
 
     made = make_example(args.dir, passages=args.passages, queries=args.queries, seed=args.seed)
     print(describe(made))

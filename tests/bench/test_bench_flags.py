@@ -28,7 +28,7 @@ def plan(*flags: str) -> object:
 
 @pytest.fixture(scope="module")
 def collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from lading.synth import synth
+    from lading.bench.synth import synth
 
     folder = tmp_path_factory.mktemp("synth")
     synth("passages", 200, folder, queries=10)
@@ -138,7 +138,7 @@ def _tiny_model(folder: Path, collection: Path, vocab_size: int = 300) -> Path:
     from transformers import BertModel
 
     from lading.ir.model import tiny_bert_config
-    from lading.tokens import save_tokenizer, train_tokenizer
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
 
     texts = [line.split("\t", 1)[1] for line in (collection / "collection.tsv").open()]
     tok = train_tokenizer(texts, "wordpiece", vocab_size)
@@ -171,7 +171,7 @@ def test_a_model_without_a_tokenizer_is_refused(collection: Path, tmp_path: Path
 
 def test_a_tokenizer_larger_than_the_model_is_refused(collection: Path, tmp_path: Path) -> None:
     """Ids past the model's embedding would fail every train cell with an IndexError."""
-    from lading.tokens import save_tokenizer, train_tokenizer
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
 
     model = _tiny_model(tmp_path / "tiny-bert", collection, vocab_size=200)
     texts = [line.split("\t", 1)[1] for line in (collection / "collection.tsv").open()]

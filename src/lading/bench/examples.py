@@ -3,7 +3,7 @@
 A fresh clone has no MS MARCO, no model and no network; README's examples still run as written
 in a folder this module fills, under the names README uses:
 
-- ``collection.tsv`` and ``docs.tsv`` (``id<TAB>text``: :func:`lading.synth.synth` passages,
+- ``collection.tsv`` and ``docs.tsv`` (``id<TAB>text``: :func:`lading.bench.synth.synth` passages,
   integer ids ``0``..``n-1``), ``docs.jsonl`` (``{"doc_id", "title", "text"}``, the same
   documents), ``queries.tsv``, ``qrels.txt`` and ``bm25.run`` (synth's term-overlap run);
 - ``tokenizer.json`` (WordPiece trained here on the documents and queries), ``bert-tokenizer/``
@@ -29,7 +29,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lading.synth import synth
+from lading.bench.synth import synth
 
 SESSION_DAYS: tuple[int, ...] = (178, 179, 180, 181, 182)
 SESSION_ITEMS = 2_000  # item ids 1..1999 (0 pads), well inside README's 60,000-row embedding
@@ -82,7 +82,7 @@ def _docs_jsonl(corpus: Path, path: Path) -> Path:
 
 
 def _wordpiece(corpus: Path, queries: Path, path: Path) -> Path:
-    from lading.tokens import save_tokenizer, train_tokenizer
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
 
     texts = [text for _, text in _records(corpus)] + [text for _, text in _records(queries)]
     return save_tokenizer(train_tokenizer(texts, "wordpiece", _WORDPIECE_VOCAB), path)
@@ -112,7 +112,7 @@ def _hf_folders(tokenizer: Path, folder: Path) -> dict[str, Path]:
     from transformers import BertModel
 
     from lading.ir.model import tiny_bert_config
-    from lading.tokens import load_tokenizer
+    from lading.stores.tokens import load_tokenizer
 
     bert_tokenizer = hf_tokenizer_folder(tokenizer, folder / "bert-tokenizer")
     tiny = hf_tokenizer_folder(tokenizer, folder / "tiny-bert")
@@ -126,7 +126,8 @@ def _language_model(docs: Path, folder: Path) -> dict[str, Path]:
     """``wiki.jsonl`` (WikiExtractor ``--json`` fields), its BPE tokenizer and token corpus:
     what README's LM commands make, made already so the LM python examples run alone."""
     from lading.lm.corpus import TokenCorpus
-    from lading.lm.tokenizer import train_tokenizer
+    from lading.lm.texts import iter_texts
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
 
     wiki = folder / "wiki.jsonl"
     with open(docs, encoding="utf-8") as src, open(wiki, "w", encoding="utf-8") as f:
@@ -134,7 +135,9 @@ def _language_model(docs: Path, folder: Path) -> dict[str, Path]:
             doc = json.loads(line)
             record = {"id": doc["doc_id"], "url": "", "title": doc["title"], "text": doc["text"]}
             f.write(json.dumps(record) + "\n")
-    tok = train_tokenizer(wiki, folder / "wiki" / "tokenizer.json", vocab_size=_LM_VOCAB)
+    tok = save_tokenizer(
+        train_tokenizer(iter_texts(wiki), "bpe", _LM_VOCAB), folder / "wiki" / "tokenizer.json"
+    )
     corpus = TokenCorpus.build(wiki, folder / "wiki" / "corpus", tok, progress=False)
     # a second corpus to mix with (README's TokenMixture): small Python functions, in the same
     # byte-level tokenizer (no unknown tokens), documents split at blank lines
