@@ -20,8 +20,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from lading.loading import state as loader_state
-from lading.loading.source import PositionSource
+from lading.loading.source import PositionSource, restore, state_of
 from lading.loading.state import Cursor
 
 
@@ -117,16 +116,7 @@ class ResumableLoader:
 
     def state_dict(self, at: Cursor | None = None) -> dict[str, Any]:
         """The one loader state (:mod:`lading.loading.state`), now or as of ``at``."""
-        source = self.source
-        now = source.cursor
-        if at is not None:
-            source.cursor = at
-        try:
-            return loader_state.state_dict(
-                source.kind, source.cursor, source.layout(), source.fingerprint(), source.consumed()
-            )
-        finally:
-            source.cursor = now
+        return state_of(self.source, at)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: bitwise with the saved layout, elastically with another.
@@ -135,9 +125,7 @@ class ResumableLoader:
             LoaderStateError: the state belongs to other data, another seed or order.
         """
         source = self.source
-        source.cursor = loader_state.restore(
-            state, source.kind, source.layout(), source.fingerprint(), source.unread
-        )
+        restore(source, state)
         set_epoch = getattr(self.loader.dataset, "set_epoch", None)
         if callable(set_epoch) and self.loader.dataset is not self.source:
             set_epoch(source.cursor.epoch)

@@ -17,20 +17,11 @@ from lading.loading.runs import Runs
 from lading.loading.state import Cursor
 
 
-class PositionSource(Protocol):
-    """The planning side of a loader (map-style samples, LM streams, parquet rows)."""
+class Positioned(Protocol):
+    """What the one loader state is made of: a cursor and what fixes its meaning."""
 
     kind: str
     cursor: Cursor
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` from its first batch."""
-
-    def batches(self) -> int:
-        """Batches this rank yields in the current segment (the same on every rank)."""
-
-    def keys(self) -> Iterator[Any]:
-        """Keys of this rank's items from the cursor on: ``dataset[key]`` builds each one."""
 
     def layout(self) -> dict[str, Any]:
         """What fixes who reads what: world size, readers per rank, batch size, …"""
@@ -43,6 +34,45 @@ class PositionSource(Protocol):
 
     def consumed(self) -> int:
         """Positions read so far this segment, over all ranks."""
+
+
+class PositionSource(Positioned, Protocol):
+    """The planning side of a loader (map-style samples, LM streams, parquet rows)."""
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its first batch."""
+
+    def batches(self) -> int:
+        """Batches this rank yields in the current segment (the same on every rank)."""
+
+    def keys(self) -> Iterator[Any]:
+        """Keys of this rank's items from the cursor on: ``dataset[key]`` builds each one."""
+
+
+def state_of(source: Positioned, at: Cursor | None = None) -> dict[str, Any]:
+    """The one loader state (:mod:`lading.loading.state`) of ``source``, now or as of ``at``
+    (a cursor taken earlier: what a prefetcher reports for the batches its caller has)."""
+    now = source.cursor
+    if at is not None:
+        source.cursor = at
+    try:
+        return loader_state.state_dict(
+            source.kind, source.cursor, source.layout(), source.fingerprint(), source.consumed()
+        )
+    finally:
+        source.cursor = now
+
+
+def restore(source: Positioned, state: dict[str, Any]) -> None:
+    """Move ``source`` to ``state``: bitwise with the saved layout, elastically with another
+    (what the saved layout left unread is planned over this one's readers).
+
+    Raises:
+        LoaderStateError: the state belongs to other data, another seed or order.
+    """
+    source.cursor = loader_state.restore(
+        state, source.kind, source.layout(), source.fingerprint(), source.unread
+    )
 
 
 class StatefulSource:
@@ -77,15 +107,7 @@ class StatefulSource:
 
     def state_dict(self, at: Cursor | None = None) -> dict[str, Any]:
         """The one loader state (:mod:`lading.loading.state`), now or as of ``at``."""
-        now = self.cursor
-        if at is not None:
-            self.cursor = at
-        try:
-            return loader_state.state_dict(
-                self.kind, self.cursor, self.layout(), self.fingerprint(), self.consumed()
-            )
-        finally:
-            self.cursor = now
+        return state_of(self, at)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``: bitwise with the saved layout, elastically with another
@@ -94,7 +116,5 @@ class StatefulSource:
         Raises:
             LoaderStateError: the state belongs to other data, another seed or order.
         """
-        self.cursor = loader_state.restore(
-            state, self.kind, self.layout(), self.fingerprint(), self.unread
-        )
+        restore(self, state)
         self._cursor_moved()

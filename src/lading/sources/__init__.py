@@ -15,36 +15,40 @@ Imports nothing of lading's but :mod:`lading.errors`; the stores are built on to
 
 from __future__ import annotations
 
-from lading.sources.fingerprint import fingerprint, fingerprint_changed
-from lading.sources.reader import (
+from lading.sources.chunks import (
     COMPRESSED_SUFFIXES,
-    FILE_FORMATS,
-    FORMATS,
+    Chunk,
+    chunk_lines,
+    chunk_trec,
+    is_compressed,
+    open_binary,
+)
+from lading.sources.fingerprint import fingerprint, fingerprint_changed
+from lading.sources.parsers import (
     JSON_ID_FIELDS,
     JSON_TEXT_FIELDS,
-    ON_ERROR_MODES,
-    Chunk,
-    FileFormat,
-    OnError,
     ParseOptions,
     Parser,
     Record,
     RecordError,
-    SourceReader,
-    beir_corpus_file,
     check_id,
-    check_source_shape,
-    chunk_lines,
-    chunk_trec,
-    detect_format,
-    import_ir_datasets,
-    irds_record,
-    is_compressed,
     json_object,
     make_jsonl_parser,
     make_trec_parser,
     make_tsv_parser,
-    open_binary,
+)
+from lading.sources.reader import (
+    FILE_FORMATS,
+    FORMATS,
+    ON_ERROR_MODES,
+    FileFormat,
+    OnError,
+    SourceReader,
+    beir_corpus_file,
+    check_source_shape,
+    detect_format,
+    import_ir_datasets,
+    irds_record,
     read_records,
 )
 from lading.sources.stream import RecordStream

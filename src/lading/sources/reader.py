@@ -39,19 +39,14 @@ from lading.sources.chunks import (
     _reading,
     chunk_lines,
     chunk_trec,
-    is_compressed,
     open_binary,
 )
-from lading.sources.fingerprint import fingerprint, fingerprint_changed
+from lading.sources.fingerprint import fingerprint
 from lading.sources.parsers import (
-    JSON_ID_FIELDS,
-    JSON_TEXT_FIELDS,
     ParseOptions,
     Parser,
     Record,
     RecordError,
-    check_id,
-    json_object,
     make_jsonl_parser,
     make_trec_parser,
     make_tsv_parser,
@@ -59,37 +54,18 @@ from lading.sources.parsers import (
 from lading.sources.tables import iter_table
 from lading.sources.tsv_blocks import TsvBlock, records_block, scanned_blocks
 
-# The public names, including those defined in lading.sources.parsers and lading.sources.chunks.
 __all__ = [
-    "COMPRESSED_SUFFIXES",
     "FILE_FORMATS",
     "FORMATS",
-    "JSON_ID_FIELDS",
-    "JSON_TEXT_FIELDS",
     "ON_ERROR_MODES",
-    "Chunk",
     "FileFormat",
     "OnError",
-    "ParseOptions",
-    "Parser",
-    "Record",
-    "RecordError",
     "SourceReader",
     "beir_corpus_file",
-    "check_id",
-    "chunk_lines",
-    "chunk_trec",
+    "check_source_shape",
     "detect_format",
-    "fingerprint",
-    "fingerprint_changed",
     "import_ir_datasets",
     "irds_record",
-    "is_compressed",
-    "json_object",
-    "make_jsonl_parser",
-    "make_trec_parser",
-    "make_tsv_parser",
-    "open_binary",
     "read_records",
 ]
 
