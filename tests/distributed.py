@@ -94,10 +94,11 @@ def run_processes(
 
 
 def run_cli(
-    args: list[str], torchrun: int = 0, timeout: float = 600
+    args: list[str], torchrun: int = 0, timeout: float = 600, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m lading ARGS`` (under torchrun with ``torchrun`` processes); fails the test
-    with the command's stderr when it fails."""
+    """``python -m lading ARGS`` (under torchrun with ``torchrun`` processes, with ``env``
+    added to this process's environment); fails the test with the command's stderr when it
+    fails."""
     launcher = [sys.executable, "-m", "lading"]
     if torchrun:
         launcher = [
@@ -111,6 +112,12 @@ def run_cli(
             "-m",
             "lading",
         ]
-    done = subprocess.run(launcher + args, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        launcher + args,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return done
