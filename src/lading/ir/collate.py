@@ -204,9 +204,7 @@ class CrossEncoderCollator:
                 layouts.LENGTHS: torch.from_numpy(lengths.astype(np.int32)),
                 layouts.SEGMENT_STARTS: torch.from_numpy((q_len + 2).astype(np.int32)),
             }
-        attention, token_type = layouts.masks(
-            width, torch.from_numpy(lengths), torch.from_numpy(q_len + 2)
-        )
+        attention, token_type = layouts.masks(width, lengths, q_len + 2)
         return {
             "input_ids": torch.from_numpy(input_ids),
             "attention_mask": attention,

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 from lading.device import ResidentTokens, to, widen
@@ -48,14 +50,28 @@ def layout(batch: Mapping[str, Any]) -> str:
 
 
 def masks(
-    width: int, lengths: torch.Tensor, starts: torch.Tensor
+    width: int,
+    lengths: torch.Tensor | npt.NDArray[np.int64],
+    starts: torch.Tensor | npt.NDArray[np.int64],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(attention mask, token types) of rows of ``lengths`` whose second segment starts at
-    ``starts``, both int64 ``[rows, width]`` on the lengths' device."""
-    cols = torch.arange(width, device=lengths.device)
-    attention = cols < lengths[:, None]
-    token_type = (cols >= starts[:, None]) & attention
-    return attention.to(torch.int64), token_type.to(torch.int64)
+    ``starts``, both int64 ``[rows, width]``: on the lengths' device for tensors (widened
+    there), built in numpy for host arrays (the collator's: torch spreads these small
+    operations over its threads, which cost 17x a batch on a loaded 2-core machine,
+    benchmarks/REFACTOR.md)."""
+    if isinstance(lengths, np.ndarray):
+        cols = np.arange(width)
+        attention = cols < lengths[:, None]
+        token_type = (cols >= np.asarray(starts)[:, None]) & attention
+        return (
+            torch.from_numpy(attention.astype(np.int64)),
+            torch.from_numpy(token_type.astype(np.int64)),
+        )
+    assert isinstance(starts, torch.Tensor)
+    positions = torch.arange(width, device=lengths.device)
+    on_device = positions < lengths[:, None]
+    types = (positions >= starts[:, None]) & on_device
+    return on_device.to(torch.int64), types.to(torch.int64)
 
 
 def expand(batch: Mapping[str, Any], device: torch.device | str) -> dict[str, Any]:

@@ -4,7 +4,7 @@ batch of it, which is all a DataLoader worker needs to build that batch."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from lading.errors import EmptyEpochError
@@ -38,6 +38,10 @@ class LMSegment:
     windows: WindowSource | None  # "windows" and "packed" modes
     n: int  # positions of the epoch: tokens of the cyclic stream ("streams") or windows
     seqs: list[int]  # "streams": the length of each batch
+    batches: int = field(init=False)  # the core's, as a field: read once per batch
+
+    def __post_init__(self) -> None:
+        self.batches = self.core.batches
 
     @property
     def base(self) -> Runs:
@@ -46,10 +50,6 @@ class LMSegment:
     @property
     def plan(self) -> Plan:
         return self.core.plan
-
-    @property
-    def batches(self) -> int:
-        return self.core.batches
 
     def offset(self, batch: int) -> int:
         """Stream position, within every stream, where ``batch`` starts ("streams")."""
