@@ -10,6 +10,9 @@ Quick start::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from lading._lazy import lazy_attributes
 from lading._version import __version__
 from lading.disk.stage import stage
 from lading.errors import (
@@ -35,19 +38,16 @@ from lading.stores import (
 )
 from lading.world import World
 
+if TYPE_CHECKING:  # what the names below are, for a user's type checker
+    from lading.device import DevicePrefetcher
+    from lading.loading.map_source import loader
 
-def __getattr__(name: str) -> object:
-    """``lading.loader`` and ``lading.DevicePrefetcher``: imported on first use, so
-    ``import lading`` does not import torch."""
-    if name == "loader":
-        from lading.loading.map_source import loader
-
-        return loader
-    if name == "DevicePrefetcher":
-        from lading.device import DevicePrefetcher
-
-        return DevicePrefetcher
-    raise AttributeError(f"module 'lading' has no attribute {name!r}")
+# ``lading.loader`` and ``lading.DevicePrefetcher``: imported on first use, so ``import lading``
+# does not import torch
+__getattr__ = lazy_attributes(
+    __name__,
+    {"loader": "lading.loading.map_source", "DevicePrefetcher": "lading.device"},
+)
 
 
 __all__ = [

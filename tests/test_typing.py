@@ -1,0 +1,47 @@
+"""A user's type checker sees lading's real signatures, lazily imported names included.
+
+``lading.loader`` and ``lading.DevicePrefetcher`` are imported on first use (so ``import
+lading`` does not import torch); typed as the module ``__getattr__``'s ``object`` they made every
+``lading.loader(...)`` call in a user's code a mypy error ("object" not callable).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e  # mypy in a subprocess: seconds
+
+USER_CODE = """
+import lading
+from lading.lm import LanguageModelLoader
+from lading.tabular import PartitionedParquet
+
+data = lading.loader(list(range(10)), 2, shuffle=False)
+first: int = len(data)
+state: dict = data.state_dict()
+ahead = lading.DevicePrefetcher(data, "cpu", depth=2)
+store = lading.open_store("store")
+text: str = store["7"]
+lm: type = LanguageModelLoader
+parquet: type = PartitionedParquet
+lading.loader(list(range(10)), batch_size="two")  # wrong on purpose: must be reported
+"""
+
+
+def test_mypy_sees_the_lazy_names_with_their_signatures(tmp_path: Path) -> None:
+    pytest.importorskip("mypy")
+    script = tmp_path / "user.py"
+    script.write_text(USER_CODE)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--ignore-missing-imports", str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    errors = [line for line in done.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1, done.stdout  # only the wrong call, nothing about lazy names
+    assert 'Argument "batch_size" to "loader"' in errors[0], errors[0]
