@@ -114,7 +114,9 @@ def overhead(groups: TrainingGroups, store: Any, tok: Path, repeats: int) -> dic
     }
     out: dict[str, Any] = {}
     for name, make in (("ir", ir_loader), ("trivial", trivial_loader)):
-        times = {way: [] for way in ways}  # interleaved: machine noise hits all alike
+        times: dict[str, list[float]] = {
+            way: [] for way in ways
+        }  # interleaved: machine noise hits all alike
         for _ in range(repeats):
             for way, wrap in ways.items():
                 times[way].append(timed(make, wrap))

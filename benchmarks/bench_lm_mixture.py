@@ -25,6 +25,7 @@ import numpy as np
 
 from common import HERE, write_section
 from lading.lm import LanguageModelLoader, TokenCorpus, TokenMixture
+from lading.lm.windows import MixedWindows
 from lading.world import World
 
 BATCH, SEQ, WEIGHTS = 16, 1024, (0.5, 0.3, 0.2)
@@ -70,6 +71,7 @@ def evenness(corpora: list[TokenCorpus], windows: int, run: int = 16, seeds: int
         mix = TokenMixture(dict(zip(corpora, WEIGHTS)), windows=windows)
         loader = LanguageModelLoader(mix, 1, 64, mode="windows", world=World(), seed=seed)
         source = loader._windows.of_epoch(0)
+        assert isinstance(source, MixedWindows)
         order = [source.locate(int(p))[0] for p in epoch_positions(loader)]
         labels = np.array(order)
         shuffled = np.random.default_rng(seed).permutation(labels)

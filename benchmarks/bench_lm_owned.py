@@ -41,8 +41,9 @@ def child(corpus_path: str, mode: str) -> None:
         TokenCorpus.open(corpus_path), BATCH, BPTT, mode=mode, world=World(), seed=1
     )
     started, tokens = time.perf_counter(), 0
-    for x, _ in loader:
-        tokens += x.numel()
+    for batch in loader:
+        assert isinstance(batch, tuple)  # (x, y): streams and windows without boundaries
+        tokens += batch[0].numel()
     print(json.dumps(tokens / (time.perf_counter() - started)))
 
 

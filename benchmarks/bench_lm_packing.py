@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from common import HERE, add_write_flag, data_dir, first, write_section
-from lading.lm import LanguageModelLoader, TokenCorpus
+from lading.lm import DocumentBatch, LanguageModelLoader, TokenCorpus
 from lading.stores.tokens import save_tokenizer, train_tokenizer
 from lading.world import World
 
@@ -52,7 +52,7 @@ def epoch(corpus: TokenCorpus, mode: str, boundaries: bool, seq: int) -> dict[st
     setup = time.perf_counter() - started
     slots = real = 0
     for batch in data:
-        if boundaries:
+        if isinstance(batch, DocumentBatch):
             slots += batch.input_ids.numel()
             real += int(batch.document_ids.ge(0).sum())
         else:

@@ -39,8 +39,8 @@ def cells_of(results: dict[str, Any]) -> dict[Key, dict[str, Any]]:
     }
 
 
-def named_medians(results: dict[str, Any]) -> dict[tuple[str, str], float]:
-    """(scope, name) -> median samples/s, named as the rankings name them."""
+def named_medians(results: dict[str, Any]) -> dict[tuple[str, str, str], float]:
+    """(key, scope, name) -> median samples/s, named as the rankings name them."""
     out = {}
     for r in report_rankings(results, list(cells_of(results).values())):
         out[(r.key, r.scope, r.first)] = r.first_spread.median
@@ -151,10 +151,10 @@ def main() -> None:
     lines.append(
         "Verdict: " + ("PASS: every printed ranking and median held" if ok else "FAIL: see above")
     )
-    body = "\n".join(lines)
-    print(body)
-    command = f"python benchmarks/bench_stability.py --runs {args.runs}"
-    write_section(HERE / "RESULTS.md", "Bench stability", body, command, write=args.write)
+    text = "\n".join(lines)
+    print(text)
+    again = f"python benchmarks/bench_stability.py --runs {args.runs}"
+    write_section(HERE / "RESULTS.md", "Bench stability", text, again, write=args.write)
     sys.exit(0 if ok else 1)
 
 

@@ -79,7 +79,7 @@ def measure_lookups(name: str, src: str, work: str, seconds: float) -> dict[str,
     gc.collect()
     before = process_memory()
     store = open_strategy(name, Path(src), Path(work))
-    fetch = store.tokens_many if name == "packed+tokens" else store.get_many  # type: ignore[attr-defined]
+    fetch = store.tokens_many if name == "packed+tokens" else store.get_many
     for batch in batches[:50]:
         fetch(batch)  # warm-up: page cache and lazy opens
     done, started = 0, time.perf_counter()

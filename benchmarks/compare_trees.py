@@ -27,6 +27,7 @@ The raw rows go to ``--json`` (default ``bench-out/compare-<bench>.json``).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -353,21 +354,14 @@ def main() -> None:
         def dest(side: str) -> str:
             return str(work / f"built-{side}")
 
+        def lookups(strategy: str, side: str) -> dict[str, Any]:
+            return {"src": src, "dest": dest(side), "strategy": strategy, "seconds": args.seconds}
+
         steps = [
             ("stores-build", lambda side: {"src": src, "dest": dest(side), "tokenizer": tokenizer}),
         ]
         for strategy in ("packed", "packed+tokens"):
-            steps.append(
-                (
-                    f"stores-lookups-{strategy}",
-                    lambda side, s=strategy: {
-                        "src": src,
-                        "dest": dest(side),
-                        "strategy": s,
-                        "seconds": args.seconds,
-                    },
-                )
-            )
+            steps.append((f"stores-lookups-{strategy}", functools.partial(lookups, strategy)))
             CHILD_CODE[f"stores-lookups-{strategy}"] = CHILD_CODE["stores-lookups"]
         # measure_lookups opens <dest>/<stem>.packed and .tokens: the build names them so
         rows = interleave(trees, args.rounds, steps, args.abba, args.torch_threads)
