@@ -196,3 +196,27 @@ def test_every_benchmark_says_whether_it_writes_the_tracked_file() -> None:
                 calls += 1
                 assert any(k.arg == "write" for k in node.keywords), f"{script.name}:{node.lineno}"
     assert calls >= 10
+
+
+def test_stability_check_reads_medians_at_the_reports_resolution(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """bench_stability's median check: a run's median outside another run's narrow repeat range
+    but inside its +-25% band (what the report ranks at) passes; one outside the band fails;
+    the drift between runs is reported."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_stability
+
+    def run(median: float) -> dict[str, Any]:
+        cell = {
+            "strategy": "packed", "world_size": 1, "mode": "loader", "status": "ok",
+            "pin_memory": False, "ramdisk": False, "repeats": [{}, {}, {}],
+            "spread": {"samples_per_s": [median, median * 0.99, median * 1.01]},
+        }  # fmt: skip
+        return {"cells": [cell]}
+
+    checked, strict, hull, banded = bench_stability.check_medians([run(100), run(110)])
+    assert checked == 2 and len(strict) == 2 and len(hull) == 2 and banded == []
+    _, _, _, banded = bench_stability.check_medians([run(100), run(110), run(200)])
+    assert len(banded) == 3  # 200 is outside both others' bands; both are outside 200's
+    assert bench_stability.drift([run(100), run(110)]) == pytest.approx([0.1])
