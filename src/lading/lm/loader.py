@@ -61,17 +61,15 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from lading.errors import EmptyEpochError
-from lading.lm.batches import Batch, chunked_streams, stream_batch, window_batch
-from lading.lm.bptt import Jitter, check_jitter, max_seq
+from lading.lm.batches import Batch, chunked_streams
+from lading.lm.bptt import Jitter, check_jitter
 from lading.lm.corpus import TokenCorpus
-from lading.lm.segment import LMSegment, SegmentBatchKey, plan_segment
+from lading.lm.modes import REGISTERED, mode_named
+from lading.lm.segment import LMSegment, SegmentBatchKey
 from lading.lm.stream import EpochStream
 from lading.lm.windows import EpochWindows, TokenMixture
 from lading.loading.loader import BatchKeyed
-from lading.loading.order import feistel_permutation
 from lading.loading.plan import (
-    check_epoch,
     check_equalize,
     refuse_drop_last,
 )
@@ -82,7 +80,7 @@ from lading.world import World
 
 __all__ = ["MODES", "LanguageModelLoader"]
 
-MODES: tuple[str, ...] = ("streams", "windows", "packed")
+MODES: tuple[str, ...] = tuple(REGISTERED)  # the names mode= takes
 
 
 def _same_position(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
@@ -139,15 +137,8 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         boundaries: bool = False,
         eod_mask_loss: bool = True,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; choose from {sorted(MODES)}")
-        if mode == "streams" and (boundaries or isinstance(corpus, TokenMixture)):
-            raise ValueError(
-                "boundaries= and TokenMixture need independent windows: use mode='windows' "
-                "or mode='packed' (streams carry an RNN state across documents)"
-            )
-        if mode == "packed" and backwards:
-            raise ValueError("mode='packed' does not read backwards; use mode='windows'")
+        self._mode = mode_named(mode)
+        self._mode.check(corpus, boundaries, backwards)
         if isinstance(corpus, TokenMixture) and documents is not None:
             raise ValueError("documents= selects from one corpus; a TokenMixture takes them all")
         if batch_size < 1 or bptt < 1:
@@ -167,7 +158,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
             else np.asarray(documents, dtype=np.int64)
         )
         self._windows = EpochWindows(corpus, self.documents, mode, bptt, seed, shuffle, backwards)
-        self.max_seq = max_seq(bptt, bptt_jitter) if mode == "streams" else bptt
+        self.max_seq = self._mode.max_seq(bptt, bptt_jitter)
         width = self.max_seq * max(1, chunk_batches) + 1
         self._chunk = (batch_size, width)  # the shape of each chunk of stream read at once
         self.cursor = Cursor()
@@ -178,30 +169,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
 
     def _check_epoch(self) -> None:
         """Refuse settings whose first epoch has no batch, as every lading loader does."""
-        if self.mode == "streams":
-            seg = self._current()  # raises itself when the tokens cannot fill the streams
-            if seg.batches == 0:
-                raise EmptyEpochError(
-                    f"an epoch of 0 batches on every rank: {seg.n} tokens give each of "
-                    f"{seg.plan.readers} streams (world_size x batch_size) {seg.plan.each}, "
-                    "too few for one batch; use a smaller batch_size or fewer processes"
-                )
-            return
-        windows = self._windows.of_epoch(0).n
-        if windows == 0 and self.mode == "windows":
-            raise EmptyEpochError(
-                "an epoch of 0 batches on every rank: the corpus holds no window of bptt + 1 = "
-                f"{self.bptt + 1} tokens; use a smaller bptt"
-            )
-        check_epoch(
-            windows,
-            self.world.world_size,
-            self.equalize,
-            self.batch_size,
-            self.drop_partial_batch,
-            items="windows",
-            readers_are="world_size",
-        )
+        self._mode.check_epoch(self)
 
     def __getstate__(self) -> dict[str, Any]:
         """What a DataLoader worker gets: no buffer, no plan (an epoch stream holds the token
@@ -225,17 +193,11 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
     def packing_stats(self) -> dict[str, Any]:
         """``mode="packed"``: windows, pieces, tokens and padding (``padding_fraction`` of the
         token slots), summed over a mixture's corpora."""
-        if self.mode != "packed":
-            raise ValueError(f"packing_stats() is for mode='packed', this loader is {self.mode!r}")
-        return self._windows.packing_stats()
+        return self._mode.packing_stats(self)
 
     def _plan_segment(self, cursor: Cursor, layout: Mapping[str, Any]) -> LMSegment:
         """The plan of ``cursor``'s segment under ``layout`` (this run's or a saved one)."""
-        windows = None if self.mode == "streams" else self._windows.of_epoch(cursor.epoch)
-        stream = self._stream(cursor.epoch) if windows is None else None
-        return plan_segment(
-            cursor, layout, stream, windows, self.equalize, self.drop_partial_batch, self.seed
-        )
+        return self._mode.plan(self, cursor, layout)
 
     def _current(self) -> LMSegment:
         """The plan of the cursor's segment, kept while the cursor stays in that segment.
@@ -271,7 +233,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
 
     def __iter__(self) -> Iterator[Batch]:
         segment, cursor = self._current(), self.cursor
-        if self.mode == "streams" and cursor.base is None:
+        if self._mode.bulk and cursor.base is None:
             yield from self._iter_streams(segment)
             return
         while cursor.batches < segment.batches:
@@ -293,24 +255,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
 
     def _build(self, seg: LMSegment, cursor: Cursor, batch: int, x: npt.NDArray[np.int64]) -> Batch:
         """Batch ``batch`` of ``seg``, read row by row into ``x`` (``[batch_size, seq + 1]``)."""
-        if seg.windows is None:
-            return stream_batch(seg, cursor, batch, self._first_stream, x)
-        share = seg.base.within(seg.plan.positions(self.world.rank))
-        lo = batch * self.batch_size
-        take = seg.core.take
-        slots = share.slice(lo, min(lo + self.batch_size, take)).positions()
-        order = (
-            feistel_permutation(slots, seg.n, self.seed, cursor.epoch) if self.shuffle else slots
-        )
-        return window_batch(
-            seg.windows,
-            order,
-            x,
-            self.bptt,
-            packed=self.mode == "packed",
-            boundaries=self.boundaries,
-            eod_mask_loss=self.eod_mask_loss,
-        )
+        return self._mode.build(self, seg, cursor, batch, x)
 
     # ------------------------------------------------------------------ DataLoader workers
     # ``loader(num_workers)`` (from BatchKeyed) builds batches in workers: worth it when batches
@@ -341,14 +286,11 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
 
     def layout(self) -> dict[str, Any]:
         """What fixes who reads what; another layout on resume is an elastic resume."""
-        layout: dict[str, Any] = {
+        return {
             "world_size": self.world.world_size,
             "batch_size": self.batch_size,
+            **self._mode.layout(self),
         }
-        if self.mode == "streams":
-            layout["bptt"] = self.bptt
-            layout["jitter"] = list(self.jitter) if isinstance(self.jitter, tuple) else self.jitter
-        return layout
 
     def fingerprint(self) -> dict[str, Any]:
         """What fixes the corpus and its orders; a state must match it to be resumed."""
@@ -362,8 +304,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
             "equalize": self.equalize,
             "drop_partial_batch": self.drop_partial_batch,
         }
-        if self.mode != "streams":
-            fingerprint["bptt"] = self.bptt
+        fingerprint.update(self._mode.fingerprint(self))
         if isinstance(self.corpus, TokenMixture):
             fingerprint.update(self.corpus.fingerprint())
         return fingerprint
