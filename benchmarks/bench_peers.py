@@ -25,6 +25,7 @@ puts them in benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -73,6 +74,11 @@ def versions() -> dict[str, str]:
     return out
 
 
+def _peer(module: str) -> Any:
+    """An optional peer's module (the ``peers`` extra; untyped, absent from CI's environment)."""
+    return importlib.import_module(module)
+
+
 def rows(tsv: Path) -> Iterator[tuple[str, str]]:
     with open(tsv, encoding="utf-8") as f:
         for line in f:
@@ -113,17 +119,15 @@ def build(system: str, tsv: Path, dest: Path) -> None:
         data.save_to_disk(str(dest))
         shutil.rmtree(cache, ignore_errors=True)
     elif system == "mds":
-        from streaming import MDSWriter
-
-        with MDSWriter(out=str(dest), columns={"id": "str", "text": "str"}) as out:
+        with _peer("streaming").MDSWriter(
+            out=str(dest), columns={"id": "str", "text": "str"}
+        ) as out:
             for doc_id, text in rows(tsv):
                 out.write({"id": doc_id, "text": text})
     elif system == "litdata":
-        import litdata  # type: ignore[import-untyped]
-
         with open(tsv, encoding="utf-8") as f:
             lines = f.readlines()
-        litdata.optimize(
+        _peer("litdata").optimize(
             fn=_litdata_item, inputs=lines, output_dir=str(dest), chunk_bytes="64MB", num_workers=1
         )
     elif system != "dict":
@@ -162,13 +166,11 @@ class Reader:
             self.scan = lambda: sum(len(b["text"]) for b in table.iter(batch_size=1024))
         elif system in ("mds", "litdata"):
             if system == "mds":
-                from streaming import StreamingDataset
-
-                data: Any = StreamingDataset(local=str(dest), shuffle=False, batch_size=1)
+                data = _peer("streaming").StreamingDataset(
+                    local=str(dest), shuffle=False, batch_size=1
+                )
             else:
-                import litdata
-
-                data = litdata.StreamingDataset(input_dir=str(dest))
+                data = _peer("litdata").StreamingDataset(input_dir=str(dest))
             where = {data[row]["id"]: row for row in range(len(data))}
             self.get = lambda ids: [data[where[i]]["text"] for i in ids]
             self.scan = lambda: sum(1 for row in range(len(data)) if data[row]["text"] is not None)
