@@ -180,3 +180,20 @@ def test_report_refuses_foreign_files(tmp_path: Path) -> None:
     (tmp_path / "results.json").write_text(json.dumps({"schema": "other/1"}))
     with pytest.raises(ValueError, match="not a lading bench result"):
         render(tmp_path)
+
+
+def test_hf_strategy_runs_as_a_column_beside_the_others(
+    collection: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--strategies memory,hf``: the HF datasets cell is measured by the same harness, and
+    its rank pays for the id map a Dataset needs (a dict per rank, as the study's memory)."""
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "cache"))
+    args = ("--strategies", "memory,hf", "--world-sizes", "1", "--modes", "loader")
+    results = bench(collection, tmp_path / "out", *args)
+    cells = {c["strategy"]: c for c in results["cells"]}
+    assert set(cells) == {"memory", "hf"}
+    assert cells["hf"]["status"] == "ok", cells["hf"].get("reason")
+    assert cells["hf"]["samples_per_s"] > 0 and cells["hf"]["store_anon"] > 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "| hf | HF datasets (Arrow, memory map) + an id map per rank | collator |" in report

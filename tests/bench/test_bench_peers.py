@@ -45,3 +45,20 @@ def test_each_system_serves_the_dicts_texts(
     batch = ids[::7][:64]
     assert reader.get(batch) == truth.get(batch)
     assert reader.scan() == truth.scan() == 300
+
+
+def test_the_bench_hf_strategy_serves_the_dicts_texts(tmp_path: Path) -> None:
+    """``lading bench --strategies hf``'s store: every id's text, a missing id refused."""
+    pytest.importorskip("datasets")
+    from lading.bench.peers import HFDatasetStore, build_hf
+    from lading.bench.synth import synth
+    from lading.stores import InMemoryStore
+
+    tsv = synth("passages", 200, tmp_path / "synth", queries=5).corpus
+    store = HFDatasetStore(build_hf(tsv, tmp_path / "hf"))
+    truth = InMemoryStore.from_source(tsv)
+    ids = truth.ids()
+    assert len(store) == 200 and store.ids() == ids and ids[3] in store
+    assert store.get_many(ids[::9]) == truth.get_many(ids[::9])
+    with pytest.raises(KeyError, match="nope"):
+        store.get_many(["nope"])

@@ -25,6 +25,7 @@ from lading.bench.data import (
     prepare,
 )
 from lading.bench.grid import GridOptions, run_grid
+from lading.bench.peers import PEER_STRATEGIES, unavailable
 from lading.bench.report import render
 
 DEFAULT_PASSAGES = 100_000
@@ -53,7 +54,7 @@ QUICK = Preset(
 # the study's grid: every strategy, loader and training, 3 repeats of a 2 s window per cell
 FULL = Preset(
     DEFAULT_PASSAGES,
-    ("memory", "offsets", "packed", "packed-text", "irds"),
+    ("memory", "offsets", "packed", "packed-text", "irds", "hf"),  # irds, hf: where installed
     None,
     ("loader", "train"),
     2.0,
@@ -110,6 +111,11 @@ def run_bench(
             import ir_datasets  # noqa: F401
         except ImportError:
             options.strategies = [s for s in options.strategies if s != "irds"]
+    for peer in PEER_STRATEGIES:
+        why = unavailable(peer) if peer in options.strategies else None
+        if why is not None:  # a skipped column with the reason, never a failure
+            print(f"lading bench: strategy {peer} skipped: {why}", file=sys.stderr)
+            options.strategies = [s for s in options.strategies if s != peer]
     from lading.bench.launched import Coordinators, launched_world
 
     launched = launched_world()

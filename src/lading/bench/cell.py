@@ -99,6 +99,11 @@ def open_strategy(strategy: str, data: BenchData) -> Any:
     if strategy == "irds":
         assert data.irds_tsv is not None
         return IrDatasetsStore.from_tsv(data.irds_tsv)
+    if strategy == "hf":
+        from lading.bench.peers import HFDatasetStore
+
+        assert data.hf is not None
+        return HFDatasetStore(data.hf)
     raise ValueError(f"unknown strategy {strategy!r}")
 
 

@@ -16,6 +16,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from lading.bench.peers import PEER_STRATEGIES, build_hf
 from lading.bench.synth import synth
 
 STRATEGIES: tuple[str, ...] = ("irds", "memory", "offsets", "packed", "packed-text")
@@ -46,6 +47,10 @@ DOCUMENTS_LIVE_IN.update(
 TOKENIZED_IN.update(
     {"packed+prefetch": "at build (stored ids)", "gpu-resident": "at build (stored ids)"}
 )
+# the peers users pick today (lading.bench.peers); a peer not installed is skipped, saying why
+STRATEGIES += PEER_STRATEGIES
+DOCUMENTS_LIVE_IN["hf"] = "HF datasets (Arrow, memory map) + an id map per rank"
+TOKENIZED_IN["hf"] = "collator"
 
 
 def cache_dir() -> Path:
@@ -68,6 +73,7 @@ class BenchData:
     packed: Path
     offsets: Path
     irds_tsv: Path | None
+    hf: Path | None = None
 
     def as_dict(self) -> dict[str, str | None]:
         return {k: (str(v) if v is not None else None) for k, v in self.__dict__.items()}
@@ -139,7 +145,8 @@ def prepare(
             IrDatasetsStore.from_tsv(irds_tsv).get_many([])  # build the docstore now, not in a cell
         finally:
             logging.disable(logging.NOTSET)
-    return BenchData(corpus, queries, qrels, negatives, tok_path, packed, offsets, irds_tsv)
+    hf = build_hf(corpus, work / "hf") if "hf" in strategies else None
+    return BenchData(corpus, queries, qrels, negatives, tok_path, packed, offsets, irds_tsv, hf)
 
 
 def to_ramdisk(data: BenchData, strategy: str, root: Path) -> BenchData:
@@ -158,6 +165,9 @@ def to_ramdisk(data: BenchData, strategy: str, root: Path) -> BenchData:
         return BenchData(**{**data.__dict__, "packed": copy(data.packed)})
     if strategy == "memory":
         return BenchData(**{**data.__dict__, "corpus": copy(data.corpus)})
+    if strategy == "hf":
+        assert data.hf is not None
+        return BenchData(**{**data.__dict__, "hf": copy(data.hf)})
     if strategy == "offsets":
         from lading.stores import OffsetStore
 

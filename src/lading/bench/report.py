@@ -255,10 +255,12 @@ def render_markdown(results: dict[str, Any]) -> str:
     sizes = sorted({c["world_size"] for c in cells})
     strategies = list(dict.fromkeys(c["strategy"] for c in cells))
     corpus = results["corpus"]
+    docs = corpus.get("documents")  # counted from the packed store, when the grid built one
+    counted = f"{docs:,} documents" if isinstance(docs, int) else "documents not counted"
     lines = [
         "# lading bench",
         "",
-        f"Corpus: {corpus.get('documents', '?'):,} documents ({corpus.get('name', '?')}), "
+        f"Corpus: {counted} ({corpus.get('name', '?')}), "
         f"text {corpus.get('text_bytes', 0) / MiB:,.0f} MiB. Machine: "
         f"{results['machine']['cpus']} CPUs, GPUs: {results['machine']['gpus'] or 'none'}, "
         f"torch {results['machine']['torch']}. Samples/s count the whole loop, summed over "
