@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from common import HERE, add_write_flag, write_section
+from lading.bench.peers import HFDatasetStore, build_hf
 from lading.bench.synth import synth
 from lading.train.procmem import process_memory
 
@@ -101,23 +102,8 @@ def build(system: str, tsv: Path, dest: Path) -> None:
         import lading
 
         lading.build_store(tsv, dest, progress=False)
-    elif system == "hf":
-        import datasets
-
-        cache = dest.with_name(dest.name + ".cache")  # fresh: no earlier build is reused
-        shutil.rmtree(cache, ignore_errors=True)
-        text = datasets.Value("string")
-        data = datasets.Dataset.from_csv(
-            str(tsv),
-            sep="\t",
-            column_names=["id", "text"],
-            quoting=3,
-            keep_default_na=False,
-            features=datasets.Features({"id": text, "text": text}),
-            cache_dir=str(cache),
-        )
-        data.save_to_disk(str(dest))
-        shutil.rmtree(cache, ignore_errors=True)
+    elif system == "hf":  # the same route as lading bench's hf strategy
+        build_hf(tsv, dest)
     elif system == "mds":
         with _peer("streaming").MDSWriter(
             out=str(dest), columns={"id": "str", "text": "str"}
@@ -157,13 +143,10 @@ class Reader:
             docs = dict(rows(tsv))
             self.get = lambda ids: [docs[i] for i in ids]
             self.scan = lambda: sum(1 for _ in docs.values())
-        elif system == "hf":
-            import datasets
-
-            table = datasets.load_from_disk(str(dest))  # memory-mapped Arrow
-            rows_of = {doc_id: row for row, doc_id in enumerate(table["id"])}
-            self.get = lambda ids: table[[rows_of[i] for i in ids]]["text"]
-            self.scan = lambda: sum(len(b["text"]) for b in table.iter(batch_size=1024))
+        elif system == "hf":  # memory-mapped Arrow, an id -> row dict in this process
+            table = HFDatasetStore(dest)
+            self.get = table.get_many
+            self.scan = table.scan
         elif system in ("mds", "litdata"):
             if system == "mds":
                 data = _peer("streaming").StreamingDataset(
