@@ -87,8 +87,10 @@ def test_four_processes_share_one_copy_of_the_text(tmp_path: Path) -> None:
         _read_everything, 1, str(store.path), "memory", str(files.corpus), gloo=False
     )
     assert {r["chars"] for r in packed} == {memory["chars"]}
-    # each process read all ~17 MiB of text; the dict keeps it (and more), the map does not:
-    # a packed reader pays a fixed few MiB (the ids list, allocator arenas), not the corpus
+    # each process read all ~12 MiB of text; the dict keeps it (and more), the map does not:
+    # a packed reader pays a fixed few MiB (the ids list, allocator arenas), not the corpus.
+    # Bounded by half the text, not a constant: CI saw 4,176 KiB once beside a heavy benchmark
+    # (under 4 MiB before), a third of the 12,369 KiB a copy of the text would cost at least
     assert memory["anon_kib"] > text_kib
     for r in packed:
-        assert r["anon_kib"] < 4096, (r, text_kib)
+        assert r["anon_kib"] < text_kib // 2, (r, text_kib)
