@@ -46,9 +46,10 @@ def make_loader(kind: str, data: Path, batch: int, workers: int, world: Any) -> 
             multiprocessing_context="fork",
         )  # fmt: skip
     if kind == "lm":
-        from lading.lm import LanguageModelLoader, TokenCorpus
+        from lading.lm import LanguageModelLoader, Streams, TokenCorpus
 
-        return LanguageModelLoader(TokenCorpus.open(data / "corpus"), batch, bptt=6, world=world)
+        corpus = TokenCorpus.open(data / "corpus")
+        return LanguageModelLoader(corpus, batch, Streams(6), world=world)
     from lading.tabular import PartitionedParquet
 
     ds = PartitionedParquet(

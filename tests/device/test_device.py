@@ -18,7 +18,7 @@ from conftest import word_tokenizer, write
 from lading.device import DevicePrefetcher, batch_bytes, to_device
 from lading.device.prefetch import tensors
 from lading.ir.layouts import assemble, expand, layout, model_inputs
-from lading.lm import LanguageModelLoader, TokenCorpus
+from lading.lm import LanguageModelLoader, Streams, TokenCorpus
 from lading.lm.resident import ResidentLanguageModelLoader, ResidentStream
 from lading.lm.stream import EpochStream
 from lading.world import World
@@ -55,8 +55,9 @@ def corpus(tmp_path: Path) -> TokenCorpus:
     )
 
 
-def lm_loader(corpus: TokenCorpus, **kw: Any) -> LanguageModelLoader:
-    return LanguageModelLoader(corpus, 3, bptt=5, seed=2, world=World(0, 1), **kw)
+def lm_loader(corpus: TokenCorpus, chunk_batches: int = 128) -> LanguageModelLoader:
+    sequence = Streams(5, chunk_batches=chunk_batches)
+    return LanguageModelLoader(corpus, 3, sequence, seed=2, world=World(0, 1))
 
 
 def plain(batch: Any) -> list[Any]:
@@ -329,13 +330,17 @@ def test_resident_lm_loader_keeps_continuity_and_resumes_exactly(
 ) -> None:
     host = lm_loader(corpus)
     want = [run(host) for host_epoch in range(2) if host.set_epoch(host_epoch) is None]
-    resident = ResidentLanguageModelLoader(corpus, 3, 5, seed=2, world=World(0, 1), device=device)
+    resident = ResidentLanguageModelLoader(
+        corpus, 3, Streams(5), seed=2, world=World(0, 1), device=device
+    )
     got = [run(resident) for epoch in range(2) if resident.set_epoch(epoch) is None]
     assert got == want  # the same batches: streams continue from batch to batch as on the host
     # a host state resumes on the device and a device state on the host
     host.set_epoch(1)
     head = run(host, 3)
-    moved = ResidentLanguageModelLoader(corpus, 3, 5, seed=2, world=World(0, 1), device=device)
+    moved = ResidentLanguageModelLoader(
+        corpus, 3, Streams(5), seed=2, world=World(0, 1), device=device
+    )
     moved.load_state_dict(host.state_dict())
     rest = run(moved)
     assert head + rest == want[1]
@@ -430,8 +435,10 @@ def test_no_prefetch_flag_reaches_the_loop_config(
 def test_resident_lm_loader_reads_each_epoch_in_its_own_order(corpus: TokenCorpus) -> None:
     # The device stream was cached under id(segment): after set_epoch the old segment is freed
     # and the new one may get its address, so an epoch was read in the previous epoch's order.
-    host = LanguageModelLoader(corpus, 2, bptt=4, seed=7, world=World(0, 2))
-    resident = ResidentLanguageModelLoader(corpus, 2, 4, seed=7, world=World(0, 2), device="cpu")
+    host = LanguageModelLoader(corpus, 2, Streams(4), seed=7, world=World(0, 2))
+    resident = ResidentLanguageModelLoader(
+        corpus, 2, Streams(4), seed=7, world=World(0, 2), device="cpu"
+    )
     wrong = []
     for epoch in range(60):
         host.set_epoch(epoch)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import word_tokenizer, write
-from lading.lm import DocumentBatch, LanguageModelLoader, TokenCorpus
+from lading.lm import DocumentBatch, LanguageModelLoader, Packed, TokenCorpus
 from lading.world import World
 
 transformers = pytest.importorskip("transformers")
@@ -34,7 +34,7 @@ def packed_batch(tmp_path_factory: pytest.TempPathFactory) -> DocumentBatch:
     docs = [" ".join(rng.choice(VOCAB, int(rng.integers(2, 9)))) for _ in range(30)]
     src = write(tmp / "docs.txt", "\n\n".join(docs) + "\n")
     corpus = TokenCorpus.build(src, tmp / "c", word_tokenizer(VOCAB, tmp / "t.json"))
-    loader = LanguageModelLoader(corpus, 4, 16, mode="packed", boundaries=True, world=World())
+    loader = LanguageModelLoader(corpus, 4, Packed(16, boundaries=True), world=World())
     batch = next(iter(loader))
     assert isinstance(batch, DocumentBatch)
     return batch

@@ -14,11 +14,12 @@ import torch
 
 from conftest import word_tokenizer, write
 from distributed import run_processes
-from lading.lm import LanguageModelLoader, TokenCorpus
+from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, Windows
 from lading.loading.order import Salt, feistel_permutation
 from lading.world import World
 
 tokenizers = pytest.importorskip("tokenizers")
+SHAPES: dict[str, type[Streams] | type[Windows]] = {"streams": Streams, "windows": Windows}
 
 
 @pytest.fixture
@@ -64,9 +65,8 @@ def test_continuity_coverage_and_shift(
         LanguageModelLoader(
             corpus,
             batch,
-            bptt=7,
+            Streams(7, backwards=backwards),
             seed=5,
-            backwards=backwards,
             world=World(rank=r, world_size=world_size),
         )
         for r in range(world_size)
@@ -98,32 +98,32 @@ def test_continuity_coverage_and_shift(
 
 
 def test_epochs_permute_differently_and_drop_last(corpus: TokenCorpus) -> None:
-    loader = LanguageModelLoader(corpus, 2, bptt=5, seed=0, world=World())
+    loader = LanguageModelLoader(corpus, 2, Streams(5), seed=0, world=World())
     first = collect(loader)
     loader.set_epoch(1)
     second = collect(loader)
     assert not np.array_equal(first[0][0], second[0][0])
-    dropping = LanguageModelLoader(corpus, 2, bptt=5, equalize="truncate", world=World())
+    dropping = LanguageModelLoader(corpus, 2, Streams(5), equalize="truncate", world=World())
     xs = np.concatenate([x[0] for x, _ in collect(dropping)])
     assert len(xs) == corpus.n_tokens // 2
 
 
 def test_jitter_rules(corpus: TokenCorpus) -> None:
-    fixed = LanguageModelLoader(corpus, 2, bptt=9, bptt_jitter=None, world=World())
+    fixed = LanguageModelLoader(corpus, 2, Streams(9, jitter=None), world=World())
     lengths = [x.shape[1] for x, _ in fixed]
     assert set(lengths[:-1]) == {9}
-    uniform = LanguageModelLoader(corpus, 2, bptt=9, bptt_jitter=(4, 6), world=World())
+    uniform = LanguageModelLoader(corpus, 2, Streams(9, jitter=(4, 6)), world=World())
     assert set(x.shape[1] for x, _ in list(uniform)[:-1]) <= {4, 5, 6}
-    fastai = LanguageModelLoader(corpus, 1, bptt=30, world=World())
+    fastai = LanguageModelLoader(corpus, 1, Streams(30), world=World())
     lengths = [x.shape[1] for x, _ in fastai][:-1]
     assert min(lengths) >= 5 and max(lengths) <= 55 and 20 < np.mean(lengths) < 32
-    with pytest.raises(ValueError, match="bptt_jitter must be"):
-        LanguageModelLoader(corpus, 2, bptt=9, bptt_jitter=(6, 4))
+    with pytest.raises(ValueError, match="jitter must be"):
+        Streams(9, jitter=(6, 4))
 
 
 def test_exact_resume(corpus: TokenCorpus) -> None:
     def make() -> LanguageModelLoader:
-        loader = LanguageModelLoader(corpus, 3, bptt=6, seed=9, world=World(1, 2))
+        loader = LanguageModelLoader(corpus, 3, Streams(6), seed=9, world=World(1, 2))
         loader.set_epoch(3)
         return loader
 
@@ -140,7 +140,7 @@ def test_exact_resume(corpus: TokenCorpus) -> None:
     assert len(head) + len(rest) == len(full)
     for (a, b), (c, d) in zip(head + rest, full):
         assert np.array_equal(a, c) and np.array_equal(b, d)
-    other = LanguageModelLoader(corpus, 3, bptt=6, seed=8, world=World(1, 2))
+    other = LanguageModelLoader(corpus, 3, Streams(6), seed=8, world=World(1, 2))
     with pytest.raises(ValueError, match="seed=9"):
         other.load_state_dict(first.state_dict())
 
@@ -183,7 +183,7 @@ def test_elastic_resume_predicts_every_position_once(
     def make(layout: tuple[int, int], rank: int) -> LanguageModelLoader:
         world_size, batch = layout
         loader = LanguageModelLoader(
-            unique_corpus, batch, bptt=9, seed=4, mode=mode, backwards=backwards,
+            unique_corpus, batch, SHAPES[mode](9, backwards=backwards), seed=4,
             equalize="truncate" if drop_last else "pad", drop_partial_batch=drop_last,
             world=World(rank=rank, world_size=world_size),
         )  # fmt: skip
@@ -235,7 +235,7 @@ def test_elastic_then_same_layout_resume_is_bitwise(unique_corpus: TokenCorpus) 
 
     def make(rank: int, world_size: int, batch: int) -> LanguageModelLoader:
         return LanguageModelLoader(
-            unique_corpus, batch, bptt=5, seed=2, world=World(rank=rank, world_size=world_size)
+            unique_corpus, batch, Streams(5), seed=2, world=World(rank=rank, world_size=world_size)
         )
 
     first = make(0, 4, 2)
@@ -259,7 +259,7 @@ def test_elastic_then_same_layout_resume_is_bitwise(unique_corpus: TokenCorpus) 
 def test_windows_are_disjoint_and_cover_the_epoch(corpus: TokenCorpus, world_size: int) -> None:
     loaders = [
         LanguageModelLoader(
-            corpus, 4, bptt=8, mode="windows", seed=2, world=World(rank=r, world_size=world_size)
+            corpus, 4, Windows(8), seed=2, world=World(rank=r, world_size=world_size)
         )
         for r in range(world_size)
     ]
@@ -298,7 +298,7 @@ def test_memory_does_not_grow_with_the_token_count(tmp_path: Path) -> None:
     corpus = TokenCorpus.build(
         src, tmp_path / "c", word_tokenizer(words, tmp_path / "t.json"), progress=False
     )
-    loader = LanguageModelLoader(corpus, 8, bptt=50, world=World(), chunk_batches=16)
+    loader = LanguageModelLoader(corpus, 8, Streams(50, chunk_batches=16), world=World())
     tracemalloc.start()
     for _ in loader:
         pass
@@ -312,7 +312,7 @@ def test_memory_does_not_grow_with_the_token_count(tmp_path: Path) -> None:
 
 def _rank_batches(rank: int, world: int, path: str) -> dict[str, Any]:
     corpus = TokenCorpus.open(path)
-    loader = LanguageModelLoader(corpus, 2, bptt=6, seed=4)  # world detected from gloo
+    loader = LanguageModelLoader(corpus, 2, Streams(6), seed=4)  # world detected from gloo
     loader.set_epoch(1)
     order = np.random.default_rng([4, int(Salt.DOCUMENT_ORDER), 1]).permutation(len(corpus))
     order = order.tolist()
@@ -325,7 +325,9 @@ def test_real_ranks_split_the_streams(corpus: TokenCorpus) -> None:
     results = run_processes(_rank_batches, 3, str(corpus.path))
     assert [r["rank"] for r in results] == [0, 1, 2]
     assert len({len(r["batches"]) for r in results}) == 1
-    single = [LanguageModelLoader(corpus, 2, bptt=6, seed=4, world=World(r, 3)) for r in range(3)]
+    single = [
+        LanguageModelLoader(corpus, 2, Streams(6), seed=4, world=World(r, 3)) for r in range(3)
+    ]
     for r, loader in enumerate(single):
         loader.set_epoch(1)
         assert [x.numpy().tolist() for x, _ in loader] == results[r]["batches"]
@@ -357,7 +359,7 @@ def test_real_wikipedia_sample(data_dir: Path, tmp_path: Path) -> None:
     corpus = TokenCorpus.build(src, tmp_path / "wiki", tok, progress=False)
     assert corpus.dtype == np.uint16 and len(corpus) > 1000
     assert corpus.n_tokens > 5_000_000
-    loader = LanguageModelLoader(corpus, 16, bptt=70, world=World())
+    loader = LanguageModelLoader(corpus, 16, Streams(70), world=World())
     x, y = next(iter(loader))
     assert x.shape[0] == 16 and np.array_equal(y[:, :-1].numpy(), x[:, 1:].numpy())
 
@@ -368,7 +370,7 @@ def test_packed_padding_is_never_scored(corpus: TokenCorpus, workers: int) -> No
 
     def make(boundaries: bool) -> Any:
         loader = LanguageModelLoader(
-            corpus, 8, 16, mode="packed", boundaries=boundaries, world=World(0, 1), seed=3
+            corpus, 8, Packed(16, boundaries=boundaries), world=World(0, 1), seed=3
         )
         return loader if workers == 0 else loader.loader(num_workers=workers)
 
@@ -395,7 +397,8 @@ def test_packed_padding_is_never_scored(corpus: TokenCorpus, workers: int) -> No
 @pytest.mark.parametrize("mode", ["streams", "windows", "packed"])
 def test_kept_batches_are_not_overwritten(corpus: TokenCorpus, mode: str) -> None:
     # every DataLoader a user has met hands out batches they own: list(loader) must keep them
-    loader = LanguageModelLoader(corpus, 3, 5, mode=mode, world=World(0, 1), chunk_batches=2)
+    shape = {"streams": Streams(5, chunk_batches=2), "windows": Windows(5), "packed": Packed(5)}
+    loader = LanguageModelLoader(corpus, 3, shape[mode], world=World(0, 1))
     copied = [(x.clone(), y.clone()) for x, y in loader]
     loader.set_epoch(0)
     kept = list(loader)
@@ -410,7 +413,7 @@ def test_a_state_loaded_by_a_wrapper_replans_the_epoch(corpus: TokenCorpus) -> N
     def make() -> Any:
         # jittered lengths: epochs 0 and 1 have different batch counts (81 and 94)
         return LanguageModelLoader(
-            corpus, 2, bptt=5, seed=7, world=World(), bptt_jitter=(2, 9)
+            corpus, 2, Streams(5, jitter=(2, 9)), seed=7, world=World()
         ).loader(0)
 
     whole = make()

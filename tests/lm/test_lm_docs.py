@@ -87,11 +87,23 @@ def docs(tmp_path_factory: pytest.TempPathFactory) -> Docs:
     return Docs(tmp_path_factory.mktemp("docs"), lengths)
 
 
-def loader(data: Any, mode: str, batch: int = 4, bptt: int = 12, **kw: Any) -> Any:
-    from lading.lm import LanguageModelLoader
+def loader(
+    data: Any,
+    mode: str,
+    batch: int = 4,
+    seq_len: int = 12,
+    *,
+    boundaries: bool = False,
+    eod_mask_loss: bool = True,
+    **kw: Any,
+) -> Any:
+    """A loader of ``mode`` ("windows" or "packed") with seed 7, in one process by default."""
+    from lading.lm import LanguageModelLoader, Packed, Windows
 
     world = kw.pop("world", World())
-    return LanguageModelLoader(data, batch, bptt=bptt, mode=mode, world=world, seed=7, **kw)
+    shape = {"windows": Windows, "packed": Packed}[mode]
+    sequence = shape(seq_len, boundaries=boundaries, eod_mask_loss=eod_mask_loss)
+    return LanguageModelLoader(data, batch, sequence, world=world, seed=7, **kw)
 
 
 @pytest.mark.parametrize("mode", ["windows", "packed"])
@@ -157,7 +169,7 @@ def test_no_token_attends_across_documents(docs: Docs, mode: str) -> None:
 
 def test_packing_cuts_no_document_and_loses_no_token(docs: Docs) -> None:
     bptt = 12
-    data = loader(docs.corpus, "packed", batch=5, bptt=bptt, shuffle=False)
+    data = loader(docs.corpus, "packed", batch=5, seq_len=bptt, shuffle=False)
     pairs: Counter[tuple[int, int]] = Counter()
     windows_of_doc: dict[int, set[int]] = {}
     seen_tokens: set[int] = set()
@@ -221,9 +233,9 @@ def test_best_fit_decreasing_properties(rng: Any) -> None:
 
 def test_packed_order_is_deterministic_per_seed_and_epoch(docs: Docs) -> None:
     def first_tokens(epoch: int, seed: int = 7) -> list[int]:
-        from lading.lm import LanguageModelLoader
+        from lading.lm import LanguageModelLoader, Packed
 
-        data = LanguageModelLoader(docs.corpus, 4, bptt=12, mode="packed", seed=seed, world=World())
+        data = LanguageModelLoader(docs.corpus, 4, Packed(12), seed=seed, world=World())
         data.set_epoch(epoch)
         return [int(t) for x, _ in data for t in x[:, 0]]
 
@@ -261,7 +273,7 @@ def test_mixture_proportions_within_one_percent(mixture_parts: list[Docs], mode:
     counts: Counter[int] = Counter()
     per_rank = []
     for rank in range(2):
-        data = loader(mixture, mode, batch=8, bptt=6, world=World(rank, 2), equalize="truncate")
+        data = loader(mixture, mode, batch=8, seq_len=6, world=World(rank, 2), equalize="truncate")
         data.set_epoch(3)
         rows = [row for x, _ in data for row in x.tolist()]
         per_rank.append(len(rows))
@@ -277,21 +289,20 @@ def test_mixture_is_deterministic_and_refuses_other_weights(mixture_parts: list[
     from lading.loading import LoaderStateError
 
     parts = {p.corpus: 1.0 for p in mixture_parts}
-    a = loader(TokenMixture(parts), "windows", bptt=6)
-    b = loader(TokenMixture(parts), "windows", bptt=6)
+    a = loader(TokenMixture(parts), "windows", seq_len=6)
+    b = loader(TokenMixture(parts), "windows", seq_len=6)
     assert all(torch.equal(x1, x2) for (x1, _), (x2, _) in zip(a, b))
-    other = loader(TokenMixture({**parts, mixture_parts[0].corpus: 2.0}), "windows", bptt=6)
+    other = loader(TokenMixture({**parts, mixture_parts[0].corpus: 2.0}), "windows", seq_len=6)
     with pytest.raises(LoaderStateError, match="weights"):
         other.load_state_dict(a.state_dict())
 
 
 def test_invalid_combinations_are_refused(docs: Docs) -> None:
+    from lading.lm import LanguageModelLoader, Streams
     from lading.lm.windows import TokenMixture
 
-    with pytest.raises(ValueError, match="mode='windows'"):
-        loader(docs.corpus, "streams", boundaries=True)
-    with pytest.raises(ValueError, match="backwards"):
-        loader(docs.corpus, "packed", backwards=True)
+    with pytest.raises(ValueError, match=r"TokenMixture needs independent windows"):
+        LanguageModelLoader(TokenMixture({docs.corpus: 1.0}), 2, Streams(12), world=World())
     with pytest.raises(ValueError, match="> 0"):
         TokenMixture({docs.corpus: 0.0})
     with pytest.raises(ValueError, match="packing_stats"):

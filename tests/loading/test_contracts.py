@@ -84,7 +84,7 @@ def parquet_kind(n: int, tmp: Path) -> Kind:
 def lm_kind(n: int, tmp: Path, mode: str) -> Kind:
     """One document of unique words: token ``t`` of the stream has id ``t + 2`` (0 is the
     end of the document, the last token), so a batch names its stream positions."""
-    from lading.lm import LanguageModelLoader, TokenCorpus
+    from lading.lm import LanguageModelLoader, Streams, TokenCorpus, Windows
 
     tokens = n if mode == "streams" else n * BPTT + 1  # n positions or n windows
     path = tmp / f"lm{tokens}"
@@ -100,7 +100,8 @@ def lm_kind(n: int, tmp: Path, mode: str) -> Kind:
         return tokens - 1 if token == 0 else token - 2
 
     def make(world: World, workers: int) -> Any:
-        data = LanguageModelLoader(corpus, BATCH, bptt=BPTT, seed=3, mode=mode, world=world)
+        sequence = Streams(BPTT) if mode == "streams" else Windows(BPTT)
+        data = LanguageModelLoader(corpus, BATCH, sequence, seed=3, world=world)
         return data if workers == 0 else data.loader(workers, multiprocessing_context="fork")
 
     if mode == "streams":
@@ -140,7 +141,7 @@ def resident(kind: Kind) -> Kind:
         assert not workers, "a GPU-resident loader reads in-process (no DataLoader workers)"
         host = kind.make(world, 0)
         return ResidentLanguageModelLoader(
-            host.corpus, BATCH, bptt=BPTT, seed=3, mode=host.mode, world=world, device="cpu"
+            host.corpus, BATCH, host.sequence, seed=3, world=world, device="cpu"
         )
 
     return Kind(kind.name + "+resident", make, kind.key, kind.items, kind.readers)
@@ -160,7 +161,7 @@ def words_corpus(tmp: Path, name: str, docs: list[list[str]], vocab: list[str]) 
 def packed_kind(n: int, tmp: Path) -> Kind:
     """``n`` documents of 1-4 unique words packed into windows of 6 tokens; a window is
     named by its first token, the start of its first piece."""
-    from lading.lm import LanguageModelLoader
+    from lading.lm import LanguageModelLoader, Packed
     from lading.lm.packing import pack
 
     lengths = np.random.default_rng(n).integers(1, 5, n)
@@ -174,7 +175,7 @@ def packed_kind(n: int, tmp: Path) -> Kind:
     window_of = {int(corpus.tokens[s]): w for w, s in enumerate(starts.tolist())}
 
     def make(world: World, workers: int) -> Any:
-        data = LanguageModelLoader(corpus, BATCH, bptt=5, seed=3, mode="packed", world=world)
+        data = LanguageModelLoader(corpus, BATCH, Packed(5), seed=3, world=world)
         return data if workers == 0 else data.loader(workers, multiprocessing_context="fork")
 
     key = lambda b: [window_of[int(row[0])] for row in b[0]]  # noqa: E731
@@ -184,7 +185,7 @@ def packed_kind(n: int, tmp: Path) -> Kind:
 def mixture_kind(n: int, tmp: Path) -> Kind:
     """Two one-document corpora of unique words weighted by their sizes, so that the
     mixture's ``n`` positions are their ``n`` windows, each once."""
-    from lading.lm import LanguageModelLoader
+    from lading.lm import LanguageModelLoader, Windows
     from lading.lm.windows import TokenMixture
 
     sizes = (max(1, n // 3), n - max(1, n // 3))  # windows of each corpus
@@ -197,7 +198,7 @@ def mixture_kind(n: int, tmp: Path) -> Kind:
 
     def make(world: World, workers: int) -> Any:
         mix = TokenMixture({a: sizes[0] / n, b: sizes[1] / n})
-        data = LanguageModelLoader(mix, BATCH, bptt=BPTT, seed=3, mode="windows", world=world)
+        data = LanguageModelLoader(mix, BATCH, Windows(BPTT), seed=3, world=world)
         return data if workers == 0 else data.loader(workers, multiprocessing_context="fork")
 
     return Kind("lm-mixture", make, lambda b: [window(int(r[0])) for r in b[0]], n, lambda w, k: w)

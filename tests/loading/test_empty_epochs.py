@@ -16,7 +16,7 @@ import lading
 from conftest import word_tokenizer, write
 from contracts import Numbers
 from lading.errors import EmptyEpochError
-from lading.lm import LanguageModelLoader, TokenCorpus
+from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, Windows
 from lading.tabular import PartitionedParquet
 from lading.world import World
 
@@ -44,18 +44,17 @@ def small_corpus(tmp_path: Path) -> TokenCorpus:
 
 
 def test_windows_longer_than_the_corpus(small_corpus: TokenCorpus) -> None:
-    with pytest.raises(EmptyEpochError, match=r"no window of bptt \+ 1 = 17 tokens"):
-        LanguageModelLoader(small_corpus, 2, 16, mode="windows", world=World())
-    assert len(LanguageModelLoader(small_corpus, 2, 3, mode="windows", world=World())) == 1
+    with pytest.raises(EmptyEpochError, match=r"no window of seq_len \+ 1 = 17 tokens"):
+        LanguageModelLoader(small_corpus, 2, Windows(16), world=World())
+    assert len(LanguageModelLoader(small_corpus, 2, Windows(3), world=World())) == 1
 
 
 def test_lm_modes_refuse_alike(small_corpus: TokenCorpus) -> None:
     with pytest.raises(EmptyEpochError, match=r"7 tokens cannot fill 16 streams"):
-        LanguageModelLoader(small_corpus, 8, 4, equalize="truncate", world=World(0, 2))
+        LanguageModelLoader(small_corpus, 8, Streams(4), equalize="truncate", world=World(0, 2))
     with pytest.raises(EmptyEpochError, match=r"windows cannot give each of 8 readers"):
-        LanguageModelLoader(small_corpus, 1, 2, mode="windows", equalize="truncate",
-                            world=World(0, 8))  # fmt: skip
-    packed = LanguageModelLoader(small_corpus, 1, 4, mode="packed", world=World(0, 2))
+        LanguageModelLoader(small_corpus, 1, Windows(2), equalize="truncate", world=World(0, 8))
+    packed = LanguageModelLoader(small_corpus, 1, Packed(4), world=World(0, 2))
     assert len(packed) >= 1  # two documents, padded to two windows: one each
 
 
@@ -79,7 +78,7 @@ def test_dataloader_drop_last_is_refused_naming_the_two_arguments(
     with pytest.raises(TypeError, match=r"lading\.loader\(" + fix):
         lading.loader(Numbers(8), 2, drop_last=True, world=World())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"LanguageModelLoader\(" + fix):
-        LanguageModelLoader(small_corpus, 1, 2, drop_last=False)  # type: ignore[arg-type]
+        LanguageModelLoader(small_corpus, 1, Streams(2), drop_last=False)  # type: ignore[arg-type]
     pq = pytest.importorskip("pyarrow.parquet")
     pa = pytest.importorskip("pyarrow")
     pq.write_table(pa.table({"x": list(range(8))}), tmp_path / "x.parquet")

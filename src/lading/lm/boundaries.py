@@ -38,7 +38,7 @@ IGNORE_INDEX = -100
 
 
 class DocumentBatch(NamedTuple):
-    """A batch of windows with its document boundaries (``boundaries=True``)."""
+    """A batch of windows with its document boundaries (``Windows``/``Packed(boundaries=True)``)."""
 
     input_ids: torch.Tensor  # [B, L] int64
     labels: torch.Tensor  # [B, L] int64: the next token (padding id where padded)

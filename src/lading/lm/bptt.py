@@ -21,7 +21,10 @@ def check_jitter(jitter: Any) -> Jitter:
         isinstance(jitter, tuple) and len(jitter) == 2 and 1 <= jitter[0] <= jitter[1]
     ):
         return jitter
-    raise ValueError(f"bptt_jitter must be 'fastai', None or (low, high), got {jitter!r}")
+    raise ValueError(
+        f"Streams(jitter={jitter!r}): jitter must be 'fastai', None or (low, high) with "
+        "1 <= low <= high"
+    )
 
 
 def jitter_of(value: Any) -> Jitter:

@@ -20,30 +20,34 @@ every batch intact, as with a DataLoader.
 (persistent ones too): every batch is asked for by a key that says which batch of which segment
 it is; a worker reads its rows.
 
-Sequence lengths vary per batch (``bptt_jitter="fastai"``: ``bptt`` with probability 0.95, else
-``bptt / 2``, then ``max(5, int(normal(that, 5)))``, capped at ``bptt + 25``; or a uniform
-``(low, high)`` range; or ``None`` for fixed) from ``(seed, epoch)``, identical on all ranks.
+The shape of a sequence is one options object, each holding only what its mode reads
+(:mod:`lading.lm.modes`, one module per mode):
 
-``mode="windows"`` serves independent ``seq_len + 1`` windows of the same epoch stream in an
-order shuffled by ``(seed, epoch)`` and dealt to ranks (Megatron/nanoGPT style, for
-transformers); the order is a keyed Feistel permutation computed per index, so even it costs
-nothing proportional to the token count. Windows are dealt round-robin over the ranks by the
-same planner (``interleave``).
+- ``Streams(bptt, jitter="fastai", backwards=False, chunk_batches=128)``: the streams above.
+  Sequence lengths vary per batch (``jitter="fastai"``: ``bptt`` with probability 0.95, else
+  ``bptt / 2``, then ``max(5, int(normal(that, 5)))``, capped at ``bptt + 25``; or a uniform
+  ``(low, high)`` range; or ``None`` for fixed) from ``(seed, epoch)``, identical on all ranks.
+- ``Windows(seq_len, boundaries=False, eod_mask_loss=True, backwards=False)``: independent
+  ``seq_len + 1`` windows of the same epoch stream in an order shuffled by ``(seed, epoch)``
+  and dealt to ranks (Megatron/nanoGPT style, for transformers); the order is a keyed Feistel
+  permutation computed per index, so even it costs nothing proportional to the token count.
+  Windows are dealt round-robin over the ranks by the same planner (``interleave``).
+- ``Packed(seq_len, boundaries=False, eod_mask_loss=True)``: windows of ``seq_len + 1``
+  tokens into which whole documents were packed by best-fit decreasing
+  (:mod:`lading.lm.packing`): no document is cut unless it is longer than a window, and the
+  rest of a window is padding (:meth:`packing_stats`), labelled ``IGNORE_INDEX`` (-100, what
+  ``cross_entropy`` skips) in ``(x, y)`` batches, as are the starts of documents with
+  ``eod_mask_loss`` (the default). The packed windows are the epoch's positions, planned,
+  shuffled and resumed exactly like windows.
 
-``mode="packed"`` serves windows of ``seq_len + 1`` tokens into which whole documents were
-packed by best-fit decreasing (:mod:`lading.lm.packing`): no document is cut unless it is
-longer than a window, and the rest of a window is padding (:meth:`packing_stats`), labelled
-``IGNORE_INDEX`` (-100, what ``cross_entropy`` skips) in ``(x, y)`` batches, as are the
-starts of documents with ``eod_mask_loss`` (the default). The packed
-windows are the epoch's positions, planned, shuffled and resumed exactly like ``"windows"``.
 A :class:`~lading.lm.windows.TokenMixture` in place of the corpus mixes several corpora by
-weight in either of those modes. ``boundaries=True`` makes every batch a
+weight in either window mode. ``boundaries=True`` makes every batch a
 :class:`~lading.lm.boundaries.DocumentBatch` (position ids restarting at each document,
 ``cu_seqlens``, document ids for the attention mask, a loss mask) instead of ``(x, y)``.
 
 A checkpoint can be resumed on another number of processes or with another batch size
-(*elastic*). What is left of the epoch is known exactly: in ``"windows"`` mode a suffix of the
-window order; in ``"streams"`` mode, the unread end of every stream, kept as runs of stream
+(*elastic*). What is left of the epoch is known exactly: in a window mode a suffix of the
+window order; in streams, the unread end of every stream, kept as runs of stream
 positions (:class:`lading.loading.runs.Runs`, two integers per stream). Both are the core's one
 mechanism (:mod:`lading.loading.state`): what is left becomes the base of a new segment of the
 epoch, planned over the new streams (or ranks), so each remaining position is predicted
@@ -62,9 +66,9 @@ import numpy.typing as npt
 import torch
 
 from lading.lm.batches import Batch, chunked_streams
-from lading.lm.bptt import Jitter, check_jitter
 from lading.lm.corpus import TokenCorpus
-from lading.lm.modes import REGISTERED, mode_named
+from lading.lm.modes import REGISTERED, Packed, SequenceOptions, Streams, Windows, mode_of
+from lading.lm.modes.moved import refuse_moved
 from lading.lm.segment import LMSegment, SegmentBatchKey
 from lading.lm.stream import EpochStream
 from lading.lm.windows import EpochWindows, TokenMixture
@@ -78,9 +82,12 @@ from lading.loading.source import StatefulSource
 from lading.loading.state import Cursor
 from lading.world import World
 
-__all__ = ["MODES", "LanguageModelLoader"]
+__all__ = ["MODES", "LanguageModelLoader", "Packed", "Streams", "Windows"]
 
-MODES: tuple[str, ...] = tuple(REGISTERED)  # the names mode= takes
+MODES: tuple[str, ...] = tuple(REGISTERED)  # the registered modes' names (loader.mode)
+# sequence= has no default; this one lets an old keyword-only call (bptt=70) reach the
+# TypeError that names its new spelling instead of Python's "missing argument"
+_REQUIRED: Any = None
 
 
 def _same_position(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
@@ -91,28 +98,30 @@ def _same_position(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 class LanguageModelLoader(BatchKeyed, StatefulSource):
     """Batches ``(x, y)`` of shape ``[batch_size, seq]`` from a :class:`TokenCorpus`.
 
+    ``LanguageModelLoader(corpus, 64, Streams(70))``, ``(corpus, 16, Windows(512))`` or
+    ``(corpus, 16, Packed(512, boundaries=True))``. The batching keywords are those of every
+    lading loader.
+
     Args:
         corpus: the tokenized corpus, or a :class:`TokenMixture` of several (window modes).
         batch_size: rows per batch on this rank.
-        bptt: target sequence length (``mode="streams"``); the window length otherwise.
-        bptt_jitter: ``"fastai"``, ``None`` (fixed) or a ``(low, high)`` uniform range.
+        sequence: the shape of a sequence and how the epoch is read: :class:`Streams`,
+            :class:`Windows` or :class:`Packed` (each holds only what its mode reads).
         shuffle: permute documents (and windows) each epoch.
-        backwards: read every stream from its end to its start (for backward LMs).
         seed: with the epoch, fixes every order and length.
-        drop_last: refused with a TypeError naming lading's two arguments for it.
-        world: rank and world size (default: detected; the global rank).
-        mode: ``"streams"`` (continuity across batches), ``"windows"`` or ``"packed"``.
-        documents: use only these documents (e.g. a training split), in this base order.
-        chunk_batches: how many batches of stream the buffer holds between refills.
         equalize: ``"pad"`` (wrap around to fill the last streams or windows) or
             ``"truncate"`` (drop the epoch's tail).
-        drop_partial_batch: ``"windows"`` mode: leave out a rank's last, partial batch.
-        boundaries: yield :class:`DocumentBatch` es (window modes) instead of ``(x, y)``.
-        eod_mask_loss: do not score labels that start another document (the default, as
-            transformers' ``DataCollatorWithFlattening``; False scores the end-of-text -> next
-            document's first token, Megatron's default). Batches that know their documents
-            obey it: ``boundaries=True`` (the loss mask) and ``"packed"`` ``(x, y)`` (labels
-            ``IGNORE_INDEX``); ``"streams"``/``"windows"`` ``(x, y)`` score every label.
+        drop_partial_batch: leave out a rank's last, partial batch (window modes).
+        documents: use only these documents (e.g. a training split), in this base order.
+        world: rank and world size (default: detected; the global rank).
+        drop_last: refused with a TypeError naming lading's two arguments for it.
+        **moved: none taken: the keywords that moved into ``sequence`` (``bptt``, ``mode``,
+            ``bptt_jitter``, ``backwards``, ``chunk_batches``, ``boundaries``,
+            ``eod_mask_loss``) are refused with a TypeError that writes out the new call.
+
+    Attributes:
+        sequence: the options given; ``mode`` is their registered name.
+        max_seq: the longest batch row, in (input, target) pairs.
     """
 
     kind = "lm"
@@ -121,34 +130,27 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         self,
         corpus: TokenCorpus | TokenMixture,
         batch_size: int,
-        bptt: int,
-        bptt_jitter: Jitter = "fastai",
-        shuffle: bool = True,
-        backwards: bool = False,
-        seed: int = 0,
-        drop_last: None = None,
-        world: World | None = None,
-        mode: str = "streams",
-        documents: npt.ArrayLike | None = None,
-        chunk_batches: int = 128,
+        sequence: SequenceOptions = _REQUIRED,
         *,
+        shuffle: bool = True,
+        seed: int = 0,
         equalize: str = "pad",
         drop_partial_batch: bool = False,
-        boundaries: bool = False,
-        eod_mask_loss: bool = True,
+        documents: npt.ArrayLike | None = None,
+        world: World | None = None,
+        drop_last: None = None,
+        **moved: Any,
     ) -> None:
-        self._mode = mode_named(mode)
-        self._mode.check(corpus, boundaries, backwards)
+        refuse_moved(moved, "LanguageModelLoader")
+        refuse_drop_last(drop_last, "LanguageModelLoader")
+        self._mode = mode_of(sequence)
+        self._mode.check(corpus)
         if isinstance(corpus, TokenMixture) and documents is not None:
             raise ValueError("documents= selects from one corpus; a TokenMixture takes them all")
-        if batch_size < 1 or bptt < 1:
-            raise ValueError(f"batch_size and bptt must be >= 1, got {batch_size}, {bptt}")
-        check_jitter(bptt_jitter)
-        refuse_drop_last(drop_last, "LanguageModelLoader")
-        self.corpus, self.batch_size, self.bptt = corpus, batch_size, bptt
-        self.jitter, self.shuffle, self.backwards = bptt_jitter, shuffle, backwards
-        self.seed, self.mode = seed, mode
-        self.boundaries, self.eod_mask_loss = boundaries, eod_mask_loss
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.corpus, self.batch_size, self.sequence = corpus, batch_size, sequence
+        self.shuffle, self.seed = shuffle, seed
         self.equalize, self.drop_partial_batch = check_equalize(equalize), drop_partial_batch
         self.world = world or World.detect()
         parts = corpus.corpora if isinstance(corpus, TokenMixture) else [corpus]
@@ -157,15 +159,24 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
             if documents is None
             else np.asarray(documents, dtype=np.int64)
         )
-        self._windows = EpochWindows(corpus, self.documents, mode, bptt, seed, shuffle, backwards)
-        self.max_seq = self._mode.max_seq(bptt, bptt_jitter)
-        width = self.max_seq * max(1, chunk_batches) + 1
-        self._chunk = (batch_size, width)  # the shape of each chunk of stream read at once
+        length, backwards = self._mode.length(self), self._mode.backwards(self)
+        self._windows = EpochWindows(
+            corpus, self.documents, self.mode, length, seed, shuffle, backwards
+        )
+        self.max_seq = self._mode.max_seq(self)
+        chunk_batches = sequence.chunk_batches if isinstance(sequence, Streams) else 1
+        # the shape of each chunk of stream read at once (streams, in-process)
+        self._chunk = (batch_size, self.max_seq * chunk_batches + 1)
         self.cursor = Cursor()
         # the plan of the cursor's segment, with the cursor state it was made for
         self._segment: tuple[tuple[Any, ...], LMSegment] | None = None
         self._keyed: tuple[tuple[int, int], LMSegment] | None = None  # planned for keys
         self._check_epoch()
+
+    @property
+    def mode(self) -> str:
+        """The registered name of the sequence's mode: ``"streams"``, ``"windows"``, ..."""
+        return self._mode.name
 
     def _check_epoch(self) -> None:
         """Refuse settings whose first epoch has no batch, as every lading loader does."""
@@ -187,12 +198,12 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
             self.seed,
             epoch,
             self.shuffle,
-            self.backwards,
+            self._mode.backwards(self),
         )
 
     def packing_stats(self) -> dict[str, Any]:
-        """``mode="packed"``: windows, pieces, tokens and padding (``padding_fraction`` of the
-        token slots), summed over a mixture's corpora."""
+        """``Packed``: windows, pieces, tokens and padding (``padding_fraction`` of the token
+        slots), summed over a mixture's corpora."""
         return self._mode.packing_stats(self)
 
     def _plan_segment(self, cursor: Cursor, layout: Mapping[str, Any]) -> LMSegment:
@@ -297,7 +308,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         fingerprint: dict[str, Any] = {
             "mode": self.mode,
             "seed": self.seed,
-            "backwards": self.backwards,
+            "backwards": self._mode.backwards(self),
             "documents": len(self.documents),
             "tokens": sum(corpus.n_tokens for corpus, _ in self._windows.parts),
             "shuffle": self.shuffle,

@@ -21,6 +21,7 @@ import torch
 from lading.device import ResidentTokens, to_device
 from lading.lm.corpus import TokenCorpus
 from lading.lm.loader import LanguageModelLoader
+from lading.lm.modes import SequenceOptions
 from lading.lm.segment import LMSegment
 
 
@@ -70,7 +71,7 @@ class ResidentLanguageModelLoader(LanguageModelLoader):
 
     Args:
         corpus: the tokenized corpus.
-        batch_size, bptt: as for :class:`LanguageModelLoader` (and every other keyword).
+        batch_size, sequence: as for :class:`LanguageModelLoader` (and every other keyword).
         device: where the tokens go (once, at construction) and the batches are built.
         resident: the corpus already on the device (shared with another loader, e.g. the
             validation loader); default: copied from ``corpus``.
@@ -80,13 +81,13 @@ class ResidentLanguageModelLoader(LanguageModelLoader):
         self,
         corpus: TokenCorpus,
         batch_size: int,
-        bptt: int,
-        *args: Any,
+        sequence: SequenceOptions,
+        *,
         device: torch.device | str,
         resident: ResidentTokens | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(corpus, batch_size, bptt, *args, **kwargs)
+        super().__init__(corpus, batch_size, sequence, **kwargs)
         self.resident = resident if resident is not None else to_device(corpus, device)
         # keyed by the segment object itself, held here: an id() could be reused by the next
         # epoch's segment once this one is freed, and that epoch would read this one's order

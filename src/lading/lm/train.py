@@ -27,6 +27,7 @@ from lading.lm.corpus import TokenCorpus
 from lading.lm.gpt import GPTLanguageModel
 from lading.lm.loader import LanguageModelLoader
 from lading.lm.model import LSTMLanguageModel, State, detach
+from lading.lm.modes import Packed, Streams, Windows
 from lading.loading.order import Salt, generator, permutation
 from lading.train import (
     LoopConfig,
@@ -238,16 +239,19 @@ def _gpt_parts(
     valid_docs: np.ndarray,
 ) -> tuple[LanguageModelLoader, LanguageModelLoader | None, GPTLanguageModel, GPTStep]:
     """Loaders (windows with boundaries), model and workload of ``arch="gpt"``."""
-    mode = "packed" if config.packed else "windows"
+    train: Windows | Packed = (
+        Packed(config.bptt, boundaries=True)
+        if config.packed
+        else Windows(config.bptt, boundaries=True)
+    )
     data = LanguageModelLoader(
-        corpus, config.batch_size, config.bptt, seed=config.seed, mode=mode,
-        documents=train_docs, boundaries=True, world=world,
-    )  # fmt: skip
+        corpus, config.batch_size, train, seed=config.seed, documents=train_docs, world=world
+    )
     valid = None
     if len(valid_docs):
         valid = LanguageModelLoader(
-            corpus, config.batch_size, config.bptt, shuffle=False, mode="windows",
-            documents=valid_docs, boundaries=True, world=world,
+            corpus, config.batch_size, Windows(config.bptt, boundaries=True), shuffle=False,
+            documents=valid_docs, world=world,
         )  # fmt: skip
     torch.manual_seed(config.seed)
     model = GPTLanguageModel(
@@ -272,8 +276,9 @@ def _train_lm(config: LMConfig, world: World, device: torch.device) -> dict[str,
     if config.arch == "gpt":
         return _train_gpt(config, corpus, world, device, train_docs, valid_docs)
     streams = LanguageModelLoader(
-        corpus, config.batch_size, config.bptt, seed=config.seed, documents=train_docs, world=world
-    )
+        corpus, config.batch_size, Streams(config.bptt), seed=config.seed, documents=train_docs,
+        world=world,
+    )  # fmt: skip
     # in-process iteration reads a buffer of many batches at once; workers only pay off for
     # a corpus far away (a network filesystem)
     data: Any = streams.loader(config.num_workers) if config.num_workers else streams
@@ -281,8 +286,7 @@ def _train_lm(config: LMConfig, world: World, device: torch.device) -> dict[str,
         LanguageModelLoader(
             corpus,
             config.batch_size,
-            config.bptt,
-            bptt_jitter=None,
+            Streams(config.bptt, jitter=None),
             shuffle=False,
             documents=valid_docs,
             world=world,

@@ -101,8 +101,8 @@ class TokenMixture:
         windows: windows in one epoch of the mixture (default: all windows of all corpora,
             so each corpus is up- or down-sampled around its own size).
 
-    Pass it as the corpus of a ``LanguageModelLoader`` in ``"windows"`` or ``"packed"`` mode;
-    weights are shares of the epoch's windows (of its tokens, in ``"windows"`` mode).
+    Pass it as the corpus of a ``LanguageModelLoader`` reading ``Windows(...)`` or
+    ``Packed(...)``; weights are shares of the epoch's windows (of its tokens, with ``Windows``).
     """
 
     def __init__(

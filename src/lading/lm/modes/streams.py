@@ -1,0 +1,120 @@
+"""``Streams``: the epoch stream cut into ``world_size x batch_size`` streams, read on.
+
+Row ``r`` of batch ``t+1`` starts where row ``r`` of batch ``t`` ended, so an RNN's hidden
+state carries over (the point of the fastai thread). Sequence lengths vary per batch
+(:mod:`lading.lm.bptt`), drawn from ``(seed, epoch)``, the same on every rank. In-process, many
+batches of stream are read at a time (``chunk_batches``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from lading.errors import EmptyEpochError
+from lading.lm.batches import Batch, stream_batch
+from lading.lm.bptt import Jitter, check_jitter, max_seq
+from lading.lm.modes.base import Mode, check_flag, check_length
+from lading.lm.segment import LMSegment, plan_segment
+from lading.lm.windows import TokenMixture
+from lading.loading.state import Cursor
+
+if TYPE_CHECKING:
+    from lading.lm.corpus import TokenCorpus
+    from lading.lm.loader import LanguageModelLoader
+
+
+@dataclass(frozen=True)
+class Streams:
+    """BPTT streams with continuity across batches (``LanguageModelLoader(..., Streams(70))``).
+
+    Args:
+        bptt: the target sequence length of a batch (fastai's default is 70).
+        jitter: how lengths vary around ``bptt``: ``"fastai"`` (``bptt`` with probability
+            0.95, else ``bptt / 2``, then ``max(5, int(normal(that, 5)))``, capped at
+            ``bptt + 25``), a uniform ``(low, high)`` range, or ``None`` (fixed).
+        backwards: read every stream from its end to its start (a backward LM).
+        chunk_batches: how many batches of stream an in-process read holds between refills
+            (memory ``batch_size x chunk_batches x (bptt + 25)`` tokens, no effect on batches).
+    """
+
+    mode: ClassVar[str] = "streams"
+    bptt: int
+    _: KW_ONLY
+    jitter: Jitter = "fastai"
+    backwards: bool = False
+    chunk_batches: int = 128
+
+    def __post_init__(self) -> None:
+        check_length(self, "bptt", self.bptt, "the target tokens per batch row; fastai uses 70")
+        check_jitter(self.jitter)
+        check_flag(self, "backwards", self.backwards)
+        check_length(self, "chunk_batches", self.chunk_batches, "batches read at a time")
+
+
+def streams_of(lm: LanguageModelLoader) -> Streams:
+    """The loader's options, known to be streams'."""
+    shape = lm.sequence
+    assert isinstance(shape, Streams)
+    return shape
+
+
+class StreamsMode(Mode):
+    """``world_size x batch_size`` streams of the epoch, read on: BPTT continuity."""
+
+    name = "streams"
+    options = Streams
+    bulk = True
+
+    def check(self, corpus: TokenCorpus | TokenMixture) -> None:
+        if isinstance(corpus, TokenMixture):
+            raise ValueError(
+                "a TokenMixture needs independent windows: pass Windows(seq_len) or "
+                "Packed(seq_len) as sequence= (streams carry an RNN state across documents)"
+            )
+
+    def length(self, lm: LanguageModelLoader) -> int:
+        return streams_of(lm).bptt
+
+    def backwards(self, lm: LanguageModelLoader) -> bool:
+        return streams_of(lm).backwards
+
+    def max_seq(self, lm: LanguageModelLoader) -> int:
+        shape = streams_of(lm)
+        return max_seq(shape.bptt, shape.jitter)
+
+    def plan(self, lm: LanguageModelLoader, cursor: Cursor, layout: Mapping[str, Any]) -> LMSegment:
+        """``cursor``'s segment: the epoch stream cut into streams, each batch's length drawn."""
+        stream = lm._stream(cursor.epoch)
+        return plan_segment(
+            cursor, layout, stream, None, lm.equalize, lm.drop_partial_batch, lm.seed
+        )
+
+    def check_epoch(self, lm: LanguageModelLoader) -> None:
+        seg = lm._current()  # raises itself when the tokens cannot fill the streams
+        if seg.batches == 0:
+            raise EmptyEpochError(
+                f"an epoch of 0 batches on every rank: {seg.n} tokens give each of "
+                f"{seg.plan.readers} streams (world_size x batch_size) {seg.plan.each}, "
+                "too few for one batch; use a smaller batch_size or fewer processes"
+            )
+
+    def build(
+        self,
+        lm: LanguageModelLoader,
+        seg: LMSegment,
+        cursor: Cursor,
+        batch: int,
+        x: npt.NDArray[np.int64],
+    ) -> Batch:
+        return stream_batch(seg, cursor, batch, lm.world.rank * lm.batch_size, x)
+
+    def layout(self, lm: LanguageModelLoader) -> dict[str, Any]:
+        """The length and its jitter: another on resume replans the rest (elastic)."""
+        shape = streams_of(lm)
+        jitter = list(shape.jitter) if isinstance(shape.jitter, tuple) else shape.jitter
+        return {"bptt": shape.bptt, "jitter": jitter}

@@ -1,0 +1,194 @@
+"""The LM loader's constructor: one options object per mode, and every old keyword refused.
+
+``LanguageModelLoader(corpus, batch_size, sequence, ...)`` takes the shape of a sequence as one
+of :class:`Streams`, :class:`Windows` or :class:`Packed`; each holds only what its mode reads,
+so a field that meant something in one mode only cannot be passed to another. The batches are
+those of the keyword constructor they replace: the digests below were computed by it (the
+commit before this test) on the same corpus, for every mode and the options that change them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import word_tokenizer, write
+from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, TokenMixture, Windows
+from lading.world import World
+
+pytest.importorskip("tokenizers")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> TokenCorpus:
+    """37 documents of 3..40 words (the corpus of test_lm.py)."""
+    tmp = tmp_path_factory.mktemp("options")
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(500)]
+    docs = [" ".join(rng.choice(words, int(rng.integers(3, 40)))) for _ in range(37)]
+    src = write(tmp / "docs.txt", "\n\n".join(docs) + "\n")
+    return TokenCorpus.build(
+        src, tmp / "corpus", word_tokenizer(words, tmp / "t.json"), progress=False
+    )
+
+
+def digest(loader: LanguageModelLoader) -> str:
+    """Every tensor (and ``max_seqlen``) of epochs 0 and 1, hashed in order."""
+    h = hashlib.sha256()
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            for t in batch:
+                h.update(str(t).encode() if isinstance(t, int) else np.asarray(t).tobytes())
+    return h.hexdigest()[:16]
+
+
+# (options, the digest the keyword constructor gave for the same settings), batch 3, rank 1 of 2
+SAME_BATCHES = {
+    "streams": (Streams(7, jitter=(3, 9), backwards=True, chunk_batches=2), "23a799f2ebebf552"),
+    "streams-fastai": (Streams(bptt=6), "b6991ca95f190bf6"),
+    "windows": (Windows(8, backwards=True), "d5dd7abe03c59849"),
+    "windows-boundaries": (
+        Windows(8, boundaries=True, eod_mask_loss=False),
+        "ab0790431d81e7b1",
+    ),
+    "packed": (Packed(16), "cd97c2d72a21bba8"),
+    "packed-boundaries": (Packed(seq_len=16, boundaries=True), "8fddf9b036cc3c26"),
+}
+SEEDS = {"streams": 5, "streams-fastai": 1, "windows": 2, "windows-boundaries": 2}
+
+
+@pytest.mark.parametrize("case", sorted(SAME_BATCHES))
+def test_options_give_the_batches_of_the_keyword_form(corpus: TokenCorpus, case: str) -> None:
+    sequence, want = SAME_BATCHES[case]
+    seed = SEEDS.get(case, 3)
+    loader = LanguageModelLoader(corpus, 3, sequence, seed=seed, world=World(1, 2))
+    assert loader.sequence is sequence and loader.mode == sequence.mode
+    assert digest(loader) == want
+
+
+def test_the_loader_reads_its_mode_from_the_options(corpus: TokenCorpus) -> None:
+    modes = {
+        LanguageModelLoader(corpus, 2, seq, world=World()).mode
+        for seq in (Streams(5), Windows(5), Packed(5))
+    }
+    assert modes == {"streams", "windows", "packed"}
+
+
+OLD_KEYWORDS = {
+    "bptt": (70, r"bptt= moved: pass sequence=Streams\(bptt=70\)"),
+    "mode": ("packed", r"mode= moved: pass sequence=Packed\(seq_len=\.\.\.\)"),
+    "bptt_jitter": (None, r"bptt_jitter= moved: pass sequence=Streams\(bptt=\.\.\., jitter="),
+    "backwards": (True, r"backwards= moved: pass sequence=Streams\(bptt=\.\.\., backwards="),
+    "chunk_batches": (4, r"chunk_batches= moved: pass sequence=Streams\(bptt=\.\.\., chunk_b"),
+    "boundaries": (True, r"boundaries= moved: pass sequence=Windows\(seq_len=\.\.\., bounda"),
+    "eod_mask_loss": (False, r"eod_mask_loss= moved: pass sequence=Windows\(seq_len=\.\.\., e"),
+}
+
+
+@pytest.mark.parametrize("keyword", sorted(OLD_KEYWORDS))
+def test_every_old_keyword_names_the_new_form(corpus: TokenCorpus, keyword: str) -> None:
+    value, message = OLD_KEYWORDS[keyword]
+    old: dict[str, Any] = {keyword: value}
+    with pytest.raises(TypeError, match=message):
+        LanguageModelLoader(corpus, 2, Streams(5), world=World(), **old)
+    with pytest.raises(TypeError, match=message):  # the old call had no sequence at all
+        LanguageModelLoader(corpus, 2, world=World(), **old)
+
+
+def test_the_old_form_in_full_is_written_out_new(corpus: TokenCorpus) -> None:
+    want = r"bptt=, mode=, boundaries= moved: pass sequence=Windows\(seq_len=16, boundaries=True\)"
+    with pytest.raises(TypeError, match=want):
+        LanguageModelLoader(corpus, 4, bptt=16, mode="windows", boundaries=True)
+    with pytest.raises(TypeError, match=r"Packed\(seq_len=8\); Packed has no backwards="):
+        LanguageModelLoader(corpus, 4, bptt=8, mode="packed", backwards=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'shufle'"):
+        LanguageModelLoader(corpus, 4, Streams(8), shufle=False)
+
+
+def test_drop_last_is_refused_naming_ladings_arguments(corpus: TokenCorpus) -> None:
+    with pytest.raises(TypeError, match=r"drop_partial_batch=True.*equalize='truncate'"):
+        LanguageModelLoader(corpus, 2, Streams(5), drop_last=True, world=World())
+
+
+@pytest.mark.parametrize("sequence", [70, "streams", None, {"bptt": 70}])
+def test_a_sequence_that_is_not_an_options_object(corpus: TokenCorpus, sequence: Any) -> None:
+    with pytest.raises(TypeError, match=r"sequence= must be Streams\(\.\.\.\), Windows"):
+        LanguageModelLoader(corpus, 8, sequence, world=World())
+
+
+def test_the_old_positional_form_fails_clearly(corpus: TokenCorpus) -> None:
+    with pytest.raises(TypeError, match=r"got 70 .*sequence=Streams\(bptt=70\)"):
+        LanguageModelLoader(corpus, 8, 70, world=World())
+    with pytest.raises(TypeError):  # shuffle, seed and the rest are keyword-only now
+        LanguageModelLoader(corpus, 8, Streams(70), "fastai", True)  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        (Streams, "boundaries"),
+        (Streams, "eod_mask_loss"),
+        (Streams, "seq_len"),
+        (Windows, "bptt"),
+        (Windows, "jitter"),
+        (Windows, "chunk_batches"),
+        (Packed, "backwards"),
+        (Packed, "jitter"),
+        (Packed, "chunk_batches"),
+    ],
+)
+def test_a_mode_has_no_field_it_does_not_use(options: type, field: str) -> None:
+    with pytest.raises(TypeError, match=field):
+        options(8, **{field: 1})
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Streams(0), r"Streams\(bptt=0\): bptt must be an int >= 1"),
+        (lambda: Streams(True), r"bptt must be an int >= 1"),
+        (lambda: Streams(8, jitter=(6, 4)), r"jitter must be 'fastai', None or \(low, high\)"),
+        (lambda: Streams(8, chunk_batches=0), r"chunk_batches must be an int >= 1"),
+        (lambda: Windows(-1), r"Windows\(seq_len=-1\): seq_len must be an int >= 1"),
+        (lambda: Packed(2.5), r"seq_len must be an int >= 1"),
+        (lambda: Windows(8, boundaries="yes"), r"boundaries must be True or False"),
+    ],
+)
+def test_options_check_themselves(make: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_options_are_frozen_values() -> None:
+    options = Streams(70)
+    with pytest.raises(AttributeError):
+        options.bptt = 35  # type: ignore[misc]
+    assert options == Streams(bptt=70, jitter="fastai") and hash(options) == hash(Streams(70))
+
+
+def test_streams_refuse_a_mixture(corpus: TokenCorpus) -> None:
+    mixture = TokenMixture({corpus.path: 1.0})
+    with pytest.raises(ValueError, match=r"TokenMixture needs independent windows: pass Windows"):
+        LanguageModelLoader(mixture, 2, Streams(5), world=World())
+    assert len(LanguageModelLoader(mixture, 2, Windows(5), world=World())) > 0
+
+
+def test_the_options_survive_a_worker(corpus: TokenCorpus) -> None:
+    loader = LanguageModelLoader(corpus, 2, Packed(8, boundaries=True), world=World(), seed=1)
+    direct = [b.input_ids.tolist() for b in loader]
+    loader.set_epoch(0)
+    workers = [b.input_ids.tolist() for b in loader.loader(num_workers=1)]
+    assert workers == direct
+
+
+def test_the_names_are_exported() -> None:
+    import lading.lm
+    import lading.lm.modes
+
+    assert {"Packed", "Streams", "Windows"} <= set(lading.lm.__all__)
+    for name in ("Packed", "Streams", "Windows"):
+        assert getattr(lading.lm, name) is getattr(lading.lm.modes, name)
