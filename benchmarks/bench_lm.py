@@ -60,7 +60,11 @@ def run(kind: str, corpus_path: str) -> dict[str, Any]:
     if kind == "naive":
         batches = naive_batches(corpus)
     else:
-        batches = iter(LanguageModelLoader(corpus, BATCH, BPTT, world=World()))
+        # imported here, not at the top: bench_lm_owned.py imports this module under a
+        # baseline tree whose lading has no Streams
+        from lading.lm import Streams
+
+        batches = iter(LanguageModelLoader(corpus, BATCH, Streams(BPTT), world=World()))
     tokens = 0
     first = None
     for x, _ in batches:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from common import HERE, write_section
-from lading.lm import LanguageModelLoader, TokenCorpus, TokenMixture
+from lading.lm import LanguageModelLoader, TokenCorpus, TokenMixture, Windows
 from lading.lm.windows import MixedWindows
 from lading.world import World
 
@@ -52,7 +52,7 @@ def synthetic_corpus(path: Path, tokens: int, seed: int) -> TokenCorpus:
 
 
 def ms_per_batch(corpus: TokenCorpus | TokenMixture, batches: int = 200) -> float:
-    loader = LanguageModelLoader(corpus, BATCH, SEQ, mode="windows", world=World(), seed=3)
+    loader = LanguageModelLoader(corpus, BATCH, Windows(SEQ), world=World(), seed=3)
     it = iter(loader)
     for _ in range(5):
         next(it)
@@ -69,7 +69,7 @@ def evenness(corpora: list[TokenCorpus], windows: int, run: int = 16, seeds: int
     ours, uniform = [], []
     for seed in range(seeds):
         mix = TokenMixture(dict(zip(corpora, WEIGHTS)), windows=windows)
-        loader = LanguageModelLoader(mix, 1, 64, mode="windows", world=World(), seed=seed)
+        loader = LanguageModelLoader(mix, 1, Windows(64), world=World(), seed=seed)
         source = loader._windows.of_epoch(0)
         assert isinstance(source, MixedWindows)
         order = [source.locate(int(p))[0] for p in epoch_positions(loader)]

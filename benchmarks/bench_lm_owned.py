@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench_lm import BATCH, BPTT, build
 from common import HERE, add_write_flag, write_section
@@ -37,9 +38,16 @@ def child(corpus_path: str, mode: str) -> None:
     from lading.lm import LanguageModelLoader, TokenCorpus
     from lading.world import World
 
-    loader = LanguageModelLoader(
-        TokenCorpus.open(corpus_path), BATCH, BPTT, mode=mode, world=World(), seed=1
-    )
+    old: dict[str, Any]
+    sequence: Any  # this child runs this tree's lading and the baseline's
+    try:  # the sequence options objects (issue 23) ...
+        from lading.lm import Streams, Windows
+
+        sequence, old = (Streams(BPTT) if mode == "streams" else Windows(BPTT)), {}
+    except ImportError:  # ... or a tree from before them: bptt third, mode= a keyword
+        sequence, old = BPTT, {"mode": mode}
+    corpus = TokenCorpus.open(corpus_path)
+    loader = LanguageModelLoader(corpus, BATCH, sequence, world=World(), seed=1, **old)
     started, tokens = time.perf_counter(), 0
     for batch in loader:
         assert isinstance(batch, tuple)  # (x, y): streams and windows without boundaries

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from common import HERE, add_write_flag, data_dir, first, write_section
-from lading.lm import DocumentBatch, LanguageModelLoader, TokenCorpus
+from lading.lm import DocumentBatch, LanguageModelLoader, Packed, TokenCorpus, Windows
 from lading.stores.tokens import save_tokenizer, train_tokenizer
 from lading.world import World
 
@@ -45,8 +45,9 @@ def build(out: Path) -> TokenCorpus:
 def epoch(corpus: TokenCorpus, mode: str, boundaries: bool, seq: int) -> dict[str, Any]:
     """One epoch of one loader, timed from construction (packing included)."""
     started = time.perf_counter()
+    shape = {"windows": Windows, "packed": Packed}[mode]
     data = LanguageModelLoader(
-        corpus, BATCH, seq, mode=mode, boundaries=boundaries, world=World(), seed=0
+        corpus, BATCH, shape(seq, boundaries=boundaries), world=World(), seed=0
     )
     len(data)  # plans the epoch: packs the documents in "packed" mode
     setup = time.perf_counter() - started
@@ -97,13 +98,13 @@ def main() -> None:
             )
     padding = []
     for seq in (128, 512, 2048):
-        stats = LanguageModelLoader(corpus, 1, seq, mode="packed", world=World()).packing_stats()
+        stats = LanguageModelLoader(corpus, 1, Packed(seq), world=World()).packing_stats()
         results[f"packing/{seq}"] = stats
         padding.append(
             f"| {seq} | {stats['windows']:,} | {stats['split_documents']:,} "
             f"| {stats['padding_fraction']:.4f} |"
         )
-    windows128 = LanguageModelLoader(corpus, 1, 128, world=World(), mode="windows").batches()
+    windows128 = LanguageModelLoader(corpus, 1, Windows(128), world=World()).batches()
     runs = {m: ablation(corpus.path, out / f"gpt-mask-{m}", args.steps, m) for m in (True, False)}
     results["ablation"] = {str(k): v for k, v in runs.items()}
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))

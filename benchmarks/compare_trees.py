@@ -66,7 +66,12 @@ from lading.world import World
 cpu = time.process_time()
 OUT = bench_lm.run("lading", A["corpus"])
 OUT["cpu_s"] = time.process_time() - cpu
-loader = LanguageModelLoader(TokenCorpus.open(A["corpus"]), bench_lm.BATCH, bench_lm.BPTT,
+try:  # the sequence options object (issue 23) ...
+    from lading.lm import Streams
+    sequence = Streams(bench_lm.BPTT)
+except ImportError:  # ... or a tree from before it, where bptt was the third argument
+    sequence = bench_lm.BPTT
+loader = LanguageModelLoader(TokenCorpus.open(A["corpus"]), bench_lm.BATCH, sequence,
                              world=World())
 tokens, cpu, wall = 0, time.process_time(), time.perf_counter()
 for epoch in range(A["epochs"]):
