@@ -58,8 +58,8 @@ def to_hf_kwargs(
     """``model(**to_hf_kwargs(batch, model.config._attn_implementation))``: see the module doc.
 
     Args:
-        batch: a :class:`~lading.lm.DocumentBatch` (a loader with ``boundaries=True``), on
-            the model's device.
+        batch: a :class:`~lading.lm.DocumentBatch` (a loader's with ``Packed(..., boundaries=
+            True)`` or ``Windows(..., boundaries=True)``), on the model's device.
         attn_implementation: the model's (``model.config._attn_implementation``).
         dtype: the model's dtype, for the additive mask of ``"eager"``.
         use_cache: must stay False (refused otherwise: see the module doc).
