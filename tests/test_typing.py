@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e  # mypy in a subprocess: seconds
 
 USER_CODE = """
 import lading
-from lading.lm import LanguageModelLoader
+from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus
 from lading.tabular import PartitionedParquet
 
 data = lading.loader(list(range(10)), 2, shuffle=False)
@@ -27,8 +27,11 @@ ahead = lading.DevicePrefetcher(data, "cpu", depth=2)
 store = lading.open_store("store")
 text: str = store["7"]
 lm: type = LanguageModelLoader
+streams = LanguageModelLoader(TokenCorpus.open("c"), 8, Streams(70, jitter=None), seed=1)
+packed = LanguageModelLoader(TokenCorpus.open("c"), 8, Packed(512, boundaries=True))
 parquet: type = PartitionedParquet
 lading.loader(list(range(10)), batch_size="two")  # wrong on purpose: must be reported
+LanguageModelLoader(TokenCorpus.open("c"), 8, bptt=70)  # moved on purpose: must be reported
 """
 
 
@@ -43,5 +46,6 @@ def test_mypy_sees_the_lazy_names_with_their_signatures(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     errors = [line for line in done.stdout.splitlines() if ": error:" in line]
-    assert len(errors) == 1, done.stdout  # only the wrong call, nothing about lazy names
+    assert len(errors) == 2, done.stdout  # only the wrong calls, nothing about lazy names
     assert 'Argument "batch_size" to "loader"' in errors[0], errors[0]
+    assert 'Argument "bptt" to "LanguageModelLoader"' in errors[1], errors[1]
