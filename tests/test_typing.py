@@ -28,6 +28,8 @@ store = lading.open_store("store")
 text: str = store["7"]
 lm: type = LanguageModelLoader
 parquet: type = PartitionedParquet
+parse = lading.ParseOptions(columns=["id", "url", "text"], keep_fields=["url"])
+built: lading.PackedStore = lading.build_store("c.tsv", "s", parse=parse)
 lading.loader(list(range(10)), batch_size="two")  # wrong on purpose: must be reported
 """
 
