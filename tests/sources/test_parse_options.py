@@ -159,3 +159,17 @@ def test_the_loose_keywords_fail_naming_the_new_spelling(
     message = str(caught.value)
     assert f"{entry}()" in message and spelled in message, message
     assert not (tmp_path / "s").exists() and not (tmp_path / "idx").exists()
+
+
+def test_hf_build_store_keeps_fields_of_a_parquet_path(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from lading.integrations.hf_datasets import build_store as build_hf
+
+    rows = {"doc": ["a", "b"], "body": ["x", "y"], "title": ["Ta", "Tb"], "url": ["ua", "ub"]}
+    pq.write_table(pa.table(rows), tmp_path / "d.parquet")
+    store = build_hf(
+        tmp_path / "d.parquet", tmp_path / "s", id_column="doc", text_column="body",
+        fields=("url",), progress=False,
+    )  # fmt: skip
+    assert store.fields == ("url",) and store.field("b", "url") == "ub"  # was: title, url dropped
