@@ -18,6 +18,7 @@ from typing import Any
 
 from lading.disk import (
     build_lock,
+    byte_bar,
     is_ours_to_replace,
     publish,
     read_meta,
@@ -211,16 +212,6 @@ def _build_locked(
 
 
 def _progress_bar(reader: SourceReader, enabled: bool | None) -> Any:
-    from tqdm.auto import tqdm
-
     path = reader.path
     total = path.stat().st_size if path is not None and not is_compressed(path) else None
-    disable = None if enabled is None else not enabled  # None: tqdm hides itself off a terminal
-    return tqdm(
-        total=total,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        desc=f"building {Path(str(reader.source)).name}",
-        disable=disable,
-    )
+    return byte_bar(f"building {Path(str(reader.source)).name}", total, enabled)
