@@ -364,8 +364,9 @@ def part_stores(c: Corpus) -> None:
     out: dict[str, Any] = {}
     shutil.rmtree(c.offsets, ignore_errors=True)
     code = (
-        "import sys; from lading.stores.offsets import OffsetStore; "
-        "OffsetStore.build(sys.argv[1], sys.argv[2], columns=sys.argv[3].split(','))"
+        "import sys; from lading import OffsetStore, ParseOptions; "
+        "OffsetStore.build(sys.argv[1], sys.argv[2], "
+        "parse=ParseOptions(columns=sys.argv[3].split(',')))"
     )
     out["offsets"] = measured([PY, "-c", code, str(c.tsv), str(c.offsets), c.columns])
     out["offsets"]["bytes_written"] = size_of(c.offsets)

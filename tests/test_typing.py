@@ -30,6 +30,8 @@ lm: type = LanguageModelLoader
 streams = LanguageModelLoader(TokenCorpus.open("c"), 8, Streams(70, jitter=None), seed=1)
 packed = LanguageModelLoader(TokenCorpus.open("c"), 8, Packed(512, boundaries=True))
 parquet: type = PartitionedParquet
+parse = lading.ParseOptions(columns=["id", "url", "text"], keep_fields=["url"])
+built: lading.PackedStore = lading.build_store("c.tsv", "s", parse=parse)
 lading.loader(list(range(10)), batch_size="two")  # wrong on purpose: must be reported
 LanguageModelLoader(TokenCorpus.open("c"), 8, bptt=70)  # moved on purpose: must be reported
 """

@@ -26,7 +26,7 @@ from lading.errors import (
     StaleStoreWarning,
     StoreFormatError,
 )
-from lading.sources import Record, read_records
+from lading.sources import ParseOptions, Record, read_records
 from lading.stores import (
     DocStore,
     InMemoryStore,
@@ -62,6 +62,7 @@ __all__ = [
     "OffsetStore",
     "OutOfSpaceError",
     "PackedStore",
+    "ParseOptions",
     "Record",
     "SkippedRecordsWarning",
     "SourceError",

@@ -152,3 +152,21 @@ def test_synth_passages_stream_as_msmarco_sized_lines(tmp_path: Path) -> None:
     assert [int(line.split(b"\t")[0]) for line in lines] == list(range(3000))
     mean = files.corpus.stat().st_size / 3000
     assert 250 < mean < 420, mean  # MS MARCO passages: 2.9 GB / 8.8M = ~330 bytes a line
+
+
+def test_build_field_flags_make_one_parse_options(tmp_path: Path) -> None:
+    from lading import ParseOptions, open_store
+
+    tsv = tmp_path / "d.tsv"
+    tsv.write_text("d1\thttp://a\tone\nd2\thttp://b\ttwo\n")
+    columns = ["--columns", "id,url,text", "--quiet"]
+    assert main(["build", str(tsv), str(tmp_path / "t"), *columns]) == 0
+    store = open_store(tmp_path / "t")
+    assert (store["d2"], store.field("d2", "url")) == ("two", "http://b")
+    recorded = ParseOptions.from_dict(store.meta["build"])
+    assert recorded == ParseOptions(columns=("id", "url", "text"))
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text('{"key": "k1", "body": "one", "id": "x"}\n')
+    flags = ["--id-field", "key", "--text-field", "body", "--quiet"]
+    assert main(["build", str(jsonl), str(tmp_path / "j"), *flags]) == 0
+    assert open_store(tmp_path / "j")["k1"] == "one"

@@ -24,12 +24,16 @@ def test_stores_from_a_dataset_a_split_parquet_and_arrow_agree(
     if not docs.is_file():
         pytest.skip(f"{docs} not found")
     data = datasets.Dataset.from_json(str(docs), cache_dir=str(tmp_path / "hf"))
-    reference = lading.build_store(docs, tmp_path / "from-jsonl", id_field="doc_id")
+    reference = lading.build_store(
+        docs, tmp_path / "from-jsonl", parse=lading.ParseOptions(id_field="doc_id")
+    )
     split = build_store(datasets.DatasetDict(train=data), tmp_path / "split", id_column="doc_id")
     data.to_parquet(str(tmp_path / "docs.parquet"))
     parquet = build_store(tmp_path / "docs.parquet", tmp_path / "parquet", id_column="doc_id")
     arrow_file = data.cache_files[0]["filename"]  # datasets' own cache: the Arrow stream format
-    arrow = lading.build_store(arrow_file, tmp_path / "arrow", format="arrow", id_field="doc_id")
+    arrow = lading.build_store(
+        arrow_file, tmp_path / "arrow", format="arrow", parse=lading.ParseOptions(id_field="doc_id")
+    )
     assert len(reference) == 11429
     for store in (split, parquet, arrow):
         assert store.ids() == reference.ids()
@@ -103,7 +107,10 @@ def test_a_store_exports_as_a_dataset_and_a_rebuild_is_seen(tmp_path: Path) -> N
     texts = [r["text"] for r in rows]
     save_tokenizer(train_tokenizer(texts, "wordpiece", 200), tmp_path / "tok.json")
     store = lading.build_store(
-        source, tmp_path / "store", id_field="doc_id", tokenizer=tmp_path / "tok.json"
+        source,
+        tmp_path / "store",
+        parse=lading.ParseOptions(id_field="doc_id"),
+        tokenizer=tmp_path / "tok.json",
     )
     cache = str(tmp_path / "hf")
     data = store_to_dataset(store, tokens=True, cache_dir=cache)
@@ -115,7 +122,9 @@ def test_a_store_exports_as_a_dataset_and_a_rebuild_is_seen(tmp_path: Path) -> N
 
     rows[5]["text"] = "a new text"
     source.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    store = lading.build_store(source, tmp_path / "store", id_field="doc_id")
+    store = lading.build_store(
+        source, tmp_path / "store", parse=lading.ParseOptions(id_field="doc_id")
+    )
     assert store_to_dataset(store, cache_dir=cache)[5]["text"] == "a new text"
     with pytest.raises(ValueError, match="has no tokens"):
         store_to_dataset(store, tokens=True, cache_dir=cache)

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import write
 from lading.errors import SourceError
-from lading.sources import SourceReader, detect_format, read_records
+from lading.sources import ParseOptions, SourceReader, detect_format, read_records
 
 
 def ids_texts(path: Path, **kwargs: object) -> list[tuple[str, str]]:
@@ -27,7 +27,7 @@ def test_tsv_reads_ids_texts_and_extra_columns(tmp_path: Path) -> None:
 
 def test_tsv_named_columns(tmp_path: Path) -> None:
     path = write(tmp_path / "docs.tsv", "D1\thttp://x\tTitle one\tBody one\n")
-    (record,) = read_records(path, columns=("id", "url", "title", "text"))
+    (record,) = read_records(path, parse=ParseOptions(columns=("id", "url", "title", "text")))
     assert (record.id, record.text, dict(record.fields)) == (
         "D1",
         "Body one",
@@ -86,7 +86,8 @@ def test_jsonl_finds_id_and_text_fields_and_keeps_title(tmp_path: Path) -> None:
 
 def test_jsonl_explicit_fields_and_errors(tmp_path: Path) -> None:
     path = write(tmp_path / "c.jsonl", '{"key": "k1", "passage": "p1", "id": "ignored"}\n')
-    assert ids_texts(path, id_field="key", text_field="passage") == [("k1", "p1")]
+    named = ParseOptions(id_field="key", text_field="passage")
+    assert ids_texts(path, parse=named) == [("k1", "p1")]
     bad = write(tmp_path / "bad.jsonl", '{"id": "1", "text": "ok"}\n{"id": "2", "text": \n')
     with pytest.raises(SourceError, match=r"line 2 .*invalid JSON"):
         ids_texts(bad)

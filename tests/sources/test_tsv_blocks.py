@@ -144,7 +144,9 @@ def test_four_column_store_equals_the_per_line_build(tmp_path: Path) -> None:
         reader = SourceReader(path, "tsv", options=ParseOptions(columns=columns))
         paths = {type(item).__name__ for item in reader._bulk_items()}
         kinds = {type(item).__name__ for item in reader.iter_bulk()}
-        store = build_store(path, tmp_path / "store", columns=columns, progress=False)
+        store = build_store(
+            path, tmp_path / "store", parse=ParseOptions(columns=columns), progress=False
+        )
     finally:
         lading.sources.tsv_blocks.BLOCK_BYTES = old
     assert paths == {"TsvBlock", "tuple"}  # both paths were taken

@@ -14,10 +14,15 @@ from lading.cli.inputs import tokenizer
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
+    from lading.sources import ParseOptions
     from lading.stores import build_store
 
     started = time.perf_counter()
-    columns = tuple(args.columns.split(",")) if args.columns else ("id", "text")
+    parse = ParseOptions(
+        id_field=args.id_field,
+        text_field=args.text_field,
+        columns=args.columns.split(",") if args.columns else ("id", "text"),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the skip count is printed below instead
         store = build_store(
@@ -28,9 +33,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
             max_length=args.max_length,
             on_error=args.on_error,
             duplicates=args.duplicates,
-            id_field=args.id_field,
-            text_field=args.text_field,
-            columns=columns,
+            parse=parse,
             overwrite=args.overwrite,
             progress=not args.quiet,
         )

@@ -11,6 +11,7 @@ but :mod:`lading.errors`).
 - :mod:`lading.disk.spill`: an int64 array spilled to a scratch file while a build grows it.
 - :mod:`lading.disk.formats`: each format's own version, and the versions still readable.
 - :mod:`lading.disk.files`: durable writes, directory fsync, read-only maps.
+- :mod:`lading.disk.progress`: the byte-counting progress bar of builds and copies.
 - :mod:`lading.disk.stage`: copy a finished store to node-local disk once per node (``lading
   stage``); the one module here that also reads :mod:`lading.world`, to know the node.
 """
@@ -37,6 +38,7 @@ from lading.disk.formats import (
     disk_format,
 )
 from lading.disk.meta import META_FILE, read_meta, spot_crc32, verify_checksums, write_meta
+from lading.disk.progress import byte_bar
 from lading.disk.ragged import OFFSET_DTYPE, RaggedColumn, RaggedWriter, column_files
 from lading.disk.spill import SpillArray
 
@@ -53,6 +55,7 @@ __all__ = [
     "SpillArray",
     "UnsupportedVersionError",
     "build_lock",
+    "byte_bar",
     "check_version",
     "column_files",
     "current_version",

@@ -26,13 +26,14 @@ import socket
 import sys
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from lading.disk import (
     STAGE_MARK,
     build_lock,
+    byte_bar,
     fsync_dir,
     publish,
     read_meta,
@@ -198,12 +199,9 @@ def _copy(
     progress: bool | None,
 ) -> None:
     expected = _expected_crcs(source, files)
-    from tqdm.auto import tqdm
-
     total = sum(int(info["size"]) for info in files.values())
-    disable = None if progress is None else not progress  # None: tqdm hides itself off a tty
     crcs: dict[str, int] = {}
-    with staging(dest) as tmp, _bar(tqdm, total, source.name, disable) as bar:
+    with staging(dest) as tmp, byte_bar(f"staging {source.name}", total, progress) as bar:
         for rel in files:
             out = tmp / rel
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -241,19 +239,6 @@ def _copy(
         if fmt in LISTED_FORMATS:
             read_meta(tmp, fmt)  # the copy opens as the format it claims
         publish(tmp, dest)
-
-
-@contextlib.contextmanager
-def _bar(tqdm: Any, total: int, name: str, disable: bool | None) -> Iterator[Any]:
-    with tqdm(
-        total=total,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        desc=f"staging {name}",
-        disable=disable,
-    ) as bar:
-        yield bar
 
 
 def _expected_crcs(source: _Source, files: dict[str, dict[str, Any]]) -> dict[str, int]:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from lading.integrations.rows import GroupRows, check_format
-from lading.sources import OnError, RecordStream
+from lading.sources import OnError, ParseOptions, RecordStream
 from lading.stores import PackedStore
 from lading.stores import build_store as build_from_source
 
@@ -78,9 +78,8 @@ def build_store(
             ``duplicates``, ``overwrite``, ``builder``…).
     """
     if isinstance(data, (str, os.PathLike)):
-        return build_from_source(
-            data, dest, on_error=on_error, id_field=id_column, text_field=text_column, **options
-        )
+        parse = ParseOptions(id_field=id_column, text_field=text_column, keep_fields=fields)
+        return build_from_source(data, dest, on_error=on_error, parse=parse, **options)
     dataset = pick_split(data, split)
     names = list(dataset.column_names)
     for column in (id_column, text_column):

@@ -36,6 +36,7 @@ from lading.sources.parsers import (
     make_jsonl_parser,
     make_trec_parser,
     make_tsv_parser,
+    refuses_loose_keywords,
 )
 from lading.sources.reader import (
     FILE_FORMATS,
@@ -86,4 +87,5 @@ __all__ = [
     "make_tsv_parser",
     "open_binary",
     "read_records",
+    "refuses_loose_keywords",
 ]

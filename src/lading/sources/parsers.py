@@ -4,15 +4,19 @@ A parser takes the bytes of one record as a chunker of :mod:`lading.sources.chun
 returns a :class:`Record`, or raises :class:`RecordError` saying what is wrong; the reader
 (:class:`lading.sources.SourceReader`) adds the file and line. The same parser serves the build
 and :class:`~lading.stores.offsets.OffsetStore`, which reads a span back with ``os.pread``.
+What a parser looks for (JSON keys, TSV columns, fields kept) is one :class:`ParseOptions`,
+the ``parse=`` of every public function that reads a source, recorded in stores' meta as its
+:meth:`~ParseOptions.to_dict`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple, ParamSpec, TypeVar
 
 from lading.errors import LadingError
 
@@ -46,26 +50,85 @@ def json_object(text: str) -> dict[str, Any]:
 Parser = Callable[[bytes], Record]
 
 
+# the keywords ParseOptions replaced in build_store & co; kept only to refuse them with the fix
+LOOSE_KEYWORDS: tuple[str, ...] = ("id_field", "text_field", "columns")
+
+
 @dataclass(frozen=True)
 class ParseOptions:
-    """How to find id, text and fields in records.
+    """Where a source's records keep their id, text and fields: the one parameter (``parse=``)
+    of every function that reads a source.
 
     Attributes:
-        id_field: JSON key of the id (default: the first of ``JSON_ID_FIELDS`` present).
-        text_field: JSON key of the text (default: the first of ``JSON_TEXT_FIELDS`` present).
-        columns: TSV column names; must contain ``"id"`` and ``"text"``. Columns past the named
-            ones become fields ``col<N>`` (0-based position).
-        keep_fields: JSON keys kept as fields besides the id and text (default: ``title``).
+        id_field: JSON/parquet/Arrow key of the id (default: the first of ``JSON_ID_FIELDS``
+            present).
+        text_field: key of the text (default: the first of ``JSON_TEXT_FIELDS`` present).
+        columns: TSV column names; must contain ``"id"`` and ``"text"``. The other named
+            columns become fields, and columns past the named ones fields ``col<N>`` (0-based).
+        keep_fields: JSON/parquet/Arrow keys kept as fields besides the id and text (default:
+            ``title``). TSV keeps every column; TREC keeps its title element.
+
+    Sequences are stored as tuples, so options compare, hash and pickle as values.
     """
 
     id_field: str | None = None
     text_field: str | None = None
-    columns: tuple[str, ...] = ("id", "text")
-    keep_fields: tuple[str, ...] = ("title",)
+    columns: Sequence[str] = ("id", "text")
+    keep_fields: Sequence[str] = ("title",)
+
+    KEYS: ClassVar[tuple[str, ...]] = ("id_field", "text_field", "columns", "keep_fields")
 
     def __post_init__(self) -> None:
+        for name in ("columns", "keep_fields"):
+            value = getattr(self, name)
+            if isinstance(value, str):  # tuple("url") would be ('u', 'r', 'l')
+                raise TypeError(
+                    f"{name} is a sequence of names, not one string: "
+                    f"{name}={tuple(value.split(','))!r}"
+                )
+            object.__setattr__(self, name, tuple(value))
         if "id" not in self.columns or "text" not in self.columns:
             raise ValueError(f"TSV columns {list(self.columns)} must name both 'id' and 'text'")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as plain JSON values, as stores record them in ``meta.json``."""
+        return {
+            "id_field": self.id_field,
+            "text_field": self.text_field,
+            "columns": list(self.columns),
+            "keep_fields": list(self.keep_fields),
+        }
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> ParseOptions:
+        """The options :meth:`to_dict` wrote, read from ``record`` (other keys are ignored, so a
+        store's whole build record will do). A key missing is the default: stores built before
+        ``keep_fields`` was recorded were all built with the default."""
+        return cls(**{key: record[key] for key in cls.KEYS if key in record})
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def refuses_loose_keywords(func: Callable[P, R]) -> Callable[P, R]:
+    """``func`` as it is, except that the keywords :class:`ParseOptions` replaced
+    (``id_field=``, ``text_field=``, ``columns=``) raise a TypeError spelling the new call,
+    instead of Python's bare "unexpected keyword argument"."""
+
+    @functools.wraps(func)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        loose = {key: kwargs[key] for key in LOOSE_KEYWORDS if key in kwargs}
+        if loose:
+            spelled = ", ".join(f"{key}={value!r}" for key, value in loose.items())
+            raise TypeError(
+                f"{func.__qualname__}() no longer takes {'=, '.join(loose)}=; pass "
+                f"parse=ParseOptions({spelled}) (from lading import ParseOptions): where ids, "
+                "text and fields are found is one parameter now"
+            )
+        return func(*args, **kwargs)
+
+    return checked
 
 
 def check_id(doc_id: str) -> str:
@@ -149,10 +212,16 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
         obj = json_object(_decode(raw))
         id_key = next((k for k in id_keys if k in obj), None)
         if id_key is None:
-            raise RecordError(f"no id field: expected one of {list(id_keys)}; pass id_field=")
+            raise RecordError(
+                f"no id field: expected one of {list(id_keys)}; name it: "
+                "parse=ParseOptions(id_field=...) or --id-field"
+            )
         text_key = next((k for k in text_keys if k in obj), None)
         if text_key is None:
-            raise RecordError(f"no text field: expected one of {list(text_keys)}; pass text_field=")
+            raise RecordError(
+                f"no text field: expected one of {list(text_keys)}; name it: "
+                "parse=ParseOptions(text_field=...) or --text-field"
+            )
         body = obj[text_key]
         if not isinstance(body, str):
             raise RecordError(f"text field {text_key!r} must be a string, found {body!r:.40}")

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -50,6 +50,7 @@ from lading.sources.parsers import (
     make_jsonl_parser,
     make_trec_parser,
     make_tsv_parser,
+    refuses_loose_keywords,
 )
 from lading.sources.tables import iter_table
 from lading.sources.tsv_blocks import TsvBlock, records_block, scanned_blocks
@@ -232,7 +233,7 @@ class SourceReader:
             raise ValueError(f"{self.source} ({self.format}) has no per-record parser")
         options = self.options
         if self.format == "beir" and options.id_field is None:
-            options = ParseOptions("_id", options.text_field, options.columns, options.keep_fields)
+            options = replace(options, id_field="_id")
         return FILE_FORMATS[self.file_format].make_parser(options)
 
     def fingerprint(self) -> dict[str, Any]:
@@ -373,15 +374,14 @@ def import_ir_datasets() -> Any:
     return ir_datasets
 
 
+@refuses_loose_keywords
 def read_records(
     source: str | os.PathLike[str],
     format: str | None = None,
     on_error: OnError = "raise",
     *,
-    id_field: str | None = None,
-    text_field: str | None = None,
-    columns: Sequence[str] = ("id", "text"),
+    parse: ParseOptions | None = None,
 ) -> SourceReader:
-    """A reader over the records of ``source``; iterate it, then read ``.skipped``."""
-    options = ParseOptions(id_field, text_field, tuple(columns))
-    return SourceReader(source, format, on_error, options)
+    """A reader over the records of ``source``, which ``parse`` says where to find ids, text
+    and fields in (default: :class:`ParseOptions`'s); iterate it, then read ``.skipped``."""
+    return SourceReader(source, format, on_error, parse or ParseOptions())

@@ -2,8 +2,9 @@
 
 Parquet and Arrow files are read one record batch at a time with pyarrow (the ``parquet``
 extra), only the id, text and kept columns, so a 20 GB file costs one batch of memory. The id
-and text columns are named like JSON keys (``id_field``/``text_field``, default: the first of
-:data:`~lading.sources.JSON_ID_FIELDS` / :data:`~lading.sources.JSON_TEXT_FIELDS` present).
+and text columns are named like JSON keys (:class:`~lading.sources.ParseOptions`; default: the
+first of :data:`~lading.sources.JSON_ID_FIELDS` / :data:`~lading.sources.JSON_TEXT_FIELDS`
+present).
 Arrow files may be in the IPC *file* format (Feather v2) or the *stream* format (what HF
 ``datasets`` writes to its cache): both are read through a memory map.
 
@@ -56,8 +57,8 @@ def pick_column(
         if name in names:
             return name
     raise ValueError(
-        f"no {what} column among {names}: name it (id_field=/text_field=, or --id-field/"
-        f"--text-field); the defaults tried were {list(defaults)}"
+        f"no {what} column among {names}: name it (parse=ParseOptions(id_field=...,"
+        f" text_field=...), or --id-field/--text-field); the defaults tried were {list(defaults)}"
     )
 
 

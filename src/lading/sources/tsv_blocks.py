@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import IO, Any, NamedTuple
 
 import numpy as np
@@ -108,7 +108,7 @@ def whole_lines(stream: IO[bytes], size: int | None = None) -> Iterator[tuple[by
         start += len(block)
 
 
-def scan_block(block: RawBlock, columns: tuple[str, ...] = ("id", "text")) -> TsvBlock | None:
+def scan_block(block: RawBlock, columns: Sequence[str] = ("id", "text")) -> TsvBlock | None:
     """The records of a block when every line is plainly ``columns`` joined by tabs; else None.
 
     Plainly means: exactly ``len(columns) - 1`` tabs per line (no missing or extra column), an
@@ -221,7 +221,7 @@ _POWERS = 10 ** np.arange(18, dtype=np.int64)
 
 
 def scanned_blocks(
-    stream: IO[bytes], columns: tuple[str, ...] = ("id", "text"), ahead: int = 2
+    stream: IO[bytes], columns: Sequence[str] = ("id", "text"), ahead: int = 2
 ) -> Iterator[tuple[RawBlock, TsvBlock | None]]:
     """Each block of ``stream`` with its scan, read and scanned on a thread ``ahead`` blocks early.
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lading.disk import (
     build_lock,
+    byte_bar,
     is_ours_to_replace,
     publish,
     read_meta,
@@ -25,7 +26,13 @@ from lading.disk import (
     staging,
 )
 from lading.errors import SkippedRecordsWarning, StoreFormatError
-from lading.sources import OnError, ParseOptions, SourceReader, is_compressed
+from lading.sources import (
+    OnError,
+    ParseOptions,
+    SourceReader,
+    is_compressed,
+    refuses_loose_keywords,
+)
 from lading.stores.layout import FORMAT_NAME
 from lading.stores.packed import PackedStore
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
@@ -33,6 +40,7 @@ from lading.stores.writer import Duplicates, write_store
 from lading.world import World, resolve_shared_fs
 
 
+@refuses_loose_keywords
 def build_store(
     source: str | os.PathLike[str] | SourceReader,
     dest: str | os.PathLike[str],
@@ -42,9 +50,7 @@ def build_store(
     on_error: OnError = "raise",
     *,
     duplicates: Duplicates = "error",
-    id_field: str | None = None,
-    text_field: str | None = None,
-    columns: Sequence[str] = ("id", "text"),
+    parse: ParseOptions | None = None,
     overwrite: bool = False,
     shared_fs: bool | None = None,
     progress: bool | None = None,
@@ -55,7 +61,7 @@ def build_store(
         source: a TSV/JSONL/TREC file (optionally .gz/.bz2/.zst), a parquet or Arrow file, a
             BEIR folder, ``"irds:<dataset-id>"``, or a reader made elsewhere (a
             :class:`~lading.sources.tables.RecordStream`, e.g. over an HF dataset; ``format``,
-            ``on_error`` and the field options are then the reader's own).
+            ``on_error`` and ``parse`` are then the reader's own).
         dest: the store directory to create.
         format: the source format; detected from the name when None.
         tokenizer: pre-tokenize with this (a ``tokenizers.Tokenizer``, a HF fast tokenizer, a
@@ -66,8 +72,9 @@ def build_store(
             line; ``"skip"`` skips malformed records, warns with their count and records it in
             ``meta.json``.
         duplicates: a repeated id is an error (``"error"``), or keep its ``"first"``/``"last"``.
-        id_field, text_field: JSON keys of id and text (default: found among common names).
-        columns: TSV column names; must include ``"id"`` and ``"text"``.
+        parse: where ids, text and fields are in the records: JSON/parquet keys, TSV columns,
+            fields kept (default: :class:`~lading.sources.ParseOptions`'s). Recorded in
+            ``meta.json``: a store built with other options is rebuilt, not reused.
         overwrite: rebuild even when ``dest`` holds a store built from the same source with the
             same options (by default such a store is reused as it is).
         shared_fs: under torch.distributed, whether ``dest`` is on a filesystem every node sees:
@@ -82,19 +89,20 @@ def build_store(
     shared = resolve_shared_fs(shared_fs)
     dest_path = Path(dest)
     if isinstance(source, SourceReader):
+        if parse is not None:
+            raise ValueError(
+                f"{source.source} is a reader, which carries its own ParseOptions; make the "
+                "reader with them instead of passing parse= here"
+            )
         reader, on_error = source, source.on_error
     else:
-        reader = SourceReader(
-            source, format, on_error, ParseOptions(id_field, text_field, tuple(columns))
-        )
+        reader = SourceReader(source, format, on_error, parse or ParseOptions())
     tok = load_tokenizer(tokenizer) if tokenizer is not None else None
     options = {
         "format": reader.format,
         "on_error": on_error,
         "duplicates": duplicates,
-        "id_field": id_field,
-        "text_field": text_field,
-        "columns": list(columns),
+        **reader.options.to_dict(),
         "tokenizer": describe_tokenizer(tok) if tok is not None else None,
         "max_length": max_length,
     }
@@ -152,8 +160,10 @@ def reusable(dest: Path, reader: SourceReader, options: dict[str, Any]) -> bool:
         meta = read_meta(dest, FORMAT_NAME)
     except StoreFormatError:
         return False
-    built = {k: meta.get("build", {}).get(k) for k in options}
-    if built != options:
+    build = meta.get("build", {})
+    if ParseOptions.from_dict(build) != reader.options:
+        return False  # compared as options: a store recorded before keep_fields still matches
+    if any(build.get(k) != v for k, v in options.items() if k not in ParseOptions.KEYS):
         return False
     recorded = meta.get("source", {})
     now = reader.fingerprint()  # its mtime too: a same-size edit in the middle changes only it
@@ -202,16 +212,6 @@ def _build_locked(
 
 
 def _progress_bar(reader: SourceReader, enabled: bool | None) -> Any:
-    from tqdm.auto import tqdm
-
     path = reader.path
     total = path.stat().st_size if path is not None and not is_compressed(path) else None
-    disable = None if enabled is None else not enabled  # None: tqdm hides itself off a terminal
-    return tqdm(
-        total=total,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        desc=f"building {Path(str(reader.source)).name}",
-        disable=disable,
-    )
+    return byte_bar(f"building {Path(str(reader.source)).name}", total, enabled)

@@ -52,7 +52,7 @@ def _doc_class(path: Path) -> Any:
     raise ValueError(
         f"{path}, line 1: {tabs + 1} columns; ir_datasets reads a local TSV of id<TAB>text or "
         "id<TAB>url<TAB>title<TAB>body (msmarco-docs.tsv). Build a lading store of other layouts "
-        "with --columns instead"
+        "instead, naming the columns (--columns, or parse=ParseOptions(columns=[...]))"
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lading.errors import SourceError
-from lading.sources import OnError, ParseOptions, SourceReader
+from lading.sources import OnError, ParseOptions, SourceReader, refuses_loose_keywords
 from lading.stores.base import DocStore, IdLike
 from lading.stores.writer import DUPLICATE_MODES, Duplicates
 
@@ -30,6 +30,7 @@ class InMemoryStore(DocStore):
         self._recipe = recipe
 
     @classmethod
+    @refuses_loose_keywords
     def from_source(
         cls,
         source: str | os.PathLike[str],
@@ -37,17 +38,15 @@ class InMemoryStore(DocStore):
         on_error: OnError = "raise",
         *,
         duplicates: Duplicates = "error",
-        id_field: str | None = None,
-        text_field: str | None = None,
-        columns: Sequence[str] = ("id", "text"),
+        parse: ParseOptions | None = None,
     ) -> InMemoryStore:
-        """Read every record of ``source`` into a dict (see :func:`lading.build_store`)."""
+        """Read every record of ``source`` into a dict (arguments as :func:`lading.build_store`'s;
+        only the text of each record is kept, so ``parse.keep_fields`` changes nothing)."""
         if duplicates not in DUPLICATE_MODES:
             raise ValueError(
                 f"unknown duplicates {duplicates!r}; choose from {sorted(DUPLICATE_MODES)}"
             )
-        options = ParseOptions(id_field, text_field, tuple(columns))
-        reader = SourceReader(source, format, on_error, options)
+        reader = SourceReader(source, format, on_error, parse or ParseOptions())
         docs: dict[str, str] = {}
         for record, line, _ in reader.iter_numbered():
             if record.id in docs:
@@ -69,9 +68,7 @@ class InMemoryStore(DocStore):
             "format": reader.format,
             "on_error": on_error,
             "duplicates": duplicates,
-            "id_field": id_field,
-            "text_field": text_field,
-            "columns": tuple(columns),
+            "parse": reader.options,  # frozen, so the recipe pickles it as a value
         }
         store = cls(docs, recipe)
         store.skipped = reader.skipped

@@ -41,6 +41,7 @@ from lading.sources import (
     SourceReader,
     fingerprint_changed,
     is_compressed,
+    refuses_loose_keywords,
 )
 from lading.stores.base import DocStore, IdLike
 from lading.stores.index import IdIndex, IntIdCollector, write_index
@@ -62,6 +63,7 @@ class OffsetStore(DocStore):
         self._open()
 
     @classmethod
+    @refuses_loose_keywords
     def build(
         cls,
         source: str | os.PathLike[str],
@@ -70,13 +72,14 @@ class OffsetStore(DocStore):
         on_error: OnError = "raise",
         *,
         duplicates: Duplicates = "error",
-        id_field: str | None = None,
-        text_field: str | None = None,
-        columns: Sequence[str] = ("id", "text"),
+        parse: ParseOptions | None = None,
     ) -> OffsetStore:
-        """Index the records of an uncompressed ``source`` file into ``index_dir`` (atomic)."""
-        options = ParseOptions(id_field, text_field, tuple(columns))
-        reader = SourceReader(source, format, on_error, options)
+        """Index the records of an uncompressed ``source`` file into ``index_dir`` (atomic).
+
+        Arguments as :func:`lading.build_store`'s; ``parse`` is recorded in ``meta.json``, since
+        every lookup parses its record again with it.
+        """
+        reader = SourceReader(source, format, on_error, parse or ParseOptions())
         if reader.path is None or is_compressed(reader.path):
             raise ValueError(
                 f"OffsetStore reads records back by byte offset, which needs an uncompressed "
@@ -86,7 +89,7 @@ class OffsetStore(DocStore):
         with build_lock(dest):
             remove_dead_temps(dest)
             with staging(dest) as tmp:
-                _write(reader, tmp, duplicates, options)
+                _write(reader, tmp, duplicates)
                 publish(tmp, dest)
         return cls(dest)
 
@@ -103,13 +106,8 @@ class OffsetStore(DocStore):
         changed = fingerprint_changed(source)
         if changed:
             raise StoreFormatError(f"{self.path} is stale: {changed}; its offsets no longer hold")
-        o = meta["options"]
-        parser: Parser = SourceReader(
-            source["path"],
-            meta["file_format"],
-            "raise",
-            ParseOptions(o["id_field"], o["text_field"], tuple(o["columns"])),
-        ).parser()
+        parse = ParseOptions.from_dict(meta["options"])
+        parser: Parser = SourceReader(source["path"], meta["file_format"], "raise", parse).parser()
         self._state = {
             "meta": meta,
             "start": MappedFile(self.path / "span.start").array("<u8"),
@@ -172,9 +170,7 @@ class OffsetStore(DocStore):
         return [parse(os.pread(fd, n, s)).text for s, n in zip(starts, lengths)]
 
 
-def _write(
-    reader: SourceReader, directory: Path, duplicates: Duplicates, options: ParseOptions
-) -> None:
+def _write(reader: SourceReader, directory: Path, duplicates: Duplicates) -> None:
     starts, lengths, lines = array("Q"), array("I"), array("q")
     ids = RaggedWriter(directory, "ids")
     int_ids = IntIdCollector()
@@ -207,11 +203,7 @@ def _write(
             "count": len(keys),
             "file_format": reader.file_format,
             "source": {**reader.fingerprint(), "format": reader.format},
-            "options": {
-                "id_field": options.id_field,
-                "text_field": options.text_field,
-                "columns": list(options.columns),
-            },
+            "options": reader.options.to_dict(),
             "index": index_meta,
             "skipped": reader.skipped,
             "files": files,
