@@ -1,6 +1,7 @@
 """``lading bench``: the study "Moving Stuff Around", reproducible by anyone on their hardware.
 
-Strategies (``memory``, ``offsets``, ``packed``, ``packed-text``, ``irds``) x world sizes x
+Strategies (``memory``, ``offsets``, ``packed``, ``packed-text``, ``irds``, and the peers
+``hf``, ``mds``, ``litdata`` of :mod:`lading.bench.peers`) x world sizes x
 loader-only and training modes, each cell a fresh group of processes, with throughput over the
 whole loop and memory over every process. See :func:`run_bench`. Two grids come ready:
 :data:`QUICK` (``lading bench``: minutes on a laptop, still showing that the dict's memory grows
@@ -54,7 +55,8 @@ QUICK = Preset(
 # the study's grid: every strategy, loader and training, 3 repeats of a 2 s window per cell
 FULL = Preset(
     DEFAULT_PASSAGES,
-    ("memory", "offsets", "packed", "packed-text", "irds", "hf"),  # irds, hf: where installed
+    # irds and the peers (hf, mds, litdata): where installed, else a skipped column with the reason
+    ("memory", "offsets", "packed", "packed-text", "irds", "hf", "mds", "litdata"),
     None,
     ("loader", "train"),
     2.0,

@@ -26,6 +26,7 @@ import psutil
 
 from lading.bench.data import READS_PACKED, TOKENIZED_IN, BenchData
 from lading.bench.monitor import MemoryMonitor
+from lading.bench.peers import PEER_STRATEGIES, open_peer
 from lading.bench.stats import load_average
 
 MODES: tuple[str, ...] = ("loader", "train")
@@ -99,11 +100,8 @@ def open_strategy(strategy: str, data: BenchData) -> Any:
     if strategy == "irds":
         assert data.irds_tsv is not None
         return IrDatasetsStore.from_tsv(data.irds_tsv)
-    if strategy == "hf":
-        from lading.bench.peers import HFDatasetStore
-
-        assert data.hf is not None
-        return HFDatasetStore(data.hf)
+    if strategy in PEER_STRATEGIES:  # HF datasets, Mosaic MDS, litdata: an id map per rank
+        return open_peer(strategy, data.peer(strategy))
     raise ValueError(f"unknown strategy {strategy!r}")
 
 
