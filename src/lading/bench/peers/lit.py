@@ -21,9 +21,11 @@ constructor reads files only, joins no group).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,3 +89,15 @@ class LitdataStore(IdMapStore):
     def _read_texts(self, rows: list[int]) -> list[str]:
         data = self.data
         return [data[row]["text"] for row in rows]
+
+    def close(self) -> None:
+        """Release the semaphore litdata makes when imported (``multiprocessing.Lock()`` in
+        ``litdata.utilities.breakpoint``), as the interpreter's exit would: a bench rank leaves
+        with ``os._exit``, and the resource tracker would warn of a "leaked semaphore"."""
+        self.data = None
+        module = sys.modules.get("litdata.utilities.breakpoint")
+        lock = getattr(module, "_stdin_lock", None)
+        name = getattr(getattr(lock, "_semlock", None), "name", None)
+        if lock is not None and name:
+            with contextlib.suppress(OSError):  # gone already
+                type(lock)._cleanup(name)

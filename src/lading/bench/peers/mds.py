@@ -64,6 +64,15 @@ class MDSStore(IdMapStore):
         data = self.data
         return [data[row]["text"] for row in rows]
 
+    def close(self) -> None:
+        """Release the dataset's shared memory now, as its ``atexit`` handlers would: a bench
+        rank leaves with ``os._exit``, which runs none (the resource tracker would then warn of
+        "leaked shared_memory objects" and unlink them at the bench's end)."""
+        memory = peer_module("streaming.base.shared.memory").SharedMemory
+        for shm in _owned(self.data, memory, depth=3):
+            shm.cleanup()
+        self.data = None
+
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path, "data": self.data}
 
@@ -72,3 +81,19 @@ class MDSStore(IdMapStore):
         self.data = state["data"]  # the rank's dataset, attached again (no new constructor)
         self._ids = self._read_ids(self._count())
         self._rows = {doc_id: row for row, doc_id in enumerate(self._ids)}
+
+
+def _owned(obj: Any, kind: type, depth: int) -> list[Any]:
+    """The ``kind`` objects among ``obj``'s attributes, and theirs, ``depth`` levels down,
+    through streaming's own objects only (its shared arrays, scalars and barrier)."""
+    found = []
+    for value in vars(obj).values():
+        if isinstance(value, kind):
+            found.append(value)
+        elif (
+            depth > 1
+            and type(value).__module__.startswith("streaming.")
+            and hasattr(value, "__dict__")
+        ):
+            found += _owned(value, kind, depth - 1)
+    return found
