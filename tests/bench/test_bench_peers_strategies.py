@@ -90,3 +90,28 @@ def test_a_peer_runs_as_a_bench_cell(bench_data: BenchData, strategy: str) -> No
     assert record["status"] == "ok", record.get("reason")
     assert record["samples_per_s"] > 0 and record["store_anon"] > 0
     assert record["memory"]["samples"] > 0
+
+
+def test_a_peer_that_cannot_run_is_a_skipped_column_with_its_reason(
+    bench_data: BenchData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--strategies memory,mds`` where mds cannot be imported: the grid runs the others, and
+    the report names mds with the reason (here a stand-in reason, so the test runs anywhere)."""
+    import json
+
+    import lading.bench
+    from lading.cli import main
+
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(
+        lading.bench, "unavailable", lambda s: "no mds here" if s == "mds" else None
+    )
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    args = ["bench", "--strategies", "memory,mds", "--world-sizes", "1", "--modes", "loader"]
+    args += ["--steps", "2", "--warmup", "1", "--seconds", "0", "--repeats", "1", "--out", str(out)]
+    args += ["--corpus", str(bench_data.corpus), "--queries", str(bench_data.queries)]
+    assert main([*args, "--qrels", str(bench_data.qrels)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert [c["strategy"] for c in results["cells"]] == ["memory"]
+    assert "Skipped: mds (no mds here)" in (out / "report.md").read_text()

@@ -108,16 +108,18 @@ def run_bench(
     unknown = set(options.strategies) - set(STRATEGIES)
     if unknown:
         raise ValueError(f"unknown strategies {sorted(unknown)}; choose from {sorted(STRATEGIES)}")
+    skipped: dict[str, str] = {}  # strategy -> why it cannot run here: said, never a failure
     if "irds" in options.strategies:
         try:
             import ir_datasets  # noqa: F401
-        except ImportError:
-            options.strategies = [s for s in options.strategies if s != "irds"]
+        except ImportError as e:
+            skipped["irds"] = f"ir_datasets is not installed ({e}); pip install 'lading[irds]'"
     for peer in PEER_STRATEGIES:
         why = unavailable(peer) if peer in options.strategies else None
-        if why is not None:  # a skipped column with the reason, never a failure
+        if why is not None:
             print(f"lading bench: strategy {peer} skipped: {why}", file=sys.stderr)
-            options.strategies = [s for s in options.strategies if s != peer]
+            skipped[peer] = why
+    options.strategies = [s for s in options.strategies if s not in skipped]
     from lading.bench.launched import Coordinators, launched_world
 
     launched = launched_world()
@@ -141,6 +143,8 @@ def run_bench(
     if options.memory_budget is None:
         options.memory_budget = int(psutil.virtual_memory().available)
     info: dict[str, Any] = {"name": name, "path": str(corpus), "text_bytes": corpus.stat().st_size}
+    if skipped:
+        info["skipped"] = skipped  # the report names each skipped strategy with its reason
     if data.packed.is_dir():
         from lading.stores import open_store
 

@@ -4,10 +4,13 @@ None of the peers (HF ``datasets``, Mosaic ``streaming``, ``litdata``) finds a d
 id: each numbers its samples ``0 .. n - 1``. A user who needs "the text of doc 7123" builds the
 map themselves, in every process that looks documents up: every id read once from the dataset
 (through the peer's own read path), then an ``id -> row`` dict beside the list of ids. At
-100,000 passages that is ~10 MiB of private memory per rank (the id strings, the dict's table,
-the list); at 8.8M ids about a gigabyte per rank, paid again by every DataLoader worker started
-with ``spawn``. :class:`IdMapStore` is that route, once, for every peer: subclasses say how to
-open the dataset, count and read its ids, and read texts at rows.
+100,000 passages that is 11.5 MiB of private memory per rank for ``hf`` (the id strings, the
+dict's table, the list; 21 MiB for ``litdata``, whose reader keeps buffers of its own); at 8.8M
+ids about a gigabyte per rank, paid again by every DataLoader worker started with ``spawn``.
+The time is one read of every id: at once from an Arrow column (``hf``), one sample at a time,
+text decoded too, for ``mds`` and ``litdata`` (0.6 s for 100,000 passages with ``litdata``).
+:class:`IdMapStore` is that route, once, for every peer: subclasses say how to open the
+dataset, count and read its ids, and read texts at rows.
 
 Peers are optional, untyped imports (the ``peers`` extra): :func:`peer_module` imports one as
 ``Any``; :func:`publish` builds a peer's directory aside and renames it into place, so a build
