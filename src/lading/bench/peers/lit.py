@@ -28,6 +28,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from lading.bench.peers.base import IdMapStore, peer_module, publish, read_tsv
 
@@ -92,12 +93,20 @@ class LitdataStore(IdMapStore):
 
     def close(self) -> None:
         """Release the semaphore litdata makes when imported (``multiprocessing.Lock()`` in
-        ``litdata.utilities.breakpoint``), as the interpreter's exit would: a bench rank leaves
-        with ``os._exit``, and the resource tracker would warn of a "leaked semaphore"."""
+        ``litdata.utilities.breakpoint``) through the finalizer the interpreter's exit would
+        run (it then runs no more): a bench rank leaves with ``os._exit``, and the resource
+        tracker would warn of a "leaked semaphore"."""
         self.data = None
         module = sys.modules.get("litdata.utilities.breakpoint")
-        lock = getattr(module, "_stdin_lock", None)
-        name = getattr(getattr(lock, "_semlock", None), "name", None)
-        if lock is not None and name:
-            with contextlib.suppress(OSError):  # gone already
-                type(lock)._cleanup(name)
+        name = getattr(
+            getattr(getattr(module, "_stdin_lock", None), "_semlock", None), "name", None
+        )
+        if not name:
+            return
+        from multiprocessing import util
+
+        registry: dict[Any, Any] = getattr(util, "_finalizer_registry", {})
+        for finalizer in list(registry.values()):
+            if getattr(finalizer, "_args", None) == (name,):
+                with contextlib.suppress(OSError):  # gone already
+                    finalizer()
