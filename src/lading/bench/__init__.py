@@ -1,6 +1,7 @@
 """``lading bench``: the study "Moving Stuff Around", reproducible by anyone on their hardware.
 
-Strategies (``memory``, ``offsets``, ``packed``, ``packed-text``, ``irds``) x world sizes x
+Strategies (``memory``, ``offsets``, ``packed``, ``packed-text``, ``irds``, and the peers
+``hf``, ``mds``, ``litdata`` of :mod:`lading.bench.peers`) x world sizes x
 loader-only and training modes, each cell a fresh group of processes, with throughput over the
 whole loop and memory over every process. See :func:`run_bench`. Two grids come ready:
 :data:`QUICK` (``lading bench``: minutes on a laptop, still showing that the dict's memory grows
@@ -54,7 +55,8 @@ QUICK = Preset(
 # the study's grid: every strategy, loader and training, 3 repeats of a 2 s window per cell
 FULL = Preset(
     DEFAULT_PASSAGES,
-    ("memory", "offsets", "packed", "packed-text", "irds", "hf"),  # irds, hf: where installed
+    # irds and the peers (hf, mds, litdata): where installed, else a skipped column with the reason
+    ("memory", "offsets", "packed", "packed-text", "irds", "hf", "mds", "litdata"),
     None,
     ("loader", "train"),
     2.0,
@@ -106,16 +108,18 @@ def run_bench(
     unknown = set(options.strategies) - set(STRATEGIES)
     if unknown:
         raise ValueError(f"unknown strategies {sorted(unknown)}; choose from {sorted(STRATEGIES)}")
+    skipped: dict[str, str] = {}  # strategy -> why it cannot run here: said, never a failure
     if "irds" in options.strategies:
         try:
             import ir_datasets  # noqa: F401
-        except ImportError:
-            options.strategies = [s for s in options.strategies if s != "irds"]
+        except ImportError as e:
+            skipped["irds"] = f"ir_datasets is not installed ({e}); pip install 'lading[irds]'"
     for peer in PEER_STRATEGIES:
         why = unavailable(peer) if peer in options.strategies else None
-        if why is not None:  # a skipped column with the reason, never a failure
+        if why is not None:
             print(f"lading bench: strategy {peer} skipped: {why}", file=sys.stderr)
-            options.strategies = [s for s in options.strategies if s != peer]
+            skipped[peer] = why
+    options.strategies = [s for s in options.strategies if s not in skipped]
     from lading.bench.launched import Coordinators, launched_world
 
     launched = launched_world()
@@ -139,6 +143,8 @@ def run_bench(
     if options.memory_budget is None:
         options.memory_budget = int(psutil.virtual_memory().available)
     info: dict[str, Any] = {"name": name, "path": str(corpus), "text_bytes": corpus.stat().st_size}
+    if skipped:
+        info["skipped"] = skipped  # the report names each skipped strategy with its reason
     if data.packed.is_dir():
         from lading.stores import open_store
 

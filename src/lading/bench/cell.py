@@ -26,6 +26,7 @@ import psutil
 
 from lading.bench.data import READS_PACKED, TOKENIZED_IN, BenchData
 from lading.bench.monitor import MemoryMonitor
+from lading.bench.peers import PEER_STRATEGIES, open_peer, preload
 from lading.bench.stats import load_average
 
 MODES: tuple[str, ...] = ("loader", "train")
@@ -99,11 +100,8 @@ def open_strategy(strategy: str, data: BenchData) -> Any:
     if strategy == "irds":
         assert data.irds_tsv is not None
         return IrDatasetsStore.from_tsv(data.irds_tsv)
-    if strategy == "hf":
-        from lading.bench.peers import HFDatasetStore
-
-        assert data.hf is not None
-        return HFDatasetStore(data.hf)
+    if strategy in PEER_STRATEGIES:  # HF datasets, Mosaic MDS, litdata: an id map per rank
+        return open_peer(strategy, data.peer(strategy))
     raise ValueError(f"unknown strategy {strategy!r}")
 
 
@@ -187,6 +185,7 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
 
     world, device = ddp.setup("ddp")  # a dp cell's ranks (if several) still form a group
     cuda = device.type == "cuda"
+    preload(cell.strategy)  # a peer's package: its import is no document (in the totals still)
     anon_before = process_memory().anon  # torch and friends loaded, no documents yet
     store = open_strategy(cell.strategy, data)
     store_anon = process_memory().anon - anon_before  # the store alone: a dict, or ~nothing
@@ -236,6 +235,9 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
     ddp.barrier()
     ddp.teardown()
     anon_after = process_memory().anon
+    close = getattr(store, "close", None)
+    if callable(close):  # a peer's shared memory, released before the rank's os._exit
+        close()
     return {
         "rows": timed.rows,
         "steps": timed.steps,

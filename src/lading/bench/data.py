@@ -16,7 +16,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from lading.bench.peers import PEER_STRATEGIES, build_hf
+from lading.bench.peers import DOCUMENTS_LIVE_IN as PEERS_LIVE_IN
+from lading.bench.peers import PEER_STRATEGIES, build_peer
 from lading.bench.synth import synth
 
 STRATEGIES: tuple[str, ...] = ("irds", "memory", "offsets", "packed", "packed-text")
@@ -49,8 +50,8 @@ TOKENIZED_IN.update(
 )
 # the peers users pick today (lading.bench.peers); a peer not installed is skipped, saying why
 STRATEGIES += PEER_STRATEGIES
-DOCUMENTS_LIVE_IN["hf"] = "HF datasets (Arrow, memory map) + an id map per rank"
-TOKENIZED_IN["hf"] = "collator"
+DOCUMENTS_LIVE_IN.update(PEERS_LIVE_IN)
+TOKENIZED_IN.update({peer: "collator" for peer in PEER_STRATEGIES})
 
 
 def cache_dir() -> Path:
@@ -73,7 +74,16 @@ class BenchData:
     packed: Path
     offsets: Path
     irds_tsv: Path | None
-    hf: Path | None = None
+    hf: Path | None = None  # the peers' directories (lading.bench.peers), by strategy name
+    mds: Path | None = None
+    litdata: Path | None = None
+
+    def peer(self, strategy: str) -> Path:
+        """The directory peer ``strategy`` reads (built by :func:`prepare`)."""
+        path: Path | None = getattr(self, strategy)
+        if path is None:
+            raise ValueError(f"peer {strategy!r} was not prepared")
+        return path
 
     def as_dict(self) -> dict[str, str | None]:
         return {k: (str(v) if v is not None else None) for k, v in self.__dict__.items()}
@@ -145,8 +155,10 @@ def prepare(
             IrDatasetsStore.from_tsv(irds_tsv).get_many([])  # build the docstore now, not in a cell
         finally:
             logging.disable(logging.NOTSET)
-    hf = build_hf(corpus, work / "hf") if "hf" in strategies else None
-    return BenchData(corpus, queries, qrels, negatives, tok_path, packed, offsets, irds_tsv, hf)
+    peers = {s: build_peer(s, corpus, work / s) for s in PEER_STRATEGIES if s in strategies}
+    return BenchData(
+        corpus, queries, qrels, negatives, tok_path, packed, offsets, irds_tsv, **peers
+    )
 
 
 def to_ramdisk(data: BenchData, strategy: str, root: Path) -> BenchData:
@@ -165,9 +177,8 @@ def to_ramdisk(data: BenchData, strategy: str, root: Path) -> BenchData:
         return BenchData(**{**data.__dict__, "packed": copy(data.packed)})
     if strategy == "memory":
         return BenchData(**{**data.__dict__, "corpus": copy(data.corpus)})
-    if strategy == "hf":
-        assert data.hf is not None
-        return BenchData(**{**data.__dict__, "hf": copy(data.hf)})
+    if strategy in PEER_STRATEGIES:
+        return BenchData(**{**data.__dict__, strategy: copy(data.peer(strategy))})
     if strategy == "offsets":
         from lading.stores import OffsetStore
 

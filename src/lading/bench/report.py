@@ -273,6 +273,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         "time: packed and packed-text read the same store, only packed skips the tokenizer.",
     ]
     lines += measurement_lines(results)
+    lines += [f"\nSkipped: {s} ({why})" for s, why in corpus.get("skipped", {}).items()]
     lines += _launch_lines(corpus.get("launch"), cells)
     lines += _memory_table(cells, sizes)
     for mode in dict.fromkeys(c["mode"] for c in cells):

@@ -218,8 +218,9 @@ def _add_bench(sub: Any) -> None:
     p.add_argument("--passages", type=int, help="size of the default corpus (20000; --full 100000)")
     p.add_argument(
         "--strategies",
-        help="memory,offsets,packed,packed-text (--full adds irds); packed reads stored token "
-        "ids, the others tokenize text in the collator",
+        help="memory,offsets,packed,packed-text (--full adds irds and the peers hf,mds,litdata "
+        "where installed); packed reads stored token ids, the others tokenize text in the "
+        "collator",
     )
     p.add_argument("--world-sizes", help="default 1,2; --full: 1,2,4 on CPU, up to 8 GPUs")
     p.add_argument("--modes", help="loader, train or both (default loader; --full both)")
