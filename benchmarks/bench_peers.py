@@ -86,6 +86,7 @@ def measure(system: str, tsv: Path, dest: Path, seconds: float) -> dict[str, flo
         assert len(reader.get(batch)) == BATCH
     memory = process_memory().anon - base
     lookups = _rate(reader, batches, seconds)
+    reader.before_scan()
     started = time.perf_counter()
     scanned = reader.scan()
     scan = scanned / (time.perf_counter() - started)
