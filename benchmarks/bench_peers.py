@@ -99,14 +99,20 @@ def measure_more(what: str, system: str, tsv: Path, dest: Path, seconds: float) 
     over fresh batches right after the files' pages were dropped (by the parent)."""
     tokens = what.startswith("tokens")
     key = ("tok_" if tokens else "") + ("cold_" if what.endswith("cold") else "") + "lookups_per_s"
-    reader = Reader(system, tsv, dest, tokens=tokens)
     ids = [doc_id for doc_id, _ in rows(tsv)]
     if what.endswith("cold"):
         batches = _batches(ids, 1, COLD_BATCHES)
         started = time.perf_counter()
+        reader = Reader(system, tsv, dest, tokens=tokens)
+        opened = time.perf_counter() - started
+        cached = 100 * resident_fraction(dest) if dest.exists() and system != "dict" else 0.0
+        started = time.perf_counter()
         for batch in batches:
             assert len(reader.get(batch)) == BATCH
-        return {key: len(batches) * BATCH / (time.perf_counter() - started)}
+        prefix = key.replace("lookups_per_s", "")
+        got = {key: len(batches) * BATCH / (time.perf_counter() - started)}
+        return got | {f"{prefix}open_s": opened, f"{prefix}open_cached_pct": cached}
+    reader = Reader(system, tsv, dest, tokens=tokens)
     batches = _batches(ids, 0, 200)
     for batch in batches[:100]:
         assert len(reader.get(batch)) == BATCH

@@ -17,6 +17,8 @@ FIGURES: tuple[tuple[str, str], ...] = (
     ("lookups_per_s", f"lookups by id, {BATCH}/batch, warm, docs/s"),
     ("cold_lookups_per_s", f"lookups by id, {BATCH}/batch, cold, docs/s"),
     ("cold_resident_pct", "store pages in the page cache after the drop, %"),
+    ("cold_open_s", "cold open (map, id -> row map), s"),
+    ("cold_open_cached_pct", "store pages in the page cache after the cold open, %"),
     ("scan_per_s", "sequential scan, warm, docs/s"),
     ("anon_mib", "private memory per process (open + id map + reads), MiB"),
     ("tok_build_s", "build with token ids, s"),
@@ -24,6 +26,7 @@ FIGURES: tuple[tuple[str, str], ...] = (
     ("tok_disk_mib", "with token ids: on disk, MiB"),
     ("tok_lookups_per_s", f"token-id lookups, {BATCH}/batch, warm, docs/s"),
     ("tok_cold_lookups_per_s", f"token-id lookups, {BATCH}/batch, cold, docs/s"),
+    ("tok_cold_open_cached_pct", "token store pages in the page cache after the cold open, %"),
 )
 
 
