@@ -178,6 +178,7 @@ def one_system(
     drop_cache(dest if system != "dict" else tsv)
     got["cold_resident_pct"] = 100 * resident_fraction(dest if system != "dict" else tsv)
     got.update(child("cold", system, str(tsv), str(dest), str(seconds)))
+    got["cold_first_s"] = got["cold_open_s"] + COLD_BATCHES * BATCH / got["cold_lookups_per_s"]
     if tokenizer is None or system not in TOKEN_SYSTEMS:
         return got
     tok_dest = out / f"{system}-tokens"

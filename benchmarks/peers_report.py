@@ -19,6 +19,7 @@ FIGURES: tuple[tuple[str, str], ...] = (
     ("cold_resident_pct", "store pages in the page cache after the drop, %"),
     ("cold_open_s", "cold open (map, id -> row map), s"),
     ("cold_open_cached_pct", "store pages in the page cache after the cold open, %"),
+    ("cold_first_s", "cold: open + the first 50 batches, s"),
     ("scan_per_s", "sequential scan, warm, docs/s"),
     ("anon_mib", "private memory per process (open + id map + reads), MiB"),
     ("tok_build_s", "build with token ids, s"),
