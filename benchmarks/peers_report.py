@@ -80,10 +80,16 @@ def header(
         f"timed for {args.seconds:g} s after 100 warm-up batches. Cold lookups: 50 fresh random "
         f"batches timed from the first, right after every file of the store was evicted from "
         f"the page cache (`fsync` + `posix_fadvise(POSIX_FADV_DONTNEED)`, no root needed; the "
-        f"dict's are its TSV's, read before the timing). Token ids: a WordPiece vocabulary of "
-        f"8,000 trained here, the first 512 ids of each document; lading hands out read-only "
-        f"views of its map, HF python lists (its default format; numpy was 2.7x slower), "
-        f"litdata arrays, the dict arrays copied from lading's store. Build peak RSS: of the "
+        f"dict's are its TSV's, read before the timing). "
+        + (
+            "Token ids: not measured (--no-tokens). "
+            if args.no_tokens
+            else "Token ids: a WordPiece vocabulary of 8,000 trained here, the first 512 ids of "
+            "each document; lading hands out read-only views of its map, HF python lists (its "
+            "default format; numpy was 2.7x slower), litdata arrays, the dict arrays copied "
+            "from lading's store. "
+        )
+        + f"Build peak RSS: of the "
         f"building process only (litdata's worker not counted). {seconds:.0f} s in all; load "
         f"average {min(load):.2f}-{max(load):.2f} during the run (other work shared the "
         f"machine), {os.cpu_count()} CPUs, Python {python}. Versions: "
