@@ -23,6 +23,7 @@ from lading.disk import RaggedColumn, read_meta
 from lading.errors import StaleStoreWarning, StoreFormatError
 from lading.sources import Record, fingerprint_changed
 from lading.stores.base import DocStore, IdLike
+from lading.stores.bulk import bytes_at, contiguous, texts_range
 from lading.stores.index import IdIndex
 from lading.stores.layout import FORMAT_NAME
 
@@ -124,7 +125,7 @@ class PackedStore(DocStore):
 
     def ids(self) -> list[str]:
         ids = self._maps().ids
-        return ids.texts(np.arange(len(ids), dtype=np.int64))
+        return texts_range(ids, 0, len(ids))
 
     def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         """Row numbers of ``ids`` (request order), -1 for each absent one: from the id index."""
@@ -140,6 +141,17 @@ class PackedStore(DocStore):
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
         return self._maps().text.texts(self.rows(ids))
 
+    def get_many_bytes(self, ids: Sequence[IdLike]) -> list[bytes]:
+        """UTF-8 bytes of ``ids`` in request order, not decoded: one copy per document instead
+        of two (for long documents that a tokenizer or a writer takes as bytes anyway).
+        Each ``bytes`` is the caller's own."""
+        return bytes_at(self._maps().text, self.rows(ids))
+
+    def texts_range(self, start: int, stop: int) -> list[str]:
+        """Texts of rows ``start .. stop - 1`` (a scan): made in bulk by Arrow when ``pyarrow``
+        is installed (see :mod:`lading.stores.bulk`), each ``str`` the caller's own."""
+        return texts_range(self._maps().text, start, stop)
+
     def ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
         """Ids of rows (as returned by :meth:`rows`)."""
         return self._maps().ids.texts(np.asarray(rows, dtype=np.int64))
@@ -154,8 +166,12 @@ class PackedStore(DocStore):
         return load_tokenizer(path)
 
     def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
-        """Texts of rows (as returned by :meth:`rows`)."""
-        return self._maps().text.texts(np.asarray(rows, dtype=np.int64))
+        """Texts of rows (as returned by :meth:`rows`); a run of consecutive rows (a scan)
+        goes through :meth:`texts_range`."""
+        text = self._maps().text
+        rows = np.asarray(rows, dtype=np.int64)
+        run = contiguous(rows, len(text))
+        return texts_range(text, *run) if run else text.texts(rows)
 
     def field(self, doc_id: IdLike, name: str) -> str:
         """Field ``name`` of a document (``""`` where that document had none)."""
