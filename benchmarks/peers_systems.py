@@ -13,22 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from lading.bench.peers import HFDatasetStore, build_hf
+from lading.bench.peers import build_hf, build_peer, open_peer
+from lading.bench.peers import unavailable as peer_unavailable
 
 SYSTEMS: tuple[str, ...] = ("lading", "dict", "hf", "mds", "litdata")
 MAX_TOKENS = 512  # every system keeps the same first 512 token ids of a document
 
 
 def unavailable(system: str) -> str | None:
-    """Why ``system`` cannot run here, or None."""
-    module = {"hf": "datasets", "mds": "streaming", "litdata": "litdata"}.get(system)
-    if module is None:
-        return None
-    try:
-        __import__(module)
-    except Exception as e:  # an import error of the peer's own dependencies counts too
-        return f"import {module}: {type(e).__name__}: {e}"
-    return None
+    """Why ``system`` cannot run here (the peers' reason is lading bench's own), or None."""
+    return None if system in ("lading", "dict") else peer_unavailable(system)
 
 
 def peer(module: str) -> Any:
@@ -144,25 +138,22 @@ def build(system: str, tsv: Path, dest: Path, tokenizer: str | None = None) -> N
 
         max_length = MAX_TOKENS if tokenizer else None
         lading.build_store(tsv, dest, tokenizer=tokenizer, max_length=max_length, progress=False)
-    elif system == "hf":  # the same route as lading bench's hf strategy
-        if tokenizer:
-            _hf_tokens(tsv, dest, tokenizer)
-        else:
-            build_hf(tsv, dest)
-    elif system == "mds":
-        columns = {"id": "str", "text": "str"}
-        with peer("streaming").MDSWriter(out=str(dest), columns=columns) as out:
-            for doc_id, text in rows(tsv):
-                out.write({"id": doc_id, "text": text})
-    elif system == "litdata":
+    elif system in ("hf", "mds", "litdata") and not tokenizer:
+        build_peer(system, tsv, dest)  # the route lading bench's peer strategies take
+    elif system == "hf" and tokenizer:
+        _hf_tokens(tsv, dest, tokenizer)
+    elif system == "litdata" and tokenizer:
         with open(tsv, encoding="utf-8") as f:
             lines = f.readlines()
-        fn = _LitdataTokens(tokenizer) if tokenizer else _litdata_item
         peer("litdata").optimize(
-            fn=fn, inputs=lines, output_dir=str(dest), chunk_bytes="64MB", num_workers=1
+            fn=_LitdataTokens(tokenizer),
+            inputs=lines,
+            output_dir=str(dest),
+            chunk_bytes="64MB",
+            num_workers=1,
         )
     elif system != "dict":
-        raise ValueError(f"unknown system {system!r}")
+        raise ValueError(f"no {'tokenized ' if tokenizer else ''}build for system {system!r}")
 
 
 # ----------------------------------------------------------------------------- readers
@@ -185,16 +176,15 @@ class Reader:
             self._lading(dest, tokens)
         elif system == "dict":
             self._dict(tsv, dest, tokens)
-        elif system == "hf":  # memory-mapped Arrow, an id -> row dict in this process
-            table = HFDatasetStore(dest)
-            if tokens:
-                column = table._table.select_columns(["input_ids"])  # python lists, its default
-                self.get = lambda ids: column[[table._rows[i] for i in ids]]["input_ids"]
-            else:
-                self.get = table.get_many
-                self.scan = table.scan
-        elif system in ("mds", "litdata"):
-            self._streaming(system, dest, "input_ids" if tokens else "text")
+        elif tokens and system == "hf":  # memory-mapped Arrow, an id -> row dict in this process
+            table = open_peer("hf", dest)
+            column = table.data.select_columns(["input_ids"])  # python lists, its default
+            self.get = lambda ids: column[[int(r) for r in table.find_rows(ids)]]["input_ids"]
+        elif tokens and system == "litdata":
+            self._litdata_tokens(dest)
+        elif system in ("hf", "mds", "litdata"):  # lading bench's peer stores: the same route
+            store = open_peer(system, dest)
+            self.get, self.scan = store.get_many, store.scan
         else:
             raise ValueError(f"unknown system {system!r}")
 
@@ -224,11 +214,8 @@ class Reader:
         self.get = lambda ids: [docs[i] for i in ids]
         self.scan = lambda: sum(1 for _ in docs.values())
 
-    def _streaming(self, system: str, dest: Path, column: str) -> None:
-        if system == "mds":
-            data = peer("streaming").StreamingDataset(local=str(dest), shuffle=False, batch_size=1)
-        else:
-            data = peer("litdata").StreamingDataset(input_dir=str(dest))
-        where = {data[row]["id"]: row for row in range(len(data))}
-        self.get = lambda ids: [data[where[i]][column] for i in ids]
-        self.scan = lambda: sum(1 for row in range(len(data)) if data[row][column] is not None)
+    def _litdata_tokens(self, dest: Path) -> None:
+        """litdata's token arrays by id, through the id map a user builds (as for its texts)."""
+        store = open_peer("litdata", dest)
+        data = store.data  # the StreamingDataset the store opened; read by row, as its texts
+        self.get = lambda ids: [data[int(row)]["input_ids"] for row in store.find_rows(ids)]
