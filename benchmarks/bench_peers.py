@@ -22,7 +22,7 @@ fresh processes, systems interleaved within every repeat (a change of load hits 
 imported here is a skipped column with the reason, never a failure (mosaicml-streaming's
 package imports torchvision, which PyPI's wheel breaks beside the CPU torch this project pins).
 Results go to bench-out/ (median [min-max] over the repeats, peer / lading ratios); ``--write``
-puts them in benchmarks/RESULTS.md (section "Peers", or "Peers: long documents").
+puts them in benchmarks/RESULTS.md (one section per corpus, e.g. "Peers: 200,000 passages").
 """
 
 from __future__ import annotations
@@ -257,8 +257,11 @@ def main() -> None:
     print(body)
     (args.out / "results.json").write_text(json.dumps({"results": results, "skipped": skipped}))
     size = f"--long {args.long}" if args.long else f"--passages {args.passages}"
-    command = f"python benchmarks/bench_peers.py {size} --repeats {args.repeats}"
-    title = "Peers: long documents" if args.long else "Peers"
+    flags = " --no-tokens" if args.no_tokens else ""
+    command = f"python benchmarks/bench_peers.py {size} --repeats {args.repeats}{flags}"
+    # one section per corpus: a 1M run does not overwrite the 200k one
+    kind = f"{args.long:,} long documents" if args.long else f"{args.passages:,} passages"
+    title = f"Peers: {kind}"
     write_section(HERE / "RESULTS.md", title, body, command, write=args.write)
 
 
