@@ -3,22 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lading.cli.bench import _int_list
 from lading.cli.inputs import existing, local_model, model_or_tiny, tokenizer
+
+T = TypeVar("T")
+
+
+def _config(config: type[T], args: argparse.Namespace, paths: tuple[str, ...]) -> T:
+    """The command's run config: every parsed option the dataclass ``config`` has a field for,
+    the options named in ``paths`` as Paths (where given)."""
+    names = {f.name for f in dataclasses.fields(config)}  # type: ignore[arg-type]
+    fields = {k: v for k, v in vars(args).items() if k in names}
+    for key in paths:
+        if fields.get(key) is not None:
+            fields[key] = Path(fields[key])
+    return config(**fields)
+
+
+def _rank0() -> bool:
+    """Whether this process prints the summary: rank 0 under torchrun, or the only process."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def _cmd_train_cross_encoder(args: argparse.Namespace) -> int:
     from lading.ir.train import TrainConfig, train
 
-    fields = {k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__}
-    for key in ("out", "queries", "qrels", "store", "corpus", "negatives"):
-        if fields.get(key) is not None:
-            fields[key] = Path(fields[key])
-    summary = train(TrainConfig(**fields))
-    if int(__import__("os").environ.get("RANK", "0")) == 0:
+    paths = ("out", "queries", "qrels", "store", "corpus", "negatives")
+    summary = train(_config(TrainConfig, args, paths))
+    if _rank0():
         print(
             f"{args.out}: {summary['steps']} steps, last loss {summary['last_loss']:.4f}; "
             f"model in {Path(args.out) / 'model'}"
@@ -67,10 +84,8 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
 def _cmd_train_lm(args: argparse.Namespace) -> int:
     from lading.lm.train import LMConfig, train_lm
 
-    fields = {k: v for k, v in vars(args).items() if k in LMConfig.__dataclass_fields__}
-    fields["corpus"], fields["out"] = Path(args.corpus), Path(args.out)
-    summary = train_lm(LMConfig(**fields))
-    if int(__import__("os").environ.get("RANK", "0")) == 0:
+    summary = train_lm(_config(LMConfig, args, ("corpus", "out")))
+    if _rank0():
         print(
             f"{args.out}: {summary['steps']} steps, validation perplexity "
             f"{summary['valid_ppl']:.2f}"
@@ -81,9 +96,8 @@ def _cmd_train_lm(args: argparse.Namespace) -> int:
 def _cmd_train_sessions(args: argparse.Namespace) -> int:
     from lading.tabular.train import SessionsConfig, train_sessions
 
-    fields = {k: v for k, v in vars(args).items() if k in SessionsConfig.__dataclass_fields__}
-    fields.update(data=Path(args.data), out=Path(args.out), train_days=_int_list(args.train_days))
-    summary = train_sessions(SessionsConfig(**fields))
+    args.train_days = _int_list(args.train_days)
+    summary = train_sessions(_config(SessionsConfig, args, ("data", "out")))
     if "model" in summary:
         model, popular = summary["model"], summary["most_popular"]
         print(
