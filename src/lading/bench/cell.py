@@ -169,14 +169,34 @@ def rank_main(
     os._exit(0)
 
 
+def _train_parts(cell: Cell, settings: Settings, vocab: int, device: Any) -> tuple[Any, Any, Any]:
+    """A train cell's model, the model as its parallel mode wraps it, and its optimizer; three
+    Nones for a loader cell (the step then only moves batches)."""
+    if cell.mode != "train":
+        return None, None, None
+    import torch
+
+    from lading.ir import CrossEncoder
+    from lading.ir.model import tiny_bert_config
+    from lading.train import ddp
+
+    torch.manual_seed(settings.seed)
+    if settings.model == "tiny":
+        model = CrossEncoder.from_config(tiny_bert_config(vocab))
+    else:
+        model = CrossEncoder.from_pretrained(settings.model)
+    model = model.to(device)
+    cuda = device.type == "cuda"
+    net = ddp.wrap(model, "dp" if cell.parallel == "dp" and cuda else "ddp", device)
+    return model, net, torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+
 def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, float]:
     import torch
 
     from lading.bench.synthetic import EMIT, PREFETCHED, Recorded
     from lading.bench.window import Endless, run_replay, run_window
     from lading.device import to_device
-    from lading.ir import CrossEncoder
-    from lading.ir.model import tiny_bert_config
     from lading.ir.train import CrossEncoderStep, groups_from_files
     from lading.loading.map_source import loader as make_loader
     from lading.stores.tokens import load_tokenizer
@@ -205,18 +225,7 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
         seed=settings.seed,
         world=world,
     )
-    model: Any = None
-    optimizer: Any = None
-    net: Any = None
-    if cell.mode == "train":
-        torch.manual_seed(settings.seed)
-        if settings.model == "tiny":
-            model = CrossEncoder.from_config(tiny_bert_config(tokenizer.get_vocab_size()))
-        else:
-            model = CrossEncoder.from_pretrained(settings.model)
-        model = model.to(device)
-        net = ddp.wrap(model, "dp" if cell.parallel == "dp" and cuda else "ddp", device)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model, net, optimizer = _train_parts(cell, settings, tokenizer.get_vocab_size(), device)
     workload = Recorded(CrossEncoderStep(net, device, resident=resident), cell.mode == "train")
     config = LoopConfig(
         1,
