@@ -68,8 +68,9 @@ def read_tsv(corpus: Path) -> Any:
 class IdMapStore(DocStore):
     """A peer's dataset as a document store: rows found through an id map in this process.
 
-    Subclasses set ``self.data`` in :meth:`_open` and read through it in :meth:`_count`,
-    :meth:`_read_ids` and :meth:`_read_texts`. Row codes (:meth:`find_rows`,
+    Subclasses set ``self.data`` in :meth:`_open` and count its rows in :meth:`_count`;
+    rows are read one sample at a time unless the subclass has a column route
+    (:meth:`_read_ids`, :meth:`_read_texts`). Row codes (:meth:`find_rows`,
     :meth:`texts_at`) are the dataset's own rows, so the map is built once, not twice.
     Pickled (into a DataLoader worker started with ``spawn``) as its path: the worker opens
     the dataset and builds its own map, as a user's worker would.
@@ -90,13 +91,19 @@ class IdMapStore(DocStore):
     def _count(self) -> int:
         """Rows in the whole dataset (not this rank's share of an epoch)."""
 
-    @abstractmethod
     def _read_ids(self, count: int) -> list[str]:
-        """The id of every row, in row order: what a user reads to build the map."""
+        """The id of every row, in row order: what a user reads to build the map.
 
-    @abstractmethod
+        By default one sample at a time (``data[row]["id"]``), the only random access the
+        streaming peers (MDS, litdata) offer; a peer with a column read overrides it.
+        """
+        data = self.data
+        return [data[row]["id"] for row in range(count)]
+
     def _read_texts(self, rows: list[int]) -> list[str]:
-        """Texts at ``rows``, in that order (duplicates allowed)."""
+        """Texts at ``rows``, in that order (duplicates allowed), one sample at a time."""
+        data = self.data
+        return [data[row]["text"] for row in rows]
 
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
         try:

@@ -83,14 +83,6 @@ class LitdataStore(IdMapStore):
         index = json.loads((self.path / "index.json").read_text())
         return sum(int(chunk["chunk_size"]) for chunk in index["chunks"])
 
-    def _read_ids(self, count: int) -> list[str]:
-        data = self.data
-        return [data[row]["id"] for row in range(count)]
-
-    def _read_texts(self, rows: list[int]) -> list[str]:
-        data = self.data
-        return [data[row]["text"] for row in rows]
-
     def close(self) -> None:
         """Release the semaphore litdata makes when imported (``multiprocessing.Lock()`` in
         ``litdata.utilities.breakpoint``) through the finalizer the interpreter's exit would

@@ -56,14 +56,6 @@ class MDSStore(IdMapStore):
         count: int = self.data.num_samples  # len(dataset) is this rank's share of an epoch
         return count
 
-    def _read_ids(self, count: int) -> list[str]:
-        data = self.data
-        return [data[row]["id"] for row in range(count)]
-
-    def _read_texts(self, rows: list[int]) -> list[str]:
-        data = self.data
-        return [data[row]["text"] for row in rows]
-
     def close(self) -> None:
         """Release the dataset's shared memory now, as its ``atexit`` handlers would: a bench
         rank leaves with ``os._exit``, which runs none (the resource tracker would then warn of
