@@ -6,8 +6,12 @@ import json
 import os
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from lading.lm import TokenCorpus
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"  # helper modules and the job scripts tests launch live here
@@ -94,6 +98,24 @@ def word_tokenizer(words: list[str], path: Path) -> Path:
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(path))
     return path
+
+
+def word_corpus(
+    folder: Path, *, docs: int, lengths: tuple[int, int], words: int, seed: int
+) -> TokenCorpus:
+    """A token corpus built in ``folder`` from ``docs`` documents of random words ``w0 ...``
+    (``words`` of them; word ``w_i`` has id ``i + 2``, so tokens are easy to check), each
+    ``lengths[0]`` to ``lengths[1] - 1`` words long, drawn from numpy's generator at ``seed``."""
+    import numpy as np
+
+    from lading.lm import TokenCorpus
+
+    rng = np.random.default_rng(seed)
+    vocab = [f"w{i}" for i in range(words)]
+    texts = [" ".join(rng.choice(vocab, int(rng.integers(*lengths)))) for _ in range(docs)]
+    src = write(folder / "docs.txt", "\n\n".join(texts) + "\n")
+    tokenizer = word_tokenizer(vocab, folder / "t.json")
+    return TokenCorpus.build(src, folder / "corpus", tokenizer, progress=False)
 
 
 def log_reliability(record: dict[str, object]) -> None:

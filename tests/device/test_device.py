@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import lading
-from conftest import word_tokenizer, write
+from conftest import word_corpus
 from lading.device import DevicePrefetcher, batch_bytes, to_device
 from lading.device.prefetch import tensors
 from lading.ir.layouts import assemble, expand, layout, model_inputs
@@ -46,13 +46,7 @@ def map_loader(num_workers: int = 0) -> Any:
 @pytest.fixture
 def corpus(tmp_path: Path) -> TokenCorpus:
     """29 documents of 2..30 words over 300 words (ids 2..301)."""
-    rng = np.random.default_rng(5)
-    words = [f"w{i}" for i in range(300)]
-    docs = [" ".join(rng.choice(words, int(rng.integers(2, 30)))) for _ in range(29)]
-    src = write(tmp_path / "docs.txt", "\n\n".join(docs) + "\n")
-    return TokenCorpus.build(
-        src, tmp_path / "corpus", word_tokenizer(words, tmp_path / "t.json"), progress=False
-    )
+    return word_corpus(tmp_path, docs=29, lengths=(2, 30), words=300, seed=5)
 
 
 def lm_loader(corpus: TokenCorpus, chunk_batches: int = 128) -> LanguageModelLoader:

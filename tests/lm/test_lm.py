@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import word_tokenizer, write
+from conftest import word_corpus, word_tokenizer, write
 from distributed import run_processes
 from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, Windows
 from lading.loading.order import Salt, feistel_permutation
@@ -25,13 +25,7 @@ SHAPES: dict[str, type[Streams] | type[Windows]] = {"streams": Streams, "windows
 @pytest.fixture
 def corpus(tmp_path: Path) -> TokenCorpus:
     """37 documents of 3..40 words; word w_i has id i + 2, so tokens are easy to check."""
-    rng = np.random.default_rng(0)
-    words = [f"w{i}" for i in range(500)]
-    docs = [" ".join(rng.choice(words, int(rng.integers(3, 40)))) for _ in range(37)]
-    src = write(tmp_path / "docs.txt", "\n\n".join(docs) + "\n")
-    return TokenCorpus.build(
-        src, tmp_path / "corpus", word_tokenizer(words, tmp_path / "t.json"), progress=False
-    )
+    return word_corpus(tmp_path, docs=37, lengths=(3, 40), words=500, seed=0)
 
 
 def epoch_stream(loader: LanguageModelLoader, epoch: int) -> np.ndarray:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import word_tokenizer, write
+from conftest import word_corpus
 from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, TokenMixture, Windows
 from lading.world import World
 
@@ -25,13 +25,8 @@ pytest.importorskip("tokenizers")
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> TokenCorpus:
     """37 documents of 3..40 words (the corpus of test_lm.py)."""
-    tmp = tmp_path_factory.mktemp("options")
-    rng = np.random.default_rng(0)
-    words = [f"w{i}" for i in range(500)]
-    docs = [" ".join(rng.choice(words, int(rng.integers(3, 40)))) for _ in range(37)]
-    src = write(tmp / "docs.txt", "\n\n".join(docs) + "\n")
-    return TokenCorpus.build(
-        src, tmp / "corpus", word_tokenizer(words, tmp / "t.json"), progress=False
+    return word_corpus(
+        tmp_path_factory.mktemp("options"), docs=37, lengths=(3, 40), words=500, seed=0
     )
 
 
