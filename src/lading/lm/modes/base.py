@@ -10,7 +10,7 @@ fingerprint). The options name their mode (``mode``, a class variable); the regi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,16 @@ if TYPE_CHECKING:
     from lading.lm.segment import LMSegment
     from lading.lm.windows import TokenMixture
     from lading.loading.state import Cursor
+
+
+Options = TypeVar("Options")
+
+
+def options_as(lm: LanguageModelLoader, kind: type[Options]) -> Options:
+    """The loader's sequence options, known to be ``kind``: a mode reads only its own."""
+    options = lm.sequence
+    assert isinstance(options, kind)
+    return options
 
 
 def check_length(options: object, name: str, value: object, meaning: str) -> None:

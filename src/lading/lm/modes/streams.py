@@ -18,7 +18,7 @@ import numpy.typing as npt
 from lading.errors import EmptyEpochError
 from lading.lm.batches import Batch, stream_batch
 from lading.lm.bptt import Jitter, check_jitter, max_seq
-from lading.lm.modes.base import Mode, check_flag, check_length
+from lading.lm.modes.base import Mode, check_flag, check_length, options_as
 from lading.lm.segment import LMSegment, plan_segment
 from lading.lm.windows import TokenMixture
 from lading.loading.state import Cursor
@@ -56,13 +56,6 @@ class Streams:
         check_length(self, "chunk_batches", self.chunk_batches, "batches read at a time")
 
 
-def streams_of(lm: LanguageModelLoader) -> Streams:
-    """The loader's options, known to be streams'."""
-    shape = lm.sequence
-    assert isinstance(shape, Streams)
-    return shape
-
-
 class StreamsMode(Mode):
     """``world_size x batch_size`` streams of the epoch, read on: BPTT continuity."""
 
@@ -78,13 +71,13 @@ class StreamsMode(Mode):
             )
 
     def length(self, lm: LanguageModelLoader) -> int:
-        return streams_of(lm).bptt
+        return options_as(lm, Streams).bptt
 
     def backwards(self, lm: LanguageModelLoader) -> bool:
-        return streams_of(lm).backwards
+        return options_as(lm, Streams).backwards
 
     def max_seq(self, lm: LanguageModelLoader) -> int:
-        shape = streams_of(lm)
+        shape = options_as(lm, Streams)
         return max_seq(shape.bptt, shape.jitter)
 
     def plan(self, lm: LanguageModelLoader, cursor: Cursor, layout: Mapping[str, Any]) -> LMSegment:
@@ -115,6 +108,6 @@ class StreamsMode(Mode):
 
     def layout(self, lm: LanguageModelLoader) -> dict[str, Any]:
         """The length and its jitter: another on resume replans the rest (elastic)."""
-        shape = streams_of(lm)
+        shape = options_as(lm, Streams)
         jitter = list(shape.jitter) if isinstance(shape.jitter, tuple) else shape.jitter
         return {"bptt": shape.bptt, "jitter": jitter}

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from lading.errors import EmptyEpochError
 from lading.lm.batches import Batch, window_batch
-from lading.lm.modes.base import Mode, check_flag, check_length
+from lading.lm.modes.base import Mode, check_flag, check_length, options_as
 from lading.lm.segment import LMSegment, plan_segment
 from lading.loading.order import feistel_permutation
 from lading.loading.plan import check_epoch
@@ -73,13 +73,6 @@ class Windows(WindowShape):
         check_flag(self, "backwards", self.backwards)
 
 
-def window_shape(lm: LanguageModelLoader) -> WindowShape:
-    """The loader's options, known to be a window mode's."""
-    shape = lm.sequence
-    assert isinstance(shape, WindowShape)
-    return shape
-
-
 class WindowsMode(Mode):
     """Windows dealt round-robin over the ranks, read in a shuffled order (packed's base)."""
 
@@ -88,10 +81,10 @@ class WindowsMode(Mode):
     padded = False  # windows end in padding (packed documents)
 
     def length(self, lm: LanguageModelLoader) -> int:
-        return window_shape(lm).seq_len
+        return options_as(lm, WindowShape).seq_len
 
     def backwards(self, lm: LanguageModelLoader) -> bool:
-        shape = window_shape(lm)
+        shape = options_as(lm, WindowShape)
         return isinstance(shape, Windows) and shape.backwards
 
     def plan(self, lm: LanguageModelLoader, cursor: Cursor, layout: Mapping[str, Any]) -> LMSegment:
@@ -125,7 +118,7 @@ class WindowsMode(Mode):
     ) -> Batch:
         """Batch ``batch`` of ``seg``: this rank's next windows, in the epoch's order."""
         assert seg.windows is not None
-        shape = window_shape(lm)
+        shape = options_as(lm, WindowShape)
         share = seg.base.within(seg.plan.positions(lm.world.rank))
         lo = batch * lm.batch_size
         slots = share.slice(lo, min(lo + lm.batch_size, seg.core.take)).positions()
