@@ -59,15 +59,18 @@ def _sizes(path: Path, files: dict[str, Any]) -> str:
 def describe(path: str | Path) -> dict[str, Any]:
     """What ``lading inspect`` reports of a store, as a dict."""
     from lading.stores import open_store
+    from lading.stores.layout import column_bytes, shards
 
     store = open_store(path, on_stale="ignore")
     meta = store.meta
     return {
         "path": str(store.path),
         "format": f"{meta['format']} v{meta['version']}",
+        "snapshot": store.snapshot,
+        "shards": len(shards(meta)),
         "documents": meta["count"],
         "size": _sizes(store.path, meta["files"]),
-        "text_bytes": meta["files"]["text.bin"]["size"],
+        "text_bytes": column_bytes(meta, "text"),
         "index": meta["index"]["kind"],
         "fields": meta["fields"],
         "tokens": meta["tokens"],
@@ -89,6 +92,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     source = info["source"]
     lines = [
         f"store      {info['path']} ({info['format']})",
+        f"snapshot   {info['snapshot']} ({info['shards']} shard(s))",
         f"documents  {info['documents']:,}",
         f"size       {info['size']} (text {info['text_bytes'] / 2**20:,.1f} MiB)",
         f"index      {info['index']}",
@@ -122,13 +126,20 @@ def _cmd_get(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from lading.disk import verify_checksums
+    from lading.disk.meta import declared_format
 
-    problems = verify_checksums(args.store)
+    if declared_format(args.store) == "lading.tokens":
+        from lading.lm.corpus import verify_corpus
+
+        problems = verify_corpus(args.store)
+    else:
+        from lading.stores import verify_store
+
+        problems = verify_store(args.store)
     for problem in problems:
         print(problem, file=sys.stderr)
     if not problems:
-        print(f"{args.store}: every file matches its checksum")
+        print(f"{args.store}: opens, and every file matches its checksum")
     return 1 if problems else 0
 
 
@@ -215,7 +226,11 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("ids", nargs="+")
     p.set_defaults(func=_cmd_get)
 
-    p = sub.add_parser("verify", help="read every file of a store and check its checksum")
+    p = sub.add_parser(
+        "verify",
+        help="make every check an open makes, then read every file of a store (or token "
+        "corpus, offsets index) and check its checksum",
+    )
     p.add_argument("store")
     p.set_defaults(func=_cmd_verify)
 

@@ -2,41 +2,39 @@
 
 Under DDP every rank may call :func:`build_store` with the same arguments: one rank builds (local
 rank 0 of each node for node-local disks, global rank 0 for a shared filesystem: ``shared_fs=``
-or ``LADING_SHARED_FS=1|0``) while the others wait at a barrier, then all open the same files.
-Unrelated processes (and other nodes' builders) are serialised by the build lock, and whoever
-comes second finds the store built and opens it.
+or ``LADING_SHARED_FS=1|0``) while the others wait at a barrier, then all open the snapshot
+their builder committed. Unrelated processes (and other nodes' builders) are serialised by the
+build lock (:class:`~lading.disk.BuildContext`), and whoever comes second finds the store built
+and opens it. The source's identity is taken before it is read and compared after: a source
+that changed meanwhile fails the build, naming the file, and nothing is committed.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lading.disk import (
-    build_lock,
-    byte_bar,
-    is_ours_to_replace,
-    publish,
-    read_meta,
-    remove_dead_temps,
-    staging,
-)
+from lading.disk import BuildContext, byte_bar
 from lading.errors import SkippedRecordsWarning, StoreFormatError
 from lading.sources import (
     OnError,
     ParseOptions,
     SourceReader,
     is_compressed,
+    refuse_if_changed,
     refuses_loose_keywords,
 )
-from lading.stores.layout import FORMAT_NAME
+from lading.stores.layout import FORMAT_NAME, shard_name
+from lading.stores.merge import Shard, manifest_of
 from lading.stores.packed import PackedStore
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
-from lading.stores.writer import Duplicates, write_store
+from lading.stores.writer import Duplicates, write_shard
 from lading.world import World, resolve_shared_fs
 
 
@@ -107,36 +105,52 @@ def build_store(
         "max_length": max_length,
     }
 
-    def build_here() -> None:
-        _build_locked(reader, dest_path, tok, max_length, duplicates, options, overwrite, progress)
+    def build_here() -> str:
+        return _build_locked(
+            reader, dest_path, tok, max_length, duplicates, options, overwrite, progress
+        )
 
     return _build_in_group(build_here, dest_path, shared)
 
 
-def _build_in_group(build: Callable[[], None], dest: Path, shared: bool) -> PackedStore:
+def _build_in_group(build: Callable[[], str], dest: Path, shared: bool) -> PackedStore:
     """Run ``build`` here, or under an initialised process group in the builder rank(s) only,
-    the others waiting at a barrier; then open the store on every rank."""
+    the others waiting at a barrier; then open, on every rank, the snapshot its builder
+    committed (a rebuild by someone else in between does not split the ranks)."""
     dist = _initialized_dist()
     if dist is None:
-        build()
-        return PackedStore(dest)
+        return PackedStore(dest, snapshot=build())
     world = World.detect()
     failure: BaseException | None = None
+    snapshot = None
     if world.is_builder(shared):
         try:
-            build()
+            snapshot = build()
         except BaseException as e:  # reach the barrier first, or the other ranks hang forever
             failure = e
-    dist.barrier()
+    # every rank reaches this collective, a failed builder too (it doubles as the barrier)
+    built: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(built, (socket.gethostname(), world.rank, snapshot))
     if failure is not None:
         raise failure
+    mine = _builders_snapshot(built, world, shared)
     try:
-        return PackedStore(dest)
+        return PackedStore(dest, snapshot=mine)
     except StoreFormatError as e:
         raise StoreFormatError(
             f"rank {world.rank}: the store at {dest} was not built ({e}); the building rank "
             "failed, see its error"
         ) from None
+
+
+def _builders_snapshot(built: list[Any], world: World, shared: bool) -> str | None:
+    """The snapshot committed by this rank's builder: global rank 0's on a shared filesystem,
+    else the one of this host."""
+    host = socket.gethostname()
+    for where, rank, snapshot in built:
+        if snapshot is not None and (rank == 0 if shared else where == host):
+            return str(snapshot)
+    return None
 
 
 def _initialized_dist() -> Any:
@@ -150,15 +164,15 @@ def _initialized_dist() -> Any:
     return None
 
 
-def reusable(dest: Path, reader: SourceReader, options: dict[str, Any]) -> bool:
-    """Whether ``dest`` holds a complete store of this very source built with ``options``.
+def reusable(meta: dict[str, Any] | None, reader: SourceReader, options: dict[str, Any]) -> bool:
+    """Whether ``meta`` (a store's manifest) is a store of this very source built with
+    ``options``.
 
-    The source must match by path, size and content hash; its mtime alone may differ (a copy
-    or a ``touch`` does not call for a rebuild).
+    The source must match by path, size, mtime, content hash and file identity: a copy or a
+    ``touch`` of the source calls for a rebuild (a same-size edit in the middle changes only
+    the mtime).
     """
-    try:
-        meta = read_meta(dest, FORMAT_NAME)
-    except StoreFormatError:
+    if meta is None:
         return False
     build = meta.get("build", {})
     if ParseOptions.from_dict(build) != reader.options:
@@ -166,7 +180,7 @@ def reusable(dest: Path, reader: SourceReader, options: dict[str, Any]) -> bool:
     if any(build.get(k) != v for k, v in options.items() if k not in ParseOptions.KEYS):
         return False
     recorded = meta.get("source", {})
-    now = reader.fingerprint()  # its mtime too: a same-size edit in the middle changes only it
+    now = reader.fingerprint()
     return all(recorded.get(k) == v for k, v in now.items())
 
 
@@ -179,36 +193,41 @@ def _build_locked(
     options: dict[str, Any],
     overwrite: bool,
     progress: bool | None,
-) -> None:
-    with build_lock(dest):
-        remove_dead_temps(dest)
-        if not overwrite and reusable(dest, reader, options):
-            return
-        if not is_ours_to_replace(dest):
-            raise FileExistsError(
-                f"{dest} exists and is not a lading store; refusing to replace it. Choose "
-                "another destination or remove it yourself."
-            )
-        with staging(dest) as tmp:
+) -> str:
+    """Build (or reuse) the store under its lock; the snapshot id it is at."""
+    started = time.perf_counter()
+    with BuildContext(dest, FORMAT_NAME) as build:
+        if not overwrite and reusable(build.previous, reader, options):
+            assert build.previous is not None
+            return str(build.previous["snapshot"])
+        build.check_ours()
+        with build.stage() as tmp:
+            where = tmp / shard_name(0, 1)
+            where.mkdir()
+            before = reader.fingerprint()  # before reading: a change while reading is seen
             with _progress_bar(reader, progress) as bar:
-                meta = write_store(
-                    reader,
-                    tmp,
-                    tokenizer=tok,
-                    max_length=max_length,
-                    duplicates=duplicates,
-                    build_options=options,
-                    progress=bar,
-                )
-            publish(tmp, dest)
+                written = write_shard(
+                    reader, where, tokenizer=tok, max_length=max_length,
+                    duplicates=duplicates, progress=bar,
+                )  # fmt: skip
+            refuse_if_changed(before)
+            source = {**before, "format": reader.format}
+            shard = Shard(f"{build.snapshot}/{where.name}", written.record, written.keys, [source])
+            recipe = {
+                "build_id": build.snapshot, "source": source, "sources": [source], **options,
+                "seconds": round(time.perf_counter() - started, 3),
+            }  # fmt: skip
+            meta = manifest_of(dest, tmp, build.snapshot, [shard], recipe)
+            build.commit(tmp, meta)
     if meta["build"]["skipped"]:
         first = meta["build"]["skip_examples"][0]
         warnings.warn(
             f"skipped {meta['build']['skipped']} malformed record(s) of {reader.source} "
             f"building {dest}; first: {first}",
             SkippedRecordsWarning,
-            stacklevel=3,
+            stacklevel=6,  # the caller of build_store (through its keyword guard)
         )
+    return str(meta["snapshot"])
 
 
 def _progress_bar(reader: SourceReader, enabled: bool | None) -> Any:
