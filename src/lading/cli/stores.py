@@ -1,4 +1,4 @@
-"""``lading`` store commands: build, inspect, get, verify, stage, synth, repartition."""
+"""``lading`` store commands: build, merge, inspect, get, verify, stage, synth, repartition."""
 
 from __future__ import annotations
 
@@ -25,6 +25,22 @@ def _cmd_build(args: argparse.Namespace) -> int:
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the skip count is printed below instead
+        if args.shard is not None:
+            report = build_store(
+                args.source,
+                args.dest,
+                format=args.format,
+                tokenizer=args.tokenizer,
+                max_length=args.max_length,
+                on_error=args.on_error,
+                duplicates=args.duplicates,
+                parse=parse,
+                progress=not args.quiet,
+                shard=args.shard,
+                build_id=args.build_id,
+            )
+            print(report)
+            return 0
         store = build_store(
             args.source,
             args.dest,
@@ -49,6 +65,32 @@ def _cmd_build(args: argparse.Namespace) -> int:
             f"dropped {build['duplicates_dropped']:,} duplicate id(s), kept the {args.duplicates}"
         )
     return 0
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from lading.stores import merge_store
+
+    started = time.perf_counter()
+    store = merge_store(args.dest, build_id=args.build_id)
+    shards = len(store.meta["shards"])
+    print(
+        f"{store.path}: {len(store):,} documents from {shards} shard(s), snapshot "
+        f"{store.snapshot} ({time.perf_counter() - started:.1f}s)"
+    )
+    return 0
+
+
+def shard_arg(value: str) -> tuple[int, int]:
+    """``--shard i/N``: shard ``i`` of ``N`` (0-based)."""
+    i, sep, n = value.partition("/")
+    if not sep or not i.strip().isdigit() or not n.strip().isdigit():
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected I/N, e.g. 0/4 (shards 0 to 3 of 4; in a Slurm array: "
+            "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT)"
+        )
+    if not 0 <= int(i) < int(n):
+        raise argparse.ArgumentTypeError(f"{value!r}: I must be in [0, N) (shards count from 0)")
+    return int(i), int(n)
 
 
 def _sizes(path: Path, files: dict[str, Any]) -> str:
@@ -198,7 +240,11 @@ def _cmd_repartition(args: argparse.Namespace) -> int:
 def add_store_commands(sub: Any) -> None:
     """The parsers of ``build``, ``inspect``, ``get``, ``verify`` and ``stage``."""
     p = sub.add_parser("build", help="build a memory-mapped store from a corpus file")
-    p.add_argument("source", help="TSV/JSONL/TREC file (.gz/.bz2/.zst ok), BEIR folder, irds:<id>")
+    p.add_argument(
+        "source",
+        help="TSV/JSONL/TREC file (.gz/.bz2/.zst ok), BEIR folder, irds:<id>, or several files "
+        "of one format: a folder of them or a quoted glob ('corpus/*.jsonl.gz')",
+    )
     p.add_argument("dest", help="store directory to create")
     p.add_argument("--format", choices=["beir", "irds", "jsonl", "trec", "tsv"])
     p.add_argument(
@@ -214,7 +260,27 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("--columns", help="TSV column names, comma-separated (default: id,text)")
     p.add_argument("--overwrite", action="store_true", help="rebuild even if up to date")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--shard",
+        type=shard_arg,
+        metavar="I/N",
+        help="write shard I of N only (0-based; a Slurm array: "
+        "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT), then `lading merge DEST` once all N are "
+        "written",
+    )
+    p.add_argument(
+        "--build-id",
+        help="with --shard: the build directory the shards share (default: derived from the "
+        "inputs, options and N, the same in every worker)",
+    )
     p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser(
+        "merge", help="commit the shards of a parallel build (lading build --shard I/N) as a store"
+    )
+    p.add_argument("dest", help="the store directory the shards were written to")
+    p.add_argument("--build-id", help="which build, when several are complete")
+    p.set_defaults(func=_cmd_merge)
 
     p = sub.add_parser("inspect", help="counts, sizes, dtypes, fields, source and staleness")
     p.add_argument("store")

@@ -15,7 +15,7 @@ from lading.disk import verify_checksums
 from lading.disk.stage import stage
 from lading.errors import StoreFormatError
 from lading.stores.base import DocStore
-from lading.stores.build import build_store
+from lading.stores.build import build_store, merge_store
 from lading.stores.irds import IrDatasetsStore
 from lading.stores.memory import InMemoryStore
 from lading.stores.offsets import OffsetStore
@@ -75,6 +75,7 @@ __all__ = [
     "OffsetStore",
     "PackedStore",
     "build_store",
+    "merge_store",
     "open_store",
     "verify_store",
 ]

@@ -160,6 +160,14 @@ def pad_fields(
     return fields, padding
 
 
+def _tokenizer_file(shards: list[Shard]) -> str | None:
+    """The tokenizer kept with the tokens: the first shard's that wrote one."""
+    for shard in shards:
+        if shard.record.get("tokenizer"):
+            return f"{shard.dir}/{shard.record['tokenizer']}"
+    return None
+
+
 def manifest_of(
     root: Path,
     tmp: Path,
@@ -208,7 +216,7 @@ def manifest_of(
         "dtypes": dtypes,
         "index": {**index_meta, "dir": snapshot},
         "tokens": first.get("tokens"),
-        "tokenizer": f"{shards[0].dir}/{first['tokenizer']}" if first.get("tokenizer") else None,
+        "tokenizer": _tokenizer_file(shards),
         "source": build.pop("source"),
         "sources": build.pop("sources"),
         "shards": listed,

@@ -94,19 +94,23 @@ class WrittenShard:
 
 
 def write_shard(
-    reader: SourceReader,
+    reader: Any,
     directory: Path,
     *,
     tokenizer: Any = None,
     max_length: int | None = None,
     duplicates: Duplicates = "error",
     keep_tokenizer: bool = True,
+    allow_empty: bool = False,
     progress: Any = None,
+    about: dict[str, Any] | None = None,
 ) -> WrittenShard:
     """Stream ``reader`` into the empty ``directory`` as one shard; ``shard.json`` last.
 
     Args:
-        reader: the source (or the part of it that this shard holds).
+        reader: the source (or the part of it that this shard holds): a
+            :class:`~lading.sources.SourceReader`, or anything with its ``iter_bulk``,
+            ``skipped``, ``skip_reasons`` and ``source`` (several files' pieces).
         directory: an empty directory (the caller renames it into place after).
         tokenizer: a loaded ``tokenizers.Tokenizer``
             (see :func:`lading.stores.tokens.load_tokenizer`).
@@ -114,7 +118,10 @@ def write_shard(
         duplicates: ``"error"`` stops at a repeated id naming both lines; ``"first"``/``"last"``
             keep one occurrence and count the others in the report.
         keep_tokenizer: write ``tokenizer.json`` here (one shard of a store keeps it).
+        allow_empty: a shard of several may hold no record (its lines all started in a
+            neighbour's range); a store of one shard may not.
         progress: a tqdm-like object with ``update(n_bytes)``, or None.
+        about: more to record in ``shard.json`` (what the shard read, the build's options).
     """
     if duplicates not in DUPLICATE_MODES:
         raise ValueError(
@@ -133,7 +140,9 @@ def write_shard(
     if encoder is not None:
         encoder.finish()
     is_int = int_ids.values is not None  # every id an integer: the dense or sorted int index
-    files, keys, rows = _finish_rows(directory, reader, columns, int_ids, lines, duplicates, stats)
+    files, keys, rows = _finish_rows(
+        directory, reader, columns, int_ids, lines, duplicates, stats, allow_empty
+    )
     if tokenizer is not None and keep_tokenizer:  # queries must be encoded by the same tokenizer
         files["tokenizer.json"] = write_file(
             directory / "tokenizer.json", tokenizer.to_str().encode("utf-8")
@@ -158,6 +167,7 @@ def write_shard(
         "duplicates_dropped": stats.duplicates_dropped,
         "seconds": round(time.perf_counter() - started, 3),
         "files": files,
+        **(about or {}),
     }
     write_file(directory / SHARD_FILE, json.dumps(record, indent=2, sort_keys=True).encode())
     return WrittenShard(record, keys)
@@ -243,11 +253,12 @@ def _finish_rows(
     lines: SpillArray,
     duplicates: Duplicates,
     stats: BuildStats,
+    allow_empty: bool = False,
 ) -> tuple[dict[str, dict[str, int]], np.ndarray, int]:
     """Close the columns and drop duplicate ids as ``duplicates`` says: (files written, index
     keys in row order, rows kept)."""
     rows = len(columns.text)
-    if rows == 0:
+    if rows == 0 and not allow_empty:
         raise SourceError(reader.source, None, empty_source_reason(reader))
     for column in columns.fields.values():
         column.pad_to(rows)
@@ -298,16 +309,29 @@ def unique_rows(
         first, again = int(order[i]), int(order[i + 1])
         key = sorted_keys[i]
         shown = key.decode("utf-8") if isinstance(key, bytes) else str(key)
+        where, line = _locate(reader, again, int(lines[again]))
+        was, first_line = _locate(reader, first, int(lines[first]))
         raise SourceError(
-            reader.path or str(reader.source),
-            int(lines[again]),
-            f"duplicate id {shown!r} (first on line {int(lines[first])}); pass "
-            "duplicates='first' or 'last' to keep one of them",
+            where,
+            line,
+            f"duplicate id {shown!r} (first on line {first_line}"
+            + ("" if was == where else f" of {was}")
+            + "); pass duplicates='first' or 'last' to keep one of them",
         )
     drop = order[1:][same] if duplicates == "first" else order[:-1][same]
     keep = np.ones(len(keys), dtype=bool)
     keep[drop] = False
     return keep
+
+
+def _locate(reader: Any, row: int, line: int) -> tuple[str, int]:
+    """(file, line) of a record: the reader knows where a part of a file or several files put
+    it; a plain reader reads one file."""
+    locate = getattr(reader, "locate", None)
+    if locate is not None:
+        found: tuple[str, int] = locate(row, line)
+        return found
+    return str(reader.path or reader.source), line
 
 
 def _all_distinct_small_ints(keys: npt.NDArray[np.int64]) -> bool:
