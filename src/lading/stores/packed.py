@@ -23,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from lading.disk import RaggedColumn, open_snapshot
+from lading.disk import OFFSET_DTYPE, MappedFile, RaggedColumn, open_snapshot
 from lading.disk.snapshot import content_id
 from lading.errors import StaleStoreWarning, StoreFormatError
 from lading.sources import Record, fingerprint_changed
@@ -263,7 +263,8 @@ def _map_snapshot(path: Path, meta: dict[str, Any]) -> _Mapped:
         names = ["text", "ids", *(field_column(f) for f in meta["fields"])]
         if meta.get("tokens"):
             names.append("tokens")
-        columns = {name: _column(path, parts, name, types[name]) for name in names}
+        spans = meta.get("global_offsets", {})
+        columns = {name: _column(path, parts, name, types[name], spans.get(name)) for name in names}
         index = IdIndex(path / index_dir(meta), meta["index"])
     except (KeyError, TypeError) as e:
         raise StoreFormatError(f"{path}/meta.json lacks {e}; rebuild the store") from None
@@ -278,7 +279,9 @@ def _map_snapshot(path: Path, meta: dict[str, Any]) -> _Mapped:
     return _Mapped(meta, columns["text"], columns["ids"], fields, columns.get("tokens"), index)
 
 
-def _column(path: Path, parts: list[dict[str, Any]], name: str, dtype: str) -> Column:
+def _column(
+    path: Path, parts: list[dict[str, Any]], name: str, dtype: str, spans: str | None
+) -> Column:
     # rows are read by id, anywhere in the files: no read-ahead around each page fault
     maps = [
         RaggedColumn.at(
@@ -295,4 +298,9 @@ def _column(path: Path, parts: list[dict[str, Any]], name: str, dtype: str) -> C
                 f"{path}: {part['columns'][name]['offsets']} has {len(column)} rows, the "
                 f"manifest says {part['rows']}; rebuild the store"
             )
-    return maps[0] if len(maps) == 1 else ShardedColumn(maps)
+    if len(maps) == 1:
+        return maps[0]
+    offsets = MappedFile(path / spans, random_access=True).array(OFFSET_DTYPE) if spans else None
+    if offsets is not None and len(offsets) != sum(len(m) for m in maps) + 1:
+        raise StoreFormatError(f"{path / str(spans)} does not describe the shards; rebuild it")
+    return ShardedColumn(maps, offsets)

@@ -2,14 +2,15 @@
 
 A store built by one process has one shard, and its columns are plain
 :class:`~lading.disk.RaggedColumn` s (no lookup added to the hot path). A store built in
-parallel has one ragged column per shard per column; :class:`ShardedColumn` finds each row's
-shard with one ``np.searchsorted`` over the shards' first rows (a batch of 64 rows over 4 shards:
-a few microseconds), reads each shard's rows in one call, and puts them back in request order.
+parallel has one ragged column per shard per column. For the columns read by id on the hot
+path (text, tokens) the merge wrote the offsets over all shards' data laid end to end, so a
+batch costs two gathers as in one shard and one ``np.searchsorted`` over the shards' byte
+bounds to pick each row's map; other columns gather each shard's offsets under a mask. Rows
+are decoded in one loop, in request order. Unlike a single ragged column there is no adaptive
+read-ahead (``MADV_WILLNEED``) for cold batches yet.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,11 +22,21 @@ from lading.stores.bulk import bytes_at, texts_range
 class ShardedColumn:
     """Rows of several ragged columns (the shards, in row order) as one column."""
 
-    def __init__(self, parts: list[RaggedColumn]) -> None:
+    def __init__(self, parts: list[RaggedColumn], offsets: np.ndarray | None = None) -> None:
         self.parts = parts
+        # every row's offsets over the shards' data laid end to end (written by the merge for
+        # the hot columns, see lading.stores.merge.global_offsets), and where each shard's
+        # data starts in that count
+        self.offsets = offsets
+        data_sizes = [int(p.offsets[-1]) for p in parts]
+        self.bases = np.concatenate([[0], np.cumsum(data_sizes)]).astype(np.uint64)
+        self._base_inner = self.bases[1:-1]
         sizes = [len(p) for p in parts]
         self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self._inner = self.starts[1:-1]  # a row at or past one of these is in a later shard
         self._count = int(self.starts[-1])
+        self._buffers = [p.data.buffer for p in parts]
+        self._values = [p.data.array(p.dtype) for p in parts]
 
     def __len__(self) -> int:
         return self._count
@@ -33,41 +44,56 @@ class ShardedColumn:
     def _locate(
         self, rows: npt.NDArray[np.int64]
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:
+        """(shard, local row) of each row. Like a plain column, rows are not range-checked
+        here: they come from the id index, and a row past the end fails in numpy."""
         rows = np.asarray(rows, dtype=np.int64)
-        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= self._count):
-            bad = rows[(rows < 0) | (rows >= self._count)][0]
-            raise IndexError(f"row {int(bad)} outside [0, {self._count})")
-        part = np.searchsorted(self.starts, rows, side="right") - 1
+        part = np.searchsorted(self._inner, rows, side="right")
         return part, rows - self.starts[part]
 
-    def _gather(self, rows: npt.NDArray[np.int64], read: Any) -> list[Any]:
-        """``read(part, local_rows)`` for each shard touched, in request order."""
+    def _spans(self, rows: npt.NDArray[np.int64]) -> tuple[list[int], list[int], list[int]]:
+        """(shard, start, end) of each row in its shard's data (in items)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.offsets is not None:  # two gathers, as in one shard, then the shard by byte
+            starts, ends = self.offsets[rows], self.offsets[rows + 1]
+            part = np.searchsorted(self._base_inner, starts, side="right")
+            base = self.bases[part]
+            return part.tolist(), (starts - base).tolist(), (ends - base).tolist()
         part, local = self._locate(rows)
-        if len(part) and part[0] == part[-1] and bool((part == part[0]).all()):
-            return list(read(self.parts[int(part[0])], local))
-        out: list[Any] = [None] * len(part)
-        for p in np.unique(part).tolist():
-            where = np.flatnonzero(part == p)
-            for i, value in zip(where.tolist(), read(self.parts[p], local[where])):
-                out[i] = value
-        return out
+        first = np.empty(len(part), dtype=np.uint64)
+        last = np.empty(len(part), dtype=np.uint64)
+        for p, column in enumerate(self.parts):
+            mine = part == p
+            if mine.any():
+                at = local[mine]
+                first[mine] = column.offsets[at]
+                last[mine] = column.offsets[at + 1]
+        return part.tolist(), first.tolist(), last.tolist()
 
     def text(self, row: int) -> str:
         """Row ``row`` decoded from UTF-8."""
+        if not 0 <= row < self._count:
+            raise IndexError(f"row {row} outside [0, {self._count})")
         part, local = self._locate(np.array([row], dtype=np.int64))
         return self.parts[int(part[0])].text(int(local[0]))
 
     def texts(self, rows: npt.NDArray[np.int64]) -> list[str]:
-        """Rows decoded from UTF-8, in the order given."""
-        return self._gather(rows, lambda column, local: column.texts(local))
+        """Rows decoded from UTF-8, in the order given, in one decode loop over the shards'
+        maps."""
+        part, starts, ends = self._spans(rows)
+        buffers = self._buffers
+        return [buffers[p][a:b].decode("utf-8") for p, a, b in zip(part, starts, ends)]
 
     def arrays(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
         """Rows as numpy views of their shard's map (no copy), in the order given."""
-        return self._gather(rows, lambda column, local: column.arrays(local))
+        part, starts, ends = self._spans(rows)
+        values = self._values
+        return [values[p][a:b] for p, a, b in zip(part, starts, ends)]
 
     def bytes_at(self, rows: npt.NDArray[np.int64]) -> list[bytes]:
         """Rows as ``bytes`` (the caller's own), in the order given."""
-        return self._gather(rows, bytes_at)
+        part, starts, ends = self._spans(rows)
+        buffers = self._buffers
+        return [buffers[p][a:b] for p, a, b in zip(part, starts, ends)]
 
     def texts_range(self, start: int, stop: int) -> list[str]:
         """Rows ``start .. stop - 1`` decoded (a scan), each shard's part in bulk."""
