@@ -152,3 +152,31 @@ def test_shard_files_names_each_columns_files(tmp_path: Path) -> None:
     assert text.data.startswith(store.snapshot + "/shard-00000-of-00001/")
     assert text.data in store.meta["files"] and text.offsets.endswith("text.off")
     assert layout.column_bytes(store.meta, "text") == 2
+
+
+def test_collection_removes_only_what_lading_made(tmp_path: Path, no_grace: None) -> None:
+    """A folder that holds a store may hold other things: a collection never touches them."""
+    dest = tmp_path / "s"
+    lading.build_store(_source(tmp_path / "a.tsv", "A"), dest, progress=False)
+    mine = [dest / "build-notes", dest / "snap-shots", dest / "README.txt"]
+    mine[0].mkdir()
+    (mine[0] / "x.txt").write_text("keep")
+    mine[1].mkdir()
+    mine[2].write_text("keep")
+    for letter in "BA":
+        lading.build_store(_source(tmp_path / f"{letter}.tsv", letter), dest, progress=False)
+    assert all(p.exists() for p in mine)
+    assert (mine[0] / "x.txt").read_text() == "keep"
+    assert sorted(p.name for p in dest.iterdir() if p.name.startswith("snap-2")) == [
+        lading.open_store(dest).snapshot
+    ]
+
+
+def test_open_store_can_name_a_kept_snapshot(tmp_path: Path) -> None:
+    dest = tmp_path / "s"
+    old = lading.build_store(_source(tmp_path / "a.tsv", "A"), dest, progress=False)
+    lading.build_store(_source(tmp_path / "b.tsv", "B"), dest, progress=False)
+    again = lading.open_store(dest, snapshot=old.snapshot)
+    assert again.snapshot == old.snapshot and again["a1"] == "A text 1"
+    with pytest.raises(SnapshotGoneError, match="snap-20000101T000000Z-00000000 was removed"):
+        lading.open_store(dest, snapshot="snap-20000101T000000Z-00000000")

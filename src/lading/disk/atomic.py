@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lading.disk.files import fsync_dir
 from lading.disk.lock import HEARTBEAT_S, STALE_AFTER_S, FileLock
-from lading.disk.snapshot import BUILD_PREFIX, META_FILE, SNAP_PREFIX
+from lading.disk.snapshot import META_FILE, is_build_dir, is_snapshot_dir
 from lading.errors import OutOfSpaceError
 
 DATASET_MARK = "_lading.json"
@@ -159,11 +159,17 @@ def is_ours_to_replace(dest: Path) -> bool:
         return False
     marked = any((dest / mark).is_file() for mark in (META_FILE, DATASET_MARK, STAGE_MARK))
     # shard workers of a parallel build fill build-<id>/ before any meta.json exists
-    return marked or all(_lading_named(entry.name) for entry in dest.iterdir())
+    return marked or all(_lading_made(entry) for entry in dest.iterdir())
 
 
-def _lading_named(name: str) -> bool:
-    return name.startswith((BUILD_PREFIX, SNAP_PREFIX, ".tmp-")) or name.endswith(".lock")
+def _lading_made(entry: Path) -> bool:
+    name = entry.name
+    return (
+        is_build_dir(entry)
+        or is_snapshot_dir(entry)
+        or name.startswith(".tmp-")
+        or name.endswith(".lock")
+    )
 
 
 def publish(tmp: Path, dest: Path) -> None:

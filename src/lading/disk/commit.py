@@ -22,12 +22,13 @@ from typing import Any
 from lading.disk.files import fsync_dir, write_file
 from lading.disk.snapshot import (
     ABANDONED_S,
-    BUILD_PREFIX,
     MANIFEST,
     META_FILE,
     SNAP_PREFIX,
     TMP_PREFIX,
     grace_seconds,
+    is_build_dir,
+    is_snapshot_dir,
     read_current,
     safe_relative,
     spot_crc32,
@@ -119,13 +120,14 @@ def _sweep(root: Path, current: dict[str, Any], expired: set[str], now: float) -
         name = entry.name
         if name in keep:
             continue
-        if name.startswith(SNAP_PREFIX):
+        if is_snapshot_dir(entry):
             (entry / MANIFEST).unlink(missing_ok=True)  # first: a pinned reader learns it is gone
-        elif name.startswith(BUILD_PREFIX):
+        elif is_build_dir(entry):
             if name not in expired and now - _newest_mtime(entry) < ABANDONED_S:
                 continue
         elif name not in expired or not entry.is_file() or name == META_FILE:
-            continue  # only version 1 files that a replaced snapshot listed
+            continue  # else only version 1 files that a replaced snapshot listed: never a
+            # folder or file lading did not name
         _remove(entry)
         removed.append(name)
     return removed

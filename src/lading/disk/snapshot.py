@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import time
 import zlib
@@ -45,6 +46,8 @@ META_FILE = "meta.json"
 MANIFEST = "manifest.json"  # inside snap-<id>/
 SNAP_PREFIX = "snap-"
 BUILD_PREFIX = "build-"
+BUILD_MARK = "build.json"  # in every build-<id>/ lading made: what a collection may remove
+_SNAP_NAME = re.compile(r"^snap-\d{8}T\d{6}Z-[0-9a-f]{8}$")
 TMP_PREFIX = ".tmp-"
 SPOT_BYTES = 4096
 GRACE_ENV = "LADING_SNAPSHOT_GRACE_S"
@@ -73,6 +76,17 @@ def new_snapshot_id() -> str:
     """A new, unique snapshot id (its directory name): UTC time of day and 32 random bits."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     return f"{SNAP_PREFIX}{stamp}-{secrets.token_hex(4)}"
+
+
+def is_snapshot_dir(path: Path) -> bool:
+    """Whether ``path`` is named as :func:`new_snapshot_id` names snapshot directories."""
+    return bool(_SNAP_NAME.match(path.name)) and path.is_dir()
+
+
+def is_build_dir(path: Path) -> bool:
+    """Whether ``path`` is a ``build-<id>`` directory that lading made (it holds
+    :data:`BUILD_MARK`): a user's folder that happens to be called ``build-x`` is not."""
+    return path.name.startswith(BUILD_PREFIX) and (path / BUILD_MARK).is_file()
 
 
 def grace_seconds() -> float:

@@ -114,6 +114,14 @@ class TokenCorpus:
             )
         return corpus
 
+    @property
+    def content_id(self) -> str:
+        """A digest of this snapshot's files (sizes and CRC32s): equal for two builds of the
+        same tokens, what a loader state or a cache can be keyed on."""
+        from lading.disk.snapshot import content_id
+
+        return content_id(self.meta)
+
     def __reduce__(self) -> tuple[Any, ...]:
         # pickles as its path and snapshot; the copy maps that snapshot again
         return (_reopen, (str(self.path), self.snapshot))

@@ -48,6 +48,7 @@ def open_store(
     on_stale: OnStale = "warn",
     stage_to: str | os.PathLike[str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    snapshot: str | None = None,
 ) -> PackedStore:
     """Open a store built by :func:`build_store`: cheap, memory-mapped, checked.
 
@@ -58,14 +59,17 @@ def open_store(
             copies once, checked; later runs reuse the copy; see :func:`lading.disk.stage.stage`)
             and open that copy.
         storage_options: fsspec options for a URL ``path`` (e.g. ``endpoint_url``).
+        snapshot: open this snapshot (one still kept: see :mod:`lading.disk.snapshot`), not
+            the current one; the store object reads it however often ``path`` is rebuilt.
 
     Raises:
-        StoreFormatError: the directory is not a complete store of a version this lading reads.
+        StoreFormatError: the directory is not a complete store of a version this lading reads
+            (a :class:`~lading.disk.SnapshotGoneError` for a ``snapshot`` no longer kept).
     """
     if stage_to is not None:
         name = os.fspath(path).rstrip("/").rsplit("/", 1)[-1]
         path = stage(path, Path(stage_to) / name, storage_options=storage_options)
-    return PackedStore(path, on_stale=on_stale)
+    return PackedStore(path, on_stale=on_stale, snapshot=snapshot)
 
 
 __all__ = [

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.disk import BuildContext, byte_bar, is_ours_to_replace, write_file
-from lading.disk.snapshot import BUILD_PREFIX
+from lading.disk.snapshot import BUILD_MARK, BUILD_PREFIX
 from lading.errors import SourceError, StoreFormatError
 from lading.sources import ParseOptions, SourceReader, refuse_if_changed
 from lading.stores.inputs import PiecesReader, input_files, plan_shards
@@ -34,7 +34,7 @@ from lading.stores.merge import Shard, manifest_of, read_shard
 from lading.stores.packed import PackedStore
 from lading.stores.writer import SHARD_FILE, Duplicates, write_shard
 
-BUILD_FILE = "build.json"  # in build-<id>/: the inputs, options and n every shard was made with
+BUILD_FILE = BUILD_MARK  # in build-<id>/: the inputs, options and n every shard was made with
 
 
 @dataclass(frozen=True)
