@@ -1,4 +1,4 @@
-"""Building a store in parallel: 1 worker against 2 (``--shard i/2`` + ``lading merge``), side by side.
+"""Building a store in parallel: 1 worker against 2 (``--shard i/2``, then a merge), side by side.
 
     python benchmarks/bench_build_parallel.py [--n 1000000] [--repeats 3] [--write]
 

@@ -22,6 +22,7 @@ import numpy as np
 
 import lading
 from lading.bench.peers import HFDatasetStore
+from lading.stores.layout import column_bytes
 from lading.stores.shards import rows_bytes
 
 
@@ -85,7 +86,7 @@ def main() -> None:
     folder = Path(sys.argv[1])
     store = lading.open_store(folder / "lading")
     hf = HFDatasetStore(folder / "hf")
-    mean = store.meta.get("files", {}).get("text.bin", {}).get("size", 0) / max(len(store), 1)
+    mean = column_bytes(store.meta, "text") / max(len(store), 1)
     print(f"{folder}: {len(store):,} documents, {mean:,.0f} bytes each on average")
     for name, ns in {**lookups(store), **scans(store, hf)}.items():
         print(f"{name:40s} {ns:9,.0f} ns/doc  {1e9 / ns / 1e6:7.2f}M docs/s")
