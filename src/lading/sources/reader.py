@@ -39,8 +39,6 @@ from lading.sources.chunks import (
     _reading,
     chunk_lines,
     chunk_trec,
-    is_compressed,
-    open_binary,
 )
 from lading.sources.fingerprint import fingerprint
 from lading.sources.parsers import (
@@ -53,7 +51,7 @@ from lading.sources.parsers import (
     make_tsv_parser,
     refuses_loose_keywords,
 )
-from lading.sources.span import lines_before, open_span
+from lading.sources.span import FilePart, Whole
 from lading.sources.tables import iter_table
 from lading.sources.tsv_blocks import TsvBlock, records_block, scanned_blocks
 
@@ -189,9 +187,8 @@ class SourceReader:
         on_error: ``"raise"`` stops at the first bad record with a :class:`SourceError`;
             ``"skip"`` skips it and counts it in :attr:`skipped`.
         options: where ids, text and fields are found.
-        span: read only the lines that start in this byte range of an uncompressed TSV or
-            JSONL file (a shard's part, see :mod:`lading.sources.span`); messages still give
-            the file's own line numbers.
+        span: read the lines starting in this byte range of an uncompressed TSV or JSONL
+            file (a shard's part: :mod:`lading.sources.span`), numbered as in the whole file.
 
     Attributes:
         skipped: records skipped so far under ``on_error="skip"``.
@@ -218,30 +215,12 @@ class SourceReader:
         if self.format != "irds" and not os.path.exists(name):
             raise FileNotFoundError(f"source {name} does not exist")
         check_source_shape(name, self.format)
-        if self.span is not None and (self.format not in ("tsv", "jsonl") or is_compressed(name)):
-            raise ValueError(
-                f"{name}: only an uncompressed TSV or JSONL file can be read in byte ranges "
-                f"(it is {self.format}{', compressed' if is_compressed(name) else ''}); give "
-                "each shard whole files instead"
-            )
-        self._first_line: int | None = None
-
-    def _open(self, path: Path) -> IO[bytes]:
-        return open_binary(path) if self.span is None else open_span(path, *self.span)
+        self._part = None if self.span is None else FilePart(name, self.format, *self.span)
 
     def absolute_line(self, line: int) -> int:
         """The file's own number of ``line`` as counted in the part this reader reads."""
-        if self.span is None or self.path is None:
-            return line
-        if self._first_line is None:  # counted once, and only when a message needs it
-            from lading.sources.span import aligned
-
-            self._first_line = lines_before(self.path, aligned(self.path, *self.span)[0])
-        return line + self._first_line
-
-    def locate(self, row: int, line: int) -> tuple[str, int]:
-        """(file, line) of the record read as ``row`` that starts on ``line`` (as counted here)."""
-        return str(self.path or self.source), self.absolute_line(line)
+        part = getattr(self, "_part", None)  # a RecordStream sets no fields of its own
+        return line if part is None else part.absolute_line(line)
 
     @property
     def path(self) -> Path | None:
@@ -306,7 +285,7 @@ class SourceReader:
             )
         parse = self.parser()
         chunker = FILE_FORMATS[self.file_format].chunker
-        with _reading(path) as where, self._open(path) as stream:
+        with _reading(path) as where, (self._part or Whole(path)).open() as stream:
             for chunk in chunker(stream):
                 where[0] = chunk.line
                 try:
@@ -351,7 +330,7 @@ class SourceReader:
             yield from self.iter_numbered()
             return
         parse = self.parser()
-        with _reading(path) as where, self._open(path) as stream:
+        with _reading(path) as where, (self._part or Whole(path)).open() as stream:
             for raw, block in scanned_blocks(stream, self.options.columns):
                 where[0] = raw.line
                 if block is not None:

@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
+from lading.sources.chunks import open_binary
+
 _SCAN = 1 << 16  # bytes read at a time while looking for the next line start
 
 
@@ -87,3 +89,42 @@ def lines_before(path: str | os.PathLike[str], offset: int) -> int:
             count += block.count(b"\n")
             left -= len(block)
     return count
+
+
+class Whole:
+    """A whole file, opened as :func:`lading.sources.chunks.open_binary` opens it."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = path
+
+    def open(self) -> IO[bytes]:
+        return open_binary(self.path)
+
+
+class FilePart:
+    """The lines of ``path`` that start in ``[start, end)``, for a reader of format ``fmt``.
+
+    Raises:
+        ValueError: the file cannot be read in byte ranges (compressed, or not TSV/JSONL).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], fmt: str | None, start: int, end: int) -> None:
+        name = os.fspath(path)
+        if fmt not in ("tsv", "jsonl") or name.endswith((".gz", ".bz2", ".zst")):
+            raise ValueError(
+                f"{name}: only an uncompressed TSV or JSONL file can be read in byte ranges "
+                f"(it is {fmt}); give each shard whole files instead"
+            )
+        self.path, self.start, self.end = Path(name), start, end
+        self._before: int | None = None
+
+    def open(self) -> IO[bytes]:
+        """The part's bytes as a buffered stream."""
+        return open_span(self.path, self.start, self.end)
+
+    def absolute_line(self, line: int) -> int:
+        """The file's number of ``line`` as counted from the part's first line (the lines
+        before the part are counted once, and only when a message needs it)."""
+        if self._before is None:
+            self._before = lines_before(self.path, aligned(self.path, self.start, self.end)[0])
+        return line + self._before

@@ -151,20 +151,10 @@ def build_store(
         if isinstance(source, SourceReader) or overwrite:
             raise ValueError(
                 "a shard reads files (not a reader made elsewhere) and is never overwritten: "
-                "its directory is named by the inputs and options; pass build_id= to build "
-                "afresh"
+                "its directory is named by the inputs and options; pass build_id= to rebuild"
             )
-        files = source_files(source, format, parse_options)
-        fmt = format or SourceReader(files[0], None, on_error, parse_options).format
-        options = build_options(fmt, on_error, duplicates, parse_options, tok, max_length)
-        args = (format, tok, max_length, on_error, duplicates, parse_options, options)
-        if shard == "auto":
-            return build_in_shards(source, dest_path, args, shared, build_id, progress)
-        return build_shard(
-            source, dest_path, check_shard(shard), format=format, tok=tok,
-            max_length=max_length, on_error=on_error, duplicates=duplicates,
-            parse=parse_options, options=options, build_id=build_id, progress=progress,
-        )  # fmt: skip
+        args = (format, tok, max_length, on_error, duplicates, parse_options)
+        return _sharded(source, dest_path, shard, args, shared, build_id, progress)
     reader = _reader(source, format, on_error, parse)
     on_error = reader.on_error
     options = build_options(reader.format, on_error, duplicates, reader.options, tok, max_length)
@@ -175,6 +165,29 @@ def build_store(
         )
 
     return build_in_group(build_here, dest_path, shared)
+
+
+def _sharded(
+    source: Any,
+    dest: Path,
+    shard: ShardSpec | Literal["auto"],
+    args: tuple[Any, ...],
+    shared: bool,
+    build_id: str | None,
+    progress: bool | None,
+) -> PackedStore | ShardReport:
+    """Shard ``i`` of ``n`` here, or (``"auto"``) one shard per rank of the process group."""
+    given, tok, max_length, on_error, duplicates, parse = args
+    files = source_files(source, given, parse)
+    fmt = given or SourceReader(files[0], None, on_error, parse).format
+    options = build_options(fmt, on_error, duplicates, parse, tok, max_length)
+    if shard == "auto":
+        return build_in_shards(source, dest, (*args, options), shared, build_id, progress)
+    return build_shard(
+        source, dest, check_shard(shard), format=given, tok=tok, max_length=max_length,
+        on_error=on_error, duplicates=duplicates, parse=parse, options=options,
+        build_id=build_id, progress=progress,
+    )  # fmt: skip
 
 
 def _reader(source: Any, format: str | None, on_error: OnError, parse: ParseOptions | None) -> Any:

@@ -200,6 +200,6 @@ class PiecesReader:
         """(file, line) of the record read as ``row`` (counted over all pieces)."""
         for reader, rows in zip(self.readers, self._rows):
             if row < rows:
-                return reader.locate(row, line)
+                return str(reader.path), reader.absolute_line(line)
             row -= rows
         return self.source, line

@@ -331,7 +331,8 @@ def _locate(reader: Any, row: int, line: int) -> tuple[str, int]:
     if locate is not None:
         found: tuple[str, int] = locate(row, line)
         return found
-    return str(reader.path or reader.source), line
+    absolute = getattr(reader, "absolute_line", None)
+    return str(reader.path or reader.source), absolute(line) if absolute else line
 
 
 def _all_distinct_small_ints(keys: npt.NDArray[np.int64]) -> bool:
