@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -46,6 +47,7 @@ def timed_build(src: Path, dest: Path, workers: int, extra: list[str]) -> dict[s
     """Wall seconds of a build of ``dest`` by ``workers`` processes (and a merge for 2)."""
     shutil.rmtree(dest, ignore_errors=True)
     load = os.getloadavg()[0]
+    cpu = _children_cpu()
     started = time.perf_counter()
     if workers == 1:
         run([[*LADING, "build", str(src), str(dest), "--quiet", *extra]])
@@ -58,7 +60,14 @@ def timed_build(src: Path, dest: Path, workers: int, extra: list[str]) -> dict[s
             ]
         )
         run([[*LADING, "merge", str(dest)]])
-    return {"seconds": time.perf_counter() - started, "load": (load + os.getloadavg()[0]) / 2}
+    seconds = time.perf_counter() - started
+    cores = (_children_cpu() - cpu) / seconds  # CPU seconds of the build's processes per second
+    return {"seconds": seconds, "load": (load + os.getloadavg()[0]) / 2, "cores": cores}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def digest(store: lading.PackedStore) -> str:
@@ -111,10 +120,12 @@ def row(name: str, result: dict[str, Any]) -> str:
     loads = [x["load"] for w in (1, 2) for x in result["runs"][w]]
     ratios = [a / b for a, b in zip(t1, t2)]
     look = result["lookups"]
+    cores = [statistics.median(x["cores"] for x in result["runs"][w]) for w in (1, 2)]
     return (
         f"| {name} | {statistics.median(t1):.1f} ({min(t1):.1f}-{max(t1):.1f}) "
         f"| {statistics.median(t2):.1f} ({min(t2):.1f}-{max(t2):.1f}) "
         f"| **{statistics.median(ratios):.2f}** ({min(ratios):.2f}-{max(ratios):.2f}) "
+        f"| {cores[0]:.2f} / {cores[1]:.2f} "
         f"| {'yes' if result['same'] else 'NO'} | {look['two'] / look['one']:.2f} "
         f"| {min(loads):.1f}-{max(loads):.1f} |"
     )
@@ -146,10 +157,12 @@ def main() -> None:
         "first process's start to the last one's exit (2 workers: both shards, then the "
         "merge), median (min-max). `same` compares every id, text and token id of the two "
         "stores; `lookups 2/1` is get_many(64 random ids) on the 2-shard store over the "
-        "1-shard one, in one process.",
+        "1-shard one, in one process; `cores used` is the CPU seconds (user + system) of the "
+        "build's processes per wall second, 1 worker / 2 workers (medians): what one worker "
+        "already takes of the 2 cores bounds the speed-up.",
         "",
-        "| store | 1 worker s | 2 workers s | speed-up | same | lookups 2/1 | load |",
-        "|---|---:|---:|---:|:---:|---:|---:|",
+        "| store | 1 worker s | 2 workers s | speed-up | cores used | same | lookups 2/1 | load |",
+        "|---|---:|---:|---:|---:|:---:|---:|---:|",
         *(row(name, r) for name, r in results.items()),
     ]
     body = "\n".join(lines)

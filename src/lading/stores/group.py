@@ -40,10 +40,10 @@ def build_in_group(build: Callable[[], str], dest: Path, shared: bool) -> Packed
             failure = e
     # every rank reaches this collective, a failed builder too (it doubles as the barrier)
     built: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(built, (socket.gethostname(), world.rank, snapshot))
+    dist.all_gather_object(built, (_where(dest), world.rank, snapshot))
     if failure is not None:
         raise failure
-    mine = builders_snapshot(built, world, shared)
+    mine = builders_snapshot(built, _where(dest), shared)
     try:
         return PackedStore(dest, snapshot=mine)
     except StoreFormatError as e:
@@ -53,12 +53,17 @@ def build_in_group(build: Callable[[], str], dest: Path, shared: bool) -> Packed
         ) from None
 
 
-def builders_snapshot(built: list[Any], world: World, shared: bool) -> str | None:
+def _where(dest: Path) -> str:
+    """Which copy of ``dest`` a rank reads: its host and the path there (two simulated nodes
+    on one host build two copies under two paths)."""
+    return f"{socket.gethostname()}:{dest.resolve()}"
+
+
+def builders_snapshot(built: list[Any], where: str, shared: bool) -> str | None:
     """The snapshot committed by this rank's builder: global rank 0's on a shared filesystem,
-    else the one of this host."""
-    host = socket.gethostname()
-    for where, rank, snapshot in built:
-        if snapshot is not None and (rank == 0 if shared else where == host):
+    else the one that built the copy this rank reads (same host, same path)."""
+    for theirs, rank, snapshot in built:
+        if snapshot is not None and (rank == 0 if shared else theirs == where):
             return str(snapshot)
     return None
 
