@@ -180,3 +180,25 @@ def test_open_store_can_name_a_kept_snapshot(tmp_path: Path) -> None:
     assert again.snapshot == old.snapshot and again["a1"] == "A text 1"
     with pytest.raises(SnapshotGoneError, match="snap-20000101T000000Z-00000000 was removed"):
         lading.open_store(dest, snapshot="snap-20000101T000000Z-00000000")
+
+
+def _read_in_child(store: lading.PackedStore, out: object) -> None:
+    out.put(store["a3"])  # type: ignore[attr-defined]
+
+
+def test_a_forked_worker_keeps_the_parents_maps(tmp_path: Path, no_grace: None) -> None:
+    """Forked after its snapshot was removed, a worker still reads it (the maps it inherited)."""
+    import multiprocessing as mp
+
+    dest = tmp_path / "s"
+    store = lading.build_store(_source(tmp_path / "a.tsv", "A"), dest, progress=False)
+    store["a0"]
+    lading.build_store(_source(tmp_path / "b.tsv", "B"), dest, progress=False)
+    assert not (dest / store.snapshot).exists()
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_read_in_child, args=(store, out))
+    child.start()
+    assert out.get(timeout=60) == "A text 3"
+    child.join(timeout=60)
+    assert child.exitcode == 0

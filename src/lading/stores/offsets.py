@@ -93,7 +93,7 @@ class OffsetStore(DocStore):
         return cls(index_dir, snapshot=build.snapshot)
 
     def _open(self) -> dict[str, Any]:
-        if self._pid == os.getpid():
+        if self._state:  # a forked child keeps the parent's maps and descriptor (pread)
             return self._state
         self._state = open_snapshot(self.path, FORMAT_NAME, self._map, self.snapshot)
         self._pid = os.getpid()
