@@ -1,6 +1,6 @@
 """Building a store in parallel: 1 worker against 2 (``--shard i/2``, then a merge), side by side.
 
-    python benchmarks/bench_build_parallel.py [--n 1000000] [--tokens-n N] [--repeats 3] [--write]
+    python benchmarks/bench_build_parallel.py [--n 1000000] [--repeats 3] [--no-tokens] [--write]
 
 Corpus: ``n`` MS MARCO-shaped passages (:func:`common.make_corpora`: real passages of the TREC
 DL 19/20 pool resampled, or synthetic ones), integer ids. Two workloads: the plain store and
@@ -137,20 +137,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="bench-out/build-parallel")
     parser.add_argument("--no-tokens", action="store_true", help="the plain store only")
-    parser.add_argument(
-        "--tokens-n", type=int, help="passages of the tokenized workload (default: --n)"
-    )
     add_write_flag(parser)
     args = parser.parse_args()
     work = Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
     src, _, origin = make_corpora(args.n, work)
-    results = {f"plain, {args.n:,} passages": measure(src, work, args.repeats, [])}
+    results = {f"plain, {args.n:,}": measure(src, work, args.repeats, [])}
     if not args.no_tokens:
         tok = work / "wordpiece-30522.json"
         if not tok.exists():
             bert_vocabulary(src).save(str(tok))
-        results["tokens (WordPiece 30,522)"] = measure(
+        results[f"tokens (WordPiece 30,522), {args.n:,}"] = measure(
             src, work, args.repeats, ["--tokenizer", str(tok)]
         )
     lines = [
@@ -171,7 +168,6 @@ def main() -> None:
     body = "\n".join(lines)
     print(body)
     command = f"python benchmarks/bench_build_parallel.py --n {args.n} --repeats {args.repeats}"
-    command += f" --tokens-n {args.tokens_n}" if args.tokens_n else ""
     write_section(HERE / "RESULTS.md", "Building in parallel", body, command, write=args.write)
 
 
