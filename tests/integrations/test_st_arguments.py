@@ -38,8 +38,7 @@ def st_args(tmp: Path, **extra: Any) -> Any:
         use_cpu=True,
         disable_tqdm=True,
         save_strategy="no",
-        seed=1,
-        **extra,
+        **{"seed": 1, **extra},
     )
 
 
@@ -82,6 +81,33 @@ def test_drop_last_gives_the_batches_and_steps_of_st_own_route(
     sizes = [len(b) for b in RecordingRows(ours)]
     assert sizes == [4] * 9 + ([] if drop_last else [1])
     assert ours.train().global_step == theirs.train().global_step == expected
+
+
+def test_data_seed_else_seed_orders_the_rows_as_in_st_own_route(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """s-t's own default batch sampler is shuffled by ``data_seed``, else ``seed`` (Accelerate
+    swaps its RandomSampler for a SeedableRandomSampler); lading's loader takes the same seed."""
+    data = adi(data_dir, tmp_path)
+    folder = model_folder("bi-encoder", data, tmp_path)
+    cases = {
+        "seed1": {},
+        "seed1-data5": {"data_seed": 5},
+        "seed2-data5": {"seed": 2, "data_seed": 5},
+    }
+    ours: dict[str, list[tuple[str, str]]] = {}
+    theirs: dict[str, list[tuple[str, str]]] = {}
+
+    def pair(row: dict[str, Any]) -> tuple[str, str]:
+        return row["query"], row["positive"]
+
+    for name, seeds in cases.items():
+        lading_route, st_route = trainers(data, tmp_path / name, QUERIES, folder, **seeds)
+        ours[name] = [pair(r) for r in RecordingRows(lading_route).batches[0]]
+        st_batch = next(iter(st_route.get_train_dataloader().batch_sampler))
+        theirs[name] = [pair(st_route.train_dataset[i]) for i in st_batch]
+    assert theirs["seed1"] != theirs["seed1-data5"] == theirs["seed2-data5"]  # s-t's own route
+    assert ours["seed1"] != ours["seed1-data5"] == ours["seed2-data5"]  # the same relations
 
 
 class RecordingRows:
