@@ -25,6 +25,7 @@ def files(tmp_path: Path) -> Path:
     (tmp_path / "folder" / "c.tsv").write_text("1\thello\n")
     (tmp_path / "empty.tsv").write_text("")
     (tmp_path / "bad.tsv").write_text("no tab here\n")
+    (tmp_path / "docs.tsv").write_text("D1\thttp://a.com/x\tTitle one\tBody one\n")
     return tmp_path
 
 
@@ -37,6 +38,9 @@ def files(tmp_path: Path) -> Path:
         (["inspect", "{d}/c.tsv"], "is a file, not a lading store"),
         (["build", "{d}/empty.tsv", "{d}/s"], "a store of 0 documents is refused"),
         (["build", "{d}/bad.tsv", "{d}/s", "--on-error", "skip"], "every record was skipped"),
+        (["build", "{d}/docs.tsv", "{d}/s"], "line 1 of"),  # msmarco-docs.tsv's shape
+        (["build", "{d}/docs.tsv", "{d}/s"], "--columns id,url,title,text"),
+        (["build", "{d}/docs.tsv", "{d}/s"], "'D1' | 'http://a.com/x' | 'Title one'"),
     ],
 )
 def test_one_line_naming_the_input(

@@ -200,7 +200,11 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("--duplicates", choices=["error", "first", "last"], default="error")
     p.add_argument("--id-field", help="JSON key of the id")
     p.add_argument("--text-field", help="JSON key of the text")
-    p.add_argument("--columns", help="TSV column names, comma-separated (default: id,text)")
+    p.add_argument(
+        "--columns",
+        help="TSV column names, comma-separated, one per column (default: id,text); a wider "
+        "TSV names every column, e.g. id,url,title,text for msmarco-docs.tsv",
+    )
     p.add_argument("--overwrite", action="store_true", help="rebuild even if up to date")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_build)
