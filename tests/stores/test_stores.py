@@ -48,6 +48,16 @@ def test_irds_reads_a_local_msmarco_docs_tsv(tmp_path: Path) -> None:
         lading.IrDatasetsStore.from_tsv(bad)
 
 
+def test_carriage_returns_read_the_same_in_every_store(make: StoreMaker, tmp_path: Path) -> None:
+    """One answer for every store: a line ends at ``\\n`` (one ``\\r`` before it is part of a
+    CRLF ending); any other ``\\r`` is text. ir_datasets alone reads a bare ``\\r`` as a line
+    break (universal newlines), so its from_tsv is fed lading's own records."""
+    src = write(tmp_path / "c.tsv", b"d1\tone\r\nd2\ttwo\r\r\nd3\tth\rree\nd4\tfour\r")
+    store = make(src, tmp_path)
+    assert len(store) == 4
+    assert store.get_many(["d1", "d2", "d3", "d4"]) == ["one", "two\r", "th\rree", "four\r"]
+
+
 def test_protocol(make: StoreMaker, tiny_tsv: Path, tmp_path: Path) -> None:
     store = make(tiny_tsv, tmp_path)
     assert len(store) == 5
