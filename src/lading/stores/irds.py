@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.sources import import_ir_datasets, irds_record
-from lading.stores.base import DocStore, IdLike
+from lading.stores.base import DocStore, IdLike, id_list, is_id
 
 _LOCAL = "lading-local/"
 
@@ -142,7 +142,7 @@ class IrDatasetsStore(DocStore):
         return self._count
 
     def __contains__(self, doc_id: object) -> bool:
-        if not isinstance(doc_id, (str, int)):
+        if not is_id(doc_id):
             return False
         return bool(self._store().get_many([str(doc_id)]))
 
@@ -151,7 +151,7 @@ class IrDatasetsStore(DocStore):
         return [str(doc.doc_id) for doc in self._dataset.docs_iter()]
 
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
-        keys = [str(i) for i in ids]
+        keys = [str(i) for i in id_list(ids)]
         found = self._store().get_many(keys)
         out = []
         for key in keys:
