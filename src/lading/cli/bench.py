@@ -12,6 +12,26 @@ def _int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def flag_ints(flag: str, text: str, minimum: int, meaning: str, example: str) -> list[int]:
+    """``text`` as comma-separated integers ``>= minimum``, or a ValueError naming ``flag``,
+    what it counts and an example (not Python's "invalid literal for int()")."""
+    try:
+        values = _int_list(text)
+    except ValueError:
+        values = []
+    if not values or min(values) < minimum:
+        raise ValueError(
+            f"{flag} {text!r}: expected {meaning}, integers >= {minimum} separated by "
+            f"commas, e.g. {flag} {example}"
+        )
+    return values
+
+
+# each flag's least sensible value: 0 processes divided by zero after the stores were built
+AT_LEAST = {"batch_size": 1, "group_size": 1, "max_length": 1, "passages": 1, "steps": 1,
+            "warmup": 0}  # fmt: skip
+
+
 def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
     """(GridOptions, Settings, passages) of ``lading bench``: options given, else the preset.
 
@@ -22,8 +42,9 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
 
     preset = FULL if args.full else QUICK
     launched = launched_world()
+    check_numbers(args)
     if args.world_sizes:
-        world_sizes = _int_list(args.world_sizes)
+        world_sizes = flag_ints("--world-sizes", args.world_sizes, 1, "processes per cell", "1,2,4")
     elif launched is not None:  # torchrun/srun: every cell runs on all the launched processes
         world_sizes = [launched.world_size]
     elif preset.world_sizes is not None:
@@ -34,7 +55,7 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
         strategies=args.strategies.split(",") if args.strategies else list(preset.strategies),
         world_sizes=world_sizes,
         modes=args.modes.split(",") if args.modes else list(preset.modes),
-        workers=_int_list(args.workers),
+        workers=flag_ints("--workers", args.workers, 0, "DataLoader workers", "0,2"),
         pin_memory=args.pin_memory,
         ramdisk=args.ramdisk,
         parallel=args.parallel,
@@ -55,6 +76,17 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
         sampling="run" if args.negatives else "random",
     )
     return options, settings, args.passages if args.passages is not None else preset.passages
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Refuse a count below its least sensible value, naming the flag (before any work)."""
+    for name, least in AT_LEAST.items():
+        value = getattr(args, name, None)
+        if value is not None and value < least:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(
+                f"{flag} {value}: expected an integer >= {least}, e.g. {flag} {max(least, 8)}"
+            )
 
 
 def check_flags(args: argparse.Namespace) -> None:

@@ -43,7 +43,27 @@ def _cmd_train_cross_encoder(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_evaluation(args: argparse.Namespace) -> None:
+    """With ``--qrels``, refuse now what would fail only after the reranking (minutes to
+    hours): ir-measures missing, or a measure it does not know."""
+    from lading.ir.rerank import parse_measures
+
+    if not args.qrels:
+        return
+    try:
+        parse_measures(args.measures, args.min_relevance)
+    except ImportError:
+        raise ImportError(
+            "--qrels evaluates both runs with ir-measures, which is not installed: pip install "
+            "ir-measures (or 'lading[ir]'), or leave --qrels out to rerank only"
+        ) from None
+    except ValueError as e:
+        bad = str(e).split("'")[1]
+        raise ValueError(f"--measures {bad}: {e}") from None
+
+
 def _cmd_rerank(args: argparse.Namespace) -> int:
+    _check_evaluation(args)
     import torch
 
     from lading.ir.inputs import read_qrels, read_queries, read_run

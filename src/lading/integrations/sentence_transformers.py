@@ -31,8 +31,9 @@ DataLoader and samplers are not used, so each is honoured by lading's mechanism 
   own rows stay together), every group once an epoch as in s-t's own route. Where s-t reaches
   that on skewed data by yielding extra, smaller batches, lading's batch count is fixed (equal
   on every rank), so a query in more groups than the epoch has batches is refused when the
-  loader is made, naming the ``per_device_train_batch_size`` that fits. ``"group_by_label"`` and custom samplers (a class or a function) are
-  refused: they would reorder rows lading has sharded over the ranks.
+  loader is made, naming the ``per_device_train_batch_size`` that fits. ``"group_by_label"``
+  and custom samplers (a class or a function) are refused: they would reorder rows lading has
+  sharded over the ranks.
 - ``data_seed``, else ``seed``, shuffles the loader, as it shuffles s-t's own default batch
   sampler (Accelerate seeds it so; s-t's ``no_duplicates`` sampler reads ``seed`` alone, and
   lading's follows the Trainer's one rule for both).
