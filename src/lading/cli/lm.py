@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from lading.cli.inputs import tokenizer
+from lading.cli.stores import counted
 
 
 def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
@@ -38,8 +39,9 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     print(
-        f"{corpus.path}: {len(corpus):,} documents, {corpus.n_tokens:,} tokens as "
-        f"{corpus.dtype} ({corpus.n_tokens * corpus.dtype.itemsize / 2**20:,.1f} MiB)"
+        f"{corpus.path}: {counted(len(corpus), 'document')}, "
+        f"{counted(corpus.n_tokens, 'token')} as {corpus.dtype} "
+        f"({corpus.n_tokens * corpus.dtype.itemsize / 2**20:,.1f} MiB)"
     )
     return 0
 

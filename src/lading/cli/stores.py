@@ -12,6 +12,10 @@ from typing import Any
 
 from lading.cli.inputs import tokenizer
 
+# lading.sources.FORMATS, spelled out so that building the parser imports nothing heavy (a test
+# keeps the two equal)
+SOURCE_FORMATS = ("arrow", "beir", "irds", "jsonl", "parquet", "trec", "tsv")
+
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from lading.sources import ParseOptions
@@ -23,23 +27,35 @@ def _cmd_build(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         columns=args.columns.split(",") if args.columns else ("id", "text"),
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the skip count is printed below instead
-        store = build_store(
-            args.source,
-            args.dest,
-            format=args.format,
-            tokenizer=args.tokenizer,
-            max_length=args.max_length,
-            on_error=args.on_error,
-            duplicates=args.duplicates,
-            parse=parse,
-            overwrite=args.overwrite,
-            progress=not args.quiet,
+    before = _committed(args.dest)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the skip count is printed below instead
+            store = build_store(
+                args.source,
+                args.dest,
+                format=args.format,
+                tokenizer=args.tokenizer,
+                max_length=args.max_length,
+                on_error=args.on_error,
+                duplicates=args.duplicates,
+                parse=parse,
+                overwrite=args.overwrite,
+                progress=not args.quiet,
+            )
+    except KeyboardInterrupt:  # Ctrl-C: the staging folder is gone, the manifest untouched
+        untouched = _committed(args.dest) == before
+        said = (
+            f"nothing was written ({args.dest} is as it was)"
+            if untouched
+            else (f"{args.dest} had just been written in full")
         )
+        end_bar = "" if args.quiet else "\n"  # off the progress bar's line
+        print(f"{end_bar}lading build: interrupted; {said}", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
     seconds = time.perf_counter() - started
     build = store.meta["build"]
-    print(f"{store.path}: {len(store):,} documents in {seconds:.1f}s")
+    print(f"{store.path}: {counted(len(store), 'document')} in {seconds:.1f}s")
     if build["skipped"]:
         print(
             f"skipped {build['skipped']:,} malformed record(s); first: {build['skip_examples'][0]}"
@@ -49,6 +65,20 @@ def _cmd_build(args: argparse.Namespace) -> int:
             f"dropped {build['duplicates_dropped']:,} duplicate id(s), kept the {args.duplicates}"
         )
     return 0
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 document``, ``2 documents``, ``1,000 documents``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _committed(dest: str) -> int | None:
+    """When ``dest``'s manifest was last replaced (None: no store there): a build commits by
+    replacing it last, so an unchanged value means nothing was published."""
+    try:
+        return (Path(dest) / "meta.json").stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _sizes(path: Path, files: dict[str, Any]) -> str:
@@ -189,7 +219,11 @@ def add_store_commands(sub: Any) -> None:
     p = sub.add_parser("build", help="build a memory-mapped store from a corpus file")
     p.add_argument("source", help="TSV/JSONL/TREC file (.gz/.bz2/.zst ok), BEIR folder, irds:<id>")
     p.add_argument("dest", help="store directory to create")
-    p.add_argument("--format", choices=["beir", "irds", "jsonl", "trec", "tsv"])
+    p.add_argument(
+        "--format",
+        choices=SOURCE_FORMATS,
+        help="the source's format (default: from its name; parquet and arrow need pyarrow)",
+    )
     p.add_argument(
         "--tokenizer",
         type=tokenizer,
