@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
