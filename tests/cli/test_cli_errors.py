@@ -252,3 +252,46 @@ def test_build_with_skip_does_not_advise_skip_and_counts_in_words(
     assert ": 1 document in " in out and "1 documents" not in out
     assert "skipped 1 malformed record" in out and "no </DOC>" in out
     assert "--on-error" not in out and "on_error" not in out, out
+
+
+def test_every_argument_of_every_command_has_help() -> None:
+    """`lading inspect --help` described no positional and several bench flags had no help:
+    every positional and flag of every (sub)command says what it is."""
+    import argparse
+
+    from lading.cli import build_parser
+
+    missing: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, name: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, subparser in action.choices.items():
+                    walk(subparser, f"{name} {sub}")
+            elif action.dest not in ("help", "version") and not action.help:
+                missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "lading")
+    assert missing == [], missing
+
+
+def test_reusable_says_a_touch_rebuilds(tmp_path: Path) -> None:
+    """The docstring said a `touch` of the source does not call for a rebuild; it does (the
+    modification time is part of the fingerprint: a same-size edit in the middle changes
+    nothing else)."""
+    import os
+
+    from lading.stores.build import reusable
+
+    source = tmp_path / "c.tsv"
+    source.write_text("1\tone\n")
+    first = lading.build_store(source, tmp_path / "s", progress=False)
+    built = first.meta["build"]["seconds"], (tmp_path / "s" / "meta.json").stat().st_mtime_ns
+    stat = source.stat()
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touch
+    again = lading.build_store(source, tmp_path / "s", progress=False)
+    assert (tmp_path / "s" / "meta.json").stat().st_mtime_ns != built[1]  # rebuilt
+    assert again["1"] == "one"
+    doc = " ".join((reusable.__doc__ or "").split())
+    assert "a copy or a ``touch`` does not call for a rebuild" not in doc
+    assert "``touch`` of the source rebuilds" in doc

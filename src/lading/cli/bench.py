@@ -234,7 +234,13 @@ def _add_bench(sub: Any) -> None:
         "override the grid's. lading bench report DIR re-renders report.md and the plots from "
         "DIR/results.json.",
     )
-    p.add_argument("target", nargs="?", choices=["ir", "report"], default="ir")
+    p.add_argument(
+        "target",
+        nargs="?",
+        choices=["ir", "report"],
+        default="ir",
+        help="ir: run the grid (default); report: re-render DIR's report and plots",
+    )
     p.add_argument("dir", nargs="?", help="with report: the results folder")
     p.add_argument(
         "--full", action="store_true", help="the study's full grid (30 cells x 3 repeats)"
@@ -261,7 +267,12 @@ def _add_bench(sub: Any) -> None:
         "--pin-memory", action="store_true", help="also run with pinned memory (CUDA only)"
     )
     p.add_argument("--ramdisk", action="store_true", help="also run from a copy in /dev/shm")
-    p.add_argument("--parallel", choices=["ddp", "dp"], default="ddp")
+    p.add_argument(
+        "--parallel",
+        choices=["ddp", "dp"],
+        default="ddp",
+        help="train cells: DistributedDataParallel processes (ddp) or one DataParallel process",
+    )
     p.add_argument(
         "--seconds", type=float, help="each repeat's timed window, after warm-up (0.5; --full 2)"
     )
@@ -269,8 +280,10 @@ def _add_bench(sub: Any) -> None:
     p.add_argument("--steps", type=int, help="at least this many timed steps per window (5)")
     p.add_argument("--warmup", type=int, help="untimed steps first (3; --full 5)")
     p.add_argument("--batch-size", type=int, default=8, help="groups per rank per step")
-    p.add_argument("--group-size", type=int, default=4)
-    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument(
+        "--group-size", type=int, default=4, help="documents per group: 1 relevant + negatives"
+    )
+    p.add_argument("--max-length", type=int, default=128, help="tokens per (query, document) pair")
     p.add_argument(
         "--model",
         default="tiny",

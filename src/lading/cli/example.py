@@ -42,5 +42,5 @@ def add_example(sub: Any) -> None:
     p.add_argument("dir", help="folder to write into (created; files of the same names replaced)")
     p.add_argument("--passages", type=int, default=500, help="documents (ids 0..N-1)")
     p.add_argument("--queries", type=int, default=50, help="queries, each with one relevant")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="same seed, same files (default 0)")
     p.set_defaults(func=_cmd_example)

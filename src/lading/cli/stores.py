@@ -230,8 +230,19 @@ def add_store_commands(sub: Any) -> None:
         help="tokenizer.json or a local HF model folder: pre-tokenize",
     )
     p.add_argument("--max-length", type=int, help="keep at most this many tokens per document")
-    p.add_argument("--on-error", choices=["raise", "skip"], default="raise")
-    p.add_argument("--duplicates", choices=["error", "first", "last"], default="error")
+    p.add_argument(
+        "--on-error",
+        choices=["raise", "skip"],
+        default="raise",
+        help="a malformed record stops the build naming file and line (raise), or is skipped "
+        "and counted (skip)",
+    )
+    p.add_argument(
+        "--duplicates",
+        choices=["error", "first", "last"],
+        default="error",
+        help="an id twice in the source is an error, or its first or last record is kept",
+    )
     p.add_argument("--id-field", help="JSON key of the id")
     p.add_argument("--text-field", help="JSON key of the text")
     p.add_argument(
@@ -244,17 +255,17 @@ def add_store_commands(sub: Any) -> None:
     p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser("inspect", help="counts, sizes, dtypes, fields, source and staleness")
-    p.add_argument("store")
+    p.add_argument("store", help="a store directory (what lading build wrote)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("get", help="print documents by id (JSON lines)")
-    p.add_argument("store")
-    p.add_argument("ids", nargs="+")
+    p.add_argument("store", help="a store directory (what lading build wrote)")
+    p.add_argument("ids", nargs="+", help="document ids to print (exit 1 if one is absent)")
     p.set_defaults(func=_cmd_get)
 
     p = sub.add_parser("verify", help="read every file of a store and check its checksum")
-    p.add_argument("store")
+    p.add_argument("store", help="a store directory (what lading build wrote)")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("stage", help="copy a store/corpus/parquet folder to node-local disk")
@@ -287,7 +298,7 @@ def add_repartition(sub: Any) -> None:
         help="folder to write; an earlier output there is replaced atomically (never mixed "
         "with new files), any other non-empty folder is refused",
     )
-    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--world-size", type=int, default=1, help="ranks that will read it (default 1)")
     p.add_argument("--workers", type=int, default=1, help="DataLoader workers per rank")
     p.add_argument("--row-group-size", type=int, help="rows per group wanted")
     p.set_defaults(func=_cmd_repartition)
@@ -296,11 +307,15 @@ def add_repartition(sub: Any) -> None:
 def add_synth(sub: Any) -> None:
     """The parser of ``synth``."""
     p = sub.add_parser("synth", help="write a deterministic MS MARCO-shaped collection")
-    p.add_argument("kind", choices=["passages", "documents"])
+    p.add_argument(
+        "kind",
+        choices=["passages", "documents"],
+        help="MS MARCO passages (collection.tsv) or documents (docs.jsonl or docs.tsv)",
+    )
     p.add_argument("n", type=int, help="number of documents")
     p.add_argument("out", help="folder to write")
     p.add_argument("--queries", type=int, help="number of queries (default n/100, 10..5000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="same seed, same bytes (default 0)")
     p.add_argument(
         "--format",
         dest="corpus_format",
