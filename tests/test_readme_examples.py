@@ -145,7 +145,7 @@ def test_lading_example_in_the_first_commands_venv_says_what_it_left_out(
     assert done.returncode == 0, done.stderr
     said = [line for line in done.stdout.splitlines() if line.startswith("not made")]
     assert said == [
-        "not made: sessions/ (parquet needs pyarrow: pip install \"lading[parquet]\"); the "
+        'not made: sessions/ (parquet needs pyarrow: pip install "lading[parquet]"); the '
         "session-based recommendation examples read it"
     ], done.stdout
     assert (tmp_path / "x" / "tiny-bert" / "config.json").is_file()
