@@ -44,11 +44,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
                 progress=not args.quiet,
             )
     except KeyboardInterrupt:  # Ctrl-C: the staging folder is gone, the manifest untouched
-        untouched = _committed(args.dest) == before
         said = (
             f"nothing was written ({args.dest} is as it was)"
-            if untouched
-            else (f"{args.dest} had just been written in full")
+            if _committed(args.dest) == before
+            else f"{args.dest} was committed just before, in full"
         )
         end_bar = "" if args.quiet else "\n"  # off the progress bar's line
         print(f"{end_bar}lading build: interrupted; {said}", file=sys.stderr)
