@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -141,6 +142,19 @@ def reversed_rankings(runs: list[dict[str, Any]]) -> tuple[list[int], int, list[
     return [len(d) for d in decided], common, flips
 
 
+def run_grid(command: list[str], env: dict[str, str]) -> None:
+    """One ``lading bench`` in a session of its own: stopped with all its rank processes if
+    this script is."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        if proc.wait() != 0:
+            raise subprocess.CalledProcessError(proc.returncode, command)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # its session: the bench and its ranks
+            proc.wait()
+
+
 def start_busy(n: int) -> list[subprocess.Popen[bytes]]:
     """``n`` processes that each spin a core until stopped: an artificial load."""
     spin = [sys.executable, "-c", "while True: pass"]
@@ -185,15 +199,15 @@ def main() -> None:
         runs = [json.loads(p.read_text()) for p in found]
         seconds = [_seconds(r) for r in runs]
         args.runs = len(runs)
+    # `kill PID` (and Ctrl-C, which a background job may ignore) stops the busy processes too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     busy = start_busy(args.busy) if args.busy and not args.check else []
     try:
         for i in range(0 if args.check else args.runs):
             out = args.out / f"run-{i + 1}"
             started = time.monotonic()
             command = [sys.executable, "-m", "lading", "bench", "--out", str(out)]
-            subprocess.run(
-                [*command, *args.bench_args], check=True, env=env, stdout=subprocess.DEVNULL
-            )
+            run_grid([*command, *args.bench_args], env)
             seconds.append(time.monotonic() - started)
             runs.append(json.loads((out / "results.json").read_text()))
             print(f"run {i + 1}: {seconds[-1]:.0f} s, load {load_line(runs[-1])}", flush=True)
