@@ -28,11 +28,12 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from common import HERE, add_write_flag, write_section
-from lading.bench.stats import NOISE_FLOOR, Spread, report_rankings, spread_of
+from lading.bench.stats import NOISE_FLOOR, Ranking, Spread, rankings, report_rankings, spread_of
 
 Key = tuple[str, int, str]
 
@@ -55,12 +56,25 @@ def named_medians(results: dict[str, Any]) -> dict[tuple[str, str, str], float]:
     return out
 
 
-def check_rankings(runs: list[dict[str, Any]]) -> tuple[int, list[str]]:
+Ranker = Callable[[dict[str, Any], list[dict[str, Any]]], list[Ranking]]
+
+
+def fixed_band_rankings(results: dict[str, Any], cells: list[dict[str, Any]]) -> list[Ranking]:
+    """The rankings as the report printed them before issue 33: +-25% at any load."""
+    load = results.get("load")
+    free = (load["cpus"] - load["before"]) if load else None
+    ok = [c for c in cells if c.get("status") == "ok"]
+    return rankings(ok, "samples_per_s", free) + rankings(ok, "samples_per_cpu_s")
+
+
+def check_rankings(
+    runs: list[dict[str, Any]], ranked: Ranker = report_rankings
+) -> tuple[int, list[str]]:
     """(decided rankings printed, those contradicted by another run's medians)."""
     medians = [named_medians(x) for x in runs]
     printed, failures = 0, []
     for i, run in enumerate(runs):
-        for r in report_rankings(run, list(cells_of(run).values())):
+        for r in ranked(run, list(cells_of(run).values())):
             if not r.decided:
                 continue
             printed += 1
@@ -258,17 +272,24 @@ def report_busy(args: argparse.Namespace, runs: list[dict[str, Any]], seconds: l
     """Issue 33's verdict: no decided ranking contradicted or reversed at the load measured."""
     printed, contradicted = check_rankings(runs)
     per_run, common, flips = reversed_rankings(runs)
-    cpus = runs[0]["load"]["cpus"]
+    cpus, settings = runs[0]["load"]["cpus"], runs[0]["settings"]
+    found = [r for run in runs for r in report_rankings(run, list(cells_of(run).values()))]
+    bands = [r.band for r in found if r.load is not None and "busy" not in r.why]
+    busy_pairs = sum("the machine was busy" in r.why for r in found)
     lines = [
-        f"{len(runs)} runs of `lading bench {' '.join(args.bench_args)}` beside {args.busy} busy "
-        f"processes the script started (each spinning a core), {min(seconds):.0f}-"
+        f"{len(runs)} runs of `{' '.join(['lading bench', *args.bench_args])}` beside {args.busy} "
+        "busy processes the script started (each spinning a core; on "
+        f"{runs[0]['corpus'].get('documents', 0):,} passages, every cell "
+        f"{settings['repeats']} repeats of a {settings['seconds']:g} s window after "
+        f"{settings['warmup']} warm-up steps), {min(seconds):.0f}-"
         f"{max(seconds):.0f} s each, started {runs[0].get('started')}, on {cpus} CPUs shared "
         "with other work; load average (1 min) per run:",
         *[f"  - run {i + 1}: {load_line(r)}" for i, r in enumerate(runs)],
         f"- rankings printed as decided per run: {', '.join(map(str, per_run))}; decided in "
         f"every run: {common}; decided one way in a run and the other way in another: "
         f"{len(flips)}; contradicted by another run's medians: {len(contradicted)} (of "
-        f"{printed} printed)",
+        f"{printed} printed); bands the pairs were read at: +-{min(bands):.0%} to "
+        f"+-{max(bands):.0%}; pairs not decided because the machine was busy: {busy_pairs}",
     ]
     for figure in ("samples_per_s", "samples_per_cpu_s"):
         moved = drift(runs, figure)
@@ -277,6 +298,12 @@ def report_busy(args: argparse.Namespace, runs: list[dict[str, Any]], seconds: l
             f"apart at the median, {max(moved):.0%} at most"
         )
     lines += [f"  - {line}" for line in flips + contradicted]
+    before, wrong = check_rankings(runs, fixed_band_rankings)
+    lines.append(
+        f"- the same runs read at the fixed +-{NOISE_FLOOR:.0%} band (the rule before issue 33): "
+        f"{before} rankings printed as decided, {len(wrong)} contradicted by another run"
+    )
+    lines += [f"  - {line}" for line in wrong]
     ok = not flips and not contradicted
     verdict = "PASS: no decided ranking reversed or contradicted" if ok else "FAIL: see above"
     lines.append(f"Verdict: {verdict}")
