@@ -153,8 +153,10 @@ def _initialized_dist() -> Any:
 def reusable(dest: Path, reader: SourceReader, options: dict[str, Any]) -> bool:
     """Whether ``dest`` holds a complete store of this very source built with ``options``.
 
-    The source must match by path, size and content hash; its mtime alone may differ (a copy
-    or a ``touch`` does not call for a rebuild).
+    The source must match by path, size, the hash of its first and last 64 KiB and its
+    modification time, so a copy or a ``touch`` of the source rebuilds: the mtime is what
+    tells a same-size edit in the middle, which the hash does not read (make's rule; see
+    :func:`lading.sources.fingerprint.fingerprint_changed`).
     """
     try:
         meta = read_meta(dest, FORMAT_NAME)

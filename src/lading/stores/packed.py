@@ -22,7 +22,7 @@ import numpy.typing as npt
 from lading.disk import RaggedColumn, read_meta
 from lading.errors import StaleStoreWarning, StoreFormatError
 from lading.sources import Record, fingerprint_changed
-from lading.stores.base import DocStore, IdLike
+from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.bulk import bytes_at, contiguous, texts_range
 from lading.stores.index import IdIndex
 from lading.stores.layout import FORMAT_NAME
@@ -119,9 +119,9 @@ class PackedStore(DocStore):
         return len(self._maps().text)
 
     def __contains__(self, doc_id: object) -> bool:
-        if not isinstance(doc_id, (str, int)):
+        if not is_id(doc_id):
             return False
-        return self._maps().index.row(doc_id) >= 0
+        return self._maps().index.row(doc_id) >= 0  # type: ignore[arg-type]  # is_id checked
 
     def ids(self) -> list[str]:
         ids = self._maps().ids
@@ -129,7 +129,7 @@ class PackedStore(DocStore):
 
     def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         """Row numbers of ``ids`` (request order), -1 for each absent one: from the id index."""
-        return self._maps().index.rows(ids)
+        return self._maps().index.rows(id_list(ids, "find_rows"))
 
     def __getitem__(self, doc_id: IdLike) -> str:
         maps = self._maps()
@@ -139,7 +139,7 @@ class PackedStore(DocStore):
         return maps.text.text(row)
 
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
-        return self._maps().text.texts(self.rows(ids))
+        return self._maps().text.texts(self.rows(id_list(ids)))
 
     def get_many_bytes(self, ids: Sequence[IdLike]) -> list[bytes]:
         """UTF-8 bytes of ``ids`` in request order, not decoded: one copy per document instead
