@@ -13,7 +13,10 @@ how far a lookup of an absent id looks.
 Files: ``index.table`` (``n_buckets * 8`` uint64) and ``index.keys`` (every id as ``width``
 zero-padded bytes, row order, read as ``width/8`` little-endian uint64 words). The hash is a
 64-bit multiply-xorshift over the words with murmur3's finaliser, computed by numpy on whole
-batches: defined here, not by Python's ``hash`` (salted per process).
+batches: defined here, not by Python's ``hash`` (salted per process). The C helper
+(:mod:`lading.disk.native`) computes the same hash bit for bit and reads the same files; it is
+the route where it is built (tests/stores/test_lookup.py checks both routes agree). Stored ids
+hold no NUL (sources refuse them), so zero padding is unambiguous; a query holding one is absent.
 """
 
 from __future__ import annotations

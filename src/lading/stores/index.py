@@ -6,11 +6,13 @@ Three kinds, chosen at build time from the ids themselves:
   ``8 * count + 65536`` (MS MARCO passages: ids 0..8,841,822 for 8,841,823 rows; ids ``7i+3``).
   One array ``index.dense`` maps id → row (-1 for holes): a lookup is one array read. int32 rows
   cost 4 bytes per id slot, so at most 32 bytes per id: what the hash table alone takes per
-  id. (Up to 4 slots per id before: ids ``7i+3`` took the binary search, 1.10x a dict against
-  1.50x for the table, benchmarks/bench_index.py.)
+  id. (Up to 4 slots per id before: ids ``7i+3`` took the binary search. At 1M ids, one run,
+  9 repeats side by side with a dict: get_many 1.10x the dict's docs/s through the binary
+  search, 1.50x through the table.)
 - ``sorted-int``: canonical integer ids too sparse for a direct array (the TREC DL pool: 28,606
   ids up to 8.8M). ``index.keys`` is the sorted int64 ids, ``index.rows`` their rows;
-  ``np.searchsorted`` finds a batch in O(batch · log count).
+  ``np.searchsorted`` (or the C helper's binary search, a batch at a time) finds a batch in
+  O(batch · log count).
 - ``hash``: any other ids (``D123``, ``msmarco_doc_31_726131``): an open-addressing hash
   table over the ids as fixed-width bytes (see :mod:`lading.stores.hashindex`). DESIGN.md first
   named sorted byte keys with ``np.searchsorted`` here; at a million ids that costs ~20 cache
