@@ -119,34 +119,59 @@ def child(kind: str, store_dir: str, tsv: str, batches: int, repeats: int) -> di
     for batch in queries[:50]:
         if store.get_many(batch) != [table[i] for i in batch]:
             raise AssertionError(f"{kind}: get_many and the dict disagree on {batch[:3]}...")
-    get_many = store.get_many
-
-    def window(which: str) -> float:
-        started = time.perf_counter()
-        if which == "dict":
-            for batch in queries:
-                [table[i] for i in batch]
-        else:
-            for batch in queries:
-                get_many(batch)
-        return batches * BATCH / (time.perf_counter() - started)
-
-    window("dict"), window("store")  # warm-up: page cache, CPU caches, lazy opens
-    rates: dict[str, list[float]] = {"dict": [], "store": []}
-    load = [os.getloadavg()[0]]
-    for repeat in range(repeats):
-        for which in ("dict", "store") if repeat % 2 == 0 else ("store", "dict"):
-            rates[which].append(window(which))
-        load.append(os.getloadavg()[0])
+    rates, parts, load = measure(store, table, queries, repeats)
     native = sys.modules.get("lading.disk.native")
     return {
         "rates": rates,
         "ratios": [s / d for s, d in zip(rates["store"], rates["dict"])],
+        "parts_us": parts,
         "load": load,
         "index": store.meta["index"]["kind"],
         "helper": getattr(native, "NATIVE", None) is not None,
         "lading": lading.__file__,
     }
+
+
+def measure(
+    store: Any, table: dict[Any, str], queries: list[list[Any]], repeats: int
+) -> tuple[dict[str, list[float]], dict[str, float], list[float]]:
+    """docs/s of the dict and of get_many in each repeat, and the median us per batch of the
+    dict, get_many and get_many's two parts alone: ids -> rows (the index) and rows -> str
+    (the text column; both private, the same on every lading so far)."""
+    maps = store._maps()
+    index, column, get_many = maps.index, maps.text, store.get_many
+    found = [index.rows(batch) for batch in queries]
+
+    def lookups() -> None:  # each batch's answer dropped at once, as a training loop does
+        for batch in queries:
+            [table[i] for i in batch]
+
+    def fetches() -> None:
+        for batch in queries:
+            get_many(batch)
+
+    def find() -> None:
+        for batch in queries:
+            index.rows(batch)
+
+    def decode() -> None:
+        for rows in found:
+            column.texts(rows)
+
+    steps = {"dict": lookups, "store": fetches, "id -> row": find, "row -> str": decode}
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
+    load = [os.getloadavg()[0]]
+    for repeat in range(repeats + 1):  # the first round warms page cache, CPU caches, opens
+        for name in list(steps) if repeat % 2 == 0 else list(steps)[::-1]:
+            started = time.perf_counter()
+            steps[name]()
+            if repeat:
+                seconds[name].append(time.perf_counter() - started)
+        load.append(os.getloadavg()[0])
+    docs = len(queries) * BATCH
+    rates = {name: [docs / t for t in seconds[name]] for name in ("dict", "store")}
+    parts = {name: 1e6 * statistics.median(t) / len(queries) for name, t in seconds.items()}
+    return rates, parts, load
 
 
 def run_child(kind: str, code: dict[str, Any], work: Path, args: argparse.Namespace) -> Any:
@@ -170,10 +195,24 @@ def spread(values: list[float], digits: int = 2) -> str:
     return f"{med:.{digits}f} [{lo:.{digits}f}-{hi:.{digits}f}]"
 
 
+LEGEND = """The codes: `this branch, C helper` is lading with `lading.disk._native` (built by
+`pip install` through setup.py where a C compiler is found): one C call finds a batch's rows
+(dense table, sorted keys or hash table) and one makes its `str` objects, each walking the
+batch in phases with prefetches, so the batch's cache misses overlap. `this branch, numpy
+route` is the same checkout with the helper off (`LADING_NATIVE=0`), what runs where it was
+not built: numpy calls per batch (~1 us each; a dozen for the hash index) and a Python
+iteration per document (slice the map into `bytes`, decode: two copies, two objects).
+`baseline` is the lading at `--baseline`. The dict hands out `str` objects it already holds;
+at 1M entries each `d[i]` is a chain of dependent cache misses (slot, entry, key, value), one
+id after another, which is what the helper's overlapped misses beat."""
+
+
 def render(results: dict[str, dict[str, Any]], codes: list[dict[str, Any]], notes: str) -> str:
     labels = [c["label"] for c in codes]
     lines = [
         notes,
+        "",
+        LEGEND,
         "",
         "get_many / dict, docs/s over docs/s in the same repeat: median [min-max]",
         "",
@@ -202,6 +241,21 @@ def render(results: dict[str, dict[str, Any]], codes: list[dict[str, Any]], note
             rates = by_code[label]["rates"]
             cells += [spread(rates["dict"], 0), spread(rates["store"], 0)]
         lines.append(f"| {KINDS[kind][0]} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Where the time goes, us per batch of 64 (median of the repeats; the parts timed alone)",
+        "",
+        "| ids | code | dict | get_many | id -> row | row -> str | the rest |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for kind, by_code in results.items():
+        for label in labels:
+            p = by_code[label]["parts_us"]
+            rest = p["store"] - p["id -> row"] - p["row -> str"]
+            cells = [p["dict"], p["store"], p["id -> row"], p["row -> str"], rest]
+            lines.append(
+                f"| {KINDS[kind][0]} | {label} | " + " | ".join(f"{c:.1f}" for c in cells) + " |"
+            )
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from array import array
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 from typing import BinaryIO
 
 import numpy as np
@@ -241,7 +242,7 @@ class RaggedColumn:
         ahead = batch and self._read_ahead
         if self._native is not None and not ahead:
             started = time.perf_counter()
-            out = self._native_texts(rows)
+            out = self._native_texts(self._native, rows)
             if batch:
                 self._read_ahead = time.perf_counter() - started > _COLD_SECONDS * len(rows)
             return out
@@ -258,9 +259,7 @@ class RaggedColumn:
             self._read_ahead = time.perf_counter() - started > _COLD_SECONDS * len(starts)
         return out
 
-    def _native_texts(self, rows: npt.NDArray[np.int64]) -> list[str]:
-        helper = self._native
-        assert helper is not None
+    def _native_texts(self, helper: ModuleType, rows: npt.NDArray[np.int64]) -> list[str]:
         rows = np.ascontiguousarray(rows, dtype=np.int64)
         try:
             out: list[str] = helper.texts(rows, self._offsets_file.buffer, self.data.buffer)
