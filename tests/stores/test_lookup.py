@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import lading
 from conftest import write
@@ -271,5 +273,38 @@ def test_a_hash_table_of_the_wrong_size_is_refused(tmp_path: Path) -> None:
     directory, meta, _ = _hash_dir(tmp_path, ["alpha", "beta", "gamma"])
     table = np.fromfile(directory / "index.table", "<u8")
     write_file(directory / "index.table", table[:-1])
-    with pytest.raises(StoreFormatError, match=r"index.table \(120 bytes\) .* do not match 2 buckets"):
+    with pytest.raises(
+        StoreFormatError, match=r"index.table \(120 bytes\) .* do not match 2 buckets"
+    ):
         IdIndex(directory, meta)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ids=st.lists(
+        st.text(
+            st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+            min_size=1,
+            max_size=40,
+        ),
+        min_size=1,
+        max_size=200,
+        unique=True,
+    ),
+    absent=st.lists(st.text(max_size=50), max_size=30),
+)
+def test_the_helper_and_numpy_find_the_same_rows_in_any_hash_index(
+    tmp_path_factory: pytest.TempPathFactory, ids: list[str], absent: list[str]
+) -> None:
+    helper = native.load()
+    if helper is None:
+        pytest.skip("the C helper is not built here: nothing to compare the numpy route with")
+    directory, meta, _ = _hash_dir(tmp_path_factory.mktemp("idx"), ids)
+    query = ids + [a for a in absent if a not in set(ids)]
+    expected = list(range(len(ids))) + [-1] * (len(query) - len(ids))
+    for route in (helper, None):
+        native.NATIVE = route
+        try:
+            assert IdIndex(directory, meta).rows(query).tolist() == expected, route
+        finally:
+            native.NATIVE = helper

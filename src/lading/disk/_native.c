@@ -107,6 +107,17 @@ static PyObject *id_tuple(PyObject *ids) {
     return PyList_CheckExact(ids) ? PyList_AsTuple(ids) : PySequence_Tuple(ids);
 }
 
+/* The ids as a tuple (*seq) and a bytearray for their int64 rows (*rows, *out); 0, or -1 with
+ * an exception set. */
+static int start_rows(PyObject *ids, PyObject **seq, PyObject **rows, int64_t **out) {
+    *seq = id_tuple(ids);
+    if (*seq == NULL) return -1;
+    *rows = PyByteArray_FromStringAndSize(NULL, PyTuple_GET_SIZE(*seq) * 8);
+    if (*rows == NULL) return -1;
+    *out = (int64_t *)PyByteArray_AS_STRING(*rows);
+    return 0;
+}
+
 /* The rows result: a bytearray of n int64 rows (-1 where absent) and the first absent position
  * (-1 when none); steals rows. */
 static PyObject *rows_result(PyObject *rows, Py_ssize_t first_missing) {
@@ -136,13 +147,10 @@ static PyObject *dense_rows(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "row itemsize must be 4 or 8");
         goto done;
     }
-    seq = id_tuple(ids);
-    if (seq == NULL) goto done;
+    int64_t *out;
+    if (start_rows(ids, &seq, &rows, &out) < 0) goto done;
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
     PyObject **items = &PyTuple_GET_ITEM(seq, 0);
-    rows = PyByteArray_FromStringAndSize(NULL, n * 8);
-    if (rows == NULL) goto done;
-    int64_t *out = (int64_t *)PyByteArray_AS_STRING(rows);
     const unsigned char *tab = (const unsigned char *)table.buf;
     int64_t size = table.len / itemsize;
     Py_ssize_t first_missing = -1;
@@ -204,13 +212,10 @@ static PyObject *sorted_rows(PyObject *self, PyObject *args) {
         goto done;
     }
     if (table.len / itemsize < size) size = table.len / itemsize;
-    seq = id_tuple(ids);
-    if (seq == NULL) goto done;
+    int64_t *out;
+    if (start_rows(ids, &seq, &rows, &out) < 0) goto done;
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
     PyObject **items = &PyTuple_GET_ITEM(seq, 0);
-    rows = PyByteArray_FromStringAndSize(NULL, n * 8);
-    if (rows == NULL) goto done;
-    int64_t *out = (int64_t *)PyByteArray_AS_STRING(rows);
     Py_ssize_t first_missing = -1;
     for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
         Py_ssize_t m = (lo + CHUNK < n ? lo + CHUNK : n) - lo;
@@ -369,13 +374,10 @@ static PyObject *hash_rows(PyObject *self, PyObject *args) {
     HashTable t = {(const uint64_t *)table.buf, buckets, (const unsigned char *)keys.buf,
                    keys.len / width, width, max_spill};
     const uint64_t *factors = (const uint64_t *)mult.buf;
-    seq = id_tuple(ids);
-    if (seq == NULL) goto done;
+    int64_t *out;
+    if (start_rows(ids, &seq, &rows, &out) < 0) goto done;
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
     PyObject **items = &PyTuple_GET_ITEM(seq, 0);
-    rows = PyByteArray_FromStringAndSize(NULL, n * 8);
-    if (rows == NULL) goto done;
-    int64_t *out = (int64_t *)PyByteArray_AS_STRING(rows);
     Py_ssize_t first_missing = -1;
     Probe probe[CHUNK];
     for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
