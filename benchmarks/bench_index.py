@@ -207,6 +207,25 @@ at 1M entries each `d[i]` is a chain of dependent cache misses (slot, entry, key
 id after another, which is what the helper's overlapped misses beat."""
 
 
+def verdicts(results: dict[str, dict[str, Any]], labels: list[str]) -> list[str]:
+    """One line per code: how many kinds reach 0.9x a dict, and what its parts cost against
+    the dict's whole batch (from the parts table)."""
+    out = []
+    for label in labels:
+        runs = [by_code[label] for by_code in results.values()]
+        medians = [statistics.median(r["ratios"]) for r in runs]
+        lowest = min(min(r["ratios"]) for r in runs)
+        decode = [r["parts_us"]["row -> str"] / r["parts_us"]["dict"] for r in runs]
+        find = [r["parts_us"]["id -> row"] / r["parts_us"]["dict"] for r in runs]
+        out.append(
+            f"- {label}: median >= 0.9 for {sum(m >= 0.9 for m in medians)} of {len(runs)} "
+            f"kinds (medians {min(medians):.2f}-{max(medians):.2f}, lowest single repeat "
+            f"{lowest:.2f}); alone, row -> str takes {min(decode):.2f}-{max(decode):.2f} and "
+            f"id -> row {min(find):.2f}-{max(find):.2f} of the dict's time for the whole batch."
+        )
+    return out
+
+
 def render(results: dict[str, dict[str, Any]], codes: list[dict[str, Any]], notes: str) -> str:
     labels = [c["label"] for c in codes]
     lines = [
@@ -241,6 +260,7 @@ def render(results: dict[str, dict[str, Any]], codes: list[dict[str, Any]], note
             rates = by_code[label]["rates"]
             cells += [spread(rates["dict"], 0), spread(rates["store"], 0)]
         lines.append(f"| {KINDS[kind][0]} | " + " | ".join(cells) + " |")
+    lines += ["", *verdicts(results, labels)]
     lines += [
         "",
         "Where the time goes, us per batch of 64 (median of the repeats; the parts timed alone)",
