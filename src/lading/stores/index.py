@@ -6,9 +6,9 @@ Three kinds, chosen at build time from the ids themselves:
   ``8 * count + 65536`` (MS MARCO passages: ids 0..8,841,822 for 8,841,823 rows; ids ``7i+3``).
   One array ``index.dense`` maps id → row (-1 for holes): a lookup is one array read. int32 rows
   cost 4 bytes per id slot, so at most 32 bytes per id: what the hash table alone takes per
-  id. (Up to 4 slots per id before: ids ``7i+3`` took the binary search. At 1M ids, one run,
-  9 repeats side by side with a dict: get_many 1.10x the dict's docs/s through the binary
-  search, 1.50x through the table.)
+  id. (Up to 4 slots per id before, so ids ``7i+3`` took the binary search: at 1M ids, in one
+  process beside a dict, get_many ran at 1.10x the dict's docs/s through the search and 1.50x
+  through the table, median of 9 repeats; benchmarks/bench_index.py has both kinds.)
 - ``sorted-int``: canonical integer ids too sparse for a direct array (the TREC DL pool: 28,606
   ids up to 8.8M). ``index.keys`` is the sorted int64 ids, ``index.rows`` their rows;
   ``np.searchsorted`` (or the C helper's binary search, a batch at a time) finds a batch in
