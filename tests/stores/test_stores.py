@@ -48,6 +48,35 @@ def test_irds_reads_a_local_msmarco_docs_tsv(tmp_path: Path) -> None:
         lading.IrDatasetsStore.from_tsv(bad)
 
 
+def test_carriage_returns_read_the_same_in_every_store(make: StoreMaker, tmp_path: Path) -> None:
+    """One answer for every store: a line ends at ``\\n`` (one ``\\r`` before it is part of a
+    CRLF ending); any other ``\\r`` is text. ir_datasets alone reads a bare ``\\r`` as a line
+    break (universal newlines), so its from_tsv is fed lading's own records."""
+    src = write(tmp_path / "c.tsv", b"d1\tone\r\nd2\ttwo\r\r\nd3\tth\rree\nd4\tfour\r")
+    store = make(src, tmp_path)
+    assert len(store) == 4
+    assert store.get_many(["d1", "d2", "d3", "d4"]) == ["one", "two\r", "th\rree", "four\r"]
+
+
+def test_numpy_integers_are_ids_everywhere_and_a_str_is_not_a_list(
+    make: StoreMaker, tmp_path: Path
+) -> None:
+    """An id read from a numpy array works in every lookup, ``in`` included; a str where a
+    list of ids belongs is refused (it would be read as one id a character)."""
+    src = write(tmp_path / "c.tsv", "1\tone\n2\ttwo\n7\tseven\n12\ttwelve\n")
+    store = make(src, tmp_path)
+    for key in (np.int64(7), np.int32(7), np.uint8(7), 7, "7"):
+        assert key in store, type(key)
+        assert store[key] == "seven" and store.get_many([key]) == ["seven"]
+    assert np.int64(8) not in store and 7.0 not in store
+    assert store.get_many(np.array([12, 7])) == ["twelve", "seven"]
+    for many in (store.get_many, store.rows, store.find_rows, store.tokens_many):
+        with pytest.raises(TypeError, match=r"a list of ids, not the str '12'.*\['12'\]"):
+            many("12")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not the bytes"):
+        store.get_many(b"12")  # type: ignore[arg-type]
+
+
 def test_protocol(make: StoreMaker, tiny_tsv: Path, tmp_path: Path) -> None:
     store = make(tiny_tsv, tmp_path)
     assert len(store) == 5

@@ -12,6 +12,10 @@ from typing import Any
 
 from lading.cli.inputs import tokenizer
 
+# lading.sources.FORMATS, spelled out so that building the parser imports nothing heavy (a test
+# keeps the two equal)
+SOURCE_FORMATS = ("arrow", "beir", "irds", "jsonl", "parquet", "trec", "tsv")
+
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from lading.sources import ParseOptions
@@ -23,9 +27,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         columns=args.columns.split(",") if args.columns else ("id", "text"),
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the skip count is printed below instead
-        if args.shard is not None:
+    if args.shard is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the skip count is in the shard's report
             report = build_store(
                 args.source,
                 args.dest,
@@ -39,23 +43,36 @@ def _cmd_build(args: argparse.Namespace) -> int:
                 shard=args.shard,
                 build_id=args.build_id,
             )
-            print(report)
-            return 0
-        store = build_store(
-            args.source,
-            args.dest,
-            format=args.format,
-            tokenizer=args.tokenizer,
-            max_length=args.max_length,
-            on_error=args.on_error,
-            duplicates=args.duplicates,
-            parse=parse,
-            overwrite=args.overwrite,
-            progress=not args.quiet,
+        print(report)
+        return 0
+    before = _committed(args.dest)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the skip count is printed below instead
+            store = build_store(
+                args.source,
+                args.dest,
+                format=args.format,
+                tokenizer=args.tokenizer,
+                max_length=args.max_length,
+                on_error=args.on_error,
+                duplicates=args.duplicates,
+                parse=parse,
+                overwrite=args.overwrite,
+                progress=not args.quiet,
+            )
+    except KeyboardInterrupt:  # Ctrl-C: the staging folder is gone, the manifest untouched
+        said = (
+            f"nothing was written ({args.dest} is as it was)"
+            if _committed(args.dest) == before
+            else f"{args.dest} was committed just before, in full"
         )
+        end_bar = "" if args.quiet else "\n"  # off the progress bar's line
+        print(f"{end_bar}lading build: interrupted; {said}", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
     seconds = time.perf_counter() - started
     build = store.meta["build"]
-    print(f"{store.path}: {len(store):,} documents in {seconds:.1f}s")
+    print(f"{store.path}: {counted(len(store), 'document')} in {seconds:.1f}s")
     if build["skipped"]:
         print(
             f"skipped {build['skipped']:,} malformed record(s); first: {build['skip_examples'][0]}"
@@ -91,6 +108,20 @@ def shard_arg(value: str) -> tuple[int, int]:
     if not 0 <= int(i) < int(n):
         raise argparse.ArgumentTypeError(f"{value!r}: I must be in [0, N) (shards count from 0)")
     return int(i), int(n)
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 document``, ``2 documents``, ``1,000 documents``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _committed(dest: str) -> int | None:
+    """When ``dest``'s manifest was last replaced (None: no store there): a build commits by
+    replacing it last, so an unchanged value means nothing was published."""
+    try:
+        return (Path(dest) / "meta.json").stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _sizes(path: Path, files: dict[str, Any]) -> str:
@@ -246,18 +277,37 @@ def add_store_commands(sub: Any) -> None:
         "of one format: a folder of them or a quoted glob ('corpus/*.jsonl.gz')",
     )
     p.add_argument("dest", help="store directory to create")
-    p.add_argument("--format", choices=["beir", "irds", "jsonl", "trec", "tsv"])
+    p.add_argument(
+        "--format",
+        choices=SOURCE_FORMATS,
+        help="the source's format (default: from its name; parquet and arrow need pyarrow)",
+    )
     p.add_argument(
         "--tokenizer",
         type=tokenizer,
         help="tokenizer.json or a local HF model folder: pre-tokenize",
     )
     p.add_argument("--max-length", type=int, help="keep at most this many tokens per document")
-    p.add_argument("--on-error", choices=["raise", "skip"], default="raise")
-    p.add_argument("--duplicates", choices=["error", "first", "last"], default="error")
+    p.add_argument(
+        "--on-error",
+        choices=["raise", "skip"],
+        default="raise",
+        help="a malformed record stops the build naming file and line (raise), or is skipped "
+        "and counted (skip)",
+    )
+    p.add_argument(
+        "--duplicates",
+        choices=["error", "first", "last"],
+        default="error",
+        help="an id twice in the source is an error, or its first or last record is kept",
+    )
     p.add_argument("--id-field", help="JSON key of the id")
     p.add_argument("--text-field", help="JSON key of the text")
-    p.add_argument("--columns", help="TSV column names, comma-separated (default: id,text)")
+    p.add_argument(
+        "--columns",
+        help="TSV column names, comma-separated, one per column (default: id,text); a wider "
+        "TSV names every column, e.g. id,url,title,text for msmarco-docs.tsv",
+    )
     p.add_argument("--overwrite", action="store_true", help="rebuild even if up to date")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
@@ -283,13 +333,13 @@ def add_store_commands(sub: Any) -> None:
     p.set_defaults(func=_cmd_merge)
 
     p = sub.add_parser("inspect", help="counts, sizes, dtypes, fields, source and staleness")
-    p.add_argument("store")
+    p.add_argument("store", help="a store directory (what lading build wrote)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("get", help="print documents by id (JSON lines)")
-    p.add_argument("store")
-    p.add_argument("ids", nargs="+")
+    p.add_argument("store", help="a store directory (what lading build wrote)")
+    p.add_argument("ids", nargs="+", help="document ids to print (exit 1 if one is absent)")
     p.set_defaults(func=_cmd_get)
 
     p = sub.add_parser(
@@ -297,7 +347,7 @@ def add_store_commands(sub: Any) -> None:
         help="make every check an open makes, then read every file of a store (or token "
         "corpus, offsets index) and check its checksum",
     )
-    p.add_argument("store")
+    p.add_argument("store", help="a store directory (what lading build wrote)")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("stage", help="copy a store/corpus/parquet folder to node-local disk")
@@ -330,7 +380,7 @@ def add_repartition(sub: Any) -> None:
         help="folder to write; an earlier output there is replaced atomically (never mixed "
         "with new files), any other non-empty folder is refused",
     )
-    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--world-size", type=int, default=1, help="ranks that will read it (default 1)")
     p.add_argument("--workers", type=int, default=1, help="DataLoader workers per rank")
     p.add_argument("--row-group-size", type=int, help="rows per group wanted")
     p.set_defaults(func=_cmd_repartition)
@@ -339,11 +389,15 @@ def add_repartition(sub: Any) -> None:
 def add_synth(sub: Any) -> None:
     """The parser of ``synth``."""
     p = sub.add_parser("synth", help="write a deterministic MS MARCO-shaped collection")
-    p.add_argument("kind", choices=["passages", "documents"])
+    p.add_argument(
+        "kind",
+        choices=["passages", "documents"],
+        help="MS MARCO passages (collection.tsv) or documents (docs.jsonl or docs.tsv)",
+    )
     p.add_argument("n", type=int, help="number of documents")
     p.add_argument("out", help="folder to write")
     p.add_argument("--queries", type=int, help="number of queries (default n/100, 10..5000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="same seed, same bytes (default 0)")
     p.add_argument(
         "--format",
         dest="corpus_format",

@@ -16,11 +16,13 @@ from array import array
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 from typing import BinaryIO
 
 import numpy as np
 import numpy.typing as npt
 
+from lading.disk import native
 from lading.disk.files import MappedFile, start_writeback
 from lading.errors import StoreFormatError
 
@@ -217,6 +219,7 @@ class RaggedColumn:
         self.dtype = np.dtype(dtype)
         # read a batch's rows ahead while its pages come from the device (see texts)
         self._read_ahead = random_access
+        self._native = native.NATIVE if self.dtype == np.uint8 else None
         total = int(self.offsets[-1]) if len(self.offsets) else -1
         if (
             len(self.offsets) == 0
@@ -242,11 +245,23 @@ class RaggedColumn:
         On a random-access column, a batch (up to ``_READ_AHEAD_ROWS`` rows) whose copy took
         longer than ``_COLD_SECONDS`` per row came (at least partly) from the device: the next
         batches first ask for all their rows at once (:meth:`MappedFile.will_need`), until a
-        batch copies at page-cache speed again.
+        batch copies at page-cache speed again. Warm, the C helper (:mod:`lading.disk.native`)
+        makes the ``str`` objects in one call where it is built.
+
+        Raises:
+            IndexError: (C helper) a row is not in the column.
+            UnicodeDecodeError: a row is not UTF-8.
+            StoreFormatError: (C helper) a row's offsets are not within the data.
         """
         buf = self.data.buffer
         batch = 1 < len(rows) <= _READ_AHEAD_ROWS and self.data.random_access
         ahead = batch and self._read_ahead
+        if self._native is not None and not ahead:
+            started = time.perf_counter()
+            out = self._native_texts(self._native, rows)
+            if batch:
+                self._read_ahead = time.perf_counter() - started > _COLD_SECONDS * len(rows)
+            return out
         if ahead:
             first = (np.asarray(rows, dtype=np.int64) * OFFSET_DTYPE.itemsize).tolist()
             self._offsets_file.will_need(first, [f + 2 * OFFSET_DTYPE.itemsize for f in first])
@@ -258,6 +273,14 @@ class RaggedColumn:
         out = [buf[a:b].decode("utf-8") for a, b in zip(starts, ends)]
         if batch:
             self._read_ahead = time.perf_counter() - started > _COLD_SECONDS * len(starts)
+        return out
+
+    def _native_texts(self, helper: ModuleType, rows: npt.NDArray[np.int64]) -> list[str]:
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        try:
+            out: list[str] = helper.texts(rows, self._offsets_file.buffer, self.data.buffer)
+        except helper.Damaged as e:
+            raise StoreFormatError(f"{self._offsets_file.path}: {e}; rebuild it") from None
         return out
 
     def arrays(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:

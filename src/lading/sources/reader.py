@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -88,6 +89,9 @@ FILE_FORMATS: dict[str, FileFormat] = {
     "trec": FileFormat(chunk_trec, make_trec_parser),
 }
 FORMATS: tuple[str, ...] = ("arrow", "beir", "irds", "jsonl", "parquet", "trec", "tsv")
+# the parsers' advice to skip ("…; pass on_error='skip' to …", "…, or pass on_error='skip' …"),
+# left out of the reasons recorded while skipping
+_SKIP_ADVICE = re.compile(r"[;,] (?:or )?pass on_error='skip'[^;]*")
 BLOCK_RECORDS = 1024  # records of a non-TSV source gathered into one block by iter_bulk
 
 _SUFFIX_FORMATS = {
@@ -350,8 +354,8 @@ class SourceReader:
         if self.on_error == "raise":
             raise SourceError(path, line, reason)
         self.skipped += 1
-        if len(self.skip_reasons) < 10:
-            self.skip_reasons.append(str(SourceError(path, line, reason)))
+        if len(self.skip_reasons) < 10:  # skipping already: no advice to pass on_error='skip'
+            self.skip_reasons.append(str(SourceError(path, line, _SKIP_ADVICE.sub("", reason))))
 
 
 def _iter_irds(dataset_id: str) -> Iterator[Record]:

@@ -13,6 +13,27 @@ import numpy.typing as npt
 
 IdLike = str | int
 T = TypeVar("T")
+ID_TYPES = (str, int, np.integer)  # an id read out of a numpy array is as good as an int
+
+
+def is_id(doc_id: object) -> bool:
+    """Whether ``doc_id`` has an id's type: a str, or an integer (Python's or numpy's).
+    ``__contains__`` answers False for anything else, as every lookup finds nothing for it."""
+    return isinstance(doc_id, ID_TYPES)
+
+
+def id_list(ids: Sequence[IdLike], call: str = "get_many") -> Sequence[IdLike]:
+    """``ids`` if it is a sequence of ids; a TypeError for a str or bytes, which would be
+    read as one id a character (``get_many("12")`` gave documents '1' and '2')."""
+    if isinstance(ids, (str, bytes)):
+        kind = type(ids).__name__
+        raise TypeError(
+            f"{call}() takes a list of ids, not the {kind} {ids!r} (it would be read as one "
+            f"id per character): pass [{ids!r}], or store[{ids!r}] for one document"
+        )
+    return ids
+
+
 _MISSING = object()
 _POSITIONS = "_row_positions"  # instance attribute of the default row codes (never pickled)
 
@@ -91,6 +112,7 @@ class DocStore(ABC):
 
     def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         """Row codes of ``ids`` in request order, -1 for each absent one."""
+        id_list(ids, "find_rows")
         index = self._positions()[1]
         return np.fromiter(
             (index.get(i if type(i) is str else str(i), -1) for i in ids), np.int64, len(ids)
@@ -102,7 +124,7 @@ class DocStore(ABC):
         Raises:
             KeyError: naming the first absent id and the store.
         """
-        rows = self.find_rows(ids)
+        rows = self.find_rows(id_list(ids, "rows"))
         if len(rows) and rows.min() < 0:
             raise self.missing(ids[int(np.argmin(rows >= 0))])
         return rows
@@ -148,7 +170,7 @@ class DocStore(ABC):
 
     def tokens_many(self, ids: Sequence[IdLike]) -> list[np.ndarray]:
         """Token ids of ``ids`` in request order."""
-        return self.tokens_at(self.rows(ids))
+        return self.tokens_at(self.rows(id_list(ids, "tokens_many")))
 
     def tokens(self, doc_id: IdLike) -> np.ndarray:
         """Token ids of one document."""

@@ -232,9 +232,10 @@ def reusable(meta: dict[str, Any] | None, reader: Any, options: dict[str, Any]) 
     """Whether ``meta`` (a store's manifest) is a store of this very source built with
     ``options``.
 
-    The source must match by path, size, mtime, content hash and file identity: a copy or a
-    ``touch`` of the source calls for a rebuild (a same-size edit in the middle changes only
-    the mtime).
+    The source must match by path, size, the hash of its first and last 64 KiB, its
+    modification time and its file identity (device, inode), so a copy or a ``touch`` of the
+    source rebuilds: the mtime is what tells a same-size edit in the middle, which the hash
+    does not read (make's rule; see :func:`lading.sources.fingerprint.fingerprint_changed`).
     """
     if meta is None:
         return False

@@ -41,7 +41,7 @@ from lading.sources import (
     refuse_if_changed,
     refuses_loose_keywords,
 )
-from lading.stores.base import DocStore, IdLike
+from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.index import IdIndex, IntIdCollector, write_index
 from lading.stores.writer import Duplicates, compact, empty_source_reason, id_keys, unique_rows
 
@@ -157,7 +157,7 @@ class OffsetStore(DocStore):
         return len(self._open()["start"])
 
     def __contains__(self, doc_id: object) -> bool:
-        if not isinstance(doc_id, (str, int)):
+        if not is_id(doc_id):
             return False
         return self._open()["index"].row(doc_id) >= 0
 
@@ -167,7 +167,7 @@ class OffsetStore(DocStore):
 
     def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         """Row numbers of ``ids`` (request order), -1 for each absent one: from the id index."""
-        rows: npt.NDArray[np.int64] = self._open()["index"].rows(ids)
+        rows: npt.NDArray[np.int64] = self._open()["index"].rows(id_list(ids, "find_rows"))
         return rows
 
     def ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
@@ -175,7 +175,7 @@ class OffsetStore(DocStore):
         return ids.texts(np.asarray(rows, dtype=np.int64))
 
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
-        return self.texts_at(self.rows(ids))
+        return self.texts_at(self.rows(id_list(ids)))
 
     def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
         state = self._open()

@@ -27,7 +27,7 @@ from lading.disk import OFFSET_DTYPE, MappedFile, RaggedColumn, open_snapshot
 from lading.disk.snapshot import content_id
 from lading.errors import StaleStoreWarning, StoreFormatError
 from lading.sources import Record, fingerprint_changed
-from lading.stores.base import DocStore, IdLike
+from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.bulk import contiguous
 from lading.stores.index import IdIndex
 from lading.stores.layout import (
@@ -156,9 +156,9 @@ class PackedStore(DocStore):
         return len(self._maps().text)
 
     def __contains__(self, doc_id: object) -> bool:
-        if not isinstance(doc_id, (str, int)):
+        if not is_id(doc_id):
             return False
-        return self._maps().index.row(doc_id) >= 0
+        return self._maps().index.row(doc_id) >= 0  # type: ignore[arg-type]  # is_id checked
 
     def ids(self) -> list[str]:
         ids = self._maps().ids
@@ -166,7 +166,14 @@ class PackedStore(DocStore):
 
     def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         """Row numbers of ``ids`` (request order), -1 for each absent one: from the id index."""
-        return self._maps().index.rows(ids)
+        return self._maps().index.rows(id_list(ids, "find_rows"))
+
+    def rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
+        # the index reports the first absent id itself: no second pass over the rows
+        rows, absent = self._maps().index.lookup(ids)
+        if absent >= 0:
+            raise self.missing(ids[absent])
+        return rows
 
     def __getitem__(self, doc_id: IdLike) -> str:
         maps = self._maps()
@@ -176,7 +183,7 @@ class PackedStore(DocStore):
         return maps.text.text(row)
 
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
-        return self._maps().text.texts(self.rows(ids))
+        return self._maps().text.texts(self.rows(id_list(ids)))
 
     def get_many_bytes(self, ids: Sequence[IdLike]) -> list[bytes]:
         """UTF-8 bytes of ``ids`` in request order, not decoded: one copy per document instead
