@@ -11,13 +11,35 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lading.disk import verify_checksums
 from lading.disk.stage import stage
+from lading.errors import StoreFormatError
 from lading.stores.base import DocStore
-from lading.stores.build import build_store
+from lading.stores.build import build_store, merge_store
 from lading.stores.irds import IrDatasetsStore
 from lading.stores.memory import InMemoryStore
 from lading.stores.offsets import OffsetStore
 from lading.stores.packed import OnStale, PackedStore
+
+
+def verify_store(path: str | os.PathLike[str]) -> list[str]:
+    """Every check an open makes (a packed store or an offsets index: manifest, sizes, spot
+    checksums, row counts, offsets, index), then every byte of every file of that snapshot
+    against its CRC32; the problems found (empty: intact)."""
+    from lading.disk.meta import declared_format
+
+    directory = Path(path)
+    opened: PackedStore | OffsetStore
+    try:
+        if declared_format(directory) == "lading.offsets":
+            opened = OffsetStore(directory)
+            meta = opened._open()["meta"]
+        else:
+            opened = PackedStore(directory, on_stale="ignore")
+            meta = opened.meta
+    except (StoreFormatError, ValueError, OSError) as e:
+        return [str(e)]
+    return verify_checksums(directory, meta["format"], meta)
 
 
 def open_store(
@@ -26,6 +48,7 @@ def open_store(
     on_stale: OnStale = "warn",
     stage_to: str | os.PathLike[str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    snapshot: str | None = None,
 ) -> PackedStore:
     """Open a store built by :func:`build_store`: cheap, memory-mapped, checked.
 
@@ -36,14 +59,17 @@ def open_store(
             copies once, checked; later runs reuse the copy; see :func:`lading.disk.stage.stage`)
             and open that copy.
         storage_options: fsspec options for a URL ``path`` (e.g. ``endpoint_url``).
+        snapshot: open this snapshot (one still kept: see :mod:`lading.disk.snapshot`), not
+            the current one; the store object reads it however often ``path`` is rebuilt.
 
     Raises:
-        StoreFormatError: the directory is not a complete store of a version this lading reads.
+        StoreFormatError: the directory is not a complete store of a version this lading reads
+            (a :class:`~lading.disk.SnapshotGoneError` for a ``snapshot`` no longer kept).
     """
     if stage_to is not None:
         name = os.fspath(path).rstrip("/").rsplit("/", 1)[-1]
         path = stage(path, Path(stage_to) / name, storage_options=storage_options)
-    return PackedStore(path, on_stale=on_stale)
+    return PackedStore(path, on_stale=on_stale, snapshot=snapshot)
 
 
 __all__ = [
@@ -53,5 +79,7 @@ __all__ = [
     "OffsetStore",
     "PackedStore",
     "build_store",
+    "merge_store",
     "open_store",
+    "verify_store",
 ]
