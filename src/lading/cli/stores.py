@@ -39,7 +39,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         )
     seconds = time.perf_counter() - started
     build = store.meta["build"]
-    print(f"{store.path}: {len(store):,} documents in {seconds:.1f}s")
+    print(f"{args.dest}: {len(store):,} documents in {seconds:.1f}s")
     if build["skipped"]:
         print(
             f"skipped {build['skipped']:,} malformed record(s); first: {build['skip_examples'][0]}"
@@ -188,7 +188,9 @@ def add_store_commands(sub: Any) -> None:
     """The parsers of ``build``, ``inspect``, ``get``, ``verify`` and ``stage``."""
     p = sub.add_parser("build", help="build a memory-mapped store from a corpus file")
     p.add_argument("source", help="TSV/JSONL/TREC file (.gz/.bz2/.zst ok), BEIR folder, irds:<id>")
-    p.add_argument("dest", help="store directory to create")
+    p.add_argument(
+        "dest", help="store directory to create, or an object-store URL (s3://bucket/prefix/name)"
+    )
     p.add_argument("--format", choices=["beir", "irds", "jsonl", "trec", "tsv"])
     p.add_argument(
         "--tokenizer",

@@ -6,6 +6,7 @@ offsets into the source file) and ``IrDatasetsStore`` (ir_datasets' docstore).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,11 +14,22 @@ from typing import Any
 
 from lading.disk.stage import stage
 from lading.stores.base import DocStore
-from lading.stores.build import build_store
+from lading.stores.build import build_store as build_local
 from lading.stores.irds import IrDatasetsStore
 from lading.stores.memory import InMemoryStore
 from lading.stores.offsets import OffsetStore
 from lading.stores.packed import OnStale, PackedStore
+from lading.stores.remote.objects import is_remote
+
+
+@functools.wraps(build_local)
+def build_store(source: Any, dest: str | os.PathLike[str], *args: Any, **kwargs: Any) -> Any:
+    # a URL dest (s3://, gs://, ...): build here, upload, manifest last (stores/remote/upload.py)
+    if is_remote(dest):
+        from lading.stores.remote.upload import build_remote
+
+        return build_remote(build_local, source, os.fspath(dest), *args, **kwargs)
+    return build_local(source, dest, *args, **kwargs)
 
 
 def open_store(
@@ -26,20 +38,36 @@ def open_store(
     on_stale: OnStale = "warn",
     stage_to: str | os.PathLike[str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    cache_bytes: int | str | None = None,
 ) -> PackedStore:
     """Open a store built by :func:`build_store`: cheap, memory-mapped, checked.
 
     Args:
-        path: the store directory, or with ``stage_to`` also an fsspec URL (``s3://...``).
+        path: the store directory, or an object-store URL (``s3://bucket/prefix/name``,
+            ``gs://...``): then the index is staged to this node and documents are read by
+            ranged GETs through the node cache (:class:`~lading.stores.remote.RemoteStore`).
         on_stale: what to do when the store's source file changed since the build.
-        stage_to: first copy the store to ``stage_to/<name>`` on this node (local rank 0
+        stage_to: first copy the whole store to ``stage_to/<name>`` on this node (local rank 0
             copies once, checked; later runs reuse the copy; see :func:`lading.disk.stage.stage`)
             and open that copy.
-        storage_options: fsspec options for a URL ``path`` (e.g. ``endpoint_url``).
+        storage_options: options of the object store's client for a URL ``path`` (e.g.
+            ``endpoint_url``; credentials come from the environment).
+        cache: the node cache directory of a URL ``path`` (default ``$LADING_CACHE``, else
+            ``~/.cache/lading/remote``), shared by every process of the node.
+        cache_bytes: the node cache's hard cap (``8G``, ``500M``, bytes; default
+            ``$LADING_CACHE_BYTES``, else 8 GiB or half the free space).
 
     Raises:
         StoreFormatError: the directory is not a complete store of a version this lading reads.
     """
+    if is_remote(path) and stage_to is None:
+        from lading.stores.remote.store import open_remote
+
+        store: Any = open_remote(
+            os.fspath(path), cache=cache, cache_bytes=cache_bytes, options=storage_options
+        )
+        return store  # a RemoteStore: the packed store's protocol, read remotely
     if stage_to is not None:
         name = os.fspath(path).rstrip("/").rsplit("/", 1)[-1]
         path = stage(path, Path(stage_to) / name, storage_options=storage_options)

@@ -128,18 +128,18 @@ class NodeCache:
         missing: list[tuple[Need, int]] = []
         todo = [(n, False) for n in keep] + [(n, True) for n in needs if n.end > n.start]
         objs = {key: self._obj(key) for key in {n.key for n, _ in todo}}
+        keys = [(objs[n.key], n.start, n.end) for n, _ in todo]
         with self.ledger.read() as conn:
-            for need, fresh in todo:
-                obj = objs[need.key]
-                found = self.ledger.find(conn, obj, need.start, need.end)
-                if fresh:
-                    self._planned[(obj, need.start, need.end)] += 1
-                    self.hits += found is not None
-                    self.misses += found is None
-                if found is None:
-                    missing.append((need, obj))
-                else:
-                    uses.append((found.block, need.step))
+            founds = self.ledger.find_many(conn, keys)
+        for (need, fresh), found, (obj, _, _) in zip(todo, founds, keys):
+            if fresh:
+                self._planned[(obj, need.start, need.end)] += 1
+                self.hits += found is not None
+                self.misses += found is None
+            if found is None:
+                missing.append((need, obj))
+            else:
+                uses.append((found.block, need.step))
         if uses:
             self.ledger.plan_uses(uses, now)
         self._fetch(missing, now, prefetch=True)
@@ -167,29 +167,26 @@ class NodeCache:
             result = self.ledger.claim([(b, objs[b.key]) for b in blocks], now, prefetch)
         started: _Started = {}
         self._start_writer()
-        for block, block_id in result.claimed:
-            future = self._submit(block)
+        around_cache = [] if prefetch else result.deferred  # no room: read around the cache
+        self.bypassed += sum(b.size for b in around_cache)
+        fetch = [b for b, _ in result.claimed] + around_cache
+        futures = self.fetcher.submit_many(
+            [(b.key, b.start, b.end, self.etags.get(b.key)) for b in fetch]
+        )
+        for (_, block_id), future in zip(result.claimed, futures):
             self._inflight[block_id] = future
             future.add_done_callback(functools.partial(self._finished, block_id))
+        for block, future in zip(fetch, futures):
             started.setdefault(block.key, []).append((block.start, block.end, future))
-        later = result.deferred + result.overlapping
         if prefetch:
+            later = result.deferred + result.overlapping
             self._deferred.extend(_needs_in([n for n, _ in missing], later))
-        else:
-            for block in result.deferred:  # no room: read around the cache
-                self.bypassed += block.size
-                started.setdefault(block.key, []).append(
-                    (block.start, block.end, self._submit(block))
-                )
         for group in started.values():
             group.sort(key=lambda b: b[0])
         return started
 
     def _finished(self, block: int, future: Future) -> None:
         self._done.put((block, future))  # on the fetch loop's thread: the writer fills it
-
-    def _submit(self, block: Block) -> Future:
-        return self.fetcher.submit(block.key, block.start, block.end, self.etags.get(block.key))
 
     # -- the writer: fills fetched blocks into the ledger, in batches ---------------------------
 
@@ -279,9 +276,9 @@ class NodeCache:
         other: list[tuple[_Key, int, int, int | None]] = []
         missing: list[tuple[Need, int]] = []
         with self.ledger.read() as conn:
-            for k in todo:
+            keys = list(todo)
+            for k, found in zip(keys, self.ledger.find_many(conn, keys)):
                 obj, start, end = k
-                found = self.ledger.find(conn, obj, start, end)
                 if attempt == 0:
                     self._count(k, found is not None)
                 if found is None:

@@ -16,7 +16,6 @@ error too: a document is never wrong or empty because of a short read.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 import random
 import threading
@@ -35,7 +34,63 @@ DEFAULT_TIMEOUT = 20.0  # seconds one attempt may take (an 8 MiB block at 1 MB/s
 DEFAULT_BACKOFF = 0.05  # seconds before the first retry; doubled each time
 
 Request = tuple[str, int, int, str | None]  # key, start, end, etag (None: not pinned)
-Future = concurrent.futures.Future  # of bytes: the block's
+
+
+class Future:
+    """The bytes of one GET, once fetched: ``result()`` waits for them (or raises the GET's
+    error). Lighter than ``concurrent.futures.Future`` (one condition per batch of GETs, not
+    one per GET: ~35 us saved a GET), with the same ``result``/``done``/``exception``/
+    ``add_done_callback``. Callbacks run on the fetch loop's thread."""
+
+    __slots__ = ("_callbacks", "_cond", "_data", "_done", "_error")
+
+    def __init__(self, cond: threading.Condition) -> None:
+        self._cond = cond
+        self._data: bytes | None = None
+        self._error: BaseException | None = None
+        self._done = False
+        self._callbacks: list[Callable[[Future], None]] = []
+
+    def _set(self, data: bytes | None, error: BaseException | None) -> None:
+        with self._cond:
+            self._data, self._error, self._done = data, error, True
+            self._cond.notify_all()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self, timeout: float | None = None) -> bytes:
+        """The bytes, waiting up to ``timeout`` seconds (None: for ever).
+
+        Raises:
+            RemoteReadError: the GET failed for good.
+            TimeoutError: not fetched within ``timeout``.
+        """
+        if not self._done:
+            with self._cond:
+                if not self._cond.wait_for(lambda: self._done, timeout):
+                    raise TimeoutError(f"a GET is still running after {timeout}s")
+        if self._error is not None:
+            raise self._error
+        assert self._data is not None
+        return self._data
+
+    def exception(self) -> BaseException | None:
+        """The GET's error, or None once it succeeded (waits for it)."""
+        if not self._done:
+            with self._cond:
+                self._cond.wait_for(lambda: self._done)
+        return self._error
+
+    def add_done_callback(self, callback: Callable[[Future], None]) -> None:
+        with self._cond:
+            if not self._done:
+                self._callbacks.append(callback)
+                return
+        callback(self)
 
 
 class Fetcher:
@@ -94,13 +149,36 @@ class Fetcher:
                 thread = threading.Thread(target=loop.run_forever, name="lading-fetch", daemon=True)
                 thread.start()
                 self._slots = None
+                self._tasks: set[asyncio.Task[None]] = set()
                 self._loop, self._pid = loop, os.getpid()
             return self._loop
 
     def submit(self, key: str, start: int, end: int, etag: str | None = None) -> Future:
         """Start fetching bytes ``[start, end)`` of ``key``; the future holds the bytes."""
+        return self.submit_many([(key, start, end, etag)])[0]
+
+    def submit_many(self, requests: Sequence[Request]) -> list[Future]:
+        """Start fetching every request (one wake-up of the loop for all of them)."""
         loop = self._start()
-        return asyncio.run_coroutine_threadsafe(self._get(key, start, end, etag), loop)
+        cond = threading.Condition()
+        futures = [Future(cond) for _ in requests]
+        if requests:
+            loop.call_soon_threadsafe(self._launch, list(requests), futures)
+        return futures
+
+    def _launch(self, requests: list[Request], futures: list[Future]) -> None:
+        for request, future in zip(requests, futures):
+            task = asyncio.ensure_future(self._run(request, future))
+            self._tasks.add(task)  # a running task must be referenced (asyncio keeps weak ones)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, request: Request, future: Future) -> None:
+        try:
+            data = await self._get(*request)
+        except BaseException as e:
+            future._set(None, e)
+        else:
+            future._set(data, None)
 
     def read(self, requests: Sequence[Request]) -> list[bytes]:
         """Fetch every request concurrently; the bytes in request order.
@@ -108,8 +186,7 @@ class Fetcher:
         Raises:
             RemoteReadError: the first request that failed for good.
         """
-        futures = [self.submit(*r) for r in requests]
-        return [f.result() for f in futures]
+        return [f.result() for f in self.submit_many(requests)]
 
     async def _get(self, key: str, start: int, end: int, etag: str | None) -> bytes:
         if self._slots is None:  # made on the loop's thread, in the process that runs it

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from lading.stores.remote.evict import policy as eviction_policy
 from lading.stores.remote.ranges import NO_STEP, Block
@@ -51,12 +51,41 @@ INSERT OR IGNORE INTO settings VALUES ('used', 0);
 
 
 class Found(NamedTuple):
-    """The block that holds a range: its id, where it starts, and whether its bytes are in."""
+    """The block that holds a range: its id, where it starts, whether its bytes are in, who
+    fetches it, and (a ready block of at most ``INLINE`` bytes) its bytes."""
 
     block: int
     start: int
     ready: bool
     owner: int | None
+    data: bytes | None = None
+
+
+INLINE = 64 * 1024  # a block up to this size comes with its lookup (one query for a batch)
+_BATCH = 500  # ranges per batched query (4 parameters each, far below SQLite's 32,766)
+_FIND = (
+    "SELECT q.column1, b.id, b.start, b.ready, b.owner, CASE WHEN b.ready AND b.size <= {inline}"
+    " THEN (SELECT bytes FROM payload WHERE id = b.id) END FROM (VALUES {values}) AS q"
+    " JOIN blocks AS b ON b.id = (SELECT id FROM blocks WHERE object = q.column2"
+    " AND start <= q.column3 ORDER BY start DESC LIMIT 1) AND b.end >= q.column4"
+)
+_OVERLAPS = (
+    "SELECT q.column1 FROM (VALUES {values}) AS q WHERE EXISTS (SELECT 1 FROM blocks WHERE"
+    " object = q.column2 AND start >= q.column3 AND start < q.column4) OR (SELECT end FROM"
+    " blocks WHERE object = q.column2 AND start <= q.column3 ORDER BY start DESC LIMIT 1)"
+    " > q.column3"
+)
+
+
+def _batched(
+    conn: sqlite3.Connection, sql: str, keys: Sequence[tuple[int, int, int]]
+) -> Iterable[tuple[Any, ...]]:
+    """Rows of ``sql`` over ``(i, object, start, end)`` for every key, ``_BATCH`` at a time."""
+    for lo in range(0, len(keys), _BATCH):
+        part = keys[lo : lo + _BATCH]
+        values = ",".join(["(?, ?, ?, ?)"] * len(part))
+        args = [x for i, key in enumerate(part, lo) for x in (i, *key)]
+        yield from conn.execute(sql.format(values=values, inline=INLINE), args)
 
 
 class Claimed(NamedTuple):
@@ -138,12 +167,24 @@ class Ledger:
         return Found(row[0], row[1], bool(row[3]), row[4])
 
     @staticmethod
+    def find_many(
+        conn: sqlite3.Connection, keys: Sequence[tuple[int, int, int]]
+    ) -> list[Found | None]:
+        """:meth:`find` for each ``(object, start, end)``, in a few queries."""
+        out: list[Found | None] = [None] * len(keys)
+        for i, block, start, ready, owner, data in _batched(conn, _FIND, keys):
+            out[i] = Found(block, start, bool(ready), owner, data)
+        return out
+
+    @staticmethod
     def slice(conn: sqlite3.Connection, found: Found, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object, from a ready block that holds them.
 
         Python 3.11+ reads just those bytes (``blobopen``); 3.10's ``substr`` has SQLite load
         the whole block first (blocks are at most ``max_block``, 8 MiB by default).
         """
+        if found.data is not None:
+            return found.data[start - found.start : end - found.start]
         if hasattr(conn, "blobopen"):
             with conn.blobopen("payload", "bytes", found.block, readonly=True) as blob:
                 blob.seek(start - found.start)
@@ -184,14 +225,17 @@ class Ledger:
             cap = int(conn.execute("SELECT value FROM settings WHERE name = 'cap'").fetchone()[0])
             used = self._used(conn)
             victims = self._policy(conn, clock)
+            keys = [(obj, block.start, block.end) for block, obj in blocks]
+            taken = {row[0] for row in _batched(conn, _OVERLAPS, keys)}
             full = False  # a block found no room: the later ones (needed later) wait too
-            for block, obj in blocks:
+            for n, (block, _) in enumerate(blocks):
                 if full or block.size > cap:
                     deferred.append(block)
                     continue
-                if self._overlaps(conn, obj, block):
+                if n in taken:
                     overlapping.append(block)
                     continue
+                obj = keys[n][0]
                 bound = block.step if prefetch else clock
                 while used + block.size > cap:
                     victim = next(victims, None)
@@ -214,16 +258,6 @@ class Ledger:
                 used += block.size
             conn.execute("UPDATE settings SET value = ? WHERE name = 'used'", (used,))
         return Claimed(claimed, deferred, overlapping)
-
-    @staticmethod
-    def _overlaps(conn: sqlite3.Connection, obj: int, block: Block) -> bool:
-        before = conn.execute(
-            "SELECT end FROM blocks WHERE object = ? AND start <= ? ORDER BY start DESC LIMIT 1",
-            (obj, block.start),
-        ).fetchone()
-        return (before is not None and before[0] > block.start) or Ledger.occupied(
-            conn, obj, block.start, block.end
-        )
 
     def fill(self, done: Iterable[tuple[int, bytes]]) -> None:
         """Store fetched bytes and mark their blocks ready (a block evicted or taken over
