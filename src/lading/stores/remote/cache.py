@@ -102,7 +102,7 @@ class NodeCache:
         self._done: queue.SimpleQueue[tuple[int, Future]] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._names: dict[int, str] = {}
-        self.hits = self.misses = self.bytes_used = self.bypassed = 0
+        self.hits = self.misses = self.bytes_used = self.bypassed = self.unplanned = 0
         self.wait_s = 0.0
 
     def _here(self) -> None:
@@ -257,6 +257,7 @@ class NodeCache:
             if not self._planned[k]:
                 del self._planned[k]
             return
+        self.unplanned += 1
         self.hits += found
         self.misses += not found
 
@@ -336,8 +337,9 @@ class NodeCache:
 
     def stats(self) -> dict[str, Any]:
         """This process's ``gets``, ``bytes_fetched``, ``bytes_used``, ``hits``, ``misses``,
-        ``wait_s`` and ``bytes_bypassed``; the node's ``bytes_cached`` (held or being fetched),
-        ``blocks`` and ``cap``."""
+        ``unplanned`` (reads no prefetch announced), ``wait_s`` (waiting for GETs in reads) and
+        ``bytes_bypassed`` (read around a full cache); the node's ``bytes_cached`` (held or
+        being fetched), ``blocks`` and ``cap``."""
         self._here()
         cached, cap, blocks = self.ledger.usage()
         return {
@@ -349,6 +351,7 @@ class NodeCache:
             "hits": self.hits,
             "misses": self.misses,
             "blocks": blocks,
+            "unplanned": self.unplanned,
             "wait_s": self.wait_s,
             "bytes_bypassed": self.bypassed,
             "retried": self.fetcher.retried,
