@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 import random
 import sqlite3
 from pathlib import Path
@@ -140,3 +142,46 @@ def test_a_block_is_fetched_once_per_node(
     assert sizes == [sum(b - a for _, a, b in spans)] * 3
     gets = s3.stats()["gets_by_key"][f"{bucket}/store/text.bin"]
     assert gets <= len(spans)  # three processes, each range fetched by one of them
+
+
+def _local_cache(tmp_path: Path, data: bytes, cap: int, policy: str = "next-use") -> NodeCache:
+    (tmp_path / "obj").mkdir(exist_ok=True)
+    (tmp_path / "obj" / "text.bin").write_bytes(data)
+    url = f"file://{tmp_path / 'obj'}"
+    fetcher = Fetcher(lambda: open_client(url, "fsspec"))
+    return NodeCache(tmp_path / f"cache-{policy}", cap, fetcher, url, policy=policy)
+
+
+@pytest.mark.parametrize(("policy", "hit"), [("next-use", True), ("lru", False)])
+def test_eviction_keeps_the_block_needed_soonest(tmp_path: Path, policy: str, hit: bool) -> None:
+    data = os.urandom(1000)
+    a, b, c = ("text.bin", 0, 100), ("text.bin", 300, 400), ("text.bin", 600, 700)
+    cache = _local_cache(tmp_path, data, cap=250, policy=policy)  # room for two blocks
+    cache.prefetch([Need(*a, 0), Need(*b, 1), Need(*a, 3)], now=0)  # a is read again at 3
+    cache.drain()
+    cache.read([a], now=0)
+    cache.read([b], now=1)
+    cache.prefetch([Need(*c, 2)], now=2)  # room for c: next-use gives up b, lru gives up a
+    cache.drain()
+    assert cache.read([c], now=2) == [data[600:700]]
+    gets = cache.stats()["gets"]
+    assert cache.read([a], now=3) == [data[:100]]
+    assert cache.stats()["bytes_cached"] <= 250
+    assert (cache.stats()["gets"] == gets) is hit  # next-use kept a; lru fetched it again
+
+
+def test_a_claim_whose_owner_died_is_taken_over(tmp_path: Path) -> None:
+    data = os.urandom(1000)
+    cache = _local_cache(tmp_path, data, cap=10_000)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid no process has now (a fetcher SIGKILLed mid-GET)
+    obj = cache.ledger.object_id(f"{cache.namespace}/text.bin")
+    with cache.ledger.write() as conn:
+        conn.execute(
+            "INSERT INTO blocks (object, start, end, size, ready, owner, last_use)"
+            " VALUES (?, 0, 500, 500, 0, ?, 0)",
+            (obj, dead.pid),
+        )
+    assert cache.read([("text.bin", 100, 200)]) == [data[100:200]]
+    cache.drain()
+    assert cache.stats()["bytes_cached"] <= 10_000

@@ -29,7 +29,6 @@ import os
 import queue
 import threading
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -97,7 +96,7 @@ class NodeCache:
         """Per-process state: new in a forked child (the parent's GETs are not its own)."""
         self._pid = os.getpid()
         self._inflight: dict[int, Future] = {}
-        self._planned: Counter[_Key] = Counter()
+        self._plan: dict[_Key, list[int]] = {}  # planned, unread accesses: their steps
         self._deferred: list[Need] = []
         self._done: queue.SimpleQueue[tuple[int, Future]] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
@@ -133,7 +132,7 @@ class NodeCache:
             founds = self.ledger.find_many(conn, keys)
         for (need, fresh), found, (obj, _, _) in zip(todo, founds, keys):
             if fresh:
-                self._planned[(obj, need.start, need.end)] += 1
+                self._plan.setdefault((obj, need.start, need.end), []).append(need.step)
                 self.hits += found is not None
                 self.misses += found is None
             if found is None:
@@ -143,6 +142,8 @@ class NodeCache:
         if uses:
             self.ledger.plan_uses(uses, now)
         self._fetch(missing, now, prefetch=True)
+        if len(self._plan) > 4 * len(needs) + 4096:  # accesses planned but never read
+            self._plan = {k: steps for k, steps in self._plan.items() if steps[-1] >= now}
 
     def _fetch(
         self, missing: list[tuple[Need, int]], now: int | None, prefetch: bool, around: bool = False
@@ -232,7 +233,7 @@ class NodeCache:
                 out[i] = b""
                 continue
             todo.setdefault((self._obj(key), start, end), []).append(i)
-        touched: list[int] = []
+        touched: list[tuple[int, _Key]] = []
         for attempt in range(_ROUNDS):
             if not todo:
                 break
@@ -245,27 +246,39 @@ class NodeCache:
                 "small for the processes sharing it?"
             )
         if touched:
-            self.ledger.touch(touched)
+            self.ledger.touch(self._next_uses(touched), now)
         self.bytes_used += sum(len(b) for b in out if b is not None)
         return [b if b is not None else b"" for b in out]
 
     def _count(self, k: _Key, found: bool) -> None:
-        """Count an access: a planned one was counted at its plan; else a hit when some
-        block already holds the range or is being fetched (no GET of its own)."""
-        if self._planned.get(k):
-            self._planned[k] -= 1
-            if not self._planned[k]:
-                del self._planned[k]
+        """Count an access: a planned one was counted at its plan (its step is consumed);
+        else a hit when some block already holds the range or is being fetched."""
+        steps = self._plan.get(k)
+        if steps:
+            steps.sort()
+            del steps[0]
+            if not steps:
+                del self._plan[k]
             return
         self.unplanned += 1
         self.hits += found
         self.misses += not found
 
+    def _next_uses(self, touched: list[tuple[int, _Key]]) -> list[tuple[int, int | None]]:
+        """Each block read and the next step this process planned to read it at (or None)."""
+        nexts: dict[int, int | None] = {}
+        for block, k in touched:
+            steps = self._plan.get(k)
+            step = min(steps) if steps else None
+            known = nexts.get(block)
+            nexts[block] = step if known is None else known if step is None else min(known, step)
+        return list(nexts.items())
+
     def _round(
         self,
         todo: dict[_Key, list[int]],
         out: list[bytes | None],
-        touched: list[int],
+        touched: list[tuple[int, _Key]],
         now: int | None,
         attempt: int,
     ) -> dict[_Key, list[int]]:
@@ -287,7 +300,7 @@ class NodeCache:
                     missing.append((Need(self._names[obj], start, end, step), obj))
                 elif found.ready:
                     self._put(out, todo[k], self.ledger.slice(conn, found, start, end))
-                    touched.append(found.block)
+                    touched.append((found.block, k))
                 elif found.block in self._inflight:
                     own.append((k, found.block, found.start))
                 else:
@@ -308,7 +321,7 @@ class NodeCache:
                 again[k] = todo[k]
                 continue
             self._put(out, todo[k], _cut(future, base, k[1], k[2]))
-            touched.append(block)
+            touched.append((block, k))
         for k, block, _, owner in other:
             self._wait_for(block, owner, k)
             again[k] = todo[k]

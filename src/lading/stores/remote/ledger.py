@@ -289,15 +289,19 @@ class Ledger:
             "UPDATE settings SET value = max(0, value - ?) WHERE name = 'used'", (int(freed),)
         )
 
-    def touch(self, blocks: Sequence[int]) -> None:
-        """Count one use of each block (a block twice in ``blocks`` counts twice) now."""
-        if not blocks:
+    def touch(self, uses: Sequence[tuple[int, int | None]], now: int | None) -> None:
+        """Count a use of each ``(block, next)`` read at step ``now``: its next use becomes
+        ``next`` (this reader's next planned read of it, None: none known) where the one
+        recorded was this read or earlier; another process's sooner use stays."""
+        if not uses:
             return
-        now = time.time()
+        t = time.time()
         with self.write() as conn:
             conn.executemany(
-                "UPDATE blocks SET uses = uses + 1, last_use = ? WHERE id = ?",
-                [(now, b) for b in blocks],
+                "UPDATE blocks SET uses = uses + 1, last_use = ?, next_use = CASE"
+                " WHEN ? IS NULL THEN next_use WHEN next_use IS NULL OR next_use <= ? THEN ?"
+                " ELSE min(next_use, coalesce(?, next_use)) END WHERE id = ?",
+                [(t, now, now, step, step, block) for block, step in uses],
             )
 
     def plan_uses(self, uses: Iterable[tuple[int, int]], now: int) -> None:
