@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
-import sys
 import random
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
