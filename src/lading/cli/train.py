@@ -217,7 +217,7 @@ def _add_train_cross_encoder(kinds: Any) -> None:
         "--store",
         type=store_location,
         help="a lading store (built with the model's tokenizer: fastest), a folder or an "
-        "s3:// URL (node cache: $LADING_CACHE, $LADING_CACHE_BYTES)",
+        "s3:// URL (node cache in $LADING_CACHE/remote, cap $LADING_REMOTE_CACHE_BYTES)",
     )
     p.add_argument(
         "--corpus",

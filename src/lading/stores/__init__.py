@@ -53,10 +53,10 @@ def open_store(
             and open that copy.
         storage_options: options of the object store's client for a URL ``path`` (e.g.
             ``endpoint_url``; credentials come from the environment).
-        cache: the node cache directory of a URL ``path`` (default ``$LADING_CACHE``, else
-            ``~/.cache/lading/remote``), shared by every process of the node.
+        cache: the node cache directory of a URL ``path`` (default: ``remote/`` in
+            ``$LADING_CACHE`` or ``~/.cache/lading``), shared by every process of the node.
         cache_bytes: the node cache's hard cap (``8G``, ``500M``, bytes; default
-            ``$LADING_CACHE_BYTES``, else 8 GiB or half the free space).
+            ``$LADING_REMOTE_CACHE_BYTES``, else 8 GiB or half the free space).
 
     Raises:
         StoreFormatError: the directory is not a complete store of a version this lading reads.

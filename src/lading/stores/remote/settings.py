@@ -1,9 +1,11 @@
 """How a remote store is read: the node cache's directory and cap, the client, the planner.
 
 Defaults come from the environment, so a command that takes a store path (``lading train``,
-``lading bench``) reads ``s3://`` stores without new flags: ``LADING_CACHE`` (the node cache
-directory; default ``~/.cache/lading/remote``) and ``LADING_CACHE_BYTES`` (its cap: ``8G``,
-``500M``, a byte count; default 8 GiB, or half the free space of that filesystem if less).
+``lading bench``) reads ``s3://`` stores without new flags: the node cache is ``remote/`` in
+lading's cache folder (``$LADING_CACHE``, else ``$XDG_CACHE_HOME/lading``, else
+``~/.cache/lading``: the folder ``lading bench`` keeps its data in), and its cap is
+``LADING_REMOTE_CACHE_BYTES`` (``8G``, ``500M``, a byte count; default 8 GiB, or half the free
+space of that filesystem if less).
 Credentials and endpoints are the object store's own variables (``AWS_ENDPOINT_URL``, ...).
 """
 
@@ -21,7 +23,7 @@ from lading.stores.remote.fetch import DEFAULT_IN_FLIGHT, DEFAULT_RETRIES, DEFAU
 from lading.stores.remote.ranges import DEFAULT_GAP, DEFAULT_WASTE
 
 CACHE_ENV = "LADING_CACHE"
-CACHE_BYTES_ENV = "LADING_CACHE_BYTES"
+CACHE_BYTES_ENV = "LADING_REMOTE_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 8 << 30
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -47,13 +49,17 @@ def parse_bytes(value: int | str, what: str = "cache_bytes") -> int:
 
 
 def default_cache_dir() -> Path:
-    """``$LADING_CACHE``, else ``~/.cache/lading/remote``."""
+    """``remote/`` in ``$LADING_CACHE``, else in ``$XDG_CACHE_HOME/lading``, else in
+    ``~/.cache/lading`` (the rule of ``lading.bench.data.cache_dir``)."""
     env = os.environ.get(CACHE_ENV)
-    return Path(env) if env else Path.home() / ".cache" / "lading" / "remote"
+    if env:
+        return Path(env) / "remote"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "lading" / "remote"
 
 
 def default_cache_bytes(directory: Path) -> int:
-    """``$LADING_CACHE_BYTES``, else 8 GiB or half the free space where the cache lives."""
+    """``$LADING_REMOTE_CACHE_BYTES``, else 8 GiB or half the free space where the cache is."""
     env = os.environ.get(CACHE_BYTES_ENV)
     if env:
         return parse_bytes(env, CACHE_BYTES_ENV)
@@ -92,7 +98,7 @@ class RemoteSettings:
 
     @classmethod
     def from_environment(cls) -> RemoteSettings:
-        """The defaults: cache directory and cap from ``LADING_CACHE``/``LADING_CACHE_BYTES``."""
+        """The defaults: the cache directory and cap the environment gives (module doc)."""
         cache = default_cache_dir()
         return cls(cache, default_cache_bytes(cache))
 

@@ -264,5 +264,5 @@ def open_remote(
     **settings: Any,
 ) -> RemoteStore:
     """Open the store at ``url`` with the node cache in ``cache`` capped at ``cache_bytes``
-    (defaults: ``$LADING_CACHE`` and ``$LADING_CACHE_BYTES``, see :class:`RemoteSettings`)."""
+    (defaults from the environment: see :mod:`lading.stores.remote.settings`)."""
     return RemoteStore(url, RemoteSettings.of(cache, cache_bytes, options, **settings))
