@@ -22,7 +22,7 @@ import numpy as np
 
 import lading
 from lading.bench.peers import HFDatasetStore
-from lading.stores import bulk
+from lading.stores.shards import rows_bytes
 
 
 def best_ns(fn: Callable[[], int], repeats: int = 5) -> float:
@@ -48,7 +48,7 @@ def lookups(store: lading.PackedStore) -> dict[str, float]:
         "  id -> row (index)": best_ns(lambda: sum(len(store.rows(b)) for b in batches)),
         "  row -> str (copy + decode)": best_ns(lambda: sum(len(column.texts(r)) for r in rows)),
         "  row -> bytes (copy only)": best_ns(
-            lambda: sum(len(bulk.bytes_at(column, r)) for r in rows)
+            lambda: sum(len(rows_bytes(column, r)) for r in rows)
         ),
         "  bytes in RAM -> str (decode only)": best_ns(
             lambda: sum(len([b.decode("utf-8") for b in batch]) for batch in owned)

@@ -120,6 +120,15 @@ def word_corpus(
     return TokenCorpus.build(src, folder / "corpus", tokenizer, progress=False)
 
 
+def store_file(directory: Path, name: str) -> Path:
+    """The file of the current snapshot of a lading directory whose name is ``name``
+    (``text.bin``: the first shard's), as its ``meta.json`` lists it."""
+    files = json.loads((directory / "meta.json").read_text())["files"]
+    found = sorted(f for f in files if f == name or f.endswith("/" + name))
+    assert found, f"{directory} lists no {name}: {sorted(files)}"
+    return directory / found[0]
+
+
 def log_reliability(record: dict[str, object]) -> None:
     """Append ``record`` to $LADING_RELIABILITY_LOG, where benchmarks/reliability.py counts
     what the fault tests tried; nothing when it is unset (the default test run)."""

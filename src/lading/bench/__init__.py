@@ -147,9 +147,10 @@ def run_bench(
         info["skipped"] = skipped  # the report names each skipped strategy with its reason
     if data.packed.is_dir():
         from lading.stores import open_store
+        from lading.stores.layout import column_bytes
 
         store = open_store(data.packed)
-        info.update(documents=len(store), text_bytes=store.meta["files"]["text.bin"]["size"])
+        info.update(documents=len(store), text_bytes=column_bytes(store.meta, "text"))
     if launched is not None:
         info["launch"] = {
             "launcher": launched.launcher,

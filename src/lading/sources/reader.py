@@ -39,6 +39,7 @@ from lading.sources.chunks import (
     _reading,
     chunk_lines,
     chunk_trec,
+    is_compressed,
     open_binary,
 )
 from lading.sources.fingerprint import fingerprint
@@ -52,6 +53,7 @@ from lading.sources.parsers import (
     make_tsv_parser,
     refuses_loose_keywords,
 )
+from lading.sources.span import lines_before, open_span
 from lading.sources.tables import iter_table
 from lading.sources.tsv_blocks import TsvBlock, records_block, scanned_blocks
 
@@ -187,6 +189,9 @@ class SourceReader:
         on_error: ``"raise"`` stops at the first bad record with a :class:`SourceError`;
             ``"skip"`` skips it and counts it in :attr:`skipped`.
         options: where ids, text and fields are found.
+        span: read only the lines that start in this byte range of an uncompressed TSV or
+            JSONL file (a shard's part, see :mod:`lading.sources.span`); messages still give
+            the file's own line numbers.
 
     Attributes:
         skipped: records skipped so far under ``on_error="skip"``.
@@ -199,6 +204,7 @@ class SourceReader:
     options: ParseOptions = field(default_factory=ParseOptions)
     skipped: int = 0
     skip_reasons: list[str] = field(default_factory=list)
+    span: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR_MODES:
@@ -212,6 +218,30 @@ class SourceReader:
         if self.format != "irds" and not os.path.exists(name):
             raise FileNotFoundError(f"source {name} does not exist")
         check_source_shape(name, self.format)
+        if self.span is not None and (self.format not in ("tsv", "jsonl") or is_compressed(name)):
+            raise ValueError(
+                f"{name}: only an uncompressed TSV or JSONL file can be read in byte ranges "
+                f"(it is {self.format}{', compressed' if is_compressed(name) else ''}); give "
+                "each shard whole files instead"
+            )
+        self._first_line: int | None = None
+
+    def _open(self, path: Path) -> IO[bytes]:
+        return open_binary(path) if self.span is None else open_span(path, *self.span)
+
+    def absolute_line(self, line: int) -> int:
+        """The file's own number of ``line`` as counted in the part this reader reads."""
+        if self.span is None or self.path is None:
+            return line
+        if self._first_line is None:  # counted once, and only when a message needs it
+            from lading.sources.span import aligned
+
+            self._first_line = lines_before(self.path, aligned(self.path, *self.span)[0])
+        return line + self._first_line
+
+    def locate(self, row: int, line: int) -> tuple[str, int]:
+        """(file, line) of the record read as ``row`` that starts on ``line`` (as counted here)."""
+        return str(self.path or self.source), self.absolute_line(line)
 
     @property
     def path(self) -> Path | None:
@@ -276,7 +306,7 @@ class SourceReader:
             )
         parse = self.parser()
         chunker = FILE_FORMATS[self.file_format].chunker
-        with _reading(path) as where, open_binary(path) as stream:
+        with _reading(path) as where, self._open(path) as stream:
             for chunk in chunker(stream):
                 where[0] = chunk.line
                 try:
@@ -321,7 +351,7 @@ class SourceReader:
             yield from self.iter_numbered()
             return
         parse = self.parser()
-        with _reading(path) as where, open_binary(path) as stream:
+        with _reading(path) as where, self._open(path) as stream:
             for raw, block in scanned_blocks(stream, self.options.columns):
                 where[0] = raw.line
                 if block is not None:
@@ -337,6 +367,7 @@ class SourceReader:
                     yield record, chunk.line, chunk.end
 
     def _bad(self, path: Path, line: int, reason: str) -> None:
+        line = self.absolute_line(line)
         if self.on_error == "raise":
             raise SourceError(path, line, reason)
         self.skipped += 1

@@ -12,9 +12,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lading.disk import verify_checksums
 from lading.disk.stage import stage
+from lading.errors import StoreFormatError
 from lading.stores.base import DocStore
 from lading.stores.build import build_store as build_local
+from lading.stores.build import merge_store
 from lading.stores.irds import IrDatasetsStore
 from lading.stores.memory import InMemoryStore
 from lading.stores.offsets import OffsetStore
@@ -30,6 +33,26 @@ def build_store(source: Any, dest: str | os.PathLike[str], *args: Any, **kwargs:
 
         return build_remote(build_local, source, os.fspath(dest), *args, **kwargs)
     return build_local(source, dest, *args, **kwargs)
+
+
+def verify_store(path: str | os.PathLike[str]) -> list[str]:
+    """Every check an open makes (a packed store or an offsets index: manifest, sizes, spot
+    checksums, row counts, offsets, index), then every byte of every file of that snapshot
+    against its CRC32; the problems found (empty: intact)."""
+    from lading.disk.meta import declared_format
+
+    directory = Path(path)
+    opened: PackedStore | OffsetStore
+    try:
+        if declared_format(directory) == "lading.offsets":
+            opened = OffsetStore(directory)
+            meta = opened._open()["meta"]
+        else:
+            opened = PackedStore(directory, on_stale="ignore")
+            meta = opened.meta
+    except (StoreFormatError, ValueError, OSError) as e:
+        return [str(e)]
+    return verify_checksums(directory, meta["format"], meta)
 
 
 def open_store(
@@ -81,5 +104,7 @@ __all__ = [
     "OffsetStore",
     "PackedStore",
     "build_store",
+    "merge_store",
     "open_store",
+    "verify_store",
 ]
