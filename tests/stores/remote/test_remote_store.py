@@ -18,7 +18,7 @@ import lading
 from conftest import word_tokenizer, write
 from lading.ir import TrainingGroups
 from lading.stores.remote.localserver import LocalS3
-from lading.stores.remote.objects import RemoteReadError, open_client
+from lading.stores.remote.objects import open_client
 from lading.stores.remote.store import RemoteStore
 
 pytest.importorskip("tokenizers")
@@ -67,7 +67,7 @@ def test_every_id_reads_as_in_the_local_store(
     remote = _open(url, tmp_path)
     ids = local.ids()
     assert remote.ids() == ids and len(remote) == len(local) and remote.fields == local.fields
-    assert remote.snapshot == local.meta.get("snapshot", remote.snapshot)
+    assert remote.snapshot == json.loads(open_client(url).get("meta.json"))["snapshot"]
     shuffled = ids[:]
     rng.shuffle(shuffled)
     for at in range(0, len(ids), 64):
@@ -168,8 +168,8 @@ def test_dataloader_workers_forked_after_the_store_fetched_read_it(
     assert list(_loader(remote, tmp_path, workers=2)) == list(_loader(local, tmp_path))
 
 
-def test_a_rebuilt_store_never_mixes_into_an_open_one(
-    bucket: str, corpus: Path, tmp_path: Path, rng: random.Random
+def test_an_open_store_keeps_its_snapshot_while_the_store_is_rebuilt(
+    bucket: str, corpus: Path, tmp_path: Path, rng: random.Random, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"s3://{bucket}/docs"
     lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
@@ -179,14 +179,21 @@ def test_a_rebuilt_store_never_mixes_into_an_open_one(
     first = remote.get_many(ids[:50])  # these are cached now
     other = _corpus(tmp_path / "other", random.Random(rng.random()))
     lading.build_store(other, url, cache=str(tmp_path / "b"), progress=False, overwrite=True)
+    # the new manifest is committed; this reader goes on with its snapshot, cached or not
     assert remote.get_many(ids[:50]) == first == before.get_many(ids[:50])
-    try:  # not cached: the old snapshot's bytes, or an error naming the replaced object
-        assert remote.get_many(ids[50:]) == before.get_many(ids[50:])
-    except RemoteReadError as e:
-        assert "was replaced since this store was opened" in str(e)
+    assert remote.get_many(ids[50:]) == before.get_many(ids[50:])
     fresh = _open(url, tmp_path, name="cache2")
     after = lading.build_store(other, tmp_path / "local2", progress=False)
     assert fresh.snapshot != remote.snapshot and fresh.get_many(ids) == after.get_many(ids)
+    listing = open_client(url).list()
+    assert {k.split("/")[0] for k in listing if k.startswith("snap-")} == {
+        remote.snapshot,
+        fresh.snapshot,
+    }  # the replaced snapshot stays for the grace (600 s)
+    monkeypatch.setenv("LADING_SNAPSHOT_GRACE_S", "0")
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False, overwrite=True)
+    kept = {k.split("/")[0] for k in open_client(url).list() if k.startswith("snap-")}
+    assert len(kept) == 1 and kept.isdisjoint({remote.snapshot, fresh.snapshot})
 
 
 def test_a_store_is_staged_once_per_node(bucket: str, corpus: Path, tmp_path: Path) -> None:
@@ -197,6 +204,6 @@ def test_a_store_is_staged_once_per_node(bucket: str, corpus: Path, tmp_path: Pa
     second = _open(url, tmp_path)
     assert second.path == first.path
     assert {p: p.stat().st_mtime_ns for p in second.path.rglob("*") if p.is_file()} == staged
-    payload = {"text.bin"} & {p.name for p in first.path.iterdir()}
-    assert not payload  # the documents themselves are not staged
-    assert os.path.getsize(first.path / "text.off") == 8 * (len(first) + 1)
+    assert not list(first.path.rglob("text.bin"))  # the documents themselves are not staged
+    offsets = list(first.path.rglob("text.off"))  # one shard: the offsets of every row
+    assert len(offsets) == 1 and os.path.getsize(offsets[0]) == 8 * (len(first) + 1)

@@ -29,6 +29,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,26 @@ _Started = dict[str, list[tuple[int, int, "Future"]]]  # key -> (start, end, fut
 _Key = tuple[int, int, int]  # object id, start, end
 _POLL_S = 0.002  # how often a process checks a block another one is fetching
 _ROUNDS = 8  # a range that keeps being evicted or taken over between lookups: give up after
+
+
+# A fork() while the writer thread is inside SQLite would leave SQLite's mutexes locked in the
+# child (a DataLoader worker), which then hangs on its first query. Around a fork, every
+# cache's writer is held outside SQLite; the child starts its own writer when it needs one.
+_FORKS: weakref.WeakSet[NodeCache] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for cache in list(_FORKS):
+        cache._sqlite.acquire()
+
+
+def _after_fork() -> None:
+    for cache in list(_FORKS):
+        if cache._sqlite.locked():
+            cache._sqlite.release()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
 
 
 class NodeCache:
@@ -90,6 +111,8 @@ class NodeCache:
         self.max_block = max(1, min(max_block, cap // 8))
         self.wait_limit = (fetcher.timeout + 1.0) * (fetcher.retries + 1) * 2
         self._pid = -1
+        self._sqlite = threading.Lock()  # held by the writer thread while it is in SQLite
+        _FORKS.add(self)
         self._reset()
 
     def _reset(self) -> None:
@@ -207,12 +230,13 @@ class NodeCache:
                     done.append(self._done.get_nowait())
             good = [(b, f.result()) for b, f in done if f.exception() is None]
             failed = [b for b, f in done if f.exception() is not None]
-            try:
-                self.ledger.fill(good)
-            except Exception:  # a full disk, say: give the claims up, the bytes were read
-                failed += [b for b, _ in good]
-            with contextlib.suppress(Exception):
-                self.ledger.release(failed)
+            with self._sqlite:  # no fork() while this thread is inside SQLite (see _FORKS)
+                try:
+                    self.ledger.fill(good)
+                except Exception:  # a full disk, say: give the claims up, the bytes were read
+                    failed += [b for b, _ in good]
+                with contextlib.suppress(Exception):
+                    self.ledger.release(failed)
             for block, _ in done:
                 self._inflight.pop(block, None)
 

@@ -191,7 +191,8 @@ class Fetcher:
     async def _get(self, key: str, start: int, end: int, etag: str | None) -> bytes:
         if self._slots is None:  # made on the loop's thread, in the process that runs it
             self._slots = asyncio.Semaphore(self.in_flight)
-        client = self.client
+        client = self._client  # set before the loop started; no lock on this thread (a fork
+        assert client is not None  # while it held one would leave the child's locked)
         last: BaseException | None = None
         for attempt in range(self.retries + 1):
             if attempt:

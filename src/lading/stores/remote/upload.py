@@ -14,16 +14,23 @@ and uploads while the others wait at a barrier, then all open the store.
 
 from __future__ import annotations
 
+import calendar
+import contextlib
+import itertools
+import json
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from lading.disk import read_meta
+from lading.disk.commit import units
 from lading.disk.meta import META_FILE
+from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, grace_seconds
 from lading.stores.layout import FORMAT_NAME
 from lading.stores.remote.objects import ObjectClient, open_client
 from lading.stores.remote.settings import RemoteSettings
@@ -92,7 +99,51 @@ def upload(local: Path, client: ObjectClient) -> None:
     with ThreadPoolExecutor(UPLOADS_AT_ONCE, thread_name_prefix="lading-upload") as pool:
         for done in pool.map(lambda name: client.put(name, local / name), names):
             del done
-    client.put(META_FILE, (local / META_FILE).read_bytes())  # the commit
+    raw = (local / META_FILE).read_bytes()
+    client.put(META_FILE, raw)  # the commit
+    collect_garbage(client, json.loads(raw))
+
+
+def collect_garbage(client: ObjectClient, current: dict[str, Any]) -> list[str]:
+    """Delete the objects of ``snap-`` folders no snapshot within the grace still uses; the
+    folders removed. A snapshot was replaced when the next one was committed (its manifest's
+    ``committed_at``; its id's UTC time where that is missing)."""
+    listing = client.list()
+    manifests: dict[str, dict[str, Any]] = {}
+    for key in listing:
+        snap, _, rest = key.partition("/")
+        if snap.startswith(SNAP_PREFIX) and rest == MANIFEST:
+            with contextlib.suppress(Exception):  # unreadable: judged by its id's time
+                manifests[snap] = json.loads(client.get(key))
+    snaps = {k.split("/", 1)[0] for k in listing if k.startswith(SNAP_PREFIX)}
+
+    def committed(snap: str) -> float:
+        return float(manifests.get(snap, {}).get("committed_at") or _time(snap))
+
+    order = sorted(snaps, key=committed)
+    now, grace = time.time(), grace_seconds()
+    keep = {str(current.get("snapshot"))}
+    for older, newer in itertools.pairwise(order):
+        if now - committed(newer) < grace:
+            keep.add(older)
+    used = set(units(current))
+    for snap in keep:
+        used |= units(manifests.get(snap, {}))
+    gone = snaps - keep - used  # build- folders (parallel builds) are left alone
+    doomed = [k for k in listing if k.split("/", 1)[0] in gone]
+    doomed.sort(key=lambda k: not k.endswith(MANIFEST))  # a manifest first: pinned readers hear
+    with ThreadPoolExecutor(UPLOADS_AT_ONCE, thread_name_prefix="lading-gc") as pool:
+        list(pool.map(client.delete, doomed))
+    return sorted(gone)
+
+
+def _time(snapshot: str) -> float:
+    """The UTC time in a snapshot id (``snap-20261126T061759Z-f2041710``); 0 if none."""
+    try:
+        stamp = snapshot.removeprefix(SNAP_PREFIX).split("-", 1)[0]
+        return float(calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ")))
+    except ValueError:
+        return 0.0
 
 
 def _initialized_dist() -> Any:
