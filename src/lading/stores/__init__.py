@@ -17,7 +17,7 @@ from lading.disk.stage import stage
 from lading.errors import StoreFormatError
 from lading.stores.base import DocStore
 from lading.stores.build import build_store as build_local
-from lading.stores.build import merge_store
+from lading.stores.build import merge_store as merge_local
 from lading.stores.irds import IrDatasetsStore
 from lading.stores.memory import InMemoryStore
 from lading.stores.offsets import OffsetStore
@@ -33,6 +33,16 @@ def build_store(source: Any, dest: str | os.PathLike[str], *args: Any, **kwargs:
 
         return build_remote(build_local, source, os.fspath(dest), *args, **kwargs)
     return build_local(source, dest, *args, **kwargs)
+
+
+@functools.wraps(merge_local)
+def merge_store(dest: str | os.PathLike[str], **kwargs: Any) -> PackedStore:
+    if is_remote(dest):  # a local folder named "s3:" otherwise
+        raise ValueError(
+            f"merging shards in {dest} is not supported yet: merge them in a folder "
+            "(lading merge DIR), then upload it with lading.stores.remote.upload.upload"
+        )
+    return merge_local(dest, **kwargs)
 
 
 def verify_store(path: str | os.PathLike[str]) -> list[str]:

@@ -51,6 +51,13 @@ def build_remote(
 ) -> RemoteStore:
     """Build ``source`` with ``build_local(source, local_dir, *args, **kwargs)``, upload it
     to ``url`` (manifest last) and open it there (see the module docstring)."""
+    if kwargs.get("shard") is not None:
+        raise ValueError(
+            f"a parallel build (shard=) straight into {url} is not supported yet: build the "
+            "shards into a folder and merge them there (lading build --shard I/N, lading "
+            "merge), then upload the store with lading.stores.remote.upload.upload(folder, "
+            "lading.stores.remote.objects.open_client(url)), the manifest last"
+        )
     settings = RemoteSettings.of(cache, cache_bytes, storage_options)
     kwargs.pop("shared_fs", None)  # the local build is this process's alone
     dist = _initialized_dist()
