@@ -111,9 +111,21 @@ def rank_run(
     """One rank: warm up 4 batches, wait for the others, then read batches for ``seconds``
     (sleeping ``step`` after each); report docs, waits and its cache's counters."""
     store, loader = _loader(corpus, Path(cache), rank, ranks, ahead)
+    epochs = 0
     batches = iter(loader)
+
+    def next_batch() -> list[str]:
+        nonlocal batches, epochs
+        try:
+            return next(batches)
+        except StopIteration:  # a small corpus: the next epoch
+            epochs += 1
+            loader.set_epoch(epochs)
+            batches = iter(loader)
+            return next(batches)
+
     for _ in range(4):
-        next(batches)
+        next_batch()
     before = store.cache_stats()
     barrier.wait(timeout=900)
     waits: list[float] = []
@@ -121,7 +133,7 @@ def rank_run(
     started = time.perf_counter()
     while time.perf_counter() - started < seconds:
         t = time.perf_counter()
-        texts = next(batches)
+        texts = next_batch()
         waits.append(time.perf_counter() - t)
         docs += len(texts)
         if step:
@@ -252,6 +264,11 @@ def run_peers(corpus: dict[str, Any], s3: LocalS3, python: str, work: Path, seco
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _save(work: Path, results: dict[str, Any]) -> None:
+    """What is measured so far (a run cut short still leaves its numbers)."""
+    (work / "partial.json").write_text(json.dumps(results, indent=1, default=str))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--passages", type=int, default=1_000_000)
@@ -276,6 +293,7 @@ def main() -> None:
             corpora.append(prepare("documents", args.documents, work, s3))
         results["corpora"] = corpora
         for corpus in corpora:
+            _save(work, results)
             results["gaps"][corpus["kind"]] = gap_sweep(corpus, work)
             for repeat in range(args.repeats):  # interleaved: ranks vary fastest
                 for ranks in map(int, args.ranks.split(",")):
@@ -294,6 +312,7 @@ def main() -> None:
                     continue
                 results["waits"].append({**row, "kind": corpus["kind"], "ahead": ahead})
                 print(json.dumps(results["waits"][-1]), flush=True)
+        _save(work, results)
         small = prepare("passages", args.hit_passages, work, s3)
         s3._call("latency", {"latency": 0.0, "jitter": 0.0})  # hit rates do not depend on it
         for trace, run in (("uniform", None), ("skewed", skewed_run(small, work))):
@@ -302,6 +321,7 @@ def main() -> None:
                 results["hits"].append(row)
                 print(json.dumps(row), flush=True)
         s3._call("latency", {"latency": 0.03, "jitter": 0.01})
+        _save(work, results)
         if Path(args.peers_python).exists():
             for corpus in [c for c in corpora if c["kind"] in args.peers_corpora.split(",")]:
                 results["peers"][corpus["kind"]] = run_peers(

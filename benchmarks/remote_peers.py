@@ -14,11 +14,14 @@ here; where torchvision cannot be imported (no build for this torch), a stub mod
 from __future__ import annotations
 
 import argparse
+import importlib.abc
+import importlib.machinery
 import json
 import sys
 import tempfile
 import time
 import traceback
+import types
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -150,22 +153,31 @@ def _litdata_item(item: tuple[str, str]) -> dict[str, str]:
     return {"id": item[0], "text": item[1]}
 
 
+class _Stub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Any ``torchvision.*`` import: a module whose every attribute is a placeholder class."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name == "torchvision" or name.startswith("torchvision."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec: Any) -> Any:
+        module = types.ModuleType(spec.name)
+        module.__path__ = []  # a package: submodules import through this finder too
+        module.__getattr__ = lambda attr: type(attr, (), {})  # type: ignore[method-assign]
+        return module
+
+    def exec_module(self, module: Any) -> None:
+        pass
+
+
 def _stub_torchvision() -> None:
     try:
         import torchvision  # noqa: F401
     except Exception:
-        stub = Path(tempfile.mkdtemp(prefix="tv-stub-")) / "torchvision"
-        (stub / "datasets").mkdir(parents=True)
-        (stub / "__init__.py").write_text("")
-        (stub / "transforms").mkdir()
-        (stub / "transforms" / "__init__.py").write_text("")
-        (stub / "datasets" / "__init__.py").write_text(
-            "class VisionDataset:\n    pass\nclass CIFAR10(VisionDataset):\n    pass\n"
-        )
-        for name in list(sys.modules):
-            if name.startswith("torchvision"):
-                del sys.modules[name]
-        sys.path.insert(0, str(stub.parent))
+        for name in [n for n in sys.modules if n.startswith("torchvision")]:
+            del sys.modules[name]
+        sys.meta_path.insert(0, _Stub())
 
 
 def main() -> None:
