@@ -152,7 +152,6 @@ def test_the_loader_prefetches_what_the_next_batches_read(
     # every document a batch read was announced before it was read, and counted once
     reads = sum(1 for batch in batches for group in batch for text in group[1:] if text)
     assert stats["unplanned"] == 0 and stats["hits"] + stats["misses"] == reads
-    assert stats["wait_s"] < 0.03 * len(batches)  # far below a GET (30 ms) a batch
     assert s3.stats()["max_in_flight"] > 1
 
 
