@@ -10,7 +10,7 @@ import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lading.disk import verify_checksums
 from lading.disk.stage import stage
@@ -23,6 +23,9 @@ from lading.stores.memory import InMemoryStore
 from lading.stores.offsets import OffsetStore
 from lading.stores.packed import OnStale, PackedStore
 from lading.stores.remote.objects import is_remote
+
+if TYPE_CHECKING:  # not imported with lading: it brings asyncio and sqlite3
+    from lading.stores.remote.store import RemoteStore
 
 
 @functools.wraps(build_local)
@@ -73,7 +76,7 @@ def open_store(
     storage_options: Mapping[str, Any] | None = None,
     cache: str | os.PathLike[str] | None = None,
     cache_bytes: int | str | None = None,
-) -> PackedStore:
+) -> PackedStore | RemoteStore:
     """Open a store built by :func:`build_store`: cheap, memory-mapped, checked.
 
     Args:
@@ -97,10 +100,9 @@ def open_store(
     if is_remote(path) and stage_to is None:
         from lading.stores.remote.store import open_remote
 
-        store: Any = open_remote(
+        return open_remote(
             os.fspath(path), cache=cache, cache_bytes=cache_bytes, options=storage_options
         )
-        return store  # a RemoteStore: the packed store's protocol, read remotely
     if stage_to is not None:
         name = os.fspath(path).rstrip("/").rsplit("/", 1)[-1]
         path = stage(path, Path(stage_to) / name, storage_options=storage_options)

@@ -63,6 +63,7 @@ class RemoteStore(DocStore):
     ) -> None:
         self.url = url.rstrip("/")
         self.settings = settings or RemoteSettings.from_environment()
+        self.stale: str | None = None  # the source was read on the build's machine: not checked
         self._read_columns: dict[str, None] = {}  # payload columns read so far, in order
         self._now: int | None = None
         self._next_step = 0
