@@ -23,6 +23,7 @@ SCHEMES: tuple[str, ...] = ("az", "gs", "s3", "s3a")
 # fsspec-style option names users already pass to `lading stage -o` -> obstore config keys
 _ALIASES = {"endpoint_url": "endpoint", "key": "access_key_id", "secret": "secret_access_key"}
 _ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
+UPLOAD_CHUNK = 64 << 20  # bytes a part of a multipart upload: 20 parts for 1.2 GB, not 240
 _first_used_by: int | None = None  # the pid whose use started obstore's runtime
 
 
@@ -63,9 +64,12 @@ class ObstoreClient:
         self._store = from_url(  # type: ignore[call-overload]  # config keys vary by scheme
             self.url, client_options=client, retry_config={"max_retries": 0}, **config
         )
-        # uploads, listings, HEADs and deletes keep obstore's own retries: a multipart upload
-        # of a 1.2 GB file whose one part failed once was aborted whole without them
-        self._admin = from_url(self.url, client_options=client, **config)  # type: ignore[call-overload]
+        # uploads, listings, HEADs and deletes keep obstore's own retries (a multipart upload
+        # of a 1.2 GB file whose one part failed once was aborted whole without them) and
+        # wait long: completing that upload took the loaded local S3 over obstore's 30 s, and
+        # the retried complete found the upload gone
+        admin = {**client, "timeout": "30min"}
+        self._admin = from_url(self.url, client_options=admin, **config)  # type: ignore[call-overload]
 
     async def get_range(self, key: str, start: int, end: int, etag: str | None = None) -> bytes:
         import obstore
@@ -92,7 +96,7 @@ class ObstoreClient:
     def put(self, key: str, data: bytes | Path) -> None:
         import obstore
 
-        obstore.put(self._admin, key, data)
+        obstore.put(self._admin, key, data, chunk_size=UPLOAD_CHUNK)
 
     def list(self, prefix: str = "") -> dict[str, ObjectInfo]:
         import obstore
