@@ -142,6 +142,9 @@ def rank_run(
     after = store.cache_stats()
     delta = {k: after[k] - before[k] for k in ("gets", "bytes_fetched", "bytes_used", "misses")}
     out.put({"rank": rank, "docs": docs, "seconds": elapsed, "waits": waits, **delta})
+    out.close()
+    out.join_thread()  # the report has left this process: leave without tearing down torch
+    os._exit(0)
 
 
 def cell(corpus: dict[str, Any], ranks: int, work: Path, seconds: float, step: float = 0.0,
@@ -164,7 +167,7 @@ def cell(corpus: dict[str, Any], ranks: int, work: Path, seconds: float, step: f
         try:
             reports.append(out.get(timeout=5))
         except Exception:  # queue.Empty: is every rank still alive?
-            if any(p.exitcode not in (None, 0) for p in procs):
+            if all(p.exitcode is not None for p in procs):
                 break
     for p in procs:
         p.join(timeout=30)
@@ -252,6 +255,21 @@ def hit_rates(corpus: dict[str, Any], work: Path, share: float, run: Path | None
             "bytes_cached": after["bytes_cached"], "cap": cap}  # fmt: skip
 
 
+def all_hit_rates(s3: LocalS3, args: Any, work: Path) -> list[dict[str, Any]]:
+    """Epoch-2 hit rates of both policies: uniform negatives at a cap of 25% of the text,
+    skewed ones at ``--skewed-cap`` (below their working set, or nothing is ever evicted)."""
+    small = prepare("passages", args.hit_passages, work, s3)
+    s3._call("latency", {"latency": 0.0, "jitter": 0.0})  # hit counts do not depend on it
+    rows = []
+    for trace, run, share in (("uniform", None, 0.25),
+                              ("skewed", skewed_run(small, work), args.skewed_cap)):  # fmt: skip
+        for policy in ("next-use", "lru"):
+            rows.append({"trace": trace, **hit_rates(small, work, share, run, policy)})
+            print(json.dumps(rows[-1]), flush=True)
+    s3._call("latency", {"latency": 0.03, "jitter": 0.01})
+    return rows
+
+
 def run_peers(corpus: dict[str, Any], s3: LocalS3, python: str, work: Path, seconds: float) -> Any:
     """benchmarks/remote_peers.py in the peers venv, on the same bucket; its JSON, or why not."""
     command = [python, str(HERE / "remote_peers.py"), "--corpus", corpus["corpus"],
@@ -262,6 +280,68 @@ def run_peers(corpus: dict[str, Any], s3: LocalS3, python: str, work: Path, seco
     if done.returncode != 0:
         return {"error": done.stderr[-2000:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def ceiling(seconds: float, repeats: int) -> str:
+    """The GET ceiling here: lading's fetcher alone (no planner, no cache), random 400-byte
+    ranges of a 64 MiB object, at 64/128/256 in flight; GETs/s and client CPU per GET."""
+    from lading.stores.remote.fetch import Fetcher
+    from lading.stores.remote.objects import open_client
+
+    rows = []
+    with LocalS3(latency=0.03, jitter=0.01) as s3:
+        s3.make_bucket("ceiling")
+        open_client("s3://ceiling/x").put("blob", os.urandom(64 << 20))
+        rng = np.random.default_rng(0)
+        for _ in range(repeats):
+            for flight in (64, 128, 256):
+                fetcher = Fetcher(lambda: open_client("s3://ceiling/x"), in_flight=flight)
+                fetcher.read([("blob", 0, 400, None)])  # connect first
+                gets, cpu, load = 0, time.process_time(), os.getloadavg()[0]
+                started = time.perf_counter()
+                while time.perf_counter() - started < seconds:
+                    starts = rng.integers(0, (64 << 20) - 400, 1024).tolist()
+                    fetcher.read([("blob", a, a + 400, None) for a in starts])
+                    gets += 1024
+                elapsed = time.perf_counter() - started
+                cpu_us = 1e6 * (time.process_time() - cpu) / gets
+                rows.append((flight, gets / elapsed, cpu_us, load, s3.stats()["max_in_flight"]))
+                s3.reset()
+                fetcher.close()
+    lines = [
+        f"lading's fetcher alone against the local S3 (30 ms ± 10 a request): random 400-byte "
+        f"ranges of one 64 MiB object, batches of 1,024 GETs, {seconds:g} s a cell, {repeats} "
+        "repeats; client CPU: this process (obstore's threads included), per GET. Little's "
+        "law's bound is in flight / 30 ms.", "",
+        "| in flight | GETs/s | bound | client CPU per GET, us | load |", "|---|---|---|---|---|",
+    ]  # fmt: skip
+    for flight in (64, 128, 256):
+        mine = [r for r in rows if r[0] == flight]
+        rate = statistics.median(r[1] for r in mine)
+        lines.append(
+            f"| {flight} | {rate:,.0f} [{min(r[1] for r in mine):,.0f}-"
+            f"{max(r[1] for r in mine):,.0f}] | {flight / 0.03:,.0f} | "
+            f"{statistics.median(r[2] for r in mine):,.0f} | "
+            f"{statistics.median(r[3] for r in mine):.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def throughput(corpus: dict[str, Any], args: Any, work: Path, s3: LocalS3,
+               results: dict[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
+    """The throughput cells of one corpus: every rank count, repeated, interleaved."""
+    rows = []
+    for repeat in range(args.repeats):  # interleaved: ranks vary fastest
+        for ranks in map(int, args.ranks.split(",")):
+            s3.reset()
+            row = cell(corpus, ranks, work, args.seconds)
+            row.update(kind=corpus["kind"], repeat=repeat, node_gets=s3.stats()["gets"])
+            print(json.dumps(row), flush=True)
+            if "error" in row:
+                results.setdefault("errors", []).append(row)
+            else:
+                rows.append(row)
+    return rows
 
 
 def _save(work: Path, results: dict[str, Any]) -> None:
@@ -279,10 +359,36 @@ def main() -> None:
     parser.add_argument("--hit-passages", type=int, default=50_000)
     parser.add_argument("--peers-python", default="/work/venv-peers/bin/python")
     parser.add_argument("--peers-corpora", default="passages,documents")
+    parser.add_argument("--skewed-cap", type=float, default=0.04, help="share of the text")
+    parser.add_argument("--ceiling", action="store_true", help="only the GET ceiling here")
+    parser.add_argument("--redo-hits", action="store_true", help="rerun the hit rates only")
+    parser.add_argument("--redo-cells", help="rerun the throughput cells of this corpus only")
     add_write_flag(parser)
     args = parser.parse_args()
+    if args.ceiling:
+        body = ceiling(args.seconds, args.repeats)
+        command = "python benchmarks/bench_remote.py " + " ".join(sys.argv[1:])
+        write_section(HERE / "RESULTS.md", "Remote: the GET ceiling here", body, command,
+                      write=args.write)  # fmt: skip
+        return
     work = OUT.parent / "remote"
     work.mkdir(parents=True, exist_ok=True)
+    if args.redo_hits or args.redo_cells:  # into the last full run's results
+        last: dict[str, Any] = json.loads((work / "results.json").read_text())
+        with LocalS3(latency=0.03, jitter=0.01) as s3:
+            s3.make_bucket("bench")
+            if args.redo_hits:
+                last["hits"] = all_hit_rates(s3, args, work)
+            if args.redo_cells:
+                kind = args.redo_cells
+                corpus = prepare(kind, args.passages if kind == "passages" else args.documents,
+                                 work, s3)  # fmt: skip
+                last["cells"] = [c for c in last["cells"] if c["kind"] != kind]
+                last["errors"] = [e for e in last.get("errors", []) if e.get("kind") != kind]
+                last["cells"] += throughput(corpus, args, work, s3, last)
+        last.setdefault("args", {}).update(skewed_cap=args.skewed_cap)
+        _finish(work, last, args)
+        return
     started = time.time()
     results: dict[str, Any] = {"corpora": [], "cells": [], "waits": [], "gaps": {}, "hits": [],
                                "peers": {}}  # fmt: skip
@@ -295,16 +401,7 @@ def main() -> None:
         for corpus in corpora:
             _save(work, results)
             results["gaps"][corpus["kind"]] = gap_sweep(corpus, work)
-            for repeat in range(args.repeats):  # interleaved: ranks vary fastest
-                for ranks in map(int, args.ranks.split(",")):
-                    s3.reset()
-                    row = cell(corpus, ranks, work, args.seconds)
-                    row.update(kind=corpus["kind"], repeat=repeat, node_gets=s3.stats()["gets"])
-                    if "error" in row:
-                        results.setdefault("errors", []).append(row)
-                        continue
-                    results["cells"].append(row)
-                    print(json.dumps(row), flush=True)
+            results["cells"] += throughput(corpus, args, work, s3, results)
             for ahead in (True, False):
                 row = cell(corpus, 1, work, args.seconds * 2, step=STEP_S, ahead=ahead)
                 if "error" in row:
@@ -313,14 +410,7 @@ def main() -> None:
                 results["waits"].append({**row, "kind": corpus["kind"], "ahead": ahead})
                 print(json.dumps(results["waits"][-1]), flush=True)
         _save(work, results)
-        small = prepare("passages", args.hit_passages, work, s3)
-        s3._call("latency", {"latency": 0.0, "jitter": 0.0})  # hit rates do not depend on it
-        for trace, run in (("uniform", None), ("skewed", skewed_run(small, work))):
-            for policy in ("next-use", "lru"):
-                row = {"trace": trace, **hit_rates(small, work, 0.25, run, policy)}
-                results["hits"].append(row)
-                print(json.dumps(row), flush=True)
-        s3._call("latency", {"latency": 0.03, "jitter": 0.01})
+        results["hits"] = all_hit_rates(s3, args, work)
         _save(work, results)
         if Path(args.peers_python).exists():
             for corpus in [c for c in corpora if c["kind"] in args.peers_corpora.split(",")]:
@@ -328,11 +418,20 @@ def main() -> None:
                     corpus, s3, args.peers_python, work, args.seconds
                 )
     results["seconds"] = time.time() - started
+    results["args"] = vars(args)
+    _finish(work, results, args)
+
+
+def _finish(work: Path, results: dict[str, Any], args: Any) -> None:
     (work / "results.json").write_text(json.dumps(results, indent=1, default=str))
     from remote_report import render
 
-    command = "python benchmarks/bench_remote.py " + " ".join(sys.argv[1:])
-    write_section(HERE / "RESULTS.md", "Remote", render(results, args), command, write=args.write)
+    command = "python benchmarks/bench_remote.py " + " ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in results.get("args", vars(args)).items()
+        if k not in ("write", "ceiling", "redo_hits") and v is not None
+    )  # fmt: skip
+    write_section(HERE / "RESULTS.md", "Remote", render(results, argparse.Namespace(
+        **results.get("args", vars(args)))), command, write=args.write)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ range read without a plan, when it is read.
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import contextlib
 import functools
@@ -72,6 +73,19 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
+
+
+def _at_exit() -> None:
+    """Park every writer thread outside SQLite and stop the fetch loops before the interpreter
+    is torn down: a daemon thread left inside SQLite or a GET's callback while Python
+    finalizes can abort the process (seen: a rank of 4 exited with SIGABRT after its work)."""
+    for cache in list(_FORKS):
+        if cache._pid == os.getpid():
+            cache._sqlite.acquire(timeout=10)  # held for good: the writer waits outside SQLite
+            cache.fetcher.close()
+
+
+atexit.register(_at_exit)
 
 
 class NodeCache:
