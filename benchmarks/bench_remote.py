@@ -142,6 +142,7 @@ def rank_run(
     after = store.cache_stats()
     delta = {k: after[k] - before[k] for k in ("gets", "bytes_fetched", "bytes_used", "misses")}
     out.put({"rank": rank, "docs": docs, "seconds": elapsed, "waits": waits, **delta})
+    store.close()  # os._exit skips atexit: hand unfilled claims back to the other ranks
     out.close()
     out.join_thread()  # the report has left this process: leave without tearing down torch
     os._exit(0)

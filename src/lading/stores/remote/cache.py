@@ -82,7 +82,7 @@ def _at_exit() -> None:
     for cache in list(_FORKS):
         if cache._pid == os.getpid():
             cache._sqlite.acquire(timeout=10)  # held for good: the writer waits outside SQLite
-            cache.fetcher.close()
+            cache.close()
 
 
 atexit.register(_at_exit)
@@ -123,7 +123,9 @@ class NodeCache:
         self.etags = dict(etags or {})
         self.max_gap, self.max_waste = max_gap, max_waste
         self.max_block = max(1, min(max_block, cap // 8))
-        self.wait_limit = (fetcher.timeout + 1.0) * (fetcher.retries + 1) * 2
+        # waiting longer than this on another process's GET: fetch the range ourselves (a
+        # second GET beats a batch stalled behind a slow or retried one)
+        self.wait_limit = max(5.0, fetcher.timeout / 4)
         self._pid = -1
         self._sqlite = threading.Lock()  # held by the writer thread while it is in SQLite
         _FORKS.add(self)
@@ -360,9 +362,16 @@ class NodeCache:
                 continue
             self._put(out, todo[k], _cut(future, base, k[1], k[2]))
             touched.append((block, k))
-        for k, block, _, owner in other:
-            self._wait_for(block, owner, k)
+        slow = []
+        for k, block, _, _ in other:
+            if not self._wait_for(block):
+                slow.append(k)  # still being fetched by a live process: read it ourselves
             again[k] = todo[k]
+        if slow:
+            requests = [(self._names[o], a, b, self.etags.get(self._names[o])) for o, a, b in slow]
+            for k, data in zip(slow, self.fetcher.read(requests)):
+                self.bypassed += len(data)
+                self._put(out, again.pop(k), data)
         self.wait_s += time.perf_counter() - waited
         return again
 
@@ -371,18 +380,30 @@ class NodeCache:
         for i in where:
             out[i] = data
 
-    def _wait_for(self, block: int, owner: int | None, k: _Key) -> None:
-        """Wait until another process's block is filled, gone, or its owner is dead."""
+    def _wait_for(self, block: int) -> bool:
+        """Wait until another process's block is filled or gone (True), taking over the claim
+        of a dead owner; False after ``wait_limit`` seconds with the owner still fetching."""
         deadline = time.monotonic() + self.wait_limit
         while time.monotonic() < deadline:
             state = self.ledger.state(block)
             if state is None or state[0]:
-                return
+                return True
             if not pid_alive(state[1]):
                 self.ledger.take_over(block, state[1] or -1)
-                return
+                return True
             time.sleep(_POLL_S)
-        self.ledger.take_over(block, owner or -1)  # stuck: fetch it ourselves
+        return False
+
+    def close(self) -> None:
+        """Stop this process's GETs and give its claims not yet filled back to the node (a
+        process that leaves mid-fetch would otherwise make the others wait on its claims)."""
+        if self._pid != os.getpid():
+            return
+        self.fetcher.close()
+        pending = list(self._inflight)
+        self._inflight.clear()
+        with contextlib.suppress(Exception):
+            self.ledger.release(pending)
 
     # -- counting --------------------------------------------------------------------------------
 

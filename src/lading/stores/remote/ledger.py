@@ -345,7 +345,8 @@ class Ledger:
 
 
 def pid_alive(pid: int | None) -> bool:
-    """Whether process ``pid`` exists on this host (the cache is node-local)."""
+    """Whether process ``pid`` runs on this host (the cache is node-local). A zombie (exited,
+    not yet reaped by its parent: a rank that left before its launcher looked) is dead."""
     if pid is None:
         return False
     try:
@@ -354,7 +355,11 @@ def pid_alive(pid: int | None) -> bool:
         return False
     except PermissionError:  # alive, another user's
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):  # no /proc (not Linux): kill(0) said it exists
+        return True
 
 
 class _Transaction:

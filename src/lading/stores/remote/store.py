@@ -162,6 +162,11 @@ class RemoteStore(DocStore):
         (see :meth:`lading.stores.remote.cache.NodeCache.stats`)."""
         return self._columns.cache.stats()
 
+    def close(self) -> None:
+        """Stop this process's GETs and hand its unfilled claims back to the node (done at
+        exit too; a process leaving with ``os._exit`` should call it first)."""
+        self._columns.cache.close()
+
     def _payload(self, column: str) -> str:
         self._read_columns.setdefault(column, None)
         return column
