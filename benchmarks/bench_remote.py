@@ -387,7 +387,7 @@ def main() -> None:
                 last["cells"] = [c for c in last["cells"] if c["kind"] != kind]
                 last["errors"] = [e for e in last.get("errors", []) if e.get("kind") != kind]
                 last["cells"] += throughput(corpus, args, work, s3, last)
-        last.setdefault("args", {}).update(skewed_cap=args.skewed_cap)
+        last["args"] = vars(args)  # a redo runs with the full run's arguments
         _finish(work, last, args)
         return
     started = time.time()
@@ -429,7 +429,7 @@ def _finish(work: Path, results: dict[str, Any], args: Any) -> None:
 
     command = "python benchmarks/bench_remote.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in results.get("args", vars(args)).items()
-        if k not in ("write", "ceiling", "redo_hits") and v is not None
+        if k not in ("write", "ceiling", "redo_hits", "redo_cells") and v is not None
     )  # fmt: skip
     write_section(HERE / "RESULTS.md", "Remote", render(results, argparse.Namespace(
         **results.get("args", vars(args)))), command, write=args.write)  # fmt: skip
