@@ -109,7 +109,7 @@ def measure(src: Path, work: Path, repeats: int, extra: list[str]) -> dict[str, 
         for workers in (1, 2) if r % 2 == 0 else (2, 1):  # alternate who goes first
             runs[workers].append(timed_build(src, work / f"w{workers}", workers, extra))
             print(f"  repeat {r}: {workers} worker(s) {runs[workers][-1]['seconds']:.1f} s")
-    one, two = lading.open_store(work / "w1"), lading.open_store(work / "w2")
+    one, two = lading.PackedStore(work / "w1"), lading.PackedStore(work / "w2")
     same = digest(one) == digest(two) and len(two.meta["shards"]) == 2
     return {"runs": runs, "same": same, "lookups": lookups(one, two, 6.0)}
 

@@ -84,7 +84,7 @@ def scans(store: lading.PackedStore, hf: HFDatasetStore) -> dict[str, float]:
 
 def main() -> None:
     folder = Path(sys.argv[1])
-    store = lading.open_store(folder / "lading")
+    store = lading.PackedStore(folder / "lading")  # a folder: open_store would give the same
     hf = HFDatasetStore(folder / "hf")
     mean = column_bytes(store.meta, "text") / max(len(store), 1)
     print(f"{folder}: {len(store):,} documents, {mean:,.0f} bytes each on average")

@@ -41,7 +41,8 @@ NOT_RUN = {
 FAST = ["Quick start #1", "Building in parallel #1",
         "Language models: token streams with BPTT continuity #2",
         "Language models: token streams with BPTT continuity #3",
-        "Session-based recommendation: partitioned parquet without DDP hangs #1"]  # fmt: skip
+        "Session-based recommendation: partitioned parquet without DDP hangs #1",
+        "Corpora larger than a node's disk #1"]  # fmt: skip
 # heavier: training runs; edits only make them shorter
 SLOW = {
     "Training a cross-encoder (the study's task) #1": {

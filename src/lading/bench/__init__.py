@@ -199,7 +199,9 @@ def _collection(
         name = str(corpus)
     assert queries is not None and qrels is not None
     say(f"lading bench: preparing the stores of {', '.join(options.strategies)} in {work}")
-    data = prepare(corpus, queries, qrels, negatives, work, options.strategies, tokenizer)
+    data = prepare(
+        corpus, queries, qrels, negatives, work, options.strategies, tokenizer, options.remote
+    )
     return data, name
 
 

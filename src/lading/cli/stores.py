@@ -72,7 +72,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         return 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
     seconds = time.perf_counter() - started
     build = store.meta["build"]
-    print(f"{store.path}: {counted(len(store), 'document')} in {seconds:.1f}s")
+    print(f"{args.dest}: {counted(len(store), 'document')} in {seconds:.1f}s")
     if build["skipped"]:
         print(
             f"skipped {build['skipped']:,} malformed record(s); first: {build['skip_examples'][0]}"
@@ -276,7 +276,9 @@ def add_store_commands(sub: Any) -> None:
         help="TSV/JSONL/TREC file (.gz/.bz2/.zst ok), BEIR folder, irds:<id>, or several files "
         "of one format: a folder of them or a quoted glob ('corpus/*.jsonl.gz')",
     )
-    p.add_argument("dest", help="store directory to create")
+    p.add_argument(
+        "dest", help="store directory to create, or an object-store URL (s3://bucket/prefix/name)"
+    )
     p.add_argument(
         "--format",
         choices=SOURCE_FORMATS,
