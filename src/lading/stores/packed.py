@@ -170,6 +170,7 @@ class PackedStore(DocStore):
 
     def rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         # the index reports the first absent id itself: no second pass over the rows
+        ids = id_list(ids, "rows")
         rows, absent = self._maps().index.lookup(ids)
         if absent >= 0:
             raise self.missing(ids[absent])
@@ -183,7 +184,7 @@ class PackedStore(DocStore):
         return maps.text.text(row)
 
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
-        return self._maps().text.texts(self.rows(id_list(ids)))
+        return self._maps().text.texts(self.rows(id_list(ids, "get_many")))
 
     def get_many_bytes(self, ids: Sequence[IdLike]) -> list[bytes]:
         """UTF-8 bytes of ``ids`` in request order, not decoded: one copy per document instead

@@ -83,6 +83,10 @@ def test_every_id_reads_as_in_the_local_store(
     assert remote.tokenizer().get_vocab() == local.tokenizer().get_vocab()
     with pytest.raises(KeyError, match="'nope' is not in RemoteStore"):
         remote.get_many(["D1", "nope"])
+    for many in (remote.get_many, remote.get_many_bytes, remote.rows, remote.find_rows):
+        with pytest.raises(TypeError, match=r"a list of ids, not the str 'D1'"):
+            many("D1")  # type: ignore[arg-type]  # issue 33 item 5, as in every DocStore
+    assert np.int64(5) not in remote and None not in remote  # type: ignore[operator]
     copy = pickle.loads(pickle.dumps(remote))  # a spawned worker: the same snapshot, reopened
     assert copy.snapshot == remote.snapshot and copy.get_many(ids[:5]) == local.get_many(ids[:5])
     stats = remote.cache_stats()

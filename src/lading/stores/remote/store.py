@@ -32,7 +32,7 @@ import numpy.typing as npt
 from lading.disk.meta import META_FILE
 from lading.errors import StoreFormatError
 from lading.sources import Record
-from lading.stores.base import DocStore, IdLike
+from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.index import IdIndex
 from lading.stores.layout import field_column
 from lading.stores.remote.cache import NodeCache
@@ -177,29 +177,31 @@ class RemoteStore(DocStore):
         return self._columns.count
 
     def __contains__(self, doc_id: object) -> bool:
-        if not isinstance(doc_id, (str, int)):
+        if not is_id(doc_id):
             return False
-        return self._index.row(doc_id) >= 0
+        return self._index.row(doc_id) >= 0  # type: ignore[arg-type]  # is_id checked
 
     def ids(self) -> list[str]:
         return self.ids_at(np.arange(len(self), dtype=np.int64))
 
     def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         """Row numbers of ``ids`` (request order), -1 for each absent one: from the id index."""
-        return self._index.rows(ids)
+        return self._index.rows(id_list(ids, "find_rows"))
 
     def ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
         return self._columns.texts("ids", rows, None)
 
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
-        return self.texts_at(self.rows(ids))
+        return self.texts_at(self.rows(id_list(ids, "get_many")))
 
     def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
         return self._columns.texts(self._payload("text"), rows, self._now)
 
     def get_many_bytes(self, ids: Sequence[IdLike]) -> list[bytes]:
         """UTF-8 bytes of ``ids`` in request order, not decoded; each the caller's own."""
-        return self._columns.read(self._payload("text"), self.rows(ids), self._now)
+        return self._columns.read(
+            self._payload("text"), self.rows(id_list(ids, "get_many_bytes")), self._now
+        )
 
     def texts_range(self, start: int, stop: int) -> list[str]:
         """Texts of rows ``start .. stop - 1`` (neighbours: the planner fetches them together)."""
