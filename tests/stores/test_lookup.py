@@ -308,3 +308,12 @@ def test_the_helper_and_numpy_find_the_same_rows_in_any_hash_index(
             assert IdIndex(directory, meta).rows(query).tolist() == expected, route
         finally:
             native.NATIVE = helper
+
+
+def test_a_spill_past_every_bucket_is_refused(route: str, tmp_path: Path) -> None:
+    # a damaged max_spill with every bucket full sent an absent id round the table for ever
+    directory, meta, _ = _hash_dir(tmp_path, ["alpha", "beta", "gamma"])
+    assert meta["max_spill"] < meta["buckets"] == 2  # what a build writes: at most buckets - 1
+    write_file(directory / "index.table", np.full(2 * SLOTS, 1 << 32 | 1, "<u8"))
+    with pytest.raises(StoreFormatError, match="max_spill 2 is not below its 2 buckets"):
+        IdIndex(directory, {**meta, "max_spill": 2})

@@ -365,9 +365,10 @@ static PyObject *hash_rows(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL, *seq = NULL, *rows = NULL;
     PyObject *hold[CHUNK] = {NULL};
-    Py_ssize_t words = width / 8;
-    if (width < 8 || width % 8 || buckets < 1 || max_spill < 0 ||
-        table.len < buckets * SLOTS * 8 || mult.len < words * 8) {
+    /* sizes by division: buckets * 64 from a damaged meta could wrap past 2**64 (and pass); a
+     * spill is at most buckets - 1 (each step moves to the next bucket, and one has room) */
+    if (width < 8 || width % 8 || buckets < 1 || max_spill < 0 || max_spill >= buckets ||
+        table.len / (SLOTS * 8) < buckets || mult.len / 8 < width / 8) {
         PyErr_SetString(Damaged, "hash index: table or width does not match its meta");
         goto done;
     }

@@ -193,6 +193,12 @@ class HashIndex:
                 f"match {self._buckets} buckets of {SLOTS} slots and keys of {self.width} bytes; "
                 "rebuild the store"
             )
+        if not 0 <= self.max_spill < self._buckets:  # a build spills at most buckets - 1 times
+            raise StoreFormatError(
+                f"{directory}: the hash index's max_spill {self.max_spill} is not below its "
+                f"{self._buckets} buckets (a lookup would go round the table for ever); "
+                "rebuild the store"
+            )
         self._table = self._table_file.array("<u8").reshape(self._buckets, SLOTS)
         self._keys = self._keys_file.array("<u8").reshape(-1, self.width // 8)
 
