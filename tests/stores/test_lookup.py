@@ -317,3 +317,34 @@ def test_a_spill_past_every_bucket_is_refused(route: str, tmp_path: Path) -> Non
     write_file(directory / "index.table", np.full(2 * SLOTS, 1 << 32 | 1, "<u8"))
     with pytest.raises(StoreFormatError, match="max_spill 2 is not below its 2 buckets"):
         IdIndex(directory, {**meta, "max_spill": 2})
+
+
+@pytest.mark.parametrize("where", ["home", "spilled"])
+def test_a_slot_past_the_keys_is_a_damaged_index_on_both_routes(
+    route: str, where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the C helper skipped such a slot (its id then read as absent), numpy raised its own
+    # IndexError; a slot is only read when its tag is the query's, so only that id's lookups see it
+    if where == "spilled":
+        monkeypatch.setattr(hashindex, "_LOAD", SLOTS)  # full buckets: ids live in the next one
+    ids = [f"id-{i}" for i in range(400)]
+    directory, meta, width = _hash_dir(tmp_path, ids)
+    table = np.fromfile(directory / "index.table", "<u8").reshape(-1, SLOTS)
+    words, _ = query_words(ids, width)
+    home = ((hash_words(words) & 0xFFFFFFFF) * int(meta["buckets"])) >> 32
+    rows = (table & 0xFFFFFFFF).astype(np.int64) - 1
+    filled = np.argwhere(rows >= 0)
+    at_home = home[rows[filled[:, 0], filled[:, 1]]] == filled[:, 0]
+    bucket, slot = filled[np.flatnonzero(at_home == (where == "home"))[0]]
+    victim = int(rows[bucket, slot])
+    table[bucket, slot] = (table[bucket, slot] >> 32 << 32) | (len(ids) + 5 + 1)  # row 404
+    write_file(directory / "index.table", table)
+    index = IdIndex(directory, meta)
+    others = [i for i in range(len(ids)) if i != victim][:50]
+    assert index.rows([ids[i] for i in others]).tolist() == others
+    damaged = r"index\.table: a slot names a row past the 400 keys; rebuild the store"
+    for batch in ([ids[victim]], [ids[others[0]], ids[victim]], [ids[victim]] * 40):
+        with pytest.raises(StoreFormatError, match=damaged):
+            index.rows(batch)
+    with pytest.raises(StoreFormatError, match=damaged):
+        index.row(ids[victim])

@@ -300,33 +300,43 @@ typedef struct {
     Py_ssize_t max_spill;
 } HashTable;
 
-/* The row of probe p: every slot of its bucket and of the buckets it may have spilled to. */
+#define PAST_KEYS (-2) /* a slot with the probe's tag names a row past the keys: damaged */
+
+/* The row slot e holds for tag: -1 for another tag or an empty slot, else its row (PAST_KEYS
+ * when that is not a row of the keys). */
+static int64_t slot_row(const HashTable *t, uint64_t e, uint64_t tag) {
+    int64_t row = (int64_t)(e & 0xFFFFFFFFULL) - 1;
+    if ((e >> 32) != tag || row < 0) return -1;
+    return row < t->nkeys ? row : PAST_KEYS;
+}
+
+/* The row of probe p: every slot of its bucket and of the buckets it may have spilled to, each
+ * bucket read whole as the numpy route reads it (the same damage seen, the same match kept). */
 static int64_t hash_find(const HashTable *t, const Probe *p) {
     uint64_t tag = p->hash >> 32;
     int64_t b = p->bucket;
     for (Py_ssize_t step = 0; step <= t->max_spill; step++) {
         const uint64_t *slot = t->table + b * SLOTS;
+        int64_t found = -1;
         for (int s = 0; s < SLOTS; s++) {
-            uint64_t e = slot[s];
-            int64_t row = (int64_t)(e & 0xFFFFFFFFULL) - 1;
-            if ((e >> 32) == tag && row >= 0 && row < t->nkeys &&
-                same_key(t->keys + row * t->width, p->key, p->len, t->width))
-                return row;
+            int64_t row = slot_row(t, slot[s], tag);
+            if (row == PAST_KEYS) return PAST_KEYS;
+            if (row >= 0 && same_key(t->keys + row * t->width, p->key, p->len, t->width))
+                found = row;
         }
+        if (found >= 0) return found;
         if ((slot[SLOTS - 1] & 0xFFFFFFFFULL) == 0) return -1; /* not full: nothing spilled */
         b = (b + 1) % t->buckets;
     }
     return -1;
 }
 
-/* The first row of p's home bucket whose tag matches (-1: none), for the fast pass. */
+/* The first row of p's home bucket whose tag matches (-1: none; PAST_KEYS), for the fast pass. */
 static int64_t hash_candidate(const HashTable *t, const Probe *p) {
     const uint64_t *slot = t->table + p->bucket * SLOTS;
-    uint64_t tag = p->hash >> 32;
     for (int s = 0; s < SLOTS; s++) {
-        uint64_t e = slot[s];
-        int64_t row = (int64_t)(e & 0xFFFFFFFFULL) - 1;
-        if ((e >> 32) == tag && row >= 0 && row < t->nkeys) return row;
+        int64_t row = slot_row(t, slot[s], p->hash >> 32);
+        if (row != -1) return row;
     }
     return -1;
 }
@@ -394,6 +404,7 @@ static PyObject *hash_rows(PyObject *self, PyObject *args) {
         for (Py_ssize_t j = 0; j < m; j++) { /* phase 2: the candidate row, prefetch its key */
             Probe *p = &probe[j];
             p->row = p->key == NULL ? -1 : hash_candidate(&t, p);
+            if (p->row == PAST_KEYS) goto damaged;
             if (p->row >= 0) PREFETCH(t.keys + p->row * width);
         }
         for (Py_ssize_t j = 0; j < m; j++) { /* phase 3: confirm, or search every slot */
@@ -402,8 +413,8 @@ static PyObject *hash_rows(PyObject *self, PyObject *args) {
             if (p->key != NULL) {
                 if (p->row >= 0 && same_key(t.keys + p->row * width, p->key, p->len, width))
                     row = p->row;
-                else
-                    row = hash_find(&t, p);
+                else if ((row = hash_find(&t, p)) == PAST_KEYS)
+                    goto damaged;
             }
             out[lo + j] = row;
             if (row < 0 && first_missing < 0) first_missing = lo + j;
@@ -412,6 +423,9 @@ static PyObject *hash_rows(PyObject *self, PyObject *args) {
     }
     result = rows_result(rows, first_missing);
     rows = NULL;
+    goto done;
+damaged:
+    PyErr_Format(Damaged, "a slot names a row past the %lld keys", (long long)t.nkeys);
 done:
     for (int j = 0; j < CHUNK; j++) Py_XDECREF(hold[j]);
     Py_XDECREF(rows);

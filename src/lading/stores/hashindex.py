@@ -202,6 +202,9 @@ class HashIndex:
         self._table = self._table_file.array("<u8").reshape(self._buckets, SLOTS)
         self._keys = self._keys_file.array("<u8").reshape(-1, self.width // 8)
 
+    def _damaged(self, problem: str) -> StoreFormatError:
+        return StoreFormatError(f"{self._table_file.path}: {problem}; rebuild the store")
+
     def native_finder(self) -> Callable[[Sequence[str | int]], tuple[bytearray, int]] | None:
         """The C helper's lookup bound to this table (None without the helper): a batch of ids
         -> (int64 rows as bytes, -1 where absent; the first absent position or -1)."""
@@ -213,9 +216,12 @@ class HashIndex:
         factors = word_multipliers(width // 8).tobytes()
 
         def find(ids: Sequence[str | int]) -> tuple[bytearray, int]:
-            found: tuple[bytearray, int] = c.hash_rows(
-                ids, table, keys, width, buckets, spill, factors
-            )
+            try:
+                found: tuple[bytearray, int] = c.hash_rows(
+                    ids, table, keys, width, buckets, spill, factors
+                )
+            except c.Damaged as e:
+                raise self._damaged(str(e)) from None
             return found
 
         return find
@@ -232,6 +238,11 @@ class HashIndex:
         first = candidates.argmax(axis=1)
         picked = np.take_along_axis(entries, first[:, None], axis=1)[:, 0]
         rows = (picked & _LOW).astype(np.int64) - 1  # -1 (empty) reads the last key: masked
+        past = rows >= len(self._keys)
+        if past.any():  # a damaged slot matters where its tag is the query's (as in the C helper)
+            if (past & np.take_along_axis(candidates, first[:, None], axis=1)[:, 0]).any():
+                raise self._damaged(f"a slot names a row past the {len(self._keys)} keys")
+            rows[past] = -1
         ok = fits & (rows >= 0) & (self._keys[rows] == words).all(axis=1)
         out = np.where(ok, rows, -1)
         if ok.all():
@@ -255,6 +266,8 @@ class HashIndex:
             rows = (entries[hit_q, hit_s] & _LOW).astype(np.int64) - 1
             good = rows >= 0
             hit_q, rows = hit_q[good], rows[good]
+            if len(rows) and int(rows.max()) >= len(self._keys):
+                raise self._damaged(f"a slot names a row past the {len(self._keys)} keys")
             match = (self._keys[rows] == words[active[hit_q]]).all(axis=1)
             out[active[hit_q[match]]] = rows[match]
             # only an id whose bucket is full can live further on
