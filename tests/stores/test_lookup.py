@@ -226,22 +226,50 @@ def _column(directory: Path, data: bytes, offsets: list[int]) -> RaggedColumn:
     return column
 
 
-def test_damaged_offsets_raise_instead_of_reading_past_the_data(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    helper = native.load()
-    if helper is None:
-        pytest.skip("the C helper is not built here (the numpy route slices, which is safe)")
-    monkeypatch.setattr(native, "NATIVE", helper)
+@pytest.mark.parametrize("warm", [True, False])  # cold: the batch's pages are asked for first
+def test_damaged_offsets_raise_on_every_route(route: str, warm: bool, tmp_path: Path) -> None:
+    # numpy sliced them: row 0 came back cut to the data ("abcde"), descending row 1 as ""
     column = _column(tmp_path, b"abcde", [0, 100, 2, 5])  # row 0 ends past the data
-    with pytest.raises(StoreFormatError, match=r"text.off: the offsets of row 0 \(0..100\)"):
-        column.texts(np.array([0, 2]))
-    with pytest.raises(StoreFormatError, match="row 1"):
+    column._read_ahead = not warm
+    damaged = r"text\.off: the offsets of row {} \({}\) are not within the data \(5 bytes\)"
+    with pytest.raises(StoreFormatError, match=damaged.format(0, r"0\.\.100")):
+        column.texts(np.array([2, 0, 1]))
+    with pytest.raises(StoreFormatError, match=damaged.format(1, r"100\.\.2")):
         column.texts(np.array([1]))  # 100..2: descending
-    assert column.texts(np.array([2, 2])) == ["cde", "cde"]
-    for bad in ([3], [-1], [2**40]):
-        with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(StoreFormatError, match=damaged.format(1, r"100\.\.2")):
+        column.text(1)
+    assert column.texts(np.array([2, 2])) == ["cde", "cde"] and column.text(2) == "cde"
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_rows_outside_the_column_raise_on_every_route(
+    route: str, warm: bool, tmp_path: Path
+) -> None:
+    # numpy read row -1 as "" (offsets[-1]..offsets[0]) and -2 as the last row: a -1 from
+    # find_rows (absent) handed to texts_at came back as an empty document, no error
+    column = _column(tmp_path, b"abcde", [0, 2, 5])
+    column._read_ahead = not warm
+    for bad in ([-1], [0, -2], [2], [1, 3], [-(2**63)], [2**40], [0] * 40 + [-1]):
+        first = next(r for r in bad if not 0 <= r < 2)
+        with pytest.raises(IndexError, match=rf"^row {first} out of range for 2 rows$"):
             column.texts(np.array(bad))
+        with pytest.raises(IndexError, match=rf"^row {first} out of range for 2 rows$"):
+            column.arrays(np.array(bad))
+    with pytest.raises(IndexError, match=r"^row -1 out of range for 2 rows$"):
+        column.text(-1)
+    assert column.texts(np.array([1, 0])) == ["cde", "ab"]
+
+
+def test_a_batch_is_checked_whole_before_anything_is_decoded(route: str, tmp_path: Path) -> None:
+    # the helper checked (and decoded) 32 rows at a time: a bad row 40 raised after an invalid
+    # row 0 had, where numpy checks the whole batch first; both now answer as numpy does
+    column = _column(tmp_path, b"ok\xff\xfe", [0, 2, 4, 99, 4])  # row 1 not UTF-8, 2 past the end
+    with pytest.raises(IndexError, match="row 7 out of range"):
+        column.texts(np.array([1] * 40 + [7]))
+    with pytest.raises(StoreFormatError, match="offsets of row 2"):
+        column.texts(np.array([1] * 40 + [2]))
+    with pytest.raises(UnicodeDecodeError):
+        column.texts(np.array([0] * 40 + [1]))
 
 
 def test_invalid_utf8_raises_on_both_routes(route: str, tmp_path: Path) -> None:

@@ -438,6 +438,9 @@ done:
 
 /* ---- texts: rows of a ragged UTF-8 column as new str ------------------------------------ */
 
+/* The whole batch is checked before anything is decoded, in the numpy route's order: every row
+ * in the column (else IndexError, the first such row), then every row's offsets within the data
+ * (else Damaged, the first such row); then each row is decoded (UnicodeDecodeError). */
 static PyObject *texts(PyObject *self, PyObject *args) {
     Py_buffer rows, offsets, data;
     if (!PyArg_ParseTuple(args, "y*y*y*", &rows, &offsets, &data)) return NULL;
@@ -448,49 +451,59 @@ static PyObject *texts(PyObject *self, PyObject *args) {
     const char *bytes = (const char *)data.buf;
     int64_t count = offsets.len / 8 - 1;
     uint64_t size = (uint64_t)data.len;
-    list = PyList_New(n);
-    if (list == NULL) goto done;
-    uint64_t start[CHUNK], end[CHUNK];
-    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
-        Py_ssize_t m = (lo + CHUNK < n ? lo + CHUNK : n) - lo;
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 1: check the rows, prefetch offsets */
-            int64_t row = r[lo + j];
-            if (row < 0 || row >= count) {
-                PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld rows",
-                             (long long)row, (long long)count);
-                Py_CLEAR(list);
-                goto done;
-            }
-            PREFETCH(off + row * 8);
-            PREFETCH(off + row * 8 + 8);
+    uint64_t *span = PyMem_Malloc(n * 2 * sizeof(uint64_t) + 1); /* start, end of each row */
+    if (span == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (r[i] < 0 || r[i] >= count) {
+            PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld rows", (long long)r[i],
+                         (long long)count);
+            goto done;
         }
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 2: check offsets, prefetch the text */
-            const unsigned char *o = off + r[lo + j] * 8;
-            start[j] = load64(o);
-            end[j] = load64(o + 8);
-            if (start[j] > end[j] || end[j] > size) {
+    }
+    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
+        Py_ssize_t hi = lo + CHUNK < n ? lo + CHUNK : n;
+        for (Py_ssize_t i = lo; i < hi; i++) { /* the chunk's offsets, then their checks */
+            PREFETCH(off + r[i] * 8);
+            PREFETCH(off + r[i] * 8 + 8);
+        }
+        for (Py_ssize_t i = lo; i < hi; i++) {
+            uint64_t start = load64(off + r[i] * 8), end = load64(off + r[i] * 8 + 8);
+            if (start > end || end > size) {
                 PyErr_Format(Damaged,
                              "the offsets of row %lld (%llu..%llu) are not within the data "
                              "(%llu bytes)",
-                             (long long)r[lo + j], (unsigned long long)start[j],
-                             (unsigned long long)end[j], (unsigned long long)size);
-                Py_CLEAR(list);
+                             (long long)r[i], (unsigned long long)start, (unsigned long long)end,
+                             (unsigned long long)size);
                 goto done;
             }
-            uint64_t stop = end[j] < start[j] + PREFETCH_BYTES ? end[j] : start[j] + PREFETCH_BYTES;
-            for (uint64_t a = start[j] & ~(uint64_t)63; a < stop; a += 64) PREFETCH(bytes + a);
+            span[2 * i] = start;
+            span[2 * i + 1] = end;
         }
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 3: decode */
-            PyObject *s = PyUnicode_DecodeUTF8(bytes + start[j], (Py_ssize_t)(end[j] - start[j]),
-                                               "strict");
+    }
+    list = PyList_New(n);
+    if (list == NULL) goto done;
+    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
+        Py_ssize_t hi = lo + CHUNK < n ? lo + CHUNK : n;
+        for (Py_ssize_t i = lo; i < hi; i++) { /* the chunk's texts, then their decodes */
+            uint64_t start = span[2 * i], end = span[2 * i + 1];
+            uint64_t stop = end < start + PREFETCH_BYTES ? end : start + PREFETCH_BYTES;
+            for (uint64_t a = start & ~(uint64_t)63; a < stop; a += 64) PREFETCH(bytes + a);
+        }
+        for (Py_ssize_t i = lo; i < hi; i++) {
+            Py_ssize_t len = (Py_ssize_t)(span[2 * i + 1] - span[2 * i]);
+            PyObject *s = PyUnicode_DecodeUTF8(bytes + span[2 * i], len, "strict");
             if (s == NULL) {
                 Py_CLEAR(list);
                 goto done;
             }
-            PyList_SET_ITEM(list, lo + j, s);
+            PyList_SET_ITEM(list, i, s);
         }
     }
 done:
+    PyMem_Free(span);
     PyBuffer_Release(&rows);
     PyBuffer_Release(&offsets);
     PyBuffer_Release(&data);
