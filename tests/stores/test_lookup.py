@@ -376,3 +376,25 @@ def test_a_slot_past_the_keys_is_a_damaged_index_on_both_routes(
             index.rows(batch)
     with pytest.raises(StoreFormatError, match=damaged):
         index.row(ids[victim])
+
+
+@pytest.mark.parametrize("corpus", list(CORPORA))
+def test_a_batch_that_is_no_sequence_is_refused_alike_on_every_route(
+    route: str, corpus: str, tmp_path: Path
+) -> None:
+    # the helper took a generator or a set (and then failed on ids[absent] for a missing id),
+    # numpy said "object of type 'generator' has no len()" or, for the hash index, "Changing
+    # the dtype of a 0d array"; rows("12") read two ids, '1' and '2'
+    ids, _ = CORPORA[corpus]
+    store = build(tmp_path, ids)
+    for call in (store.get_many, store.rows, store.find_rows, store.get_many_bytes):
+        name = call.__name__
+        for batch in ((i for i in ids[:2]), set(ids[:2]), dict.fromkeys(ids[:2]), None, 7):
+            kind = type(batch).__name__
+            with pytest.raises(
+                TypeError, match=rf"^{name}\(\) takes a sequence of ids .*not a {kind}"
+            ):
+                call(batch)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=rf"^{name}\(\) takes a list of ids, not the str"):
+            call("12")  # type: ignore[arg-type]
+        assert len(call(np.array(ids[:2]))) == len(call(range(0))) + 2
