@@ -5,10 +5,16 @@ so a crash fails one test instead of ending the run."""
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
+import types
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +58,43 @@ def test_a_hash_meta_that_does_not_fit_the_table_is_refused(buckets: int, max_sp
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "refused: hash index: table or width does not match its meta" in done.stdout
+
+
+def test_a_helper_built_from_another_source_is_not_used(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the in-place .so of an editable install outlives a pull that changes _native.c: it was
+    # used as it was (old rules, or an AttributeError from a missing function at import)
+    stale = types.ModuleType("lading.disk._native")
+    stale.SOURCE_SHA256 = "0" * 16  # type: ignore[attr-defined]
+    stale.configure = lambda integer: None  # type: ignore[attr-defined]
+    monkeypatch.setattr(native.importlib, "import_module", lambda name: stale)
+    with caplog.at_level(logging.DEBUG, logger="lading.disk.native"):
+        assert native.load() is None
+    assert "built from another _native.c" in caplog.text and "build_ext --inplace" in caplog.text
+    del stale.SOURCE_SHA256  # built some other way: no stamp at all
+    assert native.load() is None
+
+
+@needs_helper
+def test_the_helper_built_here_is_from_this_source() -> None:
+    source = Path(native.__file__).with_name("_native.c").read_bytes()
+    built = getattr(HELPER, "SOURCE_SHA256", None)
+    assert built == hashlib.sha256(source).hexdigest()[:16], "rebuild: build_ext --inplace"
+
+
+def test_a_helper_that_cannot_be_loaded_leaves_the_numpy_route(tmp_path: Path) -> None:
+    # a .so for another Python or machine, or a broken one: an ImportError, said in the log
+    shutil.copytree(Path(native.__file__).parents[1], tmp_path / "lading")
+    so = tmp_path / "lading" / "disk" / ("_native" + sysconfig.get_config_var("EXT_SUFFIX"))
+    so.write_bytes(b"not an ELF file")
+    code = (
+        "import logging; logging.basicConfig(level=logging.DEBUG)\n"
+        "import lading; from lading.disk import native\n"
+        "print('route:', native.NATIVE, lading.__file__)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"route: None {tmp_path}" in done.stdout
+    assert "lading.disk._native is not used" in done.stderr and "numpy route" in done.stderr

@@ -26,6 +26,9 @@
  * (~350 B) from 18.1 to 14.9 us; on 6.5 KB documents 1024 did best (70.8 us, 4096: 76.0) */
 #define PREFETCH_BYTES 1024
 #define SLOTS 8 /* uint64 slots per hash bucket (one 64-byte cache line) */
+#ifndef LADING_SOURCE_SHA256 /* setup.py defines it: sha256 of this file (native.py checks it) */
+#define LADING_SOURCE_SHA256 ""
+#endif
 #define MAX_CANONICAL 1000000000000000000LL /* 10**18: canonical ints have <= 18 digits */
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -537,7 +540,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Damaged = PyErr_NewException("lading.disk._native.Damaged", PyExc_ValueError, NULL);
-    if (Damaged == NULL || PyModule_AddObjectRef(m, "Damaged", Damaged) < 0) {
+    if (Damaged == NULL || PyModule_AddObjectRef(m, "Damaged", Damaged) < 0 ||
+        PyModule_AddStringConstant(m, "SOURCE_SHA256", LADING_SOURCE_SHA256) < 0) {
         Py_DECREF(m);
         return NULL;
     }
