@@ -238,11 +238,11 @@ class HashIndex:
         first = candidates.argmax(axis=1)
         picked = np.take_along_axis(entries, first[:, None], axis=1)[:, 0]
         rows = (picked & _LOW).astype(np.int64) - 1  # -1 (empty) reads the last key: masked
-        past = rows >= len(self._keys)
-        if past.any():  # a damaged slot matters where its tag is the query's (as in the C helper)
-            if (past & np.take_along_axis(candidates, first[:, None], axis=1)[:, 0]).any():
-                raise self._damaged(f"a slot names a row past the {len(self._keys)} keys")
-            rows[past] = -1
+        # slot 0 where no tag matched: not a candidate (its key may still be the query's, in a
+        # damaged table, and the C helper would not see it)
+        rows[(picked >> _TAG_SHIFT) != tag] = -1
+        if int(rows.max(initial=-1)) >= len(self._keys):  # a damaged slot with the query's tag
+            raise self._damaged(f"a slot names a row past the {len(self._keys)} keys")
         ok = fits & (rows >= 0) & (self._keys[rows] == words).all(axis=1)
         out = np.where(ok, rows, -1)
         if ok.all():

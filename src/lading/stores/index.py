@@ -210,11 +210,11 @@ class IdIndex:
         value = key if isinstance(key, int) else canonical_int(key)
         if value is None or not 0 <= value < 10**_MAX_INT_DIGITS:
             return -1
-        if self.kind == "dense":
-            return int(self._table[value]) if value < len(self._table) else -1
+        if self.kind == "dense":  # a row < 0 (a damaged table) is absent, as in the C helper
+            return max(-1, int(self._table[value])) if value < len(self._table) else -1
         pos = int(np.searchsorted(self._keys, value))
         if pos < len(self._keys) and int(self._keys[pos]) == value:
-            return int(self._rows[pos])
+            return max(-1, int(self._rows[pos]))
         return -1
 
     def rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
@@ -229,6 +229,8 @@ class IdIndex:
             return np.frombuffer(raw, np.int64), absent
         rows = self._numpy_rows(ids)
         missing = np.flatnonzero(rows < 0)
+        if len(missing):
+            rows[missing] = -1  # a row < 0 read from a damaged table is absent, as in the helper
         return rows, int(missing[0]) if len(missing) else -1
 
     def _numpy_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
