@@ -398,3 +398,14 @@ def test_a_batch_that_is_no_sequence_is_refused_alike_on_every_route(
         with pytest.raises(TypeError, match=rf"^{name}\(\) takes a list of ids, not the str"):
             call("12")  # type: ignore[arg-type]
         assert len(call(np.array(ids[:2]))) == len(call(range(0))) + 2
+
+
+def test_sorted_keys_and_rows_of_different_lengths_are_refused(route: str, tmp_path: Path) -> None:
+    # the helper searched the shorter of the two silently, numpy raised its own IndexError
+    store = build(tmp_path, [str(v) for v in random.Random(2).sample(range(10**12), 40)])
+    meta = store.meta["index"]
+    assert meta["kind"] == "sorted-int"
+    rows = np.fromfile(tmp_path / "s" / "index.rows", meta["row_dtype"])
+    write_file(tmp_path / "s" / "index.rows", rows[:-3])
+    with pytest.raises(StoreFormatError, match=r"index.keys holds 40 ids, index.rows 37 rows"):
+        IdIndex(tmp_path / "s", meta)

@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.disk import MappedFile, SpillArray, native, write_file
+from lading.errors import StoreFormatError
 from lading.sources.tsv_blocks import Column, int_values
 from lading.stores.hashindex import HashIndex, id_key, key_width, write_hash_index
 
@@ -195,6 +196,11 @@ class IdIndex:
             rows = MappedFile(directory / "index.rows", True)
             self._keys = keys.array(np.dtype(meta["key_dtype"]))
             self._rows = rows.array(rows_t)
+            if len(self._keys) != len(self._rows):
+                raise StoreFormatError(
+                    f"{directory}: index.keys holds {len(self._keys)} ids, index.rows "
+                    f"{len(self._rows)} rows; rebuild the store"
+                )
             if c is not None and self._keys.dtype == np.dtype("<i8"):
                 found, at, size = keys.buffer, rows.buffer, rows_t.itemsize
                 self._native = lambda ids: c.sorted_rows(ids, found, at, size)
