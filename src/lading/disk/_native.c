@@ -9,8 +9,9 @@
  * Safety: every row, offset and table entry read from the files is checked against the
  * buffer it indexes before it is used (a damaged file raises, never reads stray memory); the
  * buffers are held (Py_buffer) for the whole call. Offsets and table words are little-endian:
- * native.py only loads this module on a little-endian machine. Rows an index returns are only
- * checked to be >= 0; texts() checks them against the column it reads.
+ * native.py only loads this module on a little-endian machine. Rows a dense or sorted index
+ * returns are only checked to be >= 0 (a hash row must name one of the keys); texts() checks
+ * them against the column it reads.
  *
  * Ids (the same rule as the numpy path in lading.stores.index / hashindex): an exact int, or a
  * numpy integer (the type registered by configure()), is that integer; a str is its UTF-8; any
@@ -454,11 +455,6 @@ static PyObject *texts(PyObject *self, PyObject *args) {
     const char *bytes = (const char *)data.buf;
     int64_t count = offsets.len / 8 - 1;
     uint64_t size = (uint64_t)data.len;
-    uint64_t *span = PyMem_Malloc(n * 2 * sizeof(uint64_t) + 1); /* start, end of each row */
-    if (span == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
     for (Py_ssize_t i = 0; i < n; i++) {
         if (r[i] < 0 || r[i] >= count) {
             PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld rows", (long long)r[i],
@@ -466,9 +462,9 @@ static PyObject *texts(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
+    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) { /* the offsets: prefetched, then checked */
         Py_ssize_t hi = lo + CHUNK < n ? lo + CHUNK : n;
-        for (Py_ssize_t i = lo; i < hi; i++) { /* the chunk's offsets, then their checks */
+        for (Py_ssize_t i = lo; i < hi; i++) {
             PREFETCH(off + r[i] * 8);
             PREFETCH(off + r[i] * 8 + 8);
         }
@@ -482,31 +478,30 @@ static PyObject *texts(PyObject *self, PyObject *args) {
                              (unsigned long long)size);
                 goto done;
             }
-            span[2 * i] = start;
-            span[2 * i + 1] = end;
         }
     }
     list = PyList_New(n);
     if (list == NULL) goto done;
+    uint64_t start[CHUNK], end[CHUNK];
     for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
-        Py_ssize_t hi = lo + CHUNK < n ? lo + CHUNK : n;
-        for (Py_ssize_t i = lo; i < hi; i++) { /* the chunk's texts, then their decodes */
-            uint64_t start = span[2 * i], end = span[2 * i + 1];
-            uint64_t stop = end < start + PREFETCH_BYTES ? end : start + PREFETCH_BYTES;
-            for (uint64_t a = start & ~(uint64_t)63; a < stop; a += 64) PREFETCH(bytes + a);
+        Py_ssize_t m = (lo + CHUNK < n ? lo + CHUNK : n) - lo;
+        for (Py_ssize_t j = 0; j < m; j++) { /* offsets (cached now, checked), prefetch the text */
+            start[j] = load64(off + r[lo + j] * 8);
+            end[j] = load64(off + r[lo + j] * 8 + 8);
+            uint64_t stop = end[j] < start[j] + PREFETCH_BYTES ? end[j] : start[j] + PREFETCH_BYTES;
+            for (uint64_t a = start[j] & ~(uint64_t)63; a < stop; a += 64) PREFETCH(bytes + a);
         }
-        for (Py_ssize_t i = lo; i < hi; i++) {
-            Py_ssize_t len = (Py_ssize_t)(span[2 * i + 1] - span[2 * i]);
-            PyObject *s = PyUnicode_DecodeUTF8(bytes + span[2 * i], len, "strict");
+        for (Py_ssize_t j = 0; j < m; j++) { /* decode */
+            PyObject *s = PyUnicode_DecodeUTF8(bytes + start[j], (Py_ssize_t)(end[j] - start[j]),
+                                               "strict");
             if (s == NULL) {
                 Py_CLEAR(list);
                 goto done;
             }
-            PyList_SET_ITEM(list, i, s);
+            PyList_SET_ITEM(list, lo + j, s);
         }
     }
 done:
-    PyMem_Free(span);
     PyBuffer_Release(&rows);
     PyBuffer_Release(&offsets);
     PyBuffer_Release(&data);
