@@ -196,3 +196,12 @@ def test_no_call_leaks_on_success_or_error(tmp_path: Path) -> None:
     for m in maps.values():
         m.close()  # BufferError while a call still holds its buffer
     assert not leaks, leaks
+
+
+def test_lading_native_0_turns_the_helper_off_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("LADING_NATIVE", "0")
+    with caplog.at_level(logging.DEBUG, logger="lading.disk.native"):
+        assert native.load() is None
+    assert "not used: LADING_NATIVE=0; lookups take the numpy route" in caplog.text
