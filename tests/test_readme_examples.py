@@ -32,10 +32,17 @@ NOT_RUN = {
     "launched bench",
     "`lading bench` #1": "each line runs a grid for minutes; test_bench_lines_are_accepted "
     "plans every line here (flags checked, files found) and tests/test_bench.py runs grids",
+    "Building in parallel #2": "Slurm's sbatch; tests/stores/test_parallel.py runs the same "
+    "commands at N = 1..4 and with several files",
+    "Building in parallel #3": "fragments for torchrun workers and a Ray cluster; "
+    "tests/stores/test_parallel.py runs shard='auto' under gloo ranks and "
+    "tests/integrations/test_ray.py the Datasink",
 }
-FAST = ["Quick start #1", "Language models: token streams with BPTT continuity #2",
+FAST = ["Quick start #1", "Building in parallel #1",
+        "Language models: token streams with BPTT continuity #2",
         "Language models: token streams with BPTT continuity #3",
-        "Session-based recommendation: partitioned parquet without DDP hangs #1"]  # fmt: skip
+        "Session-based recommendation: partitioned parquet without DDP hangs #1",
+        "Corpora larger than a node's disk #1"]  # fmt: skip
 # heavier: training runs; edits only make them shorter
 SLOW = {
     "Training a cross-encoder (the study's task) #1": {

@@ -23,6 +23,7 @@ def files(tmp_path: Path) -> Path:
     (tmp_path / "c.tsv").write_text("1\thello\n2\tworld\n")
     (tmp_path / "folder").mkdir()
     (tmp_path / "folder" / "c.tsv").write_text("1\thello\n")
+    (tmp_path / "folder" / "d.jsonl").write_text('{"id": "2", "text": "world"}\n')
     (tmp_path / "empty.tsv").write_text("")
     (tmp_path / "bad.tsv").write_text("no tab here\n")
     (tmp_path / "docs.tsv").write_text("D1\thttp://a.com/x\tTitle one\tBody one\n")
@@ -34,7 +35,7 @@ def files(tmp_path: Path) -> Path:
     [
         (["build", "{d}/c.tsv", "{d}/s", "--format", "irds"], "reads an ir_datasets id"),
         (["build", "{d}/c.tsv", "{d}/s", "--format", "beir"], "reads a BEIR folder"),
-        (["build", "{d}/folder", "{d}/s", "--format", "tsv"], "is a folder: format 'tsv'"),
+        (["build", "{d}/folder", "{d}/s"], "the input files have different formats"),
         (["inspect", "{d}/c.tsv"], "is a file, not a lading store"),
         (["build", "{d}/empty.tsv", "{d}/s"], "a store of 0 documents is refused"),
         (["build", "{d}/bad.tsv", "{d}/s", "--on-error", "skip"], "every record was skipped"),

@@ -18,6 +18,7 @@ from lading.errors import StoreFormatError
 from lading.stores import hashindex
 from lading.stores.hashindex import SLOTS, hash_words, query_words, write_hash_index
 from lading.stores.index import IdIndex
+from lading.stores.layout import index_dir
 
 
 @pytest.fixture(params=["c", "numpy"])
@@ -405,7 +406,8 @@ def test_sorted_keys_and_rows_of_different_lengths_are_refused(route: str, tmp_p
     store = build(tmp_path, [str(v) for v in random.Random(2).sample(range(10**12), 40)])
     meta = store.meta["index"]
     assert meta["kind"] == "sorted-int"
-    rows = np.fromfile(tmp_path / "s" / "index.rows", meta["row_dtype"])
-    write_file(tmp_path / "s" / "index.rows", rows[:-3])
+    where = tmp_path / "s" / index_dir(store.meta)
+    rows = np.fromfile(where / "index.rows", meta["row_dtype"])
+    write_file(where / "index.rows", rows[:-3])
     with pytest.raises(StoreFormatError, match=r"index.keys holds 40 ids, index.rows 37 rows"):
-        IdIndex(tmp_path / "s", meta)
+        IdIndex(where, meta)

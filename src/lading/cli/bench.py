@@ -62,6 +62,9 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
         memory_budget=parse_bytes(args.memory_budget) if args.memory_budget else None,
     )
     options.strategies = [s for s in options.strategies if s]
+    if args.remote:  # the packed store, uploaded there and read through the node cache
+        options.remote = args.remote
+        options.strategies += [] if "remote" in options.strategies else ["remote"]
     options.modes = [m for m in options.modes if m]
     check_flags(args)
     settings = Settings(
@@ -267,6 +270,12 @@ def _add_bench(sub: Any) -> None:
         "--pin-memory", action="store_true", help="also run with pinned memory (CUDA only)"
     )
     p.add_argument("--ramdisk", action="store_true", help="also run from a copy in /dev/shm")
+    p.add_argument(
+        "--remote",
+        metavar="URL",
+        help="also run strategy 'remote': the packed store uploaded to URL (s3://bucket/prefix) "
+        "and read by ranged GETs through the node cache ($LADING_REMOTE_CACHE_BYTES)",
+    )
     p.add_argument(
         "--parallel",
         choices=["ddp", "dp"],

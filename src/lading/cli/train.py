@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lading.cli.bench import _int_list
-from lading.cli.inputs import existing, local_model, model_or_tiny, tokenizer
+from lading.cli.inputs import existing, local_model, model_or_tiny, store_location, tokenizer
 
 T = TypeVar("T")
 
@@ -20,7 +20,7 @@ def _config(config: type[T], args: argparse.Namespace, paths: tuple[str, ...]) -
     names = {f.name for f in dataclasses.fields(config)}  # type: ignore[arg-type]
     fields = {k: v for k, v in vars(args).items() if k in names}
     for key in paths:
-        if fields.get(key) is not None:
+        if fields.get(key) is not None and "://" not in str(fields[key]):  # URLs stay URLs
             fields[key] = Path(fields[key])
     return config(**fields)
 
@@ -248,7 +248,10 @@ def _add_train_cross_encoder(kinds: Any) -> None:
     )
     _add_run_args(p, batch_size=8, lr=2e-5, log_every=10)
     p.add_argument(
-        "--store", type=existing, help="a lading store (built with the model's tokenizer: fastest)"
+        "--store",
+        type=store_location,
+        help="a lading store (built with the model's tokenizer: fastest), a folder or an "
+        "s3:// URL (node cache in $LADING_CACHE/remote, cap $LADING_REMOTE_CACHE_BYTES)",
     )
     p.add_argument(
         "--corpus",
@@ -313,7 +316,12 @@ def add_rerank(sub: Any) -> None:
     p.add_argument(
         "--model", required=True, type=local_model, help="OUT/model of lading train cross-encoder"
     )
-    p.add_argument("--store", required=True, type=existing, help="the documents (a lading store)")
+    p.add_argument(
+        "--store",
+        required=True,
+        type=store_location,
+        help="the documents (a lading store: a directory or an s3://... URL)",
+    )
     p.add_argument("--queries", required=True, type=existing, help="queries (id<TAB>text)")
     p.add_argument("--run", required=True, type=existing, help="the run to rerank (TREC format)")
     p.add_argument("--out", required=True, help="where to write the reranked run")

@@ -197,8 +197,24 @@ class RaggedColumn:
         random_access: bool = False,
     ) -> None:
         bin_name, off_name = column_files(column)
-        self.data = MappedFile(directory / bin_name, random_access)
-        self._offsets_file = MappedFile(directory / off_name, random_access)
+        self._map(directory / bin_name, directory / off_name, dtype, random_access)
+
+    @classmethod
+    def at(
+        cls,
+        data: Path,
+        offsets: Path,
+        dtype: npt.DTypeLike = np.uint8,
+        random_access: bool = False,
+    ) -> RaggedColumn:
+        """The column whose files are ``data`` and ``offsets`` (named by a manifest)."""
+        column = cls.__new__(cls)
+        column._map(data, offsets, dtype, random_access)
+        return column
+
+    def _map(self, data: Path, offsets: Path, dtype: npt.DTypeLike, random_access: bool) -> None:
+        self.data = MappedFile(data, random_access)
+        self._offsets_file = MappedFile(offsets, random_access)
         self.offsets = self._offsets_file.array(OFFSET_DTYPE)
         self.dtype = np.dtype(dtype)
         # read a batch's rows ahead while its pages come from the device (see texts)
@@ -211,7 +227,7 @@ class RaggedColumn:
             or (total * self.dtype.itemsize != len(self.data.buffer))
         ):
             raise StoreFormatError(
-                f"{directory / off_name} does not describe {directory / bin_name} "
+                f"{offsets} does not describe {data} "
                 f"(last offset {total}, data {len(self.data.buffer)} bytes); rebuild it"
             )
 

@@ -204,15 +204,35 @@ class TrainingGroups:
         if not 0 <= i < len(self):
             raise IndexError(f"item {i} outside [0, {len(self)})")
         q = int(self._pair_query[i])
-        codes = np.empty(self.group_size, dtype=np.int64)
-        codes[0] = self._pair_doc[i]
-        codes[1:] = self.negatives(q, generator(self.seed, Salt.NEGATIVES, epoch, i))
+        codes = self.group_codes(i, epoch)
         return {
             "qid": self.qids[q],
             "query": self.query_texts[q],
             "doc_ids": self.store.ids_at(codes),
             "doc_codes": codes,
         }
+
+    def group_codes(self, i: int, epoch: int) -> npt.NDArray[np.int64]:
+        """Document codes of item ``i``'s group in ``epoch``: relevant first, then negatives."""
+        codes = np.empty(self.group_size, dtype=np.int64)
+        codes[0] = self._pair_doc[i]
+        q = int(self._pair_query[i])
+        codes[1:] = self.negatives(q, generator(self.seed, Salt.NEGATIVES, epoch, i))
+        return codes
+
+    def prefetch(self, batches: Sequence[Sequence[Any]], first_step: int, now: int) -> None:
+        """Tell the store which documents the groups of ``batches`` (the loader's keys, see
+        :mod:`lading.loading.lookahead`) hold, when the store takes such hints (a remote
+        store's ``prefetch_rows``): the same draws :meth:`__getitem__` will make."""
+        hint = getattr(self.store, "prefetch_rows", None)
+        if not callable(hint):
+            return
+        rows = []
+        for batch in batches:
+            keys = [k if isinstance(k, EpochIndex) else EpochIndex(self.epoch, k) for k in batch]
+            codes = [self.group_codes(int(k.item), k.epoch) for k in keys]
+            rows.append(np.concatenate(codes) if codes else np.empty(0, dtype=np.int64))
+        hint(rows, first_step, now)
 
     def data_fingerprint(self) -> str:
         """A digest of what the groups hold (computed once): the store's content (a lading
@@ -242,8 +262,7 @@ class TrainingGroups:
         for row, i in enumerate(np.asarray(items, dtype=np.int64).tolist()):
             q = int(self._pair_query[i])
             out[row, 0] = -1 - self._query_text_id[q]
-            out[row, 1] = self._pair_doc[i]
-            out[row, 2:] = self.negatives(q, generator(self.seed, Salt.NEGATIVES, epoch, i))
+            out[row, 1:] = self.group_codes(i, epoch)
         return out
 
     def negatives(self, q: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:

@@ -20,18 +20,24 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from lading.loading.lookahead import Announce, announcer
 from lading.loading.source import PositionSource, restore, state_of
 from lading.loading.state import Cursor
 
 
 class CursorSampler(Sampler[Any]):
-    """Yields the source's keys from its cursor on; read afresh each time iteration starts."""
+    """Yields the source's keys from its cursor on; read afresh each time iteration starts.
+    With ``announce``, the dataset hears of the batches ahead (:mod:`lading.loading.lookahead`)."""
 
-    def __init__(self, source: PositionSource) -> None:
+    def __init__(self, source: PositionSource, announce: Announce | None = None) -> None:
         self.source = source
+        self.announce = announce
 
     def __iter__(self) -> Iterator[Any]:
-        return self.source.keys()
+        keys = self.source.keys()
+        if self.announce is None:
+            return keys
+        return self.announce(keys, self.source.cursor.epoch, self.source.cursor.batches)
 
 
 class ResumableLoader:
@@ -70,7 +76,7 @@ class ResumableLoader:
         self.loader: DataLoader[Any] = DataLoader(
             torch_dataset,
             batch_size=batch_size,
-            sampler=CursorSampler(source),
+            sampler=CursorSampler(source, announcer(dataset, batch_size)),
             collate_fn=collate_fn,
             num_workers=num_workers,
             pin_memory=pin_memory,

@@ -40,7 +40,6 @@ from lading.sources.chunks import (
     _reading,
     chunk_lines,
     chunk_trec,
-    open_binary,
 )
 from lading.sources.fingerprint import fingerprint
 from lading.sources.parsers import (
@@ -53,6 +52,7 @@ from lading.sources.parsers import (
     make_tsv_parser,
     refuses_loose_keywords,
 )
+from lading.sources.span import FilePart, Whole
 from lading.sources.tables import iter_table
 from lading.sources.tsv_blocks import TsvBlock, records_block, scanned_blocks
 
@@ -191,6 +191,8 @@ class SourceReader:
         on_error: ``"raise"`` stops at the first bad record with a :class:`SourceError`;
             ``"skip"`` skips it and counts it in :attr:`skipped`.
         options: where ids, text and fields are found.
+        span: read the lines starting in this byte range of an uncompressed TSV or JSONL
+            file (a shard's part: :mod:`lading.sources.span`), numbered as in the whole file.
 
     Attributes:
         skipped: records skipped so far under ``on_error="skip"``.
@@ -203,6 +205,7 @@ class SourceReader:
     options: ParseOptions = field(default_factory=ParseOptions)
     skipped: int = 0
     skip_reasons: list[str] = field(default_factory=list)
+    span: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR_MODES:
@@ -216,6 +219,12 @@ class SourceReader:
         if self.format != "irds" and not os.path.exists(name):
             raise FileNotFoundError(f"source {name} does not exist")
         check_source_shape(name, self.format)
+        self._part = None if self.span is None else FilePart(name, self.format, *self.span)
+
+    def absolute_line(self, line: int) -> int:
+        """The file's own number of ``line`` as counted in the part this reader reads."""
+        part = getattr(self, "_part", None)  # a RecordStream sets no fields of its own
+        return line if part is None else part.absolute_line(line)
 
     @property
     def path(self) -> Path | None:
@@ -280,7 +289,7 @@ class SourceReader:
             )
         parse = self.parser()
         chunker = FILE_FORMATS[self.file_format].chunker
-        with _reading(path) as where, open_binary(path) as stream:
+        with _reading(path) as where, (self._part or Whole(path)).open() as stream:
             for chunk in chunker(stream):
                 where[0] = chunk.line
                 try:
@@ -325,7 +334,7 @@ class SourceReader:
             yield from self.iter_numbered()
             return
         parse = self.parser()
-        with _reading(path) as where, open_binary(path) as stream:
+        with _reading(path) as where, (self._part or Whole(path)).open() as stream:
             for raw, block in scanned_blocks(stream, self.options.columns):
                 where[0] = raw.line
                 if block is not None:
@@ -341,6 +350,7 @@ class SourceReader:
                     yield record, chunk.line, chunk.end
 
     def _bad(self, path: Path, line: int, reason: str) -> None:
+        line = self.absolute_line(line)
         if self.on_error == "raise":
             raise SourceError(path, line, reason)
         self.skipped += 1

@@ -3,7 +3,6 @@ row codes, and (the tokenized-store capability) token ids."""
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -201,14 +200,13 @@ class DocStore(ABC):
 
 
 def store_identity(store: object) -> dict[str, object]:
-    """What identifies a store's content, cheaply: a lading directory's (packed store,
-    offsets index) file checksums from its ``meta.json``, which change with every rebuild of
-    other data; otherwise its type and size (an in-memory dict or an ir_datasets docstore has
-    no build record to read)."""
-    path = getattr(store, "path", None)
-    meta = Path(path) / "meta.json" if path is not None else None
-    if meta is not None and meta.is_file():
-        files = json.loads(meta.read_text(encoding="utf-8")).get("files", {})
-        sums = {name: info.get("crc32") for name, info in sorted(files.items())}
-        return {"type": type(store).__name__, "files": sums}
+    """What identifies the content of the store object in hand, cheaply: for a lading
+    directory (packed store, offsets index), the content of the snapshot this object reads
+    (:func:`lading.disk.snapshot.content_id`: its files' sizes and CRC32s from the manifest it
+    pinned, never what is on disk now, so a rebuild since the object was opened changes
+    nothing it is keyed on); otherwise its type and size (an in-memory dict or an ir_datasets
+    docstore has no build record to read)."""
+    content = getattr(store, "content_id", None)
+    if isinstance(content, str):
+        return {"type": type(store).__name__, "content": content}
     return {"type": type(store).__name__, "size": len(store)}  # type: ignore[arg-type]
