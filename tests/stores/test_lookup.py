@@ -19,6 +19,7 @@ from lading.stores import hashindex
 from lading.stores.hashindex import SLOTS, hash_words, query_words, write_hash_index
 from lading.stores.index import IdIndex
 from lading.stores.layout import index_dir
+from lading.stores.shards import ShardedColumn
 
 
 @pytest.fixture(params=["c", "numpy"])
@@ -411,3 +412,27 @@ def test_sorted_keys_and_rows_of_different_lengths_are_refused(route: str, tmp_p
     write_file(where / "index.rows", rows[:-3])
     with pytest.raises(StoreFormatError, match=r"index.keys holds 40 ids, index.rows 37 rows"):
         IdIndex(where, meta)
+
+
+def test_rows_outside_a_sharded_column_raise_as_in_one_shard(route: str, tmp_path: Path) -> None:
+    # a store built in shards read row -1 as "" and -2 as some row of the wrong shard's data
+    # (ids_at([-2]) gave 'D4' of 10 rows), where a one-shard store raised
+    src = write(tmp_path / "s.tsv", "".join(f"D{i}\ttext of D{i}\n" for i in range(10)))
+    for i in range(2):
+        lading.build_store(src, tmp_path / "s", progress=False, shard=(i, 2))
+    store = lading.merge_store(tmp_path / "s")
+    text = store._maps().text
+    for call in (store.texts_at, store.ids_at, text.arrays, text.bytes_at):
+        for bad in ([-1], [0, -2], [10], [3, 2**40]):
+            first = next(r for r in bad if not 0 <= r < 10)
+            with pytest.raises(IndexError, match=rf"^row {first} out of range for 10 rows$"):
+                call(np.array(bad))
+    assert store.texts_at(np.array([9, 0])) == ["text of D9", "text of D0"]
+    assert store.ids_at(np.array([4, 5])) == ["D4", "D5"]
+    assert isinstance(text, ShardedColumn) and text.offsets is not None
+    offsets = text.offsets.copy()
+    offsets[3] = 10**6  # row 2 ends past the data, row 3 starts after it ends
+    damaged = ShardedColumn(text.parts, offsets)
+    for row in (2, 3):
+        with pytest.raises(StoreFormatError, match=rf"offsets of row {row} \(.*not within"):
+            damaged.texts(np.array([0, row]))
