@@ -18,6 +18,8 @@ from lading.errors import StoreFormatError
 from lading.stores import hashindex
 from lading.stores.hashindex import SLOTS, hash_words, query_words, write_hash_index
 from lading.stores.index import IdIndex
+from lading.stores.layout import index_dir
+from lading.stores.shards import ShardedColumn
 
 
 @pytest.fixture(params=["c", "numpy"])
@@ -226,22 +228,50 @@ def _column(directory: Path, data: bytes, offsets: list[int]) -> RaggedColumn:
     return column
 
 
-def test_damaged_offsets_raise_instead_of_reading_past_the_data(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    helper = native.load()
-    if helper is None:
-        pytest.skip("the C helper is not built here (the numpy route slices, which is safe)")
-    monkeypatch.setattr(native, "NATIVE", helper)
+@pytest.mark.parametrize("warm", [True, False])  # cold: the batch's pages are asked for first
+def test_damaged_offsets_raise_on_every_route(route: str, warm: bool, tmp_path: Path) -> None:
+    # numpy sliced them: row 0 came back cut to the data ("abcde"), descending row 1 as ""
     column = _column(tmp_path, b"abcde", [0, 100, 2, 5])  # row 0 ends past the data
-    with pytest.raises(StoreFormatError, match=r"text.off: the offsets of row 0 \(0..100\)"):
-        column.texts(np.array([0, 2]))
-    with pytest.raises(StoreFormatError, match="row 1"):
+    column._read_ahead = not warm
+    damaged = r"text\.off: the offsets of row {} \({}\) are not within the data \(5 bytes\)"
+    with pytest.raises(StoreFormatError, match=damaged.format(0, r"0\.\.100")):
+        column.texts(np.array([2, 0, 1]))
+    with pytest.raises(StoreFormatError, match=damaged.format(1, r"100\.\.2")):
         column.texts(np.array([1]))  # 100..2: descending
-    assert column.texts(np.array([2, 2])) == ["cde", "cde"]
-    for bad in ([3], [-1], [2**40]):
-        with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(StoreFormatError, match=damaged.format(1, r"100\.\.2")):
+        column.text(1)
+    assert column.texts(np.array([2, 2])) == ["cde", "cde"] and column.text(2) == "cde"
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_rows_outside_the_column_raise_on_every_route(
+    route: str, warm: bool, tmp_path: Path
+) -> None:
+    # numpy read row -1 as "" (offsets[-1]..offsets[0]) and -2 as the last row: a -1 from
+    # find_rows (absent) handed to texts_at came back as an empty document, no error
+    column = _column(tmp_path, b"abcde", [0, 2, 5])
+    column._read_ahead = not warm
+    for bad in ([-1], [0, -2], [2], [1, 3], [-(2**63)], [2**40], [0] * 40 + [-1]):
+        first = next(r for r in bad if not 0 <= r < 2)
+        with pytest.raises(IndexError, match=rf"^row {first} out of range for 2 rows$"):
             column.texts(np.array(bad))
+        with pytest.raises(IndexError, match=rf"^row {first} out of range for 2 rows$"):
+            column.arrays(np.array(bad))
+    with pytest.raises(IndexError, match=r"^row -1 out of range for 2 rows$"):
+        column.text(-1)
+    assert column.texts(np.array([1, 0])) == ["cde", "ab"]
+
+
+def test_a_batch_is_checked_whole_before_anything_is_decoded(route: str, tmp_path: Path) -> None:
+    # the helper checked (and decoded) 32 rows at a time: a bad row 40 raised after an invalid
+    # row 0 had, where numpy checks the whole batch first; both now answer as numpy does
+    column = _column(tmp_path, b"ok\xff\xfe", [0, 2, 4, 99, 4])  # row 1 not UTF-8, 2 past the end
+    with pytest.raises(IndexError, match="row 7 out of range"):
+        column.texts(np.array([1] * 40 + [7]))
+    with pytest.raises(StoreFormatError, match="offsets of row 2"):
+        column.texts(np.array([1] * 40 + [2]))
+    with pytest.raises(UnicodeDecodeError):
+        column.texts(np.array([0] * 40 + [1]))
 
 
 def test_invalid_utf8_raises_on_both_routes(route: str, tmp_path: Path) -> None:
@@ -308,3 +338,101 @@ def test_the_helper_and_numpy_find_the_same_rows_in_any_hash_index(
             assert IdIndex(directory, meta).rows(query).tolist() == expected, route
         finally:
             native.NATIVE = helper
+
+
+def test_a_spill_past_every_bucket_is_refused(route: str, tmp_path: Path) -> None:
+    # a damaged max_spill with every bucket full sent an absent id round the table for ever
+    directory, meta, _ = _hash_dir(tmp_path, ["alpha", "beta", "gamma"])
+    assert meta["max_spill"] < meta["buckets"] == 2  # what a build writes: at most buckets - 1
+    write_file(directory / "index.table", np.full(2 * SLOTS, 1 << 32 | 1, "<u8"))
+    with pytest.raises(StoreFormatError, match="max_spill 2 is not below its 2 buckets"):
+        IdIndex(directory, {**meta, "max_spill": 2})
+
+
+@pytest.mark.parametrize("where", ["home", "spilled"])
+def test_a_slot_past_the_keys_is_a_damaged_index_on_both_routes(
+    route: str, where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the C helper skipped such a slot (its id then read as absent), numpy raised its own
+    # IndexError; a slot is only read when its tag is the query's, so only that id's lookups see it
+    if where == "spilled":
+        monkeypatch.setattr(hashindex, "_LOAD", SLOTS)  # full buckets: ids live in the next one
+    ids = [f"id-{i}" for i in range(400)]
+    directory, meta, width = _hash_dir(tmp_path, ids)
+    table = np.fromfile(directory / "index.table", "<u8").reshape(-1, SLOTS)
+    words, _ = query_words(ids, width)
+    home = ((hash_words(words) & 0xFFFFFFFF) * int(meta["buckets"])) >> 32
+    rows = (table & 0xFFFFFFFF).astype(np.int64) - 1
+    filled = np.argwhere(rows >= 0)
+    at_home = home[rows[filled[:, 0], filled[:, 1]]] == filled[:, 0]
+    bucket, slot = filled[np.flatnonzero(at_home == (where == "home"))[0]]
+    victim = int(rows[bucket, slot])
+    table[bucket, slot] = (table[bucket, slot] >> 32 << 32) | (len(ids) + 5 + 1)  # row 404
+    write_file(directory / "index.table", table)
+    index = IdIndex(directory, meta)
+    others = [i for i in range(len(ids)) if i != victim][:50]
+    assert index.rows([ids[i] for i in others]).tolist() == others
+    damaged = r"index\.table: a slot names a row past the 400 keys; rebuild the store"
+    for batch in ([ids[victim]], [ids[others[0]], ids[victim]], [ids[victim]] * 40):
+        with pytest.raises(StoreFormatError, match=damaged):
+            index.rows(batch)
+    with pytest.raises(StoreFormatError, match=damaged):
+        index.row(ids[victim])
+
+
+@pytest.mark.parametrize("corpus", list(CORPORA))
+def test_a_batch_that_is_no_sequence_is_refused_alike_on_every_route(
+    route: str, corpus: str, tmp_path: Path
+) -> None:
+    # the helper took a generator or a set (and then failed on ids[absent] for a missing id),
+    # numpy said "object of type 'generator' has no len()" or, for the hash index, "Changing
+    # the dtype of a 0d array"; rows("12") read two ids, '1' and '2'
+    ids, _ = CORPORA[corpus]
+    store = build(tmp_path, ids)
+    for call in (store.get_many, store.rows, store.find_rows, store.get_many_bytes):
+        name = call.__name__
+        for batch in ((i for i in ids[:2]), set(ids[:2]), dict.fromkeys(ids[:2]), None, 7):
+            kind = type(batch).__name__
+            with pytest.raises(
+                TypeError, match=rf"^{name}\(\) takes a sequence of ids .*not a {kind}"
+            ):
+                call(batch)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=rf"^{name}\(\) takes a list of ids, not the str"):
+            call("12")  # type: ignore[arg-type]
+        assert len(call(np.array(ids[:2]))) == len(call(range(0))) + 2
+
+
+def test_sorted_keys_and_rows_of_different_lengths_are_refused(route: str, tmp_path: Path) -> None:
+    # the helper searched the shorter of the two silently, numpy raised its own IndexError
+    store = build(tmp_path, [str(v) for v in random.Random(2).sample(range(10**12), 40)])
+    meta = store.meta["index"]
+    assert meta["kind"] == "sorted-int"
+    where = tmp_path / "s" / index_dir(store.meta)
+    rows = np.fromfile(where / "index.rows", meta["row_dtype"])
+    write_file(where / "index.rows", rows[:-3])
+    with pytest.raises(StoreFormatError, match=r"index.keys holds 40 ids, index.rows 37 rows"):
+        IdIndex(where, meta)
+
+
+def test_rows_outside_a_sharded_column_raise_as_in_one_shard(route: str, tmp_path: Path) -> None:
+    # a store built in shards read row -1 as "" and -2 as some row of the wrong shard's data
+    # (ids_at([-2]) gave 'D4' of 10 rows), where a one-shard store raised
+    src = write(tmp_path / "s.tsv", "".join(f"D{i}\ttext of D{i}\n" for i in range(10)))
+    for i in range(2):
+        lading.build_store(src, tmp_path / "s", progress=False, shard=(i, 2))
+    store = lading.merge_store(tmp_path / "s")
+    text = store._maps().text
+    for call in (store.texts_at, store.ids_at, text.arrays, text.bytes_at):
+        for bad in ([-1], [0, -2], [10], [3, 2**40]):
+            first = next(r for r in bad if not 0 <= r < 10)
+            with pytest.raises(IndexError, match=rf"^row {first} out of range for 10 rows$"):
+                call(np.array(bad))
+    assert store.texts_at(np.array([9, 0])) == ["text of D9", "text of D0"]
+    assert store.ids_at(np.array([4, 5])) == ["D4", "D5"]
+    assert isinstance(text, ShardedColumn) and text.offsets is not None
+    offsets = text.offsets.copy()
+    offsets[3] = 10**6  # row 2 ends past the data, row 3 starts after it ends
+    damaged = ShardedColumn(text.parts, offsets)
+    for row in (2, 3):
+        with pytest.raises(StoreFormatError, match=rf"offsets of row {row} \(.*not within"):
+            damaged.texts(np.array([0, row]))

@@ -9,8 +9,9 @@
  * Safety: every row, offset and table entry read from the files is checked against the
  * buffer it indexes before it is used (a damaged file raises, never reads stray memory); the
  * buffers are held (Py_buffer) for the whole call. Offsets and table words are little-endian:
- * native.py only loads this module on a little-endian machine. Rows an index returns are only
- * checked to be >= 0; texts() checks them against the column it reads.
+ * native.py only loads this module on a little-endian machine. Rows a dense or sorted index
+ * returns are only checked to be >= 0 (a hash row must name one of the keys); texts() checks
+ * them against the column it reads.
  *
  * Ids (the same rule as the numpy path in lading.stores.index / hashindex): an exact int, or a
  * numpy integer (the type registered by configure()), is that integer; a str is its UTF-8; any
@@ -26,6 +27,9 @@
  * (~350 B) from 18.1 to 14.9 us; on 6.5 KB documents 1024 did best (70.8 us, 4096: 76.0) */
 #define PREFETCH_BYTES 1024
 #define SLOTS 8 /* uint64 slots per hash bucket (one 64-byte cache line) */
+#ifndef LADING_SOURCE_SHA256 /* setup.py defines it: sha256 of this file (native.py checks it) */
+#define LADING_SOURCE_SHA256 ""
+#endif
 #define MAX_CANONICAL 1000000000000000000LL /* 10**18: canonical ints have <= 18 digits */
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -300,33 +304,43 @@ typedef struct {
     Py_ssize_t max_spill;
 } HashTable;
 
-/* The row of probe p: every slot of its bucket and of the buckets it may have spilled to. */
+#define PAST_KEYS (-2) /* a slot with the probe's tag names a row past the keys: damaged */
+
+/* The row slot e holds for tag: -1 for another tag or an empty slot, else its row (PAST_KEYS
+ * when that is not a row of the keys). */
+static int64_t slot_row(const HashTable *t, uint64_t e, uint64_t tag) {
+    int64_t row = (int64_t)(e & 0xFFFFFFFFULL) - 1;
+    if ((e >> 32) != tag || row < 0) return -1;
+    return row < t->nkeys ? row : PAST_KEYS;
+}
+
+/* The row of probe p: every slot of its bucket and of the buckets it may have spilled to, each
+ * bucket read whole as the numpy route reads it (the same damage seen, the same match kept). */
 static int64_t hash_find(const HashTable *t, const Probe *p) {
     uint64_t tag = p->hash >> 32;
     int64_t b = p->bucket;
     for (Py_ssize_t step = 0; step <= t->max_spill; step++) {
         const uint64_t *slot = t->table + b * SLOTS;
+        int64_t found = -1;
         for (int s = 0; s < SLOTS; s++) {
-            uint64_t e = slot[s];
-            int64_t row = (int64_t)(e & 0xFFFFFFFFULL) - 1;
-            if ((e >> 32) == tag && row >= 0 && row < t->nkeys &&
-                same_key(t->keys + row * t->width, p->key, p->len, t->width))
-                return row;
+            int64_t row = slot_row(t, slot[s], tag);
+            if (row == PAST_KEYS) return PAST_KEYS;
+            if (row >= 0 && same_key(t->keys + row * t->width, p->key, p->len, t->width))
+                found = row;
         }
+        if (found >= 0) return found;
         if ((slot[SLOTS - 1] & 0xFFFFFFFFULL) == 0) return -1; /* not full: nothing spilled */
         b = (b + 1) % t->buckets;
     }
     return -1;
 }
 
-/* The first row of p's home bucket whose tag matches (-1: none), for the fast pass. */
+/* The first row of p's home bucket whose tag matches (-1: none; PAST_KEYS), for the fast pass. */
 static int64_t hash_candidate(const HashTable *t, const Probe *p) {
     const uint64_t *slot = t->table + p->bucket * SLOTS;
-    uint64_t tag = p->hash >> 32;
     for (int s = 0; s < SLOTS; s++) {
-        uint64_t e = slot[s];
-        int64_t row = (int64_t)(e & 0xFFFFFFFFULL) - 1;
-        if ((e >> 32) == tag && row >= 0 && row < t->nkeys) return row;
+        int64_t row = slot_row(t, slot[s], p->hash >> 32);
+        if (row != -1) return row;
     }
     return -1;
 }
@@ -365,9 +379,10 @@ static PyObject *hash_rows(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL, *seq = NULL, *rows = NULL;
     PyObject *hold[CHUNK] = {NULL};
-    Py_ssize_t words = width / 8;
-    if (width < 8 || width % 8 || buckets < 1 || max_spill < 0 ||
-        table.len < buckets * SLOTS * 8 || mult.len < words * 8) {
+    /* sizes by division: buckets * 64 from a damaged meta could wrap past 2**64 (and pass); a
+     * spill is at most buckets - 1 (each step moves to the next bucket, and one has room) */
+    if (width < 8 || width % 8 || buckets < 1 || max_spill < 0 || max_spill >= buckets ||
+        table.len / (SLOTS * 8) < buckets || mult.len / 8 < width / 8) {
         PyErr_SetString(Damaged, "hash index: table or width does not match its meta");
         goto done;
     }
@@ -393,6 +408,7 @@ static PyObject *hash_rows(PyObject *self, PyObject *args) {
         for (Py_ssize_t j = 0; j < m; j++) { /* phase 2: the candidate row, prefetch its key */
             Probe *p = &probe[j];
             p->row = p->key == NULL ? -1 : hash_candidate(&t, p);
+            if (p->row == PAST_KEYS) goto damaged;
             if (p->row >= 0) PREFETCH(t.keys + p->row * width);
         }
         for (Py_ssize_t j = 0; j < m; j++) { /* phase 3: confirm, or search every slot */
@@ -401,8 +417,8 @@ static PyObject *hash_rows(PyObject *self, PyObject *args) {
             if (p->key != NULL) {
                 if (p->row >= 0 && same_key(t.keys + p->row * width, p->key, p->len, width))
                     row = p->row;
-                else
-                    row = hash_find(&t, p);
+                else if ((row = hash_find(&t, p)) == PAST_KEYS)
+                    goto damaged;
             }
             out[lo + j] = row;
             if (row < 0 && first_missing < 0) first_missing = lo + j;
@@ -411,6 +427,9 @@ static PyObject *hash_rows(PyObject *self, PyObject *args) {
     }
     result = rows_result(rows, first_missing);
     rows = NULL;
+    goto done;
+damaged:
+    PyErr_Format(Damaged, "a slot names a row past the %lld keys", (long long)t.nkeys);
 done:
     for (int j = 0; j < CHUNK; j++) Py_XDECREF(hold[j]);
     Py_XDECREF(rows);
@@ -423,6 +442,9 @@ done:
 
 /* ---- texts: rows of a ragged UTF-8 column as new str ------------------------------------ */
 
+/* The whole batch is checked before anything is decoded, in the numpy route's order: every row
+ * in the column (else IndexError, the first such row), then every row's offsets within the data
+ * (else Damaged, the first such row); then each row is decoded (UnicodeDecodeError). */
 static PyObject *texts(PyObject *self, PyObject *args) {
     Py_buffer rows, offsets, data;
     if (!PyArg_ParseTuple(args, "y*y*y*", &rows, &offsets, &data)) return NULL;
@@ -433,39 +455,43 @@ static PyObject *texts(PyObject *self, PyObject *args) {
     const char *bytes = (const char *)data.buf;
     int64_t count = offsets.len / 8 - 1;
     uint64_t size = (uint64_t)data.len;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (r[i] < 0 || r[i] >= count) {
+            PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld rows", (long long)r[i],
+                         (long long)count);
+            goto done;
+        }
+    }
+    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) { /* the offsets: prefetched, then checked */
+        Py_ssize_t hi = lo + CHUNK < n ? lo + CHUNK : n;
+        for (Py_ssize_t i = lo; i < hi; i++) {
+            PREFETCH(off + r[i] * 8);
+            PREFETCH(off + r[i] * 8 + 8);
+        }
+        for (Py_ssize_t i = lo; i < hi; i++) {
+            uint64_t start = load64(off + r[i] * 8), end = load64(off + r[i] * 8 + 8);
+            if (start > end || end > size) {
+                PyErr_Format(Damaged,
+                             "the offsets of row %lld (%llu..%llu) are not within the data "
+                             "(%llu bytes)",
+                             (long long)r[i], (unsigned long long)start, (unsigned long long)end,
+                             (unsigned long long)size);
+                goto done;
+            }
+        }
+    }
     list = PyList_New(n);
     if (list == NULL) goto done;
     uint64_t start[CHUNK], end[CHUNK];
     for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
         Py_ssize_t m = (lo + CHUNK < n ? lo + CHUNK : n) - lo;
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 1: check the rows, prefetch offsets */
-            int64_t row = r[lo + j];
-            if (row < 0 || row >= count) {
-                PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld rows",
-                             (long long)row, (long long)count);
-                Py_CLEAR(list);
-                goto done;
-            }
-            PREFETCH(off + row * 8);
-            PREFETCH(off + row * 8 + 8);
-        }
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 2: check offsets, prefetch the text */
-            const unsigned char *o = off + r[lo + j] * 8;
-            start[j] = load64(o);
-            end[j] = load64(o + 8);
-            if (start[j] > end[j] || end[j] > size) {
-                PyErr_Format(Damaged,
-                             "the offsets of row %lld (%llu..%llu) are not within the data "
-                             "(%llu bytes)",
-                             (long long)r[lo + j], (unsigned long long)start[j],
-                             (unsigned long long)end[j], (unsigned long long)size);
-                Py_CLEAR(list);
-                goto done;
-            }
+        for (Py_ssize_t j = 0; j < m; j++) { /* offsets (cached now, checked), prefetch the text */
+            start[j] = load64(off + r[lo + j] * 8);
+            end[j] = load64(off + r[lo + j] * 8 + 8);
             uint64_t stop = end[j] < start[j] + PREFETCH_BYTES ? end[j] : start[j] + PREFETCH_BYTES;
             for (uint64_t a = start[j] & ~(uint64_t)63; a < stop; a += 64) PREFETCH(bytes + a);
         }
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 3: decode */
+        for (Py_ssize_t j = 0; j < m; j++) { /* decode */
             PyObject *s = PyUnicode_DecodeUTF8(bytes + start[j], (Py_ssize_t)(end[j] - start[j]),
                                                "strict");
             if (s == NULL) {
@@ -509,7 +535,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Damaged = PyErr_NewException("lading.disk._native.Damaged", PyExc_ValueError, NULL);
-    if (Damaged == NULL || PyModule_AddObjectRef(m, "Damaged", Damaged) < 0) {
+    if (Damaged == NULL || PyModule_AddObjectRef(m, "Damaged", Damaged) < 0 ||
+        PyModule_AddStringConstant(m, "SOURCE_SHA256", LADING_SOURCE_SHA256) < 0) {
         Py_DECREF(m);
         return NULL;
     }

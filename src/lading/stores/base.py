@@ -4,7 +4,8 @@ row codes, and (the tokenized-store capability) token ids."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,13 +24,27 @@ def is_id(doc_id: object) -> bool:
 
 
 def id_list(ids: Sequence[IdLike], call: str = "get_many") -> Sequence[IdLike]:
-    """``ids`` if it is a sequence of ids; a TypeError for a str or bytes, which would be
-    read as one id a character (``get_many("12")`` gave documents '1' and '2')."""
+    """``ids`` if it is a sequence of ids (a list, tuple, range or 1-d numpy array), else a
+    TypeError: a str or bytes would be read as one id a character (``get_many("12")`` gave
+    documents '1' and '2'); a generator has no length and no ``ids[i]`` to name an absent id
+    by; a set or dict has no order for the rows to follow. Every route then refuses alike."""
+    if type(ids) is list or type(ids) is tuple:
+        return ids
     if isinstance(ids, (str, bytes)):
         kind = type(ids).__name__
         raise TypeError(
             f"{call}() takes a list of ids, not the {kind} {ids!r} (it would be read as one "
             f"id per character): pass [{ids!r}], or store[{ids!r}] for one document"
+        )
+    if (
+        isinstance(ids, (AbstractSet, Mapping))
+        or not hasattr(ids, "__len__")
+        or not hasattr(ids, "__getitem__")
+        or getattr(ids, "ndim", 1) != 1
+    ):
+        raise TypeError(
+            f"{call}() takes a sequence of ids (a list, tuple or 1-d numpy array), not a "
+            f"{type(ids).__name__}: pass list(...) of it (in the order the rows should follow)"
         )
     return ids
 

@@ -193,8 +193,17 @@ class HashIndex:
                 f"match {self._buckets} buckets of {SLOTS} slots and keys of {self.width} bytes; "
                 "rebuild the store"
             )
+        if not 0 <= self.max_spill < self._buckets:  # a build spills at most buckets - 1 times
+            raise StoreFormatError(
+                f"{directory}: the hash index's max_spill {self.max_spill} is not below its "
+                f"{self._buckets} buckets (a lookup would go round the table for ever); "
+                "rebuild the store"
+            )
         self._table = self._table_file.array("<u8").reshape(self._buckets, SLOTS)
         self._keys = self._keys_file.array("<u8").reshape(-1, self.width // 8)
+
+    def _damaged(self, problem: str) -> StoreFormatError:
+        return StoreFormatError(f"{self._table_file.path}: {problem}; rebuild the store")
 
     def native_finder(self) -> Callable[[Sequence[str | int]], tuple[bytearray, int]] | None:
         """The C helper's lookup bound to this table (None without the helper): a batch of ids
@@ -207,9 +216,12 @@ class HashIndex:
         factors = word_multipliers(width // 8).tobytes()
 
         def find(ids: Sequence[str | int]) -> tuple[bytearray, int]:
-            found: tuple[bytearray, int] = c.hash_rows(
-                ids, table, keys, width, buckets, spill, factors
-            )
+            try:
+                found: tuple[bytearray, int] = c.hash_rows(
+                    ids, table, keys, width, buckets, spill, factors
+                )
+            except c.Damaged as e:
+                raise self._damaged(str(e)) from None
             return found
 
         return find
@@ -226,6 +238,11 @@ class HashIndex:
         first = candidates.argmax(axis=1)
         picked = np.take_along_axis(entries, first[:, None], axis=1)[:, 0]
         rows = (picked & _LOW).astype(np.int64) - 1  # -1 (empty) reads the last key: masked
+        # slot 0 where no tag matched: not a candidate (its key may still be the query's, in a
+        # damaged table, and the C helper would not see it)
+        rows[(picked >> _TAG_SHIFT) != tag] = -1
+        if int(rows.max(initial=-1)) >= len(self._keys):  # a damaged slot with the query's tag
+            raise self._damaged(f"a slot names a row past the {len(self._keys)} keys")
         ok = fits & (rows >= 0) & (self._keys[rows] == words).all(axis=1)
         out = np.where(ok, rows, -1)
         if ok.all():
@@ -249,6 +266,8 @@ class HashIndex:
             rows = (entries[hit_q, hit_s] & _LOW).astype(np.int64) - 1
             good = rows >= 0
             hit_q, rows = hit_q[good], rows[good]
+            if len(rows) and int(rows.max()) >= len(self._keys):
+                raise self._damaged(f"a slot names a row past the {len(self._keys)} keys")
             match = (self._keys[rows] == words[active[hit_q]]).all(axis=1)
             out[active[hit_q[match]]] = rows[match]
             # only an id whose bucket is full can live further on

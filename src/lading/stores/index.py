@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.disk import MappedFile, SpillArray, native, write_file
+from lading.errors import StoreFormatError
 from lading.sources.tsv_blocks import Column, int_values
 from lading.stores.hashindex import HashIndex, id_key, key_width, write_hash_index
 
@@ -195,6 +196,11 @@ class IdIndex:
             rows = MappedFile(directory / "index.rows", True)
             self._keys = keys.array(np.dtype(meta["key_dtype"]))
             self._rows = rows.array(rows_t)
+            if len(self._keys) != len(self._rows):
+                raise StoreFormatError(
+                    f"{directory}: index.keys holds {len(self._keys)} ids, index.rows "
+                    f"{len(self._rows)} rows; rebuild the store"
+                )
             if c is not None and self._keys.dtype == np.dtype("<i8"):
                 found, at, size = keys.buffer, rows.buffer, rows_t.itemsize
                 self._native = lambda ids: c.sorted_rows(ids, found, at, size)
@@ -210,11 +216,11 @@ class IdIndex:
         value = key if isinstance(key, int) else canonical_int(key)
         if value is None or not 0 <= value < 10**_MAX_INT_DIGITS:
             return -1
-        if self.kind == "dense":
-            return int(self._table[value]) if value < len(self._table) else -1
+        if self.kind == "dense":  # a row < 0 (a damaged table) is absent, as in the C helper
+            return max(-1, int(self._table[value])) if value < len(self._table) else -1
         pos = int(np.searchsorted(self._keys, value))
         if pos < len(self._keys) and int(self._keys[pos]) == value:
-            return int(self._rows[pos])
+            return max(-1, int(self._rows[pos]))
         return -1
 
     def rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
@@ -229,6 +235,8 @@ class IdIndex:
             return np.frombuffer(raw, np.int64), absent
         rows = self._numpy_rows(ids)
         missing = np.flatnonzero(rows < 0)
+        if len(missing):
+            rows[missing] = -1  # a row < 0 read from a damaged table is absent, as in the helper
         return rows, int(missing[0]) if len(missing) else -1
 
     def _numpy_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:

@@ -170,8 +170,7 @@ class PackedStore(DocStore):
 
     def rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         # the index reports the first absent id itself: no second pass over the rows
-        ids = id_list(ids, "rows")
-        rows, absent = self._maps().index.lookup(ids)
+        rows, absent = self._maps().index.lookup(id_list(ids, "rows"))
         if absent >= 0:
             raise self.missing(ids[absent])
         return rows
@@ -190,7 +189,7 @@ class PackedStore(DocStore):
         """UTF-8 bytes of ``ids`` in request order, not decoded: one copy per document instead
         of two (for long documents that a tokenizer or a writer takes as bytes anyway).
         Each ``bytes`` is the caller's own."""
-        return rows_bytes(self._maps().text, self.rows(ids))
+        return rows_bytes(self._maps().text, self.rows(id_list(ids, "get_many_bytes")))
 
     def texts_range(self, start: int, stop: int) -> list[str]:
         """Texts of rows ``start .. stop - 1`` (a scan): made in bulk by Arrow when ``pyarrow``

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.disk import OFFSET_DTYPE, RaggedColumn
+from lading.errors import StoreFormatError
 from lading.stores.bulk import bytes_at, texts_range
 
 
@@ -29,6 +30,7 @@ class ShardedColumn:
         # data starts in that count
         self.offsets = offsets
         data_sizes = [int(p.offsets[-1]) for p in parts]
+        self._sizes = np.array(data_sizes, dtype=np.uint64)  # items of each shard's data
         self.bases = np.concatenate([[0], np.cumsum(data_sizes)]).astype(np.uint64)
         self._base_inner = self.bases[1:-1]
         sizes = [len(p) for p in parts]
@@ -44,29 +46,51 @@ class ShardedColumn:
     def _locate(
         self, rows: npt.NDArray[np.int64]
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:
-        """(shard, local row) of each row. Like a plain column, rows are not range-checked
-        here: they come from the id index, and a row past the end fails in numpy."""
+        """(shard, local row) of each row (rows in range: :meth:`_spans` checks them)."""
         rows = np.asarray(rows, dtype=np.int64)
         part = np.searchsorted(self._inner, rows, side="right")
         return part, rows - self.starts[part]
 
     def _spans(self, rows: npt.NDArray[np.int64]) -> tuple[list[int], list[int], list[int]]:
-        """(shard, start, end) of each row in its shard's data (in items)."""
+        """(shard, start, end) of each row in its shard's data (in items), checked as a one-shard
+        column checks them (:meth:`RaggedColumn.bounds`): numpy alone read row -1 as ``""``
+        and -2 as a row of another shard's data.
+
+        Raises:
+            IndexError: a row is not in the column (the first such row of the batch).
+            StoreFormatError: a row's offsets are not within its shard's data.
+        """
         rows = np.asarray(rows, dtype=np.int64)
+        outside = rows.view(np.uint64) >= self._count  # both ends at once: -1 is 2**64 - 1
+        if outside.any():
+            raise IndexError(f"row {rows[outside][0]} out of range for {self._count} rows")
         if self.offsets is not None:  # two gathers, as in one shard, then the shard by byte
             starts, ends = self.offsets[rows], self.offsets[rows + 1]
             part = np.searchsorted(self._base_inner, starts, side="right")
             base = self.bases[part]
-            return part.tolist(), (starts - base).tolist(), (ends - base).tolist()
-        part, local = self._locate(rows)
-        first = np.empty(len(part), dtype=np.uint64)
-        last = np.empty(len(part), dtype=np.uint64)
-        for p, column in enumerate(self.parts):
-            mine = part == p
-            if mine.any():
-                at = local[mine]
-                first[mine] = column.offsets[at]
-                last[mine] = column.offsets[at + 1]
+            # ends - base may wrap where ends < starts: that row is refused by the first test
+            wrong = (starts > ends) | (ends - base > self._sizes[part])
+            first, last = starts - base, ends - base
+            read = starts, ends  # the offsets as stored, for the message
+        else:
+            part, local = self._locate(rows)
+            first = np.empty(len(part), dtype=np.uint64)
+            last = np.empty(len(part), dtype=np.uint64)
+            for p, column in enumerate(self.parts):
+                mine = part == p
+                if mine.any():
+                    at = local[mine]
+                    first[mine] = column.offsets[at]
+                    last[mine] = column.offsets[at + 1]
+            wrong = (first > last) | (last > self._sizes[part])
+            read = first, last
+        if wrong.any():
+            at = int(wrong.argmax())
+            raise StoreFormatError(
+                f"{self.parts[int(part[at])].data.path}: the offsets of row {rows[at]} "
+                f"({read[0][at]}..{read[1][at]}) are not within the data of shard {part[at]}; "
+                "rebuild the store"
+            )
         return part.tolist(), first.tolist(), last.tolist()
 
     def text(self, row: int) -> str:
