@@ -200,3 +200,28 @@ def test_a_train_cell_with_a_model_runs_on_its_tokenizer(collection: Path, tmp_p
     assert done.returncode == 0, done.stderr[-3000:]
     cells = json.loads((out / "results.json").read_text())["cells"]
     assert [c["status"] for c in cells] == ["ok"], [c.get("reason") for c in cells]
+
+
+def test_precision_reaches_the_train_step_and_the_report() -> None:
+    """``--precision bf16`` is the step's autocast dtype, and the report names it beside the
+    model (a GPU figure without its precision cannot be compared)."""
+    from lading.bench.report import batch_line
+
+    _, settings, _ = plan("--precision", "bf16", "--modes", "train")  # type: ignore[misc]
+    assert settings.precision == "bf16"
+    results = {
+        "settings": {
+            "batch_size": 32,
+            "group_size": 8,
+            "max_length": 512,
+            "model": "m",
+            "precision": settings.precision,
+        },
+        "options": {"modes": ["train"]},
+    }
+    assert batch_line(results) == (
+        "Batches: 32 groups x 8 documents per rank, max length 512. Model: m, bf16."
+    )
+    assert "Model" not in batch_line({**results, "options": {"modes": ["loader"]}})
+    with pytest.raises(SystemExit):
+        plan("--precision", "int8")

@@ -64,6 +64,7 @@ class Settings:
             ``seconds`` before).
         warmup: untimed steps first (the tokenizer, caches and allocator warm up).
         repeats: runs of every cell, interleaved over the grid.
+        precision: a train cell's autocast precision (``"fp32"``, ``"bf16"``, ``"fp16"``).
         sampling: ``"run"`` when there are negatives (their run's top), else ``"random"``.
     """
 
@@ -75,6 +76,7 @@ class Settings:
     group_size: int = 4
     max_length: int = 128
     model: str = "tiny"
+    precision: str = "fp32"
     sampling: str = "random"
     seed: int = 0
     timeout_s: float = 900.0
@@ -229,7 +231,9 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
         world=world,
     )
     model, net, optimizer = _train_parts(cell, settings, tokenizer.get_vocab_size(), device)
-    workload = Recorded(CrossEncoderStep(net, device, resident=resident), cell.mode == "train")
+    workload = Recorded(
+        CrossEncoderStep(net, device, settings.precision, resident=resident), cell.mode == "train"
+    )
     config = LoopConfig(
         1,
         seed=settings.seed,

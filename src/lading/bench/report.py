@@ -252,6 +252,18 @@ def _memory_table(cells: list[dict[str, Any]], sizes: list[int]) -> list[str]:
     return lines
 
 
+def batch_line(results: dict[str, Any]) -> str:
+    """The batch each step took and, with train cells, the model and its precision."""
+    st = results.get("settings", {})
+    line = (
+        f"Batches: {st.get('batch_size', '?')} groups x {st.get('group_size', '?')} documents "
+        f"per rank, max length {st.get('max_length', '?')}."
+    )
+    if "train" in results.get("options", {}).get("modes", []):
+        line += f" Model: {st.get('model', '?')}, {st.get('precision', 'fp32')}."
+    return line
+
+
 def render_markdown(results: dict[str, Any]) -> str:
     """The study's layout: per mode, strategies x world sizes; then the variants."""
     cells = _main_cells(results)
@@ -266,8 +278,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"Corpus: {counted} ({corpus.get('name', '?')}), "
         f"text {corpus.get('text_bytes', 0) / MiB:,.0f} MiB. Machine: "
         f"{results['machine']['cpus']} CPUs, GPUs: {results['machine']['gpus'] or 'none'}, "
-        f"torch {results['machine']['torch']}. Samples/s count the whole loop, summed over "
-        f"ranks, after warm-up ({what_is_timed(results)}); memory is the peak "
+        f"torch {results['machine']['torch']}. {batch_line(results)} Samples/s count the whole "
+        f"loop, summed over ranks, after warm-up ({what_is_timed(results)}); memory is the peak "
         "over all ranks and DataLoader workers together (anonymous memory: what each copy "
         'costs; PSS: shared pages divided among their users); "for documents" is the '
         "anonymous memory the ranks gained from opening their documents to the end of the run. "

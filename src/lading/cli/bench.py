@@ -76,6 +76,7 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
         group_size=args.group_size,
         max_length=args.max_length,
         model=args.model,
+        precision=args.precision,
         sampling="run" if args.negatives else "random",
     )
     return options, settings, args.passages if args.passages is not None else preset.passages
@@ -293,6 +294,12 @@ def _add_bench(sub: Any) -> None:
         "--group-size", type=int, default=4, help="documents per group: 1 relevant + negatives"
     )
     p.add_argument("--max-length", type=int, default=128, help="tokens per (query, document) pair")
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "bf16", "fp16"],
+        default="fp32",
+        help="train cells: autocast precision of the step (bf16/fp16 on CUDA; fp32 default)",
+    )
     p.add_argument(
         "--model",
         default="tiny",
