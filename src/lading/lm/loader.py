@@ -74,6 +74,7 @@ from lading.lm.stream import EpochStream
 from lading.lm.windows import EpochWindows, TokenMixture
 from lading.loading.loader import BatchKeyed
 from lading.loading.plan import (
+    check_batch_size,
     check_equalize,
     refuse_drop_last,
 )
@@ -88,6 +89,25 @@ MODES: tuple[str, ...] = tuple(REGISTERED)  # the registered modes' names (loade
 # sequence= has no default; this one lets an old keyword-only call (bptt=70) reach the
 # TypeError that names its new spelling instead of Python's "missing argument"
 _REQUIRED: Any = None
+
+
+def check_documents(documents: npt.ArrayLike, count: int) -> npt.NDArray[np.int64]:
+    """``documents`` as int64 when each is a document of a corpus of ``count``; else a
+    ValueError naming the first that is not (before: numpy's IndexError, or for a negative
+    number an error blaming the corpus)."""
+    given = np.asarray(documents)
+    shown = given.tolist() if given.size <= 8 else [*given[:8].tolist(), "..."]
+    if given.ndim != 1 or (given.size and not np.issubdtype(given.dtype, np.integer)):
+        raise ValueError(
+            f"documents= must be a flat list of document numbers (ints), got {shown!r}"
+        )
+    bad = given[(given < 0) | (given >= count)]
+    if bad.size:
+        raise ValueError(
+            f"documents={shown!r}: {int(bad[0])} is not a document of this corpus (0 to "
+            f"{count - 1}); pass document numbers in that range"
+        )
+    return given.astype(np.int64)
 
 
 def _same_position(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
@@ -147,8 +167,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         self._mode.check(corpus)
         if isinstance(corpus, TokenMixture) and documents is not None:
             raise ValueError("documents= selects from one corpus; a TokenMixture takes them all")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = check_batch_size(batch_size)
         self.corpus, self.batch_size, self.sequence = corpus, batch_size, sequence
         self.shuffle, self.seed = shuffle, seed
         self.equalize, self.drop_partial_batch = check_equalize(equalize), drop_partial_batch
@@ -157,7 +176,7 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         self.documents = (
             np.arange(len(parts[0]), dtype=np.int64)
             if documents is None
-            else np.asarray(documents, dtype=np.int64)
+            else check_documents(documents, len(parts[0]))
         )
         length, backwards = self._mode.length(self), self._mode.backwards(self)
         self._windows = EpochWindows(

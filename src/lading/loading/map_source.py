@@ -36,6 +36,7 @@ from lading.loading.loader import ResumableLoader
 from lading.loading.order import epoch_order
 from lading.loading.plan import (
     batch_count,
+    check_batch_size,
     check_epoch,
     check_equalize,
     refuse_drop_last,
@@ -285,6 +286,7 @@ def loader(
     if not isinstance(dataset, Sized):
         raise TypeError("lading.loader needs a map-style dataset with __len__")
     refuse_drop_last(drop_last, "lading.loader")
+    batch_size = check_batch_size(batch_size)
     source = MapSource(
         len(dataset),
         batch_size=batch_size,

@@ -31,6 +31,7 @@ from lading.loading.loader import BatchKeyed
 from lading.loading.order import Salt, permutation
 from lading.loading.plan import (
     batch_count,
+    check_batch_size,
     check_epoch,
     check_equalize,
     refuse_drop_last,
@@ -41,7 +42,12 @@ from lading.loading.source import StatefulSource
 from lading.loading.state import Cursor
 from lading.tabular.files import check_schemas, footer_digest, parquet_files, scan
 from lading.tabular.plan import Piece, epoch_pieces, share_of_runs
-from lading.tabular.read import RowReader, check_columns, check_counted_nulls
+from lading.tabular.read import (
+    RowReader,
+    check_columns,
+    check_counted_nulls,
+    check_list_options,
+)
 from lading.world import World
 
 ChunkRows = tuple[int, tuple[int, ...], tuple[int, ...]]  # (chunk, run starts, run stops)
@@ -108,11 +114,12 @@ class PartitionedParquet(BatchKeyed, StatefulSource, Dataset[dict[str, torch.Ten
     ) -> None:
         super().__init__()
         refuse_drop_last(drop_last, "PartitionedParquet")
+        batch_size = check_batch_size(batch_size)
+        list_columns = check_list_options(list_columns or {}, pad)
         self.files = parquet_files(paths)
         self.pieces: list[Piece]
         self.pieces, schemas, footers = scan(self.files)
         self.columns = list(columns) if columns is not None else list(schemas[0].names)
-        list_columns = dict(list_columns or {})
         check_schemas(self.files, schemas, self.columns)
         check_columns(schemas[0], self.columns, list_columns, self.files[0])
         check_counted_nulls(self.files, footers, [c for c in self.columns if c not in list_columns])
