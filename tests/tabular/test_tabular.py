@@ -47,9 +47,10 @@ def rank_batches(paths: Any, world_size: int, workers: int, **kwargs: Any) -> li
     out = []
     for rank in range(world_size):
         ds = PartitionedParquet(
-            paths, batch_size=5, list_columns={"items": 6}, world=World(rank, world_size), **kwargs
-        )
-        out.append(list(ds.loader(num_workers=workers, multiprocessing_context="fork")))
+            paths, batch_size=5, list_columns={"items": 6}, world=World(rank, world_size),
+            num_workers=workers, multiprocessing_context="fork", **kwargs,
+        )  # fmt: skip
+        out.append(list(ds))
     return out
 
 
@@ -120,10 +121,10 @@ def test_resume_mid_epoch(tmp_path: Path, workers: int) -> None:
     path = write_sessions(tmp_path / "s.parquet", 90, 4)
 
     def make() -> Any:
-        ds = PartitionedParquet(
-            path, batch_size=4, list_columns={"items": 3}, world=World(1, 2), seed=5, buffer_rows=16
-        )
-        loader = ds.loader(num_workers=workers, multiprocessing_context="fork")
+        loader = PartitionedParquet(
+            path, batch_size=4, list_columns={"items": 3}, world=World(1, 2), seed=5,
+            buffer_rows=16, num_workers=workers, multiprocessing_context="fork",
+        )  # fmt: skip
         loader.set_epoch(2)
         return loader
 
@@ -149,11 +150,11 @@ def test_elastic_resume_reads_every_row_once(
     path = write_sessions(tmp_path / "s.parquet", rows, 5)
 
     def make(world: World, num_workers: int) -> Any:
-        ds = PartitionedParquet(
+        return PartitionedParquet(
             path, batch_size=3 if world.world_size == old else 5, list_columns={"items": 2},
-            world=world, seed=8, buffer_rows=16, equalize="pad",
+            world=world, seed=8, buffer_rows=16, equalize="pad", num_workers=num_workers,
+            multiprocessing_context="fork",
         )  # fmt: skip
-        return ds.loader(num_workers=num_workers, multiprocessing_context="fork")
 
     readers = new * max(1, workers)
     key = lambda batch: batch["session_id"].tolist()  # noqa: E731
@@ -172,11 +173,11 @@ def test_chained_elastic_resumes(tmp_path: Path, equalize: str) -> None:
     for world_size, workers, batch, stop in layouts:
         states = []
         for rank in range(world_size):
-            ds = PartitionedParquet(
+            loader = PartitionedParquet(
                 path, batch_size=batch, list_columns={"items": 2}, world=World(rank, world_size),
-                seed=3, buffer_rows=20, equalize=equalize,
+                seed=3, buffer_rows=20, equalize=equalize, num_workers=workers,
+                multiprocessing_context="fork",
             )  # fmt: skip
-            loader = ds.loader(num_workers=workers, multiprocessing_context="fork")
             loader.set_epoch(0)
             if state is not None:
                 loader.load_state_dict(state)

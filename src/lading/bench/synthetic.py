@@ -83,7 +83,7 @@ class Replay:
     def __len__(self) -> int:
         return len(self.batches)
 
-    def epoch_length(self) -> int:
+    def remaining(self) -> int:
         return len(self.batches)
 
     def position(self) -> Any:

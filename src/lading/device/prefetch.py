@@ -129,11 +129,14 @@ class DevicePrefetcher:
         self.loader.set_epoch(epoch)
 
     def __len__(self) -> int:
-        """Batches the caller has yet to receive this epoch (in-flight ones included)."""
-        return len(self.loader) + len(self._queue)
+        """Batches of the current epoch on this rank, as the loader's."""
+        return len(self.loader)
 
-    def epoch_length(self) -> int:
-        return int(self.loader.epoch_length())
+    def remaining(self) -> int:
+        """Batches the caller has yet to receive this epoch (in-flight ones included); for a
+        loader of another kind, its ``len()`` is taken as what it has left."""
+        left = getattr(self.loader, "remaining", None)
+        return int(left() if callable(left) else len(self.loader)) + len(self._queue)
 
     def position(self) -> Any:
         """Where the caller is: the loader's position after the last batch handed out."""

@@ -1,18 +1,19 @@
 """The HF ``TrainingArguments`` that shape training data, checked against a lading loader.
 
 The Trainer builds its DataLoader from these arguments; a lading loader is built by its caller
-(``lading.loader(...)``, ``PartitionedParquet(...).loader()``, …), so an argument set to
-something the loader does not do would be silently ignored. Each is either what the loader
-already does or refused, naming the argument and where the setting goes instead. Only values
-other than the argument's default are checked (``dataloader_pin_memory`` defaults to True in
-the Trainer and to False in lading: a default is no request).
+(``lading.loader(...)``, ``PartitionedParquet(...)``, ``LanguageModelLoader(...)``), so an
+argument set to something the loader does not do would be silently ignored. Each is either
+what the loader already does or refused, naming the argument and where the setting goes
+instead. Only values other than the argument's default are checked (``dataloader_pin_memory``
+defaults to True in the Trainer and to False in lading: a default is no request).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lading.loading.loader import ResumableLoader
+from lading.loading.loader import Workers
+from lading.loading.resumable import Resumable
 
 SAMPLING_REFUSED = ("group_by_length", "batch_rebalance")
 
@@ -23,19 +24,20 @@ def _start_method(context: Any) -> str | None:
     return str(getattr(context, "get_start_method", lambda: context)())
 
 
-def _loader_settings(loader: ResumableLoader) -> dict[str, Any]:
-    """What the loader does, keyed by the TrainingArguments field that would ask for it."""
-    torch_loader, orders = loader.loader, loader.state_dict()["fingerprint"]
-    workers = torch_loader.num_workers
+def _loader_settings(loader: Resumable) -> dict[str, Any]:
+    """What the loader does, keyed by the TrainingArguments field that would ask for it: its
+    state's fingerprint and its :class:`~lading.loading.loader.Workers` (every lading loader
+    has them, a prefetcher passes them on; a loader of another kind reads in its process)."""
+    orders = loader.state_dict()["fingerprint"]
+    workers = getattr(loader, "workers", None) or Workers()
+    count = workers.num_workers
     return {
         "dataloader_drop_last": bool(orders.get("drop_partial_batch", False)),
-        "dataloader_num_workers": workers,
-        "dataloader_pin_memory": bool(torch_loader.pin_memory),
-        "dataloader_persistent_workers": bool(torch_loader.persistent_workers),
-        "dataloader_prefetch_factor": torch_loader.prefetch_factor if workers else None,
-        "dataloader_multiprocessing_context": _start_method(torch_loader.multiprocessing_context)
-        if workers
-        else None,
+        "dataloader_num_workers": count,
+        "dataloader_pin_memory": bool(workers.pin_memory),
+        "dataloader_persistent_workers": bool(count and workers.persistent_workers is not False),
+        "dataloader_prefetch_factor": (workers.prefetch_factor or 2) if count else None,
+        "dataloader_multiprocessing_context": workers.multiprocessing_context if count else None,
     }
 
 
@@ -49,7 +51,7 @@ FIXES = {
 }
 
 
-def check_trainer_arguments(args: Any, loader: ResumableLoader) -> None:
+def check_trainer_arguments(args: Any, loader: Resumable) -> None:
     """Refuse any data-shaping argument ``args`` sets that ``loader`` does not already do.
 
     Raises:
@@ -78,7 +80,7 @@ def check_trainer_arguments(args: Any, loader: ResumableLoader) -> None:
     _check_sampling(args, loader)
 
 
-def _check_sampling(args: Any, loader: ResumableLoader) -> None:
+def _check_sampling(args: Any, loader: Resumable) -> None:
     """``train_sampling_strategy`` (``group_by_length`` before transformers 5): the loader's
     order is its own seeded one, so only ``"random"`` and, for an unshuffled loader,
     ``"sequential"`` describe it."""
