@@ -15,17 +15,17 @@ import sys
 from collections.abc import Sequence
 
 from lading import __version__
-from lading.cli.bench import _add_bench, _default_world_sizes, bench_plan
+from lading.cli.bench import add_bench, bench_plan, default_world_sizes
 from lading.cli.example import add_example
-from lading.cli.lm import _add_lm
+from lading.cli.lm import add_lm
 from lading.cli.stores import add_repartition, add_store_commands, add_synth, describe
-from lading.cli.train import _add_run_args, _add_train, add_rerank
+from lading.cli.train import add_rerank, add_run_args, add_train
 
 __all__ = [
-    "_add_run_args",
-    "_default_world_sizes",
+    "add_run_args",
     "bench_plan",
     "build_parser",
+    "default_world_sizes",
     "describe",
     "main",
 ]
@@ -41,9 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     add_store_commands(sub)
-    _add_train(sub)
-    _add_lm(sub)
-    _add_bench(sub)
+    add_train(sub)
+    add_lm(sub)
+    add_bench(sub)
     add_repartition(sub)
     add_rerank(sub)
     add_synth(sub)

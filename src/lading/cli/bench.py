@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _int_list(text: str) -> list[int]:
+def int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
@@ -23,18 +23,18 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
     preset = FULL if args.full else QUICK
     launched = launched_world()
     if args.world_sizes:
-        world_sizes = _int_list(args.world_sizes)
+        world_sizes = int_list(args.world_sizes)
     elif launched is not None:  # torchrun/srun: every cell runs on all the launched processes
         world_sizes = [launched.world_size]
     elif preset.world_sizes is not None:
         world_sizes = list(preset.world_sizes)
     else:
-        world_sizes = _default_world_sizes()
+        world_sizes = default_world_sizes()
     options = GridOptions(
         strategies=args.strategies.split(",") if args.strategies else list(preset.strategies),
         world_sizes=world_sizes,
         modes=args.modes.split(",") if args.modes else list(preset.modes),
-        workers=_int_list(args.workers),
+        workers=int_list(args.workers),
         pin_memory=args.pin_memory,
         ramdisk=args.ramdisk,
         parallel=args.parallel,
@@ -184,14 +184,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_world_sizes() -> list[int]:
+def default_world_sizes() -> list[int]:
     import torch
 
     gpus = torch.cuda.device_count()
     return [w for w in (1, 2, 4, 8) if w <= gpus] if gpus else [1, 2, 4]
 
 
-def _add_bench(sub: Any) -> None:
+def add_bench(sub: Any) -> None:
     p = sub.add_parser(
         "bench",
         help="the study: document strategies x world sizes, samples/s and memory",

@@ -36,7 +36,6 @@ from lading.sources.parsers import (
     make_jsonl_parser,
     make_trec_parser,
     make_tsv_parser,
-    refuses_loose_keywords,
 )
 from lading.sources.reader import (
     FILE_FORMATS,
@@ -87,5 +86,4 @@ __all__ = [
     "make_tsv_parser",
     "open_binary",
     "read_records",
-    "refuses_loose_keywords",
 ]

@@ -31,7 +31,6 @@ from lading.sources import (
     ParseOptions,
     SourceReader,
     is_compressed,
-    refuses_loose_keywords,
 )
 from lading.stores.layout import FORMAT_NAME
 from lading.stores.packed import PackedStore
@@ -40,7 +39,6 @@ from lading.stores.writer import Duplicates, write_store
 from lading.world import World, resolve_shared_fs
 
 
-@refuses_loose_keywords
 def build_store(
     source: str | os.PathLike[str] | SourceReader,
     dest: str | os.PathLike[str],

@@ -41,7 +41,6 @@ from lading.sources import (
     SourceReader,
     fingerprint_changed,
     is_compressed,
-    refuses_loose_keywords,
 )
 from lading.stores.base import DocStore, IdLike
 from lading.stores.index import IdIndex, IntIdCollector, write_index
@@ -63,7 +62,6 @@ class OffsetStore(DocStore):
         self._open()
 
     @classmethod
-    @refuses_loose_keywords
     def build(
         cls,
         source: str | os.PathLike[str],
