@@ -16,6 +16,14 @@ from lading.world import World
 MakeLoader = Callable[[World, int], Any]
 
 
+def forked(workers: int) -> Any:
+    """A ``workers`` parameter of DataLoader worker processes: a fork each, so in the slow set
+    (tests/loading/test_contracts.py runs every loader with workers there too)."""
+    import pytest
+
+    return pytest.param(workers, marks=pytest.mark.slow)
+
+
 class Numbers:
     """Map-style dataset whose item ``i`` is ``i``."""
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from conftest import word_corpus, word_tokenizer, write
+from contracts import forked
 from distributed import run_processes
 from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, Windows
 from lading.loading.order import Salt, feistel_permutation
@@ -358,7 +359,7 @@ def test_real_wikipedia_sample(data_dir: Path, tmp_path: Path) -> None:
     assert x.shape[0] == 16 and np.array_equal(y[:, :-1].numpy(), x[:, 1:].numpy())
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, forked(2)])
 def test_packed_padding_is_never_scored(corpus: TokenCorpus, workers: int) -> None:
     from lading.lm import IGNORE_INDEX
 

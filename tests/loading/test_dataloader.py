@@ -9,7 +9,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from contracts import assert_elastic, assert_exact_partition, assert_resumes
+from contracts import assert_elastic, assert_exact_partition, assert_resumes, forked
 from lading.loading.map_source import EpochIndex, MapSource, loader
 from lading.loading.order import epoch_order
 from lading.loading.state import Cursor
@@ -34,7 +34,7 @@ def key(batch: Any) -> list[int]:
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 5])
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("num_workers", [0, forked(2)])
 @pytest.mark.parametrize("n", [1, 7, 64])
 def test_exact_partition(world_size: int, num_workers: int, n: int) -> None:
     def make(world: World, workers: int) -> Any:
@@ -43,7 +43,7 @@ def test_exact_partition(world_size: int, num_workers: int, n: int) -> None:
     assert_exact_partition(make, world_size, num_workers, n, key)
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("num_workers", [0, forked(2)])
 def test_resume_mid_epoch(num_workers: int) -> None:
     def make(world: World, workers: int) -> Any:
         return loader(Numbers(50), batch_size=4, num_workers=workers, seed=1, world=world)
@@ -107,7 +107,7 @@ def test_state_from_another_dataset_or_order_is_refused() -> None:
 @pytest.mark.parametrize(
     ("old", "new", "batch_sizes"), [(4, 2, (4, 4)), (2, 3, (4, 4)), (4, 2, (3, 6)), (3, 5, (4, 1))]
 )
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("num_workers", [0, forked(2)])
 def test_elastic_resume_reads_every_sample_once(
     old: int, new: int, batch_sizes: tuple[int, int], num_workers: int
 ) -> None:
@@ -186,3 +186,10 @@ def test_upcoming_names_the_next_batches_without_reading_them() -> None:
     assert [batch.epoch for batch in ahead] == [5, 5, 6, 6]
     got = [key(batch) for batch in data] + [key(batch) for _, batch in zip(range(2), data)]
     assert got == [list(batch.items) for batch in ahead]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only machine's warning")
+def test_pin_memory_without_cuda_is_passed_over_with_a_warning_as_a_dataloader_does() -> None:
+    data = loader(Numbers(8), batch_size=4, pin_memory=True, world=World())
+    with pytest.warns(UserWarning, match="no CUDA device is available: batches are not pinned"):
+        assert [key(b) for b in data] == [key(b) for b in loader(Numbers(8), 4, world=World())]

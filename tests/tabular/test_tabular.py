@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from contracts import assert_elastic
+from contracts import assert_elastic, forked
 from distributed import free_port
 from lading.tabular import PartitionedParquet, repartition
 from lading.tabular.pad import pad_lists
@@ -55,7 +55,7 @@ def rank_batches(paths: Any, world_size: int, workers: int, **kwargs: Any) -> li
 
 
 @pytest.mark.parametrize("row_groups", [1, 3, 7])
-@pytest.mark.parametrize("workers", [0, 1, 2])
+@pytest.mark.parametrize("workers", [0, forked(1), forked(2)])
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
 def test_exact_partition(tmp_path: Path, row_groups: int, workers: int, world_size: int) -> None:
     rows = 53
@@ -116,7 +116,7 @@ def test_epochs_reshuffle_identically_on_every_rank(tmp_path: Path) -> None:
     assert set(order(0, 1)).isdisjoint(order(1, 1))
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, forked(2)])
 def test_resume_mid_epoch(tmp_path: Path, workers: int) -> None:
     path = write_sessions(tmp_path / "s.parquet", 90, 4)
 
@@ -142,7 +142,7 @@ def test_resume_mid_epoch(tmp_path: Path, workers: int) -> None:
 
 
 @pytest.mark.parametrize(("old", "new"), [(4, 2), (2, 3), (3, 1)])
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, forked(2)])
 def test_elastic_resume_reads_every_row_once(
     tmp_path: Path, old: int, new: int, workers: int
 ) -> None:
@@ -283,6 +283,7 @@ def test_lading_train_sessions_with_two_ranks(tmp_path: Path) -> None:
     assert 0 <= summary["model"]["recall@20"] <= 1 and summary["most_popular"]["sessions"] > 0
 
 
+@pytest.mark.e2e  # whole training runs (lading train sessions)
 @pytest.mark.parametrize("stop", [5, 8])
 def test_lading_train_sessions_resumed_gives_the_uninterrupted_losses(
     tmp_path: Path, stop: int

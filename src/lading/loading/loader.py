@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import warnings
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +57,19 @@ class Workers:
             raise ValueError(
                 f"num_workers={workers!r}: an int >= 0 (0 builds batches in this process)"
             )
+
+
+def pinnable() -> bool:
+    """Whether page-locked memory can be had here (a CUDA device); where not, pin_memory=True
+    is passed over with a warning, as a DataLoader does."""
+    if torch.cuda.is_available():
+        return True
+    warnings.warn(
+        "pin_memory=True, but no CUDA device is available: batches are not pinned",
+        UserWarning,
+        stacklevel=3,
+    )
+    return False
 
 
 def _as_built(batch: Any) -> Any:
@@ -183,7 +197,6 @@ class Loader:
         cursor, source = self._cursor, self._source
         self._restored = False
         batches: Iterator[Any] | None = None
-        pin = False
         if self.workers.num_workers:  # the DataLoader pins, in its own thread
             if self._torch is None:
                 self._torch = self._dataloader()
@@ -192,12 +205,14 @@ class Loader:
             batches = source.bulk(copy.copy(cursor))
             if batches is None:
                 batches = map(source.build, self._keys())
-            pin = self.workers.pin_memory
+            if self.workers.pin_memory and pinnable():
+                batches = map(pin_memory, batches)
+        # the one place a position advances: ~0.1 us a batch, against ~7 us an LM batch takes
         for batch in batches:
             if self._cursor is not cursor:
                 return  # moved (set_epoch, a loaded state): this iteration is over
             cursor.batches += 1
-            yield pin_memory(batch) if pin else batch
+            yield batch
 
     def _keys(self) -> Iterator[Any]:
         return self._source.keys(copy.copy(self._cursor))
