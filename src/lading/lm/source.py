@@ -20,7 +20,7 @@ import numpy.typing as npt
 from lading.device import ResidentTokens
 from lading.lm.batches import Batch, chunked_streams
 from lading.lm.corpus import TokenCorpus
-from lading.lm.modes import Mode, Streams
+from lading.lm.modes import Mode
 from lading.lm.resident import ResidentStream, device_streams
 from lading.lm.segment import LMSegment, Reading, SegmentBatchKey
 from lading.lm.windows import EpochWindows, TokenMixture
@@ -90,18 +90,18 @@ class LMSource:
             mode.backwards(),
         )  # fmt: skip
         self.max_seq = mode.max_seq()
-        chunk_batches = mode.shape.chunk_batches if isinstance(mode.shape, Streams) else 1  # type: ignore[attr-defined]
         # the shape of each chunk of stream read at once (streams, in this process)
-        self.chunk = (reading.batch_size, self.max_seq * chunk_batches + 1)
-        # the last plan made, with its (epoch, segment, base)
-        self._kept: tuple[tuple[int, int, Base | None], LMSegment] | None = None
+        self.chunk = (reading.batch_size, self.max_seq * mode.chunk_batches() + 1)
+        # the last two plans made, with their (epoch, segment, base), the newest last: the
+        # position's, and one more for a look ahead into the next epoch (upcoming)
+        self._kept: list[tuple[tuple[int, int, Base | None], LMSegment]] = []
         self._on_device: tuple[LMSegment, ResidentStream] | None = None
         mode.check_epoch(self.segment(Cursor()), reading)
 
     def __getstate__(self) -> dict[str, Any]:
         """What a DataLoader worker gets: no plan (an epoch stream holds the token map, which
         would be pickled as a copy of the corpus); the corpus pickles as its path."""
-        return {**self.__dict__, "_kept": None, "_on_device": None}
+        return {**self.__dict__, "_kept": [], "_on_device": None}
 
     # ------------------------------------------------------------------ planning
 
@@ -118,16 +118,14 @@ class LMSource:
     ) -> LMSegment:
         """This run's plan of the segment (``epoch``, ``segment``, ``base``): the one kept, or
         a new one (made for ``cursor``, or for a cursor at the segment's start)."""
-        kept = self._kept
-        if kept is not None:
-            was = kept[0]
+        for was, planned in reversed(self._kept):
             if was[0] == epoch and was[1] == segment and (was[2] is base or was[2] == base):
-                return kept[1]
+                return planned
         if cursor is None:
             cursor = Cursor(epoch, segment, None if base is None else Runs(*base))
         view = self.mode.view(self.data, epoch)
         planned = self.mode.plan(view, cursor, self.layout(), self.reading)
-        self._kept = ((epoch, segment, base), planned)
+        self._kept = [*self._kept[-1:], ((epoch, segment, base), planned)]
         return planned
 
     def batches(self, cursor: Cursor) -> int:

@@ -73,6 +73,10 @@ class Mode:
         """The longest batch row, in (input, target) pairs."""
         return self.length()
 
+    def chunk_batches(self) -> int:
+        """Batches an in-process bulk read holds at a time (1: this mode reads batch by batch)."""
+        return 1
+
     def view(self, data: EpochWindows, epoch: int) -> EpochView:
         """What this mode reads ``epoch`` from: its stream, or its windows."""
         raise NotImplementedError

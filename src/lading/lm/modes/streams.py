@@ -80,6 +80,9 @@ class StreamsMode(Mode):
     def max_seq(self) -> int:
         return max_seq(self.shape.bptt, self.shape.jitter)
 
+    def chunk_batches(self) -> int:
+        return self.shape.chunk_batches
+
     def view(self, data: EpochWindows, epoch: int) -> EpochStream:
         return data.stream(epoch)
 
