@@ -58,7 +58,8 @@ class Endless:
         return len(self.loader)
 
     def remaining(self) -> int:
-        return int(self.loader.remaining())
+        """Never 0: the batches go on into the next epoch (see the class)."""
+        return int(self.loader.remaining()) or len(self.loader)
 
     def position(self) -> Any:
         return self.loader.position()
