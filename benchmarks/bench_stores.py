@@ -29,6 +29,7 @@ import numpy as np
 
 import lading
 from common import HERE, add_write_flag, bert_vocabulary, make_corpora, write_section
+from lading.stores.layout import column_bytes
 from lading.train.procmem import process_memory
 
 BATCH = 64
@@ -250,9 +251,7 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
     readers = measure_readers(work / f"{int_tsv.stem}.packed")
-    text_mib = (
-        lading.open_store(work / f"{int_tsv.stem}.packed").meta["files"]["text.bin"]["size"] / 2**20
-    )
+    text_mib = column_bytes(lading.open_store(work / f"{int_tsv.stem}.packed").meta, "text") / 2**20
     report = render(rows, readers, text_mib, args.n, origin)
     print(report)
     write_section(

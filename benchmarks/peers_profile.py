@@ -22,7 +22,8 @@ import numpy as np
 
 import lading
 from lading.bench.peers import HFDatasetStore
-from lading.stores import bulk
+from lading.stores.layout import column_bytes
+from lading.stores.shards import rows_bytes
 
 
 def best_ns(fn: Callable[[], int], repeats: int = 5) -> float:
@@ -48,7 +49,7 @@ def lookups(store: lading.PackedStore) -> dict[str, float]:
         "  id -> row (index)": best_ns(lambda: sum(len(store.rows(b)) for b in batches)),
         "  row -> str (copy + decode)": best_ns(lambda: sum(len(column.texts(r)) for r in rows)),
         "  row -> bytes (copy only)": best_ns(
-            lambda: sum(len(bulk.bytes_at(column, r)) for r in rows)
+            lambda: sum(len(rows_bytes(column, r)) for r in rows)
         ),
         "  bytes in RAM -> str (decode only)": best_ns(
             lambda: sum(len([b.decode("utf-8") for b in batch]) for batch in owned)
@@ -83,9 +84,9 @@ def scans(store: lading.PackedStore, hf: HFDatasetStore) -> dict[str, float]:
 
 def main() -> None:
     folder = Path(sys.argv[1])
-    store = lading.open_store(folder / "lading")
+    store = lading.PackedStore(folder / "lading")  # a folder: open_store would give the same
     hf = HFDatasetStore(folder / "hf")
-    mean = store.meta.get("files", {}).get("text.bin", {}).get("size", 0) / max(len(store), 1)
+    mean = column_bytes(store.meta, "text") / max(len(store), 1)
     print(f"{folder}: {len(store):,} documents, {mean:,.0f} bytes each on average")
     for name, ns in {**lookups(store), **scans(store, hf)}.items():
         print(f"{name:40s} {ns:9,.0f} ns/doc  {1e9 / ns / 1e6:7.2f}M docs/s")

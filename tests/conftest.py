@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ import pytest
 
 if TYPE_CHECKING:
     from lading.lm import TokenCorpus
+    from lading.stores.remote.localserver import LocalS3
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"  # helper modules and the job scripts tests launch live here
@@ -118,6 +120,15 @@ def word_corpus(
     return TokenCorpus.build(src, folder / "corpus", tokenizer, progress=False)
 
 
+def store_file(directory: Path, name: str) -> Path:
+    """The file of the current snapshot of a lading directory whose name is ``name``
+    (``text.bin``: the first shard's), as its ``meta.json`` lists it."""
+    files = json.loads((directory / "meta.json").read_text())["files"]
+    found = sorted(f for f in files if f == name or f.endswith("/" + name))
+    assert found, f"{directory} lists no {name}: {sorted(files)}"
+    return directory / found[0]
+
+
 def log_reliability(record: dict[str, object]) -> None:
     """Append ``record`` to $LADING_RELIABILITY_LOG, where benchmarks/reliability.py counts
     what the fault tests tried; nothing when it is unset (the default test run)."""
@@ -134,3 +145,27 @@ def readme_example(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from readme_blocks import make_example
 
     return make_example(tmp_path_factory.mktemp("readme") / "example")
+
+
+_s3_buckets = iter(range(1 << 30))
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[LocalS3]:
+    """A local S3 for the remote-store tests (moto behind a proxy adding 30 ms ± 10 a request,
+    counting GETs, injecting faults; see lading.stores.remote.localserver), one a session."""
+    pytest.importorskip("moto.server", reason="the local S3 needs moto: pip install 'moto[server]'")
+    pytest.importorskip("aiohttp", reason="the local S3's proxy needs aiohttp")
+    from lading.stores.remote.localserver import LocalS3
+
+    with LocalS3(latency=0.03, jitter=0.01) as server:
+        yield server
+
+
+@pytest.fixture
+def bucket(s3: LocalS3) -> str:
+    """A fresh bucket on the local S3; the proxy's counters and faults are reset."""
+    name = f"bucket-{next(_s3_buckets)}"
+    s3.make_bucket(name)
+    s3.reset()
+    return name

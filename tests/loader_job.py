@@ -7,7 +7,10 @@ may come from another world size (elastic). The test kills the whole process gro
 SIGKILL at a random step and compares traces with an uninterrupted run's.
 
 Usage: python tests/loader_job.py KIND DATA OUT [--resume] [--batch-size B] [--workers W]
-KIND: ir (lading.loader over TrainingGroups), lm (LanguageModelLoader), parquet.
+    [--store PATH_OR_URL]
+KIND: ir (lading.loader over TrainingGroups), lm (LanguageModelLoader), parquet. ``--store``:
+ir over another store (an ``s3://`` one: its node cache from ``LADING_CACHE``); the keys then
+hold each document's CRC32 too, so a document read wrong shows.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import json
 import os
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +32,27 @@ def ir_keys(items: list[dict[str, Any]]) -> list[Any]:
     return [[item["qid"], *item["doc_ids"]] for item in items]
 
 
-def make_loader(kind: str, data: Path, batch: int, workers: int, world: Any) -> Any:
+class TextKeys:
+    """ir keys with the CRC32 of each document's text, read from ``store`` (in the workers)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def __call__(self, items: list[dict[str, Any]]) -> list[Any]:
+        texts = [self.store.get_many_bytes(item["doc_ids"]) for item in items]
+        return [[*key, *map(zlib.crc32, t)] for key, t in zip(ir_keys(items), texts)]
+
+
+def make_loader(
+    kind: str, data: Path, batch: int, workers: int, world: Any, store: str | None = None
+) -> Any:
     if kind == "ir":
         import lading
         from lading.ir import TrainingGroups, read_qrels, read_queries
 
+        docs = lading.open_store(store or data / "store")
         groups = TrainingGroups(
-            lading.open_store(data / "store"),
+            docs,
             read_queries(data / "queries.tsv"),
             read_qrels(data / "qrels.txt"),
             sampling="random",
@@ -42,7 +60,8 @@ def make_loader(kind: str, data: Path, batch: int, workers: int, world: Any) -> 
             seed=4,
         )
         return lading.loader(
-            groups, batch, collate_fn=ir_keys, num_workers=workers, seed=2, world=world,
+            groups, batch, collate_fn=TextKeys(docs) if store else ir_keys,
+            num_workers=workers, seed=2, world=world,
             multiprocessing_context="fork",
         )  # fmt: skip
     if kind == "lm":
@@ -76,9 +95,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--step-seconds", type=float, default=0.1, help="the model's compute")
+    parser.add_argument("--store", help="ir: read this store (a path or s3:// URL) instead")
     args = parser.parse_args()
     world, _ = ddp.setup()
-    loader = make_loader(args.kind, args.data, args.batch_size, args.workers, world)
+    loader = make_loader(args.kind, args.data, args.batch_size, args.workers, world, args.store)
     loader.set_epoch(1)
     ckpt = args.out / "checkpoint.json"
     step = 0

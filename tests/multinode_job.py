@@ -35,7 +35,7 @@ def logged(kind: str, fn: Any) -> Any:
     return wrapper
 
 
-lading.stores.build.write_store = logged("build", lading.stores.build.write_store)  # type: ignore[attr-defined]
+lading.stores.build.write_shard = logged("build", lading.stores.build.write_shard)  # type: ignore[attr-defined]
 lading.disk.stage._copy = logged("stage", lading.disk.stage._copy)  # type: ignore[attr-defined]
 
 world, _ = ddp.setup("ddp")

@@ -32,10 +32,17 @@ NOT_RUN = {
     "launched bench",
     "`lading bench` #1": "each line runs a grid for minutes; test_bench_lines_are_accepted "
     "plans every line here (flags checked, files found) and tests/test_bench.py runs grids",
+    "Building in parallel #2": "Slurm's sbatch; tests/stores/test_parallel.py runs the same "
+    "commands at N = 1..4 and with several files",
+    "Building in parallel #3": "fragments for torchrun workers and a Ray cluster; "
+    "tests/stores/test_parallel.py runs shard='auto' under gloo ranks and "
+    "tests/integrations/test_ray.py the Datasink",
 }
-FAST = ["Quick start #1", "Language models: token streams with BPTT continuity #2",
+FAST = ["Quick start #1", "Building in parallel #1",
+        "Language models: token streams with BPTT continuity #2",
         "Language models: token streams with BPTT continuity #3",
-        "Session-based recommendation: partitioned parquet without DDP hangs #1"]  # fmt: skip
+        "Session-based recommendation: partitioned parquet without DDP hangs #1",
+        "Corpora larger than a node's disk #1"]  # fmt: skip
 # heavier: training runs; edits only make them shorter
 SLOW = {
     "Training a cross-encoder (the study's task) #1": {
@@ -122,6 +129,37 @@ def test_lading_example_refuses_too_few_passages(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 2 and "--passages" in done.stderr, done.stderr
+
+
+def test_lading_example_in_the_first_commands_venv_says_what_it_left_out(
+    tmp_path: Path,
+) -> None:
+    """README's first command installs .[hf,irds,bench], without pyarrow: `lading example .`
+    there made nothing (No module named 'pyarrow'). It makes what it can, names what it left
+    out and the extra to install, and README's quick start says the same."""
+    import subprocess
+
+    no_pyarrow = (
+        "import sys; sys.modules['pyarrow'] = None\n"  # as in a venv without the extra
+        "from lading.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", no_pyarrow, "example", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stdout.splitlines() if line.startswith("not made")]
+    assert said == [
+        'not made: sessions/ (parquet needs pyarrow: pip install "lading[parquet]"); the '
+        "session-based recommendation examples read it"
+    ], done.stdout
+    assert (tmp_path / "x" / "tiny-bert" / "config.json").is_file()
+    assert not (tmp_path / "x" / "sessions").exists()
+    quick_start = Path(__file__).parent.parent.joinpath("README.md").read_text()
+    quick_start = quick_start.split("## Quick start", 1)[1].split("```", 1)[0]
+    assert "`.[hf,irds,bench]`" in quick_start and "lading[parquet]" in quick_start
 
 
 def test_example_folder_holds_what_readme_names(readme_example: Path) -> None:

@@ -34,6 +34,7 @@ from lading.stores import (
     OffsetStore,
     PackedStore,
     build_store,
+    merge_store,
     open_store,
 )
 from lading.world import World
@@ -72,6 +73,7 @@ __all__ = [
     "__version__",
     "build_store",
     "loader",
+    "merge_store",
     "open_store",
     "read_records",
     "stage",

@@ -11,10 +11,13 @@ import pytest
 
 from conftest import REPO
 from lading.bench.stats import (
+    BUSY_CONTENTION,
+    NOISE_FLOOR,
     Spread,
     busy_warning,
     efficiency_text,
     merge_repeats,
+    noise_floor,
     rankings,
 )
 from lading.cli import build_parser, main
@@ -102,6 +105,35 @@ def test_world_sizes_not_ranked_by_rate_without_free_cpus() -> None:
     assert not busy.decided and "not ranked: 2 processes, 0.0 CPUs free" in busy.text()
     (cost,) = rankings([one, two], key="samples_per_cpu_s", free_cpus=0.0)
     assert cost.decided and "cheaper than" in cost.text()
+
+
+def test_the_band_widens_with_the_load_and_a_busy_machine_decides_nothing() -> None:
+    """At load 16-49 on 2 CPUs the quick grid's decided rankings changed run to run (one,
+    memory faster than offsets at 1 process, reversed): a ranking is decided only where it
+    holds at the load each cell ran under (the highest 1-minute load average of its
+    repeats, per CPU)."""
+
+    def pair(load1: float) -> list[dict[str, Any]]:
+        return [
+            merge_repeats([run(r, strategy="memory", load1=load1) for r in (200, 205, 210)]),
+            merge_repeats([run(r, strategy="offsets", load1=1.0) for r in (100, 102, 104)]),
+        ]
+
+    (calm,) = rankings(pair(2.0), cpus=2)  # 2x apart at load 1 per CPU: as before
+    assert calm.decided and "memory faster than offsets" in calm.text()
+    (loaded,) = rankings(pair(10.0), cpus=2)  # 5 per CPU: the band is wider than 2x
+    assert not loaded.decided and "within noise at load 10.0 on 2 CPUs" in loaded.text()
+    (busy,) = rankings(pair(16.0), cpus=2)
+    assert not busy.decided
+    assert "not decided: the machine was busy (load 16.0 on 2 CPUs" in busy.text()
+    far = [
+        merge_repeats([run(r, strategy="packed", load1=10.0) for r in (900, 950, 1000)]),
+        pair(10.0)[1],
+    ]
+    (kept,) = rankings(far, cpus=2)  # 9x apart holds even there, and says at which band
+    assert kept.decided and "band +-36% at load 10.0 on 2 CPUs" in kept.text()
+    assert noise_floor(None) == noise_floor(3.5) == NOISE_FLOOR < noise_floor(5.0)
+    assert noise_floor(BUSY_CONTENTION) is None
 
 
 def test_efficiency_above_one_is_never_a_gain() -> None:
@@ -220,3 +252,26 @@ def test_stability_check_reads_medians_at_the_reports_resolution(
     _, _, _, banded = bench_stability.check_medians([run(100), run(110), run(200)])
     assert len(banded) == 3  # 200 is outside both others' bands; both are outside 200's
     assert bench_stability.drift([run(100), run(110)]) == pytest.approx([0.1])
+
+
+def test_stability_under_load_counts_rankings_decided_both_ways(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """bench_stability --busy's verdict: a pair decided one way in a run and the other way in
+    another is a reversal; the same order twice is a ranking decided in every run."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_stability
+
+    def grid(memory: float, offsets: float) -> dict[str, Any]:
+        cells = [
+            {**merge_repeats([run(r, strategy=s) for r in (v, v, v)]),
+             "pin_memory": False, "ramdisk": False}
+            for s, v in (("memory", memory), ("offsets", offsets))
+        ]  # fmt: skip
+        return {"cells": cells, "load": {"cpus": 2, "before": 0.0, "cells": [1.0]}}
+
+    per_run, common, flips = bench_stability.reversed_rankings([grid(400, 100), grid(400, 90)])
+    assert (per_run, common, flips) == ([1, 1], 1, [])
+    per_run, common, flips = bench_stability.reversed_rankings([grid(400, 100), grid(100, 400)])
+    assert per_run == [1, 1] and common == 0 and len(flips) == 1
+    assert "memory > offsets and offsets > memory" in flips[0]

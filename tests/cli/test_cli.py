@@ -170,3 +170,42 @@ def test_build_field_flags_make_one_parse_options(tmp_path: Path) -> None:
     flags = ["--id-field", "key", "--text-field", "body", "--quiet"]
     assert main(["build", str(jsonl), str(tmp_path / "j"), *flags]) == 0
     assert open_store(tmp_path / "j")["k1"] == "one"
+
+
+def _edit_meta(directory: Path, **changes: object) -> None:
+    path = directory / "meta.json"
+    meta = json.loads(path.read_text())
+    path.write_text(json.dumps({**meta, **changes}))
+
+
+def test_verify_checks_at_least_what_open_checks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A meta.json whose count is wrong: every open refuses it, so verify must too."""
+    import lading
+    from lading.errors import StoreFormatError
+
+    src = tmp_path / "c.tsv"
+    src.write_text("".join(f"d{i}\tpassage {i}\n" for i in range(50)))
+    lading.build_store(src, tmp_path / "s", progress=False)
+    assert main(["verify", str(tmp_path / "s")]) == 0
+    capsys.readouterr()
+    _edit_meta(tmp_path / "s", count=49)
+    with pytest.raises(StoreFormatError, match="49"):
+        lading.open_store(tmp_path / "s")
+    assert main(["verify", str(tmp_path / "s")]) == 1
+    out, err = capsys.readouterr()
+    assert "49" in err and "every file matches" not in out
+    corpus_src = tmp_path / "t.txt"
+    corpus_src.write_text("alpha beta\n\ngamma\n")
+    from conftest import word_tokenizer
+
+    tok = word_tokenizer(["alpha", "beta", "gamma"], tmp_path / "tok.json")
+    from lading.lm import TokenCorpus
+
+    TokenCorpus.build(corpus_src, tmp_path / "corpus", tok, progress=False)
+    assert main(["verify", str(tmp_path / "corpus")]) == 0
+    _edit_meta(tmp_path / "corpus", documents=3)
+    with pytest.raises((StoreFormatError, ValueError)):
+        TokenCorpus.open(tmp_path / "corpus")
+    assert main(["verify", str(tmp_path / "corpus")]) == 1

@@ -23,8 +23,10 @@ def files(tmp_path: Path) -> Path:
     (tmp_path / "c.tsv").write_text("1\thello\n2\tworld\n")
     (tmp_path / "folder").mkdir()
     (tmp_path / "folder" / "c.tsv").write_text("1\thello\n")
+    (tmp_path / "folder" / "d.jsonl").write_text('{"id": "2", "text": "world"}\n')
     (tmp_path / "empty.tsv").write_text("")
     (tmp_path / "bad.tsv").write_text("no tab here\n")
+    (tmp_path / "docs.tsv").write_text("D1\thttp://a.com/x\tTitle one\tBody one\n")
     return tmp_path
 
 
@@ -33,10 +35,13 @@ def files(tmp_path: Path) -> Path:
     [
         (["build", "{d}/c.tsv", "{d}/s", "--format", "irds"], "reads an ir_datasets id"),
         (["build", "{d}/c.tsv", "{d}/s", "--format", "beir"], "reads a BEIR folder"),
-        (["build", "{d}/folder", "{d}/s", "--format", "tsv"], "is a folder: format 'tsv'"),
+        (["build", "{d}/folder", "{d}/s"], "the input files have different formats"),
         (["inspect", "{d}/c.tsv"], "is a file, not a lading store"),
         (["build", "{d}/empty.tsv", "{d}/s"], "a store of 0 documents is refused"),
         (["build", "{d}/bad.tsv", "{d}/s", "--on-error", "skip"], "every record was skipped"),
+        (["build", "{d}/docs.tsv", "{d}/s"], "line 1 of"),  # msmarco-docs.tsv's shape
+        (["build", "{d}/docs.tsv", "{d}/s"], "--columns id,url,title,text"),
+        (["build", "{d}/docs.tsv", "{d}/s"], "'D1' | 'http://a.com/x' | 'Title one'"),
     ],
 )
 def test_one_line_naming_the_input(
@@ -147,3 +152,147 @@ def test_cli_spelling_rewrites_only_this_commands_flags() -> None:
     assert cli_spelling(said, flags) == (
         "pass --on-error skip, or --overwrite, --max-length 512; seed=3 stays"
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--world-sizes", "0"], "--world-sizes '0': expected processes per cell, integers >= 1"),
+        (["--world-sizes", "-1"], "--world-sizes '-1': expected processes per cell, integers >= 1"),
+        (["--world-sizes", "1,x"], "--world-sizes '1,x': expected processes per cell"),
+        (["--workers", "0,-2"], "--workers '0,-2': expected DataLoader workers, integers >= 0"),
+        (["--batch-size", "0"], "--batch-size 0: expected an integer >= 1"),
+        (["--group-size", "0"], "--group-size 0: expected an integer >= 1"),
+    ],
+)
+def test_bench_refuses_a_bad_number_before_any_work(
+    flags: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--world-sizes 0 built the stores, then died in a ZeroDivisionError; 1,x said Python's
+    words (invalid literal for int()), not the flag."""
+    code, line = run(["bench", *flags, "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and line.startswith("lading bench: ") and says in line, line
+    assert "e.g." in line and not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def rerank_args(files: Path) -> list[str]:
+    (files / "model").mkdir()  # no weights: a refusal must come before the model is read
+    tsv = str(files / "c.tsv")
+    return ["rerank", "--model", str(files / "model"), "--store", str(files), "--queries", tsv,
+            "--run", tsv, "--out", str(files / "r.trec"), "--qrels", tsv]  # fmt: skip
+
+
+def test_rerank_without_ir_measures_is_refused_before_reranking(
+    rerank_args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "ir_measures", None)  # `import ir_measures` fails
+    code, line = run(rerank_args, capsys)
+    assert code == 2 and "--qrels" in line and "pip install ir-measures" in line, line
+    assert "leave --qrels out" in line
+
+
+def test_rerank_names_an_unknown_measure_before_reranking(
+    rerank_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("ir_measures")
+    code, line = run([*rerank_args, "--measures", "nDCG@10", "nDGC@10"], capsys)
+    assert code == 2 and "--measures nDGC@10" in line and "nDCG@10" in line, line
+
+
+def test_ctrl_c_in_build_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    """A real SIGINT in the middle of a build: one line saying so, exit 130, no store and no
+    temporary folder left beside it."""
+    source = tmp_path / "c.tsv"
+    source.write_text("".join(f"{i}\ttext {i}\n" for i in range(5000)))
+    job = (
+        "import os, signal, sys\n"
+        "import lading.stores.writer as w\n"
+        "add = w._Columns.add_block\n"
+        "def interrupted(self, block):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while rows are being written\n"
+        "    return add(self, block)\n"
+        "w._Columns.add_block = interrupted\n"
+        "from lading.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", job, "build", str(source), str(tmp_path / "s"), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"lading build: interrupted; nothing was written ({tmp_path / 's'} is as it was)"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.tsv"]
+
+
+def test_build_says_what_its_own_flags_accept(
+    files: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lading.cli import build_parser
+    from lading.sources import FORMATS
+
+    (files / "x.csv").write_text("a,b\n")
+    code, line = run(["build", str(files / "x.csv"), str(files / "s")], capsys)
+    assert code == 2 and "pass --format one of" in line and "format=" not in line, line
+    for name in FORMATS:  # every format the message offers, --format takes
+        assert name in line
+        assert build_parser().parse_args(["build", "a", "b", "--format", name]).format == name
+
+
+def test_build_with_skip_does_not_advise_skip_and_counts_in_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "t.trec"
+    path.write_text(TRUNCATED_TREC)
+    assert main(["build", str(path), str(tmp_path / "s"), "--on-error", "skip", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert ": 1 document in " in out and "1 documents" not in out
+    assert "skipped 1 malformed record" in out and "no </DOC>" in out
+    assert "--on-error" not in out and "on_error" not in out, out
+
+
+def test_every_argument_of_every_command_has_help() -> None:
+    """`lading inspect --help` described no positional and several bench flags had no help:
+    every positional and flag of every (sub)command says what it is."""
+    import argparse
+
+    from lading.cli import build_parser
+
+    missing: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, name: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, subparser in action.choices.items():
+                    walk(subparser, f"{name} {sub}")
+            elif action.dest not in ("help", "version") and not action.help:
+                missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "lading")
+    assert missing == [], missing
+
+
+def test_reusable_says_a_touch_rebuilds(tmp_path: Path) -> None:
+    """The docstring said a `touch` of the source does not call for a rebuild; it does (the
+    modification time is part of the fingerprint: a same-size edit in the middle changes
+    nothing else)."""
+    import os
+
+    from lading.stores.build import reusable
+
+    source = tmp_path / "c.tsv"
+    source.write_text("1\tone\n")
+    first = lading.build_store(source, tmp_path / "s", progress=False)
+    built = first.meta["build"]["seconds"], (tmp_path / "s" / "meta.json").stat().st_mtime_ns
+    stat = source.stat()
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touch
+    again = lading.build_store(source, tmp_path / "s", progress=False)
+    assert (tmp_path / "s" / "meta.json").stat().st_mtime_ns != built[1]  # rebuilt
+    assert again["1"] == "one"
+    doc = " ".join((reusable.__doc__ or "").split())
+    assert "a copy or a ``touch`` does not call for a rebuild" not in doc
+    assert "``touch`` of the source rebuilds" in doc

@@ -49,19 +49,19 @@ def test_bumping_the_store_version_leaves_corpora_and_offsets_readable(
 ) -> None:
     from lading.lm import TokenCorpus
 
-    bump(monkeypatch, "lading.packed", 2)  # a new layout that no longer reads version 1
+    bump(monkeypatch, "lading.packed", 3)  # a new layout that no longer reads version 2
     assert len(TokenCorpus.open(built["corpus"])) == 2
     assert lading.OffsetStore(tmp_path / "offsets")["7"] == "seven"
     meta = built["store"] / "meta.json"
     with pytest.raises(UnsupportedVersionError) as caught:
         lading.open_store(built["store"])
     message = str(caught.value)
-    assert str(meta) in message and "Unsupported store version: 1. Expected 2" in message
+    assert str(meta) in message and "Unsupported store version: 2. Expected 3" in message
     assert "lading build" in message
     # a build under the new version writes it, and replaces the old store
     store = lading.build_store(tiny_tsv, tmp_path / "store", progress=False)
-    assert version_of(tmp_path / "store") == 2 and store["7"] == "seven"
-    assert version_of(built["corpus"]) == 1
+    assert version_of(tmp_path / "store") == 3 and store["7"] == "seven"
+    assert version_of(built["corpus"]) == 2
 
 
 def test_bumping_the_corpus_version_keeps_reading_old_corpora_and_stores(
@@ -69,12 +69,12 @@ def test_bumping_the_corpus_version_keeps_reading_old_corpora_and_stores(
 ) -> None:
     from lading.lm import TokenCorpus
 
-    bump(monkeypatch, "lading.tokens", 2, 1)  # writes 2, still reads 1
-    assert version_of(built["corpus"]) == 1 and len(TokenCorpus.open(built["corpus"])) == 2
+    bump(monkeypatch, "lading.tokens", 3, 2)  # writes 3, still reads 2
+    assert version_of(built["corpus"]) == 2 and len(TokenCorpus.open(built["corpus"])) == 2
     assert lading.open_store(built["store"])["7"] == "seven"
     src = write(tmp_path / "more.txt", "beta\n\ngamma\n\nalpha\n")
     fresh = TokenCorpus.build(src, tmp_path / "c2", tmp_path / "t.json", progress=False)
-    assert version_of(tmp_path / "c2") == 2 and len(fresh) == 3
+    assert version_of(tmp_path / "c2") == 3 and len(fresh) == 3
 
 
 def test_a_too_new_version_names_the_file_and_what_to_do(built: dict[str, Path]) -> None:
@@ -86,10 +86,10 @@ def test_a_too_new_version_names_the_file_and_what_to_do(built: dict[str, Path])
     with pytest.raises(StoreFormatError) as caught:
         TokenCorpus.open(built["corpus"])
     message = str(caught.value)
-    assert message.startswith(f"{meta_path}: Unsupported token corpus version: 3. Expected 1")
+    assert message.startswith(f"{meta_path}: Unsupported token corpus version: 3. Expected 2")
     assert "newer lading" in message and "lading lm build" in message
-    meta_path.write_text(json.dumps({**meta, "version": "1"}))  # not an int: not version 1
-    with pytest.raises(UnsupportedVersionError, match=r"version: '1'\. Expected 1"):
+    meta_path.write_text(json.dumps({**meta, "version": "2"}))  # not an int: not version 2
+    with pytest.raises(UnsupportedVersionError, match=r"version: '2'\. Expected 2"):
         TokenCorpus.open(built["corpus"])
 
 
@@ -110,8 +110,9 @@ def test_checkpoints_have_their_own_version(
 def test_unknown_formats_and_versions() -> None:
     with pytest.raises(KeyError, match=r"no on-disk format 'lading\.nope'"):
         read_meta(".", "lading.nope")
-    assert check_version("lading.packed", 1, "x") == 1
-    for found in (0, True, None, 1.0):
+    assert check_version("lading.packed", 1, "x") == 1  # version 1 opens as one snapshot
+    assert check_version("lading.packed", 2, "x") == 2
+    for found in (0, True, None, 1.0, 3):
         with pytest.raises(UnsupportedVersionError, match=f"x: Unsupported store version: {found}"):
             check_version("lading.packed", found, "x")
     with pytest.raises(ValueError, match="must be among the readable"):

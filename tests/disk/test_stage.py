@@ -78,7 +78,7 @@ def test_a_rebuilt_source_is_staged_again(built: Path, tmp_path: Path) -> None:
 
 
 def test_a_damaged_source_is_refused_and_nothing_is_staged(built: Path, tmp_path: Path) -> None:
-    big = max((p for p in built.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    big = max((p for p in built.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
     _damage_middle(big)
     dest = tmp_path / "node0" / "store"
     with pytest.raises(StoreFormatError, match=f"{big.name}: CRC32 .* the source is damaged"):
@@ -89,7 +89,7 @@ def test_a_damaged_source_is_refused_and_nothing_is_staged(built: Path, tmp_path
 def test_a_damaged_staged_copy_is_copied_again(built: Path, tmp_path: Path) -> None:
     dest = tmp_path / "node0" / "store"
     stage(built, dest)
-    big = max((p for p in dest.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    big = max((p for p in dest.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
     # zeroed ends (what a crash can leave): the spot checksums catch it on a plain reuse
     data = big.read_bytes()
     big.write_bytes(b"\0" * 4096 + data[4096:])
@@ -132,7 +132,7 @@ def test_local_rank_0_copies_and_the_others_wait(built: Path, tmp_path: Path) ->
 
 
 def test_the_waiting_ranks_hear_that_local_rank_0_failed(built: Path, tmp_path: Path) -> None:
-    big = max((p for p in built.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    big = max((p for p in built.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
     _damage_middle(big)
     said = run_processes(_stage_as, 2, str(built), str(tmp_path / "n" / "store"), gloo=False)
     assert said[0].startswith("StoreFormatError") and "the source is damaged" in said[0]
@@ -199,12 +199,12 @@ def test_stage_from_s3(built: Path, tmp_path: Path, s3: dict[str, str]) -> None:
 def test_a_damaged_object_in_the_bucket_is_refused(
     built: Path, tmp_path: Path, s3: dict[str, str]
 ) -> None:
-    big = max((p for p in built.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    big = max((p for p in built.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
     _damage_middle(big)
     _upload(s3, built, "s3://corpora/damaged/store")
     cli = [sys.executable, "-m", "lading", "stage", "s3://corpora/damaged/store"]
     cli += [str(tmp_path / "nvme" / "store"), "-o", f"endpoint_url={s3['endpoint_url']}"]
     done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert f"s3://corpora/damaged/store/{big.name}: CRC32" in done.stderr
+    assert f"s3://corpora/damaged/store/{big.relative_to(built).as_posix()}: CRC32" in done.stderr
     assert not (tmp_path / "nvme" / "store").exists()

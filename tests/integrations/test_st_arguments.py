@@ -32,14 +32,12 @@ def st_args(tmp: Path, **extra: Any) -> Any:
 
     return SentenceTransformerTrainingArguments(
         output_dir=str(tmp / "out"),
-        per_device_train_batch_size=4,
         num_train_epochs=1,
         report_to="none",
         use_cpu=True,
         disable_tqdm=True,
         save_strategy="no",
-        seed=1,
-        **extra,
+        **{"seed": 1, "per_device_train_batch_size": 4, **extra},
     )
 
 
@@ -82,6 +80,33 @@ def test_drop_last_gives_the_batches_and_steps_of_st_own_route(
     sizes = [len(b) for b in RecordingRows(ours)]
     assert sizes == [4] * 9 + ([] if drop_last else [1])
     assert ours.train().global_step == theirs.train().global_step == expected
+
+
+def test_data_seed_else_seed_orders_the_rows_as_in_st_own_route(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """s-t's own default batch sampler is shuffled by ``data_seed``, else ``seed`` (Accelerate
+    swaps its RandomSampler for a SeedableRandomSampler); lading's loader takes the same seed."""
+    data = adi(data_dir, tmp_path)
+    folder = model_folder("bi-encoder", data, tmp_path)
+    cases = {
+        "seed1": {},
+        "seed1-data5": {"data_seed": 5},
+        "seed2-data5": {"seed": 2, "data_seed": 5},
+    }
+    ours: dict[str, list[tuple[str, str]]] = {}
+    theirs: dict[str, list[tuple[str, str]]] = {}
+
+    def pair(row: dict[str, Any]) -> tuple[str, str]:
+        return row["query"], row["positive"]
+
+    for name, seeds in cases.items():
+        lading_route, st_route = trainers(data, tmp_path / name, QUERIES, folder, **seeds)
+        ours[name] = [pair(r) for r in RecordingRows(lading_route).batches[0]]
+        st_batch = next(iter(st_route.get_train_dataloader().batch_sampler))
+        theirs[name] = [pair(st_route.train_dataset[i]) for i in st_batch]
+    assert theirs["seed1"] != theirs["seed1-data5"] == theirs["seed2-data5"]  # s-t's own route
+    assert ours["seed1"] != ours["seed1-data5"] == ours["seed2-data5"]  # the same relations
 
 
 class RecordingRows:
@@ -133,6 +158,39 @@ def test_no_duplicates_holds_in_every_batch_as_in_st_own_route(
     assert set(pairs) == set(st_pairs) and len(pairs) == 170  # every example once, both routes
 
 
+def test_no_duplicates_on_skewed_data_reads_every_pair_once_or_refuses(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """Batches of 8 over ADI's 170 pairs: 22 batches, and query 27 has 33 pairs. s-t's own
+    route reads every pair once by yielding extra, smaller batches; lading's batch count is
+    fixed (equal on every DDP rank), so it refuses before a batch, naming the batch size that
+    fits, rather than read some pairs twice and leave others out."""
+    from sentence_transformers.base.sampler import NoDuplicatesBatchSampler
+
+    data = adi(data_dir, tmp_path)
+    ours, theirs = trainers(
+        data, tmp_path, None, batch_sampler="no_duplicates", per_device_train_batch_size=8
+    )
+    st_loader = theirs.get_train_dataloader()
+    st_sampler = getattr(st_loader.batch_sampler, "batch_sampler", st_loader.batch_sampler)
+    assert isinstance(st_sampler, NoDuplicatesBatchSampler)
+    st_batches = [[theirs.train_dataset[i] for i in b] for b in st_sampler]
+    assert len(st_loader) == 22 < len(st_batches)  # more batches than it said: smaller ones
+    st_pairs = Counter((r["query"], r["positive"]) for b in st_batches for r in b)
+    assert len(st_pairs) == 170 and set(st_pairs.values()) == {1}  # every pair once
+    with pytest.raises(ValueError, match=r"shared by 33 samples.*batch_size to at most 5"):
+        ours.get_train_dataloader()
+    fits, _ = trainers(
+        data, tmp_path / "fits", None, batch_sampler="no_duplicates", per_device_train_batch_size=5
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batches = RecordingRows(fits).batches
+    pairs = Counter((r["query"], r["positive"]) for b in batches for r in b)
+    assert len(pairs) == 170 and set(pairs.values()) == {1}  # as s-t's own route
+    assert all(duplicates(b) == ([], []) for b in batches)
+
+
 def test_no_duplicates_is_deterministic_resumable_and_equal_over_ranks(
     data_dir: Path, tmp_path: Path
 ) -> None:
@@ -169,9 +227,7 @@ def test_no_duplicates_is_deterministic_resumable_and_equal_over_ranks(
     resumed = make(epoch=1)
     resumed.load_state_dict(state)
     assert head + list(resumed) == list(make(epoch=1))  # bitwise resume
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # two ranks may leave a conflicting pair out
-        shares = [list(make(r, 2)) for r in range(2)]
+    shares = [list(make(r, 2)) for r in range(2)]
     assert len(shares[0]) == len(shares[1]) == len(make(0, 2)) == 22  # 85 a rank
     for share in shares:
         assert all(len({q for q, _ in b}) == len(b) for b in share)

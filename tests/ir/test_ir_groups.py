@@ -102,6 +102,39 @@ def test_missing_documents_raise_or_are_counted(tmp_path: Path) -> None:
     assert item["doc_ids"][0] in {"d1", "d2"} and item["doc_ids"][1] not in {item["doc_ids"][0]}
 
 
+def test_a_group_larger_than_the_store_allows_is_refused_naming_group_size() -> None:
+    """group_size=30 over 20 documents cannot hold 30 distinct documents (it made groups of
+    about 14, repeating negatives, without a word)."""
+    store = lading.InMemoryStore({f"d{i}": f"text {i}" for i in range(20)})
+    queries = {"q1": "one", "q2": "two"}
+    qrels = {"q1": {"d0": 1}, "q2": {"d1": 1, "d2": 1, "d3": 1}}
+    with pytest.raises(ValueError) as refused:
+        TrainingGroups(store, queries, qrels, sampling="random", group_size=30)
+    message = str(refused.value)
+    assert "group_size=30" in message and "20 documents" in message
+    assert "query 'q2'" in message and "group_size=18 or less" in message  # 17 negatives + 1
+    TrainingGroups(store, queries, qrels, sampling="random", group_size=18)
+
+
+@pytest.mark.parametrize("sampling", ["random", "run", "run+random"])
+def test_every_group_holds_distinct_documents(sampling: str) -> None:
+    store = lading.InMemoryStore({f"d{i}": f"text {i}" for i in range(20)})
+    queries = {f"q{i}": f"query {i}" for i in range(6)}
+    qrels = {f"q{i}": {f"d{i}": 1} for i in range(6)}
+    run = {f"q{i}": [f"d{j}" for j in range(10, 14)] for i in range(6)}  # short runs
+    for group_size in (4, 12, 20):
+        groups = TrainingGroups(
+            store, queries, qrels, run, sampling=sampling, group_size=group_size
+        )
+        for epoch in range(3):
+            for i in range(len(groups)):
+                ids = groups[EpochIndex(epoch, i)]["doc_ids"]
+                assert len(set(ids)) == group_size == len(ids), (epoch, i, ids)
+                assert f"d{i}" == ids[0] and f"d{i}" not in ids[1:]
+            keys = groups.duplicate_keys(np.arange(len(groups)), epoch)
+            assert all(len(set(row[1:].tolist())) == group_size for row in keys)
+
+
 def test_unknown_policy_names_the_choices(tmp_path: Path) -> None:
     store = lading.build_store(
         write(tmp_path / "c.tsv", "d1\tone\n"), tmp_path / "s", progress=False

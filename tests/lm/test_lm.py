@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import word_corpus, word_tokenizer, write
+from conftest import store_file, word_corpus, word_tokenizer, write
 from contracts import forked
 from distributed import run_processes
 from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, Windows
@@ -42,7 +42,7 @@ def collect(loader: LanguageModelLoader) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def test_corpus_uses_uint16_and_ends_documents(corpus: TokenCorpus) -> None:
     assert corpus.dtype == np.uint16 and len(corpus) == 37
-    assert (corpus.path / "tokens.bin").stat().st_size == 2 * corpus.n_tokens
+    assert store_file(corpus.path, "tokens.bin").stat().st_size == 2 * corpus.n_tokens
     for i in range(len(corpus)):
         doc = corpus.document(i)
         assert doc[-1] == corpus.eos_id and (doc[:-1] >= 2).all()

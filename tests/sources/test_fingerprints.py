@@ -126,7 +126,8 @@ def test_groups_to_dataset_sees_a_rebuilt_store(tmp_path: Path) -> None:
     old = groups_to_dataset(small_groups(tmp_path, "s", "alpha"), "triplet", cache_dir=cache)
     assert all("alpha" in row["positive"] for row in old)
     # the same path rebuilt with other texts: the cache must not hand back the old rows
-    new = groups_to_dataset(small_groups(tmp_path, "s", "beta"), "triplet", cache_dir=cache)
+    groups = small_groups(tmp_path, "s", "beta")
+    new = groups_to_dataset(groups, "triplet", cache_dir=cache)
     assert all("beta" in row["positive"] for row in new)
-    again = groups_to_dataset(small_groups(tmp_path, "s", "beta"), "triplet", cache_dir=cache)
-    assert again.cache_files == new.cache_files  # unchanged data: the cached file is reused
+    again = groups_to_dataset(groups, "triplet", cache_dir=cache)
+    assert again.cache_files == new.cache_files  # the same snapshot: the cached file is reused

@@ -18,11 +18,31 @@ def ids_texts(path: Path, **kwargs: object) -> list[tuple[str, str]]:
     return [(r.id, r.text) for r in read_records(path, **kwargs)]  # type: ignore[arg-type]
 
 
-def test_tsv_reads_ids_texts_and_extra_columns(tmp_path: Path) -> None:
-    path = write(tmp_path / "c.tsv", "1\thello world\n2\tsecond\textra\n")
-    records = list(read_records(path))
-    assert [(r.id, r.text) for r in records] == [("1", "hello world"), ("2", "second")]
-    assert records[1].fields == {"col2": "extra"}
+def test_a_tsv_of_more_columns_than_named_is_refused_naming_them_and_the_fix(
+    tmp_path: Path,
+) -> None:
+    """msmarco-docs.tsv's shape read as the default id<TAB>text would store the URL as the
+    text and the body as a field ``col3``: refused at line 1, its columns and the fix named."""
+    path = write(tmp_path / "docs.tsv", "D1\thttp://a.com/x\tTitle one\tBody one\n")
+    with pytest.raises(SourceError) as refused:
+        list(read_records(path))
+    message = str(refused.value)
+    assert "line 1 of" in message and "found 4 columns" in message
+    assert "'D1' | 'http://a.com/x' | 'Title one' | 'Body one'" in message
+    assert "--columns id,url,title,text" in message
+    skipped = read_records(path, on_error="skip")
+    assert list(skipped) == [] and "--columns" in skipped.skip_reasons[0]  # never half-read
+    # a tab inside one text of a two-column file would cut that text at the tab
+    path = write(tmp_path / "c.tsv", "1\thello world\n2\tsecond\tpart\n")
+    with pytest.raises(SourceError, match=r"line 2 of .*found 3 columns \('2' \| 'second'"):
+        list(read_records(path))
+    # named columns: a line with more than named is refused the same way
+    named = ParseOptions(columns=("id", "title", "text"))
+    path = write(tmp_path / "t.tsv", "1\tT\tbody\n2\tT\tbody\tmore\n")
+    with pytest.raises(SourceError, match=r"line 2 .*found 4 columns.*3 named"):
+        list(read_records(path, parse=named))
+    (first,) = read_records(write(tmp_path / "ok.tsv", "1\tT\tbody\n"), parse=named)
+    assert (first.text, dict(first.fields)) == ("body", {"title": "T"})
 
 
 def test_tsv_named_columns(tmp_path: Path) -> None:

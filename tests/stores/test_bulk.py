@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import lading
+from conftest import store_file
 from lading.errors import StoreFormatError
 from lading.stores import bulk
 
@@ -87,7 +88,7 @@ def test_bytes_by_id(tmp_path: Path) -> None:
 
 def test_invalid_utf8_raises_as_the_row_path_does(tmp_path: Path, route: str) -> None:
     store, _ = make_store(tmp_path, 40)
-    path = store.path / "text.bin"
+    path = store_file(store.path, "text.bin")
     data = bytearray(path.read_bytes())
     start = int(store._maps().text.offsets[25])  # past the bytes open() spot-checks
     assert 4096 < start < len(data) - 4096
@@ -101,7 +102,7 @@ def test_invalid_utf8_raises_as_the_row_path_does(tmp_path: Path, route: str) ->
 def test_damaged_offsets_raise(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     store, _ = make_store(tmp_path, 3000)  # offsets past the bytes open() spot-checks
-    path = store.path / "text.off"
+    path = store_file(store.path, "text.off")
     offsets = np.fromfile(path, dtype="<u8")
     offsets[1500] = offsets[-1] * 4  # past the data, then back
     offsets.tofile(path)

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import gc
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import lading
+from conftest import store_file
 from distributed import run_processes
 from lading.bench.synth import synth
+from lading.stores.layout import column_bytes
 from lading.train.procmem import process_memory
 
 pytestmark = pytest.mark.slow
@@ -22,13 +23,20 @@ def _build_in_rank(rank: int, world: int, src: str, dest: str) -> dict[str, Any]
 
     assert dist.is_initialized()
     store = lading.build_store(src, dest, progress=False)
-    return {"inode": os.stat(Path(dest) / "text.bin").st_ino, "len": len(store), "doc": store["17"]}
+    text = store_file(Path(dest), "text.bin")
+    return {
+        "inode": text.stat().st_ino,
+        "snapshot": store.snapshot,
+        "len": len(store),
+        "doc": store["17"],
+    }
 
 
 def test_every_rank_calls_build_one_store_results(tmp_path: Path) -> None:
     files = synth("passages", 2000, tmp_path / "c")
     results = run_processes(_build_in_rank, 3, str(files.corpus), str(tmp_path / "store"))
     assert len({r["inode"] for r in results}) == 1
+    assert len({r["snapshot"] for r in results}) == 1  # every rank on its builder's snapshot
     assert {r["len"] for r in results} == {2000}
     assert len({r["doc"] for r in results}) == 1
     assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
@@ -49,15 +57,14 @@ def test_a_failed_build_fails_every_rank_instead_of_hanging(tmp_path: Path) -> N
     assert results == ["SourceError", "StoreFormatError"]
 
 
-def _race(rank: int, world: int, src: str, dest: str) -> int:
-    lading.build_store(src, dest, progress=False)
-    return os.stat(Path(dest) / "text.bin").st_ino
+def _race(rank: int, world: int, src: str, dest: str) -> str:
+    return lading.build_store(src, dest, progress=False).snapshot
 
 
 def test_unrelated_processes_racing_get_one_store(tmp_path: Path) -> None:
     files = synth("passages", 3000, tmp_path / "c")
-    inodes = run_processes(_race, 4, str(files.corpus), str(tmp_path / "store"), gloo=False)
-    assert len(set(inodes)) == 1
+    snapshots = run_processes(_race, 4, str(files.corpus), str(tmp_path / "store"), gloo=False)
+    assert len(set(snapshots)) == 1  # one built it, the others found it built
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "store"]  # the lock is gone too
 
 
@@ -79,7 +86,7 @@ def _read_everything(rank: int, world: int, dest: str, kind: str, src: str) -> d
 def test_four_processes_share_one_copy_of_the_text(tmp_path: Path) -> None:
     files = synth("passages", 40_000, tmp_path / "c")
     store = lading.build_store(files.corpus, tmp_path / "store", progress=False)
-    text_kib = store.meta["files"]["text.bin"]["size"] // 1024
+    text_kib = column_bytes(store.meta, "text") // 1024
     packed = run_processes(
         _read_everything, 4, str(store.path), "packed", str(files.corpus), gloo=False
     )

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import lading
-from conftest import write
+from conftest import store_file, write
 from lading.errors import SkippedRecordsWarning, SourceError, StaleStoreWarning, StoreFormatError
 from lading.stores.base import DocStore
 
@@ -46,6 +46,35 @@ def test_irds_reads_a_local_msmarco_docs_tsv(tmp_path: Path) -> None:
     bad.write_text("D1\ttitle\tbody\n")
     with pytest.raises(ValueError, match=r"three.tsv, line 1: 3 columns"):
         lading.IrDatasetsStore.from_tsv(bad)
+
+
+def test_carriage_returns_read_the_same_in_every_store(make: StoreMaker, tmp_path: Path) -> None:
+    """One answer for every store: a line ends at ``\\n`` (one ``\\r`` before it is part of a
+    CRLF ending); any other ``\\r`` is text. ir_datasets alone reads a bare ``\\r`` as a line
+    break (universal newlines), so its from_tsv is fed lading's own records."""
+    src = write(tmp_path / "c.tsv", b"d1\tone\r\nd2\ttwo\r\r\nd3\tth\rree\nd4\tfour\r")
+    store = make(src, tmp_path)
+    assert len(store) == 4
+    assert store.get_many(["d1", "d2", "d3", "d4"]) == ["one", "two\r", "th\rree", "four\r"]
+
+
+def test_numpy_integers_are_ids_everywhere_and_a_str_is_not_a_list(
+    make: StoreMaker, tmp_path: Path
+) -> None:
+    """An id read from a numpy array works in every lookup, ``in`` included; a str where a
+    list of ids belongs is refused (it would be read as one id a character)."""
+    src = write(tmp_path / "c.tsv", "1\tone\n2\ttwo\n7\tseven\n12\ttwelve\n")
+    store = make(src, tmp_path)
+    for key in (np.int64(7), np.int32(7), np.uint8(7), 7, "7"):
+        assert key in store, type(key)
+        assert store[key] == "seven" and store.get_many([key]) == ["seven"]
+    assert np.int64(8) not in store and 7.0 not in store
+    assert store.get_many(np.array([12, 7])) == ["twelve", "seven"]
+    for many in (store.get_many, store.rows, store.find_rows, store.tokens_many):
+        with pytest.raises(TypeError, match=r"a list of ids, not the str '12'.*\['12'\]"):
+            many("12")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not the bytes"):
+        store.get_many(b"12")  # type: ignore[arg-type]
 
 
 def test_protocol(make: StoreMaker, tiny_tsv: Path, tmp_path: Path) -> None:
@@ -179,10 +208,11 @@ def test_fields_and_records(tmp_path: Path) -> None:
 
 def test_reused_when_unchanged_rebuilt_when_source_changes(tiny_tsv: Path, tmp_path: Path) -> None:
     dest = tmp_path / "s"
-    lading.build_store(tiny_tsv, dest, progress=False)
-    inode = (dest / "text.bin").stat().st_ino
-    lading.build_store(tiny_tsv, dest, progress=False)
-    assert (dest / "text.bin").stat().st_ino == inode  # reused, not rebuilt
+    first = lading.build_store(tiny_tsv, dest, progress=False)
+    inode = store_file(dest, "text.bin").stat().st_ino
+    again = lading.build_store(tiny_tsv, dest, progress=False)
+    assert store_file(dest, "text.bin").stat().st_ino == inode  # reused, not rebuilt
+    assert again.snapshot == first.snapshot
     with open(tiny_tsv, "a") as f:
         f.write("99\tnew\n")
     with pytest.warns(StaleStoreWarning, match="bytes, was"):
@@ -191,13 +221,14 @@ def test_reused_when_unchanged_rebuilt_when_source_changes(tiny_tsv: Path, tmp_p
     with pytest.raises(StoreFormatError, match="stale"):
         lading.open_store(dest, on_stale="raise")
     fresh = lading.build_store(tiny_tsv, dest, progress=False)
-    assert fresh["99"] == "new" and fresh.stale is None
+    assert fresh["99"] == "new" and fresh.stale is None and fresh.snapshot != first.snapshot
+    assert "99" not in first and len(first) == 5  # the old object still reads its snapshot
 
 
 def test_open_refuses_truncated_foreign_or_newer_stores(tiny_tsv: Path, tmp_path: Path) -> None:
     dest = tmp_path / "s"
     lading.build_store(tiny_tsv, dest, progress=False)
-    text = dest / "text.bin"
+    text = store_file(dest, "text.bin")
     text.write_bytes(text.read_bytes()[:-3])
     with pytest.raises(StoreFormatError, match=r"text\.bin is \d+ bytes, expected \d+"):
         lading.open_store(dest)
@@ -207,7 +238,7 @@ def test_open_refuses_truncated_foreign_or_newer_stores(tiny_tsv: Path, tmp_path
     meta = json.loads(meta_path.read_text())
     meta_path.write_text(json.dumps({**meta, "version": 99}))
     with pytest.raises(
-        StoreFormatError, match=r"meta\.json: Unsupported store version: 99\. Expected 1"
+        StoreFormatError, match=r"meta\.json: Unsupported store version: 99\. Expected 2"
     ):
         lading.open_store(dest)
     meta_path.write_text(json.dumps({**meta, "format": "parquet"}))
@@ -224,10 +255,11 @@ def test_verify_finds_a_flipped_byte(tiny_tsv: Path, tmp_path: Path) -> None:
     dest = tmp_path / "s"
     lading.build_store(tiny_tsv, dest, progress=False)
     assert verify_checksums(dest) == []
-    data = bytearray((dest / "text.bin").read_bytes())
+    text = store_file(dest, "text.bin")
+    data = bytearray(text.read_bytes())
     data[0] ^= 0xFF
-    (dest / "text.bin").write_bytes(bytes(data))
-    assert [p.split(":")[0] for p in verify_checksums(dest)] == [str(dest / "text.bin")]
+    text.write_bytes(bytes(data))
+    assert [p.split(":")[0] for p in verify_checksums(dest)] == [str(text)]
 
 
 @pytest.mark.parametrize("name", ["text.bin", "text.off", "ids.bin"])
@@ -236,8 +268,8 @@ def test_zero_filled_file_is_refused_on_open(tmp_path: Path, name: str) -> None:
     src = write(tmp_path / "c.tsv", "".join(f"d{i}\tpassage number {i}\n" for i in range(3000)))
     dest = tmp_path / "s"
     lading.build_store(src, dest, progress=False)
-    size = (dest / name).stat().st_size
-    (dest / name).write_bytes(bytes(size))
+    path = store_file(dest, name)
+    path.write_bytes(bytes(path.stat().st_size))
     with pytest.raises(StoreFormatError, match=rf"{name}: .*all zero bytes.*Rebuild"):
         lading.open_store(dest)
 
@@ -248,12 +280,13 @@ def test_damage_past_the_spot_checks_is_found_by_verify(tmp_path: Path) -> None:
     src = write(tmp_path / "c.tsv", "".join(f"d{i}\tpassage number {i}\n" for i in range(3000)))
     dest = tmp_path / "s"
     lading.build_store(src, dest, progress=False)
-    data = bytearray((dest / "text.bin").read_bytes())
+    text = store_file(dest, "text.bin")
+    data = bytearray(text.read_bytes())
     assert len(data) > 3 * 4096
     data[len(data) // 2] ^= 0x01
-    (dest / "text.bin").write_bytes(bytes(data))
+    text.write_bytes(bytes(data))
     lading.open_store(dest)  # opening reads 8 KiB per file; a middle byte needs verify
-    assert [p.split(":")[0] for p in verify_checksums(dest)] == [str(dest / "text.bin")]
+    assert [p.split(":")[0] for p in verify_checksums(dest)] == [str(text)]
 
 
 def test_failed_build_leaves_nothing_that_opens(tmp_path: Path) -> None:
@@ -261,8 +294,9 @@ def test_failed_build_leaves_nothing_that_opens(tmp_path: Path) -> None:
     dest = tmp_path / "s"
     with pytest.raises(SourceError):
         lading.build_store(src, dest, progress=False)
-    assert not dest.exists()
-    assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
+    with pytest.raises(StoreFormatError, match="not a lading store"):
+        lading.open_store(dest)
+    assert [p.name for p in tmp_path.rglob("*") if ".tmp-" in p.name] == []
 
 
 def test_leftover_temp_dirs_of_dead_builders_are_removed(tiny_tsv: Path, tmp_path: Path) -> None:
@@ -324,7 +358,7 @@ def test_tokens_match_the_tokenizer_and_use_uint16(tiny_tsv: Path, tmp_path: Pat
 
     tok = Tokenizer.from_file(str(tok_path))
     assert store.meta["tokens"]["dtype"] == "<u2"
-    assert (tmp_path / "s" / "tokens.bin").stat().st_size == 2 * sum(
+    assert store_file(tmp_path / "s", "tokens.bin").stat().st_size == 2 * sum(
         len(tok.encode(t, add_special_tokens=False).ids) for t in texts
     )
     for doc_id, text in zip(["0", "1", "2", "3", "7"], texts):
@@ -338,7 +372,7 @@ def test_tokens_match_the_tokenizer_and_use_uint16(tiny_tsv: Path, tmp_path: Pat
         tiny_tsv, tmp_path / "cut", tokenizer=tok_path, max_length=2, progress=False
     )
     assert max(len(t) for t in cut.tokens_many(cut.ids())) == 2
-    assert store.has_tokens and store.tokenizer_path == tmp_path / "s" / "tokenizer.json"
+    assert store.has_tokens and store.tokenizer_path == store_file(tmp_path / "s", "tokenizer.json")
     assert store.token_info is not None and store.token_info["dtype"] == "<u2"
     assert store.tokenizer().get_vocab() == tok.get_vocab()
     plain = lading.build_store(tiny_tsv, tmp_path / "plain", progress=False)

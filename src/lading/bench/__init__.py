@@ -147,9 +147,10 @@ def run_bench(
         info["skipped"] = skipped  # the report names each skipped strategy with its reason
     if data.packed.is_dir():
         from lading.stores import open_store
+        from lading.stores.layout import column_bytes
 
         store = open_store(data.packed)
-        info.update(documents=len(store), text_bytes=store.meta["files"]["text.bin"]["size"])
+        info.update(documents=len(store), text_bytes=column_bytes(store.meta, "text"))
     if launched is not None:
         info["launch"] = {
             "launcher": launched.launcher,
@@ -198,7 +199,9 @@ def _collection(
         name = str(corpus)
     assert queries is not None and qrels is not None
     say(f"lading bench: preparing the stores of {', '.join(options.strategies)} in {work}")
-    data = prepare(corpus, queries, qrels, negatives, work, options.strategies, tokenizer)
+    data = prepare(
+        corpus, queries, qrels, negatives, work, options.strategies, tokenizer, options.remote
+    )
     return data, name
 
 

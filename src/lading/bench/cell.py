@@ -104,6 +104,9 @@ def open_strategy(strategy: str, data: BenchData) -> Any:
         return OffsetStore(data.offsets)
     if strategy in READS_PACKED:
         return open_store(data.packed)
+    if strategy == "remote":  # the node cache: $LADING_CACHE/remote, $LADING_REMOTE_CACHE_BYTES
+        assert data.remote is not None
+        return open_store(data.remote)
     if strategy == "irds":
         assert data.irds_tsv is not None
         return IrDatasetsStore.from_tsv(data.irds_tsv)

@@ -53,6 +53,10 @@ TOKENIZED_IN.update(
 EMIT: dict[str, str] = {"packed+prefetch": "narrow", "gpu-resident": "rows"}
 PREFETCHED: frozenset[str] = frozenset({"packed+prefetch", "gpu-resident"})
 CUDA_ONLY: frozenset[str] = frozenset({"gpu-resident"})
+# the packed store read from object storage (--remote URL) through the node cache
+STRATEGIES += ("remote",)
+DOCUMENTS_LIVE_IN["remote"] = "object storage, node cache"
+TOKENIZED_IN["remote"] = "at build (stored ids)"
 # the peers users pick today (lading.bench.peers); a peer not installed is skipped, saying why
 STRATEGIES += PEER_STRATEGIES
 DOCUMENTS_LIVE_IN.update(PEERS_LIVE_IN)
@@ -97,6 +101,7 @@ class BenchData:
     hf: Path | None = None  # the peers' directories (lading.bench.peers), by strategy name
     mds: Path | None = None
     litdata: Path | None = None
+    remote: str | None = None  # the URL the "remote" strategy opens (--remote)
 
     def peer(self, strategy: str) -> Path:
         """The directory peer ``strategy`` reads (built by :func:`prepare`)."""
@@ -140,8 +145,10 @@ def prepare(
     work: Path,
     strategies: list[str],
     tokenizer: str | None = None,
+    remote: str | None = None,
 ) -> BenchData:
-    """Build (or reuse) the tokenizer and the stores of ``strategies`` under ``work``."""
+    """Build (or reuse) the tokenizer and the stores of ``strategies`` under ``work``; for
+    ``remote``, upload the packed store to that URL unless its manifest is there already."""
     from lading.sources import read_records
     from lading.stores import OffsetStore, build_store
     from lading.stores.tokens import save_tokenizer, train_tokenizer
@@ -157,8 +164,12 @@ def prepare(
         if tok_path.is_dir():
             tok_path = tok_path / "tokenizer.json"
     packed = work / "packed"
-    if any(s in READS_PACKED for s in strategies):
+    if any(s in (*READS_PACKED, "remote") for s in strategies):
         build_store(corpus, packed, tokenizer=tok_path, max_length=512, progress=True)
+    if "remote" in strategies:
+        if remote is None:
+            raise ValueError("strategy 'remote' reads the packed store from --remote URL")
+        _publish(packed, remote)
     offsets = work / "offsets"
     if "offsets" in strategies and not (offsets / "meta.json").is_file():
         OffsetStore.build(corpus, offsets)
@@ -177,8 +188,23 @@ def prepare(
             logging.disable(logging.NOTSET)
     peers = {s: build_peer(s, corpus, work / s) for s in PEER_STRATEGIES if s in strategies}
     return BenchData(
-        corpus, queries, qrels, negatives, tok_path, packed, offsets, irds_tsv, **peers
-    )
+        corpus, queries, qrels, negatives, tok_path, packed, offsets, irds_tsv, **peers,
+        remote=remote,
+    )  # fmt: skip
+
+
+def _publish(packed: Path, url: str) -> None:
+    """Upload the packed store to ``url`` unless the same manifest is there already."""
+    from lading.stores.remote.objects import PermanentError, open_client
+    from lading.stores.remote.upload import upload
+
+    client = open_client(url)
+    try:
+        current = client.get("meta.json")
+    except PermanentError:  # no store there yet
+        current = b""
+    if current != (packed / "meta.json").read_bytes():
+        upload(packed, client)
 
 
 def to_ramdisk(data: BenchData, strategy: str, root: Path) -> BenchData:
@@ -195,6 +221,8 @@ def to_ramdisk(data: BenchData, strategy: str, root: Path) -> BenchData:
 
     if strategy in READS_PACKED:
         return BenchData(**{**data.__dict__, "packed": copy(data.packed)})
+    if strategy == "remote":  # its documents are in the bucket and the node cache
+        return data
     if strategy == "memory":
         return BenchData(**{**data.__dict__, "corpus": copy(data.corpus)})
     if strategy in PEER_STRATEGIES:

@@ -14,7 +14,8 @@ in a folder this module fills, under the names README uses:
   ``wiki/corpus`` (a :class:`lading.lm.TokenCorpus`), and ``code/corpus`` (small Python
   functions in the same tokenizer) to mix with it;
 - ``sessions/<day>/{train,valid,test}.parquet`` for days 178-182 (``session_id`` and a ragged
-  ``item_id-list_seq``, YOOCHOOSE's preprocessed shape), needing ``pyarrow``.
+  ``item_id-list_seq``, YOOCHOOSE's preprocessed shape), needing ``pyarrow``: without it the
+  rest is made and an :class:`ExampleLeftOutWarning` names what was not and the extra.
 
 Same (passages, seed), same texts, runs, model weights and sessions; the WordPiece vocabulary
 may number entries of equal frequency in another order from run to run (``tokenizers``' trainer
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +65,23 @@ def make_example(
     made["tokenizer"] = _wordpiece(files.corpus, files.queries, folder / "tokenizer.json")
     made.update(_hf_folders(made["tokenizer"], folder))
     made.update(_language_model(made["docs.jsonl"], folder))
-    made["sessions"] = write_sessions(folder / "sessions", seed=seed)
+    try:
+        made["sessions"] = write_sessions(folder / "sessions", seed=seed)
+    except ImportError as e:  # README's first command installs no pyarrow: the rest still runs
+        if e.name != "pyarrow":
+            raise
+        warnings.warn(SESSIONS_NOT_MADE, ExampleLeftOutWarning, stacklevel=2)
     return made
+
+
+class ExampleLeftOutWarning(UserWarning):
+    """Part of the example folder was not made: an optional extra is not installed."""
+
+
+SESSIONS_NOT_MADE = (
+    'sessions/ (parquet needs pyarrow: pip install "lading[parquet]"); the session-based '
+    "recommendation examples read it"
+)
 
 
 def _records(corpus: Path) -> list[tuple[str, str]]:

@@ -39,6 +39,7 @@ class GridOptions:
     parallel: str = "ddp"
     memory_budget: int | None = None
     variant_world_size: int = 1  # the workers/pin/RAM-disk variants' (launched: all ranks)
+    remote: str | None = None  # where strategy "remote" reads the packed store (s3://...)
 
 
 def grid_cells(options: GridOptions) -> list[Cell]:

@@ -15,6 +15,8 @@ from typing import Any
 from lading.bench.data import DOCUMENTS_LIVE_IN, TOKENIZED_IN
 from lading.bench.plots import main_cells, write_plots
 from lading.bench.stats import (
+    BUSY_CONTENTION,
+    CALM_CONTENTION,
     NOISE_FLOOR,
     busy_warning,
     efficiency_text,
@@ -199,7 +201,8 @@ def ranking_lines(results: dict[str, Any], cells: list[dict[str, Any]]) -> list[
         "",
         "A pair is ranked only where its ranges over the repeats, each at least "
         f"+-{NOISE_FLOOR:.0%} around its median, do not overlap; otherwise it is within "
-        "noise, whatever the medians say. "
+        f"noise, whatever the medians say. Past a load of {CALM_CONTENTION:g} a CPU the band "
+        f"widens in proportion to the load; from {BUSY_CONTENTION:g} a CPU nothing is ranked. "
         "Samples per CPU-second (user + system time of the ranks and their workers) say what "
         "the data path costs and hardly move when other work shares the cores; samples/s say "
         "what it delivered here and now.",

@@ -5,8 +5,10 @@ drift on a shared machine (another job starting, a cache going cold) hits every 
 A cell's figure is the median of its repeats and its range the min and max (with 3-5 repeats an
 IQR would be the range itself). Two cells are ranked only when their ranges do not overlap,
 each range at least +-25% around its median (:data:`NOISE_FLOOR`); otherwise the report says
-"within noise". The same rule reads E: a range that covers 1.0 is
-"within noise of 1", never a gain above the ideal.
+"within noise". That band holds at the loads it was measured at; past them it widens with the
+load per CPU the cells ran under (:func:`noise_floor`), and on a machine that busy
+(:data:`BUSY_CONTENTION`) nothing is ranked: "not decided: the machine was busy". The same rule
+reads E: a range that covers 1.0 is "within noise of 1", never a gain above the ideal.
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ from typing import Any, NamedTuple
 # shared 2-core machine (load 1.9-7.1 from other work), rankings from ranges apart by less
 # than this flipped between grids (memory, offsets, packed-text: 1.06-1.5x), none above it.
 NOISE_FLOOR = 0.25
+# the load per CPU (1-minute load average / CPUs, the highest of a pair's repeats) up to which
+# NOISE_FLOOR was measured to hold: 7.1 on 2 CPUs above. Past it the band widens in proportion
+# (twice the load per CPU, twice the band), and from BUSY_CONTENTION on nothing is ranked: at
+# load 16-49 on 2 CPUs three quick grids decided 12, 5 and 10 rankings, 3 in common, one
+# reversed by the next grid, with medians moving 1.2-3.8x between grids (issue 33).
+CALM_CONTENTION = 3.5
+BUSY_CONTENTION = 8.0
 # per-repeat numbers kept in a merged record, and merged into median and range
 REPEATED: tuple[str, ...] = (
     "samples_per_s",
@@ -60,9 +69,29 @@ class Spread(NamedTuple):
         return Spread(m, min(self.low, m * (1 - floor)), max(self.high, m * (1 + floor)), self.n)
 
 
+def noise_floor(contention: float | None) -> float | None:
+    """The band a ranking is decided at, for cells that ran at ``contention`` (load average per
+    CPU; None: not known): :data:`NOISE_FLOOR` up to :data:`CALM_CONTENTION`, wider in
+    proportion past it, None (rank nothing) from :data:`BUSY_CONTENTION` on."""
+    if contention is None or contention <= CALM_CONTENTION:
+        return NOISE_FLOOR
+    if contention >= BUSY_CONTENTION:
+        return None
+    return NOISE_FLOOR * contention / CALM_CONTENTION
+
+
+def cell_load(cell: dict[str, Any]) -> float | None:
+    """The highest 1-minute load average any repeat of ``cell`` started at (None: unknown)."""
+    loads = [float(r["load1"]) for r in cell.get("repeats", []) if "load1" in r]
+    if not loads and "load1" in cell:
+        loads = [float(cell["load1"])]
+    return max(loads) if loads else None
+
+
 class Ranking(NamedTuple):
     """Two cells of one scope compared on one figure: ``first`` has the higher median;
-    ``decided`` only when the ranges do not overlap (``why`` says otherwise, if not noise)."""
+    ``decided`` only when the ranges, widened to ``band`` around their medians, do not overlap
+    (``why`` says otherwise, if not noise). ``load`` and ``cpus``: what the band was set for."""
 
     scope: str
     first: str
@@ -72,18 +101,24 @@ class Ranking(NamedTuple):
     second_spread: Spread
     key: str = "samples_per_s"
     why: str = ""
+    band: float = NOISE_FLOOR
+    load: float | None = None
+    cpus: int | None = None
 
     def text(self) -> str:
         a, b = self.first_spread, self.second_spread
         unit = UNITS.get(self.key, self.key)
         ranges = f"{_range(a)} vs {_range(b)} {unit}"
+        at = f"load {self.load:.1f} on {self.cpus} CPUs" if self.load is not None else ""
         if not self.decided:
-            verdict = self.why or "within noise"
+            wide = f" at {at} (band +-{self.band:.0%})" if self.band > NOISE_FLOOR else ""
+            verdict = self.why or f"within noise{wide}"
             return f"{self.scope}: {self.first} vs {self.second}: {verdict} ({ranges})"
         verb = "cheaper than" if self.key == "samples_per_cpu_s" else "faster than"
+        wide = f"; band +-{self.band:.0%} at {at}" if self.band > NOISE_FLOOR else ""
         return (
             f"{self.scope}: {self.first} {verb} {self.second}, "
-            f"{a.median / b.median:,.2f}x by median ({ranges})"
+            f"{a.median / b.median:,.2f}x by median ({ranges}{wide})"
         )
 
 
@@ -146,53 +181,80 @@ def spread_of(cell: dict[str, Any], key: str) -> Spread | None:
 
 
 def rankings(
-    cells: list[dict[str, Any]], key: str = "samples_per_s", free_cpus: float | None = None
+    cells: list[dict[str, Any]],
+    key: str = "samples_per_s",
+    free_cpus: float | None = None,
+    cpus: int | None = None,
 ) -> list[Ranking]:
     """Every pair of strategies at one (mode, world size), and every pair of world sizes of one
     (mode, strategy), on ``key``: higher median first, decided only where the ranges, each
     widened to at least :data:`NOISE_FLOOR` around its median, do not overlap.
 
-    With ``free_cpus`` (CPUs less the load before the grid), world sizes are not ranked by
-    samples/s where the larger has more processes than free CPUs: what 2 processes deliver
-    on 2 cores that run 3 others' processes measures the others' work, not scaling.
+    With ``cpus``, the band is the one for the load per CPU the pair ran at
+    (:func:`noise_floor`, from each cell's repeats' load averages): wider on a loaded machine,
+    and nothing decided on a busy one. With ``free_cpus`` (CPUs less the load before the
+    grid), world sizes are not ranked by samples/s where the larger has more processes than
+    free CPUs: what 2 processes deliver on 2 cores that run 3 others' processes measures the
+    others' work, not scaling.
     """
     out: list[Ranking] = []
-    rated = [(c, spread_of(c, key)) for c in cells]
-    groups: dict[tuple[str, str], list[tuple[str, int, Spread]]] = {}
-    for c, s in rated:
+    groups: dict[tuple[str, str], list[tuple[str, int, Spread, float | None]]] = {}
+    for c in cells:
+        s = spread_of(c, key)
         if s is None:
             continue
-        w = c["world_size"]
+        w, load = c["world_size"], cell_load(c)
         processes = f"{w} process{'es' if w > 1 else ''}"
         groups.setdefault((f"{c['mode']}, {processes}", "strategy"), []).append(
-            (c["strategy"], w, s)
+            (c["strategy"], w, s, load)
         )
-        groups.setdefault((f"{c['mode']}, {c['strategy']}", "size"), []).append((f"{w}p", w, s))
+        groups.setdefault((f"{c['mode']}, {c['strategy']}", "size"), []).append(
+            (f"{w}p", w, s, load)
+        )
     for (scope, kind), members in groups.items():
-        for (a, wa, sa), (b, wb, sb) in combinations(members, 2):
-            if sb.median > sa.median:
-                (a, wa, sa), (b, wb, sb) = (b, wb, sb), (a, wa, sa)
-            decided, why = not sa.widened().overlaps(sb.widened()), ""
-            free = max(free_cpus, 0.0) if free_cpus is not None else None
-            if (
-                kind == "size"
-                and key == "samples_per_s"
-                and free is not None
-                and max(wa, wb) > free
-            ):
-                decided = False
-                why = f"not ranked: {max(wa, wb)} processes, {free:.1f} CPUs free"
-            out.append(Ranking(scope, a, b, decided, sa, sb, key, why))
+        for first, second in combinations(members, 2):
+            if second[2].median > first[2].median:
+                first, second = second, first
+            out.append(_ranked(scope, kind, first, second, key, free_cpus, cpus))
     return out
+
+
+def _ranked(
+    scope: str,
+    kind: str,
+    first: tuple[str, int, Spread, float | None],
+    second: tuple[str, int, Spread, float | None],
+    key: str,
+    free_cpus: float | None,
+    cpus: int | None,
+) -> Ranking:
+    """One pair's ranking: the band for its load, or why it is not decided."""
+    (a, wa, sa, la), (b, wb, sb, lb) = first, second
+    loads = [x for x in (la, lb) if x is not None]
+    load = max(loads) if loads and cpus else None
+    band = noise_floor(load / cpus if load is not None and cpus else None)
+    if band is None:
+        why = (
+            f"not decided: the machine was busy (load {load:.1f} on {cpus} CPUs, "
+            f"{BUSY_CONTENTION:g} a CPU or more)"
+        )
+        return Ranking(scope, a, b, False, sa, sb, key, why, NOISE_FLOOR, load, cpus)
+    decided, why = not sa.widened(band).overlaps(sb.widened(band)), ""
+    free = max(free_cpus, 0.0) if free_cpus is not None else None
+    if kind == "size" and key == "samples_per_s" and free is not None and max(wa, wb) > free:
+        decided = False
+        why = f"not ranked: {max(wa, wb)} processes, {free:.1f} CPUs free"
+    return Ranking(scope, a, b, decided, sa, sb, key, why, band, load, cpus)
 
 
 def report_rankings(results: dict[str, Any], cells: list[dict[str, Any]]) -> list[Ranking]:
     """The rankings a report prints: by samples/s (world sizes only where the CPUs were free
-    before the grid) and by samples per CPU-second."""
+    before the grid) and by samples per CPU-second, each at the band of the load it ran at."""
     load = results.get("load")
     free = (load["cpus"] - load["before"]) if load else None
+    cpus = load.get("cpus") if load else None
     ok = [c for c in cells if c.get("status") == "ok"]
-    return rankings(ok, "samples_per_s", free) + rankings(ok, "samples_per_cpu_s")
+    return rankings(ok, "samples_per_s", free, cpus) + rankings(ok, "samples_per_cpu_s", None, cpus)
 
 
 def efficiency_text(spread: Spread) -> str:

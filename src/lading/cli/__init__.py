@@ -71,7 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-_KEYWORD = re.compile(r"\b([a-z_]+)=(?:'([^']*)'|\"([^\"]*)\"|(True|False|None|-?\d+(?:\.\d+)?))")
+_KEYWORD = re.compile(
+    r"\b([a-z_]+)=(?:'([^']*)'|\"([^\"]*)\"|(True|False|None|-?\d+(?:\.\d+)?)|(?=\s))"
+)
 
 
 def cli_spelling(message: str, flags: dict[str, str]) -> str:
@@ -83,8 +85,8 @@ def cli_spelling(message: str, flags: dict[str, str]) -> str:
         name = match.group(1)
         if name not in flags:
             return match.group(0)
-        value = next(v for v in match.groups()[1:] if v is not None)
-        if value == "True":
+        value = next((v for v in match.groups()[1:] if v is not None), None)
+        if value is None or value == "True":  # "pass format= one of …": the bare flag
             return flags[name]
         return f"{flags[name]} {value}"
 

@@ -12,6 +12,26 @@ def int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def flag_ints(flag: str, text: str, minimum: int, meaning: str, example: str) -> list[int]:
+    """``text`` as comma-separated integers ``>= minimum``, or a ValueError naming ``flag``,
+    what it counts and an example (not Python's "invalid literal for int()")."""
+    try:
+        values = int_list(text)
+    except ValueError:
+        values = []
+    if not values or min(values) < minimum:
+        raise ValueError(
+            f"{flag} {text!r}: expected {meaning}, integers >= {minimum} separated by "
+            f"commas, e.g. {flag} {example}"
+        )
+    return values
+
+
+# each flag's least sensible value: 0 processes divided by zero after the stores were built
+AT_LEAST = {"batch_size": 1, "group_size": 1, "max_length": 1, "passages": 1, "steps": 1,
+            "warmup": 0}  # fmt: skip
+
+
 def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
     """(GridOptions, Settings, passages) of ``lading bench``: options given, else the preset.
 
@@ -22,8 +42,9 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
 
     preset = FULL if args.full else QUICK
     launched = launched_world()
+    check_numbers(args)
     if args.world_sizes:
-        world_sizes = int_list(args.world_sizes)
+        world_sizes = flag_ints("--world-sizes", args.world_sizes, 1, "processes per cell", "1,2,4")
     elif launched is not None:  # torchrun/srun: every cell runs on all the launched processes
         world_sizes = [launched.world_size]
     elif preset.world_sizes is not None:
@@ -34,13 +55,16 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
         strategies=args.strategies.split(",") if args.strategies else list(preset.strategies),
         world_sizes=world_sizes,
         modes=args.modes.split(",") if args.modes else list(preset.modes),
-        workers=int_list(args.workers),
+        workers=flag_ints("--workers", args.workers, 0, "DataLoader workers", "0,2"),
         pin_memory=args.pin_memory,
         ramdisk=args.ramdisk,
         parallel=args.parallel,
         memory_budget=parse_bytes(args.memory_budget) if args.memory_budget else None,
     )
     options.strategies = [s for s in options.strategies if s]
+    if args.remote:  # the packed store, uploaded there and read through the node cache
+        options.remote = args.remote
+        options.strategies += [] if "remote" in options.strategies else ["remote"]
     options.modes = [m for m in options.modes if m]
     check_flags(args)
     settings = Settings(
@@ -55,6 +79,17 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
         sampling="run" if args.negatives else "random",
     )
     return options, settings, args.passages if args.passages is not None else preset.passages
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Refuse a count below its least sensible value, naming the flag (before any work)."""
+    for name, least in AT_LEAST.items():
+        value = getattr(args, name, None)
+        if value is not None and value < least:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(
+                f"{flag} {value}: expected an integer >= {least}, e.g. {flag} {max(least, 8)}"
+            )
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -202,7 +237,13 @@ def add_bench(sub: Any) -> None:
         "override the grid's. lading bench report DIR re-renders report.md and the plots from "
         "DIR/results.json.",
     )
-    p.add_argument("target", nargs="?", choices=["ir", "report"], default="ir")
+    p.add_argument(
+        "target",
+        nargs="?",
+        choices=["ir", "report"],
+        default="ir",
+        help="ir: run the grid (default); report: re-render DIR's report and plots",
+    )
     p.add_argument("dir", nargs="?", help="with report: the results folder")
     p.add_argument(
         "--full", action="store_true", help="the study's full grid (30 cells x 3 repeats)"
@@ -229,7 +270,18 @@ def add_bench(sub: Any) -> None:
         "--pin-memory", action="store_true", help="also run with pinned memory (CUDA only)"
     )
     p.add_argument("--ramdisk", action="store_true", help="also run from a copy in /dev/shm")
-    p.add_argument("--parallel", choices=["ddp", "dp"], default="ddp")
+    p.add_argument(
+        "--remote",
+        metavar="URL",
+        help="also run strategy 'remote': the packed store uploaded to URL (s3://bucket/prefix) "
+        "and read by ranged GETs through the node cache ($LADING_REMOTE_CACHE_BYTES)",
+    )
+    p.add_argument(
+        "--parallel",
+        choices=["ddp", "dp"],
+        default="ddp",
+        help="train cells: DistributedDataParallel processes (ddp) or one DataParallel process",
+    )
     p.add_argument(
         "--seconds", type=float, help="each repeat's timed window, after warm-up (0.5; --full 2)"
     )
@@ -237,8 +289,10 @@ def add_bench(sub: Any) -> None:
     p.add_argument("--steps", type=int, help="at least this many timed steps per window (5)")
     p.add_argument("--warmup", type=int, help="untimed steps first (3; --full 5)")
     p.add_argument("--batch-size", type=int, default=8, help="groups per rank per step")
-    p.add_argument("--group-size", type=int, default=4)
-    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument(
+        "--group-size", type=int, default=4, help="documents per group: 1 relevant + negatives"
+    )
+    p.add_argument("--max-length", type=int, default=128, help="tokens per (query, document) pair")
     p.add_argument(
         "--model",
         default="tiny",

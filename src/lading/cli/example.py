@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from typing import Any
 
 
 def _cmd_example(args: argparse.Namespace) -> int:
-    from lading.bench.examples import describe, make_example
+    from lading.bench.examples import ExampleLeftOutWarning, describe, make_example
 
-    made = make_example(args.dir, passages=args.passages, queries=args.queries, seed=args.seed)
+    with warnings.catch_warnings(record=True) as left_out:
+        warnings.simplefilter("always", ExampleLeftOutWarning)
+        made = make_example(args.dir, passages=args.passages, queries=args.queries, seed=args.seed)
     print(describe(made))
-    print(f"README's examples run in {args.dir} as written")
+    ours = [w for w in left_out if issubclass(w.category, ExampleLeftOutWarning)]
+    for warning in left_out:
+        if warning not in ours:  # not ours: shown as it would have been
+            warnings.showwarning(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
+    for warning in ours:
+        print(f"not made: {warning.message}")
+    but = ", but for what was not made" if ours else ""
+    print(f"README's examples run in {args.dir} as written{but}")
     return 0
 
 
@@ -30,5 +42,5 @@ def add_example(sub: Any) -> None:
     p.add_argument("dir", help="folder to write into (created; files of the same names replaced)")
     p.add_argument("--passages", type=int, default=500, help="documents (ids 0..N-1)")
     p.add_argument("--queries", type=int, default=50, help="queries, each with one relevant")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="same seed, same files (default 0)")
     p.set_defaults(func=_cmd_example)

@@ -16,6 +16,13 @@ def existing(value: str) -> str:
     return value
 
 
+def store_location(value: str) -> str:
+    """A store: a folder that exists, or an object-store URL (``s3://bucket/prefix/name``)."""
+    if "://" in value and not value.startswith("file://"):
+        return value
+    return existing(value)
+
+
 def local_model(value: str) -> str:
     """A model folder on this machine (lading never downloads one)."""
     path = Path(value)

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from lading.cli.inputs import tokenizer
+from lading.cli.stores import counted
 
 
 def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
@@ -38,8 +39,9 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     print(
-        f"{corpus.path}: {len(corpus):,} documents, {corpus.n_tokens:,} tokens as "
-        f"{corpus.dtype} ({corpus.n_tokens * corpus.dtype.itemsize / 2**20:,.1f} MiB)"
+        f"{corpus.path}: {counted(len(corpus), 'document')}, "
+        f"{counted(corpus.n_tokens, 'token')} as {corpus.dtype} "
+        f"({corpus.n_tokens * corpus.dtype.itemsize / 2**20:,.1f} MiB)"
     )
     return 0
 
@@ -50,15 +52,25 @@ def add_lm(sub: Any) -> None:
     p = kinds.add_parser("tokenizer", help="train a tokenizer locally (byte-level BPE default)")
     p.add_argument("source", help="text file(s), JSONL, WikiExtractor output, folder or store")
     p.add_argument("out", help="tokenizer.json to write (or a folder)")
-    p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--kind", choices=["bpe", "wordpiece"], default="bpe")
-    p.add_argument("--split", choices=["blank", "line", "file"], default="blank")
+    p.add_argument("--vocab-size", type=int, default=8000, help="entries (default 8000)")
+    p.add_argument(
+        "--kind",
+        choices=["bpe", "wordpiece"],
+        default="bpe",
+        help="byte-level BPE (GPT-style) or WordPiece (BERT-style)",
+    )
+    p.add_argument(
+        "--split",
+        choices=["blank", "line", "file"],
+        default="blank",
+        help="how plain text divides into documents",
+    )
     p.add_argument("--limit", type=int, help="train on at most this many documents")
     p.set_defaults(func=_cmd_lm_tokenizer)
     p = kinds.add_parser("build", help="tokenize a corpus into a memory-mapped TokenCorpus")
-    p.add_argument("source")
-    p.add_argument("dest")
-    p.add_argument("--tokenizer", required=True, type=tokenizer)
+    p.add_argument("source", help="text file(s), JSONL, WikiExtractor output, folder or store")
+    p.add_argument("dest", help="TokenCorpus directory to create")
+    p.add_argument("--tokenizer", required=True, type=tokenizer, help="tokenizer.json or folder")
     p.add_argument(
         "--split",
         choices=["blank", "line", "file"],
@@ -67,6 +79,6 @@ def add_lm(sub: Any) -> None:
     )
     p.add_argument("--no-eos", action="store_true", help="do not end documents with EOS")
     p.add_argument("--eos-token", help="name of the end-of-text token")
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="rebuild even if up to date")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_lm_build)

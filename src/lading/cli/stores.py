@@ -1,4 +1,4 @@
-"""``lading`` store commands: build, inspect, get, verify, stage, synth, repartition."""
+"""``lading`` store commands: build, merge, inspect, get, verify, stage, synth, repartition."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from typing import Any
 
 from lading.cli.inputs import tokenizer
 
+# lading.sources.FORMATS, spelled out so that building the parser imports nothing heavy (a test
+# keeps the two equal)
+SOURCE_FORMATS = ("arrow", "beir", "irds", "jsonl", "parquet", "trec", "tsv")
+
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from lading.sources import ParseOptions
@@ -23,23 +27,52 @@ def _cmd_build(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         columns=args.columns.split(",") if args.columns else ("id", "text"),
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the skip count is printed below instead
-        store = build_store(
-            args.source,
-            args.dest,
-            format=args.format,
-            tokenizer=args.tokenizer,
-            max_length=args.max_length,
-            on_error=args.on_error,
-            duplicates=args.duplicates,
-            parse=parse,
-            overwrite=args.overwrite,
-            progress=not args.quiet,
+    if args.shard is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the skip count is in the shard's report
+            report = build_store(
+                args.source,
+                args.dest,
+                format=args.format,
+                tokenizer=args.tokenizer,
+                max_length=args.max_length,
+                on_error=args.on_error,
+                duplicates=args.duplicates,
+                parse=parse,
+                progress=not args.quiet,
+                shard=args.shard,
+                build_id=args.build_id,
+            )
+        print(report)
+        return 0
+    before = _committed(args.dest)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the skip count is printed below instead
+            store = build_store(
+                args.source,
+                args.dest,
+                format=args.format,
+                tokenizer=args.tokenizer,
+                max_length=args.max_length,
+                on_error=args.on_error,
+                duplicates=args.duplicates,
+                parse=parse,
+                overwrite=args.overwrite,
+                progress=not args.quiet,
+            )
+    except KeyboardInterrupt:  # Ctrl-C: the staging folder is gone, the manifest untouched
+        said = (
+            f"nothing was written ({args.dest} is as it was)"
+            if _committed(args.dest) == before
+            else f"{args.dest} was committed just before, in full"
         )
+        end_bar = "" if args.quiet else "\n"  # off the progress bar's line
+        print(f"{end_bar}lading build: interrupted; {said}", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
     seconds = time.perf_counter() - started
     build = store.meta["build"]
-    print(f"{store.path}: {len(store):,} documents in {seconds:.1f}s")
+    print(f"{args.dest}: {counted(len(store), 'document')} in {seconds:.1f}s")
     if build["skipped"]:
         print(
             f"skipped {build['skipped']:,} malformed record(s); first: {build['skip_examples'][0]}"
@@ -51,6 +84,46 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from lading.stores import merge_store
+
+    started = time.perf_counter()
+    store = merge_store(args.dest, build_id=args.build_id)
+    shards = len(store.meta["shards"])
+    print(
+        f"{store.path}: {len(store):,} documents from {shards} shard(s), snapshot "
+        f"{store.snapshot} ({time.perf_counter() - started:.1f}s)"
+    )
+    return 0
+
+
+def shard_arg(value: str) -> tuple[int, int]:
+    """``--shard i/N``: shard ``i`` of ``N`` (0-based)."""
+    i, sep, n = value.partition("/")
+    if not sep or not i.strip().isdigit() or not n.strip().isdigit():
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected I/N, e.g. 0/4 (shards 0 to 3 of 4; in a Slurm array: "
+            "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT)"
+        )
+    if not 0 <= int(i) < int(n):
+        raise argparse.ArgumentTypeError(f"{value!r}: I must be in [0, N) (shards count from 0)")
+    return int(i), int(n)
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 document``, ``2 documents``, ``1,000 documents``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _committed(dest: str) -> int | None:
+    """When ``dest``'s manifest was last replaced (None: no store there): a build commits by
+    replacing it last, so an unchanged value means nothing was published."""
+    try:
+        return (Path(dest) / "meta.json").stat().st_mtime_ns
+    except OSError:
+        return None
+
+
 def _sizes(path: Path, files: dict[str, Any]) -> str:
     total = sum(int(info["size"]) for info in files.values())
     return f"{total / 2**20:,.1f} MiB in {len(files)} files"
@@ -59,15 +132,18 @@ def _sizes(path: Path, files: dict[str, Any]) -> str:
 def describe(path: str | Path) -> dict[str, Any]:
     """What ``lading inspect`` reports of a store, as a dict."""
     from lading.stores import open_store
+    from lading.stores.layout import column_bytes, shards
 
     store = open_store(path, on_stale="ignore")
     meta = store.meta
     return {
         "path": str(store.path),
         "format": f"{meta['format']} v{meta['version']}",
+        "snapshot": store.snapshot,
+        "shards": len(shards(meta)),
         "documents": meta["count"],
         "size": _sizes(store.path, meta["files"]),
-        "text_bytes": meta["files"]["text.bin"]["size"],
+        "text_bytes": column_bytes(meta, "text"),
         "index": meta["index"]["kind"],
         "fields": meta["fields"],
         "tokens": meta["tokens"],
@@ -89,6 +165,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     source = info["source"]
     lines = [
         f"store      {info['path']} ({info['format']})",
+        f"snapshot   {info['snapshot']} ({info['shards']} shard(s))",
         f"documents  {info['documents']:,}",
         f"size       {info['size']} (text {info['text_bytes'] / 2**20:,.1f} MiB)",
         f"index      {info['index']}",
@@ -122,13 +199,20 @@ def _cmd_get(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from lading.disk import verify_checksums
+    from lading.disk.meta import declared_format
 
-    problems = verify_checksums(args.store)
+    if declared_format(args.store) == "lading.tokens":
+        from lading.lm.corpus import verify_corpus
+
+        problems = verify_corpus(args.store)
+    else:
+        from lading.stores import verify_store
+
+        problems = verify_store(args.store)
     for problem in problems:
         print(problem, file=sys.stderr)
     if not problems:
-        print(f"{args.store}: every file matches its checksum")
+        print(f"{args.store}: opens, and every file matches its checksum")
     return 1 if problems else 0
 
 
@@ -187,36 +271,85 @@ def _cmd_repartition(args: argparse.Namespace) -> int:
 def add_store_commands(sub: Any) -> None:
     """The parsers of ``build``, ``inspect``, ``get``, ``verify`` and ``stage``."""
     p = sub.add_parser("build", help="build a memory-mapped store from a corpus file")
-    p.add_argument("source", help="TSV/JSONL/TREC file (.gz/.bz2/.zst ok), BEIR folder, irds:<id>")
-    p.add_argument("dest", help="store directory to create")
-    p.add_argument("--format", choices=["beir", "irds", "jsonl", "trec", "tsv"])
+    p.add_argument(
+        "source",
+        help="TSV/JSONL/TREC file (.gz/.bz2/.zst ok), BEIR folder, irds:<id>, or several files "
+        "of one format: a folder of them or a quoted glob ('corpus/*.jsonl.gz')",
+    )
+    p.add_argument(
+        "dest", help="store directory to create, or an object-store URL (s3://bucket/prefix/name)"
+    )
+    p.add_argument(
+        "--format",
+        choices=SOURCE_FORMATS,
+        help="the source's format (default: from its name; parquet and arrow need pyarrow)",
+    )
     p.add_argument(
         "--tokenizer",
         type=tokenizer,
         help="tokenizer.json or a local HF model folder: pre-tokenize",
     )
     p.add_argument("--max-length", type=int, help="keep at most this many tokens per document")
-    p.add_argument("--on-error", choices=["raise", "skip"], default="raise")
-    p.add_argument("--duplicates", choices=["error", "first", "last"], default="error")
+    p.add_argument(
+        "--on-error",
+        choices=["raise", "skip"],
+        default="raise",
+        help="a malformed record stops the build naming file and line (raise), or is skipped "
+        "and counted (skip)",
+    )
+    p.add_argument(
+        "--duplicates",
+        choices=["error", "first", "last"],
+        default="error",
+        help="an id twice in the source is an error, or its first or last record is kept",
+    )
     p.add_argument("--id-field", help="JSON key of the id")
     p.add_argument("--text-field", help="JSON key of the text")
-    p.add_argument("--columns", help="TSV column names, comma-separated (default: id,text)")
+    p.add_argument(
+        "--columns",
+        help="TSV column names, comma-separated, one per column (default: id,text); a wider "
+        "TSV names every column, e.g. id,url,title,text for msmarco-docs.tsv",
+    )
     p.add_argument("--overwrite", action="store_true", help="rebuild even if up to date")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--shard",
+        type=shard_arg,
+        metavar="I/N",
+        help="write shard I of N only (0-based; a Slurm array: "
+        "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT), then `lading merge DEST` once all N are "
+        "written",
+    )
+    p.add_argument(
+        "--build-id",
+        help="with --shard: the build directory the shards share (default: derived from the "
+        "inputs, options and N, the same in every worker)",
+    )
     p.set_defaults(func=_cmd_build)
 
+    p = sub.add_parser(
+        "merge", help="commit the shards of a parallel build (lading build --shard I/N) as a store"
+    )
+    p.add_argument("dest", help="the store directory the shards were written to")
+    p.add_argument("--build-id", help="which build, when several are complete")
+    p.set_defaults(func=_cmd_merge)
+
     p = sub.add_parser("inspect", help="counts, sizes, dtypes, fields, source and staleness")
-    p.add_argument("store")
+    p.add_argument("store", help="a store directory (what lading build wrote)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("get", help="print documents by id (JSON lines)")
-    p.add_argument("store")
-    p.add_argument("ids", nargs="+")
+    p.add_argument("store", help="a store directory (what lading build wrote)")
+    p.add_argument("ids", nargs="+", help="document ids to print (exit 1 if one is absent)")
     p.set_defaults(func=_cmd_get)
 
-    p = sub.add_parser("verify", help="read every file of a store and check its checksum")
-    p.add_argument("store")
+    p = sub.add_parser(
+        "verify",
+        help="make every check an open makes, then read every file of a store (or token "
+        "corpus, offsets index) and check its checksum",
+    )
+    p.add_argument("store", help="a store directory (what lading build wrote)")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("stage", help="copy a store/corpus/parquet folder to node-local disk")
@@ -249,7 +382,7 @@ def add_repartition(sub: Any) -> None:
         help="folder to write; an earlier output there is replaced atomically (never mixed "
         "with new files), any other non-empty folder is refused",
     )
-    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--world-size", type=int, default=1, help="ranks that will read it (default 1)")
     p.add_argument("--workers", type=int, default=1, help="DataLoader workers per rank")
     p.add_argument("--row-group-size", type=int, help="rows per group wanted")
     p.set_defaults(func=_cmd_repartition)
@@ -258,11 +391,15 @@ def add_repartition(sub: Any) -> None:
 def add_synth(sub: Any) -> None:
     """The parser of ``synth``."""
     p = sub.add_parser("synth", help="write a deterministic MS MARCO-shaped collection")
-    p.add_argument("kind", choices=["passages", "documents"])
+    p.add_argument(
+        "kind",
+        choices=["passages", "documents"],
+        help="MS MARCO passages (collection.tsv) or documents (docs.jsonl or docs.tsv)",
+    )
     p.add_argument("n", type=int, help="number of documents")
     p.add_argument("out", help="folder to write")
     p.add_argument("--queries", type=int, help="number of queries (default n/100, 10..5000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="same seed, same bytes (default 0)")
     p.add_argument(
         "--format",
         dest="corpus_format",

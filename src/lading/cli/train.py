@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lading.cli.bench import int_list
-from lading.cli.inputs import existing, local_model, model_or_tiny, tokenizer
+from lading.cli.inputs import existing, local_model, model_or_tiny, store_location, tokenizer
 
 T = TypeVar("T")
 
@@ -20,7 +20,7 @@ def _config(config: type[T], args: argparse.Namespace, paths: tuple[str, ...]) -
     names = {f.name for f in dataclasses.fields(config)}  # type: ignore[arg-type]
     fields = {k: v for k, v in vars(args).items() if k in names}
     for key in paths:
-        if fields.get(key) is not None:
+        if fields.get(key) is not None and "://" not in str(fields[key]):  # URLs stay URLs
             fields[key] = Path(fields[key])
     return config(**fields)
 
@@ -43,7 +43,27 @@ def _cmd_train_cross_encoder(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_evaluation(args: argparse.Namespace) -> None:
+    """With ``--qrels``, refuse now what would fail only after the reranking (minutes to
+    hours): ir-measures missing, or a measure it does not know."""
+    from lading.ir.rerank import parse_measures
+
+    if not args.qrels:
+        return
+    try:
+        parse_measures(args.measures, args.min_relevance)
+    except ImportError:
+        raise ImportError(
+            "--qrels evaluates both runs with ir-measures, which is not installed: pip install "
+            "ir-measures (or 'lading[ir]'), or leave --qrels out to rerank only"
+        ) from None
+    except ValueError as e:
+        bad = str(e).split("'")[1]
+        raise ValueError(f"--measures {bad}: {e}") from None
+
+
 def _cmd_rerank(args: argparse.Namespace) -> int:
+    _check_evaluation(args)
     import torch
 
     from lading.ir.inputs import read_qrels, read_queries, read_run
@@ -123,12 +143,24 @@ def add_run_args(
     p.add_argument("--out", required=True, help="folder for model, checkpoints and logs")
     p.add_argument("--batch-size", type=int, default=batch_size, help="rows per step per rank")
     p.add_argument("--steps", type=int, help="optimizer steps (default: --epochs epochs)")
-    p.add_argument("--epochs", type=int, default=epochs)
-    p.add_argument("--lr", type=float, default=lr)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--parallel", choices=list(parallel), default="ddp")
+    p.add_argument(
+        "--epochs", type=int, default=epochs, help="epochs when --steps is not given (%(default)s)"
+    )
+    p.add_argument("--lr", type=float, default=lr, help="peak learning rate (%(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="fixes every order, draw and initial weight")
+    p.add_argument(
+        "--parallel",
+        choices=list(parallel),
+        default="ddp",
+        help="ddp (under torchrun), dp (one process, nn.DataParallel) or none",
+    )
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per rank")
-    p.add_argument("--log-every", type=int, default=log_every)
+    p.add_argument(
+        "--log-every",
+        type=int,
+        default=log_every,
+        help="steps between OUT/log.jsonl records and progress lines (%(default)s)",
+    )
     p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument(
@@ -156,13 +188,13 @@ def _add_train_sessions(kinds: Any) -> None:
     )
     add_run_args(p, batch_size=256, lr=1e-3, epochs=3)
     p.add_argument("--data", required=True, help="folder with one sub-folder per day")
-    p.add_argument("--train-days", default="178,179,180,181")
-    p.add_argument("--eval-day", type=int, default=182)
-    p.add_argument("--column", default="item_id-list_seq")
-    p.add_argument("--max-len", type=int, default=20)
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=2)
+    p.add_argument("--train-days", default="178,179,180,181", help="day folders to train on")
+    p.add_argument("--eval-day", type=int, default=182, help="day folder to evaluate on")
+    p.add_argument("--column", default="item_id-list_seq", help="the sessions' item list column")
+    p.add_argument("--max-len", type=int, default=20, help="most recent items kept a session")
+    p.add_argument("--dim", type=int, default=64, help="model width")
+    p.add_argument("--layers", type=int, default=2, help="transformer layers")
+    p.add_argument("--heads", type=int, default=2, help="attention heads")
     p.add_argument(
         "--positions",
         type=int,
@@ -180,7 +212,7 @@ def _add_train_lm(kinds: Any) -> None:
     )
     add_run_args(p, batch_size=32, lr=3e-3, parallel=("ddp", "none"))
     p.add_argument("--corpus", required=True, type=existing, help="a TokenCorpus (lading lm build)")
-    p.add_argument("--arch", choices=["lstm", "gpt"], default="lstm")
+    p.add_argument("--arch", choices=["lstm", "gpt"], default="lstm", help="an LSTM or a tiny GPT")
     p.add_argument("--heads", type=int, default=4, help="gpt: attention heads")
     p.add_argument("--packed", action="store_true", help="gpt: pack whole documents")
     p.add_argument(
@@ -190,17 +222,19 @@ def _add_train_lm(kinds: Any) -> None:
         help="gpt ablation: attend and count positions across document boundaries",
     )
     p.add_argument("--valid-fraction", type=float, default=0.02, help="documents held out")
-    p.add_argument("--bptt", type=int, default=70)
-    p.add_argument("--emb", type=int, default=256)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--dropout", type=float, default=0.2)
+    p.add_argument("--bptt", type=int, default=70, help="tokens a row of a batch (window)")
+    p.add_argument("--emb", type=int, default=256, help="embedding width")
+    p.add_argument("--hidden", type=int, default=256, help="hidden width")
+    p.add_argument("--layers", type=int, default=2, help="LSTM or transformer layers")
+    p.add_argument("--dropout", type=float, default=0.2, help="dropout probability")
     p.add_argument(
         "--break-continuity",
         action="store_true",
         help="ablation: shuffle the rows of every batch (the state no longer fits)",
     )
-    p.add_argument("--eval-every", type=int, default=0)
+    p.add_argument(
+        "--eval-every", type=int, default=0, help="steps between validations (0: at the end)"
+    )
     p.add_argument("--eval-batches", type=int, help="validation batches per evaluation")
     p.set_defaults(func=_cmd_train_lm)
 
@@ -214,15 +248,18 @@ def _add_train_cross_encoder(kinds: Any) -> None:
     )
     add_run_args(p, batch_size=8, lr=2e-5, log_every=10)
     p.add_argument(
-        "--store", type=existing, help="a lading store (built with the model's tokenizer: fastest)"
+        "--store",
+        type=store_location,
+        help="a lading store (built with the model's tokenizer: fastest), a folder or an "
+        "s3:// URL (node cache in $LADING_CACHE/remote, cap $LADING_REMOTE_CACHE_BYTES)",
     )
     p.add_argument(
         "--corpus",
         type=existing,
         help="a corpus file: built into OUT/store with the model's tokenizer",
     )
-    p.add_argument("--queries", required=True, type=existing)
-    p.add_argument("--qrels", required=True, type=existing)
+    p.add_argument("--queries", required=True, type=existing, help="queries (id<TAB>text)")
+    p.add_argument("--qrels", required=True, type=existing, help="judgements (TREC qrels)")
     p.add_argument(
         "--negatives", type=existing, help="TREC run, hard-negative JSONL or MS MARCO id triples"
     )
@@ -235,15 +272,34 @@ def _add_train_cross_encoder(kinds: Any) -> None:
     p.add_argument(
         "--tokenizer", type=tokenizer, help="tokenizer.json or folder (default: the model's)"
     )
-    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument(
+        "--group-size", type=int, default=8, help="documents a group: 1 relevant + negatives"
+    )
     p.add_argument("--warmup", type=float, default=0.1, help="share of steps warming up")
-    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32")
-    p.add_argument("--loss", choices=["bce", "listwise"], default="bce")
-    p.add_argument("--sampling", choices=["run", "random", "run+random"], default="run")
-    p.add_argument("--depth", type=int, default=100)
-    p.add_argument("--min-relevance", type=int, default=1)
-    p.add_argument("--max-length", type=int, default=512)
-    p.add_argument("--max-query-length", type=int, default=64)
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "bf16", "fp16"],
+        default="fp32",
+        help="autocast precision of the step (bf16/fp16 on CUDA)",
+    )
+    p.add_argument(
+        "--loss",
+        choices=["bce", "listwise"],
+        default="bce",
+        help="pointwise binary cross-entropy, or cross-entropy over each group",
+    )
+    p.add_argument(
+        "--sampling",
+        choices=["run", "random", "run+random"],
+        default="run",
+        help="negatives from the run's top --depth, uniform over the store, or half each",
+    )
+    p.add_argument("--depth", type=int, default=100, help="how far down the run negatives come")
+    p.add_argument(
+        "--min-relevance", type=int, default=1, help="judgements at or above this are relevant"
+    )
+    p.add_argument("--max-length", type=int, default=512, help="tokens a (query, document) pair")
+    p.add_argument("--max-query-length", type=int, default=64, help="tokens a query keeps")
     p.add_argument("--trace", action="store_true", help="per-step JSON lines per rank")
     p.add_argument(
         "--narrow",
@@ -260,16 +316,28 @@ def add_rerank(sub: Any) -> None:
     p.add_argument(
         "--model", required=True, type=local_model, help="OUT/model of lading train cross-encoder"
     )
-    p.add_argument("--store", required=True, type=existing)
-    p.add_argument("--queries", required=True, type=existing)
+    p.add_argument(
+        "--store",
+        required=True,
+        type=store_location,
+        help="the documents (a lading store: a directory or an s3://... URL)",
+    )
+    p.add_argument("--queries", required=True, type=existing, help="queries (id<TAB>text)")
     p.add_argument("--run", required=True, type=existing, help="the run to rerank (TREC format)")
     p.add_argument("--out", required=True, help="where to write the reranked run")
     p.add_argument(
         "--qrels", type=existing, help="judgements: print measures of both runs (ir-measures)"
     )
-    p.add_argument("--measures", nargs="+", default=["nDCG@10", "RR@10", "R@100"])
-    p.add_argument("--min-relevance", type=int, default=1)
-    p.add_argument("--depth", type=int, default=100)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-length", type=int, default=512)
+    p.add_argument(
+        "--measures",
+        nargs="+",
+        default=["nDCG@10", "RR@10", "R@100"],
+        help="ir-measures names (default nDCG@10 RR@10 R@100)",
+    )
+    p.add_argument(
+        "--min-relevance", type=int, default=1, help="judgements at or above this are relevant"
+    )
+    p.add_argument("--depth", type=int, default=100, help="documents reranked a query")
+    p.add_argument("--batch-size", type=int, default=64, help="pairs scored at once")
+    p.add_argument("--max-length", type=int, default=512, help="tokens a (query, document) pair")
     p.set_defaults(func=_cmd_rerank)

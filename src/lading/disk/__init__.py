@@ -1,13 +1,16 @@
 """Disk utilities every on-disk format shares; the bottom layer (imports nothing of lading's
 but :mod:`lading.errors`).
 
+- :mod:`lading.disk.build`: :class:`BuildContext`, the one way every builder writes: lock,
+  remove dead temps, stage, commit (a snapshot's manifest) or publish (a whole directory).
+- :mod:`lading.disk.snapshot`: immutable files under version-unique paths and a manifest
+  committed last; readers open one snapshot (:func:`open_snapshot`); old ones are collected.
 - :mod:`lading.disk.lock`: the build lock (an ``O_EXCL`` file with a heartbeat, no flock).
-- :mod:`lading.disk.atomic`: build into a private temporary directory under that lock, then
-  rename it into place (:func:`build_lock`, :func:`staging`, :func:`new_temp_dir`,
-  :func:`publish`, :func:`remove_dead_temps`).
+- :mod:`lading.disk.atomic`: the primitives under the build context (:func:`build_lock`,
+  :func:`staging`, :func:`new_temp_dir`, :func:`publish`, :func:`remove_dead_temps`).
 - :mod:`lading.disk.ragged`: ragged arrays (``.bin`` + ``.off``), written in one pass and mapped.
-- :mod:`lading.disk.meta`: ``meta.json`` with sizes and spot checksums, written last, checked on
-  open; :func:`verify_checksums` reads every byte.
+- :mod:`lading.disk.meta`: ``meta.json`` checked on open (sizes and spot checksums);
+  :func:`verify_checksums` reads every byte.
 - :mod:`lading.disk.spill`: an int64 array spilled to a scratch file while a build grows it.
 - :mod:`lading.disk.formats`: each format's own version, and the versions still readable.
 - :mod:`lading.disk.files`: durable writes, directory fsync, read-only maps.
@@ -28,6 +31,7 @@ from lading.disk.atomic import (
     remove_dead_temps,
     staging,
 )
+from lading.disk.build import BuildContext
 from lading.disk.files import MappedFile, fsync_dir, write_file
 from lading.disk.formats import (
     FORMATS,
@@ -37,9 +41,15 @@ from lading.disk.formats import (
     current_version,
     disk_format,
 )
-from lading.disk.meta import META_FILE, read_meta, spot_crc32, verify_checksums, write_meta
+from lading.disk.meta import META_FILE, read_meta, spot_crc32, verify_checksums
 from lading.disk.progress import byte_bar
 from lading.disk.ragged import OFFSET_DTYPE, RaggedColumn, RaggedWriter, column_files
+from lading.disk.snapshot import (
+    SnapshotGoneError,
+    load_manifest,
+    new_snapshot_id,
+    open_snapshot,
+)
 from lading.disk.spill import SpillArray
 
 __all__ = [
@@ -48,10 +58,12 @@ __all__ = [
     "META_FILE",
     "OFFSET_DTYPE",
     "STAGE_MARK",
+    "BuildContext",
     "DiskFormat",
     "MappedFile",
     "RaggedColumn",
     "RaggedWriter",
+    "SnapshotGoneError",
     "SpillArray",
     "UnsupportedVersionError",
     "build_lock",
@@ -62,7 +74,10 @@ __all__ = [
     "disk_format",
     "fsync_dir",
     "is_ours_to_replace",
+    "load_manifest",
+    "new_snapshot_id",
     "new_temp_dir",
+    "open_snapshot",
     "publish",
     "read_meta",
     "remove_dead_temps",
@@ -70,5 +85,4 @@ __all__ = [
     "staging",
     "verify_checksums",
     "write_file",
-    "write_meta",
 ]

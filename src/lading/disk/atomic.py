@@ -1,12 +1,15 @@
-"""Atomic directory builds: a private temporary directory, a file lock, and a rename at the end.
+"""Atomic builds' primitives: a private temporary directory, a file lock, a rename at the end.
 
-A build writes into ``DEST.tmp-<pid>-<random>`` beside the destination and renames it into place
-only when every file is written and fsynced, so a crash at any moment leaves either no
-destination or the previous complete one, plus a temporary directory that the next build under
-the lock removes. Processes building the same destination, on this host or on other nodes of a
-shared filesystem, are serialised by ``DEST.lock`` (:mod:`lading.disk.lock`: an ``O_EXCL`` file
-with a heartbeat, not ``flock``, which hangs on Lustre and NFS): a killed builder's lock is taken
-over, at once on the same host, after ``LADING_LOCK_STALE_S`` (default 60) seconds elsewhere.
+A build writes into a temporary directory (``DEST/.tmp-<pid>-<random>`` for a snapshot format,
+which commits by its manifest: :mod:`lading.disk.snapshot`; ``DEST.tmp-<pid>-<random>`` beside a
+directory that is published whole, such as a parquet folder) and moves it into place only when
+every file is written and fsynced, so a crash at any moment leaves the previous complete
+version (or none), plus a temporary directory that the next build under the lock removes.
+:mod:`lading.disk.build` puts these steps together for every builder. Processes building the
+same destination, on this host or on other nodes of a shared filesystem, are serialised by
+``DEST.lock`` (:mod:`lading.disk.lock`: an ``O_EXCL`` file with a heartbeat, not ``flock``,
+which hangs on Lustre and NFS): a killed builder's lock is taken over, at once on the same
+host, after ``LADING_LOCK_STALE_S`` (default 60) seconds elsewhere.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 from lading.disk.files import fsync_dir
 from lading.disk.lock import HEARTBEAT_S, STALE_AFTER_S, FileLock
-from lading.disk.meta import META_FILE
+from lading.disk.snapshot import META_FILE, is_build_dir, is_snapshot_dir
 from lading.errors import OutOfSpaceError
 
 DATASET_MARK = "_lading.json"
@@ -50,23 +53,26 @@ def build_lock(dest: Path) -> Iterator[None]:
         lock.release()
 
 
-def new_temp_dir(dest: Path) -> Path:
-    """A fresh, empty directory beside ``dest`` (same filesystem, so the rename is atomic)."""
-    tmp = dest.parent / f"{dest.name}{_TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+def new_temp_dir(dest: Path, inside: bool = False) -> Path:
+    """A fresh, empty directory beside ``dest`` (``DEST.tmp-<pid>-<hex>``), or with ``inside``
+    in it (``DEST/.tmp-<pid>-<hex>``): on the same filesystem, so its rename is atomic."""
+    name = f"{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = dest / f".tmp-{name}" if inside else dest.parent / f"{dest.name}{_TMP_MARK}{name}"
     tmp.mkdir(parents=True)
     return tmp
 
 
 @contextlib.contextmanager
-def staging(dest: Path) -> Iterator[Path]:
+def staging(dest: Path, inside: bool = False) -> Iterator[Path]:
     """A fresh temporary directory for a build of ``dest``, removed if the body fails.
 
-    Call under :func:`build_lock`; the body writes into the directory and calls
-    :func:`publish`. A full disk (``ENOSPC``, ``EDQUOT``) or a file size limit (``EFBIG``)
-    becomes an :class:`OutOfSpaceError` that says how much was written and that ``dest`` is
-    untouched, instead of a traceback from inside a writer thread.
+    Call under :func:`build_lock`; the body writes into the directory and publishes or
+    commits it. ``inside``: the directory is made in ``dest`` (a snapshot format's new files
+    go there), else beside it. A full disk (``ENOSPC``, ``EDQUOT``) or a file size limit
+    (``EFBIG``) becomes an :class:`OutOfSpaceError` that says how much was written and that
+    ``dest`` is untouched, instead of a traceback from inside a writer thread.
     """
-    tmp = new_temp_dir(dest)
+    tmp = new_temp_dir(dest, inside)
     try:
         yield tmp
     except OSError as e:
@@ -74,7 +80,9 @@ def staging(dest: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         if e.errno not in _NO_SPACE:
             raise
-        state = "left as it was" if dest.exists() else "not created"
+        # staged inside, dest itself was made for the build: what counts is a committed manifest
+        there = (dest / META_FILE).exists() if inside else dest.exists()
+        state = "left as it was" if there else "not created"
         limit = (
             "the file size limit (ulimit -f) was reached"
             if e.errno == errno.EFBIG
@@ -104,18 +112,28 @@ def _size_of(directory: Path) -> int:
 
 
 def remove_dead_temps(dest: Path) -> list[Path]:
-    """Remove temporary and old directories left by builders of ``dest`` that are not running.
+    """Remove temporary and old directories (and files) left by builders of ``dest`` that are
+    not running: ``DEST.tmp-*`` and ``DEST.old-*`` beside it, ``DEST/.tmp-*`` in it.
 
-    Call under :func:`build_lock`. A directory whose builder pid is still alive is kept.
+    Call under :func:`build_lock`. One whose builder pid is alive on this host is kept.
     """
+    found = [
+        (path, path.name[len(dest.name) + len(mark) :])
+        for mark in (_TMP_MARK, _OLD_MARK)
+        for path in dest.parent.glob(f"{dest.name}{mark}*")
+    ]
+    if dest.is_dir():
+        found += [(path, path.name[len(".tmp-") :]) for path in dest.glob(".tmp-*")]
     removed = []
-    for mark in (_TMP_MARK, _OLD_MARK):
-        for path in dest.parent.glob(f"{dest.name}{mark}*"):
-            pid_part = path.name[len(dest.name) + len(mark) :].split("-", 1)[0]
-            if pid_part.isdigit() and _alive(int(pid_part)) and int(pid_part) != os.getpid():
-                continue
+    for path, rest in found:
+        pid_part = rest.split("-", 1)[0]
+        if pid_part.isdigit() and _alive(int(pid_part)) and int(pid_part) != os.getpid():
+            continue
+        if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
     return removed
 
 
@@ -140,7 +158,18 @@ def is_ours_to_replace(dest: Path) -> bool:
     if not dest.is_dir():
         return False
     marked = any((dest / mark).is_file() for mark in (META_FILE, DATASET_MARK, STAGE_MARK))
-    return marked or not any(dest.iterdir())
+    # shard workers of a parallel build fill build-<id>/ before any meta.json exists
+    return marked or all(_lading_made(entry) for entry in dest.iterdir())
+
+
+def _lading_made(entry: Path) -> bool:
+    name = entry.name
+    return (
+        is_build_dir(entry)
+        or is_snapshot_dir(entry)
+        or name.startswith(".tmp-")
+        or name.endswith(".lock")
+    )
 
 
 def publish(tmp: Path, dest: Path) -> None:

@@ -52,9 +52,11 @@ def _format(name: str, version: int, what: str, rebuild: str, *older: int) -> Di
 FORMATS: dict[str, DiskFormat] = {
     f.name: f
     for f in (
-        _format("lading.packed", 1, "store", "rebuild the store with `lading build`"),
-        _format("lading.offsets", 1, "offsets index", "rebuild it with OffsetStore.build"),
-        _format("lading.tokens", 1, "token corpus", "rebuild it with `lading lm build`"),
+        # version 2: immutable files under snap-<id>/ and build-<id>/, a manifest committed
+        # last (lading.disk.snapshot); version 1 (a flat folder) is read as one snapshot
+        _format("lading.packed", 2, "store", "rebuild the store with `lading build`", 1),
+        _format("lading.offsets", 2, "offsets index", "rebuild it with OffsetStore.build", 1),
+        _format("lading.tokens", 2, "token corpus", "rebuild it with `lading lm build`", 1),
         _format("lading.train.checkpoint", 1, "checkpoint", "train again from the start"),
         _format("lading.repartition", 1, "repartition", "run `lading repartition` again"),
     )

@@ -16,11 +16,13 @@ from array import array
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 from typing import BinaryIO
 
 import numpy as np
 import numpy.typing as npt
 
+from lading.disk import native
 from lading.disk.files import MappedFile, start_writeback
 from lading.errors import StoreFormatError
 
@@ -195,12 +197,29 @@ class RaggedColumn:
         random_access: bool = False,
     ) -> None:
         bin_name, off_name = column_files(column)
-        self.data = MappedFile(directory / bin_name, random_access)
-        self._offsets_file = MappedFile(directory / off_name, random_access)
+        self._map(directory / bin_name, directory / off_name, dtype, random_access)
+
+    @classmethod
+    def at(
+        cls,
+        data: Path,
+        offsets: Path,
+        dtype: npt.DTypeLike = np.uint8,
+        random_access: bool = False,
+    ) -> RaggedColumn:
+        """The column whose files are ``data`` and ``offsets`` (named by a manifest)."""
+        column = cls.__new__(cls)
+        column._map(data, offsets, dtype, random_access)
+        return column
+
+    def _map(self, data: Path, offsets: Path, dtype: npt.DTypeLike, random_access: bool) -> None:
+        self.data = MappedFile(data, random_access)
+        self._offsets_file = MappedFile(offsets, random_access)
         self.offsets = self._offsets_file.array(OFFSET_DTYPE)
         self.dtype = np.dtype(dtype)
         # read a batch's rows ahead while its pages come from the device (see texts)
         self._read_ahead = random_access
+        self._native = native.NATIVE if self.dtype == np.uint8 else None
         total = int(self.offsets[-1]) if len(self.offsets) else -1
         if (
             len(self.offsets) == 0
@@ -208,7 +227,7 @@ class RaggedColumn:
             or (total * self.dtype.itemsize != len(self.data.buffer))
         ):
             raise StoreFormatError(
-                f"{directory / off_name} does not describe {directory / bin_name} "
+                f"{offsets} does not describe {data} "
                 f"(last offset {total}, data {len(self.data.buffer)} bytes); rebuild it"
             )
 
@@ -216,9 +235,43 @@ class RaggedColumn:
         return len(self.offsets) - 1
 
     def text(self, row: int) -> str:
-        """Row ``row`` decoded from UTF-8."""
+        """Row ``row`` decoded from UTF-8 (raises as :meth:`texts`)."""
+        if not 0 <= row < len(self.offsets) - 1:  # numpy would read -1 as the last offset
+            raise IndexError(f"row {row} out of range for {len(self)} rows")
         start, end = int(self.offsets[row]), int(self.offsets[row + 1])
+        if start > end or end > len(self.data.buffer):
+            raise self._damaged(row, start, end)
         return self.data.buffer[start:end].decode("utf-8")
+
+    def bounds(self, rows: npt.NDArray[np.int64]) -> tuple[list[int], list[int]]:
+        """Start and end offsets of ``rows`` (in items), each checked as the C helper checks it.
+
+        Raises:
+            IndexError: a row is not in the column (numpy alone reads -1 as ``""``, -2 as the
+                last row), naming the first such row of the batch.
+            StoreFormatError: a row's offsets are descending or past the data (numpy alone
+                would cut the row short or read it as empty), naming the first such row.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        count = len(self)
+        outside = rows.view(np.uint64) >= count  # one pass for both ends: -1 reads as 2**64 - 1
+        if outside.any():
+            raise IndexError(f"row {rows[outside][0]} out of range for {count} rows")
+        starts, ends = self.offsets[rows], self.offsets[rows + 1]
+        wrong = (starts > ends) | (ends > len(self.data.buffer) // self.dtype.itemsize)
+        if wrong.any():
+            at = int(wrong.argmax())
+            raise self._damaged(int(rows[at]), int(starts[at]), int(ends[at]))
+        return starts.tolist(), ends.tolist()
+
+    def _damaged(self, row: int, start: int, end: int) -> StoreFormatError:
+        size, unit = len(self.data.buffer) // self.dtype.itemsize, "bytes"
+        if self.dtype.itemsize != 1:
+            unit = f"items of {self.dtype.itemsize} bytes"
+        problem = (
+            f"the offsets of row {row} ({start}..{end}) are not within the data ({size} {unit})"
+        )
+        return StoreFormatError(f"{self._offsets_file.path}: {problem}; rebuild it")
 
     def texts(self, rows: npt.NDArray[np.int64]) -> list[str]:
         """Rows decoded from UTF-8, in the order given.
@@ -226,17 +279,31 @@ class RaggedColumn:
         On a random-access column, a batch (up to ``_READ_AHEAD_ROWS`` rows) whose copy took
         longer than ``_COLD_SECONDS`` per row came (at least partly) from the device: the next
         batches first ask for all their rows at once (:meth:`MappedFile.will_need`), until a
-        batch copies at page-cache speed again.
+        batch copies at page-cache speed again. Warm, the C helper (:mod:`lading.disk.native`)
+        makes the ``str`` objects in one call where it is built.
+
+        Raises (on either route, the same; the whole batch is checked before any decode):
+            IndexError: a row is not in the column.
+            StoreFormatError: a row's offsets are not within the data.
+            UnicodeDecodeError: a row is not UTF-8.
         """
         buf = self.data.buffer
         batch = 1 < len(rows) <= _READ_AHEAD_ROWS and self.data.random_access
         ahead = batch and self._read_ahead
+        if self._native is not None and not ahead:
+            started = time.perf_counter()
+            out = self._native_texts(self._native, rows)
+            if batch:
+                self._read_ahead = time.perf_counter() - started > _COLD_SECONDS * len(rows)
+            return out
+        rows = np.asarray(rows, dtype=np.int64)
         if ahead:
-            first = (np.asarray(rows, dtype=np.int64) * OFFSET_DTYPE.itemsize).tolist()
+            if len(rows) and int(rows.view(np.uint64).max()) >= len(self):
+                self.bounds(rows)  # raises, naming the row, before asking for pages
+            first = (rows * OFFSET_DTYPE.itemsize).tolist()
             self._offsets_file.will_need(first, [f + 2 * OFFSET_DTYPE.itemsize for f in first])
         started = time.perf_counter()
-        starts = self.offsets[rows].tolist()
-        ends = self.offsets[rows + 1].tolist()
+        starts, ends = self.bounds(rows)
         if ahead:
             self.data.will_need(starts, ends)
         out = [buf[a:b].decode("utf-8") for a, b in zip(starts, ends)]
@@ -244,9 +311,16 @@ class RaggedColumn:
             self._read_ahead = time.perf_counter() - started > _COLD_SECONDS * len(starts)
         return out
 
+    def _native_texts(self, helper: ModuleType, rows: npt.NDArray[np.int64]) -> list[str]:
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        try:
+            out: list[str] = helper.texts(rows, self._offsets_file.buffer, self.data.buffer)
+        except helper.Damaged as e:
+            raise StoreFormatError(f"{self._offsets_file.path}: {e}; rebuild it") from None
+        return out
+
     def arrays(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
         """Rows as numpy views of the map (no copy), in the order given."""
         values = self.data.array(self.dtype)
-        starts = self.offsets[rows].tolist()
-        ends = self.offsets[rows + 1].tolist()
+        starts, ends = self.bounds(rows)
         return [values[a:b] for a, b in zip(starts, ends)]

@@ -107,13 +107,36 @@ class _Source:
         return handle
 
 
-def fingerprint(source: _Source, files: dict[str, dict[str, Any]]) -> str:
-    """What identifies this version of the source: its ``meta.json`` (a lading build writes a
-    new one every time), else its file names, sizes and versions."""
+def snapshot_of(
+    source: _Source, files: dict[str, dict[str, Any]]
+) -> tuple[str, dict[str, dict[str, Any]], dict[str, int]]:
+    """(fingerprint, files to copy, their expected CRC32s) of this version of the source.
+
+    A lading snapshot format: its ``meta.json``, read once (a rebuild commits a new one), and
+    only the files it names (not older snapshots kept beside them), with their CRC32s. Else
+    every file, fingerprinted by names, sizes and versions.
+    """
     if META_FILE in files:
-        return "meta:" + hashlib.sha256(source.read_bytes(META_FILE)).hexdigest()
+        raw = source.read_bytes(META_FILE)
+        print_ = "meta:" + hashlib.sha256(raw).hexdigest()
+        with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError):
+            meta = json.loads(raw)
+            if meta.get("format") in LISTED_FORMATS and isinstance(meta.get("files"), dict):
+                listed = meta["files"]
+                wanted = {name: files[name] for name in listed if name in files}
+                missing = sorted(set(listed) - set(wanted))
+                if missing:
+                    raise StoreFormatError(
+                        f"{source.url}: {missing[0]} (named in its meta.json) is missing; "
+                        "the source is incomplete, nothing was staged"
+                    )
+                wanted[META_FILE] = {**files[META_FILE], "size": len(raw)}
+                crcs = {name: int(info["crc32"]) for name, info in listed.items()}
+                crcs[META_FILE] = zlib.crc32(raw)
+                return print_, wanted, crcs
+        return print_, files, {}
     listing = json.dumps(files, sort_keys=True).encode("utf-8")
-    return "listing:" + hashlib.sha256(listing).hexdigest()
+    return "listing:" + hashlib.sha256(listing).hexdigest(), files, {}
 
 
 def stage(
@@ -146,8 +169,7 @@ def stage(
     """
     source = _Source(src, storage_options or {})
     target = Path(dest)
-    files = source.files()
-    print_ = fingerprint(source, files)
+    print_, files, expected = snapshot_of(source, source.files())
     world = world or from_environment(os.environ)  # no torch import just for the local rank
     if world.local_rank != 0:
         _wait_for(target, print_, source.url, timeout)
@@ -158,7 +180,7 @@ def stage(
             error_file.unlink(missing_ok=True)
             remove_dead_temps(target)
             if not staged_copy_is_valid(target, print_, full=verify):
-                _copy(source, files, print_, target, progress)
+                _copy(source, files, expected, print_, target, progress)
     except BaseException as e:
         with contextlib.suppress(OSError):  # tell this node's waiting ranks, or they wait on
             error_file.write_text(json.dumps({"time": time.time(), "error": f"{e}"}))
@@ -194,15 +216,16 @@ def staged_copy_is_valid(dest: Path, print_: str, full: bool = False) -> bool:
 def _copy(
     source: _Source,
     files: dict[str, dict[str, Any]],
+    expected: dict[str, int],
     print_: str,
     dest: Path,
     progress: bool | None,
 ) -> None:
-    expected = _expected_crcs(source, files)
     total = sum(int(info["size"]) for info in files.values())
     crcs: dict[str, int] = {}
+    order = sorted(files, key=lambda rel: rel == META_FILE)  # the manifest last, as in a build
     with staging(dest) as tmp, byte_bar(f"staging {source.name}", total, progress) as bar:
-        for rel in files:
+        for rel in order:
             out = tmp / rel
             out.parent.mkdir(parents=True, exist_ok=True)
             crc = 0
@@ -213,6 +236,11 @@ def _copy(
                     bar.update(len(block))
                 writer.flush()
                 os.fsync(writer.fileno())
+            if rel == META_FILE and rel in expected and crc != expected[rel]:
+                raise StoreFormatError(
+                    f"{source.url} was rebuilt while it was staged (its {META_FILE} changed); "
+                    "nothing was staged: stage it again"
+                )
             if rel in expected and crc != expected[rel]:
                 raise StoreFormatError(
                     f"{source.url}/{rel}: CRC32 {crc:#010x} read, {expected[rel]:#010x} in its "
@@ -239,17 +267,6 @@ def _copy(
         if fmt in LISTED_FORMATS:
             read_meta(tmp, fmt)  # the copy opens as the format it claims
         publish(tmp, dest)
-
-
-def _expected_crcs(source: _Source, files: dict[str, dict[str, Any]]) -> dict[str, int]:
-    if META_FILE not in files:
-        return {}
-    try:
-        meta = json.loads(source.read_bytes(META_FILE))
-        listed = meta.get("files", {}) if meta.get("format") in LISTED_FORMATS else {}
-        return {rel: int(info["crc32"]) for rel, info in listed.items() if "crc32" in info}
-    except (ValueError, AttributeError, TypeError, KeyError):
-        return {}
 
 
 def _declared_format(directory: Path) -> str | None:

@@ -134,8 +134,8 @@ def groups_to_dataset(
     check_format(fmt)
     return datasets.Dataset.from_generator(
         _generate,
-        # the groups' content digest keys datasets' cache: a store (which pickles as its
-        # path) rebuilt with other texts must not be served from the old Arrow file
+        # the groups' content digest (with their store's snapshot) keys datasets' cache: a
+        # rebuilt store's groups must not be served from the old Arrow file
         gen_kwargs={
             "groups": groups,
             "epoch": epoch,
@@ -169,8 +169,9 @@ def store_to_dataset(store: Any, *, tokens: bool = False, cache_dir: str | None 
     """A store's documents as a ``datasets.Dataset``: ``id``, ``text``, each stored field
     (e.g. ``title``), and with ``tokens=True`` the stored token ids as ``input_ids``.
 
-    Rows are in the store's row order (the source's order). The store's file checksums key
-    datasets' cache, so a rebuilt store is exported afresh, an unchanged one reused.
+    Rows are in the store's row order (the source's order). The snapshot of the store object
+    passed keys datasets' cache (the rows come from that object, whatever was rebuilt on disk
+    since), so a rebuilt and reopened store is exported afresh, an unchanged one reused.
 
     Raises:
         ValueError: ``tokens=True`` on a store built without a tokenizer.

@@ -28,8 +28,15 @@ DataLoader and samplers are not used, so each is honoured by lading's mechanism 
 - ``batch_sampler``: ``"batch_sampler"`` is lading's seeded order; ``"no_duplicates"`` and
   ``"no_duplicates_hashed"`` are ``batching="no_duplicates"``: no query text and no document
   (positive or negative) in two groups of a batch (:mod:`lading.loading.distinct`; a group's
-  own rows stay together). ``"group_by_label"`` and custom samplers (a class or a function) are
-  refused: they would reorder rows lading has sharded over the ranks.
+  own rows stay together), every group once an epoch as in s-t's own route. Where s-t reaches
+  that on skewed data by yielding extra, smaller batches, lading's batch count is fixed (equal
+  on every rank), so a query in more groups than the epoch has batches is refused when the
+  loader is made, naming the ``per_device_train_batch_size`` that fits. ``"group_by_label"``
+  and custom samplers (a class or a function) are refused: they would reorder rows lading has
+  sharded over the ranks.
+- ``data_seed``, else ``seed``, shuffles the loader, as it shuffles s-t's own default batch
+  sampler (Accelerate seeds it so; s-t's ``no_duplicates`` sampler reads ``seed`` alone, and
+  lading's follows the Trainer's one rule for both).
 - ``multi_dataset_batch_sampler`` chooses between the datasets of a ``DatasetDict``; lading
   trains on one ``TrainingGroups``, where s-t ignores it too. A dict of groups is refused.
 - ``dataloader_num_workers``, ``dataloader_pin_memory`` (pinned only with CUDA),
@@ -54,6 +61,7 @@ from sentence_transformers.cross_encoder import CrossEncoderTrainer
 
 from lading.integrations.hf_trainer import LadingTrainerMixin
 from lading.integrations.rows import FlattenRows, GroupRows, check_format, rows_per_group
+from lading.integrations.trainer_args import data_seed
 from lading.loading.resumable import Resumable
 
 
@@ -91,7 +99,7 @@ class GroupsTrainerMixin(LadingTrainerMixin):
             collate_fn=FlattenRows(self.data_collator),
             num_workers=workers,
             pin_memory=bool(args.dataloader_pin_memory and torch.cuda.is_available()),
-            seed=args.seed,
+            seed=data_seed(args),  # as s-t's own default sampler, through Accelerate
             equalize="truncate" if args.dataloader_drop_last else "pad",
             drop_partial_batch=bool(args.dataloader_drop_last),
             persistent_workers=bool(args.dataloader_persistent_workers) if workers else None,

@@ -6,6 +6,11 @@ argument set to something the loader does not do would be silently ignored. Each
 what the loader already does or refused, naming the argument and where the setting goes
 instead. Only values other than the argument's default are checked (``dataloader_pin_memory``
 defaults to True in the Trainer and to False in lading: a default is no request).
+
+``seed`` and ``data_seed`` order the data in the Trainer's own route (its sampler is shuffled by
+``data_seed``, else ``seed``); a lading loader is shuffled by the ``seed=`` it was built with,
+so one set to another value is refused, naming the loader's seed and the fix (a seed sweep would
+otherwise train one data order for every seed without a word).
 """
 
 from __future__ import annotations
@@ -78,6 +83,35 @@ def check_trainer_arguments(args: Any, loader: Resumable) -> None:
             "yields its batches in order, which its exact resume relies on; leave it True"
         )
     _check_sampling(args, loader)
+    check_seeds(args, loader)
+
+
+def data_seed(args: Any) -> int:
+    """The seed the Trainer's own route shuffles its data with: ``data_seed``, else ``seed``."""
+    chosen = getattr(args, "data_seed", None)
+    return int(args.seed if chosen is None else chosen)
+
+
+def check_seeds(args: Any, loader: Resumable) -> None:
+    """Refuse a ``seed``/``data_seed`` that would order the Trainer's data differently from the
+    ``seed=`` the shuffled ``loader`` was built with (the field defaults ask for nothing)."""
+    fingerprint = loader.state_dict()["fingerprint"]
+    if not fingerprint.get("shuffle", True) or "seed" not in fingerprint:
+        return  # an unshuffled loader has no order to seed (nor has the Trainer's sequential)
+    defaults = type(args).__dataclass_fields__
+    chosen = getattr(args, "data_seed", None)
+    if chosen is None and args.seed == defaults["seed"].default:
+        return
+    want, has = data_seed(args), int(fingerprint["seed"])
+    if want == has:
+        return
+    asked = f"data_seed={chosen}" if chosen is not None else f"seed={args.seed} (data_seed unset)"
+    keep = "leave data_seed unset" if chosen is not None else f"set data_seed={has}"
+    raise ValueError(
+        f"TrainingArguments({asked}) orders the Trainer's data, but this lading loader was "
+        f"built with seed={has} and shuffles by it: pass seed={want} to lading.loader(...) "
+        f"(or the loader you built), or {keep} to train the loader's order"
+    )
 
 
 def _check_sampling(args: Any, loader: Resumable) -> None:

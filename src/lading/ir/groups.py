@@ -2,7 +2,9 @@
 
 Item ``i`` is one (query, relevant document) pair plus ``group_size - 1`` negatives. Negatives
 come from a named policy and are drawn from a generator seeded with ``(seed, epoch, i)``: the
-same on every rank and worker, different every epoch, and never a document judged relevant.
+same on every rank and worker, different every epoch, never a document judged relevant, and
+distinct (a group is ``group_size`` different documents; a group_size the store cannot fill so
+is refused when the groups are made).
 
 Memory: documents are kept as integer codes (the store's row codes, see
 :meth:`~lading.stores.base.DocStore.find_rows`), candidates as one ragged int64 array. Per query
@@ -109,6 +111,7 @@ class TrainingGroups:
         judged_parts: list[npt.NDArray[np.int64]] = []
         cand_parts: list[npt.NDArray[np.int64]] = []
         no_relevant = no_text = missing_judged = missing_run = 0
+        tightest = ("", -1)  # the query with the most relevant documents, and their count
         for qid, judged in qrels.items():
             relevant = [d for d, rel in judged.items() if rel >= min_relevance]
             if not relevant:
@@ -145,6 +148,8 @@ class TrainingGroups:
             run_codes = np.array(
                 [c for c in dict.fromkeys(run_codes.tolist()) if c not in excluded], dtype=np.int64
             )
+            if len(relevant_codes) > tightest[1]:
+                tightest = (qid, len(relevant_codes))
             q = len(qids)
             qids.append(qid)
             texts.append(queries[qid])
@@ -159,6 +164,7 @@ class TrainingGroups:
             )
         if not pair_query:
             raise ValueError("no query has a relevant document in the store: nothing to train on")
+        self._check_group_size(*tightest)
         self.qids, self.query_texts = qids, texts
         text_ids: dict[str, int] = {}  # equal texts of two query ids are one query in a batch
         self._query_text_id = np.array(
@@ -174,6 +180,18 @@ class TrainingGroups:
         if no_relevant or no_text or missing_judged or missing_run:
             warnings.warn(f"TrainingGroups left out: {self.report}", stacklevel=3)
 
+    def _check_group_size(self, qid: str, relevant: int) -> None:
+        """Refuse a group_size the store cannot fill with distinct documents for query ``qid``
+        (the one with the most relevant documents, none of which may be a negative)."""
+        free = self.doc_count - relevant
+        if self.group_size - 1 > free:
+            raise ValueError(
+                f"group_size={self.group_size} needs {self.group_size - 1} distinct negatives "
+                f"a group, but the store has {self.doc_count} documents and query {qid!r} has "
+                f"{relevant} relevant among them, leaving {free}: pass group_size={free + 1} "
+                "or less, or a store of more documents"
+            )
+
     def __len__(self) -> int:
         return len(self._pair_query)
 
@@ -186,15 +204,35 @@ class TrainingGroups:
         if not 0 <= i < len(self):
             raise IndexError(f"item {i} outside [0, {len(self)})")
         q = int(self._pair_query[i])
-        codes = np.empty(self.group_size, dtype=np.int64)
-        codes[0] = self._pair_doc[i]
-        codes[1:] = self.negatives(q, generator(self.seed, Salt.NEGATIVES, epoch, i))
+        codes = self.group_codes(i, epoch)
         return {
             "qid": self.qids[q],
             "query": self.query_texts[q],
             "doc_ids": self.store.ids_at(codes),
             "doc_codes": codes,
         }
+
+    def group_codes(self, i: int, epoch: int) -> npt.NDArray[np.int64]:
+        """Document codes of item ``i``'s group in ``epoch``: relevant first, then negatives."""
+        codes = np.empty(self.group_size, dtype=np.int64)
+        codes[0] = self._pair_doc[i]
+        q = int(self._pair_query[i])
+        codes[1:] = self.negatives(q, generator(self.seed, Salt.NEGATIVES, epoch, i))
+        return codes
+
+    def prefetch(self, batches: Sequence[Sequence[Any]], first_step: int, now: int) -> None:
+        """Tell the store which documents the groups of ``batches`` (the loader's keys, see
+        :mod:`lading.loading.lookahead`) hold, when the store takes such hints (a remote
+        store's ``prefetch_rows``): the same draws :meth:`__getitem__` will make."""
+        hint = getattr(self.store, "prefetch_rows", None)
+        if not callable(hint):
+            return
+        rows = []
+        for batch in batches:
+            keys = [k if isinstance(k, EpochIndex) else EpochIndex(self.epoch, k) for k in batch]
+            codes = [self.group_codes(int(k.item), k.epoch) for k in keys]
+            rows.append(np.concatenate(codes) if codes else np.empty(0, dtype=np.int64))
+        hint(rows, first_step, now)
 
     def data_fingerprint(self) -> str:
         """A digest of what the groups hold (computed once): the store's content (a lading
@@ -224,12 +262,11 @@ class TrainingGroups:
         for row, i in enumerate(np.asarray(items, dtype=np.int64).tolist()):
             q = int(self._pair_query[i])
             out[row, 0] = -1 - self._query_text_id[q]
-            out[row, 1] = self._pair_doc[i]
-            out[row, 2:] = self.negatives(q, generator(self.seed, Salt.NEGATIVES, epoch, i))
+            out[row, 1:] = self.group_codes(i, epoch)
         return out
 
     def negatives(self, q: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
-        """``group_size - 1`` negative codes for query ``q`` under the sampling policy."""
+        """``group_size - 1`` distinct negative codes for query ``q`` under the policy."""
         need = self.group_size - 1
         if need == 0:
             return np.empty(0, dtype=np.int64)
@@ -238,27 +275,48 @@ class TrainingGroups:
         take = min(from_run, len(run))
         picked = run[rng.choice(len(run), size=take, replace=False)] if take else run[:0]
         relevant = self._relevant[self._relevant_off[q] : self._relevant_off[q + 1]]
-        rest = _random_excluding(rng, self.doc_count, need - take, relevant)
+        excluded = np.union1d(relevant, picked) if take else relevant  # sorted, distinct
+        rest = _random_excluding(rng, self.doc_count, need - take, excluded)
         return np.concatenate([picked, rest])
 
 
 def _random_excluding(
     rng: np.random.Generator, count: int, k: int, excluded: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.int64]:
-    """``k`` codes uniform over ``[0, count)`` avoiding the sorted ``excluded`` (by redrawing)."""
+    """``k`` distinct codes uniform over ``[0, count)`` avoiding the sorted ``excluded``.
+
+    Drawn with replacement and redrawn where a code is excluded or taken twice: with 8.8M
+    passages and 7 draws a redraw is rare, and the draws are those a plain
+    ``rng.integers`` makes. When ``k`` is a large share of what is free (a small store) the
+    draw is from the free codes directly, without replacement.
+    """
     if k == 0:
         return np.empty(0, dtype=np.int64)
-    if count - len(excluded) <= 0:
+    free = count - len(excluded)
+    if free <= 0:
         raise ValueError("every document of the store is relevant: no negative to draw")
+    if 4 * k > free:  # redrawing would mostly redraw: choose among the free codes instead
+        codes = np.setdiff1d(np.arange(count, dtype=np.int64), excluded, assume_unique=True)
+        return rng.choice(codes, size=k, replace=False)
     out = rng.integers(0, count, k)
     for _ in range(1000):
         # excluded is sorted and small: a binary search beats np.isin's setup for 7 draws
         pos = np.minimum(np.searchsorted(excluded, out), len(excluded) - 1)
         bad = excluded[pos] == out if len(excluded) else np.zeros(k, dtype=bool)
+        bad |= _repeats(out)
         if not bad.any():
             return out
         out[bad] = rng.integers(0, count, int(bad.sum()))
     raise RuntimeError("could not draw negatives outside the relevant documents")
+
+
+def _repeats(codes: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """True at every occurrence of a code after its first."""
+    order = np.argsort(codes, kind="stable")
+    ranked = codes[order]
+    seen = np.zeros(len(codes), dtype=bool)
+    seen[order[1:]] = ranked[1:] == ranked[:-1]
+    return seen
 
 
 def _ragged(

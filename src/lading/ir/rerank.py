@@ -83,24 +83,43 @@ def evaluate(
     A run given as ranked lists is scored by rank. ``min_relevance`` sets the binary threshold
     of RR and R (``rel=``); nDCG uses the graded judgements.
     """
-    try:
-        import ir_measures
-    except ImportError:
-        raise ImportError(
-            "evaluation needs ir-measures. To install:\n  pip install ir-measures"
-        ) from None
+    import ir_measures
+
+    parsed = parse_measures(measures, min_relevance)
     scored: dict[str, dict[str, float]] = {}
     for qid, docs in run.items():
         if isinstance(docs, Mapping):
             scored[qid] = {str(d): float(s) for d, s in docs.items()}
         else:
             scored[qid] = {str(d): float(len(docs) - i) for i, d in enumerate(docs)}
-    parsed = []
-    for name in measures:
-        measure = ir_measures.parse_measure(name)
-        if min_relevance != 1 and not name.startswith("nDCG"):
-            measure = measure(rel=min_relevance)
-        parsed.append(measure)
     judged = {q: dict(d) for q, d in qrels.items()}
     result = ir_measures.calc_aggregate(parsed, judged, scored)
     return {name: float(result[m]) for name, m in zip(measures, parsed)}
+
+
+def parse_measures(measures: Sequence[str], min_relevance: int = 1) -> list[Any]:
+    """The ir-measures measures named by ``measures`` (call it before work to check them).
+
+    Raises:
+        ImportError: ir-measures is not installed (saying how to install it).
+        ValueError: naming the first measure ir-measures does not know.
+    """
+    try:
+        import ir_measures
+    except ImportError:
+        raise ImportError(
+            "evaluation needs ir-measures. To install:\n  pip install ir-measures"
+        ) from None
+    parsed = []
+    for name in measures:
+        try:
+            measure = ir_measures.parse_measure(name)
+        except (NameError, ValueError) as e:
+            raise ValueError(
+                f"unknown measure {name!r} ({e}); name ir-measures measures such as "
+                f"{', '.join(DEFAULT_MEASURES)}, P@10 or AP"
+            ) from None
+        if min_relevance != 1 and not name.startswith("nDCG"):
+            measure = measure(rel=min_relevance)
+        parsed.append(measure)
+    return parsed

@@ -42,7 +42,7 @@ class TrainConfig(RunConfig):
 
     queries: Path
     qrels: Path
-    store: Path | None = None
+    store: Path | str | None = None  # a folder, or an object-store URL (s3://...)
     corpus: Path | None = None
     negatives: Path | None = None
     model: str = "tiny"

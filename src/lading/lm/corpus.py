@@ -4,15 +4,18 @@
 to 65,536 entries: 2 bytes a token, a quarter of fastai v1's int64), each document followed by
 an end-of-text id when ``append_eos``; ``tokens.off`` holds ``n + 1`` uint64 offsets. The build
 streams the source once, tokenizes batches of documents in the tokenizers library's threads,
-and renames the finished directory into place (the same atomic build as the stores).
+and commits the files as a new snapshot (``snap-<id>/tokens.bin``...; the same build context and
+snapshot format as the stores: :mod:`lading.disk.snapshot`). An open corpus reads one snapshot
+and compares its source with the one it was built from (:attr:`TokenCorpus.stale`).
 """
 
 from __future__ import annotations
 
 import os
 import time
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -20,18 +23,16 @@ import numpy.typing as npt
 from lading._version import __version__
 from lading.disk import (
     OFFSET_DTYPE,
+    BuildContext,
     MappedFile,
     RaggedWriter,
-    build_lock,
     current_version,
-    publish,
-    read_meta,
-    remove_dead_temps,
-    staging,
+    open_snapshot,
     write_file,
-    write_meta,
 )
-from lading.lm.texts import iter_texts, source_identity
+from lading.errors import SourceError, StaleStoreWarning, StoreFormatError
+from lading.lm.texts import identity_changed, iter_texts, source_identity
+from lading.sources import refuse_if_changed
 from lading.stores.tokens import describe_tokenizer, load_tokenizer, token_dtype
 
 FORMAT_NAME = "lading.tokens"
@@ -52,33 +53,78 @@ def find_eos(tokenizer: Any, eos_token: str | None = None) -> int:
     )
 
 
+OnStale = Literal["warn", "raise", "ignore"]
+
+
 class TokenCorpus:
-    """A tokenized corpus opened as memory maps; see :meth:`build` and :meth:`open`."""
+    """A tokenized corpus opened as memory maps; see :meth:`build` and :meth:`open`.
+
+    Attributes:
+        snapshot: the id of the snapshot it reads (fixed when it opened; a pickled corpus
+            reopens that one).
+        stale: why the source differs from what was tokenized, or None.
+    """
 
     def __init__(self, path: Path, meta: dict[str, Any]) -> None:
         self.path, self.meta = path, meta
+        self.snapshot: str = meta["snapshot"]
+        self.stale: str | None = None
         self.dtype = np.dtype(meta["dtype"])
-        self.tokens: npt.NDArray[Any] = MappedFile(path / "tokens.bin").array(self.dtype)
-        self.offsets: npt.NDArray[np.uint64] = MappedFile(path / "tokens.off").array(OFFSET_DTYPE)
+        where = path / meta.get("dir", "")  # version 1: every file at the top
+        self.tokens: npt.NDArray[Any] = MappedFile(where / "tokens.bin").array(self.dtype)
+        self.offsets: npt.NDArray[np.uint64] = MappedFile(where / "tokens.off").array(OFFSET_DTYPE)
         if len(self.offsets) != meta["documents"] + 1 or int(self.offsets[-1]) != len(self.tokens):
-            raise ValueError(f"{path}: tokens.off does not describe tokens.bin; rebuild")
+            raise StoreFormatError(f"{path}: tokens.off does not describe tokens.bin; rebuild")
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], *, stage_to: str | os.PathLike[str] | None = None
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        stage_to: str | os.PathLike[str] | None = None,
+        on_stale: OnStale = "warn",
+        snapshot: str | None = None,
     ) -> TokenCorpus:
         """Map a corpus built by :meth:`build` (checked: format, version, file sizes); with
-        ``stage_to``, a node-local copy in ``stage_to/<name>`` (:func:`lading.disk.stage.stage`)."""
+        ``stage_to``, a node-local copy in ``stage_to/<name>`` (:func:`lading.disk.stage.stage`).
+
+        ``on_stale``: when the source changed since the build, ``"warn"`` (default) emits a
+        :class:`~lading.errors.StaleStoreWarning`, ``"raise"`` refuses, ``"ignore"`` says
+        nothing; :attr:`stale` holds the reason either way. ``snapshot``: open that one.
+        """
+        if on_stale not in ("warn", "raise", "ignore"):
+            raise ValueError(
+                f"unknown on_stale {on_stale!r}; choose from ['ignore', 'raise', 'warn']"
+            )
         if stage_to is not None:
             from lading.disk.stage import stage
 
             name = os.fspath(path).rstrip("/").rsplit("/", 1)[-1]
             path = stage(path, Path(stage_to) / name)
         root = Path(path)
-        return cls(root, read_meta(root, FORMAT_NAME))
+        corpus = open_snapshot(root, FORMAT_NAME, lambda meta: cls(root, meta), snapshot)
+        recipe = corpus.meta.get("recipe", {})
+        if "source" in recipe and "source_identity" in recipe:
+            corpus.stale = identity_changed(recipe["source"], recipe["source_identity"])
+        if corpus.stale and on_stale == "raise":
+            raise StoreFormatError(f"token corpus {root} is stale: {corpus.stale}; rebuild it")
+        if corpus.stale and on_stale == "warn":
+            warnings.warn(
+                f"token corpus {root} is stale: {corpus.stale}", StaleStoreWarning, stacklevel=2
+            )
+        return corpus
+
+    @property
+    def content_id(self) -> str:
+        """A digest of this snapshot's files (sizes and CRC32s): equal for two builds of the
+        same tokens, what a loader state or a cache can be keyed on."""
+        from lading.disk.snapshot import content_id
+
+        return content_id(self.meta)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (TokenCorpus.open, (str(self.path),))  # pickles as its path; reopens the maps
+        # pickles as its path and snapshot; the copy maps that snapshot again
+        return (_reopen, (str(self.path), self.snapshot))
 
     @classmethod
     def build(
@@ -110,23 +156,27 @@ class TokenCorpus:
         tok = load_tokenizer(tokenizer)
         info = describe_tokenizer(tok)
         eos = find_eos(tok, eos_token) if append_eos else None
-        target = Path(dest)
+        identity = source_identity(source)  # before reading: a change while reading is seen
         recipe = {
             "source": str(Path(source).resolve()),
-            "source_identity": source_identity(source),  # an edited source is tokenized again
+            "source_identity": identity,  # an edited source is tokenized again
             "tokenizer": info["sha256"],
             "append_eos": append_eos,
             "eos_id": eos,
             "split": split,
         }
-        with build_lock(target):
-            remove_dead_temps(target)
-            if not overwrite and _reusable(target, recipe):
-                return cls.open(target)
-            with staging(target) as tmp:
-                _write(tmp, source, tok, info, eos, split, recipe, progress)
-                publish(tmp, target)
-        return cls.open(target)
+        with BuildContext(dest, FORMAT_NAME, "token corpus") as build:
+            previous = build.previous
+            if not overwrite and previous is not None and previous.get("recipe") == recipe:
+                return cls.open(dest, snapshot=previous["snapshot"])
+            build.check_ours()
+            with build.stage() as tmp:
+                meta = _write(tmp, source, tok, info, eos, split, recipe, progress)
+                _refuse_if_changed(source, identity)
+                meta["dir"] = build.snapshot
+                meta["files"] = {f"{build.snapshot}/{k}": v for k, v in meta["files"].items()}
+                build.commit(tmp, meta)
+        return cls.open(dest, snapshot=build.snapshot)
 
     def __len__(self) -> int:
         return int(self.meta["documents"])
@@ -154,15 +204,35 @@ class TokenCorpus:
 
     def tokenizer(self) -> Any:
         """The tokenizer the corpus was built with (a copy is kept beside the tokens)."""
-        return load_tokenizer(self.path / "tokenizer.json")
+        return load_tokenizer(self.path / self.meta.get("dir", "") / "tokenizer.json")
 
 
-def _reusable(target: Path, recipe: dict[str, Any]) -> bool:
+def verify_corpus(path: str | os.PathLike[str]) -> list[str]:
+    """Every check :meth:`TokenCorpus.open` makes, then every byte of every file of that
+    snapshot against its CRC32; the problems found (empty: intact)."""
+    from lading.disk import verify_checksums
+
     try:
-        meta = read_meta(target, FORMAT_NAME)
-    except Exception:
-        return False
-    return bool(meta.get("recipe") == recipe)
+        corpus = TokenCorpus.open(path, on_stale="ignore")
+    except (StoreFormatError, ValueError, OSError) as e:
+        return [str(e)]
+    return verify_checksums(path, FORMAT_NAME, corpus.meta)
+
+
+def _reopen(path: str, snapshot: str) -> TokenCorpus:
+    return TokenCorpus.open(path, on_stale="ignore", snapshot=snapshot)
+
+
+def _refuse_if_changed(source: str | os.PathLike[str], before: dict[str, Any]) -> None:
+    """Fail a build whose source changed while it was read (a store source is read at the
+    snapshot ``before`` names, so it cannot)."""
+    if "file" in before:
+        refuse_if_changed(before["file"])
+    elif "folder" in before and source_identity(source) != before:
+        raise SourceError(
+            source, None, "its files changed while they were read; nothing was committed. "
+            "Build again once the folder is final",
+        )  # fmt: skip
 
 
 def _write(
@@ -174,7 +244,7 @@ def _write(
     split: str,
     recipe: dict[str, Any],
     progress: bool | None,
-) -> None:
+) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     started = time.perf_counter()
@@ -196,7 +266,7 @@ def _write(
         bar.update(len(pending))
         pending.clear()
 
-    for text in iter_texts(source, split):
+    for text in iter_texts(source, split, recipe["source_identity"].get("store")):
         pending.append(text)
         if len(pending) >= BATCH_DOCS:
             flush()
@@ -208,19 +278,16 @@ def _write(
     documents = len(column)
     if documents == 0:
         raise ValueError(f"{source} holds no documents")
-    write_meta(
-        directory,
-        {
-            "format": FORMAT_NAME,
-            "version": current_version(FORMAT_NAME),
-            "lading_version": __version__,
-            "documents": documents,
-            "tokens": int(files["tokens.bin"]["size"] // dtype.itemsize),
-            "dtype": dtype.str,
-            "vocab_size": info["vocab_size"],
-            "eos_id": eos,
-            "recipe": recipe,
-            "seconds": round(time.perf_counter() - started, 3),
-            "files": files,
-        },
-    )
+    return {
+        "format": FORMAT_NAME,
+        "version": current_version(FORMAT_NAME),
+        "lading_version": __version__,
+        "documents": documents,
+        "tokens": int(files["tokens.bin"]["size"] // dtype.itemsize),
+        "dtype": dtype.str,
+        "vocab_size": info["vocab_size"],
+        "eos_id": eos,
+        "recipe": recipe,
+        "seconds": round(time.perf_counter() - started, 3),
+        "files": files,
+    }

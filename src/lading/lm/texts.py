@@ -13,7 +13,6 @@ and lines of nothing but white space separate documents (``"blank"``) or are ski
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,20 +20,23 @@ from typing import Any
 
 from lading.disk.meta import META_FILE
 from lading.errors import SourceError
-from lading.sources import fingerprint, open_binary, read_records
+from lading.sources import fingerprint, fingerprint_changed, open_binary, read_records
 from lading.sources.chunks import numbered_lines
 
 SPLITS: tuple[str, ...] = ("blank", "file", "line")
 _JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.bz2", ".jsonl.zst")
 
 
-def iter_texts(source: str | os.PathLike[str], split: str = "blank") -> Iterator[str]:
-    """Every document text of ``source``, in a stable order."""
+def iter_texts(
+    source: str | os.PathLike[str], split: str = "blank", snapshot: str | None = None
+) -> Iterator[str]:
+    """Every document text of ``source``, in a stable order (a store: its ``snapshot``, by
+    default the current one)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose from {sorted(SPLITS)}")
     path = Path(source)
     if path.is_dir() and (path / META_FILE).is_file():
-        yield from _store_texts(path)
+        yield from _store_texts(path, snapshot)
     elif path.is_dir():
         files = folder_files(path)
         if not files:
@@ -54,26 +56,46 @@ def folder_files(path: Path) -> list[Path]:
 
 def source_identity(source: str | os.PathLike[str]) -> dict[str, Any]:
     """What identifies the texts of ``source`` for a corpus's reuse decision: a lading store's
-    file checksums; a file's fingerprint (size, mtime, head/tail hash); every file of a
-    folder's relative path, size and mtime (a folder of Wikipedia dumps is thousands of files:
+    current snapshot; a file's fingerprint (size, mtime, head/tail hash, inode); every file of
+    a folder's relative path, size and mtime (a folder of Wikipedia dumps is thousands of files:
     reading 128 KiB of each would cost more than the check is worth)."""
     path = Path(source)
     if path.is_dir() and (path / META_FILE).is_file():
-        meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
-        files = meta.get("files", {})
-        return {"store": {name: info.get("crc32") for name, info in sorted(files.items())}}
+        from lading.stores import open_store
+
+        return {"store": open_store(path, on_stale="ignore").snapshot}
     if path.is_dir():
         stats = [(f, f.stat()) for f in folder_files(path)]
         return {"folder": [[str(f.relative_to(path)), s.st_size, s.st_mtime_ns] for f, s in stats]}
     return {"file": fingerprint(path)}
 
 
-def _store_texts(path: Path) -> Iterator[str]:
+def identity_changed(source: str | os.PathLike[str], recorded: dict[str, Any]) -> str | None:
+    """Why ``source`` no longer holds what ``recorded`` (its :func:`source_identity` at build
+    time) described, or None: a file by size, head/tail hash and mtime; a folder by its listing;
+    a store by its snapshot. A source that is gone is not a change (the corpus may have been
+    copied to another machine)."""
+    path = Path(source)
+    if not path.exists():
+        return None
+    if "file" in recorded:
+        return fingerprint_changed(recorded["file"])
+    now = source_identity(path)
+    if now == recorded:
+        return None
+    if "store" in recorded:
+        return (
+            f"the store {path} was rebuilt (snapshot {now.get('store')}, was {recorded['store']})"
+        )
+    return f"the files of {path} changed (added, removed, resized or modified)"
+
+
+def _store_texts(path: Path, snapshot: str | None) -> Iterator[str]:
     import numpy as np
 
-    from lading.stores import open_store
+    from lading.stores import PackedStore
 
-    store = open_store(path)
+    store = PackedStore(path, on_stale="ignore", snapshot=snapshot)
     for lo in range(0, len(store), 10_000):
         yield from store.texts_at(np.arange(lo, min(lo + 10_000, len(store))))
 

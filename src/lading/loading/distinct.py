@@ -13,8 +13,11 @@ same walk, with two changes lading's loaders need:
   the order that fit it, and then each sample the walk could not place is swapped in: in place
   of a top-up, or into an earlier slot whose one conflicting sample (or any one, if none
   conflicts) moves to the top-up's place. Only what no such swap places is left out, and only
-  as many top-ups stay, read twice this epoch; both counts are returned. (s-t instead yields
-  extra batches beyond its advertised length, which DDP's equal step counts forbid.)
+  as many top-ups stay, read twice this epoch; both counts are returned, and the loader
+  refuses such an epoch rather than read some samples twice and leave others out. (s-t instead
+  yields extra, smaller batches beyond its advertised length, which DDP's equal step counts
+  forbid.) A key shared by more samples than the epoch has batches can never be placed: the
+  loader refuses that before arranging (:func:`most_shared`).
 
 Everything is a function of the reading order and the keys, so it is deterministic in
 ``(seed, epoch)`` and identical on every rank, each of which computes it whole and keeps its own
@@ -151,3 +154,14 @@ def _swap_in(p: int, slots: list[list[int]], top_ups: list[tuple[int, int]], row
                     del top_ups[u]
                     return True
     return False
+
+
+def most_shared(keys: npt.NDArray[np.int64]) -> int:
+    """The most samples one key is in (a key twice in one sample's row counts once): no
+    arrangement of fewer slots than that reads every sample once without a duplicate."""
+    if not keys.size:
+        return 0
+    rows = np.sort(keys.reshape(len(keys), -1), axis=1)
+    fresh = np.ones(rows.shape, dtype=bool)
+    fresh[:, 1:] = rows[:, 1:] != rows[:, :-1]
+    return int(np.unique(rows[fresh], return_counts=True)[1].max())

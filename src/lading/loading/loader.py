@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from lading.loading import state as loader_state
+from lading.loading.lookahead import Announce
 from lading.loading.source import Source
 from lading.loading.state import Cursor
 
@@ -110,6 +111,8 @@ class Loader:
         source: the workload's positions and batches.
         workers: in this process or in DataLoader workers, and how.
         seed: seeds the DataLoader workers' torch RNG (not the global one).
+        announce: tells the data which batches come next as their keys are handed out, in
+            this process (:mod:`lading.loading.lookahead`: a remote store fetches ahead).
 
     Attributes:
         workers: as given.
@@ -118,10 +121,18 @@ class Loader:
 
     dataset: Any = None
 
-    def __init__(self, source: Source, workers: Workers | None = None, *, seed: int = 0) -> None:
+    def __init__(
+        self,
+        source: Source,
+        workers: Workers | None = None,
+        *,
+        seed: int = 0,
+        announce: Announce | None = None,
+    ) -> None:
         self._source = source
         self.workers = workers or Workers()
         self._seed = seed
+        self._announce = announce
         self._cursor = Cursor()
         self._restored = False  # a state was loaded and nothing read since
         self._torch: DataLoader[Any] | None = None  # made when workers first read
@@ -215,7 +226,12 @@ class Loader:
             yield batch
 
     def _keys(self) -> Iterator[Any]:
-        return self._source.keys(copy.copy(self._cursor))
+        """The keys an iteration reads (announced ahead where the data asked to hear of them)."""
+        cursor = copy.copy(self._cursor)
+        keys = self._source.keys(cursor)
+        if self._announce is None:
+            return keys
+        return self._announce(keys, cursor.epoch, cursor.batches)
 
     def _dataloader(self) -> DataLoader[Any]:
         workers = self.workers

@@ -17,14 +17,15 @@ left out, with ``equalize="truncate"``) to even out the new world size's shares.
 
 ``batching="no_duplicates"`` regroups each step's samples so that no batch holds two samples
 sharing a key (a query, a document: the dataset's ``duplicate_keys``), for losses that take the
-rest of a batch as negatives (:mod:`lading.loading.distinct`). The batch counts stay the plan's;
-the regrouping depends on the world size and batch size, so such a run resumes bitwise with
-its saved layout and refuses another.
+rest of a batch as negatives (:mod:`lading.loading.distinct`). The batch counts stay the plan's,
+and every sample is read once an epoch: an epoch that cannot be so arranged (one query in more
+samples than the epoch has batches) is refused, epoch 0 when the loader is made, never read
+with repeats. The regrouping depends on the world size and batch size, so such a run resumes
+bitwise with its saved layout and refuses another.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sized
 from typing import Any, NamedTuple, Protocol
 
@@ -32,8 +33,9 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import default_collate
 
-from lading.loading.distinct import arrange
+from lading.loading.distinct import arrange, most_shared
 from lading.loading.loader import Loader, Workers
+from lading.loading.lookahead import announcer
 from lading.loading.order import epoch_order
 from lading.loading.plan import (
     check_batch_size,
@@ -142,6 +144,8 @@ class MapSource:
             items="samples",
             readers_are="world_size",
         )
+        if self.batching == "no_duplicates":
+            self._distinct_shares(Cursor())  # epoch 0 arranged (and kept): a refusal comes now
 
     def __getstate__(self) -> dict[str, Any]:
         """What a DataLoader worker gets: no arranged epoch (it is planned in the main
@@ -192,14 +196,14 @@ class MapSource:
         assert self.duplicate_keys is not None  # check_batching made sure
         unique, inverse = np.unique(pool, return_inverse=True)
         keys = np.asarray(self.duplicate_keys(unique, cursor.epoch))[inverse]
+        most = most_shared(keys)
+        if most > len(sizes) * world:
+            said = f"one key (a query or document) is shared by {most} samples"
+            raise ValueError(self._refusal(cursor, said, most))
         done = arrange(pool, [s for s in sizes for _ in range(world)], keys)
         if done.repeated:  # the rest of left_out is what equalize/drop_partial_batch leave out
-            warnings.warn(
-                f"no_duplicates, epoch {cursor.epoch}: {done.repeated} samples could not "
-                "be placed in a batch without a duplicate and are left out; their places hold "
-                "samples read twice instead (batch counts stay equal on every rank)",
-                stacklevel=2,
-            )
+            said = f"{done.repeated} samples could not be placed without a duplicate key"
+            raise ValueError(self._refusal(cursor, said, None))
         per_rank = [
             np.concatenate(done.slots[r::world]) if sizes else np.empty(0, np.int64)
             for r in range(world)
@@ -207,21 +211,45 @@ class MapSource:
         self._arranged = (at, per_rank)
         return per_rank
 
+    def _refusal(self, cursor: Cursor, why: str, most: int | None) -> str:
+        """Why a no_duplicates epoch is refused (rather than read with repeats), and the fix:
+        the largest batch size with at least ``most`` batches an epoch, where one is known."""
+        world, size = self.world.world_size, self.batch_size
+        batches = self._segment(world, cursor, size).batches
+        fits = [
+            b
+            for b in range(1, size)
+            if self._segment(world, Cursor(), b).batches * world >= (most or 0)
+        ]
+        lower = "lower batch_size" + (f" to at most {max(fits)}" if most and fits else "")
+        return (
+            f"batching='no_duplicates', epoch {cursor.epoch}: {why}, and the epoch has "
+            f"{batches * world} batches ({world} rank(s) x {batches} of batch_size={size}): "
+            "lading reads every sample once an epoch, with equal batch counts on every rank, "
+            f"or refuses; {lower}, or batch in order (batching='order'; sentence-transformers: "
+            "batch_sampler='batch_sampler'; its per_device_train_batch_size is batch_size)"
+        )
+
     def keys(self, cursor: Cursor) -> Iterator[MapBatch]:
         """This rank's batches from ``cursor.batches`` on, as their epoch and items."""
         size, epoch = self.batch_size, cursor.epoch
         indices = self.share(cursor)[cursor.batches * size :].tolist()
         return (MapBatch(epoch, tuple(indices[i : i + size])) for i in range(0, len(indices), size))
 
+    def items(self, key: MapBatch) -> list[Any]:
+        """What the dataset is asked for to build ``key``: :class:`EpochIndex` items where it
+        is epoch-aware, else its indices."""
+        if self.epoch_aware:
+            return [EpochIndex(key.epoch, i) for i in key.items]
+        return list(key.items)
+
     def build(self, key: MapBatch) -> Any:
         """The collated batch of ``key``'s items, each read as ``dataset[item]`` (an epoch-aware
         dataset gets :class:`EpochIndex` items; a dataset with ``set_epoch`` is told the epoch
         first, in whichever process builds the batch)."""
         dataset = self.dataset
-        if self.epoch_aware:
-            items: list[Any] = [EpochIndex(key.epoch, i) for i in key.items]
-        else:
-            items = list(key.items)
+        items = self.items(key)
+        if not self.epoch_aware:
             set_epoch = getattr(dataset, "set_epoch", None)
             if callable(set_epoch) and key.epoch != self._told:
                 set_epoch(key.epoch)
@@ -331,6 +359,6 @@ def loader(
     workers = Workers(
         num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
     )
-    made = Loader(source, workers, seed=seed)
+    made = Loader(source, workers, seed=seed, announce=announcer(dataset, source.items))
     made.dataset = dataset
     return made

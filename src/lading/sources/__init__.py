@@ -23,7 +23,12 @@ from lading.sources.chunks import (
     is_compressed,
     open_binary,
 )
-from lading.sources.fingerprint import fingerprint, fingerprint_changed
+from lading.sources.fingerprint import (
+    changed_during,
+    fingerprint,
+    fingerprint_changed,
+    refuse_if_changed,
+)
 from lading.sources.parsers import (
     JSON_ID_FIELDS,
     JSON_TEXT_FIELDS,
@@ -70,6 +75,7 @@ __all__ = [
     "RecordStream",
     "SourceReader",
     "beir_corpus_file",
+    "changed_during",
     "check_id",
     "check_source_shape",
     "chunk_lines",
@@ -86,4 +92,5 @@ __all__ = [
     "make_tsv_parser",
     "open_binary",
     "read_records",
+    "refuse_if_changed",
 ]

@@ -59,7 +59,9 @@ class ParseOptions:
             present).
         text_field: key of the text (default: the first of ``JSON_TEXT_FIELDS`` present).
         columns: TSV column names; must contain ``"id"`` and ``"text"``. The other named
-            columns become fields, and columns past the named ones fields ``col<N>`` (0-based).
+            columns become fields. A line with more columns than named is a malformed record
+            (the default names two: ``msmarco-docs.tsv`` read as ``id<TAB>text`` would store
+            its URL as the text), refused with its columns and the ``columns=`` to pass.
         keep_fields: JSON/parquet/Arrow keys kept as fields besides the id and text (default:
             ``title``). TSV keeps every column; TREC keeps its title element.
 
@@ -157,14 +159,30 @@ def make_tsv_parser(options: ParseOptions) -> Parser:
         parts = line.split("\t")
         if len(parts) < need:
             raise RecordError(f'expected "{expected}", found {len(parts)} column(s)')
-        extra = {}
-        for i, value in enumerate(parts):
-            if i in (id_pos, text_pos):
-                continue
-            extra[columns[i] if i < len(columns) else f"col{i}"] = value
+        if len(parts) > len(columns):
+            raise RecordError(_too_many_columns(expected, columns, parts))
+        extra = {columns[i]: v for i, v in enumerate(parts) if i not in (id_pos, text_pos)}
         return Record(check_id(parts[id_pos]), parts[text_pos], extra)
 
     return parse_tsv
+
+
+def _too_many_columns(expected: str, columns: Sequence[str], parts: list[str]) -> str:
+    """Why a line of more columns than named is refused, with its columns and the fix."""
+    n = len(parts)
+    shown = " | ".join(repr(p if len(p) <= 24 else p[:23] + "…") for p in parts[:6])
+    found = f'expected "{expected}", found {n} columns ({shown}{" | …" if n > 6 else ""})'
+    if tuple(columns) == ("id", "text"):
+        names = {3: "id,title,text", 4: "id,url,title,text"}.get(
+            n, ",".join(["id", "text", *(f"field{i}" for i in range(2, n))])
+        )
+        spelled = ", ".join(repr(c) for c in names.split(","))
+        return (
+            f"{found}: a TSV of more than two columns needs every column named, e.g. "
+            f"--columns {names} (parse=ParseOptions(columns=({spelled}))); a tab inside the "
+            "text of a two-column TSV is refused too"
+        )
+    return f"{found}, {len(columns)} named ({', '.join(columns)}): name every column"
 
 
 def _json_scalar_id(value: Any, key: str) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,7 +39,6 @@ from lading.sources.chunks import (
     Chunk,
     chunk_lines,
     chunk_trec,
-    open_binary,
     reading,
 )
 from lading.sources.fingerprint import fingerprint
@@ -51,6 +51,7 @@ from lading.sources.parsers import (
     make_trec_parser,
     make_tsv_parser,
 )
+from lading.sources.span import FilePart, Whole
 from lading.sources.tables import iter_table
 from lading.sources.tsv_blocks import TsvBlock, records_block, scanned_blocks
 
@@ -87,6 +88,9 @@ FILE_FORMATS: dict[str, FileFormat] = {
     "trec": FileFormat(chunk_trec, make_trec_parser),
 }
 FORMATS: tuple[str, ...] = ("arrow", "beir", "irds", "jsonl", "parquet", "trec", "tsv")
+# the parsers' advice to skip ("…; pass on_error='skip' to …", "…, or pass on_error='skip' …"),
+# left out of the reasons recorded while skipping
+_SKIP_ADVICE = re.compile(r"[;,] (?:or )?pass on_error='skip'[^;]*")
 BLOCK_RECORDS = 1024  # records of a non-TSV source gathered into one block by iter_bulk
 
 _SUFFIX_FORMATS = {
@@ -186,6 +190,8 @@ class SourceReader:
         on_error: ``"raise"`` stops at the first bad record with a :class:`SourceError`;
             ``"skip"`` skips it and counts it in :attr:`skipped`.
         options: where ids, text and fields are found.
+        span: read the lines starting in this byte range of an uncompressed TSV or JSONL
+            file (a shard's part: :mod:`lading.sources.span`), numbered as in the whole file.
 
     Attributes:
         skipped: records skipped so far under ``on_error="skip"``.
@@ -198,6 +204,7 @@ class SourceReader:
     options: ParseOptions = field(default_factory=ParseOptions)
     skipped: int = 0
     skip_reasons: list[str] = field(default_factory=list)
+    span: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR_MODES:
@@ -211,6 +218,12 @@ class SourceReader:
         if self.format != "irds" and not os.path.exists(name):
             raise FileNotFoundError(f"source {name} does not exist")
         check_source_shape(name, self.format)
+        self._part = None if self.span is None else FilePart(name, self.format, *self.span)
+
+    def absolute_line(self, line: int) -> int:
+        """The file's own number of ``line`` as counted in the part this reader reads."""
+        part = getattr(self, "_part", None)  # a RecordStream sets no fields of its own
+        return line if part is None else part.absolute_line(line)
 
     @property
     def path(self) -> Path | None:
@@ -275,7 +288,7 @@ class SourceReader:
             )
         parse = self.parser()
         chunker = FILE_FORMATS[self.file_format].chunker
-        with reading(path) as where, open_binary(path) as stream:
+        with reading(path) as where, (self._part or Whole(path)).open() as stream:
             for chunk in chunker(stream):
                 where[0] = chunk.line
                 try:
@@ -320,7 +333,7 @@ class SourceReader:
             yield from self.iter_numbered()
             return
         parse = self.parser()
-        with reading(path) as where, open_binary(path) as stream:
+        with reading(path) as where, (self._part or Whole(path)).open() as stream:
             for raw, block in scanned_blocks(stream, self.options.columns):
                 where[0] = raw.line
                 if block is not None:
@@ -336,11 +349,12 @@ class SourceReader:
                     yield record, chunk.line, chunk.end
 
     def _bad(self, path: Path, line: int, reason: str) -> None:
+        line = self.absolute_line(line)
         if self.on_error == "raise":
             raise SourceError(path, line, reason)
         self.skipped += 1
-        if len(self.skip_reasons) < 10:
-            self.skip_reasons.append(str(SourceError(path, line, reason)))
+        if len(self.skip_reasons) < 10:  # skipping already: no advice to pass on_error='skip'
+            self.skip_reasons.append(str(SourceError(path, line, _SKIP_ADVICE.sub("", reason))))
 
 
 def _iter_irds(dataset_id: str) -> Iterator[Record]:

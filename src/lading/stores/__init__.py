@@ -6,18 +6,66 @@ offsets into the source file) and ``IrDatasetsStore`` (ir_datasets' docstore).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lading.disk import verify_checksums
 from lading.disk.stage import stage
+from lading.errors import StoreFormatError
 from lading.stores.base import DocStore
-from lading.stores.build import build_store
+from lading.stores.build import build_store as build_local
+from lading.stores.build import merge_store as merge_local
 from lading.stores.irds import IrDatasetsStore
 from lading.stores.memory import InMemoryStore
 from lading.stores.offsets import OffsetStore
 from lading.stores.packed import OnStale, PackedStore
+from lading.stores.remote.objects import is_remote
+
+if TYPE_CHECKING:  # not imported with lading: it brings asyncio and sqlite3
+    from lading.stores.remote.store import RemoteStore
+
+
+@functools.wraps(build_local)
+def build_store(source: Any, dest: str | os.PathLike[str], *args: Any, **kwargs: Any) -> Any:
+    # a URL dest (s3://, gs://, ...): build here, upload, manifest last (stores/remote/upload.py)
+    if is_remote(dest):
+        from lading.stores.remote.upload import build_remote
+
+        return build_remote(build_local, source, os.fspath(dest), *args, **kwargs)
+    return build_local(source, dest, *args, **kwargs)
+
+
+@functools.wraps(merge_local)
+def merge_store(dest: str | os.PathLike[str], **kwargs: Any) -> PackedStore:
+    if is_remote(dest):  # a local folder named "s3:" otherwise
+        raise ValueError(
+            f"merging shards in {dest} is not supported yet: merge them in a folder "
+            "(lading merge DIR), then upload it with lading.stores.remote.upload.upload"
+        )
+    return merge_local(dest, **kwargs)
+
+
+def verify_store(path: str | os.PathLike[str]) -> list[str]:
+    """Every check an open makes (a packed store or an offsets index: manifest, sizes, spot
+    checksums, row counts, offsets, index), then every byte of every file of that snapshot
+    against its CRC32; the problems found (empty: intact)."""
+    from lading.disk.meta import declared_format
+
+    directory = Path(path)
+    opened: PackedStore | OffsetStore
+    try:
+        if declared_format(directory) == "lading.offsets":
+            opened = OffsetStore(directory)
+            meta = opened._open()["meta"]
+        else:
+            opened = PackedStore(directory, on_stale="ignore")
+            meta = opened.meta
+    except (StoreFormatError, ValueError, OSError) as e:
+        return [str(e)]
+    return verify_checksums(directory, meta["format"], meta)
 
 
 def open_store(
@@ -26,24 +74,50 @@ def open_store(
     on_stale: OnStale = "warn",
     stage_to: str | os.PathLike[str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
-) -> PackedStore:
+    snapshot: str | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    cache_bytes: int | str | None = None,
+) -> PackedStore | RemoteStore:
     """Open a store built by :func:`build_store`: cheap, memory-mapped, checked.
 
     Args:
-        path: the store directory, or with ``stage_to`` also an fsspec URL (``s3://...``).
+        path: the store directory, or an object-store URL (``s3://bucket/prefix/name``,
+            ``gs://...``): then the index is staged to this node and documents are read by
+            ranged GETs through the node cache (:class:`~lading.stores.remote.RemoteStore`).
         on_stale: what to do when the store's source file changed since the build.
-        stage_to: first copy the store to ``stage_to/<name>`` on this node (local rank 0
+        stage_to: first copy the whole store to ``stage_to/<name>`` on this node (local rank 0
             copies once, checked; later runs reuse the copy; see :func:`lading.disk.stage.stage`)
             and open that copy.
-        storage_options: fsspec options for a URL ``path`` (e.g. ``endpoint_url``).
+        storage_options: options of the object store's client for a URL ``path`` (e.g.
+            ``endpoint_url``; credentials come from the environment).
+        snapshot: open this snapshot (one still kept: see :mod:`lading.disk.snapshot`), not
+            the current one; the store object reads it however often ``path`` is rebuilt.
+            A local store only (a remote store pins the snapshot it opened).
+        cache: the node cache directory of a URL ``path`` (default: ``remote/`` in
+            ``$LADING_CACHE`` or ``~/.cache/lading``), shared by every process of the node.
+        cache_bytes: the node cache's hard cap (``8G``, ``500M``, bytes; default
+            ``$LADING_REMOTE_CACHE_BYTES``, else 8 GiB or half the free space).
 
     Raises:
-        StoreFormatError: the directory is not a complete store of a version this lading reads.
+        StoreFormatError: the directory is not a complete store of a version this lading reads
+            (a :class:`~lading.disk.SnapshotGoneError` for a ``snapshot`` no longer kept).
     """
+    if is_remote(path) and stage_to is None:
+        if snapshot is not None:
+            raise ValueError(
+                f"snapshot= opens a kept snapshot of a local store; {os.fspath(path)} is remote "
+                "and pins the snapshot it opens (store.snapshot). Stage it first (stage_to=) "
+                "to open an older one"
+            )
+        from lading.stores.remote.store import open_remote
+
+        return open_remote(
+            os.fspath(path), cache=cache, cache_bytes=cache_bytes, options=storage_options
+        )
     if stage_to is not None:
         name = os.fspath(path).rstrip("/").rsplit("/", 1)[-1]
         path = stage(path, Path(stage_to) / name, storage_options=storage_options)
-    return PackedStore(path, on_stale=on_stale)
+    return PackedStore(path, on_stale=on_stale, snapshot=snapshot)
 
 
 __all__ = [
@@ -53,5 +127,7 @@ __all__ = [
     "OffsetStore",
     "PackedStore",
     "build_store",
+    "merge_store",
     "open_store",
+    "verify_store",
 ]

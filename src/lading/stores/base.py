@@ -3,9 +3,9 @@ row codes, and (the tokenized-store capability) token ids."""
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,6 +14,41 @@ import numpy.typing as npt
 
 IdLike = str | int
 T = TypeVar("T")
+ID_TYPES = (str, int, np.integer)  # an id read out of a numpy array is as good as an int
+
+
+def is_id(doc_id: object) -> bool:
+    """Whether ``doc_id`` has an id's type: a str, or an integer (Python's or numpy's).
+    ``__contains__`` answers False for anything else, as every lookup finds nothing for it."""
+    return isinstance(doc_id, ID_TYPES)
+
+
+def id_list(ids: Sequence[IdLike], call: str = "get_many") -> Sequence[IdLike]:
+    """``ids`` if it is a sequence of ids (a list, tuple, range or 1-d numpy array), else a
+    TypeError: a str or bytes would be read as one id a character (``get_many("12")`` gave
+    documents '1' and '2'); a generator has no length and no ``ids[i]`` to name an absent id
+    by; a set or dict has no order for the rows to follow. Every route then refuses alike."""
+    if type(ids) is list or type(ids) is tuple:
+        return ids
+    if isinstance(ids, (str, bytes)):
+        kind = type(ids).__name__
+        raise TypeError(
+            f"{call}() takes a list of ids, not the {kind} {ids!r} (it would be read as one "
+            f"id per character): pass [{ids!r}], or store[{ids!r}] for one document"
+        )
+    if (
+        isinstance(ids, (AbstractSet, Mapping))
+        or not hasattr(ids, "__len__")
+        or not hasattr(ids, "__getitem__")
+        or getattr(ids, "ndim", 1) != 1
+    ):
+        raise TypeError(
+            f"{call}() takes a sequence of ids (a list, tuple or 1-d numpy array), not a "
+            f"{type(ids).__name__}: pass list(...) of it (in the order the rows should follow)"
+        )
+    return ids
+
+
 _MISSING = object()
 _POSITIONS = "_row_positions"  # instance attribute of the default row codes (never pickled)
 
@@ -92,6 +127,7 @@ class DocStore(ABC):
 
     def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         """Row codes of ``ids`` in request order, -1 for each absent one."""
+        id_list(ids, "find_rows")
         index = self._positions()[1]
         return np.fromiter(
             (index.get(i if type(i) is str else str(i), -1) for i in ids), np.int64, len(ids)
@@ -103,7 +139,7 @@ class DocStore(ABC):
         Raises:
             KeyError: naming the first absent id and the store.
         """
-        rows = self.find_rows(ids)
+        rows = self.find_rows(id_list(ids, "rows"))
         if len(rows) and rows.min() < 0:
             raise self.missing(ids[int(np.argmin(rows >= 0))])
         return rows
@@ -149,7 +185,7 @@ class DocStore(ABC):
 
     def tokens_many(self, ids: Sequence[IdLike]) -> list[np.ndarray]:
         """Token ids of ``ids`` in request order."""
-        return self.tokens_at(self.rows(ids))
+        return self.tokens_at(self.rows(id_list(ids, "tokens_many")))
 
     def tokens(self, doc_id: IdLike) -> np.ndarray:
         """Token ids of one document."""
@@ -164,14 +200,13 @@ class DocStore(ABC):
 
 
 def store_identity(store: object) -> dict[str, object]:
-    """What identifies a store's content, cheaply: a lading directory's (packed store,
-    offsets index) file checksums from its ``meta.json``, which change with every rebuild of
-    other data; otherwise its type and size (an in-memory dict or an ir_datasets docstore has
-    no build record to read)."""
-    path = getattr(store, "path", None)
-    meta = Path(path) / "meta.json" if path is not None else None
-    if meta is not None and meta.is_file():
-        files = json.loads(meta.read_text(encoding="utf-8")).get("files", {})
-        sums = {name: info.get("crc32") for name, info in sorted(files.items())}
-        return {"type": type(store).__name__, "files": sums}
+    """What identifies the content of the store object in hand, cheaply: for a lading
+    directory (packed store, offsets index), the content of the snapshot this object reads
+    (:func:`lading.disk.snapshot.content_id`: its files' sizes and CRC32s from the manifest it
+    pinned, never what is on disk now, so a rebuild since the object was opened changes
+    nothing it is keyed on); otherwise its type and size (an in-memory dict or an ir_datasets
+    docstore has no build record to read)."""
+    content = getattr(store, "content_id", None)
+    if isinstance(content, str):
+        return {"type": type(store).__name__, "content": content}
     return {"type": type(store).__name__, "size": len(store)}  # type: ignore[arg-type]

@@ -2,45 +2,89 @@
 
 Under DDP every rank may call :func:`build_store` with the same arguments: one rank builds (local
 rank 0 of each node for node-local disks, global rank 0 for a shared filesystem: ``shared_fs=``
-or ``LADING_SHARED_FS=1|0``) while the others wait at a barrier, then all open the same files.
-Unrelated processes (and other nodes' builders) are serialised by the build lock, and whoever
-comes second finds the store built and opens it.
+or ``LADING_SHARED_FS=1|0``) while the others wait at a barrier, then all open the snapshot
+their builder committed. Unrelated processes (and other nodes' builders) are serialised by the
+build lock (:class:`~lading.disk.BuildContext`), and whoever comes second finds the store built
+and opens it. The source's identity is taken before it is read and compared after: a source
+that changed meanwhile fails the build, naming the file, and nothing is committed.
 """
 
 from __future__ import annotations
 
 import os
-import sys
+import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
-from lading.disk import (
-    build_lock,
-    byte_bar,
-    is_ours_to_replace,
-    publish,
-    read_meta,
-    remove_dead_temps,
-    staging,
-)
-from lading.errors import SkippedRecordsWarning, StoreFormatError
+from lading.disk import BuildContext, byte_bar
+from lading.errors import SkippedRecordsWarning
 from lading.sources import (
     OnError,
     ParseOptions,
     SourceReader,
     is_compressed,
+    refuse_if_changed,
 )
-from lading.stores.layout import FORMAT_NAME
+from lading.stores.group import build_in_group, build_in_shards, initialized_dist
+from lading.stores.inputs import Piece, PiecesReader, input_files
+from lading.stores.layout import FORMAT_NAME, shard_name
+from lading.stores.merge import Shard, manifest_of
 from lading.stores.packed import PackedStore
+from lading.stores.parallel import (
+    ShardReport,
+    build_shard,
+    check_shard,
+    source_files,
+)
+from lading.stores.parallel import merge_store as merge_shards
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
-from lading.stores.writer import Duplicates, write_store
-from lading.world import World, resolve_shared_fs
+from lading.stores.writer import Duplicates, write_shard
+from lading.world import resolve_shared_fs
+
+ShardSpec = tuple[int, int]
+
+
+@overload
+def build_store(
+    source: Any,
+    dest: str | os.PathLike[str],
+    format: str | None = ...,
+    tokenizer: Any = ...,
+    max_length: int | None = ...,
+    on_error: OnError = ...,
+    *,
+    duplicates: Duplicates = ...,
+    parse: ParseOptions | None = ...,
+    overwrite: bool = ...,
+    shared_fs: bool | None = ...,
+    progress: bool | None = ...,
+    shard: Literal["auto"] | None = ...,
+    build_id: str | None = ...,
+) -> PackedStore: ...
+
+
+@overload
+def build_store(
+    source: Any,
+    dest: str | os.PathLike[str],
+    format: str | None = ...,
+    tokenizer: Any = ...,
+    max_length: int | None = ...,
+    on_error: OnError = ...,
+    *,
+    duplicates: Duplicates = ...,
+    parse: ParseOptions | None = ...,
+    overwrite: bool = ...,
+    shared_fs: bool | None = ...,
+    progress: bool | None = ...,
+    shard: ShardSpec,
+    build_id: str | None = ...,
+) -> ShardReport: ...
 
 
 def build_store(
-    source: str | os.PathLike[str] | SourceReader,
+    source: Any,
     dest: str | os.PathLike[str],
     format: str | None = None,
     tokenizer: Any = None,
@@ -52,12 +96,17 @@ def build_store(
     overwrite: bool = False,
     shared_fs: bool | None = None,
     progress: bool | None = None,
-) -> PackedStore:
-    """Build a :class:`PackedStore` at ``dest`` from ``source`` (once) and open it.
+    shard: ShardSpec | Literal["auto"] | None = None,
+    build_id: str | None = None,
+) -> PackedStore | ShardReport:
+    """Build a :class:`PackedStore` at ``dest`` from ``source`` (once) and open it; or one
+    shard of it.
 
     Args:
         source: a TSV/JSONL/TREC file (optionally .gz/.bz2/.zst), a parquet or Arrow file, a
-            BEIR folder, ``"irds:<dataset-id>"``, or a reader made elsewhere (a
+            BEIR folder, ``"irds:<dataset-id>"``, several files of one format (a list, a
+            folder of them, or a glob such as ``"corpus/*.jsonl.gz"``: read in that order,
+            folder and glob sorted by path), or a reader made elsewhere (a
             :class:`~lading.sources.tables.RecordStream`, e.g. over an HF dataset; ``format``,
             ``on_error`` and ``parse`` are then the reader's own).
         dest: the store directory to create.
@@ -69,7 +118,8 @@ def build_store(
         on_error: ``"raise"`` (default) stops at the first malformed record naming file and
             line; ``"skip"`` skips malformed records, warns with their count and records it in
             ``meta.json``.
-        duplicates: a repeated id is an error (``"error"``), or keep its ``"first"``/``"last"``.
+        duplicates: a repeated id is an error (``"error"``), or keep its ``"first"``/``"last"``
+            (within a shard: an id in two shards is always an error).
         parse: where ids, text and fields are in the records: JSON/parquet keys, TSV columns,
             fields kept (default: :class:`~lading.sources.ParseOptions`'s). Recorded in
             ``meta.json``: a store built with other options is rebuilt, not reused.
@@ -80,96 +130,133 @@ def build_store(
             Default: ``LADING_SHARED_FS`` (``1``/``0``), else False (on a shared filesystem the
             second node's builder then finds the store built, under the lock, and reuses it).
         progress: show a progress bar (default: when stderr is a terminal).
+        shard: ``(i, n)``: write shard ``i`` of ``n`` only and return a
+            :class:`~lading.stores.parallel.ShardReport`; :func:`merge_store` commits the
+            store once all ``n`` are written (see :mod:`lading.stores.parallel`). ``"auto"``:
+            under an initialised process group, every rank builds one shard and rank 0 merges
+            (``dest`` must be on a filesystem every rank sees); without one, as None.
+        build_id: with ``shard``, the build directory the shards share (default: derived from
+            the inputs, the options and ``n``, which every worker computes alike).
 
     Returns:
-        The opened store.
+        The opened store (a :class:`~lading.stores.parallel.ShardReport` for one shard).
     """
     shared = resolve_shared_fs(shared_fs)
     dest_path = Path(dest)
+    tok = load_tokenizer(tokenizer) if tokenizer is not None else None
+    parse_options = parse or ParseOptions()
+    if shard is not None and (shard != "auto" or initialized_dist() is not None):
+        if isinstance(source, SourceReader) or overwrite:
+            raise ValueError(
+                "a shard reads files (not a reader made elsewhere) and is never overwritten: "
+                "its directory is named by the inputs and options; pass build_id= to rebuild"
+            )
+        args = (format, tok, max_length, on_error, duplicates, parse_options)
+        return _sharded(source, dest_path, shard, args, shared, build_id, progress)
+    reader = _reader(source, format, on_error, parse)
+    on_error = reader.on_error
+    options = build_options(reader.format, on_error, duplicates, reader.options, tok, max_length)
+
+    def build_here() -> str:
+        return _build_locked(
+            reader, dest_path, tok, max_length, duplicates, options, overwrite, progress
+        )
+
+    return build_in_group(build_here, dest_path, shared)
+
+
+def _sharded(
+    source: Any,
+    dest: Path,
+    shard: ShardSpec | Literal["auto"],
+    args: tuple[Any, ...],
+    shared: bool,
+    build_id: str | None,
+    progress: bool | None,
+) -> PackedStore | ShardReport:
+    """Shard ``i`` of ``n`` here, or (``"auto"``) one shard per rank of the process group."""
+    given, tok, max_length, on_error, duplicates, parse = args
+    files = source_files(source, given, parse)
+    fmt = given or SourceReader(files[0], None, on_error, parse).format
+    options = build_options(fmt, on_error, duplicates, parse, tok, max_length)
+    if shard == "auto":
+        return build_in_shards(source, dest, (*args, options), shared, build_id, progress)
+    return build_shard(
+        source, dest, check_shard(shard), format=given, tok=tok, max_length=max_length,
+        on_error=on_error, duplicates=duplicates, parse=parse, options=options,
+        build_id=build_id, progress=progress,
+    )  # fmt: skip
+
+
+def _reader(source: Any, format: str | None, on_error: OnError, parse: ParseOptions | None) -> Any:
+    """The one reader a one-process build streams: the caller's, several files' or a file's."""
     if isinstance(source, SourceReader):
         if parse is not None:
             raise ValueError(
                 f"{source.source} is a reader, which carries its own ParseOptions; make the "
                 "reader with them instead of passing parse= here"
             )
-        reader, on_error = source, source.on_error
-    else:
-        reader = SourceReader(source, format, on_error, parse or ParseOptions())
-    tok = load_tokenizer(tokenizer) if tokenizer is not None else None
-    options = {
-        "format": reader.format,
+        return source
+    files = input_files(source)
+    if files is not None:
+        return PiecesReader(
+            [Piece(path) for path in files], format, on_error, parse or ParseOptions()
+        )
+    return SourceReader(source, format, on_error, parse or ParseOptions())
+
+
+def build_options(
+    fmt: Any, on_error: Any, duplicates: Any, parse: ParseOptions, tok: Any, max_length: Any
+) -> dict[str, Any]:
+    """What a build is made with, recorded in the manifest: another recipe is a rebuild."""
+    return {
+        "format": fmt,
         "on_error": on_error,
         "duplicates": duplicates,
-        **reader.options.to_dict(),
+        **parse.to_dict(),
         "tokenizer": describe_tokenizer(tok) if tok is not None else None,
         "max_length": max_length,
     }
 
-    def build_here() -> None:
-        _build_locked(reader, dest_path, tok, max_length, duplicates, options, overwrite, progress)
 
-    return _build_in_group(build_here, dest_path, shared)
-
-
-def _build_in_group(build: Callable[[], None], dest: Path, shared: bool) -> PackedStore:
-    """Run ``build`` here, or under an initialised process group in the builder rank(s) only,
-    the others waiting at a barrier; then open the store on every rank."""
-    dist = _initialized_dist()
-    if dist is None:
-        build()
-        return PackedStore(dest)
-    world = World.detect()
-    failure: BaseException | None = None
-    if world.is_builder(shared):
-        try:
-            build()
-        except BaseException as e:  # reach the barrier first, or the other ranks hang forever
-            failure = e
-    dist.barrier()
-    if failure is not None:
-        raise failure
-    try:
-        return PackedStore(dest)
-    except StoreFormatError as e:
-        raise StoreFormatError(
-            f"rank {world.rank}: the store at {dest} was not built ({e}); the building rank "
-            "failed, see its error"
-        ) from None
+def merge_store(dest: str | os.PathLike[str], *, build_id: str | None = None) -> PackedStore:
+    """Commit the shards of a parallel build of ``dest`` (all of them written by
+    ``build_store(..., shard=(i, n))`` or ``lading build ... --shard i/N``) as the store's new
+    snapshot, and open it. See :func:`lading.stores.parallel.merge_store`."""
+    return merge_shards(Path(dest), build_id)
 
 
-def _initialized_dist() -> Any:
-    # a process group can only exist if torch.distributed was imported; importing torch just
-    # to ask would cost ~1 s per build
-    dist = sys.modules.get("torch.distributed")
-    if dist is None:
-        return None
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist
-    return None
+def reusable(meta: dict[str, Any] | None, reader: Any, options: dict[str, Any]) -> bool:
+    """Whether ``meta`` (a store's manifest) is a store of this very source built with
+    ``options``.
 
-
-def reusable(dest: Path, reader: SourceReader, options: dict[str, Any]) -> bool:
-    """Whether ``dest`` holds a complete store of this very source built with ``options``.
-
-    The source must match by path, size and content hash; its mtime alone may differ (a copy
-    or a ``touch`` does not call for a rebuild).
+    The source must match by path, size, the hash of its first and last 64 KiB, its
+    modification time and its file identity (device, inode), so a copy or a ``touch`` of the
+    source rebuilds: the mtime is what tells a same-size edit in the middle, which the hash
+    does not read (make's rule; see :func:`lading.sources.fingerprint.fingerprint_changed`).
     """
-    try:
-        meta = read_meta(dest, FORMAT_NAME)
-    except StoreFormatError:
+    if meta is None:
         return False
     build = meta.get("build", {})
     if ParseOptions.from_dict(build) != reader.options:
         return False  # compared as options: a store recorded before keep_fields still matches
     if any(build.get(k) != v for k, v in options.items() if k not in ParseOptions.KEYS):
         return False
-    recorded = meta.get("source", {})
-    now = reader.fingerprint()  # its mtime too: a same-size edit in the middle changes only it
-    return all(recorded.get(k) == v for k, v in now.items())
+    recorded = meta.get("sources") or [meta.get("source", {})]
+    now = fingerprints(reader)
+    if len(recorded) != len(now):
+        return False
+    return all(r.get(k) == v for r, fp in zip(recorded, now) for k, v in fp.items())
+
+
+def fingerprints(reader: Any) -> list[dict[str, Any]]:
+    """The identity of every file ``reader`` reads (one for a file, irds or a stream)."""
+    many = getattr(reader, "fingerprints", None)
+    return list(many()) if many is not None else [reader.fingerprint()]
 
 
 def _build_locked(
-    reader: SourceReader,
+    reader: Any,
     dest: Path,
     tok: Any,
     max_length: int | None,
@@ -177,39 +264,50 @@ def _build_locked(
     options: dict[str, Any],
     overwrite: bool,
     progress: bool | None,
-) -> None:
-    with build_lock(dest):
-        remove_dead_temps(dest)
-        if not overwrite and reusable(dest, reader, options):
-            return
-        if not is_ours_to_replace(dest):
-            raise FileExistsError(
-                f"{dest} exists and is not a lading store; refusing to replace it. Choose "
-                "another destination or remove it yourself."
-            )
-        with staging(dest) as tmp:
+) -> str:
+    """Build (or reuse) the store under its lock; the snapshot id it is at."""
+    started = time.perf_counter()
+    with BuildContext(dest, FORMAT_NAME) as build:
+        if not overwrite and reusable(build.previous, reader, options):
+            assert build.previous is not None
+            return str(build.previous["snapshot"])
+        build.check_ours()
+        with build.stage() as tmp:
+            where = tmp / shard_name(0, 1)
+            where.mkdir()
+            before = fingerprints(reader)  # before reading: a change while reading is seen
             with _progress_bar(reader, progress) as bar:
-                meta = write_store(
-                    reader,
-                    tmp,
-                    tokenizer=tok,
-                    max_length=max_length,
-                    duplicates=duplicates,
-                    build_options=options,
-                    progress=bar,
-                )
-            publish(tmp, dest)
+                written = write_shard(
+                    reader, where, tokenizer=tok, max_length=max_length,
+                    duplicates=duplicates, progress=bar,
+                )  # fmt: skip
+            for fingerprint in before:
+                refuse_if_changed(fingerprint)
+            if len(before) == 1:
+                source = {**before[0], "format": reader.format}
+            else:
+                source = {"path": str(reader.source), "format": reader.format}
+            shard = Shard(f"{build.snapshot}/{where.name}", written.record, written.keys, before)
+            recipe = {
+                "build_id": build.snapshot, "source": source, "sources": before, **options,
+                "seconds": round(time.perf_counter() - started, 3),
+            }  # fmt: skip
+            meta = manifest_of(dest, tmp, build.snapshot, [shard], recipe)
+            build.commit(tmp, meta)
     if meta["build"]["skipped"]:
         first = meta["build"]["skip_examples"][0]
         warnings.warn(
             f"skipped {meta['build']['skipped']} malformed record(s) of {reader.source} "
             f"building {dest}; first: {first}",
             SkippedRecordsWarning,
-            stacklevel=3,
+            stacklevel=6,  # the caller of build_store (through its keyword guard)
         )
+    return str(meta["snapshot"])
 
 
-def _progress_bar(reader: SourceReader, enabled: bool | None) -> Any:
+def _progress_bar(reader: Any, enabled: bool | None) -> Any:
     path = reader.path
-    total = path.stat().st_size if path is not None and not is_compressed(path) else None
+    total = getattr(reader, "total_bytes", None)
+    if path is not None and not is_compressed(path):
+        total = path.stat().st_size
     return byte_bar(f"building {Path(str(reader.source)).name}", total, enabled)

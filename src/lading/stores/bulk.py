@@ -101,6 +101,5 @@ def texts_range(column: RaggedColumn, start: int, stop: int) -> list[str]:
 def bytes_at(column: RaggedColumn, rows: npt.NDArray[np.int64]) -> list[bytes]:
     """Rows as ``bytes`` (one copy each, the caller's own; no decode), in the order given."""
     buf = column.data.buffer
-    starts = column.offsets[rows].tolist()
-    ends = column.offsets[rows + 1].tolist()
+    starts, ends = column.bounds(rows)
     return [buf[a:b] for a, b in zip(starts, ends)]

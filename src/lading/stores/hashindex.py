@@ -13,28 +13,50 @@ how far a lookup of an absent id looks.
 Files: ``index.table`` (``n_buckets * 8`` uint64) and ``index.keys`` (every id as ``width``
 zero-padded bytes, row order, read as ``width/8`` little-endian uint64 words). The hash is a
 64-bit multiply-xorshift over the words with murmur3's finaliser, computed by numpy on whole
-batches: defined here, not by Python's ``hash`` (salted per process).
+batches: defined here, not by Python's ``hash`` (salted per process). The C helper
+(:mod:`lading.disk.native`) computes the same hash bit for bit and reads the same files; it is
+the route where it is built (tests/stores/test_lookup.py checks both routes agree). Stored ids
+hold no NUL (sources refuse them), so zero padding is unambiguous; a query holding one is absent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from lading.disk import MappedFile, write_file
+from lading.disk import MappedFile, native, write_file
+from lading.errors import StoreFormatError
 
 _SEED = np.uint64(0x9E3779B97F4A7C15)
 _MUL = np.uint64(0xFF51AFD7ED558CCD)
 _FIN = np.uint64(0xC4CEB9FE1A85EC53)
 _SHIFT = np.uint64(33)
-# one odd 64-bit multiplier per key word (ids up to 512 bytes), fixed forever: part of the format
-_WORD_MULTIPLIERS = np.random.default_rng(0x1AD1).integers(
-    0, 2**63, 64, dtype=np.uint64
-) * np.uint64(2) + np.uint64(1)
+
+
+def word_multipliers(words: int) -> npt.NDArray[np.uint64]:
+    """One odd 64-bit multiplier per key word, fixed forever (part of the format).
+
+    The first 64 (ids up to 512 bytes) were the only ones until longer ids failed to build;
+    drawing more from the same generator keeps those 64 as they were (PCG64 draws in order).
+    """
+    count = max(64, words)
+    drawn = np.random.default_rng(0x1AD1).integers(0, 2**63, count, dtype=np.uint64)
+    return drawn * np.uint64(2) + np.uint64(1)
+
+
+_WORD_MULTIPLIERS = word_multipliers(64)
+
+
+def id_key(doc_id: object) -> int | str:
+    """What a query id stands for: an ``int`` or numpy integer is its value (``np.int64(7)`` is
+    7); a ``str`` is itself; anything else is ``str(doc_id)`` (``True`` is ``"True"``, not 1)."""
+    if type(doc_id) is int or isinstance(doc_id, np.integer):
+        return int(doc_id)
+    return doc_id if isinstance(doc_id, str) else str(doc_id)
 
 
 def key_width(longest: int) -> int:
@@ -48,7 +70,8 @@ def hash_words(words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     A multiply-sum of the words with odd constants (wrapping mod 2**64), then murmur3's fmix64
     to spread every input bit over the output: 7 numpy calls for any width.
     """
-    h = (words * _WORD_MULTIPLIERS[: words.shape[1]]).sum(axis=1, dtype=np.uint64)
+    multipliers = _WORD_MULTIPLIERS if words.shape[1] <= 64 else word_multipliers(words.shape[1])
+    h = (words * multipliers[: words.shape[1]]).sum(axis=1, dtype=np.uint64)
     h ^= _SEED
     h ^= h >> _SHIFT
     h *= _MUL  # wraps modulo 2**64, as intended
@@ -61,18 +84,28 @@ def hash_words(words: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
 def query_words(
     ids: Sequence[str | int], width: int
 ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
-    """Keys of a batch of ids as uint64 words, and which ids fit in ``width`` bytes.
+    """Keys of a batch of ids as uint64 words, and which ids can be in an index of ``width``.
 
     One spare word catches longer ids: they cannot match and are reported as not fitting
-    (numpy would otherwise cut them down to ``width`` bytes, and maybe onto another id).
+    (numpy would otherwise cut them down to ``width`` bytes, and maybe onto another id). An id
+    holding a NUL does not fit either: keys are zero-padded, and no stored id holds one (sources
+    refuse them), so ``"a\\x00"`` must not read as ``"a"``.
     """
     dtype = f"S{width + 8}"
-    try:  # numpy encodes ASCII str itself, ~2x faster than .encode() per id
-        fixed = np.array(ids, dtype=dtype)
+    try:
+        joined = "".join(ids)  # type: ignore[arg-type]  # TypeError unless all are str
+        fixed = np.array(ids, dtype=dtype)  # numpy encodes ASCII itself, ~2x faster than encode
     except (UnicodeEncodeError, TypeError):
-        fixed = np.array([str(i).encode("utf-8") for i in ids], dtype=dtype)
+        texts = [str(id_key(i)) for i in ids]
+        joined = "".join(texts)
+        # a lone surrogate is no stored id: its bytes (surrogatepass) match nothing
+        fixed = np.array([t.encode("utf-8", "surrogatepass") for t in texts], dtype=dtype)
+        ids = texts
     words = fixed.view("<u8").reshape(len(ids), width // 8 + 1)
-    return words[:, :-1], words[:, -1] == 0
+    fits: npt.NDArray[np.bool_] = words[:, -1] == 0
+    if "\x00" in joined:
+        fits &= np.fromiter(("\x00" not in str(i) for i in ids), bool, len(ids))
+    return words[:, :-1], fits
 
 
 SLOTS = 8  # uint64 slots per bucket: one 64-byte cache line
@@ -146,10 +179,52 @@ class HashIndex:
         self.width = int(meta["width"])
         self.max_spill = int(meta["max_spill"])
         self._buckets = int(meta["buckets"])
-        table = MappedFile(directory / "index.table", True).array("<u8")
-        self._table = table.reshape(self._buckets, SLOTS)
-        keys = MappedFile(directory / "index.keys", True).array("<u8")
-        self._keys = keys.reshape(-1, self.width // 8)
+        self._table_file = MappedFile(directory / "index.table", True)
+        self._keys_file = MappedFile(directory / "index.keys", True)
+        table, keys = len(self._table_file.buffer), len(self._keys_file.buffer)
+        if (
+            self.width < 8
+            or self.width % 8
+            or table != self._buckets * SLOTS * 8
+            or keys % self.width
+        ):
+            raise StoreFormatError(
+                f"{directory}: index.table ({table} bytes) and index.keys ({keys} bytes) do not "
+                f"match {self._buckets} buckets of {SLOTS} slots and keys of {self.width} bytes; "
+                "rebuild the store"
+            )
+        if not 0 <= self.max_spill < self._buckets:  # a build spills at most buckets - 1 times
+            raise StoreFormatError(
+                f"{directory}: the hash index's max_spill {self.max_spill} is not below its "
+                f"{self._buckets} buckets (a lookup would go round the table for ever); "
+                "rebuild the store"
+            )
+        self._table = self._table_file.array("<u8").reshape(self._buckets, SLOTS)
+        self._keys = self._keys_file.array("<u8").reshape(-1, self.width // 8)
+
+    def _damaged(self, problem: str) -> StoreFormatError:
+        return StoreFormatError(f"{self._table_file.path}: {problem}; rebuild the store")
+
+    def native_finder(self) -> Callable[[Sequence[str | int]], tuple[bytearray, int]] | None:
+        """The C helper's lookup bound to this table (None without the helper): a batch of ids
+        -> (int64 rows as bytes, -1 where absent; the first absent position or -1)."""
+        c = native.NATIVE
+        if c is None:
+            return None
+        table, keys = self._table_file.buffer, self._keys_file.buffer
+        width, buckets, spill = self.width, self._buckets, self.max_spill
+        factors = word_multipliers(width // 8).tobytes()
+
+        def find(ids: Sequence[str | int]) -> tuple[bytearray, int]:
+            try:
+                found: tuple[bytearray, int] = c.hash_rows(
+                    ids, table, keys, width, buckets, spill, factors
+                )
+            except c.Damaged as e:
+                raise self._damaged(str(e)) from None
+            return found
+
+        return find
 
     def rows(self, ids: Sequence[str | int]) -> npt.NDArray[np.int64]:
         """Rows of a batch of ids in request order; -1 for an absent id."""
@@ -163,6 +238,11 @@ class HashIndex:
         first = candidates.argmax(axis=1)
         picked = np.take_along_axis(entries, first[:, None], axis=1)[:, 0]
         rows = (picked & _LOW).astype(np.int64) - 1  # -1 (empty) reads the last key: masked
+        # slot 0 where no tag matched: not a candidate (its key may still be the query's, in a
+        # damaged table, and the C helper would not see it)
+        rows[(picked >> _TAG_SHIFT) != tag] = -1
+        if int(rows.max(initial=-1)) >= len(self._keys):  # a damaged slot with the query's tag
+            raise self._damaged(f"a slot names a row past the {len(self._keys)} keys")
         ok = fits & (rows >= 0) & (self._keys[rows] == words).all(axis=1)
         out = np.where(ok, rows, -1)
         if ok.all():
@@ -186,6 +266,8 @@ class HashIndex:
             rows = (entries[hit_q, hit_s] & _LOW).astype(np.int64) - 1
             good = rows >= 0
             hit_q, rows = hit_q[good], rows[good]
+            if len(rows) and int(rows.max()) >= len(self._keys):
+                raise self._damaged(f"a slot names a row past the {len(self._keys)} keys")
             match = (self._keys[rows] == words[active[hit_q]]).all(axis=1)
             out[active[hit_q[match]]] = rows[match]
             # only an id whose bucket is full can live further on

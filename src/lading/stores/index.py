@@ -2,43 +2,56 @@
 
 Three kinds, chosen at build time from the ids themselves:
 
-- ``dense``: every id is a canonical non-negative integer and the largest is at most
-  ``4 * count + 65536`` (MS MARCO passages: ids 0..8,841,822 for 8,841,823 rows). One array
-  ``index.dense`` maps id → row (-1 for holes): a lookup is one array read. int32 rows cost
-  4 bytes per id slot.
+- ``dense``: every id is a canonical non-negative integer and the largest is below
+  ``8 * count + 65536`` (MS MARCO passages: ids 0..8,841,822 for 8,841,823 rows; ids ``7i+3``).
+  One array ``index.dense`` maps id → row (-1 for holes): a lookup is one array read. int32 rows
+  cost 4 bytes per id slot, so at most 32 bytes per id: what the hash table alone takes per
+  id. (Up to 4 slots per id before, so ids ``7i+3`` took the binary search: at 1M ids, in one
+  process beside a dict, get_many ran at 1.10x the dict's docs/s through the search and 1.50x
+  through the table, median of 9 repeats; benchmarks/bench_index.py has both kinds.)
 - ``sorted-int``: canonical integer ids too sparse for a direct array (the TREC DL pool: 28,606
   ids up to 8.8M). ``index.keys`` is the sorted int64 ids, ``index.rows`` their rows;
-  ``np.searchsorted`` finds a batch in O(batch · log count).
+  ``np.searchsorted`` (or the C helper's binary search, a batch at a time) finds a batch in
+  O(batch · log count).
 - ``hash``: any other ids (``D123``, ``msmarco_doc_31_726131``): an open-addressing hash
   table over the ids as fixed-width bytes (see :mod:`lading.stores.hashindex`). DESIGN.md first
   named sorted byte keys with ``np.searchsorted`` here; at a million ids that costs ~20 cache
   misses per lookup (0.47M docs/s measured), the table about two.
 
 "Canonical" integer means ASCII digits without a leading zero ("0" itself excepted), at most 18
-digits, so that ``"007"`` and ``"7"`` stay different ids, as they are in the source.
+digits, so that ``"007"`` and ``"7"`` stay different ids, as they are in the source. A query id
+is an ``int`` or a numpy integer (its value), or a ``str``; any other object is looked up as
+``str(id)`` (:func:`~lading.stores.hashindex.id_key`).
+
+Two routes give the same rows: the C helper (:mod:`lading.disk.native`, one call a batch) where
+it was built, else numpy (a handful of calls a batch).
 """
 
 from __future__ import annotations
 
 import mmap
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from lading.disk import MappedFile, SpillArray, write_file
+from lading.disk import MappedFile, SpillArray, native, write_file
+from lading.errors import StoreFormatError
 from lading.sources.tsv_blocks import Column, int_values
-from lading.stores.hashindex import HashIndex, key_width, write_hash_index
+from lading.stores.hashindex import HashIndex, id_key, key_width, write_hash_index
 
 INDEX_KINDS: tuple[str, ...] = ("dense", "hash", "sorted-int")
 _MAX_INT_DIGITS = 18  # < 2**63, so every canonical id fits int64
 _DENSE_SLACK = 65536
+DENSE_SLOTS_PER_ID = 8  # id slots per id a dense table may have (see the module docstring)
 _POWERS_OF_TEN = 10 ** np.arange(_MAX_INT_DIGITS, dtype=np.int64)  # digits(v) = #powers <= v
 
 IdLike = str | int
+# a batch of ids -> (int64 rows as bytes, -1 where absent; position of the first absent or -1)
+Finder = Callable[[Sequence[IdLike]], tuple[bytearray, int]]
 
 
 def canonical_int(doc_id: str) -> int | None:
@@ -138,7 +151,9 @@ def write_index(
     """Write the index of unique ``keys`` (row order); return its meta entry and file entries."""
     count = len(keys)
     rows_t = row_dtype(count)
-    if is_int and (count == 0 or (keys.min() >= 0 and keys.max() < 4 * count + _DENSE_SLACK)):
+    if is_int and (
+        count == 0 or (keys.min() >= 0 and keys.max() < DENSE_SLOTS_PER_ID * count + _DENSE_SLACK)
+    ):
         size = int(keys.max()) + 1 if count else 0
         table = np.full(size, -1, dtype=rows_t)
         table[keys] = np.arange(count, dtype=rows_t)
@@ -165,32 +180,66 @@ class IdIndex:
         if self.kind not in INDEX_KINDS:
             raise ValueError(f"unknown index kind {self.kind!r}; choose from {sorted(INDEX_KINDS)}")
         rows_t = np.dtype(meta["row_dtype"])
+        c = native.NATIVE
+        self._native: Finder | None = None
         if self.kind == "dense":
-            self._table = MappedFile(directory / "index.dense", True).array(rows_t)
+            dense = MappedFile(directory / "index.dense", True)
+            self._table = dense.array(rows_t)
+            if c is not None:
+                table, size = dense.buffer, rows_t.itemsize
+                self._native = lambda ids: c.dense_rows(ids, table, size)
         elif self.kind == "hash":
             self._hash = HashIndex(directory, meta)
+            self._native = self._hash.native_finder()
         else:
-            self._keys = MappedFile(directory / "index.keys", True).array(
-                np.dtype(meta["key_dtype"])
-            )
-            self._rows = MappedFile(directory / "index.rows", True).array(rows_t)
+            keys = MappedFile(directory / "index.keys", True)
+            rows = MappedFile(directory / "index.rows", True)
+            self._keys = keys.array(np.dtype(meta["key_dtype"]))
+            self._rows = rows.array(rows_t)
+            if len(self._keys) != len(self._rows):
+                raise StoreFormatError(
+                    f"{directory}: index.keys holds {len(self._keys)} ids, index.rows "
+                    f"{len(self._rows)} rows; rebuild the store"
+                )
+            if c is not None and self._keys.dtype == np.dtype("<i8"):
+                found, at, size = keys.buffer, rows.buffer, rows_t.itemsize
+                self._native = lambda ids: c.sorted_rows(ids, found, at, size)
 
     def row(self, doc_id: IdLike) -> int:
         """Row of one id, or -1 when absent."""
+        if self._native is not None:
+            raw, absent = self._native((doc_id,))
+            return -1 if absent == 0 else int.from_bytes(raw, "little", signed=True)
         if self.kind == "hash":
             return int(self._hash.rows([doc_id])[0])
-        value = doc_id if type(doc_id) is int else canonical_int(str(doc_id))
-        if value is None or value < 0:
+        key = id_key(doc_id)
+        value = key if isinstance(key, int) else canonical_int(key)
+        if value is None or not 0 <= value < 10**_MAX_INT_DIGITS:
             return -1
-        if self.kind == "dense":
-            return int(self._table[value]) if value < len(self._table) else -1
+        if self.kind == "dense":  # a row < 0 (a damaged table) is absent, as in the C helper
+            return max(-1, int(self._table[value])) if value < len(self._table) else -1
         pos = int(np.searchsorted(self._keys, value))
         if pos < len(self._keys) and int(self._keys[pos]) == value:
-            return int(self._rows[pos])
+            return max(-1, int(self._rows[pos]))
         return -1
 
     def rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         """Rows of a batch of ids, in request order; -1 marks an absent id."""
+        return self.lookup(ids)[0]
+
+    def lookup(self, ids: Sequence[IdLike]) -> tuple[npt.NDArray[np.int64], int]:
+        """Rows of a batch of ids (request order, -1 where absent) and the position of the first
+        absent id (-1 when all are present), so a caller raises without another pass."""
+        if self._native is not None:
+            raw, absent = self._native(ids)
+            return np.frombuffer(raw, np.int64), absent
+        rows = self._numpy_rows(ids)
+        missing = np.flatnonzero(rows < 0)
+        if len(missing):
+            rows[missing] = -1  # a row < 0 read from a damaged table is absent, as in the helper
+        return rows, int(missing[0]) if len(missing) else -1
+
+    def _numpy_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         if self.kind == "hash":
             return self._hash.rows(ids)
         query = _int_query(ids)
@@ -219,22 +268,26 @@ class IdIndex:
 def _int_query(ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
     """int64 keys of a batch of ids; -1 for an id that is not a canonical integer.
 
-    Fast path (one C-level pass each): all ids are ``str`` of ASCII digits and none starts with
-    "0". ``int()`` alone would accept " 7", "+7", "7_0", "٧" and "07", which are other ids.
+    Fast paths (a few C-level passes each): all ids are ``str`` of ASCII digits and none starts
+    with "0" (``int()`` alone would accept " 7", "+7", "7_0", "٧" and "07", which are other ids);
+    or all are ``int``/numpy integers (``bool`` is neither: ``True`` is not the id 1).
     """
     n = len(ids)
+    kinds = set(map(type, ids))
     try:
-        joined = "".join(ids)  # type: ignore[arg-type]  # TypeError unless all are str
-        if joined.isascii() and joined.isdigit() and "\t0" not in "\t" + "\t".join(ids):  # type: ignore[arg-type]
-            return np.fromiter(map(int, ids), np.int64, n)
-    except (TypeError, ValueError, OverflowError):
-        pass  # ints, mixed types, an empty id, or more digits than int64 holds
+        if kinds == {str}:
+            joined = "".join(ids)  # type: ignore[arg-type]
+            if joined.isascii() and joined.isdigit() and "\t0" not in "\t" + "\t".join(ids):  # type: ignore[arg-type]
+                return np.fromiter(map(int, ids), np.int64, n)
+        elif kinds and all(k is int or issubclass(k, np.integer) for k in kinds):
+            query = np.array(ids, dtype=np.int64)
+            return np.where(query.view(np.uint64) < 10**_MAX_INT_DIGITS, query, -1)
+    except (ValueError, OverflowError):
+        pass  # an empty id, or more digits than int64 holds
     out = np.full(n, -1, dtype=np.int64)
     for i, doc_id in enumerate(ids):
-        if type(doc_id) is int:
-            value: int | None = doc_id if 0 <= doc_id < 10**_MAX_INT_DIGITS else None
-        else:
-            value = canonical_int(str(doc_id))
-        if value is not None:
+        key = id_key(doc_id)
+        value = key if isinstance(key, int) else canonical_int(key)
+        if value is not None and 0 <= value < 10**_MAX_INT_DIGITS:
             out[i] = value
     return out

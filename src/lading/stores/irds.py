@@ -8,12 +8,12 @@ ir_datasets keeps its own lookup structures (numpy-sorted indices, LZ4 blocks) u
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from lading.sources import import_ir_datasets, irds_record
-from lading.stores.base import DocStore, IdLike
+from lading.stores.base import DocStore, IdLike, id_list, is_id
 
 _LOCAL = "lading-local/"
 
@@ -28,8 +28,33 @@ def _register_local(dataset_id: str) -> None:
     from ir_datasets.util import LocalDownload
 
     path = Path(dataset_id[len(_LOCAL) :])
-    docs = TsvDocs(LocalDownload(path), doc_cls=_doc_class(path), namespace="lading-local")
+    doc_cls = _doc_class(path)
+
+    class LadingTsvDocs(TsvDocs):
+        """ir_datasets' TSV docs, its lines read by lading's parser: one answer for every
+        store. ir_datasets' own reader opens the file with universal newlines, so a bare
+        ``\\r`` ends its line there (a text ending ``two\\r\\r\\n`` loses its ``\\r``, one
+        with ``th\\rree`` inside is cut in two) where lading's stores keep it as text."""
+
+        def _iter(self) -> Iterator[Any]:
+            return _lading_docs(path, doc_cls)
+
+    docs = LadingTsvDocs(LocalDownload(path), doc_cls=doc_cls, namespace="lading-local")
     ir_datasets.registry.register(dataset_id, Dataset(docs))
+
+
+def _lading_docs(path: Path, doc_cls: Any) -> Iterator[Any]:
+    """The documents of ``path`` as ``doc_cls`` (``GenericDoc`` or ``MsMarcoDocument``), parsed
+    as lading's own stores parse it (a malformed line is an error naming file and line)."""
+    from lading.sources import ParseOptions, read_records
+
+    if doc_cls.__name__ == "GenericDoc":
+        for record in read_records(path, format="tsv"):
+            yield doc_cls(record.id, record.text)
+        return
+    columns = ("id", "url", "title", "text")
+    for record in read_records(path, format="tsv", parse=ParseOptions(columns=columns)):
+        yield doc_cls(record.id, record.fields["url"], record.fields["title"], record.text)
 
 
 def _doc_class(path: Path) -> Any:
@@ -96,7 +121,9 @@ class IrDatasetsStore(DocStore):
         """Register a local ``id<TAB>text`` file as an ir_datasets dataset and open it.
 
         ir_datasets builds its docstore beside the file (``<file>.pklz4``, its own format), so
-        ``path`` must be in a writable folder. Used to compare the baselines on one corpus.
+        ``path`` must be in a writable folder. Used to compare the baselines on one corpus; the
+        lines are parsed by lading's TSV parser, so every store reads the file alike (a
+        ``\\r`` that is not part of a CRLF ending stays text).
         """
         resolved = Path(path).resolve()
         if not resolved.is_file():
@@ -115,7 +142,7 @@ class IrDatasetsStore(DocStore):
         return self._count
 
     def __contains__(self, doc_id: object) -> bool:
-        if not isinstance(doc_id, (str, int)):
+        if not is_id(doc_id):
             return False
         return bool(self._store().get_many([str(doc_id)]))
 
@@ -124,7 +151,7 @@ class IrDatasetsStore(DocStore):
         return [str(doc.doc_id) for doc in self._dataset.docs_iter()]
 
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
-        keys = [str(i) for i in ids]
+        keys = [str(i) for i in id_list(ids)]
         found = self._store().get_many(keys)
         out = []
         for key in keys:

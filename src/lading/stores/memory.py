@@ -14,7 +14,7 @@ from typing import Any
 
 from lading.errors import SourceError
 from lading.sources import OnError, ParseOptions, SourceReader
-from lading.stores.base import DocStore, IdLike
+from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.writer import DUPLICATE_MODES, Duplicates
 
 
@@ -97,7 +97,7 @@ class InMemoryStore(DocStore):
         return len(self._docs)
 
     def __contains__(self, doc_id: object) -> bool:
-        return str(doc_id) in self._docs if isinstance(doc_id, (str, int)) else False
+        return str(doc_id) in self._docs if is_id(doc_id) else False
 
     def ids(self) -> list[str]:
         return list(self._docs)
@@ -109,6 +109,7 @@ class InMemoryStore(DocStore):
             raise self.missing(doc_id) from None
 
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
+        id_list(ids)
         docs = self._docs
         try:
             return [docs[i] for i in ids]  # type: ignore[index]

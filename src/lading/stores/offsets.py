@@ -21,18 +21,15 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.disk import (
+    BuildContext,
     MappedFile,
     RaggedColumn,
     RaggedWriter,
-    build_lock,
     current_version,
-    publish,
-    read_meta,
-    remove_dead_temps,
-    staging,
+    open_snapshot,
     write_file,
-    write_meta,
 )
+from lading.disk.snapshot import content_id
 from lading.errors import SourceError, StoreFormatError
 from lading.sources import (
     OnError,
@@ -41,8 +38,9 @@ from lading.sources import (
     SourceReader,
     fingerprint_changed,
     is_compressed,
+    refuse_if_changed,
 )
-from lading.stores.base import DocStore, IdLike
+from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.index import IdIndex, IntIdCollector, write_index
 from lading.stores.writer import Duplicates, compact, empty_source_reason, id_keys, unique_rows
 
@@ -52,14 +50,16 @@ FORMAT_NAME = "lading.offsets"
 class OffsetStore(DocStore):
     """Documents read back from their source file by byte offset.
 
-    Open with ``OffsetStore(index_dir)``; build with :meth:`build`. Pickles as its path.
+    Open with ``OffsetStore(index_dir)``; build with :meth:`build`. Like a packed store it reads
+    one snapshot of the index (:attr:`snapshot`) and pickles as its path and that snapshot.
     """
 
-    def __init__(self, index_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, index_dir: str | os.PathLike[str], *, snapshot: str | None = None) -> None:
         self.path = Path(index_dir)
         self._pid = -1
         self._state: dict[str, Any] = {}
-        self._open()
+        self.snapshot = snapshot
+        self.snapshot = self._open()["meta"]["snapshot"]
 
     @classmethod
     def build(
@@ -83,18 +83,21 @@ class OffsetStore(DocStore):
                 f"OffsetStore reads records back by byte offset, which needs an uncompressed "
                 f"file; {source} is not one. Decompress it first, or use build_store."
             )
-        dest = Path(index_dir)
-        with build_lock(dest):
-            remove_dead_temps(dest)
-            with staging(dest) as tmp:
-                _write(reader, tmp, duplicates)
-                publish(tmp, dest)
-        return cls(dest)
+        with BuildContext(index_dir, FORMAT_NAME, "offsets index") as build:
+            build.check_ours()
+            with build.stage() as tmp:
+                meta = _write(reader, tmp, build.snapshot, duplicates)
+                build.commit(tmp, meta)
+        return cls(index_dir, snapshot=build.snapshot)
 
     def _open(self) -> dict[str, Any]:
-        if self._pid == os.getpid():
+        if self._state:  # a forked child keeps the parent's maps and descriptor (pread)
             return self._state
-        meta = read_meta(self.path, FORMAT_NAME)
+        self._state = open_snapshot(self.path, FORMAT_NAME, self._map, self.snapshot)
+        self._pid = os.getpid()
+        return self._state
+
+    def _map(self, meta: dict[str, Any]) -> dict[str, Any]:
         source = meta["source"]
         if not os.path.exists(source["path"]):
             raise StoreFormatError(
@@ -106,26 +109,39 @@ class OffsetStore(DocStore):
             raise StoreFormatError(f"{self.path} is stale: {changed}; its offsets no longer hold")
         parse = ParseOptions.from_dict(meta["options"])
         parser: Parser = SourceReader(source["path"], meta["file_format"], "raise", parse).parser()
-        self._state = {
+        where = self.path / meta.get("dir", "")  # version 1: every file at the top
+        return {
             "meta": meta,
-            "start": MappedFile(self.path / "span.start").array("<u8"),
-            "length": MappedFile(self.path / "span.len").array("<u4"),
-            "index": IdIndex(self.path, meta["index"]),
-            "ids": RaggedColumn(self.path, "ids"),
+            "start": MappedFile(where / "span.start").array("<u8"),
+            "length": MappedFile(where / "span.len").array("<u4"),
+            "index": IdIndex(where, meta["index"]),
+            "ids": RaggedColumn(where, "ids"),
             "parse": parser,
             "fd": os.open(source["path"], os.O_RDONLY),
         }
-        self._pid = os.getpid()
-        return self._state
 
     def __repr__(self) -> str:
         return f"OffsetStore({str(self.path)!r})"
 
+    @property
+    def content_id(self) -> str:
+        """A digest of this snapshot's files and its source's identity (see
+        :func:`lading.disk.snapshot.content_id`)."""
+        meta = self._open()["meta"]
+        source = {
+            "source": {
+                "size": meta["source"].get("size"),
+                "crc32": meta["source"].get("head_tail_sha256"),
+            }
+        }
+        return content_id({"files": {**meta["files"], **source}})
+
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": str(self.path)}
+        return {"path": str(self.path), "snapshot": self.snapshot}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = Path(state["path"])
+        self.snapshot = state["snapshot"]
         self._pid = -1
         self._state = {}
 
@@ -139,7 +155,7 @@ class OffsetStore(DocStore):
         return len(self._open()["start"])
 
     def __contains__(self, doc_id: object) -> bool:
-        if not isinstance(doc_id, (str, int)):
+        if not is_id(doc_id):
             return False
         return self._open()["index"].row(doc_id) >= 0
 
@@ -149,7 +165,7 @@ class OffsetStore(DocStore):
 
     def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         """Row numbers of ``ids`` (request order), -1 for each absent one: from the id index."""
-        rows: npt.NDArray[np.int64] = self._open()["index"].rows(ids)
+        rows: npt.NDArray[np.int64] = self._open()["index"].rows(id_list(ids, "find_rows"))
         return rows
 
     def ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
@@ -157,7 +173,7 @@ class OffsetStore(DocStore):
         return ids.texts(np.asarray(rows, dtype=np.int64))
 
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
-        return self.texts_at(self.rows(ids))
+        return self.texts_at(self.rows(id_list(ids)))
 
     def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
         state = self._open()
@@ -168,7 +184,11 @@ class OffsetStore(DocStore):
         return [parse(os.pread(fd, n, s)).text for s, n in zip(starts, lengths)]
 
 
-def _write(reader: SourceReader, directory: Path, duplicates: Duplicates) -> None:
+def _write(
+    reader: SourceReader, directory: Path, snapshot: str, duplicates: Duplicates
+) -> dict[str, Any]:
+    """Index ``reader``'s records into ``directory`` (to become ``snapshot``); the manifest."""
+    before = reader.fingerprint()  # before reading: a source changed while read is refused
     starts, lengths, lines = array("Q"), array("I"), array("q")
     ids = RaggedWriter(directory, "ids")
     int_ids = IntIdCollector()
@@ -181,6 +201,7 @@ def _write(reader: SourceReader, directory: Path, duplicates: Duplicates) -> Non
     if not starts:
         raise SourceError(reader.source, None, empty_source_reason(reader))
     files = ids.finish()
+    refuse_if_changed(before)
     keys = id_keys(directory, int_ids)
     keep = unique_rows(keys, lines, duplicates, reader)
     start_arr = np.frombuffer(starts, dtype=np.uint64)
@@ -193,17 +214,15 @@ def _write(reader: SourceReader, directory: Path, duplicates: Duplicates) -> Non
     index_meta, index_files = write_index(directory, keys, int_ids.values is not None)
     files.update(index_files)
     assert reader.path is not None
-    write_meta(
-        directory,
-        {
-            "format": FORMAT_NAME,
-            "version": current_version(FORMAT_NAME),
-            "count": len(keys),
-            "file_format": reader.file_format,
-            "source": {**reader.fingerprint(), "format": reader.format},
-            "options": reader.options.to_dict(),
-            "index": index_meta,
-            "skipped": reader.skipped,
-            "files": files,
-        },
-    )
+    return {
+        "format": FORMAT_NAME,
+        "version": current_version(FORMAT_NAME),
+        "dir": snapshot,
+        "count": len(keys),
+        "file_format": reader.file_format,
+        "source": {**before, "format": reader.format},
+        "options": reader.options.to_dict(),
+        "index": index_meta,
+        "skipped": reader.skipped,
+        "files": {f"{snapshot}/{name}": info for name, info in files.items()},
+    }

@@ -2,9 +2,13 @@
 
 Nothing of the corpus is copied into a process: texts, ids, fields and tokens stay in files
 mapped read-only, so their pages sit once in the OS page cache and are shared by every process
-on the machine. A process pays only for the rows it decodes and a few small objects. The maps
-are reopened after a fork (the object remembers the pid that opened them) and a pickled store
-is just its path, so ``spawn`` workers reopen it too.
+on the machine. A process pays only for the rows it decodes and a few small objects.
+
+An open store is pinned to one snapshot (:attr:`PackedStore.snapshot`): it read one manifest
+and mapped exactly the files it names (:func:`lading.disk.open_snapshot`), so a rebuild that
+commits meanwhile changes nothing it reads. A forked process keeps the parent's maps; a pickled
+store is its path and its snapshot, so a ``spawn`` worker or another rank reopens that very
+snapshot (or is told it was removed).
 """
 
 from __future__ import annotations
@@ -19,13 +23,22 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from lading.disk import RaggedColumn, read_meta
+from lading.disk import OFFSET_DTYPE, MappedFile, RaggedColumn, open_snapshot
+from lading.disk.snapshot import content_id
 from lading.errors import StaleStoreWarning, StoreFormatError
 from lading.sources import Record, fingerprint_changed
-from lading.stores.base import DocStore, IdLike
-from lading.stores.bulk import bytes_at, contiguous, texts_range
+from lading.stores.base import DocStore, IdLike, id_list, is_id
+from lading.stores.bulk import contiguous
 from lading.stores.index import IdIndex
-from lading.stores.layout import FORMAT_NAME
+from lading.stores.layout import (
+    FORMAT_NAME,
+    dtypes,
+    field_column,
+    index_dir,
+    shards,
+    tokenizer_file,
+)
+from lading.stores.shards import Column, ShardedColumn, range_texts, rows_bytes, whole
 
 OnStale = Literal["warn", "raise", "ignore"]
 ON_STALE_MODES: tuple[str, ...] = ("ignore", "raise", "warn")
@@ -36,10 +49,10 @@ class _Mapped:
     """Everything one process maps of a store."""
 
     meta: dict[str, Any]
-    text: RaggedColumn
-    ids: RaggedColumn
-    fields: dict[str, RaggedColumn]
-    tokens: RaggedColumn | None
+    text: Column
+    ids: Column
+    fields: dict[str, Column]
+    tokens: Column | None
     index: IdIndex
 
 
@@ -51,19 +64,30 @@ class PackedStore(DocStore):
         on_stale: what to do when the source changed since the build: ``"warn"`` (default)
             emits a :class:`~lading.errors.StaleStoreWarning`, ``"raise"`` refuses to open,
             ``"ignore"`` says nothing. :attr:`stale` holds the reason either way.
+        snapshot: open this snapshot (default: the current one).
+
+    Attributes:
+        snapshot: the id of the snapshot this object reads, fixed when it opened.
 
     Raises:
         StoreFormatError: the directory is missing, truncated, foreign or of another version.
+        SnapshotGoneError: ``snapshot`` was removed.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, on_stale: OnStale = "warn") -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        on_stale: OnStale = "warn",
+        snapshot: str | None = None,
+    ) -> None:
         if on_stale not in ON_STALE_MODES:
             raise ValueError(f"unknown on_stale {on_stale!r}; choose from {sorted(ON_STALE_MODES)}")
         self.path = Path(path)
         self.on_stale = on_stale
-        self._pid = -1
-        self._mapped: _Mapped | None = None
-        self.stale = fingerprint_changed(self._maps().meta.get("source", {}))
+        self._mapped: _Mapped | None = _map(self.path, snapshot)
+        self.snapshot: str = self._mapped.meta["snapshot"]
+        self.stale = _stale(self._mapped.meta)
         if self.stale and on_stale == "raise":
             raise StoreFormatError(f"store {self.path} is stale: {self.stale}; rebuild it")
         if self.stale and on_stale == "warn":
@@ -75,21 +99,33 @@ class PackedStore(DocStore):
         return f"PackedStore({str(self.path)!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        # the maps belong to this process; a copy elsewhere reopens from the path
-        return {"path": str(self.path), "on_stale": self.on_stale, "stale": self.stale}
+        # the maps belong to this process; a copy elsewhere reopens the same snapshot
+        return {
+            "path": str(self.path),
+            "on_stale": self.on_stale,
+            "stale": self.stale,
+            "snapshot": self.snapshot,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = Path(state["path"])
         self.on_stale = state["on_stale"]
         self.stale = state["stale"]
-        self._pid = -1
+        self.snapshot = state["snapshot"]
         self._mapped = None
 
     def _maps(self) -> _Mapped:
-        if self._pid != os.getpid() or self._mapped is None:
-            self._mapped = _map(self.path)
-            self._pid = os.getpid()
+        # a forked child keeps these maps (read-only, shared pages); an unpickled copy maps
+        # its snapshot on first use
+        if self._mapped is None:
+            self._mapped = _map(self.path, self.snapshot)
         return self._mapped
+
+    @property
+    def content_id(self) -> str:
+        """A digest of this snapshot's files (sizes and CRC32s): equal for two builds of the
+        same data, what caches and loader states are keyed on."""
+        return content_id(self._maps().meta)
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -113,23 +149,31 @@ class PackedStore(DocStore):
 
     @property
     def tokenizer_path(self) -> Path | None:
-        return self.path / "tokenizer.json" if self.has_tokens else None
+        name = tokenizer_file(self._maps().meta)
+        return self.path / name if name is not None else None
 
     def __len__(self) -> int:
         return len(self._maps().text)
 
     def __contains__(self, doc_id: object) -> bool:
-        if not isinstance(doc_id, (str, int)):
+        if not is_id(doc_id):
             return False
-        return self._maps().index.row(doc_id) >= 0
+        return self._maps().index.row(doc_id) >= 0  # type: ignore[arg-type]  # is_id checked
 
     def ids(self) -> list[str]:
         ids = self._maps().ids
-        return texts_range(ids, 0, len(ids))
+        return range_texts(ids, 0, len(ids))
 
     def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         """Row numbers of ``ids`` (request order), -1 for each absent one: from the id index."""
-        return self._maps().index.rows(ids)
+        return self._maps().index.rows(id_list(ids, "find_rows"))
+
+    def rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
+        # the index reports the first absent id itself: no second pass over the rows
+        rows, absent = self._maps().index.lookup(id_list(ids, "rows"))
+        if absent >= 0:
+            raise self.missing(ids[absent])
+        return rows
 
     def __getitem__(self, doc_id: IdLike) -> str:
         maps = self._maps()
@@ -139,18 +183,18 @@ class PackedStore(DocStore):
         return maps.text.text(row)
 
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
-        return self._maps().text.texts(self.rows(ids))
+        return self._maps().text.texts(self.rows(id_list(ids, "get_many")))
 
     def get_many_bytes(self, ids: Sequence[IdLike]) -> list[bytes]:
         """UTF-8 bytes of ``ids`` in request order, not decoded: one copy per document instead
         of two (for long documents that a tokenizer or a writer takes as bytes anyway).
         Each ``bytes`` is the caller's own."""
-        return bytes_at(self._maps().text, self.rows(ids))
+        return rows_bytes(self._maps().text, self.rows(id_list(ids, "get_many_bytes")))
 
     def texts_range(self, start: int, stop: int) -> list[str]:
         """Texts of rows ``start .. stop - 1`` (a scan): made in bulk by Arrow when ``pyarrow``
         is installed (see :mod:`lading.stores.bulk`), each ``str`` the caller's own."""
-        return texts_range(self._maps().text, start, stop)
+        return range_texts(self._maps().text, start, stop)
 
     def ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
         """Ids of rows (as returned by :meth:`rows`)."""
@@ -171,7 +215,7 @@ class PackedStore(DocStore):
         text = self._maps().text
         rows = np.asarray(rows, dtype=np.int64)
         run = contiguous(rows, len(text))
-        return texts_range(text, *run) if run else text.texts(rows)
+        return range_texts(text, *run) if run else text.texts(rows)
 
     def field(self, doc_id: IdLike, name: str) -> str:
         """Field ``name`` of a document (``""`` where that document had none)."""
@@ -188,12 +232,13 @@ class PackedStore(DocStore):
         return Record(maps.ids.texts(rows)[0], maps.text.texts(rows)[0], fields)
 
     def token_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every document's token ids back to back and their ``n + 1`` offsets (row order),
-        both views of the map: what :func:`lading.device.to_device` copies to a GPU."""
+        """Every document's token ids back to back and their ``n + 1`` offsets (row order):
+        views of the map for a store of one shard, a copy for a store built in shards. What
+        :func:`lading.device.to_device` copies to a GPU."""
         tokens = self._maps().tokens
         if tokens is None:
             raise self.no_tokens()
-        return tokens.data.array(tokens.dtype), tokens.offsets
+        return whole(tokens)
 
     def tokens_at(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
         """Token ids of rows (as returned by :meth:`rows`), each a read-only view of the map
@@ -204,29 +249,65 @@ class PackedStore(DocStore):
         return tokens.arrays(np.asarray(rows, dtype=np.int64))
 
 
-def _map(path: Path) -> _Mapped:
-    meta = read_meta(path, FORMAT_NAME)
+def _stale(meta: dict[str, Any]) -> str | None:
+    """Why a source of the store differs from what was built, or None."""
+    for source in meta.get("sources") or [meta.get("source", {})]:
+        changed = fingerprint_changed(source)
+        if changed:
+            return changed
+    return None
+
+
+def _map(path: Path, snapshot: str | None) -> _Mapped:
+    """Map the files of one snapshot of the store at ``path`` (see the module docstring)."""
+    return open_snapshot(path, FORMAT_NAME, lambda meta: _map_snapshot(path, meta), snapshot)
+
+
+def _map_snapshot(path: Path, meta: dict[str, Any]) -> _Mapped:
     try:
-        # rows are read by id, anywhere in the files: no read-ahead around each page fault
-        text = RaggedColumn(path, "text", random_access=True)
-        ids = RaggedColumn(path, "ids", random_access=True)
-        fields = {
-            name: RaggedColumn(path, f"field.{name}", random_access=True) for name in meta["fields"]
-        }
-        tok_meta = meta.get("tokens")
-        tokens = (
-            RaggedColumn(path, "tokens", tok_meta["dtype"], random_access=True)
-            if tok_meta
-            else None
-        )
-        index = IdIndex(path, meta["index"])
+        parts = shards(meta)
+        types = dtypes(meta)
+        names = ["text", "ids", *(field_column(f) for f in meta["fields"])]
+        if meta.get("tokens"):
+            names.append("tokens")
+        spans = meta.get("global_offsets", {})
+        columns = {name: _column(path, parts, name, types[name], spans.get(name)) for name in names}
+        index = IdIndex(path / index_dir(meta), meta["index"])
     except (KeyError, TypeError) as e:
         raise StoreFormatError(f"{path}/meta.json lacks {e}; rebuild the store") from None
     count = meta.get("count")
-    for column in (text, ids, *fields.values(), *([tokens] if tokens else [])):
+    for column in columns.values():
         if len(column) != count:
             raise StoreFormatError(
                 f"{path}: a column has {len(column)} rows, meta.json says {count}; "
                 "rebuild the store"
             )
-    return _Mapped(meta, text, ids, fields, tokens, index)
+    fields = {name: columns[field_column(name)] for name in meta["fields"]}
+    return _Mapped(meta, columns["text"], columns["ids"], fields, columns.get("tokens"), index)
+
+
+def _column(
+    path: Path, parts: list[dict[str, Any]], name: str, dtype: str, spans: str | None
+) -> Column:
+    # rows are read by id, anywhere in the files: no read-ahead around each page fault
+    maps = [
+        RaggedColumn.at(
+            path / part["columns"][name]["data"],
+            path / part["columns"][name]["offsets"],
+            dtype,
+            random_access=True,
+        )
+        for part in parts
+    ]
+    for part, column in zip(parts, maps):
+        if len(column) != part["rows"]:
+            raise StoreFormatError(
+                f"{path}: {part['columns'][name]['offsets']} has {len(column)} rows, the "
+                f"manifest says {part['rows']}; rebuild the store"
+            )
+    if len(maps) == 1:
+        return maps[0]
+    offsets = MappedFile(path / spans, random_access=True).array(OFFSET_DTYPE) if spans else None
+    if offsets is not None and len(offsets) != sum(len(m) for m in maps) + 1:
+        raise StoreFormatError(f"{path / str(spans)} does not describe the shards; rebuild it")
+    return ShardedColumn(maps, offsets)

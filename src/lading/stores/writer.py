@@ -1,16 +1,18 @@
-"""Writes a packed store into an empty directory in one streaming pass over a source.
+"""Writes one shard of a packed store into an empty directory in one streaming pass.
 
 Memory while the source streams does not grow with the row count: row offsets, integer ids
 and line numbers (for error messages) go to disk as they come (:class:`RaggedWriter`,
 :class:`~lading.disk.SpillArray`), and one block of text or one tokenizer batch is held at a
-time. After the pass, the index is built from the ids alone in numpy: for N rows about 40
-bytes per row for integer ids (keys, sort order, dense table; 8.8M passages: ~350 MB) or
-~100 bytes per row for string ids (fixed-width keys, their hashes, the bucket table; 3.2M
-documents: ~320 MB), never a Python object per id.
+time. After the pass, duplicates are found from the ids alone in numpy: for N rows about 40
+bytes per row for integer ids (8.8M passages: ~350 MB with the index the merge builds) or
+~100 bytes per row for string ids (3.2M documents: ~320 MB), never a Python object per id.
+The shard's description (``shard.json``) is written last; :mod:`lading.stores.merge` turns
+shards into a snapshot.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -21,27 +23,25 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from lading._version import __version__
 from lading.disk import (
     OFFSET_DTYPE,
     MappedFile,
     RaggedWriter,
     SpillArray,
     column_files,
-    current_version,
     write_file,
-    write_meta,
 )
 from lading.errors import SourceError
 from lading.sources import SourceReader
 from lading.sources.tsv_blocks import TsvBlock
-from lading.stores.index import IntIdCollector, bytes_keys, write_index
-from lading.stores.layout import FORMAT_NAME, field_column
+from lading.stores.index import IntIdCollector, bytes_keys
+from lading.stores.layout import field_column
 from lading.stores.tokens import describe_tokenizer, encoded_ids, token_dtype
 
 Duplicates = Literal["error", "first", "last"]
 DUPLICATE_MODES: tuple[str, ...] = ("error", "first", "last")
 TOKENIZE_BATCH = 1024  # documents per encode_batch call: enough to keep its thread pool busy
+SHARD_FILE = "shard.json"  # a finished shard's description, written last
 
 
 @dataclass
@@ -84,28 +84,44 @@ class _Columns:
         return [self.text, self.ids, *self.fields.values(), *rest]
 
 
-def write_store(
-    reader: SourceReader,
+@dataclass
+class WrittenShard:
+    """A shard written by :func:`write_shard`: its description and its index keys (row order:
+    int64 ids, or fixed-width bytes), kept in memory for a merge in the same process."""
+
+    record: dict[str, Any]
+    keys: np.ndarray
+
+
+def write_shard(
+    reader: Any,
     directory: Path,
     *,
     tokenizer: Any = None,
     max_length: int | None = None,
     duplicates: Duplicates = "error",
-    build_options: dict[str, Any],
+    keep_tokenizer: bool = True,
+    allow_empty: bool = False,
     progress: Any = None,
-) -> dict[str, Any]:
-    """Stream ``reader`` into the empty ``directory``; return the ``meta.json`` written last.
+    about: dict[str, Any] | None = None,
+) -> WrittenShard:
+    """Stream ``reader`` into the empty ``directory`` as one shard; ``shard.json`` last.
 
     Args:
-        reader: the source.
+        reader: the source (or the part of it that this shard holds): a
+            :class:`~lading.sources.SourceReader`, or anything with its ``iter_bulk``,
+            ``skipped``, ``skip_reasons`` and ``source`` (several files' pieces).
         directory: an empty directory (the caller renames it into place after).
         tokenizer: a loaded ``tokenizers.Tokenizer``
             (see :func:`lading.stores.tokens.load_tokenizer`).
         max_length: keep at most this many tokens per document.
         duplicates: ``"error"`` stops at a repeated id naming both lines; ``"first"``/``"last"``
             keep one occurrence and count the others in the report.
-        build_options: the recipe recorded in ``meta.json`` (lets a later build reuse the store).
+        keep_tokenizer: write ``tokenizer.json`` here (one shard of a store keeps it).
+        allow_empty: a shard of several may hold no record (its lines all started in a
+            neighbour's range); a store of one shard may not.
         progress: a tqdm-like object with ``update(n_bytes)``, or None.
+        about: more to record in ``shard.json`` (what the shard read, the build's options).
     """
     if duplicates not in DUPLICATE_MODES:
         raise ValueError(
@@ -123,38 +139,43 @@ def write_store(
     _stream_rows(reader, columns, int_ids, lines, encoder, stats, progress)
     if encoder is not None:
         encoder.finish()
-    is_int = int_ids.values is not None  # every id an integer: the dense or hashed int index
-    files, keys, rows = _finish_rows(directory, reader, columns, int_ids, lines, duplicates, stats)
-    index_meta, index_files = write_index(directory, keys, is_int)
-    files.update(index_files)
-    if tokenizer is not None:  # queries must be encoded by the very same tokenizer
+    is_int = int_ids.values is not None  # every id an integer: the dense or sorted int index
+    files, keys, rows = _finish_rows(
+        directory, reader, columns, int_ids, lines, duplicates, stats, allow_empty
+    )
+    if tokenizer is not None and keep_tokenizer:  # queries must be encoded by the same tokenizer
         files["tokenizer.json"] = write_file(
             directory / "tokenizer.json", tokenizer.to_str().encode("utf-8")
         )
-    meta = {
-        "format": FORMAT_NAME,
-        "version": current_version(FORMAT_NAME),
-        "lading_version": __version__,
-        "count": rows,
+    dtypes = {c.column: "|u1" for c in columns.all()}
+    if columns.tokens is not None and tok_dtype is not None:
+        dtypes["tokens"] = tok_dtype.str
+    record = {
+        "rows": rows,
         "fields": sorted(columns.fields),
-        "index": index_meta,
+        "int_ids": is_int,
+        "dtypes": dtypes,
+        "columns": {c.column: _files_of(c.column) for c in columns.all()},
         "tokens": (
             {**tok_info, "dtype": tok_dtype.str, "max_length": max_length, "special_tokens": False}
             if tok_info and tok_dtype is not None
             else None
         ),
-        "source": {**reader.fingerprint(), "format": reader.format},
-        "build": {
-            **build_options,
-            "skipped": reader.skipped,
-            "skip_examples": reader.skip_reasons,
-            "duplicates_dropped": stats.duplicates_dropped,
-            "seconds": round(time.perf_counter() - started, 3),
-        },
+        "tokenizer": "tokenizer.json" if "tokenizer.json" in files else None,
+        "skipped": reader.skipped,
+        "skip_examples": reader.skip_reasons,
+        "duplicates_dropped": stats.duplicates_dropped,
+        "seconds": round(time.perf_counter() - started, 3),
         "files": files,
+        **(about or {}),
     }
-    write_meta(directory, meta)
-    return meta
+    write_file(directory / SHARD_FILE, json.dumps(record, indent=2, sort_keys=True).encode())
+    return WrittenShard(record, keys)
+
+
+def _files_of(column: str) -> dict[str, str]:
+    data, offsets = column_files(column)
+    return {"data": data, "offsets": offsets}
 
 
 def _stream_rows(
@@ -232,11 +253,12 @@ def _finish_rows(
     lines: SpillArray,
     duplicates: Duplicates,
     stats: BuildStats,
+    allow_empty: bool = False,
 ) -> tuple[dict[str, dict[str, int]], np.ndarray, int]:
     """Close the columns and drop duplicate ids as ``duplicates`` says: (files written, index
     keys in row order, rows kept)."""
     rows = len(columns.text)
-    if rows == 0:
+    if rows == 0 and not allow_empty:
         raise SourceError(reader.source, None, empty_source_reason(reader))
     for column in columns.fields.values():
         column.pad_to(rows)
@@ -287,16 +309,30 @@ def unique_rows(
         first, again = int(order[i]), int(order[i + 1])
         key = sorted_keys[i]
         shown = key.decode("utf-8") if isinstance(key, bytes) else str(key)
+        where, line = _locate(reader, again, int(lines[again]))
+        was, first_line = _locate(reader, first, int(lines[first]))
         raise SourceError(
-            reader.path or str(reader.source),
-            int(lines[again]),
-            f"duplicate id {shown!r} (first on line {int(lines[first])}); pass "
-            "duplicates='first' or 'last' to keep one of them",
+            where,
+            line,
+            f"duplicate id {shown!r} (first on line {first_line}"
+            + ("" if was == where else f" of {was}")
+            + "); pass duplicates='first' or 'last' to keep one of them",
         )
     drop = order[1:][same] if duplicates == "first" else order[:-1][same]
     keep = np.ones(len(keys), dtype=bool)
     keep[drop] = False
     return keep
+
+
+def _locate(reader: Any, row: int, line: int) -> tuple[str, int]:
+    """(file, line) of a record: the reader knows where a part of a file or several files put
+    it; a plain reader reads one file."""
+    locate = getattr(reader, "locate", None)
+    if locate is not None:
+        found: tuple[str, int] = locate(row, line)
+        return found
+    absolute = getattr(reader, "absolute_line", None)
+    return str(reader.path or reader.source), absolute(line) if absolute else line
 
 
 def _all_distinct_small_ints(keys: npt.NDArray[np.int64]) -> bool:

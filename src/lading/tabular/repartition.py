@@ -17,15 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lading.disk import (
-    DATASET_MARK,
-    build_lock,
-    current_version,
-    is_ours_to_replace,
-    publish,
-    remove_dead_temps,
-    staging,
-)
+from lading.disk import DATASET_MARK, BuildContext, current_version, is_ours_to_replace
 from lading.tabular.files import PathsArg, check_schemas, parquet_files, scan
 from lading.tabular.plan import Piece
 
@@ -103,33 +95,32 @@ def repartition(
     rows = sum(p.rows for p in pieces)
     multiple = max(1, world_size) * max(1, workers)
     sizes = group_sizes(rows, plan_groups(rows, len(pieces), multiple, row_group_size))
-    with build_lock(target):
-        remove_dead_temps(target)
-        with staging(target) as tmp:
-            out = tmp / "part-0.parquet"
-            try:
-                _write(files, schema, sizes, out)
-            except OSError as e:  # Arrow's I/O errors carry the errno but not the file
-                if e.filename is None and e.errno is not None:
-                    raise OSError(e.errno, os.strerror(e.errno), str(out)) from e
-                raise
-            report = RepartitionReport(
-                len(files),
-                rows,
-                len(pieces),
-                len(sizes),
-                (min(sizes), max(sizes)),
-                multiple,
-                str(target),
-            )
-            meta = {
-                "format": FORMAT_NAME,
-                "version": current_version(FORMAT_NAME),
-                "report": asdict(report),
-                "source": [str(f) for f in files],
-            }
-            (tmp / DATASET_MARK).write_text(json.dumps(meta, indent=2))
-            publish(tmp, target)
+    # a parquet dataset other tools read whole: staged beside it, swapped in by one rename
+    with BuildContext(target, None, "directory") as build, build.stage() as tmp:
+        out = tmp / "part-0.parquet"
+        try:
+            _write(files, schema, sizes, out)
+        except OSError as e:  # Arrow's I/O errors carry the errno but not the file
+            if e.filename is None and e.errno is not None:
+                raise OSError(e.errno, os.strerror(e.errno), str(out)) from e
+            raise
+        report = RepartitionReport(
+            len(files),
+            rows,
+            len(pieces),
+            len(sizes),
+            (min(sizes), max(sizes)),
+            multiple,
+            str(target),
+        )
+        meta = {
+            "format": FORMAT_NAME,
+            "version": current_version(FORMAT_NAME),
+            "report": asdict(report),
+            "source": [str(f) for f in files],
+        }
+        (tmp / DATASET_MARK).write_text(json.dumps(meta, indent=2))
+        build.publish(tmp)
     return report
 
 

@@ -25,7 +25,7 @@ from lading.device import DevicePrefetcher
 from lading.loading.resumable import Resumable
 from lading.train import ddp, state
 from lading.train.hooks import LoopConfig, LoopResult, StepResult, Workload
-from lading.train.records import Window, open_lines, write_line
+from lading.train.records import ProgressLines, Window, open_lines, write_line
 from lading.world import World
 
 
@@ -67,6 +67,7 @@ class Trainer:
         trace = open_lines(config.out, f"trace-rank{self.world.rank}.jsonl", config.trace)
         log = open_lines(config.out, "log.jsonl", self.world.rank == 0 and config.log_every > 0)
         bar = self._bar(step)
+        lines = self._lines(bar, log, step)
         window, timed = Window(), _Clock(self.device)
         last: StepResult = StepResult(None, 0)
         if self.model is not None:
@@ -95,7 +96,7 @@ class Trainer:
                     # the log line first: a run killed between the two resumes from the
                     # previous checkpoint and writes this step's line again, never none
                     if config.log_every and (step % config.log_every == 0 or step >= config.total):
-                        self._log(log, bar, window, step)
+                        self._log(log, bar, window, step, lines)
                     if config.checkpoint_every and step % config.checkpoint_every == 0:
                         self._save(step)
                     if step >= config.total:
@@ -156,8 +157,11 @@ class Trainer:
         if self.config.out is not None and self.model is not None:
             state.save(self, step)
 
-    def _log(self, log: Any, bar: Any, window: Window, step: int) -> None:
-        """One record from every rank's window (all ranks reduce); rank 0 writes it."""
+    def _log(
+        self, log: Any, bar: Any, window: Window, step: int, lines: ProgressLines | None
+    ) -> None:
+        """One record from every rank's window (all ranks reduce); rank 0 writes it, and shows
+        it on the bar or, where none is drawn, as a progress line."""
         config = self.config
         record = window.record(step, self.loader.epoch, config.rate_key, config.memory, self.device)
         record.update(self.workload.log_fields(step))
@@ -167,7 +171,18 @@ class Trainer:
             bar.set_postfix(
                 {"loss": f"{record['loss']:.4f}", short: f"{record[config.rate_key]:,.1f}"}
             )
+        if lines is not None:
+            lines.record(step, record["loss"], record[config.rate_key])
         window.reset()
+
+    def _lines(self, bar: Any, log: Any, step: int) -> ProgressLines | None:
+        """Progress lines on rank 0 where the bar is not drawn (stderr is no terminal: a log
+        file, a pipe, CI), unless progress is off; one per log record, as the HF Trainer shows
+        its progress wherever it runs."""
+        config = self.config
+        if log is None or config.progress is False or not bar.disable:
+            return None
+        return ProgressLines(config.desc, config.total, step, config.log_every, config.rate_key)
 
     def _bar(self, step: int) -> Any:
         from tqdm.auto import tqdm

@@ -4,11 +4,15 @@
 window and the ranks, the throughput summed over ranks and, when asked, every rank's process
 tree memory (``memory``, ``anon_bytes_total``, ``pss_bytes_total``). ``trace-rank{R}.jsonl``
 has one line per step and rank, flushed at once, so a killed run leaves every finished step.
+Where no progress bar is drawn (stderr is a log file or a pipe), rank 0 prints each log record
+as one :class:`ProgressLines` line instead: step, loss, throughput, elapsed time and ETA.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
+import sys
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -88,3 +92,31 @@ def write_summary(out: Path, summary: dict[str, Any], world: World) -> None:
     if world.rank == 0:
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     ddp.barrier()
+
+
+class ProgressLines:
+    """Progress as plain lines on stderr (rank 0, where no bar is drawn), one per log record:
+    ``train cross-encoder: step 40/1000 (4%), loss 0.6931, 123.4 samples/s, elapsed 0:00:12,
+    ETA 0:04:48``. The ETA is the remaining steps at this run's mean pace since its first."""
+
+    def __init__(self, desc: str, total: int, first: int, every: int, rate_key: str) -> None:
+        self.desc, self.total, self.first = desc, total, first
+        self.rate = rate_key.removesuffix("_per_s") + "/s"
+        self.began = time.perf_counter()
+        self.say(f"{total} steps from step {first}; progress every {every} steps")
+
+    def say(self, text: str) -> None:
+        print(f"{self.desc}: {text}", file=sys.stderr, flush=True)
+
+    def record(self, step: int, loss: float, rate: float) -> None:
+        elapsed = time.perf_counter() - self.began
+        done = max(step - self.first, 1)
+        left = elapsed / done * max(self.total - step, 0)
+        self.say(
+            f"step {step}/{self.total} ({100 * step // max(self.total, 1)}%), loss {loss:.4f}, "
+            f"{rate:,.1f} {self.rate}, elapsed {_clock(elapsed)}, ETA {_clock(left)}"
+        )
+
+
+def _clock(seconds: float) -> str:
+    return str(datetime.timedelta(seconds=round(seconds)))

@@ -1,0 +1,544 @@
+/* lading.disk._native: a batch of ids -> rows -> texts, in C (optional; see native.py).
+ *
+ * Why: at 64 ids a batch, numpy's fixed cost per call (~1 us, a dozen calls a batch) and a Python
+ * iteration per document (slice the map into bytes, then decode) cost more than the memory
+ * reads themselves. Here one call walks the whole batch in phases -- parse every id, then read
+ * every table entry, then every key, then every offset, then decode -- and prefetches the next
+ * phase's cache lines, so the batch's cache misses overlap instead of coming one after another.
+ *
+ * Safety: every row, offset and table entry read from the files is checked against the
+ * buffer it indexes before it is used (a damaged file raises, never reads stray memory); the
+ * buffers are held (Py_buffer) for the whole call. Offsets and table words are little-endian:
+ * native.py only loads this module on a little-endian machine. Rows a dense or sorted index
+ * returns are only checked to be >= 0 (a hash row must name one of the keys); texts() checks
+ * them against the column it reads.
+ *
+ * Ids (the same rule as the numpy path in lading.stores.index / hashindex): an exact int, or a
+ * numpy integer (the type registered by configure()), is that integer; a str is its UTF-8; any
+ * other object is str(object).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define CHUNK 32 /* ids per phase (8, 16, 32, 64 measured alike; 32 bounds the stack arrays) */
+/* bytes of each text prefetched before the decodes: 64 -> 1024 took a batch of 64 passages
+ * (~350 B) from 18.1 to 14.9 us; on 6.5 KB documents 1024 did best (70.8 us, 4096: 76.0) */
+#define PREFETCH_BYTES 1024
+#define SLOTS 8 /* uint64 slots per hash bucket (one 64-byte cache line) */
+#ifndef LADING_SOURCE_SHA256 /* setup.py defines it: sha256 of this file (native.py checks it) */
+#define LADING_SOURCE_SHA256 ""
+#endif
+#define MAX_CANONICAL 1000000000000000000LL /* 10**18: canonical ints have <= 18 digits */
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch((const void *)(p), 0, 3)
+#else
+#define PREFETCH(p) ((void)0)
+#endif
+
+static PyObject *numpy_integer = NULL; /* numpy.integer, or NULL before configure() */
+static PyObject *Damaged = NULL;       /* _native.Damaged(ValueError): a file's words are wrong */
+
+static inline uint64_t load64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* ---- ids ----------------------------------------------------------------------------- */
+
+/* A new reference to the object an id stands for: an int for ints and numpy integers, a str
+ * for str (the id itself), str(id) for anything else. NULL with an exception set on error. */
+static PyObject *id_value(PyObject *id) {
+    if (PyLong_CheckExact(id) || PyUnicode_Check(id)) {
+        Py_INCREF(id);
+        return id;
+    }
+    if (numpy_integer != NULL) {
+        int is_int = PyObject_IsInstance(id, numpy_integer);
+        if (is_int < 0) return NULL;
+        if (is_int) return PyNumber_Index(id);
+    }
+    return PyObject_Str(id);
+}
+
+/* The canonical non-negative integer a str spells ("7", not "07", " 7", "+7" or "٧"). */
+static int parse_canonical(PyObject *s, int64_t *out) {
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(s) < 0) return -1;
+#endif
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (!PyUnicode_IS_ASCII(s) || n < 1 || n > 18) return 0;
+    const char *p = (const char *)PyUnicode_DATA(s);
+    if (p[0] == '0' && n > 1) return 0;
+    int64_t v = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        v = v * 10 + (p[i] - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+/* 1 and the id's integer key in *out when it is a canonical integer below 10**18, 0 when it
+ * cannot be in an integer index, -1 on error. */
+static int int_key(PyObject *id, int64_t *out) {
+    if (PyUnicode_Check(id)) return parse_canonical(id, out);
+    PyObject *value = id_value(id);
+    if (value == NULL) return -1;
+    int found = 0;
+    if (PyLong_Check(value)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (v == -1 && PyErr_Occurred()) found = -1;
+        else if (!overflow && v >= 0 && v < MAX_CANONICAL) {
+            *out = v;
+            found = 1;
+        }
+    } else {
+        found = parse_canonical(value, out);
+    }
+    Py_DECREF(value);
+    return found;
+}
+
+/* The ids as a tuple of their own: str() or __index__ of an odd id runs Python code, which
+ * must not be able to resize the caller's list under this loop (PyList_AsTuple: a copy of the
+ * pointers, ~0.2 us for 64 ids). */
+static PyObject *id_tuple(PyObject *ids) {
+    return PyList_CheckExact(ids) ? PyList_AsTuple(ids) : PySequence_Tuple(ids);
+}
+
+/* The ids as a tuple (*seq) and a bytearray for their int64 rows (*rows, *out); 0, or -1 with
+ * an exception set. */
+static int start_rows(PyObject *ids, PyObject **seq, PyObject **rows, int64_t **out) {
+    *seq = id_tuple(ids);
+    if (*seq == NULL) return -1;
+    *rows = PyByteArray_FromStringAndSize(NULL, PyTuple_GET_SIZE(*seq) * 8);
+    if (*rows == NULL) return -1;
+    *out = (int64_t *)PyByteArray_AS_STRING(*rows);
+    return 0;
+}
+
+/* The rows result: a bytearray of n int64 rows (-1 where absent) and the first absent position
+ * (-1 when none); steals rows. */
+static PyObject *rows_result(PyObject *rows, Py_ssize_t first_missing) {
+    return Py_BuildValue("(Nn)", rows, first_missing);
+}
+
+/* ---- dense: table[id] is the row (-1 for a hole) --------------------------------------- */
+
+static int64_t table_row(const unsigned char *table, Py_ssize_t itemsize, int64_t i) {
+    if (itemsize == 4) {
+        int32_t v;
+        memcpy(&v, table + i * 4, 4);
+        return v;
+    }
+    int64_t v;
+    memcpy(&v, table + i * 8, 8);
+    return v;
+}
+
+static PyObject *dense_rows(PyObject *self, PyObject *args) {
+    PyObject *ids;
+    Py_buffer table;
+    Py_ssize_t itemsize;
+    if (!PyArg_ParseTuple(args, "Oy*n", &ids, &table, &itemsize)) return NULL;
+    PyObject *result = NULL, *seq = NULL, *rows = NULL;
+    if (itemsize != 4 && itemsize != 8) {
+        PyErr_SetString(PyExc_ValueError, "row itemsize must be 4 or 8");
+        goto done;
+    }
+    int64_t *out;
+    if (start_rows(ids, &seq, &rows, &out) < 0) goto done;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
+    const unsigned char *tab = (const unsigned char *)table.buf;
+    int64_t size = table.len / itemsize;
+    Py_ssize_t first_missing = -1;
+    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
+        Py_ssize_t hi = lo + CHUNK < n ? lo + CHUNK : n;
+        for (Py_ssize_t i = lo; i < hi; i++) {
+            int64_t key = -1;
+            int found = int_key(items[i], &key);
+            if (found < 0) goto done;
+            out[i] = found && key < size ? key : -1;
+            if (out[i] >= 0) PREFETCH(tab + out[i] * itemsize);
+        }
+        for (Py_ssize_t i = lo; i < hi; i++) {
+            if (out[i] >= 0) {
+                int64_t row = table_row(tab, itemsize, out[i]);
+                out[i] = row >= 0 ? row : -1;
+            }
+            if (out[i] < 0 && first_missing < 0) first_missing = i;
+        }
+    }
+    result = rows_result(rows, first_missing);
+    rows = NULL;
+done:
+    Py_XDECREF(rows);
+    Py_XDECREF(seq);
+    PyBuffer_Release(&table);
+    return result;
+}
+
+/* ---- sorted-int: keys ascending, rows beside them; binary search -------------------------- */
+
+/* Each base[j] (a position in k[0..size)) becomes the last position whose key <= want[j] within
+ * base[j] .. base[j] + span - 1 (a probe past size counts as a larger key). The searches of
+ * the chunk go one halving at a time: the probes of one level are independent, so their cache
+ * misses overlap (each prefetched one level ahead). */
+static void search(const int64_t *k, int64_t size, int64_t span, int64_t *base,
+                   const int64_t *want, Py_ssize_t m) {
+    while (span > 1) {
+        int64_t half = span / 2, next = (span - half) / 2;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            int64_t b = base[j] + half;
+            if (b < size && k[b] <= want[j]) base[j] = b;
+            if (base[j] + next < size) PREFETCH(&k[base[j] + next]);
+        }
+        span -= half;
+    }
+}
+
+static PyObject *sorted_rows(PyObject *self, PyObject *args) {
+    PyObject *ids;
+    Py_buffer keys, table;
+    Py_ssize_t itemsize;
+    if (!PyArg_ParseTuple(args, "Oy*y*n", &ids, &keys, &table, &itemsize)) return NULL;
+    PyObject *result = NULL, *seq = NULL, *rows = NULL;
+    const int64_t *k = (const int64_t *)keys.buf; /* int64 little-endian, mapped aligned */
+    int64_t size = keys.len / 8;
+    if (itemsize != 4 && itemsize != 8) {
+        PyErr_SetString(PyExc_ValueError, "row itemsize must be 4 or 8");
+        goto done;
+    }
+    if (table.len / itemsize < size) size = table.len / itemsize;
+    int64_t *out;
+    if (start_rows(ids, &seq, &rows, &out) < 0) goto done;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
+    Py_ssize_t first_missing = -1;
+    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
+        Py_ssize_t m = (lo + CHUNK < n ? lo + CHUNK : n) - lo;
+        int64_t want[CHUNK], base[CHUNK];
+        for (Py_ssize_t j = 0; j < m; j++) {
+            int64_t key = -1;
+            int found = int_key(items[lo + j], &key);
+            if (found < 0) goto done;
+            want[j] = found ? key : -1;
+            base[j] = 0;
+        }
+        search(k, size, size, base, want, m);
+        for (Py_ssize_t j = 0; j < m; j++)
+            PREFETCH((const unsigned char *)table.buf + base[j] * itemsize);
+        for (Py_ssize_t j = 0; j < m; j++) {
+            int64_t row = -1, b = base[j];
+            if (size > 0 && want[j] >= 0 && k[b] == want[j]) {
+                row = table_row((const unsigned char *)table.buf, itemsize, b);
+                if (row < 0) row = -1;
+            }
+            out[lo + j] = row;
+            if (row < 0 && first_missing < 0) first_missing = lo + j;
+        }
+    }
+    result = rows_result(rows, first_missing);
+    rows = NULL;
+done:
+    Py_XDECREF(rows);
+    Py_XDECREF(seq);
+    PyBuffer_Release(&keys);
+    PyBuffer_Release(&table);
+    return result;
+}
+
+/* ---- hash: see lading/stores/hashindex.py for the table; the same hash, bit for bit ----- */
+
+static const uint64_t SEED = 0x9E3779B97F4A7C15ULL, MUL = 0xFF51AFD7ED558CCDULL,
+                      FIN = 0xC4CEB9FE1A85EC53ULL;
+
+typedef struct {
+    const unsigned char *key; /* UTF-8 bytes of the id (NULL: cannot be in the index) */
+    Py_ssize_t len;
+    uint64_t hash;
+    int64_t bucket;
+    int64_t row;
+} Probe;
+
+/* The hash of hashindex.hash_words: the key's zero padding adds nothing to the sum. */
+static uint64_t hash_key(const unsigned char *p, Py_ssize_t len, const uint64_t *mult) {
+    uint64_t h = 0;
+    Py_ssize_t full = len / 8, i = 0;
+    for (; i < full; i++) h += load64(p + 8 * i) * mult[i];
+    if (len % 8) {
+        unsigned char last[8] = {0};
+        memcpy(last, p + 8 * i, len % 8);
+        h += load64(last) * mult[i];
+    }
+    h ^= SEED;
+    h ^= h >> 33;
+    h *= MUL;
+    h ^= h >> 33;
+    h *= FIN;
+    h ^= h >> 33;
+    return h;
+}
+
+/* Whether stored key `stored` (width bytes, zero-padded) is exactly `key`. */
+static int same_key(const unsigned char *stored, const unsigned char *key, Py_ssize_t len,
+                    Py_ssize_t width) {
+    if (memcmp(stored, key, len) != 0) return 0;
+    for (Py_ssize_t i = len; i < width; i++)
+        if (stored[i]) return 0;
+    return 1;
+}
+
+typedef struct {
+    const uint64_t *table;
+    int64_t buckets;
+    const unsigned char *keys;
+    int64_t nkeys;
+    Py_ssize_t width;
+    Py_ssize_t max_spill;
+} HashTable;
+
+#define PAST_KEYS (-2) /* a slot with the probe's tag names a row past the keys: damaged */
+
+/* The row slot e holds for tag: -1 for another tag or an empty slot, else its row (PAST_KEYS
+ * when that is not a row of the keys). */
+static int64_t slot_row(const HashTable *t, uint64_t e, uint64_t tag) {
+    int64_t row = (int64_t)(e & 0xFFFFFFFFULL) - 1;
+    if ((e >> 32) != tag || row < 0) return -1;
+    return row < t->nkeys ? row : PAST_KEYS;
+}
+
+/* The row of probe p: every slot of its bucket and of the buckets it may have spilled to, each
+ * bucket read whole as the numpy route reads it (the same damage seen, the same match kept). */
+static int64_t hash_find(const HashTable *t, const Probe *p) {
+    uint64_t tag = p->hash >> 32;
+    int64_t b = p->bucket;
+    for (Py_ssize_t step = 0; step <= t->max_spill; step++) {
+        const uint64_t *slot = t->table + b * SLOTS;
+        int64_t found = -1;
+        for (int s = 0; s < SLOTS; s++) {
+            int64_t row = slot_row(t, slot[s], tag);
+            if (row == PAST_KEYS) return PAST_KEYS;
+            if (row >= 0 && same_key(t->keys + row * t->width, p->key, p->len, t->width))
+                found = row;
+        }
+        if (found >= 0) return found;
+        if ((slot[SLOTS - 1] & 0xFFFFFFFFULL) == 0) return -1; /* not full: nothing spilled */
+        b = (b + 1) % t->buckets;
+    }
+    return -1;
+}
+
+/* The first row of p's home bucket whose tag matches (-1: none; PAST_KEYS), for the fast pass. */
+static int64_t hash_candidate(const HashTable *t, const Probe *p) {
+    const uint64_t *slot = t->table + p->bucket * SLOTS;
+    for (int s = 0; s < SLOTS; s++) {
+        int64_t row = slot_row(t, slot[s], p->hash >> 32);
+        if (row != -1) return row;
+    }
+    return -1;
+}
+
+/* Fill probe p from id: its UTF-8 key (held in *hold when a new object had to be made). */
+static int hash_key_of(PyObject *id, Probe *p, PyObject **hold, Py_ssize_t width) {
+    PyObject *value = PyUnicode_Check(id) ? (Py_INCREF(id), id) : id_value(id);
+    if (value == NULL) return -1;
+    if (PyLong_Check(value)) {
+        PyObject *text = PyObject_Str(value);
+        Py_DECREF(value);
+        if (text == NULL) return -1;
+        value = text;
+    }
+    *hold = value;
+    p->key = NULL;
+    if (!PyUnicode_Check(value)) return 0;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(value, &p->len);
+    if (utf8 == NULL) { /* a lone surrogate: not UTF-8, so not an id of any store */
+        PyErr_Clear();
+        return 0;
+    }
+    /* stored keys are zero-padded and ids hold no NUL (sources refuse them): an id longer than
+     * the widest key or holding a NUL cannot be present */
+    if (p->len > width || memchr(utf8, 0, p->len) != NULL) return 0;
+    p->key = (const unsigned char *)utf8;
+    return 0;
+}
+
+static PyObject *hash_rows(PyObject *self, PyObject *args) {
+    PyObject *ids;
+    Py_buffer table, keys, mult;
+    Py_ssize_t width, buckets, max_spill;
+    if (!PyArg_ParseTuple(args, "Oy*y*nnny*", &ids, &table, &keys, &width, &buckets, &max_spill,
+                          &mult))
+        return NULL;
+    PyObject *result = NULL, *seq = NULL, *rows = NULL;
+    PyObject *hold[CHUNK] = {NULL};
+    /* sizes by division: buckets * 64 from a damaged meta could wrap past 2**64 (and pass); a
+     * spill is at most buckets - 1 (each step moves to the next bucket, and one has room) */
+    if (width < 8 || width % 8 || buckets < 1 || max_spill < 0 || max_spill >= buckets ||
+        table.len / (SLOTS * 8) < buckets || mult.len / 8 < width / 8) {
+        PyErr_SetString(Damaged, "hash index: table or width does not match its meta");
+        goto done;
+    }
+    HashTable t = {(const uint64_t *)table.buf, buckets, (const unsigned char *)keys.buf,
+                   keys.len / width, width, max_spill};
+    const uint64_t *factors = (const uint64_t *)mult.buf;
+    int64_t *out;
+    if (start_rows(ids, &seq, &rows, &out) < 0) goto done;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
+    Py_ssize_t first_missing = -1;
+    Probe probe[CHUNK];
+    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
+        Py_ssize_t m = (lo + CHUNK < n ? lo + CHUNK : n) - lo;
+        for (Py_ssize_t j = 0; j < m; j++) { /* phase 1: hash, prefetch the bucket */
+            Probe *p = &probe[j];
+            if (hash_key_of(items[lo + j], p, &hold[j], width) < 0) goto done;
+            if (p->key == NULL) continue;
+            p->hash = hash_key(p->key, p->len, factors);
+            p->bucket = (int64_t)(((p->hash & 0xFFFFFFFFULL) * (uint64_t)buckets) >> 32);
+            PREFETCH(t.table + p->bucket * SLOTS);
+        }
+        for (Py_ssize_t j = 0; j < m; j++) { /* phase 2: the candidate row, prefetch its key */
+            Probe *p = &probe[j];
+            p->row = p->key == NULL ? -1 : hash_candidate(&t, p);
+            if (p->row == PAST_KEYS) goto damaged;
+            if (p->row >= 0) PREFETCH(t.keys + p->row * width);
+        }
+        for (Py_ssize_t j = 0; j < m; j++) { /* phase 3: confirm, or search every slot */
+            Probe *p = &probe[j];
+            int64_t row = -1;
+            if (p->key != NULL) {
+                if (p->row >= 0 && same_key(t.keys + p->row * width, p->key, p->len, width))
+                    row = p->row;
+                else if ((row = hash_find(&t, p)) == PAST_KEYS)
+                    goto damaged;
+            }
+            out[lo + j] = row;
+            if (row < 0 && first_missing < 0) first_missing = lo + j;
+            Py_CLEAR(hold[j]);
+        }
+    }
+    result = rows_result(rows, first_missing);
+    rows = NULL;
+    goto done;
+damaged:
+    PyErr_Format(Damaged, "a slot names a row past the %lld keys", (long long)t.nkeys);
+done:
+    for (int j = 0; j < CHUNK; j++) Py_XDECREF(hold[j]);
+    Py_XDECREF(rows);
+    Py_XDECREF(seq);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&keys);
+    PyBuffer_Release(&mult);
+    return result;
+}
+
+/* ---- texts: rows of a ragged UTF-8 column as new str ------------------------------------ */
+
+/* The whole batch is checked before anything is decoded, in the numpy route's order: every row
+ * in the column (else IndexError, the first such row), then every row's offsets within the data
+ * (else Damaged, the first such row); then each row is decoded (UnicodeDecodeError). */
+static PyObject *texts(PyObject *self, PyObject *args) {
+    Py_buffer rows, offsets, data;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &rows, &offsets, &data)) return NULL;
+    PyObject *list = NULL;
+    Py_ssize_t n = rows.len / 8;
+    const int64_t *r = (const int64_t *)rows.buf;
+    const unsigned char *off = (const unsigned char *)offsets.buf;
+    const char *bytes = (const char *)data.buf;
+    int64_t count = offsets.len / 8 - 1;
+    uint64_t size = (uint64_t)data.len;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (r[i] < 0 || r[i] >= count) {
+            PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld rows", (long long)r[i],
+                         (long long)count);
+            goto done;
+        }
+    }
+    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) { /* the offsets: prefetched, then checked */
+        Py_ssize_t hi = lo + CHUNK < n ? lo + CHUNK : n;
+        for (Py_ssize_t i = lo; i < hi; i++) {
+            PREFETCH(off + r[i] * 8);
+            PREFETCH(off + r[i] * 8 + 8);
+        }
+        for (Py_ssize_t i = lo; i < hi; i++) {
+            uint64_t start = load64(off + r[i] * 8), end = load64(off + r[i] * 8 + 8);
+            if (start > end || end > size) {
+                PyErr_Format(Damaged,
+                             "the offsets of row %lld (%llu..%llu) are not within the data "
+                             "(%llu bytes)",
+                             (long long)r[i], (unsigned long long)start, (unsigned long long)end,
+                             (unsigned long long)size);
+                goto done;
+            }
+        }
+    }
+    list = PyList_New(n);
+    if (list == NULL) goto done;
+    uint64_t start[CHUNK], end[CHUNK];
+    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
+        Py_ssize_t m = (lo + CHUNK < n ? lo + CHUNK : n) - lo;
+        for (Py_ssize_t j = 0; j < m; j++) { /* offsets (cached now, checked), prefetch the text */
+            start[j] = load64(off + r[lo + j] * 8);
+            end[j] = load64(off + r[lo + j] * 8 + 8);
+            uint64_t stop = end[j] < start[j] + PREFETCH_BYTES ? end[j] : start[j] + PREFETCH_BYTES;
+            for (uint64_t a = start[j] & ~(uint64_t)63; a < stop; a += 64) PREFETCH(bytes + a);
+        }
+        for (Py_ssize_t j = 0; j < m; j++) { /* decode */
+            PyObject *s = PyUnicode_DecodeUTF8(bytes + start[j], (Py_ssize_t)(end[j] - start[j]),
+                                               "strict");
+            if (s == NULL) {
+                Py_CLEAR(list);
+                goto done;
+            }
+            PyList_SET_ITEM(list, lo + j, s);
+        }
+    }
+done:
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&data);
+    return list;
+}
+
+static PyObject *configure(PyObject *self, PyObject *arg) {
+    Py_XINCREF(arg);
+    Py_XSETREF(numpy_integer, arg);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"dense_rows", dense_rows, METH_VARARGS,
+     "dense_rows(ids, table, itemsize) -> (bytearray of int64 rows, first absent or -1)"},
+    {"sorted_rows", sorted_rows, METH_VARARGS,
+     "sorted_rows(ids, keys, rows, itemsize) -> (bytearray of int64 rows, first absent or -1)"},
+    {"hash_rows", hash_rows, METH_VARARGS,
+     "hash_rows(ids, table, keys, width, buckets, max_spill, multipliers) -> (bytearray of int64 "
+     "rows, first absent or -1)"},
+    {"texts", texts, METH_VARARGS, "texts(rows, offsets, data) -> list of str"},
+    {"configure", configure, METH_O, "configure(numpy.integer): ids of that type are integers"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Damaged = PyErr_NewException("lading.disk._native.Damaged", PyExc_ValueError, NULL);
+    if (Damaged == NULL || PyModule_AddObjectRef(m, "Damaged", Damaged) < 0 ||
+        PyModule_AddStringConstant(m, "SOURCE_SHA256", LADING_SOURCE_SHA256) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

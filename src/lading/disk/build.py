@@ -1,0 +1,144 @@
+"""The one build context every builder goes through: lock, remove dead temps, stage, commit.
+
+::
+
+    with BuildContext(dest, "lading.packed") as build:   # lock, clean, collect old snapshots
+        if reusable(build.previous):                      # read under the lock
+            return build.previous["snapshot"]
+        with build.stage() as tmp:                        # DEST/.tmp-<pid>-<hex>, gone on error
+            ...write files into tmp, naming them f"{build.snapshot}/..." in the manifest...
+            build.commit(tmp, manifest)                   # tmp becomes DEST/snap-<id>; meta.json
+
+A snapshot format (packed store, token corpus, offsets index) commits by its manifest
+(:mod:`lading.disk.snapshot`): no file a reader may have open is touched. A directory that other
+tools read as a whole (a repartitioned parquet dataset) is published instead
+(:meth:`BuildContext.publish`: staged beside it, swapped in by one rename). A shard of a
+parallel build is renamed into a name nothing holds yet (:meth:`BuildContext.publish_new`).
+Builders of one destination, on this host or on other nodes of a shared filesystem, are
+serialised by ``DEST.lock`` (:func:`lading.disk.atomic.build_lock`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from lading.disk.atomic import build_lock, is_ours_to_replace, publish, remove_dead_temps, staging
+from lading.disk.commit import collect_garbage, commit
+from lading.disk.files import fsync_dir
+from lading.disk.snapshot import load_manifest, new_snapshot_id
+from lading.errors import StoreFormatError
+
+
+class BuildContext:
+    """Build ``dest`` under its lock (see the module docstring for the steps).
+
+    Args:
+        dest: the directory to build.
+        fmt: its snapshot format (``"lading.packed"``...), or None for a directory published
+            whole or a shard.
+        what: what the user calls it, for the refusal to replace a folder lading did not write.
+
+    Attributes:
+        snapshot: the id this build commits as (its files go under ``DEST/<snapshot>/``).
+        previous: the manifest committed before (read under the lock), or None.
+    """
+
+    def __init__(self, dest: str | os.PathLike[str], fmt: str | None, what: str = "store") -> None:
+        self.dest = Path(dest)
+        self.fmt = fmt
+        self.what = what
+        self.snapshot = new_snapshot_id()
+        self.previous: dict[str, Any] | None = None
+        self._lock: contextlib.ExitStack | None = None
+
+    def __enter__(self) -> BuildContext:
+        stack = contextlib.ExitStack()
+        stack.enter_context(build_lock(self.dest))
+        self._lock = stack
+        try:
+            remove_dead_temps(self.dest)
+            if self.fmt is not None:
+                self.previous = self._current()
+                collect_garbage(self.dest, self.fmt)
+        except BaseException:
+            stack.close()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def _current(self) -> dict[str, Any] | None:
+        assert self.fmt is not None
+        try:
+            return load_manifest(self.dest, self.fmt)
+        except StoreFormatError:
+            return None  # none yet, or not readable: a build replaces it
+
+    def check_ours(self) -> None:
+        """Refuse to build into a folder that lading did not write.
+
+        Raises:
+            FileExistsError: naming the folder and what to do.
+        """
+        if not is_ours_to_replace(self.dest):
+            raise FileExistsError(
+                f"{self.dest} exists and is not a lading {self.what}; refusing to replace it. "
+                "Choose another destination or remove it yourself."
+            )
+
+    @contextlib.contextmanager
+    def stage(self) -> Iterator[Path]:
+        """A fresh temporary directory, in ``dest`` for a snapshot format (``dest`` is made),
+        beside it otherwise; removed if the body fails (a full disk becomes an
+        :class:`~lading.errors.OutOfSpaceError`)."""
+        inside = self.fmt is not None
+        created = inside and not self.dest.exists()
+        if inside:
+            self.dest.mkdir(parents=True, exist_ok=True)
+        try:
+            with staging(self.dest, inside=inside) as tmp:
+                yield tmp
+        except BaseException:
+            if created:  # a first build that failed leaves no folder behind
+                with contextlib.suppress(OSError):
+                    self.dest.rmdir()
+            raise
+
+    def commit(self, tmp: Path | None, manifest: dict[str, Any]) -> str:
+        """Rename ``tmp`` (if any) to ``dest/<snapshot>`` and commit ``manifest`` as the
+        current snapshot; old snapshots past their grace go. Returns the snapshot id."""
+        manifest["snapshot"] = self.snapshot
+        if tmp is not None:
+            os.rename(tmp, self.dest / self.snapshot)
+        commit(self.dest, manifest, self.previous)
+        self.previous = manifest
+        return self.snapshot
+
+    def publish(self, tmp: Path) -> None:
+        """Swap the finished ``tmp`` in as ``dest`` (a directory read whole by other tools)."""
+        publish(tmp, self.dest)
+
+    def publish_new(self, tmp: Path) -> bool:
+        """Rename ``tmp`` to ``dest``, which nothing may hold yet; False (and ``tmp`` removed)
+        when another builder got there first (a shard built twice: the same content)."""
+        try:
+            os.rename(tmp, self.dest)
+        except OSError as e:
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            return False
+        fsync_dir(self.dest.parent)
+        return True

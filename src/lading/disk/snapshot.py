@@ -1,0 +1,287 @@
+"""Snapshots: immutable files under version-unique paths, and one manifest committed last.
+
+A directory of a snapshot format (a packed store, a token corpus, an offsets index) holds::
+
+    meta.json                  the current manifest: the commit point, replaced atomically
+    snap-<id>/manifest.json    each retained snapshot's manifest (the same JSON), immutable
+    snap-<id>/...              files a one-process build (or a merge) wrote for that snapshot
+    build-<id>/...             files that shard workers wrote before a merge committed them
+    .tmp-<pid>-<hex>/          a build being written (removed under the lock once its builder died)
+
+The manifest names every file by its path relative to the directory, with its size, CRC32 and
+the CRC32 of its first and last 4 KiB. A build writes new files only (``snap-<id>`` is new for
+every commit; a ``build-<id>`` directory holds only shards written once and renamed into
+place), then commits: ``snap-<id>/manifest.json`` and a new ``meta.json``, written to a
+temporary file, fsynced and renamed over the old one (``os.replace``; a PUT on object storage is
+atomic the same way). So no file a reader may have open is ever rewritten, and a reader that
+reads one manifest and opens what it names sees one snapshot: :func:`open_snapshot`.
+
+Old snapshots go at a later commit (or build) under the lock, once they were replaced more
+than :func:`grace_seconds` ago: see :data:`GRACE_S` for why that long, and
+:mod:`lading.disk.commit` for the commit and the collection. A reader pinned to a
+snapshot that was removed gets :class:`SnapshotGoneError`. An open memory map of a deleted file
+stays valid (POSIX), so readers that have opened never notice.
+
+Version 1 of these formats (every file at the top of the directory, the directory swapped whole
+on a rebuild) is read as one snapshot whose id is ``v1-`` and the SHA-256 of its ``meta.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from lading.disk.formats import check_version, disk_format
+from lading.errors import StoreFormatError
+
+META_FILE = "meta.json"
+MANIFEST = "manifest.json"  # inside snap-<id>/
+SNAP_PREFIX = "snap-"
+BUILD_PREFIX = "build-"
+BUILD_MARK = "build.json"  # in every build-<id>/ lading made: what a collection may remove
+_SNAP_NAME = re.compile(r"^snap-\d{8}T\d{6}Z-[0-9a-f]{8}$")
+TMP_PREFIX = ".tmp-"
+SPOT_BYTES = 4096
+GRACE_ENV = "LADING_SNAPSHOT_GRACE_S"
+# How long a replaced snapshot's files stay. An open reads meta.json, then checks and maps the
+# 4-14 files it names: ~1 ms on a local disk, under a second on a loaded network filesystem.
+# A pickled store (a spawned DataLoader worker, a rank) reopens the snapshot its parent pinned
+# within its start-up: 2-5 s, most of it importing torch. 600 s is over 100x the slowest of
+# these, and costs one old copy of the data on disk for 10 minutes after a rebuild.
+GRACE_S = 600.0
+# An unreferenced build-<id> (shards of a parallel build not merged yet) is left alone for a
+# day: a Slurm array's tasks may wait hours in the queue between shards.
+ABANDONED_S = 24 * 3600.0
+OPEN_TRIES = 10  # a file gone between reading meta.json and opening it: read meta.json again
+T = TypeVar("T")
+
+
+class SnapshotGoneError(StoreFormatError):
+    """The snapshot a reader is pinned to was removed (replaced longer ago than the grace)."""
+
+
+class MissingFileError(StoreFormatError):
+    """A file the manifest names is not there (gone with an old snapshot, or never written)."""
+
+
+def new_snapshot_id() -> str:
+    """A new, unique snapshot id (its directory name): UTC time of day and 32 random bits."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return f"{SNAP_PREFIX}{stamp}-{secrets.token_hex(4)}"
+
+
+def is_snapshot_dir(path: Path) -> bool:
+    """Whether ``path`` is named as :func:`new_snapshot_id` names snapshot directories."""
+    return bool(_SNAP_NAME.match(path.name)) and path.is_dir()
+
+
+def is_build_dir(path: Path) -> bool:
+    """Whether ``path`` is a ``build-<id>`` directory that lading made (it holds
+    :data:`BUILD_MARK`): a user's folder that happens to be called ``build-x`` is not."""
+    return path.name.startswith(BUILD_PREFIX) and (path / BUILD_MARK).is_file()
+
+
+def grace_seconds() -> float:
+    """Seconds a replaced snapshot is kept: ``LADING_SNAPSHOT_GRACE_S``, else :data:`GRACE_S`."""
+    value = os.environ.get(GRACE_ENV, "")
+    try:
+        return float(value) if value else GRACE_S
+    except ValueError:
+        raise ValueError(f"{GRACE_ENV}={value!r}: expected seconds, e.g. 600") from None
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+def _parse(raw: bytes, where: Path, fmt_name: str) -> dict[str, Any]:
+    fmt = disk_format(fmt_name)
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise StoreFormatError(f"{where} is not valid JSON ({e}); {fmt.rebuild}") from None
+    if not isinstance(meta, dict) or meta.get("format") != fmt_name:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise StoreFormatError(f"{where}: format is {found!r}, expected {fmt_name!r}")
+    check_version(fmt_name, meta.get("version"), where)
+    if not isinstance(meta.get("files"), dict):
+        raise StoreFormatError(f"{where}: no file list; {fmt.rebuild}")
+    if meta["version"] == 1:  # one flat directory: its manifest's hash is its identity
+        meta["snapshot"] = "v1-" + hashlib.sha256(raw).hexdigest()[:16]
+    elif not str(meta.get("snapshot", "")).startswith(SNAP_PREFIX):
+        raise StoreFormatError(f"{where}: no snapshot id; {fmt.rebuild}")
+    return meta
+
+
+def read_current(root: Path, fmt_name: str) -> dict[str, Any]:
+    fmt = disk_format(fmt_name)
+    if root.is_file():
+        raise StoreFormatError(
+            f"{root} is a file, not a lading {fmt.what} (a directory holding {META_FILE}); "
+            f"pass the directory a build wrote (e.g. `lading build {root} DEST`, then DEST)"
+        )
+    if not root.is_dir():
+        raise StoreFormatError(f"{root} is not a lading {fmt.what}: no such directory")
+    try:
+        raw = (root / META_FILE).read_bytes()
+    except FileNotFoundError:
+        raise StoreFormatError(
+            f"{root} is not a lading {fmt.what}: {META_FILE} is missing (an interrupted build "
+            f"leaves no meta.json); {fmt.rebuild}"
+        ) from None
+    return _parse(raw, root / META_FILE, fmt_name)
+
+
+def load_manifest(
+    root: str | os.PathLike[str], fmt_name: str, snapshot: str | None = None
+) -> dict[str, Any]:
+    """The current manifest of ``root`` (its ``meta.json``), or with ``snapshot`` that one's.
+
+    Format and version are checked; the files are not (see :func:`check_files`).
+
+    Raises:
+        StoreFormatError: no manifest, another format, a version this lading cannot read.
+        SnapshotGoneError: ``snapshot`` is no longer kept.
+    """
+    root = Path(root)
+    current = read_current(root, fmt_name)
+    if snapshot is None or current["snapshot"] == snapshot:
+        return current
+    path = root / snapshot / MANIFEST
+    try:
+        raw = path.read_bytes() if snapshot.startswith(SNAP_PREFIX) else None
+    except FileNotFoundError:
+        raw = None
+    if raw is None or "/" in snapshot:
+        raise gone(root, snapshot, current["snapshot"])
+    return _parse(raw, path, fmt_name)
+
+
+def gone(root: Path, snapshot: str, current: str) -> SnapshotGoneError:
+    """The error for a pinned snapshot that is no longer kept, saying what to do."""
+    return SnapshotGoneError(
+        f"{root}: snapshot {snapshot} was removed; this object was pinned to it (a pickled "
+        f"store reopens the snapshot it was opened on) and a rebuild replaced it more than "
+        f"{grace_seconds():.0f}s ago ({GRACE_ENV}). Open the store again to read its current "
+        f"snapshot {current}."
+    )
+
+
+def safe_relative(root: Path, name: object, what: str) -> Path:
+    """``root / name`` for a manifest's relative file name; anything leaving ``root`` is refused."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or "\\" in name
+        or name.startswith("/")
+        or any(part in ("", ".", "..") for part in name.split("/"))
+    ):
+        raise StoreFormatError(f"{root / META_FILE}: file name {name!r} points outside the {what}")
+    return root / name
+
+
+def spots(path: Path) -> bytes:
+    """A file's first and last 4 KiB (they overlap in a file under 8 KiB)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(SPOT_BYTES)
+        f.seek(max(0, size - SPOT_BYTES))
+        return head + f.read(SPOT_BYTES)
+
+
+def spot_crc32(path: Path) -> int:
+    """CRC32 of a file's first and last 4 KiB: read on every open, it catches a file that was
+    zero-filled (what some filesystems leave after a crash) or overwritten, for 8 KiB of I/O."""
+    return zlib.crc32(spots(path))
+
+
+def check_files(root: Path, manifest: dict[str, Any], fmt_name: str, spot: bool = True) -> None:
+    """Every file ``manifest`` names exists with its size and (with ``spot``) spot checksum.
+
+    Raises:
+        MissingFileError: a file is not there (the caller may read a newer manifest).
+        StoreFormatError: a file has another size or its spots another checksum.
+    """
+    fmt = disk_format(fmt_name)
+    for name, info in manifest["files"].items():
+        path = safe_relative(root, name, fmt.what)
+        try:
+            actual = path.stat().st_size
+            seen = spots(path) if spot and isinstance(info, dict) and "spot_crc32" in info else None
+        except FileNotFoundError:
+            raise MissingFileError(
+                f"{path} is missing; the {fmt.what} is incomplete, {fmt.rebuild}"
+            ) from None
+        expected = info.get("size") if isinstance(info, dict) else None
+        if actual != expected:
+            raise StoreFormatError(
+                f"{path} is {actual} bytes, expected {expected} (truncated or replaced?); "
+                f"{fmt.rebuild}"
+            )
+        if seen is not None and zlib.crc32(seen) != info["spot_crc32"]:
+            zeros = not seen.strip(b"\0")
+            raise StoreFormatError(
+                f"{path}: its first and last {SPOT_BYTES} bytes do not match their checksum"
+                + (" (they are all zero bytes, as a crash can leave a file)" if zeros else "")
+                + f"; the file was damaged after the build. {fmt.rebuild[:1].upper()}"
+                + f"{fmt.rebuild[1:]} (`lading verify` checks every byte)."
+            )
+
+
+def open_snapshot(
+    root: str | os.PathLike[str],
+    fmt_name: str,
+    opener: Callable[[dict[str, Any]], T],
+    snapshot: str | None = None,
+) -> T:
+    """Read one manifest, check its files, and ``opener(manifest)`` them: one snapshot.
+
+    A file missing between reading the manifest and opening it was removed with an old
+    snapshot: the current manifest is read again and opened instead (up to :data:`OPEN_TRIES`
+    times), never mixed with the first. Pinned to ``snapshot``, that is an error instead.
+
+    Raises:
+        SnapshotGoneError: the pinned ``snapshot`` is no longer kept.
+        StoreFormatError: the directory is not a complete snapshot of ``fmt_name``.
+    """
+    path = Path(root)
+    for _ in range(OPEN_TRIES):
+        manifest = load_manifest(path, fmt_name, snapshot)
+        try:
+            check_files(path, manifest, fmt_name)
+            return opener(manifest)
+        except (MissingFileError, FileNotFoundError) as e:
+            now = read_current(path, fmt_name)["snapshot"]
+            if snapshot is not None and now != snapshot:
+                raise gone(path, snapshot, now) from None
+            if now == manifest["snapshot"]:  # the manifest still names it: really missing
+                if isinstance(e, MissingFileError):
+                    raise
+                raise MissingFileError(
+                    f"{e.filename} is missing; {disk_format(fmt_name).rebuild}"
+                ) from None
+            time.sleep(0.001)  # a commit is under way: read its manifest
+    raise StoreFormatError(
+        f"{path} was rebuilt {OPEN_TRIES} times while it was being opened; open it again"
+    )
+
+
+def content_id(manifest: dict[str, Any]) -> str:
+    """A digest of what a snapshot holds: each file's role (its path without the ``snap-`` or
+    ``build-`` directory), size and CRC32. Two builds of the same data (in two directories, on
+    two nodes) get the same id, any other data another one: what keys caches and loader states
+    (from the manifest an object pinned, never from what is on disk now)."""
+    roles = []
+    for name, info in manifest["files"].items():
+        head, _, rest = name.partition("/")
+        role = rest if rest and head.startswith((SNAP_PREFIX, BUILD_PREFIX)) else name
+        roles.append((role, info.get("size"), info.get("crc32")))
+    digest = hashlib.sha256(json.dumps(sorted(roles)).encode("utf-8"))
+    return digest.hexdigest()[:32]

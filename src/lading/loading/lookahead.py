@@ -1,0 +1,68 @@
+"""Tell a dataset which items the next batches hold, before the loader asks for them.
+
+A loader's order is known in advance (``(seed, epoch)`` fix it), so a dataset whose items live
+far away (a store in object storage) can fetch the next batches' documents while the current
+ones train. A dataset opts in with a method::
+
+    dataset.prefetch(batches, first_step, now)
+
+``batches`` are lists of the keys the loader will ask for (ints or
+:class:`~lading.loading.map_source.EpochIndex`), batch ``j`` at step ``first_step + j``; ``now``
+is the step about to be read. Steps are ``epoch * STEPS_PER_EPOCH + batch``: one clock for
+every rank, which reads batch ``b`` of an epoch at the same time as the others. The loader
+(:class:`~lading.loading.loader.Loader`) calls it as it hands out batch keys, in the process
+that iterates it (with DataLoader workers: the main process, ahead of the workers), every
+``LOOKAHEAD`` batches for the ``LOOKAHEAD`` to ``2 * LOOKAHEAD`` batches ahead. What it does
+affects speed only: a dataset reads the same items without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+LOOKAHEAD = 8  # batches: at 64 documents a batch, 512-1,024 documents planned together
+STEPS_PER_EPOCH = 1 << 32
+
+Announce = Callable[[Iterator[Any], int, int], Iterator[Any]]
+"""``(batch keys, epoch, first batch) -> batch keys``: yields a loader's batch keys as they
+come and announces the batches ahead."""
+
+
+def step_of(epoch: int, batch: int) -> int:
+    """The clock value of batch ``batch`` of ``epoch``."""
+    return epoch * STEPS_PER_EPOCH + batch
+
+
+def announcer(
+    dataset: Any, items: Callable[[Any], list[Any]] = list, ahead: int = LOOKAHEAD
+) -> Announce | None:
+    """``(batch keys, epoch, first batch) -> batch keys`` that announces batches to
+    ``dataset.prefetch`` as it yields their keys, each as ``items(key)`` (the keys the dataset
+    is asked for); None when the dataset has no ``prefetch``."""
+    prefetch = getattr(dataset, "prefetch", None)
+    if not callable(prefetch):
+        return None
+
+    def announce(batches: Iterator[Any], epoch: int, first: int) -> Iterator[Any]:
+        return _announced(list(batches), items, prefetch, epoch, first, ahead)
+
+    return announce
+
+
+def _announced(
+    batches: list[Any],
+    items: Callable[[Any], list[Any]],
+    prefetch: Callable[..., Any],
+    epoch: int,
+    first: int,
+    ahead: int,
+) -> Iterator[Any]:
+    told = 0  # batches 0 .. told - 1 (counted from the first one yielded) were announced
+    for b, batch in enumerate(batches):
+        if told < min(b + ahead, len(batches)):
+            upto = min(b + 2 * ahead, len(batches))
+            chunk = [items(batches[j]) for j in range(told, upto)]
+            prefetch(chunk, step_of(epoch, first + told), step_of(epoch, first + b))
+            told = upto
+        yield batch

@@ -1,0 +1,205 @@
+"""What a build reads: one source or several files, and the part of them that shard ``i`` of ``n``
+reads.
+
+A source is a file, a BEIR folder, ``irds:<id>``, a reader made elsewhere, or several files: a
+list of paths, a folder of them (not a BEIR folder), or a glob pattern (``corpus/*.jsonl.gz``),
+read in the order given (a folder and a glob: sorted by path). Shards split the files' bytes
+into ``n`` equal runs, in order: an uncompressed TSV or JSONL file is cut inside at line
+boundaries (:mod:`lading.sources.span`), any other file goes whole to the shard its first byte
+falls in. Shards in order therefore read the records in the one-process order, so a store built
+in any number of shards has the same ``ids()`` order, texts, fields and tokens.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lading.sources import (
+    ParseOptions,
+    SourceReader,
+    beir_corpus_file,
+    detect_format,
+    is_compressed,
+)
+from lading.sources.tsv_blocks import TsvBlock
+
+SPLITTABLE = ("tsv", "jsonl")  # uncompressed, cut at line starts
+
+
+def input_files(source: Any) -> list[Path] | None:
+    """The files of a several-file source in reading order; None for a single source (a file,
+    a BEIR folder, ``irds:``, a reader).
+
+    Raises:
+        FileNotFoundError: a glob that matches nothing, a listed file that is missing.
+        ValueError: a folder without files.
+    """
+    if isinstance(source, (list, tuple)):
+        files = [Path(p) for p in source]
+    elif isinstance(source, (str, os.PathLike)):
+        name = os.fspath(source)
+        if name.startswith("irds:"):
+            return None
+        if any(ch in name for ch in "*?["):
+            files = sorted(Path(p) for p in glob.glob(name, recursive=True) if os.path.isfile(p))
+            if not files:
+                raise FileNotFoundError(f"no file matches {name!r}")
+        elif os.path.isdir(name) and beir_corpus_file(name) is None:
+            files = sorted(
+                p
+                for p in Path(name).rglob("*")
+                if p.is_file() and not p.name.startswith((".", "_"))
+            )
+            if not files:
+                raise ValueError(f"{name} holds no files to build from")
+        else:
+            return None
+    else:
+        return None
+    for path in files:
+        if not path.is_file():
+            raise FileNotFoundError(f"source {path} does not exist")
+    return files
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A whole file, or the lines starting in ``[start, end)`` of it."""
+
+    path: Path
+    start: int | None = None
+    end: int | None = None
+
+    @property
+    def span(self) -> tuple[int, int] | None:
+        """The byte range, or None for the whole file."""
+        return None if self.start is None or self.end is None else (self.start, self.end)
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": str(self.path.resolve())}
+        if self.start is not None:
+            out.update(start=self.start, end=self.end)
+        return out
+
+
+def plan_shards(files: Sequence[Path], n: int, format: str | None) -> list[list[Piece]]:
+    """The pieces each of ``n`` shards reads, in order (see the module docstring).
+
+    Raises:
+        ValueError: a shard would read nothing (fewer files than shards, and none of them
+            splittable), naming the numbers and the fix.
+    """
+    sizes = [p.stat().st_size for p in files]
+    total = sum(sizes)
+    cuts = [total * k // n for k in range(n + 1)]
+    plan: list[list[Piece]] = [[] for _ in range(n)]
+    offset = 0
+    for path, size in zip(files, sizes):
+        fmt = format or detect_format(path)
+        if fmt in SPLITTABLE and not is_compressed(path) and size > 0:
+            for i in range(n):
+                lo, hi = max(cuts[i], offset), min(cuts[i + 1], offset + size)
+                if lo < hi:
+                    plan[i].append(Piece(path, lo - offset, hi - offset))
+        else:
+            owner = max(i for i in range(n) if cuts[i] <= offset) if total else 0
+            plan[owner].append(Piece(path))
+        offset += size
+    empty = [i for i, pieces in enumerate(plan) if not pieces]
+    if empty:
+        raise ValueError(
+            f"{n} shards but {len(files)} input file(s) that cannot all be split at lines "
+            f"(compressed, or not TSV/JSONL): shard {empty[0]} would read nothing. Use at most "
+            f"{n - len(empty)} shards, or give more (or uncompressed) files"
+        )
+    return plan
+
+
+@dataclass
+class PiecesReader:
+    """The records of several pieces, in order, read the way one :class:`SourceReader` reads
+    one file (the build sees one reader): blocks from every piece, skip counts added up."""
+
+    pieces: list[Piece]
+    format: str | None
+    on_error: Any
+    options: ParseOptions
+    readers: list[SourceReader] = field(init=False)
+    _rows: list[int] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.readers = [
+            SourceReader(p.path, self.format, self.on_error, self.options, span=p.span)
+            for p in self.pieces
+        ]
+        first: dict[str, Path] = {}
+        for piece, reader in zip(self.pieces, self.readers):
+            first.setdefault(str(reader.format), piece.path)
+        if len(first) > 1:
+            named = ", ".join(f"{path} is {fmt}" for fmt, path in first.items())
+            raise ValueError(
+                f"the input files have different formats ({named}); build from files of one "
+                "format, or pass format="
+            )
+        self.format = self.readers[0].format
+
+    @property
+    def source(self) -> str:
+        first = str(self.pieces[0].path)
+        return first if len(self.pieces) == 1 else f"{first} (+{len(self.pieces) - 1} more)"
+
+    @property
+    def path(self) -> Path | None:
+        return None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(
+            (p.end - p.start)
+            if p.start is not None and p.end is not None
+            else p.path.stat().st_size
+            for p in self.pieces
+        )
+
+    @property
+    def skipped(self) -> int:
+        return sum(r.skipped for r in self.readers)
+
+    @property
+    def skip_reasons(self) -> list[str]:
+        return [reason for r in self.readers for reason in r.skip_reasons][:10]
+
+    def fingerprints(self) -> list[dict[str, Any]]:
+        """Each file's identity, once per file (taken before reading)."""
+        seen: dict[Path, dict[str, Any]] = {}
+        for piece, reader in zip(self.pieces, self.readers):
+            if piece.path not in seen:
+                seen[piece.path] = reader.fingerprint()
+        return list(seen.values())
+
+    def iter_bulk(self) -> Iterator[TsvBlock]:
+        """Every block of every piece; ``end`` counts bytes over the pieces."""
+        base = 0
+        for piece, reader in zip(self.pieces, self.readers):
+            rows = 0
+            last = 0
+            for block in reader.iter_bulk():
+                rows += len(block.lines)
+                last = block.end
+                yield block._replace(end=base + block.end)
+            self._rows.append(rows)
+            size = piece.path.stat().st_size if piece.start is None else 0
+            base += max(last, size)
+
+    def locate(self, row: int, line: int) -> tuple[str, int]:
+        """(file, line) of the record read as ``row`` (counted over all pieces)."""
+        for reader, rows in zip(self.readers, self._rows):
+            if row < rows:
+                return str(reader.path), reader.absolute_line(line)
+            row -= rows
+        return self.source, line

@@ -1,0 +1,275 @@
+"""Shards into a snapshot: the global id index over every shard, and the manifest to commit.
+
+A one-process build hands its one shard over in memory; ``lading merge`` reads each shard's
+``shard.json`` and its ids. Shards are checked to fit together (the same tokenizer, token
+dtype and build) and ids to be unique over the whole store: a duplicate across shards is
+refused naming both shards. A field that some shards lack gets empty rows there (padding
+columns written into the snapshot's own directory).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lading._version import __version__
+from lading.disk import (
+    OFFSET_DTYPE,
+    MappedFile,
+    RaggedWriter,
+    column_files,
+    current_version,
+    write_file,
+)
+from lading.errors import StoreFormatError
+from lading.sources.tsv_blocks import Column, int_values
+from lading.stores.index import bytes_keys, write_index
+from lading.stores.layout import FORMAT_NAME, field_column
+from lading.stores.writer import SHARD_FILE, _all_distinct_small_ints
+
+_KEY_CHUNK = 1 << 20  # ids parsed per numpy pass when a merge reads a shard's ids back
+
+
+@dataclass
+class Shard:
+    """A finished shard: where it is (relative to the store), its record, its keys if known."""
+
+    dir: str
+    record: dict[str, Any]
+    keys: np.ndarray | None = None
+    source: Any = None  # what it read, for the manifest and for messages
+
+
+def read_shard(root: Path, rel: str) -> Shard:
+    """The shard in ``root/rel`` as its worker described it (``shard.json``).
+
+    Raises:
+        StoreFormatError: the shard is not finished (no ``shard.json``) or its files differ.
+    """
+    path = root / rel / SHARD_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StoreFormatError(
+            f"{root / rel} is not a finished shard ({SHARD_FILE} missing)"
+        ) from None
+    for name, info in record["files"].items():
+        size = (root / rel / name).stat().st_size
+        if size != info["size"]:
+            raise StoreFormatError(
+                f"{root / rel / name} is {size} bytes, its shard says {info['size']}"
+            )
+    return Shard(rel, record, source=record.get("source"))
+
+
+def shard_keys(root: Path, shard: Shard, as_bytes: bool) -> np.ndarray:
+    """Index keys of a shard's rows: int64 ids, or (``as_bytes``) fixed-width bytes."""
+    if shard.keys is not None and (not as_bytes or shard.keys.dtype.kind == "S"):
+        return shard.keys
+    files = shard.record["columns"]["ids"]
+    data = MappedFile(root / shard.dir / files["data"]).buffer
+    offsets = MappedFile(root / shard.dir / files["offsets"]).array(OFFSET_DTYPE)
+    if as_bytes:
+        return bytes_keys(data, offsets)
+    out = np.empty(len(offsets) - 1, dtype=np.int64)
+    for lo in range(0, len(out), _KEY_CHUNK):
+        hi = min(lo + _KEY_CHUNK, len(out))
+        a, b = int(offsets[lo]), int(offsets[hi])
+        lengths = np.diff(offsets[lo : hi + 1].astype(np.int64)).astype(np.int64)
+        values = int_values(Column(bytes(data[a:b]), lengths))
+        if values is None:
+            raise StoreFormatError(
+                f"{root / shard.dir}: its shard.json says integer ids; it has others"
+            )
+        out[lo:hi] = values
+    return out
+
+
+def global_keys(root: Path, shards: list[Shard]) -> tuple[np.ndarray, bool]:
+    """Every shard's keys, in store row order, and whether they are all integers."""
+    is_int = all(s.record["int_ids"] for s in shards)
+    parts = [shard_keys(root, s, not is_int) for s in shards]
+    if not is_int:
+        width = max(p.dtype.itemsize for p in parts)
+        parts = [p if p.dtype.itemsize == width else p.astype(f"S{width}") for p in parts]
+    return (parts[0] if len(parts) == 1 else np.concatenate(parts)), is_int
+
+
+def check_unique(keys: np.ndarray, shards: list[Shard]) -> None:
+    """Refuse an id held by two shards, naming both (each shard checked its own already)."""
+    if len(shards) < 2 or len(keys) < 2:
+        return
+    if keys.dtype == np.int64 and _all_distinct_small_ints(keys):
+        return
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    same = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if not len(same):
+        return
+    first, again = int(order[same[0]]), int(order[same[0] + 1])
+    starts = np.cumsum([0] + [s.record["rows"] for s in shards])
+    a, b = (int(np.searchsorted(starts, r, side="right")) - 1 for r in (first, again))
+    key = ordered[same[0]]
+    shown = key.rstrip(b"\0").decode("utf-8") if isinstance(key, bytes) else str(key)
+    raise StoreFormatError(
+        f"duplicate id {shown!r} in shard {a} (its row {first - starts[a]}, read from "
+        f"{_describe(shards[a])}) and shard {b} (its row {again - starts[b]}, read from "
+        f"{_describe(shards[b])}): ids must be unique over the store. Remove the duplicate from "
+        "the source, or build with one process and duplicates='first' or 'last'"
+    )
+
+
+def _describe(shard: Shard) -> str:
+    source = shard.source
+    if isinstance(source, list) and source:
+        return ", ".join(
+            f"{p.get('path')}" + (f" bytes {p['start']}..{p['end']}" if "start" in p else "")
+            for p in source
+        )
+    return str(source or shard.dir)
+
+
+def check_compatible(shards: list[Shard]) -> None:
+    """Shards of one store share the tokenizer and its dtype."""
+    first = shards[0].record
+    for i, shard in enumerate(shards[1:], start=1):
+        for key in ("tokens",):
+            if shard.record.get(key) != first.get(key):
+                raise StoreFormatError(
+                    f"shard {i} ({shard.dir}) has {key} {shard.record.get(key)!r}, shard 0 "
+                    f"{first.get(key)!r}: every shard of a store is built with the same options"
+                )
+
+
+def pad_fields(
+    tmp: Path, snapshot: str, shards: list[Shard], n: int
+) -> tuple[list[str], dict[str, Any]]:
+    """The fields of the store (sorted union); each shard's field columns, empty rows written
+    into ``tmp`` (the snapshot's directory) for shards that lack one. Returns (fields, {shard
+    index: {column: files}} for the padding) plus the padding files' entries."""
+    fields = sorted(set().union(*(s.record["fields"] for s in shards)))
+    padding: dict[str, Any] = {}
+    for i, shard in enumerate(shards):
+        for name in fields:
+            column = field_column(name)
+            if column in shard.record["columns"]:
+                continue
+            where = tmp / f"pad-{i:05d}-of-{n:05d}"
+            where.mkdir(exist_ok=True)
+            writer = RaggedWriter(where, column)
+            writer.pad_to(shard.record["rows"])
+            for file, info in writer.finish().items():
+                padding[f"{snapshot}/{where.name}/{file}"] = (i, column, info)
+    return fields, padding
+
+
+GLOBAL_COLUMNS = ("text", "tokens")  # read by id on the hot path: get_many, tokens_many
+
+
+def global_offsets(
+    root: Path, tmp: Path, snapshot: str, shards: list[Shard]
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """For a store of several shards, each hot column's offsets over its shards' data laid end
+    to end (``<column>.goff``, ``count + 1`` uint64), written into ``tmp``.
+
+    With them a lookup across shards costs what it costs in one shard: two gathers of
+    offsets, then a search over the shards' byte bounds for the buffer (measured on 64 random
+    rows of 2 shards: the same time as one shard, where gathering from each shard's own
+    offsets took twice as long). 8 bytes a row per column, shared through the page cache.
+    Returns ({column: path}, {path: file entry}).
+    """
+    paths: dict[str, str] = {}
+    files: dict[str, Any] = {}
+    if len(shards) < 2:
+        return paths, files
+    for column in GLOBAL_COLUMNS:
+        if column not in shards[0].record["columns"]:
+            continue
+        parts, base = [np.zeros(1, dtype=OFFSET_DTYPE)], 0
+        for shard in shards:
+            name = shard.record["columns"][column]["offsets"]
+            offsets = MappedFile(root / shard.dir / name).array(OFFSET_DTYPE)
+            parts.append(offsets[1:] + np.uint64(base))
+            base += int(offsets[-1])
+        rel = f"{snapshot}/{column}.goff"
+        files[rel] = write_file(tmp / f"{column}.goff", np.concatenate(parts))
+        paths[column] = rel
+    return paths, files
+
+
+def _tokenizer_file(shards: list[Shard]) -> str | None:
+    """The tokenizer kept with the tokens: the first shard's that wrote one."""
+    for shard in shards:
+        if shard.record.get("tokenizer"):
+            return f"{shard.dir}/{shard.record['tokenizer']}"
+    return None
+
+
+def manifest_of(
+    root: Path,
+    tmp: Path,
+    snapshot: str,
+    shards: list[Shard],
+    build: dict[str, Any],
+) -> dict[str, Any]:
+    """Write the global index (and any padding) into ``tmp`` and return the manifest that
+    commits ``shards`` as snapshot ``snapshot`` (``tmp`` becomes ``root/snapshot``)."""
+    check_compatible(shards)
+    keys, is_int = global_keys(root, shards)
+    check_unique(keys, shards)
+    index_meta, index_files = write_index(tmp, keys, is_int)
+    del keys
+    files: dict[str, Any] = {f"{snapshot}/{name}": info for name, info in index_files.items()}
+    fields, padding = pad_fields(tmp, snapshot, shards, len(shards))
+    listed = []
+    for i, shard in enumerate(shards):
+        record = shard.record
+        columns = {
+            name: {k: f"{shard.dir}/{v}" for k, v in where.items()}
+            for name, where in record["columns"].items()
+        }
+        for path, (j, column, _) in padding.items():
+            if j == i:
+                base = path.rsplit("/", 1)[0]
+                data, offsets = column_files(column)
+                columns[column] = {"data": f"{base}/{data}", "offsets": f"{base}/{offsets}"}
+        files.update({f"{shard.dir}/{name}": info for name, info in record["files"].items()})
+        listed.append(
+            {"dir": shard.dir, "rows": record["rows"], "source": shard.source, "columns": columns}
+        )
+    files.update({path: info for path, (_, _, info) in padding.items()})
+    spans, span_files = global_offsets(root, tmp, snapshot, shards)
+    files.update(span_files)
+    first = shards[0].record
+    dtypes = {"text": "|u1", "ids": "|u1", **{field_column(f): "|u1" for f in fields}}
+    if first.get("tokens"):
+        dtypes["tokens"] = first["tokens"]["dtype"]
+    return {
+        "format": FORMAT_NAME,
+        "version": current_version(FORMAT_NAME),
+        "lading_version": __version__,
+        "snapshot": snapshot,
+        "build_id": build.pop("build_id"),
+        "count": sum(s.record["rows"] for s in shards),
+        "fields": fields,
+        "dtypes": dtypes,
+        "index": {**index_meta, "dir": snapshot},
+        "tokens": first.get("tokens"),
+        "tokenizer": _tokenizer_file(shards),
+        "source": build.pop("source"),
+        "sources": build.pop("sources"),
+        "shards": listed,
+        "global_offsets": spans,
+        "build": {
+            **build,
+            "skipped": sum(s.record["skipped"] for s in shards),
+            "skip_examples": [e for s in shards for e in s.record["skip_examples"]][:10],
+            "duplicates_dropped": sum(s.record["duplicates_dropped"] for s in shards),
+            "shard_seconds": [s.record["seconds"] for s in shards],
+        },
+        "files": files,
+    }

@@ -1,0 +1,468 @@
+"""The node cache as one store sees it: plan the ranges the next batches need, read ranges.
+
+Every process on a node (ranks, DataLoader workers) opens the same cache directory; the
+ledger (:mod:`lading.stores.remote.ledger`) makes a block fetched once per node: a process
+claims the ranges nobody holds or fetches, fetches them, and fills them in; a process that
+needs a range another one is fetching waits for it (and takes it over if that process died).
+
+- :meth:`NodeCache.prefetch` is told the ranges of the next batches and the step (batch
+  number) each is needed at. Ranges already cached get that step as their next use (what
+  eviction by next use reads); the others are coalesced (:mod:`lading.stores.remote.ranges`),
+  claimed within the cap and fetched in the background. What finds no room now (the cap is
+  full of blocks needed sooner) is retried at the next call.
+- :meth:`NodeCache.read` returns the bytes of ranges: from the cache, from this process's
+  GETs in flight, from another process's, or fetched now. A range that cannot be cached (a
+  cap of 0, a range larger than the cap, a cap full of blocks needed sooner) is read into
+  memory and not kept: the cap holds.
+
+Counting (:meth:`NodeCache.stats`): an access is a *hit* when it caused no GET, counted when
+it is planned (a prefetched range is a miss at its plan, not a hit at its read) or, for a
+range read without a plan, when it is read.
+"""
+
+from __future__ import annotations
+
+import atexit
+import bisect
+import contextlib
+import functools
+import os
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lading.stores.remote.fetch import Fetcher, Future
+from lading.stores.remote.ledger import Claimed, Ledger, pid_alive
+from lading.stores.remote.objects import RemoteReadError, describe
+from lading.stores.remote.ranges import (
+    DEFAULT_BLOCK,
+    DEFAULT_GAP,
+    DEFAULT_WASTE,
+    NO_STEP,
+    Block,
+    Need,
+    coalesce,
+)
+
+Span = tuple[str, int, int]  # object key, start, end
+_Started = dict[str, list[tuple[int, int, "Future"]]]  # key -> (start, end, future), by start
+_Key = tuple[int, int, int]  # object id, start, end
+_POLL_S = 0.002  # how often a process checks a block another one is fetching
+_ROUNDS = 8  # a range that keeps being evicted or taken over between lookups: give up after
+
+
+# A fork() while the writer thread is inside SQLite would leave SQLite's mutexes locked in the
+# child (a DataLoader worker), which then hangs on its first query. Around a fork, every
+# cache's writer is held outside SQLite; the child starts its own writer when it needs one.
+_FORKS: weakref.WeakSet[NodeCache] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for cache in list(_FORKS):
+        cache._sqlite.acquire()
+
+
+def _after_fork() -> None:
+    for cache in list(_FORKS):
+        if cache._sqlite.locked():
+            cache._sqlite.release()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
+
+
+def _at_exit() -> None:
+    """Park every writer thread outside SQLite and stop the fetch loops before the interpreter
+    is torn down: a daemon thread left inside SQLite or a GET's callback while Python
+    finalizes can abort the process (seen: a rank of 4 exited with SIGABRT after its work)."""
+    for cache in list(_FORKS):
+        if cache._pid == os.getpid():
+            cache._sqlite.acquire(timeout=10)  # held for good: the writer waits outside SQLite
+            cache.close()
+
+
+atexit.register(_at_exit)
+
+
+class NodeCache:
+    """Ranges of one store's objects through the node cache in ``directory``.
+
+    Args:
+        directory: the node's cache directory (node-local disk).
+        cap: the node's byte cap for cached blocks (0: cache nothing).
+        fetcher: issues the GETs (its client reads the store's URL).
+        namespace: what makes object names unique in a cache shared by several stores and
+            snapshots (the store's URL and snapshot).
+        etags: object key -> its ETag in this snapshot (pins what GETs may return).
+        policy: eviction policy (``"next-use"`` or ``"lru"``).
+        max_gap, max_waste, max_block: coalescing limits (see :func:`coalesce`); a block is
+            also kept under an eighth of the cap, so one GET never flushes the cache.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        cap: int,
+        fetcher: Fetcher,
+        namespace: str,
+        etags: Mapping[str, str | None] | None = None,
+        *,
+        policy: str = "next-use",
+        max_gap: int = DEFAULT_GAP,
+        max_waste: float = DEFAULT_WASTE,
+        max_block: int = DEFAULT_BLOCK,
+    ) -> None:
+        self.directory = Path(directory)
+        self.ledger = Ledger(self.directory, cap, policy)
+        self.fetcher = fetcher
+        self.namespace = namespace.rstrip("/")
+        self.etags = dict(etags or {})
+        self.max_gap, self.max_waste = max_gap, max_waste
+        self.max_block = max(1, min(max_block, cap // 8))
+        # waiting longer than this on another process's GET: fetch the range ourselves (a
+        # second GET beats a batch stalled behind a slow or retried one)
+        self.wait_limit = max(5.0, fetcher.timeout / 4)
+        self._pid = -1
+        self._sqlite = threading.Lock()  # held by the writer thread while it is in SQLite
+        _FORKS.add(self)
+        self._reset()
+
+    def _reset(self) -> None:
+        """Per-process state: new in a forked child (the parent's GETs are not its own)."""
+        self._pid = os.getpid()
+        self._inflight: dict[int, Future] = {}
+        self._plan: dict[_Key, list[int]] = {}  # planned, unread accesses: their steps
+        self._deferred: list[Need] = []
+        self._done: queue.SimpleQueue[tuple[int, Future]] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._names: dict[int, str] = {}
+        self.hits = self.misses = self.bytes_used = self.bypassed = self.unplanned = 0
+        self.wait_s = 0.0
+
+    def _here(self) -> None:
+        if self._pid != os.getpid():
+            self._reset()
+
+    def _obj(self, key: str) -> int:
+        obj = self.ledger.object_id(f"{self.namespace}/{key}")
+        self._names[obj] = key
+        return obj
+
+    # -- planning ------------------------------------------------------------------------------
+
+    def prefetch(self, needs: Sequence[Need], now: int) -> None:
+        """Plan ``needs`` (ranges and the step each is needed at); ``now`` is the current step.
+
+        Returns at once: the GETs run in the background.
+        """
+        self._here()
+        keep = [n for n in self._deferred if n.step >= now]
+        self._deferred = []
+        uses: list[tuple[int, int]] = []
+        missing: list[tuple[Need, int]] = []
+        todo = [(n, False) for n in keep] + [(n, True) for n in needs if n.end > n.start]
+        objs = {key: self._obj(key) for key in {n.key for n, _ in todo}}
+        keys = [(objs[n.key], n.start, n.end) for n, _ in todo]
+        with self.ledger.read() as conn:
+            founds = self.ledger.find_many(conn, keys)
+        for (need, fresh), found, (obj, _, _) in zip(todo, founds, keys):
+            if fresh:
+                self._plan.setdefault((obj, need.start, need.end), []).append(need.step)
+                self.hits += found is not None
+                self.misses += found is None
+            if found is None:
+                missing.append((need, obj))
+            else:
+                uses.append((found.block, need.step))
+        if uses:
+            self.ledger.plan_uses(uses, now)
+        self._fetch(missing, now, prefetch=True)
+        if len(self._plan) > 4 * len(needs) + 4096:  # accesses planned but never read
+            self._plan = {k: steps for k, steps in self._plan.items() if steps[-1] >= now}
+
+    def _fetch(
+        self, missing: list[tuple[Need, int]], now: int | None, prefetch: bool, around: bool = False
+    ) -> _Started:
+        """Coalesce, claim and start fetching ``missing``: the blocks this process fetches
+        (claimed, or if not ``prefetch`` also read around the cache) by key. ``around``: claim
+        nothing, read every block around the cache."""
+        if not missing:
+            return {}
+        objs = {need.key: obj for need, obj in missing}
+        with self.ledger.read() as conn:
+            blocks = coalesce(
+                [n for n, _ in missing],
+                self.max_gap,
+                self.max_waste,
+                self.max_block,
+                barrier=lambda key, end, start: self.ledger.occupied(conn, objs[key], end, start),
+            )
+        if around:
+            result = Claimed([], blocks, [])
+        else:
+            result = self.ledger.claim([(b, objs[b.key]) for b in blocks], now, prefetch)
+        started: _Started = {}
+        self._start_writer()
+        around_cache = [] if prefetch else result.deferred  # no room: read around the cache
+        self.bypassed += sum(b.size for b in around_cache)
+        fetch = [b for b, _ in result.claimed] + around_cache
+        futures = self.fetcher.submit_many(
+            [(b.key, b.start, b.end, self.etags.get(b.key)) for b in fetch]
+        )
+        for (_, block_id), future in zip(result.claimed, futures):
+            self._inflight[block_id] = future
+            future.add_done_callback(functools.partial(self._finished, block_id))
+        for block, future in zip(fetch, futures):
+            started.setdefault(block.key, []).append((block.start, block.end, future))
+        if prefetch:
+            later = result.deferred + result.overlapping
+            self._deferred.extend(_needs_in([n for n, _ in missing], later))
+        for group in started.values():
+            group.sort(key=lambda b: b[0])
+        return started
+
+    def _finished(self, block: int, future: Future) -> None:
+        self._done.put((block, future))  # on the fetch loop's thread: the writer fills it
+
+    # -- the writer: fills fetched blocks into the ledger, in batches ---------------------------
+
+    def _start_writer(self) -> None:
+        if self._writer is None or not self._writer.is_alive():
+            self._writer = threading.Thread(
+                target=self._write_loop, name="lading-fill", daemon=True
+            )
+            self._writer.start()
+
+    def _write_loop(self) -> None:
+        """Fill finished GETs into the ledger, as many per transaction as have finished."""
+        while True:
+            done = [self._done.get()]
+            with contextlib.suppress(queue.Empty):
+                while len(done) < 1024:
+                    done.append(self._done.get_nowait())
+            good = [(b, f.result()) for b, f in done if f.exception() is None]
+            failed = [b for b, f in done if f.exception() is not None]
+            with self._sqlite:  # no fork() while this thread is inside SQLite (see _FORKS)
+                try:
+                    self.ledger.fill(good)
+                except Exception:  # a full disk, say: give the claims up, the bytes were read
+                    failed += [b for b, _ in good]
+                with contextlib.suppress(Exception):
+                    self.ledger.release(failed)
+            for block, _ in done:
+                self._inflight.pop(block, None)
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def read(self, spans: Sequence[Span], now: int | None = None) -> list[bytes]:
+        """Bytes of each ``(key, start, end)``, in order; each ``bytes`` the caller's own.
+
+        Raises:
+            RemoteReadError: a GET failed for good (naming the object and range), or a range
+                stayed unreadable through repeated evictions.
+        """
+        self._here()
+        out: list[bytes | None] = [None] * len(spans)
+        todo: dict[_Key, list[int]] = {}
+        for i, (key, start, end) in enumerate(spans):
+            if end <= start:
+                out[i] = b""
+                continue
+            todo.setdefault((self._obj(key), start, end), []).append(i)
+        touched: list[tuple[int, _Key]] = []
+        for attempt in range(_ROUNDS):
+            if not todo:
+                break
+            todo = self._round(todo, out, touched, now, attempt)
+        if todo:
+            obj, start, end = next(iter(todo))
+            raise RemoteReadError(
+                f"{describe(self.fetcher.client.url, self._names[obj], start, end)}: evicted or "
+                f"taken over {_ROUNDS} times before it could be read; is cache_bytes far too "
+                "small for the processes sharing it?"
+            )
+        if touched:
+            self.ledger.touch(self._next_uses(touched), now)
+        self.bytes_used += sum(len(b) for b in out if b is not None)
+        return [b if b is not None else b"" for b in out]
+
+    def _count(self, k: _Key, found: bool) -> None:
+        """Count an access: a planned one was counted at its plan (its step is consumed);
+        else a hit when some block already holds the range or is being fetched."""
+        steps = self._plan.get(k)
+        if steps:
+            steps.sort()
+            del steps[0]
+            if not steps:
+                del self._plan[k]
+            return
+        self.unplanned += 1
+        self.hits += found
+        self.misses += not found
+
+    def _next_uses(self, touched: list[tuple[int, _Key]]) -> list[tuple[int, int | None]]:
+        """Each block read and the next step this process planned to read it at (or None)."""
+        nexts: dict[int, int | None] = {}
+        for block, k in touched:
+            steps = self._plan.get(k)
+            step = min(steps) if steps else None
+            known = nexts.get(block)
+            nexts[block] = step if known is None else known if step is None else min(known, step)
+        return list(nexts.items())
+
+    def _round(
+        self,
+        todo: dict[_Key, list[int]],
+        out: list[bytes | None],
+        touched: list[tuple[int, _Key]],
+        now: int | None,
+        attempt: int,
+    ) -> dict[_Key, list[int]]:
+        """One pass: read what is cached, fetch what nobody has, wait for the rest; what is
+        still unread (evicted or taken over meanwhile) is returned for another pass. From the
+        third pass on, missing ranges are read around the cache (a range that overlaps a
+        cached block without lying inside it could not be cached)."""
+        own: list[tuple[_Key, int, int]] = []  # key, block id, block start
+        other: list[tuple[_Key, int, int, int | None]] = []
+        missing: list[tuple[Need, int]] = []
+        with self.ledger.read() as conn:
+            keys = list(todo)
+            for k, found in zip(keys, self.ledger.find_many(conn, keys)):
+                obj, start, end = k
+                if attempt == 0:
+                    self._count(k, found is not None)
+                if found is None:
+                    step = NO_STEP if now is None else now
+                    missing.append((Need(self._names[obj], start, end, step), obj))
+                elif found.ready:
+                    self._put(out, todo[k], self.ledger.slice(conn, found, start, end))
+                    touched.append((found.block, k))
+                elif found.block in self._inflight:
+                    own.append((k, found.block, found.start))
+                else:
+                    other.append((k, found.block, found.start, found.owner))
+        started = self._fetch(missing, now, prefetch=False, around=attempt >= 2)
+        waited = time.perf_counter()
+        again: dict[_Key, list[int]] = {}
+        for need, obj in missing:
+            k = (obj, need.start, need.end)
+            holder = _covering(started.get(need.key, []), need)
+            if holder is None:  # claimed meanwhile by another process: look again
+                again[k] = todo[k]
+                continue
+            self._put(out, todo[k], _cut(holder[1], holder[0], need.start, need.end))
+        for k, block, base in own:
+            future = self._inflight.get(block)
+            if future is None:  # filled meanwhile: read it from the ledger next pass
+                again[k] = todo[k]
+                continue
+            self._put(out, todo[k], _cut(future, base, k[1], k[2]))
+            touched.append((block, k))
+        slow = []
+        for k, block, _, _ in other:
+            if not self._wait_for(block):
+                slow.append(k)  # still being fetched by a live process: read it ourselves
+            again[k] = todo[k]
+        if slow:
+            requests = [(self._names[o], a, b, self.etags.get(self._names[o])) for o, a, b in slow]
+            for k, data in zip(slow, self.fetcher.read(requests)):
+                self.bypassed += len(data)
+                self._put(out, again.pop(k), data)
+        self.wait_s += time.perf_counter() - waited
+        return again
+
+    @staticmethod
+    def _put(out: list[bytes | None], where: list[int], data: bytes) -> None:
+        for i in where:
+            out[i] = data
+
+    def _wait_for(self, block: int) -> bool:
+        """Wait until another process's block is filled or gone (True), taking over the claim
+        of a dead owner; False after ``wait_limit`` seconds with the owner still fetching."""
+        deadline = time.monotonic() + self.wait_limit
+        while time.monotonic() < deadline:
+            state = self.ledger.state(block)
+            if state is None or state[0]:
+                return True
+            if not pid_alive(state[1]):
+                self.ledger.take_over(block, state[1] or -1)
+                return True
+            time.sleep(_POLL_S)
+        return False
+
+    def close(self) -> None:
+        """Stop this process's GETs and give its claims not yet filled back to the node (a
+        process that leaves mid-fetch would otherwise make the others wait on its claims)."""
+        if self._pid != os.getpid():
+            return
+        self.fetcher.close()
+        pending = list(self._inflight)
+        self._inflight.clear()
+        with contextlib.suppress(Exception):
+            self.ledger.release(pending)
+
+    # -- counting --------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """This process's ``gets``, ``bytes_fetched``, ``bytes_used``, ``hits``, ``misses``,
+        ``unplanned`` (reads no prefetch announced), ``wait_s`` (waiting for GETs in reads) and
+        ``bytes_bypassed`` (read around a full cache); the node's ``bytes_cached`` (held or
+        being fetched), ``blocks`` and ``cap``."""
+        self._here()
+        cached, cap, blocks = self.ledger.usage()
+        return {
+            "gets": self.fetcher.gets,
+            "bytes_fetched": self.fetcher.bytes_fetched,
+            "bytes_used": self.bytes_used,
+            "bytes_cached": cached,
+            "cap": cap,
+            "hits": self.hits,
+            "misses": self.misses,
+            "blocks": blocks,
+            "unplanned": self.unplanned,
+            "wait_s": self.wait_s,
+            "bytes_bypassed": self.bypassed,
+            "retried": self.fetcher.retried,
+        }
+
+    def drain(self, timeout: float = 60.0) -> None:
+        """Wait until this process's GETs in flight are filled in (tests, benchmarks)."""
+        deadline = time.monotonic() + timeout
+        while self._inflight and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+
+def _covering(blocks: list[tuple[int, int, Future]], need: Need) -> tuple[int, Future] | None:
+    """``(start, future)`` of the block among ``blocks`` (sorted by start) holding ``need``."""
+    at = bisect.bisect_right(blocks, need.start, key=lambda b: b[0]) - 1
+    if at < 0 or blocks[at][1] < need.end:
+        return None
+    return blocks[at][0], blocks[at][2]
+
+
+def _cut(future: Future, base: int, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of a block fetched from ``base`` (raises what the GET raised)."""
+    data: bytes = future.result()
+    if end - base > len(data):  # the fetcher checks lengths: this is a bug, not a short read
+        raise RemoteReadError(f"block from {base} has {len(data)} bytes, not up to {end}")
+    return data[start - base : end - base]
+
+
+def _needs_in(needs: list[Need], blocks: list[Block]) -> list[Need]:
+    """The ``needs`` that lie inside one of ``blocks``."""
+    by_key: dict[str, list[Block]] = {}
+    for block in blocks:
+        by_key.setdefault(block.key, []).append(block)
+    for group in by_key.values():
+        group.sort()
+    found = []
+    for need in needs:
+        group = by_key.get(need.key, [])
+        at = bisect.bisect_right([b.start for b in group], need.start) - 1
+        if at >= 0 and group[at].end >= need.end:
+            found.append(need)
+    return found

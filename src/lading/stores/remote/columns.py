@@ -1,0 +1,131 @@
+"""A remote store's columns: rows -> byte ranges of its shards' data files, and back to values.
+
+Offsets of every column and the ``ids`` column's data are in the node's staged copy (see
+:mod:`lading.stores.remote.stage`), memory-mapped; a row of a payload column (``text``,
+``tokens``, ``field.*``) becomes the byte range ``[off[i] * itemsize, off[i + 1] * itemsize)``
+of its shard's data file, read through the node cache (:mod:`lading.stores.remote.cache`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from lading.disk import OFFSET_DTYPE, MappedFile
+from lading.errors import StoreFormatError
+from lading.stores.remote.cache import NodeCache, Span
+from lading.stores.remote.manifest import Part, columns, is_payload
+from lading.stores.remote.ranges import Need
+
+
+@dataclass
+class _Shard:
+    first: int
+    key: str
+    offsets: np.ndarray
+    dtype: np.dtype[Any]
+    data: MappedFile | None  # staged columns only
+
+
+class Columns:
+    """The columns of one staged snapshot (``staged``: the node's copy; ``meta``: its manifest)."""
+
+    def __init__(self, staged: Path, meta: dict[str, Any], cache: NodeCache) -> None:
+        self.cache = cache
+        self.count = int(meta["count"])
+        self._shards: dict[str, list[_Shard]] = {}
+        self._firsts: dict[str, npt.NDArray[np.int64]] = {}
+        for name, parts in columns(meta).items():
+            shards = [self._shard(staged, name, part) for part in parts]
+            self._shards[name] = shards
+            self._firsts[name] = np.array([s.first for s in shards], dtype=np.int64)
+
+    def _shard(self, staged: Path, name: str, part: Part) -> _Shard:
+        offsets = MappedFile(staged / part.offsets, random_access=True).array(OFFSET_DTYPE)
+        if len(offsets) != part.rows + 1 or (len(offsets) and int(offsets[0]) != 0):
+            raise StoreFormatError(
+                f"{staged / part.offsets}: {len(offsets) - 1} rows, the manifest says "
+                f"{part.rows}; the staged copy is damaged, delete {staged} to stage it again"
+            )
+        data = None if is_payload(name) else MappedFile(staged / part.data, random_access=True)
+        return _Shard(part.first, part.data, offsets, np.dtype(part.dtype), data)
+
+    def __contains__(self, column: str) -> bool:
+        return column in self._shards
+
+    def _locate(self, column: str, rows: npt.NDArray[np.int64]) -> list[tuple[_Shard, int, int]]:
+        """``(shard, start item, end item)`` of each row, in order."""
+        shards = self._shards[column]
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= self.count):
+            raise IndexError(f"rows out of range [0, {self.count}): {rows.min()}..{rows.max()}")
+        which = np.searchsorted(self._firsts[column], rows, side="right") - 1
+        out: list[tuple[_Shard, int, int]] = [None] * len(rows)  # type: ignore[list-item]
+        for s in np.unique(which).tolist():
+            shard = shards[s]
+            mask = which == s
+            local = rows[mask] - shard.first
+            starts = shard.offsets[local].tolist()
+            ends = shard.offsets[local + 1].tolist()
+            for i, a, b in zip(np.flatnonzero(mask).tolist(), starts, ends):
+                out[i] = (shard, a, b)
+        return out
+
+    def spans(self, column: str, rows: npt.NDArray[np.int64]) -> list[Span]:
+        """Byte ranges ``(data file, start, end)`` of ``rows`` of a payload column."""
+        return [
+            (shard.key, a * shard.dtype.itemsize, b * shard.dtype.itemsize)
+            for shard, a, b in self._locate(column, rows)
+        ]
+
+    def needs(
+        self, column: str, batches: Sequence[npt.NDArray[np.int64]], first_step: int
+    ) -> list[Need]:
+        """The ranges of ``batches`` of rows, batch ``j`` needed at step ``first_step + j``."""
+        out: list[Need] = []
+        for j, rows in enumerate(batches):
+            out += [Need(key, a, b, first_step + j) for key, a, b in self.spans(column, rows)]
+        return out
+
+    def read(self, column: str, rows: npt.NDArray[np.int64], now: int | None) -> list[bytes]:
+        """Bytes of ``rows`` of ``column``: staged columns from the map, others by the cache."""
+        if self._shards[column][0].data is not None:
+            return [
+                bytes(shard.data.buffer[a * shard.dtype.itemsize : b * shard.dtype.itemsize])  # type: ignore[union-attr]
+                for shard, a, b in self._locate(column, rows)
+            ]
+        return self.cache.read(self.spans(column, rows), now)
+
+    def texts(self, column: str, rows: npt.NDArray[np.int64], now: int | None) -> list[str]:
+        """``rows`` of a UTF-8 column as ``str``."""
+        return [b.decode("utf-8") for b in self.read(column, rows, now)]
+
+    def arrays(self, column: str, rows: npt.NDArray[np.int64], now: int | None) -> list[np.ndarray]:
+        """``rows`` of a fixed-width column (token ids) as read-only arrays of their own."""
+        dtype = self._shards[column][0].dtype
+        return [np.frombuffer(b, dtype=dtype) for b in self.read(column, rows, now)]
+
+    def whole(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+        """A column's items back to back and its ``n + 1`` offsets (row order), read into
+        memory by ranged GETs around the cache (``token_arrays`` of a remote store)."""
+        shards = self._shards[column]
+        fetcher = self.cache.fetcher
+        chunk = 8 << 20
+        parts: list[np.ndarray] = []
+        offsets = [np.zeros(1, dtype=np.int64)]
+        done = 0
+        for shard in shards:
+            size = int(shard.offsets[-1]) * shard.dtype.itemsize
+            etag = self.cache.etags.get(shard.key)
+            requests = [(shard.key, a, min(a + chunk, size), etag) for a in range(0, size, chunk)]
+            raw = b"".join(fetcher.read(requests))
+            parts.append(np.frombuffer(raw, dtype=shard.dtype))
+            offsets.append(shard.offsets[1:].astype(np.int64) + done)
+            done += int(shard.offsets[-1])
+        values = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint8)
+        return values, np.concatenate(offsets).astype(OFFSET_DTYPE)

@@ -1,0 +1,229 @@
+"""Many GETs in flight from one thread: an asyncio loop per process, retries with backoff.
+
+A ranged GET spends ~30 ms waiting and ~30 us of CPU (obstore), so throughput is requests in
+flight / latency (Little's law): 64 in flight at 30 ms is ~2,100 GETs/s. The loop runs on a
+daemon thread, started on first use and again in a forked child (a fork copies no threads);
+callers get ``concurrent.futures.Future`` objects, or block on :meth:`Fetcher.read`.
+
+A GET that fails (a 5xx, a dropped connection) or takes longer than ``timeout`` seconds is
+retried after ``backoff * 2**attempt`` seconds (with jitter, so a node's processes do not
+retry in step), up to ``retries`` times; then :class:`RemoteReadError` names the object, the
+byte range, the attempts and the last error. A missing object or a replaced one (its ETag
+changed) is not retried. A GET that returns another number of bytes than asked for is an
+error too: a document is never wrong or empty because of a short read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+from collections.abc import Callable, Sequence
+
+from lading.stores.remote.objects import (
+    ObjectClient,
+    PermanentError,
+    RemoteReadError,
+    describe,
+)
+
+DEFAULT_IN_FLIGHT = 128  # > 64: at 30 ms a GET, 128 in flight serve ~4,200 GETs/s
+DEFAULT_RETRIES = 3
+DEFAULT_TIMEOUT = 20.0  # seconds one attempt may take (an 8 MiB block at 1 MB/s still fits)
+DEFAULT_BACKOFF = 0.05  # seconds before the first retry; doubled each time
+
+Request = tuple[str, int, int, str | None]  # key, start, end, etag (None: not pinned)
+
+
+class Future:
+    """The bytes of one GET, once fetched: ``result()`` waits for them (or raises the GET's
+    error). Lighter than ``concurrent.futures.Future`` (one condition per batch of GETs, not
+    one per GET: ~35 us saved a GET), with the same ``result``/``done``/``exception``/
+    ``add_done_callback``. Callbacks run on the fetch loop's thread."""
+
+    __slots__ = ("_callbacks", "_cond", "_data", "_done", "_error")
+
+    def __init__(self, cond: threading.Condition) -> None:
+        self._cond = cond
+        self._data: bytes | None = None
+        self._error: BaseException | None = None
+        self._done = False
+        self._callbacks: list[Callable[[Future], None]] = []
+
+    def _set(self, data: bytes | None, error: BaseException | None) -> None:
+        with self._cond:
+            self._data, self._error, self._done = data, error, True
+            self._cond.notify_all()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self, timeout: float | None = None) -> bytes:
+        """The bytes, waiting up to ``timeout`` seconds (None: for ever).
+
+        Raises:
+            RemoteReadError: the GET failed for good.
+            TimeoutError: not fetched within ``timeout``.
+        """
+        if not self._done:
+            with self._cond:
+                if not self._cond.wait_for(lambda: self._done, timeout):
+                    raise TimeoutError(f"a GET is still running after {timeout}s")
+        if self._error is not None:
+            raise self._error
+        assert self._data is not None
+        return self._data
+
+    def exception(self) -> BaseException | None:
+        """The GET's error, or None once it succeeded (waits for it)."""
+        if not self._done:
+            with self._cond:
+                self._cond.wait_for(lambda: self._done)
+        return self._error
+
+    def add_done_callback(self, callback: Callable[[Future], None]) -> None:
+        with self._cond:
+            if not self._done:
+                self._callbacks.append(callback)
+                return
+        callback(self)
+
+
+class Fetcher:
+    """Issues ranged GETs through ``make_client()``'s client, ``in_flight`` at a time.
+
+    Args:
+        make_client: builds the object client (called again in a forked child, which may
+            need another backend: see :mod:`lading.stores.remote.objects`).
+        in_flight: GETs outstanding at once (>= 1).
+        retries: further attempts after a failed or slow one.
+        timeout: seconds an attempt may take before it counts as failed.
+        backoff: seconds before the first retry.
+
+    Attributes:
+        gets: requests sent by this process (retries included).
+        bytes_fetched: bytes those requests returned.
+        retried: attempts that failed and were retried.
+    """
+
+    def __init__(
+        self,
+        make_client: Callable[[], ObjectClient],
+        *,
+        in_flight: int = DEFAULT_IN_FLIGHT,
+        retries: int = DEFAULT_RETRIES,
+        timeout: float = DEFAULT_TIMEOUT,
+        backoff: float = DEFAULT_BACKOFF,
+    ) -> None:
+        if in_flight < 1 or retries < 0 or timeout <= 0 or backoff < 0:
+            raise ValueError(
+                f"in_flight={in_flight}, retries={retries}, timeout={timeout}, "
+                f"backoff={backoff}: need in_flight >= 1, retries >= 0, timeout > 0, backoff >= 0"
+            )
+        self.make_client = make_client
+        self.in_flight, self.retries = in_flight, retries
+        self.timeout, self.backoff = timeout, backoff
+        self.gets = self.bytes_fetched = self.retried = 0
+        self._pid = -1
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: ObjectClient | None = None
+        self._slots: asyncio.Semaphore | None = None
+
+    @property
+    def client(self) -> ObjectClient:
+        """This process's client (made on first use)."""
+        self._start()
+        assert self._client is not None
+        return self._client
+
+    def _start(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._pid != os.getpid() or self._loop is None:
+                self._client = self.make_client()
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="lading-fetch", daemon=True)
+                thread.start()
+                self._slots = None
+                self._tasks: set[asyncio.Task[None]] = set()
+                self._loop, self._pid = loop, os.getpid()
+            return self._loop
+
+    def submit(self, key: str, start: int, end: int, etag: str | None = None) -> Future:
+        """Start fetching bytes ``[start, end)`` of ``key``; the future holds the bytes."""
+        return self.submit_many([(key, start, end, etag)])[0]
+
+    def submit_many(self, requests: Sequence[Request]) -> list[Future]:
+        """Start fetching every request (one wake-up of the loop for all of them)."""
+        loop = self._start()
+        cond = threading.Condition()
+        futures = [Future(cond) for _ in requests]
+        if requests:
+            loop.call_soon_threadsafe(self._launch, list(requests), futures)
+        return futures
+
+    def _launch(self, requests: list[Request], futures: list[Future]) -> None:
+        for request, future in zip(requests, futures):
+            task = asyncio.ensure_future(self._run(request, future))
+            self._tasks.add(task)  # a running task must be referenced (asyncio keeps weak ones)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, request: Request, future: Future) -> None:
+        try:
+            data = await self._get(*request)
+        except BaseException as e:
+            future._set(None, e)
+        else:
+            future._set(data, None)
+
+    def read(self, requests: Sequence[Request]) -> list[bytes]:
+        """Fetch every request concurrently; the bytes in request order.
+
+        Raises:
+            RemoteReadError: the first request that failed for good.
+        """
+        return [f.result() for f in self.submit_many(requests)]
+
+    async def _get(self, key: str, start: int, end: int, etag: str | None) -> bytes:
+        if self._slots is None:  # made on the loop's thread, in the process that runs it
+            self._slots = asyncio.Semaphore(self.in_flight)
+        client = self._client  # set before the loop started; no lock on this thread (a fork
+        assert client is not None  # while it held one would leave the child's locked)
+        last: BaseException | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.retried += 1
+                await asyncio.sleep(self.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
+            async with self._slots:
+                self.gets += 1
+                try:
+                    data = await asyncio.wait_for(
+                        client.get_range(key, start, end, etag), self.timeout
+                    )
+                except PermanentError as e:
+                    raise RemoteReadError(
+                        f"GET {describe(client.url, key, start, end)}: {e}"
+                    ) from None
+                except (OSError, asyncio.TimeoutError) as e:
+                    last = e
+                    continue
+            self.bytes_fetched += len(data)
+            if len(data) == end - start:
+                return data
+            last = OSError(f"{len(data)} bytes came back for the {end - start} asked")
+        reason = "timed out" if isinstance(last, asyncio.TimeoutError) else f"{last}"
+        raise RemoteReadError(
+            f"GET {describe(client.url, key, start, end)} failed {self.retries + 1} times "
+            f"(timeout {self.timeout:g}s, retries={self.retries}); last: {reason}"
+        )
+
+    def close(self) -> None:
+        """Stop this process's loop thread (a later call starts a new one)."""
+        with self._lock:
+            if self._loop is not None and self._pid == os.getpid():
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop, self._pid = None, -1

@@ -1,0 +1,374 @@
+"""The node cache's shared state: one SQLite file that every process on the node opens.
+
+Why SQLite and not a file per block: a block is often one passage (~350 bytes) and a file
+takes at least one 4 KiB filesystem block, so a byte cap on files would hold a twelfth of
+what it says, or the disk would hold twelve times the cap. SQLite packs small blobs densely,
+its transactions make "claim this range, evict those" atomic across processes (WAL: readers
+never wait for the writer), and with ``mmap_size`` its pages are read through one shared map
+of the page cache. A process killed mid-fetch leaves a claim whose owner is dead; the next
+process that wants that range takes it over.
+
+Tables: ``objects`` (name -> id: one row per object of a store snapshot), ``blocks`` (a
+fetched range: object, start, end, size, ready, owner pid, next planned use, last use time,
+uses), ``payload`` (block id -> bytes, kept apart so the eviction scans stay small) and
+``settings`` (cap, bytes claimed). Blocks of an object never overlap (the planner never merges
+across a cached block), so the block holding a range is the last one starting at or before it.
+
+The byte cap is hard: ``used`` (bytes of every block, fetched or claimed) never exceeds it,
+checked in the same transaction that claims.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from lading.stores.remote.evict import policy as eviction_policy
+from lading.stores.remote.ranges import NO_STEP, Block
+
+LEDGER_FILE = "ledger.sqlite"
+SCHEMA_VERSION = 1
+_MMAP_BYTES = 1 << 31  # SQLite's default ceiling for mmap_size (SQLITE_MAX_MMAP_SIZE)
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS objects (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS blocks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, object INTEGER NOT NULL, start INTEGER NOT NULL,
+    end INTEGER NOT NULL, size INTEGER NOT NULL, ready INTEGER NOT NULL, owner INTEGER,
+    next_use INTEGER, last_use REAL NOT NULL, uses INTEGER NOT NULL DEFAULT 0);
+CREATE UNIQUE INDEX IF NOT EXISTS blocks_at ON blocks (object, start);
+CREATE INDEX IF NOT EXISTS blocks_next ON blocks (next_use);
+CREATE INDEX IF NOT EXISTS blocks_cold ON blocks (uses, last_use);
+CREATE INDEX IF NOT EXISTS blocks_lru ON blocks (last_use);
+CREATE TABLE IF NOT EXISTS payload (id INTEGER PRIMARY KEY, bytes BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO settings VALUES ('used', 0);
+"""
+
+
+class Found(NamedTuple):
+    """The block that holds a range: its id, where it starts, whether its bytes are in, who
+    fetches it, and (a ready block of at most ``INLINE`` bytes) its bytes."""
+
+    block: int
+    start: int
+    ready: bool
+    owner: int | None
+    data: bytes | None = None
+
+
+INLINE = 64 * 1024  # a block up to this size comes with its lookup (one query for a batch)
+_BATCH = 500  # ranges per batched query (4 parameters each, far below SQLite's 32,766)
+_FIND = (
+    "SELECT q.column1, b.id, b.start, b.ready, b.owner, CASE WHEN b.ready AND b.size <= {inline}"
+    " THEN (SELECT bytes FROM payload WHERE id = b.id) END FROM (VALUES {values}) AS q"
+    " JOIN blocks AS b ON b.id = (SELECT id FROM blocks WHERE object = q.column2"
+    " AND start <= q.column3 ORDER BY start DESC LIMIT 1) AND b.end >= q.column4"
+)
+_OVERLAPS = (
+    "SELECT q.column1 FROM (VALUES {values}) AS q WHERE EXISTS (SELECT 1 FROM blocks WHERE"
+    " object = q.column2 AND start >= q.column3 AND start < q.column4) OR (SELECT end FROM"
+    " blocks WHERE object = q.column2 AND start <= q.column3 ORDER BY start DESC LIMIT 1)"
+    " > q.column3"
+)
+
+
+def _batched(
+    conn: sqlite3.Connection, sql: str, keys: Sequence[tuple[int, int, int]]
+) -> Iterable[tuple[Any, ...]]:
+    """Rows of ``sql`` over ``(i, object, start, end)`` for every key, ``_BATCH`` at a time."""
+    for lo in range(0, len(keys), _BATCH):
+        part = keys[lo : lo + _BATCH]
+        values = ",".join(["(?, ?, ?, ?)"] * len(part))
+        args = [x for i, key in enumerate(part, lo) for x in (i, *key)]
+        yield from conn.execute(sql.format(values=values, inline=INLINE), args)
+
+
+class Claimed(NamedTuple):
+    """What :meth:`Ledger.claim` did: blocks claimed (with ids), left for later, overlapping."""
+
+    claimed: list[tuple[Block, int]]
+    deferred: list[Block]
+    overlapping: list[Block]
+
+
+class Ledger:
+    """One process's handle on the node's ledger in ``directory`` (a connection per thread).
+
+    Args:
+        directory: the cache directory (created).
+        cap: the byte cap of the node's cache; the latest opener's value is the node's.
+        policy: the eviction policy's name (:mod:`lading.stores.remote.evict`).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], cap: int, policy: str = "next-use"):
+        if cap < 0:
+            raise ValueError(f"cache_bytes={cap}: need >= 0 (0 caches nothing)")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / LEDGER_FILE
+        self.cap = cap
+        self.policy_name = policy
+        self._policy = eviction_policy(policy)
+        self._local = threading.local()
+        self._objects: dict[str, int] = {}
+        with self.write() as conn:
+            conn.execute("INSERT OR REPLACE INTO settings VALUES ('cap', ?)", (cap,))
+            self._reclaim_dead(conn)
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (opened after a fork too: a connection is not shared)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            conn = sqlite3.connect(self.path, timeout=120.0, isolation_level=None)
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")  # a lost cache is refetched, not lost data
+            conn.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
+            if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executescript(_SCHEMA)  # commits
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    def write(self) -> _Transaction:
+        """``with ledger.write() as conn:`` one write transaction (others wait for it)."""
+        return _Transaction(self.connection(), "BEGIN IMMEDIATE")
+
+    def read(self) -> _Transaction:
+        """``with ledger.read() as conn:`` one snapshot: a block deleted meanwhile stays
+        readable until the transaction ends (WAL)."""
+        return _Transaction(self.connection(), "BEGIN")
+
+    def object_id(self, name: str) -> int:
+        """The id of object ``name`` (``<store>/<snapshot>/<file>``), made on first use."""
+        found = self._objects.get(name)
+        if found is None:
+            with self.write() as conn:
+                conn.execute("INSERT OR IGNORE INTO objects (name) VALUES (?)", (name,))
+                row = conn.execute("SELECT id FROM objects WHERE name = ?", (name,)).fetchone()
+            found = self._objects[name] = int(row[0])
+        return found
+
+    @staticmethod
+    def find(conn: sqlite3.Connection, obj: int, start: int, end: int) -> Found | None:
+        """The block holding bytes ``[start, end)`` of object ``obj``, or None."""
+        row = conn.execute(
+            "SELECT id, start, end, ready, owner FROM blocks WHERE object = ? AND start <= ?"
+            " ORDER BY start DESC LIMIT 1",
+            (obj, start),
+        ).fetchone()
+        if row is None or row[2] < end:
+            return None
+        return Found(row[0], row[1], bool(row[3]), row[4])
+
+    @staticmethod
+    def find_many(
+        conn: sqlite3.Connection, keys: Sequence[tuple[int, int, int]]
+    ) -> list[Found | None]:
+        """:meth:`find` for each ``(object, start, end)``, in a few queries."""
+        out: list[Found | None] = [None] * len(keys)
+        for i, block, start, ready, owner, data in _batched(conn, _FIND, keys):
+            out[i] = Found(block, start, bool(ready), owner, data)
+        return out
+
+    @staticmethod
+    def slice(conn: sqlite3.Connection, found: Found, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object, from a ready block that holds them.
+
+        Python 3.11+ reads just those bytes (``blobopen``); 3.10's ``substr`` has SQLite load
+        the whole block first (blocks are at most ``max_block``, 8 MiB by default).
+        """
+        if found.data is not None:
+            return found.data[start - found.start : end - found.start]
+        if hasattr(conn, "blobopen"):
+            with conn.blobopen("payload", "bytes", found.block, readonly=True) as blob:
+                blob.seek(start - found.start)
+                data: bytes = blob.read(end - start)
+                return data
+        row = conn.execute(
+            "SELECT substr(bytes, ?, ?) FROM payload WHERE id = ?",
+            (start - found.start + 1, end - start, found.block),
+        ).fetchone()
+        return bytes(row[0])
+
+    @staticmethod
+    def occupied(conn: sqlite3.Connection, obj: int, end: int, start: int) -> bool:
+        """Whether a block of ``obj`` starts inside the gap ``[end, start)``."""
+        row = conn.execute(
+            "SELECT 1 FROM blocks WHERE object = ? AND start >= ? AND start < ? LIMIT 1",
+            (obj, end, start),
+        ).fetchone()
+        return row is not None
+
+    def claim(
+        self, blocks: Sequence[tuple[Block, int]], now: int | None, prefetch: bool
+    ) -> Claimed:
+        """Claim ``(block, object id)`` pairs, in order, for this process to fetch.
+
+        Room is made by evicting ready blocks in the policy's order, but only blocks whose next
+        planned use is later than the claiming block's ``step`` (``prefetch``) or than ``now``
+        (a read that needs the bytes now; ``now=None``: any block). The first block that finds
+        no room (or is larger than the cap) and every later one are deferred; a block that
+        overlaps one another process claimed meanwhile is returned in ``overlapping``, for the
+        caller to look up again.
+        """
+        claimed: list[tuple[Block, int]] = []
+        deferred: list[Block] = []
+        overlapping: list[Block] = []
+        clock = -1 if now is None else now
+        with self.write() as conn:
+            cap = int(conn.execute("SELECT value FROM settings WHERE name = 'cap'").fetchone()[0])
+            used = self._used(conn)
+            victims = self._policy(conn, clock)
+            keys = [(obj, block.start, block.end) for block, obj in blocks]
+            taken = {row[0] for row in _batched(conn, _OVERLAPS, keys)}
+            full = False  # a block found no room: the later ones (needed later) wait too
+            for n, (block, _) in enumerate(blocks):
+                if full or block.size > cap:
+                    deferred.append(block)
+                    continue
+                if n in taken:
+                    overlapping.append(block)
+                    continue
+                obj = keys[n][0]
+                bound = block.step if prefetch else clock
+                while used + block.size > cap:
+                    victim = next(victims, None)
+                    if victim is None or victim[2] <= bound:
+                        break
+                    self._drop(conn, [victim[0]])
+                    used -= victim[1]
+                if used + block.size > cap:
+                    full = True
+                    deferred.append(block)
+                    continue
+                cursor = conn.execute(
+                    "INSERT INTO blocks (object, start, end, size, ready, owner, next_use,"
+                    " last_use, uses) VALUES (?, ?, ?, ?, 0, ?, ?, ?, 0)",
+                    (obj, block.start, block.end, block.size, os.getpid(),
+                     None if block.step >= NO_STEP else block.step, time.time()),
+                )  # fmt: skip
+                assert cursor.lastrowid is not None
+                claimed.append((block, cursor.lastrowid))
+                used += block.size
+            conn.execute("UPDATE settings SET value = ? WHERE name = 'used'", (used,))
+        return Claimed(claimed, deferred, overlapping)
+
+    def fill(self, done: Iterable[tuple[int, bytes]]) -> None:
+        """Store fetched bytes and mark their blocks ready (a block evicted or taken over
+        meanwhile is skipped)."""
+        with self.write() as conn:
+            for block, data in done:
+                changed = conn.execute(
+                    "UPDATE blocks SET ready = 1, owner = NULL WHERE id = ? AND ready = 0",
+                    (block,),
+                ).rowcount
+                if changed:
+                    conn.execute("INSERT OR REPLACE INTO payload VALUES (?, ?)", (block, data))
+
+    def release(self, blocks: Iterable[int]) -> None:
+        """Give up claims (a fetch that failed): their space is free again."""
+        with self.write() as conn:
+            self._drop(conn, list(blocks))
+
+    def _drop(self, conn: sqlite3.Connection, blocks: list[int]) -> None:
+        if not blocks:
+            return
+        marks = ",".join("?" * len(blocks))
+        freed = conn.execute(
+            f"SELECT total(size) FROM blocks WHERE id IN ({marks})", blocks
+        ).fetchone()[0]
+        conn.execute(f"DELETE FROM blocks WHERE id IN ({marks})", blocks)
+        conn.execute(f"DELETE FROM payload WHERE id IN ({marks})", blocks)
+        conn.execute(
+            "UPDATE settings SET value = max(0, value - ?) WHERE name = 'used'", (int(freed),)
+        )
+
+    def touch(self, uses: Sequence[tuple[int, int | None]], now: int | None) -> None:
+        """Count a use of each ``(block, next)`` read at step ``now``: its next use becomes
+        ``next`` (this reader's next planned read of it, None: none known) where the one
+        recorded was this read or earlier; another process's sooner use stays."""
+        if not uses:
+            return
+        t = time.time()
+        with self.write() as conn:
+            conn.executemany(
+                "UPDATE blocks SET uses = uses + 1, last_use = ?, next_use = CASE"
+                " WHEN ? IS NULL THEN next_use WHEN next_use IS NULL OR next_use <= ? THEN ?"
+                " ELSE min(next_use, coalesce(?, next_use)) END WHERE id = ?",
+                [(t, now, now, step, step, block) for block, step in uses],
+            )
+
+    def plan_uses(self, uses: Iterable[tuple[int, int]], now: int) -> None:
+        """Record that block ``b`` is next used at step ``s`` for each ``(b, s)``: the earlier
+        of that and its current next use, unless the current one is already past (< ``now``)."""
+        with self.write() as conn:
+            conn.executemany(
+                "UPDATE blocks SET next_use = CASE WHEN next_use IS NULL OR next_use < ?"
+                " THEN ? ELSE min(next_use, ?) END WHERE id = ?",
+                [(now, step, step, block) for block, step in uses],
+            )
+
+    def state(self, block: int) -> tuple[bool, int | None] | None:
+        """``(ready, owner pid)`` of a block, or None when it is gone."""
+        with self.read() as conn:
+            row = conn.execute("SELECT ready, owner FROM blocks WHERE id = ?", (block,)).fetchone()
+        return None if row is None else (bool(row[0]), row[1])
+
+    def take_over(self, block: int, owner: int) -> None:
+        """Drop a claim whose owner died before filling it."""
+        with self.write() as conn:
+            row = conn.execute("SELECT owner FROM blocks WHERE id = ? AND ready = 0", (block,))
+            if (found := row.fetchone()) is not None and found[0] == owner:
+                self._drop(conn, [block])
+
+    def _reclaim_dead(self, conn: sqlite3.Connection) -> None:
+        rows = conn.execute("SELECT id, owner FROM blocks WHERE ready = 0").fetchall()
+        self._drop(conn, [block for block, owner in rows if not pid_alive(owner)])
+
+    @staticmethod
+    def _used(conn: sqlite3.Connection) -> int:
+        return int(conn.execute("SELECT value FROM settings WHERE name = 'used'").fetchone()[0])
+
+    def usage(self) -> tuple[int, int, int]:
+        """``(bytes of blocks held or claimed, the cap, blocks)`` for the whole node."""
+        with self.read() as conn:
+            used = self._used(conn)
+            cap = int(conn.execute("SELECT value FROM settings WHERE name = 'cap'").fetchone()[0])
+            count = int(conn.execute("SELECT count(*) FROM blocks").fetchone()[0])
+        return used, cap, count
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether process ``pid`` runs on this host (the cache is node-local). A zombie (exited,
+    not yet reaped by its parent: a rank that left before its launcher looked) is dead."""
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):  # no /proc (not Linux): kill(0) said it exists
+        return True
+
+
+class _Transaction:
+    def __init__(self, conn: sqlite3.Connection, begin: str) -> None:
+        self.conn, self.begin = conn, begin
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute(self.begin)
+        return self.conn
+
+    def __exit__(self, kind: object, *rest: object) -> None:
+        self.conn.execute("COMMIT" if kind is None else "ROLLBACK")

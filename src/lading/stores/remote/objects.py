@@ -1,0 +1,154 @@
+"""The object-store seam: ranged reads, whole-object get/put, list and head, for any backend.
+
+A store lives under a URL prefix (``s3://bucket/prefix/name``, ``gs://...``, anything fsspec
+reaches); keys are paths below it (``meta.json``, ``text.bin``). Two backends implement
+:class:`ObjectClient`:
+
+- :mod:`~lading.stores.remote.obstore_client` (``obstore``, Rust): one ranged GET is one
+  ``await``, so a single thread keeps hundreds in flight for ~30 us of CPU each. Its client is
+  unusable in a process *forked* from one that already used it (the tokio runtime's threads
+  are not forked: a GET hangs forever), so such a child falls back to fsspec.
+- :mod:`~lading.stores.remote.fsspec_client` (``s3fs``, ``gcsfs``, ...): any fsspec protocol.
+
+Credentials and the endpoint come from the standard environment (``AWS_ACCESS_KEY_ID``,
+``AWS_ENDPOINT_URL``, ``GOOGLE_APPLICATION_CREDENTIALS``, ...) or ``options``; they are never
+logged or put in an error message. Neither backend's own range merging is used (obstore's
+``get_ranges`` merges anything under 1 MB apart): lading plans its ranges itself
+(:mod:`lading.stores.remote.ranges`), and each backend's own retries are off, so that a GET
+counted is a request sent (:mod:`lading.stores.remote.fetch` retries).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from lading.errors import LadingError
+
+BACKENDS: tuple[str, ...] = ("auto", "fsspec", "obstore")
+
+
+class RemoteReadError(LadingError, OSError):
+    """A GET failed for good (after its retries): names the object, the byte range and why."""
+
+
+class PermanentError(RemoteReadError):
+    """A GET that retrying cannot fix: the object is missing, or not the version expected."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a listing says of one object: its size and version tag (an ETag, or None)."""
+
+    size: int
+    etag: str | None
+
+
+def is_remote(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a URL of object storage (``s3://``, ``gs://``, ...), not a local path.
+
+    ``file://`` counts as local. A Windows drive (``C:\\x``) has no ``://``.
+    """
+    text = os.fspath(path)
+    return "://" in text and not text.startswith("file://")
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """``"s3://bucket/a/b"`` -> ``("s3", "bucket/a/b")``, the trailing slash dropped.
+
+    Raises:
+        ValueError: no ``scheme://``, or nothing after it.
+    """
+    scheme, sep, rest = url.partition("://")
+    rest = rest.strip("/")
+    if not sep or not scheme or not rest:
+        raise ValueError(
+            f"{url!r} is not an object-store URL; expected scheme://bucket/prefix "
+            "(e.g. s3://my-bucket/corpora/msmarco)"
+        )
+    return scheme, rest
+
+
+class ObjectClient(Protocol):
+    """What lading needs of object storage, below one URL prefix."""
+
+    url: str
+    backend: str
+
+    async def get_range(self, key: str, start: int, end: int, etag: str | None = None) -> bytes:
+        """Bytes ``[start, end)`` of object ``key`` (one GET); ``etag`` pins the version.
+
+        Raises:
+            PermanentError: the object is missing or (with ``etag``) was replaced.
+            OSError: anything a retry may fix (a 5xx, a dropped connection).
+        """
+
+    def get(self, key: str) -> bytes:
+        """The whole object ``key``."""
+
+    def put(self, key: str, data: bytes | Path) -> None:
+        """Write object ``key`` from bytes or a local file (replacing it)."""
+
+    def list(self, prefix: str = "") -> dict[str, ObjectInfo]:
+        """Every object below ``prefix``: key (relative to the URL) -> size and ETag."""
+
+    def head(self, key: str) -> ObjectInfo | None:
+        """Size and ETag of ``key``, or None when it does not exist."""
+
+    def delete(self, key: str) -> None:
+        """Remove object ``key`` (absent is fine)."""
+
+
+def exists(client: ObjectClient, key: str) -> bool:
+    """Whether object ``key`` exists below the client's URL."""
+    return client.head(key) is not None
+
+
+def describe(url: str, key: str, start: int | None = None, end: int | None = None) -> str:
+    """``s3://bucket/store/text.bin bytes 100-199`` (an inclusive range, as HTTP writes it)."""
+    where = f"{url.rstrip('/')}/{key}"
+    return where if start is None or end is None else f"{where} bytes {start}-{end - 1}"
+
+
+def _obstore_usable() -> bool:
+    try:
+        from lading.stores.remote import obstore_client
+    except ImportError:
+        return False
+    return obstore_client.usable_here()
+
+
+def open_client(
+    url: str, backend: str = "auto", options: Mapping[str, Any] | None = None
+) -> ObjectClient:
+    """A client for the objects below ``url``.
+
+    Args:
+        url: ``s3://bucket/prefix``, ``gs://...``, or any fsspec URL.
+        backend: ``"obstore"``, ``"fsspec"``, or ``"auto"``: obstore where it is installed,
+            handles the scheme and is usable in this process (see the module docstring),
+            else fsspec.
+        options: backend options (obstore config keys or fsspec storage options, e.g.
+            ``{"endpoint_url": ...}``); the environment supplies the rest.
+
+    Raises:
+        ValueError: an unknown backend or a URL without a scheme.
+        ImportError: the backend is not installed (the message says what to install).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose from {sorted(BACKENDS)}")
+    scheme, _ = split_url(url)
+    if backend == "auto":
+        from lading.stores.remote.obstore_client import SCHEMES
+
+        backend = "obstore" if scheme in SCHEMES and _obstore_usable() else "fsspec"
+    if backend == "obstore":
+        from lading.stores.remote.obstore_client import ObstoreClient
+
+        return ObstoreClient(url, options)
+    from lading.stores.remote.fsspec_client import FsspecClient
+
+    return FsspecClient(url, options)

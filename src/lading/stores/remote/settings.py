@@ -1,0 +1,126 @@
+"""How a remote store is read: the node cache's directory and cap, the client, the planner.
+
+Defaults come from the environment, so a command that takes a store path (``lading train``,
+``lading bench``) reads ``s3://`` stores without new flags: the node cache is ``remote/`` in
+lading's cache folder (``$LADING_CACHE``, else ``$XDG_CACHE_HOME/lading``, else
+``~/.cache/lading``: the folder ``lading bench`` keeps its data in), and its cap is
+``LADING_REMOTE_CACHE_BYTES`` (``8G``, ``500M``, a byte count; default 8 GiB, or half the free
+space of that filesystem if less).
+Credentials and endpoints are the object store's own variables (``AWS_ENDPOINT_URL``, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from lading.stores.remote.fetch import DEFAULT_IN_FLIGHT, DEFAULT_RETRIES, DEFAULT_TIMEOUT
+from lading.stores.remote.ranges import DEFAULT_GAP, DEFAULT_WASTE
+
+CACHE_ENV = "LADING_CACHE"
+CACHE_BYTES_ENV = "LADING_REMOTE_CACHE_BYTES"
+DEFAULT_CACHE_BYTES = 8 << 30
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_bytes(value: int | str, what: str = "cache_bytes") -> int:
+    """``8G`` -> 8 GiB, ``500M``, ``1.5T``, ``123`` (bytes) -> bytes.
+
+    Raises:
+        ValueError: naming ``what``, the value and the forms accepted.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"{what}={value}: need >= 0 bytes")
+        return value
+    found = _SIZE.match(str(value))
+    if found is None:
+        raise ValueError(
+            f"{what}={value!r}: expected bytes as a number with an optional K, M, G or T "
+            "(binary units), e.g. 8G or 500M"
+        )
+    return int(float(found.group(1)) * _UNITS[found.group(2).upper()])
+
+
+def default_cache_dir() -> Path:
+    """``remote/`` in ``$LADING_CACHE``, else in ``$XDG_CACHE_HOME/lading``, else in
+    ``~/.cache/lading`` (the rule of ``lading.bench.data.cache_dir``)."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env) / "remote"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "lading" / "remote"
+
+
+def default_cache_bytes(directory: Path) -> int:
+    """``$LADING_REMOTE_CACHE_BYTES``, else 8 GiB or half the free space where the cache is."""
+    env = os.environ.get(CACHE_BYTES_ENV)
+    if env:
+        return parse_bytes(env, CACHE_BYTES_ENV)
+    probe = directory
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return min(DEFAULT_CACHE_BYTES, shutil.disk_usage(probe).free // 2)
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    """Everything a remote store needs besides its URL (pickled with it to workers).
+
+    Attributes:
+        cache: the node cache directory (node-local disk; every process of the node shares it).
+        cache_bytes: the node cache's hard cap in bytes of cached blocks.
+        backend: ``"auto"``, ``"obstore"`` or ``"fsspec"`` (see
+            :func:`lading.stores.remote.objects.open_client`).
+        options: backend options (e.g. ``{"endpoint_url": ...}``); credentials belong in the
+            environment, not here (these are pickled to workers).
+        policy: eviction policy, ``"next-use"`` or ``"lru"``.
+        in_flight, retries, timeout: the fetcher's (:class:`~lading.stores.remote.fetch.Fetcher`).
+        max_gap, max_waste: the planner's (see :func:`~lading.stores.remote.ranges.coalesce`).
+    """
+
+    cache: Path
+    cache_bytes: int
+    backend: str = "auto"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    policy: str = "next-use"
+    in_flight: int = DEFAULT_IN_FLIGHT
+    retries: int = DEFAULT_RETRIES
+    timeout: float = DEFAULT_TIMEOUT
+    max_gap: int = DEFAULT_GAP
+    max_waste: float = DEFAULT_WASTE
+
+    @classmethod
+    def from_environment(cls) -> RemoteSettings:
+        """The defaults: the cache directory and cap the environment gives (module doc)."""
+        cache = default_cache_dir()
+        return cls(cache, default_cache_bytes(cache))
+
+    @classmethod
+    def of(
+        cls,
+        cache: str | os.PathLike[str] | None,
+        cache_bytes: int | str | None,
+        options: Mapping[str, Any] | None = None,
+        **more: Any,
+    ) -> RemoteSettings:
+        """Settings from the arguments of ``open_store``; ``None`` means the default.
+
+        Raises:
+            TypeError: an unknown setting, naming the known ones.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(more) - known)
+        if unknown:
+            raise TypeError(f"unknown remote store settings {unknown}; known: {sorted(known)}")
+        directory = Path(cache) if cache is not None else default_cache_dir()
+        cap = (
+            parse_bytes(cache_bytes) if cache_bytes is not None else default_cache_bytes(directory)
+        )
+        return replace(cls(directory, cap, options=dict(options or {})), **more)

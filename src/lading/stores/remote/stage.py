@@ -1,0 +1,133 @@
+"""Stage a remote store's index to the node, once per node and snapshot: checked, atomic.
+
+The files :func:`~lading.stores.remote.manifest.staged_files` names (the manifest, id index,
+offsets, ids, tokenizer: ~20 bytes a document) are copied to
+``<cache>/stores/<hash of the URL>/<snapshot>/`` by the first process of the node that opens
+the store, under the build lock (:mod:`lading.disk.atomic`); the node's other processes wait
+for the lock and find the copy. Each file is read by concurrent ranged GETs of 8 MiB, checked
+against the size and CRC32 its manifest gives, written to a temporary directory and published
+by a rename, so a crash never leaves a copy that looks complete. A later open of the same
+snapshot reuses the copy; another snapshot gets a directory of its own (a reader keeps its
+snapshot while a newer one is staged beside it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from pathlib import Path
+from typing import Any
+
+from lading.disk import STAGE_MARK, build_lock, publish, remove_dead_temps, staging
+from lading.disk.meta import META_FILE
+from lading.errors import StoreFormatError
+from lading.stores.remote.fetch import Fetcher
+from lading.stores.remote.manifest import staged_files
+from lading.stores.remote.objects import describe
+
+CHUNK = 8 << 20  # one GET of a staged file: 8 MiB at ~100 MB/s is ~80 ms, as long as its wait
+SPOT = 4096  # bytes at each end of a file whose CRC32 meta.json keeps (lading.disk.meta)
+
+
+def stage_dir(cache: Path, url: str, snapshot: str) -> Path:
+    """Where a snapshot of the store at ``url`` is staged in cache directory ``cache``."""
+    return cache / "stores" / hashlib.sha256(url.encode()).hexdigest()[:16] / snapshot
+
+
+def stage_index(
+    fetcher: Fetcher, url: str, raw_meta: bytes, meta: dict[str, Any], cache: Path
+) -> Path:
+    """The node's copy of the index files of ``meta``'s snapshot (made if absent); its path.
+
+    Raises:
+        StoreFormatError: a file's bytes do not match the manifest's size or CRC32.
+        RemoteReadError: a GET failed for good.
+    """
+    dest = stage_dir(cache, url, meta["snapshot"])
+    if _is_staged(dest, url, meta):
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with build_lock(dest):
+        if _is_staged(dest, url, meta):  # another process of the node staged it meanwhile
+            return dest
+        remove_dead_temps(dest)
+        with staging(dest) as tmp:
+            names = staged_files(meta)
+            for name in names:
+                _copy(fetcher, url, name, meta["files"][name], tmp / name)
+            (tmp / META_FILE).write_bytes(raw_meta)
+            etags = _pin_payload(fetcher, url, meta)
+            mark = {"source": url, "snapshot": meta["snapshot"], "files": names, "etags": etags}
+            (tmp / STAGE_MARK).write_text(json.dumps(mark, indent=2, sort_keys=True))
+            publish(tmp, dest)
+    return dest
+
+
+def staged_etags(staged: Path) -> dict[str, str | None]:
+    """The payload files' ETags recorded when ``staged`` was made (GETs are pinned to them)."""
+    mark = json.loads((staged / STAGE_MARK).read_text(encoding="utf-8"))
+    return dict(mark.get("etags", {}))
+
+
+def _pin_payload(fetcher: Fetcher, url: str, meta: dict[str, Any]) -> dict[str, str | None]:
+    """Each payload file's ETag, after checking its size and the CRC32 of its first and last
+    4 KiB against the manifest: a file replaced in place (a version 1 store rebuilt under
+    the same names) is refused here, and any later GET of another version fails."""
+    listing = fetcher.client.list()
+    etags: dict[str, str | None] = {}
+    fetched = sorted(set(meta["files"]) - set(staged_files(meta)) - {META_FILE})
+    for name in fetched:
+        info, found = meta["files"][name], listing.get(name)
+        size = int(info["size"])
+        if found is None or found.size != size:
+            seen = "is missing" if found is None else f"is {found.size} bytes"
+            raise StoreFormatError(
+                f"{describe(url, name)} {seen}, its meta.json says {size}: the store is "
+                "incomplete or was rebuilt meanwhile; open it again"
+            )
+        etags[name] = found.etag
+        if "spot_crc32" in info and size:
+            head = fetcher.submit(name, 0, min(SPOT, size), found.etag)
+            tail = fetcher.submit(name, max(0, size - SPOT), size, found.etag)
+            if zlib.crc32(head.result() + tail.result()) != int(info["spot_crc32"]):
+                raise StoreFormatError(
+                    f"{describe(url, name)}: its first and last {SPOT} bytes do not match "
+                    "their checksum in meta.json: the object was replaced or damaged after "
+                    "the build; rebuild the store"
+                )
+    return etags
+
+
+def _is_staged(dest: Path, url: str, meta: dict[str, Any]) -> bool:
+    try:
+        mark = json.loads((dest / STAGE_MARK).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if mark.get("source") != url or mark.get("snapshot") != meta["snapshot"]:
+        return False
+    for name in mark.get("files", []):
+        path = dest / name
+        if not path.is_file() or path.stat().st_size != int(meta["files"][name]["size"]):
+            return False
+    return True
+
+
+def _copy(fetcher: Fetcher, url: str, name: str, info: dict[str, Any], out: Path) -> None:
+    size = int(info["size"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    starts = range(0, size, CHUNK)
+    futures = [fetcher.submit(name, a, min(a + CHUNK, size)) for a in starts]
+    crc = 0
+    with open(out, "wb") as f:
+        for future in futures:
+            block = future.result()
+            crc = zlib.crc32(block, crc)
+            f.write(block)
+    expected = info.get("crc32")
+    if expected is not None and crc != int(expected):
+        raise StoreFormatError(
+            f"{describe(url, name)}: CRC32 {crc:#010x} read, {int(expected):#010x} in its "
+            "meta.json: the object is damaged or was replaced without a new manifest; "
+            "nothing was staged"
+        )

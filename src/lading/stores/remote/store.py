@@ -1,0 +1,276 @@
+"""RemoteStore: a packed store in object storage, read by id through a bounded node cache.
+
+``lading.open_store("s3://bucket/prefix/name", cache="DIR", cache_bytes=N)`` gives a store with
+the local store's protocol (``[]``, ``get_many``, ``tokens_many``, ``ids()``, ``len``, ``in``,
+``snapshot``), so training groups, loaders and integrations take it unchanged:
+
+- the manifest, id index, offsets and ids are staged once per node and snapshot
+  (:mod:`lading.stores.remote.stage`) and memory-mapped, shared by every process;
+- documents come by ranged GETs of the shards' data files, coalesced by the planner and kept
+  in the node cache (``DIR``, at most ``N`` bytes, shared by every process of the node);
+- :meth:`RemoteStore.prefetch` (which ``lading.loader`` calls with the batches ahead when the
+  dataset passes it on, as :class:`~lading.ir.TrainingGroups` does) fetches what the next
+  batches read before they ask, and tells the cache when each block is next needed.
+
+An open store is pinned to the snapshot it read: a manifest replaced meanwhile changes nothing
+it reads; a pickled store (a spawned worker, another rank) reopens that snapshot from the
+node's staged copy. The cache only ever holds bytes of the snapshot's own files (GETs are
+pinned to their ETags), so what a run reads never depends on what the cache holds.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from lading.disk.meta import META_FILE
+from lading.errors import StoreFormatError
+from lading.sources import Record
+from lading.stores.base import DocStore, IdLike, id_list, is_id
+from lading.stores.index import IdIndex
+from lading.stores.layout import field_column
+from lading.stores.remote.cache import NodeCache
+from lading.stores.remote.columns import Columns
+from lading.stores.remote.fetch import Fetcher
+from lading.stores.remote.manifest import parse
+from lading.stores.remote.objects import open_client
+from lading.stores.remote.settings import RemoteSettings
+from lading.stores.remote.stage import stage_dir, stage_index, staged_etags
+
+
+class RemoteStore(DocStore):
+    """A store built by :func:`lading.build_store` into object storage (see the module doc).
+
+    Args:
+        url: ``s3://bucket/prefix/name`` (``gs://``, anything obstore or fsspec reaches).
+        settings: the node cache's directory and cap, the client and planner settings
+            (:class:`~lading.stores.remote.settings.RemoteSettings`).
+        snapshot: open this snapshot (default: the current one).
+
+    Raises:
+        StoreFormatError: no store there, another format or version, a damaged file.
+        RemoteReadError: a GET failed for good.
+    """
+
+    def __init__(
+        self, url: str, settings: RemoteSettings | None = None, *, snapshot: str | None = None
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.settings = settings or RemoteSettings.from_environment()
+        self.stale: str | None = None  # the source was read on the build's machine: not checked
+        self._read_columns: dict[str, None] = {}  # payload columns read so far, in order
+        self._now: int | None = None
+        self._next_step = 0
+        self._open(snapshot)
+
+    def _open(self, snapshot: str | None) -> None:
+        s = self.settings
+        make = functools.partial(open_client, self.url, s.backend, s.options)
+        fetcher = Fetcher(make, in_flight=s.in_flight, retries=s.retries, timeout=s.timeout)
+        raw = self._manifest_bytes(fetcher, snapshot)
+        meta = parse(raw, f"{self.url}/{META_FILE}")
+        staged = stage_index(fetcher, self.url, raw, meta, s.cache)
+        cache = NodeCache(
+            s.cache,
+            s.cache_bytes,
+            fetcher,
+            f"{self.url}@{meta['snapshot']}",
+            staged_etags(staged),
+            policy=s.policy,
+            max_gap=s.max_gap,
+            max_waste=s.max_waste,
+        )
+        self._columns = Columns(staged, meta, cache)
+        try:
+            self._index = IdIndex(staged / str(meta["index"].get("dir", "")), meta["index"])
+        except (KeyError, TypeError) as e:
+            raise StoreFormatError(f"{self.url}/{META_FILE} lacks {e}; rebuild the store") from None
+        self.meta: dict[str, Any] = meta
+        self.snapshot: str = meta["snapshot"]
+        self.path = staged  # the node's copy of the index (what store_identity reads)
+
+    def _manifest_bytes(self, fetcher: Fetcher, snapshot: str | None) -> bytes:
+        """The manifest of ``snapshot`` (the node's staged copy when there is one), else the
+        current one."""
+        if snapshot is not None:
+            staged = stage_dir(self.settings.cache, self.url, snapshot) / META_FILE
+            if staged.is_file():
+                return staged.read_bytes()
+        raw = fetcher.client.get(META_FILE)
+        if snapshot is None or parse(raw, self.url)["snapshot"] == snapshot:
+            return raw
+        if snapshot.startswith("snap-") and "/" not in snapshot:
+            return fetcher.client.get(f"{snapshot}/manifest.json")
+        raise StoreFormatError(
+            f"{self.url}: snapshot {snapshot} is no longer the current one and this node has no "
+            "staged copy of it; open the store again to read its current snapshot"
+        )
+
+    def __repr__(self) -> str:
+        return f"RemoteStore({self.url!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the maps, cache and client belong to this process; a copy elsewhere reopens the
+        # same snapshot from the node's staged copy
+        return {"url": self.url, "settings": self.settings, "snapshot": self.snapshot}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["url"], state["settings"], snapshot=state["snapshot"])  # type: ignore[misc]
+
+    # -- what the next batches need -----------------------------------------------------------
+
+    def prefetch(
+        self,
+        batches: Sequence[Sequence[IdLike]],
+        first_step: int | None = None,
+        now: int | None = None,
+    ) -> None:
+        """Start fetching the documents of ``batches`` (lists of ids), batch ``j`` needed at
+        step ``first_step + j``; ``now`` is the current step (default ``first_step``). Ids
+        not in the store are skipped (the read will name them). Returns at once."""
+        rows = [r[r >= 0] for r in (self.find_rows(list(b)) for b in batches)]
+        self.prefetch_rows(rows, first_step, now)
+
+    def prefetch_rows(
+        self,
+        batches: Sequence[npt.NDArray[np.int64]],
+        first_step: int | None = None,
+        now: int | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> None:
+        """:meth:`prefetch` by row codes; ``columns``: which payload columns (default: those
+        read so far, else ``tokens`` in a tokenized store and ``text`` otherwise)."""
+        first = self._next_step if first_step is None else int(first_step)
+        self._now = first if now is None else int(now)
+        self._next_step = first + len(batches)
+        if columns is None:
+            columns = list(self._read_columns) or ["tokens" if self.has_tokens else "text"]
+        needs = []
+        for column in columns:
+            needs += self._columns.needs(column, batches, first)
+        self._columns.cache.prefetch(needs, self._now)
+
+    def cache_stats(self) -> dict[str, Any]:
+        """This process's ``gets``, ``bytes_fetched``, ``bytes_used``, ``hits``, ``misses`` (an
+        access that caused no GET is a hit), ``wait_s``; the node's ``bytes_cached`` and ``cap``
+        (see :meth:`lading.stores.remote.cache.NodeCache.stats`)."""
+        return self._columns.cache.stats()
+
+    def close(self) -> None:
+        """Stop this process's GETs and hand its unfilled claims back to the node (done at
+        exit too; a process leaving with ``os._exit`` should call it first)."""
+        self._columns.cache.close()
+
+    def _payload(self, column: str) -> str:
+        self._read_columns.setdefault(column, None)
+        return column
+
+    # -- the store protocol ---------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._columns.count
+
+    def __contains__(self, doc_id: object) -> bool:
+        if not is_id(doc_id):
+            return False
+        return self._index.row(doc_id) >= 0  # type: ignore[arg-type]  # is_id checked
+
+    def ids(self) -> list[str]:
+        return self.ids_at(np.arange(len(self), dtype=np.int64))
+
+    def find_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
+        """Row numbers of ``ids`` (request order), -1 for each absent one: from the id index."""
+        return self._index.rows(id_list(ids, "find_rows"))
+
+    def ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
+        return self._columns.texts("ids", rows, None)
+
+    def get_many(self, ids: Sequence[IdLike]) -> list[str]:
+        return self.texts_at(self.rows(id_list(ids, "get_many")))
+
+    def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
+        return self._columns.texts(self._payload("text"), rows, self._now)
+
+    def get_many_bytes(self, ids: Sequence[IdLike]) -> list[bytes]:
+        """UTF-8 bytes of ``ids`` in request order, not decoded; each the caller's own."""
+        return self._columns.read(
+            self._payload("text"), self.rows(id_list(ids, "get_many_bytes")), self._now
+        )
+
+    def texts_range(self, start: int, stop: int) -> list[str]:
+        """Texts of rows ``start .. stop - 1`` (neighbours: the planner fetches them together)."""
+        return self.texts_at(np.arange(start, stop, dtype=np.int64))
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Names of the extra fields stored besides the text (e.g. ``title``)."""
+        return tuple(self.meta["fields"])
+
+    def field(self, doc_id: IdLike, name: str) -> str:
+        """Field ``name`` of a document (``""`` where that document had none)."""
+        if name not in self.meta["fields"]:
+            raise KeyError(f"{self!r} has no field {name!r}; it has {sorted(self.fields)}")
+        column = self._payload(field_column(name))
+        return self._columns.texts(column, self.rows([doc_id]), self._now)[0]
+
+    def record(self, doc_id: IdLike) -> Record:
+        """Id, text and fields of one document."""
+        rows = self.rows([doc_id])
+        fields = {name: self.field(doc_id, name) for name in self.fields}
+        return Record(self.ids_at(rows)[0], self.texts_at(rows)[0], fields)
+
+    @property
+    def has_tokens(self) -> bool:
+        return "tokens" in self._columns
+
+    @property
+    def token_info(self) -> dict[str, Any] | None:
+        info: dict[str, Any] | None = self.meta.get("tokens")
+        return info
+
+    @property
+    def tokenizer_path(self) -> Path | None:
+        if not self.has_tokens:
+            return None
+        return self.path / str(self.meta.get("tokenizer", "tokenizer.json"))
+
+    def tokenizer(self) -> Any:
+        """The ``tokenizers.Tokenizer`` the tokens were made with (staged with the index)."""
+        path = self.tokenizer_path
+        if path is None:
+            raise self.no_tokens()
+        from lading.stores.tokens import load_tokenizer
+
+        return load_tokenizer(path)
+
+    def tokens_at(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
+        """Token ids of rows, each a read-only array of its own."""
+        if not self.has_tokens:
+            raise self.no_tokens()
+        return self._columns.arrays(self._payload("tokens"), rows, self._now)
+
+    def token_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every document's token ids back to back and their ``n + 1`` offsets: read whole
+        into this process's memory by ranged GETs (for a store held on the device)."""
+        if not self.has_tokens:
+            raise self.no_tokens()
+        return self._columns.whole("tokens")
+
+
+def open_remote(
+    url: str,
+    *,
+    cache: str | os.PathLike[str] | None = None,
+    cache_bytes: int | str | None = None,
+    options: Mapping[str, Any] | None = None,
+    **settings: Any,
+) -> RemoteStore:
+    """Open the store at ``url`` with the node cache in ``cache`` capped at ``cache_bytes``
+    (defaults from the environment: see :mod:`lading.stores.remote.settings`)."""
+    return RemoteStore(url, RemoteSettings.of(cache, cache_bytes, options, **settings))

@@ -1,0 +1,162 @@
+"""Build a store into object storage: build it locally, upload its files, the manifest last.
+
+``lading.build_store(source, "s3://bucket/prefix/name")`` (and ``lading build``) writes the
+store to a temporary directory beside the node cache with the local builder, uploads every
+file its ``meta.json`` lists (8 at a time; obstore splits large ones into multipart uploads),
+and only then ``meta.json``: a PUT replaces an object atomically, so a reader sees the old
+manifest or the new one, and the new one only once every file it names is there. A build
+that fails or is killed before that last PUT leaves the old store (or none) in place. The
+local copy is deleted after the upload: the bucket is the store.
+
+Under torch.distributed every rank may call it with the same arguments: global rank 0 builds
+and uploads while the others wait at a barrier, then all open the store.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import itertools
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from lading.disk import read_meta
+from lading.disk.commit import units
+from lading.disk.meta import META_FILE
+from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, grace_seconds
+from lading.stores.layout import FORMAT_NAME
+from lading.stores.remote.objects import ObjectClient, open_client
+from lading.stores.remote.settings import RemoteSettings
+from lading.stores.remote.store import RemoteStore
+
+UPLOADS_AT_ONCE = 8
+
+
+def build_remote(
+    build_local: Callable[..., Any],
+    source: Any,
+    url: str,
+    *args: Any,
+    cache: str | None = None,
+    cache_bytes: int | str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> RemoteStore:
+    """Build ``source`` with ``build_local(source, local_dir, *args, **kwargs)``, upload it
+    to ``url`` (manifest last) and open it there (see the module docstring)."""
+    if kwargs.get("shard") is not None:
+        raise ValueError(
+            f"a parallel build (shard=) straight into {url} is not supported yet: build the "
+            "shards into a folder and merge them there (lading build --shard I/N, lading "
+            "merge), then upload the store with lading.stores.remote.upload.upload(folder, "
+            "lading.stores.remote.objects.open_client(url)), the manifest last"
+        )
+    settings = RemoteSettings.of(cache, cache_bytes, storage_options)
+    kwargs.pop("shared_fs", None)  # the local build is this process's alone
+    dist = _initialized_dist()
+    failure: BaseException | None = None
+    if dist is None or dist.get_rank() == 0:
+        try:
+            _build_and_upload(build_local, source, url, settings, args, kwargs)
+        except BaseException as e:  # reach the barrier first, or the other ranks hang forever
+            if dist is None:
+                raise
+            failure = e
+    if dist is not None:
+        dist.barrier()
+        if failure is not None:
+            raise failure
+    return RemoteStore(url, settings)
+
+
+def _build_and_upload(
+    build_local: Callable[..., Any],
+    source: Any,
+    url: str,
+    settings: RemoteSettings,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> None:
+    settings.cache.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="build-", dir=settings.cache))
+    try:
+        local = scratch / "store"
+        build_local(source, local, *args, **kwargs)
+        upload(local, open_client(url, settings.backend, settings.options))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def upload(local: Path, client: ObjectClient) -> None:
+    """Upload the store at ``local`` through ``client``: every file under it (what the
+    manifest lists, and any per-snapshot manifest), then ``meta.json``."""
+    read_meta(local, FORMAT_NAME)  # a complete store, or the error says what is wrong
+    names = sorted(
+        p.relative_to(local).as_posix()
+        for p in local.rglob("*")
+        if p.is_file() and p.name != META_FILE and not p.name.startswith(".")
+    )
+    with ThreadPoolExecutor(UPLOADS_AT_ONCE, thread_name_prefix="lading-upload") as pool:
+        for done in pool.map(lambda name: client.put(name, local / name), names):
+            del done
+    raw = (local / META_FILE).read_bytes()
+    client.put(META_FILE, raw)  # the commit
+    collect_garbage(client, json.loads(raw))
+
+
+def collect_garbage(client: ObjectClient, current: dict[str, Any]) -> list[str]:
+    """Delete the objects of ``snap-`` folders no snapshot within the grace still uses; the
+    folders removed. A snapshot was replaced when the next one was committed (its manifest's
+    ``committed_at``; its id's UTC time where that is missing)."""
+    listing = client.list()
+    manifests: dict[str, dict[str, Any]] = {}
+    for key in listing:
+        snap, _, rest = key.partition("/")
+        if snap.startswith(SNAP_PREFIX) and rest == MANIFEST:
+            with contextlib.suppress(Exception):  # unreadable: judged by its id's time
+                manifests[snap] = json.loads(client.get(key))
+    snaps = {k.split("/", 1)[0] for k in listing if k.startswith(SNAP_PREFIX)}
+
+    def committed(snap: str) -> float:
+        return float(manifests.get(snap, {}).get("committed_at") or _time(snap))
+
+    order = sorted(snaps, key=committed)
+    now, grace = time.time(), grace_seconds()
+    keep = {str(current.get("snapshot"))}
+    for older, newer in itertools.pairwise(order):
+        if now - committed(newer) < grace:
+            keep.add(older)
+    used = set(units(current))
+    for snap in keep:
+        used |= units(manifests.get(snap, {}))
+    gone = snaps - keep - used  # build- folders (parallel builds) are left alone
+    doomed = [k for k in listing if k.split("/", 1)[0] in gone]
+    doomed.sort(key=lambda k: not k.endswith(MANIFEST))  # a manifest first: pinned readers hear
+    with ThreadPoolExecutor(UPLOADS_AT_ONCE, thread_name_prefix="lading-gc") as pool:
+        list(pool.map(client.delete, doomed))
+    return sorted(gone)
+
+
+def _time(snapshot: str) -> float:
+    """The UTC time in a snapshot id (``snap-20261126T061759Z-f2041710``); 0 if none."""
+    try:
+        stamp = snapshot.removeprefix(SNAP_PREFIX).split("-", 1)[0]
+        return float(calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ")))
+    except ValueError:
+        return 0.0
+
+
+def _initialized_dist() -> Any:
+    dist = sys.modules.get("torch.distributed")  # never import torch just to ask
+    if dist is None:
+        return None
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist
+    return None

@@ -1,0 +1,167 @@
+"""A column of n shards read as one: global row ``r`` is a local row of the shard that holds it.
+
+A store built by one process has one shard, and its columns are plain
+:class:`~lading.disk.RaggedColumn` s (no lookup added to the hot path). A store built in
+parallel has one ragged column per shard per column. For the columns read by id on the hot
+path (text, tokens) the merge wrote the offsets over all shards' data laid end to end, so a
+batch costs two gathers as in one shard and one ``np.searchsorted`` over the shards' byte
+bounds to pick each row's map; other columns gather each shard's offsets under a mask. Rows
+are decoded in one loop, in request order. Unlike a single ragged column there is no adaptive
+read-ahead (``MADV_WILLNEED``) for cold batches yet.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from lading.disk import OFFSET_DTYPE, RaggedColumn
+from lading.errors import StoreFormatError
+from lading.stores.bulk import bytes_at, texts_range
+
+
+class ShardedColumn:
+    """Rows of several ragged columns (the shards, in row order) as one column."""
+
+    def __init__(self, parts: list[RaggedColumn], offsets: np.ndarray | None = None) -> None:
+        self.parts = parts
+        # every row's offsets over the shards' data laid end to end (written by the merge for
+        # the hot columns, see lading.stores.merge.global_offsets), and where each shard's
+        # data starts in that count
+        self.offsets = offsets
+        data_sizes = [int(p.offsets[-1]) for p in parts]
+        self._sizes = np.array(data_sizes, dtype=np.uint64)  # items of each shard's data
+        self.bases = np.concatenate([[0], np.cumsum(data_sizes)]).astype(np.uint64)
+        self._base_inner = self.bases[1:-1]
+        sizes = [len(p) for p in parts]
+        self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self._inner = self.starts[1:-1]  # a row at or past one of these is in a later shard
+        self._count = int(self.starts[-1])
+        self._buffers = [p.data.buffer for p in parts]
+        self._values = [p.data.array(p.dtype) for p in parts]
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _locate(
+        self, rows: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:
+        """(shard, local row) of each row (rows in range: :meth:`_spans` checks them)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        part = np.searchsorted(self._inner, rows, side="right")
+        return part, rows - self.starts[part]
+
+    def _spans(self, rows: npt.NDArray[np.int64]) -> tuple[list[int], list[int], list[int]]:
+        """(shard, start, end) of each row in its shard's data (in items), checked as a one-shard
+        column checks them (:meth:`RaggedColumn.bounds`): numpy alone read row -1 as ``""``
+        and -2 as a row of another shard's data.
+
+        Raises:
+            IndexError: a row is not in the column (the first such row of the batch).
+            StoreFormatError: a row's offsets are not within its shard's data.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        outside = rows.view(np.uint64) >= self._count  # both ends at once: -1 is 2**64 - 1
+        if outside.any():
+            raise IndexError(f"row {rows[outside][0]} out of range for {self._count} rows")
+        if self.offsets is not None:  # two gathers, as in one shard, then the shard by byte
+            starts, ends = self.offsets[rows], self.offsets[rows + 1]
+            part = np.searchsorted(self._base_inner, starts, side="right")
+            base = self.bases[part]
+            # ends - base may wrap where ends < starts: that row is refused by the first test
+            wrong = (starts > ends) | (ends - base > self._sizes[part])
+            first, last = starts - base, ends - base
+            read = starts, ends  # the offsets as stored, for the message
+        else:
+            part, local = self._locate(rows)
+            first = np.empty(len(part), dtype=np.uint64)
+            last = np.empty(len(part), dtype=np.uint64)
+            for p, column in enumerate(self.parts):
+                mine = part == p
+                if mine.any():
+                    at = local[mine]
+                    first[mine] = column.offsets[at]
+                    last[mine] = column.offsets[at + 1]
+            wrong = (first > last) | (last > self._sizes[part])
+            read = first, last
+        if wrong.any():
+            at = int(wrong.argmax())
+            raise StoreFormatError(
+                f"{self.parts[int(part[at])].data.path}: the offsets of row {rows[at]} "
+                f"({read[0][at]}..{read[1][at]}) are not within the data of shard {part[at]}; "
+                "rebuild the store"
+            )
+        return part.tolist(), first.tolist(), last.tolist()
+
+    def text(self, row: int) -> str:
+        """Row ``row`` decoded from UTF-8."""
+        if not 0 <= row < self._count:
+            raise IndexError(f"row {row} outside [0, {self._count})")
+        part, local = self._locate(np.array([row], dtype=np.int64))
+        return self.parts[int(part[0])].text(int(local[0]))
+
+    def texts(self, rows: npt.NDArray[np.int64]) -> list[str]:
+        """Rows decoded from UTF-8, in the order given, in one decode loop over the shards'
+        maps."""
+        part, starts, ends = self._spans(rows)
+        buffers = self._buffers
+        return [buffers[p][a:b].decode("utf-8") for p, a, b in zip(part, starts, ends)]
+
+    def arrays(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
+        """Rows as numpy views of their shard's map (no copy), in the order given."""
+        part, starts, ends = self._spans(rows)
+        values = self._values
+        return [values[p][a:b] for p, a, b in zip(part, starts, ends)]
+
+    def bytes_at(self, rows: npt.NDArray[np.int64]) -> list[bytes]:
+        """Rows as ``bytes`` (the caller's own), in the order given."""
+        part, starts, ends = self._spans(rows)
+        buffers = self._buffers
+        return [buffers[p][a:b] for p, a, b in zip(part, starts, ends)]
+
+    def texts_range(self, start: int, stop: int) -> list[str]:
+        """Rows ``start .. stop - 1`` decoded (a scan), each shard's part in bulk."""
+        if not 0 <= start <= stop <= self._count:
+            raise IndexError(f"rows {start}..{stop} out of range for {self._count} rows")
+        out: list[str] = []
+        for i, column in enumerate(self.parts):
+            lo, hi = max(start, int(self.starts[i])), min(stop, int(self.starts[i + 1]))
+            if lo < hi:
+                out += texts_range(column, lo - int(self.starts[i]), hi - int(self.starts[i]))
+        return out
+
+    def concatenated(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every row's items back to back and the ``n + 1`` offsets: a copy (shards are
+        separate files)."""
+        dtype = self.parts[0].dtype
+        data = np.concatenate([p.data.array(dtype) for p in self.parts])
+        offsets = [np.zeros(1, dtype=OFFSET_DTYPE)]
+        base = 0
+        for p in self.parts:
+            offsets.append(p.offsets[1:] + np.uint64(base))
+            base += int(p.offsets[-1])
+        return data, np.concatenate(offsets)
+
+
+Column = RaggedColumn | ShardedColumn
+
+
+def range_texts(column: Column, start: int, stop: int) -> list[str]:
+    """Texts of rows ``start .. stop - 1`` of a plain or sharded column."""
+    if isinstance(column, ShardedColumn):
+        return column.texts_range(start, stop)
+    return texts_range(column, start, stop)
+
+
+def rows_bytes(column: Column, rows: npt.NDArray[np.int64]) -> list[bytes]:
+    """Rows as ``bytes`` of a plain or sharded column."""
+    if isinstance(column, ShardedColumn):
+        return column.bytes_at(rows)
+    return bytes_at(column, rows)
+
+
+def whole(column: Column) -> tuple[np.ndarray, np.ndarray]:
+    """(items, offsets) of a whole column: views of the map for one shard, a copy for many."""
+    if isinstance(column, ShardedColumn):
+        return column.concatenated()
+    return column.data.array(column.dtype), column.offsets

@@ -1,0 +1,69 @@
+"""A Ray Data pipeline writes a store through ``LadingDatasink``: the same store by content as a
+one-process build of the same rows (local ``ray.init(num_cpus=2)``, real worker processes)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import lading
+from conftest import word_tokenizer, write
+
+pytestmark = pytest.mark.slow  # starts a local Ray cluster: ~10-20 s
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    context = ray.data.DataContext.get_current()
+    context.execution_options.preserve_order = True
+    yield
+    ray.shutdown()
+
+
+def rows(n: int, first: int = 0) -> list[dict[str, str]]:
+    words = ["alpha", "beta", "gamma", "delta"]
+    out = []
+    for i in range(first, first + n):
+        row = {"id": f"d{i}", "text": " ".join(words[(i + k) % 4] for k in range(i % 7 + 1))}
+        row["title"] = f"title {i}" if i % 3 == 0 else ""
+        out.append(row)
+    return out
+
+
+def test_a_ray_pipeline_writes_the_store_a_one_process_build_writes(
+    tmp_path: Path, local_ray: None
+) -> None:
+    from lading.integrations.ray import LadingDatasink
+
+    data = rows(3000)
+    src = write(tmp_path / "c.jsonl", "".join(json.dumps(r) + "\n" for r in data))
+    tok = word_tokenizer(["alpha", "beta", "gamma", "delta"], tmp_path / "tok.json")
+    one = lading.build_store(src, tmp_path / "one", tokenizer=tok, progress=False)
+    sink = LadingDatasink(tmp_path / "ray.store", tokenizer=tok)
+    ray.data.from_items(data).repartition(4).write_datasink(sink)
+    store = lading.open_store(tmp_path / "ray.store")
+    assert store.snapshot == sink.snapshot and len(store.meta["shards"]) >= 2
+    ids = one.ids()
+    assert store.ids() == ids and store.get_many(ids) == one.get_many(ids)
+    assert [store.field(i, "title") for i in ids] == [one.field(i, "title") for i in ids]
+    assert [t.tolist() for t in store.tokens_many(ids)] == [
+        t.tolist() for t in one.tokens_many(ids)
+    ]
+    assert lading.stores.verify_store(tmp_path / "ray.store") == []
+
+
+def test_a_duplicate_across_tasks_commits_nothing(tmp_path: Path, local_ray: None) -> None:
+    from lading.errors import StoreFormatError
+    from lading.integrations.ray import LadingDatasink
+
+    data = rows(200) + rows(1, first=5)  # d5 again, in the last block
+    with pytest.raises(Exception, match="duplicate id 'd5'") as caught:
+        ray.data.from_items(data).repartition(3).write_datasink(LadingDatasink(tmp_path / "s"))
+    assert "shard" in str(caught.value)
+    with pytest.raises(StoreFormatError):
+        lading.open_store(tmp_path / "s")

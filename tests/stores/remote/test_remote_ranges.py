@@ -1,0 +1,71 @@
+"""The range planner: every range fetched, GETs <= ranges, the waste budget held."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lading.stores.remote.ranges import NO_STEP, Block, Need, coalesce
+
+needs_strategy = st.lists(
+    st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 5000), st.integers(0, 400)).map(
+        lambda t: Need(t[0], t[1], t[1] + t[2], t[1] % 7)
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(needs=needs_strategy, gap=st.integers(0, 2000), waste=st.sampled_from([0.0, 0.25, 1.0]))
+def test_blocks_hold_every_range_disjointly_within_the_waste_budget(
+    needs: list[Need], gap: int, waste: float
+) -> None:
+    blocks = coalesce(needs, max_gap=gap, max_waste=waste)
+    nonempty = [n for n in needs if n.end > n.start]
+    for need in nonempty:  # each range lies wholly inside one block, needed no later than it
+        holders = [b for b in blocks if b.key == need.key and b.start <= need.start < b.end]
+        assert len(holders) == 1 and holders[0].end >= need.end and holders[0].step <= need.step
+    for key in ("a", "b"):
+        mine = sorted(b for b in blocks if b.key == key)
+        assert all(x.end < y.start for x, y in itertools.pairwise(mine))  # disjoint, not touching
+    covered = set()
+    for need in nonempty:
+        covered |= {(need.key, i) for i in range(need.start, need.end)}
+    fetched = sum(b.size for b in blocks)
+    assert fetched <= len(covered) * (1 + waste) + 1e-9  # the budget: bytes fetched / used
+    assert len(blocks) <= len({(n.key, n.start, n.end) for n in nonempty})
+    assert [b.step for b in blocks] == sorted(b.step for b in blocks)
+
+
+def test_neighbours_merge_across_small_gaps_only() -> None:
+    needs = [Need("t", 0, 100), Need("t", 150, 250), Need("t", 10_000, 10_100)]
+    assert coalesce(needs, max_gap=40, max_waste=1.0) == [  # the first gap is 50 bytes
+        Block("t", 0, 100, NO_STEP),
+        Block("t", 150, 250, NO_STEP),
+        Block("t", 10_000, 10_100, NO_STEP),
+    ]
+    assert coalesce(needs, max_gap=64, max_waste=1.0)[0] == Block("t", 0, 250, NO_STEP)
+    # the same gap, but the budget (10% of 300 useful bytes = 30) is smaller than it
+    assert len(coalesce(needs, max_gap=64, max_waste=0.1)) == 3
+
+
+def test_smallest_gaps_are_merged_first_and_barriers_hold() -> None:
+    needs = [Need("t", 0, 100), Need("t", 140, 240), Need("t", 250, 350)]  # gaps 40 and 10
+    assert coalesce(needs, max_gap=64, max_waste=0.05) == [  # budget 15: only the 10-byte gap
+        Block("t", 0, 100, NO_STEP),
+        Block("t", 140, 350, NO_STEP),
+    ]
+    walls = coalesce(needs, max_gap=64, max_waste=1.0, barrier=lambda k, e, s: e == 240)
+    assert walls == [Block("t", 0, 240, NO_STEP), Block("t", 250, 350, NO_STEP)]
+
+
+def test_blocks_stay_under_max_block_and_go_in_step_order() -> None:
+    needs = [Need("t", i * 110, i * 110 + 100, step=9 - i) for i in range(10)]
+    blocks = coalesce(needs, max_gap=64, max_waste=1.0, max_block=320)
+    assert all(b.size <= 320 for b in blocks) and len(blocks) == 4
+    assert [b.step for b in blocks] == sorted(b.step for b in blocks)
+    with pytest.raises(ValueError, match="need 0 <= start <= end"):
+        coalesce([Need("t", 10, 5)])

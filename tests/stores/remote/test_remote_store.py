@@ -1,0 +1,212 @@
+"""A store in object storage (moto + 30 ms ± 10 a request) reads as the local one, through
+the loader, with DataLoader workers, a small cap and a rebuilt manifest."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import lading
+from conftest import word_tokenizer, write
+from lading.ir import TrainingGroups
+from lading.stores.remote.localserver import LocalS3
+from lading.stores.remote.objects import open_client
+from lading.stores.remote.store import RemoteStore
+
+pytest.importorskip("tokenizers")
+WORDS = [f"w{i}" for i in range(300)]
+
+
+def _corpus(folder: Path, rng: random.Random, count: int = 300) -> Path:
+    """JSONL documents with a title, ids that are not integers, one empty text."""
+    lines = []
+    for i in range(count):
+        words = [rng.choice(WORDS) for _ in range(rng.randrange(0, 60) if i != 7 else 0)]
+        lines.append(json.dumps({"id": f"D{i}", "title": f"title {i} é", "text": " ".join(words)}))
+    return write(folder / "docs.jsonl", "\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def corpus(tmp_path: Path, rng: random.Random) -> Path:
+    return _corpus(tmp_path / "src", rng)
+
+
+def _open(url: str, tmp_path: Path, cap: int | str = "4M", name: str = "cache") -> RemoteStore:
+    store = lading.open_store(url, cache=tmp_path / name, cache_bytes=cap)
+    assert isinstance(store, RemoteStore)
+    return store
+
+
+def test_build_store_to_a_url_writes_the_bucket_not_a_local_folder(
+    bucket: str, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    url = f"s3://{bucket}/corpora/docs"
+    store = lading.build_store(corpus, url, cache=str(tmp_path / "cache"), progress=False)
+    assert not (tmp_path / "s3:").exists()  # lading 0.1 wrote a local folder named "s3:"
+    assert open_client(url).head("meta.json") is not None
+    assert isinstance(store, RemoteStore) and len(store) == 300
+    assert [p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith("build-")] == []
+
+
+def test_every_id_reads_as_in_the_local_store(
+    bucket: str, corpus: Path, tmp_path: Path, rng: random.Random
+) -> None:
+    tok = word_tokenizer(WORDS, tmp_path / "tok.json")
+    local = lading.build_store(corpus, tmp_path / "local", tokenizer=tok, progress=False)
+    url = f"s3://{bucket}/docs"
+    lading.build_store(corpus, url, tokenizer=tok, cache=str(tmp_path / "b"), progress=False)
+    remote = _open(url, tmp_path)
+    ids = local.ids()
+    assert remote.ids() == ids and len(remote) == len(local) and remote.fields == local.fields
+    assert remote.snapshot == json.loads(open_client(url).get("meta.json"))["snapshot"]
+    shuffled = ids[:]
+    rng.shuffle(shuffled)
+    for at in range(0, len(ids), 64):
+        batch = shuffled[at : at + 64]
+        assert remote.get_many(batch) == local.get_many(batch)
+        assert remote.get_many_bytes(batch) == local.get_many_bytes(batch)
+        got, want = remote.tokens_many(batch), local.tokens_many(batch)
+        assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want))
+    assert remote.record("D3") == local.record("D3") and remote.field("D9", "title") == "title 9 é"
+    assert remote["D7"] == "" and "D299" in remote and "D300" not in remote and 5 not in remote
+    assert remote.texts_range(10, 20) == local.texts_range(10, 20)
+    assert all(np.array_equal(a, b) for a, b in zip(remote.token_arrays(), local.token_arrays()))
+    assert remote.tokenizer().get_vocab() == local.tokenizer().get_vocab()
+    with pytest.raises(KeyError, match="'nope' is not in RemoteStore"):
+        remote.get_many(["D1", "nope"])
+    for many in (remote.get_many, remote.get_many_bytes, remote.rows, remote.find_rows):
+        with pytest.raises(TypeError, match=r"a list of ids, not the str 'D1'"):
+            many("D1")  # type: ignore[arg-type]  # issue 33 item 5, as in every DocStore
+    assert np.int64(5) not in remote and None not in remote  # type: ignore[operator]
+    copy = pickle.loads(pickle.dumps(remote))  # a spawned worker: the same snapshot, reopened
+    assert copy.snapshot == remote.snapshot and copy.get_many(ids[:5]) == local.get_many(ids[:5])
+    stats = remote.cache_stats()
+    assert stats["bytes_cached"] <= stats["cap"] == 4 << 20 and stats["hits"] + stats["misses"]
+
+
+def _texts(store: Any) -> Any:
+    def collate(items: list[dict[str, Any]]) -> list[list[str]]:
+        return [[item["qid"], *store.get_many(item["doc_ids"])] for item in items]
+
+    return collate
+
+
+def _loader(store: Any, tmp: Path, workers: int = 0) -> Any:
+    queries = write(tmp / "q.tsv", "".join(f"q{i}\tquery {i}\n" for i in range(60)))
+    qrels = write(tmp / "qrels", "".join(f"q{i} 0 D{(i * 7) % 300} 1\n" for i in range(60)))
+    groups = TrainingGroups(
+        store,
+        lading.ir.read_queries(queries),
+        lading.ir.read_qrels(qrels),
+        sampling="random",
+        group_size=4,
+    )
+    return lading.loader(
+        groups,
+        8,
+        collate_fn=_texts(store),
+        world=lading.World(0, 1),
+        num_workers=workers,
+        multiprocessing_context="fork" if workers else None,
+    )
+
+
+def test_the_loader_reads_a_remote_store_as_a_local_one_within_the_cap(
+    s3: LocalS3, bucket: str, corpus: Path, tmp_path: Path
+) -> None:
+    local = lading.build_store(corpus, tmp_path / "local", progress=False)
+    url = f"s3://{bucket}/docs"
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
+    cap = 3000  # bytes: a few dozen passages, far below the store's ~45 KB of text
+    remote = _open(url, tmp_path, cap)
+    s3.reset()
+    local_loader, remote_loader = _loader(local, tmp_path), _loader(remote, tmp_path)
+    reads = 0
+    for epoch in range(2):
+        local_loader.set_epoch(epoch)
+        remote_loader.set_epoch(epoch)
+        got = list(remote_loader)
+        assert got == list(local_loader)
+        reads += sum(1 for batch in got for group in batch for text in group[1:] if text)
+        with sqlite3.connect(tmp_path / "cache" / "ledger.sqlite") as conn:
+            held = conn.execute("SELECT total(length(bytes)) FROM payload").fetchone()[0]
+        assert held <= cap and remote.cache_stats()["bytes_cached"] <= cap
+    stats = remote.cache_stats()
+    assert stats["misses"] and stats["hits"] + stats["misses"] == reads  # each read counted once
+
+
+def test_the_loader_prefetches_what_the_next_batches_read(
+    s3: LocalS3, bucket: str, corpus: Path, tmp_path: Path
+) -> None:
+    url = f"s3://{bucket}/docs"
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
+    remote = _open(url, tmp_path)
+    s3.reset()
+    batches = list(_loader(remote, tmp_path))
+    stats = remote.cache_stats()
+    # every document a batch read was announced before it was read, and counted once
+    reads = sum(1 for batch in batches for group in batch for text in group[1:] if text)
+    assert stats["unplanned"] == 0 and stats["hits"] + stats["misses"] == reads
+    assert s3.stats()["max_in_flight"] > 1
+
+
+@pytest.mark.e2e
+def test_dataloader_workers_forked_after_the_store_fetched_read_it(
+    bucket: str, corpus: Path, tmp_path: Path
+) -> None:
+    local = lading.build_store(corpus, tmp_path / "local", progress=False)
+    url = f"s3://{bucket}/docs"
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
+    remote = _open(url, tmp_path)
+    remote.get_many(remote.ids()[:3])  # obstore ran here: a forked child must not use it
+    assert list(_loader(remote, tmp_path, workers=2)) == list(_loader(local, tmp_path))
+
+
+def test_an_open_store_keeps_its_snapshot_while_the_store_is_rebuilt(
+    bucket: str, corpus: Path, tmp_path: Path, rng: random.Random, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"s3://{bucket}/docs"
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
+    remote = _open(url, tmp_path)
+    before = lading.build_store(corpus, tmp_path / "local", progress=False)
+    ids = remote.ids()
+    first = remote.get_many(ids[:50])  # these are cached now
+    other = _corpus(tmp_path / "other", random.Random(rng.random()))
+    lading.build_store(other, url, cache=str(tmp_path / "b"), progress=False, overwrite=True)
+    # the new manifest is committed; this reader goes on with its snapshot, cached or not
+    assert remote.get_many(ids[:50]) == first == before.get_many(ids[:50])
+    assert remote.get_many(ids[50:]) == before.get_many(ids[50:])
+    fresh = _open(url, tmp_path, name="cache2")
+    after = lading.build_store(other, tmp_path / "local2", progress=False)
+    assert fresh.snapshot != remote.snapshot and fresh.get_many(ids) == after.get_many(ids)
+    listing = open_client(url).list()
+    assert {k.split("/")[0] for k in listing if k.startswith("snap-")} == {
+        remote.snapshot,
+        fresh.snapshot,
+    }  # the replaced snapshot stays for the grace (600 s)
+    monkeypatch.setenv("LADING_SNAPSHOT_GRACE_S", "0")
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False, overwrite=True)
+    kept = {k.split("/")[0] for k in open_client(url).list() if k.startswith("snap-")}
+    assert len(kept) == 1 and kept.isdisjoint({remote.snapshot, fresh.snapshot})
+
+
+def test_a_store_is_staged_once_per_node(bucket: str, corpus: Path, tmp_path: Path) -> None:
+    url = f"s3://{bucket}/docs"
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
+    first = _open(url, tmp_path)
+    staged = {p: p.stat().st_mtime_ns for p in first.path.rglob("*") if p.is_file()}
+    second = _open(url, tmp_path)
+    assert second.path == first.path
+    assert {p: p.stat().st_mtime_ns for p in second.path.rglob("*") if p.is_file()} == staged
+    assert not list(first.path.rglob("text.bin"))  # the documents themselves are not staged
+    offsets = list(first.path.rglob("text.off"))  # one shard: the offsets of every row
+    assert len(offsets) == 1 and os.path.getsize(offsets[0]) == 8 * (len(first) + 1)

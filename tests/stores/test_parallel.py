@@ -1,0 +1,197 @@
+"""Building in parallel: any shard count gives the store a one-process build gives, by content.
+
+Shards are written by ``lading build SRC DEST --shard i/N`` (here through the CLI's ``main``,
+in-process) or ``build_store(..., shard=(i, n))``, then committed by ``lading merge DEST``.
+Compared with the one-process build of the same inputs: ``ids()`` order, texts, fields and
+token ids. The runs under torchrun (gloo) and with a worker killed mid-shard are at the end,
+marked slow.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lading
+from conftest import word_tokenizer, write
+from lading.cli import main
+from lading.errors import StoreFormatError
+
+WORDS = [f"w{i}" for i in range(50)]
+
+
+def jsonl(path: Path, first: int, n: int, seed: int = 0) -> Path:
+    """``n`` documents ``d<first>..``: words drawn at ``seed``, a title on every third."""
+    rng = np.random.default_rng(seed + first)
+    lines = []
+    for i in range(first, first + n):
+        doc = {"id": f"d{i}", "text": " ".join(rng.choice(WORDS, int(rng.integers(1, 30))))}
+        if i % 3 == 0:
+            doc["title"] = f"title {i}"
+        lines.append(json.dumps(doc))
+    return write(path, "\n".join(lines) + "\n")
+
+
+def same_content(a: lading.PackedStore, b: lading.PackedStore) -> None:
+    """``a`` and ``b`` hold the same documents in the same order, fields and tokens too."""
+    ids = a.ids()
+    assert b.ids() == ids and len(a) == len(b)
+    assert b.get_many(ids[::-1]) == a.get_many(ids[::-1])
+    assert b.texts_range(0, len(b)) == a.texts_range(0, len(a))
+    assert b.fields == a.fields
+    for name in a.fields:
+        assert [b.field(i, name) for i in ids] == [a.field(i, name) for i in ids]
+    assert b.find_rows(ids[5:40:3]).tolist() == a.find_rows(ids[5:40:3]).tolist()
+    assert b.get_many_bytes(ids[:9]) == a.get_many_bytes(ids[:9])
+    assert a.has_tokens == b.has_tokens
+    if a.has_tokens:
+        assert [t.tolist() for t in b.tokens_many(ids)] == [t.tolist() for t in a.tokens_many(ids)]
+        for x, y in zip(a.token_arrays(), b.token_arrays()):
+            assert np.array_equal(x, y)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_any_shard_count_by_cli_equals_one_process(tmp_path: Path, n: int) -> None:
+    pytest.importorskip("tokenizers")
+    src = jsonl(tmp_path / "c.jsonl", 0, 600)
+    tok = word_tokenizer(WORDS, tmp_path / "tok.json")
+    one = lading.build_store(src, tmp_path / "one", tokenizer=tok, progress=False)
+    dest = tmp_path / "sharded"
+    for i in reversed(range(n)):  # any order
+        args = ["build", str(src), str(dest), "--shard", f"{i}/{n}", "--tokenizer", str(tok)]
+        assert main([*args, "--quiet"]) == 0
+    assert main(["merge", str(dest)]) == 0
+    store = lading.open_store(dest)
+    assert len(store.meta["shards"]) == n and store.meta["count"] == 600
+    assert [s["rows"] for s in store.meta["shards"]] != [0] * n
+    same_content(one, store)
+    assert lading.stores.verify_store(dest) == []
+
+
+def test_several_files_by_list_folder_or_glob(tmp_path: Path) -> None:
+    """Files dealt to shards in order: plain ones cut at lines, compressed ones whole."""
+    folder = tmp_path / "corpus"
+    jsonl(folder / "a.jsonl", 0, 200)
+    gz = jsonl(tmp_path / "b.jsonl", 200, 150)
+    (folder / "b.jsonl.gz").write_bytes(gzip.compress(gz.read_bytes()))
+    jsonl(folder / "c.jsonl", 350, 250)
+    files = sorted(folder.iterdir())
+    one = lading.build_store(files, tmp_path / "one", progress=False)
+    assert one.ids()[:2] == ["d0", "d1"] and one.ids()[-1] == "d599" and len(one) == 600
+    same_content(one, lading.build_store(folder, tmp_path / "by-folder", progress=False))
+    for n in (2, 3):
+        dest = tmp_path / f"n{n}"
+        for i in range(n):
+            lading.build_store(str(folder / "*.jsonl*"), dest, shard=(i, n), progress=False)
+        same_content(one, lading.merge_store(dest))
+    assert "b.jsonl.gz" in json.dumps(lading.open_store(tmp_path / "n3").meta["shards"])
+
+
+def test_a_duplicate_id_across_shards_names_both(tmp_path: Path) -> None:
+    src = write(
+        tmp_path / "c.tsv", "".join(f"d{i}\ttext {i}\n" for i in range(100)) + "d7\tagain\n"
+    )
+    for i in range(2):
+        lading.build_store(src, tmp_path / "s", shard=(i, 2), progress=False)
+    with pytest.raises(StoreFormatError, match=r"duplicate id 'd7' in shard 0 .* and shard 1 "):
+        lading.merge_store(tmp_path / "s")
+
+
+def test_missing_shards_are_named_and_a_rerun_builds_only_those(tmp_path: Path) -> None:
+    src = jsonl(tmp_path / "c.jsonl", 0, 300)
+    dest = tmp_path / "s"
+    first = lading.build_store(src, dest, shard=(1, 3), progress=False)
+    assert not first.reused and first.rows > 0
+    with pytest.raises(StoreFormatError, match=r"1 of its 3 shards; missing 0, 2.*--shard 0/3"):
+        lading.merge_store(dest)
+    assert lading.build_store(src, dest, shard=(1, 3), progress=False).reused
+    for i in (0, 2):
+        lading.build_store(src, dest, shard=(i, 3), progress=False)
+    store = lading.merge_store(dest)
+    assert lading.merge_store(dest).snapshot == store.snapshot  # merged once
+    same_content(lading.build_store(src, tmp_path / "one", progress=False), store)
+
+
+def test_a_shard_of_no_rows_and_a_field_only_some_shards_have(tmp_path: Path) -> None:
+    """Lines longer than a shard's range leave that shard empty; a field seen only in one
+    shard is empty elsewhere, as in a one-process build."""
+    lines = [json.dumps({"id": "a", "text": "x" * 5000}), json.dumps({"id": "b", "text": "y"})]
+    lines.append(json.dumps({"id": "c", "text": "z", "title": "only here"}))
+    src = write(tmp_path / "c.jsonl", "\n".join(lines) + "\n")
+    for i in range(4):
+        lading.build_store(src, tmp_path / "s", shard=(i, 4), progress=False)
+    store = lading.merge_store(tmp_path / "s")
+    assert 0 in [s["rows"] for s in store.meta["shards"]]
+    same_content(lading.build_store(src, tmp_path / "one", progress=False), store)
+    assert store.field("c", "title") == "only here" and store.field("a", "title") == ""
+
+
+def test_shards_refuse_what_they_cannot_split(tmp_path: Path) -> None:
+    gz = write(tmp_path / "c.tsv.gz", gzip.compress(b"1\tx\n2\ty\n"))
+    with pytest.raises(ValueError, match=r"shard 1 would read nothing.*at most 1 shards"):
+        lading.build_store(gz, tmp_path / "s", shard=(1, 2), progress=False)
+    with pytest.raises(ValueError, match=r"i must be in \[0, 2\)"):
+        lading.build_store(gz, tmp_path / "s", shard=(2, 2), progress=False)
+    with pytest.raises(SystemExit):
+        main(["build", str(gz), str(tmp_path / "s"), "--shard", "2/2"])
+
+
+def test_a_sharded_store_is_stale_when_an_input_changes(tmp_path: Path) -> None:
+    folder = tmp_path / "corpus"
+    jsonl(folder / "a.jsonl", 0, 50)
+    b = jsonl(folder / "b.jsonl", 50, 50)
+    for i in range(2):
+        lading.build_store(folder, tmp_path / "s", shard=(i, 2), progress=False)
+    lading.merge_store(tmp_path / "s")
+    jsonl(b, 50, 51)
+    with pytest.warns(lading.StaleStoreWarning, match=r"b\.jsonl"):
+        lading.open_store(tmp_path / "s")
+
+
+def _auto(rank: int, world: int, src: str, dest: str) -> dict[str, object]:
+    store = lading.build_store(src, dest, shard="auto", progress=False)
+    return {"snapshot": store.snapshot, "shards": len(store.meta["shards"]), "ids": store.ids()}
+
+
+@pytest.mark.slow
+def test_under_torchrun_every_rank_builds_a_shard_and_rank_0_merges(tmp_path: Path) -> None:
+    from distributed import run_processes
+
+    src = jsonl(tmp_path / "c.jsonl", 0, 900)
+    one = lading.build_store(src, tmp_path / "one", progress=False)
+    results = run_processes(_auto, 3, str(src), str(tmp_path / "s"))
+    assert len({r["snapshot"] for r in results}) == 1
+    assert {r["shards"] for r in results} == {3}
+    assert all(r["ids"] == one.ids() for r in results)
+    same_content(one, lading.open_store(tmp_path / "s"))
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_shard_commits_nothing_and_a_rerun_completes(tmp_path: Path) -> None:
+    src = jsonl(tmp_path / "c.jsonl", 0, 200_000)
+    dest = tmp_path / "s"
+    build = [sys.executable, "-m", "lading", "build", str(src), str(dest), "--quiet", "--shard"]
+    assert subprocess.run([*build, "1/2"], capture_output=True).returncode == 0
+    proc = subprocess.Popen([*build, "0/2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(dest.glob("build-*/shard-00000-of-00002.tmp-*")):
+        time.sleep(0.005)
+    time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    assert list(dest.glob("build-*/shard-00000-of-00002.tmp-*")), "the kill missed the shard"
+    with pytest.raises(StoreFormatError, match="missing 0"):
+        lading.merge_store(dest)
+    assert not (dest / "meta.json").exists()
+    assert subprocess.run([*build, "0/2"], capture_output=True).returncode == 0
+    assert not list(dest.glob("build-*/*.tmp-*"))  # the dead worker's temp went
+    same_content(
+        lading.build_store(src, tmp_path / "one", progress=False), lading.merge_store(dest)
+    )
