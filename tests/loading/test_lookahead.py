@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 import lading
 from lading.loading.lookahead import LOOKAHEAD, announcer, step_of
 
@@ -40,6 +42,15 @@ def test_every_batch_is_announced_once_before_it_is_read() -> None:
         else:  # a read: its batch was announced, and at most 2 * LOOKAHEAD batches ahead
             assert any(what in b for b in announced)
     assert announced == batches  # each batch once, in order, exactly the loader's
+
+
+@pytest.mark.slow
+def test_with_dataloader_workers_the_main_process_announces_every_batch() -> None:
+    data = Recorder(50)  # the workers read their own copies: only announcements are seen here
+    loader = lading.loader(data, 4, collate_fn=list, world=lading.World(0, 1), num_workers=2)
+    batches = list(loader)
+    announced = [b for kind, what in data.events if kind == "announce" for b in what[0]]
+    assert announced == batches and all(kind == "announce" for kind, _ in data.events)
 
 
 def test_a_resumed_loader_announces_from_where_it_resumes() -> None:
