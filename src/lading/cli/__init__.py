@@ -1,7 +1,7 @@
 """The ``lading`` command: argparse subcommands that call the library and print its answers.
 
 One module per command group holds its commands and parsers: :mod:`lading.cli.stores`,
-:mod:`lading.cli.train`, :mod:`lading.cli.lm`, :mod:`lading.cli.bench`,
+:mod:`lading.cli.data`, :mod:`lading.cli.train`, :mod:`lading.cli.lm`, :mod:`lading.cli.bench`,
 :mod:`lading.cli.example`. None imports torch at the top, so building the parser (and ``lading
 lm build``, ``lading repartition``) stays light.
 """
@@ -16,9 +16,10 @@ from collections.abc import Sequence
 
 from lading import __version__
 from lading.cli.bench import add_bench, bench_plan, default_world_sizes
+from lading.cli.data import add_repartition, add_synth
 from lading.cli.example import add_example
 from lading.cli.lm import add_lm
-from lading.cli.stores import add_repartition, add_store_commands, add_synth, describe
+from lading.cli.stores import add_store_commands, describe
 from lading.cli.train import add_rerank, add_run_args, add_train
 
 __all__ = [
