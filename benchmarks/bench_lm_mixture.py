@@ -25,7 +25,7 @@ import numpy as np
 
 from common import HERE, write_section
 from lading.lm import LanguageModelLoader, TokenCorpus, TokenMixture, Windows
-from lading.lm.windows import MixedWindows
+from lading.lm.windows import EpochWindows, MixedWindows
 from lading.world import World
 
 BATCH, SEQ, WEIGHTS = 16, 1024, (0.5, 0.3, 0.2)
@@ -69,10 +69,11 @@ def evenness(corpora: list[TokenCorpus], windows: int, run: int = 16, seeds: int
     ours, uniform = [], []
     for seed in range(seeds):
         mix = TokenMixture(dict(zip(corpora, WEIGHTS)), windows=windows)
-        loader = LanguageModelLoader(mix, 1, Windows(64), world=World(), seed=seed)
-        source = loader._windows.of_epoch(0)
+        # the windows a loader of Windows(64) over the mixture reads in epoch 0, in its order
+        data = EpochWindows(mix, np.arange(0), "windows", 64, seed, shuffle=True, backwards=False)
+        source = data.of_epoch(0)
         assert isinstance(source, MixedWindows)
-        order = [source.locate(int(p))[0] for p in epoch_positions(loader)]
+        order = [source.locate(int(p))[0] for p in epoch_positions(source.n, seed)]
         labels = np.array(order)
         shuffled = np.random.default_rng(seed).permutation(labels)
         ours.append(deviation(labels, weights, run))
@@ -80,12 +81,11 @@ def evenness(corpora: list[TokenCorpus], windows: int, run: int = 16, seeds: int
     return float(np.mean(ours) / np.mean(uniform))
 
 
-def epoch_positions(loader: LanguageModelLoader) -> list[int]:
+def epoch_positions(n: int, seed: int) -> list[int]:
+    """The order a loader of ``seed`` reads ``n`` windows in, in epoch 0."""
     from lading.loading.order import feistel_permutation
 
-    seg = loader._current()
-    n = seg.n
-    return feistel_permutation(np.arange(n), n, loader.seed, 0).tolist()
+    return feistel_permutation(np.arange(n), n, seed, 0).tolist()
 
 
 def deviation(labels: np.ndarray, weights: np.ndarray, run: int) -> float:

@@ -104,7 +104,7 @@ def main() -> None:
             f"| {seq} | {stats['windows']:,} | {stats['split_documents']:,} "
             f"| {stats['padding_fraction']:.4f} |"
         )
-    windows128 = LanguageModelLoader(corpus, 1, Windows(128), world=World()).batches()
+    windows128 = len(LanguageModelLoader(corpus, 1, Windows(128), world=World()))
     runs = {m: ablation(corpus.path, out / f"gpt-mask-{m}", args.steps, m) for m in (True, False)}
     results["ablation"] = {str(k): v for k, v in runs.items()}
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))

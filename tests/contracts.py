@@ -6,6 +6,7 @@ rank's loader in this process (a rank's share depends only on (seed, epoch, rank
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +14,14 @@ from typing import Any
 from lading.world import World
 
 MakeLoader = Callable[[World, int], Any]
+
+
+def forked(workers: int) -> Any:
+    """A ``workers`` parameter of DataLoader worker processes: a fork each, so in the slow set
+    (tests/loading/test_contracts.py runs every loader with workers there too)."""
+    import pytest
+
+    return pytest.param(workers, marks=pytest.mark.slow)
 
 
 class Numbers:
@@ -28,9 +37,11 @@ class Numbers:
         return i
 
 
-def batches_of(loader: Any, key: Callable[[Any], list[Any]]) -> list[list[Any]]:
-    """Every batch of one epoch as a list of sample keys."""
-    return [key(batch) for batch in loader]
+def batches_of(
+    loader: Any, key: Callable[[Any], list[Any]], most: int | None = None
+) -> list[list[Any]]:
+    """Every batch of one epoch (at most ``most``) as a list of sample keys."""
+    return [key(batch) for batch in itertools.islice(loader, most)]
 
 
 def assert_batches_kept(
@@ -102,7 +113,9 @@ def assert_resumes(
     state = first.state_dict()
     resumed = make_loader(world, num_workers)
     resumed.load_state_dict(state)
-    assert head + batches_of(resumed, key) == full
+    # the rest of the epoch: remaining() batches (none when the midpoint ended the epoch; the
+    # loader would then read the next epoch, as assert_reiterates checks)
+    assert head + batches_of(resumed, key, resumed.remaining()) == full
 
 
 def assert_elastic(
@@ -137,7 +150,7 @@ def assert_elastic(
     for rank in range(new_world):
         loader = make_loader(World(rank=rank, world_size=new_world), num_workers)
         loader.load_state_dict(states[rank % old_world])
-        rest = batches_of(loader, key)
+        rest = batches_of(loader, key, loader.remaining())
         counts.append(len(rest))
         for batch in rest:
             seen.update(batch)
@@ -147,3 +160,26 @@ def assert_elastic(
     assert set(seen) <= set(range(n))
     repeats = sum(seen.values()) - n
     assert repeats <= max_repeats, f"{repeats} repeated reads, padding explains {max_repeats}"
+
+
+def assert_reiterates(
+    make_loader: MakeLoader, world: World, num_workers: int, key: Callable[[Any], list[Any]]
+) -> None:
+    """Iterating a loader again reads the next epoch, as a DataLoader does: three passes over
+    one loader are epochs 0, 1 and 2 (each what a fresh loader set to that epoch reads),
+    ``len()`` is the epoch's length before and after a pass, and a state saved after a whole
+    epoch loads to the next epoch (torchdata's StatefulDataLoader does the same)."""
+    loader = make_loader(world, num_workers)
+    first = len(loader)
+    passes = [batches_of(loader, key) for _ in range(3)]
+    for epoch, got in enumerate(passes):
+        fresh = make_loader(world, num_workers)
+        fresh.set_epoch(epoch)
+        assert got == batches_of(fresh, key), f"pass {epoch} is not epoch {epoch}"
+    assert first == len(passes[0]) > 0 and len(loader) == len(passes[2])
+    assert loader.epoch == 2
+    resumed = make_loader(world, num_workers)
+    resumed.load_state_dict(loader.state_dict())
+    after = make_loader(world, num_workers)
+    after.set_epoch(3)
+    assert batches_of(resumed, key) == batches_of(after, key)

@@ -71,11 +71,10 @@ def make_loader(
         return LanguageModelLoader(corpus, batch, Streams(6), world=world)
     from lading.tabular import PartitionedParquet
 
-    ds = PartitionedParquet(
-        data / "sessions.parquet", columns=["session_id"], batch_size=batch, world=world,
-        seed=6, buffer_rows=16, equalize="pad",
+    return PartitionedParquet(
+        data / "sessions.parquet", batch, columns=["session_id"], world=world, seed=6,
+        buffer_rows=16, equalize="pad", num_workers=workers, multiprocessing_context="fork",
     )  # fmt: skip
-    return ds.loader(num_workers=workers, multiprocessing_context="fork")
 
 
 def keys(kind: str, batch: Any) -> list[Any]:

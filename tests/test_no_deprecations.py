@@ -30,7 +30,7 @@ def test_loaders_and_builds_emit_no_deprecation(tmp_path: Path) -> None:
         store = lading.build_store(tmp_path / "d.tsv", tmp_path / "store", shared_fs=False)
         assert len(list(lading.loader(store.ids(), 4, world=World()))) == 5
         parquet = PartitionedParquet(tmp_path / "x.parquet", batch_size=4, world=World())
-        assert len(list(parquet.loader())) == 5
+        assert len(list(parquet)) == 5
 
 
 def test_the_removed_aliases_are_gone() -> None:

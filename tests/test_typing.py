@@ -33,7 +33,7 @@ parquet: type = PartitionedParquet
 parse = lading.ParseOptions(columns=["id", "url", "text"], keep_fields=["url"])
 built: lading.PackedStore = lading.build_store("c.tsv", "s", parse=parse)
 lading.loader(list(range(10)), batch_size="two")  # wrong on purpose: must be reported
-LanguageModelLoader(TokenCorpus.open("c"), 8, bptt=70)  # moved on purpose: must be reported
+LanguageModelLoader(TokenCorpus.open("c"), 8, bptt=70)  # no such keyword: must be reported
 """
 
 
@@ -50,4 +50,4 @@ def test_mypy_sees_the_lazy_names_with_their_signatures(tmp_path: Path) -> None:
     errors = [line for line in done.stdout.splitlines() if ": error:" in line]
     assert len(errors) == 2, done.stdout  # only the wrong calls, nothing about lazy names
     assert 'Argument "batch_size" to "loader"' in errors[0], errors[0]
-    assert 'Argument "bptt" to "LanguageModelLoader"' in errors[1], errors[1]
+    assert 'Unexpected keyword argument "bptt" for "LanguageModelLoader"' in errors[1], errors[1]

@@ -132,7 +132,7 @@ def test_each_strategy_tokenizes_where_the_report_says(
 
 def test_quick_grid_by_default_full_grid_one_flag_away() -> None:
     from lading.bench import FULL, QUICK
-    from lading.cli import _default_world_sizes, bench_plan, build_parser
+    from lading.cli import bench_plan, build_parser, default_world_sizes
 
     options, settings, passages = bench_plan(build_parser().parse_args(["bench"]))
     assert (passages, options.world_sizes, options.modes) == (20_000, [1, 2], ["loader"])
@@ -143,7 +143,7 @@ def test_quick_grid_by_default_full_grid_one_flag_away() -> None:
     assert (passages, options.modes) == (100_000, ["loader", "train"])
     assert (settings.seconds, settings.repeats) == (FULL.seconds, FULL.repeats)
     assert options.strategies == list(FULL.strategies) and "irds" in options.strategies
-    assert options.world_sizes == _default_world_sizes()  # 1,2,4 on CPU; up to 8 GPUs
+    assert options.world_sizes == default_world_sizes()  # 1,2,4 on CPU; up to 8 GPUs
     given = ["bench", "--full", "--modes", "train", "--steps", "7", "--world-sizes", "1,4"]
     options, settings, passages = bench_plan(build_parser().parse_args(given))
     assert (options.modes, settings.steps, options.world_sizes) == (["train"], 7, [1, 4])

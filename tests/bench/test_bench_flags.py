@@ -56,13 +56,12 @@ def test_pin_memory_is_refused_without_cuda() -> None:
 def test_a_pinned_cell_is_na_on_cpu_not_a_pin_memory_true_row() -> None:
     """Through the library (no CLI check) a pinned cell on a CPU is n/a, never run unpinned
     and reported as pinned."""
-    from lading.bench import Cell
+    from lading.bench.data import unavailable
     from lading.bench.report import _pinned, _value
-    from lading.bench.synthetic import unavailable
 
-    why = unavailable(Cell("packed", 1, "loader", pin_memory=True))
+    why = unavailable("packed", pin_memory=True)
     assert why is not None and "CUDA" in why
-    assert unavailable(Cell("packed", 1, "loader")) is None
+    assert unavailable("packed") is None
     record = {"pin_memory": True, "status": "n/a", "reason": why, "memory": {}}
     assert _value(record) == "n/a"
     assert _pinned(record) == "n/a on CPU"  # the report's pin memory column
@@ -97,6 +96,7 @@ def _plan_in_subprocess(flags: list[str], cache: Path) -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.e2e  # the CLI in two subprocesses (~30 s on a busy 2-core machine)
 def test_a_hub_id_is_looked_up_in_the_local_cache_only(tmp_path: Path) -> None:
     snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / ("0" * 40)
     snapshot.mkdir(parents=True)

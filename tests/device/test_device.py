@@ -66,7 +66,9 @@ def plain(batch: Any) -> list[Any]:
 
 
 def run(loader: Any, steps: int | None = None) -> list[Any]:
-    out = []
+    out: list[Any] = []
+    if steps == 0:
+        return out  # iterating would start the next epoch of a loader read to its end
     for batch in loader:
         out.append(plain(batch))
         if steps is not None and len(out) == steps:
@@ -98,15 +100,15 @@ def test_state_counts_only_the_batches_handed_out(depth: int, stop: int) -> None
     reference.set_epoch(1)
     want = run(reference, stop)
     want_state = reference.state_dict()
-    want_rest = run(reference)
+    want_rest = run(reference, reference.remaining())
     pre = DevicePrefetcher(map_loader(), "cpu", depth)
     pre.set_epoch(1)
     assert run(pre, stop) == want
     assert pre.state_dict() == want_state
-    assert len(pre) == len(want_rest)
+    assert pre.remaining() == len(want_rest) and len(pre) == 14
     resumed = DevicePrefetcher(map_loader(), "cpu", depth)
     resumed.load_state_dict(pre.state_dict())
-    assert run(resumed) == want_rest
+    assert run(resumed, resumed.remaining()) == want_rest
     assert pre.epoch == resumed.epoch == 1
 
 
@@ -116,7 +118,9 @@ def test_iterating_again_continues_with_the_batches_in_flight() -> None:
     pre = DevicePrefetcher(map_loader(), "cpu", depth=3)
     got = run(pre, 4) + run(pre, 3) + run(pre)
     assert got == want
-    assert run(pre) == []  # the epoch is over until set_epoch
+    after = map_loader()
+    after.set_epoch(1)
+    assert run(pre) == run(after)  # iterated again after its end: the next epoch
 
 
 def test_set_epoch_passes_through_and_drops_what_is_in_flight() -> None:
@@ -127,7 +131,7 @@ def test_set_epoch_passes_through_and_drops_what_is_in_flight() -> None:
     run(pre, 3)  # epoch 0, batches in flight
     pre.set_epoch(2)
     assert pre.epoch == 2 and run(pre) == want
-    assert pre.num_workers == 0 and pre.dataset is pre.loader.dataset  # the rest is the loader's
+    assert pre.num_workers == 0 and pre.workers is pre.loader.workers  # the rest is the loader's
 
 
 def test_workers_loader_resumes_exactly_with_batches_in_flight() -> None:
@@ -324,17 +328,13 @@ def test_resident_lm_loader_keeps_continuity_and_resumes_exactly(
 ) -> None:
     host = lm_loader(corpus)
     want = [run(host) for host_epoch in range(2) if host.set_epoch(host_epoch) is None]
-    resident = ResidentLanguageModelLoader(
-        corpus, 3, Streams(5), seed=2, world=World(0, 1), device=device
-    )
+    resident = LanguageModelLoader(corpus, 3, Streams(5), seed=2, world=World(0, 1), device=device)
     got = [run(resident) for epoch in range(2) if resident.set_epoch(epoch) is None]
     assert got == want  # the same batches: streams continue from batch to batch as on the host
     # a host state resumes on the device and a device state on the host
     host.set_epoch(1)
     head = run(host, 3)
-    moved = ResidentLanguageModelLoader(
-        corpus, 3, Streams(5), seed=2, world=World(0, 1), device=device
-    )
+    moved = LanguageModelLoader(corpus, 3, Streams(5), seed=2, world=World(0, 1), device=device)
     moved.load_state_dict(host.state_dict())
     rest = run(moved)
     assert head + rest == want[1]
@@ -343,8 +343,10 @@ def test_resident_lm_loader_keeps_continuity_and_resumes_exactly(
     assert run(moved, 2) == want[1][3:5]
     back.load_state_dict(moved.state_dict())
     assert run(back) == want[1][5:]
-    with pytest.raises(ValueError, match="in-process"):
-        moved.loader(num_workers=2)
+    with pytest.raises(ValueError, match=r"device= builds batches on the device in this process"):
+        LanguageModelLoader(corpus, 3, Streams(5), device=device, num_workers=2)
+    with pytest.raises(TypeError, match=r"is now LanguageModelLoader\(corpus, batch_size, seq"):
+        ResidentLanguageModelLoader(corpus, 3, Streams(5), device=device)
 
 
 class CountingLoader:
@@ -375,7 +377,7 @@ def test_a_loader_without_a_cursor_is_snapshotted_whole() -> None:
     pre = DevicePrefetcher(CountingLoader(10), "cpu", depth=3)
     assert run(pre, 4) == [[("i", ["torch.int64", [k]])] for k in (1, 2, 3, 4)]
     assert pre.loader.i == 7 and pre.state_dict() == {"i": 4}
-    assert len(pre) == 6
+    assert pre.remaining() == 6  # its len() (what it has left) and the 3 in flight
 
 
 @needs_cuda
@@ -430,9 +432,7 @@ def test_resident_lm_loader_reads_each_epoch_in_its_own_order(corpus: TokenCorpu
     # The device stream was cached under id(segment): after set_epoch the old segment is freed
     # and the new one may get its address, so an epoch was read in the previous epoch's order.
     host = LanguageModelLoader(corpus, 2, Streams(4), seed=7, world=World(0, 2))
-    resident = ResidentLanguageModelLoader(
-        corpus, 2, Streams(4), seed=7, world=World(0, 2), device="cpu"
-    )
+    resident = LanguageModelLoader(corpus, 2, Streams(4), seed=7, world=World(0, 2), device="cpu")
     wrong = []
     for epoch in range(60):
         host.set_epoch(epoch)

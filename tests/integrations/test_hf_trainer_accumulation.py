@@ -75,15 +75,20 @@ def make_args(out: Path, batch: int, accumulate: int, **extra: Any) -> Any:
 
 def lading_loader(data: Collection, batch: int = 4, **extra: Any) -> Any:
     import lading
-    from lading import ir
 
     return lading.loader(
         data.groups(group_size=GROUP, queries=12),
         batch_size=batch,
-        collate_fn=ir.CrossEncoderCollator(data.store, max_length=64, max_query_length=16),
+        collate_fn=collator(data),
         seed=3,
         **extra,
     )
+
+
+def collator(data: Collection) -> Any:
+    from lading import ir
+
+    return ir.CrossEncoderCollator(data.store, max_length=64, max_query_length=16)
 
 
 class ModelInputs:
@@ -124,14 +129,15 @@ def framework_route(data: Collection, kind: str, loss: str, out: Path, batch: in
 
     probe = lading_loader(data)
     groups = probe.dataset
-    items = [groups[EpochIndex(0, int(i))] for i in probe.source.share()]
+    # the first epoch's batches, planned without reading them (the loader's known order)
+    items = [groups[EpochIndex(0, i)] for batch in probe.upcoming(len(probe)) for i in batch.items]
     trainer = Trainer(
         model=make_model(kind),
         args=make_args(
             out, batch, acc, train_sampling_strategy="sequential", remove_unused_columns=False
         ),
         train_dataset=items,  # a list is a map-style Dataset
-        data_collator=ModelInputs(probe.loader.collate_fn),
+        data_collator=ModelInputs(collator(data)),
         compute_loss_func=reference_loss(loss),
     )
     trainer.train()

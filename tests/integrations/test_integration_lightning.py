@@ -256,9 +256,8 @@ def lightning_ids(kind: Any, tmp: Path, resume: Path | None = None, every: int =
 def test_every_workload_through_the_datamodule(tmp_path: Path, name: str) -> None:
     """Each workload's loader in a Lightning fit gives the batches it gives when iterated by
     hand (2 epochs), and a mid-epoch Lightning checkpoint resumes on the next batch."""
-    from test_contracts import lm_kind, map_kind, parquet_kind
-
     from lading.world import World
+    from loader_kinds import lm_kind, map_kind, parquet_kind
 
     kind = {
         "map": lambda: map_kind(40, tmp_path),

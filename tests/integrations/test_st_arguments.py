@@ -250,9 +250,9 @@ def test_every_argument_is_honoured_or_refused(data_dir: Path, tmp_path: Path) -
         dataloader_prefetch_factor=3,
         dataloader_pin_memory=False,
     )
-    torch_loader = ours.get_train_dataloader().loader.loader  # no epoch run: no worker started
-    assert (torch_loader.num_workers, torch_loader.persistent_workers) == (1, False)
-    assert (torch_loader.prefetch_factor, torch_loader.pin_memory) == (3, False)
+    workers = ours.get_train_dataloader().workers  # no epoch run: no worker started
+    assert (workers.num_workers, workers.persistent_workers) == (1, False)
+    assert (workers.prefetch_factor, workers.pin_memory) == (3, False)
     for sampler, match in [
         ("group_by_label", "group_by_label.*no label column"),
         (DefaultBatchSampler, "custom sampler"),

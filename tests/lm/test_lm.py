@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from conftest import store_file, word_corpus, word_tokenizer, write
+from contracts import forked
 from distributed import run_processes
 from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, Windows
 from lading.loading.order import Salt, feistel_permutation
@@ -358,15 +359,15 @@ def test_real_wikipedia_sample(data_dir: Path, tmp_path: Path) -> None:
     assert x.shape[0] == 16 and np.array_equal(y[:, :-1].numpy(), x[:, 1:].numpy())
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, forked(2)])
 def test_packed_padding_is_never_scored(corpus: TokenCorpus, workers: int) -> None:
     from lading.lm import IGNORE_INDEX
 
     def make(boundaries: bool) -> Any:
-        loader = LanguageModelLoader(
-            corpus, 8, Packed(16, boundaries=boundaries), world=World(0, 1), seed=3
-        )
-        return loader if workers == 0 else loader.loader(num_workers=workers)
+        return LanguageModelLoader(
+            corpus, 8, Packed(16, boundaries=boundaries), world=World(0, 1), seed=3,
+            num_workers=workers,
+        )  # fmt: skip
 
     plain = [(x.clone(), y.clone()) for x, y in make(False)]
     marked = list(make(True))
@@ -401,14 +402,12 @@ def test_kept_batches_are_not_overwritten(corpus: TokenCorpus, mode: str) -> Non
         assert torch.equal(x, cx) and torch.equal(y, cy)
 
 
-def test_a_state_loaded_by_a_wrapper_replans_the_epoch(corpus: TokenCorpus) -> None:
-    # ResumableLoader.load_state_dict replaces the source's cursor; the plan cached for the
-    # cursor the loader was made with (epoch 0) must not be read for the restored epoch 1
+def test_a_loaded_state_replans_the_epoch(corpus: TokenCorpus) -> None:
+    # load_state_dict replaces the loader's cursor; the plan kept for the cursor the loader
+    # was made with (epoch 0) must not be read for the restored epoch 1
     def make() -> Any:
         # jittered lengths: epochs 0 and 1 have different batch counts (81 and 94)
-        return LanguageModelLoader(
-            corpus, 2, Streams(5, jitter=(2, 9)), seed=7, world=World()
-        ).loader(0)
+        return LanguageModelLoader(corpus, 2, Streams(5, jitter=(2, 9)), seed=7, world=World())
 
     whole = make()
     whole.set_epoch(1)

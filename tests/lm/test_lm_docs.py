@@ -337,6 +337,7 @@ def gpt_config(corpus: Path, out: Path, **kw: Any) -> Any:
     return LMConfig(**{**fields, **kw})
 
 
+@pytest.mark.e2e  # whole training runs (lading train lm --arch gpt)
 @pytest.mark.parametrize("packed", [False, True])
 def test_gpt_trains_end_to_end(repetitive: Path, tmp_path: Path, packed: bool) -> None:
     from lading.lm.train import train_lm
@@ -348,6 +349,7 @@ def test_gpt_trains_end_to_end(repetitive: Path, tmp_path: Path, packed: bool) -
     assert (later["packing"] is not None) == packed
 
 
+@pytest.mark.e2e  # three whole training runs
 def test_gpt_resumed_run_equals_uninterrupted(repetitive: Path, tmp_path: Path) -> None:
     import json
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import word_corpus
+from lading.errors import LoaderStateError
 from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, TokenMixture, Windows
 from lading.world import World
 
@@ -73,35 +74,9 @@ def test_the_loader_reads_its_mode_from_the_options(corpus: TokenCorpus) -> None
     assert modes == {"streams", "windows", "packed"}
 
 
-OLD_KEYWORDS = {
-    "bptt": (70, r"bptt= moved: pass sequence=Streams\(bptt=70\)"),
-    "mode": ("packed", r"mode= moved: pass sequence=Packed\(seq_len=\.\.\.\)"),
-    "bptt_jitter": (None, r"bptt_jitter= moved: pass sequence=Streams\(bptt=\.\.\., jitter="),
-    "backwards": (True, r"backwards= moved: pass sequence=Streams\(bptt=\.\.\., backwards="),
-    "chunk_batches": (4, r"chunk_batches= moved: pass sequence=Streams\(bptt=\.\.\., chunk_b"),
-    "boundaries": (True, r"boundaries= moved: pass sequence=Windows\(seq_len=\.\.\., bounda"),
-    "eod_mask_loss": (False, r"eod_mask_loss= moved: pass sequence=Windows\(seq_len=\.\.\., e"),
-}
-
-
-@pytest.mark.parametrize("keyword", sorted(OLD_KEYWORDS))
-def test_every_old_keyword_names_the_new_form(corpus: TokenCorpus, keyword: str) -> None:
-    value, message = OLD_KEYWORDS[keyword]
-    old: dict[str, Any] = {keyword: value}
-    with pytest.raises(TypeError, match=message):
-        LanguageModelLoader(corpus, 2, Streams(5), world=World(), **old)
-    with pytest.raises(TypeError, match=message):  # the old call had no sequence at all
-        LanguageModelLoader(corpus, 2, world=World(), **old)
-
-
-def test_the_old_form_in_full_is_written_out_new(corpus: TokenCorpus) -> None:
-    want = r"bptt=, mode=, boundaries= moved: pass sequence=Windows\(seq_len=16, boundaries=True\)"
-    with pytest.raises(TypeError, match=want):
-        LanguageModelLoader(corpus, 4, bptt=16, mode="windows", boundaries=True)
-    with pytest.raises(TypeError, match=r"Packed\(seq_len=8\); Packed has no backwards="):
-        LanguageModelLoader(corpus, 4, bptt=8, mode="packed", backwards=True)
+def test_an_unknown_keyword_is_pythons_error(corpus: TokenCorpus) -> None:
     with pytest.raises(TypeError, match="unexpected keyword argument 'shufle'"):
-        LanguageModelLoader(corpus, 4, Streams(8), shufle=False)
+        LanguageModelLoader(corpus, 4, Streams(8), shufle=False)  # type: ignore[call-arg]
 
 
 def test_drop_last_is_refused_naming_ladings_arguments(corpus: TokenCorpus) -> None:
@@ -115,10 +90,8 @@ def test_a_sequence_that_is_not_an_options_object(corpus: TokenCorpus, sequence:
         LanguageModelLoader(corpus, 8, sequence, world=World())
 
 
-def test_the_old_positional_form_fails_clearly(corpus: TokenCorpus) -> None:
-    with pytest.raises(TypeError, match=r"got 70 .*sequence=Streams\(bptt=70\)"):
-        LanguageModelLoader(corpus, 8, 70, world=World())
-    with pytest.raises(TypeError):  # shuffle, seed and the rest are keyword-only now
+def test_the_keywords_after_the_sequence_are_keyword_only(corpus: TokenCorpus) -> None:
+    with pytest.raises(TypeError):  # shuffle, seed and the rest are keyword-only
         LanguageModelLoader(corpus, 8, Streams(70), "fastai", True)  # type: ignore[misc]
 
 
@@ -173,11 +146,17 @@ def test_streams_refuse_a_mixture(corpus: TokenCorpus) -> None:
 
 
 def test_the_options_survive_a_worker(corpus: TokenCorpus) -> None:
-    loader = LanguageModelLoader(corpus, 2, Packed(8, boundaries=True), world=World(), seed=1)
-    direct = [b.input_ids.tolist() for b in loader]
-    loader.set_epoch(0)
-    workers = [b.input_ids.tolist() for b in loader.loader(num_workers=1)]
-    assert workers == direct
+    def make(workers: int) -> LanguageModelLoader:
+        sequence = Packed(8, boundaries=True)
+        return LanguageModelLoader(corpus, 2, sequence, world=World(), seed=1, num_workers=workers)
+
+    direct = [b.input_ids.tolist() for b in make(0)]
+    assert [b.input_ids.tolist() for b in make(1)] == direct
+
+
+def test_the_loader_method_is_one_keyword_now(corpus: TokenCorpus) -> None:
+    with pytest.raises(TypeError, match=r"is now LanguageModelLoader\(\.\.\., num_workers=2\)"):
+        LanguageModelLoader(corpus, 2, Streams(5), world=World()).loader(num_workers=2)
 
 
 def test_the_names_are_exported() -> None:
@@ -187,3 +166,28 @@ def test_the_names_are_exported() -> None:
     assert {"Packed", "Streams", "Windows"} <= set(lading.lm.__all__)
     for name in ("Packed", "Streams", "Windows"):
         assert getattr(lading.lm, name) is getattr(lading.lm.modes, name)
+
+
+@pytest.mark.parametrize("sequence", [Windows(6), Packed(6)])
+def test_a_window_state_saved_under_bptt_still_loads(corpus: TokenCorpus, sequence: Any) -> None:
+    """Window modes saved their window length under "bptt" in the state's fingerprint; it is
+    "seq_len" now, and a state of before loads as the same position."""
+
+    def make() -> LanguageModelLoader:
+        return LanguageModelLoader(corpus, 2, sequence, world=World(), seed=4)
+
+    head = make()
+    head.set_epoch(1)
+    for _ in zip(range(3), head):
+        pass
+    state = head.state_dict()
+    assert state["fingerprint"]["seq_len"] == 6 and "bptt" not in state["fingerprint"]
+    old = {**state, "fingerprint": {**state["fingerprint"]}}
+    old["fingerprint"]["bptt"] = old["fingerprint"].pop("seq_len")
+    resumed, want = make(), make()
+    resumed.load_state_dict(old)
+    want.load_state_dict(state)
+    assert [b[0].tolist() for b in resumed] == [b[0].tolist() for b in want]
+    other = {**old, "fingerprint": {**old["fingerprint"], "bptt": 7}}
+    with pytest.raises(LoaderStateError, match="seq_len=7"):
+        make().load_state_dict(other)

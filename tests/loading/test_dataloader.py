@@ -9,9 +9,10 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from contracts import assert_elastic, assert_exact_partition, assert_resumes
+from contracts import assert_elastic, assert_exact_partition, assert_resumes, forked
 from lading.loading.map_source import EpochIndex, MapSource, loader
 from lading.loading.order import epoch_order
+from lading.loading.state import Cursor
 from lading.world import World
 
 
@@ -33,7 +34,7 @@ def key(batch: Any) -> list[int]:
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 5])
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("num_workers", [0, forked(2)])
 @pytest.mark.parametrize("n", [1, 7, 64])
 def test_exact_partition(world_size: int, num_workers: int, n: int) -> None:
     def make(world: World, workers: int) -> Any:
@@ -42,7 +43,7 @@ def test_exact_partition(world_size: int, num_workers: int, n: int) -> None:
     assert_exact_partition(make, world_size, num_workers, n, key)
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("num_workers", [0, forked(2)])
 def test_resume_mid_epoch(num_workers: int) -> None:
     def make(world: World, workers: int) -> Any:
         return loader(Numbers(50), batch_size=4, num_workers=workers, seed=1, world=world)
@@ -67,12 +68,12 @@ def test_global_order_does_not_depend_on_world_size(
     equalize = "truncate" if drop_last else "pad"
     assume(not (drop_last and n < world))  # refused: an epoch of no batch (tested below)
     shares = [
-        MapSource(n, batch_size=1, seed=seed, equalize=equalize, world=World(r, world))
+        MapSource(
+            Numbers(n), None, batch_size=1, seed=seed, equalize=equalize, world=World(r, world)
+        )
         for r in range(world)
     ]
-    for s in shares:
-        s.set_epoch(epoch)
-    lists = [list(s.keys()) for s in shares]
+    lists = [[batch.items[0] for batch in s.keys(Cursor(epoch))] for s in shares]
     assert len({len(x) for x in lists}) == 1
     interleaved = [lists[r][j] for j in range(len(lists[0])) for r in range(world)]
     order = epoch_order(n, seed, epoch).tolist()
@@ -106,7 +107,7 @@ def test_state_from_another_dataset_or_order_is_refused() -> None:
 @pytest.mark.parametrize(
     ("old", "new", "batch_sizes"), [(4, 2, (4, 4)), (2, 3, (4, 4)), (4, 2, (3, 6)), (3, 5, (4, 1))]
 )
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("num_workers", [0, forked(2)])
 def test_elastic_resume_reads_every_sample_once(
     old: int, new: int, batch_sizes: tuple[int, int], num_workers: int
 ) -> None:
@@ -142,10 +143,11 @@ def test_chained_elastic_resumes_keep_the_global_order(
             r.set_epoch(0)
             if state is not None:
                 r.load_state_dict(state)
-        left = len(ranks[0])
-        assert all(len(r) == left for r in ranks)
+        left = ranks[0].remaining()
+        assert all(r.remaining() == left for r in ranks)
         steps = left if i == len(sizes) - 1 else data.draw(st.integers(0, left))
-        iterators = [iter(r) for r in ranks]
+        # iterating a loader whose epoch is read to its end starts the next: only when reading
+        iterators = [iter(r) for r in ranks] if steps else []
         for _ in range(steps):
             for it in iterators:  # one step: a batch from every rank
                 read.extend(key(next(it)))
@@ -161,3 +163,33 @@ def test_worker_seeds_do_not_touch_the_global_rng() -> None:
     data = loader(Numbers(8), batch_size=2, num_workers=1, world=World())
     list(data)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_upcoming_names_the_next_batches_without_reading_them() -> None:
+    """``upcoming(k)``: the keys of the next ``k`` batches from the position on, into the next
+    epoch, without reading (what a remote store plans its fetches from); the loader's position
+    does not move, and the batches then read hold exactly those items."""
+
+    class Counted(Numbers):
+        reads = 0
+
+        def __getitem__(self, i: Any) -> Any:
+            Counted.reads += 1
+            return super().__getitem__(i)
+
+    data = loader(Counted(20), batch_size=4, seed=2, world=World(1, 2))  # 3 batches an epoch
+    data.set_epoch(5)
+    next(iter(data))
+    reads, before = Counted.reads, data.state_dict()
+    ahead = data.upcoming(4)  # 2 batches of epoch 5, then 2 of epoch 6
+    assert Counted.reads == reads and data.state_dict() == before
+    assert [batch.epoch for batch in ahead] == [5, 5, 6, 6]
+    got = [key(batch) for batch in data] + [key(batch) for _, batch in zip(range(2), data)]
+    assert got == [list(batch.items) for batch in ahead]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only machine's warning")
+def test_pin_memory_without_cuda_is_passed_over_with_a_warning_as_a_dataloader_does() -> None:
+    data = loader(Numbers(8), batch_size=4, pin_memory=True, world=World())
+    with pytest.warns(UserWarning, match="no CUDA device is available: batches are not pinned"):
+        assert [key(b) for b in data] == [key(b) for b in loader(Numbers(8), 4, world=World())]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 import lading
 from lading.loading.lookahead import LOOKAHEAD, announcer, step_of
 
@@ -42,6 +44,15 @@ def test_every_batch_is_announced_once_before_it_is_read() -> None:
     assert announced == batches  # each batch once, in order, exactly the loader's
 
 
+@pytest.mark.slow
+def test_with_dataloader_workers_the_main_process_announces_every_batch() -> None:
+    data = Recorder(50)  # the workers read their own copies: only announcements are seen here
+    loader = lading.loader(data, 4, collate_fn=list, world=lading.World(0, 1), num_workers=2)
+    batches = list(loader)
+    announced = [b for kind, what in data.events if kind == "announce" for b in what[0]]
+    assert announced == batches and all(kind == "announce" for kind, _ in data.events)
+
+
 def test_a_resumed_loader_announces_from_where_it_resumes() -> None:
     data = Recorder(60)
     loader = lading.loader(data, 4, collate_fn=list, world=lading.World(0, 1))
@@ -57,7 +68,9 @@ def test_a_resumed_loader_announces_from_where_it_resumes() -> None:
     assert first[1] == step_of(0, 5) and first[0][0] == rest[0]
 
 
-def test_no_announcer_without_prefetch_or_for_whole_batch_keys() -> None:
-    assert announcer(object(), 4) is None and announcer(Recorder(3), None) is None
-    announce = announcer(Recorder(3), 2, ahead=LOOKAHEAD)
+def test_no_announcer_without_prefetch_and_keys_pass_through_unchanged() -> None:
+    assert announcer(object()) is None
+    data = Recorder(3)
+    announce = announcer(data, lambda key: [key * 10], ahead=LOOKAHEAD)
     assert announce is not None and list(announce(iter(range(5)), 0, 0)) == [0, 1, 2, 3, 4]
+    assert data.events == [("announce", ([[0], [10], [20], [30], [40]], 0, 0))]

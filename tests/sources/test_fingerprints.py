@@ -110,7 +110,7 @@ def test_parquet_state_of_other_files_with_the_same_counts_is_refused(tmp_path: 
         pq.write_table(table, tmp_path / name / "part.parquet", row_group_size=20)
 
     def make(folder: str) -> object:
-        return PartitionedParquet(tmp_path / folder, batch_size=4, world=World()).loader()
+        return PartitionedParquet(tmp_path / folder, batch_size=4, world=World())
 
     state = make("a").state_dict()  # type: ignore[attr-defined]
     with pytest.raises(LoaderStateError, match="data="):

@@ -256,7 +256,7 @@ def test_parquet_with_unexpected_types(
         ds = PartitionedParquet(
             path, columns=["c"], batch_size=rows, list_columns=list_columns, shuffle=False
         )
-        (batch,) = list(ds.loader())
+        (batch,) = list(ds)
     except ValueError as e:
         assert str(path) in str(e) and "'c'" in str(e), str(e)
         return

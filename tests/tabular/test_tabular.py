@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from contracts import assert_elastic
+from contracts import assert_elastic, forked
 from distributed import free_port
 from lading.tabular import PartitionedParquet, repartition
 from lading.tabular.pad import pad_lists
@@ -47,14 +47,15 @@ def rank_batches(paths: Any, world_size: int, workers: int, **kwargs: Any) -> li
     out = []
     for rank in range(world_size):
         ds = PartitionedParquet(
-            paths, batch_size=5, list_columns={"items": 6}, world=World(rank, world_size), **kwargs
-        )
-        out.append(list(ds.loader(num_workers=workers, multiprocessing_context="fork")))
+            paths, batch_size=5, list_columns={"items": 6}, world=World(rank, world_size),
+            num_workers=workers, multiprocessing_context="fork", **kwargs,
+        )  # fmt: skip
+        out.append(list(ds))
     return out
 
 
 @pytest.mark.parametrize("row_groups", [1, 3, 7])
-@pytest.mark.parametrize("workers", [0, 1, 2])
+@pytest.mark.parametrize("workers", [0, forked(1), forked(2)])
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
 def test_exact_partition(tmp_path: Path, row_groups: int, workers: int, world_size: int) -> None:
     rows = 53
@@ -115,15 +116,15 @@ def test_epochs_reshuffle_identically_on_every_rank(tmp_path: Path) -> None:
     assert set(order(0, 1)).isdisjoint(order(1, 1))
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, forked(2)])
 def test_resume_mid_epoch(tmp_path: Path, workers: int) -> None:
     path = write_sessions(tmp_path / "s.parquet", 90, 4)
 
     def make() -> Any:
-        ds = PartitionedParquet(
-            path, batch_size=4, list_columns={"items": 3}, world=World(1, 2), seed=5, buffer_rows=16
-        )
-        loader = ds.loader(num_workers=workers, multiprocessing_context="fork")
+        loader = PartitionedParquet(
+            path, batch_size=4, list_columns={"items": 3}, world=World(1, 2), seed=5,
+            buffer_rows=16, num_workers=workers, multiprocessing_context="fork",
+        )  # fmt: skip
         loader.set_epoch(2)
         return loader
 
@@ -141,7 +142,7 @@ def test_resume_mid_epoch(tmp_path: Path, workers: int) -> None:
 
 
 @pytest.mark.parametrize(("old", "new"), [(4, 2), (2, 3), (3, 1)])
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, forked(2)])
 def test_elastic_resume_reads_every_row_once(
     tmp_path: Path, old: int, new: int, workers: int
 ) -> None:
@@ -149,11 +150,11 @@ def test_elastic_resume_reads_every_row_once(
     path = write_sessions(tmp_path / "s.parquet", rows, 5)
 
     def make(world: World, num_workers: int) -> Any:
-        ds = PartitionedParquet(
+        return PartitionedParquet(
             path, batch_size=3 if world.world_size == old else 5, list_columns={"items": 2},
-            world=world, seed=8, buffer_rows=16, equalize="pad",
+            world=world, seed=8, buffer_rows=16, equalize="pad", num_workers=num_workers,
+            multiprocessing_context="fork",
         )  # fmt: skip
-        return ds.loader(num_workers=num_workers, multiprocessing_context="fork")
 
     readers = new * max(1, workers)
     key = lambda batch: batch["session_id"].tolist()  # noqa: E731
@@ -172,11 +173,11 @@ def test_chained_elastic_resumes(tmp_path: Path, equalize: str) -> None:
     for world_size, workers, batch, stop in layouts:
         states = []
         for rank in range(world_size):
-            ds = PartitionedParquet(
+            loader = PartitionedParquet(
                 path, batch_size=batch, list_columns={"items": 2}, world=World(rank, world_size),
-                seed=3, buffer_rows=20, equalize=equalize,
+                seed=3, buffer_rows=20, equalize=equalize, num_workers=workers,
+                multiprocessing_context="fork",
             )  # fmt: skip
-            loader = ds.loader(num_workers=workers, multiprocessing_context="fork")
             loader.set_epoch(0)
             if state is not None:
                 loader.load_state_dict(state)
@@ -282,6 +283,7 @@ def test_lading_train_sessions_with_two_ranks(tmp_path: Path) -> None:
     assert 0 <= summary["model"]["recall@20"] <= 1 and summary["most_popular"]["sessions"] > 0
 
 
+@pytest.mark.e2e  # whole training runs (lading train sessions)
 @pytest.mark.parametrize("stop", [5, 8])
 def test_lading_train_sessions_resumed_gives_the_uninterrupted_losses(
     tmp_path: Path, stop: int

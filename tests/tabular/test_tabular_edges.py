@@ -167,13 +167,13 @@ def test_a_folder_without_parquet_is_named(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "notes.txt").write_text("not parquet")
     with pytest.raises(ValueError, match=rf"no \*\.parquet files in {tmp_path / 'd'}\b"):
-        PartitionedParquet(tmp_path / "d", world=ONE)
+        PartitionedParquet(tmp_path / "d", 4, world=ONE)
 
 
 def test_parquet_files_without_rows_are_a_clear_error(tmp_path: Path) -> None:
     write(tmp_path / "d" / "a.parquet", sessions(0))
     with pytest.raises(ValueError, match=r"no rows.*a\.parquet"):
-        PartitionedParquet(tmp_path / "d", list_columns={"items": 2}, world=ONE)
+        PartitionedParquet(tmp_path / "d", 4, list_columns={"items": 2}, world=ONE)
     with pytest.raises(ValueError, match=r"no rows.*a\.parquet"):
         repartition(tmp_path / "d", tmp_path / "out")
 
@@ -189,7 +189,7 @@ def test_a_zero_byte_parquet_file_is_named(tmp_path: Path) -> None:
     write(tmp_path / "d" / "a.parquet", sessions(3))
     (tmp_path / "d" / "b.parquet").write_bytes(b"")
     with pytest.raises(ValueError, match=r"b\.parquet.*not a parquet file"):
-        PartitionedParquet(tmp_path / "d", list_columns={"items": 2}, world=ONE)
+        PartitionedParquet(tmp_path / "d", 4, list_columns={"items": 2}, world=ONE)
 
 
 # ---------------------------------------------------------------- 3. repartition into itself
@@ -220,7 +220,7 @@ def test_reading_a_folder_that_holds_its_own_repartition_is_refused(tmp_path: Pa
     repartition(day, day / "rep", world_size=2)
     # day/*.parquet and day/rep/part-0.parquet are the same rows twice
     with pytest.raises(ValueError) as e:
-        PartitionedParquet(day, list_columns={"items": 2}, world=ONE)
+        PartitionedParquet(day, 4, list_columns={"items": 2}, world=ONE)
     assert str(day / "rep") in str(e.value) and "_lading.json" in str(e.value)
     with pytest.raises(ValueError, match=str(day / "rep")):
         repartition(day, tmp_path / "elsewhere")

@@ -24,7 +24,14 @@ from typing import Any
 
 import psutil
 
-from lading.bench.data import READS_PACKED, TOKENIZED_IN, BenchData
+from lading.bench.data import (
+    EMIT,
+    PREFETCHED,
+    READS_PACKED,
+    TOKENIZED_IN,
+    BenchData,
+    unavailable,
+)
 from lading.bench.monitor import MemoryMonitor
 from lading.bench.peers import PEER_STRATEGIES, open_peer, preload
 from lading.bench.stats import load_average
@@ -134,7 +141,6 @@ def local_env(rank: int, world_size: int, port: int) -> dict[str, str]:
 def collator_for(strategy: str, store: Any, tokenizer: Any, settings: Settings) -> Any:
     """The collator of a strategy: it tokenizes the documents' text exactly where the report's
     "tokenized" column (:data:`TOKENIZED_IN`) says the loop does."""
-    from lading.bench.synthetic import EMIT
     from lading.ir import CrossEncoderCollator
 
     return CrossEncoderCollator(
@@ -199,7 +205,7 @@ def _train_parts(cell: Cell, settings: Settings, vocab: int, device: Any) -> tup
 def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, float]:
     import torch
 
-    from lading.bench.synthetic import EMIT, PREFETCHED, Recorded
+    from lading.bench.synthetic import Recorded
     from lading.bench.window import Endless, run_replay, run_window
     from lading.device import to_device
     from lading.ir.train import CrossEncoderStep, groups_from_files
@@ -283,9 +289,7 @@ def kill_tree(pids: list[int]) -> None:
 
 def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None) -> dict[str, Any]:
     """Run ``cell`` in fresh processes; its record (status ok, oom, error or n/a)."""
-    from lading.bench.synthetic import unavailable
-
-    why = unavailable(cell)
+    why = unavailable(cell.strategy, cell.pin_memory)
     if why is not None:
         return {**asdict(cell), "memory": {"samples": 0}, "status": "n/a", "reason": why}
     ctx = mp.get_context("spawn")

@@ -48,6 +48,11 @@ DOCUMENTS_LIVE_IN.update(
 TOKENIZED_IN.update(
     {"packed+prefetch": "at build (stored ids)", "gpu-resident": "at build (stored ids)"}
 )
+# how they send a batch: packed+prefetch narrow ids copied ahead on a side stream, gpu-resident
+# row numbers into the store's tokens held on the device (CUDA only)
+EMIT: dict[str, str] = {"packed+prefetch": "narrow", "gpu-resident": "rows"}
+PREFETCHED: frozenset[str] = frozenset({"packed+prefetch", "gpu-resident"})
+CUDA_ONLY: frozenset[str] = frozenset({"gpu-resident"})
 # the packed store read from object storage (--remote URL) through the node cache
 STRATEGIES += ("remote",)
 DOCUMENTS_LIVE_IN["remote"] = "object storage, node cache"
@@ -56,6 +61,21 @@ TOKENIZED_IN["remote"] = "at build (stored ids)"
 STRATEGIES += PEER_STRATEGIES
 DOCUMENTS_LIVE_IN.update(PEERS_LIVE_IN)
 TOKENIZED_IN.update({peer: "collator" for peer in PEER_STRATEGIES})
+
+
+def unavailable(strategy: str, pin_memory: bool = False) -> str | None:
+    """Why a cell of ``strategy`` (pinned or not) cannot run on this machine (reported as n/a),
+    or None."""
+    if strategy in CUDA_ONLY or pin_memory:
+        import torch
+
+        if torch.cuda.is_available():
+            return None
+        if strategy in CUDA_ONLY:
+            return f"{strategy} needs a CUDA device (tokens held in GPU memory)"
+        # run unpinned, it would be reported as pinned: a "pin memory True" row of nothing
+        return "pinned memory needs a CUDA device: n/a on CPU (nothing would be pinned)"
+    return None
 
 
 def cache_dir() -> Path:

@@ -120,6 +120,17 @@ FIGURES: tuple[tuple[str, str, Getter], ...] = (
 )
 
 
+def main_cells(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cells of the grid's main axis (the first worker count, unpinned, no RAM disk): what
+    the tables and figures compare across strategies and world sizes."""
+    first_workers = results["options"]["workers"][0]
+    return [
+        c
+        for c in results["cells"]
+        if c["workers"] == first_workers and not c["pin_memory"] and not c["ramdisk"]
+    ]
+
+
 def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
     """The figures of :data:`FIGURES`, ``summary.png`` and (train mode) ``efficiency.png``."""
     import matplotlib
@@ -127,9 +138,7 @@ def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lading.bench.report import _main_cells
-
-    main = _main_cells(results)
+    main = main_cells(results)
     cells = [c for c in main if c["status"] == "ok"]
     modes = len({c["mode"] for c in cells}) > 1
     paths = []

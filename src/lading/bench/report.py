@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.bench.data import DOCUMENTS_LIVE_IN, TOKENIZED_IN
+from lading.bench.plots import main_cells, write_plots
 from lading.bench.stats import (
     BUSY_CONTENTION,
     CALM_CONTENTION,
@@ -212,15 +213,6 @@ def ranking_lines(results: dict[str, Any], cells: list[dict[str, Any]]) -> list[
     return lines
 
 
-def _main_cells(results: dict[str, Any]) -> list[dict[str, Any]]:
-    first_workers = results["options"]["workers"][0]
-    return [
-        c
-        for c in results["cells"]
-        if c["workers"] == first_workers and not c["pin_memory"] and not c["ramdisk"]
-    ]
-
-
 def _includes(strategy: str) -> str:
     """The two table cells saying what a strategy includes."""
     return f"{DOCUMENTS_LIVE_IN.get(strategy, '?')} | {TOKENIZED_IN.get(strategy, '?')}"
@@ -266,7 +258,7 @@ def batch_line(results: dict[str, Any]) -> str:
 
 def render_markdown(results: dict[str, Any]) -> str:
     """The study's layout: per mode, strategies x world sizes; then the variants."""
-    cells = _main_cells(results)
+    cells = main_cells(results)
     sizes = sorted({c["world_size"] for c in cells})
     strategies = list(dict.fromkeys(c["strategy"] for c in cells))
     corpus = results["corpus"]
@@ -366,8 +358,6 @@ def render(directory: str | os.PathLike[str]) -> str:
     results = load_results(out)
     markdown = render_markdown(results)
     (out / "report.md").write_text(markdown)
-    from lading.bench.plots import write_plots
-
     write_plots(results, out)
     return markdown
 

@@ -3,9 +3,8 @@
 A training cell first runs the real loop (loader, copy, step) and keeps the batches it stepped;
 then, in the same processes, it replays those batches, expanded on the device beforehand, through
 the same step: no loader, no copy. The efficiency E = step time synthetic / step time real
-(1.0: the data path is hidden entirely). The strategies of the GPU leg say how a batch reaches
-the device: ``packed+prefetch`` (narrow ids, copied ahead on a side stream) and
-``gpu-resident`` (built on the device from the store's resident tokens; CUDA only).
+(1.0: the data path is hidden entirely). How the strategies of the GPU leg send a batch to the
+device is a table of :mod:`lading.bench.data` (``EMIT``, ``PREFETCHED``).
 """
 
 from __future__ import annotations
@@ -13,28 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from lading.bench.cell import Cell
 from lading.device import batch_bytes
 from lading.train import StepResult, Workload
-
-EMIT: dict[str, str] = {"packed+prefetch": "narrow", "gpu-resident": "rows"}
-PREFETCHED: frozenset[str] = frozenset({"packed+prefetch", "gpu-resident"})
-CUDA_ONLY: frozenset[str] = frozenset({"gpu-resident"})
-
-
-def unavailable(cell: Cell) -> str | None:
-    """Why ``cell`` cannot run on this machine (reported as n/a), or None."""
-    if cell.strategy in CUDA_ONLY or cell.pin_memory:
-        import torch
-
-        if torch.cuda.is_available():
-            return None
-        if cell.strategy in CUDA_ONLY:
-            return f"{cell.strategy} needs a CUDA device (tokens held in GPU memory)"
-        # run unpinned, it would be reported as pinned: a "pin memory True" row of nothing
-        return "pinned memory needs a CUDA device: n/a on CPU (nothing would be pinned)"
-    return None
-
 
 KEEP_AT_MOST = 256  # batches kept for the replay (which cycles them): a window may take 1000s
 
@@ -83,7 +62,7 @@ class Replay:
     def __len__(self) -> int:
         return len(self.batches)
 
-    def epoch_length(self) -> int:
+    def remaining(self) -> int:
         return len(self.batches)
 
     def position(self) -> Any:

@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from lading.loading.resumable import Resumable
+
 BLOCKS_PER_WINDOW = 10  # a block grows to a tenth of the budget: ~10 decisions per window
 
 
@@ -33,11 +35,14 @@ class Measured(NamedTuple):
 class Endless:
     """A loader whose batches run on from one :meth:`Trainer.run` to the next.
 
+    Args:
+        loader: a lading loader (:class:`~lading.loading.Resumable`).
+
     The loop restarts every run at epoch 0 (``set_epoch(0)``); here that is ignored and the
     epochs follow one another, so every block reads batches no block read before.
     """
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Resumable) -> None:
         self.loader, self._fresh = loader, False
         self._it: Iterator[Any] | None = None
         loader.set_epoch(0)
@@ -52,8 +57,9 @@ class Endless:
     def __len__(self) -> int:
         return len(self.loader)
 
-    def epoch_length(self) -> int:
-        return int(self.loader.epoch_length())
+    def remaining(self) -> int:
+        """Never 0: the batches go on into the next epoch (see the class)."""
+        return int(self.loader.remaining()) or len(self.loader)
 
     def position(self) -> Any:
         return self.loader.position()
@@ -68,8 +74,7 @@ class Endless:
                 yield batch
             if self._fresh:
                 raise ValueError(f"the loader gave no batch in epoch {self.loader.epoch}")
-            self._it = None
-            self.loader.set_epoch(self.loader.epoch + 1)
+            self._it = None  # iterated again, the loader reads its next epoch
 
     def state_dict(self, at: Any = None) -> dict[str, Any]:
         return dict(self.loader.state_dict(at=at))

@@ -1,7 +1,7 @@
 """The ``lading`` command: argparse subcommands that call the library and print its answers.
 
 One module per command group holds its commands and parsers: :mod:`lading.cli.stores`,
-:mod:`lading.cli.train`, :mod:`lading.cli.lm`, :mod:`lading.cli.bench`,
+:mod:`lading.cli.data`, :mod:`lading.cli.train`, :mod:`lading.cli.lm`, :mod:`lading.cli.bench`,
 :mod:`lading.cli.example`. None imports torch at the top, so building the parser (and ``lading
 lm build``, ``lading repartition``) stays light.
 """
@@ -15,17 +15,18 @@ import sys
 from collections.abc import Sequence
 
 from lading import __version__
-from lading.cli.bench import _add_bench, _default_world_sizes, bench_plan
+from lading.cli.bench import add_bench, bench_plan, default_world_sizes
+from lading.cli.data import add_repartition, add_synth
 from lading.cli.example import add_example
-from lading.cli.lm import _add_lm
-from lading.cli.stores import add_repartition, add_store_commands, add_synth, describe
-from lading.cli.train import _add_run_args, _add_train, add_rerank
+from lading.cli.lm import add_lm
+from lading.cli.stores import add_store_commands, describe
+from lading.cli.train import add_rerank, add_run_args, add_train
 
 __all__ = [
-    "_add_run_args",
-    "_default_world_sizes",
+    "add_run_args",
     "bench_plan",
     "build_parser",
+    "default_world_sizes",
     "describe",
     "main",
 ]
@@ -41,9 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     add_store_commands(sub)
-    _add_train(sub)
-    _add_lm(sub)
-    _add_bench(sub)
+    add_train(sub)
+    add_lm(sub)
+    add_bench(sub)
     add_repartition(sub)
     add_rerank(sub)
     add_synth(sub)

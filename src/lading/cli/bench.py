@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _int_list(text: str) -> list[int]:
+def int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
@@ -16,7 +16,7 @@ def flag_ints(flag: str, text: str, minimum: int, meaning: str, example: str) ->
     """``text`` as comma-separated integers ``>= minimum``, or a ValueError naming ``flag``,
     what it counts and an example (not Python's "invalid literal for int()")."""
     try:
-        values = _int_list(text)
+        values = int_list(text)
     except ValueError:
         values = []
     if not values or min(values) < minimum:
@@ -50,7 +50,7 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
     elif preset.world_sizes is not None:
         world_sizes = list(preset.world_sizes)
     else:
-        world_sizes = _default_world_sizes()
+        world_sizes = default_world_sizes()
     options = GridOptions(
         strategies=args.strategies.split(",") if args.strategies else list(preset.strategies),
         world_sizes=world_sizes,
@@ -220,14 +220,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_world_sizes() -> list[int]:
+def default_world_sizes() -> list[int]:
     import torch
 
     gpus = torch.cuda.device_count()
     return [w for w in (1, 2, 4, 8) if w <= gpus] if gpus else [1, 2, 4]
 
 
-def _add_bench(sub: Any) -> None:
+def add_bench(sub: Any) -> None:
     p = sub.add_parser(
         "bench",
         help="the study: document strategies x world sizes, samples/s and memory",

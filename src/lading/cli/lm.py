@@ -46,7 +46,7 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_lm(sub: Any) -> None:
+def add_lm(sub: Any) -> None:
     lm = sub.add_parser("lm", help="language-model corpora: train a tokenizer, build a corpus")
     kinds = lm.add_subparsers(dest="lm_command", required=True)
     p = kinds.add_parser("tokenizer", help="train a tokenizer locally (byte-level BPE default)")

@@ -1,4 +1,4 @@
-"""``lading`` store commands: build, merge, inspect, get, verify, stage, synth, repartition."""
+"""``lading`` store commands: build, merge, inspect, get, verify, stage."""
 
 from __future__ import annotations
 
@@ -236,40 +236,52 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_synth(args: argparse.Namespace) -> int:
-    from lading.bench.synth import default_workers, synth
-
-    files = synth(
-        args.kind,
-        args.n,
-        args.out,
-        queries=args.queries,
-        seed=args.seed,
-        corpus_format=args.corpus_format,
-        workers=args.workers or default_workers(),
-    )
-    for name, path in files.__dict__.items():
-        print(f"{name:8s} {path}")
-    return 0
-
-
-def _cmd_repartition(args: argparse.Namespace) -> int:
-    from lading.tabular.repartition import repartition
-
-    print(
-        repartition(
-            args.src,
-            args.dst,
-            world_size=args.world_size,
-            workers=args.workers,
-            row_group_size=args.row_group_size,
-        )
-    )
-    return 0
-
-
 def add_store_commands(sub: Any) -> None:
-    """The parsers of ``build``, ``inspect``, ``get``, ``verify`` and ``stage``."""
+    """The parsers of ``build``, ``merge``, ``inspect``, ``get``, ``verify`` and ``stage``."""
+    _add_build(sub)
+    p = sub.add_parser(
+        "merge", help="commit the shards of a parallel build (lading build --shard I/N) as a store"
+    )
+    p.add_argument("dest", help="the store directory the shards were written to")
+    p.add_argument("--build-id", help="which build, when several are complete")
+    p.set_defaults(func=_cmd_merge)
+
+    p = sub.add_parser("inspect", help="counts, sizes, dtypes, fields, source and staleness")
+    p.add_argument("store", help="a store directory (what lading build wrote)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser("get", help="print documents by id (JSON lines)")
+    p.add_argument("store", help="a store directory (what lading build wrote)")
+    p.add_argument("ids", nargs="+", help="document ids to print (exit 1 if one is absent)")
+    p.set_defaults(func=_cmd_get)
+
+    p = sub.add_parser(
+        "verify",
+        help="make every check an open makes, then read every file of a store (or token "
+        "corpus, offsets index) and check its checksum",
+    )
+    p.add_argument("store", help="a store directory (what lading build wrote)")
+    p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("stage", help="copy a store/corpus/parquet folder to node-local disk")
+    p.add_argument("src", help="a built directory, or an fsspec URL (s3://bucket/prefix, gs://...)")
+    p.add_argument("dest", help="node-local directory to create (reused when still current)")
+    p.add_argument(
+        "--storage-option",
+        "-o",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="fsspec option for a URL source, e.g. endpoint_url=http://host:9000 (repeatable)",
+    )
+    p.add_argument("--verify", action="store_true", help="re-read a reused copy in full")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_stage)
+
+
+def _add_build(sub: Any) -> None:
+    """The parser of ``build``."""
     p = sub.add_parser("build", help="build a memory-mapped store from a corpus file")
     p.add_argument(
         "source",
@@ -326,89 +338,3 @@ def add_store_commands(sub: Any) -> None:
         "inputs, options and N, the same in every worker)",
     )
     p.set_defaults(func=_cmd_build)
-
-    p = sub.add_parser(
-        "merge", help="commit the shards of a parallel build (lading build --shard I/N) as a store"
-    )
-    p.add_argument("dest", help="the store directory the shards were written to")
-    p.add_argument("--build-id", help="which build, when several are complete")
-    p.set_defaults(func=_cmd_merge)
-
-    p = sub.add_parser("inspect", help="counts, sizes, dtypes, fields, source and staleness")
-    p.add_argument("store", help="a store directory (what lading build wrote)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=_cmd_inspect)
-
-    p = sub.add_parser("get", help="print documents by id (JSON lines)")
-    p.add_argument("store", help="a store directory (what lading build wrote)")
-    p.add_argument("ids", nargs="+", help="document ids to print (exit 1 if one is absent)")
-    p.set_defaults(func=_cmd_get)
-
-    p = sub.add_parser(
-        "verify",
-        help="make every check an open makes, then read every file of a store (or token "
-        "corpus, offsets index) and check its checksum",
-    )
-    p.add_argument("store", help="a store directory (what lading build wrote)")
-    p.set_defaults(func=_cmd_verify)
-
-    p = sub.add_parser("stage", help="copy a store/corpus/parquet folder to node-local disk")
-    p.add_argument("src", help="a built directory, or an fsspec URL (s3://bucket/prefix, gs://...)")
-    p.add_argument("dest", help="node-local directory to create (reused when still current)")
-    p.add_argument(
-        "--storage-option",
-        "-o",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="fsspec option for a URL source, e.g. endpoint_url=http://host:9000 (repeatable)",
-    )
-    p.add_argument("--verify", action="store_true", help="re-read a reused copy in full")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_cmd_stage)
-
-
-def add_repartition(sub: Any) -> None:
-    """The parser of ``repartition``."""
-    p = sub.add_parser("repartition", help="rewrite parquet into row groups for N readers")
-    p.add_argument(
-        "src",
-        nargs="+",
-        help="parquet files or folders (a folder is read recursively, leaving out dst, the "
-        "staging folders of killed runs; another repartition output inside it is refused)",
-    )
-    p.add_argument(
-        "dst",
-        help="folder to write; an earlier output there is replaced atomically (never mixed "
-        "with new files), any other non-empty folder is refused",
-    )
-    p.add_argument("--world-size", type=int, default=1, help="ranks that will read it (default 1)")
-    p.add_argument("--workers", type=int, default=1, help="DataLoader workers per rank")
-    p.add_argument("--row-group-size", type=int, help="rows per group wanted")
-    p.set_defaults(func=_cmd_repartition)
-
-
-def add_synth(sub: Any) -> None:
-    """The parser of ``synth``."""
-    p = sub.add_parser("synth", help="write a deterministic MS MARCO-shaped collection")
-    p.add_argument(
-        "kind",
-        choices=["passages", "documents"],
-        help="MS MARCO passages (collection.tsv) or documents (docs.jsonl or docs.tsv)",
-    )
-    p.add_argument("n", type=int, help="number of documents")
-    p.add_argument("out", help="folder to write")
-    p.add_argument("--queries", type=int, help="number of queries (default n/100, 10..5000)")
-    p.add_argument("--seed", type=int, default=0, help="same seed, same bytes (default 0)")
-    p.add_argument(
-        "--format",
-        dest="corpus_format",
-        choices=["jsonl", "tsv"],
-        help="documents: docs.jsonl (default) or docs.tsv (docid, url, title, body)",
-    )
-    p.add_argument(
-        "--workers",
-        type=int,
-        help="processes generating the corpus (default: every core; same bytes for any number)",
-    )
-    p.set_defaults(func=_cmd_synth)

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lading.cli.bench import _int_list
+from lading.cli.bench import int_list
 from lading.cli.inputs import existing, local_model, model_or_tiny, store_location, tokenizer
 
 T = TypeVar("T")
@@ -116,7 +116,7 @@ def _cmd_train_lm(args: argparse.Namespace) -> int:
 def _cmd_train_sessions(args: argparse.Namespace) -> int:
     from lading.tabular.train import SessionsConfig, train_sessions
 
-    args.train_days = _int_list(args.train_days)
+    args.train_days = int_list(args.train_days)
     summary = train_sessions(_config(SessionsConfig, args, ("data", "out")))
     if "model" in summary:
         model, popular = summary["model"], summary["most_popular"]
@@ -130,7 +130,7 @@ def _cmd_train_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_run_args(
+def add_run_args(
     p: argparse.ArgumentParser,
     *,
     batch_size: int,
@@ -171,7 +171,7 @@ def _add_run_args(
     )
 
 
-def _add_train(sub: Any) -> None:
+def add_train(sub: Any) -> None:
     train = sub.add_parser("train", help="train a model with DDP, DP or one process")
     kinds = train.add_subparsers(dest="kind", required=True)
     _add_train_sessions(kinds)
@@ -186,7 +186,7 @@ def _add_train_sessions(kinds: Any) -> None:
         description="torchrun --nproc_per_node N -m lading train sessions ... for DDP; "
         "--parallel dp for nn.DataParallel (batch size = total).",
     )
-    _add_run_args(p, batch_size=256, lr=1e-3, epochs=3)
+    add_run_args(p, batch_size=256, lr=1e-3, epochs=3)
     p.add_argument("--data", required=True, help="folder with one sub-folder per day")
     p.add_argument("--train-days", default="178,179,180,181", help="day folders to train on")
     p.add_argument("--eval-day", type=int, default=182, help="day folder to evaluate on")
@@ -210,7 +210,7 @@ def _add_train_lm(kinds: Any) -> None:
         help="a language model on a TokenCorpus: LSTM (BPTT continuity) or a tiny GPT",
         description="torchrun --nproc_per_node N -m lading train lm ... for DDP.",
     )
-    _add_run_args(p, batch_size=32, lr=3e-3, parallel=("ddp", "none"))
+    add_run_args(p, batch_size=32, lr=3e-3, parallel=("ddp", "none"))
     p.add_argument("--corpus", required=True, type=existing, help="a TokenCorpus (lading lm build)")
     p.add_argument("--arch", choices=["lstm", "gpt"], default="lstm", help="an LSTM or a tiny GPT")
     p.add_argument("--heads", type=int, default=4, help="gpt: attention heads")
@@ -246,7 +246,7 @@ def _add_train_cross_encoder(kinds: Any) -> None:
         description="Launch with torchrun --nproc_per_node N -m lading train cross-encoder ... "
         "for DDP (NCCL on GPU, gloo on CPU).",
     )
-    _add_run_args(p, batch_size=8, lr=2e-5, log_every=10)
+    add_run_args(p, batch_size=8, lr=2e-5, log_every=10)
     p.add_argument(
         "--store",
         type=store_location,

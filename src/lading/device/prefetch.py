@@ -22,7 +22,7 @@ is tested without a GPU.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -88,8 +88,9 @@ class DevicePrefetcher:
     """Iterate it like the loader it wraps; batches arrive already on ``device``.
 
     Args:
-        loader: a lading loader (``set_epoch``, ``epoch``, ``state_dict``/``load_state_dict``,
-            ``len``) or any iterable of batches (then only iteration is passed through).
+        loader: a lading loader (:class:`~lading.loading.Resumable`: ``set_epoch``,
+            ``epoch``, ``len``, ``remaining``, ``state_dict``/``load_state_dict``) or any
+            iterable of batches (then only iteration is passed through).
         device: where the batches go.
         depth: batches pulled ahead of the caller. ``None``: 2 on CUDA, 0 (a pass-through)
             elsewhere.
@@ -98,8 +99,13 @@ class DevicePrefetcher:
         ValueError: ``depth`` is negative.
     """
 
-    def __init__(self, loader: Any, device: torch.device | str, depth: int | None = None) -> None:
-        self.loader = loader
+    def __init__(
+        self,
+        loader: Resumable | Iterable[Any],
+        device: torch.device | str,
+        depth: int | None = None,
+    ) -> None:
+        self.loader: Any = loader  # the rest of its interface is passed through as it is
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         if self.cuda:
@@ -129,11 +135,14 @@ class DevicePrefetcher:
         self.loader.set_epoch(epoch)
 
     def __len__(self) -> int:
-        """Batches the caller has yet to receive this epoch (in-flight ones included)."""
-        return len(self.loader) + len(self._queue)
+        """Batches of the current epoch on this rank, as the loader's."""
+        return len(self.loader)
 
-    def epoch_length(self) -> int:
-        return int(self.loader.epoch_length())
+    def remaining(self) -> int:
+        """Batches the caller has yet to receive this epoch (in-flight ones included); for a
+        loader of another kind, its ``len()`` is taken as what it has left."""
+        left = getattr(self.loader, "remaining", None)
+        return int(left() if callable(left) else len(self.loader)) + len(self._queue)
 
     def position(self) -> Any:
         """Where the caller is: the loader's position after the last batch handed out."""

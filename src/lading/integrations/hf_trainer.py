@@ -1,10 +1,11 @@
 """The HF ``Trainer`` reading a lading loader, resumable through the Trainer's own checkpoints.
 
-``LadingTrainer(model=..., args=..., train_loader=lading.loader(...))`` trains from the loader
-as it is: each rank reads its own disjoint, equal share (the Trainer does not wrap the loader
-in a sampler of its own, nor hand it to Accelerate to shard again), and ``set_epoch`` reshuffles
-and redraws per-epoch negatives. Every checkpoint the Trainer writes gets the loader's
-``state_dict()`` as ``lading_loader.json`` (a :class:`LoaderStateCallback`); ``trainer.train(
+``LadingTrainer(model=..., args=..., train_loader=lading.loader(...))`` (or any lading loader:
+``LanguageModelLoader(...)``, ``PartitionedParquet(...)``) trains from the loader as it is: each
+rank reads its own disjoint, equal share (the Trainer does not wrap the loader in a sampler of
+its own, nor hand it to Accelerate to shard again), and ``set_epoch`` reshuffles and redraws
+per-epoch negatives. Every checkpoint the Trainer writes gets the loader's ``state_dict()`` as
+``lading_loader.json`` (a :class:`LoaderStateCallback`); ``trainer.train(
 resume_from_checkpoint=...)`` loads it, so the resumed run reads exactly the batches the
 interrupted one had not yet read, in the same order.
 
@@ -48,28 +49,12 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from lading.integrations.trainer_args import check_trainer_arguments
-from lading.loading.loader import ResumableLoader
-from lading.loading.resumable import EpochLoader
+from lading.loading.resumable import Resumable
 
 LOADER_FILE = "lading_loader.json"
 
 
-class TrainerLoader(EpochLoader):
-    """What the Trainer iterates: a lading loader as the Trainer expects a DataLoader to be.
-
-    ``len()`` is the batch count of a whole epoch (the Trainer plans its steps from it), and
-    ``set_epoch`` leaves a just-restored position in place when the Trainer starts the epoch
-    that position belongs to (:class:`~lading.loading.resumable.EpochLoader`).
-    """
-
-    @property
-    def dataset(self) -> Any:
-        return getattr(self.loader, "dataset", None)
-
-
-def save_loader_state(
-    loader: TrainerLoader | ResumableLoader, folder: str | os.PathLike[str]
-) -> Path:
+def save_loader_state(loader: Resumable, folder: str | os.PathLike[str]) -> Path:
     """Write ``loader.state_dict()`` as ``folder/lading_loader.json`` (atomically)."""
     path = Path(folder) / LOADER_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,31 +100,34 @@ class LadingTrainerMixin:
 
     Call :meth:`setup_lading` from ``__init__`` after the Trainer's; a subclass that builds its
     loader itself (from its collator, its batch size) overrides :meth:`make_lading_loader`.
+    The Trainer iterates the lading loader itself: its ``len()`` is the epoch's batch count (the
+    Trainer plans its steps from it), and ``set_epoch`` of the epoch a just-restored state
+    stands in keeps that position (:meth:`lading.loading.Loader.set_epoch`).
     """
 
     args: Any
-    lading_loader: TrainerLoader | None
+    lading_loader: Resumable | None
     _lading_resume: dict[str, Any] | None
 
-    def setup_lading(self, loader: ResumableLoader | None) -> None:
-        self.lading_loader = TrainerLoader(loader) if loader is not None else None
+    def setup_lading(self, loader: Resumable | None) -> None:
+        self.lading_loader = loader
         if loader is not None:
             check_trainer_arguments(self.args, loader)  # refused when made, not at train()
         self._lading_resume = None
         self.args.ignore_data_skip = True  # the loader resumes itself; see the module docstring
         self.add_callback(LoaderStateCallback(self))  # type: ignore[attr-defined]
 
-    def make_lading_loader(self) -> ResumableLoader:
+    def make_lading_loader(self) -> Resumable:
         raise ValueError(
             f"{type(self).__name__} has no loader: pass train_loader=lading.loader(...)"
         )
 
-    def get_train_dataloader(self) -> TrainerLoader:
+    def get_train_dataloader(self) -> Resumable:
         """The lading loader (made on first use), at the checkpoint's position when resuming."""
         if self.lading_loader is None:
             made = self.make_lading_loader()
             check_trainer_arguments(self.args, made)
-            self.lading_loader = TrainerLoader(made)
+            self.lading_loader = made
         if self._lading_resume is not None:
             self.lading_loader.load_state_dict(self._lading_resume)
             self._lading_resume = None
@@ -162,7 +150,7 @@ RANKING_LOSSES: tuple[str, ...] = ("bce", "listwise")
 
 class LadingTrainer(LadingTrainerMixin, Trainer):  # type: ignore[misc]
     """``transformers.Trainer`` training from ``train_loader`` (a :func:`lading.loader` or any
-    lading loader: ``PartitionedParquet(...).loader()``, ``LanguageModelLoader(...).loader()``).
+    lading loader: ``PartitionedParquet(...)``, ``LanguageModelLoader(...)``).
 
     Everything else is the Trainer's: pass ``model``, ``args`` and the rest as usual. Batches of
     training groups train ``ranking_loss`` (see the module docstring); any other batch trains
@@ -177,7 +165,7 @@ class LadingTrainer(LadingTrainerMixin, Trainer):  # type: ignore[misc]
     def __init__(
         self,
         *args: Any,
-        train_loader: ResumableLoader | None = None,
+        train_loader: Resumable | None = None,
         ranking_loss: str = "listwise",
         **kwargs: Any,
     ):
@@ -253,7 +241,6 @@ __all__ = [
     "LadingTrainer",
     "LadingTrainerMixin",
     "LoaderStateCallback",
-    "TrainerLoader",
     "load_loader_state",
     "save_loader_state",
 ]

@@ -1,9 +1,10 @@
 """PyTorch Lightning: a ``LightningDataModule`` whose loaders are lading loaders.
 
 Give :class:`LadingDataModule` a factory per stage that makes a lading loader for a
-:class:`~lading.world.World` (``lading.loader(...)``, ``LanguageModelLoader(...).loader()``,
-``PartitionedParquet(...).loader()``): the module calls it with the Trainer's ranks, so every
-rank reads its own disjoint, equal share, and Lightning's conventions hold:
+:class:`~lading.world.World` (``lading.loader(...)``, ``LanguageModelLoader(...)``,
+``PartitionedParquet(...)``, with or without ``num_workers=``): the module calls it with the
+Trainer's ranks, so every rank reads its own disjoint, equal share, and Lightning's conventions
+hold:
 
 - ``use_distributed_sampler``: Lightning puts its ``DistributedSampler`` only into a torch
   ``DataLoader``; a lading loader is not one and already reads this rank's share, so either
@@ -37,20 +38,33 @@ except ImportError:  # pragma: no cover - depends on the environment
     ) from None
 
 from lading.errors import LoaderStateError
-from lading.loading.resumable import EpochLoader, Resumable
+from lading.loading.resumable import Resumable
 from lading.world import World
 
 LoaderFactory = Callable[[World], Resumable]
 
 
-class TrainLoader(EpochLoader):
+class TrainLoader:
     """A lading loader in Lightning's shape: sized by the epoch, epoch-settable, stateful."""
 
+    def __init__(self, loader: Resumable) -> None:
+        self.loader = loader
+
     @property
-    def sampler(self) -> EpochLoader:
-        """Where Lightning looks for ``set_epoch``: this loader's, which keeps a restored
-        position (:class:`~lading.loading.resumable.EpochLoader`)."""
-        return self
+    def sampler(self) -> Resumable:
+        """Where Lightning looks for ``set_epoch``: the loader's, which keeps a just-restored
+        position (:meth:`lading.loading.Loader.set_epoch`)."""
+        return self.loader
+
+    def __len__(self) -> int:
+        """Batches of the whole epoch on this rank, as a DataLoader's ``len()``."""
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.loader)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (saved by Lightning in the checkpoint).
@@ -59,7 +73,7 @@ class TrainLoader(EpochLoader):
             LoaderStateError: the state is of other data, or of another layout (world size,
                 batch size, workers), which Lightning's batch counter cannot follow.
         """
-        super().load_state_dict(state)
+        self.loader.load_state_dict(state)
         now = self.loader.state_dict()["layout"]
         if dict(state["layout"]) != dict(now):
             raise LoaderStateError(
@@ -77,7 +91,7 @@ class EvalLoader:
         self.loader = loader
 
     def __len__(self) -> int:
-        return self.loader.epoch_length()
+        return len(self.loader)
 
     def __iter__(self) -> Iterator[Any]:
         self.loader.set_epoch(self.loader.epoch)  # from its first batch, every time

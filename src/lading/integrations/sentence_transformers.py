@@ -62,7 +62,7 @@ from sentence_transformers.cross_encoder import CrossEncoderTrainer
 from lading.integrations.hf_trainer import LadingTrainerMixin
 from lading.integrations.rows import FlattenRows, GroupRows, check_format, rows_per_group
 from lading.integrations.trainer_args import data_seed
-from lading.loading.loader import ResumableLoader
+from lading.loading.resumable import Resumable
 
 
 class GroupsTrainerMixin(LadingTrainerMixin):
@@ -70,9 +70,7 @@ class GroupsTrainerMixin(LadingTrainerMixin):
 
     data_collator: Any
 
-    def setup_groups(
-        self, groups: Any, row_format: str, train_loader: ResumableLoader | None
-    ) -> None:
+    def setup_groups(self, groups: Any, row_format: str, train_loader: Resumable | None) -> None:
         if groups is None and train_loader is None:
             raise ValueError("pass train_groups=TrainingGroups(...) (or train_loader=)")
         if isinstance(groups, Mapping):
@@ -85,7 +83,7 @@ class GroupsTrainerMixin(LadingTrainerMixin):
         self.train_groups, self.row_format = groups, check_format(row_format)
         self.setup_lading(train_loader)
 
-    def make_lading_loader(self) -> ResumableLoader:
+    def make_lading_loader(self) -> Resumable:
         """``lading.loader`` over the groups' rows, batched by the trainer's own collator."""
         from lading.loading.map_source import loader
 
@@ -156,7 +154,7 @@ class LadingSentenceTransformerTrainer(GroupsTrainerMixin, SentenceTransformerTr
         *args: Any,
         train_groups: Any = None,
         row_format: str = "n-tuple",
-        train_loader: ResumableLoader | None = None,
+        train_loader: Resumable | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -172,7 +170,7 @@ class LadingCrossEncoderTrainer(GroupsTrainerMixin, CrossEncoderTrainer):  # typ
         *args: Any,
         train_groups: Any = None,
         row_format: str = "labeled-pair",
-        train_loader: ResumableLoader | None = None,
+        train_loader: Resumable | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)

@@ -1,11 +1,11 @@
 """The HF ``TrainingArguments`` that shape training data, checked against a lading loader.
 
 The Trainer builds its DataLoader from these arguments; a lading loader is built by its caller
-(``lading.loader(...)``, ``PartitionedParquet(...).loader()``, …), so an argument set to
-something the loader does not do would be silently ignored. Each is either what the loader
-already does or refused, naming the argument and where the setting goes instead. Only values
-other than the argument's default are checked (``dataloader_pin_memory`` defaults to True in
-the Trainer and to False in lading: a default is no request).
+(``lading.loader(...)``, ``PartitionedParquet(...)``, ``LanguageModelLoader(...)``), so an
+argument set to something the loader does not do would be silently ignored. Each is either
+what the loader already does or refused, naming the argument and where the setting goes
+instead. Only values other than the argument's default are checked (``dataloader_pin_memory``
+defaults to True in the Trainer and to False in lading: a default is no request).
 
 ``seed`` and ``data_seed`` order the data in the Trainer's own route (its sampler is shuffled by
 ``data_seed``, else ``seed``); a lading loader is shuffled by the ``seed=`` it was built with,
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lading.loading.loader import ResumableLoader
+from lading.loading.loader import Workers
+from lading.loading.resumable import Resumable
 
 SAMPLING_REFUSED = ("group_by_length", "batch_rebalance")
 
@@ -28,19 +29,20 @@ def _start_method(context: Any) -> str | None:
     return str(getattr(context, "get_start_method", lambda: context)())
 
 
-def _loader_settings(loader: ResumableLoader) -> dict[str, Any]:
-    """What the loader does, keyed by the TrainingArguments field that would ask for it."""
-    torch_loader, orders = loader.loader, loader.state_dict()["fingerprint"]
-    workers = torch_loader.num_workers
+def _loader_settings(loader: Resumable) -> dict[str, Any]:
+    """What the loader does, keyed by the TrainingArguments field that would ask for it: its
+    state's fingerprint and its :class:`~lading.loading.loader.Workers` (every lading loader
+    has them, a prefetcher passes them on; a loader of another kind reads in its process)."""
+    orders = loader.state_dict()["fingerprint"]
+    workers = getattr(loader, "workers", None) or Workers()
+    count = workers.num_workers
     return {
         "dataloader_drop_last": bool(orders.get("drop_partial_batch", False)),
-        "dataloader_num_workers": workers,
-        "dataloader_pin_memory": bool(torch_loader.pin_memory),
-        "dataloader_persistent_workers": bool(torch_loader.persistent_workers),
-        "dataloader_prefetch_factor": torch_loader.prefetch_factor if workers else None,
-        "dataloader_multiprocessing_context": _start_method(torch_loader.multiprocessing_context)
-        if workers
-        else None,
+        "dataloader_num_workers": count,
+        "dataloader_pin_memory": bool(workers.pin_memory),
+        "dataloader_persistent_workers": bool(count and workers.persistent_workers is not False),
+        "dataloader_prefetch_factor": (workers.prefetch_factor or 2) if count else None,
+        "dataloader_multiprocessing_context": workers.multiprocessing_context if count else None,
     }
 
 
@@ -54,7 +56,7 @@ FIXES = {
 }
 
 
-def check_trainer_arguments(args: Any, loader: ResumableLoader) -> None:
+def check_trainer_arguments(args: Any, loader: Resumable) -> None:
     """Refuse any data-shaping argument ``args`` sets that ``loader`` does not already do.
 
     Raises:
@@ -90,7 +92,7 @@ def data_seed(args: Any) -> int:
     return int(args.seed if chosen is None else chosen)
 
 
-def check_seeds(args: Any, loader: ResumableLoader) -> None:
+def check_seeds(args: Any, loader: Resumable) -> None:
     """Refuse a ``seed``/``data_seed`` that would order the Trainer's data differently from the
     ``seed=`` the shuffled ``loader`` was built with (the field defaults ask for nothing)."""
     fingerprint = loader.state_dict()["fingerprint"]
@@ -112,7 +114,7 @@ def check_seeds(args: Any, loader: ResumableLoader) -> None:
     )
 
 
-def _check_sampling(args: Any, loader: ResumableLoader) -> None:
+def _check_sampling(args: Any, loader: Resumable) -> None:
     """``train_sampling_strategy`` (``group_by_length`` before transformers 5): the loader's
     order is its own seeded one, so only ``"random"`` and, for an unshuffled loader,
     ``"sequential"`` describe it."""

@@ -140,14 +140,8 @@ class TrainingGroups:
             relevant_codes = codes[(codes >= 0) & is_relevant]
             if len(relevant_codes) == 0:
                 continue
-            run = list(negatives.get(qid, ()))[: self.depth]
-            run_codes = self.store.find_rows(run) if run else np.empty(0, np.int64)
-            missing_run += int((run_codes < 0).sum())
-            run_codes = run_codes[run_codes >= 0]
-            excluded = set(relevant_codes.tolist())
-            run_codes = np.array(
-                [c for c in dict.fromkeys(run_codes.tolist()) if c not in excluded], dtype=np.int64
-            )
+            run_codes, missing = self._run_codes(negatives.get(qid, ()), relevant_codes)
+            missing_run += missing
             if len(relevant_codes) > tightest[1]:
                 tightest = (qid, len(relevant_codes))
             q = len(qids)
@@ -179,6 +173,17 @@ class TrainingGroups:
         )
         if no_relevant or no_text or missing_judged or missing_run:
             warnings.warn(f"TrainingGroups left out: {self.report}", stacklevel=3)
+
+    def _run_codes(
+        self, run: Sequence[str], relevant: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], int]:
+        """Store codes of a query's first ``depth`` run documents, each once and none of its
+        ``relevant`` codes; and how many of those run documents are not in the store."""
+        ids = list(run)[: self.depth]
+        codes = self.store.find_rows(ids) if ids else np.empty(0, np.int64)
+        excluded = set(relevant.tolist())
+        kept = [c for c in dict.fromkeys(codes[codes >= 0].tolist()) if c not in excluded]
+        return np.array(kept, dtype=np.int64), int((codes < 0).sum())
 
     def _check_group_size(self, qid: str, relevant: int) -> None:
         """Refuse a group_size the store cannot fill with distinct documents for query ``qid``

@@ -3,7 +3,8 @@ batch at a time (after an elastic resume, or in a DataLoader worker), or a batch
 
 Every batch is a view of an array filled for it (or for a chunk of batches) that the loader never
 writes again while a batch of it is alive: the caller owns what it is handed, as with a
-DataLoader. The loader (:class:`lading.lm.LanguageModelLoader`) plans; these functions read.
+DataLoader. The modes plan (:mod:`lading.lm.modes`); these functions read; the one loader
+counts what it hands out.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import torch
 from lading.lm.boundaries import IGNORE_INDEX, DocumentBatch, document_batch
 from lading.lm.segment import LMSegment
 from lading.lm.windows import WindowSource
-from lading.loading.state import Cursor
 
 Batch = tuple[torch.Tensor, torch.Tensor] | DocumentBatch
 
@@ -30,10 +30,10 @@ def chunk_view(view: npt.NDArray[np.int64]) -> torch.Tensor:
 
 
 def chunked_streams(
-    seg: LMSegment, cursor: Cursor, first_stream: int, chunk: tuple[int, int]
+    seg: LMSegment, first: int, first_stream: int, chunk: tuple[int, int]
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Whole-epoch streams ``first_stream …`` (one per row), read ``chunk`` (rows, columns) at
-    a time; ``cursor.batches`` advances with each batch handed out."""
+    """Batches ``first …`` of whole-epoch streams ``first_stream …`` (one per row), read
+    ``chunk`` (rows, columns) at a time."""
     rows, length, stream = chunk[0], seg.plan.each, seg.stream
     assert stream is not None
     buf = np.empty((0, 0), dtype=np.int64)  # the chunk being read; none yet
@@ -44,10 +44,9 @@ def chunked_streams(
     # a free chunk spares the page faults of a new one
     probe = np.empty(0, dtype=np.int64)
     free = sys.getrefcount(probe)
-    offset = seg.offset(cursor.batches)  # stream position of the next batch
+    offset = seg.offset(first)  # stream position of the next batch
     base, filled = offset, 0  # buffer column 0 holds stream position `base`
-    while cursor.batches < seg.batches:
-        seq = seg.seqs[cursor.batches]
+    for seq in seg.seqs[first : seg.batches]:
         if offset - base + seq + 1 > filled:
             # batches handed out are views of their chunk: a chunk is written again only
             # when no batch of it is alive any more (the caller kept none), else a new one
@@ -65,7 +64,6 @@ def chunked_streams(
                 stream.read(start, buf[row, keep:want])
             base, filled = offset, want
         col = offset - base
-        cursor.batches += 1
         offset += seq
         # views of this chunk, which no later batch overwrites (numpy slicing + from_numpy
         # measured faster than slicing a torch view); y is x shifted by one, as in fastai
@@ -73,13 +71,13 @@ def chunked_streams(
 
 
 def stream_batch(
-    seg: LMSegment, cursor: Cursor, batch: int, first_stream: int, x: npt.NDArray[np.int64]
+    seg: LMSegment, batch: int, first_stream: int, x: npt.NDArray[np.int64]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Batch ``batch`` of ``seg``'s streams ``first_stream …``, read row by row into ``x``
     (``[rows, seq + 1]``); after an elastic resume, through the segment's base runs."""
     seq, offset, length, stream = seg.seqs[batch], seg.offset(batch), seg.plan.each, seg.stream
     assert stream is not None
-    y = None if cursor.base is None else np.empty_like(x)
+    y = None if seg.whole else np.empty_like(x)
     for row in range(len(x)):
         begin = (first_stream + row) * length + offset
         if y is None:  # the whole epoch: stream positions are epoch-stream positions

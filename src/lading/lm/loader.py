@@ -13,12 +13,15 @@ last ones wrap around to the start of the epoch stream, so every token is used a
 takes the same number of batches (``equalize="truncate"`` drops the tail instead). The cut is
 the loader core's planner (:mod:`lading.loading.plan`) with one reader per stream.
 
-In this process, whole-epoch streams are read in bulk, many batches at a time, and every batch is
-a view of an array no later batch overwrites (:mod:`lading.lm.batches`): ``list(loader)`` keeps
-every batch intact, as with a DataLoader.
-:meth:`LanguageModelLoader.loader` builds the same batches in DataLoader workers instead
-(persistent ones too): every batch is asked for by a key that says which batch of which segment
-it is; a worker reads its rows.
+In this process (``num_workers=0``), whole-epoch streams are read in bulk, many batches at a
+time, and every batch is a view of an array no later batch overwrites (:mod:`lading.lm.batches`):
+``list(loader)`` keeps every batch intact, as with a DataLoader. ``num_workers=2`` builds the
+same batches in DataLoader workers instead (persistent ones too): every batch is asked for by a
+key that says which batch of which segment it is; a worker reads its rows. ``device="cuda"``
+holds the corpus on the GPU and reads whole-epoch streams there (:mod:`lading.lm.resident`).
+The loader itself is the one loader of every workload (:class:`lading.loading.Loader`): it
+counts the batches, keeps the position and saves it; the LM hands it a
+:class:`~lading.lm.source.LMSource`.
 
 The shape of a sequence is one options object, each holding only what its mode reads
 (:mod:`lading.lm.modes`, one module per mode):
@@ -58,49 +61,32 @@ the hidden state a row carries, are not (reset it: an old row has no counterpart
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any, NoReturn
+from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 import torch
 
-from lading.lm.batches import Batch, chunked_streams
+from lading.device import ResidentTokens, to_device
 from lading.lm.corpus import TokenCorpus
 from lading.lm.modes import REGISTERED, Packed, SequenceOptions, Streams, Windows, mode_of
-from lading.lm.modes.moved import refuse_moved
-from lading.lm.segment import LMSegment, SegmentBatchKey
-from lading.lm.stream import EpochStream
-from lading.lm.windows import EpochWindows, TokenMixture
-from lading.loading.loader import BatchKeyed
-from lading.loading.plan import (
-    check_equalize,
-    refuse_drop_last,
-)
-from lading.loading.runs import Runs
-from lading.loading.source import StatefulSource
-from lading.loading.state import Cursor
+from lading.lm.segment import Reading
+from lading.lm.source import LMSource
+from lading.lm.windows import TokenMixture
+from lading.loading.loader import Loader, Workers
+from lading.loading.plan import check_batch_size, check_equalize, refuse_drop_last
 from lading.world import World
 
 __all__ = ["MODES", "LanguageModelLoader", "Packed", "Streams", "Windows"]
 
 MODES: tuple[str, ...] = tuple(REGISTERED)  # the registered modes' names (loader.mode)
-# sequence= has no default; this one lets an old keyword-only call (bptt=70) reach the
-# TypeError that names its new spelling instead of Python's "missing argument"
-_REQUIRED: Any = None
 
 
-def _same_position(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """(cursor, epoch, segment, base) equal: the same objects, the same numbers."""
-    return a[0] is b[0] and a[1] == b[1] and a[2] == b[2] and a[3] is b[3]
-
-
-class LanguageModelLoader(BatchKeyed, StatefulSource):
+class LanguageModelLoader(Loader):
     """Batches ``(x, y)`` of shape ``[batch_size, seq]`` from a :class:`TokenCorpus`.
 
     ``LanguageModelLoader(corpus, 64, Streams(70))``, ``(corpus, 16, Windows(512))`` or
-    ``(corpus, 16, Packed(512, boundaries=True))``. The batching keywords are those of every
-    lading loader.
+    ``(corpus, 16, Packed(512, boundaries=True))``. The keywords are those of every lading
+    loader (``lading.loader``, ``PartitionedParquet``), ``device`` and ``documents`` besides.
 
     Args:
         corpus: the tokenized corpus, or a :class:`TokenMixture` of several (window modes).
@@ -114,23 +100,24 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         drop_partial_batch: leave out a rank's last, partial batch (window modes).
         documents: use only these documents (e.g. a training split), in this base order.
         world: rank and world size (default: detected; the global rank).
+        num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context:
+            DataLoader workers build the batches (0: this process reads them, many at a time).
+        device: hold the corpus's tokens on this device and read whole-epoch streams there
+            (in this process only).
+        resident: the corpus already on a device (shared with another loader, e.g. the
+            validation loader's); implies ``device``.
         drop_last: refused with a TypeError naming lading's two arguments for it.
-        **moved: none taken: the keywords that moved into ``sequence`` (``bptt``, ``mode``,
-            ``bptt_jitter``, ``backwards``, ``chunk_batches``, ``boundaries``,
-            ``eod_mask_loss``) are refused with a TypeError that writes out the new call.
 
     Attributes:
         sequence: the options given; ``mode`` is their registered name.
         max_seq: the longest batch row, in (input, target) pairs.
     """
 
-    kind = "lm"
-
     def __init__(
         self,
         corpus: TokenCorpus | TokenMixture,
         batch_size: int,
-        sequence: SequenceOptions = _REQUIRED,
+        sequence: SequenceOptions,
         *,
         shuffle: bool = True,
         seed: int = 0,
@@ -138,198 +125,90 @@ class LanguageModelLoader(BatchKeyed, StatefulSource):
         drop_partial_batch: bool = False,
         documents: npt.ArrayLike | None = None,
         world: World | None = None,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool | None = None,
+        multiprocessing_context: str | None = None,
+        device: torch.device | str | None = None,
+        resident: ResidentTokens | None = None,
         drop_last: None = None,
-        **moved: NoReturn,  # none taken: a type checker flags an old keyword as well
     ) -> None:
-        refuse_moved(moved, "LanguageModelLoader")
         refuse_drop_last(drop_last, "LanguageModelLoader")
-        self._mode = mode_of(sequence)
-        self._mode.check(corpus)
-        if isinstance(corpus, TokenMixture) and documents is not None:
-            raise ValueError("documents= selects from one corpus; a TokenMixture takes them all")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.corpus, self.batch_size, self.sequence = corpus, batch_size, sequence
-        self.shuffle, self.seed = shuffle, seed
-        self.equalize, self.drop_partial_batch = check_equalize(equalize), drop_partial_batch
-        self.world = world or World.detect()
-        parts = corpus.corpora if isinstance(corpus, TokenMixture) else [corpus]
-        self.documents = (
-            np.arange(len(parts[0]), dtype=np.int64)
-            if documents is None
-            else np.asarray(documents, dtype=np.int64)
+        mode = mode_of(sequence)
+        world = world or World.detect()
+        reading = Reading(
+            check_batch_size(batch_size), world.rank, world.world_size, seed, shuffle,
+            check_equalize(equalize), drop_partial_batch,
+        )  # fmt: skip
+        workers = Workers(
+            num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
         )
-        length, backwards = self._mode.length(self), self._mode.backwards(self)
-        self._windows = EpochWindows(
-            corpus, self.documents, self.mode, length, seed, shuffle, backwards
+        source = LMSource(
+            corpus, mode, reading, documents, on_device(corpus, device, resident, workers)
         )
-        self.max_seq = self._mode.max_seq(self)
-        chunk_batches = sequence.chunk_batches if isinstance(sequence, Streams) else 1
-        # the shape of each chunk of stream read at once (streams, in-process)
-        self._chunk = (batch_size, self.max_seq * chunk_batches + 1)
-        self.cursor = Cursor()
-        # the plan of the cursor's segment, with the cursor state it was made for
-        self._segment: tuple[tuple[Any, ...], LMSegment] | None = None
-        self._keyed: tuple[tuple[int, int], LMSegment] | None = None  # planned for keys
-        self._check_epoch()
+        super().__init__(source, workers, seed=seed)
+        self._lm, self.corpus, self.sequence, self.world = source, corpus, sequence, world
+        self.batch_size, self.seed, self.shuffle = reading.batch_size, seed, shuffle
+        self.equalize, self.drop_partial_batch = reading.equalize, drop_partial_batch
 
     @property
     def mode(self) -> str:
         """The registered name of the sequence's mode: ``"streams"``, ``"windows"``, ..."""
-        return self._mode.name
+        return self._lm.mode.name
 
-    def _check_epoch(self) -> None:
-        """Refuse settings whose first epoch has no batch, as every lading loader does."""
-        self._mode.check_epoch(self)
+    @property
+    def max_seq(self) -> int:
+        """The longest batch row, in (input, target) pairs."""
+        return self._lm.max_seq
 
-    def __getstate__(self) -> dict[str, Any]:
-        """What a DataLoader worker gets: no buffer, no plan (an epoch stream holds the token
-        map, which would be pickled as a copy of the corpus); the corpus pickles as its path."""
-        state = dict(self.__dict__)
-        state["_segment"] = state["_keyed"] = None
-        return state
+    @property
+    def documents(self) -> npt.NDArray[Any]:
+        """The documents read, in their base order."""
+        return self._lm.documents
 
-    # ------------------------------------------------------------------ planning
-
-    def _stream(self, epoch: int) -> EpochStream:
-        return EpochStream(
-            self._windows.parts[0][0],
-            self.documents,
-            self.seed,
-            epoch,
-            self.shuffle,
-            self._mode.backwards(self),
-        )
+    @property
+    def resident(self) -> ResidentTokens | None:
+        """The corpus's tokens on the device, with ``device=``; else None."""
+        return self._lm.resident
 
     def packing_stats(self) -> dict[str, Any]:
         """``Packed``: windows, pieces, tokens and padding (``padding_fraction`` of the token
         slots), summed over a mixture's corpora."""
-        return self._mode.packing_stats(self)
+        return self._lm.packing_stats()
 
-    def _plan_segment(self, cursor: Cursor, layout: Mapping[str, Any]) -> LMSegment:
-        """The plan of ``cursor``'s segment under ``layout`` (this run's or a saved one)."""
-        return self._mode.plan(self, cursor, layout)
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (see :meth:`Loader.load_state_dict`); a window-mode state
+        saved when the window length was kept under ``bptt`` loads as its ``seq_len``."""
+        saved = self._lm.mode.saved_fingerprint(state.get("fingerprint", {}))
+        super().load_state_dict({**state, "fingerprint": saved})
 
-    def _current(self) -> LMSegment:
-        """The plan of the cursor's segment, kept while the cursor stays in that segment.
+    def loader(self, *args: Any, **kwargs: Any) -> Any:
+        """Gone: DataLoader workers are one keyword of the loader itself."""
+        raise TypeError(
+            "LanguageModelLoader(...).loader(num_workers=2) is now "
+            "LanguageModelLoader(..., num_workers=2): the loader itself reads in workers"
+        )
 
-        The cache is checked against the cursor itself (the object, its epoch, segment and
-        base), not only cleared by the loader's own methods: a wrapper that restores a state
-        (ResumableLoader, DCP) replaces the cursor, and a stale plan would read another epoch.
-        """
-        cursor, cached = self.cursor, self._segment
-        key = (cursor, cursor.epoch, cursor.segment, cursor.base)
-        if cached is None or not _same_position(cached[0], key):
-            cached = self._segment = (key, self._plan_segment(cursor, self.layout()))
-        return cached[1]
 
-    # ------------------------------------------------------------------ iteration
-
-    def __len__(self) -> int:
-        """Batches left in the current epoch (the same on every rank)."""
-        return self._current().batches - self.cursor.batches
-
-    def epoch_length(self) -> int:
-        """Batches of the current epoch (segment) on this rank, read and left."""
-        return self._current().batches
-
-    @property
-    def epoch(self) -> int:
-        return self.cursor.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` from its first batch."""
-        self.cursor.start_epoch(epoch)
-        self._segment = None
-
-    def __iter__(self) -> Iterator[Batch]:
-        segment, cursor = self._current(), self.cursor
-        if self._mode.bulk and cursor.base is None:
-            yield from self._iter_streams(segment)
-            return
-        while cursor.batches < segment.batches:
-            # a fresh array per batch: the batch handed out is a view of it, never reused
-            x = np.empty((self.batch_size, self.max_seq + 1), dtype=np.int64)
-            batch = self._build(segment, cursor, cursor.batches, x)
-            cursor.batches += 1
-            yield batch
-
-    def _iter_streams(self, seg: LMSegment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Whole-epoch streams, read a chunk of many batches at a time (a GPU-resident loader
-        reads them on the device instead)."""
-        return chunked_streams(seg, self.cursor, self._first_stream, self._chunk)
-
-    @property
-    def _first_stream(self) -> int:
-        """The first of this rank's streams ("streams" mode: one per batch row)."""
-        return self.world.rank * self.batch_size
-
-    def _build(self, seg: LMSegment, cursor: Cursor, batch: int, x: npt.NDArray[np.int64]) -> Batch:
-        """Batch ``batch`` of ``seg``, read row by row into ``x`` (``[batch_size, seq + 1]``)."""
-        return self._mode.build(self, seg, cursor, batch, x)
-
-    # ------------------------------------------------------------------ DataLoader workers
-    # ``loader(num_workers)`` (from BatchKeyed) builds batches in workers: worth it when batches
-    # are large or far apart in the corpus (windows over a network filesystem); in-process
-    # iteration is faster for small RNN batches.
-
-    def batches(self) -> int:
-        """Batches this rank yields in the current segment of the epoch."""
-        return self._current().batches
-
-    def keys(self) -> Iterator[SegmentBatchKey]:
-        """Keys of this rank's batches from the cursor on (see :meth:`loader`)."""
-        cursor, base = self.cursor, self.cursor.base
-        saved = None if base is None else (tuple(base.starts.tolist()), tuple(base.stops.tolist()))
-        for batch in range(cursor.batches, self._current().batches):
-            yield SegmentBatchKey(cursor.epoch, cursor.segment, batch, saved)
-
-    def __getitem__(self, key: SegmentBatchKey) -> Batch:
-        """The batch ``key`` names, in fresh arrays (it leaves the worker process)."""
-        base = None if key.base is None else Runs(*key.base)
-        cursor = Cursor(key.epoch, key.segment, base, key.batch)
-        if self._keyed is None or self._keyed[0] != (key.epoch, key.segment):
-            self._keyed = ((key.epoch, key.segment), self._plan_segment(cursor, self.layout()))
-        x = np.empty((self.batch_size, self.max_seq + 1), dtype=np.int64)
-        return self._build(self._keyed[1], cursor, key.batch, x)
-
-    # ------------------------------------------------------------------ state
-
-    def layout(self) -> dict[str, Any]:
-        """What fixes who reads what; another layout on resume is an elastic resume."""
-        return {
-            "world_size": self.world.world_size,
-            "batch_size": self.batch_size,
-            **self._mode.layout(self),
-        }
-
-    def fingerprint(self) -> dict[str, Any]:
-        """What fixes the corpus and its orders; a state must match it to be resumed."""
-        fingerprint: dict[str, Any] = {
-            "mode": self.mode,
-            "seed": self.seed,
-            "backwards": self._mode.backwards(self),
-            "documents": len(self.documents),
-            "tokens": sum(corpus.n_tokens for corpus, _ in self._windows.parts),
-            "shuffle": self.shuffle,
-            "equalize": self.equalize,
-            "drop_partial_batch": self.drop_partial_batch,
-        }
-        fingerprint.update(self._mode.fingerprint(self))
-        if isinstance(self.corpus, TokenMixture):
-            fingerprint.update(self.corpus.fingerprint())
-        return fingerprint
-
-    def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
-        """Epoch positions (stream positions or window-order positions) not read under
-        ``layout`` at ``cursor``: the end of every stream (or rank's windows) and the tail
-        ``truncate`` left out."""
-        seg = self._plan_segment(cursor, layout)
-        return seg.core.unread_after(cursor.batches)
-
-    def consumed(self) -> int:
-        seg = self._current().core
-        return seg.read_after(self.cursor.batches) * seg.readers
-
-    def _cursor_moved(self) -> None:
-        self._segment = None  # the plan belonged to the old cursor
+def on_device(
+    corpus: TokenCorpus | TokenMixture,
+    device: torch.device | str | None,
+    resident: ResidentTokens | None,
+    workers: Workers,
+) -> ResidentTokens | None:
+    """The corpus's tokens on ``device`` (copied once, or ``resident`` as given), or None."""
+    if device is None and resident is None:
+        return None
+    if workers.num_workers:
+        raise ValueError(
+            f"device= builds batches on the device in this process; num_workers="
+            f"{workers.num_workers} DataLoader workers cannot share its tensors: pass "
+            "num_workers=0 with device=, or leave device= out to read in workers"
+        )
+    if isinstance(corpus, TokenMixture):
+        raise ValueError("device= holds one TokenCorpus on the device, not a TokenMixture")
+    if resident is not None:
+        return resident
+    assert device is not None
+    return to_device(corpus, device)

@@ -1,27 +1,24 @@
-"""A language-model loader whose corpus lives on the GPU: batches gathered there from positions.
+"""A language-model corpus on the GPU: LM stream batches gathered there from positions.
 
-:class:`ResidentLanguageModelLoader` is a :class:`~lading.lm.LanguageModelLoader` in every
-respect that matters for training and resume (the same plan, cursor, state, layout and
-fingerprint: its states and the host loader's are interchangeable); only where the tokens are
-read differs. For whole-epoch streams, the main training path, each batch is read on the device
-from the stream position of every row (:class:`ResidentStream`): nothing but the
-row starts crosses the bus. Windows and the segments after an elastic resume are read on the
-host as by the parent class (the step's ``.to(device)`` copies them).
+``LanguageModelLoader(..., device="cuda")`` is the same loader in every respect that matters
+for training and resume (the same plan, position, state, layout and fingerprint: its states and
+a host loader's are interchangeable); only where the tokens are read differs. For whole-epoch
+streams, the main training path, each batch is read on the device from the stream position of
+every row (:class:`ResidentStream`, :func:`device_streams`): nothing but the row starts crosses
+the bus. Windows and the segments after an elastic resume are read on the host (the step's
+``.to(device)`` copies them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
-from lading.device import ResidentTokens, to_device
-from lading.lm.corpus import TokenCorpus
-from lading.lm.loader import LanguageModelLoader
-from lading.lm.modes import SequenceOptions
+from lading.device import ResidentTokens
 from lading.lm.segment import LMSegment
 
 
@@ -66,61 +63,25 @@ class ResidentStream:
         return out.flip(1) if self.backwards else out
 
 
-class ResidentLanguageModelLoader(LanguageModelLoader):
-    """A :class:`LanguageModelLoader` over ``corpus`` with its tokens on ``device``.
+def device_streams(
+    stream: ResidentStream, seg: LMSegment, first: int, first_stream: int, rows: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Batches ``first …`` of whole-epoch streams read on the device: row ``r`` of batch ``b``
+    is stream ``first_stream + r`` at its offset of batch ``b``; ``seq + 1`` tokens are read
+    there, and only the row starts cross the bus."""
+    length = seg.plan.each
+    starts = torch.arange(first_stream, first_stream + rows, dtype=torch.int64) * length
+    offset = seg.offset(first)
+    for seq in seg.seqs[first : seg.batches]:
+        x = stream.read(starts + offset, seq + 1)
+        offset += seq
+        yield x[:, :seq], x[:, 1 : seq + 1]
 
-    Args:
-        corpus: the tokenized corpus.
-        batch_size, sequence: as for :class:`LanguageModelLoader` (and every other keyword).
-        device: where the tokens go (once, at construction) and the batches are built.
-        resident: the corpus already on the device (shared with another loader, e.g. the
-            validation loader); default: copied from ``corpus``.
-    """
 
-    def __init__(
-        self,
-        corpus: TokenCorpus,
-        batch_size: int,
-        sequence: SequenceOptions,
-        *,
-        device: torch.device | str,
-        resident: ResidentTokens | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(corpus, batch_size, sequence, **kwargs)
-        self.resident = resident if resident is not None else to_device(corpus, device)
-        # keyed by the segment object itself, held here: an id() could be reused by the next
-        # epoch's segment once this one is freed, and that epoch would read this one's order
-        self._on_device: tuple[LMSegment, ResidentStream] | None = None
-
-    def loader(self, *args: Any, **kwargs: Any) -> Any:
-        """Not available: a GPU-resident loader reads in the training process."""
-        raise ValueError(
-            "a GPU-resident loader builds batches on the device in-process; DataLoader workers "
-            "cannot share its device tensors (use LanguageModelLoader(...).loader() instead)"
-        )
-
-    def _device_stream(self, seg: LMSegment) -> ResidentStream:
-        """The segment's epoch stream on the device (its document order copied once)."""
-        if self._on_device is None or self._on_device[0] is not seg:
-            stream = seg.stream
-            assert stream is not None  # streams mode: the only mode read on the device
-            on_device = ResidentStream(
-                self.resident, stream.doc_start, stream.lengths, stream.backwards
-            )
-            self._on_device = (seg, on_device)
-        return self._on_device[1]
-
-    def _iter_streams(self, seg: LMSegment) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Whole-epoch streams: row ``r`` of batch ``b`` is stream ``rank * batch_size + r``
-        at its offset of batch ``b``; read ``seq + 1`` tokens there, on the device."""
-        stream, cursor, length = self._device_stream(seg), self.cursor, seg.plan.each
-        first = self.world.rank * self.batch_size
-        rows = torch.arange(first, first + self.batch_size, dtype=torch.int64)
-        offset = seg.offset(cursor.batches)
-        while cursor.batches < seg.batches:
-            seq = seg.seqs[cursor.batches]
-            x = stream.read(rows * length + offset, seq + 1)
-            cursor.batches += 1
-            offset += seq
-            yield x[:, :seq], x[:, 1 : seq + 1]
+def ResidentLanguageModelLoader(*args: Any, **kwargs: Any) -> NoReturn:  # noqa: N802
+    """Gone: a loader on a device is ``LanguageModelLoader(..., device=...)``."""
+    raise TypeError(
+        "ResidentLanguageModelLoader(corpus, batch_size, sequence, device=d) is now "
+        "LanguageModelLoader(corpus, batch_size, sequence, device=d): on a device is one "
+        "keyword of the one LM loader (resident= shares tokens already there)"
+    )

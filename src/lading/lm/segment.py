@@ -1,5 +1,5 @@
-"""One segment of a language-model epoch: its plan under one layout, and the key that names a
-batch of it, which is all a DataLoader worker needs to build that batch."""
+"""One segment of a language-model epoch: its plan under one layout, planned once; the settings
+every mode reads it with; and the key that names a batch of it, all a DataLoader worker needs."""
 
 from __future__ import annotations
 
@@ -16,6 +16,26 @@ from lading.loading.plan import Plan, plan_shares
 from lading.loading.runs import Runs
 from lading.loading.segment import Segment
 from lading.loading.state import Cursor
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How an LM epoch is read, whatever the mode: who this rank is and the loader's keywords.
+
+    Attributes:
+        batch_size: rows per batch on this rank.
+        rank, world_size: this process among the ranks.
+        seed, shuffle: every order and length comes from ``(seed, epoch)``.
+        equalize, drop_partial_batch: what to do with positions that do not share out evenly.
+    """
+
+    batch_size: int
+    rank: int
+    world_size: int
+    seed: int
+    shuffle: bool
+    equalize: str
+    drop_partial_batch: bool
 
 
 class SegmentBatchKey(NamedTuple):
@@ -38,7 +58,9 @@ class LMSegment:
     windows: WindowSource | None  # "windows" and "packed" modes
     n: int  # positions of the epoch: tokens of the cyclic stream ("streams") or windows
     seqs: list[int]  # "streams": the length of each batch
+    whole: bool  # the segment is the whole epoch (no elastic resume before it)
     batches: int = field(init=False)  # the core's, as a field: read once per batch
+    _shares: dict[int, Runs] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.batches = self.core.batches
@@ -55,43 +77,46 @@ class LMSegment:
         """Stream position, within every stream, where ``batch`` starts ("streams")."""
         return self.core.read_after(batch)
 
+    def share(self, reader: int) -> Runs:
+        """The epoch positions ``reader`` reads (kept: every batch of a window mode asks)."""
+        if reader not in self._shares:
+            self._shares[reader] = self.core.share(reader)
+        return self._shares[reader]
 
-def plan_segment(
-    cursor: Cursor,
-    layout: Mapping[str, Any],
-    stream: EpochStream | None,
-    windows: WindowSource | None,
-    equalize: str,
-    drop_partial_batch: bool,
-    seed: int,
+
+def plan_windows(
+    windows: WindowSource, cursor: Cursor, layout: Mapping[str, Any], reading: Reading
 ) -> LMSegment:
-    """The plan of ``cursor``'s segment under ``layout``: of the epoch's ``stream`` cut into
-    ``world_size x batch_size`` streams, with each batch's (jittered) length; or of its
-    ``windows`` dealt round-robin to the ranks. What is left of an interrupted segment
-    (``cursor.base``) is planned instead of the whole epoch."""
-    world_size, batch_size = int(layout["world_size"]), int(layout["batch_size"])
-    if windows is not None:
-        core = Segment.of(
-            windows.n,
-            world_size,
-            cursor,
-            equalize=equalize,
-            batch_size=batch_size,
-            drop_partial_batch=drop_partial_batch,
-            interleave=True,
-        )
-        return LMSegment(core, None, windows, windows.n, [])
-    assert stream is not None
+    """``cursor``'s segment of the epoch's ``windows`` dealt round-robin to ``layout``'s ranks
+    (what is left of an interrupted segment, ``cursor.base``, instead of the whole epoch)."""
+    core = Segment.of(
+        windows.n,
+        int(layout["world_size"]),
+        cursor,
+        equalize=reading.equalize,
+        batch_size=int(layout["batch_size"]),
+        drop_partial_batch=reading.drop_partial_batch,
+        interleave=True,
+    )
+    return LMSegment(core, None, windows, windows.n, [], cursor.base is None)
+
+
+def plan_streams(
+    stream: EpochStream, cursor: Cursor, layout: Mapping[str, Any], reading: Reading
+) -> LMSegment:
+    """``cursor``'s segment of the epoch ``stream`` cut into ``world_size x batch_size``
+    streams of ``layout``, with each batch's (jittered) length: the shares are planned once,
+    and the lengths drawn for them."""
     n = stream.total  # the epoch stream is a cycle: its last token predicts its first
     base = cursor.base_or_whole(n)
-    streams = world_size * batch_size
-    each = plan_shares(len(base), streams, equalize, resumed=cursor.segment > 0).each
-    if each < 1 and len(base):
+    streams = int(layout["world_size"]) * int(layout["batch_size"])
+    plan = plan_shares(len(base), streams, reading.equalize, resumed=cursor.segment > 0)
+    if plan.each < 1 and len(base):
         raise EmptyEpochError(
             f"{len(base)} tokens cannot fill {streams} streams "
             "(world_size x batch_size); use a smaller batch_size or equalize='pad'"
         )
-    rng = generator(seed, Salt.SEQ_LENGTHS, cursor.epoch, cursor.segment)
-    seqs = seq_lengths(rng, each, int(layout["bptt"]), jitter_of(layout["jitter"]))
-    core = Segment.of_lengths(n, streams, cursor, equalize=equalize, lengths=seqs)
-    return LMSegment(core, stream, None, n, seqs)
+    rng = generator(reading.seed, Salt.SEQ_LENGTHS, cursor.epoch, cursor.segment)
+    seqs = seq_lengths(rng, plan.each, int(layout["bptt"]), jitter_of(layout["jitter"]))
+    core = Segment.of_lengths(base, plan, seqs)
+    return LMSegment(core, stream, None, n, seqs, cursor.base is None)

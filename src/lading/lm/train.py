@@ -29,6 +29,7 @@ from lading.lm.loader import LanguageModelLoader
 from lading.lm.model import LSTMLanguageModel, State, detach
 from lading.lm.modes import Packed, Streams, Windows
 from lading.loading.order import Salt, generator, permutation
+from lading.loading.resumable import Resumable
 from lading.train import (
     LoopConfig,
     LoopResult,
@@ -245,8 +246,9 @@ def _gpt_parts(
         else Windows(config.bptt, boundaries=True)
     )
     data = LanguageModelLoader(
-        corpus, config.batch_size, train, seed=config.seed, documents=train_docs, world=world
-    )
+        corpus, config.batch_size, train, seed=config.seed, documents=train_docs, world=world,
+        num_workers=config.num_workers,
+    )  # fmt: skip
     valid = None
     if len(valid_docs):
         valid = LanguageModelLoader(
@@ -275,13 +277,12 @@ def _train_lm(config: LMConfig, world: World, device: torch.device) -> dict[str,
     train_docs, valid_docs = split_documents(len(corpus), config.valid_fraction, config.seed)
     if config.arch == "gpt":
         return _train_gpt(config, corpus, world, device, train_docs, valid_docs)
-    streams = LanguageModelLoader(
+    # in-process iteration (num_workers=0) reads a buffer of many batches at once; workers
+    # only pay off for a corpus far away (a network filesystem)
+    data = LanguageModelLoader(
         corpus, config.batch_size, Streams(config.bptt), seed=config.seed, documents=train_docs,
-        world=world,
+        world=world, num_workers=config.num_workers,
     )  # fmt: skip
-    # in-process iteration reads a buffer of many batches at once; workers only pay off for
-    # a corpus far away (a network filesystem)
-    data: Any = streams.loader(config.num_workers) if config.num_workers else streams
     valid = (
         LanguageModelLoader(
             corpus,
@@ -318,7 +319,7 @@ def _train_lm(config: LMConfig, world: World, device: torch.device) -> dict[str,
 
 def _fit(
     config: LMConfig,
-    data: Any,
+    data: Resumable,
     workload: Workload,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,

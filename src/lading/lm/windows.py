@@ -190,7 +190,8 @@ class MixedWindows:
 
 
 class EpochWindows:
-    """The window source of every epoch of one loader ("windows"/"packed", a mixture or not).
+    """What every epoch of one loader reads: its stream ("streams") or its window source
+    ("windows"/"packed", a mixture or not).
 
     A packing depends on the seed only, so it is computed once per corpus and kept (a few
     integers per piece); it is not pickled: a DataLoader worker packs again, identically.
@@ -226,6 +227,11 @@ class EpochWindows:
             corpus, documents = self.parts[part]
             self._packings[part] = pack(corpus.lengths()[documents], self.bptt + 1, self.seed)
         return self._packings[part]
+
+    def stream(self, epoch: int) -> EpochStream:
+        """The epoch stream of ``epoch`` (of the one corpus: streams read no mixture)."""
+        corpus, documents = self.parts[0]
+        return EpochStream(corpus, documents, self.seed, epoch, self.shuffle, self.backwards)
 
     def _part(self, part: int, epoch: int) -> WindowSource:
         corpus, documents = self.parts[part]

@@ -1,166 +1,279 @@
-"""ResumableLoader: torch's DataLoader over a position source, with a position it can save.
+"""The one loader: iterates any workload's :class:`~lading.loading.source.Source`, in this process
+or in DataLoader workers, and is the only thing that counts batches and keeps the position.
 
-One wrapper for every workload. The sampler it hands the DataLoader asks the source for this
-rank's keys *when an epoch's iteration starts*, from the cursor on, so a resumed or elastic
-loader needs no special path: the cursor already says where to begin. DataLoader workers
-prefetch ahead of the training loop, so the cursor counts the batches the loop has
-*received*, never those the sampler handed out; batches still in flight are not consumed.
+Every lading loader is a :class:`Loader` (``lading.loader(...)``, ``LanguageModelLoader(...)``,
+``PartitionedParquet(...)``): iterate it for this rank's batches; ``len()`` is the epoch's
+batch count, as a DataLoader's; iterating it again after an epoch reads the next one (epoch + 1,
+the same on every rank), and ``set_epoch`` says which explicitly; ``state_dict`` and
+``load_state_dict`` save and restore the position (:mod:`lading.loading.state`).
 
-Persistent workers work for every workload: everything a worker needs to build an item is
-in its key (epoch, and for batch keys the rows to read), never in dataset attributes set in
-the main process after the workers started.
+``num_workers=0`` reads in this process (through the source's bulk read where it has one, the
+LM's chunked streams); ``num_workers > 0`` hands the source's batch keys to torch DataLoader
+workers (persistent by default), asked for afresh each time an iteration starts, from the
+position on. Workers run ahead of the caller, so the position counts the batches the caller
+*received*: batches in flight are not consumed, and a state taken now resumes at the next one.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+import itertools
+import warnings
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data._utils.pin_memory import pin_memory
 
-from lading.loading.lookahead import Announce, announcer
-from lading.loading.source import PositionSource, restore, state_of
+from lading.loading import state as loader_state
+from lading.loading.lookahead import Announce
+from lading.loading.source import Source
 from lading.loading.state import Cursor
 
 
-class CursorSampler(Sampler[Any]):
-    """Yields the source's keys from its cursor on; read afresh each time iteration starts.
-    With ``announce``, the dataset hears of the batches ahead (:mod:`lading.loading.lookahead`)."""
+@dataclass(frozen=True)
+class Workers:
+    """Where batches are built: in this process (``num_workers=0``) or in DataLoader workers.
 
-    def __init__(self, source: PositionSource, announce: Announce | None = None) -> None:
+    Attributes:
+        num_workers: DataLoader worker processes per rank (0: build in this process).
+        pin_memory: page-locked batches, for faster copies to a GPU.
+        prefetch_factor: batches each worker keeps ready (default 2; workers only).
+        persistent_workers: keep the workers from one epoch to the next (default: yes).
+        multiprocessing_context: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (workers only).
+    """
+
+    num_workers: int = 0
+    pin_memory: bool = False
+    prefetch_factor: int | None = None
+    persistent_workers: bool | None = None
+    multiprocessing_context: str | None = None
+
+    def __post_init__(self) -> None:
+        workers = self.num_workers
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise ValueError(
+                f"num_workers={workers!r}: an int >= 0 (0 builds batches in this process)"
+            )
+
+
+def pinnable() -> bool:
+    """Whether page-locked memory can be had here (a CUDA device); where not, pin_memory=True
+    is passed over with a warning, as a DataLoader does."""
+    if torch.cuda.is_available():
+        return True
+    warnings.warn(
+        "pin_memory=True, but no CUDA device is available: batches are not pinned",
+        UserWarning,
+        stacklevel=3,
+    )
+    return False
+
+
+def _as_built(batch: Any) -> Any:
+    """The DataLoader's collate step: a worker's batch is built whole by the source."""
+    return batch
+
+
+class _Built(Dataset[Any]):
+    """What DataLoader workers index: a batch key gives the batch the source builds from it."""
+
+    def __init__(self, source: Source) -> None:
         self.source = source
-        self.announce = announce
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.source.build(key)
+
+
+class _Keys(Sampler[Any]):
+    """The loader's batch keys from its position on, read afresh when an iteration starts.
+
+    It holds the loader weakly: the loader holds the DataLoader that holds this sampler, and a
+    cycle would leave a dropped loader's worker processes to the cyclic garbage collector,
+    which may run at any moment (in another loader's fork, say) instead of at once.
+    """
+
+    def __init__(self, loader: Loader) -> None:
+        self.loader = weakref.ref(loader)
 
     def __iter__(self) -> Iterator[Any]:
-        keys = self.source.keys()
-        if self.announce is None:
-            return keys
-        return self.announce(keys, self.source.cursor.epoch, self.source.cursor.batches)
+        loader = self.loader()
+        return iter(()) if loader is None else loader._keys()
 
 
-class ResumableLoader:
-    """Iterate it like a DataLoader; call :meth:`set_epoch` before each epoch.
+class Loader:
+    """This rank's batches of one workload, resumable; see the module docstring.
 
-    ``len()`` is the number of batches left in the current epoch (the same on every rank).
-    ``batch_size=None`` means the source's keys are whole batches (the dataset builds them).
+    Args:
+        source: the workload's positions and batches.
+        workers: in this process or in DataLoader workers, and how.
+        seed: seeds the DataLoader workers' torch RNG (not the global one).
+        announce: tells the data which batches come next as their keys are handed out, in
+            this process (:mod:`lading.loading.lookahead`: a remote store fetches ahead).
+
+    Attributes:
+        workers: as given.
+        dataset: the map-style dataset read (``lading.loader``), else None.
     """
+
+    dataset: Any = None
 
     def __init__(
         self,
-        source: PositionSource,
-        dataset: Any,
+        source: Source,
+        workers: Workers | None = None,
         *,
-        batch_size: int | None,
-        collate_fn: Callable[[list[Any]], Any] | None = None,
-        num_workers: int = 0,
-        pin_memory: bool = False,
         seed: int = 0,
-        prefetch_factor: int | None = None,
-        persistent_workers: bool | None = None,
-        multiprocessing_context: str | None = None,
+        announce: Announce | None = None,
     ) -> None:
-        self.source = source
+        self._source = source
+        self.workers = workers or Workers()
+        self._seed = seed
+        self._announce = announce
+        self._cursor = Cursor()
+        self._restored = False  # a state was loaded and nothing read since
+        self._torch: DataLoader[Any] | None = None  # made when workers first read
+
+    # ------------------------------------------------------------------ where it is
+
+    @property
+    def epoch(self) -> int:
+        """The epoch being read (or just read to its end)."""
+        return self._cursor.epoch
+
+    @property
+    def num_workers(self) -> int:
+        return self.workers.num_workers
+
+    @property
+    def pin_memory(self) -> bool:
+        return self.workers.pin_memory
+
+    def set_epoch(self, epoch: int) -> None:
+        """Go to the first batch of ``epoch`` (its order comes from (seed, epoch)).
+
+        One exception, for frameworks that call ``set_epoch(e)`` when they start epoch ``e``,
+        also right after restoring a mid-epoch checkpoint (the HF Trainer, Lightning): when a
+        state was just loaded and nothing was read since, ``set_epoch`` of the state's own
+        epoch keeps its position instead of reading the epoch's first batches again.
+        """
+        if self._restored and epoch == self._cursor.epoch:
+            return
+        self._cursor, self._restored = Cursor(int(epoch)), False
+
+    def __len__(self) -> int:
+        """Batches of the current epoch on this rank, read and left (the same on every rank);
+        after an elastic resume, of the epoch's current segment."""
+        return self._source.batches(self._cursor)
+
+    def remaining(self) -> int:
+        """Batches left in the current epoch (0 when it was read to its end)."""
+        return max(0, len(self) - self._cursor.batches)
+
+    def position(self) -> Cursor:
+        """A copy of where the loader is, cheap: give it back to :meth:`state_dict`'s ``at``
+        (a prefetcher takes one with each batch it pulls ahead)."""
+        return copy.copy(self._cursor)
+
+    def upcoming(self, batches: int) -> list[Any]:
+        """The keys of the next ``batches`` batches this rank will read, from its position on
+        and on into the next epochs, computed without reading any (the source's known order:
+        what a reader of remote storage plans its fetches from). A map-style loader's key is a
+        :class:`~lading.loading.map_source.MapBatch` (epoch and dataset items)."""
+        found: list[Any] = []
+        cursor = copy.copy(self._cursor)
+        while len(found) < batches:
+            if cursor.batches >= self._source.batches(cursor):
+                cursor = Cursor(cursor.epoch + 1)
+            more = list(itertools.islice(self._source.keys(cursor), batches - len(found)))
+            if not more:
+                break  # pragma: no cover - every fresh epoch has a batch (checked when made)
+            found += more
+            cursor.batches += len(more)
+        return found
+
+    # ------------------------------------------------------------------ iteration
+
+    def __iter__(self) -> Iterator[Any]:
+        """This rank's batches from the position to the end of the epoch; when the epoch was
+        read to its end, the next epoch's (as a DataLoader reads a new epoch each time). What
+        is read is decided at the first batch: a ``set_epoch`` between ``iter()`` and it (as
+        Lightning calls them) is heeded, and a ``set_epoch`` or a loaded state after it ends
+        the iteration (its batches belong to the old position)."""
+        if self._cursor.batches >= len(self):  # read to its end (or a state saved there)
+            self._cursor, self._restored = Cursor(self._cursor.epoch + 1), False
+        cursor, source = self._cursor, self._source
+        self._restored = False
+        batches: Iterator[Any] | None = None
+        if self.workers.num_workers:  # the DataLoader pins, in its own thread
+            if self._torch is None:
+                self._torch = self._dataloader()
+            batches = iter(self._torch)  # its sampler asks for the keys from the position on
+        else:
+            batches = source.bulk(copy.copy(cursor))
+            if batches is None:
+                batches = map(source.build, self._keys())
+            if self.workers.pin_memory and pinnable():
+                batches = map(pin_memory, batches)
+        # the one place a position advances: ~0.1 us a batch, against ~7 us an LM batch takes
+        for batch in batches:
+            if self._cursor is not cursor:
+                return  # moved (set_epoch, a loaded state): this iteration is over
+            cursor.batches += 1
+            yield batch
+
+    def _keys(self) -> Iterator[Any]:
+        """The keys an iteration reads (announced ahead where the data asked to hear of them)."""
+        cursor = copy.copy(self._cursor)
+        keys = self._source.keys(cursor)
+        if self._announce is None:
+            return keys
+        return self._announce(keys, cursor.epoch, cursor.batches)
+
+    def _dataloader(self) -> DataLoader[Any]:
+        workers = self.workers
         generator = torch.Generator()
-        generator.manual_seed(seed)  # worker seeds from here, not from the global RNG (dropout)
-        kwargs: dict[str, Any] = {}
-        if num_workers > 0:
-            kwargs["prefetch_factor"] = prefetch_factor or 2
-            kwargs["persistent_workers"] = (
-                True if persistent_workers is None else persistent_workers
-            )
-            if multiprocessing_context:
-                kwargs["multiprocessing_context"] = multiprocessing_context
-        torch_dataset: Dataset[Any] = dataset
-        self.loader: DataLoader[Any] = DataLoader(
-            torch_dataset,
-            batch_size=batch_size,
-            sampler=CursorSampler(source, announcer(dataset, batch_size)),
-            collate_fn=collate_fn,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
+        generator.manual_seed(self._seed)  # worker seeds from here, not the global RNG
+        kwargs: dict[str, Any] = {
+            "prefetch_factor": workers.prefetch_factor or 2,
+            "persistent_workers": workers.persistent_workers is not False,
+        }
+        if workers.multiprocessing_context:
+            kwargs["multiprocessing_context"] = workers.multiprocessing_context
+        return DataLoader(
+            _Built(self._source),
+            batch_size=None,
+            sampler=_Keys(self),
+            collate_fn=_as_built,
+            num_workers=workers.num_workers,
+            pin_memory=workers.pin_memory,
             generator=generator,
             **kwargs,
         )
 
-    @property
-    def epoch(self) -> int:
-        return self.source.cursor.epoch
-
-    @property
-    def dataset(self) -> Any:
-        return self.loader.dataset
-
-    @property
-    def num_workers(self) -> int:
-        return self.loader.num_workers
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` from its first batch (reshuffles; tells the dataset if it listens)."""
-        self.source.set_epoch(epoch)
-        set_epoch = getattr(self.loader.dataset, "set_epoch", None)
-        if callable(set_epoch) and self.loader.dataset is not self.source:
-            set_epoch(epoch)
-
-    def __len__(self) -> int:
-        return max(0, self.source.batches() - self.source.cursor.batches)
-
-    def epoch_length(self) -> int:
-        """Batches of the current epoch (segment) on this rank, read and left."""
-        return self.source.batches()
-
-    def position(self) -> Cursor:
-        """A copy of the cursor: where the loader is, for :meth:`state_dict`'s ``at``."""
-        return copy.copy(self.source.cursor)
-
-    def __iter__(self) -> Iterator[Any]:
-        cursor = self.source.cursor
-        for batch in self.loader:
-            cursor.batches += 1
-            yield batch
+    # ------------------------------------------------------------------ state
 
     def state_dict(self, at: Cursor | None = None) -> dict[str, Any]:
-        """The one loader state (:mod:`lading.loading.state`), now or as of ``at``."""
-        return state_of(self.source, at)
+        """The one loader state (:mod:`lading.loading.state`), now or as of ``at`` (a
+        :meth:`position` taken earlier: what a prefetcher reports for what its caller has)."""
+        cursor = self._cursor if at is None else at
+        source = self._source
+        return loader_state.state_dict(
+            source.kind, cursor, source.layout(), source.fingerprint(), source.consumed(cursor)
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state``: bitwise with the saved layout, elastically with another.
+        """Continue from ``state``: bitwise with the saved layout, elastically with another
+        (what the saved layout left unread is planned over this one's readers).
 
         Raises:
             LoaderStateError: the state belongs to other data, another seed or order.
         """
-        source = self.source
-        restore(source, state)
-        set_epoch = getattr(self.loader.dataset, "set_epoch", None)
-        if callable(set_epoch) and self.loader.dataset is not self.source:
-            set_epoch(source.cursor.epoch)
-
-
-class BatchKeyed:
-    """Mixin of sources that are their own dataset and whose keys are whole batches."""
-
-    seed: int
-
-    def _set_workers(self, num_workers: int) -> None:
-        """Called before the loader is made: a source whose plan depends on it checks it."""
-
-    def loader(
-        self,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        multiprocessing_context: str | None = None,
-        persistent_workers: bool | None = None,
-    ) -> ResumableLoader:
-        """A DataLoader whose workers build the batches, resumable like this source."""
-        self._set_workers(num_workers)
-        return ResumableLoader(
-            self,  # type: ignore[arg-type]  # the subclass is a PositionSource
-            self,
-            batch_size=None,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            seed=int(self.seed),
-            persistent_workers=persistent_workers,
-            multiprocessing_context=multiprocessing_context,
+        source = self._source
+        self._cursor = loader_state.restore(
+            state, source.kind, source.layout(), source.fingerprint(), source.unread
         )
+        self._restored = True

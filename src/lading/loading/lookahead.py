@@ -9,10 +9,11 @@ ones train. A dataset opts in with a method::
 ``batches`` are lists of the keys the loader will ask for (ints or
 :class:`~lading.loading.map_source.EpochIndex`), batch ``j`` at step ``first_step + j``; ``now``
 is the step about to be read. Steps are ``epoch * STEPS_PER_EPOCH + batch``: one clock for
-every rank, which reads batch ``b`` of an epoch at the same time as the others. The sampler
-calls it in the process that iterates the loader (with DataLoader workers: the main process,
-ahead of the workers), every ``LOOKAHEAD`` batches for the ``LOOKAHEAD`` to ``2 * LOOKAHEAD``
-batches ahead. What it does affects speed only: a dataset reads the same items without it.
+every rank, which reads batch ``b`` of an epoch at the same time as the others. The loader
+(:class:`~lading.loading.loader.Loader`) calls it as it hands out batch keys, in the process
+that iterates it (with DataLoader workers: the main process, ahead of the workers), every
+``LOOKAHEAD`` batches for the ``LOOKAHEAD`` to ``2 * LOOKAHEAD`` batches ahead. What it does
+affects speed only: a dataset reads the same items without it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ LOOKAHEAD = 8  # batches: at 64 documents a batch, 512-1,024 documents planned t
 STEPS_PER_EPOCH = 1 << 32
 
 Announce = Callable[[Iterator[Any], int, int], Iterator[Any]]
+"""``(batch keys, epoch, first batch) -> batch keys``: yields a loader's batch keys as they
+come and announces the batches ahead."""
 
 
 def step_of(epoch: int, batch: int) -> int:
@@ -31,29 +34,35 @@ def step_of(epoch: int, batch: int) -> int:
     return epoch * STEPS_PER_EPOCH + batch
 
 
-def announcer(dataset: Any, batch_size: int | None, ahead: int = LOOKAHEAD) -> Announce | None:
-    """``(keys, epoch, first batch) -> keys`` that announces batches to ``dataset.prefetch``
-    as it yields their keys; None when the dataset has no ``prefetch`` or keys are not single
-    items (``batch_size=None``)."""
+def announcer(
+    dataset: Any, items: Callable[[Any], list[Any]] = list, ahead: int = LOOKAHEAD
+) -> Announce | None:
+    """``(batch keys, epoch, first batch) -> batch keys`` that announces batches to
+    ``dataset.prefetch`` as it yields their keys, each as ``items(key)`` (the keys the dataset
+    is asked for); None when the dataset has no ``prefetch``."""
     prefetch = getattr(dataset, "prefetch", None)
-    if batch_size is None or not callable(prefetch):
+    if not callable(prefetch):
         return None
 
-    def announce(keys: Iterator[Any], epoch: int, first: int) -> Iterator[Any]:
-        return _announced(list(keys), batch_size, prefetch, epoch, first, ahead)
+    def announce(batches: Iterator[Any], epoch: int, first: int) -> Iterator[Any]:
+        return _announced(list(batches), items, prefetch, epoch, first, ahead)
 
     return announce
 
 
 def _announced(
-    keys: list[Any], size: int, prefetch: Callable[..., Any], epoch: int, first: int, ahead: int
+    batches: list[Any],
+    items: Callable[[Any], list[Any]],
+    prefetch: Callable[..., Any],
+    epoch: int,
+    first: int,
+    ahead: int,
 ) -> Iterator[Any]:
-    batches = -(-len(keys) // size)
     told = 0  # batches 0 .. told - 1 (counted from the first one yielded) were announced
-    for b in range(batches):
-        if told < min(b + ahead, batches):
-            upto = min(b + 2 * ahead, batches)
-            chunk = [keys[j * size : (j + 1) * size] for j in range(told, upto)]
+    for b, batch in enumerate(batches):
+        if told < min(b + ahead, len(batches)):
+            upto = min(b + 2 * ahead, len(batches))
+            chunk = [items(batches[j]) for j in range(told, upto)]
             prefetch(chunk, step_of(epoch, first + told), step_of(epoch, first + b))
             told = upto
-        yield from keys[b * size : (b + 1) * size]
+        yield batch

@@ -31,12 +31,14 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
+from torch.utils.data import default_collate
 
 from lading.loading.distinct import arrange, most_shared
-from lading.loading.loader import ResumableLoader
+from lading.loading.loader import Loader, Workers
+from lading.loading.lookahead import announcer
 from lading.loading.order import epoch_order
 from lading.loading.plan import (
-    batch_count,
+    check_batch_size,
     check_epoch,
     check_equalize,
     refuse_drop_last,
@@ -46,7 +48,7 @@ from lading.loading.segment import Segment
 from lading.loading.state import Cursor, LoaderStateError
 from lading.world import World
 
-__all__ = ["BATCHING", "EpochIndex", "MapSource", "loader"]
+__all__ = ["BATCHING", "EpochIndex", "MapBatch", "MapSource", "loader"]
 
 BATCHING: tuple[str, ...] = ("no_duplicates", "order")
 DuplicateKeys = Callable[[npt.NDArray[np.int64], int], npt.NDArray[np.int64]]
@@ -84,26 +86,35 @@ class EpochIndex(NamedTuple):
     item: int
 
 
+class MapBatch(NamedTuple):
+    """The key of one batch of a map-style dataset: its epoch and the dataset items it holds,
+    in order: all a DataLoader worker needs to build it (persistent ones too)."""
+
+    epoch: int
+    items: tuple[int, ...]
+
+
 class MapSource:
     """The samples of a map-style dataset as a position source: one reader per rank.
 
     Args:
-        n: dataset size.
+        dataset: what is read (``dataset[i]``, or ``dataset.__getitems__`` where it has one).
+        collate_fn: a batch from a list of items (default: torch's ``default_collate``).
         batch_size: samples per batch on each rank.
         shuffle, seed: the epoch order is a permutation from ``(seed, epoch)``.
         equalize: ``"pad"`` or ``"truncate"`` the shares to equal sizes.
         drop_partial_batch: leave out each rank's last batch when it is not full.
         world: rank and world size.
-        epoch_aware: yield :class:`EpochIndex` keys instead of plain ints.
-        batching: ``"order"`` (a batch is a run of the order) or ``"no_duplicates"``.
-        duplicate_keys: ``(items, epoch) -> keys``, one row per item (``"no_duplicates"``).
+        batching: ``"order"`` (a batch is a run of the order) or ``"no_duplicates"`` (the
+            dataset's ``duplicate_keys(items, epoch)`` says what no two samples may share).
     """
 
     kind = "map"
 
     def __init__(
         self,
-        n: int,
+        dataset: MapDataset,
+        collate_fn: Callable[[list[Any]], Any] | None,
         *,
         batch_size: int,
         shuffle: bool = True,
@@ -111,22 +122,21 @@ class MapSource:
         equalize: str = "pad",
         drop_partial_batch: bool = False,
         world: World | None = None,
-        epoch_aware: bool = False,
-        data: str | None = None,
         batching: str = "order",
-        duplicate_keys: DuplicateKeys | None = None,
     ) -> None:
-        batch_count(0, batch_size, drop_partial_batch)  # checks batch_size
-        self.batching = check_batching(batching, duplicate_keys)
-        self.duplicate_keys = duplicate_keys
+        self.dataset, self.collate = dataset, collate_fn or default_collate
+        self.n = len(dataset)
+        self.duplicate_keys: DuplicateKeys | None = getattr(dataset, "duplicate_keys", None)
+        self.batching = check_batching(batching, self.duplicate_keys)
+        self.epoch_aware = bool(getattr(dataset, "epoch_aware", False))
+        self.data = data_fingerprint(dataset)
         self._arranged: tuple[tuple[int, int], list[npt.NDArray[np.int64]]] | None = None
-        self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
+        self._told = -1  # the epoch last passed to a dataset's own set_epoch
+        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.equalize, self.drop_partial_batch = check_equalize(equalize), drop_partial_batch
         self.world = world or World.detect()
-        self.epoch_aware, self.data = epoch_aware, data
-        self.cursor = Cursor()
         check_epoch(
-            n,
+            self.n,
             self.world.world_size,
             equalize,
             batch_size,
@@ -135,10 +145,12 @@ class MapSource:
             readers_are="world_size",
         )
         if self.batching == "no_duplicates":
-            self._distinct_shares()  # epoch 0 arranged (and kept): a refusal comes now
+            self._distinct_shares(Cursor())  # epoch 0 arranged (and kept): a refusal comes now
 
-    def set_epoch(self, epoch: int) -> None:
-        self.cursor.start_epoch(epoch)
+    def __getstate__(self) -> dict[str, Any]:
+        """What a DataLoader worker gets: no arranged epoch (it is planned in the main
+        process; the keys carry the result)."""
+        return {**self.__dict__, "_arranged": None}
 
     def _segment(self, world_size: int, cursor: Cursor, batch_size: int) -> Segment:
         """``cursor``'s segment of the samples, interleaved over ``world_size`` ranks."""
@@ -152,46 +164,46 @@ class MapSource:
             interleave=True,
         )
 
-    def batches(self) -> int:
-        return self._segment(self.world.world_size, self.cursor, self.batch_size).batches
+    def batches(self, cursor: Cursor) -> int:
+        return self._segment(self.world.world_size, cursor, self.batch_size).batches
 
-    def share(self) -> npt.NDArray[np.int64]:
-        """Dataset indices this rank reads in the current segment, in order."""
+    def share(self, cursor: Cursor) -> npt.NDArray[np.int64]:
+        """Dataset indices this rank reads in ``cursor``'s segment, in order."""
         if self.batching == "no_duplicates":
-            return self._distinct_shares()[self.world.rank]
-        seg = self._segment(self.world.world_size, self.cursor, self.batch_size)
+            return self._distinct_shares(cursor)[self.world.rank]
+        seg = self._segment(self.world.world_size, cursor, self.batch_size)
         positions = seg.share(self.world.rank).positions()
-        order = epoch_order(self.n, self.seed, self.cursor.epoch, self.shuffle)
+        order = epoch_order(self.n, self.seed, cursor.epoch, self.shuffle)
         return order[positions[: seg.take]]
 
-    def _distinct_shares(self) -> list[npt.NDArray[np.int64]]:
+    def _distinct_shares(self, cursor: Cursor) -> list[npt.NDArray[np.int64]]:
         """Every rank's share, regrouped into batches without a shared key (cached per epoch).
 
         The pool is what the ranks would read, in reading order (step by step, rank by rank);
         the slots are the ranks' batches in the same order, so step ``k`` of every rank is
         filled from the front of what is left, as s-t fills its next batch.
         """
-        at = (self.cursor.epoch, self.cursor.segment)
+        at = (cursor.epoch, cursor.segment)
         if self._arranged is not None and self._arranged[0] == at:
             return self._arranged[1]
         world, size = self.world.world_size, self.batch_size
-        seg = self._segment(world, self.cursor, size)
-        order = epoch_order(self.n, self.seed, self.cursor.epoch, self.shuffle)
+        seg = self._segment(world, cursor, size)
+        order = epoch_order(self.n, self.seed, cursor.epoch, self.shuffle)
         shares = [order[seg.share(r).positions()] for r in range(world)]
         pool = np.stack(shares, axis=1).reshape(-1)  # step-major: share j of rank 0, 1, …
         take = seg.take
         sizes = [size] * (take // size) + ([take % size] if take % size else [])
         assert self.duplicate_keys is not None  # check_batching made sure
         unique, inverse = np.unique(pool, return_inverse=True)
-        keys = np.asarray(self.duplicate_keys(unique, self.cursor.epoch))[inverse]
+        keys = np.asarray(self.duplicate_keys(unique, cursor.epoch))[inverse]
         most = most_shared(keys)
         if most > len(sizes) * world:
             said = f"one key (a query or document) is shared by {most} samples"
-            raise ValueError(self._refusal(said, most))
+            raise ValueError(self._refusal(cursor, said, most))
         done = arrange(pool, [s for s in sizes for _ in range(world)], keys)
         if done.repeated:  # the rest of left_out is what equalize/drop_partial_batch leave out
             said = f"{done.repeated} samples could not be placed without a duplicate key"
-            raise ValueError(self._refusal(said, None))
+            raise ValueError(self._refusal(cursor, said, None))
         per_rank = [
             np.concatenate(done.slots[r::world]) if sizes else np.empty(0, np.int64)
             for r in range(world)
@@ -199,11 +211,11 @@ class MapSource:
         self._arranged = (at, per_rank)
         return per_rank
 
-    def _refusal(self, why: str, most: int | None) -> str:
+    def _refusal(self, cursor: Cursor, why: str, most: int | None) -> str:
         """Why a no_duplicates epoch is refused (rather than read with repeats), and the fix:
         the largest batch size with at least ``most`` batches an epoch, where one is known."""
         world, size = self.world.world_size, self.batch_size
-        batches = self._segment(world, self.cursor, size).batches
+        batches = self._segment(world, cursor, size).batches
         fits = [
             b
             for b in range(1, size)
@@ -211,19 +223,44 @@ class MapSource:
         ]
         lower = "lower batch_size" + (f" to at most {max(fits)}" if most and fits else "")
         return (
-            f"batching='no_duplicates', epoch {self.cursor.epoch}: {why}, and the epoch has "
+            f"batching='no_duplicates', epoch {cursor.epoch}: {why}, and the epoch has "
             f"{batches * world} batches ({world} rank(s) x {batches} of batch_size={size}): "
             "lading reads every sample once an epoch, with equal batch counts on every rank, "
             f"or refuses; {lower}, or batch in order (batching='order'; sentence-transformers: "
             "batch_sampler='batch_sampler'; its per_device_train_batch_size is batch_size)"
         )
 
-    def keys(self) -> Iterator[Any]:
-        indices = self.share()[self.cursor.batches * self.batch_size :].tolist()
+    def keys(self, cursor: Cursor) -> Iterator[MapBatch]:
+        """This rank's batches from ``cursor.batches`` on, as their epoch and items."""
+        size, epoch = self.batch_size, cursor.epoch
+        indices = self.share(cursor)[cursor.batches * size :].tolist()
+        return (MapBatch(epoch, tuple(indices[i : i + size])) for i in range(0, len(indices), size))
+
+    def items(self, key: MapBatch) -> list[Any]:
+        """What the dataset is asked for to build ``key``: :class:`EpochIndex` items where it
+        is epoch-aware, else its indices."""
         if self.epoch_aware:
-            epoch = self.cursor.epoch
-            return (EpochIndex(epoch, i) for i in indices)
-        return iter(indices)
+            return [EpochIndex(key.epoch, i) for i in key.items]
+        return list(key.items)
+
+    def build(self, key: MapBatch) -> Any:
+        """The collated batch of ``key``'s items, each read as ``dataset[item]`` (an epoch-aware
+        dataset gets :class:`EpochIndex` items; a dataset with ``set_epoch`` is told the epoch
+        first, in whichever process builds the batch)."""
+        dataset = self.dataset
+        items = self.items(key)
+        if not self.epoch_aware:
+            set_epoch = getattr(dataset, "set_epoch", None)
+            if callable(set_epoch) and key.epoch != self._told:
+                set_epoch(key.epoch)
+                self._told = key.epoch
+        getitems = getattr(dataset, "__getitems__", None)
+        rows = getitems(items) if callable(getitems) else [dataset[i] for i in items]
+        return self.collate(rows)
+
+    def bulk(self, cursor: Cursor) -> None:
+        """None: batch by batch is the way (the dataset reads items one by one)."""
+        return None
 
     def layout(self) -> dict[str, Any]:
         return {"world_size": self.world.world_size, "batch_size": self.batch_size}
@@ -251,9 +288,9 @@ class MapSource:
         seg = self._segment(int(layout["world_size"]), cursor, int(layout["batch_size"]))
         return seg.unread_after(cursor.batches)
 
-    def consumed(self) -> int:
-        seg = self._segment(self.world.world_size, self.cursor, self.batch_size)
-        return seg.read_after(self.cursor.batches) * seg.readers
+    def consumed(self, cursor: Cursor) -> int:
+        seg = self._segment(self.world.world_size, cursor, self.batch_size)
+        return seg.read_after(cursor.batches) * seg.readers
 
 
 def data_fingerprint(dataset: object) -> str | None:
@@ -268,11 +305,11 @@ def loader(
     dataset: MapDataset,
     batch_size: int,
     collate_fn: Callable[[list[Any]], Any] | None = None,
+    *,
     num_workers: int = 0,
     pin_memory: bool = False,
     shuffle: bool = True,
     seed: int = 0,
-    *,
     drop_last: None = None,
     equalize: str = "pad",
     drop_partial_batch: bool = False,
@@ -281,15 +318,16 @@ def loader(
     persistent_workers: bool | None = None,
     multiprocessing_context: str | None = None,
     batching: str = "order",
-) -> ResumableLoader:
-    """A DataLoader for ``dataset`` in which each global rank reads a disjoint, equal share.
+) -> Loader:
+    """A loader of ``dataset`` in which each global rank reads a disjoint, equal share.
 
     Args:
         dataset: a map-style dataset. If it has ``epoch_aware = True`` it receives
             :class:`EpochIndex` items (needed for per-epoch sampling with persistent workers).
         batch_size: samples per batch on this rank.
         collate_fn: builds a batch from a list of items (runs in the workers).
-        num_workers: DataLoader worker processes per rank. Stores reopen lazily in each.
+        num_workers: DataLoader worker processes per rank (0: read in this process). Stores
+            reopen lazily in each.
         pin_memory: page-locked batches for faster host-to-device copies (GPU only).
         shuffle, seed: the epoch order is a permutation from (seed, epoch).
         drop_last: refused with a TypeError naming lading's two arguments for it.
@@ -308,27 +346,19 @@ def loader(
         raise TypeError("lading.loader needs a map-style dataset with __len__")
     refuse_drop_last(drop_last, "lading.loader")
     source = MapSource(
-        len(dataset),
-        batch_size=batch_size,
+        dataset,
+        collate_fn,
+        batch_size=check_batch_size(batch_size),
         shuffle=shuffle,
         seed=seed,
         equalize=equalize,
         drop_partial_batch=drop_partial_batch,
         world=world,
-        epoch_aware=bool(getattr(dataset, "epoch_aware", False)),
-        data=data_fingerprint(dataset),
         batching=batching,
-        duplicate_keys=getattr(dataset, "duplicate_keys", None),
     )
-    return ResumableLoader(
-        source,
-        dataset,
-        batch_size=batch_size,
-        collate_fn=collate_fn,
-        num_workers=num_workers,
-        pin_memory=pin_memory,
-        seed=seed,
-        prefetch_factor=prefetch_factor,
-        persistent_workers=persistent_workers,
-        multiprocessing_context=multiprocessing_context,
+    workers = Workers(
+        num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
     )
+    made = Loader(source, workers, seed=seed, announce=announcer(dataset, source.items))
+    made.dataset = dataset
+    return made

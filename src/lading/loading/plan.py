@@ -41,6 +41,21 @@ def check_equalize(equalize: str) -> str:
     return equalize
 
 
+def check_batch_size(batch_size: object) -> int:
+    """``batch_size`` if it is an int >= 1 (a bool is not one), else an error naming it."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+        raise TypeError(
+            f"batch_size={batch_size!r}: batch_size must be an int >= 1 (the items of one "
+            "batch on each rank)"
+        )
+    if batch_size < 1:
+        raise ValueError(
+            f"batch_size={batch_size!r}: batch_size must be an int >= 1 (the items of one "
+            "batch on each rank)"
+        )
+    return int(batch_size)
+
+
 def batch_count(items: int, batch_size: int, drop_partial_batch: bool) -> int:
     """Batches a reader of ``items`` positions yields (the last one partial unless dropped)."""
     if batch_size < 1:

@@ -1,15 +1,11 @@
-"""The one loader contract, and the framework-facing view every integration shares.
+"""The one loader contract: what every lading loader is and every wrapper of one composes.
 
-Every lading loader is :class:`Resumable`: iterate it for this rank's batches, ``set_epoch``
-before each epoch, ``len()`` for the batches left, ``state_dict``/``load_state_dict`` for
-checkpoints (one schema, :mod:`lading.loading.state`). Wrappers compose through the same
-methods and never reach inside: a prefetcher that runs ahead of the caller takes a cheap
-:meth:`Resumable.position` with each batch it pulls and asks for ``state_dict(at=position)`` of
-the last one it handed out (torchdata.nodes' prefetcher keeps per-item snapshots the same way).
-
-:class:`EpochLoader` is a loader as training frameworks expect a ``DataLoader`` to be (the HF
-Trainer, Lightning): ``len()`` counts the whole epoch, and ``set_epoch`` of the epoch a
-just-restored position belongs to keeps that position.
+:class:`~lading.loading.loader.Loader` (every loader lading makes) is :class:`Resumable`, and so
+is each wrapper of one (the device prefetcher, the bench's endless and replayed loaders),
+through these methods only: never a loader's source or cursor. A wrapper that runs ahead of its
+caller takes a cheap :meth:`Resumable.position` with each batch it pulls and reports
+``state_dict(at=position)`` of the last one it handed out (torchdata.nodes' prefetcher keeps
+per-item snapshots the same way).
 """
 
 from __future__ import annotations
@@ -30,18 +26,19 @@ class Resumable(Protocol):
         ...
 
     def set_epoch(self, epoch: int) -> None:
-        """Go to the first batch of ``epoch`` (its order comes from (seed, epoch))."""
+        """Go to the first batch of ``epoch`` (a just-loaded state of that epoch stays put)."""
 
     def __iter__(self) -> Iterator[Any]:
-        """This rank's batches from the current position to the end of the epoch."""
+        """This rank's batches from the position to the end of the epoch (the next epoch's,
+        when it was read to its end)."""
         ...
 
     def __len__(self) -> int:
-        """Batches left in the current epoch (the same on every rank)."""
+        """Batches of the current epoch on this rank (the same on every rank)."""
         ...
 
-    def epoch_length(self) -> int:
-        """Batches of the current epoch on this rank, read and left (``len()`` + read)."""
+    def remaining(self) -> int:
+        """Batches left in the current epoch."""
         ...
 
     def position(self) -> Cursor:
@@ -54,39 +51,3 @@ class Resumable(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (bitwise with its layout, elastically with another)."""
-
-
-class EpochLoader:
-    """A lading loader as a framework expects a DataLoader: the epoch's ``len()`` and a
-    ``set_epoch`` that keeps a just-restored (or just-started) position unread.
-
-    Frameworks call ``set_epoch(e)`` when they start epoch ``e``, also right after restoring a
-    mid-epoch checkpoint (the HF Trainer, Lightning). Passing that on would restart the epoch
-    and read again what was read before the checkpoint.
-    """
-
-    def __init__(self, loader: Resumable) -> None:
-        self.loader = loader
-        self._fresh = True  # nothing read since the position was set or restored
-
-    def __len__(self) -> int:
-        """Batches of the whole epoch on this rank, as a DataLoader's ``len()``."""
-        return self.loader.epoch_length()
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch``, unless the loader stands, unread, at a position of that epoch."""
-        if not (self._fresh and epoch == self.loader.epoch):
-            self.loader.set_epoch(epoch)
-        self._fresh = True
-
-    def __iter__(self) -> Iterator[Any]:
-        for batch in self.loader:
-            self._fresh = False
-            yield batch
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.loader.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state)
-        self._fresh = True

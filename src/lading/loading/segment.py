@@ -63,13 +63,10 @@ class Segment:
         return cls(base, plan, batch_size, take, batches)
 
     @classmethod
-    def of_lengths(
-        cls, n: int, readers: int, cursor: Cursor, *, equalize: str, lengths: Sequence[int]
-    ) -> Segment:
-        """A segment whose batch ``k`` reads ``lengths[k]`` positions of every reader's share
-        (contiguous shares), planned like :meth:`of`."""
-        base = cursor.base_or_whole(n)
-        plan = plan_shares(len(base), readers, equalize, resumed=cursor.segment > 0)
+    def of_lengths(cls, base: Runs, plan: Plan, lengths: Sequence[int]) -> Segment:
+        """A segment of ``base`` planned as ``plan`` (contiguous shares) whose batch ``k``
+        reads ``lengths[k]`` positions of every reader's share: the caller drew the lengths
+        for ``plan.each`` (LM streams), so the plan is made once, by the caller."""
         return cls(base, plan, 0, sum(lengths), len(lengths), tuple(lengths))
 
     @property

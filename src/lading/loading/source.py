@@ -1,120 +1,68 @@
-"""What every loader is on top of the core: a *position source*.
+"""What a workload hands the loader: its positions, how a run of them becomes a batch, a bulk read.
 
-A source says which positions an epoch has, how many readers share them and how a reader's
-positions become the keys of its batches; the core (:mod:`~lading.loading.plan`,
-:mod:`~lading.loading.state`, :class:`~lading.loading.loader.ResumableLoader`) does sharding,
-equalizing, state, resume and elastic resume, once for all of them.
+A workload (map-style samples, LM streams and windows, parquet rows) is a :class:`Source`; the
+one loader (:class:`~lading.loading.loader.Loader`) iterates it, counts its batches, keeps the
+cursor and saves it. A source holds no position of its own: every method is told the cursor it
+is asked about, so its answers are functions of (settings, cursor) that any process can
+compute for any position: a DataLoader worker builds a batch from its key alone, a resume plans
+the saved layout's segment to find what it left unread. Sharding, equalizing and the
+arithmetic of segments are the core's too (:class:`~lading.loading.segment.Segment`).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
-from lading.loading import state as loader_state
 from lading.loading.runs import Runs
 from lading.loading.state import Cursor
 
 
-class Positioned(Protocol):
-    """What the one loader state is made of: a cursor and what fixes its meaning."""
+class Source(Protocol):
+    """The planning and building side of a loader, for one workload.
 
-    kind: str
-    cursor: Cursor
-
-    def layout(self) -> dict[str, Any]:
-        """What fixes who reads what: world size, readers per rank, batch size, …"""
-
-    def fingerprint(self) -> dict[str, Any]:
-        """What fixes the data and its orders: sizes, seed, shuffle, equalize, …"""
-
-    def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
-        """Epoch positions that ``layout`` had not read at ``cursor`` (for elastic resumes)."""
-
-    def consumed(self) -> int:
-        """Positions read so far this segment, over all ranks."""
-
-
-class PositionSource(Positioned, Protocol):
-    """The planning side of a loader (map-style samples, LM streams, parquet rows)."""
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch`` from its first batch."""
-
-    def batches(self) -> int:
-        """Batches this rank yields in the current segment (the same on every rank)."""
-
-    def keys(self) -> Iterator[Any]:
-        """Keys of this rank's items from the cursor on: ``dataset[key]`` builds each one."""
-
-
-def state_of(source: Positioned, at: Cursor | None = None) -> dict[str, Any]:
-    """The one loader state (:mod:`lading.loading.state`) of ``source``, now or as of ``at``
-    (a cursor taken earlier: what a prefetcher reports for the batches its caller has)."""
-    now = source.cursor
-    if at is not None:
-        source.cursor = at
-    try:
-        return loader_state.state_dict(
-            source.kind, source.cursor, source.layout(), source.fingerprint(), source.consumed()
-        )
-    finally:
-        source.cursor = now
-
-
-def restore(source: Positioned, state: dict[str, Any]) -> None:
-    """Move ``source`` to ``state``: bitwise with the saved layout, elastically with another
-    (what the saved layout left unread is planned over this one's readers).
-
-    Raises:
-        LoaderStateError: the state belongs to other data, another seed or order.
+    Attributes:
+        kind: the workload's name in a saved state (``"map"``, ``"lm"``, ``"parquet"``): a
+            state of another kind is refused.
     """
-    source.cursor = loader_state.restore(
-        state, source.kind, source.layout(), source.fingerprint(), source.unread
-    )
-
-
-class StatefulSource:
-    """``state_dict``/``load_state_dict`` of a source that iterates itself (the LM loader in
-    its own process), from its cursor, layout and fingerprint: the one loader state."""
 
     kind: str
-    cursor: Cursor
+
+    def batches(self, cursor: Cursor) -> int:
+        """Batches this rank yields in ``cursor``'s segment of its epoch (equal on every rank)."""
+        ...
+
+    def keys(self, cursor: Cursor) -> Iterator[Any]:
+        """Keys of this rank's batches from batch ``cursor.batches`` on. A key names all that
+        :meth:`build` needs (the epoch, the rows…), so a DataLoader worker, whose copy of the
+        source never sees the main process again, builds the batch from the key alone."""
+        ...
+
+    def build(self, key: Any) -> Any:
+        """The batch ``key`` names, in memory of its own (it may cross a process boundary, and
+        the caller keeps it: no later batch may overwrite it)."""
+        ...
+
+    def bulk(self, cursor: Cursor) -> Iterator[Any] | None:
+        """This rank's batches from ``cursor.batches`` on, read many at a time in this process,
+        or None where building them one key at a time is as fast (the loader then does)."""
+        ...
 
     def layout(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """What fixes who reads what (world size, readers per rank, batch size…): a state of
+        another layout resumes elastically."""
+        ...
 
     def fingerprint(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """What fixes the data and its orders (sizes, seed, shuffle, equalize…): a state of
+        another fingerprint is refused."""
+        ...
 
     def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
-        raise NotImplementedError
+        """Epoch positions that ``layout`` had not read at ``cursor`` (an elastic resume plans
+        them over this layout's readers)."""
+        ...
 
-    def consumed(self) -> int:
-        raise NotImplementedError
-
-    def _cursor_moved(self) -> None:
-        """Drop whatever was planned for the cursor a load replaced."""
-
-    def epoch_length(self) -> int:
-        """Batches of the current epoch (segment) on this rank, read and left."""
-        raise NotImplementedError
-
-    def position(self) -> Cursor:
-        """A copy of the cursor: where the loader is, for :meth:`state_dict`'s ``at``."""
-        return copy.copy(self.cursor)
-
-    def state_dict(self, at: Cursor | None = None) -> dict[str, Any]:
-        """The one loader state (:mod:`lading.loading.state`), now or as of ``at``."""
-        return state_of(self, at)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state``: bitwise with the saved layout, elastically with another
-        (what the saved layout left unread is planned over this one's readers).
-
-        Raises:
-            LoaderStateError: the state belongs to other data, another seed or order.
-        """
-        restore(self, state)
-        self._cursor_moved()
+    def consumed(self, cursor: Cursor) -> int:
+        """Positions read at ``cursor`` in its segment, over all ranks (for logs and humans)."""
+        ...

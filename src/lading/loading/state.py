@@ -31,7 +31,7 @@ STATE_FORMAT = "lading.loader-state"
 STATE_VERSION = 2
 
 
-@dataclass
+@dataclass(slots=True)
 class Cursor:
     """Where a loader is: epoch, segment of the epoch, what the segment reads, batches taken."""
 

@@ -41,7 +41,6 @@ from lading.sources.parsers import (
     make_jsonl_parser,
     make_trec_parser,
     make_tsv_parser,
-    refuses_loose_keywords,
 )
 from lading.sources.reader import (
     FILE_FORMATS,
@@ -94,5 +93,4 @@ __all__ = [
     "open_binary",
     "read_records",
     "refuse_if_changed",
-    "refuses_loose_keywords",
 ]

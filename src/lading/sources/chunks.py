@@ -3,7 +3,7 @@
 This is the byte level under :mod:`lading.sources`: :func:`open_binary` decompresses ``.gz``,
 ``.bz2`` and ``.zst`` on the fly (a truncated zstd frame is an error, as in gzip and bz2), the
 *chunkers* cut the byte stream into raw :class:`Chunk` s with the line each starts on and its
-byte span, and :func:`_reading` turns a structural or decompression failure into a
+byte span, and :func:`reading` turns a structural or decompression failure into a
 :class:`~lading.errors.SourceError` naming file and line. Turning a chunk into a record is
 :mod:`lading.sources.parsers`' job.
 """
@@ -187,7 +187,7 @@ def is_compressed(path: str | os.PathLike[str]) -> bool:
 
 
 @contextlib.contextmanager
-def _reading(path: Path) -> Iterator[list[int]]:
+def reading(path: Path) -> Iterator[list[int]]:
     """Turn a structural or decompression failure into a SourceError naming file and line.
 
     The body keeps the line it is at in the yielded one-element list.

@@ -11,12 +11,11 @@ the ``parse=`` of every public function that reads a source, recorded in stores'
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple, ParamSpec, TypeVar
+from typing import Any, ClassVar, NamedTuple
 
 from lading.errors import LadingError
 
@@ -48,10 +47,6 @@ def json_object(text: str) -> dict[str, Any]:
 
 
 Parser = Callable[[bytes], Record]
-
-
-# the keywords ParseOptions replaced in build_store & co; kept only to refuse them with the fix
-LOOSE_KEYWORDS: tuple[str, ...] = ("id_field", "text_field", "columns")
 
 
 @dataclass(frozen=True)
@@ -107,30 +102,6 @@ class ParseOptions:
         store's whole build record will do). A key missing is the default: stores built before
         ``keep_fields`` was recorded were all built with the default."""
         return cls(**{key: record[key] for key in cls.KEYS if key in record})
-
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def refuses_loose_keywords(func: Callable[P, R]) -> Callable[P, R]:
-    """``func`` as it is, except that the keywords :class:`ParseOptions` replaced
-    (``id_field=``, ``text_field=``, ``columns=``) raise a TypeError spelling the new call,
-    instead of Python's bare "unexpected keyword argument"."""
-
-    @functools.wraps(func)
-    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
-        loose = {key: kwargs[key] for key in LOOSE_KEYWORDS if key in kwargs}
-        if loose:
-            spelled = ", ".join(f"{key}={value!r}" for key, value in loose.items())
-            raise TypeError(
-                f"{func.__qualname__}() no longer takes {'=, '.join(loose)}=; pass "
-                f"parse=ParseOptions({spelled}) (from lading import ParseOptions): where ids, "
-                "text and fields are found is one parameter now"
-            )
-        return func(*args, **kwargs)
-
-    return checked
 
 
 def check_id(doc_id: str) -> str:

@@ -37,9 +37,9 @@ from lading.errors import SourceError
 from lading.sources.chunks import (
     COMPRESSED_SUFFIXES,
     Chunk,
-    _reading,
     chunk_lines,
     chunk_trec,
+    reading,
 )
 from lading.sources.fingerprint import fingerprint
 from lading.sources.parsers import (
@@ -50,7 +50,6 @@ from lading.sources.parsers import (
     make_jsonl_parser,
     make_trec_parser,
     make_tsv_parser,
-    refuses_loose_keywords,
 )
 from lading.sources.span import FilePart, Whole
 from lading.sources.tables import iter_table
@@ -289,7 +288,7 @@ class SourceReader:
             )
         parse = self.parser()
         chunker = FILE_FORMATS[self.file_format].chunker
-        with _reading(path) as where, (self._part or Whole(path)).open() as stream:
+        with reading(path) as where, (self._part or Whole(path)).open() as stream:
             for chunk in chunker(stream):
                 where[0] = chunk.line
                 try:
@@ -334,7 +333,7 @@ class SourceReader:
             yield from self.iter_numbered()
             return
         parse = self.parser()
-        with _reading(path) as where, (self._part or Whole(path)).open() as stream:
+        with reading(path) as where, (self._part or Whole(path)).open() as stream:
             for raw, block in scanned_blocks(stream, self.options.columns):
                 where[0] = raw.line
                 if block is not None:
@@ -388,7 +387,6 @@ def import_ir_datasets() -> Any:
     return ir_datasets
 
 
-@refuses_loose_keywords
 def read_records(
     source: str | os.PathLike[str],
     format: str | None = None,

@@ -25,7 +25,6 @@ from lading.sources import (
     SourceReader,
     is_compressed,
     refuse_if_changed,
-    refuses_loose_keywords,
 )
 from lading.stores.group import build_in_group, build_in_shards, initialized_dist
 from lading.stores.inputs import Piece, PiecesReader, input_files
@@ -84,7 +83,6 @@ def build_store(
 ) -> ShardReport: ...
 
 
-@refuses_loose_keywords
 def build_store(
     source: Any,
     dest: str | os.PathLike[str],

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lading.errors import SourceError
-from lading.sources import OnError, ParseOptions, SourceReader, refuses_loose_keywords
+from lading.sources import OnError, ParseOptions, SourceReader
 from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.writer import DUPLICATE_MODES, Duplicates
 
@@ -30,7 +30,6 @@ class InMemoryStore(DocStore):
         self._recipe = recipe
 
     @classmethod
-    @refuses_loose_keywords
     def from_source(
         cls,
         source: str | os.PathLike[str],

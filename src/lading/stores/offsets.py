@@ -39,7 +39,6 @@ from lading.sources import (
     fingerprint_changed,
     is_compressed,
     refuse_if_changed,
-    refuses_loose_keywords,
 )
 from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.index import IdIndex, IntIdCollector, write_index
@@ -63,7 +62,6 @@ class OffsetStore(DocStore):
         self.snapshot = self._open()["meta"]["snapshot"]
 
     @classmethod
-    @refuses_loose_keywords
     def build(
         cls,
         source: str | os.PathLike[str],

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lading.tabular.pad import pad_lists
+from lading.tabular.pad import PADS, pad_lists
 from lading.tabular.plan import Share
 
 FILL_HOW = (
@@ -32,7 +32,7 @@ class RowReader:
         pad: str,
         pad_value: int | float,
     ) -> None:
-        self.columns, self.list_columns = list(columns), dict(list_columns)
+        self.columns, self.list_columns = list(columns), check_list_options(list_columns, pad)
         self.pad, self.pad_value = pad, pad_value
         self._files: dict[str, Any] = {}
         self._recent: list[tuple[tuple[str, int], Any]] = []
@@ -95,6 +95,20 @@ class RowReader:
             else:
                 out[name] = torch.from_numpy(column.to_numpy(zero_copy_only=False).copy())
         return out
+
+
+def check_list_options(list_columns: Mapping[str, int], pad: str) -> dict[str, int]:
+    """``list_columns`` as a dict when every length is an int >= 1 and ``pad`` names a side;
+    else a ValueError naming the argument and the fix (before, only the first batch said so)."""
+    if pad not in PADS:
+        raise ValueError(f"pad={pad!r}: list columns are padded on the 'left' or 'right'")
+    for name, length in list_columns.items():
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise ValueError(
+                f"list_columns={dict(list_columns)!r}: a list column's length must be an int "
+                f">= 1 (the items kept of each list), got {length!r} for {name!r}"
+            )
+    return dict(list_columns)
 
 
 def null_error(

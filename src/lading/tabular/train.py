@@ -144,15 +144,16 @@ def _train_sessions(config: SessionsConfig, world: World, device: torch.device) 
     train_files = day_files(Path(config.data), config.train_days, ("train",))
     eval_files = day_files(Path(config.data), [config.eval_day], ("train", "valid", "test"))
     num_items = item_count(train_files + eval_files, config.column)
-    dataset = PartitionedParquet(
+    data = PartitionedParquet(
         train_files,
+        config.batch_size,
         columns=[config.column],
-        batch_size=config.batch_size,
         list_columns={config.column: config.max_len},
         seed=config.seed,
         world=world,
+        num_workers=config.num_workers,
+        pin_memory=device.type == "cuda",
     )
-    data = dataset.loader(num_workers=config.num_workers, pin_memory=device.type == "cuda")
     torch.manual_seed(config.seed)  # the same initial weights on every rank
     model = NextItemTransformer(
         num_items, config.dim, config.layers, config.heads, config.max_len

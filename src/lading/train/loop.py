@@ -72,9 +72,11 @@ class Trainer:
         last: StepResult = StepResult(None, 0)
         if self.model is not None:
             self.model.train()
-        fresh = step == 0  # a resumed epoch may have been read to its end before the checkpoint
         try:
             while step < config.total:
+                if self.loader.remaining() == 0:  # read to its end (here, or before a checkpoint)
+                    self.loader.set_epoch(self.loader.epoch + 1)
+                    self.workload.on_epoch(self.loader.epoch)
                 received = False
                 waited = time.perf_counter()
                 for batch in self.loader:
@@ -101,15 +103,12 @@ class Trainer:
                         break
                     waited = time.perf_counter()
                 else:
-                    if not received and fresh:
+                    if not received:
                         raise ValueError(
                             f"the loader gave no batch in epoch {self.loader.epoch} "
                             f"(step {step} of {config.total}): it has fewer rows than one batch "
                             "per rank; use a smaller batch size or fewer processes"
                         )
-                    self.loader.set_epoch(self.loader.epoch + 1)
-                    self.workload.on_epoch(self.loader.epoch)
-                    fresh = True
         finally:
             bar.close()
             for file in (trace, log):

@@ -10,20 +10,33 @@ another number of processes: an elastic resume, which reseeds the RNG instead of
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from lading.loading.order import Salt, generator
+from lading.loading.resumable import Resumable
 from lading.train import checkpoint, ddp
+from lading.train.hooks import LoopConfig, Workload
+from lading.world import World
 
-if TYPE_CHECKING:
-    from lading.train.loop import Trainer
+
+class Checkpointed(Protocol):
+    """What a checkpoint is taken of and restored into (:class:`lading.train.Trainer` is one)."""
+
+    workload: Workload
+    loader: Resumable
+    config: LoopConfig
+    world: World
+    model: torch.nn.Module | None
+    optimizer: Any
+    scheduler: Any
+
 
 RESERVED: frozenset[str] = frozenset({"step", "model", "optimizer", "scheduler", "loaders", "rng"})
 
 
-def save(trainer: Trainer, step: int) -> None:
+def save(trainer: Checkpointed, step: int) -> None:
     """Gather every rank's loader, RNG and workload state into ``out/checkpoint`` at ``step``:
     rank 0 writes it; every rank waits until it has."""
     loaders = ddp.gather_objects(trainer.loader.state_dict())
@@ -45,7 +58,7 @@ def save(trainer: Trainer, step: int) -> None:
     ddp.barrier()
 
 
-def restore(trainer: Trainer) -> int:
+def restore(trainer: Checkpointed) -> int:
     """Load ``out/checkpoint`` into the trainer's parts; the step it was taken at.
 
     With the saved data layout the RNG continues bit for bit; otherwise (an elastic resume)
@@ -82,7 +95,7 @@ def restore(trainer: Trainer) -> int:
     return step
 
 
-def directory(trainer: Trainer) -> Path:
+def directory(trainer: Checkpointed) -> Path:
     """Where the trainer's checkpoint lives: ``out/checkpoint``."""
     if trainer.config.out is None:
         raise ValueError("checkpoints need LoopConfig.out, the run's folder")

@@ -8,9 +8,9 @@
   packed, the rest padding.
 
 A user passes one options object (``LanguageModelLoader(corpus, 64, Streams(70))``); its
-``mode`` names the registered :class:`~lading.lm.modes.base.Mode` that does the work. The
-loader (:class:`lading.lm.LanguageModelLoader`) keeps the cursor, the state and the
-DataLoader workers, the same for all three, and asks its mode for the rest.
+``mode`` names the registered :class:`~lading.lm.modes.base.Mode`, made from the options, that
+does the work. The LM's source (:mod:`lading.lm.source`) hands it each epoch's view and keeps
+the plans; the one loader (:class:`lading.loading.Loader`) keeps the position and the state.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ __all__ = [
 
 SequenceOptions = Streams | Windows | Packed  # what LanguageModelLoader(sequence=) takes
 
-REGISTERED: dict[str, Mode] = {
-    mode.name: mode for mode in (StreamsMode(), WindowsMode(), PackedMode())
+REGISTERED: dict[str, type[StreamsMode] | type[WindowsMode]] = {
+    mode.name: mode for mode in (StreamsMode, WindowsMode, PackedMode)
 }
 
 
@@ -44,12 +44,9 @@ def choices() -> str:
 
 
 def mode_of(sequence: object) -> Mode:
-    """The registered mode ``sequence`` names, or a TypeError saying what ``sequence=`` takes
-    (an int is the old ``bptt`` argument: the error says where it moved)."""
+    """The registered mode ``sequence`` names, made from it, or a TypeError saying what
+    ``sequence=`` takes."""
     mode = REGISTERED.get(getattr(type(sequence), "mode", None) or "")
     if mode is not None and isinstance(sequence, mode.options):
-        return mode
-    got = f"got {sequence!r} ({type(sequence).__name__})"
-    if isinstance(sequence, int) and not isinstance(sequence, bool):
-        got += f": the old bptt argument moved: pass sequence=Streams(bptt={sequence})"
-    raise TypeError(f"sequence= must be {choices()}, {got}")
+        return mode(sequence)  # type: ignore[arg-type]  # the options class is the mode's
+    raise TypeError(f"sequence= must be {choices()}, got {sequence!r} ({type(sequence).__name__})")

@@ -2,36 +2,30 @@
 
 A mode is two classes in one module: a frozen dataclass of options a user passes as
 ``LanguageModelLoader(corpus, batch_size, sequence)``, holding only what that mode reads, and
-a :class:`Mode` the loader asks what the mode decides (planning, one batch, layout and
-fingerprint). The options name their mode (``mode``, a class variable); the registry in
-:mod:`lading.lm.modes` maps that name to the :class:`Mode`.
+a :class:`Mode` made from those options that answers for them: the epoch's view it reads (the
+epoch stream, or its windows), the plan of a segment of it, one batch, and what the mode adds
+to the layout and fingerprint of a state. A mode is given what it reads (the epoch's view, the
+:class:`~lading.lm.segment.Reading` settings, a batch's key), never the loader. The options
+name their mode (``mode``, a class variable); the registry in :mod:`lading.lm.modes` maps that
+name to the :class:`Mode` class.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-if TYPE_CHECKING:
-    from lading.lm.batches import Batch
-    from lading.lm.corpus import TokenCorpus
-    from lading.lm.loader import LanguageModelLoader
-    from lading.lm.segment import LMSegment
-    from lading.lm.windows import TokenMixture
-    from lading.loading.state import Cursor
+from lading.lm.batches import Batch
+from lading.lm.corpus import TokenCorpus
+from lading.lm.segment import LMSegment, Reading, SegmentBatchKey
+from lading.lm.stream import EpochStream
+from lading.lm.windows import EpochWindows, TokenMixture, WindowSource
+from lading.loading.state import Cursor
 
-
-Options = TypeVar("Options")
-
-
-def options_as(lm: LanguageModelLoader, kind: type[Options]) -> Options:
-    """The loader's sequence options, known to be ``kind``: a mode reads only its own."""
-    options = lm.sequence
-    assert isinstance(options, kind)
-    return options
+EpochView = EpochStream | WindowSource  # what a mode reads an epoch from
 
 
 def check_length(options: object, name: str, value: object, meaning: str) -> None:
@@ -67,46 +61,55 @@ class Mode:
     def check(self, corpus: TokenCorpus | TokenMixture) -> None:
         """Refuse a corpus this mode cannot serve (ValueError naming the fix)."""
 
-    def length(self, lm: LanguageModelLoader) -> int:
+    def length(self) -> int:
         """The target length of a batch row: the bptt of streams, a window's ``seq_len``."""
         raise NotImplementedError
 
-    def backwards(self, lm: LanguageModelLoader) -> bool:
+    def backwards(self) -> bool:
         """Whether the epoch stream is read from its end to its start."""
         return False
 
-    def max_seq(self, lm: LanguageModelLoader) -> int:
+    def max_seq(self) -> int:
         """The longest batch row, in (input, target) pairs."""
-        return self.length(lm)
+        return self.length()
 
-    def plan(self, lm: LanguageModelLoader, cursor: Cursor, layout: Mapping[str, Any]) -> LMSegment:
-        """``cursor``'s segment of the epoch under ``layout``."""
+    def chunk_batches(self) -> int:
+        """Batches an in-process bulk read holds at a time (1: this mode reads batch by batch)."""
+        return 1
+
+    def view(self, data: EpochWindows, epoch: int) -> EpochView:
+        """What this mode reads ``epoch`` from: its stream, or its windows."""
         raise NotImplementedError
 
-    def check_epoch(self, lm: LanguageModelLoader) -> None:
-        """Refuse settings whose first epoch has no batch, as every lading loader does."""
+    def plan(
+        self, view: EpochView, cursor: Cursor, layout: Mapping[str, Any], reading: Reading
+    ) -> LMSegment:
+        """``cursor``'s segment of the epoch read from ``view``, under ``layout``."""
+        raise NotImplementedError
+
+    def check_epoch(self, first: LMSegment, reading: Reading) -> None:
+        """Refuse settings whose first epoch (``first``) has no batch, as every loader does."""
         raise NotImplementedError
 
     def build(
-        self,
-        lm: LanguageModelLoader,
-        seg: LMSegment,
-        cursor: Cursor,
-        batch: int,
-        x: npt.NDArray[np.int64],
+        self, seg: LMSegment, key: SegmentBatchKey, x: npt.NDArray[np.int64], reading: Reading
     ) -> Batch:
-        """Batch ``batch`` of ``seg``, read row by row into ``x`` (``[batch_size, seq + 1]``)."""
+        """Batch ``key.batch`` of ``seg``, read row by row into ``x`` (``[rows, seq + 1]``)."""
         raise NotImplementedError
 
-    def layout(self, lm: LanguageModelLoader) -> dict[str, Any]:
+    def layout(self) -> dict[str, Any]:
         """What this mode adds to who reads what (another value: an elastic resume)."""
         return {}
 
-    def fingerprint(self, lm: LanguageModelLoader) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, Any]:
         """What this mode adds to what fixes the data and its order."""
         return {}
 
-    def packing_stats(self, lm: LanguageModelLoader) -> dict[str, Any]:
+    def saved_fingerprint(self, saved: Mapping[str, Any]) -> dict[str, Any]:
+        """A saved state's fingerprint in today's keys (a mode that renamed one maps it)."""
+        return dict(saved)
+
+    def packing_stats(self, data: EpochWindows) -> dict[str, Any]:
         """Refused but in packed mode (which overrides it)."""
         raise ValueError(
             f"packing_stats() is for sequence=Packed(...), this loader reads {self.name!r}"

@@ -9,12 +9,10 @@ packed windows are the epoch's positions, planned, shuffled and resumed as windo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from lading.lm.modes.windows import WindowShape, WindowsMode
-
-if TYPE_CHECKING:
-    from lading.lm.loader import LanguageModelLoader
+from lading.lm.windows import EpochWindows
 
 
 @dataclass(frozen=True)
@@ -36,6 +34,6 @@ class PackedMode(WindowsMode):
     options = Packed
     padded = True
 
-    def packing_stats(self, lm: LanguageModelLoader) -> dict[str, Any]:
+    def packing_stats(self, data: EpochWindows) -> dict[str, Any]:
         """Windows, pieces, tokens and padding, summed over a mixture's corpora."""
-        return lm._windows.packing_stats()
+        return data.packing_stats()

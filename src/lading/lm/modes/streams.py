@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -18,14 +18,12 @@ import numpy.typing as npt
 from lading.errors import EmptyEpochError
 from lading.lm.batches import Batch, stream_batch
 from lading.lm.bptt import Jitter, check_jitter, max_seq
-from lading.lm.modes.base import Mode, check_flag, check_length, options_as
-from lading.lm.segment import LMSegment, plan_segment
-from lading.lm.windows import TokenMixture
+from lading.lm.corpus import TokenCorpus
+from lading.lm.modes.base import EpochView, Mode, check_flag, check_length
+from lading.lm.segment import LMSegment, Reading, SegmentBatchKey, plan_streams
+from lading.lm.stream import EpochStream
+from lading.lm.windows import EpochWindows, TokenMixture
 from lading.loading.state import Cursor
-
-if TYPE_CHECKING:
-    from lading.lm.corpus import TokenCorpus
-    from lading.lm.loader import LanguageModelLoader
 
 
 @dataclass(frozen=True)
@@ -63,6 +61,9 @@ class StreamsMode(Mode):
     options = Streams
     bulk = True
 
+    def __init__(self, shape: Streams) -> None:
+        self.shape = shape
+
     def check(self, corpus: TokenCorpus | TokenMixture) -> None:
         if isinstance(corpus, TokenMixture):
             raise ValueError(
@@ -70,44 +71,45 @@ class StreamsMode(Mode):
                 "Packed(seq_len) as sequence= (streams carry an RNN state across documents)"
             )
 
-    def length(self, lm: LanguageModelLoader) -> int:
-        return options_as(lm, Streams).bptt
+    def length(self) -> int:
+        return self.shape.bptt
 
-    def backwards(self, lm: LanguageModelLoader) -> bool:
-        return options_as(lm, Streams).backwards
+    def backwards(self) -> bool:
+        return self.shape.backwards
 
-    def max_seq(self, lm: LanguageModelLoader) -> int:
-        shape = options_as(lm, Streams)
-        return max_seq(shape.bptt, shape.jitter)
+    def max_seq(self) -> int:
+        return max_seq(self.shape.bptt, self.shape.jitter)
 
-    def plan(self, lm: LanguageModelLoader, cursor: Cursor, layout: Mapping[str, Any]) -> LMSegment:
+    def chunk_batches(self) -> int:
+        return self.shape.chunk_batches
+
+    def view(self, data: EpochWindows, epoch: int) -> EpochStream:
+        return data.stream(epoch)
+
+    def plan(
+        self, view: EpochView, cursor: Cursor, layout: Mapping[str, Any], reading: Reading
+    ) -> LMSegment:
         """``cursor``'s segment: the epoch stream cut into streams, each batch's length drawn."""
-        stream = lm._stream(cursor.epoch)
-        return plan_segment(
-            cursor, layout, stream, None, lm.equalize, lm.drop_partial_batch, lm.seed
-        )
+        assert isinstance(view, EpochStream)
+        return plan_streams(view, cursor, layout, reading)
 
-    def check_epoch(self, lm: LanguageModelLoader) -> None:
-        seg = lm._current()  # raises itself when the tokens cannot fill the streams
-        if seg.batches == 0:
+    def check_epoch(self, first: LMSegment, reading: Reading) -> None:
+        if first.batches == 0:  # planning raised already when the tokens cannot fill streams
             raise EmptyEpochError(
-                f"an epoch of 0 batches on every rank: {seg.n} tokens give each of "
-                f"{seg.plan.readers} streams (world_size x batch_size) {seg.plan.each}, "
+                f"an epoch of 0 batches on every rank: {first.n} tokens give each of "
+                f"{first.plan.readers} streams (world_size x batch_size) {first.plan.each}, "
                 "too few for one batch; use a smaller batch_size or fewer processes"
             )
 
     def build(
-        self,
-        lm: LanguageModelLoader,
-        seg: LMSegment,
-        cursor: Cursor,
-        batch: int,
-        x: npt.NDArray[np.int64],
+        self, seg: LMSegment, key: SegmentBatchKey, x: npt.NDArray[np.int64], reading: Reading
     ) -> Batch:
-        return stream_batch(seg, cursor, batch, lm.world.rank * lm.batch_size, x)
+        return stream_batch(seg, key.batch, reading.rank * reading.batch_size, x)
 
-    def layout(self, lm: LanguageModelLoader) -> dict[str, Any]:
+    def layout(self) -> dict[str, Any]:
         """The length and its jitter: another on resume replans the rest (elastic)."""
-        shape = options_as(lm, Streams)
-        jitter = list(shape.jitter) if isinstance(shape.jitter, tuple) else shape.jitter
-        return {"bptt": shape.bptt, "jitter": jitter}
+        jitter = self.shape.jitter
+        return {
+            "bptt": self.shape.bptt,
+            "jitter": list(jitter) if isinstance(jitter, tuple) else jitter,
+        }

@@ -10,21 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from lading.errors import EmptyEpochError
 from lading.lm.batches import Batch, window_batch
-from lading.lm.modes.base import Mode, check_flag, check_length, options_as
-from lading.lm.segment import LMSegment, plan_segment
+from lading.lm.modes.base import EpochView, Mode, check_flag, check_length
+from lading.lm.segment import LMSegment, Reading, SegmentBatchKey, plan_windows
+from lading.lm.stream import EpochStream
+from lading.lm.windows import EpochWindows, WindowSource
 from lading.loading.order import feistel_permutation
 from lading.loading.plan import check_epoch
 from lading.loading.state import Cursor
-
-if TYPE_CHECKING:
-    from lading.lm.loader import LanguageModelLoader
 
 
 @dataclass(frozen=True)
@@ -80,49 +79,47 @@ class WindowsMode(Mode):
     options: ClassVar[type] = Windows
     padded = False  # windows end in padding (packed documents)
 
-    def length(self, lm: LanguageModelLoader) -> int:
-        return options_as(lm, WindowShape).seq_len
+    def __init__(self, shape: WindowShape) -> None:
+        self.shape = shape
 
-    def backwards(self, lm: LanguageModelLoader) -> bool:
-        shape = options_as(lm, WindowShape)
-        return isinstance(shape, Windows) and shape.backwards
+    def length(self) -> int:
+        return self.shape.seq_len
 
-    def plan(self, lm: LanguageModelLoader, cursor: Cursor, layout: Mapping[str, Any]) -> LMSegment:
+    def backwards(self) -> bool:
+        return isinstance(self.shape, Windows) and self.shape.backwards
+
+    def view(self, data: EpochWindows, epoch: int) -> WindowSource:
+        return data.of_epoch(epoch)
+
+    def plan(
+        self, view: EpochView, cursor: Cursor, layout: Mapping[str, Any], reading: Reading
+    ) -> LMSegment:
         """``cursor``'s segment under ``layout``: the epoch's windows dealt round-robin."""
-        windows = lm._windows.of_epoch(cursor.epoch)
-        return plan_segment(
-            cursor, layout, None, windows, lm.equalize, lm.drop_partial_batch, lm.seed
-        )
+        assert not isinstance(view, EpochStream)
+        return plan_windows(view, cursor, layout, reading)
 
-    def check_epoch(self, lm: LanguageModelLoader) -> None:
-        windows = lm._windows.of_epoch(0).n
-        if windows == 0 and not self.padded:
-            seq_len = self.length(lm)
+    def check_epoch(self, first: LMSegment, reading: Reading) -> None:
+        if first.n == 0 and not self.padded:
             raise EmptyEpochError(
                 "an epoch of 0 batches on every rank: the corpus holds no window of seq_len + 1 "
-                f"= {seq_len + 1} tokens; use a smaller seq_len"
+                f"= {self.length() + 1} tokens; use a smaller seq_len"
             )
-        world, size = lm.world.world_size, lm.batch_size
         check_epoch(
-            windows, world, lm.equalize, size, lm.drop_partial_batch,
-            items="windows", readers_are="world_size",
+            first.n, reading.world_size, reading.equalize, reading.batch_size,
+            reading.drop_partial_batch, items="windows", readers_are="world_size",
         )  # fmt: skip
 
     def build(
-        self,
-        lm: LanguageModelLoader,
-        seg: LMSegment,
-        cursor: Cursor,
-        batch: int,
-        x: npt.NDArray[np.int64],
+        self, seg: LMSegment, key: SegmentBatchKey, x: npt.NDArray[np.int64], reading: Reading
     ) -> Batch:
-        """Batch ``batch`` of ``seg``: this rank's next windows, in the epoch's order."""
+        """Batch ``key.batch`` of ``seg``: this rank's next windows, in the epoch's order."""
         assert seg.windows is not None
-        shape = options_as(lm, WindowShape)
-        share = seg.base.within(seg.plan.positions(lm.world.rank))
-        lo = batch * lm.batch_size
-        slots = share.slice(lo, min(lo + lm.batch_size, seg.core.take)).positions()
-        order = feistel_permutation(slots, seg.n, lm.seed, cursor.epoch) if lm.shuffle else slots
+        share, size = seg.share(reading.rank), reading.batch_size
+        lo = key.batch * size
+        slots = share.slice(lo, min(lo + size, seg.core.take)).positions()
+        shuffled = reading.shuffle
+        order = feistel_permutation(slots, seg.n, reading.seed, key.epoch) if shuffled else slots
+        shape = self.shape
         return window_batch(
             seg.windows,
             order,
@@ -133,6 +130,13 @@ class WindowsMode(Mode):
             eod_mask_loss=shape.eod_mask_loss,
         )
 
-    def fingerprint(self, lm: LanguageModelLoader) -> dict[str, Any]:
-        """The window length, under the key saved states have always used."""
-        return {"bptt": self.length(lm)}
+    def fingerprint(self) -> dict[str, Any]:
+        """The window length, ``seq_len`` (states before saved it as ``bptt``)."""
+        return {"seq_len": self.length()}
+
+    def saved_fingerprint(self, saved: Mapping[str, Any]) -> dict[str, Any]:
+        """A state saved when the window length was kept under ``bptt``, read as ``seq_len``."""
+        found = dict(saved)
+        if "bptt" in found and "seq_len" not in found:
+            found["seq_len"] = found.pop("bptt")
+        return found

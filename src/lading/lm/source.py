@@ -1,0 +1,208 @@
+"""The language-model workload as a source of the one loader: plans kept, batches built, bulk reads.
+
+:class:`LMSource` holds what fixes an LM epoch (the corpus or mixture, the documents, the
+mode made from the sequence options, the :class:`~lading.lm.segment.Reading` settings) and
+answers the loader (:class:`lading.loading.Loader`) for any position it is asked about: how
+many batches, their keys, one batch, and for whole-epoch streams in this process a bulk read of
+many batches at a time (:func:`~lading.lm.batches.chunked_streams`, or on a device
+:func:`~lading.lm.resident.device_streams`). The mode plans a segment once; the plan is kept
+while the loader stays in that segment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from lading.device import ResidentTokens
+from lading.lm.batches import Batch, chunked_streams
+from lading.lm.corpus import TokenCorpus
+from lading.lm.modes import Mode
+from lading.lm.resident import ResidentStream, device_streams
+from lading.lm.segment import LMSegment, Reading, SegmentBatchKey
+from lading.lm.windows import EpochWindows, TokenMixture
+from lading.loading.runs import Runs
+from lading.loading.state import Cursor
+
+Base = tuple[tuple[int, ...], tuple[int, ...]]  # an elastic segment's base, as a key holds it
+
+
+def check_documents(documents: npt.ArrayLike, count: int) -> npt.NDArray[np.int64]:
+    """``documents`` as int64 when each is a document of a corpus of ``count``; else a
+    ValueError naming the first that is not (before: numpy's IndexError, or for a negative
+    number an error blaming the corpus)."""
+    given = np.asarray(documents)
+    shown = given.tolist() if given.size <= 8 else [*given[:8].tolist(), "..."]
+    if given.ndim != 1 or (given.size and not np.issubdtype(given.dtype, np.integer)):
+        raise ValueError(
+            f"documents= must be a flat list of document numbers (ints), got {shown!r}"
+        )
+    bad = given[(given < 0) | (given >= count)]
+    if bad.size:
+        raise ValueError(
+            f"documents={shown!r}: {int(bad[0])} is not a document of this corpus (0 to "
+            f"{count - 1}); pass document numbers in that range"
+        )
+    return given.astype(np.int64)
+
+
+def base_key(base: Runs | None) -> Base | None:
+    """A segment's base as plain tuples (what a batch key carries to a worker)."""
+    return None if base is None else (tuple(base.starts.tolist()), tuple(base.stops.tolist()))
+
+
+class LMSource:
+    """Batches of a token corpus (or mixture) as ``mode`` reads them; see the module docstring.
+
+    Args:
+        corpus: the tokenized corpus, or a :class:`TokenMixture` (window modes).
+        mode: the registered mode made from the loader's sequence options.
+        reading: batch size, ranks, seed, shuffle, equalize, drop_partial_batch.
+        documents: the documents read, in their base order (default: all).
+        resident: the corpus's tokens on a device: whole-epoch streams are read there.
+    """
+
+    kind = "lm"
+
+    def __init__(
+        self,
+        corpus: TokenCorpus | TokenMixture,
+        mode: Mode,
+        reading: Reading,
+        documents: npt.ArrayLike | None = None,
+        resident: ResidentTokens | None = None,
+    ) -> None:
+        mode.check(corpus)
+        if isinstance(corpus, TokenMixture) and documents is not None:
+            raise ValueError("documents= selects from one corpus; a TokenMixture takes them all")
+        self.corpus, self.mode, self.reading, self.resident = corpus, mode, reading, resident
+        first = corpus.corpora[0] if isinstance(corpus, TokenMixture) else corpus
+        self.documents = (
+            np.arange(len(first), dtype=np.int64)
+            if documents is None
+            else check_documents(documents, len(first))
+        )
+        self.data = EpochWindows(
+            corpus, self.documents, mode.name, mode.length(), reading.seed, reading.shuffle,
+            mode.backwards(),
+        )  # fmt: skip
+        self.max_seq = mode.max_seq()
+        # the shape of each chunk of stream read at once (streams, in this process)
+        self.chunk = (reading.batch_size, self.max_seq * mode.chunk_batches() + 1)
+        # the last two plans made, with their (epoch, segment, base), the newest last: the
+        # position's, and one more for a look ahead into the next epoch (upcoming)
+        self._kept: list[tuple[tuple[int, int, Base | None], LMSegment]] = []
+        self._on_device: tuple[LMSegment, ResidentStream] | None = None
+        mode.check_epoch(self.segment(Cursor()), reading)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a DataLoader worker gets: no plan (an epoch stream holds the token map, which
+        would be pickled as a copy of the corpus); the corpus pickles as its path."""
+        return {**self.__dict__, "_kept": [], "_on_device": None}
+
+    # ------------------------------------------------------------------ planning
+
+    def segment(self, cursor: Cursor, layout: Mapping[str, Any] | None = None) -> LMSegment:
+        """The plan of ``cursor``'s segment under ``layout`` (default: this run's, and then the
+        plan is kept while the position stays in that segment)."""
+        if layout is not None:
+            view = self.mode.view(self.data, cursor.epoch)
+            return self.mode.plan(view, cursor, layout, self.reading)
+        return self._kept_plan(cursor.epoch, cursor.segment, base_key(cursor.base), cursor)
+
+    def _kept_plan(
+        self, epoch: int, segment: int, base: Base | None, cursor: Cursor | None = None
+    ) -> LMSegment:
+        """This run's plan of the segment (``epoch``, ``segment``, ``base``): the one kept, or
+        a new one (made for ``cursor``, or for a cursor at the segment's start)."""
+        for was, planned in reversed(self._kept):
+            if was[0] == epoch and was[1] == segment and (was[2] is base or was[2] == base):
+                return planned
+        if cursor is None:
+            cursor = Cursor(epoch, segment, None if base is None else Runs(*base))
+        view = self.mode.view(self.data, epoch)
+        planned = self.mode.plan(view, cursor, self.layout(), self.reading)
+        self._kept = [*self._kept[-1:], ((epoch, segment, base), planned)]
+        return planned
+
+    def batches(self, cursor: Cursor) -> int:
+        return self.segment(cursor).batches
+
+    def keys(self, cursor: Cursor) -> Iterator[SegmentBatchKey]:
+        base = base_key(cursor.base)
+        for batch in range(cursor.batches, self.segment(cursor).batches):
+            yield SegmentBatchKey(cursor.epoch, cursor.segment, batch, base)
+
+    def build(self, key: SegmentBatchKey) -> Batch:
+        """The batch ``key`` names, in fresh arrays (it may leave a worker process)."""
+        seg = self._kept_plan(key.epoch, key.segment, key.base)
+        x = np.empty((self.reading.batch_size, self.max_seq + 1), dtype=np.int64)
+        return self.mode.build(seg, key, x, self.reading)
+
+    def bulk(self, cursor: Cursor) -> Iterator[Batch] | None:
+        """Whole-epoch streams read many batches at a time (on the device with ``resident``);
+        None for windows and after an elastic resume (batch by batch)."""
+        if not self.mode.bulk or cursor.base is not None:
+            return None
+        seg = self.segment(cursor)
+        first_stream = self.reading.rank * self.reading.batch_size
+        if self.resident is not None:
+            stream = self._device_stream(seg)
+            return device_streams(stream, seg, cursor.batches, first_stream, self.chunk[0])
+        return chunked_streams(seg, cursor.batches, first_stream, self.chunk)
+
+    def _device_stream(self, seg: LMSegment) -> ResidentStream:
+        """The segment's epoch stream on the device (its document order copied once); keyed by
+        the segment object itself, held here, as an id() could be reused by the next one."""
+        if self._on_device is None or self._on_device[0] is not seg:
+            stream = seg.stream
+            assert stream is not None and self.resident is not None  # streams, on a device
+            made = ResidentStream(self.resident, stream.doc_start, stream.lengths, stream.backwards)
+            self._on_device = (seg, made)
+        return self._on_device[1]
+
+    # ------------------------------------------------------------------ state
+
+    def layout(self) -> dict[str, Any]:
+        """What fixes who reads what; another layout on resume is an elastic resume."""
+        reading = self.reading
+        return {
+            "world_size": reading.world_size,
+            "batch_size": reading.batch_size,
+            **self.mode.layout(),
+        }
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What fixes the corpus and its orders; a state must match it to be resumed."""
+        reading = self.reading
+        found: dict[str, Any] = {
+            "mode": self.mode.name,
+            "seed": reading.seed,
+            "backwards": self.mode.backwards(),
+            "documents": len(self.documents),
+            "tokens": sum(corpus.n_tokens for corpus, _ in self.data.parts),
+            "shuffle": reading.shuffle,
+            "equalize": reading.equalize,
+            "drop_partial_batch": reading.drop_partial_batch,
+        }
+        found.update(self.mode.fingerprint())
+        if isinstance(self.corpus, TokenMixture):
+            found.update(self.corpus.fingerprint())
+        return found
+
+    def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
+        """Epoch positions (stream positions or window-order positions) not read under
+        ``layout`` at ``cursor``: the end of every stream (or rank's windows) and the tail
+        ``truncate`` left out."""
+        return self.segment(cursor, layout).core.unread_after(cursor.batches)
+
+    def consumed(self, cursor: Cursor) -> int:
+        seg = self.segment(cursor).core
+        return seg.read_after(cursor.batches) * seg.readers
+
+    def packing_stats(self) -> dict[str, Any]:
+        """``Packed``: windows, pieces, tokens and padding, summed over a mixture's corpora."""
+        return self.mode.packing_stats(self.data)

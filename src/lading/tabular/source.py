@@ -1,0 +1,245 @@
+"""Partitioned parquet as a source of the one loader: rows planned over readers, read by chunk.
+
+The epoch's rows — row groups shuffled from ``(seed, epoch)`` — are positions the loader core
+shares out (:mod:`lading.loading.plan`): ``readers = world_size x num_workers`` contiguous,
+equal ranges, so every rank takes the same number of batches and DDP never waits for a rank
+that ran out. Each reader serves its range in chunks of ``buffer_rows`` rows, each chunk
+shuffled from ``(seed, epoch, reader, chunk, segment)``; memory per worker is the chunk being
+served and one row group more. The rank's batches interleave its readers' (reader ``w`` gives
+batches ``w, w + workers, …``), which the DataLoader's round-robin over workers keeps local:
+each worker reads one reader's chunks.
+
+Every batch is asked for by a key that holds the rows to read (:class:`RowsKey`), so persistent
+DataLoader workers need nothing from the main process, and a resume jumps straight to the batch
+after the last one received, reading at most one chunk again. With another world size, number
+of workers or batch size the resume is *elastic*: what the saved layout left unread — whole
+chunks, plus the unread rows of one shuffled chunk per old reader — is planned afresh over the
+new readers, so every row not yet read is read exactly once more this epoch (plus
+``equalize="pad"``'s padding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from lading.loading.order import Salt, permutation
+from lading.loading.plan import check_epoch
+from lading.loading.runs import Runs
+from lading.loading.segment import Segment
+from lading.loading.state import Cursor
+from lading.tabular.plan import Piece, epoch_pieces, share_of_runs
+from lading.tabular.read import RowReader
+from lading.world import World
+
+ChunkRows = tuple[int, tuple[int, ...], tuple[int, ...]]  # (chunk, run starts, run stops)
+
+
+class RowsKey(NamedTuple):
+    """Everything a worker needs to build one batch: rows ``[lo, hi)`` of a reader's share,
+    and the epoch positions of each chunk of the share those rows fall in."""
+
+    epoch: int
+    segment: int
+    reader: int
+    lo: int
+    hi: int
+    chunks: tuple[ChunkRows, ...]
+
+
+class ParquetSource:
+    """The rows of parquet row groups, planned over ``world_size x num_workers`` readers.
+
+    Args:
+        pieces: every row group (file, index, rows), from the footers.
+        rows: reads fragments of row groups and turns them into tensors.
+        data: a digest of the footers (other files of the same counts: another fingerprint).
+        batch_size, shuffle, seed, equalize, drop_partial_batch, world: the loader's keywords.
+        buffer_rows: rows shuffled together.
+        num_workers: DataLoader workers per rank: each is a reader of its own.
+    """
+
+    kind = "parquet"
+
+    def __init__(
+        self,
+        pieces: list[Piece],
+        rows: RowReader,
+        data: str,
+        *,
+        batch_size: int,
+        shuffle: bool,
+        seed: int,
+        equalize: str,
+        drop_partial_batch: bool,
+        world: World,
+        buffer_rows: int | None,
+        num_workers: int,
+    ) -> None:
+        self.pieces, self.rows, self._data = pieces, rows, data
+        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        self.equalize, self.drop_partial_batch = equalize, drop_partial_batch
+        self.world, self.num_workers = world, num_workers
+        self.total_rows = sum(p.rows for p in pieces)
+        self.buffer_rows = buffer_rows or max(max(p.rows for p in pieces), 8 * batch_size)
+        check_epoch(
+            self.total_rows,
+            world.world_size * max(1, num_workers),
+            equalize,
+            batch_size,
+            drop_partial_batch,
+            items="rows",
+            readers_are="world_size x num_workers",
+        )
+        self._ordered: tuple[int, list[Piece]] | None = None
+        self._chunks: list[tuple[tuple[int, ...], Any]] = []  # the last two chunks served
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a DataLoader worker gets: no cached chunks (Arrow tables stay behind)."""
+        state = dict(self.__dict__)
+        state["_chunks"], state["_ordered"] = [], None
+        return state
+
+    # ------------------------------------------------------------------ planning
+
+    def _segment(self, readers: int, cursor: Cursor, batch_size: int) -> Segment:
+        """``cursor``'s segment of the rows, in contiguous ranges over ``readers``."""
+        return Segment.of(
+            self.total_rows,
+            readers,
+            cursor,
+            equalize=self.equalize,
+            batch_size=batch_size,
+            drop_partial_batch=self.drop_partial_batch,
+        )
+
+    def _workers(self) -> int:
+        return max(1, self.num_workers)
+
+    def batches(self, cursor: Cursor) -> int:
+        """Batches this rank yields in ``cursor``'s segment: each of its readers' in turn."""
+        workers = self._workers()
+        return self._segment(self.world.world_size * workers, cursor, self.batch_size).batches * (
+            workers
+        )
+
+    def keys(self, cursor: Cursor) -> Iterator[RowsKey]:
+        """This rank's batches from ``cursor`` on, reader ``i % workers`` giving batch ``i``."""
+        workers, size, chunk_rows = self._workers(), self.batch_size, self.buffer_rows
+        seg = self._segment(self.world.world_size * workers, cursor, size)
+        shares: dict[int, Runs] = {}
+        last: dict[int, ChunkRows] = {}  # each reader's latest chunk: it serves many batches
+
+        def chunk_of(reader: int, chunk: int) -> ChunkRows:
+            """A chunk's epoch rows, cut from the reader's share once."""
+            if reader not in last or last[reader][0] != chunk:
+                if reader not in shares:
+                    shares[reader] = seg.share(reader)
+                rows = shares[reader].slice(chunk * chunk_rows, (chunk + 1) * chunk_rows)
+                last[reader] = (chunk, tuple(rows.starts.tolist()), tuple(rows.stops.tolist()))
+            return last[reader]
+
+        for i in range(cursor.batches, self.batches(cursor)):
+            reader = self.world.rank * workers + i % workers
+            lo = (i // workers) * size
+            hi = seg.read_after(i // workers + 1)
+            chunks = tuple(
+                chunk_of(reader, chunk)
+                for chunk in range(lo // chunk_rows, (hi - 1) // chunk_rows + 1)
+            )
+            yield RowsKey(cursor.epoch, cursor.segment, reader, lo, hi, chunks)
+
+    def _chunk_order(self, epoch: int, reader: int, chunk: int, segment: int, size: int) -> Any:
+        return permutation(
+            size, self.seed, Salt.CHUNK_ORDER, epoch, reader, chunk, segment, shuffle=self.shuffle
+        )
+
+    def layout(self) -> dict[str, Any]:
+        return {
+            "world_size": self.world.world_size,
+            "num_workers": self.num_workers,
+            "batch_size": self.batch_size,
+            "buffer_rows": self.buffer_rows,
+        }
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "rows": self.total_rows,
+            "row_groups": len(self.pieces),
+            "data": self._data,  # other files of the same row and row-group counts: refused
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "equalize": self.equalize,
+            "drop_partial_batch": self.drop_partial_batch,
+        }
+
+    def _served(self, layout: Mapping[str, Any], cursor: Cursor) -> tuple[Segment, list[Runs]]:
+        """What each reader of ``layout`` had read at ``cursor``, as positions of its share:
+        whole chunks, plus the first rows of one shuffled chunk."""
+        workers = max(1, int(layout["num_workers"]))
+        size, chunk_rows = int(layout["batch_size"]), int(layout["buffer_rows"])
+        seg = self._segment(int(layout["world_size"]) * workers, cursor, size)
+        served = []
+        for reader in range(seg.readers):
+            rows = seg.read_after(len(range(reader % workers, cursor.batches, workers)))
+            chunk, into = divmod(rows, chunk_rows)
+            parts = [Runs([0], [chunk * chunk_rows])]
+            if into:
+                lo, hi = chunk * chunk_rows, min((chunk + 1) * chunk_rows, seg.plan.each)
+                order = self._chunk_order(cursor.epoch, reader, chunk, cursor.segment, hi - lo)
+                parts.append(Runs.of_positions(np.sort(order[:into]) + lo))
+            served.append(Runs.concat(parts))
+        return seg, served
+
+    def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
+        seg, served = self._served(layout, cursor)
+        return seg.unread(served)
+
+    def consumed(self, cursor: Cursor) -> int:
+        workers, batches = self._workers(), cursor.batches
+        seg = self._segment(self.world.world_size * workers, cursor, self.batch_size)
+        counts = [len(range(w, batches, workers)) for w in range(workers)]
+        return self.world.world_size * sum(seg.read_after(c) for c in counts)
+
+    # ------------------------------------------------------------------ reading
+
+    def _pieces_of(self, epoch: int) -> list[Piece]:
+        if self._ordered is None or self._ordered[0] != epoch:
+            self._ordered = (epoch, epoch_pieces(self.pieces, self.seed, epoch, self.shuffle))
+        return self._ordered[1]
+
+    def _chunk(self, key: RowsKey, chunk: int, rows: Runs) -> Any:
+        """One chunk of a reader's share, shuffled; the last two are kept (a batch may span
+        two, and the next batch of the same reader usually starts in the last one)."""
+        ident = (key.epoch, key.segment, key.reader, chunk)
+        for cached, table in self._chunks:
+            if cached == ident:
+                return table
+        # drop the older chunk before reading: held while the new one is built, it would add a
+        # third chunk to the peak (the benchmark's anonymous memory, +10%)
+        self._chunks = self._chunks[-1:]
+        table = self.rows.read(share_of_runs(self._pieces_of(key.epoch), rows))
+        if self.shuffle:
+            order = self._chunk_order(key.epoch, key.reader, chunk, key.segment, table.num_rows)
+            table = table.take(order)
+        self._chunks = [*self._chunks, (ident, table)]
+        return table
+
+    def build(self, key: RowsKey) -> dict[str, torch.Tensor]:
+        """The rows ``key`` names as a dict of tensors (list columns padded, + lengths)."""
+        import pyarrow as pa
+
+        parts = []
+        for chunk, starts, stops in key.chunks:
+            table = self._chunk(key, chunk, Runs(starts, stops))
+            first = chunk * self.buffer_rows
+            lo, hi = max(key.lo, first) - first, min(key.hi, first + table.num_rows) - first
+            parts.append(table.slice(lo, hi - lo))
+        return self.rows.tensors(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
+
+    def bulk(self, cursor: Cursor) -> None:
+        """None: batch by batch (a batch reads from the chunk its reader keeps)."""
+        return None

@@ -1,0 +1,83 @@
+"""A loader refuses a bad argument when it is made, in one line naming the argument and the fix.
+
+Before, some were accepted and refused only while iterating (parquet ``list_columns={"l": 0}``,
+``pad="middle"``), or refused in another library's words (numpy's IndexError for an LM document
+past the corpus, a TypeError about ``<`` for ``batch_size=None``), or blamed the corpus for a
+negative document number.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lading
+from conftest import word_corpus
+from contracts import Numbers
+from lading.world import World
+
+
+@pytest.mark.parametrize("size", [None, "4", 2.5, True, 0, -3])
+def test_a_map_loader_names_a_bad_batch_size(size: object) -> None:
+    with pytest.raises((TypeError, ValueError)) as e:
+        lading.loader(Numbers(8), size, world=World())  # type: ignore[arg-type]
+    message = str(e.value)
+    assert f"batch_size={size!r}" in message and "int >= 1" in message, message
+    assert "\n" not in message
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> lading.lm.TokenCorpus:
+    folder = tmp_path_factory.mktemp("forty")
+    return word_corpus(folder, docs=40, lengths=(3, 9), words=30, seed=1)
+
+
+@pytest.mark.parametrize(
+    ("documents", "says"),
+    [
+        ([0, 40], r"documents=\[0, 40\]: 40 is not a document of this corpus \(0 to 39\)"),
+        ([-1, 3], r"documents=\[-1, 3\]: -1 is not a document of this corpus \(0 to 39\)"),
+        ([[0, 1]], r"documents= must be a flat list of document numbers"),
+    ],
+)
+def test_lm_documents_outside_the_corpus_are_named(
+    corpus: lading.lm.TokenCorpus, documents: list[int], says: str
+) -> None:
+    from lading.lm import LanguageModelLoader, Streams
+
+    assert len(corpus) == 40
+    with pytest.raises(ValueError, match=says) as e:
+        LanguageModelLoader(corpus, 2, Streams(4), documents=documents, world=World())
+    assert "\n" not in str(e.value)
+    ok = LanguageModelLoader(corpus, 2, Streams(4), documents=[0, 39], world=World())
+    assert len(ok) >= 1
+
+
+@pytest.fixture
+def sessions(tmp_path: Path) -> Path:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "s.parquet"
+    items = pa.array([[i, i + 1] for i in range(8)], pa.list_(pa.int64()))
+    pq.write_table(pa.table({"id": np.arange(8), "l": items}), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"list_columns": {"l": 0}}, r"list_columns=\{'l': 0\}: a list column's length must be"),
+        ({"list_columns": {"l": "5"}}, r"list_columns=\{'l': '5'\}: a list column's length"),
+        ({"list_columns": {"l": 2}, "pad": "middle"}, r"pad='middle'.*'left' or 'right'"),
+    ],
+)
+def test_parquet_list_options_are_refused_when_made(
+    sessions: Path, kwargs: dict[str, object], says: str
+) -> None:
+    from lading.tabular import PartitionedParquet
+
+    with pytest.raises(ValueError, match=says) as e:
+        PartitionedParquet(sessions, batch_size=2, world=World(), **kwargs)  # type: ignore[arg-type]
+    assert "\n" not in str(e.value)
