@@ -33,7 +33,8 @@ from typing import Any
 
 import torch
 
-from lading.bench.synthetic import EMIT, Recorded
+from lading.bench.data import EMIT
+from lading.bench.synthetic import Recorded
 from lading.bench.window import Endless
 from lading.device import to_device
 from lading.ir import CrossEncoder, CrossEncoderCollator, TrainingGroups, read_qrels, read_queries
