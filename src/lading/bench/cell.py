@@ -206,7 +206,7 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
     import torch
 
     from lading.bench.synthetic import Recorded
-    from lading.bench.window import Endless, run_replay, run_window
+    from lading.bench.window import endless, run_replay, run_window
     from lading.device import to_device
     from lading.ir.train import CrossEncoderStep, groups_from_files
     from lading.loading.map_source import loader as make_loader
@@ -245,15 +245,16 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
         seed=settings.seed,
         progress=False,
         memory=False,
-        prefetch=cell.strategy in PREFETCHED,  # the study's strategies copy in the step
+        prefetch=False,  # the prefetched strategies' prefetcher is inside the window's loader
     )
-    trainer = Trainer(workload, Endless(loader), config, world, device, model, optimizer)
+    source = endless(loader, device, cuda and cell.strategy in PREFETCHED)
+    trainer = Trainer(workload, source, config, world, device, model, optimizer)
     timed = run_window(trainer, settings.seconds, settings.steps, settings.warmup)
     synthetic = 0.0
     if cell.mode == "train":  # the same step on the same batches, already on the device
         config.prefetch = False
         ideal = Trainer(workload.inner, workload.replay(), config, world, device, model, optimizer)
-        synthetic = run_replay(ideal, timed.steps, settings.warmup)
+        synthetic = run_replay(ideal, timed.sizes, settings.warmup)
     ddp.barrier()
     ddp.teardown()
     anon_after = process_memory().anon

@@ -30,6 +30,7 @@ class Measured(NamedTuple):
     wait_s: float
     blocks: int
     cpu_s: float  # CPU time of the rank and its DataLoader workers over the blocks
+    sizes: tuple[int, ...] = ()  # steps of each block, in order (the replay repeats them)
 
 
 class Endless:
@@ -126,7 +127,7 @@ def run_window(trainer: Any, seconds: float, min_steps: int, warmup: int) -> Mea
     config.warmup = 0
     rows = steps = blocks = 0
     spent = wait_s = cpu_s = 0.0
-    size = 1
+    size, sizes = 1, []
     while True:
         config.total = size
         cpu = cpu_seconds()
@@ -135,20 +136,43 @@ def run_window(trainer: Any, seconds: float, min_steps: int, warmup: int) -> Mea
         block_s = time.perf_counter() - started
         cpu_s += cpu_seconds() - cpu
         rows, steps, blocks = rows + result.rows, steps + size, blocks + 1
+        sizes.append(size)
         spent, wait_s = spent + block_s, wait_s + result.wait_s
         grow = block_s < seconds / BLOCKS_PER_WINDOW
         size, go_on = _agree((size * 2 if grow else size, spent < seconds or steps < min_steps))
         if not go_on:
-            return Measured(rows, steps, spent, wait_s, blocks, cpu_s)
+            return Measured(rows, steps, spent, wait_s, blocks, cpu_s, tuple(sizes))
 
 
-def run_replay(trainer: Any, steps: int, warmup: int) -> float:
-    """Seconds of ``steps`` steps of ``trainer`` (over a replay of batches) after a warm-up."""
+def run_replay(trainer: Any, sizes: tuple[int, ...], warmup: int) -> float:
+    """Seconds of ``trainer`` (over a replay of batches) run in blocks of ``sizes`` steps, after
+    a warm-up: the blocks of the window it is compared with, so that what a block costs
+    besides its steps (the loop's start, the GPU's queue drained at its end) weighs on both
+    sides of the efficiency alike (timed in one block, the replay made E read 0.92-0.96 on an
+    H100 where one long run of each gave 0.995, benchmarks/RESULTS.md)."""
     config = trainer.config
     if warmup:
         config.total = config.warmup = warmup
         trainer.run()
-    config.total, config.warmup = steps, 0
-    started = time.perf_counter()
-    trainer.run()
-    return time.perf_counter() - started
+    config.warmup = 0
+    spent = 0.0
+    for size in sizes:
+        config.total = size
+        started = time.perf_counter()
+        trainer.run()
+        spent += time.perf_counter() - started
+    return spent
+
+
+def endless(loader: Resumable, device: Any, prefetch: bool, depth: int | None = None) -> Endless:
+    """``loader`` as a bench window reads it: its batches run on from block to block and, with
+    ``prefetch``, through one :class:`~lading.device.DevicePrefetcher` inside the
+    :class:`Endless`, so the batches in flight carry over from one block to the next as in one
+    long run. Outside it (the loop's own prefetcher) every block's ``set_epoch(0)`` dropped
+    them: ``depth`` batches collated and copied for nothing per block, which a real run pays
+    once. The loop's config must then have ``prefetch=False``."""
+    if not prefetch:
+        return Endless(loader)
+    from lading.device import DevicePrefetcher
+
+    return Endless(DevicePrefetcher(loader, device, depth))  # type: ignore[arg-type]

@@ -1,0 +1,78 @@
+"""The bench's timed window and its replay: efficiency E compares like with like.
+
+E is the replay's time over the loop's on the same steps. The first H100 run read E 0.92 for
+packed+prefetch where one long run of each gave 0.995 (benchmarks/RESULTS.md): the window ran in
+blocks and the prefetcher (wrapped outside the window's loader) dropped its batches in flight at
+every block's ``set_epoch(0)``, while the replay ran in one block. Both are checked here on the
+CPU with an explicit prefetch depth, which pulls ahead as on a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import lading  # noqa: E402
+from lading.bench.window import endless, run_replay, run_window  # noqa: E402
+from lading.train import LoopConfig, StepResult, Trainer, Workload  # noqa: E402
+from lading.world import World  # noqa: E402
+
+
+class Counted:
+    """A map dataset that counts the items read (what the loader pulled)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.read = n, 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        self.read += 1
+        return i
+
+
+class Step(Workload):
+    def step(self, batch: Any) -> StepResult:
+        return StepResult(None, len(batch))
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_a_prefetched_window_pulls_each_batch_once_over_its_blocks(depth: int) -> None:
+    data = Counted(10_000)
+    source = endless(lading.loader(data, 1, shuffle=False), "cpu", True, depth=depth)
+    config = LoopConfig(1, progress=False, memory=False, prefetch=False)
+    trainer = Trainer(Step(), source, config, World(0, 1), torch.device("cpu"))
+    timed = run_window(trainer, seconds=0.05, min_steps=40, warmup=3)
+    assert timed.blocks >= 3 and sum(timed.sizes) == timed.steps, timed
+    # every batch stepped, plus the ones in flight at the end: none dropped between blocks
+    assert data.read == 3 + timed.steps + depth, (data.read, timed)
+
+
+def test_an_unprefetched_window_reads_exactly_its_steps() -> None:
+    data = Counted(10_000)
+    source = endless(lading.loader(data, 2, shuffle=False), "cpu", False)
+    config = LoopConfig(1, progress=False, memory=False, prefetch=False)
+    trainer = Trainer(Step(), source, config, World(0, 1), torch.device("cpu"))
+    timed = run_window(trainer, seconds=0.02, min_steps=10, warmup=2)
+    assert data.read == 2 * (2 + timed.steps)
+
+
+class Blocks:
+    """A trainer that records the steps of each run."""
+
+    def __init__(self) -> None:
+        self.config = LoopConfig(1, progress=False, memory=False)
+        self.runs: list[tuple[int, int]] = []
+
+    def run(self) -> None:
+        self.runs.append((self.config.total, self.config.warmup))
+
+
+def test_the_replay_runs_in_the_windows_blocks_after_its_warmup() -> None:
+    trainer = Blocks()
+    run_replay(trainer, (1, 2, 4, 8, 8), warmup=5)
+    assert trainer.runs == [(5, 5), (1, 0), (2, 0), (4, 0), (8, 0), (8, 0)]
