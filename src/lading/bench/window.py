@@ -175,4 +175,4 @@ def endless(loader: Resumable, device: Any, prefetch: bool, depth: int | None = 
         return Endless(loader)
     from lading.device import DevicePrefetcher
 
-    return Endless(DevicePrefetcher(loader, device, depth))  # type: ignore[arg-type]
+    return Endless(DevicePrefetcher(loader, device, depth))
