@@ -159,18 +159,9 @@ def render(sizes: dict[str, Any], over: dict[str, Any], cost: dict[str, float]) 
             f"{MAX_LENGTH}, synthetic documents (lading synth), WordPiece vocabulary 30,522 "
             "(uint16 ids).",
             "",
-            "**The GPU figures are still to come**: no GPU was lent to this work. The efficiency "
-            "E (step time on batches already on the device / with the loader), the data-wait "
-            "share, `packed+prefetch` and `gpu-resident` against their E >= 0.98 target, and "
-            "`lading bench --world-sizes 1` with the full grid on a GPU are to be measured with "
-            "`lading bench --strategies packed,packed+prefetch,gpu-resident --modes train` on a "
-            "CUDA machine (the bench reports E, wait share and H2D bytes per cell; on the CPU it "
-            "reports `gpu-resident` as n/a), with a DistilBERT-sized cross-encoder (6 layers, "
-            "768 hidden, from a config), max length 512, bf16, 32x8 on 1 GPU; likewise "
-            "`lading train lm` and `lading train sessions` with and without `--no-prefetch`. "
-            "The CUDA code paths (side-stream copies, events, `record_stream`, widening and "
-            "gathers on the GPU) have not run yet: their tests in tests/device/test_device.py skip "
-            "without CUDA.",
+            'The GPU figures are in "GPU leg (H100)" below (benchmarks/gpu_leg.sh); the CUDA '
+            "code paths (side-stream copies, events, `record_stream`, widening and gathers on "
+            "the GPU) ran there and their tests pass.",
             "",
             "| host-to-device bytes per step | KiB | of today's |",
             "|---|---:|---:|",

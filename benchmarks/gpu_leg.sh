@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU leg in one run (at most about 9 minutes: each part has a time limit): every GPU measurement the issues ask for.
+# The GPU leg in one run: every GPU measurement the issues ask for (about 7 minutes on one
+# H100, 2026-11-26; each part has its own time limit).
 #
 #     bash benchmarks/gpu_leg.sh OUT            # from the repository root, on a CUDA machine
 #
