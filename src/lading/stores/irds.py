@@ -108,7 +108,7 @@ def _drop_stale_docstore(dataset_id: str) -> None:
         recorded = None
     now = fingerprint(Path(dataset_id[len(_LOCAL) :]))
     if not isinstance(recorded, dict) or any(recorded.get(k) != now[k] for k in _SAME_FILE):
-        shutil.rmtree(docstore)
+        shutil.rmtree(docstore, ignore_errors=True)  # another rank may be removing it too
 
 
 def _record_source(dataset_id: str, before: dict[str, Any]) -> None:
