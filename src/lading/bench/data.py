@@ -178,9 +178,9 @@ def prepare(
         from lading.stores import IrDatasetsStore
 
         irds_tsv = work / "irds" / "collection.tsv"  # ir_datasets writes its docstore beside it
-        if not irds_tsv.exists():
+        if not _same_file(corpus, irds_tsv):  # copied again after an edit of the corpus
             irds_tsv.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(corpus, irds_tsv)
+            shutil.copy2(corpus, irds_tsv)  # its mtime too: the docstore's record compares it
         logging.disable(logging.INFO)  # ir_datasets' "[INFO]" lines would break the output
         try:
             IrDatasetsStore.from_tsv(irds_tsv).get_many([])  # build the docstore now, not in a cell
@@ -191,6 +191,15 @@ def prepare(
         corpus, queries, qrels, negatives, tok_path, packed, offsets, irds_tsv, **peers,
         remote=remote,
     )  # fmt: skip
+
+
+def _same_file(source: Path, copy: Path) -> bool:
+    """Whether ``copy`` (made by ``shutil.copy2``) is still a copy of ``source``: the same
+    size and modification time."""
+    if not copy.exists():
+        return False
+    a, b = source.stat(), copy.stat()
+    return (a.st_size, a.st_mtime_ns) == (b.st_size, b.st_mtime_ns)
 
 
 def _publish(packed: Path, url: str) -> None:
@@ -242,7 +251,7 @@ def to_ramdisk(data: BenchData, strategy: str, root: Path) -> BenchData:
     folder = root / "irds"
     folder.mkdir(parents=True, exist_ok=True)
     tsv = folder / data.irds_tsv.name
-    shutil.copyfile(data.irds_tsv, tsv)
+    shutil.copy2(data.irds_tsv, tsv)  # the same mtime: its docstore's record still matches
     docstore = data.irds_tsv.with_name(data.irds_tsv.name + ".pklz4")
     if docstore.exists():
         shutil.copytree(docstore, folder / docstore.name, dirs_exist_ok=True)

@@ -115,6 +115,8 @@ def check_flags(args: argparse.Namespace) -> None:
         value = getattr(args, flag)
         if value and not Path(value).exists():
             raise FileNotFoundError(f"--{flag} {value}: no such file or folder")
+    if args.corpus:
+        check_corpus_columns(Path(args.corpus))
     if not args.corpus:
         # the synthetic collection brings its own queries, judgements and run: these would be
         # silently replaced by them
@@ -138,6 +140,33 @@ def check_flags(args: argparse.Namespace) -> None:
     tokenizer = bench_tokenizer(args)  # a model without one is refused now, not after stores
     if tokenizer is not None and args.model != "tiny":
         check_vocabulary(tokenizer, args.model)
+
+
+def check_corpus_columns(corpus: Path) -> None:
+    """Refuse a TSV ``--corpus`` whose first line has more than two columns, naming a fix the
+    bench has: every strategy reads the file as ``id<TAB>text`` (the packed and offsets stores,
+    ir_datasets' docstore, the peers' formats), so it takes no ``--columns``; the reader's own
+    refusal would advise that flag, after planning and from inside the preparation."""
+    from lading.sources import detect_format, open_binary
+
+    try:
+        if corpus.is_dir() or detect_format(corpus) != "tsv":
+            return
+    except ValueError:  # a name of no known format: the reader says so, naming it
+        return
+    with open_binary(corpus) as f:
+        first = next((line for line in f if line.strip()), b"")
+    parts = first.rstrip(b"\r\n").split(b"\t")
+    if len(parts) <= 2:
+        return
+    shown = " | ".join(repr(p[:24].decode("utf-8", "replace")) for p in parts[:6])
+    keep = "cut -f1,4" if len(parts) == 4 else f"cut -f1,{len(parts)}"
+    raise ValueError(
+        f"--corpus {corpus}: line 1 has {len(parts)} columns ({shown}); the bench reads "
+        "id<TAB>text in every strategy, so give it a two-column file, e.g. "
+        f"{keep} {corpus.name} > {corpus.stem}.id-text.tsv (for id,url,title,text: the id and "
+        "the body)"
+    )
 
 
 def check_vocabulary(tokenizer: str, model: str) -> None:

@@ -30,6 +30,19 @@ def _rank0() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def column_names(value: str) -> tuple[str, ...]:
+    """``--columns id,url,title,text`` as the names ParseOptions takes, checked while the
+    command line is read (before a tokenizer is trained or a store built)."""
+    from lading.sources import ParseOptions
+
+    names = tuple(value.split(","))
+    try:
+        ParseOptions(columns=names)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{value}: {e}; e.g. id,url,title,text") from None
+    return names
+
+
 def _cmd_train_cross_encoder(args: argparse.Namespace) -> int:
     from lading.ir.train import TrainConfig, train
 
@@ -257,6 +270,12 @@ def _add_train_cross_encoder(kinds: Any) -> None:
         "--corpus",
         type=existing,
         help="a corpus file: built into OUT/store with the model's tokenizer",
+    )
+    p.add_argument(
+        "--columns",
+        type=column_names,
+        help="with a TSV --corpus: its column names, comma-separated, one per column (default: "
+        "id,text); a wider TSV names every column, e.g. id,url,title,text for msmarco-docs.tsv",
     )
     p.add_argument("--queries", required=True, type=existing, help="queries (id<TAB>text)")
     p.add_argument("--qrels", required=True, type=existing, help="judgements (TREC qrels)")

@@ -23,6 +23,7 @@ from lading.ir.inputs import read_qrels, read_queries, read_run
 from lading.ir.layouts import DOC_ROWS, model_inputs
 from lading.ir.model import CrossEncoder, ranking_loss, tiny_bert_config
 from lading.loading.map_source import loader
+from lading.sources import ParseOptions
 from lading.stores import build_store, open_store
 from lading.stores.base import DocStore
 from lading.stores.tokens import save_tokenizer, train_tokenizer
@@ -44,6 +45,7 @@ class TrainConfig(RunConfig):
     qrels: Path
     store: Path | str | None = None  # a folder, or an object-store URL (s3://...)
     corpus: Path | None = None
+    columns: tuple[str, ...] | None = None  # a TSV --corpus's column names (default: id, text)
     negatives: Path | None = None
     model: str = "tiny"
     tokenizer: str | None = None
@@ -86,14 +88,20 @@ def prepare(config: TrainConfig, world: World) -> tuple[DocStore, Any, CrossEnco
     out = Path(config.out)
     if config.corpus is None and config.store is None:
         raise ValueError("pass --store (a built store) or --corpus (a file to build one from)")
+    if config.columns and config.corpus is None:
+        raise ValueError(
+            "--columns names the columns of a TSV --corpus; a --store keeps the ones it was "
+            "built with: leave --columns out"
+        )
     tokenizer: Any = config.tokenizer
     if config.model != "tiny" and tokenizer is None:
         tokenizer = config.model  # a local HF model folder holds tokenizer.json
     if config.corpus is not None:
+        parse = ParseOptions(columns=config.columns) if config.columns else None
         if tokenizer is None:  # tiny: learn a vocabulary from the corpus head, offline
             from lading.sources import read_records
 
-            head = itertools.islice(read_records(config.corpus), 20_000)
+            head = itertools.islice(read_records(config.corpus, parse=parse), 20_000)
             texts = [r.text for r in head] if world.rank == 0 else []
             tokenizer = _tiny_tokenizer(texts, out / "tokenizer" / "tokenizer.json", world)
         store: DocStore = build_store(
@@ -101,6 +109,7 @@ def prepare(config: TrainConfig, world: World) -> tuple[DocStore, Any, CrossEnco
             out / "store",
             tokenizer=tokenizer,
             max_length=config.max_length,
+            parse=parse,
             progress=False,
         )
     else:

@@ -30,7 +30,7 @@ from lading.stores.group import build_in_group, build_in_shards, initialized_dis
 from lading.stores.inputs import Piece, PiecesReader, input_files
 from lading.stores.layout import FORMAT_NAME, shard_name
 from lading.stores.merge import Shard, manifest_of
-from lading.stores.packed import PackedStore
+from lading.stores.packed import PackedStore, unnamed_columns
 from lading.stores.parallel import (
     ShardReport,
     build_shard,
@@ -234,9 +234,11 @@ def reusable(meta: dict[str, Any] | None, reader: Any, options: dict[str, Any]) 
     modification time and its file identity (device, inode), so a copy or a ``touch`` of the
     source rebuilds: the mtime is what tells a same-size edit in the middle, which the hash
     does not read (make's rule; see :func:`lading.sources.fingerprint.fingerprint_changed`).
+    A TSV store whose fields its columns do not name was built by a lading that kept a wider
+    line's extra columns (:func:`~lading.stores.packed.unnamed_columns`): never reused.
     """
-    if meta is None:
-        return False
+    if meta is None or unnamed_columns(meta):
+        return False  # a TSV read with fewer columns named than it has (see unnamed_columns)
     build = meta.get("build", {})
     if ParseOptions.from_dict(build) != reader.options:
         return False  # compared as options: a store recorded before keep_fields still matches

@@ -7,15 +7,20 @@ ir_datasets keeps its own lookup structures (numpy-sorted indices, LZ4 blocks) u
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from lading.sources import import_ir_datasets, irds_record
+from lading.sources import fingerprint, import_ir_datasets, irds_record
 from lading.stores.base import DocStore, IdLike, id_list, is_id
 
 _LOCAL = "lading-local/"
+# beside ir_datasets' files in <file>.pklz4: the TSV that docstore was built from
+_SOURCE_RECORD = "lading-source.json"
+_SAME_FILE = ("size", "mtime_ns", "head_tail_sha256")  # not path or inode: a copy2 is the file
 
 
 def _register_local(dataset_id: str) -> None:
@@ -81,6 +86,42 @@ def _doc_class(path: Path) -> Any:
     )
 
 
+def _docstore_dir(dataset_id: str) -> Path | None:
+    """``<file>.pklz4``, where ir_datasets keeps the docstore of a local TSV; None otherwise."""
+    if not dataset_id.startswith(_LOCAL):
+        return None
+    path = Path(dataset_id[len(_LOCAL) :])
+    return path.with_name(path.name + ".pklz4")
+
+
+def _drop_stale_docstore(dataset_id: str) -> None:
+    """Remove the docstore of a local TSV unless it records being built from the TSV as it is
+    now (size, modification time, head/tail hash): ir_datasets builds a docstore once and
+    then trusts it, so after an edit of the TSV it answered with the old texts. A docstore
+    without the record (built before lading kept one) is built again too."""
+    docstore = _docstore_dir(dataset_id)
+    if docstore is None or not docstore.exists():
+        return
+    try:
+        recorded = json.loads((docstore / _SOURCE_RECORD).read_text())
+    except (OSError, ValueError):
+        recorded = None
+    now = fingerprint(Path(dataset_id[len(_LOCAL) :]))
+    if not isinstance(recorded, dict) or any(recorded.get(k) != now[k] for k in _SAME_FILE):
+        shutil.rmtree(docstore, ignore_errors=True)  # another rank may be removing it too
+
+
+def _record_source(dataset_id: str, before: dict[str, Any]) -> None:
+    """Write beside the docstore just built the TSV's identity taken ``before`` it was read (a
+    TSV changed while read then differs from it, and the next open builds again)."""
+    docstore = _docstore_dir(dataset_id)
+    if docstore is None or not docstore.is_dir() or (docstore / _SOURCE_RECORD).exists():
+        return
+    tmp = docstore / f"{_SOURCE_RECORD}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps({k: before[k] for k in _SAME_FILE}))
+    os.replace(tmp, docstore / _SOURCE_RECORD)  # whole or absent, whoever writes it
+
+
 class IrDatasetsStore(DocStore):
     """Documents of ``ir_datasets.load(dataset_id)``, looked up in its docstore.
 
@@ -93,6 +134,7 @@ class IrDatasetsStore(DocStore):
         self._docstore: Any = None
         self._count: int | None = None
         _register_local(dataset_id)
+        _drop_stale_docstore(dataset_id)
         ir_datasets = import_ir_datasets()
         dataset = ir_datasets.load(dataset_id)
         if not dataset.has_docs():
@@ -102,7 +144,13 @@ class IrDatasetsStore(DocStore):
         if self._docstore is None:
             _register_local(self.dataset_id)  # a spawned worker starts with an empty registry
             self._dataset = import_ir_datasets().load(self.dataset_id)
-            self._docstore = self._dataset.docs_store()
+            docstore = self._dataset.docs_store()
+            local = _docstore_dir(self.dataset_id)
+            if local is not None:  # built now, from the TSV as it is, and that recorded
+                before = fingerprint(Path(self.dataset_id[len(_LOCAL) :]))
+                docstore.build()
+                _record_source(self.dataset_id, before)
+            self._docstore = docstore
         return self._docstore
 
     def __repr__(self) -> str:

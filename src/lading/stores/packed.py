@@ -251,11 +251,43 @@ class PackedStore(DocStore):
 
 def _stale(meta: dict[str, Any]) -> str | None:
     """Why a source of the store differs from what was built, or None."""
+    wide = unnamed_columns(meta)
+    if wide:
+        return wide
     for source in meta.get("sources") or [meta.get("source", {})]:
         changed = fingerprint_changed(source)
         if changed:
             return changed
     return None
+
+
+def unnamed_columns(meta: dict[str, Any]) -> str | None:
+    """Why a TSV store was read with fewer columns named than its lines have, or None.
+
+    A lading from before the refusal of wider lines (issue 33) kept the columns past the named
+    ones as fields ``col<N>``: ``msmarco-docs.tsv`` read as ``id,text`` stored its URL as the
+    text. Its manifest records the same options a build of today compares, so the fields it
+    kept that its columns do not name are the only record of it; such a store is rebuilt, not
+    reused (the rebuild refuses the wide line, naming the file and ``--columns``).
+    """
+    build = meta.get("build") or {}
+    if build.get("format") != "tsv":
+        return None
+    named = list(build.get("columns") or ("id", "text"))
+    extra = [f for f in meta.get("fields", []) if f not in named]
+    if not extra:
+        return None
+    source = (meta.get("source") or {}).get("path", "its source")
+    wide = len(named) + len(extra)
+    example = "id,url,title,text" if wide == 4 and named == ["id", "text"] else "…"
+    return (
+        f"{source} has lines of {wide} columns and {len(named)} were named "
+        f"({','.join(named)}) when a lading from before the refusal of wider lines built it: "
+        "it kept the others as fields "
+        f"{', '.join(extra)} and its text may be another column (msmarco-docs.tsv read as "
+        f"id,text stored the URL); rebuild it naming every column, e.g. lading build "
+        f"{source} STORE --columns {example} --overwrite"
+    )
 
 
 def _map(path: Path, snapshot: str | None) -> _Mapped:
