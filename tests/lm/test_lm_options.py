@@ -10,6 +10,7 @@ commit before this test) on the same corpus, for every mode and the options that
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -191,3 +192,30 @@ def test_a_window_state_saved_under_bptt_still_loads(corpus: TokenCorpus, sequen
     other = {**old, "fingerprint": {**old["fingerprint"], "bptt": 7}}
     with pytest.raises(LoaderStateError, match="seq_len=7"):
         make().load_state_dict(other)
+
+
+def test_a_state_of_other_tokens_is_refused_the_same_corpus_resumes(tmp_path: Path) -> None:
+    """A corpus rebuilt at the same path with other words (same documents, same token count:
+    every size in the fingerprint agrees) refuses a state saved on the old tokens, naming the
+    corpus, both content ids and the fix; the same corpus reopened resumes."""
+    old = word_corpus(tmp_path, docs=12, lengths=(3, 20), words=300, seed=0)
+    loader = LanguageModelLoader(old, 2, Streams(5), seed=3)
+    batches = iter(loader)
+    next(batches)
+    state = loader.state_dict()
+    same = LanguageModelLoader(TokenCorpus.open(old.path), 2, Streams(5), seed=3)
+    same.load_state_dict(state)  # the same tokens: resumes
+    assert np.array_equal(next(iter(same))[0].numpy(), next(batches)[0].numpy())
+    src = tmp_path / "docs.txt"
+    src.write_text(src.read_text().replace("w1", "w2"))  # other words, the same lengths
+    new = TokenCorpus.build(src, old.path, tmp_path / "t.json", progress=False)
+    assert new.content_id != old.content_id and new.n_tokens == old.n_tokens
+    assert len(new) == len(old)
+    resumed = LanguageModelLoader(new, 2, Streams(5), seed=3)
+    with pytest.raises(LoaderStateError) as refused:
+        resumed.load_state_dict(state)
+    message = str(refused.value)
+    assert str(old.path) in message and old.content_id in message and new.content_id in message
+    assert "start the epoch without the state" in message
+    before = {k: v for k, v in state["fingerprint"].items() if k != "content"}
+    resumed.load_state_dict({**state, "fingerprint": before})  # saved before content was kept

@@ -436,3 +436,49 @@ def test_rows_outside_a_sharded_column_raise_as_in_one_shard(route: str, tmp_pat
     for row in (2, 3):
         with pytest.raises(StoreFormatError, match=rf"offsets of row {row} \(.*not within"):
             damaged.texts(np.array([0, row]))
+
+
+def test_a_cold_batch_of_a_sharded_store_is_read_ahead_in_every_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in one shard, a cold batch asks for its rows' offsets and bytes all at once
+    (``MADV_WILLNEED``), each range in the shard that holds it; a warm one does not."""
+    from lading.disk.files import MappedFile
+
+    src = write(tmp_path / "s.tsv", "".join(f"D{i}\ttext of D{i}\n" for i in range(40)))
+    for i in range(2):
+        lading.build_store(src, tmp_path / "s", progress=False, shard=(i, 2))
+    store = lading.merge_store(tmp_path / "s")
+    text = store._maps().text
+    assert isinstance(text, ShardedColumn) and text.starts.tolist()[1] not in (0, 40)
+    asked: list[tuple[Path, list[int], list[int]]] = []
+
+    def will_need(self: MappedFile, starts: list[int], ends: list[int]) -> None:
+        asked.append((self.path, list(starts), list(ends)))
+
+    monkeypatch.setattr(MappedFile, "will_need", will_need)
+    rows = np.array([35, 2, 20, 0, 39])
+    cut = int(text.starts[1])
+    text._read_ahead = True  # cold
+    assert text.texts(rows) == [f"text of D{r}" for r in rows.tolist()]
+    by_file = {path: (s, e) for path, s, e in asked}
+    for p, part in enumerate(text.parts):
+        mine = [r - int(text.starts[p]) for r in rows.tolist() if (r >= cut) == (p == 1)]
+        starts = [int(part.offsets[r]) for r in mine]
+        assert by_file[part.data.path] == (starts, [int(part.offsets[r + 1]) for r in mine])
+    goff = [path for path in by_file if path.name == "text.goff"]
+    assert goff and by_file[goff[0]][0] == [8 * r for r in rows.tolist()]
+    asked.clear()
+    ids = store._maps().ids  # no merged offsets: each shard's own are asked for
+    assert isinstance(ids, ShardedColumn) and ids.offsets is None
+    ids._read_ahead = True
+    assert ids.texts(rows) == [f"D{r}" for r in rows.tolist()]
+    offs = {path.parent.name: s for path, s, _ in asked if path.name == "ids.off"}
+    assert offs == {
+        "shard-00000-of-00002": [8 * r for r in rows.tolist() if r < cut],
+        "shard-00001-of-00002": [8 * (r - cut) for r in rows.tolist() if r >= cut],
+    }
+    asked.clear()
+    text._read_ahead = False  # warm: no system call per row
+    assert text.texts(rows) == [f"text of D{r}" for r in rows.tolist()]
+    assert asked == []

@@ -104,6 +104,30 @@ def test_a_duplicate_id_across_shards_names_both(tmp_path: Path) -> None:
         lading.merge_store(tmp_path / "s")
 
 
+@pytest.mark.parametrize("keep", ["first", "last"])
+def test_duplicates_first_or_last_across_shards_as_one_process(tmp_path: Path, keep: str) -> None:
+    """A duplicate across shards is kept as a one-process build keeps it: the earliest row in
+    source order (``first``) or the latest (``last``); one inside a shard too, and fields."""
+    lines = [f"d{i}\ttext {i}\tt{i}\n" for i in range(100)]
+    lines[3] = "d7\tearly\tte\n"  # d7 three times: shard 0 twice (rows 3, 7), shard 1 once
+    lines += ["d7\tagain\tta\n", "d90\tlate\ttl\n", "d91\tlater\ttm\n", "d91\tlast\ttn\n"]
+    src = write(tmp_path / "c.tsv", "".join(lines))
+    parse = lading.ParseOptions(columns=["id", "text", "title"])
+    one = lading.build_store(src, tmp_path / "one", duplicates=keep, parse=parse, progress=False)
+    dest = tmp_path / "s"
+    for i in range(2):
+        lading.build_store(src, dest, shard=(i, 2), duplicates=keep, parse=parse, progress=False)
+    store = lading.merge_store(dest)
+    assert len(store.meta["shards"]) == 2 and len(one) == 99
+    assert one["d7"] == ("early" if keep == "first" else "again")
+    assert one["d90"] == ("text 90" if keep == "first" else "late")
+    same_content(one, store)
+    assert store.meta["build"]["duplicates_dropped"] == one.meta["build"]["duplicates_dropped"]
+    assert lading.stores.verify_store(dest) == []
+    again = lading.open_store(dest)
+    assert again.ids() == one.ids() and again.get_many(["d7", "d91"]) == one.get_many(["d7", "d91"])
+
+
 def test_missing_shards_are_named_and_a_rerun_builds_only_those(tmp_path: Path) -> None:
     src = jsonl(tmp_path / "c.jsonl", 0, 300)
     dest = tmp_path / "s"

@@ -179,8 +179,14 @@ class LanguageModelLoader(Loader):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (see :meth:`Loader.load_state_dict`); a window-mode state
-        saved when the window length was kept under ``bptt`` loads as its ``seq_len``."""
+        saved when the window length was kept under ``bptt`` loads as its ``seq_len``.
+
+        Raises:
+            LoaderStateError: the state was saved on other tokens (a corpus rebuilt from other
+                text), naming the corpus and both content ids; or other data or settings.
+        """
         saved = self._lm.mode.saved_fingerprint(state.get("fingerprint", {}))
+        saved = self._lm.saved_content(saved)
         super().load_state_dict({**state, "fingerprint": saved})
 
     def loader(self, *args: Any, **kwargs: Any) -> Any:

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.device import ResidentTokens
+from lading.errors import LoaderStateError
 from lading.lm.batches import Batch, chunked_streams
 from lading.lm.corpus import TokenCorpus
 from lading.lm.modes import Mode
@@ -191,6 +192,31 @@ class LMSource:
         found.update(self.mode.fingerprint())
         if isinstance(self.corpus, TokenMixture):
             found.update(self.corpus.fingerprint())
+        # the tokens themselves (each corpus's snapshot content, from the manifest it pinned):
+        # a corpus rebuilt from other text with the same sizes is other data
+        found["content"] = [corpus.content_id for corpus, _ in self.data.parts]
+        return found
+
+    def saved_content(self, saved: Mapping[str, Any]) -> dict[str, Any]:
+        """``saved`` (a state's fingerprint) if its corpora hold the tokens this source
+        reads; a state saved before the content was recorded is taken as this content.
+
+        Raises:
+            LoaderStateError: a corpus's content differs, naming its path, both ids and the fix.
+        """
+        found = dict(saved)
+        now = [corpus.content_id for corpus, _ in self.data.parts]
+        was = found.setdefault("content", now)
+        if not isinstance(was, list) or len(was) != len(now):
+            return found  # another corpus count: the sizes' comparison names it
+        for (corpus, _), old, new in zip(self.data.parts, was, now):
+            if old != new:
+                raise LoaderStateError(
+                    f"the loader state was saved on other tokens than token corpus "
+                    f"{corpus.path} holds now (content {old}, now {new}, snapshot "
+                    f"{corpus.snapshot}): the corpus was rebuilt from other text. Resume on the "
+                    "corpus the state was saved with, or start the epoch without the state"
+                )
         return found
 
     def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:

@@ -2,9 +2,12 @@
 
 A one-process build hands its one shard over in memory; ``lading merge`` reads each shard's
 ``shard.json`` and its ids. Shards are checked to fit together (the same tokenizer, token
-dtype and build) and ids to be unique over the whole store: a duplicate across shards is
-refused naming both shards. A field that some shards lack gets empty rows there (padding
-columns written into the snapshot's own directory).
+dtype and build) and ids to be unique over the whole store: with ``duplicates="error"`` a
+duplicate across shards is refused naming both shards; with ``"first"``/``"last"`` the merge
+keeps the earliest/latest row in source order (shards are dealt in source order), as a
+one-process build does, and the shards that lose rows get compacted columns written into the
+snapshot's own directory (shards are never rewritten). A field that some shards lack gets empty
+rows there too (padding columns).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from lading.errors import StoreFormatError
 from lading.sources.tsv_blocks import Column, int_values
 from lading.stores.index import bytes_keys, write_index
 from lading.stores.layout import FORMAT_NAME, field_column
-from lading.stores.writer import SHARD_FILE, _all_distinct_small_ints
+from lading.stores.writer import SHARD_FILE, Duplicates, _all_distinct_small_ints, unique_rows
 
 _KEY_CHUNK = 1 << 20  # ids parsed per numpy pass when a merge reads a shard's ids back
 
@@ -42,6 +45,11 @@ class Shard:
     record: dict[str, Any]
     keys: np.ndarray | None = None
     source: Any = None  # what it read, for the manifest and for messages
+    home: Path | None = None  # where its files are now, if not yet at ``root / dir``
+
+    def base(self, root: Path) -> Path:
+        """The directory its files are in: ``root / dir``, or a staged one not committed yet."""
+        return self.home if self.home is not None else root / self.dir
 
 
 def read_shard(root: Path, rel: str) -> Shard:
@@ -71,8 +79,8 @@ def shard_keys(root: Path, shard: Shard, as_bytes: bool) -> np.ndarray:
     if shard.keys is not None and (not as_bytes or shard.keys.dtype.kind == "S"):
         return shard.keys
     files = shard.record["columns"]["ids"]
-    data = MappedFile(root / shard.dir / files["data"]).buffer
-    offsets = MappedFile(root / shard.dir / files["offsets"]).array(OFFSET_DTYPE)
+    data = MappedFile(shard.base(root) / files["data"]).buffer
+    offsets = MappedFile(shard.base(root) / files["offsets"]).array(OFFSET_DTYPE)
     if as_bytes:
         return bytes_keys(data, offsets)
     out = np.empty(len(offsets) - 1, dtype=np.int64)
@@ -119,8 +127,64 @@ def check_unique(keys: np.ndarray, shards: list[Shard]) -> None:
         f"duplicate id {shown!r} in shard {a} (its row {first - starts[a]}, read from "
         f"{_describe(shards[a])}) and shard {b} (its row {again - starts[b]}, read from "
         f"{_describe(shards[b])}): ids must be unique over the store. Remove the duplicate from "
-        "the source, or build with one process and duplicates='first' or 'last'"
+        "the source, or build every shard with duplicates='first' or 'last' to keep one"
     )
+
+
+def drop_duplicates(
+    root: Path, tmp: Path, snapshot: str, shards: list[Shard], keys: np.ndarray, keep: str
+) -> tuple[list[Shard], np.ndarray]:
+    """Keep one row of each id held by several shards, as a one-process build keeps it
+    (``keep``: ``"first"``, the earliest row in store order, which is source order, or
+    ``"last"``); ``"error"`` refuses naming both shards (:func:`check_unique`).
+
+    Each shard dropped its own duplicates as ``keep`` says already, so keeping the first (last)
+    over the shards' survivors is keeping the first (last) over the source. A shard that loses
+    rows is replaced by a copy of its kept rows written into ``tmp/dedup-<i>-of-<n>`` (its
+    files are never rewritten: a reader may have them open). Returns (shards, keys) kept.
+    """
+    if keep == "error" or len(shards) < 2:
+        check_unique(keys, shards)
+        return shards, keys
+    policy: Duplicates = "first" if keep == "first" else "last"
+    mask = unique_rows(keys, np.zeros(0, dtype=np.int64), policy, None)
+    if mask is None:
+        return shards, keys
+    starts = np.cumsum([0] + [s.record["rows"] for s in shards])
+    out = []
+    for i, shard in enumerate(shards):
+        mine = mask[starts[i] : starts[i + 1]]
+        if mine.all():
+            out.append(shard)
+            continue
+        name = f"dedup-{i:05d}-of-{len(shards):05d}"
+        out.append(_compacted(root, tmp / name, f"{snapshot}/{name}", shard, mine))
+    return out, keys[mask]
+
+
+def _compacted(root: Path, where: Path, rel: str, shard: Shard, keep: np.ndarray) -> Shard:
+    """``shard`` with only the rows in ``keep``: its columns copied into ``where``."""
+    where.mkdir()
+    record = dict(shard.record)
+    rows = np.flatnonzero(keep)
+    files: dict[str, Any] = {}
+    for column, names in record["columns"].items():
+        size = np.dtype(record["dtypes"][column]).itemsize
+        data = MappedFile(shard.base(root) / names["data"]).array(np.uint8)
+        offsets = MappedFile(shard.base(root) / names["offsets"]).array(OFFSET_DTYPE)
+        out = RaggedWriter(where, column, size)
+        for row in rows.tolist():
+            out.append(data[int(offsets[row]) * size : int(offsets[row + 1]) * size].tobytes())
+        files.update(out.finish())
+        del data, offsets
+    if record.get("tokenizer"):  # the tokenizer stays with shard 0's files: copy it
+        raw = (shard.base(root) / record["tokenizer"]).read_bytes()
+        files[record["tokenizer"]] = write_file(where / record["tokenizer"], raw)
+    dropped = len(keep) - len(rows)
+    record.update(
+        rows=len(rows), files=files, duplicates_dropped=record["duplicates_dropped"] + dropped
+    )
+    return Shard(rel, record, None, shard.source, where)
 
 
 def _describe(shard: Shard) -> str:
@@ -192,7 +256,7 @@ def global_offsets(
         parts, base = [np.zeros(1, dtype=OFFSET_DTYPE)], 0
         for shard in shards:
             name = shard.record["columns"][column]["offsets"]
-            offsets = MappedFile(root / shard.dir / name).array(OFFSET_DTYPE)
+            offsets = MappedFile(shard.base(root) / name).array(OFFSET_DTYPE)
             parts.append(offsets[1:] + np.uint64(base))
             base += int(offsets[-1])
         rel = f"{snapshot}/{column}.goff"
@@ -220,7 +284,8 @@ def manifest_of(
     commits ``shards`` as snapshot ``snapshot`` (``tmp`` becomes ``root/snapshot``)."""
     check_compatible(shards)
     keys, is_int = global_keys(root, shards)
-    check_unique(keys, shards)
+    keep = str(build.get("duplicates") or "error")
+    shards, keys = drop_duplicates(root, tmp, snapshot, shards, keys, keep)
     index_meta, index_files = write_index(tmp, keys, is_int)
     del keys
     files: dict[str, Any] = {f"{snapshot}/{name}": info for name, info in index_files.items()}

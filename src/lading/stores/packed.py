@@ -339,7 +339,8 @@ def _column(
             )
     if len(maps) == 1:
         return maps[0]
-    offsets = MappedFile(path / spans, random_access=True).array(OFFSET_DTYPE) if spans else None
+    mapped = MappedFile(path / spans, random_access=True) if spans else None
+    offsets = mapped.array(OFFSET_DTYPE) if mapped is not None else None
     if offsets is not None and len(offsets) != sum(len(m) for m in maps) + 1:
         raise StoreFormatError(f"{path / str(spans)} does not describe the shards; rebuild it")
-    return ShardedColumn(maps, offsets)
+    return ShardedColumn(maps, offsets, mapped)

@@ -6,16 +6,20 @@ parallel has one ragged column per shard per column. For the columns read by id 
 path (text, tokens) the merge wrote the offsets over all shards' data laid end to end, so a
 batch costs two gathers as in one shard and one ``np.searchsorted`` over the shards' byte
 bounds to pick each row's map; other columns gather each shard's offsets under a mask. Rows
-are decoded in one loop, in request order. Unlike a single ragged column there is no adaptive
-read-ahead (``MADV_WILLNEED``) for cold batches yet.
+are decoded in one loop, in request order. A cold batch of texts is read ahead as in one shard
+(:meth:`lading.disk.RaggedColumn.texts`): its offsets and bytes are asked for all at once
+(``MADV_WILLNEED``), each range in the file of the shard that holds it.
 """
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import numpy.typing as npt
 
-from lading.disk import OFFSET_DTYPE, RaggedColumn
+from lading.disk import OFFSET_DTYPE, MappedFile, RaggedColumn
+from lading.disk.ragged import _COLD_SECONDS, _READ_AHEAD_ROWS
 from lading.errors import StoreFormatError
 from lading.stores.bulk import bytes_at, texts_range
 
@@ -23,12 +27,20 @@ from lading.stores.bulk import bytes_at, texts_range
 class ShardedColumn:
     """Rows of several ragged columns (the shards, in row order) as one column."""
 
-    def __init__(self, parts: list[RaggedColumn], offsets: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        parts: list[RaggedColumn],
+        offsets: np.ndarray | None = None,
+        offsets_file: MappedFile | None = None,
+    ) -> None:
         self.parts = parts
         # every row's offsets over the shards' data laid end to end (written by the merge for
         # the hot columns, see lading.stores.merge.global_offsets), and where each shard's
-        # data starts in that count
+        # data starts in that count; the file they are mapped from, to read them ahead
         self.offsets = offsets
+        self._offsets_file = offsets_file
+        # read a batch's rows ahead while its pages come from the device (see texts)
+        self._read_ahead = all(p.data.random_access for p in parts)
         data_sizes = [int(p.offsets[-1]) for p in parts]
         self._sizes = np.array(data_sizes, dtype=np.uint64)  # items of each shard's data
         self.bases = np.concatenate([[0], np.cumsum(data_sizes)]).astype(np.uint64)
@@ -102,10 +114,48 @@ class ShardedColumn:
 
     def texts(self, rows: npt.NDArray[np.int64]) -> list[str]:
         """Rows decoded from UTF-8, in the order given, in one decode loop over the shards'
-        maps."""
+        maps. A batch (up to ``_READ_AHEAD_ROWS`` rows) that took longer than ``_COLD_SECONDS``
+        a row came from the device: the next batches ask for their pages first, until one
+        copies at page-cache speed again (the rule of a one-shard column)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        batch = 1 < len(rows) <= _READ_AHEAD_ROWS and self.parts[0].data.random_access
+        ahead = batch and self._read_ahead
+        if ahead:
+            if int(rows.view(np.uint64).max()) >= self._count:
+                self._spans(rows)  # raises, naming the row, before asking for pages
+            self._offsets_ahead(rows)
+        started = time.perf_counter()
         part, starts, ends = self._spans(rows)
+        if ahead:
+            self._data_ahead(part, starts, ends)
         buffers = self._buffers
-        return [buffers[p][a:b].decode("utf-8") for p, a, b in zip(part, starts, ends)]
+        out = [buffers[p][a:b].decode("utf-8") for p, a, b in zip(part, starts, ends)]
+        if batch:
+            self._read_ahead = time.perf_counter() - started > _COLD_SECONDS * len(out)
+        return out
+
+    def _offsets_ahead(self, rows: npt.NDArray[np.int64]) -> None:
+        """Ask for the pages of ``rows``' offsets (rows in range): in the merged offsets file,
+        or else in each shard's own."""
+        size = OFFSET_DTYPE.itemsize
+        if self._offsets_file is not None:
+            first = (rows * size).tolist()
+            self._offsets_file.will_need(first, [f + 2 * size for f in first])
+            return
+        part, local = self._locate(rows)
+        for p, column in enumerate(self.parts):
+            first = (local[part == p] * size).tolist()
+            if first:
+                column._offsets_file.will_need(first, [f + 2 * size for f in first])
+
+    def _data_ahead(self, part: list[int], starts: list[int], ends: list[int]) -> None:
+        """Ask for the pages of each row's bytes in its shard's data file, a call per shard."""
+        where = np.asarray(part)
+        first, last = np.asarray(starts), np.asarray(ends)
+        for p, column in enumerate(self.parts):
+            mine = where == p
+            if mine.any():
+                column.data.will_need(first[mine].tolist(), last[mine].tolist())
 
     def arrays(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
         """Rows as numpy views of their shard's map (no copy), in the order given."""

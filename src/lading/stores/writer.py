@@ -292,9 +292,11 @@ def unique_rows(
     keys: np.ndarray,
     lines: Sequence[int] | npt.NDArray[np.int64],
     duplicates: Duplicates,
-    reader: SourceReader,
+    reader: SourceReader | None,
 ) -> npt.NDArray[np.bool_] | None:
-    """Mask of rows to keep, or None when every id is unique."""
+    """Mask of rows to keep, or None when every id is unique. ``reader`` and ``lines`` name
+    the lines of a duplicate for ``"error"``; ``"first"``/``"last"`` need neither (a merge
+    passes None)."""
     if len(keys) < 2:
         return None
     if keys.dtype == np.int64 and _all_distinct_small_ints(keys):
@@ -305,6 +307,7 @@ def unique_rows(
     if not same.any():
         return None
     if duplicates == "error":
+        assert reader is not None, "duplicates='error' names lines: pass the reader"
         i = int(np.argmax(same))
         first, again = int(order[i]), int(order[i + 1])
         key = sorted_keys[i]
