@@ -1,6 +1,7 @@
 """Stores in object storage: documents by id through ranged GETs and a bounded node cache.
 
-- :mod:`~lading.stores.remote.objects`: the object-store seam (obstore, fsspec backends).
+- :mod:`~lading.stores.remote.objects`: the object-store seam; :mod:`~lading.stores.remote.clients`
+  opens one (obstore or fsspec backend).
 - :mod:`~lading.stores.remote.ranges`: the range planner (sort, coalesce within a waste budget).
 - :mod:`~lading.stores.remote.fetch`: many GETs in flight, retries with backoff.
 - :mod:`~lading.stores.remote.ledger`, :mod:`~lading.stores.remote.evict`,
