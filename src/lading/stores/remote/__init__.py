@@ -5,6 +5,7 @@
 - :mod:`~lading.stores.remote.ranges`: the range planner (sort, coalesce within a waste budget).
 - :mod:`~lading.stores.remote.fetch`: many GETs in flight, retries with backoff.
 - :mod:`~lading.stores.remote.ledger`, :mod:`~lading.stores.remote.evict`,
-  :mod:`~lading.stores.remote.cache`: the node cache (hard byte cap, eviction by next use).
+  :mod:`~lading.stores.remote.cache`, :mod:`~lading.stores.remote.fill`: the node cache (hard
+  byte cap, eviction by next use; one writer thread fills fetched blocks).
 - :mod:`~lading.stores.remote.localserver`: a local S3 with latency, for tests and trying out.
 """
