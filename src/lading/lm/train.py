@@ -13,6 +13,7 @@ the ablation that lets attention and positions run across document boundaries.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -266,13 +267,10 @@ def train_lm(config: LMConfig) -> dict[str, Any]:
     """Train; return a summary with the validation perplexities (on every rank)."""
     if config.arch not in ("lstm", "gpt"):
         raise ValueError(f"unknown arch {config.arch!r}; choose 'lstm' or 'gpt'")
-    with ddp.joined(config.parallel) as (world, device):
-        return _train_lm(config, world, device)
+    return ddp.run(config, functools.partial(_train_lm, config))
 
 
-def _train_lm(config: LMConfig, world: World, device: torch.device) -> dict[str, Any]:
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
+def _train_lm(config: LMConfig, world: World, device: torch.device, out: Path) -> dict[str, Any]:
     corpus = TokenCorpus.open(config.corpus)
     train_docs, valid_docs = split_documents(len(corpus), config.valid_fraction, config.seed)
     if config.arch == "gpt":
