@@ -286,8 +286,8 @@ def run_peers(corpus: dict[str, Any], s3: LocalS3, python: str, work: Path, seco
 def ceiling(seconds: float, repeats: int) -> str:
     """The GET ceiling here: lading's fetcher alone (no planner, no cache), random 400-byte
     ranges of a 64 MiB object, at 64/128/256 in flight; GETs/s and client CPU per GET."""
+    from lading.stores.remote.clients import open_client
     from lading.stores.remote.fetch import Fetcher
-    from lading.stores.remote.objects import open_client
 
     rows = []
     with LocalS3(latency=0.03, jitter=0.01) as s3:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lading.bench.report import render, validate
+from lading.bench.report import render
+from lading.bench.results import validate
 from lading.bench.synth import synth
 from lading.cli import main
 

@@ -22,7 +22,7 @@ from typing import Any
 from lading.bench.cell import Cell, Settings, run_cell
 from lading.bench.data import BenchData, to_ramdisk
 from lading.bench.launched import Coordinators
-from lading.bench.report import new_results, write_results
+from lading.bench.results import new_results, write_results
 from lading.bench.stats import load_average, merge_repeats
 
 

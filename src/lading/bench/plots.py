@@ -120,6 +120,17 @@ FIGURES: tuple[tuple[str, str, Getter], ...] = (
 )
 
 
+def _save(fig: Any, path: Path) -> Path:
+    """Lay ``fig`` out, write it to ``path`` and close it (pyplot keeps every figure open until
+    closed: a grid's plots would pile up in memory)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def main_cells(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The cells of the grid's main axis (the first worker count, unpinned, no RAM disk): what
     the tables and figures compare across strategies and world sizes."""
@@ -151,10 +162,7 @@ def write_plots(results: dict[str, Any], out: Path) -> list[Path]:
         ax.set_xlabel("processes (world size)")
         ax.set_ylabel(ylabel)
         ax.set_title(title(results), fontsize=8)
-        fig.tight_layout()
-        paths.append(out / name)
-        fig.savefig(paths[-1])
-        plt.close(fig)
+        paths.append(_save(fig, out / name))
     paths.append(summary_plot(results, cells, out))
     paths += efficiency_plot(results, cells, out)
     return paths
@@ -176,11 +184,7 @@ def summary_plot(results: dict[str, Any], cells: list[dict[str, Any]], out: Path
     for ax in (left, right):
         ax.set_xlabel("processes (world size)")
     fig.suptitle(title(results), fontsize=8)
-    fig.tight_layout()
-    path = out / "summary.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "summary.png")
 
 
 def efficiency_plot(results: dict[str, Any], cells: list[dict[str, Any]], out: Path) -> list[Path]:
@@ -196,8 +200,4 @@ def efficiency_plot(results: dict[str, Any], cells: list[dict[str, Any]], out: P
     ax.set_xlabel("processes (world size)")
     ax.set_ylabel("E = step time on device batches / real (1: ideal)")
     ax.set_title(title(results), fontsize=8)
-    fig.tight_layout()
-    path = out / "efficiency.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return [path]
+    return [_save(fig, out / "efficiency.png")]

@@ -318,6 +318,13 @@ def add_bench(sub: Any) -> None:
     p.add_argument("--repeats", type=int, help="runs of every cell, interleaved over the grid (3)")
     p.add_argument("--steps", type=int, help="at least this many timed steps per window (5)")
     p.add_argument("--warmup", type=int, help="untimed steps first (3; --full 5)")
+    _add_cell_arguments(p)
+    p.set_defaults(func=_cmd_bench)
+
+
+def _add_cell_arguments(p: Any) -> None:
+    """What one cell's step is (batch, group, length, precision, model), its memory budget and
+    where results go; the grid and the window are :func:`add_bench`'s."""
     p.add_argument("--batch-size", type=int, default=8, help="groups per rank per step")
     p.add_argument(
         "--group-size", type=int, default=4, help="documents per group: 1 relevant + negatives"
@@ -341,4 +348,3 @@ def add_bench(sub: Any) -> None:
     )
     p.add_argument("--memory-budget", help="e.g. 8G (default: the machine's available RAM)")
     p.add_argument("--out", default="bench-out", help="folder for results")
-    p.set_defaults(func=_cmd_bench)

@@ -27,21 +27,20 @@ def _cmd_build(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         columns=args.columns.split(",") if args.columns else ("id", "text"),
     )
+    options: dict[str, Any] = {  # what a shard's build and a whole build share
+        "format": args.format,
+        "tokenizer": args.tokenizer,
+        "max_length": args.max_length,
+        "on_error": args.on_error,
+        "duplicates": args.duplicates,
+        "parse": parse,
+        "progress": not args.quiet,
+    }
     if args.shard is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the skip count is in the shard's report
             report = build_store(
-                args.source,
-                args.dest,
-                format=args.format,
-                tokenizer=args.tokenizer,
-                max_length=args.max_length,
-                on_error=args.on_error,
-                duplicates=args.duplicates,
-                parse=parse,
-                progress=not args.quiet,
-                shard=args.shard,
-                build_id=args.build_id,
+                args.source, args.dest, **options, shard=args.shard, build_id=args.build_id
             )
         print(report)
         return 0
@@ -49,18 +48,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the skip count is printed below instead
-            store = build_store(
-                args.source,
-                args.dest,
-                format=args.format,
-                tokenizer=args.tokenizer,
-                max_length=args.max_length,
-                on_error=args.on_error,
-                duplicates=args.duplicates,
-                parse=parse,
-                overwrite=args.overwrite,
-                progress=not args.quiet,
-            )
+            store = build_store(args.source, args.dest, **options, overwrite=args.overwrite)
     except KeyboardInterrupt:  # Ctrl-C: the staging folder is gone, the manifest untouched
         said = (
             f"nothing was written ({args.dest} is as it was)"

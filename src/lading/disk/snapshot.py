@@ -101,7 +101,14 @@ def grace_seconds() -> float:
 # ------------------------------------------------------------------------------ reading
 
 
-def _parse(raw: bytes, where: Path, fmt_name: str) -> dict[str, Any]:
+def decode_manifest(raw: bytes, where: str | Path, fmt_name: str) -> dict[str, Any]:
+    """The bytes of a ``meta.json`` as a manifest of format ``fmt_name``, checked: JSON, that
+    format, a version this lading reads, a file list. Its snapshot id is the caller's to check
+    (a local directory and an object-store prefix name a version 1 store's differently).
+
+    Raises:
+        StoreFormatError: naming ``where`` and how to rebuild.
+    """
     fmt = disk_format(fmt_name)
     try:
         meta = json.loads(raw.decode("utf-8"))
@@ -113,10 +120,15 @@ def _parse(raw: bytes, where: Path, fmt_name: str) -> dict[str, Any]:
     check_version(fmt_name, meta.get("version"), where)
     if not isinstance(meta.get("files"), dict):
         raise StoreFormatError(f"{where}: no file list; {fmt.rebuild}")
+    return meta
+
+
+def _parse(raw: bytes, where: Path, fmt_name: str) -> dict[str, Any]:
+    meta = decode_manifest(raw, where, fmt_name)
     if meta["version"] == 1:  # one flat directory: its manifest's hash is its identity
         meta["snapshot"] = "v1-" + hashlib.sha256(raw).hexdigest()[:16]
     elif not str(meta.get("snapshot", "")).startswith(SNAP_PREFIX):
-        raise StoreFormatError(f"{where}: no snapshot id; {fmt.rebuild}")
+        raise StoreFormatError(f"{where}: no snapshot id; {disk_format(fmt_name).rebuild}")
     return meta
 
 

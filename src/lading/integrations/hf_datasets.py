@@ -12,7 +12,7 @@ the training groups of one epoch as a ``datasets.Dataset`` in a sentence-transfo
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from lading.integrations.rows import GroupRows, check_format
@@ -130,19 +130,10 @@ def groups_to_dataset(
     Rows follow the item order (not an epoch's shuffle); ``dataset.to_parquet(...)`` or
     ``save_to_disk(...)`` writes the static file.
     """
-    datasets = _datasets()
+    _datasets()  # not installed: say so before anything else
     check_format(fmt)
-    return datasets.Dataset.from_generator(
-        _generate,
-        # the groups' content digest (with their store's snapshot) keys datasets' cache: a
-        # rebuilt store's groups must not be served from the old Arrow file
-        gen_kwargs={
-            "groups": groups,
-            "epoch": epoch,
-            "fmt": fmt,
-            "data": groups.data_fingerprint(),
-        },
-        cache_dir=cache_dir,
+    return _from_generator(
+        _generate, groups.data_fingerprint(), cache_dir, groups=groups, epoch=epoch, fmt=fmt
     )
 
 
@@ -178,19 +169,24 @@ def store_to_dataset(store: Any, *, tokens: bool = False, cache_dir: str | None 
     """
     from lading.stores.base import store_identity
 
-    datasets = _datasets()
+    _datasets()  # not installed: say so before anything else
     if tokens and not store.has_tokens:
         raise store.no_tokens()
     fields = tuple(getattr(store, "fields", ()))
-    return datasets.Dataset.from_generator(
-        _store_rows,
-        gen_kwargs={
-            "store": store,
-            "fields": fields,
-            "tokens": tokens,
-            "data": store_identity(store),
-        },
-        cache_dir=cache_dir,
+    return _from_generator(
+        _store_rows, store_identity(store), cache_dir, store=store, fields=fields, tokens=tokens
+    )
+
+
+def _from_generator(
+    generate: Callable[..., Iterator[dict[str, Any]]], data: Any, cache_dir: str | None, **kw: Any
+) -> Any:
+    """``datasets.Dataset.from_generator(generate)`` with the generator's keywords ``kw``, and
+    ``data``, the content digest of what the rows come from (with the store's snapshot), among
+    them: datasets keys its cache on the keywords, so rows of a rebuilt store are not served
+    from the old Arrow file."""
+    return _datasets().Dataset.from_generator(
+        generate, gen_kwargs={**kw, "data": data}, cache_dir=cache_dir
     )
 
 

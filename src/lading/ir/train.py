@@ -8,6 +8,7 @@ optimizer, scheduler, loader position and RNG state; ``resume=True`` continues e
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -212,13 +213,10 @@ def train(config: TrainConfig) -> dict[str, Any]:
     """Run training; return a summary (steps, final loss, epoch, world size) on every rank."""
     if config.precision not in PRECISION:
         raise ValueError(f"unknown precision {config.precision!r}; choose from {sorted(PRECISION)}")
-    with ddp.joined(config.parallel) as (world, device):
-        return _train(config, world, device)
+    return ddp.run(config, functools.partial(_train, config))
 
 
-def _train(config: TrainConfig, world: World, device: torch.device) -> dict[str, Any]:
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
+def _train(config: TrainConfig, world: World, device: torch.device, out: Path) -> dict[str, Any]:
     store, tok, model = prepare(config, world)
     groups = groups_from_files(store, config.queries, config.qrels, config.negatives, config)
     narrow = device.type == "cuda" if config.narrow is None else config.narrow

@@ -89,15 +89,8 @@ def plan_windows(
 ) -> LMSegment:
     """``cursor``'s segment of the epoch's ``windows`` dealt round-robin to ``layout``'s ranks
     (what is left of an interrupted segment, ``cursor.base``, instead of the whole epoch)."""
-    core = Segment.of(
-        windows.n,
-        int(layout["world_size"]),
-        cursor,
-        equalize=reading.equalize,
-        batch_size=int(layout["batch_size"]),
-        drop_partial_batch=reading.drop_partial_batch,
-        interleave=True,
-    )
+    world, size = int(layout["world_size"]), int(layout["batch_size"])
+    core = Segment.of(windows.n, world, cursor, reading, size, interleave=True)
     return LMSegment(core, None, windows, windows.n, [], cursor.base is None)
 
 

@@ -13,6 +13,7 @@ the ablation that lets attention and positions run across document boundaries.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -231,48 +232,14 @@ class GPTStep(Workload):
         return {"valid_ppl": ppl}
 
 
-def _gpt_parts(
-    config: LMConfig,
-    corpus: TokenCorpus,
-    world: World,
-    device: torch.device,
-    train_docs: np.ndarray,
-    valid_docs: np.ndarray,
-) -> tuple[LanguageModelLoader, LanguageModelLoader | None, GPTLanguageModel, GPTStep]:
-    """Loaders (windows with boundaries), model and workload of ``arch="gpt"``."""
-    train: Windows | Packed = (
-        Packed(config.bptt, boundaries=True)
-        if config.packed
-        else Windows(config.bptt, boundaries=True)
-    )
-    data = LanguageModelLoader(
-        corpus, config.batch_size, train, seed=config.seed, documents=train_docs, world=world,
-        num_workers=config.num_workers,
-    )  # fmt: skip
-    valid = None
-    if len(valid_docs):
-        valid = LanguageModelLoader(
-            corpus, config.batch_size, Windows(config.bptt, boundaries=True), shuffle=False,
-            documents=valid_docs, world=world,
-        )  # fmt: skip
-    torch.manual_seed(config.seed)
-    model = GPTLanguageModel(
-        corpus.vocab_size, config.emb, config.layers, config.heads, config.bptt, config.dropout
-    ).to(device)
-    return data, valid, model, GPTStep(model, device, config, valid)
-
-
 def train_lm(config: LMConfig) -> dict[str, Any]:
     """Train; return a summary with the validation perplexities (on every rank)."""
     if config.arch not in ("lstm", "gpt"):
         raise ValueError(f"unknown arch {config.arch!r}; choose 'lstm' or 'gpt'")
-    with ddp.joined(config.parallel) as (world, device):
-        return _train_lm(config, world, device)
+    return ddp.run(config, functools.partial(_train_lm, config))
 
 
-def _train_lm(config: LMConfig, world: World, device: torch.device) -> dict[str, Any]:
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
+def _train_lm(config: LMConfig, world: World, device: torch.device, out: Path) -> dict[str, Any]:
     corpus = TokenCorpus.open(config.corpus)
     train_docs, valid_docs = split_documents(len(corpus), config.valid_fraction, config.seed)
     if config.arch == "gpt":
@@ -341,7 +308,28 @@ def _train_gpt(
     train_docs: np.ndarray,
     valid_docs: np.ndarray,
 ) -> dict[str, Any]:
-    data, valid, model, workload = _gpt_parts(config, corpus, world, device, train_docs, valid_docs)
+    """The ``arch="gpt"`` run: windows with boundaries (packed or not), the GPT, AdamW; its
+    summary adds the loss, the document mask and the packing figures to the LSTM's."""
+    train: Windows | Packed = (
+        Packed(config.bptt, boundaries=True)
+        if config.packed
+        else Windows(config.bptt, boundaries=True)
+    )
+    data = LanguageModelLoader(
+        corpus, config.batch_size, train, seed=config.seed, documents=train_docs, world=world,
+        num_workers=config.num_workers,
+    )  # fmt: skip
+    valid = None
+    if len(valid_docs):
+        valid = LanguageModelLoader(
+            corpus, config.batch_size, Windows(config.bptt, boundaries=True), shuffle=False,
+            documents=valid_docs, world=world,
+        )  # fmt: skip
+    torch.manual_seed(config.seed)
+    model = GPTLanguageModel(
+        corpus.vocab_size, config.emb, config.layers, config.heads, config.bptt, config.dropout
+    ).to(device)
+    workload = GPTStep(model, device, config, valid)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     result = _fit(config, data, workload, model, optimizer, world, device, "train gpt")
     final = (

@@ -154,15 +154,7 @@ class MapSource:
 
     def _segment(self, world_size: int, cursor: Cursor, batch_size: int) -> Segment:
         """``cursor``'s segment of the samples, interleaved over ``world_size`` ranks."""
-        return Segment.of(
-            self.n,
-            world_size,
-            cursor,
-            equalize=self.equalize,
-            batch_size=batch_size,
-            drop_partial_batch=self.drop_partial_batch,
-            interleave=True,
-        )
+        return Segment.of(self.n, world_size, cursor, self, batch_size, interleave=True)
 
     def batches(self, cursor: Cursor) -> int:
         return self._segment(self.world.world_size, cursor, self.batch_size).batches

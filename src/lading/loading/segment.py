@@ -14,10 +14,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from lading.loading.plan import Plan, batch_count, plan_shares
 from lading.loading.runs import Runs
 from lading.loading.state import Cursor
+
+
+class Evening(Protocol):
+    """What a position source keeps of its loader keywords for positions that do not share out
+    evenly over the readers (every source has both: map-style, parquet, LM)."""
+
+    @property
+    def equalize(self) -> str:
+        """``"pad"`` or ``"truncate"`` the shares to equal sizes."""
+
+    @property
+    def drop_partial_batch(self) -> bool:
+        """Whether each reader's last batch is left out when it is not full."""
 
 
 @dataclass(frozen=True)
@@ -47,19 +61,20 @@ class Segment:
         n: int,
         readers: int,
         cursor: Cursor,
-        *,
-        equalize: str,
+        evening: Evening,
         batch_size: int,
-        drop_partial_batch: bool,
+        *,
         interleave: bool = False,
     ) -> Segment:
-        """Plan ``cursor``'s segment (see :func:`~lading.loading.plan.plan_shares`)."""
+        """Plan ``cursor``'s segment (see :func:`~lading.loading.plan.plan_shares`), its
+        shares evened out as ``evening`` (the source) says."""
         base = cursor.base_or_whole(n)
         plan = plan_shares(
-            len(base), readers, equalize, interleave=interleave, resumed=cursor.segment > 0
+            len(base), readers, evening.equalize, interleave=interleave, resumed=cursor.segment > 0
         )
-        batches = batch_count(plan.each, batch_size, drop_partial_batch)
-        take = batches * batch_size if drop_partial_batch else plan.each
+        drop = evening.drop_partial_batch
+        batches = batch_count(plan.each, batch_size, drop)
+        take = batches * batch_size if drop else plan.each
         return cls(base, plan, batch_size, take, batches)
 
     @classmethod

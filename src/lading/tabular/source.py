@@ -107,14 +107,7 @@ class ParquetSource:
 
     def _segment(self, readers: int, cursor: Cursor, batch_size: int) -> Segment:
         """``cursor``'s segment of the rows, in contiguous ranges over ``readers``."""
-        return Segment.of(
-            self.total_rows,
-            readers,
-            cursor,
-            equalize=self.equalize,
-            batch_size=batch_size,
-            drop_partial_batch=self.drop_partial_batch,
-        )
+        return Segment.of(self.total_rows, readers, cursor, self, batch_size)
 
     def _workers(self) -> int:
         return max(1, self.num_workers)

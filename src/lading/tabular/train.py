@@ -9,6 +9,7 @@ rate when changing either.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,13 +135,12 @@ class SessionsStep(Workload):
 
 def train_sessions(config: SessionsConfig) -> dict[str, Any]:
     """Train, evaluate on the evaluation day, compare with most-popular; return the summary."""
-    with ddp.joined(config.parallel) as (world, device):
-        return _train_sessions(config, world, device)
+    return ddp.run(config, functools.partial(_train_sessions, config))
 
 
-def _train_sessions(config: SessionsConfig, world: World, device: torch.device) -> dict[str, Any]:
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
+def _train_sessions(
+    config: SessionsConfig, world: World, device: torch.device, out: Path
+) -> dict[str, Any]:
     train_files = day_files(Path(config.data), config.train_days, ("train",))
     eval_files = day_files(Path(config.data), [config.eval_day], ("train", "valid", "test"))
     num_items = item_count(train_files + eval_files, config.column)

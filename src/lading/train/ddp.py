@@ -9,15 +9,19 @@ must be exported. Everything here is a no-op in a single process.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from lading.train.config import RunConfig
 from lading.world import World
+
+R = TypeVar("R")
 
 PARALLEL: tuple[str, ...] = ("ddp", "dp", "none")
 
@@ -61,6 +65,15 @@ def joined(parallel: str = "ddp") -> Iterator[tuple[World, torch.device]]:
     finally:
         if ours:
             teardown()
+
+
+def run(config: RunConfig, body: Callable[[World, torch.device, Path], R]) -> R:
+    """How every workload's ``train`` starts: ``body(world, device, out)`` inside the process
+    group (joined for the call, see :func:`joined`), ``out`` the run's folder, made."""
+    with joined(config.parallel) as (world, device):
+        out = Path(config.out)
+        out.mkdir(parents=True, exist_ok=True)
+        return body(world, device, out)
 
 
 def export_launch_env(world: World) -> None:

@@ -16,9 +16,10 @@ import pytest
 
 from distributed import run_processes
 from lading.stores.remote.cache import NodeCache
+from lading.stores.remote.clients import open_client
 from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.localserver import LocalS3
-from lading.stores.remote.objects import RemoteReadError, open_client
+from lading.stores.remote.objects import RemoteReadError
 from lading.stores.remote.ranges import Need
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from lading.stores.remote.clients import open_client
 from lading.stores.remote.localserver import LocalS3
-from lading.stores.remote.objects import open_client
 
 pytestmark = pytest.mark.e2e  # the CLI in subprocesses
 

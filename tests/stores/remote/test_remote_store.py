@@ -17,8 +17,8 @@ import pytest
 import lading
 from conftest import word_tokenizer, write
 from lading.ir import TrainingGroups
+from lading.stores.remote.clients import open_client
 from lading.stores.remote.localserver import LocalS3
-from lading.stores.remote.objects import open_client
 from lading.stores.remote.store import RemoteStore
 
 pytest.importorskip("tokenizers")

@@ -22,20 +22,17 @@ range read without a plan, when it is read.
 
 from __future__ import annotations
 
-import atexit
 import bisect
 import contextlib
 import functools
 import os
-import queue
-import threading
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from lading.stores.remote.fetch import Fetcher, Future
+from lading.stores.remote.fill import Filler
 from lading.stores.remote.ledger import Claimed, Ledger, pid_alive
 from lading.stores.remote.objects import RemoteReadError, describe
 from lading.stores.remote.ranges import (
@@ -43,9 +40,9 @@ from lading.stores.remote.ranges import (
     DEFAULT_GAP,
     DEFAULT_WASTE,
     NO_STEP,
-    Block,
     Need,
     coalesce,
+    needs_in,
 )
 
 Span = tuple[str, int, int]  # object key, start, end
@@ -53,39 +50,6 @@ _Started = dict[str, list[tuple[int, int, "Future"]]]  # key -> (start, end, fut
 _Key = tuple[int, int, int]  # object id, start, end
 _POLL_S = 0.002  # how often a process checks a block another one is fetching
 _ROUNDS = 8  # a range that keeps being evicted or taken over between lookups: give up after
-
-
-# A fork() while the writer thread is inside SQLite would leave SQLite's mutexes locked in the
-# child (a DataLoader worker), which then hangs on its first query. Around a fork, every
-# cache's writer is held outside SQLite; the child starts its own writer when it needs one.
-_FORKS: weakref.WeakSet[NodeCache] = weakref.WeakSet()
-
-
-def _before_fork() -> None:
-    for cache in list(_FORKS):
-        cache._sqlite.acquire()
-
-
-def _after_fork() -> None:
-    for cache in list(_FORKS):
-        if cache._sqlite.locked():
-            cache._sqlite.release()
-
-
-os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
-
-
-def _at_exit() -> None:
-    """Park every writer thread outside SQLite and stop the fetch loops before the interpreter
-    is torn down: a daemon thread left inside SQLite or a GET's callback while Python
-    finalizes can abort the process (seen: a rank of 4 exited with SIGABRT after its work)."""
-    for cache in list(_FORKS):
-        if cache._pid == os.getpid():
-            cache._sqlite.acquire(timeout=10)  # held for good: the writer waits outside SQLite
-            cache.close()
-
-
-atexit.register(_at_exit)
 
 
 class NodeCache:
@@ -127,8 +91,7 @@ class NodeCache:
         # second GET beats a batch stalled behind a slow or retried one)
         self.wait_limit = max(5.0, fetcher.timeout / 4)
         self._pid = -1
-        self._sqlite = threading.Lock()  # held by the writer thread while it is in SQLite
-        _FORKS.add(self)
+        self._filler = Filler(self.ledger, self._filled, self.close)
         self._reset()
 
     def _reset(self) -> None:
@@ -137,8 +100,7 @@ class NodeCache:
         self._inflight: dict[int, Future] = {}
         self._plan: dict[_Key, list[int]] = {}  # planned, unread accesses: their steps
         self._deferred: list[Need] = []
-        self._done: queue.SimpleQueue[tuple[int, Future]] = queue.SimpleQueue()
-        self._writer: threading.Thread | None = None
+        self._filler.reset()
         self._names: dict[int, str] = {}
         self.hits = self.misses = self.bytes_used = self.bypassed = self.unplanned = 0
         self.wait_s = 0.0
@@ -206,7 +168,7 @@ class NodeCache:
         else:
             result = self.ledger.claim([(b, objs[b.key]) for b in blocks], now, prefetch)
         started: _Started = {}
-        self._start_writer()
+        self._filler.start()
         around_cache = [] if prefetch else result.deferred  # no room: read around the cache
         self.bypassed += sum(b.size for b in around_cache)
         fetch = [b for b, _ in result.claimed] + around_cache
@@ -215,46 +177,20 @@ class NodeCache:
         )
         for (_, block_id), future in zip(result.claimed, futures):
             self._inflight[block_id] = future
-            future.add_done_callback(functools.partial(self._finished, block_id))
+            future.add_done_callback(functools.partial(self._filler.put, block_id))
         for block, future in zip(fetch, futures):
             started.setdefault(block.key, []).append((block.start, block.end, future))
         if prefetch:
             later = result.deferred + result.overlapping
-            self._deferred.extend(_needs_in([n for n, _ in missing], later))
+            self._deferred.extend(needs_in([n for n, _ in missing], later))
         for group in started.values():
             group.sort(key=lambda b: b[0])
         return started
 
-    def _finished(self, block: int, future: Future) -> None:
-        self._done.put((block, future))  # on the fetch loop's thread: the writer fills it
-
-    # -- the writer: fills fetched blocks into the ledger, in batches ---------------------------
-
-    def _start_writer(self) -> None:
-        if self._writer is None or not self._writer.is_alive():
-            self._writer = threading.Thread(
-                target=self._write_loop, name="lading-fill", daemon=True
-            )
-            self._writer.start()
-
-    def _write_loop(self) -> None:
-        """Fill finished GETs into the ledger, as many per transaction as have finished."""
-        while True:
-            done = [self._done.get()]
-            with contextlib.suppress(queue.Empty):
-                while len(done) < 1024:
-                    done.append(self._done.get_nowait())
-            good = [(b, f.result()) for b, f in done if f.exception() is None]
-            failed = [b for b, f in done if f.exception() is not None]
-            with self._sqlite:  # no fork() while this thread is inside SQLite (see _FORKS)
-                try:
-                    self.ledger.fill(good)
-                except Exception:  # a full disk, say: give the claims up, the bytes were read
-                    failed += [b for b, _ in good]
-                with contextlib.suppress(Exception):
-                    self.ledger.release(failed)
-            for block, _ in done:
-                self._inflight.pop(block, None)
+    def _filled(self, blocks: list[int]) -> None:
+        """Blocks the writer filled (or gave up): no longer this process's GETs in flight."""
+        for block in blocks:
+            self._inflight.pop(block, None)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -450,19 +386,3 @@ def _cut(future: Future, base: int, start: int, end: int) -> bytes:
     if end - base > len(data):  # the fetcher checks lengths: this is a bug, not a short read
         raise RemoteReadError(f"block from {base} has {len(data)} bytes, not up to {end}")
     return data[start - base : end - base]
-
-
-def _needs_in(needs: list[Need], blocks: list[Block]) -> list[Need]:
-    """The ``needs`` that lie inside one of ``blocks``."""
-    by_key: dict[str, list[Block]] = {}
-    for block in blocks:
-        by_key.setdefault(block.key, []).append(block)
-    for group in by_key.values():
-        group.sort()
-    found = []
-    for need in needs:
-        group = by_key.get(need.key, [])
-        at = bisect.bisect_right([b.start for b in group], need.start) - 1
-        if at >= 0 and group[at].end >= need.end:
-            found.append(need)
-    return found

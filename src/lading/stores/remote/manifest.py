@@ -15,11 +15,10 @@ shard) is described here the same way.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from lading.disk.formats import check_version
+from lading.disk.snapshot import decode_manifest
 from lading.errors import StoreFormatError
 from lading.stores.layout import FORMAT_NAME, field_column
 
@@ -48,16 +47,7 @@ def parse(raw: bytes, where: str) -> dict[str, Any]:
     Raises:
         StoreFormatError: not JSON, another format, a version this lading cannot read.
     """
-    try:
-        meta = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise StoreFormatError(f"{where} is not valid JSON ({e}); rebuild the store") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise StoreFormatError(f"{where}: format is {found!r}, expected {FORMAT_NAME!r}")
-    check_version(FORMAT_NAME, meta.get("version"), where)
-    if not isinstance(meta.get("files"), dict):
-        raise StoreFormatError(f"{where}: no file list; rebuild the store")
+    meta = decode_manifest(raw, where, FORMAT_NAME)
     if not meta.get("snapshot"):
         meta["snapshot"] = "v1-" + hashlib.sha256(raw).hexdigest()[:16]
     return meta

@@ -21,10 +21,9 @@ counted is a request sent (:mod:`lading.stores.remote.fetch` retries).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from lading.errors import LadingError
 
@@ -111,44 +110,3 @@ def describe(url: str, key: str, start: int | None = None, end: int | None = Non
     """``s3://bucket/store/text.bin bytes 100-199`` (an inclusive range, as HTTP writes it)."""
     where = f"{url.rstrip('/')}/{key}"
     return where if start is None or end is None else f"{where} bytes {start}-{end - 1}"
-
-
-def _obstore_usable() -> bool:
-    try:
-        from lading.stores.remote import obstore_client
-    except ImportError:
-        return False
-    return obstore_client.usable_here()
-
-
-def open_client(
-    url: str, backend: str = "auto", options: Mapping[str, Any] | None = None
-) -> ObjectClient:
-    """A client for the objects below ``url``.
-
-    Args:
-        url: ``s3://bucket/prefix``, ``gs://...``, or any fsspec URL.
-        backend: ``"obstore"``, ``"fsspec"``, or ``"auto"``: obstore where it is installed,
-            handles the scheme and is usable in this process (see the module docstring),
-            else fsspec.
-        options: backend options (obstore config keys or fsspec storage options, e.g.
-            ``{"endpoint_url": ...}``); the environment supplies the rest.
-
-    Raises:
-        ValueError: an unknown backend or a URL without a scheme.
-        ImportError: the backend is not installed (the message says what to install).
-    """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose from {sorted(BACKENDS)}")
-    scheme, _ = split_url(url)
-    if backend == "auto":
-        from lading.stores.remote.obstore_client import SCHEMES
-
-        backend = "obstore" if scheme in SCHEMES and _obstore_usable() else "fsspec"
-    if backend == "obstore":
-        from lading.stores.remote.obstore_client import ObstoreClient
-
-        return ObstoreClient(url, options)
-    from lading.stores.remote.fsspec_client import FsspecClient
-
-    return FsspecClient(url, options)

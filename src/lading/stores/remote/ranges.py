@@ -17,6 +17,7 @@ Every block is fetched by one GET, so GETs <= blocks <= distinct ranges, by cons
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
@@ -126,3 +127,19 @@ def _runs(needs: Iterable[Need]) -> list[tuple[str, int, int, int]]:
         else:
             runs.append((key, start, end, step))
     return runs
+
+
+def needs_in(needs: list[Need], blocks: list[Block]) -> list[Need]:
+    """The ``needs`` that lie inside one of ``blocks`` (what a deferred block would serve)."""
+    by_key: dict[str, list[Block]] = {}
+    for block in blocks:
+        by_key.setdefault(block.key, []).append(block)
+    for group in by_key.values():
+        group.sort()
+    found = []
+    for need in needs:
+        group = by_key.get(need.key, [])
+        at = bisect.bisect_right([b.start for b in group], need.start) - 1
+        if at >= 0 and group[at].end >= need.end:
+            found.append(need)
+    return found

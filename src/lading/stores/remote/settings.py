@@ -77,7 +77,7 @@ class RemoteSettings:
         cache: the node cache directory (node-local disk; every process of the node shares it).
         cache_bytes: the node cache's hard cap in bytes of cached blocks.
         backend: ``"auto"``, ``"obstore"`` or ``"fsspec"`` (see
-            :func:`lading.stores.remote.objects.open_client`).
+            :func:`lading.stores.remote.clients.open_client`).
         options: backend options (e.g. ``{"endpoint_url": ...}``); credentials belong in the
             environment, not here (these are pickled to workers).
         policy: eviction policy, ``"next-use"`` or ``"lru"``.

@@ -36,10 +36,10 @@ from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.index import IdIndex
 from lading.stores.layout import field_column
 from lading.stores.remote.cache import NodeCache
+from lading.stores.remote.clients import open_client
 from lading.stores.remote.columns import Columns
 from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.manifest import parse
-from lading.stores.remote.objects import open_client
 from lading.stores.remote.settings import RemoteSettings
 from lading.stores.remote.stage import stage_dir, stage_index, staged_etags
 

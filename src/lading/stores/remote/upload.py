@@ -32,7 +32,8 @@ from lading.disk.commit import units
 from lading.disk.meta import META_FILE
 from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, grace_seconds
 from lading.stores.layout import FORMAT_NAME
-from lading.stores.remote.objects import ObjectClient, open_client
+from lading.stores.remote.clients import open_client
+from lading.stores.remote.objects import ObjectClient
 from lading.stores.remote.settings import RemoteSettings
 from lading.stores.remote.store import RemoteStore
 
@@ -56,7 +57,7 @@ def build_remote(
             f"a parallel build (shard=) straight into {url} is not supported yet: build the "
             "shards into a folder and merge them there (lading build --shard I/N, lading "
             "merge), then upload the store with lading.stores.remote.upload.upload(folder, "
-            "lading.stores.remote.objects.open_client(url)), the manifest last"
+            "lading.stores.remote.clients.open_client(url)), the manifest last"
         )
     settings = RemoteSettings.of(cache, cache_bytes, storage_options)
     kwargs.pop("shared_fs", None)  # the local build is this process's alone
