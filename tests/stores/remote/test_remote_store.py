@@ -120,6 +120,8 @@ def _loader(store: Any, tmp: Path, workers: int = 0) -> Any:
     )
 
 
+# a whole user path (a loader over S3, 5 s): the default run, not the unit tier
+@pytest.mark.e2e
 def test_the_loader_reads_a_remote_store_as_a_local_one_within_the_cap(
     s3: LocalS3, bucket: str, corpus: Path, tmp_path: Path
 ) -> None:
@@ -171,6 +173,8 @@ def test_dataloader_workers_forked_after_the_store_fetched_read_it(
     assert list(_loader(remote, tmp_path, workers=2)) == list(_loader(local, tmp_path))
 
 
+# a whole user path (rebuilt and re-uploaded while open, 3 s): not the unit tier
+@pytest.mark.e2e
 def test_an_open_store_keeps_its_snapshot_while_the_store_is_rebuilt(
     bucket: str, corpus: Path, tmp_path: Path, rng: random.Random, monkeypatch: pytest.MonkeyPatch
 ) -> None:
