@@ -40,9 +40,10 @@ class Step(Workload):
         return StepResult(None, len(batch))
 
 
+@pytest.mark.parametrize("items", [10_000, 50])  # 50: the window crosses many epochs
 @pytest.mark.parametrize("depth", [1, 2, 3])
-def test_a_prefetched_window_pulls_each_batch_once_over_its_blocks(depth: int) -> None:
-    data = Counted(10_000)
+def test_a_prefetched_window_pulls_each_batch_once_over_its_blocks(depth: int, items: int) -> None:
+    data = Counted(items)
     source = endless(lading.loader(data, 1, shuffle=False), "cpu", True, depth=depth)
     config = LoopConfig(1, progress=False, memory=False, prefetch=False)
     trainer = Trainer(Step(), source, config, World(0, 1), torch.device("cpu"))
