@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,44 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "data_dir" in getattr(item, "fixturenames", ()) or item.get_closest_marker("data"):
             item.add_marker(pytest.mark.e2e)
+
+
+E2E_MODULE = "pytestmark = pytest.mark.e2e"  # a module whose every test is end to end
+
+
+def _marked(marks: set[str]) -> Callable[..., bool]:
+    """pytest's matcher for a test carrying exactly ``marks``."""
+    return lambda name, /, **_: name in marks
+
+
+def _selects_some_e2e(markexpr: str) -> bool:
+    """Whether ``-m markexpr`` can select a test marked e2e (whatever else it is marked)."""
+    if not markexpr:
+        return True
+    try:
+        from _pytest.mark.expression import Expression
+
+        expression = Expression.compile(markexpr)
+        others = ("slow", "data")
+        for bits in range(1 << len(others)):
+            marks = {"e2e", *(m for i, m in enumerate(others) if bits >> i & 1)}
+            if expression.evaluate(_marked(marks)):
+                return True
+        return False
+    except Exception:  # pytest's private parser moved: collect as usual
+        return True
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Where ``-m`` leaves out e2e (the unit tier), a module whose every test is e2e is not
+    even imported: the framework modules those import (sentence-transformers, datasets,
+    PyTerrier: ~4 s) were most of the unit tier's collection. Same selection, less import."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if _selects_some_e2e(config.getoption("markexpr", "") or ""):
+        return None
+    head = collection_path.read_text(encoding="utf-8", errors="replace")[:4000]
+    return True if E2E_MODULE in head else None
 
 
 def pytest_report_header() -> str:

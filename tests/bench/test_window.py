@@ -49,8 +49,10 @@ def test_a_prefetched_window_pulls_each_batch_once_over_its_blocks(depth: int, i
     trainer = Trainer(Step(), source, config, World(0, 1), torch.device("cpu"))
     timed = run_window(trainer, seconds=0.05, min_steps=40, warmup=3)
     assert timed.blocks >= 3 and sum(timed.sizes) == timed.steps, timed
-    # every batch stepped, plus the ones in flight at the end: none dropped between blocks
-    assert data.read == 3 + timed.steps + depth, (data.read, timed)
+    # every batch stepped, plus at most ``depth`` in flight at the end (fewer where the window
+    # stopped near an epoch's end: the prefetcher does not pull across it): none dropped
+    # between blocks (the old arrangement read 3,089 for 3,075 stepped at depth 2)
+    assert 3 + timed.steps <= data.read <= 3 + timed.steps + depth, (data.read, timed)
 
 
 def test_an_unprefetched_window_reads_exactly_its_steps() -> None:

@@ -69,6 +69,7 @@ sys.exit(rc or (3 if loaded else 0))
 """
 
 
+@pytest.mark.e2e  # CLIs in subprocesses: the default run, not the unit tier
 def test_lm_tokenizer_build_and_repartition_do_not_import_torch(tmp_path: Path) -> None:
     """Preparing data needs no torch: the commands run where only the data tools are installed,
     and they skip torch's import time (seconds) on every invocation."""

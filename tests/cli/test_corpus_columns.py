@@ -30,6 +30,7 @@ def cross_encoder_args(files: Path, *extra: str) -> list[str]:
             "--out", str(files / "out"), "--max-length", "32", *extra]  # fmt: skip
 
 
+@pytest.mark.e2e  # a whole training run (2.8 s): the default run, not the unit tier
 def test_cross_encoder_builds_a_wider_tsv_named_by_columns(files: Path) -> None:
     """The refusal said --columns id,url,title,text, which `train cross-encoder` did not take
     (argparse: unrecognized arguments)."""
