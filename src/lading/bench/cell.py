@@ -252,7 +252,6 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
     timed = run_window(trainer, settings.seconds, settings.steps, settings.warmup)
     synthetic = 0.0
     if cell.mode == "train":  # the same step on the same batches, already on the device
-        config.prefetch = False
         ideal = Trainer(workload.inner, workload.replay(), config, world, device, model, optimizer)
         synthetic = run_replay(ideal, timed.sizes, settings.warmup)
     ddp.barrier()
