@@ -12,9 +12,13 @@
 # 3. `lading train lm` (GPT) and `lading train sessions` with and without --no-prefetch,
 #    interleaved twice (log.jsonl's tokens/s and sessions/s).
 # 4. The loader-mode grid on the GPU (every store strategy, 1 process).
+# 5. The cross-encoder trained from a store in the local S3 (30 ms GETs) against the same run
+#    from a local store (benchmarks/gpu_remote.py; needs obstore and moto[server]: carry their
+#    wheels where the machine lacks them).
+# PARTS="1 2 5" runs a subset (part 5 needs part 2's data, made when part 2 or 5 is asked).
 # Each part has its own time limit, so a slow part leaves the next ones their time; what each
 # wrote lands in OUT (at most 8 files: setup.log tests.log train.json train.md runs.jsonl
-# loader.json loader.md).
+# loader.json loader.md remote_train.json).
 set -u
 OUT=${1:?usage: gpu_leg.sh OUT}
 W=${GPU_LEG_WORK:-/tmp/gpu-leg}
@@ -30,15 +34,23 @@ torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-', lading.__fi
   >>"$OUT/setup.log" 2>&1
 $PY -c "from lading.disk import native; print('native helper:', native.load())" >>"$OUT/setup.log" 2>&1
 
+PARTS=" ${PARTS:-1 2 3 4 5} "
+part() { [[ "$PARTS" == *" $1 "* ]]; }
+
+if part 1; then
 stamp "1 CUDA tests"
 timeout "${T_TESTS:-150}" $PY -m pytest -q -p no:cacheprovider -rs --timeout=60 tests/device \
   tests/bench/test_device_bench.py tests/bench/test_bench_flags.py >"$OUT/tests.log" 2>&1
 tail -3 "$OUT/tests.log"
+fi
 
+if part 2 || part 5; then
 stamp "2 data and model"
-timeout "${T_PREP:-120}" $PY benchmarks/gpu_prep.py "$W" --documents "${DOCS:-10000}" \
+[ -f "$W/model/tokenizer.json" ] || timeout "${T_PREP:-120}" $PY benchmarks/gpu_prep.py "$W" --documents "${DOCS:-10000}" \
   --sessions "${SESSIONS:-100000}" >>"$OUT/setup.log" 2>&1
+fi
 D=$W/docs
+if part 2; then
 stamp "2 efficiency E"
 timeout "${T_TRAIN:-200}" $PY -m lading bench --corpus "$D/docs.jsonl" --queries "$D/queries.tsv" \
   --qrels "$D/qrels.txt" --negatives "$D/run.trec" \
@@ -47,6 +59,9 @@ timeout "${T_TRAIN:-200}" $PY -m lading bench --corpus "$D/docs.jsonl" --queries
   --seconds "${SECONDS_WINDOW:-2}" --repeats 3 --out "$W/train" >>"$OUT/setup.log" 2>&1
 cp "$W/train/results.json" "$OUT/train.json" 2>/dev/null
 cp "$W/train/report.md" "$OUT/train.md" 2>/dev/null
+fi
+
+if part 3; then
 
 stamp "3 lm and sessions, with and without prefetch"
 head -n "${LM_DOCS:-3000}" "$D/docs.jsonl" >"$W/lm.jsonl"
@@ -65,11 +80,22 @@ for round in 1 2; do
     sed "s/^/{\"run\": \"$name\", \"record\": /; s/$/}/" "$W/$name/log.jsonl" >>"$OUT/runs.jsonl"
   done
 done
+fi
 
+if part 4; then
 stamp "4 loader-mode grid"
 timeout "${T_LOADER:-120}" $PY -m lading bench --world-sizes 1 --modes loader --pin-memory \
   --strategies memory,offsets,packed,packed-text,packed+prefetch,gpu-resident \
   --repeats 2 --out "$W/loader" >>"$OUT/setup.log" 2>&1
 cp "$W/loader/results.json" "$OUT/loader.json" 2>/dev/null
 cp "$W/loader/report.md" "$OUT/loader.md" 2>/dev/null
+fi
+
+if part 5; then
+stamp "5 cross-encoder from the local S3 vs a local store"
+timeout "${T_REMOTE:-240}" $PY benchmarks/gpu_remote.py "$W" "$OUT" --steps "${REMOTE_STEPS:-60}" \
+  --rounds "${REMOTE_ROUNDS:-2}" --batch-size "${BATCH:-32}" --group-size "${GROUP:-8}" \
+  --max-length "${MAXLEN:-512}" --precision bf16 >>"$OUT/setup.log" 2>&1
+tail -4 "$OUT/setup.log"
+fi
 stamp done
