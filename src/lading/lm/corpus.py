@@ -33,6 +33,7 @@ from lading.disk import (
 from lading.errors import SourceError, StaleStoreWarning, StoreFormatError
 from lading.lm.texts import identity_changed, iter_texts, source_identity
 from lading.sources import refuse_if_changed
+from lading.stores.remote.objects import refuse_remote
 from lading.stores.tokens import describe_tokenizer, load_tokenizer, token_dtype
 
 FORMAT_NAME = "lading.tokens"
@@ -96,6 +97,12 @@ class TokenCorpus:
             raise ValueError(
                 f"unknown on_stale {on_stale!r}; choose from ['ignore', 'raise', 'warn']"
             )
+        refuse_remote(
+            path,
+            "TokenCorpus.open",
+            "token corpora are not read from object storage yet; "
+            "lading stage URL DIR copies one to this node, then TokenCorpus.open(DIR)",
+        )
         if stage_to is not None:
             from lading.disk.stage import stage
 
@@ -153,6 +160,12 @@ class TokenCorpus:
             overwrite: rebuild even if ``dest`` holds a corpus of this source and tokenizer.
             progress: show a progress bar (default: on a terminal).
         """
+        refuse_remote(
+            dest,
+            "TokenCorpus.build",
+            "build into a local folder, then upload it with "
+            "lading.stores.remote.upload.upload(folder, open_client(URL)) (the manifest last)",
+        )
         tok = load_tokenizer(tokenizer)
         info = describe_tokenizer(tok)
         eos = find_eos(tok, eos_token) if append_eos else None

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.disk import DATASET_MARK
+from lading.stores.remote.objects import refuse_remote
 from lading.tabular.plan import Piece
 
 # the names lading.disk gives a build's staging and replaced directories
@@ -46,6 +47,12 @@ def parquet_files(paths: PathsArg, exclude: Iterable[Path] = ()) -> list[Path]:
     skip = {Path(p).resolve() for p in exclude}
     files: list[Path] = []
     for item in items:
+        refuse_remote(
+            item,
+            "PartitionedParquet",
+            "parquet is not read from object storage yet; "
+            "copy the files to this node first (lading stage URL DIR), then pass DIR",
+        )
         path = Path(item)
         if path.is_dir():
             found = _walk(path, skip)

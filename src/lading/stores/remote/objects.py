@@ -55,6 +55,20 @@ def is_remote(path: str | os.PathLike[str]) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
+class RemoteNotSupportedError(LadingError, ValueError):
+    """An object-store URL given to a part of lading that reads and writes local paths only."""
+
+
+def refuse_remote(path: str | os.PathLike[str], what: str, fix: str) -> None:
+    """Raise :class:`RemoteNotSupportedError` where ``path`` is an object-store URL: ``what``
+    names the call, ``fix`` the local route. Without it a URL became a folder named ``s3:``
+    (a build) or "does not exist" (an open)."""
+    if is_remote(path):
+        raise RemoteNotSupportedError(
+            f"{what} takes a local folder, not the URL {os.fspath(path)}: {fix}"
+        )
+
+
 def split_url(url: str) -> tuple[str, str]:
     """``"s3://bucket/a/b"`` -> ``("s3", "bucket/a/b")``, the trailing slash dropped.
 
