@@ -3,7 +3,7 @@
 ``LadingTrainer`` once crashed in its setup on a language-model or a parquet loader (it read
 ``loader.loader.num_workers``, which only ``lading.loader``'s had). Here each loader kind (map,
 parquet, the LM's streams, windows and packed; in this process and with DataLoader workers)
-goes through:
+goes through (with ``boundaries=True`` too, whose batches are NamedTuples):
 
 - the HF ``LadingTrainer`` (``train_loader=``): it trains into a second epoch on the batches
   iterating the loader by hand gives, and resumes from its own mid-epoch checkpoint on the next
@@ -31,7 +31,15 @@ pytest.importorskip("pyarrow")
 
 pytestmark = pytest.mark.e2e  # whole trainers: see the e2e marker in pyproject.toml
 
-KINDS = ("map", "parquet", "lm-streams", "lm-windows", "lm-packed")
+KINDS = (
+    "map",
+    "parquet",
+    "lm-streams",
+    "lm-windows",
+    "lm-packed",
+    "lm-windows+boundaries",
+    "lm-packed+boundaries",
+)
 
 
 def kind_of(name: str, tmp: Path) -> Any:
@@ -43,6 +51,9 @@ def kind_of(name: str, tmp: Path) -> Any:
         "lm-streams": lambda: lm_kind(400, tmp, "streams"),
         "lm-windows": lambda: lm_kind(40, tmp, "windows"),
         "lm-packed": lambda: packed_kind(40, tmp),
+        # DocumentBatch NamedTuples, which the HF Trainer's _prepare_input once crashed on
+        "lm-windows+boundaries": lambda: lm_kind(40, tmp, "windows", boundaries=True),
+        "lm-packed+boundaries": lambda: packed_kind(40, tmp, boundaries=True),
     }[name]()
 
 
