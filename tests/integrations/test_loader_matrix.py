@@ -10,7 +10,8 @@ goes through (with ``boundaries=True`` too, whose batches are NamedTuples):
   batch;
 - lading's own training loop (:class:`lading.train.Trainer`): the same, through its checkpoint;
 - the data arguments check the HF and sentence-transformers trainers share
-  (:func:`lading.integrations.trainer_args.check_trainer_arguments`), which was the crash.
+  (:func:`lading.integrations.trainer_args.check_trainer_arguments`), which was the crash,
+  ``per_device_train_batch_size`` among them, and the old ``.loader`` naming its new spelling.
 
 Lightning's ``LadingDataModule`` runs every workload in
 tests/integrations/test_integration_lightning.py, and ``DevicePrefetcher`` every kind in
@@ -185,3 +186,11 @@ def test_trainer_data_arguments_are_checked_against_every_loader(
         check_trainer_arguments(args(dataloader_num_workers=workers), loader)
     with pytest.raises(ValueError, match=r"dataloader_num_workers=5\).* num_workers="):
         check_trainer_arguments(args(dataloader_num_workers=5), loader)
+    from loader_kinds import BATCH
+
+    check_trainer_arguments(args(per_device_train_batch_size=BATCH), loader)
+    with pytest.raises(ValueError, match=rf"per_device_train_batch_size=7\).*batch_size={BATCH}"):
+        check_trainer_arguments(args(per_device_train_batch_size=7), loader)
+    # what get_train_dataloader() returns: the loader itself, whose old .loader names that
+    with pytest.raises(AttributeError, match=r"get_train_dataloader\(\)\.loader is get_train"):
+        loader.loader  # noqa: B018

@@ -48,6 +48,7 @@ itself, on the device, for a ``compute_loss`` of its own; the Trainer's own ``co
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -59,7 +60,7 @@ from torch import nn
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
-from lading.integrations.trainer_args import check_trainer_arguments
+from lading.integrations.trainer_args import check_trainer_arguments, loader_batch_size
 from lading.integrations.transformers_lm import model_inputs
 from lading.lm.boundaries import DocumentBatch
 from lading.loading.resumable import Resumable
@@ -119,6 +120,7 @@ class LadingTrainerMixin:
     """
 
     args: Any
+    _train_batch_size: int
     lading_loader: Resumable | None
     _lading_resume: dict[str, Any] | None
 
@@ -126,9 +128,22 @@ class LadingTrainerMixin:
         self.lading_loader = loader
         if loader is not None:
             check_trainer_arguments(self.args, loader)  # refused when made, not at train()
+            self.adopt_batch_size(loader)
         self._lading_resume = None
         self.args.ignore_data_skip = True  # the loader resumes itself; see the module docstring
         self.add_callback(LoaderStateCallback(self))  # type: ignore[attr-defined]
+
+    def adopt_batch_size(self, loader: Resumable) -> None:
+        """``per_device_train_batch_size`` at its default gives way to the loader's batch size
+        (another value is refused): in a copy of the arguments, so that the Trainer's logs,
+        sample counts and ``trainer_state.json`` say what it trains and the caller's
+        ``TrainingArguments`` stay as given (another trainer may share them)."""
+        size = loader_batch_size(loader)
+        if size is None or size == self.args.per_device_train_batch_size:
+            return
+        self.args = copy.copy(self.args)
+        self.args.per_device_train_batch_size = size
+        self._train_batch_size = self.args.train_batch_size
 
     def make_lading_loader(self) -> Resumable:
         raise ValueError(
@@ -136,7 +151,8 @@ class LadingTrainerMixin:
         )
 
     def get_train_dataloader(self) -> Resumable:
-        """The lading loader (made on first use), at the checkpoint's position when resuming."""
+        """The lading loader itself (made on first use), at the checkpoint's position when
+        resuming: no DataLoader around it (its old ``.loader`` names this spelling)."""
         if self.lading_loader is None:
             made = self.make_lading_loader()
             check_trainer_arguments(self.args, made)
