@@ -230,7 +230,7 @@ class LadingTrainer(LadingTrainerMixin, Trainer):  # type: ignore[misc]
         """The Trainer's, with each :class:`~lading.lm.DocumentBatch` as the model's inputs
         (:func:`~lading.integrations.transformers_lm.model_inputs`) before it counts labels."""
         batches = (self.as_model_inputs(batch) for batch in epoch_iterator)
-        return super().get_batch_samples(batches, num_batches, device)  # type: ignore[no-any-return]
+        return super().get_batch_samples(batches, num_batches, device)
 
     def as_model_inputs(self, batch: Any) -> Any:
         """A :class:`~lading.lm.DocumentBatch` as the model takes it; any other batch as is."""
