@@ -105,3 +105,23 @@ def test_the_old_loader_attribute_names_the_new_spelling(tmp_path: Path) -> None
     with pytest.raises(AttributeError, match=r"get_train_dataloader\(\)\.loader is get_train_"):
         trainer.get_train_dataloader().loader.num_workers  # noqa: B018
     assert getattr(trainer.get_train_dataloader(), "loader", None) is None
+
+
+def test_under_data_parallel_a_batch_is_split_over_the_gpus(tmp_path: Path) -> None:
+    """The Trainer's own DataLoader batches ``per_device_train_batch_size x n_gpu`` in one
+    process of DataParallel (``args.train_batch_size``): so is a lading loader's batch read."""
+    from transformers import TrainingArguments
+
+    import lading
+    from lading.integrations.trainer_args import check_batch_size
+
+    class TwoGPUs(TrainingArguments):  # what n_gpu says on a machine with two, no torchrun
+        @property
+        def n_gpu(self) -> int:
+            return 2
+
+    two = TwoGPUs(output_dir=str(tmp_path), report_to="none", per_device_train_batch_size=4)
+    assert two.train_batch_size == 8
+    check_batch_size(two, lading.loader(list(range(ITEMS)), 8, collate_fn=collate))
+    with pytest.raises(ValueError, match=r"batches of 8 \(2 GPUs of DataParallel x 4\).*=2\b"):
+        check_batch_size(two, lading.loader(list(range(ITEMS)), 4, collate_fn=collate))

@@ -60,7 +60,11 @@ from torch import nn
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
-from lading.integrations.trainer_args import check_trainer_arguments, loader_batch_size
+from lading.integrations.trainer_args import (
+    check_trainer_arguments,
+    gpus_per_process,
+    loader_batch_size,
+)
 from lading.integrations.transformers_lm import model_inputs
 from lading.lm.boundaries import DocumentBatch
 from lading.loading.resumable import Resumable
@@ -138,12 +142,12 @@ class LadingTrainerMixin:
         (another value is refused): in a copy of the arguments, so that the Trainer's logs,
         sample counts and ``trainer_state.json`` say what it trains and the caller's
         ``TrainingArguments`` stay as given (another trainer may share them)."""
-        size = loader_batch_size(loader)
-        if size is None or size == self.args.per_device_train_batch_size:
+        size, gpus = loader_batch_size(loader), gpus_per_process(self.args)
+        if size is None or size == self.args.train_batch_size or size % gpus:
             return
         self.args = copy.copy(self.args)
-        self.args.per_device_train_batch_size = size
-        self._train_batch_size = self.args.train_batch_size
+        self.args.per_device_train_batch_size = size // gpus  # DataParallel splits a batch
+        self._train_batch_size = size
 
     def make_lading_loader(self) -> Resumable:
         raise ValueError(

@@ -96,20 +96,28 @@ def loader_batch_size(loader: Resumable) -> int | None:
     return None if size is None else int(size)
 
 
+def gpus_per_process(args: Any) -> int:
+    """The GPUs one process splits a batch over (DataParallel): its DataLoader's batch is
+    ``per_device_train_batch_size`` times this (``args.train_batch_size``)."""
+    return max(1, int(getattr(args, "n_gpu", 1) or 1))
+
+
 def check_batch_size(args: Any, loader: Resumable) -> None:
     """Refuse a ``per_device_train_batch_size`` set to another batch size than ``loader``'s (the
     Trainer's own route batches by it; the loader was batched by its caller), and
     ``auto_find_batch_size``, which halves a batch size the loader does not take from it. At
-    its default the loader's is taken (:meth:`LadingTrainerMixin.setup_lading`)."""
+    its default the loader's is taken (:meth:`LadingTrainerMixin.adopt_batch_size`)."""
     has = loader_batch_size(loader)
     default = type(args).__dataclass_fields__["per_device_train_batch_size"].default
-    asked = args.per_device_train_batch_size
-    if has is not None and asked != default and asked != has:
+    asked, gpus = args.per_device_train_batch_size, gpus_per_process(args)
+    if has is not None and asked != default and asked * gpus != has:
+        split = f" ({gpus} GPUs of DataParallel x {asked})" if gpus > 1 else ""
         raise ValueError(
             f"TrainingArguments(per_device_train_batch_size={asked}) asks for batches of "
-            f"{asked}, but this lading loader was built with batch_size={has} and batches by "
-            f"it: pass batch_size={asked} to the loader, or per_device_train_batch_size={has} "
-            "(or leave it at its default: the loader's is taken)"
+            f"{asked * gpus}{split}, but this lading loader was built with batch_size={has} "
+            f"and batches by it: pass batch_size={asked * gpus} to the loader, or "
+            f"per_device_train_batch_size={has / gpus:g} (or leave it at its default: the "
+            "loader's is taken)"
         )
     if getattr(args, "auto_find_batch_size", False):
         raise ValueError(
