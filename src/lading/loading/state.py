@@ -106,7 +106,7 @@ def other_data(saved: str, now: str | None) -> str:
     return (
         f"loader state was saved on the dataset {saved!r}, this loader {reads} (the "
         "identity of a TrainingGroups, an HF datasets.Dataset's fingerprint, a store's "
-        "content): another dataset of the same length; resume on the dataset of the saved "
+        "content): other data, whatever its length; resume on the dataset of the saved "
         "run. If it is the same data under another identity (datasets draws a random "
         "fingerprint after a transform it cannot hash), delete the state's "
         "fingerprint['data'] to load it checked by length only"
