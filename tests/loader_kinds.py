@@ -80,9 +80,10 @@ def parquet_kind(n: int, tmp: Path) -> Kind:
     return Kind("parquet", make, lambda b: b["row"].tolist(), n, lambda w, k: w * max(1, k))
 
 
-def lm_kind(n: int, tmp: Path, mode: str) -> Kind:
+def lm_kind(n: int, tmp: Path, mode: str, boundaries: bool = False) -> Kind:
     """One document of unique words: token ``t`` of the stream has id ``t + 2`` (0 is the
-    end of the document, the last token), so a batch names its stream positions."""
+    end of the document, the last token), so a batch names its stream positions. Windows
+    ``boundaries=True`` give :class:`~lading.lm.DocumentBatch` es (``input_ids`` first)."""
     from lading.lm import LanguageModelLoader, Streams, TokenCorpus, Windows
 
     tokens = n if mode == "streams" else n * BPTT + 1  # n positions or n windows
@@ -99,7 +100,7 @@ def lm_kind(n: int, tmp: Path, mode: str) -> Kind:
         return tokens - 1 if token == 0 else token - 2
 
     def make(world: World, workers: int) -> Any:
-        sequence = Streams(BPTT) if mode == "streams" else Windows(BPTT)
+        sequence = Streams(BPTT) if mode == "streams" else Windows(BPTT, boundaries=boundaries)
         return LanguageModelLoader(
             corpus, BATCH, sequence, seed=3, world=world,
             num_workers=workers, multiprocessing_context="fork",
@@ -114,7 +115,7 @@ def lm_kind(n: int, tmp: Path, mode: str) -> Kind:
             lambda w, k: w * BATCH,
         )
     return Kind(
-        "lm-windows",
+        "lm-windows" + ("+boundaries" if boundaries else ""),
         make,
         lambda b: [position(int(row[0])) // BPTT for row in b[0]],
         n,
@@ -159,9 +160,10 @@ def words_corpus(tmp: Path, name: str, docs: list[list[str]], vocab: list[str]) 
     return TokenCorpus.open(path)
 
 
-def packed_kind(n: int, tmp: Path) -> Kind:
+def packed_kind(n: int, tmp: Path, boundaries: bool = False) -> Kind:
     """``n`` documents of 1-4 unique words packed into windows of 6 tokens; a window is
-    named by its first token, the start of its first piece."""
+    named by its first token, the start of its first piece (``input_ids`` come first in a
+    ``boundaries=True`` batch too)."""
     from lading.lm import LanguageModelLoader, Packed
     from lading.lm.packing import pack
 
@@ -177,12 +179,13 @@ def packed_kind(n: int, tmp: Path) -> Kind:
 
     def make(world: World, workers: int) -> Any:
         return LanguageModelLoader(
-            corpus, BATCH, Packed(5), seed=3, world=world,
+            corpus, BATCH, Packed(5, boundaries=boundaries), seed=3, world=world,
             num_workers=workers, multiprocessing_context="fork",
         )  # fmt: skip
 
     key = lambda b: [window_of[int(row[0])] for row in b[0]]  # noqa: E731
-    return Kind("lm-packed", make, key, packing.windows, lambda w, k: w)
+    name = "lm-packed" + ("+boundaries" if boundaries else "")
+    return Kind(name, make, key, packing.windows, lambda w, k: w)
 
 
 def mixture_kind(n: int, tmp: Path) -> Kind:

@@ -3,14 +3,15 @@
 ``LadingTrainer`` once crashed in its setup on a language-model or a parquet loader (it read
 ``loader.loader.num_workers``, which only ``lading.loader``'s had). Here each loader kind (map,
 parquet, the LM's streams, windows and packed; in this process and with DataLoader workers)
-goes through:
+goes through (with ``boundaries=True`` too, whose batches are NamedTuples):
 
 - the HF ``LadingTrainer`` (``train_loader=``): it trains into a second epoch on the batches
   iterating the loader by hand gives, and resumes from its own mid-epoch checkpoint on the next
   batch;
 - lading's own training loop (:class:`lading.train.Trainer`): the same, through its checkpoint;
 - the data arguments check the HF and sentence-transformers trainers share
-  (:func:`lading.integrations.trainer_args.check_trainer_arguments`), which was the crash.
+  (:func:`lading.integrations.trainer_args.check_trainer_arguments`), which was the crash,
+  ``per_device_train_batch_size`` among them, and the old ``.loader`` naming its new spelling.
 
 Lightning's ``LadingDataModule`` runs every workload in
 tests/integrations/test_integration_lightning.py, and ``DevicePrefetcher`` every kind in
@@ -31,7 +32,15 @@ pytest.importorskip("pyarrow")
 
 pytestmark = pytest.mark.e2e  # whole trainers: see the e2e marker in pyproject.toml
 
-KINDS = ("map", "parquet", "lm-streams", "lm-windows", "lm-packed")
+KINDS = (
+    "map",
+    "parquet",
+    "lm-streams",
+    "lm-windows",
+    "lm-packed",
+    "lm-windows+boundaries",
+    "lm-packed+boundaries",
+)
 
 
 def kind_of(name: str, tmp: Path) -> Any:
@@ -43,6 +52,9 @@ def kind_of(name: str, tmp: Path) -> Any:
         "lm-streams": lambda: lm_kind(400, tmp, "streams"),
         "lm-windows": lambda: lm_kind(40, tmp, "windows"),
         "lm-packed": lambda: packed_kind(40, tmp),
+        # DocumentBatch NamedTuples, which the HF Trainer's _prepare_input once crashed on
+        "lm-windows+boundaries": lambda: lm_kind(40, tmp, "windows", boundaries=True),
+        "lm-packed+boundaries": lambda: packed_kind(40, tmp, boundaries=True),
     }[name]()
 
 
@@ -174,3 +186,11 @@ def test_trainer_data_arguments_are_checked_against_every_loader(
         check_trainer_arguments(args(dataloader_num_workers=workers), loader)
     with pytest.raises(ValueError, match=r"dataloader_num_workers=5\).* num_workers="):
         check_trainer_arguments(args(dataloader_num_workers=5), loader)
+    from loader_kinds import BATCH
+
+    check_trainer_arguments(args(per_device_train_batch_size=BATCH), loader)
+    with pytest.raises(ValueError, match=rf"per_device_train_batch_size=7\).*batch_size={BATCH}"):
+        check_trainer_arguments(args(per_device_train_batch_size=7), loader)
+    # what get_train_dataloader() returns: the loader itself, whose old .loader names that
+    with pytest.raises(AttributeError, match=r"get_train_dataloader\(\)\.loader is get_train"):
+        loader.loader  # noqa: B018

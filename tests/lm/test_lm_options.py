@@ -156,7 +156,8 @@ def test_the_options_survive_a_worker(corpus: TokenCorpus) -> None:
 
 
 def test_the_loader_method_is_one_keyword_now(corpus: TokenCorpus) -> None:
-    with pytest.raises(TypeError, match=r"is now LanguageModelLoader\(\.\.\., num_workers=2\)"):
+    moved = r"is now LanguageModelLoader\(\.\.\., num_workers=2\)"
+    with pytest.raises(AttributeError, match=moved):
         LanguageModelLoader(corpus, 2, Streams(5), world=World()).loader(num_workers=2)
 
 

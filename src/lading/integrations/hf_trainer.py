@@ -34,12 +34,24 @@ groups of the whole accumulated step, and the Trainer does not divide it again; 
 this batch's mean and the Trainer divides by ``gradient_accumulation_steps``. Either way one
 optimizer step of ``k`` accumulated batches of ``b`` groups trains and logs what one batch of
 ``k * b`` groups would.
+
+Language-model batches with document boundaries (``Packed``/``Windows(..., boundaries=True)``:
+a :class:`~lading.lm.DocumentBatch`) reach a transformers model as its keyword arguments
+(:func:`~lading.integrations.transformers_lm.to_hf_kwargs` for the model's
+``config._attn_implementation``: labels aligned with ``input_ids``, ``-100`` where nothing is
+scored, restarting ``position_ids``, the mask that attention reads), converted as the Trainer
+takes each batch, so its ``num_items_in_batch`` counts their scored labels as it counts
+``DataCollatorWithFlattening``'s. A model without such a config gets the ``DocumentBatch``
+itself, on the device, for a ``compute_loss`` of its own; the Trainer's own ``compute_loss``
+(``model(**inputs)``) refuses a batch that is no mapping, naming the fix.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +60,13 @@ from torch import nn
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
-from lading.integrations.trainer_args import check_trainer_arguments
+from lading.integrations.trainer_args import (
+    check_trainer_arguments,
+    gpus_per_process,
+    loader_batch_size,
+)
+from lading.integrations.transformers_lm import model_inputs
+from lading.lm.boundaries import DocumentBatch
 from lading.loading.resumable import Resumable
 
 LOADER_FILE = "lading_loader.json"
@@ -106,6 +124,7 @@ class LadingTrainerMixin:
     """
 
     args: Any
+    _train_batch_size: int
     lading_loader: Resumable | None
     _lading_resume: dict[str, Any] | None
 
@@ -113,9 +132,22 @@ class LadingTrainerMixin:
         self.lading_loader = loader
         if loader is not None:
             check_trainer_arguments(self.args, loader)  # refused when made, not at train()
+            self.adopt_batch_size(loader)
         self._lading_resume = None
         self.args.ignore_data_skip = True  # the loader resumes itself; see the module docstring
         self.add_callback(LoaderStateCallback(self))  # type: ignore[attr-defined]
+
+    def adopt_batch_size(self, loader: Resumable) -> None:
+        """``per_device_train_batch_size`` at its default gives way to the loader's batch size
+        (another value is refused): in a copy of the arguments, so that the Trainer's logs,
+        sample counts and ``trainer_state.json`` say what it trains and the caller's
+        ``TrainingArguments`` stay as given (another trainer may share them)."""
+        size, gpus = loader_batch_size(loader), gpus_per_process(self.args)
+        if size is None or size == self.args.train_batch_size or size % gpus:
+            return
+        self.args = copy.copy(self.args)
+        self.args.per_device_train_batch_size = size // gpus  # DataParallel splits a batch
+        self._train_batch_size = size
 
     def make_lading_loader(self) -> Resumable:
         raise ValueError(
@@ -123,7 +155,8 @@ class LadingTrainerMixin:
         )
 
     def get_train_dataloader(self) -> Resumable:
-        """The lading loader (made on first use), at the checkpoint's position when resuming."""
+        """The lading loader itself (made on first use), at the checkpoint's position when
+        resuming: no DataLoader around it (its old ``.loader`` names this spelling)."""
         if self.lading_loader is None:
             made = self.make_lading_loader()
             check_trainer_arguments(self.args, made)
@@ -146,6 +179,24 @@ class LadingTrainerMixin:
 
 
 RANKING_LOSSES: tuple[str, ...] = ("bce", "listwise")
+
+
+def not_keywords(batch: Any, model: nn.Module) -> str:
+    """Why the Trainer's ``model(**inputs)`` cannot take ``batch`` (no mapping), and the fix."""
+    if isinstance(batch, DocumentBatch):
+        return (
+            f"LadingTrainer hands a DocumentBatch to a transformers model as its keyword "
+            f"arguments, by the model's config._attn_implementation; {type(model).__name__} "
+            "has none, so the Trainer's compute_loss (model(**inputs)) cannot call it: train a "
+            "transformers causal LM, or override compute_loss to train from the DocumentBatch "
+            "(labels already shifted, loss_mask where they count)"
+        )
+    return (
+        f"the Trainer calls model(**inputs), and this batch is a {type(batch).__name__}, no "
+        "mapping: for a transformers causal LM build the loader with boundaries=True "
+        "(Windows(seq_len, boundaries=True) or Packed(seq_len, boundaries=True)), give the "
+        "loader a collate_fn that returns a dict, or override compute_loss"
+    )
 
 
 class LadingTrainer(LadingTrainerMixin, Trainer):  # type: ignore[misc]
@@ -177,6 +228,26 @@ class LadingTrainer(LadingTrainerMixin, Trainer):  # type: ignore[misc]
         self.ranking_loss = ranking_loss
         self.setup_lading(train_loader)
 
+    def get_batch_samples(
+        self, epoch_iterator: Iterator[Any], num_batches: int, device: torch.device
+    ) -> tuple[list[Any], Any]:
+        """The Trainer's, with each :class:`~lading.lm.DocumentBatch` as the model's inputs
+        (:func:`~lading.integrations.transformers_lm.model_inputs`) before it counts labels."""
+        batches = (self.as_model_inputs(batch) for batch in epoch_iterator)
+        return super().get_batch_samples(batches, num_batches, device)
+
+    def as_model_inputs(self, batch: Any) -> Any:
+        """A :class:`~lading.lm.DocumentBatch` as the model takes it; any other batch as is."""
+        if isinstance(batch, DocumentBatch):
+            return model_inputs(batch, self.model, self.args.device)
+        return batch
+
+    def _prepare_input(self, data: Any) -> Any:
+        # a NamedTuple cannot be rebuilt from one iterable, as the Trainer rebuilds tuples
+        if isinstance(data, DocumentBatch):
+            return data.to(self.args.device)
+        return super()._prepare_input(data)
+
     def compute_loss(
         self,
         model: nn.Module,
@@ -185,6 +256,8 @@ class LadingTrainer(LadingTrainerMixin, Trainer):  # type: ignore[misc]
         num_items_in_batch: torch.Tensor | int | None = None,
     ) -> Any:
         """The ranking loss of a batch of groups, at the Trainer's scale; else the Trainer's."""
+        if not isinstance(inputs, Mapping):
+            raise ValueError(not_keywords(inputs, model))
         if "group_size" not in inputs or self.compute_loss_func is not None:
             self.__dict__.pop("loss_is_scaled_for_ga", None)  # the class's rule again
             return super().compute_loss(

@@ -85,6 +85,12 @@ class GroupRows:
     def set_epoch(self, epoch: int) -> None:
         self.groups.set_epoch(epoch)
 
+    def data_fingerprint(self) -> str | None:
+        """The groups' content digest and the row format (what a loader state is keyed on),
+        None where the groups have no digest."""
+        method = getattr(self.groups, "data_fingerprint", None)
+        return f"{method()}:{self.fmt}" if callable(method) else None
+
     def duplicate_keys(self, items: Any, epoch: int) -> Any:
         """The groups' keys (for ``batching="no_duplicates"``): a group's rows are one unit."""
         return self.groups.duplicate_keys(items, epoch)

@@ -7,6 +7,9 @@ what the loader already does or refused, naming the argument and where the setti
 instead. Only values other than the argument's default are checked (``dataloader_pin_memory``
 defaults to True in the Trainer and to False in lading: a default is no request).
 
+``per_device_train_batch_size`` is the loader's batch size: another one set is refused, the
+default gives way to the loader's (the Trainer's logs and counts then say what it trains).
+
 ``seed`` and ``data_seed`` order the data in the Trainer's own route (its sampler is shuffled by
 ``data_seed``, else ``seed``); a lading loader is shuffled by the ``seed=`` it was built with,
 so one set to another value is refused, naming the loader's seed and the fix (a seed sweep would
@@ -83,7 +86,46 @@ def check_trainer_arguments(args: Any, loader: Resumable) -> None:
             "yields its batches in order, which its exact resume relies on; leave it True"
         )
     _check_sampling(args, loader)
+    check_batch_size(args, loader)
     check_seeds(args, loader)
+
+
+def loader_batch_size(loader: Resumable) -> int | None:
+    """Items a batch of ``loader`` holds on this rank (its state's layout), where it says."""
+    size = loader.state_dict()["layout"].get("batch_size")
+    return None if size is None else int(size)
+
+
+def gpus_per_process(args: Any) -> int:
+    """The GPUs one process splits a batch over (DataParallel): its DataLoader's batch is
+    ``per_device_train_batch_size`` times this (``args.train_batch_size``)."""
+    return max(1, int(getattr(args, "n_gpu", 1) or 1))
+
+
+def check_batch_size(args: Any, loader: Resumable) -> None:
+    """Refuse a ``per_device_train_batch_size`` set to another batch size than ``loader``'s (the
+    Trainer's own route batches by it; the loader was batched by its caller), and
+    ``auto_find_batch_size``, which halves a batch size the loader does not take from it. At
+    its default the loader's is taken (:meth:`LadingTrainerMixin.adopt_batch_size`)."""
+    has = loader_batch_size(loader)
+    default = type(args).__dataclass_fields__["per_device_train_batch_size"].default
+    asked, gpus = args.per_device_train_batch_size, gpus_per_process(args)
+    if has is not None and asked != default and asked * gpus != has:
+        split = f" ({gpus} GPUs of DataParallel x {asked})" if gpus > 1 else ""
+        raise ValueError(
+            f"TrainingArguments(per_device_train_batch_size={asked}) asks for batches of "
+            f"{asked * gpus}{split}, but this lading loader was built with batch_size={has} "
+            f"and batches by it: pass batch_size={asked * gpus} to the loader, or "
+            f"per_device_train_batch_size={has / gpus:g} (or leave it at its default: the "
+            "loader's is taken)"
+        )
+    if getattr(args, "auto_find_batch_size", False):
+        raise ValueError(
+            "TrainingArguments(auto_find_batch_size=True) halves the batch size of a "
+            "DataLoader the Trainer builds; a lading loader is built by its caller with "
+            f"batch_size={has}: leave auto_find_batch_size False and pass a smaller "
+            "batch_size to the loader where memory runs out"
+        )
 
 
 def data_seed(args: Any) -> int:

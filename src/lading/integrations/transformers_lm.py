@@ -110,3 +110,17 @@ def to_hf_kwargs(
             "batch.document_ids (each document attends causally to itself only)"
         )
     return kwargs
+
+
+def model_inputs(batch: DocumentBatch, model: Any, device: torch.device | str) -> Any:
+    """What the HF ``Trainer`` hands ``model`` for ``batch``: :func:`to_hf_kwargs` by the
+    model's ``config._attn_implementation`` (on ``device``, where a FlexAttention mask must
+    be made), as ``DataCollatorWithFlattening``'s batches reach a transformers model; for a
+    model without one (not a transformers model), the batch itself on ``device``, for a
+    ``compute_loss`` that reads lading's convention (labels already shifted, ``loss_mask``)."""
+    moved = batch.to(device)
+    implementation = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if implementation is None:
+        return moved
+    dtype = getattr(model, "dtype", torch.float32)
+    return to_hf_kwargs(moved, str(implementation), dtype=dtype)

@@ -76,7 +76,10 @@ class CrossEncoder(nn.Module):
     def from_pretrained(
         cls, name_or_path: str | os.PathLike[str], dropout: float = 0.1
     ) -> CrossEncoder:
-        """A model saved by :meth:`save`, or a HF backbone (local path, or a name when online)."""
+        """A model saved by :meth:`save`, or a HF backbone (local path, or a name when online)
+        under a new classifier head, drawn from torch's global RNG as ``nn.Linear`` draws: call
+        ``torch.manual_seed`` first for the same head in every run and rank (as ``lading train
+        cross-encoder --seed`` does, and the HF Trainer before ``model_init``)."""
         path = Path(name_or_path)
         if (path / MODEL_FILE).is_file() and (path / "lading.json").is_file():
             meta = json.loads((path / "lading.json").read_text())

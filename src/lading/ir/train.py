@@ -128,8 +128,11 @@ def prepare(config: TrainConfig, world: World) -> tuple[DocStore, Any, CrossEnco
     from lading.stores.tokens import load_tokenizer
 
     tok = load_tokenizer(tokenizer)
+    # the same initial weights on every rank and in every run of one seed: the tiny model's,
+    # and the classifier head drawn new over a pretrained backbone (with any weight the
+    # folder lacks), as the HF Trainer seeds before it makes a model
+    torch.manual_seed(config.seed)
     if config.model == "tiny":
-        torch.manual_seed(config.seed)  # the same initial weights on every rank
         model = CrossEncoder.from_config(
             tiny_bert_config(tok.get_vocab_size(), max(512, config.max_length))
         )

@@ -189,13 +189,6 @@ class LanguageModelLoader(Loader):
         saved = self._lm.saved_content(saved)
         super().load_state_dict({**state, "fingerprint": saved})
 
-    def loader(self, *args: Any, **kwargs: Any) -> Any:
-        """Gone: DataLoader workers are one keyword of the loader itself."""
-        raise TypeError(
-            "LanguageModelLoader(...).loader(num_workers=2) is now "
-            "LanguageModelLoader(..., num_workers=2): the loader itself reads in workers"
-        )
-
 
 def on_device(
     corpus: TokenCorpus | TokenMixture,

@@ -152,6 +152,18 @@ class Loader:
     def pin_memory(self) -> bool:
         return self.workers.pin_memory
 
+    @property
+    def loader(self) -> Any:
+        """Gone, with an AttributeError that names the new spelling: there is no DataLoader
+        inside to reach, nor a ``.loader(...)`` to make one; this object is what iterates."""
+        name = "lading.loader" if type(self) is Loader else type(self).__name__
+        raise AttributeError(
+            f"{name}(...).loader is gone: the loader itself iterates, in DataLoader workers too. "
+            f"A trainer's get_train_dataloader().loader is get_train_dataloader() (the lading "
+            f"loader: .workers, .num_workers, .state_dict()); {name}(...).loader(num_workers=2) "
+            f"is now {name}(..., num_workers=2)"
+        )
+
     def set_epoch(self, epoch: int) -> None:
         """Go to the first batch of ``epoch`` (its order comes from (seed, epoch)).
 

@@ -286,11 +286,27 @@ class MapSource:
 
 
 def data_fingerprint(dataset: object) -> str | None:
-    """``dataset.data_fingerprint()`` where the dataset defines it (TrainingGroups does): a
-    digest of its content, put in the loader's state so a state saved over other data of the
-    same length is refused. A dataset without one is known by its length only."""
+    """What identifies the data of ``dataset``, where it has an identity, put in the loader's
+    state so that a state saved over other data of the same length is refused:
+
+    - ``dataset.data_fingerprint()`` where the dataset defines it (TrainingGroups, GroupRows): a
+      digest of its content;
+    - an HF ``datasets.Dataset``: ``datasets:`` and its ``_fingerprint`` (datasets' own key of
+      its content and every transform since, the same in every process);
+    - a lading store: ``store:`` and the content id of the snapshot it reads.
+
+    Any other dataset is known by its length only (None)."""
     method = getattr(dataset, "data_fingerprint", None)
-    return str(method()) if callable(method) else None
+    if callable(method):
+        found = method()
+        return None if found is None else str(found)
+    hf = getattr(dataset, "_fingerprint", None)
+    if type(dataset).__module__.split(".")[0] == "datasets" and isinstance(hf, str):
+        return f"datasets:{hf}"
+    content = getattr(dataset, "content_id", None)
+    if isinstance(content, str) and hasattr(dataset, "snapshot"):
+        return f"store:{content}"
+    return None
 
 
 def loader(

@@ -8,6 +8,9 @@ Every loader's :meth:`state_dict` is the same schema::
 
 - ``fingerprint``: what fixes the data and its orders (sizes, seed, shuffle, equalize…). A
   state whose fingerprint differs belongs to another dataset or run: refused, naming the key.
+  A map-style state's ``data`` is its dataset's identity where it has one
+  (:func:`lading.loading.map_source.data_fingerprint`); a state saved without one (``None``,
+  or before it was recorded) is checked by length only, as it was then.
 - ``layout``: what fixes who reads what (world size, workers, batch size…). The same layout
   resumes bitwise: ``batches`` are skipped. Another layout resumes *elastically*: the positions
   the saved layout left unread become the ``base`` of a new *segment* of the epoch, planned over
@@ -85,11 +88,29 @@ def check(state: Mapping[str, Any], kind: str, fingerprint: Mapping[str, Any]) -
         )
     saved = state.get("fingerprint", {})
     for key in sorted(set(saved) | set(fingerprint)):
-        if saved.get(key) != fingerprint.get(key):
-            raise LoaderStateError(
-                f"loader state has {key}={saved.get(key)!r}, this loader "
-                f"{fingerprint.get(key)!r}; resume with the data and settings of the saved run"
-            )
+        if saved.get(key) == fingerprint.get(key):
+            continue
+        if key == "data" and kind == "map":
+            if saved.get(key) is None:
+                continue  # saved before its dataset had an identity: known by length, as then
+            raise LoaderStateError(other_data(saved[key], fingerprint.get(key)))
+        raise LoaderStateError(
+            f"loader state has {key}={saved.get(key)!r}, this loader "
+            f"{fingerprint.get(key)!r}; resume with the data and settings of the saved run"
+        )
+
+
+def other_data(saved: str, now: str | None) -> str:
+    """Why a map-style state saved on the dataset ``saved`` identifies is refused here."""
+    reads = f"reads {now!r}" if now else "reads a dataset without one"
+    return (
+        f"loader state was saved on the dataset {saved!r}, this loader {reads} (the "
+        "identity of a TrainingGroups, an HF datasets.Dataset's fingerprint, a store's "
+        "content): other data, whatever its length; resume on the dataset of the saved "
+        "run. If it is the same data under another identity (datasets draws a random "
+        "fingerprint after a transform it cannot hash), delete the state's "
+        "fingerprint['data'] to load it checked by length only"
+    )
 
 
 def restore(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from lading.loading.loader import Loader, Workers
 from lading.loading.plan import check_batch_size, check_equalize, refuse_drop_last
@@ -109,10 +108,3 @@ class PartitionedParquet(Loader):
         super().__init__(source, workers, seed=seed)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.total_rows, self.buffer_rows = source.total_rows, source.buffer_rows
-
-    def loader(self, *args: Any, **kwargs: Any) -> Any:
-        """Gone: DataLoader workers are one keyword of the loader itself."""
-        raise TypeError(
-            "PartitionedParquet(...).loader(num_workers=2) is now "
-            "PartitionedParquet(..., num_workers=2): the loader itself reads in workers"
-        )
