@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# ruff: noqa: E501
+# (the phrase tables read best one pair a line)
 """Issue 38, items 2-4, the mechanical part: move the modules into their rooms and rename.
 
 Run from anywhere inside the checkout (the lead runs it on the merged main)::
@@ -462,7 +464,7 @@ def run(dry: bool) -> int:
     modules, paths = tables()
     said: list[str] = move(dry)
     if dry and said:  # the rewrites below would read the moved files
-        print("\n".join(said + ["(then the references, renames and ruff)"]))
+        print("\n".join([*said, "(then the references, renames and ruff)"]))
         return 0
     said += ensure("src/lading/stores/remote/__init__.py", REMOTE_DOC, dry)
     for path in text_files():
