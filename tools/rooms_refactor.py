@@ -11,12 +11,14 @@ Run from anywhere inside the checkout (the lead runs it on the merged main)::
 What it does, in order, each step idempotent (a second run prints "nothing to do"):
 
 1. ``git mv`` every module of ``MOVES`` (old path -> new path under ``src/lading``): ``stores/``
-   becomes a read room and a build room (``stores/build/``: build, writer, parallel, merge,
-   group, inputs, the remote upload); ``stores/remote/`` reads as its pipeline (``plan`` ->
+   becomes a read room and a build room (``stores/building/``: build, writer, parallel, merge,
+   group, inputs, the remote upload; not ``build/``, which .gitignore and tools take for build
+   output); ``stores/remote/`` reads as its pipeline (``plan`` ->
    ``fetch`` -> ``cache/`` (the node cache with its ledger, fill and eviction) -> ``store``); the
    local S3 goes to ``lading.testing``; the workload modules are named ``workload``.
-   A module that becomes a package's ``__init__.py`` keeps its dotted name, so no new name ever
-   starts with an old name that maps elsewhere (checked below): what makes a rerun a no-op.
+   The node cache (``remote/cache.py``) becomes its package's ``__init__.py`` and keeps its
+   dotted name, so no new name starts with an old name that maps elsewhere (checked below):
+   what makes a rerun a no-op.
 2. Rewrites every reference in the tracked text files of src/, tests/, benchmarks/, docs/,
    tools/ (but this file), README.md, pyproject.toml, setup.py and .ci/: dotted module names
    (``lading.stores.writer`` and ``lading.stores.writer.X``, in imports, strings, ``-m``
@@ -58,13 +60,13 @@ THIS = Path(__file__).resolve()
 # old path -> new path, under src/lading
 MOVES: list[tuple[str, str]] = [
     # the build room
-    ("stores/build.py", "stores/build/__init__.py"),
-    ("stores/writer.py", "stores/build/writer.py"),
-    ("stores/parallel.py", "stores/build/parallel.py"),
-    ("stores/merge.py", "stores/build/merge.py"),
-    ("stores/group.py", "stores/build/group.py"),
-    ("stores/inputs.py", "stores/build/inputs.py"),
-    ("stores/remote/upload.py", "stores/build/upload.py"),
+    ("stores/build.py", "stores/building/build.py"),
+    ("stores/writer.py", "stores/building/writer.py"),
+    ("stores/parallel.py", "stores/building/parallel.py"),
+    ("stores/merge.py", "stores/building/merge.py"),
+    ("stores/group.py", "stores/building/group.py"),
+    ("stores/inputs.py", "stores/building/inputs.py"),
+    ("stores/remote/upload.py", "stores/building/upload.py"),
     # stores/remote as its pipeline: plan -> fetch -> cache -> store
     ("stores/remote/ranges.py", "stores/remote/plan.py"),
     ("stores/remote/obstore_client.py", "stores/remote/client_obstore.py"),
@@ -100,32 +102,31 @@ REMOTE_DOC = '''"""Stores in object storage, read as a pipeline: plan -> fetch -
   (:mod:`~lading.stores.remote.stage`) and its :mod:`~lading.stores.remote.columns`; how it is
   read: :mod:`~lading.stores.remote.settings`.
 
-Building into object storage is the build room's (:mod:`lading.stores.build.upload`); a local
+Building into object storage is the build room's (:mod:`lading.stores.building.upload`); a local
 S3 to try all this offline is :class:`lading.testing.LocalS3`.
 """
 '''
 
-BUILD_ROOM_DOC_OLD = (
-    '"""``build_store``: one builder per destination, atomic, reused when nothing changed.\n'
-)
-BUILD_ROOM_DOC_NEW = (
-    '"""The build room: ``build_store``, one builder per destination, atomic, reused when nothing\n'
-    "changed; ``build_shard`` and ``merge_store`` for a build in parallel.\n\n"
-    "The room holds the writer (:mod:`~lading.stores.build.writer`), the inputs dealt to shards\n"
-    "(:mod:`~lading.stores.build.inputs`), the parallel build and its merge\n"
-    "(:mod:`~lading.stores.build.parallel`, :mod:`~lading.stores.build.merge`), building under a\n"
-    "process group (:mod:`~lading.stores.build.group`) and the upload into object storage\n"
-    "(:mod:`~lading.stores.build.upload`); what it writes is read by the read room, ``stores/``.\n"
-)
+BUILDING_DOC = '''"""The build room: what writes a store, read by the read room (``stores/``).
+
+- :mod:`~lading.stores.building.build`: ``build_store`` (one builder per destination, atomic,
+  reused when nothing changed), ``build_shard`` and ``merge_store`` (a build in parallel);
+- :mod:`~lading.stores.building.inputs`: the input files, dealt to shards by byte ranges;
+- :mod:`~lading.stores.building.writer`: one shard's files, written in one pass;
+- :mod:`~lading.stores.building.parallel`: shard ``i`` of ``n`` by any worker, then one merge;
+  :mod:`~lading.stores.building.merge`: the id index over all shards and the manifest;
+- :mod:`~lading.stores.building.group`: building under an initialised process group;
+- :mod:`~lading.stores.building.upload`: a store built here, uploaded into object storage.
+"""
+'''
 
 # (file under the repository root, old text, new text): exact phrases, applied once
 PHRASES: list[tuple[str, str, str]] = [
-    ("src/lading/stores/build/__init__.py", BUILD_ROOM_DOC_OLD, BUILD_ROOM_DOC_NEW),
     (
         "src/lading/stores/__init__.py",
         '"""Document stores: one protocol (:class:`DocStore`), four ways of keeping a corpus.\n',
         '"""The read room: document stores, one protocol (:class:`DocStore`), four ways of keeping\n'
-        "a corpus; building them is the build room's (:mod:`lading.stores.build`).\n",
+        "a corpus; building them is the build room's (:mod:`lading.stores.building`).\n",
     ),
     (
         "tests/test_layers.py",
@@ -179,6 +180,11 @@ PHRASES: list[tuple[str, str, str]] = [
         "self.total_rows, self.buffer_rows = workload.total_rows, workload.buffer_rows",
     ),
     ("src/lading/loading/__init__.py", "iterates every source", "iterates every workload"),
+    (
+        "src/lading/loading/loader.py",
+        '"""The one loader: iterates any workload\'s :class:`~lading.loading.workload.Workload`, in this process\nor in',
+        '"""The one loader: iterates any :class:`~lading.loading.workload.Workload`, in this process or\nin',
+    ),
     # "stage" only for node copies: a build's temporary folder is its scratch folder
     (
         "src/lading/disk/build.py",
@@ -424,6 +430,14 @@ def rewrite_file(path: Path, modules: dict[str, str], paths: dict[str, str]) -> 
     new = rename_words(new, WORDS_IN.get(rel, {}))
     new = re.sub(r"\b(lading\.loading(?:\.workload)?)\.Source\b", r"\1.Workload", new)
     new = re.sub(r"\bbuild\.stage\(\)", "build.scratch()", new)
+    # code inside strings (a child process's script) too: calls and imports of disk.staging
+    new = re.sub(r"\bstaging\(", "scratch(", new)
+    new = re.sub(
+        r"^(\s*from lading\.disk(?:\.atomic)? import [^\n]*)\bstaging\b",
+        r"\1scratch",
+        new,
+        flags=re.M,
+    )
     if path.suffix == ".py":
         names = {**NAMES_EVERYWHERE, **leaves, **NAMES_IN.get(rel, {})}
         if SOURCE_IMPORT.search(new) or rel == "src/lading/loading/__init__.py":
@@ -467,6 +481,7 @@ def run(dry: bool) -> int:
         print("\n".join([*said, "(then the references, renames and ruff)"]))
         return 0
     said += ensure("src/lading/stores/remote/__init__.py", REMOTE_DOC, dry)
+    said += ensure("src/lading/stores/building/__init__.py", BUILDING_DOC, dry)
     for path in text_files():
         old = path.read_text(encoding="utf-8")
         new = rewrite_file(path, modules, paths)
