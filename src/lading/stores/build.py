@@ -95,8 +95,7 @@ def build_store(
         shard: ``"auto"``: under an initialised process group, every rank builds one shard
             (:func:`build_shard`) and rank 0 merges (``dest`` must be on a filesystem every
             rank sees); without one, as None.
-        build_id: with ``shard="auto"``, the build directory the shards share (default:
-            derived from the inputs, the options and the world size).
+        build_id: with ``shard="auto"``, the build directory of the shards (default: derived).
 
     Returns:
         The opened store.
