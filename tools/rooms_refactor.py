@@ -501,6 +501,14 @@ def rewrite_file(path: Path, modules: dict[str, str], paths: dict[str, str]) -> 
     new = rename_words(new, WORDS_IN.get(rel, {}))
     new = re.sub(r"\b(lading\.loading(?:\.workload)?)\.Source\b", r"\1.Workload", new)
     new = re.sub(r"\bbuild\.stage\(\)", "build.scratch()", new)
+    if rel not in ("src/lading/testing/__init__.py", "src/lading/testing/__main__.py"):
+        new = new.replace(
+            "from lading.testing.localserver import LocalS3", "from lading.testing import LocalS3"
+        )
+    # one shard of a parallel build is build_shard's (item 2): the README's example
+    new = re.sub(
+        r"\bbuild_store\(([^()\n]*?), shard=\((\w+), (\w+)\)\)", r"build_shard(\1, (\2, \3))", new
+    )
     # code inside strings (a child process's script) too: calls and imports of disk.staging
     new = re.sub(r"\bstaging\(", "scratch(", new)
     new = re.sub(
