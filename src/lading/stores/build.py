@@ -31,12 +31,8 @@ from lading.stores.inputs import Piece, PiecesReader, input_files
 from lading.stores.layout import FORMAT_NAME, shard_name
 from lading.stores.merge import Shard, manifest_of
 from lading.stores.packed import PackedStore, unnamed_columns
-from lading.stores.parallel import (
-    ShardReport,
-    check_shard,
-    source_files,
-    write_one_shard,
-)
+from lading.stores.parallel import ShardReport, check_shard, source_files
+from lading.stores.parallel import build_shard as write_one_shard  # the public one is below
 from lading.stores.parallel import merge_store as merge_shards
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
 from lading.stores.writer import Duplicates, write_shard

@@ -18,7 +18,7 @@ from typing import Any
 
 from lading.errors import StoreFormatError
 from lading.stores.packed import PackedStore
-from lading.stores.parallel import derive_build_id, merge_store, source_files, write_one_shard
+from lading.stores.parallel import build_shard, derive_build_id, merge_store, source_files
 from lading.world import World, process_group
 
 
@@ -88,7 +88,7 @@ def build_in_shards(
     fmt, tok, max_length, on_error, duplicates, parse, options = args
     failure: BaseException | None = None
     try:
-        write_one_shard(
+        build_shard(
             source, dest, (world.rank, world.world_size), format=fmt, tok=tok,
             max_length=max_length, on_error=on_error, duplicates=duplicates, parse=parse,
             options=options, build_id=build_id, progress=progress,

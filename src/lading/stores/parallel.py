@@ -104,7 +104,7 @@ def derive_build_id(files: list[Path], options: dict[str, Any], n: int) -> str:
     return f"{BUILD_PREFIX}{hashlib.sha256(blob.encode('utf-8')).hexdigest()[:16]}"
 
 
-def write_one_shard(
+def build_shard(
     source: Any,
     dest: Path,
     shard: tuple[int, int],
