@@ -135,11 +135,6 @@ PHRASES: list[tuple[str, str, str]] = [
         '    "testing": 4,  # re-exports stores/remote/localserver until tools/rooms_refactor.py moves it\n',
         '    "testing": 0,  # the local S3: the standard library, moto and aiohttp only\n',
     ),
-    (
-        "src/lading/stores/building/build.py",
-        "from lading.stores.building.parallel import build_shard as write_one_shard  # the public one is below\n",
-        "from lading.stores.building.parallel import write_one_shard\n",
-    ),
     # docstring lines the longer module names pushed over 100 characters
     (
         "src/lading/integrations/ray.py",
@@ -517,6 +512,9 @@ def rewrite_file(path: Path, modules: dict[str, str], paths: dict[str, str]) -> 
             "from lading.testing.localserver import LocalS3", "from lading.testing import LocalS3"
         )
     new = shard_calls(new)
+    new = re.sub(
+        r"\bbuild_shard as write_one_shard(  # the public one is below)?", "write_one_shard", new
+    )
     # code inside strings (a child process's script) too: calls and imports of disk.staging
     new = re.sub(r"\bstaging\(", "scratch(", new)
     new = re.sub(
