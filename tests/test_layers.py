@@ -14,6 +14,7 @@ LAYERS: dict[str, int] = {
     "world": 0,
     "_version": 0,
     "_lazy": 0,
+    "testing": 4,  # re-exports stores/remote/localserver until tools/rooms_refactor.py moves it
     "disk": 1,
     "sources": 2,
     "stores": 3,

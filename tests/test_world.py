@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lading.world import World, from_environment, resolve_shared_fs, tasks_per_node
@@ -125,3 +127,18 @@ def test_who_builds_follows_shared_fs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LADING_SHARED_FS", "maybe")
     with pytest.raises(ValueError, match="LADING_SHARED_FS='maybe'"):
         resolve_shared_fs()
+
+
+def test_process_group_is_none_without_one_and_the_group_when_up(tmp_path: Path) -> None:
+    import torch.distributed as dist
+
+    from lading.world import process_group
+
+    assert not dist.is_initialized() and process_group() is None
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
+    try:
+        assert process_group() is dist
+        assert process_group(min_size=2) is None  # a group of one: nothing to agree with
+    finally:
+        dist.destroy_process_group()
+    assert process_group() is None

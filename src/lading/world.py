@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 SHARED_FS_ENV = "LADING_SHARED_FS"
 
@@ -234,13 +236,22 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
-def _distributed_rank_and_size() -> tuple[int, int] | None:
-    import sys
+def process_group(min_size: int = 1) -> Any:
+    """``torch.distributed`` when a process group of at least ``min_size`` ranks is
+    initialised, else None: the one "is a process group up?" of lading.
 
-    dist = sys.modules.get("torch.distributed")  # never import torch just to ask
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return None
+    Never imports torch to ask (importing it costs ~1 s): a process group can only exist once
+    ``torch.distributed`` was imported by someone.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist if dist.get_world_size() >= min_size else None
+
+
+def _distributed_rank_and_size() -> tuple[int, int] | None:
+    dist = process_group()
+    return None if dist is None else (dist.get_rank(), dist.get_world_size())
 
 
 def _worker_id_and_count() -> tuple[int, int]:

@@ -419,7 +419,7 @@ def test_rows_outside_a_sharded_column_raise_as_in_one_shard(route: str, tmp_pat
     # (ids_at([-2]) gave 'D4' of 10 rows), where a one-shard store raised
     src = write(tmp_path / "s.tsv", "".join(f"D{i}\ttext of D{i}\n" for i in range(10)))
     for i in range(2):
-        lading.build_store(src, tmp_path / "s", progress=False, shard=(i, 2))
+        lading.build_shard(src, tmp_path / "s", (i, 2), progress=False)
     store = lading.merge_store(tmp_path / "s")
     text = store._maps().text
     for call in (store.texts_at, store.ids_at, text.arrays, text.bytes_at):
@@ -447,7 +447,7 @@ def test_a_cold_batch_of_a_sharded_store_is_read_ahead_in_every_shard(
 
     src = write(tmp_path / "s.tsv", "".join(f"D{i}\ttext of D{i}\n" for i in range(40)))
     for i in range(2):
-        lading.build_store(src, tmp_path / "s", progress=False, shard=(i, 2))
+        lading.build_shard(src, tmp_path / "s", (i, 2), progress=False)
     store = lading.merge_store(tmp_path / "s")
     text = store._maps().text
     assert isinstance(text, ShardedColumn) and text.starts.tolist()[1] not in (0, 40)

@@ -1,7 +1,7 @@
 """Building in parallel: any shard count gives the store a one-process build gives, by content.
 
 Shards are written by ``lading build SRC DEST --shard i/N`` (here through the CLI's ``main``,
-in-process) or ``build_store(..., shard=(i, n))``, then committed by ``lading merge DEST``.
+in-process) or ``build_shard(..., (i, n))``, then committed by ``lading merge DEST``.
 Compared with the one-process build of the same inputs: ``ids()`` order, texts, fields and
 token ids. The runs under torchrun (gloo) and with a worker killed mid-shard are at the end,
 marked slow.
@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -89,7 +90,7 @@ def test_several_files_by_list_folder_or_glob(tmp_path: Path) -> None:
     for n in (2, 3):
         dest = tmp_path / f"n{n}"
         for i in range(n):
-            lading.build_store(str(folder / "*.jsonl*"), dest, shard=(i, n), progress=False)
+            lading.build_shard(str(folder / "*.jsonl*"), dest, (i, n), progress=False)
         same_content(one, lading.merge_store(dest))
     assert "b.jsonl.gz" in json.dumps(lading.open_store(tmp_path / "n3").meta["shards"])
 
@@ -99,7 +100,7 @@ def test_a_duplicate_id_across_shards_names_both(tmp_path: Path) -> None:
         tmp_path / "c.tsv", "".join(f"d{i}\ttext {i}\n" for i in range(100)) + "d7\tagain\n"
     )
     for i in range(2):
-        lading.build_store(src, tmp_path / "s", shard=(i, 2), progress=False)
+        lading.build_shard(src, tmp_path / "s", (i, 2), progress=False)
     with pytest.raises(StoreFormatError, match=r"duplicate id 'd7' in shard 0 .* and shard 1 "):
         lading.merge_store(tmp_path / "s")
 
@@ -116,7 +117,7 @@ def test_duplicates_first_or_last_across_shards_as_one_process(tmp_path: Path, k
     one = lading.build_store(src, tmp_path / "one", duplicates=keep, parse=parse, progress=False)
     dest = tmp_path / "s"
     for i in range(2):
-        lading.build_store(src, dest, shard=(i, 2), duplicates=keep, parse=parse, progress=False)
+        lading.build_shard(src, dest, (i, 2), duplicates=keep, parse=parse, progress=False)
     store = lading.merge_store(dest)
     assert len(store.meta["shards"]) == 2 and len(one) == 99
     assert one["d7"] == ("early" if keep == "first" else "again")
@@ -131,13 +132,13 @@ def test_duplicates_first_or_last_across_shards_as_one_process(tmp_path: Path, k
 def test_missing_shards_are_named_and_a_rerun_builds_only_those(tmp_path: Path) -> None:
     src = jsonl(tmp_path / "c.jsonl", 0, 300)
     dest = tmp_path / "s"
-    first = lading.build_store(src, dest, shard=(1, 3), progress=False)
+    first = lading.build_shard(src, dest, (1, 3), progress=False)
     assert not first.reused and first.rows > 0
     with pytest.raises(StoreFormatError, match=r"1 of its 3 shards; missing 0, 2.*--shard 0/3"):
         lading.merge_store(dest)
-    assert lading.build_store(src, dest, shard=(1, 3), progress=False).reused
+    assert lading.build_shard(src, dest, (1, 3), progress=False).reused
     for i in (0, 2):
-        lading.build_store(src, dest, shard=(i, 3), progress=False)
+        lading.build_shard(src, dest, (i, 3), progress=False)
     store = lading.merge_store(dest)
     assert lading.merge_store(dest).snapshot == store.snapshot  # merged once
     same_content(lading.build_store(src, tmp_path / "one", progress=False), store)
@@ -150,7 +151,7 @@ def test_a_shard_of_no_rows_and_a_field_only_some_shards_have(tmp_path: Path) ->
     lines.append(json.dumps({"id": "c", "text": "z", "title": "only here"}))
     src = write(tmp_path / "c.jsonl", "\n".join(lines) + "\n")
     for i in range(4):
-        lading.build_store(src, tmp_path / "s", shard=(i, 4), progress=False)
+        lading.build_shard(src, tmp_path / "s", (i, 4), progress=False)
     store = lading.merge_store(tmp_path / "s")
     assert 0 in [s["rows"] for s in store.meta["shards"]]
     same_content(lading.build_store(src, tmp_path / "one", progress=False), store)
@@ -160,9 +161,9 @@ def test_a_shard_of_no_rows_and_a_field_only_some_shards_have(tmp_path: Path) ->
 def test_shards_refuse_what_they_cannot_split(tmp_path: Path) -> None:
     gz = write(tmp_path / "c.tsv.gz", gzip.compress(b"1\tx\n2\ty\n"))
     with pytest.raises(ValueError, match=r"shard 1 would read nothing.*at most 1 shards"):
-        lading.build_store(gz, tmp_path / "s", shard=(1, 2), progress=False)
+        lading.build_shard(gz, tmp_path / "s", (1, 2), progress=False)
     with pytest.raises(ValueError, match=r"i must be in \[0, 2\)"):
-        lading.build_store(gz, tmp_path / "s", shard=(2, 2), progress=False)
+        lading.build_shard(gz, tmp_path / "s", (2, 2), progress=False)
     with pytest.raises(SystemExit):
         main(["build", str(gz), str(tmp_path / "s"), "--shard", "2/2"])
 
@@ -172,11 +173,22 @@ def test_a_sharded_store_is_stale_when_an_input_changes(tmp_path: Path) -> None:
     jsonl(folder / "a.jsonl", 0, 50)
     b = jsonl(folder / "b.jsonl", 50, 50)
     for i in range(2):
-        lading.build_store(folder, tmp_path / "s", shard=(i, 2), progress=False)
+        lading.build_shard(folder, tmp_path / "s", (i, 2), progress=False)
     lading.merge_store(tmp_path / "s")
     jsonl(b, 50, 51)
     with pytest.warns(lading.StaleStoreWarning, match=r"b\.jsonl"):
         lading.open_store(tmp_path / "s")
+
+
+def test_build_store_returns_a_store_and_points_a_shard_to_build_shard(tmp_path: Path) -> None:
+    src = jsonl(tmp_path / "c.jsonl", 0, 30)
+    first_of_two: Any = (0, 2)  # not a shard build_store takes (a type checker says so too)
+    with pytest.raises(ValueError, match=r"lading\.build_shard\(source, dest, \(0, 2\)\)"):
+        lading.build_store(src, tmp_path / "s", shard=first_of_two, progress=False)
+    assert not (tmp_path / "s").exists()  # refused before anything was written
+    # without a process group, shard="auto" is a one-process build: a store, not a report
+    store = lading.build_store(src, tmp_path / "s", shard="auto", progress=False)
+    assert isinstance(store, lading.PackedStore) and len(store) == 30
 
 
 def _auto(rank: int, world: int, src: str, dest: str) -> dict[str, object]:

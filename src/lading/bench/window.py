@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from lading.loading.resumable import Resumable
+from lading.world import process_group
 
 BLOCKS_PER_WINDOW = 10  # a block grows to a tenth of the budget: ~10 decisions per window
 
@@ -86,9 +87,8 @@ class Endless:
 
 def _agree(value: Any) -> Any:
     """Rank 0's ``value`` on every rank (itself when no process group is up)."""
-    import torch.distributed as dist
-
-    if not dist.is_available() or not dist.is_initialized():
+    dist = process_group()
+    if dist is None:
         return value
     box = [value]
     dist.broadcast_object_list(box, src=0)

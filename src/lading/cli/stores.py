@@ -19,7 +19,7 @@ SOURCE_FORMATS = ("arrow", "beir", "irds", "jsonl", "parquet", "trec", "tsv")
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from lading.sources import ParseOptions
-    from lading.stores import build_store
+    from lading.stores import build_shard, build_store
 
     started = time.perf_counter()
     parse = ParseOptions(
@@ -39,8 +39,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.shard is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the skip count is in the shard's report
-            report = build_store(
-                args.source, args.dest, **options, shard=args.shard, build_id=args.build_id
+            report = build_shard(
+                args.source, args.dest, args.shard, **options, build_id=args.build_id
             )
         print(report)
         return 0

@@ -16,6 +16,7 @@ from lading.disk import verify_checksums
 from lading.disk.stage import stage
 from lading.errors import StoreFormatError
 from lading.stores.base import DocStore
+from lading.stores.build import build_shard as build_shard_local
 from lading.stores.build import build_store as build_local
 from lading.stores.build import merge_store as merge_local
 from lading.stores.irds import IrDatasetsStore
@@ -36,6 +37,17 @@ def build_store(source: Any, dest: str | os.PathLike[str], *args: Any, **kwargs:
 
         return build_remote(build_local, source, os.fspath(dest), *args, **kwargs)
     return build_local(source, dest, *args, **kwargs)
+
+
+@functools.wraps(build_shard_local)
+def build_shard(source: Any, dest: str | os.PathLike[str], *args: Any, **kwargs: Any) -> Any:
+    if is_remote(dest):  # a local folder named "s3:" otherwise
+        raise ValueError(
+            f"a parallel build straight into {dest} is not supported yet: build the shards "
+            "into a folder and merge them there (lading build --shard I/N, lading merge), "
+            "then upload the store with lading.stores.remote.upload.upload"
+        )
+    return build_shard_local(source, dest, *args, **kwargs)
 
 
 @functools.wraps(merge_local)
@@ -126,6 +138,7 @@ __all__ = [
     "IrDatasetsStore",
     "OffsetStore",
     "PackedStore",
+    "build_shard",
     "build_store",
     "merge_store",
     "open_store",

@@ -15,7 +15,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal
 
 from lading.disk import BuildContext, byte_bar
 from lading.errors import SkippedRecordsWarning
@@ -26,61 +26,19 @@ from lading.sources import (
     is_compressed,
     refuse_if_changed,
 )
-from lading.stores.group import build_in_group, build_in_shards, initialized_dist
+from lading.stores.group import build_in_group, build_in_shards
 from lading.stores.inputs import Piece, PiecesReader, input_files
 from lading.stores.layout import FORMAT_NAME, shard_name
 from lading.stores.merge import Shard, manifest_of
 from lading.stores.packed import PackedStore, unnamed_columns
-from lading.stores.parallel import (
-    ShardReport,
-    build_shard,
-    check_shard,
-    source_files,
-)
+from lading.stores.parallel import ShardReport, check_shard, source_files
+from lading.stores.parallel import build_shard as write_one_shard  # the public one is below
 from lading.stores.parallel import merge_store as merge_shards
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
 from lading.stores.writer import Duplicates, write_shard
-from lading.world import resolve_shared_fs
+from lading.world import process_group, resolve_shared_fs
 
 ShardSpec = tuple[int, int]
-
-
-@overload
-def build_store(
-    source: Any,
-    dest: str | os.PathLike[str],
-    format: str | None = ...,
-    tokenizer: Any = ...,
-    max_length: int | None = ...,
-    on_error: OnError = ...,
-    *,
-    duplicates: Duplicates = ...,
-    parse: ParseOptions | None = ...,
-    overwrite: bool = ...,
-    shared_fs: bool | None = ...,
-    progress: bool | None = ...,
-    shard: Literal["auto"] | None = ...,
-    build_id: str | None = ...,
-) -> PackedStore: ...
-
-
-@overload
-def build_store(
-    source: Any,
-    dest: str | os.PathLike[str],
-    format: str | None = ...,
-    tokenizer: Any = ...,
-    max_length: int | None = ...,
-    on_error: OnError = ...,
-    *,
-    duplicates: Duplicates = ...,
-    parse: ParseOptions | None = ...,
-    overwrite: bool = ...,
-    shared_fs: bool | None = ...,
-    progress: bool | None = ...,
-    shard: ShardSpec,
-    build_id: str | None = ...,
-) -> ShardReport: ...
 
 
 def build_store(
@@ -96,11 +54,11 @@ def build_store(
     overwrite: bool = False,
     shared_fs: bool | None = None,
     progress: bool | None = None,
-    shard: ShardSpec | Literal["auto"] | None = None,
+    shard: Literal["auto"] | None = None,
     build_id: str | None = None,
-) -> PackedStore | ShardReport:
-    """Build a :class:`PackedStore` at ``dest`` from ``source`` (once) and open it; or one
-    shard of it.
+) -> PackedStore:
+    """Build a :class:`PackedStore` at ``dest`` from ``source`` (once) and open it (one shard
+    of it: :func:`build_shard`).
 
     Args:
         source: a TSV/JSONL/TREC file (optionally .gz/.bz2/.zst), a parquet or Arrow file, a
@@ -130,29 +88,29 @@ def build_store(
             Default: ``LADING_SHARED_FS`` (``1``/``0``), else False (on a shared filesystem the
             second node's builder then finds the store built, under the lock, and reuses it).
         progress: show a progress bar (default: when stderr is a terminal).
-        shard: ``(i, n)``: write shard ``i`` of ``n`` only and return a
-            :class:`~lading.stores.parallel.ShardReport`; :func:`merge_store` commits the
-            store once all ``n`` are written (see :mod:`lading.stores.parallel`). ``"auto"``:
-            under an initialised process group, every rank builds one shard and rank 0 merges
-            (``dest`` must be on a filesystem every rank sees); without one, as None.
-        build_id: with ``shard``, the build directory the shards share (default: derived from
-            the inputs, the options and ``n``, which every worker computes alike).
+        shard: ``"auto"``: under an initialised process group, every rank builds one shard
+            (:func:`build_shard`) and rank 0 merges (``dest`` must be on a filesystem every
+            rank sees); without one, as None.
+        build_id: with ``shard="auto"``, the build directory of the shards (default: derived).
 
     Returns:
-        The opened store (a :class:`~lading.stores.parallel.ShardReport` for one shard).
+        The opened store.
     """
     shared = resolve_shared_fs(shared_fs)
     dest_path = Path(dest)
     tok = load_tokenizer(tokenizer) if tokenizer is not None else None
     parse_options = parse or ParseOptions()
-    if shard is not None and (shard != "auto" or initialized_dist() is not None):
-        if isinstance(source, SourceReader) or overwrite:
-            raise ValueError(
-                "a shard reads files (not a reader made elsewhere) and is never overwritten: "
-                "its directory is named by the inputs and options; pass build_id= to rebuild"
-            )
+    if shard is not None and shard != "auto":
+        raise ValueError(
+            f"build_store(shard={shard!r}): one shard of a parallel build is "
+            f"lading.build_shard(source, dest, {shard!r}), then lading.merge_store(dest); "
+            "build_store takes shard='auto' (one shard per rank of the process group) or None"
+        )
+    if shard == "auto" and process_group(min_size=2) is not None:
+        _refuse_shard_args(source, overwrite)
         args = (format, tok, max_length, on_error, duplicates, parse_options)
-        return _sharded(source, dest_path, shard, args, shared, build_id, progress)
+        options = _shard_options(source, args)
+        return build_in_shards(source, dest_path, (*args, options), shared, build_id, progress)
     reader = _reader(source, format, on_error, parse)
     on_error = reader.on_error
     options = build_options(reader.format, on_error, duplicates, reader.options, tok, max_length)
@@ -165,27 +123,58 @@ def build_store(
     return build_in_group(build_here, dest_path, shared)
 
 
-def _sharded(
+def build_shard(
     source: Any,
-    dest: Path,
-    shard: ShardSpec | Literal["auto"],
-    args: tuple[Any, ...],
-    shared: bool,
-    build_id: str | None,
-    progress: bool | None,
-) -> PackedStore | ShardReport:
-    """Shard ``i`` of ``n`` here, or (``"auto"``) one shard per rank of the process group."""
+    dest: str | os.PathLike[str],
+    shard: ShardSpec,
+    format: str | None = None,
+    tokenizer: Any = None,
+    max_length: int | None = None,
+    on_error: OnError = "raise",
+    *,
+    duplicates: Duplicates = "error",
+    parse: ParseOptions | None = None,
+    progress: bool | None = None,
+    build_id: str | None = None,
+) -> ShardReport:
+    """Write shard ``i`` of ``n`` (``shard=(i, n)``) of the store at ``dest``; once all ``n``
+    are written (by any worker, anywhere, any order), :func:`merge_store` commits the store.
+
+    ``source``, ``format``, ``tokenizer``, ``max_length``, ``on_error``, ``duplicates``,
+    ``parse`` and ``progress`` are :func:`build_store`'s (files only: a reader made elsewhere
+    has no bytes to deal out). ``build_id``: the build directory the shards share (default:
+    derived from the inputs, the options and ``n``, which every worker computes alike). A shard
+    already written is reused, never overwritten: pass another ``build_id`` to rebuild. See
+    :mod:`lading.stores.parallel`.
+
+    Returns:
+        What this worker did (rows written, or reused), printable as the next step to take.
+    """
+    _refuse_shard_args(source, False)
+    tok = load_tokenizer(tokenizer) if tokenizer is not None else None
+    args = (format, tok, max_length, on_error, duplicates, parse or ParseOptions())
+    options = _shard_options(source, args)
+    return write_one_shard(
+        source, Path(dest), check_shard(shard), format=format, tok=tok, max_length=max_length,
+        on_error=on_error, duplicates=duplicates, parse=args[5], options=options,
+        build_id=build_id, progress=progress,
+    )  # fmt: skip
+
+
+def _refuse_shard_args(source: Any, overwrite: bool) -> None:
+    if isinstance(source, SourceReader) or overwrite:
+        raise ValueError(
+            "a shard reads files (not a reader made elsewhere) and is never overwritten: "
+            "its directory is named by the inputs and options; pass build_id= to rebuild"
+        )
+
+
+def _shard_options(source: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+    """The build options a sharded build records (the format detected from the first file)."""
     given, tok, max_length, on_error, duplicates, parse = args
     files = source_files(source, given, parse)
     fmt = given or SourceReader(files[0], None, on_error, parse).format
-    options = build_options(fmt, on_error, duplicates, parse, tok, max_length)
-    if shard == "auto":
-        return build_in_shards(source, dest, (*args, options), shared, build_id, progress)
-    return build_shard(
-        source, dest, check_shard(shard), format=given, tok=tok, max_length=max_length,
-        on_error=on_error, duplicates=duplicates, parse=parse, options=options,
-        build_id=build_id, progress=progress,
-    )  # fmt: skip
+    return build_options(fmt, on_error, duplicates, parse, tok, max_length)
 
 
 def _reader(source: Any, format: str | None, on_error: OnError, parse: ParseOptions | None) -> Any:
@@ -221,7 +210,7 @@ def build_options(
 
 def merge_store(dest: str | os.PathLike[str], *, build_id: str | None = None) -> PackedStore:
     """Commit the shards of a parallel build of ``dest`` (all of them written by
-    ``build_store(..., shard=(i, n))`` or ``lading build ... --shard i/N``) as the store's new
+    ``build_shard(..., (i, n))`` or ``lading build ... --shard i/N``) as the store's new
     snapshot, and open it. See :func:`lading.stores.parallel.merge_store`."""
     return merge_shards(Path(dest), build_id)
 

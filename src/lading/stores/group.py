@@ -12,7 +12,6 @@ is raised on every rank instead of hanging the others.
 from __future__ import annotations
 
 import socket
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,14 +19,14 @@ from typing import Any
 from lading.errors import StoreFormatError
 from lading.stores.packed import PackedStore
 from lading.stores.parallel import build_shard, derive_build_id, merge_store, source_files
-from lading.world import World
+from lading.world import World, process_group
 
 
 def build_in_group(build: Callable[[], str], dest: Path, shared: bool) -> PackedStore:
     """Run ``build`` here, or under an initialised process group in the builder rank(s) only,
     the others waiting at a barrier; then open, on every rank, the snapshot its builder
     committed (a rebuild by someone else in between does not split the ranks)."""
-    dist = initialized_dist()
+    dist = process_group(min_size=2)
     if dist is None:
         return PackedStore(dest, snapshot=build())
     world = World.detect()
@@ -68,18 +67,6 @@ def builders_snapshot(built: list[Any], where: str, shared: bool) -> str | None:
     return None
 
 
-def initialized_dist() -> Any:
-    """torch.distributed when a process group of more than one rank is initialised, else None."""
-    # a process group can only exist if torch.distributed was imported; importing torch just
-    # to ask would cost ~1 s per build
-    dist = sys.modules.get("torch.distributed")
-    if dist is None:
-        return None
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist
-    return None
-
-
 def build_in_shards(
     source: Any,
     dest: Path,
@@ -90,7 +77,7 @@ def build_in_shards(
 ) -> PackedStore:
     """Under a process group: rank ``r`` of ``w`` builds shard ``r`` of ``w``; after all are
     written, rank 0 merges; every rank opens the snapshot rank 0 committed."""
-    dist = initialized_dist()
+    dist = process_group(min_size=2)
     world = World.detect()
     if not shared and world.local_world_size != world.world_size:
         raise ValueError(

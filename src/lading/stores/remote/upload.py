@@ -19,7 +19,6 @@ import contextlib
 import itertools
 import json
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -36,6 +35,7 @@ from lading.stores.remote.clients import open_client
 from lading.stores.remote.objects import ObjectClient
 from lading.stores.remote.settings import RemoteSettings
 from lading.stores.remote.store import RemoteStore
+from lading.world import process_group
 
 UPLOADS_AT_ONCE = 8
 
@@ -61,7 +61,7 @@ def build_remote(
         )
     settings = RemoteSettings.of(cache, cache_bytes, storage_options)
     kwargs.pop("shared_fs", None)  # the local build is this process's alone
-    dist = _initialized_dist()
+    dist = process_group(min_size=2)
     failure: BaseException | None = None
     if dist is None or dist.get_rank() == 0:
         try:
@@ -152,12 +152,3 @@ def _time(snapshot: str) -> float:
         return float(calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ")))
     except ValueError:
         return 0.0
-
-
-def _initialized_dist() -> Any:
-    dist = sys.modules.get("torch.distributed")  # never import torch just to ask
-    if dist is None:
-        return None
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist
-    return None

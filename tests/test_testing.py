@@ -1,0 +1,45 @@
+"""``lading.testing``: the local S3 a user tries remote stores with, from Python and as
+``python -m lading.testing`` (the command the docs give)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+import lading
+from lading.testing import LocalS3
+
+
+def test_python_m_lading_testing_serves_s3_on_the_printed_url() -> None:
+    pytest.importorskip("moto.server", reason="the local S3 needs moto: pip install 'moto[server]'")
+    pytest.importorskip("aiohttp", reason="the local S3's proxy needs aiohttp")
+    command = [sys.executable, "-m", "lading.testing", "--port", "0", "--latency", "0"]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:") or url.startswith("http://localhost:"), url
+        request = urllib.request.Request(f"{url}/demo", method="PUT", data=b"")
+        with urllib.request.urlopen(request, timeout=30):
+            pass
+        with urllib.request.urlopen(f"{url}/_lading/stats", timeout=30) as response:
+            stats = json.loads(response.read())
+        assert stats["gets"] == 0 and stats["puts"] >= 1  # the bucket's PUT went through it
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_local_s3_serves_a_remote_store(tmp_path: object, s3: LocalS3) -> None:
+    from pathlib import Path
+
+    root = Path(str(tmp_path))
+    (root / "docs.tsv").write_text("".join(f"d{i}\tdocument {i}\n" for i in range(20)))
+    s3.make_bucket("try-it")
+    store = lading.build_store(root / "docs.tsv", "s3://try-it/docs", cache=root / "cache")
+    assert store["d7"] == "document 7"
+    assert s3.stats()["gets"] >= 1  # read through the local S3, not a local folder
