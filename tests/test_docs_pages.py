@@ -83,3 +83,17 @@ def test_every_guide_is_in_the_site_nav() -> None:
     assert guides, "no guides found in docs/"
     missing = [p.name for p in guides if f": {p.name}" not in nav]
     assert not missing, f"docs pages not in mkdocs.yml's nav: {missing}"
+
+
+def test_getting_started_gives_readme_commands_as_they_are() -> None:
+    """The guide repeats README's two commands; they must not drift apart."""
+    from readme_blocks import blocks
+
+    def installs(name: str) -> list[str]:
+        return [line for line in blocks()[name].code.splitlines() if "pip install -e" in line]
+
+    readme = installs("README.md: Two commands #1")
+    assert len(readme) == 2, readme
+    assert installs("docs/getting-started.md: Install, in a virtual environment #2") == readme
+    venv = blocks()["docs/getting-started.md: Install, in a virtual environment #1"].code
+    assert venv.strip() in blocks()["README.md: Two commands #1"].code
