@@ -54,7 +54,7 @@ NOT_RUN = {
     "Ray cluster; tests/stores/test_parallel.py runs shard='auto' under gloo ranks and "
     "tests/integrations/test_ray.py the Datasink",
 }
-LM = "docs/language-models.md: Language models: token streams with BPTT continuity"
+LM = "docs/language-models.md"
 FAST = [
     IR_TOUR,
     "README.md: Language models: token streams #1",
@@ -62,8 +62,8 @@ FAST = [
     FIRST_STORE,
     "docs/stores.md: Build, inspect, verify, stage #1",
     "docs/parallel-builds.md: Building in parallel #1",
-    f"{LM} #2",
-    f"{LM} #3",
+    f"{LM}: Streams for an RNN: BPTT continuity #1",
+    f"{LM}: Transformers: document boundaries, packing, mixtures #1",
     "docs/sessions.md: Sessions: partitioned parquet without DDP hangs #1",
     "docs/remote-stores.md: Corpora larger than a node's disk #1",
 ]
@@ -74,7 +74,7 @@ SLOW = {
         "--nproc_per_node 4": "--nproc_per_node 2",
         "--steps 1000 --out runs/ce-ddp": "--steps 10 --out runs/ce-ddp",
     },
-    f"{LM} #1": {"--vocab-size 8000": "--vocab-size 2000"},
+    f"{LM}: Build a token corpus #1": {"--vocab-size 8000": "--vocab-size 2000"},
 }
 
 
