@@ -1,10 +1,11 @@
-"""README's code blocks, and running one as a reader would: in a folder `lading example` made.
+"""The code blocks of README.md and of the guides in docs/, and running one as a reader would:
+in a folder `lading example` made.
 
-A block is named by the heading above it and its number under that heading
-(``"Quick start #1"``). Blocks run in a copy of one folder made by ``python -m lading example``
-for the test session, offline, with this checkout's ``src`` first on the path and ``lading``
-and ``torchrun`` on ``PATH`` meaning this checkout's ``python -m lading`` and
-``python -m torch.distributed.run``.
+A block is named by its page, the heading above it and its number under that heading
+(``"docs/getting-started.md: A first store #1"``, ``"README.md: Two commands #1"``). Blocks
+run in a copy of one folder made by ``python -m lading example`` for the test session,
+offline, with this checkout's ``src`` first on the path and ``lading`` and ``torchrun`` on
+``PATH`` meaning this checkout's ``python -m lading`` and ``python -m torch.distributed.run``.
 """
 
 from __future__ import annotations
@@ -22,19 +23,35 @@ from conftest import REPO
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced code block of README.md."""
+    """One fenced code block of README.md or of a page in docs/."""
 
-    name: str  # "<heading> #<n>"
+    name: str  # "<page>: <heading> #<n>"
     lang: str  # "python" or "bash"
     code: str
-    line: int  # README line of the opening fence
+    line: int  # line of the opening fence in its page
+    page: str = "README.md"  # the file, relative to the repository
+
+
+def pages() -> list[Path]:
+    """README.md, then every Markdown page of the docs site (docs/, its hooks left out)."""
+    docs = sorted(p for p in (REPO / "docs").rglob("*.md") if "_hooks" not in p.parts)
+    return [REPO / "README.md", *docs]
 
 
 def blocks() -> dict[str, Block]:
-    """Every ```python and ```bash block of README.md, by name, in README order."""
+    """Every ```python and ```bash block of README.md and docs/, by name, in page order."""
+    found: dict[str, Block] = {}
+    for page in pages():
+        found.update(page_blocks(page))
+    return found
+
+
+def page_blocks(path: Path) -> dict[str, Block]:
+    """Every ```python and ```bash block of one page, by name, in page order."""
+    page = path.relative_to(REPO).as_posix()
     found: dict[str, Block] = {}
     heading, counts = "", dict[str, int]()
-    lines = (REPO / "README.md").read_text().split("\n")
+    lines = path.read_text().split("\n")
     i = 0
     while i < len(lines):
         if match := re.match(r"#+ (.*)", lines[i]):
@@ -43,11 +60,11 @@ def blocks() -> dict[str, Block]:
             end = next(j for j in range(i + 1, len(lines)) if re.match(r"\s*```\s*$", lines[j]))
             counts[heading] = counts.get(heading, 0) + 1
             if match.group(1) in ("python", "bash"):
-                name = f"{heading} #{counts[heading]}"
+                name = f"{page}: {heading} #{counts[heading]}"
                 body = "\n".join(lines[i + 1 : end])
                 indent = min(len(x) - len(x.lstrip()) for x in lines[i + 1 : end] if x.strip())
                 code = "\n".join(x[indent:] for x in lines[i + 1 : end]) if indent else body
-                found[name] = Block(name, match.group(1), code + "\n", i + 1)
+                found[name] = Block(name, match.group(1), code + "\n", i + 1, page)
             i = end
         i += 1
     return found
@@ -111,7 +128,7 @@ def run_block(
     shutil.copytree(example, work, symlinks=True)
     code = block.code
     for old, new in (edits or {}).items():
-        assert old in code, f"README block {block.name!r} no longer holds {old!r}"
+        assert old in code, f"block {block.name!r} no longer holds {old!r}"
         code = code.replace(old, new)
     if block.lang == "python":
         script = work / "readme_block.py"
@@ -128,7 +145,7 @@ def run_block(
         timeout=timeout,
     )
     assert done.returncode == 0, (
-        f"README block {block.name!r} (README.md line {block.line}) failed:\n"
+        f"block {block.name!r} ({block.page} line {block.line}) failed:\n"
         f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     )
     return work

@@ -156,11 +156,16 @@ def test_the_checker_catches_an_undeclared_import(tmp_path: Path) -> None:
     assert undeclared_imports(package, pyproject, own="demo") == []
 
 
+# extras that are tools for the repository, not features: "all" leaves them out, README's
+# test command names each
+TOOLS = {"test", "docs"}
+
+
 def test_readme_test_command_installs_every_extra() -> None:
-    # every feature extra through "all" (the union of them, checked below), plus "test"
+    # every feature extra through "all" (the union of them, checked below), plus each tool
     extras, args = readme_test_command()
     optional = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
-    covered = set(extras) | (set(optional) - {"test"} if "all" in extras else set())
+    covered = set(extras) | (set(optional) - TOOLS if "all" in extras else set())
     assert covered == set(optional), (
         f"README's test command installs {sorted(covered)}; pyproject.toml declares "
         f"{sorted(optional)}: a test of a declared feature would skip"
@@ -174,7 +179,7 @@ def test_all_is_the_union_of_every_feature_extra() -> None:
     optional = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
     # "peers" (the benchmark's comparison systems) stays out: mosaicml-streaming and litdata
     # pull torchvision, which breaks beside the pinned CPU torch (pyproject.toml says so)
-    features = set(optional) - {"all", "test", "peers"}
+    features = set(optional) - {"all", "peers"} - TOOLS
     union = {normalize(requirement_name(r)) for f in features for r in optional[f]}
     assert {normalize(requirement_name(r)) for r in optional["all"]} == union
 
@@ -185,6 +190,7 @@ def test_ci_runs_readme_test_command_in_a_fresh_venv() -> None:
     assert "torch==2.13.0" in ci
     assert "README.md" in ci and '-e ".[$extras]"' in ci  # extras come from README's command
     assert '"$py" -m pytest $pytest_args' in ci
+    assert '"$py" -m mkdocs build --strict' in ci  # the docs site, warnings as errors
 
 
 @pytest.mark.parametrize("module", ["os", "json", "importlib"])

@@ -1,9 +1,9 @@
-"""Every README code block runs on a fresh clone, offline, in a folder `lading example` made.
+"""Every code block of README.md and of the guides in docs/ runs on a fresh clone, offline, in a
+folder `lading example` made.
 
 Each ```python and ```bash block is run here (fast ones by default, heavier ones marked slow),
-in tests/test_readme_integrations.py (the framework section), or named in :data:`NOT_RUN`
-with the reason. A new block that is none of these fails
-:func:`test_every_block_is_run_or_named`.
+in tests/test_readme_integrations.py (docs/integrations.md), or named in :data:`NOT_RUN` with
+the reason. A new block that is none of these fails :func:`test_every_block_is_run_or_named`.
 """
 
 from __future__ import annotations
@@ -19,40 +19,62 @@ from test_readme_integrations import FRAMEWORK_BLOCKS
 
 pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
 
+REPO = Path(__file__).resolve().parent.parent
+INSTALL = (
+    "installs packages and runs the bench and the whole suite: what .ci/run does in a new "
+    "virtual environment"
+)
+TIMING = "times `lading example`, which every test session runs (the readme_example fixture)"
+BENCH = "docs/measured.md: `lading bench`: the study on your machine #1"
+FIRST_STORE = "docs/getting-started.md: A first store #1"
+IR_TOUR = "README.md: Documents by id: training groups for a ranker #1"
 NOT_RUN = {
-    "lading #1": "installs packages and runs the bench and the whole suite: what .ci/run does "
-    "in a new virtual environment",
-    "The last leg: batches to the GPU #1": "a fragment over a loader defined elsewhere, on a "
-    "CUDA device; tests/test_device.py runs DevicePrefetcher",
-    "With HF Accelerate or the HF Trainer #1": "the loop of tests/accelerate_job.py, which "
-    "tests/test_accelerate.py runs under accelerate launch with 2 processes",
-    "Beyond one machine #1": "several nodes (and Slurm); tests/test_multinode.py runs 2 "
-    "simulated nodes",
-    "Beyond one machine #2": "several nodes (and Slurm); tests/test_bench_launched.py runs the "
-    "launched bench",
-    "`lading bench` #1": "each line runs a grid for minutes; test_bench_lines_are_accepted "
-    "plans every line here (flags checked, files found) and tests/test_bench.py runs grids",
-    "Building in parallel #2": "Slurm's sbatch; tests/stores/test_parallel.py runs the same "
-    "commands at N = 1..4 and with several files",
-    "Building in parallel #3": "fragments for torchrun workers and a Ray cluster; "
-    "tests/stores/test_parallel.py runs shard='auto' under gloo ranks and "
+    "README.md: Two commands #1": INSTALL,
+    "README.md: How long they take #1": TIMING,
+    "docs/getting-started.md: Install, in a virtual environment #1": "makes a virtual "
+    "environment; .ci/run makes one on every run",
+    "docs/getting-started.md: Install, in a virtual environment #2": INSTALL,
+    "docs/measured.md: Measured #1": TIMING,
+    "docs/about-these-docs.md: Building the site #1": "installs the docs extra; .ci/run builds "
+    "the site with --strict",
+    "docs/loaders.md: The last leg: batches to the GPU #1": "a fragment over a loader defined "
+    "elsewhere, on a CUDA device; tests/test_device.py runs DevicePrefetcher",
+    "docs/cross-encoder.md: With HF Accelerate or the HF Trainer #1": "the loop of "
+    "tests/accelerate_job.py, which tests/test_accelerate.py runs under accelerate launch with "
+    "2 processes",
+    "docs/multi-node.md: Beyond one machine #1": "several nodes (and Slurm); "
+    "tests/test_multinode.py runs 2 simulated nodes",
+    "docs/multi-node.md: Beyond one machine #2": "several nodes (and Slurm); "
+    "tests/test_bench_launched.py runs the launched bench",
+    BENCH: "each line runs a grid for minutes; test_bench_lines_are_accepted plans every line "
+    "here (flags checked, files found) and tests/test_bench.py runs grids",
+    "docs/parallel-builds.md: Building in parallel #2": "Slurm's sbatch; "
+    "tests/stores/test_parallel.py runs the same commands at N = 1..4 and with several files",
+    "docs/parallel-builds.md: Building in parallel #3": "fragments for torchrun workers and a "
+    "Ray cluster; tests/stores/test_parallel.py runs shard='auto' under gloo ranks and "
     "tests/integrations/test_ray.py the Datasink",
 }
-FAST = ["Quick start #1", "Building in parallel #1",
-        "Language models: token streams with BPTT continuity #2",
-        "Language models: token streams with BPTT continuity #3",
-        "Session-based recommendation: partitioned parquet without DDP hangs #1",
-        "Corpora larger than a node's disk #1"]  # fmt: skip
+LM = "docs/language-models.md"
+FAST = [
+    IR_TOUR,
+    "README.md: Language models: token streams #1",
+    "README.md: Sessions: partitioned parquet without DDP hangs #1",
+    FIRST_STORE,
+    "docs/stores.md: Build, inspect, verify, stage #1",
+    "docs/parallel-builds.md: Building in parallel #1",
+    f"{LM}: Streams for an RNN: BPTT continuity #1",
+    f"{LM}: Transformers: document boundaries, packing, mixtures #1",
+    "docs/sessions.md: Sessions: partitioned parquet without DDP hangs #1",
+    "docs/remote-stores.md: Corpora larger than a node's disk #1",
+]
 # heavier: training runs; edits only make them shorter
 SLOW = {
-    "Training a cross-encoder (the study's task) #1": {
+    "docs/cross-encoder.md: Training a cross-encoder (the study's task) #1": {
         "--steps 1000 --out runs/ce ": "--steps 20 --out runs/ce ",
         "--nproc_per_node 4": "--nproc_per_node 2",
         "--steps 1000 --out runs/ce-ddp": "--steps 10 --out runs/ce-ddp",
     },
-    "Language models: token streams with BPTT continuity #1": {
-        "--vocab-size 8000": "--vocab-size 2000",
-    },
+    f"{LM}: Build a token corpus #1": {"--vocab-size 8000": "--vocab-size 2000"},
 }
 
 
@@ -62,7 +84,7 @@ def test_every_block_is_run_or_named() -> None:
     assert sum(len(c) for c in covered) == len(set().union(*covered)), "a block is listed twice"
     assert found == set().union(*covered), (
         f"not run nor named: {sorted(found - set().union(*covered))}; "
-        f"listed but not in README: {sorted(set().union(*covered) - found)}"
+        f"listed but in no page: {sorted(set().union(*covered) - found)}"
     )
 
 
@@ -75,30 +97,30 @@ def test_readme_block_runs(name: str, readme_example: Path, tmp_path: Path) -> N
 @pytest.mark.parametrize("name", sorted(SLOW))
 def test_readme_training_block_runs(name: str, readme_example: Path, tmp_path: Path) -> None:
     work = run_block(blocks()[name], readme_example, tmp_path, edits=SLOW[name])
-    if name.startswith("Training"):
+    if "Training a cross-encoder" in name:
         assert (work / "runs/ce/rerank.trec").is_file()
         assert (work / "runs/ce-ddp/model").is_dir()
 
 
-def test_quick_start_reads_ids_the_example_has(readme_example: Path) -> None:
-    """README's ids are the example collection's (not MS MARCO's 7067032)."""
+@pytest.mark.parametrize("name", [IR_TOUR, FIRST_STORE])
+def test_examples_read_ids_the_example_has(name: str, readme_example: Path) -> None:
+    """The ids the examples read are the example collection's (not MS MARCO's 7067032)."""
     import re
 
-    code = blocks()["Quick start #1"].code
-    ids = set(re.findall(r'"(\d+)"', code))
+    ids = set(re.findall(r'"(\d+)"', blocks()[name].code))
     have = {line.split("\t", 1)[0] for line in (readme_example / "collection.tsv").open()}
     assert ids and ids <= have, sorted(ids - have)
 
 
 def bench_lines() -> list[str]:
-    return [c for c in commands(blocks()["`lading bench` #1"]) if c.startswith("lading bench")]
+    return [c for c in commands(blocks()[BENCH]) if c.startswith("lading bench")]
 
 
 @pytest.mark.parametrize("line", bench_lines())
 def test_bench_lines_are_accepted(
     line: str, readme_example: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every `lading bench` line of README is planned in the example folder: its flags valid
+    """Every `lading bench` line of the guide is planned in the example folder: its flags valid
     here, its files found; the CUDA-only line is refused on a machine without CUDA."""
     import torch
 
@@ -136,7 +158,7 @@ def test_lading_example_in_the_first_commands_venv_says_what_it_left_out(
 ) -> None:
     """README's first command installs .[hf,irds,bench], without pyarrow: `lading example .`
     there made nothing (No module named 'pyarrow'). It makes what it can, names what it left
-    out and the extra to install, and README's quick start says the same."""
+    out and the extra to install, and the getting-started guide says the same."""
     import subprocess
 
     no_pyarrow = (
@@ -157,9 +179,9 @@ def test_lading_example_in_the_first_commands_venv_says_what_it_left_out(
     ], done.stdout
     assert (tmp_path / "x" / "tiny-bert" / "config.json").is_file()
     assert not (tmp_path / "x" / "sessions").exists()
-    quick_start = Path(__file__).parent.parent.joinpath("README.md").read_text()
-    quick_start = quick_start.split("## Quick start", 1)[1].split("```", 1)[0]
-    assert "`.[hf,irds,bench]`" in quick_start and "lading[parquet]" in quick_start
+    guide = (REPO / "docs" / "getting-started.md").read_text()
+    guide = guide.split("## The example folder", 1)[1].split("\n## ", 1)[0]
+    assert "`.[hf,irds,bench]`" in guide and "lading[parquet]" in guide
 
 
 def test_example_folder_holds_what_readme_names(readme_example: Path) -> None:

@@ -1,9 +1,10 @@
-"""The README's framework examples run as written, offline, in a folder `lading example` made,
+"""The integrations guide's examples run as written, offline, in a folder `lading example` made,
 and the distributed ones are real DDP: under ``torchrun --nproc_per_node 2`` on CPU (gloo) both
 ranks end with the same weights, as they must when DDP averages the gradients.
 
-Each ```python block of the section "Inside the frameworks you train with" runs in a fresh
-interpreter (see tests/readme_blocks.py); the other README blocks: tests/test_readme_examples.py.
+Each ```python block of docs/integrations.md (one per framework, under its ``## `` heading) runs
+in a fresh interpreter (see tests/readme_blocks.py); the other blocks of README.md and docs/:
+tests/test_readme_examples.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from readme_blocks import blocks, run_block
 
 pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
 
-SECTION = "## Inside the frameworks you train with"
+PAGE = "docs/integrations.md"
 NEEDS = {
     "HF Trainer": ("transformers", "accelerate"),
     "sentence-transformers": ("sentence_transformers", "datasets"),
@@ -27,7 +28,7 @@ NEEDS = {
     "PyTorch Lightning": ("lightning",),
     "Transformers4Rec / Merlin": ("pyarrow",),
 }
-FRAMEWORK_BLOCKS = {f"{title} #1": title for title in NEEDS}
+FRAMEWORK_BLOCKS = {f"{PAGE}: {title} #1": title for title in NEEDS}
 FAST = {"Transformers4Rec / Merlin"}  # the others import a framework and train: slow
 # the models each distributed example trains, whose weights must agree over the ranks
 DISTRIBUTED = {"HF Trainer": ("model",), "sentence-transformers": ("model", "reranker")}
@@ -44,13 +45,12 @@ _json.dump({n: _digest(globals()[n]) for n in %r},
 
 
 def test_every_framework_has_one_example() -> None:
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    titles = [part.splitlines()[0].strip() for part in section.split("\n### ")[1:]]
+    text = (Path(__file__).resolve().parent.parent / PAGE).read_text()
+    titles = [part.splitlines()[0].strip() for part in text.split("\n## ")[1:]]
     assert set(titles) == set(NEEDS)
     for title in titles:
-        assert f"{title} #2" not in blocks(), f"README subsection {title!r}: one block expected"
-        assert blocks()[f"{title} #1"].lang == "python"
+        assert f"{PAGE}: {title} #2" not in blocks(), f"{PAGE} {title!r}: one block expected"
+        assert blocks()[f"{PAGE}: {title} #1"].lang == "python"
 
 
 def _needs(title: str) -> None:
@@ -64,7 +64,7 @@ def _needs(title: str) -> None:
 )
 def test_readme_example_runs(title: str, readme_example: Path, tmp_path: Path) -> None:
     _needs(title)
-    run_block(blocks()[f"{title} #1"], readme_example, tmp_path, timeout=300)
+    run_block(blocks()[f"{PAGE}: {title} #1"], readme_example, tmp_path, timeout=300)
 
 
 @pytest.mark.slow
@@ -79,7 +79,7 @@ def test_readme_example_is_ddp_under_torchrun(
     names = DISTRIBUTED[title]
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
     work = run_block(
-        blocks()[f"{title} #1"],
+        blocks()[f"{PAGE}: {title} #1"],
         readme_example,
         tmp_path,
         append=DIGEST % (names,),

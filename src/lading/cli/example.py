@@ -1,4 +1,5 @@
-"""``lading example DIR``: README's example inputs, made offline (:mod:`lading.bench.examples`)."""
+"""``lading example DIR``: what the examples of README and docs/ read, made offline
+(:mod:`lading.bench.examples`)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def _cmd_example(args: argparse.Namespace) -> int:
     for warning in ours:
         print(f"not made: {warning.message}")
     but = ", but for what was not made" if ours else ""
-    print(f"README's examples run in {args.dir} as written{but}")
+    print(f"the examples in README.md and docs/ run in {args.dir} as written{but}")
     return 0
 
 
@@ -31,12 +32,12 @@ def add_example(sub: Any) -> None:
     """The parser of ``example``."""
     p = sub.add_parser(
         "example",
-        help="make, offline, every file README's examples read (a small collection, runs, "
-        "tokenizers, a tiny model, LM text, parquet sessions)",
-        description="lading example DIR writes into DIR what README's examples read, under "
-        "the names README uses: collection.tsv, docs.tsv, docs.jsonl, queries.tsv, qrels.txt, "
-        "bm25.run, tokenizer.json, bert-tokenizer/, tiny-bert/, wiki.jsonl, wiki/, code/, "
-        "sessions/. "
+        help="make, offline, every file the examples of README and docs/ read (a small "
+        "collection, runs, tokenizers, a tiny model, LM text, parquet sessions)",
+        description="lading example DIR writes into DIR what the examples of README.md and "
+        "docs/ read, under the names they use: collection.tsv, docs.tsv, docs.jsonl, "
+        "queries.tsv, qrels.txt, bm25.run, tokenizer.json, bert-tokenizer/, tiny-bert/, "
+        "wiki.jsonl, wiki/, code/, sessions/. "
         "Nothing is downloaded; the model is built from a config with random weights.",
     )
     p.add_argument("dir", help="folder to write into (created; files of the same names replaced)")
