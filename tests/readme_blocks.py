@@ -2,7 +2,7 @@
 in a folder `lading example` made.
 
 A block is named by its page, the heading above it and its number under that heading
-(``"docs/getting-started.md: A first store #1"``, ``"README.md: Two commands #1"``). Blocks
+(``"docs/getting-started.md: A first store #1"``, ``"README.md: lading #1"``). Blocks
 run in a copy of one folder made by ``python -m lading example`` for the test session,
 offline, with this checkout's ``src`` first on the path and ``lading`` and ``torchrun`` on
 ``PATH`` meaning this checkout's ``python -m lading`` and ``python -m torch.distributed.run``.

@@ -92,8 +92,8 @@ def test_getting_started_gives_readme_commands_as_they_are() -> None:
     def installs(name: str) -> list[str]:
         return [line for line in blocks()[name].code.splitlines() if "pip install -e" in line]
 
-    readme = installs("README.md: Two commands #1")
+    readme = installs("README.md: lading #1")
     assert len(readme) == 2, readme
     assert installs("docs/getting-started.md: Install, in a virtual environment #2") == readme
     venv = blocks()["docs/getting-started.md: Install, in a virtual environment #1"].code
-    assert venv.strip() in blocks()["README.md: Two commands #1"].code
+    assert venv.strip() in blocks()["README.md: lading #1"].code

@@ -29,7 +29,7 @@ BENCH = "docs/measured.md: `lading bench`: the study on your machine #1"
 FIRST_STORE = "docs/getting-started.md: A first store #1"
 IR_TOUR = "README.md: Documents by id: training groups for a ranker #1"
 NOT_RUN = {
-    "README.md: Two commands #1": INSTALL,
+    "README.md: lading #1": INSTALL,
     "README.md: How long they take #1": TIMING,
     "docs/getting-started.md: Install, in a virtual environment #1": "makes a virtual "
     "environment; .ci/run makes one on every run",
