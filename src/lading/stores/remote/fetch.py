@@ -19,19 +19,24 @@ import asyncio
 import os
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from lading.stores.remote.objects import (
     ObjectClient,
+    ObjectInfo,
     PermanentError,
     RemoteReadError,
     describe,
 )
 
+T = TypeVar("T")
+
 DEFAULT_IN_FLIGHT = 128  # > 64: at 30 ms a GET, 128 in flight serve ~4,200 GETs/s
 DEFAULT_RETRIES = 3
 DEFAULT_TIMEOUT = 20.0  # seconds one attempt may take (an 8 MiB block at 1 MB/s still fits)
 DEFAULT_BACKOFF = 0.05  # seconds before the first retry; doubled each time
+TIMEOUT_ENV = "LADING_REMOTE_TIMEOUT"  # the default of ``timeout`` (seconds an attempt may take)
 
 Request = tuple[str, int, int, str | None]  # key, start, end, etag (None: not pinned)
 
@@ -215,10 +220,56 @@ class Fetcher:
             if len(data) == end - start:
                 return data
             last = OSError(f"{len(data)} bytes came back for the {end - start} asked")
+        raise RemoteReadError(self.gave_up(f"GET {describe(client.url, key, start, end)}", last))
+
+    # -- the rest of the read path: the manifest and the listing, under the same deadline ----
+
+    def get_object(self, key: str) -> bytes:
+        """The whole object ``key`` (a manifest), retried and timed out as a ranged GET is.
+
+        Raises:
+            PermanentError: the object or its bucket does not exist (not retried).
+            RemoteReadError: every attempt failed or timed out (names endpoint and setting).
+        """
+        client = self.client
+        return self._call(f"GET {describe(client.url, key)}", lambda: client.get_async(key))
+
+    def list(self, prefix: str = "") -> dict[str, ObjectInfo]:
+        """Every object below ``prefix`` (see :meth:`ObjectClient.list`), retried and timed
+        out as a ranged GET is."""
+        client = self.client
+        what = f"LIST {describe(client.url, prefix) if prefix else client.url + '/'}"
+        return self._call(what, lambda: client.list_async(prefix))
+
+    def _call(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run ``attempt()`` on the fetch loop until it succeeds, at most ``retries + 1``
+        times, each within ``timeout`` seconds; this thread waits for the outcome."""
+        loop = self._start()
+        return asyncio.run_coroutine_threadsafe(self._attempts(what, attempt), loop).result()
+
+    async def _attempts(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        last: BaseException | None = None
+        for n in range(self.retries + 1):
+            if n:
+                self.retried += 1
+                await asyncio.sleep(self.backoff * 2 ** (n - 1) * random.uniform(0.5, 1.5))
+            try:
+                return await asyncio.wait_for(attempt(), self.timeout)
+            except PermanentError:
+                raise
+            except (OSError, asyncio.TimeoutError) as e:
+                last = e
+        raise RemoteReadError(self.gave_up(what, last))
+
+    def gave_up(self, what: str, last: BaseException | None) -> str:
+        """The message of a call that failed ``retries + 1`` times: what, where, the setting."""
+        client = self._client
+        endpoint = getattr(client, "endpoint", "") or "the default endpoint"
         reason = "timed out" if isinstance(last, asyncio.TimeoutError) else f"{last}"
-        raise RemoteReadError(
-            f"GET {describe(client.url, key, start, end)} failed {self.retries + 1} times "
-            f"(timeout {self.timeout:g}s, retries={self.retries}); last: {reason}"
+        return (
+            f"{what} (endpoint {endpoint}) failed {self.retries + 1} times, each allowed "
+            f"{self.timeout:g}s (timeout=, env {TIMEOUT_ENV}; retries={self.retries}); last: "
+            f"{reason}. Check that the endpoint is up and reachable, or raise the timeout"
         )
 
     def close(self) -> None:

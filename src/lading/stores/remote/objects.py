@@ -76,6 +76,7 @@ class ObjectClient(Protocol):
 
     url: str
     backend: str
+    endpoint: str  # where requests go (no credentials in it), for messages; "" if default
 
     async def get_range(self, key: str, start: int, end: int, etag: str | None = None) -> bytes:
         """Bytes ``[start, end)`` of object ``key`` (one GET); ``etag`` pins the version.
@@ -84,6 +85,17 @@ class ObjectClient(Protocol):
             PermanentError: the object is missing or (with ``etag``) was replaced.
             OSError: anything a retry may fix (a 5xx, a dropped connection).
         """
+
+    async def get_async(self, key: str) -> bytes:
+        """The whole object ``key`` (read path: one attempt, retried by the fetcher).
+
+        Raises:
+            PermanentError: the object or its bucket is missing.
+            OSError: anything a retry may fix.
+        """
+
+    async def list_async(self, prefix: str = "") -> dict[str, ObjectInfo]:
+        """:meth:`list` on the read path (one attempt, retried by the fetcher)."""
 
     def get(self, key: str) -> bytes:
         """The whole object ``key``."""

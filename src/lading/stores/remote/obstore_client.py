@@ -44,7 +44,9 @@ class ObstoreClient:
 
     backend = "obstore"
 
-    def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, url: str, options: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> None:
         import obstore  # noqa: F401  # ImportError before any state changes
         from obstore.store import from_url
 
@@ -59,10 +61,18 @@ class ObstoreClient:
         self.url = url.rstrip("/")
         config = {_ALIASES.get(k, k): v for k, v in (options or {}).items()}
         endpoint = str(config.get("endpoint") or _env_endpoint())
+        self.endpoint = public_endpoint(endpoint)
         client: dict[str, Any] = {"allow_http": endpoint.startswith("http://")}
         _mark_used()
+        # the read path (ranged GETs, the manifest, the listing): no retries of obstore's own
+        # (lading's fetcher retries and counts), and each request ends by itself within the
+        # fetcher's timeout, so a half-open server leaves no request running on the runtime
+        reader = dict(client)
+        if timeout is not None:
+            reader["timeout"] = f"{max(1, int(timeout * 1000))}ms"
+            reader["connect_timeout"] = f"{max(1, int(min(timeout, 10.0) * 1000))}ms"
         self._store = from_url(  # type: ignore[call-overload]  # config keys vary by scheme
-            self.url, client_options=client, retry_config={"max_retries": 0}, **config
+            self.url, client_options=reader, retry_config={"max_retries": 0}, **config
         )
         # uploads, listings, HEADs and deletes keep obstore's own retries (a multipart upload
         # of a 1.2 GB file whose one part failed once was aborted whole without them) and
@@ -84,6 +94,29 @@ class ObstoreClient:
             return bytes(await result.bytes_async())
         except Exception as e:
             raise _translate(e, self.url, key) from e
+
+    async def get_async(self, key: str) -> bytes:
+        """The whole object ``key`` (the read path: no retries of obstore's own)."""
+        import obstore
+
+        try:
+            result = await obstore.get_async(self._store, key)
+            return bytes(await result.bytes_async())
+        except Exception as e:
+            raise _translate(e, self.url, key) from e
+
+    async def list_async(self, prefix: str = "") -> dict[str, ObjectInfo]:
+        """:meth:`list` on the read path (no retries of obstore's own)."""
+        import obstore
+
+        try:
+            metas = await obstore.list(self._store, prefix or None).collect_async()
+        except Exception as e:
+            raise _translate(e, self.url, prefix) from e
+        return {m["path"]: ObjectInfo(int(m["size"]), m.get("e_tag")) for m in metas}
+
+    def __repr__(self) -> str:
+        return f"ObstoreClient({self.url!r}, endpoint={self.endpoint!r})"  # never the options
 
     def get(self, key: str) -> bytes:
         import obstore
@@ -123,6 +156,13 @@ class ObstoreClient:
         obstore.delete(self._admin, key)
 
 
+def public_endpoint(endpoint: str) -> str:
+    """``endpoint`` without a ``user:password@`` part (what an error may show)."""
+    scheme, sep, rest = endpoint.partition("://")
+    host = rest.rsplit("@", 1)[-1] if sep else endpoint.rsplit("@", 1)[-1]
+    return f"{scheme}{sep}{host}" if sep else host
+
+
 def _env_endpoint() -> str:
     return next((os.environ[v] for v in _ENDPOINT_VARS if os.environ.get(v)), "")
 
@@ -133,6 +173,8 @@ def _translate(error: Exception, url: str, key: str) -> Exception:
     from obstore.exceptions import NotFoundError, PreconditionError
 
     first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    if "NoSuchBucket" in str(error):
+        return PermanentError(f"{url}: its bucket does not exist ({first})")
     if isinstance(error, (NotFoundError, FileNotFoundError)):
         return PermanentError(f"{url}/{key} does not exist ({first})")
     if isinstance(error, PreconditionError):
