@@ -77,6 +77,7 @@ def open_store(
     snapshot: str | None = None,
     cache: str | os.PathLike[str] | None = None,
     cache_bytes: int | str | None = None,
+    timeout: float | None = None,
 ) -> PackedStore | RemoteStore:
     """Open a store built by :func:`build_store`: cheap, memory-mapped, checked.
 
@@ -97,6 +98,9 @@ def open_store(
             ``$LADING_CACHE`` or ``~/.cache/lading``), shared by every process of the node.
         cache_bytes: the node cache's hard cap (``8G``, ``500M``, bytes; default
             ``$LADING_REMOTE_CACHE_BYTES``, else 8 GiB or half the free space).
+        timeout: seconds each attempt of a remote call may take (open, list, stage, read;
+            3 retries), default ``$LADING_REMOTE_TIMEOUT`` or 20; past them the error names
+            the endpoint, the object and this setting.
 
     Raises:
         StoreFormatError: the directory is not a complete store of a version this lading reads
@@ -111,8 +115,9 @@ def open_store(
             )
         from lading.stores.remote.store import open_remote
 
+        more = {} if timeout is None else {"timeout": float(timeout)}
         return open_remote(
-            os.fspath(path), cache=cache, cache_bytes=cache_bytes, options=storage_options
+            os.fspath(path), cache=cache, cache_bytes=cache_bytes, options=storage_options, **more
         )
     if stage_to is not None:
         name = os.fspath(path).rstrip("/").rsplit("/", 1)[-1]
