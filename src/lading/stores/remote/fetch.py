@@ -232,16 +232,16 @@ class Fetcher:
             RemoteReadError: every attempt failed or timed out (names endpoint and setting).
         """
         client = self.client
-        return self._call(f"GET {describe(client.url, key)}", lambda: client.get_async(key))
+        return self.run(f"GET {describe(client.url, key)}", lambda: client.get_async(key))
 
     def list(self, prefix: str = "") -> dict[str, ObjectInfo]:
         """Every object below ``prefix`` (see :meth:`ObjectClient.list`), retried and timed
         out as a ranged GET is."""
         client = self.client
         what = f"LIST {describe(client.url, prefix) if prefix else client.url + '/'}"
-        return self._call(what, lambda: client.list_async(prefix))
+        return self.run(what, lambda: client.list_async(prefix))
 
-    def _call(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+    def run(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """Run ``attempt()`` on the fetch loop until it succeeds, at most ``retries + 1``
         times, each within ``timeout`` seconds; this thread waits for the outcome."""
         loop = self._start()

@@ -78,6 +78,16 @@ class FsspecClient:
         except Exception as e:  # botocore and aiohttp errors are not OSErrors: retry them
             raise OSError(f"{type(e).__name__}: {_first_line(e)}") from e
 
+    async def put_async(self, key: str, data: bytes) -> None:
+        try:
+            await self._on_fs("pipe_file", self._path(key), data)
+        except FileNotFoundError:
+            raise PermanentError(f"{self.url}: its bucket does not exist") from None
+        except OSError:
+            raise
+        except Exception as e:
+            raise OSError(f"{type(e).__name__}: {_first_line(e)}") from e
+
     async def list_async(self, prefix: str = "") -> dict[str, ObjectInfo]:
         """:meth:`list` on the read path."""
         base = self._path(prefix.rstrip("/")) if prefix else self.root

@@ -34,6 +34,10 @@ class RemoteReadError(LadingError, OSError):
     """A GET failed for good (after its retries): names the object, the byte range and why."""
 
 
+class RemoteWriteError(LadingError, OSError):
+    """A write to object storage failed: names the bucket or object, the endpoint and why."""
+
+
 class PermanentError(RemoteReadError):
     """A GET that retrying cannot fix: the object is missing, or not the version expected."""
 
@@ -96,6 +100,9 @@ class ObjectClient(Protocol):
 
     async def list_async(self, prefix: str = "") -> dict[str, ObjectInfo]:
         """:meth:`list` on the read path (one attempt, retried by the fetcher)."""
+
+    async def put_async(self, key: str, data: bytes) -> None:
+        """Write small object ``key`` (one attempt, under the read path's timeout: a probe)."""
 
     def get(self, key: str) -> bytes:
         """The whole object ``key``."""

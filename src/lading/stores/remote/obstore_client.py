@@ -115,6 +115,14 @@ class ObstoreClient:
             raise _translate(e, self.url, prefix) from e
         return {m["path"]: ObjectInfo(int(m["size"]), m.get("e_tag")) for m in metas}
 
+    async def put_async(self, key: str, data: bytes) -> None:
+        import obstore
+
+        try:
+            await obstore.put_async(self._store, key, data)
+        except Exception as e:
+            raise _translate(e, self.url, key) from e
+
     def __repr__(self) -> str:
         return f"ObstoreClient({self.url!r}, endpoint={self.endpoint!r})"  # never the options
 
@@ -170,13 +178,23 @@ def _env_endpoint() -> str:
 def _translate(error: Exception, url: str, key: str) -> Exception:
     """A permanent failure (missing object, another version) as :class:`PermanentError`; the
     rest as ``OSError`` (retried). Only the first line of obstore's text is kept."""
-    from obstore.exceptions import NotFoundError, PreconditionError
+    from obstore.exceptions import (
+        NotFoundError,
+        PermissionDeniedError,
+        PreconditionError,
+        UnauthenticatedError,
+    )
 
     first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
     if "NoSuchBucket" in str(error):
         return PermanentError(f"{url}: its bucket does not exist ({first})")
     if isinstance(error, (NotFoundError, FileNotFoundError)):
         return PermanentError(f"{url}/{key} does not exist ({first})")
+    if isinstance(error, (PermissionDeniedError, UnauthenticatedError)):
+        return PermanentError(
+            f"{url}/{key}: access denied ({first}); check the credentials (AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY, storage_options) and the bucket's policy"
+        )
     if isinstance(error, PreconditionError):
         return PermanentError(
             f"{url}/{key} was replaced since this store was opened (its ETag changed: {first})"

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.disk.meta import META_FILE
-from lading.errors import StoreFormatError
+from lading.errors import LadingError, StoreFormatError
 from lading.sources import Record
 from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.index import IdIndex
@@ -40,7 +40,7 @@ from lading.stores.remote.clients import open_client
 from lading.stores.remote.columns import Columns
 from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.manifest import parse
-from lading.stores.remote.objects import PermanentError
+from lading.stores.remote.objects import PermanentError, RemoteReadError
 from lading.stores.remote.settings import RemoteSettings
 from lading.stores.remote.stage import stage_dir, stage_index, staged_etags
 
@@ -270,9 +270,11 @@ class RemoteStore(DocStore):
         return self._columns.whole("tokens")
 
 
-def _no_store(url: str, fetcher: Fetcher, error: PermanentError) -> StoreFormatError:
+def _no_store(url: str, fetcher: Fetcher, error: PermanentError) -> LadingError:
     """The one-line error of an open whose manifest is not there: which bucket or object."""
     endpoint = getattr(fetcher.client, "endpoint", "") or "the default endpoint"
+    if "does not exist" not in str(error):  # access denied, ...
+        return RemoteReadError(f"GET {url}/{META_FILE} (endpoint {endpoint}): {error}")
     if "bucket does not exist" in str(error):
         bucket = url.partition("://")[2].split("/", 1)[0]
         return StoreFormatError(
