@@ -16,9 +16,11 @@ error too: a document is never wrong or empty because of a short read.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import random
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -136,6 +138,7 @@ class Fetcher:
         self._pid = -1
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._client: ObjectClient | None = None
         self._slots: asyncio.Semaphore | None = None
 
@@ -153,6 +156,8 @@ class Fetcher:
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(target=loop.run_forever, name="lading-fetch", daemon=True)
                 thread.start()
+                self._thread = thread
+                _LIVE.add(self)
                 self._slots = None
                 self._tasks: set[asyncio.Task[None]] = set()
                 self._loop, self._pid = loop, os.getpid()
@@ -273,8 +278,26 @@ class Fetcher:
         )
 
     def close(self) -> None:
-        """Stop this process's loop thread (a later call starts a new one)."""
+        """Stop this process's loop thread (a later call starts a new one), after the
+        client's calls still running have ended (at most ``timeout`` + 1 s: see
+        :meth:`~lading.stores.remote.obstore_client.ObstoreClient.drain`)."""
         with self._lock:
             if self._loop is not None and self._pid == os.getpid():
+                drain = getattr(self._client, "drain", None)
+                if drain is not None and threading.current_thread() is not self._thread:
+                    drain(self.timeout + 1.0)
                 self._loop.call_soon_threadsafe(self._loop.stop)
+                if self._thread is not None and threading.current_thread() is not self._thread:
+                    self._thread.join(5.0)
             self._loop, self._pid = None, -1
+
+
+_LIVE: weakref.WeakSet[Fetcher] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Close every fetcher of this process before the interpreter is torn down (item 9 of
+    issue 39: a GET ending on obstore's runtime after that aborts the process)."""
+    for fetcher in list(_LIVE):
+        fetcher.close()

@@ -12,13 +12,16 @@ child never returned). :func:`usable_here` says whether this process may use it.
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lading.stores.remote.objects import ObjectInfo, PermanentError, split_url
 
+T = TypeVar("T")
 SCHEMES: tuple[str, ...] = ("az", "gs", "s3", "s3a")
 # fsspec-style option names users already pass to `lading stage -o` -> obstore config keys
 _ALIASES = {"endpoint_url": "endpoint", "key": "access_key_id", "secret": "secret_access_key"}
@@ -59,6 +62,7 @@ class ObstoreClient:
         if scheme not in SCHEMES:
             raise ValueError(f"obstore handles {sorted(SCHEMES)}, not {scheme}:// ({url})")
         self.url = url.rstrip("/")
+        self._pending: set[asyncio.Future[Any]] = set()  # obstore calls not yet ended
         config = {_ALIASES.get(k, k): v for k, v in (options or {}).items()}
         endpoint = str(config.get("endpoint") or _env_endpoint())
         self.endpoint = public_endpoint(endpoint)
@@ -86,12 +90,16 @@ class ObstoreClient:
 
         try:
             if etag is None:
-                data = await obstore.get_range_async(self._store, key, start=start, end=end)
+                data = await self._settled(
+                    obstore.get_range_async(self._store, key, start=start, end=end)
+                )
                 return bytes(data)
-            result = await obstore.get_async(
-                self._store, key, options={"range": (start, end), "if_match": etag}
+            result = await self._settled(
+                obstore.get_async(
+                    self._store, key, options={"range": (start, end), "if_match": etag}
+                )
             )
-            return bytes(await result.bytes_async())
+            return bytes(await self._settled(result.bytes_async()))
         except Exception as e:
             raise _translate(e, self.url, key) from e
 
@@ -100,8 +108,8 @@ class ObstoreClient:
         import obstore
 
         try:
-            result = await obstore.get_async(self._store, key)
-            return bytes(await result.bytes_async())
+            result = await self._settled(obstore.get_async(self._store, key))
+            return bytes(await self._settled(result.bytes_async()))
         except Exception as e:
             raise _translate(e, self.url, key) from e
 
@@ -110,7 +118,7 @@ class ObstoreClient:
         import obstore
 
         try:
-            metas = await obstore.list(self._store, prefix or None).collect_async()
+            metas = await self._settled(obstore.list(self._store, prefix or None).collect_async())
         except Exception as e:
             raise _translate(e, self.url, prefix) from e
         return {m["path"]: ObjectInfo(int(m["size"]), m.get("e_tag")) for m in metas}
@@ -119,9 +127,30 @@ class ObstoreClient:
         import obstore
 
         try:
-            await obstore.put_async(self._store, key, data)
+            await self._settled(obstore.put_async(self._store, key, data))
         except Exception as e:
             raise _translate(e, self.url, key) from e
+
+    async def _settled(self, call: Awaitable[T]) -> T:
+        """Await an obstore call without ever cancelling it: a caller that gives up (a
+        timeout) stops waiting, the call runs on to its own end (the client's timeout) and
+        is counted in :meth:`drain` until then. A call Rust completes after the interpreter
+        began to exit aborts the process (it takes the GIL from a tokio thread: SIGABRT,
+        "Fatal Python error: Aborted", seen in cold ``lading get`` runs)."""
+        future = asyncio.ensure_future(call)
+        self._pending.add(future)
+        future.add_done_callback(_forget(self._pending))
+        return await asyncio.shield(future)
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every obstore call this client started to end
+        (call from any thread but its loop's, while that loop runs); whether they all did."""
+        deadline = time.monotonic() + timeout
+        while any(not f.done() for f in list(self._pending)):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
 
     def __repr__(self) -> str:
         return f"ObstoreClient({self.url!r}, endpoint={self.endpoint!r})"  # never the options
@@ -162,6 +191,18 @@ class ObstoreClient:
         import obstore
 
         obstore.delete(self._admin, key)
+
+
+def _forget(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    """A done-callback: drop the call from ``pending`` and retrieve its outcome (a call
+    nobody awaits any more would log "exception was never retrieved")."""
+
+    def done(future: asyncio.Future[Any]) -> None:
+        pending.discard(future)
+        if not future.cancelled():
+            future.exception()
+
+    return done
 
 
 def public_endpoint(endpoint: str) -> str:
