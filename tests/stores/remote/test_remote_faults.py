@@ -241,3 +241,47 @@ def test_an_upload_that_keeps_failing_is_one_line_and_leaves_no_store(
     assert "\n" not in str(caught.value) and "text.bin" in str(caught.value)
     with pytest.raises(StoreFormatError, match="no store at"):
         _open(url, tmp_path)  # the manifest is written last: never, here
+
+
+_EXIT_SCRIPT = """
+import functools, json, sys, time, urllib.request
+from lading.stores.remote.clients import open_client
+from lading.stores.remote.fetch import Fetcher
+url, endpoint = sys.argv[1], sys.argv[2]
+# the client's own timeout is obstore's default (30 s), the fetcher's 0.5 s
+fetcher = Fetcher(functools.partial(open_client, url, "obstore"), timeout=0.5, retries=1)
+key = next(k for k in fetcher.client.list() if k.endswith("text.bin"))
+body = json.dumps({"match": "text.bin", "times": 1, "kind": "slow", "delay": 2.0}).encode()
+request = urllib.request.Request(endpoint + "/_lading/faults", data=body)
+request.add_header("Content-Type", "application/json")
+urllib.request.urlopen(request).read()
+started = time.monotonic()
+print(fetcher.read([(key, 0, 4, None)])[0].decode(), flush=True)  # 1st GET given up, 2nd read
+print(f"read {time.monotonic() - started:.2f} {time.time():.3f}", flush=True)
+"""
+
+
+def test_exit_waits_for_the_obstore_calls_a_timeout_left_running(
+    store_url: str, faults: LocalS3, tmp_path: Path
+) -> None:
+    """A GET given up at its timeout still runs on obstore's runtime; if it ends after the
+    interpreter began to exit, the tokio thread that completes it aborts the process
+    (SIGABRT, issue 39 item 9). Exit therefore waits for it: the process ends after the
+    slow GET's 2 s, with status 0, not at the read's ~0.6 s."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("obstore")
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_SCRIPT, store_url, faults.endpoint],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    ended = time.time()
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "docu"  # the first 4 bytes of the first text
+    read, read_at = map(float, lines[1].split()[1:])
+    assert read < 2.0  # the read did not wait for the slow GET ...
+    assert ended - read_at > 2.0 - read - 0.2  # ... the exit did, until it ended
