@@ -54,6 +54,17 @@ def verify_store(path: str | os.PathLike[str]) -> list[str]:
     against its CRC32; the problems found (empty: intact)."""
     from lading.disk.meta import declared_format
 
+    if is_remote(path):  # open (stages the index, checked), then read the payload
+        from lading.stores.remote.store import open_remote
+
+        try:
+            remote = open_remote(os.fspath(path))
+        except (StoreFormatError, OSError) as e:
+            return [str(e)]
+        try:
+            return remote.verify()
+        finally:
+            remote.close()
     directory = Path(path)
     opened: PackedStore | OffsetStore
     try:

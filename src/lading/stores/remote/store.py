@@ -42,7 +42,7 @@ from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.manifest import parse
 from lading.stores.remote.objects import PermanentError, RemoteReadError
 from lading.stores.remote.settings import RemoteSettings
-from lading.stores.remote.stage import stage_dir, stage_index, staged_etags
+from lading.stores.remote.stage import stage_dir, stage_index, staged_etags, verify_remote
 
 
 class RemoteStore(DocStore):
@@ -168,6 +168,12 @@ class RemoteStore(DocStore):
         access that caused no GET is a hit), ``wait_s``; the node's ``bytes_cached`` and ``cap``
         (see :meth:`lading.stores.remote.cache.NodeCache.stats`)."""
         return self._columns.cache.stats()
+
+    def verify(self) -> list[str]:
+        """Read every byte of the payload files and compare each file's CRC32 with the
+        manifest's (the index files were checked when staged); the problems (empty: intact)."""
+        cache = self._columns.cache
+        return verify_remote(cache.fetcher, self.url, self.meta, cache.etags)
 
     def close(self) -> None:
         """Stop this process's GETs and hand its unfilled claims back to the node (done at
