@@ -285,3 +285,31 @@ def test_exit_waits_for_the_obstore_calls_a_timeout_left_running(
     read, read_at = map(float, lines[1].split()[1:])
     assert read < 2.0  # the read did not wait for the slow GET ...
     assert ended - read_at > 2.0 - read - 0.2  # ... the exit did, until it ended
+
+
+def test_lading_build_into_a_missing_bucket_or_a_dead_endpoint_is_one_line(
+    s3: LocalS3,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from lading.cli import main
+
+    source = write(tmp_path / "docs.tsv", "a\tb\n")
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "lc"))
+    monkeypatch.setenv("LADING_REMOTE_TIMEOUT", str(T))
+    assert main(["build", str(source), "s3://no-such-bucket-here/x", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "bucket 'no-such-bucket-here' does not exist" in err
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    started = time.monotonic()
+    assert main(["build", str(source), "s3://some-bucket/x", "--quiet"]) == 2
+    assert time.monotonic() - started < DEADLINE
+    err = capsys.readouterr().err.strip()
+    assert (
+        "\n" not in err
+        and endpoint in err
+        and "cannot write the store to s3://some-bucket/x" in err
+    )
+    assert not list((tmp_path / "lc").rglob("meta.json"))  # nothing was built first
