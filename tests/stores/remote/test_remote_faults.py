@@ -18,6 +18,7 @@ import pytest
 import lading
 from conftest import write
 from lading.errors import LadingError, StoreFormatError
+from lading.stores.remote.clients import open_client
 from lading.stores.remote.localserver import LocalS3, free_port
 from lading.stores.remote.objects import RemoteReadError, RemoteWriteError
 from lading.stores.remote.store import RemoteStore
@@ -313,3 +314,29 @@ def test_lading_build_into_a_missing_bucket_or_a_dead_endpoint_is_one_line(
         and "cannot write the store to s3://some-bucket/x" in err
     )
     assert not list((tmp_path / "lc").rglob("meta.json"))  # nothing was built first
+
+
+def test_verify_reads_a_remote_store_and_finds_a_replaced_object(
+    s3: LocalS3,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from lading.cli import main
+
+    docs = "".join(f"v{i}\tverified text number {i}\n" for i in range(2000))  # ~50 KB
+    s3.make_bucket("trust-verify")
+    url = "s3://trust-verify/docs"
+    lading.build_store(write(tmp_path / "d.tsv", docs), url, cache=str(tmp_path / "b"))
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "lc"))
+    assert main(["verify", url]) == 0
+    assert "every file matches its checksum" in capsys.readouterr().out
+    client = open_client(url)
+    text = next(k for k in client.list() if k.endswith("text.bin"))
+    good = client.get(text)
+    size = len(good)  # its middle changed: the spot checksums of its ends still hold
+    client.put(text, good[:4096] + bytes(b ^ 1 for b in good[4096 : size - 4096]) + good[-4096:])
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "lc2"))
+    assert main(["verify", url]) == 1
+    err = capsys.readouterr().err
+    assert text in err and "CRC32" in err
