@@ -92,7 +92,20 @@ def check(meta: dict[str, Any], where: str) -> None:
         for key in ("crc32", "spot_crc32"):
             if key in info:
                 _number(info[key], where, f"files[{name!r}].{key}", 0xFFFFFFFF)
-    for column, parts in columns(meta).items():
+    layout = columns(meta)
+    for needed in ("ids", "text"):
+        if needed not in layout:
+            raise StoreFormatError(
+                f"{where}: shards hold no {needed!r} column; the manifest is damaged, rebuild "
+                "the store"
+            )
+    for column, parts in layout.items():
+        held = sum(p.rows if isinstance(p.rows, int) else 0 for p in parts)
+        if held != meta["count"]:
+            raise StoreFormatError(
+                f"{where}: the shards of column {column!r} hold {held} rows, count says "
+                f"{meta['count']}; the manifest is damaged, rebuild the store"
+            )
         for i, part in enumerate(parts):
             field = f"shards[{i}].columns.{column}"
             for kind, name in (("data", part.data), ("offsets", part.offsets)):
