@@ -314,7 +314,9 @@ class _Loop(asyncio.SelectorEventLoop):
         self.waking = 0  # threads inside call_soon_threadsafe now
         self._waking_lock = threading.Lock()
 
-    def call_soon_threadsafe(self, callback: Any, *args: Any, context: Any = None) -> Any:
+    def call_soon_threadsafe(  # type: ignore[override]  # the same call, typed loosely
+        self, callback: Any, *args: Any, context: Any = None
+    ) -> Any:
         with self._waking_lock:
             self.waking += 1
         try:
