@@ -340,3 +340,27 @@ def test_verify_reads_a_remote_store_and_finds_a_replaced_object(
     assert main(["verify", url]) == 1
     err = capsys.readouterr().err
     assert text in err and "CRC32" in err
+
+
+@pytest.mark.parametrize(
+    ("op", "match", "kind", "times"),
+    [("get", "meta.json", "hang", 2), ("list", "", "reset", 2), ("get", "meta.json", "hang", 99)],
+)
+def test_the_fsspec_backend_keeps_the_same_deadline(
+    store_url: str, faults: LocalS3, tmp_path: Path, op: str, match: str, kind: str, times: int
+) -> None:
+    """The fallback backend (a forked DataLoader worker's) under the same faults."""
+    pytest.importorskip("s3fs")
+    from lading.stores.remote.settings import RemoteSettings
+
+    faults.fault(match, times, kind, op=op)
+    settings = RemoteSettings.of(tmp_path / "c", "1M", backend="fsspec", timeout=T)
+    started = time.monotonic()
+    if times > 3:
+        with pytest.raises(RemoteReadError, match="LADING_REMOTE_TIMEOUT"):
+            RemoteStore(store_url, settings)
+    else:
+        store = RemoteStore(store_url, settings)
+        _right(store)
+        store.close()
+    assert time.monotonic() - started < DEADLINE + 1
