@@ -14,6 +14,10 @@ from lading.cli.inputs import tokenizer
 
 # lading.sources.FORMATS, spelled out so that building the parser imports nothing heavy (a test
 # keeps the two equal)
+STORE_HELP = (
+    "a store: its directory, or the URL it was built to (s3://bucket/prefix/name; the "
+    "endpoint and credentials come from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...)"
+)
 SOURCE_FORMATS = ("arrow", "beir", "irds", "jsonl", "parquet", "trec", "tsv")
 
 
@@ -235,12 +239,12 @@ def add_store_commands(sub: Any) -> None:
     p.set_defaults(func=_cmd_merge)
 
     p = sub.add_parser("inspect", help="counts, sizes, dtypes, fields, source and staleness")
-    p.add_argument("store", help="a store directory (what lading build wrote)")
+    p.add_argument("store", help=STORE_HELP)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("get", help="print documents by id (JSON lines)")
-    p.add_argument("store", help="a store directory (what lading build wrote)")
+    p.add_argument("store", help=STORE_HELP)
     p.add_argument("ids", nargs="+", help="document ids to print (exit 1 if one is absent)")
     p.set_defaults(func=_cmd_get)
 
@@ -249,7 +253,7 @@ def add_store_commands(sub: Any) -> None:
         help="make every check an open makes, then read every file of a store (or token "
         "corpus, offsets index) and check its checksum",
     )
-    p.add_argument("store", help="a store directory (what lading build wrote)")
+    p.add_argument("store", help=STORE_HELP)
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("stage", help="copy a store/corpus/parquet folder to node-local disk")

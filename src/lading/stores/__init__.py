@@ -66,6 +66,17 @@ def verify_store(path: str | os.PathLike[str]) -> list[str]:
     against its CRC32; the problems found (empty: intact)."""
     from lading.disk.meta import declared_format
 
+    if is_remote(path):  # open (stages the index, checked), then read the payload
+        from lading.stores.remote.store import open_remote
+
+        try:
+            remote = open_remote(os.fspath(path))
+        except (StoreFormatError, OSError) as e:
+            return [str(e)]
+        try:
+            return remote.verify()
+        finally:
+            remote.close()
     directory = Path(path)
     opened: PackedStore | OffsetStore
     try:
@@ -89,6 +100,7 @@ def open_store(
     snapshot: str | None = None,
     cache: str | os.PathLike[str] | None = None,
     cache_bytes: int | str | None = None,
+    timeout: float | None = None,
 ) -> PackedStore | RemoteStore:
     """Open a store built by :func:`build_store`: cheap, memory-mapped, checked.
 
@@ -109,6 +121,9 @@ def open_store(
             ``$LADING_CACHE`` or ``~/.cache/lading``), shared by every process of the node.
         cache_bytes: the node cache's hard cap (``8G``, ``500M``, bytes; default
             ``$LADING_REMOTE_CACHE_BYTES``, else 8 GiB or half the free space).
+        timeout: seconds each attempt of a remote call may take (open, list, stage, read;
+            3 retries), default ``$LADING_REMOTE_TIMEOUT`` or 20; past them the error names
+            the endpoint, the object and this setting.
 
     Raises:
         StoreFormatError: the directory is not a complete store of a version this lading reads
@@ -123,8 +138,9 @@ def open_store(
             )
         from lading.stores.remote.store import open_remote
 
+        more = {} if timeout is None else {"timeout": float(timeout)}
         return open_remote(
-            os.fspath(path), cache=cache, cache_bytes=cache_bytes, options=storage_options
+            os.fspath(path), cache=cache, cache_bytes=cache_bytes, options=storage_options, **more
         )
     if stage_to is not None:
         name = os.fspath(path).rstrip("/").rsplit("/", 1)[-1]

@@ -21,7 +21,10 @@ def _obstore_usable() -> bool:
 
 
 def open_client(
-    url: str, backend: str = "auto", options: Mapping[str, Any] | None = None
+    url: str,
+    backend: str = "auto",
+    options: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
 ) -> ObjectClient:
     """A client for the objects below ``url``.
 
@@ -32,6 +35,8 @@ def open_client(
             else fsspec.
         options: backend options (obstore config keys or fsspec storage options, e.g.
             ``{"endpoint_url": ...}``); the environment supplies the rest.
+        timeout: seconds a request of the read path may take (the client's own bound
+            under the fetcher's; None: the backend's default).
 
     Raises:
         ValueError: an unknown backend or a URL without a scheme.
@@ -47,7 +52,7 @@ def open_client(
     if backend == "obstore":
         from lading.stores.remote.obstore_client import ObstoreClient
 
-        return ObstoreClient(url, options)
+        return ObstoreClient(url, options, timeout)
     from lading.stores.remote.fsspec_client import FsspecClient
 
-    return FsspecClient(url, options)
+    return FsspecClient(url, options, timeout)

@@ -16,22 +16,30 @@ error too: a document is never wrong or empty because of a short read.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import random
 import threading
-from collections.abc import Callable, Sequence
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from lading.stores.remote.objects import (
     ObjectClient,
+    ObjectInfo,
     PermanentError,
     RemoteReadError,
     describe,
 )
 
+T = TypeVar("T")
+
 DEFAULT_IN_FLIGHT = 128  # > 64: at 30 ms a GET, 128 in flight serve ~4,200 GETs/s
 DEFAULT_RETRIES = 3
 DEFAULT_TIMEOUT = 20.0  # seconds one attempt may take (an 8 MiB block at 1 MB/s still fits)
 DEFAULT_BACKOFF = 0.05  # seconds before the first retry; doubled each time
+TIMEOUT_ENV = "LADING_REMOTE_TIMEOUT"  # the default of ``timeout`` (seconds an attempt may take)
 
 Request = tuple[str, int, int, str | None]  # key, start, end, etag (None: not pinned)
 
@@ -131,6 +139,7 @@ class Fetcher:
         self._pid = -1
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._client: ObjectClient | None = None
         self._slots: asyncio.Semaphore | None = None
 
@@ -145,9 +154,11 @@ class Fetcher:
         with self._lock:
             if self._pid != os.getpid() or self._loop is None:
                 self._client = self.make_client()
-                loop = asyncio.new_event_loop()
+                loop = _Loop()
                 thread = threading.Thread(target=loop.run_forever, name="lading-fetch", daemon=True)
                 thread.start()
+                self._thread = thread
+                _LIVE.add(self)
                 self._slots = None
                 self._tasks: set[asyncio.Task[None]] = set()
                 self._loop, self._pid = loop, os.getpid()
@@ -215,15 +226,121 @@ class Fetcher:
             if len(data) == end - start:
                 return data
             last = OSError(f"{len(data)} bytes came back for the {end - start} asked")
+        raise RemoteReadError(self.gave_up(f"GET {describe(client.url, key, start, end)}", last))
+
+    # -- the rest of the read path: the manifest and the listing, under the same deadline ----
+
+    def get_object(self, key: str) -> bytes:
+        """The whole object ``key`` (a manifest), retried and timed out as a ranged GET is.
+
+        Raises:
+            PermanentError: the object or its bucket does not exist (not retried).
+            RemoteReadError: every attempt failed or timed out (names endpoint and setting).
+        """
+        client = self.client
+        return self.run(f"GET {describe(client.url, key)}", lambda: client.get_async(key))
+
+    def list(self, prefix: str = "") -> dict[str, ObjectInfo]:
+        """Every object below ``prefix`` (see :meth:`ObjectClient.list`), retried and timed
+        out as a ranged GET is."""
+        client = self.client
+        what = f"LIST {describe(client.url, prefix) if prefix else client.url + '/'}"
+        return self.run(what, lambda: client.list_async(prefix))
+
+    def run(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run ``attempt()`` on the fetch loop until it succeeds, at most ``retries + 1``
+        times, each within ``timeout`` seconds; this thread waits for the outcome."""
+        loop = self._start()
+        return asyncio.run_coroutine_threadsafe(self._attempts(what, attempt), loop).result()
+
+    async def _attempts(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        last: BaseException | None = None
+        for n in range(self.retries + 1):
+            if n:
+                self.retried += 1
+                await asyncio.sleep(self.backoff * 2 ** (n - 1) * random.uniform(0.5, 1.5))
+            try:
+                return await asyncio.wait_for(attempt(), self.timeout)
+            except PermanentError:
+                raise
+            except (OSError, asyncio.TimeoutError) as e:
+                last = e
+        raise RemoteReadError(self.gave_up(what, last))
+
+    def gave_up(self, what: str, last: BaseException | None) -> str:
+        """The message of a call that failed ``retries + 1`` times: what, where, the setting."""
+        client = self._client
+        endpoint = getattr(client, "endpoint", "") or "the default endpoint"
         reason = "timed out" if isinstance(last, asyncio.TimeoutError) else f"{last}"
-        raise RemoteReadError(
-            f"GET {describe(client.url, key, start, end)} failed {self.retries + 1} times "
-            f"(timeout {self.timeout:g}s, retries={self.retries}); last: {reason}"
+        return (
+            f"{what} (endpoint {endpoint}) failed {self.retries + 1} times, each allowed "
+            f"{self.timeout:g}s (timeout=, env {TIMEOUT_ENV}; retries={self.retries}); last: "
+            f"{reason}. Check that the endpoint is up and reachable, or raise the timeout"
         )
 
     def close(self) -> None:
-        """Stop this process's loop thread (a later call starts a new one)."""
+        """Stop this process's loop thread (a later call starts a new one), after the
+        client's calls still running have ended (at most ``timeout`` + 1 s: see
+        :meth:`~lading.stores.remote.obstore_client.ObstoreClient.drain`) and every thread
+        that completed one has left this loop's ``call_soon_threadsafe`` (see :class:`_Loop`)."""
         with self._lock:
             if self._loop is not None and self._pid == os.getpid():
+                drain = getattr(self._client, "drain", None)
+                if drain is not None and threading.current_thread() is not self._thread:
+                    drain(self.timeout + 1.0)
+                    if isinstance(self._loop, _Loop):
+                        self._loop.settle()
                 self._loop.call_soon_threadsafe(self._loop.stop)
+                if self._thread is not None and threading.current_thread() is not self._thread:
+                    self._thread.join(5.0)
             self._loop, self._pid = None, -1
+
+
+class _Loop(asyncio.SelectorEventLoop):
+    """The fetch loop, counting the threads inside :meth:`call_soon_threadsafe`.
+
+    obstore completes a call on one of tokio's threads, which hands the result to this loop
+    with ``call_soon_threadsafe``: the callback is queued first, then the loop is woken by a
+    write to its socket, with the GIL released. The future can thus be done while that
+    thread is still to take the GIL back; if the interpreter has begun to exit meanwhile,
+    taking it ends the thread with ``pthread_exit``, whose unwinding through Rust frames
+    aborts the process (a core of a cold ``lading get`` run showed exactly this: SIGABRT
+    in ``take_gil`` under ``sock_send`` under ``pyo3_async_runtimes::set_result``, after
+    ``bytes_async``). :meth:`settle` waits for every such thread to be out.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waking = 0  # threads inside call_soon_threadsafe now
+        self._waking_lock = threading.Lock()
+
+    def call_soon_threadsafe(  # type: ignore[override]  # the same call, typed loosely
+        self, callback: Any, *args: Any, context: Any = None
+    ) -> Any:
+        with self._waking_lock:
+            self.waking += 1
+        try:
+            return super().call_soon_threadsafe(callback, *args, context=context)
+        finally:
+            with self._waking_lock:
+                self.waking -= 1
+
+    def settle(self, timeout: float = 1.0) -> None:
+        """Wait (up to ``timeout`` s) until no thread is inside :meth:`call_soon_threadsafe`,
+        then 20 ms more with the GIL released, for one that just left it to get back into
+        Rust (from the ``finally`` above to its return: a few bytecodes)."""
+        deadline = time.monotonic() + timeout
+        while self.waking and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.02)
+
+
+_LIVE: weakref.WeakSet[Fetcher] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Close every fetcher of this process before the interpreter is torn down (item 9 of
+    issue 39: a GET ending on obstore's runtime after that aborts the process)."""
+    for fetcher in list(_LIVE):
+        fetcher.close()

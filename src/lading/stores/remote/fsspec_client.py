@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,9 @@ class FsspecClient:
 
     backend = "fsspec"
 
-    def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, url: str, options: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> None:
         try:
             from fsspec.core import url_to_fs
         except ImportError:  # pragma: no cover - torch depends on fsspec
@@ -34,8 +37,69 @@ class FsspecClient:
                 f"reading {url} needs fsspec. To install:\n  pip install 'lading[remote]'"
             ) from None
         self.url = url.rstrip("/")
-        self.fs, root = url_to_fs(self.url, **dict(options or {}))
+        options = dict(options or {})
+        if timeout is not None and url.startswith(("s3://", "s3a://")):
+            # botocore's own timeouts (60 s each by default) bound a request the fetcher
+            # gave up on; the fetcher's asyncio timeout is the deadline callers see
+            config = dict(options.get("config_kwargs") or {})
+            config.setdefault("connect_timeout", min(timeout, 10.0))
+            config.setdefault("read_timeout", timeout)
+            options["config_kwargs"] = config
+        self.fs, root = url_to_fs(self.url, **options)
         self.root = root.rstrip("/")
+        from lading.stores.remote.obstore_client import public_endpoint
+
+        endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(
+            "endpoint_url"
+        )
+        self.endpoint = public_endpoint(str(endpoint or os.environ.get("AWS_ENDPOINT_URL", "")))
+
+    def __repr__(self) -> str:
+        return f"FsspecClient({self.url!r}, endpoint={self.endpoint!r})"  # never the options
+
+    async def _on_fs(self, method: str, *args: Any) -> Any:
+        """``fs.<method>(*args)`` from the caller's loop: the async one on fsspec's loop, or
+        the sync one in the loop's thread pool."""
+        if getattr(self.fs, "async_impl", False):
+            coro = getattr(self.fs, "_" + method)(*args)
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.fs.loop))
+        return await asyncio.get_running_loop().run_in_executor(
+            None, getattr(self.fs, method), *args
+        )
+
+    async def get_async(self, key: str) -> bytes:
+        """The whole object ``key`` (the read path; see :meth:`get`)."""
+        try:
+            return bytes(await self._on_fs("cat_file", self._path(key)))
+        except FileNotFoundError:
+            raise PermanentError(f"{self.url}/{key} does not exist") from None
+        except OSError:
+            raise
+        except Exception as e:  # botocore and aiohttp errors are not OSErrors: retry them
+            raise OSError(f"{type(e).__name__}: {_first_line(e)}") from e
+
+    async def put_async(self, key: str, data: bytes) -> None:
+        try:
+            await self._on_fs("pipe_file", self._path(key), data)
+        except FileNotFoundError:
+            raise PermanentError(f"{self.url}: its bucket does not exist") from None
+        except OSError:
+            raise
+        except Exception as e:
+            raise OSError(f"{type(e).__name__}: {_first_line(e)}") from e
+
+    async def list_async(self, prefix: str = "") -> dict[str, ObjectInfo]:
+        """:meth:`list` on the read path."""
+        base = self._path(prefix.rstrip("/")) if prefix else self.root
+        try:
+            found = await self._on_fs("find", base, None, False, True)  # path, depth, dirs, detail
+        except FileNotFoundError:
+            return {}
+        except OSError:
+            raise
+        except Exception as e:
+            raise OSError(f"{type(e).__name__}: {_first_line(e)}") from e
+        return self._listed(found)
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}" if key else self.root
@@ -55,8 +119,7 @@ class FsspecClient:
         except OSError:
             raise
         except Exception as e:  # botocore and aiohttp errors are not OSErrors: retry them
-            first = (str(e).strip().splitlines() or [""])[0][:300]
-            raise OSError(f"{type(e).__name__}: {first}") from e
+            raise OSError(f"{type(e).__name__}: {_first_line(e)}") from e
 
     def _cat(self, path: str, start: int, end: int) -> bytes:
         return bytes(self.fs.cat_file(path, start=start, end=end))
@@ -81,6 +144,9 @@ class FsspecClient:
             found = self.fs.find(base, detail=True)
         except FileNotFoundError:
             return {}
+        return self._listed(found)
+
+    def _listed(self, found: Mapping[str, Any]) -> dict[str, ObjectInfo]:
         out: dict[str, ObjectInfo] = {}
         for path, info in found.items():
             if info.get("type") == "directory":
@@ -105,6 +171,10 @@ class FsspecClient:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(path)
         self.fs.invalidate_cache(path)
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [""])[0][:300]
 
 
 def _etag(info: Mapping[str, Any]) -> str | None:

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from lading.stores.remote import damaged
 from lading.stores.remote.evict import policy as eviction_policy
 from lading.stores.remote.ranges import NO_STEP, Block
 
@@ -116,9 +117,22 @@ class Ledger:
         self._policy = eviction_policy(policy)
         self._local = threading.local()
         self._objects: dict[str, int] = {}
+        try:
+            self._open_checked()
+        except sqlite3.DatabaseError as e:  # the cache is disposable: start a new one
+            old, self._local.conn = getattr(self._local, "conn", None), None
+            if old is not None:
+                old.close()
+            damaged.set_aside(self.path, e)
+            self._open_checked()
+
+    def _open_checked(self) -> None:
+        """Open the ledger (made if absent), checked for damage (:mod:`.damaged`)."""
+        damaged.check_header(self.path)
         with self.write() as conn:
-            conn.execute("INSERT OR REPLACE INTO settings VALUES ('cap', ?)", (cap,))
+            conn.execute("INSERT OR REPLACE INTO settings VALUES ('cap', ?)", (self.cap,))
             self._reclaim_dead(conn)
+        damaged.check_contents(self.connection(), self.path)
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (opened after a fork too: a connection is not shared)."""

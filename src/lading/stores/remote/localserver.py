@@ -4,7 +4,8 @@
 S3 server on loopback and, in front of it, a proxy that gives every request a latency of
 ``latency ± jitter`` seconds (30 ± 10 ms by default, a real S3 GET's shape), counts requests
 (GETs, their bytes, the most in flight at once) and injects faults on request (a GET that
-fails N times, a slow GET, a short one). Point any client at the proxy (``AWS_ENDPOINT_URL``).
+fails N times, a slow GET, a short one, a connection reset, a request never answered: the
+half-open server). Point any client at the proxy (``AWS_ENDPOINT_URL``).
 
 moto copies an object's whole value for each ranged GET (measured here: 258 GETs/s on a
 1 MiB object, 22 GETs/s on a 64 MiB one), so a benchmark would measure moto, not the client.
@@ -14,8 +15,11 @@ through the proxy touches the bucket. Everything else (PUT, HEAD, list, multipar
 moto. Writes made around the proxy, straight to moto, are not seen by its copies.
 
 Control (no latency): ``GET /_lading/stats``, ``POST /_lading/reset``, ``POST /_lading/faults``
-with ``{"match": "text.bin", "times": 3, "kind": "error" | "slow" | "short", "status": 503,
-"delay": 5.0}``, ``POST /_lading/latency`` with ``{"latency": 0.03, "jitter": 0.01}``.
+with ``{"match": "text.bin", "times": 3, "kind": "error" | "slow" | "short" | "reset" |
+"hang", "op": "get" | "list" | "head" | "put" | "any", "status": 503, "delay": 5.0}``
+(``op``: which requests the rule hits, default object GETs; ``reset`` closes the connection
+with a TCP RST; ``hang`` never answers), ``POST /_lading/latency`` with ``{"latency": 0.03,
+"jitter": 0.01}``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import os
 import random
 import re
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -83,6 +88,12 @@ class _Proxy:
                 and request.path.count("/") >= 2
             ):
                 return await self.get(request)
+            op = {"GET": "list", "HEAD": "head"}.get(request.method, "put")
+            fault = self.fault_for(request.path_qs, op)
+            if fault is not None:
+                answer = await self.inject(fault, request)
+                if answer is not None:
+                    return answer
             if request.method == "GET":
                 c["lists"] += 1
             elif request.method == "HEAD":
@@ -105,11 +116,11 @@ class _Proxy:
         c = self.counts
         c["gets"] += 1
         c["gets_by_key"][name] = c["gets_by_key"].get(name, 0) + 1
-        fault = self.fault_for(name)
-        if fault is not None and fault["kind"] == "error":
-            return web.Response(status=int(fault.get("status", 503)), text="injected fault")
-        if fault is not None and fault["kind"] == "slow":
-            await asyncio.sleep(float(fault.get("delay", 5.0)))
+        fault = self.fault_for(name, "get")
+        if fault is not None:
+            answer = await self.inject(fault, request)
+            if answer is not None:
+                return answer
         copy = await self.copy_of(name, request)
         if not isinstance(copy, tuple):
             return copy  # moto's answer (404, ...)
@@ -140,8 +151,31 @@ class _Proxy:
         out["Accept-Ranges"] = "bytes"
         return web.Response(status=status, body=body, headers=out)
 
-    def fault_for(self, name: str) -> dict[str, Any] | None:
+    async def inject(self, fault: dict[str, Any], request: Any) -> Any:
+        """Act a fault out: an answer to send (an error), or None to go on (slow, short)."""
+        from aiohttp import web
+
+        kind = fault["kind"]
+        if kind == "error":
+            return web.Response(status=int(fault.get("status", 503)), text="injected fault")
+        if kind == "slow":
+            await asyncio.sleep(float(fault.get("delay", 5.0)))
+        elif kind == "hang":  # the half-open server: the connection stays, no answer comes
+            await asyncio.sleep(float(fault.get("delay", 3600.0)))
+        elif kind == "reset":
+            transport = request.transport
+            if transport is not None:
+                sock = transport.get_extra_info("socket")
+                if sock is not None:  # linger 0: close() sends a RST, not a FIN
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                transport.abort()
+            return web.Response(status=500, text="injected reset")  # never sent: it is gone
+        return None
+
+    def fault_for(self, name: str, op: str = "get") -> dict[str, Any] | None:
         for rule in self.faults:
+            if rule.get("op", "get") not in (op, "any"):
+                continue
             if rule["times"] > 0 and rule["match"] in name:
                 rule["times"] -= 1
                 self.counts["faults"] += 1
@@ -320,7 +354,10 @@ class LocalS3:
 
     def fault(self, match: str, times: int, kind: str = "error", **more: Any) -> None:
         """Make the next ``times`` GETs of objects whose name holds ``match`` fail (``error``,
-        with ``status``), hang ``delay`` seconds first (``slow``), or come back short."""
+        with ``status``), wait ``delay`` seconds first (``slow``), come back short, end in a
+        connection reset (``reset``) or never be answered (``hang``). ``op="list"``,
+        ``"head"``, ``"put"`` or ``"any"`` aims the rule at other requests (``match`` is then
+        matched against the path and query)."""
         self._call("faults", {"match": match, "times": times, "kind": kind, **more})
 
     def make_bucket(self, name: str) -> None:

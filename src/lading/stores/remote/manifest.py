@@ -18,6 +18,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from lading.disk.names import safe_member_name, safe_snapshot_id
 from lading.disk.snapshot import decode_manifest
 from lading.errors import StoreFormatError
 from lading.stores.layout import FORMAT_NAME, field_column
@@ -40,17 +41,92 @@ class Part:
     dtype: str
 
 
+MAX_BYTES = 1 << 50  # 1 PiB: no file of a store is larger; a bigger "size" is garbage
+_DTYPES = {"|u1", "<u2", "<u4", "<i4", "<i8", "<u8", "|i1", "<i2"}
+
+
 def parse(raw: bytes, where: str) -> dict[str, Any]:
     """A packed store's manifest from the bytes of its ``meta.json``, checked, with its
     ``snapshot`` id (a version 1 manifest's is ``v1-`` and its SHA-256, as on local disk).
 
+    Everything the remote path uses is checked here, before a byte is staged: the snapshot
+    id (a folder of the cache), every file name (relative, inside the store: see
+    :func:`lading.disk.names.safe_member_name`), sizes and checksums, the row count, and each
+    name the layout uses (listed in the file list).
+
     Raises:
-        StoreFormatError: not JSON, another format, a version this lading cannot read.
+        StoreFormatError: not JSON, another format, a version this lading cannot read, or a
+            field that is missing, of the wrong type or out of range (named).
     """
     meta = decode_manifest(raw, where, FORMAT_NAME)
     if not meta.get("snapshot"):
         meta["snapshot"] = "v1-" + hashlib.sha256(raw).hexdigest()[:16]
+    check(meta, where)
     return meta
+
+
+def _number(value: object, where: str, field: str, top: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+        raise StoreFormatError(
+            f"{where}: {field} is {repr(value)[:80]}, expected an integer 0..{top}; "
+            "the manifest is damaged, rebuild the store"
+        )
+    return value
+
+
+def check(meta: dict[str, Any], where: str) -> None:
+    """Refuse a manifest whose fields the remote path uses are unsafe or malformed (see
+    :func:`parse`); one :class:`StoreFormatError` naming the field."""
+    safe_snapshot_id(meta["snapshot"], where)
+    _number(meta.get("count"), where, "count", 1 << 48)
+    if not isinstance(meta.get("fields", []), list) or not all(
+        isinstance(f, str) for f in meta.get("fields", [])
+    ):
+        raise StoreFormatError(f"{where}: fields is not a list of names; rebuild the store")
+    files = meta["files"]
+    for name, info in files.items():
+        safe_member_name(name, where, "files")
+        if not isinstance(info, dict):
+            raise StoreFormatError(f"{where}: files[{name!r}] is not an object; rebuild the store")
+        _number(info.get("size"), where, f"files[{name!r}].size", MAX_BYTES)
+        for key in ("crc32", "spot_crc32"):
+            if key in info:
+                _number(info[key], where, f"files[{name!r}].{key}", 0xFFFFFFFF)
+    layout = columns(meta)
+    for needed in ("ids", "text"):
+        if needed not in layout:
+            raise StoreFormatError(
+                f"{where}: shards hold no {needed!r} column; the manifest is damaged, rebuild "
+                "the store"
+            )
+    for column, parts in layout.items():
+        held = sum(p.rows if isinstance(p.rows, int) else 0 for p in parts)
+        if held != meta["count"]:
+            raise StoreFormatError(
+                f"{where}: the shards of column {column!r} hold {held} rows, count says "
+                f"{meta['count']}; the manifest is damaged, rebuild the store"
+            )
+        for i, part in enumerate(parts):
+            field = f"shards[{i}].columns.{column}"
+            for kind, name in (("data", part.data), ("offsets", part.offsets)):
+                if safe_member_name(name, where, f"{field}.{kind}") not in files:
+                    raise StoreFormatError(
+                        f"{where}: {field}.{kind} names {name!r}, which its file list does "
+                        "not hold; the manifest is damaged, rebuild the store"
+                    )
+            _number(part.rows, where, f"shards[{i}].rows", 1 << 48)
+            if part.dtype not in _DTYPES:
+                raise StoreFormatError(
+                    f"{where}: dtype of column {column} is {repr(part.dtype)[:40]}, expected "
+                    f"one of {sorted(_DTYPES)}; rebuild the store"
+                )
+    index = meta.get("index")
+    if not isinstance(index, dict):
+        raise StoreFormatError(f"{where}: index is not an object; rebuild the store")
+    if index.get("dir", ""):
+        safe_member_name(index["dir"], where, "index.dir")
+    if meta.get("tokens") and meta.get("tokenizer") is not None:
+        safe_member_name(meta["tokenizer"], where, "tokenizer")
 
 
 def columns(meta: dict[str, Any]) -> dict[str, list[Part]]:
@@ -72,8 +148,11 @@ def columns(meta: dict[str, Any]) -> dict[str, list[Part]]:
             types["tokens"] = tokens["dtype"]
         count = int(meta["count"])
         return {n: [Part(0, count, f"{n}.bin", f"{n}.off", types[n])] for n in names}
-    except (KeyError, TypeError) as e:
-        raise StoreFormatError(f"the store's meta.json lacks {e}; rebuild the store") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise StoreFormatError(
+            f"the store's meta.json has no usable shard layout ({type(e).__name__}: "
+            f"{str(e)[:100]}); rebuild the store"
+        ) from None
 
 
 def is_payload(column: str) -> bool:

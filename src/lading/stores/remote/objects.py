@@ -34,6 +34,10 @@ class RemoteReadError(LadingError, OSError):
     """A GET failed for good (after its retries): names the object, the byte range and why."""
 
 
+class RemoteWriteError(LadingError, OSError):
+    """A write to object storage failed: names the bucket or object, the endpoint and why."""
+
+
 class PermanentError(RemoteReadError):
     """A GET that retrying cannot fix: the object is missing, or not the version expected."""
 
@@ -90,6 +94,7 @@ class ObjectClient(Protocol):
 
     url: str
     backend: str
+    endpoint: str  # where requests go (no credentials in it), for messages; "" if default
 
     async def get_range(self, key: str, start: int, end: int, etag: str | None = None) -> bytes:
         """Bytes ``[start, end)`` of object ``key`` (one GET); ``etag`` pins the version.
@@ -98,6 +103,20 @@ class ObjectClient(Protocol):
             PermanentError: the object is missing or (with ``etag``) was replaced.
             OSError: anything a retry may fix (a 5xx, a dropped connection).
         """
+
+    async def get_async(self, key: str) -> bytes:
+        """The whole object ``key`` (read path: one attempt, retried by the fetcher).
+
+        Raises:
+            PermanentError: the object or its bucket is missing.
+            OSError: anything a retry may fix.
+        """
+
+    async def list_async(self, prefix: str = "") -> dict[str, ObjectInfo]:
+        """:meth:`list` on the read path (one attempt, retried by the fetcher)."""
+
+    async def put_async(self, key: str, data: bytes) -> None:
+        """Write small object ``key`` (one attempt, under the read path's timeout: a probe)."""
 
     def get(self, key: str) -> bytes:
         """The whole object ``key``."""

@@ -12,13 +12,16 @@ child never returned). :func:`usable_here` says whether this process may use it.
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lading.stores.remote.objects import ObjectInfo, PermanentError, split_url
 
+T = TypeVar("T")
 SCHEMES: tuple[str, ...] = ("az", "gs", "s3", "s3a")
 # fsspec-style option names users already pass to `lading stage -o` -> obstore config keys
 _ALIASES = {"endpoint_url": "endpoint", "key": "access_key_id", "secret": "secret_access_key"}
@@ -44,7 +47,9 @@ class ObstoreClient:
 
     backend = "obstore"
 
-    def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, url: str, options: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> None:
         import obstore  # noqa: F401  # ImportError before any state changes
         from obstore.store import from_url
 
@@ -57,12 +62,21 @@ class ObstoreClient:
         if scheme not in SCHEMES:
             raise ValueError(f"obstore handles {sorted(SCHEMES)}, not {scheme}:// ({url})")
         self.url = url.rstrip("/")
+        self._pending: set[asyncio.Future[Any]] = set()  # obstore calls not yet ended
         config = {_ALIASES.get(k, k): v for k, v in (options or {}).items()}
         endpoint = str(config.get("endpoint") or _env_endpoint())
+        self.endpoint = public_endpoint(endpoint)
         client: dict[str, Any] = {"allow_http": endpoint.startswith("http://")}
         _mark_used()
+        # the read path (ranged GETs, the manifest, the listing): no retries of obstore's own
+        # (lading's fetcher retries and counts), and each request ends by itself within the
+        # fetcher's timeout, so a half-open server leaves no request running on the runtime
+        reader = dict(client)
+        if timeout is not None:
+            reader["timeout"] = f"{max(1, int(timeout * 1000))}ms"
+            reader["connect_timeout"] = f"{max(1, int(min(timeout, 10.0) * 1000))}ms"
         self._store = from_url(  # type: ignore[call-overload]  # config keys vary by scheme
-            self.url, client_options=client, retry_config={"max_retries": 0}, **config
+            self.url, client_options=reader, retry_config={"max_retries": 0}, **config
         )
         # uploads, listings, HEADs and deletes keep obstore's own retries (a multipart upload
         # of a 1.2 GB file whose one part failed once was aborted whole without them) and
@@ -76,14 +90,70 @@ class ObstoreClient:
 
         try:
             if etag is None:
-                data = await obstore.get_range_async(self._store, key, start=start, end=end)
+                data = await self._settled(
+                    obstore.get_range_async(self._store, key, start=start, end=end)
+                )
                 return bytes(data)
-            result = await obstore.get_async(
-                self._store, key, options={"range": (start, end), "if_match": etag}
+            result = await self._settled(
+                obstore.get_async(
+                    self._store, key, options={"range": (start, end), "if_match": etag}
+                )
             )
-            return bytes(await result.bytes_async())
+            return bytes(await self._settled(result.bytes_async()))
         except Exception as e:
             raise _translate(e, self.url, key) from e
+
+    async def get_async(self, key: str) -> bytes:
+        """The whole object ``key`` (the read path: no retries of obstore's own)."""
+        import obstore
+
+        try:
+            result = await self._settled(obstore.get_async(self._store, key))
+            return bytes(await self._settled(result.bytes_async()))
+        except Exception as e:
+            raise _translate(e, self.url, key) from e
+
+    async def list_async(self, prefix: str = "") -> dict[str, ObjectInfo]:
+        """:meth:`list` on the read path (no retries of obstore's own)."""
+        import obstore
+
+        try:
+            metas = await self._settled(obstore.list(self._store, prefix or None).collect_async())
+        except Exception as e:
+            raise _translate(e, self.url, prefix) from e
+        return {m["path"]: ObjectInfo(int(m["size"]), m.get("e_tag")) for m in metas}
+
+    async def put_async(self, key: str, data: bytes) -> None:
+        import obstore
+
+        try:
+            await self._settled(obstore.put_async(self._store, key, data))
+        except Exception as e:
+            raise _translate(e, self.url, key) from e
+
+    async def _settled(self, call: Awaitable[T]) -> T:
+        """Await an obstore call without ever cancelling it: a caller that gives up (a
+        timeout) stops waiting, the call runs on to its own end (the client's timeout) and
+        is counted in :meth:`drain` until then. A call Rust completes after the interpreter
+        began to exit aborts the process (it takes the GIL from a tokio thread: SIGABRT,
+        "Fatal Python error: Aborted", seen in cold ``lading get`` runs)."""
+        future = asyncio.ensure_future(call)
+        self._pending.add(future)
+        future.add_done_callback(_forget(self._pending))
+        return await asyncio.shield(future)
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every obstore call this client started to end
+        (call from any thread but its loop's, while that loop runs); whether they all did."""
+        deadline = time.monotonic() + timeout
+        while any(not f.done() for f in list(self._pending)):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def __repr__(self) -> str:
+        return f"ObstoreClient({self.url!r}, endpoint={self.endpoint!r})"  # never the options
 
     def get(self, key: str) -> bytes:
         import obstore
@@ -123,6 +193,25 @@ class ObstoreClient:
         obstore.delete(self._admin, key)
 
 
+def _forget(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    """A done-callback: drop the call from ``pending`` and retrieve its outcome (a call
+    nobody awaits any more would log "exception was never retrieved")."""
+
+    def done(future: asyncio.Future[Any]) -> None:
+        pending.discard(future)
+        if not future.cancelled():
+            future.exception()
+
+    return done
+
+
+def public_endpoint(endpoint: str) -> str:
+    """``endpoint`` without a ``user:password@`` part (what an error may show)."""
+    scheme, sep, rest = endpoint.partition("://")
+    host = rest.rsplit("@", 1)[-1] if sep else endpoint.rsplit("@", 1)[-1]
+    return f"{scheme}{sep}{host}" if sep else host
+
+
 def _env_endpoint() -> str:
     return next((os.environ[v] for v in _ENDPOINT_VARS if os.environ.get(v)), "")
 
@@ -130,11 +219,23 @@ def _env_endpoint() -> str:
 def _translate(error: Exception, url: str, key: str) -> Exception:
     """A permanent failure (missing object, another version) as :class:`PermanentError`; the
     rest as ``OSError`` (retried). Only the first line of obstore's text is kept."""
-    from obstore.exceptions import NotFoundError, PreconditionError
+    from obstore.exceptions import (
+        NotFoundError,
+        PermissionDeniedError,
+        PreconditionError,
+        UnauthenticatedError,
+    )
 
     first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    if "NoSuchBucket" in str(error):
+        return PermanentError(f"{url}: its bucket does not exist ({first})")
     if isinstance(error, (NotFoundError, FileNotFoundError)):
         return PermanentError(f"{url}/{key} does not exist ({first})")
+    if isinstance(error, (PermissionDeniedError, UnauthenticatedError)):
+        return PermanentError(
+            f"{url}/{key}: access denied ({first}); check the credentials (AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY, storage_options) and the bucket's policy"
+        )
     if isinstance(error, PreconditionError):
         return PermanentError(
             f"{url}/{key} was replaced since this store was opened (its ETag changed: {first})"

@@ -19,13 +19,19 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from lading.stores.remote.fetch import DEFAULT_IN_FLIGHT, DEFAULT_RETRIES, DEFAULT_TIMEOUT
+from lading.stores.remote.fetch import (
+    DEFAULT_IN_FLIGHT,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT,
+    TIMEOUT_ENV,
+)
 from lading.stores.remote.ranges import DEFAULT_GAP, DEFAULT_WASTE
 
 CACHE_ENV = "LADING_CACHE"
 CACHE_BYTES_ENV = "LADING_REMOTE_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 8 << 30
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SECRET = re.compile(r"secret|key|token|password|passwd|credential|session|auth|sas", re.I)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
@@ -69,6 +75,33 @@ def default_cache_bytes(directory: Path) -> int:
     return min(DEFAULT_CACHE_BYTES, shutil.disk_usage(probe).free // 2)
 
 
+def default_timeout() -> float:
+    """``$LADING_REMOTE_TIMEOUT`` (seconds a remote call may take per attempt), else 20.
+
+    Raises:
+        ValueError: the variable is not a positive number.
+    """
+    env = os.environ.get(TIMEOUT_ENV)
+    if not env:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(env)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{TIMEOUT_ENV}={env!r}: expected seconds > 0, e.g. 20 or 2.5")
+    return value
+
+
+def redacted(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with the value of every key that may hold a secret (``secret``, ``key``,
+    ``token``, ``password``, ``session``, ...) replaced by ``***``, nested dicts too."""
+    return {
+        k: redacted(v) if isinstance(v, Mapping) else "***" if _SECRET.search(str(k)) else v
+        for k, v in options.items()
+    }
+
+
 @dataclass(frozen=True)
 class RemoteSettings:
     """Everything a remote store needs besides its URL (pickled with it to workers).
@@ -78,23 +111,32 @@ class RemoteSettings:
         cache_bytes: the node cache's hard cap in bytes of cached blocks.
         backend: ``"auto"``, ``"obstore"`` or ``"fsspec"`` (see
             :func:`lading.stores.remote.clients.open_client`).
-        options: backend options (e.g. ``{"endpoint_url": ...}``); credentials belong in the
-            environment, not here (these are pickled to workers).
+        options: backend options (e.g. ``{"endpoint_url": ...}``); credentials are better in
+            the environment: these are pickled to workers (never printed: the repr redacts
+            every value whose key may name a secret).
         policy: eviction policy, ``"next-use"`` or ``"lru"``.
-        in_flight, retries, timeout: the fetcher's (:class:`~lading.stores.remote.fetch.Fetcher`).
+        in_flight, retries: the fetcher's (:class:`~lading.stores.remote.fetch.Fetcher`).
+        timeout: seconds each attempt of every call on the read path may take (open, list,
+            stage, read), default ``$LADING_REMOTE_TIMEOUT`` or 20; a call fails after
+            ``retries + 1`` attempts with an error naming the endpoint, the object and this.
         max_gap, max_waste: the planner's (see :func:`~lading.stores.remote.ranges.coalesce`).
     """
 
     cache: Path
     cache_bytes: int
     backend: str = "auto"
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict, repr=False)
     policy: str = "next-use"
     in_flight: int = DEFAULT_IN_FLIGHT
     retries: int = DEFAULT_RETRIES
-    timeout: float = DEFAULT_TIMEOUT
+    timeout: float = field(default_factory=default_timeout)
     max_gap: int = DEFAULT_GAP
     max_waste: float = DEFAULT_WASTE
+
+    def __repr__(self) -> str:
+        shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        shown["options"] = redacted(self.options)
+        return "RemoteSettings(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
     @classmethod
     def from_environment(cls) -> RemoteSettings:

@@ -24,7 +24,7 @@ from lading.disk.meta import META_FILE
 from lading.errors import StoreFormatError
 from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.manifest import staged_files
-from lading.stores.remote.objects import describe
+from lading.stores.remote.objects import ObjectInfo, describe
 
 CHUNK = 8 << 20  # one GET of a staged file: 8 MiB at ~100 MB/s is ~80 ms, as long as its wait
 SPOT = 4096  # bytes at each end of a file whose CRC32 meta.json keeps (lading.disk.meta)
@@ -52,12 +52,13 @@ def stage_index(
         if _is_staged(dest, url, meta):  # another process of the node staged it meanwhile
             return dest
         remove_dead_temps(dest)
+        listing = _listing(fetcher, url, meta)  # sizes checked before a byte is written
         with staging(dest) as tmp:
             names = staged_files(meta)
             for name in names:
                 _copy(fetcher, url, name, meta["files"][name], tmp / name)
             (tmp / META_FILE).write_bytes(raw_meta)
-            etags = _pin_payload(fetcher, url, meta)
+            etags = _pin_payload(fetcher, url, meta, listing)
             mark = {"source": url, "snapshot": meta["snapshot"], "files": names, "etags": etags}
             (tmp / STAGE_MARK).write_text(json.dumps(mark, indent=2, sort_keys=True))
             publish(tmp, dest)
@@ -70,22 +71,33 @@ def staged_etags(staged: Path) -> dict[str, str | None]:
     return dict(mark.get("etags", {}))
 
 
-def _pin_payload(fetcher: Fetcher, url: str, meta: dict[str, Any]) -> dict[str, str | None]:
-    """Each payload file's ETag, after checking its size and the CRC32 of its first and last
-    4 KiB against the manifest: a file replaced in place (a version 1 store rebuilt under
-    the same names) is refused here, and any later GET of another version fails."""
-    listing = fetcher.client.list()
-    etags: dict[str, str | None] = {}
-    fetched = sorted(set(meta["files"]) - set(staged_files(meta)) - {META_FILE})
-    for name in fetched:
-        info, found = meta["files"][name], listing.get(name)
-        size = int(info["size"])
-        if found is None or found.size != size:
+def _listing(fetcher: Fetcher, url: str, meta: dict[str, Any]) -> dict[str, ObjectInfo]:
+    """The store's objects, after checking that every file its manifest lists is there with
+    the size it says (a manifest's sizes are never trusted to size a copy or a read)."""
+    listing = fetcher.list()
+    for name, info in meta["files"].items():
+        found, size = listing.get(name), int(info["size"])
+        if name != META_FILE and (found is None or found.size != size):
             seen = "is missing" if found is None else f"is {found.size} bytes"
             raise StoreFormatError(
                 f"{describe(url, name)} {seen}, its meta.json says {size}: the store is "
                 "incomplete or was rebuilt meanwhile; open it again"
             )
+    return listing
+
+
+def _pin_payload(
+    fetcher: Fetcher, url: str, meta: dict[str, Any], listing: dict[str, ObjectInfo]
+) -> dict[str, str | None]:
+    """Each payload file's ETag, after checking the CRC32 of its first and last 4 KiB against
+    the manifest (its size was checked by :func:`_listing`): a file replaced in place (a
+    version 1 store rebuilt under the same names) is refused here, and any later GET of
+    another version fails."""
+    etags: dict[str, str | None] = {}
+    fetched = sorted(set(meta["files"]) - set(staged_files(meta)) - {META_FILE})
+    for name in fetched:
+        info, found = meta["files"][name], listing[name]
+        size = int(info["size"])
         etags[name] = found.etag
         if "spot_crc32" in info and size:
             head = fetcher.submit(name, 0, min(SPOT, size), found.etag)
@@ -113,17 +125,43 @@ def _is_staged(dest: Path, url: str, meta: dict[str, Any]) -> bool:
     return True
 
 
-def _copy(fetcher: Fetcher, url: str, name: str, info: dict[str, Any], out: Path) -> None:
-    size = int(info["size"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    starts = range(0, size, CHUNK)
-    futures = [fetcher.submit(name, a, min(a + CHUNK, size)) for a in starts]
+def verify_remote(
+    fetcher: Fetcher, url: str, meta: dict[str, Any], etags: dict[str, str | None]
+) -> list[str]:
+    """Read every payload file of ``meta`` (ranged GETs of 8 MiB, pinned to ``etags``) and
+    compare its CRC32 with the manifest's; the problems found (empty: intact). The staged
+    files were checked when they were staged."""
+    problems = []
+    for name in sorted(etags):
+        info = meta["files"][name]
+        crc = _crc(fetcher, name, int(info["size"]), None, etags[name])
+        if "crc32" in info and crc != int(info["crc32"]):
+            problems.append(
+                f"{describe(url, name)}: CRC32 {crc:#010x} read, {int(info['crc32']):#010x} "
+                "in its meta.json: the object is damaged or was replaced; rebuild the store"
+            )
+    return problems
+
+
+def _crc(fetcher: Fetcher, name: str, size: int, out: Any, etag: str | None = None) -> int:
+    """CRC32 of object ``name`` read by 8 MiB GETs (at most 16 in flight), each block
+    written to ``out`` if given."""
     crc = 0
-    with open(out, "wb") as f:
-        for future in futures:
+    for at in range(0, size, 16 * CHUNK):
+        starts = range(at, min(size, at + 16 * CHUNK), CHUNK)
+        for future in [fetcher.submit(name, a, min(a + CHUNK, size), etag) for a in starts]:
             block = future.result()
             crc = zlib.crc32(block, crc)
-            f.write(block)
+            if out is not None:
+                out.write(block)
+    return crc
+
+
+def _copy(fetcher: Fetcher, url: str, name: str, info: dict[str, Any], out: Path) -> None:
+    size = int(info["size"])  # checked against the listing (_listing)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "wb") as f:
+        crc = _crc(fetcher, name, size, f)
     expected = info.get("crc32")
     if expected is not None and crc != int(expected):
         raise StoreFormatError(

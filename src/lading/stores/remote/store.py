@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.disk.meta import META_FILE
-from lading.errors import StoreFormatError
+from lading.errors import LadingError, StoreFormatError
 from lading.sources import Record
 from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.index import IdIndex
@@ -40,8 +40,9 @@ from lading.stores.remote.clients import open_client
 from lading.stores.remote.columns import Columns
 from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.manifest import parse
+from lading.stores.remote.objects import PermanentError, RemoteReadError
 from lading.stores.remote.settings import RemoteSettings
-from lading.stores.remote.stage import stage_dir, stage_index, staged_etags
+from lading.stores.remote.stage import stage_dir, stage_index, staged_etags, verify_remote
 
 
 class RemoteStore(DocStore):
@@ -71,9 +72,12 @@ class RemoteStore(DocStore):
 
     def _open(self, snapshot: str | None) -> None:
         s = self.settings
-        make = functools.partial(open_client, self.url, s.backend, s.options)
+        make = functools.partial(open_client, self.url, s.backend, s.options, s.timeout)
         fetcher = Fetcher(make, in_flight=s.in_flight, retries=s.retries, timeout=s.timeout)
-        raw = self._manifest_bytes(fetcher, snapshot)
+        try:
+            raw = self._manifest_bytes(fetcher, snapshot)
+        except PermanentError as e:
+            raise _no_store(self.url, fetcher, e) from None
         meta = parse(raw, f"{self.url}/{META_FILE}")
         staged = stage_index(fetcher, self.url, raw, meta, s.cache)
         cache = NodeCache(
@@ -86,11 +90,14 @@ class RemoteStore(DocStore):
             max_gap=s.max_gap,
             max_waste=s.max_waste,
         )
-        self._columns = Columns(staged, meta, cache)
         try:
+            self._columns = Columns(staged, meta, cache)
             self._index = IdIndex(staged / str(meta["index"].get("dir", "")), meta["index"])
-        except (KeyError, TypeError) as e:
-            raise StoreFormatError(f"{self.url}/{META_FILE} lacks {e}; rebuild the store") from None
+        except (KeyError, TypeError, ValueError, OSError) as e:
+            raise StoreFormatError(
+                f"{self.url}/{META_FILE}: its index or columns cannot be opened "
+                f"({type(e).__name__}: {str(e)[:160]}); rebuild the store"
+            ) from None
         self.meta: dict[str, Any] = meta
         self.snapshot: str = meta["snapshot"]
         self.path = staged  # the node's copy of the index (what store_identity reads)
@@ -102,11 +109,11 @@ class RemoteStore(DocStore):
             staged = stage_dir(self.settings.cache, self.url, snapshot) / META_FILE
             if staged.is_file():
                 return staged.read_bytes()
-        raw = fetcher.client.get(META_FILE)
+        raw = fetcher.get_object(META_FILE)
         if snapshot is None or parse(raw, self.url)["snapshot"] == snapshot:
             return raw
         if snapshot.startswith("snap-") and "/" not in snapshot:
-            return fetcher.client.get(f"{snapshot}/manifest.json")
+            return fetcher.get_object(f"{snapshot}/manifest.json")
         raise StoreFormatError(
             f"{self.url}: snapshot {snapshot} is no longer the current one and this node has no "
             "staged copy of it; open the store again to read its current snapshot"
@@ -161,6 +168,12 @@ class RemoteStore(DocStore):
         access that caused no GET is a hit), ``wait_s``; the node's ``bytes_cached`` and ``cap``
         (see :meth:`lading.stores.remote.cache.NodeCache.stats`)."""
         return self._columns.cache.stats()
+
+    def verify(self) -> list[str]:
+        """Read every byte of the payload files and compare each file's CRC32 with the
+        manifest's (the index files were checked when staged); the problems (empty: intact)."""
+        cache = self._columns.cache
+        return verify_remote(cache.fetcher, self.url, self.meta, cache.etags)
 
     def close(self) -> None:
         """Stop this process's GETs and hand its unfilled claims back to the node (done at
@@ -261,6 +274,23 @@ class RemoteStore(DocStore):
         if not self.has_tokens:
             raise self.no_tokens()
         return self._columns.whole("tokens")
+
+
+def _no_store(url: str, fetcher: Fetcher, error: PermanentError) -> LadingError:
+    """The one-line error of an open whose manifest is not there: which bucket or object."""
+    endpoint = getattr(fetcher.client, "endpoint", "") or "the default endpoint"
+    if "does not exist" not in str(error):  # access denied, ...
+        return RemoteReadError(f"GET {url}/{META_FILE} (endpoint {endpoint}): {error}")
+    if "bucket does not exist" in str(error):
+        bucket = url.partition("://")[2].split("/", 1)[0]
+        return StoreFormatError(
+            f"{url}: bucket {bucket!r} does not exist at {endpoint}; check the URL and the "
+            "endpoint (AWS_ENDPOINT_URL, storage_options endpoint_url), or create the bucket"
+        )
+    return StoreFormatError(
+        f"no store at {url}: {url}/{META_FILE} does not exist (endpoint {endpoint}); check the "
+        "URL, or build a store there with `lading build SOURCE " + url + "`"
+    )
 
 
 def open_remote(

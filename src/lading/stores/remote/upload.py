@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import calendar
 import contextlib
+import functools
 import itertools
 import json
+import secrets
 import shutil
 import tempfile
 import time
@@ -32,12 +34,20 @@ from lading.disk.meta import META_FILE
 from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, grace_seconds
 from lading.stores.layout import FORMAT_NAME
 from lading.stores.remote.clients import open_client
-from lading.stores.remote.objects import ObjectClient
+from lading.stores.remote.fetch import Fetcher
+from lading.stores.remote.objects import (
+    ObjectClient,
+    PermanentError,
+    RemoteReadError,
+    RemoteWriteError,
+    describe,
+)
 from lading.stores.remote.settings import RemoteSettings
 from lading.stores.remote.store import RemoteStore
 from lading.world import process_group
 
 UPLOADS_AT_ONCE = 8
+_PROBE = ".lading-write-probe-"  # the object a build writes and deletes before it starts
 
 
 def build_remote(
@@ -85,6 +95,7 @@ def _build_and_upload(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> None:
+    check_writable(url, settings)  # before the source is read: a build may take hours
     settings.cache.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="build-", dir=settings.cache))
     try:
@@ -93,6 +104,36 @@ def _build_and_upload(
         upload(local, open_client(url, settings.backend, settings.options))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def check_writable(url: str, settings: RemoteSettings) -> None:
+    """Write and delete a small probe object below ``url``, under the read path's timeout.
+
+    Raises:
+        RemoteWriteError: one line naming the bucket or endpoint and the fix (no bucket,
+            access denied, nothing answering).
+    """
+    make = functools.partial(open_client, url, settings.backend, settings.options, settings.timeout)
+    fetcher = Fetcher(make, in_flight=1, retries=settings.retries, timeout=settings.timeout)
+    key = f"{_PROBE}{secrets.token_hex(4)}"
+    try:
+        client = fetcher.client
+        fetcher.run(f"PUT {describe(url, key)}", lambda: client.put_async(key, b""))
+        client.delete(key)
+    except (PermanentError, RemoteReadError) as e:
+        endpoint = getattr(fetcher._client, "endpoint", "") or "the default endpoint"
+        bucket = url.partition("://")[2].split("/", 1)[0]
+        why = (
+            f"bucket {bucket!r} does not exist at {endpoint}; create it or fix the URL"
+            if "bucket does not exist" in str(e)
+            else str(e)
+        )
+        raise RemoteWriteError(f"cannot write the store to {url}: {why}") from None
+    except Exception as e:  # a client's own error: its first line only
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise RemoteWriteError(f"cannot write the store to {url}: {first}") from None
+    finally:
+        fetcher.close()
 
 
 def upload(local: Path, client: ObjectClient) -> None:
@@ -105,11 +146,23 @@ def upload(local: Path, client: ObjectClient) -> None:
         if p.is_file() and p.name != META_FILE and not p.name.startswith(".")
     )
     with ThreadPoolExecutor(UPLOADS_AT_ONCE, thread_name_prefix="lading-upload") as pool:
-        for done in pool.map(lambda name: client.put(name, local / name), names):
+        for done in pool.map(lambda name: _put(client, name, local / name), names):
             del done
     raw = (local / META_FILE).read_bytes()
-    client.put(META_FILE, raw)  # the commit
+    _put(client, META_FILE, raw)  # the commit
     collect_garbage(client, json.loads(raw))
+
+
+def _put(client: ObjectClient, key: str, data: bytes | Path) -> None:
+    """``client.put``, its failure as one line (the clients' own errors run to 26 lines)."""
+    try:
+        client.put(key, data)
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise RemoteWriteError(
+            f"PUT {describe(client.url, key)} failed: {type(e).__name__}: {first}; the store "
+            "there is unchanged (its manifest is written last)"
+        ) from None
 
 
 def collect_garbage(client: ObjectClient, current: dict[str, Any]) -> list[str]:

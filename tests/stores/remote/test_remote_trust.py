@@ -1,0 +1,398 @@
+"""A bucket and a node cache are input others may have written: a hostile remote manifest
+writes nothing outside the cache, a damaged ledger is set aside, and no secret prints.
+
+The fuzz rewrites the store's ``meta.json`` (and a ``snap-*/manifest.json``) in the bucket
+with hostile values (``..``, absolute names, NUL, very long names, wrong types, negative or
+huge sizes and counts) and opens it: the right store or one line naming the field, and
+nothing outside the cache created, written or deleted (an audit hook on ``open``, renames,
+removals and ``mkdir``, and a snapshot of the folders around the cache).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import sqlite3
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+import lading
+from conftest import write
+from lading.errors import LadingError, StoreFormatError
+from lading.stores.remote.clients import open_client
+from lading.stores.remote.damaged import DamagedCacheWarning
+from lading.stores.remote.ledger import LEDGER_FILE
+from lading.stores.remote.localserver import LocalS3
+from lading.stores.remote.settings import RemoteSettings
+from lading.stores.remote.store import RemoteStore
+
+hypothesis = pytest.importorskip("hypothesis")
+st = pytest.importorskip("hypothesis.strategies")
+
+DOCS = {f"d{i}": f"text of {i}" for i in range(50)}
+_made = iter(range(10**6))
+
+
+@pytest.fixture(scope="module")
+def fast(s3: LocalS3) -> Iterator[LocalS3]:
+    """The local S3 without its 30 ms latency, for this module's many opens."""
+    s3._call("latency", {"latency": 0.0, "jitter": 0.0})
+    yield s3
+    s3._call("latency", {"latency": 0.03, "jitter": 0.01})
+
+
+@pytest.fixture(scope="module")
+def built(fast: LocalS3, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, bytes]:
+    """A store in a bucket of its own: its URL and its manifest's bytes as built."""
+    folder = tmp_path_factory.mktemp("trust")
+    source = write(folder / "docs.tsv", "".join(f"{k}\t{v}\n" for k, v in DOCS.items()))
+    fast.make_bucket("trust-manifest")
+    url = "s3://trust-manifest/docs"
+    lading.build_store(source, url, cache=str(folder / "b"), progress=False)
+    return url, open_client(url).get("meta.json")
+
+
+class Watch:
+    """Every path opened for writing, created, renamed or removed while ``on`` (audit hook:
+    installed once, it cannot be removed)."""
+
+    on = False
+    seen: ClassVar[list[tuple[str, str]]] = []
+    _installed = False
+
+    @classmethod
+    def install(cls) -> None:
+        if not cls._installed:
+            sys.addaudithook(cls._hook)
+            cls._installed = True
+
+    @classmethod
+    def _hook(cls, event: str, args: tuple[Any, ...]) -> None:
+        if not cls.on or threading.current_thread().name.startswith("lading-upload"):
+            return
+        if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            mode, flags = (args[1] or "r"), int(args[2] or 0)
+            writes = any(c in str(mode) for c in "wax+") or flags & (
+                os.O_WRONLY | os.O_RDWR | os.O_CREAT
+            )
+            if writes:
+                cls.seen.append((event, os.fsdecode(args[0])))
+        elif event in ("os.rename", "os.remove", "os.rmdir", "os.mkdir", "shutil.rmtree"):
+            for arg in args[:2]:
+                if isinstance(arg, (str, bytes, os.PathLike)):
+                    cls.seen.append((event, os.fsdecode(arg)))
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p) for p in root.rglob("*")}
+
+
+@contextlib.contextmanager
+def only_inside(cache: Path, around: Path) -> Iterator[None]:
+    """Fail if anything outside ``cache`` is written, or if ``around`` (which holds it)
+    changes outside it."""
+    Watch.install()
+    before = {p for p in _tree(around) if not p.startswith(str(cache))}
+    Watch.seen.clear()
+    Watch.on = True
+    try:
+        yield
+    finally:
+        Watch.on = False
+    root = os.path.realpath(cache)
+    outside = [
+        (e, p)
+        for e, p in Watch.seen
+        if not (os.path.realpath(p) + os.sep).startswith(root + os.sep)
+        and not (e == "os.mkdir" and root.startswith(os.path.realpath(p) + os.sep))
+    ]  # making the cache folder given (and its parents) is fine
+    assert outside == [], f"written outside the cache {cache}: {outside[:5]}"
+    after = {p for p in _tree(around) if not p.startswith(str(cache))}
+    assert after == before, f"changed around the cache: {sorted(after ^ before)[:5]}"
+
+
+def _put_meta(url: str, meta: Any) -> None:
+    raw = meta if isinstance(meta, bytes) else json.dumps(meta).encode()
+    open_client(url).put("meta.json", raw)
+
+
+def _open_watched(url: str, around: Path) -> RemoteStore | LadingError:
+    cache = around / f"cache-{next(_made)}" / "node"
+    cache.parent.mkdir()
+    with only_inside(cache, around):
+        try:
+            store = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
+        except LadingError as e:
+            assert "\n" not in str(e)
+            return e
+        assert isinstance(store, RemoteStore)
+        ids = sorted(DOCS)
+        assert store.get_many(ids) == [DOCS[i] for i in ids]  # opened: the right store
+        store.close()
+        return store
+
+
+def _first_file(meta: dict[str, Any], suffix: str) -> str:
+    return next(n for n in meta["files"] if n.endswith(suffix))
+
+
+def _hostile(meta: dict[str, Any], case: str, outside: Path) -> tuple[dict[str, Any], str]:
+    """``meta`` changed by ``case``; the field the error must name."""
+    m = json.loads(json.dumps(meta))
+    ids_off = _first_file(m, "ids.off")
+    if case == "dotdot-file":
+        m["files"]["../../../../../evil.txt"] = dict(m["files"][ids_off])
+        return m, "files"
+    if case == "absolute-file":
+        m["files"][str(outside / "evil.txt")] = dict(m["files"][ids_off])
+        return m, "files"
+    if case == "nul-file":
+        m["files"]["a\x00b"] = dict(m["files"][ids_off])
+        return m, "files"
+    if case == "long-file":
+        m["files"]["x" * 5000] = dict(m["files"][ids_off])
+        return m, "files"
+    if case == "dotdot-snapshot":
+        m["snapshot"] = "../../../escaped"
+        return m, "snapshot"
+    if case == "dotdot-layout":
+        m["shards"][0]["columns"]["ids"]["offsets"] = "../../evil.off"
+        return m, "shards[0].columns.ids.offsets"
+    if case == "unlisted-layout":
+        m["shards"][0]["columns"]["ids"]["offsets"] = "snap-x/other.off"
+        return m, "shards[0].columns.ids.offsets"
+    if case == "dotdot-index":
+        m["index"]["dir"] = "../.."
+        return m, "index.dir"
+    if case == "negative-size":
+        m["files"][ids_off]["size"] = -5
+        return m, "size"
+    if case == "huge-size":
+        m["files"][ids_off]["size"] = 10**18
+        return m, "size"
+    if case == "string-size":
+        m["files"][ids_off]["size"] = "24"
+        return m, "size"
+    if case == "huge-count":
+        m["count"] = 10**30
+        return m, "count"
+    raise AssertionError(case)
+
+
+CASES = [
+    "dotdot-file", "absolute-file", "nul-file", "long-file", "dotdot-snapshot", "dotdot-layout",
+    "unlisted-layout", "dotdot-index", "negative-size", "huge-size", "string-size", "huge-count",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_hostile_remote_manifest_is_refused_naming_the_field(
+    built: tuple[str, bytes], tmp_path: Path, case: str
+) -> None:
+    url, raw = built
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    meta, field = _hostile(json.loads(raw), case, outside)
+    if case == "absolute-file":  # the object exists: the old stage wrote it to that path
+        open_client(url).put(str(outside / "evil.txt").lstrip("/"), b"x" * 24)
+    try:
+        _put_meta(url, meta)
+        found = _open_watched(url, tmp_path)
+    finally:
+        _put_meta(url, raw)
+    assert isinstance(found, StoreFormatError), f"{case}: opened"
+    assert field in str(found)
+    assert list(outside.iterdir()) == []
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_NAMES = st.sampled_from(
+    ["..", "../x", "/etc/passwd", "a/../../b", "a\x00b", "x" * 300, "", ".", "a//b", "C:/x"]
+)
+
+
+def _paths(meta: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in ``meta`` (dict keys and list indices down to leaves)."""
+    out = [at] if at else []
+    if isinstance(meta, dict):
+        for k, v in meta.items():
+            out += _paths(v, (*at, k))
+    elif isinstance(meta, list):
+        for i, v in enumerate(meta):
+            out += _paths(v, (*at, i))
+    return out
+
+
+def _set(meta: Any, at: tuple[Any, ...], value: Any) -> None:
+    """Set the value at ``at``, unless an earlier change replaced a container on the way."""
+    with contextlib.suppress(TypeError, KeyError, IndexError):
+        for step in at[:-1]:
+            meta = meta[step]
+        meta[at[-1]] = value
+
+
+@hypothesis.settings(
+    max_examples=int(os.environ.get("LADING_FUZZ_EXAMPLES", "40")),
+    deadline=None,
+    database=None,
+    suppress_health_check=list(hypothesis.HealthCheck),
+)
+@hypothesis.given(data=st.data())
+def test_fuzz_every_field_of_the_remote_manifest(
+    built: tuple[str, bytes], tmp_path_factory: pytest.TempPathFactory, data: Any
+) -> None:
+    url, raw = built
+    meta = json.loads(raw)
+    places = _paths(meta)
+    for _ in range(data.draw(st.integers(1, 3), label="changes")):
+        at = data.draw(st.sampled_from(places), label="field")
+        value = data.draw(_JSON | _NAMES, label="value")
+        _set(meta, at, value)
+    if data.draw(st.booleans(), label="hostile file name"):
+        meta["files"][data.draw(_NAMES, label="name")] = {"size": 1}
+    around = tmp_path_factory.mktemp("fuzz")
+    try:
+        _put_meta(url, meta)
+        _open_watched(url, around)  # opens the right store, or one line; nothing outside
+    finally:
+        _put_meta(url, raw)
+
+
+def test_fuzz_a_snapshot_manifest_opened_by_snapshot(
+    built: tuple[str, bytes], tmp_path: Path
+) -> None:
+    url, raw = built
+    meta = json.loads(raw)
+    snap = meta["snapshot"]
+    hostile = dict(meta, files={**meta["files"], "../../evil": {"size": 1}})
+    client = open_client(url)
+    client.put(f"{snap}/manifest.json", json.dumps(hostile).encode())
+    other = dict(meta, snapshot="snap-20000101T000000Z-00000000")
+    try:
+        _put_meta(url, other)  # the current manifest names another snapshot
+        cache = tmp_path / "c"
+        with only_inside(cache, tmp_path), pytest.raises(StoreFormatError, match="files"):
+            RemoteStore(url, RemoteSettings.of(cache, "1M", timeout=2.0), snapshot=snap)
+    finally:
+        _put_meta(url, raw)
+        client.delete(f"{snap}/manifest.json")
+
+
+# -- a damaged node cache ----------------------------------------------------------------------
+
+
+def _damage(ledger: Path, how: str) -> None:
+    data = bytearray(ledger.read_bytes())
+    if how == "garbage":
+        ledger.write_bytes(os.urandom(len(data) or 8192))
+    elif how == "truncated":
+        ledger.write_bytes(bytes(data[: len(data) // 2]))
+    elif how == "pages":  # every page but the first overwritten: the header still says SQLite
+        page = int.from_bytes(data[16:18], "big")
+        for at in range(page, len(data), page):
+            data[at : at + page] = b"\xa5" * page
+        ledger.write_bytes(bytes(data))
+    else:
+        ledger.write_text("not a database\n")
+
+
+@pytest.mark.parametrize("how", ["garbage", "truncated", "pages", "text"])
+def test_a_damaged_ledger_is_set_aside_and_rebuilt(
+    built: tuple[str, bytes], tmp_path: Path, how: str
+) -> None:
+    url, _ = built
+    cache = tmp_path / "cache"
+    store = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
+    assert store.get_many(["d1", "d2"]) == [DOCS["d1"], DOCS["d2"]]
+    store.close()
+    del store
+    ledger = cache / LEDGER_FILE
+    with contextlib.closing(sqlite3.connect(ledger)) as conn:  # fold the WAL in
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    _damage(ledger, how)
+    with pytest.warns(DamagedCacheWarning, match=str(ledger)):
+        again = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
+    ids = sorted(DOCS)
+    assert again.get_many(ids) == [DOCS[i] for i in ids]
+    assert (cache / f"{LEDGER_FILE}.damaged").is_file()
+    again.close()
+    with contextlib.closing(sqlite3.connect(ledger)) as conn:
+        assert conn.execute("PRAGMA quick_check").fetchall() == [("ok",)]
+
+
+# -- secrets -------------------------------------------------------------------------------------
+
+SECRET = "SEKRET-do-not-print-7f3a"
+
+
+def test_no_secret_in_a_repr_an_error_or_a_log_line(
+    built: tuple[str, bytes],
+    fast: LocalS3,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    url, _ = built
+    options = {"endpoint_url": fast.endpoint, "key": "testing", "secret": SECRET, "token": SECRET}
+    store = lading.open_store(
+        url, cache=tmp_path / "c", cache_bytes="1M", storage_options=options, timeout=2.0
+    )
+    assert isinstance(store, RemoteStore)
+    said = [repr(store), str(store), repr(store.settings), str(store.settings)]
+    said.append(repr(store._columns.cache.fetcher.client))
+    assert store.settings.options["secret"] == SECRET  # kept (workers need it) ...
+    assert pickle.loads(pickle.dumps(store)).settings.options["secret"] == SECRET
+    for kind in ["error", "hang"]:  # ... and printed nowhere, a failure's message included
+        fast.fault("meta.json", 99, kind)
+        with pytest.raises(LadingError) as caught:
+            lading.open_store(
+                url, cache=tmp_path / "d", cache_bytes="1M", storage_options=options, timeout=0.3
+            )
+        said.append(str(caught.value))
+        fast.reset()
+    with pytest.raises(LadingError) as caught:
+        lading.open_store(
+            "s3://no-such-bucket-x/d", cache=tmp_path / "e", storage_options=options, timeout=1
+        )
+    said.append(str(caught.value))
+    said += [r.getMessage() for r in caplog.records]
+    out = capsys.readouterr()
+    said += [out.out, out.err]
+    assert all(SECRET not in text for text in said), [t for t in said if SECRET in t][:1]
+    assert "***" in repr(store.settings)
+    store.close()
+
+
+def test_inspect_and_get_print_no_secret(
+    built: tuple[str, bytes],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from lading.cli import main
+
+    url, _ = built
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)  # moto does not check signatures
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "lc"))
+    assert main(["inspect", url]) == 0
+    assert main(["get", url, "d3"]) == 0
+    assert main(["get", "s3://no-such-bucket-x/d", "d3"]) == 2
+    out = capsys.readouterr()
+    assert DOCS["d3"] in out.out and "does not exist" in out.err
+    assert SECRET not in out.out + out.err
