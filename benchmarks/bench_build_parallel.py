@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,8 @@ def lookups(
     return {name: done * 200 * 64 / s for name, s in spent.items()}
 
 
-ID_KINDS = {  # how row i's id is spelled (issue 40: a merged store, by any id kind)
+# how row i's id is spelled (issue 40: a merged store looks up as one build, by any id kind)
+ID_KINDS: dict[str, Callable[[int], str]] = {
     "dense int": str,
     "sparse int (7i+3)": lambda i: str(7 * i + 3),  # still the dense table: 8 slots an id
     "very sparse int (1,000,003i+7)": lambda i: str(1_000_003 * i + 7),  # sorted-int index
