@@ -25,6 +25,7 @@ from lading.stores.remote.manifest import staged_files
 
 SHAPES: dict[str, Callable[[int], str]] = {
     "0..n-1": str,
+    "1,000,003i+7": lambda i: str(1_000_003 * i + 7),  # integers too sparse for a table
     "D<i>": lambda i: f"D{i}",
     "msmarco_passage_<i>": lambda i: f"msmarco_passage_{i}",
 }

@@ -9,12 +9,13 @@ checks the batch, picks each row's shard from its start offset and makes the ``s
 (texts) or the views (tokens), the same call a one-shard column makes with one part. The numpy
 route (no helper) gathers the offsets twice and searches the shards' bounds
 (``np.searchsorted``), then slices in one loop; other columns gather each shard's offsets under
-a mask. Measured on 100,000 passages built by one process and by 2 shards + merge, 64 random
-ids a batch, alternated in one process: get_many 0.41-0.45x the one-process store's docs/s
-with the numpy loop, ~1.0x through the helper (benchmarks/RESULTS.md, "Lookups of a store
-built in shards"). A cold batch of texts is read ahead as in one shard
-(:meth:`lading.disk.RaggedColumn.texts`): its offsets and bytes are asked for all at once
-(``MADV_WILLNEED``), each range in the file of the shard that holds it.
+a mask. Measured on 200,000 MS MARCO passages built by one process and by 2 shards + merge,
+64 random ids a batch, alternated in one process: get_many at 0.37-0.45x the one-process
+store's docs/s through numpy and a Python loop (tokens_many 0.85-0.89x), 0.95-1.16x through the
+helper (tokens_many 0.98-0.99x), for dense, sparse and string ids (benchmarks/RESULTS.md,
+"Lookups of a store built in shards, by kind of id"). A cold batch of texts is read ahead as
+in one shard (:meth:`lading.disk.RaggedColumn.texts`): its offsets and bytes are asked for all
+at once (``MADV_WILLNEED``), each range in the file of the shard that holds it.
 """
 
 from __future__ import annotations
