@@ -82,12 +82,10 @@ def main() -> None:
         src = work / "src.tsv"
         with open(src, "w", encoding="utf-8") as f:
             f.writelines(f"{spell(i)}\ta b\n" for i in range(args.n))
-        kinds = [("plain", 1, {})]
+        kinds: list[tuple[str, int, dict[str, Any]]] = [("plain", 1, {})]
         if shape == "0..n-1":
-            kinds += [
-                ("tokens", 1, {"tokenizer": tok}),
-                ("tokens, 2 shards", 2, {"tokenizer": tok}),
-            ]
+            tokens = {"tokenizer": tok}
+            kinds += [("tokens", 1, tokens), ("tokens, 2 shards", 2, tokens)]
         for label, shards, extra in kinds:
             store = build(src, work / "store", shards, extra)
             lines.append(staged_row(f"{shape}, {label}", store, args.n))
