@@ -1,4 +1,4 @@
-"""Fuzz the C helper's four entry points with arbitrary buffers and parameters (hypothesis).
+"""Fuzz the C helper's entry points with arbitrary buffers and parameters (hypothesis).
 
     python tests/native_fuzz.py [EXAMPLES]        (tests/disk/test_native.py runs it, 150)
 
@@ -19,6 +19,7 @@ with every buffer through malloc (numpy arrays are allocated to their exact size
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -123,9 +124,43 @@ def plausible_texts(rows: list[int], offsets: list[int], data: bytes) -> None:
         assert got == [data[offsets[i] : offsets[i + 1]].decode() for i in rows]
 
 
+@S
+@given(
+    st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-2, 12), max_size=70),
+    st.binary(max_size=120),
+    st.lists(st.binary(max_size=20), max_size=4),
+)
+def parts(rows: list[int], offsets: bytes, data: list[bytes]) -> None:
+    """Rows over several parts (a store built in shards): texts, and slices of byte arrays."""
+    query = np.array(rows, np.int64)
+    for fn, seqs in ((C.texts, tuple(map(array, data))), (C.slices, tuple(map(array, data)))):
+        got = call(fn, query, array(offsets), seqs)
+        if not isinstance(got, Exception):
+            assert len(got) == len(rows)
+
+
+@S
+@given(
+    st.lists(st.integers(0, 10), max_size=70),
+    st.lists(st.binary(max_size=5), min_size=1, max_size=10),
+    st.lists(st.integers(0, 10), min_size=1, max_size=3),
+)
+def plausible_parts(rows: list[int], texts: list[bytes], cuts: list[int]) -> None:
+    """Rows laid over parts cut anywhere: each row the bytes of the concatenation, or a
+    refusal where a row straddles two parts."""
+    whole = b"".join(texts)
+    offsets = np.cumsum([0, *map(len, texts)]).astype("<u8")
+    bounds = sorted({0, len(whole), *(min(c, len(whole)) for c in cuts)})
+    pieces = tuple(array(whole[a:b]) for a, b in itertools.pairwise(bounds)) or (array(b""),)
+    got = call(C.slices, np.array(rows, np.int64), offsets, pieces)
+    if not isinstance(got, Exception):
+        want = [whole[offsets[r] : offsets[r + 1]] for r in rows]
+        assert [g.tobytes() for g in got] == want
+
+
 if __name__ == "__main__":
     if C is None:
         sys.exit("the C helper is not built here (python setup.py build_ext --inplace)")
-    for fuzz in (dense, sorted_int, hashed, texts, plausible_texts):
+    for fuzz in (dense, sorted_int, hashed, texts, plausible_texts, parts, plausible_parts):
         fuzz()
         print(fuzz.__name__, "ok", flush=True)

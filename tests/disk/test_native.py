@@ -107,7 +107,7 @@ def test_a_helper_that_cannot_be_loaded_leaves_the_numpy_route(tmp_path: Path) -
 
 @needs_helper
 def test_no_buffer_or_parameters_make_the_helper_crash_or_lie() -> None:
-    # hypothesis over the four entry points, in a process of its own (see tests/native_fuzz.py
+    # hypothesis over the entry points, in a process of its own (see tests/native_fuzz.py
     # for the AddressSanitizer run); before the fix, 2**58 buckets crashed it within seconds
     done = subprocess.run(
         [sys.executable, str(Path(__file__).parents[1] / "native_fuzz.py"), "150"],
@@ -118,7 +118,8 @@ def test_no_buffer_or_parameters_make_the_helper_crash_or_lie() -> None:
     )
     assert done.returncode == 0, (done.returncode, done.stdout[-3000:], done.stderr[-3000:])
     assert done.stdout.split() == [w for f in ("dense", "sorted_int", "hashed", "texts",
-                                   "plausible_texts") for w in (f, "ok")]  # fmt: skip
+                                   "plausible_texts", "parts", "plausible_parts")
+                                   for w in (f, "ok")]  # fmt: skip
 
 
 class _Str:
@@ -177,6 +178,12 @@ def test_no_call_leaks_on_success_or_error(tmp_path: Path) -> None:
         "texts, row": lambda: c.texts(np.array([0, 9]), o, d),
         "texts, utf-8": lambda: c.texts(rows, o, b"ok\xff\xfeabcde"),
         "texts, offsets": lambda: c.texts(rows, np.array([0, 7, 3, 100], "<u8"), d),
+        "texts, parts": lambda: c.texts(np.tile(rows, 20), o, (d, d)),
+        "texts, parts damaged": lambda: c.texts(rows, np.array([0, 7, 3, 100], "<u8"), (d, d)),
+        "texts, no parts": lambda: c.texts(rows, o, ()),
+        "slices": lambda: c.slices(np.tile(rows, 20), o, (d, d)),
+        "slices, row": lambda: c.slices(np.array([0, 9]), o, (d,)),
+        "slices, not sliceable": lambda: c.slices(rows, o, (d, 5)),
     }
     watched = [*ids, t, k, o, d, rows, mult]
     leaks = []

@@ -440,26 +440,47 @@ done:
     return result;
 }
 
-/* ---- texts: rows of a ragged UTF-8 column as new str ------------------------------------ */
+/* ---- rows of a ragged column: texts (new str) and slices (views) --------------------------- */
 
-/* The whole batch is checked before anything is decoded, in the numpy route's order: every row
- * in the column (else IndexError, the first such row), then every row's offsets within the data
- * (else Damaged, the first such row); then each row is decoded (UnicodeDecodeError). */
-static PyObject *texts(PyObject *self, PyObject *args) {
-    Py_buffer rows, offsets, data;
-    if (!PyArg_ParseTuple(args, "y*y*y*", &rows, &offsets, &data)) return NULL;
-    PyObject *list = NULL;
-    Py_ssize_t n = rows.len / 8;
-    const int64_t *r = (const int64_t *)rows.buf;
-    const unsigned char *off = (const unsigned char *)offsets.buf;
-    const char *bytes = (const char *)data.buf;
-    int64_t count = offsets.len / 8 - 1;
-    uint64_t size = (uint64_t)data.len;
+/* A column's rows are read through one offsets array (count + 1 little-endian uint64, counted in
+ * items) over one or several parts laid end to end: the data of a store built in shards is a
+ * file per shard, and the merge wrote the offsets over all of them (lading.stores.merge). A
+ * row's part is the one its start falls in (a row that starts where a part ends belongs to the
+ * next one, as np.searchsorted(side="right") over the inner bounds gives it). */
+typedef struct {
+    Py_ssize_t n;
+    int32_t *part;   /* part of each row */
+    uint64_t *start; /* offsets of each row within its part, in items */
+    uint64_t *end;
+} Spans;
+
+static void spans_free(Spans *s) {
+    PyMem_Free(s->part);
+    PyMem_Free(s->start);
+    PyMem_Free(s->end);
+}
+
+/* Fill ``s`` for the rows ``r[0..n)``: the whole batch is checked before anything is read, in
+ * the numpy route's order: every row in the column (else IndexError, the first such row), then
+ * every row's offsets within the data of its part (else Damaged, the first such row). ``bases``
+ * holds ``nparts + 1`` item counts (bases[0] = 0). 0, or -1 with an exception set. */
+static int row_spans(Spans *s, const int64_t *r, Py_ssize_t n, const Py_buffer *offsets,
+                     const uint64_t *bases, Py_ssize_t nparts) {
+    const unsigned char *off = (const unsigned char *)offsets->buf;
+    int64_t count = offsets->len / 8 - 1;
+    s->n = n;
+    s->part = PyMem_Malloc((n ? n : 1) * sizeof(int32_t));
+    s->start = PyMem_Malloc((n ? n : 1) * sizeof(uint64_t));
+    s->end = PyMem_Malloc((n ? n : 1) * sizeof(uint64_t));
+    if (s->part == NULL || s->start == NULL || s->end == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         if (r[i] < 0 || r[i] >= count) {
             PyErr_Format(PyExc_IndexError, "row %lld out of range for %lld rows", (long long)r[i],
                          (long long)count);
-            goto done;
+            return -1;
         }
     }
     for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) { /* the offsets: prefetched, then checked */
@@ -470,41 +491,155 @@ static PyObject *texts(PyObject *self, PyObject *args) {
         }
         for (Py_ssize_t i = lo; i < hi; i++) {
             uint64_t start = load64(off + r[i] * 8), end = load64(off + r[i] * 8 + 8);
-            if (start > end || end > size) {
-                PyErr_Format(Damaged,
-                             "the offsets of row %lld (%llu..%llu) are not within the data "
-                             "(%llu bytes)",
-                             (long long)r[i], (unsigned long long)start, (unsigned long long)end,
-                             (unsigned long long)size);
-                goto done;
+            Py_ssize_t p = 0, top = nparts - 1; /* the last part whose base is <= start */
+            while (p < top) {
+                Py_ssize_t mid = (p + top + 1) / 2;
+                if (bases[mid] <= start) p = mid;
+                else top = mid - 1;
             }
+            uint64_t size = bases[p + 1] - bases[p];
+            if (start > end || end - bases[p] > size) {
+                if (nparts == 1)
+                    PyErr_Format(Damaged,
+                                 "the offsets of row %lld (%llu..%llu) are not within the data "
+                                 "(%llu bytes)",
+                                 (long long)r[i], (unsigned long long)start,
+                                 (unsigned long long)end, (unsigned long long)size);
+                else
+                    PyErr_Format(Damaged,
+                                 "the offsets of row %lld (%llu..%llu) are not within the data "
+                                 "of shard %zd (%llu items)",
+                                 (long long)r[i], (unsigned long long)start,
+                                 (unsigned long long)end, p, (unsigned long long)size);
+                return -1;
+            }
+            s->part[i] = (int32_t)p;
+            s->start[i] = start - bases[p];
+            s->end[i] = end - bases[p];
         }
     }
+    return 0;
+}
+
+/* The data of a column: one buffer, or a tuple of buffers (its parts, in row order). */
+typedef struct {
+    Py_ssize_t n;
+    Py_buffer *views;
+    uint64_t *bases; /* n + 1 */
+} Parts;
+
+static void parts_release(Parts *p) {
+    for (Py_ssize_t i = 0; i < p->n; i++) PyBuffer_Release(&p->views[i]);
+    PyMem_Free(p->views);
+    PyMem_Free(p->bases);
+}
+
+static int parts_get(Parts *p, PyObject *data) {
+    int one = !PyTuple_Check(data);
+    Py_ssize_t n = one ? 1 : PyTuple_GET_SIZE(data);
+    p->n = 0;
+    p->views = PyMem_Calloc(n ? n : 1, sizeof(Py_buffer));
+    p->bases = PyMem_Calloc(n + 1, sizeof(uint64_t));
+    if (p->views == NULL || p->bases == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (n == 0 || n > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "a column has 1 to 2**31 - 1 parts");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = one ? data : PyTuple_GET_ITEM(data, i);
+        if (PyObject_GetBuffer(item, &p->views[i], PyBUF_SIMPLE) < 0) return -1;
+        p->n = i + 1;
+        p->bases[i + 1] = p->bases[i] + (uint64_t)p->views[i].len;
+    }
+    return 0;
+}
+
+/* texts(rows, offsets, data) -> list of str: rows of a UTF-8 column (data: a buffer, or a tuple
+ * of buffers laid end to end). Checked whole first (row_spans), then each row is decoded
+ * (UnicodeDecodeError), its first bytes prefetched a chunk ahead of the decodes. */
+static PyObject *texts(PyObject *self, PyObject *args) {
+    Py_buffer rows, offsets;
+    PyObject *data, *list = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*O", &rows, &offsets, &data)) return NULL;
+    Parts parts = {0, NULL, NULL};
+    Spans s = {0, NULL, NULL, NULL};
+    if (parts_get(&parts, data) < 0) goto done;
+    Py_ssize_t n = rows.len / 8;
+    if (row_spans(&s, (const int64_t *)rows.buf, n, &offsets, parts.bases, parts.n) < 0)
+        goto done;
     list = PyList_New(n);
     if (list == NULL) goto done;
-    uint64_t start[CHUNK], end[CHUNK];
     for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
-        Py_ssize_t m = (lo + CHUNK < n ? lo + CHUNK : n) - lo;
-        for (Py_ssize_t j = 0; j < m; j++) { /* offsets (cached now, checked), prefetch the text */
-            start[j] = load64(off + r[lo + j] * 8);
-            end[j] = load64(off + r[lo + j] * 8 + 8);
-            uint64_t stop = end[j] < start[j] + PREFETCH_BYTES ? end[j] : start[j] + PREFETCH_BYTES;
-            for (uint64_t a = start[j] & ~(uint64_t)63; a < stop; a += 64) PREFETCH(bytes + a);
+        Py_ssize_t hi = lo + CHUNK < n ? lo + CHUNK : n;
+        for (Py_ssize_t i = lo; i < hi; i++) { /* prefetch the texts, then decode them */
+            const char *bytes = (const char *)parts.views[s.part[i]].buf;
+            uint64_t stop = s.end[i] < s.start[i] + PREFETCH_BYTES ? s.end[i]
+                                                                   : s.start[i] + PREFETCH_BYTES;
+            for (uint64_t a = s.start[i] & ~(uint64_t)63; a < stop; a += 64) PREFETCH(bytes + a);
         }
-        for (Py_ssize_t j = 0; j < m; j++) { /* decode */
-            PyObject *s = PyUnicode_DecodeUTF8(bytes + start[j], (Py_ssize_t)(end[j] - start[j]),
-                                               "strict");
-            if (s == NULL) {
+        for (Py_ssize_t i = lo; i < hi; i++) {
+            const char *bytes = (const char *)parts.views[s.part[i]].buf;
+            PyObject *str = PyUnicode_DecodeUTF8(bytes + s.start[i],
+                                                 (Py_ssize_t)(s.end[i] - s.start[i]), "strict");
+            if (str == NULL) {
                 Py_CLEAR(list);
                 goto done;
             }
-            PyList_SET_ITEM(list, lo + j, s);
+            PyList_SET_ITEM(list, i, str);
         }
     }
 done:
+    spans_free(&s);
+    parts_release(&parts);
     PyBuffer_Release(&rows);
     PyBuffer_Release(&offsets);
-    PyBuffer_Release(&data);
+    return list;
+}
+
+/* slices(rows, offsets, parts) -> list of parts[p][a:b]: rows of a column of any item type as
+ * slices of its parts (a tuple of sequences, e.g. numpy arrays of the items: views, no copy;
+ * each part's len() is its item count). Checked whole first, as texts(). */
+static PyObject *slices(PyObject *self, PyObject *args) {
+    Py_buffer rows, offsets;
+    PyObject *seqs, *list = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*O!", &rows, &offsets, &PyTuple_Type, &seqs)) return NULL;
+    Py_ssize_t nparts = PyTuple_GET_SIZE(seqs);
+    Spans s = {0, NULL, NULL, NULL};
+    uint64_t *bases = PyMem_Calloc(nparts + 1, sizeof(uint64_t));
+    if (bases == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (nparts == 0) {
+        PyErr_SetString(PyExc_ValueError, "a column has 1 or more parts");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nparts; i++) {
+        Py_ssize_t len = PyObject_Length(PyTuple_GET_ITEM(seqs, i));
+        if (len < 0) goto done;
+        bases[i + 1] = bases[i] + (uint64_t)len;
+    }
+    Py_ssize_t n = rows.len / 8;
+    if (row_spans(&s, (const int64_t *)rows.buf, n, &offsets, bases, nparts) < 0) goto done;
+    list = PyList_New(n);
+    if (list == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_GetSlice(PyTuple_GET_ITEM(seqs, s.part[i]),
+                                             (Py_ssize_t)s.start[i], (Py_ssize_t)s.end[i]);
+        if (item == NULL) {
+            Py_CLEAR(list);
+            goto done;
+        }
+        PyList_SET_ITEM(list, i, item);
+    }
+done:
+    spans_free(&s);
+    PyMem_Free(bases);
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&offsets);
     return list;
 }
 
@@ -522,7 +657,10 @@ static PyMethodDef methods[] = {
     {"hash_rows", hash_rows, METH_VARARGS,
      "hash_rows(ids, table, keys, width, buckets, max_spill, multipliers) -> (bytearray of int64 "
      "rows, first absent or -1)"},
-    {"texts", texts, METH_VARARGS, "texts(rows, offsets, data) -> list of str"},
+    {"texts", texts, METH_VARARGS,
+     "texts(rows, offsets, data) -> list of str (data: a buffer or a tuple of buffers)"},
+    {"slices", slices, METH_VARARGS,
+     "slices(rows, offsets, parts) -> list of parts[p][a:b] (parts: a tuple of sequences)"},
     {"configure", configure, METH_O, "configure(numpy.integer): ids of that type are integers"},
     {NULL, NULL, 0, NULL},
 };

@@ -220,6 +220,7 @@ class RaggedColumn:
         # read a batch's rows ahead while its pages come from the device (see texts)
         self._read_ahead = random_access
         self._native = native.NATIVE if self.dtype == np.uint8 else None
+        self._slicer = native.NATIVE  # views of any item type (arrays)
         total = int(self.offsets[-1]) if len(self.offsets) else -1
         if (
             len(self.offsets) == 0
@@ -230,6 +231,7 @@ class RaggedColumn:
                 f"{offsets} does not describe {data} "
                 f"(last offset {total}, data {len(self.data.buffer)} bytes); rebuild it"
             )
+        self._values = self.data.array(self.dtype)  # every row a view of it (arrays)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -320,7 +322,18 @@ class RaggedColumn:
         return out
 
     def arrays(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
-        """Rows as numpy views of the map (no copy), in the order given."""
-        values = self.data.array(self.dtype)
+        """Rows as numpy views of the map (no copy), in the order given: the C helper makes
+        them in one call where it is built (checked as :meth:`bounds` checks), else a loop."""
+        values = self._values
+        if self._slicer is not None:
+            rows = np.ascontiguousarray(rows, dtype=np.int64)
+            try:
+                views: list[np.ndarray] = self._slicer.slices(
+                    rows, self._offsets_file.buffer, (values,)
+                )
+            except self._slicer.Damaged as e:
+                self.bounds(rows)  # raises, naming the row as the numpy route does
+                raise StoreFormatError(f"{self._offsets_file.path}: {e}; rebuild it") from None
+            return views
         starts, ends = self.bounds(rows)
         return [values[a:b] for a, b in zip(starts, ends)]

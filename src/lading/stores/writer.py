@@ -206,11 +206,16 @@ class _Encoder:
 
     ``encode_batch`` runs outside the GIL on its own threads: batch k+1 is encoded while the
     build turns batch k's encodings into arrays and goes on reading (1.66x -> see RESULTS).
+    Where the tokenizers library has it (0.20 and later), ``encode_batch_fast``: the same ids
+    without each token's character offsets, which a store does not keep (measured on MS MARCO
+    passages, WordPiece 30,522: ~20% less tokenizer CPU; benchmarks/RESULTS.md "Tokenized
+    build: lading and HF datasets").
     """
 
     def __init__(self, tokenizer: Any, columns: _Columns, max_length: int | None) -> None:
         assert columns.tokens is not None and columns.tokens_dtype is not None
         self.tokenizer, self.max_length = tokenizer, max_length
+        self.encode = getattr(tokenizer, "encode_batch_fast", None) or tokenizer.encode_batch
         self.out, self.dtype = columns.tokens, columns.tokens_dtype
         self.pending: list[str] = []
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lading-tokenize")
@@ -226,9 +231,7 @@ class _Encoder:
 
     def _flush(self) -> None:
         batch, self.pending = self.pending, []
-        self.encoding.append(
-            self.pool.submit(self.tokenizer.encode_batch, batch, add_special_tokens=False)
-        )
+        self.encoding.append(self.pool.submit(self.encode, batch, add_special_tokens=False))
         if len(self.encoding) > 1:
             self._write(self.encoding.pop(0).result())
 
