@@ -3,8 +3,13 @@ or in DataLoader workers, and is the only thing that counts batches and keeps th
 
 Every lading loader is a :class:`Loader` (``lading.loader(...)``, ``LanguageModelLoader(...)``,
 ``PartitionedParquet(...)``): iterate it for this rank's batches; ``len()`` is the epoch's
-batch count, as a DataLoader's; iterating it again after an epoch reads the next one (epoch + 1,
-the same on every rank), and ``set_epoch`` says which explicitly; ``state_dict`` and
+batch count, as a DataLoader's. Every ``iter()`` starts an epoch, as a DataLoader's and a
+``StatefulDataLoader``'s do: after a whole pass, a ``break`` or a peek (``next(iter(loader))``)
+the next pass reads the next epoch (epoch + 1, the same on every rank) from its first batch.
+The one exception is a position just set: the first pass after the loader is made, after
+``set_epoch`` (which says which epoch explicitly) or after ``load_state_dict`` (which resumes,
+as a ``StatefulDataLoader`` does) reads from that position. ``len()`` is the length of the epoch
+a pass in progress reads, or between passes of the one the next pass reads. ``state_dict`` and
 ``load_state_dict`` save and restore the position (:mod:`lading.loading.state`).
 
 ``num_workers=0`` reads in this process (through the source's bulk read where it has one, the
@@ -134,7 +139,11 @@ class Loader:
         self._seed = seed
         self._announce = announce
         self._cursor = Cursor()
+        # the position was just set (made, set_epoch, load_state_dict) and no pass has read
+        # from it: the next pass starts there (else at the next epoch, as a DataLoader's)
+        self._fresh = True
         self._restored = False  # a state was loaded and nothing read since
+        self._reading: Cursor | None = None  # the position of the pass in progress, if any
         self._torch: DataLoader[Any] | None = None  # made when workers first read
 
     # ------------------------------------------------------------------ where it is
@@ -162,16 +171,30 @@ class Loader:
         """
         if self._restored and epoch == self._cursor.epoch:
             return
-        self._cursor, self._restored = Cursor(int(epoch)), False
+        self._cursor, self._restored, self._fresh = Cursor(int(epoch)), False, True
+
+    def _coming(self) -> Cursor:
+        """The position a pass reads: the pass's in progress; between passes, the one the next
+        ``iter()`` starts from (a just-set position, else the next epoch's first batch)."""
+        return self._cursor if self._cursor is self._reading else self._next_pass()
+
+    def _next_pass(self) -> Cursor:
+        """Where a new pass starts: a just-set position (unless read to its end, as a state
+        saved at the end of an epoch is), else the next epoch's first batch."""
+        cursor = self._cursor
+        if self._fresh and cursor.batches < self._source.batches(cursor):
+            return cursor
+        return Cursor(cursor.epoch + 1)
 
     def __len__(self) -> int:
-        """Batches of the current epoch on this rank, read and left (the same on every rank);
-        after an elastic resume, of the epoch's current segment."""
-        return self._source.batches(self._cursor)
+        """Batches on this rank (the same on every rank) of the epoch a pass in progress reads,
+        read and left; between passes, of the epoch the next pass reads (with a jittered LM
+        epoch, that epoch's own count); after an elastic resume, of the epoch's segment."""
+        return self._source.batches(self._coming())
 
     def remaining(self) -> int:
         """Batches left in the current epoch (0 when it was read to its end)."""
-        return max(0, len(self) - self._cursor.batches)
+        return max(0, self._source.batches(self._cursor) - self._cursor.batches)
 
     def position(self) -> Cursor:
         """A copy of where the loader is, cheap: give it back to :meth:`state_dict`'s ``at``
@@ -184,7 +207,7 @@ class Loader:
         what a reader of remote storage plans its fetches from). A map-style loader's key is a
         :class:`~lading.loading.map_source.MapBatch` (epoch and dataset items)."""
         found: list[Any] = []
-        cursor = copy.copy(self._cursor)
+        cursor = copy.copy(self._coming())
         while len(found) < batches:
             if cursor.batches >= self._source.batches(cursor):
                 cursor = Cursor(cursor.epoch + 1)
@@ -198,15 +221,24 @@ class Loader:
     # ------------------------------------------------------------------ iteration
 
     def __iter__(self) -> Iterator[Any]:
-        """This rank's batches from the position to the end of the epoch; when the epoch was
-        read to its end, the next epoch's (as a DataLoader reads a new epoch each time). What
-        is read is decided at the first batch: a ``set_epoch`` between ``iter()`` and it (as
-        Lightning calls them) is heeded, and a ``set_epoch`` or a loaded state after it ends
-        the iteration (its batches belong to the old position)."""
-        if self._cursor.batches >= len(self):  # read to its end (or a state saved there)
-            self._cursor, self._restored = Cursor(self._cursor.epoch + 1), False
-        cursor, source = self._cursor, self._source
-        self._restored = False
+        """This rank's batches of a new epoch (epoch + 1), as a DataLoader reads a new epoch
+        each time; from a just-set position instead (made, ``set_epoch``, a loaded state) to
+        the end of its epoch. What is read is decided at the first batch: a ``set_epoch``
+        between ``iter()`` and it (as Lightning calls them) is heeded, and a ``set_epoch``, a
+        loaded state or another pass after it ends this pass (its batches belong to the old
+        position)."""
+        self._cursor = cursor = self._next_pass()
+        self._fresh = self._restored = False
+        self._reading = cursor
+        try:
+            yield from self._read(cursor)
+        finally:  # ended, broken off (the for loop's break closes it) or dropped
+            if self._reading is cursor:
+                self._reading = None
+
+    def _read(self, cursor: Cursor) -> Iterator[Any]:
+        """The batches of ``cursor``'s epoch from its position on, counted into it."""
+        source = self._source
         batches: Iterator[Any] | None = None
         if self.workers.num_workers:  # the DataLoader pins, in its own thread
             if self._torch is None:
@@ -220,10 +252,13 @@ class Loader:
                 batches = map(pin_memory, batches)
         # the one place a position advances: ~0.1 us a batch, against ~7 us an LM batch takes
         for batch in batches:
-            if self._cursor is not cursor:
-                return  # moved (set_epoch, a loaded state): this iteration is over
             cursor.batches += 1
             yield batch
+            if self._cursor is not cursor:
+                # moved while the caller held the batch (set_epoch, a loaded state, another
+                # pass): this pass is over, before it takes a batch of the new position from
+                # the persistent workers' iterator that the two share
+                return
 
     def _keys(self) -> Iterator[Any]:
         """The keys an iteration reads (announced ahead where the data asked to hear of them)."""
@@ -276,4 +311,4 @@ class Loader:
         self._cursor = loader_state.restore(
             state, source.kind, source.layout(), source.fingerprint(), source.unread
         )
-        self._restored = True
+        self._restored = self._fresh = True
