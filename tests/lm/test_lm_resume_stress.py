@@ -54,6 +54,7 @@ def rows(batch: Any) -> list[list[int]]:
 def test_states_count_the_batches_taken_and_resume_bitwise(
     corpus: TokenCorpus, mode: str, rng: random.Random, tmp_path: Path
 ) -> None:
+    print(f"{TRIALS} trials (LADING_STRESS_TRIALS)")
     reference = make(corpus, mode, 0)
     reference.set_epoch(1)
     want = [rows(b) for b in reference]
