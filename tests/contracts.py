@@ -176,10 +176,45 @@ def assert_reiterates(
         fresh = make_loader(world, num_workers)
         fresh.set_epoch(epoch)
         assert got == batches_of(fresh, key), f"pass {epoch} is not epoch {epoch}"
-    assert first == len(passes[0]) > 0 and len(loader) == len(passes[2])
+    assert first == len(passes[0]) > 0
+    fourth = make_loader(world, num_workers)
+    fourth.set_epoch(3)
+    assert len(loader) == len(fourth), "len() between passes is not the coming epoch's"
     assert loader.epoch == 2
     resumed = make_loader(world, num_workers)
     resumed.load_state_dict(loader.state_dict())
     after = make_loader(world, num_workers)
     after.set_epoch(3)
     assert batches_of(resumed, key) == batches_of(after, key)
+
+
+def assert_every_pass_starts_an_epoch(
+    make_loader: MakeLoader, world: World, num_workers: int, key: Callable[[Any], list[Any]]
+) -> None:
+    """Every ``iter()`` starts an epoch, as a DataLoader's and a StatefulDataLoader's do: after
+    a peek (``next(iter(loader))``), a ``break``, or a pass of exactly ``len()`` batches that
+    never saw the end, the next pass is the next epoch, whole; ``len()`` between passes is
+    that pass's. The one exception is the first pass after ``load_state_dict``, which resumes
+    (then the next is the next epoch again)."""
+    epochs = []
+    for epoch in range(6):
+        fresh = make_loader(world, num_workers)
+        fresh.set_epoch(epoch)
+        epochs.append(batches_of(fresh, key))
+    loader = make_loader(world, num_workers)
+    assert key(next(iter(loader))) == epochs[0][0]  # a peek
+    assert len(loader) == len(epochs[1])
+    assert batches_of(loader, key) == epochs[1]
+    for taken, _ in enumerate(loader, 1):  # a break after 2 batches of epoch 2
+        if taken == 2:
+            break
+    state = loader.state_dict()
+    assert (state["epoch"], state["batches"]) == (2, 2)
+    assert len(loader) == len(epochs[3])
+    assert batches_of(loader, key, len(loader)) == epochs[3]  # exactly len(): no StopIteration
+    assert batches_of(loader, key) == epochs[4]
+    resumed = make_loader(world, num_workers)
+    resumed.load_state_dict(state)
+    assert len(resumed) == len(epochs[2])  # the resumed pass's epoch, read and left
+    assert batches_of(resumed, key) == epochs[2][2:]  # the first pass resumes
+    assert batches_of(resumed, key) == epochs[3]  # and the next is the next epoch

@@ -77,7 +77,7 @@ def parquet_kind(n: int, tmp: Path) -> Kind:
             num_workers=workers, multiprocessing_context="fork",
         )  # fmt: skip
 
-    return Kind("parquet", make, lambda b: b["row"].tolist(), n, lambda w, k: w * max(1, k))
+    return Kind("parquet", make, lambda b: b["row"].tolist(), n, lambda w, k: w)
 
 
 def lm_kind(n: int, tmp: Path, mode: str, boundaries: bool = False) -> Kind:

@@ -4,6 +4,7 @@ without a GPU."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -98,9 +99,12 @@ def test_state_counts_only_the_batches_handed_out(depth: int, stop: int) -> None
     loader resumed from it yields exactly the rest of the epoch."""
     reference = map_loader()
     reference.set_epoch(1)
-    want = run(reference, stop)
-    want_state = reference.state_dict()
-    want_rest = run(reference, reference.remaining())
+    whole = run(reference)
+    want, want_rest = whole[:stop], whole[stop:]
+    head = map_loader()
+    head.set_epoch(1)
+    run(head, stop)
+    want_state = head.state_dict()
     pre = DevicePrefetcher(map_loader(), "cpu", depth)
     pre.set_epoch(1)
     assert run(pre, stop) == want
@@ -112,15 +116,24 @@ def test_state_counts_only_the_batches_handed_out(depth: int, stop: int) -> None
     assert pre.epoch == resumed.epoch == 1
 
 
-def test_iterating_again_continues_with_the_batches_in_flight() -> None:
-    """A loop that breaks and iterates again gets the next batch, as the loader would give."""
-    want = run(map_loader())
-    pre = DevicePrefetcher(map_loader(), "cpu", depth=3)
-    got = run(pre, 4) + run(pre, 3) + run(pre)
-    assert got == want
-    after = map_loader()
-    after.set_epoch(1)
-    assert run(pre) == run(after)  # iterated again after its end: the next epoch
+@pytest.mark.parametrize("depth", [0, 1, 3])
+def test_every_pass_starts_an_epoch_as_the_loaders_own_does(depth: int) -> None:
+    """A loop that breaks, a peek, or one that takes exactly ``len()`` batches (never seeing
+    the end): the next pass reads the next epoch whole, as the loader itself and a DataLoader
+    do; the batches in flight are dropped, and the state after the break counts what was
+    handed out. ``depth=0`` once read 0 batches on the pass after one of ``len()`` batches."""
+    epochs = []
+    for epoch in range(4):
+        made = map_loader()
+        made.set_epoch(epoch)
+        epochs.append(run(made))
+    pre = DevicePrefetcher(map_loader(), "cpu", depth=depth)
+    assert run(pre, 4) == epochs[0][:4]
+    assert pre.state_dict()["batches"] == 4 and pre.state_dict()["epoch"] == 0
+    assert len(pre) == len(epochs[1])  # the coming pass's
+    next(iter(pre))  # a peek: epoch 1's first batch
+    assert [plain(b) for b in itertools.islice(pre, len(pre))] == epochs[2]
+    assert run(pre) == epochs[3]
 
 
 def test_set_epoch_passes_through_and_drops_what_is_in_flight() -> None:

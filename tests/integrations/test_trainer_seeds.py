@@ -108,3 +108,25 @@ def test_an_unshuffled_loader_has_no_order_to_seed(tmp_path: Path) -> None:
     loader = lading.loader(list(range(ITEMS)), batch_size=4, collate_fn=list, shuffle=False)
     trainer = LadingTrainer(model=_model(), args=_args(tmp_path, seed=3), train_loader=loader)
     assert first_batch(trainer) == [0, 1, 2, 3]
+
+
+def test_an_unshuffled_mixture_is_seeded_all_the_same(tmp_path: Path) -> None:
+    """A TokenMixture's windows are drawn from the loader's seed even with shuffle=False (the
+    check skipped it as unshuffled): another TrainingArguments seed is refused naming why,
+    the loader's own is accepted."""
+    from conftest import word_corpus
+    from lading.integrations.hf_trainer import LadingTrainer
+    from lading.lm import LanguageModelLoader, TokenMixture, Windows
+
+    parts = [
+        word_corpus(tmp_path / name, docs=20, lengths=(5, 30), words=200, seed=seed)
+        for seed, name in enumerate("ab")
+    ]
+
+    def made() -> Any:
+        mixture = TokenMixture({parts[0]: 0.7, parts[1]: 0.3}, windows=40)
+        return LanguageModelLoader(mixture, 4, Windows(8), shuffle=False, seed=0)
+
+    with pytest.raises(ValueError, match=r"seed=3.*seed=0 and draws its mixture's windows"):
+        LadingTrainer(model=_model(), args=_args(tmp_path, seed=3), train_loader=made())
+    LadingTrainer(model=_model(), args=_args(tmp_path, seed=3, data_seed=0), train_loader=made())

@@ -418,3 +418,22 @@ def test_a_loaded_state_replans_the_epoch(corpus: TokenCorpus) -> None:
     resumed = make()
     resumed.load_state_dict(head.state_dict())
     assert got + [x.tolist() for x, _ in resumed] == want
+
+
+def test_len_between_passes_is_the_coming_epochs(corpus: TokenCorpus) -> None:
+    """With jittered lengths every epoch has its own batch count (here 81, 94, ...): ``len()``
+    before a pass is the count that pass reads (it was the last pass's: 417 before a pass of
+    413 in the issue's example); inside a pass it is the pass's own epoch, to its last batch."""
+    made = LanguageModelLoader(corpus, 2, Streams(5, jitter=(2, 9)), seed=7, world=World())
+    counts = []
+    for epoch in range(4):
+        fresh = LanguageModelLoader(corpus, 2, Streams(5, jitter=(2, 9)), seed=7, world=World())
+        fresh.set_epoch(epoch)
+        counts.append(len(fresh))
+    assert len(set(counts)) > 1  # the epochs differ, or this shows nothing
+    for epoch in range(3):
+        before, inside = len(made), set()
+        read = sum(1 for _ in made if not inside.add(len(made)))
+        assert before == read == counts[epoch] and inside == {counts[epoch]}
+    next(iter(made))  # a peek at epoch 3: the next pass is epoch 4's
+    assert len(made) == sum(1 for _ in made)

@@ -396,3 +396,30 @@ def test_plain_text_keeps_indentation(tmp_path: Path) -> None:
     assert list(iter_texts(path, split="line")) == [
         "def f(x):", "    return x", "  two spaces", "\tand a tab", "last"
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["windows", "packed"])
+def test_unshuffled_mixture_reads_the_same_batches_every_epoch(
+    mixture_parts: list[Docs], mode: str
+) -> None:
+    """``shuffle=False`` gives the same batches each epoch (it drew other windows, in another
+    order, every epoch), as an unshuffled DataLoader does; the seed still picks which windows
+    a down-sampled corpus gives, so two seeds differ (what the Trainer's seed check sees)."""
+    from lading.lm import LanguageModelLoader, Packed, Windows
+    from lading.lm.windows import TokenMixture
+
+    weights = {p.corpus: w for p, w in zip(mixture_parts, (0.5, 0.2, 0.3))}
+    shape = {"windows": Windows, "packed": Packed}[mode]
+
+    def rows(seed: int, shuffle: bool, epochs: int) -> list[list[list[int]]]:
+        made = LanguageModelLoader(
+            TokenMixture(weights, windows=120), 4, shape(6), shuffle=shuffle, seed=seed,
+            world=World(),
+        )  # fmt: skip
+        return [[x.tolist() for x, _ in made] for _ in range(epochs)]
+
+    plain = rows(7, False, 3)
+    assert plain[0] == plain[1] == plain[2] and plain[0]
+    assert rows(8, False, 1)[0] != plain[0]  # the seed picks the windows
+    shuffled = rows(7, True, 2)
+    assert shuffled[0] != shuffled[1]  # shuffled, each epoch draws anew

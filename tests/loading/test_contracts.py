@@ -19,10 +19,12 @@ from conftest import REPO
 from contracts import (
     assert_batches_kept,
     assert_elastic,
+    assert_every_pass_starts_an_epoch,
     assert_exact_partition,
     assert_reiterates,
     assert_resumes,
     batches_of,
+    forked,
 )
 from lading.world import World
 
@@ -118,6 +120,75 @@ def test_a_second_pass_over_the_issue_example_reads_13_batches_again() -> None:
     loader = lading.loader(list(range(50)), batch_size=4, collate_fn=list, world=World())
     assert [sum(1 for _ in loader) for _ in range(3)] == [13, 13, 13]
     assert len(loader) == 13
+
+
+@pytest.mark.parametrize(("kind", "workers"), kinds_and_workers((0, 2)))
+def test_every_pass_starts_an_epoch(kind: str, workers: int, data_dir: Path) -> None:
+    k = KINDS[kind](61, data_dir)
+    assert_every_pass_starts_an_epoch(k.make, World(1, 2), workers, k.key)
+
+
+def passes(loader: Any, reload: Callable[[dict[str, Any]], Any] | None) -> list[int]:
+    """Batches each pass reads in the habits of a DataLoader's user: a peek then a pass, a
+    break at batch 3 then a pass, a pass of exactly ``len()`` batches then a pass, and a state
+    saved after a break loaded by ``reload`` then two passes of it."""
+    counts = []
+    next(iter(loader))
+    counts.append(sum(1 for _ in loader))
+    for taken, _ in enumerate(loader, 1):
+        if taken == 3:
+            break
+    counts.append(sum(1 for _ in loader))
+    counts.append(sum(1 for _, _ in zip(range(len(loader)), loader)))
+    counts.append(sum(1 for _ in loader))
+    if reload is None:
+        return counts
+    for taken, _ in enumerate(loader, 1):
+        if taken == 3:
+            break
+    resumed = reload(loader.state_dict())
+    counts += [sum(1 for _ in resumed), sum(1 for _ in resumed)]
+    return counts
+
+
+@pytest.mark.parametrize("workers", [0, forked(2)])
+def test_passes_count_as_a_dataloaders_do(workers: int) -> None:
+    """The issue's example beside torch's DataLoader (and torchdata's StatefulDataLoader where
+    installed), on the same 50 items in batches of 4: a peek or a break no longer shortens
+    the next pass (it read 12 and 10), and a loaded state resumes its first pass only."""
+    from torch.utils.data import DataLoader
+
+    import lading
+
+    def made() -> Any:
+        return lading.loader(
+            list(range(50)), 4, collate_fn=list, shuffle=False, num_workers=workers,
+            world=World(), multiprocessing_context="fork" if workers else None,
+        )  # fmt: skip
+
+    def reloaded(state: dict[str, Any]) -> Any:
+        again = made()
+        again.load_state_dict(state)
+        return again
+
+    want = [13, 13, 13, 13, 10, 13]
+    torch_loader = DataLoader(list(range(50)), 4, collate_fn=list, num_workers=workers)
+    assert passes(torch_loader, None) == want[:4]  # it has no state to resume
+    assert passes(made(), reloaded) == want
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ImportError:
+        return
+
+    def stateful() -> Any:
+        return StatefulDataLoader(list(range(50)), 4, collate_fn=list, num_workers=workers)
+
+    def stateful_reloaded(state: dict[str, Any]) -> Any:
+        again = stateful()
+        again.load_state_dict(state)
+        return again
+
+    assert passes(stateful(), stateful_reloaded) == want
 
 
 @pytest.mark.parametrize(("kind", "workers"), kinds_and_workers((0, 2)))

@@ -179,13 +179,17 @@ def test_upcoming_names_the_next_batches_without_reading_them() -> None:
 
     data = loader(Counted(20), batch_size=4, seed=2, world=World(1, 2))  # 3 batches an epoch
     data.set_epoch(5)
-    next(iter(data))
+    assert [batch.epoch for batch in data.upcoming(4)] == [5, 5, 5, 6]
+    held = iter(data)
+    next(held)
     reads, before = Counted.reads, data.state_dict()
-    ahead = data.upcoming(4)  # 2 batches of epoch 5, then 2 of epoch 6
+    ahead = data.upcoming(4)  # the held pass's 2 batches of epoch 5, then 2 of epoch 6
     assert Counted.reads == reads and data.state_dict() == before
     assert [batch.epoch for batch in ahead] == [5, 5, 6, 6]
-    got = [key(batch) for batch in data] + [key(batch) for _, batch in zip(range(2), data)]
+    got = [key(batch) for batch in held] + [key(batch) for _, batch in zip(range(2), data)]
     assert got == [list(batch.items) for batch in ahead]
+    next(iter(data))  # a peek at epoch 7: the next pass is epoch 8's
+    assert [batch.epoch for batch in data.upcoming(4)] == [8, 8, 8, 9]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only machine's warning")

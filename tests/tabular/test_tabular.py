@@ -64,7 +64,7 @@ def test_exact_partition(tmp_path: Path, row_groups: int, workers: int, world_si
     assert len({len(b) for b in per_rank}) == 1, [len(b) for b in per_rank]
     assert all(len(b) > 0 for b in per_rank)  # no rank is ever empty
     seen = Counter(int(s) for batches in per_rank for b in batches for s in b["session_id"])
-    readers = world_size * max(1, workers)
+    readers = world_size  # one share a rank, whatever its workers
     assert all(c == 1 for c in seen.values())  # disjoint
     assert len(seen) == rows - rows % readers  # complete up to the documented truncation
 
@@ -141,6 +141,95 @@ def test_resume_mid_epoch(tmp_path: Path, workers: int) -> None:
     assert head + [ids(b) for b in resumed] == full
 
 
+def session_batches(loader: Any) -> list[list[int]]:
+    return [b["session_id"].tolist() for b in loader]
+
+
+@pytest.mark.parametrize("workers", [forked(1), forked(2), forked(3)])
+def test_batches_do_not_depend_on_num_workers(tmp_path: Path, workers: int) -> None:
+    """The same batches at any worker count, as the map and LM loaders give ([256, 256, 88]
+    at 0 workers was [256, 256, 44, 44] at 2: steps and losses changed with a performance
+    knob), so a state saved with one count resumes bitwise with another."""
+    path = write_sessions(tmp_path / "s.parquet", 203, 5)
+
+    def make(num_workers: int) -> Any:
+        made = PartitionedParquet(
+            path, batch_size=7, list_columns={"items": 3}, world=World(1, 2), seed=5,
+            buffer_rows=30, num_workers=num_workers, multiprocessing_context="fork",
+        )  # fmt: skip
+        made.set_epoch(1)
+        return made
+
+    want = session_batches(make(0))
+    assert session_batches(make(workers)) == want
+    head = make(workers)
+    for taken, _ in enumerate(head, 1):
+        if taken == 4:
+            break
+    assert head.state_dict()["layout"] == make(0).state_dict()["layout"]
+    resumed = make(0)
+    resumed.load_state_dict(head.state_dict())
+    assert session_batches(resumed) == want[4:]
+
+
+@pytest.mark.parametrize("workers", [forked(2), forked(3)])
+def test_each_chunk_is_decoded_by_one_worker(
+    tmp_path: Path, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk's batches go to one worker: every chunk is read from the files once an epoch
+    (were its batches handed to the workers in turn, each worker would decode each chunk)."""
+    import os
+
+    from lading.tabular.read import RowReader
+
+    path = write_sessions(tmp_path / "s.parquet", 240, 6)
+    log = tmp_path / "reads.log"
+    read = RowReader.read
+
+    def logged(self: Any, share: Any) -> Any:
+        with open(log, "a") as out:  # one short line per read, appended from each worker
+            out.write(
+                f"{os.getpid()} {[(f.piece.row_group, f.start, f.stop) for f in share.fragments]}\n"
+            )
+        return read(self, share)
+
+    monkeypatch.setattr(RowReader, "read", logged)
+    loader = PartitionedParquet(
+        path, batch_size=5, list_columns={"items": 3}, world=World(0, 1), seed=2,
+        buffer_rows=20, num_workers=workers, multiprocessing_context="fork",
+    )  # fmt: skip
+    assert len(session_batches(loader)) == 48
+    reads = [line.split(" ", 1) for line in log.read_text().splitlines()]
+    chunks = [chunk for _, chunk in reads]
+    assert len(chunks) == len(set(chunks)) == 12, reads  # 240 rows / 20: each read once
+    assert len({pid for pid, _ in reads}) == workers  # and every worker read some
+
+
+def test_an_older_state_of_one_reader_a_rank_resumes_bitwise(tmp_path: Path) -> None:
+    """States saved when each worker read a share of its own name ``num_workers`` in their
+    layout; with 0 (or 1) workers those are the rows read now, so they resume bitwise."""
+    path = write_sessions(tmp_path / "s.parquet", 90, 4)
+
+    def make() -> Any:
+        made = PartitionedParquet(
+            path, batch_size=4, list_columns={"items": 3}, world=World(1, 2), seed=5,
+            buffer_rows=16,
+        )  # fmt: skip
+        made.set_epoch(2)
+        return made
+
+    want = session_batches(make())
+    head = make()
+    for taken, _ in enumerate(head, 1):
+        if taken == 3:
+            break
+    state = head.state_dict()
+    older = {**state, "layout": {**state["layout"], "num_workers": 0}}
+    resumed = make()
+    resumed.load_state_dict(older)
+    assert session_batches(resumed) == want[3:]
+
+
 @pytest.mark.parametrize(("old", "new"), [(4, 2), (2, 3), (3, 1)])
 @pytest.mark.parametrize("workers", [0, forked(2)])
 def test_elastic_resume_reads_every_row_once(
@@ -156,7 +245,7 @@ def test_elastic_resume_reads_every_row_once(
             multiprocessing_context="fork",
         )  # fmt: skip
 
-    readers = new * max(1, workers)
+    readers = new
     key = lambda batch: batch["session_id"].tolist()  # noqa: E731
     assert_elastic(make, old, new, workers, 3, rows, key, max_repeats=readers - 1, epoch=1)
 
@@ -188,7 +277,7 @@ def test_chained_elastic_resumes(tmp_path: Path, equalize: str) -> None:
             states.append(loader.state_dict())
         assert all(x == states[0] for x in states)
         state = states[0]
-    last_readers = layouts[-1][0] * max(1, layouts[-1][1])
+    last_readers = layouts[-1][0]
     if equalize == "pad":
         assert set(seen) == set(range(rows))
         assert sum(seen.values()) - rows < last_readers

@@ -10,8 +10,9 @@ uses memory the side stream allocated, so it is not reused while the step still 
 Resume stays exact. lading's loaders count the batches the caller has *received*; the
 prefetcher receives batches before its caller does, so it snapshots the loader's state as each
 batch is pulled and, while batches are in flight, reports the snapshot of the last batch it
-handed out: batches in flight are not consumed. A new ``iter()`` after the caller stopped early
-continues with the batches in flight (as the loader itself would continue from its cursor).
+handed out: batches in flight are not consumed. Every ``iter()`` is a pass of the loader's, as
+with the loader itself: after a ``break`` or a peek the batches in flight are dropped and the
+next pass starts the next epoch (or, after ``load_state_dict`` or ``set_epoch``, that position).
 
 On a device other than CUDA nothing needs copying; by default it is then a pass-through (no
 pull-ahead). An explicit ``depth`` on the CPU pulls ahead the same way and clones each batch's
@@ -118,6 +119,7 @@ class DevicePrefetcher:
         self._stream: Any = torch.cuda.Stream(self.device) if self.cuda else None
         self._queue: deque[_InFlight] = deque()
         self._source: Iterator[Any] | None = None  # the loader's live iteration
+        self._pass = 0  # counts passes and drops: an older pass stops at its next batch
         self._handed: Any = None  # the loader's position after the last batch handed out
         # a lading loader gives a cheap position with each batch pulled ahead and its state as
         # of that position later; any other loader's state_dict() is taken whole
@@ -171,17 +173,25 @@ class DevicePrefetcher:
     # ------------------------------------------------------------------ iteration
 
     def __iter__(self) -> Iterator[Any]:
-        if self._source is None and not self._queue:
-            self._source = iter(self.loader)
-        while True:
-            while self._source is not None and len(self._queue) <= self.depth:
-                self._pull()
-            if not self._queue:
-                self._source = None
-                return
-            item = self._queue.popleft()
-            self._handed = item.state
-            yield self._hand(item)
+        """A pass of the loader's (decided at the first batch, as the loader's own): batches
+        still in flight from an earlier pass, broken off, are dropped with it."""
+        self._drop()
+        this = self._pass
+        self._source = iter(self.loader)
+        try:
+            while True:
+                while self._source is not None and len(self._queue) <= self.depth:
+                    self._pull()
+                if not self._queue:
+                    return
+                item = self._queue.popleft()
+                self._handed = item.state
+                yield self._hand(item)
+                if self._pass != this:
+                    return  # dropped (set_epoch, a loaded state, another pass) while held
+        finally:
+            if self._pass == this:  # ended or broken off: the loader's pass ends with it (the
+                self._source = None  # batches in flight stay, for state_dict, until the next)
 
     def _snapshot(self) -> Any:
         if not self.depth:
@@ -230,6 +240,7 @@ class DevicePrefetcher:
         return item.batch
 
     def _drop(self) -> None:
+        self._pass += 1
         self._queue.clear()
         self._source = None
         self._handed = None

@@ -135,10 +135,28 @@ def data_seed(args: Any) -> int:
 
 
 def check_seeds(args: Any, loader: Resumable) -> None:
-    """Refuse a ``seed``/``data_seed`` that would order the Trainer's data differently from the
-    ``seed=`` the shuffled ``loader`` was built with (the field defaults ask for nothing)."""
-    fingerprint = loader.state_dict()["fingerprint"]
-    if not fingerprint.get("shuffle", True) or "seed" not in fingerprint:
+    """Refuse a ``seed``/``data_seed`` that would shape the Trainer's data differently from the
+    ``seed=`` the ``loader`` was built with, where that seed shapes its data: it shuffles, or
+    even unshuffled it draws a mixture's windows, packs documents or jitters sequence lengths
+    (the field defaults ask for nothing)."""
+    state = loader.state_dict()
+    fingerprint, layout = state["fingerprint"], state.get("layout", {})
+    if "seed" not in fingerprint:
+        return
+    shapes = [
+        what
+        for what, does in (
+            ("shuffles by it", fingerprint.get("shuffle", True)),
+            ("draws its mixture's windows by it", "weights" in fingerprint),
+            ("packs its documents by it", fingerprint.get("mode") == "packed"),
+            (
+                "draws its sequence lengths by it",
+                fingerprint.get("mode") == "streams" and layout.get("jitter") is not None,
+            ),
+        )
+        if does
+    ]
+    if not shapes:
         return  # an unshuffled loader has no order to seed (nor has the Trainer's sequential)
     defaults = type(args).__dataclass_fields__
     chosen = getattr(args, "data_seed", None)
@@ -151,7 +169,8 @@ def check_seeds(args: Any, loader: Resumable) -> None:
     keep = "leave data_seed unset" if chosen is not None else f"set data_seed={has}"
     raise ValueError(
         f"TrainingArguments({asked}) orders the Trainer's data, but this lading loader was "
-        f"built with seed={has} and shuffles by it: pass seed={want} to lading.loader(...) "
+        f"built with seed={has} and {' and '.join(shapes)}: pass seed={want} to "
+        "lading.loader(...) "
         f"(or the loader you built), or {keep} to train the loader's order"
     )
 

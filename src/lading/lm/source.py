@@ -192,6 +192,8 @@ class LMSource:
         found.update(self.mode.fingerprint())
         if isinstance(self.corpus, TokenMixture):
             found.update(self.corpus.fingerprint())
+            if not reading.shuffle:  # drawn once (before: each epoch); states of then refused
+                found["mixture_draw"] = "once"
         # the tokens themselves (each corpus's snapshot content, from the manifest it pinned):
         # a corpus rebuilt from other text with the same sizes is other data
         found["content"] = [corpus.content_id for corpus, _ in self.data.parts]

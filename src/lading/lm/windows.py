@@ -15,7 +15,9 @@ shuffles them, checkpoints and resumes them; a source only says what a position 
   n_i)``, a subsample without repeats when the corpus has more windows than its count, whole
   passes plus one subsample when it has fewer. The loader's shuffled order then mixes the
   corpora: the realised proportions over an epoch are the counts (within ``1 / n`` of the
-  weights), and over short runs at least as even as a uniform shuffle.
+  weights), and over short runs at least as even as a uniform shuffle. With ``shuffle=False``
+  the windows are those drawn for epoch 0, every epoch, in the schedule's order: the same
+  batches each epoch (which windows a corpus gives still depends on the seed).
 """
 
 from __future__ import annotations
@@ -247,7 +249,10 @@ class EpochWindows:
             sources = [self._part(i, epoch) for i in range(len(self.parts))]
             if self.mixture is not None:
                 counts = self.mixture.counts([s.n for s in sources])
-                self._epoch = (epoch, MixedWindows(sources, counts, self.seed, epoch))
+                # unshuffled, every epoch reads the windows drawn for epoch 0, in one order
+                # (the seed still picks a down-sampled corpus's windows): the same batches
+                draw = epoch if self.shuffle else 0
+                self._epoch = (epoch, MixedWindows(sources, counts, self.seed, draw))
             else:
                 self._epoch = (epoch, sources[0])
         return self._epoch[1]

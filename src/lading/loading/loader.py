@@ -3,8 +3,13 @@ or in DataLoader workers, and is the only thing that counts batches and keeps th
 
 Every lading loader is a :class:`Loader` (``lading.loader(...)``, ``LanguageModelLoader(...)``,
 ``PartitionedParquet(...)``): iterate it for this rank's batches; ``len()`` is the epoch's
-batch count, as a DataLoader's; iterating it again after an epoch reads the next one (epoch + 1,
-the same on every rank), and ``set_epoch`` says which explicitly; ``state_dict`` and
+batch count, as a DataLoader's. Every ``iter()`` starts an epoch, as a DataLoader's and a
+``StatefulDataLoader``'s do: after a whole pass, a ``break`` or a peek (``next(iter(loader))``)
+the next pass reads the next epoch (epoch + 1, the same on every rank) from its first batch.
+The one exception is a position just set: the first pass after the loader is made, after
+``set_epoch`` (which says which epoch explicitly) or after ``load_state_dict`` (which resumes,
+as a ``StatefulDataLoader`` does) reads from that position. ``len()`` is the length of the epoch
+a pass in progress reads, or between passes of the one the next pass reads. ``state_dict`` and
 ``load_state_dict`` save and restore the position (:mod:`lading.loading.state`).
 
 ``num_workers=0`` reads in this process (through the source's bulk read where it has one, the
@@ -20,7 +25,7 @@ import copy
 import itertools
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from lading.loading import state as loader_state
+from lading.loading.deal import Dealt, deal, in_order
 from lading.loading.lookahead import Announce
 from lading.loading.source import Source
 from lading.loading.state import Cursor
@@ -79,12 +85,15 @@ def _as_built(batch: Any) -> Any:
 
 
 class _Built(Dataset[Any]):
-    """What DataLoader workers index: a batch key gives the batch the source builds from it."""
+    """What DataLoader workers index: a batch key gives the batch the source builds from it
+    (a dealt key, its place with it: :mod:`lading.loading.deal`)."""
 
     def __init__(self, source: Source) -> None:
         self.source = source
 
     def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, Dealt):
+            return key.place, None if key.key is None else self.source.build(key.key)
         return self.source.build(key)
 
 
@@ -101,7 +110,10 @@ class _Keys(Sampler[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         loader = self.loader()
-        return iter(()) if loader is None else loader._keys()
+        if loader is None:
+            return iter(())
+        keys, group = loader._keys(), loader._group()
+        return keys if group is None else deal(keys, group, loader.workers.num_workers)
 
 
 class Loader:
@@ -134,7 +146,11 @@ class Loader:
         self._seed = seed
         self._announce = announce
         self._cursor = Cursor()
+        # the position was just set (made, set_epoch, load_state_dict) and no pass has read
+        # from it: the next pass starts there (else at the next epoch, as a DataLoader's)
+        self._fresh = True
         self._restored = False  # a state was loaded and nothing read since
+        self._reading: Cursor | None = None  # the position of the pass in progress, if any
         self._torch: DataLoader[Any] | None = None  # made when workers first read
 
     # ------------------------------------------------------------------ where it is
@@ -174,16 +190,30 @@ class Loader:
         """
         if self._restored and epoch == self._cursor.epoch:
             return
-        self._cursor, self._restored = Cursor(int(epoch)), False
+        self._cursor, self._restored, self._fresh = Cursor(int(epoch)), False, True
+
+    def _coming(self) -> Cursor:
+        """The position a pass reads: the pass's in progress; between passes, the one the next
+        ``iter()`` starts from (a just-set position, else the next epoch's first batch)."""
+        return self._cursor if self._cursor is self._reading else self._next_pass()
+
+    def _next_pass(self) -> Cursor:
+        """Where a new pass starts: a just-set position (unless read to its end, as a state
+        saved at the end of an epoch is), else the next epoch's first batch."""
+        cursor = self._cursor
+        if self._fresh and cursor.batches < self._source.batches(cursor):
+            return cursor
+        return Cursor(cursor.epoch + 1)
 
     def __len__(self) -> int:
-        """Batches of the current epoch on this rank, read and left (the same on every rank);
-        after an elastic resume, of the epoch's current segment."""
-        return self._source.batches(self._cursor)
+        """Batches on this rank (the same on every rank) of the epoch a pass in progress reads,
+        read and left; between passes, of the epoch the next pass reads (with a jittered LM
+        epoch, that epoch's own count); after an elastic resume, of the epoch's segment."""
+        return self._source.batches(self._coming())
 
     def remaining(self) -> int:
         """Batches left in the current epoch (0 when it was read to its end)."""
-        return max(0, len(self) - self._cursor.batches)
+        return max(0, self._source.batches(self._cursor) - self._cursor.batches)
 
     def position(self) -> Cursor:
         """A copy of where the loader is, cheap: give it back to :meth:`state_dict`'s ``at``
@@ -196,7 +226,7 @@ class Loader:
         what a reader of remote storage plans its fetches from). A map-style loader's key is a
         :class:`~lading.loading.map_source.MapBatch` (epoch and dataset items)."""
         found: list[Any] = []
-        cursor = copy.copy(self._cursor)
+        cursor = copy.copy(self._coming())
         while len(found) < batches:
             if cursor.batches >= self._source.batches(cursor):
                 cursor = Cursor(cursor.epoch + 1)
@@ -210,32 +240,49 @@ class Loader:
     # ------------------------------------------------------------------ iteration
 
     def __iter__(self) -> Iterator[Any]:
-        """This rank's batches from the position to the end of the epoch; when the epoch was
-        read to its end, the next epoch's (as a DataLoader reads a new epoch each time). What
-        is read is decided at the first batch: a ``set_epoch`` between ``iter()`` and it (as
-        Lightning calls them) is heeded, and a ``set_epoch`` or a loaded state after it ends
-        the iteration (its batches belong to the old position)."""
-        if self._cursor.batches >= len(self):  # read to its end (or a state saved there)
-            self._cursor, self._restored = Cursor(self._cursor.epoch + 1), False
-        cursor, source = self._cursor, self._source
-        self._restored = False
-        batches: Iterator[Any] | None = None
+        """This rank's batches of a new epoch (epoch + 1), as a DataLoader reads a new epoch
+        each time; from a just-set position instead (made, ``set_epoch``, a loaded state) to
+        the end of its epoch. What is read is decided at the first batch: a ``set_epoch``
+        between ``iter()`` and it (as Lightning calls them) is heeded, and a ``set_epoch``, a
+        loaded state or another pass after it ends this pass (its batches belong to the old
+        position)."""
+        self._cursor = cursor = self._next_pass()
+        self._fresh = self._restored = False
+        self._reading = cursor
+        try:
+            # the one place a position advances: ~0.1 us a batch, against ~7 us an LM batch
+            for batch in self._batches(cursor):
+                cursor.batches += 1
+                yield batch
+                if self._cursor is not cursor:
+                    # moved while the caller held the batch (set_epoch, a loaded state,
+                    # another pass): this pass is over, before it takes a batch of the new
+                    # position from the persistent workers' iterator the two share
+                    return
+        finally:  # ended, broken off (a for loop's break closes it) or dropped
+            if self._reading is cursor:
+                self._reading = None
+
+    def _batches(self, cursor: Cursor) -> Iterator[Any]:
+        """The batches of ``cursor``'s epoch from its position on: from DataLoader workers, or
+        read in this process (in bulk where the source can)."""
+        source = self._source
         if self.workers.num_workers:  # the DataLoader pins, in its own thread
             if self._torch is None:
                 self._torch = self._dataloader()
-            batches = iter(self._torch)  # its sampler asks for the keys from the position on
-        else:
-            batches = source.bulk(copy.copy(cursor))
-            if batches is None:
-                batches = map(source.build, self._keys())
-            if self.workers.pin_memory and pinnable():
-                batches = map(pin_memory, batches)
-        # the one place a position advances: ~0.1 us a batch, against ~7 us an LM batch takes
-        for batch in batches:
-            if self._cursor is not cursor:
-                return  # moved (set_epoch, a loaded state): this iteration is over
-            cursor.batches += 1
-            yield batch
+            batches: Iterator[Any] = iter(self._torch)  # its sampler: keys from the position
+            return batches if self._group() is None else in_order(batches)
+        bulk = source.bulk(copy.copy(cursor))
+        batches = map(source.build, self._keys()) if bulk is None else bulk
+        if self.workers.pin_memory and pinnable():
+            batches = map(pin_memory, batches)
+        return batches
+
+    def _group(self) -> Callable[[Any], Hashable] | None:
+        """The source's grouping of batch keys, where batches of one group share reads and
+        there are workers to deal them to (:mod:`lading.loading.deal`); else None."""
+        group = getattr(self._source, "group", None)
+        return group if callable(group) and self.workers.num_workers > 1 else None
 
     def _keys(self) -> Iterator[Any]:
         """The keys an iteration reads (announced ahead where the data asked to hear of them)."""
@@ -288,4 +335,4 @@ class Loader:
         self._cursor = loader_state.restore(
             state, source.kind, source.layout(), source.fingerprint(), source.unread
         )
-        self._restored = True
+        self._restored = self._fresh = True

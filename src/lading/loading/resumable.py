@@ -29,12 +29,14 @@ class Resumable(Protocol):
         """Go to the first batch of ``epoch`` (a just-loaded state of that epoch stays put)."""
 
     def __iter__(self) -> Iterator[Any]:
-        """This rank's batches from the position to the end of the epoch (the next epoch's,
-        when it was read to its end)."""
+        """A pass: this rank's batches of the next epoch, as each ``iter()`` of a DataLoader
+        starts one; after ``set_epoch`` or ``load_state_dict``, from that position to the end
+        of its epoch."""
         ...
 
     def __len__(self) -> int:
-        """Batches of the current epoch on this rank (the same on every rank)."""
+        """Batches on this rank (the same on every rank) of the epoch a pass in progress reads;
+        between passes, of the one the next pass reads."""
         ...
 
     def remaining(self) -> int:

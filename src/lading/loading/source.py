@@ -24,6 +24,10 @@ class Source(Protocol):
     Attributes:
         kind: the workload's name in a saved state (``"map"``, ``"lm"``, ``"parquet"``): a
             state of another kind is refused.
+
+    A source whose consecutive batches share a costly read (parquet: a decoded chunk) also has
+    ``group(key) -> Hashable``: the loader then deals each run of keys of one group to one
+    DataLoader worker and puts the batches back in order (:mod:`lading.loading.deal`).
     """
 
     kind: str

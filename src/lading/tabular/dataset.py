@@ -2,14 +2,16 @@
 
 ``PartitionedParquet(paths, batch_size, columns=..., list_columns=...)`` is the one loader of
 every workload (:class:`lading.loading.Loader`) over the rows of the files: in this process, or
-with ``num_workers=2`` in DataLoader workers, each of which is a reader of its own share
-(:mod:`lading.tabular.source`, which says how rows are planned, shuffled, read and resumed).
+with ``num_workers=2`` in DataLoader workers, the same batches at any worker count, each chunk
+decoded by one worker (:mod:`lading.tabular.source`, which says how rows are planned, shuffled,
+read and resumed).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from lading.loading.loader import Loader, Workers
 from lading.loading.plan import check_batch_size, check_equalize, refuse_drop_last
@@ -37,11 +39,11 @@ class PartitionedParquet(Loader):
         drop_partial_batch: leave out each reader's last batch when it is not full.
         world: rank and world size (default: detected; always the global rank).
         buffer_rows: rows shuffled together (default: the largest row group, at least
-            8 batches).
+            8 batches), rounded up to whole batches.
         pad_value: fill of list columns.
         num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context:
-            DataLoader workers build the batches, each reading a share of its own (0: this
-            process reads them).
+            DataLoader workers build the batches, the same at any count (0: this process
+            reads them); each chunk's batches are built by one worker.
         drop_last: refused with a TypeError naming lading's two arguments for it.
 
     Raises:
@@ -103,8 +105,15 @@ class PartitionedParquet(Loader):
             drop_partial_batch=drop_partial_batch,
             world=self.world,
             buffer_rows=buffer_rows,
-            num_workers=workers.num_workers,
         )
         super().__init__(source, workers, seed=seed)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.total_rows, self.buffer_rows = source.total_rows, source.buffer_rows
+        self._parquet = source
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (see :meth:`Loader.load_state_dict`); a state saved when
+        each worker read a share of its own resumes from that layout (bitwise where it had 0
+        or 1 workers, whose rows are the ones read now; elastically from more)."""
+        layout = self._parquet.saved_layout(state.get("layout", {}))
+        super().load_state_dict({**state, "layout": layout})

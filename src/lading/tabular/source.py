@@ -1,21 +1,23 @@
-"""Partitioned parquet as a source of the one loader: rows planned over readers, read by chunk.
+"""Partitioned parquet as a source of the one loader: rows planned over ranks, read by chunk.
 
 The epoch's rows — row groups shuffled from ``(seed, epoch)`` — are positions the loader core
-shares out (:mod:`lading.loading.plan`): ``readers = world_size x num_workers`` contiguous,
-equal ranges, so every rank takes the same number of batches and DDP never waits for a rank
-that ran out. Each reader serves its range in chunks of ``buffer_rows`` rows, each chunk
-shuffled from ``(seed, epoch, reader, chunk, segment)``; memory per worker is the chunk being
-served and one row group more. The rank's batches interleave its readers' (reader ``w`` gives
-batches ``w, w + workers, …``), which the DataLoader's round-robin over workers keeps local:
-each worker reads one reader's chunks.
+shares out (:mod:`lading.loading.plan`): one contiguous, equal range per rank, so every rank
+takes the same number of batches and DDP never waits for a rank that ran out. A rank serves its
+range in chunks of ``buffer_rows`` rows (whole batches), each chunk shuffled from ``(seed,
+epoch, rank, chunk, segment)``; memory per process is the chunk being served and one more.
 
-Every batch is asked for by a key that holds the rows to read (:class:`RowsKey`), so persistent
-DataLoader workers need nothing from the main process, and a resume jumps straight to the batch
-after the last one received, reading at most one chunk again. With another world size, number
-of workers or batch size the resume is *elastic*: what the saved layout left unread — whole
-chunks, plus the unread rows of one shuffled chunk per old reader — is planned afresh over the
-new readers, so every row not yet read is read exactly once more this epoch (plus
-``equalize="pad"``'s padding).
+The batches depend on the ranks, the batch size and the chunk size only, never on
+``num_workers``: DataLoader workers build the same batches as this process would, and a
+chunk's batches are dealt to one worker (:mod:`lading.loading.deal`), so each chunk is
+decoded once (the batches come back in order; the main process holds up to ``num_workers - 1``
+chunks' batches waiting for their turn). Every batch is asked for by a key that holds the rows
+to read (:class:`RowsKey`), so persistent workers need nothing from the main process, and a
+resume jumps straight to the batch after the last one received, reading at most one chunk
+again. With another world size, batch size or chunk size the resume is *elastic*: what the
+saved layout left unread — whole chunks, plus the unread rows of one shuffled chunk per old
+reader — is planned afresh over the new ranks, so every row not yet read is read exactly once
+more this epoch (plus ``equalize="pad"``'s padding). (States saved before, when each worker
+read a share of its own, resume the same way from their layout's ``num_workers``.)
 """
 
 from __future__ import annotations
@@ -51,15 +53,15 @@ class RowsKey(NamedTuple):
 
 
 class ParquetSource:
-    """The rows of parquet row groups, planned over ``world_size x num_workers`` readers.
+    """The rows of parquet row groups, planned over the ranks.
 
     Args:
         pieces: every row group (file, index, rows), from the footers.
         rows: reads fragments of row groups and turns them into tensors.
         data: a digest of the footers (other files of the same counts: another fingerprint).
         batch_size, shuffle, seed, equalize, drop_partial_batch, world: the loader's keywords.
-        buffer_rows: rows shuffled together.
-        num_workers: DataLoader workers per rank: each is a reader of its own.
+        buffer_rows: rows shuffled together (rounded up to whole batches, so that a batch
+            never spans two chunks and a chunk's batches can go to one worker).
     """
 
     kind = "parquet"
@@ -77,22 +79,22 @@ class ParquetSource:
         drop_partial_batch: bool,
         world: World,
         buffer_rows: int | None,
-        num_workers: int,
     ) -> None:
         self.pieces, self.rows, self._data = pieces, rows, data
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.equalize, self.drop_partial_batch = equalize, drop_partial_batch
-        self.world, self.num_workers = world, num_workers
+        self.world = world
         self.total_rows = sum(p.rows for p in pieces)
-        self.buffer_rows = buffer_rows or max(max(p.rows for p in pieces), 8 * batch_size)
+        wanted = buffer_rows or max(max(p.rows for p in pieces), 8 * batch_size)
+        self.buffer_rows = -(-wanted // batch_size) * batch_size
         check_epoch(
             self.total_rows,
-            world.world_size * max(1, num_workers),
+            world.world_size,
             equalize,
             batch_size,
             drop_partial_batch,
             items="rows",
-            readers_are="world_size x num_workers",
+            readers_are="world_size",
         )
         self._ordered: tuple[int, list[Piece]] | None = None
         self._chunks: list[tuple[tuple[int, ...], Any]] = []  # the last two chunks served
@@ -109,41 +111,27 @@ class ParquetSource:
         """``cursor``'s segment of the rows, in contiguous ranges over ``readers``."""
         return Segment.of(self.total_rows, readers, cursor, self, batch_size)
 
-    def _workers(self) -> int:
-        return max(1, self.num_workers)
-
     def batches(self, cursor: Cursor) -> int:
-        """Batches this rank yields in ``cursor``'s segment: each of its readers' in turn."""
-        workers = self._workers()
-        return self._segment(self.world.world_size * workers, cursor, self.batch_size).batches * (
-            workers
-        )
+        """Batches this rank yields in ``cursor``'s segment."""
+        return self._segment(self.world.world_size, cursor, self.batch_size).batches
 
     def keys(self, cursor: Cursor) -> Iterator[RowsKey]:
-        """This rank's batches from ``cursor`` on, reader ``i % workers`` giving batch ``i``."""
-        workers, size, chunk_rows = self._workers(), self.batch_size, self.buffer_rows
-        seg = self._segment(self.world.world_size * workers, cursor, size)
-        shares: dict[int, Runs] = {}
-        last: dict[int, ChunkRows] = {}  # each reader's latest chunk: it serves many batches
+        """This rank's batches from ``cursor`` on, chunk after chunk of its share."""
+        size, chunk_rows, rank = self.batch_size, self.buffer_rows, self.world.rank
+        seg = self._segment(self.world.world_size, cursor, size)
+        share = seg.share(rank)
+        last: ChunkRows | None = None  # the latest chunk: it serves many batches
+        for i in range(cursor.batches, seg.batches):
+            lo, hi = i * size, seg.read_after(i + 1)
+            chunk = lo // chunk_rows  # the batch's one chunk (chunks are whole batches)
+            if last is None or last[0] != chunk:
+                rows = share.slice(chunk * chunk_rows, (chunk + 1) * chunk_rows)
+                last = (chunk, tuple(rows.starts.tolist()), tuple(rows.stops.tolist()))
+            yield RowsKey(cursor.epoch, cursor.segment, rank, lo, hi, (last,))
 
-        def chunk_of(reader: int, chunk: int) -> ChunkRows:
-            """A chunk's epoch rows, cut from the reader's share once."""
-            if reader not in last or last[reader][0] != chunk:
-                if reader not in shares:
-                    shares[reader] = seg.share(reader)
-                rows = shares[reader].slice(chunk * chunk_rows, (chunk + 1) * chunk_rows)
-                last[reader] = (chunk, tuple(rows.starts.tolist()), tuple(rows.stops.tolist()))
-            return last[reader]
-
-        for i in range(cursor.batches, self.batches(cursor)):
-            reader = self.world.rank * workers + i % workers
-            lo = (i // workers) * size
-            hi = seg.read_after(i // workers + 1)
-            chunks = tuple(
-                chunk_of(reader, chunk)
-                for chunk in range(lo // chunk_rows, (hi - 1) // chunk_rows + 1)
-            )
-            yield RowsKey(cursor.epoch, cursor.segment, reader, lo, hi, chunks)
+    def group(self, key: RowsKey) -> tuple[int, int, int, int]:
+        """Batches of one chunk share its read: the loader deals them to one worker."""
+        return key.epoch, key.segment, key.reader, key.chunks[0][0]
 
     def _chunk_order(self, epoch: int, reader: int, chunk: int, segment: int, size: int) -> Any:
         return permutation(
@@ -153,7 +141,6 @@ class ParquetSource:
     def layout(self) -> dict[str, Any]:
         return {
             "world_size": self.world.world_size,
-            "num_workers": self.num_workers,
             "batch_size": self.batch_size,
             "buffer_rows": self.buffer_rows,
         }
@@ -171,8 +158,10 @@ class ParquetSource:
 
     def _served(self, layout: Mapping[str, Any], cursor: Cursor) -> tuple[Segment, list[Runs]]:
         """What each reader of ``layout`` had read at ``cursor``, as positions of its share:
-        whole chunks, plus the first rows of one shuffled chunk."""
-        workers = max(1, int(layout["num_workers"]))
+        whole chunks, plus the first rows of one shuffled chunk. A layout with
+        ``num_workers`` is a state saved when each worker read a share of its own, its
+        batches taken from the workers in turn."""
+        workers = max(1, int(layout.get("num_workers", 1)))
         size, chunk_rows = int(layout["batch_size"]), int(layout["buffer_rows"])
         seg = self._segment(int(layout["world_size"]) * workers, cursor, size)
         served = []
@@ -192,10 +181,16 @@ class ParquetSource:
         return seg.unread(served)
 
     def consumed(self, cursor: Cursor) -> int:
-        workers, batches = self._workers(), cursor.batches
-        seg = self._segment(self.world.world_size * workers, cursor, self.batch_size)
-        counts = [len(range(w, batches, workers)) for w in range(workers)]
-        return self.world.world_size * sum(seg.read_after(c) for c in counts)
+        seg = self._segment(self.world.world_size, cursor, self.batch_size)
+        return self.world.world_size * seg.read_after(cursor.batches)
+
+    def saved_layout(self, layout: Mapping[str, Any]) -> dict[str, Any]:
+        """A state's layout as this source writes it: one saved when each worker read a share
+        of its own, by 0 or 1 workers, read the rows this source reads (a bitwise resume)."""
+        found = dict(layout)
+        if int(found.get("num_workers", 0)) <= 1:
+            found.pop("num_workers", None)
+        return found
 
     # ------------------------------------------------------------------ reading
 
