@@ -118,8 +118,8 @@ def _sweep(root: Path, current: dict[str, Any], expired: set[str], now: float) -
     removed = []
     for entry in sorted(_entries(root)):
         name = entry.name
-        if name in keep:
-            continue
+        if name in keep or entry.is_symlink():
+            continue  # lading makes no symlink: one may lead out of the store, never follow it
         if is_snapshot_dir(entry):
             (entry / MANIFEST).unlink(missing_ok=True)  # first: a pinned reader learns it is gone
         elif is_build_dir(entry):

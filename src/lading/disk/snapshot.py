@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lading.disk.formats import check_version, disk_format
+from lading.disk.names import check_layout, inside
 from lading.errors import StoreFormatError
 
 META_FILE = "meta.json"
@@ -79,14 +80,20 @@ def new_snapshot_id() -> str:
 
 
 def is_snapshot_dir(path: Path) -> bool:
-    """Whether ``path`` is named as :func:`new_snapshot_id` names snapshot directories."""
-    return bool(_SNAP_NAME.match(path.name)) and path.is_dir()
+    """Whether ``path`` is named as :func:`new_snapshot_id` names snapshot directories and is
+    a directory, not a symlink to one (lading never makes one: it may lead out of the store)."""
+    return bool(_SNAP_NAME.match(path.name)) and path.is_dir() and not path.is_symlink()
 
 
 def is_build_dir(path: Path) -> bool:
     """Whether ``path`` is a ``build-<id>`` directory that lading made (it holds
-    :data:`BUILD_MARK`): a user's folder that happens to be called ``build-x`` is not."""
-    return path.name.startswith(BUILD_PREFIX) and (path / BUILD_MARK).is_file()
+    :data:`BUILD_MARK`): a user's folder that happens to be called ``build-x`` is not, nor a
+    symlink to one."""
+    return (
+        path.name.startswith(BUILD_PREFIX)
+        and not path.is_symlink()
+        and (path / BUILD_MARK).is_file()
+    )
 
 
 def grace_seconds() -> float:
@@ -187,16 +194,9 @@ def gone(root: Path, snapshot: str, current: str) -> SnapshotGoneError:
 
 
 def safe_relative(root: Path, name: object, what: str) -> Path:
-    """``root / name`` for a manifest's relative file name; anything leaving ``root`` is refused."""
-    if (
-        not isinstance(name, str)
-        or not name
-        or "\\" in name
-        or name.startswith("/")
-        or any(part in ("", ".", "..") for part in name.split("/"))
-    ):
-        raise StoreFormatError(f"{root / META_FILE}: file name {name!r} points outside the {what}")
-    return root / name
+    """``root / name`` for a name in a manifest's file list, checked as every manifest name is
+    (:mod:`lading.disk.names`: relative, plain parts, no symlink out of ``root``)."""
+    return inside(root, name, f"a name in the {what}'s files", root / META_FILE)
 
 
 def spots(path: Path) -> bytes:
@@ -215,13 +215,17 @@ def spot_crc32(path: Path) -> int:
 
 
 def check_files(root: Path, manifest: dict[str, Any], fmt_name: str, spot: bool = True) -> None:
-    """Every file ``manifest`` names exists with its size and (with ``spot``) spot checksum.
+    """Every name the manifest's layout uses is checked and listed (:func:`check_layout`),
+    and every file it lists exists with its size and (with ``spot``) spot checksum.
 
     Raises:
         MissingFileError: a file is not there (the caller may read a newer manifest).
         StoreFormatError: a file has another size or its spots another checksum.
     """
     fmt = disk_format(fmt_name)
+    for name in manifest["files"]:
+        safe_relative(root, name, fmt.what)
+    check_layout(manifest, fmt_name, root / META_FILE, root)
     for name, info in manifest["files"].items():
         path = safe_relative(root, name, fmt.what)
         try:

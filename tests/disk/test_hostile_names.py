@@ -1,0 +1,163 @@
+"""A manifest's layout names (columns, index, offsets, tokenizer, a corpus's ``dir``) are
+checked like its file list: relative, inside the directory, listed; the snapshot sweep never
+follows a symlink out of the store (issue 39, items 1 and 3). The fuzz over every field is
+``test_hostile_manifests.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lading
+from conftest import word_tokenizer, write
+from lading.disk import snapshot
+from lading.disk.stage import stage
+from lading.errors import StoreFormatError
+from lading.stores import verify_store
+
+
+def _tsv(path: Path, word: str) -> Path:
+    return write(path, "".join(f"d{i}\t{word} {i}\n" for i in range(6)))
+
+
+def _meta(store: Path) -> dict[str, Any]:
+    meta: dict[str, Any] = json.loads((store / "meta.json").read_text())
+    return meta
+
+
+def _save(store: Path, meta: dict[str, Any]) -> None:
+    (store / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    """A store of "good" texts and, beside it, one of "EVIL" texts with the same ids."""
+    good = lading.build_store(_tsv(tmp_path / "g.tsv", "good"), tmp_path / "s", progress=False)
+    lading.build_store(_tsv(tmp_path / "e.tsv", "EVIL"), tmp_path / "evil", progress=False)
+    return good.path, tmp_path / "evil"
+
+
+def _point_text_at_evil(store: Path, evil: Path, how: str) -> None:
+    meta = _meta(store)
+    column = meta["shards"][0]["columns"]["text"]
+    theirs = _meta(evil)["shards"][0]["columns"]["text"]
+    for key in ("data", "offsets"):
+        if how == "dotdot":
+            column[key] = f"../evil/{theirs[key]}"
+        elif how == "absolute":
+            column[key] = str(evil / theirs[key])
+        elif how == "symlink":  # a link inside the store, listed with the outside file's sums
+            link = f"{meta['snapshot']}/link-{key}"
+            os.symlink(evil / theirs[key], store / link)
+            meta["files"][link] = _meta(evil)["files"][theirs[key]]
+            column[key] = link
+    _save(store, meta)
+
+
+@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink"])
+def test_a_column_outside_the_store_is_refused_by_every_reader(
+    pair: tuple[Path, Path], tmp_path: Path, how: str
+) -> None:
+    store, evil = pair
+    _point_text_at_evil(store, evil, how)
+    # the old code served "EVIL 1" from open_store, verify_store said [] and stage copied it
+    field = "files" if how == "symlink" else r"shards\[0\]\.columns\.text\.data ="
+    with pytest.raises(StoreFormatError, match=rf"{field}.*outside the store"):
+        lading.open_store(store)
+    [problem] = verify_store(store)
+    assert "outside the store" in problem and "\n" not in problem
+    with pytest.raises(StoreFormatError, match=rf"{field}.*outside the store"):
+        stage(store, tmp_path / "staged")
+    assert not (tmp_path / "staged").exists()
+
+
+def test_a_layout_name_the_file_list_lacks_is_refused(pair: tuple[Path, Path]) -> None:
+    store, _ = pair
+    meta = _meta(store)
+    data = meta["shards"][0]["columns"]["text"]["data"]
+    shutil.copy(store / data, store / meta["snapshot"] / "planted.bin")  # inside, not listed
+    meta["shards"][0]["columns"]["text"]["data"] = f"{meta['snapshot']}/planted.bin"
+    _save(store, meta)
+    with pytest.raises(StoreFormatError, match="not in the manifest's file list"):
+        lading.open_store(store)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        (("index", "dir"), "../evil"),
+        (("index", "kind"), "mystery"),
+        (("global_offsets", "text"), "/etc/passwd"),
+        (("shards", 0, "rows"), -1),
+        (("shards", 0, "columns", "ids", "offsets"), "a\x00b"),
+        (("shards", 0, "columns", "ids", "data"), "x/" + "y" * 300),
+        (("shards",), {"0": 1}),
+    ],
+)
+def test_each_layout_field_is_named_when_refused(
+    pair: tuple[Path, Path], field: tuple[Any, ...], value: object
+) -> None:
+    store, _ = pair
+    meta = _meta(store)
+    holder: Any = meta
+    for key in field[:-1]:
+        holder = holder[key]
+    holder[field[-1]] = value
+    _save(store, meta)
+    with pytest.raises(StoreFormatError) as caught:
+        lading.open_store(store)
+    message = str(caught.value)
+    named = field[0] if field[0] != "shards" or len(field) == 1 else "shards[0]"
+    assert named in message and "\n" not in message and str(store / "meta.json") in message
+
+
+def test_a_corpus_dir_outside_is_refused(tmp_path: Path) -> None:
+    from lading.lm import TokenCorpus
+
+    src = write(tmp_path / "docs.txt", "alpha beta\n\ngamma alpha\n")
+    tok = word_tokenizer(["alpha", "beta", "gamma"], tmp_path / "t.json")
+    corpus = TokenCorpus.build(src, tmp_path / "c", tok)
+    other = TokenCorpus.build(src, tmp_path / "other", tok)
+    meta = _meta(corpus.path)
+    meta["dir"] = f"../other/{other.meta['dir']}"
+    _save(corpus.path, meta)
+    with pytest.raises(StoreFormatError, match=r"dir = '\.\./other/.*outside the store"):
+        TokenCorpus.open(corpus.path)
+
+
+def test_check_name_refuses_what_tar_refuses() -> None:
+    from lading.disk.names import check_name
+
+    for bad in ["", "/abs", "a/../b", "..", "./a", "a//b", "a\\b", "a\x00", 7, None, "é" * 200]:
+        with pytest.raises(StoreFormatError, match="field-x"):
+            check_name(bad, "field-x", "meta.json")
+    assert check_name("snap-1/shard-0/text.bin", "f", "m") == "snap-1/shard-0/text.bin"
+    assert check_name("", "f", "m", directory=True) == ""
+
+
+def test_the_sweep_never_follows_a_symlinked_snapshot_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(snapshot.GRACE_ENV, "0")
+    a, b = _tsv(tmp_path / "a.tsv", "a"), _tsv(tmp_path / "b.tsv", "b")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    write(outside / "manifest.json", "precious")
+    write(outside / snapshot.BUILD_MARK, "{}")
+    write(outside / "data.bin", "also precious")
+    store = tmp_path / "s"
+    lading.build_store(a, store, progress=False)
+    os.symlink(outside, store / "snap-20200101T000000Z-deadbeef")  # as a snapshot is named
+    os.symlink(outside, store / "build-0123456789abcdef")  # holds a build.json through it
+    old = os.path.getmtime(outside / "data.bin") - 10 * 24 * 3600
+    os.utime(outside / "data.bin", (old, old))  # "abandoned" by its mtime
+    # the old code unlinked outside/manifest.json here
+    lading.build_store(b, store, progress=False)
+    assert (outside / "manifest.json").read_text() == "precious"
+    assert sorted(p.name for p in outside.iterdir()) == ["build.json", "data.bin", "manifest.json"]
+    assert (store / "snap-20200101T000000Z-deadbeef").is_symlink()  # not ours: left alone
