@@ -36,6 +36,8 @@ INDEX_FILES: dict[str, tuple[str, ...]] = {
     "hash": ("index.table", "index.keys"),
     "sorted-int": ("index.keys", "index.rows"),
 }
+INDEX_COUNTS = {"hash": ("buckets", "width", "max_spill")}  # whole numbers each kind reads
+INDEX_DTYPES = ("<i4", "<i8")  # rows: int32 while they fit, else int64; int keys: int64
 # Fixed file names of the formats whose layout is one directory (``dir``) of known files.
 TOKEN_FILES = ("tokens.bin", "tokens.off", "tokenizer.json")
 OFFSETS_FILES = ("span.start", "span.len", "ids.bin", "ids.off")
@@ -181,6 +183,11 @@ def _index_names(
     kind = index.get("kind")
     if not isinstance(kind, str) or kind not in INDEX_FILES:
         raise refuse(where, f"{field}.kind", kind, f"is not an index kind ({sorted(INDEX_FILES)})")
+    for key in INDEX_COUNTS.get(kind, ()):
+        _count(index.get(key), f"{field}.{key}", where)
+    for key in ("row_dtype", "key_dtype") if kind == "sorted-int" else ("row_dtype",):
+        if index.get(key) not in INDEX_DTYPES:
+            raise refuse(where, f"{field}.{key}", index.get(key), f"is not one of {INDEX_DTYPES}")
     return [(f"{field}.dir", _join(directory, name)) for name in INDEX_FILES[kind]]
 
 

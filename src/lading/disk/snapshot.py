@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lading.disk.formats import check_version, disk_format
-from lading.disk.names import check_layout, inside
-from lading.errors import StoreFormatError
+from lading.disk.names import check_layout, check_name, inside, refuse
+from lading.errors import LadingError, StoreFormatError
 
 META_FILE = "meta.json"
 MANIFEST = "manifest.json"  # inside snap-<id>/
@@ -136,6 +136,8 @@ def _parse(raw: bytes, where: Path, fmt_name: str) -> dict[str, Any]:
         meta["snapshot"] = "v1-" + hashlib.sha256(raw).hexdigest()[:16]
     elif not str(meta.get("snapshot", "")).startswith(SNAP_PREFIX):
         raise StoreFormatError(f"{where}: no snapshot id; {disk_format(fmt_name).rebuild}")
+    elif "/" in check_name(meta["snapshot"], "snapshot", where):
+        raise refuse(where, "snapshot", meta["snapshot"], "is not one directory's name")
     return meta
 
 
@@ -169,10 +171,14 @@ def load_manifest(
         StoreFormatError: no manifest, another format, a version this lading cannot read.
         SnapshotGoneError: ``snapshot`` is no longer kept.
     """
-    root = Path(root)
+    return _load(Path(root), fmt_name, snapshot)[0]
+
+
+def _load(root: Path, fmt_name: str, snapshot: str | None) -> tuple[dict[str, Any], Path]:
+    """:func:`load_manifest`, and the file it was read from (for messages)."""
     current = read_current(root, fmt_name)
     if snapshot is None or current["snapshot"] == snapshot:
-        return current
+        return current, root / META_FILE
     path = root / snapshot / MANIFEST
     try:
         raw = path.read_bytes() if snapshot.startswith(SNAP_PREFIX) else None
@@ -180,7 +186,7 @@ def load_manifest(
         raw = None
     if raw is None or "/" in snapshot:
         raise gone(root, snapshot, current["snapshot"])
-    return _parse(raw, path, fmt_name)
+    return _parse(raw, path, fmt_name), path
 
 
 def gone(root: Path, snapshot: str, current: str) -> SnapshotGoneError:
@@ -214,7 +220,13 @@ def spot_crc32(path: Path) -> int:
     return zlib.crc32(spots(path))
 
 
-def check_files(root: Path, manifest: dict[str, Any], fmt_name: str, spot: bool = True) -> None:
+def check_files(
+    root: Path,
+    manifest: dict[str, Any],
+    fmt_name: str,
+    spot: bool = True,
+    where: Path | None = None,
+) -> None:
     """Every name the manifest's layout uses is checked and listed (:func:`check_layout`),
     and every file it lists exists with its size and (with ``spot``) spot checksum.
 
@@ -223,9 +235,10 @@ def check_files(root: Path, manifest: dict[str, Any], fmt_name: str, spot: bool 
         StoreFormatError: a file has another size or its spots another checksum.
     """
     fmt = disk_format(fmt_name)
+    where = where or root / META_FILE  # the manifest read: meta.json or snap-<id>/manifest.json
     for name in manifest["files"]:
-        safe_relative(root, name, fmt.what)
-    check_layout(manifest, fmt_name, root / META_FILE, root)
+        inside(root, name, f"a name in the {fmt.what}'s files", where)
+    check_layout(manifest, fmt_name, where, root)
     for name, info in manifest["files"].items():
         path = safe_relative(root, name, fmt.what)
         try:
@@ -269,10 +282,10 @@ def open_snapshot(
     """
     path = Path(root)
     for _ in range(OPEN_TRIES):
-        manifest = load_manifest(path, fmt_name, snapshot)
+        manifest, where = _load(path, fmt_name, snapshot)
         try:
-            check_files(path, manifest, fmt_name)
-            return opener(manifest)
+            check_files(path, manifest, fmt_name, where=where)
+            return _opened(opener, manifest, where, fmt_name)
         except (MissingFileError, FileNotFoundError) as e:
             now = read_current(path, fmt_name)["snapshot"]
             if snapshot is not None and now != snapshot:
@@ -287,6 +300,22 @@ def open_snapshot(
     raise StoreFormatError(
         f"{path} was rebuilt {OPEN_TRIES} times while it was being opened; open it again"
     )
+
+
+def _opened(
+    opener: Callable[[dict[str, Any]], T], manifest: dict[str, Any], where: Path, fmt_name: str
+) -> T:
+    """``opener(manifest)``; a field of the wrong type or value that no check above named
+    (a manifest is input: anything may be in it) becomes one error naming the manifest."""
+    try:
+        return opener(manifest)
+    except (LadingError, FileNotFoundError):
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as e:
+        raise StoreFormatError(
+            f"{where}: a field has a wrong type or value ({type(e).__name__}: "
+            f"{str(e)[:200]}); {disk_format(fmt_name).rebuild}"
+        ) from None
 
 
 def content_id(manifest: dict[str, Any]) -> str:

@@ -113,7 +113,7 @@ def derive_build_id(files: list[Path], options: dict[str, Any], n: int) -> str:
 
 def _differ(a: list[Any], b: list[Any]) -> str:
     """How two lists of :func:`input_stats` differ, in a few words."""
-    mine, theirs = {str(x[0]): x for x in a}, {str(x[0]): x for x in b}
+    mine, theirs = {str(x[0]): x for x in a}, {str(x[0]): x for x in b}  # checked lists
     if set(mine) != set(theirs):
         extra = sorted(set(theirs) - set(mine)) or sorted(set(mine) - set(theirs))
         return (
