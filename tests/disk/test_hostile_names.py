@@ -161,3 +161,24 @@ def test_the_sweep_never_follows_a_symlinked_snapshot_folder(
     assert (outside / "manifest.json").read_text() == "precious"
     assert sorted(p.name for p in outside.iterdir()) == ["build.json", "data.bin", "manifest.json"]
     assert (store / "snap-20200101T000000Z-deadbeef").is_symlink()  # not ours: left alone
+
+
+def test_a_bucket_manifest_naming_outside_is_refused_before_anything_is_staged(
+    bucket: str, tmp_path: Path
+) -> None:
+    from lading.stores.remote.clients import open_client
+
+    src = _tsv(tmp_path / "g.tsv", "good")
+    url = f"s3://{bucket}/stores/s"
+    lading.build_store(src, url, cache=str(tmp_path / "build-cache"), progress=False)
+    client = open_client(url)
+    meta = json.loads(client.get("meta.json"))
+    meta["shards"][0]["columns"]["ids"]["offsets"] = "../../../../../../tmp/evil.off"
+    meta["index"]["dir"] = str(tmp_path / "elsewhere")
+    client.put("meta.json", json.dumps(meta).encode())
+    cache = tmp_path / "cache"
+    with pytest.raises(StoreFormatError, match=r"meta\.json: (shards\[0\]|index).*outside"):
+        lading.open_store(url, cache=cache, cache_bytes="1M")
+    assert not (tmp_path / "elsewhere").exists()
+    staged = [p for p in cache.rglob("*") if p.is_file()] if cache.exists() else []
+    assert not [p for p in staged if p.suffix in (".off", ".keys", ".table")]

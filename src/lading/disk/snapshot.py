@@ -110,8 +110,10 @@ def grace_seconds() -> float:
 
 def decode_manifest(raw: bytes, where: str | Path, fmt_name: str) -> dict[str, Any]:
     """The bytes of a ``meta.json`` as a manifest of format ``fmt_name``, checked: JSON, that
-    format, a version this lading reads, a file list. Its snapshot id is the caller's to check
-    (a local directory and an object-store prefix name a version 1 store's differently).
+    format, a version this lading reads, a file list, and every name the file list and the
+    layout use (:mod:`lading.disk.names`: relative, inside, listed; a local reader also checks
+    symlinks). Its snapshot id is the caller's to check (a local directory and an object-store
+    prefix name a version 1 store's differently).
 
     Raises:
         StoreFormatError: naming ``where`` and how to rebuild.
@@ -127,6 +129,9 @@ def decode_manifest(raw: bytes, where: str | Path, fmt_name: str) -> dict[str, A
     check_version(fmt_name, meta.get("version"), where)
     if not isinstance(meta.get("files"), dict):
         raise StoreFormatError(f"{where}: no file list; {fmt.rebuild}")
+    for name in meta["files"]:  # on a disk or in a bucket alike (symlinks: check_files)
+        check_name(name, f"a name in the {fmt.what}'s files", where)
+    check_layout(meta, fmt_name, where)
     return meta
 
 
@@ -251,7 +256,7 @@ def check_files(
         expected = info.get("size") if isinstance(info, dict) else None
         if actual != expected:
             raise StoreFormatError(
-                f"{path} is {actual} bytes, expected {expected} (truncated or replaced?); "
+                f"{path} is {actual} bytes, expected {expected!r} (truncated or replaced?); "
                 f"{fmt.rebuild}"
             )
         if seen is not None and zlib.crc32(seen) != info["spot_crc32"]:

@@ -162,7 +162,8 @@ def check_same_inputs(dest: Path, shards: list[Shard]) -> None:
         if stats != theirs:
             raise StoreFormatError(
                 f"{dest}: shards {dest / first.dir} and {dest / shard.dir} read different "
-                f"inputs ({_differ(theirs, stats)}): merged, the store would mix two sources. "
+                f"inputs ({_differ(theirs, stats)}; the input_stats of their shard.json): "
+                "merged, the store would mix two sources. "
                 "Build every shard again under a new build id (--build-id) from one input"
             )
 
