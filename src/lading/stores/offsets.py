@@ -99,10 +99,10 @@ class OffsetStore(DocStore):
 
     def _map(self, meta: dict[str, Any]) -> dict[str, Any]:
         source = meta["source"]
-        if not os.path.exists(source["path"]):
-            raise StoreFormatError(
-                f"{self.path} indexes {source['path']}, which is gone; an OffsetStore reads its "
-                "source file on every lookup"
+        if not isinstance(source["path"], str) or not os.path.isfile(source["path"]):
+            raise StoreFormatError(  # a regular file only: a FIFO or a device would hang reads
+                f"{self.path} indexes {source['path']!r}, which is gone or not a regular file "
+                "(meta.json source.path); an OffsetStore reads its source file on every lookup"
             )
         changed = fingerprint_changed(source)
         if changed:

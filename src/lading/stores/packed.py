@@ -312,7 +312,7 @@ def _map_snapshot(path: Path, meta: dict[str, Any]) -> _Mapped:
     for column in columns.values():
         if len(column) != count:
             raise StoreFormatError(
-                f"{path}: a column has {len(column)} rows, meta.json says {count}; "
+                f"{path}: a column has {len(column)} rows, the manifest's count is {count!r}; "
                 "rebuild the store"
             )
     fields = {name: columns[field_column(name)] for name in meta["fields"]}
@@ -336,7 +336,7 @@ def _column(
         if len(column) != part["rows"]:
             raise StoreFormatError(
                 f"{path}: {part['columns'][name]['offsets']} has {len(column)} rows, the "
-                f"manifest says {part['rows']}; rebuild the store"
+                f"manifest's shard rows say {part['rows']!r}; rebuild the store"
             )
     if len(maps) == 1:
         return maps[0]

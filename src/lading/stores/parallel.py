@@ -117,11 +117,11 @@ def _differ(a: list[Any], b: list[Any]) -> str:
     if set(mine) != set(theirs):
         extra = sorted(set(theirs) - set(mine)) or sorted(set(mine) - set(theirs))
         return (
-            f"{len(mine)} input file(s) against {len(theirs)} ({extra[0]} is only in one; an "
+            f"{len(mine)} input file(s) against {len(theirs)} ({extra[0]!r} is only in one; an "
             "input folder or glob that gained or lost a file between the two)"
         )
     changed = next(p for p in mine if mine[p] != theirs[p])
-    return f"{changed} differs (size, mtime or inode: the file changed between the two)"
+    return f"{changed!r} differs (size, mtime or inode: the file changed between the two)"
 
 
 def claim_build(where: Path, recipe: dict[str, Any], shard: int) -> None:
