@@ -175,36 +175,11 @@ def _leaves(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]
 
 # ----------------------------------------------------------------------------- hostile values
 
+_TYPES = [None, True, False, 0, -1, -(2**63), 2**63, 10**30, 1.5, float("nan")]
+_SHAPES = [[], {}, [1, "a"], {"data": 1}, "garbage", "snap-x"]
+_NAMES = ["", ".", "..", "/", "a\x00b", "x" * 5000, "a/" * 300 + "b", "\\evil", "build-y/../../z"]
 HOSTILE = st.one_of(
-    st.sampled_from(
-        [
-            None,
-            True,
-            False,
-            0,
-            -1,
-            -(2**63),
-            2**63,
-            10**30,
-            1.5,
-            float("nan"),
-            "",
-            ".",
-            "..",
-            "/",
-            "a\x00b",
-            "x" * 5000,
-            "a/" * 300 + "b",
-            "\\evil",
-            [],
-            {},
-            [1, "a"],
-            {"data": 1},
-            "garbage",
-            "snap-x",
-            "build-y/../../z",
-        ]
-    ),
+    st.sampled_from(_TYPES + _SHAPES + _NAMES),
     st.sampled_from(["<abs>", "<dotdot>", "<link>", "<deep-dotdot>"]),
     st.text(max_size=20),
     st.integers(),
@@ -316,6 +291,48 @@ def _run(reader: Callable[[], Any], names: tuple[str, ...]) -> str:
         signal.signal(signal.SIGALRM, previous)
 
 
+def _plant(
+    manifest: Path, path: tuple[Any, ...], token: Any, sandbox: Path, store: Path
+) -> tuple[Any, tuple[str, ...]]:
+    """Set field ``path`` of ``manifest`` to the hostile ``token``; (the value written, the
+    names a refusal may give: the manifest's, the field's keys, "stale" for a fingerprint)."""
+    document = json.loads(manifest.read_text())
+    holder = document
+    for key in path[:-1]:
+        holder = holder[key]
+    original = holder[path[-1]]
+    value = _value(token, original, sandbox, store, manifest)
+    holder[path[-1]] = value
+    if token == "<link>":
+        _list_link(document, value, original)
+    manifest.write_text(json.dumps(document))
+    names = (manifest.name, *(str(k) for k in path if isinstance(k, str)))
+    if any(k in path for k in SOURCE_FIELDS):  # a recorded input that differs: "stale"
+        names = (*names, "stale")
+    return value, names
+
+
+def _check_watch(sandbox: Path, store: Path, path: tuple[Any, ...], value: Any) -> None:
+    """Nothing beside the store was opened, nothing outside it (and the stage) was changed.
+    The stale check may read the head and tail of the regular file a manifest names as its
+    source (that is its job: say whether the input changed); nothing else outside."""
+    outside = str(sandbox / "outside")
+    fingerprint = any(k in path for k in SOURCE_FIELDS)
+    read_out = [e for e in Watch.events if e[1].startswith(outside) and (e[2] or not fingerprint)]
+    assert not read_out, f"{path} = {value!r}: opened outside the store: {read_out[:3]}"
+    kept = (str(store), str(sandbox / "staged"))
+    wrote = [
+        e
+        for e in Watch.events
+        if e[2]
+        and not e[1].startswith(kept)
+        and "__pycache__" not in e[1]
+        # a makedirs of the sandbox, which exists, changes nothing
+        and not (e[0] == "os.mkdir" and f"{store}/".startswith(f"{e[1]}/"))
+    ]
+    assert not wrote, f"{path} = {value!r}: changed outside the store: {wrote[:3]}"
+
+
 # ----------------------------------------------------------------------------- the fuzz
 
 
@@ -351,19 +368,7 @@ def test_a_hostile_manifest_field_opens_the_right_store_or_is_refused(
         shutil.copytree(template, store, symlinks=True)
         index, path = choice
         manifest = store / manifests[index].relative_to(template)
-        document = json.loads(manifest.read_text())
-        holder = document
-        for key in path[:-1]:
-            holder = holder[key]
-        original = holder[path[-1]]
-        value = _value(token, original, sandbox, store, manifest)
-        holder[path[-1]] = value
-        if token == "<link>":
-            _list_link(document, value, original)
-        manifest.write_text(json.dumps(document))
-        names = (manifest.name, *(str(k) for k in path if isinstance(k, str)))
-        if any(k in path for k in SOURCE_FIELDS):  # a recorded input that differs: "stale"
-            names = (*names, "stale")
+        value, names = _plant(manifest, path, token, sandbox, store)
         skip = (store, sandbox / "staged")
         before = _listing(sandbox, skip)
         Watch.events, Watch.active = [], True
@@ -371,24 +376,7 @@ def test_a_hostile_manifest_field_opens_the_right_store_or_is_refused(
             outcomes = [_run(r, names) for r in _readers(kind, store, expected, sandbox)]
         finally:
             Watch.active = False
-        outside = str(sandbox / "outside")
-        # the stale check may read the head and tail of the regular file a manifest names as
-        # its source (that is its job: say whether the input changed); nothing else outside
-        fingerprint = any(k in path for k in SOURCE_FIELDS)
-        read_out = [
-            e for e in Watch.events if e[1].startswith(outside) and (e[2] or not fingerprint)
-        ]
-        assert not read_out, f"{path} = {value!r}: opened outside the store: {read_out[:3]}"
-        kept = (str(store), str(sandbox / "staged"))
-        wrote = [
-            e
-            for e in Watch.events
-            if e[2]
-            and not e[1].startswith(kept)
-            and "__pycache__" not in e[1]
-            and not (e[0] == "os.mkdir" and f"{store}/".startswith(f"{e[1]}/"))
-        ]  # fmt: skip (a makedirs of the sandbox, which exists, changes nothing)
-        assert not wrote, f"{path} = {value!r}: changed outside the store: {wrote[:3]}"
+        _check_watch(sandbox, store, path, value)
         assert _listing(sandbox, skip) == before, f"{path} = {value!r}: the folder around changed"
         tally["examples"] += 1
         for outcome in outcomes:
