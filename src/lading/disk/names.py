@@ -22,6 +22,9 @@ object-store prefix has no symlinks): the remote reader calls it too.
 from __future__ import annotations
 
 import os
+import re
+import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ from lading.errors import StoreFormatError
 
 MAX_NAME = 4096  # bytes: PATH_MAX on Linux
 MAX_PART = 255  # bytes: NAME_MAX on Linux (ext4, xfs, btrfs; S3 keys may be longer, we refuse)
+_UNNAMEABLE = re.compile(r"[\x00-\x1f\x7f\\]")  # control characters and the backslash
 # Which files each kind of id index opens in its directory (lading.stores.index.IdIndex). A new
 # kind adds its files here, or stores using it are refused on open.
 INDEX_FILES: dict[str, tuple[str, ...]] = {
@@ -62,10 +66,11 @@ def _why_not(name: object, directory: bool) -> str | None:
         return f"is a {type(name).__name__}, not a file name"
     if not name:
         return None if directory else "is empty, not a file name"
-    if any(ord(ch) < 32 or ch == "\x7f" for ch in name):
-        return "holds a control character (NUL, newline...), which no lading name has"
-    if "\\" in name:
+    bad = _UNNAMEABLE.search(name)
+    if bad is not None and bad.group() == "\\":
         return "holds a backslash, which no lading name has"
+    if bad is not None:
+        return "holds a control character (NUL, newline...), which no lading name has"
     if name.startswith("/"):
         return "points outside the store (an absolute path)"
     try:
@@ -111,6 +116,33 @@ def inside(root: Path, name: object, field: str, where: object, directory: bool 
     if real != base and not real.startswith(base.rstrip(os.sep) + os.sep):
         raise refuse(where, field, name, f"points outside the store: a symlink leads to {real}")
     return path
+
+
+def check_inside(root: Path, names: Iterable[str], field: str, where: object) -> None:
+    """:func:`inside` for many checked names at once, cheaply: each directory on the way is
+    looked at once (``lstat``, no ``realpath``); only a name with a symlink on its way is
+    resolved. A store's 4-20 files share 2-6 directories: ~25 ``lstat`` calls an open.
+
+    Raises:
+        StoreFormatError: a name whose real path leaves ``root``.
+    """
+    base = os.fspath(root)
+    seen: set[str] = set()
+    for name in names:
+        at = 0
+        while at >= 0:  # every prefix of the name ending at a "/", then the name itself
+            at = name.find("/", at + 1)
+            rel = name if at < 0 else name[:at]
+            if rel in seen:
+                continue
+            try:
+                link = stat.S_ISLNK(os.lstat(f"{base}/{rel}").st_mode)
+            except OSError:
+                break  # missing: the size check names it
+            if link:
+                inside(root, name, field, where)  # resolve this one: in or out
+                break
+            seen.add(rel)
 
 
 def _listed(

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lading.disk.formats import check_version, disk_format
-from lading.disk.names import check_layout, check_name, inside, refuse
+from lading.disk.names import check_inside, check_layout, check_name, inside, refuse
 from lading.errors import LadingError, StoreFormatError
 
 META_FILE = "meta.json"
@@ -241,11 +241,11 @@ def check_files(
     """
     fmt = disk_format(fmt_name)
     where = where or root / META_FILE  # the manifest read: meta.json or snap-<id>/manifest.json
-    for name in manifest["files"]:
-        inside(root, name, f"a name in the {fmt.what}'s files", where)
-    check_layout(manifest, fmt_name, where, root)
+    # decode_manifest checked every name (plain, relative) and that the layout's are listed:
+    # what is left is symlinks, and every name the layout uses is among these
+    check_inside(root, manifest["files"], f"a name in the {fmt.what}'s files", where)
     for name, info in manifest["files"].items():
-        path = safe_relative(root, name, fmt.what)
+        path = root / name
         try:
             actual = path.stat().st_size
             seen = spots(path) if spot and isinstance(info, dict) and "spot_crc32" in info else None
