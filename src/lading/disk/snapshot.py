@@ -232,8 +232,9 @@ def check_files(
     spot: bool = True,
     where: Path | None = None,
 ) -> None:
-    """Every name the manifest's layout uses is checked and listed (:func:`check_layout`),
-    and every file it lists exists with its size and (with ``spot``) spot checksum.
+    """Every file the manifest lists is inside ``root`` once symlinks are resolved (its names
+    and its layout's were checked by :func:`decode_manifest`), and exists with its size and
+    (with ``spot``) spot checksum. ``where``: the manifest file, for messages.
 
     Raises:
         MissingFileError: a file is not there (the caller may read a newer manifest).
