@@ -182,3 +182,20 @@ def test_a_bucket_manifest_naming_outside_is_refused_before_anything_is_staged(
     assert not (tmp_path / "elsewhere").exists()
     staged = [p for p in cache.rglob("*") if p.is_file()] if cache.exists() else []
     assert not [p for p in staged if p.suffix in (".off", ".keys", ".table")]
+
+
+def test_a_hostile_history_makes_the_sweep_remove_nothing_lading_did_not_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(snapshot.GRACE_ENV, "0")
+    store = lading.build_store(_tsv(tmp_path / "a.tsv", "a"), tmp_path / "s", progress=False).path
+    write(store / "notes.txt", "the user's")
+    write(tmp_path / "outside.txt", "precious")
+    meta = _meta(store)
+    units = ["notes.txt", "../outside.txt", str(tmp_path / "outside.txt"), "meta.json"]
+    meta["history"] = [{"snapshot": "snap-x", "replaced_at": 0, "units": units}]
+    _save(store, meta)
+    lading.build_store(_tsv(tmp_path / "b.tsv", "b"), store, progress=False)  # commit + sweep
+    assert (store / "notes.txt").read_text() == "the user's"
+    assert (tmp_path / "outside.txt").read_text() == "precious"
+    assert lading.open_store(store)["d1"] == "b 1"
