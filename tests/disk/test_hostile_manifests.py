@@ -234,11 +234,15 @@ def _readers(kind: str, store: Path, expected: Any, sandbox: Path) -> list[Calla
 
     if kind == "corpus":
 
-        def open_corpus() -> None:
-            corpus = TokenCorpus.open(store, on_stale="ignore")
+        def open_corpus(where: Path = store) -> None:
+            corpus = TokenCorpus.open(where, on_stale="ignore")
             assert np.array_equal(corpus.tokens, expected) and len(corpus.lengths()) == 12
 
-        return [open_corpus, lambda: _problems(verify_corpus(store))]
+        return [
+            open_corpus,
+            lambda: _problems(verify_corpus(store)),
+            lambda: open_corpus(stage(store, sandbox / "staged")),
+        ]
     if kind == "pinned":
         return [lambda: _read_store(store, expected[0], expected[1])]
     if kind == "shards":
