@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -199,3 +200,23 @@ def test_a_hostile_history_makes_the_sweep_remove_nothing_lading_did_not_write(
     assert (store / "notes.txt").read_text() == "the user's"
     assert (tmp_path / "outside.txt").read_text() == "precious"
     assert lading.open_store(store)["d1"] == "b 1"
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("tokens", ">u2"), ("tokens", "<i2"), ("tokens", "|u1"), ("text", "<u2"), ("ids", "S8")],
+)
+def test_a_column_dtype_other_than_the_build_wrote_is_refused(
+    tmp_path: Path, field: str, value: str
+) -> None:
+    src = write(
+        tmp_path / "d.jsonl", "".join(f'{{"id": "d{i}", "text": "alpha beta"}}\n' for i in range(4))
+    )
+    tok = word_tokenizer(["alpha", "beta"], tmp_path / "t.json")
+    store = lading.build_store(src, tmp_path / "s", tokenizer=str(tok), progress=False).path
+    meta = _meta(store)
+    meta["dtypes"][field] = value
+    _save(store, meta)
+    # the old code read '>u2' tokens as [512, 768] instead of [2, 3], silently
+    with pytest.raises(StoreFormatError, match=rf"dtypes\.{field} = '{re.escape(value)}'"):
+        lading.open_store(store).tokens("d1")

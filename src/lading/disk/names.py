@@ -42,6 +42,7 @@ INDEX_FILES: dict[str, tuple[str, ...]] = {
 }
 INDEX_COUNTS = {"hash": ("buckets", "width", "max_spill")}  # whole numbers each kind reads
 INDEX_DTYPES = ("<i4", "<i8")  # rows: int32 while they fit, else int64; int keys: int64
+TOKEN_DTYPES = ("<u2", "<u4")  # token ids: uint16 up to 65,536 entries, else uint32
 # Fixed file names of the formats whose layout is one directory (``dir``) of known files.
 TOKEN_FILES = ("tokens.bin", "tokens.off", "tokenizer.json")
 OFFSETS_FILES = ("span.start", "span.len", "ids.bin", "ids.off")
@@ -200,6 +201,7 @@ def packed_names(manifest: dict[str, Any], where: object) -> list[tuple[str, obj
                 files = _dict(files, f"shards[{i}].columns.{column}", where)
                 for key in ("data", "offsets"):
                     out.append((f"shards[{i}].columns.{column}.{key}", files.get(key)))
+        _check_dtypes(manifest, columns_of, where)
         spans = _dict(manifest.get("global_offsets", {}), "global_offsets", where)
         out += [(f"global_offsets.{column}", name) for column, name in spans.items()]
         directory = check_name(index.get("dir", ""), "index.dir", where, directory=True)
@@ -207,6 +209,24 @@ def packed_names(manifest: dict[str, Any], where: object) -> list[tuple[str, obj
     if manifest.get("tokens"):
         out.append(("tokenizer", manifest.get("tokenizer", "tokenizer.json")))
     return out
+
+
+def _check_dtypes(manifest: dict[str, Any], columns: dict[str, Any], where: object) -> None:
+    """Each column's item dtype is the one lading writes: UTF-8 bytes (``|u1``) for text, ids
+    and fields; for tokens the little-endian unsigned width the tokenizer info says (a
+    big-endian or signed dtype would read every token id wrong, without an error)."""
+    tokens = manifest.get("tokens")
+    wanted = tokens.get("dtype") if isinstance(tokens, dict) else None
+    if tokens and wanted not in TOKEN_DTYPES:
+        raise refuse(where, "tokens.dtype", wanted, f"is not one of {TOKEN_DTYPES}")
+    if "dtypes" not in manifest:  # read from tokens.dtype (lading.stores.layout.dtypes)
+        return
+    dtypes = _dict(manifest["dtypes"], "dtypes", where)
+    for column in columns:
+        found = dtypes.get(column)
+        expected = wanted if column == "tokens" else "|u1"
+        if found != expected:
+            raise refuse(where, f"dtypes.{column}", found, f"is not {expected!r}")
 
 
 def _index_names(
