@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lading.disk import BuildContext, byte_bar, is_ours_to_replace, write_file
-from lading.disk.snapshot import BUILD_MARK, BUILD_PREFIX
+from lading.disk.snapshot import BUILD_MARK, BUILD_PREFIX, TMP_PREFIX
 from lading.errors import SourceError, StoreFormatError
 from lading.sources import ParseOptions, SourceReader, refuse_if_changed
 from lading.stores.inputs import PiecesReader, check_shard_count, input_files, plan_shard
@@ -132,6 +135,15 @@ def claim_build(where: Path, recipe: dict[str, Any], shard: int) -> None:
     Raises:
         StoreFormatError: naming the build, both inputs and the fix (another build id).
     """
+    blob = json.dumps(recipe, indent=2, sort_keys=True).encode()
+    if not where.is_dir():  # made whole with its build.json: a racing worker never sees it
+        tmp = where.parent / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"  # bare
+        tmp.mkdir(parents=True)
+        write_file(tmp / BUILD_FILE, blob)
+        try:
+            os.rename(tmp, where)
+        except OSError:  # another worker made it first: compare with what it recorded
+            shutil.rmtree(tmp, ignore_errors=True)
     path = where / BUILD_FILE
     try:
         first = json.loads(path.read_text(encoding="utf-8"))
@@ -145,10 +157,10 @@ def claim_build(where: Path, recipe: dict[str, Any], shard: int) -> None:
             f"inputs; build every shard again under a new build id (--build-id), or delete "
             f"{where} to start this build over"
         )
-    if first is None or theirs is None:
-        tmp = where / f".{BUILD_FILE}.{shard}.tmp"  # whole or absent: a reader never sees half
-        write_file(tmp, json.dumps(recipe, indent=2, sort_keys=True).encode())
-        tmp.replace(path)
+    if theirs is None:  # written by a lading that did not record the inputs: record them
+        tmp_file = where.parent / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.json"
+        write_file(tmp_file, blob)
+        os.replace(tmp_file, path)  # whole or absent: a reader never sees half
 
 
 def check_same_inputs(dest: Path, shards: list[Shard]) -> None:
@@ -194,7 +206,7 @@ def build_shard(
     if not is_ours_to_replace(dest):
         raise FileExistsError(f"{dest} exists and is not a lading store; refusing to build into it")
     where = dest / bid / shard_name(i, n)
-    where.parent.mkdir(parents=True, exist_ok=True)
+    dest.mkdir(parents=True, exist_ok=True)
     stats = input_stats(files)
     recipe = {"build_id": bid, "n": n, "options": options, "inputs": [str(p) for p in files]}
     claim_build(where.parent, {**recipe, "stats": stats}, i)
