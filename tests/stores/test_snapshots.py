@@ -10,6 +10,7 @@ import json
 import pickle
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,11 +87,11 @@ def test_a_file_gone_between_manifest_and_open_retries_the_new_manifest(
     real = snapshot.check_files
     rebuilt = []
 
-    def rebuild_first(root: Path, manifest: dict, fmt: str, spot: bool = True) -> None:
+    def rebuild_first(root: Path, manifest: dict, fmt: str, spot: bool = True, **kw: Any) -> None:
         if not rebuilt:
             rebuilt.append("")
             rebuilt[0] = lading.build_store(b, dest, progress=False).snapshot
-        real(root, manifest, fmt, spot)
+        real(root, manifest, fmt, spot, **kw)
 
     monkeypatch.setattr(snapshot, "check_files", rebuild_first)
     store = lading.open_store(dest)

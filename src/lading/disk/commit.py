@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import time
@@ -34,6 +35,12 @@ from lading.disk.snapshot import (
     spot_crc32,
 )
 from lading.errors import StoreFormatError
+
+# What a version 1 store kept at its top: ragged columns, the id index, an offsets index's
+# spans, a tokenizer. Never meta.json.
+_V1_FILE = re.compile(
+    r"^(?:[\w.-]+\.(?:bin|off)|index\.[a-z]+|span\.(?:start|len)|tokenizer\.json)$"
+)
 
 
 def units(manifest: dict[str, Any]) -> set[str]:
@@ -118,16 +125,16 @@ def _sweep(root: Path, current: dict[str, Any], expired: set[str], now: float) -
     removed = []
     for entry in sorted(_entries(root)):
         name = entry.name
-        if name in keep:
-            continue
+        if name in keep or entry.is_symlink():
+            continue  # lading makes no symlink: one may lead out of the store, never follow it
         if is_snapshot_dir(entry):
             (entry / MANIFEST).unlink(missing_ok=True)  # first: a pinned reader learns it is gone
         elif is_build_dir(entry):
             if name not in expired and now - _newest_mtime(entry) < ABANDONED_S:
                 continue
-        elif name not in expired or not entry.is_file() or name == META_FILE:
+        elif name not in expired or not entry.is_file() or not _V1_FILE.match(name):
             continue  # else only version 1 files that a replaced snapshot listed: never a
-            # folder or file lading did not name
+            # folder, nor a file no version 1 store has (a manifest's history is input too)
         _remove(entry)
         removed.append(name)
     return removed

@@ -87,6 +87,8 @@ def verify_checksums(
         with open(path, "rb") as f:
             while block := f.read(1 << 24):
                 crc = zlib.crc32(block, crc)
-        if crc != info.get("crc32"):
-            problems.append(f"{path}: CRC32 {crc:#010x}, expected {info.get('crc32'):#010x}")
+        expected = info.get("crc32") if isinstance(info, dict) else None
+        if crc != expected:
+            shown = f"{expected:#010x}" if isinstance(expected, int) else repr(expected)
+            problems.append(f"{path}: CRC32 {crc:#010x}, expected {shown}")
     return problems

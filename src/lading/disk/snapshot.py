@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lading.disk.formats import check_version, disk_format
-from lading.errors import StoreFormatError
+from lading.disk.names import check_inside, check_layout, check_name, inside, refuse
+from lading.errors import LadingError, StoreFormatError
 
 META_FILE = "meta.json"
 MANIFEST = "manifest.json"  # inside snap-<id>/
@@ -79,14 +80,20 @@ def new_snapshot_id() -> str:
 
 
 def is_snapshot_dir(path: Path) -> bool:
-    """Whether ``path`` is named as :func:`new_snapshot_id` names snapshot directories."""
-    return bool(_SNAP_NAME.match(path.name)) and path.is_dir()
+    """Whether ``path`` is named as :func:`new_snapshot_id` names snapshot directories and is
+    a directory, not a symlink to one (lading never makes one: it may lead out of the store)."""
+    return bool(_SNAP_NAME.match(path.name)) and path.is_dir() and not path.is_symlink()
 
 
 def is_build_dir(path: Path) -> bool:
     """Whether ``path`` is a ``build-<id>`` directory that lading made (it holds
-    :data:`BUILD_MARK`): a user's folder that happens to be called ``build-x`` is not."""
-    return path.name.startswith(BUILD_PREFIX) and (path / BUILD_MARK).is_file()
+    :data:`BUILD_MARK`): a user's folder that happens to be called ``build-x`` is not, nor a
+    symlink to one."""
+    return (
+        path.name.startswith(BUILD_PREFIX)
+        and not path.is_symlink()
+        and (path / BUILD_MARK).is_file()
+    )
 
 
 def grace_seconds() -> float:
@@ -103,8 +110,10 @@ def grace_seconds() -> float:
 
 def decode_manifest(raw: bytes, where: str | Path, fmt_name: str) -> dict[str, Any]:
     """The bytes of a ``meta.json`` as a manifest of format ``fmt_name``, checked: JSON, that
-    format, a version this lading reads, a file list. Its snapshot id is the caller's to check
-    (a local directory and an object-store prefix name a version 1 store's differently).
+    format, a version this lading reads, a file list, and every name the file list and the
+    layout use (:mod:`lading.disk.names`: relative, inside, listed; a local reader also checks
+    symlinks). Its snapshot id is the caller's to check (a local directory and an object-store
+    prefix name a version 1 store's differently).
 
     Raises:
         StoreFormatError: naming ``where`` and how to rebuild.
@@ -120,6 +129,9 @@ def decode_manifest(raw: bytes, where: str | Path, fmt_name: str) -> dict[str, A
     check_version(fmt_name, meta.get("version"), where)
     if not isinstance(meta.get("files"), dict):
         raise StoreFormatError(f"{where}: no file list; {fmt.rebuild}")
+    for name in meta["files"]:  # on a disk or in a bucket alike (symlinks: check_files)
+        check_name(name, f"a name in the {fmt.what}'s files", where)
+    check_layout(meta, fmt_name, where)
     return meta
 
 
@@ -129,6 +141,8 @@ def _parse(raw: bytes, where: Path, fmt_name: str) -> dict[str, Any]:
         meta["snapshot"] = "v1-" + hashlib.sha256(raw).hexdigest()[:16]
     elif not str(meta.get("snapshot", "")).startswith(SNAP_PREFIX):
         raise StoreFormatError(f"{where}: no snapshot id; {disk_format(fmt_name).rebuild}")
+    elif "/" in check_name(meta["snapshot"], "snapshot", where):
+        raise refuse(where, "snapshot", meta["snapshot"], "is not one directory's name")
     return meta
 
 
@@ -162,10 +176,14 @@ def load_manifest(
         StoreFormatError: no manifest, another format, a version this lading cannot read.
         SnapshotGoneError: ``snapshot`` is no longer kept.
     """
-    root = Path(root)
+    return _load(Path(root), fmt_name, snapshot)[0]
+
+
+def _load(root: Path, fmt_name: str, snapshot: str | None) -> tuple[dict[str, Any], Path]:
+    """:func:`load_manifest`, and the file it was read from (for messages)."""
     current = read_current(root, fmt_name)
     if snapshot is None or current["snapshot"] == snapshot:
-        return current
+        return current, root / META_FILE
     path = root / snapshot / MANIFEST
     try:
         raw = path.read_bytes() if snapshot.startswith(SNAP_PREFIX) else None
@@ -173,7 +191,7 @@ def load_manifest(
         raw = None
     if raw is None or "/" in snapshot:
         raise gone(root, snapshot, current["snapshot"])
-    return _parse(raw, path, fmt_name)
+    return _parse(raw, path, fmt_name), path
 
 
 def gone(root: Path, snapshot: str, current: str) -> SnapshotGoneError:
@@ -187,16 +205,9 @@ def gone(root: Path, snapshot: str, current: str) -> SnapshotGoneError:
 
 
 def safe_relative(root: Path, name: object, what: str) -> Path:
-    """``root / name`` for a manifest's relative file name; anything leaving ``root`` is refused."""
-    if (
-        not isinstance(name, str)
-        or not name
-        or "\\" in name
-        or name.startswith("/")
-        or any(part in ("", ".", "..") for part in name.split("/"))
-    ):
-        raise StoreFormatError(f"{root / META_FILE}: file name {name!r} points outside the {what}")
-    return root / name
+    """``root / name`` for a name in a manifest's file list, checked as every manifest name is
+    (:mod:`lading.disk.names`: relative, plain parts, no symlink out of ``root``)."""
+    return inside(root, name, f"a name in the {what}'s files", root / META_FILE)
 
 
 def spots(path: Path) -> bytes:
@@ -214,16 +225,28 @@ def spot_crc32(path: Path) -> int:
     return zlib.crc32(spots(path))
 
 
-def check_files(root: Path, manifest: dict[str, Any], fmt_name: str, spot: bool = True) -> None:
-    """Every file ``manifest`` names exists with its size and (with ``spot``) spot checksum.
+def check_files(
+    root: Path,
+    manifest: dict[str, Any],
+    fmt_name: str,
+    spot: bool = True,
+    where: Path | None = None,
+) -> None:
+    """Every file the manifest lists is inside ``root`` once symlinks are resolved (its names
+    and its layout's were checked by :func:`decode_manifest`), and exists with its size and
+    (with ``spot``) spot checksum. ``where``: the manifest file, for messages.
 
     Raises:
         MissingFileError: a file is not there (the caller may read a newer manifest).
         StoreFormatError: a file has another size or its spots another checksum.
     """
     fmt = disk_format(fmt_name)
+    where = where or root / META_FILE  # the manifest read: meta.json or snap-<id>/manifest.json
+    # decode_manifest checked every name (plain, relative) and that the layout's are listed:
+    # what is left is symlinks, and every name the layout uses is among these
+    check_inside(root, manifest["files"], f"a name in the {fmt.what}'s files", where)
     for name, info in manifest["files"].items():
-        path = safe_relative(root, name, fmt.what)
+        path = root / name
         try:
             actual = path.stat().st_size
             seen = spots(path) if spot and isinstance(info, dict) and "spot_crc32" in info else None
@@ -234,7 +257,7 @@ def check_files(root: Path, manifest: dict[str, Any], fmt_name: str, spot: bool 
         expected = info.get("size") if isinstance(info, dict) else None
         if actual != expected:
             raise StoreFormatError(
-                f"{path} is {actual} bytes, expected {expected} (truncated or replaced?); "
+                f"{path} is {actual} bytes, expected {expected!r} (truncated or replaced?); "
                 f"{fmt.rebuild}"
             )
         if seen is not None and zlib.crc32(seen) != info["spot_crc32"]:
@@ -265,10 +288,10 @@ def open_snapshot(
     """
     path = Path(root)
     for _ in range(OPEN_TRIES):
-        manifest = load_manifest(path, fmt_name, snapshot)
+        manifest, where = _load(path, fmt_name, snapshot)
         try:
-            check_files(path, manifest, fmt_name)
-            return opener(manifest)
+            check_files(path, manifest, fmt_name, where=where)
+            return _opened(opener, manifest, where, fmt_name)
         except (MissingFileError, FileNotFoundError) as e:
             now = read_current(path, fmt_name)["snapshot"]
             if snapshot is not None and now != snapshot:
@@ -283,6 +306,22 @@ def open_snapshot(
     raise StoreFormatError(
         f"{path} was rebuilt {OPEN_TRIES} times while it was being opened; open it again"
     )
+
+
+def _opened(
+    opener: Callable[[dict[str, Any]], T], manifest: dict[str, Any], where: Path, fmt_name: str
+) -> T:
+    """``opener(manifest)``; a field of the wrong type or value that no check above named
+    (a manifest is input: anything may be in it) becomes one error naming the manifest."""
+    try:
+        return opener(manifest)
+    except (LadingError, FileNotFoundError):
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as e:
+        raise StoreFormatError(
+            f"{where}: a field has a wrong type or value ({type(e).__name__}: "
+            f"{str(e)[:200]}); {disk_format(fmt_name).rebuild}"
+        ) from None
 
 
 def content_id(manifest: dict[str, Any]) -> str:

@@ -41,6 +41,7 @@ from lading.disk import (
     staging,
 )
 from lading.disk.meta import LISTED_FORMATS, META_FILE
+from lading.disk.names import check_layout, check_name, inside
 from lading.errors import StoreFormatError
 from lading.world import World, from_environment
 
@@ -95,6 +96,18 @@ class _Source:
             out[rel] = {"size": int(info["size"]), "version": str(version)}
         return out
 
+    def check(self, meta: dict[str, Any]) -> None:
+        """Refuse a manifest naming a file outside the source (``..``, absolute, a symlink out
+        of a local source) or a layout name it does not list (:mod:`lading.disk.names`)."""
+        where = f"{self.url}/{META_FILE}"
+        root = None if self.remote else self.local
+        for name in meta["files"]:
+            if root is None:
+                check_name(name, "a name in files", where)
+            else:
+                inside(root, name, "a name in files", where)
+        check_layout(meta, meta["format"], where, root)
+
     def read_bytes(self, rel: str) -> bytes:
         if not self.remote:
             return (self.local / rel).read_bytes()
@@ -123,6 +136,7 @@ def snapshot_of(
             meta = json.loads(raw)
             if meta.get("format") in LISTED_FORMATS and isinstance(meta.get("files"), dict):
                 listed = meta["files"]
+                source.check(meta)  # every name it uses stays inside: nothing else is copied
                 wanted = {name: files[name] for name in listed if name in files}
                 missing = sorted(set(listed) - set(wanted))
                 if missing:

@@ -75,7 +75,11 @@ class TokenCorpus:
         self.tokens: npt.NDArray[Any] = MappedFile(where / "tokens.bin").array(self.dtype)
         self.offsets: npt.NDArray[np.uint64] = MappedFile(where / "tokens.off").array(OFFSET_DTYPE)
         if len(self.offsets) != meta["documents"] + 1 or int(self.offsets[-1]) != len(self.tokens):
-            raise StoreFormatError(f"{path}: tokens.off does not describe tokens.bin; rebuild")
+            raise StoreFormatError(
+                f"{path}: tokens.off ({len(self.offsets)} offsets) does not describe tokens.bin "
+                f"({len(self.tokens)} tokens) and the manifest's documents = "
+                f"{meta['documents']!r}; rebuild it with `lading lm build`"
+            )
 
     @classmethod
     def open(
@@ -110,9 +114,7 @@ class TokenCorpus:
             path = stage(path, Path(stage_to) / name)
         root = Path(path)
         corpus = open_snapshot(root, FORMAT_NAME, lambda meta: cls(root, meta), snapshot)
-        recipe = corpus.meta.get("recipe", {})
-        if "source" in recipe and "source_identity" in recipe:
-            corpus.stale = identity_changed(recipe["source"], recipe["source_identity"])
+        corpus.stale = _stale(corpus.meta.get("recipe"))
         if corpus.stale and on_stale == "raise":
             raise StoreFormatError(f"token corpus {root} is stale: {corpus.stale}; rebuild it")
         if corpus.stale and on_stale == "warn":
@@ -218,6 +220,16 @@ class TokenCorpus:
     def tokenizer(self) -> Any:
         """The tokenizer the corpus was built with (a copy is kept beside the tokens)."""
         return load_tokenizer(self.path / self.meta.get("dir", "") / "tokenizer.json")
+
+
+def _stale(recipe: object) -> str | None:
+    """Why the recorded source differs from it now, or None (also when the manifest's recipe
+    is not what a build writes: a manifest is input, and staleness is advice)."""
+    if not isinstance(recipe, dict) or not isinstance(recipe.get("source"), str):
+        return None
+    if not isinstance(recipe.get("source_identity"), dict):
+        return None
+    return identity_changed(recipe["source"], recipe["source_identity"])
 
 
 def verify_corpus(path: str | os.PathLike[str]) -> list[str]:

@@ -96,9 +96,9 @@ def fingerprint_changed(recorded: Mapping[str, Any]) -> str | None:
     rebuilds. A missing file is not a change (the store may have been copied to another
     machine).
     """
-    path = recorded.get("path")
-    if not path or not os.path.exists(path):
-        return None
+    path = recorded.get("path") if isinstance(recorded, Mapping) else None
+    if not isinstance(path, str) or not path or "\0" in path or not os.path.isfile(path):
+        return None  # a manifest is input: only a regular file is read (never a FIFO, a device)
     now = fingerprint(path)
     if now["size"] != recorded.get("size"):
         return f"{path} is now {now['size']} bytes, was {recorded.get('size')} at build time"

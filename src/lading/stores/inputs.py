@@ -91,33 +91,81 @@ def plan_shards(files: Sequence[Path], n: int, format: str | None) -> list[list[
     """The pieces each of ``n`` shards reads, in order (see the module docstring).
 
     Raises:
-        ValueError: a shard would read nothing (fewer files than shards, and none of them
-            splittable), naming the numbers and the fix.
+        ValueError: a shard would read nothing (see :func:`check_shard_count`).
+    """
+    check_shard_count(files, n, format)
+    return [plan_shard(files, n, format, i) for i in range(n)]
+
+
+def _splittable(path: Path, size: int, format: str | None) -> bool:
+    return (format or detect_format(path)) in SPLITTABLE and not is_compressed(path) and size > 0
+
+
+def _shard_of(byte: int, total: int, n: int) -> int:
+    """The shard whose run holds ``byte``: the largest ``k < n`` with ``total * k // n <= byte``
+    (``total * k // n <= b`` holds exactly when ``k < (b + 1) * n / total``)."""
+    return min(n - 1, -(-(byte + 1) * n // total) - 1) if total else 0
+
+
+def check_shard_count(files: Sequence[Path], n: int, format: str | None) -> None:
+    """Refuse ``n`` shards where one would read nothing, in time linear in the files (not in
+    ``n``: ``--shard 0/100000000000`` is answered at once, not after planning every shard).
+
+    A shard's run of the input's bytes must hold a line start of a splittable file or the
+    first byte of another file: at most one shard per byte of input, and each file that
+    cannot be split (compressed, not TSV/JSONL) goes whole to one shard.
+
+    Raises:
+        ValueError: naming the first shard that would read nothing, how many shards the input
+            allows, and the fix.
     """
     sizes = [p.stat().st_size for p in files]
     total = sum(sizes)
-    cuts = [total * k // n for k in range(n + 1)]
-    plan: list[list[Piece]] = [[] for _ in range(n)]
-    offset = 0
+    if n > max(total, 1):
+        raise ValueError(
+            f"{n:,} shards but the {len(files)} input file(s) hold {total:,} bytes: each shard "
+            f"needs at least one byte to read. Use at most {max(total, 1):,} shards (--shard "
+            "I/N with a smaller N), or give more input"
+        )
+    reading = 0  # shards that read something: a union of runs, files are in byte order
+    first_empty, upto, offset = None, -1, 0
     for path, size in zip(files, sizes):
-        fmt = format or detect_format(path)
-        if fmt in SPLITTABLE and not is_compressed(path) and size > 0:
-            for i in range(n):
-                lo, hi = max(cuts[i], offset), min(cuts[i + 1], offset + size)
-                if lo < hi:
-                    plan[i].append(Piece(path, lo - offset, hi - offset))
-        else:
-            owner = max(i for i in range(n) if cuts[i] <= offset) if total else 0
-            plan[owner].append(Piece(path))
+        a = _shard_of(offset, total, n)
+        b = _shard_of(offset + size - 1, total, n) if _splittable(path, size, format) else a
+        if a > upto + 1 and first_empty is None:
+            first_empty = upto + 1
+        if b > upto:
+            reading += b - max(a, upto + 1) + 1
+            upto = b
         offset += size
-    empty = [i for i, pieces in enumerate(plan) if not pieces]
-    if empty:
+    if upto < n - 1 and first_empty is None:
+        first_empty = upto + 1
+    if first_empty is not None:
         raise ValueError(
             f"{n} shards but {len(files)} input file(s) that cannot all be split at lines "
-            f"(compressed, or not TSV/JSONL): shard {empty[0]} would read nothing. Use at most "
-            f"{n - len(empty)} shards, or give more (or uncompressed) files"
+            f"(compressed, or not TSV/JSONL): shard {first_empty} would read nothing. Use at "
+            f"most {reading} shards, or give more (or uncompressed) files"
         )
-    return plan
+
+
+def plan_shard(files: Sequence[Path], n: int, format: str | None, i: int) -> list[Piece]:
+    """The pieces shard ``i`` of ``n`` reads, in order: the bytes ``[total * i // n,
+    total * (i + 1) // n)`` of the files laid end to end, cut at line starts where the file
+    allows, else whole files whose first byte falls there. Linear in the files, not in ``n``."""
+    sizes = [p.stat().st_size for p in files]
+    total = sum(sizes)
+    lo_i, hi_i = total * i // n, total * (i + 1) // n
+    pieces: list[Piece] = []
+    offset = 0
+    for path, size in zip(files, sizes):
+        if _splittable(path, size, format):
+            lo, hi = max(lo_i, offset), min(hi_i, offset + size)
+            if lo < hi:
+                pieces.append(Piece(path, lo - offset, hi - offset))
+        elif _shard_of(offset, total, n) == i:
+            pieces.append(Piece(path))
+        offset += size
+    return pieces
 
 
 @dataclass

@@ -31,6 +31,11 @@ and ``sources`` (fingerprints of the inputs, taken before they were read), ``sha
 ``spot_crc32``) and ``history`` (replaced snapshots still kept). :func:`shard_files` reads the
 column layout out of it without opening anything (for readers of object storage).
 
+Every path-valued field (``shards[i].columns``, ``shards[i].dir``, ``index.dir``,
+``global_offsets``, ``tokenizer``) is checked on every read, local or remote, before a file
+is opened: a relative name inside the store, listed in ``files`` (:mod:`lading.disk.names`,
+which also lists the index files of each index kind: a new kind adds its files there).
+
 Nothing is pickled. Version 1 (every file at the top, one shard, ``meta.json`` listing names)
 is still read, as one snapshot.
 """

@@ -32,6 +32,7 @@ from lading.errors import StoreFormatError
 from lading.sources.tsv_blocks import Column, int_values
 from lading.stores.index import bytes_keys, write_index
 from lading.stores.layout import FORMAT_NAME, field_column
+from lading.stores.records import check_shard_record
 from lading.stores.writer import SHARD_FILE, Duplicates, _all_distinct_small_ints, unique_rows
 
 _KEY_CHUNK = 1 << 20  # ids parsed per numpy pass when a merge reads a shard's ids back
@@ -65,8 +66,14 @@ def read_shard(root: Path, rel: str) -> Shard:
         raise StoreFormatError(
             f"{root / rel} is not a finished shard ({SHARD_FILE} missing)"
         ) from None
+    except (ValueError, OSError) as e:
+        raise StoreFormatError(f"{path} is damaged ({e}); build this shard again") from None
+    record = check_shard_record(record, path, root / rel)  # names inside, types right
     for name, info in record["files"].items():
-        size = (root / rel / name).stat().st_size
+        try:
+            size = (root / rel / name).stat().st_size
+        except FileNotFoundError:
+            raise StoreFormatError(f"{root / rel / name} (in {path}) is missing") from None
         if size != info["size"]:
             raise StoreFormatError(
                 f"{root / rel / name} is {size} bytes, its shard says {info['size']}"

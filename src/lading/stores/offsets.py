@@ -99,10 +99,10 @@ class OffsetStore(DocStore):
 
     def _map(self, meta: dict[str, Any]) -> dict[str, Any]:
         source = meta["source"]
-        if not os.path.exists(source["path"]):
-            raise StoreFormatError(
-                f"{self.path} indexes {source['path']}, which is gone; an OffsetStore reads its "
-                "source file on every lookup"
+        if not isinstance(source["path"], str) or not os.path.isfile(source["path"]):
+            raise StoreFormatError(  # a regular file only: a FIFO or a device would hang reads
+                f"{self.path} indexes {source['path']!r}, which is gone or not a regular file "
+                "(meta.json source.path); an OffsetStore reads its source file on every lookup"
             )
         changed = fingerprint_changed(source)
         if changed:
@@ -110,7 +110,7 @@ class OffsetStore(DocStore):
         parse = ParseOptions.from_dict(meta["options"])
         parser: Parser = SourceReader(source["path"], meta["file_format"], "raise", parse).parser()
         where = self.path / meta.get("dir", "")  # version 1: every file at the top
-        return {
+        state = {
             "meta": meta,
             "start": MappedFile(where / "span.start").array("<u8"),
             "length": MappedFile(where / "span.len").array("<u4"),
@@ -119,6 +119,8 @@ class OffsetStore(DocStore):
             "parse": parser,
             "fd": os.open(source["path"], os.O_RDONLY),
         }
+        _check_options(state, self.path)
+        return state
 
     def __repr__(self) -> str:
         return f"OffsetStore({str(self.path)!r})"
@@ -182,6 +184,23 @@ class OffsetStore(DocStore):
         starts = state["start"][rows].tolist()
         lengths = state["length"][rows].tolist()
         return [parse(os.pread(fd, n, s)).text for s, n in zip(starts, lengths)]
+
+
+def _check_options(state: dict[str, Any], path: Path) -> None:
+    """The recorded parse options read the first record back as the build did: a manifest is
+    input, and options of the wrong type would otherwise fail every lookup, not the open."""
+    if not len(state["start"]):
+        return
+    raw = os.pread(state["fd"], int(state["length"][0]), int(state["start"][0]))
+    try:
+        state["parse"](raw)
+    except Exception as e:  # any failure here is the manifest's options
+        os.close(state["fd"])
+        shown = repr(state["meta"].get("options"))[:100]
+        raise StoreFormatError(
+            f"{path}/meta.json: options = {shown} do not read its first record back "
+            f"({type(e).__name__}: {str(e)[:100]}); rebuild it with OffsetStore.build"
+        ) from None
 
 
 def _write(

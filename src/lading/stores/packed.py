@@ -254,7 +254,8 @@ def _stale(meta: dict[str, Any]) -> str | None:
     wide = unnamed_columns(meta)
     if wide:
         return wide
-    for source in meta.get("sources") or [meta.get("source", {})]:
+    sources = meta.get("sources") or [meta.get("source", {})]
+    for source in sources if isinstance(sources, list) else []:
         changed = fingerprint_changed(source)
         if changed:
             return changed
@@ -270,8 +271,8 @@ def unnamed_columns(meta: dict[str, Any]) -> str | None:
     kept that its columns do not name are the only record of it; such a store is rebuilt, not
     reused (the rebuild refuses the wide line, naming the file and ``--columns``).
     """
-    build = meta.get("build") or {}
-    if build.get("format") != "tsv":
+    build = meta.get("build")
+    if not isinstance(build, dict) or build.get("format") != "tsv":
         return None
     named = list(build.get("columns") or ("id", "text"))
     extra = [f for f in meta.get("fields", []) if f not in named]
@@ -305,13 +306,13 @@ def _map_snapshot(path: Path, meta: dict[str, Any]) -> _Mapped:
         spans = meta.get("global_offsets", {})
         columns = {name: _column(path, parts, name, types[name], spans.get(name)) for name in names}
         index = IdIndex(path / index_dir(meta), meta["index"])
-    except (KeyError, TypeError) as e:
+    except KeyError as e:
         raise StoreFormatError(f"{path}/meta.json lacks {e}; rebuild the store") from None
     count = meta.get("count")
     for column in columns.values():
         if len(column) != count:
             raise StoreFormatError(
-                f"{path}: a column has {len(column)} rows, meta.json says {count}; "
+                f"{path}: a column has {len(column)} rows, the manifest's count is {count!r}; "
                 "rebuild the store"
             )
     fields = {name: columns[field_column(name)] for name in meta["fields"]}
@@ -335,7 +336,7 @@ def _column(
         if len(column) != part["rows"]:
             raise StoreFormatError(
                 f"{path}: {part['columns'][name]['offsets']} has {len(column)} rows, the "
-                f"manifest says {part['rows']}; rebuild the store"
+                f"manifest's shard rows say {part['rows']!r}; rebuild the store"
             )
     if len(maps) == 1:
         return maps[0]

@@ -18,7 +18,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from lading.disk.names import safe_member_name, safe_snapshot_id
+from lading.disk.names import check_name, safe_snapshot_id
 from lading.disk.snapshot import decode_manifest
 from lading.errors import StoreFormatError
 from lading.stores.layout import FORMAT_NAME, field_column
@@ -51,7 +51,7 @@ def parse(raw: bytes, where: str) -> dict[str, Any]:
 
     Everything the remote path uses is checked here, before a byte is staged: the snapshot
     id (a folder of the cache), every file name (relative, inside the store: see
-    :func:`lading.disk.names.safe_member_name`), sizes and checksums, the row count, and each
+    :func:`lading.disk.names.check_name`), sizes and checksums, the row count, and each
     name the layout uses (listed in the file list).
 
     Raises:
@@ -85,7 +85,7 @@ def check(meta: dict[str, Any], where: str) -> None:
         raise StoreFormatError(f"{where}: fields is not a list of names; rebuild the store")
     files = meta["files"]
     for name, info in files.items():
-        safe_member_name(name, where, "files")
+        check_name(name, "files", where)
         if not isinstance(info, dict):
             raise StoreFormatError(f"{where}: files[{name!r}] is not an object; rebuild the store")
         _number(info.get("size"), where, f"files[{name!r}].size", MAX_BYTES)
@@ -109,7 +109,7 @@ def check(meta: dict[str, Any], where: str) -> None:
         for i, part in enumerate(parts):
             field = f"shards[{i}].columns.{column}"
             for kind, name in (("data", part.data), ("offsets", part.offsets)):
-                if safe_member_name(name, where, f"{field}.{kind}") not in files:
+                if check_name(name, f"{field}.{kind}", where) not in files:
                     raise StoreFormatError(
                         f"{where}: {field}.{kind} names {name!r}, which its file list does "
                         "not hold; the manifest is damaged, rebuild the store"
@@ -124,9 +124,9 @@ def check(meta: dict[str, Any], where: str) -> None:
     if not isinstance(index, dict):
         raise StoreFormatError(f"{where}: index is not an object; rebuild the store")
     if index.get("dir", ""):
-        safe_member_name(index["dir"], where, "index.dir")
+        check_name(index["dir"], "index.dir", where)
     if meta.get("tokens") and meta.get("tokenizer") is not None:
-        safe_member_name(meta["tokenizer"], where, "tokenizer")
+        check_name(meta["tokenizer"], "tokenizer", where)
 
 
 def columns(meta: dict[str, Any]) -> dict[str, list[Part]]:
