@@ -262,14 +262,21 @@ class Ledger:
     def fill(self, done: Iterable[tuple[int, bytes]]) -> None:
         """Store fetched bytes and mark their blocks ready (a block evicted or taken over
         meanwhile is skipped)."""
+        done = list(done)
+        if not done:
+            return
         with self.write() as conn:
-            for block, data in done:
-                changed = conn.execute(
-                    "UPDATE blocks SET ready = 1, owner = NULL WHERE id = ? AND ready = 0",
-                    (block,),
-                ).rowcount
-                if changed:
-                    conn.execute("INSERT OR REPLACE INTO payload VALUES (?, ?)", (block, data))
+            # two statements for the whole batch, not two a block; the payload goes in only
+            # where its claim is still there and unfilled (evicted or taken over: skipped)
+            conn.executemany(
+                "INSERT OR REPLACE INTO payload SELECT ?, ? WHERE EXISTS (SELECT 1 FROM blocks"
+                " WHERE id = ? AND ready = 0)",
+                [(block, data, block) for block, data in done],
+            )
+            conn.executemany(
+                "UPDATE blocks SET ready = 1, owner = NULL WHERE id = ? AND ready = 0",
+                [(block,) for block, _ in done],
+            )
 
     def release(self, blocks: Iterable[int]) -> None:
         """Give up claims (a fetch that failed): their space is free again."""
