@@ -2,9 +2,11 @@
 
 A loader's order is known in advance (``(seed, epoch)`` fix it), so a dataset whose items live
 far away (a store in object storage) can fetch the next batches' documents while the current
-ones train. A dataset opts in with a method::
+ones train. A dataset opts in with methods::
 
-    dataset.prefetch(batches, first_step, now)
+    dataset.prefetch(batches, first_step, now)   # the next batches: fetch them
+    dataset.plan(batches, first_step)            # the epoch's whole order: what to keep cached
+    dataset.at_step(step)                        # the reads that follow are this step's
 
 ``batches`` are lists of the keys the loader will ask for (ints or
 :class:`~lading.loading.map_source.EpochIndex`), batch ``j`` at step ``first_step + j``; ``now``
@@ -13,7 +15,9 @@ every rank, which reads batch ``b`` of an epoch at the same time as the others. 
 (:class:`~lading.loading.loader.Loader`) calls it as it hands out batch keys, in the process
 that iterates it (with DataLoader workers: the main process, ahead of the workers), every
 ``LOOKAHEAD`` batches for the ``LOOKAHEAD`` to ``2 * LOOKAHEAD`` batches ahead. What it does
-affects speed only: a dataset reads the same items without it.
+affects speed only: a dataset reads the same items without it. ``plan`` is called once an
+iteration, at its start, with every batch left in the epoch (from the process that iterates);
+``at_step`` by whichever process builds a batch (a DataLoader worker too), before its reads.
 """
 
 from __future__ import annotations
@@ -43,9 +47,13 @@ def announcer(
     prefetch = getattr(dataset, "prefetch", None)
     if not callable(prefetch):
         return None
+    plan = getattr(dataset, "plan", None)
 
     def announce(batches: Iterator[Any], epoch: int, first: int) -> Iterator[Any]:
-        return _announced(list(batches), items, prefetch, epoch, first, ahead)
+        keys = list(batches)
+        if callable(plan):  # the whole order left in the epoch, for the cache to keep by
+            plan([items(key) for key in keys], step_of(epoch, first))
+        return _announced(keys, items, prefetch, epoch, first, ahead)
 
     return announce
 

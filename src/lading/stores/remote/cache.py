@@ -35,6 +35,7 @@ from lading.stores.remote.fetch import Fetcher, Future
 from lading.stores.remote.fill import Filler
 from lading.stores.remote.ledger import Claimed, Ledger, pid_alive
 from lading.stores.remote.objects import RemoteReadError, describe
+from lading.stores.remote.plan import Plan
 from lading.stores.remote.ranges import (
     DEFAULT_BLOCK,
     DEFAULT_GAP,
@@ -49,6 +50,7 @@ Span = tuple[str, int, int]  # object key, start, end
 _Started = dict[str, list[tuple[int, int, "Future"]]]  # key -> (start, end, future), by start
 _Key = tuple[int, int, int]  # object id, start, end
 _POLL_S = 0.002  # how often a process checks a block another one is fetching
+AHEAD_SHARE = 0.125  # with the epoch's order known: window bytes ahead at most this of the cap
 _ROUNDS = 8  # a range that keeps being evicted or taken over between lookups: give up after
 
 
@@ -100,6 +102,9 @@ class NodeCache:
         self._inflight: dict[int, Future] = {}
         self._plan: dict[_Key, list[int]] = {}  # planned, unread accesses: their steps
         self._deferred: list[Need] = []
+        self.order: Plan | None = None  # the epoch's whole order (eviction only), if told
+        self._later: list[Need] = []  # announced needs beyond the window (an order is known)
+        self._advanced = 0  # steps before this had their blocks' next uses moved past them
         self._filler.reset()
         self._names: dict[int, str] = {}
         self.hits = self.misses = self.bytes_used = self.bypassed = self.unplanned = 0
@@ -122,29 +127,96 @@ class NodeCache:
         Returns at once: the GETs run in the background.
         """
         self._here()
+        self.advance(now)
+        self._plan_needs([n for n in needs if n.end > n.start], now)
+
+    def _pump(self, now: int | None) -> None:
+        """Fetch the next needs left beyond the window (a read moved it on)."""
+        self._plan_needs([], min(n.step for n in self._later) if now is None else now + 1)
+
+    def _plan_needs(self, needs: list[Need], now: int) -> None:
+        """Count ``needs`` (new accesses), note the next use of the cached ones, and claim and
+        start fetching the others (with those deferred before) while the window holds at
+        most AHEAD_SHARE of the cap: a prefetched block waits in the cache for its read, and
+        a window larger than the cap evicts its own blocks before they are read (measured:
+        2.56x the bytes used fetched at 2% of 100k documents). The rest wait in ``_later``,
+        fetched as reads move on."""
+        budget = int(self.ledger.cap * AHEAD_SHARE)
+        later, self._later = _window([n for n in self._later if n.step >= now], budget)
         keep = [n for n in self._deferred if n.step >= now]
         self._deferred = []
         uses: list[tuple[int, int]] = []
         missing: list[tuple[Need, int]] = []
-        todo = [(n, False) for n in keep] + [(n, True) for n in needs if n.end > n.start]
+        # 0: deferred (counted before), 1: left beyond the window while missing (counted now:
+        # a GET meanwhile, for another access, makes this one a hit), 2: new
+        todo = [(n, 0) for n in keep] + [(n, 1) for n in later] + [(n, 2) for n in needs]
         objs = {key: self._obj(key) for key in {n.key for n, _ in todo}}
         keys = [(objs[n.key], n.start, n.end) for n, _ in todo]
         with self.ledger.read() as conn:
             founds = self.ledger.find_many(conn, keys)
-        for (need, fresh), found, (obj, _, _) in zip(todo, founds, keys):
-            if fresh:
+        wait: list[Need] = []
+        window = 0  # bytes of the missing ones taken so far
+        for (need, kind), found, (obj, _, _) in zip(todo, founds, keys):
+            if kind == 2:
                 self._plan.setdefault((obj, need.start, need.end), []).append(need.step)
-                self.hits += found is not None
-                self.misses += found is None
-            if found is None:
-                missing.append((need, obj))
-            else:
+            if found is not None:
                 uses.append((found.block, need.step))
+                self.hits += kind > 0
+            elif kind == 2 and need.step > now and window > budget:
+                wait.append(need)  # beyond the window: counted when it is fetched
+            else:
+                missing.append((need, obj))
+                window += need.end - need.start
+                self.misses += kind > 0
         if uses:
             self.ledger.plan_uses(uses, now)
+        self._later += wait
         self._fetch(missing, now, prefetch=True)
         if len(self._plan) > 4 * len(needs) + 4096:  # accesses planned but never read
             self._plan = {k: steps for k, steps in self._plan.items() if steps[-1] >= now}
+
+    def plan(self, order: Plan) -> None:
+        """Take ``order`` (the epoch's planned reads from its first step on) as what eviction
+        reads: every cached block of its objects gets its first planned use from then on as
+        its next use (None: not planned, the first to go), keeping a sooner use another
+        process recorded. Fetches nothing."""
+        self._here()
+        self.order = order
+        self._advanced = order.first_step
+        objs = {self._obj(key): key for key in order.objects()}
+        if not objs:
+            return
+        marks = ",".join("?" * len(objs))
+        with self.ledger.read() as conn:
+            rows = conn.execute(
+                f"SELECT id, object, start, end FROM blocks WHERE object IN ({marks})", list(objs)
+            ).fetchall()
+        uses = [
+            (block, order.next_use(objs[obj], start, end, order.first_step))
+            for block, obj, start, end in rows
+        ]
+        self.ledger.set_uses(uses, order.first_step)
+
+    def advance(self, now: int) -> None:
+        """Move the next use of the blocks the plan read before step ``now`` past it (the
+        reads may have happened in other processes: DataLoader workers read, the process
+        that iterates plans). Called by :meth:`prefetch`; a no-op without a plan."""
+        order = self.order
+        if order is None or now <= self._advanced:
+            return
+        upto = min(now, order.last_step)
+        spans = order.ranges(self._advanced, upto)
+        self._advanced = max(self._advanced, upto)
+        if not spans:
+            return
+        keys = [(self._obj(key), start, end) for key, start, end in spans]
+        with self.ledger.read() as conn:
+            founds = self.ledger.find_many(conn, keys)
+        uses = {}
+        for (key, start, end), found in zip(spans, founds):
+            if found is not None and found.ready:
+                uses[found.block] = order.next_use(key, start, end, now)
+        self.ledger.set_uses(list(uses.items()), now)
 
     def _fetch(
         self, missing: list[tuple[Need, int]], now: int | None, prefetch: bool, around: bool = False
@@ -159,14 +231,25 @@ class NodeCache:
             blocks = coalesce(
                 [n for n, _ in missing],
                 self.max_gap,
-                self.max_waste,
+                # with the epoch's order known, gap bytes would only take cache room from
+                # blocks kept for their next use (measured: 0.77x the optimum's hits with a
+                # 25% waste budget, 0.89-0.94x without); touching ranges still merge
+                0.0 if self.order is not None else self.max_waste,
                 self.max_block,
                 barrier=lambda key, end, start: self.ledger.occupied(conn, objs[key], end, start),
             )
+        order = self.order
+        if not prefetch and order is not None and order.covers(now):
+            assert now is not None  # read now: a block is kept for its next use
+            blocks = [
+                b._replace(step=order.next_use(b.key, b.start, b.end, now + 1) or NO_STEP)
+                for b in blocks
+            ]
         if around:
             result = Claimed([], blocks, [])
         else:
-            result = self.ledger.claim([(b, objs[b.key]) for b in blocks], now, prefetch)
+            planned = self.order is not None
+            result = self.ledger.claim([(b, objs[b.key]) for b in blocks], now, prefetch, planned)
         started: _Started = {}
         self._filler.start()
         around_cache = [] if prefetch else result.deferred  # no room: read around the cache
@@ -222,7 +305,12 @@ class NodeCache:
                 "small for the processes sharing it?"
             )
         if touched:
-            self.ledger.touch(self._next_uses(touched), now)
+            self.ledger.touch(self._next_uses(touched, now), now)
+        order = self.order
+        if order is not None and now is not None and order.covers(now):
+            self._advanced = max(self._advanced, now + 1)  # what this read touched is moved
+        if self._later:  # the window moves on with the reads
+            self._pump(now)
         self.bytes_used += sum(len(b) for b in out if b is not None)
         return [b if b is not None else b"" for b in out]
 
@@ -240,12 +328,20 @@ class NodeCache:
         self.hits += found
         self.misses += not found
 
-    def _next_uses(self, touched: list[tuple[int, _Key]]) -> list[tuple[int, int | None]]:
-        """Each block read and the next step this process planned to read it at (or None)."""
+    def _next_uses(
+        self, touched: list[tuple[int, _Key]], now: int | None
+    ) -> list[tuple[int, int | None]]:
+        """Each block read and the next step this process planned to read it at (or None):
+        from the epoch's order where it covers ``now``, else from the prefetched window."""
+        order = self.order if self.order is not None and self.order.covers(now) else None
         nexts: dict[int, int | None] = {}
         for block, k in touched:
-            steps = self._plan.get(k)
-            step = min(steps) if steps else None
+            if order is not None:
+                assert now is not None
+                step = order.next_use(self._names[k[0]], k[1], k[2], now + 1)
+            else:
+                steps = self._plan.get(k)
+                step = min(steps) if steps else None
             known = nexts.get(block)
             nexts[block] = step if known is None else known if step is None else min(known, step)
         return list(nexts.items())
@@ -386,3 +482,15 @@ def _cut(future: Future, base: int, start: int, end: int) -> bytes:
     if end - base > len(data):  # the fetcher checks lengths: this is a bug, not a short read
         raise RemoteReadError(f"block from {base} has {len(data)} bytes, not up to {end}")
     return data[start - base : end - base]
+
+
+def _window(needs: list[Need], budget: int) -> tuple[list[Need], list[Need]]:
+    """``needs`` split into the soonest (every need of the first step, then more while their
+    bytes stay within ``budget``) and the rest."""
+    needs = sorted(needs, key=lambda n: n.step)
+    total = 0
+    for at, need in enumerate(needs):
+        total += need.end - need.start
+        if total > budget and need.step > needs[0].step:
+            return needs[:at], needs[at:]
+    return needs, []

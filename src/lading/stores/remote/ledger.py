@@ -206,7 +206,11 @@ class Ledger:
         return row is not None
 
     def claim(
-        self, blocks: Sequence[tuple[Block, int]], now: int | None, prefetch: bool
+        self,
+        blocks: Sequence[tuple[Block, int]],
+        now: int | None,
+        prefetch: bool,
+        keep_planned: bool = False,
     ) -> Claimed:
         """Claim ``(block, object id)`` pairs, in order, for this process to fetch.
 
@@ -215,7 +219,10 @@ class Ledger:
         (a read that needs the bytes now; ``now=None``: any block). The first block that finds
         no room (or is larger than the cap) and every later one are deferred; a block that
         overlaps one another process claimed meanwhile is returned in ``overlapping``, for the
-        caller to look up again.
+        caller to look up again. ``keep_planned``: a prefetch evicts only blocks with no
+        planned use (the whole epoch's order is known: evicting a planned block before the
+        read that needs the room would decide on what is known now, not then; measured, a
+        16-batch window that evicted planned blocks early kept 0.6x the optimum's hits).
         """
         claimed: list[tuple[Block, int]] = []
         deferred: list[Block] = []
@@ -236,7 +243,7 @@ class Ledger:
                     overlapping.append(block)
                     continue
                 obj = keys[n][0]
-                bound = block.step if prefetch else clock
+                bound = (NO_STEP - 1 if keep_planned else block.step) if prefetch else clock
                 while used + block.size > cap:
                     victim = next(victims, None)
                     if victim is None or victim[2] <= bound:
@@ -319,6 +326,18 @@ class Ledger:
                 "UPDATE blocks SET next_use = CASE WHEN next_use IS NULL OR next_use < ?"
                 " THEN ? ELSE min(next_use, ?) END WHERE id = ?",
                 [(now, step, step, block) for block, step in uses],
+            )
+
+    def set_uses(self, uses: Sequence[tuple[int, int | None]], now: int) -> None:
+        """Make each ``(block, next)``'s next use ``next`` (None: no planned use), keeping a
+        sooner one not yet past (>= ``now``: another process's plan)."""
+        if not uses:
+            return
+        with self.write() as conn:
+            conn.executemany(
+                "UPDATE blocks SET next_use = CASE WHEN next_use >= ? AND (? IS NULL OR"
+                " next_use < ?) THEN next_use ELSE ? END WHERE id = ?",
+                [(now, step, step, step, block) for block, step in uses],
             )
 
     def state(self, block: int) -> tuple[bool, int | None] | None:
