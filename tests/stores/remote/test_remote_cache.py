@@ -218,7 +218,8 @@ def test_bytes_fetched_stay_within_a_quarter_of_those_used(
     bytes: prefetched blocks are not evicted before their read (was 2.56x at 2% of 100k)."""
     data, rows = _rows(rng, 20_000, 700)
     cache = _local_cache(tmp_path, data, int(share * len(data)))
-    batches = [[("text.bin", *rows[rng.randrange(len(rows))]) for _ in range(64)] for _ in range(80)]
+    spans = [("text.bin", a, b) for a, b in rows]
+    batches = [[spans[rng.randrange(len(spans))] for _ in range(64)] for _ in range(80)]
     told = 0
     for step, batch in enumerate(batches):
         if told < step + 8:  # the loader's announcer: every 8 batches, the 8 to 16 ahead
