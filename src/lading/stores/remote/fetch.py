@@ -35,6 +35,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from lading.stores.remote.objects import (
     ObjectClient,
@@ -42,6 +43,7 @@ from lading.stores.remote.objects import (
     RemoteReadError,
     describe,
 )
+from lading.stores.remote.slots import NodeSlots
 
 DEFAULT_IN_FLIGHT = 128  # > 64: at 30 ms a GET, 128 in flight serve ~4,200 GETs/s
 CALL_RANGES = 10  # ranges a call: obstore's get_ranges runs at most 10 requests of one at once
@@ -112,6 +114,9 @@ class Fetcher:
         retries: further attempts after a failed or slow one.
         timeout: seconds an attempt may take before it counts as failed.
         backoff: seconds before the first retry.
+        node: a directory of the node's slot files: ``in_flight`` then caps the GETs in
+            flight of every process that passes it (:mod:`lading.stores.remote.slots`), not
+            of this one alone.
 
     Attributes:
         gets: requests sent by this process (retries included).
@@ -127,6 +132,7 @@ class Fetcher:
         retries: int = DEFAULT_RETRIES,
         timeout: float = DEFAULT_TIMEOUT,
         backoff: float = DEFAULT_BACKOFF,
+        node: Path | None = None,
     ) -> None:
         if in_flight < 1 or retries < 0 or timeout <= 0 or backoff < 0:
             raise ValueError(
@@ -142,6 +148,8 @@ class Fetcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: ObjectClient | None = None
         self._slots: asyncio.Semaphore | None = None
+        # the node's cap (every process opening the same cache shares it), where one is given
+        self.node = None if node is None else NodeSlots(node, max(1, in_flight // CALL_RANGES))
 
     @property
     def client(self) -> ObjectClient:
@@ -229,6 +237,7 @@ class Fetcher:
                 await asyncio.sleep(self.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
             asked = [ranges[i] for i in todo]
             async with self._slots:
+                slot = None if self.node is None else await self.node.acquire()
                 self.gets += len(asked)
                 try:
                     call = get_ranges(client, key, asked, etag)
@@ -241,6 +250,9 @@ class Fetcher:
                 except (OSError, asyncio.TimeoutError) as e:
                     last = e
                     continue
+                finally:
+                    if slot is not None and self.node is not None:
+                        self.node.release(slot)
             short = []
             for i, (start, end), data in zip(todo, asked, datas):
                 self.bytes_fetched += len(data)

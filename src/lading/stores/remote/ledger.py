@@ -33,19 +33,22 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from lading.stores.remote.evict import policy as eviction_policy
+from lading.stores.remote.footprint import (
+    DISK_FLOOR,
+    PAGE,
+    block_cost,
+    budget,
+    wal_allowance,
+)
+from lading.stores.remote.queries import FIND, OVERLAPS, Claimed, Found, Transaction, batched
 from lading.stores.remote.ranges import NO_STEP, Block
 
 LEDGER_FILE = "ledger.sqlite"
 SCHEMA_VERSION = 2  # 2: 1 KiB pages (a new ledger file only)
-PAGE = 1024
-BLOCK_COST = 160  # bytes a block costs besides its payload: its rows in blocks, 4 indexes, cells
-DISK_FLOOR = 512 << 10  # below this cap only the blocks are bounded (an empty ledger: ~70 KB)
-_FIXED = 160 * 1024  # the -shm map (32 KiB), the schema and a page per table and index, spare
 _MMAP_BYTES = 1 << 31  # SQLite's default ceiling for mmap_size (SQLITE_MAX_MMAP_SIZE)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
@@ -61,52 +64,6 @@ CREATE TABLE IF NOT EXISTS payload (id INTEGER PRIMARY KEY, bytes BLOB NOT NULL)
 CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO settings VALUES ('used', 0);
 """
-
-
-class Found(NamedTuple):
-    """The block that holds a range: its id, where it starts, whether its bytes are in, who
-    fetches it, and (a ready block of at most ``INLINE`` bytes) its bytes."""
-
-    block: int
-    start: int
-    ready: bool
-    owner: int | None
-    data: bytes | None = None
-
-
-INLINE = 64 * 1024  # a block up to this size comes with its lookup (one query for a batch)
-_BATCH = 500  # ranges per batched query (4 parameters each, far below SQLite's 32,766)
-_FIND = (
-    "SELECT q.column1, b.id, b.start, b.ready, b.owner, CASE WHEN b.ready AND b.size <= {inline}"
-    " THEN (SELECT bytes FROM payload WHERE id = b.id) END FROM (VALUES {values}) AS q"
-    " JOIN blocks AS b ON b.id = (SELECT id FROM blocks WHERE object = q.column2"
-    " AND start <= q.column3 ORDER BY start DESC LIMIT 1) AND b.end >= q.column4"
-)
-_OVERLAPS = (
-    "SELECT q.column1 FROM (VALUES {values}) AS q WHERE EXISTS (SELECT 1 FROM blocks WHERE"
-    " object = q.column2 AND start >= q.column3 AND start < q.column4) OR (SELECT end FROM"
-    " blocks WHERE object = q.column2 AND start <= q.column3 ORDER BY start DESC LIMIT 1)"
-    " > q.column3"
-)
-
-
-def _batched(
-    conn: sqlite3.Connection, sql: str, keys: Sequence[tuple[int, int, int]]
-) -> Iterable[tuple[Any, ...]]:
-    """Rows of ``sql`` over ``(i, object, start, end)`` for every key, ``_BATCH`` at a time."""
-    for lo in range(0, len(keys), _BATCH):
-        part = keys[lo : lo + _BATCH]
-        values = ",".join(["(?, ?, ?, ?)"] * len(part))
-        args = [x for i, key in enumerate(part, lo) for x in (i, *key)]
-        yield from conn.execute(sql.format(values=values, inline=INLINE), args)
-
-
-class Claimed(NamedTuple):
-    """What :meth:`Ledger.claim` did: blocks claimed (with ids), left for later, overlapping."""
-
-    claimed: list[tuple[Block, int]]
-    deferred: list[Block]
-    overlapping: list[Block]
 
 
 class Ledger:
@@ -153,15 +110,15 @@ class Ledger:
             self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
-    def write(self) -> _Transaction:
+    def write(self) -> Transaction:
         """``with ledger.write() as conn:`` one write transaction (others wait for it); the WAL
         is trimmed after it (:meth:`trim`)."""
-        return _Transaction(self.connection(), "BEGIN IMMEDIATE", self.trim)
+        return Transaction(self.connection(), "BEGIN IMMEDIATE", self.trim)
 
-    def read(self) -> _Transaction:
+    def read(self) -> Transaction:
         """``with ledger.read() as conn:`` one snapshot: a block deleted meanwhile stays
         readable until the transaction ends (WAL)."""
-        return _Transaction(self.connection(), "BEGIN")
+        return Transaction(self.connection(), "BEGIN")
 
     def object_id(self, name: str) -> int:
         """The id of object ``name`` (``<store>/<snapshot>/<file>``), made on first use."""
@@ -196,7 +153,7 @@ class Ledger:
     ) -> list[Found | None]:
         """:meth:`find` for each ``(object, start, end)``, in a few queries."""
         out: list[Found | None] = [None] * len(keys)
-        for i, block, start, ready, owner, data in _batched(conn, _FIND, keys):
+        for i, block, start, ready, owner, data in batched(conn, FIND, keys):
             out[i] = Found(block, start, bool(ready), owner, data)
         return out
 
@@ -272,7 +229,7 @@ class Ledger:
             used = self._used(conn)
             victims = self._policy(conn, clock)
             keys = [(obj, block.start, block.end) for block, obj in blocks]
-            taken = {row[0] for row in _batched(conn, _OVERLAPS, keys)}
+            taken = {row[0] for row in batched(conn, OVERLAPS, keys)}
             for n, (block, _) in enumerate(blocks):
                 size = block.size + extra
                 if full or size > cap:
@@ -432,22 +389,6 @@ class Ledger:
         return used, cap, count
 
 
-def wal_allowance(cap: int) -> int:
-    """Bytes the WAL may hold beside the blocks: an eighth of the cap, 64 KiB to 8 MiB."""
-    return min(8 << 20, max(64 << 10, cap // 8))
-
-
-def block_cost(cap: int) -> int:
-    """Bytes a block is charged besides its payload under ``cap`` (0 below the floor)."""
-    return BLOCK_COST if cap >= DISK_FLOOR else 0
-
-
-def budget(cap: int) -> int:
-    """Bytes of blocks (payload and :func:`block_cost`) a node cache of ``cap`` bytes holds:
-    the cap less the WAL's allowance and the fixed files, from :data:`DISK_FLOOR` up."""
-    return cap - wal_allowance(cap) - _FIXED if cap >= DISK_FLOOR else cap
-
-
 def pid_alive(pid: int | None) -> bool:
     """Whether process ``pid`` runs on this host (the cache is node-local). A zombie (exited,
     not yet reaped by its parent: a rank that left before its launcher looked) is dead."""
@@ -464,19 +405,3 @@ def pid_alive(pid: int | None) -> bool:
             return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
     except (OSError, IndexError):  # no /proc (not Linux): kill(0) said it exists
         return True
-
-
-class _Transaction:
-    def __init__(
-        self, conn: sqlite3.Connection, begin: str, after: Callable[[], None] | None = None
-    ) -> None:
-        self.conn, self.begin, self.after = conn, begin, after
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute(self.begin)
-        return self.conn
-
-    def __exit__(self, kind: object, *rest: object) -> None:
-        self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
-        if self.after is not None and kind is None:
-            self.after()

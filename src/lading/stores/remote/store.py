@@ -77,7 +77,10 @@ class RemoteStore(DocStore):
     def _open(self, snapshot: str | None) -> None:
         s = self.settings
         make = functools.partial(open_client, self.url, s.backend, s.options)
-        fetcher = Fetcher(make, in_flight=s.in_flight, retries=s.retries, timeout=s.timeout)
+        fetcher = Fetcher(
+            make, in_flight=s.in_flight, retries=s.retries, timeout=s.timeout,
+            node=Path(s.cache) / "inflight",  # one cap for the node's processes
+        )  # fmt: skip
         raw = self._manifest_bytes(fetcher, snapshot)
         meta = parse(raw, f"{self.url}/{META_FILE}")
         staged = stage_index(fetcher, self.url, raw, meta, s.cache)
