@@ -229,3 +229,34 @@ def test_bytes_fetched_stay_within_a_quarter_of_those_used(
         assert cache.read(batch, step) == [data[a:b] for _, a, b in batch]
     stats = cache.stats()
     assert stats["bytes_fetched"] <= 1.25 * stats["bytes_used"], stats
+
+
+def _read_share(rank: int, world: int, url: str, directory: str, spans: list, etag: str) -> int:
+    fetcher = Fetcher(lambda: open_client(url), in_flight=20, node=Path(directory) / "inflight")
+    cache = NodeCache(Path(directory), 1 << 22, fetcher, url, {"text.bin": etag})
+    mine = [tuple(s) for s in spans[rank::world]]
+    for at in range(0, len(mine), 64):
+        cache.read(mine[at : at + 64])
+    cache.drain()
+    return int(cache.node_stats()["process"]["gets"])
+
+
+@pytest.mark.slow
+def test_one_cap_on_gets_in_flight_and_one_count_for_the_node(
+    s3: LocalS3, bucket: str, tmp_path: Path, rng: random.Random
+) -> None:
+    """Three processes of one node, each allowed 20 GETs in flight: the node never has more
+    than 20 (was 60: a cap per process), and the node's figures are every process's."""
+    data, rows = _rows(rng, 1200, 400)
+    url = f"s3://{bucket}/store"
+    open_client(url).put("text.bin", data)
+    spans = [("text.bin", a, b) for a, b in rows[::2] if b > a]
+    info = open_client(url).head("text.bin")
+    assert info is not None and info.etag is not None
+    s3.reset()  # below: only GETs (a HEAD beside them would count as in flight too)
+    node_dir = str(tmp_path / "node")
+    gets = run_processes(_read_share, 3, url, node_dir, spans, info.etag, gloo=False)
+    assert s3.stats()["max_in_flight"] <= 20
+    fetcher = Fetcher(lambda: open_client(url), node=tmp_path / "node" / "inflight")
+    node = NodeCache(tmp_path / "node", 1 << 22, fetcher, url, {"text.bin": info.etag})
+    assert node.node_stats()["gets"] == sum(gets) == s3.stats()["gets"]

@@ -239,10 +239,11 @@ class RemoteStore(DocStore):
         return step
 
     def cache_stats(self) -> dict[str, Any]:
-        """This process's ``gets``, ``bytes_fetched``, ``bytes_used``, ``hits``, ``misses`` (an
-        access that caused no GET is a hit), ``wait_s``; the node's ``bytes_cached`` and ``cap``
-        (see :meth:`lading.stores.remote.cache.NodeCache.stats`)."""
-        return self._columns.cache.stats()
+        """The node's ``gets``, ``bytes_fetched``, ``bytes_used``, ``hits``, ``misses`` (an
+        access that caused no GET is a hit), ``wait_s``, summed over every process that read
+        through this node cache, and its ``bytes_cached`` and ``cap``; this process's own
+        figures under ``"process"`` (see :meth:`lading.stores.remote.cache.NodeCache.stats`)."""
+        return self._columns.cache.node_stats()
 
     def close(self) -> None:
         """Stop this process's GETs and hand its unfilled claims back to the node (done at
