@@ -46,8 +46,8 @@ def disk_bytes(folder: Path) -> int:
     and offsets, ~26 B a document: the store's, not the cache's)."""
     if not folder.exists():
         return 0
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not
-               str(p.relative_to(folder)).split("/")[0] == "stores")  # fmt: skip
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files if p.relative_to(folder).parts[0] != "stores")
 
 
 def server_cpu(s3: LocalS3) -> float:
@@ -62,7 +62,8 @@ def server_cpu(s3: LocalS3) -> float:
 
 
 def run_epochs(s3: LocalS3, lookup: Lookup, epochs: list[list[list[int]]], texts: list[str],
-               cache: Path | None, hits: Callable[[], tuple[int, int]] | None) -> dict[str, Any]:  # fmt: skip
+               cache: Path | None, hits: Callable[[], tuple[int, int, bool]] | None,
+               ) -> dict[str, Any]:  # fmt: skip
     """Both epochs through ``lookup`` (checked against the corpus); epoch 1's rates."""
     s3.reset()
     load = os.getloadavg()[0]
@@ -72,7 +73,8 @@ def run_epochs(s3: LocalS3, lookup: Lookup, epochs: list[list[list[int]]], texts
         assert lookup(batch) == [texts[r] for r in batch], "another text came back"
         docs += len(batch)
         used += sum(len(texts[r].encode()) for r in batch)
-    cpu, wall, server = time.process_time() - cpu, time.perf_counter() - wall, server_cpu(s3) - server
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    server = server_cpu(s3) - server
     first = s3.stats()
     before = hits() if hits is not None else None
     for batch in epochs[1]:
@@ -81,7 +83,7 @@ def run_epochs(s3: LocalS3, lookup: Lookup, epochs: list[list[list[int]]], texts
     accesses = sum(len(b) for b in epochs[1])
     if before is not None and hits is not None:
         after = hits()
-        h, m = after[0] - before[0], after[1] - before[1]
+        h, m = (after[0], after[1]) if after[2] else (after[0] - before[0], after[1] - before[1])
         rate = h / max(1, h + m)
     else:  # one GET a document at most: the accesses that caused none
         rate = max(0.0, 1 - (second["gets"] - first["gets"]) / accesses)
@@ -92,18 +94,26 @@ def run_epochs(s3: LocalS3, lookup: Lookup, epochs: list[list[list[int]]], texts
     }  # fmt: skip
 
 
+Hits = Callable[[], tuple[int, int, bool]]
+
+
 def lading_lookup(url: str, cache: Path, cap: int, ids: list[str], epochs: Any,
-                  plan: bool) -> tuple[Lookup, Callable[[], tuple[int, int]], Any]:  # fmt: skip
+                  plan: bool) -> tuple[Lookup, Hits, Any]:  # fmt: skip
     store = lading.open_store(url, cache=cache, cache_bytes=cap)
-    if plan:  # the loader hands each epoch's order at its start; here both at once
-        store.plan([[ids[r] for r in b] for e in epochs for b in e], first_step=0)
+    if plan:  # as the loader at epoch 1's start: its order and the next epoch's (epoch 2's
+        # start would hand epoch 2 and 3); reads move along it, matched to their batches
+        steps = [(e << 32) + j for e, batches in enumerate(epochs) for j in range(len(batches))]
+        store.plan([[ids[r] for r in b] for e in epochs for b in e], steps=steps)
 
     def lookup(rows: list[int]) -> list[str]:
         return store.get_many([ids[r] for r in rows])
 
-    def hits() -> tuple[int, int]:
-        s = store.cache_stats()
-        return s["hits"], s["misses"]
+    def hits() -> tuple[int, int, bool]:
+        s = store.cache_stats()["process"]
+        if plan:  # counted when planned, ahead of the read: epoch 2's own, whenever counted
+            h, m = s["by_epoch"].get(1, (0, 0))
+            return h, m, True
+        return s["hits"], s["misses"], False
 
     return lookup, hits, store
 
@@ -202,7 +212,8 @@ def ceiling(seconds: float) -> dict[str, float]:
 
 def one_cap(s3: LocalS3, args: Any, env: dict[str, Any], share: float, repeat: int) -> list[Any]:
     """Every system at a cap of ``share`` of the corpus's text."""
-    ids, texts, spans, epochs, work = env["ids"], env["texts"], env["spans"], env["epochs"], env["work"]
+    ids, texts, spans, epochs = env["ids"], env["texts"], env["spans"], env["epochs"]
+    work = env["work"]
     cap = int(share * env["text_bytes"])
     rows = []
     systems = ["lading+plan", "lading", "obstore", "lance", *args.peers.split(",")]
@@ -239,6 +250,11 @@ def main() -> None:
     add_write_flag(parser)
     args = parser.parse_args()
     work = OUT.parent / "remote-node"
+    for stale in ("mds", "litdata"):  # a peer's files from an earlier run's bucket
+        if (work / stale).exists():
+            import shutil
+
+            shutil.rmtree(work / stale)
     folder = work / f"passages-{args.passages}"
     if not (folder / "collection.tsv").is_file():
         synth("passages", args.passages, folder, queries=2000)
@@ -299,7 +315,7 @@ def render(results: dict[str, Any]) -> str:
                 lines.append(f"| {share:.1%} | {system} | failed: {why} | | | | | | | |")
                 continue
 
-            def cell(key: str, fmt: str) -> str:
+            def cell(key: str, fmt: str, mine: list[Any] = mine) -> str:
                 values = [r[key] for r in mine]
                 mid = statistics.median(values)
                 return f"{fmt.format(mid)} [{fmt.format(min(values))}-{fmt.format(max(values))}]"

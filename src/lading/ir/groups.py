@@ -233,12 +233,14 @@ class TrainingGroups:
         if callable(hint):
             hint(self._batch_rows(batches), first_step, now)
 
-    def plan(self, batches: Sequence[Sequence[Any]], first_step: int) -> None:
-        """Hand the store the documents of the epoch's batches left (a remote store's
-        ``plan_rows``: what its node cache keeps), batch ``j`` read at ``first_step + j``."""
+    def plan(
+        self, batches: Sequence[Sequence[Any]], first_step: int, steps: Sequence[int] | None = None
+    ) -> None:
+        """Hand the store the documents of the batches ahead (a remote store's ``plan_rows``:
+        what its node cache keeps), batch ``j`` read at ``steps[j]`` (``first_step + j``)."""
         hint = getattr(self.store, "plan_rows", None)
         if callable(hint):
-            hint(self._batch_rows(batches), first_step)
+            hint(self._batch_rows(batches), first_step, steps=steps)
 
     def at_step(self, step: int) -> None:
         """The reads that follow are step ``step``'s (a remote store's ``at_step``)."""

@@ -23,7 +23,7 @@ from lading.stores.remote.plan import Plan, load_order, save_order, signature
 from lading.stores.remote.ranges import Need
 from lading.stores.remote.store import RemoteStore
 
-ROWS, BATCH, STEPS = 10_000, 32, 200  # two epochs of 100 batches; 1/16 of it holds 6 batches
+ROWS, BATCH, STEPS = 20_000, 32, 200  # two epochs of 100 batches; 1/16 of it holds 6 batches
 
 
 def _cache(tmp_path: Path, data: bytes, cap: int, policy: str) -> NodeCache:
@@ -59,24 +59,29 @@ def _belady(trace: list[int], sizes: list[int], cap: int) -> list[bool]:
 def _epoch2_hits(
     cache: NodeCache, data: bytes, batches: list[list[tuple[str, int, int]]], plan: bool
 ) -> float:
-    """Read every batch in order (planned, or announced 16 batches ahead as the loader does
-    without a plan); the epoch-2 share of accesses that caused no GET."""
-    if plan:
-        needs = [Need(*s, step) for step, b in enumerate(batches) for s in b]
-        cache.plan(Plan(needs, [bytes([i % 256]) for i in range(len(batches))], 0))
-    told, half = 0, len(batches) // 2
-    for step, batch in enumerate(batches):
-        if step == half:
-            before = cache.stats()
-        if told < step + 8:
-            ahead = [Need(*s, j) for j in range(told, min(step + 16, STEPS)) for s in batches[j]]
-            cache.prefetch(ahead, step)
-            told = min(step + 16, STEPS)
-        assert cache.read(batch, step) == [data[a:b] for _, a, b in batch]
-        assert cache.stats()["bytes_cached"] <= cache.ledger.cap
-    after = cache.stats()
-    hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
-    return hits / (hits + misses)
+    """Read two epochs as the loader does: at each epoch's start the order of it and the next
+    one planned (``plan``), the batches announced 8 to 16 ahead within the epoch; the share
+    of epoch 2's accesses that caused no GET."""
+    half = len(batches) // 2
+    epochs = [batches[:half], batches[half:]]
+    for epoch, mine in enumerate(epochs):
+        steps = [(epoch << 32) + j for j in range(half)]
+        if plan:
+            ahead = mine + (epochs[epoch + 1] if epoch + 1 < len(epochs) else [])
+            at = steps + [((epoch + 1) << 32) + j for j in range(len(ahead) - half)]
+            needs = [Need(*s, at[j]) for j, b in enumerate(ahead) for s in b]
+            cache.plan(Plan(needs, [bytes([j % 256]) for j in range(len(ahead))], at))
+        told = 0
+        for j, batch in enumerate(mine):
+            if told < j + 8:
+                upto = min(j + 16, half)
+                cache.prefetch([Need(*s, steps[i]) for i in range(told, upto) for s in mine[i]],
+                               steps[j])  # fmt: skip
+                told = upto
+            assert cache.read(batch, steps[j]) == [data[a:b] for _, a, b in batch]
+            assert cache.stats()["bytes_cached"] <= cache.ledger.cap
+    hits, misses = cache.stats()["by_epoch"][1]
+    return float(hits / (hits + misses))
 
 
 @pytest.mark.parametrize("share", [4, pytest.param(16, marks=pytest.mark.slow)])
@@ -86,7 +91,11 @@ def test_the_whole_order_keeps_what_is_needed_soonest(
     lengths = [rng.randrange(100, 500) for _ in range(ROWS)]
     ends = list(itertools.accumulate(lengths, initial=0))
     data = os.urandom(ends[-1])
-    orders = [rng.sample(range(ROWS), BATCH) for _ in range(STEPS)]
+    chosen = rng.sample(range(ROWS), STEPS // 2 * BATCH)  # the working set: each once an epoch
+    orders = []
+    for _ in range(2):
+        rng.shuffle(chosen)
+        orders += [chosen[i : i + BATCH] for i in range(0, len(chosen), BATCH)]
     batches = [[("text.bin", ends[r], ends[r + 1]) for r in rows] for rows in orders]
     working = sum(lengths[r] for r in {r for rows in orders[: STEPS // 2] for r in rows})
     cap = working // share
@@ -95,15 +104,15 @@ def test_the_whole_order_keeps_what_is_needed_soonest(
     planned = _epoch2_hits(_cache(tmp_path, data, cap, "next-use"), data, batches, plan=True)
     lru = _epoch2_hits(_cache(tmp_path, data, cap, "lru"), data, batches, plan=False)
     print(f"cap 1/{share}: plan {planned:.3f}, Belady {optimum:.3f}, lru {lru:.3f}")
-    assert planned >= 0.7 * optimum  # measured 0.73-0.92x (the window ahead takes room)
+    assert planned >= 0.8 * optimum  # measured 0.93-0.99x
     assert planned >= 2 * lru + 0.02
 
 
 def test_an_order_survives_its_file_and_a_damaged_one_is_ignored(tmp_path: Path) -> None:
     batches = [np.array([3, 1, 2], dtype=np.int64), np.array([], dtype=np.int64), np.arange(4)]
-    save_order(tmp_path / "o.npz", batches, 1 << 32)
+    save_order(tmp_path / "o.npz", batches, [1 << 32, (1 << 32) + 1, 2 << 32])
     loaded = load_order(tmp_path / "o.npz")
-    assert loaded is not None and loaded[1] == 1 << 32
+    assert loaded is not None and loaded[1] == [1 << 32, (1 << 32) + 1, 2 << 32]
     assert [b.tolist() for b in loaded[0]] == [b.tolist() for b in batches]
     (tmp_path / "o.npz").write_bytes(b"not an order")
     assert load_order(tmp_path / "o.npz") is None
@@ -151,5 +160,6 @@ def test_the_loader_plans_each_epoch_and_names_each_step(bucket: str, tmp_path: 
         for batch, _ in enumerate(loader):
             order = store._columns.cache.order
             assert order is not None and order.first_step == epoch << 32
-            assert order.steps == len(loader)
+            assert order.steps == 2 * len(loader)  # this epoch's and the next one's
+            assert order.covers(((epoch + 1) << 32) + len(loader) - 1)
             assert store._at == (epoch << 32) + batch  # the builder was told its step

@@ -101,6 +101,7 @@ class NodeCache(Planning):
         self._filler.reset()
         self._names: dict[int, str] = {}
         self.hits = self.misses = self.bytes_used = self.bypassed = self.unplanned = 0
+        self.by_epoch: dict[int, list[int]] = {}  # step >> 32 -> [hits, misses] of its accesses
         self.wait_s = 0.0
         self._published = 0.0
 
@@ -305,6 +306,7 @@ class NodeCache(Planning):
             "wait_s": self.wait_s,
             "bytes_bypassed": self.bypassed,
             "retried": self.fetcher.retried,
+            "by_epoch": {e: tuple(c) for e, c in self.by_epoch.items()},
         }
 
     def node_stats(self) -> dict[str, Any]:

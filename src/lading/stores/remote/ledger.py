@@ -99,8 +99,9 @@ class Ledger:
             conn.execute("PRAGMA journal_mode = WAL")
             wal = wal_allowance(self.cap)
             conn.execute(f"PRAGMA journal_size_limit = {wal}")
-            if self.cap >= DISK_FLOOR:  # trim() checkpoints, truncating
-                conn.execute("PRAGMA wal_autocheckpoint = 0")
+            # from the floor up trim() checkpoints (truncating); below, SQLite every few pages
+            pages = 0 if self.cap >= DISK_FLOOR else max(16, wal // PAGE // 2)
+            conn.execute(f"PRAGMA wal_autocheckpoint = {pages}")
             conn.execute("PRAGMA synchronous = NORMAL")  # a lost cache is refetched, not lost data
             conn.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
             if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
@@ -209,6 +210,9 @@ class Ledger:
         full = False  # a block found no room: the later ones (needed later) wait too
         step = self.fill_batch()  # a transaction's pages all go to the WAL: a few at a time
         for lo in range(0, len(blocks), step):
+            if full:  # no room: the rest waits, without a transaction each
+                out.deferred.extend(block for block, _ in blocks[lo:])
+                break
             full = self._claim_some(blocks[lo : lo + step], now, prefetch, keep_planned, full, out)
         return out
 

@@ -30,35 +30,41 @@ AHEAD = 8  # batches fetched ahead along a plan when nobody announces more (the 
 
 
 class Plan:
-    """The planned accesses of ``batches`` of needs (batch ``j`` at step ``first_step + j``).
+    """The planned accesses of batches of needs (batch ``j`` read at ``steps[j]``, ascending:
+    an epoch and the next one are two runs of steps, ``epoch << 32`` apart).
 
     Args:
         needs: every planned range, each with the step it is read at.
         signatures: a digest of each batch's rows (see :func:`signature`), in batch order.
-        first_step: the step of the first batch.
+        steps: each batch's step (ascending), or the first one's (the others follow it).
     """
 
-    def __init__(self, needs: Sequence[Need], signatures: Sequence[bytes], first_step: int):
-        self.first_step = first_step
+    def __init__(
+        self, needs: Sequence[Need], signatures: Sequence[bytes], steps: int | Sequence[int]
+    ):
+        if isinstance(steps, int):
+            steps = range(steps, steps + len(signatures))
+        self.batch_steps = np.asarray(steps, dtype=np.int64)
+        self.first_step = int(self.batch_steps[0]) if len(steps) else 0
         self.steps = len(signatures)
         self._by_key: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
         names = sorted({n.key for n in needs})
         code = {name: i for i, name in enumerate(names)}
         keys = np.fromiter((code[n.key] for n in needs), np.int64, len(needs))
         starts = np.fromiter((n.start for n in needs), np.int64, len(needs))
-        steps = np.fromiter((n.step for n in needs), np.int64, len(needs))
-        order = np.lexsort((steps, starts, keys))
-        keys, starts, steps = keys[order], starts[order], steps[order]
+        at = np.fromiter((n.step for n in needs), np.int64, len(needs))
+        order = np.lexsort((at, starts, keys))
+        keys, starts, at = keys[order], starts[order], at[order]
         bounds = np.searchsorted(keys, np.arange(len(names) + 1)).tolist()
         for i, name in enumerate(names):
             lo, hi = bounds[i], bounds[i + 1]
-            self._by_key[name] = (starts[lo:hi], steps[lo:hi])
+            self._by_key[name] = (starts[lo:hi], at[lo:hi])
         # in step order too (needs come batch by batch): what steps first .. stop - 1 read
         self._names = names
-        by_step = np.argsort(steps, kind="stable")
+        by_step = np.argsort(at, kind="stable")
         self._step_keys, self._step_starts = keys[by_step], starts[by_step]
         self._step_ends = np.fromiter((n.end for n in needs), np.int64, len(needs))[order][by_step]
-        self._step_steps = steps[by_step]
+        self._step_steps = at[by_step]
         self._batches: dict[bytes, list[int]] = {}
         for j, sig in enumerate(signatures):
             self._batches.setdefault(sig, []).append(j)
@@ -87,10 +93,14 @@ class Plan:
         """Whether ``step`` is one of the plan's."""
         return step is not None and self.first_step <= step < self.last_step
 
+    def index(self, step: int) -> int:
+        """The number of planned batches before ``step``."""
+        return int(np.searchsorted(self.batch_steps, step))
+
     @property
     def last_step(self) -> int:
         """The step after the plan's last batch."""
-        return self.first_step + self.steps
+        return int(self.batch_steps[-1]) + 1 if self.steps else self.first_step
 
     def next_use(self, key: str, start: int, end: int, at_least: int) -> int | None:
         """The first planned step ``>= at_least`` that reads a range starting in
@@ -118,11 +128,11 @@ class Plan:
         if at is None:
             return None
         self._cursor = at + 1
-        return self.first_step + at
+        return int(self.batch_steps[at])
 
     def passed(self, step: int) -> None:
         """Batches before ``step`` were read (a read that named its step)."""
-        self._cursor = max(self._cursor, step - self.first_step)
+        self._cursor = max(self._cursor, self.index(step))
 
 
 def signature(rows: npt.NDArray[np.int64]) -> bytes:
@@ -138,25 +148,26 @@ def order_file(url: str, snapshot: str, pid: int) -> Path:
     return Path(tempfile.gettempdir()) / "lading-orders" / f"{pid}-{name}.npz"
 
 
-def save_order(path: Path, batches: Sequence[npt.NDArray[np.int64]], first_step: int) -> None:
-    """Write ``batches`` (rows) and their first step to ``path`` atomically (no pickle)."""
+def save_order(path: Path, batches: Sequence[npt.NDArray[np.int64]], steps: Sequence[int]) -> None:
+    """Write ``batches`` (rows) and their steps to ``path`` atomically (no pickle)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     sizes = np.fromiter((len(b) for b in batches), np.int64, len(batches))
     rows = np.concatenate(batches) if batches else np.empty(0, dtype=np.int64)
     part = path.with_suffix(f".{os.getpid()}.part")
     with open(part, "wb") as f:
-        np.savez(f, rows=rows.astype(np.int64), sizes=sizes, first=np.int64(first_step))
+        np.savez(f, rows=rows.astype(np.int64), sizes=sizes, steps=np.asarray(steps, np.int64))
     os.replace(part, path)
 
 
-def load_order(path: Path) -> tuple[list[npt.NDArray[np.int64]], int] | None:
-    """``(batches, first step)`` from :func:`save_order`'s file, or None when it is unreadable
+def load_order(path: Path) -> tuple[list[npt.NDArray[np.int64]], list[int]] | None:
+    """``(batches, steps)`` from :func:`save_order`'s file, or None when it is unreadable
     (a speed hint: a damaged one is ignored, never trusted further)."""
     try:
         with np.load(path, allow_pickle=False) as found:
-            rows, sizes, first = found["rows"], found["sizes"], int(found["first"])
+            rows, sizes, steps = found["rows"], found["sizes"], found["steps"]
     except (OSError, ValueError, KeyError):
         return None
-    if sizes.sum() != len(rows) or (sizes < 0).any():
+    if sizes.sum() != len(rows) or (sizes < 0).any() or len(steps) != len(sizes):
         return None
-    return np.split(rows, np.cumsum(sizes)[:-1]) if len(sizes) else [], first
+    batches = np.split(rows, np.cumsum(sizes)[:-1]) if len(sizes) else []
+    return batches, steps.tolist()

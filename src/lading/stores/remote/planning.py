@@ -39,6 +39,7 @@ class Planning:
     order: Plan | None
     hits: int
     misses: int
+    by_epoch: dict[int, list[int]]
     bypassed: int
     _filler: Filler
     _inflight: dict[int, Future]
@@ -95,12 +96,16 @@ class Planning:
             if found is not None:
                 uses.append((found.block, need.step))
                 self.hits += kind > 0
+                if kind:
+                    self.by_epoch.setdefault(need.step >> 32, [0, 0])[0] += 1
             elif kind == 2 and need.step > now and window > budget:
                 wait.append(need)  # beyond the window: counted when it is fetched
             else:
                 missing.append((need, obj))
                 window += need.end - need.start
                 self.misses += kind > 0
+                if kind:
+                    self.by_epoch.setdefault(need.step >> 32, [0, 0])[1] += 1
         if uses:
             self.ledger.plan_uses(uses, now)
         self._later += wait

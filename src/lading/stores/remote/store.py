@@ -20,6 +20,7 @@ pinned to their ETags), so what a run reads never depends on what the cache hold
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 from collections.abc import Mapping, Sequence
@@ -69,8 +70,9 @@ class RemoteStore(DocStore):
         self._now: int | None = None
         self._next_step = 0
         self._order: list[npt.NDArray[np.int64]] = []  # the planned batches' rows (plan_rows)
-        self._order_first = 0
+        self._order_steps: list[int] = []  # their steps
         self._at: int | None = None  # the step at_step named (the reads that follow are its)
+        self._told = False  # prefetch was called from outside (a loader announces)
         self._order_seen = 0.0  # mtime of the parent's order file when last loaded
         self._open(snapshot)
 
@@ -155,6 +157,7 @@ class RemoteStore(DocStore):
         """:meth:`prefetch` by row codes; ``columns``: which payload columns (default: those
         read so far, else ``tokens`` in a tokenized store and ``text`` otherwise)."""
         first = self._next_step if first_step is None else int(first_step)
+        self._told = True  # someone announces (the loader): no look-ahead of the store's own
         self._now = first if now is None else int(now)
         self._next_step = first + len(batches)
         if columns is None:
@@ -164,16 +167,22 @@ class RemoteStore(DocStore):
             needs += self._columns.needs(column, batches, first)
         self._columns.cache.prefetch(needs, self._now)
 
-    def plan(self, batches: Sequence[Sequence[IdLike]], first_step: int = 0) -> None:
+    def plan(
+        self,
+        batches: Sequence[Sequence[IdLike]],
+        first_step: int = 0,
+        steps: Sequence[int] | None = None,
+    ) -> None:
         """The order of reads ahead, for eviction only: batch ``j`` (a list of ids) is read at
-        step ``first_step + j``. The node cache then keeps the blocks needed soonest and gives
-        up the one needed furthest away (or never); fetching stays a window ahead (:data:`
-        ~lading.stores.remote.plan.AHEAD` batches, or what :meth:`prefetch` announces). Reads
-        move along it: ``get_many(ids, step=s)``, or a read whose ids equal the next planned
-        batch's (so a plain loop of ``get_many`` over the planned batches works). Ids not in
-        the store are skipped (the read will name them). A new plan replaces the last one."""
+        step ``first_step + j`` (or ``steps[j]``: ascending, e.g. this epoch's batches and the
+        next epoch's). The node cache then keeps the blocks needed soonest and gives up the one
+        needed furthest away (or never); fetching stays a window ahead (``AHEAD`` batches, or
+        what :meth:`prefetch` announces). Reads move along it: ``get_many(ids, step=s)``, or a
+        read whose ids equal the next planned batch's (so a plain loop of ``get_many`` over
+        the planned batches works). Ids not in the store are skipped (the read will name
+        them). A new plan replaces the last one."""
         rows = [r[r >= 0] for r in (self.find_rows(list(b)) for b in batches)]
-        self.plan_rows(rows, first_step)
+        self.plan_rows(rows, first_step, steps=steps)
 
     def plan_rows(
         self,
@@ -181,20 +190,23 @@ class RemoteStore(DocStore):
         first_step: int = 0,
         columns: Sequence[str] | None = None,
         share: bool = True,
+        steps: Sequence[int] | None = None,
     ) -> None:
         """:meth:`plan` by row codes; ``columns`` as in :meth:`prefetch_rows`; ``share``: fetch
         along it from here and leave it for this process's DataLoader workers."""
         first = int(first_step)
+        at = list(steps) if steps is not None else list(range(first, first + len(batches)))
         if columns is None:
             columns = list(self._read_columns) or ["tokens" if self.has_tokens else "text"]
+        order = [np.asarray(r, dtype=np.int64) for r in batches]
         needs = []
         for column in columns:
-            needs += self._columns.needs(column, batches, first)
-        order = [np.asarray(r, dtype=np.int64) for r in batches]
-        self._columns.cache.plan(Plan(needs, [signature(r) for r in order], first))
+            for j, rows in enumerate(order):
+                needs += self._columns.needs(column, [rows], at[j])
+        self._columns.cache.plan(Plan(needs, [signature(r) for r in order], at))
         if share:
-            self._order, self._order_first = order, first
-            save_order(order_file(self.url, self.snapshot, os.getpid()), order, first)
+            self._order, self._order_steps = order, at
+            save_order(order_file(self.url, self.snapshot, os.getpid()), order, at)
 
     def at_step(self, step: int) -> None:
         """The reads that follow are planned step ``step``'s (a DataLoader worker is told so
@@ -214,7 +226,7 @@ class RemoteStore(DocStore):
             self._order_seen = mtime
             loaded = load_order(path)
             if loaded is not None:
-                self.plan_rows(loaded[0], loaded[1], share=False)
+                self.plan_rows(loaded[0], share=False, steps=loaded[1])
 
     def _step(self, rows: npt.NDArray[np.int64], step: int | None) -> int | None:
         """The step a read of ``rows`` is at: ``step``, else its planned batch's, else the
@@ -230,11 +242,13 @@ class RemoteStore(DocStore):
         if step is None:
             return self._now
         step = int(step)
-        if self._order and self._next_step < step + AHEAD:  # fetch ahead along the plan
-            first = max(self._next_step, step + 1) - self._order_first
-            stop = min(step + 1 + 2 * AHEAD - self._order_first, len(self._order))
-            if 0 <= first < stop:
-                self.prefetch_rows(self._order[first:stop], first + self._order_first, step)
+        if self._order and not self._told and self._next_step < step + AHEAD:  # along the plan
+            steps = self._order_steps
+            first = bisect.bisect_left(steps, max(self._next_step, step + 1))
+            stop = min(first + 2 * AHEAD, len(steps))
+            for j in range(first, stop):  # one call a batch: its step may not follow the last
+                self.prefetch_rows([self._order[j]], steps[j], step)
+            self._told = False  # those were the store's own
         self._now = step
         return step
 
