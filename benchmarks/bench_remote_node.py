@@ -36,6 +36,7 @@ import lading
 from common import HERE, OUT, add_write_flag, write_section
 from lading.bench.synth import synth
 from lading.stores.remote.localserver import LocalS3
+from lading.stores.remote.store import RemoteStore
 
 BATCH = 64
 Lookup = Callable[[list[int]], list[str]]
@@ -100,6 +101,7 @@ Hits = Callable[[], tuple[int, int, bool]]
 def lading_lookup(url: str, cache: Path, cap: int, ids: list[str], epochs: Any,
                   plan: bool) -> tuple[Lookup, Hits, Any]:  # fmt: skip
     store = lading.open_store(url, cache=cache, cache_bytes=cap)
+    assert isinstance(store, RemoteStore)
     if plan:  # as the loader at epoch 1's start: its order and the next epoch's (epoch 2's
         # start would hand epoch 2 and 3); reads move along it, matched to their batches
         steps = [(e << 32) + j for e, batches in enumerate(epochs) for j in range(len(batches))]
@@ -148,7 +150,8 @@ def lance_lookup(s3: LocalS3, bucket: str, ids: list[str], texts: list[str]) -> 
     ds = lance.dataset(uri, storage_options=options)
 
     def lookup(rows: list[int]) -> list[str]:
-        return ds.take(rows, columns=["text"]).column("text").to_pylist()  # type: ignore[no-any-return]
+        found: list[str] = ds.take(rows, columns=["text"]).column("text").to_pylist()
+        return found
 
     return lookup
 
@@ -218,11 +221,12 @@ def one_cap(s3: LocalS3, args: Any, env: dict[str, Any], share: float, repeat: i
     rows = []
     systems = ["lading+plan", "lading", "obstore", "lance", *args.peers.split(",")]
     for system in [s for s in systems if s]:
-        cache: Path | None = work / f"node-{system}-{time.time_ns()}"
+        node = work / f"node-{system}-{time.time_ns()}"
+        cache: Path | None = node
         hits = None
         try:
             if system.startswith("lading"):
-                lookup, hits, _ = lading_lookup(env["url"], cache, cap, ids, epochs,
+                lookup, hits, _ = lading_lookup(env["url"], node, cap, ids, epochs,
                                                 system == "lading+plan")  # fmt: skip
             elif system == "obstore":
                 lookup, cache = obstore_lookup(env["url"], spans), None
