@@ -105,7 +105,7 @@ def test_the_whole_order_keeps_what_is_needed_soonest(
     lru = _epoch2_hits(_cache(tmp_path, data, cap, "lru"), data, batches, plan=False)
     print(f"cap 1/{share}: plan {planned:.3f}, Belady {optimum:.3f}, lru {lru:.3f}")
     assert planned >= 0.8 * optimum  # measured 0.93-0.99x
-    assert planned >= 2 * lru + 0.02
+    assert planned > 1.5 * lru  # measured 3.5-6x; LRU varies with GET timing (0.010-0.034)
 
 
 def test_an_order_survives_its_file_and_a_damaged_one_is_ignored(tmp_path: Path) -> None:
