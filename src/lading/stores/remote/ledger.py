@@ -41,7 +41,7 @@ from lading.stores.remote.footprint import (
     DISK_FLOOR,
     PAGE,
     block_cost,
-    budget,
+    current_budget,
     wal_allowance,
 )
 from lading.stores.remote.queries import FIND, OVERLAPS, Claimed, Found, Transaction, batched
@@ -229,7 +229,7 @@ class Ledger:
         found full (``full``: it was already)."""
         clock = -1 if now is None else now
         with self.write() as conn:
-            cap, extra = self._budget(conn)
+            cap, extra = current_budget(conn, self._used(conn))
             used = self._used(conn)
             victims = self._policy(conn, clock)
             keys = [(obj, block.start, block.end) for block, obj in blocks]
@@ -265,19 +265,6 @@ class Ledger:
                 used += size
             conn.execute("UPDATE settings SET value = ? WHERE name = 'used'", (used,))
         return full
-
-    def _budget(self, conn: sqlite3.Connection) -> tuple[int, int]:
-        """``(bytes of blocks the node may hold now, what a block costs besides its bytes)``:
-        from :data:`DISK_FLOOR` up, :func:`budget` scaled by the file's measured bytes per
-        byte charged (partly filled pages: 1.3-2x), so the file stays within its share."""
-        cap = int(conn.execute("SELECT value FROM settings WHERE name = 'cap'").fetchone()[0])
-        if cap < DISK_FLOOR:
-            return cap, 0
-        used = self._used(conn)
-        live = int(conn.execute("PRAGMA page_count").fetchone()[0])
-        live -= int(conn.execute("PRAGMA freelist_count").fetchone()[0])  # reused before growth
-        ratio = max(1.1, live * PAGE / used) if used > 256 * PAGE else 2.0
-        return int(budget(cap) / ratio), block_cost(cap)
 
     def trim(self) -> None:
         """Checkpoint and truncate the WAL when it holds half its allowance (from
