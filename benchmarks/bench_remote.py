@@ -126,7 +126,7 @@ def rank_run(
 
     for _ in range(4):
         next_batch()
-    before = store.cache_stats()
+    before = store.cache_stats()["process"]
     barrier.wait(timeout=900)
     waits: list[float] = []
     docs = 0
@@ -139,7 +139,7 @@ def rank_run(
         if step:
             time.sleep(step)
     elapsed = time.perf_counter() - started
-    after = store.cache_stats()
+    after = store.cache_stats()["process"]
     delta = {k: after[k] - before[k] for k in ("gets", "bytes_fetched", "bytes_used", "misses")}
     out.put({"rank": rank, "docs": docs, "seconds": elapsed, "waits": waits, **delta})
     store.close()  # os._exit skips atexit: hand unfilled claims back to the other ranks
@@ -245,11 +245,11 @@ def hit_rates(corpus: dict[str, Any], work: Path, share: float, run: Path | None
     )  # fmt: skip
     loader = lading.loader(groups, GROUPS, collate_fn=Texts(store), world=lading.World(0, 1))
     for epoch in range(2):
-        before = store.cache_stats()
+        before = store.cache_stats()["process"]
         loader.set_epoch(epoch)
         for _ in loader:
             pass
-    after = store.cache_stats()
+    after = store.cache_stats()["process"]
     hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
     rate = hits / max(1, hits + misses)
     return {"policy": policy, "cap_share": share, "hit_rate": rate, "accesses": hits + misses,

@@ -230,14 +230,32 @@ class TrainingGroups:
         :mod:`lading.loading.lookahead`) hold, when the store takes such hints (a remote
         store's ``prefetch_rows``): the same draws :meth:`__getitem__` will make."""
         hint = getattr(self.store, "prefetch_rows", None)
-        if not callable(hint):
-            return
+        if callable(hint):
+            hint(self._batch_rows(batches), first_step, now)
+
+    def plan(
+        self, batches: Sequence[Sequence[Any]], first_step: int, steps: Sequence[int] | None = None
+    ) -> None:
+        """Hand the store the documents of the batches ahead (a remote store's ``plan_rows``:
+        what its node cache keeps), batch ``j`` read at ``steps[j]`` (``first_step + j``)."""
+        hint = getattr(self.store, "plan_rows", None)
+        if callable(hint):
+            hint(self._batch_rows(batches), first_step, steps=steps)
+
+    def at_step(self, step: int) -> None:
+        """The reads that follow are step ``step``'s (a remote store's ``at_step``)."""
+        hint = getattr(self.store, "at_step", None)
+        if callable(hint):
+            hint(step)
+
+    def _batch_rows(self, batches: Sequence[Sequence[Any]]) -> list[npt.NDArray[np.int64]]:
+        """Each batch's document codes, its groups back to back (what the batch reads)."""
         rows = []
         for batch in batches:
             keys = [k if isinstance(k, EpochIndex) else EpochIndex(self.epoch, k) for k in batch]
             codes = [self.group_codes(int(k.item), k.epoch) for k in keys]
             rows.append(np.concatenate(codes) if codes else np.empty(0, dtype=np.int64))
-        hint(rows, first_step, now)
+        return rows
 
     def data_fingerprint(self) -> str:
         """A digest of what the groups hold (computed once): the store's content (a lading

@@ -290,7 +290,8 @@ class Loader:
         keys = self._source.keys(cursor)
         if self._announce is None:
             return keys
-        return self._announce(keys, cursor.epoch, cursor.batches)
+        following = self._source.keys(Cursor(cursor.epoch + 1))  # the plan reaches into it
+        return self._announce(keys, cursor.epoch, cursor.batches, following)
 
     def _dataloader(self) -> DataLoader[Any]:
         workers = self.workers

@@ -2,9 +2,11 @@
 
 A loader's order is known in advance (``(seed, epoch)`` fix it), so a dataset whose items live
 far away (a store in object storage) can fetch the next batches' documents while the current
-ones train. A dataset opts in with a method::
+ones train. A dataset opts in with methods::
 
-    dataset.prefetch(batches, first_step, now)
+    dataset.prefetch(batches, first_step, now)   # the next batches: fetch them
+    dataset.plan(batches, first_step, steps)     # the epoch's whole order: what to keep cached
+    dataset.at_step(step)                        # the reads that follow are this step's
 
 ``batches`` are lists of the keys the loader will ask for (ints or
 :class:`~lading.loading.map_source.EpochIndex`), batch ``j`` at step ``first_step + j``; ``now``
@@ -13,7 +15,10 @@ every rank, which reads batch ``b`` of an epoch at the same time as the others. 
 (:class:`~lading.loading.loader.Loader`) calls it as it hands out batch keys, in the process
 that iterates it (with DataLoader workers: the main process, ahead of the workers), every
 ``LOOKAHEAD`` batches for the ``LOOKAHEAD`` to ``2 * LOOKAHEAD`` batches ahead. What it does
-affects speed only: a dataset reads the same items without it.
+affects speed only: a dataset reads the same items without it. ``plan`` is called once an
+iteration, at its start, with every batch left in the epoch and the next epoch's (an epoch's
+end decides what the next one's start finds cached), from the process that iterates;
+``at_step`` by whichever process builds a batch (a DataLoader worker too), before its reads.
 """
 
 from __future__ import annotations
@@ -24,9 +29,9 @@ from typing import Any
 LOOKAHEAD = 8  # batches: at 64 documents a batch, 512-1,024 documents planned together
 STEPS_PER_EPOCH = 1 << 32
 
-Announce = Callable[[Iterator[Any], int, int], Iterator[Any]]
-"""``(batch keys, epoch, first batch) -> batch keys``: yields a loader's batch keys as they
-come and announces the batches ahead."""
+Announce = Callable[..., Iterator[Any]]
+"""``(batch keys, epoch, first batch[, the next epoch's keys]) -> batch keys``: yields a loader's
+batch keys as they come and announces the batches ahead."""
 
 
 def step_of(epoch: int, batch: int) -> int:
@@ -43,9 +48,18 @@ def announcer(
     prefetch = getattr(dataset, "prefetch", None)
     if not callable(prefetch):
         return None
+    plan = getattr(dataset, "plan", None)
 
-    def announce(batches: Iterator[Any], epoch: int, first: int) -> Iterator[Any]:
-        return _announced(list(batches), items, prefetch, epoch, first, ahead)
+    def announce(
+        batches: Iterator[Any], epoch: int, first: int, following: Iterator[Any] | None = None
+    ) -> Iterator[Any]:
+        keys = list(batches)
+        if callable(plan):  # the order left in the epoch and the next epoch's: what to keep
+            after = list(following) if following is not None else []
+            steps = [step_of(epoch, first + j) for j in range(len(keys))]
+            steps += [step_of(epoch + 1, j) for j in range(len(after))]
+            plan([items(key) for key in keys + after], steps[0] if steps else 0, steps)
+        return _announced(keys, items, prefetch, epoch, first, ahead)
 
     return announce
 

@@ -35,7 +35,7 @@ from torch.utils.data import default_collate
 
 from lading.loading.distinct import arrange, most_shared
 from lading.loading.loader import Loader, Workers
-from lading.loading.lookahead import announcer
+from lading.loading.lookahead import announcer, step_of
 from lading.loading.order import epoch_order
 from lading.loading.plan import (
     check_batch_size,
@@ -88,10 +88,12 @@ class EpochIndex(NamedTuple):
 
 class MapBatch(NamedTuple):
     """The key of one batch of a map-style dataset: its epoch and the dataset items it holds,
-    in order: all a DataLoader worker needs to build it (persistent ones too)."""
+    in order, and its number in the epoch (-1: unknown): all a DataLoader worker needs to
+    build it (persistent ones too)."""
 
     epoch: int
     items: tuple[int, ...]
+    batch: int = -1
 
 
 class MapSource:
@@ -225,8 +227,11 @@ class MapSource:
     def keys(self, cursor: Cursor) -> Iterator[MapBatch]:
         """This rank's batches from ``cursor.batches`` on, as their epoch and items."""
         size, epoch = self.batch_size, cursor.epoch
-        indices = self.share(cursor)[cursor.batches * size :].tolist()
-        return (MapBatch(epoch, tuple(indices[i : i + size])) for i in range(0, len(indices), size))
+        first, indices = cursor.batches, self.share(cursor)[cursor.batches * size :].tolist()
+        return (
+            MapBatch(epoch, tuple(indices[i : i + size]), first + i // size)
+            for i in range(0, len(indices), size)
+        )
 
     def items(self, key: MapBatch) -> list[Any]:
         """What the dataset is asked for to build ``key``: :class:`EpochIndex` items where it
@@ -246,6 +251,9 @@ class MapSource:
             if callable(set_epoch) and key.epoch != self._told:
                 set_epoch(key.epoch)
                 self._told = key.epoch
+        at_step = getattr(dataset, "at_step", None)
+        if callable(at_step) and key.batch >= 0:  # the reads below are this batch's
+            at_step(step_of(key.epoch, key.batch))
         getitems = getattr(dataset, "__getitems__", None)
         rows = getitems(items) if callable(getitems) else [dataset[i] for i in items]
         return self.collate(rows)

@@ -5,11 +5,8 @@ ledger (:mod:`lading.stores.remote.ledger`) makes a block fetched once per node:
 claims the ranges nobody holds or fetches, fetches them, and fills them in; a process that
 needs a range another one is fetching waits for it (and takes it over if that process died).
 
-- :meth:`NodeCache.prefetch` is told the ranges of the next batches and the step (batch
-  number) each is needed at. Ranges already cached get that step as their next use (what
-  eviction by next use reads); the others are coalesced (:mod:`lading.stores.remote.ranges`),
-  claimed within the cap and fetched in the background. What finds no room now (the cap is
-  full of blocks needed sooner) is retried at the next call.
+- :meth:`NodeCache.prefetch` and :meth:`NodeCache.plan` (:mod:`lading.stores.remote.planning`):
+  the next batches' ranges, fetched a window ahead, and the epoch's whole order, kept by.
 - :meth:`NodeCache.read` returns the bytes of ranges: from the cache, from this process's
   GETs in flight, from another process's, or fetched now. A range that cannot be cached (a
   cap of 0, a range larger than the cap, a cap full of blocks needed sooner) is read into
@@ -24,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import functools
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -33,26 +29,25 @@ from typing import Any
 
 from lading.stores.remote.fetch import Fetcher, Future
 from lading.stores.remote.fill import Filler
-from lading.stores.remote.ledger import Claimed, Ledger, pid_alive
+from lading.stores.remote.ledger import Ledger, pid_alive
 from lading.stores.remote.objects import RemoteReadError, describe
+from lading.stores.remote.plan import Plan
+from lading.stores.remote.planning import Key, Planning
 from lading.stores.remote.ranges import (
     DEFAULT_BLOCK,
     DEFAULT_GAP,
     DEFAULT_WASTE,
     NO_STEP,
     Need,
-    coalesce,
-    needs_in,
 )
+from lading.stores.remote.stats import node_totals, publish
 
 Span = tuple[str, int, int]  # object key, start, end
-_Started = dict[str, list[tuple[int, int, "Future"]]]  # key -> (start, end, future), by start
-_Key = tuple[int, int, int]  # object id, start, end
 _POLL_S = 0.002  # how often a process checks a block another one is fetching
 _ROUNDS = 8  # a range that keeps being evicted or taken over between lookups: give up after
 
 
-class NodeCache:
+class NodeCache(Planning):
     """Ranges of one store's objects through the node cache in ``directory``.
 
     Args:
@@ -98,12 +93,17 @@ class NodeCache:
         """Per-process state: new in a forked child (the parent's GETs are not its own)."""
         self._pid = os.getpid()
         self._inflight: dict[int, Future] = {}
-        self._plan: dict[_Key, list[int]] = {}  # planned, unread accesses: their steps
+        self._plan: dict[Key, list[int]] = {}  # planned, unread accesses: their steps
         self._deferred: list[Need] = []
+        self.order: Plan | None = None  # the epoch's whole order (eviction only), if told
+        self._later: list[Need] = []  # announced needs beyond the window (an order is known)
+        self._advanced = 0  # steps before this had their blocks' next uses moved past them
         self._filler.reset()
         self._names: dict[int, str] = {}
         self.hits = self.misses = self.bytes_used = self.bypassed = self.unplanned = 0
+        self.by_epoch: dict[int, list[int]] = {}  # step >> 32 -> [hits, misses] of its accesses
         self.wait_s = 0.0
+        self._published = 0.0
 
     def _here(self) -> None:
         if self._pid != os.getpid():
@@ -114,83 +114,11 @@ class NodeCache:
         self._names[obj] = key
         return obj
 
-    # -- planning ------------------------------------------------------------------------------
-
-    def prefetch(self, needs: Sequence[Need], now: int) -> None:
-        """Plan ``needs`` (ranges and the step each is needed at); ``now`` is the current step.
-
-        Returns at once: the GETs run in the background.
-        """
-        self._here()
-        keep = [n for n in self._deferred if n.step >= now]
-        self._deferred = []
-        uses: list[tuple[int, int]] = []
-        missing: list[tuple[Need, int]] = []
-        todo = [(n, False) for n in keep] + [(n, True) for n in needs if n.end > n.start]
-        objs = {key: self._obj(key) for key in {n.key for n, _ in todo}}
-        keys = [(objs[n.key], n.start, n.end) for n, _ in todo]
-        with self.ledger.read() as conn:
-            founds = self.ledger.find_many(conn, keys)
-        for (need, fresh), found, (obj, _, _) in zip(todo, founds, keys):
-            if fresh:
-                self._plan.setdefault((obj, need.start, need.end), []).append(need.step)
-                self.hits += found is not None
-                self.misses += found is None
-            if found is None:
-                missing.append((need, obj))
-            else:
-                uses.append((found.block, need.step))
-        if uses:
-            self.ledger.plan_uses(uses, now)
-        self._fetch(missing, now, prefetch=True)
-        if len(self._plan) > 4 * len(needs) + 4096:  # accesses planned but never read
-            self._plan = {k: steps for k, steps in self._plan.items() if steps[-1] >= now}
-
-    def _fetch(
-        self, missing: list[tuple[Need, int]], now: int | None, prefetch: bool, around: bool = False
-    ) -> _Started:
-        """Coalesce, claim and start fetching ``missing``: the blocks this process fetches
-        (claimed, or if not ``prefetch`` also read around the cache) by key. ``around``: claim
-        nothing, read every block around the cache."""
-        if not missing:
-            return {}
-        objs = {need.key: obj for need, obj in missing}
-        with self.ledger.read() as conn:
-            blocks = coalesce(
-                [n for n, _ in missing],
-                self.max_gap,
-                self.max_waste,
-                self.max_block,
-                barrier=lambda key, end, start: self.ledger.occupied(conn, objs[key], end, start),
-            )
-        if around:
-            result = Claimed([], blocks, [])
-        else:
-            result = self.ledger.claim([(b, objs[b.key]) for b in blocks], now, prefetch)
-        started: _Started = {}
-        self._filler.start()
-        around_cache = [] if prefetch else result.deferred  # no room: read around the cache
-        self.bypassed += sum(b.size for b in around_cache)
-        fetch = [b for b, _ in result.claimed] + around_cache
-        futures = self.fetcher.submit_many(
-            [(b.key, b.start, b.end, self.etags.get(b.key)) for b in fetch]
-        )
-        for (_, block_id), future in zip(result.claimed, futures):
-            self._inflight[block_id] = future
-            future.add_done_callback(functools.partial(self._filler.put, block_id))
-        for block, future in zip(fetch, futures):
-            started.setdefault(block.key, []).append((block.start, block.end, future))
-        if prefetch:
-            later = result.deferred + result.overlapping
-            self._deferred.extend(needs_in([n for n, _ in missing], later))
-        for group in started.values():
-            group.sort(key=lambda b: b[0])
-        return started
-
     def _filled(self, blocks: list[int]) -> None:
         """Blocks the writer filled (or gave up): no longer this process's GETs in flight."""
         for block in blocks:
             self._inflight.pop(block, None)
+        self._publish()  # at most once a second (on the writer thread)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -203,13 +131,13 @@ class NodeCache:
         """
         self._here()
         out: list[bytes | None] = [None] * len(spans)
-        todo: dict[_Key, list[int]] = {}
+        todo: dict[Key, list[int]] = {}
         for i, (key, start, end) in enumerate(spans):
             if end <= start:
                 out[i] = b""
                 continue
             todo.setdefault((self._obj(key), start, end), []).append(i)
-        touched: list[tuple[int, _Key]] = []
+        touched: list[tuple[int, Key]] = []
         for attempt in range(_ROUNDS):
             if not todo:
                 break
@@ -222,11 +150,16 @@ class NodeCache:
                 "small for the processes sharing it?"
             )
         if touched:
-            self.ledger.touch(self._next_uses(touched), now)
+            self.ledger.touch(self._next_uses(touched, now), now)
+        order = self.order
+        if order is not None and now is not None and order.covers(now):
+            self._advanced = max(self._advanced, now + 1)  # what this read touched is moved
+        if self._later:  # the window moves on with the reads
+            self._pump(now)
         self.bytes_used += sum(len(b) for b in out if b is not None)
         return [b if b is not None else b"" for b in out]
 
-    def _count(self, k: _Key, found: bool) -> None:
+    def _count(self, k: Key, found: bool) -> None:
         """Count an access: a planned one was counted at its plan (its step is consumed);
         else a hit when some block already holds the range or is being fetched."""
         steps = self._plan.get(k)
@@ -240,30 +173,38 @@ class NodeCache:
         self.hits += found
         self.misses += not found
 
-    def _next_uses(self, touched: list[tuple[int, _Key]]) -> list[tuple[int, int | None]]:
-        """Each block read and the next step this process planned to read it at (or None)."""
+    def _next_uses(
+        self, touched: list[tuple[int, Key]], now: int | None
+    ) -> list[tuple[int, int | None]]:
+        """Each block read and the next step this process planned to read it at (or None):
+        from the epoch's order where it covers ``now``, else from the prefetched window."""
+        order = self.order if self.order is not None and self.order.covers(now) else None
         nexts: dict[int, int | None] = {}
         for block, k in touched:
-            steps = self._plan.get(k)
-            step = min(steps) if steps else None
+            if order is not None:
+                assert now is not None
+                step = order.next_use(self._names[k[0]], k[1], k[2], now + 1)
+            else:
+                steps = self._plan.get(k)
+                step = min(steps) if steps else None
             known = nexts.get(block)
             nexts[block] = step if known is None else known if step is None else min(known, step)
         return list(nexts.items())
 
     def _round(
         self,
-        todo: dict[_Key, list[int]],
+        todo: dict[Key, list[int]],
         out: list[bytes | None],
-        touched: list[tuple[int, _Key]],
+        touched: list[tuple[int, Key]],
         now: int | None,
         attempt: int,
-    ) -> dict[_Key, list[int]]:
+    ) -> dict[Key, list[int]]:
         """One pass: read what is cached, fetch what nobody has, wait for the rest; what is
         still unread (evicted or taken over meanwhile) is returned for another pass. From the
         third pass on, missing ranges are read around the cache (a range that overlaps a
         cached block without lying inside it could not be cached)."""
-        own: list[tuple[_Key, int, int]] = []  # key, block id, block start
-        other: list[tuple[_Key, int, int, int | None]] = []
+        own: list[tuple[Key, int, int]] = []  # key, block id, block start
+        other: list[tuple[Key, int, int, int | None]] = []
         missing: list[tuple[Need, int]] = []
         with self.ledger.read() as conn:
             keys = list(todo)
@@ -283,7 +224,7 @@ class NodeCache:
                     other.append((k, found.block, found.start, found.owner))
         started = self._fetch(missing, now, prefetch=False, around=attempt >= 2)
         waited = time.perf_counter()
-        again: dict[_Key, list[int]] = {}
+        again: dict[Key, list[int]] = {}
         for need, obj in missing:
             k = (obj, need.start, need.end)
             holder = _covering(started.get(need.key, []), need)
@@ -336,6 +277,8 @@ class NodeCache:
         if self._pid != os.getpid():
             return
         self.fetcher.close()
+        with contextlib.suppress(Exception):
+            self._publish(force=True)
         pending = list(self._inflight)
         self._inflight.clear()
         with contextlib.suppress(Exception):
@@ -363,7 +306,28 @@ class NodeCache:
             "wait_s": self.wait_s,
             "bytes_bypassed": self.bypassed,
             "retried": self.fetcher.retried,
+            "by_epoch": {e: tuple(c) for e, c in self.by_epoch.items()},
         }
+
+    def node_stats(self) -> dict[str, Any]:
+        """The node's figures: every process's counters summed (:mod:`lading.stores.remote.stats`)
+        and the ledger's ``bytes_cached``, ``blocks``, ``cap``; this process's under
+        ``"process"``."""
+        own = self.stats()
+        self._publish(force=True)
+        return {**own, **node_totals(self.directory), "process": own}
+
+    def _publish(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._published >= 1.0:
+            self._published = now
+            counters = {  # no SQLite here: this may run on the writer thread, outside its lock
+                "gets": self.fetcher.gets, "bytes_fetched": self.fetcher.bytes_fetched,
+                "bytes_used": self.bytes_used, "hits": self.hits, "misses": self.misses,
+                "unplanned": self.unplanned, "wait_s": self.wait_s,
+                "bytes_bypassed": self.bypassed, "retried": self.fetcher.retried,
+            }  # fmt: skip
+            publish(self.directory, f"{os.getpid()}-{id(self):x}", counters)
 
     def drain(self, timeout: float = 60.0) -> None:
         """Wait until this process's GETs in flight are filled in (tests, benchmarks)."""

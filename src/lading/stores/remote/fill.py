@@ -99,7 +99,7 @@ class Filler:
         while True:
             done = [self._done.get()]
             with contextlib.suppress(queue.Empty):
-                while len(done) < _BATCH:
+                while len(done) < min(_BATCH, self.ledger.fill_batch()):
                     done.append(self._done.get_nowait())
             good = [(b, f.result()) for b, f in done if f.exception() is None]
             failed = [b for b, f in done if f.exception() is not None]
@@ -108,6 +108,7 @@ class Filler:
                     self.ledger.fill(good)
                 except Exception:  # a full disk, say: give the claims up, the bytes were read
                     failed += [b for b, _ in good]
-                with contextlib.suppress(Exception):
-                    self.ledger.release(failed)
+                if failed:
+                    with contextlib.suppress(Exception):
+                        self.ledger.release(failed)
             self.filled([block for block, _ in done])

@@ -20,6 +20,7 @@ pinned to their ETags), so what a run reads never depends on what the cache hold
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,7 @@ from lading.stores.remote.columns import Columns
 from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.manifest import parse
 from lading.stores.remote.objects import PermanentError, RemoteReadError
+from lading.stores.remote.plan import AHEAD, Plan, load_order, order_file, save_order, signature
 from lading.stores.remote.settings import RemoteSettings
 from lading.stores.remote.stage import stage_dir, stage_index, staged_etags, verify_remote
 
@@ -68,12 +70,20 @@ class RemoteStore(DocStore):
         self._read_columns: dict[str, None] = {}  # payload columns read so far, in order
         self._now: int | None = None
         self._next_step = 0
+        self._order: list[npt.NDArray[np.int64]] = []  # the planned batches' rows (plan_rows)
+        self._order_steps: list[int] = []  # their steps
+        self._at: int | None = None  # the step at_step named (the reads that follow are its)
+        self._told = False  # prefetch was called from outside (a loader announces)
+        self._order_seen = 0.0  # mtime of the parent's order file when last loaded
         self._open(snapshot)
 
     def _open(self, snapshot: str | None) -> None:
         s = self.settings
         make = functools.partial(open_client, self.url, s.backend, s.options, s.timeout)
-        fetcher = Fetcher(make, in_flight=s.in_flight, retries=s.retries, timeout=s.timeout)
+        fetcher = Fetcher(
+            make, in_flight=s.in_flight, retries=s.retries, timeout=s.timeout,
+            node=Path(s.cache) / "inflight",  # one cap for the node's processes
+        )  # fmt: skip
         try:
             raw = self._manifest_bytes(fetcher, snapshot)
         except PermanentError as e:
@@ -154,6 +164,7 @@ class RemoteStore(DocStore):
         """:meth:`prefetch` by row codes; ``columns``: which payload columns (default: those
         read so far, else ``tokens`` in a tokenized store and ``text`` otherwise)."""
         first = self._next_step if first_step is None else int(first_step)
+        self._told = True  # someone announces (the loader): no look-ahead of the store's own
         self._now = first if now is None else int(now)
         self._next_step = first + len(batches)
         if columns is None:
@@ -163,11 +174,97 @@ class RemoteStore(DocStore):
             needs += self._columns.needs(column, batches, first)
         self._columns.cache.prefetch(needs, self._now)
 
+    def plan(
+        self,
+        batches: Sequence[Sequence[IdLike]],
+        first_step: int = 0,
+        steps: Sequence[int] | None = None,
+    ) -> None:
+        """The order of reads ahead, for eviction only: batch ``j`` (a list of ids) is read at
+        step ``first_step + j`` (or ``steps[j]``: ascending, e.g. this epoch's batches and the
+        next epoch's). The node cache then keeps the blocks needed soonest and gives up the one
+        needed furthest away (or never); fetching stays a window ahead (``AHEAD`` batches, or
+        what :meth:`prefetch` announces). Reads move along it: ``get_many(ids, step=s)``, or a
+        read whose ids equal the next planned batch's (so a plain loop of ``get_many`` over
+        the planned batches works). Ids not in the store are skipped (the read will name
+        them). A new plan replaces the last one."""
+        rows = [r[r >= 0] for r in (self.find_rows(list(b)) for b in batches)]
+        self.plan_rows(rows, first_step, steps=steps)
+
+    def plan_rows(
+        self,
+        batches: Sequence[npt.NDArray[np.int64]],
+        first_step: int = 0,
+        columns: Sequence[str] | None = None,
+        share: bool = True,
+        steps: Sequence[int] | None = None,
+    ) -> None:
+        """:meth:`plan` by row codes; ``columns`` as in :meth:`prefetch_rows`; ``share``: fetch
+        along it from here and leave it for this process's DataLoader workers."""
+        first = int(first_step)
+        at = list(steps) if steps is not None else list(range(first, first + len(batches)))
+        if columns is None:
+            columns = list(self._read_columns) or ["tokens" if self.has_tokens else "text"]
+        order = [np.asarray(r, dtype=np.int64) for r in batches]
+        needs = []
+        for column in columns:
+            for j, rows in enumerate(order):
+                needs += self._columns.needs(column, [rows], at[j])
+        self._columns.cache.plan(Plan(needs, [signature(r) for r in order], at))
+        if share:
+            self._order, self._order_steps = order, at
+            save_order(order_file(self.url, self.snapshot, os.getpid()), order, at)
+
+    def at_step(self, step: int) -> None:
+        """The reads that follow are planned step ``step``'s (a DataLoader worker is told so
+        by the loader before it builds a batch). In a process that did not plan, the order its
+        parent planned (:func:`~lading.stores.remote.plan.save_order`) is loaded, so the next
+        use of what it reads is known here too."""
+        self._at = int(step)
+        order = self._columns.cache.order
+        if order is not None and order.covers(step) and self._order:
+            return  # this process planned it
+        path = order_file(self.url, self.snapshot, os.getppid())
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            return
+        if mtime != self._order_seen:
+            self._order_seen = mtime
+            loaded = load_order(path)
+            if loaded is not None:
+                self.plan_rows(loaded[0], share=False, steps=loaded[1])
+
+    def _step(self, rows: npt.NDArray[np.int64], step: int | None) -> int | None:
+        """The step a read of ``rows`` is at: ``step``, else its planned batch's, else the
+        last one announced; fetches the planned batches a window ahead of it."""
+        if step is None and self._at is not None:
+            step = self._at
+        order = self._columns.cache.order
+        if order is not None:
+            if step is None:
+                step = order.match(signature(rows))
+            else:
+                order.passed(int(step))
+        if step is None:
+            return self._now
+        step = int(step)
+        if self._order and not self._told and self._next_step < step + AHEAD:  # along the plan
+            steps = self._order_steps
+            first = bisect.bisect_left(steps, max(self._next_step, step + 1))
+            stop = min(first + 2 * AHEAD, len(steps))
+            for j in range(first, stop):  # one call a batch: its step may not follow the last
+                self.prefetch_rows([self._order[j]], steps[j], step)
+            self._told = False  # those were the store's own
+        self._now = step
+        return step
+
     def cache_stats(self) -> dict[str, Any]:
-        """This process's ``gets``, ``bytes_fetched``, ``bytes_used``, ``hits``, ``misses`` (an
-        access that caused no GET is a hit), ``wait_s``; the node's ``bytes_cached`` and ``cap``
-        (see :meth:`lading.stores.remote.cache.NodeCache.stats`)."""
-        return self._columns.cache.stats()
+        """The node's ``gets``, ``bytes_fetched``, ``bytes_used``, ``hits``, ``misses`` (an
+        access that caused no GET is a hit), ``wait_s``, summed over every process that read
+        through this node cache, and its ``bytes_cached`` and ``cap``; this process's own
+        figures under ``"process"`` (see :meth:`lading.stores.remote.cache.NodeCache.stats`)."""
+        return self._columns.cache.node_stats()
 
     def verify(self) -> list[str]:
         """Read every byte of the payload files and compare each file's CRC32 with the
@@ -204,17 +301,19 @@ class RemoteStore(DocStore):
     def ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
         return self._columns.texts("ids", rows, None)
 
-    def get_many(self, ids: Sequence[IdLike]) -> list[str]:
-        return self.texts_at(self.rows(id_list(ids, "get_many")))
+    def get_many(self, ids: Sequence[IdLike], step: int | None = None) -> list[str]:
+        """Texts of ``ids`` in request order; ``step``: the planned step this read is at
+        (see :meth:`plan`; by default the planned batch it matches, if any)."""
+        return self.texts_at(self.rows(id_list(ids, "get_many")), step)
 
-    def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
-        return self._columns.texts(self._payload("text"), rows, self._now)
+    def texts_at(self, rows: npt.NDArray[np.int64], step: int | None = None) -> list[str]:
+        column = self._payload("text")
+        return self._columns.texts(column, rows, self._step(rows, step))
 
-    def get_many_bytes(self, ids: Sequence[IdLike]) -> list[bytes]:
+    def get_many_bytes(self, ids: Sequence[IdLike], step: int | None = None) -> list[bytes]:
         """UTF-8 bytes of ``ids`` in request order, not decoded; each the caller's own."""
-        return self._columns.read(
-            self._payload("text"), self.rows(id_list(ids, "get_many_bytes")), self._now
-        )
+        rows = self.rows(id_list(ids, "get_many_bytes"))
+        return self._columns.read(self._payload("text"), rows, self._step(rows, step))
 
     def texts_range(self, start: int, stop: int) -> list[str]:
         """Texts of rows ``start .. stop - 1`` (neighbours: the planner fetches them together)."""
@@ -262,11 +361,12 @@ class RemoteStore(DocStore):
 
         return load_tokenizer(path)
 
-    def tokens_at(self, rows: npt.NDArray[np.int64]) -> list[np.ndarray]:
-        """Token ids of rows, each a read-only array of its own."""
+    def tokens_at(self, rows: npt.NDArray[np.int64], step: int | None = None) -> list[np.ndarray]:
+        """Token ids of rows, each a read-only array of its own (``step``: see :meth:`plan`)."""
         if not self.has_tokens:
             raise self.no_tokens()
-        return self._columns.arrays(self._payload("tokens"), rows, self._now)
+        column = self._payload("tokens")
+        return self._columns.arrays(column, rows, self._step(rows, step))
 
     def token_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Every document's token ids back to back and their ``n + 1`` offsets: read whole

@@ -1,0 +1,48 @@
+"""What the node cache's files take on disk, and so how many bytes of blocks a cap holds.
+
+The ledger's files are its database, its WAL and the WAL's ``-shm`` map. From
+:data:`DISK_FLOOR` up, a cap bounds all three: the WAL gets an allowance (an eighth of the cap,
+64 KiB to 8 MiB; checkpointed and truncated at half of it), ``-shm`` and the schema a fixed
+share, and the blocks the rest, each block charged :data:`BLOCK_COST` besides its bytes for its
+rows in the tables and indexes (measured: 1 KiB pages, 100-600-byte blocks). Below the floor an
+empty ledger alone (~70 KB) would not fit: only the blocks' bytes are bounded there.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+PAGE = 1024
+BLOCK_COST = 160  # bytes a block costs besides its payload: its rows in blocks, 4 indexes, cells
+DISK_FLOOR = 512 << 10  # below this cap only the blocks are bounded (an empty ledger: ~70 KB)
+FIXED = 160 * 1024  # the -shm map (32 KiB), the schema and a page per table and index, spare
+
+
+def wal_allowance(cap: int) -> int:
+    """Bytes the WAL may hold beside the blocks: an eighth of the cap, 64 KiB to 8 MiB."""
+    return min(8 << 20, max(64 << 10, cap // 8))
+
+
+def block_cost(cap: int) -> int:
+    """Bytes a block is charged besides its payload under ``cap`` (0 below the floor)."""
+    return BLOCK_COST if cap >= DISK_FLOOR else 0
+
+
+def budget(cap: int) -> int:
+    """Bytes of blocks (payload and :func:`block_cost`) a node cache of ``cap`` bytes holds:
+    the cap less the WAL's allowance and the fixed files, from :data:`DISK_FLOOR` up."""
+    return cap - wal_allowance(cap) - FIXED if cap >= DISK_FLOOR else cap
+
+
+def current_budget(conn: sqlite3.Connection, used: int) -> tuple[int, int]:
+    """``(bytes of blocks the node may hold now, what a block costs besides its bytes)`` in
+    the ledger ``conn`` with ``used`` bytes charged: from :data:`DISK_FLOOR` up, :func:`budget`
+    scaled by the file's measured bytes per byte charged (partly filled pages: 1.3-2x; free
+    pages are reused before the file grows), so the file stays within its share."""
+    cap = int(conn.execute("SELECT value FROM settings WHERE name = 'cap'").fetchone()[0])
+    if cap < DISK_FLOOR:
+        return cap, 0
+    live = int(conn.execute("PRAGMA page_count").fetchone()[0])
+    live -= int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    ratio = max(1.1, live * PAGE / used) if used > 256 * PAGE else 2.0
+    return int(budget(cap) / ratio), block_cost(cap)

@@ -1,0 +1,78 @@
+"""The ledger's SQL: batched lookups (which block holds a range, which overlap one), transactions.
+
+A batch of ranges is one query (``VALUES`` joined to ``blocks``), not one a range: the blocks
+of a 64-document batch are found in ~0.3 ms. A small ready block comes with its bytes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
+
+from lading.stores.remote.ranges import Block
+
+
+class Found(NamedTuple):
+    """The block that holds a range: its id, where it starts, whether its bytes are in, who
+    fetches it, and (a ready block of at most ``INLINE`` bytes) its bytes."""
+
+    block: int
+    start: int
+    ready: bool
+    owner: int | None
+    data: bytes | None = None
+
+
+INLINE = 64 * 1024  # a block up to this size comes with its lookup (one query for a batch)
+_BATCH = 500  # ranges per batched query (4 parameters each, far below SQLite's 32,766)
+FIND = (
+    "SELECT q.column1, b.id, b.start, b.ready, b.owner, CASE WHEN b.ready AND b.size <= {inline}"
+    " THEN (SELECT bytes FROM payload WHERE id = b.id) END FROM (VALUES {values}) AS q"
+    " JOIN blocks AS b ON b.id = (SELECT id FROM blocks WHERE object = q.column2"
+    " AND start <= q.column3 ORDER BY start DESC LIMIT 1) AND b.end >= q.column4"
+)
+OVERLAPS = (
+    "SELECT q.column1 FROM (VALUES {values}) AS q WHERE EXISTS (SELECT 1 FROM blocks WHERE"
+    " object = q.column2 AND start >= q.column3 AND start < q.column4) OR (SELECT end FROM"
+    " blocks WHERE object = q.column2 AND start <= q.column3 ORDER BY start DESC LIMIT 1)"
+    " > q.column3"
+)
+
+
+def batched(
+    conn: sqlite3.Connection, sql: str, keys: Sequence[tuple[int, int, int]]
+) -> Iterable[tuple[Any, ...]]:
+    """Rows of ``sql`` over ``(i, object, start, end)`` for every key, ``_BATCH`` at a time."""
+    for lo in range(0, len(keys), _BATCH):
+        part = keys[lo : lo + _BATCH]
+        values = ",".join(["(?, ?, ?, ?)"] * len(part))
+        args = [x for i, key in enumerate(part, lo) for x in (i, *key)]
+        yield from conn.execute(sql.format(values=values, inline=INLINE), args)
+
+
+class Claimed(NamedTuple):
+    """What :meth:`Ledger.claim` did: blocks claimed (with ids), left for later, overlapping."""
+
+    claimed: list[tuple[Block, int]]
+    deferred: list[Block]
+    overlapping: list[Block]
+
+
+class Transaction:
+    """``with`` one SQLite transaction on ``conn`` (``begin``: its BEGIN), committed at a
+    clean exit, rolled back at an exception; ``after`` runs once it committed."""
+
+    def __init__(
+        self, conn: sqlite3.Connection, begin: str, after: Callable[[], None] | None = None
+    ) -> None:
+        self.conn, self.begin, self.after = conn, begin, after
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute(self.begin)
+        return self.conn
+
+    def __exit__(self, kind: object, *rest: object) -> None:
+        self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
+        if self.after is not None and kind is None:
+            self.after()

@@ -1,0 +1,68 @@
+"""One cap on requests in flight for the whole node: slot files locked with ``flock``.
+
+Every process of a node (8 ranks x 4 DataLoader workers) has its own fetch loop; a cap per
+process multiplies by 32. The node's cap is ``n`` slot files in the cache directory: a call
+(up to :data:`~lading.stores.remote.fetch.CALL_RANGES` GETs) holds one slot, locked with
+``flock`` for as long as it runs. The kernel drops a dead process's locks, so a killed rank
+never keeps a slot; a lock is two system calls (~2 us), once a call, not once a GET.
+
+A process's own calls share its open files: ``flock`` on a file this process already locked
+succeeds again, so a process keeps the set of slots it holds and tries only the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import random
+from pathlib import Path
+
+_WAIT_S = 0.002  # between tries while every slot is held
+
+
+class NodeSlots:
+    """``n`` slots shared by every process that opens ``directory`` (made if missing)."""
+
+    def __init__(self, directory: Path, n: int) -> None:
+        self.directory, self.n = directory, max(1, n)
+        self._pid = -1
+        self._fds: list[int] = []
+        self._held: set[int] = set()
+
+    def _open(self) -> None:
+        if self._pid == os.getpid():
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._fds = [
+            os.open(self.directory / f"slot-{i:04d}", os.O_RDWR | os.O_CREAT, 0o644)
+            for i in range(self.n)
+        ]  # a forked child opens its own: a lock is shared with the file description
+        self._held, self._pid = set(), os.getpid()
+
+    def _try(self) -> int | None:
+        first = random.randrange(self.n)  # processes start at different slots
+        for k in range(self.n):
+            i = (first + k) % self.n
+            if i in self._held:
+                continue
+            try:
+                fcntl.flock(self._fds[i], fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            self._held.add(i)
+            return i
+        return None
+
+    async def acquire(self) -> int:
+        """A slot of the node's, waiting while every one is held (on the fetch loop)."""
+        self._open()
+        while (slot := self._try()) is None:
+            await asyncio.sleep(_WAIT_S)
+        return slot
+
+    def release(self, slot: int) -> None:
+        """Give ``slot`` back to the node."""
+        if self._pid == os.getpid() and slot in self._held:
+            self._held.discard(slot)
+            fcntl.flock(self._fds[slot], fcntl.LOCK_UN)
