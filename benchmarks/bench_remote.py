@@ -1,7 +1,7 @@
 """Remote stores: documents by id from object storage through the node cache, measured.
 
 On the local S3 (moto behind a proxy answering every request after 30 ms ± 10, as S3 does;
-:mod:`lading.stores.remote.localserver`), with a synthesized passage corpus and a long-document
+:mod:`lading.testing.localserver`), with a synthesized passage corpus and a long-document
 corpus uploaded by ``lading.build_store(..., "s3://...")``:
 
 - throughput per node, 1/2/4 ranks on this machine, cold node cache: a cross-encoder's
@@ -36,8 +36,8 @@ import lading
 from common import HERE, OUT, add_write_flag, write_section
 from lading.bench.synth import Kind, synth
 from lading.ir import TrainingGroups, read_qrels, read_queries
-from lading.stores.remote.localserver import LocalS3
-from lading.stores.remote.ranges import Need, coalesce
+from lading.stores.remote.plan import Need, coalesce
+from lading.testing import LocalS3
 
 GROUP = 8  # documents a group: 1 relevant + 7 negatives
 GROUPS = 8  # groups a batch: 64 documents

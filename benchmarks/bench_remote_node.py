@@ -35,8 +35,8 @@ import psutil
 import lading
 from common import HERE, OUT, add_write_flag, write_section
 from lading.bench.synth import synth
-from lading.stores.remote.localserver import LocalS3
 from lading.stores.remote.store import RemoteStore
+from lading.testing import LocalS3
 
 BATCH = 64
 Lookup = Callable[[list[int]], list[str]]

@@ -33,11 +33,9 @@ import lading
 
 
 def _local_s3() -> Any:
-    """The local S3 class, from wherever this tree keeps it."""
-    try:
-        from lading.testing import LocalS3
-    except ImportError:  # before the testing room existed
-        from lading.stores.remote.localserver import LocalS3
+    """The local S3 class (moto behind the latency proxy)."""
+    from lading.testing import LocalS3
+
     return LocalS3
 
 

@@ -39,7 +39,7 @@ from lading.bench.window import Endless
 from lading.device import to_device
 from lading.ir import CrossEncoder, CrossEncoderCollator, TrainingGroups, read_qrels, read_queries
 from lading.ir.train import CrossEncoderStep
-from lading.loading.map_source import loader as make_loader
+from lading.loading.map_workload import loader as make_loader
 from lading.stores import build_store
 from lading.train import LoopConfig, Trainer
 from lading.world import World

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import lading
-from lading.stores.remote.localserver import LocalS3
+from lading.testing import LocalS3
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ def _spread(values: list[float], fmt: str = "{:,.0f}") -> str:
 def render(results: dict[str, Any], args: Any) -> str:
     lines = [
         f"Local S3: moto behind lading's latency proxy, every request answered after 30 ms ± 10 "
-        f"(lading.stores.remote.localserver), on this machine: {platform.machine()}, "
+        f"(lading.testing.localserver), on this machine: {platform.machine()}, "
         f"{os.cpu_count()} cores shared with the client and other work; Python "
         f"{platform.python_version()}. Cold node cache for every measurement (a fresh "
         f"directory). {results['seconds']:.0f} s in all.",

@@ -58,7 +58,7 @@ def build(src: Path, dest: Path, shards: int, extra: dict[str, Any]) -> lading.P
     if shards == 1:
         return lading.build_store(src, dest, progress=False, **extra)
     for i in range(shards):
-        lading.build_store(src, dest, progress=False, shard=(i, shards), **extra)
+        lading.build_shard(src, dest, progress=False, shard=(i, shards), **extra)
     return lading.merge_store(dest)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 if TYPE_CHECKING:
     from lading.lm import TokenCorpus
-    from lading.stores.remote.localserver import LocalS3
+    from lading.testing import LocalS3
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"  # helper modules and the job scripts tests launch live here
@@ -191,10 +191,10 @@ _s3_buckets = iter(range(1 << 30))
 @pytest.fixture(scope="session")
 def s3() -> Iterator[LocalS3]:
     """A local S3 for the remote-store tests (moto behind a proxy adding 30 ms ± 10 a request,
-    counting GETs, injecting faults; see lading.stores.remote.localserver), one a session."""
+    counting GETs, injecting faults; see lading.testing.localserver), one a session."""
     pytest.importorskip("moto.server", reason="the local S3 needs moto: pip install 'moto[server]'")
     pytest.importorskip("aiohttp", reason="the local S3's proxy needs aiohttp")
-    from lading.stores.remote.localserver import LocalS3
+    from lading.testing import LocalS3
 
     with LocalS3(latency=0.03, jitter=0.01) as server:
         yield server

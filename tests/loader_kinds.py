@@ -40,7 +40,7 @@ class Kind:
 def map_kind(n: int, tmp: Path, as_dict: bool = False) -> Kind:
     """``lading.loader`` over the numbers ``0 … n-1``; with ``as_dict`` a batch is
     ``{"ids": tensor}`` (what a trainer that calls ``model(**batch)`` expects)."""
-    from lading.loading.map_source import loader
+    from lading.loading.map_workload import loader
 
     collate = ids_dict if as_dict else None
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import lading
 import lading.disk.stage
-import lading.stores.build
+import lading.stores.building.build
 from lading.train import ddp
 from lading.world import World, resolve_shared_fs
 
@@ -35,7 +35,7 @@ def logged(kind: str, fn: Any) -> Any:
     return wrapper
 
 
-lading.stores.build.write_shard = logged("build", lading.stores.build.write_shard)  # type: ignore[attr-defined]
+lading.stores.building.build.write_shard = logged("build", lading.stores.building.build.write_shard)  # type: ignore[attr-defined]
 lading.disk.stage._copy = logged("stage", lading.disk.stage._copy)  # type: ignore[attr-defined]
 
 world, _ = ddp.setup("ddp")

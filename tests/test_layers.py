@@ -14,7 +14,7 @@ LAYERS: dict[str, int] = {
     "world": 0,
     "_version": 0,
     "_lazy": 0,
-    "testing": 4,  # re-exports stores/remote/localserver until tools/rooms_refactor.py moves it
+    "testing": 0,  # the local S3: the standard library, moto and aiohttp only
     "disk": 1,
     "sources": 2,
     "stores": 3,

@@ -34,5 +34,7 @@ def test_partitioned_parquet_refuses_a_url() -> None:
     pytest.importorskip("pyarrow")
     from lading.tabular import PartitionedParquet
 
-    with pytest.raises(LadingError, match=r"local folder, not the URL s3://logs/sessions/part-0.parquet"):
+    with pytest.raises(
+        LadingError, match=r"local folder, not the URL s3://logs/sessions/part-0.parquet"
+    ):
         PartitionedParquet(["s3://logs/sessions/part-0.parquet"], 8)

@@ -42,13 +42,13 @@ from lading.world import World
 
 if TYPE_CHECKING:  # what the names below are, for a user's type checker
     from lading.device import DevicePrefetcher
-    from lading.loading.map_source import loader
+    from lading.loading.map_workload import loader
 
 # ``lading.loader`` and ``lading.DevicePrefetcher``: imported on first use, so ``import lading``
 # does not import torch
 __getattr__ = lazy_attributes(
     __name__,
-    {"loader": "lading.loading.map_source", "DevicePrefetcher": "lading.device"},
+    {"loader": "lading.loading.map_workload", "DevicePrefetcher": "lading.device"},
 )
 
 

@@ -207,7 +207,7 @@ def test_ctrl_c_in_build_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     source.write_text("".join(f"{i}\ttext {i}\n" for i in range(5000)))
     job = (
         "import os, signal, sys\n"
-        "import lading.stores.writer as w\n"
+        "import lading.stores.building.writer as w\n"
         "add = w._Columns.add_block\n"
         "def interrupted(self, block):\n"
         "    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while rows are being written\n"
@@ -282,7 +282,7 @@ def test_reusable_says_a_touch_rebuilds(tmp_path: Path) -> None:
     nothing else)."""
     import os
 
-    from lading.stores.build import reusable
+    from lading.stores.building.build import reusable
 
     source = tmp_path / "c.tsv"
     source.write_text("1\tone\n")

@@ -144,7 +144,7 @@ else:
 
 @pytest.mark.parametrize("kind", ["checkpoint", "offsets"])
 def test_checkpoint_and_offset_index_past_the_file_size_limit(tmp_path: Path, kind: str) -> None:
-    """Every atomic build goes through the one staging step: a checkpoint or an offset index
+    """Every atomic build goes through the one scratch step: a checkpoint or an offset index
     that runs out of space is an OutOfSpaceError naming the cause, and the last good one stays."""
     write(tmp_path / "small.tsv", "".join(f"{i}\tdoc {i}\n" for i in range(10)))
     write(tmp_path / "big.tsv", "".join(f"{i}\tdoc {i}\n" for i in range(300_000)))

@@ -136,10 +136,10 @@ def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path,
         {i: t.tolist() for i, t in zip(sorted(expected), packed.tokens_many(sorted(expected)))}
     )
     for i in range(2):
-        lading.build_store(src, base / "merged", shard=(i, 2), progress=False)
+        lading.build_shard(src, base / "merged", shard=(i, 2), progress=False)
     lading.merge_store(base / "merged")
     for i in range(2):
-        lading.build_store(src, base / "shards", shard=(i, 2), progress=False)
+        lading.build_shard(src, base / "shards", shard=(i, 2), progress=False)
     old = _docs(5, 100)
     pinned = lading.build_store(
         _jsonl(base / "in2" / "old.jsonl", old), base / "pinned", progress=False

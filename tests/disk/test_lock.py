@@ -16,7 +16,7 @@ import pytest
 
 from distributed import run_processes
 from lading.bench.synth import synth
-from lading.disk import build_lock, publish, read_meta, remove_dead_temps, staging
+from lading.disk import build_lock, publish, read_meta, remove_dead_temps, scratch
 from lading.disk.lock import FileLock, file_lock, read_holder
 from lading.errors import StoreFormatError
 from lading.stores import build_store, open_store
@@ -49,7 +49,7 @@ def _build_once(rank: int, world: int, dest: str) -> bool:
         remove_dead_temps(target)
         if (target / "meta.json").is_file():
             return False
-        with staging(target) as tmp:
+        with scratch(target) as tmp:
             (tmp / "data").write_bytes(os.urandom(1 << 16))
             time.sleep(0.2)  # long enough that the others arrive while this one builds
             (tmp / "meta.json").write_text(json.dumps({"by": rank}))
@@ -68,10 +68,10 @@ HOLD_AND_HANG = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from lading.disk import build_lock, staging
+    from lading.disk import build_lock, scratch
     dest = Path(sys.argv[1])
     with build_lock(dest):
-        with staging(dest) as tmp:
+        with scratch(dest) as tmp:
             (tmp / "docs.bin").write_bytes(b"half a build")
             print("building", flush=True)
             time.sleep(600)

@@ -125,7 +125,7 @@ def framework_route(data: Collection, kind: str, loss: str, out: Path, batch: in
     """The stock Trainer on lading's first-epoch groups, in lading's order."""
     from transformers import Trainer
 
-    from lading.loading.map_source import EpochIndex
+    from lading.loading.map_workload import EpochIndex
 
     probe = lading_loader(data)
     groups = probe.dataset

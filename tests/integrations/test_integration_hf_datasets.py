@@ -67,7 +67,7 @@ def test_groups_export_in_sentence_transformers_formats(
     fmt: str, data_dir: Path, tmp_path: Path
 ) -> None:
     from lading.integrations.hf_datasets import groups_to_dataset
-    from lading.loading.map_source import EpochIndex
+    from lading.loading.map_workload import EpochIndex
 
     data = adi(data_dir, tmp_path)
     groups = data.groups(group_size=3)

@@ -12,7 +12,7 @@ import lading
 from conftest import shared_data, write
 from distributed import run_processes
 from lading.ir import TrainingGroups, read_qrels, read_queries, read_run
-from lading.loading.map_source import EpochIndex
+from lading.loading.map_workload import EpochIndex
 
 POOL = "ir/normalized/msmarco-passage-trecdl1920-pool"
 

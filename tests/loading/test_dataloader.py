@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from contracts import assert_elastic, assert_exact_partition, assert_resumes, forked
-from lading.loading.map_source import EpochIndex, MapSource, loader
+from lading.loading.map_workload import EpochIndex, MapWorkload, loader
 from lading.loading.order import epoch_order
 from lading.loading.state import Cursor
 from lading.world import World
@@ -68,7 +68,7 @@ def test_global_order_does_not_depend_on_world_size(
     equalize = "truncate" if drop_last else "pad"
     assume(not (drop_last and n < world))  # refused: an epoch of no batch (tested below)
     shares = [
-        MapSource(
+        MapWorkload(
             Numbers(n), None, batch_size=1, seed=seed, equalize=equalize, world=World(r, world)
         )
         for r in range(world)

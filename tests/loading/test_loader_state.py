@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from contracts import Numbers
-from lading.loading.map_source import loader
+from lading.loading.map_workload import loader
 from lading.loading.runs import Runs
 from lading.loading.state import STATE_VERSION, Cursor, LoaderStateError, restore, state_dict
 from lading.world import World

@@ -90,7 +90,7 @@ def test_map_state_of_other_groups_of_the_same_length_is_refused(tmp_path: Path)
     next(iter(first))
     state = first.state_dict()
     other = lading.loader(small_groups(tmp_path, "b", "beta"), 4, world=World(), collate_fn=list)
-    with pytest.raises(LoaderStateError, match="saved on the dataset .* this loader reads "):
+    with pytest.raises(LoaderStateError, match=r"saved on the dataset .* this loader reads "):
         other.load_state_dict(state)
     same = lading.loader(small_groups(tmp_path, "c", "alpha"), 4, world=World(), collate_fn=list)
     same.load_state_dict(state)  # the same content in another directory resumes

@@ -14,7 +14,7 @@ import lading
 from conftest import write
 from lading.cli import main
 from lading.errors import StoreFormatError
-from lading.stores.parallel import BUILD_FILE
+from lading.stores.building.parallel import BUILD_FILE
 
 
 def _tsv(path: Path, word: str, n: int = 8) -> Path:
@@ -24,10 +24,10 @@ def _tsv(path: Path, word: str, n: int = 8) -> Path:
 def test_shards_of_two_sources_under_one_build_id_do_not_merge(tmp_path: Path) -> None:
     a, b = _tsv(tmp_path / "A.tsv", "a"), _tsv(tmp_path / "B.tsv", "b")
     dest = tmp_path / "s"
-    lading.build_store(a, dest, shard=(0, 2), build_id="build-job42", progress=False)
+    lading.build_shard(a, dest, shard=(0, 2), build_id="build-job42", progress=False)
     # the old code built shard 1 from B.tsv and merged a store of both
     with pytest.raises(StoreFormatError, match=r"shard 1 reads other inputs.*A\.tsv|B\.tsv"):
-        lading.build_store(b, dest, shard=(1, 2), build_id="build-job42", progress=False)
+        lading.build_shard(b, dest, shard=(1, 2), build_id="build-job42", progress=False)
     assert not (dest / "build-job42" / "shard-00001-of-00002").exists()
 
 
@@ -36,7 +36,7 @@ def test_a_folder_that_gained_a_file_between_tasks_is_refused_at_merge(tmp_path:
     _tsv(folder / "1.tsv", "a")
     _tsv(folder / "2.tsv", "b")
     dest = tmp_path / "s"
-    lading.build_store(folder, dest, shard=(0, 2), build_id="build-slurm7", progress=False)
+    lading.build_shard(folder, dest, shard=(0, 2), build_id="build-slurm7", progress=False)
     _tsv(folder / "3.tsv", "c")  # a file arrives while task 1 waits in the queue
     # two tasks that started at once both passed the early check (as if neither had seen the
     # other's build.json): the merge compares what each shard.json recorded
@@ -44,7 +44,7 @@ def test_a_folder_that_gained_a_file_between_tasks_is_refused_at_merge(tmp_path:
     mark.write_text(
         json.dumps({k: v for k, v in json.loads(mark.read_text()).items() if k != "stats"})
     )
-    lading.build_store(folder, dest, shard=(1, 2), build_id="build-slurm7", progress=False)
+    lading.build_shard(folder, dest, shard=(1, 2), build_id="build-slurm7", progress=False)
     with pytest.raises(StoreFormatError) as caught:
         lading.merge_store(dest)
     message = str(caught.value)
@@ -58,7 +58,7 @@ def test_the_same_inputs_under_one_build_id_still_merge(tmp_path: Path) -> None:
     a = _tsv(tmp_path / "A.tsv", "a", 40)
     dest = tmp_path / "s"
     for i in range(3):
-        lading.build_store(a, dest, shard=(i, 3), build_id="build-same", progress=False)
+        lading.build_shard(a, dest, shard=(i, 3), build_id="build-same", progress=False)
     assert lading.merge_store(dest).ids() == [f"a{i}" for i in range(40)]
 
 
@@ -67,7 +67,7 @@ def test_a_huge_shard_count_is_refused_at_once(tmp_path: Path) -> None:
     for n in (10**7, 10**11):  # the old code: 60 s and 800 MB at 10^7; no answer at 10^11
         started = time.process_time()
         with pytest.raises(ValueError, match=rf"{n:,} shards but .* hold \d+ bytes.*at most"):
-            lading.build_store(a, tmp_path / "s", shard=(0, n), progress=False)
+            lading.build_shard(a, tmp_path / "s", shard=(0, n), progress=False)
         assert time.process_time() - started < 1.0
     assert not (tmp_path / "s").exists()
 
@@ -86,7 +86,7 @@ def test_the_cli_answers_a_huge_shard_count_in_one_line(
 def test_a_merge_of_a_build_claiming_huge_n_answers_at_once(tmp_path: Path) -> None:
     a = _tsv(tmp_path / "A.tsv", "a")
     dest = tmp_path / "s"
-    lading.build_store(a, dest, shard=(0, 2), build_id="build-x", progress=False)
+    lading.build_shard(a, dest, shard=(0, 2), build_id="build-x", progress=False)
     recipe = json.loads((dest / "build-x" / BUILD_FILE).read_text())
     (dest / "build-x" / BUILD_FILE).write_text(json.dumps({**recipe, "n": 10**12}))
     started = time.process_time()

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproje
 
 _CHILD = """
 import gc, json, sys
-from lading.stores.build import build_store
-import lading.stores.writer, tqdm.auto  # noqa: F401 - imported before the baseline
+from lading.stores.building.build import build_store
+import lading.stores.building.writer, tqdm.auto  # noqa: F401 - imported before the baseline
 
 def status():
     with open("/proc/self/status") as f:

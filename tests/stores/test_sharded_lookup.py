@@ -51,7 +51,7 @@ def one_and_sharded(
     tok = word_tokenizer(WORDS, tmp_path / "tok.json")
     one = lading.build_store(src, tmp_path / "one", tokenizer=tok, progress=False)
     for i in range(shards):
-        lading.build_store(src, tmp_path / "two", tokenizer=tok, shard=(i, shards), progress=False)
+        lading.build_shard(src, tmp_path / "two", tokenizer=tok, shard=(i, shards), progress=False)
     return one, lading.merge_store(tmp_path / "two")
 
 

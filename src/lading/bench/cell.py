@@ -209,7 +209,7 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
     from lading.bench.window import endless, run_replay, run_window
     from lading.device import to_device
     from lading.ir.train import CrossEncoderStep, groups_from_files
-    from lading.loading.map_source import loader as make_loader
+    from lading.loading.map_workload import loader as make_loader
     from lading.stores.tokens import load_tokenizer
     from lading.train import LoopConfig, Trainer, ddp
     from lading.train.procmem import process_memory

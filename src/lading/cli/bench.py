@@ -191,7 +191,7 @@ def check_vocabulary(tokenizer: str, model: str) -> None:
 
 
 def model_folder(model: str) -> Path | None:
-    """The folder of ``model``: a local folder with ``config.json``, or the snapshot of a model
+    """The folder of ``model``: a local folder with ``config.json``, or the copy of a model
     id already in the Hugging Face cache (looked up locally only: the bench is offline)."""
     path = Path(model)
     if path.exists():

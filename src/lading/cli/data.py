@@ -46,7 +46,7 @@ def add_repartition(sub: Any) -> None:
         "src",
         nargs="+",
         help="parquet files or folders (a folder is read recursively, leaving out dst, the "
-        "staging folders of killed runs; another repartition output inside it is refused)",
+        "scratch folders of killed runs; another repartition output inside it is refused)",
     )
     p.add_argument(
         "dst",

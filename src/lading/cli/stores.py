@@ -53,7 +53,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the skip count is printed below instead
             store = build_store(args.source, args.dest, **options, overwrite=args.overwrite)
-    except KeyboardInterrupt:  # Ctrl-C: the staging folder is gone, the manifest untouched
+    except KeyboardInterrupt:  # Ctrl-C: the scratch folder is gone, the manifest untouched
         said = (
             f"nothing was written ({args.dest} is as it was)"
             if _committed(args.dest) == before

@@ -8,8 +8,8 @@ whole side stream), and ``record_stream`` tells the caching allocator that the c
 uses memory the side stream allocated, so it is not reused while the step still reads it.
 
 Resume stays exact. lading's loaders count the batches the caller has *received*; the
-prefetcher receives batches before its caller does, so it snapshots the loader's state as each
-batch is pulled and, while batches are in flight, reports the snapshot of the last batch it
+prefetcher receives batches before its caller does, so it saves the loader's state as each
+batch is pulled and, while batches are in flight, reports the state saved with the last batch it
 handed out: batches in flight are not consumed. Every ``iter()`` is a pass of the loader's, as
 with the loader itself: after a ``break`` or a peek the batches in flight are dropped and the
 next pass starts the next epoch (or, after ``load_state_dict`` or ``set_epoch``, that position).
@@ -33,7 +33,7 @@ from lading.loading.resumable import Resumable
 
 
 class _InFlight(NamedTuple):
-    """A batch pulled from the loader: its staged copy, the loader's state after it, the
+    """A batch pulled from the loader: its copy on the device, the loader's state after it, the
     copy's completion event (CUDA only)."""
 
     batch: Any
@@ -165,7 +165,7 @@ class DevicePrefetcher:
         self.loader.load_state_dict(state)
 
     def __getattr__(self, name: str) -> Any:
-        """Anything else (``dataset``, ``source``, ``num_workers``…) is the loader's."""
+        """Anything else (``dataset``, ``corpus``, ``num_workers``…) is the loader's."""
         if name == "loader":  # not set yet (unpickling): no recursion
             raise AttributeError(name)
         return getattr(self.loader, name)
@@ -193,7 +193,7 @@ class DevicePrefetcher:
             if self._pass == this:  # ended or broken off: the loader's pass ends with it (the
                 self._source = None  # batches in flight stay, for state_dict, until the next)
 
-    def _snapshot(self) -> Any:
+    def _state_now(self) -> Any:
         if not self.depth:
             return None  # nothing is ever in flight while the caller holds a batch
         if self._resumable:
@@ -209,12 +209,12 @@ class DevicePrefetcher:
             self._source = None
             return
         if self.cuda:
-            staged, ready = self._copy(batch)
+            copied, ready = self._copy(batch)
         elif self.depth:
-            staged, ready = map_tensors(batch, lambda t: t.clone()), None
+            copied, ready = map_tensors(batch, lambda t: t.clone()), None
         else:
-            staged, ready = batch, None
-        self._queue.append(_InFlight(staged, self._snapshot(), ready))
+            copied, ready = batch, None
+        self._queue.append(_InFlight(copied, self._state_now(), ready))
 
     def _copy(self, batch: Any) -> tuple[Any, Any]:
         """Pin (if needed) and copy ``batch`` on the side stream; the event that ends it."""

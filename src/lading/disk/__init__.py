@@ -7,7 +7,7 @@ but :mod:`lading.errors`).
   committed last; readers open one snapshot (:func:`open_snapshot`); old ones are collected.
 - :mod:`lading.disk.lock`: the build lock (an ``O_EXCL`` file with a heartbeat, no flock).
 - :mod:`lading.disk.atomic`: the primitives under the build context (:func:`build_lock`,
-  :func:`staging`, :func:`new_temp_dir`, :func:`publish`, :func:`remove_dead_temps`).
+  :func:`scratch`, :func:`new_temp_dir`, :func:`publish`, :func:`remove_dead_temps`).
 - :mod:`lading.disk.ragged`: ragged arrays (``.bin`` + ``.off``), written in one pass and mapped.
 - :mod:`lading.disk.meta`: ``meta.json`` checked on open (sizes and spot checksums);
   :func:`verify_checksums` reads every byte.
@@ -29,7 +29,7 @@ from lading.disk.atomic import (
     new_temp_dir,
     publish,
     remove_dead_temps,
-    staging,
+    scratch,
 )
 from lading.disk.build import BuildContext
 from lading.disk.files import MappedFile, fsync_dir, write_file
@@ -81,8 +81,8 @@ __all__ = [
     "publish",
     "read_meta",
     "remove_dead_temps",
+    "scratch",
     "spot_crc32",
-    "staging",
     "verify_checksums",
     "write_file",
 ]

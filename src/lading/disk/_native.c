@@ -444,7 +444,7 @@ done:
 
 /* A column's rows are read through one offsets array (count + 1 little-endian uint64, counted in
  * items) over one or several parts laid end to end: the data of a store built in shards is a
- * file per shard, and the merge wrote the offsets over all of them (lading.stores.merge). A
+ * file per shard, and the merge wrote the offsets over all of them (lading.stores.building.merge). A
  * row's part is the one its start falls in (a row that starts where a part ends belongs to the
  * next one, as np.searchsorted(side="right") over the inner bounds gives it). */
 typedef struct {

@@ -63,7 +63,7 @@ def new_temp_dir(dest: Path, inside: bool = False) -> Path:
 
 
 @contextlib.contextmanager
-def staging(dest: Path, inside: bool = False) -> Iterator[Path]:
+def scratch(dest: Path, inside: bool = False) -> Iterator[Path]:
     """A fresh temporary directory for a build of ``dest``, removed if the body fails.
 
     Call under :func:`build_lock`; the body writes into the directory and publishes or
@@ -80,7 +80,7 @@ def staging(dest: Path, inside: bool = False) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         if e.errno not in _NO_SPACE:
             raise
-        # staged inside, dest itself was made for the build: what counts is a committed manifest
+        # scratch inside, dest itself was made for the build: what counts is a committed manifest
         there = (dest / META_FILE).exists() if inside else dest.exists()
         state = "left as it was" if there else "not created"
         limit = (

@@ -5,14 +5,14 @@
     with BuildContext(dest, "lading.packed") as build:   # lock, clean, collect old snapshots
         if reusable(build.previous):                      # read under the lock
             return build.previous["snapshot"]
-        with build.stage() as tmp:                        # DEST/.tmp-<pid>-<hex>, gone on error
+        with build.scratch() as tmp:                        # DEST/.tmp-<pid>-<hex>, gone on error
             ...write files into tmp, naming them f"{build.snapshot}/..." in the manifest...
             build.commit(tmp, manifest)                   # tmp becomes DEST/snap-<id>; meta.json
 
 A snapshot format (packed store, token corpus, offsets index) commits by its manifest
 (:mod:`lading.disk.snapshot`): no file a reader may have open is touched. A directory that other
 tools read as a whole (a repartitioned parquet dataset) is published instead
-(:meth:`BuildContext.publish`: staged beside it, swapped in by one rename). A shard of a
+(:meth:`BuildContext.publish`: written beside it, swapped in by one rename). A shard of a
 parallel build is renamed into a name nothing holds yet (:meth:`BuildContext.publish_new`).
 Builders of one destination, on this host or on other nodes of a shared filesystem, are
 serialised by ``DEST.lock`` (:func:`lading.disk.atomic.build_lock`).
@@ -29,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from lading.disk.atomic import build_lock, is_ours_to_replace, publish, remove_dead_temps, staging
+from lading.disk.atomic import build_lock, is_ours_to_replace, publish, remove_dead_temps, scratch
 from lading.disk.commit import collect_garbage, commit
 from lading.disk.files import fsync_dir
 from lading.disk.snapshot import load_manifest, new_snapshot_id
@@ -99,7 +99,7 @@ class BuildContext:
             )
 
     @contextlib.contextmanager
-    def stage(self) -> Iterator[Path]:
+    def scratch(self) -> Iterator[Path]:
         """A fresh temporary directory, in ``dest`` for a snapshot format (``dest`` is made),
         beside it otherwise; removed if the body fails (a full disk becomes an
         :class:`~lading.errors.OutOfSpaceError`)."""
@@ -108,7 +108,7 @@ class BuildContext:
         if inside:
             self.dest.mkdir(parents=True, exist_ok=True)
         try:
-            with staging(self.dest, inside=inside) as tmp:
+            with scratch(self.dest, inside=inside) as tmp:
                 yield tmp
         except BaseException:
             if created:  # a first build that failed leaves no folder behind

@@ -38,7 +38,7 @@ from lading.disk import (
     publish,
     read_meta,
     remove_dead_temps,
-    staging,
+    scratch,
 )
 from lading.disk.meta import LISTED_FORMATS, META_FILE
 from lading.disk.names import check_layout, check_name, inside
@@ -238,7 +238,7 @@ def _copy(
     total = sum(int(info["size"]) for info in files.values())
     crcs: dict[str, int] = {}
     order = sorted(files, key=lambda rel: rel == META_FILE)  # the manifest last, as in a build
-    with staging(dest) as tmp, byte_bar(f"staging {source.name}", total, progress) as bar:
+    with scratch(dest) as tmp, byte_bar(f"staging {source.name}", total, progress) as bar:
         for rel in order:
             out = tmp / rel
             out.parent.mkdir(parents=True, exist_ok=True)

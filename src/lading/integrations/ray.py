@@ -14,7 +14,8 @@ Ray's two-phase write is the shape of a sharded build: ``write`` runs in each ta
 that task's rows as one shard of ``DEST/build-<id>/`` (renamed into place once whole, as a
 ``lading build --shard`` worker does); ``on_write_complete`` runs once on the driver with every
 task's return and commits them, in task order, as one snapshot (the id index over all shards,
-duplicates across tasks refused naming both: :func:`lading.stores.parallel.commit_shards`). A
+duplicates across tasks refused naming both:
+:func:`lading.stores.building.parallel.commit_shards`). A
 failed or killed job commits nothing. ``dest`` must be on a filesystem every Ray node sees.
 Rows are stored in the order of the write tasks, which is the dataset's order when
 ``preserve_order`` is set (as above).
@@ -38,12 +39,12 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 from lading.disk import BuildContext, is_ours_to_replace, write_file
 from lading.sources import ParseOptions, RecordStream
-from lading.stores.build import build_options
+from lading.stores.building.build import build_options
+from lading.stores.building.merge import read_shard
+from lading.stores.building.parallel import BUILD_FILE, commit_shards
+from lading.stores.building.writer import Duplicates, write_shard
 from lading.stores.layout import FORMAT_NAME
-from lading.stores.merge import read_shard
-from lading.stores.parallel import BUILD_FILE, commit_shards
 from lading.stores.tokens import load_tokenizer
-from lading.stores.writer import Duplicates, write_shard
 
 
 class LadingDatasink(Datasink):
@@ -109,7 +110,7 @@ class LadingDatasink(Datasink):
             from tokenizers import Tokenizer
 
             tok = Tokenizer.from_str(self.tokenizer_json)
-        with BuildContext(self.dest / rel, None, "shard") as build, build.stage() as tmp:
+        with BuildContext(self.dest / rel, None, "shard") as build, build.scratch() as tmp:
             written = write_shard(
                 stream, tmp, tokenizer=tok, max_length=self.max_length,
                 duplicates=self.duplicates, keep_tokenizer=task == 0, allow_empty=True,

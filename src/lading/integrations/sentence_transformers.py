@@ -85,7 +85,7 @@ class GroupsTrainerMixin(LadingTrainerMixin):
 
     def make_lading_loader(self) -> Resumable:
         """``lading.loader`` over the groups' rows, batched by the trainer's own collator."""
-        from lading.loading.map_source import loader
+        from lading.loading.map_workload import loader
 
         args = self.args
         batching = st_batching(args.batch_sampler)

@@ -23,7 +23,7 @@ from lading.ir.groups import TrainingGroups
 from lading.ir.inputs import read_qrels, read_queries, read_run
 from lading.ir.layouts import DOC_ROWS, model_inputs
 from lading.ir.model import CrossEncoder, ranking_loss, tiny_bert_config
-from lading.loading.map_source import loader
+from lading.loading.map_workload import loader
 from lading.sources import ParseOptions
 from lading.stores import build_store, open_store
 from lading.stores.base import DocStore

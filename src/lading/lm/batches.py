@@ -18,7 +18,7 @@ import torch
 
 from lading.lm.boundaries import IGNORE_INDEX, DocumentBatch, document_batch
 from lading.lm.segment import LMSegment
-from lading.lm.windows import WindowSource
+from lading.lm.windows import WindowReader
 
 Batch = tuple[torch.Tensor, torch.Tensor] | DocumentBatch
 
@@ -97,7 +97,7 @@ def stream_batch(
 
 
 def window_batch(
-    windows: WindowSource,
+    windows: WindowReader,
     order: npt.NDArray[np.int64],
     x: npt.NDArray[np.int64],
     seq_len: int,
@@ -112,16 +112,16 @@ def window_batch(
     are ``IGNORE_INDEX``, which ``cross_entropy`` skips."""
     rows, width = len(order), seq_len + 1
     padded = boundaries or packed  # packed windows end in padding
-    segments = np.empty((rows, width), dtype=np.int64) if padded else None
+    document_ids = np.empty((rows, width), dtype=np.int64) if padded else None
     for row, window in enumerate(order.tolist()):
-        windows.read(window, x[row, :width], None if segments is None else segments[row])
+        windows.read(window, x[row, :width], None if document_ids is None else document_ids[row])
     if boundaries:
-        assert segments is not None
-        return document_batch(x[:rows, :width], segments, eod_mask_loss)
+        assert document_ids is not None
+        return document_batch(x[:rows, :width], document_ids, eod_mask_loss)
     y = x[:rows, 1:width]
-    if segments is not None:
-        unscored = segments[:, 1:] < 0  # padding
+    if document_ids is not None:
+        unscored = document_ids[:, 1:] < 0  # padding
         if eod_mask_loss:  # and, as in the boundaries batch, a next document's start
-            unscored |= segments[:, 1:] != segments[:, :-1]
+            unscored |= document_ids[:, 1:] != document_ids[:, :-1]
         y = np.where(unscored, IGNORE_INDEX, y)
     return chunk_view(x[:rows, :seq_len]), chunk_view(y)

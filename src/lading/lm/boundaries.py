@@ -2,7 +2,7 @@
 
 A window of ``seq_len + 1`` tokens holds pieces of one or more documents (windows of the epoch
 stream cross document ends; packed windows hold whole documents back to back, then padding).
-The loader records, per token, which *segment* of its row it belongs to (``0, 1, 2 …`` in
+The loader records, per token, which *document* of its row it belongs to (``0, 1, 2 …`` in
 reading order; ``-1`` for padding) and everything a transformer needs follows from that:
 
 - ``position_ids``: the index of each input token inside its segment, restarting at 0 where a
@@ -77,39 +77,39 @@ def renumber(documents: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return np.cumsum(change)
 
 
-def positions(segments: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Index of every token within its segment, for rows ``[B, L]`` of segment ids."""
-    b, length = segments.shape
+def positions(document_ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Index of every token within its segment, for rows ``[B, L]`` of document ids."""
+    b, length = document_ids.shape
     starts = np.ones((b, length), dtype=bool)
-    starts[:, 1:] = segments[:, 1:] != segments[:, :-1]
+    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
     column = np.broadcast_to(np.arange(length, dtype=np.int64), (b, length))
     return column - np.maximum.accumulate(np.where(starts, column, 0), axis=1)
 
 
-def cu_seqlens(segments: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
+def cu_seqlens(document_ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
     """Offsets of the segments of the flattened rows ``[B, L]``: a row end always cuts."""
-    b, length = segments.shape
+    b, length = document_ids.shape
     starts = np.ones((b, length), dtype=bool)
-    starts[:, 1:] = segments[:, 1:] != segments[:, :-1]
+    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
     offsets = np.flatnonzero(starts.ravel())
     return np.append(offsets, b * length).astype(np.int32)
 
 
 def document_batch(
-    window: npt.NDArray[np.int64], segments: npt.NDArray[np.int64], eod_mask_loss: bool = True
+    window: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64], eod_mask_loss: bool = True
 ) -> DocumentBatch:
-    """The batch of ``window`` tokens ``[B, L + 1]`` whose segment ids are ``segments``."""
+    """The batch of ``window`` tokens ``[B, L + 1]`` whose document ids are ``document_ids``."""
     x, y = window[:, :-1], window[:, 1:]
-    seg_x, seg_y = segments[:, :-1], segments[:, 1:]
-    keep = (seg_x >= 0) & (seg_y >= 0)
+    doc_x, doc_y = document_ids[:, :-1], document_ids[:, 1:]
+    keep = (doc_x >= 0) & (doc_y >= 0)
     if eod_mask_loss:
-        keep &= seg_x == seg_y
-    cu = cu_seqlens(seg_x)
+        keep &= doc_x == doc_y
+    cu = cu_seqlens(doc_x)
     return DocumentBatch(
         torch.from_numpy(np.ascontiguousarray(x)),
         torch.from_numpy(np.ascontiguousarray(y)),
-        torch.from_numpy(positions(seg_x)),
-        torch.from_numpy(np.ascontiguousarray(seg_x)),
+        torch.from_numpy(positions(doc_x)),
+        torch.from_numpy(np.ascontiguousarray(doc_x)),
         torch.from_numpy(keep.astype(np.float32)),
         torch.from_numpy(cu),
         int(np.diff(cu).max()) if len(cu) > 1 else 0,

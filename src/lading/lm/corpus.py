@@ -166,7 +166,7 @@ class TokenCorpus:
             dest,
             "TokenCorpus.build",
             "build into a local folder, then upload it with "
-            "lading.stores.remote.upload.upload(folder, open_client(URL)) (the manifest last)",
+            "lading.stores.building.upload.upload(folder, open_client(URL)) (the manifest last)",
         )
         tok = load_tokenizer(tokenizer)
         info = describe_tokenizer(tok)
@@ -185,7 +185,7 @@ class TokenCorpus:
             if not overwrite and previous is not None and previous.get("recipe") == recipe:
                 return cls.open(dest, snapshot=previous["snapshot"])
             build.check_ours()
-            with build.stage() as tmp:
+            with build.scratch() as tmp:
                 meta = _write(tmp, source, tok, info, eos, split, recipe, progress)
                 _refuse_if_changed(source, identity)
                 meta["dir"] = build.snapshot

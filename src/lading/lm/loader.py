@@ -21,7 +21,7 @@ key that says which batch of which segment it is; a worker reads its rows. ``dev
 holds the corpus on the GPU and reads whole-epoch streams there (:mod:`lading.lm.resident`).
 The loader itself is the one loader of every workload (:class:`lading.loading.Loader`): it
 counts the batches, keeps the position and saves it; the LM hands it a
-:class:`~lading.lm.source.LMSource`.
+:class:`~lading.lm.workload.LMWorkload`.
 
 The shape of a sequence is one options object, each holding only what its mode reads
 (:mod:`lading.lm.modes`, one module per mode):
@@ -70,8 +70,8 @@ from lading.device import ResidentTokens, to_device
 from lading.lm.corpus import TokenCorpus
 from lading.lm.modes import REGISTERED, Packed, SequenceOptions, Streams, Windows, mode_of
 from lading.lm.segment import Reading
-from lading.lm.source import LMSource
 from lading.lm.windows import TokenMixture
+from lading.lm.workload import LMWorkload
 from lading.loading.loader import Loader, Workers
 from lading.loading.plan import check_batch_size, check_equalize, refuse_drop_last
 from lading.world import World
@@ -144,11 +144,11 @@ class LanguageModelLoader(Loader):
         workers = Workers(
             num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
         )
-        source = LMSource(
+        workload = LMWorkload(
             corpus, mode, reading, documents, on_device(corpus, device, resident, workers)
         )
-        super().__init__(source, workers, seed=seed)
-        self._lm, self.corpus, self.sequence, self.world = source, corpus, sequence, world
+        super().__init__(workload, workers, seed=seed)
+        self._lm, self.corpus, self.sequence, self.world = workload, corpus, sequence, world
         self.batch_size, self.seed, self.shuffle = reading.batch_size, seed, shuffle
         self.equalize, self.drop_partial_batch = reading.equalize, drop_partial_batch
 

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from lading.errors import EmptyEpochError
 from lading.lm.bptt import jitter_of, seq_lengths
 from lading.lm.stream import EpochStream
-from lading.lm.windows import WindowSource
+from lading.lm.windows import WindowReader
 from lading.loading.order import Salt, generator
 from lading.loading.plan import Plan, plan_shares
 from lading.loading.runs import Runs
@@ -55,7 +55,7 @@ class LMSegment:
 
     core: Segment  # one reader per stream ("streams") or per rank ("windows")
     stream: EpochStream | None  # "streams" mode
-    windows: WindowSource | None  # "windows" and "packed" modes
+    windows: WindowReader | None  # "windows" and "packed" modes
     n: int  # positions of the epoch: tokens of the cyclic stream ("streams") or windows
     seqs: list[int]  # "streams": the length of each batch
     whole: bool  # the segment is the whole epoch (no elastic resume before it)
@@ -85,7 +85,7 @@ class LMSegment:
 
 
 def plan_windows(
-    windows: WindowSource, cursor: Cursor, layout: Mapping[str, Any], reading: Reading
+    windows: WindowReader, cursor: Cursor, layout: Mapping[str, Any], reading: Reading
 ) -> LMSegment:
     """``cursor``'s segment of the epoch's ``windows`` dealt round-robin to ``layout``'s ranks
     (what is left of an interrupted segment, ``cursor.base``, instead of the whole epoch)."""

@@ -1,9 +1,9 @@
 """What a window-mode epoch is made of: stream windows, packed windows, or a weighted mixture.
 
 A *window source* numbers the windows of one epoch ``0 … n-1`` and fills window ``w`` (its
-``seq_len + 1`` tokens and, per token, its segment of the row: see
+``seq_len + 1`` tokens and, per token, its document in the row: see
 :mod:`lading.lm.boundaries`). The loader core plans those ``n`` positions over the ranks,
-shuffles them, checkpoints and resumes them; a source only says what a position holds.
+shuffles them, checkpoints and resumes them; a workload only says what a position holds.
 
 - :class:`StreamWindows`: ``seq_len + 1`` tokens of the epoch stream from ``w * seq_len``
   (consecutive windows share one token, so every pair is predicted once);
@@ -37,15 +37,15 @@ from lading.lm.stream import EpochStream
 from lading.loading.order import Salt, feistel_value
 
 
-class WindowSource(Protocol):
+class WindowReader(Protocol):
     """The windows of one epoch."""
 
     n: int
 
     def read(
-        self, window: int, tokens: npt.NDArray[np.int64], segments: npt.NDArray[np.int64] | None
+        self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None
     ) -> None:
-        """Fill ``tokens`` (``seq_len + 1``) and, when asked, their segment ids (-1: padding)."""
+        """Fill ``tokens`` (``seq_len + 1``) and, when asked, their document ids (-1: padding)."""
 
 
 class StreamWindows:
@@ -56,11 +56,11 @@ class StreamWindows:
         self.n = (stream.total - 1) // bptt
 
     def read(
-        self, window: int, tokens: npt.NDArray[np.int64], segments: npt.NDArray[np.int64] | None
+        self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None
     ) -> None:
         self.stream.read(window * self.bptt, tokens)
-        if segments is not None:
-            segments[:] = renumber(self.stream.documents(window * self.bptt, len(tokens)))
+        if document_ids is not None:
+            document_ids[:] = renumber(self.stream.documents(window * self.bptt, len(tokens)))
 
 
 class PackedWindows:
@@ -79,7 +79,7 @@ class PackedWindows:
         self.n = packing.windows
 
     def read(
-        self, window: int, tokens: npt.NDArray[np.int64], segments: npt.NDArray[np.int64] | None
+        self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None
     ) -> None:
         p = self.packing
         filled = 0
@@ -87,12 +87,12 @@ class PackedWindows:
             length = int(p.length[piece])
             src = int(self.doc_start[p.document[piece]]) + int(p.start[piece])
             tokens[filled : filled + length] = self.tokens[src : src + length]
-            if segments is not None:
-                segments[filled : filled + length] = segment
+            if document_ids is not None:
+                document_ids[filled : filled + length] = segment
             filled += length
         tokens[filled:] = self.pad_id
-        if segments is not None:
-            segments[filled:] = -1
+        if document_ids is not None:
+            document_ids[filled:] = -1
 
 
 class TokenMixture:
@@ -168,27 +168,27 @@ class MixedWindows:
     """The epoch of a :class:`TokenMixture`: ``counts[i]`` windows of source ``i``."""
 
     def __init__(
-        self, sources: list[WindowSource], counts: npt.NDArray[np.int64], seed: int, epoch: int
+        self, members: list[WindowReader], counts: npt.NDArray[np.int64], seed: int, epoch: int
     ) -> None:
-        empty = [i for i, (s, c) in enumerate(zip(sources, counts)) if c and not s.n]
+        empty = [i for i, (s, c) in enumerate(zip(members, counts)) if c and not s.n]
         if empty:
             raise ValueError(f"mixture corpora {empty} have no window of this length")
-        self.sources, self.counts, self.seed, self.epoch = sources, counts, seed, epoch
+        self.members, self.counts, self.seed, self.epoch = members, counts, seed, epoch
         self.corpus_of, self.rank_of = smooth_schedule(tuple(int(c) for c in counts))
         self.n = int(counts.sum())
 
     def locate(self, position: int) -> tuple[int, int]:
         """(corpus, window of that corpus) at mixture position ``position``."""
         i, j = int(self.corpus_of[position]), int(self.rank_of[position])
-        size = self.sources[i].n
+        size = self.members[i].n
         key = (int(Salt.MIXTURE_ORDER), self.epoch, i, j // size)
         return i, feistel_value(j % size, size, self.seed, *key)
 
     def read(
-        self, window: int, tokens: npt.NDArray[np.int64], segments: npt.NDArray[np.int64] | None
+        self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None
     ) -> None:
         corpus, inner = self.locate(window)
-        self.sources[corpus].read(inner, tokens, segments)
+        self.members[corpus].read(inner, tokens, document_ids)
 
 
 class EpochWindows:
@@ -218,7 +218,7 @@ class EpochWindows:
         self.mode, self.bptt, self.seed = mode, bptt, seed
         self.shuffle, self.backwards = shuffle, backwards
         self._packings: dict[int, Packing] = {}
-        self._epoch: tuple[int, WindowSource] | None = None
+        self._epoch: tuple[int, WindowReader] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_packings": {}, "_epoch": None}
@@ -235,7 +235,7 @@ class EpochWindows:
         corpus, documents = self.parts[0]
         return EpochStream(corpus, documents, self.seed, epoch, self.shuffle, self.backwards)
 
-    def _part(self, part: int, epoch: int) -> WindowSource:
+    def _part(self, part: int, epoch: int) -> WindowReader:
         corpus, documents = self.parts[part]
         if self.mode == "packed":
             pad = corpus.eos_id if corpus.eos_id is not None else 0
@@ -243,18 +243,18 @@ class EpochWindows:
         stream = EpochStream(corpus, documents, self.seed, epoch, self.shuffle, self.backwards)
         return StreamWindows(stream, self.bptt)
 
-    def of_epoch(self, epoch: int) -> WindowSource:
+    def of_epoch(self, epoch: int) -> WindowReader:
         """The windows of ``epoch`` (the last one asked for is kept)."""
         if self._epoch is None or self._epoch[0] != epoch:
-            sources = [self._part(i, epoch) for i in range(len(self.parts))]
+            members = [self._part(i, epoch) for i in range(len(self.parts))]
             if self.mixture is not None:
-                counts = self.mixture.counts([s.n for s in sources])
+                counts = self.mixture.counts([s.n for s in members])
                 # unshuffled, every epoch reads the windows drawn for epoch 0, in one order
                 # (the seed still picks a down-sampled corpus's windows): the same batches
                 draw = epoch if self.shuffle else 0
-                self._epoch = (epoch, MixedWindows(sources, counts, self.seed, draw))
+                self._epoch = (epoch, MixedWindows(members, counts, self.seed, draw))
             else:
-                self._epoch = (epoch, sources[0])
+                self._epoch = (epoch, members[0])
         return self._epoch[1]
 
     def packing_stats(self) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """The loader core: one loader, one planner, one segment, one loader state, one epoch order.
 
 Every workload (map-style IR groups, language-model streams and windows, partitioned parquet)
-hands the core a :class:`~lading.loading.source.Source`: which positions an epoch has and how a
+hands the core a :class:`~lading.loading.workload.Workload`: which positions an epoch has and how a
 run of them becomes a batch (and, where it pays, a bulk read); the :class:`Segment` does the
-sharding arithmetic. The one :class:`Loader` iterates every source, in this process or in
+sharding arithmetic. The one :class:`Loader` iterates every workload, in this process or in
 DataLoader workers, counts its batches and saves its position; it is :class:`Resumable`, and
 every wrapper composes that protocol only.
 """
@@ -17,8 +17,8 @@ from lading.loading.order import Salt, epoch_order, feistel_permutation, generat
 from lading.loading.plan import EQUALIZE, Plan, batch_count, plan_shares
 from lading.loading.resumable import Resumable
 from lading.loading.segment import Segment
-from lading.loading.source import Source
 from lading.loading.state import Cursor, LoaderStateError
+from lading.loading.workload import Workload
 
 if TYPE_CHECKING:
     from lading.loading.loader import Loader, Workers
@@ -38,8 +38,8 @@ __all__ = [
     "Resumable",
     "Salt",
     "Segment",
-    "Source",
     "Workers",
+    "Workload",
     "batch_count",
     "epoch_order",
     "feistel_permutation",

@@ -1,5 +1,5 @@
-"""The one loader: iterates any workload's :class:`~lading.loading.source.Source`, in this process
-or in DataLoader workers, and is the only thing that counts batches and keeps the position.
+"""The one loader: iterates any :class:`~lading.loading.workload.Workload`, in this process or
+in DataLoader workers, and is the only thing that counts batches and keeps the position.
 
 Every lading loader is a :class:`Loader` (``lading.loader(...)``, ``LanguageModelLoader(...)``,
 ``PartitionedParquet(...)``): iterate it for this rank's batches; ``len()`` is the epoch's
@@ -12,8 +12,8 @@ as a ``StatefulDataLoader`` does) reads from that position. ``len()`` is the len
 a pass in progress reads, or between passes of the one the next pass reads. ``state_dict`` and
 ``load_state_dict`` save and restore the position (:mod:`lading.loading.state`).
 
-``num_workers=0`` reads in this process (through the source's bulk read where it has one, the
-LM's chunked streams); ``num_workers > 0`` hands the source's batch keys to torch DataLoader
+``num_workers=0`` reads in this process (through the workload's bulk read where it has one, the
+LM's chunked streams); ``num_workers > 0`` hands the workload's batch keys to torch DataLoader
 workers (persistent by default), asked for afresh each time an iteration starts, from the
 position on. Workers run ahead of the caller, so the position counts the batches the caller
 *received*: batches in flight are not consumed, and a state taken now resumes at the next one.
@@ -36,8 +36,8 @@ from torch.utils.data._utils.pin_memory import pin_memory
 from lading.loading import state as loader_state
 from lading.loading.deal import Dealt, deal, in_order
 from lading.loading.lookahead import Announce
-from lading.loading.source import Source
 from lading.loading.state import Cursor
+from lading.loading.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -80,21 +80,21 @@ def pinnable() -> bool:
 
 
 def _as_built(batch: Any) -> Any:
-    """The DataLoader's collate step: a worker's batch is built whole by the source."""
+    """The DataLoader's collate step: a worker's batch is built whole by the workload."""
     return batch
 
 
 class _Built(Dataset[Any]):
-    """What DataLoader workers index: a batch key gives the batch the source builds from it
+    """What DataLoader workers index: a batch key gives the batch the workload builds from it
     (a dealt key, its place with it: :mod:`lading.loading.deal`)."""
 
-    def __init__(self, source: Source) -> None:
-        self.source = source
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, Dealt):
-            return key.place, None if key.key is None else self.source.build(key.key)
-        return self.source.build(key)
+            return key.place, None if key.key is None else self.workload.build(key.key)
+        return self.workload.build(key)
 
 
 class _Keys(Sampler[Any]):
@@ -120,7 +120,7 @@ class Loader:
     """This rank's batches of one workload, resumable; see the module docstring.
 
     Args:
-        source: the workload's positions and batches.
+        workload: the workload's positions and batches.
         workers: in this process or in DataLoader workers, and how.
         seed: seeds the DataLoader workers' torch RNG (not the global one).
         announce: tells the data which batches come next as their keys are handed out, in
@@ -135,13 +135,13 @@ class Loader:
 
     def __init__(
         self,
-        source: Source,
+        workload: Workload,
         workers: Workers | None = None,
         *,
         seed: int = 0,
         announce: Announce | None = None,
     ) -> None:
-        self._source = source
+        self._workload = workload
         self.workers = workers or Workers()
         self._seed = seed
         self._announce = announce
@@ -201,7 +201,7 @@ class Loader:
         """Where a new pass starts: a just-set position (unless read to its end, as a state
         saved at the end of an epoch is), else the next epoch's first batch."""
         cursor = self._cursor
-        if self._fresh and cursor.batches < self._source.batches(cursor):
+        if self._fresh and cursor.batches < self._workload.batches(cursor):
             return cursor
         return Cursor(cursor.epoch + 1)
 
@@ -209,11 +209,11 @@ class Loader:
         """Batches on this rank (the same on every rank) of the epoch a pass in progress reads,
         read and left; between passes, of the epoch the next pass reads (with a jittered LM
         epoch, that epoch's own count); after an elastic resume, of the epoch's segment."""
-        return self._source.batches(self._coming())
+        return self._workload.batches(self._coming())
 
     def remaining(self) -> int:
         """Batches left in the current epoch (0 when it was read to its end)."""
-        return max(0, self._source.batches(self._cursor) - self._cursor.batches)
+        return max(0, self._workload.batches(self._cursor) - self._cursor.batches)
 
     def position(self) -> Cursor:
         """A copy of where the loader is, cheap: give it back to :meth:`state_dict`'s ``at``
@@ -222,15 +222,15 @@ class Loader:
 
     def upcoming(self, batches: int) -> list[Any]:
         """The keys of the next ``batches`` batches this rank will read, from its position on
-        and on into the next epochs, computed without reading any (the source's known order:
+        and on into the next epochs, computed without reading any (the workload's known order:
         what a reader of remote storage plans its fetches from). A map-style loader's key is a
-        :class:`~lading.loading.map_source.MapBatch` (epoch and dataset items)."""
+        :class:`~lading.loading.map_workload.MapBatch` (epoch and dataset items)."""
         found: list[Any] = []
         cursor = copy.copy(self._coming())
         while len(found) < batches:
-            if cursor.batches >= self._source.batches(cursor):
+            if cursor.batches >= self._workload.batches(cursor):
                 cursor = Cursor(cursor.epoch + 1)
-            more = list(itertools.islice(self._source.keys(cursor), batches - len(found)))
+            more = list(itertools.islice(self._workload.keys(cursor), batches - len(found)))
             if not more:
                 break  # pragma: no cover - every fresh epoch has a batch (checked when made)
             found += more
@@ -265,32 +265,32 @@ class Loader:
 
     def _batches(self, cursor: Cursor) -> Iterator[Any]:
         """The batches of ``cursor``'s epoch from its position on: from DataLoader workers, or
-        read in this process (in bulk where the source can)."""
-        source = self._source
+        read in this process (in bulk where the workload can)."""
+        workload = self._workload
         if self.workers.num_workers:  # the DataLoader pins, in its own thread
             if self._torch is None:
                 self._torch = self._dataloader()
             batches: Iterator[Any] = iter(self._torch)  # its sampler: keys from the position
             return batches if self._group() is None else in_order(batches)
-        bulk = source.bulk(copy.copy(cursor))
-        batches = map(source.build, self._keys()) if bulk is None else bulk
+        bulk = workload.bulk(copy.copy(cursor))
+        batches = map(workload.build, self._keys()) if bulk is None else bulk
         if self.workers.pin_memory and pinnable():
             batches = map(pin_memory, batches)
         return batches
 
     def _group(self) -> Callable[[Any], Hashable] | None:
-        """The source's grouping of batch keys, where batches of one group share reads and
+        """The workload's grouping of batch keys, where batches of one group share reads and
         there are workers to deal them to (:mod:`lading.loading.deal`); else None."""
-        group = getattr(self._source, "group", None)
+        group = getattr(self._workload, "group", None)
         return group if callable(group) and self.workers.num_workers > 1 else None
 
     def _keys(self) -> Iterator[Any]:
         """The keys an iteration reads (announced ahead where the data asked to hear of them)."""
         cursor = copy.copy(self._cursor)
-        keys = self._source.keys(cursor)
+        keys = self._workload.keys(cursor)
         if self._announce is None:
             return keys
-        following = self._source.keys(Cursor(cursor.epoch + 1))  # the plan reaches into it
+        following = self._workload.keys(Cursor(cursor.epoch + 1))  # the plan reaches into it
         return self._announce(keys, cursor.epoch, cursor.batches, following)
 
     def _dataloader(self) -> DataLoader[Any]:
@@ -304,7 +304,7 @@ class Loader:
         if workers.multiprocessing_context:
             kwargs["multiprocessing_context"] = workers.multiprocessing_context
         return DataLoader(
-            _Built(self._source),
+            _Built(self._workload),
             batch_size=None,
             sampler=_Keys(self),
             collate_fn=_as_built,
@@ -320,9 +320,13 @@ class Loader:
         """The one loader state (:mod:`lading.loading.state`), now or as of ``at`` (a
         :meth:`position` taken earlier: what a prefetcher reports for what its caller has)."""
         cursor = self._cursor if at is None else at
-        source = self._source
+        workload = self._workload
         return loader_state.state_dict(
-            source.kind, cursor, source.layout(), source.fingerprint(), source.consumed(cursor)
+            workload.kind,
+            cursor,
+            workload.layout(),
+            workload.fingerprint(),
+            workload.consumed(cursor),
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -332,8 +336,8 @@ class Loader:
         Raises:
             LoaderStateError: the state belongs to other data, another seed or order.
         """
-        source = self._source
+        workload = self._workload
         self._cursor = loader_state.restore(
-            state, source.kind, source.layout(), source.fingerprint(), source.unread
+            state, workload.kind, workload.layout(), workload.fingerprint(), workload.unread
         )
         self._restored = self._fresh = True

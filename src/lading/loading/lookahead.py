@@ -9,7 +9,7 @@ ones train. A dataset opts in with methods::
     dataset.at_step(step)                        # the reads that follow are this step's
 
 ``batches`` are lists of the keys the loader will ask for (ints or
-:class:`~lading.loading.map_source.EpochIndex`), batch ``j`` at step ``first_step + j``; ``now``
+:class:`~lading.loading.map_workload.EpochIndex`), batch ``j`` at step ``first_step + j``; ``now``
 is the step about to be read. Steps are ``epoch * STEPS_PER_EPOCH + batch``: one clock for
 every rank, which reads batch ``b`` of an epoch at the same time as the others. The loader
 (:class:`~lading.loading.loader.Loader`) calls it as it hands out batch keys, in the process

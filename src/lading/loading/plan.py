@@ -91,7 +91,7 @@ def check_epoch(
 ) -> None:
     """Refuse settings whose fresh epoch of ``n`` ``items`` yields no batch on any reader.
 
-    Every loader calls this when it is made, so all of them refuse alike: an empty source,
+    Every loader calls this when it is made, so all of them refuse alike: an empty dataset,
     ``equalize="truncate"`` over fewer items than readers (``readers_are`` says what a reader
     is, e.g. "world_size x num_workers"), a share smaller than a batch that
     ``drop_partial_batch`` drops. Raises :class:`~lading.errors.EmptyEpochError`.

@@ -2,10 +2,10 @@
 
 :class:`~lading.loading.loader.Loader` (every loader lading makes) is :class:`Resumable`, and so
 is each wrapper of one (the device prefetcher, the bench's endless and replayed loaders),
-through these methods only: never a loader's source or cursor. A wrapper that runs ahead of its
+through these methods only: never a loader's workload or cursor. A wrapper that runs ahead of its
 caller takes a cheap :meth:`Resumable.position` with each batch it pulls and reports
 ``state_dict(at=position)`` of the last one it handed out (torchdata.nodes' prefetcher keeps
-per-item snapshots the same way).
+per-item states the same way).
 """
 
 from __future__ import annotations

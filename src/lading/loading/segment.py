@@ -5,8 +5,8 @@ new one over what the previous layout left unread (the *base*, :class:`~lading.l
 of epoch positions). A :class:`Segment` is that base planned over this layout's readers, with
 how many positions each reader takes (its share, less a dropped partial batch) and so how many
 batches it yields, how far it is after ``k`` batches, and what is left when it stops. Every
-position source (map-style samples, parquet rows, LM windows) asks it instead of redoing the
-arithmetic; a source only says how many positions an epoch has and how a run of them becomes a
+workload (map-style samples, parquet rows, LM windows) asks it instead of redoing the
+arithmetic; a workload only says how many positions an epoch has and how a run of them becomes a
 batch.
 """
 
@@ -22,8 +22,8 @@ from lading.loading.state import Cursor
 
 
 class Evening(Protocol):
-    """What a position source keeps of its loader keywords for positions that do not share out
-    evenly over the readers (every source has both: map-style, parquet, LM)."""
+    """What a workload keeps of its loader keywords for positions that do not share out
+    evenly over the readers (every workload has both: map-style, parquet, LM)."""
 
     @property
     def equalize(self) -> str:
@@ -67,7 +67,7 @@ class Segment:
         interleave: bool = False,
     ) -> Segment:
         """Plan ``cursor``'s segment (see :func:`~lading.loading.plan.plan_shares`), its
-        shares evened out as ``evening`` (the source) says."""
+        shares evened out as ``evening`` (the workload) says."""
         base = cursor.base_or_whole(n)
         plan = plan_shares(
             len(base), readers, evening.equalize, interleave=interleave, resumed=cursor.segment > 0

@@ -1,4 +1,5 @@
-"""Document stores: one protocol (:class:`DocStore`), four ways of keeping a corpus.
+"""The read room: document stores, one protocol (:class:`DocStore`), four ways of keeping
+a corpus; building them is the build room's (:mod:`lading.stores.building`).
 
 ``PackedStore`` (ours, memory-mapped), ``InMemoryStore`` (a dict), ``OffsetStore`` (byte
 offsets into the source file) and ``IrDatasetsStore`` (ir_datasets' docstore).
@@ -16,9 +17,9 @@ from lading.disk import verify_checksums
 from lading.disk.stage import stage
 from lading.errors import StoreFormatError
 from lading.stores.base import DocStore
-from lading.stores.build import build_shard as build_shard_local
-from lading.stores.build import build_store as build_local
-from lading.stores.build import merge_store as merge_local
+from lading.stores.building.build import build_shard as build_shard_local
+from lading.stores.building.build import build_store as build_local
+from lading.stores.building.build import merge_store as merge_local
 from lading.stores.irds import IrDatasetsStore
 from lading.stores.memory import InMemoryStore
 from lading.stores.offsets import OffsetStore
@@ -31,9 +32,9 @@ if TYPE_CHECKING:  # not imported with lading: it brings asyncio and sqlite3
 
 @functools.wraps(build_local)
 def build_store(source: Any, dest: str | os.PathLike[str], *args: Any, **kwargs: Any) -> Any:
-    # a URL dest (s3://, gs://, ...): build here, upload, manifest last (stores/remote/upload.py)
+    # a URL dest (s3://, gs://, ...): build here, upload, manifest last (stores/building/upload.py)
     if is_remote(dest):
-        from lading.stores.remote.upload import build_remote
+        from lading.stores.building.upload import build_remote
 
         return build_remote(build_local, source, os.fspath(dest), *args, **kwargs)
     return build_local(source, dest, *args, **kwargs)
@@ -45,7 +46,7 @@ def build_shard(source: Any, dest: str | os.PathLike[str], *args: Any, **kwargs:
         raise ValueError(
             f"a parallel build straight into {dest} is not supported yet: build the shards "
             "into a folder and merge them there (lading build --shard I/N, lading merge), "
-            "then upload the store with lading.stores.remote.upload.upload"
+            "then upload the store with lading.stores.building.upload.upload"
         )
     return build_shard_local(source, dest, *args, **kwargs)
 
@@ -55,7 +56,7 @@ def merge_store(dest: str | os.PathLike[str], **kwargs: Any) -> PackedStore:
     if is_remote(dest):  # a local folder named "s3:" otherwise
         raise ValueError(
             f"merging shards in {dest} is not supported yet: merge them in a folder "
-            "(lading merge DIR), then upload it with lading.stores.remote.upload.upload"
+            "(lading merge DIR), then upload it with lading.stores.building.upload.upload"
         )
     return merge_local(dest, **kwargs)
 

@@ -15,7 +15,7 @@ from typing import Any
 from lading.errors import SourceError
 from lading.sources import OnError, ParseOptions, SourceReader
 from lading.stores.base import DocStore, IdLike, id_list, is_id
-from lading.stores.writer import DUPLICATE_MODES, Duplicates
+from lading.stores.building.writer import DUPLICATE_MODES, Duplicates
 
 
 class InMemoryStore(DocStore):
@@ -59,7 +59,7 @@ class InMemoryStore(DocStore):
                     continue
             docs[record.id] = record.text
         if not docs:
-            from lading.stores.writer import empty_source_reason
+            from lading.stores.building.writer import empty_source_reason
 
             raise SourceError(reader.source, None, empty_source_reason(reader))
         recipe = {

@@ -41,8 +41,14 @@ from lading.sources import (
     refuse_if_changed,
 )
 from lading.stores.base import DocStore, IdLike, id_list, is_id
+from lading.stores.building.writer import (
+    Duplicates,
+    compact,
+    empty_source_reason,
+    id_keys,
+    unique_rows,
+)
 from lading.stores.index import IdIndex, IntIdCollector, write_index
-from lading.stores.writer import Duplicates, compact, empty_source_reason, id_keys, unique_rows
 
 FORMAT_NAME = "lading.offsets"
 
@@ -85,7 +91,7 @@ class OffsetStore(DocStore):
             )
         with BuildContext(index_dir, FORMAT_NAME, "offsets index") as build:
             build.check_ours()
-            with build.stage() as tmp:
+            with build.scratch() as tmp:
                 meta = _write(reader, tmp, build.snapshot, duplicates)
                 build.commit(tmp, meta)
         return cls(index_dir, snapshot=build.snapshot)

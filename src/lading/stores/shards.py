@@ -43,7 +43,7 @@ class ShardedColumn:
     ) -> None:
         self.parts = parts
         # every row's offsets over the shards' data laid end to end (written by the merge for
-        # the hot columns, see lading.stores.merge.global_offsets), and where each shard's
+        # the hot columns, see lading.stores.building.merge.global_offsets), and where each shard's
         # data starts in that count; the file they are mapped from, to read them ahead
         self.offsets = offsets
         self._offsets_file = offsets_file

@@ -3,7 +3,7 @@
 ``PartitionedParquet(paths, batch_size, columns=..., list_columns=...)`` is the one loader of
 every workload (:class:`lading.loading.Loader`) over the rows of the files: in this process, or
 with ``num_workers=2`` in DataLoader workers, the same batches at any worker count, each chunk
-decoded by one worker (:mod:`lading.tabular.source`, which says how rows are planned, shuffled,
+decoded by one worker (:mod:`lading.tabular.workload`, which says how rows are planned, shuffled,
 read and resumed).
 """
 
@@ -18,7 +18,7 @@ from lading.loading.plan import check_batch_size, check_equalize, refuse_drop_la
 from lading.tabular.files import check_schemas, footer_digest, parquet_files, scan
 from lading.tabular.plan import Piece
 from lading.tabular.read import RowReader, check_columns, check_counted_nulls, check_list_options
-from lading.tabular.source import ParquetSource
+from lading.tabular.workload import ParquetWorkload
 from lading.world import World
 
 
@@ -94,7 +94,7 @@ class PartitionedParquet(Loader):
         check_columns(schemas[0], self.columns, list_columns, self.files[0])
         check_counted_nulls(self.files, footers, [c for c in self.columns if c not in list_columns])
         self.world = world or World.detect()
-        source = ParquetSource(
+        workload = ParquetWorkload(
             self.pieces,
             RowReader(self.columns, list_columns, pad, pad_value),
             footer_digest(self.files, footers),
@@ -106,10 +106,10 @@ class PartitionedParquet(Loader):
             world=self.world,
             buffer_rows=buffer_rows,
         )
-        super().__init__(source, workers, seed=seed)
+        super().__init__(workload, workers, seed=seed)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
-        self.total_rows, self.buffer_rows = source.total_rows, source.buffer_rows
-        self._parquet = source
+        self.total_rows, self.buffer_rows = workload.total_rows, workload.buffer_rows
+        self._parquet = workload
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (see :meth:`Loader.load_state_dict`); a state saved when

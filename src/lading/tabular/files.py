@@ -25,7 +25,7 @@ from lading.disk import DATASET_MARK
 from lading.stores.remote.objects import refuse_remote
 from lading.tabular.plan import Piece
 
-# the names lading.disk gives a build's staging and replaced directories
+# the names lading.disk gives a build's scratch and replaced directories
 _BUILD_DEBRIS = re.compile(r"\.(tmp|old)-\d+-[0-9a-f]+$")
 
 PathsArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -90,7 +90,7 @@ def _walk(top: Path, skip: set[Path]) -> list[Path]:
 
 
 def _is_debris(folder: Path) -> bool:
-    """A build's staging or replaced directory: never data to read (half-written or stale)."""
+    """A build's scratch or replaced directory: never data to read (half-written or stale)."""
     return bool(_BUILD_DEBRIS.search(folder.name))
 
 

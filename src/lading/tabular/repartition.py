@@ -76,7 +76,7 @@ def repartition(
 
     Args:
         src: parquet files or folders, all with the same schema. ``dst`` may lie inside a
-            folder of ``src``: it is left out of the listing (with the staging folders of
+            folder of ``src``: it is left out of the listing (with the scratch folders of
             killed runs), so a second run reads the same rows as the first.
         dst: the folder to create, replaced atomically (never mixed with old files) if it
             holds an earlier repartition; any other non-empty folder is refused.
@@ -95,8 +95,8 @@ def repartition(
     rows = sum(p.rows for p in pieces)
     multiple = max(1, world_size) * max(1, workers)
     sizes = group_sizes(rows, plan_groups(rows, len(pieces), multiple, row_group_size))
-    # a parquet dataset other tools read whole: staged beside it, swapped in by one rename
-    with BuildContext(target, None, "directory") as build, build.stage() as tmp:
+    # a parquet dataset other tools read whole: written beside it, swapped in by one rename
+    with BuildContext(target, None, "directory") as build, build.scratch() as tmp:
         out = tmp / "part-0.parquet"
         try:
             _write(files, schema, sizes, out)

@@ -10,6 +10,6 @@ Needs the ``s3local`` extra: ``pip install 'lading[s3local]'`` (moto's server, a
 
 from __future__ import annotations
 
-from lading.stores.remote.localserver import LocalS3
+from lading.testing.localserver import LocalS3
 
 __all__ = ["LocalS3"]

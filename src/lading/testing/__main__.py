@@ -1,5 +1,5 @@
 """``python -m lading.testing``: the local S3 until killed; its URL on the first line."""
 
-from lading.stores.remote.localserver import main
+from lading.testing.localserver import main
 
 main()

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from lading.disk import check_version, current_version, publish, staging
+from lading.disk import check_version, current_version, publish, scratch
 
 FORMAT_NAME = "lading.train.checkpoint"
 _TENSOR = "__tensor__"
@@ -65,7 +65,7 @@ def save(state: dict[str, Any], directory: str | os.PathLike[str]) -> None:
     dest = Path(directory)
     tensors: dict[str, torch.Tensor] = {}
     skeleton = _flatten(state, tensors)
-    with staging(dest) as tmp:  # a full disk: OutOfSpaceError, the old checkpoint kept
+    with scratch(dest) as tmp:  # a full disk: OutOfSpaceError, the old checkpoint kept
         _save_tensors(tensors, tmp / "tensors.safetensors")
         (tmp / "state.json").write_text(json.dumps(skeleton))
         meta = {"format": FORMAT_NAME, "version": current_version(FORMAT_NAME)}
@@ -76,7 +76,7 @@ def save(state: dict[str, Any], directory: str | os.PathLike[str]) -> None:
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
     """safetensors' ``save_file``, its I/O failures as the OSError they are: it reports a full
     disk as its own ``SafetensorError`` with the errno only in the text ("(os error 28)"), which
-    :func:`lading.disk.staging` could not tell from a bug."""
+    :func:`lading.disk.scratch` could not tell from a bug."""
     from safetensors.torch import save_file
 
     try:

@@ -18,9 +18,9 @@ from distributed import run_processes
 from lading.stores.remote.cache import NodeCache
 from lading.stores.remote.clients import open_client
 from lading.stores.remote.fetch import Fetcher
-from lading.stores.remote.localserver import LocalS3
 from lading.stores.remote.objects import RemoteReadError
-from lading.stores.remote.ranges import Need
+from lading.stores.remote.plan import Need
+from lading.testing import LocalS3
 
 
 def _rows(rng: random.Random, count: int, longest: int) -> tuple[bytes, list[tuple[int, int]]]:

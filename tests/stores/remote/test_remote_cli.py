@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lading.stores.remote.clients import open_client
-from lading.stores.remote.localserver import LocalS3
+from lading.testing import LocalS3
 
 pytestmark = pytest.mark.e2e  # the CLI in subprocesses
 

@@ -19,9 +19,9 @@ import lading
 from conftest import write
 from lading.errors import LadingError, StoreFormatError
 from lading.stores.remote.clients import open_client
-from lading.stores.remote.localserver import LocalS3, free_port
 from lading.stores.remote.objects import RemoteReadError, RemoteWriteError
 from lading.stores.remote.store import RemoteStore
+from lading.testing import LocalS3, free_port
 
 T = 0.5  # seconds an attempt may take, in every test here
 DEADLINE = 4 * T + 2.0  # 4 attempts, their backoff (< 0.6 s) and the proxy's latency
@@ -207,7 +207,7 @@ def test_a_build_into_a_missing_bucket_fails_before_reading_the_source(
     def build_local(*args: object, **kwargs: object) -> None:
         raise AssertionError("the source was read before the destination was checked")
 
-    from lading.stores.remote.upload import build_remote
+    from lading.stores.building.upload import build_remote
 
     with pytest.raises(RemoteWriteError) as caught:
         build_remote(build_local, "src.tsv", "s3://no-such-bucket-here/x", cache=str(tmp_path))

@@ -17,10 +17,10 @@ import lading
 from conftest import write
 from lading.ir import TrainingGroups
 from lading.stores.remote.cache import NodeCache
+from lading.stores.remote.cache.order import Plan, load_order, save_order, signature
 from lading.stores.remote.clients import open_client
 from lading.stores.remote.fetch import Fetcher
-from lading.stores.remote.plan import Plan, load_order, save_order, signature
-from lading.stores.remote.ranges import Need
+from lading.stores.remote.plan import Need
 from lading.stores.remote.store import RemoteStore
 
 ROWS, BATCH, STEPS = 20_000, 32, 200  # two epochs of 100 batches; 1/16 of it holds 6 batches

@@ -18,8 +18,8 @@ import lading
 from conftest import word_tokenizer, write
 from lading.ir import TrainingGroups
 from lading.stores.remote.clients import open_client
-from lading.stores.remote.localserver import LocalS3
 from lading.stores.remote.store import RemoteStore
+from lading.testing import LocalS3
 
 pytest.importorskip("tokenizers")
 WORDS = [f"w{i}" for i in range(300)]

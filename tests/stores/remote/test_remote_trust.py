@@ -27,12 +27,12 @@ import pytest
 import lading
 from conftest import write
 from lading.errors import LadingError, StoreFormatError
+from lading.stores.remote.cache.damaged import DamagedCacheWarning
+from lading.stores.remote.cache.ledger import LEDGER_FILE
 from lading.stores.remote.clients import open_client
-from lading.stores.remote.damaged import DamagedCacheWarning
-from lading.stores.remote.ledger import LEDGER_FILE
-from lading.stores.remote.localserver import LocalS3
 from lading.stores.remote.settings import RemoteSettings
 from lading.stores.remote.store import RemoteStore
+from lading.testing import LocalS3
 
 hypothesis = pytest.importorskip("hypothesis")
 st = pytest.importorskip("hypothesis.strategies")

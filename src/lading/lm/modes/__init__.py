@@ -9,7 +9,7 @@
 
 A user passes one options object (``LanguageModelLoader(corpus, 64, Streams(70))``); its
 ``mode`` names the registered :class:`~lading.lm.modes.base.Mode`, made from the options, that
-does the work. The LM's source (:mod:`lading.lm.source`) hands it each epoch's view and keeps
+does the work. The LM's source (:mod:`lading.lm.workload`) hands it each epoch's view and keeps
 the plans; the one loader (:class:`lading.loading.Loader`) keeps the position and the state.
 """
 

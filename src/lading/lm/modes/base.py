@@ -22,10 +22,10 @@ from lading.lm.batches import Batch
 from lading.lm.corpus import TokenCorpus
 from lading.lm.segment import LMSegment, Reading, SegmentBatchKey
 from lading.lm.stream import EpochStream
-from lading.lm.windows import EpochWindows, TokenMixture, WindowSource
+from lading.lm.windows import EpochWindows, TokenMixture, WindowReader
 from lading.loading.state import Cursor
 
-EpochView = EpochStream | WindowSource  # what a mode reads an epoch from
+EpochView = EpochStream | WindowReader  # what a mode reads an epoch from
 
 
 def check_length(options: object, name: str, value: object, meaning: str) -> None:

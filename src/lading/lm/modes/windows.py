@@ -20,7 +20,7 @@ from lading.lm.batches import Batch, window_batch
 from lading.lm.modes.base import EpochView, Mode, check_flag, check_length
 from lading.lm.segment import LMSegment, Reading, SegmentBatchKey, plan_windows
 from lading.lm.stream import EpochStream
-from lading.lm.windows import EpochWindows, WindowSource
+from lading.lm.windows import EpochWindows, WindowReader
 from lading.loading.order import feistel_permutation
 from lading.loading.plan import check_epoch
 from lading.loading.state import Cursor
@@ -88,7 +88,7 @@ class WindowsMode(Mode):
     def backwards(self) -> bool:
         return isinstance(self.shape, Windows) and self.shape.backwards
 
-    def view(self, data: EpochWindows, epoch: int) -> WindowSource:
+    def view(self, data: EpochWindows, epoch: int) -> WindowReader:
         return data.of_epoch(epoch)
 
     def plan(

@@ -14,10 +14,10 @@ from lading.stores.remote.objects import BACKENDS, ObjectClient, split_url
 
 def _obstore_usable() -> bool:
     try:
-        from lading.stores.remote import obstore_client
+        from lading.stores.remote import client_obstore
     except ImportError:
         return False
-    return obstore_client.usable_here()
+    return client_obstore.usable_here()
 
 
 def open_client(
@@ -46,13 +46,13 @@ def open_client(
         raise ValueError(f"unknown backend {backend!r}; choose from {sorted(BACKENDS)}")
     scheme, _ = split_url(url)
     if backend == "auto":
-        from lading.stores.remote.obstore_client import SCHEMES
+        from lading.stores.remote.client_obstore import SCHEMES
 
         backend = "obstore" if scheme in SCHEMES and _obstore_usable() else "fsspec"
     if backend == "obstore":
-        from lading.stores.remote.obstore_client import ObstoreClient
+        from lading.stores.remote.client_obstore import ObstoreClient
 
         return ObstoreClient(url, options, timeout)
-    from lading.stores.remote.fsspec_client import FsspecClient
+    from lading.stores.remote.client_fsspec import FsspecClient
 
     return FsspecClient(url, options, timeout)

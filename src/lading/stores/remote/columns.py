@@ -20,7 +20,7 @@ from lading.disk import OFFSET_DTYPE, MappedFile
 from lading.errors import StoreFormatError
 from lading.stores.remote.cache import NodeCache, Span
 from lading.stores.remote.manifest import Part, columns, is_payload
-from lading.stores.remote.ranges import Need
+from lading.stores.remote.plan import Need
 
 
 @dataclass

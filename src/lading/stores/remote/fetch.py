@@ -9,7 +9,7 @@ The requests of one submission are grouped by object into *calls* of up to
 :data:`CALL_RANGES` ranges, each one ``await`` of the client's ``get_ranges`` (obstore runs a
 call's requests side by side in Rust, up to 10 at once; measured here: 69-88 us of client CPU a
 GET where one ``await`` per GET cost 110-190 us, same run). A call is never merged into fewer
-requests: the planner (:mod:`lading.stores.remote.ranges`) already decided what one GET holds.
+requests: the planner (:mod:`lading.stores.remote.plan`) already decided what one GET holds.
 
 Pinning: a GET of a pinned object sends ``If-Match`` with the ETag the snapshot recorded, so a
 replaced object is refused, never read. ``get_ranges`` cannot send it, so a call sends one of
@@ -330,7 +330,7 @@ class Fetcher:
     def close(self) -> None:
         """Stop this process's loop thread (a later call starts a new one), after the
         client's calls still running have ended (at most ``timeout`` + 1 s: see
-        :meth:`~lading.stores.remote.obstore_client.ObstoreClient.drain`) and every thread
+        :meth:`~lading.stores.remote.client_obstore.ObstoreClient.drain`) and every thread
         that completed one has left this loop's ``call_soon_threadsafe`` (see :class:`_Loop`)."""
         with self._lock:
             if self._loop is not None and self._pid == os.getpid():

@@ -1,173 +1,147 @@
-"""The epoch's whole order, as the node cache's eviction reads it: when each range is next used.
+"""The range planner: the byte ranges some batches need, sorted and coalesced into GETs.
 
-A loader knows every batch of its epoch before reading one (``(seed, epoch)`` fix it). Fetching
-only looks a window ahead (a GET started too early holds cache room too long), but eviction
-should see the whole order: a block whose next use is 3,000 batches away is the one to give
-up, whatever the window says (Belady's rule). :class:`Plan` holds that order as two integer
-arrays per object, sorted by (range start, step): 16 bytes an access (an epoch of 1M documents
-is 16 MB), built with one ``lexsort``; it answers "the first planned use of the ranges inside
-``[start, end)`` at or after step ``s``" by two binary searches.
+One GET to object storage costs ~25-30 ms however few bytes it carries (DESIGN.md, Little's
+law), so neighbouring ranges are worth fetching as one when the bytes between them are few.
+But merging across large gaps inflates what is read (obstore's ``get_ranges`` merges anything
+under 1 MB apart: for 350-byte passages that is thousands of times the bytes used). So:
 
-Reads move along it: a read that names its step, or whose rows equal a planned batch's (the
-planned batches matched in order: a plain loop of ``get_many`` over them), is at that batch's
-step; :meth:`Plan.match` finds it.
+- overlapping and touching ranges always merge (no byte is wasted);
+- a gap of at most ``max_gap`` bytes may be merged across, smallest gaps first, while the
+  wasted bytes stay within ``max_waste`` of the useful ones (0.1: at most 1.1 bytes fetched
+  per byte used) and a block stays within ``max_block`` bytes;
+- ``barrier(key, end, start)`` forbids a merge (a cached block lies in the gap: merging would
+  fetch it again, and blocks must stay disjoint).
+
+Every block is fetched by one GET, so GETs <= blocks <= distinct ranges, by construction.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import tempfile
-from collections.abc import Sequence
-from pathlib import Path
+import bisect
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
-import numpy as np
-import numpy.typing as npt
+DEFAULT_GAP = 64 * 1024  # bytes; bench_remote.py measures 0 .. 256 KiB
+DEFAULT_WASTE = 0.1  # 0.25 left no room: at 2% of 100k documents 1.36x fetched / used
+DEFAULT_BLOCK = 8 << 20  # a GET of 8 MiB takes ~80 ms more at 100 MB/s: enough per request
+NO_STEP = 1 << 62  # the step of a range needed at no known time
 
-from lading.stores.remote.ranges import Need
-
-AHEAD = 8  # batches fetched ahead along a plan when nobody announces more (the loader's too)
+Barrier = Callable[[str, int, int], bool]
 
 
-class Plan:
-    """The planned accesses of batches of needs (batch ``j`` read at ``steps[j]``, ascending:
-    an epoch and the next one are two runs of steps, ``epoch << 32`` apart).
+class Need(NamedTuple):
+    """Bytes ``[start, end)`` of object ``key``, first needed at ``step`` (a batch number)."""
 
-    Args:
-        needs: every planned range, each with the step it is read at.
-        signatures: a digest of each batch's rows (see :func:`signature`), in batch order.
-        steps: each batch's step (ascending), or the first one's (the others follow it).
-    """
+    key: str
+    start: int
+    end: int
+    step: int = NO_STEP
 
-    def __init__(
-        self, needs: Sequence[Need], signatures: Sequence[bytes], steps: int | Sequence[int]
-    ):
-        if isinstance(steps, int):
-            steps = range(steps, steps + len(signatures))
-        self.batch_steps = np.asarray(steps, dtype=np.int64)
-        self.first_step = int(self.batch_steps[0]) if len(steps) else 0
-        self.steps = len(signatures)
-        self._by_key: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
-        names = sorted({n.key for n in needs})
-        code = {name: i for i, name in enumerate(names)}
-        keys = np.fromiter((code[n.key] for n in needs), np.int64, len(needs))
-        starts = np.fromiter((n.start for n in needs), np.int64, len(needs))
-        at = np.fromiter((n.step for n in needs), np.int64, len(needs))
-        order = np.lexsort((at, starts, keys))
-        keys, starts, at = keys[order], starts[order], at[order]
-        bounds = np.searchsorted(keys, np.arange(len(names) + 1)).tolist()
-        for i, name in enumerate(names):
-            lo, hi = bounds[i], bounds[i + 1]
-            self._by_key[name] = (starts[lo:hi], at[lo:hi])
-        # in step order too (needs come batch by batch): what steps first .. stop - 1 read
-        self._names = names
-        by_step = np.argsort(at, kind="stable")
-        self._step_keys, self._step_starts = keys[by_step], starts[by_step]
-        self._step_ends = np.fromiter((n.end for n in needs), np.int64, len(needs))[order][by_step]
-        self._step_steps = at[by_step]
-        self._batches: dict[bytes, list[int]] = {}
-        for j, sig in enumerate(signatures):
-            self._batches.setdefault(sig, []).append(j)
-        self._cursor = 0  # batches before this one were read (or passed)
 
-    def objects(self) -> list[str]:
-        """The objects the plan reads."""
-        return list(self._by_key)
+class Block(NamedTuple):
+    """One GET: bytes ``[start, end)`` of ``key``; ``step`` is its earliest need's."""
 
-    def ranges(self, first: int, stop: int) -> list[tuple[str, int, int]]:
-        """The ranges read at steps ``first .. stop - 1`` (each once)."""
-        lo, hi = np.searchsorted(self._step_steps, [first, stop]).tolist()
-        names = self._names
-        return sorted(
-            {
-                (names[k], a, b)
-                for k, a, b in zip(
-                    self._step_keys[lo:hi].tolist(),
-                    self._step_starts[lo:hi].tolist(),
-                    self._step_ends[lo:hi].tolist(),
-                )
-            }
-        )
-
-    def covers(self, step: int | None) -> bool:
-        """Whether ``step`` is one of the plan's."""
-        return step is not None and self.first_step <= step < self.last_step
-
-    def index(self, step: int) -> int:
-        """The number of planned batches before ``step``."""
-        return int(np.searchsorted(self.batch_steps, step))
+    key: str
+    start: int
+    end: int
+    step: int
 
     @property
-    def last_step(self) -> int:
-        """The step after the plan's last batch."""
-        return int(self.batch_steps[-1]) + 1 if self.steps else self.first_step
-
-    def next_use(self, key: str, start: int, end: int, at_least: int) -> int | None:
-        """The first planned step ``>= at_least`` that reads a range starting in
-        ``[start, end)`` of ``key`` (ranges never straddle a block), or None."""
-        found = self._by_key.get(key)
-        if found is None:
-            return None
-        starts, steps = found
-        lo, hi = np.searchsorted(starts, [start, end]).tolist()
-        if lo == hi:
-            return None
-        if starts[lo] == starts[hi - 1]:  # one range (the usual block): its steps are sorted
-            at = lo + int(np.searchsorted(steps[lo:hi], at_least))
-            return int(steps[at]) if at < hi else None
-        later = steps[lo:hi][steps[lo:hi] >= at_least]
-        return int(later.min()) if len(later) else None
-
-    def match(self, sig: bytes) -> int | None:
-        """The step of the first unread planned batch whose rows have digest ``sig`` (it and
-        every batch before it count as read from then on), or None: an unplanned read."""
-        found = self._batches.get(sig)
-        if not found:
-            return None
-        at = next((j for j in found if j >= self._cursor), None)
-        if at is None:
-            return None
-        self._cursor = at + 1
-        return int(self.batch_steps[at])
-
-    def passed(self, step: int) -> None:
-        """Batches before ``step`` were read (a read that named its step)."""
-        self._cursor = max(self._cursor, self.index(step))
+    def size(self) -> int:
+        return self.end - self.start
 
 
-def signature(rows: npt.NDArray[np.int64]) -> bytes:
-    """A digest of a batch's rows, in order (what a read is matched to its planned batch by)."""
-    data = np.ascontiguousarray(rows, dtype=np.int64).tobytes()
-    return hashlib.blake2b(data, digest_size=16).digest()
+def coalesce(
+    needs: Iterable[Need],
+    max_gap: int = DEFAULT_GAP,
+    max_waste: float = DEFAULT_WASTE,
+    max_block: int = DEFAULT_BLOCK,
+    barrier: Barrier | None = None,
+) -> list[Block]:
+    """The GETs that fetch ``needs``, ordered by the step they are first needed at.
+
+    Args:
+        needs: ranges to fetch (empty ones are dropped, duplicates merged).
+        max_gap: largest gap (bytes) merged across.
+        max_waste: gap bytes fetched at most, as a share of the useful bytes.
+        max_block: largest block merged across a gap (a single range may be larger).
+        barrier: ``(key, end, start) -> True`` where the gap ``[end, start)`` may not be merged.
+
+    Raises:
+        ValueError: a negative or inverted range, or a negative limit.
+    """
+    if max_gap < 0 or max_waste < 0 or max_block < 1:
+        raise ValueError(
+            f"max_gap={max_gap}, max_waste={max_waste}, max_block={max_block}: "
+            "gap and waste must be >= 0, max_block >= 1"
+        )
+    runs = _runs(needs)
+    useful = sum(end - start for _, start, end, _ in runs)
+    # candidate merges: (gap, index of the run on its left), smallest first
+    gaps = sorted(
+        (runs[i + 1][1] - runs[i][2], i)
+        for i in range(len(runs) - 1)
+        if runs[i][0] == runs[i + 1][0] and runs[i + 1][1] - runs[i][2] <= max_gap
+    )
+    budget = max_waste * useful
+    left = list(range(len(runs)))  # left[i]: first run of i's group (valid at group ends)
+    right = list(range(len(runs)))  # right[i]: last run of i's group (valid at group starts)
+    joined = [False] * len(runs)  # joined[i]: run i and i + 1 are one block
+    for gap, i in gaps:
+        if gap > budget:
+            break
+        first, last = left[i], right[i + 1]
+        if runs[last][2] - runs[first][1] > max_block:
+            continue
+        if barrier is not None and barrier(runs[i][0], runs[i][2], runs[i + 1][1]):
+            continue  # asked only of gaps within the budget: a query each (the cache's)
+        budget -= gap
+        joined[i] = True
+        left[last], right[first] = first, last
+    blocks: list[Block] = []
+    start = 0
+    for i in range(len(runs)):
+        if not joined[i]:
+            group = runs[start : i + 1]
+            step = min(r[3] for r in group)
+            blocks.append(Block(group[0][0], group[0][1], group[-1][2], step))
+            start = i + 1
+    blocks.sort(key=lambda b: (b.step, b.key, b.start))
+    return blocks
 
 
-def order_file(url: str, snapshot: str, pid: int) -> Path:
-    """Where process ``pid`` leaves its order of store ``url@snapshot`` for its DataLoader
-    workers (outside the node cache: the cap is the cache's; 8 bytes a document)."""
-    name = hashlib.blake2b(f"{url}@{snapshot}".encode(), digest_size=8).hexdigest()
-    return Path(tempfile.gettempdir()) / "lading-orders" / f"{pid}-{name}.npz"
+def _runs(needs: Iterable[Need]) -> list[tuple[str, int, int, int]]:
+    """Non-empty ranges sorted by (key, start), overlapping or touching ones merged."""
+    ordered = []
+    for key, start, end, step in needs:
+        if start < 0 or end < start:
+            raise ValueError(f"range [{start}, {end}) of {key!r}: need 0 <= start <= end")
+        if end > start:
+            ordered.append((key, start, end, step))
+    ordered.sort()
+    runs: list[tuple[str, int, int, int]] = []
+    for key, start, end, step in ordered:
+        if runs and runs[-1][0] == key and start <= runs[-1][2]:
+            last = runs[-1]
+            runs[-1] = (key, last[1], max(last[2], end), min(last[3], step))
+        else:
+            runs.append((key, start, end, step))
+    return runs
 
 
-def save_order(path: Path, batches: Sequence[npt.NDArray[np.int64]], steps: Sequence[int]) -> None:
-    """Write ``batches`` (rows) and their steps to ``path`` atomically (no pickle)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sizes = np.fromiter((len(b) for b in batches), np.int64, len(batches))
-    rows = np.concatenate(batches) if batches else np.empty(0, dtype=np.int64)
-    part = path.with_suffix(f".{os.getpid()}.part")
-    with open(part, "wb") as f:
-        np.savez(f, rows=rows.astype(np.int64), sizes=sizes, steps=np.asarray(steps, np.int64))
-    os.replace(part, path)
-
-
-def load_order(path: Path) -> tuple[list[npt.NDArray[np.int64]], list[int]] | None:
-    """``(batches, steps)`` from :func:`save_order`'s file, or None when it is unreadable
-    (a speed hint: a damaged one is ignored, never trusted further)."""
-    try:
-        with np.load(path, allow_pickle=False) as found:
-            rows, sizes, steps = found["rows"], found["sizes"], found["steps"]
-    except (OSError, ValueError, KeyError):
-        return None
-    if sizes.sum() != len(rows) or (sizes < 0).any() or len(steps) != len(sizes):
-        return None
-    batches = np.split(rows, np.cumsum(sizes)[:-1]) if len(sizes) else []
-    return batches, steps.tolist()
+def needs_in(needs: list[Need], blocks: list[Block]) -> list[Need]:
+    """The ``needs`` that lie inside one of ``blocks`` (what a deferred block would serve)."""
+    by_key: dict[str, list[Block]] = {}
+    for block in blocks:
+        by_key.setdefault(block.key, []).append(block)
+    starts: dict[str, list[int]] = {}
+    for key, group in by_key.items():
+        group.sort()
+        starts[key] = [b.start for b in group]  # once a key, not once a need
+    found = []
+    for need in needs:
+        group = by_key.get(need.key, [])
+        at = bisect.bisect_right(starts.get(need.key, []), need.start) - 1
+        if at >= 0 and group[at].end >= need.end:
+            found.append(need)
+    return found

@@ -25,7 +25,7 @@ from lading.stores.remote.fetch import (
     DEFAULT_TIMEOUT,
     TIMEOUT_ENV,
 )
-from lading.stores.remote.ranges import DEFAULT_GAP, DEFAULT_WASTE
+from lading.stores.remote.plan import DEFAULT_GAP, DEFAULT_WASTE
 
 CACHE_ENV = "LADING_CACHE"
 CACHE_BYTES_ENV = "LADING_REMOTE_CACHE_BYTES"
@@ -119,7 +119,7 @@ class RemoteSettings:
         timeout: seconds each attempt of every call on the read path may take (open, list,
             stage, read), default ``$LADING_REMOTE_TIMEOUT`` or 20; a call fails after
             ``retries + 1`` attempts with an error naming the endpoint, the object and this.
-        max_gap, max_waste: the planner's (see :func:`~lading.stores.remote.ranges.coalesce`).
+        max_gap, max_waste: the planner's (see :func:`~lading.stores.remote.plan.coalesce`).
     """
 
     cache: Path

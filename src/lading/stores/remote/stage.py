@@ -19,7 +19,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from lading.disk import STAGE_MARK, build_lock, publish, remove_dead_temps, staging
+from lading.disk import STAGE_MARK, build_lock, publish, remove_dead_temps, scratch
 from lading.disk.meta import META_FILE
 from lading.errors import StoreFormatError
 from lading.stores.remote.fetch import Fetcher
@@ -53,7 +53,7 @@ def stage_index(
             return dest
         remove_dead_temps(dest)
         listing = _listing(fetcher, url, meta)  # sizes checked before a byte is written
-        with staging(dest) as tmp:
+        with scratch(dest) as tmp:
             names = staged_files(meta)
             for name in names:
                 _copy(fetcher, url, name, meta["files"][name], tmp / name)

@@ -37,12 +37,19 @@ from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.index import IdIndex
 from lading.stores.layout import field_column
 from lading.stores.remote.cache import NodeCache
+from lading.stores.remote.cache.order import (
+    AHEAD,
+    Plan,
+    load_order,
+    order_file,
+    save_order,
+    signature,
+)
 from lading.stores.remote.clients import open_client
 from lading.stores.remote.columns import Columns
 from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.manifest import parse
 from lading.stores.remote.objects import PermanentError, RemoteReadError
-from lading.stores.remote.plan import AHEAD, Plan, load_order, order_file, save_order, signature
 from lading.stores.remote.settings import RemoteSettings
 from lading.stores.remote.stage import stage_dir, stage_index, staged_etags, verify_remote
 
@@ -218,7 +225,7 @@ class RemoteStore(DocStore):
     def at_step(self, step: int) -> None:
         """The reads that follow are planned step ``step``'s (a DataLoader worker is told so
         by the loader before it builds a batch). In a process that did not plan, the order its
-        parent planned (:func:`~lading.stores.remote.plan.save_order`) is loaded, so the next
+        parent planned (:func:`~lading.stores.remote.cache.order.save_order`) is loaded, so the next
         use of what it reads is known here too."""
         self._at = int(step)
         order = self._columns.cache.order

@@ -66,7 +66,7 @@ def build_remote(
         raise ValueError(
             f"a parallel build (shard=) straight into {url} is not supported yet: build the "
             "shards into a folder and merge them there (lading build --shard I/N, lading "
-            "merge), then upload the store with lading.stores.remote.upload.upload(folder, "
+            "merge), then upload the store with lading.stores.building.upload.upload(folder, "
             "lading.stores.remote.clients.open_client(url)), the manifest last"
         )
     settings = RemoteSettings.of(cache, cache_bytes, storage_options)

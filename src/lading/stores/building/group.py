@@ -17,8 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from lading.errors import StoreFormatError
+from lading.stores.building.parallel import (
+    derive_build_id,
+    merge_store,
+    source_files,
+    write_one_shard,
+)
 from lading.stores.packed import PackedStore
-from lading.stores.parallel import build_shard, derive_build_id, merge_store, source_files
 from lading.world import World, process_group
 
 
@@ -88,7 +93,7 @@ def build_in_shards(
     fmt, tok, max_length, on_error, duplicates, parse, options = args
     failure: BaseException | None = None
     try:
-        build_shard(
+        write_one_shard(
             source, dest, (world.rank, world.world_size), format=fmt, tok=tok,
             max_length=max_length, on_error=on_error, duplicates=duplicates, parse=parse,
             options=options, build_id=build_id, progress=progress,

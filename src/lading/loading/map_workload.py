@@ -48,7 +48,7 @@ from lading.loading.segment import Segment
 from lading.loading.state import Cursor, LoaderStateError
 from lading.world import World
 
-__all__ = ["BATCHING", "EpochIndex", "MapBatch", "MapSource", "loader"]
+__all__ = ["BATCHING", "EpochIndex", "MapBatch", "MapWorkload", "loader"]
 
 BATCHING: tuple[str, ...] = ("no_duplicates", "order")
 DuplicateKeys = Callable[[npt.NDArray[np.int64], int], npt.NDArray[np.int64]]
@@ -96,8 +96,8 @@ class MapBatch(NamedTuple):
     batch: int = -1
 
 
-class MapSource:
-    """The samples of a map-style dataset as a position source: one reader per rank.
+class MapWorkload:
+    """The samples of a map-style dataset as a workload: one reader per rank.
 
     Args:
         dataset: what is read (``dataset[i]``, or ``dataset.__getitems__`` where it has one).
@@ -361,7 +361,7 @@ def loader(
     if not isinstance(dataset, Sized):
         raise TypeError("lading.loader needs a map-style dataset with __len__")
     refuse_drop_last(drop_last, "lading.loader")
-    source = MapSource(
+    workload = MapWorkload(
         dataset,
         collate_fn,
         batch_size=check_batch_size(batch_size),
@@ -375,6 +375,6 @@ def loader(
     workers = Workers(
         num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
     )
-    made = Loader(source, workers, seed=seed, announce=announcer(dataset, source.items))
+    made = Loader(workload, workers, seed=seed, announce=announcer(dataset, workload.items))
     made.dataset = dataset
     return made

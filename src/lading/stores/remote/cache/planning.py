@@ -3,11 +3,11 @@ the epoch's whole order (kept by), for :class:`~lading.stores.remote.cache.NodeC
 
 - :meth:`Planning.prefetch` is told the ranges of the next batches and the step (batch
   number) each is needed at. Ranges already cached get that step as their next use (what
-  eviction by next use reads); the others are coalesced (:mod:`lading.stores.remote.ranges`),
+  eviction by next use reads); the others are coalesced (:mod:`lading.stores.remote.plan`),
   claimed within the cap and fetched in the background, while the window ahead holds at most
   :data:`AHEAD_SHARE` of the cap; the rest is fetched as reads move on. What finds no room now
   (the cap is full of blocks needed sooner) is retried at the next call.
-- :meth:`Planning.plan` takes the epoch's whole order (:class:`~lading.stores.remote.plan.Plan`):
+- :meth:`Planning.plan` takes the epoch's whole order (:class:`~.order.Plan`):
   eviction then keeps the blocks needed soonest, all epoch long.
 """
 
@@ -16,11 +16,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+from lading.stores.remote.cache.fill import Filler
+from lading.stores.remote.cache.ledger import Claimed, Ledger
+from lading.stores.remote.cache.order import Plan
 from lading.stores.remote.fetch import Fetcher, Future
-from lading.stores.remote.fill import Filler
-from lading.stores.remote.ledger import Claimed, Ledger
-from lading.stores.remote.plan import Plan
-from lading.stores.remote.ranges import NO_STEP, Need, coalesce, needs_in
+from lading.stores.remote.plan import NO_STEP, Need, coalesce, needs_in
 
 Started = dict[str, list[tuple[int, int, Future]]]  # key -> (start, end, future), by start
 Key = tuple[int, int, int]  # object id, start, end

@@ -11,8 +11,8 @@ from the inputs' identity (path, size, mtime, inode of every file), the build op
 directory and renamed into ``build-<id>/shard-<i>-of-<n>`` once whole, so a killed worker leaves
 nothing a merge would take, and a rerun rebuilds only the shards that are missing. The merge
 (under the store's lock) checks that the shards fit together and that no id is in two of them,
-writes the global id index and commits the snapshot (:mod:`lading.stores.merge`). Under torchrun
-every rank builds its shard and rank 0 merges: :func:`build_in_shards`.
+writes the global id index and commits the snapshot (:mod:`lading.stores.building.merge`).
+Under torchrun every rank builds its shard and rank 0 merges: :func:`build_in_shards`.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from lading.disk import BuildContext, byte_bar, is_ours_to_replace, write_file
 from lading.disk.snapshot import BUILD_MARK, BUILD_PREFIX, TMP_PREFIX
 from lading.errors import SourceError, StoreFormatError
 from lading.sources import ParseOptions, SourceReader, refuse_if_changed
-from lading.stores.inputs import PiecesReader, check_shard_count, input_files, plan_shard
+from lading.stores.building.inputs import PiecesReader, check_shard_count, input_files, plan_shard
+from lading.stores.building.merge import Shard, manifest_of, read_shard
+from lading.stores.building.writer import SHARD_FILE, Duplicates, write_shard
 from lading.stores.layout import FORMAT_NAME, shard_name
-from lading.stores.merge import Shard, manifest_of, read_shard
 from lading.stores.packed import PackedStore
-from lading.stores.writer import SHARD_FILE, Duplicates, write_shard
 
 BUILD_FILE = BUILD_MARK  # in build-<id>/: the inputs, options and n every shard was made with
 
@@ -180,7 +180,7 @@ def check_same_inputs(dest: Path, shards: list[Shard]) -> None:
             )
 
 
-def build_shard(
+def write_one_shard(
     source: Any,
     dest: Path,
     shard: tuple[int, int],
@@ -214,7 +214,7 @@ def build_shard(
         if (where / SHARD_FILE).is_file():  # a rerun: this shard is whole already
             rows = json.loads((where / SHARD_FILE).read_text())["rows"]
             return ShardReport(dest, bid, i, n, rows, True)
-        with build.stage() as tmp:
+        with build.scratch() as tmp:
             reader = PiecesReader(pieces, format, on_error, parse)
             before = reader.fingerprints()  # before reading: a change while reading is seen
             with byte_bar(f"shard {i}/{n}", reader.total_bytes, progress) as bar:
@@ -269,7 +269,7 @@ def commit_shards(
         raise SourceError(where, None, "no documents in any shard; a store of 0 is refused")
     options = recipe["options"]
     about = {"build_id": bid, **_sources(shards, options["format"]), **options}
-    with build.stage() as tmp:
+    with build.scratch() as tmp:
         meta = manifest_of(build.dest, tmp, build.snapshot, shards, about)
         meta["build"]["seconds"] = round(time.perf_counter() - started, 3)
         return build.commit(tmp, meta)

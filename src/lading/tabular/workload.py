@@ -1,4 +1,4 @@
-"""Partitioned parquet as a source of the one loader: rows planned over ranks, read by chunk.
+"""Partitioned parquet as a workload of the one loader: rows planned over ranks, read by chunk.
 
 The epoch's rows — row groups shuffled from ``(seed, epoch)`` — are positions the loader core
 shares out (:mod:`lading.loading.plan`): one contiguous, equal range per rank, so every rank
@@ -52,7 +52,7 @@ class RowsKey(NamedTuple):
     chunks: tuple[ChunkRows, ...]
 
 
-class ParquetSource:
+class ParquetWorkload:
     """The rows of parquet row groups, planned over the ranks.
 
     Args:

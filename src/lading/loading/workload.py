@@ -1,8 +1,8 @@
 """What a workload hands the loader: its positions, how a run of them becomes a batch, a bulk read.
 
-A workload (map-style samples, LM streams and windows, parquet rows) is a :class:`Source`; the
+A workload (map-style samples, LM streams and windows, parquet rows) is a :class:`Workload`; the
 one loader (:class:`~lading.loading.loader.Loader`) iterates it, counts its batches, keeps the
-cursor and saves it. A source holds no position of its own: every method is told the cursor it
+cursor and saves it. A workload holds no position of its own: every method is told the cursor it
 is asked about, so its answers are functions of (settings, cursor) that any process can
 compute for any position: a DataLoader worker builds a batch from its key alone, a resume plans
 the saved layout's segment to find what it left unread. Sharding, equalizing and the
@@ -18,14 +18,14 @@ from lading.loading.runs import Runs
 from lading.loading.state import Cursor
 
 
-class Source(Protocol):
+class Workload(Protocol):
     """The planning and building side of a loader, for one workload.
 
     Attributes:
         kind: the workload's name in a saved state (``"map"``, ``"lm"``, ``"parquet"``): a
             state of another kind is refused.
 
-    A source whose consecutive batches share a costly read (parquet: a decoded chunk) also has
+    A workload whose consecutive batches share a costly read (parquet: a decoded chunk) also has
     ``group(key) -> Hashable``: the loader then deals each run of keys of one group to one
     DataLoader worker and puts the batches back in order (:mod:`lading.loading.deal`).
     """
@@ -39,7 +39,7 @@ class Source(Protocol):
     def keys(self, cursor: Cursor) -> Iterator[Any]:
         """Keys of this rank's batches from batch ``cursor.batches`` on. A key names all that
         :meth:`build` needs (the epoch, the rows…), so a DataLoader worker, whose copy of the
-        source never sees the main process again, builds the batch from the key alone."""
+        workload never sees the main process again, builds the batch from the key alone."""
         ...
 
     def build(self, key: Any) -> Any:

@@ -1,7 +1,7 @@
 """The fsspec backend of :class:`~lading.stores.remote.objects.ObjectClient`: any protocol
 fsspec reaches (``s3fs``, ``gcsfs``, ``adlfs``, ...), and the fallback where obstore is not
 installed or not usable (a forked DataLoader worker, see
-:mod:`~lading.stores.remote.obstore_client`).
+:mod:`~lading.stores.remote.client_obstore`).
 
 An async filesystem (s3fs, gcsfs) runs each ranged read as a coroutine on fsspec's own loop
 thread, awaited from the caller's loop, so many stay in flight without a thread each; a
@@ -47,7 +47,7 @@ class FsspecClient:
             options["config_kwargs"] = config
         self.fs, root = url_to_fs(self.url, **options)
         self.root = root.rstrip("/")
-        from lading.stores.remote.obstore_client import public_endpoint
+        from lading.stores.remote.client_obstore import public_endpoint
 
         endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(
             "endpoint_url"

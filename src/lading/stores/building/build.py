@@ -26,16 +26,15 @@ from lading.sources import (
     is_compressed,
     refuse_if_changed,
 )
-from lading.stores.group import build_in_group, build_in_shards
-from lading.stores.inputs import Piece, PiecesReader, input_files
+from lading.stores.building.group import build_in_group, build_in_shards
+from lading.stores.building.inputs import Piece, PiecesReader, input_files
+from lading.stores.building.merge import Shard, manifest_of
+from lading.stores.building.parallel import ShardReport, check_shard, source_files, write_one_shard
+from lading.stores.building.parallel import merge_store as merge_shards
+from lading.stores.building.writer import Duplicates, write_shard
 from lading.stores.layout import FORMAT_NAME, shard_name
-from lading.stores.merge import Shard, manifest_of
 from lading.stores.packed import PackedStore, unnamed_columns
-from lading.stores.parallel import ShardReport, check_shard, source_files
-from lading.stores.parallel import build_shard as write_one_shard  # the public one is below
-from lading.stores.parallel import merge_store as merge_shards
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
-from lading.stores.writer import Duplicates, write_shard
 from lading.world import process_group, resolve_shared_fs
 
 ShardSpec = tuple[int, int]
@@ -145,7 +144,7 @@ def build_shard(
     has no bytes to deal out). ``build_id``: the build directory the shards share (default:
     derived from the inputs, the options and ``n``, which every worker computes alike). A shard
     already written is reused, never overwritten: pass another ``build_id`` to rebuild. See
-    :mod:`lading.stores.parallel`.
+    :mod:`lading.stores.building.parallel`.
 
     Returns:
         What this worker did (rows written, or reused), printable as the next step to take.
@@ -211,7 +210,7 @@ def build_options(
 def merge_store(dest: str | os.PathLike[str], *, build_id: str | None = None) -> PackedStore:
     """Commit the shards of a parallel build of ``dest`` (all of them written by
     ``build_shard(..., (i, n))`` or ``lading build ... --shard i/N``) as the store's new
-    snapshot, and open it. See :func:`lading.stores.parallel.merge_store`."""
+    snapshot, and open it. See :func:`lading.stores.building.parallel.merge_store`."""
     return merge_shards(Path(dest), build_id)
 
 
@@ -263,7 +262,7 @@ def _build_locked(
             assert build.previous is not None
             return str(build.previous["snapshot"])
         build.check_ours()
-        with build.stage() as tmp:
+        with build.scratch() as tmp:
             where = tmp / shard_name(0, 1)
             where.mkdir()
             before = fingerprints(reader)  # before reading: a change while reading is seen

@@ -30,10 +30,15 @@ from lading.disk import (
 )
 from lading.errors import StoreFormatError
 from lading.sources.tsv_blocks import Column, int_values
+from lading.stores.building.writer import (
+    SHARD_FILE,
+    Duplicates,
+    _all_distinct_small_ints,
+    unique_rows,
+)
 from lading.stores.index import bytes_keys, write_index
 from lading.stores.layout import FORMAT_NAME, field_column
 from lading.stores.records import check_shard_record
-from lading.stores.writer import SHARD_FILE, Duplicates, _all_distinct_small_ints, unique_rows
 
 _KEY_CHUNK = 1 << 20  # ids parsed per numpy pass when a merge reads a shard's ids back
 
@@ -49,7 +54,7 @@ class Shard:
     home: Path | None = None  # where its files are now, if not yet at ``root / dir``
 
     def base(self, root: Path) -> Path:
-        """The directory its files are in: ``root / dir``, or a staged one not committed yet."""
+        """The directory its files are in: ``root / dir``, or a scratch one not committed yet."""
         return self.home if self.home is not None else root / self.dir
 
 

@@ -1,11 +1,11 @@
 """The node cache as one store sees it: plan the ranges the next batches need, read ranges.
 
 Every process on a node (ranks, DataLoader workers) opens the same cache directory; the
-ledger (:mod:`lading.stores.remote.ledger`) makes a block fetched once per node: a process
+ledger (:mod:`lading.stores.remote.cache.ledger`) makes a block fetched once per node: a process
 claims the ranges nobody holds or fetches, fetches them, and fills them in; a process that
 needs a range another one is fetching waits for it (and takes it over if that process died).
 
-- :meth:`NodeCache.prefetch` and :meth:`NodeCache.plan` (:mod:`lading.stores.remote.planning`):
+- :meth:`NodeCache.prefetch` and :meth:`NodeCache.plan` (:mod:`.planning`):
   the next batches' ranges, fetched a window ahead, and the epoch's whole order, kept by.
 - :meth:`NodeCache.read` returns the bytes of ranges: from the cache, from this process's
   GETs in flight, from another process's, or fetched now. A range that cannot be cached (a
@@ -27,20 +27,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lading.stores.remote.cache.fill import Filler
+from lading.stores.remote.cache.ledger import Ledger, pid_alive
+from lading.stores.remote.cache.order import Plan
+from lading.stores.remote.cache.planning import Key, Planning
+from lading.stores.remote.cache.stats import node_totals, publish
 from lading.stores.remote.fetch import Fetcher, Future
-from lading.stores.remote.fill import Filler
-from lading.stores.remote.ledger import Ledger, pid_alive
 from lading.stores.remote.objects import RemoteReadError, describe
-from lading.stores.remote.plan import Plan
-from lading.stores.remote.planning import Key, Planning
-from lading.stores.remote.ranges import (
+from lading.stores.remote.plan import (
     DEFAULT_BLOCK,
     DEFAULT_GAP,
     DEFAULT_WASTE,
     NO_STEP,
     Need,
 )
-from lading.stores.remote.stats import node_totals, publish
 
 Span = tuple[str, int, int]  # object key, start, end
 _POLL_S = 0.002  # how often a process checks a block another one is fetching
@@ -310,7 +310,7 @@ class NodeCache(Planning):
         }
 
     def node_stats(self) -> dict[str, Any]:
-        """The node's figures: every process's counters summed (:mod:`lading.stores.remote.stats`)
+        """The node's figures: every process's counters summed (:mod:`.stats`)
         and the ledger's ``bytes_cached``, ``blocks``, ``cap``; this process's under
         ``"process"``."""
         own = self.stats()

@@ -36,17 +36,17 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from lading.stores.remote import damaged
-from lading.stores.remote.evict import policy as eviction_policy
-from lading.stores.remote.footprint import (
+from lading.stores.remote.cache import damaged
+from lading.stores.remote.cache.evict import policy as eviction_policy
+from lading.stores.remote.cache.footprint import (
     DISK_FLOOR,
     PAGE,
     block_cost,
     current_budget,
     wal_allowance,
 )
-from lading.stores.remote.queries import FIND, OVERLAPS, Claimed, Found, Transaction, batched
-from lading.stores.remote.ranges import NO_STEP, Block
+from lading.stores.remote.cache.queries import FIND, OVERLAPS, Claimed, Found, Transaction, batched
+from lading.stores.remote.plan import NO_STEP, Block
 
 LEDGER_FILE = "ledger.sqlite"
 SCHEMA_VERSION = 2  # 2: 1 KiB pages (a new ledger file only)
@@ -73,7 +73,7 @@ class Ledger:
     Args:
         directory: the cache directory (created).
         cap: the byte cap of the node's cache; the latest opener's value is the node's.
-        policy: the eviction policy's name (:mod:`lading.stores.remote.evict`).
+        policy: the eviction policy's name (:mod:`lading.stores.remote.cache.evict`).
     """
 
     def __init__(self, directory: str | os.PathLike[str], cap: int, policy: str = "next-use"):

@@ -1,6 +1,6 @@
-"""The language-model workload as a source of the one loader: plans kept, batches built, bulk reads.
+"""The language-model workload of the one loader: plans kept, batches built, bulk reads.
 
-:class:`LMSource` holds what fixes an LM epoch (the corpus or mixture, the documents, the
+:class:`LMWorkload` holds what fixes an LM epoch (the corpus or mixture, the documents, the
 mode made from the sequence options, the :class:`~lading.lm.segment.Reading` settings) and
 answers the loader (:class:`lading.loading.Loader`) for any position it is asked about: how
 many batches, their keys, one batch, and for whole-epoch streams in this process a bulk read of
@@ -55,7 +55,7 @@ def base_key(base: Runs | None) -> Base | None:
     return None if base is None else (tuple(base.starts.tolist()), tuple(base.stops.tolist()))
 
 
-class LMSource:
+class LMWorkload:
     """Batches of a token corpus (or mixture) as ``mode`` reads them; see the module docstring.
 
     Args:
@@ -200,7 +200,7 @@ class LMSource:
         return found
 
     def saved_content(self, saved: Mapping[str, Any]) -> dict[str, Any]:
-        """``saved`` (a state's fingerprint) if its corpora hold the tokens this source
+        """``saved`` (a state's fingerprint) if its corpora hold the tokens this workload
         reads; a state saved before the content was recorded is taken as this content.
 
         Raises:

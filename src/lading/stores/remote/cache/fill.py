@@ -20,8 +20,8 @@ import threading
 import weakref
 from collections.abc import Callable
 
+from lading.stores.remote.cache.ledger import Ledger
 from lading.stores.remote.fetch import Future
-from lading.stores.remote.ledger import Ledger
 
 _BATCH = 1024  # finished GETs filled in one transaction at the most
 _LIVE: weakref.WeakSet[Filler] = weakref.WeakSet()

@@ -6,7 +6,7 @@ and line numbers (for error messages) go to disk as they come (:class:`RaggedWri
 time. After the pass, duplicates are found from the ids alone in numpy: for N rows about 40
 bytes per row for integer ids (8.8M passages: ~350 MB with the index the merge builds) or
 ~100 bytes per row for string ids (3.2M documents: ~320 MB), never a Python object per id.
-The shard's description (``shard.json``) is written last; :mod:`lading.stores.merge` turns
+The shard's description (``shard.json``) is written last; :mod:`lading.stores.building.merge` turns
 shards into a snapshot.
 """
 
