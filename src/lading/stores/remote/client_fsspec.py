@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,24 +69,12 @@ class FsspecClient:
 
     async def get_async(self, key: str) -> bytes:
         """The whole object ``key`` (the read path; see :meth:`get`)."""
-        try:
+        with _errors(f"{self.url}/{key} does not exist"):
             return bytes(await self._on_fs("cat_file", self._path(key)))
-        except FileNotFoundError:
-            raise PermanentError(f"{self.url}/{key} does not exist") from None
-        except OSError:
-            raise
-        except Exception as e:  # botocore and aiohttp errors are not OSErrors: retry them
-            raise OSError(f"{type(e).__name__}: {_first_line(e)}") from e
 
     async def put_async(self, key: str, data: bytes) -> None:
-        try:
+        with _errors(f"{self.url}: its bucket does not exist"):
             await self._on_fs("pipe_file", self._path(key), data)
-        except FileNotFoundError:
-            raise PermanentError(f"{self.url}: its bucket does not exist") from None
-        except OSError:
-            raise
-        except Exception as e:
-            raise OSError(f"{type(e).__name__}: {_first_line(e)}") from e
 
     async def list_async(self, prefix: str = "") -> dict[str, ObjectInfo]:
         """:meth:`list` on the read path."""
@@ -106,7 +94,7 @@ class FsspecClient:
 
     async def get_range(self, key: str, start: int, end: int, etag: str | None = None) -> bytes:
         path = self._path(key)
-        try:
+        with _errors(f"{self.url}/{key} does not exist"):
             if getattr(self.fs, "async_impl", False):
                 coro = self.fs._cat_file(path, start=start, end=end)
                 future = asyncio.run_coroutine_threadsafe(coro, self.fs.loop)
@@ -114,12 +102,6 @@ class FsspecClient:
             loop = asyncio.get_running_loop()
             data = await loop.run_in_executor(None, self._cat, path, start, end)
             return bytes(data)
-        except FileNotFoundError:
-            raise PermanentError(f"{self.url}/{key} does not exist") from None
-        except OSError:
-            raise
-        except Exception as e:  # botocore and aiohttp errors are not OSErrors: retry them
-            raise OSError(f"{type(e).__name__}: {_first_line(e)}") from e
 
     def _cat(self, path: str, start: int, end: int) -> bytes:
         return bytes(self.fs.cat_file(path, start=start, end=end))
@@ -180,3 +162,18 @@ def _first_line(error: BaseException) -> str:
 def _etag(info: Mapping[str, Any]) -> str | None:
     found = info.get("ETag") or info.get("etag")
     return str(found) if found else None
+
+
+@contextlib.contextmanager
+def _errors(missing: str) -> Iterator[None]:
+    """A missing object or bucket is :class:`PermanentError` (``missing`` says which; not
+    retried); botocore's and aiohttp's errors, which are not ``OSError``, become ``OSError``,
+    which the fetcher retries."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise PermanentError(missing) from None
+    except OSError:
+        raise
+    except Exception as e:
+        raise OSError(f"{type(e).__name__}: {_first_line(e)}") from e

@@ -30,16 +30,15 @@ short read.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import os
 import random
 import threading
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from lading.stores.remote.loop import LIVE, FetchLoop
 from lading.stores.remote.objects import (
     ObjectClient,
     ObjectInfo,
@@ -170,11 +169,11 @@ class Fetcher:
         with self._lock:
             if self._pid != os.getpid() or self._loop is None:
                 self._client = self.make_client()
-                loop = _Loop()
+                loop = FetchLoop()
                 thread = threading.Thread(target=loop.run_forever, name="lading-fetch", daemon=True)
                 thread.start()
                 self._thread = thread
-                _LIVE.add(self)
+                LIVE.add(self)
                 self._slots = None
                 self._checked: dict[str, float] = {}  # object -> when a call last sent If-Match
                 self._tasks: set[asyncio.Task[None]] = set()
@@ -337,62 +336,12 @@ class Fetcher:
                 drain = getattr(self._client, "drain", None)
                 if drain is not None and threading.current_thread() is not self._thread:
                     drain(self.timeout + 1.0)
-                    if isinstance(self._loop, _Loop):
+                    if isinstance(self._loop, FetchLoop):
                         self._loop.settle()
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 if self._thread is not None and threading.current_thread() is not self._thread:
                     self._thread.join(5.0)
             self._loop, self._pid = None, -1
-
-
-class _Loop(asyncio.SelectorEventLoop):
-    """The fetch loop, counting the threads inside :meth:`call_soon_threadsafe`.
-
-    obstore completes a call on one of tokio's threads, which hands the result to this loop
-    with ``call_soon_threadsafe``: the callback is queued first, then the loop is woken by a
-    write to its socket, with the GIL released. The future can thus be done while that
-    thread is still to take the GIL back; if the interpreter has begun to exit meanwhile,
-    taking it ends the thread with ``pthread_exit``, whose unwinding through Rust frames
-    aborts the process (a core of a cold ``lading get`` run showed exactly this: SIGABRT
-    in ``take_gil`` under ``sock_send`` under ``pyo3_async_runtimes::set_result``, after
-    ``bytes_async``). :meth:`settle` waits for every such thread to be out.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waking = 0  # threads inside call_soon_threadsafe now
-        self._waking_lock = threading.Lock()
-
-    def call_soon_threadsafe(  # type: ignore[override]  # the same call, typed loosely
-        self, callback: Any, *args: Any, context: Any = None
-    ) -> Any:
-        with self._waking_lock:
-            self.waking += 1
-        try:
-            return super().call_soon_threadsafe(callback, *args, context=context)
-        finally:
-            with self._waking_lock:
-                self.waking -= 1
-
-    def settle(self, timeout: float = 1.0) -> None:
-        """Wait (up to ``timeout`` s) until no thread is inside :meth:`call_soon_threadsafe`,
-        then 20 ms more with the GIL released, for one that just left it to get back into
-        Rust (from the ``finally`` above to its return: a few bytecodes)."""
-        deadline = time.monotonic() + timeout
-        while self.waking and time.monotonic() < deadline:
-            time.sleep(0.001)
-        time.sleep(0.02)
-
-
-_LIVE: weakref.WeakSet[Fetcher] = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all() -> None:
-    """Close every fetcher of this process before the interpreter is torn down (item 9 of
-    issue 39: a GET ending on obstore's runtime after that aborts the process)."""
-    for fetcher in list(_LIVE):
-        fetcher.close()
 
 
 async def get_ranges(

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.disk.meta import META_FILE
-from lading.errors import LadingError, StoreFormatError
+from lading.errors import StoreFormatError
 from lading.sources import Record
 from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.index import IdIndex
@@ -48,8 +48,8 @@ from lading.stores.remote.cache.order import (
 from lading.stores.remote.clients import open_client
 from lading.stores.remote.columns import Columns
 from lading.stores.remote.fetch import Fetcher
-from lading.stores.remote.manifest import parse
-from lading.stores.remote.objects import PermanentError, RemoteReadError
+from lading.stores.remote.manifest import no_store, parse
+from lading.stores.remote.objects import PermanentError
 from lading.stores.remote.settings import RemoteSettings
 from lading.stores.remote.stage import stage_dir, stage_index, staged_etags, verify_remote
 
@@ -94,7 +94,7 @@ class RemoteStore(DocStore):
         try:
             raw = self._manifest_bytes(fetcher, snapshot)
         except PermanentError as e:
-            raise _no_store(self.url, fetcher, e) from None
+            raise no_store(self.url, getattr(fetcher.client, "endpoint", ""), e) from None
         meta = parse(raw, f"{self.url}/{META_FILE}")
         staged = stage_index(fetcher, self.url, raw, meta, s.cache)
         cache = NodeCache(
@@ -381,23 +381,6 @@ class RemoteStore(DocStore):
         if not self.has_tokens:
             raise self.no_tokens()
         return self._columns.whole("tokens")
-
-
-def _no_store(url: str, fetcher: Fetcher, error: PermanentError) -> LadingError:
-    """The one-line error of an open whose manifest is not there: which bucket or object."""
-    endpoint = getattr(fetcher.client, "endpoint", "") or "the default endpoint"
-    if "does not exist" not in str(error):  # access denied, ...
-        return RemoteReadError(f"GET {url}/{META_FILE} (endpoint {endpoint}): {error}")
-    if "bucket does not exist" in str(error):
-        bucket = url.partition("://")[2].split("/", 1)[0]
-        return StoreFormatError(
-            f"{url}: bucket {bucket!r} does not exist at {endpoint}; check the URL and the "
-            "endpoint (AWS_ENDPOINT_URL, storage_options endpoint_url), or create the bucket"
-        )
-    return StoreFormatError(
-        f"no store at {url}: {url}/{META_FILE} does not exist (endpoint {endpoint}); check the "
-        "URL, or build a store there with `lading build SOURCE " + url + "`"
-    )
 
 
 def open_remote(

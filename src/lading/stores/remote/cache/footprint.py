@@ -46,3 +46,20 @@ def current_budget(conn: sqlite3.Connection, used: int) -> tuple[int, int]:
     live -= int(conn.execute("PRAGMA freelist_count").fetchone()[0])
     ratio = max(1.1, live * PAGE / used) if used > 256 * PAGE else 2.0
     return int(budget(cap) / ratio), block_cost(cap)
+
+
+_MMAP_BYTES = 1 << 31  # SQLite's default ceiling for mmap_size (SQLITE_MAX_MMAP_SIZE)
+
+
+def configure(conn: sqlite3.Connection, cap: int) -> None:
+    """Set a new connection's pragmas so the ledger's files keep within ``cap`` on disk: 1 KiB
+    pages (on a new file), the WAL truncated to its allowance, checkpoints by ``trim()`` from
+    :data:`DISK_FLOOR` up (below it SQLite's own, every few pages), pages read by one map."""
+    conn.execute(f"PRAGMA page_size = {PAGE}")  # takes on a new file only
+    conn.execute("PRAGMA journal_mode = WAL")
+    wal = wal_allowance(cap)
+    conn.execute(f"PRAGMA journal_size_limit = {wal}")
+    pages = 0 if cap >= DISK_FLOOR else max(16, wal // PAGE // 2)
+    conn.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+    conn.execute("PRAGMA synchronous = NORMAL")  # a lost cache is refetched, not lost data
+    conn.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")

@@ -42,29 +42,23 @@ from lading.stores.remote.cache.footprint import (
     DISK_FLOOR,
     PAGE,
     block_cost,
+    configure,
     current_budget,
     wal_allowance,
 )
-from lading.stores.remote.cache.queries import FIND, OVERLAPS, Claimed, Found, Transaction, batched
+from lading.stores.remote.cache.queries import (
+    FIND,
+    OVERLAPS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    Claimed,
+    Found,
+    Transaction,
+    batched,
+)
 from lading.stores.remote.plan import NO_STEP, Block
 
 LEDGER_FILE = "ledger.sqlite"
-SCHEMA_VERSION = 2  # 2: 1 KiB pages (a new ledger file only)
-_MMAP_BYTES = 1 << 31  # SQLite's default ceiling for mmap_size (SQLITE_MAX_MMAP_SIZE)
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS objects (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS blocks (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, object INTEGER NOT NULL, start INTEGER NOT NULL,
-    end INTEGER NOT NULL, size INTEGER NOT NULL, ready INTEGER NOT NULL, owner INTEGER,
-    next_use INTEGER, last_use REAL NOT NULL, uses INTEGER NOT NULL DEFAULT 0);
-CREATE UNIQUE INDEX IF NOT EXISTS blocks_at ON blocks (object, start);
-CREATE INDEX IF NOT EXISTS blocks_next ON blocks (next_use);
-CREATE INDEX IF NOT EXISTS blocks_cold ON blocks (uses, last_use);
-CREATE INDEX IF NOT EXISTS blocks_lru ON blocks (last_use);
-CREATE TABLE IF NOT EXISTS payload (id INTEGER PRIMARY KEY, bytes BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-INSERT OR IGNORE INTO settings VALUES ('used', 0);
-"""
 
 
 class Ledger:
@@ -109,18 +103,10 @@ class Ledger:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
             conn = sqlite3.connect(self.path, timeout=120.0, isolation_level=None)
-            conn.execute(f"PRAGMA page_size = {PAGE}")  # takes on a new file only
-            conn.execute("PRAGMA journal_mode = WAL")
-            wal = wal_allowance(self.cap)
-            conn.execute(f"PRAGMA journal_size_limit = {wal}")
-            # from the floor up trim() checkpoints (truncating); below, SQLite every few pages
-            pages = 0 if self.cap >= DISK_FLOOR else max(16, wal // PAGE // 2)
-            conn.execute(f"PRAGMA wal_autocheckpoint = {pages}")
-            conn.execute("PRAGMA synchronous = NORMAL")  # a lost cache is refetched, not lost data
-            conn.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
+            configure(conn, self.cap)
             if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 conn.execute("BEGIN IMMEDIATE")
-                conn.executescript(_SCHEMA)  # commits
+                conn.executescript(SCHEMA)  # commits
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             self._local.conn, self._local.pid = conn, os.getpid()
         return conn

@@ -76,3 +76,20 @@ class Transaction:
         self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
         if self.after is not None and kind is None:
             self.after()
+
+
+SCHEMA_VERSION = 2  # 2: 1 KiB pages (a new ledger file only)
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS objects (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS blocks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, object INTEGER NOT NULL, start INTEGER NOT NULL,
+    end INTEGER NOT NULL, size INTEGER NOT NULL, ready INTEGER NOT NULL, owner INTEGER,
+    next_use INTEGER, last_use REAL NOT NULL, uses INTEGER NOT NULL DEFAULT 0);
+CREATE UNIQUE INDEX IF NOT EXISTS blocks_at ON blocks (object, start);
+CREATE INDEX IF NOT EXISTS blocks_next ON blocks (next_use);
+CREATE INDEX IF NOT EXISTS blocks_cold ON blocks (uses, last_use);
+CREATE INDEX IF NOT EXISTS blocks_lru ON blocks (last_use);
+CREATE TABLE IF NOT EXISTS payload (id INTEGER PRIMARY KEY, bytes BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO settings VALUES ('used', 0);
+"""
