@@ -40,7 +40,7 @@ part() { [[ "$PARTS" == *" $1 "* ]]; }
 if part 1; then
 stamp "1 CUDA tests"
 timeout "${T_TESTS:-150}" $PY -m pytest -q -p no:cacheprovider -rs --timeout=60 tests/device \
-  tests/bench/test_device_bench.py tests/bench/test_bench_flags.py >"$OUT/tests.log" 2>&1
+  tests/bench/test_device_bench.py tests/bench/test_bench_flags.py tests/train/test_loop.py >"$OUT/tests.log" 2>&1
 tail -3 "$OUT/tests.log"
 fi
 

@@ -12,7 +12,7 @@ import pytest
 
 import lading
 from conftest import write
-from lading.stores import build as build_module
+from lading.stores.building import build as build_module
 
 WORDS = [f"w{i}" for i in range(300)]
 

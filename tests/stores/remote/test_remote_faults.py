@@ -21,7 +21,8 @@ from lading.errors import LadingError, StoreFormatError
 from lading.stores.remote.clients import open_client
 from lading.stores.remote.objects import RemoteReadError, RemoteWriteError
 from lading.stores.remote.store import RemoteStore
-from lading.testing import LocalS3, free_port
+from lading.testing import LocalS3
+from lading.testing.localserver import free_port
 
 T = 0.5  # seconds an attempt may take, in every test here
 DEADLINE = 4 * T + 2.0  # 4 attempts, their backoff (< 0.6 s) and the proxy's latency
