@@ -1,6 +1,6 @@
 """A local S3 to try and test remote stores offline: moto's server behind a latency proxy.
 
-``python -m lading.testing.localserver`` (or :class:`LocalS3` from Python) starts moto's
+``python -m lading.testing`` (or :class:`LocalS3` from Python) starts moto's
 S3 server on loopback and, in front of it, a proxy that gives every request a latency of
 ``latency ± jitter`` seconds (30 ± 10 ms by default, a real S3 GET's shape), counts requests
 (GETs, their bytes, the most in flight at once) and injects faults on request (a GET that
@@ -307,7 +307,7 @@ class LocalS3:
         }
 
     def __enter__(self) -> LocalS3:
-        command = [sys.executable, "-m", "lading.testing.localserver", "--port", "0"]
+        command = [sys.executable, "-m", "lading.testing", "--port", "0"]
         command += ["--latency", str(self.latency), "--jitter", str(self.jitter)]
         self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         assert self._process.stdout is not None
