@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
 from collections.abc import Callable, Iterator
@@ -207,3 +208,18 @@ def bucket(s3: LocalS3) -> str:
     s3.make_bucket(name)
     s3.reset()
     return name
+
+
+_START_METHOD = multiprocessing.get_start_method(allow_none=True)  # the process's, at start
+
+
+@pytest.fixture(autouse=True)
+def _keep_the_start_method() -> Iterator[None]:
+    """Put multiprocessing's default start method back to the session's after each test: a
+    library a test drives may set it for the whole process (the HF datasets peer of the bench
+    leaves ``spawn``, from a module fixture), and every later test whose DataLoader workers
+    run a local class then fails to pickle it (test_plan's worker test, only in the full
+    run's order)."""
+    yield
+    if multiprocessing.get_start_method(allow_none=True) != _START_METHOD:
+        multiprocessing.set_start_method(_START_METHOD, force=True)
