@@ -30,6 +30,10 @@ from lading.stores.remote.plan import DEFAULT_GAP, DEFAULT_WASTE
 CACHE_ENV = "LADING_CACHE"
 CACHE_BYTES_ENV = "LADING_REMOTE_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 8 << 30
+UPLOAD_RATE_ENV = "LADING_UPLOAD_MIN_RATE"
+# bytes/s an uploaded file is assumed to move at, at least: 8 files at once need 8 MiB/s
+# (64 Mb/s) of uplink; a 1.2 GB file may take 20 min before a silent server is called dead
+DEFAULT_UPLOAD_RATE = 1 << 20
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SECRET = re.compile(r"secret|key|token|password|passwd|credential|session|auth|sas", re.I)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -93,6 +97,28 @@ def default_timeout() -> float:
     return value
 
 
+def default_upload_rate() -> int:
+    """``$LADING_UPLOAD_MIN_RATE`` (bytes a second, ``1M``, ``50M``), else 1 MiB/s.
+
+    Raises:
+        ValueError: the variable is not a positive byte count.
+    """
+    env = os.environ.get(UPLOAD_RATE_ENV)
+    return DEFAULT_UPLOAD_RATE if not env else positive_rate(env, UPLOAD_RATE_ENV)
+
+
+def positive_rate(value: int | str, what: str = "upload_min_rate") -> int:
+    """A rate in bytes a second (``1M``, ``500K``, a number) > 0.
+
+    Raises:
+        ValueError: naming ``what``, the value and the forms accepted.
+    """
+    rate = parse_bytes(value, what)
+    if rate <= 0:
+        raise ValueError(f"{what}={value!r}: expected bytes a second > 0, e.g. 1M or 50M")
+    return rate
+
+
 def redacted(options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` with the value of every key that may hold a secret (``secret``, ``key``,
     ``token``, ``password``, ``session``, ...) replaced by ``***``, nested dicts too."""
@@ -119,6 +145,10 @@ class RemoteSettings:
         timeout: seconds each attempt of every call on the read path may take (open, list,
             stage, read), default ``$LADING_REMOTE_TIMEOUT`` or 20; a call fails after
             ``retries + 1`` attempts with an error naming the endpoint, the object and this.
+        upload_min_rate: bytes a second a build's upload of one file is assumed to reach
+            at least, default ``$LADING_UPLOAD_MIN_RATE`` or 1 MiB: a PUT of ``n`` bytes
+            (a whole file, obstore's retries of its parts included) fails after
+            ``timeout + n / upload_min_rate`` seconds, naming the object and both settings.
         max_gap, max_waste: the planner's (see :func:`~lading.stores.remote.plan.coalesce`).
     """
 
@@ -130,6 +160,7 @@ class RemoteSettings:
     in_flight: int = DEFAULT_IN_FLIGHT
     retries: int = DEFAULT_RETRIES
     timeout: float = field(default_factory=default_timeout)
+    upload_min_rate: int = field(default_factory=default_upload_rate)
     max_gap: int = DEFAULT_GAP
     max_waste: float = DEFAULT_WASTE
 
