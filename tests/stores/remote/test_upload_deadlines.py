@@ -108,7 +108,7 @@ def test_a_half_open_manifest_put_keeps_the_previous_store(faults: LocalS3, tmp_
     faults.fault("/meta.json", 999, "hang", op="put", delay=60.0)
     other = {k: v.upper() for k, v in DOCS.items()}
     started = time.monotonic()
-    with pytest.raises(RemoteWriteError, match="meta.json"):
+    with pytest.raises(RemoteWriteError, match=r"meta\.json"):
         lading.build_store(_source(tmp_path, other), url, cache=str(tmp_path / "b"), progress=False)
     assert time.monotonic() - started < DEADLINE
     faults.reset()

@@ -21,6 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lading.disk.remote import public_endpoint as public_endpoint  # (fsspec's uses it too)
 from lading.stores.remote.objects import ObjectInfo, PermanentError, split_url
 
 T = TypeVar("T")
@@ -176,9 +177,7 @@ class ObstoreClient:
         import obstore
 
         store = self._uploader(timeout)
-        call = asyncio.ensure_future(
-            obstore.put_async(store, key, data, chunk_size=UPLOAD_CHUNK)  # type: ignore[arg-type]
-        )
+        call = asyncio.ensure_future(obstore.put_async(store, key, data, chunk_size=UPLOAD_CHUNK))
         self._pending.add(call)  # drain() waits for it at exit; a cancel ends it at once
         call.add_done_callback(_forget(self._pending))
         try:
@@ -287,13 +286,6 @@ def _forget(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]]
             future.exception()
 
     return done
-
-
-def public_endpoint(endpoint: str) -> str:
-    """``endpoint`` without a ``user:password@`` part (what an error may show)."""
-    scheme, sep, rest = endpoint.partition("://")
-    host = rest.rsplit("@", 1)[-1] if sep else endpoint.rsplit("@", 1)[-1]
-    return f"{scheme}{sep}{host}" if sep else host
 
 
 def _env_endpoint() -> str:

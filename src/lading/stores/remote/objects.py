@@ -26,12 +26,9 @@ from pathlib import Path
 from typing import Protocol
 
 from lading.errors import LadingError
+from lading.errors import RemoteReadError as RemoteReadError  # one class with staging's
 
 BACKENDS: tuple[str, ...] = ("auto", "fsspec", "obstore")
-
-
-class RemoteReadError(LadingError, OSError):
-    """A GET failed for good (after its retries): names the object, the byte range and why."""
 
 
 class RemoteWriteError(LadingError, OSError):

@@ -19,12 +19,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from lading.stores.remote.fetch import (
-    DEFAULT_IN_FLIGHT,
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT,
-    TIMEOUT_ENV,
-)
+from lading.disk.remote import remote_timeout
+from lading.stores.remote.fetch import DEFAULT_IN_FLIGHT, DEFAULT_RETRIES
 from lading.stores.remote.plan import DEFAULT_GAP, DEFAULT_WASTE
 
 CACHE_ENV = "LADING_CACHE"
@@ -80,21 +76,13 @@ def default_cache_bytes(directory: Path) -> int:
 
 
 def default_timeout() -> float:
-    """``$LADING_REMOTE_TIMEOUT`` (seconds a remote call may take per attempt), else 20.
+    """``$LADING_REMOTE_TIMEOUT`` (seconds a remote call may take per attempt), else 20: the
+    one reading of it, shared with staging a URL (:func:`lading.disk.remote.remote_timeout`).
 
     Raises:
         ValueError: the variable is not a positive number.
     """
-    env = os.environ.get(TIMEOUT_ENV)
-    if not env:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(env)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"{TIMEOUT_ENV}={env!r}: expected seconds > 0, e.g. 20 or 2.5")
-    return value
+    return remote_timeout()
 
 
 def default_upload_rate() -> int:
@@ -196,4 +184,6 @@ class RemoteSettings:
         cap = (
             parse_bytes(cache_bytes) if cache_bytes is not None else default_cache_bytes(directory)
         )
+        if isinstance(more.get("upload_min_rate"), str):
+            more["upload_min_rate"] = positive_rate(more["upload_min_rate"])
         return replace(cls(directory, cap, options=dict(options or {})), **more)
