@@ -21,7 +21,7 @@ from lading.stores.remote.objects import RemoteWriteError
 from lading.stores.remote.store import RemoteStore
 from lading.testing import LocalS3
 
-T = 0.5  # seconds: the base deadline (LADING_REMOTE_TIMEOUT) in every test here
+T = 1.0  # seconds: the base deadline (LADING_REMOTE_TIMEOUT); a loaded moto may take 0.5 s a PUT
 RATE = "100M"  # bytes/s assumed at least: a 6 MiB file may take T + 0.06 s
 DEADLINE = 4 * T + 3.0  # the probe's attempts, the deadline, the proxy's latency, the build
 DOCS = {f"d{i}": f"document {i} " + "x" * (i % 50) for i in range(200)}
@@ -166,3 +166,45 @@ def test_the_deadline_scales_with_the_bytes() -> None:
     assert put_deadline(0, 20.0, 1 << 20) == 20.0
     assert put_deadline(64 << 20, 20.0, 1 << 20) == 84.0  # a 64 MiB part at 1 MiB/s
     assert put_deadline(1200 << 20, 20.0, 8 << 20) == 170.0
+
+
+def test_lading_build_into_a_half_open_server_is_one_line_and_exits_cleanly(
+    faults: LocalS3, tmp_path: Path
+) -> None:
+    """The CLI, in its own process: a cancelled upload leaves no obstore call to end during
+    the interpreter's exit (that aborted the process before: issue 39 item 9)."""
+    import os
+    import subprocess
+    import sys
+
+    url = _bucket(faults)
+    faults.fault("text.bin", 999, "hang", op="put", delay=60.0)
+    cli = [sys.executable, "-m", "lading", "build", str(_source(tmp_path, DOCS)), url, "--quiet"]
+    env = {**os.environ, "LADING_CACHE": str(tmp_path / "lc")}
+    started = time.monotonic()
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120, env=env)
+    assert time.monotonic() - started < DEADLINE + 10.0  # + the interpreter's start
+    assert done.returncode == 2, done.stderr[-2000:]
+    err = done.stderr.strip()
+    assert "\n" not in err and "text.bin" in err and "LADING_UPLOAD_MIN_RATE" in err, err
+
+
+def test_the_fsspec_backend_keeps_the_upload_deadline(faults: LocalS3, tmp_path: Path) -> None:
+    pytest.importorskip("s3fs")
+    from lading.stores.building.build import build_store as build_local
+    from lading.stores.building.upload import upload
+    from lading.stores.remote.client_fsspec import FsspecClient
+
+    local = tmp_path / "local"
+    build_local(_source(tmp_path, DOCS), local, progress=False)
+    url = _bucket(faults)
+    base = 2.0  # s3fs's first calls start its session: slower than obstore's under load
+    client = FsspecClient(url, {"endpoint_url": faults.endpoint}, timeout=base)
+    faults.fault("/meta.json", 999, "hang", op="put", delay=60.0)
+    started = time.monotonic()
+    with pytest.raises(RemoteWriteError, match=r"meta\.json.*within 2[.\d]*s"):
+        upload(local, client, timeout=base, min_rate="100M")
+    assert time.monotonic() - started < 2 * base + DEADLINE  # the other files, then meta.json
+    faults.reset()
+    with pytest.raises(StoreFormatError, match="no store at"):
+        _opens(url, tmp_path)
