@@ -26,7 +26,7 @@ from lading.testing import LocalS3
 pytest.importorskip("s3fs", reason="staging from S3 needs s3fs: pip install 'lading[remote]'")
 
 T = 0.5  # seconds an attempt may take, in every test here
-DEADLINE = 4 * T + 3.0  # 4 attempts, their backoff, the proxy's latency, the listing
+DEADLINE = 4 * T + 5.0  # 4 attempts, their backoff, the latency, s3fs starting (load 15)
 DOCS = {f"d{i}": f"staged document {i} " + "z" * (i % 40) for i in range(300)}
 
 

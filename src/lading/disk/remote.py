@@ -84,6 +84,9 @@ class RemoteDir:
             config = dict(options.get("config_kwargs") or {})
             config.setdefault("connect_timeout", min(self.timeout, 10.0))
             config.setdefault("read_timeout", self.timeout)
+            # one attempt each: ours are the retries (botocore's 4 of a 503, with its backoff,
+            # spent a whole attempt's time inside it)
+            config.setdefault("retries", {"max_attempts": 1})
             options["config_kwargs"] = config
         endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(
             "endpoint_url"
