@@ -208,3 +208,32 @@ def test_the_fsspec_backend_keeps_the_upload_deadline(faults: LocalS3, tmp_path:
     faults.reset()
     with pytest.raises(StoreFormatError, match="no store at"):
         _opens(url, tmp_path)
+
+
+def test_a_half_open_server_after_the_commit_is_a_warning_and_the_store_stands(
+    faults: LocalS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Garbage collection runs after the manifest's PUT, on the read path: a server that
+    stops answering its DELETEs of the replaced snapshot is a warning, not a failed upload.
+    (``upload`` of a folder: a build's write probe deletes with the same bulk request.)"""
+    from lading.stores.building.build import build_store as build_local
+    from lading.stores.building.upload import upload
+    from lading.stores.remote.clients import open_client
+
+    monkeypatch.setenv("LADING_SNAPSHOT_GRACE_S", "0")  # the old snapshot goes at once
+    url = _bucket(faults)
+    lading.build_store(_source(tmp_path, DOCS), url, cache=str(tmp_path / "b"), progress=False)
+    other = {k: v.upper() for k, v in DOCS.items()}
+    local = tmp_path / "v2"
+    build_local(_source(tmp_path, other), local, progress=False)
+    faults.fault("?delete", 999, "hang", op="put", delay=60.0)  # obstore's bulk DELETE
+    started = time.monotonic()
+    with pytest.warns(UserWarning, match=r"is committed; its old snapshots stay: DELETE"):
+        upload(local, open_client(url, timeout=T))
+    assert time.monotonic() - started < DEADLINE
+    assert faults.stats()["faults"] >= 1
+    faults.reset()
+    assert len({k.split("/")[0] for k in open_client(url).list() if "snap-" in k}) == 2
+    store = _opens(url, tmp_path)
+    assert store.get_many(["d1"]) == [other["d1"]]  # the new store, committed
+    store.close()
