@@ -173,7 +173,13 @@ class ObstoreClient:
         seconds and then cancels the call: the cancel reaches Rust, which drops the requests
         (none runs on). obstore's own retries stay on (a reset part is sent again, not the
         whole file), bounded like each request by ``timeout`` rounded up to a power of two
-        seconds (:meth:`_uploader`): a backstop should the cancel never come."""
+        seconds (:meth:`_uploader`): a backstop should the cancel never come.
+
+        The one obstore call lading cancels (a read is left to end by itself, see
+        :meth:`_settled`): an upload may be minutes from its own end. Rust sees the cancel
+        within a millisecond and takes the GIL once more to see it, long before the
+        fetcher's ``close`` (whose ``settle`` waits 20 ms with the GIL released) lets the
+        process exit: 0 aborts in 40 cold ``lading build`` runs cancelled this way."""
         import obstore
 
         store = self._uploader(timeout)
