@@ -156,3 +156,31 @@ def test_staging_and_remote_stores_share_one_setting() -> None:
         fetch.DEFAULT_TIMEOUT,
         fetch.DEFAULT_RETRIES,
     )
+
+
+def test_a_synchronous_filesystem_is_staged_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``memory://`` (fsspec, not async): the same listing and ranged reads, called directly;
+    1,000-byte ranges here, so a file is read in many."""
+    import fsspec
+
+    from lading.disk import remote
+
+    monkeypatch.setattr(remote, "BLOCK", 1000)
+
+    local = tmp_path / "local"
+    lading.build_store(
+        write(tmp_path / "d.tsv", "".join(f"{k}\t{v}\n" for k, v in DOCS.items())), local
+    )
+    fs = fsspec.filesystem("memory")
+    for path in local.rglob("*"):
+        if path.is_file():
+            fs.pipe_file(f"/trust-stage/{path.relative_to(local).as_posix()}", path.read_bytes())
+    assert not fs.async_impl
+    dest = stage("memory://trust-stage", tmp_path / "node" / "docs", progress=False)
+    _right(dest)
+    objects = remote.RemoteDir("memory://trust-stage", {})
+    text = next(rel for rel in objects.files() if rel.endswith("text.bin"))
+    size = objects.files()[text]["size"]
+    assert b"".join(objects.blocks(text, size)) == (local / text).read_bytes()
