@@ -300,6 +300,18 @@ def test_a_prefix_holding_no_corpus_is_named(corpora: Corpora, tmp_path: Path) -
     assert f"no token corpus at s3://{BUCKET}/corpora/none" in text and "TokenCorpus.build" in text
 
 
+def test_a_prefix_holding_a_document_store_is_named(corpora: Corpora, tmp_path: Path) -> None:
+    from lading.stores.remote.clients import open_client
+
+    url = f"s3://{BUCKET}/stores/docs"
+    open_client(url).put("meta.json", b'{"format": "lading.store", "version": 2, "files": {}}')
+    with pytest.raises(StoreFormatError) as found:
+        TokenCorpus.open(url, cache=tmp_path)
+    assert "is a document store, not a token corpus: open it with lading.open_store" in _one_line(
+        found.value
+    )
+
+
 def test_a_mixture_naming_one_corpus_twice_is_refused(corpora: Corpora) -> None:
     remote = corpora.open()
     again = corpora.open()
