@@ -65,7 +65,7 @@ class RemoteTokens:
         self.itemsize = dtype.itemsize
         self.ready: dict[tuple[int, int], npt.NDArray[Any]] = {}
         self.recording: list[tuple[int, int, int]] | None = None
-        self.part = 0  # this corpus's place in the loader's corpora (what a recording names)
+        self.part = 0  # the corpus's place in the recording loader's corpora (what it logs)
         self.now: int | None = None  # the step reads without one are at
 
     def __len__(self) -> int:
