@@ -95,6 +95,8 @@ def test_batches_equal_the_local_corpus_and_resume_with_a_cold_cache(
         if len(got) == 3:
             state = loader.state_dict()
     assert got == want
+    if not workers:  # every read was announced ahead (workers read along their parent's plan)
+        assert remote.cache_stats()["unplanned"] == 0
     again = loader_of(corpora, mode, corpora.open(), num_workers=workers)
     again.load_state_dict(state)
     assert batches(again) == want[3:]
