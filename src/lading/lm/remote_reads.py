@@ -90,7 +90,9 @@ class RemoteReads:
         return {"inner": self.inner, "token": self.token}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["inner"], state["token"])  # type: ignore[misc]
+        with warnings.catch_warnings():  # the loader warned where it was made: once
+            warnings.simplefilter("ignore")
+            self.__init__(state["inner"], state["token"])  # type: ignore[misc]
 
     # ------------------------------------------------------------------ reading
 
