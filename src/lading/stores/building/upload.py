@@ -74,13 +74,16 @@ def build_remote(
     cache: str | None = None,
     cache_bytes: int | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    format_name: str = FORMAT_NAME,
+    opener: Callable[[str, RemoteSettings], Any] = RemoteStore,
     timeout: float | None = None,
     upload_min_rate: int | str | None = None,
     **kwargs: Any,
-) -> RemoteStore:
+) -> Any:
     """Build ``source`` with ``build_local(source, local_dir, *args, **kwargs)``, upload it
-    to ``url`` (manifest last) and open it there (see the module docstring; ``timeout`` and
-    ``upload_min_rate`` are :class:`~lading.stores.remote.settings.RemoteSettings`')."""
+    to ``url`` (manifest last) and open it there with ``opener(url, settings)`` (a store by
+    default; ``format_name`` is what the local build makes: see the module docstring;
+    ``timeout``, ``upload_min_rate``: :class:`~lading.stores.remote.settings.RemoteSettings`)."""
     if kwargs.get("shard") is not None:
         raise ValueError(
             f"a parallel build (shard=) straight into {url} is not supported yet: build the "
@@ -99,7 +102,7 @@ def build_remote(
     failure: BaseException | None = None
     if dist is None or dist.get_rank() == 0:
         try:
-            _build_and_upload(build_local, source, url, settings, args, kwargs)
+            _build_and_upload(build_local, source, url, settings, args, kwargs, format_name)
         except BaseException as e:  # reach the barrier first, or the other ranks hang forever
             if dist is None:
                 raise
@@ -108,7 +111,7 @@ def build_remote(
         dist.barrier()
         if failure is not None:
             raise failure
-    return RemoteStore(url, settings)
+    return opener(url, settings)
 
 
 def _build_and_upload(
@@ -118,6 +121,7 @@ def _build_and_upload(
     settings: RemoteSettings,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    format_name: str = FORMAT_NAME,
 ) -> None:
     check_writable(url, settings)  # before the source is read: a build may take hours
     settings.cache.mkdir(parents=True, exist_ok=True)
@@ -126,7 +130,9 @@ def _build_and_upload(
         local = scratch / "store"
         build_local(source, local, *args, **kwargs)
         client = open_client(url, settings.backend, settings.options, settings.timeout)
-        upload(local, client, timeout=settings.timeout, min_rate=settings.upload_min_rate)
+        upload(
+            local, client, format_name, timeout=settings.timeout, min_rate=settings.upload_min_rate
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -175,6 +181,7 @@ class _PutFailedError(Exception):
 def upload(
     local: Path,
     client: ObjectClient,
+    format_name: str = FORMAT_NAME,
     *,
     timeout: float | None = None,
     min_rate: int | str | None = None,
@@ -184,6 +191,7 @@ def upload(
     :func:`put_deadline` of its bytes.
 
     Args:
+        format_name: what ``local`` must be (a token corpus is ``lading.tokens``).
         timeout: seconds a request may wait for its answer (default ``$LADING_REMOTE_TIMEOUT``
             or 20).
         min_rate: bytes a second a file's upload reaches at least (``1M``; default
@@ -193,7 +201,7 @@ def upload(
         RemoteWriteError: a PUT failed or passed its deadline: one line naming the object,
             the endpoint and the settings; the manifest was not written.
     """
-    read_meta(local, FORMAT_NAME)  # a complete store, or the error says what is wrong
+    read_meta(local, format_name)  # a complete store, or the error says what is wrong
     base = default_timeout() if timeout is None else float(timeout)
     rate = default_upload_rate() if min_rate is None else positive_rate(min_rate)
     names = sorted(
