@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from contracts import assert_elastic, assert_exact_partition, assert_resumes, forked
 from lading.loading.map_workload import EpochIndex, MapWorkload, loader
 from lading.loading.order import epoch_order
+from lading.loading.reading import Reading
 from lading.loading.state import Cursor
 from lading.world import World
 
@@ -68,9 +69,7 @@ def test_global_order_does_not_depend_on_world_size(
     equalize = "truncate" if drop_last else "pad"
     assume(not (drop_last and n < world))  # refused: an epoch of no batch (tested below)
     shares = [
-        MapWorkload(
-            Numbers(n), None, batch_size=1, seed=seed, equalize=equalize, world=World(r, world)
-        )
+        MapWorkload(Numbers(n), None, Reading(1, World(r, world), seed, equalize=equalize))
         for r in range(world)
     ]
     lists = [[batch.items[0] for batch in s.keys(Cursor(epoch))] for s in shares]

@@ -36,8 +36,10 @@ from torch.utils.data._utils.pin_memory import pin_memory
 from lading.loading import state as loader_state
 from lading.loading.deal import Dealt, deal, in_order
 from lading.loading.lookahead import Announce
+from lading.loading.reading import Reading
 from lading.loading.state import Cursor
 from lading.loading.workload import Workload
+from lading.world import World
 
 
 @dataclass(frozen=True)
@@ -120,15 +122,19 @@ class Loader:
     """This rank's batches of one workload, resumable; see the module docstring.
 
     Args:
-        workload: the workload's positions and batches.
+        workload: the workload's positions and batches, and the loader's settings
+            (``workload.reading``; its seed also seeds the DataLoader workers' torch RNG, not
+            the global one).
         workers: in this process or in DataLoader workers, and how.
-        seed: seeds the DataLoader workers' torch RNG (not the global one).
         announce: tells the data which batches come next as their keys are handed out, in
             this process (:mod:`lading.loading.lookahead`: a remote store fetches ahead).
 
     Attributes:
         workers: as given.
         dataset: the map-style dataset read (``lading.loader``), else None.
+        batch_size, seed, shuffle, equalize, drop_partial_batch, world: the settings every
+            loader was made with (:class:`~lading.loading.reading.Reading`), the same names
+            on every loader.
     """
 
     dataset: Any = None
@@ -138,12 +144,10 @@ class Loader:
         workload: Workload,
         workers: Workers | None = None,
         *,
-        seed: int = 0,
         announce: Announce | None = None,
     ) -> None:
         self._workload = workload
         self.workers = workers or Workers()
-        self._seed = seed
         self._announce = announce
         self._cursor = Cursor()
         # the position was just set (made, set_epoch, load_state_dict) and no pass has read
@@ -159,6 +163,41 @@ class Loader:
     def epoch(self) -> int:
         """The epoch being read (or just read to its end)."""
         return self._cursor.epoch
+
+    @property
+    def reading(self) -> Reading:
+        """The settings this loader was made with (checked then)."""
+        return self._workload.reading
+
+    @property
+    def batch_size(self) -> int:
+        """Items per batch on each rank."""
+        return self._workload.reading.batch_size
+
+    @property
+    def seed(self) -> int:
+        """With the epoch, fixes every order."""
+        return self._workload.reading.seed
+
+    @property
+    def shuffle(self) -> bool:
+        """Whether the orders are drawn from ``(seed, epoch)``."""
+        return self._workload.reading.shuffle
+
+    @property
+    def equalize(self) -> str:
+        """``"pad"`` or ``"truncate"``: how the shares are evened out."""
+        return self._workload.reading.equalize
+
+    @property
+    def drop_partial_batch(self) -> bool:
+        """Whether each reader's last, short batch is left out."""
+        return self._workload.reading.drop_partial_batch
+
+    @property
+    def world(self) -> World:
+        """This process among the ranks (its ``rank`` and ``world_size``)."""
+        return self._workload.reading.world
 
     @property
     def num_workers(self) -> int:
@@ -296,7 +335,7 @@ class Loader:
     def _dataloader(self) -> DataLoader[Any]:
         workers = self.workers
         generator = torch.Generator()
-        generator.manual_seed(self._seed)  # worker seeds from here, not the global RNG
+        generator.manual_seed(self.seed)  # worker seeds from here, not the global RNG
         kwargs: dict[str, Any] = {
             "prefetch_factor": workers.prefetch_factor or 2,
             "persistent_workers": workers.persistent_workers is not False,
@@ -334,10 +373,12 @@ class Loader:
         (what the saved layout left unread is planned over this one's readers).
 
         Raises:
-            LoaderStateError: the state belongs to other data, another seed or order.
+            LoaderStateError: the state belongs to other data (an LM corpus rebuilt from other
+                text: naming the corpus and both content ids), another seed or order.
         """
         workload = self._workload
+        saved = workload.saved_state(state)  # older keys and layouts in today's terms
         self._cursor = loader_state.restore(
-            state, workload.kind, workload.layout(), workload.fingerprint(), workload.unread
+            saved, workload.kind, workload.layout(), workload.fingerprint(), workload.unread
         )
         self._restored = self._fresh = True
