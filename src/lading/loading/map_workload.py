@@ -27,13 +27,14 @@ bitwise with its saved layout and refuses another.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sized
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 from torch.utils.data import default_collate
 
 from lading.loading.distinct import arrange, most_shared
+from lading.loading.hooks import DuplicateKeys, EpochIndex, Hooks, MapDataset
 from lading.loading.loader import Loader, Workers
 from lading.loading.lookahead import announcer, step_of
 from lading.loading.order import epoch_order
@@ -47,7 +48,6 @@ from lading.world import World
 __all__ = ["BATCHING", "EpochIndex", "MapBatch", "MapWorkload", "loader"]
 
 BATCHING: tuple[str, ...] = ("no_duplicates", "order")
-DuplicateKeys = Callable[[npt.NDArray[np.int64], int], npt.NDArray[np.int64]]
 
 
 def check_batching(batching: str, duplicate_keys: DuplicateKeys | None) -> str:
@@ -60,26 +60,6 @@ def check_batching(batching: str, duplicate_keys: DuplicateKeys | None) -> str:
             "keys no two samples of a batch may share), such as lading.ir.TrainingGroups"
         )
     return batching
-
-
-class MapDataset(Protocol):
-    """What :func:`loader` needs of a dataset: a length and items by index."""
-
-    def __len__(self) -> int: ...
-
-    def __getitem__(self, index: Any) -> Any: ...
-
-
-class EpochIndex(NamedTuple):
-    """An index handed to an epoch-aware dataset together with the epoch it belongs to.
-
-    Persistent DataLoader workers hold their own copy of the dataset, which never sees a
-    ``set_epoch`` called in the main process; passing the epoch with every index keeps
-    per-epoch sampling (e.g. hard negatives) correct in every worker.
-    """
-
-    epoch: int
-    item: int
 
 
 class MapBatch(NamedTuple):
@@ -96,7 +76,8 @@ class MapWorkload(SegmentWorkload):
     """The samples of a map-style dataset as a workload: one reader per rank.
 
     Args:
-        dataset: what is read (``dataset[i]``, or ``dataset.__getitems__`` where it has one).
+        dataset: what is read (``dataset[i]``); its optional hooks are looked up once, here
+            (:mod:`lading.loading.hooks`).
         collate_fn: a batch from a list of items (default: torch's ``default_collate``).
         reading: the loader's settings; the epoch order is a permutation from
             ``(seed, epoch)``, one reader per rank.
@@ -115,10 +96,8 @@ class MapWorkload(SegmentWorkload):
     ) -> None:
         self.dataset, self.collate = dataset, collate_fn or default_collate
         self.n = len(dataset)
-        self.duplicate_keys: DuplicateKeys | None = getattr(dataset, "duplicate_keys", None)
-        self.batching = check_batching(batching, self.duplicate_keys)
-        self.epoch_aware = bool(getattr(dataset, "epoch_aware", False))
-        self.data = data_fingerprint(dataset)
+        self.hooks = Hooks.of(dataset)
+        self.batching = check_batching(batching, self.hooks.duplicate_keys)
         self._arranged: tuple[tuple[int, int], list[npt.NDArray[np.int64]]] | None = None
         self._told = -1  # the epoch last passed to a dataset's own set_epoch
         self.reading = reading
@@ -162,9 +141,10 @@ class MapWorkload(SegmentWorkload):
         pool = np.stack(shares, axis=1).reshape(-1)  # step-major: share j of rank 0, 1, …
         take = seg.take
         sizes = [size] * (take // size) + ([take % size] if take % size else [])
-        assert self.duplicate_keys is not None  # check_batching made sure
+        duplicate_keys = self.hooks.duplicate_keys
+        assert duplicate_keys is not None  # check_batching made sure
         unique, inverse = np.unique(pool, return_inverse=True)
-        keys = np.asarray(self.duplicate_keys(unique, cursor.epoch))[inverse]
+        keys = np.asarray(duplicate_keys(unique, cursor.epoch))[inverse]
         most = most_shared(keys)
         if most > len(sizes) * world:
             said = f"one key (a query or document) is shared by {most} samples"
@@ -212,34 +192,31 @@ class MapWorkload(SegmentWorkload):
     def items(self, key: MapBatch) -> list[Any]:
         """What the dataset is asked for to build ``key``: :class:`EpochIndex` items where it
         is epoch-aware, else its indices."""
-        if self.epoch_aware:
+        if self.hooks.epoch_aware:
             return [EpochIndex(key.epoch, i) for i in key.items]
         return list(key.items)
 
     def build(self, key: MapBatch) -> Any:
-        """The collated batch of ``key``'s items, each read as ``dataset[item]`` (an epoch-aware
-        dataset gets :class:`EpochIndex` items; a dataset with ``set_epoch`` is told the epoch
-        first, in whichever process builds the batch)."""
+        """The collated batch of ``key``'s items, each read as ``dataset[item]`` or all at once
+        by ``__getitems__``; the dataset's ``set_epoch`` and ``at_step`` are called first, in
+        whichever process builds the batch (:mod:`lading.loading.hooks`)."""
+        hooks, items = self.hooks, self.items(key)
+        if hooks.set_epoch is not None and key.epoch != self._told:
+            hooks.set_epoch(key.epoch)
+            self._told = key.epoch
+        if hooks.at_step is not None and key.batch >= 0:  # the reads below are this batch's
+            hooks.at_step(step_of(key.epoch, key.batch))
+        if hooks.getitems is not None:
+            return self.collate(hooks.getitems(items))
         dataset = self.dataset
-        items = self.items(key)
-        if not self.epoch_aware:
-            set_epoch = getattr(dataset, "set_epoch", None)
-            if callable(set_epoch) and key.epoch != self._told:
-                set_epoch(key.epoch)
-                self._told = key.epoch
-        at_step = getattr(dataset, "at_step", None)
-        if callable(at_step) and key.batch >= 0:  # the reads below are this batch's
-            at_step(step_of(key.epoch, key.batch))
-        getitems = getattr(dataset, "__getitems__", None)
-        rows = getitems(items) if callable(getitems) else [dataset[i] for i in items]
-        return self.collate(rows)
+        return self.collate([dataset[i] for i in items])
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings', the sample count and the dataset's identity (where it has one)."""
         found: dict[str, Any] = {
             "n": self.n,
             **self.reading.fingerprint(),
-            "data": self.data,  # the dataset's data_fingerprint(), where it has one
+            "data": self.hooks.identity,  # the dataset's data_fingerprint(), where it has one
         }
         if self.batching != "order":  # absent by default: states saved before it still load
             found["batching"] = self.batching
@@ -255,30 +232,6 @@ class MapWorkload(SegmentWorkload):
                 "world size and batch size, or start the epoch afresh"
             )
         return super().unread(layout, cursor)
-
-
-def data_fingerprint(dataset: object) -> str | None:
-    """What identifies the data of ``dataset``, where it has an identity, put in the loader's
-    state so that a state saved over other data of the same length is refused:
-
-    - ``dataset.data_fingerprint()`` where the dataset defines it (TrainingGroups, GroupRows): a
-      digest of its content;
-    - an HF ``datasets.Dataset``: ``datasets:`` and its ``_fingerprint`` (datasets' own key of
-      its content and every transform since, the same in every process);
-    - a lading store: ``store:`` and the content id of the snapshot it reads.
-
-    Any other dataset is known by its length only (None)."""
-    method = getattr(dataset, "data_fingerprint", None)
-    if callable(method):
-        found = method()
-        return None if found is None else str(found)
-    hf = getattr(dataset, "_fingerprint", None)
-    if type(dataset).__module__.split(".")[0] == "datasets" and isinstance(hf, str):
-        return f"datasets:{hf}"
-    content = getattr(dataset, "content_id", None)
-    if isinstance(content, str) and hasattr(dataset, "snapshot"):
-        return f"store:{content}"
-    return None
 
 
 def loader(
@@ -302,8 +255,9 @@ def loader(
     """A loader of ``dataset`` in which each global rank reads a disjoint, equal share.
 
     Args:
-        dataset: a map-style dataset. If it has ``epoch_aware = True`` it receives
-            :class:`EpochIndex` items (needed for per-epoch sampling with persistent workers).
+        dataset: a map-style dataset: ``len()`` and ``dataset[i]``, and any of the optional
+            hooks of :mod:`lading.loading.hooks` (``epoch_aware``, ``set_epoch``,
+            ``__getitems__``, ``prefetch``, ``duplicate_keys``...), looked up once, here.
         batch_size: samples per batch on this rank.
         collate_fn: builds a batch from a list of items (runs in the workers).
         num_workers: DataLoader worker processes per rank (0: read in this process). Stores
@@ -332,6 +286,6 @@ def loader(
     workers = Workers(
         num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
     )
-    made = Loader(workload, workers, announce=announcer(dataset, workload.items))
+    made = Loader(workload, workers, announce=announcer(workload.hooks, workload.items))
     made.dataset = dataset
     return made
