@@ -97,7 +97,7 @@ class LMWorkload(SegmentWorkload):
         # the shape of each chunk of stream read at once (streams, in this process)
         self.chunk = (reading.batch_size, self.max_seq * mode.chunk_batches() + 1)
         # the last two plans made, with their (epoch, segment, base), the newest last: the
-        # position's, and one more for a look ahead into the next epoch (upcoming)
+        # position's, and one more for the next epoch's keys (announced ahead to a remote store)
         self._kept: list[tuple[tuple[int, int, Base | None], LMSegment]] = []
         self._on_device: tuple[LMSegment, ResidentStream] | None = None
         mode.check_epoch(self.planned(Cursor()), reading)

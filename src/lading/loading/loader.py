@@ -22,7 +22,6 @@ position on. Workers run ahead of the caller, so the position counts the batches
 from __future__ import annotations
 
 import copy
-import itertools
 import warnings
 import weakref
 from collections.abc import Callable, Hashable, Iterator
@@ -36,10 +35,8 @@ from torch.utils.data._utils.pin_memory import pin_memory
 from lading.loading import state as loader_state
 from lading.loading.deal import Dealt, deal, in_order
 from lading.loading.lookahead import Announce
-from lading.loading.reading import Reading
 from lading.loading.state import Cursor
 from lading.loading.workload import Workload
-from lading.world import World
 
 
 @dataclass(frozen=True)
@@ -132,9 +129,10 @@ class Loader:
     Attributes:
         workers: as given.
         dataset: the map-style dataset read (``lading.loader``), else None.
-        batch_size, seed, shuffle, equalize, drop_partial_batch, world: the settings every
-            loader was made with (:class:`~lading.loading.reading.Reading`), the same names
-            on every loader.
+        reading: the settings the loader was made with
+            (:class:`~lading.loading.reading.Reading`, checked then).
+        batch_size, seed, shuffle, equalize, drop_partial_batch, world: those settings, by
+            the same names on every loader.
     """
 
     dataset: Any = None
@@ -148,6 +146,11 @@ class Loader:
     ) -> None:
         self._workload = workload
         self.workers = workers or Workers()
+        # the settings, by the same names on every loader (a frozen record: never stale)
+        self.reading = reading = workload.reading
+        self.batch_size, self.seed, self.shuffle = reading.batch_size, reading.seed, reading.shuffle
+        self.equalize, self.drop_partial_batch = reading.equalize, reading.drop_partial_batch
+        self.world = reading.world
         self._announce = announce
         self._cursor = Cursor()
         # the position was just set (made, set_epoch, load_state_dict) and no pass has read
@@ -163,41 +166,6 @@ class Loader:
     def epoch(self) -> int:
         """The epoch being read (or just read to its end)."""
         return self._cursor.epoch
-
-    @property
-    def reading(self) -> Reading:
-        """The settings this loader was made with (checked then)."""
-        return self._workload.reading
-
-    @property
-    def batch_size(self) -> int:
-        """Items per batch on each rank."""
-        return self._workload.reading.batch_size
-
-    @property
-    def seed(self) -> int:
-        """With the epoch, fixes every order."""
-        return self._workload.reading.seed
-
-    @property
-    def shuffle(self) -> bool:
-        """Whether the orders are drawn from ``(seed, epoch)``."""
-        return self._workload.reading.shuffle
-
-    @property
-    def equalize(self) -> str:
-        """``"pad"`` or ``"truncate"``: how the shares are evened out."""
-        return self._workload.reading.equalize
-
-    @property
-    def drop_partial_batch(self) -> bool:
-        """Whether each reader's last, short batch is left out."""
-        return self._workload.reading.drop_partial_batch
-
-    @property
-    def world(self) -> World:
-        """This process among the ranks (its ``rank`` and ``world_size``)."""
-        return self._workload.reading.world
 
     @property
     def num_workers(self) -> int:
@@ -258,23 +226,6 @@ class Loader:
         """A copy of where the loader is, cheap: give it back to :meth:`state_dict`'s ``at``
         (a prefetcher takes one with each batch it pulls ahead)."""
         return copy.copy(self._cursor)
-
-    def upcoming(self, batches: int) -> list[Any]:
-        """The keys of the next ``batches`` batches this rank will read, from its position on
-        and on into the next epochs, computed without reading any (the workload's known order:
-        what a reader of remote storage plans its fetches from). A map-style loader's key is a
-        :class:`~lading.loading.map_workload.MapBatch` (epoch and dataset items)."""
-        found: list[Any] = []
-        cursor = copy.copy(self._coming())
-        while len(found) < batches:
-            if cursor.batches >= self._workload.batches(cursor):
-                cursor = Cursor(cursor.epoch + 1)
-            more = list(itertools.islice(self._workload.keys(cursor), batches - len(found)))
-            if not more:
-                break  # pragma: no cover - every fresh epoch has a batch (checked when made)
-            found += more
-            cursor.batches += len(more)
-        return found
 
     # ------------------------------------------------------------------ iteration
 

@@ -12,7 +12,7 @@ alike for every workload. The loader answers ``batch_size``, ``seed``, ``shuffle
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,7 @@ class Reading:
         shuffle: draw the orders from ``(seed, epoch)``; False reads the data in its order.
         equalize: ``"pad"`` or ``"truncate"`` the shares to equal sizes.
         drop_partial_batch: leave out each reader's last batch when it is not full.
+        rank, world_size: the world's (not arguments).
     """
 
     batch_size: int
@@ -78,6 +79,8 @@ class Reading:
     shuffle: bool = True
     equalize: str = "pad"
     drop_partial_batch: bool = False
+    rank: int = field(init=False, repr=False, compare=False, default=0)
+    world_size: int = field(init=False, repr=False, compare=False, default=1)
 
     def __post_init__(self) -> None:
         seed = self.seed
@@ -93,6 +96,8 @@ class Reading:
             "shuffle": _check_flag("shuffle", self.shuffle),
             "equalize": check_equalize(self.equalize),
             "drop_partial_batch": _check_flag("drop_partial_batch", self.drop_partial_batch),
+            "rank": self.world.rank,  # the world's, as fields: an LM batch reads them
+            "world_size": self.world.world_size,
         }
         for name, value in fields.items():  # numpy ints and bools as Python's (saved as JSON)
             object.__setattr__(self, name, value)
@@ -115,19 +120,9 @@ class Reading:
         refuse_drop_last(drop_last, where)
         return cls(batch_size, world or World.detect(), seed, shuffle, equalize, drop_partial_batch)
 
-    @property
-    def rank(self) -> int:
-        """This process's global rank."""
-        return self.world.rank
-
-    @property
-    def world_size(self) -> int:
-        """Ranks reading, over all nodes."""
-        return self.world.world_size
-
     def layout(self) -> dict[str, Any]:
         """What these settings fix of who reads what (a state of another resumes elastically)."""
-        return {"world_size": self.world.world_size, "batch_size": self.batch_size}
+        return {"world_size": self.world_size, "batch_size": self.batch_size}
 
     def fingerprint(self) -> dict[str, Any]:
         """What these settings fix of the data's orders (a state of another is refused)."""
@@ -143,7 +138,7 @@ class Reading:
         no batch (:func:`~lading.loading.plan.check_epoch`: every loader alike)."""
         check_epoch(
             n,
-            self.world.world_size,
+            self.world_size,
             self.equalize,
             self.batch_size,
             self.drop_partial_batch,
