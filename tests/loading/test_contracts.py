@@ -311,6 +311,20 @@ def test_every_loader_answers_its_settings_by_the_same_names(kind: str, data_dir
     }
 
 
+def test_every_loader_saves_and_restores_through_the_one_loader() -> None:
+    """No loader class overrides the one loader's state methods: what a workload maps of an
+    older state (an LM ``bptt`` read as ``seq_len``, a parquet layout with ``num_workers``) is
+    its ``saved_state`` hook, which ``Loader.load_state_dict`` calls."""
+    from lading.lm import LanguageModelLoader
+    from lading.loading.loader import Loader
+    from lading.tabular import PartitionedParquet
+
+    for cls in (LanguageModelLoader, PartitionedParquet):
+        overridden = {"state_dict", "load_state_dict", "set_epoch", "__iter__"} & set(vars(cls))
+        assert not overridden, (cls.__name__, overridden)
+        assert issubclass(cls, Loader)
+
+
 def test_no_wrapper_reaches_inside_a_loader() -> None:
     """Outside ``lading/loading`` nothing reads a loader's source or another object's cursor:
     wrappers compose through :class:`~lading.loading.resumable.Resumable` only."""
