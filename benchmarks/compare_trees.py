@@ -225,7 +225,7 @@ def parquet_plan(args: argparse.Namespace) -> Plan:
         ("PartitionedParquet / straightforward rows/s, same round", "ratio"),
         ("PartitionedParquet / straightforward, CPU time, same round", "ratio_cpu"),
     ]
-    return [("parquet-straightforward", files), ("parquet-lading", files)], measures, no_derive
+    return [("parquet-straightforward", files), ("parquet-lading", files)], measures, derive
 
 
 def ir_plan(args: argparse.Namespace) -> Plan:

@@ -125,12 +125,12 @@ def framework_route(data: Collection, kind: str, loss: str, out: Path, batch: in
     """The stock Trainer on lading's first-epoch groups, in lading's order."""
     from transformers import Trainer
 
-    from lading.loading.map_workload import EpochIndex
+    import lading
 
-    probe = lading_loader(data)
-    groups = probe.dataset
-    # the first epoch's batches, planned without reading them (the loader's known order)
-    items = [groups[EpochIndex(0, i)] for batch in probe.upcoming(len(probe)) for i in batch.items]
+    # the first epoch's groups in lading's order: what the first pass of the same loader reads,
+    # each group as the dataset gives it (a list per batch)
+    probe = lading.loader(data.groups(group_size=GROUP, queries=12), 4, collate_fn=list, seed=3)
+    items = [group for batch in probe for group in batch]
     trainer = Trainer(
         model=make_model(kind),
         args=make_args(

@@ -9,6 +9,7 @@ negative document number.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -81,3 +82,59 @@ def test_parquet_list_options_are_refused_when_made(
     with pytest.raises(ValueError, match=says) as e:
         PartitionedParquet(sessions, batch_size=2, world=World(), **kwargs)  # type: ignore[arg-type]
     assert "\n" not in str(e.value)
+
+
+def three_loaders(corpus: lading.lm.TokenCorpus, sessions: Path) -> dict[str, Any]:
+    """``make(**settings)`` of each of the three loaders, batch size 2 on rank 1 of 2."""
+    from lading.lm import LanguageModelLoader, Windows
+    from lading.tabular import PartitionedParquet
+
+    return {
+        "map": lambda **kw: lading.loader(Numbers(8), 2, **kw),
+        "lm": lambda **kw: LanguageModelLoader(corpus, 2, Windows(3), **kw),
+        "parquet": lambda **kw: PartitionedParquet(sessions, 2, columns=["id"], **kw),
+    }
+
+
+def test_the_three_loaders_keep_the_settings_they_were_given(
+    corpus: lading.lm.TokenCorpus, sessions: Path
+) -> None:
+    """Settings other than the defaults come back by the same names from every loader (numpy
+    numbers as Python's: they go into JSON states)."""
+    world = World(1, 2)
+    given = {
+        "seed": np.int64(7),
+        "shuffle": np.bool_(False),
+        "equalize": "truncate",
+        "drop_partial_batch": True,
+        "world": world,
+    }
+    for name, make in three_loaders(corpus, sessions).items():
+        made = make(**given)
+        got = {key: getattr(made, key) for key in [*given, "batch_size"]}
+        assert got == {**given, "batch_size": 2}, name
+        assert type(made.seed) is int and type(made.shuffle) is bool, name
+        assert made.state_dict()["fingerprint"]["seed"] == 7, name
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        ({"shuffle": "no"}, r"shuffle='no': shuffle must be True or False"),
+        ({"drop_partial_batch": 1}, r"drop_partial_batch=1: drop_partial_batch must be True or"),
+        ({"seed": "1"}, r"seed='1': seed must be an int"),
+        ({"seed": None}, r"seed=None: seed must be an int"),
+        ({"equalize": "even"}, r"unknown equalize 'even'; choose from \['pad', 'truncate'\]"),
+        ({"world": 2}, r"world=2: pass a lading.World"),
+        ({"drop_last": True}, r"\(drop_last=...\) is not a lading argument"),
+    ],
+)
+def test_the_three_loaders_refuse_a_bad_setting_alike(
+    corpus: lading.lm.TokenCorpus, sessions: Path, setting: dict[str, Any], says: str
+) -> None:
+    """One record checks the settings of every loader: the same refusal, in one line, from each
+    (before, ``shuffle="no"`` read as true and a bad ``world`` failed later, differently)."""
+    for name, make in three_loaders(corpus, sessions).items():
+        with pytest.raises((TypeError, ValueError), match=says) as e:
+            make(**setting)
+        assert "\n" not in str(e.value), name

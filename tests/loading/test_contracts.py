@@ -42,6 +42,7 @@ from loader_kinds import (
     resident,
 )
 
+SETTINGS = ("batch_size", "seed", "shuffle", "world", "equalize", "drop_partial_batch")
 SIZES = (2, 13, 61)  # fewer items than readers, and primes
 WORLD_SIZES = (1, 2, 3, 4, 5)
 WORKERS = (0, 1, 2, 3)
@@ -288,6 +289,40 @@ def test_every_loader_is_resumable_through_the_one_protocol(kind: str, data_dir:
     assert len(made) == total and len(list(made)) == total - 1
     made.set_epoch(1)  # read since: the epoch starts again
     assert len(list(made)) == total
+
+
+@pytest.mark.parametrize("kind", sorted(k for k in KINDS if "+prefetch" not in k))
+def test_every_loader_answers_its_settings_by_the_same_names(kind: str, data_dir: Path) -> None:
+    """``lading.loader``, the LM loader in every mode and ``PartitionedParquet`` answer the same
+    attribute names with the settings they were made with (tests/loader_kinds.py: batch size
+    ``BATCH``, seed 3, the default shuffle, equalize and drop_partial_batch)."""
+    from loader_kinds import BATCH
+
+    world = World(1, 2)
+    made = KINDS[kind](13, data_dir).make(world, 0)
+    got = {name: getattr(made, name) for name in SETTINGS}
+    assert got == {
+        "batch_size": BATCH,
+        "seed": 3,
+        "shuffle": True,
+        "world": world,
+        "equalize": "pad",
+        "drop_partial_batch": False,
+    }
+
+
+def test_every_loader_saves_and_restores_through_the_one_loader() -> None:
+    """No loader class overrides the one loader's state methods: what a workload maps of an
+    older state (an LM ``bptt`` read as ``seq_len``, a parquet layout with ``num_workers``) is
+    its ``saved_state`` hook, which ``Loader.load_state_dict`` calls."""
+    from lading.lm import LanguageModelLoader
+    from lading.loading.loader import Loader
+    from lading.tabular import PartitionedParquet
+
+    for cls in (LanguageModelLoader, PartitionedParquet):
+        overridden = {"state_dict", "load_state_dict", "set_epoch", "__iter__"} & set(vars(cls))
+        assert not overridden, (cls.__name__, overridden)
+        assert issubclass(cls, Loader)
 
 
 def test_no_wrapper_reaches_inside_a_loader() -> None:

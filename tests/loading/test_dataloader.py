@@ -10,8 +10,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from contracts import assert_elastic, assert_exact_partition, assert_resumes, forked
+from lading.loading.lookahead import step_of
 from lading.loading.map_workload import EpochIndex, MapWorkload, loader
 from lading.loading.order import epoch_order
+from lading.loading.reading import Reading
 from lading.loading.state import Cursor
 from lading.world import World
 
@@ -68,9 +70,7 @@ def test_global_order_does_not_depend_on_world_size(
     equalize = "truncate" if drop_last else "pad"
     assume(not (drop_last and n < world))  # refused: an epoch of no batch (tested below)
     shares = [
-        MapWorkload(
-            Numbers(n), None, batch_size=1, seed=seed, equalize=equalize, world=World(r, world)
-        )
+        MapWorkload(Numbers(n), None, Reading(1, World(r, world), seed, equalize=equalize))
         for r in range(world)
     ]
     lists = [[batch.items[0] for batch in s.keys(Cursor(epoch))] for s in shares]
@@ -165,31 +165,44 @@ def test_worker_seeds_do_not_touch_the_global_rng() -> None:
     assert torch.equal(torch.rand(3), expected)
 
 
-def test_upcoming_names_the_next_batches_without_reading_them() -> None:
-    """``upcoming(k)``: the keys of the next ``k`` batches from the position on, into the next
-    epoch, without reading (what a remote store plans its fetches from); the loader's position
-    does not move, and the batches then read hold exactly those items."""
+def test_the_plan_hook_hears_the_order_ahead_before_any_of_it_is_read() -> None:
+    """The one way a loader tells its order ahead (what a remote store's cache plans from):
+    at the start of every pass the dataset's ``plan`` hears the batches left in the epoch and
+    the next epoch's, each at its step, before any of them is read; the batches then read
+    hold exactly those items, in that order. A peek ends a pass: the next pass plans the epoch
+    after it."""
 
-    class Counted(Numbers):
-        reads = 0
+    class Planned(Numbers):
+        def __init__(self, n: int) -> None:
+            super().__init__(n)
+            self.events: list[tuple[str, Any]] = []
 
         def __getitem__(self, i: Any) -> Any:
-            Counted.reads += 1
+            self.events.append(("read", i))
             return super().__getitem__(i)
 
-    data = loader(Counted(20), batch_size=4, seed=2, world=World(1, 2))  # 3 batches an epoch
-    data.set_epoch(5)
-    assert [batch.epoch for batch in data.upcoming(4)] == [5, 5, 5, 6]
-    held = iter(data)
-    next(held)
-    reads, before = Counted.reads, data.state_dict()
-    ahead = data.upcoming(4)  # the held pass's 2 batches of epoch 5, then 2 of epoch 6
-    assert Counted.reads == reads and data.state_dict() == before
-    assert [batch.epoch for batch in ahead] == [5, 5, 6, 6]
-    got = [key(batch) for batch in held] + [key(batch) for _, batch in zip(range(2), data)]
-    assert got == [list(batch.items) for batch in ahead]
-    next(iter(data))  # a peek at epoch 7: the next pass is epoch 8's
-    assert [batch.epoch for batch in data.upcoming(4)] == [8, 8, 8, 9]
+        def prefetch(self, batches: list[list[int]], first_step: int, now: int) -> None:
+            pass
+
+        def plan(self, batches: list[list[int]], first_step: int, steps: list[int]) -> None:
+            self.events.append(("plan", (batches, steps)))
+
+    data = Planned(20)
+    made = loader(data, batch_size=4, seed=2, world=World(1, 2))  # 3 batches an epoch
+    made.set_epoch(5)
+    held = iter(made)
+    first = key(next(held))
+    kind, (batches, steps) = data.events[0]  # planned before the first read
+    assert kind == "plan" and [kind for kind, _ in data.events[1:]] == ["read"] * 4
+    assert steps == [step_of(5, b) for b in range(3)] + [step_of(6, b) for b in range(3)]
+    got = [first] + [key(batch) for batch in held] + [key(batch) for batch in made]
+    assert got == batches  # epoch 5 read to its end, then epoch 6 in a second pass
+    assert [kind for kind, _ in data.events].count("plan") == 2  # one a pass
+    next(iter(made))  # a peek at epoch 7: the next pass is epoch 8's, planned with epoch 9
+    planned = len(data.events)
+    list(made)
+    kind, (_, steps) = data.events[planned]
+    assert kind == "plan" and steps[0] == step_of(8, 0) and steps[-1] == step_of(9, 2)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only machine's warning")

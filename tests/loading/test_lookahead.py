@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 import lading
+from lading.loading.hooks import Hooks
 from lading.loading.lookahead import LOOKAHEAD, announcer, step_of
 
 
@@ -69,8 +70,8 @@ def test_a_resumed_loader_announces_from_where_it_resumes() -> None:
 
 
 def test_no_announcer_without_prefetch_and_keys_pass_through_unchanged() -> None:
-    assert announcer(object()) is None
+    assert announcer(Hooks.of(object())) is None
     data = Recorder(3)
-    announce = announcer(data, lambda key: [key * 10], ahead=LOOKAHEAD)
+    announce = announcer(Hooks.of(data), lambda key: [key * 10], ahead=LOOKAHEAD)
     assert announce is not None and list(announce(iter(range(5)), 0, 0)) == [0, 1, 2, 3, 4]
     assert data.events == [("announce", ([[0], [10], [20], [30], [40]], 0, 0))]

@@ -109,7 +109,7 @@ def build_store(
 
 def _generate(groups: Any, epoch: int, fmt: str, data: str) -> Iterator[dict[str, Any]]:
     """The rows of ``groups``' epoch; ``data`` (their content digest) only keys the cache."""
-    from lading.loading.map_workload import EpochIndex
+    from lading.loading.hooks import EpochIndex
 
     rows = GroupRows(groups, fmt)
     for i in range(len(rows)):

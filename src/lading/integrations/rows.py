@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lading.loading.map_workload import EpochIndex
+from lading.loading.hooks import EpochIndex
 
 ROW_FORMATS: tuple[str, ...] = ("labeled-list", "labeled-pair", "n-tuple", "triplet")
 

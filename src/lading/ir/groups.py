@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lading.loading.map_workload import EpochIndex
+from lading.loading.hooks import EpochIndex
 from lading.loading.order import Salt, generator
 from lading.stores.base import DocStore, store_identity
 
@@ -67,7 +67,7 @@ class TrainingGroups:
     Items are dicts: ``qid``, ``query``, ``doc_ids`` (relevant first), ``doc_codes``.
     """
 
-    epoch_aware = True  # see lading.loading.map_workload.EpochIndex
+    epoch_aware = True  # see lading.loading.hooks.EpochIndex
 
     def __init__(
         self,

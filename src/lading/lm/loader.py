@@ -70,11 +70,10 @@ from lading.device import ResidentTokens, to_device
 from lading.lm.corpus import TokenCorpus
 from lading.lm.modes import REGISTERED, Packed, SequenceOptions, Streams, Windows, mode_of
 from lading.lm.remote_reads import remote_reads
-from lading.lm.segment import Reading
 from lading.lm.windows import TokenMixture
 from lading.lm.workload import LMWorkload
 from lading.loading.loader import Loader, Workers
-from lading.loading.plan import check_batch_size, check_equalize, refuse_drop_last
+from lading.loading.reading import Reading
 from lading.world import World
 
 __all__ = ["MODES", "LanguageModelLoader", "Packed", "Streams", "Windows"]
@@ -135,13 +134,11 @@ class LanguageModelLoader(Loader):
         resident: ResidentTokens | None = None,
         drop_last: None = None,
     ) -> None:
-        refuse_drop_last(drop_last, "LanguageModelLoader")
-        mode = mode_of(sequence)
-        world = world or World.detect()
-        reading = Reading(
-            check_batch_size(batch_size), world.rank, world.world_size, seed, shuffle,
-            check_equalize(equalize), drop_partial_batch,
+        reading = Reading.of(
+            "LanguageModelLoader", batch_size, shuffle=shuffle, seed=seed, equalize=equalize,
+            drop_partial_batch=drop_partial_batch, world=world, drop_last=drop_last,
         )  # fmt: skip
+        mode = mode_of(sequence)
         workers = Workers(
             num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
         )
@@ -150,10 +147,8 @@ class LanguageModelLoader(Loader):
         )
         reads = remote_reads(workload)  # remote corpora: their reads planned (None: local)
         announce = None if reads is None else reads.announce
-        super().__init__(reads or workload, workers, seed=seed, announce=announce)
-        self._lm, self.corpus, self.sequence, self.world = workload, corpus, sequence, world
-        self.batch_size, self.seed, self.shuffle = reading.batch_size, seed, shuffle
-        self.equalize, self.drop_partial_batch = reading.equalize, drop_partial_batch
+        super().__init__(reads or workload, workers, announce=announce)
+        self._lm, self.corpus, self.sequence = workload, corpus, sequence
 
     @property
     def mode(self) -> str:
@@ -179,18 +174,6 @@ class LanguageModelLoader(Loader):
         """``Packed``: windows, pieces, tokens and padding (``padding_fraction`` of the token
         slots), summed over a mixture's corpora."""
         return self._lm.packing_stats()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` (see :meth:`Loader.load_state_dict`); a window-mode state
-        saved when the window length was kept under ``bptt`` loads as its ``seq_len``.
-
-        Raises:
-            LoaderStateError: the state was saved on other tokens (a corpus rebuilt from other
-                text), naming the corpus and both content ids; or other data or settings.
-        """
-        saved = self._lm.mode.saved_fingerprint(state.get("fingerprint", {}))
-        saved = self._lm.saved_content(saved)
-        super().load_state_dict({**state, "fingerprint": saved})
 
 
 def on_device(

@@ -36,6 +36,7 @@ import numpy.typing as npt
 from lading.lm.remote import RemoteTokenCorpus, RemoteTokens
 from lading.lm.segment import SegmentBatchKey
 from lading.lm.workload import LMWorkload
+from lading.loading.hooks import Hooks
 from lading.loading.lookahead import STEPS_PER_EPOCH, Announce, announcer, step_of
 from lading.loading.state import Cursor
 from lading.stores.remote.cache.order import Plan, load_order, order_file, save_order, signature
@@ -71,7 +72,7 @@ class RemoteReads:
             if isinstance(corpus, RemoteTokenCorpus):
                 self.remote[part] = corpus.tokens  # type: ignore[assignment]
         self.token = token or secrets.token_hex(4)  # names this loader's order file
-        self.announce: Announce | None = announcer(self, _same)
+        self.announce: Announce | None = announcer(Hooks.of(self), _same)
         self._ranges: dict[SegmentBatchKey, Ranges] = {}  # of the keys planned last
         self._planned = False  # this process planned (else: a worker, reading its parent's)
         self._order_seen = 0.0

@@ -1,5 +1,5 @@
-"""One segment of a language-model epoch: its plan under one layout, planned once; the settings
-every mode reads it with; and the key that names a batch of it, all a DataLoader worker needs."""
+"""One segment of a language-model epoch: its plan under one layout, planned once, and the key
+that names a batch of it, all a DataLoader worker needs."""
 
 from __future__ import annotations
 
@@ -13,29 +13,10 @@ from lading.lm.stream import EpochStream
 from lading.lm.windows import WindowReader
 from lading.loading.order import Salt, generator
 from lading.loading.plan import Plan, plan_shares
+from lading.loading.reading import Reading
 from lading.loading.runs import Runs
 from lading.loading.segment import Segment
 from lading.loading.state import Cursor
-
-
-@dataclass(frozen=True)
-class Reading:
-    """How an LM epoch is read, whatever the mode: who this rank is and the loader's keywords.
-
-    Attributes:
-        batch_size: rows per batch on this rank.
-        rank, world_size: this process among the ranks.
-        seed, shuffle: every order and length comes from ``(seed, epoch)``.
-        equalize, drop_partial_batch: what to do with positions that do not share out evenly.
-    """
-
-    batch_size: int
-    rank: int
-    world_size: int
-    seed: int
-    shuffle: bool
-    equalize: str
-    drop_partial_batch: bool
 
 
 class SegmentBatchKey(NamedTuple):

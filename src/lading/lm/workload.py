@@ -1,7 +1,7 @@
 """The language-model workload of the one loader: plans kept, batches built, bulk reads.
 
 :class:`LMWorkload` holds what fixes an LM epoch (the corpus or mixture, the documents, the
-mode made from the sequence options, the :class:`~lading.lm.segment.Reading` settings) and
+mode made from the sequence options, the :class:`~lading.loading.reading.Reading` settings) and
 answers the loader (:class:`lading.loading.Loader`) for any position it is asked about: how
 many batches, their keys, one batch, and for whole-epoch streams in this process a bulk read of
 many batches at a time (:func:`~lading.lm.batches.chunked_streams`, or on a device
@@ -23,10 +23,13 @@ from lading.lm.batches import Batch, chunked_streams
 from lading.lm.corpus import TokenCorpus
 from lading.lm.modes import Mode
 from lading.lm.resident import ResidentStream, device_streams
-from lading.lm.segment import LMSegment, Reading, SegmentBatchKey
+from lading.lm.segment import LMSegment, SegmentBatchKey
 from lading.lm.windows import EpochWindows, TokenMixture
+from lading.loading.reading import Reading
 from lading.loading.runs import Runs
+from lading.loading.segment import Segment
 from lading.loading.state import Cursor
+from lading.loading.workload import SegmentWorkload
 
 Base = tuple[tuple[int, ...], tuple[int, ...]]  # an elastic segment's base, as a key holds it
 
@@ -55,7 +58,7 @@ def base_key(base: Runs | None) -> Base | None:
     return None if base is None else (tuple(base.starts.tolist()), tuple(base.stops.tolist()))
 
 
-class LMWorkload:
+class LMWorkload(SegmentWorkload):
     """Batches of a token corpus (or mixture) as ``mode`` reads them; see the module docstring.
 
     Args:
@@ -94,10 +97,10 @@ class LMWorkload:
         # the shape of each chunk of stream read at once (streams, in this process)
         self.chunk = (reading.batch_size, self.max_seq * mode.chunk_batches() + 1)
         # the last two plans made, with their (epoch, segment, base), the newest last: the
-        # position's, and one more for a look ahead into the next epoch (upcoming)
+        # position's, and one more for the next epoch's keys (announced ahead to a remote store)
         self._kept: list[tuple[tuple[int, int, Base | None], LMSegment]] = []
         self._on_device: tuple[LMSegment, ResidentStream] | None = None
-        mode.check_epoch(self.segment(Cursor()), reading)
+        mode.check_epoch(self.planned(Cursor()), reading)
 
     def __getstate__(self) -> dict[str, Any]:
         """What a DataLoader worker gets: no plan (an epoch stream holds the token map, which
@@ -106,7 +109,11 @@ class LMWorkload:
 
     # ------------------------------------------------------------------ planning
 
-    def segment(self, cursor: Cursor, layout: Mapping[str, Any] | None = None) -> LMSegment:
+    def segment(self, cursor: Cursor, layout: Mapping[str, Any] | None = None) -> Segment:
+        """The core's segment of :meth:`planned` (batches, unread, consumed follow from it)."""
+        return self.planned(cursor, layout).core
+
+    def planned(self, cursor: Cursor, layout: Mapping[str, Any] | None = None) -> LMSegment:
         """The plan of ``cursor``'s segment under ``layout`` (default: this run's, and then the
         plan is kept while the position stays in that segment)."""
         if layout is not None:
@@ -130,11 +137,12 @@ class LMWorkload:
         return planned
 
     def batches(self, cursor: Cursor) -> int:
-        return self.segment(cursor).batches
+        """Batches each rank yields in ``cursor``'s segment (the kept plan's, read once)."""
+        return self.planned(cursor).batches
 
     def keys(self, cursor: Cursor) -> Iterator[SegmentBatchKey]:
         base = base_key(cursor.base)
-        for batch in range(cursor.batches, self.segment(cursor).batches):
+        for batch in range(cursor.batches, self.planned(cursor).batches):
             yield SegmentBatchKey(cursor.epoch, cursor.segment, batch, base)
 
     def build(self, key: SegmentBatchKey) -> Batch:
@@ -148,7 +156,7 @@ class LMWorkload:
         None for windows and after an elastic resume (batch by batch)."""
         if not self.mode.bulk or cursor.base is not None:
             return None
-        seg = self.segment(cursor)
+        seg = self.planned(cursor)
         first_stream = self.reading.rank * self.reading.batch_size
         if self.resident is not None:
             stream = self._device_stream(seg)
@@ -169,25 +177,17 @@ class LMWorkload:
 
     def layout(self) -> dict[str, Any]:
         """What fixes who reads what; another layout on resume is an elastic resume."""
-        reading = self.reading
-        return {
-            "world_size": reading.world_size,
-            "batch_size": reading.batch_size,
-            **self.mode.layout(),
-        }
+        return {**self.reading.layout(), **self.mode.layout()}
 
     def fingerprint(self) -> dict[str, Any]:
         """What fixes the corpus and its orders; a state must match it to be resumed."""
         reading = self.reading
         found: dict[str, Any] = {
             "mode": self.mode.name,
-            "seed": reading.seed,
+            **reading.fingerprint(),
             "backwards": self.mode.backwards(),
             "documents": len(self.documents),
             "tokens": sum(corpus.n_tokens for corpus, _ in self.data.parts),
-            "shuffle": reading.shuffle,
-            "equalize": reading.equalize,
-            "drop_partial_batch": reading.drop_partial_batch,
         }
         found.update(self.mode.fingerprint())
         if isinstance(self.corpus, TokenMixture):
@@ -198,6 +198,12 @@ class LMWorkload:
         # a corpus rebuilt from other text with the same sizes is other data
         found["content"] = [corpus.content_id for corpus, _ in self.data.parts]
         return found
+
+    def saved_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """``state`` with its fingerprint in today's keys (a window mode's ``bptt`` read as
+        ``seq_len``), its corpora's content checked (:meth:`saved_content`)."""
+        saved = self.mode.saved_fingerprint(state.get("fingerprint", {}))
+        return {**state, "fingerprint": self.saved_content(saved)}
 
     def saved_content(self, saved: Mapping[str, Any]) -> dict[str, Any]:
         """``saved`` (a state's fingerprint) if its corpora hold the tokens this workload
@@ -220,16 +226,6 @@ class LMWorkload:
                     "corpus the state was saved with, or start the epoch without the state"
                 )
         return found
-
-    def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
-        """Epoch positions (stream positions or window-order positions) not read under
-        ``layout`` at ``cursor``: the end of every stream (or rank's windows) and the tail
-        ``truncate`` left out."""
-        return self.segment(cursor, layout).core.unread_after(cursor.batches)
-
-    def consumed(self, cursor: Cursor) -> int:
-        seg = self.segment(cursor).core
-        return seg.read_after(cursor.batches) * seg.readers
 
     def packing_stats(self) -> dict[str, Any]:
         """``Packed``: windows, pieces, tokens and padding, summed over a mixture's corpora."""

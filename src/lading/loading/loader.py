@@ -22,7 +22,6 @@ position on. Workers run ahead of the caller, so the position counts the batches
 from __future__ import annotations
 
 import copy
-import itertools
 import warnings
 import weakref
 from collections.abc import Callable, Hashable, Iterator
@@ -120,15 +119,20 @@ class Loader:
     """This rank's batches of one workload, resumable; see the module docstring.
 
     Args:
-        workload: the workload's positions and batches.
+        workload: the workload's positions and batches, and the loader's settings
+            (``workload.reading``; its seed also seeds the DataLoader workers' torch RNG, not
+            the global one).
         workers: in this process or in DataLoader workers, and how.
-        seed: seeds the DataLoader workers' torch RNG (not the global one).
         announce: tells the data which batches come next as their keys are handed out, in
             this process (:mod:`lading.loading.lookahead`: a remote store fetches ahead).
 
     Attributes:
         workers: as given.
         dataset: the map-style dataset read (``lading.loader``), else None.
+        reading: the settings the loader was made with
+            (:class:`~lading.loading.reading.Reading`, checked then).
+        batch_size, seed, shuffle, equalize, drop_partial_batch, world: those settings, by
+            the same names on every loader.
     """
 
     dataset: Any = None
@@ -138,12 +142,15 @@ class Loader:
         workload: Workload,
         workers: Workers | None = None,
         *,
-        seed: int = 0,
         announce: Announce | None = None,
     ) -> None:
         self._workload = workload
         self.workers = workers or Workers()
-        self._seed = seed
+        # the settings, by the same names on every loader (a frozen record: never stale)
+        self.reading = reading = workload.reading
+        self.batch_size, self.seed, self.shuffle = reading.batch_size, reading.seed, reading.shuffle
+        self.equalize, self.drop_partial_batch = reading.equalize, reading.drop_partial_batch
+        self.world = reading.world
         self._announce = announce
         self._cursor = Cursor()
         # the position was just set (made, set_epoch, load_state_dict) and no pass has read
@@ -220,23 +227,6 @@ class Loader:
         (a prefetcher takes one with each batch it pulls ahead)."""
         return copy.copy(self._cursor)
 
-    def upcoming(self, batches: int) -> list[Any]:
-        """The keys of the next ``batches`` batches this rank will read, from its position on
-        and on into the next epochs, computed without reading any (the workload's known order:
-        what a reader of remote storage plans its fetches from). A map-style loader's key is a
-        :class:`~lading.loading.map_workload.MapBatch` (epoch and dataset items)."""
-        found: list[Any] = []
-        cursor = copy.copy(self._coming())
-        while len(found) < batches:
-            if cursor.batches >= self._workload.batches(cursor):
-                cursor = Cursor(cursor.epoch + 1)
-            more = list(itertools.islice(self._workload.keys(cursor), batches - len(found)))
-            if not more:
-                break  # pragma: no cover - every fresh epoch has a batch (checked when made)
-            found += more
-            cursor.batches += len(more)
-        return found
-
     # ------------------------------------------------------------------ iteration
 
     def __iter__(self) -> Iterator[Any]:
@@ -296,7 +286,7 @@ class Loader:
     def _dataloader(self) -> DataLoader[Any]:
         workers = self.workers
         generator = torch.Generator()
-        generator.manual_seed(self._seed)  # worker seeds from here, not the global RNG
+        generator.manual_seed(self.seed)  # worker seeds from here, not the global RNG
         kwargs: dict[str, Any] = {
             "prefetch_factor": workers.prefetch_factor or 2,
             "persistent_workers": workers.persistent_workers is not False,
@@ -334,10 +324,12 @@ class Loader:
         (what the saved layout left unread is planned over this one's readers).
 
         Raises:
-            LoaderStateError: the state belongs to other data, another seed or order.
+            LoaderStateError: the state belongs to other data (an LM corpus rebuilt from other
+                text: naming the corpus and both content ids), another seed or order.
         """
         workload = self._workload
+        saved = workload.saved_state(state)  # older keys and layouts in today's terms
         self._cursor = loader_state.restore(
-            state, workload.kind, workload.layout(), workload.fingerprint(), workload.unread
+            saved, workload.kind, workload.layout(), workload.fingerprint(), workload.unread
         )
         self._restored = self._fresh = True

@@ -2,29 +2,27 @@
 
 A loader's order is known in advance (``(seed, epoch)`` fix it), so a dataset whose items live
 far away (a store in object storage) can fetch the next batches' documents while the current
-ones train. A dataset opts in with methods::
+ones train, and keep in its cache what the rest of the epoch reads first. This is the one way a
+loader tells its order ahead: the dataset's ``prefetch`` and ``plan`` hooks
+(:mod:`lading.loading.hooks`, where every hook of a map-style dataset is written down) hear it.
 
-    dataset.prefetch(batches, first_step, now)   # the next batches: fetch them
-    dataset.plan(batches, first_step, steps)     # the epoch's whole order: what to keep cached
-    dataset.at_step(step)                        # the reads that follow are this step's
-
-``batches`` are lists of the keys the loader will ask for (ints or
-:class:`~lading.loading.map_workload.EpochIndex`), batch ``j`` at step ``first_step + j``; ``now``
-is the step about to be read. Steps are ``epoch * STEPS_PER_EPOCH + batch``: one clock for
-every rank, which reads batch ``b`` of an epoch at the same time as the others. The loader
-(:class:`~lading.loading.loader.Loader`) calls it as it hands out batch keys, in the process
-that iterates it (with DataLoader workers: the main process, ahead of the workers), every
-``LOOKAHEAD`` batches for the ``LOOKAHEAD`` to ``2 * LOOKAHEAD`` batches ahead. What it does
-affects speed only: a dataset reads the same items without it. ``plan`` is called once an
-iteration, at its start, with every batch left in the epoch and the next epoch's (an epoch's
-end decides what the next one's start finds cached), from the process that iterates;
-``at_step`` by whichever process builds a batch (a DataLoader worker too), before its reads.
+The loader (:class:`~lading.loading.loader.Loader`) calls the announcer as it hands out batch
+keys, in the process that iterates it (with DataLoader workers: the main process, ahead of the
+workers): ``prefetch`` every ``LOOKAHEAD`` batches for the ``LOOKAHEAD`` to ``2 * LOOKAHEAD``
+batches ahead, batch ``j`` at step ``first_step + j`` (``now``: the step about to be read);
+``plan`` once an iteration, at its start, with every batch left in the epoch and the next
+epoch's (an epoch's end decides what the next one's start finds cached). Steps are ``epoch *
+STEPS_PER_EPOCH + batch``: one clock for every rank, which reads batch ``b`` of an epoch at the
+same time as the others. What it does affects speed only: a dataset reads the same items
+without it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from lading.loading.hooks import Hooks
 
 LOOKAHEAD = 8  # batches: at 64 documents a batch, 512-1,024 documents planned together
 STEPS_PER_EPOCH = 1 << 32
@@ -40,21 +38,20 @@ def step_of(epoch: int, batch: int) -> int:
 
 
 def announcer(
-    dataset: Any, items: Callable[[Any], list[Any]] = list, ahead: int = LOOKAHEAD
+    hooks: Hooks, items: Callable[[Any], list[Any]] = list, ahead: int = LOOKAHEAD
 ) -> Announce | None:
-    """``(batch keys, epoch, first batch) -> batch keys`` that announces batches to
-    ``dataset.prefetch`` as it yields their keys, each as ``items(key)`` (the keys the dataset
-    is asked for); None when the dataset has no ``prefetch``."""
-    prefetch = getattr(dataset, "prefetch", None)
-    if not callable(prefetch):
+    """``(batch keys, epoch, first batch) -> batch keys`` that announces batches to the
+    dataset's ``prefetch`` (and ``plan``) hook as it yields their keys, each as ``items(key)``
+    (the keys the dataset is asked for); None when the dataset has no ``prefetch``."""
+    prefetch, plan = hooks.prefetch, hooks.plan
+    if prefetch is None:
         return None
-    plan = getattr(dataset, "plan", None)
 
     def announce(
         batches: Iterator[Any], epoch: int, first: int, following: Iterator[Any] | None = None
     ) -> Iterator[Any]:
         keys = list(batches)
-        if callable(plan):  # the order left in the epoch and the next epoch's: what to keep
+        if plan is not None:  # the order left in the epoch and the next epoch's: what to keep
             after = list(following) if following is not None else []
             steps = [step_of(epoch, first + j) for j in range(len(keys))]
             steps += [step_of(epoch + 1, j) for j in range(len(after))]

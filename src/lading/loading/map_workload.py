@@ -27,31 +27,27 @@ bitwise with its saved layout and refuses another.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sized
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 from torch.utils.data import default_collate
 
 from lading.loading.distinct import arrange, most_shared
+from lading.loading.hooks import DuplicateKeys, EpochIndex, Hooks, MapDataset
 from lading.loading.loader import Loader, Workers
 from lading.loading.lookahead import announcer, step_of
 from lading.loading.order import epoch_order
-from lading.loading.plan import (
-    check_batch_size,
-    check_epoch,
-    check_equalize,
-    refuse_drop_last,
-)
+from lading.loading.reading import Reading
 from lading.loading.runs import Runs
 from lading.loading.segment import Segment
 from lading.loading.state import Cursor, LoaderStateError
+from lading.loading.workload import SegmentWorkload
 from lading.world import World
 
 __all__ = ["BATCHING", "EpochIndex", "MapBatch", "MapWorkload", "loader"]
 
 BATCHING: tuple[str, ...] = ("no_duplicates", "order")
-DuplicateKeys = Callable[[npt.NDArray[np.int64], int], npt.NDArray[np.int64]]
 
 
 def check_batching(batching: str, duplicate_keys: DuplicateKeys | None) -> str:
@@ -66,26 +62,6 @@ def check_batching(batching: str, duplicate_keys: DuplicateKeys | None) -> str:
     return batching
 
 
-class MapDataset(Protocol):
-    """What :func:`loader` needs of a dataset: a length and items by index."""
-
-    def __len__(self) -> int: ...
-
-    def __getitem__(self, index: Any) -> Any: ...
-
-
-class EpochIndex(NamedTuple):
-    """An index handed to an epoch-aware dataset together with the epoch it belongs to.
-
-    Persistent DataLoader workers hold their own copy of the dataset, which never sees a
-    ``set_epoch`` called in the main process; passing the epoch with every index keeps
-    per-epoch sampling (e.g. hard negatives) correct in every worker.
-    """
-
-    epoch: int
-    item: int
-
-
 class MapBatch(NamedTuple):
     """The key of one batch of a map-style dataset: its epoch and the dataset items it holds,
     in order, and its number in the epoch (-1: unknown): all a DataLoader worker needs to
@@ -96,17 +72,15 @@ class MapBatch(NamedTuple):
     batch: int = -1
 
 
-class MapWorkload:
+class MapWorkload(SegmentWorkload):
     """The samples of a map-style dataset as a workload: one reader per rank.
 
     Args:
-        dataset: what is read (``dataset[i]``, or ``dataset.__getitems__`` where it has one).
+        dataset: what is read (``dataset[i]``); its optional hooks are looked up once, here
+            (:mod:`lading.loading.hooks`).
         collate_fn: a batch from a list of items (default: torch's ``default_collate``).
-        batch_size: samples per batch on each rank.
-        shuffle, seed: the epoch order is a permutation from ``(seed, epoch)``.
-        equalize: ``"pad"`` or ``"truncate"`` the shares to equal sizes.
-        drop_partial_batch: leave out each rank's last batch when it is not full.
-        world: rank and world size.
+        reading: the loader's settings; the epoch order is a permutation from
+            ``(seed, epoch)``, one reader per rank.
         batching: ``"order"`` (a batch is a run of the order) or ``"no_duplicates"`` (the
             dataset's ``duplicate_keys(items, epoch)`` says what no two samples may share).
     """
@@ -117,35 +91,17 @@ class MapWorkload:
         self,
         dataset: MapDataset,
         collate_fn: Callable[[list[Any]], Any] | None,
-        *,
-        batch_size: int,
-        shuffle: bool = True,
-        seed: int = 0,
-        equalize: str = "pad",
-        drop_partial_batch: bool = False,
-        world: World | None = None,
+        reading: Reading,
         batching: str = "order",
     ) -> None:
         self.dataset, self.collate = dataset, collate_fn or default_collate
         self.n = len(dataset)
-        self.duplicate_keys: DuplicateKeys | None = getattr(dataset, "duplicate_keys", None)
-        self.batching = check_batching(batching, self.duplicate_keys)
-        self.epoch_aware = bool(getattr(dataset, "epoch_aware", False))
-        self.data = data_fingerprint(dataset)
+        self.hooks = Hooks.of(dataset)
+        self.batching = check_batching(batching, self.hooks.duplicate_keys)
         self._arranged: tuple[tuple[int, int], list[npt.NDArray[np.int64]]] | None = None
         self._told = -1  # the epoch last passed to a dataset's own set_epoch
-        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
-        self.equalize, self.drop_partial_batch = check_equalize(equalize), drop_partial_batch
-        self.world = world or World.detect()
-        check_epoch(
-            self.n,
-            self.world.world_size,
-            equalize,
-            batch_size,
-            drop_partial_batch,
-            items="samples",
-            readers_are="world_size",
-        )
+        self.reading = reading
+        reading.refuse_empty(self.n, "samples")
         if self.batching == "no_duplicates":
             self._distinct_shares(Cursor())  # epoch 0 arranged (and kept): a refusal comes now
 
@@ -154,20 +110,18 @@ class MapWorkload:
         process; the keys carry the result)."""
         return {**self.__dict__, "_arranged": None}
 
-    def _segment(self, world_size: int, cursor: Cursor, batch_size: int) -> Segment:
-        """``cursor``'s segment of the samples, interleaved over ``world_size`` ranks."""
-        return Segment.of(self.n, world_size, cursor, self, batch_size, interleave=True)
-
-    def batches(self, cursor: Cursor) -> int:
-        return self._segment(self.world.world_size, cursor, self.batch_size).batches
+    def segment(self, cursor: Cursor, layout: Mapping[str, Any] | None = None) -> Segment:
+        """``cursor``'s segment of the samples, interleaved over ``layout``'s ranks."""
+        world, size = self.sizes(layout)
+        return Segment.of(self.n, world, cursor, self.reading, size, interleave=True)
 
     def share(self, cursor: Cursor) -> npt.NDArray[np.int64]:
         """Dataset indices this rank reads in ``cursor``'s segment, in order."""
         if self.batching == "no_duplicates":
-            return self._distinct_shares(cursor)[self.world.rank]
-        seg = self._segment(self.world.world_size, cursor, self.batch_size)
-        positions = seg.share(self.world.rank).positions()
-        order = epoch_order(self.n, self.seed, cursor.epoch, self.shuffle)
+            return self._distinct_shares(cursor)[self.reading.rank]
+        seg = self.segment(cursor)
+        positions = seg.share(self.reading.rank).positions()
+        order = epoch_order(self.n, self.reading.seed, cursor.epoch, self.reading.shuffle)
         return order[positions[: seg.take]]
 
     def _distinct_shares(self, cursor: Cursor) -> list[npt.NDArray[np.int64]]:
@@ -180,16 +134,17 @@ class MapWorkload:
         at = (cursor.epoch, cursor.segment)
         if self._arranged is not None and self._arranged[0] == at:
             return self._arranged[1]
-        world, size = self.world.world_size, self.batch_size
-        seg = self._segment(world, cursor, size)
-        order = epoch_order(self.n, self.seed, cursor.epoch, self.shuffle)
+        world, size = self.sizes(None)
+        seg = self.segment(cursor)
+        order = epoch_order(self.n, self.reading.seed, cursor.epoch, self.reading.shuffle)
         shares = [order[seg.share(r).positions()] for r in range(world)]
         pool = np.stack(shares, axis=1).reshape(-1)  # step-major: share j of rank 0, 1, …
         take = seg.take
         sizes = [size] * (take // size) + ([take % size] if take % size else [])
-        assert self.duplicate_keys is not None  # check_batching made sure
+        duplicate_keys = self.hooks.duplicate_keys
+        assert duplicate_keys is not None  # check_batching made sure
         unique, inverse = np.unique(pool, return_inverse=True)
-        keys = np.asarray(self.duplicate_keys(unique, cursor.epoch))[inverse]
+        keys = np.asarray(duplicate_keys(unique, cursor.epoch))[inverse]
         most = most_shared(keys)
         if most > len(sizes) * world:
             said = f"one key (a query or document) is shared by {most} samples"
@@ -208,12 +163,13 @@ class MapWorkload:
     def _refusal(self, cursor: Cursor, why: str, most: int | None) -> str:
         """Why a no_duplicates epoch is refused (rather than read with repeats), and the fix:
         the largest batch size with at least ``most`` batches an epoch, where one is known."""
-        world, size = self.world.world_size, self.batch_size
-        batches = self._segment(world, cursor, size).batches
+        world, size = self.sizes(None)
+        batches = self.segment(cursor).batches
         fits = [
             b
             for b in range(1, size)
-            if self._segment(world, Cursor(), b).batches * world >= (most or 0)
+            if self.segment(Cursor(), {"world_size": world, "batch_size": b}).batches * world
+            >= (most or 0)
         ]
         lower = "lower batch_size" + (f" to at most {max(fits)}" if most and fits else "")
         return (
@@ -226,7 +182,7 @@ class MapWorkload:
 
     def keys(self, cursor: Cursor) -> Iterator[MapBatch]:
         """This rank's batches from ``cursor.batches`` on, as their epoch and items."""
-        size, epoch = self.batch_size, cursor.epoch
+        size, epoch = self.reading.batch_size, cursor.epoch
         first, indices = cursor.batches, self.share(cursor)[cursor.batches * size :].tolist()
         return (
             MapBatch(epoch, tuple(indices[i : i + size]), first + i // size)
@@ -236,85 +192,46 @@ class MapWorkload:
     def items(self, key: MapBatch) -> list[Any]:
         """What the dataset is asked for to build ``key``: :class:`EpochIndex` items where it
         is epoch-aware, else its indices."""
-        if self.epoch_aware:
+        if self.hooks.epoch_aware:
             return [EpochIndex(key.epoch, i) for i in key.items]
         return list(key.items)
 
     def build(self, key: MapBatch) -> Any:
-        """The collated batch of ``key``'s items, each read as ``dataset[item]`` (an epoch-aware
-        dataset gets :class:`EpochIndex` items; a dataset with ``set_epoch`` is told the epoch
-        first, in whichever process builds the batch)."""
+        """The collated batch of ``key``'s items, each read as ``dataset[item]`` or all at once
+        by ``__getitems__``; the dataset's ``set_epoch`` and ``at_step`` are called first, in
+        whichever process builds the batch (:mod:`lading.loading.hooks`)."""
+        hooks, items = self.hooks, self.items(key)
+        if hooks.set_epoch is not None and key.epoch != self._told:
+            hooks.set_epoch(key.epoch)
+            self._told = key.epoch
+        if hooks.at_step is not None and key.batch >= 0:  # the reads below are this batch's
+            hooks.at_step(step_of(key.epoch, key.batch))
+        if hooks.getitems is not None:
+            return self.collate(hooks.getitems(items))
         dataset = self.dataset
-        items = self.items(key)
-        if not self.epoch_aware:
-            set_epoch = getattr(dataset, "set_epoch", None)
-            if callable(set_epoch) and key.epoch != self._told:
-                set_epoch(key.epoch)
-                self._told = key.epoch
-        at_step = getattr(dataset, "at_step", None)
-        if callable(at_step) and key.batch >= 0:  # the reads below are this batch's
-            at_step(step_of(key.epoch, key.batch))
-        getitems = getattr(dataset, "__getitems__", None)
-        rows = getitems(items) if callable(getitems) else [dataset[i] for i in items]
-        return self.collate(rows)
-
-    def bulk(self, cursor: Cursor) -> None:
-        """None: batch by batch is the way (the dataset reads items one by one)."""
-        return None
-
-    def layout(self) -> dict[str, Any]:
-        return {"world_size": self.world.world_size, "batch_size": self.batch_size}
+        return self.collate([dataset[i] for i in items])
 
     def fingerprint(self) -> dict[str, Any]:
+        """The settings', the sample count and the dataset's identity (where it has one)."""
         found: dict[str, Any] = {
             "n": self.n,
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "equalize": self.equalize,
-            "drop_partial_batch": self.drop_partial_batch,
-            "data": self.data,  # the dataset's data_fingerprint(), where it has one
+            **self.reading.fingerprint(),
+            "data": self.hooks.identity,  # the dataset's data_fingerprint(), where it has one
         }
         if self.batching != "order":  # absent by default: states saved before it still load
             found["batching"] = self.batching
         return found
 
     def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
+        """What ``layout`` left unread at ``cursor``; refused for a no_duplicates epoch (its
+        batches were regrouped for their layout)."""
         if self.batching == "no_duplicates":
             raise LoaderStateError(
                 f"a no_duplicates epoch is regrouped for its layout; the state was saved with "
                 f"{dict(layout)}, this loader has {self.layout()}: resume with the saved "
                 "world size and batch size, or start the epoch afresh"
             )
-        seg = self._segment(int(layout["world_size"]), cursor, int(layout["batch_size"]))
-        return seg.unread_after(cursor.batches)
-
-    def consumed(self, cursor: Cursor) -> int:
-        seg = self._segment(self.world.world_size, cursor, self.batch_size)
-        return seg.read_after(cursor.batches) * seg.readers
-
-
-def data_fingerprint(dataset: object) -> str | None:
-    """What identifies the data of ``dataset``, where it has an identity, put in the loader's
-    state so that a state saved over other data of the same length is refused:
-
-    - ``dataset.data_fingerprint()`` where the dataset defines it (TrainingGroups, GroupRows): a
-      digest of its content;
-    - an HF ``datasets.Dataset``: ``datasets:`` and its ``_fingerprint`` (datasets' own key of
-      its content and every transform since, the same in every process);
-    - a lading store: ``store:`` and the content id of the snapshot it reads.
-
-    Any other dataset is known by its length only (None)."""
-    method = getattr(dataset, "data_fingerprint", None)
-    if callable(method):
-        found = method()
-        return None if found is None else str(found)
-    hf = getattr(dataset, "_fingerprint", None)
-    if type(dataset).__module__.split(".")[0] == "datasets" and isinstance(hf, str):
-        return f"datasets:{hf}"
-    content = getattr(dataset, "content_id", None)
-    if isinstance(content, str) and hasattr(dataset, "snapshot"):
-        return f"store:{content}"
-    return None
+        return super().unread(layout, cursor)
 
 
 def loader(
@@ -338,8 +255,9 @@ def loader(
     """A loader of ``dataset`` in which each global rank reads a disjoint, equal share.
 
     Args:
-        dataset: a map-style dataset. If it has ``epoch_aware = True`` it receives
-            :class:`EpochIndex` items (needed for per-epoch sampling with persistent workers).
+        dataset: a map-style dataset: ``len()`` and ``dataset[i]``, and any of the optional
+            hooks of :mod:`lading.loading.hooks` (``epoch_aware``, ``set_epoch``,
+            ``__getitems__``, ``prefetch``, ``duplicate_keys``...), looked up once, here.
         batch_size: samples per batch on this rank.
         collate_fn: builds a batch from a list of items (runs in the workers).
         num_workers: DataLoader worker processes per rank (0: read in this process). Stores
@@ -360,21 +278,14 @@ def loader(
     """
     if not isinstance(dataset, Sized):
         raise TypeError("lading.loader needs a map-style dataset with __len__")
-    refuse_drop_last(drop_last, "lading.loader")
-    workload = MapWorkload(
-        dataset,
-        collate_fn,
-        batch_size=check_batch_size(batch_size),
-        shuffle=shuffle,
-        seed=seed,
-        equalize=equalize,
-        drop_partial_batch=drop_partial_batch,
-        world=world,
-        batching=batching,
-    )
+    reading = Reading.of(
+        "lading.loader", batch_size, shuffle=shuffle, seed=seed, equalize=equalize,
+        drop_partial_batch=drop_partial_batch, world=world, drop_last=drop_last,
+    )  # fmt: skip
+    workload = MapWorkload(dataset, collate_fn, reading, batching)
     workers = Workers(
         num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
     )
-    made = Loader(workload, workers, seed=seed, announce=announcer(dataset, workload.items))
+    made = Loader(workload, workers, announce=announcer(workload.hooks, workload.items))
     made.dataset = dataset
     return made

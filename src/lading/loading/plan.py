@@ -41,42 +41,11 @@ def check_equalize(equalize: str) -> str:
     return equalize
 
 
-def check_batch_size(batch_size: object) -> int:
-    """``batch_size`` if it is an int >= 1 (a bool is not one), else an error naming it."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-        raise TypeError(
-            f"batch_size={batch_size!r}: batch_size must be an int >= 1 (the items of one "
-            "batch on each rank)"
-        )
-    if batch_size < 1:
-        raise ValueError(
-            f"batch_size={batch_size!r}: batch_size must be an int >= 1 (the items of one "
-            "batch on each rank)"
-        )
-    return int(batch_size)
-
-
 def batch_count(items: int, batch_size: int, drop_partial_batch: bool) -> int:
     """Batches a reader of ``items`` positions yields (the last one partial unless dropped)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     return items // batch_size if drop_partial_batch else -(-items // batch_size)
-
-
-def refuse_drop_last(drop_last: object, where: str) -> None:
-    """Refuse DataLoader's ``drop_last`` (lading splits its two effects) naming what to pass.
-
-    DataLoader's ``drop_last=True`` drops a rank's last partial batch; under DDP the sampler's
-    own ``drop_last`` also cuts the data to equal shares. lading names these separately:
-    ``drop_partial_batch`` and ``equalize``. A user typing the DataLoader name gets this error,
-    never a silent guess at which of the two was meant.
-    """
-    if drop_last is not None:
-        raise TypeError(
-            f"{where}(drop_last=...) is not a lading argument: pass drop_partial_batch=True to "
-            "leave out each rank's last partial batch (DataLoader's drop_last), and "
-            "equalize='truncate' to cut the data to equal shares (DistributedSampler's)"
-        )
 
 
 def check_epoch(

@@ -9,7 +9,7 @@ Every loader's :meth:`state_dict` is the same schema::
 - ``fingerprint``: what fixes the data and its orders (sizes, seed, shuffle, equalize…). A
   state whose fingerprint differs belongs to another dataset or run: refused, naming the key.
   A map-style state's ``data`` is its dataset's identity where it has one
-  (:func:`lading.loading.map_workload.data_fingerprint`); a state saved without one (``None``,
+  (:func:`lading.loading.hooks.identity_of`); a state saved without one (``None``,
   or before it was recorded) is checked by length only, as it was then.
 - ``layout``: what fixes who reads what (world size, workers, batch size…). The same layout
   resumes bitwise: ``batches`` are skipped. Another layout resumes *elastically*: the positions

@@ -7,6 +7,13 @@ is asked about, so its answers are functions of (settings, cursor) that any proc
 compute for any position: a DataLoader worker builds a batch from its key alone, a resume plans
 the saved layout's segment to find what it left unread. Sharding, equalizing and the
 arithmetic of segments are the core's too (:class:`~lading.loading.segment.Segment`).
+
+Every workload of lading is a :class:`SegmentWorkload`: it holds the one settings record
+(:class:`~lading.loading.reading.Reading`) and answers one hook, :meth:`SegmentWorkload.segment`
+(``cursor``'s segment of the epoch under a layout); the batch count, what is unread at a
+position, what was consumed, the layout and the fingerprint follow from it and from the
+settings, written once here. A workload adds its keys, how a key becomes a batch, and what its
+layout and fingerprint hold beyond the settings.
 """
 
 from __future__ import annotations
@@ -14,7 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+from lading.loading.reading import Reading
 from lading.loading.runs import Runs
+from lading.loading.segment import Segment
 from lading.loading.state import Cursor
 
 
@@ -24,6 +33,7 @@ class Workload(Protocol):
     Attributes:
         kind: the workload's name in a saved state (``"map"``, ``"lm"``, ``"parquet"``): a
             state of another kind is refused.
+        reading: the loader's settings (batch size, seed, shuffle, equalize, ranks...).
 
     A workload whose consecutive batches share a costly read (parquet: a decoded chunk) also has
     ``group(key) -> Hashable``: the loader then deals each run of keys of one group to one
@@ -31,6 +41,7 @@ class Workload(Protocol):
     """
 
     kind: str
+    reading: Reading
 
     def batches(self, cursor: Cursor) -> int:
         """Batches this rank yields in ``cursor``'s segment of its epoch (equal on every rank)."""
@@ -70,3 +81,64 @@ class Workload(Protocol):
     def consumed(self, cursor: Cursor) -> int:
         """Positions read at ``cursor`` in its segment, over all ranks (for logs and humans)."""
         ...
+
+    def saved_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """``state`` as this workload reads it today (a key renamed since, an older layout
+        read as this one), before the loader checks it; or a LoaderStateError that says more
+        than a differing key would (other tokens under the same sizes)."""
+        ...
+
+
+class SegmentWorkload:
+    """What every lading workload shares: the settings, and all that follows from a segment.
+
+    A subclass sets ``kind`` and ``reading`` and answers :meth:`segment`, :meth:`keys` and
+    :meth:`build`; it extends :meth:`layout` and :meth:`fingerprint` with what else fixes who
+    reads what and which data it is, and overrides :meth:`unread` only where a reader does
+    not read its share in order (parquet's shuffled chunks).
+    """
+
+    kind: str
+    reading: Reading
+
+    def segment(self, cursor: Cursor, layout: Mapping[str, Any] | None = None) -> Segment:
+        """``cursor``'s segment of the epoch planned over ``layout``'s readers (default: this
+        run's): the one hook the rest is derived from."""
+        raise NotImplementedError
+
+    def sizes(self, layout: Mapping[str, Any] | None) -> tuple[int, int]:
+        """(world size, batch size) of ``layout``, or of this run's settings."""
+        if layout is None:
+            return self.reading.world.world_size, self.reading.batch_size
+        return int(layout["world_size"]), int(layout["batch_size"])
+
+    def batches(self, cursor: Cursor) -> int:
+        """Batches each rank yields in ``cursor``'s segment."""
+        return self.segment(cursor).batches
+
+    def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
+        """Epoch positions ``layout`` had not read at ``cursor``: every reader's share read
+        up to its ``cursor.batches``-th batch, in order."""
+        return self.segment(cursor, layout).unread_after(cursor.batches)
+
+    def consumed(self, cursor: Cursor) -> int:
+        """Positions read at ``cursor`` in its segment, over all readers."""
+        seg = self.segment(cursor)
+        return seg.read_after(cursor.batches) * seg.readers
+
+    def bulk(self, cursor: Cursor) -> Iterator[Any] | None:
+        """None: batch by batch (a workload that reads many at a time overrides this)."""
+        return None
+
+    def layout(self) -> dict[str, Any]:
+        """World size and batch size (a workload adds what else fixes who reads what)."""
+        return self.reading.layout()
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Seed, shuffle, equalize, drop_partial_batch (a workload adds the data's sizes and
+        identity)."""
+        return self.reading.fingerprint()
+
+    def saved_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """``state`` as it is (a workload that renamed a key since maps it)."""
+        return dict(state)

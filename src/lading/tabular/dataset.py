@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from lading.loading.loader import Loader, Workers
-from lading.loading.plan import check_batch_size, check_equalize, refuse_drop_last
+from lading.loading.reading import Reading
 from lading.tabular.files import check_schemas, footer_digest, parquet_files, scan
 from lading.tabular.plan import Piece
 from lading.tabular.read import RowReader, check_columns, check_counted_nulls, check_list_options
@@ -75,13 +74,15 @@ class PartitionedParquet(Loader):
         multiprocessing_context: str | None = None,
         drop_last: None = None,
     ) -> None:
-        refuse_drop_last(drop_last, "PartitionedParquet")
         if isinstance(batch_size, (list, tuple)):
             raise TypeError(
                 f"PartitionedParquet(paths, {list(batch_size)!r}, ...): columns are a keyword "
                 f"now, after batch_size: PartitionedParquet(paths, batch_size, columns=...)"
             )
-        batch_size = check_batch_size(batch_size)
+        reading = Reading.of(
+            "PartitionedParquet", batch_size, shuffle=shuffle, seed=seed, equalize=equalize,
+            drop_partial_batch=drop_partial_batch, world=world, drop_last=drop_last,
+        )  # fmt: skip
         list_columns = check_list_options(list_columns or {}, pad)
         workers = Workers(
             num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
@@ -93,27 +94,12 @@ class PartitionedParquet(Loader):
         check_schemas(self.files, schemas, self.columns)
         check_columns(schemas[0], self.columns, list_columns, self.files[0])
         check_counted_nulls(self.files, footers, [c for c in self.columns if c not in list_columns])
-        self.world = world or World.detect()
         workload = ParquetWorkload(
             self.pieces,
             RowReader(self.columns, list_columns, pad, pad_value),
             footer_digest(self.files, footers),
-            batch_size=batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            equalize=check_equalize(equalize),
-            drop_partial_batch=drop_partial_batch,
-            world=self.world,
-            buffer_rows=buffer_rows,
+            reading,
+            buffer_rows,
         )
-        super().__init__(workload, workers, seed=seed)
-        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        super().__init__(workload, workers)
         self.total_rows, self.buffer_rows = workload.total_rows, workload.buffer_rows
-        self._parquet = workload
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` (see :meth:`Loader.load_state_dict`); a state saved when
-        each worker read a share of its own resumes from that layout (bitwise where it had 0
-        or 1 workers, whose rows are the ones read now; elastically from more)."""
-        layout = self._parquet.saved_layout(state.get("layout", {}))
-        super().load_state_dict({**state, "layout": layout})

@@ -29,13 +29,13 @@ import numpy as np
 import torch
 
 from lading.loading.order import Salt, permutation
-from lading.loading.plan import check_epoch
+from lading.loading.reading import Reading
 from lading.loading.runs import Runs
 from lading.loading.segment import Segment
 from lading.loading.state import Cursor
+from lading.loading.workload import SegmentWorkload
 from lading.tabular.plan import Piece, epoch_pieces, share_of_runs
 from lading.tabular.read import RowReader
-from lading.world import World
 
 ChunkRows = tuple[int, tuple[int, ...], tuple[int, ...]]  # (chunk, run starts, run stops)
 
@@ -52,14 +52,14 @@ class RowsKey(NamedTuple):
     chunks: tuple[ChunkRows, ...]
 
 
-class ParquetWorkload:
+class ParquetWorkload(SegmentWorkload):
     """The rows of parquet row groups, planned over the ranks.
 
     Args:
         pieces: every row group (file, index, rows), from the footers.
         rows: reads fragments of row groups and turns them into tensors.
         data: a digest of the footers (other files of the same counts: another fingerprint).
-        batch_size, shuffle, seed, equalize, drop_partial_batch, world: the loader's keywords.
+        reading: the loader's settings (one reader per rank).
         buffer_rows: rows shuffled together (rounded up to whole batches, so that a batch
             never spans two chunks and a chunk's batches can go to one worker).
     """
@@ -71,31 +71,15 @@ class ParquetWorkload:
         pieces: list[Piece],
         rows: RowReader,
         data: str,
-        *,
-        batch_size: int,
-        shuffle: bool,
-        seed: int,
-        equalize: str,
-        drop_partial_batch: bool,
-        world: World,
+        reading: Reading,
         buffer_rows: int | None,
     ) -> None:
-        self.pieces, self.rows, self._data = pieces, rows, data
-        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
-        self.equalize, self.drop_partial_batch = equalize, drop_partial_batch
-        self.world = world
+        self.pieces, self.rows, self._data, self.reading = pieces, rows, data, reading
         self.total_rows = sum(p.rows for p in pieces)
-        wanted = buffer_rows or max(max(p.rows for p in pieces), 8 * batch_size)
-        self.buffer_rows = -(-wanted // batch_size) * batch_size
-        check_epoch(
-            self.total_rows,
-            world.world_size,
-            equalize,
-            batch_size,
-            drop_partial_batch,
-            items="rows",
-            readers_are="world_size",
-        )
+        size = reading.batch_size
+        wanted = buffer_rows or max(max(p.rows for p in pieces), 8 * size)
+        self.buffer_rows = -(-wanted // size) * size
+        reading.refuse_empty(self.total_rows, "rows")
         self._ordered: tuple[int, list[Piece]] | None = None
         self._chunks: list[tuple[tuple[int, ...], Any]] = []  # the last two chunks served
 
@@ -107,18 +91,17 @@ class ParquetWorkload:
 
     # ------------------------------------------------------------------ planning
 
-    def _segment(self, readers: int, cursor: Cursor, batch_size: int) -> Segment:
-        """``cursor``'s segment of the rows, in contiguous ranges over ``readers``."""
-        return Segment.of(self.total_rows, readers, cursor, self, batch_size)
-
-    def batches(self, cursor: Cursor) -> int:
-        """Batches this rank yields in ``cursor``'s segment."""
-        return self._segment(self.world.world_size, cursor, self.batch_size).batches
+    def segment(self, cursor: Cursor, layout: Mapping[str, Any] | None = None) -> Segment:
+        """``cursor``'s segment of the rows, in contiguous ranges over ``layout``'s readers (a
+        layout with ``num_workers``: a state saved when each worker read a share of its own)."""
+        world, size = self.sizes(layout)
+        workers = 1 if layout is None else max(1, int(layout.get("num_workers", 1)))
+        return Segment.of(self.total_rows, world * workers, cursor, self.reading, size)
 
     def keys(self, cursor: Cursor) -> Iterator[RowsKey]:
         """This rank's batches from ``cursor`` on, chunk after chunk of its share."""
-        size, chunk_rows, rank = self.batch_size, self.buffer_rows, self.world.rank
-        seg = self._segment(self.world.world_size, cursor, size)
+        size, chunk_rows, rank = self.reading.batch_size, self.buffer_rows, self.reading.rank
+        seg = self.segment(cursor)
         share = seg.share(rank)
         last: ChunkRows | None = None  # the latest chunk: it serves many batches
         for i in range(cursor.batches, seg.batches):
@@ -134,26 +117,23 @@ class ParquetWorkload:
         return key.epoch, key.segment, key.reader, key.chunks[0][0]
 
     def _chunk_order(self, epoch: int, reader: int, chunk: int, segment: int, size: int) -> Any:
+        reading = self.reading
         return permutation(
-            size, self.seed, Salt.CHUNK_ORDER, epoch, reader, chunk, segment, shuffle=self.shuffle
-        )
+            size, reading.seed, Salt.CHUNK_ORDER, epoch, reader, chunk, segment,
+            shuffle=reading.shuffle,
+        )  # fmt: skip
 
     def layout(self) -> dict[str, Any]:
-        return {
-            "world_size": self.world.world_size,
-            "batch_size": self.batch_size,
-            "buffer_rows": self.buffer_rows,
-        }
+        """World size, batch size and the chunk size (another: an elastic resume)."""
+        return {**self.reading.layout(), "buffer_rows": self.buffer_rows}
 
     def fingerprint(self) -> dict[str, Any]:
+        """The settings', the row and row-group counts and a digest of the footers."""
         return {
             "rows": self.total_rows,
             "row_groups": len(self.pieces),
             "data": self._data,  # other files of the same row and row-group counts: refused
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "equalize": self.equalize,
-            "drop_partial_batch": self.drop_partial_batch,
+            **self.reading.fingerprint(),
         }
 
     def _served(self, layout: Mapping[str, Any], cursor: Cursor) -> tuple[Segment, list[Runs]]:
@@ -162,8 +142,8 @@ class ParquetWorkload:
         ``num_workers`` is a state saved when each worker read a share of its own, its
         batches taken from the workers in turn."""
         workers = max(1, int(layout.get("num_workers", 1)))
-        size, chunk_rows = int(layout["batch_size"]), int(layout["buffer_rows"])
-        seg = self._segment(int(layout["world_size"]) * workers, cursor, size)
+        chunk_rows = int(layout["buffer_rows"])
+        seg = self.segment(cursor, layout)
         served = []
         for reader in range(seg.readers):
             rows = seg.read_after(len(range(reader % workers, cursor.batches, workers)))
@@ -177,26 +157,26 @@ class ParquetWorkload:
         return seg, served
 
     def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
+        """What ``layout`` left unread at ``cursor``: whole chunks, and of one chunk per
+        reader the rows its shuffle had not reached."""
         seg, served = self._served(layout, cursor)
         return seg.unread(served)
 
-    def consumed(self, cursor: Cursor) -> int:
-        seg = self._segment(self.world.world_size, cursor, self.batch_size)
-        return self.world.world_size * seg.read_after(cursor.batches)
-
-    def saved_layout(self, layout: Mapping[str, Any]) -> dict[str, Any]:
-        """A state's layout as this source writes it: one saved when each worker read a share
-        of its own, by 0 or 1 workers, read the rows this source reads (a bitwise resume)."""
-        found = dict(layout)
-        if int(found.get("num_workers", 0)) <= 1:
-            found.pop("num_workers", None)
-        return found
+    def saved_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """``state`` with its layout as this workload writes it: one saved when each worker
+        read a share of its own, by 0 or 1 workers, read the rows read now (a bitwise resume;
+        from more workers, an elastic one)."""
+        layout = dict(state.get("layout", {}))
+        if int(layout.get("num_workers", 0)) <= 1:
+            layout.pop("num_workers", None)
+        return {**state, "layout": layout}
 
     # ------------------------------------------------------------------ reading
 
     def _pieces_of(self, epoch: int) -> list[Piece]:
         if self._ordered is None or self._ordered[0] != epoch:
-            self._ordered = (epoch, epoch_pieces(self.pieces, self.seed, epoch, self.shuffle))
+            reading = self.reading
+            self._ordered = (epoch, epoch_pieces(self.pieces, reading.seed, epoch, reading.shuffle))
         return self._ordered[1]
 
     def _chunk(self, key: RowsKey, chunk: int, rows: Runs) -> Any:
@@ -210,7 +190,7 @@ class ParquetWorkload:
         # third chunk to the peak (the benchmark's anonymous memory, +10%)
         self._chunks = self._chunks[-1:]
         table = self.rows.read(share_of_runs(self._pieces_of(key.epoch), rows))
-        if self.shuffle:
+        if self.reading.shuffle:
             order = self._chunk_order(key.epoch, key.reader, chunk, key.segment, table.num_rows)
             table = table.take(order)
         self._chunks = [*self._chunks, (ident, table)]
@@ -227,7 +207,3 @@ class ParquetWorkload:
             lo, hi = max(key.lo, first) - first, min(key.hi, first + table.num_rows) - first
             parts.append(table.slice(lo, hi - lo))
         return self.rows.tensors(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
-
-    def bulk(self, cursor: Cursor) -> None:
-        """None: batch by batch (a batch reads from the chunk its reader keeps)."""
-        return None

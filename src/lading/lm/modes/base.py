@@ -5,7 +5,7 @@ A mode is two classes in one module: a frozen dataclass of options a user passes
 a :class:`Mode` made from those options that answers for them: the epoch's view it reads (the
 epoch stream, or its windows), the plan of a segment of it, one batch, and what the mode adds
 to the layout and fingerprint of a state. A mode is given what it reads (the epoch's view, the
-:class:`~lading.lm.segment.Reading` settings, a batch's key), never the loader. The options
+:class:`~lading.loading.reading.Reading` settings, a batch's key), never the loader. The options
 name their mode (``mode``, a class variable); the registry in :mod:`lading.lm.modes` maps that
 name to the :class:`Mode` class.
 """
@@ -20,9 +20,10 @@ import numpy.typing as npt
 
 from lading.lm.batches import Batch
 from lading.lm.corpus import TokenCorpus
-from lading.lm.segment import LMSegment, Reading, SegmentBatchKey
+from lading.lm.segment import LMSegment, SegmentBatchKey
 from lading.lm.stream import EpochStream
 from lading.lm.windows import EpochWindows, TokenMixture, WindowReader
+from lading.loading.reading import Reading
 from lading.loading.state import Cursor
 
 EpochView = EpochStream | WindowReader  # what a mode reads an epoch from

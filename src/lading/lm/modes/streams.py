@@ -20,9 +20,10 @@ from lading.lm.batches import Batch, stream_batch
 from lading.lm.bptt import Jitter, check_jitter, max_seq
 from lading.lm.corpus import TokenCorpus
 from lading.lm.modes.base import EpochView, Mode, check_flag, check_length
-from lading.lm.segment import LMSegment, Reading, SegmentBatchKey, plan_streams
+from lading.lm.segment import LMSegment, SegmentBatchKey, plan_streams
 from lading.lm.stream import EpochStream
 from lading.lm.windows import EpochWindows, TokenMixture
+from lading.loading.reading import Reading
 from lading.loading.state import Cursor
 
 

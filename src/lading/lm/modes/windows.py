@@ -18,11 +18,11 @@ import numpy.typing as npt
 from lading.errors import EmptyEpochError
 from lading.lm.batches import Batch, window_batch
 from lading.lm.modes.base import EpochView, Mode, check_flag, check_length
-from lading.lm.segment import LMSegment, Reading, SegmentBatchKey, plan_windows
+from lading.lm.segment import LMSegment, SegmentBatchKey, plan_windows
 from lading.lm.stream import EpochStream
 from lading.lm.windows import EpochWindows, WindowReader
 from lading.loading.order import feistel_permutation
-from lading.loading.plan import check_epoch
+from lading.loading.reading import Reading
 from lading.loading.state import Cursor
 
 
@@ -104,10 +104,7 @@ class WindowsMode(Mode):
                 "an epoch of 0 batches on every rank: the corpus holds no window of seq_len + 1 "
                 f"= {self.length() + 1} tokens; use a smaller seq_len"
             )
-        check_epoch(
-            first.n, reading.world_size, reading.equalize, reading.batch_size,
-            reading.drop_partial_batch, items="windows", readers_are="world_size",
-        )  # fmt: skip
+        reading.refuse_empty(first.n, "windows")
 
     def build(
         self, seg: LMSegment, key: SegmentBatchKey, x: npt.NDArray[np.int64], reading: Reading
