@@ -29,12 +29,3 @@ def test_token_corpus_build_and_open_refuse_a_url(
     with pytest.raises(LadingError, match=r"local folder, not the URL s3://corpora/wiki"):
         TokenCorpus.open("s3://corpora/wiki")
 
-
-def test_partitioned_parquet_refuses_a_url() -> None:
-    pytest.importorskip("pyarrow")
-    from lading.tabular import PartitionedParquet
-
-    with pytest.raises(
-        LadingError, match=r"local folder, not the URL s3://logs/sessions/part-0.parquet"
-    ):
-        PartitionedParquet(["s3://logs/sessions/part-0.parquet"], 8)
