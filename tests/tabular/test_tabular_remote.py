@@ -210,21 +210,26 @@ def test_a_cap_below_one_row_group_reads_around_the_cache(
     assert remote.cache_stats()["bytes_cached"] <= 1000
 
 
+@pytest.mark.parametrize("workers", [0, 2])
 def test_an_object_rewritten_mid_run_is_refused_never_mixed(
-    s3: LocalS3, local: Path, tmp_path: Path
+    s3: LocalS3, local: Path, tmp_path: Path, workers: int
 ) -> None:
     """A file replaced by other rows while a run reads: each batch is the old data's until a
-    read meets the new version, which fails naming the object and the fix."""
-    url = upload(s3, local, "parquet-rewritten")
+    read meets the new version, which fails naming the object and the fix (DataLoader workers,
+    forked, read through fsspec: pinned too). Was: the new bytes decoded at the old offsets."""
+    url = upload(s3, local, f"parquet-rewritten-{workers}")
     want = list(PartitionedParquet(local, 8, **KW))
     with pytest.warns(UserWarning, match="cannot hold one row group"):  # every GET is a read's
-        remote = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes=1000, **KW)
+        remote = PartitionedParquet(
+            url, 8, cache=cold(tmp_path), cache_bytes=1000, num_workers=workers,
+            multiprocessing_context="fork", **KW,
+        )  # fmt: skip
     other = tmp_path / "other.parquet"
     write_sessions(other, ROWS, 4, seed=99)  # same layout, other values
     from lading.stores.remote.clients import open_client
 
     got = []
-    with pytest.raises(RemoteReadError, match=r"rewritten while this dataset read it.*again"):
+    with pytest.raises(RemoteReadError, match=r"(?s)rewritten while this dataset read it.*again"):
         for i, batch in enumerate(remote):
             got.append(batch)
             if i == 2:
