@@ -33,7 +33,10 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sessions as local files: what the remote ones must read the same as."""
     folder = tmp_path_factory.mktemp("sessions")
     for i in range(FILES):
-        write_sessions(folder / f"part-{i}.parquet", ROWS, 4, seed=i)
+        path = write_sessions(folder / f"part-{i}.parquet", ROWS, 4, seed=i)
+        table = pq.read_table(path)  # session ids unique across the files: i * ROWS + row
+        ids = pa.array(table.column("session_id").to_numpy() + i * ROWS)
+        pq.write_table(table.set_column(0, "session_id", ids), path, row_group_size=25)
     return folder
 
 
@@ -319,32 +322,33 @@ def test_a_pickled_dataset_reopens_nothing(url: str, tmp_path: Path) -> None:
 
 # -- real data ----------------------------------------------------------------------------------
 
-YOOCHOOSE = Path(__file__).resolve().parents[3] / "shared" / "data"
-
-
-def _yoochoose_parquet() -> list[Path]:
-    found = sorted(YOOCHOOSE.glob("**/*.parquet")) if YOOCHOOSE.is_dir() else []
-    return [p for p in found if "yoochoose" in str(p).lower() or "session" in str(p).lower()]
-
 
 @pytest.mark.e2e
-def test_a_slice_of_yoochoose_reads_the_same_from_the_bucket(s3: LocalS3, tmp_path: Path) -> None:
-    files = _yoochoose_parquet()
+def test_yoochoose_sessions_read_the_same_from_a_bucket(
+    s3: LocalS3, data_dir: Path, tmp_path: Path
+) -> None:
+    """The Transformers4Rec YOOCHOOSE days (../shared/data, SOURCES.md 3a) uploaded to the
+    local S3 and read by prefix: the batches of the local files, at 2 ranks."""
+    days = data_dir / "recsys" / "yoochoose_t4r_preproc_sessions_by_day"
+    files = sorted(days.glob("*/train.parquet"))
     if not files:
-        pytest.skip(f"no YOOCHOOSE session parquet under {YOOCHOOSE} (see SOURCES.md there)")
-    source = files[0]
-    table = pq.read_table(source)
-    lists = [f.name for f in table.schema if pa.types.is_list(f.type)]
-    flat = [
-        f.name for f in table.schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
-    ]
-    folder = tmp_path / "slice"
-    folder.mkdir()
-    part = table.slice(0, min(len(table), 20_000)).select(flat + lists)
-    pq.write_table(part, folder / "part-0.parquet", row_group_size=2048)
-    url = upload(s3, folder, "parquet-yoochoose")
-    kw: dict[str, Any] = {"list_columns": {n: 20 for n in lists}, "seed": 1}
-    same(
-        list(PartitionedParquet(url, 256, cache=cold(tmp_path), cache_bytes="64M", **kw)),
-        list(PartitionedParquet(folder, 256, **kw)),
-    )
+        pytest.skip(f"no YOOCHOOSE sessions at {days}/*/train.parquet (SOURCES.md 3a)")
+    from lading.stores.remote.clients import open_client
+
+    s3.make_bucket("yoochoose")
+    client = open_client("s3://yoochoose")
+    for path in files:
+        client.put(f"sessions/{path.parent.name}/train.parquet", path)
+    kw: dict[str, Any] = {
+        "columns": ["session_id", "item_id-count", "item_id-list_seq"],
+        "list_columns": {"item_id-list_seq": 20},
+        "seed": 1,
+    }
+    cache = cold(tmp_path)
+    for rank in range(2):
+        world = World(rank, 2)
+        remote = PartitionedParquet(
+            "s3://yoochoose/sessions/", 512, world=world, cache=cache, cache_bytes="64M", **kw
+        )
+        assert len(remote.files) == len(files)
+        same(list(remote), list(PartitionedParquet(files, 512, world=world, **kw)))
