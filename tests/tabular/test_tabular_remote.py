@@ -140,16 +140,25 @@ def test_each_chunk_is_read_at_the_step_it_was_announced_for(
         assert step is not None and step >> 32 == 2 and step in announced[piece], (piece, step)
 
 
-def test_a_state_resumes_with_a_cold_cache(url: str, local: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_resumes_with_a_cold_cache(
+    url: str, local: Path, tmp_path: Path, workers: int
+) -> None:
     full = list(PartitionedParquet(local, 8, **KW))
-    first = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
+    first = PartitionedParquet(
+        url, 8, cache=cold(tmp_path), cache_bytes="4M", num_workers=workers,
+        multiprocessing_context="fork", **KW,
+    )  # fmt: skip
     head = []
     for batch in first:
         head.append(batch)
         if len(head) == 13:  # mid-chunk (16-row chunks, 8-row batches: every other batch)
             break
     state = first.state_dict()
-    resumed = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
+    resumed = PartitionedParquet(
+        url, 8, cache=cold(tmp_path), cache_bytes="4M", num_workers=workers,
+        multiprocessing_context="fork", **KW,
+    )  # fmt: skip
     resumed.load_state_dict(state)
     same(head + list(resumed), full)
 
