@@ -109,6 +109,18 @@ def test_row_groups_are_fetched_ahead_and_each_fetched_once(
     assert sum(got.values()) <= FILES * 4, got  # a row group is one range, fetched once
 
 
+def test_footers_are_staged_once_per_node(url: str, s3: LocalS3, tmp_path: Path) -> None:
+    cache = cold(tmp_path)
+    s3.reset()
+    PartitionedParquet(url, 8, cache=cache, cache_bytes="4M", **KW)
+    assert s3.stats()["gets"] == FILES  # one GET of each object's end
+    s3.reset()
+    again = PartitionedParquet(url, 8, cache=cache, cache_bytes="4M", **KW)  # another rank
+    assert s3.stats()["gets"] == 0 and s3.stats()["lists"] == 1
+    assert len(list((cache / "parquet").glob("*.footer"))) == FILES
+    assert again.total_rows == FILES * ROWS
+
+
 def test_each_chunk_is_read_at_the_step_it_was_announced_for(
     url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -262,13 +274,16 @@ def test_an_object_rewritten_mid_run_is_refused_never_mixed(
     forked, read through fsspec: pinned too). Was: the new bytes decoded at the old offsets."""
     url = upload(s3, local, f"parquet-rewritten-{workers}")
     want = list(PartitionedParquet(local, 8, **KW))
+    cache = cold(tmp_path)
+    list(PartitionedParquet(url, 8, cache=cache, cache_bytes="4M", **KW))  # the old version cached
     with pytest.warns(UserWarning, match="cannot hold one row group"):  # every GET is a read's
         remote = PartitionedParquet(
             url, 8, cache=cold(tmp_path), cache_bytes=1000, num_workers=workers,
             multiprocessing_context="fork", **KW,
         )  # fmt: skip
-    other = tmp_path / "other.parquet"
-    write_sessions(other, ROWS, 4, seed=99)  # same layout, other values
+    others = tmp_path / "others"
+    for n in range(FILES):  # same layout, other values
+        write_sessions(others / f"part-{n}.parquet", ROWS, 4, seed=99 + n)
     from lading.stores.remote.clients import open_client
 
     got = []
@@ -277,11 +292,12 @@ def test_an_object_rewritten_mid_run_is_refused_never_mixed(
             got.append(batch)
             if i == 2:
                 for n in range(FILES):
-                    open_client(url).put(f"part-{n}.parquet", other)
+                    open_client(url).put(f"part-{n}.parquet", others / f"part-{n}.parquet")
     same(got, want[: len(got)])  # what came before the error was the old data, never mixed
     assert 3 <= len(got) < len(want)
-    again = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
-    assert list(again)  # the new files, read afresh
+    # opened again on the node that staged and cached the old version: the new one, whole
+    again = PartitionedParquet(url, 8, cache=cache, cache_bytes="4M", **KW)
+    same(list(again), list(PartitionedParquet(others, 8, **KW)))
 
 
 @pytest.mark.parametrize("kind", ["reset", "slow", "error"])
