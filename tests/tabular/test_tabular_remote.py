@@ -359,6 +359,22 @@ def test_a_missing_object_and_one_that_is_not_parquet(url: str, tmp_path: Path) 
         open_client(url).delete("broken.parquet")
 
 
+def test_a_null_counted_in_a_footer_is_named_with_its_url_and_row(
+    s3: LocalS3, tmp_path: Path
+) -> None:
+    folder = tmp_path / "nulls"
+    folder.mkdir()
+    scores = pa.array([0.5, 1.5, None, 2.5] * 5, pa.float32())
+    table = pa.table({"session_id": pa.array(range(20), pa.int64()), "score": scores})
+    pq.write_table(table, folder / "part-0.parquet", row_group_size=8)
+    url = upload(s3, folder, "parquet-nulls")
+    with pytest.raises(ValueError) as caught:
+        PartitionedParquet(url, 4, cache=cold(tmp_path))
+    text = _one_line(caught.value)
+    assert "s3://parquet-nulls/logs/sessions/part-0.parquet, row group 0, row 2" in text
+    assert "fill_null" in text
+
+
 def test_urls_and_local_paths_mixed(url: str, local: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError) as caught:
         PartitionedParquet([f"{url}part-0.parquet", local / "part-1.parquet"], 8)
