@@ -74,9 +74,9 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     sessions = runs["local"][0][0]
     print(f"{sessions:,} sessions an epoch, {args.repeat} repeats")
-    for name, found in runs.items():
-        rates = [n / wall for n, wall, _ in found]
-        cpu = [c / n * 1e6 for n, _, c in found]
+    for name, passes in runs.items():
+        rates = [n / wall for n, wall, _ in passes]
+        cpu = [c / n * 1e6 for n, _, c in passes]
         print(
             f"{name:5s} sessions/s median {statistics.median(rates):9,.0f} "
             f"(min {min(rates):,.0f}, max {max(rates):,.0f}); CPU us a session median "
