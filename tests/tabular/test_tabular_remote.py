@@ -375,6 +375,20 @@ def test_a_null_counted_in_a_footer_is_named_with_its_url_and_row(
     assert "fill_null" in text
 
 
+def test_a_damaged_row_group_is_named(local: Path, s3: LocalS3, tmp_path: Path) -> None:
+    from lading.stores.remote.clients import open_client
+
+    data = bytearray((local / "part-0.parquet").read_bytes())
+    data[8:400] = bytes(392)  # the first column chunks' pages, zeroed (the footer intact)
+    s3.make_bucket("parquet-damaged")
+    open_client("s3://parquet-damaged").put("part-0.parquet", bytes(data))
+    loader = PartitionedParquet("s3://parquet-damaged/", 8, cache=cold(tmp_path), **KW)
+    with pytest.raises(ValueError) as caught:
+        list(loader)
+    text = _one_line(caught.value)
+    assert "s3://parquet-damaged/part-0.parquet, row group" in text and "write it again" in text
+
+
 def test_urls_and_local_paths_mixed(url: str, local: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError) as caught:
         PartitionedParquet([f"{url}part-0.parquet", local / "part-1.parquet"], 8)

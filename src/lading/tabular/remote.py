@@ -211,14 +211,26 @@ class RemoteParquet:
         return out
 
     def decode(self, piece: Piece, parts: Parts, columns: Sequence[str]) -> Any:
-        """Row group ``piece`` as an Arrow table of ``columns``, from its ranges ``parts``."""
+        """Row group ``piece`` as an Arrow table of ``columns``, from its ranges ``parts``.
+
+        Raises:
+            ValueError: the bytes do not decode (the object is damaged), naming it.
+        """
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         ranges = FetchedRanges(self._file(piece.path), parts)
         meta = self.metadata(piece.path)
-        return pq.ParquetFile(ranges, metadata=meta, pre_buffer=False).read_row_group(
-            piece.row_group, columns=list(columns)
-        )
+        try:
+            return pq.ParquetFile(ranges, metadata=meta, pre_buffer=False).read_row_group(
+                piece.row_group, columns=list(columns)
+            )
+        except (pa.ArrowException, OSError) as e:
+            first = (str(e).splitlines() or [type(e).__name__])[0][:200]
+            raise ValueError(
+                f"{piece.path}, row group {piece.row_group}: its bytes do not decode ({first}); "
+                "the object is damaged: write it again"
+            ) from None
 
     def read_group(self, url: str, group: int, columns: Sequence[str]) -> Any:
         """One row group's ``columns``, read now (outside any plan)."""
