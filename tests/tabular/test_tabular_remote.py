@@ -395,6 +395,16 @@ def test_a_damaged_row_group_is_named(local: Path, s3: LocalS3, tmp_path: Path) 
     assert "s3://parquet-damaged/part-0.parquet, row group" in text and "write it again" in text
 
 
+def test_repartition_refuses_a_url(tmp_path: Path) -> None:
+    from lading.tabular import repartition
+
+    with pytest.raises(LadingError) as caught:
+        repartition(["s3://logs/sessions/part-0.parquet"], tmp_path / "out")
+    text = _one_line(caught.value)
+    assert "lading repartition takes a local folder, not the URL s3://logs/" in text
+    assert not (tmp_path / "out").exists()
+
+
 def test_urls_and_local_paths_mixed(url: str, local: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError) as caught:
         PartitionedParquet([f"{url}part-0.parquet", local / "part-1.parquet"], 8)
