@@ -173,6 +173,8 @@ def test_a_state_resumes_with_a_cold_cache(
     )  # fmt: skip
     resumed.load_state_dict(state)
     same(head + list(resumed), full)
+    if workers == 0:  # the chunk the resume starts in was announced too
+        assert resumed.cache_stats()["unplanned"] == 0
 
 
 def test_a_state_of_the_local_files_resumes_on_their_upload(
