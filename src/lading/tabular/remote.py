@@ -61,12 +61,17 @@ CHUNKS_AHEAD = 4
 class RemoteParquet:
     """The objects of a remote parquet dataset, their footers and one node cache a bucket.
 
-    Pickled to DataLoader workers and other processes as its files, footers and settings: the
-    clients and caches are this process's (made again on first use after a fork or spawn).
+    Pickled to DataLoader workers and other processes as its files (URL, size, ETag) and
+    settings: the footers are read again from the node's staged copies (10,000 files of 10 KB
+    footers would be 100 MB pickled to each spawned worker), the clients and caches made again
+    on first use (after a fork too).
     """
 
     def __init__(
-        self, files: Sequence[RemoteFile], footers: Sequence[bytes], settings: RemoteSettings
+        self,
+        files: Sequence[RemoteFile],
+        footers: Sequence[bytes | None],
+        settings: RemoteSettings,
     ) -> None:
         self.files, self.footers, self.settings = list(files), list(footers), settings
         self.urls = [f.url for f in self.files]
@@ -81,8 +86,8 @@ class RemoteParquet:
         self._spans: dict[tuple[str, int, tuple[str, ...]], list[tuple[int, int]]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("files", "footers", "settings", "urls", "_index", "columns")
-        return {k: self.__dict__[k] for k in keep}
+        keep = ("files", "settings", "urls", "_index", "columns")
+        return {**{k: self.__dict__[k] for k in keep}, "footers": [None] * len(self.files)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -144,7 +149,13 @@ class RemoteParquet:
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            self._meta[url] = pq.read_metadata(pa.BufferReader(self.footers[self._index[url]]))
+            i = self._index[url]
+            footer = self.footers[i]
+            if footer is None:  # a pickled copy: the node's staged footer (pinned to the ETag)
+                file = self.files[i]
+                fetchers = {file.root: self._fetcher(file.root)}
+                footer = stage_footers([file], fetchers, Path(self.settings.cache))[0]
+            self._meta[url] = pq.read_metadata(pa.BufferReader(footer))
         return self._meta[url]
 
     # -- byte ranges -------------------------------------------------------------------------
