@@ -39,7 +39,7 @@ def announced_reads(workload: Any) -> Callable[[Any], list[Piece]]:
             if len(ordered) > 1:
                 ordered.pop(min(ordered))
             ordered[key.epoch] = epoch_pieces(
-                workload.pieces, workload.seed, key.epoch, workload.shuffle
+                workload.pieces, workload.reading.seed, key.epoch, workload.reading.shuffle
             )
         share = share_of_runs(ordered[key.epoch], Runs(starts, stops))
         return list({f.piece: None for f in share.fragments})
