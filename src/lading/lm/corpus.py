@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,7 +34,7 @@ from lading.disk import (
 from lading.errors import SourceError, StaleStoreWarning, StoreFormatError
 from lading.lm.texts import identity_changed, iter_texts, source_identity
 from lading.sources import refuse_if_changed
-from lading.stores.remote.objects import refuse_remote
+from lading.stores.remote.objects import is_remote
 from lading.stores.tokens import describe_tokenizer, load_tokenizer, token_dtype
 
 FORMAT_NAME = "lading.tokens"
@@ -86,27 +87,42 @@ class TokenCorpus:
         cls,
         path: str | os.PathLike[str],
         *,
+        cache: str | os.PathLike[str] | None = None,
+        cache_bytes: int | str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        snapshot: str | None = None,
         stage_to: str | os.PathLike[str] | None = None,
         on_stale: OnStale = "warn",
-        snapshot: str | None = None,
+        timeout: float | None = None,
     ) -> TokenCorpus:
         """Map a corpus built by :meth:`build` (checked: format, version, file sizes); with
         ``stage_to``, a node-local copy in ``stage_to/<name>`` (:func:`lading.disk.stage.stage`).
 
+        An object-store URL (``s3://bucket/corpora/wiki``) is read without a copy: its offsets
+        and tokenizer are staged to the node, its tokens read by ranged GETs through the node
+        cache ``cache`` (at most ``cache_bytes``; defaults as :func:`lading.open_store`'s),
+        with ``storage_options`` for the client and ``timeout`` seconds an attempt
+        (:mod:`lading.lm.remote`). ``cache``, ``cache_bytes``, ``storage_options`` and
+        ``timeout`` are for URLs only.
+
         ``on_stale``: when the source changed since the build, ``"warn"`` (default) emits a
         :class:`~lading.errors.StaleStoreWarning`, ``"raise"`` refuses, ``"ignore"`` says
-        nothing; :attr:`stale` holds the reason either way. ``snapshot``: open that one.
+        nothing; :attr:`stale` holds the reason either way (a URL's source is not checked).
+        ``snapshot``: open that one.
         """
         if on_stale not in ("warn", "raise", "ignore"):
             raise ValueError(
                 f"unknown on_stale {on_stale!r}; choose from ['ignore', 'raise', 'warn']"
             )
-        refuse_remote(
-            path,
-            "TokenCorpus.open",
-            "token corpora are not read from object storage yet; "
-            "lading stage URL DIR copies one to this node, then TokenCorpus.open(DIR)",
-        )
+        if is_remote(path):
+            from lading.lm import remote
+
+            if stage_to is not None:
+                remote.refuse_stage_to(os.fspath(path))
+            more = {} if timeout is None else {"timeout": float(timeout)}
+            return remote.open_corpus(
+                os.fspath(path), cache, cache_bytes, storage_options, snapshot, **more
+            )
         if stage_to is not None:
             from lading.disk.stage import stage
 
@@ -147,13 +163,19 @@ class TokenCorpus:
         split: str = "blank",
         overwrite: bool = False,
         progress: bool | None = None,
+        cache: str | os.PathLike[str] | None = None,
+        cache_bytes: int | str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> TokenCorpus:
         """Tokenize every document of ``source`` into ``dest``.
 
         Args:
             source: text file(s), JSONL, WikiExtractor output, a folder or a lading store
                 (see :mod:`lading.lm.texts`).
-            dest: the corpus directory to create.
+            dest: the corpus directory to create, or an object-store URL
+                (``s3://bucket/corpora/wiki``): built in a scratch folder beside the node
+                cache ``cache``, uploaded (the manifest last) and opened there, every build a
+                new snapshot (an open corpus keeps reading its own).
             tokenizer: a ``tokenizers.Tokenizer``, HF fast tokenizer or ``tokenizer.json`` path.
             append_eos: end every document with the end-of-text id, so the model sees where
                 one document stops and the next (in shuffled order) begins.
@@ -161,13 +183,18 @@ class TokenCorpus:
             split: how plain text files divide into documents.
             overwrite: rebuild even if ``dest`` holds a corpus of this source and tokenizer.
             progress: show a progress bar (default: on a terminal).
+            cache, cache_bytes, storage_options: a URL ``dest``'s node cache and client (as
+                :meth:`open`'s).
         """
-        refuse_remote(
-            dest,
-            "TokenCorpus.build",
-            "build into a local folder, then upload it with "
-            "lading.stores.building.upload.upload(folder, open_client(URL)) (the manifest last)",
-        )
+        if is_remote(dest):
+            from lading.lm.remote import build_corpus
+
+            local = dict(append_eos=append_eos, eos_token=eos_token, split=split)
+            local.update(overwrite=overwrite, progress=progress)
+            return build_corpus(
+                cls.build, source, os.fspath(dest), cache, cache_bytes, storage_options,
+                tokenizer=tokenizer, **local,
+            )  # fmt: skip
         tok = load_tokenizer(tokenizer)
         info = describe_tokenizer(tok)
         eos = find_eos(tok, eos_token) if append_eos else None

@@ -69,6 +69,7 @@ import torch
 from lading.device import ResidentTokens, to_device
 from lading.lm.corpus import TokenCorpus
 from lading.lm.modes import REGISTERED, Packed, SequenceOptions, Streams, Windows, mode_of
+from lading.lm.remote_reads import remote_reads
 from lading.lm.segment import Reading
 from lading.lm.windows import TokenMixture
 from lading.lm.workload import LMWorkload
@@ -147,7 +148,9 @@ class LanguageModelLoader(Loader):
         workload = LMWorkload(
             corpus, mode, reading, documents, on_device(corpus, device, resident, workers)
         )
-        super().__init__(workload, workers, seed=seed)
+        reads = remote_reads(workload)  # remote corpora: their reads planned (None: local)
+        announce = None if reads is None else reads.announce
+        super().__init__(reads or workload, workers, seed=seed, announce=announce)
         self._lm, self.corpus, self.sequence, self.world = workload, corpus, sequence, world
         self.batch_size, self.seed, self.shuffle = reading.batch_size, seed, shuffle
         self.equalize, self.drop_partial_batch = reading.equalize, drop_partial_batch

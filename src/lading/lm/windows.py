@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -102,19 +103,33 @@ class TokenMixture:
         weights: corpus (a :class:`TokenCorpus` or its path) -> weight (> 0; normalised).
         windows: windows in one epoch of the mixture (default: all windows of all corpora,
             so each corpus is up- or down-sampled around its own size).
+        cache, cache_bytes, storage_options: the node cache and client of the corpora given
+            as object-store URLs (``{"s3://bucket/a": 0.7, "local/b": 0.3}``; see
+            :meth:`TokenCorpus.open`).
 
     Pass it as the corpus of a ``LanguageModelLoader`` reading ``Windows(...)`` or
     ``Packed(...)``; weights are shares of the epoch's windows (of its tokens, with ``Windows``).
+
+    Raises:
+        ValueError: no corpus, a weight that is not > 0, or one corpus named twice.
     """
 
     def __init__(
         self,
         weights: Mapping[TokenCorpus | str | os.PathLike[str], float],
         windows: int | None = None,
+        *,
+        cache: str | os.PathLike[str] | None = None,
+        cache_bytes: int | str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not weights:
             raise ValueError("TokenMixture needs at least one corpus")
-        self.corpora = [c if isinstance(c, TokenCorpus) else TokenCorpus.open(c) for c in weights]
+        remote = {"cache": cache, "cache_bytes": cache_bytes, "storage_options": storage_options}
+        self.corpora = [
+            c if isinstance(c, TokenCorpus) else TokenCorpus.open(c, **remote) for c in weights
+        ]
+        _refuse_twice(self.corpora, list(weights.values()))
         raw = np.array([float(w) for w in weights.values()])
         if not np.all(raw > 0) or not np.all(np.isfinite(raw)):
             raise ValueError(f"mixture weights must be finite and > 0, got {raw.tolist()}")
@@ -140,6 +155,23 @@ class TokenMixture:
             "mixture_windows": self.windows,
             "mixture_schedule": "smooth",  # positions spread evenly (before: one block each)
         }
+
+
+def _refuse_twice(corpora: list[TokenCorpus], weights: list[float]) -> None:
+    """One corpus given twice (by two spellings of its path, or opened twice) would be read
+    as two, its windows drawn twice over: refused, naming it and the fix."""
+    seen: dict[str, int] = {}
+    for i, corpus in enumerate(corpora):
+        url = getattr(corpus, "url", None)
+        where = url if isinstance(url, str) else str(Path(corpus.path).resolve())
+        if where in seen:
+            j = seen[where]
+            raise ValueError(
+                f"TokenMixture names the corpus {where} twice (weights {weights[j]} and "
+                f"{weights[i]}); give it once, with the sum of its weights "
+                f"({float(weights[j]) + float(weights[i])})"
+            )
+        seen[where] = i
 
 
 @functools.lru_cache(maxsize=8)

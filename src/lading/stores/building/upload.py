@@ -58,10 +58,13 @@ def build_remote(
     cache: str | None = None,
     cache_bytes: int | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    format_name: str = FORMAT_NAME,
+    opener: Callable[[str, RemoteSettings], Any] = RemoteStore,
     **kwargs: Any,
-) -> RemoteStore:
+) -> Any:
     """Build ``source`` with ``build_local(source, local_dir, *args, **kwargs)``, upload it
-    to ``url`` (manifest last) and open it there (see the module docstring)."""
+    to ``url`` (manifest last) and open it there with ``opener(url, settings)`` (a store by
+    default; ``format_name`` is what the local build makes: see the module docstring)."""
     if kwargs.get("shard") is not None:
         raise ValueError(
             f"a parallel build (shard=) straight into {url} is not supported yet: build the "
@@ -75,7 +78,7 @@ def build_remote(
     failure: BaseException | None = None
     if dist is None or dist.get_rank() == 0:
         try:
-            _build_and_upload(build_local, source, url, settings, args, kwargs)
+            _build_and_upload(build_local, source, url, settings, args, kwargs, format_name)
         except BaseException as e:  # reach the barrier first, or the other ranks hang forever
             if dist is None:
                 raise
@@ -84,7 +87,7 @@ def build_remote(
         dist.barrier()
         if failure is not None:
             raise failure
-    return RemoteStore(url, settings)
+    return opener(url, settings)
 
 
 def _build_and_upload(
@@ -94,6 +97,7 @@ def _build_and_upload(
     settings: RemoteSettings,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    format_name: str = FORMAT_NAME,
 ) -> None:
     check_writable(url, settings)  # before the source is read: a build may take hours
     settings.cache.mkdir(parents=True, exist_ok=True)
@@ -101,7 +105,7 @@ def _build_and_upload(
     try:
         local = scratch / "store"
         build_local(source, local, *args, **kwargs)
-        upload(local, open_client(url, settings.backend, settings.options))
+        upload(local, open_client(url, settings.backend, settings.options), format_name)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -136,10 +140,11 @@ def check_writable(url: str, settings: RemoteSettings) -> None:
         fetcher.close()
 
 
-def upload(local: Path, client: ObjectClient) -> None:
+def upload(local: Path, client: ObjectClient, format_name: str = FORMAT_NAME) -> None:
     """Upload the store at ``local`` through ``client``: every file under it (what the
-    manifest lists, and any per-snapshot manifest), then ``meta.json``."""
-    read_meta(local, FORMAT_NAME)  # a complete store, or the error says what is wrong
+    manifest lists, and any per-snapshot manifest), then ``meta.json``. ``format_name``: what
+    ``local`` must be (a token corpus is ``lading.tokens``)."""
+    read_meta(local, format_name)  # a complete store, or the error says what is wrong
     names = sorted(
         p.relative_to(local).as_posix()
         for p in local.rglob("*")

@@ -9,7 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lading.stores.remote.objects import BACKENDS, ObjectClient, split_url
+from lading.stores.remote.objects import (
+    BACKENDS,
+    ObjectClient,
+    RemoteNotSupportedError,
+    split_url,
+)
 
 
 def _obstore_usable() -> bool:
@@ -56,3 +61,29 @@ def open_client(
     from lading.stores.remote.client_fsspec import FsspecClient
 
     return FsspecClient(url, options, timeout)
+
+
+def check_reachable(url: str, what: str) -> None:
+    """Refuse ``url`` when no client here reaches its scheme (obstore's schemes, or any
+    protocol fsspec knows and has installed), in one line naming the fix; before, an unknown
+    scheme surfaced as fsspec's "Protocol not known" from deep inside an open.
+
+    Raises:
+        RemoteNotSupportedError: naming ``what`` (the call), the scheme and the fix.
+    """
+    scheme, _ = split_url(url)
+    if scheme in ("az", "gs", "s3", "s3a") and _obstore_usable():
+        return
+    try:
+        import fsspec
+
+        fsspec.get_filesystem_class(scheme)
+    except ImportError as e:  # fsspec knows it, its package is missing
+        raise RemoteNotSupportedError(
+            f"{what}: lading cannot reach {url}: {str(e).strip()} (the {scheme}:// client)"
+        ) from None
+    except ValueError:
+        raise RemoteNotSupportedError(
+            f"{what}: lading cannot reach {url}: no client knows {scheme}://; use s3://, gs://, "
+            "az:// (or another fsspec protocol), or a local folder"
+        ) from None

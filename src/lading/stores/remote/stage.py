@@ -36,9 +36,17 @@ def stage_dir(cache: Path, url: str, snapshot: str) -> Path:
 
 
 def stage_index(
-    fetcher: Fetcher, url: str, raw_meta: bytes, meta: dict[str, Any], cache: Path
+    fetcher: Fetcher,
+    url: str,
+    raw_meta: bytes,
+    meta: dict[str, Any],
+    cache: Path,
+    names: list[str] | None = None,
 ) -> Path:
     """The node's copy of the index files of ``meta``'s snapshot (made if absent); its path.
+    ``names``: the files to stage (default: a packed store's, :func:`staged_files`); every
+    other file of the manifest is read by ranged GETs, pinned to its ETag (a token corpus
+    stages ``tokens.off`` and ``tokenizer.json``, and reads ``tokens.bin``).
 
     Raises:
         StoreFormatError: a file's bytes do not match the manifest's size or CRC32.
@@ -54,11 +62,11 @@ def stage_index(
         remove_dead_temps(dest)
         listing = _listing(fetcher, url, meta)  # sizes checked before a byte is written
         with scratch(dest) as tmp:
-            names = staged_files(meta)
+            names = staged_files(meta) if names is None else names
             for name in names:
                 _copy(fetcher, url, name, meta["files"][name], tmp / name)
             (tmp / META_FILE).write_bytes(raw_meta)
-            etags = _pin_payload(fetcher, url, meta, listing)
+            etags = _pin_payload(fetcher, url, meta, listing, names)
             mark = {"source": url, "snapshot": meta["snapshot"], "files": names, "etags": etags}
             (tmp / STAGE_MARK).write_text(json.dumps(mark, indent=2, sort_keys=True))
             publish(tmp, dest)
@@ -87,14 +95,18 @@ def _listing(fetcher: Fetcher, url: str, meta: dict[str, Any]) -> dict[str, Obje
 
 
 def _pin_payload(
-    fetcher: Fetcher, url: str, meta: dict[str, Any], listing: dict[str, ObjectInfo]
+    fetcher: Fetcher,
+    url: str,
+    meta: dict[str, Any],
+    listing: dict[str, ObjectInfo],
+    staged: list[str],
 ) -> dict[str, str | None]:
     """Each payload file's ETag, after checking the CRC32 of its first and last 4 KiB against
     the manifest (its size was checked by :func:`_listing`): a file replaced in place (a
     version 1 store rebuilt under the same names) is refused here, and any later GET of
     another version fails."""
     etags: dict[str, str | None] = {}
-    fetched = sorted(set(meta["files"]) - set(staged_files(meta)) - {META_FILE})
+    fetched = sorted(set(meta["files"]) - set(staged) - {META_FILE})
     for name in fetched:
         info, found = meta["files"][name], listing[name]
         size = int(info["size"])

@@ -1,0 +1,291 @@
+"""Token corpora and mixtures in object storage (the local S3, 30 ms a request): every LM mode
+gives the local corpus's batches in this process and in DataLoader workers, resumes with a cold
+node cache, keeps its snapshot through a rebuild, stays within the cap and fetches about the
+bytes it uses; bad input is one line naming the fix."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import word_corpus, write
+from distributed import run_processes
+from lading.errors import LadingError, StoreFormatError
+from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, TokenMixture, Windows
+from lading.lm.remote import RemoteTokenCorpus
+from lading.testing import LocalS3
+from lading.world import World
+
+pytest.importorskip("tokenizers")
+
+BUCKET = "lm-remote"
+MODES: dict[str, Callable[[], Any]] = {
+    "streams": lambda: Streams(7),
+    "windows": lambda: Windows(12),
+    "packed": lambda: Packed(12),
+    "boundaries": lambda: Windows(12, boundaries=True),
+    "mixture": lambda: Packed(12, boundaries=True),
+}
+
+
+class Corpora:
+    """The local corpora and the URL the first one was uploaded to."""
+
+    def __init__(self, folder: Path, s3: LocalS3) -> None:
+        self.folder, self.s3 = folder, s3
+        self.local = word_corpus(folder / "a", docs=60, lengths=(3, 30), words=300, seed=0)
+        self.other = word_corpus(folder / "b", docs=25, lengths=(3, 20), words=300, seed=1)
+        s3.make_bucket(BUCKET)
+        self.url = f"s3://{BUCKET}/corpora/a"
+        tokenizer = self.local.tokenizer()
+        cache = folder / "build-cache"
+        made = TokenCorpus.build(folder / "a" / "docs.txt", self.url, tokenizer, cache=cache)
+        assert isinstance(made, RemoteTokenCorpus)
+        self.n = 0
+
+    def cache(self) -> Path:
+        """A cold node cache (a new directory)."""
+        self.n += 1
+        return self.folder / f"cache-{self.n}"
+
+    def open(self, cache_bytes: int | str = "1M", cache: Path | None = None) -> TokenCorpus:
+        return TokenCorpus.open(self.url, cache=cache or self.cache(), cache_bytes=cache_bytes)
+
+
+@pytest.fixture(scope="module")
+def corpora(s3: LocalS3, tmp_path_factory: pytest.TempPathFactory) -> Corpora:
+    return Corpora(tmp_path_factory.mktemp("lm-remote"), s3)
+
+
+def plain(batch: Any) -> list[Any]:
+    """A batch as plain lists (an ``(x, y)`` pair or a DocumentBatch's fields)."""
+    return [f.tolist() if hasattr(f, "tolist") else f for f in batch]
+
+
+def batches(loader: LanguageModelLoader) -> list[Any]:
+    return [plain(batch) for batch in loader]
+
+
+def loader_of(corpora: Corpora, mode: str, corpus: TokenCorpus, **kw: Any) -> LanguageModelLoader:
+    data: Any = corpus
+    if mode == "mixture":
+        data = TokenMixture({corpus: 0.6, corpora.other: 0.4})
+    return LanguageModelLoader(data, 3, MODES[mode](), seed=7, **kw)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_batches_equal_the_local_corpus_and_resume_with_a_cold_cache(
+    corpora: Corpora, mode: str, workers: int
+) -> None:
+    """The local corpus's batches; a state saved after 3 batches resumes in a new loader over
+    the corpus opened again on a cold node cache to the very batches that followed."""
+    want = batches(loader_of(corpora, mode, corpora.local))
+    remote = corpora.open()
+    loader = loader_of(corpora, mode, remote, num_workers=workers)
+    got, state = [], None
+    for batch in loader:
+        got.append(plain(batch))
+        if len(got) == 3:
+            state = loader.state_dict()
+    assert got == want
+    again = loader_of(corpora, mode, corpora.open(), num_workers=workers)
+    again.load_state_dict(state)
+    assert batches(again) == want[3:]
+
+
+def test_the_corpus_reads_what_the_local_one_holds(corpora: Corpora) -> None:
+    remote = corpora.open()
+    local = corpora.local
+    assert (len(remote), remote.n_tokens, remote.dtype) == (len(local), local.n_tokens, np.uint16)
+    assert remote.content_id == local.content_id  # a state of one resumes on the other
+    assert all(np.array_equal(remote.document(i), local.document(i)) for i in range(len(local)))
+    tokens, offsets = remote.token_arrays()
+    assert np.array_equal(tokens, local.tokens) and np.array_equal(offsets, local.offsets)
+    assert remote.tokenizer().to_str() == local.tokenizer().to_str()
+    copy = pickle.loads(pickle.dumps(remote))  # a worker, a rank: the same snapshot again
+    assert isinstance(copy, RemoteTokenCorpus) and copy.snapshot == remote.snapshot
+    assert np.array_equal(copy.document(5), local.document(5))
+
+
+def test_streams_on_a_device_stage_the_corpus_whole(corpora: Corpora) -> None:
+    """``device=``: the remote corpus's tokens are read whole by ranged GETs and put there."""
+    want = batches(LanguageModelLoader(corpora.local, 3, Streams(7), seed=2, device="cpu"))
+    loader = LanguageModelLoader(corpora.open(), 3, Streams(7), seed=2, device="cpu")
+    assert loader.resident is not None
+    assert batches(loader) == want
+
+
+def test_an_epoch_of_windows_fetches_at_most_1_05_the_bytes_it_uses(corpora: Corpora) -> None:
+    """The cache at ~10 % of the corpus: each window's ranges are planned exactly (no gap
+    merged, the epoch's order evicting), so what is fetched is what is read."""
+    remote = corpora.open(cache_bytes=corpora.local.n_tokens * 2 // 10)
+    before = remote.cache_stats()  # the open staged tokens.off and the tokenizer: not reads
+    loader = LanguageModelLoader(remote, 2, Windows(16), seed=3)
+    assert batches(loader) == batches(LanguageModelLoader(corpora.local, 2, Windows(16), seed=3))
+    after = remote.cache_stats()
+    fetched = after["bytes_fetched"] - before["bytes_fetched"]
+    used = after["bytes_used"] - before["bytes_used"]
+    assert used >= corpora.local.n_tokens * 2 * 0.9  # the epoch read (nearly) every token
+    assert fetched <= 1.05 * used, (fetched, used)
+    assert after["bytes_bypassed"] == 0  # no read went around the cache
+
+
+def test_the_cap_holds_on_disk_at_every_batch(corpora: Corpora) -> None:
+    """Blocks within the cap at a cap of a sixth of the corpus (below the ledger's floor of
+    512 KiB only the blocks are bounded: lading.stores.remote.cache.footprint)."""
+    cap = 1024
+    remote = corpora.open(cache_bytes=cap)
+    got = []
+    for batch in LanguageModelLoader(remote, 3, Packed(12), seed=1):
+        got.append(plain(batch))
+        assert remote.cache_stats()["bytes_cached"] <= cap
+    assert got == batches(LanguageModelLoader(corpora.local, 3, Packed(12), seed=1))
+
+
+@pytest.mark.slow  # ~11 s: a corpus above the ledger's 512 KiB floor
+def test_every_file_of_the_ledger_stays_within_the_cap(corpora: Corpora, tmp_path: Path) -> None:
+    """A corpus of ~0.8 MB through a cap of 520 KiB: the ledger's files on disk (database,
+    WAL, shared map), read after every batch of windows, never exceed the cap."""
+    big = word_corpus(tmp_path / "big", docs=2000, lengths=(100, 300), words=300, seed=2)
+    url = f"s3://{BUCKET}/corpora/big"
+    TokenCorpus.build(tmp_path / "big" / "docs.txt", url, big.tokenizer(), cache=tmp_path / "b")
+    cap, cache = 520 << 10, tmp_path / "node"
+    remote = TokenCorpus.open(url, cache=cache, cache_bytes=cap)
+    assert big.n_tokens * 2 > 1.5 * cap
+    local = iter(LanguageModelLoader(big, 4, Windows(4096), seed=1))
+    worst = 0
+    for batch in LanguageModelLoader(remote, 4, Windows(4096), seed=1):
+        assert plain(batch) == plain(next(local))
+        worst = max(worst, sum(p.stat().st_size for p in cache.iterdir() if p.is_file()))
+        assert worst <= cap, f"{worst:,} bytes of ledger on disk, cap {cap:,}"
+    assert remote.cache_stats()["bytes_cached"] > cap // 4  # the cap is put to use
+
+
+def test_a_cache_too_small_for_a_window_reads_around_it_and_says_so(corpora: Corpora) -> None:
+    remote = corpora.open(cache_bytes=8)  # a window of 13 tokens is 26 bytes
+    with pytest.warns(UserWarning, match=r"cache_bytes=8 cannot hold one window .* give"):
+        loader = LanguageModelLoader(remote, 3, Windows(12), seed=5)
+    assert batches(loader) == batches(LanguageModelLoader(corpora.local, 3, Windows(12), seed=5))
+    assert remote.cache_stats()["bytes_cached"] <= 8
+
+
+@pytest.mark.parametrize("kind", ["reset", "slow", "error"])
+def test_faults_still_give_the_right_batches(corpora: Corpora, kind: str) -> None:
+    remote = corpora.open()
+    corpora.s3.reset()
+    corpora.s3.fault("tokens.bin", 2, kind, **({"delay": 0.3} if kind == "slow" else {}))
+    try:
+        got = batches(LanguageModelLoader(remote, 3, Windows(12), seed=9))
+        assert corpora.s3.stats()["faults"] == 2
+    finally:
+        corpora.s3.reset()
+    assert got == batches(LanguageModelLoader(corpora.local, 3, Windows(12), seed=9))
+
+
+def test_a_snapshot_stays_pinned_while_the_corpus_is_rebuilt(
+    corpora: Corpora, tmp_path: Path
+) -> None:
+    url = f"s3://{BUCKET}/corpora/rebuilt"
+    tokenizer = corpora.local.tokenizer()
+    first = TokenCorpus.build(corpora.folder / "a" / "docs.txt", url, tokenizer, cache=tmp_path)
+    pinned = TokenCorpus.open(url, cache=tmp_path / "node")
+    source = write(tmp_path / "new.txt", "w1 w2 w3\n\nw4 w5\n")
+    second = TokenCorpus.build(source, url, tokenizer, cache=tmp_path)
+    assert second.snapshot != first.snapshot == pinned.snapshot
+    assert len(pinned) == 60 and np.array_equal(pinned.document(7), corpora.local.document(7))
+    copy = pickle.loads(pickle.dumps(pinned))  # reopens the old snapshot from the node's copy
+    assert copy.snapshot == first.snapshot and np.array_equal(copy.document(7), pinned.document(7))
+    assert len(TokenCorpus.open(url, cache=tmp_path / "node")) == 2  # a new open: the new one
+
+
+def _elastic_rank(
+    rank: int, world: int, url: str, cache: str, state: dict[str, Any] | None, upto: int | None
+) -> dict[str, Any]:
+    """Rank ``rank`` of ``world`` (gloo) reading the remote corpus's windows: ``upto`` batches
+    then its state, or from ``state`` to the end of the epoch."""
+    corpus = TokenCorpus.open(url, cache=cache, cache_bytes="1M")
+    loader = LanguageModelLoader(corpus, 3, Windows(12), seed=7)  # the world from gloo
+    assert loader.world.world_size == world
+    if state is not None:
+        loader.load_state_dict(state)
+    got: list[Any] = []
+    for batch in loader:
+        got.append(plain(batch))
+        if len(got) == upto:
+            return {"batches": got, "state": loader.state_dict()}
+    return {"batches": got, "state": None}
+
+
+@pytest.mark.slow  # six spawned processes importing torch
+def test_elastic_resume_from_4_to_2_ranks_over_a_remote_corpus(corpora: Corpora) -> None:
+    """Four gloo ranks read 2 batches each and save; two ranks on a cold node cache resume:
+    the batches are those of the same route over the local corpus."""
+    before = run_processes(_elastic_rank, 4, corpora.url, str(corpora.cache()), None, 2)
+    state = before[0]["state"]
+    assert all(r["state"] == state for r in before)
+    after = run_processes(_elastic_rank, 2, corpora.url, str(corpora.cache()), state, None)
+    for rank in range(4):
+        loader = LanguageModelLoader(corpora.local, 3, Windows(12), seed=7, world=World(rank, 4))
+        assert before[rank]["batches"] == batches(loader)[:2]
+    for rank in range(2):
+        loader = LanguageModelLoader(corpora.local, 3, Windows(12), seed=7, world=World(rank, 2))
+        loader.load_state_dict(state)
+        assert after[rank]["batches"] == batches(loader)
+        assert after[rank]["batches"]  # something was left to read
+
+
+# ------------------------------------------------------------------ bad input, one line each
+
+
+def _one_line(error: BaseException) -> str:
+    assert isinstance(error, LadingError | ValueError), type(error)
+    text = str(error)
+    assert "\n" not in text, text
+    return text
+
+
+def test_a_scheme_lading_cannot_reach_is_named(corpora: Corpora, tmp_path: Path) -> None:
+    with pytest.raises(LadingError) as opened:
+        TokenCorpus.open("nosuch://bucket/corpus", cache=tmp_path)
+    assert "no client knows nosuch://" in _one_line(opened.value)
+    with pytest.raises(LadingError) as built:
+        TokenCorpus.build(corpora.folder / "a" / "docs.txt", "nosuch://b/c", "t.json")
+    assert "no client knows nosuch://" in _one_line(built.value)
+    assert not (Path.cwd() / "nosuch:").exists()
+
+
+def test_a_prefix_holding_no_corpus_is_named(corpora: Corpora, tmp_path: Path) -> None:
+    with pytest.raises(StoreFormatError) as found:
+        TokenCorpus.open(f"s3://{BUCKET}/corpora/none", cache=tmp_path)
+    text = _one_line(found.value)
+    assert f"no token corpus at s3://{BUCKET}/corpora/none" in text and "TokenCorpus.build" in text
+
+
+def test_a_mixture_naming_one_corpus_twice_is_refused(corpora: Corpora) -> None:
+    remote = corpora.open()
+    again = corpora.open()
+    with pytest.raises(ValueError) as twice:
+        TokenMixture({remote: 0.5, again: 0.25})
+    text = _one_line(twice.value)
+    assert f"names the corpus {corpora.url} twice" in text and "sum of its weights (0.75)" in text
+    local = corpora.local.path
+    with pytest.raises(ValueError, match="twice"):
+        TokenMixture({local: 1.0, Path(str(local) + "/../" + local.name): 1.0})
+
+
+def test_url_mixtures_take_the_cache_arguments(corpora: Corpora, tmp_path: Path) -> None:
+    mixture = TokenMixture(
+        {corpora.url: 2.0, corpora.other.path: 1.0}, cache=tmp_path / "node", cache_bytes="64K"
+    )
+    first = mixture.corpora[0]
+    assert isinstance(first, RemoteTokenCorpus) and first.cache.ledger.cap == 64 << 10
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert batches(LanguageModelLoader(mixture, 2, Windows(12), seed=1))
