@@ -14,10 +14,25 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lading.loading.loader import Loader, Workers
+from lading.loading.lookahead import announcer
 from lading.loading.plan import check_batch_size, check_equalize, refuse_drop_last
-from lading.tabular.files import check_schemas, footer_digest, parquet_files, scan
+from lading.stores.remote.settings import RemoteSettings
+from lading.tabular.files import (
+    check_schemas,
+    footer_digest,
+    parquet_files,
+    pieces_of,
+    remote_urls,
+    scan,
+)
 from lading.tabular.plan import Piece
 from lading.tabular.read import RowReader, check_columns, check_counted_nulls, check_list_options
+from lading.tabular.remote import (
+    RemoteParquet,
+    RemoteRowReader,
+    announced_reads,
+    warn_if_too_small,
+)
 from lading.tabular.workload import ParquetWorkload
 from lading.world import World
 
@@ -74,6 +89,9 @@ class PartitionedParquet(Loader):
         persistent_workers: bool | None = None,
         multiprocessing_context: str | None = None,
         drop_last: None = None,
+        cache: str | os.PathLike[str] | None = None,
+        cache_bytes: int | str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         refuse_drop_last(drop_last, "PartitionedParquet")
         if isinstance(batch_size, (list, tuple)):
@@ -86,18 +104,37 @@ class PartitionedParquet(Loader):
         workers = Workers(
             num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
         )
-        self.files = parquet_files(paths)
-        self.pieces: list[Piece]
-        self.pieces, schemas, footers = scan(self.files)
+        urls = remote_urls(paths)
+        self.remote: RemoteParquet | None = None
+        if urls:
+            settings = RemoteSettings.of(cache, cache_bytes, storage_options)
+            self.remote = remote = RemoteParquet.open(urls, settings)
+            self.files: list[Any] = list(remote.urls)
+            footers = [remote.metadata(url) for url in remote.urls]
+            schemas = [f.schema.to_arrow_schema() for f in footers]
+            self.pieces: list[Piece] = pieces_of(remote.urls, footers)
+            sizes: list[int] | None = [f.size for f in remote.files]
+        else:
+            self.files = parquet_files(paths)
+            self.pieces, schemas, footers = scan(self.files)
+            sizes = None
         self.columns = list(columns) if columns is not None else list(schemas[0].names)
         check_schemas(self.files, schemas, self.columns)
         check_columns(schemas[0], self.columns, list_columns, self.files[0])
-        check_counted_nulls(self.files, footers, [c for c in self.columns if c not in list_columns])
+        flat = [c for c in self.columns if c not in list_columns]
+        if self.remote is None:
+            rows = RowReader(self.columns, list_columns, pad, pad_value)
+            check_counted_nulls(self.files, footers, flat)
+        else:
+            self.remote.columns = list(self.columns)
+            rows = RemoteRowReader(self.columns, list_columns, pad, pad_value, self.remote)
+            check_counted_nulls(self.files, footers, flat, self.remote.read_group)
+            warn_if_too_small(self.remote)
         self.world = world or World.detect()
         workload = ParquetWorkload(
             self.pieces,
-            RowReader(self.columns, list_columns, pad, pad_value),
-            footer_digest(self.files, footers),
+            rows,
+            footer_digest(self.files, footers, sizes),
             batch_size=batch_size,
             shuffle=shuffle,
             seed=seed,
@@ -106,10 +143,19 @@ class PartitionedParquet(Loader):
             world=self.world,
             buffer_rows=buffer_rows,
         )
-        super().__init__(workload, workers, seed=seed)
+        announce = None
+        if self.remote is not None:  # the row groups ahead are fetched as keys are handed out
+            announce = announcer(self.remote, announced_reads(workload))
+        super().__init__(workload, workers, seed=seed, announce=announce)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.total_rows, self.buffer_rows = workload.total_rows, workload.buffer_rows
         self._parquet = workload
+
+    def cache_stats(self) -> dict[str, Any]:
+        """The node cache's figures of a dataset read from URLs (``gets``, ``bytes_fetched``,
+        ``bytes_used``, ``hits``, ``misses``, ``bytes_cached``, ``cap``, ...: see
+        :meth:`lading.stores.remote.store.RemoteStore.cache_stats`); empty for local files."""
+        return {} if self.remote is None else self.remote.cache_stats()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (see :meth:`Loader.load_state_dict`); a state saved when

@@ -1,0 +1,213 @@
+"""Which parquet objects a URL names, and their footers, staged once per node per version.
+
+``PartitionedParquet(["s3://b/p/part-0.parquet", ...])`` or ``PartitionedParquet("s3://b/p/")``:
+a URL ending in ``.parquet`` is one object, any other a prefix whose ``*.parquet`` objects
+(recursively, sorted by key) are read. One LIST per folder named gives every object's size and
+ETag (a list of 1,000 objects in one folder is one request, not 1,000 HEADs).
+
+Each object's footer (the parquet metadata: schema, row groups, column chunk offsets; a few KB)
+is staged to ``<cache>/parquet/<digest of URL, ETag, size>.footer`` by the first process of the
+node that opens the dataset: one GET of the object's last 64 KiB (a second one for a larger
+footer), written under a temporary name and renamed. Every later open on the node (other
+ranks, a resumed run) reads the staged copy. The name holds the ETag, so an object rewritten
+since is staged afresh and never read with another version's offsets; every row group GET is
+pinned to the ETag listed (:mod:`lading.tabular.remote`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lading.stores.remote.fetch import Fetcher
+from lading.stores.remote.objects import RemoteNotSupportedError, describe, split_url
+
+MAGIC = b"PAR1"
+TAIL = 64 << 10  # bytes of an object's end fetched first: most footers fit (~1-20 KB)
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One parquet object: ``root`` (``s3://bucket``: one client and node cache a bucket),
+    its ``key`` below it, and the size and ETag the listing gave (every GET is pinned to it)."""
+
+    root: str
+    key: str
+    size: int
+    etag: str | None
+
+    @property
+    def url(self) -> str:
+        return f"{self.root}/{self.key}"
+
+    @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
+
+def split_root(url: str) -> tuple[str, str]:
+    """``s3://bucket/a/b`` -> ``("s3://bucket", "a/b")`` (the key may be empty: the bucket).
+
+    Raises:
+        RemoteNotSupportedError: no ``scheme://bucket``, or a scheme lading cannot reach.
+    """
+    try:
+        scheme, rest = split_url(url)
+    except ValueError as e:
+        raise RemoteNotSupportedError(f"PartitionedParquet: {e}") from None
+    check_scheme(scheme, url)
+    bucket, _, key = rest.partition("/")
+    return f"{scheme}://{bucket}", key
+
+
+def check_scheme(scheme: str, url: str) -> None:
+    """Raise, naming the fix, unless obstore or an installed fsspec backend reads ``scheme``."""
+    from lading.stores.remote.client_obstore import SCHEMES
+
+    if scheme in SCHEMES:
+        return
+    try:
+        from fsspec import get_filesystem_class
+
+        get_filesystem_class(scheme)
+    except ImportError as e:
+        raise RemoteNotSupportedError(
+            f"PartitionedParquet: {url}: reading {scheme}:// needs a package that is not "
+            f"installed ({str(e).splitlines()[0][:160]}); install it, or copy the files to "
+            "this node and pass the local folder"
+        ) from None
+    except ValueError:
+        raise RemoteNotSupportedError(
+            f"PartitionedParquet: {url}: lading cannot reach {scheme}:// URLs; use s3://, "
+            "gs://, az:// (or another fsspec protocol), or copy the files to this node and "
+            "pass the local folder"
+        ) from None
+
+
+def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[RemoteFile]:
+    """The parquet objects ``urls`` name, in the order given (a prefix's sorted by key).
+
+    Args:
+        urls: object URLs (ending in ``.parquet``) and prefixes.
+        fetchers: a fetcher for each root (``s3://bucket``), made by the caller.
+
+    Raises:
+        FileNotFoundError: an object named is not there.
+        ValueError: a prefix holds no ``*.parquet`` object (one line naming it and the fix).
+        RemoteReadError: a LIST failed for good (naming the endpoint and the setting).
+    """
+    listings: dict[tuple[str, str], dict[str, tuple[int, str | None]]] = {}
+
+    def listing(root: str, folder: str) -> dict[str, tuple[int, str | None]]:
+        if (root, folder) not in listings:
+            found = fetchers[root].list(folder)
+            listings[root, folder] = {k: (v.size, v.etag) for k, v in found.items()}
+        return listings[root, folder]
+
+    files: list[RemoteFile] = []
+    for url in urls:
+        root, key = split_root(url)
+        if key.endswith(".parquet") and not url.endswith("/"):
+            folder = key.rsplit("/", 1)[0] if "/" in key else ""
+            found = listing(root, folder).get(key)
+            if found is None:
+                raise FileNotFoundError(
+                    f"no parquet object at {url} (endpoint "
+                    f"{fetchers[root].client.endpoint or 'the default'}); check the URL, or "
+                    "name the prefix that holds the files"
+                )
+            files.append(RemoteFile(root, key, *found))
+            continue
+        below = {k: v for k, v in listing(root, key).items() if k.endswith(".parquet")}
+        if not below:
+            raise ValueError(
+                f"no *.parquet objects below {root}/{key}/ (endpoint "
+                f"{fetchers[root].client.endpoint or 'the default'}); point at the prefix "
+                "that holds the parquet files, or list the files' URLs"
+            )
+        files += [RemoteFile(root, k, *below[k]) for k in sorted(below)]
+    return files
+
+
+def footer_path(cache: Path, file: RemoteFile) -> Path:
+    """Where ``file``'s footer is staged: a name of its URL, ETag and size (a rewritten object
+    gets a new one)."""
+    ident = f"{file.url}\0{file.etag}\0{file.size}".encode()
+    return cache / "parquet" / f"{hashlib.sha256(ident).hexdigest()[:24]}.footer"
+
+
+def stage_footers(
+    files: Sequence[RemoteFile], fetchers: dict[str, Fetcher], cache: Path
+) -> list[bytes]:
+    """Each file's footer with its 8-byte trailer (what :func:`pyarrow.parquet.read_metadata`
+    reads from a buffer): the node's staged copy, else fetched (all at once) and staged.
+
+    Raises:
+        ValueError: an object is not parquet (too short, or no ``PAR1`` at its end).
+        RemoteReadError: a GET failed for good (a rewritten object: its ETag changed).
+    """
+    out: list[bytes | None] = [None] * len(files)
+    todo = []
+    for i, file in enumerate(files):
+        staged = footer_path(cache, file)
+        try:
+            data = staged.read_bytes()
+        except OSError:
+            todo.append(i)
+            continue
+        out[i] = data if _complete(data) else None
+        if out[i] is None:
+            todo.append(i)  # damaged: fetched and staged again
+    tails = {
+        i: fetchers[files[i].root].submit(
+            files[i].key, max(0, files[i].size - TAIL), files[i].size, files[i].etag
+        )
+        for i in todo
+    }
+    for i, future in tails.items():
+        file = files[i]
+        data = _footer(file, future.result(), fetchers[file.root])
+        _stage(footer_path(cache, file), data)
+        out[i] = data
+    return [d for d in out if d is not None]
+
+
+def _footer(file: RemoteFile, tail: bytes, fetcher: Fetcher) -> bytes:
+    """The footer and trailer of ``file`` from its last bytes ``tail`` (more fetched if the
+    footer is longer)."""
+    if file.size < 12 or tail[-4:] != MAGIC:
+        raise ValueError(
+            f"{describe(file.root, file.key)} is not a parquet file ({file.size} bytes, no "
+            f"{MAGIC.decode()} at its end); remove it or write it again"
+        )
+    length = struct.unpack("<I", tail[-8:-4])[0]
+    if length + 8 > file.size - 4:
+        raise ValueError(
+            f"{describe(file.root, file.key)} is not a parquet file (its footer length "
+            f"{length} does not fit its {file.size} bytes); remove it or write it again"
+        )
+    if length + 8 > len(tail):
+        start = file.size - length - 8
+        more = fetcher.submit(file.key, start, file.size - len(tail), file.etag).result()
+        tail = more + tail
+    return tail[-(length + 8) :]
+
+
+def _complete(data: bytes) -> bool:
+    return (
+        len(data) >= 8
+        and data[-4:] == MAGIC
+        and struct.unpack("<I", data[-8:-4])[0] + 8 == len(data)
+    )
+
+
+def _stage(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a crash leaves no half-written footer)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f"{path.name}.{os.getpid()}.part")
+    part.write_bytes(data)
+    os.replace(part, path)
