@@ -49,8 +49,9 @@ ITEMS = "item_id-list_seq"  # the sessions' item lists, padded to 20 (as bench_p
 
 
 def measure(s3: LocalS3, batches: Iterator[Any], env: dict[str, Any], cache: Path | None,
-            warm: float) -> dict[str, Any]:  # fmt: skip
-    """One epoch of ``batches`` (each ``[rows, >= seq_len]``): rates, CPU, bytes."""
+            warm: float, step: float = 0.0) -> dict[str, Any]:  # fmt: skip
+    """One epoch of ``batches`` (each ``[rows, >= seq_len]``): rates, CPU, bytes. ``step``:
+    seconds a batch's training step takes (a sleep: the GIL is free, as under a GPU step)."""
     s3.reset()
     load = os.getloadavg()[0]
     server, wall, cpu = server_cpu(s3), time.perf_counter(), time.process_time()
@@ -59,6 +60,8 @@ def measure(s3: LocalS3, batches: Iterator[Any], env: dict[str, Any], cache: Pat
     for batch in batches:
         assert batch.shape[-1] >= env["seq_len"], f"a batch of shape {tuple(batch.shape)}"
         windows += int(batch.shape[0])
+        if step:
+            time.sleep(step)
         marks.append((time.perf_counter(), windows, time.process_time()))
     server = server_cpu(s3) - server
     stats = s3.stats()
@@ -79,7 +82,7 @@ def measure(s3: LocalS3, batches: Iterator[Any], env: dict[str, Any], cache: Pat
 def lading_loader(env: dict[str, Any], remote: bool, cache: Path) -> LanguageModelLoader:
     """lading's own route: the corpus opened from the bucket (or disk), Windows(seq_len)."""
     if remote:
-        corpus = TokenCorpus.open(env["url"], cache=cache, cache_bytes=env["cap"])  # type: ignore[call-arg]
+        corpus = TokenCorpus.open(env["url"], cache=cache, cache_bytes=env["cap"])
     else:
         corpus = TokenCorpus.open(env["local"])
     return LanguageModelLoader(corpus, env["batch"], Windows(env["seq_len"]), shuffle=True,
@@ -128,11 +131,12 @@ def one_system(s3: LocalS3, system: str, env: dict[str, Any], args: Any,
     row: dict[str, Any] = {"system": system, "repeat": repeat}
     try:
         if system.startswith("lading"):
-            remote = system == "lading"
+            remote = system.split("+")[0] == "lading"
+            step = env["batch"] * env["seq_len"] / args.consume if "+step" in system else 0.0
             loader = lading_loader(env, remote, cache)
             row.update(measure(s3, lading_batches(loader), env, cache if remote else None,
-                               args.warm))  # fmt: skip
-            if repeat == 0:
+                               args.warm, step))  # fmt: skip
+            if repeat == 0 and args.resume_after and "+step" not in system:
                 row["resume"] = tested(lambda: lading_resume(env, remote, args.resume_after))
         else:
             setup_fn, open_fn, batches_fn, resume_fn = PEERS[system]
@@ -142,7 +146,7 @@ def one_system(s3: LocalS3, system: str, env: dict[str, Any], args: Any,
             loader = open_fn(env, setup, cache)
             row.update(measure(s3, batches_fn(loader), env, cache, args.warm))
             del loader
-            if repeat == 0:
+            if repeat == 0 and args.resume_after:
                 row["resume"] = tested(lambda: resume_fn(env, setup, args.resume_after))
             row["layout"] = {k: v for k, v in setup.items() if k != "remote"}
     except Exception as e:  # a system that cannot do it: say why, go on with the others
@@ -154,28 +158,25 @@ def one_system(s3: LocalS3, system: str, env: dict[str, Any], args: Any,
 
 
 def sessions(s3: LocalS3, env: dict[str, Any], args: Any, repeat: int) -> list[dict[str, Any]]:
-    """PartitionedParquet over the files on local disk and on the bucket: sessions/s."""
+    """PartitionedParquet over the files on local disk and on the bucket: sessions/s over
+    ``--parquet-epochs`` epochs (one loader, a cold cache at its start), the two in turn,
+    which one first alternating by repeat."""
     from lading.tabular import PartitionedParquet
 
     rows = []
-    for where in ("local", "remote"):
+    for where in ("local", "remote") if repeat % 2 == 0 else ("remote", "local"):
         files = env["parquet_urls"] if where == "remote" else env["parquet_files"]
         cache = env["work"] / f"parquet-cache-{time.time_ns()}"
         extra = {"cache": cache, "cache_bytes": env["parquet_cap"]} if where == "remote" else {}
         row: dict[str, Any] = {"system": f"parquet-{where}", "repeat": repeat}
         try:
-            loader = PartitionedParquet(
-                files,
-                256,
-                columns=["session_id", ITEMS],
-                list_columns={ITEMS: 20},
-                world=World(),
-                **extra,
-            )
+            loader = PartitionedParquet(files, 256, columns=["session_id", ITEMS],
+                                        list_columns={ITEMS: 20}, world=World(), **extra)  # fmt: skip
             s3.reset()
             wall, cpu, n = time.perf_counter(), time.process_time(), 0
-            for batch in loader:
-                n += len(next(iter(batch.values())))
+            for _ in range(args.parquet_epochs):
+                for batch in loader:  # each iter() an epoch
+                    n += len(batch["session_id"])
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             row.update(sessions=n, sessions_s=n / wall, cpu_us=1e6 * cpu / max(1, n),
                        fetched=s3.stats()["get_bytes"], load=os.getloadavg()[0])  # fmt: skip
@@ -187,6 +188,19 @@ def sessions(s3: LocalS3, env: dict[str, Any], args: Any, repeat: int) -> list[d
     return rows
 
 
+def warm_up(env: dict[str, Any]) -> None:
+    """One batch of each local reader, untimed: imports and first-use costs (pyarrow, torch's
+    collation) are not any system's."""
+    from lading.tabular import PartitionedParquet
+
+    loader = lading_loader(env, False, env["work"])
+    next(iter(loader))
+    if "parquet_files" in env:
+        files = env["parquet_files"]
+        next(iter(PartitionedParquet(files, 256, columns=["session_id", ITEMS],
+                                     list_columns={ITEMS: 20}, world=World())))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--synthetic", action="store_true", help="synthetic tokens, not Wikipedia")
@@ -196,9 +210,14 @@ def main() -> None:
     parser.add_argument("--share", type=float, default=0.1, help="node cache / corpus bytes")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--warm", type=float, default=0.1, help="share of the epoch skipped")
-    parser.add_argument("--resume-after", type=int, default=3, help="batches before saving")
-    parser.add_argument("--systems", default="lading-local,lading,mosaic,litdata")
+    parser.add_argument("--resume-after", type=int, default=3, help="batches before saving (0: no resume check)")
+    parser.add_argument("--systems", default="lading-local,lading,mosaic,litdata,"
+                        "lading-local+step,lading+step")  # fmt: skip
+    parser.add_argument("--consume", type=float, default=1e6,
+                        help="+step systems: tokens/s the training step takes")  # fmt: skip
+    parser.add_argument("--latency", type=float, default=0.03, help="seconds a request, ± 1/3")
     parser.add_argument("--no-parquet", action="store_true")
+    parser.add_argument("--parquet-epochs", type=int, default=3)
     parser.add_argument("--ceiling-seconds", type=float, default=3.0)
     parser.add_argument("--out", type=Path, default=OUT.parent / "remote-lm")
     add_write_flag(parser)
@@ -208,12 +227,13 @@ def main() -> None:
     env = corpus_for(args, args.out)
     work = env["work"] = args.out / f"run-{os.getpid()}"
     work.mkdir()
-    with LocalS3(latency=0.03, jitter=0.01) as s3:
+    with LocalS3(latency=args.latency, jitter=args.latency / 3) as s3:
         s3.make_bucket(BUCKET)
         env.update(url=f"s3://{BUCKET}/lading-lm", setups={})
         upload_folder(env["local"], env["url"])
         if not args.no_parquet:
             env.update(sessions_for(args, args.out, BUCKET))
+        warm_up(env)
         rows = []
         for repeat in range(args.repeats):
             for system in [s for s in args.systems.split(",") if s]:

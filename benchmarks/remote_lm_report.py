@@ -60,12 +60,15 @@ def _lm_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _ratios(rows: list[dict[str, Any]]) -> list[str]:
+def _ratios(rows: list[dict[str, Any]], consume: str) -> list[str]:
     lines = ["", "Ratios within each repeat (median [min-max] over repeats):", ""]
-    ratio: Callable[[str, str, str], str] = lambda a, b, k: spread(_paired(rows, a, b, k), "{:.2f}")  # noqa: E731
+    ratio: Callable[[str, str, str], str] = lambda a, b, k: spread(_paired(rows, a, b, k), "{:.3g}")  # noqa: E731
     lines.append(f"- lading remote / local, tokens/s once warm: "
                  f"{ratio('lading', 'lading-local', 'warm_tokens_s')} (goal >= 0.9); "
                  f"over the whole epoch {ratio('lading', 'lading-local', 'tokens_s')}")  # fmt: skip
+    lines.append(f"- the same under a training step that takes {consume} tokens/s (`+step` rows: a "
+                 f"sleep a batch, the GIL free): lading remote / local, tokens/s once warm "
+                 f"{ratio('lading+step', 'lading-local+step', 'warm_tokens_s')}")  # fmt: skip
     for peer in ("mosaic", "litdata"):
         lines.append(f"- lading / {peer}, tokens/s over the epoch: "
                      f"{ratio('lading', peer, 'tokens_s')}; client CPU a token: "
@@ -103,10 +106,11 @@ def _parquet(rows: list[dict[str, Any]], corpus: dict[str, Any]) -> list[str]:
 def render(results: dict[str, Any]) -> str:
     corpus, args, rows = results["corpus"], results["args"], results["rows"]
     lm = [r for r in rows if not r["system"].startswith("parquet")]
+    latency = 1e3 * float(args.get("latency", 0.03))
     head = (
         f"Corpus: {corpus['origin']}: {corpus['documents']:,} documents, {corpus['n_tokens']:,} "
         f"tokens ({corpus['token_bytes'] / 2**20:.1f} MiB), on one local S3 bucket (moto behind "
-        f"lading's proxy, 30 ms ± 10 a request, objects served from the proxy's copy). Node cache "
+        f"lading's proxy, {latency} ms ± {latency / 3:.0f} a request, objects served from the proxy's copy). Node cache "
         f"{corpus['cap'] / 2**20:.2f} MiB ({float(args['share']):.0%} of the corpus). One "
         f"shuffled epoch of windows of {corpus['seq_len']:,} tokens in batches of "
         f"{corpus['batch']}, in-process (no workers), a cold cache each time; 'warm': after the "
@@ -116,7 +120,8 @@ def render(results: dict[str, Any]) -> str:
         f"({corpus['seq_len']:,} + 1) tokens x 2 bytes. This machine: {results['cores']} cores "
         f"shared with other work (load in the table); {results['seconds']:.0f} s in all."
     )
-    lines = [head, "", *_lm_table(lm), *_ratios(lm)]
+    consume = f"{float(args.get('consume', 0)):,.0f}"
+    lines = [head, "", *_lm_table(lm), *_ratios(lm, consume)]
     lines += ["", "Resume, as tested here (k batches, save, a fresh reader with a cold cache, "
               "the next two batches compared):", ""]  # fmt: skip
     for system in dict.fromkeys(r["system"] for r in lm):

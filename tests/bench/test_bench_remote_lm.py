@@ -32,7 +32,7 @@ def test_lading_from_disk_and_the_bucket_and_parquet(tmp_path: Path) -> None:
     """lading's rows: an epoch of every window (the local corpus: ~40,000 tokens / 256 a
     window), bytes counted, the state resumes exactly; both parquet routes either measured or
     failing with a reason."""
-    results = run_bench(tmp_path / "out", "--systems", "lading-local,lading")
+    results = run_bench(tmp_path / "out", "--systems", "lading-local,lading,lading+step")
     rows = {r["system"]: r for r in results["rows"]}
     local = rows["lading-local"]
     assert "error" not in local, local
@@ -45,6 +45,8 @@ def test_lading_from_disk_and_the_bucket_and_parquet(tmp_path: Path) -> None:
         assert remote["windows"] == local["windows"]
         assert remote["fetched_used"] > 0.5
         assert remote["resume"] == "exact"
+    stepped = rows["lading+step"]  # a training step a batch: the same windows, none dropped
+    assert "error" in stepped or stepped["windows"] == local["windows"], stepped
     assert {"parquet-local", "parquet-remote"} <= set(rows)
     assert rows["parquet-local"].get("sessions", 0) == 80_000, rows["parquet-local"]
 
