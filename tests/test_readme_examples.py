@@ -66,6 +66,7 @@ FAST = [
     f"{LM}: Transformers: document boundaries, packing, mixtures #1",
     "docs/sessions.md: Sessions: partitioned parquet without DDP hangs #1",
     "docs/remote-stores.md: Corpora larger than a node's disk #1",
+    "docs/remote-stores.md: Token corpora and mixtures #1",
 ]
 # heavier: training runs; edits only make them shorter
 SLOW = {

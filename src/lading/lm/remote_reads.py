@@ -36,7 +36,7 @@ import numpy.typing as npt
 from lading.lm.remote import RemoteTokenCorpus, RemoteTokens
 from lading.lm.segment import SegmentBatchKey
 from lading.lm.workload import LMWorkload
-from lading.loading.lookahead import Announce, announcer, step_of
+from lading.loading.lookahead import STEPS_PER_EPOCH, Announce, announcer, step_of
 from lading.loading.state import Cursor
 from lading.stores.remote.cache.order import Plan, load_order, order_file, save_order, signature
 from lading.stores.remote.plan import Need
@@ -173,8 +173,12 @@ class RemoteReads:
 
     def _take(self, ranges: Sequence[Ranges], steps: list[int]) -> None:
         """Plan ``ranges`` (read at ``steps``): the partition of each corpus's tokens gets
-        their ends as cuts, then each cache takes their order."""
-        every = np.concatenate(ranges) if ranges else np.empty((0, 3), dtype=np.int64)
+        the ends of this epoch's ranges as cuts (the next epoch's are only planned, for
+        eviction: they are cut when its own plan comes, which keeps this one's cuts, those
+        of the blocks still cached), then each cache takes their order."""
+        epoch = steps[0] // STEPS_PER_EPOCH if steps else 0
+        now = [r for r, step in zip(ranges, steps) if step // STEPS_PER_EPOCH == epoch]
+        every = np.concatenate(now) if now else np.empty((0, 3), dtype=np.int64)
         for part in self.remote:
             mine = every[every[:, 0] == part]
             ends = np.unique(mine[:, 1:])

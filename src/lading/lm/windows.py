@@ -125,9 +125,13 @@ class TokenMixture:
     ) -> None:
         if not weights:
             raise ValueError("TokenMixture needs at least one corpus")
-        remote = {"cache": cache, "cache_bytes": cache_bytes, "storage_options": storage_options}
         self.corpora = [
-            c if isinstance(c, TokenCorpus) else TokenCorpus.open(c, **remote) for c in weights
+            c
+            if isinstance(c, TokenCorpus)
+            else TokenCorpus.open(
+                c, cache=cache, cache_bytes=cache_bytes, storage_options=storage_options
+            )
+            for c in weights
         ]
         _refuse_twice(self.corpora, list(weights.values()))
         raw = np.array([float(w) for w in weights.values()])
