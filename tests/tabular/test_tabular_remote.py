@@ -109,6 +109,37 @@ def test_row_groups_are_fetched_ahead_and_each_fetched_once(
     assert sum(got.values()) <= FILES * 4, got  # a row group is one range, fetched once
 
 
+def test_each_chunk_is_read_at_the_step_it_was_announced_for(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step a read names (from its batch key, in whichever process builds the batch) is
+    the one the loader announced its row groups at: the plan's next uses are right."""
+    from lading.tabular.remote import RemoteParquet
+
+    announced: dict[Any, set[int]] = {}
+    reads: list[tuple[Any, int | None]] = []
+    prefetch, read = RemoteParquet.prefetch, RemoteParquet.read
+
+    def told(self: Any, batches: Any, first_step: int, now: int | None = None) -> None:
+        for j, pieces in enumerate(batches):
+            for piece in pieces:
+                announced.setdefault(piece, set()).add(first_step + j)
+        prefetch(self, batches, first_step, now)
+
+    def reading(self: Any, pieces: Any, step: int | None, columns: Any = None) -> Any:
+        reads.extend((piece, step) for piece in pieces)
+        return read(self, pieces, step, columns)
+
+    monkeypatch.setattr(RemoteParquet, "prefetch", told)
+    monkeypatch.setattr(RemoteParquet, "read", reading)
+    loader = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
+    loader.set_epoch(2)
+    list(loader)
+    assert len(reads) >= 12  # every row group, some twice (split between two chunks)
+    for piece, step in reads:
+        assert step is not None and step >> 32 == 2 and step in announced[piece], (piece, step)
+
+
 def test_a_state_resumes_with_a_cold_cache(url: str, local: Path, tmp_path: Path) -> None:
     full = list(PartitionedParquet(local, 8, **KW))
     first = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)

@@ -1,5 +1,8 @@
 """PartitionedParquet: batches of tensors from parquet row groups, equal on every rank.
 
+The files are local, or objects in object storage (``s3://bucket/sessions/``), read through
+the node cache as the remote document store reads (:mod:`lading.tabular.remote`).
+
 ``PartitionedParquet(paths, batch_size, columns=..., list_columns=...)`` is the one loader of
 every workload (:class:`lading.loading.Loader`) over the rows of the files: in this process, or
 with ``num_workers=2`` in DataLoader workers, the same batches at any worker count, each chunk
@@ -41,7 +44,11 @@ class PartitionedParquet(Loader):
     """Parquet rows as dicts of tensors, the same number of batches on every rank.
 
     Args:
-        paths: parquet files and/or folders (read recursively).
+        paths: parquet files and/or folders (read recursively); or object-store URLs
+            (``s3://``, ``gs://``, ``az://``, any fsspec protocol): objects ending in
+            ``.parquet`` and/or prefixes, whose ``*.parquet`` objects are read (sorted by
+            key). Footers are staged once per node; row groups come by ranged GETs through
+            the node cache, fetched ahead in the loader's order (:mod:`lading.tabular.remote`).
         batch_size: rows per batch.
         columns: columns to read (default: all).
         list_columns: ``{name: max_len}`` of ragged list columns: padded or truncated (keeping
@@ -60,12 +67,21 @@ class PartitionedParquet(Loader):
             DataLoader workers build the batches, the same at any count (0: this process
             reads them); each chunk's batches are built by one worker.
         drop_last: refused with a TypeError naming lading's two arguments for it.
+        cache, cache_bytes, storage_options: for URLs: the node cache's folder and cap (as
+            ``lading.open_store``'s; defaults from ``$LADING_CACHE`` and
+            ``$LADING_REMOTE_CACHE_BYTES``), the client's options (credentials from the
+            environment). A cap that cannot hold one row group warns: row groups are then
+            read around the cache, fetched at every read.
 
     Raises:
         ValueError: a column is missing or cannot become a tensor, the files disagree on the
             columns read, a file is not parquet, there are no rows, or fewer rows than ranks
             (the message names the file and says what to change); while reading, a null in a
-            column read (the fix: fill it, e.g. ``pyarrow.compute.fill_null``).
+            column read (the fix: fill it, e.g. ``pyarrow.compute.fill_null``); URLs and
+            local paths mixed, or a prefix holding no parquet object.
+        RemoteNotSupportedError: a URL whose scheme lading cannot reach.
+        RemoteReadError: a remote call failed for good, or an object was rewritten while
+            the dataset read it (never read mixed: every GET is pinned to its ETag).
     """
 
     def __init__(

@@ -5,8 +5,8 @@ chunk's byte range, so a row group is read as the ranges of the columns read (to
 merged: usually one range a row group), through the node cache every process of the node
 shares (:class:`~lading.stores.remote.cache.NodeCache`: blocks fetched once per node, a hard
 cap on disk, eviction by next use). pyarrow decodes them from memory: ``pq.ParquetFile`` over
-a small file object that serves those ranges (:class:`_Ranges`) with the staged footer as its
-metadata, so it reads nothing else.
+a file object serving those ranges (:class:`~lading.tabular.remote_files.FetchedRanges`),
+with the staged footer as its metadata, so it reads nothing else.
 
 The loader knows the epoch's order of chunks before it reads one. :func:`announced_reads` says
 which row groups the batch at a key reads first (a chunk's are read at its first batch), and
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -43,9 +42,14 @@ from lading.stores.remote.plan import Need
 from lading.stores.remote.settings import RemoteSettings
 from lading.tabular.plan import Piece, epoch_pieces, share_of_runs
 from lading.tabular.read import RowReader
-from lading.tabular.remote_files import RemoteFile, list_files, split_root, stage_footers
-
-Parts = list[tuple[int, bytes]]  # (start, bytes) of the ranges read of one row group
+from lading.tabular.remote_files import (
+    FetchedRanges,
+    Parts,
+    RemoteFile,
+    list_files,
+    split_root,
+    stage_footers,
+)
 
 
 class RemoteParquet:
@@ -204,7 +208,7 @@ class RemoteParquet:
         """Row group ``piece`` as an Arrow table of ``columns``, from its ranges ``parts``."""
         import pyarrow.parquet as pq
 
-        ranges = _Ranges(self._file(piece.path), parts)
+        ranges = FetchedRanges(self._file(piece.path), parts)
         meta = self.metadata(piece.path)
         return pq.ParquetFile(ranges, metadata=meta, pre_buffer=False).read_row_group(
             piece.row_group, columns=list(columns)
@@ -369,39 +373,3 @@ def _rewritten(error: RemoteReadError) -> RemoteReadError:
         "new version was read. Open PartitionedParquet again to read the new files (a state "
         "saved before then is refused: its data changed)"
     )
-
-
-class _Ranges(io.RawIOBase):
-    """A read-only file of ``size`` bytes whose only readable bytes are ``parts``: what
-    pyarrow reads a row group from, given its footer (anything else is a bug, named)."""
-
-    def __init__(self, file: RemoteFile, parts: Parts) -> None:
-        super().__init__()
-        self.file, self.parts, self.pos = file, sorted(parts, key=lambda p: p[0]), 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.file.size}[whence]
-        self.pos = base + offset
-        return self.pos
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        n = min(len(view), self.file.size - self.pos)
-        for start, data in self.parts:
-            if start <= self.pos and self.pos + n <= start + len(data):
-                view[:n] = data[self.pos - start : self.pos - start + n]
-                self.pos += n
-                return n
-        raise OSError(
-            f"{self.file.url}: bytes {self.pos}-{self.pos + n - 1} were not fetched (the "
-            "footer's column chunk ranges do not cover this read); please report it"
-        )

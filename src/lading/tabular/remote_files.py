@@ -1,4 +1,5 @@
-"""Which parquet objects a URL names, and their footers, staged once per node per version.
+"""Which parquet objects a URL names, their footers (staged once per node per version), and a
+file object over the ranges of one read (what pyarrow decodes a row group from).
 
 ``PartitionedParquet(["s3://b/p/part-0.parquet", ...])`` or ``PartitionedParquet("s3://b/p/")``:
 a URL ending in ``.parquet`` is one object, any other a prefix whose ``*.parquet`` objects
@@ -17,17 +18,21 @@ pinned to the ETag listed (:mod:`lading.tabular.remote`).
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.objects import RemoteNotSupportedError, describe, split_url
 
 MAGIC = b"PAR1"
 TAIL = 64 << 10  # bytes of an object's end fetched first: most footers fit (~1-20 KB)
+
+Parts = list[tuple[int, bytes]]  # (start, bytes) of the ranges read of one row group
 
 
 @dataclass(frozen=True)
@@ -211,3 +216,39 @@ def _stage(path: Path, data: bytes) -> None:
     part = path.with_name(f"{path.name}.{os.getpid()}.part")
     part.write_bytes(data)
     os.replace(part, path)
+
+
+class FetchedRanges(io.RawIOBase):
+    """A read-only file of ``size`` bytes whose only readable bytes are ``parts``: what
+    pyarrow reads a row group from, given its footer (anything else is a bug, named)."""
+
+    def __init__(self, file: RemoteFile, parts: Parts) -> None:
+        super().__init__()
+        self.file, self.parts, self.pos = file, sorted(parts, key=lambda p: p[0]), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.file.size}[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), self.file.size - self.pos)
+        for start, data in self.parts:
+            if start <= self.pos and self.pos + n <= start + len(data):
+                view[:n] = data[self.pos - start : self.pos - start + n]
+                self.pos += n
+                return n
+        raise OSError(
+            f"{self.file.url}: bytes {self.pos}-{self.pos + n - 1} were not fetched (the "
+            "footer's column chunk ranges do not cover this read); please report it"
+        )

@@ -96,9 +96,11 @@ class FsspecClient:
         path = self._path(key)
         with _errors(f"{self.url}/{key} does not exist"):
             if etag is not None and hasattr(self.fs, "_call_s3"):  # s3fs: the pin is sent
-                coro = self._pinned_s3(key, start, end, etag)
-                future = asyncio.run_coroutine_threadsafe(coro, self.fs.loop)
-                return bytes(await asyncio.wrap_future(future))
+                pinned = asyncio.run_coroutine_threadsafe(
+                    self._pinned_s3(key, start, end, etag), self.fs.loop
+                )
+                found: bytes = await asyncio.wrap_future(pinned)
+                return found
             if getattr(self.fs, "async_impl", False):
                 coro = self.fs._cat_file(path, start=start, end=end)
                 future = asyncio.run_coroutine_threadsafe(coro, self.fs.loop)
