@@ -105,6 +105,7 @@ def lading_resume(env: dict[str, Any], remote: bool, k: int) -> str:
         if i == k + 1:
             break
     second = lading_loader(env, remote, env["work"] / f"lading-resume-b-{time.time_ns()}")
+    assert state is not None, f"an epoch of {len(seen)} batches: none saved after {k}"
     second.load_state_dict(state)
     again = [x.clone() for _, (x, _) in zip(range(2), second)]
     return verdict(seen[k:], again)
@@ -171,7 +172,8 @@ def sessions(s3: LocalS3, env: dict[str, Any], args: Any, repeat: int) -> list[d
         row: dict[str, Any] = {"system": f"parquet-{where}", "repeat": repeat}
         try:
             loader = PartitionedParquet(files, 256, columns=["session_id", ITEMS],
-                                        list_columns={ITEMS: 20}, world=World(), **extra)  # fmt: skip
+                                        list_columns={ITEMS: 20}, world=World(),
+                                        **extra)  # fmt: skip
             s3.reset()
             wall, cpu, n = time.perf_counter(), time.process_time(), 0
             for _ in range(args.parquet_epochs):
@@ -210,7 +212,8 @@ def main() -> None:
     parser.add_argument("--share", type=float, default=0.1, help="node cache / corpus bytes")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--warm", type=float, default=0.1, help="share of the epoch skipped")
-    parser.add_argument("--resume-after", type=int, default=3, help="batches before saving (0: no resume check)")
+    parser.add_argument("--resume-after", type=int, default=3,
+                        help="batches before saving (0: no resume check)")  # fmt: skip
     parser.add_argument("--systems", default="lading-local,lading,mosaic,litdata,"
                         "lading-local+step,lading+step")  # fmt: skip
     parser.add_argument("--consume", type=float, default=1e6,

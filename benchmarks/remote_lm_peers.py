@@ -48,7 +48,7 @@ def allow_http_in_litdata(endpoint: str) -> None:
     if endpoint.startswith("http://"):
         options = dict(downloader._OBSTORE_CLIENT_OPTIONS)
         options["allow_http"] = True
-        downloader._OBSTORE_CLIENT_OPTIONS = options  # type: ignore[assignment]
+        downloader._OBSTORE_CLIENT_OPTIONS = options
 
 
 def windows_of(tokens: np.ndarray, seq_len: int) -> int:

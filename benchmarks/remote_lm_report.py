@@ -110,7 +110,8 @@ def render(results: dict[str, Any]) -> str:
     head = (
         f"Corpus: {corpus['origin']}: {corpus['documents']:,} documents, {corpus['n_tokens']:,} "
         f"tokens ({corpus['token_bytes'] / 2**20:.1f} MiB), on one local S3 bucket (moto behind "
-        f"lading's proxy, {latency} ms ± {latency / 3:.0f} a request, objects served from the proxy's copy). Node cache "
+        f"lading's proxy, {latency:.0f} ms ± {latency / 3:.0f} a request, objects served from "
+        f"the proxy's copy). Node cache "
         f"{corpus['cap'] / 2**20:.2f} MiB ({float(args['share']):.0%} of the corpus). One "
         f"shuffled epoch of windows of {corpus['seq_len']:,} tokens in batches of "
         f"{corpus['batch']}, in-process (no workers), a cold cache each time; 'warm': after the "
