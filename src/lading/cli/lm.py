@@ -39,7 +39,7 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     print(
-        f"{corpus.path}: {counted(len(corpus), 'document')}, "
+        f"{getattr(corpus, 'url', corpus.path)}: {counted(len(corpus), 'document')}, "
         f"{counted(corpus.n_tokens, 'token')} as {corpus.dtype} "
         f"({corpus.n_tokens * corpus.dtype.itemsize / 2**20:,.1f} MiB)"
     )
@@ -69,7 +69,9 @@ def add_lm(sub: Any) -> None:
     p.set_defaults(func=_cmd_lm_tokenizer)
     p = kinds.add_parser("build", help="tokenize a corpus into a memory-mapped TokenCorpus")
     p.add_argument("source", help="text file(s), JSONL, WikiExtractor output, folder or store")
-    p.add_argument("dest", help="TokenCorpus directory to create")
+    p.add_argument(
+        "dest", help="TokenCorpus directory to create, or an s3://... URL (built, then uploaded)"
+    )
     p.add_argument("--tokenizer", required=True, type=tokenizer, help="tokenizer.json or folder")
     p.add_argument(
         "--split",

@@ -256,5 +256,5 @@ def _warn_small_caches(remote: dict[int, RemoteTokens], workload: LMWorkload) ->
                 f"node cache, fetched at every read; give cache_bytes of at least "
                 f"{8 * workload.reading.batch_size * row} (8 batches) to fetch ahead",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,  # the caller of LanguageModelLoader(...)
             )
