@@ -109,6 +109,18 @@ def test_row_groups_are_fetched_ahead_and_each_fetched_once(
     assert sum(got.values()) <= FILES * 4, got  # a row group is one range, fetched once
 
 
+def test_footers_are_staged_once_per_node(url: str, s3: LocalS3, tmp_path: Path) -> None:
+    cache = cold(tmp_path)
+    s3.reset()
+    PartitionedParquet(url, 8, cache=cache, cache_bytes="4M", **KW)
+    assert s3.stats()["gets"] == FILES  # one GET of each object's end
+    s3.reset()
+    again = PartitionedParquet(url, 8, cache=cache, cache_bytes="4M", **KW)  # another rank
+    assert s3.stats()["gets"] == 0 and s3.stats()["lists"] == 1
+    assert len(list((cache / "parquet").glob("*.footer"))) == FILES
+    assert again.total_rows == FILES * ROWS
+
+
 def test_each_chunk_is_read_at_the_step_it_was_announced_for(
     url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,16 +152,25 @@ def test_each_chunk_is_read_at_the_step_it_was_announced_for(
         assert step is not None and step >> 32 == 2 and step in announced[piece], (piece, step)
 
 
-def test_a_state_resumes_with_a_cold_cache(url: str, local: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_resumes_with_a_cold_cache(
+    url: str, local: Path, tmp_path: Path, workers: int
+) -> None:
     full = list(PartitionedParquet(local, 8, **KW))
-    first = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
+    first = PartitionedParquet(
+        url, 8, cache=cold(tmp_path), cache_bytes="4M", num_workers=workers,
+        multiprocessing_context="fork", **KW,
+    )  # fmt: skip
     head = []
     for batch in first:
         head.append(batch)
         if len(head) == 13:  # mid-chunk (16-row chunks, 8-row batches: every other batch)
             break
     state = first.state_dict()
-    resumed = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
+    resumed = PartitionedParquet(
+        url, 8, cache=cold(tmp_path), cache_bytes="4M", num_workers=workers,
+        multiprocessing_context="fork", **KW,
+    )  # fmt: skip
     resumed.load_state_dict(state)
     same(head + list(resumed), full)
 
@@ -253,13 +274,16 @@ def test_an_object_rewritten_mid_run_is_refused_never_mixed(
     forked, read through fsspec: pinned too). Was: the new bytes decoded at the old offsets."""
     url = upload(s3, local, f"parquet-rewritten-{workers}")
     want = list(PartitionedParquet(local, 8, **KW))
+    cache = cold(tmp_path)
+    list(PartitionedParquet(url, 8, cache=cache, cache_bytes="4M", **KW))  # the old version cached
     with pytest.warns(UserWarning, match="cannot hold one row group"):  # every GET is a read's
         remote = PartitionedParquet(
             url, 8, cache=cold(tmp_path), cache_bytes=1000, num_workers=workers,
             multiprocessing_context="fork", **KW,
         )  # fmt: skip
-    other = tmp_path / "other.parquet"
-    write_sessions(other, ROWS, 4, seed=99)  # same layout, other values
+    others = tmp_path / "others"
+    for n in range(FILES):  # same layout, other values
+        write_sessions(others / f"part-{n}.parquet", ROWS, 4, seed=99 + n)
     from lading.stores.remote.clients import open_client
 
     got = []
@@ -268,11 +292,12 @@ def test_an_object_rewritten_mid_run_is_refused_never_mixed(
             got.append(batch)
             if i == 2:
                 for n in range(FILES):
-                    open_client(url).put(f"part-{n}.parquet", other)
+                    open_client(url).put(f"part-{n}.parquet", others / f"part-{n}.parquet")
     same(got, want[: len(got)])  # what came before the error was the old data, never mixed
     assert 3 <= len(got) < len(want)
-    again = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
-    assert list(again)  # the new files, read afresh
+    # opened again on the node that staged and cached the old version: the new one, whole
+    again = PartitionedParquet(url, 8, cache=cache, cache_bytes="4M", **KW)
+    same(list(again), list(PartitionedParquet(others, 8, **KW)))
 
 
 @pytest.mark.parametrize("kind", ["reset", "slow", "error"])
@@ -332,6 +357,36 @@ def test_a_missing_object_and_one_that_is_not_parquet(url: str, tmp_path: Path) 
         assert "broken.parquet is not a parquet file" in _one_line(broken.value)
     finally:
         open_client(url).delete("broken.parquet")
+
+
+def test_a_null_counted_in_a_footer_is_named_with_its_url_and_row(
+    s3: LocalS3, tmp_path: Path
+) -> None:
+    folder = tmp_path / "nulls"
+    folder.mkdir()
+    scores = pa.array([0.5, 1.5, None, 2.5] * 5, pa.float32())
+    table = pa.table({"session_id": pa.array(range(20), pa.int64()), "score": scores})
+    pq.write_table(table, folder / "part-0.parquet", row_group_size=8)
+    url = upload(s3, folder, "parquet-nulls")
+    with pytest.raises(ValueError) as caught:
+        PartitionedParquet(url, 4, cache=cold(tmp_path))
+    text = _one_line(caught.value)
+    assert "s3://parquet-nulls/logs/sessions/part-0.parquet, row group 0, row 2" in text
+    assert "fill_null" in text
+
+
+def test_a_damaged_row_group_is_named(local: Path, s3: LocalS3, tmp_path: Path) -> None:
+    from lading.stores.remote.clients import open_client
+
+    data = bytearray((local / "part-0.parquet").read_bytes())
+    data[8:400] = bytes(392)  # the first column chunks' pages, zeroed (the footer intact)
+    s3.make_bucket("parquet-damaged")
+    open_client("s3://parquet-damaged").put("part-0.parquet", bytes(data))
+    loader = PartitionedParquet("s3://parquet-damaged/", 8, cache=cold(tmp_path), **KW)
+    with pytest.raises(ValueError) as caught:
+        list(loader)
+    text = _one_line(caught.value)
+    assert "s3://parquet-damaged/part-0.parquet, row group" in text and "write it again" in text
 
 
 def test_urls_and_local_paths_mixed(url: str, local: Path, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lading.loading.loader import Loader, Workers
-from lading.loading.lookahead import announcer
+from lading.loading.lookahead import LOOKAHEAD, announcer
 from lading.loading.plan import check_batch_size, check_equalize, refuse_drop_last
 from lading.stores.remote.settings import RemoteSettings
 from lading.tabular.files import (
@@ -31,6 +31,7 @@ from lading.tabular.files import (
 from lading.tabular.plan import Piece
 from lading.tabular.read import RowReader, check_columns, check_counted_nulls, check_list_options
 from lading.tabular.remote import (
+    CHUNKS_AHEAD,
     RemoteParquet,
     RemoteRowReader,
     announced_reads,
@@ -161,7 +162,11 @@ class PartitionedParquet(Loader):
         )
         announce = None
         if self.remote is not None:  # the row groups ahead are fetched as keys are handed out
-            announce = announcer(self.remote, announced_reads(workload))
+            # a chunk is read at its first batch and serves buffer_rows / batch_size batches:
+            # announce CHUNKS_AHEAD chunks ahead, so their GETs (~30 ms each) overlap
+            chunk = workload.buffer_rows // batch_size
+            ahead = max(LOOKAHEAD, CHUNKS_AHEAD * chunk)
+            announce = announcer(self.remote, announced_reads(workload), ahead)
         super().__init__(workload, workers, seed=seed, announce=announce)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.total_rows, self.buffer_rows = workload.total_rows, workload.buffer_rows

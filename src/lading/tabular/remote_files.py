@@ -21,11 +21,12 @@ import hashlib
 import io
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lading.disk import build_lock
 from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.objects import RemoteNotSupportedError, describe, split_url
 
@@ -156,17 +157,46 @@ def stage_footers(
         RemoteReadError: a GET failed for good (a rewritten object: its ETag changed).
     """
     out: list[bytes | None] = [None] * len(files)
+    todo = _read_staged(files, cache, out, range(len(files)))
+    if not todo:
+        return [d for d in out if d is not None]
+    # one process of the node fetches what is missing; the node's others (ranks opening
+    # together) wait on the lock and find the footers staged
+    ident = hashlib.sha256(repr([footer_path(cache, files[i]).name for i in todo]).encode())
+    lock = cache / "parquet" / f"staging-{ident.hexdigest()[:16]}"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with build_lock(lock):
+        todo = _read_staged(files, cache, out, todo)
+        _fetch_footers(files, fetchers, cache, out, todo)
+    return [d for d in out if d is not None]
+
+
+def _read_staged(
+    files: Sequence[RemoteFile], cache: Path, out: list[bytes | None], which: Iterable[int]
+) -> list[int]:
+    """Fill ``out[i]`` from the node's staged footers; the indices still missing."""
     todo = []
-    for i, file in enumerate(files):
-        staged = footer_path(cache, file)
+    for i in which:
         try:
-            data = staged.read_bytes()
+            data = footer_path(cache, files[i]).read_bytes()
         except OSError:
             todo.append(i)
             continue
         out[i] = data if _complete(data) else None
         if out[i] is None:
             todo.append(i)  # damaged: fetched and staged again
+    return todo
+
+
+def _fetch_footers(
+    files: Sequence[RemoteFile],
+    fetchers: dict[str, Fetcher],
+    cache: Path,
+    out: list[bytes | None],
+    todo: list[int],
+) -> None:
+    """Fetch the footers of ``files[i]`` for ``i`` in ``todo`` (every tail GET at once), stage
+    them and fill ``out``."""
     tails = {
         i: fetchers[files[i].root].submit(
             files[i].key, max(0, files[i].size - TAIL), files[i].size, files[i].etag
@@ -178,7 +208,6 @@ def stage_footers(
         data = _footer(file, future.result(), fetchers[file.root])
         _stage(footer_path(cache, file), data)
         out[i] = data
-    return [d for d in out if d is not None]
 
 
 def _footer(file: RemoteFile, tail: bytes, fetcher: Fetcher) -> bytes:
