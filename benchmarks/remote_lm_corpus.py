@@ -143,14 +143,30 @@ def _synthetic_sessions(out: Path) -> list[Path]:
     return files
 
 
+def _regrouped(files: list[Path], folder: Path) -> list[Path]:
+    """``files`` rewritten in row groups of 2,048 sessions: the originals hold one row group a
+    file (up to 28,511 sessions), one GET an epoch and larger than the node cache."""
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for f in files:
+        target = folder / f"{f.parent.name}-{f.name}"
+        if not target.is_file():
+            pq.write_table(pq.read_table(f), target, row_group_size=2048)
+        out.append(target)
+    return out
+
+
 def sessions_for(args: Any, out: Path, bucket: str) -> dict[str, Any]:
     """The session files on disk and on the bucket (``s3://bucket/sessions/part-i.parquet``)."""
     from lading.stores.remote.clients import open_client
 
     root = find_data()
     if not args.synthetic and root is not None and (root / SESSIONS).is_dir():
-        files = [root / SESSIONS / str(d) / "train.parquet" for d in (178, 179, 180, 181)]
-        origin = "YOOCHOOSE training days 178-181 (T4R preprocessing)"
+        days = [root / SESSIONS / str(d) / "train.parquet" for d in (178, 179, 180, 181)]
+        files = _regrouped(days, out / "sessions-yoochoose")
+        origin = "YOOCHOOSE training days 178-181 (T4R preprocessing), row groups of 2,048"
     else:
         files = _synthetic_sessions(out)
         origin = "synthetic sessions (4 files of 20,000, row groups of 2,000)"
