@@ -3,15 +3,19 @@
 One local S3 bucket (moto behind lading's latency proxy, 30 ms ± 10 a request; the proxy
 serves GETs from its own copy of each object), the node cache capped at ``--share`` (10 %) of
 the corpus's token bytes. One shuffled epoch of LM windows of ``--seq-len`` (2,048) tokens,
-in batches of ``--batch``, in this process (no DataLoader workers), per system:
+in batches of ``--batch``, in this process (no DataLoader workers but in ``+workers`` rows),
+per system:
 
 - lading: ``TokenCorpus.open("s3://...", cache=DIR, cache_bytes=N)`` + ``LanguageModelLoader
   (corpus, batch, Windows(seq_len))``; and the same loader on the same corpus on local disk;
 - Mosaic ``StreamingDataset`` over MDS token shards, litdata ``StreamingDataset`` with its
-  ``TokensLoader`` (see remote_lm_peers.py for their routes).
+  ``TokensLoader`` (see remote_lm_peers.py for their routes);
+- ``+step``: lading with a training step a batch (a sleep of batch tokens / ``--consume``),
+  local and remote, ``+workers`` with 2 DataLoader workers: does the look-ahead keep up.
 
 Per system: tokens/s over the epoch and once warm (after the first ``--warm`` of it), client
-CPU per million tokens (this process's own CPU time: every thread, the server excluded), the
+CPU per million tokens (this process's own CPU time, every thread, and its DataLoader
+workers'; the server excluded), the
 server's CPU (the local S3's process tree), bytes fetched (the proxy's counter) / bytes used
 (windows x (seq_len + 1) x bytes a token), and the resume each offers, tested: read k batches,
 save the loader's state, resume in a fresh reader with a cold cache, compare the next two
@@ -35,6 +39,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from bench_remote_node import ceiling, disk_bytes, server_cpu
 from common import HERE, OUT, add_write_flag, write_section
 from lading.lm import LanguageModelLoader, TokenCorpus, Windows
@@ -54,15 +60,18 @@ def measure(s3: LocalS3, batches: Iterator[Any], env: dict[str, Any], cache: Pat
     seconds a batch's training step takes (a sleep: the GIL is free, as under a GPU step)."""
     s3.reset()
     load = os.getloadavg()[0]
-    server, wall, cpu = server_cpu(s3), time.perf_counter(), time.process_time()
-    marks = [(wall, 0, cpu)]
+    server, wall, client = server_cpu(s3), time.perf_counter(), ClientCPU(s3)
+    marks = [(wall, 0)]
     windows = 0
-    for batch in batches:
+    for i, batch in enumerate(batches):
         assert batch.shape[-1] >= env["seq_len"], f"a batch of shape {tuple(batch.shape)}"
         windows += int(batch.shape[0])
         if step:
             time.sleep(step)
-        marks.append((time.perf_counter(), windows, time.process_time()))
+        marks.append((time.perf_counter(), windows))
+        if i % 16 == 0:  # DataLoader workers' CPU, before they are gone
+            client.sample()
+    cpu = client.seconds()
     server = server_cpu(s3) - server
     stats = s3.stats()
     end = marks[-1]
@@ -72,21 +81,53 @@ def measure(s3: LocalS3, batches: Iterator[Any], env: dict[str, Any], cache: Pat
     return {
         "windows": windows, "tokens_s": tokens / (end[0] - wall),
         "warm_tokens_s": warm_tokens / max(1e-9, end[0] - start[0]),
-        "cpu_s_per_mtok": 1e6 * (end[2] - cpu) / max(1, tokens),
+        "cpu_s_per_mtok": 1e6 * cpu / max(1, tokens),
         "server_s_per_mtok": 1e6 * server / max(1, tokens),
         "gets": stats["gets"], "fetched_used": stats["get_bytes"] / max(1, used),
         "disk": disk_bytes(cache) if cache is not None else 0, "load": load,
     }  # fmt: skip
 
 
-def lading_loader(env: dict[str, Any], remote: bool, cache: Path) -> LanguageModelLoader:
+class ClientCPU:
+    """CPU seconds of this process (every thread) and of its child processes but the local S3
+    (DataLoader workers): children are sampled as the epoch goes (a worker's last reading is
+    kept: a worker may be gone before the epoch's end is seen)."""
+
+    def __init__(self, s3: LocalS3) -> None:
+        assert s3._process is not None
+        self.me, self.server = psutil.Process(), s3._process.pid
+        self.children: dict[int, float] = {}
+        self.own = self._own()
+
+    def _own(self) -> float:
+        t = self.me.cpu_times()
+        return float(t.user + t.system)
+
+    def sample(self) -> None:
+        for child in self.me.children(recursive=True):
+            try:
+                if child.pid == self.server or self.server in [p.pid for p in child.parents()]:
+                    continue
+                t = child.cpu_times()
+                self.children[child.pid] = t.user + t.system
+            except psutil.Error:  # gone meanwhile: its last reading stands
+                continue
+
+    def seconds(self) -> float:
+        """CPU since this was made."""
+        self.sample()
+        return self._own() - self.own + sum(self.children.values())
+
+
+def lading_loader(env: dict[str, Any], remote: bool, cache: Path,
+                  workers: int = 0) -> LanguageModelLoader:  # fmt: skip
     """lading's own route: the corpus opened from the bucket (or disk), Windows(seq_len)."""
     if remote:
         corpus = TokenCorpus.open(env["url"], cache=cache, cache_bytes=env["cap"])
     else:
         corpus = TokenCorpus.open(env["local"])
     return LanguageModelLoader(corpus, env["batch"], Windows(env["seq_len"]), shuffle=True,
-                               seed=0, world=World())  # fmt: skip
+                               seed=0, world=World(), num_workers=workers)  # fmt: skip
 
 
 def lading_batches(loader: LanguageModelLoader) -> Iterator[Any]:
@@ -134,10 +175,11 @@ def one_system(s3: LocalS3, system: str, env: dict[str, Any], args: Any,
         if system.startswith("lading"):
             remote = system.split("+")[0] == "lading"
             step = env["batch"] * env["seq_len"] / args.consume if "+step" in system else 0.0
-            loader = lading_loader(env, remote, cache)
+            workers = 2 if "+workers" in system else 0
+            loader = lading_loader(env, remote, cache, workers)
             row.update(measure(s3, lading_batches(loader), env, cache if remote else None,
                                args.warm, step))  # fmt: skip
-            if repeat == 0 and args.resume_after and "+step" not in system:
+            if repeat == 0 and args.resume_after and "+" not in system:
                 row["resume"] = tested(lambda: lading_resume(env, remote, args.resume_after))
         else:
             setup_fn, open_fn, batches_fn, resume_fn = PEERS[system]
@@ -215,7 +257,7 @@ def main() -> None:
     parser.add_argument("--resume-after", type=int, default=3,
                         help="batches before saving (0: no resume check)")  # fmt: skip
     parser.add_argument("--systems", default="lading-local,lading,mosaic,litdata,"
-                        "lading-local+step,lading+step")  # fmt: skip
+                        "lading-local+step,lading+step,lading+step+workers")  # fmt: skip
     parser.add_argument("--consume", type=float, default=1e6,
                         help="+step systems: tokens/s the training step takes")  # fmt: skip
     parser.add_argument("--latency", type=float, default=0.03, help="seconds a request, ± 1/3")

@@ -68,7 +68,11 @@ def _ratios(rows: list[dict[str, Any]], consume: str) -> list[str]:
                  f"over the whole epoch {ratio('lading', 'lading-local', 'tokens_s')}")  # fmt: skip
     lines.append(f"- the same under a training step that takes {consume} tokens/s (`+step` rows: a "
                  f"sleep a batch, the GIL free): lading remote / local, tokens/s once warm "
-                 f"{ratio('lading+step', 'lading-local+step', 'warm_tokens_s')}")  # fmt: skip
+                 f"{ratio('lading+step', 'lading-local+step', 'warm_tokens_s')}; with 2 "
+                 f"DataLoader workers building the remote batches beside the step "
+                 f"(`+workers`; their CPU counted in the client's) "
+                 f"{ratio('lading+step+workers', 'lading-local+step', 'warm_tokens_s')}"
+                 )  # fmt: skip
     for peer in ("mosaic", "litdata"):
         lines.append(f"- lading / {peer}, tokens/s over the epoch: "
                      f"{ratio('lading', peer, 'tokens_s')}; client CPU a token: "
@@ -117,7 +121,8 @@ def render(results: dict[str, Any]) -> str:
         f"{corpus['batch']}, in-process (no workers), a cold cache each time; 'warm': after the "
         f"first {float(args['warm']):.0%} of the epoch. {args['repeats']} repeats, the systems "
         f"in turn within each; median [min-max]. CPU: the client process's own (all its "
-        f"threads); the server's: the local S3's process tree. Bytes used: windows x "
+        f"threads, and its DataLoader workers'); the server's: the local S3's process tree. "
+        f"Bytes used: windows x "
         f"({corpus['seq_len']:,} + 1) tokens x 2 bytes. This machine: {results['cores']} cores "
         f"shared with other work (load in the table); {results['seconds']:.0f} s in all."
     )
