@@ -15,12 +15,12 @@ per system:
 
 Per system: tokens/s over the epoch and once warm (after the first ``--warm`` of it), client
 CPU per million tokens (this process's own CPU time, every thread, and its DataLoader
-workers'; the server excluded), the
-server's CPU (the local S3's process tree), bytes fetched (the proxy's counter) / bytes used
-(windows x (seq_len + 1) x bytes a token), and the resume each offers, tested: read k batches,
-save the loader's state, resume in a fresh reader with a cold cache, compare the next two
-batches. Parquet: ``PartitionedParquet`` sessions/s, the files on the bucket vs on local disk.
-The server's own ceiling (lading's fetcher alone, random small ranges) in the same run.
+workers'; the server excluded), the server's CPU (the local S3's process tree), bytes fetched
+(the proxy's counter) / bytes used (windows x (seq_len + 1) x bytes a token), and the resume
+each offers, tested: read k batches, save the loader's state, resume in a fresh reader with
+a cold cache, compare the next two batches. Parquet: ``PartitionedParquet`` sessions/s, the
+files on the bucket vs on local disk. The server's own ceiling (lading's fetcher alone, random
+small ranges) in the same run.
 
     python benchmarks/bench_remote_lm.py --repeats 3 --write        # Wikipedia ../shared/data
     python benchmarks/bench_remote_lm.py --synthetic --repeats 3     # synthetic tokens
