@@ -95,6 +95,8 @@ def test_batches_equal_the_local_corpus_and_resume_with_a_cold_cache(
         if len(got) == 3:
             state = loader.state_dict()
     assert got == want
+    if not workers:  # every read was announced ahead (workers read along their parent's plan)
+        assert remote.cache_stats()["unplanned"] == 0
     again = loader_of(corpora, mode, corpora.open(), num_workers=workers)
     again.load_state_dict(state)
     assert batches(again) == want[3:]
@@ -300,6 +302,18 @@ def test_a_prefix_holding_no_corpus_is_named(corpora: Corpora, tmp_path: Path) -
     assert f"no token corpus at s3://{BUCKET}/corpora/none" in text and "TokenCorpus.build" in text
 
 
+def test_a_prefix_holding_a_document_store_is_named(corpora: Corpora, tmp_path: Path) -> None:
+    from lading.stores.remote.clients import open_client
+
+    url = f"s3://{BUCKET}/stores/docs"
+    open_client(url).put("meta.json", b'{"format": "lading.store", "version": 2, "files": {}}')
+    with pytest.raises(StoreFormatError) as found:
+        TokenCorpus.open(url, cache=tmp_path)
+    assert "is a document store, not a token corpus: open it with lading.open_store" in _one_line(
+        found.value
+    )
+
+
 def test_a_mixture_naming_one_corpus_twice_is_refused(corpora: Corpora) -> None:
     remote = corpora.open()
     again = corpora.open()
@@ -310,6 +324,26 @@ def test_a_mixture_naming_one_corpus_twice_is_refused(corpora: Corpora) -> None:
     local = corpora.local.path
     with pytest.raises(ValueError, match="twice"):
         TokenMixture({local: 1.0, Path(str(local) + "/../" + local.name): 1.0})
+
+
+def test_one_remote_corpus_in_two_loaders_at_other_places(corpora: Corpora) -> None:
+    """A corpus first in one mixture and second in another (a train and a validation loader
+    in one process) is read right by both, interleaved, each along its own plan."""
+    remote = corpora.open()
+    first = TokenMixture({remote: 1.0, corpora.other: 1.0})
+    second = TokenMixture({corpora.other: 1.0, remote: 1.0})
+    mine = [LanguageModelLoader(m, 2, Windows(12), seed=3) for m in (first, second)]
+    local = [
+        TokenMixture({corpora.local: 1.0, corpora.other: 1.0}),
+        TokenMixture({corpora.other: 1.0, corpora.local: 1.0}),
+    ]
+    want = [batches(LanguageModelLoader(m, 2, Windows(12), seed=3)) for m in local]
+    got: list[list[Any]] = [[], []]
+    for a, b in zip(*mine):
+        got[0].append(plain(a))
+        got[1].append(plain(b))
+    assert got == [w[: len(got[0])] for w in want]
+    assert remote.cache_stats()["unplanned"] == 0  # every read was one a plan announced
 
 
 def test_url_mixtures_take_the_cache_arguments(corpora: Corpora, tmp_path: Path) -> None:

@@ -173,6 +173,8 @@ def test_a_state_resumes_with_a_cold_cache(
     )  # fmt: skip
     resumed.load_state_dict(state)
     same(head + list(resumed), full)
+    if workers == 0:  # the chunk the resume starts in was announced too
+        assert resumed.cache_stats()["unplanned"] == 0
 
 
 def test_a_state_of_the_local_files_resumes_on_their_upload(
@@ -234,26 +236,32 @@ def _on_disk(cache: Path) -> int:
     return sum(p.stat().st_size for p in cache.iterdir() if p.is_file())
 
 
-def test_the_cap_is_never_exceeded_on_disk(s3: LocalS3, tmp_path: Path) -> None:
-    """A dataset ~3x the cap: every file of the cache stays within it after every batch, and
-    the batches are the local files'."""
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_cap_is_never_exceeded_on_disk(s3: LocalS3, tmp_path: Path, workers: int) -> None:
+    """A dataset ~3x the cap: every file of the cache stays within it after every batch (the
+    process announcing and its DataLoader workers reading share it), and the batches are the
+    local files'."""
     folder = tmp_path / "big"
     for i in range(6):
         write_sessions(folder / f"part-{i}.parquet", 6000, 6, seed=10 + i)
     total = sum(p.stat().st_size for p in folder.iterdir())
-    url = upload(s3, folder, "parquet-cap")
+    url = upload(s3, folder, f"parquet-cap-{workers}")
     cap = 600_000
     assert total > 2.5 * cap, total
     cache = cold(tmp_path)
     kw = {**KW, "buffer_rows": 2048}
     want = PartitionedParquet(folder, 256, **kw)
-    remote = PartitionedParquet(url, 256, cache=cache, cache_bytes=cap, **kw)
+    remote = PartitionedParquet(
+        url, 256, cache=cache, cache_bytes=cap, num_workers=workers,
+        multiprocessing_context="fork", **kw,
+    )  # fmt: skip
     worst = 0
     for a, b in zip(remote, want):
         same([a], [b])
         worst = max(worst, _on_disk(cache))
         assert worst <= cap, f"{worst:,} bytes on disk, cap {cap:,}"
-    assert remote.cache_stats()["bytes_cached"] > 0  # the cache was used, within its cap
+    stats = remote.cache_stats()
+    assert worst > cap // 8, (worst, stats)  # the cache was put to use (blocks kept)
 
 
 def test_a_cap_below_one_row_group_reads_around_the_cache(
@@ -387,6 +395,16 @@ def test_a_damaged_row_group_is_named(local: Path, s3: LocalS3, tmp_path: Path) 
         list(loader)
     text = _one_line(caught.value)
     assert "s3://parquet-damaged/part-0.parquet, row group" in text and "write it again" in text
+
+
+def test_repartition_refuses_a_url(tmp_path: Path) -> None:
+    from lading.tabular import repartition
+
+    with pytest.raises(LadingError) as caught:
+        repartition(["s3://logs/sessions/part-0.parquet"], tmp_path / "out")
+    text = _one_line(caught.value)
+    assert "lading repartition takes a local folder, not the URL s3://logs/" in text
+    assert not (tmp_path / "out").exists()
 
 
 def test_urls_and_local_paths_mixed(url: str, local: Path, tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ class RemoteTokens:
         self.itemsize = dtype.itemsize
         self.ready: dict[tuple[int, int], npt.NDArray[Any]] = {}
         self.recording: list[tuple[int, int, int]] | None = None
-        self.part = 0  # this corpus's place in the loader's corpora (what a recording names)
+        self.part = 0  # the corpus's place in the recording loader's corpora (what it logs)
         self.now: int | None = None  # the step reads without one are at
 
     def __len__(self) -> int:
@@ -252,7 +252,16 @@ def parse(raw: bytes, where: str) -> dict[str, Any]:
     Raises:
         StoreFormatError: naming the field and the fix.
     """
-    meta = decode_manifest(raw, where, FORMAT_NAME)
+    try:
+        meta = decode_manifest(raw, where, FORMAT_NAME)
+    except StoreFormatError as e:
+        if "'lading.store'" not in str(e):
+            raise
+        raise StoreFormatError(
+            f"{where} is a document store, not a token corpus: open it with "
+            "lading.open_store, or build a token corpus with TokenCorpus.build(SOURCE, URL, "
+            "tokenizer=...)"
+        ) from None
     if not meta.get("snapshot"):  # version 1: one flat folder, named by its manifest's hash
         meta["snapshot"] = "v1-" + hashlib.sha256(raw).hexdigest()[:16]
     safe_snapshot_id(meta["snapshot"], where)

@@ -69,9 +69,7 @@ class RemoteReads:
         self.remote: dict[int, RemoteTokens] = {}
         for part, (corpus, _) in enumerate(workload.data.parts):
             if isinstance(corpus, RemoteTokenCorpus):
-                tokens: RemoteTokens = corpus.tokens  # type: ignore[assignment]
-                tokens.part = part
-                self.remote[part] = tokens
+                self.remote[part] = corpus.tokens  # type: ignore[assignment]
         self.token = token or secrets.token_hex(4)  # names this loader's order file
         self.announce: Announce | None = announcer(self, _same)
         self._ranges: dict[SegmentBatchKey, Ranges] = {}  # of the keys planned last
@@ -92,7 +90,9 @@ class RemoteReads:
         return {"inner": self.inner, "token": self.token}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["inner"], state["token"])  # type: ignore[misc]
+        with warnings.catch_warnings():  # the loader warned where it was made: once
+            warnings.simplefilter("ignore")
+            self.__init__(state["inner"], state["token"])  # type: ignore[misc]
 
     # ------------------------------------------------------------------ reading
 
@@ -130,8 +130,8 @@ class RemoteReads:
         if found is not None:
             return found
         log: list[tuple[int, int, int]] = []
-        for tokens in self.remote.values():
-            tokens.recording = log
+        for part, tokens in self.remote.items():  # a corpus may be in several loaders' parts
+            tokens.recording, tokens.part = log, part
         try:
             self.inner.build(key)
         finally:

@@ -49,8 +49,8 @@ def parquet_files(paths: PathsArg, exclude: Iterable[Path] = ()) -> list[Path]:
     for item in items:
         refuse_remote(
             item,
-            "this command",
-            "it reads and writes parquet files on this node; copy the objects here first "
+            "lading repartition",
+            "it rewrites parquet files on this node; copy the objects here first "
             "(PartitionedParquet reads URLs itself)",
         )
         path = Path(item)

@@ -333,14 +333,19 @@ class RemoteRowReader(RowReader):
 
 
 def announced_reads(workload: Any) -> Callable[[Any], list[Piece]]:
-    """``key -> the row groups the batch at key reads``: a chunk's row groups at its first
-    batch (the chunk is read whole then and kept), nothing at its other batches."""
+    """``key -> the row groups the batch at key reads``: a chunk's row groups at the first of
+    its batches asked about in a row (its first batch, or the first after a resume mid-chunk:
+    the chunk is read whole then and kept), nothing at its other batches. The announcer asks
+    about keys in order (the epoch's for the plan, then a window at a time to fetch)."""
     ordered: dict[int, list[Piece]] = {}
+    last: list[tuple[int, int, int, int]] = []  # the chunk of the key asked about last
 
     def reads(key: Any) -> list[Piece]:
         chunk, starts, stops = key.chunks[0]
-        if key.lo != chunk * workload.buffer_rows:
+        ident = (key.epoch, key.segment, key.reader, chunk)
+        if last and last[0] == ident:
             return []
+        last[:] = [ident]
         if key.epoch not in ordered:
             if len(ordered) > 1:
                 ordered.pop(min(ordered))

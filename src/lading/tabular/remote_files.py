@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.disk import build_lock
+from lading.stores.remote.clients import check_reachable
 from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.objects import RemoteNotSupportedError, describe, split_url
 
@@ -65,33 +66,9 @@ def split_root(url: str) -> tuple[str, str]:
         scheme, rest = split_url(url)
     except ValueError as e:
         raise RemoteNotSupportedError(f"PartitionedParquet: {e}") from None
-    check_scheme(scheme, url)
+    check_reachable(url, "PartitionedParquet")
     bucket, _, key = rest.partition("/")
     return f"{scheme}://{bucket}", key
-
-
-def check_scheme(scheme: str, url: str) -> None:
-    """Raise, naming the fix, unless obstore or an installed fsspec backend reads ``scheme``."""
-    from lading.stores.remote.client_obstore import SCHEMES
-
-    if scheme in SCHEMES:
-        return
-    try:
-        from fsspec import get_filesystem_class
-
-        get_filesystem_class(scheme)
-    except ImportError as e:
-        raise RemoteNotSupportedError(
-            f"PartitionedParquet: {url}: reading {scheme}:// needs a package that is not "
-            f"installed ({str(e).splitlines()[0][:160]}); install it, or copy the files to "
-            "this node and pass the local folder"
-        ) from None
-    except ValueError:
-        raise RemoteNotSupportedError(
-            f"PartitionedParquet: {url}: lading cannot reach {scheme}:// URLs; use s3://, "
-            "gs://, az:// (or another fsspec protocol), or copy the files to this node and "
-            "pass the local folder"
-        ) from None
 
 
 def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[RemoteFile]:
