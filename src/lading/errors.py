@@ -45,6 +45,11 @@ class OutOfSpaceError(LadingError, OSError):
         return str(self.strerror)
 
 
+class RemoteReadError(LadingError, OSError):
+    """A call to object storage failed for good (after its retries, each within the remote
+    deadline): names the object (and byte range), the endpoint, the setting and why."""
+
+
 class EmptyEpochError(LadingError, ValueError):
     """A loader's data and settings give every rank an epoch of no batch.
 

@@ -26,9 +26,9 @@ import socket
 import sys
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from lading.disk import (
     STAGE_MARK,
@@ -42,6 +42,7 @@ from lading.disk import (
 )
 from lading.disk.meta import LISTED_FORMATS, META_FILE
 from lading.disk.names import check_layout, check_name, inside
+from lading.disk.remote import RemoteDir
 from lading.errors import StoreFormatError
 from lading.world import World, from_environment
 
@@ -51,21 +52,19 @@ _ERROR_SUFFIX = ".stage-error"
 
 
 class _Source:
-    """A directory to copy from: a local path, or a prefix behind an fsspec URL."""
+    """A directory to copy from: a local path, or a prefix behind an fsspec URL (every call
+    of which is under the remote deadline: :class:`~lading.disk.remote.RemoteDir`)."""
 
-    def __init__(self, src: str | os.PathLike[str], storage_options: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        src: str | os.PathLike[str],
+        storage_options: Mapping[str, Any],
+        remote_timeout: float | None = None,
+    ) -> None:
         self.url = os.fspath(src)
         self.remote = "://" in self.url and not self.url.startswith("file://")
         if self.remote:
-            try:
-                from fsspec.core import url_to_fs
-            except ImportError:  # pragma: no cover - torch depends on fsspec
-                raise ImportError(
-                    f"staging from {self.url} needs fsspec. To install:\n"
-                    "  pip install 'lading[remote]'"
-                ) from None
-            self.fs, self.root = url_to_fs(self.url, **dict(storage_options))
-            self.root = self.root.rstrip("/")
+            self.objects = RemoteDir(self.url, storage_options, remote_timeout)
         else:
             self.local = Path(self.url.removeprefix("file://"))
             if not self.local.is_dir():
@@ -77,23 +76,14 @@ class _Source:
 
     def files(self) -> dict[str, dict[str, Any]]:
         """Every file under the source: relative path -> {size, version (mtime or ETag)}."""
+        if self.remote:
+            return self.objects.files()
         out: dict[str, dict[str, Any]] = {}
-        if not self.remote:
-            for path in sorted(self.local.rglob("*")):
-                if path.is_file():
-                    st = path.stat()
-                    rel = path.relative_to(self.local).as_posix()
-                    out[rel] = {"size": st.st_size, "version": st.st_mtime_ns}
-            return out
-        found = self.fs.find(self.root, detail=True)
-        if not found:
-            raise FileNotFoundError(f"{self.url}: no files there to stage")
-        for path, info in sorted(found.items()):
-            if info.get("type") == "directory":
-                continue
-            rel = path[len(self.root) + 1 :]
-            version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
-            out[rel] = {"size": int(info["size"]), "version": str(version)}
+        for path in sorted(self.local.rglob("*")):
+            if path.is_file():
+                st = path.stat()
+                rel = path.relative_to(self.local).as_posix()
+                out[rel] = {"size": st.st_size, "version": st.st_mtime_ns}
         return out
 
     def check(self, meta: dict[str, Any]) -> None:
@@ -109,15 +99,18 @@ class _Source:
         check_layout(meta, meta["format"], where, root)
 
     def read_bytes(self, rel: str) -> bytes:
-        if not self.remote:
-            return (self.local / rel).read_bytes()
-        return bytes(self.fs.cat_file(f"{self.root}/{rel}"))
+        if self.remote:
+            return self.objects.read(rel)
+        return (self.local / rel).read_bytes()
 
-    def open(self, rel: str) -> IO[bytes]:
-        if not self.remote:
-            return open(self.local / rel, "rb")
-        handle: IO[bytes] = self.fs.open(f"{self.root}/{rel}", "rb", block_size=CHUNK)
-        return handle
+    def blocks(self, rel: str, size: int) -> Iterator[bytes]:
+        """The bytes of file ``rel`` (``size`` of them by the listing), a block at a time."""
+        if self.remote:
+            yield from self.objects.blocks(rel, size)
+            return
+        with open(self.local / rel, "rb") as reader:
+            while block := reader.read(CHUNK):
+                yield block
 
 
 def snapshot_of(
@@ -162,6 +155,7 @@ def stage(
     verify: bool = False,
     progress: bool | None = None,
     timeout: float = 3600.0,
+    remote_timeout: float | None = None,
 ) -> Path:
     """Copy directory ``src`` (a path or an fsspec URL) to ``dest`` once per node; return ``dest``.
 
@@ -176,12 +170,17 @@ def stage(
             the first and last 4 KiB of each file.
         progress: show a progress bar with MB/s (default: when stderr is a terminal).
         timeout: seconds the other local ranks wait for local rank 0's copy.
+        remote_timeout: seconds each attempt of a call to a URL source may take (the
+            listing, ``meta.json``, each 4 MiB range; 3 retries), default
+            ``$LADING_REMOTE_TIMEOUT`` or 20, as for a remote store.
 
     Raises:
         StoreFormatError: a source file does not match its checksum, or the copy does not.
+        RemoteReadError: a call to a URL source failed 4 times (one line: the object, the
+            endpoint, the setting); nothing was staged.
         TimeoutError: local rank 0 did not publish the copy within ``timeout``.
     """
-    source = _Source(src, storage_options or {})
+    source = _Source(src, storage_options or {}, remote_timeout)
     target = Path(dest)
     print_, files, expected = snapshot_of(source, source.files())
     world = world or from_environment(os.environ)  # no torch import just for the local rank
@@ -243,8 +242,8 @@ def _copy(
             out = tmp / rel
             out.parent.mkdir(parents=True, exist_ok=True)
             crc = 0
-            with source.open(rel) as reader, open(out, "wb") as writer:
-                while block := reader.read(CHUNK):
+            with open(out, "wb") as writer:
+                for block in source.blocks(rel, int(files[rel]["size"])):
                     crc = zlib.crc32(block, crc)
                     writer.write(block)
                     bar.update(len(block))

@@ -145,7 +145,9 @@ def open_store(
         )
     if stage_to is not None:
         name = os.fspath(path).rstrip("/").rsplit("/", 1)[-1]
-        path = stage(path, Path(stage_to) / name, storage_options=storage_options)
+        path = stage(
+            path, Path(stage_to) / name, storage_options=storage_options, remote_timeout=timeout
+        )
     return PackedStore(path, on_stale=on_stale, snapshot=snapshot)
 
 

@@ -8,12 +8,21 @@ manifest or the new one, and the new one only once every file it names is there.
 that fails or is killed before that last PUT leaves the old store (or none) in place. The
 local copy is deleted after the upload: the bucket is the store.
 
+Deadlines: a PUT of ``n`` bytes (a whole file, its parts and their retries) is cancelled
+after ``timeout + n / upload_min_rate`` seconds (:func:`put_deadline`; ``LADING_REMOTE_TIMEOUT``
+or ``timeout=``, default 20 s, and ``LADING_UPLOAD_MIN_RATE`` or ``upload_min_rate=``, default
+1 MiB/s), so a server that goes half-open after the write probe ends the build in one line
+naming the endpoint, the object and both settings, with nothing committed. (The upload
+client waited up to 30 minutes before: its timeout is that long so that completing a large
+multipart upload on a loaded server may take minutes, which the deadline still allows.)
+
 Under torch.distributed every rank may call it with the same arguments: global rank 0 builds
 and uploads while the others wait at a barrier, then all open the store.
 """
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import contextlib
 import functools
@@ -23,7 +32,8 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -34,7 +44,7 @@ from lading.disk.meta import META_FILE
 from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, grace_seconds
 from lading.stores.layout import FORMAT_NAME
 from lading.stores.remote.clients import open_client
-from lading.stores.remote.fetch import Fetcher
+from lading.stores.remote.fetch import TIMEOUT_ENV, Fetcher
 from lading.stores.remote.objects import (
     ObjectClient,
     PermanentError,
@@ -42,7 +52,13 @@ from lading.stores.remote.objects import (
     RemoteWriteError,
     describe,
 )
-from lading.stores.remote.settings import RemoteSettings
+from lading.stores.remote.settings import (
+    UPLOAD_RATE_ENV,
+    RemoteSettings,
+    default_timeout,
+    default_upload_rate,
+    positive_rate,
+)
 from lading.stores.remote.store import RemoteStore
 from lading.world import process_group
 
@@ -60,11 +76,14 @@ def build_remote(
     storage_options: Mapping[str, Any] | None = None,
     format_name: str = FORMAT_NAME,
     opener: Callable[[str, RemoteSettings], Any] = RemoteStore,
+    timeout: float | None = None,
+    upload_min_rate: int | str | None = None,
     **kwargs: Any,
 ) -> Any:
     """Build ``source`` with ``build_local(source, local_dir, *args, **kwargs)``, upload it
     to ``url`` (manifest last) and open it there with ``opener(url, settings)`` (a store by
-    default; ``format_name`` is what the local build makes: see the module docstring)."""
+    default; ``format_name`` is what the local build makes: see the module docstring;
+    ``timeout``, ``upload_min_rate``: :class:`~lading.stores.remote.settings.RemoteSettings`)."""
     if kwargs.get("shard") is not None:
         raise ValueError(
             f"a parallel build (shard=) straight into {url} is not supported yet: build the "
@@ -72,7 +91,12 @@ def build_remote(
             "merge), then upload the store with lading.stores.building.upload.upload(folder, "
             "lading.stores.remote.clients.open_client(url)), the manifest last"
         )
-    settings = RemoteSettings.of(cache, cache_bytes, storage_options)
+    deadlines: dict[str, Any] = {}
+    if timeout is not None:
+        deadlines["timeout"] = float(timeout)
+    if upload_min_rate is not None:
+        deadlines["upload_min_rate"] = positive_rate(upload_min_rate)
+    settings = RemoteSettings.of(cache, cache_bytes, storage_options, **deadlines)
     kwargs.pop("shared_fs", None)  # the local build is this process's alone
     dist = process_group(min_size=2)
     failure: BaseException | None = None
@@ -105,7 +129,10 @@ def _build_and_upload(
     try:
         local = scratch / "store"
         build_local(source, local, *args, **kwargs)
-        upload(local, open_client(url, settings.backend, settings.options), format_name)
+        client = open_client(url, settings.backend, settings.options, settings.timeout)
+        upload(
+            local, client, format_name, timeout=settings.timeout, min_rate=settings.upload_min_rate
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -123,7 +150,7 @@ def check_writable(url: str, settings: RemoteSettings) -> None:
     try:
         client = fetcher.client
         fetcher.run(f"PUT {describe(url, key)}", lambda: client.put_async(key, b""))
-        client.delete(key)
+        fetcher.run(f"DELETE {describe(url, key)}", lambda: client.delete_async(key))
     except (PermanentError, RemoteReadError) as e:
         endpoint = getattr(fetcher._client, "endpoint", "") or "the default endpoint"
         bucket = url.partition("://")[2].split("/", 1)[0]
@@ -140,47 +167,143 @@ def check_writable(url: str, settings: RemoteSettings) -> None:
         fetcher.close()
 
 
-def upload(local: Path, client: ObjectClient, format_name: str = FORMAT_NAME) -> None:
+def put_deadline(size: int, timeout: float, min_rate: int) -> float:
+    """Seconds a PUT of ``size`` bytes may take: ``timeout`` (a request's answer) plus the
+    bytes at ``min_rate`` bytes a second (84 s for a 64 MiB part at 20 s and 1 MiB/s)."""
+    return timeout + size / min_rate
+
+
+class _PutFailedError(Exception):
+    """A PUT's one-line failure, carried out of the fetch loop (not an ``OSError``: the
+    fetcher would call that a failed read and retry it)."""
+
+
+def upload(
+    local: Path,
+    client: ObjectClient,
+    format_name: str = FORMAT_NAME,
+    *,
+    timeout: float | None = None,
+    min_rate: int | str | None = None,
+) -> None:
     """Upload the store at ``local`` through ``client``: every file under it (what the
-    manifest lists, and any per-snapshot manifest), then ``meta.json``. ``format_name``: what
-    ``local`` must be (a token corpus is ``lading.tokens``)."""
+    manifest lists, and any per-snapshot manifest), then ``meta.json``, each PUT within
+    :func:`put_deadline` of its bytes.
+
+    Args:
+        format_name: what ``local`` must be (a token corpus is ``lading.tokens``).
+        timeout: seconds a request may wait for its answer (default ``$LADING_REMOTE_TIMEOUT``
+            or 20).
+        min_rate: bytes a second a file's upload reaches at least (``1M``; default
+            ``$LADING_UPLOAD_MIN_RATE`` or 1 MiB/s).
+
+    Raises:
+        RemoteWriteError: a PUT failed or passed its deadline: one line naming the object,
+            the endpoint and the settings; the manifest was not written.
+    """
     read_meta(local, format_name)  # a complete store, or the error says what is wrong
+    base = default_timeout() if timeout is None else float(timeout)
+    rate = default_upload_rate() if min_rate is None else positive_rate(min_rate)
     names = sorted(
         p.relative_to(local).as_posix()
         for p in local.rglob("*")
         if p.is_file() and p.name != META_FILE and not p.name.startswith(".")
     )
-    with ThreadPoolExecutor(UPLOADS_AT_ONCE, thread_name_prefix="lading-upload") as pool:
-        for done in pool.map(lambda name: _put(client, name, local / name), names):
-            del done
+    files: list[tuple[str, bytes | Path, int]] = [
+        (name, local / name, (local / name).stat().st_size) for name in names
+    ]
     raw = (local / META_FILE).read_bytes()
-    _put(client, META_FILE, raw)  # the commit
-    collect_garbage(client, json.loads(raw))
-
-
-def _put(client: ObjectClient, key: str, data: bytes | Path) -> None:
-    """``client.put``, its failure as one line (the clients' own errors run to 26 lines)."""
+    longest = sum(put_deadline(n, base, rate) for _, _, n in [*files, ("", raw, len(raw))])
+    # the fetcher hosts the calls on its loop (and waits for obstore's at exit); its own
+    # timeout never fires first: each PUT has its deadline
+    fetcher = Fetcher(lambda: client, in_flight=UPLOADS_AT_ONCE, retries=0, timeout=longest + 1)
     try:
-        client.put(key, data)
+        _run(fetcher, lambda: _put_all(client, files, base, rate))
+        _run(fetcher, lambda: _put_all(client, [(META_FILE, raw, len(raw))], base, rate))
+    finally:
+        fetcher.close()
+    try:  # committed: what a failure here leaves is garbage, not damage
+        collect_garbage(client, json.loads(raw), timeout=base)
+    except OSError as e:  # RemoteReadError included
+        warnings.warn(f"{client.url} is committed; its old snapshots stay: {e}", stacklevel=2)
+
+
+def _run(fetcher: Fetcher, work: Callable[[], Awaitable[None]]) -> None:
+    try:
+        fetcher.run("upload", work)
+    except _PutFailedError as e:
+        raise RemoteWriteError(f"{e}") from None
+
+
+async def _put_all(
+    client: ObjectClient, files: list[tuple[str, bytes | Path, int]], base: float, rate: int
+) -> None:
+    """PUT every file, :data:`UPLOADS_AT_ONCE` at a time; at the first failure the others
+    are cancelled (their requests dropped) and it is raised."""
+    slots = asyncio.Semaphore(UPLOADS_AT_ONCE)
+
+    async def one(key: str, data: bytes | Path, size: int) -> None:
+        async with slots:
+            await _put(client, key, data, size, base, rate)
+
+    tasks = [asyncio.ensure_future(one(*f)) for f in files]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _put(
+    client: ObjectClient, key: str, data: bytes | Path, size: int, base: float, rate: int
+) -> None:
+    """One PUT within :func:`put_deadline`; its failure as one line (the clients' own errors
+    run to 26 lines)."""
+    deadline = put_deadline(size, base, rate)
+    where = f"PUT {describe(client.url, key)} (endpoint {client.endpoint or 'the default'})"
+    unchanged = "the store there is unchanged (its manifest is written last)"
+    try:
+        await asyncio.wait_for(client.upload_async(key, data, deadline), deadline)
+    except asyncio.TimeoutError:
+        raise _PutFailedError(
+            f"{where} did not finish within {deadline:.3g}s ({base:g}s, timeout= or env "
+            f"{TIMEOUT_ENV}, + {size:,} bytes at {rate:,} bytes/s, upload_min_rate= or env "
+            f"{UPLOAD_RATE_ENV}): is the endpoint up? On a slow link raise either; {unchanged}"
+        ) from None
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        raise RemoteWriteError(
-            f"PUT {describe(client.url, key)} failed: {type(e).__name__}: {first}; the store "
-            "there is unchanged (its manifest is written last)"
-        ) from None
+        raise _PutFailedError(f"{where} failed: {type(e).__name__}: {first}; {unchanged}") from None
 
 
-def collect_garbage(client: ObjectClient, current: dict[str, Any]) -> list[str]:
+def collect_garbage(
+    client: ObjectClient, current: dict[str, Any], timeout: float | None = None
+) -> list[str]:
     """Delete the objects of ``snap-`` folders no snapshot within the grace still uses; the
     folders removed. A snapshot was replaced when the next one was committed (its manifest's
-    ``committed_at``; its id's UTC time where that is missing)."""
-    listing = client.list()
+    ``committed_at``; its id's UTC time where that is missing). Every call is on the read
+    path (``timeout`` seconds an attempt, default ``$LADING_REMOTE_TIMEOUT``, retried).
+
+    Raises:
+        RemoteReadError: a listing, GET or DELETE failed for good.
+    """
+    fetcher = Fetcher(
+        lambda: client, in_flight=UPLOADS_AT_ONCE, timeout=timeout or default_timeout()
+    )
+    try:
+        return _collect(client, current, fetcher)
+    finally:
+        fetcher.close()
+
+
+def _collect(client: ObjectClient, current: dict[str, Any], fetcher: Fetcher) -> list[str]:
+    listing = fetcher.list()
     manifests: dict[str, dict[str, Any]] = {}
     for key in listing:
         snap, _, rest = key.partition("/")
         if snap.startswith(SNAP_PREFIX) and rest == MANIFEST:
             with contextlib.suppress(Exception):  # unreadable: judged by its id's time
-                manifests[snap] = json.loads(client.get(key))
+                manifests[snap] = json.loads(fetcher.get_object(key))
     snaps = {k.split("/", 1)[0] for k in listing if k.startswith(SNAP_PREFIX)}
 
     def committed(snap: str) -> float:
@@ -198,8 +321,12 @@ def collect_garbage(client: ObjectClient, current: dict[str, Any]) -> list[str]:
     gone = snaps - keep - used  # build- folders (parallel builds) are left alone
     doomed = [k for k in listing if k.split("/", 1)[0] in gone]
     doomed.sort(key=lambda k: not k.endswith(MANIFEST))  # a manifest first: pinned readers hear
+
+    def delete(key: str) -> None:
+        fetcher.run(f"DELETE {describe(client.url, key)}", lambda: client.delete_async(key))
+
     with ThreadPoolExecutor(UPLOADS_AT_ONCE, thread_name_prefix="lading-gc") as pool:
-        list(pool.map(client.delete, doomed))
+        list(pool.map(delete, doomed))
     return sorted(gone)
 
 

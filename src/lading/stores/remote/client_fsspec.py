@@ -76,6 +76,24 @@ class FsspecClient:
         with _errors(f"{self.url}: its bucket does not exist"):
             await self._on_fs("pipe_file", self._path(key), data)
 
+    async def upload_async(self, key: str, data: bytes | Path, timeout: float) -> None:
+        """Write object ``key`` from bytes or a file, for a caller that cancels the call
+        after ``timeout`` seconds (the cancel reaches the coroutine on fsspec's loop)."""
+        path = self._path(key)
+        with _errors(f"{self.url}: its bucket does not exist"):
+            if isinstance(data, Path):
+                await self._on_fs("put_file", str(data), path)
+            else:
+                await self._on_fs("pipe_file", path, data)
+        self.fs.invalidate_cache(path)
+
+    async def delete_async(self, key: str) -> None:
+        """Remove object ``key`` (absent is fine) on the read path."""
+        path = self._path(key)
+        with _errors(f"{self.url}/{key}"), contextlib.suppress(FileNotFoundError):
+            await self._on_fs("rm_file", path)
+        self.fs.invalidate_cache(path)
+
     async def list_async(self, prefix: str = "") -> dict[str, ObjectInfo]:
         """:meth:`list` on the read path."""
         base = self._path(prefix.rstrip("/")) if prefix else self.root

@@ -26,12 +26,9 @@ from pathlib import Path
 from typing import Protocol
 
 from lading.errors import LadingError
+from lading.errors import RemoteReadError as RemoteReadError  # one class with staging's
 
 BACKENDS: tuple[str, ...] = ("auto", "fsspec", "obstore")
-
-
-class RemoteReadError(LadingError, OSError):
-    """A GET failed for good (after its retries): names the object, the byte range and why."""
 
 
 class RemoteWriteError(LadingError, OSError):
@@ -117,6 +114,14 @@ class ObjectClient(Protocol):
 
     async def put_async(self, key: str, data: bytes) -> None:
         """Write small object ``key`` (one attempt, under the read path's timeout: a probe)."""
+
+    async def upload_async(self, key: str, data: bytes | Path, timeout: float) -> None:
+        """Write object ``key`` from bytes or a local file, for a caller that cancels the
+        call after ``timeout`` seconds: the cancel stops its requests; the backend's own
+        retries (a reset part of a multipart upload) run within that time."""
+
+    async def delete_async(self, key: str) -> None:
+        """Remove object ``key`` (absent is fine; one attempt, retried by the fetcher)."""
 
     def get(self, key: str) -> bytes:
         """The whole object ``key``."""

@@ -19,17 +19,17 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from lading.stores.remote.fetch import (
-    DEFAULT_IN_FLIGHT,
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT,
-    TIMEOUT_ENV,
-)
+from lading.disk.remote import remote_timeout
+from lading.stores.remote.fetch import DEFAULT_IN_FLIGHT, DEFAULT_RETRIES
 from lading.stores.remote.plan import DEFAULT_GAP, DEFAULT_WASTE
 
 CACHE_ENV = "LADING_CACHE"
 CACHE_BYTES_ENV = "LADING_REMOTE_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 8 << 30
+UPLOAD_RATE_ENV = "LADING_UPLOAD_MIN_RATE"
+# bytes/s an uploaded file is assumed to move at, at least: 8 files at once need 8 MiB/s
+# (64 Mb/s) of uplink; a 1.2 GB file may take 20 min before a silent server is called dead
+DEFAULT_UPLOAD_RATE = 1 << 20
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SECRET = re.compile(r"secret|key|token|password|passwd|credential|session|auth|sas", re.I)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -76,21 +76,35 @@ def default_cache_bytes(directory: Path) -> int:
 
 
 def default_timeout() -> float:
-    """``$LADING_REMOTE_TIMEOUT`` (seconds a remote call may take per attempt), else 20.
+    """``$LADING_REMOTE_TIMEOUT`` (seconds a remote call may take per attempt), else 20: the
+    one reading of it, shared with staging a URL (:func:`lading.disk.remote.remote_timeout`).
 
     Raises:
         ValueError: the variable is not a positive number.
     """
-    env = os.environ.get(TIMEOUT_ENV)
-    if not env:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(env)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"{TIMEOUT_ENV}={env!r}: expected seconds > 0, e.g. 20 or 2.5")
-    return value
+    return remote_timeout()
+
+
+def default_upload_rate() -> int:
+    """``$LADING_UPLOAD_MIN_RATE`` (bytes a second, ``1M``, ``50M``), else 1 MiB/s.
+
+    Raises:
+        ValueError: the variable is not a positive byte count.
+    """
+    env = os.environ.get(UPLOAD_RATE_ENV)
+    return DEFAULT_UPLOAD_RATE if not env else positive_rate(env, UPLOAD_RATE_ENV)
+
+
+def positive_rate(value: int | str, what: str = "upload_min_rate") -> int:
+    """A rate in bytes a second (``1M``, ``500K``, a number) > 0.
+
+    Raises:
+        ValueError: naming ``what``, the value and the forms accepted.
+    """
+    rate = parse_bytes(value, what)
+    if rate <= 0:
+        raise ValueError(f"{what}={value!r}: expected bytes a second > 0, e.g. 1M or 50M")
+    return rate
 
 
 def redacted(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -119,6 +133,10 @@ class RemoteSettings:
         timeout: seconds each attempt of every call on the read path may take (open, list,
             stage, read), default ``$LADING_REMOTE_TIMEOUT`` or 20; a call fails after
             ``retries + 1`` attempts with an error naming the endpoint, the object and this.
+        upload_min_rate: bytes a second a build's upload of one file is assumed to reach
+            at least, default ``$LADING_UPLOAD_MIN_RATE`` or 1 MiB: a PUT of ``n`` bytes
+            (a whole file, obstore's retries of its parts included) fails after
+            ``timeout + n / upload_min_rate`` seconds, naming the object and both settings.
         max_gap, max_waste: the planner's (see :func:`~lading.stores.remote.plan.coalesce`).
     """
 
@@ -130,6 +148,7 @@ class RemoteSettings:
     in_flight: int = DEFAULT_IN_FLIGHT
     retries: int = DEFAULT_RETRIES
     timeout: float = field(default_factory=default_timeout)
+    upload_min_rate: int = field(default_factory=default_upload_rate)
     max_gap: int = DEFAULT_GAP
     max_waste: float = DEFAULT_WASTE
 
@@ -165,4 +184,6 @@ class RemoteSettings:
         cap = (
             parse_bytes(cache_bytes) if cache_bytes is not None else default_cache_bytes(directory)
         )
+        if isinstance(more.get("upload_min_rate"), str):
+            more["upload_min_rate"] = positive_rate(more["upload_min_rate"])
         return replace(cls(directory, cap, options=dict(options or {})), **more)

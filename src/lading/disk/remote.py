@@ -1,0 +1,167 @@
+"""A directory behind an fsspec URL, read under the remote deadline: what ``stage`` copies from.
+
+Every call -- the listing, ``meta.json``, each :data:`BLOCK` range of a file -- is an attempt
+of at most ``timeout`` seconds (``LADING_REMOTE_TIMEOUT``, default 20: a remote store's
+setting, so one number bounds every remote call lading makes), retried ``retries`` times
+with backoff after a reset, a 5xx, a short body or silence, as a remote store's document
+GETs are; then :class:`~lading.errors.RemoteReadError`, one line naming the object, the
+endpoint and the setting. On an async filesystem (s3fs, gcsfs) an attempt past its time is
+cancelled on fsspec's loop (its request dropped); a synchronous one (a local-like protocol)
+runs without a deadline.
+
+It lives in the disk room, beside staging, and reads fsspec only: the object clients of the
+store room (:mod:`lading.stores.remote`) sit above it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from lading.errors import RemoteReadError
+
+TIMEOUT_ENV = "LADING_REMOTE_TIMEOUT"  # seconds an attempt of a remote call may take
+DEFAULT_TIMEOUT = 20.0  # an 8 MiB block at 1 MB/s still fits
+DEFAULT_RETRIES = 3
+BACKOFF = 0.05  # seconds before the first retry; doubled each time, with jitter
+BLOCK = 1 << 22  # 4 MiB a ranged GET: within the deadline at 1 MB/s, few GETs a file
+_PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+
+
+def remote_timeout() -> float:
+    """``$LADING_REMOTE_TIMEOUT`` (seconds a remote call may take per attempt), else 20.
+
+    Raises:
+        ValueError: the variable is not a positive number.
+    """
+    env = os.environ.get(TIMEOUT_ENV)
+    if not env:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(env)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{TIMEOUT_ENV}={env!r}: expected seconds > 0, e.g. 20 or 2.5")
+    return value
+
+
+def public_endpoint(endpoint: str) -> str:
+    """``endpoint`` without a ``user:password@`` part (what an error may show)."""
+    scheme, sep, rest = endpoint.partition("://")
+    host = rest.rsplit("@", 1)[-1] if sep else endpoint.rsplit("@", 1)[-1]
+    return f"{scheme}{sep}{host}" if sep else host
+
+
+class RemoteDir:
+    """The objects below ``url`` through fsspec (``options``: its storage options), every
+    call within ``timeout`` seconds an attempt and ``retries`` retries."""
+
+    def __init__(
+        self,
+        url: str,
+        options: Mapping[str, Any],
+        timeout: float | None = None,
+        retries: int = DEFAULT_RETRIES,
+    ) -> None:
+        try:
+            from fsspec.core import url_to_fs
+        except ImportError:  # pragma: no cover - torch depends on fsspec
+            raise ImportError(
+                f"staging from {url} needs fsspec. To install:\n  pip install 'lading[remote]'"
+            ) from None
+        self.timeout = remote_timeout() if timeout is None else float(timeout)
+        if not self.timeout > 0 or retries < 0:
+            raise ValueError(f"timeout={timeout}, retries={retries}: need > 0 and >= 0")
+        self.url, self.retries = url.rstrip("/"), retries
+        options = dict(options)
+        if url.startswith(("s3://", "s3a://")):  # botocore's own bounds (60 s each) under ours
+            config = dict(options.get("config_kwargs") or {})
+            config.setdefault("connect_timeout", min(self.timeout, 10.0))
+            config.setdefault("read_timeout", self.timeout)
+            # one attempt each: ours are the retries (botocore's 4 of a 503, with its backoff,
+            # spent a whole attempt's time inside it)
+            config.setdefault("retries", {"max_attempts": 1})
+            options["config_kwargs"] = config
+        endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(
+            "endpoint_url"
+        )
+        self.endpoint = public_endpoint(str(endpoint or os.environ.get("AWS_ENDPOINT_URL", "")))
+        self.fs, root = url_to_fs(self.url, **options)
+        self.root = root.rstrip("/")
+
+    def files(self) -> dict[str, dict[str, Any]]:
+        """Every object below the URL: relative path -> {size, version (ETag or mtime)}."""
+        found = self._call(f"LIST {self.url}/", "find", self.root, detail=True)
+        out: dict[str, dict[str, Any]] = {}
+        for path, info in sorted(found.items()):
+            if info.get("type") == "directory":
+                continue
+            version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
+            out[path[len(self.root) + 1 :]] = {"size": int(info["size"]), "version": str(version)}
+        if not out:
+            raise FileNotFoundError(f"{self.url}: no files there to stage")
+        return out
+
+    def read(self, rel: str) -> bytes:
+        """The whole object ``rel`` (a manifest)."""
+        return bytes(self._call(f"GET {self.url}/{rel}", "cat_file", f"{self.root}/{rel}"))
+
+    def blocks(self, rel: str, size: int) -> Iterator[bytes]:
+        """The ``size`` bytes of object ``rel``, :data:`BLOCK` at a time, one ranged GET each
+        (a short body is retried: a block is never shorter than asked)."""
+        for start in range(0, size, BLOCK):
+            end = min(size, start + BLOCK)
+            what = f"GET {self.url}/{rel} bytes {start}-{end - 1}"
+            path = f"{self.root}/{rel}"
+            yield self._call(what, "cat_file", path, start=start, end=end, want=end - start)
+
+    def _call(self, what: str, method: str, *args: Any, want: int = -1, **kwargs: Any) -> Any:
+        """``fs.<method>(*args, **kwargs)``, retried; ``want``: the bytes it must return."""
+        last: BaseException | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(BACKOFF * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
+            try:
+                found = self._once(method, args, kwargs)
+            except _PERMANENT:
+                raise
+            except Exception as e:  # botocore's and aiohttp's errors are not all OSErrors
+                last = e
+                continue
+            if want < 0 or len(found) == want:
+                return found
+            last = OSError(f"{len(found)} bytes came back for the {want} asked")
+        raise RemoteReadError(self.gave_up(what, last))
+
+    def _once(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """One attempt: on an async filesystem, its coroutine on fsspec's loop, cancelled
+        after ``timeout`` seconds."""
+        if not getattr(self.fs, "async_impl", False):
+            call: Callable[..., Any] = getattr(self.fs, method)
+            return call(*args, **kwargs)
+        coro = getattr(self.fs, "_" + method)(*args, **kwargs)
+        bounded = asyncio.wait_for(coro, self.timeout)
+        future = asyncio.run_coroutine_threadsafe(bounded, self.fs.loop)
+        try:
+            return future.result(self.timeout + 5.0)  # the loop cancels it first
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+    def gave_up(self, what: str, last: BaseException | None) -> str:
+        """The message of a call that failed ``retries + 1`` times: what, where, the setting."""
+        timed_out = isinstance(last, (asyncio.TimeoutError, concurrent.futures.TimeoutError))
+        first = (str(last).strip().splitlines() or [type(last).__name__])[0][:300]
+        reason = "timed out" if timed_out else f"{type(last).__name__}: {first}"
+        return (
+            f"{what} (endpoint {self.endpoint or 'the default'}) failed {self.retries + 1} "
+            f"times, each allowed {self.timeout:g}s (remote_timeout=, env {TIMEOUT_ENV}; "
+            f"retries={self.retries}); last: {reason}. Check that the endpoint is up and "
+            "reachable, or raise the timeout; nothing was staged"
+        )
