@@ -102,4 +102,7 @@ def test_no_announcer_without_prefetch_and_keys_pass_through_unchanged() -> None
     data = Recorder(3)
     announce = announcer(data, lambda key: [key * 10], ahead=LOOKAHEAD)
     assert announce is not None and list(announce(iter(range(5)), 0, 0)) == [0, 1, 2, 3, 4]
-    assert data.events == [("announce", ([[0], [10], [20], [30], [40]], 0, 0))]
+    told = [what for _, what in data.events if what[0]]
+    assert told == [([[0], [10], [20], [30], [40]], 0, 0)]
+    # then each batch handed out says the loader moved on, with nothing new to fetch
+    assert [what[2] for _, what in data.events if not what[0]] == [1, 2, 3, 4]

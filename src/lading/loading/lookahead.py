@@ -14,7 +14,9 @@ is the step about to be read. Steps are ``epoch * STEPS_PER_EPOCH + batch``: one
 every rank, which reads batch ``b`` of an epoch at the same time as the others. The loader
 (:class:`~lading.loading.loader.Loader`) calls it as it hands out batch keys, in the process
 that iterates it (with DataLoader workers: the main process, ahead of the workers), every
-``LOOKAHEAD`` batches for the ``LOOKAHEAD`` to ``2 * LOOKAHEAD`` batches ahead. What it does
+``LOOKAHEAD`` batches for the ``LOOKAHEAD`` to ``2 * LOOKAHEAD`` batches ahead (on into the
+next epoch's first batches as an epoch ends), and with no batches (``prefetch([], next, now)``)
+as each batch between is handed out, so a store moves its window on. What it does
 affects speed only: a dataset reads the same items without it. ``plan`` is called once an
 iteration, at its start, with every batch left in the epoch and the next epoch's (an epoch's
 end decides what the next one's start finds cached), from the process that iterates;
@@ -81,7 +83,9 @@ def _announced(
     """Yield ``batches`` announcing each window ahead; the window runs on into the next epoch's
     first batches (``after``) as this one ends, so its start finds them fetched (an epoch of
     4 batches otherwise waits a whole fetch at every start: measured 340-500 ms a start at
-    30 ms GETs, benchmarks/remote_step.py)."""
+    30 ms GETs, benchmarks/remote_step.py). A batch that announces nothing new calls
+    ``prefetch([], next step not announced, now)``: with DataLoader workers nothing reads in
+    this process, and a remote store fetches what its window deferred only as steps pass."""
     told = min(done, len(batches))  # batches 0 .. told - 1 (from the first yielded) announced
     n = len(batches)
     for b, batch in enumerate(batches):
@@ -96,4 +100,7 @@ def _announced(
                 prefetch(chunk, step_of(epoch + 1, start), step_of(epoch, first + b))
                 told_next[epoch + 1] = upto - n
             told = upto
+        elif b:  # nothing new: the loader moved on (a store fetches what it deferred)
+            e, j = (epoch, first + told) if told < n else (epoch + 1, told - n)
+            prefetch([], step_of(e, j), step_of(epoch, first + b))
         yield batch
