@@ -31,6 +31,12 @@ from typing import Any
 
 import lading
 
+# DataLoader workers of both runs: the reads and the collator leave the training process (on
+# the CPU twin, benchmarks/remote_step.py, the S3 run's main process spent ~40 ms of CPU a
+# step at --num-workers 0 against ~4 local; RESULTS.md "Remote: the cross-encoder's data
+# path on CPU"). 2026-11-27's H100 figures (0.67-0.70x) were measured at 0.
+NUM_WORKERS = 4
+
 
 def _local_s3() -> Any:
     """The local S3 class (moto behind the latency proxy)."""
@@ -52,7 +58,7 @@ def _train(args: argparse.Namespace, prep: Path, store: str, out: Path, env: dic
     command += ["--batch-size", str(args.batch_size), "--group-size", str(args.group_size)]
     command += ["--max-length", str(args.max_length), "--precision", args.precision]
     command += ["--steps", str(args.steps), "--log-every", str(args.log_every)]
-    command += ["--parallel", "none", "--seed", "1"]
+    command += ["--parallel", "none", "--seed", "1", "--num-workers", str(args.num_workers)]
     started = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.timeout)
     wall = time.perf_counter() - started
@@ -77,6 +83,8 @@ def main() -> None:
     parser.add_argument("--cache-fraction", type=float, default=0.1, help="node cache cap")
     parser.add_argument("--latency", type=float, default=0.03, help="seconds a GET waits")
     parser.add_argument("--timeout", type=float, default=240, help="seconds a run may take")
+    parser.add_argument("--num-workers", type=int, default=NUM_WORKERS,
+                        help="DataLoader workers (both runs); see NUM_WORKERS")  # fmt: skip
     args = parser.parse_args()
     prep, out = Path(args.dir), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
