@@ -39,20 +39,22 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
-def prepare(work: Path, documents: int) -> dict[str, str]:
-    """The corpus, queries, judgements, run and a WordPiece tokenizer (made once)."""
+def prepare(work: Path, documents: int, queries: int | None = None) -> dict[str, str]:
+    """The corpus, queries, judgements, run and a WordPiece tokenizer (made once; ``queries``
+    None: synth's default, ``documents // 100``, as the GPU leg's data)."""
     from lading.bench.synth import synth
     from lading.stores.tokens import save_tokenizer, train_tokenizer
 
-    docs = work / "docs"
+    docs = work / ("docs" if queries is None else f"docs-q{queries}")
     tokenizer = work / "tokenizer.json"
+    if not (docs / "run.trec").is_file():
+        synth("documents", documents, docs, queries=queries)
     if not tokenizer.is_file():
-        files = synth("documents", documents, docs)
         import itertools
 
         import lading
 
-        texts = [r.text for r in itertools.islice(lading.read_records(files.corpus), 5000)]
+        texts = [r.text for r in itertools.islice(lading.read_records(docs / "docs.jsonl"), 5000)]
         save_tokenizer(train_tokenizer(texts, "wordpiece", 30_522), tokenizer)
     return {"corpus": str(docs / "docs.jsonl"), "queries": str(docs / "queries.tsv"),
             "qrels": str(docs / "qrels.txt"), "run": str(docs / "run.trec"),
@@ -147,6 +149,7 @@ def main() -> None:
     parser.add_argument("--files", help=argparse.SUPPRESS)
     parser.add_argument("--num-workers", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--documents", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=None, help="default: documents // 100")
     parser.add_argument("--steps", type=int, default=40, help="steps a run")
     parser.add_argument("--warmup", type=int, default=8, help="steps not timed")
     parser.add_argument("--step-ms", type=float, default=150.0, help="the stand-in step")
@@ -169,7 +172,7 @@ def main() -> None:
     from lading.testing import LocalS3
 
     work = HERE.parent / "bench-out" / "remote-step"
-    files = prepare(work, args.documents)
+    files = prepare(work, args.documents, args.queries)
     shutil.rmtree(work / "store", ignore_errors=True)
     lading.build_store(files["corpus"], work / "store", tokenizer=files["tokenizer"],
                        progress=False)  # fmt: skip
