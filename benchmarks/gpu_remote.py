@@ -131,8 +131,8 @@ def main() -> None:
         "ratios_s3_over_local": ratios,
     }
     (out / "remote_train.json").write_text(json.dumps(result, indent=1))
-    for workers, values in ratios.items():
-        print(f"S3 / local samples/s at {workers} workers, each pair:",
+    for setting, values in ratios.items():
+        print(f"S3 / local samples/s at {setting} workers, each pair:",
               ", ".join(f"{x:.3f}" for x in values))  # fmt: skip
 
 
