@@ -134,7 +134,9 @@ def litdata_rows(args: Any, ids: list[str], texts: list[str]) -> dict[str, Any]:
     import litdata
 
     work = Path(args.work) / "litdata"
-    litdata.optimize(fn=_litdata_item, inputs=list(zip(ids, texts)), output_dir=str(work),
+    # bare strings: a dict of strings is written as an Arrow footer that ds[i] reads as 0
+    # bytes (see litdata_text)
+    litdata.optimize(fn=litdata_text, inputs=texts, output_dir=str(work),
                      chunk_bytes="64MB", num_workers=1, mode="overwrite")  # fmt: skip
     prefix = f"litdata-{Path(args.corpus).stem}"
     _upload(work, args.bucket, prefix)
@@ -145,7 +147,7 @@ def litdata_rows(args: Any, ids: list[str], texts: list[str]) -> dict[str, Any]:
     )  # fmt: skip
 
     def lookup(rows: list[int]) -> list[str]:
-        return [ds[r]["text"] for r in rows]
+        return [str(ds[r]) for r in rows]
 
     return {"system": "litdata " + litdata.__version__, "route": "StreamingDataset(s3://)[i]",
             "note": "64 MB chunks; by position", **timed(lookup, len(ids), args.seconds,
