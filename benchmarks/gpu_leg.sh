@@ -93,9 +93,9 @@ fi
 
 if part 5; then
 stamp "5 cross-encoder from the local S3 vs a local store"
-timeout "${T_REMOTE:-240}" $PY benchmarks/gpu_remote.py "$W" "$OUT" --steps "${REMOTE_STEPS:-60}" \
+timeout "${T_REMOTE:-480}" $PY benchmarks/gpu_remote.py "$W" "$OUT" --steps "${REMOTE_STEPS:-60}" \
   --rounds "${REMOTE_ROUNDS:-2}" --batch-size "${BATCH:-32}" --group-size "${GROUP:-8}" \
   --max-length "${MAXLEN:-512}" --precision bf16 >>"$OUT/setup.log" 2>&1
-tail -4 "$OUT/setup.log"
+tail -10 "$OUT/setup.log"
 fi
 stamp done

@@ -10,7 +10,8 @@ folder and into a bucket of the local S3 (moto behind the latency proxy: every G
 in the machine falls on both, each run with a cold node cache capped at ``cache-fraction`` of
 the store's payload. A run's rate is the median of its log windows' samples/s after the
 first window (warm-up: model load, CUDA init, the first GETs). The figure the issue asks for
-is the ratio S3 / local of each adjacent pair (>= 0.95: the look-ahead hides the GETs).
+is the ratio S3 / local of each adjacent pair (>= 0.95: the look-ahead hides the GETs), for
+each ``--num-workers`` setting (default: 0 and 4, see ``NUM_WORKERS``).
 
 Writes ``OUT/remote_train.json`` (every run's windows, the ratios, the proxy's GET counts)
 and prints one summary line per run. Nothing is downloaded.
@@ -31,6 +32,13 @@ from typing import Any
 
 import lading
 
+# DataLoader workers, each setting a local/S3 pair a round. On 2026-11-27's H100 the S3 run
+# read at 0.67-0.70x the local one with 0 workers; on the CPU twin (benchmarks/remote_step.py,
+# RESULTS.md "Remote: Mosaic and litdata ...; the cross-encoder's data path on CPU") the S3
+# run's training process spent ~40 ms of CPU a step against ~3 local at 0 workers, and with
+# workers the reads leave it; 2 shared cores could not say which wins, 16 idle ones can.
+NUM_WORKERS = "0,4"
+
 
 def _local_s3() -> Any:
     """The local S3 class (moto behind the latency proxy)."""
@@ -43,7 +51,8 @@ def _payload_bytes(store_dir: Path) -> int:
     return sum(p.stat().st_size for p in store_dir.rglob("*") if p.is_file())
 
 
-def _train(args: argparse.Namespace, prep: Path, store: str, out: Path, env: dict[str, str]) -> Any:
+def _train(args: argparse.Namespace, prep: Path, store: str, out: Path, env: dict[str, str],
+           workers: int) -> Any:  # fmt: skip
     docs = prep / "docs"
     command = [sys.executable, "-m", "lading", "train", "cross-encoder", "--out", str(out)]
     command += ["--store", store, "--queries", str(docs / "queries.tsv")]
@@ -52,7 +61,7 @@ def _train(args: argparse.Namespace, prep: Path, store: str, out: Path, env: dic
     command += ["--batch-size", str(args.batch_size), "--group-size", str(args.group_size)]
     command += ["--max-length", str(args.max_length), "--precision", args.precision]
     command += ["--steps", str(args.steps), "--log-every", str(args.log_every)]
-    command += ["--parallel", "none", "--seed", "1"]
+    command += ["--parallel", "none", "--seed", "1", "--num-workers", str(workers)]
     started = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.timeout)
     wall = time.perf_counter() - started
@@ -77,6 +86,9 @@ def main() -> None:
     parser.add_argument("--cache-fraction", type=float, default=0.1, help="node cache cap")
     parser.add_argument("--latency", type=float, default=0.03, help="seconds a GET waits")
     parser.add_argument("--timeout", type=float, default=240, help="seconds a run may take")
+    parser.add_argument(
+        "--num-workers", default=NUM_WORKERS, help="DataLoader workers, a comma list (a pair each)"
+    )
     args = parser.parse_args()
     prep, out = Path(args.dir), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -92,20 +104,23 @@ def main() -> None:
         s3.make_bucket("bench")
         lading.build_store(corpus, "s3://bench/store", tokenizer=tokenizer, cache=str(work / "c0"))
         for r in range(args.rounds):
-            for kind in ("local", "s3"):
-                env = dict(os.environ)
-                cache = work / f"cache-{kind}-{r}"
-                env.update({"LADING_CACHE": str(cache), "LADING_REMOTE_CACHE_BYTES": str(cap)})
-                store = str(work / "store") if kind == "local" else "s3://bench/store"
-                s3.reset()
-                run = _train(args, prep, store, work / f"run-{kind}-{r}", env)
-                run.update(kind=kind, round=r, gets=s3.stats()["gets"])
-                runs.append(run)
-                print(f"{kind} round {r}: {run['rate']:.1f} samples/s (median of windows 2..), "
-                      f"{run['gets']} GETs, {run['wall_s']:.1f} s wall", flush=True)  # fmt: skip
-    ratios = [
-        runs[i + 1]["rate"] / runs[i]["rate"] for i in range(0, len(runs), 2) if i + 1 < len(runs)
-    ]
+            for workers in [int(w) for w in str(args.num_workers).split(",")]:
+                for kind in ("local", "s3"):
+                    env = dict(os.environ)
+                    cache = work / f"cache-{kind}-{r}-w{workers}"
+                    env.update({"LADING_CACHE": str(cache), "LADING_REMOTE_CACHE_BYTES": str(cap)})
+                    store = str(work / "store") if kind == "local" else "s3://bench/store"
+                    s3.reset()
+                    run = _train(args, prep, store, work / f"run-{kind}-{r}-w{workers}", env,
+                                 workers)  # fmt: skip
+                    run.update(kind=kind, round=r, workers=workers, gets=s3.stats()["gets"])
+                    runs.append(run)
+                    print(f"{kind} round {r} workers {workers}: {run['rate']:.1f} samples/s "
+                          f"(median of windows 2..), {run['gets']} GETs, {run['wall_s']:.1f} s "
+                          "wall", flush=True)  # fmt: skip
+    ratios: dict[str, list[float]] = {}  # workers -> S3 / local of each adjacent pair
+    for i in range(0, len(runs) - 1, 2):
+        ratios.setdefault(str(runs[i]["workers"]), []).append(runs[i + 1]["rate"] / runs[i]["rate"])
     result = {
         "documents": len(local),
         "payload_bytes": payload,
@@ -116,7 +131,9 @@ def main() -> None:
         "ratios_s3_over_local": ratios,
     }
     (out / "remote_train.json").write_text(json.dumps(result, indent=1))
-    print("S3 / local samples/s, each pair:", ", ".join(f"{x:.3f}" for x in ratios))
+    for setting, values in ratios.items():
+        print(f"S3 / local samples/s at {setting} workers, each pair:",
+              ", ".join(f"{x:.3f}" for x in values))  # fmt: skip
 
 
 if __name__ == "__main__":

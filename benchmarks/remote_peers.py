@@ -17,6 +17,7 @@ import argparse
 import importlib.abc
 import importlib.machinery
 import json
+import multiprocessing
 import sys
 import tempfile
 import time
@@ -24,12 +25,14 @@ import traceback
 import types
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 BATCH = 64
+BatchLookup = Callable[[list[int]], list[str]]
 
 
 def control(endpoint: str, what: str) -> Any:
@@ -131,7 +134,9 @@ def litdata_rows(args: Any, ids: list[str], texts: list[str]) -> dict[str, Any]:
     import litdata
 
     work = Path(args.work) / "litdata"
-    litdata.optimize(fn=_litdata_item, inputs=list(zip(ids, texts)), output_dir=str(work),
+    # bare strings: a dict of strings is written as an Arrow footer that ds[i] reads as 0
+    # bytes (see litdata_text)
+    litdata.optimize(fn=litdata_text, inputs=texts, output_dir=str(work),
                      chunk_bytes="64MB", num_workers=1, mode="overwrite")  # fmt: skip
     prefix = f"litdata-{Path(args.corpus).stem}"
     _upload(work, args.bucket, prefix)
@@ -142,7 +147,7 @@ def litdata_rows(args: Any, ids: list[str], texts: list[str]) -> dict[str, Any]:
     )  # fmt: skip
 
     def lookup(rows: list[int]) -> list[str]:
-        return [ds[r]["text"] for r in rows]
+        return [str(ds[r]) for r in rows]
 
     return {"system": "litdata " + litdata.__version__, "route": "StreamingDataset(s3://)[i]",
             "note": "64 MB chunks; by position", **timed(lookup, len(ids), args.seconds,
@@ -151,6 +156,88 @@ def litdata_rows(args: Any, ids: list[str], texts: list[str]) -> dict[str, Any]:
 
 def _litdata_item(item: tuple[str, str]) -> dict[str, str]:
     return {"id": item[0], "text": item[1]}
+
+
+def upload_many(local: Path, bucket: str, prefix: str, threads: int = 16) -> None:
+    """``local``'s files to ``s3://bucket/prefix/`` from ``threads`` threads (a thousand small
+    shards one at a time through a 30 ms proxy take a minute; boto3 clients are thread-safe)."""
+    import boto3
+
+    s3 = boto3.client("s3")
+    files = [p for p in local.rglob("*") if p.is_file()]
+    with ThreadPoolExecutor(threads) as pool:
+        list(
+            pool.map(
+                lambda p: s3.upload_file(
+                    str(p), bucket, f"{prefix}/{p.relative_to(local).as_posix()}"
+                ),
+                files,
+            )
+        )
+
+
+def threaded(get_one: Callable[[int], str], threads: int) -> tuple[BatchLookup, Any]:
+    """A batch lookup that reads its documents one ``get_one`` each from ``threads`` threads,
+    request order kept (what a map-style dataset's DataLoader workers do, in one process).
+    Returns the lookup and the pool (shut it down when done)."""
+    pool = ThreadPoolExecutor(threads)
+    return (lambda rows: list(pool.map(get_one, rows))), pool
+
+
+def mosaic_node(endpoint: str, bucket: str, texts: list[str], work: Path, cap: int,
+                shard_bytes: int, threads: int = 16) -> tuple[BatchLookup, Path]:  # fmt: skip
+    """Mosaic ``StreamingDataset(remote=s3://..., cache_limit=cap).get_item(i)`` from
+    ``threads`` threads (its ``prepare_shard`` is thread- and process-safe), the corpus written
+    once as MDS shards of at most ``shard_bytes`` (Mosaic refuses a ``cache_limit`` below four
+    of its largest shard) and uploaded under ``mds-<shard_bytes>``. Returns the lookup and the
+    local cache folder (empty at the start)."""
+    import os
+
+    os.environ["S3_ENDPOINT_URL"] = endpoint  # streaming's own variable for its boto3
+    _stub_torchvision()
+    from streaming import MDSWriter, StreamingDataset
+
+    prefix = f"mds-{shard_bytes}"
+    local = work / prefix
+    if not (local / "index.json").is_file():
+        with MDSWriter(out=str(local), columns={"text": "str"}, size_limit=shard_bytes) as out:
+            for text in texts:
+                out.write({"text": text})
+        upload_many(local, bucket, prefix)
+    cache = work / f"mosaic-cache-{time.time_ns()}"
+    ds = StreamingDataset(remote=f"s3://{bucket}/{prefix}", local=str(cache), shuffle=False,
+                          batch_size=1, cache_limit=cap)  # fmt: skip
+    lookup, _ = threaded(lambda r: ds.get_item(r)["text"], threads)
+    return lookup, cache
+
+
+def litdata_text(text: str) -> str:
+    """litdata's item: the bare string. A dict of strings makes litdata 0.2.76 write its chunks
+    as an Arrow footer only (every per-item offset equal), which its own ``ds[i]`` route then
+    reads as 0 bytes (``struct.error``): the writer's layout and the on-demand reader disagree."""
+    return text
+
+
+def litdata_node(endpoint: str, bucket: str, texts: list[str], work: Path,
+                 threads: int = 16) -> tuple[BatchLookup, Path]:  # fmt: skip
+    """litdata ``StreamingDataset("s3://...")[i]`` from ``threads`` threads: random access by
+    index reads two ranges of the chunk on demand (the item's offsets, then its bytes) and
+    caches nothing (``max_cache_size`` bounds the whole chunks iteration downloads). Returns
+    the lookup and the cache folder."""
+    import litdata
+
+    local = work / "litdata-str"
+    if not (local / "index.json").is_file():
+        method = multiprocessing.get_start_method(allow_none=True)
+        litdata.optimize(fn=litdata_text, inputs=texts, output_dir=str(local),
+                         chunk_bytes="1MB", num_workers=1, mode="overwrite")  # fmt: skip
+        multiprocessing.set_start_method(method, force=True)  # optimize leaves 'spawn' set
+        upload_many(local, bucket, "litdata-str")
+    cache = work / f"litdata-cache-{time.time_ns()}"
+    ds = litdata.StreamingDataset(f"s3://{bucket}/litdata-str", cache_dir=str(cache),
+                                  storage_options={"endpoint_url": endpoint})  # fmt: skip
+    lookup, _ = threaded(lambda r: str(ds[r]), threads)
+    return lookup, cache
 
 
 class _Stub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
