@@ -305,10 +305,10 @@ class RemoteRowReader(RowReader):
         list_columns: Mapping[str, int],
         pad: str,
         pad_value: int | float,
-        source: RemoteParquet,
+        files: RemoteParquet,
     ) -> None:
         super().__init__(columns, list_columns, pad, pad_value)
-        self.source = source
+        self.files = files
         self._fetched: dict[tuple[str, int], Parts] = {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -320,7 +320,7 @@ class RemoteRowReader(RowReader):
         recent = {k for k, _ in self._recent}
         wanted = {f.piece: None for f in share.fragments}
         todo = [p for p in wanted if (p.path, p.row_group) not in recent]
-        self._fetched = self.source.read(todo, step)
+        self._fetched = self.files.read(todo, step)
         try:
             return super().read(share, step)
         finally:
@@ -330,11 +330,11 @@ class RemoteRowReader(RowReader):
         piece = Piece(path, index, 0)
         parts = self._fetched.get((path, index))
         if parts is None:
-            parts = self.source.read([piece], None)[path, index]
-        return self.source.decode(piece, parts, self.columns)
+            parts = self.files.read([piece], None)[path, index]
+        return self.files.decode(piece, parts, self.columns)
 
     def _metadata(self, path: str) -> Any:
-        return self.source.metadata(path)
+        return self.files.metadata(path)
 
 
 def warn_if_too_small(source: RemoteParquet) -> None:
