@@ -89,6 +89,8 @@ class Planning:
         # 0: deferred (counted before), 1: left beyond the window while missing (counted now:
         # a GET meanwhile, for another access, makes this one a hit), 2: new
         todo = [(n, 0) for n in keep] + [(n, 1) for n in later] + [(n, 2) for n in needs]
+        if not todo:  # a window moved on with nothing to fetch: no read transaction
+            return
         objs = {key: self._obj(key) for key in {n.key for n, _ in todo}}
         keys = [(objs[n.key], n.start, n.end) for n, _ in todo]
         with self.ledger.read() as conn:
