@@ -18,7 +18,6 @@ from conftest import word_corpus, write
 from distributed import run_processes
 from lading.errors import LadingError, StoreFormatError
 from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, TokenMixture, Windows
-from lading.lm.remote import RemoteTokenCorpus
 from lading.testing import LocalS3
 from lading.world import World
 
@@ -46,7 +45,7 @@ class Corpora:
         tokenizer = self.local.tokenizer()
         cache = folder / "build-cache"
         made = TokenCorpus.build(folder / "a" / "docs.txt", self.url, tokenizer, cache=cache)
-        assert isinstance(made, RemoteTokenCorpus)
+        assert isinstance(made, TokenCorpus) and made.remote is not None
         self.n = 0
 
     def cache(self) -> Path:
@@ -112,7 +111,7 @@ def test_the_corpus_reads_what_the_local_one_holds(corpora: Corpora) -> None:
     assert np.array_equal(tokens, local.tokens) and np.array_equal(offsets, local.offsets)
     assert remote.tokenizer().to_str() == local.tokenizer().to_str()
     copy = pickle.loads(pickle.dumps(remote))  # a worker, a rank: the same snapshot again
-    assert isinstance(copy, RemoteTokenCorpus) and copy.snapshot == remote.snapshot
+    assert copy.remote is not None and copy.snapshot == remote.snapshot
     assert np.array_equal(copy.document(5), local.document(5))
 
 
@@ -351,7 +350,7 @@ def test_url_mixtures_take_the_cache_arguments(corpora: Corpora, tmp_path: Path)
         {corpora.url: 2.0, corpora.other.path: 1.0}, cache=tmp_path / "node", cache_bytes="64K"
     )
     first = mixture.corpora[0]
-    assert isinstance(first, RemoteTokenCorpus) and first.cache.ledger.cap == 64 << 10
+    assert first.remote is not None and first.remote.cache.ledger.cap == 64 << 10
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert batches(LanguageModelLoader(mixture, 2, Windows(12), seed=1))

@@ -16,7 +16,7 @@ import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -32,12 +32,17 @@ from lading.disk import (
     write_file,
 )
 from lading.errors import SourceError, StaleStoreWarning, StoreFormatError
+from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENS
 from lading.lm.texts import identity_changed, iter_texts, source_identity
 from lading.sources import refuse_if_changed
 from lading.stores.remote.objects import is_remote
 from lading.stores.tokens import describe_tokenizer, load_tokenizer, token_dtype
 
-FORMAT_NAME = "lading.tokens"
+if TYPE_CHECKING:
+    from lading.lm.remote import RemoteTokenFiles
+
+__all__ = ["FORMAT_NAME", "TokenCorpus", "find_eos", "verify_corpus"]
+
 EOS_CANDIDATES: tuple[str, ...] = ("<|endoftext|>", "</s>", "<eos>", "[SEP]", "<|end|>")
 BATCH_DOCS = 1000  # documents per encode_batch call
 
@@ -65,7 +70,12 @@ class TokenCorpus:
         snapshot: the id of the snapshot it reads (fixed when it opened; a pickled corpus
             reopens that one).
         stale: why the source differs from what was tokenized, or None.
+        remote: where it was opened from a URL, the files it reads through the node cache
+            (:mod:`lading.lm.remote`); None for a local corpus.
     """
+
+    remote: RemoteTokenFiles | None = None
+    url: str | None = None  # the URL it was opened from (a local corpus: None)
 
     def __init__(self, path: Path, meta: dict[str, Any]) -> None:
         self.path, self.meta = path, meta
@@ -73,8 +83,8 @@ class TokenCorpus:
         self.stale: str | None = None
         self.dtype = np.dtype(meta["dtype"])
         where = path / meta.get("dir", "")  # version 1: every file at the top
-        self.tokens: npt.NDArray[Any] = MappedFile(where / "tokens.bin").array(self.dtype)
-        self.offsets: npt.NDArray[np.uint64] = MappedFile(where / "tokens.off").array(OFFSET_DTYPE)
+        self.tokens: npt.NDArray[Any] = MappedFile(where / TOKENS).array(self.dtype)
+        self.offsets: npt.NDArray[np.uint64] = MappedFile(where / OFFSETS).array(OFFSET_DTYPE)
         if len(self.offsets) != meta["documents"] + 1 or int(self.offsets[-1]) != len(self.tokens):
             raise StoreFormatError(
                 f"{path}: tokens.off ({len(self.offsets)} offsets) does not describe tokens.bin "
@@ -120,9 +130,10 @@ class TokenCorpus:
             if stage_to is not None:
                 remote.refuse_stage_to(os.fspath(path))
             more = {} if timeout is None else {"timeout": float(timeout)}
-            return remote.open_corpus(
+            files = remote.open_files(
                 os.fspath(path), cache, cache_bytes, storage_options, snapshot, **more
             )
+            return cls.of_remote(files)
         if stage_to is not None:
             from lading.disk.stage import stage
 
@@ -148,8 +159,45 @@ class TokenCorpus:
         return content_id(self.meta)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # pickles as its path and snapshot; the copy maps that snapshot again
+        # pickles as its path (URL and settings) and snapshot; the copy opens that snapshot
+        # again (a remote one from the node's staged copy: maps, cache and client are per process)
+        if self.remote is not None:
+            return (_reopen_remote, (self.remote.url, self.remote.settings, self.snapshot))
         return (_reopen, (str(self.path), self.snapshot))
+
+    def __repr__(self) -> str:
+        return f"TokenCorpus({self.url or str(self.path)!r})"
+
+    @classmethod
+    def of_remote(cls, files: RemoteTokenFiles) -> TokenCorpus:
+        """The corpus reading ``files`` (opened from a URL): its tokens by ranged GETs through
+        the node cache, its offsets and tokenizer from the node's staged copy."""
+        corpus = cls.__new__(cls)
+        corpus.path, corpus.meta, corpus.snapshot = files.path, files.meta, files.snapshot
+        corpus.stale = None  # the source was read on the build's machine: not checked
+        corpus.dtype, corpus.offsets, corpus.remote = files.dtype, files.offsets, files
+        corpus.url = files.url
+        corpus.tokens = files.tokens  # type: ignore[assignment]  # read by ranges, as a map
+        return corpus
+
+    def cache_stats(self) -> dict[str, Any]:
+        """A corpus opened from a URL: the node cache's figures (``gets``, ``bytes_fetched``,
+        ``bytes_used``, ``hits``, ``misses``, ``bytes_cached``, ``cap``, ...: see
+        :meth:`lading.stores.remote.cache.NodeCache.node_stats`); empty for a local corpus."""
+        return {} if self.remote is None else self.remote.cache_stats()
+
+    def token_arrays(self) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint64]]:
+        """Every token back to back and the ``n + 1`` offsets, in memory: the maps of a local
+        corpus; a remote one's read whole by ranged GETs (what ``device=`` puts on a device)."""
+        if self.remote is not None:
+            return self.remote.token_arrays()
+        return self.tokens, self.offsets
+
+    def close(self) -> None:
+        """A remote corpus: stop this process's GETs and hand its unfilled claims back to the
+        node (done at exit too). Nothing to do for a local one."""
+        if self.remote is not None:
+            self.remote.close()
 
     @classmethod
     def build(
@@ -191,10 +239,11 @@ class TokenCorpus:
 
             local = dict(append_eos=append_eos, eos_token=eos_token, split=split)
             local.update(overwrite=overwrite, progress=progress)
-            return build_corpus(
-                cls.build, source, os.fspath(dest), cache, cache_bytes, storage_options,
-                tokenizer=tokenizer, **local,
+            made: TokenCorpus = build_corpus(
+                cls.build, cls.of_remote, source, os.fspath(dest), cache, cache_bytes,
+                storage_options, tokenizer=tokenizer, **local,
             )  # fmt: skip
+            return made
         tok = load_tokenizer(tokenizer)
         info = describe_tokenizer(tok)
         eos = find_eos(tok, eos_token) if append_eos else None
@@ -273,6 +322,12 @@ def verify_corpus(path: str | os.PathLike[str]) -> list[str]:
 
 def _reopen(path: str, snapshot: str) -> TokenCorpus:
     return TokenCorpus.open(path, on_stale="ignore", snapshot=snapshot)
+
+
+def _reopen_remote(url: str, settings: Any, snapshot: str) -> TokenCorpus:
+    from lading.lm.remote import RemoteTokenFiles
+
+    return TokenCorpus.of_remote(RemoteTokenFiles(url, settings, snapshot))
 
 
 def _refuse_if_changed(source: str | os.PathLike[str], before: dict[str, Any]) -> None:

@@ -33,7 +33,7 @@ from lading.disk.meta import META_FILE
 from lading.disk.names import check_name, safe_snapshot_id
 from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, decode_manifest
 from lading.errors import LadingError, StoreFormatError
-from lading.lm.corpus import FORMAT_NAME, TokenCorpus
+from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENIZER, TOKENS
 from lading.stores.remote.cache import NodeCache
 from lading.stores.remote.clients import check_reachable, open_client
 from lading.stores.remote.fetch import Fetcher
@@ -42,7 +42,6 @@ from lading.stores.remote.objects import PermanentError, RemoteNotSupportedError
 from lading.stores.remote.settings import RemoteSettings
 from lading.stores.remote.stage import stage_dir, stage_index, staged_etags
 
-TOKENS = "tokens.bin"
 _DTYPES = ("<u2", "<u4", "<i4", "|u1")  # what token_dtype writes (uint16 up to 65,536 ids)
 CHUNK = 8 << 20  # bytes a GET of a whole-corpus read (token_arrays) carries
 
@@ -110,8 +109,9 @@ class RemoteTokens:
         return [np.frombuffer(raw, dtype=self.dtype) for raw in found]
 
 
-class RemoteTokenCorpus(TokenCorpus):
-    """A :class:`TokenCorpus` whose ``tokens.bin`` is in object storage (see the module doc).
+class RemoteTokenFiles:
+    """The files of a token corpus in object storage (see the module doc): what a
+    :class:`~lading.lm.corpus.TokenCorpus` opened from a URL reads through.
 
     Args:
         url: ``s3://bucket/prefix/name`` (anything obstore or fsspec reaches).
@@ -123,12 +123,9 @@ class RemoteTokenCorpus(TokenCorpus):
         RemoteReadError: a GET failed for good.
     """
 
-    def __init__(
-        self, url: str, settings: RemoteSettings, snapshot: str | None = None
-    ) -> None:  # the base's __init__ maps local files: not called
+    def __init__(self, url: str, settings: RemoteSettings, snapshot: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.settings = settings
-        self.stale: str | None = None  # the source was read on the build's machine
         s = settings
         make = functools.partial(open_client, self.url, s.backend, s.options, s.timeout)
         fetcher = Fetcher(
@@ -150,8 +147,8 @@ class RemoteTokenCorpus(TokenCorpus):
         self.path, self.meta, self.snapshot = staged, meta, meta["snapshot"]
         self.dtype = np.dtype(meta["dtype"])
         count = int(meta["files"][key]["size"]) // self.dtype.itemsize
-        self.tokens = RemoteTokens(cache, key, self.dtype, count)  # type: ignore[assignment]
-        where = staged / meta.get("dir", "") / "tokens.off"
+        self.tokens = RemoteTokens(cache, key, self.dtype, count)
+        where = staged / meta.get("dir", "") / OFFSETS
         self.offsets = MappedFile(where, random_access=True).array(OFFSET_DTYPE)
         if len(self.offsets) != meta["documents"] + 1 or int(self.offsets[-1]) != count:
             raise StoreFormatError(
@@ -160,18 +157,10 @@ class RemoteTokenCorpus(TokenCorpus):
                 "rebuild the corpus"
             )
 
-    def __repr__(self) -> str:
-        return f"TokenCorpus({self.url!r})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # the maps, cache and client belong to this process; a copy elsewhere reopens the
-        # same snapshot from the node's staged copy
-        return (RemoteTokenCorpus, (self.url, self.settings, self.snapshot))
-
     @property
     def cache(self) -> NodeCache:
         """The node cache the tokens are read through."""
-        return self.tokens.cache  # type: ignore[attr-defined]
+        return self.tokens.cache
 
     def cache_stats(self) -> dict[str, Any]:
         """The node's ``gets``, ``bytes_fetched``, ``bytes_used``, ``hits``, ``misses``,
@@ -183,7 +172,7 @@ class RemoteTokenCorpus(TokenCorpus):
         """Every token back to back and the ``n + 1`` offsets, read whole into this process's
         memory by ranged GETs of 8 MiB around the node cache: what ``device=`` stages (the
         corpus must fit in memory and on the device; the cache keeps nothing of it)."""
-        tokens: RemoteTokens = self.tokens  # type: ignore[assignment]
+        tokens = self.tokens
         size = tokens.n * tokens.itemsize
         etag = self.cache.etags.get(tokens.key)
         requests = [(tokens.key, a, min(a + CHUNK, size), etag) for a in range(0, size, CHUNK)]
@@ -195,44 +184,44 @@ class RemoteTokenCorpus(TokenCorpus):
         self.cache.close()
 
 
-def open_corpus(
+def open_files(
     url: str,
     cache: str | os.PathLike[str] | None = None,
     cache_bytes: int | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     snapshot: str | None = None,
     **settings: Any,
-) -> RemoteTokenCorpus:
-    """The corpus at ``url`` through the node cache ``cache`` capped at ``cache_bytes``
+) -> RemoteTokenFiles:
+    """The corpus files at ``url`` through the node cache ``cache`` capped at ``cache_bytes``
     (defaults from the environment, as :func:`lading.open_store`'s)."""
     check_reachable(url, "TokenCorpus.open")
     options = RemoteSettings.of(cache, cache_bytes, storage_options, **settings)
-    return RemoteTokenCorpus(url, options, snapshot)
+    return RemoteTokenFiles(url, options, snapshot)
 
 
 def build_corpus(
     build_local: Callable[..., Any],
+    wrap: Callable[[RemoteTokenFiles], Any],
     source: str | os.PathLike[str],
     url: str,
     cache: str | os.PathLike[str] | None = None,
     cache_bytes: int | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     **kwargs: Any,
-) -> RemoteTokenCorpus:
+) -> Any:
     """Build ``source`` into a scratch folder beside the node cache with ``build_local``,
     upload it to ``url`` (the manifest last: a reader sees the old corpus or the new one) and
-    open it there. Every build is a new snapshot; a corpus opened before keeps reading its
-    own (:func:`lading.stores.building.upload.build_remote`, as for a store)."""
+    open it there, its files handed to ``wrap`` (the corpus class). Every build is a new
+    snapshot; a corpus opened before keeps reading its own
+    (:func:`lading.stores.building.upload.build_remote`, as for a store)."""
     from lading.stores.building.upload import build_remote
 
     check_reachable(url, "TokenCorpus.build")
-    made = build_remote(
+    return build_remote(
         build_local, source, url, cache=None if cache is None else str(cache),
         cache_bytes=cache_bytes, storage_options=storage_options, format_name=FORMAT_NAME,
-        opener=lambda at, settings: RemoteTokenCorpus(at, settings), **kwargs,
+        opener=lambda at, settings: wrap(RemoteTokenFiles(at, settings)), **kwargs,
     )  # fmt: skip
-    assert isinstance(made, RemoteTokenCorpus)
-    return made
 
 
 def refuse_stage_to(path: str) -> None:
@@ -268,7 +257,7 @@ def parse(raw: bytes, where: str) -> dict[str, Any]:
     folder = meta.get("dir", "")
     if folder:
         check_name(folder, "dir", where)
-    for name in (TOKENS, "tokens.off", "tokenizer.json"):
+    for name in (TOKENS, OFFSETS, TOKENIZER):
         key = f"{folder}/{name}" if folder else name
         info = meta["files"].get(key)
         size = info.get("size") if isinstance(info, dict) else None

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lading.lm.remote import RemoteTokenCorpus, RemoteTokens
+from lading.lm.remote import RemoteTokens
 from lading.lm.segment import SegmentBatchKey
 from lading.lm.workload import LMWorkload
 from lading.loading.hooks import Hooks
@@ -48,7 +48,7 @@ KEPT_PLANS = 3  # plans whose cuts stay: blocks fetched under them may still be 
 
 def remote_reads(workload: LMWorkload) -> RemoteReads | None:
     """``workload`` wrapped to plan its remote corpora's reads, or None when all are local."""
-    if not any(isinstance(c, RemoteTokenCorpus) for c, _ in workload.data.parts):
+    if not any(c.remote is not None for c, _ in workload.data.parts):
         return None
     return RemoteReads(workload)
 
@@ -69,8 +69,8 @@ class RemoteReads:
         self.inner = workload
         self.remote: dict[int, RemoteTokens] = {}
         for part, (corpus, _) in enumerate(workload.data.parts):
-            if isinstance(corpus, RemoteTokenCorpus):
-                self.remote[part] = corpus.tokens  # type: ignore[assignment]
+            if corpus.remote is not None:
+                self.remote[part] = corpus.remote.tokens
         self.token = token or secrets.token_hex(4)  # names this loader's order file
         self.announce: Announce | None = announcer(Hooks.of(self), _same)
         self._ranges: dict[SegmentBatchKey, Ranges] = {}  # of the keys planned last
