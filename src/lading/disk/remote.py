@@ -58,6 +58,34 @@ def public_endpoint(endpoint: str) -> str:
     return f"{scheme}{sep}{host}" if sep else host
 
 
+def filesystem(
+    url: str,
+    options: Mapping[str, Any],
+    timeout: float | None,
+    doing: str,
+    attempts: int | None = None,
+) -> tuple[Any, str]:
+    """fsspec's filesystem of ``url`` and its root path (``doing``: what needs it, named when
+    fsspec is missing). On S3, botocore's own bounds (60 s each by default) are put under
+    ``timeout`` (connect: at most 10 s) and its tries to ``attempts`` (None: its default)."""
+    try:
+        from fsspec.core import url_to_fs
+    except ImportError:  # pragma: no cover - torch depends on fsspec
+        raise ImportError(
+            f"{doing} {url} needs fsspec. To install:\n  pip install 'lading[remote]'"
+        ) from None
+    options = dict(options)
+    if timeout is not None and url.startswith(("s3://", "s3a://")):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", min(timeout, 10.0))
+        config.setdefault("read_timeout", timeout)
+        if attempts is not None:
+            config.setdefault("retries", {"max_attempts": attempts})
+        options["config_kwargs"] = config
+    fs, root = url_to_fs(url.rstrip("/"), **options)
+    return fs, str(root).rstrip("/")
+
+
 class RemoteDir:
     """The objects below ``url`` through fsspec (``options``: its storage options), every
     call within ``timeout`` seconds an attempt and ``retries`` retries."""
@@ -69,31 +97,17 @@ class RemoteDir:
         timeout: float | None = None,
         retries: int = DEFAULT_RETRIES,
     ) -> None:
-        try:
-            from fsspec.core import url_to_fs
-        except ImportError:  # pragma: no cover - torch depends on fsspec
-            raise ImportError(
-                f"staging from {url} needs fsspec. To install:\n  pip install 'lading[remote]'"
-            ) from None
         self.timeout = remote_timeout() if timeout is None else float(timeout)
         if not self.timeout > 0 or retries < 0:
             raise ValueError(f"timeout={timeout}, retries={retries}: need > 0 and >= 0")
         self.url, self.retries = url.rstrip("/"), retries
-        options = dict(options)
-        if url.startswith(("s3://", "s3a://")):  # botocore's own bounds (60 s each) under ours
-            config = dict(options.get("config_kwargs") or {})
-            config.setdefault("connect_timeout", min(self.timeout, 10.0))
-            config.setdefault("read_timeout", self.timeout)
-            # one attempt each: ours are the retries (botocore's 4 of a 503, with its backoff,
-            # spent a whole attempt's time inside it)
-            config.setdefault("retries", {"max_attempts": 1})
-            options["config_kwargs"] = config
         endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(
             "endpoint_url"
         )
         self.endpoint = public_endpoint(str(endpoint or os.environ.get("AWS_ENDPOINT_URL", "")))
-        self.fs, root = url_to_fs(self.url, **options)
-        self.root = root.rstrip("/")
+        # one attempt each: ours are the retries (botocore's 4 of a 503, with its backoff,
+        # spent a whole attempt's time inside it)
+        self.fs, self.root = filesystem(self.url, options, self.timeout, "staging from", 1)
 
     def files(self) -> dict[str, dict[str, Any]]:
         """Every object below the URL: relative path -> {size, version (ETag or mtime)}."""

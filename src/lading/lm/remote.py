@@ -18,7 +18,6 @@ the node's staged copy.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +34,7 @@ from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, decode_manifest
 from lading.errors import LadingError, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENIZER, TOKENS
 from lading.stores.remote.cache import NodeCache
-from lading.stores.remote.clients import check_reachable, open_client
+from lading.stores.remote.clients import check_reachable
 from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.manifest import MAX_BYTES, no_store
 from lading.stores.remote.objects import PermanentError, RemoteNotSupportedError
@@ -127,11 +126,7 @@ class RemoteTokenFiles:
         self.url = url.rstrip("/")
         self.settings = settings
         s = settings
-        make = functools.partial(open_client, self.url, s.backend, s.options, s.timeout)
-        fetcher = Fetcher(
-            make, in_flight=s.in_flight, retries=s.retries, timeout=s.timeout,
-            node=Path(s.cache) / "inflight",  # one cap for the node's processes
-        )  # fmt: skip
+        fetcher = s.fetcher(self.url)
         try:
             raw = _manifest_bytes(fetcher, self.url, s.cache, snapshot)
         except PermanentError as e:

@@ -39,7 +39,13 @@ from lading.lm.workload import LMWorkload
 from lading.loading.hooks import Hooks
 from lading.loading.lookahead import STEPS_PER_EPOCH, Announce, announcer, step_of
 from lading.loading.state import Cursor
-from lading.stores.remote.cache.order import Plan, load_order, order_file, save_order, signature
+from lading.stores.remote.cache.order import (
+    Plan,
+    load_if_changed,
+    order_file,
+    save_order,
+    signature,
+)
 from lading.stores.remote.plan import Need
 
 Ranges = npt.NDArray[np.int64]  # [k, 3]: (corpus, first token, end token) of a batch's reads
@@ -195,18 +201,11 @@ class RemoteReads:
         worker), the order its parent planned is taken first, whenever it changed."""
         if self._planned:
             return
-        path = self._order_file(os.getppid())
-        try:
-            mtime = path.stat().st_mtime
-        except OSError:
-            return
-        if mtime != self._order_seen:
-            self._order_seen = mtime
-            loaded = load_order(path)
-            if loaded is not None:
-                ranges = [r.reshape(-1, 3) for r in loaded[0]]
-                if all(int(r[:, 0].min(initial=0)) >= 0 for r in ranges):
-                    self._take(ranges, loaded[1])
+        self._order_seen, loaded = load_if_changed(self._order_file(os.getppid()), self._order_seen)
+        if loaded is not None:
+            ranges = [r.reshape(-1, 3) for r in loaded[0]]
+            if all(int(r[:, 0].min(initial=0)) >= 0 for r in ranges):
+                self._take(ranges, loaded[1])
 
     def _order_file(self, pid: int) -> Path:
         """Where process ``pid`` leaves this loader's order for its DataLoader workers."""

@@ -143,7 +143,7 @@ class PartitionedParquet(Loader):
             check_counted_nulls(self.files, footers, flat)
         else:
             self.remote.columns = list(self.columns)
-            rows = RemoteRowReader(self.columns, list_columns, pad, pad_value, self.remote)
+            rows = RemoteRowReader(self.remote, self.columns, list_columns, pad, pad_value)
             check_counted_nulls(self.files, footers, flat, self.remote.read_group)
             warn_if_too_small(self.remote)
         workload = ParquetWorkload(

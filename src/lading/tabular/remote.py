@@ -24,10 +24,9 @@ so a rewritten object never meets the old one's cached bytes.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,6 @@ import numpy as np
 
 from lading.stores.remote.cache import NodeCache
 from lading.stores.remote.cache.order import Plan, signature
-from lading.stores.remote.clients import open_client
 from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.objects import RemoteReadError
 from lading.stores.remote.plan import Need
@@ -50,6 +48,8 @@ from lading.tabular.remote_files import (
     split_root,
     stage_footers,
 )
+
+Batches = Sequence[Sequence[Piece]]  # the row groups each batch reads, in order
 
 
 class RemoteParquet:
@@ -110,13 +110,8 @@ class RemoteParquet:
 
     def _fetcher(self, root: str) -> Fetcher:
         if root not in self._fetchers:
-            s = self.settings
-            make = functools.partial(open_client, root, s.backend, s.options, s.timeout)
-            self._fetchers[root] = Fetcher(
-                make, in_flight=s.in_flight, retries=s.retries, timeout=s.timeout,
-                node=Path(s.cache) / "inflight",  # one cap for the node's processes
-                pin_every=True,  # a rewritten file's bytes at the old offsets: never read
-            )  # fmt: skip
+            # pin_every: a rewritten file's bytes at the old offsets are never read
+            self._fetchers[root] = self.settings.fetcher(root, pin_every=True)
         return self._fetchers[root]
 
     def cache(self, root: str) -> NodeCache:
@@ -253,9 +248,7 @@ class RemoteParquet:
                 got += [Need(file.key, a, b, step) for a, b in self.spans(piece)]
         return needs
 
-    def prefetch(
-        self, batches: Sequence[Sequence[Piece]], first_step: int, now: int | None = None
-    ) -> None:
+    def prefetch(self, batches: Batches, first_step: int, now: int | None = None) -> None:
         """Start fetching the row groups of ``batches`` (batch ``j`` read at step
         ``first_step + j``; ``now``: the step about to be read). Returns at once."""
         steps = range(first_step, first_step + len(batches))
@@ -264,10 +257,7 @@ class RemoteParquet:
             self.cache(root).prefetch(needs.get(root, []), first_step if now is None else now)
 
     def plan(
-        self,
-        batches: Sequence[Sequence[Piece]],
-        first_step: int = 0,
-        steps: Sequence[int] | None = None,
+        self, batches: Batches, first_step: int = 0, steps: Sequence[int] | None = None
     ) -> None:
         """The epoch's whole order of reads (batch ``j`` at ``steps[j]``): eviction keeps the
         blocks needed soonest. Fetches nothing."""
@@ -299,15 +289,9 @@ class RemoteRowReader(RowReader):
     """:class:`~lading.tabular.read.RowReader` over remote objects: a chunk's row groups are
     read in one cache read at the chunk's step, then decoded from memory."""
 
-    def __init__(
-        self,
-        columns: Sequence[str],
-        list_columns: Mapping[str, int],
-        pad: str,
-        pad_value: int | float,
-        files: RemoteParquet,
-    ) -> None:
-        super().__init__(columns, list_columns, pad, pad_value)
+    def __init__(self, files: RemoteParquet, *reading: Any) -> None:
+        """``files``: the objects read; ``reading``: :class:`RowReader`'s arguments."""
+        super().__init__(*reading)
         self.files = files
         self._fetched: dict[tuple[str, int], Parts] = {}
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from lading.disk.remote import filesystem
 from lading.stores.remote.objects import ObjectInfo, PermanentError
 
 
@@ -30,23 +31,11 @@ class FsspecClient:
     def __init__(
         self, url: str, options: Mapping[str, Any] | None = None, timeout: float | None = None
     ) -> None:
-        try:
-            from fsspec.core import url_to_fs
-        except ImportError:  # pragma: no cover - torch depends on fsspec
-            raise ImportError(
-                f"reading {url} needs fsspec. To install:\n  pip install 'lading[remote]'"
-            ) from None
         self.url = url.rstrip("/")
         options = dict(options or {})
-        if timeout is not None and url.startswith(("s3://", "s3a://")):
-            # botocore's own timeouts (60 s each by default) bound a request the fetcher
-            # gave up on; the fetcher's asyncio timeout is the deadline callers see
-            config = dict(options.get("config_kwargs") or {})
-            config.setdefault("connect_timeout", min(timeout, 10.0))
-            config.setdefault("read_timeout", timeout)
-            options["config_kwargs"] = config
-        self.fs, root = url_to_fs(self.url, **options)
-        self.root = root.rstrip("/")
+        # botocore's own timeouts bound a request the fetcher gave up on; the fetcher's
+        # asyncio timeout is the deadline callers see
+        self.fs, self.root = filesystem(self.url, options, timeout, "reading")
         from lading.stores.remote.client_obstore import public_endpoint
 
         endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(

@@ -11,6 +11,7 @@ Credentials and endpoints are the object store's own variables (``AWS_ENDPOINT_U
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.disk.remote import remote_timeout
-from lading.stores.remote.fetch import DEFAULT_IN_FLIGHT, DEFAULT_RETRIES
+from lading.stores.remote.fetch import DEFAULT_IN_FLIGHT, DEFAULT_RETRIES, Fetcher
 from lading.stores.remote.plan import DEFAULT_GAP, DEFAULT_WASTE
 
 CACHE_ENV = "LADING_CACHE"
@@ -156,6 +157,17 @@ class RemoteSettings:
         shown = {f.name: getattr(self, f.name) for f in fields(self)}
         shown["options"] = redacted(self.options)
         return "RemoteSettings(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
+
+    def fetcher(self, url: str, pin_every: bool = False) -> Fetcher:
+        """A fetcher of ``url``'s objects with these settings, under the node's one cap on
+        requests in flight (``cache/inflight``, shared by every process of the node)."""
+        from lading.stores.remote.clients import open_client
+
+        make = functools.partial(open_client, url, self.backend, self.options, self.timeout)
+        return Fetcher(
+            make, in_flight=self.in_flight, retries=self.retries, timeout=self.timeout,
+            node=Path(self.cache) / "inflight", pin_every=pin_every,
+        )  # fmt: skip
 
     @classmethod
     def from_environment(cls) -> RemoteSettings:

@@ -21,7 +21,6 @@ pinned to their ETags), so what a run reads never depends on what the cache hold
 from __future__ import annotations
 
 import bisect
-import functools
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,12 +39,11 @@ from lading.stores.remote.cache import NodeCache
 from lading.stores.remote.cache.order import (
     AHEAD,
     Plan,
-    load_order,
+    load_if_changed,
     order_file,
     save_order,
     signature,
 )
-from lading.stores.remote.clients import open_client
 from lading.stores.remote.columns import Columns
 from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.manifest import no_store, parse
@@ -86,11 +84,7 @@ class RemoteStore(DocStore):
 
     def _open(self, snapshot: str | None) -> None:
         s = self.settings
-        make = functools.partial(open_client, self.url, s.backend, s.options, s.timeout)
-        fetcher = Fetcher(
-            make, in_flight=s.in_flight, retries=s.retries, timeout=s.timeout,
-            node=Path(s.cache) / "inflight",  # one cap for the node's processes
-        )  # fmt: skip
+        fetcher = s.fetcher(self.url)
         try:
             raw = self._manifest_bytes(fetcher, snapshot)
         except PermanentError as e:
@@ -232,15 +226,9 @@ class RemoteStore(DocStore):
         if order is not None and order.covers(step) and self._order:
             return  # this process planned it
         path = order_file(self.url, self.snapshot, os.getppid())
-        try:
-            mtime = path.stat().st_mtime
-        except OSError:
-            return
-        if mtime != self._order_seen:
-            self._order_seen = mtime
-            loaded = load_order(path)
-            if loaded is not None:
-                self.plan_rows(loaded[0], share=False, steps=loaded[1])
+        self._order_seen, loaded = load_if_changed(path, self._order_seen)
+        if loaded is not None:
+            self.plan_rows(loaded[0], share=False, steps=loaded[1])
 
     def _step(self, rows: npt.NDArray[np.int64], step: int | None) -> int | None:
         """The step a read of ``rows`` is at: ``step``, else its planned batch's, else the

@@ -171,3 +171,18 @@ def load_order(path: Path) -> tuple[list[npt.NDArray[np.int64]], list[int]] | No
         return None
     batches = np.split(rows, np.cumsum(sizes)[:-1]) if len(sizes) else []
     return batches, steps.tolist()
+
+
+def load_if_changed(
+    path: Path, seen: float
+) -> tuple[float, tuple[list[npt.NDArray[np.int64]], list[int]] | None]:
+    """``(mtime, order)`` of the order file at ``path`` when its mtime is not ``seen`` (a
+    parent saved a new one since: what a DataLoader worker checks before its reads), else
+    ``(seen, None)``; ``order`` is None too when the file is absent or unreadable."""
+    try:
+        mtime = path.stat().st_mtime
+    except OSError:
+        return seen, None
+    if mtime == seen:
+        return seen, None
+    return mtime, load_order(path)
