@@ -44,7 +44,7 @@ Lookup = Callable[[list[int]], list[str]]
 
 def disk_bytes(folder: Path) -> int:
     """Bytes of every file below ``folder`` but lading's staged index (its manifest, id index
-    and offsets, ~26 B a document: the store's, not the cache's)."""
+    and offsets, 26-94 B a document: the store's, not the cache's)."""
     if not folder.exists():
         return 0
     files = [p for p in folder.rglob("*") if p.is_file()]

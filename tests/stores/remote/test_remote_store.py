@@ -214,3 +214,32 @@ def test_a_store_is_staged_once_per_node(bucket: str, corpus: Path, tmp_path: Pa
     assert not list(first.path.rglob("text.bin"))  # the documents themselves are not staged
     offsets = list(first.path.rglob("text.off"))  # one shard: the offsets of every row
     assert len(offsets) == 1 and os.path.getsize(offsets[0]) == 8 * (len(first) + 1)
+
+
+def test_a_store_built_in_shards_stages_no_merged_offsets_and_reads_as_the_local_one(
+    bucket: str, corpus: Path, tmp_path: Path
+) -> None:
+    """Issue 40 item 6: a merged store's ``*.goff`` (8 B a document per text/tokens column)
+    is for a local store's lookups; the remote reader reads each shard's own offsets, so the
+    node stages none, pins none, and every document still reads as the local store's."""
+    from lading.stores.building.upload import upload
+    from lading.stores.remote.manifest import payload_files, staged_files
+
+    tok = word_tokenizer(WORDS, tmp_path / "tok.json")
+    local = tmp_path / "local"
+    for i in range(2):
+        lading.build_shard(corpus, local, progress=False, shard=(i, 2), tokenizer=tok)
+    merged = lading.merge_store(local)
+    goffs = sorted(merged.meta["global_offsets"].values())
+    assert len(goffs) == 2  # text and tokens
+    assert not set(goffs) & (set(staged_files(merged.meta)) | set(payload_files(merged.meta)))
+    url = f"s3://{bucket}/sharded"
+    upload(local, open_client(url))
+    remote = _open(url, tmp_path)
+    assert not list(remote.path.rglob("*.goff"))
+    assert set(remote._columns.cache.etags) == set(payload_files(merged.meta))  # GETs pinned
+    assert len(list(remote.path.rglob("text.off"))) == 2  # each shard's own offsets
+    ids = merged.ids()
+    assert remote.get_many(ids) == merged.get_many(ids)
+    got, want = remote.tokens_many(ids), merged.tokens_many(ids)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))

@@ -3,9 +3,12 @@ and which files are staged to the node (the rest are read by ranged GETs).
 
 A store's columns are ragged (``.bin`` data + ``.off`` offsets, see :mod:`lading.disk.ragged`),
 in one or several shards. Staged once per node, memory-mapped and shared by every process:
-``meta.json``, the id index, every offsets file, the ``ids`` column and the tokenizer, ~20
-bytes a document (8 per offsets file, ~8 of id, 4-8 of index). Read by ranged GETs: the data
-files of the payload columns, ``text``, ``tokens`` and ``field.*``.
+``meta.json``, the id index, every shard's offsets files, the ``ids`` column and the
+tokenizer: 8 B a document per offsets file (``text`` and ``ids``, plus ``tokens`` and each
+field), the ids' own bytes and 4-40 B of index (26 B a document for ids ``0..n-1``, 94 for
+``msmarco_passage_<i>``: benchmarks/staged_index_size.py). Read by ranged GETs: the data
+files of the payload columns, ``text``, ``tokens`` and ``field.*``. Neither: a sharded
+store's merged offsets (``*.goff``), which only a local store's lookups read.
 
 The shard layout is the packed store's own (``lading.stores.layout.shard_files`` where this
 lading has it); a store of format version 1 (every file at the top of the directory, one
@@ -162,10 +165,23 @@ def is_payload(column: str) -> bool:
     return column.startswith(PAYLOAD_PREFIXES)
 
 
+def payload_files(meta: dict[str, Any]) -> list[str]:
+    """The payload columns' data files: what ranged GETs read (never staged)."""
+    return sorted(
+        {p.data for name, parts in columns(meta).items() if is_payload(name) for p in parts}
+    )
+
+
 def staged_files(meta: dict[str, Any]) -> list[str]:
-    """Files staged to the node: every file the manifest lists but the payload's data."""
-    fetched = {p.data for name, parts in columns(meta).items() if is_payload(name) for p in parts}
-    return sorted(name for name in meta["files"] if name not in fetched)
+    """Files staged to the node: every file the manifest lists but the payload's data and
+    the merged offsets of a store built in shards (``*.goff``, ``global_offsets``: 8 B a
+    document per text/tokens column, read by a local store's lookups only; the remote
+    reader reads each shard's own offsets, staged with it)."""
+    skipped = set(payload_files(meta))
+    spans = meta.get("global_offsets") or {}
+    if isinstance(spans, dict):
+        skipped |= {name for name in spans.values() if isinstance(name, str)}
+    return sorted(name for name in meta["files"] if name not in skipped)
 
 
 def payload_bytes(meta: dict[str, Any]) -> int:

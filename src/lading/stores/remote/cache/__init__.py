@@ -225,9 +225,10 @@ class NodeCache(Planning):
         started = self._fetch(missing, now, prefetch=False, around=attempt >= 2)
         waited = time.perf_counter()
         again: dict[Key, list[int]] = {}
+        starts = {key: [b[0] for b in group] for key, group in started.items()}
         for need, obj in missing:
             k = (obj, need.start, need.end)
-            holder = _covering(started.get(need.key, []), need)
+            holder = _covering(started.get(need.key, []), starts.get(need.key, []), need)
             if holder is None:  # claimed meanwhile by another process: look again
                 again[k] = todo[k]
                 continue
@@ -336,9 +337,12 @@ class NodeCache(Planning):
             time.sleep(0.005)
 
 
-def _covering(blocks: list[tuple[int, int, Future]], need: Need) -> tuple[int, Future] | None:
-    """``(start, future)`` of the block among ``blocks`` (sorted by start) holding ``need``."""
-    at = bisect.bisect_right(blocks, need.start, key=lambda b: b[0]) - 1
+def _covering(
+    blocks: list[tuple[int, int, Future]], starts: list[int], need: Need
+) -> tuple[int, Future] | None:
+    """``(start, future)`` of the block among ``blocks`` (sorted by start; ``starts``: their
+    starts) holding ``need``."""
+    at = bisect.bisect_right(starts, need.start) - 1
     if at < 0 or blocks[at][1] < need.end:
         return None
     return blocks[at][0], blocks[at][2]

@@ -98,8 +98,12 @@ class Filler:
         """Fill finished GETs into the ledger, as many per transaction as have finished."""
         while True:
             done = [self._done.get()]
+            # no wait for more to finish: a block filled ms later is one eviction cannot
+            # choose meanwhile (tried, 3 ms: epoch-2 hits of a planned order fell from
+            # 0.25 to 0.14-0.15 of 0.25 in test_the_whole_order_keeps_what_is_needed_soonest)
+            limit = min(_BATCH, self.ledger.fill_batch())
             with contextlib.suppress(queue.Empty):
-                while len(done) < min(_BATCH, self.ledger.fill_batch()):
+                while len(done) < limit:
                     done.append(self._done.get_nowait())
             good = [(b, f.result()) for b, f in done if f.exception() is None]
             failed = [b for b, f in done if f.exception() is not None]

@@ -47,7 +47,9 @@ from lading.stores.remote.cache.footprint import (
     wal_allowance,
 )
 from lading.stores.remote.cache.queries import (
+    CLAIM,
     FIND,
+    LAST_ID,
     OVERLAPS,
     SCHEMA,
     SCHEMA_VERSION,
@@ -55,7 +57,9 @@ from lading.stores.remote.cache.queries import (
     Found,
     Transaction,
     batched,
+    read_slice,
 )
+from lading.stores.remote.cache.uses import PendingUses
 from lading.stores.remote.plan import NO_STEP, Block
 
 LEDGER_FILE = "ledger.sqlite"
@@ -81,6 +85,7 @@ class Ledger:
         self._policy = eviction_policy(policy)
         self._local = threading.local()
         self._objects: dict[str, int] = {}
+        self._uses = PendingUses()  # the reads' uses, written with the next transaction
         try:
             self._open_checked()
         except sqlite3.DatabaseError as e:  # the cache is disposable: start a new one
@@ -112,9 +117,10 @@ class Ledger:
         return conn
 
     def write(self) -> Transaction:
-        """``with ledger.write() as conn:`` one write transaction (others wait for it); the WAL
-        is trimmed after it (:meth:`trim`)."""
-        return Transaction(self.connection(), "BEGIN IMMEDIATE", self.trim)
+        """``with ledger.write() as conn:`` one write transaction (others wait for it); the
+        reads' pending uses go in first (:meth:`touch`), the WAL is trimmed after it
+        (:meth:`trim`)."""
+        return Transaction(self.connection(), "BEGIN IMMEDIATE", self.trim, self._uses.write)
 
     def read(self) -> Transaction:
         """``with ledger.read() as conn:`` one snapshot: a block deleted meanwhile stays
@@ -158,25 +164,7 @@ class Ledger:
             out[i] = Found(block, start, bool(ready), owner, data)
         return out
 
-    @staticmethod
-    def slice(conn: sqlite3.Connection, found: Found, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of the object, from a ready block that holds them.
-
-        Python 3.11+ reads just those bytes (``blobopen``); 3.10's ``substr`` has SQLite load
-        the whole block first (blocks are at most ``max_block``, 8 MiB by default).
-        """
-        if found.data is not None:
-            return found.data[start - found.start : end - found.start]
-        if hasattr(conn, "blobopen"):
-            with conn.blobopen("payload", "bytes", found.block, readonly=True) as blob:
-                blob.seek(start - found.start)
-                data: bytes = blob.read(end - start)
-                return data
-        row = conn.execute(
-            "SELECT substr(bytes, ?, ?) FROM payload WHERE id = ?",
-            (start - found.start + 1, end - start, found.block),
-        ).fetchone()
-        return bytes(row[0])
+    slice = staticmethod(read_slice)  # bytes of a range from a ready block that holds it
 
     @staticmethod
     def occupied(conn: sqlite3.Connection, obj: int, end: int, start: int) -> bool:
@@ -229,11 +217,15 @@ class Ledger:
         found full (``full``: it was already)."""
         clock = -1 if now is None else now
         with self.write() as conn:
-            cap, extra = current_budget(conn, self._used(conn))
             used = self._used(conn)
+            cap, extra = current_budget(conn, used)
             victims = self._policy(conn, clock)
             keys = [(obj, block.start, block.end) for block, obj in blocks]
             taken = {row[0] for row in batched(conn, OVERLAPS, keys)}
+            dropped: list[int] = []  # victims, dropped in one go before the inserts
+            claims: list[Block] = []
+            rows: list[tuple[int, int, int, int, int, int | None, float]] = []
+            pid, t = os.getpid(), time.time()
             for n, (block, _) in enumerate(blocks):
                 size = block.size + extra
                 if full or size > cap:
@@ -242,27 +234,26 @@ class Ledger:
                 if n in taken:
                     out.overlapping.append(block)
                     continue
-                obj = keys[n][0]
                 bound = (NO_STEP - 1 if keep_planned else block.step) if prefetch else clock
                 while used + size > cap:
                     victim = next(victims, None)
                     if victim is None or victim[2] <= bound:
                         break
-                    self._drop(conn, [victim[0]])
+                    dropped.append(victim[0])
                     used -= victim[1] + extra
                 if used + size > cap:
                     full = True
                     out.deferred.append(block)
                     continue
-                cursor = conn.execute(
-                    "INSERT INTO blocks (object, start, end, size, ready, owner, next_use,"
-                    " last_use, uses) VALUES (?, ?, ?, ?, 0, ?, ?, ?, 0)",
-                    (obj, block.start, block.end, block.size, os.getpid(),
-                     None if block.step >= NO_STEP else block.step, time.time()),
-                )  # fmt: skip
-                assert cursor.lastrowid is not None
-                out.claimed.append((block, cursor.lastrowid))
+                step = None if block.step >= NO_STEP else block.step
+                rows.append((keys[n][0], block.start, block.end, block.size, pid, step, t))
+                claims.append(block)
                 used += size
+            self._drop(conn, dropped)
+            # ids given here (the write lock is held), not one INSERT a block for its rowid
+            first = 1 + int(conn.execute(LAST_ID).fetchone()[0])
+            conn.executemany(CLAIM, [(first + i, *row) for i, row in enumerate(rows)])
+            out.claimed.extend((block, first + i) for i, block in enumerate(claims))
             conn.execute("UPDATE settings SET value = ? WHERE name = 'used'", (used,))
         return full
 
@@ -316,17 +307,16 @@ class Ledger:
     def touch(self, uses: Sequence[tuple[int, int | None]], now: int | None) -> None:
         """Count a use of each ``(block, next)`` read at step ``now``: its next use becomes
         ``next`` (this reader's next planned read of it, None: none known) where the one
-        recorded was this read or earlier; another process's sooner use stays."""
-        if not uses:
-            return
-        t = time.time()
-        with self.write() as conn:
-            conn.executemany(
-                "UPDATE blocks SET uses = uses + 1, last_use = ?, next_use = CASE"
-                " WHEN ? IS NULL THEN next_use WHEN next_use IS NULL OR next_use <= ? THEN ?"
-                " ELSE min(next_use, coalesce(?, next_use)) END WHERE id = ?",
-                [(t, now, now, step, step, block) for block, step in uses],
-            )
+        recorded was this read or earlier; another process's sooner use stays. Written with
+        this process's next write transaction, or on its own soon (:mod:`.uses`)."""
+        if uses and self._uses.add(uses, now):
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the uses :meth:`touch` holds (any write transaction does it first)."""
+        if self._uses:
+            with self.write():
+                pass
 
     def plan_uses(self, uses: Iterable[tuple[int, int]], now: int) -> None:
         """Record that block ``b`` is next used at step ``s`` for each ``(b, s)``: the earlier

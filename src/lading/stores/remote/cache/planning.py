@@ -193,12 +193,13 @@ class Planning:
         around_cache = [] if prefetch else result.deferred  # no room: read around the cache
         self.bypassed += sum(b.size for b in around_cache)
         fetch = [b for b, _ in result.claimed] + around_cache
+        put = self._filler.put
         futures = self.fetcher.submit_many(
-            [(b.key, b.start, b.end, self.etags.get(b.key)) for b in fetch]
-        )
+            [(b.key, b.start, b.end, self.etags.get(b.key)) for b in fetch],
+            [functools.partial(put, block_id) for _, block_id in result.claimed],
+        )  # the claimed blocks come first in ``fetch``: each is filled in once fetched
         for (_, block_id), future in zip(result.claimed, futures):
             self._inflight[block_id] = future
-            future.add_done_callback(functools.partial(self._filler.put, block_id))
         for block, future in zip(fetch, futures):
             started.setdefault(block.key, []).append((block.start, block.end, future))
         if prefetch:

@@ -51,6 +51,38 @@ def batched(
         yield from conn.execute(sql.format(values=values, inline=INLINE), args)
 
 
+# a claim's blocks get ids LAST_ID + 1, ... in one statement (not one INSERT a block for its
+# rowid: ~60 statements a batch of 64 cold documents); AUTOINCREMENT's sequence follows
+LAST_ID = (
+    "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'blocks'), 0),"
+    " coalesce((SELECT max(id) FROM blocks), 0))"
+)
+CLAIM = (
+    "INSERT INTO blocks (id, object, start, end, size, ready, owner, next_use, last_use, uses)"
+    " VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, 0)"
+)
+
+
+def read_slice(conn: sqlite3.Connection, found: Found, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of the object, from a ready block that holds them.
+
+    Python 3.11+ reads just those bytes (``blobopen``); 3.10's ``substr`` has SQLite load
+    the whole block first (blocks are at most ``max_block``, 8 MiB by default).
+    """
+    if found.data is not None:
+        return found.data[start - found.start : end - found.start]
+    if hasattr(conn, "blobopen"):
+        with conn.blobopen("payload", "bytes", found.block, readonly=True) as blob:
+            blob.seek(start - found.start)
+            data: bytes = blob.read(end - start)
+            return data
+    row = conn.execute(
+        "SELECT substr(bytes, ?, ?) FROM payload WHERE id = ?",
+        (start - found.start + 1, end - start, found.block),
+    ).fetchone()
+    return bytes(row[0])
+
+
 class Claimed(NamedTuple):
     """What :meth:`Ledger.claim` did: blocks claimed (with ids), left for later, overlapping."""
 
@@ -61,15 +93,26 @@ class Claimed(NamedTuple):
 
 class Transaction:
     """``with`` one SQLite transaction on ``conn`` (``begin``: its BEGIN), committed at a
-    clean exit, rolled back at an exception; ``after`` runs once it committed."""
+    clean exit, rolled back at an exception; ``first`` runs inside it before the caller's
+    statements, ``after`` once it committed."""
 
     def __init__(
-        self, conn: sqlite3.Connection, begin: str, after: Callable[[], None] | None = None
+        self,
+        conn: sqlite3.Connection,
+        begin: str,
+        after: Callable[[], None] | None = None,
+        first: Callable[[sqlite3.Connection], None] | None = None,
     ) -> None:
-        self.conn, self.begin, self.after = conn, begin, after
+        self.conn, self.begin, self.after, self.first = conn, begin, after, first
 
     def __enter__(self) -> sqlite3.Connection:
         self.conn.execute(self.begin)
+        if self.first is not None:
+            try:
+                self.first(self.conn)
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
         return self.conn
 
     def __exit__(self, kind: object, *rest: object) -> None:
