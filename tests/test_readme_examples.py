@@ -67,6 +67,7 @@ FAST = [
     "docs/sessions.md: Sessions: partitioned parquet without DDP hangs #1",
     "docs/remote-stores.md: Corpora larger than a node's disk #1",
     "docs/remote-stores.md: Token corpora and mixtures #1",
+    "docs/remote-stores.md: Parquet sessions #1",
 ]
 # heavier: training runs; edits only make them shorter
 SLOW = {

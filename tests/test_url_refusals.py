@@ -31,12 +31,3 @@ def test_token_corpus_build_and_open_refuse_a_scheme_no_client_reaches(
     with pytest.raises(LadingError, match=r"cannot reach nosuch://corpora/wiki: no client"):
         TokenCorpus.open("nosuch://corpora/wiki")
 
-
-def test_partitioned_parquet_refuses_a_url() -> None:
-    pytest.importorskip("pyarrow")
-    from lading.tabular import PartitionedParquet
-
-    with pytest.raises(
-        LadingError, match=r"local folder, not the URL s3://logs/sessions/part-0.parquet"
-    ):
-        PartitionedParquet(["s3://logs/sessions/part-0.parquet"], 8)

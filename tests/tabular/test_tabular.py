@@ -186,12 +186,12 @@ def test_each_chunk_is_decoded_by_one_worker(
     log = tmp_path / "reads.log"
     read = RowReader.read
 
-    def logged(self: Any, share: Any) -> Any:
+    def logged(self: Any, share: Any, step: int | None = None) -> Any:
         with open(log, "a") as out:  # one short line per read, appended from each worker
             out.write(
                 f"{os.getpid()} {[(f.piece.row_group, f.start, f.stop) for f in share.fragments]}\n"
             )
-        return read(self, share)
+        return read(self, share, step)
 
     monkeypatch.setattr(RowReader, "read", logged)
     loader = PartitionedParquet(

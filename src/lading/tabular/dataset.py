@@ -1,5 +1,8 @@
 """PartitionedParquet: batches of tensors from parquet row groups, equal on every rank.
 
+The files are local, or objects in object storage (``s3://bucket/sessions/``), read through
+the node cache as the remote document store reads (:mod:`lading.tabular.remote`).
+
 ``PartitionedParquet(paths, batch_size, columns=..., list_columns=...)`` is the one loader of
 every workload (:class:`lading.loading.Loader`) over the rows of the files: in this process, or
 with ``num_workers=2`` in DataLoader workers, the same batches at any worker count, each chunk
@@ -14,10 +17,26 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lading.loading.loader import Loader, Workers
+from lading.loading.lookahead import LOOKAHEAD, announcer
 from lading.loading.plan import check_batch_size, check_equalize, refuse_drop_last
-from lading.tabular.files import check_schemas, footer_digest, parquet_files, scan
+from lading.stores.remote.settings import RemoteSettings
+from lading.tabular.files import (
+    check_schemas,
+    footer_digest,
+    parquet_files,
+    pieces_of,
+    remote_urls,
+    scan,
+)
 from lading.tabular.plan import Piece
 from lading.tabular.read import RowReader, check_columns, check_counted_nulls, check_list_options
+from lading.tabular.remote import (
+    CHUNKS_AHEAD,
+    RemoteParquet,
+    RemoteRowReader,
+    announced_reads,
+    warn_if_too_small,
+)
 from lading.tabular.workload import ParquetWorkload
 from lading.world import World
 
@@ -26,7 +45,11 @@ class PartitionedParquet(Loader):
     """Parquet rows as dicts of tensors, the same number of batches on every rank.
 
     Args:
-        paths: parquet files and/or folders (read recursively).
+        paths: parquet files and/or folders (read recursively); or object-store URLs
+            (``s3://``, ``gs://``, ``az://``, any fsspec protocol): objects ending in
+            ``.parquet`` and/or prefixes, whose ``*.parquet`` objects are read (sorted by
+            key). Footers are staged once per node; row groups come by ranged GETs through
+            the node cache, fetched ahead in the loader's order (:mod:`lading.tabular.remote`).
         batch_size: rows per batch.
         columns: columns to read (default: all).
         list_columns: ``{name: max_len}`` of ragged list columns: padded or truncated (keeping
@@ -45,12 +68,21 @@ class PartitionedParquet(Loader):
             DataLoader workers build the batches, the same at any count (0: this process
             reads them); each chunk's batches are built by one worker.
         drop_last: refused with a TypeError naming lading's two arguments for it.
+        cache, cache_bytes, storage_options: for URLs: the node cache's folder and cap (as
+            ``lading.open_store``'s; defaults from ``$LADING_CACHE`` and
+            ``$LADING_REMOTE_CACHE_BYTES``), the client's options (credentials from the
+            environment). A cap that cannot hold one row group warns: row groups are then
+            read around the cache, fetched at every read.
 
     Raises:
         ValueError: a column is missing or cannot become a tensor, the files disagree on the
             columns read, a file is not parquet, there are no rows, or fewer rows than ranks
             (the message names the file and says what to change); while reading, a null in a
-            column read (the fix: fill it, e.g. ``pyarrow.compute.fill_null``).
+            column read (the fix: fill it, e.g. ``pyarrow.compute.fill_null``); URLs and
+            local paths mixed, or a prefix holding no parquet object.
+        RemoteNotSupportedError: a URL whose scheme lading cannot reach.
+        RemoteReadError: a remote call failed for good, or an object was rewritten while
+            the dataset read it (never read mixed: every GET is pinned to its ETag).
     """
 
     def __init__(
@@ -74,6 +106,9 @@ class PartitionedParquet(Loader):
         persistent_workers: bool | None = None,
         multiprocessing_context: str | None = None,
         drop_last: None = None,
+        cache: str | os.PathLike[str] | None = None,
+        cache_bytes: int | str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         refuse_drop_last(drop_last, "PartitionedParquet")
         if isinstance(batch_size, (list, tuple)):
@@ -86,18 +121,37 @@ class PartitionedParquet(Loader):
         workers = Workers(
             num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
         )
-        self.files = parquet_files(paths)
-        self.pieces: list[Piece]
-        self.pieces, schemas, footers = scan(self.files)
+        urls = remote_urls(paths)
+        self.remote: RemoteParquet | None = None
+        if urls:
+            settings = RemoteSettings.of(cache, cache_bytes, storage_options)
+            self.remote = remote = RemoteParquet.open(urls, settings)
+            self.files: list[Any] = list(remote.urls)
+            footers = [remote.metadata(url) for url in remote.urls]
+            schemas = [f.schema.to_arrow_schema() for f in footers]
+            self.pieces: list[Piece] = pieces_of(remote.urls, footers)
+            sizes: list[int] | None = [f.size for f in remote.files]
+        else:
+            self.files = parquet_files(paths)
+            self.pieces, schemas, footers = scan(self.files)
+            sizes = None
         self.columns = list(columns) if columns is not None else list(schemas[0].names)
         check_schemas(self.files, schemas, self.columns)
         check_columns(schemas[0], self.columns, list_columns, self.files[0])
-        check_counted_nulls(self.files, footers, [c for c in self.columns if c not in list_columns])
+        flat = [c for c in self.columns if c not in list_columns]
+        if self.remote is None:
+            rows = RowReader(self.columns, list_columns, pad, pad_value)
+            check_counted_nulls(self.files, footers, flat)
+        else:
+            self.remote.columns = list(self.columns)
+            rows = RemoteRowReader(self.columns, list_columns, pad, pad_value, self.remote)
+            check_counted_nulls(self.files, footers, flat, self.remote.read_group)
+            warn_if_too_small(self.remote)
         self.world = world or World.detect()
         workload = ParquetWorkload(
             self.pieces,
-            RowReader(self.columns, list_columns, pad, pad_value),
-            footer_digest(self.files, footers),
+            rows,
+            footer_digest(self.files, footers, sizes),
             batch_size=batch_size,
             shuffle=shuffle,
             seed=seed,
@@ -106,10 +160,23 @@ class PartitionedParquet(Loader):
             world=self.world,
             buffer_rows=buffer_rows,
         )
-        super().__init__(workload, workers, seed=seed)
+        announce = None
+        if self.remote is not None:  # the row groups ahead are fetched as keys are handed out
+            # a chunk is read at its first batch and serves buffer_rows / batch_size batches:
+            # announce CHUNKS_AHEAD chunks ahead, so their GETs (~30 ms each) overlap
+            chunk = workload.buffer_rows // batch_size
+            ahead = max(LOOKAHEAD, CHUNKS_AHEAD * chunk)
+            announce = announcer(self.remote, announced_reads(workload), ahead)
+        super().__init__(workload, workers, seed=seed, announce=announce)
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.total_rows, self.buffer_rows = workload.total_rows, workload.buffer_rows
         self._parquet = workload
+
+    def cache_stats(self) -> dict[str, Any]:
+        """The node cache's figures of a dataset read from URLs (``gets``, ``bytes_fetched``,
+        ``bytes_used``, ``hits``, ``misses``, ``bytes_cached``, ``cap``, ...: see
+        :meth:`lading.stores.remote.store.RemoteStore.cache_stats`); empty for local files."""
+        return {} if self.remote is None else self.remote.cache_stats()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (see :meth:`Loader.load_state_dict`); a state saved when

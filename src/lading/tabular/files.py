@@ -18,11 +18,11 @@ import json
 import os
 import re
 from collections.abc import Iterable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lading.disk import DATASET_MARK
-from lading.stores.remote.objects import refuse_remote
+from lading.stores.remote.objects import is_remote, refuse_remote
 from lading.tabular.plan import Piece
 
 # the names lading.disk gives a build's scratch and replaced directories
@@ -49,9 +49,9 @@ def parquet_files(paths: PathsArg, exclude: Iterable[Path] = ()) -> list[Path]:
     for item in items:
         refuse_remote(
             item,
-            "PartitionedParquet",
-            "parquet is not read from object storage yet; "
-            "copy the files to this node first (lading stage URL DIR), then pass DIR",
+            "lading repartition",
+            "it rewrites parquet files on this node; copy the objects here first "
+            "(PartitionedParquet reads URLs itself)",
         )
         path = Path(item)
         if path.is_dir():
@@ -69,6 +69,25 @@ def parquet_files(paths: PathsArg, exclude: Iterable[Path] = ()) -> list[Path]:
     if not files:
         raise ValueError("no parquet files given: paths is empty")
     return files
+
+
+def remote_urls(paths: PathsArg) -> list[str]:
+    """The URLs of ``paths`` when they are object-store URLs (objects or prefixes); empty when
+    they are local paths.
+
+    Raises:
+        ValueError: local paths and URLs mixed (one line naming the fix).
+    """
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    urls = [os.fspath(p) for p in items if is_remote(p)]
+    if urls and len(urls) != len(items):
+        local = next(os.fspath(p) for p in items if not is_remote(p))
+        raise ValueError(
+            f"PartitionedParquet: paths mix URLs ({urls[0]}) and local paths ({local}); "
+            "read one kind: upload the local files beside the others, or copy the objects "
+            "to this node"
+        )
+    return urls
 
 
 def _walk(top: Path, skip: set[Path]) -> list[Path]:
@@ -104,7 +123,7 @@ def scan(files: Sequence[Path]) -> tuple[list[Piece], list[Any], list[Any]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pieces, schemas, footers = [], [], []
+    schemas, footers = [], []
     for file in files:
         try:
             footer = pq.ParquetFile(file)
@@ -112,20 +131,32 @@ def scan(files: Sequence[Path]) -> tuple[list[Piece], list[Any], list[Any]]:
             raise ValueError(
                 f"{file} is not a parquet file ({e}); remove it or write it again"
             ) from e
-        metadata = footer.metadata
         schemas.append(footer.schema_arrow)
-        footers.append(metadata)
+        footers.append(footer.metadata)
+    return pieces_of([str(f) for f in files], footers), schemas, footers
+
+
+def pieces_of(files: Sequence[str], footers: Sequence[Any]) -> list[Piece]:
+    """The non-empty row groups of ``files`` (paths or URLs), from their parquet metadata.
+
+    Raises:
+        ValueError: no file has a row.
+    """
+    pieces = []
+    for file, metadata in zip(files, footers):
         for i in range(metadata.num_row_groups):
             rows = metadata.row_group(i).num_rows
             if rows:
-                pieces.append(Piece(str(file), i, rows))
+                pieces.append(Piece(file, i, rows))
     if not pieces:
         shown = ", ".join(str(f) for f in files[:3]) + (", ..." if len(files) > 3 else "")
         raise ValueError(f"no rows in {len(files)} parquet file(s): {shown}")
-    return pieces, schemas, footers
+    return pieces
 
 
-def check_schemas(files: Sequence[Path], schemas: Sequence[Any], columns: Sequence[str]) -> None:
+def check_schemas(
+    files: Sequence[str | Path], schemas: Sequence[Any], columns: Sequence[str]
+) -> None:
     """Raise unless every file holds ``columns`` with the first file's name, type and nullability.
 
     Only the columns read need to agree: the others are never read.
@@ -155,16 +186,20 @@ def _describe(field: Any) -> str:
     return f"{field.type}{'' if field.nullable else ' not null'}"
 
 
-def footer_digest(files: Sequence[Path], footers: Sequence[Any]) -> str:
+def footer_digest(
+    files: Sequence[str | Path], footers: Sequence[Any], sizes: Sequence[int] | None = None
+) -> str:
     """A digest of what the files hold, from their footers (read once already): each file's
-    name and size, and its parquet metadata (schema, every row group's column chunks with
-    their sizes, offsets and statistics). Another dataset with the same row and row-group
-    counts differs here; a copy of the same files (another folder, a new mtime) does not."""
+    name and size (``sizes``, else the local file's), and its parquet metadata (schema, every
+    row group's column chunks with their sizes, offsets and statistics). Another dataset with
+    the same row and row-group counts differs here; a copy of the same files (another folder,
+    a new mtime, the bucket they were uploaded to) does not."""
     digest = hashlib.sha256()
-    for path, footer in zip(files, footers):
+    for i, (path, footer) in enumerate(zip(files, footers)):
         meta = footer.to_dict()
         meta.pop("created_by", None)
-        digest.update(path.name.encode())
-        digest.update(str(path.stat().st_size).encode())
+        size = sizes[i] if sizes is not None else Path(path).stat().st_size
+        digest.update(PurePosixPath(os.fspath(path)).name.encode())
+        digest.update(str(size).encode())
         digest.update(json.dumps(meta, sort_keys=True, default=str).encode())
     return digest.hexdigest()

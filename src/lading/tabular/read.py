@@ -7,7 +7,7 @@ read last are kept: consecutive chunks of a reader often share the row group bet
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,12 +57,22 @@ class RowReader:
         for cached_key, table in self._recent:
             if cached_key == key:
                 return table
-        table = self._file(path).read_row_group(index, columns=self.columns)
+        table = self._decode(path, index)
         self._recent = [*self._recent[-1:], (key, table)]
         return table
 
-    def read(self, share: Share) -> Any:
-        """Every row of ``share`` as one Arrow table, in the share's order."""
+    def _decode(self, path: str, index: int) -> Any:
+        """Row group ``index`` of ``path`` (the columns read) as an Arrow table."""
+        return self._file(path).read_row_group(index, columns=self.columns)
+
+    def _metadata(self, path: str) -> Any:
+        """The parquet metadata of ``path``."""
+        return self._file(path).metadata
+
+    def read(self, share: Share, step: int | None = None) -> Any:
+        """Every row of ``share`` as one Arrow table, in the share's order; ``step``: the
+        batch (:func:`lading.loading.lookahead.step_of`) it is read for (remote files plan
+        their reads by it; local files need not)."""
         import pyarrow as pa
 
         tables = []
@@ -73,7 +83,7 @@ class RowReader:
                 found = first_null(table.column(name))
                 if found is not None:
                     piece = fragment.piece
-                    metadata = self._file(piece.path).metadata
+                    metadata = self._metadata(piece.path)
                     row = found[0] + fragment.start  # of the row group
                     raise null_error(piece.path, metadata, piece.row_group, row, name, found[1])
             tables.append(table)
@@ -125,14 +135,25 @@ def null_error(
     )
 
 
-def check_counted_nulls(files: Sequence[Any], footers: Sequence[Any], flat: Sequence[str]) -> None:
+def check_counted_nulls(
+    files: Sequence[Any],
+    footers: Sequence[Any],
+    flat: Sequence[str],
+    read_group: Callable[[Any, int, list[str]], Any] | None = None,
+) -> None:
     """Raise when the footers' statistics count a null in a column of ``flat`` (not lists).
 
     This finds a null when the dataset opens instead of when its batch comes, mid-epoch; only
-    the flagged column chunk is read, to name the row. List columns are left to
-    :meth:`RowReader.read`: their leaf statistics count an empty list as a null too.
+    the flagged column chunk is read, to name the row (by ``read_group(file, group, columns)``,
+    default a local file's). List columns are left to :meth:`RowReader.read`: their leaf
+    statistics count an empty list as a null too.
     """
     import pyarrow.parquet as pq
+
+    if read_group is None:
+
+        def read_group(file: Any, group: int, columns: list[str]) -> Any:
+            return pq.ParquetFile(file).read_row_group(group, columns=columns)
 
     for file, metadata in zip(files, footers):
         leaves = {metadata.schema.column(j).path: j for j in range(metadata.num_columns)}
@@ -143,7 +164,7 @@ def check_counted_nulls(files: Sequence[Any], footers: Sequence[Any], flat: Sequ
                 stats = chunks.column(j).statistics
                 if stats is None or not stats.has_null_count or not stats.null_count:
                     continue
-                column = pq.ParquetFile(file).read_row_group(group, columns=[name]).column(name)
+                column = read_group(file, group, [name]).column(name)
                 found = first_null(column)
                 if found is not None:
                     raise null_error(file, metadata, group, found[0], name, found[1])

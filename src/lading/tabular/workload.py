@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from lading.loading.lookahead import step_of
 from lading.loading.order import Salt, permutation
 from lading.loading.plan import check_epoch
 from lading.loading.runs import Runs
@@ -209,7 +210,8 @@ class ParquetWorkload:
         # drop the older chunk before reading: held while the new one is built, it would add a
         # third chunk to the peak (the benchmark's anonymous memory, +10%)
         self._chunks = self._chunks[-1:]
-        table = self.rows.read(share_of_runs(self._pieces_of(key.epoch), rows))
+        step = step_of(key.epoch, key.lo // self.batch_size)  # the announced step (remote)
+        table = self.rows.read(share_of_runs(self._pieces_of(key.epoch), rows), step)
         if self.shuffle:
             order = self._chunk_order(key.epoch, key.reader, chunk, key.segment, table.num_rows)
             table = table.take(order)

@@ -123,6 +123,9 @@ class Fetcher:
         node: a directory of the node's slot files: ``in_flight`` then caps the GETs in
             flight of every process that passes it (:mod:`lading.stores.remote.slots`), not
             of this one alone.
+        pin_every: send ``If-Match`` with every GET of a pinned object (one range a call),
+            not once a call and second: for bytes that must never mix two versions (a
+            parquet row group read at its old footer's offsets from a rewritten file).
 
     Attributes:
         gets: requests sent by this process (retries included).
@@ -139,6 +142,7 @@ class Fetcher:
         timeout: float = DEFAULT_TIMEOUT,
         backoff: float = DEFAULT_BACKOFF,
         node: Path | None = None,
+        pin_every: bool = False,
     ) -> None:
         if in_flight < 1 or retries < 0 or timeout <= 0 or backoff < 0:
             raise ValueError(
@@ -149,6 +153,7 @@ class Fetcher:
         self.in_flight, self.retries = in_flight, retries
         self.timeout, self.backoff = timeout, backoff
         self.gets = self.bytes_fetched = self.retried = 0
+        self.pin_every = pin_every
         self._pid = -1
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -209,11 +214,13 @@ class Fetcher:
             calls.setdefault((key, etag), []).append(i)
         now = time.monotonic()
         for (key, etag), members in calls.items():
-            for lo in range(0, len(members), CALL_RANGES):
-                part = members[lo : lo + CALL_RANGES]
+            every = self.pin_every and etag is not None  # each range its own pinned GET
+            size = 1 if every else CALL_RANGES
+            for lo in range(0, len(members), size):
+                part = members[lo : lo + size]
                 ranges = [(requests[i][1], requests[i][2]) for i in part]
                 pin, last = etag, self._checked.get(key)
-                if etag is not None and last is not None and now - last < PIN_S:
+                if not every and etag is not None and last is not None and now - last < PIN_S:
                     pin = None  # checked under a second ago: this call needs no If-Match
                 elif etag is not None:
                     self._checked[key] = now

@@ -1,0 +1,302 @@
+"""Token corpora and parquet sessions from object storage, head to head (issue 41, item 4).
+
+One local S3 bucket (moto behind lading's latency proxy, 30 ms ± 10 a request; the proxy
+serves GETs from its own copy of each object), the node cache capped at ``--share`` (10 %) of
+the corpus's token bytes. One shuffled epoch of LM windows of ``--seq-len`` (2,048) tokens,
+in batches of ``--batch``, in this process (no DataLoader workers but in ``+workers`` rows),
+per system:
+
+- lading: ``TokenCorpus.open("s3://...", cache=DIR, cache_bytes=N)`` + ``LanguageModelLoader
+  (corpus, batch, Windows(seq_len))``; and the same loader on the same corpus on local disk;
+- Mosaic ``StreamingDataset`` over MDS token shards, litdata ``StreamingDataset`` with its
+  ``TokensLoader`` (see remote_lm_peers.py for their routes);
+- ``+step``: lading with a training step a batch (a sleep of batch tokens / ``--consume``),
+  local and remote, ``+workers`` with 2 DataLoader workers: does the look-ahead keep up.
+
+Per system: tokens/s over the epoch and once warm (after the first ``--warm`` of it), client
+CPU per million tokens (this process's own CPU time, every thread, and its DataLoader
+workers'; the server excluded), the server's CPU (the local S3's process tree), bytes fetched
+(the proxy's counter) / bytes used (windows x (seq_len + 1) x bytes a token), and the resume
+each offers, tested: read k batches, save the loader's state, resume in a fresh reader with
+a cold cache, compare the next two batches. Parquet: ``PartitionedParquet`` sessions/s, the
+files on the bucket vs on local disk. The server's own ceiling (lading's fetcher alone, random
+small ranges) in the same run.
+
+    python benchmarks/bench_remote_lm.py --repeats 3 --write        # Wikipedia ../shared/data
+    python benchmarks/bench_remote_lm.py --synthetic --repeats 3     # synthetic tokens
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench_remote_node import ceiling, disk_bytes, server_cpu
+from common import HERE, OUT, add_write_flag, write_section
+from lading.lm import LanguageModelLoader, TokenCorpus, Windows
+from lading.testing import LocalS3
+from lading.world import World
+from remote_lm_corpus import corpus_for, sessions_for, upload_folder
+from remote_lm_peers import PEERS, verdict
+from remote_lm_report import render
+
+BUCKET = "bench"
+ITEMS = "item_id-list_seq"  # the sessions' item lists, padded to 20 (as bench_parquet.py)
+
+
+def measure(s3: LocalS3, batches: Iterator[Any], env: dict[str, Any], cache: Path | None,
+            warm: float, step: float = 0.0) -> dict[str, Any]:  # fmt: skip
+    """One epoch of ``batches`` (each ``[rows, >= seq_len]``): rates, CPU, bytes. ``step``:
+    seconds a batch's training step takes (a sleep: the GIL is free, as under a GPU step)."""
+    s3.reset()
+    load = os.getloadavg()[0]
+    server, wall, client = server_cpu(s3), time.perf_counter(), ClientCPU(s3)
+    marks = [(wall, 0)]
+    windows = 0
+    for i, batch in enumerate(batches):
+        assert batch.shape[-1] >= env["seq_len"], f"a batch of shape {tuple(batch.shape)}"
+        windows += int(batch.shape[0])
+        if step:
+            time.sleep(step)
+        marks.append((time.perf_counter(), windows))
+        if i % 16 == 0:  # DataLoader workers' CPU, before they are gone
+            client.sample()
+    cpu = client.seconds()
+    server = server_cpu(s3) - server
+    stats = s3.stats()
+    end = marks[-1]
+    start = next(m for m in marks if m[1] >= warm * windows)  # the look-ahead is warm
+    tokens, warm_tokens = windows * env["seq_len"], (end[1] - start[1]) * env["seq_len"]
+    used = windows * env["window_bytes"]
+    return {
+        "windows": windows, "tokens_s": tokens / (end[0] - wall),
+        "warm_tokens_s": warm_tokens / max(1e-9, end[0] - start[0]),
+        "cpu_s_per_mtok": 1e6 * cpu / max(1, tokens),
+        "server_s_per_mtok": 1e6 * server / max(1, tokens),
+        "gets": stats["gets"], "fetched_used": stats["get_bytes"] / max(1, used),
+        "disk": disk_bytes(cache) if cache is not None else 0, "load": load,
+    }  # fmt: skip
+
+
+class ClientCPU:
+    """CPU seconds of this process (every thread) and of its child processes but the local S3
+    (DataLoader workers): children are sampled as the epoch goes (a worker's last reading is
+    kept: a worker may be gone before the epoch's end is seen)."""
+
+    def __init__(self, s3: LocalS3) -> None:
+        assert s3._process is not None
+        self.me, self.server = psutil.Process(), s3._process.pid
+        self.children: dict[int, float] = {}
+        self.own = self._own()
+
+    def _own(self) -> float:
+        t = self.me.cpu_times()
+        return float(t.user + t.system)
+
+    def sample(self) -> None:
+        for child in self.me.children(recursive=True):
+            try:
+                if child.pid == self.server or self.server in [p.pid for p in child.parents()]:
+                    continue
+                t = child.cpu_times()
+                self.children[child.pid] = t.user + t.system
+            except psutil.Error:  # gone meanwhile: its last reading stands
+                continue
+
+    def seconds(self) -> float:
+        """CPU since this was made."""
+        self.sample()
+        return self._own() - self.own + sum(self.children.values())
+
+
+def lading_loader(env: dict[str, Any], remote: bool, cache: Path,
+                  workers: int = 0) -> LanguageModelLoader:  # fmt: skip
+    """lading's own route: the corpus opened from the bucket (or disk), Windows(seq_len)."""
+    if remote:
+        corpus = TokenCorpus.open(env["url"], cache=cache, cache_bytes=env["cap"])
+    else:
+        corpus = TokenCorpus.open(env["local"])
+    return LanguageModelLoader(corpus, env["batch"], Windows(env["seq_len"]), shuffle=True,
+                               seed=0, world=World(), num_workers=workers)  # fmt: skip
+
+
+def lading_batches(loader: LanguageModelLoader) -> Iterator[Any]:
+    for x, _ in loader:
+        yield x
+
+
+def lading_resume(env: dict[str, Any], remote: bool, k: int) -> str:
+    """Save after ``k`` batches, resume a fresh loader (a cold cache), compare two batches."""
+    first = lading_loader(env, remote, env["work"] / f"lading-resume-a-{time.time_ns()}")
+    seen, state = [], None
+    for i, (x, _) in enumerate(first):
+        seen.append(x.clone())
+        if i == k - 1:
+            state = first.state_dict()
+        if i == k + 1:
+            break
+    second = lading_loader(env, remote, env["work"] / f"lading-resume-b-{time.time_ns()}")
+    assert state is not None, f"an epoch of {len(seen)} batches: none saved after {k}"
+    second.load_state_dict(state)
+    again = [x.clone() for _, (x, _) in zip(range(2), second)]
+    return verdict(seen[k:], again)
+
+
+def failure(e: BaseException) -> str:
+    """One line for a table cell: the exception's type and first line."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
+def tested(check: Callable[[], str]) -> str:
+    """A resume check's verdict, or why it could not run (the epoch's figures stand)."""
+    try:
+        return check()
+    except Exception as e:
+        traceback.print_exc()
+        return f"failed: {failure(e)}"
+
+
+def one_system(s3: LocalS3, system: str, env: dict[str, Any], args: Any,
+               repeat: int) -> dict[str, Any]:  # fmt: skip
+    """One epoch of ``system`` (its resume tested on the first repeat)."""
+    cache = env["work"] / f"cache-{system}-{time.time_ns()}"
+    row: dict[str, Any] = {"system": system, "repeat": repeat}
+    try:
+        if system.startswith("lading"):
+            remote = system.split("+")[0] == "lading"
+            step = env["batch"] * env["seq_len"] / args.consume if "+step" in system else 0.0
+            workers = 2 if "+workers" in system else 0
+            loader = lading_loader(env, remote, cache, workers)
+            row.update(measure(s3, lading_batches(loader), env, cache if remote else None,
+                               args.warm, step))  # fmt: skip
+            if repeat == 0 and args.resume_after and "+" not in system:
+                row["resume"] = tested(lambda: lading_resume(env, remote, args.resume_after))
+        else:
+            setup_fn, open_fn, batches_fn, resume_fn = PEERS[system]
+            if system not in env["setups"]:
+                env["setups"][system] = setup_fn(env, s3, BUCKET)
+            setup = env["setups"][system]
+            loader = open_fn(env, setup, cache)
+            row.update(measure(s3, batches_fn(loader), env, cache, args.warm))
+            del loader
+            if repeat == 0 and args.resume_after:
+                row["resume"] = tested(lambda: resume_fn(env, setup, args.resume_after))
+            row["layout"] = {k: v for k, v in setup.items() if k != "remote"}
+    except Exception as e:  # a system that cannot do it: say why, go on with the others
+        row["error"] = failure(e)
+        traceback.print_exc()
+    shutil.rmtree(cache, ignore_errors=True)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def sessions(s3: LocalS3, env: dict[str, Any], args: Any, repeat: int) -> list[dict[str, Any]]:
+    """PartitionedParquet over the files on local disk and on the bucket: sessions/s over
+    ``--parquet-epochs`` epochs (one loader, a cold cache at its start), the two in turn,
+    which one first alternating by repeat."""
+    from lading.tabular import PartitionedParquet
+
+    rows = []
+    for where in ("local", "remote") if repeat % 2 == 0 else ("remote", "local"):
+        files = env["parquet_urls"] if where == "remote" else env["parquet_files"]
+        cache = env["work"] / f"parquet-cache-{time.time_ns()}"
+        extra = {"cache": cache, "cache_bytes": env["parquet_cap"]} if where == "remote" else {}
+        row: dict[str, Any] = {"system": f"parquet-{where}", "repeat": repeat}
+        try:
+            loader = PartitionedParquet(files, 256, columns=["session_id", ITEMS],
+                                        list_columns={ITEMS: 20}, world=World(),
+                                        **extra)  # fmt: skip
+            s3.reset()
+            wall, cpu, n = time.perf_counter(), time.process_time(), 0
+            for _ in range(args.parquet_epochs):
+                for batch in loader:  # each iter() an epoch
+                    n += len(batch["session_id"])
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            row.update(sessions=n, sessions_s=n / wall, cpu_us=1e6 * cpu / max(1, n),
+                       fetched=s3.stats()["get_bytes"], load=os.getloadavg()[0])  # fmt: skip
+        except Exception as e:
+            row["error"] = failure(e)
+        shutil.rmtree(cache, ignore_errors=True)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
+def warm_up(env: dict[str, Any]) -> None:
+    """One batch of each local reader, untimed: imports and first-use costs (pyarrow, torch's
+    collation) are not any system's."""
+    from lading.tabular import PartitionedParquet
+
+    loader = lading_loader(env, False, env["work"])
+    next(iter(loader))
+    if "parquet_files" in env:
+        files = env["parquet_files"]
+        next(iter(PartitionedParquet(files, 256, columns=["session_id", ITEMS],
+                                     list_columns={ITEMS: 20}, world=World())))  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--synthetic", action="store_true", help="synthetic tokens, not Wikipedia")
+    parser.add_argument("--tokens", type=int, default=4_000_000, help="corpus size, about")
+    parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--share", type=float, default=0.1, help="node cache / corpus bytes")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--warm", type=float, default=0.1, help="share of the epoch skipped")
+    parser.add_argument("--resume-after", type=int, default=3,
+                        help="batches before saving (0: no resume check)")  # fmt: skip
+    parser.add_argument("--systems", default="lading-local,lading,mosaic,litdata,"
+                        "lading-local+step,lading+step,lading+step+workers")  # fmt: skip
+    parser.add_argument("--consume", type=float, default=1e6,
+                        help="+step systems: tokens/s the training step takes")  # fmt: skip
+    parser.add_argument("--latency", type=float, default=0.03, help="seconds a request, ± 1/3")
+    parser.add_argument("--no-parquet", action="store_true")
+    parser.add_argument("--parquet-epochs", type=int, default=3)
+    parser.add_argument("--ceiling-seconds", type=float, default=3.0)
+    parser.add_argument("--out", type=Path, default=OUT.parent / "remote-lm")
+    add_write_flag(parser)
+    args = parser.parse_args()
+    started = time.time()
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = corpus_for(args, args.out)
+    work = env["work"] = args.out / f"run-{os.getpid()}"
+    work.mkdir()
+    with LocalS3(latency=args.latency, jitter=args.latency / 3) as s3:
+        s3.make_bucket(BUCKET)
+        env.update(url=f"s3://{BUCKET}/lading-lm", setups={})
+        upload_folder(env["local"], env["url"])
+        if not args.no_parquet:
+            env.update(sessions_for(args, args.out, BUCKET))
+        warm_up(env)
+        rows = []
+        for repeat in range(args.repeats):
+            for system in [s for s in args.systems.split(",") if s]:
+                rows.append(one_system(s3, system, env, args, repeat))
+            if not args.no_parquet:
+                rows += sessions(s3, env, args, repeat)
+        roof = ceiling(args.ceiling_seconds) if args.ceiling_seconds > 0 else None
+    shutil.rmtree(work, ignore_errors=True)
+    keep = ("origin", "documents", "n_tokens", "token_bytes", "cap", "seq_len", "batch",
+            "parquet_origin", "parquet_bytes", "parquet_cap")  # fmt: skip
+    results = {"rows": rows, "ceiling": roof, "args": {k: str(v) for k, v in vars(args).items()},
+               "corpus": {k: env[k] for k in keep if k in env}, "cores": os.cpu_count(),
+               "seconds": time.time() - started}  # fmt: skip
+    (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    command = "python benchmarks/bench_remote_lm.py " + " ".join(sys.argv[1:])
+    write_section(HERE / "RESULTS.md", "Remote token corpora and sessions, head to head "
+                  "(issue 41)", render(results), command, write=args.write)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,398 @@
+"""Parquet row groups from object storage: ranged GETs of column chunks through the node cache.
+
+The footers are staged per node (:mod:`lading.tabular.remote_files`); they give every column
+chunk's byte range, so a row group is read as the ranges of the columns read (touching ones
+merged: usually one range a row group), through the node cache every process of the node
+shares (:class:`~lading.stores.remote.cache.NodeCache`: blocks fetched once per node, a hard
+cap on disk, eviction by next use). pyarrow decodes them from memory: ``pq.ParquetFile`` over
+a file object serving those ranges (:class:`~lading.tabular.remote_files.FetchedRanges`),
+with the staged footer as its metadata, so it reads nothing else.
+
+The loader knows the epoch's order of chunks before it reads one. :func:`announced_reads` says
+which row groups the batch at a key reads first (a chunk's are read at its first batch), and
+the loader core's announce route (:mod:`lading.loading.lookahead`) hands them to
+:meth:`RemoteParquet.prefetch` (fetched ``LOOKAHEAD`` batches ahead) and
+:meth:`RemoteParquet.plan` (the epoch's whole order: what eviction keeps), from the process that
+iterates; a DataLoader worker reads at the step its batch key names.
+
+Every GET is pinned to the ETag the listing gave: an object rewritten while a run reads it is
+refused (:class:`~lading.stores.remote.objects.RemoteReadError` naming it), never read with
+the old footer's offsets; the node cache's blocks are named by the dataset's objects and ETags,
+so a rewritten object never meets the old one's cached bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lading.loading.runs import Runs
+from lading.stores.remote.cache import NodeCache
+from lading.stores.remote.cache.order import Plan, signature
+from lading.stores.remote.clients import open_client
+from lading.stores.remote.fetch import Fetcher
+from lading.stores.remote.objects import RemoteReadError
+from lading.stores.remote.plan import Need
+from lading.stores.remote.settings import RemoteSettings
+from lading.tabular.plan import Piece, epoch_pieces, share_of_runs
+from lading.tabular.read import RowReader
+from lading.tabular.remote_files import (
+    FetchedRanges,
+    Parts,
+    RemoteFile,
+    list_files,
+    split_root,
+    stage_footers,
+)
+
+# chunks announced ahead: a chunk (buffer_rows) is one or two row groups, one GET of ~30 ms
+# each, read at its first batch; measured on YOOCHOOSE days in 2,048-row groups, 256-row
+# batches (a chunk every 8 batches), cold cache: 1 chunk ahead ~67k sessions/s, 4 ~160k, 8
+# ~130k (the local S3 at 30 ms a GET, a loaded 2-core machine: noisy)
+CHUNKS_AHEAD = 4
+
+
+class RemoteParquet:
+    """The objects of a remote parquet dataset, their footers and one node cache a bucket.
+
+    Pickled to DataLoader workers and other processes as its files, footers and settings: the
+    clients and caches are this process's (made again on first use after a fork or spawn).
+    """
+
+    def __init__(
+        self, files: Sequence[RemoteFile], footers: Sequence[bytes], settings: RemoteSettings
+    ) -> None:
+        self.files, self.footers, self.settings = list(files), list(footers), settings
+        self.urls = [f.url for f in self.files]
+        self._index = {url: i for i, url in enumerate(self.urls)}
+        self.columns: list[str] = []  # the columns read (set by the dataset)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._fetchers: dict[str, Fetcher] = {}
+        self._caches: dict[str, NodeCache] = {}
+        self._meta: dict[str, Any] = {}
+        self._spans: dict[tuple[str, int, tuple[str, ...]], list[tuple[int, int]]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        keep = ("files", "footers", "settings", "urls", "_index", "columns")
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    @classmethod
+    def open(cls, urls: Sequence[str], settings: RemoteSettings) -> RemoteParquet:
+        """List ``urls`` (objects and prefixes) and stage their footers on this node.
+
+        Raises:
+            RemoteNotSupportedError: a scheme lading cannot reach.
+            FileNotFoundError, ValueError: an object missing, a prefix without parquet, an
+                object that is not parquet (one line naming it and the fix).
+            RemoteReadError: a LIST or GET failed for good.
+        """
+        made = cls([], [], settings)
+        for url in urls:
+            made._fetcher(split_root(url)[0])
+        files = list_files(urls, made._fetchers)
+        footers = stage_footers(files, made._fetchers, Path(settings.cache))
+        found = cls(files, footers, settings)
+        found._fetchers = made._fetchers  # this process's clients, already open
+        return found
+
+    # -- per process -----------------------------------------------------------------------
+
+    def _fetcher(self, root: str) -> Fetcher:
+        if root not in self._fetchers:
+            s = self.settings
+            make = functools.partial(open_client, root, s.backend, s.options, s.timeout)
+            self._fetchers[root] = Fetcher(
+                make, in_flight=s.in_flight, retries=s.retries, timeout=s.timeout,
+                node=Path(s.cache) / "inflight",  # one cap for the node's processes
+                pin_every=True,  # a rewritten file's bytes at the old offsets: never read
+            )  # fmt: skip
+        return self._fetchers[root]
+
+    def cache(self, root: str) -> NodeCache:
+        """The node cache of bucket ``root``, as this process sees it."""
+        if root not in self._caches:
+            mine = sorted((f.key, f.etag or "", f.size) for f in self.files if f.root == root)
+            digest = hashlib.sha256(repr(mine).encode()).hexdigest()[:16]
+            s = self.settings
+            self._caches[root] = NodeCache(
+                s.cache,
+                s.cache_bytes,
+                self._fetcher(root),
+                f"{root}@parquet-{digest}",  # another version of an object: other blocks
+                {f.key: f.etag for f in self.files if f.root == root},
+                policy=s.policy,
+                max_gap=s.max_gap,
+                max_waste=s.max_waste,
+            )
+        return self._caches[root]
+
+    def metadata(self, url: str) -> Any:
+        """The parquet metadata of object ``url`` (from its staged footer)."""
+        if url not in self._meta:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            self._meta[url] = pq.read_metadata(pa.BufferReader(self.footers[self._index[url]]))
+        return self._meta[url]
+
+    # -- byte ranges -------------------------------------------------------------------------
+
+    def spans(self, piece: Piece, columns: Sequence[str] | None = None) -> list[tuple[int, int]]:
+        """The byte ranges of ``piece``'s column chunks of ``columns`` (default: the columns
+        read), touching ones merged (all columns of a row group: one range)."""
+        names = tuple(self.columns if columns is None else columns)
+        found = self._spans.get((piece.path, piece.row_group, names))
+        if found is None:
+            meta = self.metadata(piece.path)
+            group = meta.row_group(piece.row_group)
+            ranges = []
+            for j in _leaves(meta, names):
+                chunk = group.column(j)
+                start = chunk.data_page_offset
+                if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
+                    start = chunk.dictionary_page_offset
+                ranges.append((start, start + chunk.total_compressed_size))
+            found = []
+            for start, end in sorted(ranges):
+                if found and start <= found[-1][1]:
+                    found[-1] = (found[-1][0], max(found[-1][1], end))
+                else:
+                    found.append((start, end))
+            self._spans[piece.path, piece.row_group, names] = found
+        return found
+
+    def largest_group(self) -> int:
+        """Bytes of the largest row group's ranges (what one read must hold)."""
+        return max(
+            sum(b - a for a, b in self.spans(Piece(url, g, 0)))
+            for url in self.urls
+            for g in range(self.metadata(url).num_row_groups)
+        )
+
+    def _file(self, url: str) -> RemoteFile:
+        return self.files[self._index[url]]
+
+    def read(
+        self, pieces: Iterable[Piece], step: int | None, columns: Sequence[str] | None = None
+    ) -> dict[tuple[str, int], Parts]:
+        """The ranges of ``columns`` (default: those read) of each of ``pieces`` (one cache
+        read a bucket), read at ``step``.
+
+        Raises:
+            RemoteReadError: a GET failed for good; an object rewritten since the dataset was
+                opened is named with the fix.
+        """
+        by_root: dict[str, list[tuple[tuple[str, int], int, int]]] = {}
+        for piece in pieces:
+            file = self._file(piece.path)
+            for a, b in self.spans(piece, columns):
+                by_root.setdefault(file.root, []).append(((piece.path, piece.row_group), a, b))
+        out: dict[tuple[str, int], Parts] = {}
+        for root, wanted in by_root.items():
+            spans = [(self._file(k[0]).key, a, b) for k, a, b in wanted]
+            try:
+                datas = self.cache(root).read(spans, step)
+            except RemoteReadError as e:
+                raise _rewritten(e) from None
+            for (k, a, _), data in zip(wanted, datas):
+                out.setdefault(k, []).append((a, data))
+        return out
+
+    def decode(self, piece: Piece, parts: Parts, columns: Sequence[str]) -> Any:
+        """Row group ``piece`` as an Arrow table of ``columns``, from its ranges ``parts``.
+
+        Raises:
+            ValueError: the bytes do not decode (the object is damaged), naming it.
+        """
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        ranges = FetchedRanges(self._file(piece.path), parts)
+        meta = self.metadata(piece.path)
+        try:
+            return pq.ParquetFile(ranges, metadata=meta, pre_buffer=False).read_row_group(
+                piece.row_group, columns=list(columns)
+            )
+        except (pa.ArrowException, OSError) as e:
+            first = (str(e).splitlines() or [type(e).__name__])[0][:200]
+            raise ValueError(
+                f"{piece.path}, row group {piece.row_group}: its bytes do not decode ({first}); "
+                "the object is damaged: write it again"
+            ) from None
+
+    def read_group(self, url: str, group: int, columns: Sequence[str]) -> Any:
+        """One row group's ``columns``, read now (outside any plan)."""
+        piece = Piece(url, group, 0)
+        return self.decode(piece, self.read([piece], None, columns)[url, group], columns)
+
+    # -- what the loader announces (lading.loading.lookahead) ---------------------------------
+
+    def _needs(self, batches: Sequence[Sequence[Piece]], steps: Sequence[int]) -> dict[str, list]:
+        needs: dict[str, list[Need]] = {}
+        for pieces, step in zip(batches, steps):
+            for piece in pieces:
+                file = self._file(piece.path)
+                got = needs.setdefault(file.root, [])
+                got += [Need(file.key, a, b, step) for a, b in self.spans(piece)]
+        return needs
+
+    def prefetch(
+        self, batches: Sequence[Sequence[Piece]], first_step: int, now: int | None = None
+    ) -> None:
+        """Start fetching the row groups of ``batches`` (batch ``j`` read at step
+        ``first_step + j``; ``now``: the step about to be read). Returns at once."""
+        steps = range(first_step, first_step + len(batches))
+        needs = self._needs(batches, steps)
+        for root in {f.root for f in self.files}:
+            self.cache(root).prefetch(needs.get(root, []), first_step if now is None else now)
+
+    def plan(
+        self,
+        batches: Sequence[Sequence[Piece]],
+        first_step: int = 0,
+        steps: Sequence[int] | None = None,
+    ) -> None:
+        """The epoch's whole order of reads (batch ``j`` at ``steps[j]``): eviction keeps the
+        blocks needed soonest. Fetches nothing."""
+        at = (
+            list(steps) if steps is not None else list(range(first_step, first_step + len(batches)))
+        )
+        needs = self._needs(batches, at)
+        marks = [signature(np.array([s], dtype=np.int64)) for s in at]
+        for root in {f.root for f in self.files}:
+            self.cache(root).plan(Plan(needs.get(root, []), marks, at))
+
+    def cache_stats(self) -> dict[str, Any]:
+        """The node cache's figures (:meth:`lading.stores.remote.store.RemoteStore.cache_stats`),
+        summed over the buckets read."""
+        total: dict[str, Any] = {}
+        for root in sorted({f.root for f in self.files}):
+            for name, value in self.cache(root).node_stats().items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    total[name] = total.get(name, 0) + value
+        return total
+
+    def close(self) -> None:
+        """Stop this process's GETs (done at exit too)."""
+        for cache in self._caches.values():
+            cache.close()
+
+
+class RemoteRowReader(RowReader):
+    """:class:`~lading.tabular.read.RowReader` over remote objects: a chunk's row groups are
+    read in one cache read at the chunk's step, then decoded from memory."""
+
+    def __init__(
+        self,
+        columns: Sequence[str],
+        list_columns: Mapping[str, int],
+        pad: str,
+        pad_value: int | float,
+        source: RemoteParquet,
+    ) -> None:
+        super().__init__(columns, list_columns, pad, pad_value)
+        self.source = source
+        self._fetched: dict[tuple[str, int], Parts] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_fetched"] = {}
+        return state
+
+    def read(self, share: Any, step: int | None = None) -> Any:
+        recent = {k for k, _ in self._recent}
+        wanted = {f.piece: None for f in share.fragments}
+        todo = [p for p in wanted if (p.path, p.row_group) not in recent]
+        self._fetched = self.source.read(todo, step)
+        try:
+            return super().read(share, step)
+        finally:
+            self._fetched = {}
+
+    def _decode(self, path: str, index: int) -> Any:
+        piece = Piece(path, index, 0)
+        parts = self._fetched.get((path, index))
+        if parts is None:
+            parts = self.source.read([piece], None)[path, index]
+        return self.source.decode(piece, parts, self.columns)
+
+    def _metadata(self, path: str) -> Any:
+        return self.source.metadata(path)
+
+
+def announced_reads(workload: Any) -> Callable[[Any], list[Piece]]:
+    """``key -> the row groups the batch at key reads``: a chunk's row groups at the first of
+    its batches asked about in a row (its first batch, or the first after a resume mid-chunk:
+    the chunk is read whole then and kept), nothing at its other batches. The announcer asks
+    about keys in order (the epoch's for the plan, then a window at a time to fetch)."""
+    ordered: dict[int, list[Piece]] = {}
+    last: list[tuple[int, int, int, int]] = []  # the chunk of the key asked about last
+
+    def reads(key: Any) -> list[Piece]:
+        chunk, starts, stops = key.chunks[0]
+        ident = (key.epoch, key.segment, key.reader, chunk)
+        if last and last[0] == ident:
+            return []
+        last[:] = [ident]
+        if key.epoch not in ordered:
+            if len(ordered) > 1:
+                ordered.pop(min(ordered))
+            ordered[key.epoch] = epoch_pieces(
+                workload.pieces, workload.seed, key.epoch, workload.shuffle
+            )
+        share = share_of_runs(ordered[key.epoch], Runs(starts, stops))
+        return list({f.piece: None for f in share.fragments})
+
+    return reads
+
+
+def warn_if_too_small(source: RemoteParquet) -> None:
+    """Warn, naming the fix, when the node cache's cap cannot hold the largest row group:
+    row groups are then read around the cache (fetched at each read, never kept), as the
+    document store reads a document larger than its cap."""
+    largest = source.largest_group()
+    cap = source.settings.cache_bytes
+    if largest > cap:
+        warnings.warn(
+            f"PartitionedParquet: cache_bytes={cap:,} cannot hold one row group (the largest "
+            f"reads {largest:,} bytes): every row group is fetched at each read and never "
+            f"cached; raise cache_bytes above {largest:,} (8x that keeps 8 ahead), or write "
+            "smaller row groups (lading repartition)",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _leaves(meta: Any, columns: Sequence[str]) -> list[int]:
+    """Indices of the leaf columns (parquet's column chunks) under the top-level ``columns``."""
+    wanted = set(columns)
+    found = []
+    for j in range(meta.num_columns):
+        path = meta.schema.column(j).path
+        if path in wanted or path.split(".", 1)[0] in wanted:
+            found.append(j)
+    return found
+
+
+def _rewritten(error: RemoteReadError) -> RemoteReadError:
+    """``error``, with the fix where an object was rewritten under a running dataset."""
+    text = str(error)
+    if "ETag changed" not in text and "was replaced" not in text:
+        return error
+    return RemoteReadError(
+        f"{text}. A parquet object was rewritten while this dataset read it: nothing of the "
+        "new version was read. Open PartitionedParquet again to read the new files (a state "
+        "saved before then is refused: its data changed)"
+    )

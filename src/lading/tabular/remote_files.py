@@ -1,0 +1,260 @@
+"""Which parquet objects a URL names, their footers (staged once per node per version), and a
+file object over the ranges of one read (what pyarrow decodes a row group from).
+
+``PartitionedParquet(["s3://b/p/part-0.parquet", ...])`` or ``PartitionedParquet("s3://b/p/")``:
+a URL ending in ``.parquet`` is one object, any other a prefix whose ``*.parquet`` objects
+(recursively, sorted by key) are read. One LIST per folder named gives every object's size and
+ETag (a list of 1,000 objects in one folder is one request, not 1,000 HEADs).
+
+Each object's footer (the parquet metadata: schema, row groups, column chunk offsets; a few KB)
+is staged to ``<cache>/parquet/<digest of URL, ETag, size>.footer`` by the first process of the
+node that opens the dataset: one GET of the object's last 64 KiB (a second one for a larger
+footer), written under a temporary name and renamed. Every later open on the node (other
+ranks, a resumed run) reads the staged copy. The name holds the ETag, so an object rewritten
+since is staged afresh and never read with another version's offsets; every row group GET is
+pinned to the ETag listed (:mod:`lading.tabular.remote`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lading.disk import build_lock
+from lading.stores.remote.clients import check_reachable
+from lading.stores.remote.fetch import Fetcher
+from lading.stores.remote.objects import RemoteNotSupportedError, describe, split_url
+
+MAGIC = b"PAR1"
+TAIL = 64 << 10  # bytes of an object's end fetched first: most footers fit (~1-20 KB)
+
+Parts = list[tuple[int, bytes]]  # (start, bytes) of the ranges read of one row group
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One parquet object: ``root`` (``s3://bucket``: one client and node cache a bucket),
+    its ``key`` below it, and the size and ETag the listing gave (every GET is pinned to it)."""
+
+    root: str
+    key: str
+    size: int
+    etag: str | None
+
+    @property
+    def url(self) -> str:
+        return f"{self.root}/{self.key}"
+
+    @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
+
+def split_root(url: str) -> tuple[str, str]:
+    """``s3://bucket/a/b`` -> ``("s3://bucket", "a/b")`` (the key may be empty: the bucket).
+
+    Raises:
+        RemoteNotSupportedError: no ``scheme://bucket``, or a scheme lading cannot reach.
+    """
+    try:
+        scheme, rest = split_url(url)
+    except ValueError as e:
+        raise RemoteNotSupportedError(f"PartitionedParquet: {e}") from None
+    check_reachable(url, "PartitionedParquet")
+    bucket, _, key = rest.partition("/")
+    return f"{scheme}://{bucket}", key
+
+
+def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[RemoteFile]:
+    """The parquet objects ``urls`` name, in the order given (a prefix's sorted by key).
+
+    Args:
+        urls: object URLs (ending in ``.parquet``) and prefixes.
+        fetchers: a fetcher for each root (``s3://bucket``), made by the caller.
+
+    Raises:
+        FileNotFoundError: an object named is not there.
+        ValueError: a prefix holds no ``*.parquet`` object (one line naming it and the fix).
+        RemoteReadError: a LIST failed for good (naming the endpoint and the setting).
+    """
+    listings: dict[tuple[str, str], dict[str, tuple[int, str | None]]] = {}
+
+    def listing(root: str, folder: str) -> dict[str, tuple[int, str | None]]:
+        if (root, folder) not in listings:
+            found = fetchers[root].list(folder)
+            listings[root, folder] = {k: (v.size, v.etag) for k, v in found.items()}
+        return listings[root, folder]
+
+    files: list[RemoteFile] = []
+    for url in urls:
+        root, key = split_root(url)
+        if key.endswith(".parquet") and not url.endswith("/"):
+            folder = key.rsplit("/", 1)[0] if "/" in key else ""
+            found = listing(root, folder).get(key)
+            if found is None:
+                raise FileNotFoundError(
+                    f"no parquet object at {url} (endpoint "
+                    f"{fetchers[root].client.endpoint or 'the default'}); check the URL, or "
+                    "name the prefix that holds the files"
+                )
+            files.append(RemoteFile(root, key, *found))
+            continue
+        below = {k: v for k, v in listing(root, key).items() if k.endswith(".parquet")}
+        if not below:
+            raise ValueError(
+                f"no *.parquet objects below {root}/{key}/ (endpoint "
+                f"{fetchers[root].client.endpoint or 'the default'}); point at the prefix "
+                "that holds the parquet files, or list the files' URLs"
+            )
+        files += [RemoteFile(root, k, *below[k]) for k in sorted(below)]
+    return files
+
+
+def footer_path(cache: Path, file: RemoteFile) -> Path:
+    """Where ``file``'s footer is staged: a name of its URL, ETag and size (a rewritten object
+    gets a new one)."""
+    ident = f"{file.url}\0{file.etag}\0{file.size}".encode()
+    return cache / "parquet" / f"{hashlib.sha256(ident).hexdigest()[:24]}.footer"
+
+
+def stage_footers(
+    files: Sequence[RemoteFile], fetchers: dict[str, Fetcher], cache: Path
+) -> list[bytes]:
+    """Each file's footer with its 8-byte trailer (what :func:`pyarrow.parquet.read_metadata`
+    reads from a buffer): the node's staged copy, else fetched (all at once) and staged.
+
+    Raises:
+        ValueError: an object is not parquet (too short, or no ``PAR1`` at its end).
+        RemoteReadError: a GET failed for good (a rewritten object: its ETag changed).
+    """
+    out: list[bytes | None] = [None] * len(files)
+    todo = _read_staged(files, cache, out, range(len(files)))
+    if not todo:
+        return [d for d in out if d is not None]
+    # one process of the node fetches what is missing; the node's others (ranks opening
+    # together) wait on the lock and find the footers staged
+    ident = hashlib.sha256(repr([footer_path(cache, files[i]).name for i in todo]).encode())
+    lock = cache / "parquet" / f"staging-{ident.hexdigest()[:16]}"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with build_lock(lock):
+        todo = _read_staged(files, cache, out, todo)
+        _fetch_footers(files, fetchers, cache, out, todo)
+    return [d for d in out if d is not None]
+
+
+def _read_staged(
+    files: Sequence[RemoteFile], cache: Path, out: list[bytes | None], which: Iterable[int]
+) -> list[int]:
+    """Fill ``out[i]`` from the node's staged footers; the indices still missing."""
+    todo = []
+    for i in which:
+        try:
+            data = footer_path(cache, files[i]).read_bytes()
+        except OSError:
+            todo.append(i)
+            continue
+        out[i] = data if _complete(data) else None
+        if out[i] is None:
+            todo.append(i)  # damaged: fetched and staged again
+    return todo
+
+
+def _fetch_footers(
+    files: Sequence[RemoteFile],
+    fetchers: dict[str, Fetcher],
+    cache: Path,
+    out: list[bytes | None],
+    todo: list[int],
+) -> None:
+    """Fetch the footers of ``files[i]`` for ``i`` in ``todo`` (every tail GET at once), stage
+    them and fill ``out``."""
+    tails = {
+        i: fetchers[files[i].root].submit(
+            files[i].key, max(0, files[i].size - TAIL), files[i].size, files[i].etag
+        )
+        for i in todo
+    }
+    for i, future in tails.items():
+        file = files[i]
+        data = _footer(file, future.result(), fetchers[file.root])
+        _stage(footer_path(cache, file), data)
+        out[i] = data
+
+
+def _footer(file: RemoteFile, tail: bytes, fetcher: Fetcher) -> bytes:
+    """The footer and trailer of ``file`` from its last bytes ``tail`` (more fetched if the
+    footer is longer)."""
+    if file.size < 12 or tail[-4:] != MAGIC:
+        raise ValueError(
+            f"{describe(file.root, file.key)} is not a parquet file ({file.size} bytes, no "
+            f"{MAGIC.decode()} at its end); remove it or write it again"
+        )
+    length = struct.unpack("<I", tail[-8:-4])[0]
+    if length + 8 > file.size - 4:
+        raise ValueError(
+            f"{describe(file.root, file.key)} is not a parquet file (its footer length "
+            f"{length} does not fit its {file.size} bytes); remove it or write it again"
+        )
+    if length + 8 > len(tail):
+        start = file.size - length - 8
+        more = fetcher.submit(file.key, start, file.size - len(tail), file.etag).result()
+        tail = more + tail
+    return tail[-(length + 8) :]
+
+
+def _complete(data: bytes) -> bool:
+    return (
+        len(data) >= 8
+        and data[-4:] == MAGIC
+        and struct.unpack("<I", data[-8:-4])[0] + 8 == len(data)
+    )
+
+
+def _stage(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a crash leaves no half-written footer)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f"{path.name}.{os.getpid()}.part")
+    part.write_bytes(data)
+    os.replace(part, path)
+
+
+class FetchedRanges(io.RawIOBase):
+    """A read-only file of ``size`` bytes whose only readable bytes are ``parts``: what
+    pyarrow reads a row group from, given its footer (anything else is a bug, named)."""
+
+    def __init__(self, file: RemoteFile, parts: Parts) -> None:
+        super().__init__()
+        self.file, self.parts, self.pos = file, sorted(parts, key=lambda p: p[0]), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.file.size}[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), self.file.size - self.pos)
+        for start, data in self.parts:
+            if start <= self.pos and self.pos + n <= start + len(data):
+                view[:n] = data[self.pos - start : self.pos - start + n]
+                self.pos += n
+                return n
+        raise OSError(
+            f"{self.file.url}: bytes {self.pos}-{self.pos + n - 1} were not fetched (the "
+            "footer's column chunk ranges do not cover this read); please report it"
+        )

@@ -1,0 +1,458 @@
+"""PartitionedParquet over object storage (the local S3, with its latency and faults): the
+batches of the local files, at any worker count, resumed with a cold cache and elastically,
+within the node cache's cap; a rewritten object refused; bad input named in one line."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from lading.errors import LadingError
+from lading.stores.remote.objects import RemoteReadError
+from lading.tabular import PartitionedParquet
+from lading.testing import LocalS3
+from lading.world import World
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from test_tabular import write_sessions  # noqa: E402  # after the importorskip of pyarrow
+
+FILES = 3
+ROWS = 97  # a file: 291 sessions, 4 row groups a file
+KW: dict[str, Any] = {"list_columns": {"items": 6}, "seed": 3, "buffer_rows": 16}
+_caches = iter(range(1 << 30))
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sessions as local files: what the remote ones must read the same as."""
+    folder = tmp_path_factory.mktemp("sessions")
+    for i in range(FILES):
+        path = write_sessions(folder / f"part-{i}.parquet", ROWS, 4, seed=i)
+        table = pq.read_table(path)  # session ids unique across the files: i * ROWS + row
+        ids = pa.array(table.column("session_id").to_numpy() + i * ROWS)
+        pq.write_table(table.set_column(0, "session_id", ids), path, row_group_size=25)
+    return folder
+
+
+def upload(s3: LocalS3, folder: Path, bucket: str, prefix: str = "logs/sessions") -> str:
+    from lading.stores.remote.clients import open_client
+
+    s3.make_bucket(bucket)
+    client = open_client(f"s3://{bucket}")
+    for path in sorted(folder.glob("*.parquet")):
+        client.put(f"{prefix}/{path.name}", path)
+    return f"s3://{bucket}/{prefix}/"
+
+
+@pytest.fixture(scope="module")
+def url(s3: LocalS3, local: Path) -> str:
+    """The same files in a bucket (uploaded once for the module)."""
+    return upload(s3, local, "parquet-sessions")
+
+
+def cold(tmp_path: Path) -> Path:
+    """A node cache nobody used: a cold node."""
+    return tmp_path / f"cache-{next(_caches)}"
+
+
+def same(got: list[dict[str, torch.Tensor]], want: list[dict[str, torch.Tensor]]) -> None:
+    assert len(got) == len(want) > 0
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert a.keys() == b.keys(), i
+        for name in a:
+            assert a[name].dtype == b[name].dtype and torch.equal(a[name], b[name]), (i, name)
+
+
+def ids(batches: list[dict[str, torch.Tensor]]) -> list[list[int]]:
+    return [b["session_id"].tolist() for b in batches]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("form", ["prefix", "list"])
+def test_remote_batches_equal_the_local_files(
+    url: str, local: Path, tmp_path: Path, workers: int, form: str
+) -> None:
+    paths: Any = url if form == "prefix" else [f"{url}part-{i}.parquet" for i in range(FILES)]
+    want = list(PartitionedParquet(local, 8, **KW))
+    remote = PartitionedParquet(
+        paths, 8, cache=cold(tmp_path), cache_bytes="4M", num_workers=workers,
+        multiprocessing_context="fork", **KW,
+    )  # fmt: skip
+    assert remote.files == [f"{url}part-{i}.parquet" for i in range(FILES)]
+    same(list(remote), want)
+    remote.set_epoch(1)  # another epoch, another order, the same as the local one's
+    local_next = PartitionedParquet(local, 8, **KW)
+    local_next.set_epoch(1)
+    same(list(remote), list(local_next))
+    stats = remote.cache_stats()
+    assert stats["bytes_cached"] <= stats["cap"] and stats["gets"] > 0
+
+
+def test_row_groups_are_fetched_ahead_and_each_fetched_once(
+    url: str, s3: LocalS3, tmp_path: Path
+) -> None:
+    """The loader announces the chunks ahead: the reads find their row groups fetched (no
+    unplanned read), and with the cap holding the dataset each row group is one GET."""
+    loader = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
+    s3.reset()
+    list(loader)
+    stats = loader.cache_stats()
+    assert stats["unplanned"] == 0, stats
+    got = s3.stats()["gets_by_key"]
+    assert set(got) == {f"parquet-sessions/logs/sessions/part-{i}.parquet" for i in range(3)}
+    assert sum(got.values()) <= FILES * 4, got  # a row group is one range, fetched once
+
+
+def test_footers_are_staged_once_per_node(url: str, s3: LocalS3, tmp_path: Path) -> None:
+    cache = cold(tmp_path)
+    s3.reset()
+    PartitionedParquet(url, 8, cache=cache, cache_bytes="4M", **KW)
+    assert s3.stats()["gets"] == FILES  # one GET of each object's end
+    s3.reset()
+    again = PartitionedParquet(url, 8, cache=cache, cache_bytes="4M", **KW)  # another rank
+    assert s3.stats()["gets"] == 0 and s3.stats()["lists"] == 1
+    assert len(list((cache / "parquet").glob("*.footer"))) == FILES
+    assert again.total_rows == FILES * ROWS
+
+
+def test_each_chunk_is_read_at_the_step_it_was_announced_for(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step a read names (from its batch key, in whichever process builds the batch) is
+    the one the loader announced its row groups at: the plan's next uses are right."""
+    from lading.tabular.remote import RemoteParquet
+
+    announced: dict[Any, set[int]] = {}
+    reads: list[tuple[Any, int | None]] = []
+    prefetch, read = RemoteParquet.prefetch, RemoteParquet.read
+
+    def told(self: Any, batches: Any, first_step: int, now: int | None = None) -> None:
+        for j, pieces in enumerate(batches):
+            for piece in pieces:
+                announced.setdefault(piece, set()).add(first_step + j)
+        prefetch(self, batches, first_step, now)
+
+    def reading(self: Any, pieces: Any, step: int | None, columns: Any = None) -> Any:
+        reads.extend((piece, step) for piece in pieces)
+        return read(self, pieces, step, columns)
+
+    monkeypatch.setattr(RemoteParquet, "prefetch", told)
+    monkeypatch.setattr(RemoteParquet, "read", reading)
+    loader = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
+    loader.set_epoch(2)
+    list(loader)
+    assert len(reads) >= 12  # every row group, some twice (split between two chunks)
+    for piece, step in reads:
+        assert step is not None and step >> 32 == 2 and step in announced[piece], (piece, step)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_resumes_with_a_cold_cache(
+    url: str, local: Path, tmp_path: Path, workers: int
+) -> None:
+    full = list(PartitionedParquet(local, 8, **KW))
+    first = PartitionedParquet(
+        url, 8, cache=cold(tmp_path), cache_bytes="4M", num_workers=workers,
+        multiprocessing_context="fork", **KW,
+    )  # fmt: skip
+    head = []
+    for batch in first:
+        head.append(batch)
+        if len(head) == 13:  # mid-chunk (16-row chunks, 8-row batches: every other batch)
+            break
+    state = first.state_dict()
+    resumed = PartitionedParquet(
+        url, 8, cache=cold(tmp_path), cache_bytes="4M", num_workers=workers,
+        multiprocessing_context="fork", **KW,
+    )  # fmt: skip
+    resumed.load_state_dict(state)
+    same(head + list(resumed), full)
+    if workers == 0:  # the chunk the resume starts in was announced too
+        assert resumed.cache_stats()["unplanned"] == 0
+
+
+def test_a_state_of_the_local_files_resumes_on_their_upload(
+    url: str, local: Path, tmp_path: Path
+) -> None:
+    """The data's fingerprint is the files' names, sizes and footers: the same files in a
+    bucket are the same data (a run moved from a node's disk to object storage resumes)."""
+    full = list(PartitionedParquet(local, 8, **KW))
+    first = PartitionedParquet(local, 8, **KW)
+    head = [b for _, b in zip(range(5), first)]
+    resumed = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
+    resumed.load_state_dict(first.state_dict())
+    same(head + list(resumed), full)
+
+
+def _elastic_rank(rank: int, world: int, url: str, cache: str, state: Any, stop: int) -> Any:
+    """One gloo rank: read ``stop`` batches (or the rest after ``state``), save the state."""
+    loader = PartitionedParquet(url, 5, cache=cache, cache_bytes="4M", equalize="pad", **KW)
+    assert loader.world.world_size == world and loader.world.rank == rank
+    loader.set_epoch(1)
+    if state is not None:
+        loader.load_state_dict(state)
+    seen = []
+    for batch in loader:
+        seen.append(batch["session_id"].tolist())
+        if len(seen) == stop:
+            break
+    return seen, loader.state_dict()
+
+
+@pytest.mark.slow  # six spawned processes (torch imports): ~20 s on two cores
+def test_elastic_resume_four_ranks_to_two_over_a_remote_dataset(
+    url: str, local: Path, tmp_path: Path
+) -> None:
+    from distributed import run_processes
+
+    cache = str(cold(tmp_path))  # one node: the six processes share its cache
+    before = run_processes(_elastic_rank, 4, url, cache, None, 6)
+    states = [state for _, state in before]
+    assert all(s == states[0] for s in states)
+    after = run_processes(_elastic_rank, 2, url, cache, states[0], 1 << 30)
+    # the same run over the local files, in this process, reads the same batches
+    for world, runs in ((4, before), (2, after)):
+        for rank, (seen, _) in enumerate(runs):
+            loader = PartitionedParquet(local, 5, world=World(rank, world), equalize="pad", **KW)
+            loader.set_epoch(1)
+            if world == 2:
+                loader.load_state_dict(states[0])
+            assert ids([b for _, b in zip(range(len(seen)), loader)]) == seen
+    counts = Counter(
+        s for _, runs in ((4, before), (2, after)) for seen, _ in runs for b in seen for s in b
+    )
+    assert set(counts) == set(range(FILES * ROWS))
+    assert sum(counts.values()) - FILES * ROWS < 4  # padding only
+
+
+def _on_disk(cache: Path) -> int:
+    """Bytes of the node cache's own files (the ledger and its blocks; staged footers apart)."""
+    return sum(p.stat().st_size for p in cache.iterdir() if p.is_file())
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_cap_is_never_exceeded_on_disk(s3: LocalS3, tmp_path: Path, workers: int) -> None:
+    """A dataset ~3x the cap: every file of the cache stays within it after every batch (the
+    process announcing and its DataLoader workers reading share it), and the batches are the
+    local files'."""
+    folder = tmp_path / "big"
+    for i in range(6):
+        write_sessions(folder / f"part-{i}.parquet", 6000, 6, seed=10 + i)
+    total = sum(p.stat().st_size for p in folder.iterdir())
+    url = upload(s3, folder, f"parquet-cap-{workers}")
+    cap = 600_000
+    assert total > 2.5 * cap, total
+    cache = cold(tmp_path)
+    kw = {**KW, "buffer_rows": 2048}
+    want = PartitionedParquet(folder, 256, **kw)
+    remote = PartitionedParquet(
+        url, 256, cache=cache, cache_bytes=cap, num_workers=workers,
+        multiprocessing_context="fork", **kw,
+    )  # fmt: skip
+    worst = 0
+    for a, b in zip(remote, want):
+        same([a], [b])
+        worst = max(worst, _on_disk(cache))
+        assert worst <= cap, f"{worst:,} bytes on disk, cap {cap:,}"
+    stats = remote.cache_stats()
+    assert worst > cap // 8, (worst, stats)  # the cache was put to use (blocks kept)
+
+
+def test_a_cap_below_one_row_group_reads_around_the_cache(
+    url: str, local: Path, tmp_path: Path
+) -> None:
+    with pytest.warns(UserWarning, match=r"cache_bytes=1,000 cannot hold one row group .*raise"):
+        remote = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes=1000, **KW)
+    same(list(remote), list(PartitionedParquet(local, 8, **KW)))
+    assert remote.cache_stats()["bytes_cached"] <= 1000
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_object_rewritten_mid_run_is_refused_never_mixed(
+    s3: LocalS3, local: Path, tmp_path: Path, workers: int
+) -> None:
+    """A file replaced by other rows while a run reads: each batch is the old data's until a
+    read meets the new version, which fails naming the object and the fix (DataLoader workers,
+    forked, read through fsspec: pinned too). Was: the new bytes decoded at the old offsets."""
+    url = upload(s3, local, f"parquet-rewritten-{workers}")
+    want = list(PartitionedParquet(local, 8, **KW))
+    cache = cold(tmp_path)
+    list(PartitionedParquet(url, 8, cache=cache, cache_bytes="4M", **KW))  # the old version cached
+    with pytest.warns(UserWarning, match="cannot hold one row group"):  # every GET is a read's
+        remote = PartitionedParquet(
+            url, 8, cache=cold(tmp_path), cache_bytes=1000, num_workers=workers,
+            multiprocessing_context="fork", **KW,
+        )  # fmt: skip
+    others = tmp_path / "others"
+    for n in range(FILES):  # same layout, other values
+        write_sessions(others / f"part-{n}.parquet", ROWS, 4, seed=99 + n)
+    from lading.stores.remote.clients import open_client
+
+    got = []
+    with pytest.raises(RemoteReadError, match=r"(?s)rewritten while this dataset read it.*again"):
+        for i, batch in enumerate(remote):
+            got.append(batch)
+            if i == 2:
+                for n in range(FILES):
+                    open_client(url).put(f"part-{n}.parquet", others / f"part-{n}.parquet")
+    same(got, want[: len(got)])  # what came before the error was the old data, never mixed
+    assert 3 <= len(got) < len(want)
+    # opened again on the node that staged and cached the old version: the new one, whole
+    again = PartitionedParquet(url, 8, cache=cache, cache_bytes="4M", **KW)
+    same(list(again), list(PartitionedParquet(others, 8, **KW)))
+
+
+@pytest.mark.parametrize("kind", ["reset", "slow", "error"])
+def test_faults_on_row_group_gets_still_give_the_right_batches(
+    url: str, local: Path, s3: LocalS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    monkeypatch.setenv("LADING_REMOTE_TIMEOUT", "0.5")
+    remote = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
+    s3.fault("part-1.parquet", 2, kind, delay=1.0, status=503)
+    try:
+        same(list(remote), list(PartitionedParquet(local, 8, **KW)))
+        assert s3.stats()["faults"] == 2
+    finally:
+        s3.reset()
+
+
+# -- bad input: one line each, naming the fix ---------------------------------------------------
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error)
+    assert "\n" not in text and isinstance(error, (LadingError, ValueError, OSError)), text
+    return text
+
+
+@pytest.mark.parametrize("scheme", ["nosuch", "ftpx"])
+def test_a_scheme_lading_cannot_reach(tmp_path: Path, scheme: str) -> None:
+    with pytest.raises(LadingError) as caught:
+        PartitionedParquet(f"{scheme}://logs/sessions/", 8, cache=cold(tmp_path))
+    text = _one_line(caught.value)
+    assert f"cannot reach {scheme}://" in text and "s3://" in text and "local folder" in text
+
+
+def test_a_prefix_holding_no_parquet(s3: LocalS3, tmp_path: Path) -> None:
+    from lading.stores.remote.clients import open_client
+
+    s3.make_bucket("parquet-empty")
+    open_client("s3://parquet-empty").put("logs/readme.txt", b"no parquet here")
+    with pytest.raises(ValueError) as caught:
+        PartitionedParquet("s3://parquet-empty/logs/", 8, cache=cold(tmp_path))
+    text = _one_line(caught.value)
+    assert "no *.parquet objects below s3://parquet-empty/logs/" in text and "point at" in text
+
+
+def test_a_missing_object_and_one_that_is_not_parquet(url: str, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError) as missing:
+        PartitionedParquet([f"{url}part-9.parquet"], 8, cache=cold(tmp_path))
+    assert "no parquet object at s3://parquet-sessions/logs/sessions/part-9.parquet" in _one_line(
+        missing.value
+    )
+    from lading.stores.remote.clients import open_client
+
+    open_client(url).put("broken.parquet", b"not parquet at all")
+    try:
+        with pytest.raises(ValueError) as broken:
+            PartitionedParquet([f"{url}broken.parquet"], 8, cache=cold(tmp_path))
+        assert "broken.parquet is not a parquet file" in _one_line(broken.value)
+    finally:
+        open_client(url).delete("broken.parquet")
+
+
+def test_a_null_counted_in_a_footer_is_named_with_its_url_and_row(
+    s3: LocalS3, tmp_path: Path
+) -> None:
+    folder = tmp_path / "nulls"
+    folder.mkdir()
+    scores = pa.array([0.5, 1.5, None, 2.5] * 5, pa.float32())
+    table = pa.table({"session_id": pa.array(range(20), pa.int64()), "score": scores})
+    pq.write_table(table, folder / "part-0.parquet", row_group_size=8)
+    url = upload(s3, folder, "parquet-nulls")
+    with pytest.raises(ValueError) as caught:
+        PartitionedParquet(url, 4, cache=cold(tmp_path))
+    text = _one_line(caught.value)
+    assert "s3://parquet-nulls/logs/sessions/part-0.parquet, row group 0, row 2" in text
+    assert "fill_null" in text
+
+
+def test_a_damaged_row_group_is_named(local: Path, s3: LocalS3, tmp_path: Path) -> None:
+    from lading.stores.remote.clients import open_client
+
+    data = bytearray((local / "part-0.parquet").read_bytes())
+    data[8:400] = bytes(392)  # the first column chunks' pages, zeroed (the footer intact)
+    s3.make_bucket("parquet-damaged")
+    open_client("s3://parquet-damaged").put("part-0.parquet", bytes(data))
+    loader = PartitionedParquet("s3://parquet-damaged/", 8, cache=cold(tmp_path), **KW)
+    with pytest.raises(ValueError) as caught:
+        list(loader)
+    text = _one_line(caught.value)
+    assert "s3://parquet-damaged/part-0.parquet, row group" in text and "write it again" in text
+
+
+def test_repartition_refuses_a_url(tmp_path: Path) -> None:
+    from lading.tabular import repartition
+
+    with pytest.raises(LadingError) as caught:
+        repartition(["s3://logs/sessions/part-0.parquet"], tmp_path / "out")
+    text = _one_line(caught.value)
+    assert "lading repartition takes a local folder, not the URL s3://logs/" in text
+    assert not (tmp_path / "out").exists()
+
+
+def test_urls_and_local_paths_mixed(url: str, local: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError) as caught:
+        PartitionedParquet([f"{url}part-0.parquet", local / "part-1.parquet"], 8)
+    assert "mix URLs" in _one_line(caught.value)
+
+
+def test_a_pickled_dataset_reopens_nothing(url: str, tmp_path: Path) -> None:
+    """What DataLoader workers get (spawn): files, footers and settings; no client, no cache."""
+    import pickle
+
+    remote = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
+    next(iter(remote))
+    assert remote.remote is not None
+    copy = pickle.loads(pickle.dumps(remote.remote))
+    assert copy.urls == remote.remote.urls and copy._caches == {} and copy._fetchers == {}
+
+
+# -- real data ----------------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_yoochoose_sessions_read_the_same_from_a_bucket(
+    s3: LocalS3, data_dir: Path, tmp_path: Path
+) -> None:
+    """The Transformers4Rec YOOCHOOSE days (../shared/data, SOURCES.md 3a) uploaded to the
+    local S3 and read by prefix: the batches of the local files, at 2 ranks."""
+    days = data_dir / "recsys" / "yoochoose_t4r_preproc_sessions_by_day"
+    files = sorted(days.glob("*/train.parquet"))
+    if not files:
+        pytest.skip(f"no YOOCHOOSE sessions at {days}/*/train.parquet (SOURCES.md 3a)")
+    from lading.stores.remote.clients import open_client
+
+    s3.make_bucket("yoochoose")
+    client = open_client("s3://yoochoose")
+    for path in files:
+        client.put(f"sessions/{path.parent.name}/train.parquet", path)
+    kw: dict[str, Any] = {
+        "columns": ["session_id", "item_id-count", "item_id-list_seq"],
+        "list_columns": {"item_id-list_seq": 20},
+        "seed": 1,
+    }
+    cache = cold(tmp_path)
+    for rank in range(2):
+        world = World(rank, 2)
+        remote = PartitionedParquet(
+            "s3://yoochoose/sessions/", 512, world=world, cache=cache, cache_bytes="64M", **kw
+        )
+        assert len(remote.files) == len(files)
+        same(list(remote), list(PartitionedParquet(files, 512, world=world, **kw)))
