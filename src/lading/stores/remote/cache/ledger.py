@@ -120,6 +120,9 @@ class Ledger:
         """``with ledger.write() as conn:`` one write transaction (others wait for it); the
         reads' pending uses go in first (:meth:`touch`), the WAL is trimmed after it
         (:meth:`trim`)."""
+        if len(self._uses) > self.fill_batch() // 2:  # too many to ride along (the WAL's cap)
+            with Transaction(self.connection(), "BEGIN IMMEDIATE", self.trim, self._uses.write):
+                pass
         return Transaction(self.connection(), "BEGIN IMMEDIATE", self.trim, self._uses.write)
 
     def read(self) -> Transaction:

@@ -13,7 +13,9 @@ the epoch's whole order (kept by), for :class:`~lading.stores.remote.cache.NodeC
 
 from __future__ import annotations
 
+import bisect
 import functools
+import operator
 from collections.abc import Sequence
 
 from lading.stores.remote.cache.fill import Filler
@@ -25,6 +27,7 @@ from lading.stores.remote.plan import NO_STEP, Need, coalesce, needs_in
 Started = dict[str, list[tuple[int, int, Future]]]  # key -> (start, end, future), by start
 Key = tuple[int, int, int]  # object id, start, end
 AHEAD_SHARE = 0.125  # window bytes ahead at most this of the cap
+_STEP = operator.attrgetter("step")
 
 
 class Planning:
@@ -66,7 +69,7 @@ class Planning:
 
     def _pump(self, now: int | None) -> None:
         """Fetch the next needs left beyond the window (a read moved it on)."""
-        self._plan_needs([], min(n.step for n in self._later) if now is None else now + 1)
+        self._plan_needs([], self._later[0].step if now is None else now + 1)  # (sorted)
 
     def _plan_needs(self, needs: list[Need], now: int) -> None:
         """Count ``needs`` (new accesses), note the next use of the cached ones, and claim and
@@ -76,9 +79,11 @@ class Planning:
         2.56x the bytes used fetched at 2% of 100k documents). The rest wait in ``_later``,
         fetched as reads move on."""
         budget = int(self.ledger.cap * AHEAD_SHARE)
-        later, self._later = _window([n for n in self._later if n.step >= now], budget)
-        keep = [n for n in self._deferred if n.step >= now]
-        self._deferred = []
+        later, self._later = _window(self._later, budget, now)
+        # deferred (no room then): the soonest again, a window's worth (a claim stops at the
+        # first that finds no room; retrying them all at every read cost ~0.1 ms a document
+        # with an epoch's order at a cap of 0.5% of the corpus)
+        keep, self._deferred = _window(self._deferred, budget, now)
         uses: list[tuple[int, int]] = []
         missing: list[tuple[Need, int]] = []
         # 0: deferred (counted before), 1: left beyond the window while missing (counted now:
@@ -108,7 +113,9 @@ class Planning:
                     self.by_epoch.setdefault(need.step >> 32, [0, 0])[1] += 1
         if uses:
             self.ledger.plan_uses(uses, now)
-        self._later += wait
+        if wait:  # kept sorted by step: a read's pump then looks at the window alone
+            self._later += wait
+            self._later.sort(key=_STEP)  # two sorted runs: linear
         self._fetch(missing, now, prefetch=True)
         if len(self._plan) > 4 * len(needs) + 4096:  # accesses planned but never read
             self._plan = {k: steps for k, steps in self._plan.items() if steps[-1] >= now}
@@ -205,18 +212,22 @@ class Planning:
         if prefetch:
             later = result.deferred + result.overlapping
             self._deferred.extend(needs_in([n for n, _ in missing], later))
+            self._deferred.sort(key=_STEP)  # sorted runs: linear
         for group in started.values():
             group.sort(key=lambda b: b[0])
         return started
 
 
-def _window(needs: list[Need], budget: int) -> tuple[list[Need], list[Need]]:
-    """``needs`` split into the soonest (every need of the first step, then more while their
-    bytes stay within ``budget``) and the rest."""
-    needs = sorted(needs, key=lambda n: n.step)
+def _window(needs: list[Need], budget: int, now: int) -> tuple[list[Need], list[Need]]:
+    """``needs`` (sorted by step) from step ``now`` on, split into the soonest (every need
+    of the first step, then more while their bytes stay within ``budget``) and the rest.
+    Looks at the window only (was: filter and sort all of them at every read: an epoch's
+    order held ~12,800 needs here, ~0.1 ms a cold document)."""
+    lo = bisect.bisect_left(needs, now, key=_STEP)
     total = 0
-    for at, need in enumerate(needs):
+    for at in range(lo, len(needs)):
+        need = needs[at]
         total += need.end - need.start
-        if total > budget and need.step > needs[0].step:
-            return needs[:at], needs[at:]
-    return needs, []
+        if total > budget and need.step > needs[lo].step:
+            return needs[lo:at], needs[at:]
+    return needs[lo:], []

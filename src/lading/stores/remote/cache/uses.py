@@ -4,8 +4,10 @@ A read counts a use of every block it read and sets the block's next planned use
 eviction by next use and LRU read). One write transaction a read for this cost ~10 us a cold
 document (BEGIN IMMEDIATE, the WAL's commit); so :class:`PendingUses` holds them and the
 ledger writes them first in the process's next write transaction (a claim, a fill), in order
-with the process's other writes, or on their own once the oldest is :data:`TOUCH_S` old.
-Another process sees a use at most that much later; this one's claims see it at once.
+with the process's other writes, or on their own once the oldest is :data:`TOUCH_S` old or
+when more are held than may ride along (half a fill's blocks: a transaction's pages all go to
+the WAL, whose bytes the cap bounds). Another process sees a use at most that much later;
+this one's claims see it at once.
 """
 
 from __future__ import annotations
@@ -49,8 +51,8 @@ class PendingUses:
             self._rows += [(t, now, now, step, step, block) for block, step in uses]
             return len(self._rows) >= _MOST or time.monotonic() - self._since > TOUCH_S
 
-    def __bool__(self) -> bool:
-        return bool(self._rows) and self._pid == os.getpid()
+    def __len__(self) -> int:
+        return len(self._rows) if self._pid == os.getpid() else 0
 
     def write(self, conn: sqlite3.Connection) -> None:
         """Write what is held, in ``conn``'s open write transaction."""
