@@ -30,4 +30,3 @@ def test_token_corpus_build_and_open_refuse_a_scheme_no_client_reaches(
     assert not (tmp_path / "nosuch:").exists()
     with pytest.raises(LadingError, match=r"cannot reach nosuch://corpora/wiki: no client"):
         TokenCorpus.open("nosuch://corpora/wiki")
-

@@ -413,15 +413,23 @@ def test_urls_and_local_paths_mixed(url: str, local: Path, tmp_path: Path) -> No
     assert "mix URLs" in _one_line(caught.value)
 
 
-def test_a_pickled_dataset_reopens_nothing(url: str, tmp_path: Path) -> None:
+def test_a_pickled_dataset_reopens_nothing(url: str, s3: LocalS3, tmp_path: Path) -> None:
     """What DataLoader workers get (spawn): files, footers and settings; no client, no cache."""
     import pickle
 
     remote = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
     next(iter(remote))
     assert remote.remote is not None
-    copy = pickle.loads(pickle.dumps(remote.remote))
+    raw = pickle.dumps(remote.remote)
+    assert not any(footer in raw for footer in remote.remote.footers if footer)  # staged, not sent
+    copy = pickle.loads(raw)
     assert copy.urls == remote.remote.urls and copy._caches == {} and copy._fetchers == {}
+    for cache in remote.remote._caches.values():
+        cache.drain()  # the row groups fetched ahead are in
+    s3.reset()
+    for url_ in copy.urls:  # the footers from the node's staged copies: no GET
+        assert copy.metadata(url_).to_dict() == remote.remote.metadata(url_).to_dict()
+    assert s3.stats()["gets"] == 0
 
 
 # -- real data ----------------------------------------------------------------------------------

@@ -30,13 +30,8 @@ from lading.tabular.files import (
 )
 from lading.tabular.plan import Piece
 from lading.tabular.read import RowReader, check_columns, check_counted_nulls, check_list_options
-from lading.tabular.remote import (
-    CHUNKS_AHEAD,
-    RemoteParquet,
-    RemoteRowReader,
-    announced_reads,
-    warn_if_too_small,
-)
+from lading.tabular.remote import RemoteParquet, RemoteRowReader, warn_if_too_small
+from lading.tabular.remote_plan import CHUNKS_AHEAD, announced_reads
 from lading.tabular.workload import ParquetWorkload
 from lading.world import World
 

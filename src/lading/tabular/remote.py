@@ -8,8 +8,9 @@ cap on disk, eviction by next use). pyarrow decodes them from memory: ``pq.Parqu
 a file object serving those ranges (:class:`~lading.tabular.remote_files.FetchedRanges`),
 with the staged footer as its metadata, so it reads nothing else.
 
-The loader knows the epoch's order of chunks before it reads one. :func:`announced_reads` says
-which row groups the batch at a key reads first (a chunk's are read at its first batch), and
+The loader knows the epoch's order of chunks before it reads one.
+:func:`~lading.tabular.remote_plan.announced_reads` says which row groups the batch at a key
+reads first (a chunk's are read at its first batch), and
 the loader core's announce route (:mod:`lading.loading.lookahead`) hands them to
 :meth:`RemoteParquet.prefetch` (fetched ``LOOKAHEAD`` batches ahead) and
 :meth:`RemoteParquet.plan` (the epoch's whole order: what eviction keeps), from the process that
@@ -26,13 +27,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lading.loading.runs import Runs
 from lading.stores.remote.cache import NodeCache
 from lading.stores.remote.cache.order import Plan, signature
 from lading.stores.remote.clients import open_client
@@ -40,7 +40,7 @@ from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.objects import RemoteReadError
 from lading.stores.remote.plan import Need
 from lading.stores.remote.settings import RemoteSettings
-from lading.tabular.plan import Piece, epoch_pieces, share_of_runs
+from lading.tabular.plan import Piece
 from lading.tabular.read import RowReader
 from lading.tabular.remote_files import (
     FetchedRanges,
@@ -51,22 +51,21 @@ from lading.tabular.remote_files import (
     stage_footers,
 )
 
-# chunks announced ahead: a chunk (buffer_rows) is one or two row groups, one GET of ~30 ms
-# each, read at its first batch; measured on YOOCHOOSE days in 2,048-row groups, 256-row
-# batches (a chunk every 8 batches), cold cache: 1 chunk ahead ~67k sessions/s, 4 ~160k, 8
-# ~130k (the local S3 at 30 ms a GET, a loaded 2-core machine: noisy)
-CHUNKS_AHEAD = 4
-
 
 class RemoteParquet:
     """The objects of a remote parquet dataset, their footers and one node cache a bucket.
 
-    Pickled to DataLoader workers and other processes as its files, footers and settings: the
-    clients and caches are this process's (made again on first use after a fork or spawn).
+    Pickled to DataLoader workers and other processes as its files (URL, size, ETag) and
+    settings: the footers are read again from the node's staged copies (10,000 files of 10 KB
+    footers would be 100 MB pickled to each spawned worker), the clients and caches made again
+    on first use (after a fork too).
     """
 
     def __init__(
-        self, files: Sequence[RemoteFile], footers: Sequence[bytes], settings: RemoteSettings
+        self,
+        files: Sequence[RemoteFile],
+        footers: Sequence[bytes | None],
+        settings: RemoteSettings,
     ) -> None:
         self.files, self.footers, self.settings = list(files), list(footers), settings
         self.urls = [f.url for f in self.files]
@@ -81,8 +80,8 @@ class RemoteParquet:
         self._spans: dict[tuple[str, int, tuple[str, ...]], list[tuple[int, int]]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("files", "footers", "settings", "urls", "_index", "columns")
-        return {k: self.__dict__[k] for k in keep}
+        keep = ("files", "settings", "urls", "_index", "columns")
+        return {**{k: self.__dict__[k] for k in keep}, "footers": [None] * len(self.files)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -144,7 +143,13 @@ class RemoteParquet:
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            self._meta[url] = pq.read_metadata(pa.BufferReader(self.footers[self._index[url]]))
+            i = self._index[url]
+            footer = self.footers[i]
+            if footer is None:  # a pickled copy: the node's staged footer (pinned to the ETag)
+                file = self.files[i]
+                fetchers = {file.root: self._fetcher(file.root)}
+                footer = stage_footers([file], fetchers, Path(self.settings.cache))[0]
+            self._meta[url] = pq.read_metadata(pa.BufferReader(footer))
         return self._meta[url]
 
     # -- byte ranges -------------------------------------------------------------------------
@@ -332,44 +337,20 @@ class RemoteRowReader(RowReader):
         return self.source.metadata(path)
 
 
-def announced_reads(workload: Any) -> Callable[[Any], list[Piece]]:
-    """``key -> the row groups the batch at key reads``: a chunk's row groups at the first of
-    its batches asked about in a row (its first batch, or the first after a resume mid-chunk:
-    the chunk is read whole then and kept), nothing at its other batches. The announcer asks
-    about keys in order (the epoch's for the plan, then a window at a time to fetch)."""
-    ordered: dict[int, list[Piece]] = {}
-    last: list[tuple[int, int, int, int]] = []  # the chunk of the key asked about last
-
-    def reads(key: Any) -> list[Piece]:
-        chunk, starts, stops = key.chunks[0]
-        ident = (key.epoch, key.segment, key.reader, chunk)
-        if last and last[0] == ident:
-            return []
-        last[:] = [ident]
-        if key.epoch not in ordered:
-            if len(ordered) > 1:
-                ordered.pop(min(ordered))
-            ordered[key.epoch] = epoch_pieces(
-                workload.pieces, workload.seed, key.epoch, workload.shuffle
-            )
-        share = share_of_runs(ordered[key.epoch], Runs(starts, stops))
-        return list({f.piece: None for f in share.fragments})
-
-    return reads
-
-
 def warn_if_too_small(source: RemoteParquet) -> None:
     """Warn, naming the fix, when the node cache's cap cannot hold the largest row group:
     row groups are then read around the cache (fetched at each read, never kept), as the
     document store reads a document larger than its cap."""
+    from lading.stores.remote.cache.footprint import budget
+
     largest = source.largest_group()
     cap = source.settings.cache_bytes
-    if largest > cap:
+    if largest > budget(cap):  # the blocks' share of the cap (the ledger's files take the rest)
         warnings.warn(
             f"PartitionedParquet: cache_bytes={cap:,} cannot hold one row group (the largest "
-            f"reads {largest:,} bytes): every row group is fetched at each read and never "
-            f"cached; raise cache_bytes above {largest:,} (8x that keeps 8 ahead), or write "
-            "smaller row groups (lading repartition)",
+            f"reads {largest:,} bytes; {budget(cap):,} of the cap hold blocks): every row group "
+            f"is fetched at each read and never cached; raise cache_bytes to 8x the row group "
+            f"({8 * largest:,}: 8 kept ahead), or write smaller row groups (lading repartition)",
             UserWarning,
             stacklevel=3,
         )
