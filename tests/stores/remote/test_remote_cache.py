@@ -308,11 +308,12 @@ def test_a_cache_full_of_the_next_epochs_blocks_still_fetches_a_near_batch_ahead
 ) -> None:
     # every cached block is planned again (the next epoch's order): a prefetch a step ahead
     # makes room as its read would (the furthest next use goes), so the read does not wait;
-    # one far ahead (beyond NEAR_STEPS) evicts no planned block and waits for a later call
+    # one far ahead (beyond near_steps) evicts no planned block and waits for a later call
     # (before: no prefetch evicted a planned block, and every read fetched its own GETs)
     data = os.urandom(1000)
     a, b, c = (("text.bin", s, s + 100) for s in (0, 300, 600))
     cache = _local_cache(tmp_path, data, cap=250)  # room for two blocks
+    cache.near_steps = 16  # what an LM loader sets (lading.lm.remote_reads.NEAR_STEPS)
     later = 1 << 32  # the next epoch
     needs = [Need(*a, 0), Need(*b, 1), Need(*c, 2), Need(*a, later), Need(*b, later + 1)]
     cache.plan(Plan(needs, [b"0", b"1", b"2", b"3", b"4"], [0, 1, 2, later, later + 1]))

@@ -65,11 +65,6 @@ from lading.stores.remote.plan import NO_STEP, Block
 LEDGER_FILE = "ledger.sqlite"
 
 
-# a prefetch this many steps ahead or fewer makes room as its read would (bench_remote_lm.py's
-# windows: 1.57-1.60M tokens/s, against 1.21-1.38M at 8, alternated in one session)
-NEAR_STEPS = 16
-
-
 class Ledger:
     """One process's handle on the node's ledger in ``directory`` (a connection per thread).
 
@@ -189,6 +184,7 @@ class Ledger:
         now: int | None,
         prefetch: bool,
         keep_planned: bool = False,
+        near: int = 0,
     ) -> Claimed:
         """Claim ``(block, object id)`` pairs, in order, for this process to fetch.
 
@@ -200,7 +196,8 @@ class Ledger:
         caller to look up again. ``keep_planned``: a prefetch evicts only blocks with no
         planned use (the whole epoch's order is known: evicting a planned block before the
         read that needs the room would decide on what is known now, not then; measured, a
-        16-batch window that evicted planned blocks early kept 0.6x the optimum's hits).
+        16-batch window that evicted planned blocks early kept 0.6x the optimum's hits), but
+        a block needed ``near`` steps ahead or fewer makes room as its read would.
         """
         out = Claimed([], [], [])
         full = False  # a block found no room: the later ones (needed later) wait too
@@ -209,7 +206,9 @@ class Ledger:
             if full:  # no room: the rest waits, without a transaction each
                 out.deferred.extend(block for block, _ in blocks[lo:])
                 break
-            full = self._claim_some(blocks[lo : lo + step], now, prefetch, keep_planned, full, out)
+            full = self._claim_some(
+                blocks[lo : lo + step], now, prefetch, keep_planned, full, out, near
+            )
         return out
 
     def _claim_some(
@@ -220,6 +219,7 @@ class Ledger:
         keep_planned: bool,
         full: bool,
         out: Claimed,
+        near: int = 0,
     ) -> bool:
         """:meth:`claim` of a few blocks in one transaction, into ``out``; whether the cap was
         found full (``full``: it was already)."""
@@ -242,7 +242,7 @@ class Ledger:
                 if n in taken:
                     out.overlapping.append(block)
                     continue
-                bound = _bound(block.step, clock, prefetch, keep_planned)
+                bound = _bound(block.step, clock, prefetch, keep_planned, near)
                 while used + size > cap:
                     victim = next(victims, None)
                     if victim is None or victim[2] <= bound:
@@ -396,18 +396,19 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
-def _bound(step: int, clock: int, prefetch: bool, keep_planned: bool) -> int:
+def _bound(step: int, clock: int, prefetch: bool, keep_planned: bool, near: int) -> int:
     """The next use a victim must be later than to make room for a block needed at ``step``
     (``clock``: now). A read evicts anything needed later than now; a prefetch anything needed
     later than its block. With the epoch's order known (``keep_planned``), a prefetch more than
-    :data:`NEAR_STEPS` ahead evicts only unplanned blocks (evicting a planned block early
+    ``near`` steps ahead evicts only unplanned blocks (evicting a planned block early
     decides on what is known now, not at the read); within them it evicts as the read would
-    (the furthest next use first: only the reads of the steps between can change that). Else,
-    once every cached block is planned again (the next epoch's order), nothing is fetched
-    ahead and every read waits for its GETs (measured, bench_remote_lm.py's windows: 0.27M
-    tokens/s with 10.6 s of the epoch's 15.6 s waiting on GETs, against 1.0M and 1.0 s)."""
+    (the furthest next use first: only the reads of the steps between can change that).
+    ``near`` 0 keeps every planned block for its use (the next epoch's hits at a small cap,
+    tests/stores/remote/test_remote_plan.py); but once the cache holds only planned blocks,
+    nothing is fetched ahead and every read waits for its GETs, so LM loaders, whose next
+    epoch rarely hits, set 16 (:data:`lading.lm.remote_reads.NEAR_STEPS`)."""
     if not prefetch:
         return clock
-    if keep_planned and step - clock > NEAR_STEPS:
+    if keep_planned and step - clock > near:
         return NO_STEP - 1
     return step
