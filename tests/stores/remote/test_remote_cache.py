@@ -16,6 +16,7 @@ import pytest
 
 from distributed import run_processes
 from lading.stores.remote.cache import NodeCache
+from lading.stores.remote.cache.order import Plan
 from lading.stores.remote.clients import open_client
 from lading.stores.remote.fetch import Fetcher
 from lading.stores.remote.objects import RemoteReadError
@@ -300,3 +301,34 @@ def test_a_cold_batch_is_claimed_in_few_statements_and_no_write_more(
     cached = [a for a, _ in second if a in uses]  # (what fit: the rest was read around)
     assert len(cached) > 32 and all(uses[a] == 1 for a in cached)  # read again once: 1 use
     assert cache.stats()["bytes_cached"] <= cache.ledger.cap
+
+
+def test_a_cache_full_of_the_next_epochs_blocks_still_fetches_a_near_batch_ahead(
+    tmp_path: Path,
+) -> None:
+    # every cached block is planned again (the next epoch's order): a prefetch a step ahead
+    # makes room as its read would (the furthest next use goes), so the read does not wait;
+    # one far ahead (beyond near_steps) evicts no planned block and waits for a later call
+    # (before: no prefetch evicted a planned block, and every read fetched its own GETs)
+    data = os.urandom(1000)
+    a, b, c = (("text.bin", s, s + 100) for s in (0, 300, 600))
+    cache = _local_cache(tmp_path, data, cap=250)  # room for two blocks
+    cache.near_steps = 16  # what an LM loader sets (lading.lm.remote_reads.NEAR_STEPS)
+    later = 1 << 32  # the next epoch
+    needs = [Need(*a, 0), Need(*b, 1), Need(*c, 2), Need(*a, later), Need(*b, later + 1)]
+    cache.plan(Plan(needs, [b"0", b"1", b"2", b"3", b"4"], [0, 1, 2, later, later + 1]))
+    cache.prefetch([Need(*a, 0), Need(*b, 1)], now=0)
+    cache.drain()
+    assert cache.read([a], now=0) == [data[:100]]
+    assert cache.read([b], now=1) == [data[300:400]]
+    cache.drain()
+    gets = cache.stats()["gets"]
+    cache.prefetch([Need(*c, 100)], now=1)  # far ahead: no planned block given up for it
+    cache.drain()
+    assert cache.stats()["gets"] == gets
+    cache.prefetch([Need(*c, 2)], now=2)  # the window moved on to step 2 (a read did)
+    cache.drain()
+    assert cache.stats()["gets"] == gets + 1  # fetched ahead, not at its read
+    assert cache.read([c], now=2) == [data[600:700]]
+    assert cache.stats()["gets"] == gets + 1
+    assert cache.stats()["bytes_cached"] <= 250

@@ -82,6 +82,9 @@ class NodeCache(Planning):
         self.etags = dict(etags or {})
         self.max_gap, self.max_waste = max_gap, max_waste
         self.max_block = max(1, min(max_block, cap // 8))
+        # with the epoch's order known, a prefetch this many steps ahead or fewer may give up
+        # planned blocks (Ledger.claim); 0 keeps them for the next epoch's hits
+        self.near_steps = 0
         # waiting longer than this on another process's GET: fetch the range ourselves (a
         # second GET beats a batch stalled behind a slow or retried one)
         self.wait_limit = max(5.0, fetcher.timeout / 4)

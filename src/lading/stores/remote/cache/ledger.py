@@ -184,6 +184,7 @@ class Ledger:
         now: int | None,
         prefetch: bool,
         keep_planned: bool = False,
+        near: int = 0,
     ) -> Claimed:
         """Claim ``(block, object id)`` pairs, in order, for this process to fetch.
 
@@ -195,7 +196,8 @@ class Ledger:
         caller to look up again. ``keep_planned``: a prefetch evicts only blocks with no
         planned use (the whole epoch's order is known: evicting a planned block before the
         read that needs the room would decide on what is known now, not then; measured, a
-        16-batch window that evicted planned blocks early kept 0.6x the optimum's hits).
+        16-batch window that evicted planned blocks early kept 0.6x the optimum's hits), but
+        a block needed ``near`` steps ahead or fewer makes room as its read would.
         """
         out = Claimed([], [], [])
         full = False  # a block found no room: the later ones (needed later) wait too
@@ -204,7 +206,9 @@ class Ledger:
             if full:  # no room: the rest waits, without a transaction each
                 out.deferred.extend(block for block, _ in blocks[lo:])
                 break
-            full = self._claim_some(blocks[lo : lo + step], now, prefetch, keep_planned, full, out)
+            full = self._claim_some(
+                blocks[lo : lo + step], now, prefetch, keep_planned, full, out, near
+            )
         return out
 
     def _claim_some(
@@ -215,6 +219,7 @@ class Ledger:
         keep_planned: bool,
         full: bool,
         out: Claimed,
+        near: int = 0,
     ) -> bool:
         """:meth:`claim` of a few blocks in one transaction, into ``out``; whether the cap was
         found full (``full``: it was already)."""
@@ -237,7 +242,7 @@ class Ledger:
                 if n in taken:
                     out.overlapping.append(block)
                     continue
-                bound = (NO_STEP - 1 if keep_planned else block.step) if prefetch else clock
+                bound = _bound(block.step, clock, prefetch, keep_planned, near)
                 while used + size > cap:
                     victim = next(victims, None)
                     if victim is None or victim[2] <= bound:
@@ -389,3 +394,21 @@ def pid_alive(pid: int | None) -> bool:
             return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
     except (OSError, IndexError):  # no /proc (not Linux): kill(0) said it exists
         return True
+
+
+def _bound(step: int, clock: int, prefetch: bool, keep_planned: bool, near: int) -> int:
+    """The next use a victim must be later than to make room for a block needed at ``step``
+    (``clock``: now). A read evicts anything needed later than now; a prefetch anything needed
+    later than its block. With the epoch's order known (``keep_planned``), a prefetch more than
+    ``near`` steps ahead evicts only unplanned blocks (evicting a planned block early
+    decides on what is known now, not at the read); within them it evicts as the read would
+    (the furthest next use first: only the reads of the steps between can change that).
+    ``near`` 0 keeps every planned block for its use (the next epoch's hits at a small cap,
+    tests/stores/remote/test_remote_plan.py); but once the cache holds only planned blocks,
+    nothing is fetched ahead and every read waits for its GETs, so LM loaders, whose next
+    epoch rarely hits, set 16 (:data:`lading.lm.remote_reads.NEAR_STEPS`)."""
+    if not prefetch:
+        return clock
+    if keep_planned and step - clock > near:
+        return NO_STEP - 1
+    return step

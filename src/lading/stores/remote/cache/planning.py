@@ -39,6 +39,7 @@ class Planning:
     max_gap: int
     max_waste: float
     max_block: int
+    near_steps: int  # a prefetch this many steps ahead may give up planned blocks (Ledger.claim)
     order: Plan | None
     hits: int
     misses: int
@@ -196,7 +197,9 @@ class Planning:
             result = Claimed([], blocks, [])
         else:
             planned = self.order is not None
-            result = self.ledger.claim([(b, objs[b.key]) for b in blocks], now, prefetch, planned)
+            result = self.ledger.claim(
+                [(b, objs[b.key]) for b in blocks], now, prefetch, planned, self.near_steps
+            )
         started: Started = {}
         self._filler.start()
         around_cache = [] if prefetch else result.deferred  # no room: read around the cache
