@@ -12,8 +12,10 @@ training groups, collator and loader, narrow ids as on CUDA) and, in place of th
 spends ``--step-ms`` a step: ``sleep`` (a GPU-bound step: the host waits, the GIL is free) or
 ``spin`` (a launch-bound one: the host's Python thread busy). Runs alternate local / S3 within
 each setting, every S3 run on a cold node cache capped at 10% of the store's payload; a
-setting ``wN[+aX][@base]`` is ``--num-workers N``, the node cache's window ahead at ``X`` of
-the cap (``AHEAD_SHARE``, default as in the code), and ``@base``: the code under
+setting ``wN[+i][+aX][@base]`` is ``--num-workers N``; ``+i``: batches built when asked
+(``read_ahead=0``; else as ``lading train cross-encoder`` builds them: on a thread for the S3
+store at 0 workers); the node cache's window ahead at ``X`` of the cap (``AHEAD_SHARE``,
+default as in the code); ``@base``: the code under
 ``--base-src`` (e.g. ``git archive 39d4349 src | tar -x -C /tmp/base``, then
 ``--base-src /tmp/base/src``) instead of this checkout's, to measure a change before/after in
 one run. A run's rate: pairs a second over the steps after
@@ -81,7 +83,16 @@ def child(args: argparse.Namespace) -> None:
                                Path(files["run"]), settings)  # fmt: skip
     collate = CrossEncoderCollator(store, load_tokenizer(files["tokenizer"]), args.max_length,
                                    64, emit="narrow")  # fmt: skip
-    data = loader(groups, args.batch_size, collate, num_workers=args.num_workers, seed=1)
+    try:  # as `lading train cross-encoder` builds them: on a thread for a remote store
+        from lading.ir.train import read_ahead
+
+        ahead: dict[str, Any] = {
+            "read_ahead": 0 if args.inline else read_ahead(store, args.num_workers)
+        }
+    except ImportError:  # the code before read_ahead (an @base setting)
+        ahead = {}
+    data = loader(groups, args.batch_size, collate, num_workers=args.num_workers, seed=1,
+                  **ahead)  # fmt: skip
     step_s = args.step_ms / 1e3
     pairs = args.batch_size * args.group_size
     it = iter(data)
@@ -119,11 +130,12 @@ def child(args: argparse.Namespace) -> None:
 
 def run_one(args: argparse.Namespace, files: dict[str, str], store: str, setting: str,
             cache: Path, cap: int) -> dict[str, Any]:  # fmt: skip
-    """One run of ``setting`` (``wN[+aX][@base]``) in a fresh process; its JSON line."""
+    """One run of ``setting`` (``wN[+i][+aX][@base]``) in a fresh process; its JSON line."""
     env = dict(os.environ)
     env.update({"LADING_CACHE": str(cache), "LADING_REMOTE_CACHE_BYTES": str(cap)})
     name, _, base = setting.partition("@")
-    workers, _, share = name.removeprefix("w").partition("+a")
+    inline = "+i" in name
+    workers, _, share = name.replace("+i", "").removeprefix("w").partition("+a")
     if base:
         if not args.base_src:
             raise SystemExit(f"setting {setting!r} needs --base-src (the code before a change)")
@@ -132,6 +144,8 @@ def run_one(args: argparse.Namespace, files: dict[str, str], store: str, setting
                "--num-workers", workers]  # fmt: skip
     if share:
         command += ["--ahead-share", share]
+    if inline:
+        command += ["--inline"]
     for name in ("steps", "warmup", "step_ms", "step_kind", "batch_size", "group_size",
                  "max_length"):  # fmt: skip
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
@@ -156,7 +170,8 @@ def main() -> None:
     parser.add_argument("--step-kind", choices=("sleep", "spin"), default="sleep")
     parser.add_argument("--rounds", type=int, default=2, help="local/S3 pairs a setting")
     parser.add_argument("--ahead-share", type=float, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--settings", default="w0,w2,w4", help="wN[+aX][@base], see above")
+    parser.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--settings", default="w0,w2,w4", help="wN[+i][+aX][@base], see above")
     parser.add_argument("--base-src", default=None, help="the code before a change (@base)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--group-size", type=int, default=8)

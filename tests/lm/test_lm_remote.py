@@ -102,6 +102,27 @@ def test_batches_equal_the_local_corpus_and_resume_with_a_cold_cache(
     assert batches(again) == want[3:]
 
 
+def test_remote_batches_are_built_ahead_on_a_thread_unless_told_not_to(corpora: Corpora) -> None:
+    """A remote corpus's batches (~5-10 ms of node-cache reads each) are built on a thread
+    while the caller holds the last one; ``read_ahead=0`` builds each when asked: the same
+    batches either way, epoch after epoch, and a local corpus (read in bulk) has no thread."""
+    import threading
+
+    local = loader_of(corpora, "windows", corpora.local)
+    want = [batches(local), batches(local)]
+    assert local.workers.read_ahead == 0
+    ahead = loader_of(corpora, "windows", corpora.open())
+    assert ahead.workers.read_ahead == 2
+    got, threads = [], set()
+    for batch in ahead:
+        threads |= {t.name for t in threading.enumerate()}
+        got.append(plain(batch))
+    assert got == want[0] and "lading-ahead" in threads
+    assert batches(ahead) == want[1]
+    inline = loader_of(corpora, "windows", corpora.open(), read_ahead=0)
+    assert [batches(inline), batches(inline)] == want
+
+
 def test_the_corpus_reads_what_the_local_one_holds(corpora: Corpora) -> None:
     remote = corpora.open()
     local = corpora.local

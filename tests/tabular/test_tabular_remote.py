@@ -92,6 +92,17 @@ def test_remote_batches_equal_the_local_files(
     same(list(remote), list(local_next))
     stats = remote.cache_stats()
     assert stats["bytes_cached"] <= stats["cap"] and stats["gets"] > 0
+    if not workers:  # built on a thread beside the caller's step; local files: when asked
+        assert remote.workers.read_ahead == 2
+        assert PartitionedParquet(local, 8, **KW).workers.read_ahead == 0
+
+
+def test_remote_batches_built_when_asked_are_the_same(
+    url: str, local: Path, tmp_path: Path
+) -> None:
+    want = list(PartitionedParquet(local, 8, **KW))
+    inline = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", read_ahead=0, **KW)
+    same(list(inline), want)
 
 
 def test_row_groups_are_fetched_ahead_and_each_fetched_once(

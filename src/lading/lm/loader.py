@@ -102,6 +102,9 @@ class LanguageModelLoader(Loader):
         world: rank and world size (default: detected; the global rank).
         num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context:
             DataLoader workers build the batches (0: this process reads them, many at a time).
+        read_ahead: with ``num_workers=0``, batches built ahead on a thread while a step runs
+            (:mod:`lading.loading.ahead`); default 2 for a remote corpus (its batches are read
+            through the node cache one at a time), else 0.
         device: hold the corpus's tokens on this device and read whole-epoch streams there
             (in this process only).
         resident: the corpus already on a device (shared with another loader, e.g. the
@@ -130,6 +133,7 @@ class LanguageModelLoader(Loader):
         prefetch_factor: int | None = None,
         persistent_workers: bool | None = None,
         multiprocessing_context: str | None = None,
+        read_ahead: int | None = None,
         device: torch.device | str | None = None,
         resident: ResidentTokens | None = None,
         drop_last: None = None,
@@ -140,13 +144,21 @@ class LanguageModelLoader(Loader):
         )  # fmt: skip
         mode = mode_of(sequence)
         workers = Workers(
-            num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
+            num_workers,
+            pin_memory,
+            prefetch_factor,
+            persistent_workers,
+            multiprocessing_context,
+            read_ahead,
         )
         workload = LMWorkload(
             corpus, mode, reading, documents, on_device(corpus, device, resident, workers)
         )
         reads = remote_reads(workload)  # remote corpora: their reads planned (None: local)
         announce = None if reads is None else reads.announce
+        # a remote batch is ~5-10 ms of reads through the node cache: built beside the step
+        remote_batches = reads is not None and workload.resident is None
+        workers = workers.with_default_read_ahead(2 if remote_batches else 0)
         super().__init__(reads or workload, workers, announce=announce)
         self._lm, self.corpus, self.sequence = workload, corpus, sequence
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -55,6 +56,18 @@ KEPT_PLANS = 3  # plans whose cuts stay: blocks fetched under them may still be 
 # (bench_remote_lm.py's windows: 0.27M tokens/s, 10.6 of 15.6 s waiting; 1.57-1.60M at 16,
 # 1.21-1.38M at 8). The next epoch's windows start elsewhere, so few of its reads would hit.
 NEAR_STEPS = 16
+# a batch's build sets its corpora's ``ready`` and ``recording`` (RemoteTokens), which loaders
+# sharing a corpus share: one build at a time in a process (a loader's read-ahead thread beside
+# another loader's); a forked child (a DataLoader worker) starts with its own, free
+_BUILDING = threading.RLock()
+
+
+def _new_lock() -> None:
+    global _BUILDING
+    _BUILDING = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_new_lock)
 
 
 def remote_reads(workload: LMWorkload) -> RemoteReads | None:
@@ -116,6 +129,10 @@ class RemoteReads:
 
     def build(self, key: SegmentBatchKey) -> Any:
         """Batch ``key``: its ranges read in one call of each corpus's cache, then built."""
+        with _BUILDING:
+            return self._build(key)
+
+    def _build(self, key: SegmentBatchKey) -> Any:
         step = step_of(key.epoch, key.batch)
         self.at_step(step)
         ranges = self.ranges(key)
@@ -142,6 +159,10 @@ class RemoteReads:
         found = self._ranges.get(key)
         if found is not None:
             return found
+        with _BUILDING:
+            return self._record(key)
+
+    def _record(self, key: SegmentBatchKey) -> Ranges:
         log: list[tuple[int, int, int]] = []
         for part, tokens in self.remote.items():  # a corpus may be in several loaders' parts
             tokens.recording, tokens.part = log, part

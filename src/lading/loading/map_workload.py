@@ -81,6 +81,11 @@ class MapWorkload(SegmentWorkload):
         collate_fn: a batch from a list of items (default: torch's ``default_collate``).
         reading: the loader's settings; the epoch order is a permutation from
             ``(seed, epoch)``, one reader per rank.
+        read_ahead: with ``num_workers=0``, batches built ahead on a thread while the caller
+            holds the last one (:mod:`lading.loading.ahead`: a remote store's reads beside the
+            training step). Off by default: ``dataset`` and ``collate_fn`` run on that thread,
+            and one that draws from torch's or NumPy's global random generator would draw in
+            an order that depends on the thread's timing.
         batching: ``"order"`` (a batch is a run of the order) or ``"no_duplicates"`` (the
             dataset's ``duplicate_keys(items, epoch)`` says what no two samples may share).
     """
@@ -251,6 +256,7 @@ def loader(
     persistent_workers: bool | None = None,
     multiprocessing_context: str | None = None,
     batching: str = "order",
+    read_ahead: int = 0,
 ) -> Loader:
     """A loader of ``dataset`` in which each global rank reads a disjoint, equal share.
 
@@ -272,6 +278,11 @@ def loader(
         prefetch_factor: batches each worker keeps ready (default 2 when workers are used).
         persistent_workers: keep workers between epochs (default: when there are workers).
         multiprocessing_context: ``"fork"``, ``"spawn"`` or ``"forkserver"`` for workers.
+        read_ahead: with ``num_workers=0``, batches built ahead on a thread while the caller
+            holds the last one (:mod:`lading.loading.ahead`: a remote store's reads beside the
+            training step). Off by default: ``dataset`` and ``collate_fn`` run on that thread,
+            and one that draws from torch's or NumPy's global random generator would draw in
+            an order that depends on the thread's timing.
         batching: ``"order"`` (batches are runs of the epoch's order) or ``"no_duplicates"``
             (no two samples of a batch share a key of ``dataset.duplicate_keys``: for losses
             with in-batch negatives; see the module docstring).
@@ -284,7 +295,12 @@ def loader(
     )  # fmt: skip
     workload = MapWorkload(dataset, collate_fn, reading, batching)
     workers = Workers(
-        num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
+        num_workers,
+        pin_memory,
+        prefetch_factor,
+        persistent_workers,
+        multiprocessing_context,
+        read_ahead,
     )
     made = Loader(workload, workers, announce=announcer(workload.hooks, workload.items))
     made.dataset = dataset

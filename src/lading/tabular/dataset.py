@@ -63,6 +63,8 @@ class PartitionedParquet(Loader):
         num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context:
             DataLoader workers build the batches, the same at any count (0: this process
             reads them); each chunk's batches are built by one worker.
+        read_ahead: with ``num_workers=0``, batches built ahead on a thread while a step runs
+            (:mod:`lading.loading.ahead`); default 2 for URLs, else 0.
         drop_last: refused with a TypeError naming lading's two arguments for it.
         cache, cache_bytes, storage_options: for URLs: the node cache's folder and cap (as
             ``lading.open_store``'s; defaults from ``$LADING_CACHE`` and
@@ -101,6 +103,7 @@ class PartitionedParquet(Loader):
         prefetch_factor: int | None = None,
         persistent_workers: bool | None = None,
         multiprocessing_context: str | None = None,
+        read_ahead: int | None = None,
         drop_last: None = None,
         cache: str | os.PathLike[str] | None = None,
         cache_bytes: int | str | None = None,
@@ -118,7 +121,12 @@ class PartitionedParquet(Loader):
         batch_size = reading.batch_size
         list_columns = check_list_options(list_columns or {}, pad)
         workers = Workers(
-            num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
+            num_workers,
+            pin_memory,
+            prefetch_factor,
+            persistent_workers,
+            multiprocessing_context,
+            read_ahead,
         )
         urls = remote_urls(paths)
         self.remote: RemoteParquet | None = None
@@ -156,6 +164,8 @@ class PartitionedParquet(Loader):
             chunk = workload.buffer_rows // batch_size
             ahead = max(LOOKAHEAD, CHUNKS_AHEAD * chunk)
             announce = announcer(Hooks.of(self.remote), announced_reads(workload), ahead)
+            # its row groups' reads and decoding, beside the training step
+            workers = workers.with_default_read_ahead(2)
         super().__init__(workload, workers, announce=announce)
         self.total_rows, self.buffer_rows = workload.total_rows, workload.buffer_rows
         self._parquet = workload

@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 from lading.stores.remote.cache.fill import Filler
 from lading.stores.remote.cache.ledger import Ledger, pid_alive
 from lading.stores.remote.cache.order import Plan
-from lading.stores.remote.cache.planning import Key, Planning
+from lading.stores.remote.cache.planning import Key, Planning, serialized
 from lading.stores.remote.cache.stats import node_totals, publish
 from lading.stores.remote.fetch import Fetcher, Future
 from lading.stores.remote.objects import RemoteReadError, describe
@@ -89,6 +90,7 @@ class NodeCache(Planning):
         # second GET beats a batch stalled behind a slow or retried one)
         self.wait_limit = max(5.0, fetcher.timeout / 4)
         self._pid = -1
+        self._lock_pid, self._lock = os.getpid(), threading.RLock()  # see planning.serialized
         self._filler = Filler(self.ledger, self._filled, self.close)
         self._reset()
 
@@ -125,6 +127,7 @@ class NodeCache(Planning):
 
     # -- reading ---------------------------------------------------------------------------------
 
+    @serialized
     def read(self, spans: Sequence[Span], now: int | None = None) -> list[bytes]:
         """Bytes of each ``(key, start, end)``, in order; each ``bytes`` the caller's own.
 

@@ -16,7 +16,10 @@ from __future__ import annotations
 import bisect
 import functools
 import operator
-from collections.abc import Sequence
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Concatenate, ParamSpec, TypeVar
 
 from lading.stores.remote.cache.fill import Filler
 from lading.stores.remote.cache.ledger import Claimed, Ledger
@@ -28,6 +31,25 @@ Started = dict[str, list[tuple[int, int, Future]]]  # key -> (start, end, future
 Key = tuple[int, int, int]  # object id, start, end
 AHEAD_SHARE = 0.125  # window bytes ahead at most this of the cap
 _STEP = operator.attrgetter("step")
+P = ParamSpec("P")
+R = TypeVar("R")
+Self = TypeVar("Self", bound="Planning")
+
+
+def serialized(method: Callable[Concatenate[Self, P], R]) -> Callable[Concatenate[Self, P], R]:
+    """``method`` run by one thread of the process at a time: the cache's own state (GETs in
+    flight, the plan, the window) is one process's, shared by its threads (a loader's
+    read-ahead thread and the caller's reads). The lock is the process's own: a forked child
+    gets a new one (a lock held in the parent at the fork would never be released)."""
+
+    @functools.wraps(method)
+    def locked(self: Self, *args: P.args, **kwargs: P.kwargs) -> R:
+        if self._lock_pid != os.getpid():
+            self._lock_pid, self._lock = os.getpid(), threading.RLock()
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
 
 
 class Planning:
@@ -52,6 +74,8 @@ class Planning:
     _later: list[Need]
     _advanced: int
     _names: dict[int, str]
+    _lock: threading.RLock
+    _lock_pid = -1  # the process _lock belongs to
 
     def _here(self) -> None:
         raise NotImplementedError
@@ -59,6 +83,7 @@ class Planning:
     def _obj(self, key: str) -> int:
         raise NotImplementedError
 
+    @serialized
     def prefetch(self, needs: Sequence[Need], now: int) -> None:
         """Plan ``needs`` (ranges and the step each is needed at); ``now`` is the current step.
 
@@ -123,6 +148,7 @@ class Planning:
         if len(self._plan) > 4 * len(needs) + 4096:  # accesses planned but never read
             self._plan = {k: steps for k, steps in self._plan.items() if steps[-1] >= now}
 
+    @serialized
     def plan(self, order: Plan) -> None:
         """Take ``order`` (the epoch's planned reads from its first step on) as what eviction
         reads: every cached block of its objects gets its first planned use from then on as

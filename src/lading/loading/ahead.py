@@ -1,0 +1,103 @@
+"""Batches built on a thread of this process, a few ahead of the caller (``read_ahead=``).
+
+With ``num_workers=0`` a batch is built when the caller asks for it, so the work of building
+it (for remote data: the node cache's lookups, claims and reads, ~5-10 ms a batch) is added to
+every training step. :class:`BuiltAhead` builds the next ``depth`` batches on one thread while
+the caller holds the current one: a training step that waits on a GPU (or sleeps) leaves the
+GIL free, and the build runs beside it instead of after it, as a DataLoader worker would, but
+with no second process, no copy of the batch between processes and no worker's startup.
+
+What does not change: the batches and their order (each is built from its key alone); the
+position, which counts the batches the caller *received* (a state saved now resumes at the
+next one, whatever is built ahead); errors, raised to the caller at the batch that raised them,
+with their traceback. Closing (a pass broken off, ``set_epoch`` or a loaded state mid-pass)
+stops the thread after the batch it is building and drops what was built ahead.
+
+Why it is not the default everywhere: code on the thread that draws from torch's or NumPy's
+*global* random generator would draw in an order that depends on the thread's timing beside
+the training step's own draws. lading's own batch builders draw only from their own seeded
+generators, so the loaders whose batches lading builds alone turn it on for remote data
+(LM corpora, parquet sessions); ``lading.loader`` runs the user's dataset and ``collate_fn``,
+and builds ahead only when asked (``read_ahead=2``).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+_DONE = object()  # the thread's batches ran out
+_POLL_S = 0.05  # how often a thread with a full queue checks whether it was stopped
+
+
+class BuiltAhead:
+    """The batches of ``batches`` (an iterator), each built on a thread up to ``depth`` ahead.
+
+    Args:
+        batches: the batches, built when iterated (on the thread only, from the first
+            ``next`` on).
+        depth: batches kept ready (>= 1).
+    """
+
+    def __init__(self, batches: Iterator[Any], depth: int) -> None:
+        if depth < 1:
+            raise ValueError(f"read_ahead={depth}: batches built ahead, >= 1 (0: none)")
+        self._batches = batches
+        self._ready: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ended = False
+
+    def __iter__(self) -> BuiltAhead:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended:
+            raise StopIteration
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._build, name="lading-ahead", daemon=True)
+            self._thread.start()
+        batch, error = self._ready.get()
+        if error is not None:
+            self._ended = True
+            raise error
+        if batch is _DONE:
+            self._ended = True
+            raise StopIteration
+        return batch
+
+    def _build(self) -> None:
+        """The thread: build batches into the queue until they run out, one raises, or the
+        caller closes."""
+        try:
+            for batch in self._batches:
+                if not self._put((batch, None)):
+                    return
+        except BaseException as e:  # handed to the caller, raised there
+            self._put((None, e))
+            return
+        self._put((_DONE, None))
+
+    def _put(self, item: tuple[Any, BaseException | None]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._ready.put(item, timeout=_POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def close(self) -> None:
+        """Stop the thread (after the batch it is building) and drop what it built ahead."""
+        self._ended = True
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        while True:  # what was built ahead is not handed out: let it go now
+            try:
+                self._ready.get_nowait()
+            except queue.Empty:
+                break

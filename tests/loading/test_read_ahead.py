@@ -1,0 +1,164 @@
+"""``read_ahead=``: with ``num_workers=0`` the next batches are built on a thread while the
+caller holds one; the batches, their order, the position and errors are the same as without."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+import torch
+
+import lading
+from lading.loading.ahead import BuiltAhead
+from lading.loading.loader import Workers
+
+THREAD = "lading-ahead"
+
+
+class Counted:
+    """Items ``0 … n-1``, counting the reads and the threads they ran on; item ``bad`` raises."""
+
+    def __init__(self, n: int, bad: int = -1) -> None:
+        self.n, self.bad = n, bad
+        self.reads = 0
+        self.threads: set[str] = set()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        self.threads.add(threading.current_thread().name)
+        self.reads += 1
+        if i == self.bad:
+            raise ValueError(f"item {i} is unreadable")
+        return i
+
+
+def ahead_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == THREAD]
+
+
+def settle(count: Any, value: int, seconds: float = 10.0) -> int:
+    """``count()`` once it reached ``value`` (or the deadline passed), then 0.2 s later."""
+    deadline = time.monotonic() + seconds
+    while count() < value and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.2)
+    return int(count())
+
+
+def plain(loader: Any) -> list[list[int]]:
+    return [batch.tolist() for batch in loader]
+
+
+def test_the_next_batches_are_built_while_the_caller_holds_one() -> None:
+    data = Counted(40)
+    loader = lading.loader(data, 1, shuffle=False, read_ahead=2)
+    batches = iter(loader)
+    assert next(batches).tolist() == [0]
+    # the caller holds batch 0: batches 1 and 2 wait in the queue, batch 3 waits to go in
+    assert settle(lambda: data.reads, 4) == 4
+    assert THREAD in data.threads and threading.current_thread().name not in data.threads
+    batches.close()
+
+    inline = Counted(40)
+    batches = iter(lading.loader(inline, 1, shuffle=False))  # read_ahead=0: built when asked
+    next(batches)
+    assert settle(lambda: inline.reads, 2, seconds=0.0) == 1
+    assert inline.threads == {threading.current_thread().name}
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_the_same_batches_in_the_same_order_over_epochs(depth: int) -> None:
+    def make(read_ahead: int) -> Any:
+        return lading.loader(Counted(53), 4, seed=11, read_ahead=read_ahead)
+
+    inline, ahead = make(0), make(depth)
+    assert [plain(inline) for _ in range(3)] == [plain(ahead) for _ in range(3)]
+    assert not ahead_threads()
+
+
+def test_a_state_saved_with_batches_built_ahead_resumes_at_the_next_batch_received() -> None:
+    want = plain(lading.loader(Counted(50), 3, seed=5))
+    loader = lading.loader(Counted(50), 3, seed=5, read_ahead=3)
+    batches = iter(loader)
+    got = [next(batches).tolist() for _ in range(4)]
+    time.sleep(0.1)  # the thread has built batches 4-7 meanwhile: none of them is consumed
+    state = loader.state_dict()
+    batches.close()
+    resumed = lading.loader(Counted(50), 3, seed=5)
+    resumed.load_state_dict(state)
+    assert got + plain(resumed) == want
+
+
+def test_breaking_off_a_pass_stops_its_thread_and_the_next_pass_is_the_next_epoch() -> None:
+    inline = lading.loader(Counted(30), 2, seed=1)
+    want = [plain(inline) for _ in range(2)]
+    loader = lading.loader(Counted(30), 2, seed=1, read_ahead=2)
+    for i, _ in enumerate(loader):
+        if i == 2:
+            break
+    assert not ahead_threads()  # the break closed the pass: its thread was joined
+    assert plain(loader) == want[1]
+
+
+def test_set_epoch_mid_pass_ends_the_pass_and_its_thread() -> None:
+    loader = lading.loader(Counted(30), 2, seed=1, read_ahead=2)
+    batches = iter(loader)
+    next(batches)
+    loader.set_epoch(4)
+    assert next(batches, None) is None  # the pass belonged to the old position
+    assert not ahead_threads()
+    assert plain(loader) == plain(_epoch(4))
+
+
+def _epoch(epoch: int) -> Any:
+    inline = lading.loader(Counted(30), 2, seed=1)
+    inline.set_epoch(epoch)
+    return inline
+
+
+def test_an_error_reaches_the_caller_at_its_batch_after_the_batches_before_it() -> None:
+    loader = lading.loader(Counted(20, bad=9), 2, shuffle=False, read_ahead=2)
+    got = []
+    with pytest.raises(ValueError, match="item 9 is unreadable") as raised:
+        for batch in loader:
+            got.append(batch.tolist())
+    assert got == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    frames = [f.name for f in raised.traceback]
+    assert "__getitem__" in frames  # the builder's own traceback, not only the hand-over's
+    assert not ahead_threads()
+
+
+def test_built_ahead_alone_hands_out_in_order_and_stops_when_closed() -> None:
+    made: list[int] = []
+
+    def numbers() -> Any:
+        for i in range(1000):
+            made.append(i)
+            yield torch.tensor([i])
+
+    ahead = BuiltAhead(numbers(), 2)
+    assert [int(next(ahead)) for _ in range(5)] == [0, 1, 2, 3, 4]
+    ahead.close()
+    assert not ahead_threads() and len(made) <= 5 + 2 + 1
+    with pytest.raises(StopIteration):
+        next(ahead)
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5, "2"])
+def test_read_ahead_must_be_a_count(bad: Any) -> None:
+    with pytest.raises(ValueError, match="read_ahead="):
+        Workers(read_ahead=bad)
+    with pytest.raises(ValueError, match="read_ahead="):
+        lading.loader(Counted(4), 2, read_ahead=bad)
+
+
+def test_lading_loader_builds_in_the_callers_thread_unless_asked() -> None:
+    data = Counted(12)
+    loader = lading.loader(data, 3)
+    assert loader.workers.read_ahead == 0
+    list(loader)
+    assert data.threads == {threading.current_thread().name}
