@@ -99,3 +99,37 @@ def test_train_sessions_names_a_missing_day_object(
     said = capsys.readouterr().err
     assert said.startswith("lading train: missing [") and f"{url}/2/valid.parquet" in said
     assert "--data must hold one folder per day" in said
+
+
+def _losses(out: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_read_one_url_to_the_local_losses(
+    bucket: str, node_cache: Path, s3: LocalS3, tmp_path: Path
+) -> None:
+    """2 gloo ranks under torchrun, each opening the same URLs (one node cache): the losses of
+    the same runs over the local corpus and folder (one intra-op thread: bit for bit)."""
+    from conftest import word_corpus
+    from distributed import run_cli
+    from lading.lm import TokenCorpus
+
+    local = word_corpus(tmp_path / "a", docs=40, lengths=(5, 25), words=100, seed=1)
+    url = f"s3://{bucket}/corpora/ddp"
+    TokenCorpus.build(tmp_path / "a" / "docs.txt", url, local.tokenizer(), cache=tmp_path / "b")
+    days = _days(bucket, tmp_path / "days", (1, 2), "ddp-days")
+    one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    lm = ["train", "lm", "--steps", "3", "--batch-size", "2", "--bptt", "8", "--emb", "8"]
+    lm += ["--hidden", "8", "--layers", "1", "--log-every", "1"]
+    for name, corpus in (("lm-local", str(local.path)), ("lm-url", url)):
+        run_cli([*lm, "--corpus", corpus, "--out", str(tmp_path / name)], 2, env=one_thread)
+    assert len(_losses(tmp_path / "lm-url")) == 3
+    assert _losses(tmp_path / "lm-url") == _losses(tmp_path / "lm-local")
+    for name, data in (("s-local", str(tmp_path / "days")), ("s-url", days)):
+        argv = [*sessions_argv(data, tmp_path / name), "--log-every", "1"]
+        run_cli([a if a != "none" else "ddp" for a in argv], 2, env=one_thread)
+    assert _losses(tmp_path / "s-url") == _losses(tmp_path / "s-local")
+    summary = json.loads((tmp_path / "s-url" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["config"]["data"] == days
+    assert s3.stats()["gets"] > 0 and any(node_cache.iterdir())
