@@ -126,6 +126,7 @@ def test_a_url_made_into_a_path_is_refused_naming_the_string(tmp_path: Path) -> 
         SessionsConfig(data=Path("s3://bucket/yoochoose"), out=tmp_path)
 
 
+@pytest.mark.slow  # two whole runs with the evaluation of a real day: ~30 s on 2 cores
 def test_yoochoose_days_train_the_same_from_a_bucket(
     s3: LocalS3, data_dir: Path, node_cache: Path, tmp_path: Path, one_thread: None
 ) -> None:
