@@ -22,7 +22,7 @@ pytest.importorskip("tokenizers")
 BUCKET = "lm-train-remote"
 TINY: dict[str, Any] = {
     "batch_size": 3, "bptt": 8, "emb": 16, "hidden": 16, "layers": 1, "heads": 2, "steps": 3,
-    "valid_fraction": 0.1, "eval_batches": 2, "parallel": "none", "log_every": 1,
+    "valid_fraction": 0.1, "eval_every": 2, "eval_batches": 2, "parallel": "none", "log_every": 1,
     "progress": False,
 }  # fmt: skip
 
@@ -67,9 +67,10 @@ def losses(out: Path) -> list[float]:
 def test_a_url_trains_to_the_local_corpus_losses(
     corpus: tuple[Path, str], node_cache: Path, s3: LocalS3, tmp_path: Path, arch: str
 ) -> None:
-    """The same steps, losses and validation perplexity as the local corpus; the tokens came
-    by GETs into the node cache ``$LADING_CACHE`` names (LSTM streams; GPT packed windows
-    with document boundaries)."""
+    """The same steps, losses and validation perplexities as the local corpus, with a
+    validation loader over the same corpus read between steps 2 and 3; the tokens came by GETs
+    into the node cache ``$LADING_CACHE`` names (LSTM streams; GPT packed windows with
+    document boundaries)."""
     from lading.lm.train import LMConfig, train_lm
 
     local, url = corpus
@@ -81,6 +82,7 @@ def test_a_url_trains_to_the_local_corpus_losses(
     assert len(losses(tmp_path / "remote")) == TINY["steps"]
     assert losses(tmp_path / "remote") == losses(tmp_path / "local")
     assert got["valid_ppl"] == want["valid_ppl"]
+    assert got["evaluations"] == want["evaluations"] and len(got["evaluations"]) == 1
     assert got["train_documents"] == want["train_documents"]
     assert got["config"]["corpus"] == url  # the summary names the URL, not a mangled path
 
