@@ -77,6 +77,7 @@ SLOW = {
         "--steps 1000 --out runs/ce-ddp": "--steps 10 --out runs/ce-ddp",
     },
     f"{LM}: Build a token corpus #1": {"--vocab-size 8000": "--vocab-size 2000"},
+    "docs/remote-stores.md: Training commands #1": {'"--steps", "5"': '"--steps", "2"'},
 }
 
 

@@ -200,7 +200,12 @@ def _add_train_sessions(kinds: Any) -> None:
         "--parallel dp for nn.DataParallel (batch size = total).",
     )
     add_run_args(p, batch_size=256, lr=1e-3, epochs=3)
-    p.add_argument("--data", required=True, help="folder with one sub-folder per day")
+    p.add_argument(
+        "--data",
+        required=True,
+        help="folder or s3:// prefix holding DAY/train.parquet (valid, test) per day (node "
+        "cache in $LADING_CACHE/remote, cap $LADING_REMOTE_CACHE_BYTES)",
+    )
     p.add_argument("--train-days", default="178,179,180,181", help="day folders to train on")
     p.add_argument("--eval-day", type=int, default=182, help="day folder to evaluate on")
     p.add_argument("--column", default="item_id-list_seq", help="the sessions' item list column")
@@ -224,7 +229,13 @@ def _add_train_lm(kinds: Any) -> None:
         description="torchrun --nproc_per_node N -m lading train lm ... for DDP.",
     )
     add_run_args(p, batch_size=32, lr=3e-3, parallel=("ddp", "none"))
-    p.add_argument("--corpus", required=True, type=existing, help="a TokenCorpus (lading lm build)")
+    p.add_argument(
+        "--corpus",
+        required=True,
+        type=store_location,
+        help="a TokenCorpus (lading lm build): a folder or an s3:// URL (node cache in "
+        "$LADING_CACHE/remote, cap $LADING_REMOTE_CACHE_BYTES)",
+    )
     p.add_argument("--arch", choices=["lstm", "gpt"], default="lstm", help="an LSTM or a tiny GPT")
     p.add_argument("--heads", type=int, default=4, help="gpt: attention heads")
     p.add_argument("--packed", action="store_true", help="gpt: pack whole documents")

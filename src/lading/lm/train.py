@@ -41,15 +41,21 @@ from lading.train import (
     jsonable,
     write_summary,
 )
-from lading.train.config import RunConfig
+from lading.train.config import RunConfig, data_location
 from lading.world import World
 
 
 @dataclass(kw_only=True)
 class LMConfig(RunConfig):
-    """Everything ``lading train lm`` takes (see ``lading train lm -h``)."""
+    """Everything ``lading train lm`` takes (see ``lading train lm -h``).
 
-    corpus: Path
+    ``corpus`` is a TokenCorpus folder or an object-store URL (``"s3://bucket/corpora/wiki"``,
+    a string: ``Path()`` merges a URL's slashes), read by ranged GETs through the node cache
+    every rank of the node shares, with :func:`lading.open_store`'s defaults (``remote/`` in
+    ``$LADING_CACHE``, capped at ``$LADING_REMOTE_CACHE_BYTES``).
+    """
+
+    corpus: Path | str
     valid_fraction: float = 0.02
     bptt: int = 70
     clip: float = 0.25
@@ -67,6 +73,9 @@ class LMConfig(RunConfig):
     # RunConfig fields with this workload's defaults
     batch_size: int = 32
     lr: float = 3e-3
+
+    def __post_init__(self) -> None:
+        self.corpus = data_location(self.corpus, "corpus")
 
 
 def split_documents(count: int, valid_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -240,6 +249,7 @@ def train_lm(config: LMConfig) -> dict[str, Any]:
 
 
 def _train_lm(config: LMConfig, world: World, device: torch.device, out: Path) -> dict[str, Any]:
+    # a URL: every rank opens it, and the node's ranks share one node cache (the defaults)
     corpus = TokenCorpus.open(config.corpus)
     train_docs, valid_docs = split_documents(len(corpus), config.valid_fraction, config.seed)
     if config.arch == "gpt":

@@ -10,6 +10,8 @@ rate when changing either.
 from __future__ import annotations
 
 import functools
+import os
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from lading.errors import LadingError
+from lading.stores.remote.objects import is_remote
+from lading.stores.remote.settings import RemoteSettings
 from lading.tabular.dataset import PartitionedParquet
+from lading.tabular.remote import RemoteParquet
+from lading.tabular.remote_files import split_root
 from lading.tabular.sessions import (
     NextItemTransformer,
     last_item_ranks,
@@ -27,7 +34,7 @@ from lading.tabular.sessions import (
     popularity_ranks,
 )
 from lading.train import LoopConfig, StepResult, Trainer, Workload, ddp, jsonable, write_summary
-from lading.train.config import RunConfig
+from lading.train.config import RunConfig, data_location
 from lading.world import World
 
 ITEMS = "item_id-list_seq"
@@ -44,9 +51,16 @@ def true_lengths(items: torch.Tensor) -> torch.Tensor:
 
 @dataclass(kw_only=True)
 class SessionsConfig(RunConfig):
-    """Everything ``lading train sessions`` takes (see ``lading train sessions -h``)."""
+    """Everything ``lading train sessions`` takes (see ``lading train sessions -h``).
 
-    data: Path
+    ``data`` is a folder or an object-store prefix (``"s3://bucket/yoochoose"``, a string:
+    ``Path()`` merges a URL's slashes) holding ``<day>/<split>.parquet``; objects are read by
+    ranged GETs through the node cache every rank of the node shares, with
+    :func:`lading.open_store`'s defaults (``remote/`` in ``$LADING_CACHE``, capped at
+    ``$LADING_REMOTE_CACHE_BYTES``).
+    """
+
+    data: Path | str
     train_days: list[int] = field(default_factory=lambda: [178, 179, 180, 181])
     eval_day: int = 182
     column: str = ITEMS
@@ -59,32 +73,85 @@ class SessionsConfig(RunConfig):
     batch_size: int = 256
     epochs: int = 3
 
+    def __post_init__(self) -> None:
+        self.data = data_location(self.data, "data")
 
-def day_files(data: Path, days: list[int], splits: tuple[str, ...]) -> list[Path]:
-    files = [data / str(day) / f"{split}.parquet" for day in days for split in splits]
-    missing = [str(f) for f in files if not f.is_file()]
+
+class MissingDaysError(LadingError, FileNotFoundError):
+    """Day files ``--data`` should hold and does not (a folder or an object-store prefix)."""
+
+
+def day_files(data: Path | str, days: list[int], splits: tuple[str, ...]) -> list[Path | str]:
+    """``data/<day>/<split>.parquet`` of every day and split: local files, or the objects
+    below an object-store prefix (``s3://b/yoochoose`` -> ``s3://b/yoochoose/178/train.parquet``,
+    checked by one LIST of the prefix).
+
+    Raises:
+        MissingDaysError: naming every file or object missing and the layout expected.
+        RemoteNotSupportedError, RemoteReadError: a scheme lading cannot reach, a LIST failed.
+    """
+    files: list[Path | str]
+    if is_remote(data):
+        prefix = os.fspath(data).rstrip("/")
+        files = [f"{prefix}/{day}/{split}.parquet" for day in days for split in splits]
+        present = _objects_below(prefix)
+        missing = [str(f) for f in files if f not in present]
+    else:
+        files = [Path(data) / str(day) / f"{split}.parquet" for day in days for split in splits]
+        missing = [str(f) for f in files if not Path(f).is_file()]
     if missing:
-        raise FileNotFoundError(
+        raise MissingDaysError(
             f"missing {missing}; --data must hold one folder per day with "
             f"{', '.join(s + '.parquet' for s in splits)}"
         )
     return files
 
 
-def item_count(files: list[Path], column: str) -> int:
+def _objects_below(prefix: str) -> set[str]:
+    """The URLs of every object below ``prefix`` (one LIST, retried and timed out as the
+    node cache's reads are; the client of the environment's remote settings)."""
+    root, key = split_root(prefix)
+    fetcher = RemoteSettings.from_environment().fetcher(root)
+    try:
+        return {f"{root}/{name}" for name in fetcher.list(key)}
+    finally:
+        fetcher.close()
+
+
+def item_count(files: Sequence[Path | str], column: str) -> int:
     """Largest item id in ``files`` plus one (id 0 is padding)."""
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     top = 0
-    for file in files:
-        values = pq.read_table(file, columns=[column]).column(column).combine_chunks().flatten()
+    for table in _column_tables(files, column):
+        values = table.column(column).combine_chunks().flatten()
         top = max(top, int(pc.max(values).as_py() or 0))
     return top + 1
 
 
+def _column_tables(files: Sequence[Path | str], column: str) -> Iterator[Any]:
+    """``column`` of each local file, or of each row group of each object (ranged GETs
+    through the node cache: every rank reads the same, so the node fetches it once)."""
+    import pyarrow.parquet as pq
+
+    if not files or not is_remote(files[0]):
+        for file in files:
+            yield pq.read_table(file, columns=[column])
+        return
+    remote = RemoteParquet.open([os.fspath(f) for f in files], RemoteSettings.of(None, None))
+    try:
+        for url in remote.urls:
+            for group in range(remote.metadata(url).num_row_groups):
+                yield remote.read_group(url, group, [column])
+    finally:
+        remote.close()
+
+
 def evaluate(
-    model: NextItemTransformer, files: list[Path], config: SessionsConfig, device: torch.device
+    model: NextItemTransformer,
+    files: list[Path | str],
+    config: SessionsConfig,
+    device: torch.device,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Ranks and true last items of every evaluation session (sessions of length >= 2)."""
     model.eval()
@@ -103,7 +170,7 @@ def evaluate(
     return np.concatenate(ranks), np.concatenate(last)
 
 
-def _whole(files: list[Path], config: SessionsConfig, batch_size: int) -> PartitionedParquet:
+def _whole(files: list[Path | str], config: SessionsConfig, batch_size: int) -> PartitionedParquet:
     """Every session of ``files`` in file order, in one process."""
     return PartitionedParquet(
         files,
@@ -141,8 +208,8 @@ def train_sessions(config: SessionsConfig) -> dict[str, Any]:
 def _train_sessions(
     config: SessionsConfig, world: World, device: torch.device, out: Path
 ) -> dict[str, Any]:
-    train_files = day_files(Path(config.data), config.train_days, ("train",))
-    eval_files = day_files(Path(config.data), [config.eval_day], ("train", "valid", "test"))
+    train_files = day_files(config.data, config.train_days, ("train",))
+    eval_files = day_files(config.data, [config.eval_day], ("train", "valid", "test"))
     num_items = item_count(train_files + eval_files, config.column)
     data = PartitionedParquet(
         train_files,

@@ -7,8 +7,41 @@ so a workload's required fields can follow these defaults.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from lading.errors import LadingError
+from lading.stores.remote.objects import is_remote
+
+# what Path() leaves of a URL: "s3://b/x" -> "s3:/b/x" (a scheme of 2+ letters: not "C:/")
+_MERGED_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)(.+)$")
+
+
+class DataLocationError(LadingError, ValueError):
+    """A run config's data location that cannot be what was meant: an object-store URL made
+    into a ``Path`` (which merges its two slashes: ``s3://b/x`` becomes the folder ``s3:/b/x``)."""
+
+
+def data_location(value: str | os.PathLike[str], field: str) -> Path | str:
+    """A config's data input as the trainer reads it: an object-store URL (``s3://b/x``)
+    kept as its string, anything else a local ``Path``.
+
+    Raises:
+        DataLocationError: ``value`` is a ``Path`` holding a URL whose ``//`` became ``/``
+            and no such local path exists; the message gives the string to pass instead.
+    """
+    if isinstance(value, Path) and not value.exists():
+        merged = _MERGED_URL.match(value.as_posix())
+        if merged:
+            url = f"{merged[1]}://{merged[2]}"
+            raise DataLocationError(
+                f"{field}=Path({url!r}) is the local path {value.as_posix()}: Path() merges "
+                f"the two slashes of a URL; pass the URL as a string, {field}={url!r}"
+            )
+    text = os.fspath(value)
+    return text if is_remote(text) else Path(text)
 
 
 @dataclass(kw_only=True)
