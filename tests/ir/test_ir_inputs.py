@@ -64,3 +64,18 @@ def test_real_files_read(data_dir: Path) -> None:
     assert sum(len(j) for j in qrels.values()) == 20646
     assert len(run) == 43 and all(len(r) == 100 for r in run.values())  # rank_llm top-100
     assert len(hard) == 97 and all(hard.positives[q] for q in hard)
+
+
+def test_a_store_url_made_into_a_path_is_refused_naming_the_string(tmp_path: Path) -> None:
+    """``Path("s3://b/x")`` is ``s3:/b/x``: it was opened as the local folder ``s3:/b/x``."""
+    from lading.errors import LadingError
+    from lading.ir.train import TrainConfig
+
+    with pytest.raises(LadingError, match=r"store='s3://bucket/stores/msmarco'"):
+        TrainConfig(
+            queries=tmp_path / "q", qrels=tmp_path / "r", out=tmp_path,
+            store=Path("s3://bucket/stores/msmarco"),
+        )  # fmt: skip
+    url = TrainConfig(queries=tmp_path / "q", qrels=tmp_path / "r", out=tmp_path,
+                      store="s3://bucket/stores/msmarco")  # fmt: skip
+    assert url.store == "s3://bucket/stores/msmarco"

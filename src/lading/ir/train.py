@@ -29,7 +29,7 @@ from lading.stores import build_store, open_store
 from lading.stores.base import DocStore
 from lading.stores.tokens import save_tokenizer, train_tokenizer
 from lading.train import LoopConfig, StepResult, Trainer, Workload, ddp, jsonable, write_summary
-from lading.train.config import RunConfig
+from lading.train.config import RunConfig, data_location
 from lading.world import World
 
 PRECISION: tuple[str, ...] = ("bf16", "fp16", "fp32")
@@ -68,6 +68,10 @@ class TrainConfig(RunConfig):
     lr: float = 2e-5
     log_every: int = 10
     narrow: bool | None = None  # ids in the store's dtype, widened on the device
+
+    def __post_init__(self) -> None:
+        if self.store is not None:  # Path("s3://b/x") is the local s3:/b/x: refused, naming why
+            self.store = data_location(self.store, "store")
 
 
 def _tiny_tokenizer(texts: list[str], path: Path, world: World) -> Path:
