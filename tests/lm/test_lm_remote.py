@@ -352,13 +352,17 @@ def test_a_mixture_naming_one_corpus_twice_is_refused(corpora: Corpora) -> None:
         TokenMixture({local: 1.0, Path(str(local) + "/../" + local.name): 1.0})
 
 
-def test_one_remote_corpus_in_two_loaders_at_other_places(corpora: Corpora) -> None:
+@pytest.mark.parametrize("ahead", [0, 2])
+def test_one_remote_corpus_in_two_loaders_at_other_places(corpora: Corpora, ahead: int) -> None:
     """A corpus first in one mixture and second in another (a train and a validation loader
-    in one process) is read right by both, interleaved, each along its own plan."""
+    in one process) is read right by both, interleaved, each along its own plan; built ahead,
+    by two threads at once (each build holds the corpus: it failed without)."""
     remote = corpora.open()
     first = TokenMixture({remote: 1.0, corpora.other: 1.0})
     second = TokenMixture({corpora.other: 1.0, remote: 1.0})
-    mine = [LanguageModelLoader(m, 2, Windows(12), seed=3) for m in (first, second)]
+    mine = [
+        LanguageModelLoader(m, 2, Windows(12), seed=3, read_ahead=ahead) for m in (first, second)
+    ]
     local = [
         TokenMixture({corpora.local: 1.0, corpora.other: 1.0}),
         TokenMixture({corpora.other: 1.0, corpora.local: 1.0}),
@@ -369,7 +373,9 @@ def test_one_remote_corpus_in_two_loaders_at_other_places(corpora: Corpora) -> N
         got[0].append(plain(a))
         got[1].append(plain(b))
     assert got == [w[: len(got[0])] for w in want]
-    assert remote.cache_stats()["unplanned"] == 0  # every read was one a plan announced
+    if not ahead:  # (a thread goes on into the next epoch, whose first reads' pieces are cut
+        # by the next plan, finer than their prefetch: found cached, counted unplanned)
+        assert remote.cache_stats()["unplanned"] == 0  # every read was one a plan announced
 
 
 def test_url_mixtures_take_the_cache_arguments(corpora: Corpora, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ caller holds one; the batches, their order, the position and errors are the same
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from typing import Any
@@ -37,6 +38,8 @@ class Counted:
 
 
 def ahead_threads() -> list[threading.Thread]:
+    """Read-ahead threads alive now (those of loaders dropped before are collected first)."""
+    gc.collect()
     return [t for t in threading.enumerate() if t.name == THREAD]
 
 
@@ -77,7 +80,9 @@ def test_the_same_batches_in_the_same_order_over_epochs(depth: int) -> None:
 
     inline, ahead = make(0), make(depth)
     assert [plain(inline) for _ in range(3)] == [plain(ahead) for _ in range(3)]
-    assert not ahead_threads()
+    assert len(ahead_threads()) == 1  # building epoch 3's first batches for the next pass
+    del ahead
+    assert not ahead_threads()  # a dropped loader's thread stops
 
 
 def test_a_state_saved_with_batches_built_ahead_resumes_at_the_next_batch_received() -> None:
@@ -102,6 +107,7 @@ def test_breaking_off_a_pass_stops_its_thread_and_the_next_pass_is_the_next_epoc
             break
     assert not ahead_threads()  # the break closed the pass: its thread was joined
     assert plain(loader) == want[1]
+    assert len(ahead_threads()) == 1  # read to its end: the next epoch is being built
 
 
 def test_set_epoch_mid_pass_ends_the_pass_and_its_thread() -> None:
@@ -112,6 +118,8 @@ def test_set_epoch_mid_pass_ends_the_pass_and_its_thread() -> None:
     assert next(batches, None) is None  # the pass belonged to the old position
     assert not ahead_threads()
     assert plain(loader) == plain(_epoch(4))
+    del loader, batches
+    assert not ahead_threads()
 
 
 def _epoch(epoch: int) -> Any:
@@ -162,3 +170,55 @@ def test_lading_loader_builds_in_the_callers_thread_unless_asked() -> None:
     assert loader.workers.read_ahead == 0
     list(loader)
     assert data.threads == {threading.current_thread().name}
+
+
+def test_the_next_epochs_first_batches_are_built_before_its_pass_starts() -> None:
+    data = Counted(6)
+    loader = lading.loader(data, 1, seed=2, read_ahead=2)
+    first = plain(loader)
+    # between passes: the next epoch's first two batches wait, the third waits to go in
+    assert settle(lambda: data.reads, 6 + 3) == 6 + 3
+    inline = lading.loader(Counted(6), 1, seed=2)
+    assert [first, plain(loader), plain(loader)] == [plain(inline) for _ in range(3)]
+
+
+def test_set_epoch_each_epoch_keeps_one_thread_and_the_batches() -> None:
+    """The DDP loop (``set_epoch(epoch)`` before each pass) starts each pass where the thread
+    went on building: one thread for the run, the batches of each epoch."""
+    inline = lading.loader(Counted(25), 4, seed=9)
+    want = []
+    for epoch in range(3):
+        inline.set_epoch(epoch)
+        want.append(plain(inline))
+    loader = lading.loader(Counted(25), 4, seed=9, read_ahead=2)
+    got, threads = [], set()
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        got.append(plain(loader))
+        threads |= set(ahead_threads())
+    assert got == want and len(threads) == 1
+
+
+def test_another_start_drops_what_was_built_for_the_next_epoch() -> None:
+    """``set_epoch`` elsewhere, or a loaded state, after a whole pass: the batches built ahead
+    for the next epoch are dropped, and the pass reads the position set."""
+    loader = lading.loader(Counted(25), 4, seed=9, read_ahead=2)
+    plain(loader)
+    loader.set_epoch(5)
+    assert plain(loader) == plain(_epoch_of(25, 4, 9, 5))
+
+    saver = lading.loader(Counted(25), 4, seed=9)
+    batches = iter(saver)
+    next(batches), next(batches)
+    state = saver.state_dict()
+    plain(loader)  # a whole pass (epoch 6): the thread is building epoch 7
+    loader.load_state_dict(state)
+    resumed = lading.loader(Counted(25), 4, seed=9)
+    resumed.load_state_dict(state)
+    assert plain(loader) == plain(resumed)
+
+
+def _epoch_of(n: int, batch: int, seed: int, epoch: int) -> Any:
+    inline = lading.loader(Counted(n), batch, seed=seed)
+    inline.set_epoch(epoch)
+    return inline

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import warnings
 import weakref
 from collections.abc import Callable, Hashable, Iterator
@@ -34,7 +35,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from lading.loading import state as loader_state
-from lading.loading.ahead import BuiltAhead
+from lading.loading.ahead import Carried
 from lading.loading.deal import Dealt, deal, in_order
 from lading.loading.lookahead import Announce
 from lading.loading.state import Cursor
@@ -132,6 +133,27 @@ class _Keys(Sampler[Any]):
         return keys if group is None else deal(keys, group, loader.workers.num_workers)
 
 
+def _keys(workload: Workload, announce: Announce | None, cursor: Cursor) -> Iterator[Any]:
+    """The keys of ``cursor``'s epoch from its position (announced ahead where the data asked
+    to hear of them)."""
+    keys = workload.keys(cursor)
+    if announce is None:
+        return keys
+    following = workload.keys(Cursor(cursor.epoch + 1))  # the plan reaches into it
+    return announce(keys, cursor.epoch, cursor.batches, following)
+
+
+def _epoch_batches(
+    workload: Workload, announce: Announce | None, pin: bool, cursor: Cursor
+) -> Iterator[Any]:
+    """The batches of ``cursor``'s epoch from its position, built in this process (in bulk
+    where the workload can); a function of its arguments only (read_ahead's thread runs it,
+    holding no reference to the loader)."""
+    bulk = workload.bulk(copy.copy(cursor))
+    batches = map(workload.build, _keys(workload, announce, cursor)) if bulk is None else bulk
+    return map(pin_memory, batches) if pin else batches
+
+
 class Loader:
     """This rank's batches of one workload, resumable; see the module docstring.
 
@@ -176,6 +198,7 @@ class Loader:
         self._restored = False  # a state was loaded and nothing read since
         self._reading: Cursor | None = None  # the position of the pass in progress, if any
         self._torch: DataLoader[Any] | None = None  # made when workers first read
+        self._ahead: Carried | None = None  # read_ahead's thread, carried between passes
 
     # ------------------------------------------------------------------ where it is
 
@@ -256,10 +279,10 @@ class Loader:
         self._cursor = cursor = self._next_pass()
         self._fresh = self._restored = False
         self._reading = cursor
-        batches = self._batches(cursor)
+        read_to_end = False
         try:
             # the one place a position advances: ~0.1 us a batch, against ~7 us an LM batch
-            for batch in batches:
+            for batch in self._batches(cursor):
                 cursor.batches += 1
                 yield batch
                 if self._cursor is not cursor:
@@ -267,9 +290,10 @@ class Loader:
                     # another pass): this pass is over, before it takes a batch of the new
                     # position from the persistent workers' iterator the two share
                     return
+            read_to_end = True
         finally:  # ended, broken off (a for loop's break closes it) or dropped
-            if isinstance(batches, BuiltAhead):
-                batches.close()  # its thread stops; what it built ahead is not handed out
+            if not read_to_end:  # read_ahead's thread was building this epoch: stop it
+                self._drop_ahead()
             if self._reading is cursor:
                 self._reading = None
 
@@ -282,13 +306,21 @@ class Loader:
                 self._torch = self._dataloader()
             batches: Iterator[Any] = iter(self._torch)  # its sampler: keys from the position
             return batches if self._group() is None else in_order(batches)
-        bulk = workload.bulk(copy.copy(cursor))
-        batches = map(workload.build, self._keys()) if bulk is None else bulk
-        if self.workers.pin_memory and pinnable():
-            batches = map(pin_memory, batches)
-        if self.workers.read_ahead:
-            batches = BuiltAhead(batches, self.workers.read_ahead)
-        return batches
+        pin = self.workers.pin_memory and pinnable()
+        epoch = functools.partial(_epoch_batches, workload, self._announce, pin)
+        depth = self.workers.read_ahead
+        if not depth:
+            return epoch(copy.copy(cursor))
+        if self._ahead is None or not self._ahead.starts(cursor):
+            self._drop_ahead()
+            self._ahead = Carried(self, cursor, epoch, depth)
+        return self._ahead.epoch()
+
+    def _drop_ahead(self) -> None:
+        """Stop read_ahead's thread and drop what it built (the next pass starts anew)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.close()
 
     def _group(self) -> Callable[[Any], Hashable] | None:
         """The workload's grouping of batch keys, where batches of one group share reads and
@@ -298,12 +330,7 @@ class Loader:
 
     def _keys(self) -> Iterator[Any]:
         """The keys an iteration reads (announced ahead where the data asked to hear of them)."""
-        cursor = copy.copy(self._cursor)
-        keys = self._workload.keys(cursor)
-        if self._announce is None:
-            return keys
-        following = self._workload.keys(Cursor(cursor.epoch + 1))  # the plan reaches into it
-        return self._announce(keys, cursor.epoch, cursor.batches, following)
+        return _keys(self._workload, self._announce, copy.copy(self._cursor))
 
     def _dataloader(self) -> DataLoader[Any]:
         workers = self.workers
@@ -355,3 +382,4 @@ class Loader:
             saved, workload.kind, workload.layout(), workload.fingerprint(), workload.unread
         )
         self._restored = self._fresh = True
+        self._drop_ahead()  # built for the old position and layout
