@@ -199,7 +199,12 @@ def litdata_resume(env: dict[str, Any], setup: dict[str, Any], k: int) -> str:
         if i == k + 1:
             break
     del first
-    shutil.rmtree(cache)
+    for _ in range(50):  # its download thread may still be writing a chunk it had started
+        try:
+            shutil.rmtree(cache)
+            break
+        except OSError:
+            time.sleep(0.1)
     second = litdata_open(env, setup, cache)
     second.load_state_dict(state)
     again = [found.clone() for _, found in zip(range(2), second)]
