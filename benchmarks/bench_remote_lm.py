@@ -29,6 +29,7 @@ small ranges) in the same run.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -179,6 +180,8 @@ def one_system(s3: LocalS3, system: str, env: dict[str, Any], args: Any,
             loader = lading_loader(env, remote, cache, workers)
             row.update(measure(s3, lading_batches(loader), env, cache if remote else None,
                                args.warm, step))  # fmt: skip
+            del loader  # its read-ahead thread (building the next epoch) stops
+            gc.collect()
             if repeat == 0 and args.resume_after and "+" not in system:
                 row["resume"] = tested(lambda: lading_resume(env, remote, args.resume_after))
         else:
@@ -203,33 +206,45 @@ def one_system(s3: LocalS3, system: str, env: dict[str, Any], args: Any,
 def sessions(s3: LocalS3, env: dict[str, Any], args: Any, repeat: int) -> list[dict[str, Any]]:
     """PartitionedParquet over the files on local disk and on the bucket: sessions/s over
     ``--parquet-epochs`` epochs (one loader, a cold cache at its start), the two in turn,
-    which one first alternating by repeat."""
+    which one first alternating by repeat; then the same under a training step of
+    ``--parquet-step-ms`` a batch (a sleep: the GIL free, as under a GPU step)."""
+    rows = []
+    for step in (0.0, args.parquet_step_ms / 1e3) if args.parquet_step_ms else (0.0,):
+        for where in ("local", "remote") if repeat % 2 == 0 else ("remote", "local"):
+            rows.append(_sessions_run(s3, env, args, repeat, where, step))
+    return rows
+
+
+def _sessions_run(s3: LocalS3, env: dict[str, Any], args: Any, repeat: int, where: str,
+                  step: float) -> dict[str, Any]:  # fmt: skip
     from lading.tabular import PartitionedParquet
 
-    rows = []
-    for where in ("local", "remote") if repeat % 2 == 0 else ("remote", "local"):
-        files = env["parquet_urls"] if where == "remote" else env["parquet_files"]
-        cache = env["work"] / f"parquet-cache-{time.time_ns()}"
-        extra = {"cache": cache, "cache_bytes": env["parquet_cap"]} if where == "remote" else {}
-        row: dict[str, Any] = {"system": f"parquet-{where}", "repeat": repeat}
-        try:
-            loader = PartitionedParquet(files, 256, columns=["session_id", ITEMS],
-                                        list_columns={ITEMS: 20}, world=World(),
-                                        **extra)  # fmt: skip
-            s3.reset()
-            wall, cpu, n = time.perf_counter(), time.process_time(), 0
-            for _ in range(args.parquet_epochs):
-                for batch in loader:  # each iter() an epoch
-                    n += len(batch["session_id"])
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            row.update(sessions=n, sessions_s=n / wall, cpu_us=1e6 * cpu / max(1, n),
-                       fetched=s3.stats()["get_bytes"], load=os.getloadavg()[0])  # fmt: skip
-        except Exception as e:
-            row["error"] = failure(e)
-        shutil.rmtree(cache, ignore_errors=True)
-        print(json.dumps(row), flush=True)
-        rows.append(row)
-    return rows
+    files = env["parquet_urls"] if where == "remote" else env["parquet_files"]
+    cache = env["work"] / f"parquet-cache-{time.time_ns()}"
+    extra = {"cache": cache, "cache_bytes": env["parquet_cap"]} if where == "remote" else {}
+    system = f"parquet-{where}" + ("+step" if step else "")
+    row: dict[str, Any] = {"system": system, "repeat": repeat, "step_ms": 1e3 * step}
+    try:
+        loader = PartitionedParquet(files, 256, columns=["session_id", ITEMS],
+                                    list_columns={ITEMS: 20}, world=World(),
+                                    **extra)  # fmt: skip
+        s3.reset()
+        wall, cpu, n = time.perf_counter(), time.process_time(), 0
+        for _ in range(args.parquet_epochs):
+            for batch in loader:  # each iter() an epoch
+                n += len(batch["session_id"])
+                if step:
+                    time.sleep(step)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        row.update(sessions=n, sessions_s=n / wall, cpu_us=1e6 * cpu / max(1, n),
+                   fetched=s3.stats()["get_bytes"], load=os.getloadavg()[0])  # fmt: skip
+        del loader  # its read-ahead thread (building the next epoch) stops: no GETs in the next
+        gc.collect()
+    except Exception as e:
+        row["error"] = failure(e)
+    shutil.rmtree(cache, ignore_errors=True)
+    print(json.dumps(row), flush=True)
+    return row
 
 
 def warm_up(env: dict[str, Any]) -> None:
@@ -263,6 +278,8 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.03, help="seconds a request, ± 1/3")
     parser.add_argument("--no-parquet", action="store_true")
     parser.add_argument("--parquet-epochs", type=int, default=3)
+    parser.add_argument("--parquet-step-ms", type=float, default=2.0,
+                        help="+step parquet rows: ms a batch of 256 rows (0: none)")  # fmt: skip
     parser.add_argument("--ceiling-seconds", type=float, default=3.0)
     parser.add_argument("--out", type=Path, default=OUT.parent / "remote-lm")
     add_write_flag(parser)

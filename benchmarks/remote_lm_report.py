@@ -90,11 +90,13 @@ def _parquet(rows: list[dict[str, Any]], corpus: dict[str, Any]) -> list[str]:
              f"at {corpus.get('parquet_cap', 0) / 2**20:.2f} MiB.", "",
              "| files | sessions/s | client CPU us / session | bytes fetched | load |",
              "|---|---|---|---|---|"]  # fmt: skip
-    for system in ("parquet-local", "parquet-remote"):
+    for system in ("parquet-local", "parquet-remote", "parquet-local+step",
+                   "parquet-remote+step"):  # fmt: skip
         ok = [r for r in mine if r["system"] == system and "error" not in r]
         if not ok:
-            why = next((r["error"] for r in mine if r["system"] == system), "not run")
-            lines.append(f"| {system[8:]} | failed: {why} | | | |")
+            if "+step" not in system:
+                why = next((r["error"] for r in mine if r["system"] == system), "not run")
+                lines.append(f"| {system[8:]} | failed: {why} | | | |")
             continue
         lines.append(
             f"| {system[8:]} | {spread([r['sessions_s'] for r in ok], '{:,.0f}')} | "
@@ -104,7 +106,17 @@ def _parquet(rows: list[dict[str, Any]], corpus: dict[str, Any]) -> list[str]:
         )
     paired = _paired(mine, "parquet-remote", "parquet-local", "sessions_s")
     lines += ["", f"Remote / local sessions/s within each repeat: {spread(paired, '{:.2f}')}."]
+    stepped = _paired(mine, "parquet-remote+step", "parquet-local+step", "sessions_s")
+    if stepped:
+        lines[-1] += (f" Under a training step of {args_step(mine)} ms a batch (`+step`: a sleep, "
+                      f"the GIL free): {spread(stepped, '{:.2f}')}.")  # fmt: skip
     return lines
+
+
+def args_step(rows: list[dict[str, Any]]) -> str:
+    """The +step rows' step, in ms a batch, as run."""
+    found = [r.get("step_ms") for r in rows if r.get("step_ms")]
+    return f"{found[0]:g}" if found else "?"
 
 
 def render(results: dict[str, Any]) -> str:
