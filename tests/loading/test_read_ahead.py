@@ -222,3 +222,18 @@ def _epoch_of(n: int, batch: int, seed: int, epoch: int) -> Any:
     inline = lading.loader(Counted(n), batch, seed=seed)
     inline.set_epoch(epoch)
     return inline
+
+
+def test_a_corpus_on_a_device_refuses_read_ahead(tmp_path: Any) -> None:
+    """Batches of a corpus held on a device are built there (in the process's stream order),
+    in microseconds: no thread, and asking for one is refused naming the fix."""
+    pytest.importorskip("tokenizers")
+    from conftest import word_corpus
+    from lading.lm import LanguageModelLoader, Streams
+
+    corpus = word_corpus(tmp_path, docs=20, lengths=(3, 9), words=50, seed=0)
+    on_device = LanguageModelLoader(corpus, 2, Streams(4), device="cpu")
+    assert on_device.workers.read_ahead == 0
+    with pytest.raises(ValueError, match="read_ahead=2 with the corpus on cpu") as refused:
+        LanguageModelLoader(corpus, 2, Streams(4), device="cpu", read_ahead=2)
+    assert "drop read_ahead" in str(refused.value)

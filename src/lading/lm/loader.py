@@ -159,6 +159,12 @@ class LanguageModelLoader(Loader):
         # a remote batch is ~5-10 ms of reads through the node cache: built beside the step
         remote_batches = reads is not None and workload.resident is None
         workers = workers.with_default_read_ahead(2 if remote_batches else 0)
+        if workload.resident is not None and workers.read_ahead:
+            raise ValueError(
+                f"read_ahead={workers.read_ahead} with the corpus on {workload.resident.device}: "
+                "batches are built there, in this process's CUDA stream order, not on a "
+                "thread; drop read_ahead (or device=, to build them on the host)"
+            )
         super().__init__(reads or workload, workers, announce=announce)
         self._lm, self.corpus, self.sequence = workload, corpus, sequence
 
