@@ -237,3 +237,18 @@ def test_a_corpus_on_a_device_refuses_read_ahead(tmp_path: Any) -> None:
     with pytest.raises(ValueError, match="read_ahead=2 with the corpus on cpu") as refused:
         LanguageModelLoader(corpus, 2, Streams(4), device="cpu", read_ahead=2)
     assert "drop read_ahead" in str(refused.value)
+
+
+def test_read_ahead_asked_of_any_loader_is_kept(tmp_path: Any) -> None:
+    """Asked for by name, read_ahead is what every loader uses, local data too."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from lading.tabular import PartitionedParquet
+
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"row": list(range(40))}), path, row_group_size=10)
+    inline = PartitionedParquet(path, 4, seed=1)
+    ahead = PartitionedParquet(path, 4, seed=1, read_ahead=3)
+    assert (inline.workers.read_ahead, ahead.workers.read_ahead) == (0, 3)
+    assert [b["row"].tolist() for b in ahead] == [b["row"].tolist() for b in inline]
+    assert lading.loader(Counted(4), 2, read_ahead=1).workers.read_ahead == 1

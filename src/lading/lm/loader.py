@@ -144,12 +144,7 @@ class LanguageModelLoader(Loader):
         )  # fmt: skip
         mode = mode_of(sequence)
         workers = Workers(
-            num_workers,
-            pin_memory,
-            prefetch_factor,
-            persistent_workers,
-            multiprocessing_context,
-            read_ahead,
+            num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
         )
         workload = LMWorkload(
             corpus, mode, reading, documents, on_device(corpus, device, resident, workers)
@@ -158,7 +153,7 @@ class LanguageModelLoader(Loader):
         announce = None if reads is None else reads.announce
         # a remote batch is ~5-10 ms of reads through the node cache: built beside the step
         remote_batches = reads is not None and workload.resident is None
-        workers = workers.with_default_read_ahead(2 if remote_batches else 0)
+        workers = workers.with_read_ahead(read_ahead, default=2 if remote_batches else 0)
         if workload.resident is not None and workers.read_ahead:
             raise ValueError(
                 f"read_ahead={workers.read_ahead} with the corpus on {workload.resident.device}: "

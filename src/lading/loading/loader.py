@@ -78,9 +78,11 @@ class Workers:
                 f"read_ahead={ahead!r}: batches built ahead on a thread, an int >= 0 (0: none)"
             )
 
-    def with_default_read_ahead(self, depth: int) -> Workers:
-        """These settings with ``read_ahead`` at ``depth`` where it was left to the loader."""
-        return self if self.read_ahead is not None else dataclasses.replace(self, read_ahead=depth)
+    def with_read_ahead(self, asked: int | None, default: int) -> Workers:
+        """These settings with ``read_ahead`` as ``asked``; where it was not (None, here or
+        when these were made), the loader's ``default``."""
+        depth = asked if asked is not None else self.read_ahead
+        return dataclasses.replace(self, read_ahead=default if depth is None else depth)
 
 
 def pinnable() -> bool:
@@ -184,7 +186,7 @@ class Loader:
         announce: Announce | None = None,
     ) -> None:
         self._workload = workload
-        self.workers = (workers or Workers()).with_default_read_ahead(0)
+        self.workers = (workers or Workers()).with_read_ahead(None, default=0)
         # the settings, by the same names on every loader (a frozen record: never stale)
         self.reading = reading = workload.reading
         self.batch_size, self.seed, self.shuffle = reading.batch_size, reading.seed, reading.shuffle

@@ -295,13 +295,8 @@ def loader(
     )  # fmt: skip
     workload = MapWorkload(dataset, collate_fn, reading, batching)
     workers = Workers(
-        num_workers,
-        pin_memory,
-        prefetch_factor,
-        persistent_workers,
-        multiprocessing_context,
-        read_ahead,
-    )
+        num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
+    ).with_read_ahead(read_ahead, default=0)
     made = Loader(workload, workers, announce=announcer(workload.hooks, workload.items))
     made.dataset = dataset
     return made

@@ -121,12 +121,7 @@ class PartitionedParquet(Loader):
         batch_size = reading.batch_size
         list_columns = check_list_options(list_columns or {}, pad)
         workers = Workers(
-            num_workers,
-            pin_memory,
-            prefetch_factor,
-            persistent_workers,
-            multiprocessing_context,
-            read_ahead,
+            num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
         )
         urls = remote_urls(paths)
         self.remote: RemoteParquet | None = None
@@ -164,8 +159,8 @@ class PartitionedParquet(Loader):
             chunk = workload.buffer_rows // batch_size
             ahead = max(LOOKAHEAD, CHUNKS_AHEAD * chunk)
             announce = announcer(Hooks.of(self.remote), announced_reads(workload), ahead)
-            # its row groups' reads and decoding, beside the training step
-            workers = workers.with_default_read_ahead(2)
+        # remote row groups' reads and decoding, beside the training step
+        workers = workers.with_read_ahead(read_ahead, default=2 if self.remote is not None else 0)
         super().__init__(workload, workers, announce=announce)
         self.total_rows, self.buffer_rows = workload.total_rows, workload.buffer_rows
         self._parquet = workload
