@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -95,7 +96,8 @@ class NodeCache(Planning):
     def _reset(self) -> None:
         """Per-process state: new in a forked child (the parent's GETs are not its own)."""
         self._pid = os.getpid()
-        self._inflight: dict[int, Future] = {}
+        self._inflight: dict[int, Future | None] = {}  # None: its GET is being submitted
+        self._inflight_lock = threading.Lock()
         self._plan: dict[Key, list[int]] = {}  # planned, unread accesses: their steps
         self._deferred: list[Need] = []
         self.order: Plan | None = None  # the epoch's whole order (eviction only), if told
@@ -119,8 +121,9 @@ class NodeCache(Planning):
 
     def _filled(self, blocks: list[int]) -> None:
         """Blocks the writer filled (or gave up): no longer this process's GETs in flight."""
-        for block in blocks:
-            self._inflight.pop(block, None)
+        with self._inflight_lock:
+            for block in blocks:
+                self._inflight.pop(block, None)
         self._publish()  # at most once a second (on the writer thread)
 
     # -- reading ---------------------------------------------------------------------------------

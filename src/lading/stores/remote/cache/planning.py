@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import functools
 import operator
+import threading
 from collections.abc import Sequence
 
 from lading.stores.remote.cache.fill import Filler
@@ -46,7 +47,8 @@ class Planning:
     by_epoch: dict[int, list[int]]
     bypassed: int
     _filler: Filler
-    _inflight: dict[int, Future]
+    _inflight: dict[int, Future | None]  # None: its GET is being submitted
+    _inflight_lock: threading.Lock
     _plan: dict[Key, list[int]]
     _deferred: list[Need]
     _later: list[Need]
@@ -206,12 +208,16 @@ class Planning:
         self.bypassed += sum(b.size for b in around_cache)
         fetch = [b for b, _ in result.claimed] + around_cache
         put = self._filler.put
+        for _, block_id in result.claimed:  # in flight before its GET can finish (_filled)
+            self._inflight[block_id] = None
         futures = self.fetcher.submit_many(
             [(b.key, b.start, b.end, self.etags.get(b.key)) for b in fetch],
             [functools.partial(put, block_id) for _, block_id in result.claimed],
         )  # the claimed blocks come first in ``fetch``: each is filled in once fetched
-        for (_, block_id), future in zip(result.claimed, futures):
-            self._inflight[block_id] = future
+        with self._inflight_lock:  # a block the writer filled meanwhile stays out (was: put
+            for (_, block_id), future in zip(result.claimed, futures):  # back, in flight
+                if block_id in self._inflight:  # for good: drain() waited its 60 s out)
+                    self._inflight[block_id] = future
         for block, future in zip(fetch, futures):
             started.setdefault(block.key, []).append((block.start, block.end, future))
         if prefetch:

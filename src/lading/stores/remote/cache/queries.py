@@ -92,21 +92,24 @@ class Claimed(NamedTuple):
 
 
 class Transaction:
-    """``with`` one SQLite transaction on ``conn`` (``begin``: its BEGIN), committed at a
-    clean exit, rolled back at an exception; ``first`` runs inside it before the caller's
-    statements, ``after`` once it committed."""
+    """``with`` one SQLite transaction on ``conn`` (``begin``: its BEGIN statement, or what
+    starts it), committed at a clean exit, rolled back at an exception; ``first`` runs inside
+    it before the caller's statements, ``after`` once it committed."""
 
     def __init__(
         self,
         conn: sqlite3.Connection,
-        begin: str,
+        begin: str | Callable[[sqlite3.Connection], None],
         after: Callable[[], None] | None = None,
         first: Callable[[sqlite3.Connection], None] | None = None,
     ) -> None:
         self.conn, self.begin, self.after, self.first = conn, begin, after, first
 
     def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute(self.begin)
+        if isinstance(self.begin, str):
+            self.conn.execute(self.begin)
+        else:
+            self.begin(self.conn)
         if self.first is not None:
             try:
                 self.first(self.conn)

@@ -5,9 +5,9 @@ eviction by next use and LRU read). One write transaction a read for this cost ~
 document (BEGIN IMMEDIATE, the WAL's commit); so :class:`PendingUses` holds them and the
 ledger writes them first in the process's next write transaction (a claim, a fill), in order
 with the process's other writes, or on their own once the oldest is :data:`TOUCH_S` old or
-when more are held than may ride along (half a fill's blocks: a transaction's pages all go to
-the WAL, whose bytes the cap bounds). Another process sees a use at most that much later;
-this one's claims see it at once.
+when more are held than may ride along (a quarter of a transaction's pages: its pages all go
+to the WAL, whose bytes the cap bounds; more go a transaction's worth at a time). Another
+process sees a use at most that much later; this one's claims see it at once.
 """
 
 from __future__ import annotations
@@ -54,11 +54,15 @@ class PendingUses:
     def __len__(self) -> int:
         return len(self._rows) if self._pid == os.getpid() else 0
 
-    def write(self, conn: sqlite3.Connection) -> None:
-        """Write what is held, in ``conn``'s open write transaction."""
+    def write(self, conn: sqlite3.Connection, most: int | None = None) -> None:
+        """Write what is held (the oldest ``most`` of it), in ``conn``'s open write
+        transaction (a transaction's pages all go to the WAL, whose bytes the cap bounds)."""
         with self._lock:
             self._mine()
-            rows, self._rows = self._rows, []
+            if most is None or len(self._rows) <= most:
+                rows, self._rows = self._rows, []
+            else:
+                rows, self._rows = self._rows[:most], self._rows[most:]
         if rows:
             conn.executemany(TOUCH, rows)
 
