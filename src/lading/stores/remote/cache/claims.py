@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from lading.stores.remote.cache.footprint import ROW_PAGES, current_budget
+from lading.stores.remote.cache.footprint import current_budget
 from lading.stores.remote.cache.queries import CLAIM, LAST_ID, OVERLAPS, Claimed, batched
 from lading.stores.remote.plan import NO_STEP, Block
 
@@ -37,13 +37,15 @@ def claim_blocks(
     conn: sqlite3.Connection | None = None,
 ) -> Claimed:
     """:meth:`Ledger.claim <lading.stores.remote.cache.ledger.Ledger.claim>`; ``conn``: an
-    open write transaction to make the first part of the claim in."""
+    open write transaction to make the first part of the claim in (what is left for more
+    transactions comes back in ``rest``, for the caller to claim once it committed)."""
     out = Claimed([], [], [])
     at = 0
     while at < len(blocks):
         if conn is not None:
             at, full = _claim_some(ledger, conn, blocks, at, now, prefetch, keep_planned, near, out)
-            conn = None
+            if not full and at < len(blocks):
+                return out._replace(rest=blocks[at:])
         else:
             with ledger.write() as own:
                 at, full = _claim_some(
@@ -70,19 +72,19 @@ def _claim_some(
     spent: ``(the first block not handled, whether the cap was found full)``. Handles at
     least one block or evicts at least one victim (the caller's loop ends)."""
     clock = -1 if now is None else now
-    pages = ledger.own_pages
+    pages, per_row = ledger.own_pages, ledger.row_pages  # a claim or an eviction: a row
     settings = dict(conn.execute("SELECT name, value FROM settings").fetchall())
     used, pending = int(settings["used"]), int(settings.get("pending", 0))
     cap, extra = current_budget(conn, used, pending)
     victims = ledger.policy(conn, clock)
-    part = blocks[at : at + max(1, pages // ROW_PAGES)]
+    part = blocks[at : at + max(1, int(pages / per_row))]
     keys = [(obj, block.start, block.end) for block, obj in part]
     taken = {row[0] for row in batched(conn, OVERLAPS, keys)}
     dropped: list[int] = []  # victims, dropped in one go before the inserts
     claims: list[Block] = []
     rows: list[tuple[int, int, int, int, int, int | None, float]] = []
     pid, t = os.getpid(), time.time()
-    spent, full, done = 0, False, at
+    spent, full, done = 0.0, False, at  # (a first row always goes: the loop moves on)
     for n, (block, _) in enumerate(part):
         size = block.size + extra
         if size > cap:
@@ -91,14 +93,14 @@ def _claim_some(
             out.overlapping.append(block)
         else:
             bound = _bound(block.step, clock, prefetch, keep_planned, near)
-            while used + size > cap and spent + ROW_PAGES <= pages:
+            while used + size > cap and (not spent or spent + per_row <= pages):
                 victim = next(victims, None)
                 if victim is None or victim[2] <= bound:
                     break
                 dropped.append(victim[0])
                 used -= victim[1] + extra
-                spent += ROW_PAGES
-            if used + size > cap and spent + ROW_PAGES > pages:
+                spent += per_row
+            if used + size > cap and spent and spent + per_row > pages:
                 break  # out of pages mid-eviction: this block starts the next transaction
             if used + size > cap:
                 full = True
@@ -110,11 +112,12 @@ def _claim_some(
             claims.append(block)
             used += size
             pending += block.size
-            spent += ROW_PAGES
+            spent += per_row
         done += 1
-        if spent + ROW_PAGES > pages:
+        if spent + per_row > pages:
             break
     ledger.drop(conn, dropped)
+    ledger.spent(len(dropped) + len(rows))
     # ids given here (the write lock is held), not one INSERT a block for its rowid
     first = 1 + int(conn.execute(LAST_ID).fetchone()[0])
     conn.executemany(CLAIM, [(first + i, *row) for i, row in enumerate(rows)])
@@ -141,3 +144,21 @@ def _bound(step: int, clock: int, prefetch: bool, keep_planned: bool, near: int)
     if keep_planned and step - clock > near:
         return NO_STEP - 1
     return step
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether process ``pid`` runs on this host (the cache is node-local). A zombie (exited,
+    not yet reaped by its parent: a rank that left before its launcher looked) is dead."""
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):  # no /proc (not Linux): kill(0) said it exists
+        return True

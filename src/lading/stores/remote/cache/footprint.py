@@ -23,11 +23,11 @@ def wal_allowance(cap: int) -> int:
     return min(8 << 20, max(64 << 10, cap // 8))
 
 
-# WAL pages a transaction dirties, estimated high (each is one frame of PAGE + 24 bytes, however
-# often the transaction changes it): a block's row is a leaf of ``blocks`` and of its 4
-# indexes; a use moves 3 index entries; a fill adds the payload's pages and the row's leaf
+# WAL pages a transaction dirties (each one frame of PAGE + 24 bytes, however often the
+# transaction changes it): a block's row is a leaf of ``blocks`` and of its 4 indexes, a use
+# moves 3 index entries (the ledger learns the pages a row takes, from this start: measured
+# 1-3); a fill adds the payload's pages and the row's leaf
 ROW_PAGES = 6  # a block claimed or dropped (its rows, a page split now and then, the freelist)
-USE_PAGES = 5  # a use written (the row and 3 index entries moved, one of them a split)
 FRAME = PAGE + 24
 
 

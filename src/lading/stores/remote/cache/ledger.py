@@ -33,16 +33,16 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from lading.stores.remote.cache import damaged
-from lading.stores.remote.cache.claims import claim_blocks
+from lading.stores.remote.cache.claims import claim_blocks, pid_alive
 from lading.stores.remote.cache.evict import policy as eviction_policy
 from lading.stores.remote.cache.footprint import (
     DISK_FLOOR,
+    FRAME,
     ROW_PAGES,
-    USE_PAGES,
     block_cost,
     configure,
     fill_pages,
@@ -64,6 +64,7 @@ from lading.stores.remote.plan import Block
 
 LEDGER_FILE = "ledger.sqlite"
 _POLL_S = 0.001  # a writer waiting for another connection's checkpoint looks again after
+_MOST_PAGES = 24.0  # pages a row takes at most (another process's frames can add to a look)
 _CHECKPOINT_WAIT_S = 30.0  # ... this long at most (a reader that holds a snapshot so long)
 
 
@@ -88,9 +89,8 @@ class Ledger:
         self._wal = self.path.with_name(self.path.name + "-wal")
         self.bounded = cap >= DISK_FLOOR  # the WAL within its allowance (below: SQLite's own)
         self.half = wal_allowance(cap) // 2  # a checkpoint before a transaction from here
-        # pages a transaction may dirty: pending uses ride along with up to a quarter of them
-        self.ride = max(1, txn_pages(cap) // 4 // USE_PAGES)
-        self.own_pages = max(2 * ROW_PAGES, txn_pages(cap) - self.ride * USE_PAGES)
+        self.row_pages = float(ROW_PAGES)  # WAL pages a row written takes (learnt: _end_write)
+        self._lock, self._lock_pid = threading.Lock(), os.getpid()
         self._local = threading.local()
         self._objects: dict[str, int] = {}
         self._uses = PendingUses()  # the reads' uses, written with the next transaction
@@ -134,14 +134,40 @@ class Ledger:
         its allowance (:meth:`_begin_write`), the reads' pending uses go in first
         (:meth:`touch`; more than may ride along go first, a transaction's worth at a time)."""
         conn = self.connection()
-        chunk = max(1, txn_pages(self.cap) // USE_PAGES)
         while len(self._uses) > self.ride:
-            with Transaction(conn, self._begin_write, None, lambda c: self._uses.write(c, chunk)):
+            chunk = max(1, int(txn_pages(self.cap) / self.row_pages))
+            with Transaction(conn, self._begin_write, self._end_write, self._chunk(chunk)):
                 pass
-        return Transaction(conn, self._begin_write, None, self._ride)
+        return Transaction(conn, self._begin_write, self._end_write, self._ride)
+
+    def _chunk(self, rows: int) -> Callable[[sqlite3.Connection], None]:
+        return lambda conn: self.spent(self._uses.write(conn, rows))
 
     def _ride(self, conn: sqlite3.Connection) -> None:
-        self._uses.write(conn, self.ride)
+        self.spent(self._uses.write(conn, self.ride))
+
+    @property
+    def ride(self) -> int:
+        """Pending uses that go along with a write transaction: a quarter of its pages."""
+        return max(1, int(txn_pages(self.cap) / 4 / self.row_pages))
+
+    @property
+    def own_pages(self) -> int:
+        """Pages a write transaction may dirty besides the uses that ride along."""
+        return max(2 * ROW_PAGES, txn_pages(self.cap) - int(self.ride * self.row_pages))
+
+    def spent(self, rows: int) -> None:
+        """Count ``rows`` rows written or deleted (a claim, a drop, a use) in this thread's
+        write transaction: its WAL growth per row sizes the next transactions
+        (:attr:`row_pages`)."""
+        self._local.rows = getattr(self._local, "rows", 0) + rows
+
+    def _writing(self) -> threading.Lock:
+        """This process's lock on writing: its threads (the reads' and the fill thread) take
+        turns on it, not by SQLite's busy handler, which sleeps 1, 2, 5, 10 ... ms a try."""
+        if self._lock_pid != os.getpid():  # a forked child: the parent's holder is not here
+            self._lock, self._lock_pid = threading.Lock(), os.getpid()
+        return self._lock
 
     def read(self) -> Transaction:
         """``with ledger.read() as conn:`` one snapshot: a block deleted meanwhile stays
@@ -157,18 +183,6 @@ class Ledger:
                 row = conn.execute("SELECT id FROM objects WHERE name = ?", (name,)).fetchone()
             found = self._objects[name] = int(row[0])
         return found
-
-    @staticmethod
-    def find(conn: sqlite3.Connection, obj: int, start: int, end: int) -> Found | None:
-        """The block holding bytes ``[start, end)`` of object ``obj``, or None."""
-        row = conn.execute(
-            "SELECT id, start, end, ready, owner FROM blocks WHERE object = ? AND start <= ?"
-            " ORDER BY start DESC LIMIT 1",
-            (obj, start),
-        ).fetchone()
-        if row is None or row[2] < end:
-            return None
-        return Found(row[0], row[1], bool(row[3]), row[4])
 
     @staticmethod
     def find_many(
@@ -222,7 +236,8 @@ class Ledger:
         every few pages); a checkpoint that finds readers or another checkpoint in the way
         gives up (the next writer's :meth:`_begin_write` sees to the bound)."""
         if self.bounded and self._wal_bytes() > (self.half if threshold is None else threshold):
-            self.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            with self._writing():  # not while this process's other thread writes
+                self.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _wal_bytes(self) -> int:
         try:
@@ -238,13 +253,35 @@ class Ledger:
         waited for, not written past: it holds SQLite's checkpoint lock while it waits for the
         write lock, so a writer that went on would keep it waiting and the WAL would grow (seen:
         0.94 MB against 100 KB, the fill thread's checkpoint starved by the reads' claims)."""
-        conn.execute("BEGIN IMMEDIATE")
-        deadline = time.monotonic() + _CHECKPOINT_WAIT_S
-        while self.bounded and self._wal_bytes() > self.half and time.monotonic() < deadline:
-            conn.execute("ROLLBACK")  # (past the deadline: a reader held a snapshot that long)
-            if conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:  # busy
-                time.sleep(_POLL_S)
+        lock = self._writing()
+        lock.acquire()
+        try:
             conn.execute("BEGIN IMMEDIATE")
+            deadline = time.monotonic() + _CHECKPOINT_WAIT_S
+            while self.bounded and (wal := self._wal_bytes()) > self.half:
+                if time.monotonic() > deadline:  # a reader held a snapshot that long
+                    break
+                conn.execute("ROLLBACK")
+                if conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:  # busy
+                    time.sleep(_POLL_S)
+                conn.execute("BEGIN IMMEDIATE")
+            self._local.wal, self._local.rows = (wal if self.bounded else 0), 0
+        except BaseException:
+            lock.release()
+            raise
+
+    def _end_write(self, committed: bool) -> None:
+        """Release the process's write lock; learn the WAL pages a row took (from the WAL's
+        growth, high where another writer added to it meanwhile), down by a twentieth a
+        transaction at most, so a transaction of many rows keeps within :func:`txn_pages`."""
+        try:
+            rows = getattr(self._local, "rows", 0)
+            if committed and rows and self.bounded:
+                grown = (self._wal_bytes() - self._local.wal) / FRAME / rows
+                if grown > 0:
+                    self.row_pages = min(_MOST_PAGES, max(1.0, grown, self.row_pages * 0.95))
+        finally:
+            self._writing().release()
 
     def fill(self, done: Iterable[tuple[int, bytes]]) -> None:
         """Store fetched bytes and mark their blocks ready (a block evicted or taken over
@@ -324,27 +361,33 @@ class Ledger:
             with self.write():
                 pass
 
-    def plan_uses(self, uses: Iterable[tuple[int, int]], now: int) -> None:
-        """Record that block ``b`` is next used at step ``s`` for each ``(b, s)``: the earlier
-        of that and its current next use, unless the current one is already past (< ``now``)."""
-        with self.write() as conn:
-            conn.executemany(
-                "UPDATE blocks SET next_use = CASE WHEN next_use IS NULL OR next_use < ?"
-                " THEN ? ELSE min(next_use, ?) END WHERE id = ?",
-                [(now, step, step, block) for block, step in uses],
-            )
+    def update(
+        self,
+        sql: str,
+        rows: Sequence[tuple[int | None, ...]],
+        conn: sqlite3.Connection | None = None,
+    ) -> Sequence[tuple[int | None, ...]]:
+        """``executemany(sql, rows)`` (one row a block: :data:`.uses.PLAN`, :data:`.uses.SET`),
+        a transaction's pages at a time; given ``conn`` (an open write transaction), only what
+        fits in it, returning the rest (else nothing)."""
+        if conn is not None:
+            fit = max(1, self.row_budget() - self.rows_spent())
+            conn.executemany(sql, rows[:fit])
+            self.spent(len(rows[:fit]))
+            return rows[fit:]  # for the caller, once its transaction ended
+        for at in range(0, len(rows), self.row_budget()):
+            with self.write() as own:
+                own.executemany(sql, rows[at : at + self.row_budget()])
+                self.spent(len(rows[at : at + self.row_budget()]))
+        return ()
 
-    def set_uses(self, uses: Sequence[tuple[int, int | None]], now: int) -> None:
-        """Make each ``(block, next)``'s next use ``next`` (None: no planned use), keeping a
-        sooner one not yet past (>= ``now``: another process's plan)."""
-        if not uses:
-            return
-        with self.write() as conn:
-            conn.executemany(
-                "UPDATE blocks SET next_use = CASE WHEN next_use >= ? AND (? IS NULL OR"
-                " next_use < ?) THEN next_use ELSE ? END WHERE id = ?",
-                [(now, step, step, step, block) for block, step in uses],
-            )
+    def row_budget(self) -> int:
+        """Rows (claims, evictions, uses) a write transaction may hold besides its riders."""
+        return max(1, int(self.own_pages / self.row_pages))
+
+    def rows_spent(self) -> int:
+        """Rows counted (:meth:`spent`) in this thread's write transaction so far."""
+        return int(getattr(self._local, "rows", 0))
 
     def state(self, block: int) -> tuple[bool, int | None] | None:
         """``(ready, owner pid)`` of a block, or None when it is gone."""
@@ -374,21 +417,3 @@ class Ledger:
             cap = int(conn.execute("SELECT value FROM settings WHERE name = 'cap'").fetchone()[0])
             count = int(conn.execute("SELECT count(*) FROM blocks").fetchone()[0])
         return used, cap, count
-
-
-def pid_alive(pid: int | None) -> bool:
-    """Whether process ``pid`` runs on this host (the cache is node-local). A zombie (exited,
-    not yet reaped by its parent: a rank that left before its launcher looked) is dead."""
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except (OSError, IndexError):  # no /proc (not Linux): kill(0) said it exists
-        return True

@@ -29,6 +29,19 @@ TOUCH = (
     " ELSE min(next_use, coalesce(?, next_use)) END WHERE id = ?"
 )
 
+# a prefetch: block b is next used at step s, the earlier of that and the next use recorded,
+# unless that one is already past (< now); rows (now, s, s, b)
+PLAN = (
+    "UPDATE blocks SET next_use = CASE WHEN next_use IS NULL OR next_use < ?"
+    " THEN ? ELSE min(next_use, ?) END WHERE id = ?"
+)
+# an epoch's order: block b's next use becomes s (None: no planned use), keeping a sooner one
+# not yet past (>= now: another process's plan); rows (now, s, s, s, b)
+SET = (
+    "UPDATE blocks SET next_use = CASE WHEN next_use >= ? AND (? IS NULL OR"
+    " next_use < ?) THEN next_use ELSE ? END WHERE id = ?"
+)
+
 Row = tuple[float, int | None, int | None, int | None, int | None, int]
 
 
@@ -54,9 +67,10 @@ class PendingUses:
     def __len__(self) -> int:
         return len(self._rows) if self._pid == os.getpid() else 0
 
-    def write(self, conn: sqlite3.Connection, most: int | None = None) -> None:
+    def write(self, conn: sqlite3.Connection, most: int | None = None) -> int:
         """Write what is held (the oldest ``most`` of it), in ``conn``'s open write
-        transaction (a transaction's pages all go to the WAL, whose bytes the cap bounds)."""
+        transaction (a transaction's pages all go to the WAL, whose bytes the cap bounds);
+        how many were written."""
         with self._lock:
             self._mine()
             if most is None or len(self._rows) <= most:
@@ -65,6 +79,7 @@ class PendingUses:
                 rows, self._rows = self._rows[:most], self._rows[most:]
         if rows:
             conn.executemany(TOUCH, rows)
+        return len(rows)
 
     def _mine(self) -> None:
         if self._pid != os.getpid():  # a forked child: the parent's uses are not its own
