@@ -39,8 +39,9 @@ def txn_pages(cap: int) -> int:
 
 def fill_pages(size: int) -> int:
     """WAL pages (high) of filling a block of ``size`` bytes: its payload's pages (overflow
-    pages hold PAGE - 4 bytes) and its rows'."""
-    return -(-size // (PAGE - 4)) + 3
+    pages hold PAGE - 4 bytes; blocks are filled in id order, so small ones share the last
+    leaf) and a page for its row (rows claimed together share leaves too)."""
+    return -(-size // (PAGE - 4)) + 1
 
 
 def block_cost(cap: int) -> int:

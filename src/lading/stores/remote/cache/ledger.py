@@ -285,8 +285,9 @@ class Ledger:
 
     def fill(self, done: Iterable[tuple[int, bytes]]) -> None:
         """Store fetched bytes and mark their blocks ready (a block evicted or taken over
-        meanwhile is skipped), a transaction's pages at a time; then checkpoint the WAL from a
-        quarter of its allowance (on the writer thread: the reads rarely find it half full)."""
+        meanwhile is skipped), a transaction's pages at a time; then checkpoint the WAL from
+        half its allowance (on the writer thread, so the reads find it so less often; from a
+        quarter, the fill thread took 0.042 ms of CPU a cold document, not 0.031)."""
         done = list(done)
         at = 0
         while at < len(done):
@@ -300,7 +301,7 @@ class Ledger:
             with self.write() as conn:
                 self._fill_some(conn, part)
         if done:
-            self.trim(self.half // 2)
+            self.trim()
 
     def _fill_some(self, conn: sqlite3.Connection, done: list[tuple[int, bytes]]) -> None:
         ids = [block for block, _ in done]
