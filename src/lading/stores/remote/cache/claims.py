@@ -72,7 +72,7 @@ def _claim_some(
     spent: ``(the first block not handled, whether the cap was found full)``. Handles at
     least one block or evicts at least one victim (the caller's loop ends)."""
     clock = -1 if now is None else now
-    pages, per_row = ledger.own_pages, ledger.row_pages  # a claim or an eviction: a row
+    pages, per_row = ledger.wal.own_pages, ledger.wal.row_pages  # a claim or an eviction: a row
     settings = dict(conn.execute("SELECT name, value FROM settings").fetchall())
     used, pending = int(settings["used"]), int(settings.get("pending", 0))
     cap, extra = current_budget(conn, used, pending)
@@ -117,7 +117,7 @@ def _claim_some(
         if spent + per_row > pages:
             break
     ledger.drop(conn, dropped)
-    ledger.spent(len(dropped) + len(rows))
+    ledger.wal.spent(len(dropped) + len(rows))
     # ids given here (the write lock is held), not one INSERT a block for its rowid
     first = 1 + int(conn.execute(LAST_ID).fetchone()[0])
     conn.executemany(CLAIM, [(first + i, *row) for i, row in enumerate(rows)])

@@ -27,6 +27,7 @@ def wal_allowance(cap: int) -> int:
 # transaction changes it): a block's row is a leaf of ``blocks`` and of its 4 indexes, a use
 # moves 3 index entries (the ledger learns the pages a row takes, from this start: measured
 # 1-3); a fill adds the payload's pages and the row's leaf
+TXN_PAGES = 6  # any write transaction (the settings row, index interiors; measured 5-7)
 ROW_PAGES = 6  # a block claimed or dropped (its rows, a page split now and then, the freelist)
 FRAME = PAGE + 24
 

@@ -18,13 +18,14 @@ The byte cap is hard: ``used`` (bytes of every block, fetched or claimed, each c
 :data:`BLOCK_COST` more for its rows in the tables and indexes) never exceeds the block budget,
 checked in the same transaction that claims. From :data:`DISK_FLOOR` up, the budget is the cap
 less what the files need besides the blocks (the WAL's allowance, the ``-shm`` map, the
-schema), so every byte of the ledger's files on disk stays within the cap: the WAL is truncated
-to its allowance after each checkpoint (``journal_size_limit``), a transaction fills at most
-what fits in it, pages are 1 KiB (a WAL frame is a whole page: 4 KiB pages logged ~6 KiB for
-each 350-byte passage), a claim goes a few blocks a transaction, and the block budget is
-scaled by the file's measured bytes per byte charged (freed pages are reused, never given back:
-vacuuming moved so many pages that the WAL grew 6x). Measured before: the
-WAL at 32.9 MiB beside 6.7 MiB of blocks, the files 4.3-8x the cap at small caps.
+schema), so every byte of the ledger's files on disk stays within the cap: the WAL is
+checkpointed before any write transaction once it holds half its allowance and no transaction
+adds more than the other half (:mod:`.wal`), pages are 1 KiB (a WAL frame is a whole page:
+4 KiB pages logged ~6 KiB for each 350-byte passage), and the block budget is scaled by the
+file's measured bytes per byte charged, bytes claimed but not yet filled counted as pages to
+come (freed pages are reused, never given back: vacuuming moved so many pages that the WAL
+grew 6x). Measured before: the WAL at 32.9 MiB beside 6.7 MiB of blocks, the files 4.3-8x
+the cap at small caps.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -40,14 +40,9 @@ from lading.stores.remote.cache import damaged
 from lading.stores.remote.cache.claims import claim_blocks, pid_alive
 from lading.stores.remote.cache.evict import policy as eviction_policy
 from lading.stores.remote.cache.footprint import (
-    DISK_FLOOR,
-    FRAME,
-    ROW_PAGES,
     block_cost,
     configure,
     fill_pages,
-    txn_pages,
-    wal_allowance,
 )
 from lading.stores.remote.cache.queries import (
     FIND,
@@ -60,12 +55,10 @@ from lading.stores.remote.cache.queries import (
     read_slice,
 )
 from lading.stores.remote.cache.uses import PendingUses
+from lading.stores.remote.cache.wal import WalGuard
 from lading.stores.remote.plan import Block
 
 LEDGER_FILE = "ledger.sqlite"
-_POLL_S = 0.001  # a writer waiting for another connection's checkpoint looks again after
-_MOST_PAGES = 24.0  # pages a row takes at most (another process's frames can add to a look)
-_CHECKPOINT_WAIT_S = 30.0  # ... this long at most (a reader that holds a snapshot so long)
 
 
 class Ledger:
@@ -86,11 +79,7 @@ class Ledger:
         self.cap = cap
         self.policy_name = policy
         self.policy = eviction_policy(policy)
-        self._wal = self.path.with_name(self.path.name + "-wal")
-        self.bounded = cap >= DISK_FLOOR  # the WAL within its allowance (below: SQLite's own)
-        self.half = wal_allowance(cap) // 2  # a checkpoint before a transaction from here
-        self.row_pages = float(ROW_PAGES)  # WAL pages a row written takes (learnt: _end_write)
-        self._lock, self._lock_pid = threading.Lock(), os.getpid()
+        self.wal = WalGuard(self.path, cap)  # the WAL's bound (:mod:`.wal`)
         self._local = threading.local()
         self._objects: dict[str, int] = {}
         self._uses = PendingUses()  # the reads' uses, written with the next transaction
@@ -130,44 +119,17 @@ class Ledger:
 
     def write(self) -> Transaction:
         """``with ledger.write() as conn:`` one write transaction (others wait for it), which
-        may dirty :attr:`own_pages` pages; the WAL is checkpointed before it when it holds half
-        its allowance (:meth:`_begin_write`), the reads' pending uses go in first
+        may dirty ``self.wal.own_pages`` pages; the WAL is checkpointed before it when it
+        holds half its allowance (:mod:`.wal`), the reads' pending uses go in first
         (:meth:`touch`; more than may ride along go first, a transaction's worth at a time)."""
-        conn = self.connection()
-        while len(self._uses) > self.ride:
-            chunk = max(1, int(txn_pages(self.cap) / self.row_pages))
-            with Transaction(conn, self._begin_write, self._end_write, self._chunk(chunk)):
+        conn, wal = self.connection(), self.wal
+        while len(self._uses) > wal.ride:
+            with Transaction(conn, wal.begin, wal.end, self._riders(wal.row_budget(False))):
                 pass
-        return Transaction(conn, self._begin_write, self._end_write, self._ride)
+        return Transaction(conn, wal.begin, wal.end, self._riders(wal.ride))
 
-    def _chunk(self, rows: int) -> Callable[[sqlite3.Connection], None]:
-        return lambda conn: self.spent(self._uses.write(conn, rows))
-
-    def _ride(self, conn: sqlite3.Connection) -> None:
-        self.spent(self._uses.write(conn, self.ride))
-
-    @property
-    def ride(self) -> int:
-        """Pending uses that go along with a write transaction: a quarter of its pages."""
-        return max(1, int(txn_pages(self.cap) / 4 / self.row_pages))
-
-    @property
-    def own_pages(self) -> int:
-        """Pages a write transaction may dirty besides the uses that ride along."""
-        return max(2 * ROW_PAGES, txn_pages(self.cap) - int(self.ride * self.row_pages))
-
-    def spent(self, rows: int) -> None:
-        """Count ``rows`` rows written or deleted (a claim, a drop, a use) in this thread's
-        write transaction: its WAL growth per row sizes the next transactions
-        (:attr:`row_pages`)."""
-        self._local.rows = getattr(self._local, "rows", 0) + rows
-
-    def _writing(self) -> threading.Lock:
-        """This process's lock on writing: its threads (the reads' and the fill thread) take
-        turns on it, not by SQLite's busy handler, which sleeps 1, 2, 5, 10 ... ms a try."""
-        if self._lock_pid != os.getpid():  # a forked child: the parent's holder is not here
-            self._lock, self._lock_pid = threading.Lock(), os.getpid()
-        return self._lock
+    def _riders(self, rows: int) -> Callable[[sqlite3.Connection], None]:
+        return lambda conn: self.wal.spent(self._uses.write(conn, rows))
 
     def read(self) -> Transaction:
         """``with ledger.read() as conn:`` one snapshot: a block deleted meanwhile stays
@@ -231,57 +193,8 @@ class Ledger:
         return claim_blocks(self, blocks, now, prefetch, keep_planned, near, conn)
 
     def trim(self, threshold: int | None = None) -> None:
-        """Checkpoint and truncate the WAL when it holds more than ``threshold`` bytes (half
-        its allowance when None), from :data:`DISK_FLOOR` up (below, SQLite's own checkpoints
-        every few pages); a checkpoint that finds readers or another checkpoint in the way
-        gives up (the next writer's :meth:`_begin_write` sees to the bound)."""
-        if self.bounded and self._wal_bytes() > (self.half if threshold is None else threshold):
-            with self._writing():  # not while this process's other thread writes
-                self.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
-
-    def _wal_bytes(self) -> int:
-        try:
-            return self._wal.stat().st_size
-        except OSError:
-            return 0
-
-    def _begin_write(self, conn: sqlite3.Connection) -> None:
-        """BEGIN IMMEDIATE, the WAL checkpointed first when it holds half its allowance: looked
-        at under the write lock, so no other writer adds to it between the look and this
-        transaction (was: a check after each commit, outside the lock: two transactions could
-        land before either checkpointed). A checkpoint another connection runs meanwhile is
-        waited for, not written past: it holds SQLite's checkpoint lock while it waits for the
-        write lock, so a writer that went on would keep it waiting and the WAL would grow (seen:
-        0.94 MB against 100 KB, the fill thread's checkpoint starved by the reads' claims)."""
-        lock = self._writing()
-        lock.acquire()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            deadline = time.monotonic() + _CHECKPOINT_WAIT_S
-            while self.bounded and (wal := self._wal_bytes()) > self.half:
-                if time.monotonic() > deadline:  # a reader held a snapshot that long
-                    break
-                conn.execute("ROLLBACK")
-                if conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:  # busy
-                    time.sleep(_POLL_S)
-                conn.execute("BEGIN IMMEDIATE")
-            self._local.wal, self._local.rows = (wal if self.bounded else 0), 0
-        except BaseException:
-            lock.release()
-            raise
-
-    def _end_write(self, committed: bool) -> None:
-        """Release the process's write lock; learn the WAL pages a row took (from the WAL's
-        growth, high where another writer added to it meanwhile), down by a twentieth a
-        transaction at most, so a transaction of many rows keeps within :func:`txn_pages`."""
-        try:
-            rows = getattr(self._local, "rows", 0)
-            if committed and rows and self.bounded:
-                grown = (self._wal_bytes() - self._local.wal) / FRAME / rows
-                if grown > 0:
-                    self.row_pages = min(_MOST_PAGES, max(1.0, grown, self.row_pages * 0.95))
-        finally:
-            self._writing().release()
+        """Checkpoint the WAL from ``threshold`` bytes (:meth:`.wal.WalGuard.trim`)."""
+        self.wal.trim(self.connection(), threshold)
 
     def fill(self, done: Iterable[tuple[int, bytes]]) -> None:
         """Store fetched bytes and mark their blocks ready (a block evicted or taken over
@@ -294,7 +207,7 @@ class Ledger:
             part, pages = [done[at]], fill_pages(len(done[at][1]))
             for block, data in done[at + 1 :]:
                 pages += fill_pages(len(data))
-                if pages > self.own_pages:
+                if pages > self.wal.own_pages:
                     break
                 part.append((block, data))
             at += len(part)
@@ -371,24 +284,18 @@ class Ledger:
         """``executemany(sql, rows)`` (one row a block: :data:`.uses.PLAN`, :data:`.uses.SET`),
         a transaction's pages at a time; given ``conn`` (an open write transaction), only what
         fits in it, returning the rest (else nothing)."""
+        wal = self.wal
         if conn is not None:
-            fit = max(1, self.row_budget() - self.rows_spent())
+            fit = max(1, wal.row_budget() - wal.rows_spent())
             conn.executemany(sql, rows[:fit])
-            self.spent(len(rows[:fit]))
+            wal.spent(len(rows[:fit]))
             return rows[fit:]  # for the caller, once its transaction ended
-        for at in range(0, len(rows), self.row_budget()):
+        while rows:
             with self.write() as own:
-                own.executemany(sql, rows[at : at + self.row_budget()])
-                self.spent(len(rows[at : at + self.row_budget()]))
+                part, rows = rows[: wal.row_budget()], rows[wal.row_budget() :]
+                own.executemany(sql, part)
+                wal.spent(len(part))
         return ()
-
-    def row_budget(self) -> int:
-        """Rows (claims, evictions, uses) a write transaction may hold besides its riders."""
-        return max(1, int(self.own_pages / self.row_pages))
-
-    def rows_spent(self) -> int:
-        """Rows counted (:meth:`spent`) in this thread's write transaction so far."""
-        return int(getattr(self._local, "rows", 0))
 
     def state(self, block: int) -> tuple[bool, int | None] | None:
         """``(ready, owner pid)`` of a block, or None when it is gone."""
