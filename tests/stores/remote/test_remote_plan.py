@@ -108,6 +108,27 @@ def test_the_whole_order_keeps_what_is_needed_soonest(
     assert planned > 1.5 * lru  # measured 3.5-6x; LRU varies with GET timing (0.010-0.034)
 
 
+def test_next_uses_of_many_ranges_are_each_ranges_own(rng: random.Random) -> None:
+    """The batch lookup (numpy, a key at a time) answers what one lookup a range does, for
+    ranges holding no, one or several planned ranges, objects the plan never reads, two
+    epochs of steps, and every ``at_least``."""
+    needs = []
+    for step in range(200):
+        epoch = (rng.random() < 0.3) << 32
+        for _ in range(rng.randrange(1, 8)):
+            start = rng.randrange(0, 4000)
+            needs.append(Need(rng.choice("ab"), start, start + rng.randrange(1, 60), epoch + step))
+    needs.sort(key=lambda n: n.step)
+    plan = Plan(needs, [i.to_bytes(2, "little") for i in range(len(needs))], 0)
+    for _ in range(200):
+        spans = []
+        for _ in range(rng.randrange(0, 30)):
+            start = rng.randrange(0, 4100)
+            spans.append((rng.choice("abc"), start, start + rng.randrange(0, 300)))
+        at = rng.choice([0, rng.randrange(0, 220), (1 << 32) + rng.randrange(0, 220)])
+        assert plan.next_use_many(spans, at) == [plan.next_use(*s, at) for s in spans]
+
+
 def test_an_order_survives_its_file_and_a_damaged_one_is_ignored(tmp_path: Path) -> None:
     batches = [np.array([3, 1, 2], dtype=np.int64), np.array([], dtype=np.int64), np.arange(4)]
     save_order(tmp_path / "o.npz", batches, [1 << 32, (1 << 32) + 1, 2 << 32])

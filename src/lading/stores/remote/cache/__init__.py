@@ -28,8 +28,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lading.stores.remote.cache.claims import pid_alive
 from lading.stores.remote.cache.fill import Filler
-from lading.stores.remote.cache.ledger import Ledger, pid_alive
+from lading.stores.remote.cache.ledger import Ledger
 from lading.stores.remote.cache.order import Plan
 from lading.stores.remote.cache.planning import Key, Planning, serialized
 from lading.stores.remote.cache.stats import node_totals, publish
@@ -97,7 +98,8 @@ class NodeCache(Planning):
     def _reset(self) -> None:
         """Per-process state: new in a forked child (the parent's GETs are not its own)."""
         self._pid = os.getpid()
-        self._inflight: dict[int, Future] = {}
+        self._inflight: dict[int, Future | None] = {}  # None: its GET is being submitted
+        self._inflight_lock = threading.Lock()
         self._plan: dict[Key, list[int]] = {}  # planned, unread accesses: their steps
         self._deferred: list[Need] = []
         self.order: Plan | None = None  # the epoch's whole order (eviction only), if told
@@ -105,6 +107,7 @@ class NodeCache(Planning):
         self._advanced = 0  # steps before this had their blocks' next uses moved past them
         self._filler.reset()
         self._names: dict[int, str] = {}
+        self._ids: dict[str, int] = {}  # object key -> its id in the ledger
         self.hits = self.misses = self.bytes_used = self.bypassed = self.unplanned = 0
         self.by_epoch: dict[int, list[int]] = {}  # step >> 32 -> [hits, misses] of its accesses
         self.wait_s = 0.0
@@ -115,14 +118,17 @@ class NodeCache(Planning):
             self._reset()
 
     def _obj(self, key: str) -> int:
-        obj = self.ledger.object_id(f"{self.namespace}/{key}")
-        self._names[obj] = key
+        obj = self._ids.get(key)
+        if obj is None:
+            obj = self._ids[key] = self.ledger.object_id(f"{self.namespace}/{key}")
+            self._names[obj] = key
         return obj
 
     def _filled(self, blocks: list[int]) -> None:
         """Blocks the writer filled (or gave up): no longer this process's GETs in flight."""
-        for block in blocks:
-            self._inflight.pop(block, None)
+        with self._inflight_lock:
+            for block in blocks:
+                self._inflight.pop(block, None)
         self._publish()  # at most once a second (on the writer thread)
 
     # -- reading ---------------------------------------------------------------------------------
@@ -185,14 +191,14 @@ class NodeCache(Planning):
         """Each block read and the next step this process planned to read it at (or None):
         from the epoch's order where it covers ``now``, else from the prefetched window."""
         order = self.order if self.order is not None and self.order.covers(now) else None
+        if order is not None:
+            assert now is not None
+            names = self._names
+            steps = order.next_use_many([(names[k[0]], k[1], k[2]) for _, k in touched], now + 1)
+        else:
+            steps = [min(found) if (found := self._plan.get(k)) else None for _, k in touched]
         nexts: dict[int, int | None] = {}
-        for block, k in touched:
-            if order is not None:
-                assert now is not None
-                step = order.next_use(self._names[k[0]], k[1], k[2], now + 1)
-            else:
-                steps = self._plan.get(k)
-                step = min(steps) if steps else None
+        for (block, _), step in zip(touched, steps):
             known = nexts.get(block)
             nexts[block] = step if known is None else known if step is None else min(known, step)
         return list(nexts.items())

@@ -101,7 +101,7 @@ class Filler:
             # no wait for more to finish: a block filled ms later is one eviction cannot
             # choose meanwhile (tried, 3 ms: epoch-2 hits of a planned order fell from
             # 0.25 to 0.14-0.15 of 0.25 in test_the_whole_order_keeps_what_is_needed_soonest)
-            limit = min(_BATCH, self.ledger.fill_batch())
+            limit = _BATCH  # ledger.fill writes them a transaction's pages at a time
             with contextlib.suppress(queue.Empty):
                 while len(done) < limit:
                     done.append(self._done.get_nowait())

@@ -23,6 +23,28 @@ def wal_allowance(cap: int) -> int:
     return min(8 << 20, max(64 << 10, cap // 8))
 
 
+# WAL pages a transaction dirties (each one frame of PAGE + 24 bytes, however often the
+# transaction changes it): a block's row is a leaf of ``blocks`` and of its 4 indexes, a use
+# moves 3 index entries (the ledger learns the pages a row takes, from this start: measured
+# 1-3); a fill adds the payload's pages and the row's leaf
+TXN_PAGES = 6  # any write transaction (the settings row, index interiors; measured 5-7)
+ROW_PAGES = 6  # a block claimed or dropped (its rows, a page split now and then, the freelist)
+FRAME = PAGE + 24
+
+
+def txn_pages(cap: int) -> int:
+    """WAL pages one transaction may add: the WAL is checkpointed before a transaction once it
+    holds half its allowance, so with this much per transaction it stays within it."""
+    return max(8, (wal_allowance(cap) // 2) // FRAME)
+
+
+def fill_pages(size: int) -> int:
+    """WAL pages (high) of filling a block of ``size`` bytes: its payload's pages (overflow
+    pages hold PAGE - 4 bytes; blocks are filled in id order, so small ones share the last
+    leaf) and a page for its row (rows claimed together share leaves too)."""
+    return -(-size // (PAGE - 4)) + 1
+
+
 def block_cost(cap: int) -> int:
     """Bytes a block is charged besides its payload under ``cap`` (0 below the floor)."""
     return BLOCK_COST if cap >= DISK_FLOOR else 0
@@ -34,17 +56,20 @@ def budget(cap: int) -> int:
     return cap - wal_allowance(cap) - FIXED if cap >= DISK_FLOOR else cap
 
 
-def current_budget(conn: sqlite3.Connection, used: int) -> tuple[int, int]:
+def current_budget(conn: sqlite3.Connection, used: int, pending: int = 0) -> tuple[int, int]:
     """``(bytes of blocks the node may hold now, what a block costs besides its bytes)`` in
-    the ledger ``conn`` with ``used`` bytes charged: from :data:`DISK_FLOOR` up, :func:`budget`
-    scaled by the file's measured bytes per byte charged (partly filled pages: 1.3-2x; free
-    pages are reused before the file grows), so the file stays within its share."""
+    the ledger ``conn`` with ``used`` bytes charged, ``pending`` of them claimed and not yet
+    filled: from :data:`DISK_FLOOR` up, :func:`budget` scaled by the file's measured bytes per
+    byte charged (partly filled pages: 1.3-2x; free pages are reused before the file grows),
+    so the file stays within its share. A claimed block has no payload pages yet: its bytes
+    count as pages to come (was: live pages over all bytes charged, which read 1.1 while half
+    the bytes charged were still being fetched, and the file outgrew its share under load)."""
     cap = int(conn.execute("SELECT value FROM settings WHERE name = 'cap'").fetchone()[0])
     if cap < DISK_FLOOR:
         return cap, 0
     live = int(conn.execute("PRAGMA page_count").fetchone()[0])
     live -= int(conn.execute("PRAGMA freelist_count").fetchone()[0])
-    ratio = max(1.1, live * PAGE / used) if used > 256 * PAGE else 2.0
+    ratio = max(1.1, (live * PAGE + pending) / used) if used > 256 * PAGE else 2.0
     return int(budget(cap) / ratio), block_cost(cap)
 
 

@@ -18,13 +18,14 @@ The byte cap is hard: ``used`` (bytes of every block, fetched or claimed, each c
 :data:`BLOCK_COST` more for its rows in the tables and indexes) never exceeds the block budget,
 checked in the same transaction that claims. From :data:`DISK_FLOOR` up, the budget is the cap
 less what the files need besides the blocks (the WAL's allowance, the ``-shm`` map, the
-schema), so every byte of the ledger's files on disk stays within the cap: the WAL is truncated
-to its allowance after each checkpoint (``journal_size_limit``), a transaction fills at most
-what fits in it, pages are 1 KiB (a WAL frame is a whole page: 4 KiB pages logged ~6 KiB for
-each 350-byte passage), a claim goes a few blocks a transaction, and the block budget is
-scaled by the file's measured bytes per byte charged (freed pages are reused, never given back:
-vacuuming moved so many pages that the WAL grew 6x). Measured before: the
-WAL at 32.9 MiB beside 6.7 MiB of blocks, the files 4.3-8x the cap at small caps.
+schema), so every byte of the ledger's files on disk stays within the cap: the WAL is
+checkpointed before any write transaction once it holds half its allowance and no transaction
+adds more than the other half (:mod:`.wal`), pages are 1 KiB (a WAL frame is a whole page:
+4 KiB pages logged ~6 KiB for each 350-byte passage), and the block budget is scaled by the
+file's measured bytes per byte charged, bytes claimed but not yet filled counted as pages to
+come (freed pages are reused, never given back: vacuuming moved so many pages that the WAL
+grew 6x). Measured before: the WAL at 32.9 MiB beside 6.7 MiB of blocks, the files 4.3-8x
+the cap at small caps.
 """
 
 from __future__ import annotations
@@ -32,25 +33,19 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from lading.stores.remote.cache import damaged
+from lading.stores.remote.cache.claims import claim_blocks, pid_alive
 from lading.stores.remote.cache.evict import policy as eviction_policy
 from lading.stores.remote.cache.footprint import (
-    DISK_FLOOR,
-    PAGE,
     block_cost,
     configure,
-    current_budget,
-    wal_allowance,
+    fill_pages,
 )
 from lading.stores.remote.cache.queries import (
-    CLAIM,
     FIND,
-    LAST_ID,
-    OVERLAPS,
     SCHEMA,
     SCHEMA_VERSION,
     Claimed,
@@ -60,7 +55,8 @@ from lading.stores.remote.cache.queries import (
     read_slice,
 )
 from lading.stores.remote.cache.uses import PendingUses
-from lading.stores.remote.plan import NO_STEP, Block
+from lading.stores.remote.cache.wal import WalGuard
+from lading.stores.remote.plan import Block
 
 LEDGER_FILE = "ledger.sqlite"
 
@@ -82,7 +78,8 @@ class Ledger:
         self.path = self.directory / LEDGER_FILE
         self.cap = cap
         self.policy_name = policy
-        self._policy = eviction_policy(policy)
+        self.policy = eviction_policy(policy)
+        self.wal = WalGuard(self.path, cap)  # the WAL's bound (:mod:`.wal`)
         self._local = threading.local()
         self._objects: dict[str, int] = {}
         self._uses = PendingUses()  # the reads' uses, written with the next transaction
@@ -101,6 +98,10 @@ class Ledger:
         with self.write() as conn:
             conn.execute("INSERT OR REPLACE INTO settings VALUES ('cap', ?)", (self.cap,))
             self._reclaim_dead(conn)
+            conn.execute(  # bytes claimed, not yet filled (:func:`.footprint.current_budget`)
+                "INSERT OR REPLACE INTO settings SELECT 'pending', total(size) FROM blocks"
+                " WHERE ready = 0"
+            )
         damaged.check_contents(self.connection(), self.path)
 
     def connection(self) -> sqlite3.Connection:
@@ -117,13 +118,18 @@ class Ledger:
         return conn
 
     def write(self) -> Transaction:
-        """``with ledger.write() as conn:`` one write transaction (others wait for it); the
-        reads' pending uses go in first (:meth:`touch`), the WAL is trimmed after it
-        (:meth:`trim`)."""
-        if len(self._uses) > self.fill_batch() // 2:  # too many to ride along (the WAL's cap)
-            with Transaction(self.connection(), "BEGIN IMMEDIATE", self.trim, self._uses.write):
+        """``with ledger.write() as conn:`` one write transaction (others wait for it), which
+        may dirty ``self.wal.own_pages`` pages; the WAL is checkpointed before it when it
+        holds half its allowance (:mod:`.wal`), the reads' pending uses go in first
+        (:meth:`touch`; more than may ride along go first, a transaction's worth at a time)."""
+        conn, wal = self.connection(), self.wal
+        while len(self._uses) > wal.ride:
+            with Transaction(conn, wal.begin, wal.end, self._riders(wal.row_budget(False))):
                 pass
-        return Transaction(self.connection(), "BEGIN IMMEDIATE", self.trim, self._uses.write)
+        return Transaction(conn, wal.begin, wal.end, self._riders(wal.ride))
+
+    def _riders(self, rows: int) -> Callable[[sqlite3.Connection], None]:
+        return lambda conn: self.wal.spent(self._uses.write(conn, rows))
 
     def read(self) -> Transaction:
         """``with ledger.read() as conn:`` one snapshot: a block deleted meanwhile stays
@@ -139,23 +145,6 @@ class Ledger:
                 row = conn.execute("SELECT id FROM objects WHERE name = ?", (name,)).fetchone()
             found = self._objects[name] = int(row[0])
         return found
-
-    def fill_batch(self) -> int:
-        """Blocks one fill transaction may hold: a transaction's pages all go to the WAL
-        before a checkpoint can shrink it (~6 pages a block at most)."""
-        return max(8, wal_allowance(self.cap) // (6 * PAGE))
-
-    @staticmethod
-    def find(conn: sqlite3.Connection, obj: int, start: int, end: int) -> Found | None:
-        """The block holding bytes ``[start, end)`` of object ``obj``, or None."""
-        row = conn.execute(
-            "SELECT id, start, end, ready, owner FROM blocks WHERE object = ? AND start <= ?"
-            " ORDER BY start DESC LIMIT 1",
-            (obj, start),
-        ).fetchone()
-        if row is None or row[2] < end:
-            return None
-        return Found(row[0], row[1], bool(row[3]), row[4])
 
     @staticmethod
     def find_many(
@@ -185,8 +174,10 @@ class Ledger:
         prefetch: bool,
         keep_planned: bool = False,
         near: int = 0,
+        conn: sqlite3.Connection | None = None,
     ) -> Claimed:
-        """Claim ``(block, object id)`` pairs, in order, for this process to fetch.
+        """Claim ``(block, object id)`` pairs, in order, for this process to fetch
+        (:mod:`.claims`; ``conn``: an open write transaction the first part goes in).
 
         Room is made by evicting ready blocks in the policy's order, but only blocks whose next
         planned use is later than the claiming block's ``step`` (``prefetch``) or than ``now``
@@ -199,118 +190,76 @@ class Ledger:
         16-batch window that evicted planned blocks early kept 0.6x the optimum's hits), but
         a block needed ``near`` steps ahead or fewer makes room as its read would.
         """
-        out = Claimed([], [], [])
-        full = False  # a block found no room: the later ones (needed later) wait too
-        step = self.fill_batch()  # a transaction's pages all go to the WAL: a few at a time
-        for lo in range(0, len(blocks), step):
-            if full:  # no room: the rest waits, without a transaction each
-                out.deferred.extend(block for block, _ in blocks[lo:])
-                break
-            full = self._claim_some(
-                blocks[lo : lo + step], now, prefetch, keep_planned, full, out, near
-            )
-        return out
+        return claim_blocks(self, blocks, now, prefetch, keep_planned, near, conn)
 
-    def _claim_some(
-        self,
-        blocks: Sequence[tuple[Block, int]],
-        now: int | None,
-        prefetch: bool,
-        keep_planned: bool,
-        full: bool,
-        out: Claimed,
-        near: int = 0,
-    ) -> bool:
-        """:meth:`claim` of a few blocks in one transaction, into ``out``; whether the cap was
-        found full (``full``: it was already)."""
-        clock = -1 if now is None else now
-        with self.write() as conn:
-            used = self._used(conn)
-            cap, extra = current_budget(conn, used)
-            victims = self._policy(conn, clock)
-            keys = [(obj, block.start, block.end) for block, obj in blocks]
-            taken = {row[0] for row in batched(conn, OVERLAPS, keys)}
-            dropped: list[int] = []  # victims, dropped in one go before the inserts
-            claims: list[Block] = []
-            rows: list[tuple[int, int, int, int, int, int | None, float]] = []
-            pid, t = os.getpid(), time.time()
-            for n, (block, _) in enumerate(blocks):
-                size = block.size + extra
-                if full or size > cap:
-                    out.deferred.append(block)
-                    continue
-                if n in taken:
-                    out.overlapping.append(block)
-                    continue
-                bound = _bound(block.step, clock, prefetch, keep_planned, near)
-                while used + size > cap:
-                    victim = next(victims, None)
-                    if victim is None or victim[2] <= bound:
-                        break
-                    dropped.append(victim[0])
-                    used -= victim[1] + extra
-                if used + size > cap:
-                    full = True
-                    out.deferred.append(block)
-                    continue
-                step = None if block.step >= NO_STEP else block.step
-                rows.append((keys[n][0], block.start, block.end, block.size, pid, step, t))
-                claims.append(block)
-                used += size
-            self._drop(conn, dropped)
-            # ids given here (the write lock is held), not one INSERT a block for its rowid
-            first = 1 + int(conn.execute(LAST_ID).fetchone()[0])
-            conn.executemany(CLAIM, [(first + i, *row) for i, row in enumerate(rows)])
-            out.claimed.extend((block, first + i) for i, block in enumerate(claims))
-            conn.execute("UPDATE settings SET value = ? WHERE name = 'used'", (used,))
-        return full
-
-    def trim(self) -> None:
-        """Checkpoint and truncate the WAL when it holds half its allowance (from
-        :data:`DISK_FLOOR` up; below, SQLite's own checkpoints every 1,000 pages)."""
-        wal = self.path.with_name(self.path.name + "-wal")
-        try:
-            size = wal.stat().st_size
-        except OSError:
-            return
-        if self.cap >= DISK_FLOOR and size > wal_allowance(self.cap) // 2:
-            self.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    def trim(self, threshold: int | None = None) -> None:
+        """Checkpoint the WAL from ``threshold`` bytes (:meth:`.wal.WalGuard.trim`)."""
+        self.wal.trim(self.connection(), threshold)
 
     def fill(self, done: Iterable[tuple[int, bytes]]) -> None:
         """Store fetched bytes and mark their blocks ready (a block evicted or taken over
-        meanwhile is skipped)."""
+        meanwhile is skipped), a transaction's pages at a time; then checkpoint the WAL from
+        half its allowance (on the writer thread, so the reads find it so less often; from a
+        quarter, the fill thread took 0.042 ms of CPU a cold document, not 0.031)."""
         done = list(done)
-        if not done:
-            return
-        with self.write() as conn:
-            # two statements for the whole batch, not two a block; the payload goes in only
-            # where its claim is still there and unfilled (evicted or taken over: skipped)
-            conn.executemany(
-                "INSERT OR REPLACE INTO payload SELECT ?, ? WHERE EXISTS (SELECT 1 FROM blocks"
-                " WHERE id = ? AND ready = 0)",
-                [(block, data, block) for block, data in done],
-            )
-            conn.executemany(
-                "UPDATE blocks SET ready = 1, owner = NULL WHERE id = ? AND ready = 0",
-                [(block,) for block, _ in done],
-            )
+        at = 0
+        while at < len(done):
+            part, pages = [done[at]], fill_pages(len(done[at][1]))
+            for block, data in done[at + 1 :]:
+                pages += fill_pages(len(data))
+                if pages > self.wal.own_pages:
+                    break
+                part.append((block, data))
+            at += len(part)
+            with self.write() as conn:
+                self._fill_some(conn, part)
+        if done:
+            self.trim()
+
+    def _fill_some(self, conn: sqlite3.Connection, done: list[tuple[int, bytes]]) -> None:
+        ids = [block for block, _ in done]
+        marks = ",".join("?" * len(ids))
+        (filling,) = conn.execute(
+            f"SELECT total(size) FROM blocks WHERE id IN ({marks}) AND ready = 0", ids
+        ).fetchone()
+        # two statements for the whole batch, not two a block; the payload goes in only
+        # where its claim is still there and unfilled (evicted or taken over: skipped)
+        conn.executemany(
+            "INSERT OR REPLACE INTO payload SELECT ?, ? WHERE EXISTS (SELECT 1 FROM blocks"
+            " WHERE id = ? AND ready = 0)",
+            [(block, data, block) for block, data in done],
+        )
+        conn.executemany(
+            "UPDATE blocks SET ready = 1, owner = NULL WHERE id = ? AND ready = 0",
+            [(block,) for block in ids],
+        )
+        conn.execute(
+            "UPDATE settings SET value = max(0, value - ?) WHERE name = 'pending'", (filling,)
+        )
 
     def release(self, blocks: Iterable[int]) -> None:
         """Give up claims (a fetch that failed): their space is free again."""
         with self.write() as conn:
-            self._drop(conn, list(blocks))
+            self.drop(conn, list(blocks))
 
-    def _drop(self, conn: sqlite3.Connection, blocks: list[int]) -> None:
+    def drop(self, conn: sqlite3.Connection, blocks: list[int]) -> None:
+        """Delete ``blocks`` (and their bytes) in ``conn``'s write transaction, their bytes
+        charged no more."""
         if not blocks:
             return
         marks = ",".join("?" * len(blocks))
-        freed, count = conn.execute(
-            f"SELECT total(size), count(*) FROM blocks WHERE id IN ({marks})", blocks
+        freed, count, unfilled = conn.execute(
+            f"SELECT total(size), count(*), total(size) FILTER (WHERE ready = 0) FROM blocks"
+            f" WHERE id IN ({marks})",
+            blocks,
         ).fetchone()
         conn.execute(f"DELETE FROM blocks WHERE id IN ({marks})", blocks)
         conn.execute(f"DELETE FROM payload WHERE id IN ({marks})", blocks)
         freed = int(freed) + count * block_cost(self.cap)
-        conn.execute("UPDATE settings SET value = max(0, value - ?) WHERE name = 'used'", (freed,))
+        conn.executemany(
+            "UPDATE settings SET value = max(0, value - ?) WHERE name = ?",
+            [(freed, "used"), (unfilled or 0, "pending")],
+        )
 
     def touch(self, uses: Sequence[tuple[int, int | None]], now: int | None) -> None:
         """Count a use of each ``(block, next)`` read at step ``now``: its next use becomes
@@ -326,27 +275,27 @@ class Ledger:
             with self.write():
                 pass
 
-    def plan_uses(self, uses: Iterable[tuple[int, int]], now: int) -> None:
-        """Record that block ``b`` is next used at step ``s`` for each ``(b, s)``: the earlier
-        of that and its current next use, unless the current one is already past (< ``now``)."""
-        with self.write() as conn:
-            conn.executemany(
-                "UPDATE blocks SET next_use = CASE WHEN next_use IS NULL OR next_use < ?"
-                " THEN ? ELSE min(next_use, ?) END WHERE id = ?",
-                [(now, step, step, block) for block, step in uses],
-            )
-
-    def set_uses(self, uses: Sequence[tuple[int, int | None]], now: int) -> None:
-        """Make each ``(block, next)``'s next use ``next`` (None: no planned use), keeping a
-        sooner one not yet past (>= ``now``: another process's plan)."""
-        if not uses:
-            return
-        with self.write() as conn:
-            conn.executemany(
-                "UPDATE blocks SET next_use = CASE WHEN next_use >= ? AND (? IS NULL OR"
-                " next_use < ?) THEN next_use ELSE ? END WHERE id = ?",
-                [(now, step, step, step, block) for block, step in uses],
-            )
+    def update(
+        self,
+        sql: str,
+        rows: Sequence[tuple[int | None, ...]],
+        conn: sqlite3.Connection | None = None,
+    ) -> Sequence[tuple[int | None, ...]]:
+        """``executemany(sql, rows)`` (one row a block: :data:`.uses.PLAN`, :data:`.uses.SET`),
+        a transaction's pages at a time; given ``conn`` (an open write transaction), only what
+        fits in it, returning the rest (else nothing)."""
+        wal = self.wal
+        if conn is not None:
+            fit = max(1, wal.row_budget() - wal.rows_spent())
+            conn.executemany(sql, rows[:fit])
+            wal.spent(len(rows[:fit]))
+            return rows[fit:]  # for the caller, once its transaction ended
+        while rows:
+            with self.write() as own:
+                part, rows = rows[: wal.row_budget()], rows[wal.row_budget() :]
+                own.executemany(sql, part)
+                wal.spent(len(part))
+        return ()
 
     def state(self, block: int) -> tuple[bool, int | None] | None:
         """``(ready, owner pid)`` of a block, or None when it is gone."""
@@ -359,11 +308,11 @@ class Ledger:
         with self.write() as conn:
             row = conn.execute("SELECT owner FROM blocks WHERE id = ? AND ready = 0", (block,))
             if (found := row.fetchone()) is not None and found[0] == owner:
-                self._drop(conn, [block])
+                self.drop(conn, [block])
 
     def _reclaim_dead(self, conn: sqlite3.Connection) -> None:
         rows = conn.execute("SELECT id, owner FROM blocks WHERE ready = 0").fetchall()
-        self._drop(conn, [block for block, owner in rows if not pid_alive(owner)])
+        self.drop(conn, [block for block, owner in rows if not pid_alive(owner)])
 
     @staticmethod
     def _used(conn: sqlite3.Connection) -> int:
@@ -376,39 +325,3 @@ class Ledger:
             cap = int(conn.execute("SELECT value FROM settings WHERE name = 'cap'").fetchone()[0])
             count = int(conn.execute("SELECT count(*) FROM blocks").fetchone()[0])
         return used, cap, count
-
-
-def pid_alive(pid: int | None) -> bool:
-    """Whether process ``pid`` runs on this host (the cache is node-local). A zombie (exited,
-    not yet reaped by its parent: a rank that left before its launcher looked) is dead."""
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except (OSError, IndexError):  # no /proc (not Linux): kill(0) said it exists
-        return True
-
-
-def _bound(step: int, clock: int, prefetch: bool, keep_planned: bool, near: int) -> int:
-    """The next use a victim must be later than to make room for a block needed at ``step``
-    (``clock``: now). A read evicts anything needed later than now; a prefetch anything needed
-    later than its block. With the epoch's order known (``keep_planned``), a prefetch more than
-    ``near`` steps ahead evicts only unplanned blocks (evicting a planned block early
-    decides on what is known now, not at the read); within them it evicts as the read would
-    (the furthest next use first: only the reads of the steps between can change that).
-    ``near`` 0 keeps every planned block for its use (the next epoch's hits at a small cap,
-    tests/stores/remote/test_remote_plan.py); but once the cache holds only planned blocks,
-    nothing is fetched ahead and every read waits for its GETs, so LM loaders, whose next
-    epoch rarely hits, set 16 (:data:`lading.lm.remote_reads.NEAR_STEPS`)."""
-    if not prefetch:
-        return clock
-    if keep_planned and step - clock > near:
-        return NO_STEP - 1
-    return step

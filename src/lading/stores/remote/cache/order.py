@@ -118,6 +118,25 @@ class Plan:
         later = steps[lo:hi][steps[lo:hi] >= at_least]
         return int(later.min()) if len(later) else None
 
+    def next_use_many(
+        self, spans: Sequence[tuple[str, int, int]], at_least: int
+    ) -> list[int | None]:
+        """:meth:`next_use` of each ``(key, start, end)``, with numpy a key at a time (was one
+        call a range: ~12 us each, ~28 a batch of 8 LM windows and their blocks)."""
+        out: list[int | None] = [None] * len(spans)
+        by_key: dict[str, list[int]] = {}
+        for i, span in enumerate(spans):
+            by_key.setdefault(span[0], []).append(i)
+        for key, where in by_key.items():
+            found = self._by_key.get(key)
+            if found is None:
+                continue
+            at = np.array([spans[i][1:] for i in where], dtype=np.int64).reshape(-1, 2)
+            steps = _first_from(found, at[:, 0], at[:, 1], at_least)
+            for i, step in zip(where, steps.tolist()):
+                out[i] = None if step < 0 else step
+        return out
+
     def match(self, sig: bytes) -> int | None:
         """The step of the first unread planned batch whose rows have digest ``sig`` (it and
         every batch before it count as read from then on), or None: an unplanned read."""
@@ -133,6 +152,33 @@ class Plan:
     def passed(self, step: int) -> None:
         """Batches before ``step`` were read (a read that named its step)."""
         self._cursor = max(self._cursor, self.index(step))
+
+
+_NONE = np.iinfo(np.int64).max
+
+
+def _first_from(
+    found: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    at_least: int,
+) -> npt.NDArray[np.int64]:
+    """For each range ``[starts[i], ends[i])``, the least planned step ``>= at_least`` among
+    one object's accesses ``found`` (starts, steps; sorted by start) starting inside it, or
+    -1: each range's accesses gathered into one array, a ``minimum.reduceat`` over them."""
+    begin, steps = found
+    lo, hi = np.searchsorted(begin, starts), np.searchsorted(begin, ends)
+    counts = hi - lo
+    out = np.full(len(starts), -1, dtype=np.int64)
+    some = counts > 0
+    if not some.any():
+        return out
+    lo, counts = lo[some], counts[some]
+    first = np.cumsum(counts) - counts  # where each range's accesses start, gathered
+    gathered = steps[np.repeat(lo - first, counts) + np.arange(int(counts.sum()))]
+    least = np.minimum.reduceat(np.where(gathered >= at_least, gathered, _NONE), first)
+    out[some] = np.where(least == _NONE, -1, least)
+    return out
 
 
 def signature(rows: npt.NDArray[np.int64]) -> bytes:

@@ -17,6 +17,7 @@ import bisect
 import functools
 import operator
 import os
+import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
@@ -24,6 +25,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 from lading.stores.remote.cache.fill import Filler
 from lading.stores.remote.cache.ledger import Claimed, Ledger
 from lading.stores.remote.cache.order import Plan
+from lading.stores.remote.cache.uses import PLAN, SET
 from lading.stores.remote.fetch import Fetcher, Future
 from lading.stores.remote.plan import NO_STEP, Need, coalesce, needs_in
 
@@ -68,7 +70,8 @@ class Planning:
     by_epoch: dict[int, list[int]]
     bypassed: int
     _filler: Filler
-    _inflight: dict[int, Future]
+    _inflight: dict[int, Future | None]  # None: its GET is being submitted
+    _inflight_lock: threading.Lock
     _plan: dict[Key, list[int]]
     _deferred: list[Need]
     _later: list[Need]
@@ -110,7 +113,7 @@ class Planning:
         # first that finds no room; retrying them all at every read cost ~0.1 ms a document
         # with an epoch's order at a cap of 0.5% of the corpus)
         keep, self._deferred = _window(self._deferred, budget, now)
-        uses: list[tuple[int, int]] = []
+        uses: list[tuple[int | None, ...]] = []  # (now, step, step, block): uses.PLAN's
         missing: list[tuple[Need, int]] = []
         # 0: deferred (counted before), 1: left beyond the window while missing (counted now:
         # a GET meanwhile, for another access, makes this one a hit), 2: new
@@ -119,32 +122,37 @@ class Planning:
             return
         objs = {key: self._obj(key) for key in {n.key for n, _ in todo}}
         keys = [(objs[n.key], n.start, n.end) for n, _ in todo]
-        with self.ledger.read() as conn:
+        # one write transaction: look up, note next uses, claim (was a read, a write for the
+        # uses, a read for the coalescing and a write for the claim)
+        with self.ledger.write() as conn:
             founds = self.ledger.find_many(conn, keys)
-        wait: list[Need] = []
-        window = 0  # bytes of the missing ones taken so far
-        for (need, kind), found, (obj, _, _) in zip(todo, founds, keys):
-            if kind == 2:
-                self._plan.setdefault((obj, need.start, need.end), []).append(need.step)
-            if found is not None:
-                uses.append((found.block, need.step))
-                self.hits += kind > 0
-                if kind:
-                    self.by_epoch.setdefault(need.step >> 32, [0, 0])[0] += 1
-            elif kind == 2 and need.step > now and window > budget:
-                wait.append(need)  # beyond the window: counted when it is fetched
-            else:
-                missing.append((need, obj))
-                window += need.end - need.start
-                self.misses += kind > 0
-                if kind:
-                    self.by_epoch.setdefault(need.step >> 32, [0, 0])[1] += 1
-        if uses:
-            self.ledger.plan_uses(uses, now)
+            wait: list[Need] = []
+            window = 0  # bytes of the missing ones taken so far
+            for (need, kind), found, (obj, _, _) in zip(todo, founds, keys):
+                if kind == 2:
+                    self._plan.setdefault((obj, need.start, need.end), []).append(need.step)
+                if found is not None:
+                    uses.append((now, need.step, need.step, found.block))
+                    self.hits += kind > 0
+                    if kind:
+                        self.by_epoch.setdefault(need.step >> 32, [0, 0])[0] += 1
+                elif kind == 2 and need.step > now and window > budget:
+                    wait.append(need)  # beyond the window: counted when it is fetched
+                else:
+                    missing.append((need, obj))
+                    window += need.end - need.start
+                    self.misses += kind > 0
+                    if kind:
+                        self.by_epoch.setdefault(need.step >> 32, [0, 0])[1] += 1
+            rest = self.ledger.update(PLAN, uses, conn)
+            # claims see every next use noted first (else they go after the uses, on their own)
+            claimed = None if rest else self._claim(conn, missing, now, prefetch=True)
+        if rest:
+            self.ledger.update(PLAN, rest)
         if wait:  # kept sorted by step: a read's pump then looks at the window alone
             self._later += wait
             self._later.sort(key=_STEP)  # two sorted runs: linear
-        self._fetch(missing, now, prefetch=True)
+        self._start(missing, now, True, claimed)
         if len(self._plan) > 4 * len(needs) + 4096:  # accesses planned but never read
             self._plan = {k: steps for k, steps in self._plan.items() if steps[-1] >= now}
 
@@ -165,11 +173,9 @@ class Planning:
             rows = conn.execute(
                 f"SELECT id, object, start, end FROM blocks WHERE object IN ({marks})", list(objs)
             ).fetchall()
-        uses = [
-            (block, order.next_use(objs[obj], start, end, order.first_step))
-            for block, obj, start, end in rows
-        ]
-        self.ledger.set_uses(uses, order.first_step)
+        steps = order.next_use_many([(objs[o], a, b) for _, o, a, b in rows], order.first_step)
+        uses = [(row[0], step) for row, step in zip(rows, steps)]
+        self.ledger.update(SET, [(order.first_step, s, s, s, b) for b, s in uses])
 
     def advance(self, now: int) -> None:
         """Move the next use of the blocks the plan read before step ``now`` past it (the
@@ -186,11 +192,10 @@ class Planning:
         keys = [(self._obj(key), start, end) for key, start, end in spans]
         with self.ledger.read() as conn:
             founds = self.ledger.find_many(conn, keys)
-        uses = {}
-        for (key, start, end), found in zip(spans, founds):
-            if found is not None and found.ready:
-                uses[found.block] = order.next_use(key, start, end, now)
-        self.ledger.set_uses(list(uses.items()), now)
+        ready = [(span, found.block) for span, found in zip(spans, founds) if found and found.ready]
+        steps = order.next_use_many([span for span, _ in ready], now)
+        uses = {block: step for (_, block), step in zip(ready, steps)}
+        self.ledger.update(SET, [(now, s, s, s, b) for b, s in uses.items()])
 
     def _fetch(
         self, missing: list[tuple[Need, int]], now: int | None, prefetch: bool, around: bool = False
@@ -200,31 +205,63 @@ class Planning:
         nothing, read every block around the cache."""
         if not missing:
             return {}
+        with self.ledger.read() if around else self.ledger.write() as conn:
+            claimed = self._claim(conn, missing, now, prefetch, around)
+        return self._start(missing, now, prefetch, claimed)
+
+    def _claim(
+        self,
+        conn: sqlite3.Connection,
+        missing: list[tuple[Need, int]],
+        now: int | None,
+        prefetch: bool,
+        around: bool = False,
+    ) -> Claimed:
+        """Coalesce ``missing`` and claim the blocks (the first part) in ``conn``'s open write
+        transaction: a gap holding a block is not merged across, seen under the write lock."""
         objs = {need.key: obj for need, obj in missing}
-        with self.ledger.read() as conn:
-            blocks = coalesce(
-                [n for n, _ in missing],
-                self.max_gap,
-                # with the epoch's order known, gap bytes would only take cache room from
-                # blocks kept for their next use (measured: 0.77x the optimum's hits with a
-                # 25% waste budget, 0.89-0.94x without); touching ranges still merge
-                0.0 if self.order is not None else self.max_waste,
-                self.max_block,
-                barrier=lambda key, end, start: self.ledger.occupied(conn, objs[key], end, start),
-            )
+        blocks = coalesce(
+            [n for n, _ in missing],
+            self.max_gap,
+            # with the epoch's order known, gap bytes would only take cache room from
+            # blocks kept for their next use (measured: 0.77x the optimum's hits with a
+            # 25% waste budget, 0.89-0.94x without); touching ranges still merge
+            0.0 if self.order is not None else self.max_waste,
+            self.max_block,
+            barrier=lambda key, end, start: self.ledger.occupied(conn, objs[key], end, start),
+        )
         order = self.order
         if not prefetch and order is not None and order.covers(now):
             assert now is not None  # read now: a block is kept for its next use
-            blocks = [
-                b._replace(step=order.next_use(b.key, b.start, b.end, now + 1) or NO_STEP)
-                for b in blocks
-            ]
+            steps = order.next_use_many([(b.key, b.start, b.end) for b in blocks], now + 1)
+            blocks = [b._replace(step=step or NO_STEP) for b, step in zip(blocks, steps)]
         if around:
-            result = Claimed([], blocks, [])
-        else:
+            return Claimed([], blocks, [])
+        planned = self.order is not None
+        pairs = [(b, objs[b.key]) for b in blocks]
+        return self.ledger.claim(pairs, now, prefetch, planned, self.near_steps, conn)
+
+    def _start(
+        self,
+        missing: list[tuple[Need, int]],
+        now: int | None,
+        prefetch: bool,
+        result: Claimed | None,
+    ) -> Started:
+        """Claim what ``result`` left (or all of ``missing`` when None) and start the GETs:
+        the blocks this process fetches by key, sorted by start."""
+        if result is None:
+            if not missing:
+                return {}
+            with self.ledger.write() as conn:
+                result = self._claim(conn, missing, now, prefetch)
+        while result.rest:  # the rest of a claim, a transaction's worth at a time
             planned = self.order is not None
-            result = self.ledger.claim(
-                [(b, objs[b.key]) for b in blocks], now, prefetch, planned, self.near_steps
+            more = self.ledger.claim(result.rest, now, prefetch, planned, self.near_steps)
+            result = Claimed(
+                result.claimed + more.claimed,
+                result.deferred + more.deferred,
+                result.overlapping + more.overlapping,
             )
         started: Started = {}
         self._filler.start()
@@ -232,12 +269,16 @@ class Planning:
         self.bypassed += sum(b.size for b in around_cache)
         fetch = [b for b, _ in result.claimed] + around_cache
         put = self._filler.put
+        for _, block_id in result.claimed:  # in flight before its GET can finish (_filled)
+            self._inflight[block_id] = None
         futures = self.fetcher.submit_many(
             [(b.key, b.start, b.end, self.etags.get(b.key)) for b in fetch],
             [functools.partial(put, block_id) for _, block_id in result.claimed],
         )  # the claimed blocks come first in ``fetch``: each is filled in once fetched
-        for (_, block_id), future in zip(result.claimed, futures):
-            self._inflight[block_id] = future
+        with self._inflight_lock:  # a block the writer filled meanwhile stays out (was: put
+            for (_, block_id), future in zip(result.claimed, futures):  # back, in flight
+                if block_id in self._inflight:  # for good: drain() waited its 60 s out)
+                    self._inflight[block_id] = future
         for block, future in zip(fetch, futures):
             started.setdefault(block.key, []).append((block.start, block.end, future))
         if prefetch:

@@ -84,41 +84,51 @@ def read_slice(conn: sqlite3.Connection, found: Found, start: int, end: int) -> 
 
 
 class Claimed(NamedTuple):
-    """What :meth:`Ledger.claim` did: blocks claimed (with ids), left for later, overlapping."""
+    """What :meth:`Ledger.claim` did: blocks claimed (with ids), left for later, overlapping,
+    and (a claim begun in the caller's transaction) ``(block, object id)`` still to claim."""
 
     claimed: list[tuple[Block, int]]
     deferred: list[Block]
     overlapping: list[Block]
+    rest: Sequence[tuple[Block, int]] = ()
 
 
 class Transaction:
-    """``with`` one SQLite transaction on ``conn`` (``begin``: its BEGIN), committed at a
-    clean exit, rolled back at an exception; ``first`` runs inside it before the caller's
-    statements, ``after`` once it committed."""
+    """``with`` one SQLite transaction on ``conn`` (``begin``: its BEGIN statement, or what
+    starts it), committed at a clean exit, rolled back at an exception; ``first`` runs inside
+    it before the caller's statements, ``end(committed)`` once it ended (either way)."""
 
     def __init__(
         self,
         conn: sqlite3.Connection,
-        begin: str,
-        after: Callable[[], None] | None = None,
+        begin: str | Callable[[sqlite3.Connection], None],
+        end: Callable[[bool], None] | None = None,
         first: Callable[[sqlite3.Connection], None] | None = None,
     ) -> None:
-        self.conn, self.begin, self.after, self.first = conn, begin, after, first
+        self.conn, self.begin, self.end, self.first = conn, begin, end, first
 
     def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute(self.begin)
+        if isinstance(self.begin, str):
+            self.conn.execute(self.begin)
+        else:
+            self.begin(self.conn)
         if self.first is not None:
             try:
                 self.first(self.conn)
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                self._finish(False)
                 raise
         return self.conn
 
     def __exit__(self, kind: object, *rest: object) -> None:
-        self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
-        if self.after is not None and kind is None:
-            self.after()
+        self._finish(kind is None)
+
+    def _finish(self, commit: bool) -> None:
+        try:
+            self.conn.execute("COMMIT" if commit else "ROLLBACK")
+        finally:
+            if self.end is not None:
+                self.end(commit)
 
 
 SCHEMA_VERSION = 2  # 2: 1 KiB pages (a new ledger file only)
