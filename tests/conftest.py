@@ -223,3 +223,23 @@ def _keep_the_start_method() -> Iterator[None]:
     yield
     if multiprocessing.get_start_method(allow_none=True) != _START_METHOD:
         multiprocessing.set_start_method(_START_METHOD, force=True)
+
+
+def node_cache_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cap: str) -> Path:
+    """A cold node cache where the environment says (``$LADING_CACHE``), capped at ``cap``
+    (``$LADING_REMOTE_CACHE_BYTES``): what a training command given a URL reads through."""
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "lading-cache"))
+    monkeypatch.setenv("LADING_REMOTE_CACHE_BYTES", cap)
+    return tmp_path / "lading-cache" / "remote"
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One intra-op torch thread: two runs of the same batches give the same losses bit for
+    bit (tests/lm/test_lm_train.py saw 2 threads differ in the last bits under load)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import node_cache_from_env
 from lading.cli import main
 from lading.testing import LocalS3
 
@@ -23,9 +24,7 @@ BUCKET = "cli-train-remote"
 
 @pytest.fixture
 def node_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "lading-cache"))
-    monkeypatch.setenv("LADING_REMOTE_CACHE_BYTES", "2M")
-    return tmp_path / "lading-cache" / "remote"
+    return node_cache_from_env(tmp_path, monkeypatch, "2M")
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,12 @@ fix."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import word_corpus
+from conftest import node_cache_from_env, word_corpus
 from lading.errors import LadingError
 from lading.testing import LocalS3
 
@@ -42,20 +41,7 @@ def corpus(s3: LocalS3, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
 
 @pytest.fixture
 def node_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A cold node cache where the environment says (``$LADING_CACHE``), capped at 1 MiB."""
-    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "lading-cache"))
-    monkeypatch.setenv("LADING_REMOTE_CACHE_BYTES", "1M")
-    return tmp_path / "lading-cache" / "remote"
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """One intra-op thread: two runs of the same batches give the same losses bit for bit
-    (tests/lm/test_lm_train.py saw 2 threads differ in the last bits under load)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    return node_cache_from_env(tmp_path, monkeypatch, "1M")
 
 
 def losses(out: Path) -> list[float]:

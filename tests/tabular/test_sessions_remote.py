@@ -6,12 +6,12 @@ missing day is one error naming every missing object and the layout; a URL made 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import node_cache_from_env
 from lading.errors import LadingError
 from lading.testing import LocalS3
 
@@ -45,19 +45,7 @@ def days(s3: LocalS3, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, s
 
 @pytest.fixture
 def node_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A cold node cache where the environment says (``$LADING_CACHE``), capped at 4 MiB."""
-    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "lading-cache"))
-    monkeypatch.setenv("LADING_REMOTE_CACHE_BYTES", "4M")
-    return tmp_path / "lading-cache" / "remote"
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """One intra-op thread: two runs of the same batches give the same losses bit for bit."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    return node_cache_from_env(tmp_path, monkeypatch, "4M")
 
 
 def losses(out: Path) -> list[float]:
