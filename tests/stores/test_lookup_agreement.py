@@ -197,12 +197,16 @@ def test_a_damaged_index_answers_alike_on_both_routes(
     path.write_bytes(bytes(raw))
     query = data.draw(st.lists(st.sampled_from(values).flatmap(spellings) | odd_ids, max_size=60))
     c, numpy = on_both_routes(lambda: IdIndex(directory, meta), lambda i: i.lookup(query))
-    if meta["kind"] == "sorted-int" and path.name == "index.keys" and c[0] != "raised":
-        # keys out of order: a binary search finds what its probes happen to see, and numpy's
-        # probes depend on the order of the batch itself; either way a row of index.rows
+    # keys out of order: a binary search finds what its probes happen to see, and numpy's
+    # probes depend on the order of the batch itself; either way a row of index.rows or -1
+    unordered = meta["kind"] == "sorted-int" and path.name == "index.keys"
+    if unordered and c[0] != "raised":
         assert len(c[0]) == len(numpy[0]) == len(query), (c, numpy)
         return
     assert c == numpy, (meta["kind"], path.name, query)
     for one in query[:5]:
         c, numpy = on_both_routes(lambda: IdIndex(directory, meta), lambda i: i.row(one))  # noqa: B023
+        if unordered and isinstance(c, int) and isinstance(numpy, int):  # seen: C 1, numpy -1
+            assert min(c, numpy) >= -1 and max(c, numpy) < len(values), (c, numpy)
+            continue
         assert c == numpy, (meta["kind"], path.name, one)
