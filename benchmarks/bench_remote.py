@@ -36,7 +36,7 @@ import lading
 from common import HERE, OUT, add_write_flag, write_section
 from lading.bench.synth import Kind, synth
 from lading.ir import TrainingGroups, read_qrels, read_queries
-from lading.stores.remote.plan import Need, coalesce
+from lading.remote.ranges import Need, coalesce
 from lading.testing import LocalS3
 
 GROUP = 8  # documents a group: 1 relevant + 7 negatives
@@ -232,7 +232,7 @@ def hit_rates(corpus: dict[str, Any], work: Path, share: float, run: Path | None
               policy: str) -> dict[str, Any]:  # fmt: skip
     """Epoch-2 hits / accesses of ``policy`` with a cap of ``share`` of the payload bytes."""
     from lading.ir import read_run
-    from lading.stores.remote.settings import RemoteSettings
+    from lading.remote.settings import RemoteSettings
     from lading.stores.remote.store import RemoteStore
 
     cap = int(share * corpus["text_bytes"])
@@ -286,8 +286,8 @@ def run_peers(corpus: dict[str, Any], s3: LocalS3, python: str, work: Path, seco
 def ceiling(seconds: float, repeats: int) -> str:
     """The GET ceiling here: lading's fetcher alone (no planner, no cache), random 400-byte
     ranges of a 64 MiB object, at 64/128/256 in flight; GETs/s and client CPU per GET."""
-    from lading.stores.remote.clients import open_client
-    from lading.stores.remote.fetch import Fetcher
+    from lading.remote.clients import open_client
+    from lading.remote.fetch import Fetcher
 
     rows = []
     with LocalS3(latency=0.03, jitter=0.01) as s3:

@@ -178,8 +178,8 @@ def peer_lookup(kind: str, s3: LocalS3, bucket: str, texts: list[str], work: Pat
 
 def ceiling(seconds: float) -> dict[str, float]:
     """lading's fetcher alone, 256 in flight, random 400-byte ranges of one 64 MiB object."""
-    from lading.stores.remote.clients import open_client
-    from lading.stores.remote.fetch import Fetcher
+    from lading.remote.clients import open_client
+    from lading.remote.fetch import Fetcher
 
     open_client("s3://bench/ceiling").put("blob", os.urandom(64 << 20))
     fetcher = Fetcher(lambda: open_client("s3://bench/ceiling"), in_flight=256)

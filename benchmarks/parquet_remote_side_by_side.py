@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from common import data_dir
-from lading.stores.remote.clients import open_client
+from lading.remote.clients import open_client
 from lading.tabular import PartitionedParquet
 from lading.testing import LocalS3
 

@@ -115,7 +115,7 @@ def corpus_for(args: Any, out: Path) -> dict[str, Any]:
 def upload_folder(local: Path, url: str) -> None:
     """A built token corpus to ``url``: every file under it, ``meta.json`` last (the commit),
     as ``lading.stores.building.upload.upload`` does for a document store."""
-    from lading.stores.remote.clients import open_client
+    from lading.remote.clients import open_client
 
     client, local = open_client(url), Path(local)
     names = [p for p in local.rglob("*") if p.is_file() and p.name != "meta.json"]
@@ -160,7 +160,7 @@ def _regrouped(files: list[Path], folder: Path) -> list[Path]:
 
 def sessions_for(args: Any, out: Path, bucket: str) -> dict[str, Any]:
     """The session files on disk and on the bucket (``s3://bucket/sessions/part-i.parquet``)."""
-    from lading.stores.remote.clients import open_client
+    from lading.remote.clients import open_client
 
     root = find_data()
     if not args.synthetic and root is not None and (root / SESSIONS).is_dir():

@@ -16,6 +16,7 @@ LAYERS: dict[str, int] = {
     "_lazy": 0,
     "testing": 0,  # the local S3: the standard library, moto and aiohttp only
     "disk": 1,
+    "remote": 2,  # the remote data plane: bytes of objects, plan -> fetch -> cache
     "sources": 2,
     "stores": 3,
     "loading": 4,

@@ -55,7 +55,7 @@ def test_train_lm_reads_a_corpus_url(
 
 def _days(bucket: str, folder: Path, days: tuple[int, ...], prefix: str) -> str:
     """Sessions of ``days`` (train, valid, test) uploaded below a prefix; its URL."""
-    from lading.stores.remote.clients import open_client
+    from lading.remote.clients import open_client
 
     client = open_client(f"s3://{bucket}")
     for day in days:

@@ -167,7 +167,7 @@ def test_the_sweep_never_follows_a_symlinked_snapshot_folder(
 def test_a_bucket_manifest_naming_outside_is_refused_before_anything_is_staged(
     bucket: str, tmp_path: Path
 ) -> None:
-    from lading.stores.remote.clients import open_client
+    from lading.remote.clients import open_client
 
     src = _tsv(tmp_path / "g.tsv", "good")
     url = f"s3://{bucket}/stores/s"

@@ -149,7 +149,7 @@ def test_a_copy_interrupted_by_a_dead_server_is_not_reused(
 
 def test_staging_and_remote_stores_share_one_setting() -> None:
     from lading.disk import remote
-    from lading.stores.remote import fetch
+    from lading.remote import fetch
 
     assert (remote.TIMEOUT_ENV, remote.DEFAULT_TIMEOUT, remote.DEFAULT_RETRIES) == (
         fetch.TIMEOUT_ENV,

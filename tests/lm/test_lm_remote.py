@@ -184,7 +184,7 @@ def test_epochs_after_the_first_read_the_same_and_never_around_the_cache(
 
 def test_the_cap_holds_on_disk_at_every_batch(corpora: Corpora) -> None:
     """Blocks within the cap at a cap of a sixth of the corpus (below the ledger's floor of
-    512 KiB only the blocks are bounded: lading.stores.remote.cache.footprint)."""
+    512 KiB only the blocks are bounded: lading.remote.cache.footprint)."""
     cap = 1024
     remote = corpora.open(cache_bytes=cap)
     got = []
@@ -329,7 +329,7 @@ def test_a_prefix_holding_no_corpus_is_named(corpora: Corpora, tmp_path: Path) -
 
 
 def test_a_prefix_holding_a_document_store_is_named(corpora: Corpora, tmp_path: Path) -> None:
-    from lading.stores.remote.clients import open_client
+    from lading.remote.clients import open_client
 
     url = f"s3://{BUCKET}/stores/docs"
     open_client(url).put("meta.json", b'{"format": "lading.store", "version": 2, "files": {}}')

@@ -31,7 +31,7 @@ TINY: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def days(s3: LocalS3, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """Days 1 and 2 as local folders and the same objects below a prefix."""
-    from lading.stores.remote.clients import open_client
+    from lading.remote.clients import open_client
 
     root = tmp_path_factory.mktemp("days")
     s3.make_bucket(BUCKET)
@@ -120,7 +120,7 @@ def test_yoochoose_days_train_the_same_from_a_bucket(
 ) -> None:
     """The Transformers4Rec YOOCHOOSE days (../shared/data, SOURCES.md 3a) uploaded to the
     local S3: two steps on day 178 and the evaluation on day 179 equal the local folder's."""
-    from lading.stores.remote.clients import open_client
+    from lading.remote.clients import open_client
     from lading.tabular.train import SessionsConfig, train_sessions
 
     days = data_dir / "recsys" / "yoochoose_t4r_preproc_sessions_by_day"

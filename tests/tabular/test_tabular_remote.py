@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lading.errors import LadingError
-from lading.stores.remote.objects import RemoteReadError
+from lading.remote.objects import RemoteReadError
 from lading.tabular import PartitionedParquet
 from lading.testing import LocalS3
 from lading.world import World
@@ -41,7 +41,7 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def upload(s3: LocalS3, folder: Path, bucket: str, prefix: str = "logs/sessions") -> str:
-    from lading.stores.remote.clients import open_client
+    from lading.remote.clients import open_client
 
     s3.make_bucket(bucket)
     client = open_client(f"s3://{bucket}")
@@ -303,7 +303,7 @@ def test_an_object_rewritten_mid_run_is_refused_never_mixed(
     others = tmp_path / "others"
     for n in range(FILES):  # same layout, other values
         write_sessions(others / f"part-{n}.parquet", ROWS, 4, seed=99 + n)
-    from lading.stores.remote.clients import open_client
+    from lading.remote.clients import open_client
 
     got = []
     with pytest.raises(RemoteReadError, match=r"(?s)rewritten while this dataset read it.*again"):
@@ -351,7 +351,7 @@ def test_a_scheme_lading_cannot_reach(tmp_path: Path, scheme: str) -> None:
 
 
 def test_a_prefix_holding_no_parquet(s3: LocalS3, tmp_path: Path) -> None:
-    from lading.stores.remote.clients import open_client
+    from lading.remote.clients import open_client
 
     s3.make_bucket("parquet-empty")
     open_client("s3://parquet-empty").put("logs/readme.txt", b"no parquet here")
@@ -367,7 +367,7 @@ def test_a_missing_object_and_one_that_is_not_parquet(url: str, tmp_path: Path) 
     assert "no parquet object at s3://parquet-sessions/logs/sessions/part-9.parquet" in _one_line(
         missing.value
     )
-    from lading.stores.remote.clients import open_client
+    from lading.remote.clients import open_client
 
     open_client(url).put("broken.parquet", b"not parquet at all")
     try:
@@ -395,7 +395,7 @@ def test_a_null_counted_in_a_footer_is_named_with_its_url_and_row(
 
 
 def test_a_damaged_row_group_is_named(local: Path, s3: LocalS3, tmp_path: Path) -> None:
-    from lading.stores.remote.clients import open_client
+    from lading.remote.clients import open_client
 
     data = bytearray((local / "part-0.parquet").read_bytes())
     data[8:400] = bytes(392)  # the first column chunks' pages, zeroed (the footer intact)
@@ -456,7 +456,7 @@ def test_yoochoose_sessions_read_the_same_from_a_bucket(
     files = sorted(days.glob("*/train.parquet"))
     if not files:
         pytest.skip(f"no YOOCHOOSE sessions at {days}/*/train.parquet (SOURCES.md 3a)")
-    from lading.stores.remote.clients import open_client
+    from lading.remote.clients import open_client
 
     s3.make_bucket("yoochoose")
     client = open_client("s3://yoochoose")

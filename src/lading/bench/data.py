@@ -204,9 +204,9 @@ def _same_file(source: Path, copy: Path) -> bool:
 
 def _publish(packed: Path, url: str) -> None:
     """Upload the packed store to ``url`` unless the same manifest is there already."""
+    from lading.remote.clients import open_client
+    from lading.remote.objects import PermanentError
     from lading.stores.building.upload import upload
-    from lading.stores.remote.clients import open_client
-    from lading.stores.remote.objects import PermanentError
 
     client = open_client(url)
     try:

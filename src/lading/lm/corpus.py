@@ -34,8 +34,8 @@ from lading.disk import (
 from lading.errors import SourceError, StaleStoreWarning, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENS
 from lading.lm.texts import identity_changed, iter_texts, source_identity
+from lading.remote.objects import is_remote
 from lading.sources import refuse_if_changed
-from lading.stores.remote.objects import is_remote
 from lading.stores.tokens import describe_tokenizer, load_tokenizer, token_dtype
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ class TokenCorpus:
     def cache_stats(self) -> dict[str, Any]:
         """A corpus opened from a URL: the node cache's figures (``gets``, ``bytes_fetched``,
         ``bytes_used``, ``hits``, ``misses``, ``bytes_cached``, ``cap``, ...: see
-        :meth:`lading.stores.remote.cache.NodeCache.node_stats`); empty for a local corpus."""
+        :meth:`lading.remote.cache.NodeCache.node_stats`); empty for a local corpus."""
         return {} if self.remote is None else self.remote.cache_stats()
 
     def token_arrays(self) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint64]]:

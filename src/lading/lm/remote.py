@@ -3,7 +3,7 @@ ranged GETs through the node cache.
 
 ``TokenCorpus.open("s3://bucket/corpora/wiki", cache=DIR, cache_bytes=N)`` reads the corpus's
 ``meta.json`` (one GET), stages ``tokens.off`` (8 bytes a document) and ``tokenizer.json`` once
-per node and snapshot (:mod:`lading.stores.remote.stage`, as a document store's index) and
+per node and snapshot (:mod:`lading.remote.stage`, as a document store's index) and
 memory-maps them; ``tokens.bin`` stays in the bucket and :class:`RemoteTokens` reads any
 ``tokens[a:b]`` the LM modes ask for as the byte range ``[a * itemsize, b * itemsize)`` through
 the node cache (one cache and one cap for every store and corpus of the node). The loader tells
@@ -33,13 +33,13 @@ from lading.disk.names import check_name, safe_snapshot_id
 from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, decode_manifest
 from lading.errors import LadingError, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENIZER, TOKENS
-from lading.stores.remote.cache import NodeCache
-from lading.stores.remote.clients import check_reachable
-from lading.stores.remote.fetch import Fetcher
+from lading.remote.cache import NodeCache
+from lading.remote.clients import check_reachable
+from lading.remote.fetch import Fetcher
+from lading.remote.objects import PermanentError, RemoteNotSupportedError
+from lading.remote.settings import RemoteSettings
+from lading.remote.stage import stage_dir, stage_index, staged_etags
 from lading.stores.remote.manifest import MAX_BYTES, no_store
-from lading.stores.remote.objects import PermanentError, RemoteNotSupportedError
-from lading.stores.remote.settings import RemoteSettings
-from lading.stores.remote.stage import stage_dir, stage_index, staged_etags
 
 _DTYPES = ("<u2", "<u4", "<i4", "|u1")  # what token_dtype writes (uint16 up to 65,536 ids)
 CHUNK = 8 << 20  # bytes a GET of a whole-corpus read (token_arrays) carries
@@ -134,7 +134,7 @@ class RemoteTokenFiles:
         meta = parse(raw, f"{self.url}/{META_FILE}")
         key = f"{meta['dir']}/{TOKENS}" if meta.get("dir") else TOKENS
         staged_names = sorted(name for name in meta["files"] if name != key)
-        staged = stage_index(fetcher, self.url, raw, meta, s.cache, staged_names)
+        staged = stage_index(fetcher, self.url, raw, meta, s.cache, staged_names, [key])
         cache = NodeCache(
             s.cache, s.cache_bytes, fetcher, f"{self.url}@{meta['snapshot']}",
             staged_etags(staged), policy=s.policy, max_gap=s.max_gap, max_waste=s.max_waste,
@@ -160,7 +160,7 @@ class RemoteTokenFiles:
     def cache_stats(self) -> dict[str, Any]:
         """The node's ``gets``, ``bytes_fetched``, ``bytes_used``, ``hits``, ``misses``,
         ``bytes_cached``, ``cap``, ... summed over its processes; this one's under ``process``
-        (:meth:`lading.stores.remote.cache.NodeCache.node_stats`)."""
+        (:meth:`lading.remote.cache.NodeCache.node_stats`)."""
         return self.cache.node_stats()
 
     def token_arrays(self) -> tuple[np.ndarray, np.ndarray]:

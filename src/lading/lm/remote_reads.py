@@ -10,9 +10,9 @@ included). :class:`RemoteReads` wraps the loader's workload and
 
 - announces (:func:`lading.loading.lookahead.announcer`, the map loader's route): at each
   iteration's start the epoch's whole order of ranges (and the next epoch's) goes to each
-  corpus's node cache as its eviction plan (:meth:`~lading.stores.remote.cache.NodeCache.plan`),
+  corpus's node cache as its eviction plan (:meth:`~lading.remote.cache.NodeCache.plan`),
   and every ``LOOKAHEAD`` batches the next ones are prefetched; the order is also written for
-  this process's DataLoader workers (:func:`~lading.stores.remote.cache.order.save_order`);
+  this process's DataLoader workers (:func:`~lading.remote.schedule.save_order`);
 - builds a batch with one read of the cache per corpus (every range of the batch at once, at
   the batch's step), which the build's slices are then served from. A DataLoader worker first
   takes its parent's order (:meth:`at_step`), so what it reads keeps its next use.
@@ -40,14 +40,14 @@ from lading.lm.workload import LMWorkload
 from lading.loading.hooks import Hooks
 from lading.loading.lookahead import STEPS_PER_EPOCH, Announce, announcer, step_of
 from lading.loading.state import Cursor
-from lading.stores.remote.cache.order import (
+from lading.remote.ranges import Need
+from lading.remote.schedule import (
     Plan,
     load_if_changed,
     order_file,
     save_order,
     signature,
 )
-from lading.stores.remote.plan import Need
 
 Ranges = npt.NDArray[np.int64]  # [k, 3]: (corpus, first token, end token) of a batch's reads
 KEPT_PLANS = 3  # plans whose cuts stay: blocks fetched under them may still be cached

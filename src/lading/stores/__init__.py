@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from lading.disk import verify_checksums
 from lading.disk.stage import stage
 from lading.errors import StoreFormatError
+from lading.remote.objects import is_remote
 from lading.stores.base import DocStore
 from lading.stores.building.build import build_shard as build_shard_local
 from lading.stores.building.build import build_store as build_local
@@ -24,7 +25,6 @@ from lading.stores.irds import IrDatasetsStore
 from lading.stores.memory import InMemoryStore
 from lading.stores.offsets import OffsetStore
 from lading.stores.packed import OnStale, PackedStore
-from lading.stores.remote.objects import is_remote
 
 if TYPE_CHECKING:  # not imported with lading: it brings asyncio and sqlite3
     from lading.stores.remote.store import RemoteStore

@@ -20,7 +20,7 @@ from lading.loading.hooks import Hooks
 from lading.loading.loader import Loader, Workers
 from lading.loading.lookahead import LOOKAHEAD, announcer
 from lading.loading.reading import Reading
-from lading.stores.remote.settings import RemoteSettings
+from lading.remote.settings import RemoteSettings
 from lading.tabular.files import (
     check_schemas,
     footer_digest,

@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lading.disk import DATASET_MARK
-from lading.stores.remote.objects import is_remote, refuse_remote
+from lading.remote.objects import is_remote, refuse_remote
 from lading.tabular.plan import Piece
 
 # the names lading.disk gives a build's scratch and replaced directories

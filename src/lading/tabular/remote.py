@@ -3,7 +3,7 @@
 The footers are staged per node (:mod:`lading.tabular.remote_files`); they give every column
 chunk's byte range, so a row group is read as the ranges of the columns read (touching ones
 merged: usually one range a row group), through the node cache every process of the node
-shares (:class:`~lading.stores.remote.cache.NodeCache`: blocks fetched once per node, a hard
+shares (:class:`~lading.remote.cache.NodeCache`: blocks fetched once per node, a hard
 cap on disk, eviction by next use). pyarrow decodes them from memory: ``pq.ParquetFile`` over
 a file object serving those ranges (:class:`~lading.tabular.remote_files.FetchedRanges`),
 with the staged footer as its metadata, so it reads nothing else.
@@ -17,7 +17,7 @@ the loader core's announce route (:mod:`lading.loading.lookahead`) hands them to
 iterates; a DataLoader worker reads at the step its batch key names.
 
 Every GET is pinned to the ETag the listing gave: an object rewritten while a run reads it is
-refused (:class:`~lading.stores.remote.objects.RemoteReadError` naming it), never read with
+refused (:class:`~lading.remote.objects.RemoteReadError` naming it), never read with
 the old footer's offsets; the node cache's blocks are named by the dataset's objects and ETags,
 so a rewritten object never meets the old one's cached bytes.
 """
@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from lading.stores.remote.cache import NodeCache
-from lading.stores.remote.cache.order import Plan, signature
-from lading.stores.remote.fetch import Fetcher
-from lading.stores.remote.objects import RemoteReadError
-from lading.stores.remote.plan import Need
-from lading.stores.remote.settings import RemoteSettings
+from lading.remote.cache import NodeCache
+from lading.remote.fetch import Fetcher
+from lading.remote.objects import RemoteReadError
+from lading.remote.ranges import Need
+from lading.remote.schedule import Plan, signature
+from lading.remote.settings import RemoteSettings
 from lading.tabular.plan import Piece
 from lading.tabular.read import RowReader
 from lading.tabular.remote_files import (
@@ -325,7 +325,7 @@ def warn_if_too_small(source: RemoteParquet) -> None:
     """Warn, naming the fix, when the node cache's cap cannot hold the largest row group:
     row groups are then read around the cache (fetched at each read, never kept), as the
     document store reads a document larger than its cap."""
-    from lading.stores.remote.cache.footprint import budget
+    from lading.remote.cache.footprint import budget
 
     largest = source.largest_group()
     cap = source.settings.cache_bytes

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from lading.disk import build_lock
-from lading.stores.remote.clients import check_reachable
-from lading.stores.remote.fetch import Fetcher
-from lading.stores.remote.objects import RemoteNotSupportedError, describe, split_url
+from lading.remote.clients import check_reachable
+from lading.remote.fetch import Fetcher
+from lading.remote.objects import RemoteNotSupportedError, describe, split_url
 
 MAGIC = b"PAR1"
 TAIL = 64 << 10  # bytes of an object's end fetched first: most footers fit (~1-20 KB)

@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from lading.errors import LadingError
-from lading.stores.remote.objects import is_remote
-from lading.stores.remote.settings import RemoteSettings
+from lading.remote.objects import is_remote
+from lading.remote.settings import RemoteSettings
 from lading.tabular.dataset import PartitionedParquet
 from lading.tabular.remote import RemoteParquet
 from lading.tabular.remote_files import split_root

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lading.errors import LadingError
-from lading.stores.remote.objects import is_remote
+from lading.remote.objects import is_remote
 
 # what Path() leaves of a URL: "s3://b/x" -> "s3:/b/x" (a scheme of 2+ letters: not "C:/")
 _MERGED_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)(.+)$")

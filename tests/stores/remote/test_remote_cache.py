@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from distributed import run_processes
-from lading.stores.remote.cache import NodeCache
-from lading.stores.remote.cache.order import Plan
-from lading.stores.remote.clients import open_client
-from lading.stores.remote.fetch import Fetcher
-from lading.stores.remote.objects import RemoteReadError
-from lading.stores.remote.plan import Need
+from lading.remote.cache import NodeCache
+from lading.remote.clients import open_client
+from lading.remote.fetch import Fetcher
+from lading.remote.objects import RemoteReadError
+from lading.remote.ranges import Need
+from lading.remote.schedule import Plan
 from lading.testing import LocalS3
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lading.stores.remote.clients import open_client
+from lading.remote.clients import open_client
 from lading.testing import LocalS3
 
 pytestmark = pytest.mark.e2e  # the CLI in subprocesses

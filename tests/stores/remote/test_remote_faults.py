@@ -18,8 +18,8 @@ import pytest
 import lading
 from conftest import write
 from lading.errors import LadingError, StoreFormatError
-from lading.stores.remote.clients import open_client
-from lading.stores.remote.objects import RemoteReadError, RemoteWriteError
+from lading.remote.clients import open_client
+from lading.remote.objects import RemoteReadError, RemoteWriteError
 from lading.stores.remote.store import RemoteStore
 from lading.testing import LocalS3
 from lading.testing.localserver import free_port
@@ -247,8 +247,8 @@ def test_an_upload_that_keeps_failing_is_one_line_and_leaves_no_store(
 
 _EXIT_SCRIPT = """
 import functools, json, sys, time, urllib.request
-from lading.stores.remote.clients import open_client
-from lading.stores.remote.fetch import Fetcher
+from lading.remote.clients import open_client
+from lading.remote.fetch import Fetcher
 url, endpoint = sys.argv[1], sys.argv[2]
 # the client's own timeout is obstore's default (30 s), the fetcher's 0.5 s
 fetcher = Fetcher(functools.partial(open_client, url, "obstore"), timeout=0.5, retries=1)
@@ -352,7 +352,7 @@ def test_the_fsspec_backend_keeps_the_same_deadline(
 ) -> None:
     """The fallback backend (a forked DataLoader worker's) under the same faults."""
     pytest.importorskip("s3fs")
-    from lading.stores.remote.settings import RemoteSettings
+    from lading.remote.settings import RemoteSettings
 
     faults.fault(match, times, kind, op=op)
     settings = RemoteSettings.of(tmp_path / "c", "1M", backend="fsspec", timeout=T)

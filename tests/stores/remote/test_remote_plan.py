@@ -16,11 +16,11 @@ import pytest
 import lading
 from conftest import write
 from lading.ir import TrainingGroups
-from lading.stores.remote.cache import NodeCache
-from lading.stores.remote.cache.order import Plan, load_order, save_order, signature
-from lading.stores.remote.clients import open_client
-from lading.stores.remote.fetch import Fetcher
-from lading.stores.remote.plan import Need
+from lading.remote.cache import NodeCache
+from lading.remote.clients import open_client
+from lading.remote.fetch import Fetcher
+from lading.remote.ranges import Need
+from lading.remote.schedule import Plan, load_order, save_order, signature
 from lading.stores.remote.store import RemoteStore
 
 ROWS, BATCH, STEPS = 20_000, 32, 200  # two epochs of 100 batches; 1/16 of it holds 6 batches

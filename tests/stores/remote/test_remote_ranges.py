@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lading.stores.remote.plan import NO_STEP, Block, Need, coalesce
+from lading.remote.ranges import NO_STEP, Block, Need, coalesce
 
 needs_strategy = st.lists(
     st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 5000), st.integers(0, 400)).map(

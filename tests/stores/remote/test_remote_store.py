@@ -17,7 +17,7 @@ import pytest
 import lading
 from conftest import word_tokenizer, write
 from lading.ir import TrainingGroups
-from lading.stores.remote.clients import open_client
+from lading.remote.clients import open_client
 from lading.stores.remote.store import RemoteStore
 from lading.testing import LocalS3
 

@@ -27,10 +27,10 @@ import pytest
 import lading
 from conftest import write
 from lading.errors import LadingError, StoreFormatError
-from lading.stores.remote.cache.damaged import DamagedCacheWarning
-from lading.stores.remote.cache.ledger import LEDGER_FILE
-from lading.stores.remote.clients import open_client
-from lading.stores.remote.settings import RemoteSettings
+from lading.remote.cache.damaged import DamagedCacheWarning
+from lading.remote.cache.ledger import LEDGER_FILE
+from lading.remote.clients import open_client
+from lading.remote.settings import RemoteSettings
 from lading.stores.remote.store import RemoteStore
 from lading.testing import LocalS3
 

@@ -17,7 +17,7 @@ import pytest
 import lading
 from conftest import write
 from lading.errors import StoreFormatError
-from lading.stores.remote.objects import RemoteWriteError
+from lading.remote.objects import RemoteWriteError
 from lading.stores.remote.store import RemoteStore
 from lading.testing import LocalS3
 
@@ -59,7 +59,7 @@ def _opens(url: str, tmp_path: Path) -> RemoteStore:
 def _small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Multipart uploads of 5 MiB parts (S3's smallest), so a 6 MiB file has two."""
     pytest.importorskip("obstore")
-    from lading.stores.remote import client_obstore
+    from lading.remote import client_obstore
 
     monkeypatch.setattr(client_obstore, "UPLOAD_CHUNK", 5 << 20)
 
@@ -191,9 +191,9 @@ def test_lading_build_into_a_half_open_server_is_one_line_and_exits_cleanly(
 
 def test_the_fsspec_backend_keeps_the_upload_deadline(faults: LocalS3, tmp_path: Path) -> None:
     pytest.importorskip("s3fs")
+    from lading.remote.client_fsspec import FsspecClient
     from lading.stores.building.build import build_store as build_local
     from lading.stores.building.upload import upload
-    from lading.stores.remote.client_fsspec import FsspecClient
 
     local = tmp_path / "local"
     build_local(_source(tmp_path, DOCS), local, progress=False)
@@ -216,9 +216,9 @@ def test_a_half_open_server_after_the_commit_is_a_warning_and_the_store_stands(
     """Garbage collection runs after the manifest's PUT, on the read path: a server that
     stops answering its DELETEs of the replaced snapshot is a warning, not a failed upload.
     (``upload`` of a folder: a build's write probe deletes with the same bulk request.)"""
+    from lading.remote.clients import open_client
     from lading.stores.building.build import build_store as build_local
     from lading.stores.building.upload import upload
-    from lading.stores.remote.clients import open_client
 
     monkeypatch.setenv("LADING_SNAPSHOT_GRACE_S", "0")  # the old snapshot goes at once
     url = _bucket(faults)

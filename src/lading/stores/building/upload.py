@@ -42,23 +42,23 @@ from lading.disk import read_meta
 from lading.disk.commit import units
 from lading.disk.meta import META_FILE
 from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, grace_seconds
-from lading.stores.layout import FORMAT_NAME
-from lading.stores.remote.clients import open_client
-from lading.stores.remote.fetch import TIMEOUT_ENV, Fetcher
-from lading.stores.remote.objects import (
+from lading.remote.clients import open_client
+from lading.remote.fetch import TIMEOUT_ENV, Fetcher
+from lading.remote.objects import (
     ObjectClient,
     PermanentError,
     RemoteReadError,
     RemoteWriteError,
     describe,
 )
-from lading.stores.remote.settings import (
+from lading.remote.settings import (
     UPLOAD_RATE_ENV,
     RemoteSettings,
     default_timeout,
     default_upload_rate,
     positive_rate,
 )
+from lading.stores.layout import FORMAT_NAME
 from lading.stores.remote.store import RemoteStore
 from lading.world import process_group
 
@@ -83,13 +83,13 @@ def build_remote(
     """Build ``source`` with ``build_local(source, local_dir, *args, **kwargs)``, upload it
     to ``url`` (manifest last) and open it there with ``opener(url, settings)`` (a store by
     default; ``format_name`` is what the local build makes: see the module docstring;
-    ``timeout``, ``upload_min_rate``: :class:`~lading.stores.remote.settings.RemoteSettings`)."""
+    ``timeout``, ``upload_min_rate``: :class:`~lading.remote.settings.RemoteSettings`)."""
     if kwargs.get("shard") is not None:
         raise ValueError(
             f"a parallel build (shard=) straight into {url} is not supported yet: build the "
             "shards into a folder and merge them there (lading build --shard I/N, lading "
             "merge), then upload the store with lading.stores.building.upload.upload(folder, "
-            "lading.stores.remote.clients.open_client(url)), the manifest last"
+            "lading.remote.clients.open_client(url)), the manifest last"
         )
     deadlines: dict[str, Any] = {}
     if timeout is not None:

@@ -1,9 +1,9 @@
 """A remote store's columns: rows -> byte ranges of its shards' data files, and back to values.
 
 Offsets of every column and the ``ids`` column's data are in the node's staged copy (see
-:mod:`lading.stores.remote.stage`), memory-mapped; a row of a payload column (``text``,
+:mod:`lading.remote.stage`), memory-mapped; a row of a payload column (``text``,
 ``tokens``, ``field.*``) becomes the byte range ``[off[i] * itemsize, off[i + 1] * itemsize)``
-of its shard's data file, read through the node cache (:mod:`lading.stores.remote.cache`).
+of its shard's data file, read through the node cache (:mod:`lading.remote.cache`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import numpy.typing as npt
 
 from lading.disk import OFFSET_DTYPE, MappedFile
 from lading.errors import StoreFormatError
-from lading.stores.remote.cache import NodeCache, Span
+from lading.remote.cache import NodeCache, Span
+from lading.remote.ranges import Need
 from lading.stores.remote.manifest import Part, columns, is_payload
-from lading.stores.remote.plan import Need
 
 
 @dataclass

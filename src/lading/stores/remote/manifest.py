@@ -25,8 +25,8 @@ from lading.disk.meta import META_FILE
 from lading.disk.names import check_name, safe_snapshot_id
 from lading.disk.snapshot import decode_manifest
 from lading.errors import LadingError, StoreFormatError
+from lading.remote.objects import RemoteReadError
 from lading.stores.layout import FORMAT_NAME, field_column
-from lading.stores.remote.objects import RemoteReadError
 
 PAYLOAD_PREFIXES = ("text", "tokens", "field.")
 

@@ -5,7 +5,7 @@ the local store's protocol (``[]``, ``get_many``, ``tokens_many``, ``ids()``, ``
 ``snapshot``), so training groups, loaders and integrations take it unchanged:
 
 - the manifest, id index, offsets and ids are staged once per node and snapshot
-  (:mod:`lading.stores.remote.stage`) and memory-mapped, shared by every process;
+  (:mod:`lading.remote.stage`) and memory-mapped, shared by every process;
 - documents come by ranged GETs of the shards' data files, coalesced by the planner and kept
   in the node cache (``DIR``, at most ``N`` bytes, shared by every process of the node);
 - :meth:`RemoteStore.prefetch` (which ``lading.loader`` calls with the batches ahead when the
@@ -31,12 +31,10 @@ import numpy.typing as npt
 
 from lading.disk.meta import META_FILE
 from lading.errors import StoreFormatError
-from lading.sources import Record
-from lading.stores.base import DocStore, IdLike, id_list, is_id
-from lading.stores.index import IdIndex
-from lading.stores.layout import field_column
-from lading.stores.remote.cache import NodeCache
-from lading.stores.remote.cache.order import (
+from lading.remote.cache import NodeCache
+from lading.remote.fetch import Fetcher
+from lading.remote.objects import PermanentError
+from lading.remote.schedule import (
     AHEAD,
     Plan,
     load_if_changed,
@@ -44,12 +42,14 @@ from lading.stores.remote.cache.order import (
     save_order,
     signature,
 )
+from lading.remote.settings import RemoteSettings
+from lading.remote.stage import stage_dir, stage_index, staged_etags, verify_remote
+from lading.sources import Record
+from lading.stores.base import DocStore, IdLike, id_list, is_id
+from lading.stores.index import IdIndex
+from lading.stores.layout import field_column
 from lading.stores.remote.columns import Columns
-from lading.stores.remote.fetch import Fetcher
-from lading.stores.remote.manifest import no_store, parse
-from lading.stores.remote.objects import PermanentError
-from lading.stores.remote.settings import RemoteSettings
-from lading.stores.remote.stage import stage_dir, stage_index, staged_etags, verify_remote
+from lading.stores.remote.manifest import no_store, parse, payload_files, staged_files
 
 
 class RemoteStore(DocStore):
@@ -58,7 +58,7 @@ class RemoteStore(DocStore):
     Args:
         url: ``s3://bucket/prefix/name`` (``gs://``, anything obstore or fsspec reaches).
         settings: the node cache's directory and cap, the client and planner settings
-            (:class:`~lading.stores.remote.settings.RemoteSettings`).
+            (:class:`~lading.remote.settings.RemoteSettings`).
         snapshot: open this snapshot (default: the current one).
 
     Raises:
@@ -90,7 +90,9 @@ class RemoteStore(DocStore):
         except PermanentError as e:
             raise no_store(self.url, getattr(fetcher.client, "endpoint", ""), e) from None
         meta = parse(raw, f"{self.url}/{META_FILE}")
-        staged = stage_index(fetcher, self.url, raw, meta, s.cache)
+        staged = stage_index(
+            fetcher, self.url, raw, meta, s.cache, staged_files(meta), payload_files(meta)
+        )
         cache = NodeCache(
             s.cache,
             s.cache_bytes,
@@ -219,7 +221,7 @@ class RemoteStore(DocStore):
     def at_step(self, step: int) -> None:
         """The reads that follow are planned step ``step``'s (a DataLoader worker is told so
         by the loader before it builds a batch). In a process that did not plan, the order its
-        parent planned (:func:`~lading.stores.remote.cache.order.save_order`) is loaded, so the next
+        parent planned (:func:`~lading.remote.schedule.save_order`) is loaded, so the next
         use of what it reads is known here too."""
         self._at = int(step)
         order = self._columns.cache.order
@@ -258,7 +260,7 @@ class RemoteStore(DocStore):
         """The node's ``gets``, ``bytes_fetched``, ``bytes_used``, ``hits``, ``misses`` (an
         access that caused no GET is a hit), ``wait_s``, summed over every process that read
         through this node cache, and its ``bytes_cached`` and ``cap``; this process's own
-        figures under ``"process"`` (see :meth:`lading.stores.remote.cache.NodeCache.stats`)."""
+        figures under ``"process"`` (see :meth:`lading.remote.cache.NodeCache.stats`)."""
         return self._columns.cache.node_stats()
 
     def verify(self) -> list[str]:
@@ -380,5 +382,5 @@ def open_remote(
     **settings: Any,
 ) -> RemoteStore:
     """Open the store at ``url`` with the node cache in ``cache`` capped at ``cache_bytes``
-    (defaults from the environment: see :mod:`lading.stores.remote.settings`)."""
+    (defaults from the environment: see :mod:`lading.remote.settings`)."""
     return RemoteStore(url, RemoteSettings.of(cache, cache_bytes, options, **settings))

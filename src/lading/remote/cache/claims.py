@@ -17,12 +17,12 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from lading.stores.remote.cache.footprint import current_budget
-from lading.stores.remote.cache.queries import CLAIM, LAST_ID, OVERLAPS, Claimed, batched
-from lading.stores.remote.plan import NO_STEP, Block
+from lading.remote.cache.footprint import current_budget
+from lading.remote.cache.queries import CLAIM, LAST_ID, OVERLAPS, Claimed, batched
+from lading.remote.ranges import NO_STEP, Block
 
 if TYPE_CHECKING:
-    from lading.stores.remote.cache.ledger import Ledger
+    from lading.remote.cache.ledger import Ledger
 
 Pairs = Sequence[tuple[Block, int]]  # (block, object id)
 
@@ -36,7 +36,7 @@ def claim_blocks(
     near: int = 0,
     conn: sqlite3.Connection | None = None,
 ) -> Claimed:
-    """:meth:`Ledger.claim <lading.stores.remote.cache.ledger.Ledger.claim>`; ``conn``: an
+    """:meth:`Ledger.claim <lading.remote.cache.ledger.Ledger.claim>`; ``conn``: an
     open write transaction to make the first part of the claim in (what is left for more
     transactions comes back in ``rest``, for the caller to claim once it committed)."""
     out = Claimed([], [], [])

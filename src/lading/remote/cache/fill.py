@@ -2,7 +2,7 @@
 
 The fetch loop's thread hands each finished GET to :meth:`Filler.put`; the writer thread
 fills as many as have finished in one SQLite transaction (up to 1024), and gives the claims of
-failed GETs back to the node. :class:`~lading.stores.remote.cache.NodeCache` plans and reads;
+failed GETs back to the node. :class:`~lading.remote.cache.NodeCache` plans and reads;
 this module is the only one that writes blocks, and the only one with a thread inside SQLite.
 
 A fork() while the writer thread is inside SQLite would leave SQLite's mutexes locked in the
@@ -20,8 +20,8 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from lading.stores.remote.cache.ledger import Ledger
-from lading.stores.remote.fetch import Future
+from lading.remote.cache.ledger import Ledger
+from lading.remote.fetch import Future
 
 _BATCH = 1024  # finished GETs filled in one transaction at the most
 _LIVE: weakref.WeakSet[Filler] = weakref.WeakSet()

@@ -1,7 +1,7 @@
-"""Stage a remote store's index to the node, once per node and snapshot: checked, atomic.
+"""Stage a remote snapshot's index to the node, once per node and snapshot: checked, atomic.
 
-The files :func:`~lading.stores.remote.manifest.staged_files` names (the manifest, id index,
-offsets, ids, tokenizer: 26-94 B a document, by the ids' kind) are copied to
+The files its reader names (a store's manifest, id index, offsets, ids, tokenizer: 26-94 B a
+document, by the ids' kind; a token corpus's offsets and tokenizer) are copied to
 ``<cache>/stores/<hash of the URL>/<snapshot>/`` by the first process of the node that opens
 the store, under the build lock (:mod:`lading.disk.atomic`); the node's other processes wait
 for the lock and find the copy. Each file is read by concurrent ranged GETs of 8 MiB, checked
@@ -22,9 +22,8 @@ from typing import Any
 from lading.disk import STAGE_MARK, build_lock, publish, remove_dead_temps, scratch
 from lading.disk.meta import META_FILE
 from lading.errors import StoreFormatError
-from lading.stores.remote.fetch import Fetcher
-from lading.stores.remote.manifest import payload_files, staged_files
-from lading.stores.remote.objects import ObjectInfo, describe
+from lading.remote.fetch import Fetcher
+from lading.remote.objects import ObjectInfo, describe
 
 CHUNK = 8 << 20  # one GET of a staged file: 8 MiB at ~100 MB/s is ~80 ms, as long as its wait
 SPOT = 4096  # bytes at each end of a file whose CRC32 meta.json keeps (lading.disk.meta)
@@ -41,12 +40,12 @@ def stage_index(
     raw_meta: bytes,
     meta: dict[str, Any],
     cache: Path,
-    names: list[str] | None = None,
+    names: list[str],
+    pinned: list[str],
 ) -> Path:
-    """The node's copy of the index files of ``meta``'s snapshot (made if absent); its path.
-    ``names``: the files to stage (default: a packed store's, :func:`staged_files`); every
-    other file of the manifest is read by ranged GETs, pinned to its ETag (a token corpus
-    stages ``tokens.off`` and ``tokenizer.json``, and reads ``tokens.bin``).
+    """The node's copy of the files ``names`` of ``meta``'s snapshot (made if absent); its
+    path. ``pinned``: the files read by ranged GETs instead, each pinned to its ETag (kept
+    in the copy's mark) after a check of its first and last bytes.
 
     Raises:
         StoreFormatError: a file's bytes do not match the manifest's size or CRC32.
@@ -62,12 +61,10 @@ def stage_index(
         remove_dead_temps(dest)
         listing = _listing(fetcher, url, meta)  # sizes checked before a byte is written
         with scratch(dest) as tmp:
-            given = names
-            names = staged_files(meta) if names is None else names
             for name in names:
                 _copy(fetcher, url, name, meta["files"][name], tmp / name)
             (tmp / META_FILE).write_bytes(raw_meta)
-            etags = _pin_payload(fetcher, url, meta, listing, given)
+            etags = _pin_payload(fetcher, url, meta, listing, pinned)
             mark = {"source": url, "snapshot": meta["snapshot"], "files": names, "etags": etags}
             (tmp / STAGE_MARK).write_text(json.dumps(mark, indent=2, sort_keys=True))
             publish(tmp, dest)
@@ -100,18 +97,14 @@ def _pin_payload(
     url: str,
     meta: dict[str, Any],
     listing: dict[str, ObjectInfo],
-    staged_names: list[str] | None,
+    pinned: list[str],
 ) -> dict[str, str | None]:
     """Each payload file's ETag, after checking the CRC32 of its first and last 4 KiB against
     the manifest (its size was checked by :func:`_listing`): a file replaced in place (a
     version 1 store rebuilt under the same names) is refused here, and any later GET of
     another version fails."""
     etags: dict[str, str | None] = {}
-    if staged_names is None:  # a store: what GETs read (a merged .goff is neither read nor staged)
-        fetched = payload_files(meta)
-    else:  # another format names what it stages; the rest is read by GETs
-        fetched = sorted(set(meta["files"]) - set(staged_names) - {META_FILE})
-    for name in fetched:
+    for name in pinned:
         info, found = meta["files"][name], listing[name]
         size = int(info["size"])
         etags[name] = found.etag

@@ -36,15 +36,15 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from lading.stores.remote.cache import damaged
-from lading.stores.remote.cache.claims import claim_blocks, pid_alive
-from lading.stores.remote.cache.evict import policy as eviction_policy
-from lading.stores.remote.cache.footprint import (
+from lading.remote.cache import damaged
+from lading.remote.cache.claims import claim_blocks, pid_alive
+from lading.remote.cache.evict import policy as eviction_policy
+from lading.remote.cache.footprint import (
     block_cost,
     configure,
     fill_pages,
 )
-from lading.stores.remote.cache.queries import (
+from lading.remote.cache.queries import (
     FIND,
     SCHEMA,
     SCHEMA_VERSION,
@@ -54,9 +54,9 @@ from lading.stores.remote.cache.queries import (
     batched,
     read_slice,
 )
-from lading.stores.remote.cache.uses import PendingUses
-from lading.stores.remote.cache.wal import WalGuard
-from lading.stores.remote.plan import Block
+from lading.remote.cache.uses import PendingUses
+from lading.remote.cache.wal import WalGuard
+from lading.remote.ranges import Block
 
 LEDGER_FILE = "ledger.sqlite"
 
@@ -67,7 +67,7 @@ class Ledger:
     Args:
         directory: the cache directory (created).
         cap: the byte cap of the node's cache; the latest opener's value is the node's.
-        policy: the eviction policy's name (:mod:`lading.stores.remote.cache.evict`).
+        policy: the eviction policy's name (:mod:`lading.remote.cache.evict`).
     """
 
     def __init__(self, directory: str | os.PathLike[str], cap: int, policy: str = "next-use"):

@@ -1,7 +1,7 @@
 """The node cache as one store sees it: plan the ranges the next batches need, read ranges.
 
 Every process on a node (ranks, DataLoader workers) opens the same cache directory; the
-ledger (:mod:`lading.stores.remote.cache.ledger`) makes a block fetched once per node: a process
+ledger (:mod:`lading.remote.cache.ledger`) makes a block fetched once per node: a process
 claims the ranges nobody holds or fetches, fetches them, and fills them in; a process that
 needs a range another one is fetching waits for it (and takes it over if that process died).
 
@@ -28,21 +28,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lading.stores.remote.cache.claims import pid_alive
-from lading.stores.remote.cache.fill import Filler
-from lading.stores.remote.cache.ledger import Ledger
-from lading.stores.remote.cache.order import Plan
-from lading.stores.remote.cache.planning import Key, Planning, serialized
-from lading.stores.remote.cache.stats import node_totals, publish
-from lading.stores.remote.fetch import Fetcher, Future
-from lading.stores.remote.objects import RemoteReadError, describe
-from lading.stores.remote.plan import (
+from lading.remote.cache.claims import pid_alive
+from lading.remote.cache.fill import Filler
+from lading.remote.cache.ledger import Ledger
+from lading.remote.cache.planning import Key, Planning, serialized
+from lading.remote.cache.stats import node_totals, publish
+from lading.remote.fetch import Fetcher, Future
+from lading.remote.objects import RemoteReadError, describe
+from lading.remote.ranges import (
     DEFAULT_BLOCK,
     DEFAULT_GAP,
     DEFAULT_WASTE,
     NO_STEP,
     Need,
 )
+from lading.remote.schedule import Plan
 
 Span = tuple[str, int, int]  # object key, start, end
 _POLL_S = 0.002  # how often a process checks a block another one is fetching

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from lading.stores.remote.plan import Need
+from lading.remote.ranges import Need
 
 AHEAD = 8  # batches fetched ahead along a plan when nobody announces more (the loader's too)
 

@@ -10,7 +10,7 @@
   streaming #658). Kept for comparison (``bench_remote.py``).
 
 A policy yields ``(block id, size, next use)`` candidates in eviction order from the ledger's
-tables, ``next use`` being :data:`~lading.stores.remote.plan.NO_STEP` where none is known;
+tables, ``next use`` being :data:`~lading.remote.ranges.NO_STEP` where none is known;
 blocks still being fetched (``ready = 0``) are never candidates.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator
 
-from lading.stores.remote.plan import NO_STEP
+from lading.remote.ranges import NO_STEP
 
 Candidate = tuple[int, int, int]  # block id, size in bytes, next planned use (NO_STEP: none)
 Policy = Callable[[sqlite3.Connection, int], Iterator[Candidate]]

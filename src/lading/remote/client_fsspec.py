@@ -1,7 +1,7 @@
-"""The fsspec backend of :class:`~lading.stores.remote.objects.ObjectClient`: any protocol
+"""The fsspec backend of :class:`~lading.remote.objects.ObjectClient`: any protocol
 fsspec reaches (``s3fs``, ``gcsfs``, ``adlfs``, ...), and the fallback where obstore is not
 installed or not usable (a forked DataLoader worker, see
-:mod:`~lading.stores.remote.client_obstore`).
+:mod:`~lading.remote.client_obstore`).
 
 An async filesystem (s3fs, gcsfs) runs each ranged read as a coroutine on fsspec's own loop
 thread, awaited from the caller's loop, so many stay in flight without a thread each; a
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.disk.remote import filesystem
-from lading.stores.remote.objects import ObjectInfo, PermanentError
+from lading.remote.objects import ObjectInfo, PermanentError
 
 
 class FsspecClient:
@@ -36,7 +36,7 @@ class FsspecClient:
         # botocore's own timeouts bound a request the fetcher gave up on; the fetcher's
         # asyncio timeout is the deadline callers see
         self.fs, self.root = filesystem(self.url, options, timeout, "reading")
-        from lading.stores.remote.client_obstore import public_endpoint
+        from lading.remote.client_obstore import public_endpoint
 
         endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(
             "endpoint_url"

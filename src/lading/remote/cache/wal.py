@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from lading.stores.remote.cache.footprint import (
+from lading.remote.cache.footprint import (
     DISK_FLOOR,
     FRAME,
     ROW_PAGES,

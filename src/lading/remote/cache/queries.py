@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from lading.stores.remote.plan import Block
+from lading.remote.ranges import Block
 
 
 class Found(NamedTuple):

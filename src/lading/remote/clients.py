@@ -1,6 +1,6 @@
 """Opening a client for a URL: picks the backend (obstore where usable, else fsspec).
 
-It lives apart from :mod:`~lading.stores.remote.objects` (the seam both backends implement) so
+It lives apart from :mod:`~lading.remote.objects` (the seam both backends implement) so
 that the seam imports neither backend: each backend imports the seam, this module imports them.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lading.stores.remote.objects import (
+from lading.remote.objects import (
     BACKENDS,
     ObjectClient,
     RemoteNotSupportedError,
@@ -19,7 +19,7 @@ from lading.stores.remote.objects import (
 
 def _obstore_usable() -> bool:
     try:
-        from lading.stores.remote import client_obstore
+        from lading.remote import client_obstore
     except ImportError:
         return False
     return client_obstore.usable_here()
@@ -51,14 +51,14 @@ def open_client(
         raise ValueError(f"unknown backend {backend!r}; choose from {sorted(BACKENDS)}")
     scheme, _ = split_url(url)
     if backend == "auto":
-        from lading.stores.remote.client_obstore import SCHEMES
+        from lading.remote.client_obstore import SCHEMES
 
         backend = "obstore" if scheme in SCHEMES and _obstore_usable() else "fsspec"
     if backend == "obstore":
-        from lading.stores.remote.client_obstore import ObstoreClient
+        from lading.remote.client_obstore import ObstoreClient
 
         return ObstoreClient(url, options, timeout)
-    from lading.stores.remote.client_fsspec import FsspecClient
+    from lading.remote.client_fsspec import FsspecClient
 
     return FsspecClient(url, options, timeout)
 

@@ -4,18 +4,18 @@ A store lives under a URL prefix (``s3://bucket/prefix/name``, ``gs://...``, any
 reaches); keys are paths below it (``meta.json``, ``text.bin``). Two backends implement
 :class:`ObjectClient`:
 
-- :mod:`~lading.stores.remote.client_obstore` (``obstore``, Rust): one ranged GET is one
+- :mod:`~lading.remote.client_obstore` (``obstore``, Rust): one ranged GET is one
   ``await``, so a single thread keeps hundreds in flight for ~30 us of CPU each. Its client is
   unusable in a process *forked* from one that already used it (the tokio runtime's threads
   are not forked: a GET hangs forever), so such a child falls back to fsspec.
-- :mod:`~lading.stores.remote.client_fsspec` (``s3fs``, ``gcsfs``, ...): any fsspec protocol.
+- :mod:`~lading.remote.client_fsspec` (``s3fs``, ``gcsfs``, ...): any fsspec protocol.
 
 Credentials and the endpoint come from the standard environment (``AWS_ACCESS_KEY_ID``,
 ``AWS_ENDPOINT_URL``, ``GOOGLE_APPLICATION_CREDENTIALS``, ...) or ``options``; they are never
 logged or put in an error message. Neither backend's own range merging is used (obstore's
 ``get_ranges`` merges anything under 1 MB apart): lading plans its ranges itself
-(:mod:`lading.stores.remote.plan`), and each backend's own retries are off, so that a GET
-counted is a request sent (:mod:`lading.stores.remote.fetch` retries).
+(:mod:`lading.remote.ranges`), and each backend's own retries are off, so that a GET
+counted is a request sent (:mod:`lading.remote.fetch` retries).
 """
 
 from __future__ import annotations

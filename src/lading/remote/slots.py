@@ -2,7 +2,7 @@
 
 Every process of a node (8 ranks x 4 DataLoader workers) has its own fetch loop; a cap per
 process multiplies by 32. The node's cap is ``n`` slot files in the cache directory: a call
-(up to :data:`~lading.stores.remote.fetch.CALL_RANGES` GETs) holds one slot, locked with
+(up to :data:`~lading.remote.fetch.CALL_RANGES` GETs) holds one slot, locked with
 ``flock`` for as long as it runs. The kernel drops a dead process's locks, so a killed rank
 never keeps a slot; a lock is two system calls (~2 us), once a call, not once a GET.
 

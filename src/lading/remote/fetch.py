@@ -9,7 +9,7 @@ The requests of one submission are grouped by object into *calls* of up to
 :data:`CALL_RANGES` ranges, each one ``await`` of the client's ``get_ranges`` (obstore runs a
 call's requests side by side in Rust, up to 10 at once; measured here: 69-88 us of client CPU a
 GET where one ``await`` per GET cost 110-190 us, same run). A call is never merged into fewer
-requests: the planner (:mod:`lading.stores.remote.plan`) already decided what one GET holds.
+requests: the planner (:mod:`lading.remote.ranges`) already decided what one GET holds.
 
 Pinning: a GET of a pinned object sends ``If-Match`` with the ETag the snapshot recorded, so a
 replaced object is refused, never read. ``get_ranges`` cannot send it, so a call sends one of
@@ -38,15 +38,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from lading.stores.remote.loop import LIVE, FetchLoop
-from lading.stores.remote.objects import (
+from lading.remote.loop import LIVE, FetchLoop
+from lading.remote.objects import (
     ObjectClient,
     ObjectInfo,
     PermanentError,
     RemoteReadError,
     describe,
 )
-from lading.stores.remote.slots import NodeSlots
+from lading.remote.slots import NodeSlots
 
 T = TypeVar("T")
 
@@ -115,13 +115,13 @@ class Fetcher:
 
     Args:
         make_client: builds the object client (called again in a forked child, which may
-            need another backend: see :mod:`lading.stores.remote.objects`).
+            need another backend: see :mod:`lading.remote.objects`).
         in_flight: GETs outstanding at once (>= 1).
         retries: further attempts after a failed or slow one.
         timeout: seconds an attempt may take before it counts as failed.
         backoff: seconds before the first retry.
         node: a directory of the node's slot files: ``in_flight`` then caps the GETs in
-            flight of every process that passes it (:mod:`lading.stores.remote.slots`), not
+            flight of every process that passes it (:mod:`lading.remote.slots`), not
             of this one alone.
         pin_every: send ``If-Match`` with every GET of a pinned object (one range a call),
             not once a call and second: for bytes that must never mix two versions (a
@@ -345,7 +345,7 @@ class Fetcher:
     def close(self) -> None:
         """Stop this process's loop thread (a later call starts a new one), after the
         client's calls still running have ended (at most ``timeout`` + 1 s: see
-        :meth:`~lading.stores.remote.client_obstore.ObstoreClient.drain`) and every thread
+        :meth:`~lading.remote.client_obstore.ObstoreClient.drain`) and every thread
         that completed one has left this loop's ``call_soon_threadsafe`` (see :class:`_Loop`)."""
         with self._lock:
             if self._loop is not None and self._pid == os.getpid():

@@ -1,4 +1,4 @@
-"""The obstore backend of :class:`~lading.stores.remote.objects.ObjectClient` (Rust, async).
+"""The obstore backend of :class:`~lading.remote.objects.ObjectClient` (Rust, async).
 
 ``get_range`` is one ``await`` of ``obstore.get_range_async`` (or ``get_async`` with a range
 and ``If-Match`` when the object's ETag is pinned), so one event-loop thread keeps hundreds of
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lading.disk.remote import public_endpoint as public_endpoint  # (fsspec's uses it too)
-from lading.stores.remote.objects import ObjectInfo, PermanentError, split_url
+from lading.remote.objects import ObjectInfo, PermanentError, split_url
 
 T = TypeVar("T")
 SCHEMES: tuple[str, ...] = ("az", "gs", "s3", "s3a")

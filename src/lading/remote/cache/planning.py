@@ -1,9 +1,9 @@
 """What the node cache is told ahead: the next batches' ranges (fetched a window ahead) and
-the epoch's whole order (kept by), for :class:`~lading.stores.remote.cache.NodeCache`.
+the epoch's whole order (kept by), for :class:`~lading.remote.cache.NodeCache`.
 
 - :meth:`Planning.prefetch` is told the ranges of the next batches and the step (batch
   number) each is needed at. Ranges already cached get that step as their next use (what
-  eviction by next use reads); the others are coalesced (:mod:`lading.stores.remote.plan`),
+  eviction by next use reads); the others are coalesced (:mod:`lading.remote.ranges`),
   claimed within the cap and fetched in the background, while the window ahead holds at most
   :data:`AHEAD_SHARE` of the cap; the rest is fetched as reads move on. What finds no room now
   (the cap is full of blocks needed sooner) is retried at the next call.
@@ -22,12 +22,12 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Concatenate, ParamSpec, TypeVar
 
-from lading.stores.remote.cache.fill import Filler
-from lading.stores.remote.cache.ledger import Claimed, Ledger
-from lading.stores.remote.cache.order import Plan
-from lading.stores.remote.cache.uses import PLAN, SET
-from lading.stores.remote.fetch import Fetcher, Future
-from lading.stores.remote.plan import NO_STEP, Need, coalesce, needs_in
+from lading.remote.cache.fill import Filler
+from lading.remote.cache.ledger import Claimed, Ledger
+from lading.remote.cache.uses import PLAN, SET
+from lading.remote.fetch import Fetcher, Future
+from lading.remote.ranges import NO_STEP, Need, coalesce, needs_in
+from lading.remote.schedule import Plan
 
 Started = dict[str, list[tuple[int, int, Future]]]  # key -> (start, end, future), by start
 Key = tuple[int, int, int]  # object id, start, end

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from lading.disk.remote import remote_timeout
-from lading.stores.remote.fetch import DEFAULT_IN_FLIGHT, DEFAULT_RETRIES, Fetcher
-from lading.stores.remote.plan import DEFAULT_GAP, DEFAULT_WASTE
+from lading.remote.fetch import DEFAULT_IN_FLIGHT, DEFAULT_RETRIES, Fetcher
+from lading.remote.ranges import DEFAULT_GAP, DEFAULT_WASTE
 
 CACHE_ENV = "LADING_CACHE"
 CACHE_BYTES_ENV = "LADING_REMOTE_CACHE_BYTES"
@@ -125,12 +125,12 @@ class RemoteSettings:
         cache: the node cache directory (node-local disk; every process of the node shares it).
         cache_bytes: the node cache's hard cap in bytes of cached blocks.
         backend: ``"auto"``, ``"obstore"`` or ``"fsspec"`` (see
-            :func:`lading.stores.remote.clients.open_client`).
+            :func:`lading.remote.clients.open_client`).
         options: backend options (e.g. ``{"endpoint_url": ...}``); credentials are better in
             the environment: these are pickled to workers (never printed: the repr redacts
             every value whose key may name a secret).
         policy: eviction policy, ``"next-use"`` or ``"lru"``.
-        in_flight, retries: the fetcher's (:class:`~lading.stores.remote.fetch.Fetcher`).
+        in_flight, retries: the fetcher's (:class:`~lading.remote.fetch.Fetcher`).
         timeout: seconds each attempt of every call on the read path may take (open, list,
             stage, read), default ``$LADING_REMOTE_TIMEOUT`` or 20; a call fails after
             ``retries + 1`` attempts with an error naming the endpoint, the object and this.
@@ -138,7 +138,7 @@ class RemoteSettings:
             at least, default ``$LADING_UPLOAD_MIN_RATE`` or 1 MiB: a PUT of ``n`` bytes
             (a whole file, obstore's retries of its parts included) fails after
             ``timeout + n / upload_min_rate`` seconds, naming the object and both settings.
-        max_gap, max_waste: the planner's (see :func:`~lading.stores.remote.plan.coalesce`).
+        max_gap, max_waste: the planner's (see :func:`~lading.remote.ranges.coalesce`).
     """
 
     cache: Path
@@ -161,7 +161,7 @@ class RemoteSettings:
     def fetcher(self, url: str, pin_every: bool = False) -> Fetcher:
         """A fetcher of ``url``'s objects with these settings, under the node's one cap on
         requests in flight (``cache/inflight``, shared by every process of the node)."""
-        from lading.stores.remote.clients import open_client
+        from lading.remote.clients import open_client
 
         make = functools.partial(open_client, url, self.backend, self.options, self.timeout)
         return Fetcher(
