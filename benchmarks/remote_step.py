@@ -73,7 +73,7 @@ def child(args: argparse.Namespace) -> None:
 
     files = json.loads(args.files)
     if args.ahead_share is not None:  # the node cache's window ahead, a share of the cap
-        from lading.remote.cache import planning
+        from lading.remote.cache import planner as planning
 
         planning.AHEAD_SHARE = args.ahead_share
     store = lading.open_store(args.store)

@@ -15,6 +15,9 @@ LAYERS: dict[str, int] = {
     "_version": 0,
     "_lazy": 0,
     "testing": 0,  # the local S3: the standard library, moto and aiohttp only
+    "deadline": 0,  # one rule for every remote call: attempts, backoff, one message
+    "step": 0,  # the step a read belongs to, carried by the read
+    "threads": 0,  # every thread: its rule at fork and its place at exit
     "disk": 1,
     "remote": 2,  # the remote data plane: bytes of objects, plan -> fetch -> cache
     "sources": 2,

@@ -147,15 +147,17 @@ def test_a_copy_interrupted_by_a_dead_server_is_not_reused(
     assert (dest / STAGE_MARK).is_file()
 
 
-def test_staging_and_remote_stores_share_one_setting() -> None:
-    from lading.disk import remote
-    from lading.remote import fetch
+def test_staging_and_remote_stores_share_one_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One setting, one rule: a staging copy and a remote store's fetcher take their attempts
+    and their message from lading.deadline (there were three loops and three messages)."""
+    from lading.deadline import Deadline
+    from lading.disk.remote import RemoteDir
+    from lading.remote.settings import RemoteSettings
 
-    assert (remote.TIMEOUT_ENV, remote.DEFAULT_TIMEOUT, remote.DEFAULT_RETRIES) == (
-        fetch.TIMEOUT_ENV,
-        fetch.DEFAULT_TIMEOUT,
-        fetch.DEFAULT_RETRIES,
-    )
+    monkeypatch.setenv("LADING_REMOTE_TIMEOUT", "2.5")
+    staging = RemoteDir("memory://lading-deadline", {})
+    fetcher = RemoteSettings.of("cache", "1M").fetcher("s3://bucket/x")
+    assert staging.deadline == fetcher.deadline == Deadline(2.5)
 
 
 def test_a_synchronous_filesystem_is_staged_too(

@@ -158,9 +158,10 @@ def test_each_chunk_is_read_at_the_step_it_was_announced_for(
     loader = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
     loader.set_epoch(2)
     list(loader)
-    assert len(reads) >= 12  # every row group, some twice (split between two chunks)
-    for piece, step in reads:
-        assert step is not None and step >> 32 == 2 and step in announced[piece], (piece, step)
+    ours = [(piece, step) for piece, step in reads if step is not None and step >> 32 == 2]
+    assert len(ours) >= 12  # every row group, some twice (split between two chunks)
+    for piece, step in reads:  # (the read-ahead thread may be into epoch 3's first batches)
+        assert step is not None and step >> 32 in (2, 3) and step in announced[piece], (piece, step)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -242,19 +243,21 @@ def test_elastic_resume_four_ranks_to_two_over_a_remote_dataset(
     assert sum(counts.values()) - FILES * ROWS < 4  # padding only
 
 
-def _on_disk(cache: Path) -> int:
-    """Bytes of the node cache's own files (the ledger and its blocks; staged footers apart)."""
-    return sum(p.stat().st_size for p in cache.iterdir() if p.is_file())
+def _on_disk(cache: Path) -> tuple[int, int]:
+    """Bytes the node cache folder holds on disk: the payload file, everything else."""
+    from lading.remote.cache.regions import folder_bytes
+
+    return folder_bytes(cache)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_cap_is_never_exceeded_on_disk(s3: LocalS3, tmp_path: Path, workers: int) -> None:
-    """A dataset ~3x the cap: every file of the cache stays within it after every batch (the
-    process announcing and its DataLoader workers reading share it), and the batches are the
-    local files'."""
+    """A dataset ~3x the cap: the blocks stay within it and the rest of the folder within its
+    second budget after every batch (the process announcing and its DataLoader workers
+    reading share it), and the batches are the local files'."""
     folder = tmp_path / "big"
-    for i in range(6):
-        write_sessions(folder / f"part-{i}.parquet", 6000, 6, seed=10 + i)
+    for i in range(6):  # row groups of ~500 rows, ~23 KB: under a region (a sixteenth of the cap)
+        write_sessions(folder / f"part-{i}.parquet", 6000, 12, seed=10 + i)
     total = sum(p.stat().st_size for p in folder.iterdir())
     url = upload(s3, folder, f"parquet-cap-{workers}")
     cap = 600_000
@@ -266,11 +269,13 @@ def test_the_cap_is_never_exceeded_on_disk(s3: LocalS3, tmp_path: Path, workers:
         url, 256, cache=cache, cache_bytes=cap, num_workers=workers,
         multiprocessing_context="fork", **kw,
     )  # fmt: skip
-    worst = 0
+    worst, budget = 0, remote.cache_stats()["index_bytes"]
     for a, b in zip(remote, want):
         same([a], [b])
-        worst = max(worst, _on_disk(cache))
-        assert worst <= cap, f"{worst:,} bytes on disk, cap {cap:,}"
+        payload, rest = _on_disk(cache)
+        worst = max(worst, payload)
+        assert payload <= cap, f"{payload:,} bytes of blocks on disk, cap {cap:,}"
+        assert rest <= budget, f"{rest:,} bytes besides the blocks, index_bytes {budget:,}"
     stats = remote.cache_stats()
     assert worst > cap // 8, (worst, stats)  # the cache was put to use (blocks kept)
 

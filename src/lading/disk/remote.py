@@ -18,37 +18,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from lading.deadline import DEFAULT_RETRIES, Deadline, remote_timeout
 from lading.errors import RemoteReadError
 
-TIMEOUT_ENV = "LADING_REMOTE_TIMEOUT"  # seconds an attempt of a remote call may take
-DEFAULT_TIMEOUT = 20.0  # an 8 MiB block at 1 MB/s still fits
-DEFAULT_RETRIES = 3
-BACKOFF = 0.05  # seconds before the first retry; doubled each time, with jitter
 BLOCK = 1 << 22  # 4 MiB a ranged GET: within the deadline at 1 MB/s, few GETs a file
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
-
-
-def remote_timeout() -> float:
-    """``$LADING_REMOTE_TIMEOUT`` (seconds a remote call may take per attempt), else 20.
-
-    Raises:
-        ValueError: the variable is not a positive number.
-    """
-    env = os.environ.get(TIMEOUT_ENV)
-    if not env:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(env)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"{TIMEOUT_ENV}={env!r}: expected seconds > 0, e.g. 20 or 2.5")
-    return value
 
 
 def public_endpoint(endpoint: str) -> str:
@@ -97,10 +75,8 @@ class RemoteDir:
         timeout: float | None = None,
         retries: int = DEFAULT_RETRIES,
     ) -> None:
-        self.timeout = remote_timeout() if timeout is None else float(timeout)
-        if not self.timeout > 0 or retries < 0:
-            raise ValueError(f"timeout={timeout}, retries={retries}: need > 0 and >= 0")
-        self.url, self.retries = url.rstrip("/"), retries
+        self.deadline = Deadline(remote_timeout() if timeout is None else float(timeout), retries)
+        self.timeout, self.url = self.deadline.timeout, url.rstrip("/")
         endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(
             "endpoint_url"
         )
@@ -138,9 +114,8 @@ class RemoteDir:
     def _call(self, what: str, method: str, *args: Any, want: int = -1, **kwargs: Any) -> Any:
         """``fs.<method>(*args, **kwargs)``, retried; ``want``: the bytes it must return."""
         last: BaseException | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(BACKOFF * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
+        for pause in self.deadline.pauses():
+            time.sleep(pause)
             try:
                 found = self._once(method, args, kwargs)
             except _PERMANENT:
@@ -151,7 +126,9 @@ class RemoteDir:
             if want < 0 or len(found) == want:
                 return found
             last = OSError(f"{len(found)} bytes came back for the {want} asked")
-        raise RemoteReadError(self.gave_up(what, last))
+        raise RemoteReadError(
+            self.deadline.gave_up(what, self.endpoint, last, "; nothing was staged")
+        )
 
     def _once(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """One attempt: on an async filesystem, its coroutine on fsspec's loop, cancelled
@@ -167,15 +144,3 @@ class RemoteDir:
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise
-
-    def gave_up(self, what: str, last: BaseException | None) -> str:
-        """The message of a call that failed ``retries + 1`` times: what, where, the setting."""
-        timed_out = isinstance(last, (asyncio.TimeoutError, concurrent.futures.TimeoutError))
-        first = (str(last).strip().splitlines() or [type(last).__name__])[0][:300]
-        reason = "timed out" if timed_out else f"{type(last).__name__}: {first}"
-        return (
-            f"{what} (endpoint {self.endpoint or 'the default'}) failed {self.retries + 1} "
-            f"times, each allowed {self.timeout:g}s (remote_timeout=, env {TIMEOUT_ENV}; "
-            f"retries={self.retries}); last: {reason}. Check that the endpoint is up and "
-            "reachable, or raise the timeout; nothing was staged"
-        )

@@ -242,12 +242,6 @@ class TrainingGroups:
         if callable(hint):
             hint(self._batch_rows(batches), first_step, steps=steps)
 
-    def at_step(self, step: int) -> None:
-        """The reads that follow are step ``step``'s (a remote store's ``at_step``)."""
-        hint = getattr(self.store, "at_step", None)
-        if callable(hint):
-            hint(step)
-
     def _batch_rows(self, batches: Sequence[Sequence[Any]]) -> list[npt.NDArray[np.int64]]:
         """Each batch's document codes, its groups back to back (what the batch reads)."""
         rows = []

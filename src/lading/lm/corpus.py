@@ -104,6 +104,7 @@ class TokenCorpus:
         stage_to: str | os.PathLike[str] | None = None,
         on_stale: OnStale = "warn",
         timeout: float | None = None,
+        index_bytes: int | str | None = None,
     ) -> TokenCorpus:
         """Map a corpus built by :meth:`build` (checked: format, version, file sizes); with
         ``stage_to``, a node-local copy in ``stage_to/<name>`` (:func:`lading.disk.stage.stage`).
@@ -111,9 +112,11 @@ class TokenCorpus:
         An object-store URL (``s3://bucket/corpora/wiki``) is read without a copy: its offsets
         and tokenizer are staged to the node, its tokens read by ranged GETs through the node
         cache ``cache`` (at most ``cache_bytes``; defaults as :func:`lading.open_store`'s),
-        with ``storage_options`` for the client and ``timeout`` seconds an attempt
-        (:mod:`lading.lm.remote`). ``cache``, ``cache_bytes``, ``storage_options`` and
-        ``timeout`` are for URLs only.
+        with ``storage_options`` for the client, ``timeout`` seconds an attempt and the cache
+        folder's second budget ``index_bytes`` (as :func:`lading.open_store`'s; see
+        :mod:`lading.lm.remote`).
+        ``cache``, ``cache_bytes``, ``storage_options``, ``timeout`` and ``index_bytes`` are
+        for URLs only.
 
         ``on_stale``: when the source changed since the build, ``"warn"`` (default) emits a
         :class:`~lading.errors.StaleStoreWarning`, ``"raise"`` refuses, ``"ignore"`` says
@@ -129,7 +132,9 @@ class TokenCorpus:
 
             if stage_to is not None:
                 remote.refuse_stage_to(os.fspath(path))
-            more = {} if timeout is None else {"timeout": float(timeout)}
+            more: dict[str, Any] = {} if timeout is None else {"timeout": float(timeout)}
+            if index_bytes is not None:
+                more["index_bytes"] = index_bytes
             files = remote.open_files(
                 os.fspath(path), cache, cache_bytes, storage_options, snapshot, **more
             )

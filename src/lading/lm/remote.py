@@ -18,27 +18,25 @@ the node's staged copy.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from lading.disk import OFFSET_DTYPE, MappedFile
 from lading.disk.meta import META_FILE
 from lading.disk.names import check_name, safe_snapshot_id
-from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, decode_manifest
+from lading.disk.snapshot import decode_manifest
 from lading.errors import LadingError, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENIZER, TOKENS
 from lading.remote.cache import NodeCache
 from lading.remote.clients import check_reachable
-from lading.remote.fetch import Fetcher
-from lading.remote.objects import PermanentError, RemoteNotSupportedError
+from lading.remote.objects import RemoteNotSupportedError
 from lading.remote.settings import RemoteSettings
-from lading.remote.stage import stage_dir, stage_index, staged_etags
+from lading.remote.snapshot import open_snapshot
 from lading.stores.remote.manifest import MAX_BYTES, no_store
 
 _DTYPES = ("<u2", "<u4", "<i4", "|u1")  # what token_dtype writes (uint16 up to 65,536 ids)
@@ -47,13 +45,13 @@ CHUNK = 8 << 20  # bytes a GET of a whole-corpus read (token_arrays) carries
 
 class RemoteTokens:
     """``tokens.bin`` of a remote corpus, read the way the LM modes read a memory map:
-    ``tokens[a:b]`` (and ``len``, ``dtype``); each read is its own array.
+    ``tokens[a:b]`` (and ``len``, ``dtype``); each read is an array of its own.
 
-    Reads of a batch are gathered first (:mod:`lading.lm.remote_reads`): the batch's ranges
-    are read in one call of the node cache and put in :attr:`ready`, which slices are served
-    from; any other slice is one read of the cache of its own. With :attr:`recording` set (a
-    list), slices are not read but their ranges appended to it (``(corpus, a, b)``) and zeros
-    returned: how a batch's ranges are found without reading it.
+    Shared by every thread and loader of the process, it holds no state of any read: a read
+    outside a batch's build goes to the node cache at once (at the building thread's step, if
+    any); inside one, the build's own context (:data:`BUILD`, local to its thread) serves the
+    slices its batch read in one call of the cache, or records them (how a batch's ranges are
+    found: only that build sees what a recording slice answers).
     """
 
     ndim = 1
@@ -61,10 +59,6 @@ class RemoteTokens:
     def __init__(self, cache: NodeCache, key: str, dtype: np.dtype[Any], n: int) -> None:
         self.cache, self.key, self.dtype, self.n = cache, key, dtype, n
         self.itemsize = dtype.itemsize
-        self.ready: dict[tuple[int, int], npt.NDArray[Any]] = {}
-        self.recording: list[tuple[int, int, int]] | None = None
-        self.part = 0  # the corpus's place in the recording loader's corpora (what it logs)
-        self.now: int | None = None  # the step reads without one are at
 
     def __len__(self) -> int:
         return self.n
@@ -79,10 +73,8 @@ class RemoteTokens:
             if stride != 1:
                 raise IndexError("a remote corpus's tokens are read by ranges: tokens[a:b]")
             stop = max(start, stop)
-            if self.recording is not None:
-                self.recording.append((self.part, start, stop))
-                return np.zeros(stop - start, dtype=self.dtype)
-            found = self.ready.get((start, stop))
+            build = BUILD.get()
+            found = None if build is None else build.slice(self, start, stop)
             return found if found is not None else self.read([(start, stop)])[0]
         if isinstance(index, (int, np.integer)):
             at = int(index) + (self.n if int(index) < 0 else 0)
@@ -100,12 +92,37 @@ class RemoteTokens:
             "or call corpus.token_arrays() to read them all by ranged GETs"
         )
 
-    def read(self, ranges: Sequence[tuple[int, int]], now: int | None = None) -> list[np.ndarray]:
-        """Tokens ``[a, b)`` of each range, through the node cache, at step ``now``."""
+    def read(self, ranges: Sequence[tuple[int, int]], step: int | None = None) -> list[np.ndarray]:
+        """Tokens ``[a, b)`` of each range, through the node cache, at ``step`` (default: the
+        building thread's, :func:`lading.step.current_step`)."""
         size = self.itemsize
         spans = [(self.key, a * size, b * size) for a, b in ranges]
-        found = self.cache.read(spans, self.now if now is None else now)
-        return [np.frombuffer(raw, dtype=self.dtype) for raw in found]
+        return [np.frombuffer(raw, dtype=self.dtype) for raw in self.cache.read(spans, step)]
+
+
+class Build:
+    """One batch's build over remote corpora (in :data:`BUILD` while it runs, in its own
+    thread): the slices it reads are served from ``fetched`` (``(tokens, a, b) -> array``),
+    or, ``recording``, appended there as ``(part, a, b)`` of the corpus's place in ``parts``
+    and answered with zeros that only this build sees."""
+
+    def __init__(
+        self,
+        parts: dict[int, int],
+        fetched: dict[tuple[int, int, int], np.ndarray] | None = None,
+        recording: list[tuple[int, int, int]] | None = None,
+    ) -> None:
+        self.parts, self.fetched, self.recording = parts, fetched or {}, recording
+
+    def slice(self, tokens: RemoteTokens, start: int, stop: int) -> np.ndarray | None:
+        """The slice if this build has it (or records it), else None (read it now)."""
+        if self.recording is not None and id(tokens) in self.parts:
+            self.recording.append((self.parts[id(tokens)], start, stop))
+            return np.zeros(stop - start, dtype=tokens.dtype)
+        return self.fetched.get((id(tokens), start, stop))
+
+
+BUILD: contextvars.ContextVar[Build | None] = contextvars.ContextVar("lading_build", default=None)
 
 
 class RemoteTokenFiles:
@@ -125,20 +142,8 @@ class RemoteTokenFiles:
     def __init__(self, url: str, settings: RemoteSettings, snapshot: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.settings = settings
-        s = settings
-        fetcher = s.fetcher(self.url)
-        try:
-            raw = _manifest_bytes(fetcher, self.url, s.cache, snapshot)
-        except PermanentError as e:
-            raise no_corpus(self.url, getattr(fetcher.client, "endpoint", ""), e) from None
-        meta = parse(raw, f"{self.url}/{META_FILE}")
-        key = f"{meta['dir']}/{TOKENS}" if meta.get("dir") else TOKENS
-        staged_names = sorted(name for name in meta["files"] if name != key)
-        staged = stage_index(fetcher, self.url, raw, meta, s.cache, staged_names, [key])
-        cache = NodeCache(
-            s.cache, s.cache_bytes, fetcher, f"{self.url}@{meta['snapshot']}",
-            staged_etags(staged), policy=s.policy, max_gap=s.max_gap, max_waste=s.max_waste,
-        )  # fmt: skip
+        meta, staged, cache = open_snapshot(self.url, settings, parse, _files, no_corpus, snapshot)
+        key = _tokens_key(meta)
         self.path, self.meta, self.snapshot = staged, meta, meta["snapshot"]
         self.dtype = np.dtype(meta["dtype"])
         count = int(meta["files"][key]["size"]) // self.dtype.itemsize
@@ -158,8 +163,7 @@ class RemoteTokenFiles:
         return self.tokens.cache
 
     def cache_stats(self) -> dict[str, Any]:
-        """The node's ``gets``, ``bytes_fetched``, ``bytes_used``, ``hits``, ``misses``,
-        ``bytes_cached``, ``cap``, ... summed over its processes; this one's under ``process``
+        """This process's figures of the corpus and the node's under ``"node"``
         (:meth:`lading.remote.cache.NodeCache.node_stats`)."""
         return self.cache.node_stats()
 
@@ -175,7 +179,8 @@ class RemoteTokenFiles:
         return np.frombuffer(raw, dtype=self.dtype), np.asarray(self.offsets)
 
     def close(self) -> None:
-        """Stop this process's GETs and hand its unfilled claims back to the node."""
+        """Stop this corpus's GETs (those in flight fail, saying so); nothing is fetched
+        after: a read raises, naming the fix (open it again)."""
         self.cache.close()
 
 
@@ -270,22 +275,14 @@ def _damaged(where: str, what: str) -> StoreFormatError:
     return StoreFormatError(f"{where}: {what}; the manifest is damaged, rebuild the corpus")
 
 
-def _manifest_bytes(fetcher: Fetcher, url: str, cache: Path, snapshot: str | None) -> bytes:
-    """The manifest of ``snapshot`` (the node's staged copy when there is one, else the one
-    the bucket keeps in ``snap-<id>/``), or the current one."""
-    if snapshot is not None:
-        staged = stage_dir(cache, url, snapshot) / META_FILE
-        if staged.is_file():
-            return staged.read_bytes()
-    raw = fetcher.get_object(META_FILE)
-    if snapshot is None or parse(raw, url)["snapshot"] == snapshot:
-        return raw
-    if snapshot.startswith(SNAP_PREFIX) and "/" not in snapshot:
-        return fetcher.get_object(f"{snapshot}/{MANIFEST}")
-    raise StoreFormatError(
-        f"{url}: snapshot {snapshot} is no longer the current one and this node has no staged "
-        "copy of it; open the corpus again to read its current snapshot"
-    )
+def _tokens_key(meta: dict[str, Any]) -> str:
+    return f"{meta['dir']}/{TOKENS}" if meta.get("dir") else TOKENS
+
+
+def _files(meta: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Staged: every file but ``tokens.bin`` (offsets, tokenizer); read by GETs: the tokens."""
+    key = _tokens_key(meta)
+    return sorted(name for name in meta["files"] if name != key), [key]
 
 
 def no_corpus(url: str, endpoint: str, error: Exception) -> LadingError:

@@ -20,6 +20,13 @@ where they do (the next epoch, from its first batch: what a plain ``for batch in
 ``set_epoch(epoch + 1)`` reads); any other start (``set_epoch`` elsewhere, a loaded state)
 drops them and builds from there.
 
+Every wait is bounded and the thread has one owner (:class:`Carried`, the loader's): a
+``break``, ``set_epoch`` or a loaded state mid-pass, :meth:`lading.loading.Loader.close` (or
+the end of a ``with`` block), a dropped loader and the interpreter's exit stop it, returning
+within one batch's build or the remote deadline (``LADING_REMOTE_TIMEOUT``), whichever is
+first. In a forked child (:mod:`lading.threads`) the parent's thread does not exist: the pass
+goes on from its cursor, built by a thread of the child's own.
+
 Why it is not the default everywhere: code on the thread that draws from torch's or NumPy's
 *global* random generator would draw in an order that depends on the thread's timing beside
 the training step's own draws. lading's own batch builders draw only from their own seeded
@@ -37,11 +44,13 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from lading.deadline import remote_timeout
 from lading.loading.state import Cursor
+from lading.threads import register
 
 _DONE = object()  # the thread's batches ran out
 EPOCH_END = object()  # between one epoch's batches and the next's (Carried)
-_POLL_S = 0.05  # how often a thread with a full queue checks whether it was stopped
+_POLL_S = 0.05  # how often a waiting side checks whether the other stopped (or a fork came)
 
 
 class BuiltAhead:
@@ -71,7 +80,14 @@ class BuiltAhead:
         if self._thread is None:
             self._thread = threading.Thread(target=self._build, name="lading-ahead", daemon=True)
             self._thread.start()
-        batch, error = self._ready.get()
+        while True:  # bounded waits: a thread that died without a word ends the pass
+            try:
+                batch, error = self._ready.get(timeout=_POLL_S)
+                break
+            except queue.Empty:
+                if not self._thread.is_alive() and self._ready.empty():
+                    self._ended = True
+                    raise RuntimeError("the read-ahead thread ended without its batches") from None
         if error is not None:
             self._ended = True
             raise error
@@ -102,12 +118,14 @@ class BuiltAhead:
         return False
 
     def close(self) -> None:
-        """Stop the thread (after the batch it is building) and drop what it built ahead."""
+        """Stop the thread after the batch it is building and drop what it built ahead;
+        returns when it stopped, or after the remote deadline (a build stuck on a stalled
+        GET ends by its own deadline; it hands nothing out after)."""
         self._ended = True
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join()
+            thread.join(remote_timeout())
         while True:  # what was built ahead is not handed out: let it go now
             try:
                 self._ready.get_nowait()
@@ -142,8 +160,10 @@ class Carried:
         self, owner: object, cursor: Cursor, epoch: Callable[[Cursor], Iterator[Any]], depth: int
     ) -> None:
         self.at = copy.copy(cursor)
+        self._epoch, self._depth = epoch, depth
         self.built = BuiltAhead(epochs_from(copy.copy(cursor), epoch), depth)
-        self._finalizer = weakref.finalize(owner, self.built.close)
+        self._finalizer = weakref.finalize(owner, self.close)  # (holds this, not the owner)
+        register(self, "ahead")
 
     def starts(self, cursor: Cursor) -> bool:
         """Whether a pass from ``cursor`` reads what this thread builds next."""
@@ -157,12 +177,22 @@ class Carried:
     def epoch(self) -> Iterator[Any]:
         """The batches from :attr:`at` to its epoch's end; then :attr:`at` is the next epoch's
         first batch, which the thread goes on building."""
-        for batch in self.built:
+        while True:
+            try:
+                batch = next(self.built)  # (after a fork, the child's own thread's)
+            except StopIteration:  # closed
+                return
             if batch is EPOCH_END:
                 self.at = Cursor(self.at.epoch + 1)
                 return
             self.at.batches += 1
             yield batch
+
+    def forked(self) -> None:
+        """In a forked child the thread is gone: the pass goes on from :attr:`at`, built by
+        a thread of the child's own (the parent's queue and batches built ahead are not
+        taken: their locks may have been held at the fork)."""
+        self.built = BuiltAhead(epochs_from(copy.copy(self.at), self._epoch), self._depth)
 
     def close(self) -> None:
         """Stop the thread and drop what it built ahead."""

@@ -30,11 +30,13 @@ hook                                    what the loader does with it
 A dataset's identity is also found without ``data_fingerprint``: an HF ``datasets.Dataset``'s own
 ``_fingerprint`` (datasets' key of its content and every transform since) and a lading store's
 snapshot ``content_id``. ``batches`` are lists of the items the dataset will be asked for (ints or
-:class:`EpochIndex`); steps are one clock for every rank (:func:`lading.loading.lookahead.step_of`:
+:class:`EpochIndex`); steps are one clock for every rank (:func:`lading.step.step_of`:
 ``epoch * 2**32 + batch``). ``prefetch``, ``plan`` and ``at_step`` affect speed only: a dataset
 reads the same items without them (:mod:`lading.loading.lookahead` says when each is called).
-:class:`lading.ir.TrainingGroups` has all of them; a remote store's ``prefetch_rows``,
-``plan_rows`` and ``at_step`` are what its hooks pass on.
+:class:`lading.ir.TrainingGroups` has ``prefetch`` and ``plan`` (a remote store's
+``prefetch_rows`` and ``plan_rows``); the step of the batch being built also reaches every read
+without a hook: the loader sets it around the build (:func:`lading.step.at_step`), and a remote
+store's reads take it.
 """
 
 from __future__ import annotations

@@ -318,6 +318,24 @@ class Loader:
             self._ahead = Carried(self, cursor, epoch, depth)
         return self._ahead.epoch()
 
+    def close(self) -> None:
+        """End what this loader runs: its read-ahead thread (returning within one batch's
+        build or the remote deadline) and its DataLoader workers; nothing is fetched for it
+        after. The data it reads (a corpus, a store) stays open, theirs to close. A later
+        ``iter()`` starts afresh from the position (``close`` keeps it)."""
+        self._drop_ahead()
+        torch_loader, self._torch = self._torch, None
+        iterator = getattr(torch_loader, "_iterator", None)
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if callable(shutdown):
+            shutdown()
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _drop_ahead(self) -> None:
         """Stop read_ahead's thread and drop what it built (the next pass starts anew)."""
         ahead, self._ahead = self._ahead, None

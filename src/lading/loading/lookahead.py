@@ -26,18 +26,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from lading.loading.hooks import Hooks
+from lading.step import STEPS_PER_EPOCH as STEPS_PER_EPOCH
+from lading.step import step_of
 
 LOOKAHEAD = 8  # batches: at 64 documents a batch, 512-1,024 documents planned together
-STEPS_PER_EPOCH = 1 << 32
 
 Announce = Callable[..., Iterator[Any]]
 """``(batch keys, epoch, first batch[, the next epoch's keys]) -> batch keys``: yields a loader's
 batch keys as they come and announces the batches ahead."""
-
-
-def step_of(epoch: int, batch: int) -> int:
-    """The clock value of batch ``batch`` of ``epoch``."""
-    return epoch * STEPS_PER_EPOCH + batch
 
 
 def announcer(

@@ -36,13 +36,14 @@ from torch.utils.data import default_collate
 from lading.loading.distinct import arrange, most_shared
 from lading.loading.hooks import DuplicateKeys, EpochIndex, Hooks, MapDataset
 from lading.loading.loader import Loader, Workers
-from lading.loading.lookahead import announcer, step_of
+from lading.loading.lookahead import announcer
 from lading.loading.order import epoch_order
 from lading.loading.reading import Reading
 from lading.loading.runs import Runs
 from lading.loading.segment import Segment
 from lading.loading.state import Cursor, LoaderStateError
 from lading.loading.workload import SegmentWorkload
+from lading.step import at_step, step_of
 from lading.world import World
 
 __all__ = ["BATCHING", "EpochIndex", "MapBatch", "MapWorkload", "loader"]
@@ -204,17 +205,20 @@ class MapWorkload(SegmentWorkload):
     def build(self, key: MapBatch) -> Any:
         """The collated batch of ``key``'s items, each read as ``dataset[item]`` or all at once
         by ``__getitems__``; the dataset's ``set_epoch`` and ``at_step`` are called first, in
-        whichever process builds the batch (:mod:`lading.loading.hooks`)."""
+        whichever process builds the batch (:mod:`lading.loading.hooks`); the reads of the
+        build are the batch's step's (:func:`lading.step.at_step`: a remote store reads it)."""
         hooks, items = self.hooks, self.items(key)
         if hooks.set_epoch is not None and key.epoch != self._told:
             hooks.set_epoch(key.epoch)
             self._told = key.epoch
-        if hooks.at_step is not None and key.batch >= 0:  # the reads below are this batch's
-            hooks.at_step(step_of(key.epoch, key.batch))
-        if hooks.getitems is not None:
-            return self.collate(hooks.getitems(items))
-        dataset = self.dataset
-        return self.collate([dataset[i] for i in items])
+        step = step_of(key.epoch, key.batch) if key.batch >= 0 else None
+        if hooks.at_step is not None and step is not None:  # the reads below are this batch's
+            hooks.at_step(step)
+        with at_step(step):
+            if hooks.getitems is not None:
+                return self.collate(hooks.getitems(items))
+            dataset = self.dataset
+            return self.collate([dataset[i] for i in items])
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings', the sample count and the dataset's identity (where it has one)."""

@@ -1,44 +1,44 @@
-"""Many GETs in flight from one thread: an asyncio loop per process, retries with backoff.
+"""Many GETs in flight from one thread, each call retried under one deadline.
 
 A ranged GET spends ~30 ms waiting and ~70-190 us of client CPU, so throughput is requests in
-flight / latency (Little's law): 128 in flight at 30 ms is ~4,200 GETs/s. The loop runs on a
-daemon thread, started on first use and again in a forked child (a fork copies no threads);
-callers get :class:`Future` objects, or block on :meth:`Fetcher.read`.
+flight / latency (Little's law): 128 in flight at 30 ms is ~4,200 GETs/s. Every fetcher of a
+process submits to the one fetch loop (:mod:`lading.remote.loop`); callers get :class:`Future`
+objects, or block on :meth:`Fetcher.read`.
 
 The requests of one submission are grouped by object into *calls* of up to
 :data:`CALL_RANGES` ranges, each one ``await`` of the client's ``get_ranges`` (obstore runs a
-call's requests side by side in Rust, up to 10 at once; measured here: 69-88 us of client CPU a
-GET where one ``await`` per GET cost 110-190 us, same run). A call is never merged into fewer
+call's requests side by side in Rust, up to 10 at once; measured here: 69-88 us of client CPU
+a GET where one ``await`` per GET cost 110-190 us). A call is never merged into fewer
 requests: the planner (:mod:`lading.remote.ranges`) already decided what one GET holds.
 
 Pinning: a GET of a pinned object sends ``If-Match`` with the ETag the snapshot recorded, so a
 replaced object is refused, never read. ``get_ranges`` cannot send it, so a call sends one of
 its ranges as its own pinned GET when the object's last check is over :data:`PIN_S` old (the
 first call to an object always): a replaced object is caught at its first read and within a
-second after (the extra awaits of a pinned range a call cost ~50 us a document here). A
-snapshot's files are never rewritten by lading; this catches a store damaged by hand.
+second after.
 
-A call that fails (a 5xx, a dropped connection) or takes longer than ``timeout`` seconds is
-retried after ``backoff * 2**attempt`` seconds (with jitter, so a node's processes do not
-retry in step), up to ``retries`` times, for the ranges it has not returned yet; then
-:class:`RemoteReadError` names the object, the byte range, the attempts and the last error. A
-missing object or a replaced one (its ETag changed) is not retried. A GET that returns another
-number of bytes than asked for is retried too: a document is never wrong or empty because of a
-short read.
+Deadline (:class:`lading.deadline.Deadline`): a call that fails (a 5xx, a dropped connection,
+a short body) or takes longer than ``timeout`` is retried with backoff for the ranges it has
+not returned yet, ``retries`` times; then :class:`RemoteReadError` names the object, the byte
+range, the attempts and the last error. A missing or replaced object is not retried.
+
+Ends: :meth:`Fetcher.close` settles every future still unsettled with an error saying so (a
+reader waiting on a stalled GET gets it at once) and sends nothing after; a fetcher used again
+after ``close`` refuses, naming the fix.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import random
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from lading.remote.loop import LIVE, FetchLoop
+from lading.deadline import DEFAULT_BACKOFF, DEFAULT_RETRIES, DEFAULT_TIMEOUT, TIMEOUT_ENV, Deadline
+from lading.remote.loop import running
 from lading.remote.objects import (
     ObjectClient,
     ObjectInfo,
@@ -50,13 +50,18 @@ from lading.remote.slots import NodeSlots
 
 T = TypeVar("T")
 
+__all__ = [
+    "DEFAULT_BACKOFF",
+    "DEFAULT_RETRIES",
+    "DEFAULT_TIMEOUT",
+    "TIMEOUT_ENV",
+    "Fetcher",
+    "Future",
+]
+
 DEFAULT_IN_FLIGHT = 128  # > 64: at 30 ms a GET, 128 in flight serve ~4,200 GETs/s
 CALL_RANGES = 10  # ranges a call: obstore's get_ranges runs at most 10 requests of one at once
 PIN_S = 1.0  # a call checks its object's ETag when the last check is older than this
-DEFAULT_RETRIES = 3
-DEFAULT_TIMEOUT = 20.0  # seconds one attempt may take (an 8 MiB block at 1 MB/s still fits)
-DEFAULT_BACKOFF = 0.05  # seconds before the first retry; doubled each time
-TIMEOUT_ENV = "LADING_REMOTE_TIMEOUT"  # the default of ``timeout`` (seconds an attempt may take)
 
 Request = tuple[str, int, int, str | None]  # key, start, end, etag (None: not pinned)
 
@@ -64,8 +69,7 @@ Request = tuple[str, int, int, str | None]  # key, start, end, etag (None: not p
 class Future:
     """The bytes of one GET, once fetched: ``result()`` waits for them (or raises the GET's
     error). Lighter than ``concurrent.futures.Future`` (one condition per batch of GETs, not
-    one per GET: ~35 us saved a GET), with the same ``result``/``done``/``exception``/
-    ``add_done_callback``. Callbacks run on the fetch loop's thread."""
+    one per GET: ~35 us saved a GET). Callbacks run on the fetch loop's thread."""
 
     __slots__ = ("_callbacks", "_cond", "_data", "_done", "_error")
 
@@ -80,10 +84,11 @@ class Future:
         return self._done
 
     def result(self, timeout: float | None = None) -> bytes:
-        """The bytes, waiting up to ``timeout`` seconds (None: for ever).
+        """The bytes, waiting up to ``timeout`` seconds (None: until the GET's deadline
+        settles it, or its fetcher closes).
 
         Raises:
-            RemoteReadError: the GET failed for good.
+            RemoteReadError: the GET failed for good, or its fetcher closed.
             TimeoutError: not fetched within ``timeout``.
         """
         if not self._done:
@@ -95,19 +100,13 @@ class Future:
         assert self._data is not None
         return self._data
 
-    def exception(self) -> BaseException | None:
+    def exception(self, timeout: float | None = None) -> BaseException | None:
         """The GET's error, or None once it succeeded (waits for it)."""
-        if not self._done:
-            with self._cond:
-                self._cond.wait_for(lambda: self._done)
-        return self._error
-
-    def add_done_callback(self, callback: Callable[[Future], None]) -> None:
-        with self._cond:
-            if not self._done:
-                self._callbacks.append(callback)
-                return
-        callback(self)
+        try:
+            self.result(timeout)
+        except (RemoteReadError, OSError) as e:
+            return e
+        return None
 
 
 class Fetcher:
@@ -117,18 +116,15 @@ class Fetcher:
         make_client: builds the object client (called again in a forked child, which may
             need another backend: see :mod:`lading.remote.objects`).
         in_flight: GETs outstanding at once (>= 1).
-        retries: further attempts after a failed or slow one.
-        timeout: seconds an attempt may take before it counts as failed.
-        backoff: seconds before the first retry.
+        retries, timeout, backoff: the deadline of every call (:class:`lading.deadline.Deadline`).
         node: a directory of the node's slot files: ``in_flight`` then caps the GETs in
-            flight of every process that passes it (:mod:`lading.remote.slots`), not
-            of this one alone.
+            flight of every process that passes it (:mod:`lading.remote.slots`).
         pin_every: send ``If-Match`` with every GET of a pinned object (one range a call),
-            not once a call and second: for bytes that must never mix two versions (a
-            parquet row group read at its old footer's offsets from a rewritten file).
+            for bytes that must never mix two versions (a parquet row group read at its old
+            footer's offsets from a rewritten file).
 
     Attributes:
-        gets: requests sent by this process (retries included).
+        gets: requests sent by this fetcher (retries included).
         bytes_fetched: bytes those requests returned.
         retried: attempts that failed and were retried.
     """
@@ -144,46 +140,45 @@ class Fetcher:
         node: Path | None = None,
         pin_every: bool = False,
     ) -> None:
-        if in_flight < 1 or retries < 0 or timeout <= 0 or backoff < 0:
-            raise ValueError(
-                f"in_flight={in_flight}, retries={retries}, timeout={timeout}, "
-                f"backoff={backoff}: need in_flight >= 1, retries >= 0, timeout > 0, backoff >= 0"
-            )
-        self.make_client = make_client
-        self.in_flight, self.retries = in_flight, retries
-        self.timeout, self.backoff = timeout, backoff
+        if in_flight < 1:
+            raise ValueError(f"in_flight={in_flight}: need >= 1")
+        self.deadline = Deadline(timeout, retries, backoff)
+        self.make_client, self.in_flight, self.pin_every = make_client, in_flight, pin_every
         self.gets = self.bytes_fetched = self.retried = 0
-        self.pin_every = pin_every
-        self._pid = -1
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._client: ObjectClient | None = None
-        self._slots: asyncio.Semaphore | None = None
-        # the node's cap (every process opening the same cache shares it), where one is given
         self.node = None if node is None else NodeSlots(node, max(1, in_flight // CALL_RANGES))
+        self.closed = False
+        self._lock = threading.Lock()
+        self._client: ObjectClient | None = None
+        self._client_pid = -1
+        self._unsettled: set[Future] = set()  # submitted, not yet settled
+        self._slots: asyncio.Semaphore | None = None
+        self._checked: dict[str, float] = {}  # object -> when a call last sent If-Match
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def timeout(self) -> float:
+        return self.deadline.timeout
+
+    @property
+    def retries(self) -> int:
+        return self.deadline.retries
 
     @property
     def client(self) -> ObjectClient:
-        """This process's client (made on first use)."""
-        self._start()
-        assert self._client is not None
-        return self._client
-
-    def _start(self) -> asyncio.AbstractEventLoop:
+        """This process's client (made on first use, and again in a forked child)."""
         with self._lock:
-            if self._pid != os.getpid() or self._loop is None:
-                self._client = self.make_client()
-                loop = FetchLoop()
-                thread = threading.Thread(target=loop.run_forever, name="lading-fetch", daemon=True)
-                thread.start()
-                self._thread = thread
-                LIVE.add(self)
-                self._slots = None
-                self._checked: dict[str, float] = {}  # object -> when a call last sent If-Match
-                self._tasks: set[asyncio.Task[None]] = set()
-                self._loop, self._pid = loop, os.getpid()
-            return self._loop
+            if self.closed:
+                raise RemoteReadError(
+                    f"{self!r} was closed: nothing is fetched after close(); open the store "
+                    "or corpus again to read"
+                )
+            if self._client is None or self._client_pid != os.getpid():
+                self._client, self._client_pid = self.make_client(), os.getpid()
+                self._slots, self._unsettled, self._checked = None, set(), {}
+            return self._client
+
+    def __repr__(self) -> str:
+        return f"Fetcher({self._client!r})"
 
     def submit(self, key: str, start: int, end: int, etag: str | None = None) -> Future:
         """Start fetching bytes ``[start, end)`` of ``key``; the future holds the bytes."""
@@ -195,9 +190,9 @@ class Fetcher:
         callbacks: Sequence[Callable[[Future], None] | None] | None = None,
     ) -> list[Future]:
         """Start fetching every request (one wake-up of the loop for all of them);
-        ``callbacks[i]`` (if given and not None) is request ``i``'s done-callback, set before
-        it starts (no lock taken a future, as ``add_done_callback`` takes)."""
-        loop = self._start()
+        ``callbacks[i]`` (if given and not None) runs once request ``i`` is settled."""
+        client = self.client
+        loop = running(client)
         cond = threading.Condition()
         futures = [Future(cond) for _ in requests]
         if callbacks is not None:
@@ -205,8 +200,18 @@ class Fetcher:
                 if callback is not None:
                     future._callbacks.append(callback)
         if requests:
+            with self._lock:
+                self._unsettled.update(futures)
             loop.call_soon_threadsafe(self._launch, list(requests), futures)
         return futures
+
+    def read(self, requests: Sequence[Request]) -> list[bytes]:
+        """Fetch every request concurrently; the bytes in request order.
+
+        Raises:
+            RemoteReadError: the first request that failed for good.
+        """
+        return [f.result() for f in self.submit_many(requests)]
 
     def _launch(self, requests: list[Request], futures: list[Future]) -> None:
         calls: dict[tuple[str, str | None], list[int]] = {}
@@ -236,45 +241,27 @@ class Fetcher:
         try:
             datas = await self._get(key, etag, ranges)
         except BaseException as e:
-            _settle(futures, None, e)
+            self._settle(futures, None, e)
         else:
-            _settle(futures, datas, None)
-
-    def read(self, requests: Sequence[Request]) -> list[bytes]:
-        """Fetch every request concurrently; the bytes in request order.
-
-        Raises:
-            RemoteReadError: the first request that failed for good.
-        """
-        return [f.result() for f in self.submit_many(requests)]
+            self._settle(futures, datas, None)
 
     async def _get(self, key: str, etag: str | None, ranges: list[tuple[int, int]]) -> list[bytes]:
-        """The bytes of ``ranges`` of ``key``: one call a try, the ranges not yet returned."""
+        """The bytes of ``ranges`` of ``key``: one call an attempt, of the ranges not yet in."""
         if self._slots is None:  # made on the loop's thread, in the process that runs it
             self._slots = asyncio.Semaphore(max(1, self.in_flight // CALL_RANGES))
-        client = self._client  # set before the loop started; no lock on this thread (a fork
-        assert client is not None  # while it held one would leave the child's locked)
+        client, slots = self._client, self._slots
+        assert client is not None
         out: list[bytes | None] = [None] * len(ranges)
         todo = list(range(len(ranges)))
-        last: BaseException | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self.retried += len(todo)
-                await asyncio.sleep(self.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
+
+        async def attempt() -> list[bytes]:
+            nonlocal todo
             asked = [ranges[i] for i in todo]
-            async with self._slots:
+            async with slots:
                 slot = None if self.node is None else await self.node.acquire()
                 self.gets += len(asked)
                 try:
-                    datas = await _within(get_ranges(client, key, asked, etag), self.timeout)
-                except PermanentError as e:
-                    start, end = asked[0]
-                    raise RemoteReadError(
-                        f"GET {describe(client.url, key, start, end)}: {e}"
-                    ) from None
-                except (OSError, asyncio.TimeoutError) as e:
-                    last = e
-                    continue
+                    datas = await get_ranges(client, key, asked, etag)
                 finally:
                     if slot is not None and self.node is not None:
                         self.node.release(slot)
@@ -285,12 +272,18 @@ class Fetcher:
                     out[i] = data
                 else:
                     short.append(i)
-                    last = OSError(f"{len(data)} bytes came back for the {end - start} asked")
             todo = short
-            if not todo:
-                return out  # type: ignore[return-value]  # every range is in
-        start, end = ranges[todo[0]]
-        raise RemoteReadError(self.gave_up(f"GET {describe(client.url, key, start, end)}", last))
+            if short:
+                start, end = ranges[short[0]]
+                raise OSError(f"bytes {start}-{end - 1} came back short ({len(short)} ranges)")
+            return out  # type: ignore[return-value]  # every range is in
+
+        first, last = ranges[0]
+        what = f"GET {describe(client.url, key, first, last)}"
+        try:
+            return await self._attempts(what, attempt)
+        except PermanentError as e:
+            raise RemoteReadError(f"{what}: {e}") from None
 
     # -- the rest of the read path: the manifest and the listing, under the same deadline ----
 
@@ -305,59 +298,60 @@ class Fetcher:
         return self.run(f"GET {describe(client.url, key)}", lambda: client.get_async(key))
 
     def list(self, prefix: str = "") -> dict[str, ObjectInfo]:
-        """Every object below ``prefix`` (see :meth:`ObjectClient.list`), retried and timed
-        out as a ranged GET is."""
+        """Every object below ``prefix``, retried and timed out as a ranged GET is."""
         client = self.client
         what = f"LIST {describe(client.url, prefix) if prefix else client.url + '/'}"
         return self.run(what, lambda: client.list_async(prefix))
 
     def run(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
-        """Run ``attempt()`` on the fetch loop until it succeeds, at most ``retries + 1``
-        times, each within ``timeout`` seconds; this thread waits for the outcome."""
-        loop = self._start()
-        return asyncio.run_coroutine_threadsafe(self._attempts(what, attempt), loop).result()
+        """Run ``attempt()`` on the fetch loop under the deadline; this thread waits for the
+        outcome (at most the deadline's total and a second)."""
+        loop = running(self.client)
+        future = asyncio.run_coroutine_threadsafe(self._attempts(what, attempt), loop)
+        return future.result(self.deadline.total + 1.0)
 
     async def _attempts(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         last: BaseException | None = None
-        for n in range(self.retries + 1):
+        for n, pause in enumerate(self.deadline.pauses()):
             if n:
                 self.retried += 1
-                await asyncio.sleep(self.backoff * 2 ** (n - 1) * random.uniform(0.5, 1.5))
+                await asyncio.sleep(pause)
             try:
-                return await asyncio.wait_for(attempt(), self.timeout)
+                return await _within(attempt(), self.timeout)
             except PermanentError:
                 raise
             except (OSError, asyncio.TimeoutError) as e:
                 last = e
-        raise RemoteReadError(self.gave_up(what, last))
+        endpoint = getattr(self._client, "endpoint", "")
+        raise RemoteReadError(self.deadline.gave_up(what, endpoint, last))
 
-    def gave_up(self, what: str, last: BaseException | None) -> str:
-        """The message of a call that failed ``retries + 1`` times: what, where, the setting."""
-        client = self._client
-        endpoint = getattr(client, "endpoint", "") or "the default endpoint"
-        reason = "timed out" if isinstance(last, asyncio.TimeoutError) else f"{last}"
-        return (
-            f"{what} (endpoint {endpoint}) failed {self.retries + 1} times, each allowed "
-            f"{self.timeout:g}s (timeout=, env {TIMEOUT_ENV}; retries={self.retries}); last: "
-            f"{reason}. Check that the endpoint is up and reachable, or raise the timeout"
-        )
+    def _settle(
+        self, futures: Sequence[Future], datas: Sequence[bytes] | None, error: BaseException | None
+    ) -> None:
+        """Complete ``futures`` (one call's, sharing a condition) unless settled already."""
+        with self._lock:
+            live: Sequence[tuple[Future, bytes | None]] = [
+                (f, None if datas is None else datas[i])
+                for i, f in enumerate(futures)
+                if f in self._unsettled
+            ]
+            self._unsettled.difference_update(f for f, _ in live)
+        _settle(live, error)
 
     def close(self) -> None:
-        """Stop this process's loop thread (a later call starts a new one), after the
-        client's calls still running have ended (at most ``timeout`` + 1 s: see
-        :meth:`~lading.remote.client_obstore.ObstoreClient.drain`) and every thread
-        that completed one has left this loop's ``call_soon_threadsafe`` (see :class:`_Loop`)."""
+        """Settle every GET not yet settled with an error saying so, and send none after:
+        returns at once (the client's calls in flight end by their own timeout; at exit they
+        are drained, :mod:`lading.remote.loop`)."""
         with self._lock:
-            if self._loop is not None and self._pid == os.getpid():
-                drain = getattr(self._client, "drain", None)
-                if drain is not None and threading.current_thread() is not self._thread:
-                    drain(self.timeout + 1.0)
-                    if isinstance(self._loop, FetchLoop):
-                        self._loop.settle()
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                if self._thread is not None and threading.current_thread() is not self._thread:
-                    self._thread.join(5.0)
-            self._loop, self._pid = None, -1
+            self.closed = True
+            live, self._unsettled = list(self._unsettled), set()
+        error = RemoteReadError(
+            f"{self!r} was closed while this GET was in flight; open the store or corpus again"
+        )
+        _settle([(future, None) for future in live], error)
+
+    def forked(self) -> None:
+        """Nothing to do: the client is made again when first used in the child."""
 
 
 async def get_ranges(
@@ -373,10 +367,9 @@ async def get_ranges(
 
 
 async def _within(call: Awaitable[T], timeout: float) -> T:
-    """``await call``, or ``TimeoutError`` after ``timeout`` seconds. On Python 3.11+
-    ``asyncio.timeout`` (a timer on the task already running), not ``wait_for``, which
-    wraps each call in a task of its own (~20 us a call of 10 GETs here). Either way only
-    the waiting stops: the client's calls are shielded (they end by their own timeout)."""
+    """``await call``, or ``TimeoutError`` after ``timeout`` seconds (``asyncio.timeout`` on
+    3.11+: a timer on the running task, not a task a call as ``wait_for`` makes). Only the
+    waiting stops: the client's calls are shielded (they end by their own timeout)."""
     timer = getattr(asyncio, "timeout", None)
     if timer is None:  # Python 3.10
         return await asyncio.wait_for(call, timeout)
@@ -384,17 +377,16 @@ async def _within(call: Awaitable[T], timeout: float) -> T:
         return await call
 
 
-def _settle(futures: list[Future], datas: list[bytes] | None, error: BaseException | None) -> None:
-    """Complete ``futures`` (one call's, sharing a condition) under one hold of their lock."""
-    if not futures:
-        return
+def _settle(done: Sequence[tuple[Future, bytes | None]], error: BaseException | None) -> None:
+    """Complete each future with its bytes (or ``error``), then run their callbacks."""
     callbacks: list[tuple[Callable[[Future], None], Future]] = []
-    with futures[0]._cond:
-        for n, future in enumerate(futures):
-            future._data = None if datas is None else datas[n]
-            future._error, future._done = error, True
+    for future, data in done:
+        with future._cond:
+            if future._done:
+                continue
+            future._data, future._error, future._done = data, error, True
             callbacks += [(callback, future) for callback in future._callbacks]
             future._callbacks = []
-        futures[0]._cond.notify_all()
+            future._cond.notify_all()
     for callback, future in callbacks:
         callback(future)

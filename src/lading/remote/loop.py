@@ -1,34 +1,36 @@
-"""The fetch loop and a clean exit: an event loop that counts the threads handing results in.
+"""The fetch loop: one asyncio loop a process, on one thread, for every fetcher's GETs.
 
-obstore completes a call on one of tokio's threads; if the interpreter begins to exit while
-such a thread waits for the GIL, the process aborts (issue 39 item 9: SIGABRT in 5 of 192
-cold ``lading get`` runs before, 0 of 384 after; ``benchmarks/remote_exit_loop.py``). So every
-fetcher registers in :data:`LIVE`, and at exit :func:`_close_all` closes each one: its client's
-calls drained, then :meth:`FetchLoop.settle` waits for the threads still inside the loop.
+A ranged GET spends ~30 ms waiting and ~70-190 us of client CPU, so one thread keeps hundreds
+in flight (Little's law). Every :class:`~lading.remote.fetch.Fetcher` of the process submits
+to the loop :func:`running` gives (started on first use). Its owner is this module: in a
+forked child the loop is dropped (a fork copies no threads; the next use starts one); at exit
+(:mod:`lading.threads`, after the read-ahead and fill threads) every client's calls are
+drained and the loop stopped.
+
+Why the drain: obstore completes a call on one of tokio's threads, which hands the result to
+this loop with ``call_soon_threadsafe``, queuing the callback and then waking the loop with the
+GIL released. If the interpreter has begun to exit meanwhile, taking the GIL back ends that
+thread with ``pthread_exit``, whose unwinding through Rust frames aborts the process (a core of
+a cold ``lading get`` showed SIGABRT in ``take_gil`` under ``pyo3_async_runtimes::set_result``;
+issue 39 item 9: 5 of 192 runs before, 0 of 384 after). :meth:`FetchLoop.settle` waits for
+every such thread to be out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import threading
 import time
 import weakref
 from typing import Any
 
+from lading.threads import register
+
+_JOIN_S = 5.0
+
 
 class FetchLoop(asyncio.SelectorEventLoop):
-    """The fetch loop, counting the threads inside :meth:`call_soon_threadsafe`.
-
-    obstore completes a call on one of tokio's threads, which hands the result to this loop
-    with ``call_soon_threadsafe``: the callback is queued first, then the loop is woken by a
-    write to its socket, with the GIL released. The future can thus be done while that
-    thread is still to take the GIL back; if the interpreter has begun to exit meanwhile,
-    taking it ends the thread with ``pthread_exit``, whose unwinding through Rust frames
-    aborts the process (a core of a cold ``lading get`` run showed exactly this: SIGABRT
-    in ``take_gil`` under ``sock_send`` under ``pyo3_async_runtimes::set_result``, after
-    ``bytes_async``). :meth:`settle` waits for every such thread to be out.
-    """
+    """The fetch loop, counting the threads inside :meth:`call_soon_threadsafe`."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -56,12 +58,51 @@ class FetchLoop(asyncio.SelectorEventLoop):
         time.sleep(0.02)
 
 
-LIVE: weakref.WeakSet[Any] = weakref.WeakSet()  # every Fetcher of this process
+class _Owner:
+    """The process's loop and thread, and the clients whose calls must end before exit."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.clients: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.forked()
+        register(self, "fetch")
+
+    def forked(self) -> None:
+        self._lock = threading.Lock()
+        self.loop: FetchLoop | None = None
+        self.thread: threading.Thread | None = None
+        self.clients = weakref.WeakSet()
+
+    def running(self) -> FetchLoop:
+        with self._lock:
+            if self.loop is None:
+                loop = FetchLoop()
+                thread = threading.Thread(target=loop.run_forever, name="lading-fetch", daemon=True)
+                thread.start()
+                self.loop, self.thread = loop, thread
+            return self.loop
+
+    def close(self) -> None:
+        """Drain every client's calls (each bounded by its own timeout), stop the loop."""
+        with self._lock:
+            loop, thread, self.loop, self.thread = self.loop, self.thread, None, None
+        if loop is None or thread is None:
+            return
+        for client in list(self.clients):
+            drain = getattr(client, "drain", None)
+            if drain is not None:
+                drain(getattr(client, "timeout", 20.0) + 1.0)
+        loop.settle()
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not threading.current_thread():
+            thread.join(_JOIN_S)
 
 
-@atexit.register
-def _close_all() -> None:
-    """Close every fetcher of this process before the interpreter is torn down (item 9 of
-    issue 39: a GET ending on obstore's runtime after that aborts the process)."""
-    for fetcher in list(LIVE):
-        fetcher.close()
+LOOP = _Owner()
+
+
+def running(client: Any = None) -> FetchLoop:
+    """The process's fetch loop, running (``client``: one whose calls are drained at exit)."""
+    if client is not None:
+        LOOP.clients.add(client)
+    return LOOP.running()

@@ -18,11 +18,14 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lading.disk.remote import remote_timeout
+from lading.deadline import remote_timeout
 from lading.remote.fetch import DEFAULT_IN_FLIGHT, DEFAULT_RETRIES, Fetcher
 from lading.remote.ranges import DEFAULT_GAP, DEFAULT_WASTE
+
+if TYPE_CHECKING:
+    from lading.remote.cache import NodeCache
 
 CACHE_ENV = "LADING_CACHE"
 CACHE_BYTES_ENV = "LADING_REMOTE_CACHE_BYTES"
@@ -123,7 +126,7 @@ class RemoteSettings:
 
     Attributes:
         cache: the node cache directory (node-local disk; every process of the node shares it).
-        cache_bytes: the node cache's hard cap in bytes of cached blocks.
+        cache_bytes: the node cache's hard cap in bytes of cached blocks: the payload file's size.
         backend: ``"auto"``, ``"obstore"`` or ``"fsspec"`` (see
             :func:`lading.remote.clients.open_client`).
         options: backend options (e.g. ``{"endpoint_url": ...}``); credentials are better in
@@ -139,6 +142,13 @@ class RemoteSettings:
             (a whole file, obstore's retries of its parts included) fails after
             ``timeout + n / upload_min_rate`` seconds, naming the object and both settings.
         max_gap, max_waste: the planner's (see :func:`~lading.remote.ranges.coalesce`).
+        index_bytes: the cache folder's bytes besides the payload file (staged indexes,
+            parquet footers, the ledger): default sized from the snapshot opened
+            (:func:`lading.remote.stage.index_budget`); the folder holds at most
+            ``cache_bytes + index_bytes``.
+        cap_given: ``cache_bytes`` was asked for; a folder made with another cap is then
+            refused (else the folder's own cap is taken).
+        region_bytes: the payload's region size (default: :mod:`lading.remote.cache.regions`).
     """
 
     cache: Path
@@ -152,6 +162,9 @@ class RemoteSettings:
     upload_min_rate: int = field(default_factory=default_upload_rate)
     max_gap: int = DEFAULT_GAP
     max_waste: float = DEFAULT_WASTE
+    index_bytes: int | None = None  # the folder besides the payload (None: remote.stage's)
+    cap_given: bool = True  # cache_bytes was asked for (else the folder's own, if made before)
+    region_bytes: int | None = None  # the payload's regions (default: regions.Layout.of)
 
     def __repr__(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -165,15 +178,43 @@ class RemoteSettings:
 
         make = functools.partial(open_client, url, self.backend, self.options, self.timeout)
         return Fetcher(
-            make, in_flight=self.in_flight, retries=self.retries, timeout=self.timeout,
-            node=Path(self.cache) / "inflight", pin_every=pin_every,
-        )  # fmt: skip
+            make,
+            in_flight=self.in_flight,
+            retries=self.retries,
+            timeout=self.timeout,
+            node=Path(self.cache) / "inflight",
+            pin_every=pin_every,
+        )
+
+    def index_budget(self, staged: int) -> int:
+        """The cache folder's bytes besides the payload file, for a snapshot staging ``staged``
+        bytes (:func:`lading.remote.stage.index_budget`)."""
+        from lading.remote.stage import index_budget
+
+        return index_budget(self.index_bytes, self.cache_bytes, staged)
+
+    def node_cache(
+        self, fetcher: Fetcher, namespace: str, etags: Mapping[str, str | None]
+    ) -> NodeCache:
+        """The view of the node cache these settings name for one snapshot's objects."""
+        from lading.remote.cache import NodeCache, node_of
+
+        node = node_of(self.cache, self.cache_bytes, self.cap_given, self.region_bytes)
+        return NodeCache(
+            node,
+            fetcher,
+            namespace,
+            etags,
+            policy=self.policy,
+            max_gap=self.max_gap,
+            max_waste=self.max_waste,
+        )
 
     @classmethod
     def from_environment(cls) -> RemoteSettings:
         """The defaults: the cache directory and cap the environment gives (module doc)."""
         cache = default_cache_dir()
-        return cls(cache, default_cache_bytes(cache))
+        return cls(cache, default_cache_bytes(cache), cap_given=CACHE_BYTES_ENV in os.environ)
 
     @classmethod
     def of(
@@ -196,6 +237,10 @@ class RemoteSettings:
         cap = (
             parse_bytes(cache_bytes) if cache_bytes is not None else default_cache_bytes(directory)
         )
+        if isinstance(more.get("index_bytes"), str):
+            more["index_bytes"] = parse_bytes(more["index_bytes"], "index_bytes")
         if isinstance(more.get("upload_min_rate"), str):
             more["upload_min_rate"] = positive_rate(more["upload_min_rate"])
-        return replace(cls(directory, cap, options=dict(options or {})), **more)
+        given = cache_bytes is not None or CACHE_BYTES_ENV in os.environ
+        made = cls(directory, cap, options=dict(options or {}), cap_given=given)
+        return replace(made, **more)

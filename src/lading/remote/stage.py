@@ -9,12 +9,21 @@ against the size and CRC32 its manifest gives, written to a temporary directory 
 by a rename, so a crash never leaves a copy that looks complete. A later open of the same
 snapshot reuses the copy; another snapshot gets a directory of its own (a reader keeps its
 snapshot while a newer one is staged beside it).
+
+The folder's second budget, ``index_bytes`` (:func:`index_budget`): everything in the cache
+folder but the payload file (:mod:`lading.remote.cache.regions`, the cap's) -- staged copies,
+parquet footers, the ledger's rows and WAL. After each staging, the copies opened longest ago
+(an open touches its mark) go until the folder is within it (:func:`keep_within`); a process
+still reading one keeps its open files (a copy that process pickles stages it again).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -22,11 +31,62 @@ from typing import Any
 from lading.disk import STAGE_MARK, build_lock, publish, remove_dead_temps, scratch
 from lading.disk.meta import META_FILE
 from lading.errors import StoreFormatError
+from lading.remote.cache.regions import folder_bytes
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import ObjectInfo, describe
 
 CHUNK = 8 << 20  # one GET of a staged file: 8 MiB at ~100 MB/s is ~80 ms, as long as its wait
 SPOT = 4096  # bytes at each end of a file whose CRC32 meta.json keeps (lading.disk.meta)
+LEDGER_ROOM = 2 << 20  # the ledger's WAL (checkpointed at 1 MiB) and the files beside it
+INDEX_FLOOR = 16 << 20  # the default budget for staged copies at least (a few snapshots)
+
+
+def index_budget(given: int | None, cap: int, staged: int) -> int:
+    """The folder's bytes besides the payload: ``given``, else the ledger's room (its rows:
+    ~50 bytes a cached block, a quarter of the cap for blocks of ~200 bytes) and two copies of
+    a snapshot staging ``staged`` bytes (this one and the last), at least 16 MiB.
+
+    Raises:
+        ValueError: ``given`` cannot hold the ledger and one copy, naming the least it can be.
+    """
+    least = LEDGER_ROOM + cap // 4 + staged
+    if given is not None and given < least:
+        raise ValueError(
+            f"index_bytes={given:,} cannot hold the node cache's ledger ({LEDGER_ROOM + cap // 4:,}"
+            f" bytes at cache_bytes={cap:,}) and this snapshot's staged index ({staged:,}); give "
+            f"at least {least:,} (twice the index keeps the last snapshot's too)"
+        )
+    if given is not None:
+        return given
+    return LEDGER_ROOM + cap // 4 + max(INDEX_FLOOR, 2 * staged)
+
+
+def keep_within(cache: Path, budget: int, keep: Path | None) -> None:
+    """Remove staged copies (snapshot folders, parquet footers) but ``keep``, opened longest
+    ago first, until the folder's bytes besides the payload are within ``budget`` (footers
+    read less than a second ago stay: the dataset opening now reads them)."""
+    _, used = folder_bytes(cache)
+    if used <= budget:
+        return
+    found = []
+    for mark in cache.glob(f"stores/*/*/{STAGE_MARK}"):
+        if mark.parent != keep:
+            found.append((mark.parent.stat().st_mtime, mark.parent))
+    fresh = time.time() - 1.0
+    found += [(m, p) for p in cache.glob("parquet/*.footer") if (m := p.stat().st_mtime) < fresh]
+    for _, path in sorted(found, key=lambda f: f[0]):
+        if used <= budget:
+            return
+        size = sum(
+            f.stat().st_blocks * 512
+            for f in ([path] if path.is_file() else path.rglob("*"))
+            if f.is_file()
+        )
+        if path.is_file():
+            path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+        used -= size
 
 
 def stage_dir(cache: Path, url: str, snapshot: str) -> Path:
@@ -42,10 +102,12 @@ def stage_index(
     cache: Path,
     names: list[str],
     pinned: list[str],
+    budget: int | None = None,
 ) -> Path:
     """The node's copy of the files ``names`` of ``meta``'s snapshot (made if absent); its
     path. ``pinned``: the files read by ranged GETs instead, each pinned to its ETag (kept
-    in the copy's mark) after a check of its first and last bytes.
+    in the copy's mark) after a check of its first and last bytes. ``budget``: the folder's
+    bytes besides the payload (older copies go to keep within it).
 
     Raises:
         StoreFormatError: a file's bytes do not match the manifest's size or CRC32.
@@ -53,8 +115,11 @@ def stage_index(
     """
     dest = stage_dir(cache, url, meta["snapshot"])
     if _is_staged(dest, url, meta):
+        os.utime(dest)  # opened now: the last to go (the folder's time; its files untouched)
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if budget is not None:  # room for the copy first: the folder is within it all along
+        keep_within(cache, budget - sum(int(meta["files"][n]["size"]) for n in names), None)
     with build_lock(dest):
         if _is_staged(dest, url, meta):  # another process of the node staged it meanwhile
             return dest
@@ -68,6 +133,8 @@ def stage_index(
             mark = {"source": url, "snapshot": meta["snapshot"], "files": names, "etags": etags}
             (tmp / STAGE_MARK).write_text(json.dumps(mark, indent=2, sort_keys=True))
             publish(tmp, dest)
+    if budget is not None:
+        keep_within(cache, budget, dest)
     return dest
 
 

@@ -101,6 +101,7 @@ def open_store(
     snapshot: str | None = None,
     cache: str | os.PathLike[str] | None = None,
     cache_bytes: int | str | None = None,
+    index_bytes: int | str | None = None,
     timeout: float | None = None,
 ) -> PackedStore | RemoteStore:
     """Open a store built by :func:`build_store`: cheap, memory-mapped, checked.
@@ -121,7 +122,11 @@ def open_store(
         cache: the node cache directory of a URL ``path`` (default: ``remote/`` in
             ``$LADING_CACHE`` or ``~/.cache/lading``), shared by every process of the node.
         cache_bytes: the node cache's hard cap (``8G``, ``500M``, bytes; default
-            ``$LADING_REMOTE_CACHE_BYTES``, else 8 GiB or half the free space).
+            ``$LADING_REMOTE_CACHE_BYTES``, else 8 GiB or half the free space): the size of
+            its payload file.
+        index_bytes: the node cache folder's bytes besides the payload (staged indexes of
+            the snapshots opened, the ledger; the oldest copies go to keep within it);
+            default sized from the store (:func:`lading.remote.stage.index_budget`).
         timeout: seconds each attempt of a remote call may take (open, list, stage, read;
             3 retries), default ``$LADING_REMOTE_TIMEOUT`` or 20; past them the error names
             the endpoint, the object and this setting.
@@ -139,7 +144,9 @@ def open_store(
             )
         from lading.stores.remote.store import open_remote
 
-        more = {} if timeout is None else {"timeout": float(timeout)}
+        more: dict[str, Any] = {} if timeout is None else {"timeout": float(timeout)}
+        if index_bytes is not None:
+            more["index_bytes"] = index_bytes
         return open_remote(
             os.fspath(path), cache=cache, cache_bytes=cache_bytes, options=storage_options, **more
         )

@@ -71,7 +71,7 @@ class RowReader:
 
     def read(self, share: Share, step: int | None = None) -> Any:
         """Every row of ``share`` as one Arrow table, in the share's order; ``step``: the
-        batch (:func:`lading.loading.lookahead.step_of`) it is read for (remote files plan
+        batch (:func:`lading.step.step_of`) it is read for (remote files plan
         their reads by it; local files need not)."""
         import pyarrow as pa
 

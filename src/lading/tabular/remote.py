@@ -30,14 +30,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from lading.remote.cache import NodeCache
+from lading.remote.cache import NodeCache, Planner
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import RemoteReadError
 from lading.remote.ranges import Need
-from lading.remote.schedule import Plan, signature
+from lading.remote.schedule import Schedule
 from lading.remote.settings import RemoteSettings
+from lading.remote.stage import keep_within
 from lading.tabular.plan import Piece
 from lading.tabular.read import RowReader
 from lading.tabular.remote_files import (
@@ -50,6 +49,7 @@ from lading.tabular.remote_files import (
 )
 
 Batches = Sequence[Sequence[Piece]]  # the row groups each batch reads, in order
+_FOLDER = ("cap", "index_bytes", "bytes_cached", "blocks", "folder_payload", "folder_index")
 
 
 class RemoteParquet:
@@ -68,6 +68,7 @@ class RemoteParquet:
         settings: RemoteSettings,
     ) -> None:
         self.files, self.footers, self.settings = list(files), list(footers), settings
+        self.footer_bytes = sum(len(f) for f in footers if f is not None)  # staged on the node
         self.urls = [f.url for f in self.files]
         self._index = {url: i for i, url in enumerate(self.urls)}
         self.columns: list[str] = []  # the columns read (set by the dataset)
@@ -76,11 +77,12 @@ class RemoteParquet:
     def _reset(self) -> None:
         self._fetchers: dict[str, Fetcher] = {}
         self._caches: dict[str, NodeCache] = {}
+        self._planners: dict[str, Planner] = {}
         self._meta: dict[str, Any] = {}
         self._spans: dict[tuple[str, int, tuple[str, ...]], list[tuple[int, int]]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("files", "settings", "urls", "_index", "columns")
+        keep = ("files", "settings", "urls", "_index", "columns", "footer_bytes")
         return {**{k: self.__dict__[k] for k in keep}, "footers": [None] * len(self.files)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -102,6 +104,7 @@ class RemoteParquet:
             made._fetcher(split_root(url)[0])
         files = list_files(urls, made._fetchers)
         footers = stage_footers(files, made._fetchers, Path(settings.cache))
+        keep_within(Path(settings.cache), settings.index_budget(sum(map(len, footers))), None)
         found = cls(files, footers, settings)
         found._fetchers = made._fetchers  # this process's clients, already open
         return found
@@ -119,18 +122,19 @@ class RemoteParquet:
         if root not in self._caches:
             mine = sorted((f.key, f.etag or "", f.size) for f in self.files if f.root == root)
             digest = hashlib.sha256(repr(mine).encode()).hexdigest()[:16]
-            s = self.settings
-            self._caches[root] = NodeCache(
-                s.cache,
-                s.cache_bytes,
+            cache = self._caches[root] = self.settings.node_cache(
                 self._fetcher(root),
                 f"{root}@parquet-{digest}",  # another version of an object: other blocks
                 {f.key: f.etag for f in self.files if f.root == root},
-                policy=s.policy,
-                max_gap=s.max_gap,
-                max_waste=s.max_waste,
             )
+            cache.index_bytes = self.settings.index_budget(self.footer_bytes)
         return self._caches[root]
+
+    def planner(self, root: str) -> Planner:
+        """What this process's loader tells the node cache of bucket ``root`` ahead."""
+        if root not in self._planners:
+            self._planners[root] = Planner(self.cache(root))
+        return self._planners[root]
 
     def metadata(self, url: str) -> Any:
         """The parquet metadata of object ``url`` (from its staged footer)."""
@@ -254,7 +258,7 @@ class RemoteParquet:
         steps = range(first_step, first_step + len(batches))
         needs = self._needs(batches, steps)
         for root in {f.root for f in self.files}:
-            self.cache(root).prefetch(needs.get(root, []), first_step if now is None else now)
+            self.planner(root).prefetch(needs.get(root, []), first_step if now is None else now)
 
     def plan(
         self, batches: Batches, first_step: int = 0, steps: Sequence[int] | None = None
@@ -265,17 +269,20 @@ class RemoteParquet:
             list(steps) if steps is not None else list(range(first_step, first_step + len(batches)))
         )
         needs = self._needs(batches, at)
-        marks = [signature(np.array([s], dtype=np.int64)) for s in at]
         for root in {f.root for f in self.files}:
-            self.cache(root).plan(Plan(needs.get(root, []), marks, at))
+            self.planner(root).plan(Schedule(needs.get(root, []), at[0] if at else first_step))
 
     def cache_stats(self) -> dict[str, Any]:
-        """The node cache's figures (:meth:`lading.stores.remote.store.RemoteStore.cache_stats`),
-        summed over the buckets read."""
+        """The node cache's figures (:meth:`lading.stores.remote.store.RemoteStore.cache_stats`):
+        this process's summed over the buckets read, the folder's (one for every bucket) and,
+        under ``"node"``, every process's."""
         total: dict[str, Any] = {}
         for root in sorted({f.root for f in self.files}):
-            for name, value in self.cache(root).node_stats().items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
+            found = self.cache(root).node_stats()
+            for name, value in found.items():
+                if name in _FOLDER or isinstance(value, dict):
+                    total[name] = value  # the one folder's (or the node's)
+                elif isinstance(value, (int, float)) and not isinstance(value, bool):
                     total[name] = total.get(name, 0) + value
         return total
 
@@ -283,6 +290,7 @@ class RemoteParquet:
         """Stop this process's GETs (done at exit too)."""
         for cache in self._caches.values():
             cache.close()
+        self._caches, self._planners = {}, {}
 
 
 class RemoteRowReader(RowReader):
@@ -325,16 +333,18 @@ def warn_if_too_small(source: RemoteParquet) -> None:
     """Warn, naming the fix, when the node cache's cap cannot hold the largest row group:
     row groups are then read around the cache (fetched at each read, never kept), as the
     document store reads a document larger than its cap."""
-    from lading.remote.cache.footprint import budget
+    from lading.remote.cache.regions import REGIONS, Layout
 
     largest = source.largest_group()
     cap = source.settings.cache_bytes
-    if largest > budget(cap):  # the blocks' share of the cap (the ledger's files take the rest)
+    region = Layout.of(cap, source.settings.region_bytes).region_bytes
+    if largest > region:  # a block is at most a region (the unit of eviction)
         warnings.warn(
             f"PartitionedParquet: cache_bytes={cap:,} cannot hold one row group (the largest "
-            f"reads {largest:,} bytes; {budget(cap):,} of the cap hold blocks): every row group "
-            f"is fetched at each read and never cached; raise cache_bytes to 8x the row group "
-            f"({8 * largest:,}: 8 kept ahead), or write smaller row groups (lading repartition)",
+            f"reads {largest:,} bytes; a cached block is at most a region, {region:,} bytes, "
+            f"1/{REGIONS} of the cap): every row group is fetched at each read and never "
+            f"cached; raise cache_bytes to {REGIONS * 8 * largest:,} (8 row groups a window), "
+            "or write smaller row groups (lading repartition)",
             UserWarning,
             stacklevel=3,
         )

@@ -28,13 +28,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from lading.loading.lookahead import step_of
 from lading.loading.order import Salt, permutation
 from lading.loading.reading import Reading
 from lading.loading.runs import Runs
 from lading.loading.segment import Segment
 from lading.loading.state import Cursor
 from lading.loading.workload import SegmentWorkload
+from lading.step import step_of
 from lading.tabular.plan import Piece, epoch_pieces, share_of_runs
 from lading.tabular.read import RowReader
 

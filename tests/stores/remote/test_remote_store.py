@@ -140,8 +140,9 @@ def test_the_loader_reads_a_remote_store_as_a_local_one_within_the_cap(
         assert got == list(local_loader)
         reads += sum(1 for batch in got for group in batch for text in group[1:] if text)
         with sqlite3.connect(tmp_path / "cache" / "ledger.sqlite") as conn:
-            held = conn.execute("SELECT total(length(bytes)) FROM payload").fetchone()[0]
+            held = conn.execute("SELECT total(end - start) FROM blocks").fetchone()[0]
         assert held <= cap and remote.cache_stats()["bytes_cached"] <= cap
+        assert (tmp_path / "cache" / "blocks.data").stat().st_size <= cap  # the payload file
     # each read counted once (an access counts when announced: the loader announced epoch
     # 2's first batches as epoch 1 ended, so count epochs 0 and 1)
     by_epoch = remote.cache_stats()["process"]["by_epoch"]

@@ -2,9 +2,9 @@
 
 The node cache is disposable (every byte in it is a copy of an object in the bucket), so a
 ledger that is not an SQLite database, is truncated or has garbage pages must not fail every
-later run on the node: the opener moves it (and its ``-wal``/``-shm``) aside to
-``ledger.sqlite.damaged`` (one slot: an older one is replaced, so a node never piles them
-up), warns once naming both files, and starts an empty cache.
+later run on the node: the opener moves it (and its ``-wal``/``-shm``; the payload file whose
+places it kept is removed) aside to ``ledger.sqlite.damaged`` (one slot: an older one is replaced,
+so a node never piles them up), warns once naming both files, and starts an empty cache.
 
 What is checked on open, cheaply: the 100-byte header (magic string, page size), the file's
 length against the page count the header gives (a truncated file is short of it), and, for a
@@ -19,9 +19,11 @@ import contextlib
 import os
 import sqlite3
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from lading.disk import build_lock
+from lading.remote.cache.regions import DATA_FILE
 
 FULL_CHECK_BYTES = 64 << 20
 _MAGIC = b"SQLite format 3\x00"
@@ -30,7 +32,7 @@ _PROBES = (
     "SELECT max(id), max(start) FROM blocks",
     "SELECT max(next_use) FROM blocks",
     "SELECT max(id) FROM objects",
-    "SELECT max(id) FROM payload",
+    "SELECT max(id), max(gen) FROM regions",
 )
 
 
@@ -79,18 +81,17 @@ def check_contents(conn: sqlite3.Connection, path: Path) -> None:
         conn.execute(sql).fetchall()
 
 
-def set_aside(path: Path, error: BaseException) -> Path:
+def set_aside(path: Path, error: BaseException, probe: Callable[[Path], None]) -> Path:
     """Move the damaged ledger ``path`` (and its WAL files) to ``<path>.damaged`` and warn.
 
-    Under the cache's lock, and only if the file there is still damaged: of two processes
-    that found it so at once, the second finds the first's fresh ledger and keeps it.
+    Under the cache's lock, and only if ``probe(path)`` still raises ``sqlite3.DatabaseError``:
+    of two processes that found it so at once, the second finds the first's fresh ledger and
+    keeps it.
     """
     aside = path.with_name(path.name + ".damaged")
     with build_lock(path):
         try:
-            check_header(path)
-            with contextlib.closing(sqlite3.connect(path, timeout=30.0)) as conn:
-                check_contents(conn, path)
+            probe(path)
             return aside  # another process set it aside meanwhile; this one is fine
         except sqlite3.DatabaseError:
             pass
@@ -98,6 +99,8 @@ def set_aside(path: Path, error: BaseException) -> Path:
             source = path.with_name(path.name + suffix)
             with contextlib.suppress(FileNotFoundError):
                 os.replace(source, aside.with_name(aside.name + suffix))
+        with contextlib.suppress(FileNotFoundError):  # its places went with it (and a copy
+            path.with_name(DATA_FILE).unlink()  # of a cap's bytes would double the folder)
     warnings.warn(
         f"{path}: the node cache's ledger is damaged ({str(error)[:120]}); it was moved to "
         f"{aside} (delete it at will) and this node's cache starts empty: every block is "

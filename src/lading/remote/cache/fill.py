@@ -1,118 +1,139 @@
-"""Filling fetched blocks into the node's ledger: one writer thread a process, in batches.
+"""Filling fetched blocks in: one thread a process and cache folder writes bytes, then marks.
 
-The fetch loop's thread hands each finished GET to :meth:`Filler.put`; the writer thread
-fills as many as have finished in one SQLite transaction (up to 1024), and gives the claims of
-failed GETs back to the node. :class:`~lading.remote.cache.NodeCache` plans and reads;
-this module is the only one that writes blocks, and the only one with a thread inside SQLite.
-
-A fork() while the writer thread is inside SQLite would leave SQLite's mutexes locked in the
-child (a DataLoader worker), which then hangs on its first query. Around a fork, every
-filler's writer is held outside SQLite; the child starts its own writer when it needs one.
+The fetch loop hands each finished GET of a claimed block to :meth:`Filler.put` (its future);
+the fill thread writes the bytes of as many as have finished into the payload file
+(``pwrite``, at the place the claim reserved) and marks them ready in one ledger transaction;
+the claims of failed GETs are given back. It is the only thread that writes a block's bytes,
+and its transactions, like every one, are held outside a ``fork()``
+(:data:`lading.threads.SQLITE`). Its owner is the node (:class:`.node.Node`), which ends it.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import os
 import queue
 import threading
-import weakref
+import warnings
 from collections.abc import Callable
-
-from lading.remote.cache.ledger import Ledger
-from lading.remote.fetch import Future
+from typing import Any, NamedTuple
 
 _BATCH = 1024  # finished GETs filled in one transaction at the most
-_LIVE: weakref.WeakSet[Filler] = weakref.WeakSet()
+_JOIN_S = 5.0  # how long close() waits for the thread's last transaction
 
 
-def _before_fork() -> None:
-    for filler in list(_LIVE):
-        filler.sqlite.acquire()
+class Fill(NamedTuple):
+    """A claimed block's place and the GET (or carried bytes) that fills it."""
 
-
-def _after_fork() -> None:
-    for filler in list(_LIVE):
-        if filler.sqlite.locked():
-            filler.sqlite.release()
-
-
-os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
-
-
-def _at_exit() -> None:
-    """Park every writer thread outside SQLite and stop the fetch loops before the interpreter
-    is torn down: a daemon thread left inside SQLite or a GET's callback while Python
-    finalizes can abort the process (seen: a rank of 4 exited with SIGABRT after its work)."""
-    for filler in list(_LIVE):
-        if filler.pid == os.getpid():
-            filler.sqlite.acquire(timeout=10)  # held for good: the writer waits outside SQLite
-            filler.on_exit()
-
-
-atexit.register(_at_exit)
+    object: int
+    start: int
+    region: int
+    at: int
+    bytes_of: Callable[[], bytes]  # the fetched bytes (raises what the GET raised)
 
 
 class Filler:
-    """Fills finished GETs into ``ledger`` on a writer thread of this process.
+    """The fill thread of ``node`` (started on first use; see the module doc).
 
     Args:
-        ledger: the node's ledger (holds the claims the GETs were made for).
-        filled: called on the writer thread with the block ids just filled or given up, so
-            the owner can stop counting them as in flight.
-        on_exit: called at interpreter exit in the process that used this filler, with the
-            writer parked outside SQLite (the owner stops its GETs and releases its claims).
+        write: ``(region, at, bytes)`` into the payload file.
+        mark: ``(filled, failed)`` block keys ``(object, start)``: into the ledger.
+        trim: after each batch: keep the ledger's WAL short (:meth:`.ledger.Ledger.trim`).
     """
 
     def __init__(
         self,
-        ledger: Ledger,
-        filled: Callable[[list[int]], None],
-        on_exit: Callable[[], None],
+        write: Callable[[int, int, bytes], None],
+        mark: Callable[[list[tuple[int, int]], list[tuple[int, int]]], None],
+        trim: Callable[[], None],
     ) -> None:
-        self.ledger = ledger
-        self.filled = filled
-        self.on_exit = on_exit
-        self.sqlite = threading.Lock()  # held by the writer thread while it is in SQLite
-        self.reset()
-        _LIVE.add(self)
+        self.write, self.mark, self.trim = write, mark, trim
+        self.forked()
 
-    def reset(self) -> None:
-        """Per-process state: a forked child gets an empty queue and starts its own writer."""
-        self.pid = os.getpid()
-        self._done: queue.SimpleQueue[tuple[int, Future]] = queue.SimpleQueue()
-        self._writer: threading.Thread | None = None
+    def forked(self) -> None:
+        """A fresh queue and no thread (a forked child's: the parent's thread is not here)."""
+        self._queue: queue.SimpleQueue[Fill | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._warned = self.closed = False
 
-    def start(self) -> None:
-        """Start this process's writer thread if it is not running."""
-        if self._writer is None or not self._writer.is_alive():
-            self._writer = threading.Thread(target=self._loop, name="lading-fill", daemon=True)
-            self._writer.start()
+    def put(self, fill: Fill) -> None:
+        """Hand a finished GET over (called on the fetch loop's thread); after :meth:`close`,
+        dropped (its claim was given back)."""
+        if self.closed:
+            return
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="lading-fill", daemon=True
+                    )
+                    self._thread.start()
+        self._queue.put(fill)
 
-    def put(self, block: int, future: Future) -> None:
-        """Hand a finished GET of ``block`` to the writer (called on the fetch loop's thread)."""
-        self._done.put((block, future))
-
-    def _loop(self) -> None:
-        """Fill finished GETs into the ledger, as many per transaction as have finished."""
+    def _run(self) -> None:
         while True:
-            done = [self._done.get()]
-            # no wait for more to finish: a block filled ms later is one eviction cannot
-            # choose meanwhile (tried, 3 ms: epoch-2 hits of a planned order fell from
-            # 0.25 to 0.14-0.15 of 0.25 in test_the_whole_order_keeps_what_is_needed_soonest)
-            limit = _BATCH  # ledger.fill writes them a transaction's pages at a time
+            first = self._queue.get()
+            if first is None:
+                return
+            done = [first]
             with contextlib.suppress(queue.Empty):
-                while len(done) < limit:
-                    done.append(self._done.get_nowait())
-            good = [(b, f.result()) for b, f in done if f.exception() is None]
-            failed = [b for b, f in done if f.exception() is not None]
-            with self.sqlite:  # no fork() while this thread is inside SQLite (see the module)
-                try:
-                    self.ledger.fill(good)
-                except Exception:  # a full disk, say: give the claims up, the bytes were read
-                    failed += [b for b, _ in good]
-                if failed:
-                    with contextlib.suppress(Exception):
-                        self.ledger.release(failed)
-            self.filled([block for block, _ in done])
+                while len(done) < _BATCH:
+                    more = self._queue.get_nowait()
+                    if more is None:
+                        self._queue.put(None)  # end after this batch
+                        break
+                    done.append(more)
+            self._fill(done)
+
+    def _fill(self, done: list[Fill]) -> None:
+        filled, failed = [], []
+        for fill in done:
+            key = (fill.object, fill.start)
+            try:
+                data = fill.bytes_of()
+            except Exception:  # the GET failed (its reader raises it): the claim goes
+                failed.append(key)
+                continue
+            try:
+                self.write(fill.region, fill.at, data)
+            except OSError as e:  # a full disk, say: the bytes were read, not kept
+                self._warn(e)
+                failed.append(key)
+            else:
+                filled.append(key)
+        try:
+            self.mark(filled, failed)
+        except Exception as e:  # the ledger refused (a full disk): the claims time out
+            self._warn(e)
+        with contextlib.suppress(Exception):
+            self.trim()
+
+    def _warn(self, error: BaseException) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"the node cache could not keep a fetched block ({type(error).__name__}: "
+                f"{str(error)[:160]}); reads go on, fetching what it could not keep: free "
+                "disk space where the cache folder is, or lower cache_bytes",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def close(self) -> None:
+        """End the thread after what it was given (waits at most a few seconds); what comes
+        after is dropped."""
+        self.closed = True
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._queue.put(None)
+            if thread is not threading.current_thread():
+                thread.join(_JOIN_S)
+        self._thread = None
+
+    def __repr__(self) -> str:
+        return f"Filler(thread={self._thread!r})"
+
+
+def ready(data: bytes) -> Callable[[], Any]:
+    """``bytes_of`` for bytes already in hand (a block carried forward)."""
+    return lambda: data

@@ -1,327 +1,281 @@
-"""The node cache's shared state: one SQLite file that every process on the node opens.
+"""The node cache's ledger: SQLite rows of which block lives where, who fetches it, when it is
+next needed. No payload: the bytes are in the regions' file (:mod:`.regions`).
 
-Why SQLite and not a file per block: a block is often one passage (~350 bytes) and a file
-takes at least one 4 KiB filesystem block, so a byte cap on files would hold a twelfth of
-what it says, or the disk would hold twelve times the cap. SQLite packs small blobs densely,
-its transactions make "claim this range, evict those" atomic across processes (WAL: readers
-never wait for the writer), and with ``mmap_size`` its pages are read through one shared map
-of the page cache. A process killed mid-fetch leaves a claim whose owner is dead; the next
-process that wants that range takes it over.
+Tables: ``blocks`` (one row a cached or claimed block: its object and byte range, its region
+and place there, its owner while it is being fetched (``NULL``: ready), its next planned use),
+``regions`` (generation, bytes used, state: free, open for appends, full), ``objects`` (names),
+``settings`` (the cap and layout the folder was made with) and ``counters`` (the node's figures
+since the folder was made). Every process of the node opens the same file: claims are made in
+one write transaction (SQLite's lock), so a block is fetched once a node.
 
-Tables: ``objects`` (name -> id: one row per object of a store snapshot), ``blocks`` (a
-fetched range: object, start, end, size, ready, owner pid, next planned use, last use time,
-uses), ``payload`` (block id -> bytes, kept apart so the eviction scans stay small) and
-``settings`` (cap, bytes claimed). Blocks of an object never overlap (the planner never merges
-across a cached block), so the block holding a range is the last one starting at or before it.
-
-The byte cap is hard: ``used`` (bytes of every block, fetched or claimed, each charged
-:data:`BLOCK_COST` more for its rows in the tables and indexes) never exceeds the block budget,
-checked in the same transaction that claims. From :data:`DISK_FLOOR` up, the budget is the cap
-less what the files need besides the blocks (the WAL's allowance, the ``-shm`` map, the
-schema), so every byte of the ledger's files on disk stays within the cap: the WAL is
-checkpointed before any write transaction once it holds half its allowance and no transaction
-adds more than the other half (:mod:`.wal`), pages are 1 KiB (a WAL frame is a whole page:
-4 KiB pages logged ~6 KiB for each 350-byte passage), and the block budget is scaled by the
-file's measured bytes per byte charged, bytes claimed but not yet filled counted as pages to
-come (freed pages are reused, never given back: vacuuming moved so many pages that the WAL
-grew 6x). Measured before: the WAL at 32.9 MiB beside 6.7 MiB of blocks, the files 4.3-8x
-the cap at small caps.
+Each thread has its own connection (made again after a fork); every transaction holds
+:data:`lading.threads.SQLITE` shared, so no fork copies a thread inside SQLite.
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, NamedTuple
 
-from lading.remote.cache import damaged
-from lading.remote.cache.claims import claim_blocks, pid_alive
-from lading.remote.cache.evict import policy as eviction_policy
-from lading.remote.cache.footprint import (
-    block_cost,
-    configure,
-    fill_pages,
-)
-from lading.remote.cache.queries import (
-    FIND,
-    SCHEMA,
-    SCHEMA_VERSION,
-    Claimed,
-    Found,
-    Transaction,
-    batched,
-    read_slice,
-)
-from lading.remote.cache.uses import PendingUses
-from lading.remote.cache.wal import WalGuard
-from lading.remote.ranges import Block
+from lading.remote.cache.regions import Layout
+from lading.threads import SQLITE
 
 LEDGER_FILE = "ledger.sqlite"
+FORMAT = 3  # 3: rows only, payload in regions (2: blocks as BLOBs; such a file is set aside)
+WAL_PAGES = 256  # a checkpoint once the WAL holds this many pages (4 KiB: 1 MiB)
+_BATCH = 200  # ranges a batched query (4 parameters each, far below SQLite's 32,766)
+FREE, OPEN, FULL = 0, 1, 2  # a region's state
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value);
+CREATE TABLE IF NOT EXISTS objects (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS regions (id INTEGER PRIMARY KEY, gen INTEGER NOT NULL,
+    used INTEGER NOT NULL, state INTEGER NOT NULL, sealed REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS blocks (object INTEGER NOT NULL, start INTEGER NOT NULL,
+    end INTEGER NOT NULL, region INTEGER NOT NULL, at INTEGER NOT NULL, owner TEXT,
+    next_use INTEGER, PRIMARY KEY (object, start)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS blocks_region ON blocks (region);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL);
+"""
+
+# the blocks overlapping each (i, object, start, end): from the last block starting at or
+# before start (it may reach into the range) to the last one starting before end
+OVERLAPPING = (
+    "SELECT q.column1, b.start, b.end, b.region, b.at, b.owner, r.gen FROM (VALUES {values})"
+    " AS q JOIN blocks AS b ON b.object = q.column2 AND b.start >= coalesce((SELECT"
+    " max(start) FROM blocks WHERE object = q.column2 AND start <= q.column3), q.column3)"
+    " AND b.start < q.column4 AND b.end > q.column3 JOIN regions AS r ON r.id = b.region"
+)
+
+
+class Piece(NamedTuple):
+    """A block overlapping a looked-up range: its bytes ``[start, end)`` of the object, its
+    place (``region``, ``at``), its owner while unfilled (None: ready), its region's
+    generation when looked up."""
+
+    start: int
+    end: int
+    region: int
+    at: int
+    owner: str | None
+    gen: int
+
+
+class CacheSettingsError(ValueError):
+    """A cache folder made with other settings than those asked for (a cap, a layout)."""
 
 
 class Ledger:
-    """One process's handle on the node's ledger in ``directory`` (a connection per thread).
+    """One process's handle on the ledger of cache folder ``directory`` (see the module doc).
 
     Args:
-        directory: the cache directory (created).
-        cap: the byte cap of the node's cache; the latest opener's value is the node's.
-        policy: the eviction policy's name (:mod:`lading.remote.cache.evict`).
+        directory: the cache folder (made by the caller).
+        layout: the regions of the payload file (a folder made before keeps its own; a
+            ``strict`` caller that asked for another is refused, naming both and the fix).
+        strict: the cap was asked for (not a default): another folder's cap is an error.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], cap: int, policy: str = "next-use"):
-        if cap < 0:
-            raise ValueError(f"cache_bytes={cap}: need >= 0 (0 caches nothing)")
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.path = self.directory / LEDGER_FILE
-        self.cap = cap
-        self.policy_name = policy
-        self.policy = eviction_policy(policy)
-        self.wal = WalGuard(self.path, cap)  # the WAL's bound (:mod:`.wal`)
+    def __init__(self, directory: Path, layout: Layout, strict: bool = True) -> None:
+        self.path = directory / LEDGER_FILE
         self._local = threading.local()
-        self._objects: dict[str, int] = {}
-        self._uses = PendingUses()  # the reads' uses, written with the next transaction
-        try:
-            self._open_checked()
-        except sqlite3.DatabaseError as e:  # the cache is disposable: start a new one
-            old, self._local.conn = getattr(self._local, "conn", None), None
-            if old is not None:
-                old.close()
-            damaged.set_aside(self.path, e)
-            self._open_checked()
-
-    def _open_checked(self) -> None:
-        """Open the ledger (made if absent), checked for damage (:mod:`.damaged`)."""
-        damaged.check_header(self.path)
         with self.write() as conn:
-            conn.execute("INSERT OR REPLACE INTO settings VALUES ('cap', ?)", (self.cap,))
-            self._reclaim_dead(conn)
-            conn.execute(  # bytes claimed, not yet filled (:func:`.footprint.current_budget`)
-                "INSERT OR REPLACE INTO settings SELECT 'pending', total(size) FROM blocks"
-                " WHERE ready = 0"
-            )
-        damaged.check_contents(self.connection(), self.path)
+            for statement in SCHEMA.split(";")[:-1]:  # (executescript would commit first)
+                conn.execute(statement)
+            found = dict(conn.execute("SELECT name, value FROM settings").fetchall())
+            if not found:
+                _init(conn, layout)
+                found = dict(conn.execute("SELECT name, value FROM settings").fetchall())
+        if found.get("format") != FORMAT:
+            raise sqlite3.DatabaseError(f"ledger format {found.get('format')!r}, not {FORMAT}")
+        made = Layout(int(found["regions"]), int(found["region_bytes"]))
+        if strict and made != layout:
+            self.refuse(directory, made, layout)
+        self.layout = made
+        self.created = float(found.get("created", 0.0))
+
+    @staticmethod
+    def refuse(directory: Path, made: Layout, asked: Layout) -> None:
+        """Raise the error of a folder made with another cap than ``asked``."""
+        raise CacheSettingsError(
+            f"{directory}: this node cache was made with cache_bytes={made.size:,} "
+            f"({made.regions} regions of {made.region_bytes:,} bytes), not the {asked.size:,} "
+            "asked for now; every process sharing a cache folder uses one cap: pass the same "
+            "cache_bytes, use another cache folder, or delete this one when no process uses it"
+        )
+
+    # -- connections and transactions -------------------------------------------------------
 
     def connection(self) -> sqlite3.Connection:
-        """This thread's connection (opened after a fork too: a connection is not shared)."""
+        """This thread's connection (a forked child's threads make their own)."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+        if conn is None:
             conn = sqlite3.connect(self.path, timeout=120.0, isolation_level=None)
-            configure(conn, self.cap)
-            if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-                conn.execute("BEGIN IMMEDIATE")
-                conn.executescript(SCHEMA)  # commits
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            self._local.conn, self._local.pid = conn, os.getpid()
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")  # a lost cache is refetched
+            conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_PAGES}")  # the WAL: ~1 MiB at most
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_PAGES * 4096}")  # and at rest
+            self._local.conn = conn
         return conn
 
-    def write(self) -> Transaction:
-        """``with ledger.write() as conn:`` one write transaction (others wait for it), which
-        may dirty ``self.wal.own_pages`` pages; the WAL is checkpointed before it when it
-        holds half its allowance (:mod:`.wal`), the reads' pending uses go in first
-        (:meth:`touch`; more than may ride along go first, a transaction's worth at a time)."""
-        conn, wal = self.connection(), self.wal
-        while len(self._uses) > wal.ride:
-            with Transaction(conn, wal.begin, wal.end, self._riders(wal.row_budget(False))):
-                pass
-        return Transaction(conn, wal.begin, wal.end, self._riders(wal.ride))
+    def forked(self) -> None:
+        """In a forked child: the parent's connections are not this process's to use."""
+        self._local = threading.local()
 
-    def _riders(self, rows: int) -> Callable[[sqlite3.Connection], None]:
-        return lambda conn: self.wal.spent(self._uses.write(conn, rows))
+    def trim(self) -> None:
+        """Truncate the WAL once it holds twice its checkpoint size and no reader needs it
+        (SQLite's own checkpoints are passive: with readers always about, the WAL grew to
+        3.5 MB under load, every row update writing its 4 KiB pages). Tried by the fill
+        thread after each transaction; gives up at once when busy."""
+        try:
+            size = self.path.with_name(self.path.name + "-wal").stat().st_size
+        except OSError:
+            return
+        if size > 2 * WAL_PAGES * 4096:
+            with SQLITE.shared():
+                conn = self.connection()
+                conn.execute("PRAGMA busy_timeout = 20")
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                finally:
+                    conn.execute("PRAGMA busy_timeout = 120000")
 
-    def read(self) -> Transaction:
-        """``with ledger.read() as conn:`` one snapshot: a block deleted meanwhile stays
-        readable until the transaction ends (WAL)."""
-        return Transaction(self.connection(), "BEGIN")
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """``with ledger.read() as conn:`` one snapshot of the ledger."""
+        with self._transaction("BEGIN") as conn:
+            yield conn
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """``with ledger.write() as conn:`` one write transaction (the node's writers wait)."""
+        with self._transaction("BEGIN IMMEDIATE") as conn:
+            yield conn
+
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+        with SQLITE.shared():
+            conn = self.connection()
+            conn.execute(begin)
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    # -- lookups ---------------------------------------------------------------------------
 
     def object_id(self, name: str) -> int:
-        """The id of object ``name`` (``<store>/<snapshot>/<file>``), made on first use."""
-        found = self._objects.get(name)
-        if found is None:
-            with self.write() as conn:
-                conn.execute("INSERT OR IGNORE INTO objects (name) VALUES (?)", (name,))
-                row = conn.execute("SELECT id FROM objects WHERE name = ?", (name,)).fetchone()
-            found = self._objects[name] = int(row[0])
-        return found
+        """The id of object ``name`` (``<url>@<snapshot>/<file>``), made on first use."""
+        with self.write() as conn:
+            conn.execute("INSERT OR IGNORE INTO objects (name) VALUES (?)", (name,))
+            return int(conn.execute("SELECT id FROM objects WHERE name = ?", (name,)).fetchone()[0])
 
     @staticmethod
-    def find_many(
-        conn: sqlite3.Connection, keys: Sequence[tuple[int, int, int]]
-    ) -> list[Found | None]:
-        """:meth:`find` for each ``(object, start, end)``, in a few queries."""
-        out: list[Found | None] = [None] * len(keys)
-        for i, block, start, ready, owner, data in batched(conn, FIND, keys):
-            out[i] = Found(block, start, bool(ready), owner, data)
+    def overlapping(
+        conn: sqlite3.Connection, ranges: Sequence[tuple[int, int, int]]
+    ) -> list[list[Piece]]:
+        """The blocks overlapping each ``(object, start, end)``, by start, in a few queries."""
+        out: list[list[Piece]] = [[] for _ in ranges]
+        for lo in range(0, len(ranges), _BATCH):
+            part = ranges[lo : lo + _BATCH]
+            values = ",".join(["(?, ?, ?, ?)"] * len(part))
+            args = [x for i, r in enumerate(part, lo) for x in (i, *r)]
+            for i, *piece in conn.execute(OVERLAPPING.format(values=values), args):
+                out[i].append(Piece(*piece))
+        for pieces in out:
+            pieces.sort()
         return out
 
-    slice = staticmethod(read_slice)  # bytes of a range from a ready block that holds it
+    @staticmethod
+    def generations(conn: sqlite3.Connection, regions: Iterable[int]) -> dict[int, int]:
+        """Each region's generation now."""
+        wanted = sorted(set(regions))
+        marks = ",".join("?" * len(wanted))
+        rows = conn.execute(f"SELECT id, gen FROM regions WHERE id IN ({marks})", wanted)
+        return dict(rows.fetchall())
+
+    # -- what the node's processes write ---------------------------------------------------
 
     @staticmethod
-    def occupied(conn: sqlite3.Connection, obj: int, end: int, start: int) -> bool:
-        """Whether a block of ``obj`` starts inside the gap ``[end, start)``."""
-        row = conn.execute(
-            "SELECT 1 FROM blocks WHERE object = ? AND start >= ? AND start < ? LIMIT 1",
-            (obj, end, start),
-        ).fetchone()
-        return row is not None
+    def insert(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Claims: ``(object, start, end, region, at, owner, next_use)`` rows."""
+        conn.executemany("INSERT INTO blocks VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
-    def claim(
-        self,
-        blocks: Sequence[tuple[Block, int]],
-        now: int | None,
-        prefetch: bool,
-        keep_planned: bool = False,
-        near: int = 0,
-        conn: sqlite3.Connection | None = None,
-    ) -> Claimed:
-        """Claim ``(block, object id)`` pairs, in order, for this process to fetch
-        (:mod:`.claims`; ``conn``: an open write transaction the first part goes in).
+    def filled(self, done: Sequence[tuple[int, int]], owner: str) -> None:
+        """Blocks ``(object, start)`` this owner fetched and wrote: ready (a claim taken
+        over meanwhile is not this owner's any more, and stays as it is)."""
+        with self.write() as conn:
+            conn.executemany(
+                "UPDATE blocks SET owner = NULL WHERE object = ? AND start = ? AND owner = ?",
+                [(*key, owner) for key in done],
+            )
 
-        Room is made by evicting ready blocks in the policy's order, but only blocks whose next
-        planned use is later than the claiming block's ``step`` (``prefetch``) or than ``now``
-        (a read that needs the bytes now; ``now=None``: any block). The first block that finds
-        no room (or is larger than the cap) and every later one are deferred; a block that
-        overlaps one another process claimed meanwhile is returned in ``overlapping``, for the
-        caller to look up again. ``keep_planned``: a prefetch evicts only blocks with no
-        planned use (the whole epoch's order is known: evicting a planned block before the
-        read that needs the room would decide on what is known now, not then; measured, a
-        16-batch window that evicted planned blocks early kept 0.6x the optimum's hits), but
-        a block needed ``near`` steps ahead or fewer makes room as its read would.
-        """
-        return claim_blocks(self, blocks, now, prefetch, keep_planned, near, conn)
-
-    def trim(self, threshold: int | None = None) -> None:
-        """Checkpoint the WAL from ``threshold`` bytes (:meth:`.wal.WalGuard.trim`)."""
-        self.wal.trim(self.connection(), threshold)
-
-    def fill(self, done: Iterable[tuple[int, bytes]]) -> None:
-        """Store fetched bytes and mark their blocks ready (a block evicted or taken over
-        meanwhile is skipped), a transaction's pages at a time; then checkpoint the WAL from
-        half its allowance (on the writer thread, so the reads find it so less often; from a
-        quarter, the fill thread took 0.042 ms of CPU a cold document, not 0.031)."""
-        done = list(done)
-        at = 0
-        while at < len(done):
-            part, pages = [done[at]], fill_pages(len(done[at][1]))
-            for block, data in done[at + 1 :]:
-                pages += fill_pages(len(data))
-                if pages > self.wal.own_pages:
-                    break
-                part.append((block, data))
-            at += len(part)
+    def release(self, keys: Sequence[tuple[int, int]], owner: str | None) -> None:
+        """Give claims up (a failed GET, a process leaving, a dead owner's claim): their room
+        is free again."""
+        if keys:
             with self.write() as conn:
-                self._fill_some(conn, part)
-        if done:
-            self.trim()
-
-    def _fill_some(self, conn: sqlite3.Connection, done: list[tuple[int, bytes]]) -> None:
-        ids = [block for block, _ in done]
-        marks = ",".join("?" * len(ids))
-        (filling,) = conn.execute(
-            f"SELECT total(size) FROM blocks WHERE id IN ({marks}) AND ready = 0", ids
-        ).fetchone()
-        # two statements for the whole batch, not two a block; the payload goes in only
-        # where its claim is still there and unfilled (evicted or taken over: skipped)
-        conn.executemany(
-            "INSERT OR REPLACE INTO payload SELECT ?, ? WHERE EXISTS (SELECT 1 FROM blocks"
-            " WHERE id = ? AND ready = 0)",
-            [(block, data, block) for block, data in done],
-        )
-        conn.executemany(
-            "UPDATE blocks SET ready = 1, owner = NULL WHERE id = ? AND ready = 0",
-            [(block,) for block in ids],
-        )
-        conn.execute(
-            "UPDATE settings SET value = max(0, value - ?) WHERE name = 'pending'", (filling,)
-        )
-
-    def release(self, blocks: Iterable[int]) -> None:
-        """Give up claims (a fetch that failed): their space is free again."""
-        with self.write() as conn:
-            self.drop(conn, list(blocks))
-
-    def drop(self, conn: sqlite3.Connection, blocks: list[int]) -> None:
-        """Delete ``blocks`` (and their bytes) in ``conn``'s write transaction, their bytes
-        charged no more."""
-        if not blocks:
-            return
-        marks = ",".join("?" * len(blocks))
-        freed, count, unfilled = conn.execute(
-            f"SELECT total(size), count(*), total(size) FILTER (WHERE ready = 0) FROM blocks"
-            f" WHERE id IN ({marks})",
-            blocks,
-        ).fetchone()
-        conn.execute(f"DELETE FROM blocks WHERE id IN ({marks})", blocks)
-        conn.execute(f"DELETE FROM payload WHERE id IN ({marks})", blocks)
-        freed = int(freed) + count * block_cost(self.cap)
-        conn.executemany(
-            "UPDATE settings SET value = max(0, value - ?) WHERE name = ?",
-            [(freed, "used"), (unfilled or 0, "pending")],
-        )
-
-    def touch(self, uses: Sequence[tuple[int, int | None]], now: int | None) -> None:
-        """Count a use of each ``(block, next)`` read at step ``now``: its next use becomes
-        ``next`` (this reader's next planned read of it, None: none known) where the one
-        recorded was this read or earlier; another process's sooner use stays. Written with
-        this process's next write transaction, or on its own soon (:mod:`.uses`)."""
-        if uses and self._uses.add(uses, now):
-            self.flush()
-
-    def flush(self) -> None:
-        """Write the uses :meth:`touch` holds (any write transaction does it first)."""
-        if self._uses:
-            with self.write():
-                pass
-
-    def update(
-        self,
-        sql: str,
-        rows: Sequence[tuple[int | None, ...]],
-        conn: sqlite3.Connection | None = None,
-    ) -> Sequence[tuple[int | None, ...]]:
-        """``executemany(sql, rows)`` (one row a block: :data:`.uses.PLAN`, :data:`.uses.SET`),
-        a transaction's pages at a time; given ``conn`` (an open write transaction), only what
-        fits in it, returning the rest (else nothing)."""
-        wal = self.wal
-        if conn is not None:
-            fit = max(1, wal.row_budget() - wal.rows_spent())
-            conn.executemany(sql, rows[:fit])
-            wal.spent(len(rows[:fit]))
-            return rows[fit:]  # for the caller, once its transaction ended
-        while rows:
-            with self.write() as own:
-                part, rows = rows[: wal.row_budget()], rows[wal.row_budget() :]
-                own.executemany(sql, part)
-                wal.spent(len(part))
-        return ()
-
-    def state(self, block: int) -> tuple[bool, int | None] | None:
-        """``(ready, owner pid)`` of a block, or None when it is gone."""
-        with self.read() as conn:
-            row = conn.execute("SELECT ready, owner FROM blocks WHERE id = ?", (block,)).fetchone()
-        return None if row is None else (bool(row[0]), row[1])
-
-    def take_over(self, block: int, owner: int) -> None:
-        """Drop a claim whose owner died before filling it."""
-        with self.write() as conn:
-            row = conn.execute("SELECT owner FROM blocks WHERE id = ? AND ready = 0", (block,))
-            if (found := row.fetchone()) is not None and found[0] == owner:
-                self.drop(conn, [block])
-
-    def _reclaim_dead(self, conn: sqlite3.Connection) -> None:
-        rows = conn.execute("SELECT id, owner FROM blocks WHERE ready = 0").fetchall()
-        self.drop(conn, [block for block, owner in rows if not pid_alive(owner)])
+                conn.executemany(
+                    "DELETE FROM blocks WHERE object = ? AND start = ? AND owner IS ?",
+                    [(*key, owner) for key in keys],
+                )
 
     @staticmethod
-    def _used(conn: sqlite3.Connection) -> int:
-        return int(conn.execute("SELECT value FROM settings WHERE name = 'used'").fetchone()[0])
+    def note_uses(conn: sqlite3.Connection, rows: Sequence[tuple[int, int, int, int]]) -> None:
+        """``(now, step, object, start)``: the block is next used at ``step`` at the latest
+        (a sooner use recorded and not yet past stays)."""
+        conn.executemany(
+            "UPDATE blocks SET next_use = CASE WHEN next_use IS NULL OR next_use < ?1 THEN ?2"
+            " ELSE min(next_use, ?2) END WHERE object = ?3 AND start = ?4",
+            rows,
+        )
 
-    def usage(self) -> tuple[int, int, int]:
-        """``(bytes of blocks held or claimed, the cap, blocks)`` for the whole node."""
+    @staticmethod
+    def set_uses(
+        conn: sqlite3.Connection, rows: Sequence[tuple[int, int | None, int, int]]
+    ) -> None:
+        """``(now, step or None, object, start)``: the block's next use becomes ``step`` (a
+        planner's order), but a sooner one not yet past stays (another process's plan)."""
+        conn.executemany(
+            "UPDATE blocks SET next_use = CASE WHEN next_use >= ?1 AND (?2 IS NULL OR"
+            " next_use < ?2) THEN next_use ELSE ?2 END WHERE object = ?3 AND start = ?4",
+            rows,
+        )
+
+    def count(self, deltas: dict[str, float]) -> None:
+        """Add this process's figures since its last call to the node's."""
+        if deltas:
+            with self.write() as conn:
+                conn.executemany(
+                    "INSERT INTO counters VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET"
+                    " value = value + ?2",
+                    list(deltas.items()),
+                )
+
+    def node(self) -> dict[str, Any]:
+        """The node's counters, bytes held, blocks and the cap."""
         with self.read() as conn:
-            used = self._used(conn)
-            cap = int(conn.execute("SELECT value FROM settings WHERE name = 'cap'").fetchone()[0])
-            count = int(conn.execute("SELECT count(*) FROM blocks").fetchone()[0])
-        return used, cap, count
+            found: dict[str, Any] = dict(conn.execute("SELECT name, value FROM counters"))
+            held, blocks = conn.execute(
+                "SELECT total(end - start), count(*) FROM blocks"
+            ).fetchone()
+        return {**found, "bytes_cached": int(held), "blocks": int(blocks)}
+
+
+def _init(conn: sqlite3.Connection, layout: Layout) -> None:
+    settings = {
+        "format": FORMAT,
+        "regions": layout.regions,
+        "region_bytes": layout.region_bytes,
+        "created": time.time(),
+    }
+    conn.executemany("INSERT INTO settings VALUES (?, ?)", list(settings.items()))
+    conn.executemany(
+        "INSERT INTO regions VALUES (?, 0, 0, ?, 0)", [(r, FREE) for r in range(layout.regions)]
+    )

@@ -20,7 +20,6 @@ pinned to their ETags), so what a run reads never depends on what the cache hold
 
 from __future__ import annotations
 
-import bisect
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,27 +28,22 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lading.disk.meta import META_FILE
 from lading.errors import StoreFormatError
-from lading.remote.cache import NodeCache
-from lading.remote.fetch import Fetcher
-from lading.remote.objects import PermanentError
-from lading.remote.schedule import (
-    AHEAD,
-    Plan,
-    load_if_changed,
-    order_file,
-    save_order,
-    signature,
-)
+from lading.remote.cache import Planner
+from lading.remote.ranges import Need
+from lading.remote.schedule import Schedule
 from lading.remote.settings import RemoteSettings
-from lading.remote.stage import stage_dir, stage_index, staged_etags, verify_remote
+from lading.remote.snapshot import open_snapshot
+from lading.remote.stage import verify_remote
 from lading.sources import Record
+from lading.step import current_step
 from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.index import IdIndex
 from lading.stores.layout import field_column
 from lading.stores.remote.columns import Columns
 from lading.stores.remote.manifest import no_store, parse, payload_files, staged_files
+
+AHEAD = 8  # batches fetched ahead along a plan when no loader announces (a plain loop of reads)
 
 
 class RemoteStore(DocStore):
@@ -73,64 +67,28 @@ class RemoteStore(DocStore):
         self.settings = settings or RemoteSettings.from_environment()
         self.stale: str | None = None  # the source was read on the build's machine: not checked
         self._read_columns: dict[str, None] = {}  # payload columns read so far, in order
-        self._now: int | None = None
-        self._next_step = 0
-        self._order: list[npt.NDArray[np.int64]] = []  # the planned batches' rows (plan_rows)
-        self._order_steps: list[int] = []  # their steps
-        self._at: int | None = None  # the step at_step named (the reads that follow are its)
-        self._told = False  # prefetch was called from outside (a loader announces)
-        self._order_seen = 0.0  # mtime of the parent's order file when last loaded
-        self._open(snapshot)
-
-    def _open(self, snapshot: str | None) -> None:
-        s = self.settings
-        fetcher = s.fetcher(self.url)
-        try:
-            raw = self._manifest_bytes(fetcher, snapshot)
-        except PermanentError as e:
-            raise no_store(self.url, getattr(fetcher.client, "endpoint", ""), e) from None
-        meta = parse(raw, f"{self.url}/{META_FILE}")
-        staged = stage_index(
-            fetcher, self.url, raw, meta, s.cache, staged_files(meta), payload_files(meta)
+        opened = open_snapshot(
+            self.url,
+            self.settings,
+            parse,
+            lambda m: (staged_files(m), payload_files(m)),
+            no_store,
+            snapshot,
         )
-        cache = NodeCache(
-            s.cache,
-            s.cache_bytes,
-            fetcher,
-            f"{self.url}@{meta['snapshot']}",
-            staged_etags(staged),
-            policy=s.policy,
-            max_gap=s.max_gap,
-            max_waste=s.max_waste,
-        )
+        meta, staged, cache = opened
         try:
             self._columns = Columns(staged, meta, cache)
             self._index = IdIndex(staged / str(meta["index"].get("dir", "")), meta["index"])
         except (KeyError, TypeError, ValueError, OSError) as e:
             raise StoreFormatError(
-                f"{self.url}/{META_FILE}: its index or columns cannot be opened "
+                f"{self.url}/meta.json: its index or columns cannot be opened "
                 f"({type(e).__name__}: {str(e)[:160]}); rebuild the store"
             ) from None
         self.meta: dict[str, Any] = meta
         self.snapshot: str = meta["snapshot"]
         self.path = staged  # the node's copy of the index (what store_identity reads)
-
-    def _manifest_bytes(self, fetcher: Fetcher, snapshot: str | None) -> bytes:
-        """The manifest of ``snapshot`` (the node's staged copy when there is one), else the
-        current one."""
-        if snapshot is not None:
-            staged = stage_dir(self.settings.cache, self.url, snapshot) / META_FILE
-            if staged.is_file():
-                return staged.read_bytes()
-        raw = fetcher.get_object(META_FILE)
-        if snapshot is None or parse(raw, self.url)["snapshot"] == snapshot:
-            return raw
-        if snapshot.startswith("snap-") and "/" not in snapshot:
-            return fetcher.get_object(f"{snapshot}/manifest.json")
-        raise StoreFormatError(
-            f"{self.url}: snapshot {snapshot} is no longer the current one and this node has no "
-            "staged copy of it; open the store again to read its current snapshot"
-        )
+        self._planner = Planner(cache)
+        self._told = False  # a loader announces the batches ahead (else reads pump the plan)
 
     def __repr__(self) -> str:
         return f"RemoteStore({self.url!r})"
@@ -148,7 +106,7 @@ class RemoteStore(DocStore):
     def prefetch(
         self,
         batches: Sequence[Sequence[IdLike]],
-        first_step: int | None = None,
+        first_step: int = 0,
         now: int | None = None,
     ) -> None:
         """Start fetching the documents of ``batches`` (lists of ids), batch ``j`` needed at
@@ -160,22 +118,17 @@ class RemoteStore(DocStore):
     def prefetch_rows(
         self,
         batches: Sequence[npt.NDArray[np.int64]],
-        first_step: int | None = None,
+        first_step: int = 0,
         now: int | None = None,
         columns: Sequence[str] | None = None,
     ) -> None:
         """:meth:`prefetch` by row codes; ``columns``: which payload columns (default: those
         read so far, else ``tokens`` in a tokenized store and ``text`` otherwise)."""
-        first = self._next_step if first_step is None else int(first_step)
-        self._told = True  # someone announces (the loader): no look-ahead of the store's own
-        self._now = first if now is None else int(now)
-        self._next_step = first + len(batches)
-        if columns is None:
-            columns = list(self._read_columns) or ["tokens" if self.has_tokens else "text"]
-        needs = []
-        for column in columns:
-            needs += self._columns.needs(column, batches, first)
-        self._columns.cache.prefetch(needs, self._now)
+        self._told = True  # a loader announces: reads do not pump the plan themselves
+        now = int(first_step) if now is None else int(now)
+        self._planner.prefetch(
+            self._needs(batches, range(first_step, first_step + len(batches)), columns), now
+        )
 
     def plan(
         self,
@@ -183,14 +136,14 @@ class RemoteStore(DocStore):
         first_step: int = 0,
         steps: Sequence[int] | None = None,
     ) -> None:
-        """The order of reads ahead, for eviction only: batch ``j`` (a list of ids) is read at
+        """The order of reads ahead, for eviction: batch ``j`` (a list of ids) is read at
         step ``first_step + j`` (or ``steps[j]``: ascending, e.g. this epoch's batches and the
-        next epoch's). The node cache then keeps the blocks needed soonest and gives up the one
-        needed furthest away (or never); fetching stays a window ahead (``AHEAD`` batches, or
-        what :meth:`prefetch` announces). Reads move along it: ``get_many(ids, step=s)``, or a
-        read whose ids equal the next planned batch's (so a plain loop of ``get_many`` over
-        the planned batches works). Ids not in the store are skipped (the read will name
-        them). A new plan replaces the last one."""
+        next epoch's). The node cache then keeps the blocks needed soonest and gives up the
+        one needed furthest away (or never); fetching stays a window ahead (:meth:`prefetch`,
+        or, with no loader announcing, :data:`AHEAD` batches ahead of each read). A read says
+        its step: ``get_many(ids, step=s)``, or the step of the batch a loader is building.
+        Ids not in the store are skipped (the read will name them). A new plan replaces the
+        last one."""
         rows = [r[r >= 0] for r in (self.find_rows(list(b)) for b in batches)]
         self.plan_rows(rows, first_step, steps=steps)
 
@@ -199,68 +152,45 @@ class RemoteStore(DocStore):
         batches: Sequence[npt.NDArray[np.int64]],
         first_step: int = 0,
         columns: Sequence[str] | None = None,
-        share: bool = True,
         steps: Sequence[int] | None = None,
     ) -> None:
-        """:meth:`plan` by row codes; ``columns`` as in :meth:`prefetch_rows`; ``share``: fetch
-        along it from here and leave it for this process's DataLoader workers."""
-        first = int(first_step)
-        at = list(steps) if steps is not None else list(range(first, first + len(batches)))
+        """:meth:`plan` by row codes; ``columns`` as in :meth:`prefetch_rows`."""
+        at = (
+            list(steps) if steps is not None else list(range(first_step, first_step + len(batches)))
+        )
+        self._planner.plan(Schedule(self._needs(batches, at, columns), at[0] if at else first_step))
+
+    def _needs(
+        self,
+        batches: Sequence[npt.NDArray[np.int64]],
+        steps: Sequence[int],
+        columns: Sequence[str] | None,
+    ) -> list[Need]:
+        """The ranges of ``batches`` of rows of ``columns``, batch ``j`` read at ``steps[j]``."""
         if columns is None:
             columns = list(self._read_columns) or ["tokens" if self.has_tokens else "text"]
-        order = [np.asarray(r, dtype=np.int64) for r in batches]
-        needs = []
+        needs: list[Need] = []
         for column in columns:
-            for j, rows in enumerate(order):
-                needs += self._columns.needs(column, [rows], at[j])
-        self._columns.cache.plan(Plan(needs, [signature(r) for r in order], at))
-        if share:
-            self._order, self._order_steps = order, at
-            save_order(order_file(self.url, self.snapshot, os.getpid()), order, at)
+            for rows, step in zip(batches, steps):
+                needs += self._columns.needs(column, [np.asarray(rows, dtype=np.int64)], step)
+        return needs
 
-    def at_step(self, step: int) -> None:
-        """The reads that follow are planned step ``step``'s (a DataLoader worker is told so
-        by the loader before it builds a batch). In a process that did not plan, the order its
-        parent planned (:func:`~lading.remote.schedule.save_order`) is loaded, so the next
-        use of what it reads is known here too."""
-        self._at = int(step)
-        order = self._columns.cache.order
-        if order is not None and order.covers(step) and self._order:
-            return  # this process planned it
-        path = order_file(self.url, self.snapshot, os.getppid())
-        self._order_seen, loaded = load_if_changed(path, self._order_seen)
-        if loaded is not None:
-            self.plan_rows(loaded[0], share=False, steps=loaded[1])
-
-    def _step(self, rows: npt.NDArray[np.int64], step: int | None) -> int | None:
-        """The step a read of ``rows`` is at: ``step``, else its planned batch's, else the
-        last one announced; fetches the planned batches a window ahead of it."""
-        if step is None and self._at is not None:
-            step = self._at
-        order = self._columns.cache.order
-        if order is not None:
-            if step is None:
-                step = order.match(signature(rows))
-            else:
-                order.passed(int(step))
-        if step is None:
-            return self._now
-        step = int(step)
-        if self._order and not self._told and self._next_step < step + AHEAD:  # along the plan
-            steps = self._order_steps
-            first = bisect.bisect_left(steps, max(self._next_step, step + 1))
-            stop = min(first + 2 * AHEAD, len(steps))
-            for j in range(first, stop):  # one call a batch: its step may not follow the last
-                self.prefetch_rows([self._order[j]], steps[j], step)
-            self._told = False  # those were the store's own
-        self._now = step
+    def _step(self, step: int | None) -> int | None:
+        """The step a read is at (given, else the building batch's); with a plan and no
+        loader announcing, the plan's next batches are fetched ahead of it."""
+        step = current_step() if step is None else int(step)
+        schedule = self._planner.schedule
+        if step is not None and schedule is not None and not self._told:
+            self._planner.prefetch(schedule.needs(step, step + AHEAD), step)
         return step
 
     def cache_stats(self) -> dict[str, Any]:
-        """The node's ``gets``, ``bytes_fetched``, ``bytes_used``, ``hits``, ``misses`` (an
-        access that caused no GET is a hit), ``wait_s``, summed over every process that read
-        through this node cache, and its ``bytes_cached`` and ``cap``; this process's own
-        figures under ``"process"`` (see :meth:`lading.remote.cache.NodeCache.stats`)."""
+        """This process's figures of this store: ``gets``, ``bytes_fetched``, ``retried``,
+        ``hits`` (documents read that caused no GET), ``misses`` (that caused one, ahead or
+        at the read), ``unplanned`` (read with no window announcing them), ``bytes_used``,
+        ``bytes_bypassed`` (read around the cache), ``wait_s``; the node's ``bytes_cached``
+        and ``cap``; under ``"node"``, every process's figures summed since the cache folder
+        was made (see :meth:`lading.remote.cache.NodeCache.node_stats`)."""
         return self._columns.cache.node_stats()
 
     def verify(self) -> list[str]:
@@ -270,8 +200,8 @@ class RemoteStore(DocStore):
         return verify_remote(cache.fetcher, self.url, self.meta, cache.etags)
 
     def close(self) -> None:
-        """Stop this process's GETs and hand its unfilled claims back to the node (done at
-        exit too; a process leaving with ``os._exit`` should call it first)."""
+        """Stop this store's GETs (those in flight fail, saying so) and fetch nothing after:
+        a read after ``close`` raises, naming the fix (open it again). Done at exit too."""
         self._columns.cache.close()
 
     def _payload(self, column: str) -> str:
@@ -305,12 +235,12 @@ class RemoteStore(DocStore):
 
     def texts_at(self, rows: npt.NDArray[np.int64], step: int | None = None) -> list[str]:
         column = self._payload("text")
-        return self._columns.texts(column, rows, self._step(rows, step))
+        return self._columns.texts(column, rows, self._step(step))
 
     def get_many_bytes(self, ids: Sequence[IdLike], step: int | None = None) -> list[bytes]:
         """UTF-8 bytes of ``ids`` in request order, not decoded; each the caller's own."""
         rows = self.rows(id_list(ids, "get_many_bytes"))
-        return self._columns.read(self._payload("text"), rows, self._step(rows, step))
+        return self._columns.read(self._payload("text"), rows, self._step(step))
 
     def texts_range(self, start: int, stop: int) -> list[str]:
         """Texts of rows ``start .. stop - 1`` (neighbours: the planner fetches them together)."""
@@ -326,7 +256,7 @@ class RemoteStore(DocStore):
         if name not in self.meta["fields"]:
             raise KeyError(f"{self!r} has no field {name!r}; it has {sorted(self.fields)}")
         column = self._payload(field_column(name))
-        return self._columns.texts(column, self.rows([doc_id]), self._now)[0]
+        return self._columns.texts(column, self.rows([doc_id]), self._step(None))[0]
 
     def record(self, doc_id: IdLike) -> Record:
         """Id, text and fields of one document."""
@@ -363,7 +293,7 @@ class RemoteStore(DocStore):
         if not self.has_tokens:
             raise self.no_tokens()
         column = self._payload("tokens")
-        return self._columns.arrays(column, rows, self._step(rows, step))
+        return self._columns.arrays(column, rows, self._step(step))
 
     def token_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Every document's token ids back to back and their ``n + 1`` offsets: read whole

@@ -1,0 +1,79 @@
+"""Every remote call lading makes runs under one deadline rule: attempts, backoff, one message.
+
+An attempt may take ``timeout`` seconds; a failed one (a 5xx, a reset, a short body, silence)
+is tried again after ``backoff * 2**n`` seconds with jitter (a node's processes do not retry
+in step), ``retries`` times; then one line says what failed, where, how often, with which
+setting, and what to do. The fetcher's ranged GETs, its manifest and listing calls, uploads
+and staging a folder through fsspec all take their waits and their message from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+TIMEOUT_ENV = "LADING_REMOTE_TIMEOUT"  # seconds an attempt of a remote call may take
+DEFAULT_TIMEOUT = 20.0  # an 8 MiB block at 1 MB/s still fits
+DEFAULT_RETRIES = 3
+DEFAULT_BACKOFF = 0.05  # seconds before the first retry; doubled each time
+
+
+def remote_timeout() -> float:
+    """``$LADING_REMOTE_TIMEOUT`` (seconds a remote call may take per attempt), else 20.
+
+    Raises:
+        ValueError: the variable is not a positive number.
+    """
+    env = os.environ.get(TIMEOUT_ENV)
+    if not env:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(env)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{TIMEOUT_ENV}={env!r}: expected seconds > 0, e.g. 20 or 2.5")
+    return value
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """``retries + 1`` attempts of ``timeout`` seconds each, ``backoff`` before the first retry."""
+
+    timeout: float = DEFAULT_TIMEOUT
+    retries: int = DEFAULT_RETRIES
+    backoff: float = DEFAULT_BACKOFF
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0 or self.retries < 0 or self.backoff < 0:
+            raise ValueError(
+                f"timeout={self.timeout}, retries={self.retries}, backoff={self.backoff}: "
+                "need timeout > 0, retries >= 0, backoff >= 0"
+            )
+
+    def pauses(self) -> Iterator[float]:
+        """The seconds to wait before each attempt (0 before the first)."""
+        yield 0.0
+        for n in range(self.retries):
+            yield self.backoff * 2**n * random.uniform(0.5, 1.5)
+
+    @property
+    def total(self) -> float:
+        """The longest a call can take: every attempt and the longest pauses between."""
+        return (self.retries + 1) * self.timeout + self.backoff * 1.5 * (2**self.retries)
+
+    def gave_up(self, what: str, endpoint: str, last: BaseException | None, note: str = "") -> str:
+        """The one line of a call that failed every attempt: what, where, the setting, the fix."""
+        timed_out = isinstance(last, (asyncio.TimeoutError, concurrent.futures.TimeoutError))
+        first = (str(last).strip().splitlines() or [type(last).__name__])[0][:300]
+        reason = "timed out" if timed_out else first
+        return (
+            f"{what} (endpoint {endpoint or 'the default endpoint'}) failed {self.retries + 1} "
+            f"times, each allowed {self.timeout:g}s (timeout=, env {TIMEOUT_ENV}; "
+            f"retries={self.retries}); last: {reason}. Check that the endpoint is up and "
+            f"reachable, or raise the timeout{note}"
+        )

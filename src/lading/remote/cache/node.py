@@ -1,0 +1,224 @@
+"""One node cache folder as this process uses it: one of each a process and folder.
+
+:func:`node_of` gives the :class:`Node` of a folder: its ledger (:mod:`.ledger`), its payload
+file (:mod:`.regions`), this process's owner token (:mod:`.owners`), its fill thread
+(:mod:`.fill`), its GETs in flight and its figures. Every store, corpus and parquet dataset of
+the process reading through that folder shares it (a process has one fill thread a folder,
+not one a store).
+
+The folder: ``ledger.sqlite`` (+ ``-wal``, ``-shm``), ``blocks.data`` (the payload, exactly the
+cap), ``owners/`` (a token file a live process), ``inflight/`` (the node's slots for GETs in
+flight), ``stores/`` and ``parquet/`` (staged indexes and footers, :mod:`lading.remote.stage`).
+A folder shared by several users of one group works when it is group-writable (``chmod 2775``:
+files made in it are then group-writable too); one that belongs to another user and is not
+writable is refused, naming its owner and the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import stat
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lading.errors import LadingError
+from lading.remote.cache import damaged
+from lading.remote.cache.fill import Filler
+from lading.remote.cache.ledger import FORMAT, LEDGER_FILE, Ledger
+from lading.remote.cache.owners import Owner
+from lading.remote.cache.regions import DATA_FILE, DataFile, Layout
+from lading.remote.fetch import Future
+from lading.threads import register
+
+COUNT_S = 1.0  # this process's figures reach the node's at most this often (and at close)
+
+
+class CacheFolderError(LadingError, PermissionError):
+    """A cache folder this process may not use (another user's)."""
+
+
+@dataclass
+class Flight:
+    """A block this process is fetching: its end and the GET's future."""
+
+    end: int
+    future: Future
+
+
+class Node:
+    """Cache folder ``directory`` in this process (see the module doc; :func:`node_of`)."""
+
+    def __init__(self, directory: Path, layout: Layout, strict: bool) -> None:
+        self.directory = directory
+        mode = _folder(directory)
+        self.ledger = _open_ledger(directory, layout, strict, mode)
+        self.layout = self.ledger.layout
+        self.data = DataFile(directory / DATA_FILE, self.layout, mode)
+        self.owner = Owner(directory, mode)
+        self.filler = Filler(self.data.write, self._mark, self.ledger.trim)
+        self.views = 0  # open views (NodeCache); the last to close closes the node
+        self.forked()
+        register(self, "fill")
+
+    def forked(self) -> None:
+        """Per-process state, new in a forked child (the parent's GETs are not its own)."""
+        self.lock = threading.Lock()  # guards what follows; never held across I/O or a wait
+        self.inflight: dict[tuple[int, int], Flight] = {}
+        self._ended: dict[tuple[int, int], bool] = {}  # filled before registered in flight
+        self.figures: Counter[str] = Counter()  # this process's, since it started
+        self._counted: Counter[str] = Counter()  # of which the node has been told
+        self._last_count = 0.0
+        self.ledger.forked()
+        self.owner.forked()
+        self.filler.forked()
+
+    def started(self, obj: int, start: int, end: int, future: Future) -> None:
+        """A claimed block's GET started: in flight until the fill thread wrote it."""
+        with self.lock:
+            if not self._ended.pop((obj, start), False):  # (its fill may already be done)
+                self.inflight[obj, start] = Flight(end, future)
+
+    def _mark(self, filled: list[tuple[int, int]], failed: list[tuple[int, int]]) -> None:
+        """The fill thread's: into the ledger, then no longer in flight here."""
+        owner = self.owner.token
+        if filled:
+            self.ledger.filled(filled, owner)
+        self.ledger.release(failed, owner)
+        with self.lock:
+            for key in filled + failed:
+                if self.inflight.pop(key, None) is None:
+                    self._ended[key] = True  # done before started() heard of it
+        self.count()
+
+    def count(self, force: bool = False) -> None:
+        """Tell the node what this process counted since it last did (at most once a second
+        unless ``force``)."""
+        import time
+
+        now = time.monotonic()
+        if not force and now - self._last_count < COUNT_S:
+            return
+        with self.lock:
+            deltas = {
+                k: float(v - self._counted[k])
+                for k, v in self.figures.items()
+                if v != self._counted[k]
+            }
+            self._counted = Counter(self.figures)
+            self._last_count = now
+        with contextlib.suppress(sqlite3.Error):  # figures are a report, never a failure
+            self.ledger.count(deltas)
+
+    def close(self) -> None:
+        """End the fill thread, give back the claims still being fetched, count, give the
+        owner token up (every process at exit; see :mod:`lading.threads`)."""
+        self.filler.close()
+        with self.lock:
+            pending, self.inflight = list(self.inflight), {}
+        with contextlib.suppress(Exception):
+            if pending:
+                self.ledger.release(pending, self.owner.token)
+            self.count(force=True)
+        self.owner.close()
+        self.data.close()
+
+
+_NODES: dict[Path, Node] = {}
+_NODES_LOCK = threading.Lock()
+
+
+def node_of(
+    directory: str | os.PathLike[str],
+    cap: int,
+    strict: bool = True,
+    region_bytes: int | None = None,
+) -> Node:
+    """This process's :class:`Node` of cache folder ``directory`` (made on first use), its
+    payload cut for ``cap`` bytes (``strict``: the cap was asked for, and a folder made with
+    another is refused; else the folder's is taken).
+
+    Raises:
+        CacheSettingsError: the folder was made with another cap (``strict``).
+        CacheFolderError: the folder belongs to another user and is not writable.
+    """
+    if cap < 0:
+        raise ValueError(f"cache_bytes={cap}: need >= 0 (0 caches nothing)")
+    path = Path(directory).absolute()
+    layout = Layout.of(cap, region_bytes)
+    with _NODES_LOCK:
+        found = _NODES.get(path)
+        if found is None:
+            found = _NODES[path] = Node(path, layout, strict)
+        if strict and found.layout != layout:
+            Ledger.refuse(path, found.layout, layout)
+        found.views += 1
+    return found
+
+
+def release(node: Node) -> None:
+    """One view of ``node`` closed; the last one closes it (a later open makes it again,
+    checking its ledger afresh)."""
+    with _NODES_LOCK:
+        node.views -= 1
+        if node.views > 0 or _NODES.get(node.directory) is not node:
+            return
+        del _NODES[node.directory]
+    node.close()
+
+
+def _folder(directory: Path) -> int:
+    """Make ``directory`` if needed; the mode of the files lading makes in it (group-writable
+    where the folder is).
+
+    Raises:
+        CacheFolderError: another user's folder that this process may not write.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    info = directory.stat()
+    if not os.access(directory, os.W_OK | os.X_OK):
+        try:
+            import pwd
+
+            owner = pwd.getpwuid(info.st_uid).pw_name
+        except (ImportError, KeyError):
+            owner = f"uid {info.st_uid}"
+        raise CacheFolderError(
+            f"{directory}: this node cache folder belongs to {owner} and this user "
+            f"(uid {os.geteuid()}) may not write it; give each user a cache folder of their "
+            "own (cache=, or $LADING_CACHE), or share it within a group: chmod 2775 the "
+            "folder, owned by that group"
+        )
+    return 0o664 if info.st_mode & stat.S_IWGRP else 0o644
+
+
+def _open_ledger(directory: Path, layout: Layout, strict: bool, mode: int) -> Ledger:
+    """The folder's ledger, a damaged or foreign one set aside and made again."""
+    path = directory / LEDGER_FILE
+    if not path.exists():  # made with the folder's mode: SQLite gives its -wal, -shm the same
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            os.fchmod(fd, mode)  # the folder's mode, whatever the umask
+            os.close(fd)
+    try:
+        _probe(path)
+        return Ledger(directory, layout, strict)
+    except sqlite3.DatabaseError as e:
+        damaged.set_aside(path, e, _probe)
+        return Ledger(directory, layout, strict)
+
+
+def _probe(path: Path) -> None:
+    """Raise ``sqlite3.DatabaseError`` when ``path`` is no ledger of this format."""
+    damaged.check_header(path)
+    with contextlib.closing(sqlite3.connect(path, timeout=120.0)) as conn:
+        damaged.check_contents(conn, path)
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "settings" in tables:
+            found: Any = conn.execute("SELECT value FROM settings WHERE name = 'format'").fetchone()
+            if found is None or found[0] != FORMAT:
+                raise sqlite3.DatabaseError(f"a ledger of another format ({found})")

@@ -1,0 +1,80 @@
+"""Who owns a claim: a token a process holds an ``flock`` on for as long as it lives.
+
+A claim (a block being fetched) names its owner so that a process waiting for it can tell a
+slow owner from a dead one. A bare pid cannot say: two containers sharing a hostPath cache
+each have their pid 1, and a pid is reused after its process is gone. So each process makes
+a random token, creates ``owners/<token>`` in the cache folder and locks it exclusively; the
+kernel drops the lock when the process dies (however it dies), in whatever PID namespace it
+ran, and no other process can ever hold that token. A waiter asks with a non-blocking shared
+lock: refused, the owner lives; granted (or no file), the owner is gone and its file is
+removed. A forked child makes its own token (the parent's lock is the parent's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+from pathlib import Path
+
+DIR = "owners"
+
+
+class Owner:
+    """This process's token in cache folder ``directory`` (made on first use)."""
+
+    def __init__(self, directory: Path, mode: int = 0o666) -> None:
+        self.folder, self.mode = directory / DIR, mode
+        self._token: str | None = None
+        self._fd = -1
+
+    @property
+    def token(self) -> str:
+        """This process's token, its lock taken (the file made) on first use."""
+        if self._token is None:
+            self.folder.mkdir(exist_ok=True)
+            if self.mode & 0o020:  # a group's folder: so is this one
+                self.folder.chmod(0o2775)
+            token = f"{os.getpid()}-{secrets.token_hex(6)}"
+            fd = os.open(self.folder / token, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, self.mode)
+            os.fchmod(fd, self.mode)  # the folder's mode, whatever the umask
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._token, self._fd = token, fd
+        return self._token
+
+    def alive(self, token: str | None) -> bool:
+        """Whether the process that holds ``token`` lives (None: nobody, so no)."""
+        if token is None:
+            return False
+        if token == self._token:
+            return True
+        path = self.folder / token
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()  # gone: its file goes too (the next asker finds no file)
+        return False
+
+    def forked(self) -> None:
+        """In a forked child: the parent's token is not this process's (its fd is closed
+        here only: the parent keeps its lock)."""
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        self._token, self._fd = None, -1
+
+    def close(self) -> None:
+        """Give the token up (at exit): its file is removed, then its lock dropped."""
+        if self._token is not None:
+            with contextlib.suppress(OSError):
+                (self.folder / self._token).unlink()
+            self.forked()

@@ -1,0 +1,182 @@
+"""Where a claimed block goes: the open region's end, a free region, or one eviction frees.
+
+Blocks are appended to the one open region. When it is full, a free region is opened; when
+none is free, eviction frees a whole region, chosen by the policy from every full region's
+blocks in one query a claim transaction:
+
+- ``"next-use"`` (Belady's rule at region grain, on what the plans told the ledger): the
+  blocks a region holds that are needed inside the window (the next :data:`WINDOW` steps,
+  what is being fetched ahead) are carried forward; among the rest, a region whose blocks
+  have no planned use left goes first (fewest bytes to carry, then the oldest), then the
+  region whose soonest planned use is furthest away. A region goes only for a block needed
+  sooner than that use (a read: anything needed after now; a prefetch: after its own step).
+- ``"fifo"``: the region filled longest ago, whatever the plans say (Mosaic's and litdata's
+  caches keep whole shards by recency; this is that baseline, for comparison).
+
+A region with a block still being fetched by a live process is never taken; a dead owner's
+claims are dropped. Carried blocks are copied into memory, the region's generation raised
+(a reader that copied from it meanwhile reads again) and its blocks re-claimed at its start
+by this process: their bytes are written once the transaction is over, as a fetch's are.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+from lading.remote.cache.ledger import FULL, OPEN
+from lading.remote.cache.regions import DataFile
+from lading.remote.ranges import NO_STEP
+
+WINDOW = 16  # steps ahead whose blocks eviction carries forward (the look-ahead: 2 x 8 batches)
+POLICIES = ("fifo", "next-use")
+
+RANK = (
+    "SELECT r.id, r.sealed, min(CASE WHEN b.next_use >= ?2 THEN b.next_use END),"
+    " total(CASE WHEN b.next_use >= ?2 THEN (b.end - b.start) * 1.0 / (b.next_use - ?1) END),"
+    " total(CASE WHEN b.owner IS NULL AND b.next_use >= ?1 AND b.next_use < ?2"
+    " THEN b.end - b.start END), group_concat(DISTINCT b.owner)"
+    " FROM regions AS r LEFT JOIN blocks AS b ON b.region = r.id WHERE r.state = ?3"
+    " GROUP BY r.id"
+)
+CARRIED = "owner IS NULL AND next_use >= ?2 AND next_use < ?3"
+
+
+class Candidate(NamedTuple):
+    """A full region as eviction sees it."""
+
+    region: int
+    sealed: float
+    soonest: int  # the soonest planned use beyond the window (NO_STEP: none)
+    value: float  # its blocks' bytes beyond the window, each over the steps until its use
+    carry: int  # bytes of the blocks needed inside the window
+    owners: tuple[str, ...]  # owners of its blocks still being fetched
+
+
+class Carried(NamedTuple):
+    """A block carried forward: its new place and bytes (written after the transaction)."""
+
+    object: int
+    start: int
+    region: int
+    at: int
+    data: bytes
+
+
+def policy_check(name: str) -> str:
+    """``name`` if it is a policy.
+
+    Raises:
+        ValueError: an unknown name, listing the known ones.
+    """
+    if name not in POLICIES:
+        raise ValueError(f"unknown eviction policy {name!r}; choose from {list(POLICIES)}")
+    return name
+
+
+class Space:
+    """The regions as one claim transaction sees them (``now``: the claimer's step)."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        data: DataFile,
+        policy: str,
+        now: int | None,
+        alive: Callable[[str], bool],
+        owner: str,
+    ) -> None:
+        self.conn, self.data, self.policy, self.alive, self.owner = conn, data, policy, alive, owner
+        self.now = -1 if now is None else now
+        self.horizon = self.now + WINDOW if policy == "next-use" and now is not None else self.now
+        self.size = data.layout.region_bytes
+        found = conn.execute("SELECT id, used FROM regions WHERE state = ?", (OPEN,)).fetchone()
+        self._open: list[int] | None = None if found is None else [found[0], found[1]]
+        self._ranked: list[Candidate] | None = None
+        self.carried: list[Carried] = []
+
+    def place(self, size: int, bound: int) -> tuple[int, int] | None:
+        """A place for ``size`` bytes (``<= region_bytes``): ``(region, at)``, or None when no
+        region may be evicted for a block whose need ``bound`` names (see the module doc)."""
+        if self._open is not None and self._open[1] + size <= self.size:
+            return self._take(size)
+        if self._open is not None:
+            self.conn.execute(
+                "UPDATE regions SET state = ?, sealed = ?, used = ? WHERE id = ?",
+                (FULL, time.time(), self._open[1], self._open[0]),
+            )
+            self._open = None
+        free = self.conn.execute("SELECT id FROM regions WHERE state = 0 LIMIT 1").fetchone()
+        if free is not None:
+            self._open = [free[0], 0]
+        elif not self._evict(size, bound):
+            return None
+        self.conn.execute("UPDATE regions SET state = ? WHERE id = ?", (OPEN, self._open[0]))  # type: ignore[index]
+        return self._take(size)
+
+    def close(self) -> None:
+        """Record the open region's bytes used (at the transaction's end)."""
+        if self._open is not None:
+            self.conn.execute("UPDATE regions SET used = ? WHERE id = ?", self._open[::-1])
+
+    def _take(self, size: int) -> tuple[int, int]:
+        assert self._open is not None
+        at = self._open[1]
+        self._open[1] += size
+        return self._open[0], at
+
+    def _ranking(self) -> list[Candidate]:
+        if self._ranked is None:
+            rows = self.conn.execute(RANK, (self.now, self.horizon, FULL)).fetchall()
+            found = [
+                Candidate(
+                    r,
+                    sealed,
+                    NO_STEP if soon is None else soon,
+                    value,
+                    int(carry),
+                    tuple(owners.split(",")) if owners else (),
+                )
+                for r, sealed, soon, value, carry, owners in rows
+            ]
+            if self.policy == "fifo":
+                found.sort(key=lambda c: c.sealed)
+            else:  # no use left first (least to carry, oldest), then the least value
+                found.sort(key=lambda c: (c.soonest != NO_STEP, c.value, c.carry, c.sealed))
+            self._ranked = found
+        return self._ranked
+
+    def _evict(self, size: int, bound: int) -> bool:
+        """Free the first region the policy gives up for a block needing ``size`` bytes and
+        a victim's soonest use later than ``bound``; it becomes the open region."""
+        ranked = self._ranking()
+        for i, c in enumerate(ranked):
+            if self.policy == "next-use" and c.soonest <= bound:
+                continue  # needed sooner than the block that wants the room
+            if c.carry + size > self.size or any(self.alive(o) for o in c.owners):
+                continue
+            del ranked[i]
+            self._free(c.region)
+            return True
+        return False
+
+    def _free(self, region: int) -> None:
+        """Empty ``region`` (its generation raised), keeping its window's blocks at its start."""
+        conn, window = self.conn, (region, self.now, self.horizon)
+        keep = conn.execute(
+            f"SELECT object, start, end, at, next_use FROM blocks WHERE region = ?1 AND {CARRIED}"
+            " ORDER BY at",
+            window,
+        ).fetchall()
+        datas = [bytes(self.data.view(region, at, end - start)) for _, start, end, at, _ in keep]
+        conn.execute("DELETE FROM blocks WHERE region = ?", (region,))
+        conn.execute("UPDATE regions SET gen = gen + 1, used = 0 WHERE id = ?", (region,))
+        self._open = [region, 0]
+        rows = []
+        for (obj, start, end, _, step), data in zip(keep, datas):
+            _, at = self._take(end - start)
+            rows.append((obj, start, end, region, at, self.owner, step))
+            self.carried.append(Carried(obj, start, region, at, data))
+        conn.executemany("INSERT INTO blocks VALUES (?, ?, ?, ?, ?, ?, ?)", rows)

@@ -1,0 +1,111 @@
+"""The node cache's payload: one file of exactly the block budget, cut into regions.
+
+As CacheLib's Navy and Apache Traffic Server do, the bytes of cached blocks live in a file made
+once at the cap's size (sparse: disk is taken as regions fill) and cut into ``regions`` equal
+regions. A block is appended to the open region (its place reserved in the ledger's
+transaction, its bytes written by ``pwrite`` once fetched: every payload byte is written once);
+a region is freed whole, its generation raised, when eviction takes it. The file never grows,
+so the cap holds by construction, and no payload byte passes through SQLite (1 KiB pages, a
+WAL that writes each byte twice and must itself be bounded: ~300 lines that measured it went).
+
+Readers map the file once a process and copy a block's bytes out; the region's generation,
+checked after the copy, tells a copy that raced a region's reuse (it is read again).
+
+Sizes: 16 regions from 64 KiB to 256 MiB caps (a region is the largest block and the unit of
+eviction: a sixteenth of the cache at a time), 16 MiB regions above (512 of them at 8 GiB),
+and below 64 KiB regions of at least 4 KiB while there are two (a 3,000-byte cap: two regions
+of 1,500). A block larger than a region is read around the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+REGIONS = 16  # regions of a small cache: eviction frees a sixteenth of it at a time
+MAX_REGION = 16 << 20  # a region's bytes at most (the largest block, the unit of eviction)
+MIN_REGION = 4 << 10  # ... at least, while there are two regions
+DATA_FILE = "blocks.data"
+
+
+class Layout(NamedTuple):
+    """How a cap is cut: ``regions`` regions of ``region_bytes`` (their product <= cap)."""
+
+    regions: int
+    region_bytes: int
+
+    @classmethod
+    def of(cls, cap: int, region_bytes: int | None = None) -> Layout:
+        """The layout of a cache of ``cap`` bytes (``region_bytes``: a size of one's own)."""
+        if region_bytes is None:
+            count = max(2, min(REGIONS, cap // MIN_REGION))
+            region_bytes = min(MAX_REGION, max(1, cap // count))
+        return cls(cap // region_bytes, region_bytes)
+
+    @property
+    def size(self) -> int:
+        return self.regions * self.region_bytes
+
+
+class DataFile:
+    """The payload file at ``path`` of ``layout`` (made sparse if absent; ``mode``: its bits)."""
+
+    def __init__(self, path: Path, layout: Layout, mode: int = 0o666) -> None:
+        self.path, self.layout = path, layout
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+        try:
+            if os.fstat(fd).st_mode & 0o777 != mode and os.fstat(fd).st_size == 0:
+                os.fchmod(fd, mode)  # made now: the folder's mode, whatever the umask
+            if os.fstat(fd).st_size != layout.size:
+                os.ftruncate(fd, layout.size)  # new, or set aside and made again: sparse
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._map: mmap.mmap | None = None
+
+    def write(self, region: int, at: int, data: bytes | memoryview) -> None:
+        """Write a block's bytes at ``at`` in ``region`` (its place reserved by a claim)."""
+        os.pwrite(self._fd, data, region * self.layout.region_bytes + at)
+
+    def view(self, region: int, at: int, size: int) -> memoryview:
+        """The mapped bytes of ``[at, at + size)`` in ``region`` (copy them before the
+        region's generation is checked: the view shows whatever is there now)."""
+        if self._map is None:
+            self._map = mmap.mmap(self._fd, self.layout.size or 1, access=mmap.ACCESS_READ)
+        start = region * self.layout.region_bytes + at
+        return memoryview(self._map)[start : start + size]
+
+    def move(self, source: tuple[int, int], dest: tuple[int, int], size: int) -> None:
+        """Copy ``size`` bytes from ``(region, at)`` to another (a block carried forward)."""
+        self.write(*dest, bytes(self.view(*source, size)))
+
+    def close(self) -> None:
+        if self._map is not None:
+            with contextlib.suppress(BufferError):  # a view still held: the GC unmaps it
+                self._map.close()
+            self._map = None
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._fd = -1
+
+
+def folder_bytes(cache: Path) -> tuple[int, int]:
+    """``(payload, the rest)``: the bytes the cache folder holds on disk (a file's blocks, the
+    payload's sparse ones left out, at most its size)."""
+    payload = rest = 0
+    for root, _, files in os.walk(cache):
+        for name in files:
+            try:
+                info = (Path(root) / name).stat()
+            except OSError:
+                continue
+            size = min(info.st_size, info.st_blocks * 512)  # disk taken (sparse), not rounded
+            if root == str(cache) and name == DATA_FILE:
+                payload += size
+            else:
+                rest += size
+    return payload, rest

@@ -1,0 +1,108 @@
+"""Every thread lading starts has an owner, an end and one rule at ``fork()`` and at exit.
+
+Owners (a loader's read-ahead, the node cache's fill thread, the fetch loop) register here
+with the stage they belong to; this module is the only place that hooks ``fork()`` and exit:
+
+- **fork**: before it, :data:`SQLITE` is taken exclusively, so no thread of this process is
+  inside SQLite when the process is copied (SQLite's mutexes would be copied locked and the
+  child would hang on its first query); every transaction of the node cache holds it shared.
+  After it, in the parent, it is released; in the child, which has no threads, every
+  registered owner's ``forked()`` drops its per-process state (threads, queues, GETs in flight,
+  connections), made again on first use: a carried read-ahead pass builds from its cursor.
+- **exit**: one hook, in stage order: read-ahead threads stop first (no new reads), then the
+  node caches' fill threads (their claims handed back), then the fetch loops (their calls
+  drained: a GET ending on obstore's runtime after the interpreter began to exit aborts the
+  process). Each owner's ``close()`` bounds its own waits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Protocol
+
+STAGES = ("ahead", "fill", "fetch")  # the order in which owners are closed at exit
+FORK_WAIT_S = 10.0  # how long a fork waits for the threads inside SQLite to leave it
+
+
+class Owner(Protocol):
+    """What a thread's owner gives this module."""
+
+    def forked(self) -> None:
+        """In a forked child: drop every per-process thing (the threads are gone)."""
+
+    def close(self) -> None:
+        """End the thread and what it holds, every wait bounded."""
+
+
+class Gate:
+    """Held shared by every thread while it is inside SQLite, exclusively around a fork."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._inside = 0
+        self._forking = False
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        """``with gate.shared():`` a section no fork may cut through."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._forking, FORK_WAIT_S)
+            self._inside += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._inside -= 1
+                self._cond.notify_all()
+
+    def before_fork(self) -> None:
+        with self._cond:
+            self._forking = True
+            self._cond.wait_for(lambda: self._inside == 0, FORK_WAIT_S)
+
+    def after_fork_parent(self) -> None:
+        with self._cond:
+            self._forking = False
+            self._cond.notify_all()
+
+    def after_fork_child(self) -> None:
+        self.__init__()  # type: ignore[misc]  # the parent's lock may have been held
+
+
+SQLITE = Gate()
+_OWNERS: dict[str, weakref.WeakSet[Owner]] = {stage: weakref.WeakSet() for stage in STAGES}
+
+
+def register(owner: Owner, stage: str) -> None:
+    """Give ``owner`` the fork rule and its place in the exit order (held weakly)."""
+    if stage not in _OWNERS:
+        raise ValueError(f"unknown stage {stage!r}; choose from {list(STAGES)}")
+    _OWNERS[stage].add(owner)
+
+
+def _in_child() -> None:
+    SQLITE.after_fork_child()
+    for stage in STAGES:
+        for owner in list(_OWNERS[stage]):
+            owner.forked()
+
+
+os.register_at_fork(
+    before=SQLITE.before_fork,
+    after_in_parent=SQLITE.after_fork_parent,
+    after_in_child=_in_child,
+)
+
+
+@atexit.register
+def close_all() -> None:
+    """Close every owner of this process, stage by stage (see the module doc)."""
+    for stage in STAGES:
+        for owner in list(_OWNERS[stage]):
+            with contextlib.suppress(Exception):  # exiting: a report would go nowhere
+                owner.close()
