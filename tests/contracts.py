@@ -218,3 +218,30 @@ def assert_every_pass_starts_an_epoch(
     assert len(resumed) == len(epochs[2])  # the resumed pass's epoch, read and left
     assert batches_of(resumed, key) == epochs[2][2:]  # the first pass resumes
     assert batches_of(resumed, key) == epochs[3]  # and the next is the next epoch
+
+
+def assert_epoch_end_resumes_the_next_epoch(
+    make_loader: MakeLoader,
+    old_world: int,
+    new_world: int,
+    num_workers: int,
+    key: Callable[[Any], list[Any]],
+    epoch: int = 1,
+) -> None:
+    """A state saved after an epoch read to its end and loaded on another world size goes to
+    the next epoch, as the same-layout resume does: nothing of the old epoch is read again
+    (with ``truncate``, not what it left out, padded to every rank)."""
+    states = []
+    for rank in range(old_world):
+        loader = make_loader(World(rank, old_world), num_workers)
+        loader.set_epoch(epoch)
+        batches_of(loader, key)
+        states.append(loader.state_dict())
+    for rank in range(new_world):
+        resumed = make_loader(World(rank, new_world), num_workers)
+        resumed.load_state_dict(states[rank % old_world])
+        fresh = make_loader(World(rank, new_world), num_workers)
+        fresh.set_epoch(epoch + 1)
+        want = batches_of(fresh, key)
+        assert len(resumed) == len(want), f"rank {rank}: len() is not the next epoch's"
+        assert batches_of(resumed, key) == want, f"rank {rank} did not go to epoch {epoch + 1}"

@@ -19,6 +19,7 @@ from conftest import REPO
 from contracts import (
     assert_batches_kept,
     assert_elastic,
+    assert_epoch_end_resumes_the_next_epoch,
     assert_every_pass_starts_an_epoch,
     assert_exact_partition,
     assert_reiterates,
@@ -233,6 +234,35 @@ def test_persistent_workers_follow_set_epoch_and_load_state(kind: str, data_dir:
     other.load_state_dict(state)
     rest = batches_of(kept, k.key)
     assert rest and rest == batches_of(other, k.key)  # as workers started after the load
+
+
+EVENED: dict[str, Callable[[int, Path, str], Kind]] = {
+    "map": lambda n, tmp, equalize: map_kind(n, tmp, equalize=equalize),
+    "parquet": lambda n, tmp, equalize: parquet_kind(n, tmp, equalize=equalize),
+    "lm-streams": lambda n, tmp, equalize: lm_kind(n, tmp, "streams", equalize=equalize),
+    "lm-windows": lambda n, tmp, equalize: lm_kind(n, tmp, "windows", equalize=equalize),
+}
+
+
+def evened_params() -> list[tuple[str, str, int, int, int]]:
+    """(kind, equalize, n, old, new); 13 tokens under truncate cannot fill 5 ranks x 3
+    streams, which the LM loader refuses when made (tests/loading/test_empty_epochs.py)."""
+    return [
+        (kind, equalize, n, old, new)
+        for kind in sorted(EVENED)
+        for equalize in ("pad", "truncate")
+        for n in (13, 61)
+        for old, new in ((4, 5), (3, 2), (2, 1))
+        if (kind, equalize, n, new) != ("lm-streams", "truncate", 13, 5)
+    ]
+
+
+@pytest.mark.parametrize(("kind", "equalize", "n", "old", "new"), evened_params())
+def test_a_state_saved_at_an_epochs_end_resumes_the_next_epoch_on_any_world_size(
+    kind: str, equalize: str, n: int, old: int, new: int, data_dir: Path
+) -> None:
+    k = EVENED[kind](n, data_dir, equalize)
+    assert_epoch_end_resumes_the_next_epoch(k.make, old, new, 0, k.key)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

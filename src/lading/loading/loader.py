@@ -381,7 +381,12 @@ class Loader:
         workload = self._workload
         saved = workload.saved_state(state)  # older keys and layouts in today's terms
         self._cursor = loader_state.restore(
-            saved, workload.kind, workload.layout(), workload.fingerprint(), workload.unread
+            saved,
+            workload.kind,
+            workload.layout(),
+            workload.fingerprint(),
+            workload.unread,
+            workload.ended,
         )
         self._restored = self._fresh = True
         self._drop_ahead()  # built for the old position and layout
