@@ -80,9 +80,7 @@ def parquet_kind(n: int, tmp: Path, equalize: str = "pad") -> Kind:
     return Kind("parquet", make, lambda b: b["row"].tolist(), n, lambda w, k: w)
 
 
-def lm_kind(
-    n: int, tmp: Path, mode: str, boundaries: bool = False, equalize: str = "pad"
-) -> Kind:
+def lm_kind(n: int, tmp: Path, mode: str, boundaries: bool = False, equalize: str = "pad") -> Kind:
     """One document of unique words: token ``t`` of the stream has id ``t + 2`` (0 is the
     end of the document, the last token), so a batch names its stream positions. Windows
     ``boundaries=True`` give :class:`~lading.lm.DocumentBatch` es (``input_ids`` first)."""

@@ -61,6 +61,7 @@ FAST = [
     "README.md: Sessions: partitioned parquet without DDP hangs #1",
     FIRST_STORE,
     "docs/stores.md: Build, inspect, verify, stage #1",
+    "docs/loaders.md: The same keywords and methods #1",
     "docs/parallel-builds.md: Building in parallel #1",
     f"{LM}: Streams for an RNN: BPTT continuity #1",
     f"{LM}: Transformers: document boundaries, packing, mixtures #1",

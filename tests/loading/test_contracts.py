@@ -24,6 +24,7 @@ from contracts import (
     assert_exact_partition,
     assert_reiterates,
     assert_resumes,
+    assert_set_epoch_then_a_peek,
     batches_of,
     forked,
 )
@@ -128,6 +129,42 @@ def test_a_second_pass_over_the_issue_example_reads_13_batches_again() -> None:
 def test_every_pass_starts_an_epoch(kind: str, workers: int, data_dir: Path) -> None:
     k = KINDS[kind](61, data_dir)
     assert_every_pass_starts_an_epoch(k.make, World(1, 2), workers, k.key)
+
+
+@pytest.mark.parametrize(("kind", "workers"), kinds_and_workers((0, 2)))
+def test_set_epoch_then_a_peek_trains_that_epoch(kind: str, workers: int, data_dir: Path) -> None:
+    k = KINDS[kind](61, data_dir)
+    assert_set_epoch_then_a_peek(k.make, World(1, 2), workers, k.key)
+
+
+def test_set_epoch_then_a_peek_trains_the_epochs_a_distributed_sampler_does() -> None:
+    """The issue's loop, ``set_epoch(e); next(iter(loader)); for batch in loader``, beside a
+    DataLoader over a DistributedSampler: both train epochs 0 and 1 (lading trained 1 and 1)."""
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    import lading
+
+    def trained(loader: Any, set_epoch: Callable[[int], None]) -> list[list[Any]]:
+        passes = []
+        for epoch in range(2):
+            set_epoch(epoch)
+            next(iter(loader))
+            passes.append(list(loader))
+        return passes
+
+    sampler = DistributedSampler(list(range(40)), num_replicas=2, rank=1, seed=5)
+    torch_loader = DataLoader(list(range(40)), 4, sampler=sampler, collate_fn=list)
+    ours = lading.loader(list(range(40)), 4, seed=5, world=World(1, 2), collate_fn=list)
+    theirs, own = [], []  # each epoch, as a sampler and a fresh loader set to it read it
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        theirs.append(list(torch_loader))
+        fresh = lading.loader(list(range(40)), 4, seed=5, world=World(1, 2), collate_fn=list)
+        fresh.set_epoch(epoch)
+        own.append(list(fresh))
+    assert theirs[0] != theirs[1] and own[0] != own[1]
+    assert trained(torch_loader, sampler.set_epoch) == theirs
+    assert trained(ours, ours.set_epoch) == own
 
 
 def passes(loader: Any, reload: Callable[[dict[str, Any]], Any] | None) -> list[int]:
