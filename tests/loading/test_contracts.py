@@ -19,7 +19,6 @@ from conftest import REPO
 from contracts import (
     assert_batches_kept,
     assert_elastic,
-    assert_epoch_end_resumes_the_next_epoch,
     assert_every_pass_starts_an_epoch,
     assert_exact_partition,
     assert_reiterates,
@@ -137,36 +136,6 @@ def test_set_epoch_then_a_peek_trains_that_epoch(kind: str, workers: int, data_d
     assert_set_epoch_then_a_peek(k.make, World(1, 2), workers, k.key)
 
 
-def test_set_epoch_then_a_peek_trains_the_epochs_a_distributed_sampler_does() -> None:
-    """The issue's loop, ``set_epoch(e); next(iter(loader)); for batch in loader``, beside a
-    DataLoader over a DistributedSampler: both train epochs 0 and 1 (lading trained 1 and 1)."""
-    from torch.utils.data import DataLoader, DistributedSampler
-
-    import lading
-
-    def trained(loader: Any, set_epoch: Callable[[int], None]) -> list[list[Any]]:
-        passes = []
-        for epoch in range(2):
-            set_epoch(epoch)
-            next(iter(loader))
-            passes.append(list(loader))
-        return passes
-
-    sampler = DistributedSampler(list(range(40)), num_replicas=2, rank=1, seed=5)
-    torch_loader = DataLoader(list(range(40)), 4, sampler=sampler, collate_fn=list)
-    ours = lading.loader(list(range(40)), 4, seed=5, world=World(1, 2), collate_fn=list)
-    theirs, own = [], []  # each epoch, as a sampler and a fresh loader set to it read it
-    for epoch in range(2):
-        sampler.set_epoch(epoch)
-        theirs.append(list(torch_loader))
-        fresh = lading.loader(list(range(40)), 4, seed=5, world=World(1, 2), collate_fn=list)
-        fresh.set_epoch(epoch)
-        own.append(list(fresh))
-    assert theirs[0] != theirs[1] and own[0] != own[1]
-    assert trained(torch_loader, sampler.set_epoch) == theirs
-    assert trained(ours, ours.set_epoch) == own
-
-
 def passes(loader: Any, reload: Callable[[dict[str, Any]], Any] | None) -> list[int]:
     """Batches each pass reads in the habits of a DataLoader's user: a peek then a pass, a
     break at batch 3 then a pass, a pass of exactly ``len()`` batches then a pass, and a state
@@ -271,35 +240,6 @@ def test_persistent_workers_follow_set_epoch_and_load_state(kind: str, data_dir:
     other.load_state_dict(state)
     rest = batches_of(kept, k.key)
     assert rest and rest == batches_of(other, k.key)  # as workers started after the load
-
-
-EVENED: dict[str, Callable[[int, Path, str], Kind]] = {
-    "map": lambda n, tmp, equalize: map_kind(n, tmp, equalize=equalize),
-    "parquet": lambda n, tmp, equalize: parquet_kind(n, tmp, equalize=equalize),
-    "lm-streams": lambda n, tmp, equalize: lm_kind(n, tmp, "streams", equalize=equalize),
-    "lm-windows": lambda n, tmp, equalize: lm_kind(n, tmp, "windows", equalize=equalize),
-}
-
-
-def evened_params() -> list[tuple[str, str, int, int, int]]:
-    """(kind, equalize, n, old, new); 13 tokens under truncate cannot fill 5 ranks x 3
-    streams, which the LM loader refuses when made (tests/loading/test_empty_epochs.py)."""
-    return [
-        (kind, equalize, n, old, new)
-        for kind in sorted(EVENED)
-        for equalize in ("pad", "truncate")
-        for n in (13, 61)
-        for old, new in ((4, 5), (3, 2), (2, 1))
-        if (kind, equalize, n, new) != ("lm-streams", "truncate", 13, 5)
-    ]
-
-
-@pytest.mark.parametrize(("kind", "equalize", "n", "old", "new"), evened_params())
-def test_a_state_saved_at_an_epochs_end_resumes_the_next_epoch_on_any_world_size(
-    kind: str, equalize: str, n: int, old: int, new: int, data_dir: Path
-) -> None:
-    k = EVENED[kind](n, data_dir, equalize)
-    assert_epoch_end_resumes_the_next_epoch(k.make, old, new, 0, k.key)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
