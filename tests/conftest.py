@@ -21,6 +21,15 @@ TESTS = REPO / "tests"  # helper modules and the job scripts tests launch live h
 # One seed per test session for the randomised tests that are not hypothesis's (kill moments,
 # fault injection): fresh each run so faults land somewhere new, printed so a red run replays.
 SEED = int(os.environ.get("LADING_TEST_SEED") or random.SystemRandom().randrange(2**32))
+# Deadline tests against the local S3. A healthy call must be answered within one attempt's
+# limit, whatever the machine's load: a GET through the proxy takes ~0.1 s idle and took over
+# 0.5 s at a load of 12-18 on 2 cores, so an attempt that must succeed gets 5 s. A limit below
+# that is for attempts that all meet a fault (the first call hangs: nothing has to answer in
+# time). LOADED is what a loaded machine may add to any bound on a call's time (scheduling, the
+# backoff, the proxy's latency, a client starting); a call without its deadline would still
+# exceed it (obstore waits 30 s an attempt, s3fs for ever).
+HEALTHY_S = 5.0
+LOADED_S = 10.0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -218,3 +218,72 @@ def assert_every_pass_starts_an_epoch(
     assert len(resumed) == len(epochs[2])  # the resumed pass's epoch, read and left
     assert batches_of(resumed, key) == epochs[2][2:]  # the first pass resumes
     assert batches_of(resumed, key) == epochs[3]  # and the next is the next epoch
+
+
+def assert_set_epoch_then_a_peek(
+    make_loader: MakeLoader, world: World, num_workers: int, key: Callable[[Any], list[Any]]
+) -> None:
+    """``set_epoch(e)`` then a peek trains epoch ``e``, as a DataLoader over a
+    DistributedSampler does: a pass abandoned after its first batch (a peek, held or dropped,
+    or a ``break`` there) does not consume the epoch ``set_epoch`` chose: the next pass reads
+    it from its first batch; a pass that reads past its first batch does (the next
+    pass is the next epoch, as in :func:`assert_every_pass_starts_an_epoch`). The peek's batch
+    counts in a state taken after it, as any batch received does."""
+    epochs = []
+    for epoch in range(4):
+        fresh = make_loader(world, num_workers)
+        fresh.set_epoch(epoch)
+        epochs.append(batches_of(fresh, key))
+    loader = make_loader(world, num_workers)
+    for epoch in range(2):  # the issue's loop: set_epoch(e); next(iter(loader)); for ...
+        loader.set_epoch(epoch)
+        assert key(next(iter(loader))) == epochs[epoch][0]
+        # a state taken now counts the batch received (a checkpoint resumes after it)
+        assert (loader.epoch, loader.state_dict()["batches"]) == (epoch, 1)
+        assert len(loader) == len(epochs[epoch])
+        assert batches_of(loader, key) == epochs[epoch], f"epoch {epoch} was not trained"
+    loader.set_epoch(2)
+    held = iter(loader)  # a peek still held while the pass runs
+    assert key(next(held)) == epochs[2][0]
+    assert key(next(iter(loader))) == epochs[2][0]  # and a second peek
+    assert batches_of(loader, key) == epochs[2]
+    del held
+    loader.set_epoch(2)
+    for taken, _ in enumerate(loader, 1):  # a break after 2 batches consumes the epoch
+        if taken == 2:
+            break
+    assert batches_of(loader, key) == epochs[3]
+    loader.set_epoch(3)
+    older = iter(loader)
+    next(older)
+    newer = iter(loader)  # a second peek, held while the first one is dropped: it reads on
+    assert key(next(newer)) == epochs[3][0]
+    del older
+    assert key(next(newer)) == epochs[3][1]
+
+
+def assert_epoch_end_resumes_the_next_epoch(
+    make_loader: MakeLoader,
+    old_world: int,
+    new_world: int,
+    num_workers: int,
+    key: Callable[[Any], list[Any]],
+    epoch: int = 1,
+) -> None:
+    """A state saved after an epoch read to its end and loaded on another world size goes to
+    the next epoch, as the same-layout resume does: nothing of the old epoch is read again
+    (with ``truncate``, not what it left out, padded to every rank)."""
+    states = []
+    for rank in range(old_world):
+        loader = make_loader(World(rank, old_world), num_workers)
+        loader.set_epoch(epoch)
+        batches_of(loader, key)
+        states.append(loader.state_dict())
+    for rank in range(new_world):
+        resumed = make_loader(World(rank, new_world), num_workers)
+        resumed.load_state_dict(states[rank % old_world])
+        fresh = make_loader(World(rank, new_world), num_workers)
+        fresh.set_epoch(epoch + 1)
+        want = batches_of(fresh, key)
+        assert len(resumed) == len(want), f"rank {rank}: len() is not the next epoch's"
+        assert batches_of(resumed, key) == want, f"rank {rank} did not go to epoch {epoch + 1}"

@@ -37,7 +37,7 @@ class Kind:
     readers: Callable[[int, int], int]  # (world_size, workers) -> shares cut
 
 
-def map_kind(n: int, tmp: Path, as_dict: bool = False) -> Kind:
+def map_kind(n: int, tmp: Path, as_dict: bool = False, equalize: str = "pad") -> Kind:
     """``lading.loader`` over the numbers ``0 … n-1``; with ``as_dict`` a batch is
     ``{"ids": tensor}`` (what a trainer that calls ``model(**batch)`` expects)."""
     from lading.loading.map_workload import loader
@@ -47,7 +47,7 @@ def map_kind(n: int, tmp: Path, as_dict: bool = False) -> Kind:
     def make(world: World, workers: int) -> Any:
         return loader(
             Numbers(n), BATCH, collate_fn=collate, num_workers=workers, seed=3, world=world,
-            multiprocessing_context="fork",
+            equalize=equalize, multiprocessing_context="fork",
         )  # fmt: skip
 
     def key(batch: Any) -> list[int]:
@@ -63,7 +63,7 @@ def ids_dict(items: list[int]) -> dict[str, Any]:
     return {"ids": torch.tensor(items)}
 
 
-def parquet_kind(n: int, tmp: Path) -> Kind:
+def parquet_kind(n: int, tmp: Path, equalize: str = "pad") -> Kind:
     from lading.tabular import PartitionedParquet
 
     path = tmp / f"rows{n}.parquet"
@@ -73,14 +73,14 @@ def parquet_kind(n: int, tmp: Path) -> Kind:
 
     def make(world: World, workers: int) -> Any:
         return PartitionedParquet(
-            path, BATCH, seed=3, equalize="pad", world=world, buffer_rows=5,
+            path, BATCH, seed=3, equalize=equalize, world=world, buffer_rows=5,
             num_workers=workers, multiprocessing_context="fork",
         )  # fmt: skip
 
     return Kind("parquet", make, lambda b: b["row"].tolist(), n, lambda w, k: w)
 
 
-def lm_kind(n: int, tmp: Path, mode: str, boundaries: bool = False) -> Kind:
+def lm_kind(n: int, tmp: Path, mode: str, boundaries: bool = False, equalize: str = "pad") -> Kind:
     """One document of unique words: token ``t`` of the stream has id ``t + 2`` (0 is the
     end of the document, the last token), so a batch names its stream positions. Windows
     ``boundaries=True`` give :class:`~lading.lm.DocumentBatch` es (``input_ids`` first)."""
@@ -102,7 +102,7 @@ def lm_kind(n: int, tmp: Path, mode: str, boundaries: bool = False) -> Kind:
     def make(world: World, workers: int) -> Any:
         sequence = Streams(BPTT) if mode == "streams" else Windows(BPTT, boundaries=boundaries)
         return LanguageModelLoader(
-            corpus, BATCH, sequence, seed=3, world=world,
+            corpus, BATCH, sequence, seed=3, world=world, equalize=equalize,
             num_workers=workers, multiprocessing_context="fork",
         )  # fmt: skip
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from readme_blocks import blocks, commands, run_block
+from readme_blocks import Block, blocks, commands, run_block
 from test_readme_integrations import FRAMEWORK_BLOCKS
 
 pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
@@ -42,17 +42,17 @@ NOT_RUN = {
     "docs/cross-encoder.md: With HF Accelerate or the HF Trainer #1": "the loop of "
     "tests/accelerate_job.py, which tests/test_accelerate.py runs under accelerate launch with "
     "2 processes",
-    "docs/multi-node.md: Beyond one machine #1": "several nodes (and Slurm); "
+    "docs/multi-node.md: Training on several nodes #1": "several nodes (and Slurm); "
     "tests/test_multinode.py runs 2 simulated nodes",
-    "docs/multi-node.md: Beyond one machine #2": "several nodes (and Slurm); "
+    "docs/multi-node.md: The bench across nodes #1": "several nodes (and Slurm); "
     "tests/test_bench_launched.py runs the launched bench",
     BENCH: "each line runs a grid for minutes; test_bench_lines_are_accepted plans every line "
     "here (flags checked, files found) and tests/test_bench.py runs grids",
-    "docs/parallel-builds.md: Building in parallel #2": "Slurm's sbatch; "
+    "docs/parallel-builds.md: A Slurm array #1": "Slurm's sbatch; "
     "tests/stores/test_parallel.py runs the same commands at N = 1..4 and with several files",
-    "docs/parallel-builds.md: Building in parallel #3": "fragments for torchrun workers and a "
-    "Ray cluster; tests/stores/test_parallel.py runs shard='auto' under gloo ranks and "
-    "tests/integrations/test_ray.py the Datasink",
+    "docs/parallel-builds.md: From Python: torchrun, any launcher, Ray Data #1": "fragments "
+    "for torchrun workers and a Ray cluster; tests/stores/test_parallel.py runs shard='auto' "
+    "under gloo ranks and tests/integrations/test_ray.py the Datasink",
 }
 LM = "docs/language-models.md"
 FAST = [
@@ -61,10 +61,11 @@ FAST = [
     "README.md: Sessions: partitioned parquet without DDP hangs #1",
     FIRST_STORE,
     "docs/stores.md: Build, inspect, verify, stage #1",
-    "docs/parallel-builds.md: Building in parallel #1",
+    "docs/loaders.md: The same keywords and methods #1",
+    "docs/parallel-builds.md: From the command line #1",
     f"{LM}: Streams for an RNN: BPTT continuity #1",
     f"{LM}: Transformers: document boundaries, packing, mixtures #1",
-    "docs/sessions.md: Sessions: partitioned parquet without DDP hangs #1",
+    "docs/sessions.md: A loader over days of sessions #1",
     "docs/remote-stores.md: Corpora larger than a node's disk #1",
     "docs/remote-stores.md: Token corpora and mixtures #1",
     "docs/remote-stores.md: Parquet sessions #1",
@@ -113,6 +114,21 @@ def test_examples_read_ids_the_example_has(name: str, readme_example: Path) -> N
     ids = set(re.findall(r'"(\d+)"', blocks()[name].code))
     have = {line.split("\t", 1)[0] for line in (readme_example / "collection.tsv").open()}
     assert ids and ids <= have, sorted(ids - have)
+
+
+def test_the_package_docstring_runs_in_the_example_folder(
+    readme_example: Path, tmp_path: Path
+) -> None:
+    """The quick start of ``lading``'s docstring (the first block of its API page) runs as
+    written in a folder ``lading example`` made: it reads ids the example has."""
+    import re
+
+    import lading
+
+    found = re.search(r"```python\n(.*?)```", lading.__doc__ or "", re.S)
+    assert found, "lading's docstring has no ```python quick start"
+    block = Block("lading.__doc__: Quick start #1", "python", found.group(1), 0, "src/lading")
+    run_block(block, readme_example, tmp_path, append="assert store['42'] and store['1']\n")
 
 
 def bench_lines() -> list[str]:

@@ -1,11 +1,14 @@
 """lading: training data from disk to RAM to GPU for multi-GPU PyTorch, without a copy per process.
 
-Quick start::
+Quick start, in a folder made by ``lading example .``:
 
-    import lading
-    store = lading.build_store("collection.tsv", "msmarco.store")   # once; every rank may call it
-    store = lading.open_store("msmarco.store")                      # free in every process
-    store["7067032"], store.get_many(["0", "1"])
+```python
+import lading
+
+store = lading.build_store("collection.tsv", "msmarco.store")  # once; every rank may call it
+store = lading.open_store("msmarco.store")                     # free in every process
+store["42"], store.get_many(["0", "1"])
+```
 """
 
 from __future__ import annotations

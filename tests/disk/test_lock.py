@@ -25,8 +25,10 @@ pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproje
 
 
 def _critical(rank: int, world: int, lock: str, log: str) -> None:
+    # no holder here goes stale: a takeover could only come of a holder the machine's load
+    # kept from beating that long (1 s was within reach of a load of 18 on 2 cores)
     for _ in range(5):
-        with file_lock(lock, heartbeat=0.05, stale_after=1.0), open(log, "a") as f:
+        with file_lock(lock, heartbeat=0.05, stale_after=30.0), open(log, "a") as f:
             f.write(f"in {rank}\n")
             f.flush()
             time.sleep(0.01)
@@ -119,25 +121,34 @@ def test_a_silent_holder_on_another_host_is_taken_over_after_the_timeout(tmp_pat
 
 HOLD_BEATING = textwrap.dedent(
     """
-    import sys, time
+    import sys
     from lading.disk.lock import file_lock
-    with file_lock(sys.argv[1], heartbeat=0.1, stale_after=0.5):
+    with file_lock(sys.argv[1], heartbeat=0.1, stale_after=float(sys.argv[2])):
         print("holding", flush=True)
-        time.sleep(float(sys.argv[2]))
+        sys.stdin.readline()  # held until the waiter is done waiting
     """
 )
 
 
 def test_a_live_holder_keeps_its_lock_past_the_stale_timeout(tmp_path: Path) -> None:
+    """The holder beats every 0.1 s, 30 times a stale timeout (no load starves it that long),
+    and holds until the waiter has waited past that timeout: the waiter gives up, the holder
+    kept its lock (before: a 1.0 s hold against a 0.8 s wait, which a loaded machine could
+    start late enough to see the lock released)."""
     path = tmp_path / "x.lock"
+    stale = 3.0
     child = subprocess.Popen(
-        [sys.executable, "-c", HOLD_BEATING, str(path), "1.0"], stdout=subprocess.PIPE, text=True
-    )
+        [sys.executable, "-c", HOLD_BEATING, str(path), str(stale)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
     assert child.stdout is not None and child.stdout.readline().strip() == "holding"
     with pytest.raises(TimeoutError, match=f"pid {child.pid}"):
-        FileLock(path, heartbeat=0.1, stale_after=0.5, timeout=0.8).acquire()
+        FileLock(path, heartbeat=0.1, stale_after=stale, timeout=stale + 1.0).acquire()
+    assert child.stdin is not None and child.poll() is None  # still holding
+    child.stdin.write("done\n")
+    child.stdin.close()
     assert child.wait(timeout=30) == 0
-    with FileLock(path, heartbeat=0.1, stale_after=0.5, timeout=5):
+    with FileLock(path, heartbeat=0.1, stale_after=stale, timeout=30):
         pass
 
 

@@ -106,6 +106,37 @@ def test_the_trainer_trains_boundary_batches_as_the_hand_loop(
     assert moved > 1e-2  # the steps did train
 
 
+def test_a_compute_loss_of_the_document_batch_route_still_trains(
+    corpus: TokenCorpus, tmp_path: Path
+) -> None:
+    """A ``compute_loss`` written when ``LadingTrainer`` handed it the DocumentBatch itself
+    (``model(**to_hf_kwargs(inputs, attn))``, ``inputs.loss_mask``) keeps working now that it
+    gets the model's keyword arguments (it raised "'dict' object has no attribute
+    'input_ids'"), and trains what the hand loop does; ``inputs["labels"]`` is the new route's."""
+    seen: list[Any] = []
+
+    class Written(LadingTrainer):  # type: ignore[misc]
+        def compute_loss(self, model: Any, inputs: Any, **kw: Any) -> Any:
+            seen.append((inputs.input_ids, inputs.loss_mask, inputs["labels"]))
+            return model(**to_hf_kwargs(inputs, model.config._attn_implementation)).loss
+
+    model = tiny_llama("sdpa")
+    theirs = copy.deepcopy(model)
+    batches = list(make_loader(corpus, "packed"))[:STEPS]
+    trainer = Written(
+        model=model, args=arguments(tmp_path, 1), train_loader=make_loader(corpus, "packed")
+    )
+    trainer.train()
+    by_hand(theirs, batches, "sdpa", 1)
+    assert len(seen) == STEPS
+    for (input_ids, loss_mask, labels), batch in zip(seen, batches):
+        assert torch.equal(input_ids, batch.input_ids) and torch.equal(loss_mask, batch.loss_mask)
+        assert torch.equal(labels, to_hf_kwargs(batch, "sdpa")["labels"])
+    trained = dict(model.named_parameters())
+    for name, value in theirs.named_parameters():
+        assert torch.allclose(trained[name], value, atol=1e-5), name
+
+
 class NoConfig(torch.nn.Module):
     """A model that is no transformers model (no ``config._attn_implementation``)."""
 

@@ -23,6 +23,7 @@ from contracts import (
     assert_exact_partition,
     assert_reiterates,
     assert_resumes,
+    assert_set_epoch_then_a_peek,
     batches_of,
     forked,
 )
@@ -127,6 +128,12 @@ def test_a_second_pass_over_the_issue_example_reads_13_batches_again() -> None:
 def test_every_pass_starts_an_epoch(kind: str, workers: int, data_dir: Path) -> None:
     k = KINDS[kind](61, data_dir)
     assert_every_pass_starts_an_epoch(k.make, World(1, 2), workers, k.key)
+
+
+@pytest.mark.parametrize(("kind", "workers"), kinds_and_workers((0, 2)))
+def test_set_epoch_then_a_peek_trains_that_epoch(kind: str, workers: int, data_dir: Path) -> None:
+    k = KINDS[kind](61, data_dir)
+    assert_set_epoch_then_a_peek(k.make, World(1, 2), workers, k.key)
 
 
 def passes(loader: Any, reload: Callable[[dict[str, Any]], Any] | None) -> list[int]:

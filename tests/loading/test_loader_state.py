@@ -14,6 +14,11 @@ from lading.loading.state import STATE_VERSION, Cursor, LoaderStateError, restor
 from lading.world import World
 
 
+def unended(layout: Any, cursor: Cursor) -> bool:
+    """A saved position short of its segment's end (an elastic resume reads what is left)."""
+    return False
+
+
 def test_a_state_is_json_and_says_where_the_loader_is() -> None:
     data = loader(Numbers(40), 4, seed=1, world=World(0, 2))
     data.set_epoch(3)
@@ -36,19 +41,19 @@ def test_states_of_another_kind_version_or_data_are_refused_by_name() -> None:
         raise AssertionError("not an elastic resume")
 
     with pytest.raises(LoaderStateError, match="of a 'map' loader, this one is 'parquet'"):
-        restore(saved, "parquet", {"world_size": 1}, fingerprint, unread)
+        restore(saved, "parquet", {"world_size": 1}, fingerprint, unread, unended)
     with pytest.raises(LoaderStateError, match="n=10, this loader 11"):
-        restore(saved, "map", {"world_size": 1}, {"n": 11, "seed": 0}, unread)
+        restore(saved, "map", {"world_size": 1}, {"n": 11, "seed": 0}, unread, unended)
     old = {"version": 1, "epoch": 0, "batches_done": 3}  # what lading.loader saved before
     with pytest.raises(LoaderStateError, match="version 1"):
-        restore(old, "map", {"world_size": 1}, fingerprint, unread)
+        restore(old, "map", {"world_size": 1}, fingerprint, unread, unended)
     assert issubclass(LoaderStateError, ValueError)
 
 
 def test_same_layout_skips_and_another_layout_starts_a_segment_of_what_is_left() -> None:
     cursor = Cursor(epoch=2, segment=0, base=None, batches=5)
     saved = state_dict("map", cursor, {"world_size": 2}, {})
-    same = restore(saved, "map", {"world_size": 2}, {}, lambda layout, c: Runs([], []))
+    same = restore(saved, "map", {"world_size": 2}, {}, lambda layout, c: Runs([], []), unended)
     assert (same.epoch, same.segment, same.base, same.batches) == (2, 0, None, 5)
     seen: list[Any] = []
 
@@ -56,7 +61,47 @@ def test_same_layout_skips_and_another_layout_starts_a_segment_of_what_is_left()
         seen.append((layout, c.batches))
         return Runs([7], [9])
 
-    other = restore(saved, "map", {"world_size": 3}, {}, unread)
+    other = restore(saved, "map", {"world_size": 3}, {}, unread, unended)
     assert seen == [({"world_size": 2}, 5)]  # asked with the saved layout and position
     assert (other.epoch, other.segment, other.batches) == (2, 1, 0)
     assert other.base == Runs([7], [9])
+
+
+def test_a_state_at_the_end_of_its_epoch_resumes_the_next_epoch_on_another_layout() -> None:
+    """The issue's example: 13 items under truncate, every rank of 4 reads epoch 1 to its end
+    in batches of 3, and 5 ranks in batches of 2 load the state: they read epoch 2, as a
+    fresh loader set to it does (not the item truncate left out, padded to all five)."""
+    import lading
+
+    def made(world_size: int, rank: int, batch_size: int) -> Any:
+        return lading.loader(
+            list(range(13)), batch_size=batch_size, seed=5, equalize="truncate",
+            world=World(rank, world_size), collate_fn=list,
+        )  # fmt: skip
+
+    olds = [made(4, r, 3) for r in range(4)]
+    for old in olds:
+        old.set_epoch(1)
+        list(old)
+    for rank in range(5):
+        resumed, fresh = made(5, rank, 2), made(5, rank, 2)
+        resumed.load_state_dict(olds[rank % 4].state_dict())
+        fresh.set_epoch(2)
+        assert list(resumed) == list(fresh)
+
+
+def test_restore_at_the_end_of_a_segment_starts_an_empty_one_on_another_layout() -> None:
+    """What the saved layout read to its end leaves nothing of its epoch for another: the
+    new segment reads no position, whatever ``unread`` holds (truncate's leftovers)."""
+    cursor = Cursor(epoch=2, segment=0, base=None, batches=3)
+    saved = state_dict("map", cursor, {"world_size": 2}, {})
+    asked: list[Any] = []
+
+    def ended(layout: Any, c: Cursor) -> bool:
+        asked.append((layout, c.batches))
+        return True
+
+    other = restore(saved, "map", {"world_size": 3}, {}, lambda layout, c: Runs([7], [9]), ended)
+    assert asked == [({"world_size": 2}, 3)]
+    assert (other.epoch, other.segment, other.batches) == (2, 1, 0)
+    assert other.base == Runs([], [])

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import HEALTHY_S
 from distributed import run_processes
 from lading.remote.cache import NodeCache, Planner, node_of
 from lading.remote.cache.ledger import WAL_PAGES
@@ -116,9 +117,11 @@ def test_a_slow_or_short_get_is_retried_never_returned(
     data = os.urandom(10_000)
     url = f"s3://{bucket}/store"
     open_client(url).put("text.bin", data)
-    s3.fault("text.bin", times=1, kind="slow", delay=3.0)
+    # each attempt may take HEALTHY_S (the retry's healthy GET must come in time, whatever the
+    # load: tests/conftest.py); the slow answer comes after two of them
+    s3.fault("text.bin", times=1, kind="slow", delay=2 * HEALTHY_S)
     s3.fault("text.bin", times=1, kind="short")
-    cache = _cache(url, tmp_path / "c", 1 << 20, timeout=0.5)
+    cache = _cache(url, tmp_path / "c", 1 << 20, timeout=HEALTHY_S)
     assert cache.read([("text.bin", 0, 5000)]) == [data[:5000]]
     assert s3.stats()["faults"] == 2 and cache.stats()["retried"] == 2
 

@@ -230,6 +230,33 @@ def test_an_older_state_of_one_reader_a_rank_resumes_bitwise(tmp_path: Path) -> 
     assert session_batches(resumed) == want[3:]
 
 
+def test_an_older_state_of_two_readers_a_rank_halfway_is_not_at_its_epochs_end(
+    tmp_path: Path,
+) -> None:
+    """A state saved when each of 2 workers read a share of its own counts the rank's
+    batches over both: at one worker's batch count it is halfway through the epoch, not at
+    its end, and its other half is read after the resume (not skipped to the next epoch)."""
+    path = write_sessions(tmp_path / "s.parquet", 90, 4)
+
+    def make(rank: int) -> Any:
+        return PartitionedParquet(
+            path, batch_size=4, list_columns={"items": 3}, world=World(rank, 2), seed=5,
+            buffer_rows=16,
+        )  # fmt: skip
+
+    state = make(0).state_dict()
+    per_worker = -(-90 // 4 // 4)  # 90 rows over 2 ranks x 2 workers, 4 rows a batch: 6
+    older = {**state, "epoch": 2, "batches": per_worker}
+    older["layout"] = {**state["layout"], "num_workers": 2}
+    read = set()
+    for rank in range(2):
+        resumed = make(rank)
+        resumed.load_state_dict(older)
+        assert resumed.epoch == 2
+        read.update(row for batch in session_batches(resumed) for row in batch)
+    assert 30 <= len(read) <= 60, f"{len(read)} rows read after a halfway state of 90"
+
+
 @pytest.mark.parametrize(("old", "new"), [(4, 2), (2, 3), (3, 1)])
 @pytest.mark.parametrize("workers", [0, forked(2)])
 def test_elastic_resume_reads_every_row_once(

@@ -174,19 +174,26 @@ class DevicePrefetcher:
 
     def __iter__(self) -> Iterator[Any]:
         """A pass of the loader's (decided at the first batch, as the loader's own): batches
-        still in flight from an earlier pass, broken off, are dropped with it."""
+        still in flight from an earlier pass, broken off, are dropped with it.
+
+        The first batch is handed before any is pulled ahead (its copy had nothing to overlap
+        anyway): a pass abandoned after it, a peek, has read one batch of the loader, as
+        without the prefetcher, so the loader's rule for a peek holds (after ``set_epoch(e)``
+        it does not consume epoch ``e``: :meth:`lading.loading.Loader.__iter__`)."""
         self._drop()
         this = self._pass
         self._source = iter(self.loader)
+        ahead = 0  # batches pulled ahead of the one handed: none for the first
         try:
             while True:
-                while self._source is not None and len(self._queue) <= self.depth:
+                while self._source is not None and len(self._queue) <= ahead:
                     self._pull()
                 if not self._queue:
                     return
                 item = self._queue.popleft()
                 self._handed = item.state
                 yield self._hand(item)
+                ahead = self.depth
                 if self._pass != this:
                     return  # dropped (set_epoch, a loaded state, another pass) while held
         finally:

@@ -41,9 +41,12 @@ a :class:`~lading.lm.DocumentBatch`) reach a transformers model as its keyword a
 ``config._attn_implementation``: labels aligned with ``input_ids``, ``-100`` where nothing is
 scored, restarting ``position_ids``, the mask that attention reads), converted as the Trainer
 takes each batch, so its ``num_items_in_batch`` counts their scored labels as it counts
-``DataCollatorWithFlattening``'s. A model without such a config gets the ``DocumentBatch``
-itself, on the device, for a ``compute_loss`` of its own; the Trainer's own ``compute_loss``
-(``model(**inputs)``) refuses a batch that is no mapping, naming the fix.
+``DataCollatorWithFlattening``'s. A ``compute_loss`` of your own gets them as
+:class:`~lading.integrations.transformers_lm.ModelInputs`, which also reads as the
+``DocumentBatch`` (``to_hf_kwargs(inputs, attn)``, ``inputs.loss_mask``: a ``compute_loss``
+written when the trainer handed the batch itself). A model without such a config gets the
+``DocumentBatch`` itself, on the device, for a ``compute_loss`` of its own; the Trainer's own
+``compute_loss`` (``model(**inputs)``) refuses a batch that is no mapping, naming the fix.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ from lading.integrations.trainer_args import (
     gpus_per_process,
     loader_batch_size,
 )
-from lading.integrations.transformers_lm import model_inputs
+from lading.integrations.transformers_lm import ModelInputs, model_inputs
 from lading.lm.boundaries import DocumentBatch
 from lading.loading.resumable import Resumable
 
@@ -243,9 +246,13 @@ class LadingTrainer(LadingTrainerMixin, Trainer):  # type: ignore[misc]
         return batch
 
     def _prepare_input(self, data: Any) -> Any:
-        # a NamedTuple cannot be rebuilt from one iterable, as the Trainer rebuilds tuples
+        # a NamedTuple cannot be rebuilt from one iterable, as the Trainer rebuilds tuples,
+        # nor ModelInputs from one mapping (it keeps its DocumentBatch too)
         if isinstance(data, DocumentBatch):
             return data.to(self.args.device)
+        if isinstance(data, ModelInputs):
+            prepared = {key: self._prepare_input(value) for key, value in data.items()}
+            return ModelInputs(prepared, data.document_batch.to(self.args.device))
         return super()._prepare_input(data)
 
     def compute_loss(

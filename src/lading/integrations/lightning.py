@@ -114,8 +114,8 @@ def trainer_world(trainer: Any) -> World:
 class LadingDataModule(pl.LightningDataModule):
     """Lightning data for the three workloads, from a loader factory per stage.
 
-    Example::
-
+    Example:
+        ```python
         dm = LadingDataModule(
             train=lambda world: lading.loader(groups, batch_size=16, collate_fn=collate,
                                               world=world),
@@ -123,6 +123,7 @@ class LadingDataModule(pl.LightningDataModule):
                                             shuffle=False, world=world),
         )
         pl.Trainer(strategy="ddp", devices=4).fit(model, datamodule=dm)
+        ```
 
     Args:
         train, val, test: each makes this rank's loader for the given :class:`World`

@@ -1,14 +1,14 @@
 """A Ray Data pipeline writes a lading store: every write task one shard, the driver one commit.
 
-::
+```python
+import ray
+from lading.integrations.ray import LadingDatasink
 
-    import ray
-    from lading.integrations.ray import LadingDatasink
-
-    ray.data.DataContext.get_current().execution_options.preserve_order = True  # ids() order
-    sink = LadingDatasink("msmarco.store", id_column="docid", text_column="body")
-    ray.data.read_json("corpus/*.jsonl").write_datasink(sink)
-    store = lading.open_store("msmarco.store")     # or sink.snapshot: the snapshot committed
+ray.data.DataContext.get_current().execution_options.preserve_order = True  # ids() order
+sink = LadingDatasink("msmarco.store", id_column="docid", text_column="body")
+ray.data.read_json("corpus/*.jsonl").write_datasink(sink)
+store = lading.open_store("msmarco.store")     # or sink.snapshot: the snapshot committed
+```
 
 Ray's two-phase write is the shape of a sharded build: ``write`` runs in each task and writes
 that task's rows as one shard of ``DEST/build-<id>/`` (renamed into place once whole, as a

@@ -26,10 +26,16 @@ silent: the model trains, on the wrong labels or across document boundaries. So
 
 - ``use_cache=False``: a cache built from packed rows would let later tokens attend across
   documents; a ``use_cache=True`` request is refused.
+
+What ``LadingTrainer`` hands a ``compute_loss`` is such keyword arguments as a
+:class:`ModelInputs`, which remembers its DocumentBatch: a ``compute_loss`` written when the
+trainer handed the DocumentBatch itself (``model(**to_hf_kwargs(inputs, attn))``,
+``inputs.loss_mask``) works on it unchanged.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -48,8 +54,32 @@ def hf_labels(batch: DocumentBatch) -> torch.Tensor:
     return labels
 
 
+class ModelInputs(dict[str, Any]):
+    """A transformers model's keyword arguments for a DocumentBatch (what :func:`to_hf_kwargs`
+    gives), which remember the batch: both routes of a ``compute_loss`` read it.
+
+    ``inputs["labels"]`` and the other keys are the model's arguments (``model(**inputs)``);
+    ``inputs.labels``, ``inputs.loss_mask`` and the batch's other attributes are the
+    DocumentBatch's, in lading's convention (labels already shifted), and
+    ``to_hf_kwargs(inputs, attn)`` converts that batch (for any attention implementation).
+
+    Attributes:
+        document_batch: the batch the arguments were made from, on the same device.
+    """
+
+    def __init__(self, kwargs: Mapping[str, Any], document_batch: DocumentBatch) -> None:
+        super().__init__(kwargs)
+        self.document_batch = document_batch
+
+    def __getattr__(self, name: str) -> Any:
+        """The DocumentBatch's attribute (``input_ids``, ``loss_mask``, ``to``...)."""
+        if name.startswith("__") or name == "document_batch":  # copying, unpickling
+            raise AttributeError(name)
+        return getattr(self.document_batch, name)
+
+
 def to_hf_kwargs(
-    batch: DocumentBatch,
+    batch: DocumentBatch | ModelInputs,
     attn_implementation: str,
     *,
     dtype: torch.dtype = torch.float32,
@@ -59,7 +89,8 @@ def to_hf_kwargs(
 
     Args:
         batch: a :class:`~lading.lm.DocumentBatch` (a loader's with ``Packed(..., boundaries=
-            True)`` or ``Windows(..., boundaries=True)``), on the model's device.
+            True)`` or ``Windows(..., boundaries=True)``), on the model's device, or the
+            :class:`ModelInputs` made from one (its batch is converted).
         attn_implementation: the model's (``model.config._attn_implementation``).
         dtype: the model's dtype, for the additive mask of ``"eager"``.
         use_cache: must stay False (refused otherwise: see the module doc).
@@ -68,6 +99,8 @@ def to_hf_kwargs(
         ValueError: an attention implementation this function does not know, or
             ``use_cache=True``.
     """
+    if isinstance(batch, ModelInputs):
+        batch = batch.document_batch
     if use_cache:
         raise ValueError(
             "to_hf_kwargs(use_cache=True): packed rows hold several documents, and a cache "
@@ -115,7 +148,8 @@ def to_hf_kwargs(
 def model_inputs(batch: DocumentBatch, model: Any, device: torch.device | str) -> Any:
     """What the HF ``Trainer`` hands ``model`` for ``batch``: :func:`to_hf_kwargs` by the
     model's ``config._attn_implementation`` (on ``device``, where a FlexAttention mask must
-    be made), as ``DataCollatorWithFlattening``'s batches reach a transformers model; for a
+    be made), as ``DataCollatorWithFlattening``'s batches reach a transformers model, as
+    :class:`ModelInputs` (a ``compute_loss`` of the DocumentBatch still reads it); for a
     model without one (not a transformers model), the batch itself on ``device``, for a
     ``compute_loss`` that reads lading's convention (labels already shifted, ``loss_mask``)."""
     moved = batch.to(device)
@@ -123,4 +157,4 @@ def model_inputs(batch: DocumentBatch, model: Any, device: torch.device | str) -
     if implementation is None:
         return moved
     dtype = getattr(model, "dtype", torch.float32)
-    return to_hf_kwargs(moved, str(implementation), dtype=dtype)
+    return ModelInputs(to_hf_kwargs(moved, str(implementation), dtype=dtype), moved)

@@ -6,11 +6,16 @@ Every lading loader is a :class:`Loader` (``lading.loader(...)``, ``LanguageMode
 batch count, as a DataLoader's. Every ``iter()`` starts an epoch, as a DataLoader's and a
 ``StatefulDataLoader``'s do: after a whole pass, a ``break`` or a peek (``next(iter(loader))``)
 the next pass reads the next epoch (epoch + 1, the same on every rank) from its first batch.
-The one exception is a position just set: the first pass after the loader is made, after
-``set_epoch`` (which says which epoch explicitly) or after ``load_state_dict`` (which resumes,
-as a ``StatefulDataLoader`` does) reads from that position. ``len()`` is the length of the epoch
-a pass in progress reads, or between passes of the one the next pass reads. ``state_dict`` and
-``load_state_dict`` save and restore the position (:mod:`lading.loading.state`).
+The exceptions: the first pass after the position was just set (the loader made, ``set_epoch``,
+which says which epoch explicitly, or ``load_state_dict``, which resumes, as a
+``StatefulDataLoader`` does) reads from that position; and a pass after ``set_epoch(e)``
+abandoned after its first batch (a peek, held or dropped, or a ``break`` there) does not consume
+epoch ``e``: the next pass reads it again from its first batch, as a DataLoader over a
+``DistributedSampler`` does (``set_epoch(e); next(iter(loader)); for batch in loader`` trains
+epoch ``e``). A pass that reads past its first batch, or a peek without ``set_epoch``, consumes
+its epoch. ``len()`` is the length of the epoch a pass in progress reads, or between passes of
+the one the next pass reads. ``state_dict`` and ``load_state_dict`` save and restore the
+position (:mod:`lading.loading.state`); a peek's batch counts there as any batch received.
 
 ``num_workers=0`` reads in this process (through the workload's bulk read where it has one, the
 LM's chunked streams); ``num_workers > 0`` hands the workload's batch keys to torch DataLoader
@@ -22,12 +27,9 @@ position on. Workers run ahead of the caller, so the position counts the batches
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
-import warnings
 import weakref
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -39,63 +41,8 @@ from lading.loading.ahead import Carried
 from lading.loading.deal import Dealt, deal, in_order
 from lading.loading.lookahead import Announce
 from lading.loading.state import Cursor
+from lading.loading.workers import Workers, pinnable  # Workers is imported from here too
 from lading.loading.workload import Workload
-
-
-@dataclass(frozen=True)
-class Workers:
-    """Where batches are built: in this process (``num_workers=0``) or in DataLoader workers.
-
-    Attributes:
-        num_workers: DataLoader worker processes per rank (0: build in this process).
-        pin_memory: page-locked batches, for faster copies to a GPU.
-        prefetch_factor: batches each worker keeps ready (default 2; workers only).
-        persistent_workers: keep the workers from one epoch to the next (default: yes).
-        multiprocessing_context: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (workers only).
-        read_ahead: with ``num_workers=0``, batches built ahead on a thread of this process
-            while the caller holds the last one (:mod:`lading.loading.ahead`); 0: each built
-            when asked for. None: the loader's default (2 for remote LM corpora and parquet
-            files, else 0).
-    """
-
-    num_workers: int = 0
-    pin_memory: bool = False
-    prefetch_factor: int | None = None
-    persistent_workers: bool | None = None
-    multiprocessing_context: str | None = None
-    read_ahead: int | None = None
-
-    def __post_init__(self) -> None:
-        workers = self.num_workers
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            raise ValueError(
-                f"num_workers={workers!r}: an int >= 0 (0 builds batches in this process)"
-            )
-        ahead = self.read_ahead
-        bad = isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0
-        if ahead is not None and bad:
-            raise ValueError(
-                f"read_ahead={ahead!r}: batches built ahead on a thread, an int >= 0 (0: none)"
-            )
-
-    def with_read_ahead(self, asked: int | None, default: int) -> Workers:
-        """These settings with ``read_ahead`` as ``asked``; where it was not (None, here or
-        when these were made), the loader's ``default``."""
-        depth = asked if asked is not None else self.read_ahead
-        return dataclasses.replace(self, read_ahead=default if depth is None else depth)
-
-
-def pinnable() -> bool:
-    """Whether page-locked memory can be had here (a CUDA device); where not, pin_memory=True
-    is passed over with a warning, as a DataLoader does."""
-    if torch.cuda.is_available():
-        return True
-    warnings.warn(
-        "pin_memory=True, but no CUDA device is available: batches are not pinned",
-        UserWarning,
-        stacklevel=3,
-    )
-    return False
 
 
 def _as_built(batch: Any) -> Any:
@@ -197,6 +144,11 @@ class Loader:
         # the position was just set (made, set_epoch, load_state_dict) and no pass has read
         # from it: the next pass starts there (else at the next epoch, as a DataLoader's)
         self._fresh = True
+        # the epoch was chosen by set_epoch and no pass has read past a peek of it
+        self._chosen = False
+        # the pass that started at a chosen epoch's first batch: while it has handed out one
+        # batch only (a peek), the epoch is not consumed
+        self._peek: Cursor | None = None
         self._restored = False  # a state was loaded and nothing read since
         self._reading: Cursor | None = None  # the position of the pass in progress, if any
         self._torch: DataLoader[Any] | None = None  # made when workers first read
@@ -230,7 +182,8 @@ class Loader:
         )
 
     def set_epoch(self, epoch: int) -> None:
-        """Go to the first batch of ``epoch`` (its order comes from (seed, epoch)).
+        """Go to the first batch of ``epoch`` (its order comes from (seed, epoch)), for the
+        passes that follow until one reads past its first batch (a peek does not consume it).
 
         One exception, for frameworks that call ``set_epoch(e)`` when they start epoch ``e``,
         also right after restoring a mid-epoch checkpoint (the HF Trainer, Lightning): when a
@@ -240,6 +193,7 @@ class Loader:
         if self._restored and epoch == self._cursor.epoch:
             return
         self._cursor, self._restored, self._fresh = Cursor(int(epoch)), False, True
+        self._chosen = True
 
     def _coming(self) -> Cursor:
         """The position a pass reads: the pass's in progress; between passes, the one the next
@@ -252,7 +206,15 @@ class Loader:
         cursor = self._cursor
         if self._fresh and cursor.batches < self._workload.batches(cursor):
             return cursor
+        if self._peeked():
+            return Cursor(cursor.epoch)
         return Cursor(cursor.epoch + 1)
+
+    def _peeked(self) -> bool:
+        """Whether the latest pass began at the first batch of an epoch ``set_epoch`` chose
+        and has handed out one batch only, not its epoch's last (a peek, held or dropped):
+        that epoch is not consumed, and the next pass reads it again from its first batch."""
+        return self._peek is not None and self._peek is self._cursor and self._peek.batches == 1
 
     def __len__(self) -> int:
         """Batches on this rank (the same on every rank) of the epoch a pass in progress reads,
@@ -274,12 +236,15 @@ class Loader:
     def __iter__(self) -> Iterator[Any]:
         """This rank's batches of a new epoch (epoch + 1), as a DataLoader reads a new epoch
         each time; from a just-set position instead (made, ``set_epoch``, a loaded state) to
-        the end of its epoch. What is read is decided at the first batch: a ``set_epoch``
+        the end of its epoch, or from the first batch of an epoch ``set_epoch`` chose that the
+        last pass only peeked at. What is read is decided at the first batch: a ``set_epoch``
         between ``iter()`` and it (as Lightning calls them) is heeded, and a ``set_epoch``, a
         loaded state or another pass after it ends this pass (its batches belong to the old
         position)."""
+        chosen = (self._fresh and self._chosen) or self._peeked()
         self._cursor = cursor = self._next_pass()
         self._fresh = self._restored = False
+        self._peek = cursor if chosen and cursor.batches == 0 else None
         self._reading = cursor
         read_to_end = False
         try:
@@ -293,6 +258,8 @@ class Loader:
                     # position from the persistent workers' iterator the two share
                     return
             read_to_end = True
+            if self._peek is cursor:  # its epoch's one batch, read to the end: consumed
+                self._peek = None
         finally:  # ended, broken off (a for loop's break closes it) or dropped
             if not read_to_end:  # read_ahead's thread was building this epoch: stop it
                 self._drop_ahead()
@@ -399,7 +366,13 @@ class Loader:
         workload = self._workload
         saved = workload.saved_state(state)  # older keys and layouts in today's terms
         self._cursor = loader_state.restore(
-            saved, workload.kind, workload.layout(), workload.fingerprint(), workload.unread
+            saved,
+            workload.kind,
+            workload.layout(),
+            workload.fingerprint(),
+            workload.unread,
+            workload.ended,
         )
         self._restored = self._fresh = True
+        self._chosen, self._peek = False, None
         self._drop_ahead()  # built for the old position and layout

@@ -119,15 +119,21 @@ def restore(
     layout: Mapping[str, Any],
     fingerprint: Mapping[str, Any],
     unread: Callable[[Mapping[str, Any], Cursor], Runs],
+    ended: Callable[[Mapping[str, Any], Cursor], bool],
 ) -> Cursor:
     """The cursor to continue from ``state`` with this run's ``layout``.
 
     ``unread(saved_layout, saved_cursor)`` gives the epoch positions the saved layout had not
-    read; it is called only when the layouts differ (an elastic resume).
+    read, and ``ended(saved_layout, saved_cursor)`` whether its readers had read their
+    segment to its end; both are asked only when the layouts differ (an elastic resume).
+    A state saved at the end of its epoch goes to the next epoch on any layout, as on its
+    own: its new segment is empty, though ``truncate`` or a dropped partial batch left
+    positions unread (an epoch under them reads them in no layout).
     """
     check(state, kind, fingerprint)
     base = None if state["base"] is None else Runs.from_dict(state["base"])
     saved = Cursor(int(state["epoch"]), int(state["segment"]), base, int(state["batches"]))
     if dict(state["layout"]) == dict(layout):
         return saved
-    return Cursor(saved.epoch, saved.segment + 1, unread(state["layout"], saved), 0)
+    left = Runs([], []) if ended(state["layout"], saved) else unread(state["layout"], saved)
+    return Cursor(saved.epoch, saved.segment + 1, left, 0)

@@ -78,6 +78,11 @@ class Workload(Protocol):
         them over this layout's readers)."""
         ...
 
+    def ended(self, layout: Mapping[str, Any], cursor: Cursor) -> bool:
+        """Whether ``layout``'s readers had read ``cursor``'s segment to its end (a state
+        saved there resumes at the next epoch on any layout)."""
+        ...
+
     def consumed(self, cursor: Cursor) -> int:
         """Positions read at ``cursor`` in its segment, over all ranks (for logs and humans)."""
         ...
@@ -120,6 +125,10 @@ class SegmentWorkload:
         """Epoch positions ``layout`` had not read at ``cursor``: every reader's share read
         up to its ``cursor.batches``-th batch, in order."""
         return self.segment(cursor, layout).unread_after(cursor.batches)
+
+    def ended(self, layout: Mapping[str, Any], cursor: Cursor) -> bool:
+        """Whether ``layout``'s readers had yielded every batch of ``cursor``'s segment."""
+        return cursor.batches >= self.segment(cursor, layout).batches
 
     def consumed(self, cursor: Cursor) -> int:
         """Positions read at ``cursor`` in its segment, over all readers."""

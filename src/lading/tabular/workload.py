@@ -157,6 +157,12 @@ class ParquetWorkload(SegmentWorkload):
             served.append(Runs.concat(parts))
         return seg, served
 
+    def ended(self, layout: Mapping[str, Any], cursor: Cursor) -> bool:
+        """Whether ``layout``'s ranks had yielded every batch of the segment (with
+        ``num_workers``, a rank's batches are its workers' together, taken in turn)."""
+        workers = max(1, int(layout.get("num_workers", 1)))
+        return cursor.batches >= self.segment(cursor, layout).batches * workers
+
     def unread(self, layout: Mapping[str, Any], cursor: Cursor) -> Runs:
         """What ``layout`` left unread at ``cursor``: whole chunks, and of one chunk per
         reader the rows its shuffle had not reached."""

@@ -1,0 +1,84 @@
+"""The edges of an epoch a DataLoader user meets: ``set_epoch(e)`` then a peek trains epoch
+``e`` (beside a DataLoader over a DistributedSampler), and a state saved at an epoch's end goes
+to the next epoch on any world size, under ``pad`` and ``truncate`` alike, for every workload.
+(The peek across every loader kind is in tests/loading/test_contracts.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contracts import assert_epoch_end_resumes_the_next_epoch
+from lading.world import World
+
+pytest.importorskip("tokenizers")
+pytest.importorskip("pyarrow")
+
+from loader_kinds import Kind, lm_kind, map_kind, parquet_kind
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("epoch-edges")
+
+
+def test_set_epoch_then_a_peek_trains_the_epochs_a_distributed_sampler_does() -> None:
+    """The issue's loop, ``set_epoch(e); next(iter(loader)); for batch in loader``, beside a
+    DataLoader over a DistributedSampler: both train epochs 0 and 1 (lading trained 1 and 1)."""
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    import lading
+
+    def trained(loader: Any, set_epoch: Callable[[int], None]) -> list[list[Any]]:
+        passes = []
+        for epoch in range(2):
+            set_epoch(epoch)
+            next(iter(loader))
+            passes.append(list(loader))
+        return passes
+
+    sampler = DistributedSampler(list(range(40)), num_replicas=2, rank=1, seed=5)
+    torch_loader = DataLoader(list(range(40)), 4, sampler=sampler, collate_fn=list)
+    ours = lading.loader(list(range(40)), 4, seed=5, world=World(1, 2), collate_fn=list)
+    theirs, own = [], []  # each epoch, as a sampler and a fresh loader set to it read it
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        theirs.append(list(torch_loader))
+        fresh = lading.loader(list(range(40)), 4, seed=5, world=World(1, 2), collate_fn=list)
+        fresh.set_epoch(epoch)
+        own.append(list(fresh))
+    assert theirs[0] != theirs[1] and own[0] != own[1]
+    assert trained(torch_loader, sampler.set_epoch) == theirs
+    assert trained(ours, ours.set_epoch) == own
+
+
+EVENED: dict[str, Callable[[int, Path, str], Kind]] = {
+    "map": lambda n, tmp, equalize: map_kind(n, tmp, equalize=equalize),
+    "parquet": lambda n, tmp, equalize: parquet_kind(n, tmp, equalize=equalize),
+    "lm-streams": lambda n, tmp, equalize: lm_kind(n, tmp, "streams", equalize=equalize),
+    "lm-windows": lambda n, tmp, equalize: lm_kind(n, tmp, "windows", equalize=equalize),
+}
+
+
+def evened_params() -> list[tuple[str, str, int, int, int]]:
+    """(kind, equalize, n, old, new); 13 tokens under truncate cannot fill 5 ranks x 3
+    streams, which the LM loader refuses when made (tests/loading/test_empty_epochs.py)."""
+    return [
+        (kind, equalize, n, old, new)
+        for kind in sorted(EVENED)
+        for equalize in ("pad", "truncate")
+        for n in (13, 61)
+        for old, new in ((4, 5), (3, 2), (2, 1))
+        if (kind, equalize, n, new) != ("lm-streams", "truncate", 13, 5)
+    ]
+
+
+@pytest.mark.parametrize(("kind", "equalize", "n", "old", "new"), evened_params())
+def test_a_state_saved_at_an_epochs_end_resumes_the_next_epoch_on_any_world_size(
+    kind: str, equalize: str, n: int, old: int, new: int, data_dir: Path
+) -> None:
+    k = EVENED[kind](n, data_dir, equalize)
+    assert_epoch_end_resumes_the_next_epoch(k.make, old, new, 0, k.key)
