@@ -18,7 +18,7 @@ from conftest import word_corpus, write
 from distributed import run_processes
 from lading.errors import LadingError, StoreFormatError
 from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, TokenMixture, Windows
-from lading.loading.lookahead import LOOKAHEAD
+from lading.loading.announce import LOOKAHEAD
 from lading.testing import LocalS3
 from lading.world import World
 

@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from contracts import assert_elastic, assert_exact_partition, assert_resumes, forked
-from lading.loading.lookahead import step_of
+from lading.loading.announce import step_of
 from lading.loading.map_workload import EpochIndex, MapWorkload, loader
 from lading.loading.order import epoch_order
 from lading.loading.reading import Reading

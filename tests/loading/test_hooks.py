@@ -7,8 +7,8 @@ import pickle
 from typing import Any
 
 import lading
+from lading.loading.announce import step_of
 from lading.loading.hooks import EpochIndex, Hooks
-from lading.loading.lookahead import step_of
 from lading.world import World
 
 HOOKS = (

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import lading
-from lading.loading.ahead import BuiltAhead
 from lading.loading.loader import Workers
+from lading.loading.read_ahead import BuiltAhead
 
 THREAD = "lading-ahead"
 

@@ -227,7 +227,7 @@ class TrainingGroups:
 
     def prefetch(self, batches: Sequence[Sequence[Any]], first_step: int, now: int) -> None:
         """Tell the store which documents the groups of ``batches`` (the loader's keys, see
-        :mod:`lading.loading.lookahead`) hold, when the store takes such hints (a remote
+        :mod:`lading.loading.announce`) hold, when the store takes such hints (a remote
         store's ``prefetch_rows``): the same draws :meth:`__getitem__` will make."""
         hint = getattr(self.store, "prefetch_rows", None)
         if callable(hint):

@@ -103,7 +103,7 @@ class LanguageModelLoader(Loader):
         num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context:
             DataLoader workers build the batches (0: this process reads them, many at a time).
         read_ahead: with ``num_workers=0``, batches built ahead on a thread while a step runs
-            (:mod:`lading.loading.ahead`); default 2 for a remote corpus (its batches are read
+            (:mod:`lading.loading.read_ahead`); default 2 for a remote corpus (its batches are read
             through the node cache one at a time), else 0.
         device: hold the corpus's tokens on this device and read whole-epoch streams there
             (in this process only).

@@ -7,7 +7,7 @@ to the building thread: no token value decides what a batch reads, only the plan
 build is the one source of truth for every mode, mixtures, packing and ``boundaries=True``
 included). :class:`RemoteReads` wraps the loader's workload and
 
-- announces (:func:`lading.loading.lookahead.announcer`, the map loader's route): at each
+- announces (:func:`lading.loading.announce.announcer`, the map loader's route): at each
   iteration's start the epoch's whole order of ranges (and the next epoch's) goes to each
   corpus's node cache as its eviction order (a :class:`~lading.remote.cache.Planner` a corpus),
   and every ``LOOKAHEAD`` batches the next ones are fetched ahead;
@@ -34,8 +34,8 @@ import numpy.typing as npt
 from lading.lm.remote import BUILD, Build, RemoteTokens
 from lading.lm.segment import SegmentBatchKey
 from lading.lm.workload import LMWorkload
+from lading.loading.announce import Announce, announcer
 from lading.loading.hooks import Hooks
-from lading.loading.lookahead import Announce, announcer
 from lading.loading.state import Cursor
 from lading.remote.cache import Planner
 from lading.remote.ranges import Need

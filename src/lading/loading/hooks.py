@@ -32,7 +32,7 @@ A dataset's identity is also found without ``data_fingerprint``: an HF ``dataset
 snapshot ``content_id``. ``batches`` are lists of the items the dataset will be asked for (ints or
 :class:`EpochIndex`); steps are one clock for every rank (:func:`lading.step.step_of`:
 ``epoch * 2**32 + batch``). ``prefetch``, ``plan`` and ``at_step`` affect speed only: a dataset
-reads the same items without them (:mod:`lading.loading.lookahead` says when each is called).
+reads the same items without them (:mod:`lading.loading.announce` says when each is called).
 :class:`lading.ir.TrainingGroups` has ``prefetch`` and ``plan`` (a remote store's
 ``prefetch_rows`` and ``plan_rows``); the step of the batch being built also reaches every read
 without a hook: the loader sets it around the build (:func:`lading.step.at_step`), and a remote

@@ -37,9 +37,9 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from lading.loading import state as loader_state
-from lading.loading.ahead import Carried
+from lading.loading.announce import Announce
 from lading.loading.deal import Dealt, deal, in_order
-from lading.loading.lookahead import Announce
+from lading.loading.read_ahead import Carried
 from lading.loading.state import Cursor
 from lading.loading.workers import Workers, pinnable  # Workers is imported from here too
 from lading.loading.workload import Workload
@@ -112,7 +112,7 @@ class Loader:
             the global one).
         workers: in this process or in DataLoader workers, and how.
         announce: tells the data which batches come next as their keys are handed out, in
-            this process (:mod:`lading.loading.lookahead`: a remote store fetches ahead).
+            this process (:mod:`lading.loading.announce`: a remote store fetches ahead).
 
     Attributes:
         workers: as given.

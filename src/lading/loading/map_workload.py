@@ -33,10 +33,10 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import default_collate
 
+from lading.loading.announce import announcer
 from lading.loading.distinct import arrange, most_shared
 from lading.loading.hooks import DuplicateKeys, EpochIndex, Hooks, MapDataset
 from lading.loading.loader import Loader, Workers
-from lading.loading.lookahead import announcer
 from lading.loading.order import epoch_order
 from lading.loading.reading import Reading
 from lading.loading.runs import Runs
@@ -83,7 +83,7 @@ class MapWorkload(SegmentWorkload):
         reading: the loader's settings; the epoch order is a permutation from
             ``(seed, epoch)``, one reader per rank.
         read_ahead: with ``num_workers=0``, batches built ahead on a thread while the caller
-            holds the last one (:mod:`lading.loading.ahead`: a remote store's reads beside the
+            holds the last one (:mod:`lading.loading.read_ahead`: a remote store's reads beside the
             training step). Off by default: ``dataset`` and ``collate_fn`` run on that thread,
             and one that draws from torch's or NumPy's global random generator would draw in
             an order that depends on the thread's timing.
@@ -283,7 +283,7 @@ def loader(
         persistent_workers: keep workers between epochs (default: when there are workers).
         multiprocessing_context: ``"fork"``, ``"spawn"`` or ``"forkserver"`` for workers.
         read_ahead: with ``num_workers=0``, batches built ahead on a thread while the caller
-            holds the last one (:mod:`lading.loading.ahead`: a remote store's reads beside the
+            holds the last one (:mod:`lading.loading.read_ahead`: a remote store's reads beside the
             training step). Off by default: ``dataset`` and ``collate_fn`` run on that thread,
             and one that draws from torch's or NumPy's global random generator would draw in
             an order that depends on the thread's timing.

@@ -21,7 +21,7 @@ class Workers:
         persistent_workers: keep the workers from one epoch to the next (default: yes).
         multiprocessing_context: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (workers only).
         read_ahead: with ``num_workers=0``, batches built ahead on a thread of this process
-            while the caller holds the last one (:mod:`lading.loading.ahead`); 0: each built
+            while the caller holds the last one (:mod:`lading.loading.read_ahead`); 0: each built
             when asked for. None: the loader's default (2 for remote LM corpora and parquet
             files, else 0).
     """

@@ -16,9 +16,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lading.loading.announce import LOOKAHEAD, announcer
 from lading.loading.hooks import Hooks
 from lading.loading.loader import Loader, Workers
-from lading.loading.lookahead import LOOKAHEAD, announcer
 from lading.loading.reading import Reading
 from lading.remote.settings import RemoteSettings
 from lading.tabular.files import (
@@ -64,7 +64,7 @@ class PartitionedParquet(Loader):
             DataLoader workers build the batches, the same at any count (0: this process
             reads them); each chunk's batches are built by one worker.
         read_ahead: with ``num_workers=0``, batches built ahead on a thread while a step runs
-            (:mod:`lading.loading.ahead`); default 2 for URLs, else 0.
+            (:mod:`lading.loading.read_ahead`); default 2 for URLs, else 0.
         drop_last: refused with a TypeError naming lading's two arguments for it.
         cache, cache_bytes, storage_options: for URLs: the node cache's folder and cap (as
             ``lading.open_store``'s; defaults from ``$LADING_CACHE`` and

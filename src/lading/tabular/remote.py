@@ -11,7 +11,7 @@ with the staged footer as its metadata, so it reads nothing else.
 The loader knows the epoch's order of chunks before it reads one.
 :func:`~lading.tabular.remote_plan.announced_reads` says which row groups the batch at a key
 reads first (a chunk's are read at its first batch), and
-the loader core's announce route (:mod:`lading.loading.lookahead`) hands them to
+the loader core's announce route (:mod:`lading.loading.announce`) hands them to
 :meth:`RemoteParquet.prefetch` (fetched ``LOOKAHEAD`` batches ahead) and
 :meth:`RemoteParquet.plan` (the epoch's whole order: what eviction keeps), from the process that
 iterates; a DataLoader worker reads at the step its batch key names.
@@ -241,7 +241,7 @@ class RemoteParquet:
         piece = Piece(url, group, 0)
         return self.decode(piece, self.read([piece], None, columns)[url, group], columns)
 
-    # -- what the loader announces (lading.loading.lookahead) ---------------------------------
+    # -- what the loader announces (lading.loading.announce) ---------------------------------
 
     def _needs(self, batches: Sequence[Sequence[Piece]], steps: Sequence[int]) -> dict[str, list]:
         needs: dict[str, list[Need]] = {}

@@ -2,7 +2,7 @@
 
 A chunk (``buffer_rows`` rows: one or two row groups) is read whole at the first of its
 batches and kept for the others, so only that batch's key names row groups; the loader core
-(:mod:`lading.loading.lookahead`) hands them to :class:`~lading.tabular.remote.RemoteParquet`
+(:mod:`lading.loading.announce`) hands them to :class:`~lading.tabular.remote.RemoteParquet`
 a window ahead to fetch, and the epoch's whole order to evict by.
 """
 

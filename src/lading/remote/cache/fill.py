@@ -62,7 +62,9 @@ class Filler:
         if self.closed:
             return
         if self._thread is None:
-            with self._lock:
+            with self._lock:  # (close sets closed under it: no thread starts after close)
+                if self.closed:
+                    return
                 if self._thread is None:
                     self._thread = threading.Thread(
                         target=self._run, name="lading-fill", daemon=True
@@ -122,8 +124,9 @@ class Filler:
     def close(self) -> None:
         """End the thread after what it was given (waits at most a few seconds); what comes
         after is dropped."""
-        self.closed = True
-        thread = self._thread
+        with self._lock:
+            self.closed = True
+            thread = self._thread
         if thread is not None and thread.is_alive():
             self._queue.put(None)
             if thread is not threading.current_thread():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -199,6 +199,22 @@ class Ledger:
         marks = ",".join("?" * len(wanted))
         rows = conn.execute(f"SELECT id, gen FROM regions WHERE id IN ({marks})", wanted)
         return dict(rows.fetchall())
+
+    @staticmethod
+    def barrier(conn: sqlite3.Connection, objs: dict[str, int]) -> Callable[[str, int, int], bool]:
+        """Whether a block lies in a gap ``[end, start)`` between two gaps of object ``key``
+        (coalescing may not merge across it; ``objs``: key -> object id). Blocks are
+        disjoint and the gaps hold none, so one in between starts there: one look along the
+        primary key."""
+
+        def occupied(key: str, end: int, start: int) -> bool:
+            row = conn.execute(
+                "SELECT 1 FROM blocks WHERE object = ? AND start >= ? AND start < ? LIMIT 1",
+                (objs[key], end, start),
+            ).fetchone()
+            return row is not None
+
+        return occupied
 
     # -- what the node's processes write ---------------------------------------------------
 

@@ -1,7 +1,7 @@
 """What one loader tells the node cache ahead: its epoch's order, and a window to fetch.
 
 A loader knows its order before it reads (``(seed, epoch)`` fix it), and tells it through the
-announce route (:mod:`lading.loading.lookahead`) from the process and thread that iterates.
+announce route (:mod:`lading.loading.announce`) from the process and thread that iterates.
 Its :class:`Planner` (one a loader and cache, owned by the loader's reads; used by one thread
 at a time) turns that into the cache's two inputs:
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 import lading
+from lading.loading.announce import LOOKAHEAD, announcer, step_of
 from lading.loading.hooks import Hooks
-from lading.loading.lookahead import LOOKAHEAD, announcer, step_of
 
 
 class Recorder:

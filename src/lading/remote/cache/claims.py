@@ -1,0 +1,162 @@
+"""Claiming the gaps of a snapshot's ranges in the node cache, and starting their GETs.
+
+A claim is one write transaction: the ranges are looked up again (another process may have
+claimed them since the caller looked), the gaps left are coalesced into blocks
+(:func:`lading.remote.ranges.coalesce`, never across a block another process holds), each block
+is given a place (:class:`~.places.Space`: the open region's end, or a region eviction frees)
+and its row inserted with this process's owner token. Once the transaction is over, the blocks
+eviction carried forward are written, and the GETs start; each block is filled in by the fill
+thread when its GET returns (:mod:`.fill`). No lock of this process is held across a GET.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from lading.remote.cache.fill import Fill
+from lading.remote.cache.ledger import Ledger, Piece
+from lading.remote.cache.node import Node
+from lading.remote.cache.places import Space, bound
+from lading.remote.fetch import Fetcher, Future
+from lading.remote.ranges import NO_STEP, Block, Need, coalesce
+
+Key = tuple[int, int, int]  # object id, start, end
+
+
+class Part(NamedTuple):
+    """Bytes ``[start, end)`` of a range, and where they come from."""
+
+    start: int
+    end: int
+    piece: Piece | None  # None: a gap (nobody holds these bytes)
+
+
+class Claimed(NamedTuple):
+    """What a claim did: GETs started (by object key), blocks left out, bytes read around."""
+
+    started: dict[str, list[tuple[int, int, Future]]]  # key -> (start, end, future)
+    deferred: list[Block]  # no room (now): a prefetch retries, a read reads around
+    bypassed: int  # bytes of the blocks read around the cache (kept by nobody)
+
+
+class Claims:
+    """Claims gaps of one snapshot's objects in ``node`` and fetches them with ``fetcher``
+    (``etags``: the snapshot's, GETs pinned to them; ``policy``: eviction's; ``max_gap``,
+    ``max_waste``: coalescing's limits; a block is at most a region)."""
+
+    def __init__(
+        self,
+        node: Node,
+        fetcher: Fetcher,
+        etags: Mapping[str, str | None],
+        policy: str,
+        max_gap: int,
+        max_waste: float,
+    ) -> None:
+        self.node, self.fetcher, self.etags, self.policy = node, fetcher, etags, policy
+        self.max_gap, self.max_waste = max_gap, max_waste
+        self.max_block = max(1, node.layout.region_bytes)
+
+    def claim(
+        self,
+        needs: Sequence[Need],
+        objs: dict[str, int],
+        now: int | None,
+        prefetch: bool,
+        around: bool = False,
+        near: int | None = None,
+    ) -> Claimed:
+        """Claim and fetch the gaps ``needs`` leaves (``objs``: key -> object id).
+        ``prefetch``: a block may evict only regions needed later than its own step
+        (``near``: with the epoch's order known, only regions with no planned use, unless
+        needed within ``near`` steps); a read, regions needed after now. ``around``: claim
+        nothing, read every gap around the cache."""
+        ledger, owner = self.node.ledger, self.node.owner.token
+        with ledger.write() as conn:
+            found = ledger.overlapping(conn, [(objs[n.key], n.start, n.end) for n in needs])
+            gaps = [
+                Need(n.key, p.start, p.end, n.step)
+                for n, pieces in zip(needs, found)
+                for p in cut_up((0, n.start, n.end), pieces)
+                if p.piece is None
+            ]
+            waste = 0.0 if near is not None else self.max_waste  # an order known: no gap bytes
+            blocks = coalesce(gaps, self.max_gap, waste, self.max_block, ledger.barrier(conn, objs))
+            space = Space(conn, self.node.data, self.policy, now, self.node.owner.alive, owner)
+            placed, deferred = [], []
+            for n, block in enumerate([] if around else blocks):
+                place = None
+                if block.size <= self.max_block:
+                    place = space.place(block.size, bound(block.step, now, prefetch, near))
+                if place is None:
+                    deferred += blocks[n:] if prefetch else [block]
+                    if prefetch:
+                        break
+                    continue
+                step = None if block.step >= NO_STEP else block.step
+                # in now, not at the end: a later eviction in this transaction must see the
+                # region holds a claim of a live owner (seen: a region sealed and evicted in
+                # one transaction gave two blocks one place)
+                row = (objs[block.key], block.start, block.end, *place, owner, step)
+                Ledger.insert(conn, [row])
+                placed.append((block, place))
+            space.close()
+        for carried in space.carried:  # a region's window blocks, carried to its start
+            self.node.data.write(carried.region, carried.at, carried.data)
+        if space.carried:
+            ledger.filled([(c.object, c.start) for c in space.carried], owner)
+        read_around = [] if prefetch else (blocks if around else deferred)
+        return self._start(placed, read_around, objs, [] if read_around else deferred)
+
+    def _start(
+        self,
+        placed: list[tuple[Block, tuple[int, int]]],
+        around: list[Block],
+        objs: dict[str, int],
+        deferred: list[Block],
+    ) -> Claimed:
+        """Start the GETs of claimed blocks (filled in once fetched) and of blocks read around
+        the cache (kept by nobody)."""
+        fetch = [b for b, _ in placed] + around
+        fills = [Fill(objs[b.key], b.start, region, at, lambda: b"") for b, (region, at) in placed]
+        futures = self.fetcher.submit_many(
+            [(b.key, b.start, b.end, self.etags.get(b.key)) for b in fetch],
+            [self._filler(fill) for fill in fills],
+        )
+        for (block, _), fill, future in zip(placed, fills, futures):
+            self.node.started(fill.object, block.start, block.end, future)
+        started: dict[str, list[tuple[int, int, Future]]] = {}
+        for block, future in zip(fetch, futures):
+            started.setdefault(block.key, []).append((block.start, block.end, future))
+        return Claimed(started, deferred, sum(b.size for b in around))
+
+    def _filler(self, fill: Fill) -> Callable[[Future], Any]:
+        put = self.node.filler.put
+        return lambda future: put(fill._replace(bytes_of=future.result))
+
+
+def cut_up(k: Key, pieces: list[Piece]) -> list[Part]:
+    """``[start, end)`` of ``k`` cut into the blocks that hold it and the gaps between."""
+    _, start, end = k
+    out, at = [], start
+    for piece in pieces:
+        if piece.start > at:
+            out.append(Part(at, min(piece.start, end), None))
+        lo, hi = max(at, piece.start), min(end, piece.end)
+        if hi > lo:
+            out.append(Part(lo, hi, piece))
+        at = max(at, hi)
+    if at < end:
+        out.append(Part(at, end, None))
+    return out
+
+
+def inside(needs: list[Need], blocks: list[Block]) -> list[Need]:
+    """The ``needs`` that overlap one of ``blocks`` (left for a later call)."""
+    by_key: dict[str, list[Block]] = {}
+    for block in blocks:
+        by_key.setdefault(block.key, []).append(block)
+    return [
+        n for n in needs if any(b.start < n.end and n.start < b.end for b in by_key.get(n.key, []))
+    ]
