@@ -7,7 +7,8 @@ so every request sent is one GET counted.
 
 Fork: obstore runs its requests on a tokio runtime whose threads a ``fork()`` does not copy; a
 forked child of a process that used obstore hangs on its first request (seen here: a GET in the
-child never returned). :func:`usable_here` says whether this process may use it.
+child never returned). :func:`usable_here` says whether this process may use it: the rule at
+fork is :mod:`lading.threads`'s, as every thread's of the plane.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 
 from lading.disk.remote import public_endpoint as public_endpoint  # (fsspec's uses it too)
 from lading.remote.objects import ObjectInfo, PermanentError, split_url
+from lading.threads import register
 
 T = TypeVar("T")
 SCHEMES: tuple[str, ...] = ("az", "gs", "s3", "s3a")
@@ -30,18 +32,28 @@ SCHEMES: tuple[str, ...] = ("az", "gs", "s3", "s3a")
 _ALIASES = {"endpoint_url": "endpoint", "key": "access_key_id", "secret": "secret_access_key"}
 _ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
 UPLOAD_CHUNK = 64 << 20  # bytes a part of a multipart upload: 20 parts for 1.2 GB, not 240
-_first_used_by: int | None = None  # the pid whose use started obstore's runtime
+
+
+class _Runtime:
+    """obstore's runtime in this process: started (by a first client), or lost at a fork."""
+
+    def __init__(self) -> None:
+        self.started = self.lost = False
+        register(self, "fetch")
+
+    def forked(self) -> None:
+        self.lost = self.lost or self.started  # its threads stayed in the parent
+
+    def close(self) -> None:
+        """Nothing to end: the runtime's requests end by their own timeouts."""
+
+
+_RUNTIME = _Runtime()
 
 
 def usable_here() -> bool:
     """False in a process forked from one that already used obstore (it would hang)."""
-    return _first_used_by is None or _first_used_by == os.getpid()
-
-
-def _mark_used() -> None:
-    global _first_used_by
-    if _first_used_by is None:
-        _first_used_by = os.getpid()
+    return not _RUNTIME.lost
 
 
 class ObstoreClient:
@@ -70,7 +82,7 @@ class ObstoreClient:
         endpoint = str(config.get("endpoint") or _env_endpoint())
         self.endpoint = public_endpoint(endpoint)
         client: dict[str, Any] = {"allow_http": endpoint.startswith("http://")}
-        _mark_used()
+        _RUNTIME.started = True
         # the read path (ranged GETs, the manifest, the listing): no retries of obstore's own
         # (lading's fetcher retries and counts), and each request ends by itself within the
         # fetcher's timeout, so a half-open server leaves no request running on the runtime

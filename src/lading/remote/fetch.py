@@ -30,7 +30,6 @@ after ``close`` refuses, naming the fix.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -47,6 +46,7 @@ from lading.remote.objects import (
     describe,
 )
 from lading.remote.slots import NodeSlots
+from lading.threads import register
 
 T = TypeVar("T")
 
@@ -149,11 +149,11 @@ class Fetcher:
         self.closed = False
         self._lock = threading.Lock()
         self._client: ObjectClient | None = None
-        self._client_pid = -1
         self._unsettled: set[Future] = set()  # submitted, not yet settled
         self._slots: asyncio.Semaphore | None = None
         self._checked: dict[str, float] = {}  # object -> when a call last sent If-Match
         self._tasks: set[asyncio.Task[None]] = set()
+        register(self, "fetch")
 
     @property
     def timeout(self) -> float:
@@ -172,9 +172,8 @@ class Fetcher:
                     f"{self!r} was closed: nothing is fetched after close(); open the store "
                     "or corpus again to read"
                 )
-            if self._client is None or self._client_pid != os.getpid():
-                self._client, self._client_pid = self.make_client(), os.getpid()
-                self._slots, self._unsettled, self._checked = None, set(), {}
+            if self._client is None:
+                self._client = self.make_client()
             return self._client
 
     def __repr__(self) -> str:
@@ -351,7 +350,12 @@ class Fetcher:
         _settle([(future, None) for future in live], error)
 
     def forked(self) -> None:
-        """Nothing to do: the client is made again when first used in the child."""
+        """In a forked child: the parent's client, GETs and slots are not this process's;
+        a client is made again on first use."""
+        self._lock = threading.Lock()
+        self._client, self._slots, self._unsettled, self._checked = None, None, set(), {}
+        if self.node is not None:
+            self.node.forked()
 
 
 async def get_ranges(

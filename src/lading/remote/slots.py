@@ -26,19 +26,23 @@ class NodeSlots:
 
     def __init__(self, directory: Path, n: int) -> None:
         self.directory, self.n = directory, max(1, n)
-        self._pid = -1
         self._fds: list[int] = []
         self._held: set[int] = set()
 
+    def forked(self) -> None:
+        """In a forked child (its :class:`~lading.remote.fetch.Fetcher` says so): the parent's
+        open files share its locks, so the child opens its own on first use."""
+        self._fds, self._held = [], set()
+
     def _open(self) -> None:
-        if self._pid == os.getpid():
+        if self._fds:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
         self._fds = [
             os.open(self.directory / f"slot-{i:04d}", os.O_RDWR | os.O_CREAT, 0o644)
             for i in range(self.n)
         ]  # a forked child opens its own: a lock is shared with the file description
-        self._held, self._pid = set(), os.getpid()
+        self._held = set()
 
     def _try(self) -> int | None:
         first = random.randrange(self.n)  # processes start at different slots
@@ -63,6 +67,6 @@ class NodeSlots:
 
     def release(self, slot: int) -> None:
         """Give ``slot`` back to the node."""
-        if self._pid == os.getpid() and slot in self._held:
+        if slot in self._held:
             self._held.discard(slot)
             fcntl.flock(self._fds[slot], fcntl.LOCK_UN)
