@@ -144,7 +144,7 @@ def run_lading(
         cpu, wall, wrote, chars = time.process_time(), time.perf_counter(), written.bytes, wchar()
         before = store.cache_stats()
         for j, ids in enumerate(batches):
-            if plan and told < j + AHEAD:
+            if plan and told < min(j + AHEAD, len(batches)):
                 upto = min(j + 2 * AHEAD, len(batches))
                 store.prefetch(batches[told:upto], steps[told], steps[j])
                 told = upto

@@ -220,3 +220,34 @@ def test_the_loader_plans_each_epoch_and_names_each_step(bucket: str, tmp_path: 
             assert schedule.covers(((epoch + 1) << 32) + len(loader) - 1)  # and the next epoch
             assert steps[-1] == (epoch << 32) + batch  # the build's reads carried its step
     assert store.cache_stats()["unplanned"] == 0
+
+
+def test_the_needs_left_for_later_are_those_overlapping_a_deferred_block() -> None:
+    """``inside`` (one binary search a need, not every block a need: that was ~55 of 128 s
+    of a 30k-document epoch's prefetches) agrees with the plain overlap test."""
+    from lading.remote.cache.claims import inside
+    from lading.remote.ranges import Block
+
+    seed = int(os.environ.get("LADING_SEED", random.randrange(1 << 30)))
+    print(f"LADING_SEED={seed}")
+    rng = random.Random(seed)
+    for _ in range(500):
+        blocks = []
+        for key in "ab":
+            at = 0
+            for _ in range(rng.randint(0, 5)):  # disjoint blocks of one object, as coalesced
+                at += rng.randint(0, 20)
+                end = at + rng.randint(1, 20)
+                blocks.append(Block(key, at, end, 0))
+                at = end
+        rng.shuffle(blocks)
+        needs = []
+        for _ in range(10):
+            start = rng.randint(0, 150)
+            needs.append(Need(rng.choice("ab"), start, start + rng.randint(1, 30), 0))
+        plain = [
+            n
+            for n in needs
+            if any(b.key == n.key and b.start < n.end and n.start < b.end for b in blocks)
+        ]
+        assert inside(needs, blocks) == plain

@@ -11,6 +11,7 @@ thread when its GET returns (:mod:`.fill`). No lock of this process is held acro
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -153,10 +154,16 @@ def cut_up(k: Key, pieces: list[Piece]) -> list[Part]:
 
 
 def inside(needs: list[Need], blocks: list[Block]) -> list[Need]:
-    """The ``needs`` that overlap one of ``blocks`` (left for a later call)."""
-    by_key: dict[str, list[Block]] = {}
-    for block in blocks:
-        by_key.setdefault(block.key, []).append(block)
-    return [
-        n for n in needs if any(b.start < n.end and n.start < b.end for b in by_key.get(n.key, []))
-    ]
+    """The ``needs`` that overlap one of ``blocks`` (left for a later call). Blocks of one
+    object are disjoint (coalesced gaps): one binary search a need."""
+    starts: dict[str, list[int]] = {}
+    ends: dict[str, list[int]] = {}
+    for block in sorted(blocks, key=lambda b: (b.key, b.start)):
+        starts.setdefault(block.key, []).append(block.start)
+        ends.setdefault(block.key, []).append(block.end)
+    out = []
+    for n in needs:
+        at = bisect.bisect_left(starts.get(n.key, ()), n.end) - 1  # the last block before end
+        if at >= 0 and ends[n.key][at] > n.start:
+            out.append(n)
+    return out
