@@ -250,6 +250,13 @@ def _written(row: dict[str, Any]) -> float:
     return float(wrote / max(1, row["e0"]["fetched"] + row["e1"]["fetched"]))
 
 
+def _over_lru(hits: list[float], rows: list[dict[str, Any]]) -> str:
+    """Hits over LRU's on the same trace; LRU with no hit at all: said, not divided by."""
+    if any(r["lru"] == 0 for r in rows):
+        return "n/a (LRU: 0 hits)"
+    return cell([h / r["lru"] for h, r in zip(hits, rows)], "{:.1f}")
+
+
 def render(rows: list[dict[str, Any]], args: Any, origin: str, seconds: float) -> str:
     lines = [
         f"{args.passages:,} passages ({origin}) in one store on the local S3 (30 ms ± 10 a "
@@ -283,7 +290,7 @@ def render(rows: list[dict[str, Any]], args: Any, origin: str, seconds: float) -
                 f"| {share:.1%} | {system} | {cell(cpu)} | {cell(ratio, '{:.2f}')} | "
                 f"{cell(held, '{:.2f}')} | {cell(hits)} | "
                 f"{cell([h / r['belady'] for h, r in zip(hits, mine)], '{:.2f}')} | "
-                f"{cell([h / max(r['lru'], 1e-9) for h, r in zip(hits, mine)], '{:.1f}')} | "
+                f"{_over_lru(hits, mine)} | "
                 f"{cell([_written(r) for r in mine], '{:.2f}')} | "
                 f"{cell([r['folder'][0] / r['cap'] for r in mine], '{:.2f}')} | "
                 f"{cell([r['folder'][1] / r['index_bytes'] for r in mine], '{:.2f}')} | "
