@@ -103,14 +103,15 @@ class RemoteReads:
         return self.inner.bulk(cursor) if self.inner.resident is not None else None
 
     def build(self, key: SegmentBatchKey) -> Any:
-        """Batch ``key``: its ranges read in one call of each corpus's cache, then built."""
+        """Batch ``key``: its ranges (touching ones joined) read in one call of each corpus's
+        cache, then built from views of them."""
         step = step_of(key.epoch, key.batch)
         ranges = self.ranges(key)
-        fetched: dict[tuple[int, int, int], np.ndarray] = {}
+        fetched = {}
         for part, tokens in self.remote.items():
-            mine = ranges[ranges[:, 0] == part][:, 1:].tolist()
-            for (a, b), tokens_read in zip(mine, tokens.read([tuple(r) for r in mine], step)):
-                fetched[id(tokens), a, b] = tokens_read
+            starts, ends = joined(ranges[ranges[:, 0] == part])
+            spans = list(zip(starts, ends))
+            fetched[id(tokens)] = (starts, ends, tokens.read(spans, step))
         token = BUILD.set(Build(self._parts, fetched))
         try:
             with at_step(step):
@@ -119,9 +120,13 @@ class RemoteReads:
             BUILD.reset(token)
 
     def ranges(self, key: SegmentBatchKey) -> Ranges:
-        """``(corpus, a, b)`` of each ``tokens[a:b]`` batch ``key`` reads (found by building
-        it with a recorder of this thread's, not reading)."""
+        """``(corpus, a, b)`` of each ``tokens[a:b]`` batch ``key`` reads: from the plan where
+        the mode can say (:meth:`~lading.lm.workload.LMWorkload.reads`), else found by
+        building it with a recorder of this thread's (not reading)."""
         found = self._ranges.get(key)
+        if found is not None:
+            return found
+        found = self.inner.reads(key)
         if found is not None:
             return found
         log: list[tuple[int, int, int]] = []
@@ -138,11 +143,10 @@ class RemoteReads:
         """Each corpus's needs of batches of ranges (batch ``j`` read at ``steps[j]``)."""
         needs: dict[int, list[Need]] = {part: [] for part in self.remote}
         for found, step in zip(ranges, steps):
-            for part, a, b in found.tolist():
-                tokens = self.remote.get(part)
-                if tokens is not None:
-                    size = tokens.itemsize
-                    needs[part].append(Need(tokens.key, a * size, b * size, step))
+            for part, tokens in self.remote.items():  # as build() reads them: joined
+                starts, ends = joined(found[found[:, 0] == part])
+                size, key, mine = tokens.itemsize, tokens.key, needs[part]
+                mine.extend(Need(key, a * size, b * size, step) for a, b in zip(starts, ends))
         return needs
 
     def prefetch(self, keys: list[SegmentBatchKey], first_step: int, now: int) -> None:
@@ -158,6 +162,19 @@ class RemoteReads:
         self._ranges = dict(zip(keys, ranges))
         for part, needs in self._needs(ranges, list(steps)).items():
             self.planners[part].plan(Schedule(needs, first_step))
+
+
+def joined(ranges: Ranges) -> tuple[list[int], list[int]]:
+    """The ``(corpus, a, b)`` rows' ranges sorted, overlapping and touching ones joined: the
+    starts and ends of what one batch reads of a corpus."""
+    if not len(ranges):
+        return [], []
+    order = np.lexsort((ranges[:, 2], ranges[:, 1]))
+    a, b = ranges[order, 1], ranges[order, 2]
+    reach = np.maximum.accumulate(b)
+    new = np.concatenate([[True], a[1:] > reach[:-1]])
+    last = np.concatenate([np.flatnonzero(new)[1:] - 1, [len(a) - 1]])
+    return a[new].tolist(), reach[last].tolist()
 
 
 def _warn_small_caches(remote: dict[int, RemoteTokens], workload: LMWorkload) -> None:

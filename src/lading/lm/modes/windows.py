@@ -20,7 +20,7 @@ from lading.lm.batches import Batch, window_batch
 from lading.lm.modes.base import EpochView, Mode, check_flag, check_length
 from lading.lm.segment import LMSegment, SegmentBatchKey, plan_windows
 from lading.lm.stream import EpochStream
-from lading.lm.windows import EpochWindows, WindowReader
+from lading.lm.windows import EpochWindows, WindowReader, window_reads
 from lading.loading.order import feistel_permutation
 from lading.loading.reading import Reading
 from lading.loading.state import Cursor
@@ -61,15 +61,23 @@ class Windows(WindowShape):
     Args:
         seq_len, boundaries, eod_mask_loss: as for every window mode (:class:`WindowShape`).
         backwards: read the epoch stream from its end to its start (a backward LM).
+        shuffle_documents: with the loader's ``shuffle=True``, permute the documents before
+            cutting the epoch stream into windows (the default: each epoch's windows are cut
+            anew). ``False`` keeps the corpus's stored document order, so that every window
+            is one contiguous range of ``tokens.bin`` (one ranged GET of a remote corpus,
+            however many documents it spans), and shuffles the windows only: the same windows
+            every epoch in another order, as Mosaic's and litdata's token loaders read.
     """
 
     mode: ClassVar[str] = "windows"
     _: KW_ONLY
     backwards: bool = False
+    shuffle_documents: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_flag(self, "backwards", self.backwards)
+        check_flag(self, "shuffle_documents", self.shuffle_documents)
 
 
 class WindowsMode(Mode):
@@ -87,6 +95,9 @@ class WindowsMode(Mode):
 
     def backwards(self) -> bool:
         return isinstance(self.shape, Windows) and self.shape.backwards
+
+    def shuffles_documents(self) -> bool:
+        return not isinstance(self.shape, Windows) or self.shape.shuffle_documents
 
     def view(self, data: EpochWindows, epoch: int) -> WindowReader:
         return data.of_epoch(epoch)
@@ -111,15 +122,10 @@ class WindowsMode(Mode):
     ) -> Batch:
         """Batch ``key.batch`` of ``seg``: this rank's next windows, in the epoch's order."""
         assert seg.windows is not None
-        share, size = seg.share(reading.rank), reading.batch_size
-        lo = key.batch * size
-        slots = share.slice(lo, min(lo + size, seg.core.take)).positions()
-        shuffled = reading.shuffle
-        order = feistel_permutation(slots, seg.n, reading.seed, key.epoch) if shuffled else slots
         shape = self.shape
         return window_batch(
             seg.windows,
-            order,
+            self.order(seg, key, reading),
             x,
             shape.seq_len,
             packed=self.padded,
@@ -127,9 +133,31 @@ class WindowsMode(Mode):
             eod_mask_loss=shape.eod_mask_loss,
         )
 
+    def order(
+        self, seg: LMSegment, key: SegmentBatchKey, reading: Reading
+    ) -> npt.NDArray[np.int64]:
+        """The windows of batch ``key.batch`` of ``seg``: this rank's next, in the epoch's order."""
+        share, size = seg.share(reading.rank), reading.batch_size
+        lo = key.batch * size
+        slots = share.slice(lo, min(lo + size, seg.core.take)).positions()
+        if not reading.shuffle:
+            return slots
+        return feistel_permutation(slots, seg.n, reading.seed, key.epoch)
+
+    def reads(
+        self, seg: LMSegment, key: SegmentBatchKey, reading: Reading
+    ) -> npt.NDArray[np.int64] | None:
+        """``[k, 3]``: (corpus, first token, end token) of what batch ``key`` reads."""
+        assert seg.windows is not None
+        return window_reads(seg.windows, self.order(seg, key, reading), self.length() + 1)
+
     def fingerprint(self) -> dict[str, Any]:
-        """The window length, ``seq_len`` (states before saved it as ``bptt``)."""
-        return {"seq_len": self.length()}
+        """The window length, ``seq_len`` (states before saved it as ``bptt``), and
+        ``shuffle_documents`` where it is off (states before it read documents permuted)."""
+        found: dict[str, Any] = {"seq_len": self.length()}
+        if not self.shuffles_documents():
+            found["shuffle_documents"] = False
+        return found
 
     def saved_fingerprint(self, saved: Mapping[str, Any]) -> dict[str, Any]:
         """A state saved when the window length was kept under ``bptt``, read as ``seq_len``."""
