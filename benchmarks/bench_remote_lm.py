@@ -45,6 +45,7 @@ import psutil
 from bench_remote_node import ceiling, disk_bytes, server_cpu
 from common import HERE, OUT, add_write_flag, write_section
 from lading.lm import LanguageModelLoader, TokenCorpus, Windows
+from lading.remote.cache.regions import Layout
 from lading.testing import LocalS3
 from lading.world import World
 from remote_lm_corpus import corpus_for, sessions_for, upload_folder
@@ -120,15 +121,18 @@ class ClientCPU:
         return self._own() - self.own + sum(self.children.values())
 
 
-def lading_loader(env: dict[str, Any], remote: bool, cache: Path,
-                  workers: int = 0) -> LanguageModelLoader:  # fmt: skip
-    """lading's own route: the corpus opened from the bucket (or disk), Windows(seq_len)."""
+def lading_loader(env: dict[str, Any], remote: bool, cache: Path, workers: int = 0,
+                  stored: Any = False) -> LanguageModelLoader:  # fmt: skip
+    """lading's own route: the corpus opened from the bucket (or disk), Windows(seq_len)
+    shuffled (``stored``: over the stored document order, ``shuffle_documents=False``)."""
     if remote:
         corpus = TokenCorpus.open(env["url"], cache=cache, cache_bytes=env["cap"])
     else:
         corpus = TokenCorpus.open(env["local"])
-    return LanguageModelLoader(corpus, env["batch"], Windows(env["seq_len"]), shuffle=True,
-                               seed=0, world=World(), num_workers=workers)  # fmt: skip
+    block = env.get("block_tokens", 0) if stored == "blocks" else 0
+    mode = Windows(env["seq_len"], shuffle_documents=not stored, block_tokens=block)
+    return LanguageModelLoader(corpus, env["batch"], mode, shuffle=True, seed=0, world=World(),
+                               num_workers=workers)  # fmt: skip
 
 
 def lading_batches(loader: LanguageModelLoader) -> Iterator[Any]:
@@ -136,9 +140,10 @@ def lading_batches(loader: LanguageModelLoader) -> Iterator[Any]:
         yield x
 
 
-def lading_resume(env: dict[str, Any], remote: bool, k: int) -> str:
+def lading_resume(env: dict[str, Any], remote: bool, k: int, stored: Any = False) -> str:
     """Save after ``k`` batches, resume a fresh loader (a cold cache), compare two batches."""
-    first = lading_loader(env, remote, env["work"] / f"lading-resume-a-{time.time_ns()}")
+    work = env["work"]
+    first = lading_loader(env, remote, work / f"lading-resume-a-{time.time_ns()}", 0, stored)
     seen, state = [], None
     for i, (x, _) in enumerate(first):
         seen.append(x.clone())
@@ -146,7 +151,7 @@ def lading_resume(env: dict[str, Any], remote: bool, k: int) -> str:
             state = first.state_dict()
         if i == k + 1:
             break
-    second = lading_loader(env, remote, env["work"] / f"lading-resume-b-{time.time_ns()}")
+    second = lading_loader(env, remote, work / f"lading-resume-b-{time.time_ns()}", 0, stored)
     assert state is not None, f"an epoch of {len(seen)} batches: none saved after {k}"
     second.load_state_dict(state)
     again = [x.clone() for _, (x, _) in zip(range(2), second)]
@@ -173,17 +178,20 @@ def one_system(s3: LocalS3, system: str, env: dict[str, Any], args: Any,
     cache = env["work"] / f"cache-{system}-{time.time_ns()}"
     row: dict[str, Any] = {"system": system, "repeat": repeat}
     try:
-        if system.startswith("lading"):
-            remote = system.split("+")[0] == "lading"
+        if system.startswith("lading"):  # lading[-local][@stored][+step][+workers]
+            stored: Any = "blocks" if "@blocks" in system else "@stored" in system
+            remote = system.split("+")[0].split("@")[0] == "lading"
             step = env["batch"] * env["seq_len"] / args.consume if "+step" in system else 0.0
             workers = 2 if "+workers" in system else 0
-            loader = lading_loader(env, remote, cache, workers)
+            loader = lading_loader(env, remote, cache, workers, stored)
             row.update(measure(s3, lading_batches(loader), env, cache if remote else None,
                                args.warm, step))  # fmt: skip
             del loader  # its read-ahead thread (building the next epoch) stops
             gc.collect()
             if repeat == 0 and args.resume_after and "+" not in system:
-                row["resume"] = tested(lambda: lading_resume(env, remote, args.resume_after))
+                row["resume"] = tested(
+                    lambda: lading_resume(env, remote, args.resume_after, stored)
+                )
         else:
             setup_fn, open_fn, batches_fn, resume_fn = PEERS[system]
             if system not in env["setups"]:
@@ -287,6 +295,10 @@ def main() -> None:
     started = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
     env = corpus_for(args, args.out)
+    # lading@blocks: blocks of the locality shuffle as large as the node cache caches (a
+    # region: cap / 16 up to 16 MiB), the window's shared token included
+    region = Layout.of(env["cap"]).region_bytes
+    env["block_tokens"] = region // env["tokens"].dtype.itemsize - 1
     work = env["work"] = args.out / f"run-{os.getpid()}"
     work.mkdir()
     with LocalS3(latency=args.latency, jitter=args.latency / 3) as s3:

@@ -23,7 +23,7 @@ SHAPES = {"short": (3, 12), "long": (150, 400)}  # words a document: ~6 or ~4 a 
 
 
 def plain(batch: Any) -> list[Any]:
-    return [f.tolist() for f in batch]
+    return [f.tolist() if hasattr(f, "tolist") else f for f in batch]
 
 
 @pytest.fixture(scope="module")

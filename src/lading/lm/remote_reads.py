@@ -80,6 +80,7 @@ class RemoteReads:
         self.planners = {part: Planner(t.cache, NEAR_STEPS) for part, t in self.remote.items()}
         self.announce: Announce | None = announcer(Hooks.of(self), _same)
         self._ranges: dict[SegmentBatchKey, Ranges] = {}  # of the keys planned last
+        self._fetches: dict[SegmentBatchKey, Ranges] = {}  # ... and what to fetch for them
         _warn_small_caches(self.remote, workload)
 
     def __getattr__(self, name: str) -> Any:  # batches, keys, layout, fingerprint, ...
@@ -137,6 +138,14 @@ class RemoteReads:
             BUILD.reset(token)
         return np.array(log, dtype=np.int64).reshape(-1, 3)
 
+    def fetches(self, key: SegmentBatchKey) -> Ranges:
+        """``(corpus, a, b)`` of what to fetch for batch ``key``: its reads, or the whole
+        blocks they lie in (:meth:`~lading.lm.workload.LMWorkload.fetches`)."""
+        found = self._fetches.get(key)
+        if found is None:
+            found = self.inner.fetches(key)
+        return found if found is not None else self.ranges(key)
+
     # ------------------------------------------------------------------ what comes next
 
     def _needs(self, ranges: Sequence[Ranges], steps: Sequence[int]) -> dict[int, list[Need]]:
@@ -151,15 +160,17 @@ class RemoteReads:
 
     def prefetch(self, keys: list[SegmentBatchKey], first_step: int, now: int) -> None:
         """Fetch the ranges of ``keys`` (batch ``j`` read at step ``first_step + j``)."""
-        ranges = [self.ranges(k) for k in keys]
+        ranges = [self.fetches(k) for k in keys]
         steps = range(first_step, first_step + len(keys))
         for part, needs in self._needs(ranges, steps).items():
             self.planners[part].prefetch(needs, now)
 
     def plan(self, keys: list[SegmentBatchKey], first_step: int, steps: Sequence[int]) -> None:
         """The order of ``keys`` (read at ``steps``) as each cache's eviction order."""
-        ranges = [self.ranges(k) for k in keys]
-        self._ranges = dict(zip(keys, ranges))
+        self.inner.plan_keys(keys)
+        self._ranges = {k: self.ranges(k) for k in keys}
+        self._fetches = {k: self.fetches(k) for k in keys}
+        ranges = list(self._fetches.values())
         for part, needs in self._needs(ranges, list(steps)).items():
             self.planners[part].plan(Schedule(needs, first_step))
 

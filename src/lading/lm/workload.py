@@ -157,6 +157,21 @@ class LMWorkload(SegmentWorkload):
         seg = self._kept_plan(key.epoch, key.segment, key.base)
         return self.mode.reads(seg, key, self.reading)
 
+    def plan_keys(self, keys: list[SegmentBatchKey]) -> None:
+        """Prepare the reads of ``keys`` at once (a remote corpus's plan asks of each next)."""
+        groups: dict[tuple[int, int, Base | None], list[int]] = {}
+        for key in keys:
+            groups.setdefault((key.epoch, key.segment, key.base), []).append(key.batch)
+        for (epoch, segment, base), batches in groups.items():
+            seg = self._kept_plan(epoch, segment, base)
+            self.mode.plan_orders(seg, batches, epoch, self.reading)
+
+    def fetches(self, key: SegmentBatchKey) -> npt.NDArray[np.int64] | None:
+        """As :meth:`reads`, what a remote corpus should fetch for batch ``key``: whole
+        blocks under the locality shuffle (``Windows(block_tokens=...)``)."""
+        seg = self._kept_plan(key.epoch, key.segment, key.base)
+        return self.mode.fetches(seg, key, self.reading)
+
     def bulk(self, cursor: Cursor) -> Iterator[Batch] | None:
         """Whole-epoch streams read many batches at a time (on the device with ``resident``);
         None for windows and after an elastic resume (batch by batch)."""

@@ -110,6 +110,17 @@ class Mode:
         say without building the batch."""
         return None
 
+    def plan_orders(self, seg: LMSegment, batches: list[int], epoch: int, reading: Reading) -> None:
+        """Prepare what :meth:`reads` asks of ``batches`` at once, where a mode can (window
+        modes: their orders); nothing here."""
+
+    def fetches(
+        self, seg: LMSegment, key: SegmentBatchKey, reading: Reading
+    ) -> npt.NDArray[np.int64] | None:
+        """What a remote corpus should fetch for batch ``key`` (as :meth:`reads`): what it
+        reads, unless the mode reads blocks whole (the locality shuffle of ``Windows``)."""
+        return self.reads(seg, key, reading)
+
     def layout(self) -> dict[str, Any]:
         """What this mode adds to who reads what (another value: an elastic resume)."""
         return {}
