@@ -272,6 +272,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--synthetic", action="store_true", help="synthetic tokens, not Wikipedia")
     parser.add_argument("--tokens", type=int, default=4_000_000, help="corpus size, about")
+    parser.add_argument("--doc-tokens", type=int, default=680,
+                        help="--synthetic: mean tokens a document")  # fmt: skip
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--share", type=float, default=0.1, help="node cache / corpus bytes")
@@ -299,6 +301,7 @@ def main() -> None:
     # region: cap / 16 up to 16 MiB), the window's shared token included
     region = Layout.of(env["cap"]).region_bytes
     env["block_tokens"] = region // env["tokens"].dtype.itemsize - 1
+    print(f"lading@blocks: blocks of {env['block_tokens']:,} tokens", flush=True)
     work = env["work"] = args.out / f"run-{os.getpid()}"
     work.mkdir()
     with LocalS3(latency=args.latency, jitter=args.latency / 3) as s3:
@@ -309,8 +312,10 @@ def main() -> None:
             env.update(sessions_for(args, args.out, BUCKET))
         warm_up(env)
         rows = []
-        for repeat in range(args.repeats):
-            for system in [s for s in args.systems.split(",") if s]:
+        systems = [s for s in args.systems.split(",") if s]
+        for repeat in range(args.repeats):  # the order rotated: each system first once
+            turn = repeat % max(1, len(systems))
+            for system in systems[turn:] + systems[:turn]:
                 rows.append(one_system(s3, system, env, args, repeat))
             if not args.no_parquet:
                 rows += sessions(s3, env, args, repeat)

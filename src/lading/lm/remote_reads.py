@@ -38,6 +38,7 @@ from lading.loading.hooks import Hooks
 from lading.loading.lookahead import Announce, announcer
 from lading.loading.state import Cursor
 from lading.remote.cache import Planner
+from lading.remote.cache.planner import AHEAD_SHARE
 from lading.remote.ranges import Need
 from lading.remote.schedule import Schedule
 from lading.step import at_step, step_of
@@ -77,7 +78,10 @@ class RemoteReads:
             if corpus.remote is not None
         }
         self._parts = {id(tokens): part for part, tokens in self.remote.items()}
-        self.planners = {part: Planner(t.cache, NEAR_STEPS) for part, t in self.remote.items()}
+        share = _ahead_share(workload, self.remote)
+        self.planners = {
+            part: Planner(t.cache, NEAR_STEPS, share) for part, t in self.remote.items()
+        }
         self.announce: Announce | None = announcer(Hooks.of(self), _same)
         self._ranges: dict[SegmentBatchKey, Ranges] = {}  # of the keys planned last
         self._fetches: dict[SegmentBatchKey, Ranges] = {}  # ... and what to fetch for them
@@ -163,7 +167,10 @@ class RemoteReads:
         ranges = [self.fetches(k) for k in keys]
         steps = range(first_step, first_step + len(keys))
         for part, needs in self._needs(ranges, steps).items():
-            self.planners[part].prefetch(needs, now)
+            first: dict[tuple[str, int, int], Need] = {}  # a block many batches read: once
+            for need in needs:
+                first.setdefault((need.key, need.start, need.end), need)
+            self.planners[part].prefetch(list(first.values()), now)
 
     def plan(self, keys: list[SegmentBatchKey], first_step: int, steps: Sequence[int]) -> None:
         """The order of ``keys`` (read at ``steps``) as each cache's eviction order."""
@@ -186,6 +193,20 @@ def joined(ranges: Ranges) -> tuple[list[int], list[int]]:
     new = np.concatenate([[True], a[1:] > reach[:-1]])
     last = np.concatenate([np.flatnonzero(new)[1:] - 1, [len(a) - 1]])
     return a[new].tolist(), reach[last].tolist()
+
+
+def _ahead_share(workload: LMWorkload, remote: dict[int, RemoteTokens]) -> float:
+    """The share of the cap fetched ahead: the planner's default, or under the locality
+    shuffle room for the ``block_buffer`` blocks being read and as many next (a batch reads
+    from all of them), at most half the cap."""
+    shape = getattr(workload.mode, "shape", None)
+    tokens = getattr(shape, "block_tokens", 0)
+    if not tokens or not remote:
+        return AHEAD_SHARE
+    size = max(t.itemsize for t in remote.values())
+    cap = min(t.cache.cap for t in remote.values())
+    wanted = 2 * int(getattr(shape, "block_buffer", 1)) * (tokens + 1) * size / max(1, cap)
+    return min(0.5, max(AHEAD_SHARE, wanted))
 
 
 def _warn_small_caches(remote: dict[int, RemoteTokens], workload: LMWorkload) -> None:
