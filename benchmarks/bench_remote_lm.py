@@ -10,6 +10,9 @@ per system:
   (corpus, batch, Windows(seq_len))``; and the same loader on the same corpus on local disk;
 - Mosaic ``StreamingDataset`` over MDS token shards, litdata ``StreamingDataset`` with its
   ``TokensLoader`` (see remote_lm_peers.py for their routes);
+- ``lading@stored``: ``Windows(seq_len, shuffle_documents=False)`` (one range a window),
+  ``lading@blocks``: the locality shuffle (``block_tokens`` one region of the node cache);
+  ``--doc-tokens`` sets the synthetic documents' mean length (issue 48);
 - ``+step``: lading with a training step a batch (a sleep of batch tokens / ``--consume``),
   local and remote, ``+workers`` with 2 DataLoader workers: does the look-ahead keep up.
 
