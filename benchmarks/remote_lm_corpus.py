@@ -103,7 +103,8 @@ def _synthetic_source(out: Path, tokens: int, doc_tokens: int = 680) -> tuple[Pa
         src,
         tok,
         (
-            f"synthetic documents (Zipf words, log-normal lengths of mean ~{doc_tokens}), one token "
+            f"synthetic documents (Zipf words, log-normal lengths of mean ~{doc_tokens}), "
+            "one token "
             "a word"
         ),
     )
