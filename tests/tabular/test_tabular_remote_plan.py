@@ -6,8 +6,12 @@ Not met yet (xfail, strict: it fails the run once met, to be made a plain test).
 here: 0.06-0.08 of reads hit against Belady's 0.27 at 25 %, 0.03 against 0.11 at 10 %
 (0.22-0.32x). Tried without gain: ranking regions by their soonest use (0.062 at 25 %),
 carrying forward every block before Belady's line when a region goes (0.066), passing
-``planned`` on parquet reads (0.077). The ledger's next uses are right (every cached block
-holds its next epoch's step after epoch 1); what is chosen at region grain is not.
+``planned`` on parquet reads (0.077), ``Planner(near=16)`` (0.066). The node cache is not
+where it is lost: the same-sized blocks (640 of 2.7-3.2 KB, each once an epoch in a new
+order) replayed through ``NodeCache`` and ``Planner`` as tests/remote/test_plane_order.py
+does (one block a step, planned, announced 8-16 ahead) hit 0.227 against Belady's 0.217 at
+25 % and 0.091 against 0.086 at 10 %. The parquet route's announce (a chunk's row groups at
+its first batch, 4 chunks ahead, reads on the read-ahead thread) is what to look at next.
 """
 
 from __future__ import annotations
