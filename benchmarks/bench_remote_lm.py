@@ -10,6 +10,9 @@ per system:
   (corpus, batch, Windows(seq_len))``; and the same loader on the same corpus on local disk;
 - Mosaic ``StreamingDataset`` over MDS token shards, litdata ``StreamingDataset`` with its
   ``TokensLoader`` (see remote_lm_peers.py for their routes);
+- ``lading@stored``: ``Windows(seq_len, shuffle_documents=False)`` (one range a window),
+  ``lading@blocks``: the locality shuffle (``block_tokens`` one region of the node cache);
+  ``--doc-tokens`` sets the synthetic documents' mean length (issue 48);
 - ``+step``: lading with a training step a batch (a sleep of batch tokens / ``--consume``),
   local and remote, ``+workers`` with 2 DataLoader workers: does the look-ahead keep up.
 
@@ -45,6 +48,7 @@ import psutil
 from bench_remote_node import ceiling, disk_bytes, server_cpu
 from common import HERE, OUT, add_write_flag, write_section
 from lading.lm import LanguageModelLoader, TokenCorpus, Windows
+from lading.remote.cache.regions import Layout
 from lading.testing import LocalS3
 from lading.world import World
 from remote_lm_corpus import corpus_for, sessions_for, upload_folder
@@ -120,15 +124,18 @@ class ClientCPU:
         return self._own() - self.own + sum(self.children.values())
 
 
-def lading_loader(env: dict[str, Any], remote: bool, cache: Path,
-                  workers: int = 0) -> LanguageModelLoader:  # fmt: skip
-    """lading's own route: the corpus opened from the bucket (or disk), Windows(seq_len)."""
+def lading_loader(env: dict[str, Any], remote: bool, cache: Path, workers: int = 0,
+                  stored: Any = False) -> LanguageModelLoader:  # fmt: skip
+    """lading's own route: the corpus opened from the bucket (or disk), Windows(seq_len)
+    shuffled (``stored``: over the stored document order, ``shuffle_documents=False``)."""
     if remote:
         corpus = TokenCorpus.open(env["url"], cache=cache, cache_bytes=env["cap"])
     else:
         corpus = TokenCorpus.open(env["local"])
-    return LanguageModelLoader(corpus, env["batch"], Windows(env["seq_len"]), shuffle=True,
-                               seed=0, world=World(), num_workers=workers)  # fmt: skip
+    block = env.get("block_tokens", 0) if stored == "blocks" else 0
+    mode = Windows(env["seq_len"], shuffle_documents=not stored, block_tokens=block)
+    return LanguageModelLoader(corpus, env["batch"], mode, shuffle=True, seed=0, world=World(),
+                               num_workers=workers)  # fmt: skip
 
 
 def lading_batches(loader: LanguageModelLoader) -> Iterator[Any]:
@@ -136,9 +143,10 @@ def lading_batches(loader: LanguageModelLoader) -> Iterator[Any]:
         yield x
 
 
-def lading_resume(env: dict[str, Any], remote: bool, k: int) -> str:
+def lading_resume(env: dict[str, Any], remote: bool, k: int, stored: Any = False) -> str:
     """Save after ``k`` batches, resume a fresh loader (a cold cache), compare two batches."""
-    first = lading_loader(env, remote, env["work"] / f"lading-resume-a-{time.time_ns()}")
+    work = env["work"]
+    first = lading_loader(env, remote, work / f"lading-resume-a-{time.time_ns()}", 0, stored)
     seen, state = [], None
     for i, (x, _) in enumerate(first):
         seen.append(x.clone())
@@ -146,7 +154,7 @@ def lading_resume(env: dict[str, Any], remote: bool, k: int) -> str:
             state = first.state_dict()
         if i == k + 1:
             break
-    second = lading_loader(env, remote, env["work"] / f"lading-resume-b-{time.time_ns()}")
+    second = lading_loader(env, remote, work / f"lading-resume-b-{time.time_ns()}", 0, stored)
     assert state is not None, f"an epoch of {len(seen)} batches: none saved after {k}"
     second.load_state_dict(state)
     again = [x.clone() for _, (x, _) in zip(range(2), second)]
@@ -173,17 +181,20 @@ def one_system(s3: LocalS3, system: str, env: dict[str, Any], args: Any,
     cache = env["work"] / f"cache-{system}-{time.time_ns()}"
     row: dict[str, Any] = {"system": system, "repeat": repeat}
     try:
-        if system.startswith("lading"):
-            remote = system.split("+")[0] == "lading"
+        if system.startswith("lading"):  # lading[-local][@stored][+step][+workers]
+            stored: Any = "blocks" if "@blocks" in system else "@stored" in system
+            remote = system.split("+")[0].split("@")[0] == "lading"
             step = env["batch"] * env["seq_len"] / args.consume if "+step" in system else 0.0
             workers = 2 if "+workers" in system else 0
-            loader = lading_loader(env, remote, cache, workers)
+            loader = lading_loader(env, remote, cache, workers, stored)
             row.update(measure(s3, lading_batches(loader), env, cache if remote else None,
                                args.warm, step))  # fmt: skip
             del loader  # its read-ahead thread (building the next epoch) stops
             gc.collect()
             if repeat == 0 and args.resume_after and "+" not in system:
-                row["resume"] = tested(lambda: lading_resume(env, remote, args.resume_after))
+                row["resume"] = tested(
+                    lambda: lading_resume(env, remote, args.resume_after, stored)
+                )
         else:
             setup_fn, open_fn, batches_fn, resume_fn = PEERS[system]
             if system not in env["setups"]:
@@ -264,6 +275,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--synthetic", action="store_true", help="synthetic tokens, not Wikipedia")
     parser.add_argument("--tokens", type=int, default=4_000_000, help="corpus size, about")
+    parser.add_argument("--doc-tokens", type=int, default=680,
+                        help="--synthetic: mean tokens a document")  # fmt: skip
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--share", type=float, default=0.1, help="node cache / corpus bytes")
@@ -287,6 +300,11 @@ def main() -> None:
     started = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
     env = corpus_for(args, args.out)
+    # lading@blocks: blocks of the locality shuffle as large as the node cache caches (a
+    # region: cap / 16 up to 16 MiB), the window's shared token included
+    region = Layout.of(env["cap"]).region_bytes
+    env["block_tokens"] = region // env["tokens"].dtype.itemsize - 1
+    print(f"lading@blocks: blocks of {env['block_tokens']:,} tokens", flush=True)
     work = env["work"] = args.out / f"run-{os.getpid()}"
     work.mkdir()
     with LocalS3(latency=args.latency, jitter=args.latency / 3) as s3:
@@ -297,8 +315,10 @@ def main() -> None:
             env.update(sessions_for(args, args.out, BUCKET))
         warm_up(env)
         rows = []
-        for repeat in range(args.repeats):
-            for system in [s for s in args.systems.split(",") if s]:
+        systems = [s for s in args.systems.split(",") if s]
+        for repeat in range(args.repeats):  # the order rotated: each system first once
+            turn = repeat % max(1, len(systems))
+            for system in systems[turn:] + systems[:turn]:
                 rows.append(one_system(s3, system, env, args, repeat))
             if not args.no_parquet:
                 rows += sessions(s3, env, args, repeat)

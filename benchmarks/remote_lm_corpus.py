@@ -71,8 +71,9 @@ def _wiki_source(out: Path, tokens: int) -> tuple[Path, Path, str]:
     return src, tok, origin
 
 
-def _synthetic_source(out: Path, tokens: int) -> tuple[Path, Path, str]:
-    """Zipf words in log-normal documents, and a word-level vocabulary that maps them 1:1."""
+def _synthetic_source(out: Path, tokens: int, doc_tokens: int = 680) -> tuple[Path, Path, str]:
+    """Zipf words in log-normal documents (sigma 0.8, mean ``doc_tokens``), and a word-level
+    vocabulary that maps them 1:1."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     vocab = {f"w{i}": i for i in range(8000)}
@@ -82,24 +83,39 @@ def _synthetic_source(out: Path, tokens: int) -> tuple[Path, Path, str]:
         words = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
         words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
         words.save(str(tok))
-    src = out / f"synthetic-{tokens}.jsonl"
+    mu = float(np.log(doc_tokens) - 0.32)  # a log-normal's mean is exp(mu + sigma^2 / 2)
+    src = (
+        out / f"synthetic-{tokens}.jsonl"
+        if doc_tokens == 680
+        else (out / f"synthetic-{tokens}-{doc_tokens}.jsonl")
+    )
     if not src.is_file():
         rng = np.random.default_rng(0)
         with open(src, "w", encoding="utf-8") as f:
             made = doc = 0
             while made < tokens:
-                n = int(min(20_000, max(5, rng.lognormal(6.2, 0.8))))
+                n = int(min(20_000, max(5, rng.lognormal(mu, 0.8))))
                 ids = np.minimum(rng.zipf(1.2, n) - 1, 7999)
                 text = " ".join(f"w{i}" for i in ids.tolist())
                 f.write(json.dumps({"id": str(doc), "text": text}) + "\n")
                 made, doc = made + n + 1, doc + 1
-    return src, tok, "synthetic documents (Zipf words, log-normal lengths), one token a word"
+    return (
+        src,
+        tok,
+        (
+            f"synthetic documents (Zipf words, log-normal lengths of mean ~{doc_tokens}), "
+            "one token "
+            "a word"
+        ),
+    )
 
 
 def corpus_for(args: Any, out: Path) -> dict[str, Any]:
     """Build (once) the token corpus; what every system needs to know about it."""
-    make = _synthetic_source if args.synthetic else _wiki_source
-    src, tok, origin = make(out, args.tokens)
+    if args.synthetic:
+        src, tok, origin = _synthetic_source(out, args.tokens, getattr(args, "doc_tokens", 680))
+    else:
+        src, tok, origin = _wiki_source(out, args.tokens)
     corpus = TokenCorpus.build(src, out / f"corpus-{src.stem}", tok, progress=False)
     tokens = corpus.tokens
     token_bytes = int(tokens.nbytes)

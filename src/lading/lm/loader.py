@@ -35,6 +35,9 @@ The shape of a sequence is one options object, each holding only what its mode r
   and dealt to ranks (Megatron/nanoGPT style, for transformers); the order is a keyed Feistel
   permutation computed per index, so even it costs nothing proportional to the token count.
   Windows are dealt round-robin over the ranks by the same planner (``interleave``).
+  ``shuffle_documents=False`` cuts the stream of the stored document order (each window one
+  range of ``tokens.bin``); ``block_tokens`` shuffles blocks of it with locality
+  (:mod:`lading.lm.blocks`).
 - ``Packed(seq_len, boundaries=False, eod_mask_loss=True)``: windows of ``seq_len + 1``
   tokens into which whole documents were packed by best-fit decreasing
   (:mod:`lading.lm.packing`): no document is cut unless it is longer than a window, and the

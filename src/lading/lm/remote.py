@@ -18,6 +18,7 @@ the node's staged copy.
 
 from __future__ import annotations
 
+import bisect
 import contextvars
 import hashlib
 import os
@@ -102,14 +103,15 @@ class RemoteTokens:
 
 class Build:
     """One batch's build over remote corpora (in :data:`BUILD` while it runs, in its own
-    thread): the slices it reads are served from ``fetched`` (``(tokens, a, b) -> array``),
-    or, ``recording``, appended there as ``(part, a, b)`` of the corpus's place in ``parts``
-    and answered with zeros that only this build sees."""
+    thread): the slices it reads are served from ``fetched`` (``id(tokens) -> (starts, ends,
+    arrays)``: disjoint ranges read for it, sorted; a slice inside one is a view of it), or,
+    ``recording``, appended there as ``(part, a, b)`` of the corpus's place in ``parts`` and
+    answered with zeros that only this build sees."""
 
     def __init__(
         self,
         parts: dict[int, int],
-        fetched: dict[tuple[int, int, int], np.ndarray] | None = None,
+        fetched: dict[int, tuple[list[int], list[int], list[np.ndarray]]] | None = None,
         recording: list[tuple[int, int, int]] | None = None,
     ) -> None:
         self.parts, self.fetched, self.recording = parts, fetched or {}, recording
@@ -119,7 +121,14 @@ class Build:
         if self.recording is not None and id(tokens) in self.parts:
             self.recording.append((self.parts[id(tokens)], start, stop))
             return np.zeros(stop - start, dtype=tokens.dtype)
-        return self.fetched.get((id(tokens), start, stop))
+        found = self.fetched.get(id(tokens))
+        if found is None:
+            return None
+        starts, ends, arrays = found
+        at = bisect.bisect_right(starts, start) - 1
+        if at < 0 or ends[at] < stop:
+            return None
+        return arrays[at][start - starts[at] : stop - starts[at]]
 
 
 BUILD: contextvars.ContextVar[Build | None] = contextvars.ContextVar("lading_build", default=None)

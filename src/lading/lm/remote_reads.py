@@ -38,6 +38,7 @@ from lading.loading.announce import Announce, announcer
 from lading.loading.hooks import Hooks
 from lading.loading.state import Cursor
 from lading.remote.cache import Planner
+from lading.remote.cache.planner import AHEAD_SHARE
 from lading.remote.ranges import Need
 from lading.remote.schedule import Schedule
 from lading.step import at_step, step_of
@@ -77,9 +78,13 @@ class RemoteReads:
             if corpus.remote is not None
         }
         self._parts = {id(tokens): part for part, tokens in self.remote.items()}
-        self.planners = {part: Planner(t.cache, NEAR_STEPS) for part, t in self.remote.items()}
+        share = _ahead_share(workload, self.remote)
+        self.planners = {
+            part: Planner(t.cache, NEAR_STEPS, share) for part, t in self.remote.items()
+        }
         self.announce: Announce | None = announcer(Hooks.of(self), _same)
         self._ranges: dict[SegmentBatchKey, Ranges] = {}  # of the keys planned last
+        self._fetches: dict[SegmentBatchKey, Ranges] = {}  # ... and what to fetch for them
         _warn_small_caches(self.remote, workload)
 
     def __getattr__(self, name: str) -> Any:  # batches, keys, layout, fingerprint, ...
@@ -103,14 +108,15 @@ class RemoteReads:
         return self.inner.bulk(cursor) if self.inner.resident is not None else None
 
     def build(self, key: SegmentBatchKey) -> Any:
-        """Batch ``key``: its ranges read in one call of each corpus's cache, then built."""
+        """Batch ``key``: its ranges (touching ones joined) read in one call of each corpus's
+        cache, then built from views of them."""
         step = step_of(key.epoch, key.batch)
         ranges = self.ranges(key)
-        fetched: dict[tuple[int, int, int], np.ndarray] = {}
+        fetched = {}
         for part, tokens in self.remote.items():
-            mine = ranges[ranges[:, 0] == part][:, 1:].tolist()
-            for (a, b), tokens_read in zip(mine, tokens.read([tuple(r) for r in mine], step)):
-                fetched[id(tokens), a, b] = tokens_read
+            starts, ends = joined(ranges[ranges[:, 0] == part])
+            spans = list(zip(starts, ends))
+            fetched[id(tokens)] = (starts, ends, tokens.read(spans, step))
         token = BUILD.set(Build(self._parts, fetched))
         try:
             with at_step(step):
@@ -119,9 +125,13 @@ class RemoteReads:
             BUILD.reset(token)
 
     def ranges(self, key: SegmentBatchKey) -> Ranges:
-        """``(corpus, a, b)`` of each ``tokens[a:b]`` batch ``key`` reads (found by building
-        it with a recorder of this thread's, not reading)."""
+        """``(corpus, a, b)`` of each ``tokens[a:b]`` batch ``key`` reads: from the plan where
+        the mode can say (:meth:`~lading.lm.workload.LMWorkload.reads`), else found by
+        building it with a recorder of this thread's (not reading)."""
         found = self._ranges.get(key)
+        if found is not None:
+            return found
+        found = self.inner.reads(key)
         if found is not None:
             return found
         log: list[tuple[int, int, int]] = []
@@ -132,32 +142,71 @@ class RemoteReads:
             BUILD.reset(token)
         return np.array(log, dtype=np.int64).reshape(-1, 3)
 
+    def fetches(self, key: SegmentBatchKey) -> Ranges:
+        """``(corpus, a, b)`` of what to fetch for batch ``key``: its reads, or the whole
+        blocks they lie in (:meth:`~lading.lm.workload.LMWorkload.fetches`)."""
+        found = self._fetches.get(key)
+        if found is None:
+            found = self.inner.fetches(key)
+        return found if found is not None else self.ranges(key)
+
     # ------------------------------------------------------------------ what comes next
 
     def _needs(self, ranges: Sequence[Ranges], steps: Sequence[int]) -> dict[int, list[Need]]:
         """Each corpus's needs of batches of ranges (batch ``j`` read at ``steps[j]``)."""
         needs: dict[int, list[Need]] = {part: [] for part in self.remote}
         for found, step in zip(ranges, steps):
-            for part, a, b in found.tolist():
-                tokens = self.remote.get(part)
-                if tokens is not None:
-                    size = tokens.itemsize
-                    needs[part].append(Need(tokens.key, a * size, b * size, step))
+            for part, tokens in self.remote.items():  # as build() reads them: joined
+                starts, ends = joined(found[found[:, 0] == part])
+                size, key, mine = tokens.itemsize, tokens.key, needs[part]
+                mine.extend(Need(key, a * size, b * size, step) for a, b in zip(starts, ends))
         return needs
 
     def prefetch(self, keys: list[SegmentBatchKey], first_step: int, now: int) -> None:
         """Fetch the ranges of ``keys`` (batch ``j`` read at step ``first_step + j``)."""
-        ranges = [self.ranges(k) for k in keys]
+        ranges = [self.fetches(k) for k in keys]
         steps = range(first_step, first_step + len(keys))
         for part, needs in self._needs(ranges, steps).items():
-            self.planners[part].prefetch(needs, now)
+            first: dict[tuple[str, int, int], Need] = {}  # a block many batches read: once
+            for need in needs:
+                first.setdefault((need.key, need.start, need.end), need)
+            self.planners[part].prefetch(list(first.values()), now)
 
     def plan(self, keys: list[SegmentBatchKey], first_step: int, steps: Sequence[int]) -> None:
         """The order of ``keys`` (read at ``steps``) as each cache's eviction order."""
-        ranges = [self.ranges(k) for k in keys]
-        self._ranges = dict(zip(keys, ranges))
+        self.inner.plan_keys(keys)
+        self._ranges = {k: self.ranges(k) for k in keys}
+        self._fetches = {k: self.fetches(k) for k in keys}
+        ranges = list(self._fetches.values())
         for part, needs in self._needs(ranges, list(steps)).items():
             self.planners[part].plan(Schedule(needs, first_step))
+
+
+def joined(ranges: Ranges) -> tuple[list[int], list[int]]:
+    """The ``(corpus, a, b)`` rows' ranges sorted, overlapping and touching ones joined: the
+    starts and ends of what one batch reads of a corpus."""
+    if not len(ranges):
+        return [], []
+    order = np.lexsort((ranges[:, 2], ranges[:, 1]))
+    a, b = ranges[order, 1], ranges[order, 2]
+    reach = np.maximum.accumulate(b)
+    new = np.concatenate([[True], a[1:] > reach[:-1]])
+    last = np.concatenate([np.flatnonzero(new)[1:] - 1, [len(a) - 1]])
+    return a[new].tolist(), reach[last].tolist()
+
+
+def _ahead_share(workload: LMWorkload, remote: dict[int, RemoteTokens]) -> float:
+    """The share of the cap fetched ahead: the planner's default, or under the locality
+    shuffle room for the ``block_buffer`` blocks being read and as many next (a batch reads
+    from all of them), at most half the cap."""
+    shape = getattr(workload.mode, "shape", None)
+    tokens = getattr(shape, "block_tokens", 0)
+    if not tokens or not remote:
+        return AHEAD_SHARE
+    size = max(t.itemsize for t in remote.values())
+    cap = min(t.cache.cap for t in remote.values())
+    wanted = 2 * int(getattr(shape, "block_buffer", 1)) * (tokens + 1) * size / max(1, cap)
+    return min(0.5, max(AHEAD_SHARE, wanted))
 
 
 def _warn_small_caches(remote: dict[int, RemoteTokens], workload: LMWorkload) -> None:

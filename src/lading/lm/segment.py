@@ -42,6 +42,9 @@ class LMSegment:
     whole: bool  # the segment is the whole epoch (no elastic resume before it)
     batches: int = field(init=False)  # the core's, as a field: read once per batch
     _shares: dict[int, Runs] = field(init=False, default_factory=dict)
+    # batch -> its windows in order, kept as asked (a remote corpus's plan asks for every
+    # batch, its build again): at most ORDERS_KEPT of them, then begun afresh
+    orders: dict[tuple[int, int], Any] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.batches = self.core.batches

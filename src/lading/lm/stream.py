@@ -4,6 +4,14 @@ A position of the stream maps to (document, offset) through the cumulative lengt
 permuted documents, one int64 per document, so reading any piece of a 4B-token stream costs a
 binary search and a copy of the piece. The stream is a cycle: reads past its end continue
 from its start.
+
+Documents that follow each other in ``tokens.bin`` as they do in the stream (all of them when
+the documents keep their stored order, ``shuffle=False`` or ``Windows(...,
+shuffle_documents=False)``) are read as one *run*: a read copies one slice a run it meets, not
+one a document, so a window of a stored-order stream is one slice (one range of a remote
+corpus's ``tokens.bin``) however many documents it spans. :meth:`EpochStream.pieces` gives the
+runs' token ranges many reads touch, computed at once with numpy (what a remote corpus's plan
+asks, without reading).
 """
 
 from __future__ import annotations
@@ -43,29 +51,68 @@ class EpochStream:
         self.cum_end = np.cumsum(self.lengths)  # stream position just past each document
         self.total = int(self.cum_end[-1]) if len(self.cum_end) else 0
         self.backwards = backwards
+        # the runs (start in tokens, length, stream position past each): where none merge
+        # (a shuffle) the documents' own arrays, so a shuffled stream costs no more memory
+        self.run_start, self.run_len = _runs(self.doc_start, self.lengths)
+        merged = len(self.run_start) != len(self.doc_start)
+        self.run_cum = np.cumsum(self.run_len) if merged else self.cum_end
         if self.total < 2:
             raise ValueError("the corpus has fewer than 2 tokens: nothing to predict")
 
     def _read_forward(self, start: int, out: npt.NDArray[np.int64]) -> None:
-        tokens, cum_end, lengths, doc_start = (
-            self.tokens,
-            self.cum_end,
-            self.lengths,
-            self.doc_start,
-        )
-        pos, n, filled = start % self.total, len(out), 0
-        k = int(np.searchsorted(cum_end, pos, side="right"))  # once: the rest is k + 1, k + 2…
+        tokens = self.tokens
+        filled = 0
+        for a, b in self._pieces_of(start % self.total, len(out)):
+            out[filled : filled + b - a] = tokens[a:b]
+            filled += b - a
+
+    def _pieces_of(self, pos: int, n: int) -> list[tuple[int, int]]:
+        """The token ranges (runs' pieces) of forward stream positions ``[pos, pos + n)``."""
+        cum, starts, lengths = self.run_cum, self.run_start, self.run_len
+        k = int(np.searchsorted(cum, pos, side="right"))  # once: the rest is k + 1, k + 2…
+        found, filled = [], 0
         while filled < n:
             length = int(lengths[k])
-            in_doc = pos - (int(cum_end[k]) - length)
-            take = min(n - filled, length - in_doc)
-            src = int(doc_start[k]) + in_doc
-            out[filled : filled + take] = tokens[src : src + take]
+            in_run = pos - (int(cum[k]) - length)
+            take = min(n - filled, length - in_run)
+            src = int(starts[k]) + in_run
+            found.append((src, src + take))
             filled += take
             pos += take
             k += 1
-            if k == len(cum_end):  # wrap around to the start of the epoch stream
+            if k == len(cum):  # wrap around to the start of the epoch stream
                 k, pos = 0, 0
+        return found
+
+    def pieces(self, starts: npt.ArrayLike, n: int) -> npt.NDArray[np.int64]:
+        """``[k, 3]``: (read, first token, end token) of every run piece that reads ``[s, s +
+        n)`` of the stream touch, for each ``s`` of ``starts`` (read ``i`` is ``starts[i]``),
+        in stream order within a read (a backward read's pieces, forward: it fills reversed).
+        Reads that do not wrap are computed with numpy at once, nothing per piece."""
+        at = np.asarray(starts, dtype=np.int64).reshape(-1)
+        total = self.total
+        if self.backwards:
+            at = (total - at - n) % total
+        pos = at % total
+        cum, run_start = self.run_cum, self.run_start
+        wraps = pos + n > total
+        k0 = np.searchsorted(cum, pos, side="right")
+        k1 = np.searchsorted(cum, pos + n - 1, side="right")
+        k1 = np.where(wraps, k0, k1)
+        count = k1 - k0 + 1
+        read = np.repeat(np.arange(len(pos), dtype=np.int64), count)
+        first = np.cumsum(count) - count
+        k = np.repeat(k0 - first, count) + np.arange(int(count.sum()), dtype=np.int64)
+        run_first = cum[k] - self.run_len[k]  # stream position of run k
+        lo = np.maximum(run_first, pos[read])
+        hi = np.minimum(cum[k], pos[read] + n)
+        out = np.stack([read, run_start[k] + lo - run_first, run_start[k] + hi - run_first], 1)
+        for i in np.flatnonzero(wraps).tolist():  # rare: a stream read past the epoch's end
+            rows = [(i, a, b) for a, b in self._pieces_of(int(pos[i]), n)]
+            out = np.concatenate([out[out[:, 0] != i], np.array(rows, dtype=np.int64)])
+        if wraps.any():
+            out = out[np.argsort(out[:, 0], kind="stable")]
+        return out
 
     def read(self, start: int, out: npt.NDArray[np.int64]) -> None:
         """Stream tokens ``[start, start + len(out))`` (wrapping at the end) into ``out``."""
@@ -89,3 +136,23 @@ class EpochStream:
         number = np.searchsorted(self.cum_end, at - cycle * self.total, side="right")
         number = number + cycle * len(self.cum_end)
         return number[::-1] if self.backwards else number
+
+
+def _runs(
+    doc_start: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """``(start, length)`` in ``tokens`` of each run of stream-consecutive documents that are
+    consecutive in ``tokens`` too (empty documents dropped): ``doc_start`` and ``lengths``
+    themselves where none merge (a shuffle, but by chance)."""
+    end = doc_start + lengths
+    joins = (doc_start[1:] == end[:-1]) | (lengths[1:] == 0)
+    if not joins.any() and (lengths > 0).all():
+        return doc_start, lengths
+    keep = lengths > 0
+    start, end = doc_start[keep], end[keep]
+    if not len(start):
+        return start, end - start
+    breaks = np.flatnonzero(start[1:] != end[:-1]) + 1
+    first = np.concatenate([[0], breaks]).astype(np.int64)
+    last = np.concatenate([breaks - 1, [len(start) - 1]]).astype(np.int64)
+    return start[first], end[last] - start[first]

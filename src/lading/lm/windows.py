@@ -96,6 +96,37 @@ class PackedWindows:
             document_ids[filled:] = -1
 
 
+def window_reads(
+    windows: WindowReader, order: npt.NDArray[np.int64], width: int
+) -> npt.NDArray[np.int64] | None:
+    """``[k, 3]``: (corpus, first token, end token) of the token ranges windows ``order`` of
+    ``windows`` read (``width`` tokens a window), computed with numpy from the plan; None for
+    a window source that cannot say."""
+    if isinstance(windows, StreamWindows):
+        found = windows.stream.pieces(np.asarray(order, dtype=np.int64) * windows.bptt, width)
+        found[:, 0] = 0
+        return found
+    if isinstance(windows, PackedWindows):
+        p = windows.packing
+        first, last = p.ptr[order].astype(np.int64), p.ptr[order + 1].astype(np.int64)
+        count = last - first
+        starts = np.cumsum(count) - count
+        piece = np.repeat(first - starts, count) + np.arange(int(count.sum()), dtype=np.int64)
+        src = windows.doc_start[p.document[piece]] + p.start[piece].astype(np.int64)
+        return np.stack([np.zeros_like(src), src, src + p.length[piece].astype(np.int64)], 1)
+    if isinstance(windows, MixedWindows):
+        parts = []
+        for window in np.asarray(order).tolist():
+            corpus, inner = windows.locate(window)
+            member = window_reads(windows.members[corpus], np.array([inner]), width)
+            if member is None:
+                return None
+            member[:, 0] = corpus
+            parts.append(member)
+        return np.concatenate(parts) if parts else np.empty((0, 3), dtype=np.int64)
+    return None
+
+
 class TokenMixture:
     """Several token corpora read in proportion to weights: ``TokenMixture({a: 0.7, b: 0.3})``.
 
@@ -244,6 +275,8 @@ class EpochWindows:
         seed: int,
         shuffle: bool,
         backwards: bool,
+        *,
+        shuffle_documents: bool = True,
     ) -> None:
         self.mixture = corpus if isinstance(corpus, TokenMixture) else None
         self.parts: list[tuple[TokenCorpus, npt.NDArray[np.int64]]]  # corpus, documents read
@@ -253,6 +286,7 @@ class EpochWindows:
             self.parts = [(corpus, documents)]
         self.mode, self.bptt, self.seed = mode, bptt, seed
         self.shuffle, self.backwards = shuffle, backwards
+        self.shuffle_documents = shuffle_documents  # window modes: documents permuted too
         self._packings: dict[int, Packing] = {}
         self._epoch: tuple[int, WindowReader] | None = None
 
@@ -276,7 +310,8 @@ class EpochWindows:
         if self.mode == "packed":
             pad = corpus.eos_id if corpus.eos_id is not None else 0
             return PackedWindows(corpus, documents, self.packing(part), pad)
-        stream = EpochStream(corpus, documents, self.seed, epoch, self.shuffle, self.backwards)
+        permuted = self.shuffle and self.shuffle_documents
+        stream = EpochStream(corpus, documents, self.seed, epoch, permuted, self.backwards)
         return StreamWindows(stream, self.bptt)
 
     def of_epoch(self, epoch: int) -> WindowReader:

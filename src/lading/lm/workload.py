@@ -91,7 +91,7 @@ class LMWorkload(SegmentWorkload):
         )
         self.data = EpochWindows(
             corpus, self.documents, mode.name, mode.length(), reading.seed, reading.shuffle,
-            mode.backwards(),
+            mode.backwards(), shuffle_documents=mode.shuffles_documents(),
         )  # fmt: skip
         self.max_seq = mode.max_seq()
         # the shape of each chunk of stream read at once (streams, in this process)
@@ -150,6 +150,27 @@ class LMWorkload(SegmentWorkload):
         seg = self._kept_plan(key.epoch, key.segment, key.base)
         x = np.empty((self.reading.batch_size, self.max_seq + 1), dtype=np.int64)
         return self.mode.build(seg, key, x, self.reading)
+
+    def reads(self, key: SegmentBatchKey) -> npt.NDArray[np.int64] | None:
+        """``[k, 3]``: (corpus, first token, end token) of each token range batch ``key``
+        reads, from the plan (no token read); None where the mode cannot say (build it)."""
+        seg = self._kept_plan(key.epoch, key.segment, key.base)
+        return self.mode.reads(seg, key, self.reading)
+
+    def plan_keys(self, keys: list[SegmentBatchKey]) -> None:
+        """Prepare the reads of ``keys`` at once (a remote corpus's plan asks of each next)."""
+        groups: dict[tuple[int, int, Base | None], list[int]] = {}
+        for key in keys:
+            groups.setdefault((key.epoch, key.segment, key.base), []).append(key.batch)
+        for (epoch, segment, base), batches in groups.items():
+            seg = self._kept_plan(epoch, segment, base)
+            self.mode.plan_orders(seg, batches, epoch, self.reading)
+
+    def fetches(self, key: SegmentBatchKey) -> npt.NDArray[np.int64] | None:
+        """As :meth:`reads`, what a remote corpus should fetch for batch ``key``: whole
+        blocks under the locality shuffle (``Windows(block_tokens=...)``)."""
+        seg = self._kept_plan(key.epoch, key.segment, key.base)
+        return self.mode.fetches(seg, key, self.reading)
 
     def bulk(self, cursor: Cursor) -> Iterator[Batch] | None:
         """Whole-epoch streams read many batches at a time (on the device with ``resident``);

@@ -70,6 +70,10 @@ class Mode:
         """Whether the epoch stream is read from its end to its start."""
         return False
 
+    def shuffles_documents(self) -> bool:
+        """Whether a shuffled epoch permutes the documents (window modes may keep them)."""
+        return True
+
     def max_seq(self) -> int:
         """The longest batch row, in (input, target) pairs."""
         return self.length()
@@ -97,6 +101,25 @@ class Mode:
     ) -> Batch:
         """Batch ``key.batch`` of ``seg``, read row by row into ``x`` (``[rows, seq + 1]``)."""
         raise NotImplementedError
+
+    def reads(
+        self, seg: LMSegment, key: SegmentBatchKey, reading: Reading
+    ) -> npt.NDArray[np.int64] | None:
+        """``[k, 3]``: (corpus, first token, end token) of each token range batch ``key`` of
+        ``seg`` reads, computed from the plan (no token read), or None where this mode cannot
+        say without building the batch."""
+        return None
+
+    def plan_orders(self, seg: LMSegment, batches: list[int], epoch: int, reading: Reading) -> None:
+        """Prepare what :meth:`reads` asks of ``batches`` at once, where a mode can (window
+        modes: their orders); nothing here."""
+
+    def fetches(
+        self, seg: LMSegment, key: SegmentBatchKey, reading: Reading
+    ) -> npt.NDArray[np.int64] | None:
+        """What a remote corpus should fetch for batch ``key`` (as :meth:`reads`): what it
+        reads, unless the mode reads blocks whole (the locality shuffle of ``Windows``)."""
+        return self.reads(seg, key, reading)
 
     def layout(self) -> dict[str, Any]:
         """What this mode adds to who reads what (another value: an elastic resume)."""

@@ -107,6 +107,20 @@ class StreamsMode(Mode):
     ) -> Batch:
         return stream_batch(seg, key.batch, reading.rank * reading.batch_size, x)
 
+    def reads(
+        self, seg: LMSegment, key: SegmentBatchKey, reading: Reading
+    ) -> npt.NDArray[np.int64] | None:
+        """The pieces of each row's stream read (the whole epoch's streams; after an elastic
+        resume, None: the rows read through the segment's base runs)."""
+        stream = seg.stream
+        if stream is None or not seg.whole:
+            return None
+        first = reading.rank * reading.batch_size
+        begins = (first + np.arange(reading.batch_size)) * seg.plan.each + seg.offset(key.batch)
+        found = stream.pieces(begins, seg.seqs[key.batch] + 1)
+        found[:, 0] = 0  # one corpus
+        return found
+
     def layout(self) -> dict[str, Any]:
         """The length and its jitter: another on resume replans the rest (elastic)."""
         jitter = self.shape.jitter

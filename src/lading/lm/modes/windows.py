@@ -17,10 +17,18 @@ import numpy.typing as npt
 
 from lading.errors import EmptyEpochError
 from lading.lm.batches import Batch, window_batch
+from lading.lm.blocks import block_order
+from lading.lm.corpus import TokenCorpus
 from lading.lm.modes.base import EpochView, Mode, check_flag, check_length
 from lading.lm.segment import LMSegment, SegmentBatchKey, plan_windows
 from lading.lm.stream import EpochStream
-from lading.lm.windows import EpochWindows, WindowReader
+from lading.lm.windows import (
+    EpochWindows,
+    StreamWindows,
+    TokenMixture,
+    WindowReader,
+    window_reads,
+)
 from lading.loading.order import feistel_permutation
 from lading.loading.reading import Reading
 from lading.loading.state import Cursor
@@ -61,15 +69,45 @@ class Windows(WindowShape):
     Args:
         seq_len, boundaries, eod_mask_loss: as for every window mode (:class:`WindowShape`).
         backwards: read the epoch stream from its end to its start (a backward LM).
+        shuffle_documents: with the loader's ``shuffle=True``, permute the documents before
+            cutting the epoch stream into windows (the default: each epoch's windows are cut
+            anew). ``False`` keeps the corpus's stored document order, so that every window
+            is one contiguous range of ``tokens.bin`` (one ranged GET of a remote corpus,
+            however many documents it spans), and shuffles the windows only: the same windows
+            every epoch in another order, as Mosaic's and litdata's token loaders read.
+        block_tokens: 0 (the default) shuffles the windows exactly, over the whole epoch.
+            ``> 0`` (with ``shuffle_documents=False``) shuffles that keep locality: blocks of
+            about ``block_tokens`` tokens of consecutive windows, the blocks permuted, the
+            windows shuffled across a buffer of ``block_buffer`` blocks
+            (:mod:`lading.lm.blocks`): a remote corpus fetches each block whole, once an
+            epoch (one GET, at most a region of the node cache: ``cache_bytes / 16`` up to
+            16 MiB), at the price of batches drawn from ``block_buffer`` blocks at a time.
+        block_buffer: blocks whose windows are shuffled together (``block_tokens > 0``).
     """
 
     mode: ClassVar[str] = "windows"
     _: KW_ONLY
     backwards: bool = False
+    shuffle_documents: bool = True
+    block_tokens: int = 0
+    block_buffer: int = 4
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_flag(self, "backwards", self.backwards)
+        check_flag(self, "shuffle_documents", self.shuffle_documents)
+        if self.block_tokens != 0:
+            check_length(self, "block_tokens", self.block_tokens, "tokens a shuffled block")
+        check_length(self, "block_buffer", self.block_buffer, "blocks shuffled together")
+        if self.block_tokens and self.shuffle_documents:
+            raise ValueError(
+                f"Windows(block_tokens={self.block_tokens}) reads blocks of the stored "
+                "document order: pass shuffle_documents=False with it (a block of permuted "
+                "documents is no range of tokens.bin)"
+            )
+
+
+ORDERS_KEPT = 1 << 16  # batches' window orders a segment keeps (8 windows: ~6 MiB)
 
 
 class WindowsMode(Mode):
@@ -87,6 +125,23 @@ class WindowsMode(Mode):
 
     def backwards(self) -> bool:
         return isinstance(self.shape, Windows) and self.shape.backwards
+
+    def shuffles_documents(self) -> bool:
+        return not isinstance(self.shape, Windows) or self.shape.shuffle_documents
+
+    def per_block(self) -> int:
+        """Windows a block of the locality shuffle holds (0: the exact global shuffle)."""
+        shape = self.shape
+        if not isinstance(shape, Windows) or not shape.block_tokens:
+            return 0
+        return max(1, shape.block_tokens // shape.seq_len)
+
+    def check(self, corpus: TokenCorpus | TokenMixture) -> None:
+        if self.per_block() and isinstance(corpus, TokenMixture):
+            raise ValueError(
+                "Windows(block_tokens=...) shuffles blocks of one corpus; a TokenMixture "
+                "draws each corpus's windows itself: pass block_tokens=0 (the default)"
+            )
 
     def view(self, data: EpochWindows, epoch: int) -> WindowReader:
         return data.of_epoch(epoch)
@@ -111,15 +166,10 @@ class WindowsMode(Mode):
     ) -> Batch:
         """Batch ``key.batch`` of ``seg``: this rank's next windows, in the epoch's order."""
         assert seg.windows is not None
-        share, size = seg.share(reading.rank), reading.batch_size
-        lo = key.batch * size
-        slots = share.slice(lo, min(lo + size, seg.core.take)).positions()
-        shuffled = reading.shuffle
-        order = feistel_permutation(slots, seg.n, reading.seed, key.epoch) if shuffled else slots
         shape = self.shape
         return window_batch(
             seg.windows,
-            order,
+            self.order(seg, key, reading),
             x,
             shape.seq_len,
             packed=self.padded,
@@ -127,9 +177,92 @@ class WindowsMode(Mode):
             eod_mask_loss=shape.eod_mask_loss,
         )
 
+    def order(
+        self, seg: LMSegment, key: SegmentBatchKey, reading: Reading
+    ) -> npt.NDArray[np.int64]:
+        """The windows of batch ``key.batch`` of ``seg``: this rank's next, in the epoch's order
+        (kept in ``seg.orders``: a remote corpus's plan asks for each batch, its build again)."""
+        at = (reading.rank, key.batch)
+        found = seg.orders.get(at)
+        if found is None:
+            if len(seg.orders) >= ORDERS_KEPT:
+                seg.orders.clear()
+            found = seg.orders[at] = self._order(seg, key, reading)
+        return found
+
+    def _order(
+        self, seg: LMSegment, key: SegmentBatchKey, reading: Reading
+    ) -> npt.NDArray[np.int64]:
+        share, size = seg.share(reading.rank), reading.batch_size
+        lo = key.batch * size
+        slots = share.slice(lo, min(lo + size, seg.core.take)).positions()
+        if not reading.shuffle:
+            return slots
+        per = self.per_block()
+        if per:
+            assert isinstance(self.shape, Windows)
+            buffer = self.shape.block_buffer
+            return block_order(slots, seg.n, per, buffer, reading.seed, key.epoch)
+        return feistel_permutation(slots, seg.n, reading.seed, key.epoch)
+
+    def fetches(
+        self, seg: LMSegment, key: SegmentBatchKey, reading: Reading
+    ) -> npt.NDArray[np.int64] | None:
+        """What a remote corpus fetches for batch ``key``: the blocks of its windows whole
+        under the locality shuffle (each block's stream range, ``per_block`` windows and the
+        token the last one shares with the next), else what it reads (:meth:`reads`)."""
+        per = self.per_block()
+        windows = seg.windows
+        if not per or not reading.shuffle or not isinstance(windows, StreamWindows):
+            return self.reads(seg, key, reading)
+        width = per * windows.bptt
+        blocks = np.unique(self.order(seg, key, reading) // per)
+        starts = blocks * width
+        total = windows.stream.total
+        last = starts + width + 1 > total  # the short last block ends with the stream
+        found = [windows.stream.pieces(starts[~last], width + 1)]
+        for start in starts[last].tolist():
+            found.append(windows.stream.pieces([start], total - start))
+        pieces = np.concatenate(found)
+        pieces[:, 0] = 0
+        return pieces
+
+    def plan_orders(self, seg: LMSegment, batches: list[int], epoch: int, reading: Reading) -> None:
+        """The window orders of ``batches`` of ``seg`` computed at once (numpy over all their
+        positions) into ``seg.orders``, where :meth:`order` finds them: what a remote
+        corpus's plan of a whole epoch costs, not a Feistel network a batch."""
+        todo = [b for b in batches if (reading.rank, b) not in seg.orders]
+        if not todo or len(todo) + len(seg.orders) > ORDERS_KEPT:
+            return
+        share, size = seg.share(reading.rank), reading.batch_size
+        lo, hi = min(todo) * size, min((max(todo) + 1) * size, seg.core.take)
+        slots = share.slice(lo, hi).positions()
+        if reading.shuffle and self.per_block():
+            assert isinstance(self.shape, Windows)
+            buffer = self.shape.block_buffer
+            slots = block_order(slots, seg.n, self.per_block(), buffer, reading.seed, epoch)
+        elif reading.shuffle:
+            slots = feistel_permutation(slots, seg.n, reading.seed, epoch)
+        for b in todo:
+            seg.orders[reading.rank, b] = slots[b * size - lo : min((b + 1) * size, hi) - lo]
+
+    def reads(
+        self, seg: LMSegment, key: SegmentBatchKey, reading: Reading
+    ) -> npt.NDArray[np.int64] | None:
+        """``[k, 3]``: (corpus, first token, end token) of what batch ``key`` reads."""
+        assert seg.windows is not None
+        return window_reads(seg.windows, self.order(seg, key, reading), self.length() + 1)
+
     def fingerprint(self) -> dict[str, Any]:
-        """The window length, ``seq_len`` (states before saved it as ``bptt``)."""
-        return {"seq_len": self.length()}
+        """The window length, ``seq_len`` (states before saved it as ``bptt``), and
+        ``shuffle_documents`` where it is off (states before it read documents permuted)."""
+        found: dict[str, Any] = {"seq_len": self.length()}
+        if not self.shuffles_documents():
+            found["shuffle_documents"] = False
+        if self.per_block():
+            assert isinstance(self.shape, Windows)
+            found["block_shuffle"] = [self.per_block(), self.shape.block_buffer]
+        return found
 
     def saved_fingerprint(self, saved: Mapping[str, Any]) -> dict[str, Any]:
         """A state saved when the window length was kept under ``bptt``, read as ``seq_len``."""

@@ -42,10 +42,13 @@ class Planner:
             blocks (as its read would); 0 keeps every planned block for its use (the next
             epoch's hits at a small cap), which LM loaders, whose next epoch rarely hits,
             raise (:data:`lading.lm.remote_reads.NEAR_STEPS`).
+        share: the window's bytes ahead at most this share of the cap (default
+            :data:`AHEAD_SHARE`); a reader of whole blocks that many batches share (the LM
+            locality shuffle) raises it to hold the blocks it reads and the next ones.
     """
 
-    def __init__(self, cache: NodeCache, near: int = 0) -> None:
-        self.cache, self.near = cache, near
+    def __init__(self, cache: NodeCache, near: int = 0, share: float = AHEAD_SHARE) -> None:
+        self.cache, self.near, self.share = cache, near, share
         self.schedule: Schedule | None = None
         self._pending: list[Need] = []  # announced, not yet tried (sorted by step)
         self._deferred: list[Need] = []  # tried, found no room (sorted by step)
@@ -85,7 +88,7 @@ class Planner:
             self._step_bytes = sum(n.end - n.start for n in fresh) // steps
         pending = _from(self._pending, now)
         pending = sorted([*pending, *fresh], key=_STEP)  # two sorted runs: linear
-        budget, total, take = int(self.cache.cap * AHEAD_SHARE), 0, 0
+        budget, total, take = int(self.cache.cap * self.share), 0, 0
         while take < len(pending):
             need = pending[take]
             total += need.end - need.start

@@ -1,0 +1,112 @@
+"""The shuffle that keeps locality (``Windows(..., shuffle_documents=False, block_tokens=B)``):
+a bijection of the epoch's windows (every window once, len() and resume as the global
+shuffle's), batches drawn from ``block_buffer`` blocks at a time, each block fetched whole
+by a remote corpus about once an epoch; the local corpus's batches bit for bit."""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import word_corpus
+from lading.lm import LanguageModelLoader, TokenCorpus, TokenMixture, Windows
+from lading.lm.blocks import block_order
+from lading.loading.announce import LOOKAHEAD
+from lading.testing import LocalS3
+
+BUCKET = "lm-blocks"
+
+
+def test_the_block_order_is_a_bijection_drawing_from_buffer_blocks_at_a_time() -> None:
+    seed = int(os.environ.get("LADING_TEST_SEED", random.randrange(1 << 30)))
+    print(f"LADING_TEST_SEED={seed}")
+    rng = random.Random(seed)
+    for _ in range(200):
+        n, per, buffer = rng.randrange(1, 400), rng.randrange(1, 40), rng.randrange(1, 6)
+        windows = block_order(np.arange(n), n, per, buffer, seed, rng.randrange(3))
+        assert sorted(windows.tolist()) == list(range(n)), (n, per, buffer)
+        for g in range(0, n, per * buffer):  # a buffer's positions: its blocks' windows
+            assert len(set((windows[g : g + per * buffer] // per).tolist())) <= buffer
+    a = block_order(np.arange(1000), 1000, 10, 4, seed, 0)
+    b = block_order(np.arange(1000), 1000, 10, 4, seed, 1)
+    assert a.tolist() != b.tolist()  # each epoch its own order
+
+
+def test_bad_options_are_named() -> None:
+    with pytest.raises(ValueError, match="shuffle_documents=False"):
+        Windows(16, block_tokens=64)
+    with pytest.raises(ValueError, match="block_buffer"):
+        Windows(16, shuffle_documents=False, block_tokens=64, block_buffer=0)
+    with pytest.raises(ValueError, match="block_tokens"):
+        Windows(16, shuffle_documents=False, block_tokens=-1)
+
+
+def plain(batch: Any) -> list[Any]:
+    return [f.tolist() if hasattr(f, "tolist") else f for f in batch]
+
+
+@pytest.fixture(scope="module")
+def corpus(s3: LocalS3, tmp_path_factory: pytest.TempPathFactory) -> tuple[TokenCorpus, str, Any]:
+    folder = tmp_path_factory.mktemp("lm-blocks")
+    local = word_corpus(folder / "a", docs=2000, lengths=(3, 12), words=300, seed=3)
+    s3.make_bucket(BUCKET)
+    url = f"s3://{BUCKET}/a"
+    TokenCorpus.build(folder / "a" / "docs.txt", url, local.tokenizer(), cache=folder / "b")
+    return local, url, folder
+
+
+def test_the_mixture_and_len_and_the_state(corpus: tuple[TokenCorpus, str, Any]) -> None:
+    """len() is the global shuffle's; a mixture is refused naming the fix; a state of the
+    global shuffle is not resumed by the block shuffle (the order differs)."""
+    local = corpus[0]
+    mode = Windows(32, shuffle_documents=False, block_tokens=320)
+    blocks = LanguageModelLoader(local, 4, mode, seed=1)
+    exact = LanguageModelLoader(local, 4, Windows(32, shuffle_documents=False), seed=1)
+    assert len(blocks) == len(exact)
+    assert sorted(r for b in blocks for r in map(tuple, b[0].tolist())) == sorted(
+        r for b in exact for r in map(tuple, b[0].tolist())
+    )
+    with pytest.raises(ValueError, match="TokenMixture"):
+        LanguageModelLoader(TokenMixture({local: 1.0}), 4, mode, seed=1)
+    with pytest.raises(Exception, match="block_shuffle"):
+        blocks.load_state_dict(exact.state_dict())
+
+
+@pytest.mark.parametrize("boundaries", [False, True])
+def test_a_remote_epoch_fetches_each_block_about_once_and_resumes_cold(
+    corpus: tuple[TokenCorpus, str, Any], boundaries: bool
+) -> None:
+    """At a cap of 25 % of the corpus (regions of 1/16: blocks of 10 windows fit one): the
+    local batches, GETs about one a block, not one a window; a state after 5 batches resumes
+    on a cold cache to the same batches."""
+    local, url, folder = corpus
+    nbytes = local.n_tokens * local.dtype.itemsize
+    mode = Windows(32, shuffle_documents=False, block_tokens=320, boundaries=boundaries)
+    want = [plain(b) for b in LanguageModelLoader(local, 4, mode, seed=2)]
+    remote = TokenCorpus.open(url, cache=folder / f"c{boundaries}", cache_bytes=nbytes // 4)
+    before = remote.cache_stats()["gets"]
+    loader = LanguageModelLoader(remote, 4, mode, seed=2)
+    got, state = [], None
+    for batch in loader:
+        got.append(plain(batch))
+        if len(got) == 5:
+            state = loader.state_dict()
+    assert got == want
+    assert remote.remote is not None
+    remote.remote.cache.drain()
+    gets = remote.cache_stats()["gets"] - before
+    windows = sum(len(b[0]) for b in got)
+    blocks = -(-windows // 10)
+    print(f"{gets} GETs, {windows} windows, {blocks} blocks")
+    assert gets <= 1.5 * blocks + 2 * LOOKAHEAD, (gets, blocks)  # evicted and fetched again
+    assert gets < windows / 4
+    again = LanguageModelLoader(
+        TokenCorpus.open(url, cache=folder / f"cold{boundaries}", cache_bytes=nbytes // 4),
+        4, mode, seed=2,
+    )  # fmt: skip
+    again.load_state_dict(state)
+    assert [plain(b) for b in again] == want[5:]
