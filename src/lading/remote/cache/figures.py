@@ -28,7 +28,7 @@ class Figures:
         self.counts: Counter[str] = Counter()
         self.by_epoch: dict[int, list[int]] = {}  # step >> 32 -> [hits, misses]
         self._announced: Counter[Key] = Counter()  # ranges a window announced, not yet read
-        self._fetched: Counter[Key] = Counter()  # ranges a window fetched for, not yet read
+        self._fetched: set[Key] = set()  # ranges a window fetched for, not yet read
         self._reported: Counter[str] = Counter()  # figures the node was given
 
     def add(self, figure: str, amount: int) -> None:
@@ -54,9 +54,10 @@ class Figures:
                 if k[2] <= k[1]:
                     continue  # an empty range: nothing to read, nothing to count
                 for _ in places:
-                    miss = k in fetched or self._fetched[k] > 0
-                    if self._fetched[k] > 0:
-                        self._fetched[k] -= 1
+                    # one GET serves every read of its range until one has read it (the
+                    # window may have announced it for several steps: a read kept it)
+                    miss = k in fetched or k in self._fetched
+                    self._fetched.discard(k)
                     if self._announced[k] > 0:
                         self._announced[k] -= 1
                     else:
@@ -67,7 +68,7 @@ class Figures:
                         self.by_epoch.setdefault(epoch, [0, 0])[miss] += 1
             c["reads"] += 1
             if len(self._fetched) > _FORGET:
-                self._fetched = Counter({k: v for k, v in self._fetched.items() if v > 0})
+                self._fetched = set()
                 self._announced = Counter({k: v for k, v in self._announced.items() if v > 0})
 
     def news(self, fetcher: dict[str, int]) -> Counter[str]:
