@@ -6,9 +6,10 @@ blocks in one query a claim transaction:
 
 - ``"next-use"`` (Belady's rule at region grain, on what the plans told the ledger): the
   blocks a region holds that are needed inside the window (the next :data:`WINDOW` steps,
-  what is being fetched ahead) are carried forward; among the rest, a region whose blocks
-  have no planned use left goes first (fewest bytes to carry, then the oldest), then the
-  region whose soonest planned use is furthest away. A region goes only for a block needed
+  what is being fetched ahead) are carried forward if it goes; a region with no planned use
+  and nothing inside the window goes first (the oldest), then the region of least value, each
+  block's bytes over the steps until its use, the window's blocks counted (a region just
+  filled by the window is worth the most, not the least). A region goes only for a block needed
   sooner than that use (a read: anything needed after now; a prefetch: after its own step).
 - ``"fifo"``: the region filled longest ago, whatever the plans say (Mosaic's and litdata's
   caches keep whole shards by recency; this is that baseline, for comparison).
@@ -35,7 +36,7 @@ POLICIES = ("fifo", "next-use")
 
 RANK = (
     "SELECT r.id, r.sealed, min(CASE WHEN b.next_use >= ?2 THEN b.next_use END),"
-    " total(CASE WHEN b.next_use >= ?2 THEN (b.end - b.start) * 1.0 / (b.next_use - ?1) END),"
+    " total(CASE WHEN b.next_use > ?1 THEN (b.end - b.start) * 1.0 / (b.next_use - ?1) END),"
     " total(CASE WHEN b.owner IS NULL AND b.next_use >= ?1 AND b.next_use < ?2"
     " THEN b.end - b.start END), group_concat(DISTINCT b.owner)"
     " FROM regions AS r LEFT JOIN blocks AS b ON b.region = r.id WHERE r.state = ?3"
@@ -50,7 +51,7 @@ class Candidate(NamedTuple):
     region: int
     sealed: float
     soonest: int  # the soonest planned use beyond the window (NO_STEP: none)
-    value: float  # its blocks' bytes beyond the window, each over the steps until its use
+    value: float  # its blocks' bytes, each over the steps until its use (the window's too)
     carry: int  # bytes of the blocks needed inside the window
     owners: tuple[str, ...]  # owners of its blocks still being fetched
 
@@ -143,8 +144,8 @@ class Space:
             ]
             if self.policy == "fifo":
                 found.sort(key=lambda c: c.sealed)
-            else:  # no use left first (least to carry, oldest), then the least value
-                found.sort(key=lambda c: (c.soonest != NO_STEP, c.value, c.carry, c.sealed))
+            else:  # no use left first (oldest), then the least value, window blocks in it
+                found.sort(key=lambda c: (c.soonest != NO_STEP or c.carry > 0, c.value, c.sealed))
             self._ranked = found
         return self._ranked
 
