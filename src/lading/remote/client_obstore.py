@@ -22,7 +22,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lading.disk.remote import public_endpoint as public_endpoint  # (fsspec's uses it too)
-from lading.remote.objects import ObjectInfo, PermanentError, split_url
+from lading.errors import RemoteURLError
+from lading.remote.objects import (
+    ObjectInfo,
+    PermanentError,
+    changed,
+    denied,
+    no_bucket,
+    no_object,
+    refused,
+    split_url,
+)
 
 T = TypeVar("T")
 SCHEMES: tuple[str, ...] = ("az", "gs", "s3", "s3a")
@@ -78,9 +88,12 @@ class ObstoreClient:
         if timeout is not None:
             reader["timeout"] = f"{max(1, int(timeout * 1000))}ms"
             reader["connect_timeout"] = f"{max(1, int(min(timeout, 10.0) * 1000))}ms"
-        self._store = from_url(  # type: ignore[call-overload]  # config keys vary by scheme
-            self.url, client_options=reader, retry_config={"max_retries": 0}, **config
-        )
+        try:
+            self._store = from_url(  # type: ignore[call-overload]  # config keys vary by scheme
+                self.url, client_options=reader, retry_config={"max_retries": 0}, **config
+            )
+        except Exception as e:  # an unknown key: obstore's text ends in a Rust debug dump
+            raise _bad_option(e, self.url, options) from None
         # the sync calls (put, get, list, head, delete: tools, tests, the bench's publish)
         # keep obstore's own retries (a multipart upload of a 1.2 GB file whose one part
         # failed once was aborted whole without them) and wait long: completing that upload
@@ -107,7 +120,7 @@ class ObstoreClient:
             )
             return bytes(await self._settled(result.bytes_async()))
         except Exception as e:
-            raise _translate(e, self.url, key) from e
+            raise self._error(e, key, pinned=etag is not None) from e
 
     async def get_ranges(
         self, key: str, ranges: list[tuple[int, int]], etag: str | None = None
@@ -137,7 +150,7 @@ class ObstoreClient:
         except PermanentError:
             raise
         except Exception as e:
-            raise _translate(e, self.url, key) from e
+            raise self._error(e, key, pinned=etag is not None) from e
 
     async def get_async(self, key: str) -> bytes:
         """The whole object ``key`` (the read path: no retries of obstore's own)."""
@@ -147,7 +160,7 @@ class ObstoreClient:
             result = await self._settled(obstore.get_async(self._store, key))
             return bytes(await self._settled(result.bytes_async()))
         except Exception as e:
-            raise _translate(e, self.url, key) from e
+            raise self._error(e, key) from e
 
     async def list_async(self, prefix: str = "") -> dict[str, ObjectInfo]:
         """:meth:`list` on the read path (no retries of obstore's own)."""
@@ -156,7 +169,7 @@ class ObstoreClient:
         try:
             metas = await self._settled(obstore.list(self._store, prefix or None).collect_async())
         except Exception as e:
-            raise _translate(e, self.url, prefix) from e
+            raise self._error(e, prefix) from e
         return {m["path"]: ObjectInfo(int(m["size"]), m.get("e_tag")) for m in metas}
 
     async def put_async(self, key: str, data: bytes) -> None:
@@ -165,7 +178,7 @@ class ObstoreClient:
         try:
             await self._settled(obstore.put_async(self._store, key, data))
         except Exception as e:
-            raise _translate(e, self.url, key) from e
+            raise self._error(e, key) from e
 
     async def upload_async(self, key: str, data: bytes | Path, timeout: float) -> None:
         """Write object ``key`` from bytes or a file (a multipart upload of
@@ -189,7 +202,7 @@ class ObstoreClient:
         try:
             await call  # not shielded: the caller's timeout cancels the upload itself
         except Exception as e:
-            raise _translate(e, self.url, key) from e
+            raise self._error(e, key) from e
 
     def _uploader(self, timeout: float) -> Any:
         """The store uploads of ``timeout`` seconds go through: each request (a PUT, a part,
@@ -218,7 +231,7 @@ class ObstoreClient:
         try:
             await self._settled(obstore.delete_async(self._store, key))
         except Exception as e:
-            raise _translate(e, self.url, key) from e
+            raise self._error(e, key) from e
 
     async def _settled(self, call: Awaitable[T]) -> T:
         """Await an obstore call without ever cancelling it: a caller that gives up (a
@@ -241,6 +254,9 @@ class ObstoreClient:
             time.sleep(0.005)
         return True
 
+    def _error(self, error: Exception, key: str, pinned: bool = False) -> Exception:
+        return _translate(error, self.url, key, self.endpoint, pinned)
+
     def __repr__(self) -> str:
         return f"ObstoreClient({self.url!r}, endpoint={self.endpoint!r})"  # never the options
 
@@ -250,7 +266,7 @@ class ObstoreClient:
         try:
             return bytes(obstore.get(self._admin, key).bytes())
         except Exception as e:
-            raise _translate(e, self.url, key) from e
+            raise self._error(e, key) from e
 
     def put(self, key: str, data: bytes | Path) -> None:
         import obstore
@@ -298,9 +314,13 @@ def _env_endpoint() -> str:
     return next((os.environ[v] for v in _ENDPOINT_VARS if os.environ.get(v)), "")
 
 
-def _translate(error: Exception, url: str, key: str) -> Exception:
-    """A permanent failure (missing object, another version) as :class:`PermanentError`; the
-    rest as ``OSError`` (retried). Only the first line of obstore's text is kept."""
+def _translate(
+    error: Exception, url: str, key: str, endpoint: str = "", pinned: bool = False
+) -> Exception:
+    """A failure retrying cannot fix (no bucket, no object, access denied, no credentials,
+    another version) as one of :class:`~lading.errors.RemotePermanentError`'s family; the rest
+    as ``OSError`` (retried). Only the first line of obstore's text is kept. ``pinned``: the
+    read named the version the snapshot lists, so a missing object was deleted since."""
     from obstore.exceptions import (
         NotFoundError,
         PermissionDeniedError,
@@ -308,18 +328,29 @@ def _translate(error: Exception, url: str, key: str) -> Exception:
         UnauthenticatedError,
     )
 
-    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
-    if "NoSuchBucket" in str(error):
-        return PermanentError(f"{url}: its bucket does not exist ({first})")
+    if isinstance(error, PermanentError):
+        return error
+    text = str(error)
+    first = (text.strip().splitlines() or [type(error).__name__])[0][:300]
+    if "NoSuchBucket" in text:
+        return no_bucket(url, endpoint)
+    if isinstance(error, (PermissionDeniedError, UnauthenticatedError)) or refused(text):
+        return denied(url, key, endpoint, first)
+    if any(m in text for m in ("169.254.169.254", "/latest/api/token")):  # no keys found
+        return denied(url, key, endpoint, first)
     if isinstance(error, (NotFoundError, FileNotFoundError)):
-        return PermanentError(f"{url}/{key} does not exist ({first})")
-    if isinstance(error, (PermissionDeniedError, UnauthenticatedError)):
-        return PermanentError(
-            f"{url}/{key}: access denied ({first}); check the credentials (AWS_ACCESS_KEY_ID, "
-            "AWS_SECRET_ACCESS_KEY, storage_options) and the bucket's policy"
-        )
+        return changed(url, key, endpoint) if pinned else no_object(url, key, endpoint)
     if isinstance(error, PreconditionError):
-        return PermanentError(
-            f"{url}/{key} was replaced since this store was opened (its ETag changed: {first})"
-        )
+        return changed(url, key, endpoint, "its ETag changed")
     return OSError(f"{type(error).__name__}: {first}")
+
+
+def _bad_option(error: Exception, url: str, options: Mapping[str, Any] | None) -> Exception:
+    """obstore's refusal of a client option as one line naming the key and the fix."""
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    given = sorted(options or {})
+    return RemoteURLError(
+        f"{url}: obstore refused the client options {given}: {first} Use obstore's config "
+        "keys (e.g. endpoint, region, access_key_id, secret_access_key, skip_signature) or "
+        f"fsspec's {sorted(_ALIASES)}"
+    )

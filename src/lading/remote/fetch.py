@@ -38,12 +38,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from lading.deadline import DEFAULT_BACKOFF, DEFAULT_RETRIES, DEFAULT_TIMEOUT, TIMEOUT_ENV, Deadline
+from lading.errors import RemoteNotFoundError
 from lading.remote.loop import running
 from lading.remote.objects import (
     ObjectClient,
     ObjectInfo,
     PermanentError,
     RemoteReadError,
+    changed,
     describe,
 )
 from lading.remote.slots import NodeSlots
@@ -282,8 +284,10 @@ class Fetcher:
         what = f"GET {describe(client.url, key, first, last)}"
         try:
             return await self._attempts(what, attempt)
+        except RemoteNotFoundError:  # the snapshot opened lists it: gone since
+            raise changed(client.url, key, client.endpoint, f"bytes {first}-{last - 1}") from None
         except PermanentError as e:
-            raise RemoteReadError(f"{what}: {e}") from None
+            raise type(e)(f"{what}: {e}") from None
 
     # -- the rest of the read path: the manifest and the listing, under the same deadline ----
 
