@@ -222,7 +222,7 @@ class RemoteDir:
     def _call(self, what: str, method: str, *args: Any, want: int = -1, **kwargs: Any) -> Any:
         """``fs.<method>(*args, **kwargs)``, retried; ``want``: the bytes it must return."""
         last: BaseException | None = None
-        for pause in self.deadline.pauses():
+        for attempt, pause in enumerate(self.deadline.pauses(), 1):
             time.sleep(pause)
             try:
                 found = self._once(method, args, kwargs)
@@ -237,6 +237,8 @@ class RemoteDir:
             except Exception as e:  # botocore's and aiohttp's errors are not all OSErrors
                 if refused(str(e)) or type(e).__name__ in _NO_KEYS:
                     raise self._final(e, args[0] if args else "") from None
+                if isinstance(e, (asyncio.TimeoutError, concurrent.futures.TimeoutError)):
+                    self.deadline.no_answer(what, self.endpoint, attempt)
                 last = e
                 continue
             if want < 0 or len(found) == want:

@@ -326,6 +326,8 @@ class Fetcher:
                 raise
             except (OSError, asyncio.TimeoutError) as e:
                 last = e
+                if isinstance(e, asyncio.TimeoutError):
+                    self.deadline.no_answer(what, getattr(self._client, "endpoint", ""), n + 1)
         endpoint = getattr(self._client, "endpoint", "")
         raise RemoteReadError(self.deadline.gave_up(what, endpoint, last))
 

@@ -46,9 +46,9 @@ def faults(s3: LocalS3) -> Iterator[LocalS3]:
     s3.reset()
 
 
-def _open(url: str, tmp_path: Path, **more: object) -> object:
+def _open(url: str, tmp_path: Path, timeout: float = HEALTHY_S, **more: object) -> object:
     cache = tmp_path / f"cache-{next(_made)}"
-    return lading.open_store(url, cache=cache, cache_bytes="1M", timeout=HEALTHY_S, **more)  # type: ignore[arg-type]
+    return lading.open_store(url, cache=cache, cache_bytes="1M", timeout=timeout, **more)  # type: ignore[arg-type]
 
 
 def _parquet(url: str, tmp_path: Path) -> object:
@@ -212,3 +212,29 @@ def test_every_remote_error_is_one_family() -> None:
     ):  # fmt: skip
         assert issubclass(kind, RemoteError)
     assert issubclass(RemoteAccessError, PermanentError)  # never retried
+
+
+@pytest.mark.slow  # waits on the deadline: 4 attempts of T
+@pytest.mark.parametrize("call", ["open_store", "lading stage"])
+def test_a_server_that_never_answers_is_said_at_the_first_timeout(
+    store_url: str, faults: LocalS3, tmp_path: Path, capfd: pytest.CaptureFixture[str], call: str
+) -> None:
+    t = 0.5  # every attempt meets the hang: nothing has to answer in time
+    faults.fault(
+        "meta.json" if call == "open_store" else "",
+        99,
+        "hang",
+        op="get" if call == "open_store" else "list",
+    )
+    import lading.deadline
+
+    lading.deadline._silence_said.clear()  # another test's line this minute
+    with pytest.raises(RemoteError):
+        if call == "open_store":
+            _open(store_url, tmp_path, timeout=t)
+        else:
+            lading.stage(store_url, tmp_path / "d", remote_timeout=t, progress=False)
+    said = [line for line in capfd.readouterr().err.splitlines() if "no answer" in line]
+    assert len(said) == 1, said  # once, not at every attempt
+    assert said[0].startswith(f"lading: no answer from {faults.endpoint} after 0.5 s")
+    assert "retrying 1/3" in said[0] and "LADING_REMOTE_TIMEOUT" in said[0]
