@@ -14,6 +14,7 @@ Each thread has its own connection (made again after a fork); every transaction 
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 import threading
 import time
@@ -22,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from lading.errors import LadingError, OutOfSpaceError
 from lading.remote.cache.regions import Layout
 from lading.threads import SQLITE
 
@@ -66,7 +68,7 @@ class Piece(NamedTuple):
     gen: int
 
 
-class CacheSettingsError(ValueError):
+class CacheSettingsError(LadingError, ValueError):
     """A cache folder made with other settings than those asked for (a cap, a layout)."""
 
 
@@ -158,15 +160,34 @@ class Ledger:
 
     @contextmanager
     def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
-        with SQLITE.shared():
+        with SQLITE.shared(), self._full():
             conn = self.connection()
             conn.execute(begin)
             try:
                 yield conn
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # SQLite ended it itself on some errors (a full disk)
+                    conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+
+    @contextmanager
+    def _full(self) -> Iterator[None]:
+        """SQLite's "database or disk is full" as one line naming the folder and the fix
+        (it was a bare ``sqlite3.OperationalError``, and at open the ledger was set aside as
+        damaged)."""
+        try:
+            yield
+        except sqlite3.OperationalError as e:
+            if "full" not in str(e):
+                raise
+            folder = self.path.parent
+            raise OutOfSpaceError(
+                errno.ENOSPC,
+                f"{folder}: the disk under this node cache is full (SQLite: {e}); free space "
+                "there, or point cache= (or $LADING_CACHE) at a disk with room, or lower "
+                "cache_bytes and index_bytes",
+            ) from None
 
     # -- lookups ---------------------------------------------------------------------------
 
