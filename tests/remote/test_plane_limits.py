@@ -43,3 +43,30 @@ def test_a_second_cap_that_differs_is_refused_naming_both(tmp_path: Path) -> Non
         release(taken)
     finally:
         release(node)
+
+
+def test_the_node_figures_drop_processes_long_gone(tmp_path: Path) -> None:
+    """A newcomer against a healthy server read ``retried: 55`` summed over every process that
+    ever used the folder: the node's figures are those of the processes since the folder was
+    last idle (no live process), and a live one's are kept."""
+    from lading.remote.cache.owners import Owner
+
+    folder = tmp_path / "cache"
+    node = node_of(folder, 1 << 20)
+    node.figures["retried"] += 55  # a process that met a bad endpoint
+    release(node)  # ... and ended
+    node = node_of(folder, 1 << 20)
+    node.figures["retried"] += 1
+    node.count(force=True)
+    assert node.ledger.node()["retried"] == 1  # the one gone: dropped; this one's counted
+    other = Owner(folder)  # another process, alive: holds its token's lock
+    _ = other.token
+    release(node)
+    node = node_of(folder, 1 << 20)
+    assert node.ledger.node()["retried"] == 1  # the other lives: nothing dropped
+    assert node.ledger.node()["since"] > 0
+    release(node)
+    other.close()
+    node = node_of(folder, 1 << 20)
+    assert "retried" not in node.ledger.node()
+    release(node)

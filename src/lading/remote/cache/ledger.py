@@ -279,10 +279,27 @@ class Ledger:
                     list(deltas.items()),
                 )
 
+    def restart_counters(self) -> None:
+        """Drop the node's counters: no process that counted them lives (a newcomer read the
+        retries of processes long gone as its own node's); ``since`` is now."""
+        with self.write() as conn:
+            conn.execute("DELETE FROM counters")
+            conn.execute(
+                "INSERT INTO settings VALUES ('counted_since', ?1) ON CONFLICT (name) DO UPDATE"
+                " SET value = ?1",
+                (time.time(),),
+            )
+
     def node(self) -> dict[str, Any]:
-        """The node's counters, bytes held, blocks and the cap."""
+        """The node's counters (of the processes since the folder was last idle), since when
+        (``since``, a Unix time), bytes held and blocks."""
         with self.read() as conn:
             found: dict[str, Any] = dict(conn.execute("SELECT name, value FROM counters"))
+            since = conn.execute(
+                "SELECT value FROM settings WHERE name IN ('counted_since', 'created')"
+                " ORDER BY name = 'counted_since' DESC"
+            ).fetchone()
+            found["since"] = float(since[0]) if since else 0.0
             held, blocks = conn.execute(
                 "SELECT total(end - start), count(*) FROM blocks"
             ).fetchone()
