@@ -73,9 +73,12 @@ class FsspecClient:
         with self._errors(key, writing=True):
             await self._on_fs("pipe_file", self._path(key), data)
 
-    async def upload_async(self, key: str, data: bytes | Path, timeout: float) -> None:
+    async def upload_async(
+        self, key: str, data: bytes | Path, timeout: float, request: float | None = None
+    ) -> None:
         """Write object ``key`` from bytes or a file, for a caller that cancels the call
-        after ``timeout`` seconds (the cancel reaches the coroutine on fsspec's loop)."""
+        after ``timeout`` seconds (the cancel reaches the coroutine on fsspec's loop;
+        ``request`` is not used: fsspec bounds no single part)."""
         path = self._path(key)
         with self._errors(key, writing=True):
             if isinstance(data, Path):

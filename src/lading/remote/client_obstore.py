@@ -102,7 +102,7 @@ class ObstoreClient:
         admin = {**client, "timeout": "30min"}
         self._admin = from_url(self.url, client_options=admin, **config)  # type: ignore[call-overload]
         self._client_options, self._config = client, config  # for _uploader (never printed)
-        self._uploaders: dict[float, Any] = {}  # request bound (s) -> store (42 ms to make)
+        self._uploaders: dict[tuple[float, float], Any] = {}  # bounds (s) -> store (42 ms)
 
     async def get_range(self, key: str, start: int, end: int, etag: str | None = None) -> bytes:
         import obstore
@@ -180,13 +180,22 @@ class ObstoreClient:
         except Exception as e:
             raise self._error(e, key) from e
 
-    async def upload_async(self, key: str, data: bytes | Path, timeout: float) -> None:
+    @property
+    def part_bytes(self) -> int:
+        """Bytes a request of an upload carries at most (a part of a multipart upload)."""
+        return UPLOAD_CHUNK
+
+    async def upload_async(
+        self, key: str, data: bytes | Path, timeout: float, request: float | None = None
+    ) -> None:
         """Write object ``key`` from bytes or a file (a multipart upload of
         :data:`UPLOAD_CHUNK` parts above that size), for a caller that waits ``timeout``
         seconds and then cancels the call: the cancel reaches Rust, which drops the requests
         (none runs on). obstore's own retries stay on (a reset part is sent again, not the
-        whole file), bounded like each request by ``timeout`` rounded up to a power of two
-        seconds (:meth:`_uploader`): a backstop should the cancel never come.
+        whole file), within ``timeout`` rounded up to a power of two seconds
+        (:meth:`_uploader`: a backstop should the cancel never come); each request may take
+        ``request`` seconds (rounded up likewise; default ``timeout``): a part that stalls is
+        given up and sent again, as a read's attempt is.
 
         The one obstore call lading cancels (a read is left to end by itself, see
         :meth:`_settled`): an upload may be minutes from its own end. Rust sees the cancel
@@ -195,7 +204,7 @@ class ObstoreClient:
         process exit: 0 aborts in 40 cold ``lading build`` runs cancelled this way."""
         import obstore
 
-        store = self._uploader(timeout)
+        store = self._uploader(timeout, request)
         call = asyncio.ensure_future(obstore.put_async(store, key, data, chunk_size=UPLOAD_CHUNK))
         self._pending.add(call)  # drain() waits for it at exit; a cancel ends it at once
         call.add_done_callback(_forget(self._pending))
@@ -204,24 +213,26 @@ class ObstoreClient:
         except Exception as e:
             raise self._error(e, key) from e
 
-    def _uploader(self, timeout: float) -> Any:
+    def _uploader(self, timeout: float, request: float | None = None) -> Any:
         """The store uploads of ``timeout`` seconds go through: each request (a PUT, a part,
-        the completion of a multipart upload) and obstore's retries of it within ``bound``,
-        ``timeout`` rounded up to a power of two (few stores a client: making one takes 42 ms)."""
+        the completion of a multipart upload) within ``request`` (default ``timeout``) and
+        obstore's retries within ``timeout``, each rounded up to a power of two (few stores
+        a client: making one takes 42 ms)."""
         from obstore.store import from_url
 
-        bound = float(2 ** math.ceil(math.log2(max(timeout, 0.25))))
-        if bound not in self._uploaders:
+        bound = _pow2(timeout)
+        each = min(bound, _pow2(request if request is not None else timeout))
+        if (bound, each) not in self._uploaders:
             options = {
                 **self._client_options,
-                "timeout": f"{int(bound * 1000)}ms",
-                "connect_timeout": f"{int(min(bound, 10.0) * 1000)}ms",
+                "timeout": f"{int(each * 1000)}ms",
+                "connect_timeout": f"{int(min(each, 10.0) * 1000)}ms",
             }
             retry = {"max_retries": 10, "retry_timeout": timedelta(seconds=bound)}
-            self._uploaders[bound] = from_url(  # type: ignore[call-overload]
+            self._uploaders[bound, each] = from_url(  # type: ignore[call-overload]
                 self.url, client_options=options, retry_config=retry, **self._config
             )
-        return self._uploaders[bound]
+        return self._uploaders[bound, each]
 
     async def delete_async(self, key: str) -> None:
         """Remove object ``key`` (absent is fine) on the read path: one attempt within the
@@ -296,6 +307,10 @@ class ObstoreClient:
         import obstore
 
         obstore.delete(self._admin, key)
+
+
+def _pow2(seconds: float) -> float:
+    return float(2 ** math.ceil(math.log2(max(seconds, 0.25))))
 
 
 def _forget(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:

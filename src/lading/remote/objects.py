@@ -119,10 +119,13 @@ class ObjectClient(Protocol):
     async def put_async(self, key: str, data: bytes) -> None:
         """Write small object ``key`` (one attempt, under the read path's timeout: a probe)."""
 
-    async def upload_async(self, key: str, data: bytes | Path, timeout: float) -> None:
+    async def upload_async(
+        self, key: str, data: bytes | Path, timeout: float, request: float | None = None
+    ) -> None:
         """Write object ``key`` from bytes or a local file, for a caller that cancels the
         call after ``timeout`` seconds: the cancel stops its requests; the backend's own
-        retries (a reset part of a multipart upload) run within that time."""
+        retries (a reset or stalled part of a multipart upload, each request given
+        ``request`` seconds where the backend can bound one) run within that time."""
 
     async def delete_async(self, key: str) -> None:
         """Remove object ``key`` (absent is fine; one attempt, retried by the fetcher)."""
