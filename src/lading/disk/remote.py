@@ -138,8 +138,14 @@ def changed(url: str, key: str, endpoint: str, said: str = "") -> RemoteChangedE
 
 def refused(status_text: str) -> bool:
     """Whether a client's text of an error is an HTTP 401 or 403 (obstore reports a LIST's
-    as a generic error)."""
-    return any(m in status_text for m in ("403 Forbidden", "401 Unauthorized", "AccessDenied"))
+    as a generic error; botocore names S3's codes: a wrong key or secret)."""
+    return any(m in status_text for m in _REFUSED)
+
+
+_REFUSED = (
+    "403 Forbidden", "401 Unauthorized", "AccessDenied", "InvalidAccessKeyId",
+    "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
+)  # fmt: skip
 
 
 def filesystem(

@@ -238,3 +238,13 @@ def test_a_server_that_never_answers_is_said_at_the_first_timeout(
     assert len(said) == 1, said  # once, not at every attempt
     assert said[0].startswith(f"lading: no answer from {faults.endpoint} after 0.5 s")
     assert "retrying 1/3" in said[0] and "LADING_REMOTE_TIMEOUT" in said[0]
+
+
+@pytest.mark.parametrize("code", ["InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"])
+def test_wrong_credentials_are_access_denied_by_their_code(code: str) -> None:
+    """moto checks no signature: S3's codes for a wrong key or secret, as botocore words them
+    (``lading stage`` printed 62 lines for one), are told apart from a transient failure."""
+    from lading.disk.remote import refused
+
+    said = f"An error occurred ({code}) when calling the ListObjectsV2 operation: ..."
+    assert refused(said) and not refused("An error occurred (SlowDown) when calling ...")
