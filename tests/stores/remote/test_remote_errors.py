@@ -140,6 +140,8 @@ def test_a_mistyped_scheme_gets_a_did_you_mean(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(lading.StoreFormatError, match="did you mean s3://remote-errors/docs"):
         lading.open_store(typed)
+    with pytest.raises(FileNotFoundError, match="did you mean s3://remote-errors/docs"):
+        lading.stage(typed, tmp_path / "staged", progress=False)
 
 
 def test_an_unknown_client_option_is_named(store_url: str, tmp_path: Path) -> None:
