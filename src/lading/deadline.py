@@ -13,6 +13,9 @@ import asyncio
 import concurrent.futures
 import os
 import random
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -20,6 +23,9 @@ TIMEOUT_ENV = "LADING_REMOTE_TIMEOUT"  # seconds an attempt of a remote call may
 DEFAULT_TIMEOUT = 20.0  # an 8 MiB block at 1 MB/s still fits
 DEFAULT_RETRIES = 3
 DEFAULT_BACKOFF = 0.05  # seconds before the first retry; doubled each time
+SILENCE_EVERY_S = 60.0  # an endpoint's "no answer" line at most this often in a process
+_silence_said: dict[str, float] = {}  # endpoint -> when its line was last printed
+_silence_lock = threading.Lock()  # held for a dict update only
 
 
 def remote_timeout() -> float:
@@ -76,4 +82,24 @@ class Deadline:
             f"times, each allowed {self.timeout:g}s (timeout=, env {TIMEOUT_ENV}; "
             f"retries={self.retries}); last: {reason}. Check that the endpoint is up and "
             f"reachable, or raise the timeout{note}"
+        )
+
+    def no_answer(self, what: str, endpoint: str, attempt: int) -> None:
+        """Say on stderr, in one line, that attempt ``attempt`` (1-based) of ``what`` had no
+        answer within its time and is being retried: a server that never answers is otherwise
+        ``total`` seconds of silence. Once an endpoint a minute in a process (many GETs in
+        flight time out together); nothing after the last attempt (its error says it)."""
+        if attempt > self.retries:
+            return
+        where = endpoint or "the default endpoint"
+        now = time.monotonic()
+        with _silence_lock:
+            if now - _silence_said.get(where, -SILENCE_EVERY_S) < SILENCE_EVERY_S:
+                return
+            _silence_said[where] = now
+        print(
+            f"lading: no answer from {where} after {self.timeout:g} s ({what}), retrying "
+            f"{attempt}/{self.retries} (timeout=, env {TIMEOUT_ENV})",
+            file=sys.stderr,
+            flush=True,
         )

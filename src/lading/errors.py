@@ -45,9 +45,56 @@ class OutOfSpaceError(LadingError, OSError):
         return str(self.strerror)
 
 
-class RemoteReadError(LadingError, OSError):
+class RemoteError(LadingError):
+    """Base of every failure talking to object storage (``s3://``, ``gs://``, ...).
+
+    Each one is one line naming the object or bucket, the endpoint and the fix; catch this
+    class for any of them. The family (docs/remote-stores.md, "When a remote call fails"):
+
+    - :class:`RemoteURLError`: the URL cannot be right (``s3://b//x``, ``S3://``) or an
+      option of the client is unknown; nothing was sent.
+    - :class:`RemoteReadError`: a read failed for good (after its retries, each within the
+      remote deadline), and its subclasses for what retrying cannot fix:
+      :class:`RemoteAccessError` (access denied, or no credentials found),
+      :class:`RemoteNotFoundError` (no such bucket or object),
+      :class:`RemoteChangedError` (an object deleted or overwritten since the snapshot was
+      opened).
+    - :class:`RemoteWriteError`: a write (a build's upload) failed.
+    """
+
+
+class RemoteURLError(RemoteError, ValueError):
+    """An object-store URL or client option that cannot be right; the message says which
+    part and, where one is plain, the URL meant (``did you mean s3://bucket/x?``)."""
+
+
+class RemoteReadError(RemoteError, OSError):
     """A call to object storage failed for good (after its retries, each within the remote
     deadline): names the object (and byte range), the endpoint, the setting and why."""
+
+
+class RemotePermanentError(RemoteReadError):
+    """A remote failure that retrying cannot fix (never retried): one of the three below, or
+    another the server says is final."""
+
+
+class RemoteAccessError(RemotePermanentError, PermissionError):
+    """The server refused (HTTP 401/403), or no credentials were found: names where
+    credentials come from (the environment, a profile, ``storage_options``) and the bucket's
+    policy."""
+
+
+class RemoteNotFoundError(RemotePermanentError, FileNotFoundError):
+    """No such bucket or object at the endpoint: names which, the endpoint and the fix."""
+
+
+class RemoteChangedError(RemotePermanentError):
+    """An object was deleted or overwritten since the snapshot was opened (its ETag no longer
+    answers): reopen the store, or rebuild it."""
+
+
+class RemoteWriteError(RemoteError, OSError):
+    """A write to object storage failed: names the bucket or object, the endpoint and why."""
 
 
 class EmptyEpochError(LadingError, ValueError):

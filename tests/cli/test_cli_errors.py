@@ -296,3 +296,13 @@ def test_reusable_says_a_touch_rebuilds(tmp_path: Path) -> None:
     doc = " ".join((reusable.__doc__ or "").split())
     assert "a copy or a ``touch`` does not call for a rebuild" not in doc
     assert "``touch`` of the source rebuilds" in doc
+
+
+@pytest.mark.parametrize("command", [["verify"], ["inspect"], ["get"]])
+def test_a_missing_store_exits_2_from_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """Nothing there to check is bad input (2), as for inspect and get; 1 is damage found."""
+    extra = ["d1"] if command == ["get"] else []
+    code, err = run([*command, str(tmp_path / "nope"), *extra], capsys)
+    assert code == 2 and "nope" in err and "no such directory" in err

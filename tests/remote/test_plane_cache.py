@@ -20,6 +20,7 @@ import pytest
 
 from conftest import HEALTHY_S
 from distributed import run_processes
+from lading.errors import RemoteChangedError
 from lading.remote.cache import NodeCache, Planner, node_of
 from lading.remote.cache.ledger import WAL_PAGES
 from lading.remote.clients import open_client
@@ -132,7 +133,7 @@ def test_a_replaced_object_is_refused_not_read(bucket: str, tmp_path: Path) -> N
     client.put("text.bin", b"a" * 1000)
     cache = _cache(url, tmp_path / "d", 1 << 20, "obstore")
     client.put("text.bin", b"b" * 1000)  # rewritten in place after the open
-    with pytest.raises(RemoteReadError, match="was replaced since this store was opened"):
+    with pytest.raises(RemoteChangedError, match="deleted or overwritten since the snapshot was"):
         cache.read([("text.bin", 0, 10)])
 
 

@@ -93,3 +93,14 @@ def test_a_merge_of_a_build_claiming_huge_n_answers_at_once(tmp_path: Path) -> N
     with pytest.raises(StoreFormatError, match=r"has 0 of its 1,000,000,000,000 shards"):
         lading.merge_store(dest, build_id="build-x")
     assert time.process_time() - started < 1.0
+
+
+@pytest.mark.parametrize(
+    "shard", [(0.5, 2), (True, 2), (0, 2.0), (0, True), ("0", 2), (0, 2, 1), (-1, 2), (0, 0)]
+)
+def test_a_shard_that_is_not_two_whole_numbers_is_refused(tmp_path: Path, shard: object) -> None:
+    """Before, (0.5, 2) was shard 0 and (True, 2) shard 1: int() made them so, silently."""
+    a = _tsv(tmp_path / "A.tsv", "a")
+    with pytest.raises(ValueError, match=r"shard"):
+        lading.build_shard(a, tmp_path / "s", shard=shard, progress=False)  # type: ignore[arg-type]
+    assert not (tmp_path / "s").exists()

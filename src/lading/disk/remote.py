@@ -18,15 +18,29 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from lading.deadline import DEFAULT_RETRIES, Deadline, remote_timeout
-from lading.errors import RemoteReadError
+from lading.errors import (
+    RemoteAccessError,
+    RemoteChangedError,
+    RemoteNotFoundError,
+    RemoteReadError,
+    RemoteURLError,
+)
 
 BLOCK = 1 << 22  # 4 MiB a ranged GET: within the deadline at 1 MB/s, few GETs a file
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+CREDENTIALS = (
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), storage_options "
+    "(key/secret), an instance role"
+)
+# asked for keys when nothing else gave them: a refusal or an error there means none were found
+_NO_KEYS = ("NoCredentialsError", "PartialCredentialsError")  # botocore's, by name
+_METADATA = ("169.254.169.254", "/latest/api/token", "/latest/meta-data")
 
 
 def public_endpoint(endpoint: str) -> str:
@@ -34,6 +48,104 @@ def public_endpoint(endpoint: str) -> str:
     scheme, sep, rest = endpoint.partition("://")
     host = rest.rsplit("@", 1)[-1] if sep else endpoint.rsplit("@", 1)[-1]
     return f"{scheme}{sep}{host}" if sep else host
+
+
+# schemes whose URL is bucket/key: an empty segment names nothing (file:///x is a path)
+BUCKET_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "r2")
+_LOOKS_LIKE_URL = re.compile(r"(s3a?|gs|gcs|az|abfss?)(?::/+|/+)([^/].*)", re.I)
+
+
+def check_url(url: str) -> None:
+    """Refuse an object-store URL that cannot name an object: an upper-case scheme
+    (``S3://``: fsspec said "Protocol not known: S3") or an empty path segment
+    (``s3://bucket//name``: obstore printed a Rust debug dump, S3 would read another key).
+
+    Raises:
+        RemoteURLError: naming the URL and the one it likely meant.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or not scheme:
+        return
+    if scheme != scheme.lower():
+        raise RemoteURLError(
+            f"{url}: a URL's scheme is lower case; did you mean {scheme.lower()}://{rest}?"
+        )
+    path = rest.rstrip("/")
+    if scheme in BUCKET_SCHEMES and (path.startswith("/") or "//" in path):
+        fixed = "/".join(part for part in path.split("/") if part)
+        raise RemoteURLError(
+            f"{url}: an empty path segment ('//' or no bucket) names no object; did you mean "
+            f"{scheme}://{fixed}?"
+        )
+
+
+def meant_url(path: str | os.PathLike[str]) -> str:
+    """``" (did you mean s3://bucket/x?)"`` for a local path that is a mistyped URL
+    (``s3:/bucket/x``, ``s3//bucket/x``), else ``""``: said where no such folder exists."""
+    found = _LOOKS_LIKE_URL.fullmatch(os.fspath(path))
+    if found is None:
+        return ""
+    return f" (did you mean {found.group(1).lower()}://{found.group(2)}?)"
+
+
+def _where(url: str, key: str, endpoint: str) -> str:
+    name = f"{url.rstrip('/')}/{key}" if key else url.rstrip("/")
+    return f"{name} (endpoint {endpoint or 'the default endpoint'})"
+
+
+def bucket_of(url: str) -> str:
+    """``"s3://bucket/a/b"`` -> ``"bucket"``."""
+    return url.partition("://")[2].split("/", 1)[0]
+
+
+def denied(url: str, key: str, endpoint: str, said: str) -> RemoteAccessError:
+    """The one line of a call the server refused (401/403), or made without credentials:
+    where credentials come from and the bucket's policy; a refusal is never retried."""
+    if any(m in said for m in _METADATA) or "credential" in said.lower():
+        return RemoteAccessError(
+            f"{_where(url, key, endpoint)}: no credentials found (looked in {CREDENTIALS}); "
+            "set them, or for a public bucket pass storage_options={'skip_signature': True}"
+        )
+    return RemoteAccessError(
+        f"{_where(url, key, endpoint)}: access denied ({said}); check the credentials "
+        f"({CREDENTIALS}) and the bucket's policy for {bucket_of(url)!r}"
+    )
+
+
+def no_bucket(url: str, endpoint: str) -> RemoteNotFoundError:
+    """The one line of a call to a bucket that is not there."""
+    return RemoteNotFoundError(
+        f"{url}: bucket {bucket_of(url)!r} does not exist at "
+        f"{endpoint or 'the default endpoint'}; check the URL and the endpoint "
+        "(AWS_ENDPOINT_URL, storage_options endpoint_url), or create the bucket"
+    )
+
+
+def no_object(url: str, key: str, endpoint: str) -> RemoteNotFoundError:
+    """The one line of a GET of an object that is not there (its bucket is)."""
+    return RemoteNotFoundError(f"{_where(url, key, endpoint)} does not exist")
+
+
+def changed(url: str, key: str, endpoint: str, said: str = "") -> RemoteChangedError:
+    """The one line of a read of an object deleted or overwritten since the snapshot that
+    lists it was opened (a 404, or another ETag)."""
+    why = f" ({said})" if said else ""
+    return RemoteChangedError(
+        f"{_where(url, key, endpoint)} was deleted or overwritten since the snapshot was "
+        f"opened{why}: reopen the store, or rebuild it"
+    )
+
+
+def refused(status_text: str) -> bool:
+    """Whether a client's text of an error is an HTTP 401 or 403 (obstore reports a LIST's
+    as a generic error; botocore names S3's codes: a wrong key or secret)."""
+    return any(m in status_text for m in _REFUSED)
+
+
+_REFUSED = (
+    "403 Forbidden", "401 Unauthorized", "AccessDenied", "InvalidAccessKeyId",
+    "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
+)  # fmt: skip
 
 
 def filesystem(
@@ -52,6 +164,7 @@ def filesystem(
         raise ImportError(
             f"{doing} {url} needs fsspec. To install:\n  pip install 'lading[remote]'"
         ) from None
+    check_url(url)
     options = dict(options)
     if timeout is not None and url.startswith(("s3://", "s3a://")):
         config = dict(options.get("config_kwargs") or {})
@@ -83,6 +196,7 @@ class RemoteDir:
         self.endpoint = public_endpoint(str(endpoint or os.environ.get("AWS_ENDPOINT_URL", "")))
         # one attempt each: ours are the retries (botocore's 4 of a 503, with its backoff,
         # spent a whole attempt's time inside it)
+        self.options = dict(options)  # their names only ever printed
         self.fs, self.root = filesystem(self.url, options, self.timeout, "staging from", 1)
 
     def files(self) -> dict[str, dict[str, Any]]:
@@ -114,13 +228,23 @@ class RemoteDir:
     def _call(self, what: str, method: str, *args: Any, want: int = -1, **kwargs: Any) -> Any:
         """``fs.<method>(*args, **kwargs)``, retried; ``want``: the bytes it must return."""
         last: BaseException | None = None
-        for pause in self.deadline.pauses():
+        for attempt, pause in enumerate(self.deadline.pauses(), 1):
             time.sleep(pause)
             try:
                 found = self._once(method, args, kwargs)
-            except _PERMANENT:
-                raise
+            except _PERMANENT as e:
+                raise self._final(e, args[0] if args else "") from None
+            except TypeError as e:  # s3fs passes storage options on to botocore's session
+                raise RemoteURLError(
+                    f"{self.url}: the storage options {sorted(self.options)} were not all "
+                    f"understood ({_first(e)}); check their names in the docs of "
+                    f"{type(self.fs).__name__}"
+                ) from None
             except Exception as e:  # botocore's and aiohttp's errors are not all OSErrors
+                if refused(str(e)) or type(e).__name__ in _NO_KEYS:
+                    raise self._final(e, args[0] if args else "") from None
+                if isinstance(e, (asyncio.TimeoutError, concurrent.futures.TimeoutError)):
+                    self.deadline.no_answer(what, self.endpoint, attempt)
                 last = e
                 continue
             if want < 0 or len(found) == want:
@@ -129,6 +253,21 @@ class RemoteDir:
         raise RemoteReadError(
             self.deadline.gave_up(what, self.endpoint, last, "; nothing was staged")
         )
+
+    def _final(self, error: BaseException, path: object) -> BaseException:
+        """A failure retrying cannot fix, as one line of the remote family where it is one
+        (no bucket, no object, access denied, no credentials)."""
+        text = f"{type(error).__name__}: {_first(error)}"
+        key = str(path)[len(self.root) + 1 :] if str(path).startswith(self.root + "/") else ""
+        if isinstance(error, FileNotFoundError):
+            if "bucket" in str(error).lower():
+                return no_bucket(self.url, self.endpoint)
+            return no_object(self.url, key, self.endpoint)
+        if isinstance(error, PermissionError) or refused(str(error)):
+            return denied(self.url, key, self.endpoint, text)
+        if type(error).__name__ in _NO_KEYS:
+            return denied(self.url, key, self.endpoint, "no credentials")
+        return error
 
     def _once(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """One attempt: on an async filesystem, its coroutine on fsspec's loop, cancelled
@@ -144,3 +283,7 @@ class RemoteDir:
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise
+
+
+def _first(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 
 from lading.disk.formats import check_version, disk_format
 from lading.disk.names import check_inside, check_layout, check_name, inside, refuse
+from lading.disk.remote import meant_url
 from lading.errors import LadingError, StoreFormatError
 
 META_FILE = "meta.json"
@@ -154,7 +155,9 @@ def read_current(root: Path, fmt_name: str) -> dict[str, Any]:
             f"pass the directory a build wrote (e.g. `lading build {root} DEST`, then DEST)"
         )
     if not root.is_dir():
-        raise StoreFormatError(f"{root} is not a lading {fmt.what}: no such directory")
+        raise StoreFormatError(
+            f"{root} is not a lading {fmt.what}: no such directory{meant_url(root)}"
+        )
     try:
         raw = (root / META_FILE).read_bytes()
     except FileNotFoundError:

@@ -42,7 +42,7 @@ from lading.disk import (
 )
 from lading.disk.meta import LISTED_FORMATS, META_FILE
 from lading.disk.names import check_layout, check_name, inside
-from lading.disk.remote import RemoteDir
+from lading.disk.remote import RemoteDir, meant_url
 from lading.errors import StoreFormatError
 from lading.world import World, from_environment
 
@@ -68,7 +68,9 @@ class _Source:
         else:
             self.local = Path(self.url.removeprefix("file://"))
             if not self.local.is_dir():
-                raise FileNotFoundError(f"{self.local} is not a directory to stage")
+                raise FileNotFoundError(
+                    f"{self.local} is not a directory to stage{meant_url(self.url)}"
+                )
 
     @property
     def name(self) -> str:

@@ -32,7 +32,7 @@ from lading.disk import (
     write_file,
 )
 from lading.errors import SourceError, StaleStoreWarning, StoreFormatError
-from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENS
+from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENS, check_offsets
 from lading.lm.texts import identity_changed, iter_texts, source_identity
 from lading.remote.objects import is_remote
 from lading.sources import refuse_if_changed
@@ -85,12 +85,7 @@ class TokenCorpus:
         where = path / meta.get("dir", "")  # version 1: every file at the top
         self.tokens: npt.NDArray[Any] = MappedFile(where / TOKENS).array(self.dtype)
         self.offsets: npt.NDArray[np.uint64] = MappedFile(where / OFFSETS).array(OFFSET_DTYPE)
-        if len(self.offsets) != meta["documents"] + 1 or int(self.offsets[-1]) != len(self.tokens):
-            raise StoreFormatError(
-                f"{path}: tokens.off ({len(self.offsets)} offsets) does not describe tokens.bin "
-                f"({len(self.tokens)} tokens) and the manifest's documents = "
-                f"{meta['documents']!r}; rebuild it with `lading lm build`"
-            )
+        check_offsets(self.offsets, len(self.tokens), meta, str(path))
 
     @classmethod
     def open(

@@ -3,7 +3,45 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from lading.errors import StoreFormatError
+
 FORMAT_NAME = "lading.tokens"
 TOKENS = "tokens.bin"  # every document's token ids back to back
 OFFSETS = "tokens.off"  # n + 1 uint64 offsets into TOKENS
 TOKENIZER = "tokenizer.json"  # the tokenizer the ids came from
+CHECK_CHUNK = 1 << 22  # offsets compared at a time: 32 MiB, whatever the corpus's size
+
+
+def check_offsets(
+    offsets: npt.NDArray[np.uint64], tokens: int, meta: dict[str, Any], where: str
+) -> None:
+    """Refuse ``tokens.off`` unless it is ``documents + 1`` offsets from 0 to ``tokens``, never
+    going down. The open's checksums read a file's first and last 4 KiB only: offsets out of
+    order in between opened, and a read of those documents failed in numpy. One pass over the
+    file, a chunk at a time (8 B a document; 10M documents, in the page cache: 20-50 ms).
+
+    Raises:
+        StoreFormatError: naming the corpus, the first document out of order and the fix.
+    """
+    n = len(offsets)
+    if n != meta["documents"] + 1 or int(offsets[-1]) != tokens or int(offsets[0]) != 0:
+        raise StoreFormatError(
+            f"{where}: {OFFSETS} ({n} offsets) does not describe {TOKENS} ({tokens} tokens) "
+            f"and the manifest's documents = {meta['documents']!r}; rebuild it with "
+            "`lading lm build`"
+        )
+    for lo in range(0, n - 1, CHECK_CHUNK):
+        part = np.asarray(offsets[lo : lo + CHECK_CHUNK + 1])
+        down = np.flatnonzero(part[1:] < part[:-1])
+        if len(down):
+            i = lo + int(down[0])
+            raise StoreFormatError(
+                f"{where}: {OFFSETS} is not in order: document {i} ends at {int(offsets[i + 1])}, "
+                f"before it starts at {int(offsets[i])}; the file is damaged, rebuild the corpus "
+                "with `lading lm build`"
+            )

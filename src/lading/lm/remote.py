@@ -32,7 +32,7 @@ from lading.disk.meta import META_FILE
 from lading.disk.names import check_name, safe_snapshot_id
 from lading.disk.snapshot import decode_manifest
 from lading.errors import LadingError, StoreFormatError
-from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENIZER, TOKENS
+from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENIZER, TOKENS, check_offsets
 from lading.remote.cache import NodeCache
 from lading.remote.clients import check_reachable
 from lading.remote.objects import RemoteNotSupportedError
@@ -159,12 +159,7 @@ class RemoteTokenFiles:
         self.tokens = RemoteTokens(cache, key, self.dtype, count)
         where = staged / meta.get("dir", "") / OFFSETS
         self.offsets = MappedFile(where, random_access=True).array(OFFSET_DTYPE)
-        if len(self.offsets) != meta["documents"] + 1 or int(self.offsets[-1]) != count:
-            raise StoreFormatError(
-                f"{self.url}: tokens.off ({len(self.offsets)} offsets) does not describe "
-                f"{key} ({count} tokens) and the manifest's documents = {meta['documents']!r}; "
-                "rebuild the corpus"
-            )
+        check_offsets(self.offsets, count, meta, self.url)
 
     @property
     def cache(self) -> NodeCache:

@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from lading.disk.remote import filesystem
-from lading.remote.objects import ObjectInfo, PermanentError
+from lading.remote.objects import (
+    ObjectInfo,
+    PermanentError,
+    changed,
+    denied,
+    no_bucket,
+    no_object,
+    refused,
+)
 
 
 class FsspecClient:
@@ -58,18 +66,21 @@ class FsspecClient:
 
     async def get_async(self, key: str) -> bytes:
         """The whole object ``key`` (the read path; see :meth:`get`)."""
-        with _errors(f"{self.url}/{key} does not exist"):
+        with self._errors(key):
             return bytes(await self._on_fs("cat_file", self._path(key)))
 
     async def put_async(self, key: str, data: bytes) -> None:
-        with _errors(f"{self.url}: its bucket does not exist"):
+        with self._errors(key, writing=True):
             await self._on_fs("pipe_file", self._path(key), data)
 
-    async def upload_async(self, key: str, data: bytes | Path, timeout: float) -> None:
+    async def upload_async(
+        self, key: str, data: bytes | Path, timeout: float, request: float | None = None
+    ) -> None:
         """Write object ``key`` from bytes or a file, for a caller that cancels the call
-        after ``timeout`` seconds (the cancel reaches the coroutine on fsspec's loop)."""
+        after ``timeout`` seconds (the cancel reaches the coroutine on fsspec's loop;
+        ``request`` is not used: fsspec bounds no single part)."""
         path = self._path(key)
-        with _errors(f"{self.url}: its bucket does not exist"):
+        with self._errors(key, writing=True):
             if isinstance(data, Path):
                 await self._on_fs("put_file", str(data), path)
             else:
@@ -79,7 +90,7 @@ class FsspecClient:
     async def delete_async(self, key: str) -> None:
         """Remove object ``key`` (absent is fine) on the read path."""
         path = self._path(key)
-        with _errors(f"{self.url}/{key}"), contextlib.suppress(FileNotFoundError):
+        with self._errors(key), contextlib.suppress(FileNotFoundError):
             await self._on_fs("rm_file", path)
         self.fs.invalidate_cache(path)
 
@@ -87,21 +98,50 @@ class FsspecClient:
         """:meth:`list` on the read path."""
         base = self._path(prefix.rstrip("/")) if prefix else self.root
         try:
-            found = await self._on_fs("find", base, None, False, True)  # path, depth, dirs, detail
-        except FileNotFoundError:
+            with self._errors(prefix, listing=True):
+                found = await self._on_fs("find", base, None, False, True)  # path, depth, ...
+        except FileNotFoundError as e:
+            if isinstance(e, PermanentError):
+                raise
             return {}
-        except OSError:
-            raise
-        except Exception as e:
-            raise OSError(f"{type(e).__name__}: {_first_line(e)}") from e
         return self._listed(found)
+
+    @contextlib.contextmanager
+    def _errors(
+        self, key: str, pinned: bool = False, writing: bool = False, listing: bool = False
+    ) -> Iterator[None]:
+        """What retrying cannot fix as one of :class:`~lading.errors.RemotePermanentError`'s
+        family (no bucket, no object, a pinned object gone since the snapshot was opened,
+        access denied, no credentials; not retried); botocore's and aiohttp's other errors,
+        which are not ``OSError``, become ``OSError``, which the fetcher retries. A listing's
+        missing prefix is left to the caller (an empty listing)."""
+        try:
+            yield
+        except PermanentError:
+            raise
+        except FileNotFoundError as e:
+            text = str(e)
+            if "bucket" in text.lower() or writing:
+                raise no_bucket(self.url, self.endpoint) from None
+            if listing:
+                raise
+            if pinned:
+                raise changed(self.url, key, self.endpoint) from None
+            raise no_object(self.url, key, self.endpoint) from None
+        except Exception as e:
+            text = f"{type(e).__name__}: {_first_line(e)}"
+            if isinstance(e, PermissionError) or refused(str(e)) or _no_keys(e):
+                raise denied(self.url, key, self.endpoint, text) from None
+            if isinstance(e, OSError):
+                raise
+            raise OSError(text) from e
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}" if key else self.root
 
     async def get_range(self, key: str, start: int, end: int, etag: str | None = None) -> bytes:
         path = self._path(key)
-        with _errors(f"{self.url}/{key} does not exist"):
+        with self._errors(key, pinned=etag is not None):
             if etag is not None and hasattr(self.fs, "_call_s3"):  # s3fs: the pin is sent
                 pinned = asyncio.run_coroutine_threadsafe(
                     self._pinned_s3(key, start, end, etag), self.fs.loop
@@ -127,10 +167,7 @@ class FsspecClient:
             )  # fmt: skip
         except Exception as e:
             if any(m in str(e) for m in ("PreconditionFailed", "Precondition Failed", "(412)")):
-                raise PermanentError(
-                    f"{self.url}/{key} was replaced since it was opened "
-                    f"(its ETag changed: {_first_line(e)})"
-                ) from None
+                raise changed(self.url, key, self.endpoint, "its ETag changed") from None
             raise
         try:
             return bytes(await response["Body"].read())
@@ -141,10 +178,8 @@ class FsspecClient:
         return bytes(self.fs.cat_file(path, start=start, end=end))
 
     def get(self, key: str) -> bytes:
-        try:
+        with self._errors(key):
             return bytes(self.fs.cat_file(self._path(key)))
-        except FileNotFoundError:
-            raise PermanentError(f"{self.url}/{key} does not exist") from None
 
     def put(self, key: str, data: bytes | Path) -> None:
         path = self._path(key)
@@ -198,16 +233,7 @@ def _etag(info: Mapping[str, Any]) -> str | None:
     return str(found) if found else None
 
 
-@contextlib.contextmanager
-def _errors(missing: str) -> Iterator[None]:
-    """A missing object or bucket is :class:`PermanentError` (``missing`` says which; not
-    retried); botocore's and aiohttp's errors, which are not ``OSError``, become ``OSError``,
-    which the fetcher retries."""
-    try:
-        yield
-    except FileNotFoundError:
-        raise PermanentError(missing) from None
-    except OSError:
-        raise
-    except Exception as e:
-        raise OSError(f"{type(e).__name__}: {_first_line(e)}") from e
+def _no_keys(error: BaseException) -> bool:
+    """botocore's "Unable to locate credentials" (NoCredentialsError), by name: botocore is
+    an optional import."""
+    return type(error).__name__ in ("NoCredentialsError", "PartialCredentialsError")

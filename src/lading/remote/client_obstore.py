@@ -23,7 +23,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lading.disk.remote import public_endpoint as public_endpoint  # (fsspec's uses it too)
-from lading.remote.objects import ObjectInfo, PermanentError, split_url
+from lading.errors import RemoteURLError
+from lading.remote.objects import (
+    ObjectInfo,
+    PermanentError,
+    changed,
+    denied,
+    no_bucket,
+    no_object,
+    refused,
+    split_url,
+)
 from lading.threads import register
 
 T = TypeVar("T")
@@ -90,9 +100,12 @@ class ObstoreClient:
         if timeout is not None:
             reader["timeout"] = f"{max(1, int(timeout * 1000))}ms"
             reader["connect_timeout"] = f"{max(1, int(min(timeout, 10.0) * 1000))}ms"
-        self._store = from_url(  # type: ignore[call-overload]  # config keys vary by scheme
-            self.url, client_options=reader, retry_config={"max_retries": 0}, **config
-        )
+        try:
+            self._store = from_url(  # type: ignore[call-overload]  # config keys vary by scheme
+                self.url, client_options=reader, retry_config={"max_retries": 0}, **config
+            )
+        except Exception as e:  # an unknown key: obstore's text ends in a Rust debug dump
+            raise _bad_option(e, self.url, options) from None
         # the sync calls (put, get, list, head, delete: tools, tests, the bench's publish)
         # keep obstore's own retries (a multipart upload of a 1.2 GB file whose one part
         # failed once was aborted whole without them) and wait long: completing that upload
@@ -101,7 +114,7 @@ class ObstoreClient:
         admin = {**client, "timeout": "30min"}
         self._admin = from_url(self.url, client_options=admin, **config)  # type: ignore[call-overload]
         self._client_options, self._config = client, config  # for _uploader (never printed)
-        self._uploaders: dict[float, Any] = {}  # request bound (s) -> store (42 ms to make)
+        self._uploaders: dict[tuple[float, float], Any] = {}  # bounds (s) -> store (42 ms)
 
     async def get_range(self, key: str, start: int, end: int, etag: str | None = None) -> bytes:
         import obstore
@@ -119,7 +132,7 @@ class ObstoreClient:
             )
             return bytes(await self._settled(result.bytes_async()))
         except Exception as e:
-            raise _translate(e, self.url, key) from e
+            raise self._error(e, key, pinned=etag is not None) from e
 
     async def get_ranges(
         self, key: str, ranges: list[tuple[int, int]], etag: str | None = None
@@ -149,7 +162,7 @@ class ObstoreClient:
         except PermanentError:
             raise
         except Exception as e:
-            raise _translate(e, self.url, key) from e
+            raise self._error(e, key, pinned=etag is not None) from e
 
     async def get_async(self, key: str) -> bytes:
         """The whole object ``key`` (the read path: no retries of obstore's own)."""
@@ -159,7 +172,7 @@ class ObstoreClient:
             result = await self._settled(obstore.get_async(self._store, key))
             return bytes(await self._settled(result.bytes_async()))
         except Exception as e:
-            raise _translate(e, self.url, key) from e
+            raise self._error(e, key) from e
 
     async def list_async(self, prefix: str = "") -> dict[str, ObjectInfo]:
         """:meth:`list` on the read path (no retries of obstore's own)."""
@@ -168,7 +181,7 @@ class ObstoreClient:
         try:
             metas = await self._settled(obstore.list(self._store, prefix or None).collect_async())
         except Exception as e:
-            raise _translate(e, self.url, prefix) from e
+            raise self._error(e, prefix) from e
         return {m["path"]: ObjectInfo(int(m["size"]), m.get("e_tag")) for m in metas}
 
     async def put_async(self, key: str, data: bytes) -> None:
@@ -177,15 +190,24 @@ class ObstoreClient:
         try:
             await self._settled(obstore.put_async(self._store, key, data))
         except Exception as e:
-            raise _translate(e, self.url, key) from e
+            raise self._error(e, key) from e
 
-    async def upload_async(self, key: str, data: bytes | Path, timeout: float) -> None:
+    @property
+    def part_bytes(self) -> int:
+        """Bytes a request of an upload carries at most (a part of a multipart upload)."""
+        return UPLOAD_CHUNK
+
+    async def upload_async(
+        self, key: str, data: bytes | Path, timeout: float, request: float | None = None
+    ) -> None:
         """Write object ``key`` from bytes or a file (a multipart upload of
         :data:`UPLOAD_CHUNK` parts above that size), for a caller that waits ``timeout``
         seconds and then cancels the call: the cancel reaches Rust, which drops the requests
         (none runs on). obstore's own retries stay on (a reset part is sent again, not the
-        whole file), bounded like each request by ``timeout`` rounded up to a power of two
-        seconds (:meth:`_uploader`): a backstop should the cancel never come.
+        whole file), within ``timeout`` rounded up to a power of two seconds
+        (:meth:`_uploader`: a backstop should the cancel never come); each request may take
+        ``request`` seconds (rounded up likewise; default ``timeout``): a part that stalls is
+        given up and sent again, as a read's attempt is.
 
         The one obstore call lading cancels (a read is left to end by itself, see
         :meth:`_settled`): an upload may be minutes from its own end. Rust sees the cancel
@@ -194,33 +216,35 @@ class ObstoreClient:
         process exit: 0 aborts in 40 cold ``lading build`` runs cancelled this way."""
         import obstore
 
-        store = self._uploader(timeout)
+        store = self._uploader(timeout, request)
         call = asyncio.ensure_future(obstore.put_async(store, key, data, chunk_size=UPLOAD_CHUNK))
         self._pending.add(call)  # drain() waits for it at exit; a cancel ends it at once
         call.add_done_callback(_forget(self._pending))
         try:
             await call  # not shielded: the caller's timeout cancels the upload itself
         except Exception as e:
-            raise _translate(e, self.url, key) from e
+            raise self._error(e, key) from e
 
-    def _uploader(self, timeout: float) -> Any:
+    def _uploader(self, timeout: float, request: float | None = None) -> Any:
         """The store uploads of ``timeout`` seconds go through: each request (a PUT, a part,
-        the completion of a multipart upload) and obstore's retries of it within ``bound``,
-        ``timeout`` rounded up to a power of two (few stores a client: making one takes 42 ms)."""
+        the completion of a multipart upload) within ``request`` (default ``timeout``) and
+        obstore's retries within ``timeout``, each rounded up to a power of two (few stores
+        a client: making one takes 42 ms)."""
         from obstore.store import from_url
 
-        bound = float(2 ** math.ceil(math.log2(max(timeout, 0.25))))
-        if bound not in self._uploaders:
+        bound = _pow2(timeout)
+        each = min(bound, _pow2(request if request is not None else timeout))
+        if (bound, each) not in self._uploaders:
             options = {
                 **self._client_options,
-                "timeout": f"{int(bound * 1000)}ms",
-                "connect_timeout": f"{int(min(bound, 10.0) * 1000)}ms",
+                "timeout": f"{int(each * 1000)}ms",
+                "connect_timeout": f"{int(min(each, 10.0) * 1000)}ms",
             }
             retry = {"max_retries": 10, "retry_timeout": timedelta(seconds=bound)}
-            self._uploaders[bound] = from_url(  # type: ignore[call-overload]
+            self._uploaders[bound, each] = from_url(  # type: ignore[call-overload]
                 self.url, client_options=options, retry_config=retry, **self._config
             )
-        return self._uploaders[bound]
+        return self._uploaders[bound, each]
 
     async def delete_async(self, key: str) -> None:
         """Remove object ``key`` (absent is fine) on the read path: one attempt within the
@@ -230,7 +254,7 @@ class ObstoreClient:
         try:
             await self._settled(obstore.delete_async(self._store, key))
         except Exception as e:
-            raise _translate(e, self.url, key) from e
+            raise self._error(e, key) from e
 
     async def _settled(self, call: Awaitable[T]) -> T:
         """Await an obstore call without ever cancelling it: a caller that gives up (a
@@ -253,6 +277,9 @@ class ObstoreClient:
             time.sleep(0.005)
         return True
 
+    def _error(self, error: Exception, key: str, pinned: bool = False) -> Exception:
+        return _translate(error, self.url, key, self.endpoint, pinned)
+
     def __repr__(self) -> str:
         return f"ObstoreClient({self.url!r}, endpoint={self.endpoint!r})"  # never the options
 
@@ -262,7 +289,7 @@ class ObstoreClient:
         try:
             return bytes(obstore.get(self._admin, key).bytes())
         except Exception as e:
-            raise _translate(e, self.url, key) from e
+            raise self._error(e, key) from e
 
     def put(self, key: str, data: bytes | Path) -> None:
         import obstore
@@ -294,6 +321,10 @@ class ObstoreClient:
         obstore.delete(self._admin, key)
 
 
+def _pow2(seconds: float) -> float:
+    return float(2 ** math.ceil(math.log2(max(seconds, 0.25))))
+
+
 def _forget(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
     """A done-callback: drop the call from ``pending`` and retrieve its outcome (a call
     nobody awaits any more would log "exception was never retrieved")."""
@@ -310,9 +341,13 @@ def _env_endpoint() -> str:
     return next((os.environ[v] for v in _ENDPOINT_VARS if os.environ.get(v)), "")
 
 
-def _translate(error: Exception, url: str, key: str) -> Exception:
-    """A permanent failure (missing object, another version) as :class:`PermanentError`; the
-    rest as ``OSError`` (retried). Only the first line of obstore's text is kept."""
+def _translate(
+    error: Exception, url: str, key: str, endpoint: str = "", pinned: bool = False
+) -> Exception:
+    """A failure retrying cannot fix (no bucket, no object, access denied, no credentials,
+    another version) as one of :class:`~lading.errors.RemotePermanentError`'s family; the rest
+    as ``OSError`` (retried). Only the first line of obstore's text is kept. ``pinned``: the
+    read named the version the snapshot lists, so a missing object was deleted since."""
     from obstore.exceptions import (
         NotFoundError,
         PermissionDeniedError,
@@ -320,18 +355,29 @@ def _translate(error: Exception, url: str, key: str) -> Exception:
         UnauthenticatedError,
     )
 
-    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
-    if "NoSuchBucket" in str(error):
-        return PermanentError(f"{url}: its bucket does not exist ({first})")
+    if isinstance(error, PermanentError):
+        return error
+    text = str(error)
+    first = (text.strip().splitlines() or [type(error).__name__])[0][:300]
+    if "NoSuchBucket" in text:
+        return no_bucket(url, endpoint)
+    if isinstance(error, (PermissionDeniedError, UnauthenticatedError)) or refused(text):
+        return denied(url, key, endpoint, first)
+    if any(m in text for m in ("169.254.169.254", "/latest/api/token")):  # no keys found
+        return denied(url, key, endpoint, first)
     if isinstance(error, (NotFoundError, FileNotFoundError)):
-        return PermanentError(f"{url}/{key} does not exist ({first})")
-    if isinstance(error, (PermissionDeniedError, UnauthenticatedError)):
-        return PermanentError(
-            f"{url}/{key}: access denied ({first}); check the credentials (AWS_ACCESS_KEY_ID, "
-            "AWS_SECRET_ACCESS_KEY, storage_options) and the bucket's policy"
-        )
+        return changed(url, key, endpoint) if pinned else no_object(url, key, endpoint)
     if isinstance(error, PreconditionError):
-        return PermanentError(
-            f"{url}/{key} was replaced since this store was opened (its ETag changed: {first})"
-        )
+        return changed(url, key, endpoint, "its ETag changed")
     return OSError(f"{type(error).__name__}: {first}")
+
+
+def _bad_option(error: Exception, url: str, options: Mapping[str, Any] | None) -> Exception:
+    """obstore's refusal of a client option as one line naming the key and the fix."""
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    given = sorted(options or {})
+    return RemoteURLError(
+        f"{url}: obstore refused the client options {given}: {first} Use obstore's config "
+        "keys (e.g. endpoint, region, access_key_id, secret_access_key, skip_signature) or "
+        f"fsspec's {sorted(_ALIASES)}"
+    )

@@ -19,12 +19,11 @@ second after.
 
 Deadline (:class:`lading.deadline.Deadline`): a call that fails (a 5xx, a dropped connection,
 a short body) or takes longer than ``timeout`` is retried with backoff for the ranges it has
-not returned yet, ``retries`` times; then :class:`RemoteReadError` names the object, the byte
-range, the attempts and the last error. A missing or replaced object is not retried.
+not returned yet, ``retries`` times; then :class:`RemoteReadError` names the object, range,
+attempts and last error. A missing or replaced object, or access denied, is not retried.
 
-Ends: :meth:`Fetcher.close` settles every future still unsettled with an error saying so (a
-reader waiting on a stalled GET gets it at once) and sends nothing after; a fetcher used again
-after ``close`` refuses, naming the fix.
+Ends: :meth:`Fetcher.close` settles every unsettled future with an error saying so and sends
+nothing after; a fetcher used after ``close`` refuses, naming the fix.
 """
 
 from __future__ import annotations
@@ -37,12 +36,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from lading.deadline import DEFAULT_BACKOFF, DEFAULT_RETRIES, DEFAULT_TIMEOUT, TIMEOUT_ENV, Deadline
+from lading.errors import RemoteNotFoundError
 from lading.remote.loop import running
 from lading.remote.objects import (
     ObjectClient,
     ObjectInfo,
     PermanentError,
     RemoteReadError,
+    changed,
     describe,
 )
 from lading.remote.slots import NodeSlots
@@ -281,8 +282,10 @@ class Fetcher:
         what = f"GET {describe(client.url, key, first, last)}"
         try:
             return await self._attempts(what, attempt)
+        except RemoteNotFoundError:  # the snapshot opened lists it: gone since
+            raise changed(client.url, key, client.endpoint, f"bytes {first}-{last - 1}") from None
         except PermanentError as e:
-            raise RemoteReadError(f"{what}: {e}") from None
+            raise type(e)(f"{what}: {e}") from None
 
     # -- the rest of the read path: the manifest and the listing, under the same deadline ----
 
@@ -321,6 +324,8 @@ class Fetcher:
                 raise
             except (OSError, asyncio.TimeoutError) as e:
                 last = e
+                if isinstance(e, asyncio.TimeoutError):
+                    self.deadline.no_answer(what, getattr(self._client, "endpoint", ""), n + 1)
         endpoint = getattr(self._client, "endpoint", "")
         raise RemoteReadError(self.deadline.gave_up(what, endpoint, last))
 

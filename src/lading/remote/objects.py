@@ -25,18 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from lading.errors import LadingError
+from lading.disk.remote import bucket_of as bucket_of
+from lading.disk.remote import changed as changed
+from lading.disk.remote import check_url as check_url
+from lading.disk.remote import denied as denied
+from lading.disk.remote import no_bucket as no_bucket
+from lading.disk.remote import no_object as no_object
+from lading.disk.remote import refused as refused
+from lading.errors import RemotePermanentError as PermanentError  # noqa: F401  # never retried
 from lading.errors import RemoteReadError as RemoteReadError  # one class with staging's
+from lading.errors import RemoteURLError
+from lading.errors import RemoteWriteError as RemoteWriteError
 
 BACKENDS: tuple[str, ...] = ("auto", "fsspec", "obstore")
-
-
-class RemoteWriteError(LadingError, OSError):
-    """A write to object storage failed: names the bucket or object, the endpoint and why."""
-
-
-class PermanentError(RemoteReadError):
-    """A GET that retrying cannot fix: the object is missing, or not the version expected."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,9 @@ def is_remote(path: str | os.PathLike[str]) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
-class RemoteNotSupportedError(LadingError, ValueError):
-    """An object-store URL given to a part of lading that reads and writes local paths only."""
+class RemoteNotSupportedError(RemoteURLError):
+    """An object-store URL given to a part of lading that reads and writes local paths only,
+    or of a scheme no client here reaches."""
 
 
 def refuse_remote(path: str | os.PathLike[str], what: str, fix: str) -> None:
@@ -75,7 +77,9 @@ def split_url(url: str) -> tuple[str, str]:
 
     Raises:
         ValueError: no ``scheme://``, or nothing after it.
+        RemoteURLError: an upper-case scheme or an empty path segment (:func:`check_url`).
     """
+    check_url(url)
     scheme, sep, rest = url.partition("://")
     rest = rest.strip("/")
     if not sep or not scheme or not rest:
@@ -115,10 +119,13 @@ class ObjectClient(Protocol):
     async def put_async(self, key: str, data: bytes) -> None:
         """Write small object ``key`` (one attempt, under the read path's timeout: a probe)."""
 
-    async def upload_async(self, key: str, data: bytes | Path, timeout: float) -> None:
+    async def upload_async(
+        self, key: str, data: bytes | Path, timeout: float, request: float | None = None
+    ) -> None:
         """Write object ``key`` from bytes or a local file, for a caller that cancels the
         call after ``timeout`` seconds: the cancel stops its requests; the backend's own
-        retries (a reset part of a multipart upload) run within that time."""
+        retries (a reset or stalled part of a multipart upload, each request given
+        ``request`` seconds where the backend can bound one) run within that time."""
 
     async def delete_async(self, key: str) -> None:
         """Remove object ``key`` (absent is fine; one attempt, retried by the fetcher)."""

@@ -30,7 +30,7 @@ from typing import Any
 
 from lading.disk import STAGE_MARK, build_lock, publish, remove_dead_temps, scratch
 from lading.disk.meta import META_FILE
-from lading.errors import StoreFormatError
+from lading.errors import RemoteChangedError, StoreFormatError
 from lading.remote.cache.regions import folder_bytes
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import ObjectInfo, describe
@@ -154,7 +154,7 @@ def _listing(fetcher: Fetcher, url: str, meta: dict[str, Any]) -> dict[str, Obje
             seen = "is missing" if found is None else f"is {found.size} bytes"
             raise StoreFormatError(
                 f"{describe(url, name)} {seen}, its meta.json says {size}: the store is "
-                "incomplete or was rebuilt meanwhile; open it again"
+                "damaged, or was rebuilt meanwhile; open it again, or rebuild it"
             )
     return listing
 
@@ -210,7 +210,14 @@ def verify_remote(
     problems = []
     for name in sorted(etags):
         info = meta["files"][name]
-        crc = _crc(fetcher, name, int(info["size"]), None, etags[name])
+        try:
+            crc = _crc(fetcher, name, int(info["size"]), None, etags[name])
+        except RemoteChangedError:  # as a local file gone: the store is damaged
+            problems.append(
+                f"{describe(url, name)} is missing or was replaced since its meta.json was "
+                "written: the store is damaged; rebuild it"
+            )
+            continue
         if "crc32" in info and crc != int(info["crc32"]):
             problems.append(
                 f"{describe(url, name)}: CRC32 {crc:#010x} read, {int(info['crc32']):#010x} "

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from lading.disk import verify_checksums
 from lading.disk.stage import stage
-from lading.errors import StoreFormatError
+from lading.errors import RemoteChangedError, RemoteError, StoreFormatError
 from lading.remote.objects import is_remote
 from lading.stores.base import DocStore
 from lading.stores.building.build import build_shard as build_shard_local
@@ -64,7 +64,12 @@ def merge_store(dest: str | os.PathLike[str], **kwargs: Any) -> PackedStore:
 def verify_store(path: str | os.PathLike[str]) -> list[str]:
     """Every check an open makes (a packed store or an offsets index: manifest, sizes, spot
     checksums, row counts, offsets, index), then every byte of every file of that snapshot
-    against its CRC32; the problems found (empty: intact)."""
+    against its CRC32; the problems found (empty: intact).
+
+    Raises:
+        RemoteError: a URL whose store could not be reached to check (no bucket, access
+            denied, no answer); an object gone since the manifest was written is a problem.
+    """
     from lading.disk.meta import declared_format
 
     if is_remote(path):  # open (stages the index, checked), then read the payload
@@ -73,6 +78,8 @@ def verify_store(path: str | os.PathLike[str]) -> list[str]:
         try:
             remote = open_remote(os.fspath(path))
         except (StoreFormatError, OSError) as e:
+            if isinstance(e, RemoteError) and not isinstance(e, RemoteChangedError):
+                raise  # nothing reached to check (no bucket, access denied, no answer)
             return [str(e)]
         try:
             return remote.verify()

@@ -20,7 +20,7 @@ import pytest
 
 import lading
 from conftest import HEALTHY_S, LOADED_S, write
-from lading.errors import LadingError, StoreFormatError
+from lading.errors import LadingError, RemoteNotFoundError, StoreFormatError
 from lading.remote.clients import open_client
 from lading.remote.objects import RemoteReadError, RemoteWriteError
 from lading.stores.remote.store import RemoteStore
@@ -208,7 +208,7 @@ def test_a_dead_endpoint_fails_the_open_in_one_line_within_the_deadline(
 
 
 def test_a_missing_bucket_is_named_on_open(store_url: str, faults: LocalS3, tmp_path: Path) -> None:
-    with pytest.raises(StoreFormatError) as caught:
+    with pytest.raises(RemoteNotFoundError) as caught:
         _open("s3://no-such-bucket-here/docs", tmp_path)
     message = str(caught.value)
     assert "bucket 'no-such-bucket-here' does not exist" in message and "\n" not in message

@@ -241,3 +241,22 @@ def test_a_half_open_server_after_the_commit_is_a_warning_and_the_store_stands(
     store = _opens(url, tmp_path)
     assert store.get_many(["d1"]) == [other["d1"]]  # the new store, committed
     store.close()
+
+
+@pytest.mark.slow  # a stalled part costs one request's bound (4 s) before its retry
+def test_one_stalled_part_is_retried_within_the_deadline(
+    faults: LocalS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part that never answers is sent again after one request's time, as a read is: the
+    build goes through (before, the stalled request held the whole file's deadline and the
+    build failed)."""
+    _small_parts(monkeypatch)
+    monkeypatch.setenv("LADING_UPLOAD_MIN_RATE", "2M")  # a 5 MiB part: T + 2.6 s a request
+    url = _bucket(faults)
+    faults.fault("partNumber=2", 1, "hang", op="put", delay=60.0)
+    lading.build_store(_source(tmp_path, BIG), url, cache=str(tmp_path / "b"), progress=False)
+    assert faults.stats()["faults"] == 1
+    faults.reset()
+    store = _opens(url, tmp_path)
+    assert store.get_many(["b0", "b3199"]) == [BIG["b0"], BIG["b3199"]]
+    store.close()

@@ -14,6 +14,7 @@ Each thread has its own connection (made again after a fork); every transaction 
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 import threading
 import time
@@ -22,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from lading.errors import LadingError, OutOfSpaceError
 from lading.remote.cache.regions import Layout
 from lading.threads import SQLITE
 
@@ -66,7 +68,7 @@ class Piece(NamedTuple):
     gen: int
 
 
-class CacheSettingsError(ValueError):
+class CacheSettingsError(LadingError, ValueError):
     """A cache folder made with other settings than those asked for (a cap, a layout)."""
 
 
@@ -158,15 +160,34 @@ class Ledger:
 
     @contextmanager
     def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
-        with SQLITE.shared():
+        with SQLITE.shared(), self._full():
             conn = self.connection()
             conn.execute(begin)
             try:
                 yield conn
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # SQLite ended it itself on some errors (a full disk)
+                    conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+
+    @contextmanager
+    def _full(self) -> Iterator[None]:
+        """SQLite's "database or disk is full" as one line naming the folder and the fix
+        (it was a bare ``sqlite3.OperationalError``, and at open the ledger was set aside as
+        damaged)."""
+        try:
+            yield
+        except sqlite3.OperationalError as e:
+            if "full" not in str(e):
+                raise
+            folder = self.path.parent
+            raise OutOfSpaceError(
+                errno.ENOSPC,
+                f"{folder}: the disk under this node cache is full (SQLite: {e}); free space "
+                "there, or point cache= (or $LADING_CACHE) at a disk with room, or lower "
+                "cache_bytes and index_bytes",
+            ) from None
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -274,10 +295,27 @@ class Ledger:
                     list(deltas.items()),
                 )
 
+    def restart_counters(self) -> None:
+        """Drop the node's counters: no process that counted them lives (a newcomer read the
+        retries of processes long gone as its own node's); ``since`` is now."""
+        with self.write() as conn:
+            conn.execute("DELETE FROM counters")
+            conn.execute(
+                "INSERT INTO settings VALUES ('counted_since', ?1) ON CONFLICT (name) DO UPDATE"
+                " SET value = ?1",
+                (time.time(),),
+            )
+
     def node(self) -> dict[str, Any]:
-        """The node's counters, bytes held, blocks and the cap."""
+        """The node's counters (of the processes since the folder was last idle), since when
+        (``since``, a Unix time), bytes held and blocks."""
         with self.read() as conn:
             found: dict[str, Any] = dict(conn.execute("SELECT name, value FROM counters"))
+            since = conn.execute(
+                "SELECT value FROM settings WHERE name IN ('counted_since', 'created')"
+                " ORDER BY name = 'counted_since' DESC"
+            ).fetchone()
+            found["since"] = float(since[0]) if since else 0.0
             held, blocks = conn.execute(
                 "SELECT total(end - start), count(*) FROM blocks"
             ).fetchone()

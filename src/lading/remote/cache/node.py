@@ -63,6 +63,10 @@ class Node:
         self.filler = Filler(self.data.write, self._mark, self.ledger.trim)
         self.views = 0  # open views (NodeCache); the last to close closes the node
         self.forked()
+        _ = self.owner.token  # seen by every process from now (a newcomer keeps these figures)
+        if not self.owner.others_alive():  # the folder was idle: its figures are of the gone
+            with contextlib.suppress(sqlite3.Error):
+                self.ledger.restart_counters()
         register(self, "fill")
 
     def forked(self) -> None:

@@ -64,6 +64,15 @@ class Owner:
             path.unlink()  # gone: its file goes too (the next asker finds no file)
         return False
 
+    def others_alive(self) -> bool:
+        """Whether a process other than this one holds a token in the folder (the files of
+        those gone are removed on the way)."""
+        try:
+            tokens = [p.name for p in self.folder.iterdir()]
+        except OSError:
+            return False
+        return any(self.alive(t) for t in tokens if t != self._token)
+
     def forked(self) -> None:
         """In a forked child: the parent's token is not this process's (its fd is closed
         here only: the parent keeps its lock)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import os
 import secrets
 import shutil
@@ -69,14 +70,24 @@ class ShardReport:
 
 
 def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
-    """``(i, n)`` checked: ``0 <= i < n``."""
+    """``(i, n)`` checked: two whole numbers (an int or a numpy integer; not a float, a bool
+    or a string, which ``int()`` would quietly turn into another shard), ``0 <= i < n``."""
     try:
-        i, n = (int(x) for x in shard)
+        i, n = (_whole(x) for x in shard)
     except (TypeError, ValueError):
-        raise ValueError(f"shard={shard!r}: expected (i, n), e.g. (0, 4)") from None
+        raise ValueError(
+            f"shard={shard!r}: expected (i, n), two whole numbers, e.g. (0, 4) for the first "
+            "of 4 shards"
+        ) from None
     if not 0 <= i < n:
         raise ValueError(f"shard {i}/{n}: i must be in [0, {n}) (shards are numbered from 0)")
     return i, n
+
+
+def _whole(x: object) -> int:
+    if isinstance(x, bool):
+        raise TypeError("a bool is not a shard number")
+    return operator.index(x)  # type: ignore[arg-type]  # TypeError for what is not an integer
 
 
 def source_files(source: Any, format: str | None, parse: ParseOptions) -> list[Path]:

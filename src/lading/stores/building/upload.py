@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from lading.deadline import DEFAULT_RETRIES
 from lading.disk import read_meta
 from lading.disk.commit import units
 from lading.disk.meta import META_FILE
@@ -260,20 +261,32 @@ async def _put(
 ) -> None:
     """One PUT within :func:`put_deadline`; its failure as one line (the clients' own errors
     run to 26 lines)."""
-    deadline = put_deadline(size, base, rate)
+    # where the client bounds a request (obstore), a request (a part) may take its bytes'
+    # time and one that stalls is sent again, as a read's attempt is: the file's deadline
+    # has room for DEFAULT_RETRIES more requests (fsspec bounds none: the file's time only)
+    part: int | None = getattr(client, "part_bytes", None)
+    request = None if part is None else put_deadline(min(size, part), base, rate)
+    deadline = put_deadline(size, base, rate) + DEFAULT_RETRIES * (request or 0.0)
     where = f"PUT {describe(client.url, key)} (endpoint {client.endpoint or 'the default'})"
     unchanged = "the store there is unchanged (its manifest is written last)"
     try:
-        await asyncio.wait_for(client.upload_async(key, data, deadline), deadline)
+        await asyncio.wait_for(client.upload_async(key, data, deadline, request), deadline)
     except asyncio.TimeoutError:
         raise _PutFailedError(
             f"{where} did not finish within {deadline:.3g}s ({base:g}s, timeout= or env "
             f"{TIMEOUT_ENV}, + {size:,} bytes at {rate:,} bytes/s, upload_min_rate= or env "
-            f"{UPLOAD_RATE_ENV}): is the endpoint up? On a slow link raise either; {unchanged}"
+            f"{UPLOAD_RATE_ENV}{_retries(request)}): is the endpoint up? On a slow link "
+            f"raise either; {unchanged}"
         ) from None
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
         raise _PutFailedError(f"{where} failed: {type(e).__name__}: {first}; {unchanged}") from None
+
+
+def _retries(request: float | None) -> str:
+    if request is None:
+        return ""
+    return f", + {DEFAULT_RETRIES} retries of a stalled request of {request:.3g}s"
 
 
 def collect_garbage(

@@ -24,7 +24,12 @@ from typing import Any
 from lading.disk.meta import META_FILE
 from lading.disk.names import check_name, safe_snapshot_id
 from lading.disk.snapshot import decode_manifest
-from lading.errors import LadingError, StoreFormatError
+from lading.errors import (
+    LadingError,
+    RemoteNotFoundError,
+    RemotePermanentError,
+    StoreFormatError,
+)
 from lading.remote.objects import RemoteReadError
 from lading.stores.layout import FORMAT_NAME, field_column
 
@@ -198,14 +203,12 @@ def payload_bytes(meta: dict[str, Any]) -> int:
 def no_store(url: str, endpoint: str, error: Exception) -> LadingError:
     """The one-line error of an open whose manifest is not there: which bucket or object."""
     endpoint = endpoint or "the default endpoint"
-    if "does not exist" not in str(error):  # access denied, ...
+    if isinstance(error, RemoteNotFoundError) and "bucket" in str(error):
+        return error  # the bucket: named, with its endpoint and fix
+    if not isinstance(error, RemoteNotFoundError):  # access denied, a gone object, ...
+        if isinstance(error, RemotePermanentError):
+            return error
         return RemoteReadError(f"GET {url}/{META_FILE} (endpoint {endpoint}): {error}")
-    if "bucket does not exist" in str(error):
-        bucket = url.partition("://")[2].split("/", 1)[0]
-        return StoreFormatError(
-            f"{url}: bucket {bucket!r} does not exist at {endpoint}; check the URL and the "
-            "endpoint (AWS_ENDPOINT_URL, storage_options endpoint_url), or create the bucket"
-        )
     return StoreFormatError(
         f"no store at {url}: {url}/{META_FILE} does not exist (endpoint {endpoint}); check the "
         "URL, or build a store there with `lading build SOURCE " + url + "`"

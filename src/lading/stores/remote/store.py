@@ -189,8 +189,9 @@ class RemoteStore(DocStore):
         ``hits`` (documents read that caused no GET), ``misses`` (that caused one, ahead or
         at the read), ``unplanned`` (read with no window announcing them), ``bytes_used``,
         ``bytes_bypassed`` (read around the cache), ``wait_s``; the node's ``bytes_cached``
-        and ``cap``; under ``"node"``, every process's figures summed since the cache folder
-        was made (see :meth:`lading.remote.cache.NodeCache.node_stats`)."""
+        and ``cap``; under ``"node"``, the figures of every process that used the cache
+        folder since it was last idle (``since``: a Unix time; processes long gone dropped;
+        see :meth:`lading.remote.cache.NodeCache.node_stats`)."""
         return self._columns.cache.node_stats()
 
     def verify(self) -> list[str]:

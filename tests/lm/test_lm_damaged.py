@@ -1,0 +1,31 @@
+"""A token corpus whose offsets are out of order is refused at open, naming the file and the fix
+(issue 50 item 4): the open's spot checksums read a file's first and last 4 KiB only, so offsets
+swapped in the middle opened, and the first read of those documents failed in numpy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import word_corpus
+from lading.errors import StoreFormatError
+from lading.lm import TokenCorpus
+
+
+def test_offsets_out_of_order_are_refused_at_open(tmp_path: Path) -> None:
+    corpus = word_corpus(tmp_path, docs=1500, lengths=(1, 4), words=20, seed=0)
+    path = corpus.path
+    files = list(path.rglob("tokens.off"))
+    assert len(files) == 1
+    offsets = np.fromfile(files[0], dtype=np.uint64)
+    middle = len(offsets) // 2  # 8 B an offset: far from the first and last 4 KiB
+    assert 4096 < middle * 8 < offsets.nbytes - 4096 - 16
+    offsets[middle], offsets[middle + 1] = offsets[middle + 1] + 5, offsets[middle] - 5
+    offsets.tofile(files[0])
+    with pytest.raises(StoreFormatError) as caught:
+        TokenCorpus.open(path)
+    message = str(caught.value)
+    assert "tokens.off" in message and "not in order" in message and "rebuild" in message
+    assert f"document {middle}" in message or f"documents {middle}" in message

@@ -1,0 +1,72 @@
+"""A node cache folder at its limits says so in one line naming the folder and the fix (issue 50
+item 4): a full disk under the ledger, a second process asking for another cap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lading.errors import LadingError, OutOfSpaceError
+from lading.remote.cache.ledger import CacheSettingsError
+from lading.remote.cache.node import node_of, release
+
+
+def test_a_full_disk_under_the_ledger_names_the_folder_and_the_fix(tmp_path: Path) -> None:
+    node = node_of(tmp_path / "cache", 1 << 20)
+    try:
+        ledger = node.ledger
+        conn = ledger.connection()  # this thread's: SQLite's own "disk is full", at its size now
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages}")
+        with pytest.raises(OutOfSpaceError) as caught:
+            for i in range(100_000):
+                ledger.object_id(f"s3://b/store@snap/{'x' * 200}-{i}")
+        message = str(caught.value)
+        assert str(tmp_path / "cache") in message and "\n" not in message
+        assert "free" in message and "cache" in message
+        assert not (tmp_path / "cache" / "ledger.sqlite.damaged").exists()  # not set aside
+    finally:
+        release(node)
+
+
+def test_a_second_cap_that_differs_is_refused_naming_both(tmp_path: Path) -> None:
+    node = node_of(tmp_path / "cache", 1 << 20)
+    try:
+        with pytest.raises(CacheSettingsError) as caught:
+            node_of(tmp_path / "cache", 2 << 20)
+        message = str(caught.value)
+        assert "1,048,576" in message and "2,097,152" in message
+        assert isinstance(caught.value, LadingError)  # one except catches lading's errors
+        taken = node_of(tmp_path / "cache", 2 << 20, strict=False)  # no cap asked: the folder's
+        assert taken.layout.size == 1 << 20
+        release(taken)
+    finally:
+        release(node)
+
+
+def test_the_node_figures_drop_processes_long_gone(tmp_path: Path) -> None:
+    """A newcomer against a healthy server read ``retried: 55`` summed over every process that
+    ever used the folder: the node's figures are those of the processes since the folder was
+    last idle (no live process), and a live one's are kept."""
+    from lading.remote.cache.owners import Owner
+
+    folder = tmp_path / "cache"
+    node = node_of(folder, 1 << 20)
+    node.figures["retried"] += 55  # a process that met a bad endpoint
+    release(node)  # ... and ended
+    node = node_of(folder, 1 << 20)
+    node.figures["retried"] += 1
+    node.count(force=True)
+    assert node.ledger.node()["retried"] == 1  # the one gone: dropped; this one's counted
+    other = Owner(folder)  # another process, alive: holds its token's lock
+    _ = other.token
+    release(node)
+    node = node_of(folder, 1 << 20)
+    assert node.ledger.node()["retried"] == 1  # the other lives: nothing dropped
+    assert node.ledger.node()["since"] > 0
+    release(node)
+    other.close()
+    node = node_of(folder, 1 << 20)
+    assert "retried" not in node.ledger.node()
+    release(node)

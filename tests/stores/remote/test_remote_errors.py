@@ -1,0 +1,252 @@
+"""A remote failure a user meets is one line of one family (lading.errors.RemoteError) naming
+the object or bucket, the endpoint and the fix, and what retrying cannot fix is not retried:
+access denied, no credentials, no bucket, a URL that cannot be right, an unknown client
+option, an object deleted since the snapshot was opened (issue 50 item 3)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import lading
+from conftest import HEALTHY_S, LOADED_S, write
+from lading.cli import main
+from lading.errors import (
+    RemoteAccessError,
+    RemoteChangedError,
+    RemoteError,
+    RemoteNotFoundError,
+    RemoteURLError,
+)
+from lading.remote.clients import open_client
+from lading.testing import LocalS3
+from lading.testing.localserver import free_port
+
+DOCS = {f"d{i}": f"document {i}" for i in range(40)}
+_made = iter(range(10**6))
+
+
+@pytest.fixture(scope="module")
+def store_url(s3: LocalS3, tmp_path_factory: pytest.TempPathFactory) -> str:
+    folder = tmp_path_factory.mktemp("errors")
+    source = write(folder / "docs.tsv", "".join(f"{k}\t{v}\n" for k, v in DOCS.items()))
+    s3.make_bucket("remote-errors")
+    url = "s3://remote-errors/docs"
+    lading.build_store(source, url, cache=str(folder / "build-cache"), progress=False)
+    return url
+
+
+@pytest.fixture
+def faults(s3: LocalS3) -> Iterator[LocalS3]:
+    s3.reset()
+    yield s3
+    s3.reset()
+
+
+def _open(url: str, tmp_path: Path, timeout: float = HEALTHY_S, **more: object) -> object:
+    cache = tmp_path / f"cache-{next(_made)}"
+    return lading.open_store(url, cache=cache, cache_bytes="1M", timeout=timeout, **more)  # type: ignore[arg-type]
+
+
+def _parquet(url: str, tmp_path: Path) -> object:
+    from lading.tabular import PartitionedParquet
+
+    return PartitionedParquet([url], batch_size=2, cache=tmp_path / f"pq-{next(_made)}")
+
+
+def _corpus(url: str, tmp_path: Path) -> object:
+    from lading.lm import TokenCorpus
+
+    return TokenCorpus.open(url, cache=tmp_path / f"tc-{next(_made)}")
+
+
+OPENERS = {"open_store": _open, "TokenCorpus.open": _corpus, "PartitionedParquet": _parquet}
+
+
+def _one_line(error: BaseException) -> str:
+    message = str(error)
+    assert "\n" not in message, message
+    assert "Debug source" not in message and "<?xml" not in message, message
+    return message
+
+
+@pytest.mark.parametrize("opener", sorted(OPENERS))
+def test_access_denied_is_said_at_once_naming_the_credentials_and_the_policy(
+    store_url: str, faults: LocalS3, tmp_path: Path, opener: str
+) -> None:
+    url = store_url if opener != "PartitionedParquet" else "s3://remote-errors/x.parquet"
+    faults.fault("", 99, "error", status=403, op="any")
+    started = time.monotonic()
+    with pytest.raises(RemoteAccessError) as caught:
+        OPENERS[opener](url, tmp_path)
+    assert time.monotonic() - started < LOADED_S
+    assert faults.stats()["faults"] == 1  # not retried as if it were transient
+    message = _one_line(caught.value)
+    assert "access denied" in message and "AWS_ACCESS_KEY_ID" in message
+    assert "policy" in message and "remote-errors" in message and faults.endpoint in message
+    assert "raise the timeout" not in message
+
+
+def test_no_credentials_at_all_is_said(
+    store_url: str, faults: LocalS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    # where the instance metadata would be asked: nothing answers there
+    monkeypatch.setenv("AWS_METADATA_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(RemoteAccessError) as caught:
+        _open(store_url, tmp_path)
+    message = _one_line(caught.value)
+    assert "no credentials found" in message and "AWS_ACCESS_KEY_ID" in message
+    assert "failed 4 times" not in message
+
+
+@pytest.mark.parametrize("opener", sorted(OPENERS))
+def test_a_missing_bucket_is_one_class_naming_bucket_endpoint_and_fix(
+    faults: LocalS3, tmp_path: Path, opener: str
+) -> None:
+    with pytest.raises(RemoteNotFoundError) as caught:
+        OPENERS[opener]("s3://no-such-bucket-here/x", tmp_path)
+    message = _one_line(caught.value)
+    assert "bucket 'no-such-bucket-here' does not exist" in message
+    assert faults.endpoint in message and "create the bucket" in message
+
+
+@pytest.mark.parametrize("opener", sorted(OPENERS))
+@pytest.mark.parametrize(
+    ("url", "meant"),
+    [
+        ("s3://remote-errors//docs", "s3://remote-errors/docs"),
+        ("s3:///remote-errors/docs", "s3://remote-errors/docs"),
+        ("S3://remote-errors/docs", "s3://remote-errors/docs"),
+    ],
+)
+def test_a_url_that_cannot_be_right_says_what_was_meant(
+    store_url: str, tmp_path: Path, opener: str, url: str, meant: str
+) -> None:
+    with pytest.raises(RemoteURLError) as caught:
+        OPENERS[opener](url, tmp_path)
+    assert f"did you mean {meant}?" in _one_line(caught.value)
+
+
+@pytest.mark.parametrize("typed", ["s3:/remote-errors/docs", "s3//remote-errors/docs"])
+def test_a_mistyped_scheme_gets_a_did_you_mean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, typed: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(lading.StoreFormatError, match="did you mean s3://remote-errors/docs"):
+        lading.open_store(typed)
+    with pytest.raises(FileNotFoundError, match="did you mean s3://remote-errors/docs"):
+        lading.stage(typed, tmp_path / "staged", progress=False)
+
+
+def test_an_unknown_client_option_is_named(store_url: str, tmp_path: Path) -> None:
+    with pytest.raises(RemoteURLError) as caught:
+        _open(store_url, tmp_path, storage_options={"bogus_key": 1})
+    assert "bogus_key" in _one_line(caught.value)
+
+
+def _stage(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    started = time.monotonic()
+    code = main(["stage", *argv, "--quiet"])
+    assert time.monotonic() - started < LOADED_S  # nothing was retried for a minute
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    return code, err
+
+
+def test_lading_stage_says_which_bucket_is_missing(
+    faults: LocalS3, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = _stage(capsys, "s3://no-such-bucket-here/docs", str(tmp_path / "d"))
+    assert code == 2 and "bucket 'no-such-bucket-here' does not exist" in err
+    assert faults.endpoint in err
+
+
+def test_lading_stage_access_denied_is_one_line(
+    store_url: str, faults: LocalS3, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    faults.fault("", 99, "error", status=403, op="any")
+    code, err = _stage(capsys, store_url, str(tmp_path / "d"))
+    assert code == 2 and "access denied" in err and "AWS_ACCESS_KEY_ID" in err
+    assert faults.stats()["faults"] == 1
+
+
+def test_lading_stage_names_an_unknown_option(
+    store_url: str, faults: LocalS3, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = _stage(capsys, store_url, str(tmp_path / "d"), "-o", "bogus=1")
+    assert code == 2 and "bogus" in err and "raise the timeout" not in err
+
+
+def test_an_object_deleted_since_the_open_is_said_and_verify_says_damaged(
+    s3: LocalS3, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write(tmp_path / "docs.tsv", "".join(f"{k}\t{v}\n" for k, v in DOCS.items()))
+    s3.make_bucket("remote-errors-gone")
+    url = "s3://remote-errors-gone/docs"
+    lading.build_store(source, url, cache=str(tmp_path / "build-cache"), progress=False)
+    store = _open(url, tmp_path)
+    client = open_client(url)
+    client.delete(next(k for k in client.list() if k.endswith("text.bin")))
+    with pytest.raises(RemoteChangedError) as caught:
+        store.get_many(["d3"])  # type: ignore[attr-defined]
+    message = _one_line(caught.value)
+    assert "deleted or overwritten since the snapshot was opened" in message
+    assert "text.bin" in message and "reopen" in message and "rebuild" in message
+    store.close()  # type: ignore[attr-defined]
+    code = main(["verify", url])
+    err = capsys.readouterr().err
+    assert code == 1 and "text.bin" in err and "rebuild" in err, err
+
+
+def test_every_remote_error_is_one_family() -> None:
+    from lading.errors import RemoteReadError, RemoteWriteError
+    from lading.remote.objects import PermanentError, RemoteNotSupportedError
+
+    for kind in (
+        RemoteAccessError, RemoteChangedError, RemoteNotFoundError, RemoteURLError,
+        RemoteReadError, RemoteWriteError, PermanentError, RemoteNotSupportedError,
+    ):  # fmt: skip
+        assert issubclass(kind, RemoteError)
+    assert issubclass(RemoteAccessError, PermanentError)  # never retried
+
+
+@pytest.mark.slow  # waits on the deadline: 4 attempts of T
+@pytest.mark.parametrize("call", ["open_store", "lading stage"])
+def test_a_server_that_never_answers_is_said_at_the_first_timeout(
+    store_url: str, faults: LocalS3, tmp_path: Path, capfd: pytest.CaptureFixture[str], call: str
+) -> None:
+    t = 0.5  # every attempt meets the hang: nothing has to answer in time
+    faults.fault(
+        "meta.json" if call == "open_store" else "",
+        99,
+        "hang",
+        op="get" if call == "open_store" else "list",
+    )
+    import lading.deadline
+
+    lading.deadline._silence_said.clear()  # another test's line this minute
+    with pytest.raises(RemoteError):
+        if call == "open_store":
+            _open(store_url, tmp_path, timeout=t)
+        else:
+            lading.stage(store_url, tmp_path / "d", remote_timeout=t, progress=False)
+    said = [line for line in capfd.readouterr().err.splitlines() if "no answer" in line]
+    assert len(said) == 1, said  # once, not at every attempt
+    assert said[0].startswith(f"lading: no answer from {faults.endpoint} after 0.5 s")
+    assert "retrying 1/3" in said[0] and "LADING_REMOTE_TIMEOUT" in said[0]
+
+
+@pytest.mark.parametrize("code", ["InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"])
+def test_wrong_credentials_are_access_denied_by_their_code(code: str) -> None:
+    """moto checks no signature: S3's codes for a wrong key or secret, as botocore words them
+    (``lading stage`` printed 62 lines for one), are told apart from a transient failure."""
+    from lading.disk.remote import refused
+
+    said = f"An error occurred ({code}) when calling the ListObjectsV2 operation: ..."
+    assert refused(said) and not refused("An error occurred (SlowDown) when calling ...")
