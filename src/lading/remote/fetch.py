@@ -343,9 +343,8 @@ class Fetcher:
         _settle(live, error)
 
     def close(self) -> None:
-        """Settle every GET not yet settled with an error saying so, and send none after:
-        returns at once (the client's calls in flight end by their own timeout; at exit they
-        are drained, :mod:`lading.remote.loop`)."""
+        """Settle every GET not yet settled with an error saying so, send none after; returns
+        at once (calls in flight end by their own timeout; at exit :mod:`.loop` drains them)."""
         with self._lock:
             self.closed = True
             live, self._unsettled = list(self._unsettled), set()
