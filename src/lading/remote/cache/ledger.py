@@ -5,7 +5,7 @@ Tables: ``blocks`` (one row a cached or claimed block: its object and byte range
 and place there, its owner while it is being fetched (``NULL``: ready), its next planned use),
 ``regions`` (generation, bytes used, state: free, open for appends, full), ``objects`` (names),
 ``settings`` (the cap and layout the folder was made with) and ``counters`` (the node's figures
-since the folder was made). Every process of the node opens the same file: claims are made in
+since the folder was last idle). Every process of the node opens the same file: claims are made in
 one write transaction (SQLite's lock), so a block is fetched once a node.
 
 Each thread has its own connection (made again after a fork); every transaction holds

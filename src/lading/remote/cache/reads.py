@@ -318,8 +318,8 @@ class NodeCache:
 
     def node_stats(self) -> dict[str, Any]:
         """This process's figures (:meth:`stats`) and, under ``"node"``, the node's: every
-        process's summed since the folder was made (a process tells the node at most once a
-        second and when it closes), its bytes cached and cap."""
+        process's summed since the folder was last idle (``since``; a process tells the node
+        at most once a second and when it closes), its bytes cached and cap."""
         self.node.count(force=True)
         node = self.ledger.node()
         mine = self.stats()
