@@ -36,6 +36,7 @@ from lading.errors import (
     SourceError,
     StaleStoreWarning,
     StoreFormatError,
+    StoreNotFoundError,
 )
 from lading.sources import ParseOptions, Record, read_records
 from lading.stores import (
@@ -89,6 +90,7 @@ __all__ = [
     "SourceError",
     "StaleStoreWarning",
     "StoreFormatError",
+    "StoreNotFoundError",
     "World",
     "__version__",
     "build_shard",

@@ -35,6 +35,10 @@ class StoreFormatError(LadingError):
     """A store directory is missing, truncated, foreign or of an unsupported version."""
 
 
+class StoreNotFoundError(StoreFormatError):
+    """No store at a URL (its manifest is not there): nothing to open or check, not damage."""
+
+
 class OutOfSpaceError(LadingError, OSError):
     """A build ran out of disk space (or hit a file size limit); nothing was published.
 

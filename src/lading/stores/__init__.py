@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from lading.disk import verify_checksums
 from lading.disk.stage import stage
-from lading.errors import RemoteChangedError, RemoteError, StoreFormatError
+from lading.errors import RemoteChangedError, RemoteError, StoreFormatError, StoreNotFoundError
 from lading.remote.objects import is_remote
 from lading.stores.base import DocStore
 from lading.stores.building.build import build_shard as build_shard_local
@@ -78,8 +78,10 @@ def verify_store(path: str | os.PathLike[str]) -> list[str]:
         try:
             remote = open_remote(os.fspath(path))
         except (StoreFormatError, OSError) as e:
-            if isinstance(e, RemoteError) and not isinstance(e, RemoteChangedError):
-                raise  # nothing reached to check (no bucket, access denied, no answer)
+            if isinstance(e, StoreNotFoundError) or (
+                isinstance(e, RemoteError) and not isinstance(e, RemoteChangedError)
+            ):
+                raise  # nothing there to check (no store, no bucket, denied, no answer)
             return [str(e)]
         try:
             return remote.verify()

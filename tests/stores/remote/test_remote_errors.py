@@ -250,3 +250,13 @@ def test_wrong_credentials_are_access_denied_by_their_code(code: str) -> None:
 
     said = f"An error occurred ({code}) when calling the ListObjectsV2 operation: ..."
     assert refused(said) and not refused("An error occurred (SlowDown) when calling ...")
+
+
+def test_verify_of_a_missing_remote_store_exits_2_as_a_missing_folder_does(
+    s3: LocalS3, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing there to check (a bucket without the store) is bad input, 2, not damage, 1."""
+    s3.make_bucket("remote-errors-nostore")
+    code = main(["verify", "s3://remote-errors-nostore/nothing"])
+    err = capsys.readouterr().err
+    assert code == 2 and "no store at s3://remote-errors-nostore/nothing" in err, err

@@ -29,6 +29,7 @@ from lading.errors import (
     RemoteNotFoundError,
     RemotePermanentError,
     StoreFormatError,
+    StoreNotFoundError,
 )
 from lading.remote.objects import RemoteReadError
 from lading.stores.layout import FORMAT_NAME, field_column
@@ -209,7 +210,7 @@ def no_store(url: str, endpoint: str, error: Exception) -> LadingError:
         if isinstance(error, RemotePermanentError):
             return error
         return RemoteReadError(f"GET {url}/{META_FILE} (endpoint {endpoint}): {error}")
-    return StoreFormatError(
+    return StoreNotFoundError(
         f"no store at {url}: {url}/{META_FILE} does not exist (endpoint {endpoint}); check the "
         "URL, or build a store there with `lading build SOURCE " + url + "`"
     )
