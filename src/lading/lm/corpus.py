@@ -12,7 +12,6 @@ and compares its source with the one it was built from (:attr:`TokenCorpus.stale
 from __future__ import annotations
 
 import os
-import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,22 +20,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from lading._version import __version__
-from lading.disk import (
-    OFFSET_DTYPE,
-    BuildContext,
-    MappedFile,
-    RaggedWriter,
-    current_version,
-    open_snapshot,
-    write_file,
-)
+from lading.disk import OFFSET_DTYPE, BuildContext, MappedFile, open_snapshot
 from lading.errors import SourceError, StaleStoreWarning, StoreFormatError
-from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENS
+from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENIZER
+from lading.lm.parts import PartTokens, token_parts
 from lading.lm.texts import identity_changed, iter_texts, source_identity
+from lading.lm.tokenize import progress_bar, write_tokens
 from lading.remote.objects import is_remote
 from lading.sources import refuse_if_changed
-from lading.stores.tokens import describe_tokenizer, load_tokenizer, token_dtype
+from lading.stores.tokens import describe_tokenizer, load_tokenizer
 
 if TYPE_CHECKING:
     from lading.lm.remote import RemoteTokenFiles
@@ -44,7 +36,6 @@ if TYPE_CHECKING:
 __all__ = ["FORMAT_NAME", "TokenCorpus", "find_eos", "verify_corpus"]
 
 EOS_CANDIDATES: tuple[str, ...] = ("<|endoftext|>", "</s>", "<eos>", "[SEP]", "<|end|>")
-BATCH_DOCS = 1000  # documents per encode_batch call
 
 
 def find_eos(tokenizer: Any, eos_token: str | None = None) -> int:
@@ -83,7 +74,7 @@ class TokenCorpus:
         self.stale: str | None = None
         self.dtype = np.dtype(meta["dtype"])
         where = path / meta.get("dir", "")  # version 1: every file at the top
-        self.tokens: npt.NDArray[Any] = MappedFile(where / TOKENS).array(self.dtype)
+        self.tokens: npt.NDArray[Any] | PartTokens = token_parts(path, meta, self.dtype)
         self.offsets: npt.NDArray[np.uint64] = MappedFile(where / OFFSETS).array(OFFSET_DTYPE)
         if len(self.offsets) != meta["documents"] + 1 or int(self.offsets[-1]) != len(self.tokens):
             raise StoreFormatError(
@@ -196,7 +187,17 @@ class TokenCorpus:
         corpus; a remote one's read whole by ranged GETs (what ``device=`` puts on a device)."""
         if self.remote is not None:
             return self.remote.token_arrays()
+        if isinstance(self.tokens, PartTokens):  # a corpus built in shards: one copy
+            return self.tokens.concatenated(), self.offsets
         return self.tokens, self.offsets
+
+    def parts(self) -> tuple[list[Any], npt.NDArray[np.int64]]:
+        """(the token files read in place, where each starts in the corpus's token count
+        (``len + 1``)): one file for a corpus built by one process, one per shard for one built
+        in shards (:mod:`lading.lm.parts`); what the LM modes slice a document's tokens from."""
+        if isinstance(self.tokens, PartTokens):
+            return self.tokens.parts, self.tokens.bases
+        return [self.tokens], np.array([0, len(self.tokens)], dtype=np.int64)
 
     def close(self) -> None:
         """A remote corpus: stop this process's GETs and hand its unfilled claims back to the
@@ -267,7 +268,13 @@ class TokenCorpus:
                 return cls.open(dest, snapshot=previous["snapshot"])
             build.check_ours()
             with build.scratch() as tmp:
-                meta = _write(tmp, source, tok, info, eos, split, recipe, progress)
+                bar = progress_bar(Path(source).name, progress)
+                texts = iter_texts(source, split, identity.get("store"))
+                with bar:
+                    meta = write_tokens(tmp, texts, tok, info, eos, bar)
+                if meta["documents"] == 0:
+                    raise ValueError(f"{source} holds no documents")
+                meta["recipe"] = recipe
                 _refuse_if_changed(source, identity)
                 meta["dir"] = build.snapshot
                 meta["files"] = {f"{build.snapshot}/{k}": v for k, v in meta["files"].items()}
@@ -300,7 +307,8 @@ class TokenCorpus:
 
     def tokenizer(self) -> Any:
         """The tokenizer the corpus was built with (a copy is kept beside the tokens)."""
-        return load_tokenizer(self.path / self.meta.get("dir", "") / "tokenizer.json")
+        name = self.meta.get("tokenizer_file") or f"{self.meta.get('dir', '')}/{TOKENIZER}"
+        return load_tokenizer(self.path / name.lstrip("/"))
 
 
 def _stale(recipe: object) -> str | None:
@@ -345,61 +353,3 @@ def _refuse_if_changed(source: str | os.PathLike[str], before: dict[str, Any]) -
             source, None, "its files changed while they were read; nothing was committed. "
             "Build again once the folder is final",
         )  # fmt: skip
-
-
-def _write(
-    directory: Path,
-    source: str | os.PathLike[str],
-    tok: Any,
-    info: dict[str, Any],
-    eos: int | None,
-    split: str,
-    recipe: dict[str, Any],
-    progress: bool | None,
-) -> dict[str, Any]:
-    from tqdm.auto import tqdm
-
-    started = time.perf_counter()
-    dtype = token_dtype(info["vocab_size"])
-    column = RaggedWriter(directory, "tokens", dtype.itemsize)
-    pending: list[str] = []
-    bar = tqdm(
-        unit=" docs",
-        desc=f"tokenizing {Path(source).name}",
-        disable=None if progress is None else not progress,
-    )
-
-    def flush() -> None:
-        encodings = tok.encode_batch(pending, add_special_tokens=False)
-        ids = [[*e.ids, eos] if eos is not None else e.ids for e in encodings]
-        lengths = np.fromiter(map(len, ids), np.int64, len(ids))
-        flat = np.fromiter((t for doc in ids for t in doc), dtype, int(lengths.sum()))
-        column.append_many(flat.tobytes(), lengths * dtype.itemsize)
-        bar.update(len(pending))
-        pending.clear()
-
-    for text in iter_texts(source, split, recipe["source_identity"].get("store")):
-        pending.append(text)
-        if len(pending) >= BATCH_DOCS:
-            flush()
-    if pending:
-        flush()
-    bar.close()
-    files = column.finish()
-    files["tokenizer.json"] = write_file(directory / "tokenizer.json", tok.to_str().encode())
-    documents = len(column)
-    if documents == 0:
-        raise ValueError(f"{source} holds no documents")
-    return {
-        "format": FORMAT_NAME,
-        "version": current_version(FORMAT_NAME),
-        "lading_version": __version__,
-        "documents": documents,
-        "tokens": int(files["tokens.bin"]["size"] // dtype.itemsize),
-        "dtype": dtype.str,
-        "vocab_size": info["vocab_size"],
-        "eos_id": eos,
-        "recipe": recipe,
-        "seconds": round(time.perf_counter() - started, 3),
-        "files": files,
-    }

@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.lm.corpus import TokenCorpus
+from lading.lm.parts import locate
 from lading.loading.order import Salt, permutation
 
 
@@ -37,9 +38,11 @@ class EpochStream:
         order = permutation(len(documents), seed, Salt.DOCUMENT_ORDER, epoch, shuffle=shuffle)
         docs = documents[order]
         offsets = corpus.offsets
-        self.tokens = corpus.tokens
-        self.doc_start = offsets[docs].astype(np.int64)  # start of each document in tokens
-        self.lengths = offsets[docs + 1].astype(np.int64) - self.doc_start
+        self.parts, bases = corpus.parts()  # the token files (one per shard of a merged corpus)
+        starts = offsets[docs].astype(np.int64)  # start of each document in the corpus
+        self.lengths = offsets[docs + 1].astype(np.int64) - starts
+        # each document's file and start there: a piece of a document is a slice of one file
+        self.doc_part, self.doc_start = locate(bases, starts)
         self.cum_end = np.cumsum(self.lengths)  # stream position just past each document
         self.total = int(self.cum_end[-1]) if len(self.cum_end) else 0
         self.backwards = backwards
@@ -47,8 +50,9 @@ class EpochStream:
             raise ValueError("the corpus has fewer than 2 tokens: nothing to predict")
 
     def _read_forward(self, start: int, out: npt.NDArray[np.int64]) -> None:
-        tokens, cum_end, lengths, doc_start = (
-            self.tokens,
+        parts, doc_part, cum_end, lengths, doc_start = (
+            self.parts,
+            self.doc_part,
             self.cum_end,
             self.lengths,
             self.doc_start,
@@ -60,7 +64,7 @@ class EpochStream:
             in_doc = pos - (int(cum_end[k]) - length)
             take = min(n - filled, length - in_doc)
             src = int(doc_start[k]) + in_doc
-            out[filled : filled + take] = tokens[src : src + take]
+            out[filled : filled + take] = parts[doc_part[k]][src : src + take]
             filled += take
             pos += take
             k += 1
