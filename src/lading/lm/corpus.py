@@ -21,35 +21,18 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.disk import OFFSET_DTYPE, BuildContext, MappedFile, open_snapshot
-from lading.errors import SourceError, StaleStoreWarning, StoreFormatError
+from lading.errors import StaleStoreWarning, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENIZER
 from lading.lm.parts import PartTokens, token_parts
-from lading.lm.texts import identity_changed, iter_texts, source_identity
-from lading.lm.tokenize import progress_bar, write_tokens
+from lading.lm.texts import iter_texts, refuse_if_source_changed, source_identity, stale_reason
+from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.remote.objects import is_remote
-from lading.sources import refuse_if_changed
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
 
 if TYPE_CHECKING:
     from lading.lm.remote import RemoteTokenFiles
 
 __all__ = ["FORMAT_NAME", "TokenCorpus", "find_eos", "verify_corpus"]
-
-EOS_CANDIDATES: tuple[str, ...] = ("<|endoftext|>", "</s>", "<eos>", "[SEP]", "<|end|>")
-
-
-def find_eos(tokenizer: Any, eos_token: str | None = None) -> int:
-    """Id of the end-of-text token (``eos_token``, or the first of the usual names present)."""
-    names = (eos_token,) if eos_token else EOS_CANDIDATES
-    for name in names:
-        token_id = tokenizer.token_to_id(name)
-        if token_id is not None:
-            return int(token_id)
-    raise ValueError(
-        f"the tokenizer has none of {list(names)}; pass eos_token=, or "
-        "append_eos=False to keep documents unseparated"
-    )
-
 
 OnStale = Literal["warn", "raise", "ignore"]
 
@@ -137,7 +120,7 @@ class TokenCorpus:
             path = stage(path, Path(stage_to) / name)
         root = Path(path)
         corpus = open_snapshot(root, FORMAT_NAME, lambda meta: cls(root, meta), snapshot)
-        corpus.stale = _stale(corpus.meta.get("recipe"))
+        corpus.stale = stale_reason(corpus.meta.get("recipe"))
         if corpus.stale and on_stale == "raise":
             raise StoreFormatError(f"token corpus {root} is stale: {corpus.stale}; rebuild it")
         if corpus.stale and on_stale == "warn":
@@ -220,6 +203,8 @@ class TokenCorpus:
         cache: str | os.PathLike[str] | None = None,
         cache_bytes: int | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        shard: Literal["auto"] | None = None,
+        build_id: str | None = None,
     ) -> TokenCorpus:
         """Tokenize every document of ``source`` into ``dest``.
 
@@ -239,7 +224,26 @@ class TokenCorpus:
             progress: show a progress bar (default: on a terminal).
             cache, cache_bytes, storage_options: a URL ``dest``'s node cache and client (as
                 :meth:`open`'s).
+            shard: ``"auto"``: under an initialised process group (torchrun), rank ``r`` of
+                ``w`` tokenizes shard ``r`` of ``w`` (:meth:`build_shard`), rank 0 merges
+                (:meth:`merge`) and every rank opens the snapshot it committed (``dest`` on a
+                filesystem every rank sees); without a group, one process builds.
+            build_id: with ``shard="auto"``, the build directory of the shards.
         """
+        if shard not in (None, "auto"):
+            raise ValueError(
+                f"TokenCorpus.build(shard={shard!r}): one shard of a parallel build is "
+                "TokenCorpus.build_shard(source, dest, (i, n), tokenizer), then "
+                "TokenCorpus.merge(dest); build takes shard='auto' or None"
+            )
+        if shard == "auto":
+            from lading.world import process_group
+
+            if process_group(min_size=2) is not None:
+                from lading.lm.cluster import build_in_group
+
+                local = dict(append_eos=append_eos, eos_token=eos_token, split=split)
+                return build_in_group(source, dest, tokenizer, build_id, progress, local)
         if is_remote(dest):
             from lading.lm.remote import build_corpus
 
@@ -275,11 +279,73 @@ class TokenCorpus:
                 if meta["documents"] == 0:
                     raise ValueError(f"{source} holds no documents")
                 meta["recipe"] = recipe
-                _refuse_if_changed(source, identity)
+                refuse_if_source_changed(source, identity)
                 meta["dir"] = build.snapshot
                 meta["files"] = {f"{build.snapshot}/{k}": v for k, v in meta["files"].items()}
                 build.commit(tmp, meta)
         return cls.open(dest, snapshot=build.snapshot)
+
+    @classmethod
+    def build_shard(
+        cls,
+        source: Any,
+        dest: str | os.PathLike[str],
+        shard: tuple[int, int],
+        tokenizer: Any,
+        append_eos: bool = True,
+        *,
+        eos_token: str | None = None,
+        split: str = "blank",
+        on_error: Literal["raise", "skip"] = "raise",
+        build_id: str | None = None,
+        progress: bool | None = None,
+        cache: str | os.PathLike[str] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Tokenize shard ``i`` of ``n`` (``shard=(i, n)``) of ``source`` into ``dest`` (a
+        folder, or an object-store URL: the shard is uploaded once whole); once all ``n`` are
+        there, :meth:`merge` commits them. Any worker, any order; a shard already there is
+        not written again. ``on_error="skip"`` counts malformed JSONL records instead of
+        raising (naming file and line). Returns what was done
+        (:class:`lading.lm.shards.CorpusShardReport`); see :mod:`lading.lm.shards`."""
+        if is_remote(dest):
+            from lading.lm.cluster import remote_shard
+
+            return remote_shard(
+                source, os.fspath(dest), shard, tokenizer, cache, storage_options,
+                append_eos=append_eos, eos_token=eos_token, split=split, on_error=on_error,
+                build_id=build_id, progress=progress,
+            )  # fmt: skip
+        from lading.lm.shards import build_corpus_shard
+
+        return build_corpus_shard(
+            source, Path(dest), shard, tokenizer, append_eos=append_eos, eos_token=eos_token,
+            split=split, on_error=on_error, build_id=build_id, progress=progress,
+        )  # fmt: skip
+
+    @classmethod
+    def merge(
+        cls,
+        dest: str | os.PathLike[str],
+        *,
+        build_id: str | None = None,
+        cache: str | os.PathLike[str] | None = None,
+        cache_bytes: int | str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> TokenCorpus:
+        """Commit the shards written by :meth:`build_shard` as ``dest``'s new snapshot, their
+        token files read in place (only the offsets over all shards and the manifest are
+        written: :mod:`lading.lm.merge`); open it."""
+        if is_remote(dest):
+            from lading.lm.cluster import remote_merge
+
+            merged: TokenCorpus = remote_merge(
+                os.fspath(dest), build_id, cache, cache_bytes, storage_options
+            )
+            return merged
+        from lading.lm.merge import merge_corpus
+
+        return merge_corpus(Path(dest), build_id)
 
     def __len__(self) -> int:
         return int(self.meta["documents"])
@@ -311,16 +377,6 @@ class TokenCorpus:
         return load_tokenizer(self.path / name.lstrip("/"))
 
 
-def _stale(recipe: object) -> str | None:
-    """Why the recorded source differs from it now, or None (also when the manifest's recipe
-    is not what a build writes: a manifest is input, and staleness is advice)."""
-    if not isinstance(recipe, dict) or not isinstance(recipe.get("source"), str):
-        return None
-    if not isinstance(recipe.get("source_identity"), dict):
-        return None
-    return identity_changed(recipe["source"], recipe["source_identity"])
-
-
 def verify_corpus(path: str | os.PathLike[str]) -> list[str]:
     """Every check :meth:`TokenCorpus.open` makes, then every byte of every file of that
     snapshot against its CRC32; the problems found (empty: intact)."""
@@ -341,15 +397,3 @@ def _reopen_remote(url: str, settings: Any, snapshot: str) -> TokenCorpus:
     from lading.lm.remote import RemoteTokenFiles
 
     return TokenCorpus.of_remote(RemoteTokenFiles(url, settings, snapshot))
-
-
-def _refuse_if_changed(source: str | os.PathLike[str], before: dict[str, Any]) -> None:
-    """Fail a build whose source changed while it was read (a store source is read at the
-    snapshot ``before`` names, so it cannot)."""
-    if "file" in before:
-        refuse_if_changed(before["file"])
-    elif "folder" in before and source_identity(source) != before:
-        raise SourceError(
-            source, None, "its files changed while they were read; nothing was committed. "
-            "Build again once the folder is final",
-        )  # fmt: skip

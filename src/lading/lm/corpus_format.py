@@ -7,3 +7,4 @@ FORMAT_NAME = "lading.tokens"
 TOKENS = "tokens.bin"  # every document's token ids back to back
 OFFSETS = "tokens.off"  # n + 1 uint64 offsets into TOKENS
 TOKENIZER = "tokenizer.json"  # the tokenizer the ids came from
+MERGED_VERSION = 3  # a corpus built in shards: ``parts`` read in place (lading.lm.parts)

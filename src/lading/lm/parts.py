@@ -44,6 +44,10 @@ class PartTokens:
     def shape(self) -> tuple[int]:
         return (self.n,)
 
+    @property
+    def nbytes(self) -> int:
+        return self.n * self.dtype.itemsize
+
     def __getitem__(self, index: slice | int) -> Any:
         if isinstance(index, slice):
             start, stop, stride = index.indices(self.n)

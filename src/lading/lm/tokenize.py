@@ -23,6 +23,20 @@ from lading.lm.corpus_format import FORMAT_NAME, TOKENIZER
 from lading.stores.tokens import token_dtype
 
 BATCH_DOCS = 1000  # documents per encode_batch call
+EOS_CANDIDATES: tuple[str, ...] = ("<|endoftext|>", "</s>", "<eos>", "[SEP]", "<|end|>")
+
+
+def find_eos(tokenizer: Any, eos_token: str | None = None) -> int:
+    """Id of the end-of-text token (``eos_token``, or the first of the usual names present)."""
+    names = (eos_token,) if eos_token else EOS_CANDIDATES
+    for name in names:
+        token_id = tokenizer.token_to_id(name)
+        if token_id is not None:
+            return int(token_id)
+    raise ValueError(
+        f"the tokenizer has none of {list(names)}; pass eos_token=, or "
+        "append_eos=False to keep documents unseparated"
+    )
 
 
 def encoder(tok: Any) -> Any:
