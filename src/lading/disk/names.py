@@ -257,13 +257,13 @@ Names = list[tuple[str, object]]  # (field, name) pairs
 
 
 def token_part_names(manifest: dict[str, Any], where: object) -> Names:
-    """A token corpus built in shards (version 3): ``dir/tokens.off`` (the merged offsets),
-    the tokenizer, and each part's ``tokens.bin`` read in place (:mod:`lading.lm.parts`)."""
-    directory = check_name(manifest.get("dir"), "dir", where)
+    """A token corpus built in shards (version 3): the tokenizer, and each part's
+    ``tokens.bin`` and ``tokens.off`` read in place (:mod:`lading.lm.parts`)."""
     parts = manifest.get("parts")
     if not isinstance(parts, list) or not parts:
         raise refuse(where, "parts", parts, "is not a list of the shards read in place")
-    names: Names = [("dir", _join(directory, TOKEN_FILES[1]))]
+    check_name(manifest.get("dir"), "dir", where)  # the snapshot's folder: its manifest only
+    names: Names = []
     tokenizer = check_name(manifest.get("tokenizer_file"), "tokenizer_file", where)
     names.append(("tokenizer_file", tokenizer))
     for i, part in enumerate(parts):
@@ -272,6 +272,7 @@ def token_part_names(manifest: dict[str, Any], where: object) -> Names:
         _count(part.get("documents"), f"parts[{i}].documents", where)
         _count(part.get("tokens"), f"parts[{i}].tokens", where)
         names.append((f"parts[{i}].dir", _join(folder, TOKEN_FILES[0])))
+        names.append((f"parts[{i}].dir", _join(folder, TOKEN_FILES[1])))
     return names
 
 

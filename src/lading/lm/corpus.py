@@ -23,7 +23,7 @@ import numpy.typing as npt
 from lading.disk import OFFSET_DTYPE, BuildContext, MappedFile, open_snapshot
 from lading.errors import StaleStoreWarning, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENIZER
-from lading.lm.parts import PartTokens, token_parts
+from lading.lm.parts import PartOffsets, PartTokens, part_offsets, token_parts
 from lading.lm.texts import iter_texts, refuse_if_source_changed, source_identity, stale_reason
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.remote.objects import is_remote
@@ -58,7 +58,11 @@ class TokenCorpus:
         self.dtype = np.dtype(meta["dtype"])
         where = path / meta.get("dir", "")  # version 1: every file at the top
         self.tokens: npt.NDArray[Any] | PartTokens = token_parts(path, meta, self.dtype)
-        self.offsets: npt.NDArray[np.uint64] = MappedFile(where / OFFSETS).array(OFFSET_DTYPE)
+        self.offsets: npt.NDArray[np.uint64] | PartOffsets = (
+            part_offsets(path, meta, self.tokens)
+            if isinstance(self.tokens, PartTokens)
+            else MappedFile(where / OFFSETS).array(OFFSET_DTYPE)
+        )
         if len(self.offsets) != meta["documents"] + 1 or int(self.offsets[-1]) != len(self.tokens):
             raise StoreFormatError(
                 f"{path}: tokens.off ({len(self.offsets)} offsets) does not describe tokens.bin "
@@ -171,7 +175,7 @@ class TokenCorpus:
         if self.remote is not None:
             return self.remote.token_arrays()
         if isinstance(self.tokens, PartTokens):  # a corpus built in shards: one copy
-            return self.tokens.concatenated(), self.offsets
+            return self.tokens.concatenated(), np.asarray(self.offsets)
         return self.tokens, self.offsets
 
     def parts(self) -> tuple[list[Any], npt.NDArray[np.int64]]:
@@ -365,7 +369,7 @@ class TokenCorpus:
 
     def lengths(self) -> npt.NDArray[np.int64]:
         """Tokens per document (one int64 per document: the corpus's small index)."""
-        return np.diff(self.offsets).astype(np.int64)
+        return np.diff(np.asarray(self.offsets)).astype(np.int64)
 
     def document(self, i: int) -> npt.NDArray[Any]:
         """Token ids of document ``i`` (a view of the map)."""

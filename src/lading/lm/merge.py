@@ -1,11 +1,12 @@
-"""The merge of a token corpus built in shards: what spans shards, and one commit.
+"""The merge of a token corpus built in shards: checks, and one commit of a manifest.
 
-A shard's ``tokens.bin`` is never copied: the merged snapshot's manifest lists the shards as
+No byte of a shard is copied or rewritten: the merged snapshot's manifest lists the shards as
 ``parts`` (directory, documents, tokens, in document order) and the reader maps each part's
-file in place (:mod:`lading.lm.parts`). The merge writes ``<snapshot>/tokens.off`` only: every
-document's offsets over the parts laid end to end (8 bytes a document, streamed shard by
-shard: memory bounded by a chunk, time linear in documents), so a merged corpus is read
-exactly as a one-process build (the same offsets array, the same windows, packing and masks).
+``tokens.bin`` and ``tokens.off`` in place, the offsets shifted by the tokens of the parts
+before (:mod:`lading.lm.parts`), so a merged corpus reads exactly as a one-process build (the
+same offsets, the same windows, packing and masks). The merge writes the manifest only: its
+time and memory grow with the shards (their ``shard.json`` read and checked), not with the
+documents.
 The tokenizer stays in the first shard's folder (``tokenizer_file``). Shards must agree on the
 tokenizer (its SHA-256), its dtype and the end-of-text id: a shard tokenized otherwise is
 refused naming both shards.
@@ -13,19 +14,15 @@ refused naming both shards.
 
 from __future__ import annotations
 
-import os
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from lading._version import __version__
-from lading.disk import OFFSET_DTYPE, BuildContext, MappedFile
+from lading.disk import BuildContext
 from lading.errors import SourceError, StoreFormatError
 from lading.lm.corpus import TokenCorpus
-from lading.lm.corpus_format import FORMAT_NAME, MERGED_VERSION, OFFSETS, TOKENIZER, TOKENS
+from lading.lm.corpus_format import FORMAT_NAME, MERGED_VERSION, TOKENIZER, TOKENS
 from lading.lm.shards import COMMAND, CorpusShard, read_corpus_shard
 from lading.stores.building.shardset import (
     check_same_inputs,
@@ -59,8 +56,7 @@ def merge_corpus(dest: Path, build_id: str | None = None) -> TokenCorpus:
         check_same_tokens(dest, shards)
         started = time.perf_counter()
         with build.scratch() as tmp:
-            entry = write_offsets(tmp / OFFSETS, [dest / s.dir / OFFSETS for s in shards])
-            meta = manifest(bid, shards, recipe["options"], build.snapshot, entry)
+            meta = manifest(bid, shards, recipe["options"], build.snapshot)
             meta["seconds"] = round(time.perf_counter() - started, 3)
             build.commit(tmp, meta)
     return TokenCorpus.open(dest, snapshot=build.snapshot, on_stale="ignore")
@@ -84,37 +80,15 @@ def check_same_tokens(dest: Path, shards: list[CorpusShard]) -> None:
         raise SourceError(where, None, "no documents in any shard; a corpus of 0 is refused")
 
 
-def write_offsets(path: Path, parts: list[Path]) -> dict[str, int]:
-    """Every document's offsets over ``parts``' tokens laid end to end, into ``path`` (fsynced),
-    a chunk of each shard's ``tokens.off`` at a time; its size and CRC32 for the manifest."""
-    crc, size, base = 0, 0, 0
-    with open(path, "wb") as out:
-        first = np.zeros(1, dtype=OFFSET_DTYPE)
-        out.write(first.data)
-        crc, size = zlib.crc32(first.data), first.nbytes
-        for part in parts:
-            offsets = MappedFile(part).array(OFFSET_DTYPE)
-            for lo in range(1, len(offsets), _CHUNK):
-                chunk = offsets[lo : lo + _CHUNK] + np.uint64(base)
-                out.write(chunk.data)
-                crc, size = zlib.crc32(chunk.data, crc), size + chunk.nbytes
-            base += int(offsets[-1])
-            del offsets
-        out.flush()
-        os.fsync(out.fileno())
-    return {"size": size, "crc32": crc}
-
-
 def manifest(
     bid: str,
     shards: list[CorpusShard],
     options: dict[str, Any],
     snapshot: str,
-    offsets: dict[str, int],
 ) -> dict[str, Any]:
-    """The manifest committing ``shards`` (read in place) and the new ``tokens.off``."""
+    """The manifest committing ``shards``, every file of theirs read in place."""
     first = shards[0].record
-    files: dict[str, Any] = {f"{snapshot}/{OFFSETS}": offsets}
+    files: dict[str, Any] = {}
     parts = []
     for shard in shards:
         files.update({f"{shard.dir}/{name}": info for name, info in shard.record["files"].items()})

@@ -1,12 +1,13 @@
 """A token corpus built in shards reads each shard's ``tokens.bin`` in place: one token count
 over several files, no concatenation.
 
-A one-process build has one token file; ``lading lm merge`` (:mod:`lading.lm.shards`) commits
+A one-process build has one token file; ``lading lm merge`` (:mod:`lading.lm.merge`) commits
 a snapshot whose manifest lists ``parts`` (each shard's directory, documents and tokens, in
-document order) and writes only the global ``tokens.off`` (every document's offsets over the
-parts laid end to end). Documents never span parts, so every slice the LM modes take (a piece
-of one document) lies in one file: they find it by the document (:meth:`TokenCorpus.parts`),
-and :class:`PartTokens` serves ``tokens[a:b]`` for everyone else, copying only a slice that
+document order) and writes nothing else: each part's ``tokens.bin`` and ``tokens.off`` are
+read in place, the offsets shifted by the tokens of the parts before (:class:`PartOffsets`).
+Documents never span parts, so every slice the LM modes take (a piece of one document) lies
+in one file: they find it by the document (:meth:`TokenCorpus.parts`), and
+:class:`PartTokens` serves ``tokens[a:b]`` for everyone else, copying only a slice that
 crosses a part's end.
 """
 
@@ -19,9 +20,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lading.disk import MappedFile
+from lading.disk import OFFSET_DTYPE, MappedFile
 from lading.errors import StoreFormatError
-from lading.lm.corpus_format import TOKENS
+from lading.lm.corpus_format import OFFSETS, TOKENS
 
 
 class PartTokens:
@@ -79,6 +80,76 @@ class PartTokens:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         out = self.concatenated()
         return out if dtype is None else out.astype(dtype, copy=False)
+
+
+class PartOffsets:
+    """The ``n + 1`` offsets of a corpus built in shards, read from each part's own
+    ``tokens.off`` in place (each counts from its part's first token): ``offsets[i]``,
+    ``offsets[array]``, ``offsets[a:b]``, ``len``; a gather is a copy (the LM modes gather a
+    document's start once per epoch, as from one array)."""
+
+    ndim = 1
+    dtype = np.dtype(np.uint64)
+
+    def __init__(self, parts: list[Any], token_bases: npt.NDArray[np.int64]) -> None:
+        self.parts = parts
+        documents = [len(p) - 1 for p in parts]
+        self.doc_bases = np.concatenate([[0], np.cumsum(documents)]).astype(np.int64)
+        self._doc_starts = self.doc_bases[:-1].tolist()
+        self.token_bases = token_bases.astype(np.uint64)
+        self.n = int(self.doc_bases[-1]) + 1
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.n,)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, (int, np.integer)):
+            at = int(index) + (self.n if int(index) < 0 else 0)
+            if not 0 <= at < self.n:
+                raise IndexError(f"offset {int(index)} is out of range [0, {self.n})")
+            k = min(bisect.bisect_right(self._doc_starts, at) - 1, len(self.parts) - 1)
+            return self.token_bases[k] + self.parts[k][at - self._doc_starts[k]]
+        if isinstance(index, slice):
+            index = np.arange(*index.indices(self.n))
+        rows = np.asarray(index, dtype=np.int64)
+        if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self.n):
+            raise IndexError(f"offsets out of range [0, {self.n})")
+        part = np.searchsorted(self.doc_bases[1:-1], rows, side="right")
+        local = rows - self.doc_bases[part]
+        out = np.empty(rows.shape, dtype=np.uint64)
+        for k, offsets in enumerate(self.parts):
+            mine = part == k
+            if mine.any():
+                out[mine] = offsets[local[mine]] + self.token_bases[k]
+        return out
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self[0 : self.n]
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
+def part_offsets(root: Path, meta: dict[str, Any], tokens: PartTokens) -> PartOffsets:
+    """The offsets of a local corpus built in shards: each part's ``tokens.off`` mapped,
+    checked to hold its documents and end at its token count.
+
+    Raises:
+        StoreFormatError: a part's offsets do not describe its tokens.
+    """
+    arrays = []
+    for part, count in zip(meta["parts"], np.diff(tokens.bases).tolist()):
+        path = root / part["dir"] / OFFSETS
+        offsets = MappedFile(path).array(OFFSET_DTYPE)
+        if len(offsets) != part["documents"] + 1 or int(offsets[-1]) != count:
+            raise StoreFormatError(
+                f"{path} ({len(offsets):,} offsets) does not describe the part's "
+                f"{part['documents']:,} documents of {count:,} tokens; rebuild the corpus"
+            )
+        arrays.append(offsets)
+    return PartOffsets(arrays, tokens.bases)
 
 
 def token_parts(root: Path, meta: dict[str, Any], dtype: np.dtype[Any]) -> Any:
