@@ -238,8 +238,8 @@ def read_rows(args: argparse.Namespace, work: Path) -> list[str]:
         rows.append(f"| {name} | {spread(base, '{:,.0f}')} | **{spread(ratios)}** |")
     ratios, base = [], []
     for r in range(args.repeats):
-        pair = (store_one, store_merged) if r % 2 == 0 else (store_merged, store_one)
-        got = {id(s): lookups_per_second(s) for s in pair}
+        stores = (store_one, store_merged) if r % 2 == 0 else (store_merged, store_one)
+        got = {id(s): lookups_per_second(s) for s in stores}
         ratios.append(got[id(store_merged)] / got[id(store_one)])
         base.append(got[id(store_one)])
     got_base, got_ratio = spread(base, "{:,.0f}"), spread(ratios)

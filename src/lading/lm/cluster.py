@@ -4,7 +4,8 @@ shards built straight into object storage (``s3://``), committed by one merge in
 - :func:`build_in_group`: ``TokenCorpus.build(..., shard="auto")`` under torchrun: rank ``r``
   of ``w`` tokenizes shard ``r`` of ``w``, rank 0 merges, every rank opens that snapshot (the
   stores' rule, :func:`lading.stores.building.group.shards_in_group`).
-- :func:`remote_shard` / :func:`remote_merge`: see :mod:`lading.lm.remote_shards`.
+- :func:`remote_shard` / :func:`remote_merge`: shards uploaded as they finish, the merge
+  committed in the bucket (:mod:`lading.lm.remote_shards`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from lading.lm.corpus import TokenCorpus
-from lading.remote.objects import RemoteNotSupportedError
 
 
 def build_in_group(
@@ -59,7 +59,9 @@ def remote_shard(
 ) -> Any:
     """Shard ``(i, n)`` of the corpus at ``url``: built in a scratch folder, uploaded once
     whole (:mod:`lading.lm.remote_shards`)."""
-    raise RemoteNotSupportedError(f"{url}: shards of a token corpus are built into a folder")
+    from lading.lm.remote_shards import upload_shard
+
+    return upload_shard(source, url, shard, tokenizer, cache, storage_options, **options)
 
 
 def remote_merge(
@@ -70,4 +72,6 @@ def remote_merge(
     storage_options: Any,
 ) -> TokenCorpus:
     """The merge of the shards at ``url``, committed in the bucket (the manifest last)."""
-    raise RemoteNotSupportedError(f"{url}: shards of a token corpus are merged in a folder")
+    from lading.lm.remote_shards import merge_remote
+
+    return merge_remote(url, build_id, cache, cache_bytes, storage_options)

@@ -160,7 +160,7 @@ class TokenCorpus:
         corpus.stale = None  # the source was read on the build's machine: not checked
         corpus.dtype, corpus.offsets, corpus.remote = files.dtype, files.offsets, files
         corpus.url = files.url
-        corpus.tokens = files.tokens  # type: ignore[assignment]  # read by ranges, as a map
+        corpus.tokens = files.tokens  # read by ranges, as a map
         return corpus
 
     def cache_stats(self) -> dict[str, Any]:
@@ -176,7 +176,7 @@ class TokenCorpus:
             return self.remote.token_arrays()
         if isinstance(self.tokens, PartTokens):  # a corpus built in shards: one copy
             return self.tokens.concatenated(), np.asarray(self.offsets)
-        return self.tokens, self.offsets
+        return self.tokens, np.asarray(self.offsets)  # a one-file corpus: the map itself
 
     def parts(self) -> tuple[list[Any], npt.NDArray[np.int64]]:
         """(the token files read in place, where each starts in the corpus's token count

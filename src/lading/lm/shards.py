@@ -34,7 +34,12 @@ from lading.lm.texts import file_texts, folder_files, source_identity
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.sources import OnError, ParseOptions, SourceReader, fingerprint, refuse_if_changed
 from lading.stores.building.inputs import Piece, check_shard_count, plan_shard
-from lading.stores.building.shardset import SHARD_FILE, check_shard, claim_shard
+from lading.stores.building.shardset import (
+    SHARD_FILE,
+    check_shard,
+    claim_shard,
+    derive_build_id,
+)
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
 
 COMMAND = "lading lm build"  # how a missing shard is built, in the merge's messages
@@ -137,6 +142,30 @@ def store_texts(store: Path, shard: tuple[int, int]) -> tuple[Iterator[str], dic
     return texts(), {"path": str(store.resolve()), "snapshot": opened.snapshot, "rows": [lo, hi]}
 
 
+def _options(
+    inputs: Inputs, append_eos: bool, eos_token: str | None, split: str, on_error: str
+) -> dict[str, Any]:
+    """The options a shard records (and its build id is derived from)."""
+    return {"kind": "tokens", "append_eos": append_eos, "eos_token": eos_token, "split": split,
+            "on_error": on_error, "format": inputs.format}  # fmt: skip
+
+
+def corpus_build_id(
+    source: Any,
+    n: int,
+    *,
+    append_eos: bool = True,
+    eos_token: str | None = None,
+    split: str = "blank",
+    on_error: str = "raise",
+    progress: bool | None = None,
+) -> str:
+    """The build id every worker of an ``n``-shard build of ``source`` derives alike."""
+    inputs = inputs_of(source)
+    options = _options(inputs, append_eos, eos_token, split, on_error)
+    return derive_build_id(inputs.files, options, n)
+
+
 def build_corpus_shard(
     source: Any,
     dest: Path,
@@ -160,8 +189,7 @@ def build_corpus_shard(
     tok = load_tokenizer(tokenizer)
     info = describe_tokenizer(tok)
     eos = find_eos(tok, eos_token) if append_eos else None
-    options = {"kind": "tokens", "append_eos": append_eos, "eos_token": eos_token}
-    options.update(split=split, on_error=on_error, format=inputs.format)
+    options = _options(inputs, append_eos, eos_token, split, on_error)
     bid, where, stats = claim_shard(dest, inputs.files, options, (i, n), build_id, "token corpus")
     with BuildContext(where, None, "shard") as build:
         if (where / SHARD_FILE).is_file():  # a rerun: this shard is whole already

@@ -228,6 +228,30 @@ def upload(
         warnings.warn(f"{client.url} is committed; its old snapshots stay: {e}", stacklevel=2)
 
 
+def put_files(
+    client: ObjectClient,
+    files: list[tuple[str, bytes | Path, int]],
+    *,
+    timeout: float | None = None,
+    min_rate: int | str | None = None,
+) -> None:
+    """PUT each ``(key, bytes or local file, size)``, :data:`UPLOADS_AT_ONCE` at a time, each
+    within :func:`put_deadline` of its bytes (what :func:`upload` does for a store's files;
+    a shard of a parallel build uploads through it, its ``shard.json`` in a second call).
+
+    Raises:
+        RemoteWriteError: a PUT failed or passed its deadline (naming object and endpoint).
+    """
+    base = default_timeout() if timeout is None else float(timeout)
+    rate = default_upload_rate() if min_rate is None else positive_rate(min_rate)
+    longest = sum(put_deadline(n, base, rate) for _, _, n in files)
+    fetcher = Fetcher(lambda: client, in_flight=UPLOADS_AT_ONCE, retries=0, timeout=longest + 1)
+    try:
+        _run(fetcher, lambda: _put_all(client, files, base, rate))
+    finally:
+        fetcher.close()
+
+
 def _run(fetcher: Fetcher, work: Callable[[], Awaitable[None]]) -> None:
     try:
         fetcher.run("upload", work)
