@@ -13,7 +13,7 @@ Two kinds, ``--shards`` shards each, ``docs`` small documents:
 
 For each: the bytes the merge wrote (every file of the new snapshot folder, the manifest
 included) over the shards' bytes (every file under build-<id>/), the merge's wall seconds and
-the merge process's peak RSS (``ru_maxrss`` of the child; an import-only child's is given as
+the merge process's peak RSS (``VmHWM`` of the child; an import-only child's is given as
 the floor), median (min-max) of ``--repeats`` merges, each into a fresh copy of the manifest
 state (the previous snapshot removed). Then reads side by side in one process, alternating,
 ``--repeats`` rounds: a token corpus of ``--read-docs`` documents built by one process and the
@@ -124,8 +124,10 @@ MERGE = {
 def merge_once(kind: str, dest: Path) -> tuple[float, float, int]:
     """(seconds, peak RSS MiB, bytes written) of one merge of ``dest`` in a fresh process;
     the snapshot it made is removed afterwards (the next merge starts from the shards)."""
-    code = f"import resource, sys, time; t = time.perf_counter(); {MERGE[kind]}; " + (
-        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    # VmHWM, not ru_maxrss: Linux carries a parent's max RSS over fork and exec
+    code = f"import sys, time; t = time.perf_counter(); {MERGE[kind]}; " + (
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; "
+        "print(time.perf_counter() - t, hwm)"
     )
     env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src")}
     out = subprocess.run(
@@ -191,7 +193,7 @@ def tokens_per_second(corpus: Any, sequence: Any) -> float:
     return tokens / (time.perf_counter() - started)
 
 
-def lookups_per_second(store: Any, rounds: int = 300) -> float:
+def lookups_per_second(store: Any, rounds: int = 3000) -> float:
     rng = np.random.default_rng(2)
     ids = store.ids()
     batches = [[ids[k] for k in rng.integers(0, len(ids), 64)] for _ in range(rounds)]
