@@ -86,10 +86,10 @@ def build_remote(
     ``timeout``, ``upload_min_rate``: :class:`~lading.remote.settings.RemoteSettings`)."""
     if kwargs.get("shard") is not None:
         raise ValueError(
-            f"a parallel build (shard=) straight into {url} is not supported yet: build the "
-            "shards into a folder and merge them there (lading build --shard I/N, lading "
-            "merge), then upload the store with lading.stores.building.upload.upload(folder, "
-            "lading.remote.clients.open_client(url)), the manifest last"
+            f"build_store(shard=...) builds on a filesystem every rank sees; into {url} each "
+            "worker builds its shard with lading.build_shard(source, url, (i, n)) (lading "
+            "build SOURCE URL --shard I/N: uploaded once whole), then one "
+            "lading.merge_store(url) (lading merge URL) commits it in the bucket"
         )
     deadlines: dict[str, Any] = {}
     if timeout is not None:
