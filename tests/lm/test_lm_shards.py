@@ -280,3 +280,35 @@ def test_offsets_read_in_place_index_as_one_array(tmp_path: Path) -> None:
             offsets[bad]
     with pytest.raises(IndexError):
         offsets[np.array([0, len(want)])]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("dir", "../../outside"), ("dir", "/etc"), ("tokens", -1), ("documents", "many")],
+)
+def test_a_damaged_parts_entry_is_refused_naming_it(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    src = inputs(tmp_path)
+    for i in range(2):
+        TokenCorpus.build_shard(src, tmp_path / "m", (i, 2), tmp_path / "t.json", progress=False)
+    TokenCorpus.merge(tmp_path / "m")
+    meta_path = tmp_path / "m" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["parts"][1][field] = value
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(StoreFormatError, match=rf"parts\[1\]\.{field}"):
+        TokenCorpus.open(tmp_path / "m")
+
+
+def test_a_part_whose_tokens_do_not_match_is_refused(tmp_path: Path) -> None:
+    src = inputs(tmp_path)
+    for i in range(2):
+        TokenCorpus.build_shard(src, tmp_path / "m", (i, 2), tmp_path / "t.json", progress=False)
+    TokenCorpus.merge(tmp_path / "m")
+    meta_path = tmp_path / "m" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["parts"][0]["tokens"] += 1
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(StoreFormatError, match=r"shard-00000-of-00002/tokens\.bin"):
+        TokenCorpus.open(tmp_path / "m")

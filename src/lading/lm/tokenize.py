@@ -10,6 +10,7 @@ has it (``tokenizers`` >= 0.20: no offsets computed; the ids are the same), else
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -59,13 +60,15 @@ def write_tokens(
     dtype = token_dtype(info["vocab_size"])
     column = RaggedWriter(directory, "tokens", dtype.itemsize)
     encode = encoder(tok)
+    tail = [eos] if eos is not None else []
     pending: list[str] = []
 
     def flush() -> None:
         encodings = encode(pending, add_special_tokens=False)
-        ids = [[*e.ids, eos] if eos is not None else e.ids for e in encodings]
+        ids = [e.ids + tail for e in encodings] if tail else [e.ids for e in encodings]
         lengths = np.fromiter(map(len, ids), np.int64, len(ids))
-        flat = np.fromiter((t for doc in ids for t in doc), dtype, int(lengths.sum()))
+        # chain walks the lists in C: no Python frame a token (a generator took ~10 % of CPU)
+        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype, int(lengths.sum()))
         column.append_many(flat.tobytes(), lengths * dtype.itemsize)
         bar.update(len(pending))
         pending.clear()
