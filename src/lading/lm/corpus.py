@@ -338,8 +338,8 @@ class TokenCorpus:
         storage_options: Mapping[str, Any] | None = None,
     ) -> TokenCorpus:
         """Commit the shards written by :meth:`build_shard` as ``dest``'s new snapshot, their
-        token files read in place (only the offsets over all shards and the manifest are
-        written: :mod:`lading.lm.merge`); open it."""
+        token and offset files read in place (the merge writes the manifest only:
+        :mod:`lading.lm.merge`); open it."""
         if is_remote(dest):
             from lading.lm.cluster import remote_merge
 
