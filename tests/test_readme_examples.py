@@ -48,6 +48,11 @@ NOT_RUN = {
     "tests/test_bench_launched.py runs the launched bench",
     BENCH: "each line runs a grid for minutes; test_bench_lines_are_accepted plans every line "
     "here (flags checked, files found) and tests/test_bench.py runs grids",
+    "docs/parallel-builds.md: Token corpora in shards #2": "Slurm's sbatch and a bucket; "
+    "tests/lm/test_lm_shards.py runs the commands and tests/lm/test_lm_shards_remote.py "
+    "the shards into the local S3",
+    "docs/parallel-builds.md: Token corpora in shards #3": "fragments for workers and "
+    "torchrun ranks; tests/lm/test_lm_shards.py runs shard='auto' under gloo ranks",
     "docs/parallel-builds.md: A Slurm array #1": "Slurm's sbatch; "
     "tests/stores/test_parallel.py runs the same commands at N = 1..4 and with several files",
     "docs/parallel-builds.md: From Python: torchrun, any launcher, Ray Data #1": "fragments "
@@ -63,6 +68,7 @@ FAST = [
     "docs/stores.md: Build, inspect, verify, stage #1",
     "docs/loaders.md: The same keywords and methods #1",
     "docs/parallel-builds.md: From the command line #1",
+    "docs/parallel-builds.md: Token corpora in shards #1",
     f"{LM}: Streams for an RNN: BPTT continuity #1",
     f"{LM}: Transformers: document boundaries, packing, mixtures #1",
     "docs/sessions.md: A loader over days of sessions #1",

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from lading.cli.inputs import tokenizer
-from lading.cli.stores import counted
+from lading.cli.stores import counted, shard_arg
 
 
 def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
@@ -28,6 +28,21 @@ def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
 def _cmd_lm_build(args: argparse.Namespace) -> int:
     from lading.lm.corpus import TokenCorpus
 
+    if args.shard is not None:
+        report = TokenCorpus.build_shard(
+            args.source,
+            args.dest,
+            args.shard,
+            args.tokenizer,
+            append_eos=not args.no_eos,
+            eos_token=args.eos_token,
+            split=args.split,
+            on_error=args.on_error,
+            build_id=args.build_id,
+            progress=not args.quiet,
+        )
+        print(report)
+        return 0
     corpus = TokenCorpus.build(
         args.source,
         args.dest,
@@ -42,6 +57,18 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
         f"{getattr(corpus, 'url', corpus.path)}: {counted(len(corpus), 'document')}, "
         f"{counted(corpus.n_tokens, 'token')} as {corpus.dtype} "
         f"({corpus.n_tokens * corpus.dtype.itemsize / 2**20:,.1f} MiB)"
+    )
+    return 0
+
+
+def _cmd_lm_merge(args: argparse.Namespace) -> int:
+    from lading.lm.corpus import TokenCorpus
+
+    corpus = TokenCorpus.merge(args.dest, build_id=args.build_id)
+    parts = len(corpus.meta.get("parts") or [None])
+    print(
+        f"{getattr(corpus, 'url', None) or corpus.path}: {counted(len(corpus), 'document')}, "
+        f"{counted(corpus.n_tokens, 'token')} from {parts} shard(s), snapshot {corpus.snapshot}"
     )
     return 0
 
@@ -83,4 +110,24 @@ def add_lm(sub: Any) -> None:
     p.add_argument("--eos-token", help="name of the end-of-text token")
     p.add_argument("--overwrite", action="store_true", help="rebuild even if up to date")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--shard",
+        type=shard_arg,
+        metavar="I/N",
+        help="tokenize shard I of N only (any worker, any order); then `lading lm merge DEST`",
+    )
+    p.add_argument("--build-id", help="with --shard: the build directory the shards share")
+    p.add_argument(
+        "--on-error",
+        choices=["raise", "skip"],
+        default="raise",
+        help="with --shard: a malformed JSONL record stops the build (naming file and line) "
+        "or is counted and skipped",
+    )
     p.set_defaults(func=_cmd_lm_build)
+    p = kinds.add_parser(
+        "merge", help="commit the shards of `lading lm build --shard I/N` as one token corpus"
+    )
+    p.add_argument("dest", help="the corpus directory (or s3://... URL) the shards were written to")
+    p.add_argument("--build-id", help="which build, when several are complete")
+    p.set_defaults(func=_cmd_lm_merge)

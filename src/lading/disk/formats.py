@@ -56,7 +56,9 @@ FORMATS: dict[str, DiskFormat] = {
         # last (lading.disk.snapshot); version 1 (a flat folder) is read as one snapshot
         _format("lading.packed", 2, "store", "rebuild the store with `lading build`", 1),
         _format("lading.offsets", 2, "offsets index", "rebuild it with OffsetStore.build", 1),
-        _format("lading.tokens", 2, "token corpus", "rebuild it with `lading lm build`", 1),
+        # lading.tokens version 3: a corpus built in shards, its parts read in place (written
+        # by `lading lm merge` only; a one-process build keeps writing version 2)
+        _format("lading.tokens", 2, "token corpus", "rebuild it with `lading lm build`", 1, 3),
         _format("lading.train.checkpoint", 1, "checkpoint", "train again from the start"),
         _format("lading.repartition", 1, "repartition", "run `lading repartition` again"),
     )

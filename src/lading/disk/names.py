@@ -256,13 +256,35 @@ def dir_names(
 Names = list[tuple[str, object]]  # (field, name) pairs
 
 
+def token_part_names(manifest: dict[str, Any], where: object) -> Names:
+    """A token corpus built in shards (version 3): the tokenizer, and each part's
+    ``tokens.bin`` and ``tokens.off`` read in place (:mod:`lading.lm.parts`)."""
+    parts = manifest.get("parts")
+    if not isinstance(parts, list) or not parts:
+        raise refuse(where, "parts", parts, "is not a list of the shards read in place")
+    check_name(manifest.get("dir"), "dir", where)  # the snapshot's folder: its manifest only
+    names: Names = []
+    tokenizer = check_name(manifest.get("tokenizer_file"), "tokenizer_file", where)
+    names.append(("tokenizer_file", tokenizer))
+    for i, part in enumerate(parts):
+        part = _dict(part, f"parts[{i}]", where)
+        folder = check_name(part.get("dir"), f"parts[{i}].dir", where)
+        _count(part.get("documents"), f"parts[{i}].documents", where)
+        _count(part.get("tokens"), f"parts[{i}].tokens", where)
+        names.append((f"parts[{i}].dir", _join(folder, TOKEN_FILES[0])))
+        names.append((f"parts[{i}].dir", _join(folder, TOKEN_FILES[1])))
+    return names
+
+
 def layout_names(manifest: dict[str, Any], fmt_name: str, where: object) -> Names:
     """(field, name) of every file the layout of a ``fmt_name`` manifest makes a reader open."""
     if fmt_name == "lading.packed":
         return packed_names(manifest, where)
     if fmt_name == "lading.tokens":
         _count(manifest.get("documents"), "documents", where)
-        return dir_names(manifest, TOKEN_FILES, where)[1]
+        if manifest.get("parts") is None:
+            return dir_names(manifest, TOKEN_FILES, where)[1]
+        return token_part_names(manifest, where)
     if fmt_name == "lading.offsets":
         _count(manifest.get("count"), "count", where)
         directory, names = dir_names(manifest, OFFSETS_FILES, where)

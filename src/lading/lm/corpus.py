@@ -12,7 +12,6 @@ and compares its source with the one it was built from (:attr:`TokenCorpus.stale
 from __future__ import annotations
 
 import os
-import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,44 +20,19 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from lading._version import __version__
-from lading.disk import (
-    OFFSET_DTYPE,
-    BuildContext,
-    MappedFile,
-    RaggedWriter,
-    current_version,
-    open_snapshot,
-    write_file,
-)
-from lading.errors import SourceError, StaleStoreWarning, StoreFormatError
-from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENS, check_offsets
-from lading.lm.texts import identity_changed, iter_texts, source_identity
+from lading.disk import OFFSET_DTYPE, BuildContext, MappedFile, open_snapshot
+from lading.errors import StaleStoreWarning, StoreFormatError
+from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENIZER, check_offsets
+from lading.lm.parts import PartOffsets, PartTokens, part_offsets, token_parts
+from lading.lm.texts import iter_texts, refuse_if_source_changed, source_identity, stale_reason
+from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.remote.objects import is_remote
-from lading.sources import refuse_if_changed
-from lading.stores.tokens import describe_tokenizer, load_tokenizer, token_dtype
+from lading.stores.tokens import describe_tokenizer, load_tokenizer
 
 if TYPE_CHECKING:
     from lading.lm.remote import RemoteTokenFiles
 
 __all__ = ["FORMAT_NAME", "TokenCorpus", "find_eos", "verify_corpus"]
-
-EOS_CANDIDATES: tuple[str, ...] = ("<|endoftext|>", "</s>", "<eos>", "[SEP]", "<|end|>")
-BATCH_DOCS = 1000  # documents per encode_batch call
-
-
-def find_eos(tokenizer: Any, eos_token: str | None = None) -> int:
-    """Id of the end-of-text token (``eos_token``, or the first of the usual names present)."""
-    names = (eos_token,) if eos_token else EOS_CANDIDATES
-    for name in names:
-        token_id = tokenizer.token_to_id(name)
-        if token_id is not None:
-            return int(token_id)
-    raise ValueError(
-        f"the tokenizer has none of {list(names)}; pass eos_token=, or "
-        "append_eos=False to keep documents unseparated"
-    )
-
 
 OnStale = Literal["warn", "raise", "ignore"]
 
@@ -83,8 +57,12 @@ class TokenCorpus:
         self.stale: str | None = None
         self.dtype = np.dtype(meta["dtype"])
         where = path / meta.get("dir", "")  # version 1: every file at the top
-        self.tokens: npt.NDArray[Any] = MappedFile(where / TOKENS).array(self.dtype)
-        self.offsets: npt.NDArray[np.uint64] = MappedFile(where / OFFSETS).array(OFFSET_DTYPE)
+        self.tokens: npt.NDArray[Any] | PartTokens = token_parts(path, meta, self.dtype)
+        self.offsets: npt.NDArray[np.uint64] | PartOffsets = (
+            part_offsets(path, meta, self.tokens)
+            if isinstance(self.tokens, PartTokens)
+            else MappedFile(where / OFFSETS).array(OFFSET_DTYPE)
+        )
         check_offsets(self.offsets, len(self.tokens), meta, str(path))
 
     @classmethod
@@ -141,7 +119,7 @@ class TokenCorpus:
             path = stage(path, Path(stage_to) / name)
         root = Path(path)
         corpus = open_snapshot(root, FORMAT_NAME, lambda meta: cls(root, meta), snapshot)
-        corpus.stale = _stale(corpus.meta.get("recipe"))
+        corpus.stale = stale_reason(corpus.meta.get("recipe"))
         if corpus.stale and on_stale == "raise":
             raise StoreFormatError(f"token corpus {root} is stale: {corpus.stale}; rebuild it")
         if corpus.stale and on_stale == "warn":
@@ -177,7 +155,7 @@ class TokenCorpus:
         corpus.stale = None  # the source was read on the build's machine: not checked
         corpus.dtype, corpus.offsets, corpus.remote = files.dtype, files.offsets, files
         corpus.url = files.url
-        corpus.tokens = files.tokens  # type: ignore[assignment]  # read by ranges, as a map
+        corpus.tokens = files.tokens  # read by ranges, as a map
         return corpus
 
     def cache_stats(self) -> dict[str, Any]:
@@ -191,7 +169,17 @@ class TokenCorpus:
         corpus; a remote one's read whole by ranged GETs (what ``device=`` puts on a device)."""
         if self.remote is not None:
             return self.remote.token_arrays()
-        return self.tokens, self.offsets
+        if isinstance(self.tokens, PartTokens):  # a corpus built in shards: one copy
+            return self.tokens.concatenated(), np.asarray(self.offsets)
+        return self.tokens, np.asarray(self.offsets)  # a one-file corpus: the map itself
+
+    def parts(self) -> tuple[list[Any], npt.NDArray[np.int64]]:
+        """(the token files read in place, where each starts in the corpus's token count
+        (``len + 1``)): one file for a corpus built by one process, one per shard for one built
+        in shards (:mod:`lading.lm.parts`); what the LM modes slice a document's tokens from."""
+        if isinstance(self.tokens, PartTokens):
+            return self.tokens.parts, self.tokens.bases
+        return [self.tokens], np.array([0, len(self.tokens)], dtype=np.int64)
 
     def close(self) -> None:
         """A remote corpus: stop this process's GETs and hand its unfilled claims back to the
@@ -214,6 +202,8 @@ class TokenCorpus:
         cache: str | os.PathLike[str] | None = None,
         cache_bytes: int | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        shard: Literal["auto"] | None = None,
+        build_id: str | None = None,
     ) -> TokenCorpus:
         """Tokenize every document of ``source`` into ``dest``.
 
@@ -233,7 +223,26 @@ class TokenCorpus:
             progress: show a progress bar (default: on a terminal).
             cache, cache_bytes, storage_options: a URL ``dest``'s node cache and client (as
                 :meth:`open`'s).
+            shard: ``"auto"``: under an initialised process group (torchrun), rank ``r`` of
+                ``w`` tokenizes shard ``r`` of ``w`` (:meth:`build_shard`), rank 0 merges
+                (:meth:`merge`) and every rank opens the snapshot it committed (``dest`` on a
+                filesystem every rank sees); without a group, one process builds.
+            build_id: with ``shard="auto"``, the build directory of the shards.
         """
+        if shard not in (None, "auto"):
+            raise ValueError(
+                f"TokenCorpus.build(shard={shard!r}): one shard of a parallel build is "
+                "TokenCorpus.build_shard(source, dest, (i, n), tokenizer), then "
+                "TokenCorpus.merge(dest); build takes shard='auto' or None"
+            )
+        if shard == "auto":
+            from lading.world import process_group
+
+            if process_group(min_size=2) is not None:
+                from lading.lm.cluster import build_in_group
+
+                local = dict(append_eos=append_eos, eos_token=eos_token, split=split)
+                return build_in_group(source, dest, tokenizer, build_id, progress, local)
         if is_remote(dest):
             from lading.lm.remote import build_corpus
 
@@ -262,12 +271,80 @@ class TokenCorpus:
                 return cls.open(dest, snapshot=previous["snapshot"])
             build.check_ours()
             with build.scratch() as tmp:
-                meta = _write(tmp, source, tok, info, eos, split, recipe, progress)
-                _refuse_if_changed(source, identity)
+                bar = progress_bar(Path(source).name, progress)
+                texts = iter_texts(source, split, identity.get("store"))
+                with bar:
+                    meta = write_tokens(tmp, texts, tok, info, eos, bar)
+                if meta["documents"] == 0:
+                    raise ValueError(f"{source} holds no documents")
+                meta["recipe"] = recipe
+                refuse_if_source_changed(source, identity)
                 meta["dir"] = build.snapshot
                 meta["files"] = {f"{build.snapshot}/{k}": v for k, v in meta["files"].items()}
                 build.commit(tmp, meta)
         return cls.open(dest, snapshot=build.snapshot)
+
+    @classmethod
+    def build_shard(
+        cls,
+        source: Any,
+        dest: str | os.PathLike[str],
+        shard: tuple[int, int],
+        tokenizer: Any,
+        append_eos: bool = True,
+        *,
+        eos_token: str | None = None,
+        split: str = "blank",
+        on_error: Literal["raise", "skip"] = "raise",
+        build_id: str | None = None,
+        progress: bool | None = None,
+        cache: str | os.PathLike[str] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Tokenize shard ``i`` of ``n`` (``shard=(i, n)``) of ``source`` into ``dest`` (a
+        folder, or an object-store URL: the shard is uploaded once whole); once all ``n`` are
+        there, :meth:`merge` commits them. Any worker, any order; a shard already there is
+        not written again. ``on_error="skip"`` counts malformed JSONL records instead of
+        raising (naming file and line). Returns what was done
+        (:class:`lading.lm.shards.CorpusShardReport`); see :mod:`lading.lm.shards`."""
+        if is_remote(dest):
+            from lading.lm.cluster import remote_shard
+
+            return remote_shard(
+                source, os.fspath(dest), shard, tokenizer, cache, storage_options,
+                append_eos=append_eos, eos_token=eos_token, split=split, on_error=on_error,
+                build_id=build_id, progress=progress,
+            )  # fmt: skip
+        from lading.lm.shards import build_corpus_shard
+
+        return build_corpus_shard(
+            source, Path(dest), shard, tokenizer, append_eos=append_eos, eos_token=eos_token,
+            split=split, on_error=on_error, build_id=build_id, progress=progress,
+        )  # fmt: skip
+
+    @classmethod
+    def merge(
+        cls,
+        dest: str | os.PathLike[str],
+        *,
+        build_id: str | None = None,
+        cache: str | os.PathLike[str] | None = None,
+        cache_bytes: int | str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> TokenCorpus:
+        """Commit the shards written by :meth:`build_shard` as ``dest``'s new snapshot, their
+        token and offset files read in place (the merge writes the manifest only:
+        :mod:`lading.lm.merge`); open it."""
+        if is_remote(dest):
+            from lading.lm.cluster import remote_merge
+
+            merged: TokenCorpus = remote_merge(
+                os.fspath(dest), build_id, cache, cache_bytes, storage_options
+            )
+            return merged
+        from lading.lm.merge import merge_corpus
+
+        return merge_corpus(Path(dest), build_id)
 
     def __len__(self) -> int:
         return int(self.meta["documents"])
@@ -287,7 +364,7 @@ class TokenCorpus:
 
     def lengths(self) -> npt.NDArray[np.int64]:
         """Tokens per document (one int64 per document: the corpus's small index)."""
-        return np.diff(self.offsets).astype(np.int64)
+        return np.diff(np.asarray(self.offsets)).astype(np.int64)
 
     def document(self, i: int) -> npt.NDArray[Any]:
         """Token ids of document ``i`` (a view of the map)."""
@@ -295,17 +372,8 @@ class TokenCorpus:
 
     def tokenizer(self) -> Any:
         """The tokenizer the corpus was built with (a copy is kept beside the tokens)."""
-        return load_tokenizer(self.path / self.meta.get("dir", "") / "tokenizer.json")
-
-
-def _stale(recipe: object) -> str | None:
-    """Why the recorded source differs from it now, or None (also when the manifest's recipe
-    is not what a build writes: a manifest is input, and staleness is advice)."""
-    if not isinstance(recipe, dict) or not isinstance(recipe.get("source"), str):
-        return None
-    if not isinstance(recipe.get("source_identity"), dict):
-        return None
-    return identity_changed(recipe["source"], recipe["source_identity"])
+        name = self.meta.get("tokenizer_file") or f"{self.meta.get('dir', '')}/{TOKENIZER}"
+        return load_tokenizer(self.path / name.lstrip("/"))
 
 
 def verify_corpus(path: str | os.PathLike[str]) -> list[str]:
@@ -328,73 +396,3 @@ def _reopen_remote(url: str, settings: Any, snapshot: str) -> TokenCorpus:
     from lading.lm.remote import RemoteTokenFiles
 
     return TokenCorpus.of_remote(RemoteTokenFiles(url, settings, snapshot))
-
-
-def _refuse_if_changed(source: str | os.PathLike[str], before: dict[str, Any]) -> None:
-    """Fail a build whose source changed while it was read (a store source is read at the
-    snapshot ``before`` names, so it cannot)."""
-    if "file" in before:
-        refuse_if_changed(before["file"])
-    elif "folder" in before and source_identity(source) != before:
-        raise SourceError(
-            source, None, "its files changed while they were read; nothing was committed. "
-            "Build again once the folder is final",
-        )  # fmt: skip
-
-
-def _write(
-    directory: Path,
-    source: str | os.PathLike[str],
-    tok: Any,
-    info: dict[str, Any],
-    eos: int | None,
-    split: str,
-    recipe: dict[str, Any],
-    progress: bool | None,
-) -> dict[str, Any]:
-    from tqdm.auto import tqdm
-
-    started = time.perf_counter()
-    dtype = token_dtype(info["vocab_size"])
-    column = RaggedWriter(directory, "tokens", dtype.itemsize)
-    pending: list[str] = []
-    bar = tqdm(
-        unit=" docs",
-        desc=f"tokenizing {Path(source).name}",
-        disable=None if progress is None else not progress,
-    )
-
-    def flush() -> None:
-        encodings = tok.encode_batch(pending, add_special_tokens=False)
-        ids = [[*e.ids, eos] if eos is not None else e.ids for e in encodings]
-        lengths = np.fromiter(map(len, ids), np.int64, len(ids))
-        flat = np.fromiter((t for doc in ids for t in doc), dtype, int(lengths.sum()))
-        column.append_many(flat.tobytes(), lengths * dtype.itemsize)
-        bar.update(len(pending))
-        pending.clear()
-
-    for text in iter_texts(source, split, recipe["source_identity"].get("store")):
-        pending.append(text)
-        if len(pending) >= BATCH_DOCS:
-            flush()
-    if pending:
-        flush()
-    bar.close()
-    files = column.finish()
-    files["tokenizer.json"] = write_file(directory / "tokenizer.json", tok.to_str().encode())
-    documents = len(column)
-    if documents == 0:
-        raise ValueError(f"{source} holds no documents")
-    return {
-        "format": FORMAT_NAME,
-        "version": current_version(FORMAT_NAME),
-        "lading_version": __version__,
-        "documents": documents,
-        "tokens": int(files["tokens.bin"]["size"] // dtype.itemsize),
-        "dtype": dtype.str,
-        "vocab_size": info["vocab_size"],
-        "eos_id": eos,
-        "recipe": recipe,
-        "seconds": round(time.perf_counter() - started, 3),
-        "files": files,
-    }

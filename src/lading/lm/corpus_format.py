@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from lading.errors import StoreFormatError
 
@@ -14,14 +13,14 @@ FORMAT_NAME = "lading.tokens"
 TOKENS = "tokens.bin"  # every document's token ids back to back
 OFFSETS = "tokens.off"  # n + 1 uint64 offsets into TOKENS
 TOKENIZER = "tokenizer.json"  # the tokenizer the ids came from
+MERGED_VERSION = 3  # a corpus built in shards: ``parts`` read in place (lading.lm.parts)
 CHECK_CHUNK = 1 << 22  # offsets compared at a time: 32 MiB, whatever the corpus's size
 
 
-def check_offsets(
-    offsets: npt.NDArray[np.uint64], tokens: int, meta: dict[str, Any], where: str
-) -> None:
+def check_offsets(offsets: Any, tokens: int, meta: dict[str, Any], where: str) -> None:
     """Refuse ``tokens.off`` unless it is ``documents + 1`` offsets from 0 to ``tokens``, never
-    going down. The open's checksums read a file's first and last 4 KiB only: offsets out of
+    going down (``offsets``: an array, or a merged corpus's
+    :class:`~lading.lm.parts.PartOffsets`, sliced as one). The open's checksums read a file's first and last 4 KiB only: offsets out of
     order in between opened, and a read of those documents failed in numpy. One pass over the
     file, a chunk at a time (8 B a document; 10M documents, in the page cache: 20-50 ms).
 

@@ -155,6 +155,9 @@ class RemoteTokenFiles:
         key = _tokens_key(meta)
         self.path, self.meta, self.snapshot = staged, meta, meta["snapshot"]
         self.dtype = np.dtype(meta["dtype"])
+        if meta.get("parts"):  # built in shards: each part's tokens by GETs, offsets staged
+            self.tokens, self.offsets = remote_parts(staged, meta, cache, self.dtype)
+            return
         count = int(meta["files"][key]["size"]) // self.dtype.itemsize
         self.tokens = RemoteTokens(cache, key, self.dtype, count)
         where = staged / meta.get("dir", "") / OFFSETS
@@ -163,8 +166,9 @@ class RemoteTokenFiles:
 
     @property
     def cache(self) -> NodeCache:
-        """The node cache the tokens are read through."""
-        return self.tokens.cache
+        """The node cache the tokens are read through (one for every part of a merged corpus)."""
+        cache: NodeCache = getattr(self.tokens, "parts", [self.tokens])[0].cache
+        return cache
 
     def cache_stats(self) -> dict[str, Any]:
         """This process's figures of the corpus and the node's under ``"node"``
@@ -175,10 +179,11 @@ class RemoteTokenFiles:
         """Every token back to back and the ``n + 1`` offsets, read whole into this process's
         memory by ranged GETs of 8 MiB around the node cache: what ``device=`` stages (the
         corpus must fit in memory and on the device; the cache keeps nothing of it)."""
-        tokens = self.tokens
-        size = tokens.n * tokens.itemsize
-        etag = self.cache.etags.get(tokens.key)
-        requests = [(tokens.key, a, min(a + CHUNK, size), etag) for a in range(0, size, CHUNK)]
+        parts = getattr(self.tokens, "parts", [self.tokens])  # several for a merged corpus
+        requests = []
+        for tokens in parts:
+            size, etag = tokens.n * tokens.itemsize, self.cache.etags.get(tokens.key)
+            requests += [(tokens.key, a, min(a + CHUNK, size), etag) for a in range(0, size, CHUNK)]
         raw = b"".join(self.cache.fetcher.read(requests))
         return np.frombuffer(raw, dtype=self.dtype), np.asarray(self.offsets)
 
@@ -261,8 +266,7 @@ def parse(raw: bytes, where: str) -> dict[str, Any]:
     folder = meta.get("dir", "")
     if folder:
         check_name(folder, "dir", where)
-    for name in (TOKENS, OFFSETS, TOKENIZER):
-        key = f"{folder}/{name}" if folder else name
+    for key in listed_keys(meta) or [f"{folder}/{n}" if folder else n for n in _ONE_FILE]:
         info = meta["files"].get(key)
         size = info.get("size") if isinstance(info, dict) else None
         if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_BYTES:
@@ -279,14 +283,46 @@ def _damaged(where: str, what: str) -> StoreFormatError:
     return StoreFormatError(f"{where}: {what}; the manifest is damaged, rebuild the corpus")
 
 
+_ONE_FILE = (TOKENS, OFFSETS, TOKENIZER)  # a one-process build's files, in its ``dir``
+
+
+def listed_keys(meta: dict[str, Any]) -> list[str]:
+    """A corpus built in shards: every file its layout reads (each part's tokens and offsets,
+    the tokenizer); empty for a one-process build."""
+    parts = meta.get("parts")
+    if not isinstance(parts, list) or not parts:
+        return []
+    keys = [f"{p.get('dir')}/{n}" for p in parts if isinstance(p, dict) for n in _ONE_FILE[:2]]
+    return [*keys, str(meta.get("tokenizer_file"))]
+
+
+def remote_parts(
+    staged: Any, meta: dict[str, Any], cache: NodeCache, dtype: np.dtype[Any]
+) -> tuple[Any, Any]:
+    """(tokens, offsets) of a corpus built in shards: each part's ``tokens.bin`` read by
+    ranged GETs through the node cache, its ``tokens.off`` from the staged copy, as one
+    (:mod:`lading.lm.parts`)."""
+    from lading.lm.parts import PartTokens, part_offsets
+
+    files = meta["files"]
+    parts = [
+        RemoteTokens(cache, key, dtype, int(files[key]["size"]) // dtype.itemsize)
+        for key in (f"{p['dir']}/{TOKENS}" for p in meta["parts"])
+    ]
+    tokens = PartTokens(parts, dtype)
+    return tokens, part_offsets(staged, meta, tokens)
+
+
 def _tokens_key(meta: dict[str, Any]) -> str:
     return f"{meta['dir']}/{TOKENS}" if meta.get("dir") else TOKENS
 
 
 def _files(meta: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """Staged: every file but ``tokens.bin`` (offsets, tokenizer); read by GETs: the tokens."""
-    key = _tokens_key(meta)
-    return sorted(name for name in meta["files"] if name != key), [key]
+    """Staged: every file but ``tokens.bin`` (offsets, tokenizer); read by GETs: the tokens
+    (each part's, for a corpus built in shards)."""
+    keys = [f"{p['dir']}/{TOKENS}" for p in meta["parts"]] if meta.get("parts") else []
+    keys = keys or [_tokens_key(meta)]
+    return sorted(name for name in meta["files"] if name not in keys), keys
 
 
 def no_corpus(url: str, endpoint: str, error: Exception) -> LadingError:

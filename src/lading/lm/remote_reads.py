@@ -72,11 +72,16 @@ class RemoteReads:
 
     def __init__(self, workload: LMWorkload) -> None:
         self.inner = workload
-        self.remote: dict[int, RemoteTokens] = {
-            part: corpus.remote.tokens
-            for part, (corpus, _) in enumerate(workload.data.parts)
-            if corpus.remote is not None
-        }
+        # every token file read by GETs, numbered: one a corpus, one a shard of a corpus built
+        # in shards (its parts: lading.lm.parts); ranges are (file, a, b) of that file
+        self.remote: dict[int, RemoteTokens] = dict(
+            enumerate(
+                tokens
+                for corpus, _ in workload.data.parts
+                if corpus.remote is not None
+                for tokens in corpus.parts()[0]
+            )
+        )
         self._parts = {id(tokens): part for part, tokens in self.remote.items()}
         share = _ahead_share(workload, self.remote)
         self.planners = {

@@ -20,7 +20,13 @@ from typing import Any
 
 from lading.disk.meta import META_FILE
 from lading.errors import SourceError
-from lading.sources import fingerprint, fingerprint_changed, open_binary, read_records
+from lading.sources import (
+    fingerprint,
+    fingerprint_changed,
+    open_binary,
+    read_records,
+    refuse_if_changed,
+)
 from lading.sources.chunks import numbered_lines
 
 SPLITS: tuple[str, ...] = ("blank", "file", "line")
@@ -42,9 +48,9 @@ def iter_texts(
         if not files:
             raise ValueError(f"{path} holds no files")
         for file in files:
-            yield from _file_texts(file, split)
+            yield from file_texts(file, split)
     elif path.is_file():
-        yield from _file_texts(path, split)
+        yield from file_texts(path, split)
     else:
         raise FileNotFoundError(f"source {path} does not exist")
 
@@ -100,7 +106,7 @@ def _store_texts(path: Path, snapshot: str | None) -> Iterator[str]:
         yield from store.texts_at(np.arange(lo, min(lo + 10_000, len(store))))
 
 
-def _file_texts(path: Path, split: str) -> Iterator[str]:
+def file_texts(path: Path, split: str) -> Iterator[str]:
     if path.name.endswith(_JSON_SUFFIXES):
         for record in read_records(path, format="jsonl"):
             yield record.text
@@ -163,3 +169,25 @@ def _wikiextractor(path: Path) -> Iterator[str]:
             body.append(line)
     if body is not None:
         raise SourceError(path, start, "<doc> has no </doc> before the end of the file")
+
+
+def stale_reason(recipe: object) -> str | None:
+    """Why the recorded source differs from it now, or None (also when the manifest's recipe
+    is not what a build writes: a manifest is input, and staleness is advice)."""
+    if not isinstance(recipe, dict) or not isinstance(recipe.get("source"), str):
+        return None
+    if not isinstance(recipe.get("source_identity"), dict):
+        return None
+    return identity_changed(recipe["source"], recipe["source_identity"])
+
+
+def refuse_if_source_changed(source: str | os.PathLike[str], before: dict[str, Any]) -> None:
+    """Fail a build whose source changed while it was read (a store source is read at the
+    snapshot ``before`` names, so it cannot)."""
+    if "file" in before:
+        refuse_if_changed(before["file"])
+    elif "folder" in before and source_identity(source) != before:
+        raise SourceError(
+            source, None, "its files changed while they were read; nothing was committed. "
+            "Build again once the folder is final",
+        )  # fmt: skip

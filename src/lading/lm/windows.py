@@ -34,6 +34,7 @@ import numpy.typing as npt
 from lading.lm.boundaries import renumber
 from lading.lm.corpus import TokenCorpus
 from lading.lm.packing import Packing, pack
+from lading.lm.parts import locate
 from lading.lm.stream import EpochStream
 from lading.loading.order import Salt, feistel_value
 
@@ -74,8 +75,8 @@ class PackedWindows:
         packing: Packing,
         pad_id: int,
     ) -> None:
-        self.tokens = corpus.tokens
-        self.doc_start = corpus.offsets[documents].astype(np.int64)
+        self.parts, bases = corpus.parts()  # one token file per shard of a merged corpus
+        self.doc_part, self.doc_start = locate(bases, corpus.offsets[documents].astype(np.int64))
         self.packing, self.pad_id = packing, pad_id
         self.n = packing.windows
 
@@ -86,8 +87,10 @@ class PackedWindows:
         filled = 0
         for segment, piece in enumerate(range(int(p.ptr[window]), int(p.ptr[window + 1]))):
             length = int(p.length[piece])
-            src = int(self.doc_start[p.document[piece]]) + int(p.start[piece])
-            tokens[filled : filled + length] = self.tokens[src : src + length]
+            document = p.document[piece]
+            src = int(self.doc_start[document]) + int(p.start[piece])
+            part = self.parts[self.doc_part[document]]
+            tokens[filled : filled + length] = part[src : src + length]
             if document_ids is not None:
                 document_ids[filled : filled + length] = segment
             filled += length

@@ -42,23 +42,13 @@ def build_store(source: Any, dest: str | os.PathLike[str], *args: Any, **kwargs:
 
 @functools.wraps(build_shard_local)
 def build_shard(source: Any, dest: str | os.PathLike[str], *args: Any, **kwargs: Any) -> Any:
-    if is_remote(dest):  # a local folder named "s3:" otherwise
-        raise ValueError(
-            f"a parallel build straight into {dest} is not supported yet: build the shards "
-            "into a folder and merge them there (lading build --shard I/N, lading merge), "
-            "then upload the store with lading.stores.building.upload.upload"
-        )
-    return build_shard_local(source, dest, *args, **kwargs)
+    return build_shard_local(source, dest, *args, **kwargs)  # a URL: uploaded once whole
 
 
 @functools.wraps(merge_local)
-def merge_store(dest: str | os.PathLike[str], **kwargs: Any) -> PackedStore:
-    if is_remote(dest):  # a local folder named "s3:" otherwise
-        raise ValueError(
-            f"merging shards in {dest} is not supported yet: merge them in a folder "
-            "(lading merge DIR), then upload it with lading.stores.building.upload.upload"
-        )
-    return merge_local(dest, **kwargs)
+def merge_store(dest: str | os.PathLike[str], **kwargs: Any) -> Any:
+    merged = merge_local(dest, **kwargs)  # a URL: committed in the bucket, opened there
+    return merged
 
 
 def verify_store(path: str | os.PathLike[str]) -> list[str]:

@@ -14,11 +14,14 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from lading.disk import BuildContext, byte_bar
 from lading.errors import SkippedRecordsWarning
+from lading.remote.objects import is_remote
+from lading.remote.settings import RemoteSettings
 from lading.sources import (
     OnError,
     ParseOptions,
@@ -31,6 +34,7 @@ from lading.stores.building.inputs import Piece, PiecesReader, input_files
 from lading.stores.building.merge import Shard, manifest_of
 from lading.stores.building.parallel import ShardReport, check_shard, source_files, write_one_shard
 from lading.stores.building.parallel import merge_store as merge_shards
+from lading.stores.building.shardset import derive_build_id
 from lading.stores.building.writer import Duplicates, write_shard
 from lading.stores.layout import FORMAT_NAME, shard_name
 from lading.stores.packed import PackedStore, unnamed_columns
@@ -135,6 +139,8 @@ def build_shard(
     parse: ParseOptions | None = None,
     progress: bool | None = None,
     build_id: str | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> ShardReport:
     """Write shard ``i`` of ``n`` (``shard=(i, n)``) of the store at ``dest``; once all ``n``
     are written (by any worker, anywhere, any order), :func:`merge_store` commits the store.
@@ -144,20 +150,39 @@ def build_shard(
     has no bytes to deal out). ``build_id``: the build directory the shards share (default:
     derived from the inputs, the options and ``n``, which every worker computes alike). A shard
     already written is reused, never overwritten: pass another ``build_id`` to rebuild. See
-    :mod:`lading.stores.building.parallel`.
+    :mod:`lading.stores.building.parallel`. ``dest`` may be an object-store URL: the shard
+    is written beside the node cache ``cache`` and uploaded once whole, the bucket checked
+    writable first (:mod:`lading.stores.building.remote_shards`).
 
     Returns:
         What this worker did (rows written, or reused), printable as the next step to take.
     """
     _refuse_shard_args(source, False)
+    settings = None
+    if is_remote(dest):  # a bucket that refuses writes: one line before the source is read
+        from lading.stores.building.upload import check_writable
+
+        settings = RemoteSettings.of(cache, None, storage_options)
+        check_writable(os.fspath(dest), settings)
     tok = load_tokenizer(tokenizer) if tokenizer is not None else None
     args = (format, tok, max_length, on_error, duplicates, parse or ParseOptions())
     options = _shard_options(source, args)
-    return write_one_shard(
-        source, Path(dest), check_shard(shard), format=format, tok=tok, max_length=max_length,
-        on_error=on_error, duplicates=duplicates, parse=args[5], options=options,
-        build_id=build_id, progress=progress,
-    )  # fmt: skip
+
+    def write(where: Path, bid: str | None = build_id) -> ShardReport:
+        return write_one_shard(
+            source, where, check_shard(shard), format=format, tok=tok, max_length=max_length,
+            on_error=on_error, duplicates=duplicates, parse=args[5], options=options,
+            build_id=bid, progress=progress,
+        )  # fmt: skip
+
+    if settings is not None:  # shard built beside the node cache, uploaded once whole
+        from lading.stores.building.remote_shards import store_shard_remote
+
+        i, n = check_shard(shard)
+        files = source_files(source, format, args[5])
+        bid = build_id or derive_build_id(files, options, n)
+        return store_shard_remote(os.fspath(dest), (i, n), lambda at: write(at, bid), settings, bid)
+    return write(Path(dest))
 
 
 def _refuse_shard_args(source: Any, overwrite: bool) -> None:
@@ -207,10 +232,26 @@ def build_options(
     }
 
 
-def merge_store(dest: str | os.PathLike[str], *, build_id: str | None = None) -> PackedStore:
+def merge_store(
+    dest: str | os.PathLike[str],
+    *,
+    build_id: str | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    cache_bytes: int | str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Any:
     """Commit the shards of a parallel build of ``dest`` (all of them written by
     ``build_shard(..., (i, n))`` or ``lading build ... --shard i/N``) as the store's new
-    snapshot, and open it. See :func:`lading.stores.building.parallel.merge_store`."""
+    snapshot, and open it. See :func:`lading.stores.building.parallel.merge_store`. A URL
+    ``dest``: the merge is committed in the bucket (``meta.json`` last) and the store opened
+    there through the node cache ``cache`` (:mod:`lading.stores.building.remote_shards`)."""
+    if is_remote(dest):
+        from lading.stores.building.remote_shards import merge_store_remote
+        from lading.stores.remote.store import RemoteStore
+
+        settings = RemoteSettings.of(cache, cache_bytes, storage_options)
+        snapshot = merge_store_remote(os.fspath(dest), build_id, settings)
+        return RemoteStore(os.fspath(dest), settings, snapshot=snapshot)
     return merge_shards(Path(dest), build_id)
 
 

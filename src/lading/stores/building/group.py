@@ -82,6 +82,28 @@ def build_in_shards(
 ) -> PackedStore:
     """Under a process group: rank ``r`` of ``w`` builds shard ``r`` of ``w``; after all are
     written, rank 0 merges; every rank opens the snapshot rank 0 committed."""
+    fmt, tok, max_length, on_error, duplicates, parse, options = args
+
+    def write(shard: tuple[int, int]) -> None:
+        write_one_shard(
+            source, dest, shard, format=fmt, tok=tok, max_length=max_length, on_error=on_error,
+            duplicates=duplicates, parse=parse, options=options, build_id=build_id,
+            progress=progress,
+        )  # fmt: skip
+
+    def merge(n: int) -> str:
+        bid = build_id or derive_build_id(source_files(source, fmt, parse), options, n)
+        return merge_store(dest, bid).snapshot
+
+    return PackedStore(dest, snapshot=shards_in_group(write, merge, dest, shared))
+
+
+def shards_in_group(
+    write: Callable[[tuple[int, int]], Any], merge: Callable[[int], str], dest: Any, shared: bool
+) -> str:
+    """Under a process group, for any kind built in shards: rank ``r`` of ``w`` writes shard
+    ``(r, w)``; once every rank wrote its shard, rank 0 runs ``merge(w)`` (the snapshot it
+    committed), which every rank returns. A failure on any rank is raised on every rank."""
     dist = process_group(min_size=2)
     world = World.detect()
     if not shared and world.local_world_size != world.world_size:
@@ -90,14 +112,9 @@ def build_in_shards(
             "filesystem every rank sees (shared_fs=True or LADING_SHARED_FS=1); on node-local "
             "disks build without shard= (local rank 0 of each node builds its copy)"
         )
-    fmt, tok, max_length, on_error, duplicates, parse, options = args
     failure: BaseException | None = None
     try:
-        write_one_shard(
-            source, dest, (world.rank, world.world_size), format=fmt, tok=tok,
-            max_length=max_length, on_error=on_error, duplicates=duplicates, parse=parse,
-            options=options, build_id=build_id, progress=progress,
-        )  # fmt: skip
+        write((world.rank, world.world_size))
     except BaseException as e:  # reach the collectives first, or the other ranks hang
         failure = e
     done: list[Any] = [None] * world.world_size
@@ -107,9 +124,7 @@ def build_in_shards(
     snapshot: list[str | None] = [None]
     if not any(done) and world.rank == 0:
         try:
-            files = source_files(source, fmt, parse)
-            bid = build_id or derive_build_id(files, options, world.world_size)
-            snapshot[0] = merge_store(dest, bid).snapshot
+            snapshot[0] = merge(world.world_size)
         except BaseException as e:
             failure = e
     dist.broadcast_object_list(snapshot, src=0)
@@ -119,4 +134,4 @@ def build_in_shards(
     if failed or snapshot[0] is None:
         rank, why = failed[0] if failed else (0, "the merge failed")
         raise StoreFormatError(f"rank {world.rank}: {dest} was not built: rank {rank}: {why}")
-    return PackedStore(dest, snapshot=snapshot[0])
+    return snapshot[0]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,7 +97,12 @@ def plan_shards(files: Sequence[Path], n: int, format: str | None) -> list[list[
     return [plan_shard(files, n, format, i) for i in range(n)]
 
 
-def _splittable(path: Path, size: int, format: str | None) -> bool:
+Cut = Callable[[Path], bool]  # whether a file may be cut at line starts (default: TSV, JSONL)
+
+
+def _splittable(path: Path, size: int, format: str | None, cut: Cut | None = None) -> bool:
+    if cut is not None:
+        return size > 0 and not is_compressed(path) and cut(path)
     return (format or detect_format(path)) in SPLITTABLE and not is_compressed(path) and size > 0
 
 
@@ -107,7 +112,9 @@ def _shard_of(byte: int, total: int, n: int) -> int:
     return min(n - 1, -(-(byte + 1) * n // total) - 1) if total else 0
 
 
-def check_shard_count(files: Sequence[Path], n: int, format: str | None) -> None:
+def check_shard_count(
+    files: Sequence[Path], n: int, format: str | None, cut: Cut | None = None
+) -> None:
     """Refuse ``n`` shards where one would read nothing, in time linear in the files (not in
     ``n``: ``--shard 0/100000000000`` is answered at once, not after planning every shard).
 
@@ -131,7 +138,7 @@ def check_shard_count(files: Sequence[Path], n: int, format: str | None) -> None
     first_empty, upto, offset = None, -1, 0
     for path, size in zip(files, sizes):
         a = _shard_of(offset, total, n)
-        b = _shard_of(offset + size - 1, total, n) if _splittable(path, size, format) else a
+        b = _shard_of(offset + size - 1, total, n) if _splittable(path, size, format, cut) else a
         if a > upto + 1 and first_empty is None:
             first_empty = upto + 1
         if b > upto:
@@ -148,17 +155,20 @@ def check_shard_count(files: Sequence[Path], n: int, format: str | None) -> None
         )
 
 
-def plan_shard(files: Sequence[Path], n: int, format: str | None, i: int) -> list[Piece]:
+def plan_shard(
+    files: Sequence[Path], n: int, format: str | None, i: int, cut: Cut | None = None
+) -> list[Piece]:
     """The pieces shard ``i`` of ``n`` reads, in order: the bytes ``[total * i // n,
     total * (i + 1) // n)`` of the files laid end to end, cut at line starts where the file
-    allows, else whole files whose first byte falls there. Linear in the files, not in ``n``."""
+    allows, else whole files whose first byte falls there. Linear in the files, not in ``n``.
+    ``cut``: which files may be cut (default: uncompressed TSV and JSONL)."""
     sizes = [p.stat().st_size for p in files]
     total = sum(sizes)
     lo_i, hi_i = total * i // n, total * (i + 1) // n
     pieces: list[Piece] = []
     offset = 0
     for path, size in zip(files, sizes):
-        if _splittable(path, size, format):
+        if _splittable(path, size, format, cut):
             lo, hi = max(lo_i, offset), min(hi_i, offset + size)
             if lo < hi:
                 pieces.append(Piece(path, lo - offset, hi - offset))

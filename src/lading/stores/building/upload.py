@@ -87,10 +87,10 @@ def build_remote(
     ``timeout``, ``upload_min_rate``: :class:`~lading.remote.settings.RemoteSettings`)."""
     if kwargs.get("shard") is not None:
         raise ValueError(
-            f"a parallel build (shard=) straight into {url} is not supported yet: build the "
-            "shards into a folder and merge them there (lading build --shard I/N, lading "
-            "merge), then upload the store with lading.stores.building.upload.upload(folder, "
-            "lading.remote.clients.open_client(url)), the manifest last"
+            f"build_store(shard=...) builds on a filesystem every rank sees; into {url} each "
+            "worker builds its shard with lading.build_shard(source, url, (i, n)) (lading "
+            "build SOURCE URL --shard I/N: uploaded once whole), then one "
+            "lading.merge_store(url) (lading merge URL) commits it in the bucket"
         )
     deadlines: dict[str, Any] = {}
     if timeout is not None:
@@ -227,6 +227,30 @@ def upload(
         collect_garbage(client, json.loads(raw), timeout=base)
     except OSError as e:  # RemoteReadError included
         warnings.warn(f"{client.url} is committed; its old snapshots stay: {e}", stacklevel=2)
+
+
+def put_files(
+    client: ObjectClient,
+    files: list[tuple[str, bytes | Path, int]],
+    *,
+    timeout: float | None = None,
+    min_rate: int | str | None = None,
+) -> None:
+    """PUT each ``(key, bytes or local file, size)``, :data:`UPLOADS_AT_ONCE` at a time, each
+    within :func:`put_deadline` of its bytes (what :func:`upload` does for a store's files;
+    a shard of a parallel build uploads through it, its ``shard.json`` in a second call).
+
+    Raises:
+        RemoteWriteError: a PUT failed or passed its deadline (naming object and endpoint).
+    """
+    base = default_timeout() if timeout is None else float(timeout)
+    rate = default_upload_rate() if min_rate is None else positive_rate(min_rate)
+    longest = sum(put_deadline(n, base, rate) for _, _, n in files)
+    fetcher = Fetcher(lambda: client, in_flight=UPLOADS_AT_ONCE, retries=0, timeout=longest + 1)
+    try:
+        _run(fetcher, lambda: _put_all(client, files, base, rate))
+    finally:
+        fetcher.close()
 
 
 def _run(fetcher: Fetcher, work: Callable[[], Awaitable[None]]) -> None:

@@ -34,6 +34,7 @@ from lading.disk import (
 from lading.errors import SourceError
 from lading.sources import SourceReader
 from lading.sources.tsv_blocks import TsvBlock
+from lading.stores.building.shardset import SHARD_FILE
 from lading.stores.index import IntIdCollector, bytes_keys
 from lading.stores.layout import field_column
 from lading.stores.tokens import describe_tokenizer, encoded_ids, token_dtype
@@ -41,7 +42,6 @@ from lading.stores.tokens import describe_tokenizer, encoded_ids, token_dtype
 Duplicates = Literal["error", "first", "last"]
 DUPLICATE_MODES: tuple[str, ...] = ("error", "first", "last")
 TOKENIZE_BATCH = 1024  # documents per encode_batch call: enough to keep its thread pool busy
-SHARD_FILE = "shard.json"  # a finished shard's description, written last
 
 
 @dataclass

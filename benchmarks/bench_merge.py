@@ -1,0 +1,286 @@
+"""Merges that copy no payload: bytes written, seconds and peak RSS of a merge, by documents.
+
+    python benchmarks/bench_merge.py [--docs 1000000 10000000] [--shards 4] [--repeats 3] [--write]
+
+Two kinds, ``--shards`` shards each, ``docs`` small documents:
+
+- token corpora: shard files written directly (random uint16 ids, 8-40 tokens a document, mean
+  24; each shard exactly what ``lading lm build --shard`` writes: tokens.bin, tokens.off,
+  tokenizer.json, shard.json under one build-<id>/), then ``lading.lm.merge.merge_corpus`` in a
+  fresh process;
+- stores: ``lading build SRC DEST --shard i/N`` of a TSV of short passages (integer ids, 6-20
+  words), then ``lading merge DEST`` in a fresh process.
+
+For each: the bytes the merge wrote (every file of the new snapshot folder, the manifest
+included) over the shards' bytes (every file under build-<id>/), the merge's wall seconds and
+the merge process's peak RSS (``VmHWM`` of the child; an import-only child's is given as
+the floor), median (min-max) of ``--repeats`` merges, each into a fresh copy of the manifest
+state (the previous snapshot removed). Then reads side by side in one process, alternating,
+``--repeats`` rounds: a token corpus of ``--read-docs`` documents built by one process and the
+same built in ``--shards`` shards and merged, tokens/s of a ``LanguageModelLoader`` over one
+epoch of ``Windows(512)`` and of ``Packed(512)``; a store of ``--read-docs`` passages built by
+one process and in shards, ``get_many`` of 64 random ids. The 1-minute load is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from common import HERE, add_write_flag, write_section
+
+WORDS = [f"w{i}" for i in range(2000)]
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def tokenizer(path: Path) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"<|endoftext|>": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(WORDS)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(path))
+    return path
+
+
+def corpus_shards(dest: Path, docs: int, shards: int, tok: Path) -> None:
+    """``shards`` finished shards of a token corpus of ``docs`` documents, written directly."""
+    from lading.disk import write_file
+    from lading.stores.building.shardset import SHARD_FILE, claim_shard
+    from lading.stores.tokens import describe_tokenizer, load_tokenizer
+
+    rng = np.random.default_rng(0)
+    raw = tok.read_bytes()
+    sha = describe_tokenizer(load_tokenizer(tok))["sha256"]
+    src = dest.parent / "source.txt"
+    src.write_text("stand-in\n")
+    options = {"kind": "tokens", "append_eos": True, "eos_token": None, "split": "blank"}
+    options.update(on_error="raise", format="files")
+    for i in range(shards):
+        n = docs * (i + 1) // shards - docs * i // shards
+        _, where, stats = claim_shard(dest, [src], options, (i, shards), None, "token corpus")
+        where.mkdir()
+        lengths = rng.integers(8, 41, n).astype(np.uint64)
+        offsets = np.zeros(n + 1, dtype=np.uint64)
+        np.cumsum(lengths, out=offsets[1:])
+        tokens = rng.integers(2, len(WORDS) + 2, int(offsets[-1]), dtype=np.uint16)
+        files = {
+            "tokens.bin": write_file(where / "tokens.bin", tokens),
+            "tokens.off": write_file(where / "tokens.off", offsets),
+            "tokenizer.json": write_file(where / "tokenizer.json", raw),
+        }
+        record = {
+            "documents": n, "tokens": int(offsets[-1]), "dtype": "<u2",
+            "vocab_size": len(WORDS) + 2, "eos_id": 0, "tokenizer": sha, "options": options,
+            "input_stats": stats, "fingerprints": [], "source": [], "source_path": None,
+            "source_identity": {}, "skipped": 0, "seconds": 0.0, "files": files,
+        }  # fmt: skip
+        write_file(where / SHARD_FILE, json.dumps(record).encode())
+        del tokens, offsets, lengths
+
+
+def store_shards(dest: Path, docs: int, shards: int) -> None:
+    rng = np.random.default_rng(1)
+    src = dest.parent / "passages.tsv"
+    with open(src, "w") as f:
+        for lo in range(0, docs, 100_000):
+            hi = min(docs, lo + 100_000)
+            counts = rng.integers(6, 21, hi - lo)
+            picks = rng.integers(0, len(WORDS), int(counts.sum()))
+            at = 0
+            lines = []
+            for i, c in zip(range(lo, hi), counts.tolist()):
+                lines.append(f"{i}\t{' '.join(WORDS[k] for k in picks[at : at + c])}\n")
+                at += c
+            f.write("".join(lines))
+    lading = [sys.executable, "-m", "lading", "build", str(src), str(dest), "--quiet", "--shard"]
+    procs = [subprocess.Popen([*lading, f"{i}/{shards}"]) for i in range(shards)]
+    assert all(p.wait() == 0 for p in procs)
+
+
+MERGE = {
+    "corpus": "from lading.lm.merge import merge_corpus as m; from pathlib import Path; "
+    "m(Path(sys.argv[1]))",
+    "store": "from lading.stores.building.parallel import merge_store as m; "
+    "from pathlib import Path; m(Path(sys.argv[1]))",
+    "floor": "import lading.lm.merge, lading.stores.building.parallel",
+}
+
+
+def merge_once(kind: str, dest: Path) -> tuple[float, float, int]:
+    """(seconds, peak RSS MiB, bytes written) of one merge of ``dest`` in a fresh process;
+    the snapshot it made is removed afterwards (the next merge starts from the shards)."""
+    # VmHWM, not ru_maxrss: Linux carries a parent's max RSS over fork and exec
+    code = f"import sys, time; t = time.perf_counter(); {MERGE[kind]}; " + (
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; "
+        "print(time.perf_counter() - t, hwm)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src")}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(dest)], capture_output=True, text=True, env=env
+    )
+    if out.returncode:
+        raise RuntimeError(out.stderr)
+    seconds, rss = out.stdout.split()
+    written = 0
+    if kind != "floor":
+        meta = json.loads((dest / "meta.json").read_text())
+        snap = dest / meta["snapshot"]
+        written = du(snap) + (dest / "meta.json").stat().st_size
+        shutil.rmtree(snap)
+        (dest / "meta.json").unlink()
+    return float(seconds), int(rss) / 1024, written
+
+
+def spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    mid, lo, hi = (fmt.format(f(values)) for f in (statistics.median, min, max))
+    return f"{mid} ({lo}-{hi})"
+
+
+def merge_rows(args: argparse.Namespace, work: Path) -> list[str]:
+    rows = []
+    tok = tokenizer(work / "t.json")
+    for docs in args.docs:
+        for kind in ("corpus", "store"):
+            dest = work / f"{kind}-{docs}"
+            dest.mkdir()
+            started = time.perf_counter()
+            if kind == "corpus":
+                corpus_shards(dest, docs, args.shards, tok)
+            else:
+                store_shards(dest, docs, args.shards)
+            built = time.perf_counter() - started
+            shard_bytes = du(next(dest.glob("build-*")))
+            load = os.getloadavg()[0]
+            runs = [merge_once(kind, dest) for _ in range(args.repeats)]
+            seconds, rss, written = ([r[k] for r in runs] for k in range(3))
+            per10 = 1e7 / docs
+            rows.append(
+                f"| {kind} | {docs:,} | {args.shards} | {shard_bytes / 2**20:,.0f} | "
+                f"{written[0] / 2**20:,.1f} | **{100 * written[0] / shard_bytes:.2f} %** | "
+                f"{spread(seconds)} | {statistics.median(seconds) * per10:.1f} | "
+                f"{spread(rss, '{:.0f}')} | {load:.1f}-{os.getloadavg()[0]:.1f} |"
+            )
+            print(rows[-1], f"(shards made in {built:.0f} s)", flush=True)
+            shutil.rmtree(dest)
+    floor = [merge_once("floor", work)[1] for _ in range(args.repeats)]
+    rows.append(f"\nImport-only child (the RSS floor of every row): {spread(floor, '{:.0f}')} MiB.")
+    return rows
+
+
+def tokens_per_second(corpus: Any, sequence: Any) -> float:
+    from lading.lm import LanguageModelLoader
+    from lading.world import World
+
+    loader = LanguageModelLoader(corpus, 8, sequence, seed=0, world=World())
+    started, tokens = time.perf_counter(), 0
+    for batch in loader:
+        tokens += int(np.asarray(batch[0]).size)
+    return tokens / (time.perf_counter() - started)
+
+
+def lookups_per_second(store: Any, rounds: int = 3000) -> float:
+    rng = np.random.default_rng(2)
+    ids = store.ids()
+    batches = [[ids[k] for k in rng.integers(0, len(ids), 64)] for _ in range(rounds)]
+    started = time.perf_counter()
+    for batch in batches:
+        store.get_many(batch)
+    return 64 * rounds / (time.perf_counter() - started)
+
+
+def read_rows(args: argparse.Namespace, work: Path) -> list[str]:
+    import lading
+    from lading.lm import Packed, TokenCorpus, Windows
+
+    rng = np.random.default_rng(3)
+    work.mkdir(parents=True, exist_ok=True)
+    src = work / "read.jsonl"
+    with open(src, "w") as f:
+        for i in range(args.read_docs):
+            text = " ".join(rng.choice(WORDS, int(rng.integers(20, 400))))
+            f.write(json.dumps({"id": i, "text": text}) + "\n")
+    tok = tokenizer(work / "t.json")
+    one = TokenCorpus.build(src, work / "one", tok, progress=False)
+    for i in range(args.shards):
+        TokenCorpus.build_shard(src, work / "sharded", (i, args.shards), tok, progress=False)
+    merged = TokenCorpus.merge(work / "sharded")
+    assert np.array_equal(np.asarray(merged.offsets), np.asarray(one.offsets))
+    store_one = lading.build_store(src, work / "s-one", progress=False)
+    for i in range(args.shards):
+        lading.build_shard(src, work / "s-sharded", (i, args.shards))
+    store_merged = lading.merge_store(work / "s-sharded")
+    cases = {
+        "windows(512), tokens/s": lambda c: tokens_per_second(c, Windows(512)),
+        "packed(512), tokens/s": lambda c: tokens_per_second(c, Packed(512)),
+    }
+    rows = []
+    load = os.getloadavg()[0]
+    for name, measure in cases.items():
+        ratios, base = [], []
+        for r in range(args.repeats):
+            pair = (one, merged) if r % 2 == 0 else (merged, one)
+            got = {id(c): measure(c) for c in pair}
+            ratios.append(got[id(merged)] / got[id(one)])
+            base.append(got[id(one)])
+        rows.append(f"| {name} | {spread(base, '{:,.0f}')} | **{spread(ratios)}** |")
+    ratios, base = [], []
+    for r in range(args.repeats):
+        stores = (store_one, store_merged) if r % 2 == 0 else (store_merged, store_one)
+        got = {id(s): lookups_per_second(s) for s in stores}
+        ratios.append(got[id(store_merged)] / got[id(store_one)])
+        base.append(got[id(store_one)])
+    got_base, got_ratio = spread(base, "{:,.0f}"), spread(ratios)
+    rows.append(f"| store get_many(64), docs/s | {got_base} | **{got_ratio}** |")
+    rows.append(f"\nLoad (1 min) {load:.1f}-{os.getloadavg()[0]:.1f}.")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--docs", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--read-docs", type=int, default=20_000)
+    parser.add_argument("--skip-merge", action="store_true")
+    add_write_flag(parser)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-merge-") as tmp:
+        work = Path(tmp)
+        rows = [] if args.skip_merge else merge_rows(args, work)
+        reads = read_rows(args, work / "reads")
+    body = (
+        f"{args.shards} shards; machine: {os.cpu_count()} cores (shared), Python "
+        f"{sys.version.split()[0]}; {args.repeats} merges each, median (min-max). `written` is "
+        "every byte of the merge's snapshot and meta.json (token corpora: the manifest only, "
+        "the shards' tokens.bin and tokens.off are read in place; stores: the id index, the "
+        "offsets over all shards of text (and tokens), the manifest) over every byte of the "
+        "shards.\n\n"
+        "| kind | documents | shards | shards MiB | written MiB | written / shards | merge s "
+        "| s per 10M | peak RSS MiB | load |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        + "\n".join(rows)
+        + f"\n\nReads, {args.read_docs:,} documents (20-400 words), one-process build against "
+        f"{args.shards} shards merged, in one process, alternating, {args.repeats} rounds:\n\n"
+        "| read | one-process build | merged / one-process |\n|---|---:|---:|\n" + "\n".join(reads)
+    )
+    command = "python benchmarks/bench_merge.py " + " ".join(sys.argv[1:])
+    title = "Merges that copy no payload (issue 49)"
+    write_section(HERE / "RESULTS.md", title, body, command, write=args.write)
+
+
+if __name__ == "__main__":
+    main()

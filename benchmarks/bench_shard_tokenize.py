@@ -1,0 +1,111 @@
+"""Client CPU per token of a sharded tokenizing build against the bare tokenizer, side by side.
+
+    python benchmarks/bench_shard_tokenize.py [--docs 200000] [--shards 4] [--repeats 3] [--write]
+
+Texts: ``--docs`` documents of real MS MARCO passages when the data is here
+(:func:`common.make_corpora`), else synthetic ones, as JSONL; a byte-level BPE of 8,000 entries
+trained on them locally. Each round, alternating which goes first, in this one process:
+
+- bare: ``tokenizer.encode_batch_fast(texts, add_special_tokens=False)`` over the same texts in
+  batches of 1,000 (the texts already in memory: the tokenizer's own cost);
+- sharded: ``TokenCorpus.build_shard(src, dest, (i, n), tokenizer)`` for every ``i`` (reading
+  the JSONL, tokenizing, writing and fsyncing the shard files), then ``TokenCorpus.merge``.
+
+CPU is this process's user + system time (``time.process_time``: every thread, the
+tokenizer's pool included) per token; the ratio is sharded over bare. datatrove, the other
+system this was to be set beside, is not installable here (no network, not in the local
+package index): no comparison with it is claimed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import HERE, add_write_flag, make_corpora, write_section
+
+
+def bare(tok: object, texts: list[str]) -> tuple[float, int]:
+    started, tokens = time.process_time(), 0
+    encode = tok.encode_batch_fast  # type: ignore[attr-defined]
+    for lo in range(0, len(texts), 1000):
+        tokens += sum(len(e.ids) for e in encode(texts[lo : lo + 1000], add_special_tokens=False))
+    return time.process_time() - started, tokens
+
+
+def sharded(src: Path, dest: Path, tok: Path, shards: int) -> tuple[float, int]:
+    from lading.lm import TokenCorpus
+
+    shutil.rmtree(dest, ignore_errors=True)
+    started = time.process_time()
+    for i in range(shards):
+        TokenCorpus.build_shard(src, dest, (i, shards), tok, append_eos=False, progress=False)
+    corpus = TokenCorpus.merge(dest)
+    return time.process_time() - started, corpus.n_tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--docs", type=int, default=200_000)
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    add_write_flag(parser)
+    args = parser.parse_args()
+    from lading.stores.tokens import load_tokenizer, save_tokenizer, train_tokenizer
+
+    with tempfile.TemporaryDirectory(prefix="bench-shard-tok-") as tmp:
+        work = Path(tmp)
+        tsv, _, origin = make_corpora(args.docs, work)
+        texts = [line.split("\t", 1)[1] for line in tsv.read_text().splitlines()]
+        src = work / "docs.jsonl"
+        with open(src, "w") as f:
+            f.writelines(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts))
+        tok_path = work / "t.json"
+        save_tokenizer(train_tokenizer(iter(texts[:50_000]), "bpe", 8000), tok_path)
+        tok = load_tokenizer(tok_path)
+        ratios, bare_rate, shard_rate, loads = [], [], [], []
+        for r in range(args.repeats):
+            loads.append(os.getloadavg()[0])
+            order = ("bare", "sharded") if r % 2 == 0 else ("sharded", "bare")
+            got = {}
+            for name in order:
+                got[name] = (
+                    bare(tok, texts) if name == "bare"
+                    else sharded(src, work / "corpus", tok_path, args.shards)
+                )  # fmt: skip
+            (b_cpu, b_tok), (s_cpu, s_tok) = got["bare"], got["sharded"]
+            assert b_tok == s_tok, (b_tok, s_tok)  # the same ids: the same count
+            bare_rate.append(1e9 * b_cpu / b_tok)
+            shard_rate.append(1e9 * s_cpu / s_tok)
+            ratios.append((s_cpu / s_tok) / (b_cpu / b_tok))
+            print(f"round {r}: bare {bare_rate[-1]:.0f} ns/token, sharded {shard_rate[-1]:.0f}")
+
+    def spread(v: list[float], f: str = "{:.0f}") -> str:
+        return f"{f.format(statistics.median(v))} ({f.format(min(v))}-{f.format(max(v))})"
+
+    body = (
+        f"{args.docs:,} documents ({origin}), byte-level BPE of 8,000 entries, {args.shards} "
+        f"shards built one after another in one process and merged; machine: {os.cpu_count()} "
+        f"cores (shared), Python {sys.version.split()[0]}, load (1 min) "
+        f"{min(loads):.1f}-{max(loads):.1f}; {args.repeats} rounds alternating, median "
+        "(min-max). CPU: the process's user + system seconds (every thread) per token.\n\n"
+        "| bare encode_batch_fast, ns CPU/token | sharded build + merge, ns CPU/token | "
+        "sharded / bare |\n|---:|---:|---:|\n"
+        f"| {spread(bare_rate)} | {spread(shard_rate)} | **{spread(ratios, '{:.2f}')}** |\n\n"
+        "datatrove is not installable here (no network, and not in the local package index): "
+        "no comparison with it is made."
+    )
+    command = "python benchmarks/bench_shard_tokenize.py " + " ".join(sys.argv[1:])
+    title = "Tokenizing in shards: client CPU per token (issue 49)"
+    write_section(HERE / "RESULTS.md", title, body, command, write=args.write)
+
+
+if __name__ == "__main__":
+    main()

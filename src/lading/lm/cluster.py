@@ -1,0 +1,77 @@
+"""A token corpus built on a cluster: every rank of a process group a shard (torchrun), and
+shards built straight into object storage (``s3://``), committed by one merge in the bucket.
+
+- :func:`build_in_group`: ``TokenCorpus.build(..., shard="auto")`` under torchrun: rank ``r``
+  of ``w`` tokenizes shard ``r`` of ``w``, rank 0 merges, every rank opens that snapshot (the
+  stores' rule, :func:`lading.stores.building.group.shards_in_group`).
+- :func:`remote_shard` / :func:`remote_merge`: shards uploaded as they finish, the merge
+  committed in the bucket (:mod:`lading.lm.remote_shards`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from lading.lm.corpus import TokenCorpus
+
+
+def build_in_group(
+    source: Any,
+    dest: str | os.PathLike[str],
+    tokenizer: Any,
+    build_id: str | None,
+    progress: bool | None,
+    options: dict[str, Any],
+) -> TokenCorpus:
+    """Rank ``r`` of ``w`` builds shard ``r`` of ``w`` of ``dest``; rank 0 merges; every rank
+    opens the snapshot rank 0 committed. ``dest`` must be on a filesystem every rank sees."""
+    from lading.lm.merge import merge_corpus
+    from lading.lm.shards import build_corpus_shard
+    from lading.stores.building.group import shards_in_group
+    from lading.world import resolve_shared_fs
+
+    where = Path(dest)
+    ids: list[str] = []
+
+    def write(shard: tuple[int, int]) -> None:
+        report = build_corpus_shard(
+            source, where, shard, tokenizer, build_id=build_id, progress=progress, **options
+        )
+        ids.append(report.build_id)
+
+    def merge(n: int) -> str:
+        return merge_corpus(where, ids[0] if ids else build_id).snapshot
+
+    snapshot = shards_in_group(write, merge, where, resolve_shared_fs(None))
+    return TokenCorpus.open(where, snapshot=snapshot, on_stale="ignore")
+
+
+def remote_shard(
+    source: Any,
+    url: str,
+    shard: tuple[int, int],
+    tokenizer: Any,
+    cache: str | os.PathLike[str] | None,
+    storage_options: Any,
+    **options: Any,
+) -> Any:
+    """Shard ``(i, n)`` of the corpus at ``url``: built in a scratch folder, uploaded once
+    whole (:mod:`lading.lm.remote_shards`)."""
+    from lading.lm.remote_shards import upload_shard
+
+    return upload_shard(source, url, shard, tokenizer, cache, storage_options, **options)
+
+
+def remote_merge(
+    url: str,
+    build_id: str | None,
+    cache: str | os.PathLike[str] | None,
+    cache_bytes: int | str | None,
+    storage_options: Any,
+) -> TokenCorpus:
+    """The merge of the shards at ``url``, committed in the bucket (the manifest last)."""
+    from lading.lm.remote_shards import merge_remote
+
+    return merge_remote(url, build_id, cache, cache_bytes, storage_options)

@@ -1,0 +1,125 @@
+"""The merge of a token corpus built in shards: checks, and one commit of a manifest.
+
+No byte of a shard is copied or rewritten: the merged snapshot's manifest lists the shards as
+``parts`` (directory, documents, tokens, in document order) and the reader maps each part's
+``tokens.bin`` and ``tokens.off`` in place, the offsets shifted by the tokens of the parts
+before (:mod:`lading.lm.parts`), so a merged corpus reads exactly as a one-process build (the
+same offsets, the same windows, packing and masks). The merge writes the manifest only: its
+time and memory grow with the shards (their ``shard.json`` read and checked), not with the
+documents.
+The tokenizer stays in the first shard's folder (``tokenizer_file``). Shards must agree on the
+tokenizer (its SHA-256), its dtype and the end-of-text id: a shard tokenized otherwise is
+refused naming both shards.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from lading._version import __version__
+from lading.disk import BuildContext
+from lading.errors import SourceError, StoreFormatError
+from lading.lm.corpus import TokenCorpus
+from lading.lm.corpus_format import FORMAT_NAME, MERGED_VERSION, TOKENIZER, TOKENS
+from lading.lm.shards import COMMAND, CorpusShard, read_corpus_shard
+from lading.stores.building.shardset import (
+    check_same_inputs,
+    check_same_options,
+    complete_shards,
+    pending_build,
+)
+
+_CHUNK = 1 << 20  # offsets written per numpy pass
+_SAME = ("tokenizer", "dtype", "eos_id", "vocab_size")  # what every shard must agree on
+
+
+def merge_corpus(dest: Path, build_id: str | None = None) -> TokenCorpus:
+    """Commit the shards of a parallel build of ``dest`` as its new snapshot; open it.
+
+    ``build_id``: which build (default: the one whose shards are all there and that is not
+    the current snapshot's). A build already committed is opened as it is.
+
+    Raises:
+        StoreFormatError: shards are missing (naming them and the command that builds them),
+            read other inputs, or were tokenized otherwise (naming both shards).
+    """
+    with BuildContext(dest, FORMAT_NAME, "token corpus") as build:
+        previous = build.previous
+        bid = build_id or pending_build(dest, previous, read_corpus_shard, COMMAND)
+        if previous is not None and previous.get("build_id") == bid:
+            return TokenCorpus.open(dest, snapshot=previous["snapshot"], on_stale="ignore")
+        shards = complete_shards(dest, bid, read_corpus_shard, COMMAND)
+        check_same_inputs(dest, shards)
+        recipe = check_same_options(dest, bid, shards)
+        check_same_tokens(dest, shards)
+        started = time.perf_counter()
+        with build.scratch() as tmp:
+            meta = manifest(bid, shards, recipe["options"], build.snapshot)
+            meta["seconds"] = round(time.perf_counter() - started, 3)
+            build.commit(tmp, meta)
+    return TokenCorpus.open(dest, snapshot=build.snapshot, on_stale="ignore")
+
+
+def check_same_tokens(dest: Path, shards: list[CorpusShard]) -> None:
+    """Refuse shards tokenized otherwise than the first (tokenizer, dtype, end-of-text id),
+    naming both shards and the two values."""
+    first = shards[0]
+    for shard in shards[1:]:
+        for key in _SAME:
+            if shard.record.get(key) != first.record.get(key):
+                raise StoreFormatError(
+                    f"{dest}: shards {dest / first.dir} and {dest / shard.dir} were tokenized "
+                    f"differently ({key} {first.record.get(key)!r} vs {shard.record.get(key)!r}): "
+                    "merged, their ids would mean different things. Build every shard with the "
+                    f"same tokenizer (`{COMMAND} ... --tokenizer T --shard i/N`)"
+                )
+    if sum(s.record["documents"] for s in shards) == 0:
+        where = shards[0].record.get("source_path") or dest
+        raise SourceError(where, None, "no documents in any shard; a corpus of 0 is refused")
+
+
+def manifest(
+    bid: str,
+    shards: list[CorpusShard],
+    options: dict[str, Any],
+    snapshot: str,
+) -> dict[str, Any]:
+    """The manifest committing ``shards``, every file of theirs read in place."""
+    first = shards[0].record
+    files: dict[str, Any] = {}
+    parts = []
+    for shard in shards:
+        files.update({f"{shard.dir}/{name}": info for name, info in shard.record["files"].items()})
+        counts = {k: shard.record[k] for k in ("documents", "tokens")}
+        parts.append({"dir": shard.dir, **counts})
+    identity = first.get("source_identity") or {}
+    return {
+        "format": FORMAT_NAME,
+        "version": MERGED_VERSION,
+        "lading_version": __version__,
+        "build_id": bid,
+        "documents": sum(p["documents"] for p in parts),
+        "tokens": sum(p["tokens"] for p in parts),
+        "dtype": first["dtype"],
+        "vocab_size": first["vocab_size"],
+        "eos_id": first["eos_id"],
+        "dir": snapshot,
+        "parts": parts,
+        "tokenizer_file": f"{shards[0].dir}/{TOKENIZER}",
+        "recipe": {
+            "source": first.get("source_path"),
+            "source_identity": identity,
+            "tokenizer": first["tokenizer"],
+            "append_eos": options.get("append_eos"),
+            "eos_id": first["eos_id"],
+            "split": options.get("split"),
+            "shards": len(shards),
+        },
+        "skipped": sum(s.record["skipped"] for s in shards),
+        "files": files,
+    }
+
+
+__all__ = ["TOKENS", "merge_corpus"]

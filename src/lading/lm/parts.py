@@ -1,0 +1,185 @@
+"""A token corpus built in shards reads each shard's ``tokens.bin`` in place: one token count
+over several files, no concatenation.
+
+A one-process build has one token file; ``lading lm merge`` (:mod:`lading.lm.merge`) commits
+a snapshot whose manifest lists ``parts`` (each shard's directory, documents and tokens, in
+document order) and writes nothing else: each part's ``tokens.bin`` and ``tokens.off`` are
+read in place, the offsets shifted by the tokens of the parts before (:class:`PartOffsets`).
+Documents never span parts, so every slice the LM modes take (a piece of one document) lies
+in one file: they find it by the document (:meth:`TokenCorpus.parts`), and
+:class:`PartTokens` serves ``tokens[a:b]`` for everyone else, copying only a slice that
+crosses a part's end.
+"""
+
+from __future__ import annotations
+
+import bisect
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from lading.disk import OFFSET_DTYPE, MappedFile
+from lading.errors import StoreFormatError
+from lading.lm.corpus_format import OFFSETS, TOKENS
+
+
+class PartTokens:
+    """Several token arrays (memory maps, or remote token files) read as one: ``tokens[a:b]``,
+    ``tokens[i]``, ``len``, ``dtype``; ``bases[k]`` is where part ``k`` starts."""
+
+    ndim = 1
+
+    def __init__(self, parts: list[Any], dtype: np.dtype[Any]) -> None:
+        self.parts, self.dtype = parts, dtype
+        sizes = [len(p) for p in parts]
+        self.bases = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self._starts = self.bases[:-1].tolist()
+        self.n = int(self.bases[-1])
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.n,)
+
+    @property
+    def nbytes(self) -> int:
+        return self.n * self.dtype.itemsize
+
+    def __getitem__(self, index: slice | int) -> Any:
+        if isinstance(index, slice):
+            start, stop, stride = index.indices(self.n)
+            if stride != 1:
+                return self.concatenated()[index]
+            stop = max(start, stop)
+            k = bisect.bisect_right(self._starts, start) - 1
+            base = self._starts[k]
+            if stop <= self.bases[k + 1]:  # one part: a view of its file
+                return self.parts[k][start - base : stop - base]
+            pieces = []  # crosses a part's end: a copy of the pieces
+            while start < stop:
+                end = min(stop, int(self.bases[k + 1]))
+                pieces.append(np.asarray(self.parts[k][start - base : end - base]))
+                start, k = end, k + 1
+                base = int(self.bases[k]) if k < len(self.parts) else 0
+            return np.concatenate(pieces).astype(self.dtype, copy=False)
+        if isinstance(index, (int, np.integer)):
+            at = int(index) + (self.n if int(index) < 0 else 0)
+            if not 0 <= at < self.n:
+                raise IndexError(f"token {int(index)} is out of range [0, {self.n})")
+            return self[at : at + 1][0]
+        return self.concatenated()[index]
+
+    def concatenated(self) -> npt.NDArray[Any]:
+        """Every token back to back, in memory (a copy)."""
+        return np.concatenate([np.asarray(p) for p in self.parts]).astype(self.dtype, copy=False)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.concatenated()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
+class PartOffsets:
+    """The ``n + 1`` offsets of a corpus built in shards, read from each part's own
+    ``tokens.off`` in place (each counts from its part's first token): ``offsets[i]``,
+    ``offsets[array]``, ``offsets[a:b]``, ``len``; a gather is a copy (the LM modes gather a
+    document's start once per epoch, as from one array)."""
+
+    ndim = 1
+    dtype = np.dtype(np.uint64)
+
+    def __init__(self, parts: list[Any], token_bases: npt.NDArray[np.int64]) -> None:
+        self.parts = parts
+        documents = [len(p) - 1 for p in parts]
+        self.doc_bases = np.concatenate([[0], np.cumsum(documents)]).astype(np.int64)
+        self._doc_starts = self.doc_bases[:-1].tolist()
+        self.token_bases = token_bases.astype(np.uint64)
+        self.n = int(self.doc_bases[-1]) + 1
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.n,)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, (int, np.integer)):
+            at = int(index) + (self.n if int(index) < 0 else 0)
+            if not 0 <= at < self.n:
+                raise IndexError(f"offset {int(index)} is out of range [0, {self.n})")
+            k = min(bisect.bisect_right(self._doc_starts, at) - 1, len(self.parts) - 1)
+            return self.token_bases[k] + self.parts[k][at - self._doc_starts[k]]
+        if isinstance(index, slice):
+            index = np.arange(*index.indices(self.n))
+        rows = np.asarray(index, dtype=np.int64)
+        if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self.n):
+            raise IndexError(f"offsets out of range [0, {self.n})")
+        part = np.searchsorted(self.doc_bases[1:-1], rows, side="right")
+        local = rows - self.doc_bases[part]
+        out = np.empty(rows.shape, dtype=np.uint64)
+        for k, offsets in enumerate(self.parts):
+            mine = part == k
+            if mine.any():
+                out[mine] = offsets[local[mine]] + self.token_bases[k]
+        return out
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self[0 : self.n]
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
+def part_offsets(root: Path, meta: dict[str, Any], tokens: PartTokens) -> PartOffsets:
+    """The offsets of a local corpus built in shards: each part's ``tokens.off`` mapped,
+    checked to hold its documents and end at its token count.
+
+    Raises:
+        StoreFormatError: a part's offsets do not describe its tokens.
+    """
+    arrays = []
+    for part, count in zip(meta["parts"], np.diff(tokens.bases).tolist()):
+        path = root / part["dir"] / OFFSETS
+        offsets = MappedFile(path).array(OFFSET_DTYPE)
+        if len(offsets) != part["documents"] + 1 or int(offsets[-1]) != count:
+            raise StoreFormatError(
+                f"{path} ({len(offsets):,} offsets) does not describe the part's "
+                f"{part['documents']:,} documents of {count:,} tokens; rebuild the corpus"
+            )
+        arrays.append(offsets)
+    return PartOffsets(arrays, tokens.bases)
+
+
+def token_parts(root: Path, meta: dict[str, Any], dtype: np.dtype[Any]) -> Any:
+    """The tokens a local corpus's manifest names: the map of ``<dir>/tokens.bin``, or a
+    :class:`PartTokens` over every part's (a corpus built in shards), each checked to hold
+    the tokens the manifest says.
+
+    Raises:
+        StoreFormatError: a part's file does not hold the tokens its entry says.
+    """
+    parts = meta.get("parts")
+    if not parts:
+        return MappedFile(root / meta.get("dir", "") / TOKENS).array(dtype)
+    arrays = []
+    for part in parts:
+        array = MappedFile(root / part["dir"] / TOKENS).array(dtype)
+        if len(array) != part["tokens"]:
+            raise StoreFormatError(
+                f"{root / part['dir'] / TOKENS} holds {len(array):,} tokens, the manifest says "
+                f"{part['tokens']:,}; rebuild the corpus (`lading lm build ... --shard`, merge)"
+            )
+        arrays.append(array)
+    return PartTokens(arrays, dtype)
+
+
+def locate(
+    bases: npt.NDArray[np.int64], starts: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:
+    """(part, start within the part) of tokens at corpus positions ``starts`` (each the start
+    of a document, which lies wholly in one part). A zero-token document at a part's end is
+    placed in the next part (or the last), where its empty slice is as good."""
+    part = np.searchsorted(bases[1:-1], starts, side="right")
+    return part, starts - bases[part]

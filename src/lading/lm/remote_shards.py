@@ -1,0 +1,120 @@
+"""Shards of a token corpus built straight into object storage, and their merge in the bucket.
+
+``TokenCorpus.build_shard(src, "s3://b/wiki", (i, n), tok)`` and ``TokenCorpus.merge(url)``,
+on the rules every kind shares (:mod:`lading.stores.building.remote_shards`): the bucket checked
+writable before any tokenizing, the shard tokenized beside the node cache and uploaded once
+whole (its ``shard.json`` last; a rerun skips it), the merge checked as a local merge
+(:mod:`lading.lm.merge`) on a mirror of the small files and committed by PUTs, ``meta.json``
+last: a reader opening meanwhile sees the last snapshot, never a mixture. A merged corpus's
+manifest names the shards' files in place, so the merge uploads its manifest only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from lading.disk.commit import units
+from lading.disk.snapshot import MANIFEST, new_snapshot_id
+from lading.errors import StoreFormatError
+from lading.lm.corpus import TokenCorpus
+from lading.lm.merge import check_same_tokens, manifest
+from lading.lm.shards import COMMAND, CorpusShardReport, build_corpus_shard, read_corpus_shard
+from lading.remote.clients import check_reachable
+from lading.remote.settings import RemoteSettings
+from lading.stores.building.remote_shards import (
+    commit_remote,
+    mirror,
+    named_as,
+    scratch_folder,
+    upload_shard_folder,
+    uploaded_record,
+)
+from lading.stores.building.shardset import (
+    check_same_inputs,
+    check_same_options,
+    check_shard,
+    complete_shards,
+    pending_build,
+)
+from lading.stores.building.upload import check_writable
+from lading.stores.layout import shard_name
+
+
+def upload_shard(
+    source: Any,
+    url: str,
+    shard: tuple[int, int],
+    tokenizer: Any,
+    cache: str | os.PathLike[str] | None,
+    storage_options: Any,
+    **options: Any,
+) -> CorpusShardReport:
+    """Shard ``(i, n)`` of the corpus at ``url`` (see the module doc)."""
+    from lading.lm.shards import corpus_build_id
+
+    check_reachable(url, "TokenCorpus.build_shard")
+    i, n = check_shard(shard)
+    settings = RemoteSettings.of(cache, None, storage_options)
+    check_writable(url, settings)  # before the source is read: a shard may take hours
+    bid = options.pop("build_id", None) or corpus_build_id(source, n, **options)
+    rel = f"{bid}/{shard_name(i, n)}"
+    record = uploaded_record(url, settings, rel)
+    if record is not None:  # a rerun: whole already
+        return CorpusShardReport(Path(url), bid, i, n, int(record["documents"]), True)
+    with scratch_folder(settings, "shard-") as scratch:
+        local = scratch / "corpus"
+        report = build_corpus_shard(source, local, (i, n), tokenizer, build_id=bid, **options)
+        upload_shard_folder(local, rel, url, settings)
+    return CorpusShardReport(Path(url), bid, i, n, report.documents, False)
+
+
+def merge_remote(
+    url: str,
+    build_id: str | None,
+    cache: str | os.PathLike[str] | None,
+    cache_bytes: int | str | None,
+    storage_options: Any,
+) -> TokenCorpus:
+    """Commit the shards at ``url`` as its new snapshot, in the bucket; open it there."""
+    check_reachable(url, "TokenCorpus.merge")
+    settings = RemoteSettings.of(cache, cache_bytes, storage_options)
+    with scratch_folder(settings, "merge-") as root:
+        previous = mirror(url, settings, root)
+        try:
+            bid = build_id or pending_build(root, previous, read_corpus_shard, COMMAND)
+            if previous is not None and previous.get("build_id") == bid:
+                snapshot = str(previous["snapshot"])
+            else:
+                shards = complete_shards(root, bid, read_corpus_shard, COMMAND)
+                check_same_inputs(root, shards)
+                recipe = check_same_options(root, bid, shards)
+                check_same_tokens(root, shards)
+                snapshot = new_snapshot_id()
+                meta = {**manifest(bid, shards, recipe["options"], snapshot), "snapshot": snapshot}
+                raw = _with_history(meta, previous)
+                local = root / snapshot / MANIFEST
+                local.parent.mkdir()
+                local.write_bytes(raw)
+                commit_remote(url, settings, [(f"{snapshot}/{MANIFEST}", local)], raw)
+        except StoreFormatError as e:  # named as the bucket, not the mirror
+            raise named_as(e, root, url) from None
+    return TokenCorpus.open(
+        url, cache=cache, cache_bytes=cache_bytes, storage_options=storage_options,
+        snapshot=snapshot,
+    )  # fmt: skip
+
+
+def _with_history(meta: dict[str, Any], previous: dict[str, Any] | None) -> bytes:
+    """The manifest's bytes, the snapshot it replaces in its history (kept within the grace,
+    as a local commit keeps it)."""
+    now = time.time()
+    history = []
+    if previous is not None and previous.get("snapshot"):
+        replaced = {"snapshot": previous["snapshot"], "replaced_at": now}
+        history.append({**replaced, "units": sorted(units(previous))})
+    meta.update(history=history, committed_at=now)
+    return json.dumps(meta, indent=2, sort_keys=True).encode("utf-8")

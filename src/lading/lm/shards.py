@@ -1,0 +1,290 @@
+"""A token corpus built in shards: shard ``i`` of ``n`` by any worker, then one merge commits.
+
+::
+
+    lading lm build corpus/ wiki --tokenizer t.json --shard 0/4   # ... 3/4, anywhere, any order
+    lading lm merge wiki                                          # offsets over all shards, commit
+
+The rules are the document stores' (:mod:`lading.stores.building.parallel`, sharing
+:mod:`lading.stores.building.shardset`): the input files are dealt out as a store's are (their
+bytes laid end to end cut into ``n`` runs; uncompressed JSONL cut at line starts, any other file
+whole to the shard its first byte falls in; a lading store given as the source: its rows in
+``n`` runs), so the shards in order read the documents in the one-process order. Workers agree
+on ``wiki/build-<id>/shard-<i>-of-<n>/`` without talking (the id from the inputs' identity, the
+options and ``n``); each shard is written in a temporary directory renamed into place once whole
+(a killed worker leaves nothing a merge takes; a rerun writes only the missing shards). The
+tokenizer is not part of the build id: a shard tokenized with another one is refused at the
+merge naming both shards (:mod:`lading.lm.merge`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lading.disk import BuildContext, write_file
+from lading.disk.meta import META_FILE
+from lading.disk.names import inside, refuse
+from lading.lm.texts import file_texts, folder_files, source_identity
+from lading.lm.tokenize import find_eos, progress_bar, write_tokens
+from lading.sources import OnError, ParseOptions, SourceReader, fingerprint, refuse_if_changed
+from lading.stores.building.inputs import Piece, check_shard_count, plan_shard
+from lading.stores.building.shardset import (
+    SHARD_FILE,
+    check_shard,
+    claim_shard,
+    derive_build_id,
+)
+from lading.stores.tokens import describe_tokenizer, load_tokenizer
+
+COMMAND = "lading lm build"  # how a missing shard is built, in the merge's messages
+_JSON = (".jsonl", ".json")  # what a shard may cut at line starts (uncompressed)
+_DTYPES = ("<u2", "<u4", "<i4", "|u1")
+
+
+@dataclass(frozen=True)
+class CorpusShardReport:
+    """What a shard worker did: ``documents`` tokenized into shard ``shard`` of ``shards``
+    (``reused``: it was there already) of build ``build_id`` of the corpus at ``dest``."""
+
+    dest: Path
+    build_id: str
+    shard: int
+    shards: int
+    documents: int
+    reused: bool
+
+    def __str__(self) -> str:
+        did = "already built" if self.reused else f"{self.documents:,} documents"
+        return (
+            f"{self.dest}: shard {self.shard}/{self.shards} of {self.build_id}: {did}; once all "
+            f"{self.shards} are built: lading lm merge {self.dest}"
+        )
+
+
+@dataclass
+class Inputs:
+    """What a sharded build reads: ``files`` (whose stats name the build; JSONL cut at line
+    starts, the others whole: ``format`` "files"), or a lading ``store`` (its meta.json in
+    ``files``, ``format`` "store") dealt out by rows."""
+
+    files: list[Path]
+    format: str
+    store: Path | None = None
+    skipped: list[int] = field(default_factory=lambda: [0])
+
+
+def inputs_of(source: Any) -> Inputs:
+    """The files of ``source`` in the one-process build's reading order (a folder: its files
+    sorted by path, as :func:`lading.lm.texts.iter_texts` reads them; a list: as given).
+
+    Raises:
+        FileNotFoundError: a missing source or listed file.
+        ValueError: a folder without files.
+    """
+    if isinstance(source, (list, tuple)):
+        files = [Path(p) for p in source]
+    else:
+        path = Path(source)
+        if path.is_dir() and (path / META_FILE).is_file():
+            return Inputs([path / META_FILE], "store", store=path)
+        if path.is_dir():
+            files = folder_files(path)
+            if not files:
+                raise ValueError(f"{path} holds no files")
+        else:
+            files = [path]
+    for path in files:
+        if not path.is_file():
+            raise FileNotFoundError(f"source {path} does not exist")
+    return Inputs(files, "files")
+
+
+def is_jsonl(path: Path) -> bool:
+    """Whether a shard may cut ``path`` at line starts: JSONL (a record a line); plain text
+    splits into documents at blank lines, WikiExtractor output at ``</doc>``, so it goes whole."""
+    return path.name.endswith(_JSON)
+
+
+def shard_texts(
+    inputs: Inputs, pieces: list[Piece], split: str, on_error: OnError
+) -> Iterator[str]:
+    """The texts of ``pieces``, as the one-process build reads them; records skipped
+    (``on_error="skip"``) counted into ``inputs.skipped``."""
+    for piece in pieces:
+        if piece.span is None:
+            yield from file_texts(piece.path, split)
+            continue
+        reader = SourceReader(piece.path, "jsonl", on_error, ParseOptions(), span=piece.span)
+        for record in reader:
+            yield record.text
+        inputs.skipped[0] += reader.skipped
+
+
+def store_texts(store: Path, shard: tuple[int, int]) -> tuple[Iterator[str], dict[str, Any]]:
+    """Rows ``[count * i // n, count * (i + 1) // n)`` of the store's current snapshot and
+    what they are (the snapshot is in the input's stats: a rebuilt store is refused)."""
+    from lading.stores import PackedStore
+
+    opened = PackedStore(store, on_stale="ignore")
+    i, n = shard
+    lo, hi = len(opened) * i // n, len(opened) * (i + 1) // n
+
+    def texts() -> Iterator[str]:
+        for at in range(lo, hi, 10_000):
+            yield from opened.texts_at(np.arange(at, min(at + 10_000, hi)))
+
+    return texts(), {"path": str(store.resolve()), "snapshot": opened.snapshot, "rows": [lo, hi]}
+
+
+def _options(
+    inputs: Inputs, append_eos: bool, eos_token: str | None, split: str, on_error: str
+) -> dict[str, Any]:
+    """The options a shard records (and its build id is derived from)."""
+    return {"kind": "tokens", "append_eos": append_eos, "eos_token": eos_token, "split": split,
+            "on_error": on_error, "format": inputs.format}  # fmt: skip
+
+
+def corpus_build_id(
+    source: Any,
+    n: int,
+    *,
+    append_eos: bool = True,
+    eos_token: str | None = None,
+    split: str = "blank",
+    on_error: str = "raise",
+    progress: bool | None = None,
+) -> str:
+    """The build id every worker of an ``n``-shard build of ``source`` derives alike."""
+    inputs = inputs_of(source)
+    options = _options(inputs, append_eos, eos_token, split, on_error)
+    return derive_build_id(inputs.files, options, n)
+
+
+def build_corpus_shard(
+    source: Any,
+    dest: Path,
+    shard: tuple[int, int],
+    tokenizer: Any,
+    *,
+    append_eos: bool = True,
+    eos_token: str | None = None,
+    split: str = "blank",
+    on_error: OnError = "raise",
+    build_id: str | None = None,
+    progress: bool | None = None,
+) -> CorpusShardReport:
+    """Write shard ``i`` of ``n`` of the token corpus at ``dest`` (see the module doc)."""
+    i, n = check_shard(shard)
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error={on_error!r}: choose 'raise' or 'skip'")
+    inputs = inputs_of(source)
+    if inputs.store is None:
+        check_shard_count(inputs.files, n, None, is_jsonl)  # n bounded before any planning
+    tok = load_tokenizer(tokenizer)
+    info = describe_tokenizer(tok)
+    eos = find_eos(tok, eos_token) if append_eos else None
+    options = _options(inputs, append_eos, eos_token, split, on_error)
+    bid, where, stats = claim_shard(dest, inputs.files, options, (i, n), build_id, "token corpus")
+    with BuildContext(where, None, "shard") as build:
+        if (where / SHARD_FILE).is_file():  # a rerun: this shard is whole already
+            documents = json.loads((where / SHARD_FILE).read_text())["documents"]
+            return CorpusShardReport(dest, bid, i, n, documents, True)
+        with build.scratch() as tmp:
+            identity = source_identity(source) if inputs.store or not isinstance(
+                source, (list, tuple)
+            ) else {}  # fmt: skip
+            if inputs.store is not None:
+                texts, described = store_texts(inputs.store, (i, n))
+                before: list[dict[str, Any]] = []
+                pieces = [described]
+            else:
+                planned = plan_shard(inputs.files, n, None, i, is_jsonl)
+                before = [fingerprint(p) for p in dict.fromkeys(x.path for x in planned)]
+                texts = shard_texts(inputs, planned, split, on_error)
+                pieces = [p.describe() for p in planned]
+            with progress_bar(f"shard {i}/{n}", progress) as bar:
+                meta = write_tokens(tmp, texts, tok, info, eos, bar)
+            for taken in before:
+                refuse_if_changed(taken)
+            record = {
+                **{k: meta[k] for k in ("documents", "tokens", "dtype", "vocab_size", "eos_id")},
+                "tokenizer": info["sha256"],
+                "options": options,
+                "input_stats": stats,
+                "fingerprints": before,
+                "source": pieces,
+                "source_path": str(Path(source).resolve()) if identity else None,
+                "source_identity": identity,
+                "skipped": inputs.skipped[0],
+                "seconds": meta["seconds"],
+                "files": meta["files"],
+            }
+            write_file(tmp / SHARD_FILE, json.dumps(record, indent=2, sort_keys=True).encode())
+            build.publish_new(tmp)
+    return CorpusShardReport(dest, bid, i, n, meta["documents"], False)
+
+
+@dataclass
+class CorpusShard:
+    """A finished shard of a token corpus: its directory (relative to the corpus) and record."""
+
+    dir: str
+    record: dict[str, Any]
+
+
+def read_corpus_shard(root: Path, rel: str) -> CorpusShard:
+    """The shard in ``root/rel`` as its worker described it (``shard.json``), checked: counts,
+    dtype, every file named inside the shard, listed and of the size it says.
+
+    Raises:
+        StoreFormatError: not finished (no ``shard.json``), damaged, or its files differ.
+    """
+    from lading.errors import StoreFormatError
+
+    path = root / rel / SHARD_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StoreFormatError(
+            f"{root / rel} is not a finished shard ({SHARD_FILE} missing)"
+        ) from None
+    except (ValueError, OSError) as e:
+        raise StoreFormatError(f"{path} is damaged ({e}); build this shard again") from None
+    if not isinstance(record, dict):
+        raise refuse(path, SHARD_FILE, type(record).__name__, "is not a JSON object")
+    for key in ("documents", "tokens", "vocab_size", "skipped"):
+        value = record.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise refuse(path, key, value, "is not a count (a whole number >= 0)")
+    if record.get("dtype") not in _DTYPES:
+        raise refuse(path, "dtype", record.get("dtype"), f"is not one of {list(_DTYPES)}")
+    files = record.get("files")
+    if not isinstance(files, dict) or not {"tokens.bin", "tokens.off"} <= set(files):
+        raise refuse(path, "files", files, "does not list tokens.bin and tokens.off")
+    for name, info in files.items():
+        inside(root / rel, name, "a name in files", path)
+        if not isinstance(info, dict) or not isinstance(info.get("size"), int):
+            raise refuse(path, f"files.{name}", info, "has no size")
+        try:
+            size = (root / rel / name).stat().st_size
+        except FileNotFoundError:
+            raise StoreFormatError(f"{root / rel / name} (in {path}) is missing") from None
+        if size != info["size"]:
+            raise StoreFormatError(
+                f"{root / rel / name} is {size} bytes, its shard says {info['size']}"
+            )
+    itemsize = np.dtype(record["dtype"]).itemsize
+    if files["tokens.bin"]["size"] != record["tokens"] * itemsize or files["tokens.off"][
+        "size"
+    ] != 8 * (record["documents"] + 1):
+        raise StoreFormatError(
+            f"{path}: its tokens.bin/tokens.off sizes do not match {record['tokens']:,} tokens "
+            f"in {record['documents']:,} documents; build this shard again"
+        )
+    return CorpusShard(rel, record)

@@ -1,0 +1,213 @@
+"""Shards built straight into object storage, and their merge committed in the bucket: what
+stores and token corpora share (:mod:`lading.lm.remote_shards` is the corpora's side).
+
+A worker checks the bucket writable before it reads a byte of its source, writes its shard in
+a scratch folder beside the node cache (it holds this one shard on local disk), uploads
+``build-<id>/build.json`` and the shard's files, then its ``shard.json`` last: a shard is in
+the bucket whole or not at all, so a killed worker leaves objects no merge takes and a rerun
+skips a shard whose ``shard.json`` is there. The scratch folder goes either way.
+
+A merge lists the bucket and mirrors what the checks read into a scratch folder: every
+``build.json`` and ``shard.json``, the columns the merge reads (``need``: a store's ids and
+offsets), and every other object as a sparse stand-in of its size; the kind's own merge runs
+on the mirror, and its new files go up with ``meta.json`` last, so a reader sees the last
+snapshot or the new one, never a mixture. A merge of a build already committed commits nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from lading.disk.meta import META_FILE
+from lading.disk.snapshot import BUILD_PREFIX
+from lading.errors import StoreFormatError
+from lading.remote.clients import open_client
+from lading.remote.objects import PermanentError
+from lading.remote.settings import RemoteSettings
+from lading.stores.building.shardset import BUILD_FILE, SHARD_FILE
+from lading.stores.building.upload import put_files
+
+
+def uploaded_record(url: str, settings: RemoteSettings, rel: str) -> dict[str, Any] | None:
+    """The ``shard.json`` of shard ``rel`` if it is in the bucket whole, else None."""
+    fetcher = settings.fetcher(url)
+    try:
+        if f"{rel}/{SHARD_FILE}" not in fetcher.list(f"{rel}/"):
+            return None
+        record: dict[str, Any] = json.loads(fetcher.get_object(f"{rel}/{SHARD_FILE}"))
+        return record
+    finally:
+        fetcher.close()
+
+
+@contextmanager
+def scratch_folder(settings: RemoteSettings, prefix: str) -> Iterator[Path]:
+    """A folder beside the node cache, removed at the end whatever happens."""
+    settings.cache.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=settings.cache))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def upload_shard_folder(local: Path, rel: str, url: str, settings: RemoteSettings) -> None:
+    """Upload the finished shard ``local/rel`` (``rel``: ``build-<id>/shard-<i>-of-<n>``) to
+    ``url``: its build's ``build.json`` and its files, then its ``shard.json``."""
+    bid = rel.split("/", 1)[0]
+    client = open_client(url, settings.backend, settings.options, settings.timeout)
+    first = [local / bid / BUILD_FILE]
+    first += [p for p in sorted((local / rel).iterdir()) if p.name != SHARD_FILE]
+    sized: list[tuple[str, bytes | Path, int]] = [
+        (p.relative_to(local).as_posix(), p, p.stat().st_size) for p in first
+    ]
+    put_files(client, sized, timeout=settings.timeout)
+    last = local / rel / SHARD_FILE
+    key, size = f"{rel}/{SHARD_FILE}", last.stat().st_size
+    record: list[tuple[str, bytes | Path, int]] = [(key, last, size)]
+    put_files(client, record, timeout=settings.timeout)
+
+
+Need = Callable[[dict[str, Any]], list[str]]  # a shard's record -> its files a merge reads
+
+
+def mirror(
+    url: str, settings: RemoteSettings, root: Path, need: Need | None = None
+) -> dict[str, Any] | None:
+    """Mirror the bucket's builds into ``root`` (see the module doc); the current manifest,
+    or None where there is none yet."""
+    fetcher = settings.fetcher(url)
+    try:
+        listing = fetcher.list()
+        for key, info in listing.items():
+            if not key.startswith(BUILD_PREFIX) or key.count("/") > 2:
+                continue
+            path = root / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.name in (BUILD_FILE, SHARD_FILE):
+                path.write_bytes(fetcher.get_object(key))
+            else:
+                with open(path, "wb") as f:
+                    f.truncate(info.size)
+        for record_path in root.glob(f"{BUILD_PREFIX}*/*/{SHARD_FILE}") if need else []:
+            shard = record_path.parent
+            try:
+                wanted = need(json.loads(record_path.read_text())) if need else []
+            except (ValueError, KeyError, TypeError):
+                continue  # damaged: the merge's own check names it
+            for name in wanted:
+                key = f"{shard.relative_to(root).as_posix()}/{name}"
+                if key in listing:
+                    (shard / name).write_bytes(fetcher.get_object(key))
+        if META_FILE not in listing:
+            return None
+        try:
+            meta = json.loads(fetcher.get_object(META_FILE))
+        except (PermanentError, ValueError):
+            return None
+        return meta if isinstance(meta, dict) else None
+    finally:
+        fetcher.close()
+
+
+def named_as(error: StoreFormatError, root: Path, url: str) -> StoreFormatError:
+    """``error`` naming the bucket instead of the mirror."""
+    return StoreFormatError(str(error).replace(str(root), url))
+
+
+def commit_remote(
+    url: str, settings: RemoteSettings, files: list[tuple[str, Path]], raw: bytes
+) -> None:
+    """PUT the new snapshot's ``files`` (its manifest among them), then ``meta.json``: the
+    commit."""
+    client = open_client(url, settings.backend, settings.options, settings.timeout)
+    sized: list[tuple[str, bytes | Path, int]] = [(k, p, p.stat().st_size) for k, p in files]
+    put_files(client, sized, timeout=settings.timeout)
+    put_files(client, [(META_FILE, raw, len(raw))], timeout=settings.timeout)
+
+
+def store_shard_remote(
+    url: str,
+    shard: tuple[int, int],
+    write: Callable[[Path], Any],
+    settings: RemoteSettings,
+    bid: str,
+) -> Any:
+    """Shard ``shard`` of the store at ``url``: ``write(local_dest)`` builds it (as
+    :func:`lading.build_shard` into a folder), then it is uploaded (see the module doc; the
+    caller checked the bucket writable before reading the source)."""
+    from lading.stores.building.parallel import ShardReport
+    from lading.stores.layout import shard_name
+
+    i, n = shard
+    rel = f"{bid}/{shard_name(i, n)}"
+    record = uploaded_record(url, settings, rel)
+    if record is not None:  # a rerun: whole already
+        return ShardReport(Path(url), bid, i, n, int(record["rows"]), True)
+    with scratch_folder(settings, "shard-") as scratch:
+        report = write(scratch / "store")
+        upload_shard_folder(scratch / "store", rel, url, settings)
+    return ShardReport(Path(url), bid, i, n, report.rows, False)
+
+
+def _store_needs(record: dict[str, Any]) -> list[str]:
+    """What a store's merge reads of a shard: its ids (data and offsets) and the offsets of
+    the columns read by id (text, tokens)."""
+    columns = record["columns"]
+    wanted = [columns["ids"]["data"], columns["ids"]["offsets"]]
+    return wanted + [columns[c]["offsets"] for c in ("text", "tokens") if c in columns]
+
+
+def merge_store_remote(url: str, build_id: str | None, settings: RemoteSettings) -> str:
+    """Commit the store shards at ``url`` as its new snapshot, in the bucket; its id."""
+    from lading.disk import BuildContext
+    from lading.stores.building.merge import read_shard
+    from lading.stores.building.parallel import commit_shards
+    from lading.stores.building.shardset import (
+        check_same_inputs,
+        check_same_options,
+        complete_shards,
+        pending_build,
+    )
+    from lading.stores.layout import FORMAT_NAME
+
+    with scratch_folder(settings, "merge-") as root:
+        previous = mirror(url, settings, root, _store_needs)
+        try:
+            bid = build_id or pending_build(root, previous, read_shard)
+            if previous is not None and previous.get("build_id") == bid:
+                return str(previous["snapshot"])
+            shards = complete_shards(root, bid, read_shard)
+            check_same_inputs(root, shards)
+            recipe = check_same_options(root, bid, shards)
+        except StoreFormatError as e:
+            raise named_as(e, root, url) from None
+        if recipe["options"].get("duplicates", "error") != "error":
+            raise ValueError(
+                f"{url}: a merge in the bucket keeps every row (duplicates='error'); shards "
+                "built with duplicates='first'/'last' are merged in a folder (lading merge "
+                "DIR), then uploaded"
+            )
+        with BuildContext(root, FORMAT_NAME) as build:
+            snapshot = commit_shards(build, bid, shards, recipe)
+        meta = json.loads((root / META_FILE).read_text())
+        for name, info in meta["files"].items():
+            if name.startswith(BUILD_PREFIX):  # stand-ins here: the bucket has the bytes
+                info.pop("spot_crc32", None)
+        if previous is not None and previous.get("snapshot"):
+            from lading.disk.commit import units
+
+            replaced = {"snapshot": previous["snapshot"], "replaced_at": meta["committed_at"]}
+            meta["history"] = [{**replaced, "units": sorted(units(previous))}]
+        raw = json.dumps(meta, indent=2, sort_keys=True).encode("utf-8")
+        (root / snapshot / "manifest.json").write_bytes(raw)
+        made = sorted(p for p in (root / snapshot).rglob("*") if p.is_file())
+        files = [(p.relative_to(root).as_posix(), p) for p in made]
+        commit_remote(url, settings, files, raw)
+    return snapshot

@@ -1,0 +1,267 @@
+"""What every sharded build shares, stores and token corpora alike: the shard number checked,
+the build directory every worker derives alike from its inputs' identity, the claim of that
+directory (``build.json``: a shard of other inputs is refused, naming both), and, at the merge,
+the build whose shards are all there (missing ones named with the command that builds them).
+
+A shard is ``dest/build-<id>/shard-<i>-of-<n>/``, renamed there once whole (a killed worker
+leaves only a temporary directory, which no merge takes); ``read(dest, rel)`` turns one into the
+kind's own shard record. :mod:`lading.stores.building.parallel` (stores) and
+:mod:`lading.lm.shards` (token corpora) build on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import operator
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from lading.disk import write_file
+from lading.disk.snapshot import BUILD_MARK, BUILD_PREFIX, TMP_PREFIX
+from lading.errors import StoreFormatError
+from lading.stores.layout import shard_name
+
+BUILD_FILE = BUILD_MARK  # in build-<id>/: the inputs, options and n every shard was made with
+SHARD_FILE = "shard.json"  # in each finished shard: what it holds (written last)
+T = TypeVar("T")
+
+
+def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
+    """``(i, n)`` checked: two whole numbers (an int or a numpy integer; not a float, a bool
+    or a string, which ``int()`` would quietly turn into another shard), ``0 <= i < n``."""
+    try:
+        i, n = (_whole(x) for x in shard)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"shard={shard!r}: expected (i, n), two whole numbers, e.g. (0, 4) for the first "
+            "of 4 shards"
+        ) from None
+    if not 0 <= i < n:
+        raise ValueError(f"shard {i}/{n}: i must be in [0, {n}) (shards are numbered from 0)")
+    return i, n
+
+
+def _whole(x: object) -> int:
+    if isinstance(x, bool):
+        raise TypeError("a bool is not a shard number")
+    return operator.index(x)  # type: ignore[arg-type]  # TypeError for what is not an integer
+
+
+def input_stats(files: list[Path]) -> list[list[Any]]:
+    """Each input's identity as every worker sees it alike: resolved path, size, mtime, inode
+    (their stat, not their bytes: each worker reads only its part)."""
+    stats = []
+    for path in files:
+        st = path.stat()
+        stats.append([str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino])
+    return stats
+
+
+def derive_build_id(files: list[Path], options: dict[str, Any], n: int) -> str:
+    """The build directory's name every worker computes alike: a digest of the inputs'
+    identity (:func:`input_stats`), options and n."""
+    stats = input_stats(files)
+    blob = json.dumps({"inputs": stats, "options": options, "n": n}, sort_keys=True, default=str)
+    return f"{BUILD_PREFIX}{hashlib.sha256(blob.encode('utf-8')).hexdigest()[:16]}"
+
+
+def differ(a: list[Any], b: list[Any]) -> str:
+    """How two lists of :func:`input_stats` differ, in a few words."""
+    mine, theirs = {str(x[0]): x for x in a}, {str(x[0]): x for x in b}  # checked lists
+    if set(mine) != set(theirs):
+        extra = sorted(set(theirs) - set(mine)) or sorted(set(mine) - set(theirs))
+        return (
+            f"{len(mine)} input file(s) against {len(theirs)} ({extra[0]!r} is only in one; an "
+            "input folder or glob that gained or lost a file between the two)"
+        )
+    changed = next(p for p in mine if mine[p] != theirs[p])
+    return f"{changed!r} differs (size, mtime or inode: the file changed between the two)"
+
+
+def claim_build(where: Path, recipe: dict[str, Any], shard: int) -> None:
+    """Record ``recipe`` (inputs, options, n) as ``where/build.json``, or refuse when a shard
+    of this build read other inputs: two sources under one explicit ``build_id`` (a Slurm
+    array whose input folder gained a file while tasks waited) never share a build directory.
+
+    Raises:
+        StoreFormatError: naming the build, both inputs and the fix (another build id).
+    """
+    blob = json.dumps(recipe, indent=2, sort_keys=True).encode()
+    if not where.is_dir():  # made whole with its build.json: a racing worker never sees it
+        tmp = where.parent / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"  # bare
+        tmp.mkdir(parents=True)
+        write_file(tmp / BUILD_FILE, blob)
+        try:
+            os.rename(tmp, where)
+        except OSError:  # another worker made it first: compare with what it recorded
+            shutil.rmtree(tmp, ignore_errors=True)
+    path = where / BUILD_FILE
+    try:
+        first = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        first = None
+    theirs = first.get("stats") if isinstance(first, dict) else None
+    if isinstance(theirs, list) and theirs != recipe["stats"]:
+        raise StoreFormatError(
+            f"shard {shard} reads other inputs than the shards already in {where}: "
+            f"{differ(recipe['stats'], theirs)}. Shards of one build must read the same "
+            f"inputs; build every shard again under a new build id (--build-id), or delete "
+            f"{where} to start this build over"
+        )
+    if theirs is None:  # written by a lading that did not record the inputs: record them
+        tmp_file = where.parent / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.json"
+        write_file(tmp_file, blob)
+        os.replace(tmp_file, path)  # whole or absent: a reader never sees half
+
+
+def check_same_inputs(dest: Path, shards: Sequence[Any]) -> None:
+    """Refuse shards that read different inputs (each ``shard.json`` records the stats of the
+    whole input it was planned over), naming both shards and the difference. Shards written by
+    a lading that did not record them (or by a Ray ``Datasink``) are not compared."""
+    recorded = [(s, s.record.get("input_stats")) for s in shards]
+    known = [(s, stats) for s, stats in recorded if isinstance(stats, list)]
+    for shard, stats in known[1:]:
+        first, theirs = known[0]
+        if stats != theirs:
+            raise StoreFormatError(
+                f"{dest}: shards {dest / first.dir} and {dest / shard.dir} read different "
+                f"inputs ({differ(theirs, stats)}; the input_stats of their shard.json): "
+                "merged, the store would mix two sources. "
+                "Build every shard again under a new build id (--build-id) from one input"
+            )
+
+
+def complete_shards(
+    dest: Path, bid: str, read: Callable[[Path, str], T], build: str = "lading build"
+) -> list[T]:
+    """Every shard of build ``bid``, read from disk. Time linear in the shards present, not in
+    the ``n`` that ``build.json`` claims.
+
+    Raises:
+        StoreFormatError: naming the shards that are missing and how to build them.
+    """
+    n = build_size(dest, bid)
+    present = {p.name for p in (dest / bid).iterdir() if (p / SHARD_FILE).is_file()}
+    have = sum(1 for name in present if shard_number(name, n) is not None)
+    missing: list[int] = []
+    i = 0
+    while i < n and len(missing) < 9:  # at most len(present) + 9 names looked at
+        if shard_name(i, n) not in present:
+            missing.append(i)
+        i += 1
+    if missing:
+        listed = ", ".join(str(i) for i in missing[:8]) + (" ..." if len(missing) > 8 else "")
+        raise StoreFormatError(
+            f"{dest}: build {bid} has {have:,} of its {n:,} shards; missing {listed}. "
+            f"Build each with `{build} SOURCE {dest} --shard {missing[0]}/{n}` (the same "
+            "source and options), then merge"
+        )
+    return [read(dest, f"{bid}/{shard_name(i, n)}") for i in range(n)]
+
+
+def build_size(dest: Path, bid: str) -> int:
+    """The ``n`` that ``dest/bid/build.json`` records, checked to be a shard count."""
+    path = dest / bid / BUILD_FILE
+    try:
+        n = json.loads(path.read_text(encoding="utf-8"))["n"]
+    except FileNotFoundError:
+        raise StoreFormatError(f"{dest} has no build {bid}") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise StoreFormatError(f"{path} is damaged ({e!r}); build the shards again") from None
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise StoreFormatError(f"{path}: n = {n!r} is not a shard count; build the shards again")
+    return n
+
+
+def shard_number(name: str, n: int) -> int | None:
+    head, _, rest = name.removeprefix("shard-").partition("-of-")
+    if rest != f"{n:05d}" or not head.isdigit() or int(head) >= n:
+        return None
+    return int(head)
+
+
+def pending_build(
+    dest: Path,
+    previous: dict[str, Any] | None,
+    read: Callable[[Path, str], Any],
+    build: str = "lading build",
+) -> str:
+    """The build to merge: the one whose shards are all there, not already committed."""
+    builds = sorted(p.name for p in dest.glob(f"{BUILD_PREFIX}*") if (p / BUILD_FILE).is_file())
+    if not builds:
+        raise StoreFormatError(
+            f"{dest} has no shards to merge; build them first with "
+            f"`{build} SOURCE {dest} --shard i/N` for i = 0 .. N-1"
+        )
+    done = previous.get("build_id") if previous else None
+    complete, partial = [], []
+    for bid in builds:
+        try:
+            complete_shards(dest, bid, read, build)
+            complete.append(bid)
+        except StoreFormatError as e:
+            partial.append(e)
+    fresh = [b for b in complete if b != done]
+    if len(fresh) == 1 or (not fresh and done in complete):
+        return fresh[0] if fresh else str(done)
+    if not complete:
+        raise partial[-1]
+    raise StoreFormatError(
+        f"{dest} has {len(fresh)} complete builds not merged ({', '.join(fresh)}); name one: "
+        f"`{build.replace('build', 'merge')} {dest} --build-id ...`"
+    )
+
+
+def claim_shard(
+    dest: Path,
+    files: list[Path],
+    options: dict[str, Any],
+    shard: tuple[int, int],
+    build_id: str | None,
+    what: str,
+) -> tuple[str, Path, list[list[Any]]]:
+    """Where shard ``(i, n)`` of ``dest`` goes: ``(build id, dest/<id>/shard-<i>-of-<n>, the
+    inputs' stats)``, the build directory claimed for these inputs (:func:`claim_build`).
+
+    Raises:
+        ValueError: a ``build_id`` that is not ``build-<letters, digits>``.
+        FileExistsError: ``dest`` holds something that is not a lading ``what``.
+    """
+    i, n = shard
+    bid = build_id or derive_build_id(files, options, n)
+    if not bid.startswith(BUILD_PREFIX) or "/" in bid:
+        raise ValueError(f"build_id {bid!r}: expected {BUILD_PREFIX}<letters, digits>")
+    from lading.disk import is_ours_to_replace
+
+    if not is_ours_to_replace(dest):
+        raise FileExistsError(
+            f"{dest} exists and is not a lading {what}; refusing to build into it"
+        )
+    where = dest / bid / shard_name(i, n)
+    dest.mkdir(parents=True, exist_ok=True)
+    stats = input_stats(files)
+    recipe = {"build_id": bid, "n": n, "options": options, "inputs": [str(p) for p in files]}
+    claim_build(where.parent, {**recipe, "stats": stats}, i)
+    return bid, where, stats
+
+
+def check_same_options(dest: Path, bid: str, shards: Sequence[Any]) -> dict[str, Any]:
+    """The recipe ``dest/bid/build.json`` records, every shard checked to be built with its
+    options (naming the shard, its options and the build's).
+
+    Raises:
+        StoreFormatError: a shard built with other options.
+    """
+    recipe: dict[str, Any] = json.loads((dest / bid / BUILD_FILE).read_text())
+    for shard in shards:
+        if shard.record.get("options") != recipe["options"]:
+            raise StoreFormatError(
+                f"{dest / shard.dir} was built with other options than {bid} records "
+                f"({shard.record.get('options')} vs {recipe['options']}); build it again"
+            )
+    return recipe

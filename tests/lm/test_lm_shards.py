@@ -1,0 +1,314 @@
+"""A token corpus built in shards: any shard count reads as the one-process build, bit for bit.
+
+Shards are written by ``TokenCorpus.build_shard`` or ``lading lm build ... --shard i/N`` and
+committed by ``TokenCorpus.merge`` / ``lading lm merge``; the merged corpus reads each shard's
+``tokens.bin`` in place. Compared with the one-process build of the same inputs: documents,
+offsets, and the batches of every LM mode (streams, windows, packed, with document masks).
+Runs under torchrun (gloo) and with a worker killed mid-shard are at the end, marked slow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import word_tokenizer, write
+from lading.cli import main
+from lading.errors import SourceError, StoreFormatError
+from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, Windows
+from lading.world import World
+
+pytest.importorskip("tokenizers")
+WORDS = [f"w{i}" for i in range(300)]
+SEED = int(os.environ.get("LADING_TEST_SEED", "49"))
+
+
+def texts(rng: np.random.Generator, n: int) -> list[str]:
+    return [" ".join(rng.choice(WORDS, int(rng.integers(1, 60)))) for _ in range(n)]
+
+
+def inputs(folder: Path, seed: int = SEED) -> Path:
+    """A folder of a big JSONL (cut inside by shards), a small one and a plain text file
+    (blank-line documents, whole to one shard), read in path order."""
+    print(f"LADING_TEST_SEED={seed}")
+    rng = np.random.default_rng(seed)
+    big = "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts(rng, 700)))
+    write(folder / "src" / "a.jsonl", big)
+    write(folder / "src" / "b.txt", "\n\n".join(texts(rng, 60)) + "\n")
+    small = "".join(
+        json.dumps({"id": f"c{i}", "text": t}) + "\n" for i, t in enumerate(texts(rng, 40))
+    )
+    write(folder / "src" / "c.jsonl", small)
+    word_tokenizer(WORDS, folder / "t.json")
+    return folder / "src"
+
+
+def digest(loader: LanguageModelLoader) -> str:
+    h = hashlib.sha256()
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            for t in batch:
+                h.update(str(t).encode() if isinstance(t, int) else np.asarray(t).tobytes())
+    return h.hexdigest()
+
+
+SEQUENCES = {
+    "streams": Streams(7),
+    "windows": Windows(16),
+    "windows-boundaries": Windows(16, boundaries=True),
+    "packed": Packed(24),
+    "packed-boundaries": Packed(seq_len=24, boundaries=True),
+}
+
+
+def same_reading(one: TokenCorpus, merged: TokenCorpus) -> None:
+    """``merged`` holds ``one``'s tokens in ``one``'s document order, and every LM mode gives
+    the same batches from both, bit for bit."""
+    assert len(merged) == len(one) and merged.n_tokens == one.n_tokens
+    assert merged.dtype == one.dtype and merged.eos_id == one.eos_id
+    assert np.array_equal(np.asarray(merged.offsets), np.asarray(one.offsets))
+    for i in range(len(one)):
+        assert np.array_equal(merged.document(i), one.document(i)), f"document {i}"
+    for x, y in zip(one.token_arrays(), merged.token_arrays()):
+        assert np.array_equal(x, y)
+    assert merged.tokenizer().to_str() == one.tokenizer().to_str()
+    for name, sequence in SEQUENCES.items():
+        a = LanguageModelLoader(one, 3, sequence, seed=5, world=World(1, 2))
+        b = LanguageModelLoader(merged, 3, sequence, seed=5, world=World(1, 2))
+        assert digest(a) == digest(b), name
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7])
+def test_any_shard_count_reads_as_the_one_process_build(tmp_path: Path, n: int) -> None:
+    src = inputs(tmp_path)
+    one = TokenCorpus.build(src, tmp_path / "one", tmp_path / "t.json", progress=False)
+    dest = tmp_path / "merged"
+    for i in reversed(range(n)):  # any order
+        report = TokenCorpus.build_shard(src, dest, (i, n), tmp_path / "t.json", progress=False)
+        assert not report.reused
+    merged = TokenCorpus.merge(dest)
+    assert len(merged.meta["parts"]) == n and merged.meta["version"] == 3
+    same_reading(one, merged)
+    reopened = TokenCorpus.open(dest)
+    same_reading(one, reopened)
+    from lading.lm.corpus import verify_corpus
+
+    assert verify_corpus(dest) == []
+
+
+def test_the_merge_copies_no_token_file(tmp_path: Path) -> None:
+    src = inputs(tmp_path)
+    dest = tmp_path / "merged"
+    for i in range(3):
+        TokenCorpus.build_shard(src, dest, (i, 3), tmp_path / "t.json", progress=False)
+    shard_bytes = sum(p.stat().st_size for p in dest.glob("build-*/shard-*/*") if p.is_file())
+    merged = TokenCorpus.merge(dest)
+    written = {p.name: p.stat().st_size for p in (dest / merged.snapshot).iterdir()}
+    assert set(written) == {"manifest.json"}, written  # no token, no offset is copied
+    # the manifest names files and counts, a few lines a shard: nothing grows with documents
+    assert written["manifest.json"] < 2048 * 3 < 0.1 * shard_bytes
+    for name in ("tokens.bin", "tokens.off"):
+        listed = [p for p in merged.meta["files"] if p.endswith(name)]
+        assert len(listed) == 3 and all(p.startswith("build-") for p in listed)
+
+
+def test_the_cli_builds_shards_and_merges(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = inputs(tmp_path)
+    dest = tmp_path / "cli"
+    tok = str(tmp_path / "t.json")
+    for i in range(2):
+        args = ["lm", "build", str(src), str(dest), "--tokenizer", tok, "--shard", f"{i}/2"]
+        assert main([*args, "--quiet"]) == 0
+    assert "lading lm merge" in capsys.readouterr().out
+    assert main(["lm", "merge", str(dest)]) == 0
+    assert "from 2 shard(s)" in capsys.readouterr().out
+    one = TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
+    same_reading(one, TokenCorpus.open(dest))
+
+
+def test_missing_shards_are_named_and_a_rerun_writes_only_those(tmp_path: Path) -> None:
+    src = inputs(tmp_path)
+    dest, tok = tmp_path / "m", tmp_path / "t.json"
+    TokenCorpus.build_shard(src, dest, (1, 3), tok, progress=False)
+    with pytest.raises(StoreFormatError, match=r"missing 0, 2.*lading lm build SOURCE"):
+        TokenCorpus.merge(dest)
+    assert not (dest / "meta.json").exists()
+    built = next(dest.glob("build-*/shard-00001-of-00003"))
+    before = built.stat().st_mtime_ns
+    again = [TokenCorpus.build_shard(src, dest, (i, 3), tok, progress=False) for i in range(3)]
+    assert [r.reused for r in again] == [False, True, False]
+    assert built.stat().st_mtime_ns == before
+    merged = TokenCorpus.merge(dest)
+    assert TokenCorpus.merge(dest).snapshot == merged.snapshot  # merged once: opened as it is
+
+
+def test_a_shard_of_another_tokenizer_is_refused_naming_both(tmp_path: Path) -> None:
+    src = inputs(tmp_path)
+    dest = tmp_path / "m"
+    other = word_tokenizer([*WORDS, "extra"], tmp_path / "other.json")
+    TokenCorpus.build_shard(src, dest, (0, 2), tmp_path / "t.json", progress=False)
+    TokenCorpus.build_shard(src, dest, (1, 2), other, progress=False)
+    with pytest.raises(StoreFormatError) as caught:
+        TokenCorpus.merge(dest)
+    message = str(caught.value)
+    assert "shard-00000-of-00002" in message and "shard-00001-of-00002" in message
+    assert "tokenizer" in message and not (dest / "meta.json").exists()
+
+
+def test_a_shard_of_other_inputs_is_refused_naming_both(tmp_path: Path) -> None:
+    src = inputs(tmp_path)
+    dest, tok = tmp_path / "m", tmp_path / "t.json"
+    TokenCorpus.build_shard(src, dest, (0, 2), tok, build_id="build-fixed", progress=False)
+    write(src / "d.txt", "a new file\n")  # the input folder gained a file between two tasks
+    with pytest.raises(StoreFormatError, match=r"reads other inputs.*d\.txt"):
+        TokenCorpus.build_shard(src, dest, (1, 2), tok, build_id="build-fixed", progress=False)
+
+
+def test_a_malformed_line_is_named_or_skipped(tmp_path: Path) -> None:
+    src = inputs(tmp_path)
+    lines = (src / "a.jsonl").read_text().splitlines(keepends=True)
+    lines[650] = '{"text": "w1 w2", oops\n'
+    (src / "a.jsonl").write_text("".join(lines))
+    tok = tmp_path / "t.json"
+    with pytest.raises(SourceError, match=r"line 651 of .*a\.jsonl"):
+        TokenCorpus.build_shard(src, tmp_path / "m", (1, 2), tok, progress=False)
+    for i in range(2):
+        TokenCorpus.build_shard(src, tmp_path / "s", (i, 2), tok, on_error="skip", progress=False)
+    merged = TokenCorpus.merge(tmp_path / "s")
+    assert merged.meta["skipped"] == 1 and len(merged) == 700 + 60 + 40 - 1
+
+
+def test_shard_arguments_are_checked(tmp_path: Path) -> None:
+    src = inputs(tmp_path)
+    with pytest.raises(ValueError, match="shard 3/3"):
+        TokenCorpus.build_shard(src, tmp_path / "m", (3, 3), tmp_path / "t.json")
+    with pytest.raises(ValueError, match="build_shard"):
+        TokenCorpus.build(src, tmp_path / "m", tmp_path / "t.json", shard=(0, 2))  # type: ignore[arg-type]
+    with pytest.raises(StoreFormatError, match="no shards to merge"):
+        TokenCorpus.merge(tmp_path / "empty")
+
+
+def test_a_store_source_is_dealt_out_by_rows(tmp_path: Path) -> None:
+    import lading
+
+    src = inputs(tmp_path)
+    store = lading.build_store(src / "a.jsonl", tmp_path / "store", progress=False)
+    tok = tmp_path / "t.json"
+    one = TokenCorpus.build(tmp_path / "store", tmp_path / "one", tok, progress=False)
+    for i in range(3):
+        TokenCorpus.build_shard(tmp_path / "store", tmp_path / "m", (i, 3), tok, progress=False)
+    same_reading(one, TokenCorpus.merge(tmp_path / "m"))
+    assert len(store) == len(one)
+
+
+def _auto(rank: int, world: int, src: str, dest: str, tok: str) -> dict[str, Any]:
+    corpus = TokenCorpus.build(src, dest, tok, shard="auto", progress=False)
+    return {"snapshot": corpus.snapshot, "parts": len(corpus.meta["parts"]), "n": len(corpus)}
+
+
+@pytest.mark.slow
+def test_under_torchrun_every_rank_builds_a_shard_and_rank_0_merges(tmp_path: Path) -> None:
+    from distributed import run_processes
+
+    src = inputs(tmp_path)
+    tok = tmp_path / "t.json"
+    results = run_processes(_auto, 3, str(src), str(tmp_path / "s"), str(tok))
+    assert len({r["snapshot"] for r in results}) == 1 and {r["parts"] for r in results} == {3}
+    one = TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
+    same_reading(one, TokenCorpus.open(tmp_path / "s"))
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_shard_leaves_nothing_a_merge_takes(tmp_path: Path) -> None:
+    rng = np.random.default_rng(SEED)
+    src = write(
+        tmp_path / "big.jsonl",
+        "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts(rng, 40_000))),
+    )
+    tok = word_tokenizer(WORDS, tmp_path / "t.json")
+    dest = tmp_path / "s"
+    build = [sys.executable, "-m", "lading", "lm", "build", str(src), str(dest)]
+    build += ["--tokenizer", str(tok), "--quiet", "--shard"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    assert subprocess.run([*build, "1/2"], capture_output=True, env=env).returncode == 0
+    proc = subprocess.Popen(
+        [*build, "0/2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(dest.glob("build-*/shard-00000-of-00002.tmp-*")):
+        time.sleep(0.005)
+    time.sleep(0.3)
+    proc.kill()
+    proc.wait()
+    assert list(dest.glob("build-*/shard-00000-of-00002.tmp-*")), "the kill missed the shard"
+    with pytest.raises(StoreFormatError, match="missing 0"):
+        TokenCorpus.merge(dest)
+    assert not (dest / "meta.json").exists()
+    assert subprocess.run([*build, "0/2"], capture_output=True, env=env).returncode == 0
+    assert not list(dest.glob("build-*/*.tmp-*"))  # the dead worker's temp went
+    one = TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
+    same_reading(one, TokenCorpus.merge(dest))
+
+
+def test_offsets_read_in_place_index_as_one_array(tmp_path: Path) -> None:
+    src = inputs(tmp_path)
+    tok = tmp_path / "t.json"
+    one = TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
+    for i in range(3):
+        TokenCorpus.build_shard(src, tmp_path / "m", (i, 3), tok, progress=False)
+    offsets, want = TokenCorpus.merge(tmp_path / "m").offsets, np.asarray(one.offsets)
+    assert len(offsets) == len(want)
+    for at in (0, 1, len(want) // 3, len(want) - 1, -1, -len(want)):
+        assert int(offsets[at]) == int(want[at]), at
+    rows = np.random.default_rng(SEED).integers(0, len(want), 500)
+    assert np.array_equal(offsets[rows], want[rows])
+    assert np.array_equal(offsets[5:300:7], want[5:300:7])
+    for bad in (len(want), -len(want) - 1):
+        with pytest.raises(IndexError):
+            offsets[bad]
+    with pytest.raises(IndexError):
+        offsets[np.array([0, len(want)])]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("dir", "../../outside"), ("dir", "/etc"), ("tokens", -1), ("documents", "many")],
+)
+def test_a_damaged_parts_entry_is_refused_naming_it(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    src = inputs(tmp_path)
+    for i in range(2):
+        TokenCorpus.build_shard(src, tmp_path / "m", (i, 2), tmp_path / "t.json", progress=False)
+    TokenCorpus.merge(tmp_path / "m")
+    meta_path = tmp_path / "m" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["parts"][1][field] = value
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(StoreFormatError, match=rf"parts\[1\]\.{field}"):
+        TokenCorpus.open(tmp_path / "m")
+
+
+def test_a_part_whose_tokens_do_not_match_is_refused(tmp_path: Path) -> None:
+    src = inputs(tmp_path)
+    for i in range(2):
+        TokenCorpus.build_shard(src, tmp_path / "m", (i, 2), tmp_path / "t.json", progress=False)
+    TokenCorpus.merge(tmp_path / "m")
+    meta_path = tmp_path / "m" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["parts"][0]["tokens"] += 1
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(StoreFormatError, match=r"shard-00000-of-00002/tokens\.bin"):
+        TokenCorpus.open(tmp_path / "m")

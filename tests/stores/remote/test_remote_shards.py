@@ -1,0 +1,72 @@
+"""A store built in shards straight into object storage (the local S3), merged in the bucket.
+
+Each worker uploads its shard once whole (``shard.json`` last); the merge reads the shards'
+ids and offsets from the bucket, uploads the id index and the offsets over all shards, then
+``meta.json``. Compared with a one-process local build of the same inputs, by content.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lading
+from conftest import write
+from lading.errors import StoreFormatError
+from lading.remote.objects import RemoteWriteError
+from lading.testing import LocalS3
+
+WORDS = [f"w{i}" for i in range(50)]
+
+
+def jsonl(path: Path, n: int) -> Path:
+    rng = np.random.default_rng(7)
+    lines = []
+    for i in range(n):
+        doc = {"id": f"d{i}", "text": " ".join(rng.choice(WORDS, int(rng.integers(1, 30))))}
+        if i % 3 == 0:
+            doc["title"] = f"title {i}"
+        lines.append(json.dumps(doc))
+    return write(path, "\n".join(lines) + "\n")
+
+
+def test_store_shards_upload_and_the_merge_commits_in_the_bucket(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    src = jsonl(tmp_path / "c.jsonl", 900)
+    url = f"s3://{bucket}/stores/s"
+    one = lading.build_store(src, tmp_path / "one", progress=False)
+    for i in (1, 0, 2):
+        report = lading.build_shard(src, url, (i, 3), cache=tmp_path / f"w{i}")
+        assert not report.reused
+    again = lading.build_shard(src, url, (1, 3), cache=tmp_path / "w1")
+    assert again.reused
+    store = lading.merge_store(url, cache=tmp_path / "m")
+    ids = one.ids()
+    assert store.ids() == ids and len(store) == len(one)
+    assert store.get_many(ids[::-1]) == one.get_many(ids[::-1])
+    assert [store.field(i, "title") for i in ids[:30]] == [one.field(i, "title") for i in ids[:30]]
+    opened = lading.open_store(url, cache=tmp_path / "r")
+    assert opened.snapshot == store.snapshot and opened.get_many(ids[:50]) == one.get_many(ids[:50])
+    assert lading.merge_store(url, cache=tmp_path / "m2").snapshot == store.snapshot
+
+
+def test_a_missing_store_shard_is_named_with_the_url(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    src = jsonl(tmp_path / "c.jsonl", 300)
+    url = f"s3://{bucket}/stores/t"
+    lading.build_shard(src, url, (0, 2), cache=tmp_path / "w")
+    with pytest.raises(StoreFormatError, match=rf"{url}: build build-\w+ has 1 of its 2 shards"):
+        lading.merge_store(url, cache=tmp_path / "m")
+
+
+def test_a_store_shard_into_a_missing_bucket_fails_before_reading(
+    s3: LocalS3, tmp_path: Path
+) -> None:
+    with pytest.raises(RemoteWriteError, match="bucket 'no-such-bucket-49s' does not exist"):
+        lading.build_shard(tmp_path / "c.jsonl", "s3://no-such-bucket-49s/x", (0, 2),
+                           cache=tmp_path / "w")  # fmt: skip
