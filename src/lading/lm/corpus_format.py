@@ -20,9 +20,10 @@ CHECK_CHUNK = 1 << 22  # offsets compared at a time: 32 MiB, whatever the corpus
 def check_offsets(offsets: Any, tokens: int, meta: dict[str, Any], where: str) -> None:
     """Refuse ``tokens.off`` unless it is ``documents + 1`` offsets from 0 to ``tokens``, never
     going down (``offsets``: an array, or a merged corpus's
-    :class:`~lading.lm.parts.PartOffsets`, sliced as one). The open's checksums read a file's first and last 4 KiB only: offsets out of
-    order in between opened, and a read of those documents failed in numpy. One pass over the
-    file, a chunk at a time (8 B a document; 10M documents, in the page cache: 20-50 ms).
+    :class:`~lading.lm.parts.PartOffsets`, sliced as one). The open's checksums read a file's
+    first and last 4 KiB only: offsets out of order in between opened, and a read of those
+    documents failed in numpy. One pass over the file, a chunk at a time (8 B a document;
+    10M documents, in the page cache: 20-50 ms).
 
     Raises:
         StoreFormatError: naming the corpus, the first document out of order and the fix.
