@@ -4,7 +4,6 @@ reads carrying their step, the loader handing each epoch's order at its start.""
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import os
 import random
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 
 import lading
+from belady import belady
 from conftest import write
 from lading.ir import TrainingGroups
 from lading.remote.cache import NodeCache, Planner, node_of
@@ -34,28 +34,6 @@ def _cache(tmp_path: Path, data: bytes, cap: int, policy: str) -> NodeCache:
     fetcher = Fetcher(lambda: open_client(url, "fsspec"))
     node = node_of(tmp_path / f"cache-{policy}", cap)
     return NodeCache(node, fetcher, url, policy=policy, max_gap=0)
-
-
-def _belady(trace: list[int], sizes: list[int], cap: int) -> list[bool]:
-    """Hits of keeping the documents needed soonest (evict the furthest next use)."""
-    nexts, last = [0] * len(trace), {}
-    for i in range(len(trace) - 1, -1, -1):
-        nexts[i], last[trace[i]] = last.get(trace[i], 1 << 60), i
-    held: dict[int, int] = {}
-    heap: list[tuple[int, int]] = []
-    used, hits = 0, []
-    for i, d in enumerate(trace):
-        hits.append(d in held)
-        if d not in held:
-            while used + sizes[d] > cap:
-                far, x = heapq.heappop(heap)
-                if held.get(x) == -far:
-                    used -= sizes[x]
-                    del held[x]
-            used += sizes[d]
-        held[d] = nexts[i]
-        heapq.heappush(heap, (-nexts[i], d))
-    return hits
 
 
 def _lru(trace: list[int], sizes: list[int], cap: int) -> list[bool]:
@@ -128,8 +106,8 @@ def test_the_whole_order_keeps_what_is_needed_soonest(
     # the bar (at 1/16 the batch alone is a sixth of the cap; the benchmark's caps of 10 % and
     # 0.5 % of 1M passages compare with Belady at the whole cap: bench_remote_plane.py)
     transit = BATCH * int(np.mean(lengths)) + cap // 8
-    optimum = float(np.mean(_belady(trace, lengths, cap - transit)[len(trace) // 2 :]))
-    whole = float(np.mean(_belady(trace, lengths, cap)[len(trace) // 2 :]))
+    optimum = float(np.mean(belady(trace, lengths, cap - transit)[len(trace) // 2 :]))
+    whole = float(np.mean(belady(trace, lengths, cap)[len(trace) // 2 :]))
     planned = _epoch2_hits(_cache(tmp_path, data, cap, "next-use"), data, batches, plan=True)
     fifo = _epoch2_hits(_cache(tmp_path, data, cap, "fifo"), data, batches, plan=False)
     lru = float(np.mean(_lru(trace, lengths, cap)[len(trace) // 2 :]))
