@@ -74,14 +74,13 @@ class RemoteReads:
         self.inner = workload
         # every token file read by GETs, numbered: one a corpus, one a shard of a corpus built
         # in shards (its parts: lading.lm.parts); ranges are (file, a, b) of that file
-        self.remote: dict[int, RemoteTokens] = dict(
-            enumerate(
-                tokens
-                for corpus, _ in workload.data.parts
-                if corpus.remote is not None
-                for tokens in corpus.parts()[0]
-            )
-        )
+        self.remote: dict[int, RemoteTokens] = {}
+        self._files_of: dict[int, tuple[int, npt.NDArray[np.int64]]] = {}  # corpus -> files
+        for c, (corpus, _) in enumerate(workload.data.parts):
+            if corpus.remote is not None:
+                files, bases = corpus.parts()
+                self._files_of[c] = (len(self.remote), np.asarray(bases, dtype=np.int64))
+                self.remote.update(enumerate(files, start=len(self.remote)))
         self._parts = {id(tokens): part for part, tokens in self.remote.items()}
         share = _ahead_share(workload, self.remote)
         self.planners = {
@@ -138,7 +137,7 @@ class RemoteReads:
             return found
         found = self.inner.reads(key)
         if found is not None:
-            return found
+            return self._by_file(found)
         log: list[tuple[int, int, int]] = []
         token = BUILD.set(Build(self._parts, recording=log))
         try:
@@ -153,7 +152,28 @@ class RemoteReads:
         found = self._fetches.get(key)
         if found is None:
             found = self.inner.fetches(key)
+            found = None if found is None else self._by_file(found)
         return found if found is not None else self.ranges(key)
+
+    def _by_file(self, ranges: Ranges) -> Ranges:
+        """The modes' ``(corpus, a, b)`` rows (positions in a corpus's token count) as
+        ``(file, a, b)`` rows of the remote token files (a range over a shard's end cut in
+        two); a local corpus's rows are dropped (read from its memory map)."""
+        out = []
+        for c, (first, bases) in self._files_of.items():
+            mine = ranges[ranges[:, 0] == c]
+            if not len(mine):
+                continue
+            k0 = np.searchsorted(bases, mine[:, 1], side="right") - 1
+            k1 = np.searchsorted(bases, np.maximum(mine[:, 2] - 1, mine[:, 1]), side="right") - 1
+            one = k0 == k1
+            k = k0[one]
+            out.append(np.stack([first + k, mine[one, 1] - bases[k], mine[one, 2] - bases[k]], 1))
+            for (_, a, b), lo, hi in zip(mine[~one].tolist(), k0[~one], k1[~one]):
+                for j in range(int(lo), int(hi) + 1):  # rare: a run over a shard's end
+                    cut_a, cut_b = max(a, int(bases[j])), min(b, int(bases[j + 1]))
+                    out.append(np.array([[first + j, cut_a - bases[j], cut_b - bases[j]]]))
+        return np.concatenate(out).astype(np.int64) if out else np.zeros((0, 3), np.int64)
 
     # ------------------------------------------------------------------ what comes next
 
