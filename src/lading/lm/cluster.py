@@ -14,8 +14,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lading.lm.corpus import TokenCorpus
-
 
 def build_in_group(
     source: Any,
@@ -24,9 +22,10 @@ def build_in_group(
     build_id: str | None,
     progress: bool | None,
     options: dict[str, Any],
-) -> TokenCorpus:
+) -> str:
     """Rank ``r`` of ``w`` builds shard ``r`` of ``w`` of ``dest``; rank 0 merges; every rank
-    opens the snapshot rank 0 committed. ``dest`` must be on a filesystem every rank sees."""
+    returns the snapshot rank 0 committed (the caller opens it). ``dest`` must be on a
+    filesystem every rank sees."""
     from lading.lm.merge import merge_corpus
     from lading.lm.shards import build_corpus_shard
     from lading.stores.building.group import shards_in_group
@@ -42,10 +41,9 @@ def build_in_group(
         ids.append(report.build_id)
 
     def merge(n: int) -> str:
-        return merge_corpus(where, ids[0] if ids else build_id).snapshot
+        return merge_corpus(where, ids[0] if ids else build_id)
 
-    snapshot = shards_in_group(write, merge, where, resolve_shared_fs(None))
-    return TokenCorpus.open(where, snapshot=snapshot, on_stale="ignore")
+    return str(shards_in_group(write, merge, where, resolve_shared_fs(None)))
 
 
 def remote_shard(
@@ -70,8 +68,9 @@ def remote_merge(
     cache: str | os.PathLike[str] | None,
     cache_bytes: int | str | None,
     storage_options: Any,
-) -> TokenCorpus:
-    """The merge of the shards at ``url``, committed in the bucket (the manifest last)."""
+) -> str:
+    """The merge of the shards at ``url``, committed in the bucket (the manifest last): the
+    snapshot's id."""
     from lading.lm.remote_shards import merge_remote
 
     return merge_remote(url, build_id, cache, cache_bytes, storage_options)

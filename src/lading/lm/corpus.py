@@ -242,7 +242,8 @@ class TokenCorpus:
                 from lading.lm.cluster import build_in_group
 
                 local = dict(append_eos=append_eos, eos_token=eos_token, split=split)
-                return build_in_group(source, dest, tokenizer, build_id, progress, local)
+                snapshot = build_in_group(source, dest, tokenizer, build_id, progress, local)
+                return cls.open(Path(dest), snapshot=snapshot, on_stale="ignore")
         if is_remote(dest):
             from lading.lm.remote import build_corpus
 
@@ -338,13 +339,14 @@ class TokenCorpus:
         if is_remote(dest):
             from lading.lm.cluster import remote_merge
 
-            merged: TokenCorpus = remote_merge(
-                os.fspath(dest), build_id, cache, cache_bytes, storage_options
-            )
-            return merged
+            snapshot = remote_merge(os.fspath(dest), build_id, cache, cache_bytes, storage_options)
+            remote: dict[str, Any] = dict(cache=cache, cache_bytes=cache_bytes)
+            remote.update(storage_options=storage_options, snapshot=snapshot)
+            return cls.open(os.fspath(dest), **remote)
         from lading.lm.merge import merge_corpus
 
-        return merge_corpus(Path(dest), build_id)
+        snapshot = merge_corpus(Path(dest), build_id)
+        return cls.open(Path(dest), snapshot=snapshot, on_stale="ignore")
 
     def __len__(self) -> int:
         return int(self.meta["documents"])

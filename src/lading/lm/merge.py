@@ -21,7 +21,6 @@ from typing import Any
 from lading._version import __version__
 from lading.disk import BuildContext
 from lading.errors import SourceError, StoreFormatError
-from lading.lm.corpus import TokenCorpus
 from lading.lm.corpus_format import FORMAT_NAME, MERGED_VERSION, TOKENIZER, TOKENS
 from lading.lm.shards import COMMAND, CorpusShard, read_corpus_shard
 from lading.stores.building.shardset import (
@@ -35,11 +34,11 @@ _CHUNK = 1 << 20  # offsets written per numpy pass
 _SAME = ("tokenizer", "dtype", "eos_id", "vocab_size")  # what every shard must agree on
 
 
-def merge_corpus(dest: Path, build_id: str | None = None) -> TokenCorpus:
-    """Commit the shards of a parallel build of ``dest`` as its new snapshot; open it.
+def merge_corpus(dest: Path, build_id: str | None = None) -> str:
+    """Commit the shards of a parallel build of ``dest`` as its new snapshot; its id.
 
     ``build_id``: which build (default: the one whose shards are all there and that is not
-    the current snapshot's). A build already committed is opened as it is.
+    the current snapshot's). A build already committed is left as it is.
 
     Raises:
         StoreFormatError: shards are missing (naming them and the command that builds them),
@@ -49,7 +48,7 @@ def merge_corpus(dest: Path, build_id: str | None = None) -> TokenCorpus:
         previous = build.previous
         bid = build_id or pending_build(dest, previous, read_corpus_shard, COMMAND)
         if previous is not None and previous.get("build_id") == bid:
-            return TokenCorpus.open(dest, snapshot=previous["snapshot"], on_stale="ignore")
+            return str(previous["snapshot"])
         shards = complete_shards(dest, bid, read_corpus_shard, COMMAND)
         check_same_inputs(dest, shards)
         recipe = check_same_options(dest, bid, shards)
@@ -59,7 +58,7 @@ def merge_corpus(dest: Path, build_id: str | None = None) -> TokenCorpus:
             meta = manifest(bid, shards, recipe["options"], build.snapshot)
             meta["seconds"] = round(time.perf_counter() - started, 3)
             build.commit(tmp, meta)
-    return TokenCorpus.open(dest, snapshot=build.snapshot, on_stale="ignore")
+    return str(build.snapshot)
 
 
 def check_same_tokens(dest: Path, shards: list[CorpusShard]) -> None:

@@ -20,7 +20,6 @@ from typing import Any
 from lading.disk.commit import units
 from lading.disk.snapshot import MANIFEST, new_snapshot_id
 from lading.errors import StoreFormatError
-from lading.lm.corpus import TokenCorpus
 from lading.lm.merge import check_same_tokens, manifest
 from lading.lm.shards import COMMAND, CorpusShardReport, build_corpus_shard, read_corpus_shard
 from lading.remote.clients import check_reachable
@@ -78,8 +77,8 @@ def merge_remote(
     cache: str | os.PathLike[str] | None,
     cache_bytes: int | str | None,
     storage_options: Any,
-) -> TokenCorpus:
-    """Commit the shards at ``url`` as its new snapshot, in the bucket; open it there."""
+) -> str:
+    """Commit the shards at ``url`` as its new snapshot, in the bucket; its id."""
     check_reachable(url, "TokenCorpus.merge")
     settings = RemoteSettings.of(cache, cache_bytes, storage_options)
     with scratch_folder(settings, "merge-") as root:
@@ -102,10 +101,7 @@ def merge_remote(
                 commit_remote(url, settings, [(f"{snapshot}/{MANIFEST}", local)], raw)
         except StoreFormatError as e:  # named as the bucket, not the mirror
             raise named_as(e, root, url) from None
-    return TokenCorpus.open(
-        url, cache=cache, cache_bytes=cache_bytes, storage_options=storage_options,
-        snapshot=snapshot,
-    )  # fmt: skip
+    return snapshot
 
 
 def _with_history(meta: dict[str, Any], previous: dict[str, Any] | None) -> bytes:
