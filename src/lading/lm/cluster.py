@@ -4,8 +4,8 @@ shards built straight into object storage (``s3://``), committed by one merge in
 - :func:`build_in_group`: ``TokenCorpus.build(..., shard="auto")`` under torchrun: rank ``r``
   of ``w`` tokenizes shard ``r`` of ``w``, rank 0 merges, every rank opens that snapshot (the
   stores' rule, :func:`lading.stores.building.group.shards_in_group`).
-- :func:`remote_shard` / :func:`remote_merge`: shards uploaded as they finish, the merge
-  committed in the bucket (:mod:`lading.lm.remote_shards`).
+
+Shards built straight into a bucket, and their merge there: :mod:`lading.lm.remote_shards`.
 """
 
 from __future__ import annotations
@@ -44,33 +44,3 @@ def build_in_group(
         return merge_corpus(where, ids[0] if ids else build_id)
 
     return str(shards_in_group(write, merge, where, resolve_shared_fs(None)))
-
-
-def remote_shard(
-    source: Any,
-    url: str,
-    shard: tuple[int, int],
-    tokenizer: Any,
-    cache: str | os.PathLike[str] | None,
-    storage_options: Any,
-    **options: Any,
-) -> Any:
-    """Shard ``(i, n)`` of the corpus at ``url``: built in a scratch folder, uploaded once
-    whole (:mod:`lading.lm.remote_shards`)."""
-    from lading.lm.remote_shards import upload_shard
-
-    return upload_shard(source, url, shard, tokenizer, cache, storage_options, **options)
-
-
-def remote_merge(
-    url: str,
-    build_id: str | None,
-    cache: str | os.PathLike[str] | None,
-    cache_bytes: int | str | None,
-    storage_options: Any,
-) -> str:
-    """The merge of the shards at ``url``, committed in the bucket (the manifest last): the
-    snapshot's id."""
-    from lading.lm.remote_shards import merge_remote
-
-    return merge_remote(url, build_id, cache, cache_bytes, storage_options)

@@ -309,9 +309,9 @@ class TokenCorpus:
         raising (naming file and line). Returns what was done
         (:class:`lading.lm.shards.CorpusShardReport`); see :mod:`lading.lm.shards`."""
         if is_remote(dest):
-            from lading.lm.cluster import remote_shard
+            from lading.lm.remote_shards import upload_shard
 
-            return remote_shard(
+            return upload_shard(
                 source, os.fspath(dest), shard, tokenizer, cache, storage_options,
                 append_eos=append_eos, eos_token=eos_token, split=split, on_error=on_error,
                 build_id=build_id, progress=progress,
@@ -337,9 +337,9 @@ class TokenCorpus:
         token and offset files read in place (the merge writes the manifest only:
         :mod:`lading.lm.merge`); open it."""
         if is_remote(dest):
-            from lading.lm.cluster import remote_merge
+            from lading.lm.remote_shards import merge_remote
 
-            snapshot = remote_merge(os.fspath(dest), build_id, cache, cache_bytes, storage_options)
+            snapshot = merge_remote(os.fspath(dest), build_id, cache, cache_bytes, storage_options)
             remote: dict[str, Any] = dict(cache=cache, cache_bytes=cache_bytes)
             remote.update(storage_options=storage_options, snapshot=snapshot)
             return cls.open(os.fspath(dest), **remote)

@@ -39,6 +39,7 @@ from lading.stores.building.shardset import (
     check_shard,
     claim_shard,
     derive_build_id,
+    shard_record,
 )
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
 
@@ -247,15 +248,7 @@ def read_corpus_shard(root: Path, rel: str) -> CorpusShard:
     """
     from lading.errors import StoreFormatError
 
-    path = root / rel / SHARD_FILE
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise StoreFormatError(
-            f"{root / rel} is not a finished shard ({SHARD_FILE} missing)"
-        ) from None
-    except (ValueError, OSError) as e:
-        raise StoreFormatError(f"{path} is damaged ({e}); build this shard again") from None
+    path, record = shard_record(root, rel)
     if not isinstance(record, dict):
         raise refuse(path, SHARD_FILE, type(record).__name__, "is not a JSON object")
     for key in ("documents", "tokens", "vocab_size", "skipped"):

@@ -12,7 +12,6 @@ rows there too (padding columns).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,8 @@ from lading.disk import (
 )
 from lading.errors import StoreFormatError
 from lading.sources.tsv_blocks import Column, int_values
+from lading.stores.building.shardset import shard_record
 from lading.stores.building.writer import (
-    SHARD_FILE,
     Duplicates,
     _all_distinct_small_ints,
     unique_rows,
@@ -64,15 +63,7 @@ def read_shard(root: Path, rel: str) -> Shard:
     Raises:
         StoreFormatError: the shard is not finished (no ``shard.json``) or its files differ.
     """
-    path = root / rel / SHARD_FILE
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise StoreFormatError(
-            f"{root / rel} is not a finished shard ({SHARD_FILE} missing)"
-        ) from None
-    except (ValueError, OSError) as e:
-        raise StoreFormatError(f"{path} is damaged ({e}); build this shard again") from None
+    path, record = shard_record(root, rel)
     record = check_shard_record(record, path, root / rel)  # names inside, types right
     for name, info in record["files"].items():
         try:

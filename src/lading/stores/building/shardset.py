@@ -31,6 +31,25 @@ SHARD_FILE = "shard.json"  # in each finished shard: what it holds (written last
 T = TypeVar("T")
 
 
+def shard_record(root: Path, rel: str) -> tuple[Path, Any]:
+    """``root/rel``'s ``shard.json``: its path and what it holds, as JSON (its worker writes
+    it last, so a shard without it is not finished).
+
+    Raises:
+        StoreFormatError: not finished (no ``shard.json``), or the file is damaged.
+    """
+    path = root / rel / SHARD_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StoreFormatError(
+            f"{root / rel} is not a finished shard ({SHARD_FILE} missing)"
+        ) from None
+    except (ValueError, OSError) as e:
+        raise StoreFormatError(f"{path} is damaged ({e}); build this shard again") from None
+    return path, record
+
+
 def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
     """``(i, n)`` checked: two whole numbers (an int or a numpy integer; not a float, a bool
     or a string, which ``int()`` would quietly turn into another shard), ``0 <= i < n``."""
