@@ -22,11 +22,12 @@ from conftest import HEALTHY_S
 from distributed import run_processes
 from lading.errors import RemoteChangedError
 from lading.remote.cache import NodeCache, Planner, node_of
-from lading.remote.cache.ledger import WAL_PAGES
+from lading.remote.cache.ledger import WAL_PAGES, Ledger
+from lading.remote.cache.places import Space
 from lading.remote.clients import open_client
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import RemoteReadError
-from lading.remote.ranges import Need
+from lading.remote.ranges import NO_STEP, Need
 from lading.remote.schedule import Schedule
 from lading.testing import LocalS3
 
@@ -344,7 +345,10 @@ def test_the_payload_is_the_cap_and_the_ledger_small(
     ledger = sum(files.values())
     allowance = 2 * WAL_PAGES * 4096 + cap // 10  # rows; a WAL checkpointed from 1 MiB on
     assert ledger < allowance, files
-    assert watch.worst <= cap + allowance
+    # while threads read and write, a checkpoint cannot restart the WAL under an open read
+    # transaction: it peaked at 1.2-3.9 MB in 20 runs at load 4-9 (2x, the at-rest bound
+    # above, failed 1 run in 3 there); it is trimmed once they pass
+    assert watch.worst <= cap + allowance + 2 * WAL_PAGES * 4096
     assert cache.stats()["bytes_cached"] > cap // 3  # the cap is put to use
 
 
@@ -453,3 +457,52 @@ def test_a_range_announced_for_two_steps_and_read_once_hits_in_the_next_epoch(
     assert cache.read([a], 1 << 32) == [data[:100]]
     assert cache.stats()["gets"] == gets  # from the cache
     assert (cache.stats()["hits"], cache.stats()["misses"]) == (1, 1)
+
+
+class _RolledBackError(Exception):
+    """Ends a ledger transaction a test looked into, undoing it."""
+
+
+def test_a_full_cache_is_known_before_the_window_is_coalesced(
+    tmp_path: Path, rng: random.Random
+) -> None:
+    """A window's claim asks first whether any block could find a place (``Space.room``) and,
+    when none could, skips coalescing its gaps. ``room`` must answer as ``place`` then does,
+    for any size and bound, as planned reads fill and age the regions, and asking must not
+    change where the transaction's blocks go (the open region ranks as the one ``place``
+    would seal: a draft ranked without it and evicted the block needed sooner)."""
+    data, rows = _rows(rng, 600, 300)
+    cache = _local_cache(tmp_path, data, cap=6000, region=1000)
+    planner = Planner(cache)
+    spans = [("text.bin", a, b) for a, b in rows if b > a]
+    epoch = [Need(*s, step) for step, s in enumerate(spans[:200])]
+    again = [n._replace(step=n.step + 1000) for n in epoch if n.step % 16 < 8]  # half, at 1000+
+    planner.plan(Schedule(epoch + again, 0))
+    checked = {True: 0, False: 0}
+    for step in range(0, 200, 8):
+        ahead = [Need(*spans[i], i) for i in range(step, min(step + 16, 200))]
+        planner.prefetch(ahead, step)
+        cache.read(spans[step : step + 8], step)
+        cache.drain()
+        for size, later in itertools.product((1, 200, 1000), (0, 5, 40, 1000, None)):
+            limit = NO_STEP - 1 if later is None else step + later  # (a planned prefetch's)
+            places, room = [], None
+            for ask in (False, True):  # place alone; room, then place in the same transaction
+                with contextlib.suppress(_RolledBackError), cache.ledger.write() as conn:
+                    owner = cache.node.owner
+                    space = Space(conn, cache.node.data, "next-use", step, owner.alive, "t")
+                    room = space.room(size, limit) if ask else None
+                    places.append([])
+                    for n in range(4):  # each claimed at once, as Claims.claim does
+                        place = space.place(size, limit)
+                        places[-1].append(place)
+                        if place is not None:
+                            row = (1 << 30, n * size, (n + 1) * size, *place, owner.token, step)
+                            Ledger.insert(conn, [row])
+                    raise _RolledBackError
+            assert places[0] == places[1], (step, size, later)  # asking changed nothing
+            assert room == (places[1][0] is not None), (step, size, later)
+            taken = [p for p in places[1] if p is not None]
+            assert len(set(taken)) == len(taken), places  # never one place twice
+            checked[room] += 1
+    assert checked[True] and checked[False], checked  # both answers were tried

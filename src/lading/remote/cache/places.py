@@ -25,7 +25,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from lading.remote.cache.ledger import FULL, OPEN
 from lading.remote.cache.regions import DataFile
@@ -39,7 +39,7 @@ RANK = (
     " total(CASE WHEN b.next_use > ?1 THEN (b.end - b.start) * 1.0 / (b.next_use - ?1) END),"
     " total(CASE WHEN b.owner IS NULL AND b.next_use >= ?1 AND b.next_use < ?2"
     " THEN b.end - b.start END), group_concat(DISTINCT b.owner)"
-    " FROM regions AS r LEFT JOIN blocks AS b ON b.region = r.id WHERE r.state = ?3"
+    " FROM regions AS r LEFT JOIN blocks AS b ON b.region = r.id WHERE r.state >= ?3"
     " GROUP BY r.id"
 )
 CARRIED = "owner IS NULL AND next_use >= ?2 AND next_use < ?3"
@@ -117,6 +117,18 @@ class Space:
         self.conn.execute("UPDATE regions SET state = ? WHERE id = ?", (OPEN, self._open[0]))  # type: ignore[index]
         return self._take(size)
 
+    def room(self, size: int, bound: int) -> bool:
+        """Whether :meth:`place` would find ``size`` bytes a place for ``bound``, asked before
+        any :meth:`place` of the transaction with the smallest size it places; changes
+        nothing but the ranking, made as :meth:`place` would make it: only when the open
+        region cannot take ``size``, so the first block sealed it before any was put in it
+        (a ranking made before this transaction's claims must not hold a region with them)."""
+        if self._open is not None and self._open[1] + size <= self.size:
+            return True
+        if self.conn.execute("SELECT 1 FROM regions WHERE state = 0 LIMIT 1").fetchone():
+            return True
+        return any(self._may_evict(c, size, bound) for c in self._ranking())
+
     def close(self) -> None:
         """Record the open region's bytes used (at the transaction's end)."""
         if self._open is not None:
@@ -129,19 +141,15 @@ class Space:
         return self._open[0], at
 
     def _ranking(self) -> list[Candidate]:
+        """Every region that is not free, as eviction ranks them, once a transaction. The
+        open region, if not sealed yet (:meth:`room` asked first), ranks as sealed now, as
+        :meth:`place` seals it before it evicts."""
         if self._ranked is None:
-            rows = self.conn.execute(RANK, (self.now, self.horizon, FULL)).fetchall()
-            found = [
-                Candidate(
-                    r,
-                    sealed,
-                    NO_STEP if soon is None else soon,
-                    value,
-                    int(carry),
-                    tuple(owners.split(",")) if owners else (),
-                )
-                for r, sealed, soon, value, carry, owners in rows
-            ]
+            rows = self.conn.execute(RANK, (self.now, self.horizon, OPEN)).fetchall()
+            found = [_candidate(row) for row in rows]
+            if self._open is not None:
+                sealing, now = self._open[0], time.time()
+                found = [c._replace(sealed=now) if c.region == sealing else c for c in found]
             if self.policy == "fifo":
                 found.sort(key=lambda c: c.sealed)
             else:  # no use left first (oldest), then the least value, window blocks in it
@@ -154,14 +162,18 @@ class Space:
         a victim's soonest use later than ``bound``; it becomes the open region."""
         ranked = self._ranking()
         for i, c in enumerate(ranked):
-            if self.policy == "next-use" and c.soonest <= bound:
-                continue  # needed sooner than the block that wants the room
-            if c.carry + size > self.size or any(self.alive(o) for o in c.owners):
+            if not self._may_evict(c, size, bound):
                 continue
             del ranked[i]
             self._free(c.region)
             return True
         return False
+
+    def _may_evict(self, c: Candidate, size: int, bound: int) -> bool:
+        """Whether ``c`` may go for a block of ``size`` bytes needed by ``bound``."""
+        if self.policy == "next-use" and c.soonest <= bound:
+            return False  # needed sooner than the block that wants the room
+        return c.carry + size <= self.size and not any(self.alive(o) for o in c.owners)
 
     def _free(self, region: int) -> None:
         """Empty ``region`` (its generation raised), keeping its window's blocks at its start."""
@@ -181,6 +193,13 @@ class Space:
             rows.append((obj, start, end, region, at, self.owner, step))
             self.carried.append(Carried(obj, start, region, at, data))
         conn.executemany("INSERT INTO blocks VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+
+
+def _candidate(row: tuple[Any, ...]) -> Candidate:
+    region, sealed, soon, value, carry, owners = row
+    soonest = NO_STEP if soon is None else soon
+    held = tuple(owners.split(",")) if owners else ()
+    return Candidate(region, sealed, soonest, value, int(carry), held)
 
 
 def bound(step: int, now: int | None, prefetch: bool, near: int | None) -> int:

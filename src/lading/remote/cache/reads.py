@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lading.remote.cache.claims import Claimed, Claims, Part, cut_up, inside
+from lading.remote.cache.claims import Claimed, Claims, Part, cut_up
 from lading.remote.cache.figures import Figures
 from lading.remote.cache.ledger import Ledger, Piece
 from lading.remote.cache.node import Node, release
@@ -274,30 +274,26 @@ class NodeCache:
     def fetch_ahead(self, needs: Sequence[Need], now: int, near: int | None) -> list[Need]:
         """Start fetching ``needs`` (ranges and the step each is read at; ``now``: the step
         being read): the cached ones get that step as their next use, the gaps are claimed
-        and fetched (``near``: see :meth:`.Claims.claim`). The needs that found no room come
-        back."""
+        and fetched (``near``: see :meth:`.Claims.claim`), in one transaction. The needs that
+        found no room come back."""
         if not needs:
             return []
         objs = {n.key: self.obj(n.key) for n in needs}
         keys = [(objs[n.key], n.start, n.end) for n in needs]
-        with self.ledger.write() as conn:
-            found = self.ledger.overlapping(conn, keys)
+
+        def note(conn: Any, found: list[list[Piece]]) -> None:
             uses = [
                 (now, n.step, k[0], piece.start)
                 for n, k, pieces in zip(needs, keys, found)
                 for piece in pieces
             ]
             self.ledger.note_uses(conn, uses)
-        missing = [
-            n
-            for n, k, pieces in zip(needs, keys, found)
-            if any(p.piece is None for p in cut_up(k, pieces))
-        ]
-        claimed = self.claims.claim(missing, objs, now, True, near=near) if missing else None
-        late = set(inside(missing, claimed.deferred)) if claimed else set()
-        fetched = [(objs[n.key], n.start, n.end) for n in missing if n not in late]
-        self.figures.ahead(keys, fetched, len(needs) - len(missing))
-        return [n for n in missing if n in late]
+
+        claimed = self.claims.claim(needs, objs, now, True, near=near, note=note)
+        late = set(claimed.late)
+        fetched = [(objs[n.key], n.start, n.end) for n in claimed.missing if n not in late]
+        self.figures.ahead(keys, fetched, len(needs) - len(claimed.missing))
+        return claimed.late
 
     # -- figures ---------------------------------------------------------------------------
 
