@@ -175,3 +175,55 @@ def test_a_task_killed_and_retried_by_ray_is_taken_once(
     assert_same(corpus, one_process(tmp_path, data, tok))
     left = {p.name for p in (tmp_path / "c" / sink.build_id).iterdir() if p.is_dir()}
     assert left == {p["dir"].split("/")[1] for p in corpus.meta["parts"]}
+
+
+KILLED_DRIVER = """
+import os, sys, ray
+from lading.integrations.ray_tokens import LadingTokenDatasink
+
+class KillsTheDriver(LadingTokenDatasink):  # task 1 kills the job's driver once its shard is whole
+    def write(self, blocks, ctx):
+        wrote = LadingTokenDatasink.write(self, blocks, ctx)
+        if ctx.task_idx == 1:
+            os.kill(self.driver, 9)
+        return wrote
+
+address, dest, tok, n = sys.argv[1:]
+ray.init(address=address, log_to_driver=False)
+ray.data.DataContext.get_current().execution_options.preserve_order = True
+sink = KillsTheDriver(dest, tok)
+sink.driver = os.getpid()
+data = [{"text": t} for t in sys.stdin.read().split("\\n")]
+ray.data.from_items(data).repartition(int(n)).write_datasink(sink)
+"""
+
+
+@pytest.mark.slow
+def test_a_job_whose_driver_is_killed_commits_nothing_and_its_rerun_holds_every_row_once(
+    tmp_path: Path, local_ray: None
+) -> None:
+    """A driver in its own process (joined to the local cluster) is SIGKILLed by task 1 once
+    that task's shard is whole: nothing is committed; the job rerun commits every row once,
+    none of the killed job's shards among them."""
+    import subprocess
+    import sys
+
+    from lading.integrations.ray_tokens import LadingTokenDatasink
+
+    tok = word_tokenizer(WORDS, tmp_path / "t.json")
+    data, dest = texts(1200), tmp_path / "c"
+    address = ray.get_runtime_context().gcs_address
+    script = write(tmp_path / "driver.py", KILLED_DRIVER)
+    killed = subprocess.run(
+        [sys.executable, str(script), address, str(dest), str(tok), "3"],
+        input="\n".join(data), text=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not (dest / "meta.json").exists()
+    (left,) = dest.glob("build-*")  # the killed job's build: shards, never committed
+    assert list(left.glob("task-00001-*/shard.json"))
+    rerun = LadingTokenDatasink(dest, tok)
+    ray.data.from_items([{"text": t} for t in data]).repartition(3).write_datasink(rerun)
+    corpus = TokenCorpus.open(dest)
+    assert left.name not in json.dumps(corpus.meta) and len(corpus.meta["parts"]) == 3
+    assert_same(corpus, one_process(tmp_path, data, tok))
