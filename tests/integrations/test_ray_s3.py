@@ -19,6 +19,7 @@ import pytest
 import lading
 from conftest import word_tokenizer, write
 from lading.lm import TokenCorpus
+from lading.remote.settings import RemoteSettings
 from lading.testing import LocalS3
 
 pytestmark = pytest.mark.slow  # starts a local Ray cluster
@@ -75,6 +76,14 @@ def test_a_token_corpus_written_by_ray_into_a_bucket(
     assert np.array_equal(offsets, one.token_arrays()[1])
     assert np.array_equal(tokens, one.token_arrays()[0])
     assert not list((tmp_path / "cache").glob("ray-*")), "scratch folders are removed"
+    # the killed attempt's whole upload, named by no return, is gone from the bucket
+    fetcher = RemoteSettings.of(tmp_path / "l", None, None).fetcher(url)
+    try:
+        keys = fetcher.list(f"{sink.build_id}/")
+    finally:
+        fetcher.close()
+    folders = {k.split("/")[1] for k in keys} - {"build.json"}
+    assert folders == {p["dir"].split("/")[1] for p in corpus.meta["parts"]}
 
 
 def test_a_store_written_by_ray_into_a_bucket(

@@ -9,7 +9,7 @@ snapshot. Exactly once, whatever fails:
 - each attempt of a task writes its own folder, ``task-<n>-<random>``, renamed into place once
   whole (a local ``dest``) or uploaded with its ``shard.json`` last (an ``s3://`` one), so a
   task killed mid-write and retried by Ray (``max_retries``) leaves a partial folder, or even a
-  whole one, that no return names and the commit never takes;
+  whole one, that no return names and the commit never takes (removed after the commit);
 - a task that raises fails the job: ``on_write_complete`` never runs, nothing is committed, the
   previous snapshot stays current (a local build folder is removed in ``on_write_failed``);
 - a job rerun draws a new build id, so nothing of an earlier attempt is taken either.
@@ -155,6 +155,29 @@ class ShardSink(Datasink):
                 self.snapshot = self.commit_remote(settings, root, previous, shards)
             except StoreFormatError as e:  # named as the bucket, not the mirror
                 raise named_as(e, root, self.url) from None
+        self._remove_unnamed_objects(settings, {rel.split("/")[1] for rel in rels})
+
+    def _remove_unnamed_objects(self, settings: RemoteSettings, named: set[str]) -> None:
+        """After the commit in the bucket: delete what attempts that returned nothing uploaded
+        under this build (a failure to is only warned about: the snapshot is committed)."""
+        import warnings
+
+        from lading.remote.clients import open_client
+
+        assert self.url is not None
+        prefix = f"{self.build_id}/"
+        try:
+            client = open_client(self.url, settings.backend, settings.options, settings.timeout)
+            for key in client.list(prefix):
+                folder = key[len(prefix) :].split("/", 1)[0]
+                if folder != BUILD_FILE and folder not in named:
+                    client.delete(key)
+        except Exception as e:  # cleanup after the commit: never undo it
+            warnings.warn(
+                f"{self.url}/{prefix}: the leftovers of failed task attempts were not all "
+                f"removed ({e!r}); they are not part of snapshot {self.snapshot}",
+                stacklevel=2,
+            )
 
     def on_write_failed(self, error: Exception) -> None:
         """On the driver: nothing is committed; a local build folder goes."""
