@@ -88,6 +88,17 @@ def test_the_commit_takes_the_returned_shards_only(tmp_path: Path) -> None:
     assert orphan["dir"].split("/")[1] not in left and not any(".tmp-" in n for n in left)
 
 
+def test_an_empty_dataset_commits_nothing_and_says_so(tmp_path: Path) -> None:
+    from lading.errors import SourceError
+    from lading.integrations.ray_tokens import LadingTokenDatasink
+
+    sink = LadingTokenDatasink(tmp_path / "c", word_tokenizer(WORDS, tmp_path / "t.json"))
+    sink.on_write_start()
+    with pytest.raises(SourceError, match="had no rows; nothing committed"):
+        sink.on_write_complete(SimpleNamespace(write_returns=[]))
+    assert not (tmp_path / "c" / "meta.json").exists()
+
+
 @pytest.mark.slow
 def test_a_ray_pipeline_writes_the_corpus_a_one_process_build_writes(
     tmp_path: Path, local_ray: None

@@ -134,6 +134,12 @@ class ShardSink(Datasink):
         """On the driver: the shards the tasks' returns name, in task order, committed as one
         snapshot (``self.snapshot``); folders of failed attempts are removed."""
         returns = sorted(write_result.write_returns, key=lambda r: r["task"])
+        if not returns:
+            from lading.errors import SourceError
+
+            raise SourceError(
+                self.url or self.dest, None, "the Ray dataset had no rows; nothing committed"
+            )
         tasks = [r["task"] for r in returns]
         if len(set(tasks)) != len(tasks):
             raise RuntimeError(f"Ray returned two results for one write task: tasks {tasks}")
