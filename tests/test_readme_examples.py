@@ -58,6 +58,11 @@ NOT_RUN = {
     "docs/parallel-builds.md: From Python: torchrun, any launcher, Ray Data #1": "fragments "
     "for torchrun workers and a Ray cluster; tests/stores/test_parallel.py runs shard='auto' "
     "under gloo ranks and tests/integrations/test_ray.py the Datasink",
+    "docs/parallel-builds.md: Ray Data #1": "a Ray cluster and a bucket; "
+    "tests/integrations/test_ray_tokens.py and test_ray_s3.py run both sinks on a local Ray "
+    "cluster, into a folder and into the local S3",
+    "docs/parallel-builds.md: Parquet sessions written by Ray #1": "a Ray cluster; "
+    "tests/integrations/test_ray.py writes sessions with write_parquet and reads them",
 }
 LM = "docs/language-models.md"
 FAST = [

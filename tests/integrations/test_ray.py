@@ -67,3 +67,31 @@ def test_a_duplicate_across_tasks_commits_nothing(tmp_path: Path, local_ray: Non
     assert "shard" in str(caught.value)
     with pytest.raises(StoreFormatError):
         lading.open_store(tmp_path / "s")
+
+
+def test_parquet_sessions_written_by_ray_open_with_partitioned_parquet(
+    tmp_path: Path, local_ray: None
+) -> None:
+    """Ray's own ``write_parquet`` (one file per write task, row groups of 50 rows) into a
+    folder that ``PartitionedParquet`` reads: every session once, two ranks disjoint; a ragged
+    list column padded as documented."""
+    from collections import Counter
+
+    from lading.tabular import PartitionedParquet
+    from lading.world import World
+
+    sessions = [
+        {"session_id": i, "day": 178 + i % 3, "items": list(range(i % 5 + 1))} for i in range(600)
+    ]
+    folder = tmp_path / "sessions" / "train"
+    ray.data.from_items(sessions).repartition(3).write_parquet(str(folder), row_group_size=50)
+    assert len(list(folder.glob("*.parquet"))) == 3
+    seen: Counter[int] = Counter()
+    for rank in range(2):
+        loader = PartitionedParquet(
+            folder, batch_size=16, list_columns={"items": 4}, world=World(rank, 2), seed=1
+        )
+        for batch in loader:
+            assert batch["items"].shape[1] == 4
+            seen.update(int(s) for s in batch["session_id"])
+    assert set(seen.values()) == {1} and len(seen) == 600

@@ -52,13 +52,20 @@ def merge_corpus(dest: Path, build_id: str | None = None) -> str:
         shards = complete_shards(dest, bid, read_corpus_shard, COMMAND)
         check_same_inputs(dest, shards)
         recipe = check_same_options(dest, bid, shards)
-        check_same_tokens(dest, shards)
-        started = time.perf_counter()
-        with build.scratch() as tmp:
-            meta = manifest(bid, shards, recipe["options"], build.snapshot)
-            meta["seconds"] = round(time.perf_counter() - started, 3)
-            build.commit(tmp, meta)
-    return str(build.snapshot)
+        return commit_corpus(build, bid, shards, recipe["options"])
+
+
+def commit_corpus(
+    build: BuildContext, bid: str, shards: list[CorpusShard], options: dict[str, Any]
+) -> str:
+    """Under ``build`` (the corpus's build context): ``shards``, in this order, checked to be
+    tokenized alike and committed as the new snapshot (its manifest only); its id."""
+    check_same_tokens(build.dest, shards)
+    started = time.perf_counter()
+    with build.scratch() as tmp:
+        meta = manifest(bid, shards, options, build.snapshot)
+        meta["seconds"] = round(time.perf_counter() - started, 3)
+        return build.commit(tmp, meta)
 
 
 def check_same_tokens(dest: Path, shards: list[CorpusShard]) -> None:
@@ -121,4 +128,4 @@ def manifest(
     }
 
 
-__all__ = ["TOKENS", "merge_corpus"]
+__all__ = ["TOKENS", "commit_corpus", "merge_corpus"]

@@ -21,7 +21,13 @@ from lading.disk.commit import units
 from lading.disk.snapshot import MANIFEST, new_snapshot_id
 from lading.errors import StoreFormatError
 from lading.lm.merge import check_same_tokens, manifest
-from lading.lm.shards import COMMAND, CorpusShardReport, build_corpus_shard, read_corpus_shard
+from lading.lm.shards import (
+    COMMAND,
+    CorpusShard,
+    CorpusShardReport,
+    build_corpus_shard,
+    read_corpus_shard,
+)
 from lading.remote.clients import check_reachable
 from lading.remote.settings import RemoteSettings
 from lading.stores.building.remote_shards import (
@@ -91,16 +97,31 @@ def merge_remote(
                 shards = complete_shards(root, bid, read_corpus_shard, COMMAND)
                 check_same_inputs(root, shards)
                 recipe = check_same_options(root, bid, shards)
-                check_same_tokens(root, shards)
-                snapshot = new_snapshot_id()
-                meta = {**manifest(bid, shards, recipe["options"], snapshot), "snapshot": snapshot}
-                raw = _with_history(meta, previous)
-                local = root / snapshot / MANIFEST
-                local.parent.mkdir()
-                local.write_bytes(raw)
-                commit_remote(url, settings, [(f"{snapshot}/{MANIFEST}", local)], raw)
+                snapshot = commit_in_bucket(url, settings, root, previous, bid, shards, recipe)
         except StoreFormatError as e:  # named as the bucket, not the mirror
             raise named_as(e, root, url) from None
+    return snapshot
+
+
+def commit_in_bucket(
+    url: str,
+    settings: RemoteSettings,
+    root: Path,
+    previous: dict[str, Any] | None,
+    bid: str,
+    shards: list[CorpusShard],
+    recipe: dict[str, Any],
+) -> str:
+    """``shards`` (read from the bucket's mirror ``root``), in this order, checked to be
+    tokenized alike and committed at ``url`` by their manifest, ``meta.json`` last; its id."""
+    check_same_tokens(root, shards)
+    snapshot = new_snapshot_id()
+    meta = {**manifest(bid, shards, recipe["options"], snapshot), "snapshot": snapshot}
+    raw = _with_history(meta, previous)
+    local = root / snapshot / MANIFEST
+    local.parent.mkdir()
+    local.write_bytes(raw)
+    commit_remote(url, settings, [(f"{snapshot}/{MANIFEST}", local)], raw)
     return snapshot
 
 

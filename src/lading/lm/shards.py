@@ -213,22 +213,35 @@ def build_corpus_shard(
                 meta = write_tokens(tmp, texts, tok, info, eos, bar)
             for taken in before:
                 refuse_if_changed(taken)
-            record = {
-                **{k: meta[k] for k in ("documents", "tokens", "dtype", "vocab_size", "eos_id")},
-                "tokenizer": info["sha256"],
-                "options": options,
+            about = {
                 "input_stats": stats,
                 "fingerprints": before,
                 "source": pieces,
                 "source_path": str(Path(source).resolve()) if identity else None,
                 "source_identity": identity,
                 "skipped": inputs.skipped[0],
-                "seconds": meta["seconds"],
-                "files": meta["files"],
             }
-            write_file(tmp / SHARD_FILE, json.dumps(record, indent=2, sort_keys=True).encode())
+            finish_shard(tmp, meta, info["sha256"], options, about)
             build.publish_new(tmp)
     return CorpusShardReport(dest, bid, i, n, meta["documents"], False)
+
+
+def finish_shard(
+    tmp: Path, meta: dict[str, Any], tokenizer: str, options: dict[str, Any], about: dict[str, Any]
+) -> dict[str, Any]:
+    """Write the ``shard.json`` that makes the shard in ``tmp`` whole (last, after its token
+    files): what :func:`write_tokens` wrote (``meta``), the tokenizer's SHA-256, the build's
+    ``options`` and ``about`` (where the texts came from, ``skipped``); the record."""
+    record = {
+        **{k: meta[k] for k in ("documents", "tokens", "dtype", "vocab_size", "eos_id")},
+        "tokenizer": tokenizer,
+        "options": options,
+        "seconds": meta["seconds"],
+        "files": meta["files"],
+        **about,
+    }
+    write_file(tmp / SHARD_FILE, json.dumps(record, indent=2, sort_keys=True).encode())
+    return record
 
 
 @dataclass

@@ -156,7 +156,7 @@ def store_shard_remote(
     return ShardReport(Path(url), bid, i, n, report.rows, False)
 
 
-def _store_needs(record: dict[str, Any]) -> list[str]:
+def store_needs(record: dict[str, Any]) -> list[str]:
     """What a store's merge reads of a shard: its ids (data and offsets) and the offsets of
     the columns read by id (text, tokens)."""
     columns = record["columns"]
@@ -166,19 +166,16 @@ def _store_needs(record: dict[str, Any]) -> list[str]:
 
 def merge_store_remote(url: str, build_id: str | None, settings: RemoteSettings) -> str:
     """Commit the store shards at ``url`` as its new snapshot, in the bucket; its id."""
-    from lading.disk import BuildContext
     from lading.stores.building.merge import read_shard
-    from lading.stores.building.parallel import commit_shards
     from lading.stores.building.shardset import (
         check_same_inputs,
         check_same_options,
         complete_shards,
         pending_build,
     )
-    from lading.stores.layout import FORMAT_NAME
 
     with scratch_folder(settings, "merge-") as root:
-        previous = mirror(url, settings, root, _store_needs)
+        previous = mirror(url, settings, root, store_needs)
         try:
             bid = build_id or pending_build(root, previous, read_shard)
             if previous is not None and previous.get("build_id") == bid:
@@ -188,26 +185,45 @@ def merge_store_remote(url: str, build_id: str | None, settings: RemoteSettings)
             recipe = check_same_options(root, bid, shards)
         except StoreFormatError as e:
             raise named_as(e, root, url) from None
-        if recipe["options"].get("duplicates", "error") != "error":
-            raise ValueError(
-                f"{url}: a merge in the bucket keeps every row (duplicates='error'); shards "
-                "built with duplicates='first'/'last' are merged in a folder (lading merge "
-                "DIR), then uploaded"
-            )
-        with BuildContext(root, FORMAT_NAME) as build:
-            snapshot = commit_shards(build, bid, shards, recipe)
-        meta = json.loads((root / META_FILE).read_text())
-        for name, info in meta["files"].items():
-            if name.startswith(BUILD_PREFIX):  # stand-ins here: the bucket has the bytes
-                info.pop("spot_crc32", None)
-        if previous is not None and previous.get("snapshot"):
-            from lading.disk.commit import units
+        return commit_store_in_bucket(url, settings, root, previous, bid, shards, recipe)
 
-            replaced = {"snapshot": previous["snapshot"], "replaced_at": meta["committed_at"]}
-            meta["history"] = [{**replaced, "units": sorted(units(previous))}]
-        raw = json.dumps(meta, indent=2, sort_keys=True).encode("utf-8")
-        (root / snapshot / "manifest.json").write_bytes(raw)
-        made = sorted(p for p in (root / snapshot).rglob("*") if p.is_file())
-        files = [(p.relative_to(root).as_posix(), p) for p in made]
-        commit_remote(url, settings, files, raw)
+
+def commit_store_in_bucket(
+    url: str,
+    settings: RemoteSettings,
+    root: Path,
+    previous: dict[str, Any] | None,
+    bid: str,
+    shards: list[Any],
+    recipe: dict[str, Any],
+) -> str:
+    """``shards`` (read from the bucket's mirror ``root``, made with :func:`store_needs`), in
+    this order, committed at ``url``: the id index and manifest written on the mirror, then
+    PUT, ``meta.json`` last; the snapshot's id."""
+    from lading.disk import BuildContext
+    from lading.stores.building.parallel import commit_shards
+    from lading.stores.layout import FORMAT_NAME
+
+    if recipe["options"].get("duplicates", "error") != "error":
+        raise ValueError(
+            f"{url}: a merge in the bucket keeps every row (duplicates='error'); shards "
+            "built with duplicates='first'/'last' are merged in a folder (lading merge "
+            "DIR), then uploaded"
+        )
+    with BuildContext(root, FORMAT_NAME) as build:
+        snapshot = commit_shards(build, bid, shards, recipe)
+    meta = json.loads((root / META_FILE).read_text())
+    for name, info in meta["files"].items():
+        if name.startswith(BUILD_PREFIX):  # stand-ins here: the bucket has the bytes
+            info.pop("spot_crc32", None)
+    if previous is not None and previous.get("snapshot"):
+        from lading.disk.commit import units
+
+        replaced = {"snapshot": previous["snapshot"], "replaced_at": meta["committed_at"]}
+        meta["history"] = [{**replaced, "units": sorted(units(previous))}]
+    raw = json.dumps(meta, indent=2, sort_keys=True).encode("utf-8")
+    (root / snapshot / "manifest.json").write_bytes(raw)
+    made = sorted(p for p in (root / snapshot).rglob("*") if p.is_file())
+    files = [(p.relative_to(root).as_posix(), p) for p in made]
+    commit_remote(url, settings, files, raw)
     return snapshot

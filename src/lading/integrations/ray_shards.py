@@ -1,0 +1,215 @@
+"""What lading's Ray Data sinks share: every write task one shard, the driver one commit.
+
+Ray's two-phase write is the shape of a sharded build. ``write`` runs in each task and writes
+that task's rows as one shard of ``DEST/build-<id>/`` (the id drawn once, on the driver, for
+this write job); ``on_write_complete`` runs once on the driver with the return of every task
+that finished and commits exactly the shards those returns name, in task order, as one
+snapshot. Exactly once, whatever fails:
+
+- each attempt of a task writes its own folder, ``task-<n>-<random>``, renamed into place once
+  whole (a local ``dest``) or uploaded with its ``shard.json`` last (an ``s3://`` one), so a
+  task killed mid-write and retried by Ray (``max_retries``) leaves a partial folder, or even a
+  whole one, that no return names and the commit never takes (removed after the commit);
+- a task that raises fails the job: ``on_write_complete`` never runs, nothing is committed, the
+  previous snapshot stays current (a local build folder is removed in ``on_write_failed``);
+- a job rerun draws a new build id, so nothing of an earlier attempt is taken either.
+
+A local ``dest`` must be on a filesystem every Ray node sees; an ``s3://`` one is written by
+each task through its node's cache folder (one shard at a time on local disk) and committed by
+the driver in the bucket, ``meta.json`` last (:mod:`lading.stores.building.remote_shards`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from ray.data import Datasink
+
+from lading.disk import BuildContext, is_ours_to_replace, write_file
+from lading.disk.snapshot import BUILD_PREFIX
+from lading.remote.objects import is_remote
+from lading.remote.settings import RemoteSettings
+from lading.stores.building.shardset import BUILD_FILE
+
+
+class ShardSink(Datasink):
+    """The part of a lading ``Datasink`` every kind shares (see the module doc).
+
+    A kind says what it is (``fmt``, ``what``), which files a bucket merge reads of a shard
+    (``need``), and defines :meth:`write_shard` (a task's rows into a folder), :meth:`read`
+    (a shard's record), :meth:`commit_local` and :meth:`commit_remote`.
+    """
+
+    fmt: str = ""
+    what: str = ""
+    need: Callable[[dict[str, Any]], list[str]] | None = None
+
+    def __init__(
+        self,
+        dest: str | os.PathLike[str],
+        options: dict[str, Any],
+        cache: str | os.PathLike[str] | None,
+        storage_options: Any,
+    ) -> None:
+        self.url = os.fspath(dest) if is_remote(dest) else None
+        self.dest = Path(dest).resolve() if self.url is None else Path(os.fspath(dest))
+        self.options = options
+        self.cache = os.fspath(cache) if cache is not None else None
+        self.storage_options = dict(storage_options) if storage_options else None
+        self.build_id = f"{BUILD_PREFIX}{secrets.token_hex(8)}"  # this job's, drawn here
+        self.snapshot: str | None = None
+
+    def settings(self) -> RemoteSettings:
+        return RemoteSettings.of(self.cache, None, self.storage_options)
+
+    def recipe(self) -> bytes:
+        recipe = {"build_id": self.build_id, "options": self.options, "inputs": []}
+        return json.dumps(recipe, indent=2, sort_keys=True).encode()
+
+    def on_write_start(self, schema: Any = None) -> None:
+        """On the driver, before any task runs: refuse a foreign folder or a bucket that
+        refuses writes; record the build the tasks write into."""
+        if self.url is not None:
+            from lading.remote.clients import check_reachable
+            from lading.stores.building.upload import check_writable
+
+            check_reachable(self.url, type(self).__name__)
+            check_writable(self.url, self.settings())
+            return
+        if not is_ours_to_replace(self.dest):
+            raise FileExistsError(
+                f"{self.dest} exists and is not a lading {self.what}; refusing to write into it"
+            )
+        where = self.dest / self.build_id
+        where.mkdir(parents=True, exist_ok=True)
+        write_file(where / BUILD_FILE, self.recipe())
+
+    def write(self, blocks: Iterable[Any], ctx: Any) -> dict[str, Any]:
+        """In a task: this attempt's rows as one shard of its own; returns where it is."""
+        task = int(ctx.task_idx)
+        rel = f"{self.build_id}/task-{task:05d}-{secrets.token_hex(4)}"  # this attempt's
+        if self.url is None:
+            return {"task": task, "dir": rel, **self._write_local(self.dest, rel, blocks, task)}
+        from lading.stores.building.remote_shards import scratch_folder, upload_shard_folder
+
+        settings = self.settings()
+        with scratch_folder(settings, "ray-shard-") as scratch:
+            local = scratch / "out"
+            (local / self.build_id).mkdir(parents=True)
+            write_file(local / self.build_id / BUILD_FILE, self.recipe())
+            wrote = self._write_local(local, rel, blocks, task)
+            upload_shard_folder(local, rel, self.url, settings)
+        return {"task": task, "dir": rel, **wrote}
+
+    def _write_local(
+        self, root: Path, rel: str, blocks: Iterable[Any], task: int
+    ) -> dict[str, Any]:
+        with BuildContext(root / rel, None, "shard") as build, build.scratch() as tmp:
+            wrote = self.write_shard(blocks, tmp, task)
+            build.publish_new(tmp)  # a fresh name: never taken
+        return wrote
+
+    def write_shard(self, blocks: Iterable[Any], tmp: Path, task: int) -> dict[str, Any]:
+        """Write task ``task``'s rows as a whole shard in ``tmp``; what to return."""
+        raise NotImplementedError
+
+    def read(self, root: Path, rel: str) -> Any:
+        raise NotImplementedError
+
+    def commit_local(self, build: BuildContext, shards: list[Any]) -> str:
+        raise NotImplementedError
+
+    def commit_remote(
+        self, settings: RemoteSettings, root: Path, previous: Any, shards: list[Any]
+    ) -> str:
+        raise NotImplementedError
+
+    def on_write_complete(self, write_result: Any) -> None:
+        """On the driver: the shards the tasks' returns name, in task order, committed as one
+        snapshot (``self.snapshot``); folders of failed attempts are removed."""
+        returns = sorted(write_result.write_returns, key=lambda r: r["task"])
+        if not returns:
+            from lading.errors import SourceError
+
+            raise SourceError(
+                self.url or self.dest, None, "the Ray dataset had no rows; nothing committed"
+            )
+        tasks = [r["task"] for r in returns]
+        if len(set(tasks)) != len(tasks):
+            raise RuntimeError(f"Ray returned two results for one write task: tasks {tasks}")
+        rels = [r["dir"] for r in returns]
+        if self.url is None:
+            with BuildContext(self.dest, self.fmt, self.what) as build:
+                shards = [self.read(self.dest, rel) for rel in rels]
+                self.snapshot = self.commit_local(build, shards)
+            _remove_unnamed(self.dest / self.build_id, {rel.split("/")[1] for rel in rels})
+            return
+        from lading.errors import StoreFormatError
+        from lading.stores.building.remote_shards import mirror, named_as, scratch_folder
+
+        settings = self.settings()
+        with scratch_folder(settings, "ray-merge-") as root:
+            previous = mirror(self.url, settings, root, self.need)
+            try:
+                shards = [self.read(root, rel) for rel in rels]
+                self.snapshot = self.commit_remote(settings, root, previous, shards)
+            except StoreFormatError as e:  # named as the bucket, not the mirror
+                raise named_as(e, root, self.url) from None
+        self._remove_unnamed_objects(settings, {rel.split("/")[1] for rel in rels})
+
+    def _remove_unnamed_objects(self, settings: RemoteSettings, named: set[str]) -> None:
+        """After the commit in the bucket: delete what attempts that returned nothing uploaded
+        under this build (a failure to is only warned about: the snapshot is committed)."""
+        import warnings
+
+        from lading.remote.clients import open_client
+
+        assert self.url is not None
+        prefix = f"{self.build_id}/"
+        try:
+            client = open_client(self.url, settings.backend, settings.options, settings.timeout)
+            for key in client.list(prefix):
+                folder = key[len(prefix) :].split("/", 1)[0]
+                if folder != BUILD_FILE and folder not in named:
+                    client.delete(key)
+        except Exception as e:  # cleanup after the commit: never undo it
+            warnings.warn(
+                f"{self.url}/{prefix}: the leftovers of failed task attempts were not all "
+                f"removed ({e!r}); they are not part of snapshot {self.snapshot}",
+                stacklevel=2,
+            )
+
+    def on_write_failed(self, error: Exception) -> None:
+        """On the driver: nothing is committed; a local build folder goes."""
+        if self.url is None:
+            shutil.rmtree(self.dest / self.build_id, ignore_errors=True)
+
+
+def _remove_unnamed(build: Path, named: set[str]) -> None:
+    """Remove what attempts that returned nothing left in ``build`` (killed mid-write, or
+    after their rename): the commit took only the named shards."""
+    for entry in build.iterdir() if build.is_dir() else []:
+        if (
+            entry.name != BUILD_FILE
+            and entry.name not in named
+            and not entry.name.endswith(".lock")
+        ):
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+def arrow(block: Any) -> Any:
+    """A block as an Arrow table (Ray hands Arrow or pandas)."""
+    if hasattr(block, "column_names"):
+        return block
+    import pyarrow as pa
+
+    return pa.Table.from_pandas(block, preserve_index=False)

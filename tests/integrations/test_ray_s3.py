@@ -1,0 +1,118 @@
+"""Ray Data pipelines write a token corpus and a document store straight into object storage
+(the local S3): each write task uploads its shard once whole, the driver commits in the bucket
+(``meta.json`` last). Compared with one-process local builds of the same rows; a task SIGKILLed
+after its upload and retried by Ray is taken once; a bucket that refuses writes stops the job
+before any task runs. A local Ray cluster of real worker processes (slow set)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import lading
+from conftest import word_tokenizer, write
+from lading.lm import TokenCorpus
+from lading.remote.settings import RemoteSettings
+from lading.testing import LocalS3
+
+pytestmark = pytest.mark.slow  # starts a local Ray cluster
+ray = pytest.importorskip("ray")
+pytest.importorskip("tokenizers")
+WORDS = ["alpha", "beta", "gamma", "delta"]
+
+
+@pytest.fixture(scope="module")
+def ray_and_s3(s3: LocalS3) -> Iterator[LocalS3]:
+    """Ray started after the local S3, its workers given the S3's endpoint and credentials."""
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False,
+        runtime_env={"env_vars": s3.env()},
+    )  # fmt: skip
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    yield s3
+    ray.shutdown()
+
+
+def rows(n: int) -> list[dict[str, str]]:
+    return [
+        {"id": f"d{i}", "text": " ".join(WORDS[(i + k) % 4] for k in range(i % 9 + 1)) + f" w{i}"}
+        for i in range(n)
+    ]
+
+
+def test_a_token_corpus_written_by_ray_into_a_bucket(
+    ray_and_s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    from lading.integrations.ray_tokens import LadingTokenDatasink
+
+    marker = tmp_path / "killed"
+
+    class Dying(LadingTokenDatasink):  # task 1's first attempt dies after its upload
+        def write(self, blocks: Any, ctx: Any) -> dict[str, Any]:
+            wrote = LadingTokenDatasink.write(self, blocks, ctx)
+            if ctx.task_idx == 1 and not marker.exists():
+                marker.write_text("")
+                os.kill(os.getpid(), signal.SIGKILL)
+            return wrote
+
+    data, tok = rows(2000), word_tokenizer(WORDS, tmp_path / "t.json")
+    src = write(tmp_path / "src.jsonl", "".join(json.dumps(r) + "\n" for r in data))
+    one = TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
+    url = f"s3://{bucket}/corpora/c"
+    sink = Dying(url, tok, cache=tmp_path / "cache")
+    ds = ray.data.from_items(data).repartition(3)
+    ds.write_datasink(sink, ray_remote_args={"max_retries": 2})
+    assert marker.exists()
+    corpus = TokenCorpus.open(url, cache=tmp_path / "r")
+    assert corpus.snapshot == sink.snapshot and len(corpus.meta["parts"]) == 3
+    tokens, offsets = corpus.token_arrays()
+    assert np.array_equal(offsets, one.token_arrays()[1])
+    assert np.array_equal(tokens, one.token_arrays()[0])
+    assert not list((tmp_path / "cache").glob("ray-*")), "scratch folders are removed"
+    # the killed attempt's whole upload, named by no return, is gone from the bucket
+    fetcher = RemoteSettings.of(tmp_path / "l", None, None).fetcher(url)
+    try:
+        keys = fetcher.list(f"{sink.build_id}/")
+    finally:
+        fetcher.close()
+    folders = {k.split("/")[1] for k in keys} - {"build.json"}
+    assert folders == {p["dir"].split("/")[1] for p in corpus.meta["parts"]}
+
+
+def test_a_store_written_by_ray_into_a_bucket(
+    ray_and_s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    from lading.integrations.ray import LadingDatasink
+
+    data, tok = rows(1500), word_tokenizer(WORDS, tmp_path / "t.json")
+    src = write(tmp_path / "src.jsonl", "".join(json.dumps(r) + "\n" for r in data))
+    one = lading.build_store(src, tmp_path / "one", tokenizer=tok, progress=False)
+    url = f"s3://{bucket}/stores/s"
+    sink = LadingDatasink(url, tokenizer=tok, cache=tmp_path / "cache")
+    ray.data.from_items(data).repartition(3).write_datasink(sink)
+    store = lading.open_store(url, cache=tmp_path / "r")
+    ids = one.ids()
+    assert store.snapshot == sink.snapshot and store.ids() == ids
+    assert store.get_many(ids) == one.get_many(ids)
+    assert [t.tolist() for t in store.tokens_many(ids)] == [
+        t.tolist() for t in one.tokens_many(ids)
+    ]
+
+
+def test_a_bucket_that_refuses_writes_stops_the_job_before_any_task(
+    ray_and_s3: LocalS3, tmp_path: Path
+) -> None:
+    from lading.integrations.ray_tokens import LadingTokenDatasink
+
+    tok = word_tokenizer(WORDS, tmp_path / "t.json")
+    sink = LadingTokenDatasink("s3://no-such-bucket/c", tok, cache=tmp_path / "cache")
+    with pytest.raises(Exception, match="no-such-bucket"):
+        ray.data.from_items(rows(10)).write_datasink(sink)
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").iterdir())
