@@ -177,6 +177,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--points", type=int, default=8, help="held-out evaluations a run")
     parser.add_argument("--eval-batches", type=int, default=24)
+    parser.add_argument("--orders", default="global,blocks 0.6%,blocks 7%,documents",
+                        help="the orders compared, of those above (global first)")  # fmt: skip
     add_write_flag(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -185,7 +187,7 @@ def main() -> None:
     held_data = LanguageModelLoader(held, BATCH, Windows(SEQ, shuffle_documents=False), seed=0)
     evals = [b for _, b in zip(range(args.eval_batches), held_data, strict=False)]
     windows = len(LanguageModelLoader(train, 1, Windows(SEQ, shuffle_documents=False), seed=0))
-    modes = orders(windows)
+    modes = {n: m for n, m in orders(windows).items() if n in args.orders.split(",")}
     steps = len(LanguageModelLoader(train, BATCH, modes["global"], seed=0)) * args.epochs
     every = max(1, steps // args.points)
     results: dict[str, list[dict[str, Any]]] = {n: [] for n in modes}
@@ -217,8 +219,13 @@ def main() -> None:
         ]
     )
     print(body)
+    (args.out / "results.json").write_text(
+        json.dumps({"args": str(vars(args)), "results": results})
+    )
     command = "python benchmarks/bench_lm_shuffle_loss.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "write")
+        f"--{k.replace('_', '-')} {v!r}" if k == "orders" else f"--{k.replace('_', '-')} {v}"
+        for k, v in vars(args).items()
+        if k not in ("out", "write")
     )
     write_section(HERE / "RESULTS.md", TITLE, body, command, write=args.write)
 
