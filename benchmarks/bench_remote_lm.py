@@ -13,10 +13,13 @@ per system:
 - ``lading@stored``: ``Windows(seq_len, shuffle_documents=False)`` (one range a window),
   ``lading@blocks``: the locality shuffle (``block_tokens`` one region of the node cache);
   ``--doc-tokens`` sets the synthetic documents' mean length (issue 48);
-- ``+step``: lading with a training step a batch (a sleep of batch tokens / ``--consume``),
-  local and remote, ``+workers`` with 2 DataLoader workers: does the look-ahead keep up.
+- ``+step``: a training step a batch (a sleep of batch tokens / ``--consume``), for lading
+  local and remote and for the peers, ``+workers`` with 2 DataLoader workers: does the
+  look-ahead keep up; ``--neighbour N``: N CPU-bound processes beside every measurement
+  (issue 48 item 4; ``--busy-report`` writes its section, see remote_lm_busy.py).
 
-Per system: tokens/s over the epoch and once warm (after the first ``--warm`` of it), client
+Per system: tokens/s over the epoch and once warm (after the first ``--warm`` of it), the time
+from the reader's construction to its first batch, client
 CPU per million tokens (this process's own CPU time, every thread, and its DataLoader
 workers'; the server excluded), the server's CPU (the local S3's process tree), bytes fetched
 (the proxy's counter) / bytes used (windows x (seq_len + 1) x bytes a token), and the resume
