@@ -13,10 +13,13 @@ per system:
 - ``lading@stored``: ``Windows(seq_len, shuffle_documents=False)`` (one range a window),
   ``lading@blocks``: the locality shuffle (``block_tokens`` one region of the node cache);
   ``--doc-tokens`` sets the synthetic documents' mean length (issue 48);
-- ``+step``: lading with a training step a batch (a sleep of batch tokens / ``--consume``),
-  local and remote, ``+workers`` with 2 DataLoader workers: does the look-ahead keep up.
+- ``+step``: a training step a batch (a sleep of batch tokens / ``--consume``), for lading
+  local and remote and for the peers, ``+workers`` with 2 DataLoader workers: does the
+  look-ahead keep up; ``--neighbour N``: N CPU-bound processes beside every measurement
+  (issue 48 item 4; ``--busy-report`` writes its section, see remote_lm_busy.py).
 
-Per system: tokens/s over the epoch and once warm (after the first ``--warm`` of it), client
+Per system: tokens/s over the epoch and once warm (after the first ``--warm`` of it), the time
+from the reader's construction to its first batch, client
 CPU per million tokens (this process's own CPU time, every thread, and its DataLoader
 workers'; the server excluded), the server's CPU (the local S3's process tree), bytes fetched
 (the proxy's counter) / bytes used (windows x (seq_len + 1) x bytes a token), and the resume
@@ -39,7 +42,7 @@ import shutil
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,7 @@ from lading.lm import LanguageModelLoader, TokenCorpus, Windows
 from lading.remote.cache.regions import Layout
 from lading.testing import LocalS3
 from lading.world import World
+from remote_lm_busy import Neighbours, Runnable, render_busy
 from remote_lm_corpus import corpus_for, sessions_for, upload_folder
 from remote_lm_peers import PEERS, verdict
 from remote_lm_report import render
@@ -60,22 +64,28 @@ ITEMS = "item_id-list_seq"  # the sessions' item lists, padded to 20 (as bench_p
 
 
 def measure(s3: LocalS3, batches: Iterator[Any], env: dict[str, Any], cache: Path | None,
-            warm: float, step: float = 0.0) -> dict[str, Any]:  # fmt: skip
+            warm: float, step: float = 0.0,
+            opened: float | None = None) -> dict[str, Any]:  # fmt: skip
     """One epoch of ``batches`` (each ``[rows, >= seq_len]``): rates, CPU, bytes. ``step``:
-    seconds a batch's training step takes (a sleep: the GIL is free, as under a GPU step)."""
+    seconds a batch's training step takes (a sleep: the GIL is free, as under a GPU step);
+    ``opened``: when the reader's construction began (``perf_counter``), the start of its
+    time to first batch (construction, first GETs and the first batch's build)."""
     s3.reset()
     load = os.getloadavg()[0]
-    server, wall, client = server_cpu(s3), time.perf_counter(), ClientCPU(s3)
-    marks = [(wall, 0)]
-    windows = 0
+    server, wall = server_cpu(s3), time.perf_counter()
+    client, busy = ClientCPU(s3, env.get("neighbour_pids", ())), Runnable()
+    marks, windows, first = [(wall, 0)], 0, float("nan")
     for i, batch in enumerate(batches):
         assert batch.shape[-1] >= env["seq_len"], f"a batch of shape {tuple(batch.shape)}"
         windows += int(batch.shape[0])
+        if i == 0:
+            first = time.perf_counter() - (wall if opened is None else opened)
         if step:
             time.sleep(step)
         marks.append((time.perf_counter(), windows))
         if i % 16 == 0:  # DataLoader workers' CPU, before they are gone
             client.sample()
+            busy.sample()
     cpu = client.seconds()
     server = server_cpu(s3) - server
     stats = s3.stats()
@@ -90,6 +100,7 @@ def measure(s3: LocalS3, batches: Iterator[Any], env: dict[str, Any], cache: Pat
         "server_s_per_mtok": 1e6 * server / max(1, tokens),
         "gets": stats["gets"], "fetched_used": stats["get_bytes"] / max(1, used),
         "disk": disk_bytes(cache) if cache is not None else 0, "load": load,
+        "load_end": os.getloadavg()[0], "runnable": busy.mean(), "first_batch_s": first,
     }  # fmt: skip
 
 
@@ -98,9 +109,10 @@ class ClientCPU:
     (DataLoader workers): children are sampled as the epoch goes (a worker's last reading is
     kept: a worker may be gone before the epoch's end is seen)."""
 
-    def __init__(self, s3: LocalS3) -> None:
+    def __init__(self, s3: LocalS3, exclude: Iterable[int] = ()) -> None:
         assert s3._process is not None
         self.me, self.server = psutil.Process(), s3._process.pid
+        self.exclude = set(exclude)  # the CPU-bound neighbours (--neighbour): not the client's
         self.children: dict[int, float] = {}
         self.own = self._own()
 
@@ -111,7 +123,9 @@ class ClientCPU:
     def sample(self) -> None:
         for child in self.me.children(recursive=True):
             try:
-                if child.pid == self.server or self.server in [p.pid for p in child.parents()]:
+                if child.pid in self.exclude or child.pid == self.server:
+                    continue
+                if self.server in [p.pid for p in child.parents()]:
                     continue
                 t = child.cpu_times()
                 self.children[child.pid] = t.user + t.system
@@ -186,9 +200,10 @@ def one_system(s3: LocalS3, system: str, env: dict[str, Any], args: Any,
             remote = system.split("+")[0].split("@")[0] == "lading"
             step = env["batch"] * env["seq_len"] / args.consume if "+step" in system else 0.0
             workers = 2 if "+workers" in system else 0
+            opened = time.perf_counter()
             loader = lading_loader(env, remote, cache, workers, stored)
             row.update(measure(s3, lading_batches(loader), env, cache if remote else None,
-                               args.warm, step))  # fmt: skip
+                               args.warm, step, opened))  # fmt: skip
             del loader  # its read-ahead thread (building the next epoch) stops
             gc.collect()
             if repeat == 0 and args.resume_after and "+" not in system:
@@ -196,14 +211,17 @@ def one_system(s3: LocalS3, system: str, env: dict[str, Any], args: Any,
                     lambda: lading_resume(env, remote, args.resume_after, stored)
                 )
         else:
-            setup_fn, open_fn, batches_fn, resume_fn = PEERS[system]
-            if system not in env["setups"]:
-                env["setups"][system] = setup_fn(env, s3, BUCKET)
-            setup = env["setups"][system]
+            peer = system.split("+")[0]  # mosaic[+step], litdata[+step]
+            step = env["batch"] * env["seq_len"] / args.consume if "+step" in system else 0.0
+            setup_fn, open_fn, batches_fn, resume_fn = PEERS[peer]
+            if peer not in env["setups"]:
+                env["setups"][peer] = setup_fn(env, s3, BUCKET)
+            setup = env["setups"][peer]
+            opened = time.perf_counter()
             loader = open_fn(env, setup, cache)
-            row.update(measure(s3, batches_fn(loader), env, cache, args.warm))
+            row.update(measure(s3, batches_fn(loader), env, cache, args.warm, step, opened))
             del loader
-            if repeat == 0 and args.resume_after:
+            if repeat == 0 and args.resume_after and "+" not in system:
                 row["resume"] = tested(lambda: resume_fn(env, setup, args.resume_after))
             row["layout"] = {k: v for k, v in setup.items() if k != "remote"}
     except Exception as e:  # a system that cannot do it: say why, go on with the others
@@ -286,7 +304,7 @@ def main() -> None:
                         help="batches before saving (0: no resume check)")  # fmt: skip
     parser.add_argument("--systems", default="lading-local,lading,mosaic,litdata,"
                         "lading-local+step,lading+step,lading+step+workers")  # fmt: skip
-    parser.add_argument("--consume", type=float, default=1e6,
+    parser.add_argument("--consume", "--step-tokens-per-s", type=float, default=1e6,
                         help="+step systems: tokens/s the training step takes")  # fmt: skip
     parser.add_argument("--latency", type=float, default=0.03, help="seconds a request, ± 1/3")
     parser.add_argument("--no-parquet", action="store_true")
@@ -294,6 +312,11 @@ def main() -> None:
     parser.add_argument("--parquet-step-ms", type=float, default=2.0,
                         help="+step parquet rows: ms a batch of 256 rows (0: none)")  # fmt: skip
     parser.add_argument("--ceiling-seconds", type=float, default=3.0)
+    parser.add_argument("--neighbour", type=int, default=0,
+                        help="CPU-bound processes running beside the measurements")  # fmt: skip
+    parser.add_argument("--busy-report", action="store_true",
+                        help="write issue 48 item 4's section (a step on a busy machine), "
+                        "not issue 41's")  # fmt: skip
     parser.add_argument("--out", type=Path, default=OUT.parent / "remote-lm")
     add_write_flag(parser)
     args = parser.parse_args()
@@ -316,12 +339,16 @@ def main() -> None:
         warm_up(env)
         rows = []
         systems = [s for s in args.systems.split(",") if s]
-        for repeat in range(args.repeats):  # the order rotated: each system first once
-            turn = repeat % max(1, len(systems))
-            for system in systems[turn:] + systems[:turn]:
-                rows.append(one_system(s3, system, env, args, repeat))
-            if not args.no_parquet:
-                rows += sessions(s3, env, args, repeat)
+        for peer in dict.fromkeys(s.split("+")[0] for s in systems if s.split("+")[0] in PEERS):
+            env["setups"][peer] = PEERS[peer][0](env, s3, BUCKET)  # written before any neighbour
+        with Neighbours(args.neighbour) as busy:  # beside every measurement, none at setup
+            env["neighbour_pids"] = busy.pids
+            for repeat in range(args.repeats):  # the order rotated: each system first once
+                turn = repeat % max(1, len(systems))
+                for system in systems[turn:] + systems[:turn]:
+                    rows.append(one_system(s3, system, env, args, repeat))
+                if not args.no_parquet:
+                    rows += sessions(s3, env, args, repeat)
         roof = ceiling(args.ceiling_seconds) if args.ceiling_seconds > 0 else None
     shutil.rmtree(work, ignore_errors=True)
     keep = ("origin", "documents", "n_tokens", "token_bytes", "cap", "seq_len", "batch",
@@ -331,8 +358,11 @@ def main() -> None:
                "seconds": time.time() - started}  # fmt: skip
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     command = "python benchmarks/bench_remote_lm.py " + " ".join(sys.argv[1:])
-    write_section(HERE / "RESULTS.md", "Remote token corpora and sessions, head to head "
-                  "(issue 41)", render(results), command, write=args.write)  # fmt: skip
+    if args.busy_report:
+        title, body = render_busy(results)
+    else:
+        title, body = "Remote token corpora and sessions, head to head (issue 41)", render(results)
+    write_section(HERE / "RESULTS.md", title, body, command, write=args.write)
 
 
 if __name__ == "__main__":
