@@ -17,8 +17,8 @@ the merge process's peak RSS (``VmHWM`` of the child; an import-only child's is 
 the floor), median (min-max) of ``--repeats`` merges, each into a fresh copy of the manifest
 state (the previous snapshot removed). Then reads side by side in one process, alternating,
 ``--repeats`` rounds: a token corpus of ``--read-docs`` documents built by one process and the
-same built in ``--shards`` shards and merged, tokens/s of a ``LanguageModelLoader`` over one
-epoch of ``Windows(512)`` and of ``Packed(512)``; a store of ``--read-docs`` passages built by
+same built in ``--shards`` shards and merged, tokens/s of a ``LanguageModelLoader`` over
+:data:`EPOCHS` epochs of ``Windows(512)`` and of ``Packed(512)``; a store of ``--read-docs`` passages built by
 one process and in shards, ``get_many`` of 64 random ids. The 1-minute load is recorded.
 """
 
@@ -182,14 +182,19 @@ def merge_rows(args: argparse.Namespace, work: Path) -> list[str]:
     return rows
 
 
+EPOCHS = 4  # epochs a read measurement times
+
+
 def tokens_per_second(corpus: Any, sequence: Any) -> float:
     from lading.lm import LanguageModelLoader
     from lading.world import World
 
     loader = LanguageModelLoader(corpus, 8, sequence, seed=0, world=World())
     started, tokens = time.perf_counter(), 0
-    for batch in loader:
-        tokens += int(np.asarray(batch[0]).size)
+    for epoch in range(EPOCHS):  # one epoch is ~0.3 s here: too short a window to compare
+        loader.set_epoch(epoch)
+        for batch in loader:
+            tokens += int(np.asarray(batch[0]).size)
     return tokens / (time.perf_counter() - started)
 
 

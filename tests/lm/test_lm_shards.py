@@ -312,3 +312,26 @@ def test_a_part_whose_tokens_do_not_match_is_refused(tmp_path: Path) -> None:
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(StoreFormatError, match=r"shard-00000-of-00002/tokens\.bin"):
         TokenCorpus.open(tmp_path / "m")
+
+
+def test_token_parts_serve_every_slice_as_one_array_would() -> None:
+    """``PartTokens`` (a merged corpus's tokens, one array a shard) answers ``[a:b]``, its
+    fast path for in-range slices, ``span(a, b)`` (what the epoch stream reads a piece with)
+    and the general slices as the concatenated array does, views within one part."""
+    from lading.lm.parts import PartTokens
+
+    rng = np.random.default_rng(SEED)
+    print(f"seed: LADING_TEST_SEED={SEED}")
+    parts = [rng.integers(0, 60000, int(n)).astype("<u2") for n in (7, 0, 1, 30, 12)]
+    tokens, whole = PartTokens(parts, np.dtype("<u2")), np.concatenate(parts)
+    n = len(whole)
+    for _ in range(2000):
+        a, b = sorted(int(x) for x in rng.integers(0, n + 1, 2))
+        assert np.array_equal(tokens[a:b], whole[a:b]), (a, b)
+        assert np.array_equal(tokens.span(a, b), whole[a:b]), (a, b)
+        c, d = (int(x) for x in rng.integers(-n - 3, n + 4, 2))
+        assert np.array_equal(tokens[c:d], whole[c:d]), (c, d)
+        assert np.array_equal(tokens[c:], whole[c:]) and np.array_equal(tokens[:d], whole[:d])
+        assert np.array_equal(tokens[c:d:2], whole[c:d:2]), (c, d)
+    view = tokens[8:20]  # inside part 3 (from 8 to 38): a view of its array, no copy
+    assert np.shares_memory(view, parts[3])

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.lm.corpus import TokenCorpus
+from lading.lm.parts import PartTokens
 from lading.loading.order import Salt, permutation
 
 
@@ -61,9 +62,10 @@ class EpochStream:
 
     def _read_forward(self, start: int, out: npt.NDArray[np.int64]) -> None:
         tokens = self.tokens
+        span = tokens.span if isinstance(tokens, PartTokens) else None  # a merged corpus
         filled = 0
         for a, b in self._pieces_of(start % self.total, len(out)):
-            out[filled : filled + b - a] = tokens[a:b]
+            out[filled : filled + b - a] = tokens[a:b] if span is None else span(a, b)
             filled += b - a
 
     def _pieces_of(self, pos: int, n: int) -> list[tuple[int, int]]:
