@@ -18,8 +18,9 @@ the floor), median (min-max) of ``--repeats`` merges, each into a fresh copy of 
 state (the previous snapshot removed). Then reads side by side in one process, alternating,
 ``--repeats`` rounds: a token corpus of ``--read-docs`` documents built by one process and the
 same built in ``--shards`` shards and merged, tokens/s of a ``LanguageModelLoader`` over
-:data:`EPOCHS` epochs of ``Windows(512)`` and of ``Packed(512)``; a store of ``--read-docs`` passages built by
-one process and in shards, ``get_many`` of 64 random ids. The 1-minute load is recorded.
+:data:`EPOCHS` epochs of ``Windows(512)`` and of ``Packed(512)``; a store of ``--read-docs``
+passages built by one process and in shards, ``get_many`` of 64 random ids. The 1-minute
+load is recorded.
 """
 
 from __future__ import annotations
