@@ -37,6 +37,7 @@ from lading.stores.building.inputs import Piece, check_shard_count, plan_shard
 from lading.stores.building.shardset import (
     SHARD_FILE,
     check_shard,
+    check_shard_files,
     claim_shard,
     derive_build_id,
     shard_record,
@@ -277,14 +278,7 @@ def read_corpus_shard(root: Path, rel: str) -> CorpusShard:
         inside(root / rel, name, "a name in files", path)
         if not isinstance(info, dict) or not isinstance(info.get("size"), int):
             raise refuse(path, f"files.{name}", info, "has no size")
-        try:
-            size = (root / rel / name).stat().st_size
-        except FileNotFoundError:
-            raise StoreFormatError(f"{root / rel / name} (in {path}) is missing") from None
-        if size != info["size"]:
-            raise StoreFormatError(
-                f"{root / rel / name} is {size} bytes, its shard says {info['size']}"
-            )
+    check_shard_files(root, rel, path, files)
     itemsize = np.dtype(record["dtype"]).itemsize
     if files["tokens.bin"]["size"] != record["tokens"] * itemsize or files["tokens.off"][
         "size"

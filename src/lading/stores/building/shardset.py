@@ -50,6 +50,24 @@ def shard_record(root: Path, rel: str) -> tuple[Path, Any]:
     return path, record
 
 
+def check_shard_files(root: Path, rel: str, path: Path, files: dict[str, Any]) -> None:
+    """Every file a shard's record (``path``) lists in ``files`` is in ``root/rel`` and of the
+    size the record says.
+
+    Raises:
+        StoreFormatError: a file missing, or of another size.
+    """
+    for name, info in files.items():
+        try:
+            size = (root / rel / name).stat().st_size
+        except FileNotFoundError:
+            raise StoreFormatError(f"{root / rel / name} (in {path}) is missing") from None
+        if size != info["size"]:
+            raise StoreFormatError(
+                f"{root / rel / name} is {size} bytes, its shard says {info['size']}"
+            )
+
+
 def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
     """``(i, n)`` checked: two whole numbers (an int or a numpy integer; not a float, a bool
     or a string, which ``int()`` would quietly turn into another shard), ``0 <= i < n``."""
