@@ -40,6 +40,7 @@ from lading.stores.building.shardset import (
     check_shard_files,
     claim_shard,
     derive_build_id,
+    shard_done,
     shard_record,
 )
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
@@ -62,10 +63,14 @@ class CorpusShardReport:
     reused: bool
 
     def __str__(self) -> str:
-        did = "already built" if self.reused else f"{self.documents:,} documents"
-        return (
-            f"{self.dest}: shard {self.shard}/{self.shards} of {self.build_id}: {did}; once all "
-            f"{self.shards} are built: lading lm merge {self.dest}"
+        return shard_done(
+            self.dest,
+            self.build_id,
+            self.shard,
+            self.shards,
+            self.documents,
+            self.reused,
+            "lading lm merge",
         )
 
 

@@ -37,6 +37,7 @@ from lading.stores.building.shardset import (
     complete_shards,
     derive_build_id,
     pending_build,
+    shard_done,
 )
 from lading.stores.building.writer import SHARD_FILE, Duplicates, write_shard
 from lading.stores.layout import FORMAT_NAME
@@ -66,10 +67,14 @@ class ShardReport:
     reused: bool
 
     def __str__(self) -> str:
-        did = "already built" if self.reused else f"{self.rows:,} documents"
-        return (
-            f"{self.dest}: shard {self.shard}/{self.shards} of {self.build_id}: {did}; once all "
-            f"{self.shards} are built: lading merge {self.dest}"
+        return shard_done(
+            self.dest,
+            self.build_id,
+            self.shard,
+            self.shards,
+            self.rows,
+            self.reused,
+            "lading merge",
         )
 
 

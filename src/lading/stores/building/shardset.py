@@ -68,6 +68,18 @@ def check_shard_files(root: Path, rel: str, path: Path, files: dict[str, Any]) -
             )
 
 
+def shard_done(
+    dest: Path, build_id: str, shard: int, shards: int, documents: int, reused: bool, merge: str
+) -> str:
+    """A shard worker's one line: what it did to shard ``shard`` of ``shards`` (``documents``
+    written, or ``reused``: there already) and the command (``merge``) that commits them all."""
+    did = "already built" if reused else f"{documents:,} documents"
+    return (
+        f"{dest}: shard {shard}/{shards} of {build_id}: {did}; once all {shards} are built: "
+        f"{merge} {dest}"
+    )
+
+
 def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
     """``(i, n)`` checked: two whole numbers (an int or a numpy integer; not a float, a bool
     or a string, which ``int()`` would quietly turn into another shard), ``0 <= i < n``."""
