@@ -36,11 +36,11 @@ from lading.sources import OnError, ParseOptions, SourceReader, fingerprint, ref
 from lading.stores.building.inputs import Piece, check_shard_count, plan_shard
 from lading.stores.building.shardset import (
     SHARD_FILE,
+    ShardWork,
     check_shard,
     check_shard_files,
     claim_shard,
     derive_build_id,
-    shard_done,
     shard_record,
 )
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
@@ -51,27 +51,15 @@ _DTYPES = ("<u2", "<u4", "<i4", "|u1")
 
 
 @dataclass(frozen=True)
-class CorpusShardReport:
+class CorpusShardReport(ShardWork):
     """What a shard worker did: ``documents`` tokenized into shard ``shard`` of ``shards``
     (``reused``: it was there already) of build ``build_id`` of the corpus at ``dest``."""
 
-    dest: Path
-    build_id: str
-    shard: int
-    shards: int
     documents: int
     reused: bool
 
     def __str__(self) -> str:
-        return shard_done(
-            self.dest,
-            self.build_id,
-            self.shard,
-            self.shards,
-            self.documents,
-            self.reused,
-            "lading lm merge",
-        )
+        return self.line(self.documents, self.reused, "lading lm merge")
 
 
 @dataclass

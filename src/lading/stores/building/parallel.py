@@ -30,6 +30,7 @@ from lading.stores.building.inputs import PiecesReader, check_shard_count, input
 from lading.stores.building.merge import Shard, manifest_of, read_shard
 from lading.stores.building.shardset import (
     BUILD_FILE,
+    ShardWork,
     check_same_inputs,
     check_same_options,
     check_shard,
@@ -37,7 +38,6 @@ from lading.stores.building.shardset import (
     complete_shards,
     derive_build_id,
     pending_build,
-    shard_done,
 )
 from lading.stores.building.writer import SHARD_FILE, Duplicates, write_shard
 from lading.stores.layout import FORMAT_NAME
@@ -47,7 +47,7 @@ __all__ = ["BUILD_FILE", "ShardReport", "derive_build_id", "merge_store", "write
 
 
 @dataclass(frozen=True)
-class ShardReport:
+class ShardReport(ShardWork):
     """What a shard worker did.
 
     Attributes:
@@ -59,23 +59,11 @@ class ShardReport:
         reused: the shard was there already (a rerun), nothing was written.
     """
 
-    dest: Path
-    build_id: str
-    shard: int
-    shards: int
     rows: int
     reused: bool
 
     def __str__(self) -> str:
-        return shard_done(
-            self.dest,
-            self.build_id,
-            self.shard,
-            self.shards,
-            self.rows,
-            self.reused,
-            "lading merge",
-        )
+        return self.line(self.rows, self.reused, "lading merge")
 
 
 def source_files(source: Any, format: str | None, parse: ParseOptions) -> list[Path]:

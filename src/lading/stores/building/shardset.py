@@ -18,6 +18,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -68,16 +69,24 @@ def check_shard_files(root: Path, rel: str, path: Path, files: dict[str, Any]) -
             )
 
 
-def shard_done(
-    dest: Path, build_id: str, shard: int, shards: int, documents: int, reused: bool, merge: str
-) -> str:
-    """A shard worker's one line: what it did to shard ``shard`` of ``shards`` (``documents``
-    written, or ``reused``: there already) and the command (``merge``) that commits them all."""
-    did = "already built" if reused else f"{documents:,} documents"
-    return (
-        f"{dest}: shard {shard}/{shards} of {build_id}: {did}; once all {shards} are built: "
-        f"{merge} {dest}"
-    )
+@dataclass(frozen=True)
+class ShardWork:
+    """Which shard a worker built: ``shard`` of ``shards`` of build ``build_id`` at ``dest``. Each
+    kind's report (stores, token corpora) adds what it wrote and whether it was reused."""
+
+    dest: Path
+    build_id: str
+    shard: int
+    shards: int
+
+    def line(self, documents: int, reused: bool, merge: str) -> str:
+        """The worker's one line: ``documents`` written (or ``reused``: there already) and the
+        command (``merge``) that commits the shards once all are built."""
+        did = "already built" if reused else f"{documents:,} documents"
+        return (
+            f"{self.dest}: shard {self.shard}/{self.shards} of {self.build_id}: {did}; once all "
+            f"{self.shards} are built: {merge} {self.dest}"
+        )
 
 
 def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
