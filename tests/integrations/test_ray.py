@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ray_cluster import ray_cluster
 
 import lading
 from conftest import word_tokenizer, write
@@ -18,11 +19,8 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    context = ray.data.DataContext.get_current()
-    context.execution_options.preserve_order = True
-    yield
-    ray.shutdown()
+    with ray_cluster():
+        yield
 
 
 def rows(n: int, first: int = 0) -> list[dict[str, str]]:

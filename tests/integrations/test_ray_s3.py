@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ray_cluster import ray_cluster
 
 import lading
 from conftest import word_tokenizer, write
@@ -31,13 +32,8 @@ WORDS = ["alpha", "beta", "gamma", "delta"]
 @pytest.fixture(scope="module")
 def ray_and_s3(s3: LocalS3) -> Iterator[LocalS3]:
     """Ray started after the local S3, its workers given the S3's endpoint and credentials."""
-    ray.init(
-        num_cpus=2, include_dashboard=False, log_to_driver=False,
-        runtime_env={"env_vars": s3.env()},
-    )  # fmt: skip
-    ray.data.DataContext.get_current().execution_options.preserve_order = True
-    yield s3
-    ray.shutdown()
+    with ray_cluster(env=s3.env()):
+        yield s3
 
 
 def rows(n: int) -> list[dict[str, str]]:

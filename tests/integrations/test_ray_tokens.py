@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ray_cluster import ray_cluster
 
 from conftest import word_tokenizer, write
 from lading.lm import TokenCorpus
@@ -29,11 +30,8 @@ WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    context = ray.data.DataContext.get_current()
-    context.execution_options.preserve_order = True
-    yield
-    ray.shutdown()
+    with ray_cluster():
+        yield
 
 
 def texts(n: int, first: int = 0) -> list[str]:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from lading.cli.inputs import tokenizer
-from lading.cli.stores import counted, shard_arg
+from lading.cli.stores import add_shard_options, counted
 
 
 def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
@@ -28,30 +28,27 @@ def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
 def _cmd_lm_build(args: argparse.Namespace) -> int:
     from lading.lm.corpus import TokenCorpus
 
+    # what a whole build and a shard of one are both told
+    documents: dict[str, Any] = {
+        "append_eos": not args.no_eos,
+        "eos_token": args.eos_token,
+        "split": args.split,
+        "progress": not args.quiet,
+    }
     if args.shard is not None:
         report = TokenCorpus.build_shard(
             args.source,
             args.dest,
             args.shard,
             args.tokenizer,
-            append_eos=not args.no_eos,
-            eos_token=args.eos_token,
-            split=args.split,
             on_error=args.on_error,
             build_id=args.build_id,
-            progress=not args.quiet,
+            **documents,
         )
         print(report)
         return 0
     corpus = TokenCorpus.build(
-        args.source,
-        args.dest,
-        args.tokenizer,
-        append_eos=not args.no_eos,
-        eos_token=args.eos_token,
-        split=args.split,
-        overwrite=args.overwrite,
-        progress=not args.quiet,
+        args.source, args.dest, args.tokenizer, overwrite=args.overwrite, **documents
     )
     print(
         f"{getattr(corpus, 'url', corpus.path)}: {counted(len(corpus), 'document')}, "
@@ -73,6 +70,16 @@ def _cmd_lm_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_split(p: argparse.ArgumentParser) -> None:
+    """``--split``: how plain text divides into documents (the tokenizer's and the build's)."""
+    p.add_argument(
+        "--split",
+        choices=["blank", "line", "file"],
+        default="blank",
+        help="how plain text divides into documents",
+    )
+
+
 def add_lm(sub: Any) -> None:
     lm = sub.add_parser("lm", help="language-model corpora: train a tokenizer, build a corpus")
     kinds = lm.add_subparsers(dest="lm_command", required=True)
@@ -86,12 +93,7 @@ def add_lm(sub: Any) -> None:
         default="bpe",
         help="byte-level BPE (GPT-style) or WordPiece (BERT-style)",
     )
-    p.add_argument(
-        "--split",
-        choices=["blank", "line", "file"],
-        default="blank",
-        help="how plain text divides into documents",
-    )
+    _add_split(p)
     p.add_argument("--limit", type=int, help="train on at most this many documents")
     p.set_defaults(func=_cmd_lm_tokenizer)
     p = kinds.add_parser("build", help="tokenize a corpus into a memory-mapped TokenCorpus")
@@ -100,23 +102,15 @@ def add_lm(sub: Any) -> None:
         "dest", help="TokenCorpus directory to create, or an s3://... URL (built, then uploaded)"
     )
     p.add_argument("--tokenizer", required=True, type=tokenizer, help="tokenizer.json or folder")
-    p.add_argument(
-        "--split",
-        choices=["blank", "line", "file"],
-        default="blank",
-        help="how plain text divides into documents",
-    )
+    _add_split(p)
     p.add_argument("--no-eos", action="store_true", help="do not end documents with EOS")
     p.add_argument("--eos-token", help="name of the end-of-text token")
-    p.add_argument("--overwrite", action="store_true", help="rebuild even if up to date")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--shard",
-        type=shard_arg,
-        metavar="I/N",
-        help="tokenize shard I of N only (any worker, any order); then `lading lm merge DEST`",
+    add_shard_options(
+        p,
+        shard_help="tokenize shard I of N only (any worker, any order); then "
+        "`lading lm merge DEST`",
+        build_id_help="with --shard: the build directory the shards share",
     )
-    p.add_argument("--build-id", help="with --shard: the build directory the shards share")
     p.add_argument(
         "--on-error",
         choices=["raise", "skip"],

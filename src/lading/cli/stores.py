@@ -102,6 +102,15 @@ def shard_arg(value: str) -> tuple[int, int]:
     return int(i), int(n)
 
 
+def add_shard_options(p: argparse.ArgumentParser, *, shard_help: str, build_id_help: str) -> None:
+    """The options of a build that can be split among workers (``lading build``, ``lading lm
+    build``): ``--overwrite``, ``--quiet``, ``--shard I/N`` and ``--build-id``."""
+    p.add_argument("--overwrite", action="store_true", help="rebuild even if up to date")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--shard", type=shard_arg, metavar="I/N", help=shard_help)
+    p.add_argument("--build-id", help=build_id_help)
+
+
 def counted(n: int, noun: str) -> str:
     """``1 document``, ``2 documents``, ``1,000 documents``."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
@@ -324,19 +333,12 @@ def _add_build(sub: Any) -> None:
         help="TSV column names, comma-separated, one per column (default: id,text); a wider "
         "TSV names every column, e.g. id,url,title,text for msmarco-docs.tsv",
     )
-    p.add_argument("--overwrite", action="store_true", help="rebuild even if up to date")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--shard",
-        type=shard_arg,
-        metavar="I/N",
-        help="write shard I of N only (0-based; a Slurm array: "
+    add_shard_options(
+        p,
+        shard_help="write shard I of N only (0-based; a Slurm array: "
         "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT), then `lading merge DEST` once all N are "
         "written",
-    )
-    p.add_argument(
-        "--build-id",
-        help="with --shard: the build directory the shards share (default: derived from the "
-        "inputs, options and N, the same in every worker)",
+        build_id_help="with --shard: the build directory the shards share (default: derived from "
+        "the inputs, options and N, the same in every worker)",
     )
     p.set_defaults(func=_cmd_build)

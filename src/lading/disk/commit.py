@@ -53,6 +53,12 @@ def units(manifest: dict[str, Any]) -> set[str]:
     return out
 
 
+def replaced(previous: dict[str, Any], now: float) -> dict[str, Any]:
+    """The history entry of the snapshot ``previous`` (its manifest) replaced at ``now``: its
+    id, the time, and the units it uses (kept while a reader may still be opening them)."""
+    return {"snapshot": previous["snapshot"], "replaced_at": now, "units": sorted(units(previous))}
+
+
 def commit(root: Path, manifest: dict[str, Any], previous: dict[str, Any] | None) -> list[str]:
     """Make ``manifest`` the current snapshot of ``root`` (call under the build lock); then
     remove what no reader can still be opening (see :func:`collect_garbage`). Returns the
@@ -66,8 +72,7 @@ def commit(root: Path, manifest: dict[str, Any], previous: dict[str, Any] | None
     now = time.time()
     kept, expired = _split_history(previous, now)
     if previous is not None:
-        entry = {"snapshot": previous["snapshot"], "replaced_at": now}
-        kept.append({**entry, "units": sorted(units(previous))})
+        kept.append(replaced(previous, now))
     snap = manifest["snapshot"]
     for name, info in manifest["files"].items():
         info["spot_crc32"] = spot_crc32(safe_relative(root, name, "directory"))

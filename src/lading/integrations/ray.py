@@ -27,13 +27,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-try:
-    import ray.data  # noqa: F401
-except ImportError:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "lading.integrations.ray needs Ray Data. To install:\n  pip install 'lading[ray]'"
-    ) from None
-
 from lading.disk import BuildContext
 from lading.integrations.ray_shards import ShardSink, arrow
 from lading.remote.settings import RemoteSettings

@@ -29,13 +29,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-try:
-    import ray.data  # noqa: F401
-except ImportError:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "lading.integrations.ray_tokens needs Ray Data. To install:\n  pip install 'lading[ray]'"
-    ) from None
-
 from lading.disk import BuildContext
 from lading.errors import SourceError
 from lading.integrations.ray_shards import ShardSink, arrow

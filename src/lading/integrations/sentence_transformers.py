@@ -69,6 +69,22 @@ class GroupsTrainerMixin(LadingTrainerMixin):
     """Builds the loader from training groups and the trainer's own collator and arguments."""
 
     data_collator: Any
+    default_row_format: str = "n-tuple"  # the rows made of groups unless told (row_format=)
+
+    def __init__(
+        self,
+        *args: Any,
+        train_groups: Any = None,
+        row_format: str | None = None,
+        train_loader: Resumable | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """The trainer's own ``__init__`` (``args``, ``kwargs``), then its loader from
+        ``train_groups`` as ``row_format`` rows (default: the trainer's ``default_row_format``)
+        or a ready ``train_loader``."""
+        super().__init__(*args, **kwargs)
+        fmt = self.default_row_format if row_format is None else row_format
+        self.setup_groups(train_groups, fmt, train_loader)
 
     def setup_groups(self, groups: Any, row_format: str, train_loader: Resumable | None) -> None:
         if groups is None and train_loader is None:
@@ -149,32 +165,14 @@ def warn_batch_counts_groups(batch_size: int, row_format: str, group_size: int) 
 class LadingSentenceTransformerTrainer(GroupsTrainerMixin, SentenceTransformerTrainer):  # type: ignore[misc]
     """``SentenceTransformerTrainer`` on ``train_groups`` (default rows: ``"n-tuple"``)."""
 
-    def __init__(
-        self,
-        *args: Any,
-        train_groups: Any = None,
-        row_format: str = "n-tuple",
-        train_loader: Resumable | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self.setup_groups(train_groups, row_format, train_loader)
+    default_row_format = "n-tuple"
 
 
 class LadingCrossEncoderTrainer(GroupsTrainerMixin, CrossEncoderTrainer):  # type: ignore[misc]
     """``CrossEncoderTrainer`` on ``train_groups`` (default rows: ``"labeled-pair"``, what its
     default BinaryCrossEntropyLoss trains on)."""
 
-    def __init__(
-        self,
-        *args: Any,
-        train_groups: Any = None,
-        row_format: str = "labeled-pair",
-        train_loader: Resumable | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self.setup_groups(train_groups, row_format, train_loader)
+    default_row_format = "labeled-pair"
 
 
 __all__ = ["GroupsTrainerMixin", "LadingCrossEncoderTrainer", "LadingSentenceTransformerTrainer"]

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lading.disk.commit import units
+from lading.disk.commit import replaced
 from lading.disk.snapshot import MANIFEST, new_snapshot_id
 from lading.errors import StoreFormatError
 from lading.lm.merge import check_same_tokens, manifest
@@ -131,7 +131,6 @@ def _with_history(meta: dict[str, Any], previous: dict[str, Any] | None) -> byte
     now = time.time()
     history = []
     if previous is not None and previous.get("snapshot"):
-        replaced = {"snapshot": previous["snapshot"], "replaced_at": now}
-        history.append({**replaced, "units": sorted(units(previous))})
+        history.append(replaced(previous, now))
     meta.update(history=history, committed_at=now)
     return json.dumps(meta, indent=2, sort_keys=True).encode("utf-8")

@@ -36,7 +36,9 @@ from lading.sources import OnError, ParseOptions, SourceReader, fingerprint, ref
 from lading.stores.building.inputs import Piece, check_shard_count, plan_shard
 from lading.stores.building.shardset import (
     SHARD_FILE,
+    ShardWork,
     check_shard,
+    check_shard_files,
     claim_shard,
     derive_build_id,
     shard_record,
@@ -49,23 +51,15 @@ _DTYPES = ("<u2", "<u4", "<i4", "|u1")
 
 
 @dataclass(frozen=True)
-class CorpusShardReport:
+class CorpusShardReport(ShardWork):
     """What a shard worker did: ``documents`` tokenized into shard ``shard`` of ``shards``
     (``reused``: it was there already) of build ``build_id`` of the corpus at ``dest``."""
 
-    dest: Path
-    build_id: str
-    shard: int
-    shards: int
     documents: int
     reused: bool
 
     def __str__(self) -> str:
-        did = "already built" if self.reused else f"{self.documents:,} documents"
-        return (
-            f"{self.dest}: shard {self.shard}/{self.shards} of {self.build_id}: {did}; once all "
-            f"{self.shards} are built: lading lm merge {self.dest}"
-        )
+        return self.line(self.documents, self.reused, "lading lm merge")
 
 
 @dataclass
@@ -277,14 +271,7 @@ def read_corpus_shard(root: Path, rel: str) -> CorpusShard:
         inside(root / rel, name, "a name in files", path)
         if not isinstance(info, dict) or not isinstance(info.get("size"), int):
             raise refuse(path, f"files.{name}", info, "has no size")
-        try:
-            size = (root / rel / name).stat().st_size
-        except FileNotFoundError:
-            raise StoreFormatError(f"{root / rel / name} (in {path}) is missing") from None
-        if size != info["size"]:
-            raise StoreFormatError(
-                f"{root / rel / name} is {size} bytes, its shard says {info['size']}"
-            )
+    check_shard_files(root, rel, path, files)
     itemsize = np.dtype(record["dtype"]).itemsize
     if files["tokens.bin"]["size"] != record["tokens"] * itemsize or files["tokens.off"][
         "size"

@@ -29,7 +29,7 @@ from lading.disk import (
 )
 from lading.errors import StoreFormatError
 from lading.sources.tsv_blocks import Column, int_values
-from lading.stores.building.shardset import shard_record
+from lading.stores.building.shardset import check_shard_files, shard_record
 from lading.stores.building.writer import (
     Duplicates,
     _all_distinct_small_ints,
@@ -65,15 +65,7 @@ def read_shard(root: Path, rel: str) -> Shard:
     """
     path, record = shard_record(root, rel)
     record = check_shard_record(record, path, root / rel)  # names inside, types right
-    for name, info in record["files"].items():
-        try:
-            size = (root / rel / name).stat().st_size
-        except FileNotFoundError:
-            raise StoreFormatError(f"{root / rel / name} (in {path}) is missing") from None
-        if size != info["size"]:
-            raise StoreFormatError(
-                f"{root / rel / name} is {size} bytes, its shard says {info['size']}"
-            )
+    check_shard_files(root, rel, path, record["files"])
     return Shard(rel, record, source=record.get("source"))
 
 

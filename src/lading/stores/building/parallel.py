@@ -30,6 +30,7 @@ from lading.stores.building.inputs import PiecesReader, check_shard_count, input
 from lading.stores.building.merge import Shard, manifest_of, read_shard
 from lading.stores.building.shardset import (
     BUILD_FILE,
+    ShardWork,
     check_same_inputs,
     check_same_options,
     check_shard,
@@ -46,7 +47,7 @@ __all__ = ["BUILD_FILE", "ShardReport", "derive_build_id", "merge_store", "write
 
 
 @dataclass(frozen=True)
-class ShardReport:
+class ShardReport(ShardWork):
     """What a shard worker did.
 
     Attributes:
@@ -58,19 +59,11 @@ class ShardReport:
         reused: the shard was there already (a rerun), nothing was written.
     """
 
-    dest: Path
-    build_id: str
-    shard: int
-    shards: int
     rows: int
     reused: bool
 
     def __str__(self) -> str:
-        did = "already built" if self.reused else f"{self.rows:,} documents"
-        return (
-            f"{self.dest}: shard {self.shard}/{self.shards} of {self.build_id}: {did}; once all "
-            f"{self.shards} are built: lading merge {self.dest}"
-        )
+        return self.line(self.rows, self.reused, "lading merge")
 
 
 def source_files(source: Any, format: str | None, parse: ParseOptions) -> list[Path]:

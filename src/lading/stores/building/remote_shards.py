@@ -217,10 +217,9 @@ def commit_store_in_bucket(
         if name.startswith(BUILD_PREFIX):  # stand-ins here: the bucket has the bytes
             info.pop("spot_crc32", None)
     if previous is not None and previous.get("snapshot"):
-        from lading.disk.commit import units
+        from lading.disk.commit import replaced
 
-        replaced = {"snapshot": previous["snapshot"], "replaced_at": meta["committed_at"]}
-        meta["history"] = [{**replaced, "units": sorted(units(previous))}]
+        meta["history"] = [replaced(previous, meta["committed_at"])]
     raw = json.dumps(meta, indent=2, sort_keys=True).encode("utf-8")
     (root / snapshot / "manifest.json").write_bytes(raw)
     made = sorted(p for p in (root / snapshot).rglob("*") if p.is_file())

@@ -18,6 +18,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,6 +49,44 @@ def shard_record(root: Path, rel: str) -> tuple[Path, Any]:
     except (ValueError, OSError) as e:
         raise StoreFormatError(f"{path} is damaged ({e}); build this shard again") from None
     return path, record
+
+
+def check_shard_files(root: Path, rel: str, path: Path, files: dict[str, Any]) -> None:
+    """Every file a shard's record (``path``) lists in ``files`` is in ``root/rel`` and of the
+    size the record says.
+
+    Raises:
+        StoreFormatError: a file missing, or of another size.
+    """
+    for name, info in files.items():
+        try:
+            size = (root / rel / name).stat().st_size
+        except FileNotFoundError:
+            raise StoreFormatError(f"{root / rel / name} (in {path}) is missing") from None
+        if size != info["size"]:
+            raise StoreFormatError(
+                f"{root / rel / name} is {size} bytes, its shard says {info['size']}"
+            )
+
+
+@dataclass(frozen=True)
+class ShardWork:
+    """Which shard a worker built: ``shard`` of ``shards`` of build ``build_id`` at ``dest``. Each
+    kind's report (stores, token corpora) adds what it wrote and whether it was reused."""
+
+    dest: Path
+    build_id: str
+    shard: int
+    shards: int
+
+    def line(self, documents: int, reused: bool, merge: str) -> str:
+        """The worker's one line: ``documents`` written (or ``reused``: there already) and the
+        command (``merge``) that commits the shards once all are built."""
+        did = "already built" if reused else f"{documents:,} documents"
+        return (
+            f"{self.dest}: shard {self.shard}/{self.shards} of {self.build_id}: {did}; once all "
+            f"{self.shards} are built: {merge} {self.dest}"
+        )
 
 
 def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
