@@ -72,6 +72,7 @@ def _lines(
 ) -> Iterator[Chunk]:
     """:func:`numbered_lines` (``blank``) or :func:`chunk_lines`: one loop, no generator
     stacked on another (this runs once a record of every TSV and JSONL source)."""
+    new = tuple.__new__  # Chunk(...) without the Python-level __new__ of a NamedTuple: same tuple
     pos = first_byte
     for number, raw in enumerate(stream, start=first_line):
         start = pos
@@ -82,7 +83,7 @@ def _lines(
         # a blank line (nothing but line ends) separates nothing and holds nothing; a line
         # whose first byte is no line end is not blank, known without copying it
         if blank or (raw and (raw[0] not in b"\r\n" or raw.rstrip(b"\r\n"))):
-            yield Chunk(number, start, pos, raw)
+            yield new(Chunk, (number, start, pos, raw))
 
 
 def chunk_trec(stream: IO[bytes]) -> Iterator[Chunk]:

@@ -202,6 +202,7 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
     text_keys = (options.text_field,) if options.text_field else JSON_TEXT_FIELDS
     keep = options.keep_fields
     loads = json.loads
+    new = tuple.__new__  # Record(...) without the Python-level __new__ of a NamedTuple
 
     def parse_jsonl(raw: bytes) -> Record:
         try:
@@ -240,7 +241,7 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
         value = obj[id_key]
         # str() of an int is never empty, padded or holding a NUL: check_id would pass it
         doc_id = str(value) if type(value) is int else _json_scalar_id(value, id_key)
-        return Record(doc_id, body, fields)
+        return new(Record, (doc_id, body, fields))
 
     return parse_jsonl
 
