@@ -6,8 +6,9 @@ Texts: ``--docs`` real MS MARCO passages when the data is here (:func:`common.ma
 else synthetic ones, written as JSONL ``{"id": <int>, "text": ...}``. Each round runs, in fresh
 subprocesses alternating which goes first, the reader of ``--old`` (a ``src`` folder, put on
 ``PYTHONPATH``) and of this checkout: each child times ``for r in SourceReader(path, "jsonl",
-"raise", ParseOptions())`` and ``for line in f: json.loads(line)["text"]`` (CPU time,
-``time.process_time``), alternating those too. Printed: microseconds a document, median
+"raise", ParseOptions())``, ``for line in f: json.loads(line)["text"]`` and the sharded token
+build's reading (``lading.lm.shards.shard_texts`` over the pieces of 4 shards) (CPU time,
+``time.process_time``, best of 2), alternating those too. Printed: microseconds a document, median
 [min-max] over the rounds, the reader over the bare loop, and the load average.
 """
 
@@ -43,11 +44,23 @@ def bare():
         for line in f:
             n += len(json.loads(line)["text"])
     return n
-best = {"reader": [], "bare": []}
+def shards():  # the sharded token build's reading: shard_texts over 4 shards' pieces
+    from pathlib import Path
+    from lading.lm.shards import inputs_of, is_jsonl, shard_texts
+    from lading.stores.building.inputs import plan_shard
+    inputs = inputs_of(Path(path))
+    n = 0
+    for i in range(4):
+        planned = plan_shard(inputs.files, 4, None, i, is_jsonl)
+        for text in shard_texts(inputs, planned, "blank", "raise"):
+            n += len(text)
+    return n
+runs = {"reader": reader, "bare": bare, "shards": shards}
+best = {name: [] for name in runs}
 for i in range(reps):
-    for name in (("reader", "bare") if i % 2 == 0 else ("bare", "reader")):
+    for name in list(runs) if i % 2 == 0 else list(runs)[::-1]:
         t = time.process_time()
-        (reader if name == "reader" else bare)()
+        runs[name]()
         best[name].append(time.process_time() - t)
 print(json.dumps({k: min(v) for k, v in best.items()}))
 """
@@ -86,6 +99,7 @@ def main() -> None:
         sides = {"old": args.old, "new": NEW_SRC}
         us: dict[str, list[float]] = {"old": [], "new": [], "bare": []}
         ratio: dict[str, list[float]] = {"old": [], "new": []}
+        shard_us: dict[str, list[float]] = {"old": [], "new": []}
         loads = []
         for r in range(args.repeats):
             loads.append(os.getloadavg()[0])
@@ -94,12 +108,17 @@ def main() -> None:
                 us[side].append(got["reader"] / args.docs * 1e6)
                 us["bare"].append(got["bare"] / args.docs * 1e6)
                 ratio[side].append(got["reader"] / got["bare"])
+                shard_us[side].append(got["shards"] / args.docs * 1e6)
     print(f"{args.docs:,} documents ({origin}), {args.repeats} rounds, load {spread(loads)}")
     print(f"old = {args.old}, new = {NEW_SRC}; CPU us a document, median [min-max]")
     print(f"  bare json.loads loop : {spread(us['bare'])}")
     for side in ("old", "new"):
         print(f"  reader {side:3}          : {spread(us[side])}  x bare {spread(ratio[side])}")
     gain = [o / n for o, n in zip(us["old"], us["new"])]
+    print(f"  old / new            : {spread(gain)}")
+    for side in ("old", "new"):
+        print(f"  shard_texts x4 {side:3}  : {spread(shard_us[side])}")
+    gain = [o / n for o, n in zip(shard_us["old"], shard_us["new"])]
     print(f"  old / new            : {spread(gain)}")
 
 
