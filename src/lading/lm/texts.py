@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -108,8 +109,7 @@ def _store_texts(path: Path, snapshot: str | None) -> Iterator[str]:
 
 def file_texts(path: Path, split: str) -> Iterator[str]:
     if path.name.endswith(_JSON_SUFFIXES):
-        for record in read_records(path, format="jsonl"):
-            yield record.text
+        yield from map(attrgetter("text"), read_records(path, format="jsonl"))
         return
     with open_binary(path) as stream:
         head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""

@@ -192,21 +192,37 @@ def _json_scalar_id(value: Any, key: str) -> str:
 
 
 def make_jsonl_parser(options: ParseOptions) -> Parser:
-    """Parser of one JSON object per line into a Record."""
+    """Parser of one JSON object per line into a Record.
+
+    The common record (valid UTF-8 and JSON, an object) takes the shortest way; anything else
+    goes through :func:`_decode` and :func:`json_object`, the one statement of what is refused
+    and how it is worded.
+    """
     id_keys = (options.id_field,) if options.id_field else JSON_ID_FIELDS
     text_keys = (options.text_field,) if options.text_field else JSON_TEXT_FIELDS
     keep = options.keep_fields
+    loads = json.loads
+    new = tuple.__new__  # Record(...) without the Python-level __new__ of a NamedTuple
 
     def parse_jsonl(raw: bytes) -> Record:
-        obj = json_object(_decode(raw))
-        id_key = next((k for k in id_keys if k in obj), None)
-        if id_key is None:
+        try:
+            obj = loads(raw.decode("utf-8"))
+        except ValueError:  # invalid UTF-8 or JSON: said by the helpers
+            obj = json_object(_decode(raw))
+        if type(obj) is not dict:
+            obj = json_object(_decode(raw))
+        for id_key in id_keys:
+            if id_key in obj:
+                break
+        else:
             raise RecordError(
                 f"no id field: expected one of {list(id_keys)}; name it: "
                 "parse=ParseOptions(id_field=...) or --id-field"
             )
-        text_key = next((k for k in text_keys if k in obj), None)
-        if text_key is None:
+        for text_key in text_keys:
+            if text_key in obj:
+                break
+        else:
             raise RecordError(
                 f"no text field: expected one of {list(text_keys)}; name it: "
                 "parse=ParseOptions(text_field=...) or --text-field"
@@ -222,7 +238,10 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
             if not isinstance(value, str):
                 raise RecordError(f"field {key!r} must be a string, found {value!r:.40}")
             fields[key] = value
-        return Record(_json_scalar_id(obj[id_key], id_key), body, fields)
+        value = obj[id_key]
+        # str() of an int is never empty, padded or holding a NUL: check_id would pass it
+        doc_id = str(value) if type(value) is int else _json_scalar_id(value, id_key)
+        return new(Record, (doc_id, body, fields))
 
     return parse_jsonl
 

@@ -91,6 +91,7 @@ FORMATS: tuple[str, ...] = ("arrow", "beir", "irds", "jsonl", "parquet", "trec",
 # the parsers' advice to skip ("…; pass on_error='skip' to …", "…, or pass on_error='skip' …"),
 # left out of the reasons recorded while skipping
 _SKIP_ADVICE = re.compile(r"[;,] (?:or )?pass on_error='skip'[^;]*")
+_RECORDS, _NUMBERED, _SPANS = range(3)  # what SourceReader._parsed yields a record as
 BLOCK_RECORDS = 1024  # records of a non-TSV source gathered into one block by iter_bulk
 
 _SUFFIX_FORMATS = {
@@ -256,31 +257,29 @@ class SourceReader:
 
     def __iter__(self) -> Iterator[Record]:
         if self.format == "irds":
-            yield from _iter_irds(os.fspath(self.source)[len("irds:") :])
-            return
+            return _iter_irds(os.fspath(self.source)[len("irds:") :])
         if self.format in ("arrow", "parquet"):
-            yield from (record for record, _, _ in self.iter_numbered())
-            return
-        for record, _ in self.iter_spans():
-            yield record
+            return (record for record, _, _ in self.iter_numbered())
+        return self._parsed(_RECORDS)
 
     def iter_numbered(self) -> Iterator[tuple[Record, int, int]]:
         """Records with the line each starts on and the byte where it ends (irds: the record's
-        number and 0)."""
+        number and 0; parquet and Arrow: the row and 0)."""
         if self.format == "irds":
-            for number, record in enumerate(self, start=1):
-                yield record, number, 0
-            return
+            return ((record, number, 0) for number, record in enumerate(self, start=1))
         if self.format in ("arrow", "parquet"):
             assert self.path is not None
-            for record, row in iter_table(self.path, self.format, self.options, self._bad):
-                yield record, row, 0
-            return
-        for record, chunk in self.iter_spans():
-            yield record, chunk.line, chunk.end
+            rows = iter_table(self.path, self.format, self.options, self._bad)
+            return ((record, row, 0) for record, row in rows)
+        return self._parsed(_NUMBERED)
 
     def iter_spans(self) -> Iterator[tuple[Record, Chunk]]:
         """Records with the raw chunk each came from (byte span in the decompressed file)."""
+        return self._parsed(_SPANS)
+
+    def _parsed(self, shape: int) -> Iterator[Any]:
+        """The records of a text file in ``shape``: one loop serves :meth:`__iter__`,
+        :meth:`iter_numbered` and :meth:`iter_spans`, no generator stacked on another."""
         path = self.path
         if path is None or self.format not in ("beir", *FILE_FORMATS):
             raise ValueError(
@@ -296,7 +295,10 @@ class SourceReader:
                 except RecordError as e:
                     self._bad(path, chunk.line, str(e))
                     continue
-                yield record, chunk
+                if shape == _SPANS:
+                    yield record, chunk
+                else:  # _NUMBERED is 1, _RECORDS 0
+                    yield (record, chunk.line, chunk.end) if shape else record
 
     @property
     def bulk(self) -> bool:
@@ -358,8 +360,7 @@ class SourceReader:
 
 
 def _iter_irds(dataset_id: str) -> Iterator[Record]:
-    ir_datasets = import_ir_datasets()
-    dataset = ir_datasets.load(dataset_id)
+    dataset = import_ir_datasets().load(dataset_id)
     if not dataset.has_docs():
         raise ValueError(f"ir_datasets dataset {dataset_id!r} has no documents")
     for doc in dataset.docs_iter():

@@ -1,0 +1,140 @@
+"""JSONL edge cases pinned record by record: ids, fields, line numbers, byte spans, skip counts
+and the exact error of each kind of bad line, read whole, as a part (a span starting mid-file)
+and through each of the reader's iterators (they share one loop and one parser)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lading.errors import SourceError
+from lading.sources import SourceReader
+
+LINES = [
+    b'\xef\xbb\xbf{"id": "a", "text": "x", "title": "T"}\r\n',
+    b"\r\n",
+    b"\n",
+    b"\r\r\n",
+    b'{"id": 7, "text": "int id"}\n',
+    b'{"id": true, "text": "bool"}\n',
+    b'{"id": 1.5, "text": "float"}\n',
+    b"[1, 2]\n",
+    b'"str"\n',
+    b"null\n",
+    b'{"text": "no id"}\n',
+    b'{"id": "n"}\n',
+    b'{"id": "t", "text": 5}\n',
+    b'{"id": "f", "text": "x", "title": 3}\n',
+    b'{"id": "f2", "text": "x", "title": null}\n',
+    b'{"id": " pad", "text": "x"}\n',
+    b'{"id": "", "text": "x"}\n',
+    b'{"id": "nu\\u0000l", "text": "x"}\n',
+    b'{"id": "u", "text": "bad \xff"}\n',
+    b'{"id": "j", "text": \n',
+    b'\xef\xbb\xbf{"id": "midbom", "text": "x"}\n',
+    b"  \n",
+    b'{"id": "crlf", "text": "y"}\r\n',
+    b'{"doc_id": "d", "id": "i", "contents": "c", "text": "t"}\n',
+    b'{"id": -3, "text": "neg"} \n',
+    b'{"id": "last", "text": "no line end"}',
+]
+BOM_JSON = "invalid JSON (Unexpected UTF-8 BOM (decode using utf-8-sig) at column 1)"
+NOT_ID = "id field 'id' must be a string or an integer, found"
+NO_ID = (
+    "no id field: expected one of ['id', 'doc_id', 'docid', '_id', 'pid']; name it: "
+    "parse=ParseOptions(id_field=...) or --id-field"
+)
+NO_TEXT = (
+    "no text field: expected one of ['text', 'contents', 'body']; name it: "
+    "parse=ParseOptions(text_field=...) or --text-field"
+)
+BAD_UTF8 = "invalid UTF-8 at byte 25 of the record (b'\\xff'); re-encode the file as UTF-8"
+# what the line of LINES at each index does after a good first line: its record, or the error
+AFTER_A_GOOD_LINE: dict[int, tuple[str, str] | str | None] = {
+    0: BOM_JSON,  # a BOM is dropped only at the very start of the file
+    1: None,
+    2: None,
+    3: None,
+    4: ("7", "int id"),
+    5: f"{NOT_ID} True",
+    6: f"{NOT_ID} 1.5",
+    7: "expected a JSON object, found list",
+    8: "expected a JSON object, found str",
+    9: "expected a JSON object, found NoneType",
+    10: NO_ID,
+    11: NO_TEXT,
+    12: "text field 'text' must be a string, found 5",
+    13: "field 'title' must be a string, found 3",
+    14: ("f2", "x"),
+    15: "id ' pad' has leading or trailing whitespace; strip it in the source",
+    16: "empty id",
+    17: "id 'nu\\x00l' contains a NUL character",
+    18: BAD_UTF8 + ", or pass on_error='skip' to skip such records",
+    19: "invalid JSON (Expecting value at column 1)",
+    20: BOM_JSON,
+    21: "invalid JSON (Expecting value at column 1)",
+    22: ("crlf", "y"),
+    23: ("i", "t"),
+    24: ("-3", "neg"),
+    25: ("last", "no line end"),
+}
+
+
+@pytest.mark.parametrize("index", sorted(AFTER_A_GOOD_LINE))
+def test_each_kind_of_line_gives_its_record_or_its_exact_error(tmp_path: Path, index: int) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"id": "ok", "text": "first"}\n' + LINES[index])
+    expected = AFTER_A_GOOD_LINE[index]
+    if isinstance(expected, str):
+        with pytest.raises(SourceError) as caught:
+            list(SourceReader(path, "jsonl"))
+        assert str(caught.value) == f"line 2 of {path}: {expected}"
+        return
+    records = [(r.id, r.text) for r in SourceReader(path, "jsonl")]
+    assert records == [("ok", "first")] + ([expected] if expected else [])
+
+
+def test_every_iterator_gives_the_same_records_lines_spans_and_skips(tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b"".join(LINES))
+    spans = [
+        ("a", "x", {"title": "T"}, 1, 3, 43),
+        ("7", "int id", {}, 5, 49, 77),
+        ("f2", "x", {}, 15, 243, 284),
+        ("crlf", "y", {}, 23, 455, 484),
+        ("i", "t", {}, 24, 484, 541),
+        ("-3", "neg", {}, 25, 541, 568),
+        ("last", "no line end", {}, 26, 568, 605),
+    ]
+    reader = SourceReader(path, "jsonl", "skip")
+    got = [(r.id, r.text, dict(r.fields), c.line, c.start, c.end) for r, c in reader.iter_spans()]
+    assert got == spans
+    assert all(c.data == path.read_bytes()[c.start : c.end] for _, c in reader.iter_spans())
+    assert reader.skipped == 2 * 16
+    numbered = SourceReader(path, "jsonl", "skip")
+    assert [(r.id, line, end) for r, line, end in numbered.iter_numbered()] == [
+        (s[0], s[3], s[5]) for s in spans
+    ]
+    plain = SourceReader(path, "jsonl", "skip")
+    assert [tuple(r) for r in plain] == [s[:3] for s in spans]
+    assert numbered.skipped == plain.skipped == 16
+    assert len(plain.skip_reasons) == 10
+    assert plain.skip_reasons[0] == f"line 6 of {path}: {NOT_ID} True"
+
+
+def test_a_part_starting_mid_line_numbers_as_the_file_does_in_its_errors(tmp_path: Path) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b"".join(LINES))
+    first = SourceReader(path, "jsonl", "skip", span=(60, 300))  # 60 is inside line 5
+    assert [(r.id, line, end) for r, line, end in first.iter_numbered()] == [("f2", 10, 207)]
+    assert first.skipped == 10 and first.skip_reasons[0] == f"line 6 of {path}: {NOT_ID} True"
+    rest = SourceReader(path, "jsonl", "skip", span=(300, 10**6))
+    assert [r.id for r in rest] == ["crlf", "i", "-3", "last"]
+    assert rest.skipped == 6
+    assert rest.skip_reasons[2] == f"line 19 of {path}: {BAD_UTF8}"
+    assert [r.id for r in SourceReader(path, "jsonl", span=(0, 60))] == ["a", "7"]
+    assert list(SourceReader(path, "jsonl", span=(44, 45))) == []
+    with pytest.raises(SourceError) as caught:
+        list(SourceReader(path, "jsonl", span=(300, 10**6)))
+    assert str(caught.value) == f"line 17 of {path}: empty id"
