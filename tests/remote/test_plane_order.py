@@ -149,6 +149,19 @@ def test_next_uses_of_many_blocks_are_each_blocks_own(rng: random.Random) -> Non
         assert schedule.next_use_many(spans, at) == want
 
 
+def test_reads_between_answers_as_the_spans_do(rng: random.Random) -> None:
+    """The planner's per-batch question (a read planned in ``first .. stop - 1``?) answers
+    what the spans read there say, for empty, single-step and wide ranges, before the first
+    read and past the last."""
+    steps = sorted(rng.sample(range(300), rng.randrange(1, 40)))
+    needs = [Need("a", 10 * s, 10 * s + 5, s) for s in steps]
+    schedule = Schedule(needs, 0)
+    for _ in range(500):
+        first = rng.randrange(-20, 320)
+        stop = first + rng.choice([0, 1, rng.randrange(0, 40)])
+        assert schedule.reads_between(first, stop) == bool(schedule.spans(first, stop))
+
+
 def _corpus(folder: Path, count: int) -> Path:
     lines = [f"D{i}\tpassage {i} " + "word " * (i % 40) for i in range(count)]
     return write(folder / "collection.tsv", "\n".join(lines) + "\n")

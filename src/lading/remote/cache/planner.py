@@ -126,8 +126,8 @@ class Planner:
             return False
         may = (
             now - last >= _RETRY_EVERY
-            or bool(schedule.spans(last, now))  # reads passed: next uses moved on
-            or bool(schedule.spans(last + WINDOW, now + WINDOW))  # into eviction's window
+            or schedule.reads_between(last, now)  # reads passed: next uses moved on
+            or schedule.reads_between(last + WINDOW, now + WINDOW)  # into eviction's window
         )
         if may:
             self._retried = now
@@ -143,6 +143,9 @@ class Planner:
         if schedule is None or now <= self._advanced:
             return
         upto = min(now, schedule.last_step)
+        if not schedule.reads_between(self._advanced, upto):
+            self._advanced = max(self._advanced, upto)
+            return
         spans = schedule.spans(self._advanced, upto)
         self._advanced = max(self._advanced, upto)
         if not spans:
