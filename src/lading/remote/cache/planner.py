@@ -8,7 +8,9 @@ at a time) turns that into the cache's two inputs:
 - :meth:`Planner.plan`: the epoch's whole order (a :class:`~lading.remote.schedule.Schedule`);
   every cached block it reads gets its first planned use as its next use, which eviction by
   next use reads (the node's other processes see it: it is in the ledger);
-- :meth:`Planner.prefetch`: the next batches' ranges, fetched a window ahead: the window holds
+- :meth:`Planner.prefetch`: the next batches' ranges, fetched a window ahead (but a range larger
+  than a region, read around the cache at its read, never claimed ahead: on sessions at a
+  0.39 MiB cap every call claimed one and found no room, 184 of 874 calls): the window holds
   at most :data:`AHEAD_SHARE` of the cap (a window larger than the cap evicts its own blocks
   before they are read: measured, 2.56x the bytes used fetched at 2 % of 100k documents); the
   rest waits and is fetched as steps pass; what finds no room now (every region holds blocks
@@ -91,7 +93,8 @@ class Planner:
             self._ahead = [n for n in self._ahead if n.step >= self._advanced] + list(needs)
         retry_now = self._room_may_have_come(now)
         self.advance(now)
-        fresh = sorted((n for n in needs if n.end > n.start), key=_STEP)
+        largest = self.cache.max_block  # a larger range is read around the cache: never ahead
+        fresh = sorted((n for n in needs if 0 < n.end - n.start <= largest), key=_STEP)
         if fresh:
             steps = len({n.step for n in fresh})
             self._step_bytes = sum(n.end - n.start for n in fresh) // steps
