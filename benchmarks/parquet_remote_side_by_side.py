@@ -1,19 +1,27 @@
-"""A quick side by side: PartitionedParquet's sessions/s from local files and from the local S3.
+"""PartitionedParquet's client CPU a session, from local files and from the local S3, side by side.
 
-    python benchmarks/parquet_remote_side_by_side.py [--repeat 5]
+    python benchmarks/parquet_remote_side_by_side.py [--repeats 3] [--epochs 3]
+        [--caps 0.39M,10%,25%] [--profile remote-25%]
 
 Data: the YOOCHOOSE training days 178-181 of ../shared/data/recsys (T4R preprocessing),
 rewritten in row groups of 2,048 sessions (the originals hold one row group a file), read as
-local files and from the local S3 (30 ms ± 10 a GET). Batches of 256 sessions, item lists
-padded to 20, ``num_workers=0``. Remote epochs: ``cold`` (a fresh node cache), ``warm`` (its
-second epoch, every row group cached). Each repeat runs the three in turn; medians, min and
-max of sessions/s (wall) and of this process's CPU time a session (every thread). Prints; the
-official figures are the issue 41 benchmark's.
+local files and from the local S3 (``--latency``, 30 ms ± 10 a GET). Batches of 256 sessions,
+item lists padded to 20, ``num_workers=0``, no step. Each run: one loader, ``--epochs``
+epochs (a cold node cache at the first), timed from the loader's construction (remote: the
+LIST and footers; local: the files' metadata). Each repeat runs local then every cap, the
+order rotated by repeat. Client CPU: this process's own (``time.process_time``: every thread,
+the GET threads included; the server is another process). Ratios remote / local are paired
+within a repeat (the local run of the same repeat). Issue 48 item 5: client CPU a session
+from the bucket <= 1.3x local. ``--profile NAME`` runs one more pass of that run under
+cProfile and prints its top functions.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import os
+import pstats
 import shutil
 import statistics
 import tempfile
@@ -33,54 +41,116 @@ KW: dict[str, Any] = {
 }
 
 
-def epoch(loader: Any) -> tuple[int, float, float]:
-    """Sessions, wall seconds and CPU seconds of one pass."""
+def cap_bytes(spec: str, total: int) -> int:
+    """``"10%"`` of ``total`` bytes, or a size (``"0.39M"``, ``"409600"``)."""
+    if spec.endswith("%"):
+        return int(float(spec[:-1]) / 100 * total)
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(spec[-1:].upper(), 1)
+    return int(float(spec.rstrip("KkMmGg")) * scale)
+
+
+def run(make: Any, epochs: int) -> dict[str, Any]:
+    """``epochs`` passes of the loader ``make()`` builds: sessions, wall, CPU, load."""
     wall, cpu = time.perf_counter(), time.process_time()
-    n = sum(len(batch["session_id"]) for batch in loader)
-    return n, time.perf_counter() - wall, time.process_time() - cpu
+    loader = make()
+    n = 0
+    for _ in range(epochs):
+        n += sum(len(batch["session_id"]) for batch in loader)
+    out = {"n": n, "wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+    out["load"] = os.getloadavg()[0]
+    stats = loader.cache_stats()  # remote: the node cache's figures (empty for local files)
+    out["used"], out["gets"] = stats.get("bytes_used", 0), stats.get("gets", 0)
+    del loader
+    return out
+
+
+def regroup(days: Path, local: Path) -> int:
+    import pyarrow.parquet as pq
+
+    for day in (178, 179, 180, 181):
+        table = pq.read_table(days / str(day) / "train.parquet")
+        pq.write_table(table, local / f"{day}.parquet", row_group_size=2048)
+    return sum(p.stat().st_size for p in local.iterdir())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--caps", default="0.39M,10%,25%")
+    parser.add_argument("--latency", type=float, default=0.03)
+    parser.add_argument("--profile", default="", help="a run's name (local, remote-25%%)")
     args = parser.parse_args()
-    import pyarrow.parquet as pq
-
     found = data_dir()
     if found is None:
         raise SystemExit("no real data: set LADING_DATA or put it at ../shared/data")
-    days = found / "recsys" / "yoochoose_t4r_preproc_sessions_by_day"
     work = Path(tempfile.mkdtemp(prefix="pq-side-by-side-"))
     local = work / "local"
     local.mkdir()
-    for day in (178, 179, 180, 181):
-        table = pq.read_table(days / str(day) / "train.parquet")
-        pq.write_table(table, local / f"{day}.parquet", row_group_size=2048)
-    runs: dict[str, list[tuple[int, float, float]]] = {"local": [], "cold": [], "warm": []}
+    total = regroup(found / "recsys" / "yoochoose_t4r_preproc_sessions_by_day", local)
+    caps = {f"remote-{c}": cap_bytes(c, total) for c in args.caps.split(",") if c}
+    runs: dict[str, list[dict[str, Any]]] = {"local": [], **{name: [] for name in caps}}
+    started = time.time()
     try:
-        with LocalS3() as s3:
+        with LocalS3(latency=args.latency, jitter=args.latency / 3) as s3:
             s3.make_bucket("sessions")
             client = open_client("s3://sessions")
             for path in sorted(local.iterdir()):
                 client.put(f"train/{path.name}", path)
-            for r in range(args.repeat):
-                runs["local"].append(epoch(PartitionedParquet(local, 256, **KW)))
-                remote = PartitionedParquet(
-                    "s3://sessions/train/", 256, cache=work / f"cache-{r}", cache_bytes="64M", **KW
+
+            def maker(name: str, tag: str) -> Any:
+                if name == "local":
+                    return lambda: PartitionedParquet(local, 256, **KW)
+                folder = work / f"cache-{tag}"
+                shutil.rmtree(folder, ignore_errors=True)
+                return lambda: PartitionedParquet(
+                    "s3://sessions/train/", 256, cache=folder, cache_bytes=caps[name], **KW
                 )
-                runs["cold"].append(epoch(remote))
-                runs["warm"].append(epoch(remote))
+
+            run(maker("local", "warm"), 1)  # imports, page cache: nobody's cost
+            names = list(runs)
+            for r in range(args.repeats):
+                for name in names[r % len(names) :] + names[: r % len(names)]:
+                    s3.reset()
+                    got = run(maker(name, f"{name}-{r}"), args.epochs)
+                    got["fetched"] = s3.stats()["get_bytes"] if name != "local" else 0
+                    runs[name].append(got)
+                    print(name, r, {k: round(v, 4) for k, v in got.items()}, flush=True)
+            if args.profile:
+                profile = cProfile.Profile()
+                profile.runcall(run, maker(args.profile, "profile"), args.epochs)
+                pstats.Stats(profile).sort_stats("tottime").print_stats(30)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    sessions = runs["local"][0][0]
-    print(f"{sessions:,} sessions an epoch, {args.repeat} repeats")
-    for name, passes in runs.items():
-        rates = [n / wall for n, wall, _ in passes]
-        cpu = [c / n * 1e6 for n, _, c in passes]
+    report(runs, caps, total, args, time.time() - started)
+
+
+def spread(values: list[float], form: str) -> str:
+    return f"{statistics.median(values):{form}} [{min(values):{form}}-{max(values):{form}}]"
+
+
+def report(runs: dict[str, list[dict[str, Any]]], caps: dict[str, int], total: int, args: Any,
+           seconds: float) -> None:  # fmt: skip
+    sessions = runs["local"][0]["n"] // args.epochs
+    print(
+        f"\n{sessions:,} sessions an epoch, {args.epochs} epochs a run (cold cache at the first), "
+        f"{args.repeats} repeats, files {total:,} bytes, {seconds:.0f} s in all"
+    )
+    print("| files | cap | sessions/s | client CPU us / session | x local (paired) | "
+          "GETs | bytes fetched / used | load |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    local = runs["local"]
+    for name, got in runs.items():
+        cpu = [g["cpu"] / g["n"] * 1e6 for g in got]
+        ratio = [g["cpu"] / g["n"] / (o["cpu"] / o["n"]) for g, o in zip(got, local)]
+        fetched = [g["fetched"] / max(1, g["used"]) for g in got]
+        cap = f"{caps[name]:,}" if name in caps else "-"
         print(
-            f"{name:5s} sessions/s median {statistics.median(rates):9,.0f} "
-            f"(min {min(rates):,.0f}, max {max(rates):,.0f}); CPU us a session median "
-            f"{statistics.median(cpu):.2f} (min {min(cpu):.2f}, max {max(cpu):.2f})"
+            f"| {name} | {cap} | {spread([g['n'] / g['wall'] for g in got], ',.0f')} | "
+            f"{spread(cpu, '.2f')} | {spread(ratio, '.2f')} | "
+            f"{spread([g['gets'] for g in got], ',.0f')} | "
+            f"{spread(fetched, '.3f')} | "
+            f"{spread([g['load'] for g in got], '.1f')} |"
         )
 
 

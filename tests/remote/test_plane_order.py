@@ -149,6 +149,41 @@ def test_next_uses_of_many_blocks_are_each_blocks_own(rng: random.Random) -> Non
         assert schedule.next_use_many(spans, at) == want
 
 
+def test_reads_between_answers_as_the_spans_do(rng: random.Random) -> None:
+    """The planner's per-batch question (a read planned in ``first .. stop - 1``?) answers
+    what the spans read there say, for empty, single-step and wide ranges, before the first
+    read and past the last."""
+    steps = sorted(rng.sample(range(300), rng.randrange(1, 40)))
+    needs = [Need("a", 10 * s, 10 * s + 5, s) for s in steps]
+    schedule = Schedule(needs, 0)
+    for _ in range(500):
+        first = rng.randrange(-20, 320)
+        stop = first + rng.choice([0, 1, rng.randrange(0, 40)])
+        assert schedule.reads_between(first, stop) == bool(schedule.spans(first, stop))
+
+
+def test_a_range_larger_than_a_region_is_not_kept_for_later(tmp_path: Path) -> None:
+    """A range no block can hold (larger than a region: read around the cache at its read)
+    is neither fetched ahead nor kept to try again at every later batch; a small one is."""
+    data = bytes(range(256)) * 64
+    cache = _cache(tmp_path, data, 16 << 10, "next-use")
+    try:
+        big, small = Need("text.bin", 0, 6000, 3), Need("text.bin", 8192, 8292, 4)
+        assert big.end - big.start > cache.max_block
+        planner = Planner(cache)
+        planner.plan(Schedule([big, small], 0))
+        planner.prefetch([big, small], 0)
+        assert big not in planner._pending + planner._deferred
+        cache.drain()
+        assert cache.stats()["gets"] == 1  # the small one, fetched ahead
+        assert cache.read([("text.bin", 0, 6000)], 3) == [data[:6000]]
+        assert cache.stats()["bytes_bypassed"] == 6000  # read around, fetched at its read
+        assert cache.read([("text.bin", 8192, 8292)], 4) == [data[8192:8292]]
+        assert (cache.stats()["gets"], cache.stats()["bytes_fetched"]) == (2, 6100)
+    finally:
+        cache.close()
+
+
 def _corpus(folder: Path, count: int) -> Path:
     lines = [f"D{i}\tpassage {i} " + "word " * (i % 40) for i in range(count)]
     return write(folder / "collection.tsv", "\n".join(lines) + "\n")

@@ -14,6 +14,7 @@ object; the node's ledger learns the next use of each cached block from it.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,6 +50,7 @@ class Schedule:
         by_step = np.argsort(steps, kind="stable")
         self._step_order = (obj[by_step], starts[by_step], ends[by_step], steps[by_step])
         self._keys = keys
+        self._read_steps: list[int] | None = None  # the steps with a read (on first use)
         self.first_step = int(steps.min()) if first_step is None and n else int(first_step or 0)
         self.last_step = int(steps.max()) + 1 if n else self.first_step
 
@@ -59,6 +61,14 @@ class Schedule:
     def covers(self, step: int | None) -> bool:
         """Whether ``step`` is within the schedule."""
         return step is not None and self.first_step <= step < self.last_step
+
+    def reads_between(self, first: int, stop: int) -> bool:
+        """Whether a read is planned at a step in ``first .. stop - 1`` (a bisect: a planner
+        asks at every batch, most of which read nothing new)."""
+        if self._read_steps is None:
+            self._read_steps = np.unique(self._step_order[3]).tolist()
+        at = bisect.bisect_left(self._read_steps, first)
+        return at < len(self._read_steps) and self._read_steps[at] < stop
 
     def spans(self, first: int, stop: int) -> list[Span]:
         """The ranges read at steps ``first .. stop - 1``, each once."""
