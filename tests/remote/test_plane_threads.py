@@ -306,8 +306,10 @@ def test_a_fork_while_the_read_ahead_thread_runs_never_hangs_the_child(mid: bool
 
 
 FORK_REMOTE = """
-    import os, threading
+    import faulthandler, os, signal, threading, time
     import numpy as np
+    faulthandler.dump_traceback_later(200, exit=True)  # a hang says where (the test waits 240)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a child keeps it: says where it hung
     from lading.lm import LanguageModelLoader, TokenCorpus, Windows
 
     local = TokenCorpus.open({local!r})
@@ -327,7 +329,16 @@ FORK_REMOTE = """
             os._exit(0 if ok else 3)
         rest = [[f.tolist() for f in b] for b in it]
         assert got + rest == want, k
-        _, status = os.waitpid(pid, 0)
+        for _ in range(900):  # a child's pass takes ~1 s: 90 s, then its stacks and a kill
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGUSR1)
+            time.sleep(1)
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
         codes.append(os.waitstatus_to_exitcode(status))
     print("children", codes)
 """
