@@ -1,5 +1,10 @@
 """Every thread lading starts has an owner, an end and one rule at ``fork()`` and at exit.
 
+Imports a thread may start on first use are made here, before any thread: a fork that lands
+while a thread imports a module copies that module's import lock held, and the child's first
+use of it waits for ever (numpy >= 2.4's ``np.unique`` imports ``numpy.ma`` on its first call:
+a fresh-clone CI run's forked child hung there, found with gdb in the stray child).
+
 Owners (a loader's read-ahead, the node cache's fill thread, the fetch loop) register here
 with the stage they belong to; this module is the only place that hooks ``fork()`` and exit:
 
@@ -24,6 +29,8 @@ import threading
 import weakref
 from collections.abc import Iterator
 from typing import Protocol
+
+import numpy.ma  # noqa: F401  # imported lazily by np.unique (numpy >= 2.4): see the module doc
 
 STAGES = ("ahead", "fill", "fetch")  # the order in which owners are closed at exit
 FORK_WAIT_S = 10.0  # how long a fork waits for the threads inside SQLite to leave it

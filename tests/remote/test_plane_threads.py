@@ -425,3 +425,12 @@ def test_nothing_is_written_outside_the_cache_folder(
     loader = LanguageModelLoader(remote, 2, Windows(12), seed=6, num_workers=0)
     assert epoch(loader) == epoch(LanguageModelLoader(corpora.local["a"], 2, Windows(12), seed=6))
     assert sorted(p.name for p in blocked.parent.iterdir()) == ["lading-orders"]
+
+
+def test_modules_threads_import_on_first_use_are_imported_before_any_fork() -> None:
+    """A fork while a thread imports a module leaves the module's lock held in the child,
+    whose first use of it then waits for ever: numpy >= 2.4's ``np.unique`` imports
+    ``numpy.ma`` on its first call (a CI run's forked child hung there, seen with gdb). lading
+    imports it before any of its threads can (checked in a fresh interpreter)."""
+    done = _run("import sys, lading.threads; print('numpy.ma' in sys.modules)", timeout=60)
+    assert done.stdout.strip() == "True", done.stdout + done.stderr
