@@ -368,7 +368,8 @@ CLAIMER = """
     import sys
     from lading.lm import TokenCorpus
     corpus = TokenCorpus.open({url!r}, cache={cache!r}, cache_bytes="1M", timeout=120)
-    print("claiming", flush=True)
+    print("opened", flush=True)
+    sys.stdin.readline()  # the test aims its fault at the next GET, then says go
     corpus.tokens[0:40]  # its GET never comes back: the claim stays, its owner alive
 """
 
@@ -385,15 +386,18 @@ def test_a_claim_of_a_process_in_another_pid_namespace_is_taken_over_once_it_die
     probe = subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True)
     if probe.returncode != 0:
         pytest.skip(f"unshare --pid is not allowed here: {probe.stderr.decode().strip()}")
-    faults.fault("corpora/a/", 1, "hang")
     script = textwrap.dedent(CLAIMER.format(url=corpora.url("a"), cache=str(cache)))
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     claimer = subprocess.Popen(
         ["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-c", script],
-        stdout=subprocess.PIPE, text=True, env=env,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
-        assert claimer.stdout is not None and claimer.stdout.readline().strip() == "claiming"
+        assert claimer.stdin is not None and claimer.stdout is not None
+        assert claimer.stdout.readline().strip() == "opened"
+        faults.fault("corpora/a/", 1, "hang")  # its read's GET, not its open's (a 120 s stall)
+        claimer.stdin.write("go\n")
+        claimer.stdin.flush()
         wait_for(lambda: faults.stats()["faults"] == 1)
     finally:
         claimer.kill()  # unshare's child goes with it (it is the namespace's init)
