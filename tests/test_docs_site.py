@@ -253,6 +253,7 @@ def rendered(browser: str, page: Path, profile: Path) -> dict[str, object]:
     return probe
 
 
+@pytest.mark.slow  # a headless Chromium over every page: ~30 s
 def test_every_page_renders_whole_in_chromium(site: Path, tmp_path: Path) -> None:
     browser = chromium()
     if browser is None:

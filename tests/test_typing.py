@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.e2e  # mypy in a subprocess: seconds
+pytestmark = pytest.mark.slow  # mypy in a subprocess (~25 s): run by .ci/run, beside its own mypy
 
 USER_CODE = """
 import lading

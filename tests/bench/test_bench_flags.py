@@ -96,7 +96,7 @@ def _plan_in_subprocess(flags: list[str], cache: Path) -> subprocess.CompletedPr
     )
 
 
-@pytest.mark.e2e  # the CLI in two subprocesses (~30 s on a busy 2-core machine)
+@pytest.mark.slow  # the CLI in two subprocesses (~10-30 s on a busy 2-core machine)
 def test_a_hub_id_is_looked_up_in_the_local_cache_only(tmp_path: Path) -> None:
     snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / ("0" * 40)
     snapshot.mkdir(parents=True)

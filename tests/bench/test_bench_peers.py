@@ -31,7 +31,12 @@ def systems(bench_peers: object) -> object:
     return sys.modules["peers_systems"]
 
 
-@pytest.mark.parametrize("system", ["lading", "hf", "litdata", "mds"])
+PEERS_SLOW = pytest.mark.slow  # a peer's build in its own stack, ~10 s (lading's: by default)
+
+
+@pytest.mark.parametrize(
+    "system", ["lading", *(pytest.param(s, marks=PEERS_SLOW) for s in ("hf", "litdata", "mds"))]
+)
 def test_each_system_serves_the_dicts_texts(
     bench_peers: object, system: str, tmp_path: Path
 ) -> None:
@@ -70,7 +75,9 @@ def test_the_bench_hf_strategy_serves_the_dicts_texts(tmp_path: Path) -> None:
         store.get_many(["nope"])
 
 
-@pytest.mark.parametrize("system", ["lading", "hf", "litdata"])
+@pytest.mark.parametrize(
+    "system", ["lading", *(pytest.param(s, marks=PEERS_SLOW) for s in ("hf", "litdata"))]
+)
 def test_each_system_serves_the_same_token_ids(
     bench_peers: object, systems: object, system: str, tmp_path: Path
 ) -> None:
@@ -107,6 +114,7 @@ def test_the_cold_drop_empties_the_page_cache(systems: object, tmp_path: Path) -
     assert systems.resident_fraction(data.parent) > 0.9  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow  # every peer in fresh processes, each importing its stack: ~3 min
 def test_a_tiny_run_reports_every_measure(tmp_path: Path) -> None:
     """The whole benchmark at 300 passages, once: every system's column, every measure's row,
     the ratios, and the results file (not the tracked RESULTS.md: no --write)."""

@@ -29,7 +29,7 @@ def run_bench(out: Path, *extra: str) -> dict[str, Any]:
     return results
 
 
-@pytest.mark.e2e
+@pytest.mark.slow  # the script's whole run over the local S3 (~15 s)
 def test_lading_from_disk_and_the_bucket_and_parquet(tmp_path: Path) -> None:
     """lading's rows: an epoch of every window (the local corpus: ~40,000 tokens / 256 a
     window), bytes counted, the state resumes exactly; both parquet routes read every session."""

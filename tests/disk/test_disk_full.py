@@ -23,7 +23,7 @@ pytest.importorskip("tokenizers")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+pytestmark = pytest.mark.slow  # a full disk, a file size limit, in subprocesses (~40 s)
 
 
 def limit_file_size(limit: int) -> None:

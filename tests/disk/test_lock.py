@@ -35,6 +35,7 @@ def _critical(rank: int, world: int, lock: str, log: str) -> None:
             f.write(f"out {rank}\n")
 
 
+@pytest.mark.slow  # racing real processes: ~10 s
 def test_racing_processes_never_hold_the_lock_together(tmp_path: Path) -> None:
     log = tmp_path / "log"
     run_processes(_critical, 4, str(tmp_path / "x.lock"), str(log), gloo=False)
@@ -59,6 +60,7 @@ def _build_once(rank: int, world: int, dest: str) -> bool:
     return True
 
 
+@pytest.mark.slow  # racing real processes: ~10 s
 def test_racing_builders_build_once_and_all_see_the_result(tmp_path: Path) -> None:
     built = run_processes(_build_once, 4, str(tmp_path / "d"), gloo=False)
     assert sum(built) == 1

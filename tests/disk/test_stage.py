@@ -125,12 +125,14 @@ def _stage_as(rank: int, world: int, src: str, dest: str) -> str:
     return str(_mark(Path(dest))["staged_at"])
 
 
+@pytest.mark.slow  # ranks as real processes
 def test_local_rank_0_copies_and_the_others_wait(built: Path, tmp_path: Path) -> None:
     dest = tmp_path / "node0" / "store"
     times = run_processes(_stage_as, 3, str(built), str(dest), gloo=False)
     assert len(set(times)) == 1  # one copy, seen by all three
 
 
+@pytest.mark.slow  # ranks as real processes
 def test_the_waiting_ranks_hear_that_local_rank_0_failed(built: Path, tmp_path: Path) -> None:
     big = max((p for p in built.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
     _damage_middle(big)

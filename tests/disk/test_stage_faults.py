@@ -23,6 +23,8 @@ from lading.disk.stage import stage
 from lading.errors import RemoteReadError
 from lading.testing import LocalS3
 
+pytestmark = pytest.mark.slow  # fault injection: ~5 s a case against a stalling server
+
 pytest.importorskip("s3fs", reason="staging from S3 needs s3fs: pip install 'lading[remote]'")
 
 # Seconds an attempt may take: T where every attempt of the first call (the listing) meets a

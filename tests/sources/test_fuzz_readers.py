@@ -156,7 +156,7 @@ with contextlib.suppress(ImportError):
     COMPRESSORS["zst"] = lambda data: zstandard.ZstdCompressor().compress(data)
 
 
-@pytest.mark.e2e  # hypothesis over three compressors: seconds each
+@pytest.mark.slow  # hypothesis over three compressors: ~7 s each, run by .ci/run
 @pytest.mark.parametrize("suffix", sorted(COMPRESSORS))
 @fuzz
 @given(fraction=st.floats(0.001, 1, exclude_max=True), skip=st.booleans())

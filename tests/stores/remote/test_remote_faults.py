@@ -27,6 +27,8 @@ from lading.stores.remote.store import RemoteStore
 from lading.testing import LocalS3
 from lading.testing.localserver import free_port
 
+pytestmark = pytest.mark.slow  # fault injection: ~5 s a case against a stalling server
+
 T = 0.5  # seconds an attempt may take where every attempt meets a fault
 DEADLINE = 4 * T + LOADED_S  # those 4 attempts, and what a loaded machine adds
 DOCS = {f"d{i}": f"document {i} " + "x" * (i % 50) for i in range(200)}

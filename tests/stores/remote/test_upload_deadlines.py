@@ -21,6 +21,8 @@ from lading.remote.objects import RemoteWriteError
 from lading.stores.remote.store import RemoteStore
 from lading.testing import LocalS3
 
+pytestmark = pytest.mark.slow  # fault injection: ~5 s a case against a stalling server
+
 T = 1.0  # seconds: the base deadline (LADING_REMOTE_TIMEOUT); a loaded moto may take 0.5 s a PUT
 RATE = "100M"  # bytes/s assumed at least: a 6 MiB file may take T + 0.06 s
 DEADLINE = 4 * T + 3.0  # the probe's attempts, the deadline, the proxy's latency, the build
