@@ -206,6 +206,27 @@ def test_closing_a_fetcher_settles_every_future_at_once(bucket: str, faults: Loc
     assert time.monotonic() - started < 5.0
 
 
+def test_a_closed_fetcher_sends_nothing_queued_or_retried(bucket: str, faults: LocalS3) -> None:
+    """One slot, held by a GET the server never answers, two GETs queued behind it: after
+    ``close`` neither queued GET is sent, and the stalled one is not retried when its attempt
+    times out (was: the queue drained into the server, and the attempt retried, after close)."""
+    url = f"s3://{bucket}/queued"
+    client = open_client(url)
+    for name in ("a.bin", "b.bin", "c.bin"):
+        client.put(name, os.urandom(1000))
+    fetcher = Fetcher(lambda: open_client(url), in_flight=1, timeout=1.0)
+    gets = faults.stats()["gets"]
+    faults.fault("queued/a.bin", 1, "hang")
+    futures = [fetcher.submit(name, 0, 100) for name in ("a.bin", "b.bin", "c.bin")]
+    wait_for(lambda: faults.stats()["faults"] == 1)
+    fetcher.close()
+    for future in futures:
+        with pytest.raises(RemoteReadError, match="closed"):
+            future.result(timeout=10)
+    time.sleep(2.5)  # past the stalled attempt's timeout, and a retry's pause
+    assert faults.stats()["gets"] - gets == 1, "a GET was sent after close"
+
+
 class _Stalling:
     """A dataset whose item 5 takes ``seconds`` to build (a build stuck on its reads)."""
 

@@ -23,7 +23,11 @@ not returned yet, ``retries`` times; then :class:`RemoteReadError` names the obj
 attempts and last error. A missing or replaced object, or access denied, is not retried.
 
 Ends: :meth:`Fetcher.close` settles every unsettled future with an error saying so and sends
-nothing after; a fetcher used after ``close`` refuses, naming the fix.
+nothing after: a call still queued for a slot, or between a failed attempt and its retry,
+stops there; a fetcher used after ``close`` refuses, naming the fix.
+
+Over 400 lines, as one idea: the calls, their deadline and their end share the fetcher's
+state (its unsettled futures, its slots, ``closed``), and split they would reach into it.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ __all__ = [
 DEFAULT_IN_FLIGHT = 128  # > 64: at 30 ms a GET, 128 in flight serve ~4,200 GETs/s
 CALL_RANGES = 10  # ranges a call: obstore's get_ranges runs at most 10 requests of one at once
 PIN_S = 1.0  # a call checks its object's ETag when the last check is older than this
+CLOSED = "{!r} was closed while this GET was in flight; open the store or corpus again"
 
 Request = tuple[str, int, int, str | None]  # key, start, end, etag (None: not pinned)
 
@@ -214,6 +219,8 @@ class Fetcher:
         return [f.result() for f in self.submit_many(requests)]
 
     def _launch(self, requests: list[Request], futures: list[Future]) -> None:
+        if self.closed:  # submitted just before close: settled by it, never sent
+            return
         calls: dict[tuple[str, str | None], list[int]] = {}
         for i, (key, _, _, etag) in enumerate(requests):
             calls.setdefault((key, etag), []).append(i)
@@ -259,8 +266,9 @@ class Fetcher:
             asked = [ranges[i] for i in todo]
             async with slots:
                 slot = None if self.node is None else await self.node.acquire()
-                self.gets += len(asked)
                 try:
+                    self._refuse_if_closed()  # queued for a slot at close: not sent
+                    self.gets += len(asked)
                     datas = await get_ranges(client, key, asked, etag)
                 finally:
                     if slot is not None and self.node is not None:
@@ -318,6 +326,7 @@ class Fetcher:
             if n:
                 self.retried += 1
                 await asyncio.sleep(pause)
+                self._refuse_if_closed()  # a failed attempt is not retried after close
             try:
                 return await _within(attempt(), self.timeout)
             except PermanentError:
@@ -343,15 +352,18 @@ class Fetcher:
         _settle(live, error)
 
     def close(self) -> None:
-        """Settle every GET not yet settled with an error saying so, send none after; returns
-        at once (calls in flight end by their own timeout; at exit :mod:`.loop` drains them)."""
+        """Settle every GET not yet settled with an error saying so, send none after (a call
+        queued for a slot, or about to retry, stops there); returns at once (calls in flight
+        end by their own timeout; at exit :mod:`.loop` drains them)."""
         with self._lock:
             self.closed = True
             live, self._unsettled = list(self._unsettled), set()
-        error = RemoteReadError(
-            f"{self!r} was closed while this GET was in flight; open the store or corpus again"
-        )
-        _settle([(future, None) for future in live], error)
+        _settle([(future, None) for future in live], RemoteReadError(CLOSED.format(self)))
+
+    def _refuse_if_closed(self) -> None:
+        """Raise, never to be retried, where a call would send a request after close."""
+        if self.closed:
+            raise PermanentError(CLOSED.format(self))
 
     def forked(self) -> None:
         """In a forked child: the parent's client, GETs and slots are not this process's;
