@@ -29,7 +29,7 @@ NEEDS = {
     "Transformers4Rec / Merlin": ("pyarrow",),
 }
 FRAMEWORK_BLOCKS = {f"{PAGE}: {title} #1": title for title in NEEDS}
-FAST = {"Transformers4Rec / Merlin"}  # the others import a framework and train: slow
+FAST: set[str] = set()  # each imports a framework and trains (T4R, the lightest: ~15 s): slow
 # the models each distributed example trains, whose weights must agree over the ranks
 DISTRIBUTED = {"HF Trainer": ("model",), "sentence-transformers": ("model", "reranker")}
 DIGEST = """

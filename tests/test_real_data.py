@@ -59,6 +59,7 @@ def test_real_qrels_ids_are_found(data_dir: Path, tmp_path: Path) -> None:
     assert len(store.get_many(judged)) == len(judged)
 
 
+@pytest.mark.slow  # tokenizes the real passages: ~12 s
 def test_pretokenized_real_passages(data_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("tokenizers")
     from lading.stores.tokens import train_tokenizer

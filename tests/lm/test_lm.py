@@ -334,6 +334,7 @@ def rows_of(batches: list[list[list[int]]], row: int) -> list[np.ndarray]:
     return [np.array(b[row]) for b in batches]
 
 
+@pytest.mark.slow  # tokenizes the Wikipedia sample: ~30 s
 def test_real_wikipedia_sample(data_dir: Path, tmp_path: Path) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 

@@ -113,6 +113,7 @@ def test_a_get_failing_three_times_is_retried_then_named(
     assert cache.stats()["bytes_cached"] == 0  # the failed claim gave its space back
 
 
+@pytest.mark.slow  # a slow GET waits out its attempt's timeout: ~5 s
 def test_a_slow_or_short_get_is_retried_never_returned(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:

@@ -325,7 +325,10 @@ def test_an_object_rewritten_mid_run_is_refused_never_mixed(
     same(list(again), list(PartitionedParquet(others, 8, **KW)))
 
 
-@pytest.mark.parametrize("kind", ["reset", "slow", "error"])
+@pytest.mark.parametrize(
+    "kind",
+    ["reset", pytest.param("slow", marks=pytest.mark.slow), "error"],  # slow: ~5 s
+)
 def test_faults_on_row_group_gets_still_give_the_right_batches(
     url: str, local: Path, s3: LocalS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:

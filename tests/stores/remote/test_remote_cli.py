@@ -15,7 +15,7 @@ import pytest
 from lading.remote.clients import open_client
 from lading.testing import LocalS3
 
-pytestmark = pytest.mark.e2e  # the CLI in subprocesses
+pytestmark = pytest.mark.slow  # the CLI in subprocesses, into the local S3 (~20 s)
 
 
 def _lading(cwd: Path, *argv: str, timeout: float = 600) -> str:
