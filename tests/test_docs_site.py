@@ -33,7 +33,7 @@ import pytest
 
 from conftest import REPO
 
-pytestmark = pytest.mark.e2e  # builds the whole site (~10 s)
+pytestmark = pytest.mark.slow  # builds the whole site (~10 s); .ci/run builds it --strict too
 
 FIT = 70  # monospace characters a code line shows at 1280 px beside the navigation and contents
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}

@@ -41,6 +41,7 @@ def need(strategy: str) -> None:
         pytest.skip(f"{strategy}: {why}")
 
 
+@pytest.mark.slow  # a peer's own build and stack: ~5-7 s each
 @pytest.mark.parametrize("strategy", PEER_STRATEGIES)
 def test_a_peer_serves_the_tsvs_texts_by_id(bench_data: BenchData, strategy: str) -> None:
     """Every id's text, in request order, duplicates and int ids included; row codes agree;
@@ -81,6 +82,7 @@ def test_a_finished_peer_build_is_kept(bench_data: BenchData, tmp_path: Path) ->
     assert sorted(p.name for p in work.iterdir() if p.name.split(".")[0] in built) == sorted(built)
 
 
+@pytest.mark.slow  # a peer's own build and stack: ~5-7 s each
 @pytest.mark.parametrize("strategy", PEER_STRATEGIES)
 def test_a_peer_runs_as_a_bench_cell(bench_data: BenchData, strategy: str) -> None:
     """One rank through the harness: a measured window, and the id map in the rank's memory."""

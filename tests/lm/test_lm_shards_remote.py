@@ -28,6 +28,7 @@ def batches(corpus: TokenCorpus, sequence: object) -> list[list[object]]:
     return [[np.asarray(t).tolist() for t in batch] for batch in loader]
 
 
+@pytest.mark.slow  # three shards and a merge in the bucket, read back three ways: ~22 s
 def test_shards_upload_as_they_finish_and_the_merge_commits_in_the_bucket(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:

@@ -53,6 +53,7 @@ class _Watch:
         self._thread.join(10)
 
 
+@pytest.mark.slow  # rebuilds, sampling the folder: ~10 s
 def test_a_folder_holds_the_cap_and_the_index_budget_through_rebuilds(
     s3: LocalS3, bucket: str, tmp_path: Path, rng: random.Random
 ) -> None:
@@ -85,6 +86,7 @@ def test_a_folder_holds_the_cap_and_the_index_budget_through_rebuilds(
         lading.open_store(url, cache=cache, cache_bytes=cap, index_bytes=1000)
 
 
+@pytest.mark.slow  # larger data: ~7 s
 def test_the_payload_holds_cap_over_document_bytes_documents(
     s3: LocalS3, bucket: str, tmp_path: Path, rng: random.Random
 ) -> None:

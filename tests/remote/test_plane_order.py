@@ -85,7 +85,8 @@ def _epoch2_hits(
     return float(hits / (hits + misses))
 
 
-@pytest.mark.parametrize("share", [4, pytest.param(16, marks=pytest.mark.slow)])
+@pytest.mark.slow  # two epochs against Belady: ~9 s each
+@pytest.mark.parametrize("share", [4, 16])
 def test_the_whole_order_keeps_what_is_needed_soonest(
     tmp_path: Path, rng: random.Random, share: int
 ) -> None:

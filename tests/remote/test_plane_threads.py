@@ -140,6 +140,7 @@ def test_a_reader_thread_beside_a_loader_reads_the_right_tokens(
 # ------------------------------------------------------------------ no lock across I/O
 
 
+@pytest.mark.slow  # a stalled server: ~5 s
 def test_a_prefetch_does_not_wait_for_another_threads_stalled_read(
     corpora: Corpora, faults: LocalS3
 ) -> None:
@@ -164,6 +165,7 @@ def test_a_prefetch_does_not_wait_for_another_threads_stalled_read(
     assert n == corpora.local["a"].n_tokens
 
 
+@pytest.mark.slow  # a stalled server: ~5 s
 def test_a_second_loader_does_not_wait_for_the_first_ones_gets(
     corpora: Corpora, faults: LocalS3
 ) -> None:
@@ -318,6 +320,7 @@ FORK_LOCAL = """
 """
 
 
+@pytest.mark.slow  # forks: ~5 s each
 @pytest.mark.parametrize("mid", [False, True], ids=["between-passes", "mid-pass"])
 def test_a_fork_while_the_read_ahead_thread_runs_never_hangs_the_child(mid: bool) -> None:
     """In a forked child the thread does not exist: its pass builds from the cursor (was: the

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
+pytestmark = pytest.mark.slow  # larger data: peak memory against rows
 
 _CHILD = """
 import gc, json, sys

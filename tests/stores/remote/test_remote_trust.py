@@ -263,6 +263,7 @@ def _set(meta: Any, at: tuple[Any, ...], value: Any) -> None:
     database=None,
     suppress_health_check=list(hypothesis.HealthCheck),
 )
+@pytest.mark.slow  # fuzz: ~5 s
 @hypothesis.seed(SEED)
 @hypothesis.given(data=st.data())
 def test_fuzz_every_field_of_the_remote_manifest(
