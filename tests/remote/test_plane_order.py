@@ -269,3 +269,64 @@ def test_the_needs_left_for_later_are_those_overlapping_a_deferred_block() -> No
             if any(b.key == n.key and b.start < n.end and n.start < b.end for b in blocks)
         ]
         assert inside(needs, blocks) == plain
+
+
+def test_a_store_that_knows_the_order_keeps_the_next_epochs_blocks_until_read(
+    bucket: str, tmp_path: Path
+) -> None:
+    """Through the store's own reads (``get_many`` at its step, after ``store.plan``), as
+    through the cache's: a read that misses takes the room of no block planned later in the
+    epoch. At a cap full of blocks the next epoch needs (an epoch ends so), all of them but
+    the regions the batch and the window take are still there at their reads; the store's
+    reads once evicted whole regions of them (5 of 16
+    regions at the start of epoch 2 at a 0.5 % cap of 1M passages: 0.60x Belady's hits), yet
+    the window ahead still finds room (a read that takes none had it find none)."""
+    count, batch = 1_200, 24
+    folder = tmp_path / "src"
+    lines = [f"D{i}\tpassage {i} " + "word " * (200 + i % 40) for i in range(count)]
+    write(folder / "collection.tsv", "\n".join(lines) + "\n")  # ~1 KiB a document
+    url = f"s3://{bucket}/kept"
+    built = lading.build_store(folder / "collection.tsv", url, cache=str(tmp_path / "up"),
+                               progress=False)  # fmt: skip
+    spans = built._columns.spans("text", np.arange(count))
+    mean = sum(b - a for _, a, b in spans) / count
+    store = lading.open_store(url, cache=tmp_path / "node", cache_bytes=int(96 * mean))
+    assert isinstance(store, RemoteStore)
+    rng = np.random.default_rng(0)
+    orders = [rng.permutation(count) for _ in range(2)]
+    epochs = [[[f"D{i}" for i in o[j : j + batch]] for j in range(0, count, batch)] for o in orders]
+    cache = store._columns.cache
+    for epoch, batches in enumerate(epochs):
+        steps = [(epoch << 32) + j for j in range(len(batches))]
+        after = epochs[epoch + 1] if epoch + 1 < len(epochs) else []
+        store.plan(
+            batches + after, steps=steps + [((epoch + 1) << 32) + j for j in range(len(after))]
+        )
+        if epoch == 1:
+            cache.drain()
+            with cache.ledger.read() as conn:
+                kept = conn.execute(
+                    "SELECT count(*) FROM blocks WHERE owner IS NULL AND next_use >= ?",
+                    (1 << 32,),
+                ).fetchone()[0]
+            before = store.cache_stats()
+        told = 0
+        for j, ids in enumerate(batches):
+            if told < min(j + 8, len(batches)):
+                upto = min(j + 16, len(batches))
+                store.prefetch(batches[told:upto], steps[told], steps[j])
+                told = upto
+            else:
+                store.prefetch([], steps[j] + 1, steps[j])
+            assert store.get_many(ids, step=steps[j]) == built.get_many(ids)
+    stats = store.cache_stats()
+    hits = stats["hits"] - before["hits"]
+    around = stats["bytes_bypassed"] - before["bytes_bypassed"]
+    used = stats["bytes_used"] - before["bytes_used"]
+    print(f"blocks kept for epoch 2: {kept}; its hits: {hits}; read around: {around / used:.2f}")
+    assert kept >= 48  # the cap was full of the next epoch's blocks (~96 documents)
+    # each was read from the cache (a block holds one document or more) but those of the
+    # regions the batch and the window took (2 of the 16 at most)
+    assert hits >= 0.8 * kept
+    assert around <= 0.25 * used  # the window still fetched ahead (none read around the cache)
+    store.close()

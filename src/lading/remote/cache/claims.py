@@ -95,7 +95,8 @@ class Claims:
             for n, block in enumerate([] if around else blocks):
                 place = None
                 if block.size <= self.max_block:
-                    place = space.place(block.size, bound(block.step, now, prefetch, near))
+                    limit = bound(block.step, now, prefetch, near)
+                    place = space.place(block.size, limit, block.step)
                 if place is None:
                     deferred += blocks[n:] if prefetch else [block]
                     if prefetch:
@@ -163,7 +164,7 @@ def _room(space: Space, gaps: list[Need], now: int | None, near: int | None) -> 
     finds none, and learning so costs one ranking, not the coalescing of every gap (measured:
     a third of a planned prefetch's CPU at a 10 % cap went to gaps that found no room)."""
     step = min(g.step for g in gaps)
-    return space.room(min(g.end - g.start for g in gaps), bound(step, now, True, near))
+    return space.room(min(g.end - g.start for g in gaps), bound(step, now, True, near), step)
 
 
 def cut_up(k: Key, pieces: list[Piece]) -> list[Part]:

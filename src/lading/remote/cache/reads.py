@@ -111,9 +111,10 @@ class NodeCache:
     ) -> list[bytes]:
         """Bytes of each ``(key, start, end)``, in order; each ``bytes`` the caller's own.
         ``planned``: the reader told its epoch's order (a :class:`~.planner.Planner` has a
-        schedule): a range fetched now, which the window did not bring, takes the room of
-        no block needed later this epoch (it is read around the cache instead: its own next
-        use is the next epoch's, Belady's rule would not keep it).
+        schedule covering ``step``; the document store passes it): a range fetched now, which
+        the window did not bring, takes the room of no block needed later this epoch (it is
+        read around the cache instead: its own next use is the next epoch's, Belady's rule
+        would not keep it), but that of a region in transit (:meth:`.places.Space.place`).
 
         Raises:
             RemoteReadError: a GET failed for good (naming the object and range), or a range

@@ -92,23 +92,30 @@ class Columns:
             out += [Need(key, a, b, first_step + j) for key, a, b in self.spans(column, rows)]
         return out
 
-    def read(self, column: str, rows: npt.NDArray[np.int64], now: int | None) -> list[bytes]:
-        """Bytes of ``rows`` of ``column``: staged columns from the map, others by the cache."""
+    def read(
+        self, column: str, rows: npt.NDArray[np.int64], now: int | None, planned: bool = False
+    ) -> list[bytes]:
+        """Bytes of ``rows`` of ``column``: staged columns from the map, others by the cache
+        (``planned``: the reader told the order of its epoch, see :meth:`.NodeCache.read`)."""
         if self._shards[column][0].data is not None:
             return [
                 bytes(shard.data.buffer[a * shard.dtype.itemsize : b * shard.dtype.itemsize])  # type: ignore[union-attr]
                 for shard, a, b in self._locate(column, rows)
             ]
-        return self.cache.read(self.spans(column, rows), now)
+        return self.cache.read(self.spans(column, rows), now, planned)
 
-    def texts(self, column: str, rows: npt.NDArray[np.int64], now: int | None) -> list[str]:
+    def texts(
+        self, column: str, rows: npt.NDArray[np.int64], now: int | None, planned: bool = False
+    ) -> list[str]:
         """``rows`` of a UTF-8 column as ``str``."""
-        return [b.decode("utf-8") for b in self.read(column, rows, now)]
+        return [b.decode("utf-8") for b in self.read(column, rows, now, planned)]
 
-    def arrays(self, column: str, rows: npt.NDArray[np.int64], now: int | None) -> list[np.ndarray]:
+    def arrays(
+        self, column: str, rows: npt.NDArray[np.int64], now: int | None, planned: bool = False
+    ) -> list[np.ndarray]:
         """``rows`` of a fixed-width column (token ids) as read-only arrays of their own."""
         dtype = self._shards[column][0].dtype
-        return [np.frombuffer(b, dtype=dtype) for b in self.read(column, rows, now)]
+        return [np.frombuffer(b, dtype=dtype) for b in self.read(column, rows, now, planned)]
 
     def whole(self, column: str) -> tuple[np.ndarray, np.ndarray]:
         """A column's items back to back and its ``n + 1`` offsets (row order), read into
