@@ -82,6 +82,8 @@ class Claims:
         transaction, one lookup)."""
         ledger, owner = self.node.ledger, self.node.owner.token
         with ledger.write() as conn:
+            if not prefetch and near is None and now is not None:  # told in another process?
+                near = 0 if ledger.ordered(conn, objs.values(), now) else None
             found = ledger.overlapping(conn, [(objs[n.key], n.start, n.end) for n in needs])
             if note is not None:
                 note(conn, found)

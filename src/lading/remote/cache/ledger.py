@@ -1,12 +1,14 @@
 """The node cache's ledger: SQLite rows of which block lives where, who fetches it, when it is
 next needed. No payload: the bytes are in the regions' file (:mod:`.regions`).
 
-Tables: ``blocks`` (one row a cached or claimed block: its object and byte range, its region
-and place there, its owner while it is being fetched (``NULL``: ready), its next planned use),
+Tables: ``blocks`` (one row a cached or claimed block: its object and byte range, its region and
+place there, its owner while it is being fetched (``NULL``: ready), its next planned use),
 ``regions`` (generation, bytes used, state: free, open for appends, full), ``objects`` (names),
-``settings`` (the cap and layout the folder was made with) and ``counters`` (the node's figures
-since the folder was last idle). Every process of the node opens the same file: claims are made in
-one write transaction (SQLite's lock), so a block is fetched once a node.
+``settings`` (the cap and layout the folder was made with), ``counters`` (the node's figures
+since the folder was last idle) and ``orders`` (an object whose reader told the steps ``[first,
+last)`` of an epoch's order and reads each range once an epoch: documents). Every process of the
+node opens the same file: claims are made in one write transaction (SQLite's lock), so a block
+is fetched once a node.
 
 Each thread has its own connection (made again after a fork); every transaction holds
 :data:`lading.threads.SQLITE` shared, so no fork copies a thread inside SQLite.
@@ -43,6 +45,8 @@ CREATE TABLE IF NOT EXISTS blocks (object INTEGER NOT NULL, start INTEGER NOT NU
     next_use INTEGER, PRIMARY KEY (object, start)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS blocks_region ON blocks (region);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS orders (object INTEGER PRIMARY KEY, first INTEGER NOT NULL,
+    last INTEGER NOT NULL);
 """
 
 # the blocks overlapping each (i, object, start, end): from the last block starting at or
@@ -283,6 +287,28 @@ class Ledger:
             "UPDATE blocks SET next_use = CASE WHEN next_use >= ?1 AND (?2 IS NULL OR"
             " next_use < ?2) THEN next_use ELSE ?2 END WHERE object = ?3 AND start = ?4",
             rows,
+        )
+
+    @staticmethod
+    def order(conn: sqlite3.Connection, objects: Iterable[int], first: int, last: int) -> None:
+        """Record that the reader of ``objects`` told its order over steps ``[first, last)``
+        (the last plan of an object is kept)."""
+        conn.executemany(
+            "INSERT OR REPLACE INTO orders VALUES (?, ?, ?)", [(o, first, last) for o in objects]
+        )
+
+    @staticmethod
+    def ordered(conn: sqlite3.Connection, objects: Iterable[int], step: int) -> bool:
+        """Whether a reader of one of ``objects`` told an order covering ``step``: a read at
+        it in another process (a DataLoader worker's store holds no plan) reads as planned."""
+        found = list(dict.fromkeys(objects))[:_BATCH]
+        marks = ",".join("?" * len(found))
+        return bool(found) and bool(
+            conn.execute(
+                f"SELECT 1 FROM orders WHERE object IN ({marks}) AND first <= ? AND ? < last"
+                " LIMIT 1",
+                [*found, step, step],
+            ).fetchone()
         )
 
     def count(self, deltas: dict[str, float]) -> None:

@@ -54,10 +54,15 @@ class Planner:
         share: the window's bytes ahead at most this share of the cap (default
             :data:`AHEAD_SHARE`); a reader of whole blocks that many batches share (the LM
             locality shuffle) raises it to hold the blocks it reads and the next ones.
+        once: the reader reads each range once an epoch (documents): a plan is recorded in
+            the ledger (:meth:`.Ledger.order`), so that a read at a planned step in another
+            process (a DataLoader worker, whose store holds no plan) reads as planned.
     """
 
-    def __init__(self, cache: NodeCache, near: int = 0, share: float = AHEAD_SHARE) -> None:
-        self.cache, self.near, self.share = cache, near, share
+    def __init__(
+        self, cache: NodeCache, near: int = 0, share: float = AHEAD_SHARE, once: bool = False
+    ) -> None:
+        self.cache, self.near, self.share, self.once = cache, near, share, once
         self.schedule: Schedule | None = None
         self._pending: list[Need] = []  # announced, not yet tried (sorted by step)
         self._deferred: list[Need] = []  # tried, found no room (sorted by step)
@@ -85,6 +90,8 @@ class Planner:
         with cache.ledger.write() as conn:
             now = schedule.first_step
             cache.ledger.set_uses(conn, [(now, s, o, a) for (o, a, _), s in zip(rows, steps)])
+            if self.once:
+                cache.ledger.order(conn, objects, now, schedule.last_step)
 
     def prefetch(self, needs: list[Need], now: int) -> None:
         """Fetch ``needs`` (ranges and the step each is read at) a window ahead of step

@@ -87,7 +87,7 @@ class RemoteStore(DocStore):
         self.meta: dict[str, Any] = meta
         self.snapshot: str = meta["snapshot"]
         self.path = staged  # the node's copy of the index (what store_identity reads)
-        self._planner = Planner(cache)
+        self._planner = Planner(cache, once=True)
         self._told = False  # a loader announces the batches ahead (else reads pump the plan)
 
     def __repr__(self) -> str:
@@ -188,8 +188,8 @@ class RemoteStore(DocStore):
         """Whether this process's plan holds ``step``: a document is read once an epoch, so a
         read the window did not bring takes the room of no block needed later this epoch (at
         a cap full of the next epoch's blocks, reads that did gave up whole regions of them:
-        0.60x Belady's hits at 0.5 % of 1M passages). DataLoader workers hold no plan of
-        their own: their reads keep the rule of a read with none."""
+        0.60x Belady's hits at 0.5 % of 1M passages). A DataLoader worker's store holds no
+        plan: the ledger tells its reads the order the main process's plan recorded."""
         schedule = self._planner.schedule
         return schedule is not None and schedule.covers(step)
 
