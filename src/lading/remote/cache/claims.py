@@ -72,6 +72,7 @@ class Claims:
         around: bool = False,
         near: int | None = None,
         note: Callable[[sqlite3.Connection, list[list[Piece]]], None] | None = None,
+        once: bool = False,
     ) -> Claimed:
         """Claim and fetch the gaps ``needs`` leaves (``objs``: key -> object id).
         ``prefetch``: a block may evict only regions needed later than its own step
@@ -79,17 +80,22 @@ class Claims:
         needed within ``near`` steps); a read, regions needed after now. ``around``: claim
         nothing, read every gap around the cache. ``note``: called in the transaction with
         the blocks found for each need (a window ahead records their next uses there: one
-        transaction, one lookup)."""
+        transaction, one lookup). ``once``: the reader reads each range once an epoch
+        (documents: a deferred block retried at its step evicts as its read, and regions are
+        kept in transit, :class:`.Space`); a read learns it from the ledger's orders too."""
         ledger, owner = self.node.ledger, self.node.owner.token
         with ledger.write() as conn:
             if not prefetch and near is None and now is not None:  # told in another process?
-                near = 0 if ledger.ordered(conn, objs.values(), now) else None
+                once = ledger.ordered(conn, objs.values(), now)
+                near = 0 if once else None
             found = ledger.overlapping(conn, [(objs[n.key], n.start, n.end) for n in needs])
             if note is not None:
                 note(conn, found)
             missing, gaps = _gaps(needs, found)
-            space = Space(conn, self.node.data, self.policy, now, self.node.owner.alive, owner)
-            if prefetch and gaps and not _room(space, gaps, now, near):
+            space = Space(
+                conn, self.node.data, self.policy, now, self.node.owner.alive, owner, once
+            )
+            if prefetch and gaps and not _room(space, gaps, now, near, once):
                 return Claimed({}, [], 0, missing, missing)  # full: nothing to coalesce
             waste = 0.0 if near is not None else self.max_waste  # an order known: no gap bytes
             blocks = coalesce(gaps, self.max_gap, waste, self.max_block, ledger.barrier(conn, objs))
@@ -97,7 +103,7 @@ class Claims:
             for n, block in enumerate([] if around else blocks):
                 place = None
                 if block.size <= self.max_block:
-                    limit = bound(block.step, now, prefetch, near)
+                    limit = bound(block.step, now, prefetch, near, once)
                     place = space.place(block.size, limit, block.step)
                 if place is None:
                     deferred += blocks[n:] if prefetch else [block]
@@ -160,13 +166,14 @@ def _gaps(needs: Sequence[Need], found: list[list[Piece]]) -> tuple[list[Need], 
     return missing, gaps
 
 
-def _room(space: Space, gaps: list[Need], now: int | None, near: int | None) -> bool:
+def _room(space: Space, gaps: list[Need], now: int | None, near: int | None, once: bool) -> bool:
     """Whether a window's block could find a place at all: the smallest gap, at the soonest
     step (the most a block may evict). When the cache is full of planned blocks, a window
     finds none, and learning so costs one ranking, not the coalescing of every gap (measured:
     a third of a planned prefetch's CPU at a 10 % cap went to gaps that found no room)."""
     step = min(g.step for g in gaps)
-    return space.room(min(g.end - g.start for g in gaps), bound(step, now, True, near), step)
+    limit = bound(step, now, True, near, once)
+    return space.room(min(g.end - g.start for g in gaps), limit, step)
 
 
 def cut_up(k: Key, pieces: list[Piece]) -> list[Part]:

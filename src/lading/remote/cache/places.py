@@ -92,8 +92,10 @@ class Space:
         now: int | None,
         alive: Callable[[str], bool],
         owner: str,
+        once: bool = False,
     ) -> None:
         self.conn, self.data, self.policy, self.alive, self.owner = conn, data, policy, alive, owner
+        self.once = once  # the reader reads each range once an epoch: regions kept in transit
         self.now = -1 if now is None else now
         self.horizon = self.now + WINDOW if policy == "next-use" and now is not None else self.now
         self.size = data.layout.region_bytes
@@ -195,7 +197,7 @@ class Space:
         the cycle; evicting one for whatever block found no room (as reads and the window's
         retries once did) gave up 5 of 16 regions of the next epoch's blocks at a 0.5 % cap,
         0.60x Belady's hits."""
-        if self.policy != "next-use" or bound <= self.horizon:
+        if not self.once or self.policy != "next-use" or bound <= self.horizon:
             return False
         free = self.conn.execute("SELECT count(*) FROM regions WHERE state = 0").fetchone()[0]
         transit = free + self._freed + sum(c.soonest == NO_STEP for c in self._ranking())
@@ -234,10 +236,11 @@ def _candidate(row: tuple[Any, ...]) -> Candidate:
     return Candidate(region, sealed, soonest, value, int(carry), held)
 
 
-def bound(step: int, now: int | None, prefetch: bool, near: int | None) -> int:
+def bound(step: int, now: int | None, prefetch: bool, near: int | None, once: bool = False) -> int:
     """The soonest use a region must be needed after to be evicted for a block needed at
-    ``step`` (``now``: the step being read). A read, and with ``near`` 0 a prefetch of the
-    step being read (what the window deferred, tried again at its step), evicts anything
+    ``step`` (``now``: the step being read). A read, and for a reader of each range once an
+    epoch (``once``) a prefetch of the step being read (what the window deferred, tried again
+    at its step), evicts anything
     needed after now, with the epoch's order known (``near`` not None) anything not needed
     this epoch; a prefetch ahead anything needed after its block; with the order known, a
     prefetch more than ``near`` steps ahead evicts only regions with no planned use: evicting
@@ -245,7 +248,7 @@ def bound(step: int, now: int | None, prefetch: bool, near: int | None) -> int:
     window that did kept 0.6x the optimum's hits). :meth:`Space.place` may go further while
     too few regions are in transit."""
     clock = -1 if now is None else now
-    if not prefetch or (step <= clock and near == 0):  # a read, or its own prefetch: with
+    if not prefetch or (step <= clock and once):  # a read, or its own prefetch: with
         # an order known, nothing needed this epoch (steps: lading.step)
         return clock if near is None else ((clock >> 32) + 1 << 32) - 1
     if near is not None and step - clock > near:

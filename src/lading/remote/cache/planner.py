@@ -120,7 +120,7 @@ class Planner:
             retry += 1
         near = None if self.schedule is None else self.near
         tries = sorted([*deferred[:retry], *pending[:take]], key=_STEP)
-        later = self.cache.fetch_ahead(tries, now, near)
+        later = self.cache.fetch_ahead(tries, now, near, self.once)
         self._deferred = (
             sorted([*later, *deferred[retry:]], key=_STEP) if later or retry else deferred
         )

@@ -176,7 +176,7 @@ class NodeCache:
         claimed = None
         if gaps:
             objs = {n.key: self.obj(n.key) for n in gaps}
-            claimed = self.claims.claim(gaps, objs, now, False, around, near)
+            claimed = self.claims.claim(gaps, objs, now, False, around, near, once=planned)
             self.figures.add("bytes_bypassed", claimed.bypassed)
         parts_of: dict[Key, list[bytes | None]] = {}
         regions: dict[int, int] = {}  # region -> the generation the copies saw
@@ -272,11 +272,13 @@ class NodeCache:
 
     # -- ahead of the reads ------------------------------------------------------------------
 
-    def fetch_ahead(self, needs: Sequence[Need], now: int, near: int | None) -> list[Need]:
+    def fetch_ahead(
+        self, needs: Sequence[Need], now: int, near: int | None, once: bool = False
+    ) -> list[Need]:
         """Start fetching ``needs`` (ranges and the step each is read at; ``now``: the step
         being read): the cached ones get that step as their next use, the gaps are claimed
-        and fetched (``near``: see :meth:`.Claims.claim`), in one transaction. The needs that
-        found no room come back."""
+        and fetched (``near``, ``once``: see :meth:`.Claims.claim`), in one transaction. The
+        needs that found no room come back."""
         if not needs:
             return []
         objs = {n.key: self.obj(n.key) for n in needs}
@@ -290,7 +292,7 @@ class NodeCache:
             ]
             self.ledger.note_uses(conn, uses)
 
-        claimed = self.claims.claim(needs, objs, now, True, near=near, note=note)
+        claimed = self.claims.claim(needs, objs, now, True, near=near, note=note, once=once)
         late = set(claimed.late)
         fetched = [(objs[n.key], n.start, n.end) for n in claimed.missing if n not in late]
         self.figures.ahead(keys, fetched, len(needs) - len(claimed.missing))
