@@ -11,9 +11,10 @@ blocks in one query a claim transaction:
   block's bytes over the steps until its use, the window's blocks counted (a region just
   filled by the window is worth the most, not the least). A region goes only for a block needed
   sooner than that use (a read: anything needed after now, with the epoch's order known
-  nothing needed this epoch; a prefetch: after its own step), but while fewer than
-  :data:`TRANSIT` of the regions are free or hold no use beyond the window, the least valuable
-  region needed only beyond it goes too: the batch read and the window need room of their own.
+  nothing needed this epoch; a prefetch: after its own step), but for a reader of each range
+  once an epoch (documents), while fewer than :data:`TRANSIT` of the regions are free or hold
+  no use beyond the window, the least valuable region needed only beyond it goes too: the
+  batch read and the window need room of their own.
 - ``"fifo"``: the region filled longest ago, whatever the plans say (Mosaic's and litdata's
   caches keep whole shards by recency; this is that baseline, for comparison).
 
