@@ -176,8 +176,7 @@ class Space:
         regions in transit (:meth:`_short`), one needed only beyond the window and after the
         block's own ``step`` may go."""
         ranked = self._ranking()
-        limits = (bound, max(self.horizon, step)) if self._short(bound) else (bound,)
-        for limit in limits:
+        for limit in (bound, max(self.horizon, step)):
             for i, c in enumerate(ranked):
                 if not self._may_evict(c, size, limit):
                     continue
@@ -185,6 +184,8 @@ class Space:
                 self._free(c.region)
                 self._freed += 1
                 return True
+            if not self._short(bound):  # asked only when the policy's own rule found none
+                return False
         return False
 
     def _short(self, bound: int) -> bool:
@@ -241,13 +242,12 @@ def bound(step: int, now: int | None, prefetch: bool, near: int | None, once: bo
     """The soonest use a region must be needed after to be evicted for a block needed at
     ``step`` (``now``: the step being read). A read, and for a reader of each range once an
     epoch (``once``) a prefetch of the step being read (what the window deferred, tried again
-    at its step), evicts anything
-    needed after now, with the epoch's order known (``near`` not None) anything not needed
-    this epoch; a prefetch ahead anything needed after its block; with the order known, a
-    prefetch more than ``near`` steps ahead evicts only regions with no planned use: evicting
-    a planned block early decides on what is known now, not at the read (measured, a 16-batch
-    window that did kept 0.6x the optimum's hits). :meth:`Space.place` may go further while
-    too few regions are in transit."""
+    at its step), evicts anything needed after now, with the epoch's order known (``near``
+    not None) anything not needed this epoch; a prefetch ahead anything needed after its
+    block; with the order known, a prefetch more than ``near`` steps ahead evicts only regions
+    with no planned use: evicting a planned block early decides on what is known now, not at
+    the read (measured, a 16-batch window that did kept 0.6x the optimum's hits).
+    :meth:`Space.place` may go further while too few regions are in transit."""
     clock = -1 if now is None else now
     if not prefetch or (step <= clock and once):  # a read, or its own prefetch: with
         # an order known, nothing needed this epoch (steps: lading.step)
