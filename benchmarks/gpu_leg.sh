@@ -8,13 +8,15 @@
 #    device), which skip on a CPU: tests/device and the bench's device tests.
 # 2. Efficiency E (step time on batches already on the device / with the loader) of packed,
 #    packed+prefetch and gpu-resident: a DistilBERT-sized cross-encoder (benchmarks/gpu_prep.py),
-#    32 groups x 8 documents, max length 512, bf16, one GPU, 3 repeats of a 2 s window.
+#    32 groups x 8 documents, max length 512, bf16, one GPU, 3 repeats of a 2 s window (9 runs
+#    of ~25 s each on an H200: T_TRAIN's 260 s; 150 s cut the last strategy to one repeat).
 # 3. `lading train lm` (GPT) and `lading train sessions` with and without --no-prefetch,
 #    interleaved twice (log.jsonl's tokens/s and sessions/s).
 # 4. The loader-mode grid on the GPU (every store strategy, 1 process).
 # 5. The cross-encoder trained from a store in the local S3 (30 ms GETs) against the same run
-#    from a local store (benchmarks/gpu_remote.py; needs obstore and moto[server]: carry their
-#    wheels where the machine lacks them).
+#    from a local store (benchmarks/gpu_remote.py; needs obstore and moto[server], and s3fs for
+#    its DataLoader-worker runs, which read through fsspec after the fork: carry their wheels
+#    where the machine lacks them; RESULTS.md "GPU leg (H200), 2026-11-29" lists the set).
 # PARTS="1 2 5" runs a subset (part 5 needs part 2's data, made when part 2 or 5 is asked).
 # Each part has its own time limit, so a slow part leaves the next ones their time; what each
 # wrote lands in OUT (at most 8 files: setup.log tests.log train.json train.md runs.jsonl
@@ -52,7 +54,7 @@ fi
 D=$W/docs
 if part 2; then
 stamp "2 efficiency E"
-timeout "${T_TRAIN:-200}" $PY -m lading bench --corpus "$D/docs.jsonl" --queries "$D/queries.tsv" \
+timeout "${T_TRAIN:-260}" $PY -m lading bench --corpus "$D/docs.jsonl" --queries "$D/queries.tsv" \
   --qrels "$D/qrels.txt" --negatives "$D/run.trec" \
   --strategies packed,packed+prefetch,gpu-resident --modes train --world-sizes 1 \
   --batch-size "${BATCH:-32}" --group-size "${GROUP:-8}" --max-length "${MAXLEN:-512}" --model "$W/model" --precision bf16 \
