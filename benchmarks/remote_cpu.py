@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -126,7 +127,11 @@ def main() -> None:
 
 
 def _reader(store: RemoteStore, ids: list[str]) -> Callable[[list[int]], list[str]]:
-    return lambda rows: store.get_many([ids[r] for r in rows])
+    """Batch ``j`` read at step ``j``, as a loader reads: with a plan the step is what moves
+    its window ahead (since issue 47 the read carries it; a read with none fetches nothing
+    ahead, and this script's plan row read at the no-plan row's docs/s until it said it)."""
+    steps = itertools.count()
+    return lambda rows: store.get_many([ids[r] for r in rows], step=next(steps))
 
 
 def bare_obstore(url: str, spans: list[tuple[str, int, int]]) -> Callable[[list[int]], list[str]]:

@@ -179,9 +179,8 @@ class RemoteStore(DocStore):
         """The step a read is at (given, else the building batch's); with a plan and no
         loader announcing, the plan's next batches are fetched ahead of it."""
         step = current_step() if step is None else int(step)
-        schedule = self._planner.schedule
-        if step is not None and schedule is not None and not self._told:
-            self._planner.prefetch(schedule.needs(step, step + AHEAD), step)
+        if step is not None and not self._told:
+            self._planner.follow(step, AHEAD)
         return step
 
     def _planned(self, step: int | None) -> bool:
