@@ -167,7 +167,14 @@ def add_run_args(
         default="ddp",
         help="ddp (under torchrun), dp (one process, nn.DataParallel) or none",
     )
-    p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per rank")
+    p.add_argument(
+        "--num-workers",
+        type=int,
+        default=0,
+        help="DataLoader workers per rank; for data in object storage keep 0: batches are then "
+        "built on a thread beside the step, while forked workers read through fsspec (the "
+        "cross-encoder on an H200: 0.97-1.00x a local store's samples/s at 0, 0.61-0.63x at 4)",
+    )
     p.add_argument(
         "--log-every",
         type=int,
