@@ -194,13 +194,18 @@ def _corpus(folder: Path, count: int) -> Path:
     return write(folder / "collection.tsv", "\n".join(lines) + "\n")
 
 
-def test_reads_move_along_the_plan_and_fetch_ahead(bucket: str, tmp_path: Path) -> None:
-    url = f"s3://{bucket}/plan"
+def _local_and_remote(url: str, tmp_path: Path) -> tuple[lading.DocStore, RemoteStore]:
+    """400 passages built into a folder and into ``url``, the latter opened on a 1 MB cap."""
     local = lading.build_store(_corpus(tmp_path / "src", 400), tmp_path / "local", progress=False)
     lading.build_store(tmp_path / "src" / "collection.tsv", url, cache=str(tmp_path / "up"),
                        progress=False)  # fmt: skip
     store = lading.open_store(url, cache=tmp_path / "node", cache_bytes="1M")
     assert isinstance(store, RemoteStore)
+    return local, store
+
+
+def test_reads_move_along_the_plan_and_fetch_ahead(bucket: str, tmp_path: Path) -> None:
+    local, store = _local_and_remote(f"s3://{bucket}/plan", tmp_path)
     rng = np.random.default_rng(0)
     batches = [[f"D{i}" for i in rng.choice(400, 8, replace=False)] for _ in range(12)]
     store.plan(batches, first_step=100)
@@ -217,12 +222,7 @@ def test_a_loop_over_the_plan_hands_each_planned_read_to_the_window_once(
     """With no loader announcing, each read moves the window along the plan: the steps it had
     not reached yet, not the whole window again (handing it all at every read claimed each
     document ~8 times: 0.28 of 0.51 ms of client CPU a cold document, benchmarks/remote_cpu.py)."""
-    url = f"s3://{bucket}/once"
-    local = lading.build_store(_corpus(tmp_path / "src", 400), tmp_path / "local", progress=False)
-    lading.build_store(tmp_path / "src" / "collection.tsv", url, cache=str(tmp_path / "up"),
-                       progress=False)  # fmt: skip
-    store = lading.open_store(url, cache=tmp_path / "node", cache_bytes="1M")
-    assert isinstance(store, RemoteStore)
+    local, store = _local_and_remote(f"s3://{bucket}/once", tmp_path)
     rng = np.random.default_rng(1)
     batches = [[f"D{i}" for i in rng.choice(400, 8, replace=False)] for _ in range(20)]
     store.plan(batches, first_step=10)
