@@ -12,7 +12,9 @@ training groups, collator and loader, narrow ids as on CUDA) and, in place of th
 spends ``--step-ms`` a step: ``sleep`` (a GPU-bound step: the host waits, the GIL is free) or
 ``spin`` (a launch-bound one: the host's Python thread busy). Runs alternate local / S3 within
 each setting, every S3 run on a cold node cache capped at 10% of the store's payload; a
-setting ``wN[+i][+aX][@base]`` is ``--num-workers N``; ``+i``: batches built when asked
+setting ``wN[+i][+fs][+aX][@base]`` is ``--num-workers N``; ``+fs``: the workers started by
+``forkserver``, not forked (a forked worker of a process that used obstore reads through fsspec;
+a forkserver's can use obstore); ``+i``: batches built when asked
 (``read_ahead=0``; else as ``lading train cross-encoder`` builds them: on a thread for the S3
 store at 0 workers); the node cache's window ahead at ``X`` of the cap (``AHEAD_SHARE``,
 default as in the code); ``@base``: the code under
@@ -91,6 +93,8 @@ def child(args: argparse.Namespace) -> None:
         }
     except ImportError:  # the code before read_ahead (an @base setting)
         ahead = {}
+    if args.context:
+        ahead["multiprocessing_context"] = args.context
     data = loader(groups, args.batch_size, collate, num_workers=args.num_workers, seed=1,
                   **ahead)  # fmt: skip
     step_s = args.step_ms / 1e3
@@ -130,12 +134,13 @@ def child(args: argparse.Namespace) -> None:
 
 def run_one(args: argparse.Namespace, files: dict[str, str], store: str, setting: str,
             cache: Path, cap: int) -> dict[str, Any]:  # fmt: skip
-    """One run of ``setting`` (``wN[+i][+aX][@base]``) in a fresh process; its JSON line."""
+    """One run of ``setting`` (``wN[+i][+fs][+aX][@base]``) in a fresh process; its JSON line."""
     env = dict(os.environ)
     env.update({"LADING_CACHE": str(cache), "LADING_REMOTE_CACHE_BYTES": str(cap)})
     name, _, base = setting.partition("@")
     inline = "+i" in name
-    workers, _, share = name.replace("+i", "").removeprefix("w").partition("+a")
+    fs = "+fs" in name
+    workers, _, share = name.replace("+i", "").replace("+fs", "").removeprefix("w").partition("+a")
     if base:
         if not args.base_src:
             raise SystemExit(f"setting {setting!r} needs --base-src (the code before a change)")
@@ -146,6 +151,8 @@ def run_one(args: argparse.Namespace, files: dict[str, str], store: str, setting
         command += ["--ahead-share", share]
     if inline:
         command += ["--inline"]
+    if fs:
+        command += ["--context", "forkserver"]
     for name in ("steps", "warmup", "step_ms", "step_kind", "batch_size", "group_size",
                  "max_length"):  # fmt: skip
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
@@ -171,7 +178,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="local/S3 pairs a setting")
     parser.add_argument("--ahead-share", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--settings", default="w0,w2,w4", help="wN[+i][+aX][@base], see above")
+    parser.add_argument("--context", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--settings", default="w0,w2,w4", help="wN[+i][+fs][+aX][@base], see above")
     parser.add_argument("--base-src", default=None, help="the code before a change (@base)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--group-size", type=int, default=8)
