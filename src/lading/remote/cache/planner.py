@@ -138,8 +138,9 @@ class Planner:
         if schedule is None:
             return
         last, upto = self._followed
-        first = now if now < last else max(now, upto)
-        stop = max(upto, now + ahead) if now >= last else now + ahead
+        if now < last:  # a pass again: its window is handed again
+            upto = now
+        first, stop = max(now, upto), max(upto, now + ahead)
         self._followed = (now, stop)
         self.prefetch(schedule.needs(first, stop) if first < stop else [], now)
 
