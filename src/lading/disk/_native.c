@@ -442,11 +442,13 @@ done:
 
 /* ---- rows of a ragged column: texts (new str) and slices (views) --------------------------- */
 
-/* A column's rows are read through one offsets array (count + 1 little-endian uint64, counted in
- * items) over one or several parts laid end to end: the data of a store built in shards is a
- * file per shard, and the merge wrote the offsets over all of them (lading.stores.building.merge). A
+/* A column's rows are read over one or several parts (the data of a store built in shards is a
+ * file per shard), through either one offsets array over the parts laid end to end (count + 1
+ * little-endian uint64, in items: a one-part column, or a store merged before merges stopped
+ * writing them) or one offsets array per part, each over its own part's data. With one array, a
  * row's part is the one its start falls in (a row that starts where a part ends belongs to the
- * next one, as np.searchsorted(side="right") over the inner bounds gives it). */
+ * next one, as np.searchsorted(side="right") over the inner bounds gives it); with one per part,
+ * the part is the one whose rows hold it, searched over the parts' first rows. */
 typedef struct {
     Py_ssize_t n;
     int32_t *part;   /* part of each row */
@@ -460,20 +462,62 @@ static void spans_free(Spans *s) {
     PyMem_Free(s->end);
 }
 
+/* The offsets of a column: one buffer over all parts, or one per part (a tuple). */
+typedef struct {
+    Py_ssize_t n;    /* buffers held */
+    Py_buffer *views;
+    int64_t *first;  /* n + 1: each buffer's first row; first[n] is the column's row count */
+} Offsets;
+
+static void offsets_release(Offsets *o) {
+    for (Py_ssize_t i = 0; i < o->n; i++) PyBuffer_Release(&o->views[i]);
+    PyMem_Free(o->views);
+    PyMem_Free(o->first);
+}
+
+static int offsets_get(Offsets *o, PyObject *arg) {
+    int one = !PyTuple_Check(arg);
+    Py_ssize_t n = one ? 1 : PyTuple_GET_SIZE(arg);
+    o->n = 0;
+    o->views = PyMem_Calloc(n ? n : 1, sizeof(Py_buffer));
+    o->first = PyMem_Calloc(n + 1, sizeof(int64_t));
+    if (o->views == NULL || o->first == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "a column has 1 or more offsets arrays");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = one ? arg : PyTuple_GET_ITEM(arg, i);
+        if (PyObject_GetBuffer(item, &o->views[i], PyBUF_SIMPLE) < 0) return -1;
+        o->n = i + 1;
+        int64_t rows = o->views[i].len / 8 - 1;
+        o->first[i + 1] = o->first[i] + (rows > 0 ? rows : 0);
+    }
+    return 0;
+}
+
 /* Fill ``s`` for the rows ``r[0..n)``: the whole batch is checked before anything is read, in
  * the numpy route's order: every row in the column (else IndexError, the first such row), then
  * every row's offsets within the data of its part (else Damaged, the first such row). ``bases``
- * holds ``nparts + 1`` item counts (bases[0] = 0). 0, or -1 with an exception set. */
-static int row_spans(Spans *s, const int64_t *r, Py_ssize_t n, const Py_buffer *offsets,
+ * holds ``nparts + 1`` item counts (bases[0] = 0); ``o`` holds one offsets array, or ``nparts``.
+ * 0, or -1 with an exception set. */
+static int row_spans(Spans *s, const int64_t *r, Py_ssize_t n, const Offsets *o,
                      const uint64_t *bases, Py_ssize_t nparts) {
-    const unsigned char *off = (const unsigned char *)offsets->buf;
-    int64_t count = offsets->len / 8 - 1;
+    int merged = o->n == 1;
+    int64_t count = o->first[o->n];
     s->n = n;
     s->part = PyMem_Malloc((n ? n : 1) * sizeof(int32_t));
     s->start = PyMem_Malloc((n ? n : 1) * sizeof(uint64_t));
     s->end = PyMem_Malloc((n ? n : 1) * sizeof(uint64_t));
     if (s->part == NULL || s->start == NULL || s->end == NULL) {
         PyErr_NoMemory();
+        return -1;
+    }
+    if (!merged && o->n != nparts) {
+        PyErr_Format(PyExc_ValueError, "%zd offsets arrays for %zd parts", o->n, nparts);
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -485,20 +529,35 @@ static int row_spans(Spans *s, const int64_t *r, Py_ssize_t n, const Py_buffer *
     }
     for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) { /* the offsets: prefetched, then checked */
         Py_ssize_t hi = lo + CHUNK < n ? lo + CHUNK : n;
+        const unsigned char *at[CHUNK];
+        Py_ssize_t in[CHUNK];
         for (Py_ssize_t i = lo; i < hi; i++) {
-            PREFETCH(off + r[i] * 8);
-            PREFETCH(off + r[i] * 8 + 8);
-        }
-        for (Py_ssize_t i = lo; i < hi; i++) {
-            uint64_t start = load64(off + r[i] * 8), end = load64(off + r[i] * 8 + 8);
-            Py_ssize_t p = 0, top = nparts - 1; /* the last part whose base is <= start */
-            while (p < top) {
-                Py_ssize_t mid = (p + top + 1) / 2;
-                if (bases[mid] <= start) p = mid;
+            Py_ssize_t q = 0, top = o->n - 1; /* the last offsets array whose first row <= r */
+            while (q < top) {
+                Py_ssize_t mid = (q + top + 1) / 2;
+                if (o->first[mid] <= r[i]) q = mid;
                 else top = mid - 1;
             }
+            in[i - lo] = q;
+            at[i - lo] = (const unsigned char *)o->views[q].buf + (r[i] - o->first[q]) * 8;
+            PREFETCH(at[i - lo]);
+            PREFETCH(at[i - lo] + 8);
+        }
+        for (Py_ssize_t i = lo; i < hi; i++) {
+            uint64_t start = load64(at[i - lo]), end = load64(at[i - lo] + 8), base = 0;
+            Py_ssize_t p = in[i - lo];
+            if (merged) {
+                Py_ssize_t top = nparts - 1; /* the last part whose base is <= start */
+                p = 0;
+                while (p < top) {
+                    Py_ssize_t mid = (p + top + 1) / 2;
+                    if (bases[mid] <= start) p = mid;
+                    else top = mid - 1;
+                }
+                base = bases[p];
+            }
             uint64_t size = bases[p + 1] - bases[p];
-            if (start > end || end - bases[p] > size) {
+            if (start > end || end - base > size) {
                 if (nparts == 1)
                     PyErr_Format(Damaged,
                                  "the offsets of row %lld (%llu..%llu) are not within the data "
@@ -514,8 +573,8 @@ static int row_spans(Spans *s, const int64_t *r, Py_ssize_t n, const Py_buffer *
                 return -1;
             }
             s->part[i] = (int32_t)p;
-            s->start[i] = start - bases[p];
-            s->end[i] = end - bases[p];
+            s->start[i] = start - base;
+            s->end[i] = end - base;
         }
     }
     return 0;
@@ -558,15 +617,17 @@ static int parts_get(Parts *p, PyObject *data) {
 }
 
 /* texts(rows, offsets, data) -> list of str: rows of a UTF-8 column (data: a buffer, or a tuple
- * of buffers laid end to end). Checked whole first (row_spans), then each row is decoded
- * (UnicodeDecodeError), its first bytes prefetched a chunk ahead of the decodes. */
+ * of buffers laid end to end; offsets: one buffer over them all, or a tuple of one per part).
+ * Checked whole first (row_spans), then each row is decoded (UnicodeDecodeError), its first
+ * bytes prefetched a chunk ahead of the decodes. */
 static PyObject *texts(PyObject *self, PyObject *args) {
-    Py_buffer rows, offsets;
-    PyObject *data, *list = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*O", &rows, &offsets, &data)) return NULL;
+    Py_buffer rows;
+    PyObject *offsets_arg, *data, *list = NULL;
+    if (!PyArg_ParseTuple(args, "y*OO", &rows, &offsets_arg, &data)) return NULL;
     Parts parts = {0, NULL, NULL};
+    Offsets offsets = {0, NULL, NULL};
     Spans s = {0, NULL, NULL, NULL};
-    if (parts_get(&parts, data) < 0) goto done;
+    if (parts_get(&parts, data) < 0 || offsets_get(&offsets, offsets_arg) < 0) goto done;
     Py_ssize_t n = rows.len / 8;
     if (row_spans(&s, (const int64_t *)rows.buf, n, &offsets, parts.bases, parts.n) < 0)
         goto done;
@@ -593,20 +654,21 @@ static PyObject *texts(PyObject *self, PyObject *args) {
     }
 done:
     spans_free(&s);
+    offsets_release(&offsets);
     parts_release(&parts);
     PyBuffer_Release(&rows);
-    PyBuffer_Release(&offsets);
     return list;
 }
 
 /* slices(rows, offsets, parts) -> list of parts[p][a:b]: rows of a column of any item type as
  * slices of its parts (a tuple of sequences, e.g. numpy arrays of the items: views, no copy;
- * each part's len() is its item count). Checked whole first, as texts(). */
+ * each part's len() is its item count; offsets as in texts()). Checked whole first, as texts(). */
 static PyObject *slices(PyObject *self, PyObject *args) {
-    Py_buffer rows, offsets;
-    PyObject *seqs, *list = NULL;
-    if (!PyArg_ParseTuple(args, "y*y*O!", &rows, &offsets, &PyTuple_Type, &seqs)) return NULL;
+    Py_buffer rows;
+    PyObject *offsets_arg, *seqs, *list = NULL;
+    if (!PyArg_ParseTuple(args, "y*OO!", &rows, &offsets_arg, &PyTuple_Type, &seqs)) return NULL;
     Py_ssize_t nparts = PyTuple_GET_SIZE(seqs);
+    Offsets offsets = {0, NULL, NULL};
     Spans s = {0, NULL, NULL, NULL};
     uint64_t *bases = PyMem_Calloc(nparts + 1, sizeof(uint64_t));
     if (bases == NULL) {
@@ -622,6 +684,7 @@ static PyObject *slices(PyObject *self, PyObject *args) {
         if (len < 0) goto done;
         bases[i + 1] = bases[i] + (uint64_t)len;
     }
+    if (offsets_get(&offsets, offsets_arg) < 0) goto done;
     Py_ssize_t n = rows.len / 8;
     if (row_spans(&s, (const int64_t *)rows.buf, n, &offsets, bases, nparts) < 0) goto done;
     list = PyList_New(n);
@@ -637,9 +700,9 @@ static PyObject *slices(PyObject *self, PyObject *args) {
     }
 done:
     spans_free(&s);
+    offsets_release(&offsets);
     PyMem_Free(bases);
     PyBuffer_Release(&rows);
-    PyBuffer_Release(&offsets);
     return list;
 }
 
@@ -658,7 +721,8 @@ static PyMethodDef methods[] = {
      "hash_rows(ids, table, keys, width, buckets, max_spill, multipliers) -> (bytearray of int64 "
      "rows, first absent or -1)"},
     {"texts", texts, METH_VARARGS,
-     "texts(rows, offsets, data) -> list of str (data: a buffer or a tuple of buffers)"},
+     "texts(rows, offsets, data) -> list of str (data: a buffer or a tuple of buffers; offsets: "
+     "one buffer or one per part)"},
     {"slices", slices, METH_VARARGS,
      "slices(rows, offsets, parts) -> list of parts[p][a:b] (parts: a tuple of sequences)"},
     {"configure", configure, METH_O, "configure(numpy.integer): ids of that type are integers"},

@@ -6,7 +6,6 @@ A store (format ``lading.packed`` version 2) is a directory of immutable files a
     meta.json                                   the manifest of the current snapshot
     snap-<id>/manifest.json                     the same JSON, kept while the snapshot is
     snap-<id>/index.*                           the global id index (:mod:`lading.stores.index`)
-    snap-<id>/text.goff                         n shards: text offsets over all shards' data
     snap-<id>/shard-00000-of-00001/text.bin     a one-process build's one shard
     build-<id>/shard-00002-of-00004/text.bin    shard 2 of 4, written by its own worker
     build-<id>/shard-00000-of-00004/tokenizer.json
@@ -16,17 +15,18 @@ A shard holds rows ``[first, first + rows)`` of the store as ragged columns
 ``tokens`` (token ids, uint16 or uint32, offsets counted in tokens), each ``<column>.bin`` +
 ``<column>.off``. Shards are in row order: global row ``r`` is local row ``r - first`` of the
 shard whose range holds it, and the id index maps ids to global rows. A field that one shard
-lacks is padded with empty rows in the snapshot's own directory. For a store of several shards
-the merge also writes, for ``text`` and ``tokens``, ``<column>.goff``: ``count + 1`` uint64
-offsets over the shards' data laid end to end (shard ``k``'s bytes start at the sum of the
-sizes of shards ``0..k-1``), so a lookup gathers offsets once, as in one shard.
+lacks is padded with empty rows in the snapshot's own directory. Each shard's offsets are read
+in place (:mod:`lading.stores.shards`). Stores merged before 2026-11-30 also hold, for ``text``
+and ``tokens``, ``<column>.goff``: ``count + 1`` uint64 offsets over the shards' data laid end
+to end, listed in ``global_offsets``; they are still read through them, and merges no longer
+write them (8 B a document a column, most of what a merge wrote).
 
 The manifest (``meta.json``) has: ``format``, ``version``, ``snapshot`` (unique per commit),
 ``committed_at``, ``build_id``, ``count``, ``fields``, ``dtypes`` (per column), ``index`` (its
 ``dir``, ``kind``, dtypes), ``tokens`` (tokenizer info) and ``tokenizer`` (the file), ``source``
 and ``sources`` (fingerprints of the inputs, taken before they were read), ``shards`` (each with
 ``dir``, ``rows``, what it read, and ``columns``: name -> ``{"data", "offsets"}`` paths),
-``global_offsets`` (column -> its ``.goff`` path; empty for one shard),
+``global_offsets`` (column -> its ``.goff`` path: only in stores merged before 2026-11-30),
 ``build`` (options and report), ``files`` (every file: relative path -> ``size``, ``crc32``,
 ``spot_crc32``) and ``history`` (replaced snapshots still kept). :func:`shard_files` reads the
 column layout out of it without opening anything (for readers of object storage).

@@ -2,20 +2,22 @@
 
 A store built by one process has one shard, and its columns are plain
 :class:`~lading.disk.RaggedColumn` s (no lookup added to the hot path). A store built in
-parallel has one ragged column per shard per column. For the columns read by id on the hot
-path (text, tokens) the merge wrote the offsets over all shards' data laid end to end, so a
-batch is read as in one shard: where the C helper is built (:mod:`lading.disk.native`) one call
-checks the batch, picks each row's shard from its start offset and makes the ``str`` objects
-(texts) or the views (tokens), the same call a one-shard column makes with one part. The numpy
-route (no helper) gathers the offsets twice and searches the shards' bounds
-(``np.searchsorted``), then slices in one loop; other columns gather each shard's offsets under
-a mask. Measured on 200,000 MS MARCO passages built by one process and by 2 shards + merge,
-64 random ids a batch, alternated in one process: get_many at 0.37-0.45x the one-process
-store's docs/s through numpy and a Python loop (tokens_many 0.85-0.89x), 0.95-1.16x through the
-helper (tokens_many 0.98-0.99x), for dense, sparse and string ids (benchmarks/RESULTS.md,
-"Lookups of a store built in shards, by kind of id"). A cold batch of texts is read ahead as
-in one shard (:meth:`lading.disk.RaggedColumn.texts`): its offsets and bytes are asked for all
-at once (``MADV_WILLNEED``), each range in the file of the shard that holds it.
+parallel has one ragged column per shard per column, each with its own offsets: the merge
+writes none (issue 49: a merge that copied every row's offsets wrote 8 B a document a column,
+two thirds of its bytes). Where the C helper is built (:mod:`lading.disk.native`) one call
+checks the batch, finds each row's shard from the shards' first rows, reads its offsets in that
+shard's file and makes the ``str`` objects (texts) or the views (tokens): the call a one-shard
+column makes with one part. The numpy route (no helper) finds the shards with
+``np.searchsorted``, gathers each shard's offsets under a mask, then slices in one loop.
+
+Stores merged before that carry offsets over all shards' data laid end to end
+(``<column>.goff``, ``global_offsets`` in the manifest); they are read through them, the part
+then picked from each row's start offset, so they answer as they always did.
+
+A cold batch of texts is read ahead as in one shard (:meth:`lading.disk.RaggedColumn.texts`):
+its offsets and bytes are asked for all at once (``MADV_WILLNEED``), each range in the file of
+the shard that holds it. Measured: benchmarks/RESULTS.md, "Lookups of a store built in shards,
+by kind of id" and "Merges that copy no payload".
 """
 
 from __future__ import annotations
@@ -42,9 +44,8 @@ class ShardedColumn:
         offsets_file: MappedFile | None = None,
     ) -> None:
         self.parts = parts
-        # every row's offsets over the shards' data laid end to end (written by the merge for
-        # the hot columns, see lading.stores.building.merge.global_offsets), and where each shard's
-        # data starts in that count; the file they are mapped from, to read them ahead
+        # every row's offsets over the shards' data laid end to end: only in stores merged before
+        # merges stopped writing them (the module docstring); the file they are mapped from
         self.offsets = offsets
         self._offsets_file = offsets_file
         # read a batch's rows ahead while its pages come from the device (see texts)
@@ -59,12 +60,19 @@ class ShardedColumn:
         self._count = int(self.starts[-1])
         self._buffers = tuple(p.data.buffer for p in parts)
         self._values = tuple(p.data.array(p.dtype) for p in parts)
-        # the C helper reads the merged offsets and every shard's data in one call
-        self._native = native.NATIVE if offsets is not None else None
+        # the C helper reads the offsets and every shard's data in one call
+        self._native = native.NATIVE
         self._text_native = self._native if parts[0].dtype == np.uint8 else None
-        # what the helper reads the offsets from: the map itself where there is one (a buffer
-        # of the map is cheaper to take per call than one of a numpy array)
-        self._offsets_buffer: Any = offsets_file.buffer if offsets_file is not None else offsets
+        # what the helper reads the offsets from: each shard's own map, or the merged ones (the
+        # map itself where there is one: a buffer of a map is cheaper to take per call than one
+        # of a numpy array)
+        self._offsets_buffer: Any = (
+            tuple(p._offsets_file.buffer for p in parts)
+            if offsets is None
+            else offsets_file.buffer
+            if offsets_file is not None
+            else offsets
+        )
         self._random = parts[0].data.random_access
 
     def __len__(self) -> int:

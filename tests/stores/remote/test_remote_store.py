@@ -223,9 +223,10 @@ def test_a_store_is_staged_once_per_node(bucket: str, corpus: Path, tmp_path: Pa
 def test_a_store_built_in_shards_stages_no_merged_offsets_and_reads_as_the_local_one(
     bucket: str, corpus: Path, tmp_path: Path
 ) -> None:
-    """Issue 40 item 6: a merged store's ``*.goff`` (8 B a document per text/tokens column)
-    is for a local store's lookups; the remote reader reads each shard's own offsets, so the
-    node stages none, pins none, and every document still reads as the local store's."""
+    """Issue 40 item 6: the remote reader reads each shard's own offsets, staged with it, and
+    every document reads as the local store's. Merges no longer write merged offsets
+    (``*.goff``, issue 49); a store merged before still lists them, and the node neither
+    stages nor pins them."""
     from lading.stores.building.upload import upload
     from lading.stores.remote.manifest import payload_files, staged_files
 
@@ -234,9 +235,11 @@ def test_a_store_built_in_shards_stages_no_merged_offsets_and_reads_as_the_local
     for i in range(2):
         lading.build_shard(corpus, local, progress=False, shard=(i, 2), tokenizer=tok)
     merged = lading.merge_store(local)
-    goffs = sorted(merged.meta["global_offsets"].values())
-    assert len(goffs) == 2  # text and tokens
-    assert not set(goffs) & (set(staged_files(merged.meta)) | set(payload_files(merged.meta)))
+    assert not merged.meta.get("global_offsets")
+    older = {**merged.meta, "global_offsets": {"text": "snap-x/text.goff"}}
+    older["files"] = {**merged.meta["files"], "snap-x/text.goff": {"size": 8}}
+    assert "snap-x/text.goff" not in staged_files(older) + payload_files(older)
+    assert staged_files(older) == staged_files(merged.meta)
     url = f"s3://{bucket}/sharded"
     upload(local, open_client(url))
     remote = _open(url, tmp_path)

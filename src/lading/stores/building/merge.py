@@ -8,6 +8,12 @@ keeps the earliest/latest row in source order (shards are dealt in source order)
 one-process build does, and the shards that lose rows get compacted columns written into the
 snapshot's own directory (shards are never rewritten). A field that some shards lack gets empty
 rows there too (padding columns).
+
+Nothing else is written: every shard's columns, offsets included, are read in place
+(:class:`lading.stores.shards.ShardedColumn`), so a merge writes the id index, any padding or
+compacted columns, and the manifest (benchmarks/RESULTS.md, "Merges that copy no payload").
+Stores merged before this also carry ``<column>.goff`` (every row's offsets over all shards);
+they are still read through them.
 """
 
 from __future__ import annotations
@@ -226,40 +232,6 @@ def pad_fields(
     return fields, padding
 
 
-GLOBAL_COLUMNS = ("text", "tokens")  # read by id on the hot path: get_many, tokens_many
-
-
-def global_offsets(
-    root: Path, tmp: Path, snapshot: str, shards: list[Shard]
-) -> tuple[dict[str, str], dict[str, Any]]:
-    """For a store of several shards, each hot column's offsets over its shards' data laid end
-    to end (``<column>.goff``, ``count + 1`` uint64), written into ``tmp``.
-
-    With them a lookup across shards costs what it costs in one shard: two gathers of
-    offsets, then a search over the shards' byte bounds for the buffer (measured on 64 random
-    rows of 2 shards: the same time as one shard, where gathering from each shard's own
-    offsets took twice as long). 8 bytes a row per column, shared through the page cache.
-    Returns ({column: path}, {path: file entry}).
-    """
-    paths: dict[str, str] = {}
-    files: dict[str, Any] = {}
-    if len(shards) < 2:
-        return paths, files
-    for column in GLOBAL_COLUMNS:
-        if column not in shards[0].record["columns"]:
-            continue
-        parts, base = [np.zeros(1, dtype=OFFSET_DTYPE)], 0
-        for shard in shards:
-            name = shard.record["columns"][column]["offsets"]
-            offsets = MappedFile(shard.base(root) / name).array(OFFSET_DTYPE)
-            parts.append(offsets[1:] + np.uint64(base))
-            base += int(offsets[-1])
-        rel = f"{snapshot}/{column}.goff"
-        files[rel] = write_file(tmp / f"{column}.goff", np.concatenate(parts))
-        paths[column] = rel
-    return paths, files
-
-
 def _tokenizer_file(shards: list[Shard]) -> str | None:
     """The tokenizer kept with the tokens: the first shard's that wrote one."""
     for shard in shards:
@@ -302,8 +274,6 @@ def manifest_of(
             {"dir": shard.dir, "rows": record["rows"], "source": shard.source, "columns": columns}
         )
     files.update({path: info for path, (_, _, info) in padding.items()})
-    spans, span_files = global_offsets(root, tmp, snapshot, shards)
-    files.update(span_files)
     first = shards[0].record
     dtypes = {"text": "|u1", "ids": "|u1", **{field_column(f): "|u1" for f in fields}}
     if first.get("tokens"):
@@ -323,7 +293,6 @@ def manifest_of(
         "source": build.pop("source"),
         "sources": build.pop("sources"),
         "shards": listed,
-        "global_offsets": spans,
         "build": {
             **build,
             "skipped": sum(s.record["skipped"] for s in shards),

@@ -7,8 +7,9 @@ in one or several shards. Staged once per node, memory-mapped and shared by ever
 tokenizer: 8 B a document per offsets file (``text`` and ``ids``, plus ``tokens`` and each
 field), the ids' own bytes and 4-40 B of index (26 B a document for ids ``0..n-1``, 94 for
 ``msmarco_passage_<i>``: benchmarks/staged_index_size.py). Read by ranged GETs: the data
-files of the payload columns, ``text``, ``tokens`` and ``field.*``. Neither: a sharded
-store's merged offsets (``*.goff``), which only a local store's lookups read.
+files of the payload columns, ``text``, ``tokens`` and ``field.*``. Neither: the merged
+offsets (``*.goff``) of a store merged before merges stopped writing them, which only a local
+store's lookups read.
 
 The shard layout is the packed store's own (``lading.stores.layout.shard_files`` where this
 lading has it); a store of format version 1 (every file at the top of the directory, one
