@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from common import HERE, add_write_flag, write_section
+from common import HERE, add_write_flag, make_corpora, write_section
 
 WORDS = [f"w{i}" for i in range(2000)]
 
@@ -94,9 +94,30 @@ def corpus_shards(dest: Path, docs: int, shards: int, tok: Path) -> None:
         del tokens, offsets, lengths
 
 
-def store_shards(dest: Path, docs: int, shards: int) -> None:
+STORES = {
+    "store": "short passages, integer ids",
+    "store-marco": "MS MARCO passages, integer ids",
+    "store-marco-str": "MS MARCO passages, msmarco_passage_<i> ids",
+}
+
+
+def store_shards(dest: Path, docs: int, shards: int, kind: str = "store") -> None:
+    """``lading build --shard i/N`` of ``docs`` passages of ``kind`` (:data:`STORES`): short
+    synthetic ones, or real MS MARCO passages resampled (:func:`common.make_corpora`; synthetic
+    passages where the data is absent) under integer or string ids."""
+    if kind == "store":
+        src = short_passages(dest.parent / "passages.tsv", docs)
+    else:
+        int_tsv, str_tsv, _ = make_corpora(docs, dest.parent)
+        src = str_tsv if kind.endswith("-str") else int_tsv
+    lading = [sys.executable, "-m", "lading", "build", str(src), str(dest), "--quiet", "--shard"]
+    procs = [subprocess.Popen([*lading, f"{i}/{shards}"]) for i in range(shards)]
+    assert all(p.wait() == 0 for p in procs)
+
+
+def short_passages(src: Path, docs: int) -> Path:
+    """A TSV of ``docs`` passages of 6-20 words of :data:`WORDS`, ids ``0..docs-1``."""
     rng = np.random.default_rng(1)
-    src = dest.parent / "passages.tsv"
     with open(src, "w") as f:
         for lo in range(0, docs, 100_000):
             hi = min(docs, lo + 100_000)
@@ -108,15 +129,17 @@ def store_shards(dest: Path, docs: int, shards: int) -> None:
                 lines.append(f"{i}\t{' '.join(WORDS[k] for k in picks[at : at + c])}\n")
                 at += c
             f.write("".join(lines))
-    lading = [sys.executable, "-m", "lading", "build", str(src), str(dest), "--quiet", "--shard"]
-    procs = [subprocess.Popen([*lading, f"{i}/{shards}"]) for i in range(shards)]
-    assert all(p.wait() == 0 for p in procs)
+    return src
 
 
 MERGE = {
     "corpus": "from lading.lm.merge import merge_corpus as m; from pathlib import Path; "
     "m(Path(sys.argv[1]))",
     "store": "from lading.stores.building.parallel import merge_store as m; "
+    "from pathlib import Path; m(Path(sys.argv[1]))",
+    "store-marco": "from lading.stores.building.parallel import merge_store as m; "
+    "from pathlib import Path; m(Path(sys.argv[1]))",
+    "store-marco-str": "from lading.stores.building.parallel import merge_store as m; "
     "from pathlib import Path; m(Path(sys.argv[1]))",
     "floor": "import lading.lm.merge, lading.stores.building.parallel",
 }
@@ -156,14 +179,14 @@ def merge_rows(args: argparse.Namespace, work: Path) -> list[str]:
     rows = []
     tok = tokenizer(work / "t.json")
     for docs in args.docs:
-        for kind in ("corpus", "store"):
+        for kind in ("corpus", *args.stores):
             dest = work / f"{kind}-{docs}"
             dest.mkdir()
             started = time.perf_counter()
             if kind == "corpus":
                 corpus_shards(dest, docs, args.shards, tok)
             else:
-                store_shards(dest, docs, args.shards)
+                store_shards(dest, docs, args.shards, kind)
             built = time.perf_counter() - started
             shard_bytes = du(next(dest.glob("build-*")))
             load = os.getloadavg()[0]
@@ -263,6 +286,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--read-docs", type=int, default=20_000)
     parser.add_argument("--skip-merge", action="store_true")
+    parser.add_argument(
+        "--stores", nargs="+", choices=list(STORES), default=["store"],
+        help="which stores to merge: " + "; ".join(f"{k}: {v}" for k, v in STORES.items()),
+    )  # fmt: skip
     add_write_flag(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-merge-") as tmp:
@@ -275,7 +302,9 @@ def main() -> None:
         "every byte of the merge's snapshot and meta.json (token corpora: the manifest only, "
         "the shards' tokens.bin and tokens.off are read in place; stores: the id index and the "
         "manifest, every shard's columns and offsets are read in place) over every byte of the "
-        "shards.\n\n"
+        "shards. Stores (no tokens): "
+        + "; ".join(f"`{k}` {v}" for k, v in STORES.items() if k in args.stores)
+        + ".\n\n"
         "| kind | documents | shards | shards MiB | written MiB | written / shards | merge s "
         "| s per 10M | peak RSS MiB | load |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
         + "\n".join(rows)
