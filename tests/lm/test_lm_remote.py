@@ -102,6 +102,20 @@ def test_batches_equal_the_local_corpus_and_resume_with_a_cold_cache(
     assert batches(again) == want[3:]
 
 
+def test_dataloader_workers_over_a_remote_corpus_are_warned_against(corpora: Corpora) -> None:
+    """Workers read a remote corpus slower than the thread does (benchmarks/RESULTS.md): a
+    loader made with them says so once, naming the corpus and the fix; at 0 workers, or over
+    the local corpus with workers, it says nothing."""
+    remote = corpora.open()
+    said = r"TokenCorpus\('s3://lm-remote/corpora/a'\) is read from object storage with "
+    with pytest.warns(UserWarning, match=said + r"num_workers=2: .* Pass num_workers=0"):
+        loader_of(corpora, "windows", remote, num_workers=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert loader_of(corpora, "windows", remote).workers.read_ahead == 2
+        loader_of(corpora, "windows", corpora.local, num_workers=2)
+
+
 def test_remote_batches_are_built_ahead_on_a_thread_unless_told_not_to(corpora: Corpora) -> None:
     """A remote corpus's batches (~5-10 ms of node-cache reads each) are built on a thread
     while the caller holds the last one; ``read_ahead=0`` builds each when asked: the same

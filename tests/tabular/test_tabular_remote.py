@@ -98,6 +98,22 @@ def test_remote_batches_equal_the_local_files(
         assert PartitionedParquet(local, 8, **KW).workers.read_ahead == 0
 
 
+def test_dataloader_workers_over_remote_files_are_warned_against(
+    url: str, local: Path, tmp_path: Path
+) -> None:
+    """As for stores and token corpora: parquet files in a bucket under DataLoader workers
+    warn, naming the files and the fix; at 0 workers, or local files with workers, nothing."""
+    import warnings
+
+    with pytest.warns(UserWarning, match=rf"{FILES} parquet files \({url}part-0.parquet, "
+                      r"\.\.\.\) is read from object storage with num_workers=2"):  # fmt: skip
+        PartitionedParquet(url, 8, cache=cold(tmp_path), num_workers=2, **KW)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        PartitionedParquet(url, 8, cache=cold(tmp_path), **KW)
+        PartitionedParquet(local, 8, num_workers=2, **KW)
+
+
 def test_remote_batches_built_when_asked_are_the_same(
     url: str, local: Path, tmp_path: Path
 ) -> None:

@@ -156,7 +156,11 @@ class LanguageModelLoader(Loader):
         announce = None if reads is None else reads.announce
         # a remote batch is ~5-10 ms of reads through the node cache: built beside the step
         remote_batches = reads is not None and workload.resident is None
-        workers = workers.with_read_ahead(read_ahead, default=2 if remote_batches else 0)
+        workers = (
+            workers.for_remote(read_ahead, repr(corpus))
+            if remote_batches
+            else workers.with_read_ahead(read_ahead, default=0)
+        )
         if workload.resident is not None and workers.read_ahead:
             raise ValueError(
                 f"read_ahead={workers.read_ahead} with the corpus on {workload.resident.device}: "

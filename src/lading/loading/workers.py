@@ -52,6 +52,28 @@ class Workers:
         depth = asked if asked is not None else self.read_ahead
         return dataclasses.replace(self, read_ahead=default if depth is None else depth)
 
+    def for_remote(self, asked: int | None, what: str) -> Workers:
+        """These settings for data read from object storage (``what`` names it): ``read_ahead``
+        as ``asked``, by default 2 (batches built on a thread beside the step); with DataLoader
+        workers, a warning that says so, since workers measured slower on every such run
+        (:data:`REMOTE_WORKERS`)."""
+        if self.num_workers:
+            warnings.warn(
+                f"{what} is read from object storage with num_workers={self.num_workers}: "
+                f"{REMOTE_WORKERS} Pass num_workers=0: batches are then built on a thread "
+                "beside the step (read_ahead).",
+                UserWarning,
+                stacklevel=4,
+            )
+        return self.with_read_ahead(asked, default=2)
+
+
+REMOTE_WORKERS = (
+    "DataLoader workers wait on each other's fetches and read it at 0.6-0.8x of a local "
+    "copy's speed, where num_workers=0 reads it at 0.97-1.03x (benchmarks/RESULTS.md, "
+    "'Workers against a remote store on longer epochs')."
+)
+
 
 def pinnable() -> bool:
     """Whether page-locked memory can be had here (a CUDA device); where not, pin_memory=True

@@ -159,7 +159,13 @@ class PartitionedParquet(Loader):
             chunk = workload.buffer_rows // batch_size
             ahead = max(LOOKAHEAD, CHUNKS_AHEAD * chunk)
             announce = announcer(Hooks.of(self.remote), announced_reads(workload), ahead)
-        workers = workers.with_read_ahead(read_ahead, default=2 if self.remote is not None else 0)
+        workers = (
+            workers.with_read_ahead(read_ahead, default=0)
+            if self.remote is None
+            else workers.for_remote(
+                read_ahead, f"{len(self.files)} parquet files ({self.files[0]}, ...)"
+            )
+        )
         super().__init__(workload, workers, announce=announce)
         self.total_rows, self.buffer_rows = workload.total_rows, workload.buffer_rows
         self._parquet = workload

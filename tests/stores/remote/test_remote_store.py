@@ -250,3 +250,26 @@ def test_a_store_built_in_shards_stages_no_merged_offsets_and_reads_as_the_local
     assert remote.get_many(ids) == merged.get_many(ids)
     got, want = remote.tokens_many(ids), merged.tokens_many(ids)
     assert all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+def test_a_remote_store_under_dataloader_workers_is_warned_against(
+    bucket: str, corpus: Path, tmp_path: Path
+) -> None:
+    """Workers read a remote store at 0.6-0.8x of a local copy where the thread reads it at
+    ~1.0x (benchmarks/RESULTS.md): ``lading train``'s choice of ``read_ahead`` says so with
+    workers, and stays silent at 0 workers and for a local store."""
+    import warnings
+
+    from lading.ir.train import read_ahead
+
+    url = f"s3://{bucket}/warned"
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
+    remote = _open(url, tmp_path)
+    with pytest.warns(UserWarning, match=rf"the store {url} is read from object storage with "
+                      r"num_workers=4: .* Pass num_workers=0"):  # fmt: skip
+        assert read_ahead(remote, 4) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_ahead(remote, 0) == 2
+        local = lading.build_store(corpus, tmp_path / "local", progress=False)
+        assert read_ahead(local, 4) == 0
