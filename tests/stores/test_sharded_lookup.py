@@ -217,3 +217,19 @@ def test_a_sharded_column_answers_alike_on_both_routes(
         flat = [row for rows in parts for row in rows]
         if all(0 <= r < n for r in rows):
             assert got[0][1] == [flat[r] for r in rows]
+
+
+def test_the_helper_refuses_offsets_that_do_not_match_the_parts() -> None:
+    """Offsets per part must be one per part (or one over them all): two arrays for three
+    parts would read rows of one shard in another's data."""
+    helper = native.load()
+    if helper is None:
+        pytest.skip("the C helper is not built here (python setup.py build_ext --inplace)")
+    offsets = np.array([0, 2], dtype="<u8").tobytes()
+    rows = np.array([0], dtype=np.int64)
+    with pytest.raises(ValueError, match="2 offsets arrays for 3 parts"):
+        helper.texts(rows, (offsets, offsets), (b"ab", b"ab", b"ab"))
+    with pytest.raises(ValueError, match="a column has 1 to 2\\*\\*31 - 1 offsets arrays"):
+        helper.texts(rows, (), (b"ab",))
+    assert helper.texts(rows, (offsets, offsets), (b"ab", b"cd")) == ["ab"]
+    assert helper.texts(np.array([1], dtype=np.int64), (offsets, offsets), (b"ab", b"cd")) == ["cd"]

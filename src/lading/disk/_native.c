@@ -462,39 +462,44 @@ static void spans_free(Spans *s) {
     PyMem_Free(s->end);
 }
 
-/* The offsets of a column: one buffer over all parts, or one per part (a tuple). */
+/* A buffer or a tuple of buffers, held for one call, with the running sum of a count of each
+ * (sums[0] = 0, sums[n] = the total): a column's data parts (their bytes) or its offsets
+ * arrays (their rows: a buffer of k + 1 uint64 offsets holds k rows). */
 typedef struct {
-    Py_ssize_t n;    /* buffers held */
+    Py_ssize_t n; /* buffers held */
     Py_buffer *views;
-    int64_t *first;  /* n + 1: each buffer's first row; first[n] is the column's row count */
-} Offsets;
+    uint64_t *sums; /* n + 1 */
+} Buffers;
 
-static void offsets_release(Offsets *o) {
-    for (Py_ssize_t i = 0; i < o->n; i++) PyBuffer_Release(&o->views[i]);
-    PyMem_Free(o->views);
-    PyMem_Free(o->first);
+static void buffers_release(Buffers *b) {
+    for (Py_ssize_t i = 0; i < b->n; i++) PyBuffer_Release(&b->views[i]);
+    PyMem_Free(b->views);
+    PyMem_Free(b->sums);
 }
 
-static int offsets_get(Offsets *o, PyObject *arg) {
+/* Hold ``arg`` (a buffer, or a tuple of 1 to 2**31 - 1 buffers of ``what``); ``rows``: count
+ * each buffer's rows of offsets, else its bytes. 0, or -1 with an exception set. */
+static int buffers_get(Buffers *b, PyObject *arg, int rows, const char *what) {
     int one = !PyTuple_Check(arg);
     Py_ssize_t n = one ? 1 : PyTuple_GET_SIZE(arg);
-    o->n = 0;
-    o->views = PyMem_Calloc(n ? n : 1, sizeof(Py_buffer));
-    o->first = PyMem_Calloc(n + 1, sizeof(int64_t));
-    if (o->views == NULL || o->first == NULL) {
+    b->n = 0;
+    b->views = PyMem_Calloc(n ? n : 1, sizeof(Py_buffer));
+    b->sums = PyMem_Calloc(n + 1, sizeof(uint64_t));
+    if (b->views == NULL || b->sums == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    if (n == 0) {
-        PyErr_SetString(PyExc_ValueError, "a column has 1 or more offsets arrays");
+    if (n == 0 || n > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "a column has 1 to 2**31 - 1 %s", what);
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = one ? arg : PyTuple_GET_ITEM(arg, i);
-        if (PyObject_GetBuffer(item, &o->views[i], PyBUF_SIMPLE) < 0) return -1;
-        o->n = i + 1;
-        int64_t rows = o->views[i].len / 8 - 1;
-        o->first[i + 1] = o->first[i] + (rows > 0 ? rows : 0);
+        if (PyObject_GetBuffer(item, &b->views[i], PyBUF_SIMPLE) < 0) return -1;
+        b->n = i + 1;
+        Py_ssize_t len = b->views[i].len;
+        uint64_t count = !rows ? (uint64_t)len : len >= 16 ? (uint64_t)(len / 8 - 1) : 0;
+        b->sums[i + 1] = b->sums[i] + count;
     }
     return 0;
 }
@@ -502,12 +507,13 @@ static int offsets_get(Offsets *o, PyObject *arg) {
 /* Fill ``s`` for the rows ``r[0..n)``: the whole batch is checked before anything is read, in
  * the numpy route's order: every row in the column (else IndexError, the first such row), then
  * every row's offsets within the data of its part (else Damaged, the first such row). ``bases``
- * holds ``nparts + 1`` item counts (bases[0] = 0); ``o`` holds one offsets array, or ``nparts``.
+ * holds ``nparts + 1`` item counts (bases[0] = 0); ``o`` holds one offsets array, or ``nparts``
+ * (counted in rows).
  * 0, or -1 with an exception set. */
-static int row_spans(Spans *s, const int64_t *r, Py_ssize_t n, const Offsets *o,
+static int row_spans(Spans *s, const int64_t *r, Py_ssize_t n, const Buffers *o,
                      const uint64_t *bases, Py_ssize_t nparts) {
     int merged = o->n == 1;
-    int64_t count = o->first[o->n];
+    int64_t count = (int64_t)o->sums[o->n];
     s->n = n;
     s->part = PyMem_Malloc((n ? n : 1) * sizeof(int32_t));
     s->start = PyMem_Malloc((n ? n : 1) * sizeof(uint64_t));
@@ -535,11 +541,11 @@ static int row_spans(Spans *s, const int64_t *r, Py_ssize_t n, const Offsets *o,
             Py_ssize_t q = 0, top = o->n - 1; /* the last offsets array whose first row <= r */
             while (q < top) {
                 Py_ssize_t mid = (q + top + 1) / 2;
-                if (o->first[mid] <= r[i]) q = mid;
+                if (o->sums[mid] <= (uint64_t)r[i]) q = mid;
                 else top = mid - 1;
             }
             in[i - lo] = q;
-            at[i - lo] = (const unsigned char *)o->views[q].buf + (r[i] - o->first[q]) * 8;
+            at[i - lo] = (const unsigned char *)o->views[q].buf + (r[i] - (int64_t)o->sums[q]) * 8;
             PREFETCH(at[i - lo]);
             PREFETCH(at[i - lo] + 8);
         }
@@ -580,42 +586,6 @@ static int row_spans(Spans *s, const int64_t *r, Py_ssize_t n, const Offsets *o,
     return 0;
 }
 
-/* The data of a column: one buffer, or a tuple of buffers (its parts, in row order). */
-typedef struct {
-    Py_ssize_t n;
-    Py_buffer *views;
-    uint64_t *bases; /* n + 1 */
-} Parts;
-
-static void parts_release(Parts *p) {
-    for (Py_ssize_t i = 0; i < p->n; i++) PyBuffer_Release(&p->views[i]);
-    PyMem_Free(p->views);
-    PyMem_Free(p->bases);
-}
-
-static int parts_get(Parts *p, PyObject *data) {
-    int one = !PyTuple_Check(data);
-    Py_ssize_t n = one ? 1 : PyTuple_GET_SIZE(data);
-    p->n = 0;
-    p->views = PyMem_Calloc(n ? n : 1, sizeof(Py_buffer));
-    p->bases = PyMem_Calloc(n + 1, sizeof(uint64_t));
-    if (p->views == NULL || p->bases == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    if (n == 0 || n > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "a column has 1 to 2**31 - 1 parts");
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = one ? data : PyTuple_GET_ITEM(data, i);
-        if (PyObject_GetBuffer(item, &p->views[i], PyBUF_SIMPLE) < 0) return -1;
-        p->n = i + 1;
-        p->bases[i + 1] = p->bases[i] + (uint64_t)p->views[i].len;
-    }
-    return 0;
-}
-
 /* texts(rows, offsets, data) -> list of str: rows of a UTF-8 column (data: a buffer, or a tuple
  * of buffers laid end to end; offsets: one buffer over them all, or a tuple of one per part).
  * Checked whole first (row_spans), then each row is decoded (UnicodeDecodeError), its first
@@ -624,12 +594,13 @@ static PyObject *texts(PyObject *self, PyObject *args) {
     Py_buffer rows;
     PyObject *offsets_arg, *data, *list = NULL;
     if (!PyArg_ParseTuple(args, "y*OO", &rows, &offsets_arg, &data)) return NULL;
-    Parts parts = {0, NULL, NULL};
-    Offsets offsets = {0, NULL, NULL};
+    Buffers parts = {0, NULL, NULL}, offsets = {0, NULL, NULL};
     Spans s = {0, NULL, NULL, NULL};
-    if (parts_get(&parts, data) < 0 || offsets_get(&offsets, offsets_arg) < 0) goto done;
+    if (buffers_get(&parts, data, 0, "parts") < 0 ||
+        buffers_get(&offsets, offsets_arg, 1, "offsets arrays") < 0)
+        goto done;
     Py_ssize_t n = rows.len / 8;
-    if (row_spans(&s, (const int64_t *)rows.buf, n, &offsets, parts.bases, parts.n) < 0)
+    if (row_spans(&s, (const int64_t *)rows.buf, n, &offsets, parts.sums, parts.n) < 0)
         goto done;
     list = PyList_New(n);
     if (list == NULL) goto done;
@@ -654,8 +625,8 @@ static PyObject *texts(PyObject *self, PyObject *args) {
     }
 done:
     spans_free(&s);
-    offsets_release(&offsets);
-    parts_release(&parts);
+    buffers_release(&offsets);
+    buffers_release(&parts);
     PyBuffer_Release(&rows);
     return list;
 }
@@ -668,7 +639,7 @@ static PyObject *slices(PyObject *self, PyObject *args) {
     PyObject *offsets_arg, *seqs, *list = NULL;
     if (!PyArg_ParseTuple(args, "y*OO!", &rows, &offsets_arg, &PyTuple_Type, &seqs)) return NULL;
     Py_ssize_t nparts = PyTuple_GET_SIZE(seqs);
-    Offsets offsets = {0, NULL, NULL};
+    Buffers offsets = {0, NULL, NULL};
     Spans s = {0, NULL, NULL, NULL};
     uint64_t *bases = PyMem_Calloc(nparts + 1, sizeof(uint64_t));
     if (bases == NULL) {
@@ -684,7 +655,7 @@ static PyObject *slices(PyObject *self, PyObject *args) {
         if (len < 0) goto done;
         bases[i + 1] = bases[i] + (uint64_t)len;
     }
-    if (offsets_get(&offsets, offsets_arg) < 0) goto done;
+    if (buffers_get(&offsets, offsets_arg, 1, "offsets arrays") < 0) goto done;
     Py_ssize_t n = rows.len / 8;
     if (row_spans(&s, (const int64_t *)rows.buf, n, &offsets, bases, nparts) < 0) goto done;
     list = PyList_New(n);
@@ -700,7 +671,7 @@ static PyObject *slices(PyObject *self, PyObject *args) {
     }
 done:
     spans_free(&s);
-    offsets_release(&offsets);
+    buffers_release(&offsets);
     PyMem_Free(bases);
     PyBuffer_Release(&rows);
     return list;
