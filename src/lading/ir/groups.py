@@ -251,6 +251,13 @@ class TrainingGroups:
             rows.append(np.concatenate(codes) if codes else np.empty(0, dtype=np.int64))
         return rows
 
+    @property
+    def remote_url(self) -> str | None:
+        """The store's URL where it is in object storage (:mod:`lading.loading.hooks`: a loader
+        made with DataLoader workers warns), else None."""
+        url = getattr(self.store, "remote_url", None)
+        return url if isinstance(url, str) else None
+
     def data_fingerprint(self) -> str:
         """A digest of what the groups hold (computed once): the store's content (a lading
         directory's file checksums; else its type and size), the queries' texts, the

@@ -24,7 +24,6 @@ from lading.ir.inputs import read_qrels, read_queries, read_run
 from lading.ir.layouts import DOC_ROWS, model_inputs
 from lading.ir.model import CrossEncoder, ranking_loss, tiny_bert_config
 from lading.loading.map_workload import loader
-from lading.loading.workers import Workers
 from lading.sources import ParseOptions
 from lading.stores import build_store, open_store
 from lading.stores.base import DocStore
@@ -93,15 +92,12 @@ def read_ahead(store: DocStore, num_workers: int) -> int:
     """Batches built ahead on a thread of the training process (``lading.loader``'s
     ``read_ahead``): 2 for a remote store read in this process, whose batches are the node
     cache's reads (~40 ms of CPU a batch of 256 pairs on 2 cores, benchmarks/remote_step.py)
-    and then run beside the GPU step; else 0. A remote store with workers warns
-    (:meth:`lading.loading.workers.Workers.for_remote`). The collator and the groups draw only
-    from their own seeded generators, so the thread changes no draw."""
+    and then run beside the GPU step; else 0 (with workers, the loader warns: the groups say
+    their store's ``remote_url``). The collator and the groups draw only from their own seeded
+    generators, so the thread changes no draw."""
     from lading.stores.remote.store import RemoteStore
 
-    if not isinstance(store, RemoteStore):
-        return 0
-    workers = Workers(num_workers=num_workers).for_remote(None, f"the store {store.url}")
-    return (workers.read_ahead or 0) if num_workers == 0 else 0
+    return 2 if num_workers == 0 and isinstance(store, RemoteStore) else 0
 
 
 def prepare(config: TrainConfig, world: World) -> tuple[DocStore, Any, CrossEncoder]:

@@ -25,6 +25,9 @@ hook                                    what the loader does with it
                                         no two samples of a batch may share one
 ``data_fingerprint() -> str | None``    when the loader is made: the dataset's identity, put in
                                         the loader's state (a state of other data is refused)
+``remote_url: str | None``              where the items are read from, when that is object
+                                        storage: a loader made with DataLoader workers warns
+                                        (:meth:`lading.loading.workers.Workers.for_remote`)
 ======================================  =========================================================
 
 A dataset's identity is also found without ``data_fingerprint``: an HF ``datasets.Dataset``'s own
@@ -34,9 +37,9 @@ snapshot ``content_id``. ``batches`` are lists of the items the dataset will be 
 ``epoch * 2**32 + batch``). ``prefetch``, ``plan`` and ``at_step`` affect speed only: a dataset
 reads the same items without them (:mod:`lading.loading.announce` says when each is called).
 :class:`lading.ir.TrainingGroups` has ``prefetch`` and ``plan`` (a remote store's
-``prefetch_rows`` and ``plan_rows``); the step of the batch being built also reaches every read
-without a hook: the loader sets it around the build (:func:`lading.step.at_step`), and a remote
-store's reads take it.
+``prefetch_rows`` and ``plan_rows``) and its store's ``remote_url``; the step of the batch
+being built also reaches every read without a hook: the loader sets it around the build
+(:func:`lading.step.at_step`), and a remote store's reads take it.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ class Hooks:
         plan: ``plan`` (called only where there is a ``prefetch``).
         duplicate_keys: ``duplicate_keys``.
         identity: the dataset's identity (:func:`identity_of`), computed when made.
+        remote_url: ``remote_url``, where it is a string.
     """
 
     getitems: Callable[[list[Any]], Any] | None = None
@@ -97,6 +101,7 @@ class Hooks:
     plan: Callable[..., Any] | None = None
     duplicate_keys: DuplicateKeys | None = None
     identity: str | None = None
+    remote_url: str | None = None
 
     @classmethod
     def of(cls, dataset: object) -> Hooks:
@@ -107,6 +112,7 @@ class Hooks:
             return found if callable(found) else None
 
         epoch_aware = bool(getattr(dataset, "epoch_aware", False))
+        remote = getattr(dataset, "remote_url", None)
         return cls(
             getitems=method("__getitems__"),
             epoch_aware=epoch_aware,
@@ -116,6 +122,7 @@ class Hooks:
             plan=method("plan"),
             duplicate_keys=method("duplicate_keys"),
             identity=identity_of(dataset, method("data_fingerprint")),
+            remote_url=remote if isinstance(remote, str) else None,
         )
 
 

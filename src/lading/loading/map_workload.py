@@ -86,7 +86,9 @@ class MapWorkload(SegmentWorkload):
             holds the last one (:mod:`lading.loading.read_ahead`: a remote store's reads beside the
             training step). Off by default: ``dataset`` and ``collate_fn`` run on that thread,
             and one that draws from torch's or NumPy's global random generator would draw in
-            an order that depends on the thread's timing.
+            an order that depends on the thread's timing. A dataset that reads from object
+            storage (its ``remote_url``) with ``num_workers`` > 0 warns: the thread reads it
+            faster than workers do.
         batching: ``"order"`` (a batch is a run of the order) or ``"no_duplicates"`` (the
             dataset's ``duplicate_keys(items, epoch)`` says what no two samples may share).
     """
@@ -286,7 +288,9 @@ def loader(
             holds the last one (:mod:`lading.loading.read_ahead`: a remote store's reads beside the
             training step). Off by default: ``dataset`` and ``collate_fn`` run on that thread,
             and one that draws from torch's or NumPy's global random generator would draw in
-            an order that depends on the thread's timing.
+            an order that depends on the thread's timing. A dataset that reads from object
+            storage (its ``remote_url``) with ``num_workers`` > 0 warns: the thread reads it
+            faster than workers do.
         batching: ``"order"`` (batches are runs of the epoch's order) or ``"no_duplicates"``
             (no two samples of a batch share a key of ``dataset.duplicate_keys``: for losses
             with in-batch negatives; see the module docstring).
@@ -300,7 +304,13 @@ def loader(
     workload = MapWorkload(dataset, collate_fn, reading, batching)
     workers = Workers(
         num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
-    ).with_read_ahead(read_ahead, default=0)
+    )
+    remote = workload.hooks.remote_url
+    workers = (
+        workers.with_read_ahead(read_ahead, default=0)
+        if remote is None
+        else workers.for_remote(read_ahead, remote, default=0)
+    )
     made = Loader(workload, workers, announce=announcer(workload.hooks, workload.items))
     made.dataset = dataset
     return made

@@ -52,25 +52,25 @@ class Workers:
         depth = asked if asked is not None else self.read_ahead
         return dataclasses.replace(self, read_ahead=default if depth is None else depth)
 
-    def for_remote(self, asked: int | None, what: str) -> Workers:
+    def for_remote(self, asked: int | None, what: str, default: int = 2) -> Workers:
         """These settings for data read from object storage (``what`` names it): ``read_ahead``
-        as ``asked``, by default 2 (batches built on a thread beside the step); with DataLoader
-        workers, a warning that says so, since workers measured slower on every such run
-        (:data:`REMOTE_WORKERS`)."""
+        as ``asked``, else ``default`` (2: batches built on a thread beside the step); with
+        DataLoader workers, a warning that says so, since workers measured slower on every such
+        run (:data:`REMOTE_WORKERS`)."""
         if self.num_workers:
             warnings.warn(
                 f"{what} is read from object storage with num_workers={self.num_workers}: "
-                f"{REMOTE_WORKERS} Pass num_workers=0: batches are then built on a thread "
-                "beside the step (read_ahead).",
+                f"{REMOTE_WORKERS} Pass num_workers=0 (and read_ahead=2 where it is not the "
+                "default): batches are then built on a thread beside the step.",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=3,
             )
-        return self.with_read_ahead(asked, default=2)
+        return self.with_read_ahead(asked, default=default)
 
 
 REMOTE_WORKERS = (
-    "DataLoader workers wait on each other's fetches and read it at 0.6-0.8x of a local "
-    "copy's speed, where num_workers=0 reads it at 0.97-1.03x (benchmarks/RESULTS.md, "
+    "DataLoader workers wait on the fetches their parent makes ahead and read it at 0.6-0.8x "
+    "of a local copy's speed, where num_workers=0 reads it at 0.97-1.03x (benchmarks/RESULTS.md, "
     "'Workers against a remote store on longer epochs')."
 )
 

@@ -256,20 +256,17 @@ def test_a_remote_store_under_dataloader_workers_is_warned_against(
     bucket: str, corpus: Path, tmp_path: Path
 ) -> None:
     """Workers read a remote store at 0.6-0.8x of a local copy where the thread reads it at
-    ~1.0x (benchmarks/RESULTS.md): ``lading train``'s choice of ``read_ahead`` says so with
-    workers, and stays silent at 0 workers and for a local store."""
+    ~1.0x (benchmarks/RESULTS.md): ``lading.loader`` over groups of it says so with workers
+    (the groups' ``remote_url`` hook), and stays silent at 0 workers and for a local store."""
     import warnings
-
-    from lading.ir.train import read_ahead
 
     url = f"s3://{bucket}/warned"
     lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
     remote = _open(url, tmp_path)
-    with pytest.warns(UserWarning, match=rf"the store {url} is read from object storage with "
-                      r"num_workers=4: .* Pass num_workers=0"):  # fmt: skip
-        assert read_ahead(remote, 4) == 0
+    said = rf"{url} is read from object storage with num_workers=2: .* Pass num_workers=0"
+    with pytest.warns(UserWarning, match=said):
+        _loader(remote, tmp_path, workers=2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert read_ahead(remote, 0) == 2
-        local = lading.build_store(corpus, tmp_path / "local", progress=False)
-        assert read_ahead(local, 4) == 0
+        _loader(remote, tmp_path)
+        _loader(lading.build_store(corpus, tmp_path / "local", progress=False), tmp_path, 2)

@@ -260,6 +260,12 @@ class RemoteStore(DocStore):
         """Names of the extra fields stored besides the text (e.g. ``title``)."""
         return tuple(self.meta["fields"])
 
+    @property
+    def remote_url(self) -> str:
+        """The store's URL: a loader over data read from here warns when made with DataLoader
+        workers (:mod:`lading.loading.hooks`)."""
+        return self.url
+
     def field(self, doc_id: IdLike, name: str) -> str:
         """Field ``name`` of a document (``""`` where that document had none)."""
         if name not in self.meta["fields"]:
