@@ -254,9 +254,10 @@ class TrainingGroups:
     @property
     def remote_url(self) -> str | None:
         """The store's URL where it is in object storage (:mod:`lading.loading.hooks`: a loader
-        made with DataLoader workers warns), else None."""
-        url = getattr(self.store, "remote_url", None)
-        return url if isinstance(url, str) else None
+        made with DataLoader workers warns, :class:`~lading.loading.hooks.Hooks` checks it is
+        a string), else None."""
+        url: str | None = getattr(self.store, "remote_url", None)
+        return url
 
     def data_fingerprint(self) -> str:
         """A digest of what the groups hold (computed once): the store's content (a lading
