@@ -28,7 +28,7 @@ from typing import Any
 from lading.remote.cache.claims import Claimed, Claims, Part, cut_up
 from lading.remote.cache.figures import Figures
 from lading.remote.cache.ledger import Ledger, Piece
-from lading.remote.cache.node import Node, release
+from lading.remote.cache.node import Flight, Node, release
 from lading.remote.cache.places import policy_check
 from lading.remote.cache.regions import folder_bytes
 from lading.remote.fetch import Fetcher
@@ -163,6 +163,8 @@ class NodeCache:
     ) -> list[Key]:
         """One look: copy what is cached, claim and fetch the gaps, wait for the rest; the
         ranges still unread (evicted or taken over meanwhile) come back for another."""
+        with self.node.lock:  # before the lookup: a block of ours it finds unfilled is here
+            flights = dict(self.node.inflight)  # (or claimed since, or carried: looked again)
         with self.ledger.read() as conn:
             found = self.ledger.overlapping(conn, todo)
         plans = {k: cut_up(k, pieces) for k, pieces in zip(todo, found)}
@@ -188,7 +190,7 @@ class NodeCache:
                 continue
             for n, part in enumerate(parts):
                 if parts_of[k][n] is None:
-                    data = self._wait(k, part, claimed, fetched)
+                    data = self._wait(k, part, claimed, fetched, flights)
                     if data is None:
                         again.add(k)
                         break
@@ -227,9 +229,19 @@ class NodeCache:
             )
         }
 
-    def _wait(self, k: Key, part: Part, claimed: Claimed | None, fetched: set[Key]) -> bytes | None:
+    def _wait(
+        self,
+        k: Key,
+        part: Part,
+        claimed: Claimed | None,
+        fetched: set[Key],
+        flights: dict[tuple[int, int], Flight],
+    ) -> bytes | None:
         """The bytes of a part not in the payload file: from a GET of this process (started
-        now or before), or once another process filled it; None: look again."""
+        now or before: ``flights``, those in flight before the lookup, whose fill may have
+        ended since; a poll of the ledger and a second round for each such block cost ~0.1
+        ms of CPU a cold document read along a plan), or once another process filled it;
+        None: look again."""
         key = self._names[k[0]]
         if part.piece is None:  # a gap: claimed (or read around) by this round
             assert claimed is not None
@@ -239,8 +251,10 @@ class NodeCache:
                     return _cut(future.result(), start, part.start, part.end)
             return None  # claimed by another process meanwhile
         piece = part.piece
-        with self.node.lock:
-            flight = self.node.inflight.get((k[0], piece.start))
+        flight = flights.get((k[0], piece.start))
+        if flight is None or flight.end < part.end:  # claimed since the lookup began
+            with self.node.lock:
+                flight = self.node.inflight.get((k[0], piece.start))
         if flight is not None:
             return _cut(flight.future.result(), piece.start, part.start, part.end)
         return self._wait_other(k, key, part, piece)  # (this process's: filled, or carried)
