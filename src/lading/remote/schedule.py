@@ -43,12 +43,15 @@ class Schedule:
         obj, starts, ends, steps = obj[order], starts[order], ends[order], steps[order]
         bounds = np.searchsorted(obj, np.arange(len(keys) + 1))
         self._by_key: dict[str, tuple[Any, ...]] = {}
+        last = np.zeros(n, dtype=np.int64)  # the last step its run of touching reads is read
         for i, key in enumerate(keys):
             lo, hi = int(bounds[i]), int(bounds[i + 1])
             longest = int((ends[lo:hi] - starts[lo:hi]).max()) if hi > lo else 0
             self._by_key[key] = (starts[lo:hi], ends[lo:hi], steps[lo:hi], np.int64(longest))
+            last[lo:hi] = _run_last(starts[lo:hi], ends[lo:hi], steps[lo:hi])
         by_step = np.argsort(steps, kind="stable")
         self._step_order = (obj[by_step], starts[by_step], ends[by_step], steps[by_step])
+        self._run_last = last[by_step]
         self._keys = keys
         self._read_steps: list[int] | None = None  # the steps with a read (on first use)
         self.first_step = int(steps.min()) if first_step is None and n else int(first_step or 0)
@@ -70,12 +73,18 @@ class Schedule:
         at = bisect.bisect_left(self._read_steps, first)
         return at < len(self._read_steps) and self._read_steps[at] < stop
 
-    def spans(self, first: int, stop: int) -> list[Span]:
-        """The ranges read at steps ``first .. stop - 1``, each once."""
+    def spans(self, first: int, stop: int, used_from: int | None = None) -> list[Span]:
+        """The ranges read at steps ``first .. stop - 1``, each once; ``used_from``: only those
+        whose run of touching or overlapping reads has a read at that step or after. Where
+        blocks are coalesced from touching reads only (along a plan), no block of the others
+        is read again."""
         obj, starts, ends, steps = self._step_order
         lo, hi = np.searchsorted(steps, [first, stop]).tolist()
         keys = self._keys
-        found = zip(obj[lo:hi].tolist(), starts[lo:hi].tolist(), ends[lo:hi].tolist())
+        rows = np.arange(lo, hi)
+        if used_from is not None:
+            rows = rows[self._run_last[lo:hi] >= used_from]
+        found = zip(obj[rows].tolist(), starts[rows].tolist(), ends[rows].tolist())
         return sorted({(keys[k], a, b) for k, a, b in found})
 
     def needs(self, first: int, stop: int) -> list[Need]:
@@ -104,6 +113,20 @@ class Schedule:
             for i, step in zip(where, steps.tolist()):
                 out[i] = None if step < 0 else step
         return out
+
+
+def _run_last(
+    starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], steps: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """For one object's reads sorted by start: the last step of each one's run (the reads
+    joined by touching or overlapping: a read starting after every earlier one ends opens
+    a run)."""
+    if len(starts) == 0:
+        return np.zeros(0, dtype=np.int64)
+    before = np.maximum.accumulate(ends)  # the furthest end of the reads up to each
+    opens = np.flatnonzero(np.concatenate(([True], starts[1:] > before[:-1])))
+    last = np.maximum.reduceat(steps, opens)
+    return np.repeat(last, np.diff(np.append(opens, len(starts))))
 
 
 def _first_overlapping(
