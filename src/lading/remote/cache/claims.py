@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from lading.remote.cache.fill import Fill
-from lading.remote.cache.ledger import Ledger, Piece
+from lading.remote.cache.ledger import Piece
 from lading.remote.cache.node import Node
 from lading.remote.cache.places import Space, bound
 from lading.remote.fetch import Fetcher, Future
@@ -111,11 +111,7 @@ class Claims:
                         break
                     continue
                 step = None if block.step >= NO_STEP else block.step
-                # in now, not at the end: a later eviction in this transaction must see the
-                # region holds a claim of a live owner (seen: a region sealed and evicted in
-                # one transaction gave two blocks one place)
-                row = (objs[block.key], block.start, block.end, *place, owner, step)
-                Ledger.insert(conn, [row])
+                space.claim((objs[block.key], block.start, block.end, *place, owner, step))
                 placed.append((block, place))
             space.close()
         for carried in space.carried:  # a region's window blocks, carried to its start

@@ -104,6 +104,7 @@ class Space:
         self._open: list[int] | None = None if found is None else [found[0], found[1]]
         self._ranked: list[Candidate] | None = None
         self.carried: list[Carried] = []
+        self._claims: list[tuple[Any, ...]] = []  # rows claimed, not yet inserted
         self._freed = 0  # regions evicted in this transaction (out of the ranking, in transit)
 
     def place(self, size: int, bound: int, step: int = -1) -> tuple[int, int] | None:
@@ -142,8 +143,22 @@ class Space:
         limit = max(self.horizon, step)
         return self._short(bound) and any(self._may_evict(c, size, limit) for c in ranked)
 
+    def claim(self, row: tuple[Any, ...]) -> None:
+        """A block placed: its ledger row ``(object, start, end, region, at, owner, next
+        use)``, inserted with the others before eviction ranks the regions (it must see that
+        a region holds a live owner's claim: a region sealed and evicted in one transaction
+        once gave two blocks one place) or at :meth:`close` (one statement, not one a block)."""
+        self._claims.append(row)
+
+    def _insert(self) -> None:
+        if self._claims:
+            self.conn.executemany("INSERT INTO blocks VALUES (?, ?, ?, ?, ?, ?, ?)", self._claims)
+            self._claims = []
+
     def close(self) -> None:
-        """Record the open region's bytes used (at the transaction's end)."""
+        """Insert the claims and record the open region's bytes used (at the transaction's
+        end)."""
+        self._insert()
         if self._open is not None:
             self.conn.execute("UPDATE regions SET used = ? WHERE id = ?", self._open[::-1])
 
@@ -158,6 +173,7 @@ class Space:
         open region, if not sealed yet (:meth:`room` asked first), ranks as sealed now, as
         :meth:`place` seals it before it evicts."""
         if self._ranked is None:
+            self._insert()
             rows = self.conn.execute(RANK, (self.now, self.horizon, OPEN)).fetchall()
             found = [_candidate(row) for row in rows]
             if self._open is not None:
