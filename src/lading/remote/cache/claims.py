@@ -135,8 +135,10 @@ class Claims:
             [(b.key, b.start, b.end, self.etags.get(b.key)) for b in fetch],
             [self._filler(fill) for fill in fills],
         )
-        for (block, _), fill, future in zip(placed, fills, futures):
-            self.node.started(fill.object, block.start, block.end, future)
+        self.node.started(
+            (fill.object, block.start, block.end, future)
+            for (block, _), fill, future in zip(placed, fills, futures)
+        )
         started: dict[str, list[tuple[int, int, Future]]] = {}
         for block, future in zip(fetch, futures):
             started.setdefault(block.key, []).append((block.start, block.end, future))
@@ -175,6 +177,10 @@ def _room(space: Space, gaps: list[Need], now: int | None, near: int | None, onc
 def cut_up(k: Key, pieces: list[Piece]) -> list[Part]:
     """``[start, end)`` of ``k`` cut into the blocks that hold it and the gaps between."""
     _, start, end = k
+    if not pieces:  # (most: a cold range, or one block holding it)
+        return [Part(start, end, None)]
+    if len(pieces) == 1 and pieces[0].start <= start and end <= pieces[0].end:
+        return [Part(start, end, pieces[0])]
     out, at = [], start
     for piece in pieces:
         if piece.start > at:

@@ -22,6 +22,7 @@ import sqlite3
 import stat
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,11 +82,13 @@ class Node:
         self.owner.forked()
         self.filler.forked()
 
-    def started(self, obj: int, start: int, end: int, future: Future) -> None:
-        """A claimed block's GET started: in flight until the fill thread wrote it."""
+    def started(self, blocks: Iterable[tuple[int, int, int, Future]]) -> None:
+        """Claimed blocks' GETs started, ``(object, start, end, future)``: in flight until
+        the fill thread wrote them (one lock for them all)."""
         with self.lock:
-            if not self._ended.pop((obj, start), False):  # (its fill may already be done)
-                self.inflight[obj, start] = Flight(end, future)
+            for obj, start, end, future in blocks:
+                if not self._ended.pop((obj, start), False):  # (its fill may already be done)
+                    self.inflight[obj, start] = Flight(end, future)
 
     def _mark(self, filled: list[tuple[int, int]], failed: list[tuple[int, int]]) -> None:
         """The fill thread's: into the ledger, then no longer in flight here."""
