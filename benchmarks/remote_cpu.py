@@ -158,19 +158,23 @@ def render(rows: list[dict[str, Any]], args: Any, seconds: float) -> str:
         f"cache capped at {args.share:.1%} of the text; {args.repeats} repeats, the systems "
         f"alternated in one process, median [min-max]; this machine: {os.cpu_count()} cores "
         f"shared with other work (load in the table). {seconds:.0f} s in all.", "",
-        "| system | client CPU ms/doc | " + " | ".join(names) + " | docs/s | load |",
-        "|---|---|" + "---|" * len(names) + "---|---|",
+        "| system | client CPU ms/doc | / obstore's (paired) | " + " | ".join(names)
+        + " | docs/s | load |",
+        "|---|---|---|" + "---|" * len(names) + "---|---|",
     ]  # fmt: skip
 
     def cell(values: list[float], fmt: str = "{:.3f}") -> str:
         mid = statistics.median(values)
         return f"{fmt.format(mid)} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
 
+    bare = {r["repeat"]: r["cpu_ms"] for r in rows if r["system"] == "obstore"}
     for system in dict.fromkeys(r["system"] for r in rows):
         mine = [r for r in rows if r["system"] == system]
         parts = [cell([r["threads"].get(n, 0.0) for r in mine]) for n in names]
+        paired = cell([r["cpu_ms"] / bare[r["repeat"]] for r in mine if r["repeat"] in bare],
+                      "{:.2f}")  # fmt: skip
         lines.append(
-            f"| {system} | {cell([r['cpu_ms'] for r in mine])} | " + " | ".join(parts)
+            f"| {system} | {cell([r['cpu_ms'] for r in mine])} | {paired} | " + " | ".join(parts)
             + f" | {cell([r['docs_s'] for r in mine], '{:,.0f}')} | "
             f"{cell([r['load'] for r in mine], '{:.1f}')} |"
         )  # fmt: skip
