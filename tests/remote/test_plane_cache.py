@@ -22,7 +22,8 @@ from conftest import HEALTHY_S
 from distributed import run_processes
 from lading.errors import RemoteChangedError
 from lading.remote.cache import NodeCache, Planner, node_of
-from lading.remote.cache.ledger import WAL_PAGES, Ledger
+from lading.remote.cache.claims import Part, cut_up
+from lading.remote.cache.ledger import WAL_PAGES, Ledger, Piece
 from lading.remote.cache.places import Space
 from lading.remote.clients import open_client
 from lading.remote.fetch import Fetcher
@@ -543,3 +544,15 @@ def test_a_block_filled_while_its_read_looks_it_up_is_taken_from_its_get(
     assert cache.read(spans, 1) == [data[a:b] for _, a, b in spans]
     assert lookups == [len(spans)]  # one lookup, which found all five still being fetched
     assert cache.stats()["gets"] == len(spans)  # none fetched again
+
+
+def test_cut_up_gives_an_empty_range_no_part() -> None:
+    """An empty range has no part, whether or not a block holds its offset (a part of it
+    would read as a gap to claim); a cold range is one gap, a range one block holds is one
+    part of it (the two shortcuts answer as the walk over the blocks does)."""
+    block = Piece(0, 100, 3, 0, None, 1)
+    assert cut_up((1, 50, 50), []) == []
+    assert cut_up((1, 50, 50), [block]) == []
+    assert cut_up((1, 10, 20), []) == [Part(10, 20, None)]
+    assert cut_up((1, 10, 20), [block]) == [Part(10, 20, block)]
+    assert cut_up((1, 90, 120), [block]) == [Part(90, 100, block), Part(100, 120, None)]

@@ -177,6 +177,8 @@ def _room(space: Space, gaps: list[Need], now: int | None, near: int | None, onc
 def cut_up(k: Key, pieces: list[Piece]) -> list[Part]:
     """``[start, end)`` of ``k`` cut into the blocks that hold it and the gaps between."""
     _, start, end = k
+    if end <= start:
+        return []
     if not pieces:  # (most: a cold range, or one block holding it)
         return [Part(start, end, None)]
     if len(pieces) == 1 and pieces[0].start <= start and end <= pieces[0].end:
