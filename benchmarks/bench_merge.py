@@ -13,14 +13,18 @@ Two kinds, ``--shards`` shards each, ``docs`` small documents:
 
 For each: the bytes the merge wrote (every file of the new snapshot folder, the manifest
 included) over the shards' bytes (every file under build-<id>/), the merge's wall seconds and
-the merge process's peak RSS (``VmHWM`` of the child; an import-only child's is given as
-the floor), median (min-max) of ``--repeats`` merges, each into a fresh copy of the manifest
-state (the previous snapshot removed). Then reads side by side in one process, alternating,
+the merge process's peak RSS (``VmHWM`` of the child; an import-only child's is given as the
+floor), median (min-max) of ``--repeats`` merges, each into a fresh copy of the manifest state
+(the previous snapshot removed). With ``--lookups``, each store is also built by one process and
+``get_many`` of 64 random ids (20,000 batches) compared with the merged store's at that size,
+alternating, ``--lookup-repeats`` rounds after one uncounted round each (under string ids the
+merged index reads each candidate's key from its shard's ids.keys; see
+:mod:`lading.stores.hashids`). Then reads side by side in one process, alternating,
 ``--repeats`` rounds: a token corpus of ``--read-docs`` documents built by one process and the
 same built in ``--shards`` shards and merged, tokens/s of a ``LanguageModelLoader`` over
 :data:`EPOCHS` epochs of ``Windows(512)`` and of ``Packed(512)``; a store of ``--read-docs``
-passages built by one process and in shards, ``get_many`` of 64 random ids. The 1-minute
-load is recorded.
+passages built by one process and in shards, ``get_many`` of 64 random ids. The 1-minute load is
+recorded.
 """
 
 from __future__ import annotations
@@ -101,10 +105,10 @@ STORES = {
 }
 
 
-def store_shards(dest: Path, docs: int, shards: int, kind: str = "store") -> None:
+def store_shards(dest: Path, docs: int, shards: int, kind: str = "store") -> Path:
     """``lading build --shard i/N`` of ``docs`` passages of ``kind`` (:data:`STORES`): short
     synthetic ones, or real MS MARCO passages resampled (:func:`common.make_corpora`; synthetic
-    passages where the data is absent) under integer or string ids."""
+    passages where the data is absent) under integer or string ids. Returns the source."""
     if kind == "store":
         src = short_passages(dest.parent / "passages.tsv", docs)
     else:
@@ -113,6 +117,38 @@ def store_shards(dest: Path, docs: int, shards: int, kind: str = "store") -> Non
     lading = [sys.executable, "-m", "lading", "build", str(src), str(dest), "--quiet", "--shard"]
     procs = [subprocess.Popen([*lading, f"{i}/{shards}"]) for i in range(shards)]
     assert all(p.wait() == 0 for p in procs)
+    return Path(src)
+
+
+def lookup_ratios(src: Path, dest: Path, repeats: int) -> tuple[list[float], list[float]]:
+    """get_many(64) docs/s of ``dest``'s shards merged, over a one-process build of ``src``,
+    in this process, alternating, ``repeats`` rounds; (ratios, the one build's docs/s)."""
+    import lading
+
+    one = lading.build_store(src, dest.parent / "one", progress=False)
+    merged = lading.merge_store(dest)
+    assert merged.ids()[:1000] == one.ids()[:1000]
+    rng = np.random.default_rng(2)
+    ids = one.ids()
+    batches = [[ids[k] for k in rng.integers(0, len(ids), 64)] for _ in range(20_000)]
+    for store in (one, merged):  # a round each first, not counted: the maps' first touches
+        for batch in batches:
+            store.get_many(batch)
+    ratios, base = [], []
+    for r in range(repeats):
+        # slices of 1,000 batches, the two stores in turn: drift on a shared machine falls on
+        # both alike (whole rounds in turn gave spreads of 0.73-1.08 where the medians agreed)
+        spent = {id(one): 0.0, id(merged): 0.0}
+        for lo in range(0, len(batches), 1000):
+            for store in (one, merged) if (r + lo // 1000) % 2 == 0 else (merged, one):
+                started = time.perf_counter()
+                for batch in batches[lo : lo + 1000]:
+                    store.get_many(batch)
+                spent[id(store)] += time.perf_counter() - started
+        ratios.append(spent[id(one)] / spent[id(merged)])
+        base.append(64 * len(batches) / spent[id(one)])
+    shutil.rmtree(dest.parent / "one")
+    return ratios, base
 
 
 def short_passages(src: Path, docs: int) -> Path:
@@ -183,21 +219,26 @@ def merge_rows(args: argparse.Namespace, work: Path) -> list[str]:
             dest = work / f"{kind}-{docs}"
             dest.mkdir()
             started = time.perf_counter()
+            src = None
             if kind == "corpus":
                 corpus_shards(dest, docs, args.shards, tok)
             else:
-                store_shards(dest, docs, args.shards, kind)
+                src = store_shards(dest, docs, args.shards, kind)
             built = time.perf_counter() - started
             shard_bytes = du(next(dest.glob("build-*")))
             load = os.getloadavg()[0]
             runs = [merge_once(kind, dest) for _ in range(args.repeats)]
             seconds, rss, written = ([r[k] for r in runs] for k in range(3))
             per10 = 1e7 / docs
+            lookups = "-"
+            if src is not None and args.lookups:
+                ratios, base = lookup_ratios(src, dest, args.lookup_repeats)
+                lookups = f"{spread(ratios)} of {statistics.median(base):,.0f}"
             rows.append(
                 f"| {kind} | {docs:,} | {args.shards} | {shard_bytes / 2**20:,.0f} | "
                 f"{written[0] / 2**20:,.1f} | **{100 * written[0] / shard_bytes:.2f} %** | "
                 f"{spread(seconds)} | {statistics.median(seconds) * per10:.1f} | "
-                f"{spread(rss, '{:.0f}')} | {load:.1f}-{os.getloadavg()[0]:.1f} |"
+                f"{spread(rss, '{:.0f}')} | {lookups} | {load:.1f}-{os.getloadavg()[0]:.1f} |"
             )
             print(rows[-1], f"(shards made in {built:.0f} s)", flush=True)
             shutil.rmtree(dest)
@@ -287,6 +328,12 @@ def main() -> None:
     parser.add_argument("--read-docs", type=int, default=20_000)
     parser.add_argument("--skip-merge", action="store_true")
     parser.add_argument(
+        "--lookups",
+        action="store_true",
+        help="also build each store in one process and compare get_many(64) at that size",
+    )
+    parser.add_argument("--lookup-repeats", type=int, default=6)
+    parser.add_argument(
         "--stores", nargs="+", choices=list(STORES), default=["store"],
         help="which stores to merge: " + "; ".join(f"{k}: {v}" for k, v in STORES.items()),
     )  # fmt: skip
@@ -306,7 +353,8 @@ def main() -> None:
         + "; ".join(f"`{k}` {v}" for k, v in STORES.items() if k in args.stores)
         + ".\n\n"
         "| kind | documents | shards | shards MiB | written MiB | written / shards | merge s "
-        "| s per 10M | peak RSS MiB | load |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| s per 10M | peak RSS MiB | get_many(64) merged / one build, of docs/s | load |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
         + "\n".join(rows)
         + f"\n\nReads, {args.read_docs:,} documents (20-400 words), one-process build against "
         f"{args.shards} shards merged, in one process, alternating, {args.repeats} rounds:\n\n"

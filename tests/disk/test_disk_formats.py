@@ -113,8 +113,9 @@ def test_unknown_formats_and_versions() -> None:
         read_meta(".", "lading.nope")
     assert check_version("lading.packed", 1, "x") == 1  # version 1 opens as one snapshot
     assert check_version("lading.packed", 2, "x") == 2
-    for found in (0, True, None, 1.0, 3):
+    assert check_version("lading.packed", 3, "x") == 3  # a merge under string ids (hash-ids)
+    for found in (0, True, None, 1.0, 4):
         with pytest.raises(UnsupportedVersionError, match=f"x: Unsupported store version: {found}"):
             check_version("lading.packed", found, "x")
     with pytest.raises(ValueError, match="must be among the readable"):
-        dataclasses.replace(FORMATS["lading.packed"], version=3)
+        dataclasses.replace(FORMATS["lading.packed"], version=4)

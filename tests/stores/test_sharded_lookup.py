@@ -66,9 +66,16 @@ def test_a_merged_store_answers_as_one_build_for_every_id_kind(
     pytest.importorskip("tokenizers")
     one, merged = one_and_sharded(tmp_path, kind, 300, 3)
     assert len(merged.meta["shards"]) == 3
-    assert merged.meta["index"]["kind"] == one.meta["index"]["kind"]
+    # under string ids the merge's index reads keys from the shards' ids columns (issue 49 item
+    # 2: the hash index kept each id again, 14 % of real passages' shards)
+    kind_of = {"hash": "hash-ids"}
+    expected = kind_of.get(one.meta["index"]["kind"], one.meta["index"]["kind"])
+    assert merged.meta["index"]["kind"] == expected
     ids = one.ids()
     assert merged.ids() == ids
+    absent = [f"{i}x" for i in ids[:20]] + ["", "msmarco_passage_", ids[0] + "\x00"]
+    assert (merged.find_rows(absent) == -1).all() and (one.find_rows(absent) == -1).all()
+    assert merged.rows(ids).tolist() == one.rows(ids).tolist() == list(range(len(ids)))
     for size in (1, 2, 7, 64, 300):
         batch = rng.choices(ids, k=size)  # repeats too
         assert merged.get_many(batch) == one.get_many(batch)

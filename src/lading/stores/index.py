@@ -17,6 +17,11 @@ Three kinds, chosen at build time from the ids themselves:
   table over the ids as fixed-width bytes (see :mod:`lading.stores.hashindex`). DESIGN.md first
   named sorted byte keys with ``np.searchsorted`` here; at a million ids that costs ~20 cache
   misses per lookup (0.47M docs/s measured), the table about two.
+- ``hash-ids``: what a merge of shards writes for such ids (see :mod:`lading.stores.hashids`):
+  the same hash, but no keys kept: a candidate's key is read from its shard's ``ids.keys``
+  (written by the shard's own worker), so the merge writes 7 B a document (the ``hash``
+  kind's 32 B plus the id again made a merge write 14 % of real passages' shards). The reader
+  hands it those keys.
 
 "Canonical" integer means ASCII digits without a leading zero ("0" itself excepted), at most 18
 digits, so that ``"007"`` and ``"7"`` stay different ids, as they are in the source. A query id
@@ -41,9 +46,10 @@ import numpy.typing as npt
 from lading.disk import MappedFile, SpillArray, native, write_file
 from lading.errors import StoreFormatError
 from lading.sources.tsv_blocks import Column, int_values
+from lading.stores.hashids import HashIdsIndex, IdKeys, write_hash_ids_index
 from lading.stores.hashindex import HashIndex, id_key, key_width, write_hash_index
 
-INDEX_KINDS: tuple[str, ...] = ("dense", "hash", "sorted-int")
+INDEX_KINDS: tuple[str, ...] = ("dense", "hash", "hash-ids", "sorted-int")
 _MAX_INT_DIGITS = 18  # < 2**63, so every canonical id fits int64
 _DENSE_SLACK = 65536
 DENSE_SLOTS_PER_ID = 8  # id slots per id a dense table may have (see the module docstring)
@@ -146,9 +152,13 @@ def bytes_keys(ids_bin: bytes | mmap.mmap, ids_off: npt.NDArray[np.uint64]) -> n
 
 
 def write_index(
-    directory: Path, keys: np.ndarray, is_int: bool
+    directory: Path, keys: np.ndarray, is_int: bool, ids_kept: bool = False
 ) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
-    """Write the index of unique ``keys`` (row order); return its meta entry and file entries."""
+    """Write the index of unique ``keys`` (row order); return its meta entry and file entries.
+
+    ``ids_kept``: every shard wrote its id keys (``ids.keys``) for a reader to check against,
+    so string ids get the ``hash-ids`` kind, which keeps none of its own (a merge's choice: it
+    writes what spans shards only)."""
     count = len(keys)
     rows_t = row_dtype(count)
     if is_int and (
@@ -161,6 +171,8 @@ def write_index(
         return {"kind": "dense", "row_dtype": rows_t.str}, files
     if not is_int:
         words = np.ascontiguousarray(keys).view("<u8").reshape(count, -1)
+        if ids_kept:
+            return write_hash_ids_index(directory, words, rows_t)
         return write_hash_index(directory, words, rows_t)
     order = np.argsort(keys, kind="stable")
     sorted_keys = np.ascontiguousarray(keys[order])
@@ -173,9 +185,13 @@ def write_index(
 
 
 class IdIndex:
-    """Reads an index written by :func:`write_index`; finds the rows of ids."""
+    """Reads an index written by :func:`write_index`; finds the rows of ids.
 
-    def __init__(self, directory: Path, meta: dict[str, Any]) -> None:
+    ``ids``: the shards' id keys, which a ``hash-ids`` index checks its candidates against
+    (:func:`lading.stores.hashids.shard_keys`; the other kinds keep their own and ignore it).
+    """
+
+    def __init__(self, directory: Path, meta: dict[str, Any], ids: IdKeys | None = None) -> None:
         self.kind: str = meta["kind"]
         if self.kind not in INDEX_KINDS:
             raise ValueError(f"unknown index kind {self.kind!r}; choose from {sorted(INDEX_KINDS)}")
@@ -188,8 +204,13 @@ class IdIndex:
             if c is not None:
                 table, size = dense.buffer, rows_t.itemsize
                 self._native = lambda ids: c.dense_rows(ids, table, size)
-        elif self.kind == "hash":
-            self._hash = HashIndex(directory, meta)
+        elif self.kind in ("hash", "hash-ids"):
+            if self.kind == "hash":
+                self._hash: HashIndex | HashIdsIndex = HashIndex(directory, meta)
+            elif ids is None:
+                raise ValueError(f"{directory}: a hash-ids index is read with its shards' id keys")
+            else:
+                self._hash = HashIdsIndex(directory, meta, ids)
             self._native = self._hash.native_finder()
         else:
             keys = MappedFile(directory / "index.keys", True)
@@ -210,7 +231,7 @@ class IdIndex:
         if self._native is not None:
             raw, absent = self._native((doc_id,))
             return -1 if absent == 0 else int.from_bytes(raw, "little", signed=True)
-        if self.kind == "hash":
+        if self.kind in ("hash", "hash-ids"):
             return int(self._hash.rows([doc_id])[0])
         key = id_key(doc_id)
         value = key if isinstance(key, int) else canonical_int(key)
@@ -240,7 +261,7 @@ class IdIndex:
         return rows, int(missing[0]) if len(missing) else -1
 
     def _numpy_rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
-        if self.kind == "hash":
+        if self.kind in ("hash", "hash-ids"):
             return self._hash.rows(ids)
         query = _int_query(ids)
         if self.kind == "dense":

@@ -14,7 +14,9 @@ A shard holds rows ``[first, first + rows)`` of the store as ragged columns
 (:mod:`lading.disk.ragged`): ``text`` and ``ids`` (UTF-8), ``field.<name>`` (UTF-8),
 ``tokens`` (token ids, uint16 or uint32, offsets counted in tokens), each ``<column>.bin`` +
 ``<column>.off``. Shards are in row order: global row ``r`` is local row ``r - first`` of the
-shard whose range holds it, and the id index maps ids to global rows. A field that one shard
+shard whose range holds it, and the id index maps ids to global rows. A shard built for a merge
+under string ids also holds ``ids.keys`` (its ids as fixed-width keys, read by a ``hash-ids``
+index: :mod:`lading.stores.hashids`). A field that one shard
 lacks is padded with empty rows in the snapshot's own directory. Each shard's offsets are read
 in place (:mod:`lading.stores.shards`). Stores merged before 2026-11-30 also hold, for ``text``
 and ``tokens``, ``<column>.goff``: ``count + 1`` uint64 offsets over the shards' data laid end
@@ -37,7 +39,8 @@ is opened: a relative name inside the store, listed in ``files`` (:mod:`lading.d
 which also lists the index files of each index kind: a new kind adds its files there).
 
 Nothing is pickled. Version 1 (every file at the top, one shard, ``meta.json`` listing names)
-is still read, as one snapshot.
+is still read, as one snapshot. Version 3 is version 2 with a ``hash-ids`` index (ids not kept
+in the index, read from the ``ids`` column): what a merge of shards under string ids writes.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ from typing import Any
 from lading.disk import column_files
 
 FORMAT_NAME = "lading.packed"
+# a store merged from shards under string ids: its ``hash-ids`` index is read against the ids
+# column (lading.stores.hashids), which a reader of version 2 would not know to do
+KEYLESS_INDEX_VERSION = 3
 _FIELD_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 

@@ -29,6 +29,7 @@ from lading.errors import StaleStoreWarning, StoreFormatError
 from lading.sources import Record, fingerprint_changed
 from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.bulk import contiguous
+from lading.stores.hashids import shard_keys
 from lading.stores.index import IdIndex
 from lading.stores.layout import (
     FORMAT_NAME,
@@ -305,7 +306,8 @@ def _map_snapshot(path: Path, meta: dict[str, Any]) -> _Mapped:
             names.append("tokens")
         spans = meta.get("global_offsets", {})
         columns = {name: _column(path, parts, name, types[name], spans.get(name)) for name in names}
-        index = IdIndex(path / index_dir(meta), meta["index"])
+        keys = shard_keys(path, meta) if meta["index"]["kind"] == "hash-ids" else None
+        index = IdIndex(path / index_dir(meta), meta["index"], keys)
     except KeyError as e:
         raise StoreFormatError(f"{path}/meta.json lacks {e}; rebuild the store") from None
     count = meta.get("count")

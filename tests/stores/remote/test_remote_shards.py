@@ -45,8 +45,11 @@ def test_store_shards_upload_and_the_merge_commits_in_the_bucket(
     again = lading.build_shard(src, url, (1, 3), cache=tmp_path / "w1")
     assert again.reused
     store = lading.merge_store(url, cache=tmp_path / "m")
+    # string ids: the index keeps none, a reader checks candidates in the staged ids column
+    assert store.meta["index"]["kind"] == "hash-ids" and store.meta["version"] == 3
     ids = one.ids()
     assert store.ids() == ids and len(store) == len(one)
+    assert (store.find_rows(["d900", "d", "x" * 30]) == -1).all()
     assert store.get_many(ids[::-1]) == one.get_many(ids[::-1])
     assert [store.field(i, "title") for i in ids[:30]] == [one.field(i, "title") for i in ids[:30]]
     opened = lading.open_store(url, cache=tmp_path / "r")

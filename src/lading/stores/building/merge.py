@@ -12,6 +12,9 @@ rows there too (padding columns).
 Nothing else is written: every shard's columns, offsets included, are read in place
 (:class:`lading.stores.shards.ShardedColumn`), so a merge writes the id index, any padding or
 compacted columns, and the manifest (benchmarks/RESULTS.md, "Merges that copy no payload").
+Under string ids the index keeps no ids of its own (``hash-ids``, 7 B a document: it reads
+candidates' keys from the ``ids.keys`` each shard's worker wrote), and the store is then format
+version 3. Shards without keys (an older lading's) get the ``hash`` index, keys and all.
 Stores merged before this also carry ``<column>.goff`` (every row's offsets over all shards);
 they are still read through them.
 """
@@ -41,8 +44,9 @@ from lading.stores.building.writer import (
     _all_distinct_small_ints,
     unique_rows,
 )
+from lading.stores.hashids import keys_file
 from lading.stores.index import bytes_keys, write_index
-from lading.stores.layout import FORMAT_NAME, field_column
+from lading.stores.layout import FORMAT_NAME, KEYLESS_INDEX_VERSION, field_column
 from lading.stores.records import check_shard_record
 
 _KEY_CHUNK = 1 << 20  # ids parsed per numpy pass when a merge reads a shard's ids back
@@ -178,6 +182,13 @@ def _compacted(root: Path, where: Path, rel: str, shard: Shard, keep: np.ndarray
             out.append(data[int(offsets[row]) * size : int(offsets[row + 1]) * size].tobytes())
         files.update(out.finish())
         del data, offsets
+    if _has_keys(record):  # the kept rows' id keys, for a hash-ids index
+        name = keys_file(record["columns"]["ids"]["data"])
+        keys = MappedFile(shard.base(root) / name).array(np.uint8)
+        width = len(keys) // max(1, len(keep))
+        kept_keys = keys.reshape(len(keep), width)[rows] if len(keep) else keys
+        files[name] = write_file(where / name, np.ascontiguousarray(kept_keys))
+        del keys, kept_keys
     if record.get("tokenizer"):  # the tokenizer stays with shard 0's files: copy it
         raw = (shard.base(root) / record["tokenizer"]).read_bytes()
         files[record["tokenizer"]] = write_file(where / record["tokenizer"], raw)
@@ -186,6 +197,11 @@ def _compacted(root: Path, where: Path, rel: str, shard: Shard, keep: np.ndarray
         rows=len(rows), files=files, duplicates_dropped=record["duplicates_dropped"] + dropped
     )
     return Shard(rel, record, None, shard.source, where)
+
+
+def _has_keys(record: dict[str, Any]) -> bool:
+    """Whether a shard wrote its ids as fixed-width keys (string ids, built for a merge)."""
+    return keys_file(record["columns"]["ids"]["data"]) in record["files"]
 
 
 def _describe(shard: Shard) -> str:
@@ -253,7 +269,9 @@ def manifest_of(
     keys, is_int = global_keys(root, shards)
     keep = str(build.get("duplicates") or "error")
     shards, keys = drop_duplicates(root, tmp, snapshot, shards, keys, keep)
-    index_meta, index_files = write_index(tmp, keys, is_int)
+    # shards that wrote their id keys: the index checks candidates there rather than keep them
+    kept = all(_has_keys(s.record) for s in shards)
+    index_meta, index_files = write_index(tmp, keys, is_int, ids_kept=kept)
     del keys
     files: dict[str, Any] = {f"{snapshot}/{name}": info for name, info in index_files.items()}
     fields, padding = pad_fields(tmp, snapshot, shards, len(shards))
@@ -280,7 +298,9 @@ def manifest_of(
         dtypes["tokens"] = first["tokens"]["dtype"]
     return {
         "format": FORMAT_NAME,
-        "version": current_version(FORMAT_NAME),
+        "version": KEYLESS_INDEX_VERSION
+        if index_meta["kind"] == "hash-ids"
+        else current_version(FORMAT_NAME),
         "lading_version": __version__,
         "snapshot": snapshot,
         "build_id": build.pop("build_id"),

@@ -114,7 +114,7 @@ def write_one_shard(
             with byte_bar(f"shard {i}/{n}", reader.total_bytes, progress) as bar:
                 written = write_shard(
                     reader, tmp, tokenizer=tok, max_length=max_length, duplicates=duplicates,
-                    keep_tokenizer=i == 0, allow_empty=n > 1, progress=bar,
+                    keep_tokenizer=i == 0, allow_empty=n > 1, progress=bar, id_keys=True,
                     about={"options": options, "fingerprints": before, "input_stats": stats,
                            "source": [p.describe() for p in pieces]},
                 )  # fmt: skip

@@ -35,6 +35,7 @@ from lading.errors import SourceError
 from lading.sources import SourceReader
 from lading.sources.tsv_blocks import TsvBlock
 from lading.stores.building.shardset import SHARD_FILE
+from lading.stores.hashids import keys_file
 from lading.stores.index import IntIdCollector, bytes_keys
 from lading.stores.layout import field_column
 from lading.stores.tokens import describe_tokenizer, encoded_ids, token_dtype
@@ -104,6 +105,7 @@ def write_shard(
     allow_empty: bool = False,
     progress: Any = None,
     about: dict[str, Any] | None = None,
+    id_keys: bool = False,
 ) -> WrittenShard:
     """Stream ``reader`` into the empty ``directory`` as one shard; ``shard.json`` last.
 
@@ -122,6 +124,9 @@ def write_shard(
             neighbour's range); a store of one shard may not.
         progress: a tqdm-like object with ``update(n_bytes)``, or None.
         about: more to record in ``shard.json`` (what the shard read, the build's options).
+        id_keys: under string ids, also write the ids as fixed-width keys (``ids.keys``,
+            :func:`lading.stores.hashids.keys_file`): a shard of several does, so that the
+            merge's index need not hold them (:mod:`lading.stores.hashids`).
     """
     if duplicates not in DUPLICATE_MODES:
         raise ValueError(
@@ -143,6 +148,9 @@ def write_shard(
     files, keys, rows = _finish_rows(
         directory, reader, columns, int_ids, lines, duplicates, stats, allow_empty
     )
+    if id_keys and not is_int:  # written here, in parallel, rather than by the merge
+        name = keys_file(column_files("ids")[0])
+        files[name] = write_file(directory / name, np.ascontiguousarray(keys))
     if tokenizer is not None and keep_tokenizer:  # queries must be encoded by the same tokenizer
         files["tokenizer.json"] = write_file(
             directory / "tokenizer.json", tokenizer.to_str().encode("utf-8")

@@ -38,6 +38,7 @@ from lading.remote.stage import verify_remote
 from lading.sources import Record
 from lading.step import current_step
 from lading.stores.base import DocStore, IdLike, id_list, is_id
+from lading.stores.hashids import shard_keys
 from lading.stores.index import IdIndex
 from lading.stores.layout import field_column
 from lading.stores.remote.columns import Columns
@@ -78,7 +79,8 @@ class RemoteStore(DocStore):
         meta, staged, cache = opened
         try:
             self._columns = Columns(staged, meta, cache)
-            self._index = IdIndex(staged / str(meta["index"].get("dir", "")), meta["index"])
+            keys = shard_keys(staged, meta) if meta["index"]["kind"] == "hash-ids" else None
+            self._index = IdIndex(staged / str(meta["index"].get("dir", "")), meta["index"], keys)
         except (KeyError, TypeError, ValueError, OSError) as e:
             raise StoreFormatError(
                 f"{self.url}/meta.json: its index or columns cannot be opened "
