@@ -228,3 +228,19 @@ def test_shards_of_an_older_lading_without_keys_merge_into_the_hash_index(
     merged = lading.merge_store(tmp_path / "s")
     assert merged.meta["index"]["kind"] == "hash" and merged.meta["version"] == 2
     assert merged.rows([f"D{i}" for i in range(n)]).tolist() == list(range(n))
+
+
+def test_a_manifest_that_does_not_list_a_shard_s_keys_is_refused(tmp_path: Path) -> None:
+    """The keys a hash-ids index reads are files of the store like any other: listed in the
+    manifest (their sizes and spot checksums checked on open), or the store is refused."""
+    src = write(tmp_path / "c.tsv", "".join(f"D{i}\tpassage {i}\n" for i in range(300)))
+    for i in range(2):
+        lading.build_shard(src, tmp_path / "s", shard=(i, 2), progress=False)
+    merged = lading.merge_store(tmp_path / "s")
+    meta_path = tmp_path / "s" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    name = f"{merged.meta['shards'][1]['dir']}/ids.keys"
+    del meta["files"][name]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(StoreFormatError, match=f"reads {name}, which the manifest does not list"):
+        lading.open_store(tmp_path / "s").get_many(["D1"])

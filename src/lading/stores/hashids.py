@@ -17,17 +17,23 @@ id's row is, sorted by hash:
 
 7 bytes a document in all. A lookup hashes the id as the ``hash`` index does (the same
 function; zero words add nothing to it, so a key hashes alike at any width it fits), picks its
-bucket from the hash's low 32 bits (Lemire's multiply-shift), reads the bucket's records
-(about 24 bytes: one cache line, sometimes two), takes each row whose tag matches, and compares
-that row's key in its shard's ``ids.keys`` with the query: an id with the right tag but other
-bytes is passed over, so a collision never returns the wrong document. That is one cache line
-of records and one of keys, as the ``hash`` kind reads one of table and one of keys (the
-bucket starts, 1 B a document, mostly stay in cache). Checking against the ragged ``ids``
-column instead (its offsets, then its bytes) was tried first: a third line a lookup, and
-``get_many`` of a merged store at 1M passages fell to 0.76x a one-process build's.
+bucket from the hash's low 32 bits (Lemire's multiply-shift), reads the bucket's start and its
+records (about 24 bytes: one cache line, sometimes two), takes each row whose tag matches, and
+compares that row's key in its shard's ``ids.keys`` with the query: an id with the right tag
+but other bytes is passed over, so a collision never returns the wrong document. No bucket
+overflows into another, so an absent id costs one bucket's records.
 
-No bucket overflows into another, so an absent id costs one bucket's records. The keys are
-given as :class:`IdKeys`: one buffer and one width per shard, rows numbered over the shards.
+Measured at 1M MS MARCO passages (benchmarks/RESULTS.md, "Merges that copy no payload"): the
+lookup runs at ~0.86x the ``hash`` kind's speed (the bucket start is one more dependent read)
+and ``get_many`` of the merged store at 0.93-0.97x a one-process build's. Tried and dropped:
+checking candidates against the ragged ``ids`` column (its offsets, then its bytes: two reads
+where ``ids.keys`` is one; ``get_many`` at 0.76x), and fixed 64-byte lines of 10 records
+filled to 9 with no bucket starts (full lines spill into the next, as in the ``hash`` kind:
+0.79x the ``hash`` kind's lookups, the spills and the scan of 10 tags costing more than the
+start's read).
+
+The keys are given as :class:`IdKeys`: one buffer and one width per shard, rows numbered over
+the shards.
 """
 
 from __future__ import annotations
