@@ -8,7 +8,7 @@ import os
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -82,6 +82,34 @@ def pytest_report_header() -> str:
         f"lading test seed: {SEED} (replay: LADING_TEST_SEED={SEED}; "
         "hypothesis tests replay with --hypothesis-seed=N and print failing examples)"
     )
+
+
+def distinct_ids(longest: int = 40, most: int = 200) -> Any:
+    """A hypothesis strategy: 1 to ``most`` distinct ids of 1 to ``longest`` characters, any
+    Unicode a source accepts (no NUL, no lone surrogate)."""
+    from hypothesis import strategies as st
+
+    characters = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+    return st.lists(
+        st.text(characters, min_size=1, max_size=longest), min_size=1, max_size=most, unique=True
+    )
+
+
+@pytest.fixture(params=["c", "numpy"])
+def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test on both lookup routes: the C helper (skipped where it is not built) and
+    numpy. Stores and indexes opened in the test take this one (objects read
+    ``native.NATIVE`` when made). A module may define its own ``route`` (test_bulk.py does)."""
+    from lading.disk import native
+
+    helper = native.load() if request.param == "c" else None
+    if request.param == "c" and helper is None:
+        pytest.skip(
+            "the C helper is not built here (pip install -e . or python setup.py build_ext "
+            "--inplace) or LADING_NATIVE=0"
+        )
+    monkeypatch.setattr(native, "NATIVE", helper)
+    return str(request.param)
 
 
 @pytest.fixture

@@ -16,22 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import lading
-from conftest import write
+from conftest import distinct_ids, write
 from lading.disk import native, write_file
 from lading.errors import StoreFormatError
 from lading.stores.hashids import IdKeys, entry_dtype, write_hash_ids_index
 from lading.stores.hashindex import hash_words, key_width, query_words
 from lading.stores.index import IdIndex
-
-
-@pytest.fixture(params=["c", "numpy"])
-def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Indexes opened in the test use this route (objects read ``native.NATIVE`` when made)."""
-    helper = native.load() if request.param == "c" else None
-    if request.param == "c" and helper is None:
-        pytest.skip("the C helper is not built here (python setup.py build_ext --inplace)")
-    monkeypatch.setattr(native, "NATIVE", helper)
-    return str(request.param)
 
 
 def id_keys(shards: list[list[str]]) -> IdKeys:
@@ -142,16 +132,7 @@ def test_entries_of_the_wrong_size_are_refused_when_opened(tmp_path: Path) -> No
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
-    ids=st.lists(
-        st.text(
-            st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-            min_size=1,
-            max_size=40,
-        ),
-        min_size=1,
-        max_size=200,
-        unique=True,
-    ),
+    ids=distinct_ids(),
     cuts=st.lists(st.integers(0, 200), max_size=3),
     absent=st.lists(st.text(max_size=50), max_size=30),
 )

@@ -8,19 +8,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import distinct_ids
 from lading.stores.hashindex import HashIndex, query_words, write_hash_index
 from lading.stores.index import canonical_int
 
-ids_strategy = st.lists(
-    st.text(
-        st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-        min_size=1,
-        max_size=30,
-    ),
-    min_size=1,
-    max_size=300,
-    unique=True,
-)
+ids_strategy = distinct_ids(longest=30, most=300)
 
 
 @settings(max_examples=60, deadline=None)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lading
-from conftest import write
+from conftest import distinct_ids, write
 from lading.disk import RaggedColumn, native, write_file
 from lading.errors import StoreFormatError
 from lading.stores import hashindex
@@ -20,22 +20,6 @@ from lading.stores.hashindex import SLOTS, hash_words, query_words, write_hash_i
 from lading.stores.index import IdIndex
 from lading.stores.layout import index_dir
 from lading.stores.shards import ShardedColumn
-
-
-@pytest.fixture(params=["c", "numpy"])
-def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Stores opened in the test use this route (objects read ``native.NATIVE`` when made)."""
-    if request.param == "c":
-        helper = native.load()
-        if helper is None:
-            pytest.skip(
-                "the C helper is not built here (pip install -e . or "
-                "python setup.py build_ext --inplace) or LADING_NATIVE=0"
-            )
-        monkeypatch.setattr(native, "NATIVE", helper)
-    else:
-        monkeypatch.setattr(native, "NATIVE", None)
-    return str(request.param)
 
 
 def build(tmp_path: Path, ids: list[str], name: str = "s") -> lading.PackedStore:
@@ -311,16 +295,7 @@ def test_a_hash_table_of_the_wrong_size_is_refused(tmp_path: Path) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    ids=st.lists(
-        st.text(
-            st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-            min_size=1,
-            max_size=40,
-        ),
-        min_size=1,
-        max_size=200,
-        unique=True,
-    ),
+    ids=distinct_ids(),
     absent=st.lists(st.text(max_size=50), max_size=30),
 )
 def test_the_helper_and_numpy_find_the_same_rows_in_any_hash_index(

@@ -33,16 +33,6 @@ ID_KINDS: dict[str, Any] = {
 }
 
 
-@pytest.fixture(params=["c", "numpy"])
-def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Stores opened in the test use this route (objects read ``native.NATIVE`` when made)."""
-    helper = native.load() if request.param == "c" else None
-    if request.param == "c" and helper is None:
-        pytest.skip("the C helper is not built here (python setup.py build_ext --inplace)")
-    monkeypatch.setattr(native, "NATIVE", helper)
-    return str(request.param)
-
-
 def one_and_sharded(
     tmp_path: Path, kind: str, n: int, shards: int
 ) -> tuple[lading.PackedStore, lading.PackedStore]:

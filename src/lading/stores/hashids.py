@@ -46,9 +46,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lading.disk import MappedFile, native, write_file
+from lading.disk import MappedFile, write_file
 from lading.errors import StoreFormatError
-from lading.stores.hashindex import hash_words, query_words, word_multipliers
+from lading.stores.hashindex import bound_finder, hash_words, query_words, word_multipliers
 from lading.stores.layout import shards
 
 _LOAD = 4  # ids per bucket on average: 1 B a document of bucket starts, ~24 B read a lookup
@@ -201,24 +201,11 @@ class HashIdsIndex:
     def native_finder(self) -> Callable[[Sequence[str | int]], tuple[bytearray, int]] | None:
         """The C helper's lookup bound to this index (None without the helper): a batch of ids
         -> (int64 rows as bytes, -1 where absent; the first absent position or -1)."""
-        c = native.NATIVE
-        if c is None:
-            return None
-        starts, entries = self._buckets_file.buffer, self._entries_file.buffer
-        size, width, buckets = self._row_size, self.width, self._n_buckets
-        keys, widths, firsts = self._ids.keys, self._widths, self._starts.tobytes()
-        factors = word_multipliers(width // 8).tobytes()
-
-        def find(ids: Sequence[str | int]) -> tuple[bytearray, int]:
-            try:
-                found: tuple[bytearray, int] = c.hash_ids_rows(
-                    ids, starts, entries, size, buckets, width, factors, keys, widths, firsts
-                )
-            except c.Damaged as e:
-                raise self._damaged(str(e)) from None
-            return found
-
-        return find
+        factors = word_multipliers(self.width // 8).tobytes()
+        index = (self._buckets_file.buffer, self._entries_file.buffer, self._row_size)
+        keys = (self._ids.keys, self._widths, self._starts.tobytes())
+        args = (*index, self._n_buckets, self.width, factors, *keys)
+        return bound_finder("hash_ids_rows", args, self._damaged)
 
     def rows(self, ids: Sequence[str | int]) -> npt.NDArray[np.int64]:
         """Rows of a batch of ids in request order; -1 for an absent id."""

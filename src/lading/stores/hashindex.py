@@ -172,6 +172,26 @@ def write_hash_index(
     return meta, files
 
 
+def bound_finder(
+    name: str, args: tuple[Any, ...], damaged: Callable[[str], StoreFormatError]
+) -> Callable[[Sequence[str | int]], tuple[bytearray, int]] | None:
+    """The C helper's lookup ``name`` with ``args`` after each batch (None without the helper);
+    a file the helper finds damaged is raised as ``damaged(its message)``."""
+    c = native.NATIVE
+    if c is None:
+        return None
+    lookup = getattr(c, name)
+
+    def find(ids: Sequence[str | int]) -> tuple[bytearray, int]:
+        try:
+            found: tuple[bytearray, int] = lookup(ids, *args)
+        except c.Damaged as e:
+            raise damaged(str(e)) from None
+        return found
+
+    return find
+
+
 class HashIndex:
     """Reads a table written by :func:`write_hash_index`."""
 
@@ -208,23 +228,10 @@ class HashIndex:
     def native_finder(self) -> Callable[[Sequence[str | int]], tuple[bytearray, int]] | None:
         """The C helper's lookup bound to this table (None without the helper): a batch of ids
         -> (int64 rows as bytes, -1 where absent; the first absent position or -1)."""
-        c = native.NATIVE
-        if c is None:
-            return None
         table, keys = self._table_file.buffer, self._keys_file.buffer
-        width, buckets, spill = self.width, self._buckets, self.max_spill
-        factors = word_multipliers(width // 8).tobytes()
-
-        def find(ids: Sequence[str | int]) -> tuple[bytearray, int]:
-            try:
-                found: tuple[bytearray, int] = c.hash_rows(
-                    ids, table, keys, width, buckets, spill, factors
-                )
-            except c.Damaged as e:
-                raise self._damaged(str(e)) from None
-            return found
-
-        return find
+        factors = word_multipliers(self.width // 8).tobytes()
+        args = (table, keys, self.width, self._buckets, self.max_spill, factors)
+        return bound_finder("hash_rows", args, self._damaged)
 
     def rows(self, ids: Sequence[str | int]) -> npt.NDArray[np.int64]:
         """Rows of a batch of ids in request order; -1 for an absent id."""
