@@ -1,6 +1,7 @@
 """Id → row lookup over memory-mapped arrays, vectorised for batches of ids.
 
-Three kinds, chosen at build time from the ids themselves:
+Four kinds, chosen at build time from the ids themselves (and, for string ids, by who writes
+the index: a one-process build or a merge of shards):
 
 - ``dense``: every id is a canonical non-negative integer and the largest is below
   ``8 * count + 65536`` (MS MARCO passages: ids 0..8,841,822 for 8,841,823 rows; ids ``7i+3``).
