@@ -6,7 +6,9 @@ in one or several shards. Staged once per node, memory-mapped and shared by ever
 ``meta.json``, the id index, every shard's offsets files, the ``ids`` column and the
 tokenizer: 8 B a document per offsets file (``text`` and ``ids``, plus ``tokens`` and each
 field), the ids' own bytes and 4-40 B of index (26 B a document for ids ``0..n-1``, 94 for
-``msmarco_passage_<i>``: benchmarks/staged_index_size.py). Read by ranged GETs: the data
+``msmarco_passage_<i>``: benchmarks/staged_index_size.py, one-process builds; a store merged
+from shards under string ids stages each shard's ``ids.keys``, the ids at a fixed width, and
+a 7 B ``hash-ids`` index in place of the 56 B ``hash`` one). Read by ranged GETs: the data
 files of the payload columns, ``text``, ``tokens`` and ``field.*``. Neither: the merged
 offsets (``*.goff``) of a store merged before merges stopped writing them, which only a local
 store's lookups read.
