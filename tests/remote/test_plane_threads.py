@@ -208,6 +208,25 @@ def test_closing_a_fetcher_settles_every_future_at_once(bucket: str, faults: Loc
     assert time.monotonic() - started < 5.0
 
 
+def test_wait_settled_waits_for_queued_gets_within_its_timeout(
+    bucket: str, faults: LocalS3
+) -> None:
+    """One call slot and slow GETs: four calls queued one behind the other. ``wait_settled``
+    returns False at a timeout shorter than them, True once every one is answered, and then
+    nothing more goes out."""
+    url = f"s3://{bucket}/objects"
+    open_client(url).put("text.bin", os.urandom(1000))
+    fetcher = Fetcher(lambda: open_client(url), timeout=30.0, in_flight=10)
+    faults.fault("text.bin", 100, "slow", delay=0.2)
+    futures = [fetcher.submit("text.bin", 100 * i, 100 * i + 50) for i in range(4)]
+    assert not fetcher.wait_settled(0.05)
+    assert fetcher.wait_settled(20.0) and all(f.done() for f in futures)
+    gets = faults.stats()["gets"]
+    time.sleep(0.5)
+    assert faults.stats()["gets"] == gets
+    fetcher.close()
+
+
 def test_a_closed_fetcher_sends_nothing_queued_or_retried(bucket: str, faults: LocalS3) -> None:
     """One slot, held by a GET the server never answers, two GETs queued behind it: after
     ``close`` neither queued GET is sent, and the stalled one is not retried when its attempt
@@ -281,6 +300,26 @@ def test_a_loader_closes_with_its_block_and_fetches_nothing_after(
 
 
 # ------------------------------------------------------------------ fork
+
+
+def test_a_loader_s_prefetches_queued_at_close_are_sent_before_close_returns(
+    corpora: Corpora, faults: LocalS3
+) -> None:
+    """The GETs a loader asked for ahead (its prefetches, handed to the corpus's cache) are
+    sent and answered before ``close`` returns, not after it: one call slot (``in_flight=10``)
+    and slow GETs keep several queued when the loader closes. Before, ``close`` stopped the
+    read-ahead thread only, and the queued GETs went out after it returned (the rare
+    41-vs-36 of the test above: 5 GETs after close)."""
+    remote = corpora.open()
+    assert remote.remote is not None
+    fetcher = remote.remote.cache.fetcher  # one call at a time (slots made again on next use)
+    fetcher.in_flight, fetcher._slots = 10, None
+    faults.fault("corpora/a", 1000, "slow", delay=0.15)
+    with LanguageModelLoader(remote, 2, Windows(12), seed=4) as loader:
+        next(iter(loader))
+    gets = faults.stats()["gets"]
+    time.sleep(1.0)  # queued calls would go out one a 0.15 s
+    assert faults.stats()["gets"] == gets, "GETs went out after the loader's close returned"
 
 
 def _run(script: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:

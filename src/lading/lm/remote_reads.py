@@ -24,6 +24,7 @@ cache), or faults the fetcher retries.
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -90,6 +91,14 @@ class RemoteReads:
         self._ranges: dict[SegmentBatchKey, Ranges] = {}  # of the keys planned last
         self._fetches: dict[SegmentBatchKey, Ranges] = {}  # ... and what to fetch for them
         _warn_small_caches(self.remote, workload)
+
+    def settle(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) until the GETs asked for so far, prefetches
+        included, are sent and answered: a loader that closes calls it, so that nothing is
+        fetched for it after its ``close`` returns (the corpus and its cache stay open)."""
+        ends = time.monotonic() + timeout
+        for cache in {id(t.cache): t.cache for t in self.remote.values()}.values():
+            cache.fetcher.wait_settled(max(0.0, ends - time.monotonic()))
 
     def __getattr__(self, name: str) -> Any:  # batches, keys, layout, fingerprint, ...
         if name == "inner":  # not set yet (unpickling)

@@ -36,6 +36,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.pin_memory import pin_memory
 
+from lading.deadline import remote_timeout
 from lading.loading import state as loader_state
 from lading.loading.announce import Announce
 from lading.loading.deal import Dealt, deal, in_order
@@ -288,14 +289,22 @@ class Loader:
     def close(self) -> None:
         """End what this loader runs: its read-ahead thread (returning within one batch's
         build or the remote deadline) and its DataLoader workers; nothing is fetched for it
-        after. The data it reads (a corpus, a store) stays open, theirs to close. A later
-        ``iter()`` starts afresh from the position (``close`` keeps it)."""
+        after. The GETs a workload asked for ahead (a remote token corpus's prefetches, queued
+        in its cache's fetcher) are waited for, within the remote deadline, through the
+        workload's ``settle`` where it has one. The data it reads (a corpus, a store) stays
+        open, theirs to close. A later ``iter()`` starts afresh from the position (``close``
+        keeps it)."""
         self._drop_ahead()
         torch_loader, self._torch = self._torch, None
         iterator = getattr(torch_loader, "_iterator", None)
         shutdown = getattr(iterator, "_shutdown_workers", None)
         if callable(shutdown):
             shutdown()
+        # GETs it asked for ahead (prefetches handed to a remote corpus's cache) are sent and
+        # answered before close returns, within the remote deadline: none goes out after
+        settle = getattr(self._workload, "settle", None)
+        if callable(settle):
+            settle(remote_timeout())
 
     def __enter__(self) -> Loader:
         return self

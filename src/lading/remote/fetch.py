@@ -351,6 +351,20 @@ class Fetcher:
             self._unsettled.difference_update(f for f, _ in live)
         _settle(live, error)
 
+    def wait_settled(self, timeout: float) -> bool:
+        """Wait until every GET submitted so far is settled (fetched, failed or closed), at
+        most ``timeout`` seconds in all; whether they all are. GETs submitted meanwhile are not
+        waited for. What a reader that stops calls so that nothing it asked for is sent after
+        it returns (:meth:`lading.loading.loader.Loader.close`)."""
+        with self._lock:
+            pending = list(self._unsettled)
+        ends = time.monotonic() + timeout
+        for future in pending:
+            if not future.done():
+                with future._cond:
+                    future._cond.wait_for(future.done, max(0.0, ends - time.monotonic()))
+        return all(future.done() for future in pending)
+
     def close(self) -> None:
         """Settle every GET not yet settled with an error saying so, send none after (a call
         queued for a slot, or about to retry, stops there); returns at once (calls in flight
