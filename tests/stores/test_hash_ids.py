@@ -19,7 +19,8 @@ import lading
 from conftest import distinct_ids, write
 from lading.disk import native, write_file
 from lading.errors import StoreFormatError
-from lading.stores.hashids import IdKeys, entry_dtype, write_hash_ids_index
+from lading.stores import hashids, hashindex
+from lading.stores.hashids import IdKeys, slot_dtype, write_hash_ids_index
 from lading.stores.hashindex import hash_words, key_width, query_words
 from lading.stores.index import IdIndex
 
@@ -35,11 +36,18 @@ def id_keys(shards: list[list[str]]) -> IdKeys:
     return IdKeys(tuple(keys), tuple(widths), starts)
 
 
-def index_of(directory: Path, shards: list[list[str]]) -> tuple[IdIndex, dict[str, object]]:
+def index_of(
+    directory: Path, shards: list[list[str]], load: float | None = None
+) -> tuple[IdIndex, dict[str, object]]:
     ids = [i for shard in shards for i in shard]
     width = key_width(max((len(i.encode()) for i in ids), default=1))
     words, _ = query_words(ids, width)
-    meta, _ = write_hash_ids_index(directory, np.ascontiguousarray(words), np.dtype("<i4"))
+    saved = hashids._LOAD
+    hashids._LOAD = load or saved
+    try:
+        meta, _ = write_hash_ids_index(directory, np.ascontiguousarray(words), np.dtype("<i4"))
+    finally:
+        hashids._LOAD = saved
     return IdIndex(directory, meta, id_keys(shards)), meta
 
 
@@ -63,32 +71,49 @@ def test_every_id_of_every_shard_is_found_and_others_are_absent(route: str, tmp_
     assert index.rows([7, "7", 7]).tolist() == [ids.index("7")] * 3  # an int is str(int)
 
 
-def test_a_record_with_the_query_tag_and_another_id_is_passed_over(
+def slots_of(directory: Path) -> np.ndarray:
+    return np.fromfile(directory / "index.slots", dtype=slot_dtype(np.dtype("<i4")))
+
+
+def test_a_slot_with_the_query_tag_and_another_id_is_passed_over(
     route: str, tmp_path: Path
 ) -> None:
-    """Tags are 16 bits: another id in a bucket shares one in 1 of 65,536 records. Made here
-    by giving the query's tag to the record just before its own, so the first candidate is
-    another document: it must be compared and passed over, never returned."""
+    """Tags are 8 bits: a slot the search passes has the query's tag one time in 256. Made
+    here by giving the query's tag to the slot just before its own (the query sits past its
+    home, so its search reads that slot first): that slot's document must be compared and
+    passed over, never returned."""
     ids = [f"id-{i}" for i in range(400)]
     _, meta = index_of(tmp_path, [ids])
-    entries = np.fromfile(tmp_path / "index.entries", dtype=entry_dtype(np.dtype("<i4")))
-    starts = np.fromfile(tmp_path / "index.buckets", dtype="<i4")
-    sizes = np.diff(starts)
-    bucket = int(np.flatnonzero(sizes >= 2)[0])
-    first, own = int(starts[bucket]), int(starts[bucket]) + 1
-    query, other = ids[int(entries["row"][own])], ids[int(entries["row"][first])]
-    entries["tag"][first] = entries["tag"][own]
-    write_file(tmp_path / "index.entries", entries)
+    slots = slots_of(tmp_path)
+    used = slots["row"] >= 0
+    at = int(np.flatnonzero(used[:-1] & used[1:] & (slots["away"][1:] >= 1))[0]) + 1
+    query, other = ids[int(slots["row"][at])], ids[int(slots["row"][at - 1])]
+    slots["tag"][at - 1] = slots["tag"][at]
+    write_file(tmp_path / "index.slots", slots)
     index = IdIndex(tmp_path, meta, id_keys([ids]))
     assert index.rows([query]).tolist() == [ids.index(query)]
     assert index.rows([query] * 40 + [other]).tolist() == [ids.index(query)] * 40 + [-1]
 
 
+def test_a_search_ends_at_an_empty_slot_or_an_id_nearer_its_home(
+    route: str, tmp_path: Path
+) -> None:
+    """Absent ids read a few slots, not to ``max_away``: every absent id of a batch is found
+    absent, and present ones still found, with the table nearly full (``_LOAD`` 1.0)."""
+    ids = [f"id-{i}" for i in range(3000)]
+    _, meta = index_of(tmp_path, [ids[:1000], ids[1000:]], load=1.0)
+    assert int(meta["max_away"]) > 3
+    index = IdIndex(tmp_path, meta, id_keys([ids[:1000], ids[1000:]]))
+    assert index.rows(ids).tolist() == list(range(len(ids)))
+    assert (index.rows([f"id-{i}" for i in range(3000, 4000)]) == -1).all()
+
+
 @pytest.mark.parametrize(
     "damage, message",
     [
-        ("row", r"index\.entries: a record names row 405, outside the 400 ids"),
-        ("bucket", r"index\.entries: bucket \d+'s records"),
+        ("row", r"index\.slots: a slot names row 405, outside the 400 ids"),
+        ("away", r"index\.slots: .* ids at most \d+ away"),
+        ("size", r"index\.slots: \d+ bytes do not hold slots of 6 bytes"),
         ("keys", r"shard 0's id keys"),
     ],
 )
@@ -97,31 +122,46 @@ def test_damage_is_refused_naming_the_index_on_both_routes(
 ) -> None:
     ids = [f"id-{i}" for i in range(400)]
     _, meta = index_of(tmp_path, [ids])
-    entries = np.fromfile(tmp_path / "index.entries", dtype=entry_dtype(np.dtype("<i4")))
-    starts = np.fromfile(tmp_path / "index.buckets", dtype="<i4")
-    column = id_keys([ids])
-    victim = ids[int(entries["row"][0])]  # the first record of bucket 0
+    slots = slots_of(tmp_path)
+    keys = id_keys([ids])
+    at = int(np.flatnonzero(slots["row"] >= 0)[0])
+    victim = ids[int(slots["row"][at])]
     if damage == "row":
-        entries["row"][0] = 405
-        write_file(tmp_path / "index.entries", entries)
-    elif damage == "bucket":
-        starts[1] = len(ids) + 3  # bucket 0 ends past the entries
-        write_file(tmp_path / "index.buckets", starts)
-    else:  # a key file one key short: refused when opened
-        column = IdKeys((column.keys[0][:-8],), column.widths, column.starts)
-        with pytest.raises(StoreFormatError, match=message + " hold 399 rows, it has 400"):
-            IdIndex(tmp_path, meta, column)
+        slots["row"][at] = 405
+        write_file(tmp_path / "index.slots", slots)
+        index = IdIndex(tmp_path, meta, keys)
+        with pytest.raises(StoreFormatError, match=message):
+            index.rows(["id-999", victim])
         return
-    index = IdIndex(tmp_path, meta, column)
+    if damage == "away":  # a search could run past the slots
+        meta = {**meta, "max_away": len(slots)}
+    elif damage == "size":
+        (tmp_path / "index.slots").write_bytes(slots.tobytes()[:-1])
+    else:  # a key file one key short
+        keys = IdKeys((keys.keys[0][:-8],), keys.widths, keys.starts)
+        message += " hold 399 rows, it has 400"
     with pytest.raises(StoreFormatError, match=message):
-        index.rows(["id-999", victim] if damage != "bucket" else [victim])
+        IdIndex(tmp_path, meta, keys)
 
 
-def test_entries_of_the_wrong_size_are_refused_when_opened(tmp_path: Path) -> None:
+def test_the_helper_refuses_slots_that_do_not_match_the_meta(tmp_path: Path) -> None:
+    helper = native.load()
+    if helper is None:
+        pytest.skip("the C helper is not built here (python setup.py build_ext --inplace)")
     ids = [f"id-{i}" for i in range(40)]
     _, meta = index_of(tmp_path, [ids])
-    with pytest.raises(StoreFormatError, match=r"do not match \d+ buckets and 39 ids"):
-        IdIndex(tmp_path, meta, id_keys([ids[:-1]]))
+    raw = (tmp_path / "index.slots").read_bytes()
+    keys = id_keys([ids])
+    tail = (keys.keys, np.array(keys.widths, np.int64).tobytes(), keys.starts.tobytes())
+    factors = hashindex.word_multipliers(1).tobytes()
+    homes, size = int(meta["homes"]), len(raw) // 6
+    for slots, n_homes, away in ((raw[:-1], homes, 0), (raw, size + 1, 0), (raw, homes, size)):
+        with pytest.raises(helper.Damaged, match="slots or width do not match"):
+            helper.hash_ids_rows(["id-1"], slots, 4, n_homes, away, 8, factors, *tail)
+
+
+def test_an_index_is_read_with_its_shards_keys(tmp_path: Path) -> None:
+    _, meta = index_of(tmp_path, [["a", "b"]])
     with pytest.raises(ValueError, match="read with its shards' id keys"):
         IdIndex(tmp_path, meta)
 
@@ -168,7 +208,7 @@ def test_a_merge_under_string_ids_writes_7_bytes_a_document(
     route: str, tmp_path: Path, rng: random.Random
 ) -> None:
     """Before: the merge wrote the ``hash`` index, 32 B of table and the id again (24 B for
-    these ids) a document; now 6 B of records and 1 B of bucket starts."""
+    these ids) a document; now a 6-byte slot per 0.85 ids."""
     n = 3000
     lines = [f"msmarco_passage_{i}\tpassage {i} {'w ' * (i % 7)}\n" for i in range(n)]
     src = write(tmp_path / "c.tsv", "".join(lines))
@@ -178,8 +218,8 @@ def test_a_merge_under_string_ids_writes_7_bytes_a_document(
     merged = lading.merge_store(tmp_path / "s")
     snapshot = merged.path / merged.meta["snapshot"]
     written = {p.name: p.stat().st_size for p in snapshot.iterdir() if p.name != "manifest.json"}
-    assert sorted(written) == ["index.buckets", "index.entries"], written
-    assert sum(written.values()) <= 7 * n + 8
+    assert sorted(written) == ["index.slots"], written
+    assert sum(written.values()) <= 6 / 0.85 * n + 6 * 64  # the last ids may run past the end
     assert merged.meta["version"] == 3 and merged.meta["index"]["kind"] == "hash-ids"
     for shard in merged.meta["shards"]:  # each worker wrote its keys: rows x 24 bytes here
         keys = merged.path / shard["dir"] / "ids.keys"

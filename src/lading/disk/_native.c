@@ -679,18 +679,20 @@ done:
 
 /* ---- hash-ids: see lading/stores/hashids.py; the hash above, keys read from the shards ---- */
 
+#define FAR 255 /* an away byte of 255 says "at least 255" */
+
 typedef struct {
-    const unsigned char *starts;  /* buckets + 1 first records, row_size bytes each */
-    const unsigned char *entries; /* records of a uint16 tag then a row of row_size bytes */
+    const unsigned char *slots; /* slots of a uint8 tag, a uint8 away, a row of row_size */
     Py_ssize_t row_size, record;
-    int64_t buckets, nentries, count;
+    int64_t homes, size, count, max_away;
     Buffers keys;          /* each shard's ids.keys */
     const int64_t *widths; /* each shard's key width */
     const int64_t *firsts; /* each shard's first row, then the row count */
 } IdsTable;
 
-static int64_t load_row(const unsigned char *p, Py_ssize_t size) {
-    if (size == 4) {
+static int64_t ids_row(const IdsTable *t, int64_t s) {
+    const unsigned char *p = t->slots + s * t->record + 2;
+    if (t->row_size == 4) {
         int32_t v;
         memcpy(&v, p, 4);
         return v;
@@ -698,17 +700,11 @@ static int64_t load_row(const unsigned char *p, Py_ssize_t size) {
     return (int64_t)load64(p);
 }
 
-static uint16_t record_tag(const IdsTable *t, int64_t r) {
-    uint16_t v;
-    memcpy(&v, t->entries + r * t->record, 2);
-    return v;
-}
-
-/* Where row's key is (*width set), or NULL with Damaged set: a record names a row past the
+/* Where row's key is (*width set), or NULL with Damaged set: a slot names a row past the
  * ids. */
 static const unsigned char *ids_key(const IdsTable *t, int64_t row, Py_ssize_t *width) {
-    if (row < 0 || row >= t->count) {
-        PyErr_Format(Damaged, "a record names row %lld, outside the %lld ids", (long long)row,
+    if (row >= t->count) {
+        PyErr_Format(Damaged, "a slot names row %lld, outside the %lld ids", (long long)row,
                      (long long)t->count);
         return NULL;
     }
@@ -730,13 +726,24 @@ static int ids_same(const Probe *p, const unsigned char *k, Py_ssize_t width) {
     return p->len <= width && same_key(k, p->key, p->len, width);
 }
 
-/* The row of probe p among its bucket's records from record `from` (-1: none; -2: damaged,
- * with the exception set): each record with p's tag has its row's key compared with p's. */
-static int64_t ids_find(const IdsTable *t, const Probe *p, int64_t from, int64_t hi) {
-    uint16_t tag = (uint16_t)(p->hash >> 48);
-    for (int64_t r = from; r < hi; r++) {
-        if (record_tag(t, r) != tag) continue;
-        int64_t row = load_row(t->entries + r * t->record + 2, t->row_size);
+/* The next slot from `from` (at least the probe's home) holding p's tag, or -1 where the
+ * search ends first: an empty slot, one whose id lives nearer its home than `from` is to p's,
+ * the end of the slots or max_away. Ids are laid out in the order of their homes. */
+static int64_t ids_candidate(const IdsTable *t, const Probe *p, int64_t from) {
+    uint8_t tag = (uint8_t)(p->hash >> 56);
+    for (int64_t s = from; s < t->size && s - p->bucket <= t->max_away; s++) {
+        const unsigned char *slot = t->slots + s * t->record;
+        uint8_t away = slot[1];
+        if (ids_row(t, s) < 0 || (away < FAR && away < s - p->bucket)) return -1;
+        if (slot[0] == tag) return s;
+    }
+    return -1;
+}
+
+/* The row of probe p from slot `from` on (-1: none; -2: damaged, with the exception set). */
+static int64_t ids_find(const IdsTable *t, const Probe *p, int64_t from) {
+    for (int64_t s = ids_candidate(t, p, from); s >= 0; s = ids_candidate(t, p, s + 1)) {
+        int64_t row = ids_row(t, s);
         Py_ssize_t width;
         const unsigned char *k = ids_key(t, row, &width);
         if (k == NULL) return -2;
@@ -747,22 +754,23 @@ static int64_t ids_find(const IdsTable *t, const Probe *p, int64_t from, int64_t
 
 static PyObject *hash_ids_rows(PyObject *self, PyObject *args) {
     PyObject *ids, *keys_arg;
-    Py_buffer starts, entries, mult, widths, firsts;
-    Py_ssize_t row_size, buckets, width;
-    if (!PyArg_ParseTuple(args, "Oy*y*nnny*Oy*y*", &ids, &starts, &entries, &row_size, &buckets,
+    Py_buffer slots, mult, widths, firsts;
+    Py_ssize_t row_size, homes, max_away, width;
+    if (!PyArg_ParseTuple(args, "Oy*nnnny*Oy*y*", &ids, &slots, &row_size, &homes, &max_away,
                           &width, &mult, &keys_arg, &widths, &firsts))
         return NULL;
     PyObject *result = NULL, *seq = NULL, *rows = NULL;
     PyObject *hold[CHUNK] = {NULL};
-    IdsTable t = {(const unsigned char *)starts.buf, (const unsigned char *)entries.buf,
-                  row_size, 2 + row_size, buckets, 0, 0, {0, NULL, NULL},
-                  (const int64_t *)widths.buf, (const int64_t *)firsts.buf};
-    if ((row_size != 4 && row_size != 8) || width < 8 || width % 8 || buckets < 1 ||
-        starts.len / row_size - 1 < buckets || mult.len / 8 < width / 8) {
-        PyErr_SetString(Damaged, "hash-ids index: buckets or width do not match its meta");
+    IdsTable t = {(const unsigned char *)slots.buf, row_size, 2 + row_size, homes, 0, 0,
+                  max_away, {0, NULL, NULL}, (const int64_t *)widths.buf,
+                  (const int64_t *)firsts.buf};
+    if ((row_size != 4 && row_size != 8) || width < 8 || width % 8 || homes < 1 ||
+        slots.len % t.record || slots.len / t.record < homes || max_away < 0 ||
+        max_away >= slots.len / t.record || mult.len / 8 < width / 8) {
+        PyErr_SetString(Damaged, "hash-ids index: slots or width do not match its meta");
         goto done;
     }
-    t.nentries = entries.len / t.record;
+    t.size = slots.len / t.record;
     if (buffers_get(&t.keys, keys_arg, 0, "key files") < 0) goto done;
     if (widths.len != t.keys.n * 8 || firsts.len != (t.keys.n + 1) * 8) {
         PyErr_Format(PyExc_ValueError, "%zd key files, %zd widths and %zd first rows", t.keys.n,
@@ -785,55 +793,38 @@ static PyObject *hash_ids_rows(PyObject *self, PyObject *args) {
     PyObject **items = &PyTuple_GET_ITEM(seq, 0);
     Py_ssize_t first_missing = -1;
     Probe probe[CHUNK];
-    int64_t lo[CHUNK], hi[CHUNK], at[CHUNK];
+    int64_t at[CHUNK];
     const unsigned char *key[CHUNK];
     Py_ssize_t kwidth[CHUNK];
     for (Py_ssize_t base = 0; base < n; base += CHUNK) {
         Py_ssize_t m = (base + CHUNK < n ? base + CHUNK : n) - base;
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 1: hash, prefetch the bucket's start */
+        for (Py_ssize_t j = 0; j < m; j++) { /* phase 1: hash, prefetch the home's slots */
             Probe *p = &probe[j];
             if (hash_key_of(items[base + j], p, &hold[j], width) < 0) goto done;
             if (p->key == NULL) continue;
             p->hash = hash_key(p->key, p->len, factors);
-            p->bucket = (int64_t)(((p->hash & 0xFFFFFFFFULL) * (uint64_t)buckets) >> 32);
-            PREFETCH(t.starts + p->bucket * row_size);
+            p->bucket = (int64_t)(((p->hash & 0xFFFFFFFFULL) * (uint64_t)homes) >> 32);
+            const unsigned char *first = t.slots + p->bucket * t.record;
+            PREFETCH(first);
+            PREFETCH(first + 4 * t.record); /* a present id is ~4 slots on: often this line */
         }
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 2: the bucket's records, prefetched */
-            Probe *p = &probe[j];
-            if (p->key == NULL) continue;
-            lo[j] = load_row(t.starts + p->bucket * row_size, row_size);
-            hi[j] = load_row(t.starts + (p->bucket + 1) * row_size, row_size);
-            if (lo[j] < 0 || lo[j] > hi[j] || hi[j] > t.nentries) {
-                PyErr_Format(Damaged,
-                             "bucket %lld's records (%lld..%lld) are not within the %lld entries",
-                             (long long)p->bucket, (long long)lo[j], (long long)hi[j],
-                             (long long)t.nentries);
-                goto done;
-            }
-            if (hi[j] > lo[j]) { /* the lines the records span: one, sometimes two */
-                PREFETCH(t.entries + lo[j] * t.record);
-                PREFETCH(t.entries + hi[j] * t.record - 1);
-            }
-        }
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 3: the first candidate, its key */
+        for (Py_ssize_t j = 0; j < m; j++) { /* phase 2: the first candidate, its key */
             Probe *p = &probe[j];
             p->row = -1;
             if (p->key == NULL) continue;
-            uint16_t tag = (uint16_t)(p->hash >> 48);
-            for (at[j] = lo[j]; at[j] < hi[j]; at[j]++)
-                if (record_tag(&t, at[j]) == tag) break;
-            if (at[j] == hi[j]) continue;
-            p->row = load_row(t.entries + at[j] * t.record + 2, row_size);
+            at[j] = ids_candidate(&t, p, p->bucket);
+            if (at[j] < 0) continue;
+            p->row = ids_row(&t, at[j]);
             if ((key[j] = ids_key(&t, p->row, &kwidth[j])) == NULL) goto done;
             PREFETCH(key[j]);
         }
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 4: confirm, or try the later records */
+        for (Py_ssize_t j = 0; j < m; j++) { /* phase 3: confirm, or try the later slots */
             Probe *p = &probe[j];
             int64_t row = -1;
             if (p->row >= 0) {
                 if (ids_same(p, key[j], kwidth[j]))
                     row = p->row;
-                else if ((row = ids_find(&t, p, at[j] + 1, hi[j])) == -2)
+                else if ((row = ids_find(&t, p, at[j] + 1)) == -2)
                     goto done;
             }
             out[base + j] = row;
@@ -848,8 +839,7 @@ done:
     Py_XDECREF(rows);
     Py_XDECREF(seq);
     buffers_release(&t.keys);
-    PyBuffer_Release(&starts);
-    PyBuffer_Release(&entries);
+    PyBuffer_Release(&slots);
     PyBuffer_Release(&mult);
     PyBuffer_Release(&widths);
     PyBuffer_Release(&firsts);
@@ -871,7 +861,7 @@ static PyMethodDef methods[] = {
      "hash_rows(ids, table, keys, width, buckets, max_spill, multipliers) -> (bytearray of int64 "
      "rows, first absent or -1)"},
     {"hash_ids_rows", hash_ids_rows, METH_VARARGS,
-     "hash_ids_rows(ids, starts, entries, row_size, buckets, width, multipliers, keys, widths, "
+     "hash_ids_rows(ids, slots, row_size, homes, max_away, width, multipliers, keys, widths, "
      "firsts) -> (bytearray of int64 rows, first absent or -1)"},
     {"texts", texts, METH_VARARGS,
      "texts(rows, offsets, data) -> list of str (data: a buffer or a tuple of buffers; offsets: "

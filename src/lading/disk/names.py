@@ -38,11 +38,14 @@ _UNNAMEABLE = re.compile(r"[\x00-\x1f\x7f\\]")  # control characters and the bac
 INDEX_FILES: dict[str, tuple[str, ...]] = {
     "dense": ("index.dense",),
     "hash": ("index.table", "index.keys"),
-    "hash-ids": ("index.buckets", "index.entries"),
+    "hash-ids": ("index.slots",),
     "sorted-int": ("index.keys", "index.rows"),
 }
 # whole numbers each kind reads
-INDEX_COUNTS = {"hash": ("buckets", "width", "max_spill"), "hash-ids": ("buckets", "width")}
+INDEX_COUNTS = {
+    "hash": ("buckets", "width", "max_spill"),
+    "hash-ids": ("homes", "width", "max_away"),
+}
 INDEX_DTYPES = ("<i4", "<i8")  # rows: int32 while they fit, else int64; int keys: int64
 TOKEN_DTYPES = ("<u2", "<u4")  # token ids: uint16 up to 65,536 entries, else uint32
 # Fixed file names of the formats whose layout is one directory (``dir``) of known files.

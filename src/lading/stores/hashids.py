@@ -7,30 +7,32 @@ for ``msmarco_passage_<i>`` ids, 13.95 % of real MS MARCO passages' shards. A sh
 merge (``build_shard``, the Ray datasink) writes its ids as fixed-width keys itself
 (``ids.keys`` beside ``ids.bin``: each id zero-padded to the shard's longest rounded up to 8,
 row order), in parallel with the other shards; the merge's index then holds only where each
-id's row is, sorted by hash:
+id's row is:
 
-- ``index.entries``: one record per id, ordered by bucket then row: a 16-bit tag (the hash's
-  top 16 bits) and the row (``row_dtype``: int32 while rows fit), packed, 6 bytes a record.
-- ``index.buckets``: ``buckets + 1`` first records (``row_dtype``), bucket ``b``'s records
-  being ``entries[buckets[b]:buckets[b + 1]]``. A bucket holds 4 ids on average
-  (``_LOAD``), so 1 byte a document.
+- ``index.slots``: one slot of 6 bytes (int32 rows; 10 for int64) per ``1 / _LOAD`` ids:
+  an 8-bit tag (the hash's top byte), how many slots the id sits past its home (``away``,
+  255 meaning at least that) and the row (-1: empty). 7.1 B a document at ``_LOAD`` 0.85.
+  Ids sorted by home slot (the hash's low 32 bits, Lemire's multiply-shift) each take the
+  first free slot at or after their home (linear probing, laid out in home order: one
+  running maximum places them all, no loop a collision). ``max_away`` (measured at build)
+  bounds every search.
 
-7 bytes a document in all. A lookup hashes the id as the ``hash`` index does (the same
-function; zero words add nothing to it, so a key hashes alike at any width it fits), picks its
-bucket from the hash's low 32 bits (Lemire's multiply-shift), reads the bucket's start and its
-records (about 24 bytes: one cache line, sometimes two), takes each row whose tag matches, and
-compares that row's key in its shard's ``ids.keys`` with the query: an id with the right tag
-but other bytes is passed over, so a collision never returns the wrong document. No bucket
-overflows into another, so an absent id costs one bucket's records.
+A lookup hashes the id as the ``hash`` index does (the same function; zero words add nothing
+to it, so a key hashes alike at any width it fits) and reads slots from its home: a slot whose
+tag matches has its row's key in its shard's ``ids.keys`` compared with the query, so a
+collision never returns the wrong document; an empty slot, or one whose id sits nearer its own
+home than this one is to the query's (ids are in home order), ends the search. A present id
+sits 2.9 slots past its home on average (1M ids; 99 % within 15, the farthest 33), so a
+search reads ~24 bytes of slots: one cache line, sometimes two, then one of keys, as the
+``hash`` kind reads one line of table and one of keys.
 
 Measured at 1M MS MARCO passages (benchmarks/RESULTS.md, "Merges that copy no payload"): the
-lookup runs at ~0.86x the ``hash`` kind's speed (the bucket start is one more dependent read)
-and ``get_many`` of the merged store at 0.93-0.97x a one-process build's. Tried and dropped:
-checking candidates against the ragged ``ids`` column (its offsets, then its bytes: two reads
-where ``ids.keys`` is one; ``get_many`` at 0.76x), and fixed 64-byte lines of 10 records
-filled to 9 with no bucket starts (full lines spill into the next, as in the ``hash`` kind:
-0.79x the ``hash`` kind's lookups, the spills and the scan of 10 tags costing more than the
-start's read).
+lookup alone at ~0.9x the ``hash`` kind's speed, ``get_many`` of the merged store at ~0.95x a
+one-process build's. Tried and dropped, each measured: checking candidates against the ragged
+``ids`` column (its offsets, then its bytes: ``get_many`` at 0.76x); records grouped by bucket
+behind a directory of bucket starts (7 B a document too, but the start is one more dependent
+read: ``get_many`` at ~0.92x); fixed 64-byte lines of 10 records filled to 9 (full lines spill
+into the next: the lookup at 0.79x the ``hash`` kind's).
 
 The keys are given as :class:`IdKeys`: one buffer and one width per shard, rows numbered over
 the shards.
@@ -51,9 +53,10 @@ from lading.errors import StoreFormatError
 from lading.stores.hashindex import bound_finder, hash_words, query_words, word_multipliers
 from lading.stores.layout import shards
 
-_LOAD = 4  # ids per bucket on average: 1 B a document of bucket starts, ~24 B read a lookup
+_LOAD = 0.85  # ids per home slot: 7.1 B a document; a present id's search reads ~4 slots
+_FAR = 255  # the most an ``away`` byte says: a slot further from home reads as at least that
 _LOW = np.uint64(0xFFFFFFFF)
-_TAG_SHIFT = np.uint64(48)
+_TAG_SHIFT = np.uint64(56)
 
 
 @dataclass(frozen=True)
@@ -109,47 +112,53 @@ def shard_keys(root: Path, manifest: dict[str, Any]) -> IdKeys:
     return IdKeys(tuple(keys), tuple(widths), np.array(starts, dtype=np.int64))
 
 
-def entry_dtype(row_dtype: np.dtype[Any]) -> np.dtype[Any]:
-    """One packed record: the tag, then the row (no padding between them)."""
-    return np.dtype([("tag", "<u2"), ("row", np.dtype(row_dtype).newbyteorder("<"))])
+def slot_dtype(row_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """One packed slot: an 8-bit tag, how far the slot is from its id's home (capped at
+    ``_FAR``), then the row (-1: empty); 6 bytes for int32 rows."""
+    rows_t = np.dtype(row_dtype).newbyteorder("<")
+    return np.dtype([("tag", "u1"), ("away", "u1"), ("row", rows_t)])
 
 
-def _bucket(h: npt.NDArray[np.uint64], n_buckets: int) -> npt.NDArray[np.int64]:
-    """Bucket of each hash in ``[0, n_buckets)`` from its low 32 bits, as the ``hash`` kind."""
-    return (((h & _LOW) * np.uint64(n_buckets)) >> np.uint64(32)).astype(np.int64)
+def _home(h: npt.NDArray[np.uint64], n_homes: int) -> npt.NDArray[np.int64]:
+    """Home slot of each hash in ``[0, n_homes)`` from its low 32 bits (Lemire's)."""
+    return (((h & _LOW) * np.uint64(n_homes)) >> np.uint64(32)).astype(np.int64)
 
 
 def write_hash_ids_index(
     directory: Path, words: npt.NDArray[np.uint64], row_dtype: np.dtype[Any]
 ) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
-    """Write buckets and entries for unique keys ``words`` (``(count, width/8)`` uint64, in
-    store row order); return the meta entry and the files written."""
+    """Write the slots for unique keys ``words`` (``(count, width/8)`` uint64, in store row
+    order); return the meta entry and the files written.
+
+    Ids sorted by home (then row) take the first free slot at or after their home: slot
+    ``i + max(home[j] - j for j <= i)`` for the ``i``-th, one running maximum for them all.
+    """
     count = len(words)
-    rows_t = np.dtype(row_dtype)
+    rows_t = np.dtype(row_dtype).newbyteorder("<")
     if count >= np.iinfo(rows_t).max:
         raise ValueError(f"{count} ids do not fit rows of {rows_t}")
-    n_buckets = max(1, -(-count // _LOAD))
+    n_homes = max(1, int(np.ceil(count / _LOAD)))
     h = hash_words(words)
-    bucket = _bucket(h, n_buckets)
-    order = np.argsort(bucket, kind="stable")  # by bucket, then row
-    entries = np.empty(count, dtype=entry_dtype(rows_t))
-    entries["tag"] = (h[order] >> _TAG_SHIFT).astype(np.uint16)
-    entries["row"] = order
-    del h, order
-    starts = np.zeros(n_buckets + 1, dtype=rows_t)
-    np.cumsum(np.bincount(bucket, minlength=n_buckets), out=starts[1:])
-    del bucket
-    files = {
-        "index.buckets": write_file(
-            directory / "index.buckets", starts.astype(rows_t.newbyteorder("<"))
-        ),
-        "index.entries": write_file(directory / "index.entries", entries),
-    }
+    home = _home(h, n_homes)
+    order = np.argsort(home, kind="stable")  # by home, then row
+    at = home[order]
+    step = np.arange(count, dtype=np.int64)
+    slot = step + np.maximum.accumulate(at - step) if count else step
+    away = slot - at
+    size = max(n_homes, int(slot[-1]) + 1 if count else 0)
+    slots = np.zeros(size, dtype=slot_dtype(rows_t))
+    slots["row"] = -1
+    slots["tag"][slot] = (h[order] >> _TAG_SHIFT).astype(np.uint8)
+    slots["away"][slot] = np.minimum(away, _FAR)
+    slots["row"][slot] = order
+    del h, home, order, at, step, slot
+    files = {"index.slots": write_file(directory / "index.slots", slots)}
     meta = {
         "kind": "hash-ids",
-        "row_dtype": rows_t.newbyteorder("<").str,
+        "row_dtype": rows_t.str,
         "width": int(words.shape[1] * 8) if words.ndim == 2 and count else 8,
-        "buckets": n_buckets,
+        "homes": n_homes,
+        "max_away": int(away.max()) if count else 0,
     }
     return meta, files
 
@@ -160,30 +169,32 @@ class HashIdsIndex:
 
     def __init__(self, directory: Path, meta: dict[str, Any], ids: IdKeys) -> None:
         self.width = int(meta["width"])
-        self._n_buckets = int(meta["buckets"])
+        self._homes = int(meta["homes"])
+        self.max_away = int(meta["max_away"])
         rows_t = np.dtype(meta["row_dtype"])
         self._row_size = rows_t.itemsize
         self._ids = ids
         self._starts = ids.starts
         self._count = int(self._starts[-1])
-        self._buckets_file = MappedFile(directory / "index.buckets", True)
-        self._entries_file = MappedFile(directory / "index.entries", True)
-        self._entries = self._entries_file.array(entry_dtype(rows_t))
-        self._buckets = self._buckets_file.array(rows_t)
+        self._path = directory / "index.slots"
+        self._slots_file = MappedFile(self._path, True)
+        record = slot_dtype(rows_t).itemsize
+        size = len(self._slots_file.buffer)
         if (
             self.width < 8
             or self.width % 8
-            or self._n_buckets < 1
-            or len(self._buckets) != self._n_buckets + 1
-            or len(self._entries) != self._count
-            or len(self._entries_file.buffer) % self._entries.itemsize
+            or self._row_size not in (4, 8)
+            or self._homes < 1
+            or size % record
+            or size // record < self._homes
+            or not 0 <= self.max_away < size // record
         ):
             raise StoreFormatError(
-                f"{directory}: index.buckets ({len(self._buckets_file.buffer)} bytes) and "
-                f"index.entries ({len(self._entries_file.buffer)} bytes) do not match "
-                f"{self._n_buckets} buckets and {self._count} ids; rebuild the store"
+                f"{self._path}: {size} bytes do not hold slots of {record} bytes for "
+                f"{self._homes} homes, ids at most {self.max_away} away and keys of "
+                f"{self.width} bytes; rebuild the store"
             )
-        self._path = directory / "index.entries"
+        self._slots = self._slots_file.array(slot_dtype(rows_t))
         self._keys = [
             np.frombuffer(k, dtype="<u8").reshape(-1, w // 8) for k, w in zip(ids.keys, ids.widths)
         ]
@@ -202,41 +213,41 @@ class HashIdsIndex:
         """The C helper's lookup bound to this index (None without the helper): a batch of ids
         -> (int64 rows as bytes, -1 where absent; the first absent position or -1)."""
         factors = word_multipliers(self.width // 8).tobytes()
-        index = (self._buckets_file.buffer, self._entries_file.buffer, self._row_size)
+        index = (self._slots_file.buffer, self._row_size, self._homes, self.max_away)
         keys = (self._ids.keys, self._widths, self._starts.tobytes())
-        args = (*index, self._n_buckets, self.width, factors, *keys)
+        args = (*index, self.width, factors, *keys)
         return bound_finder("hash_ids_rows", args, self._damaged)
 
     def rows(self, ids: Sequence[str | int]) -> npt.NDArray[np.int64]:
-        """Rows of a batch of ids in request order; -1 for an absent id."""
+        """Rows of a batch of ids in request order; -1 for an absent id.
+
+        Each id's slots from its home on, a step for the whole batch at a time: a slot that
+        is empty, or whose id lives nearer its own home than this one is to the query's,
+        ends the search (ids are laid out in the order of their homes)."""
         words, fits = query_words(ids, self.width)
         h = hash_words(words)
-        bucket = _bucket(h, self._n_buckets)
-        tag = (h >> _TAG_SHIFT).astype(np.uint16)
-        lo = self._buckets[bucket].astype(np.int64)
-        hi = self._buckets[bucket + 1].astype(np.int64)
-        bad = np.flatnonzero(fits & ((lo > hi) | (hi > len(self._entries)) | (lo < 0)))
-        if len(bad):
-            b = bad[0]
-            raise self._damaged(
-                f"bucket {int(bucket[b])}'s records ({int(lo[b])}..{int(hi[b])}) are not within "
-                f"the {len(self._entries)} entries"
-            )
-        # every record of every query's bucket, flattened: (query, record) pairs
-        sizes = np.where(fits, hi - lo, 0)
-        query = np.repeat(np.arange(len(ids)), sizes)
-        record = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        record += np.repeat(lo, sizes)
-        entries = self._entries[record]
-        hit = entries["tag"] == tag[query]
-        query, rows = query[hit], entries["row"][hit].astype(np.int64)
-        outside = rows[(rows < 0) | (rows >= self._count)]
-        if len(outside):
-            raise self._damaged(f"a record names row {outside[0]}, outside the {self._count} ids")
-        same = self._same_ids(rows, words[query]) if len(rows) else np.zeros(0, bool)
+        home = _home(h, self._homes)
+        tag = (h >> _TAG_SHIFT).astype(np.uint8)
         out = np.full(len(ids), -1, dtype=np.int64)
-        # the first matching record of each query wins, as in the helper: write in reverse
-        out[query[same][::-1]] = rows[same][::-1]
+        active = np.flatnonzero(fits)
+        size = len(self._slots)
+        for away in range(self.max_away + 1):
+            at = home[active] + away
+            active, at = active[at < size], at[at < size]
+            if not len(active):
+                break
+            slots = self._slots[at]
+            rows = slots["row"].astype(np.int64)
+            ended = (rows < 0) | ((slots["away"] < away) & (slots["away"] < _FAR))
+            hit = ~ended & (slots["tag"] == tag[active])
+            found, queries = rows[hit], active[hit]
+            if len(found) and (int(found.max()) >= self._count or int(found.min()) < 0):
+                raise self._damaged(
+                    f"a slot names row {int(found.max())}, outside the {self._count} ids"
+                )
+            same = self._same_ids(found, words[queries]) if len(found) else hit[hit]
+            out[queries[same]] = found[same]
+            active = active[~ended & (out[active] < 0)]
         return out
 
     def _same_ids(
