@@ -138,27 +138,34 @@ def write_hash_ids_index(
     if count >= np.iinfo(rows_t).max:
         raise ValueError(f"{count} ids do not fit rows of {rows_t}")
     n_homes = max(1, int(np.ceil(count / _LOAD)))
+    # ~34 bytes an id besides the keys at the peak (order, two int64 arrays, tags, the
+    # slots): each array is dropped or reused as soon as the next is made
     h = hash_words(words)
+    tags = (h >> _TAG_SHIFT).astype(np.uint8)
     home = _home(h, n_homes)
+    del h
     order = np.argsort(home, kind="stable")  # by home, then row
-    at = home[order]
-    step = np.arange(count, dtype=np.int64)
-    slot = step + np.maximum.accumulate(at - step) if count else step
-    away = slot - at
+    gap = home[order]  # each id's home, in home order ...
+    del home
+    gap -= np.arange(count, dtype=np.int64)  # ... less its place in that order
+    slot = np.maximum.accumulate(gap) if count else gap.copy()
+    away = np.subtract(slot, gap, out=gap)  # slot - home
+    slot += np.arange(count, dtype=np.int64)
     size = max(n_homes, int(slot[-1]) + 1 if count else 0)
+    max_away = int(away.max()) if count else 0
     slots = np.zeros(size, dtype=slot_dtype(rows_t))
     slots["row"] = -1
-    slots["tag"][slot] = (h[order] >> _TAG_SHIFT).astype(np.uint8)
+    slots["tag"][slot] = tags[order]
     slots["away"][slot] = np.minimum(away, _FAR)
     slots["row"][slot] = order
-    del h, home, order, at, step, slot
+    del tags, order, away, slot
     files = {"index.slots": write_file(directory / "index.slots", slots)}
     meta = {
         "kind": "hash-ids",
         "row_dtype": rows_t.str,
         "width": int(words.shape[1] * 8) if words.ndim == 2 and count else 8,
         "homes": n_homes,
-        "max_away": int(away.max()) if count else 0,
+        "max_away": max_away,
     }
     return meta, files
 
