@@ -50,12 +50,17 @@ import numpy.typing as npt
 
 from lading.disk import MappedFile, write_file
 from lading.errors import StoreFormatError
-from lading.stores.hashindex import bound_finder, hash_words, query_words, word_multipliers
+from lading.stores.hashindex import (
+    bound_finder,
+    bucket_of,
+    hash_words,
+    query_words,
+    word_multipliers,
+)
 from lading.stores.layout import shards
 
 _LOAD = 0.85  # ids per home slot: 7.1 B a document; a present id's search reads ~4 slots
 _FAR = 255  # the most an ``away`` byte says: a slot further from home reads as at least that
-_LOW = np.uint64(0xFFFFFFFF)
 _TAG_SHIFT = np.uint64(56)
 
 
@@ -119,11 +124,6 @@ def slot_dtype(row_dtype: np.dtype[Any]) -> np.dtype[Any]:
     return np.dtype([("tag", "u1"), ("away", "u1"), ("row", rows_t)])
 
 
-def _home(h: npt.NDArray[np.uint64], n_homes: int) -> npt.NDArray[np.int64]:
-    """Home slot of each hash in ``[0, n_homes)`` from its low 32 bits (Lemire's)."""
-    return (((h & _LOW) * np.uint64(n_homes)) >> np.uint64(32)).astype(np.int64)
-
-
 def write_hash_ids_index(
     directory: Path, words: npt.NDArray[np.uint64], row_dtype: np.dtype[Any]
 ) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
@@ -142,7 +142,7 @@ def write_hash_ids_index(
     # slots): each array is dropped or reused as soon as the next is made
     h = hash_words(words)
     tags = (h >> _TAG_SHIFT).astype(np.uint8)
-    home = _home(h, n_homes)
+    home = bucket_of(h, n_homes)
     del h
     order = np.argsort(home, kind="stable")  # by home, then row
     gap = home[order]  # each id's home, in home order ...
@@ -233,7 +233,7 @@ class HashIdsIndex:
         ends the search (ids are laid out in the order of their homes)."""
         words, fits = query_words(ids, self.width)
         h = hash_words(words)
-        home = _home(h, self._homes)
+        home = bucket_of(h, self._homes)
         tag = (h >> _TAG_SHIFT).astype(np.uint8)
         out = np.full(len(ids), -1, dtype=np.int64)
         active = np.flatnonzero(fits)

@@ -114,7 +114,7 @@ _LOW = np.uint64(0xFFFFFFFF)
 _TAG_SHIFT = np.uint64(32)
 
 
-def _bucket(h: npt.NDArray[np.uint64], n_buckets: int) -> npt.NDArray[np.int64]:
+def bucket_of(h: npt.NDArray[np.uint64], n_buckets: int) -> npt.NDArray[np.int64]:
     """Bucket of each hash in ``[0, n_buckets)`` (Lemire's multiply-shift, no modulo)."""
     return (((h & _LOW) * np.uint64(n_buckets)) >> _TAG_SHIFT).astype(np.int64)
 
@@ -128,7 +128,7 @@ def write_hash_index(
         raise ValueError(f"{count} ids: the hash index stores row + 1 in 32 bits")
     n_buckets = max(1, -(-count // _LOAD))
     h = hash_words(words)
-    bucket = _bucket(h, n_buckets)
+    bucket = bucket_of(h, n_buckets)
     tag = (h >> _TAG_SHIFT).astype(np.uint32)
     del h
     table = np.zeros((n_buckets, SLOTS), dtype=np.uint64)
@@ -237,7 +237,7 @@ class HashIndex:
         """Rows of a batch of ids in request order; -1 for an absent id."""
         words, fits = query_words(ids, self.width)
         h = hash_words(words)
-        bucket = _bucket(h, self._buckets)
+        bucket = bucket_of(h, self._buckets)
         tag = h >> _TAG_SHIFT
         # fast path, one pass for the whole batch: the first slot whose tag matches
         entries = self._table[bucket]
