@@ -22,6 +22,7 @@ import pytest
 
 import lading
 from conftest import word_corpus, write
+from lading.ir import TrainingGroups, read_qrels, read_queries
 from lading.lm import LanguageModelLoader, TokenCorpus, Windows
 from lading.remote.clients import open_client
 from lading.remote.fetch import Fetcher
@@ -322,6 +323,38 @@ def test_a_loader_s_prefetches_queued_at_close_are_sent_before_close_returns(
     assert faults.stats()["gets"] == gets, "GETs went out after the loader's close returned"
 
 
+def test_a_map_style_loader_s_prefetches_are_sent_before_close_returns(
+    bucket: str, s3: LocalS3, tmp_path: Path
+) -> None:
+    """The same for a map-style loader over a remote store (``TrainingGroups``, whose
+    ``prefetch`` hook hands the batches ahead to the store's cache): its ``close`` waits for
+    those GETs too. Before, only a token corpus's workload had a ``settle``, and a ranker's
+    loader left its queued prefetches to go out after ``close`` returned."""
+    url, folder = f"s3://{bucket}/groups", tmp_path / "src"
+    lines = [f"D{i}\tpassage {i} " + "word " * (i % 40) for i in range(300)]
+    write(folder / "collection.tsv", "\n".join(lines) + "\n")
+    write(folder / "queries.tsv", "".join(f"q{i}\tquery {i}\n" for i in range(60)))
+    write(folder / "qrels.tsv", "".join(f"q{i} 0 D{i * 5} 1\n" for i in range(60)))
+    lading.build_store(folder / "collection.tsv", url, cache=str(tmp_path / "up"), progress=False)
+    store = lading.open_store(url, cache=tmp_path / "node", cache_bytes="1M")
+    groups = TrainingGroups(
+        store, read_queries(folder / "queries.tsv"), read_qrels(folder / "qrels.tsv"),
+        group_size=4, sampling="random", seed=0,
+    )  # fmt: skip
+    fetcher = store._planner.cache.fetcher  # type: ignore[attr-defined]
+    fetcher.in_flight, fetcher._slots = 10, None  # one call at a time
+    s3.fault(f"{bucket}/groups", 1000, "slow", delay=0.05)
+    try:
+        with lading.loader(groups, 4, collate_fn=list, seed=0) as loader:
+            next(iter(loader))
+        gets = s3.stats()["gets"]
+        time.sleep(0.5)  # queued calls would go out one a 0.05 s
+        after = s3.stats()["gets"]
+    finally:
+        s3.reset()
+    assert after == gets, f"{after - gets} GETs went out after the loader's close returned"
+
+
 def _run(script: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO / 'tests'}"}
     try:
@@ -373,7 +406,8 @@ FORK_REMOTE = """
     import numpy as np
     faulthandler.dump_traceback_later(200, exit=True)  # a hang says where (the test waits 240)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # a child keeps it: says where it hung
-    from lading.lm import LanguageModelLoader, TokenCorpus, Windows
+    from lading.ir import TrainingGroups, read_qrels, read_queries
+from lading.lm import LanguageModelLoader, TokenCorpus, Windows
 
     local = TokenCorpus.open({local!r})
     remote = TokenCorpus.open({url!r}, cache={cache!r}, cache_bytes="1M")

@@ -4,6 +4,7 @@ within the node cache's cap; a rewritten object refused; bad input named in one 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,29 @@ def test_row_groups_are_fetched_ahead_and_each_fetched_once(
     got = s3.stats()["gets_by_key"]
     assert set(got) == {f"parquet-sessions/logs/sessions/part-{i}.parquet" for i in range(3)}
     assert sum(got.values()) <= FILES * 4, got  # a row group is one range, fetched once
+
+
+def test_the_row_groups_asked_for_ahead_are_fetched_before_close_returns(
+    url: str, s3: LocalS3, tmp_path: Path
+) -> None:
+    """A loader that closes waits (within the remote deadline) for the GETs its announcements
+    queued: one call at a time and slow GETs keep several queued at ``close``. Before, they
+    went out after ``close`` returned."""
+    loader = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes="4M", **KW)
+    assert loader.remote is not None
+    fetcher = loader.remote.cache(loader.remote.files[0].root).fetcher
+    fetcher.in_flight, fetcher._slots = 10, None  # one call at a time
+    s3.reset()
+    s3.fault("parquet-sessions/", 1000, "slow", delay=0.15)
+    try:
+        with loader:
+            next(iter(loader))
+        gets = s3.stats()["gets"]
+        time.sleep(1.0)  # queued calls would go out one a 0.15 s
+        after = s3.stats()["gets"]
+    finally:
+        s3.reset()
+    assert after == gets, f"{after - gets} GETs went out after the loader's close returned"
 
 
 def test_footers_are_staged_once_per_node(url: str, s3: LocalS3, tmp_path: Path) -> None:

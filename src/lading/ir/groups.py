@@ -242,6 +242,13 @@ class TrainingGroups:
         if callable(hint):
             hint(self._batch_rows(batches), first_step, steps=steps)
 
+    def settle(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, until the documents :meth:`prefetch` asked the
+        store for are fetched (a remote store's ``settle``; a loader that closes calls it)."""
+        settle = getattr(self.store, "settle", None)
+        if callable(settle):
+            settle(timeout)
+
     def _batch_rows(self, batches: Sequence[Sequence[Any]]) -> list[npt.NDArray[np.int64]]:
         """Each batch's document codes, its groups back to back (what the batch reads)."""
         rows = []

@@ -21,6 +21,9 @@ hook                                    what the loader does with it
                                         their keys, in the process that iterates: fetch them
 ``plan(batches, first_step, steps)``    once an iteration: every batch left in the epoch and the
                                         next epoch's, each read at ``steps[j]``: what to keep
+``settle(timeout)``                     when the loader closes: wait, at most ``timeout`` s,
+                                        until what ``prefetch`` asked for is fetched (nothing
+                                        is fetched for a loader after its ``close`` returns)
 ``duplicate_keys(items, epoch)``        ``batching="no_duplicates"``: one row of keys per item,
                                         no two samples of a batch may share one
 ``data_fingerprint() -> str | None``    when the loader is made: the dataset's identity, put in
@@ -36,10 +39,10 @@ snapshot ``content_id``. ``batches`` are lists of the items the dataset will be 
 :class:`EpochIndex`); steps are one clock for every rank (:func:`lading.step.step_of`:
 ``epoch * 2**32 + batch``). ``prefetch``, ``plan`` and ``at_step`` affect speed only: a dataset
 reads the same items without them (:mod:`lading.loading.announce` says when each is called).
-:class:`lading.ir.TrainingGroups` has ``prefetch`` and ``plan`` (a remote store's
-``prefetch_rows`` and ``plan_rows``) and its store's ``remote_url``; the step of the batch
-being built also reaches every read without a hook: the loader sets it around the build
-(:func:`lading.step.at_step`), and a remote store's reads take it.
+:class:`lading.ir.TrainingGroups` has ``prefetch``, ``plan`` and ``settle`` (a remote
+store's ``prefetch_rows``, ``plan_rows`` and ``settle``) and its store's ``remote_url``; the
+step of the batch being built also reaches every read without a hook: the loader sets it
+around the build (:func:`lading.step.at_step`), and a remote store's reads take it.
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ class Hooks:
         at_step: ``at_step``.
         prefetch: ``prefetch``.
         plan: ``plan`` (called only where there is a ``prefetch``).
+        settle: ``settle``.
         duplicate_keys: ``duplicate_keys``.
         identity: the dataset's identity (:func:`identity_of`), computed when made.
         remote_url: ``remote_url``, where it is a string.
@@ -99,6 +103,7 @@ class Hooks:
     at_step: Callable[[int], Any] | None = None
     prefetch: Callable[..., Any] | None = None
     plan: Callable[..., Any] | None = None
+    settle: Callable[[float], Any] | None = None
     duplicate_keys: DuplicateKeys | None = None
     identity: str | None = None
     remote_url: str | None = None
@@ -120,6 +125,7 @@ class Hooks:
             at_step=method("at_step"),
             prefetch=method("prefetch"),
             plan=method("plan"),
+            settle=method("settle"),
             duplicate_keys=method("duplicate_keys"),
             identity=identity_of(dataset, method("data_fingerprint")),
             remote_url=remote if isinstance(remote, str) else None,

@@ -289,9 +289,10 @@ class Loader:
     def close(self) -> None:
         """End what this loader runs: its read-ahead thread (returning within one batch's
         build or the remote deadline) and its DataLoader workers; nothing is fetched for it
-        after. The GETs a workload asked for ahead (a remote token corpus's prefetches, queued
-        in its cache's fetcher) are waited for, within the remote deadline, through the
-        workload's ``settle`` where it has one. The data it reads (a corpus, a store) stays
+        after. The GETs a workload asked for ahead (the prefetches of a remote token corpus,
+        of a remote store behind a map-style dataset's ``settle`` hook, of parquet row groups:
+        queued in their cache's fetcher) are waited for, within the remote deadline, through
+        the workload's ``settle``. The data it reads (a corpus, a store) stays
         open, theirs to close. A later ``iter()`` starts afresh from the position (``close``
         keeps it)."""
         self._drop_ahead()

@@ -222,6 +222,12 @@ class MapWorkload(SegmentWorkload):
             dataset = self.dataset
             return self.collate([dataset[i] for i in items])
 
+    def settle(self, timeout: float) -> None:
+        """The dataset's ``settle`` hook, where it has one (a loader that closes calls this:
+        what its ``prefetch`` asked for is fetched before ``close`` returns)."""
+        if self.hooks.settle is not None:
+            self.hooks.settle(timeout)
+
     def fingerprint(self) -> dict[str, Any]:
         """The settings', the sample count and the dataset's identity (where it has one)."""
         found: dict[str, Any] = {

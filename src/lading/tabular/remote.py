@@ -25,6 +25,7 @@ so a rewritten object never meets the old one's cached bytes.
 from __future__ import annotations
 
 import hashlib
+import time
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -272,6 +273,13 @@ class RemoteParquet:
         for root in {f.root for f in self.files}:
             self.planner(root).plan(Schedule(needs.get(root, []), at[0] if at else first_step))
 
+    def settle(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, until every GET asked for so far (prefetches
+        included) is answered, in every bucket's cache: a loader calls it as it closes."""
+        ends = time.monotonic() + timeout
+        for cache in self._caches.values():
+            cache.fetcher.wait_settled(max(0.0, ends - time.monotonic()))
+
     def cache_stats(self) -> dict[str, Any]:
         """The node cache's figures (:meth:`lading.stores.remote.store.RemoteStore.cache_stats`):
         this process's summed over the buckets read, the folder's (one for every bucket) and,
@@ -307,6 +315,10 @@ class RemoteRowReader(RowReader):
         state = super().__getstate__()
         state["_fetched"] = {}
         return state
+
+    def settle(self, timeout: float) -> None:
+        """:meth:`RemoteParquet.settle` of the objects read."""
+        self.files.settle(timeout)
 
     def read(self, share: Any, step: int | None = None) -> Any:
         recent = {k for k, _ in self._recent}

@@ -204,6 +204,13 @@ class ParquetWorkload(SegmentWorkload):
         self._chunks = [*self._chunks, (ident, table)]
         return table
 
+    def settle(self, timeout: float) -> None:
+        """Remote row groups: wait, at most ``timeout`` seconds, until the GETs the loader's
+        announcements asked for are answered (a loader that closes calls it)."""
+        settle = getattr(self.rows, "settle", None)
+        if callable(settle):
+            settle(timeout)
+
     def build(self, key: RowsKey) -> dict[str, torch.Tensor]:
         """The rows ``key`` names as a dict of tensors (list columns padded, + lengths)."""
         import pyarrow as pa

@@ -132,6 +132,12 @@ class RemoteStore(DocStore):
             self._needs(batches, range(first_step, first_step + len(batches)), columns), now
         )
 
+    def settle(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, until every GET asked for so far (prefetches
+        included) is answered: a loader over this store calls it as it closes, so that nothing
+        is fetched for the loader after (the store stays open)."""
+        self._planner.cache.fetcher.wait_settled(timeout)
+
     def plan(
         self,
         batches: Sequence[Sequence[IdLike]],
