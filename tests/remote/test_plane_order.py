@@ -169,6 +169,62 @@ def test_reads_between_answers_as_the_spans_do(rng: random.Random) -> None:
         assert schedule.reads_between(first, stop) == bool(schedule.spans(first, stop))
 
 
+def test_a_schedule_of_arrays_answers_as_the_schedule_of_its_needs(rng: random.Random) -> None:
+    """``Schedule.of_arrays`` (a plan with no Python object a read) answers every question as
+    ``Schedule`` of the same reads as :class:`Need` s: the reads of any steps, in order, the
+    spans (used again or not), the next use of any block, whether a step range reads; keys
+    given in any order, some named twice."""
+    names = ["c@s/t.bin", "a@s/t.bin", "b@s/t.bin"]
+    n = rng.randrange(0, 400)
+    needs = []
+    for _ in range(n):
+        a = rng.randrange(0, 2_000)
+        needs.append(Need(rng.choice(names), a, a + rng.randrange(1, 60), rng.randrange(5, 90)))
+    keys = [*names, names[1]]  # code 3 names the same object as code 1
+    code = {k: i for i, k in enumerate(names)}
+    obj = np.array([code[x.key] if rng.random() < 0.5 or x.key != names[1] else 3 for x in needs])
+    arrays = [np.array([getattr(x, f) for x in needs], np.int64) for f in ("start", "end", "step")]
+    first = 3 if n else 0
+    got = Schedule.of_arrays(keys, obj.astype(np.int64).reshape(-1), *arrays, first)
+    want = Schedule(needs, first)
+    assert (got.first_step, got.last_step, got.objects()) == (
+        want.first_step, want.last_step, want.objects(),
+    )  # fmt: skip
+    for _ in range(60):
+        lo = rng.randrange(0, 95)
+        hi = lo + rng.randrange(0, 40)
+        assert got.needs(lo, hi) == want.needs(lo, hi)
+        assert got.spans(lo, hi) == want.spans(lo, hi)
+        assert got.spans(lo, hi, lo + 5) == want.spans(lo, hi, lo + 5)
+        assert got.reads_between(lo, hi) == want.reads_between(lo, hi)
+        blocks = [(rng.choice(names), a, a + rng.randrange(1, 200)) for a in
+                  (rng.randrange(0, 2_100) for _ in range(20))]  # fmt: skip
+        assert got.next_use_many(blocks, lo) == want.next_use_many(blocks, lo)
+
+
+def test_a_store_plans_the_reads_its_needs_name(bucket: str, tmp_path: Path) -> None:
+    """A remote store's plan (``plan_rows``: made from arrays) holds the reads that its
+    per-batch needs name, over several shards, batches empty or repeating rows included; a
+    row out of range is refused as a read of it is."""
+    url = f"s3://{bucket}/arrays"
+    src = _corpus(tmp_path / "src", 300)
+    for i in range(3):
+        lading.build_shard(src, url, (i, 3), cache=tmp_path / f"w{i}", progress=False)
+    lading.merge_store(url, cache=tmp_path / "m")
+    store = lading.open_store(url, cache=tmp_path / "node", cache_bytes="1M")
+    assert isinstance(store, RemoteStore)
+    gen = np.random.default_rng(7)
+    batches = [gen.integers(0, 300, int(gen.integers(0, 9))) for _ in range(40)]
+    steps = list(range(500, 540))
+    for columns in (None, ["text"]):
+        got = store._schedule(batches, steps, columns, 500)
+        want = Schedule(store._needs(batches, steps, columns), 500)
+        assert got.needs(0, 1_000) == want.needs(0, 1_000) and want.needs(0, 1_000)
+        assert got.objects() == want.objects() and len(got.objects()) >= 2
+    with pytest.raises(IndexError, match="out of range"):
+        store._schedule([np.array([300])], [1], None, 1)
+
+
 def test_the_spans_used_again_are_those_of_runs_read_later(rng: random.Random) -> None:
     """``spans(first, stop, used_from)`` keeps a range read in ``first .. stop - 1`` when its
     run (the reads joined to it by touching or overlapping, transitively) has a read at

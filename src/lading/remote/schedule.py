@@ -5,9 +5,12 @@ looks only a window ahead (a GET started too early holds cache room too long), b
 should see the whole order: a block whose next use is 3,000 batches away is the one to give
 up, whatever the window says (Belady's rule). :class:`Schedule` holds that order as integer
 arrays per object, sorted by range start, and again by step: 60 bytes a read (an epoch of 1M
-documents is 60 MB, measured with ``tracemalloc``; 92 at the peak of building it),
-built with one ``lexsort``; it answers "the first planned read overlapping ``[start, end)`` at
-or after step ``s``" with two binary searches a block, for many blocks at once.
+documents is 60 MB, measured with ``tracemalloc``), built with one ``lexsort``; a plan of many
+reads (a remote store's) is made from arrays (:meth:`Schedule.of_arrays`: 140 bytes a read at
+the peak of making it, against 312 and ~9x the CPU through a :class:`Need` a read;
+benchmarks/bench_plan_memory.py); it answers "the first planned read overlapping
+``[start, end)`` at or after step ``s``" with two binary searches a block, for many blocks at
+once.
 
 It is the planning process's own (a loader's): it never goes through a file or a shared
 object; the node's ledger learns the next use of each cached block from it.
@@ -40,6 +43,42 @@ class Schedule:
         starts = np.fromiter((x.start for x in needs), np.int64, n)
         ends = np.fromiter((x.end for x in needs), np.int64, n)
         steps = np.fromiter((x.step for x in needs), np.int64, n)
+        self._build(keys, obj, starts, ends, steps, first_step)
+
+    @classmethod
+    def of_arrays(
+        cls,
+        keys: Sequence[str],
+        obj: npt.NDArray[np.int64],
+        starts: npt.NDArray[np.int64],
+        ends: npt.NDArray[np.int64],
+        steps: npt.NDArray[np.int64],
+        first_step: int | None = None,
+    ) -> Schedule:
+        """The schedule of reads given as arrays (read ``i``: ``keys[obj[i]]``, bytes
+        ``[starts[i], ends[i])``, at ``steps[i]``), with no Python object a read: the same as
+        ``Schedule`` of the same reads as :class:`Need` s, built in a fraction of the time and
+        memory (a plan of a ranker's epoch is millions of reads)."""
+        obj = np.asarray(obj, np.int64)
+        names = sorted({keys[i] for i in np.unique(obj).tolist()})  # the objects read
+        code = {k: i for i, k in enumerate(names)}
+        recode = np.array([code.get(k, -1) for k in keys], dtype=np.int64)
+        self = cls.__new__(cls)
+        self._build(names, recode[obj], starts, ends, steps, first_step)
+        return self
+
+    def _build(
+        self,
+        keys: list[str],
+        obj: npt.NDArray[np.int64],
+        starts: npt.NDArray[np.int64],
+        ends: npt.NDArray[np.int64],
+        steps: npt.NDArray[np.int64],
+        first_step: int | None,
+    ) -> None:
+        """Index the reads (``obj``: codes into ``keys``, which are sorted)."""
+        starts, ends, steps = (np.asarray(x, np.int64) for x in (starts, ends, steps))
+        n = len(obj)
         order = np.lexsort((steps, starts, obj))
         obj, starts, ends, steps = obj[order], starts[order], ends[order], steps[order]
         bounds = np.searchsorted(obj, np.arange(len(keys) + 1))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +21,17 @@ from lading.errors import StoreFormatError
 from lading.remote.cache import NodeCache, Span
 from lading.remote.ranges import Need
 from lading.stores.remote.manifest import Part, columns, is_payload
+
+
+class Reads(NamedTuple):
+    """Planned reads as arrays: read ``i`` is bytes ``[starts[i], ends[i])`` of data file
+    ``keys[obj[i]]`` at step ``steps[i]``."""
+
+    keys: list[str]
+    obj: npt.NDArray[np.int64]
+    starts: npt.NDArray[np.int64]
+    ends: npt.NDArray[np.int64]
+    steps: npt.NDArray[np.int64]
 
 
 @dataclass
@@ -91,6 +102,26 @@ class Columns:
         for j, rows in enumerate(batches):
             out += [Need(key, a, b, first_step + j) for key, a, b in self.spans(column, rows)]
         return out
+
+    def reads(
+        self, column: str, rows: npt.NDArray[np.int64], steps: npt.NDArray[np.int64]
+    ) -> Reads:
+        """:meth:`needs` as arrays, with no Python object a row: ``rows[i]`` read at
+        ``steps[i]`` (what a plan of a whole epoch hands :meth:`.Schedule.of_arrays`)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= self.count):
+            raise IndexError(f"rows out of range [0, {self.count}): {rows.min()}..{rows.max()}")
+        shards = self._shards[column]
+        which = np.searchsorted(self._firsts[column], rows, side="right") - 1
+        starts, ends = np.empty(len(rows), np.int64), np.empty(len(rows), np.int64)
+        for s in np.unique(which).tolist():
+            shard, mask = shards[s], which == s
+            local = rows[mask] - shard.first
+            size = shard.dtype.itemsize
+            starts[mask] = shard.offsets[local].astype(np.int64) * size
+            ends[mask] = shard.offsets[local + 1].astype(np.int64) * size
+        keys = [shard.key for shard in shards]
+        return Reads(keys, which, starts, ends, np.asarray(steps, np.int64))
 
     def read(
         self, column: str, rows: npt.NDArray[np.int64], now: int | None, planned: bool = False
