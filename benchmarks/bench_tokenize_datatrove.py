@@ -8,7 +8,8 @@ Texts: English Wikipedia (``lm/enwiki-2015-wikiextractor.jsonl`` under ../shared
 ``$LADING_DATA``; 2,006 articles) repeated ``--copies`` times and cut into ``--files`` JSONL
 files of whole lines; a byte-level BPE of 8,000 entries trained here on the first 300
 articles. Both systems tokenize the same files with the same tokenizer file, no EOS, one task
-(shard) a file, ``--workers`` processes at a time (spawned), then merge the tasks' outputs:
+(shard) a file, ``--workers`` processes at a time (spawned; at 1, the tasks one after another
+in the leg's own interpreter, as datatrove's executor runs them), then merge the outputs:
 
 - lading: ``TokenCorpus.build_shard(src, dest, (i, n), tokenizer)`` for every ``i`` in a
   process pool, then ``TokenCorpus.merge(dest)``;
@@ -21,10 +22,10 @@ articles. Both systems tokenize the same files with the same tokenizer file, no 
 Each system runs in its own interpreter (datatrove in ``--datatrove-python``: it need not share
 lading's environment), started fresh each leg. Timed windows, from inside that interpreter
 after its imports: the build (the pool or executor's whole run, its workers' start and imports
-included) and the merge; CPU is user + system of the interpreter and every process it waited
-for (``getrusage``), per token of the corpus. The merged tokens of the two are compared: they
-must be the same array, bit for bit. Legs rotate each repeat; ratios are lading / datatrove
-within one repeat.
+included where there are workers) and the merge; CPU is user + system of the interpreter and
+every process it waited for (``getrusage``), per token of the corpus. The merged tokens of
+the two are compared: they must be the same array, bit for bit. Legs rotate each repeat;
+ratios are lading / datatrove within one repeat.
 
 datatrove is not one of lading's dependencies; install it beside (``python -m venv dt &&
 dt/bin/pip install datatrove orjson``) and pass ``--datatrove-python dt/bin/python``.
@@ -79,6 +80,10 @@ if __name__ == "__main__":
     src, dest, tok, tasks, workers = sys.argv[1:6]
     n = int(tasks)
     def build():
+        if int(workers) == 1:  # in this process, as datatrove's executor runs one worker
+            for i in range(n):
+                shard((src, dest, i, n, tok))
+            return
         spawn = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(int(workers), mp_context=spawn) as pool:
             list(pool.map(shard, [(src, dest, i, n, tok) for i in range(n)]))

@@ -406,8 +406,7 @@ FORK_REMOTE = """
     import numpy as np
     faulthandler.dump_traceback_later(200, exit=True)  # a hang says where (the test waits 240)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # a child keeps it: says where it hung
-    from lading.ir import TrainingGroups, read_qrels, read_queries
-from lading.lm import LanguageModelLoader, TokenCorpus, Windows
+    from lading.lm import LanguageModelLoader, TokenCorpus, Windows
 
     local = TokenCorpus.open({local!r})
     remote = TokenCorpus.open({url!r}, cache={cache!r}, cache_bytes="1M")

@@ -277,7 +277,7 @@ class RemoteParquet:
         """Wait, at most ``timeout`` seconds, until every GET asked for so far (prefetches
         included) is answered, in every bucket's cache: a loader calls it as it closes."""
         ends = time.monotonic() + timeout
-        for cache in self._caches.values():
+        for cache in list(self._caches.values()):
             cache.fetcher.wait_settled(max(0.0, ends - time.monotonic()))
 
     def cache_stats(self) -> dict[str, Any]:

@@ -114,12 +114,16 @@ class Columns:
         shards = self._shards[column]
         which = np.searchsorted(self._firsts[column], rows, side="right") - 1
         starts, ends = np.empty(len(rows), np.int64), np.empty(len(rows), np.int64)
-        for s in np.unique(which).tolist():
-            shard, mask = shards[s], which == s
-            local = rows[mask] - shard.first
+        order = np.argsort(which, kind="stable")  # each shard's rows together: one pass
+        bounds = np.searchsorted(which[order], np.arange(len(shards) + 1)).tolist()
+        for s, shard in enumerate(shards):
+            if bounds[s] == bounds[s + 1]:
+                continue
+            at = order[bounds[s] : bounds[s + 1]]
+            local = rows[at] - shard.first
             size = shard.dtype.itemsize
-            starts[mask] = shard.offsets[local].astype(np.int64) * size
-            ends[mask] = shard.offsets[local + 1].astype(np.int64) * size
+            starts[at] = shard.offsets[local].astype(np.int64) * size
+            ends[at] = shard.offsets[local + 1].astype(np.int64) * size
         keys = [shard.key for shard in shards]
         return Reads(keys, which, starts, ends, np.asarray(steps, np.int64))
 

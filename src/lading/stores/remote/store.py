@@ -177,8 +177,8 @@ class RemoteStore(DocStore):
     ) -> Schedule:
         """The plan of ``batches`` of rows of ``columns`` (batch ``j`` read at ``steps[j]``),
         made from arrays: a plan of a ranker's epoch holds millions of reads, and through a
-        :class:`Need` a read it peaked at 312 bytes and took 3.9 us of CPU a read, against
-        140 and 0.45 this way (benchmarks/bench_plan_memory.py, 2M reads)."""
+        :class:`Need` a read it peaked at 312 bytes and took 3.8 us of CPU a read, against
+        140 and 0.42 this way (benchmarks/bench_plan_memory.py, 2M reads)."""
         sizes = np.fromiter(map(len, batches), np.int64, len(batches))
         rows = (
             np.concatenate([np.asarray(r, np.int64) for r in batches])
