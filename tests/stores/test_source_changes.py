@@ -99,6 +99,26 @@ def test_offset_and_corpus_builds_check_their_source_too(
     assert len(TokenCorpus.build(text, tmp_path / "corpus", tok, progress=False)) == 2
 
 
+def test_a_recorded_source_this_system_cannot_look_at_is_not_a_change(tmp_path: Path) -> None:
+    """A manifest is input and staleness advice: a recorded source path the file system
+    refuses to look at (a name longer than it allows) leaves the corpus opening, not stale.
+    It raised ``OSError: File name too long`` (found by the hostile-manifest fuzz)."""
+    pytest.importorskip("tokenizers")
+    import json
+
+    from lading.lm import TokenCorpus
+
+    text = write(tmp_path / "t.txt", "alpha beta\n\ngamma\n")
+    tok = word_tokenizer(["alpha", "beta", "gamma"], tmp_path / "tok.json")
+    TokenCorpus.build(text, tmp_path / "corpus", tok, progress=False)
+    meta_path = tmp_path / "corpus" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["recipe"]["source"] = "x" * 5000
+    meta_path.write_text(json.dumps(meta))
+    corpus = TokenCorpus.open(tmp_path / "corpus")
+    assert corpus.stale is None and len(corpus) == 2
+
+
 def test_token_corpus_open_reports_a_changed_source(tmp_path: Path) -> None:
     """RELIABILITY.md promises that every open compares its source; a corpus said nothing."""
     pytest.importorskip("tokenizers")

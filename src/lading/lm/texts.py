@@ -178,7 +178,10 @@ def stale_reason(recipe: object) -> str | None:
         return None
     if not isinstance(recipe.get("source_identity"), dict):
         return None
-    return identity_changed(recipe["source"], recipe["source_identity"])
+    try:
+        return identity_changed(recipe["source"], recipe["source_identity"])
+    except (OSError, ValueError):  # a path this system cannot look at (too long, no access)
+        return None
 
 
 def refuse_if_source_changed(source: str | os.PathLike[str], before: dict[str, Any]) -> None:
