@@ -396,3 +396,23 @@ def test_a_hostile_manifest_field_opens_the_right_store_or_is_refused(
     if report:
         with open(report, "a", encoding="utf-8") as out:
             out.write(json.dumps({"kind": kind, "seed": SEED, **tally}) + "\n")
+
+
+def test_a_missing_key_is_named_in_the_manifest_that_was_read(tmp_path: Path) -> None:
+    """A snapshot's own manifest (``snap-<id>/manifest.json``, read when a store is opened
+    pinned to it) that lists a field with no dtype is refused naming that manifest. The
+    message named ``meta.json``, which was not the file read (found by the fuzz above:
+    ``fields`` set to ``{"data": 1}`` in the pinned kind)."""
+    from lading.errors import StoreFormatError
+
+    src = write(tmp_path / "d.jsonl", '{"id": "a", "text": "alpha"}\n')
+    old = lading.build_store(src, tmp_path / "s", progress=False)
+    write(src, '{"id": "b", "text": "beta"}\n')
+    lading.build_store(src, tmp_path / "s", progress=False)
+    manifest = tmp_path / "s" / old.snapshot / "manifest.json"
+    document = json.loads(manifest.read_text())
+    document["fields"] = {"data": 1}
+    manifest.write_text(json.dumps(document))
+    with pytest.raises(StoreFormatError, match=rf"{old.snapshot}/manifest\.json") as refused:
+        lading.open_store(tmp_path / "s", snapshot=old.snapshot)
+    assert "\n" not in str(refused.value) and "meta.json" not in str(refused.value)

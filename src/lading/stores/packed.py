@@ -298,18 +298,18 @@ def _map(path: Path, snapshot: str | None) -> _Mapped:
 
 
 def _map_snapshot(path: Path, meta: dict[str, Any]) -> _Mapped:
-    try:
-        parts = shards(meta)
-        types = dtypes(meta)
-        names = ["text", "ids", *(field_column(f) for f in meta["fields"])]
-        if meta.get("tokens"):
-            names.append("tokens")
-        spans = meta.get("global_offsets", {})
-        columns = {name: _column(path, parts, name, types[name], spans.get(name)) for name in names}
-        keys = shard_keys(path, meta) if meta["index"]["kind"] == "hash-ids" else None
-        index = IdIndex(path / index_dir(meta), meta["index"], keys)
-    except KeyError as e:
-        raise StoreFormatError(f"{path}/meta.json lacks {e}; rebuild the store") from None
+    """The snapshot ``meta`` describes; a key it lacks is a ``KeyError`` that
+    :func:`~lading.disk.snapshot.open_snapshot` names with the manifest it read (``meta.json``
+    or a pinned snapshot's ``manifest.json``)."""
+    parts = shards(meta)
+    types = dtypes(meta)
+    names = ["text", "ids", *(field_column(f) for f in meta["fields"])]
+    if meta.get("tokens"):
+        names.append("tokens")
+    spans = meta.get("global_offsets", {})
+    columns = {name: _column(path, parts, name, types[name], spans.get(name)) for name in names}
+    keys = shard_keys(path, meta) if meta["index"]["kind"] == "hash-ids" else None
+    index = IdIndex(path / index_dir(meta), meta["index"], keys)
     count = meta.get("count")
     for column in columns.values():
         if len(column) != count:
