@@ -283,6 +283,39 @@ def test_a_break_returns_within_the_deadline_while_a_build_is_stuck(
     assert elapsed < 2.5, f"break took {elapsed:.1f} s"
 
 
+class _StallingAndSettling(_Stalling):
+    """:class:`_Stalling` with a ``settle`` hook whose GETs never answer: it waits out the
+    timeout it is given, as a remote store's does on a stalled server."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.settled: list[float] = []
+
+    def settle(self, timeout: float) -> None:
+        self.settled.append(timeout)
+        time.sleep(timeout)
+
+
+def test_close_returns_within_one_remote_deadline_not_one_a_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``close`` while the read-ahead thread is stuck in a build and the dataset's GETs do not
+    answer: it returns within the remote deadline (here 1 s), the thread's join and the
+    ``settle`` sharing it (was: a deadline each, 2 s)."""
+    monkeypatch.setenv("LADING_REMOTE_TIMEOUT", "1")
+    data = _StallingAndSettling(6.0)
+    loader = lading.loader(data, batch_size=1, shuffle=False, read_ahead=2, collate_fn=list)
+    batches = iter(loader)
+    while next(batches) != [2]:  # the thread is now building item 5 (stuck for 6 s)
+        pass
+    time.sleep(0.2)
+    started = time.monotonic()
+    loader.close()
+    elapsed = time.monotonic() - started
+    assert data.settled and data.settled[0] < 0.5, data.settled  # what the join left of it
+    assert elapsed < 1.6, f"close took {elapsed:.1f} s (the deadline is 1 s)"
+
+
 def test_a_loader_closes_with_its_block_and_fetches_nothing_after(
     corpora: Corpora, faults: LocalS3
 ) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import time
 import weakref
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
@@ -294,7 +295,9 @@ class Loader:
         queued in their cache's fetcher) are waited for, within the remote deadline, through
         the workload's ``settle``. The data it reads (a corpus, a store) stays
         open, theirs to close. A later ``iter()`` starts afresh from the position (``close``
-        keeps it)."""
+        keeps it). The thread's end and the GETs' share one deadline: a stalled server costs
+        ``close`` one remote deadline, not one a wait."""
+        ends = time.monotonic() + remote_timeout()
         self._drop_ahead()
         torch_loader, self._torch = self._torch, None
         iterator = getattr(torch_loader, "_iterator", None)
@@ -305,7 +308,7 @@ class Loader:
         # answered before close returns, within the remote deadline: none goes out after
         settle = getattr(self._workload, "settle", None)
         if callable(settle):
-            settle(remote_timeout())
+            settle(max(0.0, ends - time.monotonic()))
 
     def __enter__(self) -> Loader:
         return self
@@ -313,11 +316,12 @@ class Loader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _drop_ahead(self) -> None:
-        """Stop read_ahead's thread and drop what it built (the next pass starts anew)."""
+    def _drop_ahead(self, timeout: float | None = None) -> None:
+        """Stop read_ahead's thread, waiting at most ``timeout`` seconds (default: the remote
+        deadline), and drop what it built (the next pass starts anew)."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            ahead.close()
+            ahead.close(timeout)
 
     def _group(self) -> Callable[[Any], Hashable] | None:
         """The workload's grouping of batch keys, where batches of one group share reads and
