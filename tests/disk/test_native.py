@@ -164,6 +164,7 @@ def test_no_call_leaks_on_success_or_error(tmp_path: Path) -> None:
     t, k, o, d = maps["t"], maps["k"], maps["o"], maps["d"]
     ids = ["D1", "q" * 600, "\ud800", "D\x00", np.int64(3), _Str(), Text("D9"), Number(4), 7.0]
     rows = np.array([0, 1, 3, 2, 0], np.int64)
+    lists = [[1, 2, 3], [], [65535, 0] * 50]
     cases: dict[str, Callable[[], object]] = {
         "dense": lambda: c.dense_rows(ids * 10, np.arange(9, dtype="<i4"), 4),
         "dense, __str__ raises": lambda: c.dense_rows([*ids, _Raises()], b"", 4),
@@ -184,8 +185,13 @@ def test_no_call_leaks_on_success_or_error(tmp_path: Path) -> None:
         "slices": lambda: c.slices(np.tile(rows, 20), o, (d, d)),
         "slices, row": lambda: c.slices(np.array([0, 9]), o, (d,)),
         "slices, not sliceable": lambda: c.slices(rows, o, (d, 5)),
+        "flat_ids": lambda: c.flat_ids(lists, 2, 7),
+        "flat_ids, too large": lambda: c.flat_ids(lists, 2, 70000),
+        "flat_ids, an id too large": lambda: c.flat_ids([*lists, [1, 70000]], 2, -1),
+        "flat_ids, not an int": lambda: c.flat_ids([*lists, [1, 1.5]], 4, -1),
+        "flat_ids, not a list": lambda: c.flat_ids([*lists, (1, 2)], 4, -1),
     }
-    watched = [*ids, t, k, o, d, rows, mult]
+    watched = [*ids, *lists, t, k, o, d, rows, mult]
     leaks = []
     for name, case in cases.items():
         for _ in range(1000):  # warm: each str's cached UTF-8, free lists
@@ -212,3 +218,43 @@ def test_lading_native_0_turns_the_helper_off_and_says_so(
     with caplog.at_level(logging.DEBUG, logger="lading.disk.native"):
         assert native.load() is None
     assert "not used: LADING_NATIVE=0; lookups take the numpy route" in caplog.text
+
+
+@needs_helper
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("eos", [None, 0, 3])
+def test_flat_ids_lays_out_what_the_numpy_route_does(
+    itemsize: int, eos: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token corpus's ids flattened by the helper (``flat_ids``) are the bytes and lengths
+    of the numpy route (``np.fromiter`` over the lists), end-of-text ids included."""
+    from lading.lm.tokenize import flat_ids
+
+    seed = int(os.environ.get("LADING_TEST_SEED", "5"))
+    print(f"seed {seed} (LADING_TEST_SEED)")
+    rng = np.random.default_rng(seed)
+    top = 65536 if itemsize == 2 else 2**32
+    ids = [rng.integers(0, top, int(n)).tolist() for n in rng.integers(0, 300, 200)]
+    ids[7] = [top - 1, 0]  # the extremes
+    dtype = np.dtype("<u2" if itemsize == 2 else "<u4")
+    monkeypatch.setattr(native, "NATIVE", None)
+    want = flat_ids(ids, dtype, eos)
+    monkeypatch.setattr(native, "NATIVE", HELPER)
+    got = flat_ids(ids, dtype, eos)
+    assert got[0] == want[0]
+    assert got[1].tolist() == want[1].tolist()
+
+
+@needs_helper
+def test_flat_ids_refuses_what_does_not_fit_naming_it() -> None:
+    with pytest.raises(ValueError, match="id 65536 of list 1 does not fit 2 bytes"):
+        HELPER.flat_ids([[1], [65536]], 2, -1)
+    with pytest.raises(OverflowError):
+        HELPER.flat_ids([[-1]], 4, -1)
+    with pytest.raises(TypeError, match="item 0 is not a list"):
+        HELPER.flat_ids([(1, 2)], 4, -1)
+    with pytest.raises(ValueError, match="tail does not fit"):
+        HELPER.flat_ids([[1]], 2, 65536)
+    with pytest.raises(ValueError, match="itemsize must be 2 or 4"):
+        HELPER.flat_ids([[1]], 8, -1)
+    assert HELPER.flat_ids([], 2, 5) == (b"", b"")

@@ -846,6 +846,85 @@ done:
     return result;
 }
 
+/* flat_ids(lists, itemsize, tail) -> (bytes, bytes): the token ids of each list (of a
+ * tokenizer's encodings: lists of ints), then ``tail`` (an end-of-text id; -1: none), back to
+ * back as little-endian unsigned ints of ``itemsize`` (2 or 4) bytes; and each list's length
+ * (tail included) as int64. Checked whole: a list that is not a list, or an id that is not an
+ * int in [0, 256 ** itemsize), raises before anything is returned. */
+static PyObject *flat_ids(PyObject *self, PyObject *args) {
+    PyObject *lists;
+    Py_ssize_t itemsize;
+    long long tail;
+    if (!PyArg_ParseTuple(args, "O!nL", &PyList_Type, &lists, &itemsize, &tail)) return NULL;
+    if (itemsize != 2 && itemsize != 4) {
+        PyErr_SetString(PyExc_ValueError, "flat_ids: itemsize must be 2 or 4");
+        return NULL;
+    }
+    unsigned long long limit = itemsize == 2 ? 0xFFFFull : 0xFFFFFFFFull;
+    if (tail > (long long)limit) {
+        PyErr_SetString(PyExc_ValueError, "flat_ids: tail does not fit itemsize");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(lists), total = 0, extra = tail >= 0 ? 1 : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *one = PyList_GET_ITEM(lists, i);
+        if (!PyList_Check(one)) {
+            PyErr_Format(PyExc_TypeError, "flat_ids: item %zd is not a list", i);
+            return NULL;
+        }
+        total += PyList_GET_SIZE(one) + extra;
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, total * itemsize);
+    PyObject *lengths = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    if (data == NULL || lengths == NULL) goto fail;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
+    unsigned char *lens = (unsigned char *)PyBytes_AS_STRING(lengths);
+    const unsigned char *end = out + total * itemsize;
+    for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(lists); i++) {
+        PyObject *one = PyList_GET_ITEM(lists, i);
+        Py_ssize_t m = PyList_GET_SIZE(one);
+        if (out + (m + extra) * itemsize > end) { /* a list grew since it was counted */
+            PyErr_SetString(PyExc_RuntimeError, "flat_ids: a list changed while read");
+            goto fail;
+        }
+        for (Py_ssize_t j = 0; j < m; j++) {
+            unsigned long long v = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(one, j));
+            if (v == (unsigned long long)-1 && PyErr_Occurred()) goto fail;
+            if (v > limit) {
+                PyErr_Format(PyExc_ValueError, "flat_ids: id %llu of list %zd does not fit %zd "
+                             "bytes", v, i, itemsize);
+                goto fail;
+            }
+            if (itemsize == 2) {
+                uint16_t w = (uint16_t)v;
+                memcpy(out, &w, 2);
+            } else {
+                uint32_t w = (uint32_t)v;
+                memcpy(out, &w, 4);
+            }
+            out += itemsize;
+        }
+        if (extra) {
+            if (itemsize == 2) {
+                uint16_t w = (uint16_t)tail;
+                memcpy(out, &w, 2);
+            } else {
+                uint32_t w = (uint32_t)tail;
+                memcpy(out, &w, 4);
+            }
+            out += itemsize;
+        }
+        int64_t len = (int64_t)(m + extra);
+        memcpy(lens + i * sizeof(int64_t), &len, sizeof(int64_t));
+    }
+    /* a list grown by another thread while we read it cannot happen: the GIL is held */
+    return Py_BuildValue("(NN)", data, lengths);
+fail:
+    Py_XDECREF(data);
+    Py_XDECREF(lengths);
+    return NULL;
+}
+
 static PyObject *configure(PyObject *self, PyObject *arg) {
     Py_XINCREF(arg);
     Py_XSETREF(numpy_integer, arg);
@@ -868,6 +947,9 @@ static PyMethodDef methods[] = {
      "one buffer or one per part)"},
     {"slices", slices, METH_VARARGS,
      "slices(rows, offsets, parts) -> list of parts[p][a:b] (parts: a tuple of sequences)"},
+    {"flat_ids", flat_ids, METH_VARARGS,
+     "flat_ids(lists, itemsize, tail) -> (ids as little-endian uint of itemsize bytes, int64 "
+     "lengths): a tokenizer's id lists back to back, each followed by tail (-1: none)"},
     {"configure", configure, METH_O, "configure(numpy.integer): ids of that type are integers"},
     {NULL, NULL, 0, NULL},
 };
