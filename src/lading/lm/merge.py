@@ -46,7 +46,7 @@ def merge_corpus(dest: Path, build_id: str | None = None) -> str:
     """
     with BuildContext(dest, FORMAT_NAME, "token corpus") as build:
         previous = build.previous
-        bid = build_id or pending_build(dest, previous, read_corpus_shard, COMMAND)
+        bid = build_id or pending_build(dest, previous, COMMAND)
         if previous is not None and previous.get("build_id") == bid:
             return str(previous["snapshot"])
         shards = complete_shards(dest, bid, read_corpus_shard, COMMAND)

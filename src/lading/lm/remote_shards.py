@@ -90,7 +90,7 @@ def merge_remote(
     with scratch_folder(settings, "merge-") as root:
         previous = mirror(url, settings, root)
         try:
-            bid = build_id or pending_build(root, previous, read_corpus_shard, COMMAND)
+            bid = build_id or pending_build(root, previous, COMMAND)
             if previous is not None and previous.get("build_id") == bid:
                 snapshot = str(previous["snapshot"])
             else:

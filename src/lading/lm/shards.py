@@ -30,7 +30,7 @@ import numpy as np
 
 from lading.disk import BuildContext, write_file
 from lading.disk.meta import META_FILE
-from lading.disk.names import inside, refuse
+from lading.disk.names import check_inside, check_name, refuse
 from lading.lm.texts import file_texts, folder_files, source_identity
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.sources import OnError, ParseOptions, SourceReader, fingerprint, refuse_if_changed
@@ -268,9 +268,10 @@ def read_corpus_shard(root: Path, rel: str) -> CorpusShard:
     if not isinstance(files, dict) or not {"tokens.bin", "tokens.off"} <= set(files):
         raise refuse(path, "files", files, "does not list tokens.bin and tokens.off")
     for name, info in files.items():
-        inside(root / rel, name, "a name in files", path)
+        check_name(name, "a name in files", path)
         if not isinstance(info, dict) or not isinstance(info.get("size"), int):
             raise refuse(path, f"files.{name}", info, "has no size")
+    check_inside(root / rel, list(files), "a name in files", path)  # one lstat a directory
     check_shard_files(root, rel, path, files)
     itemsize = np.dtype(record["dtype"]).itemsize
     if files["tokens.bin"]["size"] != record["tokens"] * itemsize or files["tokens.off"][

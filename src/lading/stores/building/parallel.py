@@ -136,7 +136,7 @@ def merge_store(dest: Path, build_id: str | None = None) -> PackedStore:
     """
     with BuildContext(dest, FORMAT_NAME) as build:
         previous = build.previous
-        bid = build_id or pending_build(dest, previous, read_shard)
+        bid = build_id or pending_build(dest, previous)
         if previous is not None and previous.get("build_id") == bid:
             return PackedStore(dest, snapshot=previous["snapshot"])
         shards = complete_shards(dest, bid, read_shard)

@@ -177,7 +177,7 @@ def merge_store_remote(url: str, build_id: str | None, settings: RemoteSettings)
     with scratch_folder(settings, "merge-") as root:
         previous = mirror(url, settings, root, store_needs)
         try:
-            bid = build_id or pending_build(root, previous, read_shard)
+            bid = build_id or pending_build(root, previous)
             if previous is not None and previous.get("build_id") == bid:
                 return str(previous["snapshot"])
             shards = complete_shards(root, bid, read_shard)

@@ -203,6 +203,17 @@ def complete_shards(
     Raises:
         StoreFormatError: naming the shards that are missing and how to build them.
     """
+    n = all_present(dest, bid, build)
+    return [read(dest, f"{bid}/{shard_name(i, n)}") for i in range(n)]
+
+
+def all_present(dest: Path, bid: str, build: str = "lading build") -> int:
+    """The shard count of build ``bid``, checked to have every shard's ``shard.json`` (looked
+    for, not read: :func:`complete_shards` reads them).
+
+    Raises:
+        StoreFormatError: naming the shards that are missing and how to build them.
+    """
     n = build_size(dest, bid)
     present = {p.name for p in (dest / bid).iterdir() if (p / SHARD_FILE).is_file()}
     have = sum(1 for name in present if shard_number(name, n) is not None)
@@ -219,7 +230,7 @@ def complete_shards(
             f"Build each with `{build} SOURCE {dest} --shard {missing[0]}/{n}` (the same "
             "source and options), then merge"
         )
-    return [read(dest, f"{bid}/{shard_name(i, n)}") for i in range(n)]
+    return n
 
 
 def build_size(dest: Path, bid: str) -> int:
@@ -246,10 +257,10 @@ def shard_number(name: str, n: int) -> int | None:
 def pending_build(
     dest: Path,
     previous: dict[str, Any] | None,
-    read: Callable[[Path, str], Any],
     build: str = "lading build",
 ) -> str:
-    """The build to merge: the one whose shards are all there, not already committed."""
+    """The build to merge: the one whose shards are all there (their ``shard.json`` found;
+    the merge reads and checks them), not already committed."""
     builds = sorted(p.name for p in dest.glob(f"{BUILD_PREFIX}*") if (p / BUILD_FILE).is_file())
     if not builds:
         raise StoreFormatError(
@@ -260,7 +271,7 @@ def pending_build(
     complete, partial = [], []
     for bid in builds:
         try:
-            complete_shards(dest, bid, read, build)
+            all_present(dest, bid, build)
             complete.append(bid)
         except StoreFormatError as e:
             partial.append(e)
