@@ -82,13 +82,6 @@ class MapWorkload(SegmentWorkload):
         collate_fn: a batch from a list of items (default: torch's ``default_collate``).
         reading: the loader's settings; the epoch order is a permutation from
             ``(seed, epoch)``, one reader per rank.
-        read_ahead: with ``num_workers=0``, batches built ahead on a thread while the caller
-            holds the last one (:mod:`lading.loading.read_ahead`: a remote store's reads beside the
-            training step). Off by default: ``dataset`` and ``collate_fn`` run on that thread,
-            and one that draws from torch's or NumPy's global random generator would draw in
-            an order that depends on the thread's timing. A dataset that reads from object
-            storage (its ``remote_url``) with ``num_workers`` > 0 warns: the thread reads it
-            faster than workers do.
         batching: ``"order"`` (a batch is a run of the order) or ``"no_duplicates"`` (the
             dataset's ``duplicate_keys(items, epoch)`` says what no two samples may share).
     """
