@@ -138,3 +138,30 @@ def test_a_part_starting_mid_line_numbers_as_the_file_does_in_its_errors(tmp_pat
     with pytest.raises(SourceError) as caught:
         list(SourceReader(path, "jsonl", span=(300, 10**6)))
     assert str(caught.value) == f"line 17 of {path}: empty id"
+
+
+# lines the parser's short path (json's scanner called directly) hands to the long one: what
+# surrounds the value; each reads as json.loads reads it
+AROUND_THE_VALUE: dict[bytes, tuple[str, str] | str] = {
+    b'  {"id": "lead", "text": "white space first"}\n': ("lead", "white space first"),
+    b'{"id": "tail", "text": "x"} \t \n': ("tail", "x"),
+    b'{"id": "g", "text": "x"} x\n': "invalid JSON (Extra data at column 26)",
+    b'{"id": "g2", "text": "x"}{"id": "g3", "text": "y"}\n': (
+        "invalid JSON (Extra data at column 26)"
+    ),
+    b'{"id": "n", "text": "x", "score": NaN}\n': ("n", "x"),
+}
+
+
+@pytest.mark.parametrize("line", sorted(AROUND_THE_VALUE))
+def test_what_surrounds_a_value_reads_as_json_loads_reads_it(tmp_path: Path, line: bytes) -> None:
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"id": "ok", "text": "first"}\n' + line)
+    expected = AROUND_THE_VALUE[line]
+    if isinstance(expected, str):
+        with pytest.raises(SourceError) as caught:
+            list(SourceReader(path, "jsonl"))
+        assert str(caught.value) == f"line 2 of {path}: {expected}"
+        return
+    records = [(r.id, r.text) for r in SourceReader(path, "jsonl")]
+    assert records == [("ok", "first"), expected]
