@@ -83,9 +83,13 @@ AFTER_A_GOOD_LINE: dict[int, tuple[str, str] | str | None] = {
 
 @pytest.mark.parametrize("index", sorted(AFTER_A_GOOD_LINE))
 def test_each_kind_of_line_gives_its_record_or_its_exact_error(tmp_path: Path, index: int) -> None:
+    after_a_good_line(tmp_path, LINES[index], AFTER_A_GOOD_LINE[index])
+
+
+def after_a_good_line(tmp_path: Path, line: bytes, expected: tuple[str, str] | str | None) -> None:
+    """``line`` after a good first line reads as ``expected``: its record, or its error."""
     path = tmp_path / "c.jsonl"
-    path.write_bytes(b'{"id": "ok", "text": "first"}\n' + LINES[index])
-    expected = AFTER_A_GOOD_LINE[index]
+    path.write_bytes(b'{"id": "ok", "text": "first"}\n' + line)
     if isinstance(expected, str):
         with pytest.raises(SourceError) as caught:
             list(SourceReader(path, "jsonl"))
@@ -155,13 +159,4 @@ AROUND_THE_VALUE: dict[bytes, tuple[str, str] | str] = {
 
 @pytest.mark.parametrize("line", sorted(AROUND_THE_VALUE))
 def test_what_surrounds_a_value_reads_as_json_loads_reads_it(tmp_path: Path, line: bytes) -> None:
-    path = tmp_path / "c.jsonl"
-    path.write_bytes(b'{"id": "ok", "text": "first"}\n' + line)
-    expected = AROUND_THE_VALUE[line]
-    if isinstance(expected, str):
-        with pytest.raises(SourceError) as caught:
-            list(SourceReader(path, "jsonl"))
-        assert str(caught.value) == f"line 2 of {path}: {expected}"
-        return
-    records = [(r.id, r.text) for r in SourceReader(path, "jsonl")]
-    assert records == [("ok", "first"), expected]
+    after_a_good_line(tmp_path, line, AROUND_THE_VALUE[line])

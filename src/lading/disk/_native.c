@@ -846,6 +846,18 @@ done:
     return result;
 }
 
+/* ``v`` at ``out`` as a little-endian unsigned int of ``itemsize`` (2 or 4) bytes; past it. */
+static unsigned char *put_id(unsigned char *out, Py_ssize_t itemsize, unsigned long long v) {
+    if (itemsize == 2) {
+        uint16_t w = (uint16_t)v;
+        memcpy(out, &w, 2);
+    } else {
+        uint32_t w = (uint32_t)v;
+        memcpy(out, &w, 4);
+    }
+    return out + itemsize;
+}
+
 /* flat_ids(lists, itemsize, tail) -> (bytes, bytes): the token ids of each list (of a
  * tokenizer's encodings: lists of ints), then ``tail`` (an end-of-text id; -1: none), back to
  * back as little-endian unsigned ints of ``itemsize`` (2 or 4) bytes; and each list's length
@@ -895,25 +907,9 @@ static PyObject *flat_ids(PyObject *self, PyObject *args) {
                              "bytes", v, i, itemsize);
                 goto fail;
             }
-            if (itemsize == 2) {
-                uint16_t w = (uint16_t)v;
-                memcpy(out, &w, 2);
-            } else {
-                uint32_t w = (uint32_t)v;
-                memcpy(out, &w, 4);
-            }
-            out += itemsize;
+            out = put_id(out, itemsize, v);
         }
-        if (extra) {
-            if (itemsize == 2) {
-                uint16_t w = (uint16_t)tail;
-                memcpy(out, &w, 2);
-            } else {
-                uint32_t w = (uint32_t)tail;
-                memcpy(out, &w, 4);
-            }
-            out += itemsize;
-        }
+        if (extra) out = put_id(out, itemsize, (unsigned long long)tail);
         int64_t len = (int64_t)(m + extra);
         memcpy(lens + i * sizeof(int64_t), &len, sizeof(int64_t));
     }
