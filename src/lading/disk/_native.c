@@ -913,7 +913,10 @@ static PyObject *flat_ids(PyObject *self, PyObject *args) {
         int64_t len = (int64_t)(m + extra);
         memcpy(lens + i * sizeof(int64_t), &len, sizeof(int64_t));
     }
-    /* a list grown by another thread while we read it cannot happen: the GIL is held */
+    if (out != end) { /* a list shrank since it was counted: nothing half-written goes out */
+        PyErr_SetString(PyExc_RuntimeError, "flat_ids: a list changed while read");
+        goto fail;
+    }
     return Py_BuildValue("(NN)", data, lengths);
 fail:
     Py_XDECREF(data);

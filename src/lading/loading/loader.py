@@ -316,12 +316,11 @@ class Loader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _drop_ahead(self, timeout: float | None = None) -> None:
-        """Stop read_ahead's thread, waiting at most ``timeout`` seconds (default: the remote
-        deadline), and drop what it built (the next pass starts anew)."""
+    def _drop_ahead(self) -> None:
+        """Stop read_ahead's thread and drop what it built (the next pass starts anew)."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            ahead.close(timeout)
+            ahead.close()
 
     def _group(self) -> Callable[[Any], Hashable] | None:
         """The workload's grouping of batch keys, where batches of one group share reads and

@@ -117,16 +117,15 @@ class BuiltAhead:
                 continue
         return False
 
-    def close(self, timeout: float | None = None) -> None:
+    def close(self) -> None:
         """Stop the thread after the batch it is building and drop what it built ahead;
-        returns when it stopped, or after ``timeout`` seconds (default: the remote deadline;
-        a build stuck on a stalled GET ends by its own deadline; it hands nothing out
-        after)."""
+        returns when it stopped, or after the remote deadline (a build stuck on a stalled
+        GET ends by its own deadline; it hands nothing out after)."""
         self._ended = True
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(remote_timeout() if timeout is None else timeout)
+            thread.join(remote_timeout())
         while True:  # what was built ahead is not handed out: let it go now
             try:
                 self._ready.get_nowait()
@@ -195,7 +194,7 @@ class Carried:
         taken: their locks may have been held at the fork)."""
         self.built = BuiltAhead(epochs_from(copy.copy(self.at), self._epoch), self._depth)
 
-    def close(self, timeout: float | None = None) -> None:
-        """Stop the thread and drop what it built ahead (:meth:`BuiltAhead.close`)."""
+    def close(self) -> None:
+        """Stop the thread and drop what it built ahead."""
         self._finalizer.detach()
-        self.built.close(timeout)
+        self.built.close()
