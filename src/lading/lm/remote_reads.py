@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from lading.lm.modes.base import ManyReads, stacked
 from lading.lm.remote import BUILD, Build, RemoteTokens
 from lading.lm.segment import SegmentBatchKey
 from lading.lm.workload import LMWorkload
@@ -88,8 +89,8 @@ class RemoteReads:
             part: Planner(t.cache, NEAR_STEPS, share) for part, t in self.remote.items()
         }
         self.announce: Announce | None = announcer(Hooks.of(self), _same)
-        self._ranges: dict[SegmentBatchKey, Ranges] = {}  # of the keys planned last
-        self._fetches: dict[SegmentBatchKey, Ranges] = {}  # ... and what to fetch for them
+        self._ranges = Planned()  # of the keys planned last
+        self._fetches = Planned()  # ... and what to fetch for them
         _warn_small_caches(self.remote, workload)
 
     def settle(self, timeout: float) -> None:
@@ -168,9 +169,15 @@ class RemoteReads:
         """The modes' ``(corpus, a, b)`` rows (positions in a corpus's token count) as
         ``(file, a, b)`` rows of the remote token files (a range over a shard's end cut in
         two); a local corpus's rows are dropped (read from its memory map)."""
-        out = []
+        return self._by_file_of(np.zeros(len(ranges), dtype=np.int64), ranges)[1]
+
+    def _by_file_of(self, which: npt.NDArray[np.int64], ranges: Ranges) -> ManyReads:
+        """:meth:`_by_file` of rows read by batches ``which`` (one a row), each row's batch
+        kept beside it."""
+        out, whiches = [], []
         for c, (first, bases) in self._files_of.items():
-            mine = ranges[ranges[:, 0] == c]
+            at = ranges[:, 0] == c
+            mine, by = ranges[at], which[at]
             if not len(mine):
                 continue
             k0 = np.searchsorted(bases, mine[:, 1], side="right") - 1
@@ -178,11 +185,16 @@ class RemoteReads:
             one = k0 == k1
             k = k0[one]
             out.append(np.stack([first + k, mine[one, 1] - bases[k], mine[one, 2] - bases[k]], 1))
-            for (_, a, b), lo, hi in zip(mine[~one].tolist(), k0[~one], k1[~one]):
-                for j in range(int(lo), int(hi) + 1):  # rare: a run over a shard's end
-                    cut_a, cut_b = max(a, int(bases[j])), min(b, int(bases[j + 1]))
-                    out.append(np.array([[first + j, cut_a - bases[j], cut_b - bases[j]]]))
-        return np.concatenate(out).astype(np.int64) if out else np.zeros((0, 3), np.int64)
+            whiches.append(by[one])
+            cut = zip(by[~one].tolist(), mine[~one].tolist(), k0[~one], k1[~one])
+            for j, (_, a, b), lo, hi in cut:
+                for k in range(int(lo), int(hi) + 1):  # rare: a run over a shard's end
+                    cut_a, cut_b = max(a, int(bases[k])), min(b, int(bases[k + 1]))
+                    out.append(np.array([[first + k, cut_a - bases[k], cut_b - bases[k]]]))
+                    whiches.append(np.array([j], dtype=np.int64))
+        if not out:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, 3), np.int64)
+        return np.concatenate(whiches), np.concatenate(out).astype(np.int64)
 
     # ------------------------------------------------------------------ what comes next
 
@@ -207,13 +219,76 @@ class RemoteReads:
             self.planners[part].prefetch(list(first.values()), now)
 
     def plan(self, keys: list[SegmentBatchKey], first_step: int, steps: Sequence[int]) -> None:
-        """The order of ``keys`` (read at ``steps``) as each cache's eviction order."""
+        """The order of ``keys`` (read at ``steps``) as each cache's eviction order: their
+        ranges found for all keys at once where the mode can say (numpy over the plan, no
+        Python object a read: an epoch of a 4B-token corpus is ~250k batches), else a key
+        at a time."""
         self.inner.plan_keys(keys)
-        self._ranges = {k: self.ranges(k) for k in keys}
-        self._fetches = {k: self.fetches(k) for k in keys}
-        ranges = list(self._fetches.values())
-        for part, needs in self._needs(ranges, list(steps)).items():
-            self.planners[part].plan(Schedule(needs, first_step))
+        reads, fetches = self.inner.reads_many(keys), self.inner.fetches_many(keys)
+        if reads is None or fetches is None:  # a batch at a time (built with a recorder)
+            self._ranges = Planned(keys, *stacked([self.ranges(k) for k in keys]))
+            self._fetches = Planned(keys, *stacked([self.fetches(k) for k in keys]))
+        else:
+            self._ranges = Planned(keys, *self._by_file_of(*reads))
+            same = all(np.array_equal(x, y) for x, y in zip(reads, fetches))
+            self._fetches = self._ranges if same else Planned(keys, *self._by_file_of(*fetches))
+        which, rows = self._fetches.which, self._fetches.rows
+        at = np.asarray(steps, dtype=np.int64)
+        for part, tokens in self.remote.items():
+            mine = rows[:, 0] == part
+            batch, starts, ends = joined_many(which[mine], rows[mine, 1], rows[mine, 2])
+            size, one_file = tokens.itemsize, np.zeros(len(batch), dtype=np.int64)
+            schedule = Schedule.of_arrays(
+                [tokens.key], one_file, starts * size, ends * size, at[batch], first_step
+            )
+            self.planners[part].plan(schedule)
+
+
+class Planned:
+    """The ranges of the keys of a plan in one array: those of ``keys[j]`` are the rows whose
+    ``which`` is ``j`` (kept sorted by it)."""
+
+    def __init__(
+        self,
+        keys: Sequence[SegmentBatchKey] = (),
+        which: npt.NDArray[np.int64] | None = None,
+        rows: Ranges | None = None,
+    ) -> None:
+        which = np.zeros(0, dtype=np.int64) if which is None else which
+        rows = np.zeros((0, 3), dtype=np.int64) if rows is None else rows
+        order = np.argsort(which, kind="stable")
+        self.which, self.rows = which[order], rows[order]
+        self._bounds = np.searchsorted(self.which, np.arange(len(keys) + 1)).tolist()
+        self._index = {key: j for j, key in enumerate(keys)}
+
+    def get(self, key: SegmentBatchKey) -> Ranges | None:
+        """The rows of ``key``, or None for a key not planned."""
+        j = self._index.get(key)
+        return None if j is None else self.rows[self._bounds[j] : self._bounds[j + 1]]
+
+
+def joined_many(
+    which: npt.NDArray[np.int64], a: npt.NDArray[np.int64], b: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """:func:`joined` of each batch's ranges ``[a, b)`` (``which``: the batch of each) at once:
+    the batch, start and end of each joined range, by batch then start."""
+    if not len(which):
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    order = np.lexsort((b, a, which))
+    which, a, b = which[order], a[order], b[order]
+    fresh = np.concatenate([[True], which[1:] != which[:-1]])  # a batch's first range
+    # a running maximum of the ends within each batch: each batch's ranges moved past the
+    # previous batch's (by the spans before it), so no batch's reach runs into the next
+    group = np.cumsum(fresh) - 1
+    low = a[fresh]
+    span = np.maximum.reduceat(b, np.flatnonzero(fresh)) - low + 1
+    shift = np.concatenate([[0], np.cumsum(span)[:-1]]) - low
+    reach = np.maximum.accumulate(b + shift[group]) - shift[group]
+    new = fresh.copy()
+    new[1:] |= a[1:] > reach[:-1]
+    last = np.concatenate([np.flatnonzero(new)[1:] - 1, [len(a) - 1]])
+    return which[new], a[new], reach[last]
 
 
 def joined(ranges: Ranges) -> tuple[list[int], list[int]]:

@@ -105,10 +105,21 @@ def window_reads(
     """``[k, 3]``: (corpus, first token, end token) of the token ranges windows ``order`` of
     ``windows`` read (``width`` tokens a window), computed with numpy from the plan; None for
     a window source that cannot say."""
+    found = indexed_window_reads(windows, order, width)
+    return None if found is None else found[1]
+
+
+def indexed_window_reads(
+    windows: WindowReader, order: npt.NDArray[np.int64], width: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """As :func:`window_reads`, with which window of ``order`` (its index there) reads each
+    range: the reads of many batches' windows at once (a remote corpus's plan of an epoch)."""
+    order = np.asarray(order, dtype=np.int64)
     if isinstance(windows, StreamWindows):
-        found = windows.stream.pieces(np.asarray(order, dtype=np.int64) * windows.bptt, width)
+        found = windows.stream.pieces(order * windows.bptt, width)
+        which = found[:, 0].copy()
         found[:, 0] = 0
-        return found
+        return which, found
     if isinstance(windows, PackedWindows):
         p = windows.packing
         first, last = p.ptr[order].astype(np.int64), p.ptr[order + 1].astype(np.int64)
@@ -116,17 +127,21 @@ def window_reads(
         starts = np.cumsum(count) - count
         piece = np.repeat(first - starts, count) + np.arange(int(count.sum()), dtype=np.int64)
         src = windows.doc_start[p.document[piece]] + p.start[piece].astype(np.int64)
-        return np.stack([np.zeros_like(src), src, src + p.length[piece].astype(np.int64)], 1)
+        which = np.repeat(np.arange(len(order), dtype=np.int64), count)
+        return which, np.stack([np.zeros_like(src), src, src + p.length[piece].astype(np.int64)], 1)
     if isinstance(windows, MixedWindows):
-        parts = []
-        for window in np.asarray(order).tolist():
+        whiches, parts = [], []
+        for i, window in enumerate(order.tolist()):
             corpus, inner = windows.locate(window)
             member = window_reads(windows.members[corpus], np.array([inner]), width)
             if member is None:
                 return None
             member[:, 0] = corpus
             parts.append(member)
-        return np.concatenate(parts) if parts else np.empty((0, 3), dtype=np.int64)
+            whiches.append(np.full(len(member), i, dtype=np.int64))
+        if not parts:
+            return np.empty(0, dtype=np.int64), np.empty((0, 3), dtype=np.int64)
+        return np.concatenate(whiches), np.concatenate(parts)
     return None
 
 

@@ -11,7 +11,7 @@ while the loader stays in that segment.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from lading.errors import LoaderStateError
 from lading.lm.batches import Batch, chunked_streams
 from lading.lm.corpus import TokenCorpus
 from lading.lm.modes import Mode
+from lading.lm.modes.base import ManyReads
 from lading.lm.resident import ResidentStream, device_streams
 from lading.lm.segment import LMSegment, SegmentBatchKey
 from lading.lm.windows import EpochWindows, TokenMixture
@@ -171,6 +172,36 @@ class LMWorkload(SegmentWorkload):
         blocks under the locality shuffle (``Windows(block_tokens=...)``)."""
         seg = self._kept_plan(key.epoch, key.segment, key.base)
         return self.mode.fetches(seg, key, self.reading)
+
+    def reads_many(self, keys: list[SegmentBatchKey]) -> ManyReads | None:
+        """:meth:`reads` of ``keys`` at once: which key (its index in ``keys``) reads each
+        range, and the ranges; None where the mode cannot say."""
+        return self._many(keys, self.mode.reads_many)
+
+    def fetches_many(self, keys: list[SegmentBatchKey]) -> ManyReads | None:
+        """:meth:`fetches` of ``keys`` at once, as :meth:`reads_many`."""
+        return self._many(keys, self.mode.fetches_many)
+
+    def _many(
+        self,
+        keys: list[SegmentBatchKey],
+        of: Callable[[LMSegment, list[SegmentBatchKey], Reading], ManyReads | None],
+    ) -> ManyReads | None:
+        """``of`` asked of each segment's keys, the answers put together."""
+        groups: dict[tuple[int, int, Base | None], list[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault((key.epoch, key.segment, key.base), []).append(i)
+        whiches, rows = [], []
+        for (epoch, segment, base), mine in groups.items():
+            seg = self._kept_plan(epoch, segment, base)
+            found = of(seg, [keys[i] for i in mine], self.reading)
+            if found is None:
+                return None
+            whiches.append(np.asarray(mine, dtype=np.int64)[found[0]])
+            rows.append(found[1])
+        if not rows:
+            return np.empty(0, dtype=np.int64), np.empty((0, 3), dtype=np.int64)
+        return np.concatenate(whiches), np.concatenate(rows)
 
     def bulk(self, cursor: Cursor) -> Iterator[Batch] | None:
         """Whole-epoch streams read many batches at a time (on the device with ``resident``);

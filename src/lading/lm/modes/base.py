@@ -27,6 +27,9 @@ from lading.loading.reading import Reading
 from lading.loading.state import Cursor
 
 EpochView = EpochStream | WindowReader  # what a mode reads an epoch from
+# the reads of many batches: which batch (its index in the keys asked of) reads each range,
+# and the ``[k, 3]`` ranges (corpus, first token, end token)
+ManyReads = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
 
 def check_length(options: object, name: str, value: object, meaning: str) -> None:
@@ -121,6 +124,20 @@ class Mode:
         reads, unless the mode reads blocks whole (the locality shuffle of ``Windows``)."""
         return self.reads(seg, key, reading)
 
+    def reads_many(
+        self, seg: LMSegment, keys: list[SegmentBatchKey], reading: Reading
+    ) -> ManyReads | None:
+        """:meth:`reads` of batches ``keys`` of ``seg`` at once (a remote corpus's plan of an
+        epoch asks of every batch): a batch at a time here; window modes compute them
+        together."""
+        return gathered([self.reads(seg, key, reading) for key in keys])
+
+    def fetches_many(
+        self, seg: LMSegment, keys: list[SegmentBatchKey], reading: Reading
+    ) -> ManyReads | None:
+        """:meth:`fetches` of batches ``keys`` of ``seg`` at once, as :meth:`reads_many`."""
+        return gathered([self.fetches(seg, key, reading) for key in keys])
+
     def layout(self) -> dict[str, Any]:
         """What this mode adds to who reads what (another value: an elastic resume)."""
         return {}
@@ -138,3 +155,18 @@ class Mode:
         raise ValueError(
             f"packing_stats() is for sequence=Packed(...), this loader reads {self.name!r}"
         )
+
+
+def gathered(found: list[npt.NDArray[np.int64] | None]) -> ManyReads | None:
+    """Batches' ranges (``found[j]``: batch ``j``'s) as one array and each row's batch
+    (:func:`stacked`); None where one batch's cannot be said."""
+    kept = [f for f in found if f is not None]
+    return stacked(kept) if len(kept) == len(found) else None
+
+
+def stacked(found: list[npt.NDArray[np.int64]]) -> ManyReads:
+    """Batches' ranges (``found[j]``: batch ``j``'s) as one array, and each row's batch."""
+    counts = np.fromiter(map(len, found), np.int64, len(found))
+    which = np.repeat(np.arange(len(found), dtype=np.int64), counts)
+    rows = np.concatenate(found) if found else np.empty((0, 3), dtype=np.int64)
+    return which, rows.astype(np.int64, copy=False)

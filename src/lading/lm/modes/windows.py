@@ -19,7 +19,7 @@ from lading.errors import EmptyEpochError
 from lading.lm.batches import Batch, window_batch
 from lading.lm.blocks import block_order
 from lading.lm.corpus import TokenCorpus
-from lading.lm.modes.base import EpochView, Mode, check_flag, check_length
+from lading.lm.modes.base import EpochView, ManyReads, Mode, check_flag, check_length
 from lading.lm.segment import LMSegment, SegmentBatchKey, plan_windows
 from lading.lm.stream import EpochStream
 from lading.lm.windows import (
@@ -27,6 +27,7 @@ from lading.lm.windows import (
     StreamWindows,
     TokenMixture,
     WindowReader,
+    indexed_window_reads,
     window_reads,
 )
 from lading.loading.order import feistel_permutation
@@ -196,14 +197,39 @@ class WindowsMode(Mode):
         share, size = seg.share(reading.rank), reading.batch_size
         lo = key.batch * size
         slots = share.slice(lo, min(lo + size, seg.core.take)).positions()
+        return self._shuffled(seg, slots, key.epoch, reading)
+
+    def _shuffled(
+        self, seg: LMSegment, slots: npt.NDArray[np.int64], epoch: int, reading: Reading
+    ) -> npt.NDArray[np.int64]:
+        """The windows at positions ``slots`` of ``seg``'s share, in ``epoch``'s order (each
+        position's window computed alone: a batch's or many at once give the same)."""
         if not reading.shuffle:
             return slots
         per = self.per_block()
         if per:
             assert isinstance(self.shape, Windows)
             buffer = self.shape.block_buffer
-            return block_order(slots, seg.n, per, buffer, reading.seed, key.epoch)
-        return feistel_permutation(slots, seg.n, reading.seed, key.epoch)
+            return block_order(slots, seg.n, per, buffer, reading.seed, epoch)
+        return feistel_permutation(slots, seg.n, reading.seed, epoch)
+
+    def orders_of(
+        self, seg: LMSegment, batches: list[int], epoch: int, reading: Reading
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The windows of ``batches`` of ``seg`` (distinct) in their orders, computed at once
+        (numpy over all their positions), and each window's batch as its index in
+        ``batches``."""
+        size = reading.batch_size
+        want = np.asarray(batches, dtype=np.int64)
+        first, last = int(want.min()), int(want.max())
+        lo, hi = first * size, min((last + 1) * size, seg.core.take)
+        positions = seg.share(reading.rank).slice(lo, hi).positions()
+        slots = self._shuffled(seg, positions, epoch, reading)
+        index = np.full(last - first + 1, -1, dtype=np.int64)
+        index[want - first] = np.arange(len(want), dtype=np.int64)
+        where = index[(lo + np.arange(hi - lo, dtype=np.int64)) // size - first]
+        keep = where >= 0
+        return slots[keep], where[keep]
 
     def fetches(
         self, seg: LMSegment, key: SegmentBatchKey, reading: Reading
@@ -227,24 +253,44 @@ class WindowsMode(Mode):
         pieces[:, 0] = 0
         return pieces
 
+    def fetches_many(
+        self, seg: LMSegment, keys: list[SegmentBatchKey], reading: Reading
+    ) -> ManyReads | None:
+        """:meth:`fetches` of batches ``keys`` at once: each batch's blocks once, their stream
+        ranges found together."""
+        per = self.per_block()
+        windows = seg.windows
+        if not keys or not per or not reading.shuffle or not isinstance(windows, StreamWindows):
+            return self.reads_many(seg, keys, reading)
+        order, where = self.orders_of(seg, [k.batch for k in keys], keys[0].epoch, reading)
+        blocks = order // per
+        span = int(blocks.max()) + 1 if len(blocks) else 1
+        pairs = np.unique(where * span + blocks)  # (batch, block), each once
+        where, blocks = pairs // span, pairs % span
+        width = per * windows.bptt
+        starts = blocks * width
+        total = windows.stream.total
+        last = starts + width + 1 > total  # the short last block ends with the stream
+        pieces = windows.stream.pieces(starts[~last], width + 1)
+        whiches, found = [where[~last][pieces[:, 0]]], [pieces]
+        for j, start in zip(where[last].tolist(), starts[last].tolist()):
+            found.append(windows.stream.pieces([start], total - start))
+            whiches.append(np.full(len(found[-1]), j, dtype=np.int64))
+        rows = np.concatenate(found)
+        rows[:, 0] = 0
+        return np.concatenate(whiches), rows
+
     def plan_orders(self, seg: LMSegment, batches: list[int], epoch: int, reading: Reading) -> None:
         """The window orders of ``batches`` of ``seg`` computed at once (numpy over all their
         positions) into ``seg.orders``, where :meth:`order` finds them: what a remote
         corpus's plan of a whole epoch costs, not a Feistel network a batch."""
-        todo = [b for b in batches if (reading.rank, b) not in seg.orders]
+        todo = sorted({b for b in batches if (reading.rank, b) not in seg.orders})
         if not todo or len(todo) + len(seg.orders) > ORDERS_KEPT:
             return
-        share, size = seg.share(reading.rank), reading.batch_size
-        lo, hi = min(todo) * size, min((max(todo) + 1) * size, seg.core.take)
-        slots = share.slice(lo, hi).positions()
-        if reading.shuffle and self.per_block():
-            assert isinstance(self.shape, Windows)
-            buffer = self.shape.block_buffer
-            slots = block_order(slots, seg.n, self.per_block(), buffer, reading.seed, epoch)
-        elif reading.shuffle:
-            slots = feistel_permutation(slots, seg.n, reading.seed, epoch)
-        for b in todo:
-            seg.orders[reading.rank, b] = slots[b * size - lo : min((b + 1) * size, hi) - lo]
+        slots, where = self.orders_of(seg, todo, epoch, reading)
+        bounds = np.searchsorted(where, np.arange(len(todo) + 1)).tolist()
+        for j, b in enumerate(todo):
+            seg.orders[reading.rank, b] = slots[bounds[j] : bounds[j + 1]]
 
     def reads(
         self, seg: LMSegment, key: SegmentBatchKey, reading: Reading
@@ -252,6 +298,18 @@ class WindowsMode(Mode):
         """``[k, 3]``: (corpus, first token, end token) of what batch ``key`` reads."""
         assert seg.windows is not None
         return window_reads(seg.windows, self.order(seg, key, reading), self.length() + 1)
+
+    def reads_many(
+        self, seg: LMSegment, keys: list[SegmentBatchKey], reading: Reading
+    ) -> ManyReads | None:
+        """:meth:`reads` of batches ``keys`` at once: their windows' orders and ranges computed
+        together, nothing a batch."""
+        assert seg.windows is not None
+        if not keys:
+            return np.empty(0, dtype=np.int64), np.empty((0, 3), dtype=np.int64)
+        order, where = self.orders_of(seg, [k.batch for k in keys], keys[0].epoch, reading)
+        found = indexed_window_reads(seg.windows, order, self.length() + 1)
+        return None if found is None else (where[found[0]], found[1])
 
     def fingerprint(self) -> dict[str, Any]:
         """The window length, ``seq_len`` (states before saved it as ``bptt``), and
