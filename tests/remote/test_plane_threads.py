@@ -195,6 +195,35 @@ def test_a_second_loader_does_not_wait_for_the_first_ones_gets(
 # ------------------------------------------------------------------ ends and timeouts
 
 
+@pytest.mark.slow  # a slow server: ~3 s
+def test_closing_a_loader_waits_for_its_own_gets_not_another_loaders(
+    corpora: Corpora, faults: LocalS3
+) -> None:
+    """Two loaders over one remote corpus (a training loader and an evaluation loader, one
+    corpus object, one fetcher): closing the evaluation loader, whose GETs are all answered,
+    returns at once while the training loader's prefetches wait on a slow server (was: it
+    waited for every GET of the corpus's fetcher, the other loader's too: ~3 s here, up to
+    the remote deadline under a loader that keeps fetching)."""
+    remote = corpora.open("a", timeout=10.0)
+    valid = LanguageModelLoader(remote, 2, Windows(12), seed=1, read_ahead=0)
+    assert plain(next(iter(valid))) == plain(
+        next(iter(LanguageModelLoader(corpora.local["a"], 2, Windows(12), seed=1)))
+    )
+    assert remote.remote is not None
+    remote.remote.cache.drain()  # the evaluation loader's GETs, prefetches included, answered
+    faults.fault("corpora/a/", 100, "slow", delay=3.0)
+    train = LanguageModelLoader(remote, 2, Windows(12), seed=2, read_ahead=0)
+    reading = threading.Thread(target=lambda: next(iter(train)))
+    reading.start()
+    wait_for(lambda: faults.stats()["faults"] >= 1)  # the training loader's GETs are out
+    started = time.monotonic()
+    valid.close()
+    elapsed = time.monotonic() - started
+    reading.join(30)
+    train.close()
+    assert elapsed < 1.0, f"close waited {elapsed:.1f} s for the other loader's GETs"
+
+
 def test_closing_a_fetcher_settles_every_future_at_once(bucket: str, faults: LocalS3) -> None:
     url = f"s3://{bucket}/objects"
     open_client(url).put("text.bin", os.urandom(1000))

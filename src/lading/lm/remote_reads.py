@@ -94,12 +94,13 @@ class RemoteReads:
         _warn_small_caches(self.remote, workload)
 
     def settle(self, timeout: float) -> None:
-        """Wait (at most ``timeout`` seconds) until the GETs asked for so far, prefetches
-        included, are sent and answered: a loader that closes calls it, so that nothing is
-        fetched for it after its ``close`` returns (the corpus and its cache stay open)."""
+        """Wait (at most ``timeout`` seconds) until the GETs this loader's prefetches started
+        are sent and answered (its reads waited for their own): a loader that closes calls
+        it, so that nothing is fetched for it after its ``close`` returns (the corpus and its
+        cache stay open, and another loader's GETs are not waited for)."""
         ends = time.monotonic() + timeout
-        for cache in {id(t.cache): t.cache for t in self.remote.values()}.values():
-            cache.fetcher.wait_settled(max(0.0, ends - time.monotonic()))
+        for planner in self.planners.values():
+            planner.settle(max(0.0, ends - time.monotonic()))
 
     def __getattr__(self, name: str) -> Any:  # batches, keys, layout, fingerprint, ...
         if name == "inner":  # not set yet (unpickling)

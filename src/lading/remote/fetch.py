@@ -62,6 +62,7 @@ __all__ = [
     "TIMEOUT_ENV",
     "Fetcher",
     "Future",
+    "wait_done",
 ]
 
 DEFAULT_IN_FLIGHT = 128  # > 64: at 30 ms a GET, 128 in flight serve ~4,200 GETs/s
@@ -358,12 +359,7 @@ class Fetcher:
         it returns (:meth:`lading.loading.loader.Loader.close`)."""
         with self._lock:
             pending = list(self._unsettled)
-        ends = time.monotonic() + timeout
-        for future in pending:
-            if not future.done():
-                with future._cond:
-                    future._cond.wait_for(future.done, max(0.0, ends - time.monotonic()))
-        return all(future.done() for future in pending)
+        return wait_done(pending, timeout)
 
     def close(self) -> None:
         """Settle every GET not yet settled with an error saying so, send none after (a call
@@ -409,6 +405,17 @@ async def _within(call: Awaitable[T], timeout: float) -> T:
         return await asyncio.wait_for(call, timeout)
     async with timer(timeout):
         return await call
+
+
+def wait_done(futures: Sequence[Future], timeout: float) -> bool:
+    """Wait until every one of ``futures`` is settled, at most ``timeout`` seconds in all;
+    whether they all are."""
+    ends = time.monotonic() + timeout
+    for future in futures:
+        if not future.done():
+            with future._cond:
+                future._cond.wait_for(future.done, max(0.0, ends - time.monotonic()))
+    return all(future.done() for future in futures)
 
 
 def _settle(done: Sequence[tuple[Future, bytes | None]], error: BaseException | None) -> None:

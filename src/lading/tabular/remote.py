@@ -274,11 +274,12 @@ class RemoteParquet:
             self.planner(root).plan(Schedule(needs.get(root, []), at[0] if at else first_step))
 
     def settle(self, timeout: float) -> None:
-        """Wait, at most ``timeout`` seconds, until every GET asked for so far (prefetches
-        included) is answered, in every bucket's cache: a loader calls it as it closes."""
+        """Wait, at most ``timeout`` seconds, until the GETs the prefetches of these files
+        started are answered, in every bucket's cache (reads wait for their own): a loader
+        calls it as it closes."""
         ends = time.monotonic() + timeout
-        for cache in list(self._caches.values()):
-            cache.fetcher.wait_settled(max(0.0, ends - time.monotonic()))
+        for planner in list(self._planners.values()):
+            planner.settle(max(0.0, ends - time.monotonic()))
 
     def cache_stats(self) -> dict[str, Any]:
         """The node cache's figures (:meth:`lading.stores.remote.store.RemoteStore.cache_stats`):

@@ -33,6 +33,7 @@ import operator
 
 from lading.remote.cache.places import WINDOW
 from lading.remote.cache.reads import NodeCache
+from lading.remote.fetch import Future, wait_done
 from lading.remote.ranges import Need
 from lading.remote.schedule import Schedule
 
@@ -71,6 +72,7 @@ class Planner:
         self._advanced = 0  # blocks read before this step had their next uses moved on
         self._retried = -1  # the step of the last retry (with an order known)
         self._followed = (0, 0)  # follow(): the step last read, the step handed up to
+        self._started: list[Future] = []  # the GETs its prefetches started, not yet settled
 
     def plan(self, schedule: Schedule) -> None:
         """Take ``schedule`` (the reads from its first step on) as what eviction keeps."""
@@ -122,11 +124,21 @@ class Planner:
             retry += 1
         near = None if self.schedule is None else self.near
         tries = sorted([*deferred[:retry], *pending[:take]], key=_STEP)
-        later = self.cache.fetch_ahead(tries, now, near, self.once)
+        claimed = self.cache.fetch_ahead(tries, now, near, self.once)
+        later = claimed.late
+        self._started = [f for f in self._started if not f.done()]
+        self._started += [f for gets in claimed.started.values() for _, _, f in gets]
         self._deferred = (
             sorted([*later, *deferred[retry:]], key=_STEP) if later or retry else deferred
         )
         self._pending = pending[take:]
+
+    def settle(self, timeout: float) -> bool:
+        """Wait, at most ``timeout`` seconds, until the GETs this planner's prefetches started
+        are answered (not those of another loader reading the same objects: a loader closing
+        beside a training loader that keeps fetching would wait out its deadline); whether
+        they all are."""
+        return wait_done(list(self._started), timeout)
 
     def follow(self, now: int, ahead: int) -> None:
         """With no loader announcing (a loop of reads along the plan): :meth:`prefetch` the

@@ -288,13 +288,14 @@ class NodeCache:
 
     def fetch_ahead(
         self, needs: Sequence[Need], now: int, near: int | None, once: bool = False
-    ) -> list[Need]:
+    ) -> Claimed:
         """Start fetching ``needs`` (ranges and the step each is read at; ``now``: the step
         being read): the cached ones get that step as their next use, the gaps are claimed
-        and fetched (``near``, ``once``: see :meth:`.Claims.claim`), in one transaction. The
-        needs that found no room come back."""
+        and fetched (``near``, ``once``: see :meth:`.Claims.claim`), in one transaction.
+        What the claim did comes back: the GETs it started (the caller's, to wait for as it
+        closes) and the needs that found no room (``late``)."""
         if not needs:
-            return []
+            return Claimed({}, [], 0, [], [])
         objs = {n.key: self.obj(n.key) for n in needs}
         keys = [(objs[n.key], n.start, n.end) for n in needs]
 
@@ -310,7 +311,7 @@ class NodeCache:
         late = set(claimed.late)
         fetched = [(objs[n.key], n.start, n.end) for n in claimed.missing if n not in late]
         self.figures.ahead(keys, fetched, len(needs) - len(claimed.missing))
-        return claimed.late
+        return claimed
 
     # -- figures ---------------------------------------------------------------------------
 

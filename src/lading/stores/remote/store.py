@@ -133,10 +133,10 @@ class RemoteStore(DocStore):
         )
 
     def settle(self, timeout: float) -> None:
-        """Wait, at most ``timeout`` seconds, until every GET asked for so far (prefetches
-        included) is answered: a loader over this store calls it as it closes, so that nothing
-        is fetched for the loader after (the store stays open)."""
-        self._planner.cache.fetcher.wait_settled(timeout)
+        """Wait, at most ``timeout`` seconds, until the GETs this store's prefetches started
+        are answered (reads wait for their own): a loader over this store calls it as it
+        closes, so that nothing is fetched for the loader after (the store stays open)."""
+        self._planner.settle(timeout)
 
     def plan(
         self,
