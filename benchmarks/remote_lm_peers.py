@@ -224,7 +224,45 @@ def verdict(expected: list[torch.Tensor], got: list[torch.Tensor]) -> str:
     return f"not exact: {np.mean(rows):.0%} of the next batches' windows came back"
 
 
+# --- a bare client: one GET a window ----------------------------------------------------
+# Not a loader: obstore's ``get_ranges`` over the windows of the stored order in a random
+# permutation, a batch's windows in one call (its GETs in parallel, none coalesced), no cache
+# and no resume. What any exact shuffle of windows spends on its GETs alone, at one a window:
+# the floor under lading@stored's client CPU.
+
+
+def bare_setup(env: dict[str, Any], s3: Any, bucket: str) -> dict[str, Any]:
+    key = Path(env["tokens_path"]).relative_to(env["local"]).as_posix()
+    return {"url": env["url"], "key": key, "windows": windows_of(env["tokens"], env["seq_len"])}
+
+
+def bare_open(env: dict[str, Any], setup: dict[str, Any], cache: Path) -> Any:
+    from obstore.store import from_url
+
+    store = from_url(setup["url"], client_options={"allow_http": True})
+    order = np.random.default_rng(0).permutation(setup["windows"])
+    return store, setup["key"], order, env
+
+
+def bare_batches(loader: Any) -> Batches:
+    import obstore
+
+    store, key, order, env = loader
+    dtype, seq = env["tokens"].dtype, env["seq_len"]
+    for i in range(0, len(order), env["batch"]):
+        starts = [int(w) * seq * dtype.itemsize for w in order[i : i + env["batch"]]]
+        lengths = [(seq + 1) * dtype.itemsize] * len(starts)
+        raw = obstore.get_ranges(store, key, starts=starts, lengths=lengths, coalesce=0)
+        rows = np.stack([np.frombuffer(memoryview(r), dtype=dtype) for r in raw]).astype(np.int64)
+        yield torch.from_numpy(rows)
+
+
+def bare_resume(env: dict[str, Any], setup: dict[str, Any], k: int) -> str:
+    return "none (not a loader)"
+
+
 PEERS = {
     "mosaic": (mosaic_setup, mosaic_open, mosaic_batches, mosaic_resume),
     "litdata": (litdata_setup, litdata_open, litdata_batches, litdata_resume),
+    "obstore-windows": (bare_setup, bare_open, bare_batches, bare_resume),
 }
