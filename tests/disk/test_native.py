@@ -228,7 +228,7 @@ def test_flat_ids_lays_out_what_the_numpy_route_does(
 ) -> None:
     """A token corpus's ids flattened by the helper (``flat_ids``) are the bytes and lengths
     of the numpy route (``np.fromiter`` over the lists), end-of-text ids included."""
-    from lading.lm.tokenize import flat_ids
+    from lading.stores.tokens import flat_ids
 
     seed = int(os.environ.get("LADING_TEST_SEED", "5"))
     print(f"seed {seed} (LADING_TEST_SEED)")

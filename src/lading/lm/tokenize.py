@@ -10,19 +10,15 @@ has it (``tokenizers`` >= 0.20: no offsets computed; the ids are the same), else
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from lading._version import __version__
-from lading.disk import RaggedWriter, current_version, native, write_file
+from lading.disk import RaggedWriter, current_version, write_file
 from lading.lm.corpus_format import FORMAT_NAME, TOKENIZER
-from lading.stores.tokens import token_dtype
+from lading.stores.tokens import flat_ids, token_dtype
 
 BATCH_DOCS = 1000  # documents per encode_batch call
 EOS_CANDIDATES: tuple[str, ...] = ("<|endoftext|>", "</s>", "<eos>", "[SEP]", "<|end|>")
@@ -90,25 +86,6 @@ def write_tokens(
         "seconds": round(time.perf_counter() - started, 3),
         "files": files,
     }
-
-
-def flat_ids(
-    ids: list[list[int]], dtype: np.dtype[Any], eos: int | None
-) -> tuple[bytes, npt.NDArray[np.int64]]:
-    """The id lists back to back in ``dtype`` (each followed by ``eos`` where given), and each
-    one's length: by the C helper where built (~4 ns a token), else ``np.fromiter`` over
-    ``itertools.chain`` (~40 ns a token, the fastest of the numpy ways measured: 2 % of a BPE
-    build's CPU, benchmarks/bench_shard_tokenize.py)."""
-    c = native.NATIVE
-    if c is not None:
-        data, lengths = c.flat_ids(ids, dtype.itemsize, -1 if eos is None else eos)
-        return data, np.frombuffer(lengths, np.int64)
-    if eos is not None:
-        ids = [[*one, eos] for one in ids]
-    counts = np.fromiter(map(len, ids), np.int64, len(ids))
-    # chain walks the lists in C: no Python frame a token (a generator took ~10 % of CPU)
-    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype, int(counts.sum()))
-    return flat.tobytes(), counts
 
 
 def progress_bar(name: str, progress: bool | None) -> Any:

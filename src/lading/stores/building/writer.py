@@ -38,7 +38,7 @@ from lading.stores.building.shardset import SHARD_FILE
 from lading.stores.hashids import keys_file
 from lading.stores.index import IntIdCollector, bytes_keys
 from lading.stores.layout import field_column
-from lading.stores.tokens import describe_tokenizer, encoded_ids, token_dtype
+from lading.stores.tokens import describe_tokenizer, flat_ids, token_dtype
 
 Duplicates = Literal["error", "first", "last"]
 DUPLICATE_MODES: tuple[str, ...] = ("error", "first", "last")
@@ -244,8 +244,13 @@ class _Encoder:
             self._write(self.encoding.pop(0).result())
 
     def _write(self, encodings: list[Any]) -> None:
-        for ids in encoded_ids(encodings, self.dtype, self.max_length):
-            self.out.append(ids.tobytes())
+        """The encodings' ids, each cut to ``max_length``, as rows of the tokens column: laid
+        out back to back in one call (:func:`~lading.stores.tokens.flat_ids`), not an array
+        and a bytes copy a row."""
+        cut = self.max_length
+        ids = [e.ids if cut is None else e.ids[:cut] for e in encodings]
+        data, lengths = flat_ids(ids, self.dtype, None)
+        self.out.append_many(data, lengths * self.dtype.itemsize)
 
     def finish(self) -> None:
         """Encode and write what is pending; every row has its tokens after this."""
