@@ -224,6 +224,21 @@ def test_closing_a_loader_waits_for_its_own_gets_not_another_loaders(
     assert elapsed < 1.0, f"close waited {elapsed:.1f} s for the other loader's GETs"
 
 
+def test_a_planner_holds_no_settled_get(corpora: Corpora) -> None:
+    """The GETs a loader's prefetches started drop out of its planner as they settle: a
+    settled GET holds its bytes (a window of blocks, up to half the cap under the locality
+    shuffle), which the cache has by then (was: held until the planner's next prefetch)."""
+    remote = corpora.open("a")
+    loader = LanguageModelLoader(remote, 2, Windows(12), seed=1, read_ahead=0)
+    next(iter(loader))  # plans, prefetches a window ahead, reads
+    assert remote.remote is not None
+    remote.remote.cache.drain()
+    planners = loader._workload.planners.values()
+    assert remote.cache_stats()["gets"] > 1
+    assert all(not planner._started for planner in planners)
+    loader.close()
+
+
 def test_closing_a_fetcher_settles_every_future_at_once(bucket: str, faults: LocalS3) -> None:
     url = f"s3://{bucket}/objects"
     open_client(url).put("text.bin", os.urandom(1000))
@@ -517,6 +532,39 @@ def test_forks_while_the_plane_works_leave_every_child_reading(
     assert done.returncode == 0 and "children [0, 0, 0, 0, 0, 0, 0, 0]" in done.stdout, (
         done.stdout + done.stderr
     )
+
+
+FORK_CLOSE = """
+    import os, threading, time
+    from lading.lm import LanguageModelLoader, TokenCorpus, Windows
+
+    remote = TokenCorpus.open({url!r}, cache={cache!r}, cache_bytes="1M", timeout=30.0)
+    loader = LanguageModelLoader(remote, 2, Windows(12), seed=4, read_ahead=0)
+    reading = threading.Thread(target=lambda: next(iter(loader)), daemon=True)
+    reading.start()  # plans, prefetches a window ahead, reads: every GET held 3 s
+    time.sleep(1.0)
+    pid = os.fork()  # the parent's GETs in flight: none of them is the child's
+    if pid == 0:
+        started = time.monotonic()
+        loader.close()
+        os._exit(0 if time.monotonic() - started < 1.0 else 3)
+    _, status = os.waitpid(pid, 0)
+    print("child", os.waitstatus_to_exitcode(status))
+    reading.join(30)
+"""
+
+
+@pytest.mark.slow  # a slow server: ~5 s
+def test_a_forked_childs_close_does_not_wait_for_its_parents_gets(
+    corpora: Corpora, faults: LocalS3, tmp_path: Path
+) -> None:
+    """A fork while a loader's prefetches are in flight: the child's ``close`` returns at once,
+    the parent's GETs being none of its own (its fetcher dropped them at the fork), not after
+    the remote deadline waiting for GETs that never settle there."""
+    faults.fault("corpora/b/", 100, "slow", delay=3.0)
+    script = FORK_CLOSE.format(url=corpora.url("b"), cache=str(tmp_path / "node"))
+    done = _run(script, timeout=120)
+    assert done.returncode == 0 and "child 0" in done.stdout, done.stdout + done.stderr
 
 
 # ------------------------------------------------------------------ claims and other users

@@ -62,7 +62,6 @@ __all__ = [
     "TIMEOUT_ENV",
     "Fetcher",
     "Future",
-    "wait_done",
 ]
 
 DEFAULT_IN_FLIGHT = 128  # > 64: at 30 ms a GET, 128 in flight serve ~4,200 GETs/s
@@ -106,6 +105,15 @@ class Future:
             raise self._error
         assert self._data is not None
         return self._data
+
+    def add_done_callback(self, fn: Callable[[Future], None]) -> None:
+        """Run ``fn(self)`` once settled: on the fetch loop's thread, or here and now if it
+        is settled already."""
+        with self._cond:
+            if not self._done:
+                self._callbacks.append(fn)
+                return
+        fn(self)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The GET's error, or None once it succeeded (waits for it)."""
@@ -352,14 +360,15 @@ class Fetcher:
             self._unsettled.difference_update(f for f, _ in live)
         _settle(live, error)
 
-    def wait_settled(self, timeout: float) -> bool:
-        """Wait until every GET submitted so far is settled (fetched, failed or closed), at
-        most ``timeout`` seconds in all; whether they all are. GETs submitted meanwhile are not
-        waited for. What a reader that stops calls so that nothing it asked for is sent after
-        it returns (:meth:`lading.loading.loader.Loader.close`)."""
+    def wait_settled(self, timeout: float, among: set[Future] | None = None) -> bool:
+        """Wait until every GET submitted so far (``among``: of those, the ones this fetcher
+        sent: a forked child's fetcher sent none of its parent's) is settled (fetched, failed
+        or closed), at most ``timeout`` seconds in all; whether they all are. GETs submitted
+        meanwhile are not waited for. What a reader that stops calls so that nothing it asked
+        for is sent after it returns (:meth:`lading.loading.loader.Loader.close`)."""
         with self._lock:
-            pending = list(self._unsettled)
-        return wait_done(pending, timeout)
+            pending = list(self._unsettled if among is None else self._unsettled & among)
+        return _wait_done(pending, timeout)
 
     def close(self) -> None:
         """Settle every GET not yet settled with an error saying so, send none after (a call
@@ -407,7 +416,7 @@ async def _within(call: Awaitable[T], timeout: float) -> T:
         return await call
 
 
-def wait_done(futures: Sequence[Future], timeout: float) -> bool:
+def _wait_done(futures: Sequence[Future], timeout: float) -> bool:
     """Wait until every one of ``futures`` is settled, at most ``timeout`` seconds in all;
     whether they all are."""
     ends = time.monotonic() + timeout

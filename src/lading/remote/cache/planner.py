@@ -33,7 +33,7 @@ import operator
 
 from lading.remote.cache.places import WINDOW
 from lading.remote.cache.reads import NodeCache
-from lading.remote.fetch import Future, wait_done
+from lading.remote.fetch import Future
 from lading.remote.ranges import Need
 from lading.remote.schedule import Schedule
 
@@ -72,7 +72,10 @@ class Planner:
         self._advanced = 0  # blocks read before this step had their next uses moved on
         self._retried = -1  # the step of the last retry (with an order known)
         self._followed = (0, 0)  # follow(): the step last read, the step handed up to
-        self._started: list[Future] = []  # the GETs its prefetches started, not yet settled
+        # the GETs its prefetches started, not yet settled: each drops out as it settles, on
+        # the fetch loop's thread (a settled one's bytes are not held here); a set's add,
+        # discard and copy are each atomic, so no lock (none to be held at a fork)
+        self._started: set[Future] = set()
 
     def plan(self, schedule: Schedule) -> None:
         """Take ``schedule`` (the reads from its first step on) as what eviction keeps."""
@@ -126,8 +129,10 @@ class Planner:
         tries = sorted([*deferred[:retry], *pending[:take]], key=_STEP)
         claimed = self.cache.fetch_ahead(tries, now, near, self.once)
         later = claimed.late
-        self._started = [f for f in self._started if not f.done()]
-        self._started += [f for gets in claimed.started.values() for _, _, f in gets]
+        for gets in claimed.started.values():
+            for _, _, future in gets:
+                self._started.add(future)
+                future.add_done_callback(self._started.discard)
         self._deferred = (
             sorted([*later, *deferred[retry:]], key=_STEP) if later or retry else deferred
         )
@@ -138,7 +143,7 @@ class Planner:
         are answered (not those of another loader reading the same objects: a loader closing
         beside a training loader that keeps fetching would wait out its deadline); whether
         they all are."""
-        return wait_done(list(self._started), timeout)
+        return self.cache.fetcher.wait_settled(timeout, self._started.copy())
 
     def follow(self, now: int, ahead: int) -> None:
         """With no loader announcing (a loop of reads along the plan): :meth:`prefetch` the
