@@ -92,20 +92,34 @@ def test_joined_many_joins_each_batch_as_joined_does(rng: random.Random) -> None
             assert (got_a[at].tolist(), got_b[at].tolist()) == want
 
 
+@pytest.fixture(scope="module")
+def remote_url(s3: LocalS3, corpora: tuple[TokenCorpus, TokenCorpus], tmp_path_factory: Any) -> str:
+    """The first corpus built into the local S3."""
+    local = corpora[0]
+    s3.make_bucket("plan-many")
+    url = "s3://plan-many/a"
+    built = tmp_path_factory.mktemp("plan-many-build")
+    TokenCorpus.build(local.path.parent / "docs.txt", url, local.tokenizer(), cache=built)
+    return url
+
+
+def local_and_cold(
+    corpora: tuple[TokenCorpus, TokenCorpus], url: str, tmp_path: Path
+) -> tuple[list[Any], TokenCorpus]:
+    """The local corpus's batches of an epoch of ``Windows(12)``, and the remote copy opened on
+    a cold node cache."""
+    want = [b[0].tolist() for b in LanguageModelLoader(corpora[0], 3, Windows(12), seed=5)]
+    return want, TokenCorpus.open(url, cache=tmp_path / "c", cache_bytes="1M")
+
+
 def test_planning_a_remote_epoch_asks_the_mode_of_no_batch_alone(
-    s3: LocalS3, corpora: tuple[TokenCorpus, TokenCorpus], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    remote_url: str, corpora: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An epoch of windows over a remote corpus: its plan finds every batch's ranges at once
     and its builds read them from the plan, so ``WindowsMode.reads`` and ``fetches`` (a
     batch each) are never called; the batches equal the local corpus's. (The old plan called
     them a batch at a time: 148 and 74 times here.)"""
-    local = corpora[0]
-    s3.make_bucket("plan-many")
-    url = "s3://plan-many/a"
-    TokenCorpus.build(local.path.parent / "docs.txt", url, local.tokenizer(), cache=tmp_path / "b")
-    remote = TokenCorpus.open(url, cache=tmp_path / "c", cache_bytes="1M")
-    want = [b[0].tolist() for b in LanguageModelLoader(local, 3, Windows(12), seed=5)]
+    want, remote = local_and_cold(corpora, remote_url, tmp_path)
     calls = {"reads": 0, "fetches": 0}
     for name in calls:
         original = getattr(WindowsMode, name)
@@ -122,18 +136,12 @@ def test_planning_a_remote_epoch_asks_the_mode_of_no_batch_alone(
 
 
 def test_a_mode_that_cannot_say_its_reads_is_planned_batch_by_batch(
-    s3: LocalS3, corpora: tuple[TokenCorpus, TokenCorpus], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    remote_url: str, corpora: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Where a mode says nothing of its reads (as ``Streams`` after an elastic resume), the plan
     finds each batch's ranges by building it with a recorder: the batches still equal the
     local corpus's and every read was planned."""
-    local = corpora[0]
-    s3.make_bucket("plan-each")
-    url = "s3://plan-each/a"
-    TokenCorpus.build(local.path.parent / "docs.txt", url, local.tokenizer(), cache=tmp_path / "b")
-    remote = TokenCorpus.open(url, cache=tmp_path / "c", cache_bytes="1M")
-    want = [b[0].tolist() for b in LanguageModelLoader(local, 3, Windows(12), seed=5)]
+    want, remote = local_and_cold(corpora, remote_url, tmp_path)
     for name in ("reads", "fetches", "reads_many", "fetches_many"):
         monkeypatch.setattr(WindowsMode, name, lambda *args: None)
     loader = LanguageModelLoader(remote, 3, Windows(12), seed=5, read_ahead=0)
