@@ -2,10 +2,12 @@
 
 A batch of any LM mode reads ``tokens[a:b]`` of its corpora (pieces of documents: a window is
 a contiguous range of the epoch stream, so its pieces are exact ranges of ``tokens.bin``). Its
-ranges are found by building it once with a recorder (:class:`~lading.lm.remote.Build`, local
-to the building thread: no token value decides what a batch reads, only the plan, so the
-build is the one source of truth for every mode, mixtures, packing and ``boundaries=True``
-included). :class:`RemoteReads` wraps the loader's workload and
+ranges come from the plan where the mode can say (window modes: every batch of a plan at once,
+with numpy, ``reads_many``), else from building it once with a recorder
+(:class:`~lading.lm.remote.Build`, local to the building thread: no token value decides what
+a batch reads, only the plan, so the build is the one source of truth for every mode,
+mixtures, packing and ``boundaries=True`` included). :class:`RemoteReads` wraps the loader's
+workload and
 
 - announces (:func:`lading.loading.announce.announcer`, the map loader's route): at each
   iteration's start the epoch's whole order of ranges (and the next epoch's) goes to each
