@@ -227,13 +227,15 @@ class RemoteReads:
         Python object a read: an epoch of a 4B-token corpus is ~250k batches), else a key
         at a time."""
         self.inner.plan_keys(keys)
-        reads, fetches = self.inner.reads_many(keys), self.inner.fetches_many(keys)
+        reads = self.inner.reads_many(keys)
+        # what a batch fetches is what it reads, unless it fetches whole blocks
+        fetches = self.inner.fetches_many(keys) if _block_tokens(self.inner) else reads
         if reads is None or fetches is None:  # a batch at a time (built with a recorder)
             self._ranges = Planned(keys, *stacked([self.ranges(k) for k in keys]))
             self._fetches = Planned(keys, *stacked([self.fetches(k) for k in keys]))
         else:
             self._ranges = Planned(keys, *self._by_file_of(*reads))
-            same = all(np.array_equal(x, y) for x, y in zip(reads, fetches))
+            same = fetches is reads
             self._fetches = self._ranges if same else Planned(keys, *self._by_file_of(*fetches))
         which, rows = self._fetches.which, self._fetches.rows
         at = np.asarray(steps, dtype=np.int64)
@@ -307,12 +309,17 @@ def joined(ranges: Ranges) -> tuple[list[int], list[int]]:
     return a[new].tolist(), reach[last].tolist()
 
 
+def _block_tokens(workload: LMWorkload) -> int:
+    """The tokens of a block of the locality shuffle (``Windows(block_tokens=...)``), else 0."""
+    return int(getattr(getattr(workload.mode, "shape", None), "block_tokens", 0) or 0)
+
+
 def _ahead_share(workload: LMWorkload, remote: dict[int, RemoteTokens]) -> float:
     """The share of the cap fetched ahead: the planner's default, or under the locality
     shuffle room for the ``block_buffer`` blocks being read and as many next (a batch reads
     from all of them), at most half the cap."""
     shape = getattr(workload.mode, "shape", None)
-    tokens = getattr(shape, "block_tokens", 0)
+    tokens = _block_tokens(workload)
     if not tokens or not remote:
         return AHEAD_SHARE
     size = max(t.itemsize for t in remote.values())

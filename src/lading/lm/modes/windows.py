@@ -237,21 +237,10 @@ class WindowsMode(Mode):
         """What a remote corpus fetches for batch ``key``: the blocks of its windows whole
         under the locality shuffle (each block's stream range, ``per_block`` windows and the
         token the last one shares with the next), else what it reads (:meth:`reads`)."""
-        per = self.per_block()
-        windows = seg.windows
-        if not per or not reading.shuffle or not isinstance(windows, StreamWindows):
+        if not self.per_block() or not reading.shuffle:
             return self.reads(seg, key, reading)
-        width = per * windows.bptt
-        blocks = np.unique(self.order(seg, key, reading) // per)
-        starts = blocks * width
-        total = windows.stream.total
-        last = starts + width + 1 > total  # the short last block ends with the stream
-        found = [windows.stream.pieces(starts[~last], width + 1)]
-        for start in starts[last].tolist():
-            found.append(windows.stream.pieces([start], total - start))
-        pieces = np.concatenate(found)
-        pieces[:, 0] = 0
-        return pieces
+        found = self.fetches_many(seg, [key], reading)
+        return None if found is None else found[1]
 
     def fetches_many(
         self, seg: LMSegment, keys: list[SegmentBatchKey], reading: Reading
