@@ -441,6 +441,33 @@ def test_a_cache_full_of_the_next_epochs_blocks_still_fetches_a_near_batch_ahead
     assert cache.stats()["bytes_cached"] <= 250
 
 
+def test_a_window_of_region_sized_ranges_sharing_an_end_is_fetched_ahead(
+    tmp_path: Path,
+) -> None:
+    # the locality shuffle's fetches: blocks of a region's bytes, each sharing its last token
+    # with the next; coalesced into one block larger than a region, the window found no place
+    # (every need came back late, 0 GETs) and each group of blocks waited for its read
+    data = os.urandom(2000)
+    cache = _local_cache(tmp_path, data, cap=1000, region=250)  # 4 regions of 250 bytes
+    spans = [("text.bin", s, s + 250) for s in (0, 248, 496)]
+    claimed = cache.fetch_ahead([Need(*s, 1) for s in spans], now=0, near=16)
+    assert claimed.late == [] and sum(map(len, claimed.started.values())) == 3
+    cache.drain()
+    assert cache.read(spans, 1) == [data[a:b] for _, a, b in spans]
+    assert cache.stats()["gets"] == 3 and cache.stats()["bytes_fetched"] == 746  # once each
+
+
+def test_ranges_of_one_read_overlapping_past_a_region_are_cached(tmp_path: Path) -> None:
+    # each range fits a region, their union does not: read around the cache at every read
+    # (merged into one block no region could take), now kept in blocks of a region at most
+    data = os.urandom(2000)
+    cache = _local_cache(tmp_path, data, cap=1000, region=250)
+    spans = [("text.bin", 0, 250), ("text.bin", 248, 498), ("text.bin", 100, 300)]
+    for _ in range(2):
+        assert cache.read(spans, 0) == [data[a:b] for _, a, b in spans]
+    assert cache.stats()["gets"] == 2 and cache.stats()["bytes_bypassed"] == 0
+
+
 def test_a_range_announced_for_two_steps_and_read_once_hits_in_the_next_epoch(
     tmp_path: Path,
 ) -> None:

@@ -5,7 +5,11 @@ law), so neighbouring ranges are worth fetching as one when the bytes between th
 But merging across large gaps inflates what is read (obstore's ``get_ranges`` merges anything
 under 1 MB apart: for 350-byte passages that is thousands of times the bytes used). So:
 
-- overlapping and touching ranges always merge (no byte is wasted);
+- overlapping and touching ranges merge (no byte is wasted) up to ``max_block`` bytes; past
+  it the rest of a range starts a block of its own (a node cache's blocks are at most a
+  region: the locality shuffle's ranges are a region each and share a token with the
+  next, and merged, the window's first block found no place and every block behind it
+  waited for its read; a single range larger than ``max_block`` stays one block);
 - a gap of at most ``max_gap`` bytes may be merged across, smallest gaps first, while the
   wasted bytes stay within ``max_waste`` of the useful ones (0.1: at most 1.1 bytes fetched
   per byte used) and a block stays within ``max_block`` bytes;
@@ -64,7 +68,8 @@ def coalesce(
         needs: ranges to fetch (empty ones are dropped, duplicates merged).
         max_gap: largest gap (bytes) merged across.
         max_waste: gap bytes fetched at most, as a share of the useful bytes.
-        max_block: largest block merged across a gap (a single range may be larger).
+        max_block: largest block merged across a gap or from overlapping ranges (a single
+            range may be larger).
         barrier: ``(key, end, start) -> True`` where the gap ``[end, start)`` may not be merged.
 
     Raises:
@@ -75,7 +80,7 @@ def coalesce(
             f"max_gap={max_gap}, max_waste={max_waste}, max_block={max_block}: "
             "gap and waste must be >= 0, max_block >= 1"
         )
-    runs = _runs(needs)
+    runs = _runs(needs, max_block)
     useful = sum(end - start for _, start, end, _ in runs)
     # candidate merges: (gap, index of the run on its left), smallest first
     gaps = sorted(
@@ -110,8 +115,10 @@ def coalesce(
     return blocks
 
 
-def _runs(needs: Iterable[Need]) -> list[tuple[str, int, int, int]]:
-    """Non-empty ranges sorted by (key, start), overlapping or touching ones merged."""
+def _runs(needs: Iterable[Need], max_block: int) -> list[tuple[str, int, int, int]]:
+    """Non-empty ranges sorted by (key, start), overlapping or touching ones merged while the
+    run stays within ``max_block`` bytes; past it, a range's bytes beyond the run start the
+    next run (runs are disjoint; a run's step is its bytes' earliest need)."""
     ordered = []
     for key, start, end, step in needs:
         if start < 0 or end < start:
@@ -123,9 +130,13 @@ def _runs(needs: Iterable[Need]) -> list[tuple[str, int, int, int]]:
     for key, start, end, step in ordered:
         if runs and runs[-1][0] == key and start <= runs[-1][2]:
             last = runs[-1]
-            runs[-1] = (key, last[1], max(last[2], end), min(last[3], step))
-        else:
-            runs.append((key, start, end, step))
+            if end <= last[2] or end - last[1] <= max_block:
+                runs[-1] = (key, last[1], max(last[2], end), min(last[3], step))
+                continue
+            if start < last[2]:  # its bytes inside the run are needed at its step too
+                runs[-1] = (*last[:3], min(last[3], step))
+            start = last[2]
+        runs.append((key, start, end, step))
     return runs
 
 

@@ -69,3 +69,34 @@ def test_blocks_stay_under_max_block_and_go_in_step_order() -> None:
     assert [b.step for b in blocks] == sorted(b.step for b in blocks)
     with pytest.raises(ValueError, match="need 0 <= start <= end"):
         coalesce([Need("t", 10, 5)])
+
+
+def test_overlapping_ranges_past_max_block_become_blocks_within_it() -> None:
+    # the locality shuffle's ranges are a region each and share their last token with the
+    # next: merged whole, the window's first block found no place in the node cache and
+    # every block behind it waited for its read (lading@blocks at a 10 % cap: 0.77x local)
+    needs = [Need("t", 0, 100, 5), Need("t", 98, 198, 3), Need("t", 196, 296, 7)]
+    assert coalesce(needs, max_gap=64, max_waste=1.0, max_block=120) == [
+        Block("t", 0, 100, 3),  # bytes 98-99 are needed at step 3
+        Block("t", 100, 198, 3),
+        Block("t", 198, 296, 7),
+    ]
+    assert coalesce([Need("t", 0, 500), Need("t", 490, 560)], max_block=120) == [
+        Block("t", 0, 500, NO_STEP),  # one range larger than max_block stays whole
+        Block("t", 500, 560, NO_STEP),
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(needs=needs_strategy, block=st.integers(400, 1200))
+def test_blocks_cover_every_range_and_stay_within_max_block(needs: list[Need], block: int) -> None:
+    blocks = coalesce(needs, max_gap=64, max_waste=1.0, max_block=block)
+    assert all(b.size <= block for b in blocks)  # each range is <= 400 bytes here
+    for key in ("a", "b"):
+        mine = sorted(b for b in blocks if b.key == key)
+        assert all(x.end <= y.start for x, y in itertools.pairwise(mine))  # disjoint
+        for need in (n for n in needs if n.key == key and n.end > n.start):
+            held = [b for b in mine if b.start < need.end and need.start < b.end]
+            assert held[0].start <= need.start and held[-1].end >= need.end  # covered,
+            assert all(x.end == y.start for x, y in itertools.pairwise(held))  # no hole
+            assert all(b.step <= need.step for b in held)  # needed no later than it

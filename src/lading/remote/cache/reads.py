@@ -31,7 +31,7 @@ from lading.remote.cache.ledger import Ledger, Piece
 from lading.remote.cache.node import Flight, Node, release
 from lading.remote.cache.places import policy_check
 from lading.remote.cache.regions import folder_bytes
-from lading.remote.fetch import Fetcher
+from lading.remote.fetch import Fetcher, Future
 from lading.remote.objects import RemoteReadError, describe
 from lading.remote.ranges import DEFAULT_GAP, DEFAULT_WASTE, NO_STEP, Need
 from lading.step import current_step
@@ -246,10 +246,7 @@ class NodeCache:
         if part.piece is None:  # a gap: claimed (or read around) by this round
             assert claimed is not None
             fetched.add(k)
-            for start, end, future in claimed.started.get(key, []):
-                if start <= part.start and part.end <= end:
-                    return _cut(future.result(), start, part.start, part.end)
-            return None  # claimed by another process meanwhile
+            return _joined(claimed.started.get(key, []), part.start, part.end)
         piece = part.piece
         flight = flights.get((k[0], piece.start))
         if flight is None or flight.end < part.end:  # claimed since the lookup began
@@ -353,6 +350,24 @@ class NodeCache:
         self.fetcher.close()
         self.node.count(force=True)
         release(self.node)
+
+
+def _joined(started: list[tuple[int, int, Future]], start: int, end: int) -> bytes | None:
+    """Bytes ``[start, end)`` from the GETs ``started`` (``(start, end, future)``) that cover
+    them, one or several back to back (overlapping ranges of one read are coalesced into
+    blocks of at most a region, cut where their union passes it); None where they do not
+    (another process claimed a part meanwhile: look again)."""
+    pieces = sorted((a, b, f) for a, b, f in started if a < end and start < b)
+    at, out = start, []
+    for a, b, future in pieces:
+        if a > at:
+            return None
+        if b > at:
+            out.append(_cut(future.result(), a, at, min(b, end)))
+            at = min(b, end)
+        if at >= end:
+            return out[0] if len(out) == 1 else b"".join(out)
+    return None
 
 
 def _cut(data: bytes, base: int, start: int, end: int) -> bytes:
