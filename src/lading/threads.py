@@ -15,9 +15,11 @@ with the stage they belong to; this module is the only place that hooks ``fork()
   registered owner's ``forked()`` drops its per-process state (threads, queues, GETs in flight,
   connections), made again on first use: a carried read-ahead pass builds from its cursor.
 - **exit**: one hook, in stage order: read-ahead threads stop first (no new reads), then the
-  node caches' fill threads (their claims handed back), then the fetch loops (their calls
-  drained: a GET ending on obstore's runtime after the interpreter began to exit aborts the
-  process). Each owner's ``close()`` bounds its own waits.
+  node caches' fill threads (their claims handed back), then the fetchers (every GET not yet
+  answered settled, none retried), then the fetch loop (its calls drained: a GET ending on
+  obstore's runtime after the interpreter began to exit aborts the process; its tasks ended:
+  one left pending is reported on stderr as the interpreter exits). Each owner's ``close()``
+  bounds its own waits.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Protocol
 
 import numpy.ma  # noqa: F401  # imported lazily by np.unique (numpy >= 2.4): see the module doc
 
-STAGES = ("ahead", "fill", "fetch")  # the order in which owners are closed at exit
+STAGES = ("ahead", "fill", "fetch", "loop")  # the order in which owners are closed at exit
 FORK_WAIT_S = 10.0  # how long a fork waits for the threads inside SQLite to leave it
 
 

@@ -443,6 +443,33 @@ def _run(script: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]
         pytest.fail(f"the script hung for {timeout} s:\n{e.stdout}\n{e.stderr}")
 
 
+EXIT_RETRYING = """
+    import os, time
+    from lading.remote.clients import open_client
+    from lading.remote.fetch import Fetcher
+
+    fetcher = Fetcher(lambda: open_client("s3://{bucket}"), backoff=0.5, retries=5)
+    futures = fetcher.submit_many([("retried.bin", 0, 100, None), ("retried.bin", 200, 300, None)])
+    time.sleep(0.3)  # the first attempts failed: both calls wait out a retry's pause
+    print("exiting", [f.done() for f in futures])
+"""
+
+
+def test_an_exit_while_gets_wait_to_be_retried_leaves_no_task_pending(
+    bucket: str, faults: LocalS3
+) -> None:
+    """The interpreter exits while GETs wait out a retry's pause: the fetch loop stopped with
+    their tasks pending and Python printed "Task was destroyed but it is pending!" for each
+    (3 of 4 exits: the loop and the fetchers closed in one exit stage, in no set order). Now
+    the fetchers close first (nothing retried) and the loop ends its tasks before it stops."""
+    open_client(f"s3://{bucket}").put("retried.bin", os.urandom(1000))
+    faults.fault("retried.bin", 1000, "error", status=503)
+    for _ in range(3):
+        done = _run(EXIT_RETRYING.format(bucket=bucket), timeout=60)
+        assert done.returncode == 0 and "exiting [False, False]" in done.stdout, done.stderr
+        assert "Task was destroyed" not in done.stderr, done.stderr
+
+
 FORK_LOCAL = """
     import os
     import lading
