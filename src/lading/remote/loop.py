@@ -100,6 +100,7 @@ class _Owner:
         loop.settle()
         with contextlib.suppress(Exception):  # (exiting: nothing to report to)
             asyncio.run_coroutine_threadsafe(_end_tasks(), loop).result(_JOIN_S)
+        loop.settle()  # a cancelled upload's Rust side takes the GIL to see it (~1 ms)
         loop.call_soon_threadsafe(loop.stop)
         if thread is not threading.current_thread():
             thread.join(_JOIN_S)

@@ -21,7 +21,6 @@ Every block is fetched by one GET, so GETs <= blocks <= distinct ranges, by cons
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
@@ -128,31 +127,20 @@ def _runs(needs: Iterable[Need], max_block: int) -> list[tuple[str, int, int, in
     ordered.sort()
     runs: list[tuple[str, int, int, int]] = []
     for key, start, end, step in ordered:
+        # every run it overlaps holds bytes needed at its step (runs split at max_block: it
+        # may start inside one before the last)
+        j = len(runs) - 1
+        while j >= 0 and runs[j][0] == key and runs[j][2] > start:
+            if runs[j][1] < end and runs[j][3] > step:
+                runs[j] = (*runs[j][:3], step)
+            j -= 1
         if runs and runs[-1][0] == key and start <= runs[-1][2]:
             last = runs[-1]
-            if end <= last[2] or end - last[1] <= max_block:
-                runs[-1] = (key, last[1], max(last[2], end), min(last[3], step))
+            if end <= last[2]:
                 continue
-            if start < last[2]:  # its bytes inside the run are needed at its step too
-                runs[-1] = (*last[:3], min(last[3], step))
-            start = last[2]
+            if end - last[1] <= max_block:
+                runs[-1] = (key, last[1], end, min(last[3], step))
+                continue
+            start = last[2]  # the rest starts a run of its own
         runs.append((key, start, end, step))
     return runs
-
-
-def needs_in(needs: list[Need], blocks: list[Block]) -> list[Need]:
-    """The ``needs`` that lie inside one of ``blocks`` (what a deferred block would serve)."""
-    by_key: dict[str, list[Block]] = {}
-    for block in blocks:
-        by_key.setdefault(block.key, []).append(block)
-    starts: dict[str, list[int]] = {}
-    for key, group in by_key.items():
-        group.sort()
-        starts[key] = [b.start for b in group]  # once a key, not once a need
-    found = []
-    for need in needs:
-        group = by_key.get(need.key, [])
-        at = bisect.bisect_right(starts.get(need.key, []), need.start) - 1
-        if at >= 0 and group[at].end >= need.end:
-            found.append(need)
-    return found

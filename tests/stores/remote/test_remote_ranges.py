@@ -81,6 +81,11 @@ def test_overlapping_ranges_past_max_block_become_blocks_within_it() -> None:
         Block("t", 100, 198, 3),
         Block("t", 198, 296, 7),
     ]
+    # a range inside a run before the last one: that run's step, not the last one's
+    found = coalesce(
+        [Need("t", 0, 100, 5), Need("t", 50, 150, 9), Need("t", 60, 90, 1)], max_block=120
+    )
+    assert found == [Block("t", 0, 100, 1), Block("t", 100, 150, 9)]
     assert coalesce([Need("t", 0, 500), Need("t", 490, 560)], max_block=120) == [
         Block("t", 0, 500, NO_STEP),  # one range larger than max_block stays whole
         Block("t", 500, 560, NO_STEP),

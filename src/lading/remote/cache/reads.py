@@ -357,7 +357,7 @@ def _joined(started: list[tuple[int, int, Future]], start: int, end: int) -> byt
     them, one or several back to back (overlapping ranges of one read are coalesced into
     blocks of at most a region, cut where their union passes it); None where they do not
     (another process claimed a part meanwhile: look again)."""
-    pieces = sorted((a, b, f) for a, b, f in started if a < end and start < b)
+    pieces = sorted((p for p in started if p[0] < end and start < p[1]), key=lambda p: p[0])
     at, out = start, []
     for a, b, future in pieces:
         if a > at:
