@@ -460,8 +460,8 @@ def test_an_exit_while_gets_wait_to_be_retried_leaves_no_task_pending(
 ) -> None:
     """The interpreter exits while GETs wait out a retry's pause: the fetch loop stopped with
     their tasks pending and Python printed "Task was destroyed but it is pending!" for each
-    (3 of 4 exits: the loop and the fetchers closed in one exit stage, in no set order). Now
-    the fetchers close first (nothing retried) and the loop ends its tasks before it stops."""
+    (6 of 7 exits). Now the fetchers close first (nothing is retried) and the loop cancels and
+    ends its tasks before it stops."""
     open_client(f"s3://{bucket}").put("retried.bin", os.urandom(1000))
     faults.fault("retried.bin", 1000, "error", status=503)
     for _ in range(3):

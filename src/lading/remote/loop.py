@@ -8,8 +8,8 @@ forked child the loop is dropped (a fork copies no threads; the next use starts 
 settle their GETs and retry none) every client's calls are drained, the tasks still pending
 (a call waiting out a retry's pause, or queued for a slot) cancelled and ended, and the loop
 stopped. A task left pending as the loop stops is reported as the interpreter exits ("Task
-was destroyed but it is pending!": seen after a run whose GETs were being retried, 3 of 4
-exits, when the loop happened to close before the fetchers in one stage).
+was destroyed but it is pending!": seen at 6 of 7 exits while GETs waited out a retry's pause,
+whichever of the loop and the fetchers, then closed in one stage, went first).
 
 Why the drain: obstore completes a call on one of tokio's threads, which hands the result to
 this loop with ``call_soon_threadsafe``, queuing the callback and then waking the loop with the
