@@ -14,6 +14,11 @@ the GET threads included; the server is another process). Ratios remote / local 
 within a repeat (the local run of the same repeat). Issue 48 item 5: client CPU a session
 from the bucket <= 1.3x local. ``--profile NAME`` runs one more pass of that run under
 cProfile and prints its top functions.
+
+The floor (``--floor``, on by default): what any reader of these files from the bucket spends at
+least, the local run's CPU plus one bare obstore ``get_ranges`` a row group read (its columns'
+byte ranges, no cache: every row group of every epoch, in a shuffled order), each repeat's
+GET pass timed on its own (``time.process_time``) and added to that repeat's local run.
 """
 
 from __future__ import annotations
@@ -64,6 +69,55 @@ def run(make: Any, epochs: int) -> dict[str, Any]:
     return out
 
 
+def row_group_spans(local: Path, columns: list[str]) -> list[tuple[str, list[int], list[int]]]:
+    """``(file name, starts, ends)`` of every row group's ``columns`` (touching chunks merged),
+    as lading's remote reader asks for them."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for path in sorted(local.iterdir()):
+        meta = pq.read_metadata(path)
+        leaves = [j for j in range(meta.num_columns)
+                  if meta.schema.column(j).path.split(".", 1)[0] in columns]  # fmt: skip
+        for g in range(meta.num_row_groups):
+            ranges = []
+            for j in leaves:
+                chunk = meta.row_group(g).column(j)
+                start = chunk.data_page_offset
+                if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
+                    start = chunk.dictionary_page_offset
+                ranges.append((start, start + chunk.total_compressed_size))
+            merged: list[list[int]] = []
+            for a, b in sorted(ranges):
+                if merged and a <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], b)
+                else:
+                    merged.append([a, b])
+            out.append((path.name, [m[0] for m in merged], [m[1] for m in merged]))
+    return out
+
+
+def bare_gets(
+    spans: list[tuple[str, list[int], list[int]]], epochs: int, seed: int
+) -> dict[str, Any]:
+    """CPU of one bare obstore ``get_ranges`` a row group, every row group once an epoch."""
+    import random
+
+    import obstore
+    from obstore.store import from_url
+
+    store = from_url("s3://sessions/train/", client_options={"allow_http": True})
+    order = list(spans)
+    cpu, gets, got = time.process_time(), 0, 0
+    for e in range(epochs):
+        random.Random(seed * 100 + e).shuffle(order)
+        for name, starts, ends in order:
+            for data in obstore.get_ranges(store, name, starts=starts, ends=ends):
+                got += len(memoryview(data))
+            gets += len(starts)
+    return {"cpu": time.process_time() - cpu, "gets": gets, "bytes": got}
+
+
 def regroup(days: Path, local: Path) -> int:
     import pyarrow.parquet as pq
 
@@ -80,6 +134,8 @@ def main() -> None:
     parser.add_argument("--caps", default="0.39M,10%,25%")
     parser.add_argument("--latency", type=float, default=0.03)
     parser.add_argument("--profile", default="", help="a run's name (local, remote-25%%)")
+    parser.add_argument("--no-floor", dest="floor", action="store_false",
+                        help="skip the bare GETs' floor")  # fmt: skip
     args = parser.parse_args()
     found = data_dir()
     if found is None:
@@ -116,6 +172,13 @@ def main() -> None:
                     got["fetched"] = s3.stats()["get_bytes"] if name != "local" else 0
                     runs[name].append(got)
                     print(name, r, {k: round(v, 4) for k, v in got.items()}, flush=True)
+                if args.floor:  # the bare GETs, added to this repeat's local run
+                    bare = bare_gets(row_group_spans(local, KW["columns"]), args.epochs, r)
+                    local_run = runs["local"][-1]
+                    floor = {**local_run, "cpu": local_run["cpu"] + bare["cpu"]}
+                    floor.update(gets=bare["gets"], used=bare["bytes"], fetched=bare["bytes"])
+                    runs.setdefault("floor", []).append(floor)
+                    print("floor", r, {k: round(v, 4) for k, v in bare.items()}, flush=True)
             if args.profile:
                 profile = cProfile.Profile()
                 profile.runcall(run, maker(args.profile, "profile"), args.epochs)
@@ -145,8 +208,9 @@ def report(runs: dict[str, list[dict[str, Any]]], caps: dict[str, int], total: i
         ratio = [g["cpu"] / g["n"] / (o["cpu"] / o["n"]) for g, o in zip(got, local)]
         fetched = [g["fetched"] / max(1, g["used"]) for g in got]
         cap = f"{caps[name]:,}" if name in caps else "-"
+        rate = "-" if name == "floor" else spread([g["n"] / g["wall"] for g in got], ",.0f")
         print(
-            f"| {name} | {cap} | {spread([g['n'] / g['wall'] for g in got], ',.0f')} | "
+            f"| {name} | {cap} | {rate} | "
             f"{spread(cpu, '.2f')} | {spread(ratio, '.2f')} | "
             f"{spread([g['gets'] for g in got], ',.0f')} | "
             f"{spread(fetched, '.3f')} | "
