@@ -468,6 +468,22 @@ def test_ranges_of_one_read_overlapping_past_a_region_are_cached(tmp_path: Path)
     assert cache.stats()["gets"] == 2 and cache.stats()["bytes_bypassed"] == 0
 
 
+def test_a_gap_fetched_by_several_gets_is_joined_a_hole_is_looked_at_again() -> None:
+    from lading.remote.cache.reads import _joined
+    from lading.remote.fetch import Future, _settle
+
+    cond = threading.Condition()
+    a, b, failed = Future(cond), Future(cond), Future(cond)
+    _settle([(a, bytes(range(100))), (b, bytes(range(100, 200)))], None)
+    _settle([(failed, None)], RemoteReadError("the GET failed"))
+    started = [(100, 200, b), (0, 100, a)]  # in any order
+    assert _joined(started, 50, 150) == bytes(range(50, 150))  # across the two GETs
+    assert _joined(started, 10, 20) == bytes(range(10, 20))  # inside one
+    assert _joined([(0, 100, a), (120, 200, b)], 50, 150) is None  # a hole: another's claim
+    with pytest.raises(RemoteReadError, match="failed"):
+        _joined([(0, 100, a), (100, 200, failed)], 50, 150)
+
+
 def test_a_range_announced_for_two_steps_and_read_once_hits_in_the_next_epoch(
     tmp_path: Path,
 ) -> None:
