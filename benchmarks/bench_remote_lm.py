@@ -11,7 +11,8 @@ per system:
 - Mosaic ``StreamingDataset`` over MDS token shards, litdata ``StreamingDataset`` with its
   ``TokensLoader`` (see remote_lm_peers.py for their routes);
 - ``lading@stored``: ``Windows(seq_len, shuffle_documents=False)`` (one range a window),
-  ``lading@blocks``: the locality shuffle (``block_tokens`` one region of the node cache);
+  ``lading@blocks``: the locality shuffle (``block_tokens`` one region of the node cache,
+  ``--block-regions`` regions with that flag);
   ``--doc-tokens`` sets the synthetic documents' mean length (issue 48);
 - ``+step``: a training step a batch (a sleep of batch tokens / ``--consume``), for lading
   local and remote and for the peers, ``+workers`` with 2 DataLoader workers: does the
@@ -298,6 +299,8 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--share", type=float, default=0.1, help="node cache / corpus bytes")
+    parser.add_argument("--block-regions", type=float, default=1.0,
+                        help="lading@blocks: a block's bytes, in regions")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--warm", type=float, default=0.1, help="share of the epoch skipped")
     parser.add_argument("--resume-after", type=int, default=3,
@@ -326,7 +329,7 @@ def main() -> None:
     # lading@blocks: blocks of the locality shuffle as large as the node cache caches (a
     # region: cap / 16 up to 16 MiB), the window's shared token included
     region = Layout.of(env["cap"]).region_bytes
-    env["block_tokens"] = region // env["tokens"].dtype.itemsize - 1
+    env["block_tokens"] = int(args.block_regions * region) // env["tokens"].dtype.itemsize - 1
     print(f"lading@blocks: blocks of {env['block_tokens']:,} tokens", flush=True)
     work = env["work"] = args.out / f"run-{os.getpid()}"
     work.mkdir()

@@ -202,13 +202,23 @@ class RemoteReads:
     # ------------------------------------------------------------------ what comes next
 
     def _needs(self, ranges: Sequence[Ranges], steps: Sequence[int]) -> dict[int, list[Need]]:
-        """Each corpus's needs of batches of ranges (batch ``j`` read at ``steps[j]``)."""
+        """Each corpus's needs of batches of ranges (batch ``j`` read at ``steps[j]``), joined
+        as build() reads them; under the locality shuffle cut into pieces a cached block can
+        hold (a region): a block larger than a region, or two neighbouring blocks of one
+        buffer joined, were never fetched ahead (the planner leaves a range larger than a
+        region to its read) and each batch waited for its GETs (blocks of two regions:
+        0.41M tokens/s against 0.95M)."""
         needs: dict[int, list[Need]] = {part: [] for part in self.remote}
+        cut = bool(_block_tokens(self.inner))
         for found, step in zip(ranges, steps):
-            for part, tokens in self.remote.items():  # as build() reads them: joined
+            for part, tokens in self.remote.items():
                 starts, ends = joined(found[found[:, 0] == part])
                 size, key, mine = tokens.itemsize, tokens.key, needs[part]
-                mine.extend(Need(key, a * size, b * size, step) for a, b in zip(starts, ends))
+                limit = max(1, tokens.cache.max_block // size) if cut else 0
+                for a, b in zip(starts, ends):
+                    most = limit or max(1, b - a)
+                    for lo in range(a, b, most):
+                        mine.append(Need(key, lo * size, min(b, lo + most) * size, step))
         return needs
 
     def prefetch(self, keys: list[SegmentBatchKey], first_step: int, now: int) -> None:
