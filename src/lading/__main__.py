@@ -1,5 +1,5 @@
 """``python -m lading``: the same command as ``lading``."""
 
-from lading.cli import main
+from lading.cli import run
 
-raise SystemExit(main())
+run()

@@ -9,10 +9,13 @@ lm build``, ``lading repartition``) stays light.
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import os
 import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from lading import __version__
 from lading.cli.bench import add_bench, bench_plan, default_world_sizes
@@ -51,6 +54,24 @@ def build_parser() -> argparse.ArgumentParser:
     add_example(sub)
     _record_flags(parser)
     return parser
+
+
+def run() -> NoReturn:
+    """The ``lading`` command as a process runs it (``lading``, ``python -m lading``): exits with
+    :func:`main`'s status. A process that joined and left a process group (a training command
+    under torchrun) exits without finalizing the interpreter, once its exit hooks have run and
+    its output is flushed: the group's threads outlive it and one can abort the finalizing
+    process (:func:`lading.train.ddp.left_a_group`). Objects are not finalized then; every
+    file the commands write is closed before they return."""
+    code = main()
+    ddp = sys.modules.get("lading.train.ddp")  # not imported: no group was joined
+    if ddp is not None and ddp.left_a_group():
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    raise SystemExit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
