@@ -109,8 +109,8 @@ class ClientCPU:
     """CPU seconds of this process (every thread) and of its child processes but the local S3
     (DataLoader workers): children are sampled as the epoch goes (a worker's last reading is
     kept: a worker may be gone before the epoch's end is seen). The sampling's own CPU (psutil
-    lists every process of the machine: ~3 ms a sample, 0.01 s a million tokens at a sample
-    every 16 batches of 8 x 2,048, once counted as every system's) is not the client's."""
+    lists every process of the machine every 16 batches: ~0.003 s a million tokens here, once
+    counted as every system's) is not the client's."""
 
     def __init__(self, s3: LocalS3, exclude: Iterable[int] = ()) -> None:
         assert s3._process is not None

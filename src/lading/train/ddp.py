@@ -56,8 +56,8 @@ def joined(parallel: str = "ddp") -> Iterator[tuple[World, torch.device]]:
     """:func:`setup` for the length of a ``with`` block, then leave the group if this call
     joined it; a group the caller started stays up for the caller to close.
 
-    Leaving matters: a gloo group alive at interpreter exit can abort the process with
-    ``terminate called without an active exception`` after a finished run (pytorch#190489).
+    Leaving is needed but not enough when DDP wrapped a model (pytorch#190489): see
+    :func:`left_a_group`, which this sets.
     """
     global _left
     ours = not dist.is_initialized()
