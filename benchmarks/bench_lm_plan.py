@@ -12,7 +12,8 @@ corpus on a cold node cache, makes ``LanguageModelLoader(corpus, 8, Windows(2048
 (``read_ahead=0``, so the plan runs on the timed thread) and times ``next(iter(loader))``:
 wall and CPU (``time.process_time``, every thread), and the same of the local copy (no plan).
 ``windows`` is the default shuffle (documents permuted: a range a document a window meets),
-``stored`` ``shuffle_documents=False`` (a range a window).
+``stored`` ``shuffle_documents=False`` (a range a window), ``blocks`` the locality shuffle
+(``block_tokens`` 12 windows, buffers of 4 blocks: the plan orders every buffer).
 
 With ``--vs OTHER_SRC`` (another checkout's ``src``, e.g. a worktree of the commit before) the
 two trees' children run in turn, the order rotated each repeat, and the ratios are paired.
@@ -39,7 +40,10 @@ import json, sys, time, warnings
 warnings.simplefilter("ignore")
 from lading.lm import LanguageModelLoader, TokenCorpus, Windows
 url, local, cache, mode = sys.argv[1:5]
-shape = Windows(2048, shuffle_documents=(mode != "stored"))
+if mode == "blocks":  # the locality shuffle, blocks of 12 windows (a small cache's region)
+    shape = Windows(2048, shuffle_documents=False, block_tokens=12 * 2049)
+else:
+    shape = Windows(2048, shuffle_documents=(mode != "stored"))
 
 def first(corpus, **kw):
     loader = LanguageModelLoader(corpus, 8, shape, seed=1, **kw)

@@ -103,21 +103,37 @@ def feistel_permutation(
     if len(index) <= 64:
         values = [feistel_value(int(i), n, seed, *key) for i in index.tolist()]
         return np.array(values, dtype=np.int64)
+    return feistel_keyed(index, n, np.array(round_keys_of(seed, *key), dtype=np.uint64))
+
+
+def round_keys_of(seed: int, *key: int) -> tuple[int, int, int, int]:
+    """The four round keys :func:`feistel_permutation` uses for ``(seed, *key)``."""
+    return _round_keys(int(seed), *(int(k) for k in key))
+
+
+def feistel_keyed(
+    index: npt.NDArray[np.int64], n: int, keys: npt.NDArray[np.uint64]
+) -> npt.NDArray[np.int64]:
+    """:func:`feistel_permutation` of ``[0, n)`` at ``index``, in numpy, under the round keys
+    ``keys`` (4, from :func:`round_keys_of`) or, ``[4, len(index)]``, each index under its own
+    (``keys[:, i]``): many permutations of one size evaluated side by side (the locality
+    shuffle's buffers) cost one pass over the indices, not one a permutation."""
     half_, mask_ = _domain(n)
     half, mask = np.uint64(half_), np.uint64(mask_)
-    round_keys = [np.uint64(k) for k in _round_keys(int(seed), *(int(k) for k in key))]
-    result = index.astype(np.uint64)
-    todo = np.ones(len(result), dtype=bool)
+    result = np.asarray(index).astype(np.uint64)
+    todo = np.arange(len(result))
     for _ in range(1000):  # each pass leaves a value outside with probability < 3/4
+        if not len(todo):
+            return result.astype(np.int64)
         x = result[todo]
+        round_keys = keys if keys.ndim == 1 else keys[:, todo]
         left, right = x >> half, x & mask
         for k in round_keys:
             f = (right * np.uint64(0x9E3779B1) + k) & _MASK32
             f ^= f >> np.uint64(15)
             f = (f * np.uint64(0x85EBCA6B)) & _MASK32
             left, right = right, (left ^ f) & mask
-        result[todo] = (left << half) | right
-        todo &= result >= np.uint64(n)
-        if not todo.any():
-            return result.astype(np.int64)
+        x = (left << half) | right
+        result[todo] = x
+        todo = todo[x >= np.uint64(n)]
     raise RuntimeError("cycle walking did not converge")  # pragma: no cover
