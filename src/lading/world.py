@@ -146,15 +146,33 @@ def resolve_shared_fs(shared_fs: bool | None = None) -> bool:
 
 # (launcher, rank, size, local rank, local size, node rank); None: the launcher does not say
 _LAUNCHERS: tuple[tuple[str, str, str, str | None, str | None, str | None], ...] = (
-    ("lading", "LADING_RANK", "LADING_WORLD_SIZE", "LADING_LOCAL_RANK", "LADING_LOCAL_WORLD_SIZE",
-     "LADING_NODE_RANK"),
+    (
+        "lading",
+        "LADING_RANK",
+        "LADING_WORLD_SIZE",
+        "LADING_LOCAL_RANK",
+        "LADING_LOCAL_WORLD_SIZE",
+        "LADING_NODE_RANK",
+    ),
     ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"),
-    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-     "OMPI_COMM_WORLD_LOCAL_SIZE", None),
-    ("mvapich", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
-     "MV2_COMM_WORLD_LOCAL_SIZE", None),
+    (
+        "openmpi",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        None,
+    ),
+    (
+        "mvapich",
+        "MV2_COMM_WORLD_RANK",
+        "MV2_COMM_WORLD_SIZE",
+        "MV2_COMM_WORLD_LOCAL_RANK",
+        "MV2_COMM_WORLD_LOCAL_SIZE",
+        None,
+    ),
     ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", None),
-)  # fmt: skip
+)
 
 
 def from_environment(env: Mapping[str, str]) -> World:

@@ -188,9 +188,17 @@ def prepare(
             logging.disable(logging.NOTSET)
     peers = {s: build_peer(s, corpus, work / s) for s in PEER_STRATEGIES if s in strategies}
     return BenchData(
-        corpus, queries, qrels, negatives, tok_path, packed, offsets, irds_tsv, **peers,
+        corpus,
+        queries,
+        qrels,
+        negatives,
+        tok_path,
+        packed,
+        offsets,
+        irds_tsv,
+        **peers,
         remote=remote,
-    )  # fmt: skip
+    )
 
 
 def _same_file(source: Path, copy: Path) -> bool:

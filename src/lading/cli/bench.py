@@ -28,8 +28,14 @@ def flag_ints(flag: str, text: str, minimum: int, meaning: str, example: str) ->
 
 
 # each flag's least sensible value: 0 processes divided by zero after the stores were built
-AT_LEAST = {"batch_size": 1, "group_size": 1, "max_length": 1, "passages": 1, "steps": 1,
-            "warmup": 0}  # fmt: skip
+AT_LEAST = {
+    "batch_size": 1,
+    "group_size": 1,
+    "max_length": 1,
+    "passages": 1,
+    "steps": 1,
+    "warmup": 0,
+}
 
 
 def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:

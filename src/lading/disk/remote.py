@@ -143,9 +143,14 @@ def refused(status_text: str) -> bool:
 
 
 _REFUSED = (
-    "403 Forbidden", "401 Unauthorized", "AccessDenied", "InvalidAccessKeyId",
-    "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
-)  # fmt: skip
+    "403 Forbidden",
+    "401 Unauthorized",
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+)
 
 
 def filesystem(

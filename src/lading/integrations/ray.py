@@ -101,10 +101,16 @@ class LadingDatasink(ShardSink):
 
             tok = Tokenizer.from_str(self.tokenizer_json)
         written = write_shard(
-            stream, tmp, tokenizer=tok, max_length=self.max_length,
-            duplicates=self.duplicates, keep_tokenizer=task == 0, allow_empty=True, id_keys=True,
+            stream,
+            tmp,
+            tokenizer=tok,
+            max_length=self.max_length,
+            duplicates=self.duplicates,
+            keep_tokenizer=task == 0,
+            allow_empty=True,
+            id_keys=True,
             about={"options": self.options, "source": [{"ray_task": task}]},
-        )  # fmt: skip
+        )
         return {"rows": written.record["rows"]}
 
     def _records(self, blocks: Iterable[Any]) -> Iterator[tuple[Any, Any, dict[str, Any]]]:

@@ -79,8 +79,14 @@ class LadingTokenDatasink(ShardSink):
         self.info = describe_tokenizer(tok)
         self.eos = find_eos(tok, eos_token) if append_eos else None  # on the driver: early
         self.text_column, self.on_error = text_column, on_error
-        options = {"kind": "tokens", "append_eos": append_eos, "eos_token": eos_token,
-                   "split": None, "on_error": on_error, "format": "ray"}  # fmt: skip
+        options = {
+            "kind": "tokens",
+            "append_eos": append_eos,
+            "eos_token": eos_token,
+            "split": None,
+            "on_error": on_error,
+            "format": "ray",
+        }
         super().__init__(dest, options, cache, storage_options)
 
     def write_shard(self, blocks: Iterable[Any], tmp: Path, task: int) -> dict[str, Any]:
@@ -108,10 +114,11 @@ class LadingTokenDatasink(ShardSink):
             table = arrow(block)
             if self.text_column not in table.column_names:
                 raise SourceError(
-                    f"ray write task {task}", None,
+                    f"ray write task {task}",
+                    None,
                     f"no column {self.text_column!r} (columns: {table.column_names}); pass "
                     "LadingTokenDatasink(text_column=...)",
-                )  # fmt: skip
+                )
             for text in table.column(self.text_column).to_pylist():
                 if isinstance(text, str):
                     yield text
@@ -119,10 +126,11 @@ class LadingTokenDatasink(ShardSink):
                     skipped[0] += 1
                 else:
                     raise SourceError(
-                        f"ray write task {task}, row {row}", None,
+                        f"ray write task {task}, row {row}",
+                        None,
                         f"{self.text_column!r} is {type(text).__name__} {text!r:.40}, not a "
                         "string; fix the dataset, or pass on_error='skip' to count and skip it",
-                    )  # fmt: skip
+                    )
                 row += 1
 
     def read(self, root: Path, rel: str) -> Any:

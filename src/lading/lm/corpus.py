@@ -247,12 +247,12 @@ class TokenCorpus:
         if is_remote(dest):
             from lading.lm.remote import build_corpus
 
-            local = dict(append_eos=append_eos, eos_token=eos_token, split=split)
-            local.update(overwrite=overwrite, progress=progress)
+            options: dict[str, Any] = dict(append_eos=append_eos, eos_token=eos_token)
+            options.update(split=split, overwrite=overwrite, progress=progress, tokenizer=tokenizer)
+            where, of_remote = os.fspath(dest), cls.of_remote
             made: TokenCorpus = build_corpus(
-                cls.build, cls.of_remote, source, os.fspath(dest), cache, cache_bytes,
-                storage_options, tokenizer=tokenizer, **local,
-            )  # fmt: skip
+                cls.build, of_remote, source, where, cache, cache_bytes, storage_options, **options
+            )
             return made
         tok = load_tokenizer(tokenizer)
         info = describe_tokenizer(tok)
@@ -308,20 +308,16 @@ class TokenCorpus:
         not written again. ``on_error="skip"`` counts malformed JSONL records instead of
         raising (naming file and line). Returns what was done
         (:class:`lading.lm.shards.CorpusShardReport`); see :mod:`lading.lm.shards`."""
+        options: dict[str, Any] = dict(append_eos=append_eos, eos_token=eos_token, split=split)
+        options.update(on_error=on_error, build_id=build_id, progress=progress)
         if is_remote(dest):
             from lading.lm.remote_shards import upload_shard
 
-            return upload_shard(
-                source, os.fspath(dest), shard, tokenizer, cache, storage_options,
-                append_eos=append_eos, eos_token=eos_token, split=split, on_error=on_error,
-                build_id=build_id, progress=progress,
-            )  # fmt: skip
+            where = os.fspath(dest)
+            return upload_shard(source, where, shard, tokenizer, cache, storage_options, **options)
         from lading.lm.shards import build_corpus_shard
 
-        return build_corpus_shard(
-            source, Path(dest), shard, tokenizer, append_eos=append_eos, eos_token=eos_token,
-            split=split, on_error=on_error, build_id=build_id, progress=progress,
-        )  # fmt: skip
+        return build_corpus_shard(source, Path(dest), shard, tokenizer, **options)
 
     @classmethod
     def merge(

@@ -142,9 +142,15 @@ class LanguageModelLoader(Loader):
         drop_last: None = None,
     ) -> None:
         reading = Reading.of(
-            "LanguageModelLoader", batch_size, shuffle=shuffle, seed=seed, equalize=equalize,
-            drop_partial_batch=drop_partial_batch, world=world, drop_last=drop_last,
-        )  # fmt: skip
+            "LanguageModelLoader",
+            batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            equalize=equalize,
+            drop_partial_batch=drop_partial_batch,
+            world=world,
+            drop_last=drop_last,
+        )
         mode = mode_of(sequence)
         workers = Workers(
             num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context

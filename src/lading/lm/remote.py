@@ -227,10 +227,16 @@ def build_corpus(
 
     check_reachable(url, "TokenCorpus.build")
     return build_remote(
-        build_local, source, url, cache=None if cache is None else str(cache),
-        cache_bytes=cache_bytes, storage_options=storage_options, format_name=FORMAT_NAME,
-        opener=lambda at, settings: wrap(RemoteTokenFiles(at, settings)), **kwargs,
-    )  # fmt: skip
+        build_local,
+        source,
+        url,
+        cache=None if cache is None else str(cache),
+        cache_bytes=cache_bytes,
+        storage_options=storage_options,
+        format_name=FORMAT_NAME,
+        opener=lambda at, settings: wrap(RemoteTokenFiles(at, settings)),
+        **kwargs,
+    )
 
 
 def refuse_stage_to(path: str) -> None:

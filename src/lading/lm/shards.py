@@ -141,8 +141,14 @@ def _options(
     inputs: Inputs, append_eos: bool, eos_token: str | None, split: str, on_error: str
 ) -> dict[str, Any]:
     """The options a shard records (and its build id is derived from)."""
-    return {"kind": "tokens", "append_eos": append_eos, "eos_token": eos_token, "split": split,
-            "on_error": on_error, "format": inputs.format}  # fmt: skip
+    return {
+        "kind": "tokens",
+        "append_eos": append_eos,
+        "eos_token": eos_token,
+        "split": split,
+        "on_error": on_error,
+        "format": inputs.format,
+    }
 
 
 def corpus_build_id(
@@ -191,9 +197,11 @@ def build_corpus_shard(
             documents = json.loads((where / SHARD_FILE).read_text())["documents"]
             return CorpusShardReport(dest, bid, i, n, documents, True)
         with build.scratch() as tmp:
-            identity = source_identity(source) if inputs.store or not isinstance(
-                source, (list, tuple)
-            ) else {}  # fmt: skip
+            identity = (
+                source_identity(source)
+                if inputs.store or not isinstance(source, (list, tuple))
+                else {}
+            )
             if inputs.store is not None:
                 texts, described = store_texts(inputs.store, (i, n))
                 before: list[dict[str, Any]] = []

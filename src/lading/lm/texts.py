@@ -191,6 +191,8 @@ def refuse_if_source_changed(source: str | os.PathLike[str], before: dict[str, A
         refuse_if_changed(before["file"])
     elif "folder" in before and source_identity(source) != before:
         raise SourceError(
-            source, None, "its files changed while they were read; nothing was committed. "
+            source,
+            None,
+            "its files changed while they were read; nothing was committed. "
             "Build again once the folder is final",
-        )  # fmt: skip
+        )

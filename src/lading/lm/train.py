@@ -257,9 +257,14 @@ def _train_lm(config: LMConfig, world: World, device: torch.device, out: Path) -
     # in-process iteration (num_workers=0) reads a buffer of many batches at once; workers
     # only pay off for a corpus far away (a network filesystem)
     data = LanguageModelLoader(
-        corpus, config.batch_size, Streams(config.bptt), seed=config.seed, documents=train_docs,
-        world=world, num_workers=config.num_workers,
-    )  # fmt: skip
+        corpus,
+        config.batch_size,
+        Streams(config.bptt),
+        seed=config.seed,
+        documents=train_docs,
+        world=world,
+        num_workers=config.num_workers,
+    )
     valid = (
         LanguageModelLoader(
             corpus,
@@ -326,15 +331,24 @@ def _train_gpt(
         else Windows(config.bptt, boundaries=True)
     )
     data = LanguageModelLoader(
-        corpus, config.batch_size, train, seed=config.seed, documents=train_docs, world=world,
+        corpus,
+        config.batch_size,
+        train,
+        seed=config.seed,
+        documents=train_docs,
+        world=world,
         num_workers=config.num_workers,
-    )  # fmt: skip
+    )
     valid = None
     if len(valid_docs):
         valid = LanguageModelLoader(
-            corpus, config.batch_size, Windows(config.bptt, boundaries=True), shuffle=False,
-            documents=valid_docs, world=world,
-        )  # fmt: skip
+            corpus,
+            config.batch_size,
+            Windows(config.bptt, boundaries=True),
+            shuffle=False,
+            documents=valid_docs,
+            world=world,
+        )
     torch.manual_seed(config.seed)
     model = GPTLanguageModel(
         corpus.vocab_size, config.emb, config.layers, config.heads, config.bptt, config.dropout

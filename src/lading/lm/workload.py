@@ -91,9 +91,15 @@ class LMWorkload(SegmentWorkload):
             else check_documents(documents, len(first))
         )
         self.data = EpochWindows(
-            corpus, self.documents, mode.name, mode.length(), reading.seed, reading.shuffle,
-            mode.backwards(), shuffle_documents=mode.shuffles_documents(),
-        )  # fmt: skip
+            corpus,
+            self.documents,
+            mode.name,
+            mode.length(),
+            reading.seed,
+            reading.shuffle,
+            mode.backwards(),
+            shuffle_documents=mode.shuffles_documents(),
+        )
         self.max_seq = mode.max_seq()
         # the shape of each chunk of stream read at once (streams, in this process)
         self.chunk = (reading.batch_size, self.max_seq * mode.chunk_batches() + 1)

@@ -297,9 +297,15 @@ def loader(
     if not isinstance(dataset, Sized):
         raise TypeError("lading.loader needs a map-style dataset with __len__")
     reading = Reading.of(
-        "lading.loader", batch_size, shuffle=shuffle, seed=seed, equalize=equalize,
-        drop_partial_batch=drop_partial_batch, world=world, drop_last=drop_last,
-    )  # fmt: skip
+        "lading.loader",
+        batch_size,
+        shuffle=shuffle,
+        seed=seed,
+        equalize=equalize,
+        drop_partial_batch=drop_partial_batch,
+        world=world,
+        drop_last=drop_last,
+    )
     workload = MapWorkload(dataset, collate_fn, reading, batching)
     workers = Workers(
         num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context

@@ -162,9 +162,12 @@ class FsspecClient:
         bucket, name, _ = self.fs.split_path(self._path(key))
         try:
             response = await self.fs._call_s3(
-                "get_object", Bucket=bucket, Key=name, Range=f"bytes={start}-{end - 1}",
+                "get_object",
+                Bucket=bucket,
+                Key=name,
+                Range=f"bytes={start}-{end - 1}",
                 IfMatch=etag,
-            )  # fmt: skip
+            )
         except Exception as e:
             if any(m in str(e) for m in ("PreconditionFailed", "Precondition Failed", "(412)")):
                 raise changed(self.url, key, self.endpoint, "its ETag changed") from None

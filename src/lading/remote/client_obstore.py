@@ -145,18 +145,28 @@ class ObstoreClient:
 
         try:
             if etag is None:
-                found = await self._settled(obstore.get_ranges_async(
-                    self._store, key, starts=[a for a, _ in ranges],
-                    ends=[b for _, b in ranges], coalesce=0,
-                ))  # fmt: skip
+                found = await self._settled(
+                    obstore.get_ranges_async(
+                        self._store,
+                        key,
+                        starts=[a for a, _ in ranges],
+                        ends=[b for _, b in ranges],
+                        coalesce=0,
+                    )
+                )
                 return [bytes(b) for b in found]
             pinned = self.get_range(key, ranges[0][0], ranges[0][1], etag)
             if len(ranges) == 1:
                 return [await pinned]
-            rest = self._settled(obstore.get_ranges_async(
-                self._store, key, starts=[a for a, _ in ranges[1:]],
-                ends=[b for _, b in ranges[1:]], coalesce=0,
-            ))  # fmt: skip
+            rest = self._settled(
+                obstore.get_ranges_async(
+                    self._store,
+                    key,
+                    starts=[a for a, _ in ranges[1:]],
+                    ends=[b for _, b in ranges[1:]],
+                    coalesce=0,
+                )
+            )
             first, others = await asyncio.gather(pinned, rest)
             return [first, *(bytes(b) for b in others)]
         except PermanentError:

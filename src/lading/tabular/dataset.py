@@ -115,9 +115,15 @@ class PartitionedParquet(Loader):
                 f"now, after batch_size: PartitionedParquet(paths, batch_size, columns=...)"
             )
         reading = Reading.of(
-            "PartitionedParquet", batch_size, shuffle=shuffle, seed=seed, equalize=equalize,
-            drop_partial_batch=drop_partial_batch, world=world, drop_last=drop_last,
-        )  # fmt: skip
+            "PartitionedParquet",
+            batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            equalize=equalize,
+            drop_partial_batch=drop_partial_batch,
+            world=world,
+            drop_last=drop_last,
+        )
         batch_size = reading.batch_size
         list_columns = check_list_options(list_columns or {}, pad)
         workers = Workers(

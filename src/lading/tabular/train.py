@@ -185,8 +185,13 @@ def _whole(files: list[Path | str], config: SessionsConfig, batch_size: int) -> 
 class SessionsStep(Workload):
     """A next-item step: sessions of two items or more, loss at (some) positions of each."""
 
-    def __init__(self, model: NextItemTransformer, net: nn.Module, config: SessionsConfig,
-                 device: torch.device) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: NextItemTransformer,
+        net: nn.Module,
+        config: SessionsConfig,
+        device: torch.device,
+    ) -> None:
         self.model, self.net, self.config, self.device = model, net, config, device
 
     def step(self, batch: dict[str, torch.Tensor]) -> StepResult:

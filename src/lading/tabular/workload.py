@@ -120,9 +120,15 @@ class ParquetWorkload(SegmentWorkload):
     def _chunk_order(self, epoch: int, reader: int, chunk: int, segment: int, size: int) -> Any:
         reading = self.reading
         return permutation(
-            size, reading.seed, Salt.CHUNK_ORDER, epoch, reader, chunk, segment,
+            size,
+            reading.seed,
+            Salt.CHUNK_ORDER,
+            epoch,
+            reader,
+            chunk,
+            segment,
             shuffle=reading.shuffle,
-        )  # fmt: skip
+        )
 
     def layout(self) -> dict[str, Any]:
         """World size, batch size and the chunk size (another: an elastic resume)."""

@@ -67,9 +67,17 @@ class _Proxy:
 
     def reset(self) -> None:
         self.counts: dict[str, Any] = {
-            "requests": 0, "gets": 0, "get_bytes": 0, "heads": 0, "puts": 0, "lists": 0,
-            "in_flight": 0, "max_in_flight": 0, "faults": 0, "gets_by_key": {},
-        }  # fmt: skip
+            "requests": 0,
+            "gets": 0,
+            "get_bytes": 0,
+            "heads": 0,
+            "puts": 0,
+            "lists": 0,
+            "in_flight": 0,
+            "max_in_flight": 0,
+            "faults": 0,
+            "gets_by_key": {},
+        }
 
     async def handle(self, request: Any) -> Any:
         from aiohttp import web

@@ -170,10 +170,19 @@ def build_shard(
 
     def write(where: Path, bid: str | None = build_id) -> ShardReport:
         return write_one_shard(
-            source, where, check_shard(shard), format=format, tok=tok, max_length=max_length,
-            on_error=on_error, duplicates=duplicates, parse=args[5], options=options,
-            build_id=bid, progress=progress,
-        )  # fmt: skip
+            source,
+            where,
+            check_shard(shard),
+            format=format,
+            tok=tok,
+            max_length=max_length,
+            on_error=on_error,
+            duplicates=duplicates,
+            parse=args[5],
+            options=options,
+            build_id=bid,
+            progress=progress,
+        )
 
     if settings is not None:  # shard built beside the node cache, uploaded once whole
         from lading.stores.building.remote_shards import store_shard_remote
@@ -309,9 +318,13 @@ def _build_locked(
             before = fingerprints(reader)  # before reading: a change while reading is seen
             with _progress_bar(reader, progress) as bar:
                 written = write_shard(
-                    reader, where, tokenizer=tok, max_length=max_length,
-                    duplicates=duplicates, progress=bar,
-                )  # fmt: skip
+                    reader,
+                    where,
+                    tokenizer=tok,
+                    max_length=max_length,
+                    duplicates=duplicates,
+                    progress=bar,
+                )
             for fingerprint in before:
                 refuse_if_changed(fingerprint)
             if len(before) == 1:
@@ -320,9 +333,12 @@ def _build_locked(
                 source = {"path": str(reader.source), "format": reader.format}
             shard = Shard(f"{build.snapshot}/{where.name}", written.record, written.keys, before)
             recipe = {
-                "build_id": build.snapshot, "source": source, "sources": before, **options,
+                "build_id": build.snapshot,
+                "source": source,
+                "sources": before,
+                **options,
                 "seconds": round(time.perf_counter() - started, 3),
-            }  # fmt: skip
+            }
             meta = manifest_of(dest, tmp, build.snapshot, [shard], recipe)
             build.commit(tmp, meta)
     if meta["build"]["skipped"]:

@@ -86,10 +86,19 @@ def build_in_shards(
 
     def write(shard: tuple[int, int]) -> None:
         write_one_shard(
-            source, dest, shard, format=fmt, tok=tok, max_length=max_length, on_error=on_error,
-            duplicates=duplicates, parse=parse, options=options, build_id=build_id,
+            source,
+            dest,
+            shard,
+            format=fmt,
+            tok=tok,
+            max_length=max_length,
+            on_error=on_error,
+            duplicates=duplicates,
+            parse=parse,
+            options=options,
+            build_id=build_id,
             progress=progress,
-        )  # fmt: skip
+        )
 
     def merge(n: int) -> str:
         bid = build_id or derive_build_id(source_files(source, fmt, parse), options, n)

@@ -113,11 +113,22 @@ def write_one_shard(
             before = reader.fingerprints()  # before reading: a change while reading is seen
             with byte_bar(f"shard {i}/{n}", reader.total_bytes, progress) as bar:
                 written = write_shard(
-                    reader, tmp, tokenizer=tok, max_length=max_length, duplicates=duplicates,
-                    keep_tokenizer=i == 0, allow_empty=n > 1, progress=bar, id_keys=True,
-                    about={"options": options, "fingerprints": before, "input_stats": stats,
-                           "source": [p.describe() for p in pieces]},
-                )  # fmt: skip
+                    reader,
+                    tmp,
+                    tokenizer=tok,
+                    max_length=max_length,
+                    duplicates=duplicates,
+                    keep_tokenizer=i == 0,
+                    allow_empty=n > 1,
+                    progress=bar,
+                    id_keys=True,
+                    about={
+                        "options": options,
+                        "fingerprints": before,
+                        "input_stats": stats,
+                        "source": [p.describe() for p in pieces],
+                    },
+                )
             for fingerprint in before:
                 refuse_if_changed(fingerprint)
             build.publish_new(tmp)
