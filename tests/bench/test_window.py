@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 import lading  # noqa: E402
 from lading.bench.window import endless, run_replay, run_window  # noqa: E402
-from lading.train import LoopConfig, StepResult, Trainer, Workload  # noqa: E402
+from lading.train import LoopConfig, StepResult, Trainer, TrainingTask  # noqa: E402
 from lading.world import World  # noqa: E402
 
 
@@ -35,7 +35,7 @@ class Counted:
         return i
 
 
-class Step(Workload):
+class Step(TrainingTask):
     def step(self, batch: Any) -> StepResult:
         return StepResult(None, len(batch))
 

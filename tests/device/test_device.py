@@ -395,11 +395,11 @@ def test_a_loader_without_a_cursor_is_snapshotted_whole() -> None:
 
 @needs_cuda
 def test_trainer_prefetches_on_cuda_and_checkpoints_what_it_stepped(tmp_path: Path) -> None:
-    from lading.train import LoopConfig, StepResult, Trainer, Workload
+    from lading.train import LoopConfig, StepResult, Trainer, TrainingTask
 
     seen: list[list[int]] = []
 
-    class Step(Workload):
+    class Step(TrainingTask):
         def step(self, batch: dict[str, Any]) -> StepResult:
             assert batch["ids"].device.type == "cuda"
             seen.append(batch["ids"].cpu().tolist())

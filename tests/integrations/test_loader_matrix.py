@@ -136,11 +136,11 @@ def loop_run(kind: Any, workers: int, out: Path, total: int) -> list[list[int]]:
     """The batch keys lading's own loop steps on, to ``total`` steps, resuming from ``out``."""
     import torch
 
-    from lading.train import LoopConfig, StepResult, Trainer, Workload
+    from lading.train import LoopConfig, StepResult, Trainer, TrainingTask
 
     seen: list[list[int]] = []
 
-    class Record(Workload):
+    class Record(TrainingTask):
         def step(self, batch: Any) -> StepResult:
             seen.append(kind.key(batch))
             return StepResult((model.weight**2).sum(), 1)

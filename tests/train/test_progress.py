@@ -13,12 +13,12 @@ torch = pytest.importorskip("torch")
 
 def run_loop(out: Path, progress: bool | None, total: int = 20, log_every: int = 5) -> None:
     import lading
-    from lading.train import LoopConfig, StepResult, Trainer, Workload
+    from lading.train import LoopConfig, StepResult, Trainer, TrainingTask
     from lading.world import World
 
     model = torch.nn.Linear(1, 1)
 
-    class Step(Workload):
+    class Step(TrainingTask):
         def step(self, batch: list[int]) -> StepResult:
             x = torch.tensor(batch, dtype=torch.float32).unsqueeze(1)
             return StepResult(model(x).pow(2).mean(), len(batch))

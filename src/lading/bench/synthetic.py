@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from lading.device import batch_bytes
-from lading.train import StepResult, Workload
+from lading.train import StepResult, TrainingTask
 
 KEEP_AT_MOST = 256  # batches kept for the replay (which cycles them): a window may take 1000s
 
 
-class Recorded(Workload):
+class Recorded(TrainingTask):
     """``inner``'s step, counting the bytes each batch brings to the device and keeping the
     first :data:`KEEP_AT_MOST` batches (references only: nothing is computed or copied in the
     timed loop)."""

@@ -28,7 +28,7 @@ from lading.sources import ParseOptions
 from lading.stores import build_store, open_store
 from lading.stores.base import DocStore
 from lading.stores.tokens import save_tokenizer, train_tokenizer
-from lading.train import LoopConfig, StepResult, Trainer, Workload, ddp, jsonable, write_summary
+from lading.train import LoopConfig, StepResult, Trainer, TrainingTask, ddp, jsonable, write_summary
 from lading.train.config import RunConfig, data_location
 from lading.world import World
 
@@ -181,7 +181,7 @@ def _linear_schedule(total: int, warmup: float) -> Any:
     return factor
 
 
-class CrossEncoderStep(Workload):
+class CrossEncoderStep(TrainingTask):
     """A cross-encoder step: the batch to the device, forward (autocast), ranking loss.
 
     Without a network it only copies the batch to the device: the bench's loader mode, which

@@ -36,7 +36,7 @@ from lading.train import (
     LoopResult,
     StepResult,
     Trainer,
-    Workload,
+    TrainingTask,
     ddp,
     jsonable,
     write_summary,
@@ -113,7 +113,7 @@ def evaluate(
     return math.exp(total / max(tokens, 1.0))
 
 
-class LanguageModelStep(Workload):
+class LanguageModelStep(TrainingTask):
     """An LSTM step: the hidden state carried from batch to batch, detached between them.
 
     Row ``i`` of every batch continues stream ``i`` of the loader, so its state is the one the
@@ -212,7 +212,7 @@ def evaluate_gpt(
     return math.exp(total / max(tokens, 1.0))
 
 
-class GPTStep(Workload):
+class GPTStep(TrainingTask):
     """A transformer step on a :class:`DocumentBatch`: no state between batches."""
 
     def __init__(
@@ -302,7 +302,7 @@ def _train_lm(config: LMConfig, world: World, device: torch.device, out: Path) -
 def _fit(
     config: LMConfig,
     data: Resumable,
-    workload: Workload,
+    task: TrainingTask,
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     world: World,
@@ -312,7 +312,7 @@ def _fit(
     """The shared loop for ``steps`` (or ``epochs`` epochs) of either architecture."""
     total = config.steps if config.steps is not None else len(data) * config.epochs
     settings = LoopConfig.of(config, total, desc=desc, rate_key="tokens_per_s", clip=config.clip)
-    return Trainer(workload, data, settings, world, device, model, optimizer).run()
+    return Trainer(task, data, settings, world, device, model, optimizer).run()
 
 
 def _train_gpt(

@@ -33,7 +33,7 @@ from lading.tabular.sessions import (
     next_item_loss,
     popularity_ranks,
 )
-from lading.train import LoopConfig, StepResult, Trainer, Workload, ddp, jsonable, write_summary
+from lading.train import LoopConfig, StepResult, Trainer, TrainingTask, ddp, jsonable, write_summary
 from lading.train.config import RunConfig, data_location
 from lading.world import World
 
@@ -182,7 +182,7 @@ def _whole(files: list[Path | str], config: SessionsConfig, batch_size: int) -> 
     )
 
 
-class SessionsStep(Workload):
+class SessionsStep(TrainingTask):
     """A next-item step: sessions of two items or more, loss at (some) positions of each."""
 
     def __init__(

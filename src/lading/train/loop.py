@@ -1,6 +1,6 @@
-"""The training loop every workload shares: steps over epochs, update, log, trace, checkpoint.
+"""The training loop every task shares: steps over epochs, update, log, trace, checkpoint.
 
-The workload turns a batch into a loss (:class:`~lading.train.hooks.Workload`); :class:`Trainer`
+The task turns a batch into a loss (:class:`~lading.train.task.TrainingTask`); :class:`Trainer`
 does the rest the same way for the cross-encoder, the LSTM language model, the next-item
 transformer and the bench: seed each rank, restore from ``out/checkpoint`` (exactly, or
 elastically on another world size), iterate the loader epoch after epoch until ``total`` steps,
@@ -24,17 +24,17 @@ from torch import nn
 from lading.device import DevicePrefetcher
 from lading.loading.resumable import Resumable
 from lading.train import ddp, state
-from lading.train.hooks import LoopConfig, LoopResult, StepResult, Workload
 from lading.train.records import ProgressLines, Window, open_lines, write_line
+from lading.train.task import LoopConfig, LoopResult, StepResult, TrainingTask
 from lading.world import World
 
 
 @dataclass
 class Trainer:
-    """A workload, its loader and (unless it only reads) the model and its optimizer.
+    """A task, its loader and (unless it only reads) the model and its optimizer.
 
     Attributes:
-        workload: the step and the other hooks.
+        task: the step and the other hooks.
         loader: this rank's loader (one of lading's resumable loaders).
         config: steps, logging, checkpoints.
         world: this process's place in the job.
@@ -45,7 +45,7 @@ class Trainer:
         scaler: a ``torch.amp.GradScaler`` for fp16; None backpropagates the loss as it is.
     """
 
-    workload: Workload
+    task: TrainingTask
     loader: Resumable
     config: LoopConfig
     world: World
@@ -76,7 +76,7 @@ class Trainer:
             while step < config.total:
                 if self.loader.remaining() == 0:  # read to its end (here, or before a checkpoint)
                     self.loader.set_epoch(self.loader.epoch + 1)
-                    self.workload.on_epoch(self.loader.epoch)
+                    self.task.on_epoch(self.loader.epoch)
                 received = False
                 waited = time.perf_counter()
                 for batch in self.loader:
@@ -85,7 +85,7 @@ class Trainer:
                         timed.start()  # this batch's wait was before the clock
                     elif timed.running:
                         timed.wait_s += fetch_s
-                    last = self.workload.step(batch)
+                    last = self.task.step(batch)
                     self._update(last.loss)
                     step += 1
                     window.add(last.loss, last.rows)
@@ -151,7 +151,7 @@ class Trainer:
     def _trace(self, step: int, result: StepResult, batch: Any, fetch_s: float) -> dict[str, Any]:
         loss = float(result.loss.item()) if result.loss is not None else None
         head = {"step": step, "epoch": self.loader.epoch, "loss": loss, "rows": result.rows}
-        return {**head, **self.workload.trace(batch), "fetch_s": fetch_s}
+        return {**head, **self.task.trace(batch), "fetch_s": fetch_s}
 
     def _save(self, step: int) -> None:
         if self.config.out is not None and self.model is not None:
@@ -164,7 +164,7 @@ class Trainer:
         it on the bar or, where none is drawn, as a progress line."""
         config = self.config
         record = window.record(step, self.loader.epoch, config.rate_key, config.memory, self.device)
-        record.update(self.workload.log_fields(step))
+        record.update(self.task.log_fields(step))
         if log is not None:
             write_line(log, record)
             short = config.rate_key.removesuffix("_per_s") + "_s"

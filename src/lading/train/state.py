@@ -2,7 +2,7 @@
 
 On disk (through :mod:`lading.train.checkpoint`, no pickle) a checkpoint holds ``step``, ``model``,
 ``optimizer``, ``scheduler`` (when the run has one), ``loaders`` and ``rng`` (one entry per
-rank, in rank order) and any per-rank lists the workload adds (the LM's ``hidden``). Every rank
+rank, in rank order) and any per-rank lists the task adds (the LM's ``hidden``). Every rank
 saves the same account of what is left of the epoch, so any rank's loader state serves a run on
 another number of processes: an elastic resume, which reseeds the RNG instead of restoring it.
 """
@@ -17,14 +17,14 @@ import torch
 from lading.loading.order import Salt, generator
 from lading.loading.resumable import Resumable
 from lading.train import checkpoint, ddp
-from lading.train.hooks import LoopConfig, Workload
+from lading.train.task import LoopConfig, TrainingTask
 from lading.world import World
 
 
 class Checkpointed(Protocol):
     """What a checkpoint is taken of and restored into (:class:`lading.train.Trainer` is one)."""
 
-    workload: Workload
+    task: TrainingTask
     loader: Resumable
     config: LoopConfig
     world: World
@@ -37,14 +37,14 @@ RESERVED: frozenset[str] = frozenset({"step", "model", "optimizer", "scheduler",
 
 
 def save(trainer: Checkpointed, step: int) -> None:
-    """Gather every rank's loader, RNG and workload state into ``out/checkpoint`` at ``step``:
+    """Gather every rank's loader, RNG and task state into ``out/checkpoint`` at ``step``:
     rank 0 writes it; every rank waits until it has."""
     loaders = ddp.gather_objects(trainer.loader.state_dict())
     rngs = ddp.gather_objects(torch.get_rng_state())
-    extra = trainer.workload.state()
+    extra = trainer.task.state()
     clash = RESERVED & set(extra)
     if clash:
-        name = type(trainer.workload).__name__
+        name = type(trainer.task).__name__
         raise ValueError(f"{name}.state() uses the reserved keys {sorted(clash)}; rename them")
     gathered = {key: ddp.gather_objects(value) for key, value in sorted(extra.items())}
     if trainer.world.rank == 0:
@@ -91,7 +91,7 @@ def restore(trainer: Checkpointed) -> int:
         torch.set_rng_state(saved["rng"][world.rank])
     else:  # no saved stream for this rank: a fresh one, still reproducible
         torch.manual_seed(elastic_seed(trainer.config.seed, world.rank, step))
-    trainer.workload.load_state(saved, exact)
+    trainer.task.load_state(saved, exact)
     return step
 
 

@@ -1,9 +1,10 @@
-"""What the shared training loop asks of a workload, and what it is told and gives back.
+"""What the shared training loop asks of a training task, and what it is told and gives back.
 
-A workload (cross-encoder ranking, LSTM language model, next-item sessions, the bench) says how
-one batch becomes a loss in :meth:`Workload.step`; the loop does everything around it: the
+A task (cross-encoder ranking, LSTM language model, next-item sessions, the bench) says how
+one batch becomes a loss in :meth:`TrainingTask.step`; the loop does everything around it: the
 optimizer update, logging, traces, checkpoints and resume. The other hooks have defaults that
-do nothing, so a workload overrides only what it needs.
+do nothing, so a task overrides only what it needs. (A loader's *workload*,
+:mod:`lading.loading.workload`, is what it reads and builds: another thing.)
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class StepResult(NamedTuple):
     rows: int
 
 
-class Workload:
+class TrainingTask:
     """Hooks of one training task; subclass and override :meth:`step` (the rest is optional)."""
 
     def step(self, batch: Any) -> StepResult:
