@@ -180,3 +180,74 @@ def test_blocks_larger_than_a_region_are_fetched_ahead_in_pieces(
     print(f"{stats['gets']} GETs, {windows} windows, {pieces} pieces of blocks, cap {cap}")
     assert stats["gets"] <= 1.5 * pieces + 2 * LOOKAHEAD, (stats["gets"], pieces)
     assert stats["gets"] < windows / 4
+
+
+@pytest.mark.parametrize("read_ahead", [0, 2])
+def test_a_held_block_is_read_from_the_cache_once_not_once_a_batch(
+    corpus: tuple[TokenCorpus, str, Any], read_ahead: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the locality shuffle a reader holds the blocks it reads (HeldBlocks): the cache
+    is read about once a block of the epoch, where it was read once a batch (the next
+    batches read the same blocks: two ledger transactions and a copy each, for bytes just
+    copied); the batches stay the local corpus's."""
+    from lading.remote.cache import NodeCache
+
+    local, url, folder = corpus
+    nbytes = local.n_tokens * local.dtype.itemsize
+    mode = Windows(32, shuffle_documents=False, block_tokens=320)
+    want = [plain(b) for b in LanguageModelLoader(local, 4, mode, seed=4)]
+    calls = []
+    read = NodeCache.read
+
+    def counted(self: Any, spans: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(len(spans))
+        return read(self, spans, *args, **kwargs)
+
+    monkeypatch.setattr(NodeCache, "read", counted)
+    remote = TokenCorpus.open(url, cache=folder / f"held{read_ahead}", cache_bytes=nbytes // 2)
+    loader = LanguageModelLoader(remote, 4, mode, seed=4, read_ahead=read_ahead)
+    got = [plain(b) for b in loader]
+    loader.close()
+    assert got == want
+    windows = sum(len(b[0]) for b in got)
+    blocks = -(-windows // 10)
+    print(
+        f"{len(calls)} reads of the cache, {sum(calls)} ranges, {len(got)} batches, {blocks} blocks"
+    )
+    assert sum(calls) <= blocks + 2, (calls, blocks)  # each block once (a shard's end: two)
+    assert len(calls) < len(got) / 2
+
+
+def test_first_reads_keep_each_blocks_first_batch_of_each_reader() -> None:
+    seed = int(os.environ.get("LADING_TEST_SEED", random.randrange(1 << 30)))
+    print(f"LADING_TEST_SEED={seed}")
+    from lading.lm.remote_reads import first_reads
+
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        n, readers = int(rng.integers(0, 60)), int(rng.integers(1, 4))
+        block = rng.integers(0, 6, n)
+        which = rng.integers(0, 20, n)
+        a, b = block * 10, block * 10 + 11
+        got = first_reads(which, a, b, readers)
+        want = []
+        for k in sorted(set(block.tolist())):
+            batches = sorted(which[block == k].tolist())
+            want += [(j, k * 10, k * 10 + 11) for j in batches[:readers]]
+        assert list(zip(*(x.tolist() for x in got))) == want
+
+
+def test_dataloader_workers_hold_blocks_of_their_own(corpus: tuple[TokenCorpus, str, Any]) -> None:
+    """With DataLoader workers each worker holds the blocks it reads (its own HeldBlocks,
+    made as the workload is unpickled there) and the plan keeps a block in the cache for the
+    first batch of each worker: the local batches."""
+    local, url, folder = corpus
+    nbytes = local.n_tokens * local.dtype.itemsize
+    mode = Windows(32, shuffle_documents=False, block_tokens=320)
+    want = [plain(b) for b in LanguageModelLoader(local, 4, mode, seed=6)]
+    remote = TokenCorpus.open(url, cache=folder / "workers", cache_bytes=nbytes // 2)
+    with pytest.warns(UserWarning, match="num_workers"):
+        loader = LanguageModelLoader(remote, 4, mode, seed=6, num_workers=2)
+    got = [plain(b) for b in loader]
+    loader.close()
+    assert got == want

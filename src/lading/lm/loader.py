@@ -158,7 +158,7 @@ class LanguageModelLoader(Loader):
         workload = LMWorkload(
             corpus, mode, reading, documents, on_device(corpus, device, resident, workers)
         )
-        reads = remote_reads(workload)  # remote corpora: their reads planned (None: local)
+        reads = remote_reads(workload, num_workers)  # remote: reads planned (None: local)
         announce = None if reads is None else reads.announce
         # a remote batch is ~5-10 ms of reads through the node cache: built beside the step
         remote_batches = reads is not None and workload.resident is None

@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from lading.lm.modes.base import ManyReads, stacked
 from lading.lm.remote import BUILD, Build, RemoteTokens
+from lading.lm.remote_blocks import HeldBlocks
 from lading.lm.segment import SegmentBatchKey
 from lading.lm.workload import LMWorkload
 from lading.loading.announce import Announce, announcer
@@ -55,11 +56,12 @@ Ranges = npt.NDArray[np.int64]  # [k, 3]: (corpus, first token, end token) of a 
 NEAR_STEPS = 16
 
 
-def remote_reads(workload: LMWorkload) -> RemoteReads | None:
-    """``workload`` wrapped to plan its remote corpora's reads, or None when all are local."""
+def remote_reads(workload: LMWorkload, readers: int = 1) -> RemoteReads | None:
+    """``workload`` wrapped to plan its remote corpora's reads, or None when all are local;
+    ``readers``: the processes building batches (DataLoader workers, or 1)."""
     if not any(c.remote is not None for c, _ in workload.data.parts):
         return None
-    return RemoteReads(workload)
+    return RemoteReads(workload, readers)
 
 
 def _same(key: Any) -> Any:
@@ -74,8 +76,9 @@ class RemoteReads:
         announce: what the loader calls with each iteration's batch keys.
     """
 
-    def __init__(self, workload: LMWorkload) -> None:
+    def __init__(self, workload: LMWorkload, readers: int = 1) -> None:
         self.inner = workload
+        self.readers = max(1, readers)  # processes building batches: DataLoader workers
         # every token file read by GETs, numbered: one a corpus, one a shard of a corpus built
         # in shards (its parts: lading.lm.parts); ranges are (file, a, b) of that file
         self.remote: dict[int, RemoteTokens] = {}
@@ -91,6 +94,8 @@ class RemoteReads:
             part: Planner(t.cache, NEAR_STEPS, share) for part, t in self.remote.items()
         }
         self.announce: Announce | None = announcer(Hooks.of(self), _same)
+        buffer = int(getattr(getattr(workload.mode, "shape", None), "block_buffer", 1) or 1)
+        self._held = HeldBlocks(buffer) if _block_tokens(workload) else None
         self._ranges = Planned()  # of the keys planned last
         self._fetches = Planned()  # ... and what to fetch for them
         _warn_small_caches(self.remote, workload)
@@ -126,14 +131,18 @@ class RemoteReads:
 
     def build(self, key: SegmentBatchKey) -> Any:
         """Batch ``key``: its ranges (touching ones joined) read in one call of each corpus's
-        cache, then built from views of them."""
+        cache, or under the locality shuffle the whole blocks it reads, held by this thread
+        (:class:`~lading.lm.remote_blocks.HeldBlocks`); then built from views of them."""
         step = step_of(key.epoch, key.batch)
-        ranges = self.ranges(key)
-        fetched = {}
-        for part, tokens in self.remote.items():
-            starts, ends = joined(ranges[ranges[:, 0] == part])
-            spans = list(zip(starts, ends))
-            fetched[id(tokens)] = (starts, ends, tokens.read(spans, step))
+        if self._held is not None:  # the locality shuffle: whole blocks, held
+            fetched = self._held.fetched(self.remote, self.fetches(key), step)
+        else:
+            fetched = {}
+            ranges = self.ranges(key)
+            for part, tokens in self.remote.items():
+                starts, ends = joined(ranges[ranges[:, 0] == part])
+                spans = list(zip(starts, ends))
+                fetched[id(tokens)] = (starts, ends, tokens.read(spans, step))
         token = BUILD.set(Build(self._parts, fetched))
         try:
             with at_step(step):
@@ -251,7 +260,12 @@ class RemoteReads:
         at = np.asarray(steps, dtype=np.int64)
         for part, tokens in self.remote.items():
             mine = rows[:, 0] == part
-            batch, starts, ends = joined_many(which[mine], rows[mine, 1], rows[mine, 2])
+            if self._held is None:
+                batch, starts, ends = joined_many(which[mine], rows[mine, 1], rows[mine, 2])
+            else:  # a held block is read by the first batch of each reader that needs it
+                batch, starts, ends = first_reads(
+                    which[mine], rows[mine, 1], rows[mine, 2], self.readers
+                )
             size, one_file = tokens.itemsize, np.zeros(len(batch), dtype=np.int64)
             schedule = Schedule.of_arrays(
                 [tokens.key], one_file, starts * size, ends * size, at[batch], first_step
@@ -304,6 +318,22 @@ def joined_many(
     new[1:] |= a[1:] > reach[:-1]
     last = np.concatenate([np.flatnonzero(new)[1:] - 1, [len(a) - 1]])
     return which[new], a[new], reach[last]
+
+
+def first_reads(
+    which: npt.NDArray[np.int64], a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], readers: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Of the batches ``which`` reading each block ``[a, b)``, the first ``readers`` (a held
+    block is read at the first batch of each reader, DataLoader workers taking batches in
+    turn): the batch, start and end of each read, by block then batch."""
+    if not len(which):
+        return which, a, b
+    order = np.lexsort((which, b, a))
+    which, a, b = which[order], a[order], b[order]
+    fresh = np.concatenate([[True], (a[1:] != a[:-1]) | (b[1:] != b[:-1])])
+    first = np.maximum.accumulate(np.where(fresh, np.arange(len(a)), 0))
+    keep = np.arange(len(a)) - first < readers
+    return which[keep], a[keep], b[keep]
 
 
 def joined(ranges: Ranges) -> tuple[list[int], list[int]]:
