@@ -246,16 +246,14 @@ class RemoteReads:
         Python object a read: an epoch of a 4B-token corpus is ~250k batches), else a key
         at a time."""
         self.inner.plan_keys(keys)
-        reads = self.inner.reads_many(keys)
-        # what a batch fetches is what it reads, unless it fetches whole blocks
-        fetches = self.inner.fetches_many(keys) if _block_tokens(self.inner) else reads
-        if reads is None or fetches is None:  # a batch at a time (built with a recorder)
-            self._ranges = Planned(keys, *stacked([self.ranges(k) for k in keys]))
+        held = self._held is not None  # whole blocks fetched and read: the windows' ranges
+        # are not needed; else what a batch fetches is what it reads
+        fetches = self.inner.fetches_many(keys) if held else self.inner.reads_many(keys)
+        if fetches is None:  # a batch at a time (built with a recorder)
             self._fetches = Planned(keys, *stacked([self.fetches(k) for k in keys]))
         else:
-            self._ranges = Planned(keys, *self._by_file_of(*reads))
-            same = fetches is reads
-            self._fetches = self._ranges if same else Planned(keys, *self._by_file_of(*fetches))
+            self._fetches = Planned(keys, *self._by_file_of(*fetches))
+        self._ranges = Planned() if held else self._fetches
         which, rows = self._fetches.which, self._fetches.rows
         at = np.asarray(steps, dtype=np.int64)
         for part, tokens in self.remote.items():
