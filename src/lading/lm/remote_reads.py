@@ -232,6 +232,10 @@ class RemoteReads:
 
     def prefetch(self, keys: list[SegmentBatchKey], first_step: int, now: int) -> None:
         """Fetch the ranges of ``keys`` (batch ``j`` read at step ``first_step + j``)."""
+        if not keys:  # a step passed: each planner moves on (what it deferred, tried again)
+            for planner in self.planners.values():
+                planner.prefetch([], now)
+            return
         ranges = [self.fetches(k) for k in keys]
         steps = range(first_step, first_step + len(keys))
         for part, needs in self._needs(ranges, steps).items():

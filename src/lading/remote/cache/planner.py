@@ -105,6 +105,9 @@ class Planner:
         ``now`` (the one being read); returns at once."""
         if self.schedule is None:  # the window is all it knows: what advance() reads
             self._ahead = [n for n in self._ahead if n.step >= self._advanced] + list(needs)
+        elif not needs and not self._pending and not self._deferred:
+            self.advance(now)  # nothing announced, nothing waiting: the steps move on
+            return
         retry_now = self._room_may_have_come(now)
         self.advance(now)
         largest = self.cache.max_block  # a larger range is read around the cache: never ahead
