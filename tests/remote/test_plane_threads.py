@@ -110,12 +110,21 @@ def test_a_corpus_read_beside_its_own_loader_reads_its_tokens(corpora: Corpora) 
         assert wrong == [], f"{len(wrong)} of {len(local)} documents read wrong"
 
 
+# the exact shuffle, and the locality shuffle (whose building thread holds whole blocks)
+SHUFFLES: dict[str, dict[str, Any]] = {
+    "exact": {},
+    "blocks": {"shuffle_documents": False, "block_tokens": 120},
+}
+
+
+@pytest.mark.parametrize("shuffle", sorted(SHUFFLES))
 def test_a_reader_thread_beside_a_loader_reads_the_right_tokens(
-    corpora: Corpora, rng: random.Random
+    corpora: Corpora, rng: random.Random, shuffle: str
 ) -> None:
     remote, local = corpora.open(), corpora.local["a"]
-    want = [epoch(LanguageModelLoader(local, 4, Windows(12), seed=2)) for _ in range(1)]
-    mine = LanguageModelLoader(remote, 4, Windows(12), seed=2)
+    mode = Windows(12, **SHUFFLES[shuffle])
+    want = [epoch(LanguageModelLoader(local, 4, mode, seed=2)) for _ in range(1)]
+    mine = LanguageModelLoader(remote, 4, mode, seed=2)
     stop, wrong, reads = threading.Event(), [], [0]
 
     def reader() -> None:
@@ -514,8 +523,8 @@ FORK_REMOTE = """
 
     local = TokenCorpus.open({local!r})
     remote = TokenCorpus.open({url!r}, cache={cache!r}, cache_bytes="1M")
-    twin = LanguageModelLoader(local, 3, Windows(12), seed=5)
-    loader = LanguageModelLoader(remote, 3, Windows(12), seed=5)
+    twin = LanguageModelLoader(local, 3, Windows(12, **{shuffle!r}), seed=5)
+    loader = LanguageModelLoader(remote, 3, Windows(12, **{shuffle!r}), seed=5)
     codes = []
     for k in range(8):  # forks while the read-ahead and fill threads work inside the cache
         want = [[f.tolist() for f in b] for b in twin]  # epoch k, as the remote pass reads
@@ -545,15 +554,19 @@ FORK_REMOTE = """
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("shuffle", sorted(SHUFFLES))
 def test_forks_while_the_plane_works_leave_every_child_reading(
-    corpora: Corpora, tmp_path: Path
+    corpora: Corpora, tmp_path: Path, shuffle: str
 ) -> None:
     """Eight forks, each while the loader's read-ahead thread and the node cache's fill
     thread are at work: every child finishes its pass and reads a document right (a thread
     inside SQLite at the fork would leave the child's SQLite locked; a read-ahead thread
     carried into the child would leave it waiting for ever)."""
     script = FORK_REMOTE.format(
-        local=str(corpora.local["a"].path), url=corpora.url("a"), cache=str(tmp_path / "node")
+        local=str(corpora.local["a"].path),
+        url=corpora.url("a"),
+        cache=str(tmp_path / "node"),
+        shuffle=SHUFFLES[shuffle],
     )
     done = _run(script, timeout=240)
     assert done.returncode == 0 and "children [0, 0, 0, 0, 0, 0, 0, 0]" in done.stdout, (
