@@ -94,8 +94,7 @@ class RemoteReads:
             part: Planner(t.cache, NEAR_STEPS, share) for part, t in self.remote.items()
         }
         self.announce: Announce | None = announcer(Hooks.of(self), _same)
-        buffer = int(getattr(getattr(workload.mode, "shape", None), "block_buffer", 1) or 1)
-        self._held = HeldBlocks(buffer) if _block_tokens(workload) else None
+        self._held = HeldBlocks(_block_buffer(workload)) if _block_tokens(workload) else None
         self._ranges = Planned()  # of the keys planned last
         self._fetches = Planned()  # ... and what to fetch for them
         _warn_small_caches(self.remote, workload)
@@ -262,7 +261,7 @@ class RemoteReads:
         at = np.asarray(steps, dtype=np.int64)
         for part, tokens in self.remote.items():
             mine = rows[:, 0] == part
-            if self._held is None:
+            if not held:
                 batch, starts, ends = joined_many(which[mine], rows[mine, 1], rows[mine, 2])
             else:  # a held block is read by the first batch of each reader that needs it
                 batch, starts, ends = first_reads(
@@ -356,17 +355,21 @@ def _block_tokens(workload: LMWorkload) -> int:
     return int(getattr(getattr(workload.mode, "shape", None), "block_tokens", 0) or 0)
 
 
+def _block_buffer(workload: LMWorkload) -> int:
+    """The blocks whose windows the locality shuffle mixes (``Windows(block_buffer=...)``)."""
+    return int(getattr(getattr(workload.mode, "shape", None), "block_buffer", 1) or 1)
+
+
 def _ahead_share(workload: LMWorkload, remote: dict[int, RemoteTokens]) -> float:
     """The share of the cap fetched ahead: the planner's default, or under the locality
     shuffle room for the ``block_buffer`` blocks being read and as many next (a batch reads
     from all of them), at most half the cap."""
-    shape = getattr(workload.mode, "shape", None)
     tokens = _block_tokens(workload)
     if not tokens or not remote:
         return AHEAD_SHARE
     size = max(t.itemsize for t in remote.values())
     cap = min(t.cache.cap for t in remote.values())
-    wanted = 2 * int(getattr(shape, "block_buffer", 1)) * (tokens + 1) * size / max(1, cap)
+    wanted = 2 * _block_buffer(workload) * (tokens + 1) * size / max(1, cap)
     return min(0.5, max(AHEAD_SHARE, wanted))
 
 
