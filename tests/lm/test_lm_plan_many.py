@@ -16,7 +16,7 @@ import pytest
 from conftest import word_corpus
 from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, TokenMixture, Windows
 from lading.lm.modes.windows import WindowsMode
-from lading.lm.remote_reads import joined, joined_many
+from lading.lm.spans import joined, joined_many
 from lading.loading.state import Cursor
 from lading.testing import LocalS3
 
