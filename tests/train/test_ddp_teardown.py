@@ -102,3 +102,27 @@ def test_a_rank_that_left_its_group_exits_without_finalizing(tmp_path: Path) -> 
         assert f"FINALIZED rank {rank}" not in done.stderr, done.stderr[-2000:]
     assert "FINALIZED launcher" in done.stderr  # (the watch works: torchrun's own process)
     assert (tmp_path / "out" / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_a_rank_that_raises_after_leaving_its_group_exits_without_finalizing(
+    tmp_path: Path,
+) -> None:
+    """A training command that raises after its rank joined a group (here rank 0 cannot write
+    ``summary.json``: a folder stands there) leaves the group, prints the traceback and exits
+    with status 1 without finalizing the interpreter, as a command that returns does: the
+    group's threads outlive ``destroy_process_group`` and could abort a finalizing process
+    (before, only a command that returned exited so; one that raised finalized)."""
+    data = _days(tmp_path / "days")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(_WATCH)
+    (tmp_path / "out" / "summary.json").mkdir(parents=True)  # rank 0's write fails
+    args = ["train", "sessions", "--data", str(data), "--train-days", "1", "--eval-day", "2",
+            "--out", str(tmp_path / "out"), "--column", "items", "--max-len", "6",
+            "--batch-size", "8", "--epochs", "1", "--dim", "8"]  # fmt: skip
+    path = os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])
+    done = run_cli(args, torchrun=2, env={"PYTHONPATH": path}, check=False)
+    assert done.returncode != 0
+    assert "IsADirectoryError" in done.stderr, done.stderr[-3000:]
+    assert "EXIT HOOKS RAN rank 0" in done.stderr, done.stderr[-3000:]
+    assert "FINALIZED rank 0" not in done.stderr, done.stderr[-3000:]

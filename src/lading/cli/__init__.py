@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -61,17 +62,41 @@ def run() -> NoReturn:
     :func:`main`'s status. A process that joined and left a process group (a training command
     under torchrun) exits without finalizing the interpreter, once its exit hooks have run and
     its output is flushed: the group's threads outlive it and one can abort the finalizing
-    process (:func:`lading.train.ddp.left_a_group`). Objects are not finalized then; every
-    file the commands write is closed before they return."""
-    code = main()
-    ddp = sys.modules.get("lading.train.ddp")  # not imported: no group was joined
-    if ddp is not None and ddp.left_a_group():
+    process (:func:`lading.train.ddp.left_a_group`). So does one whose command raised after
+    leaving its group: the traceback is printed as Python prints it, and the status is 1 (130
+    for an interrupt). Objects are not finalized then; every file the commands write is closed
+    before they return."""
+    try:
+        code = main()
+    except BaseException as e:
+        if not _left_a_group():
+            raise
+        code = _raised(e)
+    if _left_a_group():
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
     raise SystemExit(code)
+
+
+def _left_a_group() -> bool:
+    ddp = sys.modules.get("lading.train.ddp")  # not imported: no group was joined
+    return ddp is not None and bool(ddp.left_a_group())
+
+
+def _raised(error: BaseException) -> int:
+    """The exit status of a command that raised ``error``, its traceback printed as the
+    interpreter would (a ``SystemExit`` keeps its own status and prints nothing)."""
+    if isinstance(error, SystemExit):
+        code = error.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        print(code, file=sys.stderr)
+        return 1
+    traceback.print_exception(error)
+    return 130 if isinstance(error, KeyboardInterrupt) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
