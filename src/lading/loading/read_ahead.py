@@ -38,9 +38,10 @@ and builds ahead only when asked (``read_ahead=2``).
 from __future__ import annotations
 
 import copy
-import queue
 import threading
+import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -51,10 +52,20 @@ from lading.threads import register
 _DONE = object()  # the thread's batches ran out
 EPOCH_END = object()  # between one epoch's batches and the next's (Carried)
 _POLL_S = 0.05  # how often a waiting side checks whether the other stopped (or a fork came)
+_LATE_S = 0.002  # the longest a built batch waits for a caller that waits for it (see below)
 
 
 class BuiltAhead:
     """The batches of ``batches`` (an iterator), each built on a thread up to ``depth`` ahead.
+
+    A caller that waits for a batch (the build is slower than its step) is woken once
+    ``depth`` batches are ready, not at each one: with no step to hide the build behind,
+    a wake a batch cost ~65-100 us of CPU (two threads and the interpreter lock changing
+    hands), nearly what building a batch of windows costs (benchmarks/RESULTS.md, "After the
+    window asks for a held block once"). A batch that took ``_LATE_S`` or longer to build
+    (a GET waited for), the last one, an error and an epoch's end wake the caller at once,
+    and a waiting caller looks every ``_LATE_S`` anyway, so a built batch is never held back
+    longer than that while the next build waits on a fetch.
 
     Args:
         batches: the batches, built when iterated (on the thread only, from the first
@@ -65,8 +76,10 @@ class BuiltAhead:
     def __init__(self, batches: Iterator[Any], depth: int) -> None:
         if depth < 1:
             raise ValueError(f"read_ahead={depth}: batches built ahead, >= 1 (0: none)")
-        self._batches = batches
-        self._ready: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue(depth)
+        self._batches, self._depth = batches, depth
+        self._ready: deque[tuple[Any, BaseException | None]] = deque()
+        self._changed = threading.Condition(threading.Lock())  # _ready and who waits on it
+        self._caller_waits = self._builder_waits = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ended = False
@@ -80,14 +93,17 @@ class BuiltAhead:
         if self._thread is None:
             self._thread = threading.Thread(target=self._build, name="lading-ahead", daemon=True)
             self._thread.start()
-        while True:  # bounded waits: a thread that died without a word ends the pass
-            try:
-                batch, error = self._ready.get(timeout=_POLL_S)
-                break
-            except queue.Empty:
-                if not self._thread.is_alive() and self._ready.empty():
+        with self._changed:  # bounded waits: a thread that died without a word ends the pass
+            while not self._ready:
+                if not self._thread.is_alive():
                     self._ended = True
-                    raise RuntimeError("the read-ahead thread ended without its batches") from None
+                    raise RuntimeError("the read-ahead thread ended without its batches")
+                self._caller_waits = True
+                self._changed.wait(_LATE_S)
+                self._caller_waits = False
+            batch, error = self._ready.popleft()
+            if self._builder_waits:
+                self._changed.notify()
         if error is not None:
             self._ended = True
             raise error
@@ -100,22 +116,33 @@ class BuiltAhead:
         """The thread: build batches into the queue until they run out, one raises, or the
         caller closes."""
         try:
-            for batch in self._batches:
-                if not self._put((batch, None)):
+            began = time.perf_counter()
+            for batch in self._batches:  # built here
+                slow = time.perf_counter() - began >= _LATE_S
+                if not self._put((batch, None), slow or batch is EPOCH_END):
                     return
+                began = time.perf_counter()
         except BaseException as e:  # handed to the caller, raised there
-            self._put((None, e))
+            self._put((None, e), True)
             return
-        self._put((_DONE, None))
+        self._put((_DONE, None), True)
 
-    def _put(self, item: tuple[Any, BaseException | None]) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._ready.put(item, timeout=_POLL_S)
-                return True
-            except queue.Full:
-                continue
-        return False
+    def _put(self, item: tuple[Any, BaseException | None], now: bool) -> bool:
+        """Queue ``item`` once there is room (False: closed first); wake a waiting caller
+        ``now``, or once ``depth`` batches are ready."""
+        with self._changed:
+            while len(self._ready) >= self._depth:
+                if self._stop.is_set():
+                    return False
+                self._builder_waits = True
+                self._changed.wait(_POLL_S)
+                self._builder_waits = False
+            if self._stop.is_set():
+                return False
+            self._ready.append(item)
+            if self._caller_waits and (now or len(self._ready) >= self._depth):
+                self._changed.notify()
+        return True
 
     def close(self) -> None:
         """Stop the thread after the batch it is building and drop what it built ahead;
@@ -123,14 +150,13 @@ class BuiltAhead:
         GET ends by its own deadline; it hands nothing out after)."""
         self._ended = True
         self._stop.set()
+        with self._changed:
+            self._changed.notify_all()  # a builder waiting for room stops now
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(remote_timeout())
-        while True:  # what was built ahead is not handed out: let it go now
-            try:
-                self._ready.get_nowait()
-            except queue.Empty:
-                break
+        with self._changed:  # what was built ahead is not handed out: let it go now
+            self._ready.clear()
 
 
 def epochs_from(cursor: Cursor, epoch: Callable[[Cursor], Iterator[Any]]) -> Iterator[Any]:
