@@ -286,13 +286,9 @@ class RemoteReads:
                 [tokens.key], one_file, starts * size, ends * size, at[batch], first_step
             )
             self.planners[part].plan(schedule)
-        if held:
-            by = [w for w, _ in firsts]
-            self._firsts = Planned(
-                keys,
-                np.concatenate(by) if by else None,
-                np.concatenate([r for _, r in firsts]) if by else None,
-            )
+        if held:  # one entry a remote file: the first reads of all, by batch
+            first_which, first_rows = (np.concatenate(x) for x in zip(*firsts))
+            self._firsts = Planned(keys, first_which, first_rows)
 
 
 class Planned:
