@@ -61,7 +61,7 @@ def _epoch2_hits(
 ) -> float:
     """Read two epochs as the loader does: at each epoch's start the order of it and the next
     one planned (``plan``), the batches announced 8 to 16 ahead within the epoch; the share
-    of epoch 2's accesses that caused no GET."""
+    of epoch 2's accesses that caused no GET, each step's prefetches landed before its read."""
     half = len(batches) // 2
     epochs = [batches[:half], batches[half:]]
     planner = Planner(cache)
@@ -81,6 +81,10 @@ def _epoch2_hits(
                 told = upto
             else:
                 planner.prefetch([], steps[j])
+            # a training step outlasts its window's GETs: what the plan fetched is filled in
+            # before the read (reads racing them on a loaded core measured 0.029-0.038 at
+            # 1/16 over three runs of one seed: this tests the policy, not the race)
+            cache.drain(10.0)
             assert cache.read(batch, steps[j], plan) == [data[a:b] for _, a, b in batch]
             assert cache.stats()["bytes_cached"] <= cache.cap
     hits, misses = cache.stats()["by_epoch"][1]
@@ -117,10 +121,11 @@ def test_the_whole_order_keeps_what_is_needed_soonest(
     print(f"1/{share}: plan {planned:.3f} Belady {optimum:.3f} ({whole:.3f} at the whole cap)")
     print(f"fifo {fifo:.3f} lru {lru:.3f}")
     # at 1/16 epoch 2 has ~130 hits of 3,200 reads, and the batch and the window ahead are a
-    # third of the cap: the ratio to Belady measured 0.75-0.98 over 9 seeds (mean 0.87), so
-    # 0.8 failed about one seed in four; 0.7 there, 0.8 at 1/4 (1.01 at a seed 1/16 failed). The
-    # issue's 0.8 at 10 % and 0.5 % of 1M passages is benchmarks/bench_remote_plane.py's.
-    assert planned >= (0.8 if share == 4 else 0.7) * optimum
+    # third of the cap. With each step's window filled in before its read, the ratio to Belady
+    # measured 0.81-1.05 at 1/16 and 1.02-1.08 at 1/4 over 13 seeds (reads racing the fills
+    # measured 0.68 at one seed on a loaded CI core). The issue's 0.8 at 10 % and 0.5 % of 1M
+    # passages is benchmarks/bench_remote_plane.py's.
+    assert planned >= (0.9 if share == 4 else 0.75) * optimum
     assert planned > 1.5 * max(lru, fifo)
 
 
