@@ -109,6 +109,7 @@ class Windows(WindowShape):
 
 
 ORDERS_KEPT = 1 << 16  # batches' window orders a segment keeps (8 windows: ~6 MiB)
+ORDERS_RUN = 64  # batches whose orders a build that finds none computes at once
 
 
 class WindowsMode(Mode):
@@ -182,13 +183,20 @@ class WindowsMode(Mode):
         self, seg: LMSegment, key: SegmentBatchKey, reading: Reading
     ) -> npt.NDArray[np.int64]:
         """The windows of batch ``key.batch`` of ``seg``: this rank's next, in the epoch's order
-        (kept in ``seg.orders``: a remote corpus's plan asks for each batch, its build again)."""
+        (kept in ``seg.orders``: a remote corpus's plan asks for each batch, its build again).
+        One not kept is computed with the next :data:`ORDERS_RUN` batches' in one numpy pass
+        (a batch's alone, 8 windows through the Feistel network in Python integers, was ~60 %
+        of a local build under the locality shuffle: bench_lm_orders.py)."""
         at = (reading.rank, key.batch)
         found = seg.orders.get(at)
         if found is None:
-            if len(seg.orders) >= ORDERS_KEPT:
+            if len(seg.orders) + ORDERS_RUN > ORDERS_KEPT:
                 seg.orders.clear()
-            found = seg.orders[at] = self._order(seg, key, reading)
+            stop = min(key.batch + ORDERS_RUN, seg.core.batches)
+            self.plan_orders(seg, list(range(key.batch, stop)), key.epoch, reading)
+            found = seg.orders.get(at)
+            if found is None:
+                found = seg.orders[at] = self._order(seg, key, reading)
         return found
 
     def _order(
