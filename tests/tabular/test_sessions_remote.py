@@ -18,7 +18,7 @@ from lading.testing import LocalS3
 pytest.importorskip("pyarrow")
 torch = pytest.importorskip("torch")
 
-from test_tabular import write_sessions  # noqa: E402  # after the importorskip of pyarrow
+from sessions_files import write_sessions  # noqa: E402  # after the importorskip of pyarrow
 
 BUCKET = "sessions-train"
 SPLITS = {"train": 60, "valid": 10, "test": 10}  # rows a split of a day

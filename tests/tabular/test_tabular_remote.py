@@ -22,7 +22,7 @@ from lading.world import World
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from test_tabular import write_sessions  # noqa: E402  # after the importorskip of pyarrow
+from sessions_files import write_sessions  # noqa: E402  # after the importorskip of pyarrow
 
 FILES = 3
 ROWS = 97  # a file: 291 sessions, 4 row groups a file

@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 
 import pytest
-from test_tabular import write_sessions
 
 from distributed import free_port, run_cli, run_processes
+from sessions_files import write_sessions
 
 
 def _days(root: Path) -> Path:
