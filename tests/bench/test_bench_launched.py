@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TESTS
 from lading.bench.cell import Cell
 from lading.bench.launched import Coordinators, launched_record, merge_memory
 from lading.world import World
@@ -82,6 +83,7 @@ def test_other_world_sizes_are_refused_with_the_way_out() -> None:
 def test_bench_across_two_nodes(tmp_path: Path) -> None:
     """Every cell at world size 2 over two nodes; each node made its data once, in its cache."""
     pytest.importorskip("matplotlib")
+    sys.path.insert(0, str(TESTS / "train"))  # its folder: importable when run alone too
     from test_multinode import launch_two_nodes
 
     out = tmp_path / "shared" / "bench"
