@@ -122,7 +122,7 @@ def test_the_whole_order_keeps_what_is_needed_soonest(
     print(f"fifo {fifo:.3f} lru {lru:.3f}")
     # at 1/16 epoch 2 has ~130 hits of 3,200 reads, and the batch and the window ahead are a
     # third of the cap. With each step's window filled in before its read, the ratio to Belady
-    # measured 0.81-1.05 at 1/16 and 1.02-1.08 at 1/4 over 13 seeds (reads racing the fills
+    # measured 0.81-1.02 at 1/16 and 1.02-1.08 at 1/4 over 13 seeds (reads racing the fills
     # measured 0.68 at one seed on a loaded CI core). The 0.8 at 10 % and 0.5 % of 1M
     # passages is benchmarks/bench_remote_plane.py's.
     assert planned >= (0.9 if share == 4 else 0.75) * optimum
