@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from common import HERE, OUT, add_write_flag, write_section
+from common import HERE, OUT, add_write_flag, cell, write_section
 from lading.lm import LanguageModelLoader, TokenCorpus, Windows
 from lading.lm.modes.windows import ORDERS_RUN, WindowsMode
 from remote_lm_corpus import corpus_for
@@ -83,11 +82,6 @@ def main() -> None:
     write_section(HERE / "RESULTS.md", title, body, command, write=args.write)
 
 
-def cell(values: list[float], fmt: str = "{:.4f}") -> str:
-    mid = statistics.median(values)
-    return f"{fmt.format(mid)} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
-
-
 def render(
     figures: dict[tuple[str, bool], list[float]],
     args: Any,
@@ -108,7 +102,8 @@ def render(
     for mode in MODES:
         alone, runs = figures[mode, True], figures[mode, False]
         ratio = [r / a for r, a in zip(runs, alone)]
-        lines.append(f"| {mode} | {cell(alone)} | {cell(runs)} | {cell(ratio, '{:.2f}')} |")
+        alone_s, runs_s = cell(alone, "{:.4f}"), cell(runs, "{:.4f}")
+        lines.append(f"| {mode} | {alone_s} | {runs_s} | {cell(ratio, '{:.2f}')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -28,7 +28,6 @@ import argparse
 import heapq
 import json
 import os
-import statistics
 import sys
 import threading
 import time
@@ -39,7 +38,7 @@ from typing import Any
 import numpy as np
 
 import lading
-from common import HERE, OUT, add_write_flag, make_corpora, write_section
+from common import HERE, OUT, add_write_flag, cell, make_corpora, write_section
 from lading.remote.cache.regions import DataFile, folder_bytes
 from lading.remote.settings import RemoteSettings
 from lading.stores.remote.store import RemoteStore
@@ -237,11 +236,6 @@ def main() -> None:
     command = "python benchmarks/bench_remote_plane.py " + " ".join(sys.argv[1:])
     write_section(HERE / "RESULTS.md", "Remote: the data plane (issue 47)", body, command,
                   write=args.write)  # fmt: skip
-
-
-def cell(values: list[float], fmt: str = "{:.3f}") -> str:
-    mid = statistics.median(values)
-    return f"{fmt.format(mid)} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
 
 
 def _written(row: dict[str, Any]) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -102,3 +103,9 @@ def write_section(path: Path, title: str, body: str, command: str, *, write: boo
     hint = "" if write else f" (tracked {path.name} unchanged; --write updates it)"
     print(f"section {title!r} written to {target}{hint}")
     return target
+
+
+def cell(values: list[float], fmt: str = "{:.3f}") -> str:
+    """``median [min-max]`` of ``values``, each as ``fmt``: a table cell of repeats."""
+    mid = statistics.median(values)
+    return f"{fmt.format(mid)} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
