@@ -190,6 +190,27 @@ def test_a_malformed_line_is_named_or_skipped(tmp_path: Path) -> None:
     assert merged.meta["skipped"] == 1 and len(merged) == 700 + 60 + 40 - 1
 
 
+def test_a_malformed_line_of_a_compressed_file_is_named_or_skipped(tmp_path: Path) -> None:
+    """A compressed JSONL goes to one shard whole (it cannot be cut at line starts); its bad
+    line is named, or skipped and counted, as in a plain one (it raised under skip)."""
+    import gzip
+
+    src = inputs(tmp_path)
+    lines = (src / "c.jsonl").read_text().splitlines(keepends=True)
+    lines[7] = '{"text": "w1 w2", oops\n'
+    (src / "c.jsonl").unlink()
+    with gzip.open(src / "c.jsonl.gz", "wt") as f:
+        f.write("".join(lines))
+    tok = tmp_path / "t.json"
+    with pytest.raises(SourceError, match=r"line 8 of .*c\.jsonl\.gz"):
+        for i in range(2):
+            TokenCorpus.build_shard(src, tmp_path / "m", (i, 2), tok, progress=False)
+    for i in range(2):
+        TokenCorpus.build_shard(src, tmp_path / "s", (i, 2), tok, on_error="skip", progress=False)
+    merged = TokenCorpus.merge(tmp_path / "s")
+    assert merged.meta["skipped"] == 1 and len(merged) == 700 + 60 + 40 - 1
+
+
 def test_shard_arguments_are_checked(tmp_path: Path) -> None:
     src = inputs(tmp_path)
     with pytest.raises(ValueError, match="shard 3/3"):

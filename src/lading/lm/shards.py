@@ -31,7 +31,7 @@ import numpy as np
 from lading.disk import BuildContext, write_file
 from lading.disk.meta import META_FILE
 from lading.disk.names import check_inside, check_name, refuse
-from lading.lm.texts import file_texts, folder_files, source_identity
+from lading.lm.texts import file_texts, folder_files, is_records, source_identity
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.sources import OnError, ParseOptions, SourceReader, fingerprint, refuse_if_changed
 from lading.stores.building.inputs import Piece, check_shard_count, plan_shard
@@ -111,9 +111,10 @@ def shard_texts(
     inputs: Inputs, pieces: list[Piece], split: str, on_error: OnError
 ) -> Iterator[str]:
     """The texts of ``pieces``, as the one-process build reads them; records skipped
-    (``on_error="skip"``) counted into ``inputs.skipped``."""
+    (``on_error="skip"``) counted into ``inputs.skipped``, a compressed JSONL's (whole to
+    one shard) too."""
     for piece in pieces:
-        if piece.span is None:
+        if piece.span is None and not is_records(piece.path):
             yield from file_texts(piece.path, split)
             continue
         reader = SourceReader(piece.path, "jsonl", on_error, ParseOptions(), span=piece.span)

@@ -107,8 +107,13 @@ def _store_texts(path: Path, snapshot: str | None) -> Iterator[str]:
         yield from store.texts_at(np.arange(lo, min(lo + 10_000, len(store))))
 
 
+def is_records(path: Path) -> bool:
+    """Whether ``path`` holds JSON records (a document a record), compressed or not."""
+    return path.name.endswith(_JSON_SUFFIXES)
+
+
 def file_texts(path: Path, split: str) -> Iterator[str]:
-    if path.name.endswith(_JSON_SUFFIXES):
+    if is_records(path):
         yield from map(attrgetter("text"), read_records(path, format="jsonl"))
         return
     with open_binary(path) as stream:
