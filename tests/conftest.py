@@ -167,6 +167,19 @@ def tiny_tsv(tmp_path: Path) -> Path:
     )
 
 
+def files_open_under(folder: Path) -> list[str]:
+    """The files this process holds open below ``folder`` (deleted ones too), by path."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(folder)):
+            found.append(target)
+    return found
+
+
 def word_tokenizer(words: list[str], path: Path) -> Path:
     """A word-level tokenizer over ``words`` plus an end-of-text token."""
     from tokenizers import Tokenizer, models, pre_tokenizers

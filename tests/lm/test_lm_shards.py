@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import word_tokenizer, write
+from conftest import files_open_under, word_tokenizer, write
 from lading.cli import main
 from lading.errors import SourceError, StoreFormatError
 from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, Windows
@@ -188,6 +188,22 @@ def test_a_malformed_line_is_named_or_skipped(tmp_path: Path) -> None:
         TokenCorpus.build_shard(src, tmp_path / "s", (i, 2), tok, on_error="skip", progress=False)
     merged = TokenCorpus.merge(tmp_path / "s")
     assert merged.meta["skipped"] == 1 and len(merged) == 700 + 60 + 40 - 1
+
+
+def test_a_build_that_fails_leaves_no_file_open(tmp_path: Path) -> None:
+    """A malformed line stops a token corpus build, one process or a shard: the tokens'
+    files are closed as the error is raised (they stayed open while it was held)."""
+    src = inputs(tmp_path)
+    lines = (src / "a.jsonl").read_text().splitlines(keepends=True)
+    lines[650] = '{"text": "w1 w2", oops\n'
+    (src / "a.jsonl").write_text("".join(lines))
+    tok = tmp_path / "t.json"
+    with pytest.raises(SourceError, match="line 651") as one:
+        TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
+    assert files_open_under(tmp_path) == [] and one.value.line == 651
+    with pytest.raises(SourceError, match="line 651") as shard:
+        TokenCorpus.build_shard(src, tmp_path / "m", (1, 2), tok, progress=False)
+    assert files_open_under(tmp_path) == [] and shard.value.line == 651
 
 
 def test_a_malformed_line_of_a_compressed_file_is_named_or_skipped(tmp_path: Path) -> None:

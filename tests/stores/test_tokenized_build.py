@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import lading
-from conftest import write
+from conftest import files_open_under, write
 from lading.stores.building import build as build_module
 
 WORDS = [f"w{i}" for i in range(300)]
@@ -57,3 +57,29 @@ def test_the_build_takes_ids_without_offsets_and_stores_encode_batchs_ids(
     ids = [f"d{i}" for i in range(len(texts))]
     assert [t.tolist() for t in store.tokens_many(ids)] == want
     assert [t.tolist() for t in cut.tokens_many(ids)] == [w[:9] for w in want]
+
+
+def test_a_build_that_fails_leaves_no_file_open_and_no_thread(tmp_path: Path) -> None:
+    """A malformed line stops a tokenized build after its writers and encoder started: every
+    file the build opened is closed and its threads end when the error is raised, not when
+    the garbage collector gets to them (a process that retries builds ran out of descriptors)."""
+    import threading
+
+    pytest.importorskip("tokenizers")
+    from lading.errors import SourceError
+    from lading.stores.tokens import train_tokenizer
+
+    texts = [f"passage {i} about topic {i % 13}" for i in range(5000)]
+    tok = train_tokenizer(texts[:200], "wordpiece", 400)
+    tok.save(str(tmp_path / "tok.json"))
+    lines = [f"{i}\t{t}\n" for i, t in enumerate(texts)] + ["bad line without a tab\n"]
+    write(tmp_path / "src.tsv", "".join(lines))
+
+    with pytest.raises(SourceError, match="line 5001") as caught:
+        lading.build_store(
+            tmp_path / "src.tsv", tmp_path / "s", tokenizer=tmp_path / "tok.json", progress=False
+        )
+    assert files_open_under(tmp_path) == []  # while the error (and its frames) is still held
+    names = [t.name for t in threading.enumerate()]
+    assert not [n for n in names if n.startswith(("lading-write", "lading-tokenize"))], names
+    assert caught.value.line == 5001

@@ -94,6 +94,15 @@ class _BackgroundFile:
             self._pool.shutdown(wait=True)
             self._file.close()
 
+    def abort(self) -> None:
+        """Drop the blocks not yet written, end the thread and close the file (no fsync: a
+        failed build's files are removed); nothing after :meth:`close`."""
+        if self._file.closed:
+            return
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pending.clear()
+        self._file.close()
+
 
 class RaggedWriter:
     """Appends rows of bytes to ``<column>.bin`` and keeps their offsets for ``<column>.off``.
@@ -184,6 +193,12 @@ class RaggedWriter:
                 "crc32": self._off_file.crc,
             },
         }
+
+    def abort(self) -> None:
+        """Close both files without finishing them (a failed build): see
+        :meth:`_BackgroundFile.abort`."""
+        self._file.abort()
+        self._off_file.abort()
 
 
 class RaggedColumn:

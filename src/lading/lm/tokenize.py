@@ -66,12 +66,16 @@ def write_tokens(
         bar.update(len(pending))
         pending.clear()
 
-    for text in texts:
-        pending.append(text)
-        if len(pending) >= BATCH_DOCS:
+    try:
+        for text in texts:
+            pending.append(text)
+            if len(pending) >= BATCH_DOCS:
+                flush()
+        if pending:
             flush()
-    if pending:
-        flush()
+    except BaseException:  # a bad line: the files closed as the error is raised
+        column.abort()
+        raise
     files = column.finish()
     files[TOKENIZER] = write_file(directory / TOKENIZER, tok.to_str().encode())
     return {

@@ -84,6 +84,11 @@ class _Columns:
         rest = [self.tokens] if self.tokens is not None else []
         return [self.text, self.ids, *self.fields.values(), *rest]
 
+    def abort(self) -> None:
+        """Close every column's files unfinished (a failed build)."""
+        for column in self.all():
+            column.abort()
+
 
 @dataclass
 class WrittenShard:
@@ -137,17 +142,27 @@ def write_shard(
     tok_dtype = token_dtype(tok_info["vocab_size"]) if tok_info else None
     columns = _Columns(directory, tok_dtype)
     # per-row integers wait on disk, not in RAM: the build's memory must not grow with the rows
-    int_ids = IntIdCollector(SpillArray(directory / "ids.int.scratch"))
+    spill = SpillArray(directory / "ids.int.scratch")
+    int_ids = IntIdCollector(spill)
     lines = SpillArray(directory / "lines.scratch")
     stats = BuildStats()
     encoder = None if tokenizer is None else _Encoder(tokenizer, columns, max_length)
-    _stream_rows(reader, columns, int_ids, lines, encoder, stats, progress)
-    if encoder is not None:
-        encoder.finish()
-    is_int = int_ids.values is not None  # every id an integer: the dense or sorted int index
-    files, keys, rows = _finish_rows(
-        directory, reader, columns, int_ids, lines, duplicates, stats, allow_empty
-    )
+    try:
+        _stream_rows(reader, columns, int_ids, lines, encoder, stats, progress)
+        if encoder is not None:
+            encoder.finish()
+        is_int = int_ids.values is not None  # every id an integer: the dense or sorted index
+        files, keys, rows = _finish_rows(
+            directory, reader, columns, int_ids, lines, duplicates, stats, allow_empty
+        )
+    except BaseException:  # a bad line, a duplicate id: every file closed, every thread ended
+        columns.abort()  # as the error is raised, not when the garbage collector gets to them
+        raise
+    finally:
+        if encoder is not None:
+            encoder.close()
+        spill.discard()
+        lines.discard()
     if id_keys and not is_int:  # written here, in parallel, rather than by the merge
         name = keys_file(column_files("ids")[0])
         files[name] = write_file(directory / name, np.ascontiguousarray(keys))
@@ -251,6 +266,11 @@ class _Encoder:
         ids = [e.ids if cut is None else e.ids[:cut] for e in encodings]
         data, lengths = flat_ids(ids, self.dtype, None)
         self.out.append_many(data, lengths * self.dtype.itemsize)
+
+    def close(self) -> None:
+        """End the encoding thread (batches not started are dropped: after :meth:`finish`,
+        there are none)."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
     def finish(self) -> None:
         """Encode and write what is pending; every row has its tokens after this."""
