@@ -190,6 +190,31 @@ def test_a_malformed_line_is_named_or_skipped(tmp_path: Path) -> None:
     assert merged.meta["skipped"] == 1 and len(merged) == 700 + 60 + 40 - 1
 
 
+def test_one_process_skips_as_the_shards_do(tmp_path: Path) -> None:
+    """``on_error="skip"`` in a one-process build (API and CLI without --shard; it was taken by
+    shards only, and the CLI ignored it): the bad record counted and warned of, the corpus the
+    same as the shards' merge; a clean rebuild with "raise" does not reuse it."""
+    from lading.errors import SkippedRecordsWarning
+
+    src = inputs(tmp_path)
+    lines = (src / "a.jsonl").read_text().splitlines(keepends=True)
+    lines[650] = '{"text": "w1 w2", oops\n'
+    (src / "a.jsonl").write_text("".join(lines))
+    tok = tmp_path / "t.json"
+    with pytest.warns(SkippedRecordsWarning, match="skipped 1 malformed"):
+        one = TokenCorpus.build(src, tmp_path / "one", tok, on_error="skip", progress=False)
+    assert one.meta["skipped"] == 1
+    for i in range(2):
+        TokenCorpus.build_shard(src, tmp_path / "s", (i, 2), tok, on_error="skip", progress=False)
+    same_reading(one, TokenCorpus.merge(tmp_path / "s"))
+    with pytest.raises(SourceError, match="line 651"):
+        TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
+    cli = [str(src), str(tmp_path / "cli"), "--tokenizer", str(tok), "--quiet"]
+    with pytest.warns(SkippedRecordsWarning):
+        assert main(["lm", "build", *cli, "--on-error", "skip"]) == 0
+    assert TokenCorpus.open(tmp_path / "cli").meta["skipped"] == 1
+
+
 def test_a_build_that_fails_leaves_no_file_open(tmp_path: Path) -> None:
     """A malformed line stops a token corpus build, one process or a shard: the tokens'
     files are closed as the error is raised (they stayed open while it was held)."""

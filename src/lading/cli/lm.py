@@ -48,7 +48,12 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
         print(report)
         return 0
     corpus = TokenCorpus.build(
-        args.source, args.dest, args.tokenizer, overwrite=args.overwrite, **documents
+        args.source,
+        args.dest,
+        args.tokenizer,
+        overwrite=args.overwrite,
+        on_error=args.on_error,
+        **documents,
     )
     print(
         f"{getattr(corpus, 'url', corpus.path)}: {counted(len(corpus), 'document')}, "
@@ -115,8 +120,8 @@ def add_lm(sub: Any) -> None:
         "--on-error",
         choices=["raise", "skip"],
         default="raise",
-        help="with --shard: a malformed JSONL record stops the build (naming file and line) "
-        "or is counted and skipped",
+        help="a malformed JSONL record stops the build (naming file and line) or is counted "
+        "and skipped",
     )
     p.set_defaults(func=_cmd_lm_build)
     p = kinds.add_parser(

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.disk import OFFSET_DTYPE, BuildContext, MappedFile, open_snapshot
-from lading.errors import StaleStoreWarning, StoreFormatError
+from lading.errors import SkippedRecordsWarning, StaleStoreWarning, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENIZER, check_offsets
 from lading.lm.parts import PartOffsets, PartTokens, part_offsets, token_parts
 from lading.lm.texts import iter_texts, refuse_if_source_changed, source_identity, stale_reason
@@ -204,6 +204,7 @@ class TokenCorpus:
         storage_options: Mapping[str, Any] | None = None,
         shard: Literal["auto"] | None = None,
         build_id: str | None = None,
+        on_error: Literal["raise", "skip"] = "raise",
     ) -> TokenCorpus:
         """Tokenize every document of ``source`` into ``dest``.
 
@@ -228,6 +229,9 @@ class TokenCorpus:
                 (:meth:`merge`) and every rank opens the snapshot it committed (``dest`` on a
                 filesystem every rank sees); without a group, one process builds.
             build_id: with ``shard="auto"``, the build directory of the shards.
+            on_error: ``"raise"``: a malformed JSONL record stops the build, naming file and
+                line; ``"skip"``: it is left out, counted in ``meta["skipped"]`` and a
+                :class:`~lading.errors.SkippedRecordsWarning`.
         """
         if shard not in (None, "auto"):
             raise ValueError(
@@ -242,6 +246,7 @@ class TokenCorpus:
                 from lading.lm.cluster import build_in_group
 
                 local = dict(append_eos=append_eos, eos_token=eos_token, split=split)
+                local.update(on_error=on_error)
                 snapshot = build_in_group(source, dest, tokenizer, build_id, progress, local)
                 return cls.open(Path(dest), snapshot=snapshot, on_stale="ignore")
         if is_remote(dest):
@@ -249,6 +254,7 @@ class TokenCorpus:
 
             options: dict[str, Any] = dict(append_eos=append_eos, eos_token=eos_token)
             options.update(split=split, overwrite=overwrite, progress=progress, tokenizer=tokenizer)
+            options.update(on_error=on_error)
             where, of_remote = os.fspath(dest), cls.of_remote
             made: TokenCorpus = build_corpus(
                 cls.build, of_remote, source, where, cache, cache_bytes, storage_options, **options
@@ -266,6 +272,8 @@ class TokenCorpus:
             "eos_id": eos,
             "split": split,
         }
+        if on_error == "skip":  # a build that raised on a bad record is not one that skipped it
+            recipe["on_error"] = on_error
         with BuildContext(dest, FORMAT_NAME, "token corpus") as build:
             previous = build.previous
             if not overwrite and previous is not None and previous.get("recipe") == recipe:
@@ -273,16 +281,23 @@ class TokenCorpus:
             build.check_ours()
             with build.scratch() as tmp:
                 bar = progress_bar(Path(source).name, progress)
-                texts = iter_texts(source, split, identity.get("store"))
+                skipped = [0]
+                texts = iter_texts(source, split, identity.get("store"), on_error, skipped)
                 with bar:
                     meta = write_tokens(tmp, texts, tok, info, eos, bar)
                 if meta["documents"] == 0:
                     raise ValueError(f"{source} holds no documents")
-                meta["recipe"] = recipe
+                meta["recipe"], meta["skipped"] = recipe, skipped[0]
                 refuse_if_source_changed(source, identity)
                 meta["dir"] = build.snapshot
                 meta["files"] = {f"{build.snapshot}/{k}": v for k, v in meta["files"].items()}
                 build.commit(tmp, meta)
+        if skipped[0]:
+            warnings.warn(
+                f"skipped {skipped[0]} malformed record(s) of {source} building {dest}",
+                SkippedRecordsWarning,
+                stacklevel=2,
+            )
         return cls.open(dest, snapshot=build.snapshot)
 
     @classmethod

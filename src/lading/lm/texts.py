@@ -22,6 +22,7 @@ from typing import Any
 from lading.disk.meta import META_FILE
 from lading.errors import SourceError
 from lading.sources import (
+    OnError,
     fingerprint,
     fingerprint_changed,
     open_binary,
@@ -35,12 +36,19 @@ _JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.bz2", ".jsonl.zst")
 
 
 def iter_texts(
-    source: str | os.PathLike[str], split: str = "blank", snapshot: str | None = None
+    source: str | os.PathLike[str],
+    split: str = "blank",
+    snapshot: str | None = None,
+    on_error: OnError = "raise",
+    skipped: list[int] | None = None,
 ) -> Iterator[str]:
     """Every document text of ``source``, in a stable order (a store: its ``snapshot``, by
-    default the current one)."""
+    default the current one); with ``on_error="skip"``, malformed JSONL records are left out
+    and counted into ``skipped[0]``."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose from {sorted(SPLITS)}")
+    if on_error == "skip" and skipped is None:
+        raise ValueError("iter_texts(on_error='skip') counts what it skips into skipped=[0]")
     path = Path(source)
     if path.is_dir() and (path / META_FILE).is_file():
         yield from _store_texts(path, snapshot)
@@ -49,9 +57,9 @@ def iter_texts(
         if not files:
             raise ValueError(f"{path} holds no files")
         for file in files:
-            yield from file_texts(file, split)
+            yield from file_texts(file, split, on_error, skipped)
     elif path.is_file():
-        yield from file_texts(path, split)
+        yield from file_texts(path, split, on_error, skipped)
     else:
         raise FileNotFoundError(f"source {path} does not exist")
 
@@ -112,9 +120,16 @@ def is_records(path: Path) -> bool:
     return path.name.endswith(_JSON_SUFFIXES)
 
 
-def file_texts(path: Path, split: str) -> Iterator[str]:
+def file_texts(
+    path: Path, split: str, on_error: OnError = "raise", skipped: list[int] | None = None
+) -> Iterator[str]:
+    """The documents of one file (see the module doc); malformed JSONL records as
+    :func:`iter_texts` says."""
     if is_records(path):
-        yield from map(attrgetter("text"), read_records(path, format="jsonl"))
+        reader = read_records(path, format="jsonl", on_error=on_error)
+        yield from map(attrgetter("text"), reader)
+        if skipped is not None:
+            skipped[0] += reader.skipped
         return
     with open_binary(path) as stream:
         head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
