@@ -265,6 +265,37 @@ def test_closing_a_fetcher_settles_every_future_at_once(bucket: str, faults: Loc
     assert time.monotonic() - started < 5.0
 
 
+def test_a_close_between_a_submits_check_and_its_register_leaves_no_future_unsettled(
+    bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another thread's ``close`` lands after ``submit_many`` saw the fetcher open and before
+    it registered its futures: the submit is refused, or its futures settled (one was left
+    unsettled for ever: close had swept the registry, and the queued launch saw "closed")."""
+    import lading.remote.fetch as fetch
+
+    url = f"s3://{bucket}/objects"
+    open_client(url).put("text.bin", os.urandom(1000))
+    fetcher = Fetcher(lambda: open_client(url), timeout=5.0)
+    fetcher.read([("text.bin", 0, 10, None)])
+    real = fetch.running
+
+    def running_then_closed(client: Any = None) -> Any:
+        loop = real(client)
+        closer = threading.Thread(target=fetcher.close)  # the other thread, at that moment
+        closer.start()
+        closer.join(10.0)
+        return loop
+
+    monkeypatch.setattr(fetch, "running", running_then_closed)
+    try:
+        future = fetcher.submit("text.bin", 0, 10)
+    except RemoteReadError as e:
+        assert "closed" in str(e)
+        return
+    with pytest.raises(RemoteReadError, match="closed"):
+        future.result(timeout=3.0)
+
+
 def test_wait_settled_waits_for_queued_gets_within_its_timeout(
     bucket: str, faults: LocalS3
 ) -> None:

@@ -68,6 +68,7 @@ DEFAULT_IN_FLIGHT = 128  # > 64: at 30 ms a GET, 128 in flight serve ~4,200 GETs
 CALL_RANGES = 10  # ranges a call: obstore's get_ranges runs at most 10 requests of one at once
 PIN_S = 1.0  # a call checks its object's ETag when the last check is older than this
 CLOSED = "{!r} was closed while this GET was in flight; open the store or corpus again"
+REFUSED = "{!r} was closed: nothing is fetched after close(); open the store or corpus again"
 
 Request = tuple[str, int, int, str | None]  # key, start, end, etag (None: not pinned)
 
@@ -183,10 +184,7 @@ class Fetcher:
         """This process's client (made on first use, and again in a forked child)."""
         with self._lock:
             if self.closed:
-                raise RemoteReadError(
-                    f"{self!r} was closed: nothing is fetched after close(); open the store "
-                    "or corpus again to read"
-                )
+                raise RemoteReadError(REFUSED.format(self))
             if self._client is None:
                 self._client = self.make_client()
             return self._client
@@ -214,7 +212,9 @@ class Fetcher:
                 if callback is not None:
                     future._callbacks.append(callback)
         if requests:
-            with self._lock:
+            with self._lock:  # closed since ``self.client`` looked? then close swept without
+                if self.closed:  # these, and their launch would see "closed": refused here
+                    raise RemoteReadError(REFUSED.format(self))
                 self._unsettled.update(futures)
             loop.call_soon_threadsafe(self._launch, list(requests), futures)
         return futures
