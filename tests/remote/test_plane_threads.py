@@ -548,6 +548,44 @@ def test_a_fork_while_the_read_ahead_thread_runs_never_hangs_the_child(mid: bool
     assert done.returncode == 0 and "child 0" in done.stdout, done.stdout + done.stderr
 
 
+FORK_OPENING = """
+    import os, signal, tempfile, threading, time
+    from pathlib import Path
+    from lading.remote.cache import node
+
+    folder, real = Path(tempfile.mkdtemp()), node._folder
+    inside = threading.Event()
+
+    def slow_folder(directory):  # a slow disk under the parent's open
+        inside.set()
+        time.sleep(0.5)
+        return real(directory)
+
+    node._folder = slow_folder
+    opening = threading.Thread(target=lambda: node.release(node.node_of(folder / "p", 1 << 20)))
+    opening.start()
+    assert inside.wait(10)
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)  # a hung child dies of SIGALRM
+        node._folder = real
+        node.release(node.node_of(folder / "c", 1 << 20))
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    opening.join(10)
+    print("child", os.waitstatus_to_exitcode(status), "parent", not opening.is_alive())
+"""
+
+
+@pytest.mark.slow  # forks
+def test_a_fork_while_another_thread_opens_a_node_cache_never_hangs_the_child() -> None:
+    """A thread opens a node cache (its folder on a slow disk) when the process forks: the
+    child opens its own cache (was: the registry's lock, held across the parent's opening and
+    copied held, left the child waiting for ever; 19 of 20 children in a review's run)."""
+    done = _run(FORK_OPENING, timeout=60)
+    assert done.returncode == 0 and "child 0 parent True" in done.stdout, done.stdout + done.stderr
+
+
 FORK_REMOTE = """
     import faulthandler, os, signal, threading, time
     import numpy as np

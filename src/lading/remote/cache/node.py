@@ -34,7 +34,7 @@ from lading.remote.cache.ledger import FORMAT, LEDGER_FILE, Ledger
 from lading.remote.cache.owners import Owner
 from lading.remote.cache.regions import DATA_FILE, DataFile, Layout
 from lading.remote.fetch import Future
-from lading.threads import register
+from lading.threads import SQLITE, register
 
 COUNT_S = 1.0  # this process's figures reach the node's at most this often (and at close)
 
@@ -135,8 +135,25 @@ class Node:
         self.data.close()
 
 
-_NODES: dict[Path, Node] = {}
-_NODES_LOCK = threading.Lock()
+class _Nodes:
+    """This process's nodes by folder. Its lock guards the dict only: a node is made outside it
+    (its folder, ledger and payload file are disk and SQLite I/O), and a forked child gets a
+    new one (a fork while another thread held it left the child's first open waiting for ever:
+    19 of 20 children, when the lock was held across the making)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_folder: dict[Path, Node] = {}
+
+    def forked(self) -> None:
+        self.lock = threading.Lock()
+
+    def close(self) -> None:
+        """Nothing of its own to end: the nodes close as fill-stage owners themselves."""
+
+
+_NODES = _Nodes()
+register(_NODES, "fill")
 
 
 def node_of(
@@ -157,24 +174,30 @@ def node_of(
         raise ValueError(f"cache_bytes={cap}: need >= 0 (0 caches nothing)")
     path = Path(directory).absolute()
     layout = Layout.of(cap, region_bytes)
-    with _NODES_LOCK:
-        found = _NODES.get(path)
-        if found is None:
-            found = _NODES[path] = Node(path, layout, strict)
-        if strict and found.layout != layout:
-            Ledger.refuse(path, found.layout, layout)
-        found.views += 1
+    with _NODES.lock:
+        found = _NODES.by_folder.get(path)
+    made = Node(path, layout, strict) if found is None else None  # outside the lock: I/O
+    with _NODES.lock:
+        found = _NODES.by_folder.setdefault(path, made) if made is not None else found
+        refused = strict and found is not None and found.layout != layout
+        if found is not None and not refused:
+            found.views += 1
+    if made is not None and made is not found:  # another thread made it first: theirs
+        made.close()
+    assert found is not None
+    if refused:
+        Ledger.refuse(path, found.layout, layout)
     return found
 
 
 def release(node: Node) -> None:
     """One view of ``node`` closed; the last one closes it (a later open makes it again,
     checking its ledger afresh)."""
-    with _NODES_LOCK:
+    with _NODES.lock:
         node.views -= 1
-        if node.views > 0 or _NODES.get(node.directory) is not node:
+        if node.views > 0 or _NODES.by_folder.get(node.directory) is not node:
             return
-        del _NODES[node.directory]
+        del _NODES.by_folder[node.directory]
     node.close()
 
 
@@ -212,10 +235,12 @@ def _open_ledger(directory: Path, layout: Layout, strict: bool, mode: int) -> Le
             os.fchmod(fd, mode)  # the folder's mode, whatever the umask
             os.close(fd)
     try:
-        _probe(path)
+        with SQLITE.shared():  # no fork copies this thread inside SQLite
+            _probe(path)
         return Ledger(directory, layout, strict)
     except sqlite3.DatabaseError as e:
-        damaged.set_aside(path, e, _probe)
+        with SQLITE.shared():
+            damaged.set_aside(path, e, _probe)
         return Ledger(directory, layout, strict)
 
 
