@@ -236,6 +236,41 @@ def test_closing_a_loader_waits_for_its_own_gets_not_another_loaders(
     assert elapsed < 1.0, f"close waited {elapsed:.1f} s for the other loader's GETs"
 
 
+def test_closing_one_open_of_a_corpus_does_not_fail_anothers_read(
+    corpora: Corpora, faults: LocalS3
+) -> None:
+    """Two opens of one corpus on one cache folder (one node, two fetchers): B's read waits
+    on a GET that A's read started; closing A fails A's GET, and B fetches the block itself
+    (was: B's read raised A's "was closed", though B was open)."""
+    node = corpora.folder / "node-shared"
+    a = TokenCorpus.open(corpora.url("a"), cache=node, cache_bytes="1M", timeout=10.0)
+    b = TokenCorpus.open(corpora.url("a"), cache=node, cache_bytes="1M", timeout=10.0)
+    assert a.remote is not None and b.remote is not None
+    assert a.remote.cache.node is b.remote.cache.node
+    want = np.asarray(corpora.local["a"].tokens[0:50])
+    faults.fault("tokens.bin", 1, "slow", delay=2.0)
+    out: dict[str, Any] = {}
+
+    def read(name: str, corpus: TokenCorpus) -> None:
+        try:
+            out[name] = np.array_equal(corpus.tokens[0:50], want)
+        except Exception as e:
+            out[name] = e
+
+    reads = [threading.Thread(target=read, args=("a", a))]
+    reads[0].start()
+    wait_for(lambda: faults.stats()["faults"] >= 1)  # A's GET is out, slowly
+    reads.append(threading.Thread(target=read, args=("b", b)))
+    reads[1].start()
+    time.sleep(0.3)  # B waits on A's GET
+    a.close()
+    for thread in reads:
+        thread.join(30)
+    assert out["b"] is True, out
+    assert isinstance(out["a"], RemoteReadError) and "closed" in str(out["a"])
+    b.close()
+
+
 def test_a_planner_holds_no_settled_get(corpora: Corpora) -> None:
     """The GETs a loader's prefetches started drop out of its planner as they settle: a
     settled GET holds its bytes (a window of blocks, up to half the cap under the locality

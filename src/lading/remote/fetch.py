@@ -70,6 +70,12 @@ PIN_S = 1.0  # a call checks its object's ETag when the last check is older than
 CLOSED = "{!r} was closed while this GET was in flight; open the store or corpus again"
 REFUSED = "{!r} was closed: nothing is fetched after close(); open the store or corpus again"
 
+
+class ClosedError(RemoteReadError):
+    """A GET settled by its fetcher's ``close`` before an answer came: another view of the
+    node cache waiting on it reads the block again through its own fetcher."""
+
+
 Request = tuple[str, int, int, str | None]  # key, start, end, etag (None: not pinned)
 
 
@@ -377,7 +383,7 @@ class Fetcher:
         with self._lock:
             self.closed = True
             live, self._unsettled = list(self._unsettled), set()
-        _settle([(future, None) for future in live], RemoteReadError(CLOSED.format(self)))
+        _settle([(future, None) for future in live], ClosedError(CLOSED.format(self)))
 
     def _refuse_if_closed(self) -> None:
         """Raise, never to be retried, where a call would send a request after close."""

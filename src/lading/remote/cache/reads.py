@@ -31,7 +31,7 @@ from lading.remote.cache.ledger import Ledger, Piece
 from lading.remote.cache.node import Flight, Node, release
 from lading.remote.cache.places import policy_check
 from lading.remote.cache.regions import folder_bytes
-from lading.remote.fetch import Fetcher, Future
+from lading.remote.fetch import ClosedError, Fetcher, Future
 from lading.remote.objects import RemoteReadError, describe
 from lading.remote.ranges import DEFAULT_GAP, DEFAULT_WASTE, NO_STEP, Need
 from lading.step import current_step
@@ -253,8 +253,30 @@ class NodeCache:
             with self.node.lock:
                 flight = self.node.inflight.get((k[0], piece.start))
         if flight is not None:
-            return _cut(flight.future.result(), piece.start, part.start, part.end)
-        return self._wait_other(k, key, part, piece)  # (this process's: filled, or carried)
+            try:
+                data = flight.future.result()
+            except ClosedError:
+                if self.fetcher.closed:
+                    raise
+                return self._after_closed(k, key, part, piece, flight)
+            return _cut(data, piece.start, part.start, part.end)
+        return self._wait_other(k, key, part, piece)
+
+    def _after_closed(
+        self, k: Key, key: str, part: Part, piece: Piece, flight: Flight
+    ) -> bytes | None:
+        """Another view of the node closed its fetcher under the GET of ``piece``: once the
+        fill thread gave its claim back, None (look again: this view claims and fetches it);
+        past ``wait_limit``, the part read around the cache."""
+        deadline = time.monotonic() + self.wait_limit
+        while time.monotonic() < deadline:
+            with self.node.lock:
+                if self.node.inflight.get((k[0], piece.start)) is not flight:
+                    return None
+            time.sleep(_POLL_S)
+        data = self.fetcher.read([(key, part.start, part.end, self.etags.get(key))])[0]
+        self.figures.add("bytes_bypassed", len(data))
+        return data  # (this process's: filled, or carried)
 
     def _wait_other(self, k: Key, key: str, part: Part, piece: Piece) -> bytes | None:
         """Wait while a live owner fills ``piece`` (another process, or a thread of this one
