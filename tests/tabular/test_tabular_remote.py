@@ -161,6 +161,34 @@ def test_the_row_groups_asked_for_ahead_are_fetched_before_close_returns(
     assert after == gets, f"{after - gets} GETs went out after the loader's close returned"
 
 
+def test_a_closed_loader_lets_its_node_cache_go_and_reads_again_when_asked(
+    url: str, local: Path, tmp_path: Path
+) -> None:
+    """``PartitionedParquet`` opens its files itself, so it owns them: after ``with loader:``
+    no fill thread runs and the node cache is closed (both stayed, with the node's files,
+    until exit), a later pass reads again from the kept position, and its close lets the
+    node go again (a cache made over a closed fetcher never gave its node back)."""
+    from lading.remote.cache import node
+
+    folder = cold(tmp_path)
+    with PartitionedParquet(url, 8, cache=folder, cache_bytes="4M", **KW) as loader:
+        first = list(loader)
+        assert loader.remote is not None
+        held = loader.remote.cache(loader.remote.files[0].root).node
+        fill = held.filler._thread
+        assert fill is not None and fill.is_alive()
+    same(first, list(PartitionedParquet(local, 8, **KW)))
+    assert folder.absolute() not in node._NODES.by_folder
+    assert not fill.is_alive()
+    loader.set_epoch(1)
+    local_next = PartitionedParquet(local, 8, **KW)
+    local_next.set_epoch(1)
+    same(list(loader), list(local_next))
+    assert loader.cache_stats()["bytes_used"] > 0  # the second pass's, through a new view
+    loader.close()
+    assert folder.absolute() not in node._NODES.by_folder
+
+
 def test_footers_are_staged_once_per_node(url: str, s3: LocalS3, tmp_path: Path) -> None:
     cache = cold(tmp_path)
     s3.reset()

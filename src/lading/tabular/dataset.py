@@ -176,6 +176,14 @@ class PartitionedParquet(Loader):
         self.total_rows, self.buffer_rows = workload.total_rows, workload.buffer_rows
         self._parquet = workload
 
+    def close(self) -> None:
+        """As :meth:`Loader.close`, and the files this loader opened from URLs (it opened
+        them itself, so they are its own to close): their node caches let go, no thread left
+        for them. A later pass opens them again."""
+        super().close()
+        if self.remote is not None:
+            self.remote.close()
+
     def cache_stats(self) -> dict[str, Any]:
         """The node cache's figures of a dataset read from URLs (``gets``, ``bytes_fetched``,
         ``bytes_used``, ``hits``, ``misses``, ``bytes_cached``, ``cap``, ...: see

@@ -296,10 +296,13 @@ class RemoteParquet:
         return total
 
     def close(self) -> None:
-        """Stop this process's GETs (done at exit too)."""
+        """Stop this process's GETs and let its node caches go (done at exit too); a later
+        read opens them again, with new clients."""
         for cache in self._caches.values():
             cache.close()
-        self._caches, self._planners = {}, {}
+        for fetcher in self._fetchers.values():  # (those that only listed and staged too)
+            fetcher.close()
+        self._caches, self._planners, self._fetchers = {}, {}, {}
 
 
 class RemoteRowReader(RowReader):

@@ -67,6 +67,7 @@ class NodeCache:
         max_waste: float = DEFAULT_WASTE,
     ) -> None:
         self.node, self.fetcher = node, fetcher
+        self._closed = False  # (its own: a view made over a closed fetcher still holds a node)
         self.namespace, self.etags = namespace.rstrip("/"), dict(etags or {})
         self.claims = Claims(node, fetcher, self.etags, policy_check(policy), max_gap, max_waste)
         # waiting longer than this on another process's GET: read the range ourselves
@@ -367,8 +368,9 @@ class NodeCache:
     def close(self) -> None:
         """Stop this snapshot's GETs (every one in flight settles with an error saying so),
         count, and let the node go if no other view holds it (:func:`~.node.release`)."""
-        if self.fetcher.closed:
+        if self._closed:
             return
+        self._closed = True
         self.fetcher.close()
         self.node.count(force=True)
         release(self.node)
