@@ -300,6 +300,33 @@ def test_closing_a_fetcher_settles_every_future_at_once(bucket: str, faults: Loc
     assert time.monotonic() - started < 5.0
 
 
+def test_closing_a_fetcher_ends_a_whole_object_get_at_once(bucket: str, faults: LocalS3) -> None:
+    """A manifest's GET (``get_object``, through ``Fetcher.run``) the server never answers:
+    ``close`` from another thread ends its wait with "closed" at once (was: it waited for
+    its attempt's timeout, 8 s here, and logged a retry)."""
+    url = f"s3://{bucket}/objects"
+    open_client(url).put("meta.json", b"{}")
+    fetcher = Fetcher(lambda: open_client(url), timeout=8.0)
+    fetcher.read([])  # (the client made)
+    faults.fault("meta.json", 1, "hang")
+    out: dict[str, Any] = {}
+
+    def get() -> None:
+        try:
+            out["got"] = fetcher.get_object("meta.json")
+        except Exception as e:
+            out["error"], out["at"] = e, time.monotonic()
+
+    waiting = threading.Thread(target=get)
+    waiting.start()
+    wait_for(lambda: faults.stats()["faults"] == 1)
+    started = time.monotonic()
+    fetcher.close()
+    waiting.join(20)
+    assert isinstance(out.get("error"), RemoteReadError) and "closed" in str(out["error"]), out
+    assert out["at"] - started < 2.0
+
+
 def test_a_close_between_a_submits_check_and_its_register_leaves_no_future_unsettled(
     bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

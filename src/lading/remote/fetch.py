@@ -33,6 +33,7 @@ state (its unsettled futures, its slots, ``closed``), and split they would reach
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -175,6 +176,7 @@ class Fetcher:
         self._slots: asyncio.Semaphore | None = None
         self._checked: dict[str, float] = {}  # object -> when a call last sent If-Match
         self._tasks: set[asyncio.Task[None]] = set()
+        self._runs: set[concurrent.futures.Future[object]] = set()  # whole calls waited on
         register(self, "fetch")
 
     @property
@@ -333,7 +335,18 @@ class Fetcher:
         outcome (at most the deadline's total and a second)."""
         loop = running(self.client)
         future = asyncio.run_coroutine_threadsafe(self._attempts(what, attempt), loop)
-        return future.result(self.deadline.total + 1.0)
+        with self._lock:  # (close cancels it: its caller hears "closed" at once)
+            if self.closed:
+                future.cancel()
+                raise RemoteReadError(REFUSED.format(self))
+            self._runs.add(future)  # type: ignore[arg-type]
+        try:
+            return future.result(self.deadline.total + 1.0)
+        except concurrent.futures.CancelledError:
+            raise ClosedError(CLOSED.format(self)) from None
+        finally:
+            with self._lock:
+                self._runs.discard(future)
 
     async def _attempts(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         last: BaseException | None = None
@@ -383,7 +396,10 @@ class Fetcher:
         with self._lock:
             self.closed = True
             live, self._unsettled = list(self._unsettled), set()
+            runs, self._runs = list(self._runs), set()
         _settle([(future, None) for future in live], ClosedError(CLOSED.format(self)))
+        for run in runs:  # a whole-object GET or a LIST: its waiter raises ClosedError
+            run.cancel()
 
     def _refuse_if_closed(self) -> None:
         """Raise, never to be retried, where a call would send a request after close."""
@@ -395,6 +411,7 @@ class Fetcher:
         a client is made again on first use."""
         self._lock = threading.Lock()
         self._client, self._slots, self._unsettled, self._checked = None, None, set(), {}
+        self._runs = set()
         if self.node is not None:
             self.node.forked()
 
