@@ -215,6 +215,27 @@ def test_one_process_skips_as_the_shards_do(tmp_path: Path) -> None:
     assert TokenCorpus.open(tmp_path / "cli").meta["skipped"] == 1
 
 
+def test_jsonl_records_without_ids_make_a_corpus(tmp_path: Path) -> None:
+    """``{"text": ...}`` a line, the usual LM record, has no id, and a token corpus keeps
+    none: one process and shards build it, as the same records with ids (they were refused:
+    "no id field", pointing at options neither build takes); a title that is no string is
+    no error either (a corpus keeps no fields)."""
+    rng = np.random.default_rng(SEED)
+    docs = texts(rng, 300)
+    word_tokenizer(WORDS, tmp_path / "t.json")
+    tok = tmp_path / "t.json"
+    bare = "".join(json.dumps({"text": t, "title": 7}) + "\n" for t in docs)
+    named = "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(docs))
+    write(tmp_path / "bare" / "a.jsonl", bare)
+    write(tmp_path / "named" / "a.jsonl", named)
+    want = TokenCorpus.build(tmp_path / "named", tmp_path / "want", tok, progress=False)
+    one = TokenCorpus.build(tmp_path / "bare", tmp_path / "one", tok, progress=False)
+    same_reading(want, one)
+    for i in range(3):
+        TokenCorpus.build_shard(tmp_path / "bare", tmp_path / "s", (i, 3), tok, progress=False)
+    same_reading(want, TokenCorpus.merge(tmp_path / "s"))
+
+
 def test_a_build_that_fails_leaves_no_file_open(tmp_path: Path) -> None:
     """A malformed line stops a token corpus build, one process or a shard: the tokens'
     files are closed as the error is raised (they stayed open while it was held)."""

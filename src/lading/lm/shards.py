@@ -31,9 +31,9 @@ import numpy as np
 from lading.disk import BuildContext, write_file
 from lading.disk.meta import META_FILE
 from lading.disk.names import check_inside, check_name, refuse
-from lading.lm.texts import file_texts, folder_files, is_records, source_identity
+from lading.lm.texts import TEXTS_ONLY, file_texts, folder_files, is_records, source_identity
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
-from lading.sources import OnError, ParseOptions, SourceReader, fingerprint, refuse_if_changed
+from lading.sources import OnError, SourceReader, fingerprint, refuse_if_changed
 from lading.stores.building.inputs import Piece, check_shard_count, plan_shard
 from lading.stores.building.shardset import (
     SHARD_FILE,
@@ -117,7 +117,7 @@ def shard_texts(
         if piece.span is None and not is_records(piece.path):
             yield from file_texts(piece.path, split)
             continue
-        reader = SourceReader(piece.path, "jsonl", on_error, ParseOptions(), span=piece.span)
+        reader = SourceReader(piece.path, "jsonl", on_error, TEXTS_ONLY, span=piece.span)
         yield from map(attrgetter("text"), reader)  # no Python frame a record
         inputs.skipped[0] += reader.skipped
 

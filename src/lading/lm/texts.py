@@ -23,6 +23,7 @@ from lading.disk.meta import META_FILE
 from lading.errors import SourceError
 from lading.sources import (
     OnError,
+    ParseOptions,
     fingerprint,
     fingerprint_changed,
     open_binary,
@@ -32,6 +33,7 @@ from lading.sources import (
 from lading.sources.chunks import numbered_lines
 
 SPLITS: tuple[str, ...] = ("blank", "file", "line")
+TEXTS_ONLY = ParseOptions(keep_fields=(), need_id=False)  # a token corpus keeps no ids, fields
 _JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.bz2", ".jsonl.zst")
 
 
@@ -126,7 +128,7 @@ def file_texts(
     """The documents of one file (see the module doc); malformed JSONL records as
     :func:`iter_texts` says."""
     if is_records(path):
-        reader = read_records(path, format="jsonl", on_error=on_error)
+        reader = read_records(path, format="jsonl", on_error=on_error, parse=TEXTS_ONLY)
         yield from map(attrgetter("text"), reader)
         if skipped is not None:
             skipped[0] += reader.skipped

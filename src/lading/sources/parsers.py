@@ -64,6 +64,9 @@ class ParseOptions:
             its URL as the text), refused with its columns and the ``columns=`` to pass.
         keep_fields: JSON/parquet/Arrow keys kept as fields besides the id and text (default:
             ``title``). TSV keeps every column; TREC keeps its title element.
+        need_id: a JSON record without an id is malformed (a store's); a reader of texts alone
+            (a token corpus keeps no ids) passes False, and such a record gets the id ``""``.
+            Not recorded by :meth:`to_dict`: a store's records always have ids.
 
     Sequences are stored as tuples, so options compare, hash and pickle as values.
     """
@@ -72,6 +75,7 @@ class ParseOptions:
     text_field: str | None = None
     columns: Sequence[str] = ("id", "text")
     keep_fields: Sequence[str] = ("title",)
+    need_id: bool = True
 
     KEYS: ClassVar[tuple[str, ...]] = ("id_field", "text_field", "columns", "keep_fields")
 
@@ -200,7 +204,7 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
     """
     id_keys = (options.id_field,) if options.id_field else JSON_ID_FIELDS
     text_keys = (options.text_field,) if options.text_field else JSON_TEXT_FIELDS
-    keep = options.keep_fields
+    keep, need_id = options.keep_fields, options.need_id
     # json's C scanner called directly: json.loads's own layers (decode, raw_decode and two
     # white-space matches) were 2 of its 4.8 us a record. A line it does not take whole (white
     # space first, something after the value) goes the long way, which says what is wrong
@@ -222,10 +226,12 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
             if id_key in obj:
                 break
         else:
-            raise RecordError(
-                f"no id field: expected one of {list(id_keys)}; name it: "
-                "parse=ParseOptions(id_field=...) or --id-field"
-            )
+            if need_id:
+                raise RecordError(
+                    f"no id field: expected one of {list(id_keys)}; name it: "
+                    "parse=ParseOptions(id_field=...) or --id-field"
+                )
+            id_key = ""  # (a reader of texts alone: no id asked for)
         for text_key in text_keys:
             if text_key in obj:
                 break
@@ -245,6 +251,8 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
             if not isinstance(value, str):
                 raise RecordError(f"field {key!r} must be a string, found {value!r:.40}")
             fields[key] = value
+        if not id_key:
+            return new(Record, ("", body, fields))
         value = obj[id_key]
         # str() of an int is never empty, padded or holding a NUL: check_id would pass it
         doc_id = str(value) if type(value) is int else _json_scalar_id(value, id_key)
