@@ -70,3 +70,34 @@ def test_the_node_figures_drop_processes_long_gone(tmp_path: Path) -> None:
     node = node_of(folder, 1 << 20)
     assert "retried" not in node.ledger.node()
     release(node)
+
+
+def test_a_token_looked_at_while_it_is_made_stays_alive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process asks about every token in the folder just as this one makes its own,
+    between the file's making and its lock: the maker stays alive to every later asker
+    (was: the asker was granted the lock, removed the file, and the maker was dead to
+    everyone for good, so its claims were taken over and its late fills wrote over others'
+    blocks: wrong documents, found by a review with 12 processes opening one folder)."""
+    import fcntl
+    import os
+
+    from lading.remote.cache import owners
+
+    maker, asker = owners.Owner(tmp_path), owners.Owner(tmp_path)
+    real, looked = fcntl.flock, []
+
+    def flock(fd: int, operation: int) -> None:
+        if operation == fcntl.LOCK_EX and not looked:  # the maker, before its lock
+            looked.append([asker.alive(name) for name in os.listdir(tmp_path / owners.DIR)])
+        real(fd, operation)
+
+    monkeypatch.setattr(owners.fcntl, "flock", flock)
+    token = maker.token
+    monkeypatch.undo()
+    assert looked == [[False]]  # the asker saw a file then (a token being made: no claim's)
+    assert asker.alive(token) and (tmp_path / owners.DIR / token).exists()
+    assert asker.others_alive()
+    maker.close()
+    assert not asker.alive(token)
