@@ -350,6 +350,33 @@ def test_a_damaged_ledger_is_set_aside_and_rebuilt(
         assert conn.execute("PRAGMA quick_check").fetchall() == [("ok",)]
 
 
+@pytest.mark.parametrize("how", ["deleted", "truncated"])
+def test_a_payload_file_gone_under_its_ledger_is_fetched_again(
+    built: tuple[str, bytes], tmp_path: Path, how: str
+) -> None:
+    """``blocks.data`` removed (to free disk) or cut while its ledger stayed: the blocks the
+    ledger lists as ready are forgotten and fetched again (were: read from the new sparse
+    file, every document zeros)."""
+    from lading.remote.cache.regions import DATA_FILE
+
+    url, _ = built
+    cache = tmp_path / "cache"
+    ids = sorted(DOCS)
+    store = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
+    assert store.get_many(ids) == [DOCS[i] for i in ids]
+    store.close()
+    del store
+    payload = cache / DATA_FILE
+    if how == "deleted":
+        payload.unlink()
+    else:
+        os.truncate(payload, payload.stat().st_size // 3)
+    again = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
+    assert again.get_many(ids) == [DOCS[i] for i in ids]
+    assert again.get_many(ids) == [DOCS[i] for i in ids]  # from the blocks kept again
+    again.close()
+
+
 # -- secrets -------------------------------------------------------------------------------------
 
 SECRET = "SEKRET-do-not-print-7f3a"

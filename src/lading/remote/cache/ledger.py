@@ -321,6 +321,13 @@ class Ledger:
                     list(deltas.items()),
                 )
 
+    def forget_blocks(self) -> None:
+        """Drop every block and free every region, its generation raised: the payload file
+        was made again (gone, or cut), so the bytes the rows name are not there."""
+        with self.write() as conn:
+            conn.execute("DELETE FROM blocks")
+            conn.execute("UPDATE regions SET gen = gen + 1, used = 0, state = ?", (FREE,))
+
     def restart_counters(self) -> None:
         """Drop the node's counters: no process that counted them lives (a newcomer read the
         retries of processes long gone as its own node's); ``since`` is now."""

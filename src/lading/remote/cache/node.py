@@ -60,6 +60,8 @@ class Node:
         self.ledger = _open_ledger(directory, layout, strict, mode)
         self.layout = self.ledger.layout
         self.data = DataFile(directory / DATA_FILE, self.layout, mode)
+        if self.data.made:  # removed or cut under its ledger: its blocks are gone (were: zeros)
+            self.ledger.forget_blocks()
         self.owner = Owner(directory, mode)
         self.filler = Filler(self.data.write, self._mark, self.ledger.trim)
         self.views = 0  # open views (NodeCache); the last to close closes the node

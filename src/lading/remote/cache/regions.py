@@ -51,7 +51,8 @@ class Layout(NamedTuple):
 
 
 class DataFile:
-    """The payload file at ``path`` of ``layout`` (made sparse if absent; ``mode``: its bits)."""
+    """The payload file at ``path`` of ``layout`` (made sparse if absent or not of the layout's
+    size, :attr:`made` then true; ``mode``: its bits)."""
 
     def __init__(self, path: Path, layout: Layout, mode: int = 0o666) -> None:
         self.path, self.layout = path, layout
@@ -59,8 +60,9 @@ class DataFile:
         try:
             if os.fstat(fd).st_mode & 0o777 != mode and os.fstat(fd).st_size == 0:
                 os.fchmod(fd, mode)  # made now: the folder's mode, whatever the umask
-            if os.fstat(fd).st_size != layout.size:
-                os.ftruncate(fd, layout.size)  # new, or set aside and made again: sparse
+            self.made = os.fstat(fd).st_size != layout.size  # new, gone or cut: none of
+            if self.made:  # the blocks a ledger lists is here
+                os.ftruncate(fd, layout.size)  # made (again): sparse
         except BaseException:
             os.close(fd)
             raise
