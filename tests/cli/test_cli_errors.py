@@ -279,6 +279,31 @@ def test_every_argument_of_every_command_has_help() -> None:
     assert missing == [], missing
 
 
+def test_parallel_help_names_the_choices_each_command_takes() -> None:
+    """`lading train lm --help` offered dp, which it refuses: each command's --parallel help
+    names its own choices and no other."""
+    import argparse
+    import re
+
+    from lading.cli import build_parser
+
+    seen = 0
+
+    def walk(parser: argparse.ArgumentParser) -> None:
+        nonlocal seen
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for subparser in action.choices.values():
+                    walk(subparser)
+            elif action.dest == "parallel":
+                seen += 1
+                named = set(re.findall(r"\b(ddp|dp|none)\b", action.help or ""))
+                assert named == set(action.choices or ()), (action.help, action.choices)
+
+    walk(build_parser())
+    assert seen >= 3
+
+
 def test_reusable_says_a_touch_rebuilds(tmp_path: Path) -> None:
     """The docstring said a `touch` of the source does not call for a rebuild; it does (the
     modification time is part of the fingerprint: a same-size edit in the middle changes

@@ -190,7 +190,9 @@ def test_a_malformed_line_is_named_or_skipped(tmp_path: Path) -> None:
     assert merged.meta["skipped"] == 1 and len(merged) == 700 + 60 + 40 - 1
 
 
-def test_one_process_skips_as_the_shards_do(tmp_path: Path) -> None:
+def test_one_process_skips_as_the_shards_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``on_error="skip"`` in a one-process build (API and CLI without --shard; it was taken by
     shards only, and the CLI ignored it): the bad record counted and warned of, the corpus the
     same as the shards' merge; a clean rebuild with "raise" does not reuse it."""
@@ -210,9 +212,11 @@ def test_one_process_skips_as_the_shards_do(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="line 651"):
         TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
     cli = [str(src), str(tmp_path / "cli"), "--tokenizer", str(tok), "--quiet"]
+    capsys.readouterr()
     with pytest.warns(SkippedRecordsWarning):
         assert main(["lm", "build", *cli, "--on-error", "skip"]) == 0
     assert TokenCorpus.open(tmp_path / "cli").meta["skipped"] == 1
+    assert capsys.readouterr().out.startswith(f"{tmp_path / 'cli'}: 799 documents")  # not None
 
 
 def test_jsonl_records_without_ids_make_a_corpus(tmp_path: Path) -> None:

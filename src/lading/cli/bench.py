@@ -316,7 +316,7 @@ def add_bench(sub: Any) -> None:
         "--parallel",
         choices=["ddp", "dp"],
         default="ddp",
-        help="train cells: DistributedDataParallel processes (ddp) or one DataParallel process",
+        help="train cells: DistributedDataParallel processes (ddp) or one DataParallel (dp)",
     )
     p.add_argument(
         "--seconds", type=float, help="each repeat's timed window, after warm-up (0.5; --full 2)"

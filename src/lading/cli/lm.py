@@ -56,7 +56,7 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
         **documents,
     )
     print(
-        f"{getattr(corpus, 'url', corpus.path)}: {counted(len(corpus), 'document')}, "
+        f"{getattr(corpus, 'url', None) or corpus.path}: {counted(len(corpus), 'document')}, "
         f"{counted(corpus.n_tokens, 'token')} as {corpus.dtype} "
         f"({corpus.n_tokens * corpus.dtype.itemsize / 2**20:,.1f} MiB)"
     )

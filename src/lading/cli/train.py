@@ -14,6 +14,13 @@ from lading.cli.inputs import existing, local_model, model_or_tiny, store_locati
 T = TypeVar("T")
 
 
+PARALLEL_HELP = {  # what --parallel's choices mean (a command offers those it supports)
+    "ddp": "ddp (under torchrun)",
+    "dp": "dp (one process, nn.DataParallel)",
+    "none": "none",
+}
+
+
 def _config(config: type[T], args: argparse.Namespace, paths: tuple[str, ...]) -> T:
     """The command's run config: every parsed option the dataclass ``config`` has a field for,
     the options named in ``paths`` as Paths (where given)."""
@@ -165,7 +172,7 @@ def add_run_args(
         "--parallel",
         choices=list(parallel),
         default="ddp",
-        help="ddp (under torchrun), dp (one process, nn.DataParallel) or none",
+        help=", ".join(PARALLEL_HELP[name] for name in parallel),
     )
     p.add_argument(
         "--num-workers",
