@@ -317,6 +317,35 @@ def test_under_torchrun_every_rank_builds_a_shard_and_rank_0_merges(tmp_path: Pa
     same_reading(one, TokenCorpus.open(tmp_path / "s"))
 
 
+def _auto_overwrite(rank: int, world: int, src: str, dest: str, tok: str) -> str:
+    try:
+        TokenCorpus.build(src, dest, tok, shard="auto", overwrite=True, progress=False)
+    except ValueError as e:
+        return str(e)
+    return "built"
+
+
+@pytest.mark.slow
+def test_overwrite_with_shards_is_refused_as_a_stores_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shard is never overwritten (its folder is named by its inputs): ``overwrite=True``
+    under torchrun, and ``--overwrite`` with ``--shard`` on the CLI, are refused naming
+    ``build_id`` (they were taken and ignored: the old snapshot came back, exit 0)."""
+    from distributed import run_processes
+
+    src = inputs(tmp_path)
+    tok = tmp_path / "t.json"
+    said = run_processes(_auto_overwrite, 2, str(src), str(tmp_path / "s"), str(tok))
+    assert all("build_id" in s for s in said), said
+    for kind in (["lm", "build"], ["build"]):
+        args = [*kind, str(src / "a.jsonl"), str(tmp_path / "cli"), "--shard", "0/2"]
+        tokenizer = ["--tokenizer", str(tok)] if kind[0] == "lm" else []
+        assert main([*args, *tokenizer, "--overwrite", "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert "never overwritten" in err and "--build-id" in err, err
+
+
 @pytest.mark.slow
 def test_a_worker_killed_mid_shard_leaves_nothing_a_merge_takes(tmp_path: Path) -> None:
     # killed as soon as its scratch folder appears: this shard went from that folder to its

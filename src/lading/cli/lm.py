@@ -27,6 +27,7 @@ def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
 
 def _cmd_lm_build(args: argparse.Namespace) -> int:
     from lading.lm.corpus import TokenCorpus
+    from lading.stores.building.build import refuse_shard_args
 
     # what a whole build and a shard of one are both told
     documents: dict[str, Any] = {
@@ -36,6 +37,7 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
         "progress": not args.quiet,
     }
     if args.shard is not None:
+        refuse_shard_args(args.source, args.overwrite)  # (--overwrite was taken and ignored)
         report = TokenCorpus.build_shard(
             args.source,
             args.dest,

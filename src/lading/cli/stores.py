@@ -24,6 +24,7 @@ SOURCE_FORMATS = ("arrow", "beir", "irds", "jsonl", "parquet", "trec", "tsv")
 def _cmd_build(args: argparse.Namespace) -> int:
     from lading.sources import ParseOptions
     from lading.stores import build_shard, build_store
+    from lading.stores.building.build import refuse_shard_args
 
     started = time.perf_counter()
     parse = ParseOptions(
@@ -41,6 +42,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         "progress": not args.quiet,
     }
     if args.shard is not None:
+        refuse_shard_args(args.source, args.overwrite)  # (--overwrite was taken and ignored)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the skip count is in the shard's report
             report = build_shard(

@@ -244,6 +244,9 @@ class TokenCorpus:
 
             if process_group(min_size=2) is not None:
                 from lading.lm.cluster import build_in_group
+                from lading.stores.building.build import refuse_shard_args
+
+                refuse_shard_args(source, overwrite)  # (it was taken and ignored)
 
                 local = dict(append_eos=append_eos, eos_token=eos_token, split=split)
                 local.update(on_error=on_error)

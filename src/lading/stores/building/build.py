@@ -110,7 +110,7 @@ def build_store(
             "build_store takes shard='auto' (one shard per rank of the process group) or None"
         )
     if shard == "auto" and process_group(min_size=2) is not None:
-        _refuse_shard_args(source, overwrite)
+        refuse_shard_args(source, overwrite)
         args = (format, tok, max_length, on_error, duplicates, parse_options)
         options = _shard_options(source, args)
         return build_in_shards(source, dest_path, (*args, options), shared, build_id, progress)
@@ -157,7 +157,7 @@ def build_shard(
     Returns:
         What this worker did (rows written, or reused), printable as the next step to take.
     """
-    _refuse_shard_args(source, False)
+    refuse_shard_args(source, False)
     settings = None
     if is_remote(dest):  # a bucket that refuses writes: one line before the source is read
         from lading.stores.building.upload import check_writable
@@ -194,7 +194,9 @@ def build_shard(
     return write(Path(dest))
 
 
-def _refuse_shard_args(source: Any, overwrite: bool) -> None:
+def refuse_shard_args(source: Any, overwrite: bool) -> None:
+    """Refuse what a shard cannot take: a reader made elsewhere, or ``overwrite`` (a store's
+    and a token corpus's sharded builds, and the CLI's ``--shard``, alike)."""
     if isinstance(source, SourceReader) or overwrite:
         raise ValueError(
             "a shard reads files (not a reader made elsewhere) and is never overwritten: "
