@@ -279,6 +279,20 @@ def test_every_argument_of_every_command_has_help() -> None:
     assert missing == [], missing
 
 
+def test_options_that_would_be_ignored_are_refused(
+    files: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--max-length`` without ``--tokenizer`` (the API's ``max_length`` alike) and
+    ``--build-id`` without ``--shard`` did nothing, exit 0: each is one line naming the fix."""
+    tsv = files / "c.tsv"
+    code, out = run(["build", str(tsv), str(tmp_path / "a"), "--max-length", "8"], capsys)
+    assert code == 2 and "--tokenizer" in out and not (tmp_path / "a").exists(), out
+    with pytest.raises(ValueError, match="tokenizer="):
+        lading.build_store(tsv, tmp_path / "b", max_length=8, progress=False)
+    code, out = run(["build", str(tsv), str(tmp_path / "c"), "--build-id", "x"], capsys)
+    assert code == 2 and "--shard" in out, out
+
+
 def test_parallel_help_names_the_choices_each_command_takes() -> None:
     """`lading train lm --help` offered dp, which it refuses: each command's --parallel help
     names its own choices and no other."""

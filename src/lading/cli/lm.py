@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from lading.cli.inputs import tokenizer
-from lading.cli.stores import add_shard_options, counted
+from lading.cli.stores import add_shard_options, counted, refuse_build_id_alone
 
 
 def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
@@ -36,6 +36,7 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
         "split": args.split,
         "progress": not args.quiet,
     }
+    refuse_build_id_alone(args)
     if args.shard is not None:
         refuse_shard_args(args.source, args.overwrite)  # (--overwrite was taken and ignored)
         report = TokenCorpus.build_shard(

@@ -41,6 +41,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         "parse": parse,
         "progress": not args.quiet,
     }
+    refuse_build_id_alone(args)
     if args.shard is not None:
         refuse_shard_args(args.source, args.overwrite)  # (--overwrite was taken and ignored)
         with warnings.catch_warnings():
@@ -102,6 +103,16 @@ def shard_arg(value: str) -> tuple[int, int]:
     if not 0 <= int(i) < int(n):
         raise argparse.ArgumentTypeError(f"{value!r}: I must be in [0, N) (shards count from 0)")
     return int(i), int(n)
+
+
+def refuse_build_id_alone(args: argparse.Namespace) -> None:
+    """Refuse ``--build-id`` without ``--shard``: it names the shards' build directory, and a
+    one-process build has none (it was taken and ignored)."""
+    if args.build_id is not None and args.shard is None:
+        raise ValueError(
+            "--build-id names the build directory of the shards of `--shard I/N`; a build "
+            "without --shard has none: add --shard, or leave --build-id out"
+        )
 
 
 def add_shard_options(p: argparse.ArgumentParser, *, shard_help: str, build_id_help: str) -> None:

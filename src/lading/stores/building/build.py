@@ -101,6 +101,7 @@ def build_store(
     """
     shared = resolve_shared_fs(shared_fs)
     dest_path = Path(dest)
+    refuse_max_length_alone(tokenizer, max_length)
     tok = load_tokenizer(tokenizer) if tokenizer is not None else None
     parse_options = parse or ParseOptions()
     if shard is not None and shard != "auto":
@@ -158,6 +159,7 @@ def build_shard(
         What this worker did (rows written, or reused), printable as the next step to take.
     """
     refuse_shard_args(source, False)
+    refuse_max_length_alone(tokenizer, max_length)
     settings = None
     if is_remote(dest):  # a bucket that refuses writes: one line before the source is read
         from lading.stores.building.upload import check_writable
@@ -192,6 +194,16 @@ def build_shard(
         bid = build_id or derive_build_id(files, options, n)
         return store_shard_remote(os.fspath(dest), (i, n), lambda at: write(at, bid), settings, bid)
     return write(Path(dest))
+
+
+def refuse_max_length_alone(tokenizer: Any, max_length: int | None) -> None:
+    """Refuse ``max_length`` without a tokenizer: it cuts token ids, and a store built with
+    no tokenizer has none (it was taken and ignored)."""
+    if max_length is not None and tokenizer is None:
+        raise ValueError(
+            f"max_length={max_length} cuts each document's token ids, and without a tokenizer "
+            "the store keeps none: pass tokenizer= (--tokenizer) too, or leave max_length out"
+        )
 
 
 def refuse_shard_args(source: Any, overwrite: bool) -> None:
