@@ -54,6 +54,27 @@ def test_hard_negatives_and_triples(tmp_path: Path) -> None:
     assert triples.triples[1] == ("1", "p1", "n2")
 
 
+def test_bad_ids_in_triples_and_jsonl_queries_are_named_or_counted(tmp_path: Path) -> None:
+    """An empty or space-padded id in an MS MARCO triple, and a query id that is a JSON bool,
+    float or container, were taken as ids (``""``, ``"p2 "``, ``"True"``, ``"['x']"``), no
+    error, nothing counted: each is now an error naming file and line, or skipped and counted,
+    as the hard-negative and store readers do."""
+    triples = write(tmp_path / "t.tsv", "q1\tp1\tn1\nq1\t\tn2\nq2\tp2 \tn3\nq3\tp3\t\n")
+    with pytest.raises(SourceError, match=r"line 2 of .*t\.tsv: .*empty id"):
+        read_run(triples)
+    kept = read_run(triples, on_error="skip")
+    assert kept == {"q1": ["n1"]} and kept.skipped == 3 and kept.triples == [("q1", "p1", "n1")]
+    queries = write(
+        tmp_path / "q.jsonl",
+        '{"_id": 1, "text": "a"}\n{"_id": true, "text": "b"}\n{"_id": 1.5, "text": "c"}\n'
+        '{"_id": ["x"], "text": "d"}\n',
+    )
+    with pytest.raises(SourceError, match=r"line 2 of .*q\.jsonl: .*not a string or integer"):
+        read_queries(queries)
+    read = read_queries(queries, on_error="skip")
+    assert read == {"1": "a"} and read.skipped == 3
+
+
 def test_real_files_read(data_dir: Path) -> None:
     pool = data_dir / "ir/normalized/msmarco-passage-trecdl1920-pool"
     queries = read_queries(pool / "queries.tsv")

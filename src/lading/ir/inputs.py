@@ -128,7 +128,7 @@ def _json_query(text: str) -> tuple[str, str]:
         raise ValueError(
             "expected a query id (_id, qid, query_id or id) and a text (text or query)"
         )
-    return check_id(str(qid)), body
+    return _json_id(qid, "query id"), body
 
 
 def read_qrels(path: str | os.PathLike[str], on_error: OnError = "raise") -> ReadQrels:
@@ -251,7 +251,11 @@ def _triples(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) -> 
         if len(parts) != 3:
             policy.bad(line.number, 'expected "<qid>\\t<pos docid>\\t<neg docid>"')
             continue
-        qid, pos, neg = parts
+        try:
+            qid, pos, neg = (check_id(part) for part in parts)
+        except RecordError as e:  # as the hard-negative and store readers check theirs
+            policy.bad(line.number, f"{e} (a triple is <qid>\t<pos docid>\t<neg docid>)")
+            continue
         run.triples.append((qid, pos, neg))
         negatives = run.setdefault(qid, [])
         if neg not in negatives:
