@@ -377,6 +377,67 @@ def test_a_payload_file_gone_under_its_ledger_is_fetched_again(
     again.close()
 
 
+def test_a_folder_reset_under_a_live_process_is_an_error_never_wrong_bytes(
+    built: tuple[str, bytes], tmp_path: Path
+) -> None:
+    """Another process sets the folder's ledger aside (damaged) and removes its payload file
+    while this one reads: a new thread's read and a read that must fetch are refused naming
+    the folder (were: a new thread attached to the new ledger and read its rows against this
+    process's old payload file: zeros, or another document's bytes)."""
+    from lading.remote.cache.ledger import CacheFolderResetError
+    from lading.remote.cache.regions import DATA_FILE
+
+    url, _ = built
+    cache = tmp_path / "cache"
+    ids = sorted(DOCS)
+    store = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
+    assert store.get_many(ids[:4]) == [DOCS[i] for i in ids[:4]]
+    for name in os.listdir(cache):  # what set_aside does, in another process
+        if name.startswith(LEDGER_FILE):
+            os.rename(cache / name, cache / f"{name}.damaged")
+    (cache / DATA_FILE).unlink()
+    with contextlib.closing(sqlite3.connect(cache / LEDGER_FILE)) as conn:
+        conn.execute("CREATE TABLE blocks (x)")  # the other process's new ledger
+    with pytest.raises(CacheFolderResetError, match=str(cache)):
+        store.get_many(ids[4:])  # a fetch: no claim in a folder not this process's
+    out: dict[str, Any] = {}
+
+    def read() -> None:
+        try:
+            out["got"] = store.get_many(ids[:4])
+        except Exception as e:
+            out["error"] = e
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    thread.join(30)
+    assert isinstance(out.get("error"), CacheFolderResetError), out
+    store.close()
+
+
+def test_a_claim_whose_get_is_refused_is_given_back(
+    built: tuple[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fetcher closes between a claim's transaction and its GETs' start: the claims are
+    given back (they stayed, held by a live process: every reader of the node waited 5 s a
+    document on them, then read around the cache)."""
+    from lading.remote.objects import RemoteReadError
+
+    url, _ = built
+    store = lading.open_store(url, cache=tmp_path / "cache", cache_bytes="1M", timeout=2.0)
+    cache = store._columns.cache
+    refused = RemoteReadError("closed (a close between the claim and the GETs)")
+    monkeypatch.setattr(
+        cache.fetcher, "submit_many", lambda *a, **k: (_ for _ in ()).throw(refused)
+    )
+    with pytest.raises(RemoteReadError, match="closed"):
+        store.get_many(sorted(DOCS)[:3])
+    with cache.ledger.read() as conn:
+        held = conn.execute("SELECT count(*) FROM blocks WHERE owner IS NOT NULL").fetchone()[0]
+    assert held == 0
+    store.close()
+
+
 # -- secrets -------------------------------------------------------------------------------------
 
 SECRET = "SEKRET-do-not-print-7f3a"

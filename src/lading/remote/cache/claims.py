@@ -84,6 +84,7 @@ class Claims:
         (documents: a deferred block retried at its step evicts as its read, and regions are
         kept in transit, :class:`.Space`); a read learns it from the ledger's orders too."""
         ledger, owner = self.node.ledger, self.node.owner.token
+        self.node.check_current()
         with ledger.write() as conn:
             if not prefetch and near is None and now is not None:  # told in another process?
                 once = ledger.ordered(conn, objs.values(), now)
@@ -119,7 +120,11 @@ class Claims:
         if space.carried:
             ledger.filled([(c.object, c.start) for c in space.carried], owner)
         read_around = [] if prefetch else (blocks if around else deferred)
-        started = self._start(placed, read_around, objs)
+        try:
+            started = self._start(placed, read_around, objs)
+        except BaseException:  # refused (the fetcher closed meanwhile): the claims go, or
+            ledger.release([(objs[b.key], b.start) for b, _ in placed], owner)  # every
+            raise  # reader of the node would wait on them for as long as this process lives
         late = inside(missing, deferred) if prefetch else []
         left = [] if read_around else deferred
         return Claimed(started, left, sum(b.size for b in read_around), missing, late)

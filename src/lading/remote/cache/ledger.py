@@ -17,6 +17,7 @@ Each thread has its own connection (made again after a fork); every transaction 
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 import threading
 import time
@@ -72,6 +73,30 @@ class Piece(NamedTuple):
     gen: int
 
 
+class CacheFolderResetError(LadingError, RuntimeError):
+    """The cache folder's ledger or payload file is not the one this process opened: another
+    process set a damaged ledger aside, or a user removed the payload file, while this one used
+    it. Going on would read one folder's rows against the other's bytes (zeros, or another
+    document's bytes), so the process stops using it."""
+
+
+def folder_reset(directory: Path) -> CacheFolderResetError:
+    """The error of a cache folder reset under this process, naming it and the fix."""
+    return CacheFolderResetError(
+        f"{directory}: this node cache was reset while this process used it (another process "
+        "set its damaged ledger aside, or its payload file was removed); open the store or "
+        "corpus again"
+    )
+
+
+def same_file(path: Path, inode: int) -> bool:
+    """Whether ``path`` is still the file of ``inode``."""
+    try:
+        return os.stat(path).st_ino == inode
+    except OSError:
+        return False
+
+
 class CacheSettingsError(LadingError, ValueError):
     """A cache folder made with other settings than those asked for (a cap, a layout)."""
 
@@ -89,6 +114,7 @@ class Ledger:
     def __init__(self, directory: Path, layout: Layout, strict: bool = True) -> None:
         self.path = directory / LEDGER_FILE
         self._local = threading.local()
+        self.inode: int | None = None  # the file this process opened (known once made)
         with self.write() as conn:
             for statement in SCHEMA.split(";")[:-1]:  # (executescript would commit first)
                 conn.execute(statement)
@@ -103,6 +129,7 @@ class Ledger:
             self.refuse(directory, made, layout)
         self.layout = made
         self.created = float(found.get("created", 0.0))
+        self.inode = os.stat(self.path).st_ino  # a new connection opens this file, or none
 
     @staticmethod
     def refuse(directory: Path, made: Layout, asked: Layout) -> None:
@@ -120,6 +147,8 @@ class Ledger:
         """This thread's connection (a forked child's threads make their own)."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
+            if self.inode is not None and not same_file(self.path, self.inode):  # set aside: the
+                raise folder_reset(self.path.parent)  # new file's rows name other bytes
             conn = sqlite3.connect(self.path, timeout=120.0, isolation_level=None)
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")  # a lost cache is refetched

@@ -30,7 +30,7 @@ from typing import Any
 from lading.errors import LadingError
 from lading.remote.cache import damaged
 from lading.remote.cache.fill import Filler
-from lading.remote.cache.ledger import FORMAT, LEDGER_FILE, Ledger
+from lading.remote.cache.ledger import FORMAT, LEDGER_FILE, Ledger, folder_reset, same_file
 from lading.remote.cache.owners import Owner
 from lading.remote.cache.regions import DATA_FILE, DataFile, Layout
 from lading.remote.fetch import Future
@@ -71,6 +71,16 @@ class Node:
             with contextlib.suppress(sqlite3.Error):
                 self.ledger.restart_counters()
         register(self, "fill")
+
+    def check_current(self) -> None:
+        """Raise :class:`~.ledger.CacheFolderResetError` when the folder's ledger or payload
+        file is not the one this process opened (asked before each claim: a claim in another
+        folder's ledger would place bytes this process writes to a file no one else reads)."""
+        if not (
+            same_file(self.ledger.path, self.ledger.inode or -1)
+            and same_file(self.data.path, self.data.inode)
+        ):
+            raise folder_reset(self.directory)
 
     def forked(self) -> None:
         """Per-process state, new in a forked child (the parent's GETs are not its own)."""

@@ -67,6 +67,7 @@ class DataFile:
             os.close(fd)
             raise
         self._fd = fd
+        self.inode = os.fstat(fd).st_ino  # (a payload file removed under it is another)
         self._map: mmap.mmap | None = None
 
     def write(self, region: int, at: int, data: bytes | memoryview) -> None:
