@@ -261,7 +261,7 @@ class NodeCache:
                     raise
                 return self._after_closed(k, key, part, piece, flight)
             return _cut(data, piece.start, part.start, part.end)
-        return self._wait_other(k, key, part, piece)
+        return self._wait_other(k, key, part, piece)  # (this process's: filled, or carried)
 
     def _after_closed(
         self, k: Key, key: str, part: Part, piece: Piece, flight: Flight
@@ -277,7 +277,7 @@ class NodeCache:
             time.sleep(_POLL_S)
         data = self.fetcher.read([(key, part.start, part.end, self.etags.get(key))])[0]
         self.figures.add("bytes_bypassed", len(data))
-        return data  # (this process's: filled, or carried)
+        return data
 
     def _wait_other(self, k: Key, key: str, part: Part, piece: Piece) -> bytes | None:
         """Wait while a live owner fills ``piece`` (another process, or a thread of this one
