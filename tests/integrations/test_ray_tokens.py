@@ -97,6 +97,35 @@ def test_an_empty_dataset_commits_nothing_and_says_so(tmp_path: Path) -> None:
     assert not (tmp_path / "c" / "meta.json").exists()
 
 
+def test_a_sink_used_for_a_second_job_keeps_the_first_jobs_snapshot(tmp_path: Path) -> None:
+    """One sink object written twice (a notebook cell run again): each job draws its own
+    build, so a second job that fails leaves the first's snapshot current and whole, and one
+    that commits leaves the first's shards for readers still on it (the grace period)."""
+    import pyarrow as pa
+
+    from lading.integrations.ray_tokens import LadingTokenDatasink
+
+    tok = word_tokenizer(WORDS, tmp_path / "t.json")
+    sink = LadingTokenDatasink(tmp_path / "c", tok)
+    sink.on_write_start()
+    ret = sink.write([pa.table({"text": texts(40)})], SimpleNamespace(task_idx=0))
+    sink.on_write_complete(SimpleNamespace(write_returns=[ret]))
+    first, first_build = TokenCorpus.open(tmp_path / "c"), sink.build_id
+    want = first.token_arrays()[0].copy()
+    sink.on_write_start()  # a second job that fails after its task wrote
+    assert sink.build_id != first_build
+    sink.write([pa.table({"text": texts(10)})], SimpleNamespace(task_idx=0))
+    sink.on_write_failed(RuntimeError("a task raised"))
+    kept = TokenCorpus.open(tmp_path / "c")
+    assert kept.snapshot == first.snapshot and np.array_equal(kept.token_arrays()[0], want)
+    sink.on_write_start()  # a third job that commits
+    ret = sink.write([pa.table({"text": texts(20)})], SimpleNamespace(task_idx=0))
+    sink.on_write_complete(SimpleNamespace(write_returns=[ret]))
+    assert len(TokenCorpus.open(tmp_path / "c")) == 20
+    assert (tmp_path / "c" / first_build).is_dir()  # the first snapshot's shards stay
+    assert np.array_equal(first.token_arrays()[0], want)  # its reader reads on
+
+
 @pytest.mark.slow
 def test_a_ray_pipeline_writes_the_corpus_a_one_process_build_writes(
     tmp_path: Path, local_ray: None

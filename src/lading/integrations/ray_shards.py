@@ -2,7 +2,7 @@
 
 Ray's two-phase write is the shape of a sharded build. ``write`` runs in each task and writes
 that task's rows as one shard of ``DEST/build-<id>/`` (the id drawn once, on the driver, for
-this write job); ``on_write_complete`` runs once on the driver with the return of every task
+this write job, in ``on_write_start``); ``on_write_complete`` runs once on the driver with the return of every task
 that finished and commits exactly the shards those returns name, in task order, as one
 snapshot. Exactly once, whatever fails:
 
@@ -68,7 +68,7 @@ class ShardSink(Datasink):
         self.options = options
         self.cache = os.fspath(cache) if cache is not None else None
         self.storage_options = dict(storage_options) if storage_options else None
-        self.build_id = f"{BUILD_PREFIX}{secrets.token_hex(8)}"  # this job's, drawn here
+        self.build_id = _new_build_id()  # each job draws its own: on_write_start
         self.snapshot: str | None = None
 
     def settings(self) -> RemoteSettings:
@@ -80,7 +80,9 @@ class ShardSink(Datasink):
 
     def on_write_start(self, schema: Any = None) -> None:
         """On the driver, before any task runs: refuse a foreign folder or a bucket that
-        refuses writes; record the build the tasks write into."""
+        refuses writes; draw this job's build (a sink written twice must not share one: the
+        second job's cleanup would remove the first's committed shards) and record it."""
+        self.build_id = _new_build_id()  # before Ray ships the sink to the write tasks
         if self.url is not None:
             from lading.remote.clients import check_reachable
             from lading.stores.building.upload import check_writable
@@ -150,6 +152,12 @@ class ShardSink(Datasink):
         if len(set(tasks)) != len(tasks):
             raise RuntimeError(f"Ray returned two results for one write task: tasks {tasks}")
         rels = [r["dir"] for r in returns]
+        if any(rel.split("/")[0] != self.build_id for rel in rels):
+            raise RuntimeError(
+                f"Ray's write tasks wrote into {sorted({r.split('/')[0] for r in rels})}, not "
+                f"this job's build {self.build_id}: this Ray version ships the sink to its "
+                "tasks before on_write_start; nothing committed (report it to lading)"
+            )
         if self.url is None:
             with BuildContext(self.dest, self.fmt, self.what) as build:
                 shards = [self.read(self.dest, rel) for rel in rels]
@@ -195,6 +203,10 @@ class ShardSink(Datasink):
         """On the driver: nothing is committed; a local build folder goes."""
         if self.url is None:
             shutil.rmtree(self.dest / self.build_id, ignore_errors=True)
+
+
+def _new_build_id() -> str:
+    return f"{BUILD_PREFIX}{secrets.token_hex(8)}"
 
 
 def _remove_unnamed(build: Path, named: set[str]) -> None:
