@@ -34,3 +34,17 @@ def test_loader_state_error_is_one_class() -> None:
         assert "lm" in str(e)
     else:
         raise AssertionError("a state of another loader kind was accepted")
+
+
+def test_errors_cross_a_process_boundary_whole() -> None:
+    """Ray and process pools pickle a task's exception back to the driver: a SourceError that
+    does not round-trip reaches the user as Ray's UnserializableException, its file and line
+    buried in a traceback, and ``except SourceError`` does not catch it."""
+    import pickle
+
+    from lading.errors import SourceError
+
+    e = pickle.loads(pickle.dumps(SourceError("/data/a.jsonl", 7, "'text' is missing")))
+    assert isinstance(e, SourceError)
+    assert (e.path, e.line, e.reason) == ("/data/a.jsonl", 7, "'text' is missing")
+    assert str(e) == "line 7 of /data/a.jsonl: 'text' is missing"

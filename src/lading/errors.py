@@ -25,6 +25,10 @@ class SourceError(LadingError, ValueError):
         where = f"line {line} of {self.path}" if line is not None else self.path
         super().__init__(f"{where}: {reason}")
 
+    def __reduce__(self) -> tuple[type[SourceError], tuple[str, int | None, str]]:
+        """Rebuilt from its three fields (Ray and process pools pickle a task's error)."""
+        return type(self), (self.path, self.line, self.reason)
+
 
 class LoaderStateError(LadingError, ValueError):
     """A saved loader state that this loader cannot continue from (message says why: another
