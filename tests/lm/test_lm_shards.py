@@ -176,6 +176,41 @@ def test_a_shard_of_other_inputs_is_refused_naming_both(tmp_path: Path) -> None:
         TokenCorpus.build_shard(src, dest, (1, 2), tok, build_id="build-fixed", progress=False)
 
 
+def test_a_shard_of_another_count_or_options_under_one_build_id_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Under one explicit build id, a worker told another N (or other options) is refused when
+    it starts, naming both, not accepted to leave a merge that asks for a shard that exists."""
+    src = inputs(tmp_path)
+    dest, tok = tmp_path / "m", tmp_path / "t.json"
+    TokenCorpus.build_shard(src, dest, (0, 2), tok, build_id="build-job42", progress=False)
+    with pytest.raises(StoreFormatError, match=r"shard 0 of 3 .*build-job42.* 2 shards"):
+        TokenCorpus.build_shard(src, dest, (0, 3), tok, build_id="build-job42", progress=False)
+    with pytest.raises(StoreFormatError, match=r"other options.*append_eos"):
+        TokenCorpus.build_shard(
+            src, dest, (1, 2), tok, build_id="build-job42", append_eos=False, progress=False
+        )
+    assert [p.name for p in (dest / "build-job42").glob("shard-*")] == ["shard-00000-of-00002"]
+
+
+def test_partial_builds_of_other_options_or_counts_are_all_named_at_the_merge(
+    tmp_path: Path,
+) -> None:
+    """Workers that disagree on options or N derive other build ids: the merge names every
+    partial build, with its count and options, not only the last one sorted."""
+    src = inputs(tmp_path)
+    dest, tok = tmp_path / "m", tmp_path / "t.json"
+    TokenCorpus.build_shard(src, dest, (0, 2), tok, progress=False)
+    TokenCorpus.build_shard(src, dest, (1, 2), tok, append_eos=False, progress=False)
+    TokenCorpus.build_shard(src, dest, (1, 3), tok, progress=False)
+    with pytest.raises(StoreFormatError) as caught:
+        TokenCorpus.merge(dest)
+    message = str(caught.value)
+    builds = sorted(p.name for p in dest.glob("build-*"))
+    assert len(builds) == 3 and all(b in message for b in builds), message
+    assert "1 of its 2" in message and "1 of its 3" in message and "append_eos" in message
+
+
 def test_a_malformed_line_is_named_or_skipped(tmp_path: Path) -> None:
     src = inputs(tmp_path)
     lines = (src / "a.jsonl").read_text().splitlines(keepends=True)

@@ -163,6 +163,8 @@ def claim_build(where: Path, recipe: dict[str, Any], shard: int) -> None:
         first = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         first = None
+    if isinstance(first, dict):
+        _same_plan(where, json.loads(blob), first, shard)
     theirs = first.get("stats") if isinstance(first, dict) else None
     if isinstance(theirs, list) and theirs != recipe["stats"]:
         raise StoreFormatError(
@@ -175,6 +177,27 @@ def claim_build(where: Path, recipe: dict[str, Any], shard: int) -> None:
         tmp_file = where.parent / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.json"
         write_file(tmp_file, blob)
         os.replace(tmp_file, path)  # whole or absent: a reader never sees half
+
+
+def _same_plan(where: Path, mine: dict[str, Any], first: dict[str, Any], shard: int) -> None:
+    """Refuse shard ``shard`` of ``mine`` (a recipe) in build ``where`` when its first worker
+    recorded another shard count or other options (one explicit build id given to workers
+    that disagree): accepted, the merge would later ask for a shard that already exists."""
+    if "n" in first and first["n"] != mine["n"]:
+        raise StoreFormatError(
+            f"shard {shard} of {mine['n']} goes into build {where.name}, whose build.json "
+            f"({where}) records {first['n']} shards: every worker of one build id must be "
+            f"given the same N (--shard i/{first['n']}), or use another build id"
+        )
+    theirs, ours = first.get("options"), mine["options"]
+    if isinstance(theirs, dict) and theirs != ours:
+        keys = sorted(k for k in {*theirs, *ours} if theirs.get(k) != ours.get(k))
+        said = ", ".join(f"{k}={ours.get(k)!r} here, {theirs.get(k)!r} there" for k in keys)
+        raise StoreFormatError(
+            f"shard {shard} is built with other options than build {where.name} records "
+            f"({said}; {where / BUILD_FILE}): every worker of one build id must be given the "
+            "same options, or use another build id"
+        )
 
 
 def check_same_inputs(dest: Path, shards: Sequence[Any]) -> None:
@@ -214,8 +237,7 @@ def all_present(dest: Path, bid: str, build: str = "lading build") -> int:
     Raises:
         StoreFormatError: naming the shards that are missing and how to build them.
     """
-    n = build_size(dest, bid)
-    present = {p.name for p in (dest / bid).iterdir() if (p / SHARD_FILE).is_file()}
+    n, present = build_size(dest, bid), shards_present(dest, bid)
     have = sum(1 for name in present if shard_number(name, n) is not None)
     missing: list[int] = []
     i = 0
@@ -231,6 +253,11 @@ def all_present(dest: Path, bid: str, build: str = "lading build") -> int:
             "source and options), then merge"
         )
     return n
+
+
+def shards_present(dest: Path, bid: str) -> set[str]:
+    """The names of build ``bid``'s shards that are whole (their ``shard.json`` there)."""
+    return {p.name for p in (dest / bid).iterdir() if (p / SHARD_FILE).is_file()}
 
 
 def build_size(dest: Path, bid: str) -> int:
@@ -279,10 +306,27 @@ def pending_build(
     if len(fresh) == 1 or (not fresh and done in complete):
         return fresh[0] if fresh else str(done)
     if not complete:
-        raise partial[-1]
+        raise partial[-1] if len(partial) == 1 else _partial_builds(dest, builds, build)
     raise StoreFormatError(
         f"{dest} has {len(fresh)} complete builds not merged ({', '.join(fresh)}); name one: "
         f"`{build.replace('build', 'merge')} {dest} --build-id ...`"
+    )
+
+
+def _partial_builds(dest: Path, builds: list[str], build: str) -> StoreFormatError:
+    """The error for several builds in ``dest``, none whole: each named with its shards and
+    options (workers given other options or another N derive other build ids)."""
+    said = []
+    for bid in builds:
+        n = build_size(dest, bid)
+        have = sum(1 for x in shards_present(dest, bid) if shard_number(x, n) is not None)
+        recipe = json.loads((dest / bid / BUILD_FILE).read_text(encoding="utf-8"))
+        said.append(f"{bid} has {have:,} of its {n:,} shards, options {recipe.get('options')}")
+    return StoreFormatError(
+        f"{dest} has {len(builds)} builds and none is whole: {'; '.join(said)}. Workers given "
+        f"other options or another N build apart: run `{build} SOURCE {dest} --shard i/N` "
+        "with the same source, options and N for every i, then merge (remove the builds "
+        "you do not want)"
     )
 
 
