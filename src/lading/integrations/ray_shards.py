@@ -2,9 +2,9 @@
 
 Ray's two-phase write is the shape of a sharded build. ``write`` runs in each task and writes
 that task's rows as one shard of ``DEST/build-<id>/`` (the id drawn once, on the driver, for
-this write job, in ``on_write_start``); ``on_write_complete`` runs once on the driver with the return of every task
-that finished and commits exactly the shards those returns name, in task order, as one
-snapshot. Exactly once, whatever fails:
+this write job, in ``on_write_start``); ``on_write_complete`` runs once on the driver with the
+return of every task that finished and commits exactly the shards those returns name, in task
+order, as one snapshot. Exactly once, whatever fails:
 
 - each attempt of a task writes its own folder, ``task-<n>-<random>``, renamed into place once
   whole (a local ``dest``) or uploaded with its ``shard.json`` last (an ``s3://`` one), so a
