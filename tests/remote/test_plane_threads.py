@@ -271,6 +271,27 @@ def test_closing_one_open_of_a_corpus_does_not_fail_anothers_read(
     b.close()
 
 
+def test_a_read_after_close_raises_even_where_the_block_is_cached(corpora: Corpora) -> None:
+    """After close() a read raises, naming the fix, whether or not its block is in the node
+    cache (was: a cached block read as zeros, the payload file's mapping made anew over a
+    closed descriptor); another open of the corpus on the same node reads on."""
+    node = corpora.folder / "node-after-close"
+    a = TokenCorpus.open(corpora.url("a"), cache=node, cache_bytes="1M")
+    want = corpora.local["a"].document(3)
+    assert np.array_equal(a.document(3), want)
+    a.close()
+    for read in (lambda: a.document(3), lambda: a.tokens[0:20], lambda: a.document(40)):
+        with pytest.raises(RemoteReadError, match=r"closed.*open the store or corpus again"):
+            read()
+    b = TokenCorpus.open(corpora.url("a"), cache=node, cache_bytes="1M")
+    a2 = TokenCorpus.open(corpora.url("a"), cache=node, cache_bytes="1M")
+    a2.close()  # one open closed while another holds the node
+    assert np.array_equal(b.document(3), want)
+    with pytest.raises(RemoteReadError, match="closed"):
+        a2.document(3)
+    b.close()
+
+
 def test_a_planner_holds_no_settled_get(corpora: Corpora) -> None:
     """The GETs a loader's prefetches started drop out of its planner as they settle: a
     settled GET holds its bytes (a window of blocks, up to half the cap under the locality

@@ -31,7 +31,7 @@ from lading.remote.cache.ledger import Ledger, Piece
 from lading.remote.cache.node import Flight, Node, release
 from lading.remote.cache.places import policy_check
 from lading.remote.cache.regions import folder_bytes
-from lading.remote.fetch import ClosedError, Fetcher, Future
+from lading.remote.fetch import REFUSED, ClosedError, Fetcher, Future
 from lading.remote.objects import RemoteReadError, describe
 from lading.remote.ranges import DEFAULT_GAP, DEFAULT_WASTE, NO_STEP, Need
 from lading.step import current_step
@@ -121,6 +121,8 @@ class NodeCache:
             RemoteReadError: a GET failed for good (naming the object and range), or a range
                 stayed unreadable through repeated evictions.
         """
+        if self._closed:  # a cached block too: its node may have let the payload file go
+            raise RemoteReadError(REFUSED.format(self.fetcher))
         now = current_step() if step is None else step
         where: dict[Key, list[int]] = {}
         for i, (key, start, end) in enumerate(spans):

@@ -78,6 +78,8 @@ class DataFile:
         """The mapped bytes of ``[at, at + size)`` in ``region`` (copy them before the
         region's generation is checked: the view shows whatever is there now)."""
         if self._map is None:
+            if self._fd < 0:  # mmap(-1) would map anonymous zeros, read as the block's bytes
+                raise ValueError("the node cache's payload file was closed")
             self._map = mmap.mmap(self._fd, self.layout.size or 1, access=mmap.ACCESS_READ)
         start = region * self.layout.region_bytes + at
         return memoryview(self._map)[start : start + size]
