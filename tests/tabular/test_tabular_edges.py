@@ -192,6 +192,24 @@ def test_a_zero_byte_parquet_file_is_named(tmp_path: Path) -> None:
         PartitionedParquet(tmp_path / "d", 4, list_columns={"items": 2}, world=ONE)
 
 
+def test_a_damaged_data_page_is_named_with_its_file_and_row_group(tmp_path: Path) -> None:
+    """A file whose footer is whole but one data page is not fails mid-epoch naming the file,
+    the row group and the fix, as the same bytes from a bucket do (was: pyarrow's bare
+    "Couldn't deserialize thrift")."""
+    folder = tmp_path / "d"
+    path = write(folder / "b.parquet", {"session_id": np.arange(200)}, row_group_size=50)
+    data = bytearray(path.read_bytes())
+    start = pq.ParquetFile(path).metadata.row_group(2).column(0).data_page_offset
+    data[start + 20 : start + 60] = bytes(b ^ 0xFF for b in data[start + 20 : start + 60])
+    path.write_bytes(bytes(data))
+    ds = PartitionedParquet(folder, 32, shuffle=False, world=ONE)
+    with pytest.raises(ValueError) as caught:
+        for _ in ds:
+            pass
+    text = str(caught.value)
+    assert "b.parquet, row group 2" in text and "write it again" in text, text
+
+
 # ---------------------------------------------------------------- 3. repartition into itself
 
 

@@ -442,20 +442,28 @@ def test_a_prefix_holding_no_parquet(s3: LocalS3, tmp_path: Path) -> None:
 
 
 def test_a_missing_object_and_one_that_is_not_parquet(url: str, tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError) as missing:
+    """A missing object is a RemoteNotFoundError (docs/remote-stores.md: every failure talking
+    to object storage is a lading.RemoteError; still a FileNotFoundError); a junk or empty
+    object is named as not parquet, with no GET retried against the endpoint."""
+    from lading.errors import RemoteNotFoundError
+
+    with pytest.raises(RemoteNotFoundError) as missing:
         PartitionedParquet([f"{url}part-9.parquet"], 8, cache=cold(tmp_path))
+    assert isinstance(missing.value, FileNotFoundError)
     assert "no parquet object at s3://parquet-sessions/logs/sessions/part-9.parquet" in _one_line(
         missing.value
     )
     from lading.remote.clients import open_client
 
-    open_client(url).put("broken.parquet", b"not parquet at all")
-    try:
-        with pytest.raises(ValueError) as broken:
-            PartitionedParquet([f"{url}broken.parquet"], 8, cache=cold(tmp_path))
-        assert "broken.parquet is not a parquet file" in _one_line(broken.value)
-    finally:
-        open_client(url).delete("broken.parquet")
+    for body in (b"not parquet at all", b""):
+        open_client(url).put("broken.parquet", body)
+        try:
+            with pytest.raises(ValueError) as broken:
+                PartitionedParquet([f"{url}broken.parquet"], 8, cache=cold(tmp_path))
+            text = _one_line(broken.value)
+            assert "broken.parquet is not a parquet file" in text and "failed" not in text
+        finally:
+            open_client(url).delete("broken.parquet")
 
 
 def test_a_null_counted_in_a_footer_is_named_with_its_url_and_row(

@@ -62,8 +62,21 @@ class RowReader:
         return table
 
     def _decode(self, path: str, index: int) -> Any:
-        """Row group ``index`` of ``path`` (the columns read) as an Arrow table."""
-        return self._file(path).read_row_group(index, columns=self.columns)
+        """Row group ``index`` of ``path`` (the columns read) as an Arrow table.
+
+        Raises:
+            ValueError: its bytes do not decode (a damaged data page), naming file and group.
+        """
+        import pyarrow as pa
+
+        try:
+            return self._file(path).read_row_group(index, columns=self.columns)
+        except (pa.ArrowException, OSError) as e:
+            first = (str(e).splitlines() or [type(e).__name__])[0][:200]
+            raise ValueError(
+                f"{path}, row group {index}: its bytes do not decode ({first}); the file is "
+                "damaged: write it again"
+            ) from None
 
     def _metadata(self, path: str) -> Any:
         """The parquet metadata of ``path``."""

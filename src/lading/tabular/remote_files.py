@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.disk import build_lock
+from lading.errors import RemoteNotFoundError
 from lading.remote.clients import check_reachable
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import RemoteNotSupportedError, describe, split_url
@@ -98,7 +99,7 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
             folder = key.rsplit("/", 1)[0] if "/" in key else ""
             found = listing(root, folder).get(key)
             if found is None:
-                raise FileNotFoundError(
+                raise RemoteNotFoundError(
                     f"no parquet object at {url} (endpoint "
                     f"{fetchers[root].client.endpoint or 'the default'}); check the URL, or "
                     "name the prefix that holds the files"
@@ -174,6 +175,9 @@ def _fetch_footers(
 ) -> None:
     """Fetch the footers of ``files[i]`` for ``i`` in ``todo`` (every tail GET at once), stage
     them and fill ``out``."""
+    for i in todo:
+        if files[i].size < 12:  # (an empty range is a GET S3 refuses, and would be retried)
+            raise _not_parquet(files[i])
     tails = {
         i: fetchers[files[i].root].submit(
             files[i].key, max(0, files[i].size - TAIL), files[i].size, files[i].etag
@@ -187,14 +191,18 @@ def _fetch_footers(
         out[i] = data
 
 
+def _not_parquet(file: RemoteFile) -> ValueError:
+    return ValueError(
+        f"{describe(file.root, file.key)} is not a parquet file ({file.size} bytes, no "
+        f"{MAGIC.decode()} at its end); remove it or write it again"
+    )
+
+
 def _footer(file: RemoteFile, tail: bytes, fetcher: Fetcher) -> bytes:
     """The footer and trailer of ``file`` from its last bytes ``tail`` (more fetched if the
     footer is longer)."""
     if file.size < 12 or tail[-4:] != MAGIC:
-        raise ValueError(
-            f"{describe(file.root, file.key)} is not a parquet file ({file.size} bytes, no "
-            f"{MAGIC.decode()} at its end); remove it or write it again"
-        )
+        raise _not_parquet(file)
     length = struct.unpack("<I", tail[-8:-4])[0]
     if length + 8 > file.size - 4:
         raise ValueError(
