@@ -50,6 +50,17 @@ def test_corpus_uses_uint16_and_ends_documents(corpus: TokenCorpus) -> None:
     assert np.array_equal(again.tokens, corpus.tokens)
 
 
+def test_a_document_index_counts_from_the_end_as_pythons_do(corpus: TokenCorpus) -> None:
+    """``document(-1)`` is the last document (was: an empty array, and ``-2`` the last one);
+    an index past either end is an IndexError naming the count."""
+    n = len(corpus)
+    assert np.array_equal(corpus.document(-1), corpus.document(n - 1))
+    assert np.array_equal(corpus.document(-n), corpus.document(0))
+    for bad in (n, -n - 1):
+        with pytest.raises(IndexError, match=f"document {bad} .* {n:,} documents"):
+            corpus.document(bad)
+
+
 @pytest.mark.parametrize("backwards", [False, True])
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_continuity_coverage_and_shift(

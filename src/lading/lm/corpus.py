@@ -383,7 +383,15 @@ class TokenCorpus:
         return np.diff(np.asarray(self.offsets)).astype(np.int64)
 
     def document(self, i: int) -> npt.NDArray[Any]:
-        """Token ids of document ``i`` (a view of the map)."""
+        """Token ids of document ``i`` (a view of the map; ``-1`` is the last document).
+
+        Raises:
+            IndexError: ``i`` past either end.
+        """
+        n, i = len(self), int(i)
+        if not -n <= i < n:
+            raise IndexError(f"document {i} of a corpus of {n:,} documents")
+        i %= n
         return self.tokens[int(self.offsets[i]) : int(self.offsets[i + 1])]
 
     def tokenizer(self) -> Any:
