@@ -124,6 +124,7 @@ def test_the_three_loaders_keep_the_settings_they_were_given(
         ({"drop_partial_batch": 1}, r"drop_partial_batch=1: drop_partial_batch must be True or"),
         ({"seed": "1"}, r"seed='1': seed must be an int"),
         ({"seed": None}, r"seed=None: seed must be an int"),
+        ({"seed": -1}, r"seed=-1: seed must be an int >= 0"),
         ({"equalize": "even"}, r"unknown equalize 'even'; choose from \['pad', 'truncate'\]"),
         ({"world": 2}, r"world=2: pass a lading.World"),
         ({"drop_last": True}, r"\(drop_last=...\) is not a lading argument"),
@@ -138,3 +139,15 @@ def test_the_three_loaders_refuse_a_bad_setting_alike(
         with pytest.raises((TypeError, ValueError), match=says) as e:
             make(**setting)
         assert "\n" not in str(e.value), name
+
+
+def test_the_three_loaders_refuse_a_negative_epoch_at_set_epoch(
+    corpus: lading.lm.TokenCorpus, sessions: Path
+) -> None:
+    """``set_epoch(-1)`` is refused where it is called (was: accepted, and the next pass failed
+    inside numpy with "expected non-negative integer")."""
+    for name, make in three_loaders(corpus, sessions).items():
+        loader = make()
+        with pytest.raises(ValueError, match=r"set_epoch\(-1\): an epoch is an int >= 0"):
+            loader.set_epoch(-1)
+        assert loader.epoch == 0, name

@@ -192,6 +192,8 @@ class Loader:
         state was just loaded and nothing was read since, ``set_epoch`` of the state's own
         epoch keeps its position instead of reading the epoch's first batches again.
         """
+        if epoch < 0:
+            raise ValueError(f"set_epoch({epoch!r}): an epoch is an int >= 0 (the first is 0)")
         if self._restored and epoch == self._cursor.epoch:
             return
         self._cursor, self._restored, self._fresh = Cursor(int(epoch)), False, True

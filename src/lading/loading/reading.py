@@ -86,6 +86,8 @@ class Reading:
         seed = self.seed
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed={seed!r}: seed must be an int (it fixes every order)")
+        if seed < 0:  # (numpy's generators take none: the first pass would fail, not here)
+            raise ValueError(f"seed={seed!r}: seed must be an int >= 0 (it fixes every order)")
         if not isinstance(self.world, World):
             raise TypeError(
                 f"world={self.world!r}: pass a lading.World (or leave it out to detect it)"
