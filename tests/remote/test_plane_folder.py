@@ -165,3 +165,14 @@ def test_a_group_folder_makes_group_writable_files(tmp_path: Path) -> None:
     for name in ("ledger.sqlite", "blocks.data"):
         assert (folder / name).stat().st_mode & stat.S_IWGRP, name
     assert all(p.stat().st_mode & stat.S_IWGRP for p in (folder / "owners").iterdir())
+
+
+def test_a_cache_path_that_is_a_file_is_refused_naming_cache(tmp_path: Path) -> None:
+    """``cache=`` naming a file (or a path below one) is one line naming the argument and
+    the fix (was: NotADirectoryError on an inner path, or FileExistsError at a build)."""
+    afile = write(tmp_path / "docs.jsonl", "{}\n")
+    for cache in (afile, afile / "sub"):
+        with pytest.raises(ValueError) as refused:
+            RemoteSettings.of(cache, "1M")
+        text = str(refused.value)
+        assert f"cache={str(cache)!r}" in text and "is a file" in text and "\n" not in text

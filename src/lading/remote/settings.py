@@ -68,6 +68,20 @@ def default_cache_dir() -> Path:
     return Path(base) / "lading" / "remote"
 
 
+def _check_folder(directory: Path) -> None:
+    """Refuse a cache path that is a file, or lies below one, naming ``cache=`` and the fix
+    (else the first write into it fails on an inner path, naming neither)."""
+    for at in (directory, *directory.parents):
+        if at.exists():
+            if not at.is_dir():
+                raise ValueError(
+                    f"cache={os.fspath(directory)!r}: {at} is a file, and the node cache is a "
+                    "folder; pass a folder on node-local disk (or leave cache out for "
+                    f"{default_cache_dir()})"
+                )
+            return
+
+
 def default_cache_bytes(directory: Path) -> int:
     """``$LADING_REMOTE_CACHE_BYTES``, else 8 GiB or half the free space where the cache is."""
     env = os.environ.get(CACHE_BYTES_ENV)
@@ -234,6 +248,7 @@ class RemoteSettings:
         if unknown:
             raise TypeError(f"unknown remote store settings {unknown}; known: {sorted(known)}")
         directory = Path(cache) if cache is not None else default_cache_dir()
+        _check_folder(directory)
         cap = (
             parse_bytes(cache_bytes) if cache_bytes is not None else default_cache_bytes(directory)
         )
