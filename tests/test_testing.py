@@ -43,3 +43,11 @@ def test_local_s3_serves_a_remote_store(tmp_path: object, s3: LocalS3) -> None:
     store = lading.build_store(root / "docs.tsv", "s3://try-it/docs", cache=root / "cache")
     assert store["d7"] == "document 7"
     assert s3.stats()["gets"] >= 1  # read through the local S3, not a local folder
+
+
+def test_a_bucket_name_s3_refuses_is_named_with_the_rule(s3: LocalS3) -> None:
+    """``make_bucket("b")`` was moto's bare "HTTP Error 400: Bad Request"."""
+    for name in ("b", "Has-Upper", "-dash-first", "x" * 64):
+        with pytest.raises(ValueError, match=r"S3 takes 3-63 lowercase letters"):
+            s3.make_bucket(name)
+    s3.make_bucket("a.b-3")

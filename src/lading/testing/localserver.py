@@ -369,7 +369,16 @@ class LocalS3:
         self._call("faults", {"match": match, "times": times, "kind": kind, **more})
 
     def make_bucket(self, name: str) -> None:
-        """Create bucket ``name`` (through the proxy, so its copies stay right)."""
+        """Create bucket ``name`` (through the proxy, so its copies stay right).
+
+        Raises:
+            ValueError: a name S3 refuses (3-63 lowercase letters, digits, dots, hyphens).
+        """
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", name):
+            raise ValueError(
+                f"bucket name {name!r}: S3 takes 3-63 lowercase letters, digits, dots and "
+                "hyphens, starting and ending with a letter or digit (e.g. 'my-bucket')"
+            )
         request = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT", data=b"")
         with urllib.request.urlopen(request, timeout=30):
             pass
