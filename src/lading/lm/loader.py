@@ -59,7 +59,11 @@ mechanism (:mod:`lading.loading.state`): what is left becomes the base of a new 
 epoch, planned over the new streams (or ranks), so each remaining position is predicted
 exactly once more this epoch. Across the change the set of
 (input, target) pairs is bitwise that of the uninterrupted epoch; the rows that hold them, and
-the hidden state a row carries, are not (reset it: an old row has no counterpart).
+the hidden state a row carries, are not (reset it: an old row has no counterpart). That holds
+under ``equalize="pad"``; under ``"truncate"`` the new segment is truncated as an epoch is, so
+that every rank reads as many batches: what does not fill the new layout (fewer positions
+than the new ranks' rows, a few windows or a few (input, target) pairs a stream) is left out
+of this epoch, as an uninterrupted epoch leaves out its tail.
 """
 
 from __future__ import annotations

@@ -81,8 +81,10 @@ class Windows(WindowShape):
             about ``block_tokens`` tokens of consecutive windows, the blocks permuted, the
             windows shuffled across a buffer of ``block_buffer`` blocks
             (:mod:`lading.lm.blocks`): a remote corpus fetches each block whole, once an
-            epoch (one GET, at most a region of the node cache: ``cache_bytes / 16`` up to
-            16 MiB), at the price of batches drawn from ``block_buffer`` blocks at a time.
+            epoch a node cache (one GET, at most a region of the node cache: ``cache_bytes /
+            16`` up to 16 MiB), at the price of batches drawn from ``block_buffer`` blocks at
+            a time. Every rank reads windows of every block (they are dealt round-robin): on
+            ``N`` nodes each fetches every block, ``N`` times the corpus an epoch.
         block_buffer: blocks whose windows are shuffled together (``block_tokens > 0``).
     """
 
