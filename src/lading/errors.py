@@ -113,6 +113,11 @@ class EmptyEpochError(LadingError, ValueError):
     """
 
 
+class LoaderClosedError(LadingError, RuntimeError):
+    """A pass read on after its loader's ``close()``: nothing is read or fetched for a loader
+    after it is closed. Names where the pass ended (its epoch and batch) and how to go on."""
+
+
 class DeviceUnavailableError(LadingError, RuntimeError):
     """The device asked for is not in this process (no CUDA build, no GPU, a bad index)."""
 

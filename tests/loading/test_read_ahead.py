@@ -287,22 +287,28 @@ def test_a_waiting_caller_is_woken_for_depth_batches_not_for_each(
     assert waits <= 0.75 * n, waits  # ~n / depth; a build slower than 2 ms wakes at once
 
 
-@pytest.mark.parametrize("depth", [0, 2])
-def test_a_pass_held_across_close_goes_on_to_its_epochs_end(depth: int) -> None:
-    """``close`` while the caller holds a pass, which it then reads on: every batch of the
-    epoch comes, with or without read-ahead, and the next pass is the next epoch (with
-    read-ahead the pass ended silently at the close, counted as read to its end: 3 of 16
-    batches, the rest of the epoch lost)."""
+@pytest.mark.parametrize(("depth", "workers"), [(0, 0), (2, 0), (0, 2)])
+def test_a_pass_held_across_close_raises_naming_where_it_ended(depth: int, workers: int) -> None:
+    """``close`` while the caller holds a pass, which it then reads on: the next batch raises
+    LoaderClosedError naming where the pass ended, in every mode (was: without read-ahead it
+    read on, fetching after close; with workers it stopped silently, a short epoch a training
+    loop takes for whole), and the position is kept: a state saved then reads the rest."""
+    from lading import LoaderClosedError
 
     def make() -> Any:
         data = list(range(64))
-        return lading.loader(data, batch_size=4, seed=1, read_ahead=depth, collate_fn=list)
+        return lading.loader(
+            data, batch_size=4, seed=1, read_ahead=depth, num_workers=workers, collate_fn=list
+        )
 
     loader, twin = make(), make()
     want = list(twin)
     it = iter(loader)
     got = [next(it) for _ in range(3)]
     loader.close()
-    got += list(it)
+    with pytest.raises(LoaderClosedError, match=r"ended after batch 3 of epoch 0 \(of 16\)"):
+        next(it)
+    loader.load_state_dict(loader.state_dict())
+    got += list(loader)
     assert got == want
-    assert list(loader) == list(twin)  # the next epoch, as the twin's
+    loader.close()

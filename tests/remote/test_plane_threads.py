@@ -501,6 +501,9 @@ def test_a_loader_closes_with_its_block_and_fetches_nothing_after(
     assert faults.stats()["gets"] == gets  # nothing fetched after close
     want = next(iter(LanguageModelLoader(corpora.local["a"], 2, Windows(12), seed=4)))
     assert plain(first) == plain(want)
+    with pytest.raises(lading.LoaderClosedError):  # the pass that close() ended
+        next(batches)
+    assert faults.stats()["gets"] == gets  # (was: it went on reading, and fetching)
 
 
 # ------------------------------------------------------------------ fork

@@ -38,6 +38,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from lading.deadline import remote_timeout
+from lading.errors import LoaderClosedError
 from lading.loading import state as loader_state
 from lading.loading.announce import Announce
 from lading.loading.deal import Dealt, deal, in_order
@@ -153,6 +154,7 @@ class Loader:
         self._peek: Cursor | None = None
         self._restored = False  # a state was loaded and nothing read since
         self._reading: Cursor | None = None  # the position of the pass in progress, if any
+        self._ended: Cursor | None = None  # the pass close() ended (its iterator stops)
         self._torch: DataLoader[Any] | None = None  # made when workers first read
         self._ahead: Carried | None = None  # read_ahead's thread, carried between passes
 
@@ -261,6 +263,10 @@ class Loader:
                     # another pass): this pass is over, before it takes a batch of the new
                     # position from the persistent workers' iterator the two share
                     return
+                if self._ended is cursor:  # closed: nothing is read for it after, loudly
+                    raise self._closed_error(cursor)
+            if self._ended is cursor and cursor.batches < self._workload.batches(cursor):
+                raise self._closed_error(cursor)  # closed from another thread mid-wait
             read_to_end = True
             if self._peek is cursor:  # its epoch's one batch, read to the end: consumed
                 self._peek = None
@@ -269,6 +275,14 @@ class Loader:
                 self._drop_ahead()
             if self._reading is cursor:
                 self._reading = None
+
+    def _closed_error(self, cursor: Cursor) -> LoaderClosedError:
+        return LoaderClosedError(
+            f"{type(self).__name__} was closed while this pass was read: it ended after "
+            f"batch {cursor.batches} of epoch {cursor.epoch} (of {len(self)}), and nothing is "
+            "read after close(). A new iter() starts the next epoch; to read the rest of this "
+            "one, load_state_dict(state_dict()) and iter() again"
+        )
 
     def _batches(self, cursor: Cursor) -> Iterator[Any]:
         """The batches of ``cursor``'s epoch from its position on: from DataLoader workers, or
@@ -295,11 +309,15 @@ class Loader:
         after. The GETs a workload asked for ahead (the prefetches of a remote token corpus,
         of a remote store behind a map-style dataset's ``settle`` hook, of parquet row groups:
         queued in their cache's fetcher) are waited for, within the remote deadline, through
-        the workload's ``settle``. The data it reads (a corpus, a store) stays
-        open, theirs to close. A later ``iter()`` starts afresh from the position (``close``
-        keeps it). The thread's end and the GETs' share one deadline: a stalled server costs
-        ``close`` one remote deadline, not one a wait."""
+        the workload's ``settle``. The data it reads (a corpus, a store) stays open, theirs
+        to close. A pass the caller still holds ends: its next batch raises
+        :class:`~lading.errors.LoaderClosedError` naming where it ended (never a silent end
+        that a training loop would take for the epoch's); a later ``iter()`` starts afresh
+        from the position (``close`` keeps it: ``state_dict()`` saves it). The thread's end
+        and the GETs' share one deadline: a stalled server costs ``close`` one remote
+        deadline, not one a wait."""
         ends = time.monotonic() + remote_timeout()
+        self._ended = self._reading  # its next batch raises, naming where it ended
         self._drop_ahead()
         torch_loader, self._torch = self._torch, None
         iterator = getattr(torch_loader, "_iterator", None)

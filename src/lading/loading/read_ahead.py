@@ -206,21 +206,13 @@ class Carried:
         while True:
             try:
                 batch = next(self.built)  # (after a fork, the child's own thread's)
-            except StopIteration:  # closed while the caller holds the pass: it reads on,
-                yield from self._rest()  # built here, as without read-ahead (it ended)
+            except StopIteration:  # closed: the loader's pass says so (Loader.close)
                 return
             if batch is EPOCH_END:
                 self.at = Cursor(self.at.epoch + 1)
                 return
             self.at.batches += 1
             yield batch
-
-    def _rest(self) -> Iterator[Any]:
-        """The batches from :attr:`at` to its epoch's end, built on the caller's thread."""
-        for batch in self._epoch(copy.copy(self.at)):
-            self.at.batches += 1
-            yield batch
-        self.at = Cursor(self.at.epoch + 1)
 
     def forked(self) -> None:
         """In a forked child the thread is gone: the pass goes on from :attr:`at`, built by
