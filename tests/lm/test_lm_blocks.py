@@ -115,7 +115,7 @@ def test_the_mixture_and_len_and_the_state(corpus: tuple[TokenCorpus, str, Any])
     )
     with pytest.raises(ValueError, match="TokenMixture"):
         LanguageModelLoader(TokenMixture({local: 1.0}), 4, mode, seed=1)
-    with pytest.raises(Exception, match="block_shuffle"):
+    with pytest.raises(Exception, match="block_"):
         blocks.load_state_dict(exact.state_dict())
 
 
@@ -153,6 +153,44 @@ def test_a_remote_epoch_fetches_each_block_about_once_and_resumes_cold(
     )  # fmt: skip
     again.load_state_dict(state)
     assert [plain(b) for b in again] == want[5:]
+
+
+def test_ranks_on_nodes_of_their_own_fetch_the_blocks_they_read_not_every_block(
+    corpus: tuple[TokenCorpus, str, Any],
+) -> None:
+    """Ranks each with a cache folder of its own (a node each): each fetches about its share
+    of what one rank reading the whole epoch fetches (and the blocks of the two buffers its
+    share's ends cut, which its neighbours read too), not all of it (was: the windows were
+    dealt round-robin, every rank read windows of every block, and each node fetched every
+    block: W times its share); each rank its local batches, every window once in all."""
+    from lading.world import World
+
+    local, url, folder = corpus
+    nbytes = local.n_tokens * local.dtype.itemsize
+    mode = Windows(32, shuffle_documents=False, block_tokens=320)
+    whole = 0
+    for world in (1, 2, 3):
+        windows = []
+        for rank in range(world):
+            on = World(rank, world)
+            want = [plain(b) for b in LanguageModelLoader(local, 4, mode, seed=3, world=on)]
+            remote = TokenCorpus.open(url, cache=folder / f"node{world}-{rank}", cache_bytes=nbytes)
+            opened = remote.cache_stats()["bytes_fetched"]  # (the corpus's small files)
+            with LanguageModelLoader(remote, 4, mode, seed=3, world=on, read_ahead=0) as loader:
+                got = [plain(b) for b in loader]
+            assert got == want
+            assert remote.remote is not None
+            remote.remote.cache.drain()
+            fetched = remote.cache_stats()["bytes_fetched"] - opened
+            remote.close()
+            whole = whole or fetched  # one rank, the whole epoch
+            print(f"rank {rank} of {world}: {fetched} bytes fetched, the whole epoch {whole}")
+            buffer = 4 * 321 * local.dtype.itemsize  # a buffer's blocks (10 windows + 1)
+            assert fetched <= 1.1 * whole / world + 2 * buffer  # the two at its share's ends
+            windows += [tuple(x) for b in got for x in b[0]]
+        one = LanguageModelLoader(local, 4, mode, seed=3)
+        every = [tuple(x) for b in one for x in plain(b)[0]]
+        assert set(windows) == set(every) and len(windows) - len(every) < world  # (pad)
 
 
 def test_blocks_larger_than_a_region_are_fetched_ahead_in_pieces(

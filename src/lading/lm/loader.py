@@ -34,7 +34,8 @@ The shape of a sequence is one options object, each holding only what its mode r
   ``seq_len + 1`` windows of the same epoch stream in an order shuffled by ``(seed, epoch)``
   and dealt to ranks (Megatron/nanoGPT style, for transformers); the order is a keyed Feistel
   permutation computed per index, so even it costs nothing proportional to the token count.
-  Windows are dealt round-robin over the ranks by the same planner (``interleave``).
+  Windows are dealt round-robin over the ranks by the same planner (``interleave``); under
+  the locality shuffle each rank reads a run of positions instead (blocks of its own).
   ``shuffle_documents=False`` cuts the stream of the stored document order (each window one
   range of ``tokens.bin``); ``block_tokens`` shuffles blocks of it with locality
   (:mod:`lading.lm.blocks`).

@@ -69,12 +69,18 @@ class LMSegment:
 
 
 def plan_windows(
-    windows: WindowReader, cursor: Cursor, layout: Mapping[str, Any], reading: Reading
+    windows: WindowReader,
+    cursor: Cursor,
+    layout: Mapping[str, Any],
+    reading: Reading,
+    interleave: bool = True,
 ) -> LMSegment:
     """``cursor``'s segment of the epoch's ``windows`` dealt round-robin to ``layout``'s ranks
-    (what is left of an interrupted segment, ``cursor.base``, instead of the whole epoch)."""
+    (what is left of an interrupted segment, ``cursor.base``, instead of the whole epoch), or
+    with ``interleave=False`` a run of consecutive positions to each rank (the locality
+    shuffle: a rank's positions then hold the windows of buffers of its own)."""
     world, size = int(layout["world_size"]), int(layout["batch_size"])
-    core = Segment.of(windows.n, world, cursor, reading, size, interleave=True)
+    core = Segment.of(windows.n, world, cursor, reading, size, interleave=interleave)
     return LMSegment(core, None, windows, windows.n, [], cursor.base is None)
 
 

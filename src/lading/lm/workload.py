@@ -260,7 +260,7 @@ class LMWorkload(SegmentWorkload):
     def saved_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """``state`` with its fingerprint in today's keys (a window mode's ``bptt`` read as
         ``seq_len``), its corpora's content checked (:meth:`saved_content`)."""
-        saved = self.mode.saved_fingerprint(state.get("fingerprint", {}))
+        saved = self.mode.saved_fingerprint(state.get("fingerprint", {}), state.get("layout", {}))
         return {**state, "fingerprint": self.saved_content(saved)}
 
     def saved_content(self, saved: Mapping[str, Any]) -> dict[str, Any]:

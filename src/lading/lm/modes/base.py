@@ -146,8 +146,11 @@ class Mode:
         """What this mode adds to what fixes the data and its order."""
         return {}
 
-    def saved_fingerprint(self, saved: Mapping[str, Any]) -> dict[str, Any]:
-        """A saved state's fingerprint in today's keys (a mode that renamed one maps it)."""
+    def saved_fingerprint(
+        self, saved: Mapping[str, Any], layout: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A saved state's fingerprint in today's keys (a mode that renamed one maps it);
+        ``layout``: the state's (who read what)."""
         return dict(saved)
 
     def packing_stats(self, data: EpochWindows) -> dict[str, Any]:

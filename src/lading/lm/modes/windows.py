@@ -2,8 +2,9 @@
 
 Megatron/nanoGPT style, for transformers: the epoch stream is cut every ``seq_len`` tokens
 (consecutive windows share one token, so every pair is predicted once), the windows are dealt
-round-robin over the ranks by the core's planner and read in an order shuffled by ``(seed,
-epoch)``: a keyed Feistel permutation computed per index, nothing per token.
+round-robin over the ranks by the core's planner (under the locality shuffle, a run of
+positions to each rank) and read in an order shuffled by ``(seed, epoch)``: a keyed Feistel
+permutation computed per index, nothing per token.
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ class Windows(WindowShape):
             (:mod:`lading.lm.blocks`): a remote corpus fetches each block whole, once an
             epoch a node cache (one GET, at most a region of the node cache: ``cache_bytes /
             16`` up to 16 MiB), at the price of batches drawn from ``block_buffer`` blocks at
-            a time. Every rank reads windows of every block (they are dealt round-robin): on
-            ``N`` nodes each fetches every block, ``N`` times the corpus an epoch.
+            a time. Each rank reads a run of the epoch's positions, so the blocks of buffers
+            of its own (the exact shuffle deals windows round-robin): ranks on nodes of their
+            own fetch their share of the corpus each.
         block_buffer: blocks whose windows are shuffled together (``block_tokens > 0``).
     """
 
@@ -153,9 +155,12 @@ class WindowsMode(Mode):
     def plan(
         self, view: EpochView, cursor: Cursor, layout: Mapping[str, Any], reading: Reading
     ) -> LMSegment:
-        """``cursor``'s segment under ``layout``: the epoch's windows dealt round-robin."""
+        """``cursor``'s segment under ``layout``: the epoch's windows dealt round-robin; under
+        the locality shuffle a run of positions to each rank, so that each reads the blocks
+        of buffers of its own (dealt round-robin, every rank read windows of every block, and
+        ranks on nodes of their own fetched the whole corpus each: W times the bytes used)."""
         assert not isinstance(view, EpochStream)
-        return plan_windows(view, cursor, layout, reading)
+        return plan_windows(view, cursor, layout, reading, interleave=not self.per_block())
 
     def check_epoch(self, first: LMSegment, reading: Reading) -> None:
         if first.n == 0 and not self.padded:
@@ -319,11 +324,19 @@ class WindowsMode(Mode):
         if self.per_block():
             assert isinstance(self.shape, Windows)
             found["block_shuffle"] = [self.per_block(), self.shape.block_buffer]
+            found["block_deal"] = "runs"  # (states before dealt round-robin: refused)
         return found
 
-    def saved_fingerprint(self, saved: Mapping[str, Any]) -> dict[str, Any]:
-        """A state saved when the window length was kept under ``bptt``, read as ``seq_len``."""
+    def saved_fingerprint(
+        self, saved: Mapping[str, Any], layout: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A state saved when the window length was kept under ``bptt``, read as ``seq_len``;
+        one of the locality shuffle saved when its windows were dealt round-robin is refused
+        (its positions name other windows), but on one rank (the two deals are one there)."""
         found = dict(saved)
         if "bptt" in found and "seq_len" not in found:
             found["seq_len"] = found.pop("bptt")
+        if "block_shuffle" in found and "block_deal" not in found:
+            one = layout.get("world_size") == 1
+            found["block_deal"] = "runs" if one else "round-robin (lading before 2026-12-02)"
         return found
