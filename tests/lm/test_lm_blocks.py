@@ -193,6 +193,34 @@ def test_ranks_on_nodes_of_their_own_fetch_the_blocks_they_read_not_every_block(
         assert set(windows) == set(every) and len(windows) - len(every) < world  # (pad)
 
 
+def test_a_state_dealt_round_robin_on_many_ranks_is_refused_on_one_rank_resumed(
+    corpus: tuple[TokenCorpus, str, Any],
+) -> None:
+    """A state saved by a lading that dealt the locality shuffle's windows round-robin (no
+    ``block_deal`` in its fingerprint) names other windows on more than one rank: refused,
+    saying so; on one rank the two deals are one, and it resumes to the same batches."""
+    from lading.loading.state import LoaderStateError
+    from lading.world import World
+
+    local = corpus[0]
+    mode = Windows(32, shuffle_documents=False, block_tokens=320)
+    for world in (2, 1):
+        loader = LanguageModelLoader(local, 4, mode, seed=5, world=World(0, world))
+        batches = iter(loader)
+        for _ in range(3):
+            next(batches)
+        state = loader.state_dict()
+        del state["fingerprint"]["block_deal"]  # as an older lading saved it
+        rest = [plain(b) for b in batches]
+        again = LanguageModelLoader(local, 4, mode, seed=5, world=World(0, world))
+        if world > 1:
+            with pytest.raises(LoaderStateError, match=r"block_deal.*round-robin"):
+                again.load_state_dict(state)
+        else:
+            again.load_state_dict(state)
+            assert [plain(b) for b in again] == rest
+
+
 def test_blocks_larger_than_a_region_are_fetched_ahead_in_pieces(
     corpus: tuple[TokenCorpus, str, Any],
 ) -> None:
