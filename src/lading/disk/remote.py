@@ -178,7 +178,14 @@ def filesystem(
         if attempts is not None:
             config.setdefault("retries", {"max_attempts": attempts})
         options["config_kwargs"] = config
-    fs, root = url_to_fs(url.rstrip("/"), **options)
+    try:
+        fs, root = url_to_fs(url.rstrip("/"), **options)
+    except ImportError as e:  # fsspec's own words ("Install s3fs to access S3") name no extra
+        raise ImportError(
+            f"{doing} {url} needs fsspec's filesystem for it ({e}). To install: pip install "
+            "'lading[remote]' (s3:// through obstore or s3fs; other schemes: fsspec's package "
+            "for them, such as gcsfs or adlfs)"
+        ) from None
     return fs, str(root).rstrip("/")
 
 

@@ -14,7 +14,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pyterrier as pt
+
+try:
+    import pyterrier as pt
+except ImportError:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "lading.integrations.pyterrier needs PyTerrier. To install:\n"
+        "  pip install 'lading[pyterrier]'"
+    ) from None
 
 from lading.stores.base import DocStore
 

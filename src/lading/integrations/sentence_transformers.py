@@ -56,8 +56,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from sentence_transformers import SentenceTransformerTrainer
-from sentence_transformers.cross_encoder import CrossEncoderTrainer
+
+try:
+    from sentence_transformers import SentenceTransformerTrainer
+    from sentence_transformers.cross_encoder import CrossEncoderTrainer
+except ImportError:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "lading.integrations.sentence_transformers needs sentence-transformers. To install:\n"
+        "  pip install 'lading[st]'"
+    ) from None
 
 from lading.integrations.hf_trainer import LadingTrainerMixin
 from lading.integrations.rows import FlattenRows, GroupRows, check_format, rows_per_group

@@ -154,7 +154,24 @@ def prepare(config: TrainConfig, world: World) -> tuple[DocStore, Any, CrossEnco
         )
     else:
         model = CrossEncoder.from_pretrained(config.model)
+        check_positions(model, config.max_length, config.model)
     return store, tok, model
+
+
+def check_positions(model: CrossEncoder, max_length: int, name: str) -> None:
+    """Refuse ``max_length`` past the positions ``model`` has (a model of 128 positions given
+    the default 512 failed deep in its embeddings on the first long pair), naming both."""
+    config = getattr(model.backbone, "config", None)
+    positions = getattr(config, "max_position_embeddings", None)
+    if not isinstance(positions, int):
+        return
+    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        positions -= 2  # (their position ids start after the padding index)
+    if max_length > positions:
+        raise ValueError(
+            f"--max-length {max_length} is longer than the {positions} positions of model "
+            f"{name}: pass --max-length {positions} (or less)"
+        )
 
 
 def groups_from_files(

@@ -75,8 +75,14 @@ class ObstoreClient:
     def __init__(
         self, url: str, options: Mapping[str, Any] | None = None, timeout: float | None = None
     ) -> None:
-        import obstore  # noqa: F401  # ImportError before any state changes
-        from obstore.store import from_url
+        try:
+            import obstore  # noqa: F401  # ImportError before any state changes
+            from obstore.store import from_url
+        except ImportError:
+            raise ImportError(
+                f"backend='obstore' for {url} needs obstore. To install:\n"
+                "  pip install 'lading[remote]'"
+            ) from None
 
         if not usable_here():
             raise RuntimeError(

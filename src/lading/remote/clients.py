@@ -18,10 +18,13 @@ from lading.remote.objects import (
 
 
 def _obstore_usable() -> bool:
-    try:
-        from lading.remote import client_obstore
-    except ImportError:
-        return False
+    """obstore is installed (looked for, not imported) and usable in this process."""
+    import importlib.util
+
+    if importlib.util.find_spec("obstore") is None:
+        return False  # (client_obstore imports it on first use: importing that proves none)
+    from lading.remote import client_obstore
+
     return client_obstore.usable_here()
 
 

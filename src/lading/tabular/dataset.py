@@ -21,6 +21,7 @@ from lading.loading.hooks import Hooks
 from lading.loading.loader import Loader, Workers
 from lading.loading.reading import Reading
 from lading.remote.settings import RemoteSettings
+from lading.sources.tables import import_pyarrow
 from lading.tabular.files import (
     check_schemas,
     footer_digest,
@@ -126,6 +127,7 @@ class PartitionedParquet(Loader):
         )
         batch_size = reading.batch_size
         list_columns = check_list_options(list_columns or {}, pad)
+        import_pyarrow()  # (or one line naming the extra, not a bare import error later)
         workers = Workers(
             num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
         )

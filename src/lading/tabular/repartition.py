@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.disk import DATASET_MARK, BuildContext, current_version, is_ours_to_replace
+from lading.sources.tables import import_pyarrow
 from lading.tabular.files import PathsArg, check_schemas, parquet_files, scan
 from lading.tabular.plan import Piece
 
@@ -90,6 +91,7 @@ def repartition(
         row_group_size: rows per group wanted (default: keep the current number of groups,
             rounded up to the multiple).
     """
+    import_pyarrow()  # one line naming the extra, not a bare import error later
     target = Path(dst)
     files, pieces, schema = _inputs(src, target)
     rows = sum(p.rows for p in pieces)

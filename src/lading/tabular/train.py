@@ -23,6 +23,7 @@ from torch import nn
 from lading.errors import LadingError
 from lading.remote.objects import is_remote
 from lading.remote.settings import RemoteSettings
+from lading.sources.tables import import_pyarrow
 from lading.tabular.dataset import PartitionedParquet
 from lading.tabular.remote import RemoteParquet
 from lading.tabular.remote_files import split_root
@@ -207,6 +208,7 @@ class SessionsStep(TrainingTask):
 
 def train_sessions(config: SessionsConfig) -> dict[str, Any]:
     """Train, evaluate on the evaluation day, compare with most-popular; return the summary."""
+    import_pyarrow()  # before any process starts: one line naming the extra
     return ddp.run(config, functools.partial(_train_sessions, config))
 
 

@@ -291,6 +291,18 @@ async def _serve(port: int, latency: float, jitter: float, ready: Any) -> None:
             moto.stop()
 
 
+def need_packages() -> None:
+    """Refuse, naming the extra, where moto's server or aiohttp is missing (else the server's
+    child dies on an import and the parent says only that it did not start)."""
+    import importlib.util
+
+    missing = [m for m in ("moto", "flask", "aiohttp") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ImportError(
+            f"the local S3 needs {', '.join(missing)}. To install:\n  pip install 'lading[s3local]'"
+        )
+
+
 class LocalS3:
     """A local S3 (moto + the latency proxy) in a child process, for tests and benchmarks.
 
@@ -315,6 +327,7 @@ class LocalS3:
         }
 
     def __enter__(self) -> LocalS3:
+        need_packages()
         command = [sys.executable, "-m", "lading.testing", "--port", "0"]
         command += ["--latency", str(self.latency), "--jitter", str(self.jitter)]
         self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
@@ -391,6 +404,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.03, help="seconds a request waits")
     parser.add_argument("--jitter", type=float, default=0.01, help="± seconds around it")
     args = parser.parse_args(argv)
+    try:
+        need_packages()
+    except ImportError as e:
+        sys.exit(f"python -m lading.testing: {e}")
     port = args.port or free_port()
 
     def ready(url: str) -> None:

@@ -73,6 +73,17 @@ def save(state: dict[str, Any], directory: str | os.PathLike[str]) -> None:
         publish(tmp, dest)
 
 
+def need_safetensors() -> None:
+    """Refuse, naming the extra, where safetensors (every checkpoint's tensors) is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("safetensors") is None:
+        raise ImportError(
+            "checkpoints (--checkpoint-every, --resume) need safetensors. To install:\n"
+            "  pip install 'lading[train]'"
+        )
+
+
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
     """safetensors' ``save_file``, its I/O failures as the OSError they are: it reports a full
     disk as its own ``SafetensorError`` with the errno only in the text ("(os error 28)"), which

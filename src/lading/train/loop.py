@@ -24,6 +24,7 @@ from torch import nn
 from lading.device import DevicePrefetcher
 from lading.loading.resumable import Resumable
 from lading.train import ddp, state
+from lading.train.checkpoint import need_safetensors
 from lading.train.records import ProgressLines, Window, open_lines, write_line
 from lading.train.task import LoopConfig, LoopResult, StepResult, TrainingTask
 from lading.world import World
@@ -123,6 +124,8 @@ class Trainer:
     def _start(self) -> int:
         """Seed this rank, then restore the checkpoint if asked and present; the first step."""
         torch.manual_seed(self.config.seed + self.world.rank)  # dropout differs per rank
+        if self.config.checkpoint_every or self.config.resume:
+            need_safetensors()  # now, not after the steps up to the first checkpoint
         out = self.config.out
         if self.config.resume and out is not None and (out / "checkpoint" / "meta.json").is_file():
             return state.restore(self)
