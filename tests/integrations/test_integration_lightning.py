@@ -118,6 +118,17 @@ def test_resume_with_loader_workers(tmp_path: Path) -> None:
     assert resumed["seen"] == full["seen"][5:]
 
 
+def test_fit_ends_the_loaders_workers_as_lightnings_route_does() -> None:
+    """Each fit of a LadingDataModule with num_workers=2 left its 2 worker processes alive
+    (three fits: 6); Lightning's own DataLoaders leave none. teardown closes the loaders."""
+    import multiprocessing
+
+    before = set(multiprocessing.active_children())
+    for _ in range(2):
+        fit(base(shuffle=True, workers=2, epochs=1))
+    assert [p for p in multiprocessing.active_children() if p not in before] == []
+
+
 def test_a_checkpoint_of_another_world_size_is_refused() -> None:
     import lading
     from lading.errors import LoaderStateError

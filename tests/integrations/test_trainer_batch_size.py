@@ -125,3 +125,79 @@ def test_under_data_parallel_a_batch_is_split_over_the_gpus(tmp_path: Path) -> N
     check_batch_size(two, lading.loader(list(range(ITEMS)), 8, collate_fn=collate))
     with pytest.raises(ValueError, match=r"batches of 8 \(2 GPUs of DataParallel x 4\).*=2\b"):
         check_batch_size(two, lading.loader(list(range(ITEMS)), 4, collate_fn=collate))
+
+
+def test_a_mid_epoch_checkpoint_of_another_world_size_is_refused_naming_both(
+    tmp_path: Path,
+) -> None:
+    """A 1-process checkpoint at step 3 of 10, resumed on 2 ranks: lading re-deals what is
+    left (an elastic resume), but the Trainer counts the epoch from len() and its global step
+    and skipped the rest of it, cutting later epochs short too (a reviewer: rank 0 read 0 of
+    its 4 remaining batches, then 4 and 3 of 7). Refused, as LadingDataModule refuses it; at
+    an epoch's start or end the count holds, and another layout is taken."""
+    import lading
+    from lading.integrations.hf_trainer import LadingTrainer
+    from lading.loading import LoaderStateError
+    from lading.world import World
+
+    def state_after(batches: int) -> dict[str, Any]:
+        loader = lading.loader(list(range(ITEMS)), 4, collate_fn=collate)
+        taken = iter(loader)
+        for _ in range(batches):
+            next(taken)
+        return loader.state_dict()
+
+    def resumed(state: dict[str, Any]) -> Any:
+        loader = lading.loader(list(range(ITEMS)), 4, collate_fn=collate, world=World(0, 2))
+        trainer = LadingTrainer(model=Weight.make(), args=args(tmp_path), train_loader=loader)
+        trainer._lading_resume = state  # what train(resume_from_checkpoint=...) reads
+        return trainer.get_train_dataloader()
+
+    with pytest.raises(LoaderStateError, match=r"'world_size': 1.*'world_size': 2.*mid-epoch"):
+        resumed(state_after(3))
+    assert resumed(state_after(0)).remaining() == 5  # the epoch's start: 20 items, 2 ranks
+    assert resumed(state_after(10)).remaining() == 0  # its end: the next epoch is whole
+
+
+def test_a_resume_that_loses_the_epochs_last_accumulation_says_so(tmp_path: Path) -> None:
+    """10 batches an epoch at 3 accumulated a step, resumed after 3: the Trainer counts the
+    epoch from the resume and never applies the last batch's gradient; warned, naming the
+    fix (silent before). At an epoch's start, or at 2 a step (10 divides), no warning."""
+    import warnings
+
+    import lading
+    from lading.integrations.hf_trainer import LadingTrainer
+
+    def resume(batches: int, steps: int) -> list[str]:
+        loader = lading.loader(list(range(ITEMS)), 4, collate_fn=collate)
+        taken = iter(loader)
+        for _ in range(batches):
+            next(taken)
+        state = loader.state_dict()
+        again = lading.loader(list(range(ITEMS)), 4, collate_fn=collate)
+        given = args(tmp_path, gradient_accumulation_steps=steps)
+        trainer = LadingTrainer(model=Weight.make(), args=given, train_loader=again)
+        trainer._lading_resume = state
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer.get_train_dataloader()
+        return [str(w.message) for w in caught if "accumulation" in str(w.message)]
+
+    said = resume(3, 3)
+    assert len(said) == 1 and "last 1 batch(es)" in said[0] and "multiple of 3" in said[0]
+    assert resume(0, 3) == [] and resume(3, 2) == []
+
+
+def test_train_ends_the_loaders_workers_as_the_trainers_own_route_does(tmp_path: Path) -> None:
+    """Each train() with num_workers=2 left 2 worker processes alive (3 trainers kept: 6);
+    the Trainer's own DataLoader leaves none."""
+    import multiprocessing
+
+    import lading
+    from lading.integrations.hf_trainer import LadingTrainer
+
+    before = set(multiprocessing.active_children())
+    loader = lading.loader(list(range(ITEMS)), 4, collate_fn=collate, num_workers=2)
+    trainer = LadingTrainer(model=Weight.make(), args=args(tmp_path), train_loader=loader)
+    trainer.train()
+    assert [p for p in multiprocessing.active_children() if p not in before] == []
