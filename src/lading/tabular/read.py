@@ -22,6 +22,16 @@ FILL_HOW = (
 )
 
 
+def undecodable(path: str, group: int, error: BaseException, what: str) -> ValueError:
+    """The error for row group ``group`` of ``path`` (a ``what``: file, object) whose bytes
+    pyarrow could not decode: naming both, the first line of pyarrow's words, and the fix."""
+    first = (str(error).splitlines() or [type(error).__name__])[0][:200]
+    return ValueError(
+        f"{path}, row group {group}: its bytes do not decode ({first}); the {what} is "
+        "damaged: write it again"
+    )
+
+
 class RowReader:
     """Rows of fragments as one Arrow table; tables as dicts of tensors (lists padded)."""
 
@@ -72,11 +82,7 @@ class RowReader:
         try:
             return self._file(path).read_row_group(index, columns=self.columns)
         except (pa.ArrowException, OSError) as e:
-            first = (str(e).splitlines() or [type(e).__name__])[0][:200]
-            raise ValueError(
-                f"{path}, row group {index}: its bytes do not decode ({first}); the file is "
-                "damaged: write it again"
-            ) from None
+            raise undecodable(path, index, e, "file") from None
 
     def _metadata(self, path: str) -> Any:
         """The parquet metadata of ``path``."""

@@ -39,7 +39,7 @@ from lading.remote.schedule import Schedule
 from lading.remote.settings import RemoteSettings
 from lading.remote.stage import keep_within
 from lading.tabular.plan import Piece
-from lading.tabular.read import RowReader
+from lading.tabular.read import RowReader, undecodable
 from lading.tabular.remote_files import (
     FetchedRanges,
     Parts,
@@ -231,11 +231,7 @@ class RemoteParquet:
                 piece.row_group, columns=list(columns)
             )
         except (pa.ArrowException, OSError) as e:
-            first = (str(e).splitlines() or [type(e).__name__])[0][:200]
-            raise ValueError(
-                f"{piece.path}, row group {piece.row_group}: its bytes do not decode ({first}); "
-                "the object is damaged: write it again"
-            ) from None
+            raise undecodable(piece.path, piece.row_group, e, "object") from None
 
     def read_group(self, url: str, group: int, columns: Sequence[str]) -> Any:
         """One row group's ``columns``, read now (outside any plan)."""
