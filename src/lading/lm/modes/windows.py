@@ -338,5 +338,5 @@ class WindowsMode(Mode):
             found["seq_len"] = found.pop("bptt")
         if "block_shuffle" in found and "block_deal" not in found:
             one = layout.get("world_size") == 1
-            found["block_deal"] = "runs" if one else "round-robin (lading before 2026-12-02)"
+            found["block_deal"] = "runs" if one else "round-robin (an older lading)"
         return found
