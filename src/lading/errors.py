@@ -9,6 +9,12 @@ class LadingError(Exception):
     """Base class of every error lading raises on purpose."""
 
 
+def missing_package(what: str, package: str, extra: str) -> ImportError:
+    """The error for ``what`` needing ``package``, which is not installed: one line naming
+    the extra of lading that brings it (``pip install 'lading[extra]'``)."""
+    return ImportError(f"{what} needs {package}. To install:\n  pip install 'lading[{extra}]'")
+
+
 class SourceError(LadingError, ValueError):
     """A record of an input file could not be read.
 

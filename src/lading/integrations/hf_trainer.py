@@ -64,16 +64,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from lading.errors import LoaderStateError, missing_package
+
 try:
     from transformers import Trainer, TrainerCallback
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 except ImportError:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "lading.integrations.hf_trainer needs transformers. To install:\n"
-        "  pip install 'lading[trainer]'"
-    ) from None
+    raise missing_package("lading.integrations.hf_trainer", "transformers", "trainer") from None
 
-from lading.errors import LoaderStateError
 from lading.integrations.trainer_args import (
     check_trainer_arguments,
     gpus_per_process,

@@ -29,15 +29,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from lading.errors import LoaderStateError, missing_package
+
 try:
     import lightning.pytorch as pl
 except ImportError:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "lading.integrations.lightning needs PyTorch Lightning. To install:\n"
-        "  pip install 'lading[lightning]'"
+    raise missing_package(
+        "lading.integrations.lightning", "PyTorch Lightning", "lightning"
     ) from None
 
-from lading.errors import LoaderStateError
 from lading.loading.resumable import Resumable
 from lading.world import World
 

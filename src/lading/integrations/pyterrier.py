@@ -15,13 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from lading.errors import missing_package
+
 try:
     import pyterrier as pt
 except ImportError:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "lading.integrations.pyterrier needs PyTerrier. To install:\n"
-        "  pip install 'lading[pyterrier]'"
-    ) from None
+    raise missing_package("lading.integrations.pyterrier", "PyTerrier", "pyterrier") from None
 
 from lading.stores.base import DocStore
 

@@ -29,13 +29,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from lading.errors import missing_package
+
 try:
     from ray.data import Datasink
 except ImportError:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "lading's Ray Data sinks (lading.integrations.ray, lading.integrations.ray_tokens) need "
-        "Ray Data. To install:\n  pip install 'lading[ray]'"
-    ) from None
+    raise missing_package("lading's Ray Data sinks", "Ray Data", "ray") from None
 
 from lading.disk import BuildContext, is_ours_to_replace, write_file
 from lading.disk.snapshot import BUILD_PREFIX

@@ -57,13 +57,14 @@ from typing import Any
 
 import torch
 
+from lading.errors import missing_package
+
 try:
     from sentence_transformers import SentenceTransformerTrainer
     from sentence_transformers.cross_encoder import CrossEncoderTrainer
 except ImportError:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "lading.integrations.sentence_transformers needs sentence-transformers. To install:\n"
-        "  pip install 'lading[st]'"
+    raise missing_package(
+        "lading.integrations.sentence_transformers", "sentence-transformers", "st"
     ) from None
 
 from lading.integrations.hf_trainer import LadingTrainerMixin

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from lading.errors import missing_package
 from lading.ir.collate import CrossEncoderCollator
 from lading.ir.model import CrossEncoder
 from lading.stores.base import DocStore
@@ -107,9 +108,7 @@ def parse_measures(measures: Sequence[str], min_relevance: int = 1) -> list[Any]
     try:
         import ir_measures
     except ImportError:
-        raise ImportError(
-            "evaluation needs ir-measures. To install:\n  pip install ir-measures"
-        ) from None
+        raise missing_package("evaluation (lading rerank --qrels)", "ir-measures", "ir") from None
     parsed = []
     for name in measures:
         try:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from lading.errors import SourceError
+from lading.errors import SourceError, missing_package
 
 COMPRESSED_SUFFIXES: tuple[str, ...] = (".gz", ".bz2", ".zst")
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark: dropped at the start of every source
@@ -133,10 +133,7 @@ def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
         try:
             import zstandard
         except ImportError:
-            raise ImportError(
-                f"{name} is zstd-compressed and the zstandard package is missing. To install:\n"
-                "  pip install zstandard"
-            ) from None
+            raise missing_package(f"{name} (zstd-compressed)", "zstandard", "zstd") from None
         return io.BufferedReader(_ZstdReader(name, zstandard), buffer_size=1 << 20)
     return open(name, "rb")
 
