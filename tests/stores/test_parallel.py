@@ -232,3 +232,18 @@ def test_a_worker_killed_mid_shard_commits_nothing_and_a_rerun_completes(tmp_pat
     same_content(
         lading.build_store(src, tmp_path / "one", progress=False), lading.merge_store(dest)
     )
+
+
+def test_a_shard_that_skips_records_says_how_many_as_a_one_process_build_does(
+    tmp_path: Path,
+) -> None:
+    """on_error="skip": the one-process build warns with the count; shards were silent (the
+    count only in the merged manifest)."""
+    from lading.errors import SkippedRecordsWarning
+
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"id": "1", "text": "a"}\n{"id": "2", oops\n{"id": "3", "text": "c"}\n')
+    with pytest.warns(SkippedRecordsWarning, match=r"skipped 1 malformed record\(s\) of shard"):
+        for i in range(2):
+            lading.build_shard(src, tmp_path / "s", (i, 2), on_error="skip", progress=False)
+    assert lading.merge_store(tmp_path / "s").meta["build"]["skipped"] == 1

@@ -20,6 +20,7 @@ merge naming both shards (:mod:`lading.lm.merge`).
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -31,6 +32,7 @@ import numpy as np
 from lading.disk import BuildContext, write_file
 from lading.disk.meta import META_FILE
 from lading.disk.names import check_inside, check_name, refuse
+from lading.errors import SkippedRecordsWarning
 from lading.lm.texts import TEXTS_ONLY, file_texts, folder_files, is_records, source_identity
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.sources import OnError, SourceReader, fingerprint, refuse_if_changed
@@ -226,6 +228,13 @@ def build_corpus_shard(
             }
             finish_shard(tmp, meta, info["sha256"], options, about)
             build.publish_new(tmp)
+    if inputs.skipped[0]:  # (the merge sums them into the corpus's "skipped")
+        warnings.warn(
+            f"skipped {inputs.skipped[0]} malformed record(s) of shard {i}/{n} of {source} "
+            f"building {dest}",
+            SkippedRecordsWarning,
+            stacklevel=3,  # the caller of TokenCorpus.build_shard
+        )
     return CorpusShardReport(dest, bid, i, n, meta["documents"], False)
 
 

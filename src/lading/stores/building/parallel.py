@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lading.disk import BuildContext, byte_bar
-from lading.errors import SourceError
+from lading.errors import SkippedRecordsWarning, SourceError
 from lading.sources import ParseOptions, SourceReader, refuse_if_changed
 from lading.stores.building.inputs import PiecesReader, check_shard_count, input_files, plan_shard
 from lading.stores.building.merge import Shard, manifest_of, read_shard
@@ -132,6 +133,13 @@ def write_one_shard(
             for fingerprint in before:
                 refuse_if_changed(fingerprint)
             build.publish_new(tmp)
+    if written.record["skipped"]:  # as a one-process build says it (the merge sums them)
+        warnings.warn(
+            f"skipped {written.record['skipped']} malformed record(s) of shard {i}/{n} of "
+            f"{source} building {dest}; first: {written.record['skip_examples'][0]}",
+            SkippedRecordsWarning,
+            stacklevel=3,  # the caller of build_shard
+        )
     return ShardReport(dest, bid, i, n, written.record["rows"], False)
 
 
