@@ -41,6 +41,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> lading.lm.TokenCorpus:
         ([0, 40], r"documents=\[0, 40\]: 40 is not a document of this corpus \(0 to 39\)"),
         ([-1, 3], r"documents=\[-1, 3\]: -1 is not a document of this corpus \(0 to 39\)"),
         ([[0, 1]], r"documents= must be a flat list of document numbers"),
+        ([], r"the 0 document\(s\) read hold 0 token\(s\).*documents= selects"),
     ],
 )
 def test_lm_documents_outside_the_corpus_are_named(

@@ -58,7 +58,10 @@ class EpochStream:
         merged = len(self.run_start) != len(self.doc_start)
         self.run_cum = np.cumsum(self.run_len) if merged else self.cum_end
         if self.total < 2:
-            raise ValueError("the corpus has fewer than 2 tokens: nothing to predict")
+            raise ValueError(
+                f"the {len(documents):,} document(s) read hold {self.total} token(s), fewer than "
+                "2: nothing to predict (documents= selects which are read; all by default)"
+            )
 
     def _read_forward(self, start: int, out: npt.NDArray[np.int64]) -> None:
         tokens = self.tokens
