@@ -312,3 +312,47 @@ def test_a_pass_held_across_close_raises_naming_where_it_ended(depth: int, worke
     got += list(loader)
     assert got == want
     loader.close()
+
+
+@pytest.mark.parametrize(("depth", "workers"), [(0, 0), (2, 0), (0, 2)])
+def test_a_close_at_the_epochs_last_batch_ends_the_pass_whole(depth: int, workers: int) -> None:
+    """Closing the loader while holding the epoch's last batch (a loop's last step) is a
+    normal end, not LoaderClosedError: nothing was left to read."""
+    data = list(range(8))
+    loader = lading.loader(
+        data, batch_size=4, read_ahead=depth, num_workers=workers, collate_fn=list, seed=2
+    )
+    got = []
+    for batch in loader:
+        got.append(batch)
+        if len(got) == len(loader):
+            loader.close()
+    assert sorted(x for b in got for x in b) == data
+
+
+@pytest.mark.parametrize(("depth", "workers"), [(0, 0), (1, 0), (0, 2)])
+def test_a_close_from_another_thread_while_the_caller_waits_raises_loader_closed(
+    depth: int, workers: int
+) -> None:
+    """close() from another thread while the caller waits for a batch: LoaderClosedError in
+    every mode (was, with read-ahead: "the read-ahead thread ended without its batches";
+    with workers: torch's EOFError or FileNotFoundError)."""
+    import threading
+
+    from lading import LoaderClosedError
+
+    def slow(items: list[int]) -> list[int]:
+        time.sleep(0.05 * len(items))  # a batch of 4: 0.2 s to build
+        return items
+
+    loader = lading.loader(
+        list(range(40)), batch_size=4, read_ahead=depth, num_workers=workers, collate_fn=slow
+    )
+    closer = threading.Timer(0.5, loader.close)
+    closer.start()
+    got = 0
+    with pytest.raises(LoaderClosedError, match=r"ended after batch \d+ of epoch 0 \(of 10\)"):
+        for _ in loader:
+            got += 1
+    closer.join(10)
+    assert got < 10

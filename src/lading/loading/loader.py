@@ -264,10 +264,16 @@ class Loader:
                     # position from the persistent workers' iterator the two share
                     return
                 if self._ended is cursor:  # closed: nothing is read for it after, loudly
-                    raise self._closed_error(cursor)
-            if self._ended is cursor and cursor.batches < self._workload.batches(cursor):
-                raise self._closed_error(cursor)  # closed from another thread mid-wait
+                    self._refuse_after_close(cursor)
+                    break  # (its last batch was handed out: the pass is whole)
+            else:
+                if self._ended is cursor:  # closed from another thread while it waited
+                    self._refuse_after_close(cursor)
             read_to_end = True
+        except Exception:
+            if self._ended is cursor:  # (a worker or thread that close() ended, mid-wait)
+                self._refuse_after_close(cursor)
+            raise
             if self._peek is cursor:  # its epoch's one batch, read to the end: consumed
                 self._peek = None
         finally:  # ended, broken off (a for loop's break closes it) or dropped
@@ -275,6 +281,12 @@ class Loader:
                 self._drop_ahead()
             if self._reading is cursor:
                 self._reading = None
+
+    def _refuse_after_close(self, cursor: Cursor) -> None:
+        """Raise :class:`LoaderClosedError` for a pass that ``close`` ended before its
+        epoch's last batch (after it, the pass is whole: nothing to raise)."""
+        if cursor.batches < self._workload.batches(cursor):
+            raise self._closed_error(cursor) from None
 
     def _closed_error(self, cursor: Cursor) -> LoaderClosedError:
         return LoaderClosedError(

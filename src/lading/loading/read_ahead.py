@@ -95,6 +95,8 @@ class BuiltAhead:
             self._thread.start()
         with self._changed:  # bounded waits: a thread that died without a word ends the pass
             while not self._ready:
+                if self._stop.is_set():  # closed (from another thread) while it waited
+                    raise StopIteration
                 if not self._thread.is_alive():
                     self._ended = True
                     raise RuntimeError("the read-ahead thread ended without its batches")
