@@ -99,7 +99,8 @@ def test_an_empty_dataset_commits_nothing_and_says_so(tmp_path: Path) -> None:
 
 def test_a_sink_used_for_a_second_job_keeps_the_first_jobs_snapshot(tmp_path: Path) -> None:
     """One sink object written twice (a notebook cell run again): each job draws its own
-    build, so a second job that fails leaves the first's snapshot current and whole, and one
+    build, so a second job that fails leaves the first's snapshot current and whole (also one
+    failing before its on_write_start: Ray 2.60 calls it at the first block written), and one
     that commits leaves the first's shards for readers still on it (the grace period)."""
     import pyarrow as pa
 
@@ -112,6 +113,9 @@ def test_a_sink_used_for_a_second_job_keeps_the_first_jobs_snapshot(tmp_path: Pa
     sink.on_write_complete(SimpleNamespace(write_returns=[ret]))
     first, first_build = TokenCorpus.open(tmp_path / "c"), sink.build_id
     want = first.token_arrays()[0].copy()
+    sink.on_write_failed(RuntimeError("upstream"))  # a job that failed before on_write_start
+    kept = TokenCorpus.open(tmp_path / "c")  # (Ray 2.60 calls it at the first block written)
+    assert kept.snapshot == first.snapshot and np.array_equal(kept.token_arrays()[0], want)
     sink.on_write_start()  # a second job that fails after its task wrote
     assert sink.build_id != first_build
     sink.write([pa.table({"text": texts(10)})], SimpleNamespace(task_idx=0))

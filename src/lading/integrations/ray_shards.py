@@ -12,7 +12,9 @@ order, as one snapshot. Exactly once, whatever fails:
   whole one, that no return names and the commit never takes (removed after the commit);
 - a task that raises fails the job: ``on_write_complete`` never runs, nothing is committed, the
   previous snapshot stays current (a local build folder is removed in ``on_write_failed``);
-- a job rerun draws a new build id, so nothing of an earlier attempt is taken either.
+- a job rerun draws a new build id, so nothing of an earlier attempt is taken either, and a
+  job that fails before its ``on_write_start`` (Ray 2.60 calls it at the first block to
+  write) removes nothing: the last job's build may be the current snapshot's.
 
 A local ``dest`` must be on a filesystem every Ray node sees; an ``s3://`` one is written by
 each task through its node's cache folder (one shard at a time on local disk) and committed by
@@ -68,6 +70,7 @@ class ShardSink(Datasink):
         self.cache = os.fspath(cache) if cache is not None else None
         self.storage_options = dict(storage_options) if storage_options else None
         self.build_id = _new_build_id()  # each job draws its own: on_write_start
+        self._started = False  # this job's on_write_start ran (its build is its own)
         self.snapshot: str | None = None
 
     def settings(self) -> RemoteSettings:
@@ -82,6 +85,7 @@ class ShardSink(Datasink):
         refuses writes; draw this job's build (a sink written twice must not share one: the
         second job's cleanup would remove the first's committed shards) and record it."""
         self.build_id = _new_build_id()  # before Ray ships the sink to the write tasks
+        self._started = True
         if self.url is not None:
             from lading.remote.clients import check_reachable
             from lading.stores.building.upload import check_writable
@@ -161,6 +165,7 @@ class ShardSink(Datasink):
             with BuildContext(self.dest, self.fmt, self.what) as build:
                 shards = [self.read(self.dest, rel) for rel in rels]
                 self.snapshot = self.commit_local(build, shards)
+            self._started = False  # committed: its build is a snapshot's, never removed
             _remove_unnamed(self.dest / self.build_id, {rel.split("/")[1] for rel in rels})
             return
         from lading.errors import StoreFormatError
@@ -172,6 +177,7 @@ class ShardSink(Datasink):
             try:
                 shards = [self.read(root, rel) for rel in rels]
                 self.snapshot = self.commit_remote(settings, root, previous, shards)
+                self._started = False  # committed: its build is a snapshot's
             except StoreFormatError as e:  # named as the bucket, not the mirror
                 raise named_as(e, root, self.url) from None
         self._remove_unnamed_objects(settings, {rel.split("/")[1] for rel in rels})
@@ -199,8 +205,12 @@ class ShardSink(Datasink):
             )
 
     def on_write_failed(self, error: Exception) -> None:
-        """On the driver: nothing is committed; a local build folder goes."""
-        if self.url is None:
+        """On the driver: nothing is committed; this job's local build folder goes. A job
+        that failed before its ``on_write_start`` (Ray 2.60 calls it at the first block to
+        write: an error upstream comes first) started no build: nothing is removed (the
+        build id is the last job's, whose snapshot may be current)."""
+        started, self._started = self._started, False
+        if self.url is None and started:
             shutil.rmtree(self.dest / self.build_id, ignore_errors=True)
 
 
