@@ -210,6 +210,19 @@ def test_a_damaged_data_page_is_named_with_its_file_and_row_group(tmp_path: Path
     assert "b.parquet, row group 2" in text and "write it again" in text, text
 
 
+def test_a_file_gone_since_the_open_is_a_missing_file_not_a_damaged_one(tmp_path: Path) -> None:
+    """Another job rewrote the folder after the dataset was made: the read raises the
+    FileNotFoundError it is (was, after the damaged-page fix: "its bytes do not decode ... the
+    file is damaged: write it again")."""
+    for k in range(2):
+        write(tmp_path / "d" / f"part-{k}.parquet", {"x": np.arange(k * 100, k * 100 + 100)}, 25)
+    ds = PartitionedParquet(tmp_path / "d", 10, shuffle=False, world=ONE)
+    (tmp_path / "d" / "part-1.parquet").unlink()
+    with pytest.raises(FileNotFoundError, match=r"part-1\.parquet"):
+        for _ in ds:
+            pass
+
+
 # ---------------------------------------------------------------- 3. repartition into itself
 
 

@@ -22,6 +22,16 @@ FILL_HOW = (
 )
 
 
+def does_not_decode(error: BaseException) -> bool:
+    """Whether ``error`` (from pyarrow reading a row group) says its bytes do not decode:
+    ``ArrowInvalid``, or an ``OSError`` such as "Couldn't deserialize thrift"; not a file
+    missing or unreadable, nor memory, nor a codec pyarrow lacks (raised as they are)."""
+    import pyarrow as pa
+
+    lost = (FileNotFoundError, PermissionError, MemoryError, pa.ArrowNotImplementedError)
+    return isinstance(error, (pa.ArrowInvalid, OSError)) and not isinstance(error, lost)
+
+
 def undecodable(path: str, group: int, error: BaseException, what: str) -> ValueError:
     """The error for row group ``group`` of ``path`` (a ``what``: file, object) whose bytes
     pyarrow could not decode: naming both, the first line of pyarrow's words, and the fix."""
@@ -77,11 +87,12 @@ class RowReader:
         Raises:
             ValueError: its bytes do not decode (a damaged data page), naming file and group.
         """
-        import pyarrow as pa
-
+        file = self._file(path)  # (a file missing or unreadable raises as it is)
         try:
-            return self._file(path).read_row_group(index, columns=self.columns)
-        except (pa.ArrowException, OSError) as e:
+            return file.read_row_group(index, columns=self.columns)
+        except Exception as e:
+            if not does_not_decode(e):
+                raise
             raise undecodable(path, index, e, "file") from None
 
     def _metadata(self, path: str) -> Any:

@@ -39,7 +39,7 @@ from lading.remote.schedule import Schedule
 from lading.remote.settings import RemoteSettings
 from lading.remote.stage import keep_within
 from lading.tabular.plan import Piece
-from lading.tabular.read import RowReader, undecodable
+from lading.tabular.read import RowReader, does_not_decode, undecodable
 from lading.tabular.remote_files import (
     FetchedRanges,
     Parts,
@@ -221,7 +221,6 @@ class RemoteParquet:
         Raises:
             ValueError: the bytes do not decode (the object is damaged), naming it.
         """
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         ranges = FetchedRanges(self._file(piece.path), parts)
@@ -230,7 +229,9 @@ class RemoteParquet:
             return pq.ParquetFile(ranges, metadata=meta, pre_buffer=False).read_row_group(
                 piece.row_group, columns=list(columns)
             )
-        except (pa.ArrowException, OSError) as e:
+        except Exception as e:
+            if not does_not_decode(e):
+                raise
             raise undecodable(piece.path, piece.row_group, e, "object") from None
 
     def read_group(self, url: str, group: int, columns: Sequence[str]) -> Any:
