@@ -40,7 +40,7 @@ def main() -> None:
 
     n = args.gets
     ranges = [(i * 13_000, i * 13_000 + 12_000) for i in range(n)]
-    with LocalS3(latency=0.03, jitter=0.01) as s3:
+    with LocalS3(latency=0.03, jitter=0.01) as s3, tempfile.TemporaryDirectory() as scratch:
         s3.make_bucket("fetchcpu")
         client = open_client("s3://fetchcpu")
         client.put("x.bin", os.urandom(max(4 << 20, ranges[-1][1])))
@@ -60,7 +60,7 @@ def main() -> None:
             return run
 
         def lading(node: bool, pin: bool) -> tuple[Callable[[], None], Fetcher]:
-            slots = Path(tempfile.mkdtemp()) / "inflight" if node else None
+            slots = Path(tempfile.mkdtemp(dir=scratch)) / "inflight" if node else None
             fetcher = Fetcher(lambda: open_client("s3://fetchcpu"), node=slots, pin_every=pin)
 
             def run() -> None:

@@ -27,8 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_lm import BATCH, BPTT, build
-from common import HERE, add_write_flag, write_section
+if __name__ == "__main__" and "--child" not in sys.argv:  # (a child of the baseline's tree
+    from bench_lm import BATCH, BPTT, build  # imports nothing of this one: its lading may
+    from common import add_write_flag, write_section  # lack what these modules import)
+else:
+    BATCH, BPTT = 64, 70  # bench_lm's
+HERE = Path(__file__).resolve().parent
 
 BASELINE = "3e3486f"  # the last revision whose LM loader reused one buffer for every batch
 
@@ -75,11 +79,12 @@ def main() -> None:
     parser.add_argument("--out", default="bench-out/lm")
     parser.add_argument("--child")
     parser.add_argument("--corpus")
-    add_write_flag(parser)
-    args = parser.parse_args()
-    if args.child:
+    if "--child" in sys.argv:  # one epoch of a tree's loader (this one's or the baseline's)
+        args, _ = parser.parse_known_args()
         child(args.corpus, args.child)
         return
+    add_write_flag(parser)
+    args = parser.parse_args()
     corpus = str(build(args.copies, Path(args.out)).path)
     repo = HERE.parent
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,6 +109,19 @@ def main() -> None:
     )
 
 
+def baseline_corpus(old: Path, corpus: str) -> str:
+    """``corpus`` built again by the baseline tree's lading (from the same texts and BPE
+    beside it, ``bench_lm.build``'s): a baseline reads only its own format's corpora."""
+    here = Path(corpus)
+    dest = here.with_name(here.name + "-baseline")
+    code = "import sys; from lading.lm import TokenCorpus; TokenCorpus.build(*sys.argv[1:])"
+    source = here.with_name(here.name.replace("corpus-", "wiki-"))
+    argv = [sys.executable, "-c", code, str(source), str(dest), str(here.parent / "bpe8000.json")]
+    env = {**os.environ, "PYTHONPATH": str(old)}
+    subprocess.run(argv, env=env, check=True, capture_output=True)
+    return str(dest)
+
+
 def table(old: Path, new: Path, corpus: str, args: argparse.Namespace) -> list[str]:
     lines = [
         f"Corpus: the Wikipedia sample read {args.copies} times. Batch {BATCH} x bptt {BPTT}; "
@@ -114,10 +132,11 @@ def table(old: Path, new: Path, corpus: str, args: argparse.Namespace) -> list[s
         "| mode | baseline: reused buffer | owned batches | owned / baseline (medians) |",
         "|---|---:|---:|---:|",
     ]
+    theirs = baseline_corpus(old, corpus)  # the same tokens, in the baseline's format
     for mode in ("streams", "windows"):
         runs: dict[str, list[float]] = {"old": [], "new": []}
         for _ in range(args.repeats):
-            runs["old"].append(run(old, corpus, mode))
+            runs["old"].append(run(old, theirs, mode))
             runs["new"].append(run(new, corpus, mode))
         o, n = runs["old"], runs["new"]
         lines.append(

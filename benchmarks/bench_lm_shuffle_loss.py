@@ -5,7 +5,7 @@ exact global window order and in the block orders (issue 48 item 2's loss curve)
 
 The corpus is the first ``--text-mb`` MB of the Wikipedia sample of ../shared/data/lm (its
 articles in the dump's order, page ids from "Anarchism" upward: neighbouring articles are
-not topically shuffled), every 20th article held out; a byte-level BPE of 2,048 entries is
+not topically shuffled), every 20th article held out; a byte-level BPE of 1,024 entries is
 trained on the training articles here. Every order reads the same windows of ``SEQ + 1``
 tokens of the stored document order, each once an epoch, in batches of 16:
 
@@ -59,7 +59,7 @@ def build(out: Path, text_mb: float) -> tuple[TokenCorpus, TokenCorpus, str]:
         for i, line in enumerate(f):
             (held if i % 20 == 19 else train).append(line)
             size += len(line)
-            if size > text_mb * 1e6:
+            if size > text_mb * 1e6 and held:  # (at least one article held out)
                 break
     (out / "train.jsonl").write_text("".join(train))
     (out / "held.jsonl").write_text("".join(held))

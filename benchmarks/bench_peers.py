@@ -256,9 +256,8 @@ def main() -> None:
     body = "\n".join([head, "", report.table(results, skipped, SYSTEMS)])
     print(body)
     (args.out / "results.json").write_text(json.dumps({"results": results, "skipped": skipped}))
-    size = f"--long {args.long}" if args.long else f"--passages {args.passages}"
-    flags = " --no-tokens" if args.no_tokens else ""
-    command = f"python benchmarks/bench_peers.py {size} --repeats {args.repeats}{flags}"
+    given = " ".join(a for a in sys.argv[1:] if a != "--write")  # every flag of the run
+    command = f"python benchmarks/bench_peers.py {given}".rstrip()
     # one section per corpus: a 1M run does not overwrite the 200k one
     kind = f"{args.long:,} long documents" if args.long else f"{args.passages:,} passages"
     title = f"Peers: {kind}"

@@ -36,6 +36,7 @@ import lading
 from common import HERE, OUT, add_write_flag, write_section
 from lading.bench.synth import Kind, synth
 from lading.ir import TrainingGroups, read_qrels, read_queries
+from lading.loading.state import Cursor
 from lading.remote.ranges import Need, coalesce
 from lading.testing import LocalS3
 
@@ -192,13 +193,14 @@ def gap_sweep(corpus: dict[str, Any], work: Path, windows: int = 20, ahead: int 
     loader's first ``windows`` windows of ``ahead`` batches."""
     store, loader = _loader(corpus, work / "gap-cache", 0, 1, True)
     groups = loader.dataset
-    order = list(loader.source.keys())[: windows * ahead * GROUPS]
+    epoch = loader._workload.keys(Cursor())  # epoch 0's batches on this rank, in order
+    order = [(b.epoch, i) for b in epoch for i in b.items][: windows * ahead * GROUPS]
     rows = []
     for gap in GAPS:
         gets = fetched = used = 0
         for w in range(windows):
             keys = order[w * ahead * GROUPS : (w + 1) * ahead * GROUPS]
-            codes = np.concatenate([groups.group_codes(k.item, k.epoch) for k in keys])
+            codes = np.concatenate([groups.group_codes(i, e) for e, i in keys])
             spans = store._columns.spans("text", codes)  # the store's own row -> range map
             blocks = coalesce([Need(*s) for s in spans], max_gap=gap)
             gets += len(blocks)

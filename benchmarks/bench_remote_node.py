@@ -114,8 +114,12 @@ def lading_lookup(url: str, cache: Path, cap: int, ids: list[str], epochs: Any,
         steps = [(e << 32) + j for e, batches in enumerate(epochs) for j in range(len(batches))]
         store.plan([[ids[r] for r in b] for e in epochs for b in e], steps=steps)
 
+    clock = iter(steps) if plan else None  # (run_epochs reads the batches in this order)
+
     def lookup(rows: list[int]) -> list[str]:
-        return store.get_many([ids[r] for r in rows])
+        # the step travels with the read (issue 47): with no step a read follows no plan
+        step = next(clock) if clock is not None else None
+        return store.get_many([ids[r] for r in rows], step=step)
 
     def hits() -> tuple[int, int, bool]:
         s = store.cache_stats()["process"]
@@ -177,7 +181,10 @@ def peer_lookup(kind: str, s3: LocalS3, bucket: str, texts: list[str], work: Pat
 
 
 def ceiling(seconds: float) -> dict[str, float]:
-    """lading's fetcher alone, 256 in flight, random 400-byte ranges of one 64 MiB object."""
+    """lading's fetcher alone, 256 in flight, random 400-byte ranges of one 64 MiB object
+    (``seconds <= 0``: not measured)."""
+    if seconds <= 0:
+        return {"gets_s": float("nan"), "cpu_us": float("nan")}
     from lading.remote.clients import open_client
     from lading.remote.fetch import Fetcher
 

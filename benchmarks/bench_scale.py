@@ -2,8 +2,10 @@
 
 Runs one corpus (``--kind`` and ``--n``) one part at a time (``--parts``), keeping what it made
 under ``--work`` so a later call reuses it, and merging every figure into
-``benchmarks/scale_results.json``; ``--report`` rewrites the "Scale" section of RESULTS.md from
-that file. Parts:
+``bench-out/results/scale_results.json`` (seeded from the tracked
+``benchmarks/scale_results.json``; git ignores bench-out, so a run leaves the clone clean);
+``--report`` prints the tables from it, and ``--write`` copies it over the tracked file and
+rewrites the "Scale" section of RESULTS.md. Parts:
 
 - ``synth``: ``lading synth`` wall time and peak RSS (skipped when the corpus exists).
 - ``read``: reading the corpus once, cold: ``cat > /dev/null`` and a Python binary line loop;
@@ -44,7 +46,8 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "scale_results.json"
+TRACKED = HERE / "scale_results.json"  # the figures behind RESULTS.md's "Scale" (--write)
+RESULTS = HERE.parent / "bench-out" / "results" / "scale_results.json"  # where runs add
 PARTS = ("synth", "read", "disk", "build", "ids", "tokenize", "dict", "stores", "lookup", "ranks")
 PY = sys.executable
 LADING = str(Path(sys.executable).parent / "lading")
@@ -101,12 +104,14 @@ def size_of(path: Path) -> int:
 
 
 def load_results() -> dict[str, Any]:
-    return json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    path = RESULTS if RESULTS.exists() else TRACKED
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def save(key: str, part: str, value: Any) -> None:
     results = load_results()
     results.setdefault(key, {})[part] = value
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     print(f"{key} {part}: {json.dumps(value)}", flush=True)
 
@@ -611,6 +616,8 @@ def main() -> None:
     if args.report or args.write:
         print(report())
         if args.write:
+            if RESULTS.exists():  # this machine's runs become the tracked figures
+                TRACKED.write_text(RESULTS.read_text())
             sys.path.insert(0, str(HERE))
             from common import write_section
 

@@ -15,10 +15,11 @@ within a repeat (the local run of the same repeat). Issue 48 item 5: client CPU 
 from the bucket <= 1.3x local. ``--profile NAME`` runs one more pass of that run under
 cProfile and prints its top functions.
 
-The floor (``--floor``, on by default): what any reader of these files from the bucket spends at
-least, the local run's CPU plus one bare obstore ``get_ranges`` a row group read (its columns'
-byte ranges, no cache: every row group of every epoch, in a shuffled order), each repeat's
-GET pass timed on its own (``time.process_time``) and added to that repeat's local run.
+The floor (on by default; ``--no-floor`` leaves it out): what any reader of these files from
+the bucket spends at least, the local run's CPU plus one bare obstore ``get_ranges`` a row
+group read (its columns' byte ranges, no cache: every row group of every epoch, in a shuffled
+order), each repeat's GET pass timed on its own (``time.process_time``) and added to that
+repeat's local run.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ Best of 5 runs each: a lower bound on a shared machine, not a benchmark figure.
 
 from __future__ import annotations
 
+import argparse
 import random
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -83,7 +83,9 @@ def scans(store: lading.PackedStore, hf: HFDatasetStore) -> dict[str, float]:
 
 
 def main() -> None:
-    folder = Path(sys.argv[1])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("folder", type=Path, help="a bench_peers corpus folder (lading/, hf/)")
+    folder = parser.parse_args().folder
     store = lading.PackedStore(folder / "lading")  # a folder: open_store would give the same
     hf = HFDatasetStore(folder / "hf")
     mean = column_bytes(store.meta, "text") / max(len(store), 1)

@@ -146,7 +146,8 @@ def render(results: dict[str, Any]) -> str:
     for system in dict.fromkeys(r["system"] for r in lm):
         found = next((r["resume"] for r in lm if r["system"] == system and "resume" in r), None)
         if found is not None:
-            lines.append(f"- {system}: {found} ({RESUME_WHY.get(system, '')})")
+            why = RESUME_WHY.get(system) or RESUME_WHY.get(system.split("@")[0].split("+")[0], "")
+            lines.append(f"- {system}: {found}" + (f" ({why})" if why else ""))
     lines += _parquet(rows, corpus)
     roof = results.get("ceiling")
     if roof:
