@@ -9,8 +9,8 @@ corpus uploaded by ``lading.build_store(..., "s3://...")``:
   texts read; docs/s over the node, GETs per batch, documents per GET, bytes fetched / used;
 - wait per batch with a 250 ms step (a sleep), look-ahead on and off;
 - the planner's gap (GETs and bytes for 0 .. 256 KiB) on the loader's own windows;
-- epoch-2 hit rate of eviction by next use and of LRU, same cap, on uniform negatives and on
-  a skewed hard-negative run;
+- epoch-2 hit rate of eviction by next use and of FIFO (the cache without a plan), same cap,
+  on uniform negatives and on a skewed hard-negative run;
 - the peers (Mosaic streaming, litdata, Lance) on the same bucket, each by its own route, in
   the peers venv (``benchmarks/remote_peers.py``).
 
@@ -266,7 +266,7 @@ def all_hit_rates(s3: LocalS3, args: Any, work: Path) -> list[dict[str, Any]]:
     rows = []
     for trace, run, share in (("uniform", None, 0.25),
                               ("skewed", skewed_run(small, work), args.skewed_cap)):  # fmt: skip
-        for policy in ("next-use", "lru"):
+        for policy in ("next-use", "fifo"):  # (the cache's two: LRU is gone with SQLite's blocks)
             rows.append({"trace": trace, **hit_rates(small, work, share, run, policy)})
             print(json.dumps(rows[-1]), flush=True)
     s3._call("latency", {"latency": 0.03, "jitter": 0.01})

@@ -78,7 +78,7 @@ def render(results: dict[str, Any], args: Any) -> str:
         lines.append(
             f"| {kind} | " + " | ".join(f"{g:.1f} GETs, {r:.2f}x" for _, g, r in rows) + " |"
         )
-    lines += ["", "### Epoch-2 hit rate, next use and LRU at the same cap", "",
+    lines += ["", "### Epoch-2 hit rate, next use and FIFO at the same cap", "",
               "A 2-epoch run over the small passage corpus (proxy latency 0 here: hit counts do "
               "not depend on it). Uniform: random negatives; skewed: negatives from a run whose "
               "candidates follow a Zipf law (s = 1.1), at a cap below their working set (at 25% "
