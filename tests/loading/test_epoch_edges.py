@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import lading
 from contracts import assert_epoch_end_resumes_the_next_epoch
 from lading.world import World
 
@@ -82,3 +83,14 @@ def test_a_state_saved_at_an_epochs_end_resumes_the_next_epoch_on_any_world_size
 ) -> None:
     k = EVENED[kind](n, data_dir, equalize)
     assert_epoch_end_resumes_the_next_epoch(k.make, old, new, 0, k.key)
+
+
+def test_an_epoch_of_one_batch_set_by_set_epoch_and_read_whole_is_consumed() -> None:
+    """``set_epoch(0)`` then two whole passes over a one-batch epoch: epochs 0 and 1, as a
+    DataLoader reads them (a reading of the pass's end once left the epoch marked as only
+    peeked at, and every pass read epoch 0 again)."""
+    loader = lading.loader(list(range(8)), batch_size=8, seed=3, collate_fn=list)
+    twin = lading.loader(list(range(8)), batch_size=8, seed=3, collate_fn=list)
+    loader.set_epoch(0)
+    assert [list(loader), list(loader)] == [list(twin), list(twin)]
+    assert loader.epoch == 1

@@ -263,19 +263,19 @@ class Loader:
                     # another pass): this pass is over, before it takes a batch of the new
                     # position from the persistent workers' iterator the two share
                     return
-                if self._ended is cursor:  # closed: nothing is read for it after, loudly
-                    self._refuse_after_close(cursor)
-                    break  # (its last batch was handed out: the pass is whole)
-            else:
-                if self._ended is cursor:  # closed from another thread while it waited
-                    self._refuse_after_close(cursor)
+                if self._ended is cursor:  # closed: nothing is read for it after
+                    break
+            if self._ended is cursor:  # closed here, or from another thread while it waited
+                self._refuse_after_close(cursor)  # (loudly, but after the epoch's last batch)
             read_to_end = True
+            if self._peek is cursor:  # its epoch's one batch, read to the end: consumed
+                self._peek = None
+        except LoaderClosedError:
+            raise
         except Exception:
             if self._ended is cursor:  # (a worker or thread that close() ended, mid-wait)
                 self._refuse_after_close(cursor)
             raise
-            if self._peek is cursor:  # its epoch's one batch, read to the end: consumed
-                self._peek = None
         finally:  # ended, broken off (a for loop's break closes it) or dropped
             if not read_to_end:  # read_ahead's thread was building this epoch: stop it
                 self._drop_ahead()
