@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lading.disk.remote import public_endpoint as public_endpoint  # (fsspec's uses it too)
-from lading.errors import RemoteURLError
+from lading.errors import RemoteURLError, missing_package
 from lading.remote.objects import (
     ObjectInfo,
     PermanentError,
@@ -79,10 +79,7 @@ class ObstoreClient:
             import obstore  # noqa: F401  # ImportError before any state changes
             from obstore.store import from_url
         except ImportError:
-            raise ImportError(
-                f"backend='obstore' for {url} needs obstore. To install:\n"
-                "  pip install 'lading[remote]'"
-            ) from None
+            raise missing_package(f"backend='obstore' for {url}", "obstore", "remote") from None
 
         if not usable_here():
             raise RuntimeError(

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from lading.disk import check_version, current_version, publish, scratch
+from lading.errors import missing_package
 
 FORMAT_NAME = "lading.train.checkpoint"
 _TENSOR = "__tensor__"
@@ -78,10 +79,7 @@ def need_safetensors() -> None:
     import importlib.util
 
     if importlib.util.find_spec("safetensors") is None:
-        raise ImportError(
-            "checkpoints (--checkpoint-every, --resume) need safetensors. To install:\n"
-            "  pip install 'lading[train]'"
-        )
+        raise missing_package("checkpoints (--checkpoint-every, --resume)", "safetensors", "train")
 
 
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
