@@ -11,7 +11,7 @@ import pytest
 
 from lading.disk import files, ragged
 from lading.disk.files import MappedFile
-from lading.disk.ragged import RaggedColumn, RaggedWriter
+from lading.disk.ragged import RaggedColumn, RaggedWriter, column_paths
 
 
 def test_start_writeback_is_available_on_linux_and_harmless(tmp_path: Path) -> None:
@@ -33,7 +33,7 @@ def _column(tmp_path: Path, seed: int) -> tuple[RaggedColumn, list[bytes]]:
     for row in rows:
         writer.append(row)
     writer.finish()
-    return RaggedColumn(tmp_path, "text", random_access=True), rows
+    return RaggedColumn(*column_paths(tmp_path, "text"), random_access=True), rows
 
 
 def test_read_ahead_returns_the_same_rows_cold_or_warm(

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import lading
 from conftest import distinct_ids, write
-from lading.disk import RaggedColumn, native, write_file
+from lading.disk import RaggedColumn, column_paths, native, write_file
 from lading.errors import StoreFormatError
 from lading.stores import hashindex
 from lading.stores.hashindex import SLOTS, hash_words, query_words, write_hash_index
@@ -207,7 +207,7 @@ def test_full_buckets_spill_and_every_id_is_still_found(
 def _column(directory: Path, data: bytes, offsets: list[int]) -> RaggedColumn:
     write_file(directory / "text.bin", data)
     write_file(directory / "text.off", np.array(offsets, dtype="<u8"))
-    column = RaggedColumn(directory, "text", random_access=True)
+    column = RaggedColumn(*column_paths(directory, "text"), random_access=True)
     column._read_ahead = False  # warm: a batch takes the C helper where it is built
     return column
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from lading.disk import RaggedColumn, native, write_file
+from lading.disk import RaggedColumn, column_paths, native, write_file
 from lading.stores.hashindex import key_width
 from lading.stores.index import IdIndex, write_index
 
@@ -163,7 +163,7 @@ def test_every_column_answers_alike_on_both_routes(
     for warm in (True, False):
 
         def make(warm: bool = warm) -> RaggedColumn:
-            column = RaggedColumn(directory, "text", random_access=True)
+            column = RaggedColumn(*column_paths(directory, "text"), random_access=True)
             column._read_ahead = not warm
             return column
 

@@ -192,7 +192,7 @@ def test_a_sharded_column_answers_alike_on_both_routes(
         try:
             files = [(directory / f"p{p}.bin", directory / f"p{p}.off") for p in range(len(parts))]
             column = ShardedColumn(
-                [RaggedColumn.at(d, o, np.uint8, True) for d, o in files],
+                [RaggedColumn(d, o, np.uint8, True) for d, o in files],
                 goff if merged_offsets else None,
             )
         except StoreFormatError as e:  # a shard's first or last offset damaged: refused at open

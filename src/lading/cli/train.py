@@ -198,6 +198,14 @@ def add_run_args(
     )
 
 
+def _kind_parser(kinds: Any, name: str, text: str, launch: str, **run: Any) -> Any:
+    """The parser of ``lading train NAME`` with the options of :func:`add_run_args` (``run``:
+    this kind's defaults); ``launch`` says how to start it under DDP."""
+    p = kinds.add_parser(name, help=text, description=launch)
+    add_run_args(p, **run)
+    return p
+
+
 def add_train(sub: Any) -> None:
     train = sub.add_parser("train", help="train a model with DDP, DP or one process")
     kinds = train.add_subparsers(dest="kind", required=True)
@@ -207,13 +215,16 @@ def add_train(sub: Any) -> None:
 
 
 def _add_train_sessions(kinds: Any) -> None:
-    p = kinds.add_parser(
+    p = _kind_parser(
+        kinds,
         "sessions",
-        help="a next-item transformer on parquet sessions (YOOCHOOSE protocol)",
-        description="torchrun --nproc_per_node N -m lading train sessions ... for DDP; "
-        "--parallel dp for nn.DataParallel (batch size = total).",
+        "a next-item transformer on parquet sessions (YOOCHOOSE protocol)",
+        "torchrun --nproc_per_node N -m lading train sessions ... for DDP; --parallel dp for "
+        "nn.DataParallel (batch size = total).",
+        batch_size=256,
+        lr=1e-3,
+        epochs=3,
     )
-    add_run_args(p, batch_size=256, lr=1e-3, epochs=3)
     p.add_argument(
         "--data",
         required=True,
@@ -237,12 +248,15 @@ def _add_train_sessions(kinds: Any) -> None:
 
 
 def _add_train_lm(kinds: Any) -> None:
-    p = kinds.add_parser(
+    p = _kind_parser(
+        kinds,
         "lm",
-        help="a language model on a TokenCorpus: LSTM (BPTT continuity) or a tiny GPT",
-        description="torchrun --nproc_per_node N -m lading train lm ... for DDP.",
+        "a language model on a TokenCorpus: LSTM (BPTT continuity) or a tiny GPT",
+        "torchrun --nproc_per_node N -m lading train lm ... for DDP.",
+        batch_size=32,
+        lr=3e-3,
+        parallel=("ddp", "none"),
     )
-    add_run_args(p, batch_size=32, lr=3e-3, parallel=("ddp", "none"))
     p.add_argument(
         "--corpus",
         required=True,
@@ -278,13 +292,16 @@ def _add_train_lm(kinds: Any) -> None:
 
 
 def _add_train_cross_encoder(kinds: Any) -> None:
-    p = kinds.add_parser(
+    p = _kind_parser(
+        kinds,
         "cross-encoder",
-        help="a cross-encoder reranker on (query, relevant, negatives) groups",
-        description="Launch with torchrun --nproc_per_node N -m lading train cross-encoder ... "
-        "for DDP (NCCL on GPU, gloo on CPU).",
+        "a cross-encoder reranker on (query, relevant, negatives) groups",
+        "Launch with torchrun --nproc_per_node N -m lading train cross-encoder ... for DDP "
+        "(NCCL on GPU, gloo on CPU).",
+        batch_size=8,
+        lr=2e-5,
+        log_every=10,
     )
-    add_run_args(p, batch_size=8, lr=2e-5, log_every=10)
     p.add_argument(
         "--store",
         type=store_location,

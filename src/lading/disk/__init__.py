@@ -43,7 +43,13 @@ from lading.disk.formats import (
 )
 from lading.disk.meta import META_FILE, read_meta, spot_crc32, verify_checksums
 from lading.disk.progress import byte_bar
-from lading.disk.ragged import OFFSET_DTYPE, RaggedColumn, RaggedWriter, column_files
+from lading.disk.ragged import (
+    OFFSET_DTYPE,
+    RaggedColumn,
+    RaggedWriter,
+    column_files,
+    column_paths,
+)
 from lading.disk.snapshot import (
     SnapshotGoneError,
     load_manifest,
@@ -70,6 +76,7 @@ __all__ = [
     "byte_bar",
     "check_version",
     "column_files",
+    "column_paths",
     "current_version",
     "disk_format",
     "fsync_dir",

@@ -42,6 +42,12 @@ def column_files(column: str) -> tuple[str, str]:
     return f"{column}.bin", f"{column}.off"
 
 
+def column_paths(directory: Path, column: str) -> tuple[Path, Path]:
+    """Paths (data, offsets) of the ragged column ``column`` in ``directory``."""
+    data, offsets = column_files(column)
+    return directory / data, directory / offsets
+
+
 class _BackgroundFile:
     """Writes and checksums byte blocks on one thread, in order, while the caller goes on.
 
@@ -206,26 +212,14 @@ class RaggedColumn:
 
     def __init__(
         self,
-        directory: Path,
-        column: str,
-        dtype: npt.DTypeLike = np.uint8,
-        random_access: bool = False,
-    ) -> None:
-        bin_name, off_name = column_files(column)
-        self._map(directory / bin_name, directory / off_name, dtype, random_access)
-
-    @classmethod
-    def at(
-        cls,
         data: Path,
         offsets: Path,
         dtype: npt.DTypeLike = np.uint8,
         random_access: bool = False,
-    ) -> RaggedColumn:
-        """The column whose files are ``data`` and ``offsets`` (named by a manifest)."""
-        column = cls.__new__(cls)
-        column._map(data, offsets, dtype, random_access)
-        return column
+    ) -> None:
+        """The column whose files are ``data`` and ``offsets`` (named by a manifest, or
+        :func:`column_paths` of a folder and a column's name)."""
+        self._map(data, offsets, dtype, random_access)
 
     def _map(self, data: Path, offsets: Path, dtype: npt.DTypeLike, random_access: bool) -> None:
         self.data = MappedFile(data, random_access)

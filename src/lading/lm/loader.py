@@ -81,7 +81,7 @@ from lading.lm.remote_reads import remote_reads
 from lading.lm.windows import TokenMixture
 from lading.lm.workload import LMWorkload
 from lading.loading.loader import Loader, Workers
-from lading.loading.reading import Reading
+from lading.loading.reading import Reading, refuse_drop_last
 from lading.world import World
 
 __all__ = ["MODES", "LanguageModelLoader", "Packed", "Streams", "Windows"]
@@ -146,16 +146,8 @@ class LanguageModelLoader(Loader):
         resident: ResidentTokens | None = None,
         drop_last: None = None,
     ) -> None:
-        reading = Reading.of(
-            "LanguageModelLoader",
-            batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            equalize=equalize,
-            drop_partial_batch=drop_partial_batch,
-            world=world,
-            drop_last=drop_last,
-        )
+        refuse_drop_last(drop_last, "LanguageModelLoader")
+        reading = Reading.of(batch_size, shuffle, seed, equalize, drop_partial_batch, world)
         mode = mode_of(sequence)
         workers = Workers(
             num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context

@@ -28,7 +28,7 @@ from lading.lm.corpus import TokenCorpus
 from lading.lm.gpt import GPTLanguageModel
 from lading.lm.loader import LanguageModelLoader
 from lading.lm.model import LSTMLanguageModel, State, detach
-from lading.lm.modes import Packed, Streams, Windows
+from lading.lm.modes import Packed, SequenceOptions, Streams, Windows
 from lading.loading.order import Salt, generator, permutation
 from lading.loading.resumable import Resumable
 from lading.train import (
@@ -256,26 +256,12 @@ def _train_lm(config: LMConfig, world: World, device: torch.device, out: Path) -
         return _train_gpt(config, corpus, world, device, train_docs, valid_docs)
     # in-process iteration (num_workers=0) reads a buffer of many batches at once; workers
     # only pay off for a corpus far away (a network filesystem)
-    data = LanguageModelLoader(
+    data, valid = _loaders(
+        config,
         corpus,
-        config.batch_size,
-        Streams(config.bptt),
-        seed=config.seed,
-        documents=train_docs,
-        world=world,
-        num_workers=config.num_workers,
-    )
-    valid = (
-        LanguageModelLoader(
-            corpus,
-            config.batch_size,
-            Streams(config.bptt, jitter=None),
-            shuffle=False,
-            documents=valid_docs,
-            world=world,
-        )
-        if len(valid_docs)
-        else None
+        world,
+        (Streams(config.bptt), Streams(config.bptt, jitter=None)),
+        (train_docs, valid_docs),
     )
     torch.manual_seed(config.seed)  # the same initial weights on every rank
     model = LSTMLanguageModel(
@@ -315,6 +301,34 @@ def _fit(
     return Trainer(task, data, settings, world, device, model, optimizer).run()
 
 
+def _loaders(
+    config: LMConfig,
+    corpus: TokenCorpus,
+    world: World,
+    modes: tuple[SequenceOptions, SequenceOptions],
+    documents: tuple[np.ndarray, np.ndarray],
+) -> tuple[LanguageModelLoader, LanguageModelLoader | None]:
+    """The training loader (shuffled by the run's seed, ``config.num_workers`` workers) and
+    the validation one (in order; None where no document is held out), each of its mode in
+    ``modes`` over its documents in ``documents``."""
+    train_docs, valid_docs = documents
+    data = LanguageModelLoader(
+        corpus,
+        config.batch_size,
+        modes[0],
+        seed=config.seed,
+        documents=train_docs,
+        world=world,
+        num_workers=config.num_workers,
+    )
+    if not len(valid_docs):
+        return data, None
+    valid = LanguageModelLoader(
+        corpus, config.batch_size, modes[1], shuffle=False, documents=valid_docs, world=world
+    )
+    return data, valid
+
+
 def _train_gpt(
     config: LMConfig,
     corpus: TokenCorpus,
@@ -330,25 +344,13 @@ def _train_gpt(
         if config.packed
         else Windows(config.bptt, boundaries=True)
     )
-    data = LanguageModelLoader(
+    data, valid = _loaders(
+        config,
         corpus,
-        config.batch_size,
-        train,
-        seed=config.seed,
-        documents=train_docs,
-        world=world,
-        num_workers=config.num_workers,
+        world,
+        (train, Windows(config.bptt, boundaries=True)),
+        (train_docs, valid_docs),
     )
-    valid = None
-    if len(valid_docs):
-        valid = LanguageModelLoader(
-            corpus,
-            config.batch_size,
-            Windows(config.bptt, boundaries=True),
-            shuffle=False,
-            documents=valid_docs,
-            world=world,
-        )
     torch.manual_seed(config.seed)
     model = GPTLanguageModel(
         corpus.vocab_size, config.emb, config.layers, config.heads, config.bptt, config.dropout

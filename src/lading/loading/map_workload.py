@@ -38,7 +38,7 @@ from lading.loading.distinct import arrange, most_shared
 from lading.loading.hooks import DuplicateKeys, EpochIndex, Hooks, MapDataset
 from lading.loading.loader import Loader, Workers
 from lading.loading.order import epoch_order
-from lading.loading.reading import Reading
+from lading.loading.reading import Reading, refuse_drop_last
 from lading.loading.runs import Runs
 from lading.loading.segment import Segment
 from lading.loading.state import Cursor, LoaderStateError
@@ -296,16 +296,8 @@ def loader(
     """
     if not isinstance(dataset, Sized):
         raise TypeError("lading.loader needs a map-style dataset with __len__")
-    reading = Reading.of(
-        "lading.loader",
-        batch_size,
-        shuffle=shuffle,
-        seed=seed,
-        equalize=equalize,
-        drop_partial_batch=drop_partial_batch,
-        world=world,
-        drop_last=drop_last,
-    )
+    refuse_drop_last(drop_last, "lading.loader")
+    reading = Reading.of(batch_size, shuffle, seed, equalize, drop_partial_batch, world)
     workload = MapWorkload(dataset, collate_fn, reading, batching)
     workers = Workers(
         num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context

@@ -1,9 +1,10 @@
 """The reading settings every loader takes (batch size, order, evening out, ranks), checked once.
 
 ``lading.loader``, ``LanguageModelLoader`` and ``PartitionedParquet`` take the same seven
-settings under the same keyword names; each makes one :class:`Reading` of them
-(:meth:`Reading.of`), which refuses a bad value when the loader is made, in one line naming the
-keyword and the fix, and hands it to its workload. A workload reads its settings from there
+settings under the same keyword names; each refuses DataLoader's ``drop_last``
+(:func:`refuse_drop_last`) and makes one :class:`Reading` of the rest (:meth:`Reading.of`),
+which refuses a bad value when the loader is made, in one line naming the keyword and the
+fix, and hands it to its workload. A workload reads its settings from there
 and only there: the layout and fingerprint of a saved state start from :meth:`Reading.layout`
 and :meth:`Reading.fingerprint`, and :meth:`Reading.refuse_empty` refuses an epoch of no batch
 alike for every workload. The loader answers ``batch_size``, ``seed``, ``shuffle``, ``world``,
@@ -107,19 +108,15 @@ class Reading:
     @classmethod
     def of(
         cls,
-        where: str,
         batch_size: int,
-        *,
         shuffle: bool,
         seed: int,
         equalize: str,
         drop_partial_batch: bool,
         world: World | None,
-        drop_last: object = None,
     ) -> Reading:
-        """The settings a loader (named ``where`` in errors) was given, ``world`` detected when
-        left out; DataLoader's ``drop_last`` refused (:func:`refuse_drop_last`)."""
-        refuse_drop_last(drop_last, where)
+        """The settings a loader was given, in its keywords' order, ``world`` detected when left
+        out (each loader refuses DataLoader's ``drop_last`` first: :func:`refuse_drop_last`)."""
         return cls(batch_size, world or World.detect(), seed, shuffle, equalize, drop_partial_batch)
 
     def layout(self) -> dict[str, Any]:

@@ -20,15 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from lading.disk.remote import filesystem
-from lading.remote.objects import (
-    ObjectInfo,
-    PermanentError,
-    changed,
-    denied,
-    no_bucket,
-    no_object,
-    refused,
-)
+from lading.remote import objects
+from lading.remote.objects import ObjectInfo, PermanentError
 
 
 class FsspecClient:
@@ -122,16 +115,16 @@ class FsspecClient:
         except FileNotFoundError as e:
             text = str(e)
             if "bucket" in text.lower() or writing:
-                raise no_bucket(self.url, self.endpoint) from None
+                raise objects.no_bucket(self.url, self.endpoint) from None
             if listing:
                 raise
             if pinned:
-                raise changed(self.url, key, self.endpoint) from None
-            raise no_object(self.url, key, self.endpoint) from None
+                raise objects.changed(self.url, key, self.endpoint) from None
+            raise objects.no_object(self.url, key, self.endpoint) from None
         except Exception as e:
             text = f"{type(e).__name__}: {_first_line(e)}"
-            if isinstance(e, PermissionError) or refused(str(e)) or _no_keys(e):
-                raise denied(self.url, key, self.endpoint, text) from None
+            if isinstance(e, PermissionError) or objects.refused(str(e)) or _no_keys(e):
+                raise objects.denied(self.url, key, self.endpoint, text) from None
             if isinstance(e, OSError):
                 raise
             raise OSError(text) from e
@@ -170,7 +163,7 @@ class FsspecClient:
             )
         except Exception as e:
             if any(m in str(e) for m in ("PreconditionFailed", "Precondition Failed", "(412)")):
-                raise changed(self.url, key, self.endpoint, "its ETag changed") from None
+                raise objects.changed(self.url, key, self.endpoint, "its ETag changed") from None
             raise
         try:
             return bytes(await response["Body"].read())

@@ -43,7 +43,7 @@ class Schedule:
         starts = np.fromiter((x.start for x in needs), np.int64, n)
         ends = np.fromiter((x.end for x in needs), np.int64, n)
         steps = np.fromiter((x.step for x in needs), np.int64, n)
-        self._build(keys, obj, starts, ends, steps, first_step)
+        self._build(keys, (obj, starts, ends, steps), first_step)
 
     @classmethod
     def of_arrays(
@@ -64,20 +64,13 @@ class Schedule:
         code = {k: i for i, k in enumerate(names)}
         recode = np.array([code.get(k, -1) for k in keys], dtype=np.int64)
         self = cls.__new__(cls)
-        self._build(names, recode[obj], starts, ends, steps, first_step)
+        self._build(names, (recode[obj], starts, ends, steps), first_step)
         return self
 
-    def _build(
-        self,
-        keys: list[str],
-        obj: npt.NDArray[np.int64],
-        starts: npt.NDArray[np.int64],
-        ends: npt.NDArray[np.int64],
-        steps: npt.NDArray[np.int64],
-        first_step: int | None,
-    ) -> None:
-        """Index the reads (``obj``: codes into ``keys``, which are sorted)."""
-        starts, ends, steps = (np.asarray(x, np.int64) for x in (starts, ends, steps))
+    def _build(self, keys: list[str], reads: tuple[Any, ...], first_step: int | None) -> None:
+        """Index the reads, given as arrays ``(obj, starts, ends, steps)`` as
+        :meth:`of_arrays` takes them (``obj``: codes into ``keys``, which are sorted)."""
+        obj, starts, ends, steps = (np.asarray(x, np.int64) for x in reads)
         n = len(obj)
         order = np.lexsort((steps, starts, obj))
         obj, starts, ends, steps = obj[order], starts[order], ends[order], steps[order]

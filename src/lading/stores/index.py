@@ -95,14 +95,12 @@ class IntIdCollector:
         return np.frombuffer(self.values, dtype=np.int64).copy()
 
     def add(self, doc_id: str) -> None:
-        """Record one id (in row order)."""
-        if self.values is None:
-            return
-        value = canonical_int(doc_id)
-        if value is None:
+        """Record one id (in row order); the first that is not an integer ends the collecting."""
+        value = None if self.values is None else canonical_int(doc_id)
+        if value is not None:
+            self.values.append(value)  # type: ignore[union-attr]
+        elif self.values is not None:
             self._give_up()
-        else:
-            self.values.append(value)
 
     def add_many(self, ids: Column) -> None:
         """Record a block's ids (in row order)."""

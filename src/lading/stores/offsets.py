@@ -25,6 +25,7 @@ from lading.disk import (
     MappedFile,
     RaggedColumn,
     RaggedWriter,
+    column_paths,
     current_version,
     open_snapshot,
     write_file,
@@ -121,7 +122,7 @@ class OffsetStore(DocStore):
             "start": MappedFile(where / "span.start").array("<u8"),
             "length": MappedFile(where / "span.len").array("<u4"),
             "index": IdIndex(where, meta["index"]),
-            "ids": RaggedColumn(where, "ids"),
+            "ids": RaggedColumn(*column_paths(where, "ids")),
             "parse": parser,
             "fd": os.open(source["path"], os.O_RDONLY),
         }

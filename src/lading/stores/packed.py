@@ -326,7 +326,7 @@ def _column(
 ) -> Column:
     # rows are read by id, anywhere in the files: no read-ahead around each page fault
     maps = [
-        RaggedColumn.at(
+        RaggedColumn(
             path / part["columns"][name]["data"],
             path / part["columns"][name]["offsets"],
             dtype,

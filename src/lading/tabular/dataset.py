@@ -19,7 +19,7 @@ from typing import Any
 from lading.loading.announce import LOOKAHEAD, announcer
 from lading.loading.hooks import Hooks
 from lading.loading.loader import Loader, Workers
-from lading.loading.reading import Reading
+from lading.loading.reading import Reading, refuse_drop_last
 from lading.remote.settings import RemoteSettings
 from lading.sources.tables import import_pyarrow
 from lading.tabular.files import (
@@ -115,16 +115,8 @@ class PartitionedParquet(Loader):
                 f"PartitionedParquet(paths, {list(batch_size)!r}, ...): columns are a keyword "
                 f"now, after batch_size: PartitionedParquet(paths, batch_size, columns=...)"
             )
-        reading = Reading.of(
-            "PartitionedParquet",
-            batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            equalize=equalize,
-            drop_partial_batch=drop_partial_batch,
-            world=world,
-            drop_last=drop_last,
-        )
+        refuse_drop_last(drop_last, "PartitionedParquet")
+        reading = Reading.of(batch_size, shuffle, seed, equalize, drop_partial_batch, world)
         batch_size = reading.batch_size
         list_columns = check_list_options(list_columns or {}, pad)
         import_pyarrow()  # (or one line naming the extra, not a bare import error later)
