@@ -315,6 +315,62 @@ def test_never_replaces_a_folder_that_is_not_a_store(tiny_tsv: Path, tmp_path: P
     assert (mine / "thesis.tex").read_text() == "precious"
 
 
+def test_a_meta_json_of_the_users_does_not_make_a_folder_lading_s(
+    tiny_tsv: Path, tmp_path: Path
+) -> None:
+    """A folder is lading's by a manifest lading wrote, not by any file named meta.json: a
+    build or a stage into the user's project folder is refused and nothing of it is lost."""
+    from lading.disk.stage import stage
+
+    mine = tmp_path / "project"
+    write(mine / "meta.json", '{"experiment": 7}')
+    write(mine / "results" / "precious.csv", "a,b\n")
+    with pytest.raises(FileExistsError, match=rf"{mine} exists and is not a lading store"):
+        lading.build_store(tiny_tsv, mine, progress=False)
+    store = lading.build_store(tiny_tsv, tmp_path / "s", progress=False)
+    with pytest.raises(FileExistsError, match=str(mine)):
+        stage(store.path, mine)
+    assert (mine / "meta.json").read_text() == '{"experiment": 7}'
+    assert (mine / "results" / "precious.csv").read_text() == "a,b\n"
+
+
+def test_a_damaged_manifest_beside_lading_s_snapshots_is_rebuilt(
+    tiny_tsv: Path, tmp_path: Path
+) -> None:
+    """A store whose meta.json is damaged (only lading's snapshots beside it) may be rebuilt."""
+    dest = tmp_path / "s"
+    lading.build_store(tiny_tsv, dest, progress=False)
+    (dest / "meta.json").write_text("{not json")
+    store = lading.build_store(tiny_tsv, dest, progress=False)
+    assert len(store) > 0
+
+
+def test_a_build_of_one_kind_never_replaces_another_kind(tmp_path: Path) -> None:
+    """A token corpus build into a document store's folder (and the reverse) is refused
+    naming both kinds: a typo in a path must not turn a store into a corpus."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from lading.lm import TokenCorpus
+
+    src = write(tmp_path / "c.tsv", "".join(f"d{i}\tword{i} text\n" for i in range(20)))
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(["word text"], trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    tok.save(str(tmp_path / "tok.json"))
+    store = tmp_path / "docs"
+    lading.build_store(src, store, progress=False)
+    with pytest.raises(FileExistsError, match=rf"{store} holds a lading store.*token corpus"):
+        TokenCorpus.build(src, store, str(tmp_path / "tok.json"), append_eos=False, progress=False)
+    assert len(lading.open_store(store)) == 20
+    corpus = tmp_path / "corpus"
+    built = TokenCorpus.build(
+        src, corpus, str(tmp_path / "tok.json"), append_eos=False, progress=False
+    )
+    with pytest.raises(FileExistsError, match=rf"{corpus} holds a lading token corpus.*store"):
+        lading.build_store(src, corpus, progress=False)
+    assert TokenCorpus.open(corpus).tokens[:].tolist() == built.tokens[:].tolist()
+
+
 def test_workers_read_the_store_after_fork(tiny_tsv: Path, tmp_path: Path) -> None:
     import torch.utils.data as tud
 

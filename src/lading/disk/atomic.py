@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import secrets
 import shutil
@@ -148,18 +149,34 @@ def _alive(pid: int) -> bool:
 def is_ours_to_replace(dest: Path) -> bool:
     """Whether ``dest`` may be deleted by a rebuild: absent, an empty dir, or a lading directory.
 
-    A lading directory has a ``meta.json`` (any content: a corrupt store may be replaced) or,
-    for parquet output that other tools read as a dataset, a ``_lading.json`` (pyarrow skips
-    names starting with ``_``), or is a staged copy (``_lading_stage.json``); anything else is
-    the user's and is never deleted.
+    A lading directory has a ``meta.json`` that lading wrote (:func:`lading_format` names its
+    format) or, for parquet output that other tools read as a dataset, a ``_lading.json``
+    (pyarrow skips names starting with ``_``), or is a staged copy (``_lading_stage.json``), or
+    holds only what lading makes (snapshots, shards of a parallel build, temps, locks: a store
+    whose ``meta.json`` was damaged may be rebuilt). Anything else is the user's and is never
+    deleted: a ``meta.json`` of the user's own does not make a folder lading's.
     """
     if not dest.exists():
         return True
     if not dest.is_dir():
         return False
-    marked = any((dest / mark).is_file() for mark in (META_FILE, DATASET_MARK, STAGE_MARK))
+    if lading_format(dest) is not None:
+        return True
+    if any((dest / mark).is_file() for mark in (DATASET_MARK, STAGE_MARK)):
+        return True
     # shard workers of a parallel build fill build-<id>/ before any meta.json exists
-    return marked or all(_lading_made(entry) for entry in dest.iterdir())
+    return all(entry.name == META_FILE or _lading_made(entry) for entry in dest.iterdir())
+
+
+def lading_format(dest: Path) -> str | None:
+    """The format (``"lading.packed"``, ``"lading.tokens"``...) of the manifest ``dest``'s
+    ``meta.json`` holds, or None where there is none, or it is not one lading wrote."""
+    try:
+        meta = json.loads((dest / META_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
+    fmt = meta.get("format") if isinstance(meta, dict) else None
+    return fmt if isinstance(fmt, str) and fmt.startswith("lading.") else None
 
 
 def _lading_made(entry: Path) -> bool:

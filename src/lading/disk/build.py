@@ -29,11 +29,24 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from lading.disk.atomic import build_lock, is_ours_to_replace, publish, remove_dead_temps, scratch
+from lading.disk.atomic import (
+    build_lock,
+    is_ours_to_replace,
+    lading_format,
+    publish,
+    remove_dead_temps,
+    scratch,
+)
 from lading.disk.commit import collect_garbage, commit
 from lading.disk.files import fsync_dir
 from lading.disk.snapshot import load_manifest, new_snapshot_id
 from lading.errors import StoreFormatError
+
+KINDS = {  # what users call each snapshot format, in the refusal to replace one by another
+    "lading.packed": "store",
+    "lading.offsets": "store",
+    "lading.tokens": "token corpus",
+}
 
 
 class BuildContext:
@@ -96,6 +109,13 @@ class BuildContext:
             raise FileExistsError(
                 f"{self.dest} exists and is not a lading {self.what}; refusing to replace it. "
                 "Choose another destination or remove it yourself."
+            )
+        other = lading_format(self.dest)
+        if self.fmt is not None and other is not None and other != self.fmt:
+            raise FileExistsError(
+                f"{self.dest} holds a lading {KINDS.get(other, other)} ({other}); refusing to "
+                f"replace it with a {self.what}. Choose another destination or remove it "
+                "yourself."
             )
 
     @contextlib.contextmanager
