@@ -4,8 +4,10 @@ caller holds one; the batches, their order, the position and errors are the same
 from __future__ import annotations
 
 import gc
+import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -356,3 +358,23 @@ def test_a_close_from_another_thread_while_the_caller_waits_raises_loader_closed
             got += 1
     closer.join(10)
     assert got < 10
+
+
+def test_a_pass_left_open_at_exit_prints_nothing(tmp_path: Path) -> None:
+    """A peeked pass kept in a module global is closed while Python shuts down (its globals
+    already None): no "Exception ignored" traceback on the user's terminal."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "peek.py"
+    script.write_text(
+        "import lading\n"
+        "loader = lading.loader(list(range(10)), 2, collate_fn=list)\n"
+        "it = iter(loader)\n"
+        "print(next(it))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert len(json.loads(done.stdout)) == 2  # the batch was read
+    assert done.stderr == ""

@@ -270,11 +270,11 @@ class Loader:
             read_to_end = True
             if self._peek is cursor:  # its epoch's one batch, read to the end: consumed
                 self._peek = None
-        except LoaderClosedError:
-            raise
-        except Exception:
-            if self._ended is cursor:  # (a worker or thread that close() ended, mid-wait)
-                self._refuse_after_close(cursor)
+        except Exception as e:
+            # (no ``except LoaderClosedError`` clause: at interpreter exit a pass left open is
+            # closed after this module's globals are None, and a clause naming one raises)
+            if self._ended is cursor and not isinstance(e, LoaderClosedError):
+                self._refuse_after_close(cursor)  # (a worker or thread close() ended, mid-wait)
             raise
         finally:  # ended, broken off (a for loop's break closes it) or dropped
             if not read_to_end:  # read_ahead's thread was building this epoch: stop it
