@@ -52,6 +52,23 @@ def test_one_line_naming_the_input(
     assert not (files / "s").exists()  # nothing that opens as a store was left behind
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["build", "{d}/c.tsv", "{d}/c.tsv/x.store"], "{d}/c.tsv is a file, not a folder"),
+        (["synth", "passages", "10", "{d}/c.tsv/x"], "{d}/c.tsv/x: a part of this path is a file"),
+        (["build", "{d}/c.tsv", "/sys/x.store"], "/sys/x.store.lock: Permission denied; choose"),
+    ],
+)
+def test_a_destination_that_cannot_be_written_is_one_line(
+    files: Path, args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A path under a file, or in a folder nobody may write (sysfs refuses even root): one
+    line naming the path and the fix, exit 2, no traceback, no bare errno."""
+    code, line = run([a.format(d=files) for a in args], capsys)
+    assert code == 2 and says.format(d=files) in line and "[Errno" not in line, line
+
+
 def test_unknown_irds_dataset_is_named(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("ir_datasets")
     code, line = run(["build", "irds:msmarco-passage/nope", str(files / "s")], capsys)

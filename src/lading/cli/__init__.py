@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import errno
 import os
 import re
 import sys
@@ -112,10 +113,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
-    except (LadingError, FileNotFoundError, FileExistsError, ImportError, ValueError) as e:
+    except (LadingError, OSError, ImportError, ValueError) as e:
+        line = str(e)
+        if isinstance(e, OSError) and not isinstance(e, LadingError):
+            line = os_error_line(e)  # (a bare "[Errno 13] ..." becomes path, cause and fix)
+            if not line:
+                raise
         flags = getattr(args, "_flags", {})
-        print(f"lading {args.command}: {cli_spelling(str(e), flags)}", file=sys.stderr)
+        print(f"lading {args.command}: {cli_spelling(line, flags)}", file=sys.stderr)
         return 2
+
+
+_FIXES = {  # what a user does about an OS error on a path they named
+    errno.EACCES: "Permission denied; choose a destination you may write to, or change its "
+    "permissions",
+    errno.EPERM: "Operation not permitted; choose a destination you may write to",
+    errno.EROFS: "the file system is read-only; choose a destination on a writable one",
+    errno.ENOTDIR: "a part of this path is a file, not a folder; choose another path",
+    errno.EISDIR: "is a folder where a file is needed; name a file",
+    errno.ENOENT: "no such file or folder; check the path",
+    errno.ENOSPC: "no space left on the device; free some or choose another disk",
+    errno.EDQUOT: "the disk quota is used up; free some or choose another disk",
+}
+
+
+def os_error_line(e: OSError) -> str:
+    """The one line for an OS error on a user's path: lading's own message where it wrote one,
+    else the path, the cause and the fix; "" for an error that is not about a path the user
+    can change (a bug: the traceback is kept)."""
+    if not str(e).startswith("[Errno"):
+        return str(e)
+    path = e.filename
+    if path is None or e.errno not in (*_FIXES, errno.EEXIST):
+        return ""
+    if e.errno == errno.EEXIST:  # (a makedirs through a path whose part is a file)
+        if not os.path.isfile(path):
+            return ""
+        return f"{path} is a file, not a folder; choose another destination or move the file"
+    return f"{path}: {_FIXES[e.errno]}"
 
 
 _KEYWORD = re.compile(
