@@ -204,9 +204,10 @@ def store_identity(store: object) -> dict[str, object]:
     directory (packed store, offsets index), the content of the snapshot this object reads
     (:func:`lading.disk.snapshot.content_id`: its files' sizes and CRC32s from the manifest it
     pinned, never what is on disk now, so a rebuild since the object was opened changes
-    nothing it is keyed on); otherwise its type and size (an in-memory dict or an ir_datasets
+    nothing it is keyed on), the same whichever route reads it (a local folder, a staged copy,
+    its ``s3://`` URL); otherwise its type and size (an in-memory dict or an ir_datasets
     docstore has no build record to read)."""
     content = getattr(store, "content_id", None)
     if isinstance(content, str):
-        return {"type": type(store).__name__, "content": content}
+        return {"content": content}
     return {"type": type(store).__name__, "size": len(store)}  # type: ignore[arg-type]

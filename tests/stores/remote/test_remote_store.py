@@ -57,6 +57,39 @@ def test_build_store_to_a_url_writes_the_bucket_not_a_local_folder(
     assert [p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith("build-")] == []
 
 
+def test_a_remote_store_is_known_by_its_content_as_a_local_copy_is(
+    bucket: str, tmp_path: Path
+) -> None:
+    """A loader state saved over s3://.../a loads over a local build of the same file, and is
+    refused over s3://.../b of other texts with as many documents (it took b's texts)."""
+    from lading.errors import LoaderStateError
+    from lading.ir import read_qrels, read_queries
+    from lading.stores.base import store_identity
+
+    a = write(tmp_path / "a.tsv", "".join(f"d{i}\tdocument number {i}\n" for i in range(20)))
+    b = write(tmp_path / "b.tsv", "".join(f"d{i}\tother text {i * 7}\n" for i in range(20)))
+    q = write(tmp_path / "q.tsv", "".join(f"q{i}\tquery {i}\n" for i in range(20)))
+    qrels = write(tmp_path / "qrels.txt", "".join(f"q{i} 0 d{i} 1\n" for i in range(20)))
+    cache = str(tmp_path / "c")
+    remote_a = lading.build_store(a, f"s3://{bucket}/a", cache=cache, progress=False)
+    remote_b = lading.build_store(b, f"s3://{bucket}/b", cache=cache, progress=False)
+    local_a = lading.build_store(a, tmp_path / "local-a", progress=False)
+    assert store_identity(remote_a) == store_identity(local_a) != store_identity(remote_b)
+
+    def loader(store: Any) -> Any:
+        groups = TrainingGroups(
+            store, read_queries(q), read_qrels(qrels), group_size=2, seed=1, sampling="random"
+        )
+        return lading.loader(groups, 4, collate_fn=list, seed=3)
+
+    saved = loader(remote_a)
+    next(iter(saved))
+    state = saved.state_dict()
+    loader(local_a).load_state_dict(state)
+    with pytest.raises(LoaderStateError):
+        loader(remote_b).load_state_dict(state)
+
+
 def test_every_id_reads_as_in_the_local_store(
     bucket: str, corpus: Path, tmp_path: Path, rng: random.Random
 ) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from lading.disk.snapshot import content_id
 from lading.errors import StoreFormatError
 from lading.remote.cache import Planner
 from lading.remote.ranges import Need
@@ -304,6 +305,12 @@ class RemoteStore(DocStore):
     def fields(self) -> tuple[str, ...]:
         """Names of the extra fields stored besides the text (e.g. ``title``)."""
         return tuple(self.meta["fields"])
+
+    @property
+    def content_id(self) -> str:
+        """A digest of the pinned snapshot's files (sizes and CRC32s, from its manifest): the
+        same as a local build's of the same data, what loader states and caches are keyed on."""
+        return content_id(self.meta)
 
     @property
     def remote_url(self) -> str:
