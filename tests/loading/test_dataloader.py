@@ -121,6 +121,27 @@ def test_elastic_resume_reads_every_sample_once(
     assert_elastic(make, old, new, num_workers, 3, n, key, max_repeats=new - 1, epoch=2)
 
 
+def test_elastic_resume_with_drop_partial_batch_drops_at_most_a_batch_a_rank() -> None:
+    """drop_partial_batch holds on the new layout too: every batch is whole, and what is left
+    out is each new rank's last partial batch (< batch_size items a rank), as documented."""
+    n, size = 37, 3
+
+    def ranks(world_size: int) -> list[Any]:
+        return [
+            loader(Numbers(n), size, seed=2, drop_partial_batch=True, world=World(r, world_size))
+            for r in range(world_size)
+        ]
+
+    old = ranks(3)
+    read = [next(iter(r)) for r in old]
+    for r in (new := ranks(2)):
+        r.load_state_dict(old[0].state_dict())
+    after = [batch for r in new for batch in r]
+    assert all(len(batch) == size for batch in read + after)
+    seen = [int(x) for batch in read + after for x in batch]
+    assert len(set(range(n)) - set(seen)) < 2 * size  # each new rank's partial batch, at most
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     n=st.integers(1, 200),

@@ -13,7 +13,8 @@ of the epoch, dealt over the new ranks, so every sample not yet consumed is read
 more. Bitwise equal across the change: the sequence of samples in global order, and what each
 sample is (an epoch-aware dataset draws from ``(epoch, index)``). Not equal, and cannot be:
 which rank reads a sample, which samples share a batch, and the few samples repeated (or
-left out, with ``equalize="truncate"``) to even out the new world size's shares.
+left out, with ``equalize="truncate"``) to even out the new world size's shares, and, with
+``drop_partial_batch=True``, each new rank's last partial batch of the rest (left out).
 
 ``batching="no_duplicates"`` regroups each step's samples so that no batch holds two samples
 sharing a key (a query, a document: the dataset's ``duplicate_keys``), for losses that take the
