@@ -86,6 +86,60 @@ def test_a_folder_holds_the_cap_and_the_index_budget_through_rebuilds(
         lading.open_store(url, cache=cache, cache_bytes=cap, index_bytes=1000)
 
 
+_READER = """
+import json, random, sys
+import lading
+url, cache, cap, index, seed = sys.argv[1:6]
+docs = json.loads(open(sys.argv[6]).read())
+store = lading.open_store(url, cache=cache, cache_bytes=int(cap), index_bytes=int(index))
+rng, ids, wrong = random.Random(int(seed)), sorted(docs), 0
+for _ in range(300):
+    batch = rng.sample(ids, 16)
+    wrong += sum(g != docs[i] for g, i in zip(store.get_many(batch), batch))
+store.close()
+print(wrong)
+"""
+
+
+@pytest.mark.slow  # six processes reading through one node cache: ~20 s
+def test_six_processes_keep_the_folder_within_the_least_index_budget(
+    s3: LocalS3, bucket: str, tmp_path: Path, rng: random.Random
+) -> None:
+    """The least index_bytes accepted holds the ledger while six processes write it: its WAL,
+    trimmed only when no reader holds it, grew past the 2 MiB the room allowed (2.4 MB)."""
+    import json
+    import re
+    import subprocess
+    import sys
+
+    source, docs = _passages(tmp_path / "src", rng, 3000)
+    url, cache, cap = f"s3://{bucket}/six", tmp_path / "node", 65_536
+    lading.build_store(source, url, cache=str(tmp_path / "up"), progress=False)
+    with pytest.raises(ValueError, match="give at least") as refused:
+        lading.open_store(url, cache=tmp_path / "probe", cache_bytes=cap, index_bytes=1)
+    least = int(re.sub(r"\D", "", str(refused.value).split("give at least")[1].split()[0]))
+    (tmp_path / "docs.json").write_text(json.dumps(docs))
+    (tmp_path / "reader.py").write_text(_READER)
+    args = [str(tmp_path / "reader.py"), url, str(cache), str(cap), str(least)]
+    s3._call("latency", {"latency": 0.005, "jitter": 0.003})  # more transactions a second
+    with _Watch(cache) as watch:
+        readers = [
+            subprocess.Popen(
+                [sys.executable, *args, str(i), str(tmp_path / "docs.json")],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(6)
+        ]
+        try:
+            wrong = [int(p.communicate(timeout=300)[0].strip() or -1) for p in readers]
+        finally:
+            s3._call("latency", {"latency": s3.latency, "jitter": s3.jitter})
+    assert wrong == [0] * 6
+    print("folder at worst (payload, rest):", watch.worst, "least index_bytes:", least)
+    assert watch.worst[0] <= cap and watch.worst[1] <= least, (watch.worst, least)
+
+
 @pytest.mark.slow  # larger data: ~7 s
 def test_the_payload_holds_cap_over_document_bytes_documents(
     s3: LocalS3, bucket: str, tmp_path: Path, rng: random.Random
