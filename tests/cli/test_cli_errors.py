@@ -310,6 +310,35 @@ def test_options_that_would_be_ignored_are_refused(
     assert code == 2 and "--shard" in out, out
 
 
+@pytest.mark.parametrize("bad", [0, -1, -2])
+def test_a_max_length_below_one_is_refused(
+    files: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: int
+) -> None:
+    """``--max-length -1`` (``max_length=-2`` alike) was a Python slice: each document's last
+    tokens dropped without a word, 0 none kept; refused naming the flag (argument) and the
+    fix, before anything is built."""
+    pytest.importorskip("tokenizers")
+    from conftest import word_tokenizer
+
+    tsv, tok = files / "c.tsv", word_tokenizer(["hello", "world"], tmp_path / "tok.json")
+    dest = tmp_path / "a"
+    args = ["build", str(tsv), str(dest), "--tokenizer", str(tok), f"--max-length={bad}"]
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "argument --max-length: must be at least 1" in err, err
+    assert not dest.exists()
+    for build in (
+        lambda: lading.build_store(tsv, dest, tokenizer=tok, max_length=bad, progress=False),
+        lambda: lading.build_shard(tsv, dest, (0, 1), tokenizer=tok, max_length=bad),
+    ):
+        with pytest.raises(ValueError, match=rf"max_length={bad}: .*at least 1"):
+            build()
+        assert not dest.exists()
+    with pytest.raises(ValueError, match=r"max_length='8': .*an int"):
+        lading.build_store(tsv, dest, tokenizer=tok, max_length="8", progress=False)  # type: ignore[arg-type]
+
+
 def test_parallel_help_names_the_choices_each_command_takes() -> None:
     """`lading train lm --help` offered dp, which it refuses: each command's --parallel help
     names its own choices and no other."""

@@ -48,3 +48,25 @@ def tokenizer(value: str) -> str:
     except (FileNotFoundError, ValueError) as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return value
+
+
+def positive_int(value: str) -> int:
+    """A whole number of at least 1 (a count or a length: 0 or less means nothing)."""
+    return _int_at_least(value, 1)
+
+
+def nonnegative_int(value: str) -> int:
+    """A whole number of at least 0 (0 a meaningful count: e.g. no DataLoader workers)."""
+    return _int_at_least(value, 0)
+
+
+def _int_at_least(value: str, least: int) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a whole number; pass an int of at least {least}"
+        ) from None
+    if number < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, got {number}")
+    return number

@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from lading.cli.inputs import tokenizer
+from lading.cli.inputs import positive_int, tokenizer
 
 # lading.sources.FORMATS, spelled out so that building the parser imports nothing heavy (a test
 # keeps the two equal)
@@ -325,7 +325,9 @@ def _add_build(sub: Any) -> None:
         type=tokenizer,
         help="tokenizer.json or a local HF model folder: pre-tokenize",
     )
-    p.add_argument("--max-length", type=int, help="keep at most this many tokens per document")
+    p.add_argument(
+        "--max-length", type=positive_int, help="keep at most this many tokens per document"
+    )
     p.add_argument(
         "--on-error",
         choices=["raise", "skip"],

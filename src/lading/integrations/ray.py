@@ -31,7 +31,7 @@ from lading.disk import BuildContext
 from lading.integrations.ray_shards import ShardSink, arrow
 from lading.remote.settings import RemoteSettings
 from lading.sources import ParseOptions, RecordStream
-from lading.stores.building.build import build_options, refuse_max_length_alone
+from lading.stores.building.build import build_options, check_max_length
 from lading.stores.building.merge import read_shard
 from lading.stores.building.parallel import commit_shards
 from lading.stores.building.remote_shards import commit_store_in_bucket, store_needs
@@ -77,7 +77,7 @@ class LadingDatasink(ShardSink):
         storage_options: Any = None,
     ) -> None:
         self.columns = (id_column, text_column, tuple(fields))
-        refuse_max_length_alone(tokenizer, max_length)
+        check_max_length(tokenizer, max_length)
         tok = load_tokenizer(tokenizer) if tokenizer is not None else None
         self.tokenizer_json = tok.to_str() if tok is not None else None  # ships to the tasks
         self.max_length, self.duplicates, self.on_error = max_length, duplicates, on_error

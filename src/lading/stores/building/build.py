@@ -101,7 +101,7 @@ def build_store(
     """
     shared = resolve_shared_fs(shared_fs)
     dest_path = Path(dest)
-    refuse_max_length_alone(tokenizer, max_length)
+    check_max_length(tokenizer, max_length)
     tok = load_tokenizer(tokenizer) if tokenizer is not None else None
     parse_options = parse or ParseOptions()
     if shard is not None and shard != "auto":
@@ -159,7 +159,7 @@ def build_shard(
         What this worker did (rows written, or reused), printable as the next step to take.
     """
     refuse_shard_args(source, False)
-    refuse_max_length_alone(tokenizer, max_length)
+    check_max_length(tokenizer, max_length)
     settings = None
     if is_remote(dest):  # a bucket that refuses writes: one line before the source is read
         from lading.stores.building.upload import check_writable
@@ -196,10 +196,25 @@ def build_shard(
     return write(Path(dest))
 
 
-def refuse_max_length_alone(tokenizer: Any, max_length: int | None) -> None:
-    """Refuse ``max_length`` without a tokenizer: it cuts token ids, and a store built with
-    no tokenizer has none (it was taken and ignored)."""
-    if max_length is not None and tokenizer is None:
+def check_max_length(tokenizer: Any, max_length: int | None) -> None:
+    """Refuse a ``max_length`` that is not an int of at least 1 (it is a slice of each
+    document's ids: -1 dropped the last token without a word, 0 kept none), or one given
+    without a tokenizer: it cuts token ids, and a store built with no tokenizer has none (it
+    was taken and ignored)."""
+    if max_length is None:
+        return
+    if isinstance(max_length, bool) or not isinstance(max_length, int):
+        raise ValueError(
+            f"max_length={max_length!r}: the tokens kept per document must be an int of at "
+            f"least 1 (got a {type(max_length).__name__}); pass e.g. max_length=512"
+        )
+    if max_length < 1:
+        raise ValueError(
+            f"max_length={max_length}: the tokens kept per document must be at least 1 (a "
+            "smaller one would cut every document's last tokens); pass e.g. max_length=512, "
+            "or leave it out to keep every token"
+        )
+    if tokenizer is None:
         raise ValueError(
             f"max_length={max_length} cuts each document's token ids, and without a tokenizer "
             "the store keeps none: pass tokenizer= (--tokenizer) too, or leave max_length out"
