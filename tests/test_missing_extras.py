@@ -101,10 +101,36 @@ def test_a_max_length_past_the_models_positions_is_refused_naming_both() -> None
     """The example's tiny-bert has 128 positions; ``--max-length`` defaults to 512 and failed
     deep in the embeddings ("size of tensor a (136) must match ... (128)")."""
     pytest.importorskip("transformers")
-    from lading.ir.model import CrossEncoder, tiny_bert_config
-    from lading.ir.train import check_positions
+    from lading.ir.model import CrossEncoder, check_positions, tiny_bert_config
 
     model = CrossEncoder.from_config(tiny_bert_config(100, 128))
     check_positions(model, 128, "tiny-bert")
-    with pytest.raises(ValueError, match=r"--max-length 512 .* 128 positions .* tiny-bert"):
+    with pytest.raises(ValueError, match=r"max_length=512 .* 128 positions .* tiny-bert"):
         check_positions(model, 512, "tiny-bert")
+
+
+def test_rerank_refuses_a_max_length_past_the_models_positions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`lading rerank` with the example's tiny-bert (128 positions) and the default
+    ``--max-length 512`` was a traceback from deep in the embeddings after the store, queries
+    and run were read; refused in one line naming the flag, before any of them is read (the
+    store here is a folder that is no store), as `lading train` refuses it. The API's
+    ``rerank`` alike."""
+    pytest.importorskip("transformers")
+    from lading.cli import main
+    from lading.ir import rerank
+    from lading.ir.model import CrossEncoder, tiny_bert_config
+
+    model = CrossEncoder.from_config(tiny_bert_config(100, 128))
+    model.save(tmp_path / "m")
+    (tmp_path / "q.tsv").write_text("1\tq\n")
+    code = main(["rerank", "--model", str(tmp_path / "m"), "--store", str(tmp_path / "m"),
+                 "--queries", str(tmp_path / "q.tsv"), "--run", str(tmp_path / "q.tsv"),
+                 "--out", str(tmp_path / "r.run")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert "--max-length 512 is longer than the 128 positions" in err, err
+    assert "pass --max-length 128" in err and not (tmp_path / "r.run").exists(), err
+    with pytest.raises(ValueError, match=r"max_length=512 .* 128 positions .* max_length=128"):
+        rerank(model, None, {"1": "q"}, {"1": ["d"]}, None)  # type: ignore[arg-type]

@@ -87,11 +87,12 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
     import torch
 
     from lading.ir.inputs import read_qrels, read_queries, read_run
-    from lading.ir.model import CrossEncoder
+    from lading.ir.model import CrossEncoder, check_positions
     from lading.ir.rerank import evaluate, rerank, write_trec_run
     from lading.stores import open_store
 
     model = CrossEncoder.from_pretrained(args.model)
+    check_positions(model, args.max_length, args.model)  # before the store, queries and run
     tokenizer = Path(args.model) / "tokenizer.json"
     store = open_store(args.store)
     run = read_run(args.run)

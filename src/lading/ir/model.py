@@ -130,3 +130,22 @@ def ranking_loss(
         target = torch.zeros(grouped.shape[0], dtype=torch.long, device=logits.device)
         return nn.functional.cross_entropy(grouped, target)
     raise ValueError(f"unknown loss {kind!r}; choose from {sorted(LOSSES)}")
+
+
+def check_positions(model: CrossEncoder, max_length: int, name: str | None = None) -> None:
+    """Refuse ``max_length`` past the positions ``model`` has (a model of 128 positions given
+    the default 512 failed deep in its embeddings on the first long pair), naming both;
+    ``name`` is the model's (default: its config's ``name_or_path``). Models whose config
+    does not say how many positions they have are taken as they are."""
+    config = getattr(model.backbone, "config", None)
+    positions = getattr(config, "max_position_embeddings", None)
+    if not isinstance(positions, int):
+        return
+    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        positions -= 2  # (their position ids start after the padding index)
+    if max_length > positions:
+        name = name or getattr(config, "name_or_path", "") or "given"
+        raise ValueError(
+            f"max_length={max_length} is longer than the {positions} positions of model "
+            f"{name}: pass max_length={positions} (or less)"
+        )

@@ -11,7 +11,7 @@ import torch
 
 from lading.errors import missing_package
 from lading.ir.collate import CrossEncoderCollator
-from lading.ir.model import CrossEncoder
+from lading.ir.model import CrossEncoder, check_positions
 from lading.stores.base import DocStore
 
 DEFAULT_MEASURES: tuple[str, ...] = ("nDCG@10", "RR@10", "R@100")
@@ -30,7 +30,12 @@ def rerank(
     max_length: int = 512,
     device: str | torch.device = "cpu",
 ) -> dict[str, dict[str, float]]:
-    """Scores of the top ``depth`` documents of each query's run: {qid: {docid: score}}."""
+    """Scores of the top ``depth`` documents of each query's run: {qid: {docid: score}}.
+
+    Raises:
+        ValueError: ``max_length`` is longer than the positions ``model`` has.
+    """
+    check_positions(model, max_length)
     collate = CrossEncoderCollator(store, tokenizer, max_length=max_length)
     model.eval().to(device)
     scores: dict[str, dict[str, float]] = {}

@@ -22,7 +22,7 @@ from lading.ir.collate import CrossEncoderCollator
 from lading.ir.groups import TrainingGroups
 from lading.ir.inputs import read_qrels, read_queries, read_run
 from lading.ir.layouts import DOC_ROWS, model_inputs
-from lading.ir.model import CrossEncoder, ranking_loss, tiny_bert_config
+from lading.ir.model import CrossEncoder, check_positions, ranking_loss, tiny_bert_config
 from lading.loading.map_workload import loader
 from lading.sources import ParseOptions
 from lading.stores import build_store, open_store
@@ -156,22 +156,6 @@ def prepare(config: TrainConfig, world: World) -> tuple[DocStore, Any, CrossEnco
         model = CrossEncoder.from_pretrained(config.model)
         check_positions(model, config.max_length, config.model)
     return store, tok, model
-
-
-def check_positions(model: CrossEncoder, max_length: int, name: str) -> None:
-    """Refuse ``max_length`` past the positions ``model`` has (a model of 128 positions given
-    the default 512 failed deep in its embeddings on the first long pair), naming both."""
-    config = getattr(model.backbone, "config", None)
-    positions = getattr(config, "max_position_embeddings", None)
-    if not isinstance(positions, int):
-        return
-    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
-        positions -= 2  # (their position ids start after the padding index)
-    if max_length > positions:
-        raise ValueError(
-            f"--max-length {max_length} is longer than the {positions} positions of model "
-            f"{name}: pass --max-length {positions} (or less)"
-        )
 
 
 def groups_from_files(
