@@ -270,6 +270,30 @@ def test_repartition_refuses_an_input_inside_its_output(tmp_path: Path) -> None:
     assert (out / "more" / "b.parquet").is_file()
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "least"),
+    [("row_group_size", 0, 1), ("row_group_size", -5, 1), ("world_size", 0, 1),
+     ("world_size", -2, 1), ("workers", -1, 0)],
+)  # fmt: skip
+def test_repartition_refuses_counts_below_their_least(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: int, least: int
+) -> None:
+    """``--row-group-size 0`` was a ZeroDivisionError traceback, -5 a StopIteration; world
+    size 0 or -2 and workers -1 were taken as 1 without a word. Each is refused naming the
+    flag (the argument in the API) before anything is written; workers 0 (the main process
+    reads: one reader a rank) stays valid."""
+    write(tmp_path / "in" / "a.parquet", sessions(10))
+    flag = "--" + option.replace("_", "-")
+    with pytest.raises(SystemExit) as exit_:
+        main(["repartition", str(tmp_path / "in"), str(tmp_path / "out"), flag, str(value)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"argument {flag}: must be at least {least}" in err, err
+    with pytest.raises(ValueError, match=rf"{option}={value}: .*at least {least}"):
+        repartition(tmp_path / "in", tmp_path / "out", **{option: value})
+    assert not (tmp_path / "out").exists()
+    assert repartition(tmp_path / "in", tmp_path / "out", world_size=2, workers=0).rows == 10
+
+
 def test_repartition_over_its_earlier_output_replaces_it_whole(tmp_path: Path) -> None:
     write(tmp_path / "in" / "a.parquet", sessions(12))
     out = tmp_path / "out"

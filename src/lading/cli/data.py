@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from lading.cli.inputs import nonnegative_int, positive_int
+
 
 def _cmd_synth(args: argparse.Namespace) -> int:
     from lading.bench.synth import default_workers, synth
@@ -53,9 +55,16 @@ def add_repartition(sub: Any) -> None:
         help="folder to write; an earlier output there is replaced atomically (never mixed "
         "with new files), any other non-empty folder is refused",
     )
-    p.add_argument("--world-size", type=int, default=1, help="ranks that will read it (default 1)")
-    p.add_argument("--workers", type=int, default=1, help="DataLoader workers per rank")
-    p.add_argument("--row-group-size", type=int, help="rows per group wanted")
+    p.add_argument(
+        "--world-size", type=positive_int, default=1, help="ranks that will read it (default 1)"
+    )
+    p.add_argument(
+        "--workers",
+        type=nonnegative_int,
+        default=1,
+        help="DataLoader workers per rank (0: the main process reads, as 1)",
+    )
+    p.add_argument("--row-group-size", type=positive_int, help="rows per group wanted")
     p.set_defaults(func=_cmd_repartition)
 
 

@@ -87,15 +87,21 @@ def repartition(
         ValueError: an input lies inside ``dst``, files differ in schema, a folder has no
             parquet, or holds another repartition output (see
             :func:`lading.tabular.files.parquet_files`).
-        world_size, workers: the row-group count becomes a multiple of their product.
-        row_group_size: rows per group wanted (default: keep the current number of groups,
-            rounded up to the multiple).
+        world_size, workers: the row-group count becomes a multiple of their product;
+            ``world_size`` at least 1, ``workers`` at least 0 (0: the DataLoader reads in
+            the main process, one reader a rank, as 1 worker).
+        row_group_size: rows per group wanted, at least 1 (default: keep the current number
+            of groups, rounded up to the multiple).
     """
+    _check_count("world_size", world_size, 1)
+    _check_count("workers", workers, 0)
+    if row_group_size is not None:
+        _check_count("row_group_size", row_group_size, 1)
     import_pyarrow()  # one line naming the extra, not a bare import error later
     target = Path(dst)
     files, pieces, schema = _inputs(src, target)
     rows = sum(p.rows for p in pieces)
-    multiple = max(1, world_size) * max(1, workers)
+    multiple = world_size * max(1, workers)  # 0 workers: the main process, one reader
     sizes = group_sizes(rows, plan_groups(rows, len(pieces), multiple, row_group_size))
     # a parquet dataset other tools read whole: written beside it, swapped in by one rename
     with BuildContext(target, None, "directory") as build, build.scratch() as tmp:
@@ -124,6 +130,16 @@ def repartition(
         (tmp / DATASET_MARK).write_text(json.dumps(meta, indent=2))
         build.publish(tmp)
     return report
+
+
+def _check_count(name: str, value: int, least: int) -> None:
+    """Refuse ``value`` unless it is an int of at least ``least`` (a row-group size of 0
+    divided by zero; a world size of 0 or less was taken as 1 without a word)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(
+            f"repartition {name}={value!r}: must be an int of at least {least}; pass "
+            f"{name}={max(least, 1)} or more"
+        )
 
 
 def _inputs(src: PathsArg, target: Path) -> tuple[list[Path], list[Piece], Any]:
