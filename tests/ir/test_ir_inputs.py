@@ -37,6 +37,33 @@ def test_qrels_trec_and_beir_header(tmp_path: Path) -> None:
         read_qrels(write(tmp_path / "bad2.txt", "1 d1\n"))
 
 
+def test_a_query_or_judgement_given_twice_differently_is_refused_naming_both_lines(
+    tmp_path: Path,
+) -> None:
+    """A query id twice kept its last text, a (query, document) judged twice its last grade,
+    without a word; each is now an error naming the file and both lines (or, under
+    ``on_error="skip"``, the later line skipped and counted). An exact repeat is taken as
+    one: real TREC files carry them."""
+    queries = write(tmp_path / "q.tsv", "1000\twhat is rust\n1001\tbread\n1000\tasyncio\n")
+    with pytest.raises(SourceError, match=r"line 3 of .*q\.tsv: query id '1000' .*line 1"):
+        read_queries(queries)
+    kept = read_queries(queries, on_error="skip")
+    assert (dict(kept), kept.skipped) == ({"1000": "what is rust", "1001": "bread"}, 1)
+    jsonl = write(tmp_path / "q.jsonl", '{"_id": 1, "text": "a"}\n{"_id": "1", "text": "b"}\n')
+    with pytest.raises(SourceError, match=r"line 2 of .*q\.jsonl: query id '1' .*line 1"):
+        read_queries(jsonl)
+    same = write(tmp_path / "same.tsv", "1\tfirst\n2\tsecond\n1\tfirst\n")
+    assert read_queries(same) == {"1": "first", "2": "second"}
+
+    qrels = write(tmp_path / "qrels.txt", "1000 0 d0 2\n1000 0 d1 1\n1000 0 d1 0\n")
+    with pytest.raises(SourceError, match=r"line 3 of .*qrels\.txt: .*'1000'.*'d1'.*line 2"):
+        read_qrels(qrels)
+    graded = read_qrels(qrels, on_error="skip")
+    assert (dict(graded), graded.skipped) == ({"1000": {"d0": 2, "d1": 1}}, 1)
+    repeat = write(tmp_path / "repeat.txt", "1 0 d1 1\n1 0 d2 0\n1 Q0 d1 1\n")
+    assert read_qrels(repeat) == {"1": {"d1": 1, "d2": 0}}
+
+
 def test_trec_run_is_ordered_by_score(tmp_path: Path) -> None:
     run = read_run(write(tmp_path / "r.run", "1 Q0 a 2 5.0 x\n1 Q0 b 1 9.5 x\n2 Q0 c 1 1 x\n"))
     assert run == {"1": ["b", "a"], "2": ["c"]}

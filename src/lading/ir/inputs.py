@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -90,7 +90,11 @@ class _Policy:
 
 def read_queries(path: str | os.PathLike[str], on_error: OnError = "raise") -> ReadQueries:
     """Queries from TSV (``qid<TAB>text``), JSONL (``_id``/``qid``/``query_id`` and ``text``/
-    ``query``; BEIR's ``queries.jsonl``), or ``irds:<dataset-id>``."""
+    ``query``; BEIR's ``queries.jsonl``), or ``irds:<dataset-id>``.
+
+    A query id on two lines with the same text is one query; with another text it is a
+    :class:`~lading.errors.SourceError` naming both lines (``on_error="skip"``: the later
+    line is skipped and counted)."""
     out = ReadQueries()
     name = os.fspath(path)
     if name.startswith("irds:"):
@@ -101,16 +105,41 @@ def read_queries(path: str | os.PathLike[str], on_error: OnError = "raise") -> R
         return out
     file = Path(name)
     policy = _Policy(file, on_error)
-    is_json = ".jsonl" in file.name or ".json" in file.name
+    parse = _json_query if ".jsonl" in file.name or ".json" in file.name else _tsv_query
     for line in _lines(file):
         try:
-            qid, text = _json_query(line.text) if is_json else _tsv_query(line.text)
+            qid, text = parse(line.text)
         except ValueError as e:
             policy.bad(line.number, str(e))
             continue
-        out[qid] = text
+        before = out.setdefault(qid, text)
+        if before != text:  # an exact repeat is one query; another text is a conflict
+            first = _first_line(file, qid, lambda t: parse(t)[0])
+            policy.bad(
+                line.number,
+                f"query id {qid!r} again, with another text than on line {first} "
+                f"({_short(before)} there, {_short(text)} here); keep one of the two lines, "
+                "or give one of the queries another id",
+            )
     out.skipped = policy.skipped
     return out
+
+
+def _first_line(file: Path, key: object, key_of: Callable[[str], object]) -> int | None:
+    """The number of the first line of ``file`` whose key is ``key`` (read again, only when a
+    key is found twice: keeping every key's line number would cost as much as the dict)."""
+    for line in _lines(file):
+        try:
+            if key_of(line.text) == key:
+                return line.number
+        except ValueError:
+            continue
+    return None
+
+
+def _short(text: str, most: int = 60) -> str:
+    """``text`` quoted, cut to ``most`` characters for a one-line message."""
+    return repr(text if len(text) <= most else text[: most - 3] + "...")
 
 
 def _tsv_query(text: str) -> tuple[str, str]:
@@ -133,7 +162,11 @@ def _json_query(text: str) -> tuple[str, str]:
 
 def read_qrels(path: str | os.PathLike[str], on_error: OnError = "raise") -> ReadQrels:
     """Judgements from TREC qrels (``qid 0 docid rel``) or BEIR ``qrels/*.tsv``
-    (``query-id<TAB>corpus-id<TAB>score`` with a header line)."""
+    (``query-id<TAB>corpus-id<TAB>score`` with a header line).
+
+    A (query, document) judged twice with the same relevance is one judgement (TREC files
+    carry such repeats); with another relevance it is a :class:`~lading.errors.SourceError`
+    naming both lines (``on_error="skip"``: the later line is skipped and counted)."""
     file = Path(path)
     policy = _Policy(file, on_error)
     out = ReadQrels()
@@ -142,22 +175,34 @@ def read_qrels(path: str | os.PathLike[str], on_error: OnError = "raise") -> Rea
         if line.number == 1 and parts[:2] == ["query-id", "corpus-id"]:
             continue  # BEIR header
         try:
-            if len(parts) == 4:
-                qid, _, docid, rel = parts
-            elif len(parts) == 3:
-                qid, docid, rel = parts
-            else:
-                raise ValueError(f'expected "<qid> 0 <docid> <rel>", found {len(parts)} fields')
-            value = int(rel)
+            qid, docid, value = _qrel(parts)
         except ValueError as e:
-            reason = (
-                str(e) if "expected" in str(e) else f"relevance {parts[-1]!r} is not an integer"
-            )
-            policy.bad(line.number, reason)
+            policy.bad(line.number, str(e))
             continue
-        out.setdefault(qid, {})[docid] = value
+        before = out.setdefault(qid, {}).setdefault(docid, value)
+        if before != value:  # an exact repeat is one judgement; another grade is a conflict
+            first = _first_line(file, (qid, docid), lambda t: _qrel(t.split())[:2])
+            policy.bad(
+                line.number,
+                f"query {qid!r} and document {docid!r} judged again: relevance {value} here, "
+                f"{before} on line {first}; keep one of the two lines",
+            )
     out.skipped = policy.skipped
     return out
+
+
+def _qrel(parts: list[str]) -> tuple[str, str, int]:
+    """(query id, document id, relevance) of a TREC (4 fields) or BEIR (3) qrels line."""
+    if len(parts) == 4:
+        qid, _, docid, rel = parts
+    elif len(parts) == 3:
+        qid, docid, rel = parts
+    else:
+        raise ValueError(f'expected "<qid> 0 <docid> <rel>", found {len(parts)} fields')
+    try:
+        return qid, docid, int(rel)
+    except ValueError:
+        raise ValueError(f"relevance {rel!r} is not an integer") from None
 
 
 def read_run(path: str | os.PathLike[str], on_error: OnError = "raise") -> Run:
