@@ -193,6 +193,20 @@ def test_eviction_keeps_the_block_needed_soonest(tmp_path: Path, policy: str, hi
     assert (cache.stats()["gets"] == gets) is hit  # next-use kept a; fifo fetched it again
 
 
+def test_the_policies_remote_settings_documents_are_those_the_cache_takes() -> None:
+    """RemoteSettings' docstring offered ``"lru"``, which the cache refuses; it takes
+    ``"fifo"`` and ``"next-use"`` (:data:`~lading.remote.cache.places.POLICIES`)."""
+    import re
+
+    from lading.remote.cache.places import POLICIES
+    from lading.remote.settings import RemoteSettings
+
+    doc = " ".join((RemoteSettings.__doc__ or "").split())
+    said = re.search(r"policy: (.*?)\.", doc)
+    assert said is not None, doc
+    assert sorted(re.findall(r'``"([a-z-]+)"``', said.group(1))) == sorted(POLICIES), said
+
+
 def test_a_claim_whose_owner_died_is_taken_over(tmp_path: Path) -> None:
     """A claim whose owner's token no process holds (it was SIGKILLed mid-GET) is given up
     by the first reader that finds it; a live owner's is waited for."""

@@ -146,7 +146,9 @@ class RemoteSettings:
         options: backend options (e.g. ``{"endpoint_url": ...}``); credentials are better in
             the environment: these are pickled to workers (never printed: the repr redacts
             every value whose key may name a secret).
-        policy: eviction policy, ``"next-use"`` or ``"lru"``.
+        policy: eviction policy, ``"next-use"`` (default: the region whose blocks are
+            needed latest goes) or ``"fifo"`` (the region filled longest ago: a baseline); see
+            :mod:`lading.remote.cache.places`.
         in_flight, retries: the fetcher's (:class:`~lading.remote.fetch.Fetcher`).
         timeout: seconds each attempt of every call on the read path may take (open, list,
             stage, read), default ``$LADING_REMOTE_TIMEOUT`` or 20; a call fails after
