@@ -217,7 +217,7 @@ def test_a_claim_whose_owner_died_is_taken_over(tmp_path: Path) -> None:
     dead.wait()
     with cache.ledger.write() as conn:  # the region's place taken, the bytes never written
         conn.execute(
-            "INSERT INTO blocks VALUES (?, 0, 500, 0, 0, ?, NULL)", (obj, f"{dead.pid}-gone")
+            "INSERT INTO blocks VALUES (?, 0, 500, 0, 0, ?, NULL, NULL)", (obj, f"{dead.pid}-gone")
         )
         conn.execute("UPDATE regions SET state = 1, used = 500 WHERE id = 0")
     started = time.monotonic()

@@ -377,6 +377,38 @@ def test_a_payload_file_gone_under_its_ledger_is_fetched_again(
     again.close()
 
 
+@pytest.mark.parametrize("how", ["bytes", "rows"])
+def test_a_damaged_block_is_fetched_again_never_read_as_data(
+    built: tuple[str, bytes], tmp_path: Path, how: str
+) -> None:
+    """A block's bytes changed in ``blocks.data`` (same file, same size), or its ledger row
+    pointed elsewhere (a valid SQLite file): were read as the documents, every one wrong. Each
+    block's CRC32, kept in its row at the fill, is checked at a process's first read of it."""
+    from lading.remote.cache.regions import DATA_FILE
+
+    url, _ = built
+    cache = tmp_path / "cache"
+    ids = sorted(DOCS)
+    store = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
+    assert store.get_many(ids) == [DOCS[i] for i in ids]
+    store.close()
+    del store
+    if how == "bytes":
+        payload = cache / DATA_FILE
+        raw = bytearray(payload.read_bytes())
+        payload.write_bytes(bytes(raw).swapcase())  # every cached letter, in place
+    else:
+        with contextlib.closing(sqlite3.connect(cache / LEDGER_FILE)) as conn:
+            conn.execute("UPDATE blocks SET at = at + 7")
+            conn.commit()
+    again = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
+    with pytest.warns(DamagedCacheWarning, match="checksum"):
+        assert again.get_many(ids) == [DOCS[i] for i in ids]
+    assert again.cache_stats()["gets"] > 0  # fetched again
+    assert again.get_many(ids) == [DOCS[i] for i in ids]  # from the blocks kept again
+    again.close()
+
+
 def test_a_folder_reset_under_a_live_process_is_an_error_never_wrong_bytes(
     built: tuple[str, bytes], tmp_path: Path
 ) -> None:

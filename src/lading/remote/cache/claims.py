@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import sqlite3
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -118,7 +119,7 @@ class Claims:
         for carried in space.carried:  # a region's window blocks, carried to its start
             self.node.data.write(carried.region, carried.at, carried.data)
         if space.carried:
-            ledger.filled([(c.object, c.start) for c in space.carried], owner)
+            ledger.filled([(c.object, c.start, zlib.crc32(c.data)) for c in space.carried], owner)
         read_around = [] if prefetch else (blocks if around else deferred)
         try:
             started = self._start(placed, read_around, objs)

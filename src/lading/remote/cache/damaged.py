@@ -37,7 +37,8 @@ _PROBES = (
 
 
 class DamagedCacheWarning(UserWarning):
-    """The node cache's ledger was damaged: it was set aside and the cache starts empty."""
+    """The node cache was damaged: a ledger set aside (the cache starts empty), or cached
+    blocks whose bytes no longer match their CRC32 (fetched again)."""
 
 
 def check_header(path: Path) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import queue
 import threading
 import warnings
+import zlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -36,14 +37,15 @@ class Filler:
 
     Args:
         write: ``(region, at, bytes)`` into the payload file.
-        mark: ``(filled, failed)`` block keys ``(object, start)``: into the ledger.
+        mark: ``(filled, failed)``: blocks ``(object, start, crc)`` written (the CRC32 of
+            their bytes) and keys ``(object, start)`` of failed GETs: into the ledger.
         trim: after each batch: keep the ledger's WAL short (:meth:`.ledger.Ledger.trim`).
     """
 
     def __init__(
         self,
         write: Callable[[int, int, bytes], None],
-        mark: Callable[[list[tuple[int, int]], list[tuple[int, int]]], None],
+        mark: Callable[[list[tuple[int, int, int]], list[tuple[int, int]]], None],
         trim: Callable[[], None],
     ) -> None:
         self.write, self.mark, self.trim = write, mark, trim
@@ -88,7 +90,8 @@ class Filler:
             self._fill(done)
 
     def _fill(self, done: list[Fill]) -> None:
-        filled, failed = [], []
+        filled: list[tuple[int, int, int]] = []
+        failed: list[tuple[int, int]] = []
         for fill in done:
             key = (fill.object, fill.start)
             try:
@@ -102,7 +105,7 @@ class Filler:
                 self._warn(e)
                 failed.append(key)
             else:
-                filled.append(key)
+                filled.append((*key, zlib.crc32(data)))  # checked at a process's first read
         try:
             self.mark(filled, failed)
         except Exception as e:  # the ledger refused (a full disk): the claims time out

@@ -31,7 +31,7 @@ from lading.remote.cache.regions import Layout
 from lading.threads import SQLITE
 
 LEDGER_FILE = "ledger.sqlite"
-FORMAT = 3  # 3: rows only, payload in regions (2: blocks as BLOBs; such a file is set aside)
+FORMAT = 4  # 4: a CRC32 a block; 3: none; 2: blocks as BLOBs (a ledger of another is set aside)
 WAL_PAGES = 256  # a checkpoint once the WAL holds this many pages (4 KiB: 1 MiB)
 _BATCH = 200  # ranges a batched query (4 parameters each, far below SQLite's 32,766)
 FREE, OPEN, FULL = 0, 1, 2  # a region's state
@@ -43,17 +43,24 @@ CREATE TABLE IF NOT EXISTS regions (id INTEGER PRIMARY KEY, gen INTEGER NOT NULL
     used INTEGER NOT NULL, state INTEGER NOT NULL, sealed REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS blocks (object INTEGER NOT NULL, start INTEGER NOT NULL,
     end INTEGER NOT NULL, region INTEGER NOT NULL, at INTEGER NOT NULL, owner TEXT,
-    next_use INTEGER, PRIMARY KEY (object, start)) WITHOUT ROWID;
+    next_use INTEGER, crc INTEGER, PRIMARY KEY (object, start)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS blocks_region ON blocks (region);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS orders (object INTEGER PRIMARY KEY, first INTEGER NOT NULL,
     last INTEGER NOT NULL);
 """
 
+# a claim: a block's row before its bytes are in (no CRC32 yet)
+INSERT_CLAIMS = (
+    "INSERT INTO blocks (object, start, end, region, at, owner, next_use) VALUES "
+    "(?, ?, ?, ?, ?, ?, ?)"
+)
+
 # the blocks overlapping each (i, object, start, end): from the last block starting at or
 # before start (it may reach into the range) to the last one starting before end
 OVERLAPPING = (
-    "SELECT q.column1, b.start, b.end, b.region, b.at, b.owner, r.gen FROM (VALUES {values})"
+    "SELECT q.column1, b.start, b.end, b.region, b.at, b.owner, r.gen, b.crc FROM (VALUES"
+    " {values})"
     " AS q JOIN blocks AS b ON b.object = q.column2 AND b.start >= coalesce((SELECT"
     " max(start) FROM blocks WHERE object = q.column2 AND start <= q.column3), q.column3)"
     " AND b.start < q.column4 AND b.end > q.column3 JOIN regions AS r ON r.id = b.region"
@@ -63,7 +70,7 @@ OVERLAPPING = (
 class Piece(NamedTuple):
     """A block overlapping a looked-up range: its bytes ``[start, end)`` of the object, its
     place (``region``, ``at``), its owner while unfilled (None: ready), its region's
-    generation when looked up."""
+    generation when looked up, the CRC32 of its bytes (None while unfilled)."""
 
     start: int
     end: int
@@ -71,6 +78,7 @@ class Piece(NamedTuple):
     at: int
     owner: str | None
     gen: int
+    crc: int | None = None
 
 
 class CacheFolderResetError(LadingError, RuntimeError):
@@ -275,16 +283,31 @@ class Ledger:
     @staticmethod
     def insert(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
         """Claims: ``(object, start, end, region, at, owner, next_use)`` rows."""
-        conn.executemany("INSERT INTO blocks VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.executemany(INSERT_CLAIMS, rows)
 
-    def filled(self, done: Sequence[tuple[int, int]], owner: str) -> None:
-        """Blocks ``(object, start)`` this owner fetched and wrote: ready (a claim taken
-        over meanwhile is not this owner's any more, and stays as it is)."""
+    def filled(self, done: Sequence[tuple[int, int, int]], owner: str) -> None:
+        """Blocks ``(object, start, crc)`` this owner fetched and wrote: ready, with the CRC32
+        of their bytes (a claim taken over meanwhile is not this owner's any more, and stays
+        as it is)."""
         with self.write() as conn:
             conn.executemany(
-                "UPDATE blocks SET owner = NULL WHERE object = ? AND start = ? AND owner = ?",
-                [(*key, owner) for key in done],
+                "UPDATE blocks SET owner = NULL, crc = ? WHERE object = ? AND start = ? AND "
+                "owner = ?",
+                [(crc, obj, start, owner) for obj, start, crc in done],
             )
+
+    def forget_damaged(self, pieces: Sequence[tuple[int, Piece]]) -> int:
+        """Drop the rows of ready blocks ``(object, piece)`` whose bytes did not match their
+        CRC32 and that are still in the place and region generation they were read at (a
+        region reused since explains the mismatch): fetched again. How many were dropped."""
+        with self.write() as conn:
+            dropped = conn.total_changes
+            conn.executemany(
+                "DELETE FROM blocks WHERE object = ? AND start = ? AND region = ? AND at = ? "
+                "AND owner IS NULL AND (SELECT gen FROM regions WHERE id = ?) = ?",
+                [(obj, p.start, p.region, p.at, p.region, p.gen) for obj, p in pieces],
+            )
+            return conn.total_changes - dropped
 
     def release(self, keys: Sequence[tuple[int, int]], owner: str | None) -> None:
         """Give claims up (a failed GET, a process leaving, a dead owner's claim): their room

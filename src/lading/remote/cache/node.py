@@ -90,6 +90,8 @@ class Node:
         self.figures: Counter[str] = Counter()  # this process's, since it started
         self._counted: Counter[str] = Counter()  # of which the node has been told
         self._last_count = 0.0
+        # blocks whose CRC32 this process checked: hashes of (region, generation, object, start)
+        self.verified: set[int] = set()
         self.ledger.forked()
         self.owner.forked()
         self.filler.forked()
@@ -102,14 +104,14 @@ class Node:
                 if not self._ended.pop((obj, start), False):  # (its fill may already be done)
                     self.inflight[obj, start] = Flight(end, future)
 
-    def _mark(self, filled: list[tuple[int, int]], failed: list[tuple[int, int]]) -> None:
+    def _mark(self, filled: list[tuple[int, int, int]], failed: list[tuple[int, int]]) -> None:
         """The fill thread's: into the ledger, then no longer in flight here."""
         owner = self.owner.token
         if filled:
             self.ledger.filled(filled, owner)
         self.ledger.release(failed, owner)
         with self.lock:
-            for key in filled + failed:
+            for key in [(obj, start) for obj, start, _ in filled] + failed:
                 if self.inflight.pop(key, None) is None:
                     self._ended[key] = True  # done before started() heard of it
         self.count()

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from lading.remote.cache.ledger import FULL, OPEN
+from lading.remote.cache.ledger import FULL, INSERT_CLAIMS, OPEN
 from lading.remote.cache.regions import DataFile
 from lading.remote.ranges import NO_STEP
 
@@ -152,7 +152,7 @@ class Space:
 
     def _insert(self) -> None:
         if self._claims:
-            self.conn.executemany("INSERT INTO blocks VALUES (?, ?, ?, ?, ?, ?, ?)", self._claims)
+            self.conn.executemany(INSERT_CLAIMS, self._claims)
             self._claims = []
 
     def close(self) -> None:
@@ -244,7 +244,7 @@ class Space:
             _, at = self._take(end - start)
             rows.append((obj, start, end, region, at, self.owner, step))
             self.carried.append(Carried(obj, start, region, at, data))
-        conn.executemany("INSERT INTO blocks VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.executemany(INSERT_CLAIMS, rows)
 
 
 def _candidate(row: tuple[Any, ...]) -> Candidate:

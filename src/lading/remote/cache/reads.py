@@ -22,10 +22,13 @@ What the reads did is counted per range read (:mod:`.figures`).
 from __future__ import annotations
 
 import time
+import warnings
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lading.remote.cache.claims import Claimed, Claims, Part, cut_up
+from lading.remote.cache.damaged import DamagedCacheWarning
 from lading.remote.cache.figures import Figures
 from lading.remote.cache.ledger import Ledger, Piece
 from lading.remote.cache.node import Flight, Node, release
@@ -40,6 +43,7 @@ from lading.threads import register
 Span = tuple[str, int, int]  # object key, start, end
 Key = tuple[int, int, int]  # object id, start, end
 ROUNDS = 8  # a range evicted or taken over between lookups this often: an error, named
+_VERIFIED = 1 << 18  # blocks a process remembers as checked (~15 MB; past it, checked anew)
 _POLL_S = 0.002  # how often a read looks at a block another process is fetching
 
 
@@ -75,6 +79,7 @@ class NodeCache:
         self._ids: dict[str, int] = {}
         self._names: dict[int, str] = {}
         self.index_bytes: int | None = None  # the folder's budget besides the payload, if set
+        self._warned_damage = False
         self.forked()
         register(self, "fetch")
 
@@ -185,9 +190,10 @@ class NodeCache:
             self.figures.add("bytes_bypassed", claimed.bypassed)
         parts_of: dict[Key, list[bytes | None]] = {}
         regions: dict[int, int] = {}  # region -> the generation the copies saw
+        damaged: dict[Key, list[Piece]] = {}
         for k, parts in plans.items():
-            parts_of[k] = [self._copy(k, p, regions) for p in parts]
-        again = self._checked(plans, parts_of, regions)
+            parts_of[k] = [self._copy(k, p, regions, damaged) for p in parts]
+        again = self._checked(plans, parts_of, regions) | self._forget(damaged)
         for k, parts in plans.items():
             if k in again:
                 continue
@@ -202,14 +208,54 @@ class NodeCache:
                 got[k] = b"".join(parts_of[k])  # type: ignore[arg-type]  # every part is in
         return [k for k in todo if k not in got]
 
-    def _copy(self, k: Key, part: Part, regions: dict[int, int]) -> bytes | None:
-        """A ready block's bytes of ``part`` copied out of the payload file, else None."""
+    def _copy(
+        self, k: Key, part: Part, regions: dict[int, int], damaged: dict[Key, list[Piece]]
+    ) -> bytes | None:
+        """A ready block's bytes of ``part`` copied out of the payload file, else None (and
+        the block in ``damaged`` where its bytes do not match its CRC32)."""
         piece = part.piece
         if piece is None or piece.owner is not None:
             return None
         regions.setdefault(piece.region, piece.gen)
+        if not self._intact(k[0], piece):
+            damaged.setdefault(k, []).append(piece)
+            return None
         at = piece.at + part.start - piece.start
         return bytes(self.node.data.view(piece.region, at, part.end - part.start))
+
+    def _intact(self, obj: int, piece: Piece) -> bool:
+        """Whether ``piece``'s bytes match the CRC32 its fill kept: checked at this process's
+        first read of the block in its region's generation (a payload file or ledger changed
+        under the cache is fetched again, never read as data); then known."""
+        seen = hash((piece.region, piece.gen, obj, piece.start))  # (an int: a set of ~60 B each)
+        if piece.crc is None or seen in self.node.verified:
+            return True
+        view = self.node.data.view(piece.region, piece.at, piece.end - piece.start)
+        if zlib.crc32(view) != piece.crc:
+            return False  # (or the region was reused since the lookup: see _forget)
+        if len(self.node.verified) >= _VERIFIED:
+            self.node.verified.clear()
+        self.node.verified.add(seen)
+        return True
+
+    def _forget(self, damaged: dict[Key, list[Piece]]) -> set[Key]:
+        """The ranges of ``damaged`` blocks, to read again: the rows of those still where
+        they were read (their region not reused since: a claim of this round may have freed
+        it) are dropped, so the next round fetches them, and the damage is said once."""
+        if not damaged:
+            return set()
+        pieces = [(k[0], piece) for k, found in damaged.items() for piece in found]
+        dropped = self.ledger.forget_damaged(pieces)
+        if dropped and not self._warned_damage:
+            self._warned_damage = True
+            warnings.warn(
+                f"{self.node.directory}: {dropped} cached block(s) of {self.namespace} no "
+                "longer match their checksum (the payload file or the ledger was changed "
+                "under the cache); they are fetched again",
+                DamagedCacheWarning,
+                stacklevel=4,
+            )
+        return set(damaged)
 
     def _checked(
         self,
