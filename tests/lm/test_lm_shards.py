@@ -257,6 +257,31 @@ def test_one_process_skips_as_the_shards_do(
     assert capsys.readouterr().out.startswith(f"{tmp_path / 'cli'}: 799 documents")  # not None
 
 
+def test_a_lone_surrogate_escape_is_named_or_skipped(tmp_path: Path) -> None:
+    """``"\\ud800"`` in a JSONL text: a malformed record named by file and line, or skipped
+    and counted, by one process and by shards (the tokenizer raised a TypeError, named
+    nowhere)."""
+    src = inputs(tmp_path)
+    lines = (src / "a.jsonl").read_text().splitlines(keepends=True)
+    lines[650] = '{"text": "w1 \\ud800 w2"}\n'
+    (src / "a.jsonl").write_text("".join(lines))
+    tok = tmp_path / "t.json"
+    with pytest.raises(SourceError, match=r"line 651 of .*a\.jsonl: a lone surrogate"):
+        TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
+    with pytest.raises(SourceError, match=r"line 651 of .*a\.jsonl: a lone surrogate"):
+        TokenCorpus.build_shard(src, tmp_path / "m", (1, 2), tok, progress=False)
+    with pytest.warns(SkippedRecordsWarning, match="skipped 1 malformed"):
+        one = TokenCorpus.build(src, tmp_path / "one", tok, on_error="skip", progress=False)
+    with pytest.warns(SkippedRecordsWarning, match="skipped 1 malformed"):
+        for i in range(2):
+            TokenCorpus.build_shard(
+                src, tmp_path / "s", (i, 2), tok, on_error="skip", progress=False
+            )
+    merged = TokenCorpus.merge(tmp_path / "s")
+    assert one.meta["skipped"] == merged.meta["skipped"] == 1
+    assert len(one) == len(merged) == 700 + 60 + 40 - 1
+
+
 def test_jsonl_records_without_ids_make_a_corpus(tmp_path: Path) -> None:
     """``{"text": ...}`` a line, the usual LM record, has no id, and a token corpus keeps
     none: one process and shards build it, as the same records with ids (they were refused:

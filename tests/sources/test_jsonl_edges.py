@@ -160,3 +160,36 @@ AROUND_THE_VALUE: dict[bytes, tuple[str, str] | str] = {
 @pytest.mark.parametrize("line", sorted(AROUND_THE_VALUE))
 def test_what_surrounds_a_value_reads_as_json_loads_reads_it(tmp_path: Path, line: bytes) -> None:
     after_a_good_line(tmp_path, line, AROUND_THE_VALUE[line])
+
+
+# a \u escape of half a UTF-16 pair is valid JSON but no text UTF-8 can hold: a malformed record
+# named where it is read (it crashed the build's encode, or the tokenizer, with no file or line)
+LONE = "; write the pair whole or drop the escape"
+SURROGATES: dict[bytes, tuple[str, str] | str] = {
+    b'{"id": "s", "text": "bad \\ud800 surrogate"}\n': (
+        f'a lone surrogate \\ud800 in "text" (a \\u escape of half a UTF-16 pair){LONE}'
+    ),
+    b'{"id": "a\\uDC80", "text": "x"}\n': (
+        f'a lone surrogate \\udc80 in "id" (a \\u escape of half a UTF-16 pair){LONE}'
+    ),
+    b'{"id": "t", "text": "x", "title": "\\udfff"}\n': (
+        f'a lone surrogate \\udfff in "title" (a \\u escape of half a UTF-16 pair){LONE}'
+    ),
+    b'{"id": "pair", "text": "\\ud83d\\ude00"}\n': ("pair", "\U0001f600"),
+    b'{"id": "other", "text": "x", "note": "\\ud800"}\n': ("other", "x"),  # a key not kept
+}
+
+
+@pytest.mark.parametrize("line", sorted(SURROGATES))
+def test_a_lone_surrogate_escape_is_a_malformed_record(tmp_path: Path, line: bytes) -> None:
+    expected = SURROGATES[line]
+    if isinstance(expected, str):
+        expected += ", or pass on_error='skip' to skip such records"
+    after_a_good_line(tmp_path, line, expected)
+    reader = SourceReader(tmp_path / "c.jsonl", "jsonl", "skip")
+    kept = [r.id for r in reader]
+    if isinstance(expected, str):
+        assert (kept, reader.skipped) == (["ok"], 1)
+        assert reader.skip_reasons == [f"line 2 of {tmp_path / 'c.jsonl'}: {SURROGATES[line]}"]
+    else:
+        assert (kept, reader.skipped) == (["ok", expected[0]], 0)

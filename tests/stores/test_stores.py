@@ -196,6 +196,28 @@ def test_skip_reports_the_count(tmp_path: Path) -> None:
     assert store.meta["build"]["skipped"] == 2
 
 
+def test_a_lone_surrogate_escape_is_named_or_skipped(tmp_path: Path) -> None:
+    """``"\\ud800"`` in a record's text or id: a malformed record named by file and line, or
+    skipped and counted (it crashed the build's UTF-8 encode, named nowhere, under skip too);
+    a record stream's lone surrogate the same."""
+    bad_lines = {
+        "text": '{"id": "1", "text": "bad \\ud800"}',
+        "id": '{"id": "a\\udc80", "text": "b"}',
+    }
+    for name, bad in bad_lines.items():
+        src = write(tmp_path / f"{name}.jsonl", f'{{"id": "0", "text": "a"}}\n{bad}\n')
+        with pytest.raises(SourceError, match=rf'line 2 of .*lone surrogate .* in "{name}"'):
+            lading.build_store(src, tmp_path / f"{name}.raise", progress=False)
+        with pytest.warns(SkippedRecordsWarning, match="skipped 1 malformed"):
+            store = lading.build_store(src, tmp_path / name, on_error="skip", progress=False)
+        assert list(store.ids()) == ["0"] and store.meta["build"]["skipped"] == 1
+    records = [("0", "a", {}), ("1", "b\ud800", {}), ("2", "c", {"title": "\udfff"})]
+    stream = lading.sources.RecordStream(lambda: records, "rows", {"n": 3}, on_error="skip")
+    with pytest.warns(SkippedRecordsWarning, match="skipped 2 malformed"):
+        store = lading.build_store(stream, tmp_path / "stream", progress=False)
+    assert list(store.ids()) == ["0"]
+
+
 def test_fields_and_records(tmp_path: Path) -> None:
     src = write(
         tmp_path / "c.jsonl", '{"id": "a", "text": "x"}\n{"id": "b", "title": "Tb", "text": "y"}\n'

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -119,6 +119,26 @@ def check_id(doc_id: str) -> str:
     if "\x00" in doc_id:
         raise RecordError(f"id {doc_id!r} contains a NUL character")
     return doc_id
+
+
+# a \u escape of a UTF-16 surrogate (\ud800-\udfff), in either case: JSON may spell half a pair,
+# which decodes to a str UTF-8 cannot encode; only records holding one are searched further
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def refuse_lone_surrogates(values: Iterable[tuple[str, str]]) -> None:
+    """Raise :class:`RecordError` naming the first ``(key, value)`` whose value holds a lone
+    surrogate (a JSON ``"\\ud800"``, a Python string from anywhere): no UTF-8 holds it, so
+    the build's encode (or a tokenizer) would fail on it far from the record."""
+    for key, value in values:
+        found = _SURROGATE.search(value)
+        if found is not None:
+            raise RecordError(
+                f"a lone surrogate \\u{ord(found.group()):04x} in {json.dumps(key)} (a \\u "
+                "escape of half a UTF-16 pair); write the pair whole or drop the escape, or "
+                "pass on_error='skip' to skip such records"
+            )
 
 
 def _decode(raw: bytes) -> str:
@@ -251,11 +271,13 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
             if not isinstance(value, str):
                 raise RecordError(f"field {key!r} must be a string, found {value!r:.40}")
             fields[key] = value
-        if not id_key:
-            return new(Record, ("", body, fields))
-        value = obj[id_key]
-        # str() of an int is never empty, padded or holding a NUL: check_id would pass it
-        doc_id = str(value) if type(value) is int else _json_scalar_id(value, id_key)
+        doc_id = ""  # (no id asked for)
+        if id_key:
+            value = obj[id_key]
+            # str() of an int is never empty, padded or holding a NUL: check_id would pass it
+            doc_id = str(value) if type(value) is int else _json_scalar_id(value, id_key)
+        if _SURROGATE_ESCAPE.search(raw) is not None:  # then only: a \u escape of a pair or half
+            refuse_lone_surrogates(((id_key, doc_id), (text_key, body), *fields.items()))
         return new(Record, (doc_id, body, fields))
 
     return parse_jsonl

@@ -18,8 +18,9 @@ Deliberate choices, so nothing happens by accident:
 - A UTF-8 byte-order mark at the start of a file is dropped; ``\\r\\n`` line ends are read as
   ``\\n``; blank lines between records are not records.
 - Invalid UTF-8, a missing separator, an empty id, an id with surrounding whitespace or a NUL
-  byte are errors naming the file and line; with ``on_error="skip"`` the record is skipped and
-  counted (:attr:`SourceReader.skipped`), never dropped silently.
+  byte, a JSON ``\\ud800`` escape (half a UTF-16 pair: no UTF-8 holds it) are errors naming
+  the file and line; with ``on_error="skip"`` the record is skipped and counted
+  (:attr:`SourceReader.skipped`), never dropped silently.
 - A corrupt or truncated compressed stream is always an error: what follows cannot be trusted.
 """
 

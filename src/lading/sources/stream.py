@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from lading.sources.chunks import Chunk
-from lading.sources.parsers import ParseOptions, Parser, Record, RecordError, check_id
+from lading.sources.parsers import (
+    ParseOptions,
+    Parser,
+    Record,
+    RecordError,
+    check_id,
+    refuse_lone_surrogates,
+)
 from lading.sources.reader import OnError, SourceReader
 from lading.sources.tables import make_record
 
@@ -23,7 +30,8 @@ class RecordStream(SourceReader):
             fingerprint); a store built from a stream of equal identity with the same options
             is reused instead of rebuilt.
         on_error: ``"raise"`` stops at a bad record (null id, non-text text), ``"skip"``
-            skips and counts it.
+            skips and counts it; a lone surrogate (``"\\ud800"``, which UTF-8 cannot hold)
+            in an id, a text or a field is such a bad record.
     """
 
     def __init__(
@@ -66,6 +74,9 @@ class RecordStream(SourceReader):
             try:
                 record = item if isinstance(item, Record) else make_record(*item)
                 check_id(record.id)
+                refuse_lone_surrogates(
+                    (("id", record.id), ("text", record.text), *record.fields.items())
+                )
             except RecordError as e:
                 self._bad(Path(os.fspath(self.source)), number, f"record {number}: {e}")
                 continue
