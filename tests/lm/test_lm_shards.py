@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -219,7 +220,8 @@ def test_a_malformed_line_is_named_or_skipped(tmp_path: Path) -> None:
     tok = tmp_path / "t.json"
     with pytest.raises(SourceError, match=r"line 651 of .*a\.jsonl"):
         TokenCorpus.build_shard(src, tmp_path / "m", (1, 2), tok, progress=False)
-    with pytest.warns(SkippedRecordsWarning, match=r"skipped 1 malformed record\(s\) of shard"):
+    said = r"skipped 1 malformed record\(s\) of shard .*; first: line 651 of .*a\.jsonl: invalid"
+    with pytest.warns(SkippedRecordsWarning, match=said):
         for i in range(2):  # the shard that skipped says so, as a one-process build does
             TokenCorpus.build_shard(
                 src, tmp_path / "s", (i, 2), tok, on_error="skip", progress=False
@@ -241,7 +243,8 @@ def test_one_process_skips_as_the_shards_do(
     lines[650] = '{"text": "w1 w2", oops\n'
     (src / "a.jsonl").write_text("".join(lines))
     tok = tmp_path / "t.json"
-    with pytest.warns(SkippedRecordsWarning, match="skipped 1 malformed"):
+    first = f"line 651 of {src / 'a.jsonl'}: invalid JSON"  # (the store build's wording)
+    with pytest.warns(SkippedRecordsWarning, match=rf"skipped 1 malformed .*; first: {first}"):
         one = TokenCorpus.build(src, tmp_path / "one", tok, on_error="skip", progress=False)
     assert one.meta["skipped"] == 1
     for i in range(2):
@@ -251,10 +254,13 @@ def test_one_process_skips_as_the_shards_do(
         TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
     cli = [str(src), str(tmp_path / "cli"), "--tokenizer", str(tok), "--quiet"]
     capsys.readouterr()
-    with pytest.warns(SkippedRecordsWarning):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # printed as `lading build` prints it, not warned of
         assert main(["lm", "build", *cli, "--on-error", "skip"]) == 0
     assert TokenCorpus.open(tmp_path / "cli").meta["skipped"] == 1
-    assert capsys.readouterr().out.startswith(f"{tmp_path / 'cli'}: 799 documents")  # not None
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{tmp_path / 'cli'}: 799 documents")  # not None
+    assert out[1].startswith(f"skipped 1 malformed record(s); first: {first} (")
 
 
 def test_a_lone_surrogate_escape_is_named_or_skipped(tmp_path: Path) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from typing import Any
 
 from lading.cli.inputs import tokenizer
-from lading.cli.stores import add_shard_options, counted, refuse_build_id_alone
+from lading.cli.stores import add_shard_options, counted, print_skipped, refuse_build_id_alone
+from lading.errors import SkippedRecordsWarning
 
 
 def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
@@ -50,19 +52,22 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
         )
         print(report)
         return 0
-    corpus = TokenCorpus.build(
-        args.source,
-        args.dest,
-        args.tokenizer,
-        overwrite=args.overwrite,
-        on_error=args.on_error,
-        **documents,
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SkippedRecordsWarning)  # the count is printed below
+        corpus = TokenCorpus.build(
+            args.source,
+            args.dest,
+            args.tokenizer,
+            overwrite=args.overwrite,
+            on_error=args.on_error,
+            **documents,
+        )
     print(
         f"{getattr(corpus, 'url', None) or corpus.path}: {counted(len(corpus), 'document')}, "
         f"{counted(corpus.n_tokens, 'token')} as {corpus.dtype} "
         f"({corpus.n_tokens * corpus.dtype.itemsize / 2**20:,.1f} MiB)"
     )
+    print_skipped(corpus.meta)
     return 0
 
 

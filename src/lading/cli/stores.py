@@ -68,10 +68,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - started
     build = store.meta["build"]
     print(f"{args.dest}: {counted(len(store), 'document')} in {seconds:.1f}s")
-    if build["skipped"]:
-        print(
-            f"skipped {build['skipped']:,} malformed record(s); first: {build['skip_examples'][0]}"
-        )
+    print_skipped(build)
     if build["duplicates_dropped"]:
         print(
             f"dropped {build['duplicates_dropped']:,} duplicate id(s), kept the {args.duplicates}"
@@ -122,6 +119,16 @@ def add_shard_options(p: argparse.ArgumentParser, *, shard_help: str, build_id_h
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--shard", type=shard_arg, metavar="I/N", help=shard_help)
     p.add_argument("--build-id", help=build_id_help)
+
+
+def print_skipped(record: dict[str, Any]) -> None:
+    """The line of a build that skipped malformed records (``record``: its manifest's
+    ``skipped`` and ``skip_examples``): ``skipped N malformed record(s); first: ...``; none
+    when it skipped nothing."""
+    if record.get("skipped"):
+        examples = record.get("skip_examples") or []
+        first = f"; first: {examples[0]}" if examples else ""
+        print(f"skipped {record['skipped']:,} malformed record(s){first}")
 
 
 def counted(n: int, noun: str) -> str:

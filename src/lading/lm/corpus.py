@@ -24,7 +24,13 @@ from lading.disk import OFFSET_DTYPE, BuildContext, MappedFile, open_snapshot
 from lading.errors import SkippedRecordsWarning, StaleStoreWarning, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENIZER, check_offsets
 from lading.lm.parts import PartOffsets, PartTokens, part_offsets, token_parts
-from lading.lm.texts import iter_texts, refuse_if_source_changed, source_identity, stale_reason
+from lading.lm.texts import (
+    Skips,
+    iter_texts,
+    refuse_if_source_changed,
+    source_identity,
+    stale_reason,
+)
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.remote.objects import is_remote
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
@@ -230,8 +236,9 @@ class TokenCorpus:
                 filesystem every rank sees); without a group, one process builds.
             build_id: with ``shard="auto"``, the build directory of the shards.
             on_error: ``"raise"``: a malformed JSONL record stops the build, naming file and
-                line; ``"skip"``: it is left out, counted in ``meta["skipped"]`` and a
-                :class:`~lading.errors.SkippedRecordsWarning`.
+                line; ``"skip"``: it is left out, counted in ``meta["skipped"]`` (the first
+                few named in ``meta["skip_examples"]``) and a
+                :class:`~lading.errors.SkippedRecordsWarning` naming the first.
         """
         if shard not in (None, "auto"):
             raise ValueError(
@@ -284,20 +291,21 @@ class TokenCorpus:
             build.check_ours()
             with build.scratch() as tmp:
                 bar = progress_bar(Path(source).name, progress)
-                skipped = [0]
+                skipped = Skips()
                 texts = iter_texts(source, split, identity.get("store"), on_error, skipped)
                 with bar:
                     meta = write_tokens(tmp, texts, tok, info, eos, bar)
                 if meta["documents"] == 0:
                     raise ValueError(f"{source} holds no documents")
-                meta["recipe"], meta["skipped"] = recipe, skipped[0]
+                meta["recipe"], meta["skipped"] = recipe, skipped.count
+                meta["skip_examples"] = skipped.examples
                 refuse_if_source_changed(source, identity)
                 meta["dir"] = build.snapshot
                 meta["files"] = {f"{build.snapshot}/{k}": v for k, v in meta["files"].items()}
                 build.commit(tmp, meta)
-        if skipped[0]:
+        if skipped.count:
             warnings.warn(
-                f"skipped {skipped[0]} malformed record(s) of {source} building {dest}",
+                skipped.said(f"{source} building {dest}"),
                 SkippedRecordsWarning,
                 stacklevel=2,
             )

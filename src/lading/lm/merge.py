@@ -23,6 +23,7 @@ from lading.disk import BuildContext
 from lading.errors import SourceError, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME, MERGED_VERSION, TOKENIZER, TOKENS
 from lading.lm.shards import COMMAND, CorpusShard, read_corpus_shard
+from lading.lm.texts import SKIP_EXAMPLES
 from lading.stores.building.shardset import (
     check_same_inputs,
     check_same_options,
@@ -124,6 +125,7 @@ def manifest(
             "shards": len(shards),
         },
         "skipped": sum(s.record["skipped"] for s in shards),
+        "skip_examples": [e for s in shards for e in s.record["skip_examples"]][:SKIP_EXAMPLES],
         "files": files,
     }
 

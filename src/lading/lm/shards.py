@@ -33,7 +33,14 @@ from lading.disk import BuildContext, write_file
 from lading.disk.meta import META_FILE
 from lading.disk.names import check_inside, check_name, refuse
 from lading.errors import SkippedRecordsWarning
-from lading.lm.texts import TEXTS_ONLY, file_texts, folder_files, is_records, source_identity
+from lading.lm.texts import (
+    TEXTS_ONLY,
+    Skips,
+    file_texts,
+    folder_files,
+    is_records,
+    source_identity,
+)
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.sources import OnError, SourceReader, fingerprint, refuse_if_changed
 from lading.stores.building.inputs import Piece, check_shard_count, plan_shard
@@ -74,7 +81,7 @@ class Inputs:
     files: list[Path]
     format: str
     store: Path | None = None
-    skipped: list[int] = field(default_factory=lambda: [0])
+    skipped: Skips = field(default_factory=Skips)
 
 
 def inputs_of(source: Any) -> Inputs:
@@ -121,7 +128,7 @@ def shard_texts(
             continue
         reader = SourceReader(piece.path, "jsonl", on_error, TEXTS_ONLY, span=piece.span)
         yield from map(attrgetter("text"), reader)  # no Python frame a record
-        inputs.skipped[0] += reader.skipped
+        inputs.skipped.add(reader.skipped, reader.skip_reasons)
 
 
 def store_texts(store: Path, shard: tuple[int, int]) -> tuple[Iterator[str], dict[str, Any]]:
@@ -224,14 +231,14 @@ def build_corpus_shard(
                 "source": pieces,
                 "source_path": str(Path(source).resolve()) if identity else None,
                 "source_identity": identity,
-                "skipped": inputs.skipped[0],
+                "skipped": inputs.skipped.count,
+                "skip_examples": inputs.skipped.examples,
             }
             finish_shard(tmp, meta, info["sha256"], options, about)
             build.publish_new(tmp)
-    if inputs.skipped[0]:  # (the merge sums them into the corpus's "skipped")
+    if inputs.skipped.count:  # (the merge sums them into the corpus's "skipped")
         warnings.warn(
-            f"skipped {inputs.skipped[0]} malformed record(s) of shard {i}/{n} of {source} "
-            f"building {dest}",
+            inputs.skipped.said(f"shard {i}/{n} of {source} building {dest}"),
             SkippedRecordsWarning,
             stacklevel=3,  # the caller of TokenCorpus.build_shard
         )
@@ -280,6 +287,9 @@ def read_corpus_shard(root: Path, rel: str) -> CorpusShard:
         value = record.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise refuse(path, key, value, "is not a count (a whole number >= 0)")
+    examples = record.setdefault("skip_examples", [])  # (none in older shards)
+    if not isinstance(examples, list) or not all(isinstance(e, str) for e in examples):
+        raise refuse(path, "skip_examples", examples, "is not a list of strings")
     if record.get("dtype") not in _DTYPES:
         raise refuse(path, "dtype", record.get("dtype"), f"is not one of {list(_DTYPES)}")
     files = record.get("files")

@@ -14,7 +14,8 @@ and lines of nothing but white space separate documents (``"blank"``) or are ski
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,28 @@ from lading.sources.chunks import numbered_lines
 SPLITS: tuple[str, ...] = ("blank", "file", "line")
 TEXTS_ONLY = ParseOptions(keep_fields=(), need_id=False)  # a token corpus keeps no ids, fields
 _JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.bz2", ".jsonl.zst")
+SKIP_EXAMPLES = 10  # the first skipped records kept, as a store build keeps them
+
+
+@dataclass
+class Skips:
+    """What a read under ``on_error="skip"`` left out: ``count`` records, the first
+    :data:`SKIP_EXAMPLES` of them in ``examples`` as ``"line L of FILE: why"`` (a store build's
+    ``skip_examples``)."""
+
+    count: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, count: int, examples: Sequence[str]) -> None:
+        """Count ``count`` more records skipped, keeping the first of their ``examples``."""
+        self.count += count
+        self.examples.extend(examples[: max(0, SKIP_EXAMPLES - len(self.examples))])
+
+    def said(self, what: str) -> str:
+        """The warning of a build that skipped: ``skipped N malformed record(s) of WHAT; first:
+        ...``, worded as a store build's."""
+        first = f"; first: {self.examples[0]}" if self.examples else ""
+        return f"skipped {self.count} malformed record(s) of {what}{first}"
 
 
 def iter_texts(
@@ -42,15 +65,15 @@ def iter_texts(
     split: str = "blank",
     snapshot: str | None = None,
     on_error: OnError = "raise",
-    skipped: list[int] | None = None,
+    skipped: Skips | None = None,
 ) -> Iterator[str]:
     """Every document text of ``source``, in a stable order (a store: its ``snapshot``, by
     default the current one); with ``on_error="skip"``, malformed JSONL records are left out
-    and counted into ``skipped[0]``."""
+    and counted into ``skipped``."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose from {sorted(SPLITS)}")
     if on_error == "skip" and skipped is None:
-        raise ValueError("iter_texts(on_error='skip') counts what it skips into skipped=[0]")
+        raise ValueError("iter_texts(on_error='skip') counts what it skips into skipped=Skips()")
     path = Path(source)
     if path.is_dir() and (path / META_FILE).is_file():
         yield from _store_texts(path, snapshot)
@@ -123,7 +146,7 @@ def is_records(path: Path) -> bool:
 
 
 def file_texts(
-    path: Path, split: str, on_error: OnError = "raise", skipped: list[int] | None = None
+    path: Path, split: str, on_error: OnError = "raise", skipped: Skips | None = None
 ) -> Iterator[str]:
     """The documents of one file (see the module doc); malformed JSONL records as
     :func:`iter_texts` says."""
@@ -131,7 +154,7 @@ def file_texts(
         reader = read_records(path, format="jsonl", on_error=on_error, parse=TEXTS_ONLY)
         yield from map(attrgetter("text"), reader)
         if skipped is not None:
-            skipped[0] += reader.skipped
+            skipped.add(reader.skipped, reader.skip_reasons)
         return
     with open_binary(path) as stream:
         head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
