@@ -398,6 +398,75 @@ def test_plain_text_keeps_indentation(tmp_path: Path) -> None:
     ]  # fmt: skip
 
 
+BAD_TEXT = b"good line\nnext\n\nbad \xff line\nsame doc\n\nlast\n"
+# what each split keeps of BAD_TEXT under on_error="skip": the document holding line 4 goes
+KEPT = {"blank": ["good line\nnext", "last"], "line": ["good line", "next", "same doc", "last"]}
+
+
+@pytest.mark.parametrize("split", ["blank", "line", "file"])
+def test_invalid_utf8_in_plain_text_is_named_with_the_fix_or_its_document_skipped(
+    tmp_path: Path, split: str
+) -> None:
+    """A line of invalid UTF-8 in a text file: named with the fix (it named no fix), or, with
+    on_error="skip", the document it is in (its paragraph, its line, its file) is skipped and
+    counted as a malformed JSONL record is (it raised under skip)."""
+    from lading.errors import SourceError
+    from lading.lm.texts import Skips, iter_texts
+
+    path = tmp_path / "bad.txt"
+    path.write_bytes(BAD_TEXT)
+    with pytest.raises(SourceError) as caught:
+        list(iter_texts(path, split))
+    assert str(caught.value) == (
+        f"line 4 of {path}: invalid UTF-8 at byte 4 of the line (b'\\xff'); re-encode the file "
+        "as UTF-8, or pass on_error='skip' to skip the document it is in"
+    )
+    skipped = Skips()
+    assert list(iter_texts(path, split, on_error="skip", skipped=skipped)) == KEPT.get(split, [])
+    assert skipped == Skips(
+        1, [f"line 4 of {path}: invalid UTF-8 at byte 4 of the line (b'\\xff')"]
+    )
+
+
+def test_invalid_utf8_in_a_wikiextractor_document_skips_that_document(tmp_path: Path) -> None:
+    from lading.lm.texts import Skips, iter_texts
+
+    path = tmp_path / "wiki_00"
+    path.write_bytes(
+        b'<doc id="1">\none\n</doc>\n<doc id="2">\nbad \xff\n</doc>\n<doc id="3">\nthree\n</doc>\n'
+    )
+    skipped = Skips()
+    assert list(iter_texts(path, on_error="skip", skipped=skipped)) == ["one", "three"]
+    assert skipped.count == 1 and skipped.examples[0].startswith(f"line 5 of {path}: invalid")
+
+
+def test_lm_build_skips_a_document_of_invalid_utf8_in_one_process_and_in_shards(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conftest import word_tokenizer
+    from lading.cli import main
+    from lading.lm import TokenCorpus
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text('{"text": "same line"}\n' * 40)  # (cut; a text file: whole)
+    (src / "bad.txt").write_bytes(BAD_TEXT)
+    tok = word_tokenizer(["good", "line", "next", "same", "doc", "last"], tmp_path / "t.json")
+    args = ["lm", "build", str(src), str(tmp_path / "c"), "--tokenizer", str(tok), "--quiet"]
+    assert main(args) == 2
+    said = capsys.readouterr().err
+    assert "line 4 of" in said and "re-encode the file as UTF-8, or pass --on-error skip" in said
+    assert main([*args, "--on-error", "skip"]) == 0
+    assert "skipped 1 malformed record(s); first: line 4 of" in capsys.readouterr().out
+    one = TokenCorpus.open(tmp_path / "c")
+    shards = [*args[:3], str(tmp_path / "s"), *args[4:], "--on-error", "skip"]
+    for i in range(2):
+        assert main([*shards, "--shard", f"{i}/2"]) == 0
+    assert main(["lm", "merge", str(tmp_path / "s")]) == 0
+    merged = TokenCorpus.open(tmp_path / "s")
+    assert len(one) == len(merged) == 42 and one.meta["skipped"] == merged.meta["skipped"] == 1
+
+
 @pytest.mark.parametrize("mode", ["windows", "packed"])
 def test_unshuffled_mixture_reads_the_same_batches_every_epoch(
     mixture_parts: list[Docs], mode: str

@@ -128,8 +128,8 @@ def add_lm(sub: Any) -> None:
         "--on-error",
         choices=["raise", "skip"],
         default="raise",
-        help="a malformed JSONL record stops the build (naming file and line) or is counted "
-        "and skipped",
+        help="a malformed JSONL record, or a text document with invalid UTF-8, stops the "
+        "build (naming file and line) or is counted and skipped",
     )
     p.set_defaults(func=_cmd_lm_build)
     p = kinds.add_parser(

@@ -235,8 +235,10 @@ class TokenCorpus:
                 (:meth:`merge`) and every rank opens the snapshot it committed (``dest`` on a
                 filesystem every rank sees); without a group, one process builds.
             build_id: with ``shard="auto"``, the build directory of the shards.
-            on_error: ``"raise"``: a malformed JSONL record stops the build, naming file and
-                line; ``"skip"``: it is left out, counted in ``meta["skipped"]`` (the first
+            on_error: ``"raise"``: a malformed JSONL record, or a line of invalid UTF-8 in
+                a text file, stops the build, naming file and line; ``"skip"``: the record
+                (the text's document: its paragraph, line or file, as ``split`` cuts it) is
+                left out, counted in ``meta["skipped"]`` (the first
                 few named in ``meta["skip_examples"]``) and a
                 :class:`~lading.errors.SkippedRecordsWarning` naming the first.
         """
@@ -331,8 +333,8 @@ class TokenCorpus:
         """Tokenize shard ``i`` of ``n`` (``shard=(i, n)``) of ``source`` into ``dest`` (a
         folder, or an object-store URL: the shard is uploaded once whole); once all ``n`` are
         there, :meth:`merge` commits them. Any worker, any order; a shard already there is
-        not written again. ``on_error="skip"`` counts malformed JSONL records instead of
-        raising (naming file and line). Returns what was done
+        not written again. ``on_error="skip"`` counts malformed JSONL records (and text
+        documents of invalid UTF-8) instead of raising (naming file and line). Returns what was done
         (:class:`lading.lm.shards.CorpusShardReport`); see :mod:`lading.lm.shards`."""
         options: dict[str, Any] = dict(append_eos=append_eos, eos_token=eos_token, split=split)
         options.update(on_error=on_error, build_id=build_id, progress=progress)

@@ -120,11 +120,11 @@ def shard_texts(
     inputs: Inputs, pieces: list[Piece], split: str, on_error: OnError
 ) -> Iterator[str]:
     """The texts of ``pieces``, as the one-process build reads them; records skipped
-    (``on_error="skip"``) counted into ``inputs.skipped``, a compressed JSONL's (whole to
-    one shard) too."""
+    (``on_error="skip"``) counted into ``inputs.skipped``, a compressed JSONL's and a text
+    file's (whole to one shard) too."""
     for piece in pieces:
         if piece.span is None and not is_records(piece.path):
-            yield from file_texts(piece.path, split)
+            yield from file_texts(piece.path, split, on_error, inputs.skipped)
             continue
         reader = SourceReader(piece.path, "jsonl", on_error, TEXTS_ONLY, span=piece.span)
         yield from map(attrgetter("text"), reader)  # no Python frame a record

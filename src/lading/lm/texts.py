@@ -68,8 +68,9 @@ def iter_texts(
     skipped: Skips | None = None,
 ) -> Iterator[str]:
     """Every document text of ``source``, in a stable order (a store: its ``snapshot``, by
-    default the current one); with ``on_error="skip"``, malformed JSONL records are left out
-    and counted into ``skipped``."""
+    default the current one); with ``on_error="skip"``, malformed JSONL records, and the
+    documents of text files holding a line of invalid UTF-8, are left out and counted into
+    ``skipped``."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose from {sorted(SPLITS)}")
     if on_error == "skip" and skipped is None:
@@ -148,70 +149,107 @@ def is_records(path: Path) -> bool:
 def file_texts(
     path: Path, split: str, on_error: OnError = "raise", skipped: Skips | None = None
 ) -> Iterator[str]:
-    """The documents of one file (see the module doc); malformed JSONL records as
-    :func:`iter_texts` says."""
+    """The documents of one file (see the module doc); malformed JSONL records, and documents
+    holding a line of invalid UTF-8, as :func:`iter_texts` says."""
     if is_records(path):
         reader = read_records(path, format="jsonl", on_error=on_error, parse=TEXTS_ONLY)
         yield from map(attrgetter("text"), reader)
         if skipped is not None:
             skipped.add(reader.skipped, reader.skip_reasons)
         return
+    skips = skipped if skipped is not None else Skips()
     with open_binary(path) as stream:
         head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
     if head.lstrip().startswith(b"<doc "):
-        yield from _wikiextractor(path)
+        yield from _wikiextractor(path, on_error, skips)
     else:
-        yield from _plain(path, split)
+        yield from _plain(path, split, on_error, skips)
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+def _lines(path: Path, on_error: OnError) -> Iterator[tuple[int, str, str | None]]:
+    """Each line of ``path``: its number, its text and None; a line of invalid UTF-8 raises
+    naming it and the fix, or, with ``on_error="skip"``, comes with its bad bytes replaced
+    and, instead of None, why it is bad (``"line L of FILE: why"``), for the caller to skip
+    the document it is in."""
     with open_binary(path) as stream:
         for number, _, _, raw in numbered_lines(stream):
             try:
-                yield number, raw.decode("utf-8")
+                text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise SourceError(path, number, f"invalid UTF-8 at byte {e.start}") from None
+                why = f"invalid UTF-8 at byte {e.start} of the line ({e.object[e.start : e.end]!r})"
+                if on_error == "raise":
+                    raise SourceError(
+                        path,
+                        number,
+                        f"{why}; re-encode the file as UTF-8, or pass on_error='skip' to skip "
+                        "the document it is in",
+                    ) from None
+                yield number, raw.decode("utf-8", "replace"), str(SourceError(path, number, why))
+                continue
+            yield number, text, None
 
 
-def _plain(path: Path, split: str) -> Iterator[str]:
+def _plain(path: Path, split: str, on_error: OnError, skips: Skips) -> Iterator[str]:
+    """The documents of a plain text file; one holding a line of invalid UTF-8 (its
+    paragraph, its line, the file) skipped into ``skips`` under ``on_error="skip"``."""
     if split == "file":
-        text = "".join(line for _, line in _lines(path)).strip()
-        if text:
+        lines = list(_lines(path, on_error))
+        bad = next((why for _, _, why in lines if why is not None), None)
+        text = "".join(line for _, line, _ in lines).strip()
+        if bad is not None:
+            skips.add(1, [bad])
+        elif text:
             yield text
         return
     block: list[str] = []
-    for _, raw in _lines(path):
+    block_bad: str | None = None
+    for _, raw, why in _lines(path, on_error):
         line = raw.rstrip("\r\n")  # the text as written: indentation kept (code, verse)
         if split == "line":
-            if line.strip():
+            if why is not None:
+                skips.add(1, [why])
+            elif line.strip():
                 yield line
             continue
         if line.strip():
             block.append(line)
+            block_bad = block_bad or why
         elif block:
-            yield "\n".join(block)
-            block = []
-    if block:
+            if block_bad is None:
+                yield "\n".join(block)
+            else:
+                skips.add(1, [block_bad])
+            block, block_bad = [], None
+    if block_bad is not None:
+        skips.add(1, [block_bad])
+    elif block:
         yield "\n".join(block)
 
 
-def _wikiextractor(path: Path) -> Iterator[str]:
+def _wikiextractor(path: Path, on_error: OnError, skips: Skips) -> Iterator[str]:
+    """The bodies of WikiExtractor's ``<doc>`` blocks; one holding a line of invalid UTF-8
+    skipped into ``skips`` under ``on_error="skip"`` (such a line outside every block is
+    no part of a document: it is left out as the others there are)."""
     body: list[str] | None = None
+    bad: str | None = None
     start = 0
-    for number, line in _lines(path):
+    for number, line, why in _lines(path, on_error):
         if line.startswith("<doc "):
             if body is not None:
                 raise SourceError(path, number, f"<doc> inside the <doc> of line {start}")
-            body, start = [], number
+            body, start, bad = [], number, why
         elif line.startswith("</doc>"):
             if body is None:
                 raise SourceError(path, number, "</doc> without <doc>")
-            text = "".join(body).strip()
-            if text:
+            text, bad = "".join(body).strip(), bad or why
+            if bad is not None:
+                skips.add(1, [bad])
+            elif text:
                 yield text
             body = None
         elif body is not None:
             body.append(line)
+            bad = bad or why
     if body is not None:
         raise SourceError(path, start, "<doc> has no </doc> before the end of the file")
 
