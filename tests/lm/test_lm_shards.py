@@ -230,6 +230,32 @@ def test_a_malformed_line_is_named_or_skipped(tmp_path: Path) -> None:
     assert merged.meta["skipped"] == 1 and len(merged) == 700 + 60 + 40 - 1
 
 
+def test_shard_and_merge_lines_say_how_many_records_were_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`lading lm build --shard I/N --on-error skip` and `lading lm merge` said nothing of the
+    records skipped (a warning through Python's machinery at best): the line of the shard that
+    skipped, of its rerun and of the merge say the count and the first."""
+    src = inputs(tmp_path)
+    lines = (src / "a.jsonl").read_text().splitlines(keepends=True)
+    lines[650] = '{"text": "w1 w2", oops\n'
+    (src / "a.jsonl").write_text("".join(lines))
+    first = f"skipped 1 malformed record(s); first: line 651 of {src / 'a.jsonl'}: invalid JSON"
+    build = ["lm", "build", str(src), str(tmp_path / "s"), "--tokenizer", str(tmp_path / "t.json")]
+    said, _ = [], capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # printed, not warned of
+        for shard in ("0/2", "1/2", "1/2"):  # the last a rerun: already built, still said
+            assert main([*build, "--quiet", "--on-error", "skip", "--shard", shard]) == 0
+            said.append(capsys.readouterr().out.splitlines())
+    assert len(said[0]) == 1  # the first shard skipped nothing
+    assert said[1][1].startswith(first) and said[2][1].startswith(first)
+    assert "already built" in said[2][0]
+    assert main(["lm", "merge", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "from 2 shard(s)" in out[0] and out[1].startswith(first)
+
+
 def test_one_process_skips_as_the_shards_do(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -247,3 +247,33 @@ def test_a_shard_that_skips_records_says_how_many_as_a_one_process_build_does(
         for i in range(2):
             lading.build_shard(src, tmp_path / "s", (i, 2), on_error="skip", progress=False)
     assert lading.merge_store(tmp_path / "s").meta["build"]["skipped"] == 1
+
+
+def test_shard_and_merge_lines_say_how_many_records_were_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`lading build --shard I/N --on-error skip` and `lading merge` said nothing of the records
+    skipped (the CLI hid the shard's warning, its line had no count): each shard's line, a
+    rerun's and the merge's say the count and the first, as a one-process build does."""
+    src = tmp_path / "a.jsonl"
+    lines = [f'{{"id": "{i}", "text": "doc {i}"}}\n' for i in range(10)]
+    for i in (2, 5, 8):
+        lines[i] = f'{{"id": "{i}", "text": broken\n'
+    src.write_text("".join(lines))
+    first = f"skipped 1 malformed record(s); first: line 3 of {src}: invalid JSON"
+    said = []
+    for shard in ("0/2", "1/2", "0/2"):  # the last a rerun: already built, still said
+        build = ["build", str(src), str(tmp_path / "s"), "--on-error", "skip", "--quiet"]
+        assert main([*build, "--shard", shard]) == 0
+        said.append(capsys.readouterr())
+    assert [s.err for s in said] == ["", "", ""]  # no warning through Python's machinery
+    assert said[0].out.splitlines()[1].startswith(first) and "4 documents" in said[0].out
+    second = f"skipped 2 malformed record(s); first: line 6 of {src}"
+    assert said[1].out.splitlines()[1].startswith(second) and "3 documents" in said[1].out
+    assert said[2].out.splitlines()[1].startswith(first) and "already built" in said[2].out
+    assert main(["merge", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "7 documents from 2 shard(s)" in out[0]
+    assert out[1].startswith(f"skipped 3 malformed record(s); first: line 3 of {src}")
+    report = lading.build_shard(src, tmp_path / "s", (1, 2), on_error="skip", progress=False)
+    assert (report.skipped, report.skip_examples[1][:9]) == (2, "line 9 of")

@@ -41,15 +41,17 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
     refuse_build_id_alone(args)
     if args.shard is not None:
         refuse_shard_args(args.source, args.overwrite)  # (--overwrite was taken and ignored)
-        report = TokenCorpus.build_shard(
-            args.source,
-            args.dest,
-            args.shard,
-            args.tokenizer,
-            on_error=args.on_error,
-            build_id=args.build_id,
-            **documents,
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SkippedRecordsWarning)  # in the report (printed)
+            report = TokenCorpus.build_shard(
+                args.source,
+                args.dest,
+                args.shard,
+                args.tokenizer,
+                on_error=args.on_error,
+                build_id=args.build_id,
+                **documents,
+            )
         print(report)
         return 0
     with warnings.catch_warnings():
@@ -80,6 +82,7 @@ def _cmd_lm_merge(args: argparse.Namespace) -> int:
         f"{getattr(corpus, 'url', None) or corpus.path}: {counted(len(corpus), 'document')}, "
         f"{counted(corpus.n_tokens, 'token')} from {parts} shard(s), snapshot {corpus.snapshot}"
     )
+    print_skipped(corpus.meta)  # the shards' skips, summed
     return 0
 
 

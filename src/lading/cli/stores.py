@@ -45,7 +45,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.shard is not None:
         refuse_shard_args(args.source, args.overwrite)  # (--overwrite was taken and ignored)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the skip count is in the shard's report
+            warnings.simplefilter("ignore")  # the skip count is in the shard's report (printed)
             report = build_shard(
                 args.source, args.dest, args.shard, **options, build_id=args.build_id
             )
@@ -86,6 +86,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         f"{store.path}: {len(store):,} documents from {shards} shard(s), snapshot "
         f"{store.snapshot} ({time.perf_counter() - started:.1f}s)"
     )
+    print_skipped(store.meta["build"])  # the shards' skips, summed
     return 0
 
 
@@ -125,10 +126,10 @@ def print_skipped(record: dict[str, Any]) -> None:
     """The line of a build that skipped malformed records (``record``: its manifest's
     ``skipped`` and ``skip_examples``): ``skipped N malformed record(s); first: ...``; none
     when it skipped nothing."""
+    from lading.stores.building.shardset import skipped_line
+
     if record.get("skipped"):
-        examples = record.get("skip_examples") or []
-        first = f"; first: {examples[0]}" if examples else ""
-        print(f"skipped {record['skipped']:,} malformed record(s){first}")
+        print(skipped_line(record["skipped"], record.get("skip_examples") or []))
 
 
 def counted(n: int, noun: str) -> str:

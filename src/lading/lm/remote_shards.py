@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +70,12 @@ def upload_shard(
     rel = f"{bid}/{shard_name(i, n)}"
     record = uploaded_record(url, settings, rel)
     if record is not None:  # a rerun: whole already
-        return CorpusShardReport(Path(url), bid, i, n, int(record["documents"]), True)
+        return CorpusShardReport.of_record((Path(url), bid, i, n), record, True)
     with scratch_folder(settings, "shard-") as scratch:
         local = scratch / "corpus"
         report = build_corpus_shard(source, local, (i, n), tokenizer, build_id=bid, **options)
         upload_shard_folder(local, rel, url, settings)
-    return CorpusShardReport(Path(url), bid, i, n, report.documents, False)
+    return replace(report, dest=Path(url), build_id=bid)
 
 
 def merge_remote(

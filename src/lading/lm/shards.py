@@ -63,13 +63,29 @@ _DTYPES = ("<u2", "<u4", "<i4", "|u1")
 @dataclass(frozen=True)
 class CorpusShardReport(ShardWork):
     """What a shard worker did: ``documents`` tokenized into shard ``shard`` of ``shards``
-    (``reused``: it was there already) of build ``build_id`` of the corpus at ``dest``."""
+    (``reused``: it was there already) of build ``build_id`` of the corpus at ``dest``;
+    ``skipped`` malformed records left out (``on_error="skip"``), the first of them in
+    ``skip_examples``."""
 
     documents: int
     reused: bool
+    skipped: int = 0
+    skip_examples: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        return self.line(self.documents, self.reused, "lading lm merge")
+        return self.line(
+            self.documents, self.reused, "lading lm merge", self.skipped, self.skip_examples
+        )
+
+    @classmethod
+    def of_record(
+        cls, where: tuple[Path, str, int, int], record: dict[str, Any], reused: bool
+    ) -> CorpusShardReport:
+        """The report of the shard ``where`` (dest, build id, i, n) whose ``shard.json`` is
+        ``record``: its documents and what it skipped."""
+        examples = tuple(record.get("skip_examples") or ())
+        skipped = int(record.get("skipped", 0))
+        return cls(*where, int(record["documents"]), reused, skipped, examples)
 
 
 @dataclass
@@ -204,8 +220,8 @@ def build_corpus_shard(
     bid, where, stats = claim_shard(dest, inputs.files, options, (i, n), build_id, "token corpus")
     with BuildContext(where, None, "shard") as build:
         if (where / SHARD_FILE).is_file():  # a rerun: this shard is whole already
-            documents = json.loads((where / SHARD_FILE).read_text())["documents"]
-            return CorpusShardReport(dest, bid, i, n, documents, True)
+            record = json.loads((where / SHARD_FILE).read_text())
+            return CorpusShardReport.of_record((dest, bid, i, n), record, True)
         with build.scratch() as tmp:
             identity = (
                 source_identity(source)
@@ -234,7 +250,7 @@ def build_corpus_shard(
                 "skipped": inputs.skipped.count,
                 "skip_examples": inputs.skipped.examples,
             }
-            finish_shard(tmp, meta, info["sha256"], options, about)
+            written = finish_shard(tmp, meta, info["sha256"], options, about)
             build.publish_new(tmp)
     if inputs.skipped.count:  # (the merge sums them into the corpus's "skipped")
         warnings.warn(
@@ -242,7 +258,7 @@ def build_corpus_shard(
             SkippedRecordsWarning,
             stacklevel=3,  # the caller of TokenCorpus.build_shard
         )
-    return CorpusShardReport(dest, bid, i, n, meta["documents"], False)
+    return CorpusShardReport.of_record((dest, bid, i, n), written, False)
 
 
 def finish_shard(

@@ -58,13 +58,26 @@ class ShardReport(ShardWork):
         shards: how many shards the build has.
         rows: documents in this shard.
         reused: the shard was there already (a rerun), nothing was written.
+        skipped: malformed records the shard skipped (``on_error="skip"``).
+        skip_examples: the first of them, ``"line L of FILE: why"``.
     """
 
     rows: int
     reused: bool
+    skipped: int = 0
+    skip_examples: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        return self.line(self.rows, self.reused, "lading merge")
+        return self.line(self.rows, self.reused, "lading merge", self.skipped, self.skip_examples)
+
+    @classmethod
+    def of_record(
+        cls, where: tuple[Path, str, int, int], record: dict[str, Any], reused: bool
+    ) -> ShardReport:
+        """The report of the shard ``where`` (dest, build id, i, n) whose ``shard.json`` is
+        ``record``: its rows and what it skipped."""
+        examples = tuple(record.get("skip_examples") or ())
+        return cls(*where, int(record["rows"]), reused, int(record.get("skipped", 0)), examples)
 
 
 def source_files(source: Any, format: str | None, parse: ParseOptions) -> list[Path]:
@@ -107,8 +120,8 @@ def write_one_shard(
     bid, where, stats = claim_shard(dest, files, options, (i, n), build_id, "store")
     with BuildContext(where, None, "shard") as build:
         if (where / SHARD_FILE).is_file():  # a rerun: this shard is whole already
-            rows = json.loads((where / SHARD_FILE).read_text())["rows"]
-            return ShardReport(dest, bid, i, n, rows, True)
+            record = json.loads((where / SHARD_FILE).read_text())
+            return ShardReport.of_record((dest, bid, i, n), record, True)
         with build.scratch() as tmp:
             reader = PiecesReader(pieces, format, on_error, parse)
             before = reader.fingerprints()  # before reading: a change while reading is seen
@@ -140,7 +153,7 @@ def write_one_shard(
             SkippedRecordsWarning,
             stacklevel=3,  # the caller of build_shard
         )
-    return ShardReport(dest, bid, i, n, written.record["rows"], False)
+    return ShardReport.of_record((dest, bid, i, n), written.record, False)
 
 
 def merge_store(dest: Path, build_id: str | None = None) -> PackedStore:

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -149,11 +150,11 @@ def store_shard_remote(
     rel = f"{bid}/{shard_name(i, n)}"
     record = uploaded_record(url, settings, rel)
     if record is not None:  # a rerun: whole already
-        return ShardReport(Path(url), bid, i, n, int(record["rows"]), True)
+        return ShardReport.of_record((Path(url), bid, i, n), record, True)
     with scratch_folder(settings, "shard-") as scratch:
         report = write(scratch / "store")
         upload_shard_folder(scratch / "store", rel, url, settings)
-    return ShardReport(Path(url), bid, i, n, report.rows, False)
+    return replace(report, dest=Path(url), build_id=bid)
 
 
 def store_needs(record: dict[str, Any]) -> list[str]:

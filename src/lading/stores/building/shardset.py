@@ -79,14 +79,31 @@ class ShardWork:
     shard: int
     shards: int
 
-    def line(self, documents: int, reused: bool, merge: str) -> str:
-        """The worker's one line: ``documents`` written (or ``reused``: there already) and the
-        command (``merge``) that commits the shards once all are built."""
+    def line(
+        self,
+        documents: int,
+        reused: bool,
+        merge: str,
+        skipped: int = 0,
+        skip_examples: Sequence[str] = (),
+    ) -> str:
+        """The worker's line: ``documents`` written (or ``reused``: there already) and the
+        command (``merge``) that commits the shards once all are built; then, when the shard
+        ``skipped`` malformed records, a second line saying how many and the first (a
+        one-process build's :func:`skipped_line`)."""
         did = "already built" if reused else f"{documents:,} documents"
-        return (
+        line = (
             f"{self.dest}: shard {self.shard}/{self.shards} of {self.build_id}: {did}; once all "
             f"{self.shards} are built: {merge} {self.dest}"
         )
+        return f"{line}\n{skipped_line(skipped, skip_examples)}" if skipped else line
+
+
+def skipped_line(skipped: int, skip_examples: Sequence[str]) -> str:
+    """``skipped N malformed record(s); first: line L of FILE: why``: what a build, a shard
+    or a merge that skipped records prints (``skip_examples``: the first few, as recorded)."""
+    first = f"; first: {skip_examples[0]}" if skip_examples else ""
+    return f"skipped {skipped:,} malformed record(s){first}"
 
 
 def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
