@@ -17,7 +17,7 @@ import torch
 import lading
 from conftest import word_corpus
 from lading.device import DevicePrefetcher, batch_bytes, to_device
-from lading.device.prefetch import tensors
+from lading.device.prefetch import map_tensors, tensors
 from lading.ir.layouts import assemble, expand, layout, model_inputs
 from lading.lm import LanguageModelLoader, Streams, TokenCorpus
 from lading.lm.resident import ResidentLanguageModelLoader, ResidentStream
@@ -169,6 +169,50 @@ def test_lm_tuples_pulled_ahead_stay_intact(corpus: TokenCorpus, depth: int) -> 
     resumed = DevicePrefetcher(lm_loader(corpus, chunk_batches=1), "cpu", depth)
     resumed.load_state_dict(pre.state_dict())
     assert head + run(resumed) == want
+
+
+def test_len_is_the_epochs_while_batches_are_in_flight(corpus: TokenCorpus) -> None:
+    """Read ahead to its epoch's end, the loader's len() is the next epoch's (jittered streams
+    differ epoch to epoch): the prefetcher's stays the epoch's being handed out."""
+    plain = LanguageModelLoader(corpus, 3, Streams(5), seed=1)
+    counts = [len(plain) for _ in plain]
+    ahead = DevicePrefetcher(LanguageModelLoader(corpus, 3, Streams(5), seed=1), "cpu", depth=2)
+    assert [len(ahead) for _ in ahead] == counts
+    assert len(ahead) == len(plain)  # between epochs: the next one's, as the loader's
+
+
+def test_a_mapping_batch_keeps_its_type_and_its_tensors_are_walked() -> None:
+    """A transformers BatchEncoding (a Mapping, not a dict) was passed over whole: on CUDA its
+    tensors stayed on the CPU, here its promised clone was skipped."""
+    from collections import OrderedDict, UserDict
+
+    class Encoding(UserDict):  # type: ignore[type-arg]  # (BatchEncoding is a UserDict)
+        pass
+
+    for kind in (Encoding, OrderedDict):
+        batch = kind(input_ids=torch.arange(4), labels=[torch.ones(2)])
+        moved = map_tensors(batch, lambda t: t.to("meta"))
+        assert type(moved) is kind
+        assert moved["input_ids"].device.type == "meta" == moved["labels"][0].device.type
+        assert len(tensors(batch)) == 2
+
+
+def test_resident_tokens_of_another_corpus_are_refused(corpus: TokenCorpus, tmp_path: Path) -> None:
+    """The training corpus's tokens given to a validation loader were gathered (clamped) as
+    the validation corpus's: every batch another corpus's tokens."""
+    other = word_corpus(tmp_path / "other", docs=11, lengths=(2, 9), words=50, seed=7)
+    with pytest.raises(ValueError, match="resident= holds the tokens of another corpus"):
+        LanguageModelLoader(other, 3, Streams(5), resident=to_device(corpus, "cpu"))
+    mine = LanguageModelLoader(corpus, 3, Streams(5), resident=to_device(corpus, "cpu"), seed=1)
+    expected = len(mine)
+    assert len(list(mine)) == expected
+
+
+def test_pin_memory_with_device_is_refused(corpus: TokenCorpus) -> None:
+    """Batches built on the device cannot be pinned (torch refuses at the first batch on
+    CUDA): refused when the loader is made, naming what to leave out."""
+    with pytest.raises(ValueError, match="leave pin_memory out"):
+        LanguageModelLoader(corpus, 3, Streams(5), device="cpu", pin_memory=True)
 
 
 def test_bad_depth_is_refused() -> None:

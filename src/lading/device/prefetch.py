@@ -23,7 +23,7 @@ is tested without a GPU.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import torch
@@ -42,12 +42,19 @@ class _InFlight(NamedTuple):
 
 
 def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """``batch`` with ``fn`` applied to every tensor in it (dicts, lists, tuples, named tuples;
-    other values are kept as they are)."""
+    """``batch`` with ``fn`` applied to every tensor in it (mappings, lists, tuples, named
+    tuples; other values are kept as they are). A mapping keeps its type where it can be made
+    from a dict (a ``transformers`` ``BatchEncoding``, an ``OrderedDict``), as torch's own
+    ``pin_memory`` does, else becomes a dict."""
     if isinstance(batch, torch.Tensor):
         return fn(batch)
-    if isinstance(batch, dict):
-        return {k: map_tensors(v, fn) for k, v in batch.items()}
+    if isinstance(batch, Mapping):
+        mapped = {k: map_tensors(v, fn) for k, v in batch.items()}
+        kind: Any = type(batch)
+        try:
+            return kind(mapped)
+        except TypeError:
+            return mapped
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a NamedTuple
         return type(batch)(*(map_tensors(v, fn) for v in batch))
     if isinstance(batch, (list, tuple)):
@@ -121,6 +128,7 @@ class DevicePrefetcher:
         self._source: Iterator[Any] | None = None  # the loader's live iteration
         self._pass = 0  # counts passes and drops: an older pass stops at its next batch
         self._handed: Any = None  # the loader's position after the last batch handed out
+        self._len: int | None = None  # the loader's len() of the pass being read
         # a lading loader gives a cheap position with each batch pulled ahead and its state as
         # of that position later; any other loader's state_dict() is taken whole
         self._resumable = isinstance(loader, Resumable)
@@ -137,7 +145,11 @@ class DevicePrefetcher:
         self.loader.set_epoch(epoch)
 
     def __len__(self) -> int:
-        """Batches of the current epoch on this rank, as the loader's."""
+        """Batches of the current epoch on this rank, as the loader's: taken as the pass
+        begins, while it lasts (the loader, read ahead to its epoch's end, would answer the
+        next epoch's); between passes, the loader's."""
+        if self._len is not None:
+            return self._len
         return len(self.loader)
 
     def remaining(self) -> int:
@@ -188,6 +200,8 @@ class DevicePrefetcher:
             while True:
                 while self._source is not None and len(self._queue) <= ahead:
                     self._pull()
+                    if self._len is None:  # the loader's pass is decided at its first batch
+                        self._len = len(self.loader)
                 if not self._queue:
                     return
                 item = self._queue.popleft()
@@ -199,6 +213,7 @@ class DevicePrefetcher:
         finally:
             if self._pass == this:  # ended or broken off: the loader's pass ends with it (the
                 self._source = None  # batches in flight stay, for state_dict, until the next)
+                self._len = None
 
     def _state_now(self) -> Any:
         if not self.depth:
@@ -251,3 +266,4 @@ class DevicePrefetcher:
         self._queue.clear()
         self._source = None
         self._handed = None
+        self._len = None

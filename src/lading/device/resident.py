@@ -31,10 +31,19 @@ class ResidentTokens:
             their int16 bit pattern, uint32 as int32: gathers work on every device).
         unsigned: whether ``tokens`` holds an unsigned type's bits (widened with a mask).
         offsets: int64 ``[n + 1]``.
+        content: the content id of the corpus or store they were copied from (None: not
+            known), so that a loader given them for another corpus refuses them.
     """
 
-    def __init__(self, tokens: torch.Tensor, offsets: torch.Tensor, unsigned: bool) -> None:
+    def __init__(
+        self,
+        tokens: torch.Tensor,
+        offsets: torch.Tensor,
+        unsigned: bool,
+        content: str | None = None,
+    ) -> None:
         self.tokens, self.offsets, self.unsigned = tokens, offsets, unsigned
+        self.content = content
 
     @property
     def device(self) -> torch.device:
@@ -94,4 +103,7 @@ def to_device(source: Any, device: torch.device | str) -> ResidentTokens:
         piece = torch.from_numpy(np.array(bits[start : start + CHUNK]))  # a writable copy
         on_device[start : start + len(piece)].copy_(piece)
     offs = torch.from_numpy(np.asarray(offsets, dtype=np.int64)).to(device)
-    return ResidentTokens(on_device, offs, unsigned=dtype.kind == "u")
+    content = getattr(source, "content_id", None)
+    return ResidentTokens(
+        on_device, offs, dtype.kind == "u", content if isinstance(content, str) else None
+    )

@@ -199,6 +199,18 @@ class LanguageModelLoader(Loader):
         return self._lm.packing_stats()
 
 
+def check_resident(corpus: TokenCorpus, resident: ResidentTokens) -> None:
+    """Refuse ``resident`` tokens copied from another corpus than ``corpus`` (its gathers
+    would read that corpus's tokens, clamped, without a word), naming both."""
+    other = resident.content is not None and resident.content != corpus.content_id
+    if other or len(resident) != len(corpus) or resident.tokens.numel() != corpus.n_tokens:
+        raise ValueError(
+            f"resident= holds the tokens of another corpus ({len(resident):,} documents, "
+            f"{resident.tokens.numel():,} tokens) than {corpus!r} ({len(corpus):,} documents, "
+            f"{corpus.n_tokens:,} tokens): pass to_device({corpus!r}, device), or device="
+        )
+
+
 def on_device(
     corpus: TokenCorpus | TokenMixture,
     device: torch.device | str | None,
@@ -216,7 +228,13 @@ def on_device(
         )
     if isinstance(corpus, TokenMixture):
         raise ValueError("device= holds one TokenCorpus on the device, not a TokenMixture")
+    if workers.pin_memory:
+        raise ValueError(
+            "pin_memory=True pins batches built on the CPU; with device= (or resident=) they "
+            "are built on the device: leave pin_memory out"
+        )
     if resident is not None:
+        check_resident(corpus, resident)
         return resident
     assert device is not None
     return to_device(corpus, device)
