@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import warnings
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -86,35 +87,43 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
     _check_evaluation(args)
     import torch
 
+    from lading.errors import SkippedRecordsWarning
     from lading.ir.inputs import read_qrels, read_queries, read_run
-    from lading.ir.model import CrossEncoder, check_positions
+    from lading.ir.model import CrossEncoder, check_positions, trained_inputs
     from lading.ir.rerank import evaluate, rerank, write_trec_run
     from lading.stores import open_store
 
     model = CrossEncoder.from_pretrained(args.model)
-    check_positions(model, args.max_length, args.model)  # before the store, queries and run
+    trained = {"max_length": 512, "max_query_length": 64, **trained_inputs(args.model)}
+    max_length = args.max_length or trained["max_length"]
+    check_positions(model, max_length, args.model)  # before the store, queries and run
     tokenizer = Path(args.model) / "tokenizer.json"
     store = open_store(args.store)
     run = read_run(args.run)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    scores = rerank(
-        model,
-        store,
-        read_queries(args.queries),
-        run,
-        tokenizer,
-        depth=args.depth,
-        batch_size=args.batch_size,
-        max_length=args.max_length,
-        device=device,
-    )
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always", SkippedRecordsWarning)
+        scores = rerank(
+            model,
+            store,
+            read_queries(args.queries),
+            run,
+            tokenizer,
+            depth=args.depth,
+            batch_size=args.batch_size,
+            max_length=max_length,
+            max_query_length=args.max_query_length or trained["max_query_length"],
+            device=device,
+            on_missing=args.on_missing,
+        )
     write_trec_run(scores, args.out)
     print(f"{args.out}: reranked the top {args.depth} of {len(scores)} queries")
+    for warning in said:
+        print(str(warning.message))
     if args.qrels:
         qrels = read_qrels(args.qrels)
-        before = evaluate(
-            qrels, {q: run[q][: args.depth] for q in scores}, args.measures, args.min_relevance
-        )
+        ranked = {q: [d for d in run[q][: args.depth] if d in scores[q]] for q in scores}
+        before = evaluate(qrels, ranked, args.measures, args.min_relevance)  # the same documents
         after = evaluate(qrels, scores, args.measures, args.min_relevance)
         print(f"{'measure':10s} {'input run':>10s} {'reranked':>10s}")
         for name in args.measures:
@@ -401,5 +410,21 @@ def add_rerank(sub: Any) -> None:
     )
     p.add_argument("--depth", type=int, default=100, help="documents reranked a query")
     p.add_argument("--batch-size", type=int, default=64, help="pairs scored at once")
-    p.add_argument("--max-length", type=int, default=512, help="tokens a (query, document) pair")
+    p.add_argument(
+        "--max-length",
+        type=int,
+        help="tokens a (query, document) pair (default: as the model was trained, else 512)",
+    )
+    p.add_argument(
+        "--max-query-length",
+        type=int,
+        help="tokens a query keeps (default: as the model was trained, else 64)",
+    )
+    p.add_argument(
+        "--on-missing",
+        choices=["raise", "skip"],
+        default="raise",
+        help="a run query without text or a top document not in the store: stop (naming "
+        "them), or rerank what is there and say what was left out",
+    )
     p.set_defaults(func=_cmd_rerank)

@@ -34,7 +34,10 @@ ON_MISSING: tuple[str, ...] = ("raise", "skip")
 
 @dataclass(frozen=True)
 class GroupsReport:
-    """What building the groups left out, so nothing is dropped silently."""
+    """What building the groups left out, so nothing is dropped silently: queries judged with
+    no relevant document, with no text, or whose relevant documents are none of them in the
+    store (``queries_without_relevant_in_store``, under ``on_missing="skip"``); judged and run
+    documents not in the store."""
 
     pairs: int
     queries: int
@@ -42,6 +45,7 @@ class GroupsReport:
     queries_without_text: int
     judged_missing_from_store: int
     run_docs_missing_from_store: int
+    queries_without_relevant_in_store: int = 0
 
 
 class TrainingGroups:
@@ -110,7 +114,7 @@ class TrainingGroups:
         pair_doc: list[int] = []
         judged_parts: list[npt.NDArray[np.int64]] = []
         cand_parts: list[npt.NDArray[np.int64]] = []
-        no_relevant = no_text = missing_judged = missing_run = 0
+        no_relevant = no_text = missing_judged = missing_run = none_stored = 0
         tightest = ("", -1)  # the query with the most relevant documents, and their count
         for qid, judged in qrels.items():
             relevant = [d for d, rel in judged.items() if rel >= min_relevance]
@@ -138,7 +142,8 @@ class TrainingGroups:
                 missing_judged += len(absent)
             is_relevant = np.array([judged[d] >= min_relevance for d in judged_ids])
             relevant_codes = codes[(codes >= 0) & is_relevant]
-            if len(relevant_codes) == 0:
+            if len(relevant_codes) == 0:  # (all of them absent: skipped above)
+                none_stored += 1
                 continue
             run_codes, missing = self._run_codes(negatives.get(qid, ()), relevant_codes)
             missing_run += missing
@@ -169,9 +174,15 @@ class TrainingGroups:
         self._relevant, self._relevant_off = _ragged(judged_parts)
         self._cands, self._cands_off = _ragged(cand_parts)
         self.report = GroupsReport(
-            len(pair_query), len(qids), no_relevant, no_text, missing_judged, missing_run
+            len(pair_query),
+            len(qids),
+            no_relevant,
+            no_text,
+            missing_judged,
+            missing_run,
+            none_stored,
         )
-        if no_relevant or no_text or missing_judged or missing_run:
+        if no_relevant or no_text or missing_judged or missing_run or none_stored:
             warnings.warn(f"TrainingGroups left out: {self.report}", stacklevel=3)
 
     def _run_codes(

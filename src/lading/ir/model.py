@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +92,13 @@ class CrossEncoder(nn.Module):
             return model
         return cls(_backbone(_transformers().AutoModel.from_pretrained, name_or_path), dropout)
 
-    def save(self, directory: str | os.PathLike[str]) -> None:
-        """Write ``config.json``, ``model.safetensors`` and ``lading.json`` (no pickle)."""
+    def save(
+        self, directory: str | os.PathLike[str], inputs: Mapping[str, int] | None = None
+    ) -> None:
+        """Write ``config.json``, ``model.safetensors`` and ``lading.json`` (no pickle), which
+        keeps ``inputs``: how the training cut its rows (``max_length``,
+        ``max_query_length``), what reranking with it cuts them to by default
+        (:func:`trained_inputs`)."""
         from safetensors.torch import save_file
 
         out = Path(directory)
@@ -102,7 +108,7 @@ class CrossEncoder(nn.Module):
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         save_file(state, str(out / MODEL_FILE))
         (out / "lading.json").write_text(
-            json.dumps({"kind": "cross-encoder", "dropout": self.dropout.p})
+            json.dumps({"kind": "cross-encoder", "dropout": self.dropout.p, **(inputs or {})})
         )
 
     def forward(
@@ -149,3 +155,17 @@ def check_positions(model: CrossEncoder, max_length: int, name: str | None = Non
             f"max_length={max_length} is longer than the {positions} positions of model "
             f"{name}: pass max_length={positions} (or less)"
         )
+
+
+def trained_inputs(path: str | os.PathLike[str]) -> dict[str, int]:
+    """The ``max_length`` and ``max_query_length`` a model saved by :meth:`CrossEncoder.save`
+    was trained with (those its ``lading.json`` keeps; none for another model folder)."""
+    meta_path = Path(path) / "lading.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(meta, dict):
+        return {}
+    keys = ("max_length", "max_query_length")
+    return {k: int(meta[k]) for k in keys if isinstance(meta.get(k), int)}

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lading.errors import missing_package
+from lading.errors import SkippedRecordsWarning, missing_package
 from lading.ir.collate import CrossEncoderCollator
 from lading.ir.model import CrossEncoder, check_positions
 from lading.stores.base import DocStore
@@ -28,15 +29,26 @@ def rerank(
     depth: int = 100,
     batch_size: int = 64,
     max_length: int = 512,
+    max_query_length: int = 64,
     device: str | torch.device = "cpu",
+    on_missing: str = "raise",
 ) -> dict[str, dict[str, float]]:
     """Scores of the top ``depth`` documents of each query's run: {qid: {docid: score}}.
 
+    ``max_query_length``: query tokens kept, as the model was trained with (its
+    ``lading.json`` says, for a model of ``lading train cross-encoder``). A run query with no
+    text in ``queries``, or a document of a query's top ``depth`` not in ``store``, is an
+    error naming how many and the first; ``on_missing="skip"`` leaves them out, counted in a
+    :class:`~lading.errors.SkippedRecordsWarning` (a reranked query then ranks fewer
+    documents than the run's top ``depth``).
+
     Raises:
-        ValueError: ``max_length`` is longer than the positions ``model`` has.
+        ValueError: ``max_length`` is longer than the positions ``model`` has; something of
+            the run is missing (above).
     """
     check_positions(model, max_length)
-    collate = CrossEncoderCollator(store, tokenizer, max_length=max_length)
+    left_out = _missing(store, queries, run, depth, on_missing)
+    collate = CrossEncoderCollator(store, tokenizer, max_length, max_query_length)
     model.eval().to(device)
     scores: dict[str, dict[str, float]] = {}
     for qid, ranked in run.items():
@@ -63,7 +75,41 @@ def rerank(
             )
             out.update(zip(chunk, logits.float().cpu().tolist()))
         scores[qid] = out
+    if left_out:
+        warnings.warn(f"rerank left out {left_out}", SkippedRecordsWarning, stacklevel=2)
     return scores
+
+
+def _missing(
+    store: DocStore,
+    queries: Mapping[str, str],
+    run: Mapping[str, Sequence[str]],
+    depth: int,
+    on_missing: str,
+) -> str:
+    """What of ``run`` cannot be reranked (queries without text, top documents not in the
+    store), in words ("" for nothing); an error naming it unless ``on_missing="skip"``."""
+    if on_missing not in ("raise", "skip"):
+        raise ValueError(f"on_missing={on_missing!r}: pass 'raise' or 'skip'")
+    no_text = [q for q in run if q not in queries]
+    absent = [(q, d) for q, ranked in run.items() if q in queries for d in ranked[:depth]]
+    absent = [(q, d) for q, d in absent if d not in store]
+    said = []
+    if no_text:
+        said.append(
+            f"{len(no_text):,} run queries with no text in the queries (first: {no_text[0]!r})"
+        )
+    if absent:
+        said.append(
+            f"{len(absent):,} documents of the runs' top {depth} not in the store (first: "
+            f"{absent[0][1]!r} of query {absent[0][0]!r})"
+        )
+    if said and on_missing == "raise":
+        raise ValueError(
+            f"cannot rerank {' and '.join(said)}; pass the queries and store the run was made "
+            "with, or on_missing='skip' to rerank what is there"
+        )
+    return "; ".join(said)
 
 
 def write_trec_run(
@@ -87,7 +133,8 @@ def evaluate(
     """Mean of each measure over the judged queries, computed by ir-measures.
 
     A run given as ranked lists is scored by rank. ``min_relevance`` sets the binary threshold
-    of RR and R (``rel=``); nDCG uses the graded judgements.
+    of the measures that take one (RR, R, P, AP: ``rel=``); nDCG, ERR and the others use the
+    graded judgements.
     """
     import ir_measures
 
@@ -123,7 +170,7 @@ def parse_measures(measures: Sequence[str], min_relevance: int = 1) -> list[Any]
                 f"unknown measure {name!r} ({e}); name ir-measures measures such as "
                 f"{', '.join(DEFAULT_MEASURES)}, P@10 or AP"
             ) from None
-        if min_relevance != 1 and not name.startswith("nDCG"):
-            measure = measure(rel=min_relevance)
+        if min_relevance != 1 and "rel" in getattr(measure, "SUPPORTED_PARAMS", {}):
+            measure = measure(rel=min_relevance)  # (nDCG, ERR... take the graded judgements)
         parsed.append(measure)
     return parsed

@@ -288,7 +288,10 @@ def _train(config: TrainConfig, world: World, device: torch.device, out: Path) -
         "config": jsonable(asdict(config)),
     }
     if world.rank == 0:
-        model.save(out / "model")
+        model.save(
+            out / "model",
+            {"max_length": config.max_length, "max_query_length": config.max_query_length},
+        )
         tok.save(str(out / "model" / "tokenizer.json"))
     write_summary(out, summary, world)
     return summary

@@ -1,0 +1,118 @@
+"""Reranking with a trained cross-encoder: nothing of the run left out silently, the query
+length the model was trained with, every measure evaluated at any relevance threshold."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lading
+from conftest import write
+from lading.errors import SkippedRecordsWarning
+from lading.ir import TrainingGroups, rerank
+
+pytest.importorskip("tokenizers")
+pytest.importorskip("transformers")
+WORDS = [f"w{i}" for i in range(40)]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A store of 12 documents, a WordPiece tokenizer trained on them, a 2-layer BERT."""
+    from lading.ir.model import CrossEncoder, tiny_bert_config
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
+
+    tmp = tmp_path_factory.mktemp("rerank")
+    texts = [" ".join(WORDS[(i * 7 + j) % 40] for j in range(20)) for i in range(12)]
+    docs = write(tmp / "docs.tsv", "".join(f"d{i}\t{t}\n" for i, t in enumerate(texts)))
+    tokenizer = save_tokenizer(train_tokenizer(texts, "wordpiece", 200), tmp / "tok.json")
+    store = lading.build_store(docs, tmp / "store", progress=False)
+    model = CrossEncoder.from_config(tiny_bert_config(200, 128))
+    return {"store": store, "tokenizer": tokenizer, "model": model, "tmp": tmp}
+
+
+def test_a_run_document_not_in_the_store_is_named_or_skipped_and_counted(
+    tiny: dict[str, Any],
+) -> None:
+    """Run documents missing from the store and run queries without text were left out of
+    the reranked run without a word (a query of 250 documents reranked as 217)."""
+    queries = {"q1": "w1 w2 w3", "q2": "w4 w5"}
+    run = {"q1": ["d1", "gone", "d2"], "q2": ["d3"], "q3": ["d4"]}
+    args = (tiny["model"], tiny["store"], queries, run, tiny["tokenizer"])
+    with pytest.raises(
+        ValueError, match=r"1 run queries with no text .*'q3'.*1 documents .*'gone'"
+    ):
+        rerank(*args, max_length=96)
+    with pytest.warns(SkippedRecordsWarning, match=r"1 run queries .* 1 documents"):
+        scores = rerank(*args, max_length=96, on_missing="skip")
+    assert {q: sorted(d) for q, d in scores.items()} == {"q1": ["d1", "d2"], "q2": ["d3"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # all of it there: nothing said
+        rerank(*args[:3], {"q1": ["d1", "d2"]}, tiny["tokenizer"], max_length=96)
+
+
+def test_the_query_length_the_model_was_trained_with_is_kept_and_used(
+    tiny: dict[str, Any],
+) -> None:
+    """A model trained with --max-length 64 --max-query-length 16 could not be reranked at
+    its own length (64 query tokens were always kept); its folder now says both."""
+    from lading.ir.model import CrossEncoder, trained_inputs
+
+    folder = tiny["tmp"] / "model"
+    tiny["model"].save(folder, {"max_length": 64, "max_query_length": 16})
+    assert trained_inputs(folder) == {"max_length": 64, "max_query_length": 16}
+    assert trained_inputs(tiny["tmp"]) == {}  # a folder of no lading model
+    model = CrossEncoder.from_pretrained(folder)
+    long_query = {"q": " ".join(WORDS * 3)}
+    args = (model, tiny["store"], long_query, {"q": ["d1", "d2"]}, tiny["tokenizer"])
+    with pytest.raises(ValueError, match="leaves no room for a document"):
+        rerank(*args, max_length=64)  # 64 query tokens of 64
+    assert sorted(rerank(*args, max_length=64, max_query_length=16)["q"]) == ["d1", "d2"]
+
+
+def test_lading_rerank_takes_the_lengths_from_the_model_folder(
+    tiny: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lading.cli import main
+
+    folder = tmp_path / "model"
+    tiny["model"].save(folder, {"max_length": 64, "max_query_length": 16})
+    (folder / "tokenizer.json").write_bytes(Path(tiny["tokenizer"]).read_bytes())
+    queries = write(tmp_path / "q.tsv", f"q\t{' '.join(WORDS * 3)}\n")
+    run = write(tmp_path / "run.trec", "q Q0 d1 1 2.0 bm25\nq Q0 d2 2 1.0 bm25\n")
+    out = tmp_path / "r"
+    code = main(["rerank", "--model", str(folder), "--store", str(tiny["store"].path),
+                 "--queries", str(queries), "--run", str(run), "--out", str(out)])  # fmt: skip
+    assert code == 0, capsys.readouterr().err  # (was: 512 > the model's 128 positions)
+    assert len(out.read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("name", ["NDCG@10", "Judged@10", "P@1", "AP"])
+def test_every_measure_evaluates_at_a_relevance_threshold(name: str) -> None:
+    """rel= was put on every measure but nDCG: ERR, Judged and NDCG (upper case) raised a
+    bare KeyError: 'rel'. Only the measures that take a threshold get one (ERR is left out
+    here: ir-measures computes it with a perl script)."""
+    pytest.importorskip("ir_measures")
+    from lading.ir.rerank import evaluate
+
+    qrels = {"q": {"a": 2, "b": 1, "c": 0}}
+    got = evaluate(qrels, {"q": ["b", "a", "c"]}, [name], min_relevance=2)
+    assert 0.0 <= got[name] <= 1.0
+    if name in ("P@1", "AP"):  # b (relevance 1) is not relevant at 2: a is found second
+        assert got[name] == (0.0 if name == "P@1" else 0.5)
+
+
+def test_a_query_whose_relevant_documents_are_none_in_the_store_is_counted(
+    tiny: dict[str, Any],
+) -> None:
+    """Such a query was left out of the groups and of every count of the report."""
+    qrels = {"q1": {"d1": 1}, "q2": {"gone": 1, "d2": 0}}
+    queries = {"q1": "w1 w2", "q2": "w3"}
+    with pytest.warns(UserWarning, match="queries_without_relevant_in_store=1"):
+        groups = TrainingGroups(
+            tiny["store"], queries, qrels, group_size=2, sampling="random", on_missing="skip"
+        )
+    assert groups.report.queries == 1 and groups.report.queries_without_relevant_in_store == 1
