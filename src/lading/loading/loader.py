@@ -336,6 +336,13 @@ class Loader:
         shutdown = getattr(iterator, "_shutdown_workers", None)
         if callable(shutdown):
             shutdown()
+            # a thread waiting in the DataLoader for a batch waits for ever on workers marked
+            # shut down (torch then takes an empty queue for a slow worker): marked alive
+            # again, its next look (within 5 s) finds them gone and raises, which its pass
+            # turns into LoaderClosedError
+            status = getattr(iterator, "_workers_status", None)
+            if isinstance(status, list):
+                setattr(iterator, "_workers_status", [True] * len(status))  # noqa: B010
         # GETs it asked for ahead (prefetches handed to a remote corpus's cache) are sent and
         # answered before close returns, within the remote deadline: none goes out after
         settle = getattr(self._workload, "settle", None)
