@@ -116,3 +116,14 @@ def test_a_query_whose_relevant_documents_are_none_in_the_store_is_counted(
             tiny["store"], queries, qrels, group_size=2, sampling="random", on_missing="skip"
         )
     assert groups.report.queries == 1 and groups.report.queries_without_relevant_in_store == 1
+
+
+def test_rows_are_never_padded_past_max_length(tiny: dict[str, Any]) -> None:
+    """Rows were padded to a multiple of 8 past max_length: a model of 100 positions, told
+    max_length=100 (what the refusal of 128 suggested), got rows of 104 and crashed."""
+    from lading.ir import CrossEncoderCollator
+
+    collate = CrossEncoderCollator(tiny["store"], tiny["tokenizer"], max_length=70)
+    items = [{"query": " ".join(WORDS * 2), "doc_ids": ["d1"], "doc_codes": [0]}]
+    batch = collate(items)  # a query of 64 tokens, 3 of the document, 3 special: 70, not 72
+    assert batch["input_ids"].shape[1] == 70 == int(batch["attention_mask"].sum())

@@ -354,6 +354,29 @@ def test_a_meta_json_of_the_users_does_not_make_a_folder_lading_s(
         stage(store.path, mine)
     assert (mine / "meta.json").read_text() == '{"experiment": 7}'
     assert (mine / "results" / "precious.csv").read_text() == "a,b\n"
+    alone = tmp_path / "alone"  # the user's meta.json and nothing else: still theirs
+    write(alone / "meta.json", '{"author": "me"}')
+    with pytest.raises(FileExistsError, match="is not a lading store"):
+        lading.build_store(tiny_tsv, alone, progress=False)
+    assert (alone / "meta.json").read_text() == '{"author": "me"}'
+
+
+def test_a_dataset_or_a_checkpoint_never_replaces_a_store(tiny_tsv: Path, tmp_path: Path) -> None:
+    """What is published whole (a repartitioned parquet dataset, a training checkpoint) was
+    checked only to be lading's: a store in its place was replaced."""
+    from lading.disk.atomic import publish
+    from lading.train.checkpoint import save
+
+    store = lading.build_store(tiny_tsv, tmp_path / "s", progress=False)
+    dataset = tmp_path / "new"
+    write(dataset / "_lading.json", "{}")
+    with pytest.raises(FileExistsError, match=r"holds a lading lading\.packed directory"):
+        publish(dataset, store.path)
+    with pytest.raises(FileExistsError, match=r"lading\.train\.checkpoint"):
+        save({"step": 1}, store.path)
+    assert len(lading.open_store(store.path)) == len(store)
+    save({"step": 1}, tmp_path / "ckpt")
+    save({"step": 2}, tmp_path / "ckpt")  # a checkpoint over a checkpoint: as before
 
 
 def test_a_damaged_manifest_beside_lading_s_snapshots_is_rebuilt(

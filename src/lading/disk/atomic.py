@@ -164,8 +164,13 @@ def is_ours_to_replace(dest: Path) -> bool:
         return True
     if any((dest / mark).is_file() for mark in (DATASET_MARK, STAGE_MARK)):
         return True
-    # shard workers of a parallel build fill build-<id>/ before any meta.json exists
-    return all(entry.name == META_FILE or _lading_made(entry) for entry in dest.iterdir())
+    # shard workers of a parallel build fill build-<id>/ before any meta.json exists; a
+    # damaged meta.json counts only beside what lading made (a user's alone is theirs)
+    entries = list(dest.iterdir())
+    made = [entry for entry in entries if _lading_made(entry)]
+    return len(made) == len(entries) or (
+        bool(made) and all(e.name == META_FILE or _lading_made(e) for e in entries)
+    )
 
 
 def lading_format(dest: Path) -> str | None:
@@ -202,6 +207,13 @@ def publish(tmp: Path, dest: Path) -> None:
         raise FileExistsError(
             f"{dest} exists and is not a lading directory; refusing to replace it. "
             "Choose another destination or remove it yourself."
+        )
+    other, new = lading_format(dest), lading_format(tmp)
+    if other is not None and other != new:  # (a dataset, a checkpoint over a store...)
+        raise FileExistsError(
+            f"{dest} holds a lading {other} directory; refusing to replace it with "
+            f"{'a ' + new + ' one' if new else 'another kind of directory'}. Choose another "
+            "destination or remove it yourself."
         )
     if dest.exists() and _exchange(tmp, dest):
         fsync_dir(dest.parent)

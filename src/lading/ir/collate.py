@@ -6,7 +6,7 @@ queries are encoded, in one ``encode_batch``. Without tokens (the study's setup)
 tokenized in the collator. Both give what the HF tokenizer gives for
 ``tokenizer(query, doc, truncation="only_second", max_length=max_length)`` (for queries within
 ``max_query_length``), padded to the batch's longest row rounded up to a multiple of 8
-(tensor cores like multiples of 8).
+(tensor cores like multiples of 8), at most ``max_length``.
 
 Rows are laid out group by group, relevant document first, so ``logits.view(-1, group_size)``
 with target 0 is the listwise loss and ``labels`` (1.0 for the relevant row) the pointwise one.
@@ -162,7 +162,8 @@ class CrossEncoderCollator:
         d_len = np.minimum([len(d) for d in docs], budget)
         lengths = q_len + d_len + 3
         width = int(-(-lengths.max() // self.multiple) * self.multiple)
-        return q_len, d_len, lengths, width
+        # never past max_length: a model of 100 positions takes max_length=100, not 104
+        return q_len, d_len, lengths, min(width, self.max_length)
 
     def _rows(
         self, queries: list[np.ndarray], docs: list[np.ndarray], rows: np.ndarray, group_size: int
