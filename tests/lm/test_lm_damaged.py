@@ -29,3 +29,19 @@ def test_offsets_out_of_order_are_refused_at_open(tmp_path: Path) -> None:
     message = str(caught.value)
     assert "tokens.off" in message and "not in order" in message and "rebuild" in message
     assert f"document {middle}" in message or f"documents {middle}" in message
+
+
+@pytest.mark.parametrize("dtype", [">u2", "<i8", "|u1", "float32"])
+def test_a_manifest_dtype_no_build_writes_is_refused_naming_it(tmp_path: Path, dtype: str) -> None:
+    """A local corpus's meta.json said ">u2" (byte-swapped): it opened and every id read
+    wrong (the hostile-manifest fuzz found it at LADING_FUZZ_SEED=160492089); the remote
+    reader refused it already. Now both name the field."""
+    import json
+
+    corpus = word_corpus(tmp_path, docs=12, lengths=(2, 12), words=50, seed=3)
+    meta_path = corpus.path / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["dtype"] = dtype
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(StoreFormatError, match="dtype"):
+        TokenCorpus.open(corpus.path, on_stale="ignore")

@@ -22,7 +22,13 @@ import numpy.typing as npt
 
 from lading.disk import OFFSET_DTYPE, BuildContext, MappedFile, open_snapshot
 from lading.errors import SkippedRecordsWarning, StaleStoreWarning, StoreFormatError
-from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENIZER, check_offsets
+from lading.lm.corpus_format import (
+    FORMAT_NAME,
+    OFFSETS,
+    TOKENIZER,
+    check_dtype,
+    check_offsets,
+)
 from lading.lm.parts import PartOffsets, PartTokens, part_offsets, token_parts
 from lading.lm.texts import (
     Skips,
@@ -61,7 +67,7 @@ class TokenCorpus:
         self.path, self.meta = path, meta
         self.snapshot: str = meta["snapshot"]
         self.stale: str | None = None
-        self.dtype = np.dtype(meta["dtype"])
+        self.dtype = check_dtype(meta, str(path))
         where = path / meta.get("dir", "")  # version 1: every file at the top
         self.tokens: npt.NDArray[Any] | PartTokens = token_parts(path, meta, self.dtype)
         self.offsets: npt.NDArray[np.uint64] | PartOffsets = (

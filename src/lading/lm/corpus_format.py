@@ -15,6 +15,23 @@ OFFSETS = "tokens.off"  # n + 1 uint64 offsets into TOKENS
 TOKENIZER = "tokenizer.json"  # the tokenizer the ids came from
 MERGED_VERSION = 3  # a corpus built in shards: ``parts`` read in place (lading.lm.parts)
 CHECK_CHUNK = 1 << 22  # offsets compared at a time: 32 MiB, whatever the corpus's size
+TOKEN_DTYPES = ("<u2", "<u4", "<i4", "|u1")  # what token_dtype writes (uint16: 65,536 ids)
+
+
+def check_dtype(meta: dict[str, Any], where: str) -> np.dtype[Any]:
+    """The manifest's ``dtype`` if it is one a build writes (a byte-swapped ``>u2`` read the
+    ids of every document wrong, without a word).
+
+    Raises:
+        StoreFormatError: naming the manifest's field and the fix.
+    """
+    value = meta.get("dtype")
+    if value not in TOKEN_DTYPES:
+        raise StoreFormatError(
+            f"{where}: meta.json's dtype is {repr(value)[:40]}, not one of {TOKEN_DTYPES}; the "
+            "manifest is damaged, rebuild the corpus with `lading lm build`"
+        )
+    return np.dtype(value)
 
 
 def check_offsets(offsets: Any, tokens: int, meta: dict[str, Any], where: str) -> None:
@@ -31,9 +48,9 @@ def check_offsets(offsets: Any, tokens: int, meta: dict[str, Any], where: str) -
     n = len(offsets)
     if n != meta["documents"] + 1 or int(offsets[-1]) != tokens or int(offsets[0]) != 0:
         raise StoreFormatError(
-            f"{where}: {OFFSETS} ({n} offsets) does not describe {TOKENS} ({tokens} tokens) "
-            f"and the manifest's documents = {meta['documents']!r}; rebuild it with "
-            "`lading lm build`"
+            f"{where}: {OFFSETS} ({n} offsets) does not describe {TOKENS} ({tokens} tokens of "
+            f"meta.json's dtype {meta.get('dtype')!r}) and the manifest's documents = "
+            f"{meta['documents']!r}; rebuild it with `lading lm build`"
         )
     for lo in range(0, n - 1, CHECK_CHUNK):
         part = np.asarray(offsets[lo : lo + CHECK_CHUNK + 1])

@@ -32,7 +32,14 @@ from lading.disk.meta import META_FILE
 from lading.disk.names import check_name, safe_snapshot_id
 from lading.disk.snapshot import decode_manifest
 from lading.errors import LadingError, StoreFormatError
-from lading.lm.corpus_format import FORMAT_NAME, OFFSETS, TOKENIZER, TOKENS, check_offsets
+from lading.lm.corpus_format import (
+    FORMAT_NAME,
+    OFFSETS,
+    TOKEN_DTYPES,
+    TOKENIZER,
+    TOKENS,
+    check_offsets,
+)
 from lading.remote.cache import NodeCache
 from lading.remote.clients import check_reachable
 from lading.remote.objects import RemoteNotSupportedError
@@ -40,7 +47,7 @@ from lading.remote.settings import RemoteSettings
 from lading.remote.snapshot import open_snapshot
 from lading.stores.remote.manifest import MAX_BYTES, no_store
 
-_DTYPES = ("<u2", "<u4", "<i4", "|u1")  # what token_dtype writes (uint16 up to 65,536 ids)
+_DTYPES = TOKEN_DTYPES
 CHUNK = 8 << 20  # bytes a GET of a whole-corpus read (token_arrays) carries
 
 

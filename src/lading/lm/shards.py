@@ -33,6 +33,7 @@ from lading.disk import BuildContext, write_file
 from lading.disk.meta import META_FILE
 from lading.disk.names import check_inside, check_name, refuse
 from lading.errors import SkippedRecordsWarning
+from lading.lm.corpus_format import TOKEN_DTYPES
 from lading.lm.texts import (
     TEXTS_ONLY,
     Skips,
@@ -57,7 +58,7 @@ from lading.stores.tokens import describe_tokenizer, load_tokenizer
 
 COMMAND = "lading lm build"  # how a missing shard is built, in the merge's messages
 _JSON = (".jsonl", ".json")  # what a shard may cut at line starts (uncompressed)
-_DTYPES = ("<u2", "<u4", "<i4", "|u1")
+_DTYPES = TOKEN_DTYPES
 
 
 @dataclass(frozen=True)
