@@ -164,26 +164,31 @@ def test_no_call_leaks_on_success_or_error(tmp_path: Path) -> None:
     t, k, o, d = maps["t"], maps["k"], maps["o"], maps["d"]
     ids = ["D1", "q" * 600, "\ud800", "D\x00", np.int64(3), _Str(), Text("D9"), Number(4), 7.0]
     rows = np.array([0, 1, 3, 2, 0], np.int64)
+    # the calls' arrays are made once: numpy keeps a cache of small allocations that a fresh
+    # array a call fills over the first thousands of calls, and that would read as our leak
+    many, two = np.tile(rows, 20), np.array([0, 9])
+    bad_offsets = np.array([0, 7, 3, 100], "<u8")
+    dense_table, sorted_table = np.arange(9, dtype="<i4"), np.arange(9, dtype="<i8")
     lists = [[1, 2, 3], [], [65535, 0] * 50]
     cases: dict[str, Callable[[], object]] = {
-        "dense": lambda: c.dense_rows(ids * 10, np.arange(9, dtype="<i4"), 4),
+        "dense": lambda: c.dense_rows(ids * 10, dense_table, 4),
         "dense, __str__ raises": lambda: c.dense_rows([*ids, _Raises()], b"", 4),
         "dense, itemsize": lambda: c.dense_rows(ids, b"", 3),
-        "sorted": lambda: c.sorted_rows(ids * 10, np.arange(9, dtype="<i8"), b"\0" * 72, 8),
+        "sorted": lambda: c.sorted_rows(ids * 10, sorted_table, b"\0" * 72, 8),
         "sorted, not a sequence": lambda: c.sorted_rows(5, b"", b"", 8),
         "hash": lambda: c.hash_rows(ids * 10, t, k, 8, 2, 1, mult),
         "hash, __str__ raises": lambda: c.hash_rows([*ids, _Raises()], t, k, 8, 2, 1, mult),
         "hash, damaged": lambda: c.hash_rows(ids, past, k, 8, 2, 1, mult),
         "hash, meta": lambda: c.hash_rows(ids, t, k, 8, 3, 0, mult),
-        "texts": lambda: c.texts(np.tile(rows, 20), o, d),
-        "texts, row": lambda: c.texts(np.array([0, 9]), o, d),
+        "texts": lambda: c.texts(many, o, d),
+        "texts, row": lambda: c.texts(two, o, d),
         "texts, utf-8": lambda: c.texts(rows, o, b"ok\xff\xfeabcde"),
-        "texts, offsets": lambda: c.texts(rows, np.array([0, 7, 3, 100], "<u8"), d),
-        "texts, parts": lambda: c.texts(np.tile(rows, 20), o, (d, d)),
-        "texts, parts damaged": lambda: c.texts(rows, np.array([0, 7, 3, 100], "<u8"), (d, d)),
+        "texts, offsets": lambda: c.texts(rows, bad_offsets, d),
+        "texts, parts": lambda: c.texts(many, o, (d, d)),
+        "texts, parts damaged": lambda: c.texts(rows, bad_offsets, (d, d)),
         "texts, no parts": lambda: c.texts(rows, o, ()),
-        "slices": lambda: c.slices(np.tile(rows, 20), o, (d, d)),
-        "slices, row": lambda: c.slices(np.array([0, 9]), o, (d,)),
+        "slices": lambda: c.slices(many, o, (d, d)),
+        "slices, row": lambda: c.slices(two, o, (d,)),
         "slices, not sliceable": lambda: c.slices(rows, o, (d, 5)),
         "flat_ids": lambda: c.flat_ids(lists, 2, 7),
         "flat_ids, too large": lambda: c.flat_ids(lists, 2, 70000),
@@ -191,7 +196,7 @@ def test_no_call_leaks_on_success_or_error(tmp_path: Path) -> None:
         "flat_ids, not an int": lambda: c.flat_ids([*lists, [1, 1.5]], 4, -1),
         "flat_ids, not a list": lambda: c.flat_ids([*lists, (1, 2)], 4, -1),
     }
-    watched = [*ids, *lists, t, k, o, d, rows, mult]
+    watched = [*ids, *lists, t, k, o, d, rows, mult, many, two, bad_offsets]
     leaks = []
     for name, case in cases.items():
         for _ in range(1000):  # warm: each str's cached UTF-8, free lists
