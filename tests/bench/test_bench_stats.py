@@ -191,8 +191,10 @@ def test_timing_flags_reach_the_settings() -> None:
     assert QUICK.repeats >= 3 and QUICK.seconds > 0
     _, settings, _ = _plan("--seconds", "0.5", "--repeats", "4")
     assert (settings.seconds, settings.repeats) == (0.5, 4)
-    with pytest.raises(ValueError, match="--repeats"):
+    with pytest.raises(SystemExit):  # argparse's one line naming --repeats (tests/cli)
         _plan("--repeats", "0")
+    with pytest.raises(ValueError, match="--seconds"):
+        _plan("--seconds", "-1")
     assert isinstance(build_parser().parse_args(["bench"]), argparse.Namespace)
 
 

@@ -70,3 +70,19 @@ def _int_at_least(value: str, least: int) -> int:
     if number < least:
         raise argparse.ArgumentTypeError(f"must be at least {least}, got {number}")
     return number
+
+
+# what a train step's autocast may be (lading.ir.train.PRECISION, named without importing torch)
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
+
+
+def add_precision(p: argparse.ArgumentParser, help: str) -> None:
+    """``--precision``: the autocast precision of a train step (``lading train cross-encoder``,
+    the bench's train cells), fp32 by default."""
+    p.add_argument("--precision", choices=list(PRECISIONS), default="fp32", help=help)
+
+
+def add_raise_or_skip(p: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """A policy flag for bad input (``--on-error``, ``--on-missing``): ``raise`` (the default)
+    stops at the first, naming it; ``skip`` leaves it out and says how much was left out."""
+    p.add_argument(flag, choices=["raise", "skip"], default="raise", help=help)

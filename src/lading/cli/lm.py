@@ -6,24 +6,33 @@ import argparse
 import warnings
 from typing import Any
 
-from lading.cli.inputs import tokenizer
+from lading.cli.inputs import add_raise_or_skip, positive_int, tokenizer
 from lading.cli.stores import add_shard_options, counted, print_skipped, refuse_build_id_alone
 from lading.errors import SkippedRecordsWarning
+
+ON_ERROR_HELP = (
+    "a malformed JSONL record, or a text document with invalid UTF-8, stops the {what} "
+    "(naming file and line) or is counted and skipped"
+)
 
 
 def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
     import itertools
     from pathlib import Path
 
-    from lading.lm.texts import iter_texts
+    from lading.lm.texts import Skips, iter_texts
     from lading.stores.tokens import save_tokenizer, train_tokenizer
 
-    texts = itertools.islice(iter_texts(args.source, args.split), args.limit)
+    skipped = Skips()
+    texts = iter_texts(args.source, args.split, on_error=args.on_error, skipped=skipped)
     path = Path(args.out)
     if path.is_dir() or path.suffix != ".json":
         path = path / "tokenizer.json"
-    save_tokenizer(train_tokenizer(texts, args.kind, args.vocab_size), path)
+    tok = train_tokenizer(itertools.islice(texts, args.limit), args.kind, args.vocab_size)
+    save_tokenizer(tok, path)
     print(f"{path}: {args.kind} tokenizer, {args.vocab_size:,} entries")
+    if skipped.count:
+        print(skipped.said(args.source))
     return 0
 
 
@@ -102,7 +111,7 @@ def add_lm(sub: Any) -> None:
     p = kinds.add_parser("tokenizer", help="train a tokenizer locally (byte-level BPE default)")
     p.add_argument("source", help="text file(s), JSONL, WikiExtractor output, folder or store")
     p.add_argument("out", help="tokenizer.json to write (or a folder)")
-    p.add_argument("--vocab-size", type=int, default=8000, help="entries (default 8000)")
+    p.add_argument("--vocab-size", type=positive_int, default=8000, help="entries (default 8000)")
     p.add_argument(
         "--kind",
         choices=["bpe", "wordpiece"],
@@ -110,7 +119,8 @@ def add_lm(sub: Any) -> None:
         help="byte-level BPE (GPT-style) or WordPiece (BERT-style)",
     )
     _add_split(p)
-    p.add_argument("--limit", type=int, help="train on at most this many documents")
+    p.add_argument("--limit", type=positive_int, help="train on at most this many documents")
+    add_raise_or_skip(p, "--on-error", ON_ERROR_HELP.format(what="training"))
     p.set_defaults(func=_cmd_lm_tokenizer)
     p = kinds.add_parser("build", help="tokenize a corpus into a memory-mapped TokenCorpus")
     p.add_argument("source", help="text file(s), JSONL, WikiExtractor output, folder or store")
@@ -127,13 +137,7 @@ def add_lm(sub: Any) -> None:
         "`lading lm merge DEST`",
         build_id_help="with --shard: the build directory the shards share",
     )
-    p.add_argument(
-        "--on-error",
-        choices=["raise", "skip"],
-        default="raise",
-        help="a malformed JSONL record, or a text document with invalid UTF-8, stops the "
-        "build (naming file and line) or is counted and skipped",
-    )
+    add_raise_or_skip(p, "--on-error", ON_ERROR_HELP.format(what="build"))
     p.set_defaults(func=_cmd_lm_build)
     p = kinds.add_parser(
         "merge", help="commit the shards of `lading lm build --shard I/N` as one token corpus"

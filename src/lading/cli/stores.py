@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from lading.cli.inputs import positive_int, tokenizer
+from lading.cli.inputs import add_raise_or_skip, positive_int, tokenizer
 
 # lading.sources.FORMATS, spelled out so that building the parser imports nothing heavy (a test
 # keeps the two equal)
@@ -336,12 +336,11 @@ def _add_build(sub: Any) -> None:
     p.add_argument(
         "--max-length", type=positive_int, help="keep at most this many tokens per document"
     )
-    p.add_argument(
+    add_raise_or_skip(
+        p,
         "--on-error",
-        choices=["raise", "skip"],
-        default="raise",
-        help="a malformed record stops the build naming file and line (raise), or is skipped "
-        "and counted (skip)",
+        "a malformed record stops the build naming file and line (raise), or is skipped and "
+        "counted (skip)",
     )
     p.add_argument(
         "--duplicates",

@@ -6,11 +6,22 @@ import argparse
 import dataclasses
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from lading.cli.bench import int_list
-from lading.cli.inputs import existing, local_model, model_or_tiny, store_location, tokenizer
+from lading.cli.inputs import (
+    add_precision,
+    add_raise_or_skip,
+    existing,
+    local_model,
+    model_or_tiny,
+    nonnegative_int,
+    positive_int,
+    store_location,
+    tokenizer,
+)
 
 T = TypeVar("T")
 
@@ -38,6 +49,17 @@ def _rank0() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def _train(
+    train: Callable[[T], dict[str, Any]], config: T, say: Callable[[dict[str, Any]], str]
+) -> int:
+    """Run a ``lading train`` command: ``train(config)``, then ``say(summary)`` printed by the
+    process that prints (:func:`_rank0`); the other ranks print nothing."""
+    summary = train(config)
+    if _rank0():
+        print(say(summary))
+    return 0
+
+
 def column_names(value: str) -> tuple[str, ...]:
     """``--columns id,url,title,text`` as the names ParseOptions takes, checked while the
     command line is read (before a tokenizer is trained or a store built)."""
@@ -54,14 +76,14 @@ def column_names(value: str) -> tuple[str, ...]:
 def _cmd_train_cross_encoder(args: argparse.Namespace) -> int:
     from lading.ir.train import TrainConfig, train
 
-    paths = ("out", "queries", "qrels", "store", "corpus", "negatives")
-    summary = train(_config(TrainConfig, args, paths))
-    if _rank0():
-        print(
+    def say(summary: dict[str, Any]) -> str:
+        return (
             f"{args.out}: {summary['steps']} steps, last loss {summary['last_loss']:.4f}; "
             f"model in {Path(args.out) / 'model'}"
         )
-    return 0
+
+    paths = ("out", "queries", "qrels", "store", "corpus", "negatives")
+    return _train(train, _config(TrainConfig, args, paths), say)
 
 
 def _check_evaluation(args: argparse.Namespace) -> None:
@@ -134,30 +156,29 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
 def _cmd_train_lm(args: argparse.Namespace) -> int:
     from lading.lm.train import LMConfig, train_lm
 
-    summary = train_lm(_config(LMConfig, args, ("corpus", "out")))
-    if _rank0():
-        print(
-            f"{args.out}: {summary['steps']} steps, validation perplexity "
-            f"{summary['valid_ppl']:.2f}"
-        )
-    return 0
+    def say(summary: dict[str, Any]) -> str:
+        steps, ppl = summary["steps"], summary["valid_ppl"]
+        return f"{args.out}: {steps} steps, validation perplexity {ppl:.2f}"
+
+    return _train(train_lm, _config(LMConfig, args, ("corpus", "out")), say)
 
 
 def _cmd_train_sessions(args: argparse.Namespace) -> int:
     from lading.tabular.train import SessionsConfig, train_sessions
 
-    args.train_days = int_list(args.train_days)
-    summary = train_sessions(_config(SessionsConfig, args, ("data", "out")))
-    if "model" in summary:
+    def say(summary: dict[str, Any]) -> str:  # (rank 0 evaluates: its summary has "model")
         model, popular = summary["model"], summary["most_popular"]
-        print(
+        lines = [
             f"{args.out}: {summary['steps']} steps on {summary['world_size']} process(es); "
-            f"day {args.eval_day}, {model['sessions']:,} sessions"
-        )
-        print(f"{'':14s} {'Recall@20':>10s} {'NDCG@20':>10s}")
+            f"day {args.eval_day}, {model['sessions']:,} sessions",
+            f"{'':14s} {'Recall@20':>10s} {'NDCG@20':>10s}",
+        ]
         for name, m in (("model", model), ("most popular", popular)):
-            print(f"{name:14s} {m['recall@20']:10.4f} {m['ndcg@20']:10.4f}")
-    return 0
+            lines.append(f"{name:14s} {m['recall@20']:10.4f} {m['ndcg@20']:10.4f}")
+        return "\n".join(lines)
+
+    args.train_days = int_list(args.train_days)
+    return _train(train_sessions, _config(SessionsConfig, args, ("data", "out")), say)
 
 
 def add_run_args(
@@ -171,10 +192,15 @@ def add_run_args(
 ) -> None:
     """The options every ``lading train`` command takes (lading.train.config.RunConfig)."""
     p.add_argument("--out", required=True, help="folder for model, checkpoints and logs")
-    p.add_argument("--batch-size", type=int, default=batch_size, help="rows per step per rank")
-    p.add_argument("--steps", type=int, help="optimizer steps (default: --epochs epochs)")
     p.add_argument(
-        "--epochs", type=int, default=epochs, help="epochs when --steps is not given (%(default)s)"
+        "--batch-size", type=positive_int, default=batch_size, help="rows per step per rank"
+    )
+    p.add_argument("--steps", type=positive_int, help="optimizer steps (default: --epochs epochs)")
+    p.add_argument(
+        "--epochs",
+        type=positive_int,
+        default=epochs,
+        help="epochs when --steps is not given (%(default)s)",
     )
     p.add_argument("--lr", type=float, default=lr, help="peak learning rate (%(default)s)")
     p.add_argument("--seed", type=int, default=0, help="fixes every order, draw and initial weight")
@@ -186,7 +212,7 @@ def add_run_args(
     )
     p.add_argument(
         "--num-workers",
-        type=int,
+        type=nonnegative_int,
         default=0,
         help="DataLoader workers per rank; for data in object storage keep 0: batches are then "
         "built on a thread beside the step (the cross-encoder on an H200: 0.97-1.00x a local "
@@ -194,11 +220,13 @@ def add_run_args(
     )
     p.add_argument(
         "--log-every",
-        type=int,
+        type=nonnegative_int,
         default=log_every,
-        help="steps between OUT/log.jsonl records and progress lines (%(default)s)",
+        help="steps between OUT/log.jsonl records and progress lines (%(default)s; 0: none)",
     )
-    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
+    p.add_argument(
+        "--checkpoint-every", type=nonnegative_int, default=0, help="steps between checkpoints"
+    )
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument(
         "--no-prefetch",
@@ -244,13 +272,15 @@ def _add_train_sessions(kinds: Any) -> None:
     p.add_argument("--train-days", default="178,179,180,181", help="day folders to train on")
     p.add_argument("--eval-day", type=int, default=182, help="day folder to evaluate on")
     p.add_argument("--column", default="item_id-list_seq", help="the sessions' item list column")
-    p.add_argument("--max-len", type=int, default=20, help="most recent items kept a session")
-    p.add_argument("--dim", type=int, default=64, help="model width")
-    p.add_argument("--layers", type=int, default=2, help="transformer layers")
-    p.add_argument("--heads", type=int, default=2, help="attention heads")
+    p.add_argument(
+        "--max-len", type=positive_int, default=20, help="most recent items kept a session"
+    )
+    p.add_argument("--dim", type=positive_int, default=64, help="model width")
+    p.add_argument("--layers", type=positive_int, default=2, help="transformer layers")
+    p.add_argument("--heads", type=positive_int, default=2, help="attention heads")
     p.add_argument(
         "--positions",
-        type=int,
+        type=nonnegative_int,
         default=4,
         help="random positions per session in the loss (0: all; CPU-friendly)",
     )
@@ -275,7 +305,7 @@ def _add_train_lm(kinds: Any) -> None:
         "$LADING_CACHE/remote, cap $LADING_REMOTE_CACHE_BYTES)",
     )
     p.add_argument("--arch", choices=["lstm", "gpt"], default="lstm", help="an LSTM or a tiny GPT")
-    p.add_argument("--heads", type=int, default=4, help="gpt: attention heads")
+    p.add_argument("--heads", type=positive_int, default=4, help="gpt: attention heads")
     p.add_argument("--packed", action="store_true", help="gpt: pack whole documents")
     p.add_argument(
         "--no-document-mask",
@@ -284,10 +314,10 @@ def _add_train_lm(kinds: Any) -> None:
         help="gpt ablation: attend and count positions across document boundaries",
     )
     p.add_argument("--valid-fraction", type=float, default=0.02, help="documents held out")
-    p.add_argument("--bptt", type=int, default=70, help="tokens a row of a batch (window)")
-    p.add_argument("--emb", type=int, default=256, help="embedding width")
-    p.add_argument("--hidden", type=int, default=256, help="hidden width")
-    p.add_argument("--layers", type=int, default=2, help="LSTM or transformer layers")
+    p.add_argument("--bptt", type=positive_int, default=70, help="tokens a row of a batch (window)")
+    p.add_argument("--emb", type=positive_int, default=256, help="embedding width")
+    p.add_argument("--hidden", type=positive_int, default=256, help="hidden width")
+    p.add_argument("--layers", type=positive_int, default=2, help="LSTM or transformer layers")
     p.add_argument("--dropout", type=float, default=0.2, help="dropout probability")
     p.add_argument(
         "--break-continuity",
@@ -295,9 +325,12 @@ def _add_train_lm(kinds: Any) -> None:
         help="ablation: shuffle the rows of every batch (the state no longer fits)",
     )
     p.add_argument(
-        "--eval-every", type=int, default=0, help="steps between validations (0: at the end)"
+        "--eval-every",
+        type=nonnegative_int,
+        default=0,
+        help="steps between validations (0: at the end)",
     )
-    p.add_argument("--eval-batches", type=int, help="validation batches per evaluation")
+    p.add_argument("--eval-batches", type=positive_int, help="validation batches per evaluation")
     p.set_defaults(func=_cmd_train_lm)
 
 
@@ -344,15 +377,13 @@ def _add_train_cross_encoder(kinds: Any) -> None:
         "--tokenizer", type=tokenizer, help="tokenizer.json or folder (default: the model's)"
     )
     p.add_argument(
-        "--group-size", type=int, default=8, help="documents a group: 1 relevant + negatives"
+        "--group-size",
+        type=positive_int,
+        default=8,
+        help="documents a group: 1 relevant + negatives",
     )
     p.add_argument("--warmup", type=float, default=0.1, help="share of steps warming up")
-    p.add_argument(
-        "--precision",
-        choices=["fp32", "bf16", "fp16"],
-        default="fp32",
-        help="autocast precision of the step (bf16/fp16 on CUDA)",
-    )
+    add_precision(p, "autocast precision of the step (bf16/fp16 on CUDA)")
     p.add_argument(
         "--loss",
         choices=["bce", "listwise"],
@@ -365,12 +396,16 @@ def _add_train_cross_encoder(kinds: Any) -> None:
         default="run",
         help="negatives from the run's top --depth, uniform over the store, or half each",
     )
-    p.add_argument("--depth", type=int, default=100, help="how far down the run negatives come")
+    p.add_argument(
+        "--depth", type=positive_int, default=100, help="how far down the run negatives come"
+    )
     p.add_argument(
         "--min-relevance", type=int, default=1, help="judgements at or above this are relevant"
     )
-    p.add_argument("--max-length", type=int, default=512, help="tokens a (query, document) pair")
-    p.add_argument("--max-query-length", type=int, default=64, help="tokens a query keeps")
+    p.add_argument(
+        "--max-length", type=positive_int, default=512, help="tokens a (query, document) pair"
+    )
+    p.add_argument("--max-query-length", type=positive_int, default=64, help="tokens a query keeps")
     p.add_argument("--trace", action="store_true", help="per-step JSON lines per rank")
     p.add_argument(
         "--narrow",
@@ -408,23 +443,22 @@ def add_rerank(sub: Any) -> None:
     p.add_argument(
         "--min-relevance", type=int, default=1, help="judgements at or above this are relevant"
     )
-    p.add_argument("--depth", type=int, default=100, help="documents reranked a query")
-    p.add_argument("--batch-size", type=int, default=64, help="pairs scored at once")
+    p.add_argument("--depth", type=positive_int, default=100, help="documents reranked a query")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="pairs scored at once")
     p.add_argument(
         "--max-length",
-        type=int,
+        type=positive_int,
         help="tokens a (query, document) pair (default: as the model was trained, else 512)",
     )
     p.add_argument(
         "--max-query-length",
-        type=int,
+        type=positive_int,
         help="tokens a query keeps (default: as the model was trained, else 64)",
     )
-    p.add_argument(
+    add_raise_or_skip(
+        p,
         "--on-missing",
-        choices=["raise", "skip"],
-        default="raise",
-        help="a run query without text or a top document not in the store: stop (naming "
-        "them), or rerank what is there and say what was left out",
+        "a run query without text or a top document not in the store: stop (naming them), or "
+        "rerank what is there and say what was left out",
     )
     p.set_defaults(func=_cmd_rerank)

@@ -1,0 +1,99 @@
+"""A flag's value is checked when the command line is read (argparse's one line, exit 2,
+before any work), and the advice an error gives names a flag the command has."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lading.cli import main
+
+# a count or a length of each ``lading train`` kind, ``rerank`` and ``bench``: 0 means nothing
+# ("{d}": a folder that exists, for the flags that check their input exists)
+CROSS_ENCODER = ["train", "cross-encoder", "--out", "o", "--queries", "{d}", "--qrels", "{d}"]
+LM = ["train", "lm", "--out", "o", "--corpus", "{d}"]
+SESSIONS = ["train", "sessions", "--out", "o", "--data", "d"]
+RERANK = ["rerank", "--model", "{d}", "--store", "{d}", "--queries", "{d}", "--run", "{d}"]
+POSITIVE = [
+    (CROSS_ENCODER, "--max-length"),
+    (CROSS_ENCODER, "--group-size"),
+    (CROSS_ENCODER, "--batch-size"),
+    (LM, "--bptt"),
+    (LM, "--steps"),
+    (SESSIONS, "--max-len"),
+    (SESSIONS, "--epochs"),
+    ([*RERANK, "--out", "o"], "--max-length"),
+    (["bench"], "--max-length"),
+    (["bench"], "--passages"),
+    (["bench"], "--repeats"),
+    (["bench"], "--batch-size"),  # (the grid's stores were built, then a ZeroDivisionError)
+    (["bench"], "--group-size"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("command", "flag"), POSITIVE)
+@pytest.mark.parametrize("bad", ["0", "-3", "x"])
+def test_a_count_below_one_is_an_argparse_error(
+    command: list[str], flag: str, bad: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--max-length 0`` reached the API (after a model, a store or a grid was set up) or was
+    Python's ``invalid literal for int()``: now argparse's one line naming the flag."""
+    with pytest.raises(SystemExit) as exit_:
+        main([*(a.format(d=tmp_path) for a in command), f"{flag}={bad}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and f"argument {flag}: " in err[-1], err
+    assert "at least 1" in err[-1], err
+
+
+@pytest.mark.parametrize(("flag", "least"), [("--warmup", 0), ("--num-workers", 0)])
+def test_zero_stays_a_meaningful_count(flag: str, least: int, tmp_path: Path) -> None:
+    """No warm-up steps, no DataLoader workers: 0 is allowed where it means something."""
+    from lading.cli import build_parser
+
+    command = ["bench"] if flag == "--warmup" else [a.format(d=tmp_path) for a in LM]
+    args = build_parser().parse_args([*command, f"{flag}={least}"])
+    assert getattr(args, flag[2:].replace("-", "_")) == least
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*command, f"{flag}={least - 1}"])
+
+
+@pytest.fixture
+def bad_text(tmp_path: Path) -> Path:
+    """Two documents, the second with a line of invalid UTF-8."""
+    path = tmp_path / "docs.txt"
+    path.write_bytes(b"alpha beta gamma\n\n\xff\xfe delta\n\nbeta gamma alpha\n")
+    return path
+
+
+def test_the_precisions_offered_are_the_trainers() -> None:
+    """The CLI names them without importing torch; they must be what the trainer takes."""
+    pytest.importorskip("torch")
+    from lading.cli.inputs import PRECISIONS
+    from lading.ir.train import PRECISION
+
+    assert sorted(PRECISIONS) == sorted(PRECISION)
+
+
+def test_lm_tokenizer_advises_its_own_flag(
+    bad_text: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The error advised ``on_error='skip'``, a keyword ``lading lm tokenizer`` had no flag
+    for: it now has ``--on-error``, and the advice names it."""
+    pytest.importorskip("tokenizers")
+    code = main(["lm", "tokenizer", str(bad_text), str(tmp_path / "t.json"), "--vocab-size", "300"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--on-error skip" in err and "on_error=" not in err, err
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_lm_tokenizer_skips_and_counts_with_on_error_skip(
+    bad_text: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("tokenizers")
+    out = tmp_path / "t.json"
+    code = main(["lm", "tokenizer", str(bad_text), str(out), "--vocab-size", "300",
+                 "--on-error", "skip"])  # fmt: skip
+    said = capsys.readouterr().out
+    assert code == 0 and out.is_file(), said
+    assert "skipped 1 malformed record(s)" in said and "docs.txt" in said, said
