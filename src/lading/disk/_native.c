@@ -586,6 +586,60 @@ static int row_spans(Spans *s, const int64_t *r, Py_ssize_t n, const Buffers *o,
     return 0;
 }
 
+/* What a row becomes (a new reference, or NULL with an error set): row i of spans s. */
+typedef PyObject *(*RowItem)(const void *ctx, const Spans *s, Py_ssize_t i);
+/* Work on rows [lo, hi) before their items are made (e.g. prefetch their bytes). */
+typedef void (*RowsAhead)(const void *ctx, const Spans *s, Py_ssize_t lo, Py_ssize_t hi);
+
+/* The list of item(ctx, s, i) of every row of rows: the rows checked whole first against
+ * offsets_arg (a buffer, or a tuple of one per part) and the parts' bases (row_spans), then
+ * made a chunk at a time, ahead(ctx, s, lo, hi) first when given. What texts() and slices()
+ * share. */
+static PyObject *row_items(Py_buffer *rows, PyObject *offsets_arg, const uint64_t *bases,
+                           Py_ssize_t nparts, RowItem item, RowsAhead ahead, const void *ctx) {
+    PyObject *list = NULL;
+    Buffers offsets = {0, NULL, NULL};
+    Spans s = {0, NULL, NULL, NULL};
+    if (buffers_get(&offsets, offsets_arg, 1, "offsets arrays") < 0) goto done;
+    Py_ssize_t n = rows->len / 8;
+    if (row_spans(&s, (const int64_t *)rows->buf, n, &offsets, bases, nparts) < 0) goto done;
+    list = PyList_New(n);
+    if (list == NULL) goto done;
+    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
+        Py_ssize_t hi = lo + CHUNK < n ? lo + CHUNK : n;
+        if (ahead != NULL) ahead(ctx, &s, lo, hi);
+        for (Py_ssize_t i = lo; i < hi; i++) {
+            PyObject *x = item(ctx, &s, i);
+            if (x == NULL) {
+                Py_CLEAR(list);
+                goto done;
+            }
+            PyList_SET_ITEM(list, i, x);
+        }
+    }
+done:
+    spans_free(&s);
+    buffers_release(&offsets);
+    return list;
+}
+
+static void text_prefetch(const void *ctx, const Spans *s, Py_ssize_t lo, Py_ssize_t hi) {
+    const Buffers *parts = ctx;
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        const char *bytes = (const char *)parts->views[s->part[i]].buf;
+        uint64_t stop =
+            s->end[i] < s->start[i] + PREFETCH_BYTES ? s->end[i] : s->start[i] + PREFETCH_BYTES;
+        for (uint64_t a = s->start[i] & ~(uint64_t)63; a < stop; a += 64) PREFETCH(bytes + a);
+    }
+}
+
+static PyObject *text_item(const void *ctx, const Spans *s, Py_ssize_t i) {
+    const Buffers *parts = ctx;
+    const char *bytes = (const char *)parts->views[s->part[i]].buf;
+    return PyUnicode_DecodeUTF8(bytes + s->start[i], (Py_ssize_t)(s->end[i] - s->start[i]),
+                                "strict");
+}
+
 /* texts(rows, offsets, data) -> list of str: rows of a UTF-8 column (data: a buffer, or a tuple
  * of buffers laid end to end; offsets: one buffer over them all, or a tuple of one per part).
  * Checked whole first (row_spans), then each row is decoded (UnicodeDecodeError), its first
@@ -594,41 +648,17 @@ static PyObject *texts(PyObject *self, PyObject *args) {
     Py_buffer rows;
     PyObject *offsets_arg, *data, *list = NULL;
     if (!PyArg_ParseTuple(args, "y*OO", &rows, &offsets_arg, &data)) return NULL;
-    Buffers parts = {0, NULL, NULL}, offsets = {0, NULL, NULL};
-    Spans s = {0, NULL, NULL, NULL};
-    if (buffers_get(&parts, data, 0, "parts") < 0 ||
-        buffers_get(&offsets, offsets_arg, 1, "offsets arrays") < 0)
-        goto done;
-    Py_ssize_t n = rows.len / 8;
-    if (row_spans(&s, (const int64_t *)rows.buf, n, &offsets, parts.sums, parts.n) < 0)
-        goto done;
-    list = PyList_New(n);
-    if (list == NULL) goto done;
-    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
-        Py_ssize_t hi = lo + CHUNK < n ? lo + CHUNK : n;
-        for (Py_ssize_t i = lo; i < hi; i++) { /* prefetch the texts, then decode them */
-            const char *bytes = (const char *)parts.views[s.part[i]].buf;
-            uint64_t stop = s.end[i] < s.start[i] + PREFETCH_BYTES ? s.end[i]
-                                                                   : s.start[i] + PREFETCH_BYTES;
-            for (uint64_t a = s.start[i] & ~(uint64_t)63; a < stop; a += 64) PREFETCH(bytes + a);
-        }
-        for (Py_ssize_t i = lo; i < hi; i++) {
-            const char *bytes = (const char *)parts.views[s.part[i]].buf;
-            PyObject *str = PyUnicode_DecodeUTF8(bytes + s.start[i],
-                                                 (Py_ssize_t)(s.end[i] - s.start[i]), "strict");
-            if (str == NULL) {
-                Py_CLEAR(list);
-                goto done;
-            }
-            PyList_SET_ITEM(list, i, str);
-        }
-    }
-done:
-    spans_free(&s);
-    buffers_release(&offsets);
+    Buffers parts = {0, NULL, NULL};
+    if (buffers_get(&parts, data, 0, "parts") == 0)
+        list = row_items(&rows, offsets_arg, parts.sums, parts.n, text_item, text_prefetch, &parts);
     buffers_release(&parts);
     PyBuffer_Release(&rows);
     return list;
+}
+
+static PyObject *slice_item(const void *ctx, const Spans *s, Py_ssize_t i) {
+    return PySequence_GetSlice(PyTuple_GET_ITEM((PyObject *)ctx, s->part[i]),
+                               (Py_ssize_t)s->start[i], (Py_ssize_t)s->end[i]);
 }
 
 /* slices(rows, offsets, parts) -> list of parts[p][a:b]: rows of a column of any item type as
@@ -639,8 +669,6 @@ static PyObject *slices(PyObject *self, PyObject *args) {
     PyObject *offsets_arg, *seqs, *list = NULL;
     if (!PyArg_ParseTuple(args, "y*OO!", &rows, &offsets_arg, &PyTuple_Type, &seqs)) return NULL;
     Py_ssize_t nparts = PyTuple_GET_SIZE(seqs);
-    Buffers offsets = {0, NULL, NULL};
-    Spans s = {0, NULL, NULL, NULL};
     uint64_t *bases = PyMem_Calloc(nparts + 1, sizeof(uint64_t));
     if (bases == NULL) {
         PyErr_NoMemory();
@@ -655,23 +683,8 @@ static PyObject *slices(PyObject *self, PyObject *args) {
         if (len < 0) goto done;
         bases[i + 1] = bases[i] + (uint64_t)len;
     }
-    if (buffers_get(&offsets, offsets_arg, 1, "offsets arrays") < 0) goto done;
-    Py_ssize_t n = rows.len / 8;
-    if (row_spans(&s, (const int64_t *)rows.buf, n, &offsets, bases, nparts) < 0) goto done;
-    list = PyList_New(n);
-    if (list == NULL) goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PySequence_GetSlice(PyTuple_GET_ITEM(seqs, s.part[i]),
-                                             (Py_ssize_t)s.start[i], (Py_ssize_t)s.end[i]);
-        if (item == NULL) {
-            Py_CLEAR(list);
-            goto done;
-        }
-        PyList_SET_ITEM(list, i, item);
-    }
+    list = row_items(&rows, offsets_arg, bases, nparts, slice_item, NULL, seqs);
 done:
-    spans_free(&s);
-    buffers_release(&offsets);
     PyMem_Free(bases);
     PyBuffer_Release(&rows);
     return list;
