@@ -97,3 +97,14 @@ def test_lm_tokenizer_skips_and_counts_with_on_error_skip(
     said = capsys.readouterr().out
     assert code == 0 and out.is_file(), said
     assert "skipped 1 malformed record(s)" in said and "docs.txt" in said, said
+
+
+@pytest.mark.parametrize("flag", ["--corpus", "--queries", "--qrels", "--negatives", "--tokenizer"])
+def test_bench_names_a_missing_input_when_the_line_is_read(
+    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As ``lading train`` and ``rerank`` do: argparse's one line, not a check after parsing."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", flag, str(tmp_path / "nothing.tsv")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and f"argument {flag}: " in err[-1] and "does not exist" in err[-1]

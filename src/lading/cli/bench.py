@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lading.cli.inputs import add_precision, nonnegative_int, positive_int
+from lading.cli.inputs import add_precision, existing, nonnegative_int, positive_int
 
 
 def int_list(text: str) -> list[int]:
@@ -96,10 +96,6 @@ def check_flags(args: argparse.Namespace) -> None:
             "that id in the local Hugging Face cache; the bench never downloads); give a local "
             "model folder with config.json, or 'tiny'"
         )
-    for flag in ("corpus", "queries", "qrels", "negatives", "tokenizer"):
-        value = getattr(args, flag)
-        if value and not Path(value).exists():
-            raise FileNotFoundError(f"--{flag} {value}: no such file or folder")
     if args.corpus:
         check_corpus_columns(Path(args.corpus))
     if not args.corpus:
@@ -261,11 +257,14 @@ def add_bench(sub: Any) -> None:
     p.add_argument(
         "--full", action="store_true", help="the study's full grid (30 cells x 3 repeats)"
     )
-    p.add_argument("--corpus", help="a corpus file (default: a synthetic one, cached)")
-    p.add_argument("--queries", help="with --corpus: queries (TSV)")
-    p.add_argument("--qrels", help="with --corpus: judgements (TREC qrels)")
+    p.add_argument(
+        "--corpus", type=existing, help="a corpus file (default: a synthetic one, cached)"
+    )
+    p.add_argument("--queries", type=existing, help="with --corpus: queries (TSV)")
+    p.add_argument("--qrels", type=existing, help="with --corpus: judgements (TREC qrels)")
     p.add_argument(
         "--negatives",
+        type=existing,
         help="with --corpus: a run (TREC) whose top documents are the negatives: sampling "
         "'run' (without it, negatives of --corpus are drawn at random)",
     )
@@ -335,6 +334,7 @@ def _add_cell_arguments(p: Any) -> None:
     )
     p.add_argument(
         "--tokenizer",
+        type=existing,
         help="a tokenizer.json (default: --model's own; with 'tiny', trained on the corpus)",
     )
     p.add_argument("--memory-budget", help="e.g. 8G (default: the machine's available RAM)")
