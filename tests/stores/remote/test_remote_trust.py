@@ -409,6 +409,40 @@ def test_a_damaged_block_is_fetched_again_never_read_as_data(
     again.close()
 
 
+def test_a_block_this_process_filled_is_not_checked_again_at_its_read(
+    built: tuple[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fill computed a block's CRC32 over the bytes it wrote: this process's first read of
+    it computed it again (one more pass over every cold byte). A block this process filled is
+    known intact; one found on disk by a new node (another process's, a folder reopened) is
+    still checked (``test_a_damaged_block_is_fetched_again_never_read_as_data``)."""
+    import zlib
+
+    from lading.remote.cache import reads
+
+    url, _ = built
+    ids = sorted(DOCS)
+    store = lading.open_store(url, cache=tmp_path / "cache", cache_bytes="1M", timeout=2.0)
+    cache = store._columns.cache  # type: ignore[attr-defined]
+    assert store.get_many(ids) == [DOCS[i] for i in ids]  # cold: fetched and filled
+    cache.drain()
+    checked: list[int] = []
+
+    def crc32(data: Any, value: int = 0) -> int:
+        checked.append(len(data))
+        return zlib.crc32(data, value)
+
+    monkeypatch.setattr(reads, "zlib", type("Z", (), {"crc32": staticmethod(crc32)}))
+    assert store.get_many(ids) == [DOCS[i] for i in ids]  # from the blocks it filled
+    assert cache.stats()["hits"] >= len(ids)
+    assert checked == []  # none computed again
+    store.close()
+    again = lading.open_store(url, cache=tmp_path / "cache", cache_bytes="1M", timeout=2.0)
+    assert again.get_many(ids) == [DOCS[i] for i in ids]  # a new node: found on disk
+    assert checked  # checked at its first read
+    again.close()
+
+
 def test_a_folder_reset_under_a_live_process_is_an_error_never_wrong_bytes(
     built: tuple[str, bytes], tmp_path: Path
 ) -> None:

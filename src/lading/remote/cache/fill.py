@@ -37,15 +37,15 @@ class Filler:
 
     Args:
         write: ``(region, at, bytes)`` into the payload file.
-        mark: ``(filled, failed)``: blocks ``(object, start, crc)`` written (the CRC32 of
-            their bytes) and keys ``(object, start)`` of failed GETs: into the ledger.
+        mark: ``(filled, failed)``: blocks ``(object, start, crc, region)`` written (the
+            CRC32 of their bytes) and keys ``(object, start)`` of failed GETs: into the ledger.
         trim: after each batch: keep the ledger's WAL short (:meth:`.ledger.Ledger.trim`).
     """
 
     def __init__(
         self,
         write: Callable[[int, int, bytes], None],
-        mark: Callable[[list[tuple[int, int, int]], list[tuple[int, int]]], None],
+        mark: Callable[[list[tuple[int, int, int, int]], list[tuple[int, int]]], None],
         trim: Callable[[], None],
     ) -> None:
         self.write, self.mark, self.trim = write, mark, trim
@@ -90,7 +90,7 @@ class Filler:
             self._fill(done)
 
     def _fill(self, done: list[Fill]) -> None:
-        filled: list[tuple[int, int, int]] = []
+        filled: list[tuple[int, int, int, int]] = []
         failed: list[tuple[int, int]] = []
         for fill in done:
             key = (fill.object, fill.start)
@@ -105,7 +105,7 @@ class Filler:
                 self._warn(e)
                 failed.append(key)
             else:
-                filled.append((*key, zlib.crc32(data)))  # checked at a process's first read
+                filled.append((*key, zlib.crc32(data), fill.region))  # (see Node._mark)
         try:
             self.mark(filled, failed)
         except Exception as e:  # the ledger refused (a full disk): the claims time out

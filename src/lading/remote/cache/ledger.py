@@ -21,7 +21,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -285,16 +285,26 @@ class Ledger:
         """Claims: ``(object, start, end, region, at, owner, next_use)`` rows."""
         conn.executemany(INSERT_CLAIMS, rows)
 
-    def filled(self, done: Sequence[tuple[int, int, int]], owner: str) -> None:
+    def filled(
+        self, done: Sequence[tuple[int, int, int]], owner: str, regions: Collection[int] = ()
+    ) -> dict[int, int]:
         """Blocks ``(object, start, crc)`` this owner fetched and wrote: ready, with the CRC32
         of their bytes (a claim taken over meanwhile is not this owner's any more, and stays
-        as it is)."""
+        as it is). The generations of ``regions`` (those the blocks are in) when every block
+        was still this owner's claim, read in the same transaction (a region holding a live
+        owner's claim is not reused: the blocks are in those generations), else none."""
         with self.write() as conn:
+            changes = conn.total_changes
             conn.executemany(
                 "UPDATE blocks SET owner = NULL, crc = ? WHERE object = ? AND start = ? AND "
                 "owner = ?",
                 [(crc, obj, start, owner) for obj, start, crc in done],
             )
+            if not regions or conn.total_changes - changes != len(done):
+                return {}
+            marks = ",".join("?" * len(regions))
+            found = conn.execute(f"SELECT id, gen FROM regions WHERE id IN ({marks})", [*regions])
+            return dict(found.fetchall())
 
     def forget_damaged(self, pieces: Sequence[tuple[int, Piece]]) -> int:
         """Drop the rows of ready blocks ``(object, piece)`` whose bytes did not match their

@@ -36,6 +36,7 @@ from lading.remote.cache.regions import DATA_FILE, DataFile, Layout
 from lading.remote.fetch import Future
 from lading.threads import SQLITE, register
 
+VERIFIED = 1 << 18  # blocks a process remembers as intact (~15 MB; past it, checked anew)
 COUNT_S = 1.0  # this process's figures reach the node's at most this often (and at close)
 
 
@@ -90,7 +91,7 @@ class Node:
         self.figures: Counter[str] = Counter()  # this process's, since it started
         self._counted: Counter[str] = Counter()  # of which the node has been told
         self._last_count = 0.0
-        # blocks whose CRC32 this process checked: hashes of (region, generation, object, start)
+        # blocks this process checked or filled: hashes of (region, generation, object, start)
         self.verified: set[int] = set()
         self.ledger.forked()
         self.owner.forked()
@@ -104,17 +105,35 @@ class Node:
                 if not self._ended.pop((obj, start), False):  # (its fill may already be done)
                     self.inflight[obj, start] = Flight(end, future)
 
-    def _mark(self, filled: list[tuple[int, int, int]], failed: list[tuple[int, int]]) -> None:
-        """The fill thread's: into the ledger, then no longer in flight here."""
+    def _mark(self, filled: list[tuple[int, int, int, int]], failed: list[tuple[int, int]]) -> None:
+        """The fill thread's: into the ledger, then no longer in flight here. A block filled
+        is known intact to this process: its CRC32 was computed over the bytes just written
+        (checking it again at the first read was a second pass over every cold byte)."""
         owner = self.owner.token
         if filled:
-            self.ledger.filled(filled, owner)
+            done = [(obj, start, crc) for obj, start, crc, _ in filled]
+            gens = self.ledger.filled(done, owner, {region for *_, region in filled})
+            self.intact(
+                (region, gens[region], obj, start)
+                for obj, start, _, region in filled
+                if region in gens
+            )
         self.ledger.release(failed, owner)
         with self.lock:
-            for key in [(obj, start) for obj, start, _ in filled] + failed:
+            for key in [(obj, start) for obj, start, *_ in filled] + failed:
                 if self.inflight.pop(key, None) is None:
                     self._ended[key] = True  # done before started() heard of it
         self.count()
+
+    def intact(self, blocks: Iterable[tuple[int, int, int, int]]) -> None:
+        """Blocks ``(region, generation, object, start)`` this process knows match their
+        CRC32 (checked, or filled by it); at :data:`VERIFIED` of them, forgotten and checked
+        anew."""
+        verified = self.verified
+        for block in blocks:
+            if len(verified) >= VERIFIED:
+                verified.clear()
+            verified.add(hash(block))  # (an int: a set of ~60 B each)
 
     def count(self, force: bool = False) -> None:
         """Tell the node what this process counted since it last did (at most once a second

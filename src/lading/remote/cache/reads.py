@@ -43,7 +43,6 @@ from lading.threads import register
 Span = tuple[str, int, int]  # object key, start, end
 Key = tuple[int, int, int]  # object id, start, end
 ROUNDS = 8  # a range evicted or taken over between lookups this often: an error, named
-_VERIFIED = 1 << 18  # blocks a process remembers as checked (~15 MB; past it, checked anew)
 _POLL_S = 0.002  # how often a read looks at a block another process is fetching
 
 
@@ -226,16 +225,15 @@ class NodeCache:
     def _intact(self, obj: int, piece: Piece) -> bool:
         """Whether ``piece``'s bytes match the CRC32 its fill kept: checked at this process's
         first read of the block in its region's generation (a payload file or ledger changed
-        under the cache is fetched again, never read as data); then known."""
+        under the cache is fetched again, never read as data); then known, as the blocks this
+        process filled are from their fill (:meth:`.Node.intact`)."""
         seen = hash((piece.region, piece.gen, obj, piece.start))  # (an int: a set of ~60 B each)
         if piece.crc is None or seen in self.node.verified:
             return True
         view = self.node.data.view(piece.region, piece.at, piece.end - piece.start)
         if zlib.crc32(view) != piece.crc:
             return False  # (or the region was reused since the lookup: see _forget)
-        if len(self.node.verified) >= _VERIFIED:
-            self.node.verified.clear()
-        self.node.verified.add(seen)
+        self.node.intact([(piece.region, piece.gen, obj, piece.start)])
         return True
 
     def _forget(self, damaged: dict[Key, list[Piece]]) -> set[Key]:
