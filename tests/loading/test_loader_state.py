@@ -105,3 +105,33 @@ def test_restore_at_the_end_of_a_segment_starts_an_empty_one_on_another_layout()
     assert asked == [({"world_size": 2}, 3)]
     assert (other.epoch, other.segment, other.batches) == (2, 1, 0)
     assert other.base == Runs([], [])
+
+
+def test_a_state_saved_at_the_last_batch_then_set_to_its_own_epoch_reads_nothing_more() -> None:
+    """A hand-written loop checkpoints inside its body (``{"epoch": e, "loader": state}``) and
+    is stopped right after the last batch of epoch 0. Resumed, the loop calls ``set_epoch(0)``:
+    that epoch has no batch left, so the pass is empty and ``set_epoch(1)`` reads epoch 1 once
+    (it read epoch 1 under the loop's epoch 0, then again: 16 batches trained twice)."""
+    import lading
+
+    def made() -> Any:
+        return lading.loader(list(range(24)), batch_size=4, seed=3, collate_fn=list)
+
+    straight, interrupted = made(), made()
+    reference = []
+    for epoch in range(3):
+        straight.set_epoch(epoch)
+        reference += [(epoch, b) for b in straight]
+    interrupted.set_epoch(0)
+    saved = None
+    for step, _ in enumerate(interrupted):
+        if step == len(interrupted) - 1:
+            saved = {"epoch": 0, "loader": interrupted.state_dict()}
+    assert saved is not None
+    resumed = made()
+    resumed.load_state_dict(saved["loader"])
+    got = [(0, b) for epoch, b in reference if epoch == 0]
+    for epoch in range(saved["epoch"], 3):
+        resumed.set_epoch(epoch)
+        got += [(epoch, b) for b in resumed]
+    assert got == reference

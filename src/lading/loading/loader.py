@@ -153,6 +153,9 @@ class Loader:
         # batch only (a peek), the epoch is not consumed
         self._peek: Cursor | None = None
         self._restored = False  # a state was loaded and nothing read since
+        # set_epoch of a just-loaded state's own epoch: the next pass reads what is left of
+        # that epoch, nothing where the state was saved at its last batch
+        self._kept = False
         self._reading: Cursor | None = None  # the position of the pass in progress, if any
         self._ended: Cursor | None = None  # the pass close() ended (its iterator stops)
         self._torch: DataLoader[Any] | None = None  # made when workers first read
@@ -192,13 +195,18 @@ class Loader:
         One exception, for frameworks that call ``set_epoch(e)`` when they start epoch ``e``,
         also right after restoring a mid-epoch checkpoint (the HF Trainer, Lightning): when a
         state was just loaded and nothing was read since, ``set_epoch`` of the state's own
-        epoch keeps its position instead of reading the epoch's first batches again.
+        epoch keeps its position instead of reading the epoch's first batches again. A state
+        saved at its epoch's last batch leaves that epoch nothing: the next pass is empty
+        (a loop that checkpoints in its body and resumes with ``set_epoch`` of the saved epoch
+        must not read the next epoch under it, then again).
         """
         if epoch < 0:
             raise ValueError(f"set_epoch({epoch!r}): an epoch is an int >= 0 (the first is 0)")
         if self._restored and epoch == self._cursor.epoch:
+            self._kept = True
             return
         self._cursor, self._restored, self._fresh = Cursor(int(epoch)), False, True
+        self._kept = False
         self._chosen = True
 
     def _coming(self) -> Cursor:
@@ -208,9 +216,10 @@ class Loader:
 
     def _next_pass(self) -> Cursor:
         """Where a new pass starts: a just-set position (unless read to its end, as a state
-        saved at the end of an epoch is), else the next epoch's first batch."""
+        saved at the end of an epoch is, and not kept by ``set_epoch`` of its own epoch), else
+        the next epoch's first batch."""
         cursor = self._cursor
-        if self._fresh and cursor.batches < self._workload.batches(cursor):
+        if self._fresh and (self._kept or cursor.batches < self._workload.batches(cursor)):
             return cursor
         if self._peeked():
             return Cursor(cursor.epoch)
@@ -249,7 +258,7 @@ class Loader:
         position)."""
         chosen = (self._fresh and self._chosen) or self._peeked()
         self._cursor = cursor = self._next_pass()
-        self._fresh = self._restored = False
+        self._fresh = self._restored = self._kept = False
         self._peek = cursor if chosen and cursor.batches == 0 else None
         self._reading = cursor
         read_to_end = False
@@ -426,5 +435,5 @@ class Loader:
             workload.ended,
         )
         self._restored = self._fresh = True
-        self._chosen, self._peek = False, None
+        self._chosen, self._peek, self._kept = False, None, False
         self._drop_ahead()  # built for the old position and layout
