@@ -28,12 +28,22 @@ EOS = 0
 class Docs:
     """A corpus of documents of unique words, with the reverse map word -> document."""
 
-    def __init__(self, tmp: Path, lengths: list[int], name: str = "c", first_word: int = 0):
+    def __init__(
+        self,
+        tmp: Path,
+        lengths: list[int],
+        name: str = "c",
+        first_word: int = 0,
+        vocabulary: int | None = None,
+    ):
+        """Documents of ``lengths`` words from word ``first_word`` on, tokenized by a word
+        tokenizer of ``vocabulary`` words (default: up to the last word used; the corpora of
+        a mixture share one, as a mixture requires)."""
         from lading.lm import TokenCorpus
 
         self.lengths = lengths  # words per document (each also ends with EOS)
         total = first_word + sum(lengths)
-        words = [f"w{i}" for i in range(total)]
+        words = [f"w{i}" for i in range(max(total, vocabulary or 0))]
         self.doc_of = np.full(total + 2, -1, dtype=np.int64)  # token id -> document
         self.last_word = set()
         texts, at = [], first_word
@@ -248,10 +258,11 @@ def test_packed_order_is_deterministic_per_seed_and_epoch(docs: Docs) -> None:
 def mixture_parts(tmp_path_factory: pytest.TempPathFactory) -> list[Docs]:
     tmp = tmp_path_factory.mktemp("mix")
     rng = np.random.default_rng(11)
+    every = [[int(n) for n in rng.integers(3, 25, count)] for count in (30, 12, 50)]
+    vocabulary = sum(map(sum, every))  # one tokenizer for the three
     parts, first = [], 0
-    for name, count in (("a", 30), ("b", 12), ("c", 50)):
-        lengths = [int(n) for n in rng.integers(3, 25, count)]
-        parts.append(Docs(tmp, lengths, name, first_word=first))
+    for name, lengths in zip(("a", "b", "c"), every, strict=True):
+        parts.append(Docs(tmp, lengths, name, first_word=first, vocabulary=vocabulary))
         first += sum(lengths)
     return parts
 

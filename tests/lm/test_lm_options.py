@@ -146,6 +146,21 @@ def test_streams_refuse_a_mixture(corpus: TokenCorpus) -> None:
     assert len(LanguageModelLoader(mixture, 2, Windows(5), world=World())) > 0
 
 
+def test_a_mixture_refuses_corpora_of_another_tokenizer(
+    corpus: TokenCorpus, tmp_path: Path
+) -> None:
+    """Ids mean words only under their tokenizer: a corpus of another vocabulary (here 50
+    words, ids 2..51 naming other words than the 500-word corpus's) is refused, naming both;
+    one of the same tokenizer, other documents, mixes."""
+    other = word_corpus(tmp_path / "fifty", docs=9, lengths=(3, 9), words=50, seed=1)
+    with pytest.raises(ValueError, match=r"tokenized otherwise \(tokenizer .* against") as e:
+        TokenMixture({corpus.path: 0.5, other.path: 0.5})
+    assert str(corpus.path.resolve()) in str(e.value) and "fifty" in str(e.value)
+    same = word_corpus(tmp_path / "same", docs=9, lengths=(3, 9), words=500, seed=2)
+    mixture = TokenMixture({corpus.path: 0.5, same.path: 0.5})
+    assert len(LanguageModelLoader(mixture, 2, Windows(5), world=World())) > 0
+
+
 def test_the_options_survive_a_worker(corpus: TokenCorpus) -> None:
     def make(workers: int) -> LanguageModelLoader:
         sequence = Packed(8, boundaries=True)

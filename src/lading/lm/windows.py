@@ -160,7 +160,8 @@ class TokenMixture:
     ``Packed(...)``; weights are shares of the epoch's windows (of its tokens, with ``Windows``).
 
     Raises:
-        ValueError: no corpus, a weight that is not > 0, or one corpus named twice.
+        ValueError: no corpus, a weight that is not > 0, one corpus named twice, or corpora
+            whose ids mean other tokens (another tokenizer or vocabulary size).
     """
 
     def __init__(
@@ -183,6 +184,7 @@ class TokenMixture:
             for c in weights
         ]
         _refuse_twice(self.corpora, list(weights.values()))
+        _refuse_other_ids(self.corpora)
         raw = np.array([float(w) for w in weights.values()])
         if not np.all(raw > 0) or not np.all(np.isfinite(raw)):
             raise ValueError(f"mixture weights must be finite and > 0, got {raw.tolist()}")
@@ -215,8 +217,7 @@ def _refuse_twice(corpora: list[TokenCorpus], weights: list[float]) -> None:
     as two, its windows drawn twice over: refused, naming it and the fix."""
     seen: dict[str, int] = {}
     for i, corpus in enumerate(corpora):
-        url = getattr(corpus, "url", None)
-        where = url if isinstance(url, str) else str(Path(corpus.path).resolve())
+        where = _where(corpus)
         if where in seen:
             j = seen[where]
             raise ValueError(
@@ -225,6 +226,35 @@ def _refuse_twice(corpora: list[TokenCorpus], weights: list[float]) -> None:
                 f"({float(weights[j]) + float(weights[i])})"
             )
         seen[where] = i
+
+
+def _where(corpus: TokenCorpus) -> str:
+    url = getattr(corpus, "url", None)
+    return url if isinstance(url, str) else str(Path(corpus.path).resolve())
+
+
+def _refuse_other_ids(corpora: list[TokenCorpus]) -> None:
+    """Token ids mean words only under the tokenizer that made them: corpora of another
+    tokenizer (its SHA-256, kept in each corpus's recipe) or another vocabulary size would
+    mix ids of other meanings in one batch, without an error. Refused, naming both."""
+    first = corpora[0]
+    for other in corpora[1:]:
+        for field, a, b in (
+            ("tokenizer", _tokenizer_sha(first), _tokenizer_sha(other)),
+            ("vocab_size", first.vocab_size, other.vocab_size),
+        ):
+            if a is not None and b is not None and a != b:
+                raise ValueError(
+                    f"TokenMixture: {_where(first)} and {_where(other)} were tokenized "
+                    f"otherwise ({field} {a} against {b}): their ids mean other tokens; build "
+                    f"every corpus of a mixture with the same tokenizer"
+                )
+
+
+def _tokenizer_sha(corpus: TokenCorpus) -> str | None:
+    recipe = corpus.meta.get("recipe")
+    sha = recipe.get("tokenizer") if isinstance(recipe, dict) else None
+    return sha[:12] if isinstance(sha, str) else None  # (enough to tell two apart)
 
 
 @functools.lru_cache(maxsize=8)
