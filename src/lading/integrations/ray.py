@@ -34,7 +34,7 @@ from lading.sources import ParseOptions, RecordStream
 from lading.stores.building.build import build_options, check_max_length
 from lading.stores.building.merge import read_shard
 from lading.stores.building.parallel import commit_shards
-from lading.stores.building.remote_shards import BucketMerge, commit_store_in_bucket, store_needs
+from lading.stores.building.remote_shards import commit_store_in_bucket, store_needs
 from lading.stores.building.writer import Duplicates, write_shard
 from lading.stores.layout import FORMAT_NAME
 from lading.stores.tokens import load_tokenizer
@@ -141,8 +141,9 @@ class LadingDatasink(ShardSink):
     ) -> str:
         assert self.url is not None
         recipe = self._recipe()
-        merge = BucketMerge(self.url, settings, root, previous, self.build_id, shards, recipe)
-        return commit_store_in_bucket(merge)
+        return commit_store_in_bucket(
+            self.url, settings, root, previous, self.build_id, shards, recipe
+        )
 
 
 __all__ = ["LadingDatasink"]

@@ -38,7 +38,6 @@ from lading.lm.remote_shards import commit_in_bucket
 from lading.lm.shards import finish_shard, read_corpus_shard
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.remote.settings import RemoteSettings
-from lading.stores.building.remote_shards import BucketMerge
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
 
 
@@ -145,8 +144,7 @@ class LadingTokenDatasink(ShardSink):
     ) -> str:
         assert self.url is not None
         recipe = {"options": self.options}
-        merge = BucketMerge(self.url, settings, root, previous, self.build_id, shards, recipe)
-        return commit_in_bucket(merge)
+        return commit_in_bucket(self.url, settings, root, previous, self.build_id, shards, recipe)
 
 
 __all__ = ["LadingTokenDatasink"]

@@ -20,9 +20,11 @@ from typing import Any
 
 from lading.disk.commit import replaced
 from lading.disk.snapshot import MANIFEST, new_snapshot_id
+from lading.errors import StoreFormatError
 from lading.lm.merge import check_same_tokens, manifest
 from lading.lm.shards import (
     COMMAND,
+    CorpusShard,
     CorpusShardReport,
     build_corpus_shard,
     read_corpus_shard,
@@ -30,14 +32,20 @@ from lading.lm.shards import (
 from lading.remote.clients import check_reachable
 from lading.remote.settings import RemoteSettings
 from lading.stores.building.remote_shards import (
-    BucketMerge,
     commit_remote,
-    merge_in_bucket,
+    mirror,
+    named_as,
     scratch_folder,
     upload_shard_folder,
     uploaded_record,
 )
-from lading.stores.building.shardset import check_shard
+from lading.stores.building.shardset import (
+    check_same_inputs,
+    check_same_options,
+    check_shard,
+    complete_shards,
+    pending_build,
+)
 from lading.stores.building.upload import check_writable
 from lading.stores.layout import shard_name
 
@@ -80,24 +88,41 @@ def merge_remote(
     """Commit the shards at ``url`` as its new snapshot, in the bucket; its id."""
     check_reachable(url, "TokenCorpus.merge")
     settings = RemoteSettings.of(cache, cache_bytes, storage_options)
-    return merge_in_bucket(
-        url, build_id, settings, read_corpus_shard, commit_in_bucket, command=COMMAND
-    )
+    with scratch_folder(settings, "merge-") as root:
+        previous = mirror(url, settings, root)
+        try:
+            bid = build_id or pending_build(root, previous, COMMAND)
+            if previous is not None and previous.get("build_id") == bid:
+                snapshot = str(previous["snapshot"])
+            else:
+                shards = complete_shards(root, bid, read_corpus_shard, COMMAND)
+                check_same_inputs(root, shards)
+                recipe = check_same_options(root, bid, shards)
+                snapshot = commit_in_bucket(url, settings, root, previous, bid, shards, recipe)
+        except StoreFormatError as e:  # named as the bucket, not the mirror
+            raise named_as(e, root, url) from None
+    return snapshot
 
 
-def commit_in_bucket(merge: BucketMerge) -> str:
-    """``merge.shards`` (read from the bucket's mirror), in this order, checked to be
-    tokenized alike and committed at ``merge.url`` by their manifest, ``meta.json`` last; its
-    id."""
-    check_same_tokens(merge.root, merge.shards)
+def commit_in_bucket(
+    url: str,
+    settings: RemoteSettings,
+    root: Path,
+    previous: dict[str, Any] | None,
+    bid: str,
+    shards: list[CorpusShard],
+    recipe: dict[str, Any],
+) -> str:
+    """``shards`` (read from the bucket's mirror ``root``), in this order, checked to be
+    tokenized alike and committed at ``url`` by their manifest, ``meta.json`` last; its id."""
+    check_same_tokens(root, shards)
     snapshot = new_snapshot_id()
-    options = merge.recipe["options"]
-    meta = {**manifest(merge.bid, merge.shards, options, snapshot), "snapshot": snapshot}
-    raw = _with_history(meta, merge.previous)
-    local = merge.root / snapshot / MANIFEST
+    meta = {**manifest(bid, shards, recipe["options"], snapshot), "snapshot": snapshot}
+    raw = _with_history(meta, previous)
+    local = root / snapshot / MANIFEST
     local.parent.mkdir()
     local.write_bytes(raw)
-    commit_remote(merge.url, merge.settings, [(f"{snapshot}/{MANIFEST}", local)], raw)
+    commit_remote(url, settings, [(f"{snapshot}/{MANIFEST}", local)], raw)
     return snapshot
 
 

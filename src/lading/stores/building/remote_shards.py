@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from lading.errors import StoreFormatError
 from lading.remote.clients import open_client
 from lading.remote.objects import PermanentError
 from lading.remote.settings import RemoteSettings
-from lading.stores.building.shardset import BUILD_FILE, SHARD_FILE, shards_to_merge
+from lading.stores.building.shardset import BUILD_FILE, SHARD_FILE
 from lading.stores.building.upload import put_files
 
 
@@ -165,72 +165,54 @@ def store_needs(record: dict[str, Any]) -> list[str]:
     return wanted + [columns[c]["offsets"] for c in ("text", "tokens") if c in columns]
 
 
-@dataclass(frozen=True)
-class BucketMerge:
-    """What a merge in the bucket at ``url`` commits: the shards of build ``bid``, read from
-    ``root`` (the bucket's mirror) and agreeing on ``recipe``, and the manifest they replace
-    (``previous``; None before the first snapshot)."""
-
-    url: str
-    settings: RemoteSettings
-    root: Path
-    previous: dict[str, Any] | None
-    bid: str
-    shards: list[Any]
-    recipe: dict[str, Any]
-
-
-def merge_in_bucket(
-    url: str,
-    build_id: str | None,
-    settings: RemoteSettings,
-    read: Callable[[Path, str], Any],
-    commit: Callable[[BucketMerge], str],
-    need: Need | None = None,
-    command: str = "lading build",
-) -> str:
-    """The merge in the bucket every kind makes; the snapshot's id. The bucket is mirrored
-    (``need``: what of each shard the merge reads), the build to merge found (``build_id``,
-    else the one whose shards are all there: ``command`` names how they are built), one
-    already committed answered with its snapshot, else its shards read (``read``), checked
-    to share inputs and options, and committed (``commit``). A damaged shard is named in the
-    bucket, not the mirror."""
-    with scratch_folder(settings, "merge-") as root:
-        previous = mirror(url, settings, root, need)
-        try:
-            found = shards_to_merge(root, previous, build_id, read, command)
-            if found is None:
-                assert previous is not None  # (None only when previous is that build)
-                return str(previous["snapshot"])
-            return commit(BucketMerge(url, settings, root, previous, *found))
-        except StoreFormatError as e:
-            raise named_as(e, root, url) from None
-
-
 def merge_store_remote(url: str, build_id: str | None, settings: RemoteSettings) -> str:
     """Commit the store shards at ``url`` as its new snapshot, in the bucket; its id."""
     from lading.stores.building.merge import read_shard
+    from lading.stores.building.shardset import (
+        check_same_inputs,
+        check_same_options,
+        complete_shards,
+        pending_build,
+    )
 
-    return merge_in_bucket(url, build_id, settings, read_shard, commit_store_in_bucket, store_needs)
+    with scratch_folder(settings, "merge-") as root:
+        previous = mirror(url, settings, root, store_needs)
+        try:
+            bid = build_id or pending_build(root, previous)
+            if previous is not None and previous.get("build_id") == bid:
+                return str(previous["snapshot"])
+            shards = complete_shards(root, bid, read_shard)
+            check_same_inputs(root, shards)
+            recipe = check_same_options(root, bid, shards)
+        except StoreFormatError as e:
+            raise named_as(e, root, url) from None
+        return commit_store_in_bucket(url, settings, root, previous, bid, shards, recipe)
 
 
-def commit_store_in_bucket(merge: BucketMerge) -> str:
-    """``merge.shards`` (read from the bucket's mirror, made with :func:`store_needs`), in
-    this order, committed at ``merge.url``: the id index and manifest written on the mirror, then
+def commit_store_in_bucket(
+    url: str,
+    settings: RemoteSettings,
+    root: Path,
+    previous: dict[str, Any] | None,
+    bid: str,
+    shards: list[Any],
+    recipe: dict[str, Any],
+) -> str:
+    """``shards`` (read from the bucket's mirror ``root``, made with :func:`store_needs`), in
+    this order, committed at ``url``: the id index and manifest written on the mirror, then
     PUT, ``meta.json`` last; the snapshot's id."""
     from lading.disk import BuildContext
     from lading.stores.building.parallel import commit_shards
     from lading.stores.layout import FORMAT_NAME
 
-    url, root, previous = merge.url, merge.root, merge.previous
-    if merge.recipe["options"].get("duplicates", "error") != "error":
+    if recipe["options"].get("duplicates", "error") != "error":
         raise ValueError(
             f"{url}: a merge in the bucket keeps every row (duplicates='error'); shards "
             "built with duplicates='first'/'last' are merged in a folder (lading merge "
             "DIR), then uploaded"
         )
     with BuildContext(root, FORMAT_NAME) as build:
-        snapshot = commit_shards(build, merge.bid, merge.shards, merge.recipe)
+        snapshot = commit_shards(build, bid, shards, recipe)
     meta = json.loads((root / META_FILE).read_text())
     for name, info in meta["files"].items():
         if name.startswith(BUILD_PREFIX):  # stand-ins here: the bucket has the bytes
@@ -243,5 +225,5 @@ def commit_store_in_bucket(merge: BucketMerge) -> str:
     (root / snapshot / "manifest.json").write_bytes(raw)
     made = sorted(p for p in (root / snapshot).rglob("*") if p.is_file())
     files = [(p.relative_to(root).as_posix(), p) for p in made]
-    commit_remote(url, merge.settings, files, raw)
+    commit_remote(url, settings, files, raw)
     return snapshot

@@ -395,21 +395,3 @@ def check_same_options(dest: Path, bid: str, shards: Sequence[Any]) -> dict[str,
                 f"({shard.record.get('options')} vs {recipe['options']}); build it again"
             )
     return recipe
-
-
-def shards_to_merge(
-    dest: Path,
-    previous: dict[str, Any] | None,
-    build_id: str | None,
-    read: Callable[[Path, str], T],
-    build: str = "lading build",
-) -> tuple[str, list[T], dict[str, Any]] | None:
-    """What a merge of ``dest`` (a folder, or a bucket's mirror) commits: the build (``build_id``,
-    else :func:`pending_build`), its shards read by ``read`` and checked to share inputs and
-    options, and its recipe; None when that build is the committed one (``previous``)."""
-    bid = build_id or pending_build(dest, previous, build)
-    if previous is not None and previous.get("build_id") == bid:
-        return None
-    shards = complete_shards(dest, bid, read, build)
-    check_same_inputs(dest, shards)
-    return bid, shards, check_same_options(dest, bid, shards)
