@@ -49,6 +49,21 @@ KINDS = {  # what users call each snapshot format, in the refusal to replace one
 }
 
 
+def refuse_other_kind(dest: object, other: str | None, fmt: str | None, what: str) -> None:
+    """Refuse to commit a ``what`` (format ``fmt``) where ``dest`` (a folder or a URL) holds a
+    snapshot of another format, ``other`` (what its ``meta.json`` says; None: none there).
+
+    Raises:
+        FileExistsError: naming both kinds (``holds a lading store (lading.packed); refusing
+            to replace it with a token corpus``).
+    """
+    if fmt is not None and other is not None and other != fmt:
+        raise FileExistsError(
+            f"{dest} holds a lading {KINDS.get(other, other)} ({other}); refusing to "
+            f"replace it with a {what}. Choose another destination or remove it yourself."
+        )
+
+
 class BuildContext:
     """Build ``dest`` under its lock (see the module docstring for the steps).
 
@@ -110,13 +125,7 @@ class BuildContext:
                 f"{self.dest} exists and is not a lading {self.what}; refusing to replace it. "
                 "Choose another destination or remove it yourself."
             )
-        other = lading_format(self.dest)
-        if self.fmt is not None and other is not None and other != self.fmt:
-            raise FileExistsError(
-                f"{self.dest} holds a lading {KINDS.get(other, other)} ({other}); refusing to "
-                f"replace it with a {self.what}. Choose another destination or remove it "
-                "yourself."
-            )
+        refuse_other_kind(self.dest, lading_format(self.dest), self.fmt, self.what)
 
     @contextlib.contextmanager
     def scratch(self) -> Iterator[Path]:

@@ -39,6 +39,8 @@ except ImportError:  # pragma: no cover - depends on the environment
     raise missing_package("lading's Ray Data sinks", "Ray Data", "ray") from None
 
 from lading.disk import BuildContext, is_ours_to_replace, write_file
+from lading.disk.atomic import lading_format
+from lading.disk.build import refuse_other_kind
 from lading.disk.snapshot import BUILD_PREFIX
 from lading.remote.objects import is_remote
 from lading.remote.settings import RemoteSettings
@@ -88,15 +90,18 @@ class ShardSink(Datasink):
         self._started = True
         if self.url is not None:
             from lading.remote.clients import check_reachable
+            from lading.stores.building.remote_shards import check_bucket_kind
             from lading.stores.building.upload import check_writable
 
             check_reachable(self.url, type(self).__name__)
             check_writable(self.url, self.settings())
+            check_bucket_kind(self.url, self.settings(), self.fmt)
             return
         if not is_ours_to_replace(self.dest):
             raise FileExistsError(
                 f"{self.dest} exists and is not a lading {self.what}; refusing to write into it"
             )
+        refuse_other_kind(self.dest, lading_format(self.dest), self.fmt, self.what)
         where = self.dest / self.build_id
         where.mkdir(parents=True, exist_ok=True)
         write_file(where / BUILD_FILE, self.recipe())
@@ -163,17 +168,24 @@ class ShardSink(Datasink):
             )
         if self.url is None:
             with BuildContext(self.dest, self.fmt, self.what) as build:
+                build.check_ours()  # another kind committed meanwhile: not replaced
                 shards = [self.read(self.dest, rel) for rel in rels]
                 self.snapshot = self.commit_local(build, shards)
             self._started = False  # committed: its build is a snapshot's, never removed
             _remove_unnamed(self.dest / self.build_id, {rel.split("/")[1] for rel in rels})
             return
         from lading.errors import StoreFormatError
-        from lading.stores.building.remote_shards import mirror, named_as, scratch_folder
+        from lading.stores.building.remote_shards import (
+            mirror,
+            named_as,
+            refuse_kind_at,
+            scratch_folder,
+        )
 
         settings = self.settings()
         with scratch_folder(settings, "ray-merge-") as root:
             previous = mirror(self.url, settings, root, self.need)
+            refuse_kind_at(self.url, previous, self.fmt)
             try:
                 shards = [self.read(root, rel) for rel in rels]
                 self.snapshot = self.commit_remote(settings, root, previous, shards)

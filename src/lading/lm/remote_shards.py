@@ -21,6 +21,7 @@ from typing import Any
 from lading.disk.commit import replaced
 from lading.disk.snapshot import MANIFEST, new_snapshot_id
 from lading.errors import StoreFormatError
+from lading.lm.corpus_format import FORMAT_NAME
 from lading.lm.merge import check_same_tokens, manifest
 from lading.lm.shards import (
     COMMAND,
@@ -32,9 +33,11 @@ from lading.lm.shards import (
 from lading.remote.clients import check_reachable
 from lading.remote.settings import RemoteSettings
 from lading.stores.building.remote_shards import (
+    check_bucket_kind,
     commit_remote,
     mirror,
     named_as,
+    refuse_kind_at,
     scratch_folder,
     upload_shard_folder,
     uploaded_record,
@@ -66,6 +69,7 @@ def upload_shard(
     i, n = check_shard(shard)
     settings = RemoteSettings.of(cache, None, storage_options)
     check_writable(url, settings)  # before the source is read: a shard may take hours
+    check_bucket_kind(url, settings, FORMAT_NAME)
     bid = options.pop("build_id", None) or corpus_build_id(source, n, **options)
     rel = f"{bid}/{shard_name(i, n)}"
     record = uploaded_record(url, settings, rel)
@@ -90,6 +94,7 @@ def merge_remote(
     settings = RemoteSettings.of(cache, cache_bytes, storage_options)
     with scratch_folder(settings, "merge-") as root:
         previous = mirror(url, settings, root)
+        refuse_kind_at(url, previous, FORMAT_NAME)
         try:
             bid = build_id or pending_build(root, previous, COMMAND)
             if previous is not None and previous.get("build_id") == bid:

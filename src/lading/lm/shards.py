@@ -33,7 +33,7 @@ from lading.disk import BuildContext, write_file
 from lading.disk.meta import META_FILE
 from lading.disk.names import check_inside, check_name, refuse
 from lading.errors import SkippedRecordsWarning
-from lading.lm.corpus_format import TOKEN_DTYPES
+from lading.lm.corpus_format import FORMAT_NAME, TOKEN_DTYPES
 from lading.lm.texts import (
     TEXTS_ONLY,
     Skips,
@@ -218,7 +218,9 @@ def build_corpus_shard(
     info = describe_tokenizer(tok)
     eos = find_eos(tok, eos_token) if append_eos else None
     options = _options(inputs, append_eos, eos_token, split, on_error)
-    bid, where, stats = claim_shard(dest, inputs.files, options, (i, n), build_id, "token corpus")
+    bid, where, stats = claim_shard(
+        dest, inputs.files, options, (i, n), build_id, "token corpus", FORMAT_NAME
+    )
     with BuildContext(where, None, "shard") as build:
         if (where / SHARD_FILE).is_file():  # a rerun: this shard is whole already
             record = json.loads((where / SHARD_FILE).read_text())

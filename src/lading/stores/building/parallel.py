@@ -117,7 +117,7 @@ def write_one_shard(
     files = source_files(source, format, parse)
     check_shard_count(files, n, format)  # before anything is planned or written: n is bounded
     pieces = plan_shard(files, n, format, i)
-    bid, where, stats = claim_shard(dest, files, options, (i, n), build_id, "store")
+    bid, where, stats = claim_shard(dest, files, options, (i, n), build_id, "store", FORMAT_NAME)
     with BuildContext(where, None, "shard") as build:
         if (where / SHARD_FILE).is_file():  # a rerun: this shard is whole already
             record = json.loads((where / SHARD_FILE).read_text())
@@ -167,6 +167,7 @@ def merge_store(dest: Path, build_id: str | None = None) -> PackedStore:
             or two shards hold the same id (naming both).
     """
     with BuildContext(dest, FORMAT_NAME) as build:
+        build.check_ours()  # a token corpus there is not replaced by a store
         previous = build.previous
         bid = build_id or pending_build(dest, previous)
         if previous is not None and previous.get("build_id") == bid:

@@ -117,6 +117,38 @@ def mirror(
         fetcher.close()
 
 
+def check_bucket_kind(url: str, settings: RemoteSettings, fmt: str) -> None:
+    """Refuse to build a snapshot of format ``fmt`` at ``url`` where its ``meta.json`` holds
+    another lading kind (a token corpus over a document store: it would no longer open), as
+    a local build refuses it; before any source is read.
+
+    Raises:
+        FileExistsError: naming both kinds.
+    """
+    fetcher = settings.fetcher(url)
+    try:
+        meta = json.loads(fetcher.get_object(META_FILE))
+    except (PermanentError, ValueError):
+        return  # none there (or not a manifest: the commit replaces it)
+    finally:
+        fetcher.close()
+    refuse_kind_at(url, meta, fmt)
+
+
+def refuse_kind_at(url: str, meta: Any, fmt: str) -> None:
+    """Refuse to commit a snapshot of format ``fmt`` over ``meta`` (the manifest at ``url``,
+    or None) when that is another lading kind.
+
+    Raises:
+        FileExistsError: naming both kinds.
+    """
+    from lading.disk.build import KINDS, refuse_other_kind
+
+    other = meta.get("format") if isinstance(meta, dict) else None
+    if isinstance(other, str) and other.startswith("lading."):
+        refuse_other_kind(url, other, fmt, KINDS.get(fmt, fmt))
+
+
 def named_as(error: StoreFormatError, root: Path, url: str) -> StoreFormatError:
     """``error`` naming the bucket instead of the mirror."""
     return StoreFormatError(str(error).replace(str(root), url))
@@ -174,9 +206,11 @@ def merge_store_remote(url: str, build_id: str | None, settings: RemoteSettings)
         complete_shards,
         pending_build,
     )
+    from lading.stores.layout import FORMAT_NAME
 
     with scratch_folder(settings, "merge-") as root:
         previous = mirror(url, settings, root, store_needs)
+        refuse_kind_at(url, previous, FORMAT_NAME)
         try:
             bid = build_id or pending_build(root, previous)
             if previous is not None and previous.get("build_id") == bid:

@@ -354,24 +354,29 @@ def claim_shard(
     shard: tuple[int, int],
     build_id: str | None,
     what: str,
+    fmt: str | None = None,
 ) -> tuple[str, Path, list[list[Any]]]:
     """Where shard ``(i, n)`` of ``dest`` goes: ``(build id, dest/<id>/shard-<i>-of-<n>, the
     inputs' stats)``, the build directory claimed for these inputs (:func:`claim_build`).
 
     Raises:
         ValueError: a ``build_id`` that is not ``build-<letters, digits>``.
-        FileExistsError: ``dest`` holds something that is not a lading ``what``.
+        FileExistsError: ``dest`` holds something that is not a lading ``what``, or a
+            snapshot of another format than ``fmt`` (a store where a token corpus goes: the
+            merge would replace it).
     """
     i, n = shard
     bid = build_id or derive_build_id(files, options, n)
     if not bid.startswith(BUILD_PREFIX) or "/" in bid:
         raise ValueError(f"build_id {bid!r}: expected {BUILD_PREFIX}<letters, digits>")
-    from lading.disk import is_ours_to_replace
+    from lading.disk.atomic import is_ours_to_replace, lading_format
+    from lading.disk.build import refuse_other_kind
 
     if not is_ours_to_replace(dest):
         raise FileExistsError(
             f"{dest} exists and is not a lading {what}; refusing to build into it"
         )
+    refuse_other_kind(dest, lading_format(dest), fmt, what)
     where = dest / bid / shard_name(i, n)
     dest.mkdir(parents=True, exist_ok=True)
     stats = input_stats(files)

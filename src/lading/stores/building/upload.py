@@ -125,6 +125,9 @@ def _build_and_upload(
     format_name: str = FORMAT_NAME,
 ) -> None:
     check_writable(url, settings)  # before the source is read: a build may take hours
+    from lading.stores.building.remote_shards import check_bucket_kind
+
+    check_bucket_kind(url, settings, format_name)  # a corpus never replaces a store
     settings.cache.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="build-", dir=settings.cache))
     try:
