@@ -15,6 +15,7 @@ refused naming both shards.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,11 @@ from lading.errors import SourceError, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME, MERGED_VERSION, TOKENIZER, TOKENS
 from lading.lm.shards import COMMAND, CorpusShard, read_corpus_shard
 from lading.lm.texts import SKIP_EXAMPLES
+from lading.stores.building.pending import builds_record, complete_builds, pending_build
 from lading.stores.building.shardset import (
     check_same_inputs,
     check_same_options,
     complete_shards,
-    pending_build,
 )
 
 _CHUNK = 1 << 20  # offsets written per numpy pass
@@ -51,21 +52,28 @@ def merge_corpus(dest: Path, build_id: str | None = None) -> str:
         bid = build_id or pending_build(dest, previous, COMMAND)
         if previous is not None and previous.get("build_id") == bid:
             return str(previous["snapshot"])
+        passed = complete_builds(dest)  # now: one completed while this merge runs is newer
         shards = complete_shards(dest, bid, read_corpus_shard, COMMAND)
         check_same_inputs(dest, shards)
         recipe = check_same_options(dest, bid, shards)
-        return commit_corpus(build, bid, shards, recipe["options"])
+        return commit_corpus(build, bid, shards, recipe["options"], passed)
 
 
 def commit_corpus(
-    build: BuildContext, bid: str, shards: list[CorpusShard], options: dict[str, Any]
+    build: BuildContext,
+    bid: str,
+    shards: list[CorpusShard],
+    options: dict[str, Any],
+    passed: Sequence[str] = (),
 ) -> str:
     """Under ``build`` (the corpus's build context): ``shards``, in this order, checked to be
-    tokenized alike and committed as the new snapshot (its manifest only); its id."""
+    tokenized alike and committed as the new snapshot (its manifest only); its id.
+    ``passed``: the complete builds the merge saw (recorded: never merged later by default)."""
     check_same_tokens(build.dest, shards)
     started = time.perf_counter()
     with build.scratch() as tmp:
         meta = manifest(bid, shards, options, build.snapshot)
+        meta["builds"] = builds_record(build.dest, build.previous, bid, passed)
         meta["seconds"] = round(time.perf_counter() - started, 3)
         return build.commit(tmp, meta)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from lading.lm.shards import (
 )
 from lading.remote.clients import check_reachable
 from lading.remote.settings import RemoteSettings
+from lading.stores.building.pending import builds_record, complete_builds, pending_build
 from lading.stores.building.remote_shards import (
     check_bucket_kind,
     commit_remote,
@@ -47,7 +49,6 @@ from lading.stores.building.shardset import (
     check_same_options,
     check_shard,
     complete_shards,
-    pending_build,
 )
 from lading.stores.building.upload import check_writable
 from lading.stores.layout import shard_name
@@ -103,7 +104,10 @@ def merge_remote(
                 shards = complete_shards(root, bid, read_corpus_shard, COMMAND)
                 check_same_inputs(root, shards)
                 recipe = check_same_options(root, bid, shards)
-                snapshot = commit_in_bucket(url, settings, root, previous, bid, shards, recipe)
+                passed = complete_builds(root)
+                snapshot = commit_in_bucket(
+                    url, settings, root, previous, bid, shards, recipe, passed
+                )
         except StoreFormatError as e:  # named as the bucket, not the mirror
             raise named_as(e, root, url) from None
     return snapshot
@@ -117,12 +121,15 @@ def commit_in_bucket(
     bid: str,
     shards: list[CorpusShard],
     recipe: dict[str, Any],
+    passed: Sequence[str] = (),
 ) -> str:
     """``shards`` (read from the bucket's mirror ``root``), in this order, checked to be
-    tokenized alike and committed at ``url`` by their manifest, ``meta.json`` last; its id."""
+    tokenized alike and committed at ``url`` by their manifest, ``meta.json`` last; its id.
+    ``passed``: the complete builds the merge saw (recorded: never merged later by default)."""
     check_same_tokens(root, shards)
     snapshot = new_snapshot_id()
     meta = {**manifest(bid, shards, recipe["options"], snapshot), "snapshot": snapshot}
+    meta["builds"] = builds_record(root, previous, bid, passed)
     raw = _with_history(meta, previous)
     local = root / snapshot / MANIFEST
     local.parent.mkdir()

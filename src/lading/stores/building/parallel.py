@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from lading.errors import SkippedRecordsWarning, SourceError
 from lading.sources import ParseOptions, SourceReader, refuse_if_changed
 from lading.stores.building.inputs import PiecesReader, check_shard_count, input_files, plan_shard
 from lading.stores.building.merge import Shard, manifest_of, read_shard
+from lading.stores.building.pending import builds_record, complete_builds, pending_build
 from lading.stores.building.shardset import (
     BUILD_FILE,
     ShardWork,
@@ -38,7 +40,6 @@ from lading.stores.building.shardset import (
     claim_shard,
     complete_shards,
     derive_build_id,
-    pending_build,
 )
 from lading.stores.building.writer import SHARD_FILE, Duplicates, write_shard
 from lading.stores.layout import FORMAT_NAME
@@ -172,18 +173,24 @@ def merge_store(dest: Path, build_id: str | None = None) -> PackedStore:
         bid = build_id or pending_build(dest, previous)
         if previous is not None and previous.get("build_id") == bid:
             return PackedStore(dest, snapshot=previous["snapshot"])
+        passed = complete_builds(dest)  # now: one completed while this merge runs is newer
         shards = complete_shards(dest, bid, read_shard)
         check_same_inputs(dest, shards)
         recipe = check_same_options(dest, bid, shards)
-        commit_shards(build, bid, shards, recipe)
+        commit_shards(build, bid, shards, recipe, passed)
     return PackedStore(dest, snapshot=build.snapshot)
 
 
 def commit_shards(
-    build: BuildContext, bid: str, shards: list[Shard], recipe: dict[str, Any]
+    build: BuildContext,
+    bid: str,
+    shards: list[Shard],
+    recipe: dict[str, Any],
+    passed: Sequence[str] = (),
 ) -> str:
     """Under ``build`` (the store's build context): the index over ``shards`` and the commit
-    of the new snapshot; its id. ``recipe``: the build's ``options`` and ``inputs``."""
+    of the new snapshot; its id. ``recipe``: the build's ``options`` and ``inputs``;
+    ``passed``: the complete builds the merge saw (recorded: never merged later by default)."""
     started = time.perf_counter()
     if sum(s.record["rows"] for s in shards) == 0:
         where = recipe["inputs"][0] if recipe.get("inputs") else build.dest
@@ -193,6 +200,7 @@ def commit_shards(
     with build.scratch() as tmp:
         meta = manifest_of(build.dest, tmp, build.snapshot, shards, about)
         meta["build"]["seconds"] = round(time.perf_counter() - started, 3)
+        meta["builds"] = builds_record(build.dest, build.previous, bid, passed)
         return build.commit(tmp, meta)
 
 

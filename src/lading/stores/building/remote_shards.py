@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -200,11 +200,11 @@ def store_needs(record: dict[str, Any]) -> list[str]:
 def merge_store_remote(url: str, build_id: str | None, settings: RemoteSettings) -> str:
     """Commit the store shards at ``url`` as its new snapshot, in the bucket; its id."""
     from lading.stores.building.merge import read_shard
+    from lading.stores.building.pending import complete_builds, pending_build
     from lading.stores.building.shardset import (
         check_same_inputs,
         check_same_options,
         complete_shards,
-        pending_build,
     )
     from lading.stores.layout import FORMAT_NAME
 
@@ -220,7 +220,8 @@ def merge_store_remote(url: str, build_id: str | None, settings: RemoteSettings)
             recipe = check_same_options(root, bid, shards)
         except StoreFormatError as e:
             raise named_as(e, root, url) from None
-        return commit_store_in_bucket(url, settings, root, previous, bid, shards, recipe)
+        passed = complete_builds(root)
+        return commit_store_in_bucket(url, settings, root, previous, bid, shards, recipe, passed)
 
 
 def commit_store_in_bucket(
@@ -231,10 +232,12 @@ def commit_store_in_bucket(
     bid: str,
     shards: list[Any],
     recipe: dict[str, Any],
+    passed: Sequence[str] = (),
 ) -> str:
     """``shards`` (read from the bucket's mirror ``root``, made with :func:`store_needs`), in
     this order, committed at ``url``: the id index and manifest written on the mirror, then
-    PUT, ``meta.json`` last; the snapshot's id."""
+    PUT, ``meta.json`` last; the snapshot's id. ``passed``: the complete builds the merge saw
+    (recorded: never merged later by default)."""
     from lading.disk import BuildContext
     from lading.stores.building.parallel import commit_shards
     from lading.stores.layout import FORMAT_NAME
@@ -255,6 +258,9 @@ def commit_store_in_bucket(
         from lading.disk.commit import replaced
 
         meta["history"] = [replaced(previous, meta["committed_at"])]
+    from lading.stores.building.pending import builds_record
+
+    meta["builds"] = builds_record(root, previous, bid, passed)
     raw = json.dumps(meta, indent=2, sort_keys=True).encode("utf-8")
     (root / snapshot / "manifest.json").write_bytes(raw)
     made = sorted(p for p in (root / snapshot).rglob("*") if p.is_file())

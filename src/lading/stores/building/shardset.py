@@ -1,7 +1,8 @@
 """What every sharded build shares, stores and token corpora alike: the shard number checked,
 the build directory every worker derives alike from its inputs' identity, the claim of that
 directory (``build.json``: a shard of other inputs is refused, naming both), and, at the merge,
-the build whose shards are all there (missing ones named with the command that builds them).
+the checks that a build's shards are all there (missing ones named with the command that builds
+them); which build a merge takes is :mod:`lading.stores.building.pending`'s.
 
 A shard is ``dest/build-<id>/shard-<i>-of-<n>/``, renamed there once whole (a killed worker
 leaves only a temporary directory, which no merge takes); ``read(dest, rel)`` turns one into the
@@ -280,6 +281,11 @@ def shards_present(dest: Path, bid: str) -> set[str]:
 def build_size(dest: Path, bid: str) -> int:
     """The ``n`` that ``dest/bid/build.json`` records, checked to be a shard count."""
     path = dest / bid / BUILD_FILE
+    if is_sink_build(path):
+        raise StoreFormatError(
+            f"{dest}: {bid} was written by a Ray Datasink, whose job commits the shards its "
+            "tasks return; a merge takes the builds of --shard workers only"
+        )
     try:
         n = json.loads(path.read_text(encoding="utf-8"))["n"]
     except FileNotFoundError:
@@ -291,60 +297,26 @@ def build_size(dest: Path, bid: str) -> int:
     return n
 
 
+def is_sink_build(path: Path) -> bool:
+    """Whether the ``build.json`` at ``path`` is a Ray sink's: no shard count (its tasks write
+    as many shards as the dataset has blocks), the format ``ray``."""
+    try:
+        recipe = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # damaged: the merge names it
+    return isinstance(recipe, dict) and "n" not in recipe and _options_format(recipe) == "ray"
+
+
+def _options_format(recipe: dict[str, Any]) -> Any:
+    options = recipe.get("options")
+    return options.get("format") if isinstance(options, dict) else None
+
+
 def shard_number(name: str, n: int) -> int | None:
     head, _, rest = name.removeprefix("shard-").partition("-of-")
     if rest != f"{n:05d}" or not head.isdigit() or int(head) >= n:
         return None
     return int(head)
-
-
-def pending_build(
-    dest: Path,
-    previous: dict[str, Any] | None,
-    build: str = "lading build",
-) -> str:
-    """The build to merge: the one whose shards are all there (their ``shard.json`` found;
-    the merge reads and checks them), not already committed."""
-    builds = sorted(p.name for p in dest.glob(f"{BUILD_PREFIX}*") if (p / BUILD_FILE).is_file())
-    if not builds:
-        raise StoreFormatError(
-            f"{dest} has no shards to merge; build them first with "
-            f"`{build} SOURCE {dest} --shard i/N` for i = 0 .. N-1"
-        )
-    done = previous.get("build_id") if previous else None
-    complete, partial = [], []
-    for bid in builds:
-        try:
-            all_present(dest, bid, build)
-            complete.append(bid)
-        except StoreFormatError as e:
-            partial.append(e)
-    fresh = [b for b in complete if b != done]
-    if len(fresh) == 1 or (not fresh and done in complete):
-        return fresh[0] if fresh else str(done)
-    if not complete:
-        raise partial[-1] if len(partial) == 1 else _partial_builds(dest, builds, build)
-    raise StoreFormatError(
-        f"{dest} has {len(fresh)} complete builds not merged ({', '.join(fresh)}); name one: "
-        f"`{build.replace('build', 'merge')} {dest} --build-id ...`"
-    )
-
-
-def _partial_builds(dest: Path, builds: list[str], build: str) -> StoreFormatError:
-    """The error for several builds in ``dest``, none whole: each named with its shards and
-    options (workers given other options or another N derive other build ids)."""
-    said = []
-    for bid in builds:
-        n = build_size(dest, bid)
-        have = sum(1 for x in shards_present(dest, bid) if shard_number(x, n) is not None)
-        recipe = json.loads((dest / bid / BUILD_FILE).read_text(encoding="utf-8"))
-        said.append(f"{bid} has {have:,} of its {n:,} shards, options {recipe.get('options')}")
-    return StoreFormatError(
-        f"{dest} has {len(builds)} builds and none is whole: {'; '.join(said)}. Workers given "
-        f"other options or another N build apart: run `{build} SOURCE {dest} --shard i/N` "
-        "with the same source, options and N for every i, then merge (remove the builds "
-        "you do not want)"
-    )
 
 
 def claim_shard(

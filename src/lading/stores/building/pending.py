@@ -1,0 +1,139 @@
+"""Which build a merge commits, and which builds it has seen (:mod:`.shardset` has the rest).
+
+A merge takes the one complete build (every shard's ``shard.json`` there) that no merge of the
+destination committed or passed over: the manifest it commits records them (``builds``: the
+build it commits, those recorded before and the complete builds it left, as long as their
+folders are there), so a merge run again (a pipeline's retry) commits nothing new, never an
+older build, in a folder or a bucket (whose mirror holds the same folders). A build named
+(``--build-id``) is merged whatever it is. A Ray sink's build is its job's to commit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lading.disk.snapshot import BUILD_PREFIX
+from lading.errors import StoreFormatError
+from lading.stores.building.shardset import (
+    BUILD_FILE,
+    all_present,
+    build_size,
+    is_sink_build,
+    shard_number,
+    shards_present,
+)
+
+
+def pending_build(
+    dest: Path,
+    previous: dict[str, Any] | None,
+    build: str = "lading build",
+) -> str:
+    """The build to merge: the one whose shards are all there (their ``shard.json`` found;
+    the merge reads and checks them) that no merge of ``dest`` committed or passed over
+    (:func:`seen_builds`). None such, and a snapshot committed by a build: that build (the
+    merge commits nothing new: a retried merge never goes back to an older build).
+
+    Raises:
+        StoreFormatError: no build to merge (naming the shards missing), or several.
+    """
+    builds = merge_candidates(dest)
+    done = previous.get("build_id") if previous else None
+    seen = seen_builds(previous)
+    complete, partial = [], []
+    for bid in builds:
+        try:
+            all_present(dest, bid, build)
+            complete.append(bid)
+        except StoreFormatError as e:
+            if bid not in seen:
+                partial.append((bid, e))
+    fresh = [b for b in complete if b not in seen]
+    if len(fresh) == 1:
+        return fresh[0]
+    if fresh:
+        raise StoreFormatError(
+            f"{dest} has {len(fresh)} complete builds not merged ({', '.join(fresh)}); name "
+            f"one: `{build.replace('build', 'merge')} {dest} --build-id ...`"
+        )
+    if partial:  # a newer build under way: name what it lacks
+        if len(partial) == 1:
+            raise partial[0][1]
+        raise _partial_builds(dest, [bid for bid, _ in partial], build)
+    if isinstance(done, str) and done:
+        return done  # nothing new: the current snapshot's build
+    raise StoreFormatError(
+        f"{dest} has no shards to merge; build them first with "
+        f"`{build} SOURCE {dest} --shard i/N` for i = 0 .. N-1"
+    )
+
+
+def merge_candidates(dest: Path) -> list[str]:
+    """The builds in ``dest`` a merge may take: every ``build-<id>/`` with its ``build.json``,
+    but a Ray sink's (no shard count: its job commits the shards its tasks return)."""
+    return [
+        p.name
+        for p in sorted(dest.glob(f"{BUILD_PREFIX}*"))
+        if (p / BUILD_FILE).is_file() and not is_sink_build(p / BUILD_FILE)
+    ]
+
+
+def complete_builds(dest: Path) -> list[str]:
+    """The builds in ``dest`` whose shards are all there (what a merge passes over when it
+    commits another: recorded in :func:`seen_builds`, never merged later by default)."""
+    complete = []
+    for bid in merge_candidates(dest):
+        try:
+            all_present(dest, bid)
+            complete.append(bid)
+        except StoreFormatError:
+            continue
+    return complete
+
+
+def seen_builds(previous: dict[str, Any] | None) -> set[str]:
+    """The builds the merges of a destination committed or passed over, as its current
+    manifest ``previous`` records them (``builds``; a manifest that has none: its own build
+    and those of the snapshots in its history)."""
+    if not previous:
+        return set()
+    recorded = previous.get("builds")
+    seen = {b for b in recorded if isinstance(b, str)} if isinstance(recorded, list) else set()
+    if isinstance(previous.get("build_id"), str):
+        seen.add(previous["build_id"])
+    history = previous.get("history")
+    for entry in history if isinstance(history, list) else []:
+        units = entry.get("units") if isinstance(entry, dict) else None
+        if isinstance(units, list):
+            seen.update(u for u in units if isinstance(u, str) and u.startswith(BUILD_PREFIX))
+    return seen
+
+
+def builds_record(
+    dest: Path, previous: dict[str, Any] | None, bid: str, passed: Sequence[str] = ()
+) -> list[str]:
+    """The manifest's ``builds`` for a commit of build ``bid`` over ``previous``: those seen
+    before, ``bid`` and the complete builds the merge ``passed`` over, of those still in
+    ``dest`` (a build removed and made again is new)."""
+    seen = seen_builds(previous) | set(passed)
+    return sorted({b for b in seen if (dest / b).is_dir()} | {bid})
+
+
+def _partial_builds(dest: Path, builds: list[str], build: str) -> StoreFormatError:
+    """The error for several builds in ``dest``, none whole: each named with its shards and
+    options (workers given other options or another N derive other build ids)."""
+    said = []
+    for bid in builds:
+        n = build_size(dest, bid)
+        have = sum(1 for x in shards_present(dest, bid) if shard_number(x, n) is not None)
+        recipe = json.loads((dest / bid / BUILD_FILE).read_text(encoding="utf-8"))
+        said.append(f"{bid} has {have:,} of its {n:,} shards, options {recipe.get('options')}")
+    return StoreFormatError(
+        f"{dest} has {len(builds)} builds and none is whole: {'; '.join(said)}. Workers given "
+        f"other options or another N build apart: run `{build} SOURCE {dest} --shard i/N` "
+        "with the same source, options and N for every i, then merge (remove the builds "
+        "you do not want)"
+    )

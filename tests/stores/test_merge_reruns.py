@@ -1,0 +1,62 @@
+"""A merge run again (a pipeline's retry) commits nothing new: never an older build than the
+current snapshot's, in a folder or a bucket. A build committed before, or one a merge passed
+over for another (``--build-id``), is not pending; a build that is newer is.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lading
+from conftest import write
+from lading.cli import main
+from lading.testing import LocalS3
+
+
+def docs(path: Path, n: int) -> Path:
+    lines = [json.dumps({"id": f"d{i}", "text": f"doc {i}"}) for i in range(n)]
+    return write(path, "\n".join(lines) + "\n")
+
+
+def build(src: Path, dest: Path | str, n: int, **kw: object) -> str:
+    reports = [lading.build_shard(src, dest, (i, n), **kw) for i in range(n)]
+    return reports[0].build_id
+
+
+def test_a_retried_merge_keeps_the_newest_build(tmp_path: Path) -> None:
+    dest = tmp_path / "store"
+    x = build(docs(tmp_path / "x.jsonl", 100), dest, 2)
+    assert len(lading.merge_store(dest)) == 100
+    y = build(docs(tmp_path / "y.jsonl", 150), dest, 2)
+    merged = lading.merge_store(dest)
+    assert len(merged) == 150 and merged.meta["build_id"] == y != x
+    again = lading.merge_store(dest)
+    assert again.snapshot == merged.snapshot and len(again) == 150
+    assert main(["merge", str(dest)]) == 0
+    assert lading.open_store(dest).snapshot == merged.snapshot
+    # naming the old build commits it: asked for
+    assert len(lading.merge_store(dest, build_id=x)) == 100
+    assert lading.merge_store(dest).meta["build_id"] == x
+
+
+def test_a_build_passed_over_is_not_merged_later(tmp_path: Path) -> None:
+    dest = tmp_path / "store"
+    build(docs(tmp_path / "x.jsonl", 100), dest, 2)
+    y = build(docs(tmp_path / "y.jsonl", 150), dest, 3)
+    assert len(lading.merge_store(dest, build_id=y)) == 150
+    assert lading.merge_store(dest).meta["build_id"] == y
+    z = build(docs(tmp_path / "z.jsonl", 70), dest, 2)  # newer: pending
+    assert lading.merge_store(dest).meta["build_id"] == z
+
+
+def test_a_retried_merge_in_a_bucket_keeps_the_newest_build(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    url = f"s3://{bucket}/store"
+    for k, n in enumerate((100, 150, 120)):  # three builds: more than the history's one
+        build(docs(tmp_path / f"{k}.jsonl", n), url, 2, cache=tmp_path / "w")
+        merged = lading.merge_store(url, cache=tmp_path / f"m{k}")
+        assert len(merged) == n
+    again = lading.merge_store(url, cache=tmp_path / "again")
+    assert again.snapshot == merged.snapshot and len(again) == 120
