@@ -156,16 +156,20 @@ def test_missing_shards_are_named_and_a_rerun_writes_only_those(tmp_path: Path) 
 
 
 def test_a_shard_of_another_tokenizer_is_refused_naming_both(tmp_path: Path) -> None:
+    """The tokenizer is one of a build's options: shards of two tokenizers are two builds,
+    neither whole, named with their tokenizers (under one build id: tests/lm/
+    test_lm_shard_reruns.py)."""
     src = inputs(tmp_path)
     dest = tmp_path / "m"
     other = word_tokenizer([*WORDS, "extra"], tmp_path / "other.json")
-    TokenCorpus.build_shard(src, dest, (0, 2), tmp_path / "t.json", progress=False)
-    TokenCorpus.build_shard(src, dest, (1, 2), other, progress=False)
+    first = TokenCorpus.build_shard(src, dest, (0, 2), tmp_path / "t.json", progress=False)
+    second = TokenCorpus.build_shard(src, dest, (1, 2), other, progress=False)
+    assert first.build_id != second.build_id
     with pytest.raises(StoreFormatError) as caught:
         TokenCorpus.merge(dest)
     message = str(caught.value)
-    assert "shard-00000-of-00002" in message and "shard-00001-of-00002" in message
-    assert "tokenizer" in message and not (dest / "meta.json").exists()
+    assert first.build_id in message and second.build_id in message
+    assert message.count("'tokenizer'") == 2 and not (dest / "meta.json").exists()
 
 
 def test_a_shard_of_other_inputs_is_refused_naming_both(tmp_path: Path) -> None:

@@ -71,7 +71,7 @@ def upload_shard(
     settings = RemoteSettings.of(cache, None, storage_options)
     check_writable(url, settings)  # before the source is read: a shard may take hours
     check_bucket_kind(url, settings, FORMAT_NAME)
-    bid = options.pop("build_id", None) or corpus_build_id(source, n, **options)
+    bid = options.pop("build_id", None) or corpus_build_id(source, n, tokenizer, **options)
     rel = f"{bid}/{shard_name(i, n)}"
     record = uploaded_record(url, settings, rel)
     if record is not None:  # a rerun: whole already

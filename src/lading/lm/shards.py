@@ -13,8 +13,10 @@ whole to the shard its first byte falls in; a lading store given as the source: 
 on ``wiki/build-<id>/shard-<i>-of-<n>/`` without talking (the id from the inputs' identity, the
 options and ``n``); each shard is written in a temporary directory renamed into place once whole
 (a killed worker leaves nothing a merge takes; a rerun writes only the missing shards). The
-tokenizer is not part of the build id: a shard tokenized with another one is refused at the
-merge naming both shards (:mod:`lading.lm.merge`).
+tokenizer (its SHA-256) is one of the options: shards rerun with another tokenizer are another
+build, tokenized again, as a one-process build's recipe makes it rebuild; a shard of another
+one under one explicit build id is refused at its claim, and at the merge naming both shards
+(:mod:`lading.lm.merge`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import numpy as np
 from lading.disk import BuildContext, write_file
 from lading.disk.meta import META_FILE
 from lading.disk.names import check_inside, check_name, refuse
-from lading.errors import SkippedRecordsWarning
+from lading.errors import SkippedRecordsWarning, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME, TOKEN_DTYPES
 from lading.lm.texts import (
     TEXTS_ONLY,
@@ -165,11 +167,18 @@ def store_texts(store: Path, shard: tuple[int, int]) -> tuple[Iterator[str], dic
 
 
 def _options(
-    inputs: Inputs, append_eos: bool, eos_token: str | None, split: str, on_error: str
+    inputs: Inputs,
+    append_eos: bool,
+    eos_token: str | None,
+    split: str,
+    on_error: str,
+    tokenizer: str,
 ) -> dict[str, Any]:
-    """The options a shard records (and its build id is derived from)."""
+    """The options a shard records (and its build id is derived from); ``tokenizer``: its
+    SHA-256 (shards of another tokenizer are another build)."""
     return {
         "kind": "tokens",
+        "tokenizer": tokenizer,
         "append_eos": append_eos,
         "eos_token": eos_token,
         "split": split,
@@ -181,6 +190,7 @@ def _options(
 def corpus_build_id(
     source: Any,
     n: int,
+    tokenizer: Any,
     *,
     append_eos: bool = True,
     eos_token: str | None = None,
@@ -188,9 +198,11 @@ def corpus_build_id(
     on_error: str = "raise",
     progress: bool | None = None,
 ) -> str:
-    """The build id every worker of an ``n``-shard build of ``source`` derives alike."""
+    """The build id every worker of an ``n``-shard build of ``source`` with ``tokenizer``
+    derives alike."""
     inputs = inputs_of(source)
-    options = _options(inputs, append_eos, eos_token, split, on_error)
+    sha = describe_tokenizer(load_tokenizer(tokenizer))["sha256"]
+    options = _options(inputs, append_eos, eos_token, split, on_error, sha)
     return derive_build_id(inputs.files, options, n)
 
 
@@ -217,13 +229,19 @@ def build_corpus_shard(
     tok = load_tokenizer(tokenizer)
     info = describe_tokenizer(tok)
     eos = find_eos(tok, eos_token) if append_eos else None
-    options = _options(inputs, append_eos, eos_token, split, on_error)
+    options = _options(inputs, append_eos, eos_token, split, on_error, info["sha256"])
     bid, where, stats = claim_shard(
         dest, inputs.files, options, (i, n), build_id, "token corpus", FORMAT_NAME
     )
     with BuildContext(where, None, "shard") as build:
         if (where / SHARD_FILE).is_file():  # a rerun: this shard is whole already
             record = json.loads((where / SHARD_FILE).read_text())
+            if record.get("tokenizer") != info["sha256"]:  # (a build.json without options)
+                raise StoreFormatError(
+                    f"{where} was tokenized with another tokenizer (SHA-256 "
+                    f"{record.get('tokenizer')}, this one's {info['sha256']}); build the shards "
+                    "under another build id (--build-id), or remove it to build it again"
+                )
             return CorpusShardReport.of_record((dest, bid, i, n), record, True)
         with build.scratch() as tmp:
             identity = (
@@ -297,8 +315,6 @@ def read_corpus_shard(root: Path, rel: str) -> CorpusShard:
     Raises:
         StoreFormatError: not finished (no ``shard.json``), damaged, or its files differ.
     """
-    from lading.errors import StoreFormatError
-
     path, record = shard_record(root, rel)
     if not isinstance(record, dict):
         raise refuse(path, SHARD_FILE, type(record).__name__, "is not a JSON object")

@@ -1,0 +1,127 @@
+"""Shards and merges of a token corpus run again: a retried merge commits nothing new (never
+an older build), shards rerun with another tokenizer are built again (the tokenizer is part of
+the build's identity, as a one-process build's recipe), and a Ray sink's build is not taken
+for a damaged one by ``lading lm merge``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from test_lm_shards import WORDS, inputs
+
+from conftest import word_tokenizer
+from lading.cli import main
+from lading.lm import TokenCorpus
+from lading.testing import LocalS3
+
+pytest.importorskip("tokenizers")
+
+
+def shards(src: Path, dest: Path | str, n: int, tok: Path, **kw: object) -> list[object]:
+    return [TokenCorpus.build_shard(src, dest, (i, n), tok, progress=False, **kw) for i in range(n)]
+
+
+def test_a_retried_merge_keeps_the_newest_build(tmp_path: Path) -> None:
+    src, tok, dest = inputs(tmp_path), tmp_path / "t.json", tmp_path / "c"
+    shards(src, dest, 2, tok)
+    x = TokenCorpus.merge(dest)
+    shards(src, dest, 3, tok, append_eos=False)
+    y = TokenCorpus.merge(dest)
+    assert y.meta["build_id"] != x.meta["build_id"]
+    assert TokenCorpus.merge(dest).snapshot == y.snapshot
+    assert main(["lm", "merge", str(dest)]) == 0
+    assert TokenCorpus.open(dest).snapshot == y.snapshot
+
+
+def test_a_retried_merge_in_a_bucket_keeps_the_newest_build(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    src, tok, url = inputs(tmp_path), tmp_path / "t.json", f"s3://{bucket}/c"
+    shards(src, url, 2, tok, cache=tmp_path / "w")
+    TokenCorpus.merge(url, cache=tmp_path / "m1")
+    shards(src, url, 2, tok, cache=tmp_path / "w", append_eos=False)
+    y = TokenCorpus.merge(url, cache=tmp_path / "m2")
+    assert TokenCorpus.merge(url, cache=tmp_path / "m3").snapshot == y.snapshot
+    assert TokenCorpus.open(url, cache=tmp_path / "r").meta["build_id"] == y.meta["build_id"]
+
+
+def other_tokenizer(tmp_path: Path) -> Path:
+    return word_tokenizer(list(reversed(WORDS)), tmp_path / "B.json")  # same words, other ids
+
+
+def test_shards_rerun_with_another_tokenizer_are_built_again(tmp_path: Path) -> None:
+    src, a, dest = inputs(tmp_path), tmp_path / "t.json", tmp_path / "c"
+    b = other_tokenizer(tmp_path)
+    one = TokenCorpus.build(src, tmp_path / "one", b, progress=False)
+    shards(src, dest, 2, a)
+    TokenCorpus.merge(dest)
+    again = shards(src, dest, 2, b)
+    assert not any(r.reused for r in again)  # type: ignore[attr-defined]
+    merged = TokenCorpus.merge(dest)
+    assert merged.meta["recipe"]["tokenizer"] == one.meta["recipe"]["tokenizer"]
+    assert np.array_equal(merged.document(0), one.document(0))
+
+
+def test_a_shard_switched_to_another_tokenizer_midway_is_not_stuck(tmp_path: Path) -> None:
+    src, a, dest = inputs(tmp_path), tmp_path / "t.json", tmp_path / "c"
+    b = other_tokenizer(tmp_path)
+    TokenCorpus.build_shard(src, dest, (0, 2), a, progress=False)
+    assert not TokenCorpus.build_shard(src, dest, (0, 2), b, progress=False).reused
+    TokenCorpus.build_shard(src, dest, (1, 2), b, progress=False)
+    one = TokenCorpus.build(src, tmp_path / "one", b, progress=False)
+    assert np.array_equal(TokenCorpus.merge(dest).document(0), one.document(0))
+
+
+def test_shards_rerun_in_a_bucket_with_another_tokenizer_are_built_again(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    src, a, url = inputs(tmp_path), tmp_path / "t.json", f"s3://{bucket}/c"
+    b = other_tokenizer(tmp_path)
+    shards(src, url, 2, a, cache=tmp_path / "w")
+    TokenCorpus.merge(url, cache=tmp_path / "m1")
+    again = shards(src, url, 2, b, cache=tmp_path / "w")
+    assert not any(r.reused for r in again)  # type: ignore[attr-defined]
+    merged = TokenCorpus.merge(url, cache=tmp_path / "m2")
+    one = TokenCorpus.build(src, tmp_path / "one", b, progress=False)
+    assert np.array_equal(merged.document(0), one.document(0))
+
+
+def test_lm_merge_after_a_ray_sink_commit_is_no_error(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    import pyarrow as pa
+
+    from lading.integrations.ray_tokens import LadingTokenDatasink
+
+    tok = word_tokenizer(WORDS, tmp_path / "t.json")
+    texts = [" ".join(WORDS[i : i + 9]) for i in range(100)]
+    sink = LadingTokenDatasink(tmp_path / "c", tok)
+    sink.on_write_start()
+    returns = [
+        sink.write([pa.table({"text": texts[:50]})], SimpleNamespace(task_idx=0)),
+        sink.write([pa.table({"text": texts[50:]})], SimpleNamespace(task_idx=1)),
+    ]
+    sink.on_write_complete(SimpleNamespace(write_returns=returns))
+    assert main(["lm", "merge", str(tmp_path / "c")]) == 0
+    assert TokenCorpus.open(tmp_path / "c").snapshot == sink.snapshot
+    # a job that failed leaves a build no merge takes: "no shards to merge", not "damaged"
+    failed = LadingTokenDatasink(tmp_path / "f", tok)
+    failed.on_write_start()
+    failed.write([pa.table({"text": texts[:50]})], SimpleNamespace(task_idx=0))
+    (tmp_path / "f" / failed.build_id / "build.json").touch()  # as a bucket's copy stays
+    with pytest.raises(Exception, match="no shards to merge") as caught:
+        TokenCorpus.merge(tmp_path / "f")
+    assert "damaged" not in str(caught.value)
+
+
+def test_one_build_id_given_two_tokenizers_is_refused_at_the_claim(tmp_path: Path) -> None:
+    src, a, dest = inputs(tmp_path), tmp_path / "t.json", tmp_path / "c"
+    b = other_tokenizer(tmp_path)
+    TokenCorpus.build_shard(src, dest, (0, 2), a, build_id="build-mine", progress=False)
+    with pytest.raises(Exception, match=r"other options than build build-mine .*tokenizer="):
+        TokenCorpus.build_shard(src, dest, (0, 2), b, build_id="build-mine", progress=False)
+    with pytest.raises(Exception, match=r"other options than build build-mine .*tokenizer="):
+        TokenCorpus.build_shard(src, dest, (1, 2), b, build_id="build-mine", progress=False)
