@@ -35,7 +35,8 @@ def pending_build(
     """The build to merge: the one whose shards are all there (their ``shard.json`` found;
     the merge reads and checks them) that no merge of ``dest`` committed or passed over
     (:func:`seen_builds`). None such, and a snapshot committed by a build: that build (the
-    merge commits nothing new: a retried merge never goes back to an older build).
+    merge commits nothing new: a retried merge never goes back to an older build, nor fails
+    on a build left half made); else the builds half made are named with what they lack.
 
     Raises:
         StoreFormatError: no build to merge (naming the shards missing), or several.
@@ -59,12 +60,12 @@ def pending_build(
             f"{dest} has {len(fresh)} complete builds not merged ({', '.join(fresh)}); name "
             f"one: `{build.replace('build', 'merge')} {dest} --build-id ...`"
         )
-    if partial:  # a newer build under way: name what it lacks
+    if isinstance(done, str) and done:
+        return done  # nothing new (a retried merge; a build abandoned half way is no error)
+    if partial:
         if len(partial) == 1:
             raise partial[0][1]
         raise _partial_builds(dest, [bid for bid, _ in partial], build)
-    if isinstance(done, str) and done:
-        return done  # nothing new: the current snapshot's build
     raise StoreFormatError(
         f"{dest} has no shards to merge; build them first with "
         f"`{build} SOURCE {dest} --shard i/N` for i = 0 .. N-1"
