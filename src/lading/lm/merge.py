@@ -39,8 +39,9 @@ _SAME = ("tokenizer", "dtype", "eos_id", "vocab_size")  # what every shard must 
 def merge_corpus(dest: Path, build_id: str | None = None) -> str:
     """Commit the shards of a parallel build of ``dest`` as its new snapshot; its id.
 
-    ``build_id``: which build (default: the one whose shards are all there and that is not
-    the current snapshot's). A build already committed is left as it is.
+    ``build_id``: which build (default: the one whose shards are all there that no merge
+    committed or passed over, else the current snapshot's: a retried merge commits nothing
+    new; :mod:`lading.stores.building.pending`). The current snapshot's build is left as it is.
 
     Raises:
         StoreFormatError: shards are missing (naming them and the command that builds them),

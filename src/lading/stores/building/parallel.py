@@ -160,8 +160,9 @@ def write_one_shard(
 def merge_store(dest: Path, build_id: str | None = None) -> PackedStore:
     """Commit the shards of a parallel build of ``dest`` as its new snapshot; open it.
 
-    ``build_id``: which build (default: the one whose shards are all there and that is not
-    the current snapshot's). A build already committed is opened as it is.
+    ``build_id``: which build (default: the one whose shards are all there that no merge
+    committed or passed over, else the current snapshot's: a retried merge commits nothing
+    new; :mod:`lading.stores.building.pending`). The current snapshot's build is opened as it is.
 
     Raises:
         StoreFormatError: shards are missing (naming them and the command that builds them),
