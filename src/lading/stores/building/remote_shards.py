@@ -5,7 +5,8 @@ A worker checks the bucket writable before it reads a byte of its source, writes
 a scratch folder beside the node cache (it holds this one shard on local disk), uploads
 ``build-<id>/build.json`` and the shard's files, then its ``shard.json`` last: a shard is in
 the bucket whole or not at all, so a killed worker leaves objects no merge takes and a rerun
-skips a shard whose ``shard.json`` is there. The scratch folder goes either way.
+skips a shard whose ``shard.json`` is there. The scratch folder goes either way, a killed
+worker's at the next one's start (:mod:`lading.stores.building.scratch`).
 
 A merge lists the bucket and mirrors what the checks read into a scratch folder: every
 ``build.json`` and ``shard.json``, the columns the merge reads (``need``: a store's ids and
@@ -17,10 +18,8 @@ snapshot or the new one, never a mixture. A merge of a build already committed c
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from lading.errors import StoreFormatError
 from lading.remote.clients import open_client
 from lading.remote.objects import PermanentError
 from lading.remote.settings import RemoteSettings
+from lading.stores.building.scratch import owned_folder
 from lading.stores.building.shardset import BUILD_FILE, SHARD_FILE
 from lading.stores.building.upload import put_files
 
@@ -47,15 +47,10 @@ def uploaded_record(url: str, settings: RemoteSettings, rel: str) -> dict[str, A
         fetcher.close()
 
 
-@contextmanager
-def scratch_folder(settings: RemoteSettings, prefix: str) -> Iterator[Path]:
-    """A folder beside the node cache, removed at the end whatever happens."""
-    settings.cache.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=settings.cache))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+def scratch_folder(settings: RemoteSettings, prefix: str) -> AbstractContextManager[Path]:
+    """A folder beside the node cache, removed at the end whatever happens; one that a
+    killed process left is removed by a later call (:mod:`lading.stores.building.scratch`)."""
+    return owned_folder(settings.cache, prefix)
 
 
 def upload_shard_folder(local: Path, rel: str, url: str, settings: RemoteSettings) -> None:

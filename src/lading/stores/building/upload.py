@@ -29,8 +29,6 @@ import functools
 import itertools
 import json
 import secrets
-import shutil
-import tempfile
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
@@ -126,19 +124,16 @@ def _build_and_upload(
 ) -> None:
     check_writable(url, settings)  # before the source is read: a build may take hours
     from lading.stores.building.remote_shards import check_bucket_kind
+    from lading.stores.building.scratch import owned_folder
 
     check_bucket_kind(url, settings, format_name)  # a corpus never replaces a store
-    settings.cache.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="build-", dir=settings.cache))
-    try:
+    with owned_folder(settings.cache, "build-") as scratch:  # a killed build's: swept later
         local = scratch / "store"
         build_local(source, local, *args, **kwargs)
         client = open_client(url, settings.backend, settings.options, settings.timeout)
         upload(
             local, client, format_name, timeout=settings.timeout, min_rate=settings.upload_min_rate
         )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def check_writable(url: str, settings: RemoteSettings) -> None:
