@@ -77,13 +77,15 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
+    from lading.remote.objects import is_remote
     from lading.stores import merge_store
 
     started = time.perf_counter()
     store = merge_store(args.dest, build_id=args.build_id)
     shards = len(store.meta["shards"])
+    where = args.dest if is_remote(args.dest) else store.path  # (a URL's: its node cache)
     print(
-        f"{store.path}: {len(store):,} documents from {shards} shard(s), snapshot "
+        f"{where}: {len(store):,} documents from {shards} shard(s), snapshot "
         f"{store.snapshot} ({time.perf_counter() - started:.1f}s)"
     )
     print_skipped(store.meta["build"])  # the shards' skips, summed

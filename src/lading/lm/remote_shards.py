@@ -2,8 +2,9 @@
 
 ``TokenCorpus.build_shard(src, "s3://b/wiki", (i, n), tok)`` and ``TokenCorpus.merge(url)``,
 on the rules every kind shares (:mod:`lading.stores.building.remote_shards`): the bucket checked
-writable before any tokenizing, the shard tokenized beside the node cache and uploaded once
-whole (its ``shard.json`` last; a rerun skips it), the merge checked as a local merge
+writable and the build claimed as in a folder (from the bucket's ``build.json``) before any
+tokenizing, the shard tokenized beside the node cache and uploaded once whole (its
+``shard.json`` last; a rerun skips it), the merge checked as a local merge
 (:mod:`lading.lm.merge`) on a mirror of the small files and committed by PUTs, ``meta.json``
 last: a reader opening meanwhile sees the last snapshot, never a mixture. A merged corpus's
 manifest names the shards' files in place, so the merge uploads its manifest only.
@@ -41,8 +42,8 @@ from lading.stores.building.remote_shards import (
     named_as,
     refuse_kind_at,
     scratch_folder,
+    seed_from_bucket,
     upload_shard_folder,
-    uploaded_record,
 )
 from lading.stores.building.shardset import (
     check_same_inputs,
@@ -73,14 +74,16 @@ def upload_shard(
     check_bucket_kind(url, settings, FORMAT_NAME)
     bid = options.pop("build_id", None) or corpus_build_id(source, n, tokenizer, **options)
     rel = f"{bid}/{shard_name(i, n)}"
-    record = uploaded_record(url, settings, rel)
-    if record is not None:  # a rerun: whole already
-        return CorpusShardReport.of_record((Path(url), bid, i, n), record, True)
     with scratch_folder(settings, "shard-") as scratch:
         local = scratch / "corpus"
-        report = build_corpus_shard(source, local, (i, n), tokenizer, build_id=bid, **options)
-        upload_shard_folder(local, rel, url, settings)
-    return replace(report, dest=Path(url), build_id=bid)
+        seed_from_bucket(url, settings, local, rel)  # claimed, or reused, as in a folder
+        try:
+            report = build_corpus_shard(source, local, (i, n), tokenizer, build_id=bid, **options)
+        except StoreFormatError as e:  # named as the bucket, not the scratch copy
+            raise named_as(e, local, url) from None
+        if not report.reused:
+            upload_shard_folder(local, rel, url, settings, i)
+    return replace(report, dest=url, build_id=bid)
 
 
 def merge_remote(

@@ -1,12 +1,14 @@
 """Shards built straight into object storage, and their merge committed in the bucket: what
 stores and token corpora share (:mod:`lading.lm.remote_shards` is the corpora's side).
 
-A worker checks the bucket writable before it reads a byte of its source, writes its shard in
-a scratch folder beside the node cache (it holds this one shard on local disk), uploads
-``build-<id>/build.json`` and the shard's files, then its ``shard.json`` last: a shard is in
-the bucket whole or not at all, so a killed worker leaves objects no merge takes and a rerun
-skips a shard whose ``shard.json`` is there. The scratch folder goes either way, a killed
-worker's at the next one's start (:mod:`lading.stores.building.scratch`).
+A worker checks the bucket writable before it reads a byte of its source, copies the bucket's
+``build-<id>/build.json`` (and its shard's ``shard.json``) into a scratch folder beside the node
+cache, where the local build claims the build as in a folder (another source, N or options
+under one build id refused, naming the URL; a rerun finds its shard whole and skips it), writes
+its shard there (it holds this one shard on local disk), uploads ``build.json`` where the bucket
+has none yet, the shard's files, then its ``shard.json`` last: a shard is in the bucket whole or
+not at all, so a killed worker leaves objects no merge takes. The scratch folder goes either
+way, a killed worker's at the next one's start (:mod:`lading.stores.building.scratch`).
 
 A merge lists the bucket and mirrors what the checks read into a scratch folder: every
 ``build.json`` and ``shard.json``, the columns the merge reads (``need``: a store's ids and
@@ -18,6 +20,7 @@ snapshot or the new one, never a mixture. A merge of a build already committed c
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -28,23 +31,39 @@ from lading.disk.meta import META_FILE
 from lading.disk.snapshot import BUILD_PREFIX
 from lading.errors import StoreFormatError
 from lading.remote.clients import open_client
-from lading.remote.objects import PermanentError
+from lading.remote.fetch import Fetcher
+from lading.remote.objects import ObjectClient, PermanentError
 from lading.remote.settings import RemoteSettings
 from lading.stores.building.scratch import owned_folder
-from lading.stores.building.shardset import BUILD_FILE, SHARD_FILE
+from lading.stores.building.shardset import BUILD_FILE, SHARD_FILE, claim_build
 from lading.stores.building.upload import put_files
 
 
-def uploaded_record(url: str, settings: RemoteSettings, rel: str) -> dict[str, Any] | None:
-    """The ``shard.json`` of shard ``rel`` if it is in the bucket whole, else None."""
+def seed_from_bucket(url: str, settings: RemoteSettings, local: Path, rel: str) -> None:
+    """Copy into ``local`` what the bucket holds of shard ``rel``'s build that the local
+    build's checks read: its ``build.json`` (the first worker's recipe: the claim compares
+    this worker's inputs, options and N with it, as in a folder) and, when the shard is whole
+    there, its ``shard.json`` (the local build then reports it reused, after the claim)."""
+    bid = rel.split("/", 1)[0]
     fetcher = settings.fetcher(url)
     try:
-        if f"{rel}/{SHARD_FILE}" not in fetcher.list(f"{rel}/"):
-            return None
-        record: dict[str, Any] = json.loads(fetcher.get_object(f"{rel}/{SHARD_FILE}"))
-        return record
+        for key in (f"{bid}/{BUILD_FILE}", f"{rel}/{SHARD_FILE}"):
+            raw = _get_or_none(fetcher, key)
+            if raw is None:
+                break  # (no build.json: no shard of this build either)
+            (local / key).parent.mkdir(parents=True, exist_ok=True)
+            (local / key).write_bytes(raw)
     finally:
         fetcher.close()
+
+
+def _get_or_none(fetcher: Fetcher, key: str) -> bytes | None:
+    """Object ``key``, or None where the bucket has none (a GET, not a listing: a build's
+    folder may hold thousands of objects)."""
+    try:
+        return fetcher.get_object(key)
+    except PermanentError:
+        return None
 
 
 def scratch_folder(settings: RemoteSettings, prefix: str) -> AbstractContextManager[Path]:
@@ -53,13 +72,15 @@ def scratch_folder(settings: RemoteSettings, prefix: str) -> AbstractContextMana
     return owned_folder(settings.cache, prefix)
 
 
-def upload_shard_folder(local: Path, rel: str, url: str, settings: RemoteSettings) -> None:
+def upload_shard_folder(
+    local: Path, rel: str, url: str, settings: RemoteSettings, shard: int | None = None
+) -> None:
     """Upload the finished shard ``local/rel`` (``rel``: ``build-<id>/shard-<i>-of-<n>``) to
-    ``url``: its build's ``build.json`` and its files, then its ``shard.json``."""
-    bid = rel.split("/", 1)[0]
+    ``url``: its build's ``build.json`` where the bucket has none yet (:func:`put_build`),
+    its files, then its ``shard.json``."""
     client = open_client(url, settings.backend, settings.options, settings.timeout)
-    first = [local / bid / BUILD_FILE]
-    first += [p for p in sorted((local / rel).iterdir()) if p.name != SHARD_FILE]
+    put_build(client, settings, local, rel, url, shard)
+    first = [p for p in sorted((local / rel).iterdir()) if p.name != SHARD_FILE]
     sized: list[tuple[str, bytes | Path, int]] = [
         (p.relative_to(local).as_posix(), p, p.stat().st_size) for p in first
     ]
@@ -68,6 +89,41 @@ def upload_shard_folder(local: Path, rel: str, url: str, settings: RemoteSetting
     key, size = f"{rel}/{SHARD_FILE}", last.stat().st_size
     record: list[tuple[str, bytes | Path, int]] = [(key, last, size)]
     put_files(client, record, timeout=settings.timeout)
+
+
+def put_build(
+    client: ObjectClient,
+    settings: RemoteSettings,
+    local: Path,
+    rel: str,
+    url: str,
+    shard: int | None,
+) -> None:
+    """PUT ``build.json`` of shard ``rel``'s build (from ``local``) where the bucket has
+    none, then read it back: a worker that raced one of other inputs, options or N (both found
+    none) is refused as a local claim refuses it (``shard``: this worker's number; None, a Ray
+    task's: not compared). Never PUT over one there: the first worker's recipe is the build's
+    (S3 has no create-only PUT that every client here sends; the read back sees the race)."""
+    key = f"{rel.split('/', 1)[0]}/{BUILD_FILE}"
+    ours = (local / key).read_bytes()
+    fetcher = settings.fetcher(url)
+    try:
+        theirs = _get_or_none(fetcher, key)
+        if theirs is None:
+            put_files(client, [(key, ours, len(ours))], timeout=settings.timeout)
+            theirs = fetcher.get_object(key)
+    finally:
+        fetcher.close()
+    recipe = json.loads(ours)
+    if theirs == ours or shard is None or "stats" not in recipe:
+        return
+    with tempfile.TemporaryDirectory(dir=local.parent) as there:
+        (Path(there) / key).parent.mkdir()
+        (Path(there) / key).write_bytes(theirs)
+        try:
+            claim_build((Path(there) / key).parent, recipe, shard)
+        except StoreFormatError as e:
+            raise named_as(e, Path(there), url) from None
 
 
 Need = Callable[[dict[str, Any]], list[str]]  # a shard's record -> its files a merge reads
@@ -169,19 +225,25 @@ def store_shard_remote(
 ) -> Any:
     """Shard ``shard`` of the store at ``url``: ``write(local_dest)`` builds it (as
     :func:`lading.build_shard` into a folder), then it is uploaded (see the module doc; the
-    caller checked the bucket writable before reading the source)."""
+    caller checked the bucket writable before reading the source). The bucket's
+    ``build.json`` and this shard's ``shard.json`` are copied into the folder first, so the
+    build claims it as in a folder (another source, N or options under one build id refused)
+    and a shard whole in the bucket is reported reused."""
     from lading.stores.building.parallel import ShardReport
     from lading.stores.layout import shard_name
 
     i, n = shard
     rel = f"{bid}/{shard_name(i, n)}"
-    record = uploaded_record(url, settings, rel)
-    if record is not None:  # a rerun: whole already
-        return ShardReport.of_record((Path(url), bid, i, n), record, True)
     with scratch_folder(settings, "shard-") as scratch:
-        report = write(scratch / "store")
-        upload_shard_folder(scratch / "store", rel, url, settings)
-    return replace(report, dest=Path(url), build_id=bid)
+        local = scratch / "store"
+        seed_from_bucket(url, settings, local, rel)  # claimed, or reused, as in a folder
+        try:
+            report: ShardReport = write(local)
+        except StoreFormatError as e:  # named as the bucket, not the scratch copy
+            raise named_as(e, local, url) from None
+        if not report.reused:
+            upload_shard_folder(local, rel, url, settings, i)
+    return replace(report, dest=url, build_id=bid)
 
 
 def store_needs(record: dict[str, Any]) -> list[str]:

@@ -75,7 +75,7 @@ class ShardWork:
     """Which shard a worker built: ``shard`` of ``shards`` of build ``build_id`` at ``dest``. Each
     kind's report (stores, token corpora) adds what it wrote and whether it was reused."""
 
-    dest: Path
+    dest: Path | str  # a folder, or an object-store URL as given (a Path: "s3:/bucket")
     build_id: str
     shard: int
     shards: int

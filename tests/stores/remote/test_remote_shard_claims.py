@@ -1,0 +1,89 @@
+"""Store shards built into object storage claim their build as a local dest does.
+
+Under one explicit build id, another source or another N is refused before the source is read,
+with the local wording and the URL (it used to be accepted, "already built" for the same N, and
+the merge kept the first job's store). The next step printed names the URL as given (a
+``Path`` made ``s3:/bucket``, which the printed command then took for a local folder), and so
+does ``lading merge``'s line.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lading
+import lading.remote.clients
+from conftest import write
+from lading.errors import StoreFormatError
+from lading.testing import LocalS3
+
+
+def rows(path: Path, word: str, n: int) -> Path:
+    lines = [json.dumps({"id": f"{word}{i}", "text": f"{word} {i}"}) for i in range(n)]
+    return write(path, "\n".join(lines) + "\n")
+
+
+def test_another_source_or_n_under_one_build_id_is_refused_in_the_bucket(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    a, b = rows(tmp_path / "a.jsonl", "apple", 50), rows(tmp_path / "b.jsonl", "banana", 80)
+    url = f"s3://{bucket}/store"
+    for i in range(2):
+        report = lading.build_shard(a, url, (i, 2), build_id="build-wiki", cache=tmp_path / "w")
+    assert str(report) == (
+        f"{url}: shard 1/2 of build-wiki: {report.rows} documents; once all 2 are built: "
+        f"lading merge {url}"
+    )
+    first = lading.merge_store(url, cache=tmp_path / "m")
+    for i in range(2):
+        with pytest.raises(StoreFormatError, match="reads other inputs than the shards") as e:
+            lading.build_shard(b, url, (i, 2), build_id="build-wiki", cache=tmp_path / "w")
+        assert f"{url}/build-wiki" in str(e.value) and str(tmp_path / "w") not in str(e.value)
+    with pytest.raises(StoreFormatError, match=f"build.json \\({url}/build-wiki\\) records 2"):
+        lading.build_shard(a, url, (0, 3), build_id="build-wiki", cache=tmp_path / "w")
+    assert lading.build_shard(a, url, (0, 2), build_id="build-wiki", cache=tmp_path / "w").reused
+    assert lading.merge_store(url, cache=tmp_path / "m2").snapshot == first.snapshot
+
+
+def test_the_cli_prints_the_url_it_was_given(s3: LocalS3, bucket: str, tmp_path: Path) -> None:
+    a = rows(tmp_path / "a.jsonl", "apple", 20)
+    url = f"s3://{bucket}/store"
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "lading", *args], capture_output=True, text=True, cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    for i in range(2):
+        said = cli("build", str(a), url, "--shard", f"{i}/2", "--quiet")
+    assert said.startswith(f"{url}: shard 1/2 of build-") and said.endswith(f"lading merge {url}")
+    assert cli(*said.rsplit(": ", 1)[1].split()[1:]).startswith(f"{url}: 20 documents from 2")
+    assert not (tmp_path / "s3:").exists()
+
+
+def test_a_worker_that_raced_the_first_with_another_n_is_refused_at_its_upload(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """Both found no ``build.json`` in the bucket and built: the second's upload reads the
+    first's back, does not PUT over it, and refuses before any of its shard's files go up."""
+    from lading.remote.settings import RemoteSettings
+    from lading.stores.building.remote_shards import upload_shard_folder
+
+    a = rows(tmp_path / "a.jsonl", "apple", 30)
+    url = f"s3://{bucket}/store"
+    lading.build_shard(a, url, (0, 2), build_id="build-race", cache=tmp_path / "w")
+    local = tmp_path / "local"
+    lading.build_shard(a, local, (0, 3), build_id="build-race")  # as the racing worker did
+    settings = RemoteSettings.of(tmp_path / "w", None, None)
+    with pytest.raises(StoreFormatError, match=f"build.json \\({url}/build-race\\) records 2"):
+        upload_shard_folder(local, "build-race/shard-00000-of-00003", url, settings, 0)
+    listed = lading.remote.clients.open_client(url).list("build-race/")
+    assert not [k for k in listed if "of-00003" in k]
+    assert json.loads(lading.remote.clients.open_client(url).get("build-race/build.json"))["n"] == 2
