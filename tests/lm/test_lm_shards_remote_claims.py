@@ -69,3 +69,18 @@ def test_the_bucket_build_json_is_put_by_the_first_shard_only(
     TokenCorpus.build_shard(src, url, (1, 2), tok, cache=tmp_path / "w", progress=False)
     assert json.loads(client.get(key)).get("first") is True, "build.json was PUT again"
     assert len(TokenCorpus.merge(url, cache=tmp_path / "m")) == 800
+
+
+def test_a_merge_of_no_documents_names_the_url_not_its_deleted_mirror(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    from lading.errors import SourceError
+
+    inputs(tmp_path)  # the tokenizer
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    url = f"s3://{bucket}/c"
+    TokenCorpus.build_shard([empty], url, (0, 1), tmp_path / "t.json", cache=tmp_path / "w")
+    with pytest.raises(SourceError, match="no documents in any shard") as e:
+        TokenCorpus.merge(url, cache=tmp_path / "m")
+    assert e.value.path == url and str(tmp_path) not in str(e.value)

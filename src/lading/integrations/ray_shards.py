@@ -174,7 +174,7 @@ class ShardSink(Datasink):
             self._started = False  # committed: its build is a snapshot's, never removed
             _remove_unnamed(self.dest / self.build_id, {rel.split("/")[1] for rel in rels})
             return
-        from lading.errors import StoreFormatError
+        from lading.errors import SourceError, StoreFormatError
         from lading.stores.building.remote_shards import (
             mirror,
             named_as,
@@ -190,7 +190,7 @@ class ShardSink(Datasink):
                 shards = [self.read(root, rel) for rel in rels]
                 self.snapshot = self.commit_remote(settings, root, previous, shards)
                 self._started = False  # committed: its build is a snapshot's
-            except StoreFormatError as e:  # named as the bucket, not the mirror
+            except (StoreFormatError, SourceError) as e:  # named as the bucket, not the mirror
                 raise named_as(e, root, self.url) from None
         self._remove_unnamed_objects(settings, {rel.split("/")[1] for rel in rels})
 

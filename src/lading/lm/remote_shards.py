@@ -22,7 +22,7 @@ from typing import Any
 
 from lading.disk.commit import replaced
 from lading.disk.snapshot import MANIFEST, new_snapshot_id
-from lading.errors import StoreFormatError
+from lading.errors import SourceError, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME
 from lading.lm.merge import check_same_tokens, manifest
 from lading.lm.shards import (
@@ -111,7 +111,7 @@ def merge_remote(
                 snapshot = commit_in_bucket(
                     url, settings, root, previous, bid, shards, recipe, passed
                 )
-        except StoreFormatError as e:  # named as the bucket, not the mirror
+        except (StoreFormatError, SourceError) as e:  # named as the bucket, not the mirror
             raise named_as(e, root, url) from None
     return snapshot
 

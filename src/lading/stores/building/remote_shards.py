@@ -29,7 +29,7 @@ from typing import Any
 
 from lading.disk.meta import META_FILE
 from lading.disk.snapshot import BUILD_PREFIX
-from lading.errors import StoreFormatError
+from lading.errors import SourceError, StoreFormatError
 from lading.remote.clients import open_client
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import ObjectClient, PermanentError
@@ -200,8 +200,14 @@ def refuse_kind_at(url: str, meta: Any, fmt: str) -> None:
         refuse_other_kind(url, other, fmt, KINDS.get(fmt, fmt))
 
 
-def named_as(error: StoreFormatError, root: Path, url: str) -> StoreFormatError:
-    """``error`` naming the bucket instead of the mirror."""
+def named_as(
+    error: StoreFormatError | SourceError, root: Path, url: str
+) -> StoreFormatError | SourceError:
+    """``error`` naming the bucket instead of the mirror (a scratch folder gone once the
+    error is read): a :class:`SourceError` (a merge of no documents) keeps its kind."""
+    if isinstance(error, SourceError):
+        path, reason = (x.replace(str(root), url) for x in (error.path, error.reason))
+        return SourceError(path, error.line, reason)
     return StoreFormatError(str(error).replace(str(root), url))
 
 
