@@ -121,6 +121,22 @@ def test_a_silent_holder_on_another_host_is_taken_over_after_the_timeout(tmp_pat
     assert not path.exists()
 
 
+def test_an_empty_lock_file_is_taken_over_after_the_timeout(tmp_path: Path) -> None:
+    """What a machine crash can leave of a lock file, written without an fsync: its name, no
+    holder in it. A waiter takes it over once unchanged for ``stale_after``, as a silent
+    holder's, so the unsynced write costs at most that wait, once, after a crash."""
+    path = tmp_path / "x.lock"
+    path.write_bytes(b"")
+    lock = FileLock(path, heartbeat=0.1, stale_after=1.0, report=io.StringIO(), report_every=0.3)
+    started = time.monotonic()
+    with lock:
+        waited = time.monotonic() - started
+        holder = read_holder(path)
+        assert holder is not None and holder.token == lock.token and holder.pid == os.getpid()
+    assert 1.0 <= waited < 10
+    assert not path.exists()
+
+
 HOLD_BEATING = textwrap.dedent(
     """
     import sys
