@@ -137,6 +137,28 @@ def test_an_empty_lock_file_is_taken_over_after_the_timeout(tmp_path: Path) -> N
     assert not path.exists()
 
 
+@pytest.mark.parametrize("name", ["plain", "data[1]", "a*b?"])
+def test_dead_temps_are_found_whatever_the_destination_is_named(tmp_path: Path, name: str) -> None:
+    """A dead builder's temporaries beside and inside the destination are removed, a live
+    one's kept, and nothing else touched, also where the name holds what a glob would read as
+    a pattern (``[1]`` once matched ``data1.tmp-*``, never the builder's own ``data[1].tmp-*``)."""
+    dest = tmp_path / name
+    (dest / ".tmp-999999999-aa").mkdir(parents=True)  # no such pid: dead
+    beside = [tmp_path / f"{name}.tmp-999999999-bb", tmp_path / f"{name}.old-999999999-cc"]
+    for path in beside:
+        path.mkdir()
+    live = tmp_path / f"{name}.tmp-{os.getppid()}-dd"  # a live builder's (not this process)
+    live.mkdir()
+    others = [tmp_path / f"{name}x.tmp-999999999-ee", dest / "kept.tmp-999999999-ff"]
+    for path in others:
+        path.mkdir()
+    removed = remove_dead_temps(dest)
+    assert sorted(removed) == sorted([dest / ".tmp-999999999-aa", *beside])
+    assert all(not p.exists() for p in removed)
+    assert live.is_dir() and all(p.is_dir() for p in others)
+    assert remove_dead_temps(tmp_path / "absent") == []
+
+
 HOLD_BEATING = textwrap.dedent(
     """
     import sys

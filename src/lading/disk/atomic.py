@@ -118,13 +118,9 @@ def remove_dead_temps(dest: Path) -> list[Path]:
 
     Call under :func:`build_lock`. One whose builder pid is alive on this host is kept.
     """
-    found = [
-        (path, path.name[len(dest.name) + len(mark) :])
-        for mark in (_TMP_MARK, _OLD_MARK)
-        for path in dest.parent.glob(f"{dest.name}{mark}*")
-    ]
-    if dest.is_dir():
-        found += [(path, path.name[len(".tmp-") :]) for path in dest.glob(".tmp-*")]
+    marks = tuple(f"{dest.name}{mark}" for mark in (_TMP_MARK, _OLD_MARK))  # same length
+    found = [(path, path.name[len(marks[0]) :]) for path in _named(dest.parent, marks)]
+    found += [(path, path.name[len(_TMP_MARK) :]) for path in _named(dest, (_TMP_MARK,))]
     removed = []
     for path, rest in found:
         pid_part = rest.split("-", 1)[0]
@@ -136,6 +132,17 @@ def remove_dead_temps(dest: Path) -> list[Path]:
             path.unlink(missing_ok=True)
         removed.append(path)
     return removed
+
+
+def _named(folder: Path, prefixes: tuple[str, ...]) -> list[Path]:
+    """The entries of ``folder`` whose name starts with one of ``prefixes`` (none where it is
+    not a folder): one listing, no glob (whose pattern a destination's own name, with a ``[``
+    or a ``*`` in it, would change; and twice as slow, in every build's lock)."""
+    try:
+        with os.scandir(folder) as entries:
+            return [Path(e.path) for e in entries if e.name.startswith(prefixes)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def _alive(pid: int) -> bool:
