@@ -214,12 +214,14 @@ def safe_relative(root: Path, name: object, what: str) -> Path:
 
 
 def spots(path: Path) -> bytes:
-    """A file's first and last 4 KiB (they overlap in a file under 8 KiB)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        head = f.read(SPOT_BYTES)
-        f.seek(max(0, size - SPOT_BYTES))
-        return head + f.read(SPOT_BYTES)
+    """A file's first and last 4 KiB (they overlap in a file under 8 KiB): two ``pread`` on
+    a bare descriptor (a buffered file object cost as much again, 24 files a merge)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, SPOT_BYTES, 0) + os.pread(fd, SPOT_BYTES, max(0, size - SPOT_BYTES))
+    finally:
+        os.close(fd)
 
 
 def spot_crc32(path: Path) -> int:
