@@ -121,6 +121,10 @@ def test_the_merge_copies_no_token_file(tmp_path: Path) -> None:
     for name in ("tokens.bin", "tokens.off"):
         listed = [p for p in merged.meta["files"] if p.endswith(name)]
         assert len(listed) == 3 and all(p.startswith("build-") for p in listed)
+    # one tokenizer listed, the one the corpus reads (the other shards' copies never are)
+    assert [p for p in merged.meta["files"] if p.endswith("tokenizer.json")] == [
+        merged.meta["tokenizer_file"]
+    ]
 
 
 def test_the_cli_builds_shards_and_merges(

@@ -7,9 +7,10 @@ before (:mod:`lading.lm.parts`), so a merged corpus reads exactly as a one-proce
 same offsets, the same windows, packing and masks). The merge writes the manifest only: its
 time and memory grow with the shards (their ``shard.json`` read and checked), not with the
 documents.
-The tokenizer stays in the first shard's folder (``tokenizer_file``). Shards must agree on the
-tokenizer (its SHA-256), its dtype and the end-of-text id: a shard tokenized otherwise is
-refused naming both shards.
+The tokenizer stays in the first shard's folder (``tokenizer_file``), the only tokenizer the
+manifest lists (the other shards' copies are never read). Shards must agree on the tokenizer
+(its SHA-256), its dtype and the end-of-text id: a shard tokenized otherwise is refused naming
+both shards.
 """
 
 from __future__ import annotations
@@ -107,8 +108,11 @@ def manifest(
     first = shards[0].record
     files: dict[str, Any] = {}
     parts = []
-    for shard in shards:
-        files.update({f"{shard.dir}/{name}": info for name, info in shard.record["files"].items()})
+    for k, shard in enumerate(shards):
+        for name, info in shard.record["files"].items():
+            if k == 0 or name != TOKENIZER:  # the first shard's tokenizer is the corpus's; the
+                files[f"{shard.dir}/{name}"] = info  # others' copies (the same, checked by
+                # check_same_tokens) are never read: listed, each open spot-read all 8
         counts = {k: shard.record[k] for k in ("documents", "tokens")}
         parts.append({"dir": shard.dir, **counts})
     identity = first.get("source_identity") or {}
