@@ -4,11 +4,15 @@ Every footer is read once (no data): its row groups become :class:`~lading.tabul
 s and its schema is compared with the first file's, so a file that lacks a column or holds it
 in another type is named when the dataset opens, not by a ``KeyError`` mid-epoch.
 
-A folder is read recursively, except for what lading itself leaves in it: the temporary and
-old directories of an atomic build (``DEST.tmp-<pid>-<hex>``, ``DEST.old-<pid>-<hex>``, see
-:func:`lading.disk.new_temp_dir`) are skipped, and a nested ``lading repartition`` output
-(a folder holding ``_lading.json``) is refused: it copies rows the folder most likely holds
-already, so reading both would read them twice.
+A folder (or an object-store prefix: :mod:`lading.tabular.remote_files` applies the same rule,
+:func:`select_listed`) is read recursively, its files sorted by path parts (``178/`` before
+``178-late/``; the order decides the batches and a state's digest), except for what lading
+itself leaves in it: the temporary and old directories of an atomic build
+(``DEST.tmp-<pid>-<hex>``, ``DEST.old-<pid>-<hex>``, see :func:`lading.disk.new_temp_dir`) are
+skipped, and a nested ``lading repartition`` output (a folder holding ``_lading.json``) is
+refused: it copies rows the folder most likely holds already, so reading both would read them
+twice. For the same reason a file reached twice (a folder and a file in it, one folder given
+twice or through a link) is refused, naming the file and both inputs.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ def parquet_files(paths: PathsArg, exclude: Iterable[Path] = ()) -> list[Path]:
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     skip = {Path(p).resolve() for p in exclude}
     files: list[Path] = []
+    reached: dict[Path, str] = {}  # each file's resolved path: the input that reached it
     for item in items:
         refuse_remote(
             item,
@@ -61,11 +66,13 @@ def parquet_files(paths: PathsArg, exclude: Iterable[Path] = ()) -> list[Path]:
                     f"no *.parquet files in {path} (nor in its subfolders); point at the "
                     "folder that holds the parquet files, or at the files themselves"
                 )
-            files += found
         elif path.is_file():
-            files.append(path)
+            found = [path]
         else:
             raise FileNotFoundError(f"no parquet file or folder at {path}")
+        for file in found:
+            refuse_twice(reached, file.resolve(), str(file), os.fspath(item))
+        files += found
     if not files:
         raise ValueError("no parquet files given: paths is empty")
     return files
@@ -90,22 +97,63 @@ def remote_urls(paths: PathsArg) -> list[str]:
     return urls
 
 
-def _walk(top: Path, skip: set[Path]) -> list[Path]:
-    found = []
-    for folder, dirs, names in os.walk(top):
-        here = Path(folder)
-        if here != top and (here / DATASET_MARK).is_file():
+def refuse_twice(reached: dict[Any, str], key: Any, file: str, item: str) -> None:
+    """Record that input ``item`` reaches ``file`` (``key``: its resolved path or URL); raise
+    when an earlier input reached it already: its rows would be read twice every epoch."""
+    if key in reached:
+        first = reached[key]
+        how = f"{item!r} is given twice" if first == item else f"by {first!r} and by {item!r}"
+        raise ValueError(
+            f"{file} is reached twice ({how}): its rows would be read twice every epoch. "
+            "Give each folder or file once, and no file inside a folder also given"
+        )
+    reached[key] = item
+
+
+def select_listed(top: str, names: Iterable[str]) -> list[str]:
+    """The parquet files to read of a folder or prefix ``top`` holding the files ``names``
+    (paths relative to ``top``, ``/``-separated), sorted by path parts: the one rule of
+    local folders and object-store prefixes.
+
+    Files inside build debris (a folder ``*.tmp-<pid>-<hex>`` or ``*.old-<pid>-<hex>``) are
+    left out.
+
+    Raises:
+        ValueError: a folder below ``top`` holds a ``lading repartition`` output (its
+            ``_lading.json``), naming it.
+    """
+    kept = []
+    for name in names:
+        parts = name.split("/")
+        if any(_BUILD_DEBRIS.search(folder) for folder in parts[:-1]):
+            continue
+        if parts[-1] == DATASET_MARK and len(parts) > 1:
+            here = f"{top.rstrip('/')}/{'/'.join(parts[:-1])}"
             raise ValueError(
                 f"{here} holds the output of `lading repartition` ({DATASET_MARK}) inside "
                 f"{top}: reading {top} would read its rows twice, once from the sources and "
                 f"once from the copy. Read {here} alone, move it out of {top}, or pass the "
                 "folders or files to read as a list"
             )
-        dirs[:] = sorted(
-            d for d in dirs if (here / d).resolve() not in skip and not _is_debris(here / d)
-        )
-        found += [here / n for n in names if n.endswith(".parquet") and (here / n).is_file()]
-    return sorted(found)
+        if parts[-1].endswith(".parquet"):
+            kept.append(parts)
+    return ["/".join(parts) for parts in sorted(kept)]
+
+
+def _walk(top: Path, skip: set[Path]) -> list[Path]:
+    """The parquet files below ``top`` (:func:`select_listed`), leaving out the folders in
+    ``skip`` (resolved) whole."""
+    names = []
+    for folder, dirs, files in os.walk(top):
+        here = Path(folder)
+        dirs[:] = [d for d in dirs if (here / d).resolve() not in skip and not _is_debris(here / d)]
+        rel = here.relative_to(top).as_posix()
+        names += [
+            n if rel == "." else f"{rel}/{n}"
+            for n in files
+            if (n.endswith(".parquet") or n == DATASET_MARK) and (here / n).is_file()
+        ]
+    return [top / name for name in select_listed(str(top), names)]
 
 
 def _is_debris(folder: Path) -> bool:
@@ -157,9 +205,12 @@ def pieces_of(files: Sequence[str], footers: Sequence[Any]) -> list[Piece]:
 def check_schemas(
     files: Sequence[str | Path], schemas: Sequence[Any], columns: Sequence[str]
 ) -> None:
-    """Raise unless every file holds ``columns`` with the first file's name, type and nullability.
+    """Raise unless every file holds ``columns`` with the first file's types.
 
-    Only the columns read need to agree: the others are never read.
+    Only the columns read need to agree: the others are never read. Nullability (``not
+    null`` on a column or a list's items) and a list's item name are not compared: a file
+    rewritten through pandas drops them, its values the same; the reader refuses an actual
+    null itself (:func:`lading.tabular.read.first_null`).
     """
     first = schemas[0]
     for file, schema in zip(files[1:], schemas[1:]):
@@ -172,8 +223,8 @@ def check_schemas(
             want = first.field(name)
             if name not in schema.names:
                 differ.append(f"{name!r} is missing (want {want.type})")
-            elif not schema.field(name).equals(want):
-                differ.append(f"{name!r} is {_describe(schema.field(name))}, not {_describe(want)}")
+            elif _bare(schema.field(name).type) != _bare(want.type):
+                differ.append(f"{name!r} is {schema.field(name).type}, not {want.type}")
         if differ:
             raise ValueError(
                 f"{file} does not match {files[0]}: {'; '.join(differ)}. Every file must hold "
@@ -184,6 +235,22 @@ def check_schemas(
 
 def _describe(field: Any) -> str:
     return f"{field.type}{'' if field.nullable else ' not null'}"
+
+
+def _bare(kind: Any) -> Any:
+    """Arrow type ``kind`` with every nested field nullable and a list's item named ``item``:
+    what the reader's tensors depend on (the values' types), not how a writer flagged them."""
+    import pyarrow as pa
+
+    if pa.types.is_list(kind):
+        return pa.list_(_bare(kind.value_type))
+    if pa.types.is_large_list(kind):
+        return pa.large_list(_bare(kind.value_type))
+    if pa.types.is_fixed_size_list(kind):
+        return pa.list_(_bare(kind.value_type), kind.list_size)
+    if pa.types.is_struct(kind):
+        return pa.struct([pa.field(f.name, _bare(f.type)) for f in kind])
+    return kind
 
 
 def footer_digest(

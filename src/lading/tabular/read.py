@@ -117,7 +117,8 @@ class RowReader:
                     row = found[0] + fragment.start  # of the row group
                     raise null_error(piece.path, metadata, piece.row_group, row, name, found[1])
             tables.append(table)
-        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        # files may differ in nullability only (check_schemas): "default" unifies it
+        return pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
 
     def tensors(self, table: Any) -> dict[str, torch.Tensor]:
         """Columns as tensors; list columns padded to their ``max_len`` plus ``<name>_lengths``."""

@@ -3,7 +3,11 @@ file object over the ranges of one read (what pyarrow decodes a row group from).
 
 ``PartitionedParquet(["s3://b/p/part-0.parquet", ...])`` or ``PartitionedParquet("s3://b/p/")``:
 a URL ending in ``.parquet`` is one object, any other a prefix whose ``*.parquet`` objects
-(recursively, sorted by key) are read. One LIST per folder named gives every object's size and
+are read recursively, by the rule of a local folder (:func:`lading.tabular.files.select_listed`):
+sorted by path parts as the folder's files are (``178/`` before ``178-late/``, where a plain key
+sort puts ``178-late/`` first: the bucket copy of a folder gives its batches and takes its
+states), build debris left out, a nested ``lading repartition`` output refused; an object
+reached twice is refused. One LIST per folder named gives every object's size and
 ETag (a list of 1,000 objects in one folder is one request, not 1,000 HEADs).
 
 Each object's footer (the parquet metadata: schema, row groups, column chunk offsets; a few KB)
@@ -31,6 +35,7 @@ from lading.errors import RemoteNotFoundError
 from lading.remote.clients import check_reachable
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import RemoteNotSupportedError, describe, split_url
+from lading.tabular.files import refuse_twice, select_listed
 
 MAGIC = b"PAR1"
 TAIL = 64 << 10  # bytes of an object's end fetched first: most footers fit (~1-20 KB)
@@ -73,7 +78,8 @@ def split_root(url: str) -> tuple[str, str]:
 
 
 def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[RemoteFile]:
-    """The parquet objects ``urls`` name, in the order given (a prefix's sorted by key).
+    """The parquet objects ``urls`` name, in the order given (a prefix's as a local folder's:
+    :func:`lading.tabular.files.select_listed`).
 
     Args:
         urls: object URLs (ending in ``.parquet``) and prefixes.
@@ -81,7 +87,8 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
 
     Raises:
         FileNotFoundError: an object named is not there.
-        ValueError: a prefix holds no ``*.parquet`` object (one line naming it and the fix).
+        ValueError: a prefix holds no ``*.parquet`` object (one line naming it and the fix),
+            or a nested ``lading repartition`` output; an object is reached twice.
         RemoteReadError: a LIST failed for good (naming the endpoint and the setting).
     """
     listings: dict[tuple[str, str], dict[str, tuple[int, str | None]]] = {}
@@ -93,6 +100,7 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
         return listings[root, folder]
 
     files: list[RemoteFile] = []
+    reached: dict[str, str] = {}
     for url in urls:
         root, key = split_root(url)
         if key.endswith(".parquet") and not url.endswith("/"):
@@ -104,16 +112,24 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
                     f"{fetchers[root].client.endpoint or 'the default'}); check the URL, or "
                     "name the prefix that holds the files"
                 )
+            refuse_twice(reached, url, url, url)
             files.append(RemoteFile(root, key, *found))
             continue
-        below = {k: v for k, v in listing(root, key).items() if k.endswith(".parquet")}
-        if not below:
+        folder = key.rstrip("/")
+        listed = listing(root, key)
+        start = len(folder) + 1 if folder else 0
+        below = {k[start:]: k for k in listed if not folder or k.startswith(folder + "/")}
+        chosen = select_listed(f"{root}/{folder}" if folder else root, below)
+        if not chosen:
             raise ValueError(
                 f"no *.parquet objects below {root}/{key}/ (endpoint "
                 f"{fetchers[root].client.endpoint or 'the default'}); point at the prefix "
                 "that holds the parquet files, or list the files' URLs"
             )
-        files += [RemoteFile(root, k, *below[k]) for k in sorted(below)]
+        for name in chosen:
+            file = RemoteFile(root, below[name], *listed[below[name]])
+            refuse_twice(reached, file.url, file.url, url)
+            files.append(file)
     return files
 
 

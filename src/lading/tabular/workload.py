@@ -227,4 +227,5 @@ class ParquetWorkload(SegmentWorkload):
             first = chunk * self.buffer_rows
             lo, hi = max(key.lo, first) - first, min(key.hi, first + table.num_rows) - first
             parts.append(table.slice(lo, hi - lo))
-        return self.rows.tensors(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
+        table = pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
+        return self.rows.tensors(table)  # (nullability may differ: check_schemas)

@@ -1,0 +1,142 @@
+"""Which parquet files a dataset reads, local and through a bucket: one rule for both (what is
+skipped, what is refused, the order), no file read twice, files compared by type alone."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from lading.tabular import PartitionedParquet, repartition
+from lading.testing import LocalS3
+from lading.world import World
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from sessions_files import write_sessions  # noqa: E402  # after the importorskip of pyarrow
+
+_buckets = iter(range(1 << 30))
+
+
+def ids(paths: object, **kw: object) -> list[int]:
+    data = PartitionedParquet(paths, 16, columns=["session_id"], shuffle=False, world=World(), **kw)  # type: ignore[arg-type]
+    return [i for batch in data for i in batch["session_id"].tolist()]
+
+
+def upload_tree(s3: LocalS3, folder: Path) -> str:
+    """Every file below ``folder`` under one prefix of a fresh bucket; the prefix's URL."""
+    from lading.remote.clients import open_client
+
+    bucket = f"listing-{next(_buckets)}"
+    s3.make_bucket(bucket)
+    client = open_client(f"s3://{bucket}")
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        client.put(f"data/{path.relative_to(folder).as_posix()}", path)
+    return f"s3://{bucket}/data"
+
+
+@pytest.fixture
+def days(tmp_path: Path) -> Path:
+    """Two day folders, ``178/`` and ``178-late/``: sorted as path parts 178/ comes first,
+    sorted as strings 178-late/ does (``-`` sorts before ``/``)."""
+    write_sessions(tmp_path / "days" / "178" / "train.parquet", 30, 2, seed=1)
+    write_sessions(tmp_path / "days" / "178-late" / "train.parquet", 20, 1, seed=2)
+    return tmp_path / "days"
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [
+        ["{d}", "{d}/178/train.parquet"],  # a folder and a file inside it
+        ["{d}/178", "{d}/178"],  # the same folder twice
+        ["{d}", "{link}"],  # a folder and a link to one inside it
+    ],
+)
+def test_a_file_reached_twice_is_refused_naming_it_and_both_inputs(
+    days: Path, paths: list[str]
+) -> None:
+    link = days.parent / "link"
+    link.symlink_to(days / "178")
+    given = [p.format(d=days, link=link) for p in paths]
+    with pytest.raises(ValueError, match="twice") as e:
+        ids(given)
+    message = str(e.value)
+    assert "train.parquet" in message and given[0] in message and given[1] in message
+
+
+def test_repartition_of_overlapping_inputs_is_refused(days: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="twice"):
+        repartition([days / "178", days / "178" / "train.parquet"], tmp_path / "rep")
+    assert not (tmp_path / "rep").exists()
+
+
+def test_a_prefix_reads_its_files_in_the_local_order(s3: LocalS3, days: Path) -> None:
+    """Path parts, not key strings: the same batches from the folder and its bucket copy."""
+    url = upload_tree(s3, days)
+    local = PartitionedParquet(days, 16, columns=["session_id"], shuffle=False, world=World())
+    remote = PartitionedParquet(url, 16, columns=["session_id"], shuffle=False, world=World())
+    assert [Path(f).parent.name for f in local.files] == ["178", "178-late"]
+    assert [f.rsplit("/", 2)[1] for f in remote.files] == ["178", "178-late"]
+    assert [b["session_id"].tolist() for b in local] == [b["session_id"].tolist() for b in remote]
+    assert local.state_dict() == remote.state_dict()  # the digests agree: a state moves over
+    remote.close()
+
+
+def test_a_prefix_holding_a_nested_repartition_is_refused_as_the_folder_is(
+    s3: LocalS3, days: Path
+) -> None:
+    repartition(days / "178", days / "rep")
+    url = upload_tree(s3, days)
+    for where in (days, url):
+        with pytest.raises(ValueError, match="lading repartition"):
+            ids(where)
+
+
+def test_a_prefix_skips_build_debris_as_the_folder_does(s3: LocalS3, days: Path) -> None:
+    debris = days / f"rep.old-{os.getpid()}-0a1b2c"
+    shutil.copytree(days / "178", debris)
+    url = upload_tree(s3, days)
+    assert len(ids(days)) == 50  # 30 + 20 rows, the copy left out
+    assert Counter(ids(url)) == Counter(ids(days))
+
+
+def test_the_same_object_twice_is_refused(s3: LocalS3, days: Path) -> None:
+    url = upload_tree(s3, days)
+    with pytest.raises(ValueError, match="twice"):
+        ids([url, f"{url}/178/train.parquet"])
+
+
+def test_a_file_rewritten_through_pandas_matches_on_type(tmp_path: Path) -> None:
+    """pandas drops 'not null' from a list's items: the same types, read together."""
+    items = pa.list_(pa.field("element", pa.int64(), nullable=False))
+    schema = pa.schema([pa.field("items", items, nullable=False)])
+    table = pa.table({"items": pa.array([[1, 2], [3]], items)}, schema=schema)
+    pq.write_table(table, tmp_path / "a.parquet")
+    pq.write_table(pa.Table.from_pandas(table.to_pandas()), tmp_path / "b.parquet")
+    data = PartitionedParquet(tmp_path, 4, list_columns={"items": 3}, shuffle=False, world=World())
+    assert sum(len(b["items"]) for b in data) == 4
+
+
+def test_a_real_null_in_a_nullable_file_is_still_refused(tmp_path: Path) -> None:
+    items = pa.list_(pa.field("element", pa.int64(), nullable=False))
+    schema = pa.schema([pa.field("items", items, nullable=False)])
+    pq.write_table(
+        pa.table({"items": pa.array([[1, 2]], items)}, schema=schema), tmp_path / "a.parquet"
+    )
+    pq.write_table(pa.table({"items": [[3, None]]}), tmp_path / "b.parquet")
+    data = PartitionedParquet(tmp_path, 4, list_columns={"items": 3}, shuffle=False, world=World())
+    with pytest.raises(ValueError, match="null item"):
+        list(data)
+
+
+def test_another_type_is_still_refused(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"items": [[1, 2]]}), tmp_path / "a.parquet")
+    pq.write_table(
+        pa.table({"items": pa.array([[3.0]], pa.list_(pa.float64()))}), tmp_path / "b.parquet"
+    )
+    with pytest.raises(ValueError, match="double"):
+        PartitionedParquet(tmp_path, 4, list_columns={"items": 3}, world=World())
