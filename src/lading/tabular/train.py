@@ -5,6 +5,14 @@ days 178-181, evaluate on day 182. With ``parallel="dp"`` one process drives eve
 ``nn.DataParallel`` and ``batch_size`` is the total batch, as in Transformers4Rec; with DDP it is
 the batch of each rank, so the effective batch grows with the world size: retune the learning
 rate when changing either.
+
+The T4R files pad every item list with 0s on the right to 20 items, so the list in the file is
+not the session: the loader reads the lists whole (as wide as the longest, :func:`item_stats`)
+and this trainer, which knows 0 is the padding id of these files, strips it and keeps the
+``max_len`` most recent real items (:func:`recent_items`). The loader keeps a list's last
+``max_len`` entries and cannot tell padding from an item; cut there, a session shorter than
+the file's width lost its items to the padding (at ``--max-len 5``, 435 of day 178's first
+1,500 sessions trained instead of 1,500).
 """
 
 from __future__ import annotations
@@ -41,13 +49,22 @@ from lading.world import World
 ITEMS = "item_id-list_seq"
 
 
-def true_lengths(items: torch.Tensor) -> torch.Tensor:
-    """Items per session, not counting the 0s the T4R preprocessing pads lists with.
+def recent_items(items: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(items [rows, max_len], lengths [rows])``: each row's last ``max_len`` non-zero items
+    in their order, right-padded with 0.
 
-    Item id 0 is padding in those files (lists are right-padded to 20), so a list's length in
-    the file is not the session's length.
+    Item id 0 is padding in the T4R files (lists are right-padded to 20), wherever the loader
+    put it: a list's length in the file is not the session's length, and its last entries are
+    padding, not the most recent items.
     """
-    return (items > 0).sum(dim=1)
+    real = items != 0
+    after = real.flip(1).cumsum(1).flip(1)  # real items at or after each position
+    lengths = real.sum(dim=1).clamp(max=max_len)
+    kept = real & (after <= max_len)
+    rows, cols = kept.nonzero(as_tuple=True)
+    out = torch.zeros(items.shape[0], max_len, dtype=items.dtype, device=items.device)
+    out[rows, lengths[rows] - after[rows, cols]] = items[rows, cols]
+    return out, lengths
 
 
 @dataclass(kw_only=True)
@@ -76,6 +93,20 @@ class SessionsConfig(RunConfig):
 
     def __post_init__(self) -> None:
         self.data = data_location(self.data, "data")
+        days = ",".join(str(d) for d in self.train_days)
+        if self.eval_day in self.train_days:  # (keyword= spellings: the CLI names its flags)
+            raise ValueError(
+                f"the evaluation day {self.eval_day} (eval_day={self.eval_day}) is also a "
+                f"training day (train_days= {days}): the model would be scored on sessions "
+                f"it trained on; drop {self.eval_day} from train_days= or evaluate on "
+                "another day"
+            )
+        twice = sorted({d for d in self.train_days if self.train_days.count(d) > 1})
+        if twice:
+            raise ValueError(
+                f"train_days= {days} names day {twice[0]} twice: its sessions would be "
+                "trained on twice an epoch; name each day once (raise epochs= for more passes)"
+            )
 
 
 class MissingDaysError(LadingError, FileNotFoundError):
@@ -119,15 +150,17 @@ def _objects_below(prefix: str) -> set[str]:
         fetcher.close()
 
 
-def item_count(files: Sequence[Path | str], column: str) -> int:
-    """Largest item id in ``files`` plus one (id 0 is padding)."""
+def item_stats(files: Sequence[Path | str], column: str) -> tuple[int, int]:
+    """``(items, longest)``: the largest item id in ``files`` plus one (id 0 is padding), and
+    the longest list, padding included (the width the loader reads them at, whole)."""
     import pyarrow.compute as pc
 
-    top = 0
+    top, longest = 0, 1
     for table in _column_tables(files, column):
-        values = table.column(column).combine_chunks().flatten()
-        top = max(top, int(pc.max(values).as_py() or 0))
-    return top + 1
+        lists = table.column(column).combine_chunks()
+        top = max(top, int(pc.max(lists.flatten()).as_py() or 0))
+        longest = max(longest, int(pc.max(pc.list_value_length(lists)).as_py() or 0))
+    return top + 1, longest
 
 
 def _column_tables(files: Sequence[Path | str], column: str) -> Iterator[Any]:
@@ -153,14 +186,15 @@ def evaluate(
     files: list[Path | str],
     config: SessionsConfig,
     device: torch.device,
+    width: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Ranks and true last items of every evaluation session (sessions of length >= 2)."""
+    """Ranks and true last items of every evaluation session (sessions of length >= 2, their
+    ``max_len`` most recent items; ``width``: the files' longest list)."""
     model.eval()
     ranks, last = [], []
     with torch.no_grad():
-        for batch in _whole(files, config, 1024):
-            items = batch[config.column]
-            lengths = torch.minimum(batch[f"{config.column}_lengths"], true_lengths(items))
+        for batch in _whole(files, config, 1024, width):
+            items, lengths = recent_items(batch[config.column], config.max_len)
             keep = lengths >= 2
             items, lengths = items[keep].to(device), lengths[keep].to(device)
             if len(items):
@@ -171,20 +205,23 @@ def evaluate(
     return np.concatenate(ranks), np.concatenate(last)
 
 
-def _whole(files: list[Path | str], config: SessionsConfig, batch_size: int) -> PartitionedParquet:
-    """Every session of ``files`` in file order, in one process."""
+def _whole(
+    files: list[Path | str], config: SessionsConfig, batch_size: int, width: int
+) -> PartitionedParquet:
+    """Every session of ``files`` in file order, in one process, lists whole (``width``)."""
     return PartitionedParquet(
         files,
         columns=[config.column],
         batch_size=batch_size,
-        list_columns={config.column: config.max_len},
+        list_columns={config.column: width},
         shuffle=False,
         world=World(),
     )
 
 
 class SessionsStep(TrainingTask):
-    """A next-item step: sessions of two items or more, loss at (some) positions of each."""
+    """A next-item step: sessions of two items or more (their ``max_len`` most recent real
+    items, :func:`recent_items`), loss at (some) positions of each."""
 
     def __init__(
         self,
@@ -198,7 +235,7 @@ class SessionsStep(TrainingTask):
     def step(self, batch: dict[str, torch.Tensor]) -> StepResult:
         column = self.config.column
         items = batch[column].to(self.device, non_blocking=True)
-        lengths = torch.minimum(batch[f"{column}_lengths"].to(self.device), true_lengths(items))
+        items, lengths = recent_items(items, self.config.max_len)
         keep = lengths >= 2  # a session of one item has nothing to predict
         items, lengths = items[keep], lengths[keep]
         scores = self.net(items, lengths)
@@ -217,12 +254,12 @@ def _train_sessions(
 ) -> dict[str, Any]:
     train_files = day_files(config.data, config.train_days, ("train",))
     eval_files = day_files(config.data, [config.eval_day], ("train", "valid", "test"))
-    num_items = item_count(train_files + eval_files, config.column)
-    data = PartitionedParquet(
+    num_items, width = item_stats(train_files + eval_files, config.column)
+    data = PartitionedParquet(  # lists whole: the step strips the padding (recent_items)
         train_files,
         config.batch_size,
         columns=[config.column],
-        list_columns={config.column: config.max_len},
+        list_columns={config.column: width},
         seed=config.seed,
         world=world,
         num_workers=config.num_workers,
@@ -252,8 +289,11 @@ def _train_sessions(
         "effective_batch": config.batch_size * world.world_size,
     }
     if world.rank == 0:
-        ranks, last = evaluate(model, eval_files, config, device)
-        train_seqs = [b[config.column].numpy() for b in _whole(train_files, config, 4096)]
+        ranks, last = evaluate(model, eval_files, config, device, width)
+        train_seqs = [
+            recent_items(b[config.column], config.max_len)[0].numpy()
+            for b in _whole(train_files, config, 4096, width)
+        ]
         summary["model"] = metrics(ranks)
         summary["most_popular"] = metrics(popularity_ranks(train_seqs, last, num_items))
         summary["config"] = jsonable(asdict(config))

@@ -1,0 +1,98 @@
+"""``lading train sessions`` on files laid out as Transformers4Rec's YOOCHOOSE days: every item
+list right-padded with 0 to 20. What a step trains on and what evaluation ranks are the most
+recent real items of every session, whatever ``max_len``; the evaluation day is never trained on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+torch = pytest.importorskip("torch")
+
+WIDTH = 20  # the T4R files' list length
+TINY: dict[str, Any] = {
+    "train_days": [1], "eval_day": 2, "batch_size": 8, "epochs": 1, "dim": 8, "heads": 2,
+    "parallel": "none", "log_every": 1, "progress": False,
+}  # fmt: skip
+
+
+def padded_sessions(path: Path, rows: int, seed: int) -> list[list[int]]:
+    """Sessions of 1-12 items (ids >= 1) written right-padded with 0 to ``WIDTH``, as the T4R
+    preprocessing writes them; the sessions without their padding."""
+    rng = np.random.default_rng(seed)
+    sessions = [list(rng.integers(1, 50, n)) for n in rng.integers(1, 13, rows)]
+    column = [[int(i) for i in s] + [0] * (WIDTH - len(s)) for s in sessions]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"item_id-list_seq": pa.array(column, pa.list_(pa.int64()))}), path)
+    return [[int(i) for i in s] for s in sessions]
+
+
+@pytest.fixture
+def days(tmp_path: Path) -> tuple[Path, list[list[int]], list[list[int]]]:
+    """Day 1 (train) and day 2 (train, valid, test); day 1's and day 2's sessions."""
+    data = tmp_path / "days"
+    train = padded_sessions(data / "1" / "train.parquet", 64, 1)
+    evaluated = []
+    for i, split in enumerate(("train", "valid", "test")):
+        evaluated += padded_sessions(data / "2" / f"{split}.parquet", 20, 10 + i)
+    return data, train, evaluated
+
+
+@pytest.mark.parametrize("max_len", [20, 10, 5])
+def test_a_short_max_len_trains_on_the_latest_real_items_of_every_session(
+    days: tuple[Path, list[list[int]], list[list[int]]],
+    max_len: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, the loader kept each list's last ``max_len`` entries, mostly the file's
+    padding: at max_len 5 a session of 4 items was all 0s, and was never trained on."""
+    import lading.tabular.train as train
+    from lading.tabular.train import SessionsConfig, train_sessions
+
+    data, sessions, evaluated = days
+    seen: list[tuple[int, ...]] = []
+    loss = train.next_item_loss
+
+    def spy(model: Any, hidden: Any, items: Any, lengths: Any, positions: Any) -> Any:
+        seen.extend(tuple(row[:n]) for row, n in zip(items.tolist(), lengths.tolist()))
+        return loss(model, hidden, items, lengths, positions)
+
+    monkeypatch.setattr(train, "next_item_loss", spy)
+    config = SessionsConfig(data=data, out=tmp_path / "run", max_len=max_len, **TINY)
+    summary = train_sessions(config)
+    want = sorted(tuple(s[-max_len:]) for s in sessions if len(s) >= 2)
+    assert sorted(seen) == want  # one epoch: every session of 2 items or more, once
+    assert summary["model"]["sessions"] == sum(len(s) >= 2 for s in evaluated)
+
+
+@pytest.mark.parametrize(
+    "days_given, words",
+    [([1, 2], "evaluation day 2"), ([1, 1], "day 1 twice")],
+)
+def test_training_on_the_evaluation_day_or_a_day_twice_is_refused(
+    tmp_path: Path, days_given: list[int], words: str
+) -> None:
+    from lading.tabular.train import SessionsConfig
+
+    with pytest.raises(ValueError, match=words):
+        SessionsConfig(data=tmp_path, out=tmp_path / "run", train_days=days_given, eval_day=2)
+
+
+def test_the_command_refuses_training_on_the_evaluation_day_in_one_line(
+    days: tuple[Path, list[list[int]], list[list[int]]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from lading.cli import main
+
+    args = ["train", "sessions", "--data", str(days[0]), "--out", str(tmp_path / "run")]
+    assert main([*args, "--train-days", "1,2", "--eval-day", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "evaluation day 2" in err[0] and "--train-days" in err[0]
+    assert not (tmp_path / "run").exists()
