@@ -50,7 +50,7 @@ def parquet_files(paths: PathsArg, exclude: Iterable[Path] = ()) -> list[Path]:
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     skip = {Path(p).resolve() for p in exclude}
     files: list[Path] = []
-    reached: dict[Path, str] = {}  # each file's resolved path: the input that reached it
+    reached: dict[Path, tuple[str, str]] = {}  # resolved path: (the file, the input reaching it)
     for item in items:
         refuse_remote(
             item,
@@ -97,17 +97,18 @@ def remote_urls(paths: PathsArg) -> list[str]:
     return urls
 
 
-def refuse_twice(reached: dict[Any, str], key: Any, file: str, item: str) -> None:
+def refuse_twice(reached: dict[Any, tuple[str, str]], key: Any, file: str, item: str) -> None:
     """Record that input ``item`` reaches ``file`` (``key``: its resolved path or URL); raise
     when an earlier input reached it already: its rows would be read twice every epoch."""
     if key in reached:
-        first = reached[key]
+        seen, first = reached[key]
         how = f"{item!r} is given twice" if first == item else f"by {first!r} and by {item!r}"
+        also = "" if seen == file else f" (as {seen} before)"
         raise ValueError(
-            f"{file} is reached twice ({how}): its rows would be read twice every epoch. "
-            "Give each folder or file once, and no file inside a folder also given"
+            f"{file}{also} is reached twice ({how}): its rows would be read twice every "
+            "epoch. Give each folder or file once, and no file inside a folder also given"
         )
-    reached[key] = item
+    reached[key] = (file, item)
 
 
 def select_listed(top: str, names: Iterable[str]) -> list[str]:

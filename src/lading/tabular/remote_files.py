@@ -100,7 +100,7 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
         return listings[root, folder]
 
     files: list[RemoteFile] = []
-    reached: dict[str, str] = {}
+    reached: dict[str, tuple[str, str]] = {}
     for url in urls:
         root, key = split_root(url)
         if key.endswith(".parquet") and not url.endswith("/"):
