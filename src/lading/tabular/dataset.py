@@ -44,8 +44,9 @@ class PartitionedParquet(Loader):
     Args:
         paths: parquet files and/or folders (read recursively); or object-store URLs
             (``s3://``, ``gs://``, ``az://``, any fsspec protocol): objects ending in
-            ``.parquet`` and/or prefixes, whose ``*.parquet`` objects are read (sorted by
-            key). Footers are staged once per node; row groups come by ranged GETs through
+            ``.parquet`` and/or prefixes, whose ``*.parquet`` objects are read as a local
+            folder's files are (sorted by path parts, build debris skipped; a file reached
+            twice, or a nested ``lading repartition`` output, refused). Footers are staged once per node; row groups come by ranged GETs through
             the node cache, fetched ahead in the loader's order (:mod:`lading.tabular.remote`).
         batch_size: rows per batch.
         columns: columns to read (default: all).
