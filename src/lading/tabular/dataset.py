@@ -46,8 +46,9 @@ class PartitionedParquet(Loader):
             (``s3://``, ``gs://``, ``az://``, any fsspec protocol): objects ending in
             ``.parquet`` and/or prefixes, whose ``*.parquet`` objects are read as a local
             folder's files are (sorted by path parts, build debris skipped; a file reached
-            twice, or a nested ``lading repartition`` output, refused). Footers are staged once per node; row groups come by ranged GETs through
-            the node cache, fetched ahead in the loader's order (:mod:`lading.tabular.remote`).
+            twice, or a nested ``lading repartition`` output, refused). Footers are staged
+            once per node; row groups come by ranged GETs through the node cache, fetched
+            ahead in the loader's order (:mod:`lading.tabular.remote`).
         batch_size: rows per batch.
         columns: columns to read (default: all).
         list_columns: ``{name: max_len}`` of ragged list columns: padded or truncated (keeping
