@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import word_corpus
+from conftest import word_corpus, write
 from lading.errors import LoaderStateError
 from lading.lm import LanguageModelLoader, Packed, Streams, TokenCorpus, TokenMixture, Windows
 from lading.world import World
@@ -150,15 +150,43 @@ def test_a_mixture_refuses_corpora_of_another_tokenizer(
     corpus: TokenCorpus, tmp_path: Path
 ) -> None:
     """Ids mean words only under their tokenizer: a corpus of another vocabulary (here 50
-    words, ids 2..51 naming other words than the 500-word corpus's) is refused, naming both;
-    one of the same tokenizer, other documents, mixes."""
+    words: 52 ids against 502) is refused, naming both; one of the same tokenizer, other
+    documents, mixes."""
     other = word_corpus(tmp_path / "fifty", docs=9, lengths=(3, 9), words=50, seed=1)
-    with pytest.raises(ValueError, match=r"tokenized otherwise \(tokenizer .* against") as e:
+    with pytest.raises(ValueError, match=r"tokenized otherwise \(vocabularies of 502 and 52") as e:
         TokenMixture({corpus.path: 0.5, other.path: 0.5})
     assert str(corpus.path.resolve()) in str(e.value) and "fifty" in str(e.value)
     same = word_corpus(tmp_path / "same", docs=9, lengths=(3, 9), words=500, seed=2)
     mixture = TokenMixture({corpus.path: 0.5, same.path: 0.5})
     assert len(LanguageModelLoader(mixture, 2, Windows(5), world=World())) > 0
+
+
+def test_a_mixture_compares_vocabularies_not_tokenizer_files(tmp_path: Path) -> None:
+    """One vocabulary written twice (a post-processor added, as a Hugging Face tokenizer made
+    from the file adds one: another SHA-256, the same ids) mixes; the same size with two
+    tokens' ids swapped is refused, naming a token and both ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {"<|endoftext|>": 0, "[UNK]": 1, **{f"w{i}": i + 2 for i in range(20)}}
+    swapped = {**vocab, "w0": vocab["w1"], "w1": vocab["w0"]}
+    text = write(tmp_path / "t.txt", "w0 w1 w2\n\nw3 w4 w5 w6\n")
+    corpora = []
+    for name, ids, post in (
+        ("plain", vocab, False),
+        ("post", vocab, True),
+        ("swap", swapped, False),
+    ):
+        tok = Tokenizer(models.WordLevel(ids, unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        if post:
+            tok.post_processor = processors.TemplateProcessing(single="$A", special_tokens=[])
+        tok.save(str(tmp_path / f"{name}.json"))
+        corpora.append(TokenCorpus.build(text, tmp_path / name, tmp_path / f"{name}.json"))
+    plain, post, swap = corpora
+    assert plain.meta["recipe"]["tokenizer"] != post.meta["recipe"]["tokenizer"]
+    assert len(LanguageModelLoader(TokenMixture({plain: 1, post: 1}), 1, Windows(3))) > 0
+    with pytest.raises(ValueError, match=r"'w0' is id 2 against 3"):
+        TokenMixture({plain: 1, swap: 1})
 
 
 def test_the_options_survive_a_worker(corpus: TokenCorpus) -> None:

@@ -234,27 +234,45 @@ def _where(corpus: TokenCorpus) -> str:
 
 
 def _refuse_other_ids(corpora: list[TokenCorpus]) -> None:
-    """Token ids mean words only under the tokenizer that made them: corpora of another
-    tokenizer (its SHA-256, kept in each corpus's recipe) or another vocabulary size would
-    mix ids of other meanings in one batch, without an error. Refused, naming both."""
+    """Token ids mean words only under the tokenizer that made them: corpora whose
+    vocabularies differ (another size, or another token behind an id) would mix ids of other
+    meanings in one batch, without an error. Refused, naming both. Two definitions of one
+    vocabulary (the same ``tokenizer.json``, one through a Hugging Face tokenizer that adds a
+    post-processor or an added-token entry: another SHA-256) mix."""
     first = corpora[0]
     for other in corpora[1:]:
-        for field, a, b in (
-            ("tokenizer", _tokenizer_sha(first), _tokenizer_sha(other)),
-            ("vocab_size", first.vocab_size, other.vocab_size),
-        ):
-            if a is not None and b is not None and a != b:
-                raise ValueError(
-                    f"TokenMixture: {_where(first)} and {_where(other)} were tokenized "
-                    f"otherwise ({field} {a} against {b}): their ids mean other tokens; build "
-                    f"every corpus of a mixture with the same tokenizer"
-                )
+        if first.vocab_size != other.vocab_size:
+            why = f"vocabularies of {first.vocab_size:,} and {other.vocab_size:,} ids"
+        elif _sha(first) == _sha(other) or (why := _other_tokens(first, other)) == "":
+            continue
+        raise ValueError(
+            f"TokenMixture: {_where(first)} and {_where(other)} were tokenized otherwise "
+            f"({why}): their ids mean other tokens; build every corpus of a mixture with the "
+            f"same tokenizer"
+        )
 
 
-def _tokenizer_sha(corpus: TokenCorpus) -> str | None:
+def _sha(corpus: TokenCorpus) -> str | None:
     recipe = corpus.meta.get("recipe")
     sha = recipe.get("tokenizer") if isinstance(recipe, dict) else None
-    return sha[:12] if isinstance(sha, str) else None  # (enough to tell two apart)
+    return sha if isinstance(sha, str) else None
+
+
+def _other_tokens(a: TokenCorpus, b: TokenCorpus) -> str:
+    """Where the two corpora's tokenizers (kept beside their tokens) give an id to another
+    token: the first such token, said; "" where every token has the same id in both (or a
+    tokenizer is not there to read: the sizes agreed)."""
+    try:
+        ours, theirs = (c.tokenizer().get_vocab(with_added_tokens=True) for c in (a, b))
+    except (OSError, ValueError, AttributeError, ImportError):
+        return ""
+    for token in sorted(ours.keys() ^ theirs.keys()) or sorted(ours):
+        if ours.get(token) != theirs.get(token):
+            return (
+                f"tokenizers {(_sha(a) or '?')[:12]} and {(_sha(b) or '?')[:12]}: "
+                f"{token!r} is id {ours.get(token)} against {theirs.get(token)}"
+            )
+    return ""
 
 
 @functools.lru_cache(maxsize=8)
