@@ -49,6 +49,21 @@ def test_a_retried_merge_in_a_bucket_keeps_the_newest_build(
     assert TokenCorpus.open(url, cache=tmp_path / "r").meta["build_id"] == y.meta["build_id"]
 
 
+def test_shards_run_again_take_their_build_back(tmp_path: Path) -> None:
+    """Back to earlier options: their shard workers run again ("already built") and the
+    merge commits their build again, not the newer one it kept without a word."""
+    src, tok, dest = inputs(tmp_path), tmp_path / "t.json", tmp_path / "c"
+    shards(src, dest, 2, tok)
+    x = TokenCorpus.merge(dest)
+    shards(src, dest, 2, tok, append_eos=False)
+    assert TokenCorpus.merge(dest).meta["build_id"] != x.meta["build_id"]
+    shards(src, dest, 2, tok)
+    back = TokenCorpus.merge(dest)
+    assert back.meta["build_id"] == x.meta["build_id"] and back.snapshot != x.snapshot
+    assert np.array_equal(np.asarray(back.tokens), np.asarray(x.tokens))
+    assert TokenCorpus.merge(dest).snapshot == back.snapshot
+
+
 def other_tokenizer(tmp_path: Path) -> Path:
     return word_tokenizer(list(reversed(WORDS)), tmp_path / "B.json")  # same words, other ids
 

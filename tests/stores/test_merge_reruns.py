@@ -60,3 +60,34 @@ def test_a_retried_merge_in_a_bucket_keeps_the_newest_build(
         assert len(merged) == n
     again = lading.merge_store(url, cache=tmp_path / "again")
     assert again.snapshot == merged.snapshot and len(again) == 120
+
+
+def test_shards_run_again_take_their_build_back(tmp_path: Path) -> None:
+    """Back to an earlier source: its shard workers run again (each finds its shard whole:
+    "already built") and the merge commits that build, though a merge committed it before
+    (it kept the newer build, without a word); a merge retried after that commits nothing."""
+    dest, x_src = tmp_path / "store", docs(tmp_path / "x.jsonl", 100)
+    x = build(x_src, dest, 2)
+    assert len(lading.merge_store(dest)) == 100
+    build(docs(tmp_path / "y.jsonl", 150), dest, 2)
+    assert len(lading.merge_store(dest)) == 150
+    assert len(lading.merge_store(dest)) == 150  # a retry: nothing new
+    assert build(x_src, dest, 2) == x  # x's workers again: whole already
+    back = lading.merge_store(dest)
+    assert len(back) == 100 and back.meta["build_id"] == x
+    assert lading.merge_store(dest).snapshot == back.snapshot
+
+
+def test_shards_run_again_take_their_build_back_in_a_bucket(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    url, x_src = f"s3://{bucket}/store", docs(tmp_path / "x.jsonl", 100)
+    x = build(x_src, url, 2, cache=tmp_path / "w")
+    assert len(lading.merge_store(url, cache=tmp_path / "m1")) == 100
+    build(docs(tmp_path / "y.jsonl", 150), url, 2, cache=tmp_path / "w")
+    assert len(lading.merge_store(url, cache=tmp_path / "m2")) == 150
+    assert len(lading.merge_store(url, cache=tmp_path / "m3")) == 150
+    assert build(x_src, url, 2, cache=tmp_path / "w") == x
+    back = lading.merge_store(url, cache=tmp_path / "m4")
+    assert len(back) == 100 and back.meta["build_id"] == x
+    assert lading.merge_store(url, cache=tmp_path / "m5").snapshot == back.snapshot

@@ -40,6 +40,7 @@ from lading.stores.building.remote_shards import (
     commit_remote,
     mirror,
     named_as,
+    put_run_mark,
     refuse_kind_at,
     scratch_folder,
     seed_from_bucket,
@@ -76,13 +77,14 @@ def upload_shard(
     rel = f"{bid}/{shard_name(i, n)}"
     with scratch_folder(settings, "shard-") as scratch:
         local = scratch / "corpus"
-        seed_from_bucket(url, settings, local, rel)  # claimed, or reused, as in a folder
+        current = seed_from_bucket(url, settings, local, rel)  # claimed, or reused, as in a folder
         try:
             report = build_corpus_shard(source, local, (i, n), tokenizer, build_id=bid, **options)
         except StoreFormatError as e:  # named as the bucket, not the scratch copy
             raise named_as(e, local, url) from None
         if not report.reused:
             upload_shard_folder(local, rel, url, settings, i)
+        put_run_mark(url, settings, bid, current)
     return replace(report, dest=url, build_id=bid)
 
 

@@ -4,7 +4,9 @@ A merge takes the one complete build (every shard's ``shard.json`` there) that n
 destination committed or passed over: the manifest it commits records them (``builds``: the
 build it commits, those recorded before and the complete builds it left, as long as their
 folders are there), so a merge run again (a pipeline's retry) commits nothing new, never an
-older build, in a folder or a bucket (whose mirror holds the same folders). A build named
+older build, in a folder or a bucket (whose mirror holds the same folders), unless its
+shards ran again after the current snapshot was committed (a user going back to an earlier
+source or options: :data:`.shardset.RUN_FILE`). A build named
 (``--build-id``) is merged whatever it is. A Ray sink's build is its job's to commit.
 """
 
@@ -22,6 +24,7 @@ from lading.stores.building.shardset import (
     all_present,
     build_size,
     is_sink_build,
+    ran_after,
     shard_number,
     shards_present,
 )
@@ -52,7 +55,10 @@ def pending_build(
         except StoreFormatError as e:
             if bid not in seen:
                 partial.append((bid, e))
-    fresh = [b for b in complete if b not in seen]
+    current = previous.get("snapshot") if previous else None
+    fresh = [  # a build seen before counts again once its shards ran after the current commit
+        b for b in complete if b not in seen or (b != done and ran_after(dest / b, current))
+    ]
     if len(fresh) == 1:
         return fresh[0]
     if fresh:

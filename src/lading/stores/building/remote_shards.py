@@ -35,15 +35,16 @@ from lading.remote.fetch import Fetcher
 from lading.remote.objects import ObjectClient, PermanentError
 from lading.remote.settings import RemoteSettings
 from lading.stores.building.scratch import owned_folder
-from lading.stores.building.shardset import BUILD_FILE, SHARD_FILE, claim_build
+from lading.stores.building.shardset import BUILD_FILE, RUN_FILE, SHARD_FILE, claim_build
 from lading.stores.building.upload import put_files
 
 
-def seed_from_bucket(url: str, settings: RemoteSettings, local: Path, rel: str) -> None:
+def seed_from_bucket(url: str, settings: RemoteSettings, local: Path, rel: str) -> str | None:
     """Copy into ``local`` what the bucket holds of shard ``rel``'s build that the local
     build's checks read: its ``build.json`` (the first worker's recipe: the claim compares
     this worker's inputs, options and N with it, as in a folder) and, when the shard is whole
-    there, its ``shard.json`` (the local build then reports it reused, after the claim)."""
+    there, its ``shard.json`` (the local build then reports it reused, after the claim). The
+    id of the bucket's current snapshot (None: none yet), for :func:`put_run_mark`."""
     bid = rel.split("/", 1)[0]
     fetcher = settings.fetcher(url)
     try:
@@ -53,8 +54,22 @@ def seed_from_bucket(url: str, settings: RemoteSettings, local: Path, rel: str) 
                 break  # (no build.json: no shard of this build either)
             (local / key).parent.mkdir(parents=True, exist_ok=True)
             (local / key).write_bytes(raw)
+        meta = _get_or_none(fetcher, META_FILE)
     finally:
         fetcher.close()
+    try:
+        snapshot = json.loads(meta).get("snapshot") if meta else None
+    except (ValueError, AttributeError):
+        return None
+    return snapshot if isinstance(snapshot, str) else None
+
+
+def put_run_mark(url: str, settings: RemoteSettings, bid: str, snapshot: str | None) -> None:
+    """Record in the bucket that shards of build ``bid`` ran while ``snapshot`` was its
+    current one (:data:`.shardset.RUN_FILE`, as a folder's claim records it)."""
+    raw = json.dumps({"after": snapshot}).encode()
+    client = open_client(url, settings.backend, settings.options, settings.timeout)
+    put_files(client, [(f"{bid}/{RUN_FILE}", raw, len(raw))], timeout=settings.timeout)
 
 
 def _get_or_none(fetcher: Fetcher, key: str) -> bytes | None:
@@ -142,7 +157,7 @@ def mirror(
                 continue
             path = root / key
             path.parent.mkdir(parents=True, exist_ok=True)
-            if path.name in (BUILD_FILE, SHARD_FILE):
+            if path.name in (BUILD_FILE, SHARD_FILE, RUN_FILE):
                 path.write_bytes(fetcher.get_object(key))
             else:
                 with open(path, "wb") as f:
@@ -242,13 +257,14 @@ def store_shard_remote(
     rel = f"{bid}/{shard_name(i, n)}"
     with scratch_folder(settings, "shard-") as scratch:
         local = scratch / "store"
-        seed_from_bucket(url, settings, local, rel)  # claimed, or reused, as in a folder
+        current = seed_from_bucket(url, settings, local, rel)  # claimed, or reused, as in a folder
         try:
             report: ShardReport = write(local)
         except StoreFormatError as e:  # named as the bucket, not the scratch copy
             raise named_as(e, local, url) from None
         if not report.reused:
             upload_shard_folder(local, rel, url, settings, i)
+        put_run_mark(url, settings, bid, current)
     return replace(report, dest=url, build_id=bid)
 
 

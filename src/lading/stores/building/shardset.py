@@ -24,12 +24,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lading.disk import write_file
+from lading.disk.meta import META_FILE
 from lading.disk.snapshot import BUILD_MARK, BUILD_PREFIX, TMP_PREFIX
 from lading.errors import StoreFormatError
 from lading.stores.layout import shard_name
 
 BUILD_FILE = BUILD_MARK  # in build-<id>/: the inputs, options and n every shard was made with
 SHARD_FILE = "shard.json"  # in each finished shard: what it holds (written last)
+# in build-<id>/: the snapshot that was the destination's when shards of this build last ran
+# (a merge takes again a build it committed or passed over once its shards run after the
+# snapshot now current: a user going back to an earlier source)
+RUN_FILE = "ran.json"
 T = TypeVar("T")
 
 
@@ -354,7 +359,37 @@ def claim_shard(
     stats = input_stats(files)
     recipe = {"build_id": bid, "n": n, "options": options, "inputs": [str(p) for p in files]}
     claim_build(where.parent, {**recipe, "stats": stats}, i)
+    mark_run(where.parent, current_snapshot(dest))
     return bid, where, stats
+
+
+def current_snapshot(dest: Path) -> str | None:
+    """The id of the snapshot ``dest`` holds now (None: none yet, or unreadable)."""
+    try:
+        meta = json.loads((dest / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    snapshot = meta.get("snapshot") if isinstance(meta, dict) else None
+    return snapshot if isinstance(snapshot, str) else None
+
+
+def mark_run(build_dir: Path, snapshot: str | None) -> None:
+    """Record in ``build_dir`` that shards of its build ran while ``snapshot`` was the
+    destination's (:data:`RUN_FILE`; a hint a merge reads, replaced whole, never fsynced: a
+    crash loses at most the taking back of an old build)."""
+    tmp = build_dir / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.{RUN_FILE}"
+    tmp.write_text(json.dumps({"after": snapshot}), encoding="utf-8")
+    os.replace(tmp, build_dir / RUN_FILE)
+
+
+def ran_after(build_dir: Path, snapshot: str | None) -> bool:
+    """Whether shards of ``build_dir``'s build ran while ``snapshot`` was the destination's
+    (so after it was committed)."""
+    try:
+        mark = json.loads((build_dir / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return snapshot is not None and isinstance(mark, dict) and mark.get("after") == snapshot
 
 
 def check_same_options(dest: Path, bid: str, shards: Sequence[Any]) -> dict[str, Any]:
