@@ -16,7 +16,6 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +39,9 @@ from lading.stores.building.remote_shards import (
     commit_remote,
     mirror,
     named_as,
-    put_run_mark,
     refuse_kind_at,
     scratch_folder,
-    seed_from_bucket,
-    upload_shard_folder,
+    shard_into_bucket,
 )
 from lading.stores.building.shardset import (
     check_same_inputs,
@@ -53,7 +50,6 @@ from lading.stores.building.shardset import (
     complete_shards,
 )
 from lading.stores.building.upload import check_writable
-from lading.stores.layout import shard_name
 
 
 def upload_shard(
@@ -74,18 +70,12 @@ def upload_shard(
     check_writable(url, settings)  # before the source is read: a shard may take hours
     check_bucket_kind(url, settings, FORMAT_NAME)
     bid = options.pop("build_id", None) or corpus_build_id(source, n, tokenizer, **options)
-    rel = f"{bid}/{shard_name(i, n)}"
-    with scratch_folder(settings, "shard-") as scratch:
-        local = scratch / "corpus"
-        current = seed_from_bucket(url, settings, local, rel)  # claimed, or reused, as in a folder
-        try:
-            report = build_corpus_shard(source, local, (i, n), tokenizer, build_id=bid, **options)
-        except StoreFormatError as e:  # named as the bucket, not the scratch copy
-            raise named_as(e, local, url) from None
-        if not report.reused:
-            upload_shard_folder(local, rel, url, settings, i)
-        put_run_mark(url, settings, bid, current)
-    return replace(report, dest=url, build_id=bid)
+
+    def write(local: Path) -> CorpusShardReport:
+        return build_corpus_shard(source, local, (i, n), tokenizer, build_id=bid, **options)
+
+    made: CorpusShardReport = shard_into_bucket(url, (i, n), write, settings, bid, "corpus")
+    return made
 
 
 def merge_remote(

@@ -190,12 +190,12 @@ def build_shard(
         )
 
     if settings is not None:  # shard built beside the node cache, uploaded once whole
-        from lading.stores.building.remote_shards import store_shard_remote
+        from lading.stores.building.remote_shards import shard_into_bucket
 
         i, n = check_shard(shard)
         files = source_files(source, format, args[5])
         bid = build_id or derive_build_id(files, options, n)
-        return store_shard_remote(os.fspath(dest), (i, n), lambda at: write(at, bid), settings, bid)
+        return shard_into_bucket(os.fspath(dest), (i, n), lambda at: write(at, bid), settings, bid)
     return write(Path(dest))
 
 

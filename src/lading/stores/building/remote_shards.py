@@ -237,29 +237,30 @@ def commit_remote(
     put_files(client, [(META_FILE, raw, len(raw))], timeout=settings.timeout)
 
 
-def store_shard_remote(
+def shard_into_bucket(
     url: str,
     shard: tuple[int, int],
     write: Callable[[Path], Any],
     settings: RemoteSettings,
     bid: str,
+    name: str = "store",
 ) -> Any:
-    """Shard ``shard`` of the store at ``url``: ``write(local_dest)`` builds it (as
-    :func:`lading.build_shard` into a folder), then it is uploaded (see the module doc; the
-    caller checked the bucket writable before reading the source). The bucket's
-    ``build.json`` and this shard's ``shard.json`` are copied into the folder first, so the
-    build claims it as in a folder (another source, N or options under one build id refused)
-    and a shard whole in the bucket is reported reused."""
-    from lading.stores.building.parallel import ShardReport
+    """Shard ``shard`` of the store (or token corpus: ``name``) at ``url``:
+    ``write(local_dest)`` builds it (as :func:`lading.build_shard` into a folder), then it is
+    uploaded (see the module doc; the caller checked the bucket writable before reading the
+    source). The bucket's ``build.json`` and this shard's ``shard.json`` are copied into the
+    folder first, so the build claims it as in a folder (another source, N or options under
+    one build id refused) and a shard whole in the bucket is reported reused; either way the
+    bucket records that the build's shards ran (:func:`put_run_mark`)."""
     from lading.stores.layout import shard_name
 
     i, n = shard
     rel = f"{bid}/{shard_name(i, n)}"
     with scratch_folder(settings, "shard-") as scratch:
-        local = scratch / "store"
+        local = scratch / name
         current = seed_from_bucket(url, settings, local, rel)  # claimed, or reused, as in a folder
         try:
-            report: ShardReport = write(local)
+            report = write(local)
         except StoreFormatError as e:  # named as the bucket, not the scratch copy
             raise named_as(e, local, url) from None
         if not report.reused:
