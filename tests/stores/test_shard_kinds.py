@@ -68,6 +68,23 @@ def test_store_shards_and_their_merge_refuse_a_token_corpus_folder(tmp_path: Pat
     assert len(TokenCorpus.open(other)) == 60 and len(TokenCorpus.open(corpus)) == 60
 
 
+def test_a_merge_leaves_what_a_user_put_beside_the_shards(tmp_path: Path) -> None:
+    """The folder became lading's when its shards were claimed: a file or link a user puts
+    beside them later is left alone by the merges, not a reason to refuse ("is not a lading
+    store"), as the merges were before they checked the kind there."""
+    src, tok = source(tmp_path)
+    store, corpus = tmp_path / "store", tmp_path / "corpus"
+    for i in range(2):
+        lading.build_shard(src, store, (i, 2), progress=False)
+        TokenCorpus.build_shard(src, corpus, (i, 2), tok, progress=False)
+    for dest in (store, corpus):
+        (dest / "notes.txt").write_text("mine")
+        (dest / "lnk").symlink_to(tmp_path)
+    assert len(lading.merge_store(store)) == 60
+    assert len(TokenCorpus.merge(corpus)) == 60
+    assert (store / "notes.txt").read_text() == "mine" and (corpus / "lnk").is_symlink()
+
+
 def test_the_ray_token_sink_refuses_a_store_folder(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     import pyarrow as pa

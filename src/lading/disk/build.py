@@ -125,6 +125,17 @@ class BuildContext:
                 f"{self.dest} exists and is not a lading {self.what}; refusing to replace it. "
                 "Choose another destination or remove it yourself."
             )
+        self.check_kind()
+
+    def check_kind(self) -> None:
+        """Refuse to commit over a snapshot of another lading kind (a token corpus over a
+        store: it would no longer open). What a merge checks: the folder became lading's when
+        its shards were claimed (:meth:`check_ours` there), and what a user put beside them
+        since is left alone, not a reason to refuse.
+
+        Raises:
+            FileExistsError: naming both kinds.
+        """
         refuse_other_kind(self.dest, lading_format(self.dest), self.fmt, self.what)
 
     @contextlib.contextmanager

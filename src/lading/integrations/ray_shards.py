@@ -168,7 +168,7 @@ class ShardSink(Datasink):
             )
         if self.url is None:
             with BuildContext(self.dest, self.fmt, self.what) as build:
-                build.check_ours()  # another kind committed meanwhile: not replaced
+                build.check_kind()  # another kind committed meanwhile: not replaced
                 shards = [self.read(self.dest, rel) for rel in rels]
                 self.snapshot = self.commit_local(build, shards)
             self._started = False  # committed: its build is a snapshot's, never removed

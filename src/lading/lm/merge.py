@@ -49,7 +49,7 @@ def merge_corpus(dest: Path, build_id: str | None = None) -> str:
             read other inputs, or were tokenized otherwise (naming both shards).
     """
     with BuildContext(dest, FORMAT_NAME, "token corpus") as build:
-        build.check_ours()  # a store there is not replaced by a token corpus
+        build.check_kind()  # a store there is not replaced by a token corpus
         previous = build.previous
         bid = build_id or pending_build(dest, previous, COMMAND)
         if previous is not None and previous.get("build_id") == bid:

@@ -169,7 +169,7 @@ def merge_store(dest: Path, build_id: str | None = None) -> PackedStore:
             or two shards hold the same id (naming both).
     """
     with BuildContext(dest, FORMAT_NAME) as build:
-        build.check_ours()  # a token corpus there is not replaced by a store
+        build.check_kind()  # a token corpus there is not replaced by a store
         previous = build.previous
         bid = build_id or pending_build(dest, previous)
         if previous is not None and previous.get("build_id") == bid:
