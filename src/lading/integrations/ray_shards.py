@@ -90,7 +90,7 @@ class ShardSink(Datasink):
         self._started = True
         if self.url is not None:
             from lading.remote.clients import check_reachable
-            from lading.stores.building.remote_shards import check_bucket_kind
+            from lading.stores.building.bucket_kind import check_bucket_kind
             from lading.stores.building.upload import check_writable
 
             check_reachable(self.url, type(self).__name__)
@@ -175,12 +175,8 @@ class ShardSink(Datasink):
             _remove_unnamed(self.dest / self.build_id, {rel.split("/")[1] for rel in rels})
             return
         from lading.errors import SourceError, StoreFormatError
-        from lading.stores.building.remote_shards import (
-            mirror,
-            named_as,
-            refuse_kind_at,
-            scratch_folder,
-        )
+        from lading.stores.building.bucket_kind import refuse_kind_at
+        from lading.stores.building.remote_shards import mirror, named_as, scratch_folder
 
         settings = self.settings()
         with scratch_folder(settings, "ray-merge-") as root:

@@ -33,13 +33,12 @@ from lading.lm.shards import (
 )
 from lading.remote.clients import check_reachable
 from lading.remote.settings import RemoteSettings
+from lading.stores.building.bucket_kind import check_bucket_kind, refuse_kind_at
 from lading.stores.building.pending import builds_record, complete_builds, pending_build
 from lading.stores.building.remote_shards import (
-    check_bucket_kind,
     commit_remote,
     mirror,
     named_as,
-    refuse_kind_at,
     scratch_folder,
     shard_into_bucket,
 )

@@ -166,7 +166,7 @@ def build_shard(
 
         settings = RemoteSettings.of(cache, None, storage_options)
         check_writable(os.fspath(dest), settings)
-        from lading.stores.building.remote_shards import check_bucket_kind
+        from lading.stores.building.bucket_kind import check_bucket_kind
 
         check_bucket_kind(os.fspath(dest), settings, FORMAT_NAME)
     tok = load_tokenizer(tokenizer) if tokenizer is not None else None

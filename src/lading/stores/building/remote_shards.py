@@ -34,6 +34,7 @@ from lading.remote.clients import open_client
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import ObjectClient, PermanentError
 from lading.remote.settings import RemoteSettings
+from lading.stores.building.bucket_kind import refuse_kind_at
 from lading.stores.building.scratch import owned_folder
 from lading.stores.building.shardset import BUILD_FILE, RUN_FILE, SHARD_FILE, claim_build
 from lading.stores.building.upload import put_files
@@ -181,38 +182,6 @@ def mirror(
         return meta if isinstance(meta, dict) else None
     finally:
         fetcher.close()
-
-
-def check_bucket_kind(url: str, settings: RemoteSettings, fmt: str) -> None:
-    """Refuse to build a snapshot of format ``fmt`` at ``url`` where its ``meta.json`` holds
-    another lading kind (a token corpus over a document store: it would no longer open), as
-    a local build refuses it; before any source is read.
-
-    Raises:
-        FileExistsError: naming both kinds.
-    """
-    fetcher = settings.fetcher(url)
-    try:
-        meta = json.loads(fetcher.get_object(META_FILE))
-    except (PermanentError, ValueError):
-        return  # none there (or not a manifest: the commit replaces it)
-    finally:
-        fetcher.close()
-    refuse_kind_at(url, meta, fmt)
-
-
-def refuse_kind_at(url: str, meta: Any, fmt: str) -> None:
-    """Refuse to commit a snapshot of format ``fmt`` over ``meta`` (the manifest at ``url``,
-    or None) when that is another lading kind.
-
-    Raises:
-        FileExistsError: naming both kinds.
-    """
-    from lading.disk.build import KINDS, refuse_other_kind
-
-    other = meta.get("format") if isinstance(meta, dict) else None
-    if isinstance(other, str) and other.startswith("lading."):
-        refuse_other_kind(url, other, fmt, KINDS.get(fmt, fmt))
 
 
 def named_as(

@@ -123,7 +123,7 @@ def _build_and_upload(
     format_name: str = FORMAT_NAME,
 ) -> None:
     check_writable(url, settings)  # before the source is read: a build may take hours
-    from lading.stores.building.remote_shards import check_bucket_kind
+    from lading.stores.building.bucket_kind import check_bucket_kind
     from lading.stores.building.scratch import owned_folder
 
     check_bucket_kind(url, settings, format_name)  # a corpus never replaces a store
