@@ -96,3 +96,70 @@ def test_the_command_refuses_training_on_the_evaluation_day_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "evaluation day 2" in err[0] and "--train-days" in err[0]
     assert not (tmp_path / "run").exists()
+
+
+def mostly_single_items(path: Path, rows: int, multi: int) -> list[list[int]]:
+    """``rows`` sessions, all of one item but ``multi`` of 3 (at rows spread over the file),
+    right-padded to ``WIDTH``: most batches hold nothing to predict."""
+    sessions = [[1 + r % 40] for r in range(rows)]
+    for k in range(multi):
+        sessions[k * (rows // multi)] = [5, 6, 7 + k]
+    column = [s + [0] * (WIDTH - len(s)) for s in sessions]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"item_id-list_seq": pa.array(column, pa.list_(pa.int64()))}), path)
+    return sessions
+
+
+def finite_losses(out: Path) -> list[float]:
+    import json
+
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    losses = [float(r["loss"]) for r in log if r.get("loss") is not None]
+    assert losses and all(np.isfinite(losses)), losses
+    return losses
+
+
+def test_a_batch_with_no_session_of_two_items_trains_on_without_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a batch whose sessions all had one item reached the model empty and the step
+    crashed in the attention's reshape. Now the step runs with a zero loss (so that under DDP
+    every rank still meets the gradient all-reduce) and the sessions of 2+ items are all
+    trained on."""
+    import lading.tabular.train as train
+    from lading.tabular.train import SessionsConfig, train_sessions
+
+    data = tmp_path / "days"
+    sessions = mostly_single_items(data / "1" / "train.parquet", 64, 3)
+    for split in ("train", "valid", "test"):
+        padded_sessions(data / "2" / f"{split}.parquet", 20, 3)
+    seen: list[tuple[int, ...]] = []
+    loss = train.next_item_loss
+
+    def spy(model: Any, hidden: Any, items: Any, lengths: Any, positions: Any) -> Any:
+        seen.extend(tuple(row[:n]) for row, n in zip(items.tolist(), lengths.tolist()))
+        return loss(model, hidden, items, lengths, positions)
+
+    monkeypatch.setattr(train, "next_item_loss", spy)
+    out = tmp_path / "run"
+    train_sessions(SessionsConfig(data=data, out=out, **TINY))
+    assert sorted(seen) == sorted(tuple(s) for s in sessions if len(s) >= 2)
+    finite_losses(out)
+
+
+@pytest.mark.slow
+def test_ranks_whose_batch_has_nothing_to_predict_still_meet_the_others(tmp_path: Path) -> None:
+    """Two ranks under torchrun: a step where one rank's batch holds no session of 2+ items
+    and the other's does must neither crash nor hang the other rank."""
+    from distributed import run_cli
+
+    data = tmp_path / "days"
+    mostly_single_items(data / "1" / "train.parquet", 64, 3)
+    for split in ("train", "valid", "test"):
+        padded_sessions(data / "2" / f"{split}.parquet", 20, 3)
+    out = tmp_path / "run"
+    args = ["train", "sessions", "--data", str(data), "--out", str(out)]
+    args += ["--train-days", "1", "--eval-day", "2", "--batch-size", "8", "--epochs", "1"]
+    args += ["--dim", "8", "--heads", "2", "--log-every", "1"]
+    run_cli(args, torchrun=2, timeout=300)
+    finite_losses(out)

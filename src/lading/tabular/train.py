@@ -237,6 +237,12 @@ class SessionsStep(TrainingTask):
         items = batch[column].to(self.device, non_blocking=True)
         items, lengths = recent_items(items, self.config.max_len)
         keep = lengths >= 2  # a session of one item has nothing to predict
+        if not bool(keep.any()):
+            # Nothing to learn here, but the step still runs forward and backward with a zero
+            # loss: under DDP a rank that skipped would leave the others waiting in the
+            # gradient all-reduce. Lengths of at least 1 keep every attention row unmasked.
+            hidden = self.net(items, lengths.clamp(min=1))
+            return StepResult(hidden.sum() * 0.0, 0)
         items, lengths = items[keep], lengths[keep]
         scores = self.net(items, lengths)
         loss = next_item_loss(self.model, scores, items, lengths, self.config.positions or None)
