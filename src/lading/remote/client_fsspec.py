@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -47,15 +48,14 @@ class FsspecClient:
     def __repr__(self) -> str:
         return f"FsspecClient({self.url!r}, endpoint={self.endpoint!r})"  # never the options
 
-    async def _on_fs(self, method: str, *args: Any) -> Any:
-        """``fs.<method>(*args)`` from the caller's loop: the async one on fsspec's loop, or
-        the sync one in the loop's thread pool."""
+    async def _on_fs(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``fs.<method>(*args, **kwargs)`` from the caller's loop: the async one on fsspec's
+        loop, or the sync one in the loop's thread pool."""
         if getattr(self.fs, "async_impl", False):
-            coro = getattr(self.fs, "_" + method)(*args)
+            coro = getattr(self.fs, "_" + method)(*args, **kwargs)
             return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.fs.loop))
-        return await asyncio.get_running_loop().run_in_executor(
-            None, getattr(self.fs, method), *args
-        )
+        call = functools.partial(getattr(self.fs, method), *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(None, call)
 
     async def get_async(self, key: str) -> bytes:
         """The whole object ``key`` (the read path; see :meth:`get`)."""
@@ -65,6 +65,18 @@ class FsspecClient:
     async def put_async(self, key: str, data: bytes) -> None:
         with self._errors(key, writing=True):
             await self._on_fs("pipe_file", self._path(key), data)
+
+    async def create_async(self, key: str, data: bytes) -> bool:
+        """s3fs's create-only PUT (``If-None-Match: *``); other fsspec filesystems may take
+        ``mode="create"`` and overwrite anyway, so they are not asked."""
+        if "s3" not in _protocols(self.fs):
+            raise NotImplementedError(f"no create-only PUT through {type(self.fs).__name__}")
+        try:
+            with self._errors(key, writing=True):
+                await self._on_fs("pipe_file", self._path(key), data, mode="create")
+        except FileExistsError:
+            return False
+        return True
 
     async def upload_async(
         self, key: str, data: bytes | Path, timeout: float, request: float | None = None
@@ -218,6 +230,11 @@ class FsspecClient:
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(path)
         self.fs.invalidate_cache(path)
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    found = getattr(fs, "protocol", ())
+    return (found,) if isinstance(found, str) else tuple(found)
 
 
 def _first_line(error: BaseException) -> str:

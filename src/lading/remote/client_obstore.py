@@ -205,6 +205,18 @@ class ObstoreClient:
         except Exception as e:
             raise self._error(e, key) from e
 
+    async def create_async(self, key: str, data: bytes) -> bool:
+        import obstore
+        from obstore.exceptions import AlreadyExistsError
+
+        try:
+            await self._settled(obstore.put_async(self._store, key, data, mode="create"))
+        except AlreadyExistsError:
+            return False
+        except Exception as e:
+            raise self._error(e, key) from e
+        return True
+
     @property
     def part_bytes(self) -> int:
         """Bytes a request of an upload carries at most (a part of a multipart upload)."""

@@ -119,6 +119,15 @@ class ObjectClient(Protocol):
     async def put_async(self, key: str, data: bytes) -> None:
         """Write small object ``key`` (one attempt, under the read path's timeout: a probe)."""
 
+    async def create_async(self, key: str, data: bytes) -> bool:
+        """Write small object ``key`` only where none exists (S3's ``If-None-Match: *``), one
+        attempt: True where this call wrote it, False where one was there (its bytes
+        unchanged), so that of two writers racing on an absent object exactly one wins.
+
+        Raises:
+            NotImplementedError: the backend sends no create-only PUT.
+        """
+
     async def upload_async(
         self, key: str, data: bytes | Path, timeout: float, request: float | None = None
     ) -> None:

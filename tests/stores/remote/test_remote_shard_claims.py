@@ -87,3 +87,56 @@ def test_a_worker_that_raced_the_first_with_another_n_is_refused_at_its_upload(
     listed = lading.remote.clients.open_client(url).list("build-race/")
     assert not [k for k in listed if "of-00003" in k]
     assert json.loads(lading.remote.clients.open_client(url).get("build-race/build.json"))["n"] == 2
+
+
+@pytest.mark.parametrize("backend", ["obstore", "fsspec"])
+def test_of_two_workers_that_both_found_no_build_json_one_writes_it(
+    s3: LocalS3, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """The race the read back left open: both GETs found no ``build.json``, then the first
+    PUT and read its own back, then the second PUT over it and read its own back, and both
+    passed (the bucket's recipe was the second's). The PUT is create-only now: the second's
+    fails and it reads the first's, and is refused."""
+    import lading.stores.building.remote_shards as remote_shards
+    from lading.remote.settings import RemoteSettings
+
+    a = rows(tmp_path / "a.jsonl", "apple", 30)
+    url = f"s3://{bucket}/store-{backend}"
+    local = {n: tmp_path / f"local{n}" for n in (2, 3)}
+    for n, folder in local.items():
+        lading.build_shard(a, folder, (0, n), build_id="build-race")
+    settings = RemoteSettings.of(tmp_path / "w", None, None, backend=backend)
+    monkeypatch.setattr(remote_shards, "_get_or_none", lambda fetcher, key: None)
+    client = lading.remote.clients.open_client(url, backend)
+    shard = "build-race/shard-00000-of-0000{}"
+    remote_shards.put_build(client, settings, local[2], shard.format(2), url, 0)
+    with pytest.raises(StoreFormatError, match=f"build.json \\({url}/build-race\\) records 2"):
+        remote_shards.put_build(client, settings, local[3], shard.format(3), url, 0)
+    assert json.loads(lading.remote.clients.open_client(url).get("build-race/build.json"))["n"] == 2
+
+
+@pytest.mark.parametrize("backend", ["obstore", "fsspec"])
+def test_a_create_only_put_writes_once_and_leaves_the_object_alone_after(
+    s3: LocalS3, bucket: str, backend: str
+) -> None:
+    import asyncio
+
+    client = lading.remote.clients.open_client(f"s3://{bucket}/create-{backend}", backend)
+    assert asyncio.run(client.create_async("k", b"first")) is True
+    assert asyncio.run(client.create_async("k", b"second")) is False
+    assert client.get("k") == b"first"
+
+
+def test_an_fsspec_filesystem_other_than_s3_is_not_asked_for_a_create_only_put(
+    tmp_path: Path,
+) -> None:
+    """Other filesystems may take ``mode="create"`` and write over the object anyway; the
+    claim then writes and reads back instead."""
+    import asyncio
+
+    from lading.remote.client_fsspec import FsspecClient
+
+    client = FsspecClient(f"file://{tmp_path}", None, None)
+    with pytest.raises(NotImplementedError, match="create-only"):
+        asyncio.run(client.create_async("k", b"first"))
+    assert not (tmp_path / "k").exists()

@@ -32,7 +32,7 @@ from lading.disk.snapshot import BUILD_PREFIX
 from lading.errors import SourceError, StoreFormatError
 from lading.remote.clients import open_client
 from lading.remote.fetch import Fetcher
-from lading.remote.objects import ObjectClient, PermanentError
+from lading.remote.objects import ObjectClient, PermanentError, describe
 from lading.remote.settings import RemoteSettings
 from lading.stores.building.bucket_kind import refuse_kind_at
 from lading.stores.building.scratch import owned_folder
@@ -116,18 +116,21 @@ def put_build(
     shard: int | None,
 ) -> None:
     """PUT ``build.json`` of shard ``rel``'s build (from ``local``) where the bucket has
-    none, then read it back: a worker that raced one of other inputs, options or N (both found
-    none) is refused as a local claim refuses it (``shard``: this worker's number; None, a Ray
-    task's: not compared). Never PUT over one there: the first worker's recipe is the build's
-    (S3 has no create-only PUT that every client here sends; the read back sees the race)."""
+    none: a worker that finds another recipe there (other inputs, options or N) is refused as
+    a local claim refuses it (``shard``: this worker's number; None, a Ray task's: not
+    compared). Never PUT over one there: the first worker's recipe is the build's. The PUT
+    is create-only (``If-None-Match: *``), so of two workers racing on an absent
+    ``build.json`` one writes it and the other reads the winner's; where the client has no
+    create-only PUT (an fsspec filesystem other than s3fs), it writes and reads back, which
+    sees the race unless the two PUTs and reads interleave exactly."""
     key = f"{rel.split('/', 1)[0]}/{BUILD_FILE}"
     ours = (local / key).read_bytes()
     fetcher = settings.fetcher(url)
     try:
         theirs = _get_or_none(fetcher, key)
         if theirs is None:
-            put_files(client, [(key, ours, len(ours))], timeout=settings.timeout)
-            theirs = fetcher.get_object(key)
+            created = _created(fetcher, client, key, ours, settings)
+            theirs = ours if created else fetcher.get_object(key)
     finally:
         fetcher.close()
     recipe = json.loads(ours)
@@ -140,6 +143,19 @@ def put_build(
             claim_build((Path(there) / key).parent, recipe, shard)
         except StoreFormatError as e:
             raise named_as(e, Path(there), url) from None
+
+
+def _created(
+    fetcher: Fetcher, client: ObjectClient, key: str, data: bytes, settings: RemoteSettings
+) -> bool:
+    """Whether this call wrote ``key`` by a create-only PUT (False: one was there, or the
+    client has none and wrote it over whatever was: the caller reads it back)."""
+    what = f"PUT {describe(client.url, key)} (create-only)"
+    try:
+        return fetcher.run(what, lambda: client.create_async(key, data))
+    except NotImplementedError:
+        put_files(client, [(key, data, len(data))], timeout=settings.timeout)
+        return False
 
 
 Need = Callable[[dict[str, Any]], list[str]]  # a shard's record -> its files a merge reads
