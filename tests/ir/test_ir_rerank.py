@@ -127,3 +127,23 @@ def test_rows_are_never_padded_past_max_length(tiny: dict[str, Any]) -> None:
     items = [{"query": " ".join(WORDS * 2), "doc_ids": ["d1"], "doc_codes": [0]}]
     batch = collate(items)  # a query of 64 tokens, 3 of the document, 3 special: 70, not 72
     assert batch["input_ids"].shape[1] == 70 == int(batch["attention_mask"].sum())
+
+
+def test_a_written_run_keeps_the_order_of_scores_that_differ_past_six_decimals(
+    tmp_path: Path,
+) -> None:
+    """trec_eval and ir-measures rank a run file by the scores written (ties by docno, in
+    reverse); written with six decimals, scores 3e-7 apart became a tie and the file ranked
+    d2 above d1, where the model had d1 above d2."""
+    import ir_measures
+
+    from lading.ir.rerank import write_trec_run
+
+    scores = {"q1": {"d1": 0.1234564, "d2": 0.1234561, "d0": -3.0e-9, "d3": -4.0e-9}}
+    path = tmp_path / "run.txt"
+    write_trec_run(scores, path)
+    read = [(r.doc_id, r.score) for r in ir_measures.read_trec_run(str(path))]
+    by_docno_reversed = sorted(read, key=lambda r: r[0], reverse=True)
+    ranked = [d for d, _ in sorted(by_docno_reversed, key=lambda r: -r[1])]  # trec_eval's order
+    assert ranked == ["d1", "d2", "d0", "d3"]
+    assert dict(read) == scores["q1"]  # the scores as given, not rounded

@@ -115,13 +115,17 @@ def _missing(
 def write_trec_run(
     scores: Mapping[str, Mapping[str, float]], path: str | os.PathLike[str], tag: str = "lading"
 ) -> None:
-    """Write ``{qid: {docid: score}}`` as a TREC run, each query's documents by score."""
+    """Write ``{qid: {docid: score}}`` as a TREC run, each query's documents by score.
+
+    Scores are written as Python writes a float, digits enough to read back the same value:
+    trec_eval and ir-measures rank by the score in the file (ties by docno, reversed), so a
+    rounded score could tie two documents the model told apart and reorder them."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         for qid, docs in scores.items():
             ranked = sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))
             for rank, (docid, score) in enumerate(ranked, start=1):
-                f.write(f"{qid} Q0 {docid} {rank} {score:.6f} {tag}\n")
+                f.write(f"{qid} Q0 {docid} {rank} {float(score)!r} {tag}\n")
 
 
 def evaluate(
