@@ -26,12 +26,7 @@ from lading.errors import SourceError, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME, MERGED_VERSION, TOKENIZER, TOKENS
 from lading.lm.shards import COMMAND, CorpusShard, read_corpus_shard
 from lading.lm.texts import SKIP_EXAMPLES
-from lading.stores.building.pending import builds_record, complete_builds, pending_build
-from lading.stores.building.shardset import (
-    check_same_inputs,
-    check_same_options,
-    complete_shards,
-)
+from lading.stores.building.pending import build_to_commit, builds_record
 
 _CHUNK = 1 << 20  # offsets written per numpy pass
 _SAME = ("tokenizer", "dtype", "eos_id", "vocab_size")  # what every shard must agree on
@@ -50,15 +45,10 @@ def merge_corpus(dest: Path, build_id: str | None = None) -> str:
     """
     with BuildContext(dest, FORMAT_NAME, "token corpus") as build:
         build.check_kind()  # a store there is not replaced by a token corpus
-        previous = build.previous
-        bid = build_id or pending_build(dest, previous, COMMAND)
-        if previous is not None and previous.get("build_id") == bid:
-            return str(previous["snapshot"])
-        passed = complete_builds(dest)  # now: one completed while this merge runs is newer
-        shards = complete_shards(dest, bid, read_corpus_shard, COMMAND)
-        check_same_inputs(dest, shards)
-        recipe = check_same_options(dest, bid, shards)
-        return commit_corpus(build, bid, shards, recipe["options"], passed)
+        merge = build_to_commit(dest, build.previous, build_id, read_corpus_shard, COMMAND)
+        if isinstance(merge, str):
+            return merge
+        return commit_corpus(build, merge.bid, merge.shards, merge.recipe["options"], merge.passed)
 
 
 def commit_corpus(

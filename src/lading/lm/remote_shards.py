@@ -34,7 +34,7 @@ from lading.lm.shards import (
 from lading.remote.clients import check_reachable
 from lading.remote.settings import RemoteSettings
 from lading.stores.building.bucket_kind import check_bucket_kind, refuse_kind_at
-from lading.stores.building.pending import builds_record, complete_builds, pending_build
+from lading.stores.building.pending import build_to_commit, builds_record
 from lading.stores.building.remote_shards import (
     commit_remote,
     mirror,
@@ -42,12 +42,7 @@ from lading.stores.building.remote_shards import (
     scratch_folder,
     shard_into_bucket,
 )
-from lading.stores.building.shardset import (
-    check_same_inputs,
-    check_same_options,
-    check_shard,
-    complete_shards,
-)
+from lading.stores.building.shardset import check_shard
 from lading.stores.building.upload import check_writable
 
 
@@ -91,20 +86,14 @@ def merge_remote(
         previous = mirror(url, settings, root)
         refuse_kind_at(url, previous, FORMAT_NAME)
         try:
-            bid = build_id or pending_build(root, previous, COMMAND)
-            if previous is not None and previous.get("build_id") == bid:
-                snapshot = str(previous["snapshot"])
-            else:
-                shards = complete_shards(root, bid, read_corpus_shard, COMMAND)
-                check_same_inputs(root, shards)
-                recipe = check_same_options(root, bid, shards)
-                passed = complete_builds(root)
-                snapshot = commit_in_bucket(
-                    url, settings, root, previous, bid, shards, recipe, passed
-                )
+            merge = build_to_commit(root, previous, build_id, read_corpus_shard, COMMAND)
+            if isinstance(merge, str):
+                return merge
+            return commit_in_bucket(
+                url, settings, root, previous, merge.bid, merge.shards, merge.recipe, merge.passed
+            )
         except (StoreFormatError, SourceError) as e:  # named as the bucket, not the mirror
             raise named_as(e, root, url) from None
-    return snapshot
 
 
 def commit_in_bucket(

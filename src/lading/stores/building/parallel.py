@@ -30,15 +30,12 @@ from lading.errors import SkippedRecordsWarning, SourceError
 from lading.sources import ParseOptions, SourceReader, refuse_if_changed
 from lading.stores.building.inputs import PiecesReader, check_shard_count, input_files, plan_shard
 from lading.stores.building.merge import Shard, manifest_of, read_shard
-from lading.stores.building.pending import builds_record, complete_builds, pending_build
+from lading.stores.building.pending import build_to_commit, builds_record
 from lading.stores.building.shardset import (
     BUILD_FILE,
     ShardWork,
-    check_same_inputs,
-    check_same_options,
     check_shard,
     claim_shard,
-    complete_shards,
     derive_build_id,
 )
 from lading.stores.building.writer import SHARD_FILE, Duplicates, write_shard
@@ -170,15 +167,10 @@ def merge_store(dest: Path, build_id: str | None = None) -> PackedStore:
     """
     with BuildContext(dest, FORMAT_NAME) as build:
         build.check_kind()  # a token corpus there is not replaced by a store
-        previous = build.previous
-        bid = build_id or pending_build(dest, previous)
-        if previous is not None and previous.get("build_id") == bid:
-            return PackedStore(dest, snapshot=previous["snapshot"])
-        passed = complete_builds(dest)  # now: one completed while this merge runs is newer
-        shards = complete_shards(dest, bid, read_shard)
-        check_same_inputs(dest, shards)
-        recipe = check_same_options(dest, bid, shards)
-        commit_shards(build, bid, shards, recipe, passed)
+        merge = build_to_commit(dest, build.previous, build_id, read_shard)
+        if isinstance(merge, str):
+            return PackedStore(dest, snapshot=merge)
+        commit_shards(build, merge.bid, merge.shards, merge.recipe, merge.passed)
     return PackedStore(dest, snapshot=build.snapshot)
 
 

@@ -13,9 +13,10 @@ source or options: :data:`.shardset.RUN_FILE`). A build named
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from lading.disk.snapshot import BUILD_PREFIX
 from lading.errors import StoreFormatError
@@ -23,11 +24,16 @@ from lading.stores.building.shardset import (
     BUILD_FILE,
     all_present,
     build_size,
+    check_same_inputs,
+    check_same_options,
+    complete_shards,
     is_sink_build,
     ran_after,
     shard_number,
     shards_present,
 )
+
+T = TypeVar("T")
 
 
 def pending_build(
@@ -76,6 +82,51 @@ def pending_build(
         f"{dest} has no shards to merge; build them first with "
         f"`{build} SOURCE {dest} --shard i/N` for i = 0 .. N-1"
     )
+
+
+@dataclass(frozen=True)
+class BuildToCommit(Generic[T]):
+    """A merge's build, its shards read and checked to fit: what the kind's commit writes.
+
+    Attributes:
+        bid: the build merged.
+        shards: its shards, in order, as the kind's ``read`` made them.
+        recipe: the build's ``build.json`` (its ``options`` and ``inputs``).
+        passed: the complete builds the merge saw (recorded: never merged later by default).
+    """
+
+    bid: str
+    shards: list[T]
+    recipe: dict[str, Any]
+    passed: list[str]
+
+
+def build_to_commit(
+    dest: Path,
+    previous: dict[str, Any] | None,
+    build_id: str | None,
+    read: Callable[[Path, str], T],
+    build: str = "lading build",
+) -> BuildToCommit[T] | str:
+    """What a merge of ``dest`` (a folder, or a bucket's mirror) commits over its current
+    manifest ``previous``: build ``build_id`` (default :func:`pending_build`) with its shards
+    read by ``read`` and checked to read the same inputs with the same options; or, where that
+    build is the current snapshot's, that snapshot's id (a retried merge commits nothing new).
+    ``build``: the command that builds a shard, in the messages. Every kind's merge, local or
+    in a bucket, starts here.
+
+    Raises:
+        StoreFormatError: no build to merge, shards missing, or shards that do not fit
+            (naming them).
+    """
+    bid = build_id or pending_build(dest, previous, build)
+    if previous is not None and previous.get("build_id") == bid:
+        return str(previous["snapshot"])
+    passed = complete_builds(dest)  # now: one completed while this merge runs is newer
+    shards = complete_shards(dest, bid, read, build)
+    check_same_inputs(dest, shards)
+    recipe = check_same_options(dest, bid, shards)
+    return BuildToCommit(bid, shards, recipe, passed)
 
 
 def merge_candidates(dest: Path) -> list[str]:

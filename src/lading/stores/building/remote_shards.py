@@ -265,28 +265,21 @@ def store_needs(record: dict[str, Any]) -> list[str]:
 def merge_store_remote(url: str, build_id: str | None, settings: RemoteSettings) -> str:
     """Commit the store shards at ``url`` as its new snapshot, in the bucket; its id."""
     from lading.stores.building.merge import read_shard
-    from lading.stores.building.pending import complete_builds, pending_build
-    from lading.stores.building.shardset import (
-        check_same_inputs,
-        check_same_options,
-        complete_shards,
-    )
+    from lading.stores.building.pending import build_to_commit
     from lading.stores.layout import FORMAT_NAME
 
     with scratch_folder(settings, "merge-") as root:
         previous = mirror(url, settings, root, store_needs)
         refuse_kind_at(url, previous, FORMAT_NAME)
         try:
-            bid = build_id or pending_build(root, previous)
-            if previous is not None and previous.get("build_id") == bid:
-                return str(previous["snapshot"])
-            shards = complete_shards(root, bid, read_shard)
-            check_same_inputs(root, shards)
-            recipe = check_same_options(root, bid, shards)
+            merge = build_to_commit(root, previous, build_id, read_shard)
         except StoreFormatError as e:
             raise named_as(e, root, url) from None
-        passed = complete_builds(root)
-        return commit_store_in_bucket(url, settings, root, previous, bid, shards, recipe, passed)
+        if isinstance(merge, str):
+            return merge
+        return commit_store_in_bucket(
+            url, settings, root, previous, merge.bid, merge.shards, merge.recipe, merge.passed
+        )
 
 
 def commit_store_in_bucket(
