@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -49,7 +49,7 @@ from lading.sources import OnError, SourceReader, fingerprint, refuse_if_changed
 from lading.stores.building.inputs import Piece, check_shard_count, plan_shard
 from lading.stores.building.shardset import (
     SHARD_FILE,
-    ShardWork,
+    ShardDone,
     check_shard,
     check_shard_files,
     claim_shard,
@@ -64,31 +64,18 @@ _DTYPES = TOKEN_DTYPES
 
 
 @dataclass(frozen=True)
-class CorpusShardReport(ShardWork):
+class CorpusShardReport(ShardDone):
     """What a shard worker did: ``documents`` tokenized into shard ``shard`` of ``shards``
     (``reused``: it was there already) of build ``build_id`` of the corpus at ``dest``;
     ``skipped`` malformed records left out (``on_error="skip"``), the first of them in
     ``skip_examples``."""
 
+    COUNTED: ClassVar[str] = "documents"
+    MERGE: ClassVar[str] = "lading lm merge"
     documents: int
     reused: bool
     skipped: int = 0
     skip_examples: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        return self.line(
-            self.documents, self.reused, "lading lm merge", self.skipped, self.skip_examples
-        )
-
-    @classmethod
-    def of_record(
-        cls, where: tuple[Path, str, int, int], record: dict[str, Any], reused: bool
-    ) -> CorpusShardReport:
-        """The report of the shard ``where`` (dest, build id, i, n) whose ``shard.json`` is
-        ``record``: its documents and what it skipped."""
-        examples = tuple(record.get("skip_examples") or ())
-        skipped = int(record.get("skipped", 0))
-        return cls(*where, int(record["documents"]), reused, skipped, examples)
 
 
 @dataclass

@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from lading.disk import BuildContext, byte_bar
 from lading.errors import SkippedRecordsWarning, SourceError
@@ -33,7 +33,7 @@ from lading.stores.building.merge import Shard, manifest_of, read_shard
 from lading.stores.building.pending import build_to_commit, builds_record
 from lading.stores.building.shardset import (
     BUILD_FILE,
-    ShardWork,
+    ShardDone,
     check_shard,
     claim_shard,
     derive_build_id,
@@ -46,7 +46,7 @@ __all__ = ["BUILD_FILE", "ShardReport", "derive_build_id", "merge_store", "write
 
 
 @dataclass(frozen=True)
-class ShardReport(ShardWork):
+class ShardReport(ShardDone):
     """What a shard worker did.
 
     Attributes:
@@ -60,22 +60,12 @@ class ShardReport(ShardWork):
         skip_examples: the first of them, ``"line L of FILE: why"``.
     """
 
+    COUNTED: ClassVar[str] = "rows"
+    MERGE: ClassVar[str] = "lading merge"
     rows: int
     reused: bool
     skipped: int = 0
     skip_examples: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        return self.line(self.rows, self.reused, "lading merge", self.skipped, self.skip_examples)
-
-    @classmethod
-    def of_record(
-        cls, where: tuple[Path, str, int, int], record: dict[str, Any], reused: bool
-    ) -> ShardReport:
-        """The report of the shard ``where`` (dest, build id, i, n) whose ``shard.json`` is
-        ``record``: its rows and what it skipped."""
-        examples = tuple(record.get("skip_examples") or ())
-        return cls(*where, int(record["rows"]), reused, int(record.get("skipped", 0)), examples)
 
 
 def source_files(source: Any, format: str | None, parse: ParseOptions) -> list[Path]:

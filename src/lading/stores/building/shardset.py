@@ -21,7 +21,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from lading.disk import write_file
 from lading.disk.meta import META_FILE
@@ -103,6 +103,36 @@ class ShardWork:
             f"{self.shards} are built: {merge} {self.dest}"
         )
         return f"{line}\n{skipped_line(skipped, skip_examples)}" if skipped else line
+
+
+R = TypeVar("R", bound="ShardDone")
+
+
+class ShardDone(ShardWork):
+    """What a shard worker did, as every kind reports it: a dataclass adding, after
+    :class:`ShardWork`'s fields, its count (the field and ``shard.json`` key :attr:`COUNTED`),
+    ``reused``, ``skipped`` and ``skip_examples``; :attr:`MERGE` commits the shards."""
+
+    COUNTED: ClassVar[str]  # what the shard holds: "rows" (a store), "documents" (a corpus)
+    MERGE: ClassVar[str]  # the command that commits the shards once all are built
+    reused: bool
+    skipped: int
+    skip_examples: tuple[str, ...]
+
+    def __str__(self) -> str:
+        counted = getattr(self, self.COUNTED)
+        return self.line(counted, self.reused, self.MERGE, self.skipped, self.skip_examples)
+
+    @classmethod
+    def of_record(
+        cls: type[R], where: tuple[Path, str, int, int], record: dict[str, Any], reused: bool
+    ) -> R:
+        """The report of the shard ``where`` (dest, build id, i, n) whose ``shard.json`` is
+        ``record``: what it holds and what it skipped."""
+        examples = tuple(record.get("skip_examples") or ())
+        done = (int(record[cls.COUNTED]), reused, int(record.get("skipped", 0)), examples)
+        # a subclass's fields: ShardWork's four, then these (mypy sees ShardWork's only)
+        return cls(*where, *done)  # type: ignore[call-arg]
 
 
 def skipped_line(skipped: int, skip_examples: Sequence[str]) -> str:
