@@ -345,8 +345,11 @@ static int64_t hash_candidate(const HashTable *t, const Probe *p) {
     return -1;
 }
 
-/* Fill probe p from id: its UTF-8 key (held in *hold when a new object had to be made). */
-static int hash_key_of(PyObject *id, Probe *p, PyObject **hold, Py_ssize_t width) {
+/* Fill probe p from id: its UTF-8 key (held in *hold when a new object had to be made), the
+ * key's hash under the index's factors and its home among the index's buckets (p->key NULL:
+ * an id no key of this width can be). */
+static int hash_key_of(PyObject *id, Probe *p, PyObject **hold, Py_ssize_t width,
+                       const uint64_t *factors, int64_t buckets) {
     PyObject *value = PyUnicode_Check(id) ? (Py_INCREF(id), id) : id_value(id);
     if (value == NULL) return -1;
     if (PyLong_Check(value)) {
@@ -367,6 +370,8 @@ static int hash_key_of(PyObject *id, Probe *p, PyObject **hold, Py_ssize_t width
      * the widest key or holding a NUL cannot be present */
     if (p->len > width || memchr(utf8, 0, p->len) != NULL) return 0;
     p->key = (const unsigned char *)utf8;
+    p->hash = hash_key(p->key, p->len, factors);
+    p->bucket = (int64_t)(((p->hash & 0xFFFFFFFFULL) * (uint64_t)buckets) >> 32);
     return 0;
 }
 
@@ -399,10 +404,8 @@ static PyObject *hash_rows(PyObject *self, PyObject *args) {
         Py_ssize_t m = (lo + CHUNK < n ? lo + CHUNK : n) - lo;
         for (Py_ssize_t j = 0; j < m; j++) { /* phase 1: hash, prefetch the bucket */
             Probe *p = &probe[j];
-            if (hash_key_of(items[lo + j], p, &hold[j], width) < 0) goto done;
+            if (hash_key_of(items[lo + j], p, &hold[j], width, factors, buckets) < 0) goto done;
             if (p->key == NULL) continue;
-            p->hash = hash_key(p->key, p->len, factors);
-            p->bucket = (int64_t)(((p->hash & 0xFFFFFFFFULL) * (uint64_t)buckets) >> 32);
             PREFETCH(t.table + p->bucket * SLOTS);
         }
         for (Py_ssize_t j = 0; j < m; j++) { /* phase 2: the candidate row, prefetch its key */
@@ -813,10 +816,8 @@ static PyObject *hash_ids_rows(PyObject *self, PyObject *args) {
         Py_ssize_t m = (base + CHUNK < n ? base + CHUNK : n) - base;
         for (Py_ssize_t j = 0; j < m; j++) { /* phase 1: hash, prefetch the home's slots */
             Probe *p = &probe[j];
-            if (hash_key_of(items[base + j], p, &hold[j], width) < 0) goto done;
+            if (hash_key_of(items[base + j], p, &hold[j], width, factors, homes) < 0) goto done;
             if (p->key == NULL) continue;
-            p->hash = hash_key(p->key, p->len, factors);
-            p->bucket = (int64_t)(((p->hash & 0xFFFFFFFFULL) * (uint64_t)homes) >> 32);
             const unsigned char *first = t.slots + p->bucket * t.record;
             PREFETCH(first);
             PREFETCH(first + 4 * t.record); /* a present id is ~4 slots on: often this line */
