@@ -128,7 +128,7 @@ def print_skipped(record: dict[str, Any]) -> None:
     """The line of a build that skipped malformed records (``record``: its manifest's
     ``skipped`` and ``skip_examples``): ``skipped N malformed record(s); first: ...``; none
     when it skipped nothing."""
-    from lading.stores.building.shardset import skipped_line
+    from lading.stores.building.shard_work import skipped_line
 
     if record.get("skipped"):
         print(skipped_line(record["skipped"], record.get("skip_examples") or []))

@@ -42,7 +42,7 @@ from lading.stores.building.remote_shards import (
     scratch_folder,
     shard_into_bucket,
 )
-from lading.stores.building.shardset import check_shard
+from lading.stores.building.shard_work import check_shard
 from lading.stores.building.upload import check_writable
 
 

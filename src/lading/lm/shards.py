@@ -47,10 +47,9 @@ from lading.lm.texts import (
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.sources import OnError, SourceReader, fingerprint, refuse_if_changed
 from lading.stores.building.inputs import Piece, check_shard_count, plan_shard
+from lading.stores.building.shard_work import ShardDone, check_shard
 from lading.stores.building.shardset import (
     SHARD_FILE,
-    ShardDone,
-    check_shard,
     check_shard_files,
     claim_shard,
     derive_build_id,

@@ -31,13 +31,8 @@ from lading.sources import ParseOptions, SourceReader, refuse_if_changed
 from lading.stores.building.inputs import PiecesReader, check_shard_count, input_files, plan_shard
 from lading.stores.building.merge import Shard, manifest_of, read_shard
 from lading.stores.building.pending import build_to_commit, builds_record
-from lading.stores.building.shardset import (
-    BUILD_FILE,
-    ShardDone,
-    check_shard,
-    claim_shard,
-    derive_build_id,
-)
+from lading.stores.building.shard_work import ShardDone, check_shard
+from lading.stores.building.shardset import BUILD_FILE, claim_shard, derive_build_id
 from lading.stores.building.writer import SHARD_FILE, Duplicates, write_shard
 from lading.stores.layout import FORMAT_NAME
 from lading.stores.packed import PackedStore
