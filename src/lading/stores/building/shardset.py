@@ -1,7 +1,8 @@
 """What every sharded build shares, stores and token corpora alike: the build directory every
 worker derives alike from its inputs' identity, the claim of that directory (``build.json``: a
-shard of other inputs is refused, naming both), and, at the merge, the checks that a build's shards are all there (missing ones named with the command that builds
-them); which build a merge takes is :mod:`lading.stores.building.pending`'s.
+shard of other inputs is refused, naming both), and, at the merge, the checks that a build's
+shards are all there (missing ones named with the command that builds them); which build a
+merge takes is :mod:`lading.stores.building.pending`'s.
 
 A shard is ``dest/build-<id>/shard-<i>-of-<n>/``, renamed there once whole (a killed worker
 leaves only a temporary directory, which no merge takes); ``read(dest, rel)`` turns one into the
