@@ -406,3 +406,29 @@ def test_url_mixtures_take_the_cache_arguments(corpora: Corpora, tmp_path: Path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert batches(LanguageModelLoader(mixture, 2, Windows(12), seed=1))
+
+
+def test_an_open_corpus_keeps_its_tokenizer_when_its_staged_copy_is_evicted(
+    corpora: Corpora, tmp_path: Path
+) -> None:
+    """Staging a second corpus evicts the first's staged offsets and tokenizer under
+    ``index_bytes``; the first still reads (its offsets are mapped), and its tokenizer, read
+    at the open, is still there (it was read from the evicted file when asked, and failed)."""
+    from lading.remote.stage import LEDGER_ROOM
+
+    small = word_corpus(tmp_path / "small", docs=300, lengths=(20, 60), words=200, seed=3)
+    urls = [f"s3://{BUCKET}/corpora/evict-{k}" for k in "ab"]
+    for url in urls:
+        TokenCorpus.build(tmp_path / "small" / "docs.txt", url, small.tokenizer(), cache=tmp_path)
+    probe = TokenCorpus.open(urls[0], cache=tmp_path / "probe", cache_bytes=1 << 20)
+    size = sum(p.stat().st_size for p in probe.path.rglob("*") if p.is_file())
+    cap, cache = 8_000, tmp_path / "node"
+    index = LEDGER_ROOM + cap // 4 + size + size // 2  # one staged copy fits, not two
+    a = TokenCorpus.open(urls[0], cache=cache, cache_bytes=cap, index_bytes=index)
+    b = TokenCorpus.open(urls[1], cache=cache, cache_bytes=cap, index_bytes=index)
+    assert not a.path.exists() and b.path.exists()  # b's staging evicted a's copy
+    want = small.tokenizer().to_str()
+    assert a.tokenizer().to_str() == want and b.tokenizer().to_str() == want
+    assert a.document(7).tolist() == small.document(7).tolist()
+    for corpus in (probe, a, b):
+        corpus.close()

@@ -21,6 +21,7 @@ from lading.remote.cache.regions import folder_bytes
 from lading.remote.settings import RemoteSettings
 from lading.remote.stage import LEDGER_ROOM
 from lading.stores.remote.store import RemoteStore
+from lading.stores.tokens import load_tokenizer
 from lading.testing import LocalS3
 
 
@@ -230,3 +231,33 @@ def test_a_cache_path_that_is_a_file_is_refused_naming_cache(tmp_path: Path) -> 
             RemoteSettings.of(cache, "1M")
         text = str(refused.value)
         assert f"cache={str(cache)!r}" in text and "is a file" in text and "\n" not in text
+
+
+def test_an_open_store_keeps_its_tokenizer_when_its_staged_copy_is_evicted(
+    s3: LocalS3, bucket: str, tmp_path: Path, rng: random.Random
+) -> None:
+    """Staging a second store evicts the first's staged copy under ``index_bytes``; the first
+    still reads (its maps are open), but its tokenizer was read from the copy when asked, and
+    ``tokenizer()`` (and the cross-encoder collator built on it) failed with "no tokenizer at
+    ...: pass a tokenizer.json file", advice for a path the user never gave."""
+    from conftest import word_tokenizer
+
+    source, docs = _passages(tmp_path / "src", rng, 400)
+    words = sorted({w for text in docs.values() for w in text.split()})
+    tokenizer = word_tokenizer(words, tmp_path / "tok.json")
+    urls = [f"s3://{bucket}/tok-a", f"s3://{bucket}/tok-b"]
+    for url in urls:
+        lading.build_store(source, url, tokenizer=tokenizer, cache=str(tmp_path / "up"))
+    staged = RemoteStore(urls[0], RemoteSettings.of(tmp_path / "probe", "64K")).path
+    size = sum(p.stat().st_size for p in staged.rglob("*") if p.is_file())
+    cap, cache = 40_000, tmp_path / "node"
+    index = LEDGER_ROOM + cap // 4 + size + size // 2  # one copy fits, not two
+    a = lading.open_store(urls[0], cache=cache, cache_bytes=cap, index_bytes=index)
+    b = lading.open_store(urls[1], cache=cache, cache_bytes=cap, index_bytes=index)
+    assert not a.path.exists() and b.path.exists()  # b's staging evicted a's copy
+    want = load_tokenizer(tokenizer).to_str()
+    assert a.tokenizer().to_str() == want and b.tokenizer().to_str() == want
+    ids = sorted(docs)[:20]
+    assert a.tokens_many(ids)[0].tolist() == load_tokenizer(tokenizer).encode(docs[ids[0]]).ids
+    a.close()
+    b.close()

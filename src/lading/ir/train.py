@@ -134,7 +134,7 @@ def prepare(config: TrainConfig, world: World) -> tuple[DocStore, Any, CrossEnco
         store = open_store(config.store)
         if tokenizer is None:
             if store.has_tokens:
-                tokenizer = store.tokenizer_path
+                tokenizer = store.tokenizer()  # (a remote store's was read at its open)
             else:
                 tokenizer = _tiny_tokenizer(
                     _sample_texts(store) if world.rank == 0 else [],

@@ -25,9 +25,9 @@ from lading.errors import SkippedRecordsWarning, StaleStoreWarning, StoreFormatE
 from lading.lm.corpus_format import (
     FORMAT_NAME,
     OFFSETS,
-    TOKENIZER,
     check_dtype,
     check_offsets,
+    tokenizer_file,
 )
 from lading.lm.parts import PartOffsets, PartTokens, part_offsets, token_parts
 from lading.lm.texts import (
@@ -39,7 +39,7 @@ from lading.lm.texts import (
 )
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.remote.objects import is_remote
-from lading.stores.tokens import describe_tokenizer, load_tokenizer
+from lading.stores.tokens import describe_tokenizer, load_tokenizer, tokenizer_from_json
 
 if TYPE_CHECKING:
     from lading.lm.remote import RemoteTokenFiles
@@ -411,9 +411,11 @@ class TokenCorpus:
         return self.tokens[int(self.offsets[i]) : int(self.offsets[i + 1])]
 
     def tokenizer(self) -> Any:
-        """The tokenizer the corpus was built with (a copy is kept beside the tokens)."""
-        name = self.meta.get("tokenizer_file") or f"{self.meta.get('dir', '')}/{TOKENIZER}"
-        return load_tokenizer(self.path / name.lstrip("/"))
+        """The tokenizer the corpus was built with (a copy is kept beside the tokens; a remote
+        corpus's was read at its open)."""
+        if self.remote is not None:
+            return tokenizer_from_json(self.remote.tokenizer_json)
+        return load_tokenizer(self.path / tokenizer_file(self.meta))
 
 
 def verify_corpus(path: str | os.PathLike[str]) -> list[str]:

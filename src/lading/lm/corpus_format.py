@@ -18,6 +18,13 @@ CHECK_CHUNK = 1 << 22  # offsets compared at a time: 32 MiB, whatever the corpus
 TOKEN_DTYPES = ("<u2", "<u4", "<i4", "|u1")  # what token_dtype writes (uint16: 65,536 ids)
 
 
+def tokenizer_file(meta: dict[str, Any]) -> str:
+    """Where the corpus's tokenizer is, relative to its folder: a merged corpus's manifest
+    names it (``tokenizer_file``, its first shard's); a one-process build's is in its ``dir``."""
+    name = meta.get("tokenizer_file") or f"{meta.get('dir', '')}/{TOKENIZER}"
+    return str(name).lstrip("/")
+
+
 def check_dtype(meta: dict[str, Any], where: str) -> np.dtype[Any]:
     """The manifest's ``dtype`` if it is one a build writes (a byte-swapped ``>u2`` read the
     ids of every document wrong, without a word).

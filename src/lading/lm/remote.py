@@ -39,6 +39,7 @@ from lading.lm.corpus_format import (
     TOKENIZER,
     TOKENS,
     check_offsets,
+    tokenizer_file,
 )
 from lading.remote.cache import NodeCache
 from lading.remote.clients import check_reachable
@@ -161,6 +162,8 @@ class RemoteTokenFiles:
         meta, staged, cache = open_snapshot(self.url, settings, parse, _files, no_corpus, snapshot)
         key = _tokens_key(meta)
         self.path, self.meta, self.snapshot = staged, meta, meta["snapshot"]
+        # read now: the staged copy may be evicted while the corpus is open (its maps stay open)
+        self.tokenizer_json = (staged / tokenizer_file(meta)).read_text()
         self.dtype = np.dtype(meta["dtype"])
         if meta.get("parts"):  # built in shards: each part's tokens by GETs, offsets staged
             self.tokens, self.offsets = remote_parts(staged, meta, cache, self.dtype)

@@ -59,6 +59,16 @@ def load_tokenizer(spec: Any) -> Any:
     return tok
 
 
+def tokenizer_from_json(text: str) -> Any:
+    """A private ``tokenizers.Tokenizer`` from a tokenizer.json's text, padding and truncation
+    off as :func:`load_tokenizer` leaves them: what a remote reader read at its open (its staged
+    copy of the file may be evicted while it is open)."""
+    tok = _import_tokenizers().Tokenizer.from_str(text)
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
+
+
 def _read_tokenizer(tokenizers: Any, path: Path) -> Any:
     """The tokenizer saved at ``path`` (a tokenizer.json, or a folder holding one)."""
     if path.is_dir():

@@ -90,6 +90,8 @@ class RemoteStore(DocStore):
         self.meta: dict[str, Any] = meta
         self.snapshot: str = meta["snapshot"]
         self.path = staged  # the node's copy of the index (what store_identity reads)
+        # read now: the staged copy may be evicted while this store is open (its maps stay open)
+        self._tokenizer_json = self.tokenizer_path.read_text() if self.tokenizer_path else None
         self._planner = Planner(cache, once=True)
         self._told = False  # a loader announces the batches ahead (else reads pump the plan)
 
@@ -347,13 +349,14 @@ class RemoteStore(DocStore):
         return self.path / str(self.meta.get("tokenizer", "tokenizer.json"))
 
     def tokenizer(self) -> Any:
-        """The ``tokenizers.Tokenizer`` the tokens were made with (staged with the index)."""
-        path = self.tokenizer_path
-        if path is None:
+        """The ``tokenizers.Tokenizer`` the tokens were made with (staged with the index and
+        read at the open: :attr:`tokenizer_path` names the staged file, which a later staging
+        may evict while this store stays open)."""
+        if self._tokenizer_json is None:
             raise self.no_tokens()
-        from lading.stores.tokens import load_tokenizer
+        from lading.stores.tokens import tokenizer_from_json
 
-        return load_tokenizer(path)
+        return tokenizer_from_json(self._tokenizer_json)
 
     def tokens_at(self, rows: npt.NDArray[np.int64], step: int | None = None) -> list[np.ndarray]:
         """Token ids of rows, each a read-only array of its own (``step``: see :meth:`plan`)."""
