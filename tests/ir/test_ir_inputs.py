@@ -127,3 +127,20 @@ def test_a_store_url_made_into_a_path_is_refused_naming_the_string(tmp_path: Pat
     url = TrainConfig(queries=tmp_path / "q", qrels=tmp_path / "r", out=tmp_path,
                       store="s3://bucket/stores/msmarco")  # fmt: skip
     assert url.store == "s3://bucket/stores/msmarco"
+
+
+def test_a_document_ranked_twice_for_a_query_is_refused_naming_both_lines(
+    tmp_path: Path,
+) -> None:
+    """A TREC run listing d185 twice for query 1000 kept both: its last rank scored the input
+    run (RR@10 0.5 where d185, relevant, is first) and the repeat took a ``--depth`` slot of
+    the rerank. trec_eval refuses such runs; so does lading now, naming both lines (under
+    ``on_error="skip"``, the later line skipped and counted). An exact repeat is one entry."""
+    text = "1000 Q0 d185 1 9.0 bm25\n1000 Q0 d85 2 8.0 bm25\n1000 Q0 d185 3 7.0 bm25\n"
+    run = write(tmp_path / "run.txt", text + "1000 Q0 d295 4 6.0 bm25\n")
+    with pytest.raises(SourceError, match=r"line 3 of .*run\.txt: .*'1000'.*'d185'.*line 1"):
+        read_run(run)
+    kept = read_run(run, on_error="skip")
+    assert (kept["1000"], kept.skipped) == (["d185", "d85", "d295"], 1)
+    same = write(tmp_path / "same.txt", "1 Q0 a 1 2.0 t\n1 Q0 b 2 1.0 t\n1 Q0 a 1 2.0 t\n")
+    assert read_run(same)["1"] == ["a", "b"]

@@ -228,7 +228,11 @@ def read_run(path: str | os.PathLike[str], on_error: OnError = "raise") -> Run:
 
 
 def _trec_run(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) -> None:
+    """A document ranked twice for one query with another rank or score is refused naming
+    both lines, as trec_eval refuses it (``on_error="skip"``: the later line skipped and
+    counted); an exact repeat is one entry."""
     scored: dict[str, list[tuple[float, int, str]]] = {}
+    seen: dict[tuple[str, str], tuple[float, int, str]] = {}
     for line in itertools.chain([first], rest):
         parts = line.text.split()
         if len(parts) != 6:
@@ -242,6 +246,17 @@ def _trec_run(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) ->
             key = (-float(score), int(rank), docid)
         except ValueError:
             policy.bad(line.number, f"rank {rank!r} or score {score!r} is not a number")
+            continue
+        before = seen.setdefault((qid, docid), key)
+        if before is not key:
+            if before != key:
+                where = _first_line(policy.path, (qid, docid), lambda t: tuple(t.split()[:3:2]))
+                policy.bad(
+                    line.number,
+                    f"query {qid!r} ranks document {docid!r} again (rank {rank}, score {score} "
+                    f"here; rank {before[1]}, score {-before[0]:g} on line {where}); keep one "
+                    "of the two lines",
+                )
             continue
         scored.setdefault(qid, []).append(key)
     for qid, entries in scored.items():
