@@ -43,6 +43,21 @@ def days(tmp_path: Path) -> tuple[Path, list[list[int]], list[list[int]]]:
     return data, train, evaluated
 
 
+def sessions_trained_on(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
+    """The list every session a step computes the loss of is added to (its real items)."""
+    import lading.tabular.train as train
+
+    seen: list[tuple[int, ...]] = []
+    loss = train.next_item_loss
+
+    def spy(model: Any, hidden: Any, items: Any, lengths: Any, positions: Any) -> Any:
+        seen.extend(tuple(row[:n]) for row, n in zip(items.tolist(), lengths.tolist()))
+        return loss(model, hidden, items, lengths, positions)
+
+    monkeypatch.setattr(train, "next_item_loss", spy)
+    return seen
+
+
 @pytest.mark.parametrize("max_len", [20, 10, 5])
 def test_a_short_max_len_trains_on_the_latest_real_items_of_every_session(
     days: tuple[Path, list[list[int]], list[list[int]]],
@@ -52,18 +67,10 @@ def test_a_short_max_len_trains_on_the_latest_real_items_of_every_session(
 ) -> None:
     """Before, the loader kept each list's last ``max_len`` entries, mostly the file's
     padding: at max_len 5 a session of 4 items was all 0s, and was never trained on."""
-    import lading.tabular.train as train
     from lading.tabular.train import SessionsConfig, train_sessions
 
     data, sessions, evaluated = days
-    seen: list[tuple[int, ...]] = []
-    loss = train.next_item_loss
-
-    def spy(model: Any, hidden: Any, items: Any, lengths: Any, positions: Any) -> Any:
-        seen.extend(tuple(row[:n]) for row, n in zip(items.tolist(), lengths.tolist()))
-        return loss(model, hidden, items, lengths, positions)
-
-    monkeypatch.setattr(train, "next_item_loss", spy)
+    seen = sessions_trained_on(monkeypatch)
     config = SessionsConfig(data=data, out=tmp_path / "run", max_len=max_len, **TINY)
     summary = train_sessions(config)
     want = sorted(tuple(s[-max_len:]) for s in sessions if len(s) >= 2)
@@ -126,21 +133,13 @@ def test_a_batch_with_no_session_of_two_items_trains_on_without_a_crash(
     crashed in the attention's reshape. Now the step runs with a zero loss (so that under DDP
     every rank still meets the gradient all-reduce) and the sessions of 2+ items are all
     trained on."""
-    import lading.tabular.train as train
     from lading.tabular.train import SessionsConfig, train_sessions
 
     data = tmp_path / "days"
     sessions = mostly_single_items(data / "1" / "train.parquet", 64, 3)
     for split in ("train", "valid", "test"):
         padded_sessions(data / "2" / f"{split}.parquet", 20, 3)
-    seen: list[tuple[int, ...]] = []
-    loss = train.next_item_loss
-
-    def spy(model: Any, hidden: Any, items: Any, lengths: Any, positions: Any) -> Any:
-        seen.extend(tuple(row[:n]) for row, n in zip(items.tolist(), lengths.tolist()))
-        return loss(model, hidden, items, lengths, positions)
-
-    monkeypatch.setattr(train, "next_item_loss", spy)
+    seen = sessions_trained_on(monkeypatch)
     out = tmp_path / "run"
     train_sessions(SessionsConfig(data=data, out=out, **TINY))
     assert sorted(seen) == sorted(tuple(s) for s in sessions if len(s) >= 2)
