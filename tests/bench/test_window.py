@@ -79,3 +79,35 @@ def test_the_replay_runs_in_the_windows_blocks_after_its_warmup() -> None:
     trainer = Blocks()
     run_replay(trainer, (1, 2, 4, 8, 8), warmup=5)
     assert trainer.runs == [(5, 5), (1, 0), (2, 0), (4, 0), (8, 0), (8, 0)]
+
+
+class SlowerPeer:
+    """A stand-in for ``torch.distributed`` with one other rank, ``late_s`` slower per block:
+    what rank 0 of a two-rank cell sees when its peer's batches take longer."""
+
+    def __init__(self, late_s: float) -> None:
+        self.late_s = late_s
+
+    def get_world_size(self) -> int:
+        return 2
+
+    def all_gather_object(self, out: list[Any], value: Any) -> None:
+        out[0], out[1] = value, value + self.late_s
+
+    def broadcast_object_list(self, box: list[Any], src: int = 0) -> None:
+        """Rank 0's value stays (what the old window's agreement did)."""
+
+
+def test_the_window_ends_on_the_slowest_ranks_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the peer is 50 ms slower per block: the group spends >= 50 ms a block, so a 0.2 s window
+    # is spent after at most 4 blocks. On rank 0's own clock (its steps take microseconds)
+    # the old window ran a dozen growing blocks, and the slow rank's window ran on for as long
+    # (2 gloo ranks at 5 and 20 ms a batch: summed rows/s 2.1x what the group delivered)
+    monkeypatch.setattr("lading.bench.window.process_group", lambda: SlowerPeer(0.05))
+    source = endless(lading.loader(Counted(10_000), 1, shuffle=False), "cpu", False)
+    config = LoopConfig(1, progress=False, memory=False, prefetch=False)
+    trainer = Trainer(Step(), source, config, World(0, 1), torch.device("cpu"))
+    timed = run_window(trainer, seconds=0.2, min_steps=1, warmup=2)
+    assert timed.blocks <= 4, timed
+    # the window is the group's: this rank's own time plus its wait for the peer every block
+    assert timed.seconds == pytest.approx(timed.busy_s + 0.05 * timed.blocks), timed

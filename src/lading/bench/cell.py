@@ -264,7 +264,8 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
         "rows": timed.rows,
         "steps": timed.steps,
         "blocks": timed.blocks,
-        "seconds": timed.seconds,
+        "seconds": timed.seconds,  # the group's window, the same on every rank
+        "busy_s": timed.busy_s,  # this rank's own time in its blocks
         "cpu_s": timed.cpu_s,
         "wait_s": timed.wait_s,
         "synthetic_s": synthetic,
@@ -355,8 +356,9 @@ def cell_record(
     """A cell's record from what its ranks reported (rank -> result) and its memory.
 
     Status ``oom`` when the memory passed the budget (or a rank was killed without saying
-    why), ``error`` when a rank failed or did not report, else ``ok`` with the throughput
-    summed over ranks, the mean wait share, and E for a training cell.
+    why), ``error`` when a rank failed or did not report, else ``ok`` with the throughput (the
+    rows of all ranks over the group's window: the slowest rank's), the mean wait share (of
+    each rank's own time in its blocks), and E for a training cell.
     """
     record: dict[str, Any] = {**asdict(cell), "memory": memory}
     if over_budget or (killed and not errors and len(results) < cell.world_size):
@@ -371,16 +373,19 @@ def cell_record(
         record["reason"] = errors[0][-2000:] if errors else "timed out or died without a report"
     else:
         record["status"] = "ok"
-        record["samples_per_s"] = sum(r["rows"] / r["seconds"] for r in results.values())
+        # what the group delivered: a rank timed on its own clock leaves out its wait for the
+        # others, and a sum of each rank's rows/seconds overstated a group at uneven speeds
+        window_s = max(r["seconds"] for r in results.values())
+        record["samples_per_s"] = sum(r["rows"] for r in results.values()) / window_s
         # the cost: samples per CPU-second of all ranks (and workers), robust to other work
         cpu = sum(r.get("cpu_s", 0.0) for r in results.values())
         if cpu > 0:
             record["samples_per_cpu_s"] = sum(r["rows"] for r in results.values()) / cpu
-        record["wait_share"] = sum(r["wait_s"] / r["seconds"] for r in results.values()) / len(
-            results
-        )
+        record["wait_share"] = sum(
+            r["wait_s"] / r.get("busy_s", r["seconds"]) for r in results.values()
+        ) / len(results)
         record["ranks"] = [results[r] for r in sorted(results)]
-        record["window_s"] = max(r["seconds"] for r in results.values())
+        record["window_s"] = window_s
         record["steps"] = results[min(results)].get("steps", 0)
         # what holding the documents cost the ranks (their workers' memory is in "memory")
         record["strategy_anon"] = sum(r["strategy_anon"] for r in results.values())

@@ -4,10 +4,12 @@ As ``torch.utils.benchmark``'s ``blocked_autorange``: a window is a number of se
 steps, so a fast strategy is not timed over 20 ms and a slow one over a second. The steps of a
 block double (1, 2, 4, ...) until one block takes a tenth of the budget, and blocks run until
 the budget and ``min_steps`` are both reached. Every rank takes the same number of steps (under
-DDP a training step is a collective): rank 0 decides each block's size and whether to go on, and
-broadcasts it. The loader runs on across blocks (:class:`Endless`), never re-reading the warm-up
-batches. The block's wall clock includes its first batch's wait, which the loop's own clock
-leaves out; a loader-mode step is mostly that wait.
+DDP a training step is a collective). The ranks meet after every block and take the slowest
+rank's time for it: the group delivered its rows over that time, not over a fast rank's own
+clock, which leaves out its wait for the others at the meeting. Every rank then decides the
+next block's size and whether to go on from the same group clock, so they decide alike, and
+the window ends when the group, not rank 0, has spent the budget. The loader runs on across
+blocks (:class:`Endless`), never re-reading the warm-up batches.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ class Measured(NamedTuple):
 
     rows: int
     steps: int
-    seconds: float
+    seconds: float  # the group's window: the slowest rank's time summed over the blocks
     wait_s: float
     blocks: int
     cpu_s: float  # CPU time of the rank and its DataLoader workers over the blocks
     sizes: tuple[int, ...] = ()  # steps of each block, in order (the replay repeats them)
+    busy_s: float = 0.0  # this rank's own time in its blocks (its wait for the others left out)
 
 
 class Endless:
@@ -85,14 +88,18 @@ class Endless:
         self.loader.load_state_dict(state)
 
 
-def _agree(value: Any) -> Any:
-    """Rank 0's ``value`` on every rank (itself when no process group is up)."""
+def _slowest(seconds: float) -> float:
+    """The largest of every rank's ``seconds`` (``seconds`` itself when no group is up).
+
+    The ranks meet here, so they start their next block together: the slowest rank's time
+    for a block is the group's.
+    """
     dist = process_group()
     if dist is None:
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
+        return seconds
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, seconds)
+    return float(max(every))
 
 
 def cpu_seconds() -> float:
@@ -126,8 +133,9 @@ def run_window(trainer: Any, seconds: float, min_steps: int, warmup: int) -> Mea
         trainer.run()
     config.warmup = 0
     rows = steps = blocks = 0
-    spent = wait_s = cpu_s = 0.0
+    spent = busy_s = wait_s = cpu_s = 0.0
     size, sizes = 1, []
+    _slowest(0.0)  # the ranks start the first block together, whatever their warm-up took
     while True:
         config.total = size
         cpu = cpu_seconds()
@@ -137,11 +145,13 @@ def run_window(trainer: Any, seconds: float, min_steps: int, warmup: int) -> Mea
         cpu_s += cpu_seconds() - cpu
         rows, steps, blocks = rows + result.rows, steps + size, blocks + 1
         sizes.append(size)
-        spent, wait_s = spent + block_s, wait_s + result.wait_s
-        grow = block_s < seconds / BLOCKS_PER_WINDOW
-        size, go_on = _agree((size * 2 if grow else size, spent < seconds or steps < min_steps))
-        if not go_on:
-            return Measured(rows, steps, spent, wait_s, blocks, cpu_s, tuple(sizes))
+        busy_s, wait_s = busy_s + block_s, wait_s + result.wait_s
+        group_s = _slowest(block_s)  # the same on every rank: so are the decisions below
+        spent += group_s
+        if group_s < seconds / BLOCKS_PER_WINDOW:
+            size *= 2
+        if spent >= seconds and steps >= min_steps:
+            return Measured(rows, steps, spent, wait_s, blocks, cpu_s, tuple(sizes), busy_s)
 
 
 def run_replay(trainer: Any, sizes: tuple[int, ...], warmup: int) -> float:
