@@ -9,6 +9,7 @@ CPU with an explicit prefetch depth, which pulls ahead as on a GPU.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -111,3 +112,28 @@ def test_the_window_ends_on_the_slowest_ranks_clock(monkeypatch: pytest.MonkeyPa
     assert timed.blocks <= 4, timed
     # the window is the group's: this rank's own time plus its wait for the peer every block
     assert timed.seconds == pytest.approx(timed.busy_s + 0.05 * timed.blocks), timed
+
+
+class Sleepy(Counted):
+    """Every item takes ``sleep_s`` to read: a loop over it is all waiting."""
+
+    def __init__(self, n: int, sleep_s: float) -> None:
+        super().__init__(n)
+        self.sleep_s = sleep_s
+
+    def __getitem__(self, i: int) -> int:
+        time.sleep(self.sleep_s)
+        return super().__getitem__(i)
+
+
+def test_the_wait_counts_every_blocks_first_batch() -> None:
+    # every batch sleeps 10 ms and the step does nothing: the wait is at least 10 ms a step
+    # (a sleep never returns early). The loop's clock starts after a block's first batch, so
+    # its wait_s left that batch out: blocks of one step (each > a tenth of the 20 ms budget)
+    # summed a wait of 0, and `lading bench` published 0.68 where the share was ~1.0
+    source = endless(lading.loader(Sleepy(10_000, 0.01), 1, shuffle=False), "cpu", False)
+    config = LoopConfig(1, progress=False, memory=False, prefetch=False)
+    trainer = Trainer(Step(), source, config, World(0, 1), torch.device("cpu"))
+    timed = run_window(trainer, seconds=0.02, min_steps=4, warmup=1)
+    assert timed.sizes == (1,) * timed.steps, timed
+    assert timed.steps * 0.01 <= timed.wait_s <= timed.busy_s, timed

@@ -9,7 +9,11 @@ rank's time for it: the group delivered its rows over that time, not over a fast
 clock, which leaves out its wait for the others at the meeting. Every rank then decides the
 next block's size and whether to go on from the same group clock, so they decide alike, and
 the window ends when the group, not rank 0, has spent the budget. The loader runs on across
-blocks (:class:`Endless`), never re-reading the warm-up batches.
+blocks (:class:`Endless`), never re-reading the warm-up batches. A block's wait is the loop's
+(``wait_s``, from its second batch on) plus what the block spent before the loop's clock
+started: its first batch's wait, and with several ranks the wait at the loop's start for the
+others' first batches. A loader-mode step is mostly that wait, and a block of one step is all
+of it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ class Measured(NamedTuple):
     rows: int
     steps: int
     seconds: float  # the group's window: the slowest rank's time summed over the blocks
-    wait_s: float
+    wait_s: float  # this rank's wait for batches, every block's first included
     blocks: int
     cpu_s: float  # CPU time of the rank and its DataLoader workers over the blocks
     sizes: tuple[int, ...] = ()  # steps of each block, in order (the replay repeats them)
@@ -145,7 +149,8 @@ def run_window(trainer: Any, seconds: float, min_steps: int, warmup: int) -> Mea
         cpu_s += cpu_seconds() - cpu
         rows, steps, blocks = rows + result.rows, steps + size, blocks + 1
         sizes.append(size)
-        busy_s, wait_s = busy_s + block_s, wait_s + result.wait_s
+        before_clock = max(0.0, block_s - result.seconds)  # the first batch's wait
+        busy_s, wait_s = busy_s + block_s, wait_s + result.wait_s + before_clock
         group_s = _slowest(block_s)  # the same on every rank: so are the decisions below
         spent += group_s
         if group_s < seconds / BLOCKS_PER_WINDOW:
