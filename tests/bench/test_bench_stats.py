@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO
+from lading.bench.report import measurement_lines
 from lading.bench.stats import (
     BUSY_CONTENTION,
     NOISE_FLOOR,
@@ -19,6 +20,7 @@ from lading.bench.stats import (
     merge_repeats,
     noise_floor,
     rankings,
+    report_rankings,
 )
 from lading.cli import build_parser, main
 
@@ -74,6 +76,23 @@ def test_ranking_only_where_ranges_do_not_overlap() -> None:
     (noisy,) = rankings(_cells(memory=[100, 110, 150], offsets=[90, 115, 130]))
     assert not noisy.decided and "within noise" in noisy.text()
     assert "faster" not in noisy.text()
+
+
+def test_cells_that_ran_once_are_not_ranked() -> None:
+    """--repeats 1: one run per cell, a zero-width range. Widened to the band, 2x apart
+    ranges did not overlap and the report printed "packed faster than memory" from one draw
+    each, where the same data under schema 1 is told "rank nothing on it"."""
+    cells = _cells(memory=[1000], packed=[2000])
+    (once,) = rankings(cells)
+    assert not once.decided and "ran once" in once.text() and "faster" not in once.text()
+    (half,) = rankings(_cells(memory=[1000], packed=[2000, 2100, 2200]))  # one side once
+    assert not half.decided
+    results = {
+        "settings": {"repeats": 1, "warmup": 3, "seconds": 0.5, "steps": 5},
+        "load": {"cpus": 2, "before": 0.5, "cells": [0.5, 0.5], "after": 0.5},
+    }
+    assert not any(r.decided for r in report_rankings(results, cells))
+    assert "nothing is ranked" in " ".join(measurement_lines(results))
 
 
 def test_ranges_closer_than_the_noise_floor_are_not_ranked() -> None:

@@ -95,6 +95,8 @@ def measurement_lines(results: dict[str, Any]) -> list[str]:
         f"{load.get('after', float('nan')):.2f} after; run {results.get('started', '?')} to "
         f"{results.get('finished', '?')}.",
     ]
+    if settings["repeats"] < 2:
+        lines[-1] += " One run per cell: no spread, so nothing is ranked on it."
     warning = busy_warning(load)
     if warning:
         lines += ["", f"**{warning}**"]

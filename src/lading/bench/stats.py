@@ -188,7 +188,8 @@ def rankings(
 ) -> list[Ranking]:
     """Every pair of strategies at one (mode, world size), and every pair of world sizes of one
     (mode, strategy), on ``key``: higher median first, decided only where the ranges, each
-    widened to at least :data:`NOISE_FLOOR` around its median, do not overlap.
+    widened to at least :data:`NOISE_FLOOR` around its median, do not overlap, and never where
+    a cell ran once (one run has no spread to rank on).
 
     With ``cpus``, the band is the one for the load per CPU the pair ran at
     (:func:`noise_floor`, from each cell's repeats' load averages): wider on a loaded machine,
@@ -230,6 +231,9 @@ def _ranked(
 ) -> Ranking:
     """One pair's ranking: the band for its load, or why it is not decided."""
     (a, wa, sa, la), (b, wb, sb, lb) = first, second
+    if min(sa.n, sb.n) < 2:  # one draw: widened to the band, a zero-width range ranked 2x apart
+        why = "not ranked: a cell ran once (--repeats 1), no spread"
+        return Ranking(scope, a, b, False, sa, sb, key, why)
     loads = [x for x in (la, lb) if x is not None]
     load = max(loads) if loads and cpus else None
     band = noise_floor(load / cpus if load is not None and cpus else None)
