@@ -36,9 +36,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 HERE = Path(__file__).resolve().parent
 
@@ -98,38 +99,74 @@ def child(args: argparse.Namespace) -> None:
     data = loader(groups, args.batch_size, collate, num_workers=args.num_workers, seed=1,
                   **ahead)  # fmt: skip
     step_s = args.step_ms / 1e3
-    pairs = args.batch_size * args.group_size
-    it = iter(data)
-    waits, marks = [], []
-    cpu0 = time.process_time()
-    for step in range(args.steps):
-        if step == args.warmup:
-            cpu0 = time.process_time()
-        started = time.perf_counter()
+    batches = iter(data)
+
+    def fetch() -> None:
+        nonlocal batches
         try:
-            next(it)
+            next(batches)
         except StopIteration:  # the epoch is over: the next one, as the trainer's loop does
-            it = iter(data)
-            next(it)
-        waits.append(time.perf_counter() - started)
+            batches = iter(data)
+            next(batches)
+
+    def work() -> None:
         if args.step_kind == "sleep":
             time.sleep(step_s)
         else:
             until = time.perf_counter() + step_s
             while time.perf_counter() < until:
                 pass
-        marks.append(time.perf_counter())
-    timed = args.steps - args.warmup
-    elapsed = marks[-1] - marks[args.warmup - 1]
+
+    steps = timed_steps(fetch, work, args.steps, args.warmup)
     stats = store.cache_stats() if hasattr(store, "cache_stats") else {}
     print(json.dumps({
-        "rate": pairs * (timed - 1) / elapsed if timed > 1 else 0.0,
-        "wait_ms": 1e3 * statistics.median(waits[args.warmup:]),
-        "wait_share": sum(waits[args.warmup + 1:]) / elapsed,
-        "cpu_ms": 1e3 * (time.process_time() - cpu0) / timed,
+        **figures(steps, args.batch_size * args.group_size, args.warmup),
         "cache_wait_s": stats.get("wait_s", 0.0), "gets": stats.get("gets", 0),
-        "waits_ms": [round(1e3 * w, 1) for w in waits],
+        "waits_ms": [round(1e3 * w, 1) for w in steps.waits],
     }))  # fmt: skip
+
+
+class Steps(NamedTuple):
+    """What :func:`timed_steps` saw: each step's wait for its batch and the clock at its end,
+    the clock and the CPU clock when the first timed step began."""
+
+    waits: list[float]
+    marks: list[float]
+    began: float
+    cpu_s: float
+
+
+def timed_steps(fetch: Callable[[], None], work: Callable[[], None], steps: int, warmup: int,
+                clock: Callable[[], float] = time.perf_counter) -> Steps:  # fmt: skip
+    """``steps`` steps of ``fetch`` (the batch) then ``work`` (the stand-in step), the first
+    ``warmup`` of them before the clocks start."""
+    waits, marks = [], []
+    began, cpu0 = clock(), time.process_time()
+    for step in range(steps):
+        if step == warmup:
+            began, cpu0 = clock(), time.process_time()
+        started = clock()
+        fetch()
+        waits.append(clock() - started)
+        work()
+        marks.append(clock())
+    return Steps(waits, marks, began, time.process_time() - cpu0)
+
+
+def figures(steps: Steps, pairs: int, warmup: int) -> dict[str, float]:
+    """A run's rate (pairs a second), median wait, wait share and CPU a step, over the steps
+    after ``warmup``: all of them, each with its wait, from when the first one began."""
+    waits, marks = steps.waits, steps.marks
+    timed = len(marks) - warmup
+    if timed < 1:
+        raise ValueError(f"no timed step: {len(marks)} steps, {warmup} of them warm-up")
+    elapsed = marks[-1] - steps.began
+    return {
+        "rate": pairs * timed / elapsed,
+        "wait_ms": 1e3 * statistics.median(waits[warmup:]),
+        "wait_share": sum(waits[warmup:]) / elapsed,
+        "cpu_ms": 1e3 * steps.cpu_s / timed,
+    }
 
 
 def run_one(args: argparse.Namespace, files: dict[str, str], store: str, setting: str,
