@@ -15,10 +15,11 @@ For each: the bytes the merge wrote (every file of the new snapshot folder, the 
 included) over the shards' bytes (every file under build-<id>/), the merge's wall seconds and
 the merge process's peak RSS (``VmHWM`` of the child; an import-only child's is given as the
 floor), median (min-max) of ``--repeats`` merges, each into a fresh copy of the manifest state
-(the previous snapshot removed). With ``--lookups``, each store is also built by one process and
-``get_many`` of 64 random ids (20,000 batches) compared with the merged store's at that size,
-alternating, ``--lookup-repeats`` rounds after one uncounted round each (under string ids the
-merged index reads each candidate's key from its shard's ids.keys; see
+(the previous snapshot removed); the seconds are the merge's, after the child's imports
+(the import-only child's are given apart). With ``--lookups``, each store is also built by one
+process and ``get_many`` of 64 random ids (20,000 batches) compared with the merged store's at
+that size, alternating, ``--lookup-repeats`` rounds after one uncounted round each (under
+string ids the merged index reads each candidate's key from its shard's ids.keys; see
 :mod:`lading.stores.hashids`). Then reads side by side in one process, alternating,
 ``--repeats`` rounds: a token corpus of ``--read-docs`` documents built by one process and the
 same built in ``--shards`` shards and merged, tokens/s of a ``LanguageModelLoader`` over
@@ -39,7 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -168,26 +169,42 @@ def short_passages(src: Path, docs: int) -> Path:
     return src
 
 
-MERGE = {
-    "corpus": "from lading.lm.merge import merge_corpus as m; from pathlib import Path; "
+STORE_MERGE = (
+    "from lading.stores.building.parallel import merge_store as m",
     "m(Path(sys.argv[1]))",
-    "store": "from lading.stores.building.parallel import merge_store as m; "
-    "from pathlib import Path; m(Path(sys.argv[1]))",
-    "store-marco": "from lading.stores.building.parallel import merge_store as m; "
-    "from pathlib import Path; m(Path(sys.argv[1]))",
-    "store-marco-str": "from lading.stores.building.parallel import merge_store as m; "
-    "from pathlib import Path; m(Path(sys.argv[1]))",
-    "floor": "import lading.lm.merge, lading.stores.building.parallel",
+)
+MERGE = {  # kind -> (the child's imports, the merge it times)
+    "corpus": ("from lading.lm.merge import merge_corpus as m", "m(Path(sys.argv[1]))"),
+    "store": STORE_MERGE,
+    "store-marco": STORE_MERGE,
+    "store-marco-str": STORE_MERGE,
+    "floor": ("import lading.lm.merge, lading.stores.building.parallel", "pass"),
 }
 
 
-def merge_once(kind: str, dest: Path) -> tuple[float, float, int]:
-    """(seconds, peak RSS MiB, bytes written) of one merge of ``dest`` in a fresh process;
-    the snapshot it made is removed afterwards (the next merge starts from the shards)."""
+class Merged(NamedTuple):
+    """One merge in a fresh process: its seconds (the merge alone), the child's start-up before
+    it (its imports: numpy, lading; not the interpreter's own start), its peak RSS and the bytes
+    it wrote."""
+
+    seconds: float
+    startup_s: float
+    rss_mib: float
+    written: int
+
+
+def merge_once(kind: str, dest: Path) -> Merged:
+    """One merge of ``dest`` in a fresh process; the snapshot it made is removed afterwards (the
+    next merge starts from the shards). The clock starts after the child's imports: a start-up
+    timed with the merge was scaled with it by "s per 10M" (a 1M corpus row read 6.2 s per 10M
+    where the 10M row measured 1.0 s)."""
+    imports, call = MERGE[kind]
     # VmHWM, not ru_maxrss: Linux carries a parent's max RSS over fork and exec
-    code = f"import sys, time; t = time.perf_counter(); {MERGE[kind]}; " + (
+    code = (
+        f"import sys, time; t0 = time.perf_counter(); {imports}; from pathlib import Path; "
+        f"t = time.perf_counter(); {call}; done = time.perf_counter(); "
         "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; "
-        "print(time.perf_counter() - t, hwm)"
+        "print(done - t, t - t0, hwm)"
     )
     env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src")}
     out = subprocess.run(
@@ -195,7 +212,7 @@ def merge_once(kind: str, dest: Path) -> tuple[float, float, int]:
     )
     if out.returncode:
         raise RuntimeError(out.stderr)
-    seconds, rss = out.stdout.split()
+    seconds, startup, rss = out.stdout.split()
     written = 0
     if kind != "floor":
         meta = json.loads((dest / "meta.json").read_text())
@@ -203,7 +220,7 @@ def merge_once(kind: str, dest: Path) -> tuple[float, float, int]:
         written = du(snap) + (dest / "meta.json").stat().st_size
         shutil.rmtree(snap)
         (dest / "meta.json").unlink()
-    return float(seconds), int(rss) / 1024, written
+    return Merged(float(seconds), float(startup), int(rss) / 1024, written)
 
 
 def spread(values: list[float], fmt: str = "{:.2f}") -> str:
@@ -228,7 +245,8 @@ def merge_rows(args: argparse.Namespace, work: Path) -> list[str]:
             shard_bytes = du(next(dest.glob("build-*")))
             load = os.getloadavg()[0]
             runs = [merge_once(kind, dest) for _ in range(args.repeats)]
-            seconds, rss, written = ([r[k] for r in runs] for k in range(3))
+            seconds, rss = [r.seconds for r in runs], [r.rss_mib for r in runs]
+            written = [r.written for r in runs]
             per10 = 1e7 / docs
             lookups = "-"
             if src is not None and args.lookups:
@@ -242,8 +260,12 @@ def merge_rows(args: argparse.Namespace, work: Path) -> list[str]:
             )
             print(rows[-1], f"(shards made in {built:.0f} s)", flush=True)
             shutil.rmtree(dest)
-    floor = [merge_once("floor", work)[1] for _ in range(args.repeats)]
-    rows.append(f"\nImport-only child (the RSS floor of every row): {spread(floor, '{:.0f}')} MiB.")
+    floor = [merge_once("floor", work) for _ in range(args.repeats)]
+    rows.append(
+        "\nImport-only child: the RSS floor of every row, "
+        f"{spread([r.rss_mib for r in floor], '{:.0f}')} MiB; its imports, "
+        f"{spread([r.startup_s for r in floor])} s, are outside every row's merge seconds."
+    )
     return rows
 
 
