@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.disk import BuildContext
+from lading.errors import SourceError
 from lading.integrations.ray_shards import ShardSink, arrow
 from lading.remote.settings import RemoteSettings
 from lading.sources import ParseOptions, RecordStream
@@ -118,7 +119,17 @@ class LadingDatasink(ShardSink):
         id_column, text_column, fields = self.columns
         for block in blocks:
             table = arrow(block)
+            if table.num_rows == 0:
+                continue  # Ray hands a task of more blocks than rows an empty one, no columns
             names = set(table.column_names)
+            missing = [c for c in (id_column, text_column) if c not in names]
+            if missing:
+                raise SourceError(
+                    "ray dataset",
+                    None,
+                    f"no column {missing[0]!r} (columns: {table.column_names}); pass "
+                    "LadingDatasink(id_column=..., text_column=...)",
+                )
             kept = [f for f in fields if f in names]
             ids = table.column(id_column).to_pylist()
             texts = table.column(text_column).to_pylist()

@@ -112,6 +112,8 @@ class LadingTokenDatasink(ShardSink):
         row = 0
         for block in blocks:
             table = arrow(block)
+            if table.num_rows == 0:
+                continue  # Ray hands a task of more blocks than rows an empty one, no columns
             if self.text_column not in table.column_names:
                 raise SourceError(
                     f"ray write task {task}",
