@@ -3,6 +3,10 @@ a checkpoint taken at the end of an epoch (the LM's hidden state is reset there)
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +50,56 @@ def test_a_checkpoint_at_the_end_of_an_epoch_resumes_into_the_next_one_announced
     head = run(tmp_path / "cut", 3)  # the checkpoint at step 3 is the end of epoch 0
     assert head == whole[:3]
     assert run(tmp_path / "cut", 7) == whole[3:]  # "epoch 1" first, then its batches
+
+
+CRASH_MID_PUBLISH = """
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import lading.disk.atomic as atomic
+from test_loop import run
+atomic._exchange = lambda a, b: False  # as on NFS: the old checkpoint is renamed aside first
+real = os.replace
+class Os:  # os as lading.disk.atomic sees it: killed right after the old one is moved aside
+    def __getattr__(self, name):
+        return getattr(os, name)
+    @staticmethod
+    def replace(src, dst):
+        real(src, dst)
+        if ".old-" in Path(dst).name:
+            os.kill(os.getpid(), signal.SIGKILL)
+atomic.os = Os()
+run(Path(sys.argv[2]), int(sys.argv[3]))
+"""
+
+
+def test_a_save_killed_between_the_renames_of_its_publish_resumes_from_the_new_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Without an atomic exchange (NFS) a save renames the previous checkpoint aside, then the
+    new one in; killed between the two it leaves no ``checkpoint/``. ``--resume`` puts the new
+    one (its ``meta.json``, written last, is there) back and goes on from it, not from step 0."""
+    whole = run(tmp_path / "whole", 9)
+    out = tmp_path / "cut"
+    run(out, 3)
+    here = str(Path(__file__).parent)
+    child = subprocess.run([sys.executable, "-c", CRASH_MID_PUBLISH, here, str(out), "6"])
+    assert child.returncode == -signal.SIGKILL
+    assert not (out / "checkpoint").exists()
+    assert run(out, 9) == whole[7:]  # "epoch 2" and steps 7-9: resumed at step 6
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint"]
+
+
+def test_resume_refuses_while_a_live_process_has_the_checkpoint_aside(tmp_path: Path) -> None:
+    """A checkpoint renamed aside by a process still running (between its renames, or a pid
+    this host reuses) is not taken: ``--resume`` names it rather than start again at step 0."""
+    out = tmp_path / "cut"
+    run(out, 3)
+    aside = out / f"checkpoint.old-{os.getppid()}-aa"
+    (out / "checkpoint").rename(aside)
+    with pytest.raises(FileExistsError, match=aside.name):
+        run(out, 6)
+    assert aside.is_dir() and not (out / "checkpoint").exists()
 
 
 def test_the_old_name_of_a_training_task_still_answers_with_a_warning() -> None:

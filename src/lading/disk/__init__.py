@@ -7,7 +7,8 @@ but :mod:`lading.errors`).
   committed last; readers open one snapshot (:func:`open_snapshot`); old ones are collected.
 - :mod:`lading.disk.lock`: the build lock (an ``O_EXCL`` file with a heartbeat, no flock).
 - :mod:`lading.disk.atomic`: the primitives under the build context (:func:`build_lock`,
-  :func:`scratch`, :func:`new_temp_dir`, :func:`publish`, :func:`remove_dead_temps`).
+  :func:`scratch`, :func:`new_temp_dir`, :func:`publish`, :func:`remove_dead_temps`,
+  :func:`recover_aside`).
 - :mod:`lading.disk.ragged`: ragged arrays (``.bin`` + ``.off``), written in one pass and mapped.
 - :mod:`lading.disk.meta`: ``meta.json`` checked on open (sizes and spot checksums);
   :func:`verify_checksums` reads every byte.
@@ -26,8 +27,10 @@ from lading.disk.atomic import (
     STAGE_MARK,
     build_lock,
     is_ours_to_replace,
+    left_aside,
     new_temp_dir,
     publish,
+    recover_aside,
     remove_dead_temps,
     scratch,
 )
@@ -81,12 +84,14 @@ __all__ = [
     "disk_format",
     "fsync_dir",
     "is_ours_to_replace",
+    "left_aside",
     "load_manifest",
     "new_snapshot_id",
     "new_temp_dir",
     "open_snapshot",
     "publish",
     "read_meta",
+    "recover_aside",
     "remove_dead_temps",
     "scratch",
     "spot_crc32",

@@ -5,6 +5,9 @@ which commits by its manifest: :mod:`lading.disk.snapshot`; ``DEST.tmp-<pid>-<ra
 directory that is published whole, such as a parquet folder) and moves it into place only when
 every file is written and fsynced, so a crash at any moment leaves the previous complete
 version (or none), plus a temporary directory that the next build under the lock removes.
+Where no atomic exchange of two directories exists (NFS), a crash between :func:`publish`'s two
+renames leaves no ``DEST`` but its versions beside it, and that next build puts the complete one
+back first (:func:`recover_aside`).
 :mod:`lading.disk.build` puts these steps together for every builder. Processes building the
 same destination, on this host or on other nodes of a shared filesystem, are serialised by
 ``DEST.lock`` (:mod:`lading.disk.lock`: an ``O_EXCL`` file with a heartbeat, not ``flock``,
@@ -116,15 +119,17 @@ def remove_dead_temps(dest: Path) -> list[Path]:
     """Remove temporary and old directories (and files) left by builders of ``dest`` that are
     not running: ``DEST.tmp-*`` and ``DEST.old-*`` beside it, ``DEST/.tmp-*`` in it.
 
-    Call under :func:`build_lock`. One whose builder pid is alive on this host is kept.
+    Call under :func:`build_lock`. One whose builder pid is alive on this host is kept. First,
+    where a publisher died between the two renames of :func:`publish` and left no ``dest``,
+    the complete copy it left is put back (:func:`recover_aside`), not removed.
     """
+    recover_aside(dest)
     marks = tuple(f"{dest.name}{mark}" for mark in (_TMP_MARK, _OLD_MARK))  # same length
     found = [(path, path.name[len(marks[0]) :]) for path in _named(dest.parent, marks)]
     found += [(path, path.name[len(_TMP_MARK) :]) for path in _named(dest, (_TMP_MARK,))]
     removed = []
     for path, rest in found:
-        pid_part = rest.split("-", 1)[0]
-        if pid_part.isdigit() and _alive(int(pid_part)) and int(pid_part) != os.getpid():
+        if not _dead(rest):
             continue
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
@@ -132,6 +137,77 @@ def remove_dead_temps(dest: Path) -> list[Path]:
             path.unlink(missing_ok=True)
         removed.append(path)
     return removed
+
+
+def left_aside(dest: Path) -> list[Path]:
+    """The previous versions of ``dest`` that :func:`publish` renamed aside
+    (``DEST.old-<pid>-<hex>``), whatever their publisher's state."""
+    return sorted(_named(dest.parent, (f"{dest.name}{_OLD_MARK}",)))
+
+
+def recover_aside(dest: Path) -> Path | None:
+    """Put back ``dest`` where a publisher died between the two renames of :func:`publish`
+    without ``RENAME_EXCHANGE`` (NFS): no ``dest``, its previous version (whole) renamed aside
+    as ``DEST.old-<pid>-<hex>``, the finished new one as ``DEST.tmp-<pid>-<hex>``.
+
+    The new one goes back where it can be told finished: the only temporary of that pid,
+    holding the mark its writer writes last that the old one holds too (the ``meta.json`` of
+    the same format: a checkpoint's; a dataset's ``_lading.json``, a staged copy's
+    ``_lading_stage.json``). Otherwise the old one does. A version aside whose publisher is
+    alive on this host is left alone (it is between its renames). Call under
+    :func:`build_lock`; the rest is dead temporaries for :func:`remove_dead_temps`.
+
+    Returns:
+        The directory renamed to ``dest`` (by its former name), or None where none was.
+
+    Raises:
+        FileExistsError: several versions aside, none more recent by construction: which one
+            to keep is the user's choice (lading alone never leaves two).
+    """
+    if os.path.lexists(dest):
+        return None
+    olds = [path for path in left_aside(dest) if _dead(_rest(path, dest, _OLD_MARK))]
+    if not olds:
+        return None
+    if len(olds) > 1:
+        raise FileExistsError(
+            f"{dest} is missing and {len(olds)} previous versions of it were left beside it by "
+            f"publishes that did not finish: {', '.join(p.name for p in olds)}. Rename the one "
+            f"to keep to {dest.name} and remove the others."
+        )
+    old = olds[0]
+    pid = _rest(old, dest, _OLD_MARK).split("-", 1)[0]
+    news = [
+        path
+        for path in _named(dest.parent, (f"{dest.name}{_TMP_MARK}",))
+        if _rest(path, dest, _TMP_MARK).split("-", 1)[0] == pid
+    ]
+    chosen = news[0] if len(news) == 1 and _finished_like(news[0], old) else old
+    os.replace(chosen, dest)
+    fsync_dir(dest.parent)
+    return chosen
+
+
+def _rest(path: Path, dest: Path, mark: str) -> str:
+    """``<pid>-<hex>`` of ``DEST<mark><pid>-<hex>``."""
+    return path.name[len(dest.name) + len(mark) :]
+
+
+def _dead(rest: str) -> bool:
+    """Whether the builder named by ``<pid>-<hex>`` is not running on this host (this process
+    counts as dead: its own leftovers are from a process of the same pid before it)."""
+    pid = rest.split("-", 1)[0]
+    return not (pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)))
+
+
+def _finished_like(new: Path, old: Path) -> bool:
+    """Whether ``new`` holds every mark ``old`` holds (at least one): each publisher writes its
+    mark last, so a new version with it was finished."""
+    marks = [name for name in (DATASET_MARK, STAGE_MARK) if (old / name).is_file()]
+    fmt = lading_format(old)
+    if fmt is None and not marks:
+        return False
+    return lading_format(new) == fmt and all((new / name).is_file() for name in marks)
 
 
 def _named(folder: Path, prefixes: tuple[str, ...]) -> list[Path]:
@@ -208,7 +284,8 @@ def publish(tmp: Path, dest: Path) -> None:
     allow, the two are swapped in one step (``renameat2`` with ``RENAME_EXCHANGE``), so
     ``dest`` is the old version or the new one at every instant. Elsewhere the old version is
     first renamed aside (``DEST.old-<pid>-…``): in between, ``dest`` is briefly absent, never
-    half-written.
+    half-written, and a crash there leaves both versions, which the next holder of the lock
+    puts back (:func:`recover_aside`, from :func:`remove_dead_temps`).
     """
     if not is_ours_to_replace(dest):
         raise FileExistsError(
@@ -230,10 +307,17 @@ def publish(tmp: Path, dest: Path) -> None:
     if dest.exists():
         old = dest.parent / f"{dest.name}{_OLD_MARK}{os.getpid()}-{secrets.token_hex(4)}"
         os.replace(dest, old)
-    os.replace(tmp, dest)
+    try:
+        os.replace(tmp, dest)
+    except BaseException:
+        if old is not None:  # an error here, not a crash: the previous version back at once
+            os.replace(old, dest)
+        raise
     fsync_dir(dest.parent)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    if old is not None:  # a DEST.old-* is only ever a whole version: renamed before deleted
+        trash = dest.parent / f"{dest.name}{_TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+        os.replace(old, trash)
+        shutil.rmtree(trash, ignore_errors=True)
 
 
 _AT_FDCWD = -100

@@ -17,7 +17,15 @@ from typing import Any
 
 import torch
 
-from lading.disk import check_version, current_version, publish, scratch
+from lading.disk import (
+    build_lock,
+    check_version,
+    current_version,
+    left_aside,
+    publish,
+    remove_dead_temps,
+    scratch,
+)
 from lading.errors import missing_package
 
 FORMAT_NAME = "lading.train.checkpoint"
@@ -72,6 +80,31 @@ def save(state: dict[str, Any], directory: str | os.PathLike[str]) -> None:
         meta = {"format": FORMAT_NAME, "version": current_version(FORMAT_NAME)}
         (tmp / "meta.json").write_text(json.dumps(meta))
         publish(tmp, dest)
+
+
+def recover(directory: str | os.PathLike[str]) -> None:
+    """Put back the checkpoint ``directory`` where a save was killed between the two renames
+    of its publish (no atomic exchange: NFS), which leave no ``directory``, only the previous
+    checkpoint and the new one beside it (:func:`lading.disk.recover_aside`: the new one where
+    its ``meta.json``, written last, is there). Nothing to do (and no lock taken) otherwise.
+
+    Raises:
+        FileExistsError: a checkpoint is still aside (its process is alive on this host, or
+            several are): named, rather than a resume from step 0 that would ignore it.
+    """
+    dest = Path(directory)
+    if dest.exists() or not left_aside(dest):
+        return
+    with build_lock(dest):
+        remove_dead_temps(dest)  # puts the complete copy back first, then sweeps the rest
+    left = [] if dest.exists() else left_aside(dest)
+    if left:
+        raise FileExistsError(
+            f"{dest} is missing but a save that did not finish left "
+            f"{', '.join(p.name for p in left)} beside it, and the process named in it "
+            f"(pid after '.old-') is still running on this host. Stop it, or rename the "
+            f"checkpoint to keep to {dest.name}, then resume."
+        )
 
 
 def need_safetensors() -> None:

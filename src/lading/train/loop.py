@@ -126,8 +126,7 @@ class Trainer:
         torch.manual_seed(self.config.seed + self.world.rank)  # dropout differs per rank
         if self.config.checkpoint_every or self.config.resume:
             need_safetensors()  # now, not after the steps up to the first checkpoint
-        out = self.config.out
-        if self.config.resume and out is not None and (out / "checkpoint" / "meta.json").is_file():
+        if self.config.resume and self.config.out is not None and state.present(self):
             return state.restore(self)
         self.loader.set_epoch(0)
         return 0

@@ -58,6 +58,20 @@ def save(trainer: Checkpointed, step: int) -> None:
     ddp.barrier()
 
 
+def present(trainer: Checkpointed) -> bool:
+    """Whether ``out/checkpoint`` holds a checkpoint to resume from (every rank calls it).
+
+    Rank 0 first puts back one that a save killed mid-publish left beside it
+    (:func:`lading.train.checkpoint.recover`, which refuses where it cannot); the other ranks
+    wait for it, so every rank sees the same answer.
+    """
+    where = directory(trainer)
+    if trainer.world.rank == 0:
+        checkpoint.recover(where)
+    ddp.barrier()
+    return (where / "meta.json").is_file()
+
+
 def restore(trainer: Checkpointed) -> int:
     """Load ``out/checkpoint`` into the trainer's parts; the step it was taken at.
 
