@@ -102,6 +102,22 @@ def test_resume_refuses_while_a_live_process_has_the_checkpoint_aside(tmp_path: 
     assert aside.is_dir() and not (out / "checkpoint").exists()
 
 
+def test_a_save_sweeps_what_a_killed_save_left_and_keeps_a_live_saves(tmp_path: Path) -> None:
+    """A run killed while writing a checkpoint leaves a full-size ``checkpoint.tmp-<pid>-*``;
+    the next save removes it (its pid is dead), never a live process's (another run's save
+    in progress), and leaves no lock behind."""
+    from lading.train import checkpoint
+
+    dead = tmp_path / "checkpoint.tmp-999999999-aa"
+    dead.mkdir()
+    (dead / "tensors.safetensors").write_bytes(bytes(4096))
+    live = tmp_path / f"checkpoint.tmp-{os.getppid()}-bb"
+    live.mkdir()
+    checkpoint.save({"step": 1, "w": torch.ones(2)}, tmp_path / "checkpoint")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint", live.name]
+    assert checkpoint.load(tmp_path / "checkpoint")["step"] == 1
+
+
 def test_the_old_name_of_a_training_task_still_answers_with_a_warning() -> None:
     """``lading.train.Workload`` (the word a loader's workload also used) is now
     ``TrainingTask``; code subclassing the old name keeps working, told the new one."""

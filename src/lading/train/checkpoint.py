@@ -70,10 +70,23 @@ def _restore(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
 
 
 def save(state: dict[str, Any], directory: str | os.PathLike[str]) -> None:
-    """Write ``state`` to the checkpoint directory ``directory`` (atomically replaced)."""
+    """Write ``state`` to the checkpoint directory ``directory`` (atomically replaced).
+
+    Under ``directory``'s build lock, as every build: what saves killed before left beside it
+    (a full-size ``checkpoint.tmp-<pid>-*``; a checkpoint a publish renamed aside) is swept or
+    put back first (:func:`lading.disk.remove_dead_temps`), a live process's left alone.
+    """
     dest = Path(directory)
     tensors: dict[str, torch.Tensor] = {}
     skeleton = _flatten(state, tensors)
+    dest.parent.mkdir(parents=True, exist_ok=True)  # for the lock
+    with build_lock(dest):
+        remove_dead_temps(dest)
+        _write(skeleton, tensors, dest)
+
+
+def _write(skeleton: Any, tensors: dict[str, torch.Tensor], dest: Path) -> None:
+    """The checkpoint's files into a scratch directory, ``meta.json`` last, then published."""
     with scratch(dest) as tmp:  # a full disk: OutOfSpaceError, the old checkpoint kept
         _save_tensors(tensors, tmp / "tensors.safetensors")
         (tmp / "state.json").write_text(json.dumps(skeleton))
