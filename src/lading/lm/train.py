@@ -119,7 +119,9 @@ class LanguageModelStep(TrainingTask):
     Row ``i`` of every batch continues stream ``i`` of the loader, so its state is the one the
     previous batch's row ``i`` left; a new epoch starts new streams (no state). The state is
     checkpointed per rank and restored only when the streams are the same (same world size
-    and batch size); otherwise no row has a predecessor whose state it could carry.
+    and batch size); otherwise no row has a predecessor whose state it could carry. So is the
+    generator of the ``break_continuity`` row shuffles: a resume draws the shuffles it would
+    have drawn.
     """
 
     def __init__(
@@ -159,14 +161,23 @@ class LanguageModelStep(TrainingTask):
         return {"valid_ppl": ppl}
 
     def state(self) -> dict[str, Any]:
+        """The hidden state and the row shuffles' generator (its bit generator's state: plain
+        numbers, JSON in the checkpoint) of this rank."""
         hidden = [t.detach().cpu() for t in self.hidden] if self.hidden is not None else None
-        return {"hidden": hidden}
+        return {"hidden": hidden, "row_order": self.shuffle_rng.bit_generator.state}
 
     def load_state(self, saved: dict[str, Any], exact: bool) -> None:
-        kept = (
-            saved.get("hidden", [None] * len(saved["loaders"]))[self.world.rank] if exact else None
-        )
+        """This rank's saved state where the streams are the same (``exact``); otherwise no
+        hidden state and, as the loop's torch RNG, shuffles reseeded from the step."""
+        ranks = len(saved["loaders"])
+        kept = saved.get("hidden", [None] * ranks)[self.world.rank] if exact else None
         self.hidden = (kept[0].to(self.device), kept[1].to(self.device)) if kept else None
+        rows = saved.get("row_order")  # absent from checkpoints before it was saved
+        if exact and rows is not None:
+            self.shuffle_rng.bit_generator.state = rows[self.world.rank]
+        elif not exact:
+            step = int(saved["step"])
+            self.shuffle_rng = generator(self.config.seed, Salt.ROW_ORDER, self.world.rank, step)
 
 
 def gpt_loss(
