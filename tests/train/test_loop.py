@@ -118,6 +118,41 @@ def test_a_save_sweeps_what_a_killed_save_left_and_keeps_a_live_saves(tmp_path: 
     assert checkpoint.load(tmp_path / "checkpoint")["step"] == 1
 
 
+def fit(out: Path, total: int, lr: float, schedule: bool) -> tuple[Any, torch.optim.SGD, Any]:
+    """``total`` steps of SGD at ``lr`` (under a decaying schedule), resumed from ``out``."""
+    model = torch.nn.Linear(1, 1)
+    data = lading.loader(list(range(12)), 4, seed=1, world=World())
+    config = LoopConfig(total, out=out, checkpoint_every=3, resume=True, progress=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, weight_decay=0.01)
+    decay = None
+    if schedule:
+        decay = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1 / (1 + s))
+    parts = (model, optimizer, decay)
+    result = Trainer(Events(model), data, config, World(), torch.device("cpu"), *parts).run()
+    return result, optimizer, decay
+
+
+@pytest.mark.parametrize("schedule", [False, True], ids=["constant", "scheduled"])
+def test_a_changed_lr_on_resume_is_applied_said_and_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], schedule: bool
+) -> None:
+    """The optimizer's saved state held the first run's lr, which silently won over the one
+    given to the resumed run (while its summary recorded the new one). This run's lr now
+    applies from the resumed step on, scaled by the schedule where there is one, in one line
+    on stderr and in the result (the summaries' ``resumed``)."""
+    fit(tmp_path, 3, 0.1, schedule)
+    capsys.readouterr()
+    result, optimizer, decay = fit(tmp_path, 6, 0.5, schedule)
+    group = optimizer.param_groups[0]
+    assert group["lr"] == pytest.approx(0.5 / 7 if schedule else 0.5)  # the schedule at step 6
+    assert decay is None or decay.base_lrs == [0.5]
+    assert result.resumed == {"step": 3, "changed": {"lr": {"from": 0.1, "to": 0.5}}}
+    assert "lr 0.1 -> 0.5" in capsys.readouterr().err
+    result, optimizer, _ = fit(tmp_path, 9, 0.5, schedule)  # the same lr: nothing to say
+    assert result.resumed == {"step": 6, "changed": {}} and "lr" not in capsys.readouterr().err
+    assert optimizer.param_groups[0]["weight_decay"] == 0.01
+
+
 def test_the_old_name_of_a_training_task_still_answers_with_a_warning() -> None:
     """``lading.train.Workload`` (the word a loader's workload also used) is now
     ``TrainingTask``; code subclassing the old name keeps working, told the new one."""

@@ -285,6 +285,7 @@ def _train(config: TrainConfig, world: World, device: torch.device, out: Path) -
         "last_loss": result.last_loss,
         "epoch": result.epoch,
         "world_size": world.world_size,
+        "resumed": result.resumed,
         "config": jsonable(asdict(config)),
     }
     if world.rank == 0:

@@ -293,6 +293,7 @@ def _train_sessions(
         "parallel": config.parallel,
         "num_items": num_items,
         "effective_batch": config.batch_size * world.world_size,
+        "resumed": result.resumed,
     }
     if world.rank == 0:
         ranks, last = evaluate(model, eval_files, config, device, width)

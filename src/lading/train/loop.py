@@ -15,7 +15,7 @@ checkpoints still count only the batches the loop received.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -44,6 +44,8 @@ class Trainer:
         optimizer: None for a run without updates.
         scheduler: stepped after every update; None for none.
         scaler: a ``torch.amp.GradScaler`` for fp16; None backpropagates the loss as it is.
+        resumed: set by :meth:`run` where it resumed: ``{"step": …, "changed": {…}}``
+            (the optimizer settings this run changed, :func:`lading.train.state.restore`).
     """
 
     task: TrainingTask
@@ -55,6 +57,7 @@ class Trainer:
     optimizer: Any = None
     scheduler: Any = None
     scaler: Any = None
+    resumed: dict[str, Any] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         cuda = torch.device(self.device).type == "cuda"
@@ -119,7 +122,9 @@ class Trainer:
         if config.checkpoint_every:
             self._save(step)
         loss = float(last.loss.item()) if last.loss is not None else float("nan")
-        return LoopResult(step, self.loader.epoch, loss, timed.rows, seconds, timed.wait_s)
+        return LoopResult(
+            step, self.loader.epoch, loss, timed.rows, seconds, timed.wait_s, self.resumed
+        )
 
     def _start(self) -> int:
         """Seed this rank, then restore the checkpoint if asked and present; the first step."""
@@ -127,7 +132,9 @@ class Trainer:
         if self.config.checkpoint_every or self.config.resume:
             need_safetensors()  # now, not after the steps up to the first checkpoint
         if self.config.resume and self.config.out is not None and state.present(self):
-            return state.restore(self)
+            resumed = state.restore(self)
+            self.resumed = {"step": resumed.step, "changed": resumed.changed}
+            return resumed.step
         self.loader.set_epoch(0)
         return 0
 

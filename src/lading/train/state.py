@@ -9,8 +9,9 @@ another number of processes: an elastic resume, which reseeds the RNG instead of
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -72,17 +73,28 @@ def present(trainer: Checkpointed) -> bool:
     return (where / "meta.json").is_file()
 
 
-def restore(trainer: Checkpointed) -> int:
+class Resumed(NamedTuple):
+    """Where a run resumed, and the optimizer settings it changed: ``{"lr": {"from": the
+    checkpoint's, "to": this run's}}``."""
+
+    step: int
+    changed: dict[str, dict[str, float]]
+
+
+def restore(trainer: Checkpointed) -> Resumed:
     """Load ``out/checkpoint`` into the trainer's parts; the step it was taken at.
 
     With the saved data layout the RNG continues bit for bit; otherwise (an elastic resume)
-    each rank gets a fresh stream seeded from ``(seed, rank, step)``.
+    each rank gets a fresh stream seeded from ``(seed, rank, step)``. The optimizer's
+    ``lr`` and ``weight_decay`` are this run's (:func:`keep_configured`), said on rank 0
+    where they differ from the checkpoint's.
     """
     where, world = directory(trainer), trainer.world
     saved = checkpoint.load(where)
     if trainer.model is None:
         raise ValueError(f"{where}: resuming needs the model the checkpoint was taken of")
     trainer.model.load_state_dict(saved["model"])
+    configured = configured_settings(trainer.optimizer)
     for name, part in (("optimizer", trainer.optimizer), ("scheduler", trainer.scheduler)):
         if part is None:
             continue
@@ -92,6 +104,7 @@ def restore(trainer: Checkpointed) -> int:
                 "(delete it or train into another --out)"
             )
         part.load_state_dict(saved[name])
+    changed = keep_configured(trainer.optimizer, trainer.scheduler, configured)
     saved_world = len(saved["loaders"])
     loader_state = saved["loaders"][world.rank % saved_world]
     trainer.loader.load_state_dict(loader_state)
@@ -106,7 +119,71 @@ def restore(trainer: Checkpointed) -> int:
     else:  # no saved stream for this rank: a fresh one, still reproducible
         torch.manual_seed(elastic_seed(trainer.config.seed, world.rank, step))
     trainer.task.load_state(saved, exact)
-    return step
+    if world.rank == 0:
+        for key, change in changed.items():
+            print(
+                f"{trainer.config.desc}: resumed at step {step} with {key} "
+                f"{change['from']:g} -> {change['to']:g} (the checkpoint's optimizer had "
+                f"{change['from']:g}; this run's {key} applies from here)",
+                file=sys.stderr,
+                flush=True,
+            )
+    return Resumed(step, changed)
+
+
+SETTINGS = ("lr", "weight_decay")  # what a run's options set in its optimizer's groups
+
+
+def configured_settings(optimizer: Any) -> list[dict[str, float]]:
+    """Each parameter group's :data:`SETTINGS` as this run made them (before a checkpoint's
+    are loaded over them): the lr is the schedule's base (``initial_lr``) where there is one."""
+    if optimizer is None:
+        return []
+    return [
+        {
+            key: group.get("initial_lr", group[key]) if key == "lr" else group[key]
+            for key in SETTINGS
+            if key in group
+        }
+        for group in optimizer.param_groups
+    ]
+
+
+def keep_configured(
+    optimizer: Any, scheduler: Any, configured: list[dict[str, float]]
+) -> dict[str, dict[str, float]]:
+    """Put this run's settings back where a loaded optimizer state replaced them.
+
+    ``Optimizer.load_state_dict`` takes every group setting from the checkpoint, so a resume
+    with another ``--lr`` trained on at the old one, silently. A changed lr under a schedule
+    becomes the schedule's base (``base_lrs``, ``initial_lr``) and the current lr is scaled
+    by the same factor: a multiplicative schedule (``LambdaLR``: base times a factor of the
+    step) goes on from the same step at the new base.
+
+    Returns:
+        What changed: ``{key: {"from": the checkpoint's, "to": this run's}}`` (the first
+        group that changed it).
+    """
+    changed: dict[str, dict[str, float]] = {}
+    if optimizer is None:
+        return changed
+    for index, (group, wanted) in enumerate(zip(optimizer.param_groups, configured)):
+        for key, value in wanted.items():
+            had = group.get("initial_lr", group[key]) if key == "lr" else group[key]
+            if had == value:
+                continue
+            changed.setdefault(key, {"from": had, "to": value})
+            if key != "lr":
+                group[key] = value
+                continue
+            group["lr"] = group["lr"] * value / had if had else value
+            if "initial_lr" in group:
+                group["initial_lr"] = value
+            if scheduler is not None and hasattr(scheduler, "base_lrs"):
+                scheduler.base_lrs[index] = value
+    if "lr" in changed and scheduler is not None and hasattr(scheduler, "_last_lr"):
+        scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+    return changed
 
 
 def directory(trainer: Checkpointed) -> Path:

@@ -128,6 +128,9 @@ class LoopResult:
         rows: rows stepped since the clock started.
         seconds: time since the clock started (CUDA synchronised).
         wait_s: of those, time spent waiting for batches.
+        resumed: None for a run from scratch; else ``{"step": the checkpoint's, "changed":
+            {"lr": {"from": the checkpoint's, "to": this run's}}}`` (settings of this run that
+            replaced the checkpoint's optimizer's), which the summaries record.
     """
 
     steps: int
@@ -136,3 +139,4 @@ class LoopResult:
     rows: int = 0
     seconds: float = 0.0
     wait_s: float = 0.0
+    resumed: dict[str, Any] | None = None
