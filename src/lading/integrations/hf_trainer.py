@@ -15,9 +15,11 @@ the DataLoader from its parts and lose the loader's position; the trainer sets
 be skipped). One limit of that: the Trainer then counts a resumed epoch's batches from the
 resume, so with ``gradient_accumulation_steps > 1`` on an epoch whose batch count is not a
 multiple of it the last, partial accumulation of that epoch is not applied as a step (warned
-of at the resume), and the epoch the Trainer logs counts from the resume; pick equal
-multiples when exact resumes matter. A mid-epoch checkpoint of another layout (world size,
-batch size, workers) is refused: the Trainer would skip what the re-dealt loader has left.
+of at the resume; its gradient is dropped at the epoch's end, not carried into the next
+epoch's first step: :mod:`lading.integrations.trainer_resume`), and the epoch the Trainer logs
+counts from the resume; pick equal multiples when exact resumes matter. A mid-epoch
+checkpoint of another layout (world size, batch size, workers) is refused: the Trainer would
+skip what the re-dealt loader has left.
 
 :class:`LadingTrainerMixin` holds all of it for other ``Trainer`` subclasses (the
 sentence-transformers trainers in :mod:`lading.integrations.sentence_transformers`).
@@ -64,7 +66,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lading.errors import LoaderStateError, missing_package
+from lading.errors import missing_package
 
 try:
     from transformers import Trainer, TrainerCallback
@@ -76,6 +78,11 @@ from lading.integrations.trainer_args import (
     check_trainer_arguments,
     gpus_per_process,
     loader_batch_size,
+)
+from lading.integrations.trainer_resume import (
+    DropUnsteppedGradients,
+    refuse_another_layout_mid_epoch,
+    warn_of_a_regrouped_last_step,
 )
 from lading.integrations.transformers_lm import ModelInputs, model_inputs
 from lading.lm.boundaries import DocumentBatch
@@ -148,6 +155,7 @@ class LadingTrainerMixin:
         self._lading_resume = None
         self.args.ignore_data_skip = True  # the loader resumes itself; see the module docstring
         self.add_callback(LoaderStateCallback(self))  # type: ignore[attr-defined]
+        self.add_callback(DropUnsteppedGradients(self))  # type: ignore[attr-defined]
 
     def adopt_batch_size(self, loader: Resumable) -> None:
         """``per_device_train_batch_size`` at its default gives way to the loader's batch size
@@ -195,50 +203,6 @@ class LadingTrainerMixin:
             close = getattr(self.lading_loader, "close", None)
             if callable(close):
                 close()
-
-
-def warn_of_a_regrouped_last_step(loader: Resumable, args: Any) -> None:
-    """Say so where a mid-epoch resume loses the epoch's last optimizer step: under
-    ``ignore_data_skip`` the Trainer counts the resumed epoch's batches from 0, so with
-    ``gradient_accumulation_steps`` not dividing the epoch's batches the last, partial
-    accumulation's gradient is computed and never applied (a reviewer: the docs' example,
-    7 batches an epoch at 2 a step, ended at step 3 of 4 when resumed)."""
-    import warnings
-
-    steps, batches = int(args.gradient_accumulation_steps), len(loader)
-    read = batches - loader.remaining()
-    if steps > 1 and 0 < read < batches and batches % steps:
-        warnings.warn(
-            f"resumed {read} batches into an epoch of {batches} with "
-            f"gradient_accumulation_steps={steps}: the Trainer counts this epoch's batches "
-            f"from here, so its last {batches % steps} batch(es) of accumulation are not "
-            "applied as a step (and its logged epoch counts from here). For exact resumes "
-            f"make the epoch's batch count a multiple of {steps} (batch size, "
-            "drop_partial_batch), or resume from a checkpoint at an epoch's end",
-            stacklevel=3,
-        )
-
-
-def refuse_another_layout_mid_epoch(loader: Resumable, state: Mapping[str, Any]) -> None:
-    """Refuse a mid-epoch ``state`` of another layout (world size, batch size, workers): the
-    loader would read what that layout left, re-dealt (an elastic resume), but the Trainer
-    counts the epoch from ``len()`` and its global step, and skipped the rest of the epoch
-    (a reviewer's 1-process checkpoint at step 5 of 13, resumed on 2 ranks: rank 0 read 0 of
-    its 4 remaining batches, then 4 and 3 of 7 in the next epochs).
-
-    Raises:
-        LoaderStateError: naming both layouts and the fix.
-    """
-    now = loader.state_dict()["layout"]
-    at_start = not state.get("batches") and not state.get("segment")
-    if dict(state.get("layout", {})) == dict(now) or at_start or loader.remaining() == 0:
-        return  # (at an epoch's start or end the Trainer's count holds)
-    raise LoaderStateError(
-        f"the checkpoint's loader was saved with {dict(state.get('layout', {}))}, this run has "
-        f"{dict(now)}; the HF Trainer counts the epoch's steps from len() and its global "
-        "step, so resume a mid-epoch checkpoint with the saved world size, batch size and "
-        "workers, or resume from a checkpoint at an epoch's end"
-    )
 
 
 RANKING_LOSSES: tuple[str, ...] = ("bce", "listwise")
