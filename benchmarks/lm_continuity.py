@@ -57,7 +57,7 @@ def main() -> None:
             lr=3e-3,
             eval_every=args.eval_every,
             eval_batches=None,
-            log_every=50,
+            log_every=max(1, min(50, args.steps // 4)),  # a few records however short
             parallel="none",
             break_continuity=broken,
             progress=False,
@@ -98,8 +98,13 @@ def main() -> None:
 
 
 def _rate(run: Path) -> float:
+    """Mean tokens/s of the log's records after the first (its window holds the warm-up),
+    or of the first where it is the only one."""
     records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
-    return sum(r["tokens_per_s"] for r in records[1:]) / max(1, len(records) - 1)
+    timed = records[1:] or records
+    if not timed:
+        raise SystemExit(f"{run}/log.jsonl holds no record: give --steps of at least 1")
+    return sum(r["tokens_per_s"] for r in timed) / len(timed)
 
 
 if __name__ == "__main__":
