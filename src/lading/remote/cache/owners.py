@@ -24,6 +24,8 @@ import os
 import secrets
 from pathlib import Path
 
+from lading.disk.held import flock_held
+
 DIR = "owners"
 
 
@@ -60,16 +62,11 @@ class Owner:
         if token.startswith("."):  # a token being made, not yet locked: never a claim's
             return False
         path = self.folder / token
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+        held = flock_held(path)
+        if held is None:  # no file (its owner closed it), or it cannot be locked: not alive
             return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if held:
             return True
-        finally:
-            os.close(fd)
         with contextlib.suppress(OSError):
             path.unlink()  # gone: its file goes too (the next asker finds no file)
         return False

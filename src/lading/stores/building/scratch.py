@@ -23,6 +23,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from lading.disk.held import flock_held
+
 MARK = ".lading-scratch-owner"  # in each scratch folder, locked by the process using it
 
 
@@ -64,16 +66,4 @@ def sweep(parent: Path) -> list[Path]:
 def alive(mark: Path) -> bool:
     """Whether a process holds ``mark``'s lock; True also where there is no mark (not a
     scratch folder, or one made by an older lading: never removed here)."""
-    try:
-        fd = os.open(mark, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return True  # cannot tell (a file system without locks): kept
-    finally:
-        os.close(fd)
-    return False
+    return flock_held(mark, follow=False) is not False  # cannot tell (no locks here): kept
