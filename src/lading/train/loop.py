@@ -43,7 +43,8 @@ class Trainer:
         model: the bare model (not the DDP wrapper): checkpointed and put in train mode.
         optimizer: None for a run without updates.
         scheduler: stepped after every update; None for none.
-        scaler: a ``torch.amp.GradScaler`` for fp16; None backpropagates the loss as it is.
+        scaler: a ``torch.amp.GradScaler`` for fp16 (checkpointed where enabled); None
+            backpropagates the loss as it is.
         resumed: set by :meth:`run` where it resumed: ``{"step": …, "changed": {…}}``
             (the optimizer settings this run changed, :func:`lading.train.state.restore`).
     """

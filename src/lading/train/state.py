@@ -1,10 +1,13 @@
 """Checkpoints of a training run: written by rank 0 from every rank's parts, read by all.
 
 On disk (through :mod:`lading.train.checkpoint`, no pickle) a checkpoint holds ``step``, ``model``,
-``optimizer``, ``scheduler`` (when the run has one), ``loaders`` and ``rng`` (one entry per
-rank, in rank order) and any per-rank lists the task adds (the LM's ``hidden``). Every rank
-saves the same account of what is left of the epoch, so any rank's loader state serves a run on
-another number of processes: an elastic resume, which reseeds the RNG instead of restoring it.
+``optimizer``, ``scheduler`` (when the run has one), ``scaler`` (an enabled GradScaler's scale
+and growth counter), ``loaders``, ``rng`` and, on CUDA, ``cuda_rng`` (one entry per rank, in
+rank order: the CPU generator's state and the rank's CUDA device's) and any per-rank lists the
+task adds (the LM's ``hidden``). Every rank saves the same account of what is left of the
+epoch, so any rank's loader state serves a run on another number of processes: an elastic
+resume, which reseeds the RNGs instead of restoring them. A checkpoint without ``scaler`` or
+``cuda_rng`` (written before they were saved) leaves those as the run's start made them.
 """
 
 from __future__ import annotations
@@ -29,12 +32,16 @@ class Checkpointed(Protocol):
     loader: Resumable
     config: LoopConfig
     world: World
+    device: torch.device
     model: torch.nn.Module | None
     optimizer: Any
     scheduler: Any
+    scaler: Any
 
 
-RESERVED: frozenset[str] = frozenset({"step", "model", "optimizer", "scheduler", "loaders", "rng"})
+RESERVED: frozenset[str] = frozenset(
+    {"step", "model", "optimizer", "scheduler", "scaler", "loaders", "rng", "cuda_rng"}
+)
 
 
 def save(trainer: Checkpointed, step: int) -> None:
@@ -42,6 +49,7 @@ def save(trainer: Checkpointed, step: int) -> None:
     rank 0 writes it; every rank waits until it has."""
     loaders = ddp.gather_objects(trainer.loader.state_dict())
     rngs = ddp.gather_objects(torch.get_rng_state())
+    cuda_rngs = ddp.gather_objects(cuda_rng_state(trainer.device))
     extra = trainer.task.state()
     clash = RESERVED & set(extra)
     if clash:
@@ -54,7 +62,11 @@ def save(trainer: Checkpointed, step: int) -> None:
         for name, part in (("optimizer", trainer.optimizer), ("scheduler", trainer.scheduler)):
             if part is not None:
                 saved[name] = part.state_dict()
+        if scaling(trainer.scaler):  # the same on every rank: DDP's gradients are the same
+            saved["scaler"] = trainer.scaler.state_dict()
         saved.update(loaders=loaders, rng=rngs, **gathered)
+        if all(rng is not None for rng in cuda_rngs):
+            saved["cuda_rng"] = cuda_rngs
         checkpoint.save(saved, directory(trainer))
     ddp.barrier()
 
@@ -84,8 +96,10 @@ class Resumed(NamedTuple):
 def restore(trainer: Checkpointed) -> Resumed:
     """Load ``out/checkpoint`` into the trainer's parts; the step it was taken at.
 
-    With the saved data layout the RNG continues bit for bit; otherwise (an elastic resume)
-    each rank gets a fresh stream seeded from ``(seed, rank, step)``. The optimizer's
+    With the saved data layout the RNGs (the CPU's and, where both runs are on CUDA, the
+    device's) continue bit for bit; otherwise (an elastic resume) each rank gets a fresh stream
+    seeded from ``(seed, rank, step)``, on the CPU and CUDA alike. An enabled GradScaler goes on
+    from the saved scale and growth counter. The optimizer's
     ``lr`` and ``weight_decay`` are this run's (:func:`keep_configured`), said on rank 0
     where they differ from the checkpoint's.
     """
@@ -104,6 +118,8 @@ def restore(trainer: Checkpointed) -> Resumed:
                 "(delete it or train into another --out)"
             )
         part.load_state_dict(saved[name])
+    if scaling(trainer.scaler) and "scaler" in saved:
+        trainer.scaler.load_state_dict(saved["scaler"])
     changed = keep_configured(trainer.optimizer, trainer.scheduler, configured)
     saved_world = len(saved["loaders"])
     loader_state = saved["loaders"][world.rank % saved_world]
@@ -116,7 +132,11 @@ def restore(trainer: Checkpointed) -> Resumed:
     )
     if exact:
         torch.set_rng_state(saved["rng"][world.rank])
-    else:  # no saved stream for this rank: a fresh one, still reproducible
+        # reading the state first initialises CUDA, which runs the seeding that _start's
+        # manual_seed queued where it was not yet: that runs first, not over the saved state
+        if "cuda_rng" in saved and cuda_rng_state(trainer.device) is not None:
+            torch.cuda.set_rng_state(saved["cuda_rng"][world.rank], trainer.device)
+    else:  # no saved stream for this rank: a fresh one (CUDA's too), still reproducible
         torch.manual_seed(elastic_seed(trainer.config.seed, world.rank, step))
     trainer.task.load_state(saved, exact)
     if world.rank == 0:
@@ -184,6 +204,18 @@ def keep_configured(
     if "lr" in changed and scheduler is not None and hasattr(scheduler, "_last_lr"):
         scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
     return changed
+
+
+def cuda_rng_state(device: torch.device) -> torch.Tensor | None:
+    """The generator state of ``device`` where it is a CUDA device (dropout there draws from
+    it, not from the CPU's); None elsewhere."""
+    device = torch.device(device)
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def scaling(scaler: Any) -> bool:
+    """Whether ``scaler`` is a GradScaler that scales (fp16 on CUDA): one with a state to keep."""
+    return scaler is not None and bool(scaler.is_enabled())
 
 
 def directory(trainer: Checkpointed) -> Path:

@@ -1,0 +1,194 @@
+"""A resume continues the random streams and the fp16 loss scale of the run it resumes.
+
+The CUDA generator (dropout on the GPU) is saved beside the CPU one and restored on an exact
+resume; ``torch.manual_seed`` in the loop's start reset it to the first step's stream before.
+The GradScaler's scale and growth counter are saved too; a resume restarted them at 65536 and
+0. Checkpoints without these entries (written before) resume as they did.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import lading
+from lading.train import LoopConfig, StepResult, Trainer, TrainingTask, checkpoint, state
+from lading.world import World
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="CUDA is not available on this machine")
+DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
+
+
+class Square(TrainingTask):
+    """The squared weight as the loss: a step with an update and no randomness."""
+
+    def __init__(self, model: torch.nn.Linear) -> None:
+        self.model = model
+
+    def step(self, batch: Any) -> StepResult:
+        return StepResult((self.model.weight**2).sum(), len(batch))
+
+
+def trainer(out: Path, total: int, device: str = "cpu", scaler: Any = None) -> Trainer:
+    """A trainer of a 1x1 linear model over 12 rows in batches of 4, checkpointing every 3."""
+    model = torch.nn.Linear(1, 1)
+    data = lading.loader(list(range(12)), 4, seed=1, world=World())
+    config = LoopConfig(total, out=out, checkpoint_every=3, resume=True, progress=False)
+    config.prefetch = False  # a faked CUDA device: the batches stay where they are
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    parts = (model, optimizer, None, scaler)
+    return Trainer(Square(model), data, config, World(), torch.device(device), *parts)
+
+
+class FakeCudaRng:
+    """``torch.cuda``'s generator state calls, on a machine without a GPU: a state to save
+    and a record of the states set."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.state = torch.arange(16, dtype=torch.uint8)
+        self.set: list[torch.Tensor] = []
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": self.state.clone())
+        monkeypatch.setattr(
+            torch.cuda, "set_rng_state", lambda new, device="cuda": self.set.append(new.clone())
+        )
+
+
+def test_the_cuda_generator_is_saved_and_restored_on_an_exact_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint holds every rank's CUDA generator state (a tensor: safetensors), and an
+    exact resume sets it back, after the loop's seeding, where before it kept the seed's."""
+    fake = FakeCudaRng(monkeypatch)
+    first = trainer(tmp_path, 3, "cuda")
+    first.loader.set_epoch(0)
+    state.save(first, 3)
+    saved = checkpoint.load(tmp_path / "checkpoint")
+    assert [s.tolist() for s in saved["cuda_rng"]] == [fake.state.tolist()]
+    fake.state = torch.zeros(16, dtype=torch.uint8)  # what the loop's seeding would leave
+    assert state.restore(trainer(tmp_path, 6, "cuda")).step == 3
+    assert [s.tolist() for s in fake.set] == [list(range(16))]
+
+
+def test_an_elastic_resume_reseeds_the_cuda_generator_rather_than_restore_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On another world size no saved stream is this rank's: ``torch.manual_seed`` from
+    ``(seed, rank, step)`` reseeds the CPU and every CUDA generator, the saved one unused."""
+    fake = FakeCudaRng(monkeypatch)
+    first = trainer(tmp_path, 3, "cuda")
+    first.loader.set_epoch(0)
+    state.save(first, 3)
+    saved = checkpoint.load(tmp_path / "checkpoint")
+    for key in ("loaders", "rng", "cuda_rng"):  # as two ranks wrote it
+        saved[key] = saved[key] * 2
+    checkpoint.save(saved, tmp_path / "checkpoint")
+    seeds: list[int] = []
+    monkeypatch.setattr(torch, "manual_seed", seeds.append)
+    state.restore(trainer(tmp_path, 6, "cuda"))
+    assert fake.set == [] and seeds == [state.elastic_seed(0, 0, 3)]
+
+
+def test_a_checkpoint_without_a_cuda_state_resumes_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint of a CPU run (or one written before CUDA states were saved) resumed on
+    CUDA sets no CUDA state, and one of a CUDA run resumed on the CPU touches none."""
+    trainer(tmp_path, 3).run()
+    assert "cuda_rng" not in checkpoint.load(tmp_path / "checkpoint")
+    fake = FakeCudaRng(monkeypatch)
+    state.restore(trainer(tmp_path, 6, "cuda"))
+    assert fake.set == []
+    cuda = trainer(tmp_path, 3, "cuda")
+    cuda.loader.set_epoch(0)
+    state.save(cuda, 3)
+    state.restore(trainer(tmp_path, 6, "cpu"))
+    assert fake.set == []
+
+
+def scaler() -> torch.amp.GradScaler:
+    """A CPU GradScaler whose scale doubles every second step, so its state moves."""
+    return torch.amp.GradScaler("cpu", init_scale=16.0, growth_interval=2)
+
+
+def test_the_grad_scaler_goes_on_from_its_checkpointed_scale(tmp_path: Path) -> None:
+    """Three steps, a checkpoint, three more: the scale and growth counter are those of six
+    steps in one go (before, the resumed scaler started again at its initial scale)."""
+    whole = trainer(tmp_path / "whole", 6, scaler=scaler())
+    whole.run()
+    trainer(tmp_path / "cut", 3, scaler=scaler()).run()
+    saved = checkpoint.load(tmp_path / "cut" / "checkpoint")
+    assert saved["scaler"] == {**scaler().state_dict(), "scale": 32.0, "_growth_tracker": 1}
+    resumed = trainer(tmp_path / "cut", 6, scaler=scaler())
+    resumed.run()
+    assert resumed.scaler.state_dict() == whole.scaler.state_dict()
+    assert whole.scaler.get_scale() == 128.0
+
+
+def test_a_disabled_scaler_or_a_checkpoint_without_one_changes_nothing(tmp_path: Path) -> None:
+    """A disabled scaler (fp32, bf16, or fp16 off CUDA) saves nothing; a checkpoint without a
+    scaler's state (written before, or by such a run) leaves this run's scaler as it was."""
+    off = torch.amp.GradScaler("cpu", enabled=False)
+    trainer(tmp_path, 3, scaler=off).run()
+    assert "scaler" not in checkpoint.load(tmp_path / "checkpoint")
+    resumed = trainer(tmp_path, 3, scaler=scaler())
+    state.restore(resumed)
+    assert resumed.scaler.state_dict() == scaler().state_dict()
+
+
+@pytest.mark.parametrize("key", ["cuda_rng", "scaler"])
+def test_a_task_state_may_not_take_the_new_reserved_keys(tmp_path: Path, key: str) -> None:
+    """The checkpoint's own entries are refused as a task's state keys."""
+    run = trainer(tmp_path, 3)
+    run.task.state = lambda: {key: 1}  # type: ignore[method-assign]
+    run.loader.set_epoch(0)
+    with pytest.raises(ValueError, match=key):
+        state.save(run, 3)
+
+
+class Dropped(TrainingTask):
+    """A linear layer behind dropout on ``device``: each step's output depends on the mask
+    the device's generator draws; the outputs are kept (on the CPU) to compare."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
+        self.model, self.device = model, device
+        self.outputs: list[torch.Tensor] = []
+        self.drop = torch.nn.Dropout(0.5)
+
+    def step(self, batch: Any) -> StepResult:
+        x = batch.to(self.device, torch.float32).reshape(-1, 1).repeat(1, 64)
+        out = self.model(self.drop(x))
+        self.outputs.append(out.detach().cpu())
+        return StepResult(out.square().mean(), len(batch))
+
+
+def dropout_run(out: Path, total: int, device: str) -> list[torch.Tensor]:
+    """The outputs of the steps up to ``total`` that this run made (resumed from ``out``)."""
+    torch.manual_seed(0)  # the same initial weights every run
+    model = torch.nn.Linear(64, 8).to(device)
+    task = Dropped(model, torch.device(device))
+    data = lading.loader(list(range(12)), 4, seed=1, world=World())
+    config = LoopConfig(total, out=out, checkpoint_every=3, resume=True, progress=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    Trainer(task, data, config, World(), torch.device(device), model, optimizer).run()
+    return task.outputs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dropout_after_a_resume_continues_the_uninterrupted_stream(
+    tmp_path: Path, device: str
+) -> None:
+    """Six steps in one go, and three then three more from the checkpoint: the same dropout
+    masks, so the same outputs at every step (on CUDA the resumed steps drew the first
+    steps' masks again before)."""
+    whole = dropout_run(tmp_path / "whole", 6, device)
+    head = dropout_run(tmp_path / "cut", 3, device)
+    tail = dropout_run(tmp_path / "cut", 6, device)
+    assert len(whole) == 6 and len(head) == 3 and len(tail) == 3
+    for step, (expected, got) in enumerate(zip(whole, head + tail), 1):
+        assert torch.equal(expected, got), f"step {step} differs"
