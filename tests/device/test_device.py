@@ -506,3 +506,52 @@ def test_prefetcher_without_cuda_names_the_fix() -> None:
     with pytest.raises(DeviceUnavailableError, match=r"'cuda'.*CUDA is not available.*'cpu'"):
         DevicePrefetcher([1, 2], "cuda")
     assert list(DevicePrefetcher([1, 2], "cpu")) == [1, 2]
+
+
+@pytest.mark.parametrize("depth", [None, 0, 2])
+def test_an_iterable_without_a_len_is_passed_through(depth: int | None) -> None:
+    """The docstring takes "any iterable of batches"; one without ``len()`` (a DataLoader
+    over an IterableDataset) raised ``TypeError: ... has no len()`` at its first batch."""
+
+    class Stream(torch.utils.data.IterableDataset[int]):
+        def __iter__(self) -> Any:
+            return iter(range(10))
+
+    loader = torch.utils.data.DataLoader(Stream(), batch_size=2)
+    got = [b.tolist() for b in DevicePrefetcher(loader, "cpu", depth=depth)]
+    assert got == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+
+
+def test_the_prefetcher_is_a_context_manager_closing_its_loader(corpus: TokenCorpus) -> None:
+    """``with DevicePrefetcher(loader, ...)``: ``close`` passed through, but ``with`` looks
+    ``__enter__`` up on the class and raised "does not support the context manager protocol"."""
+    closed: list[bool] = []
+    loader = LanguageModelLoader(corpus, 2, Streams(8), seed=1)
+    loader.close = lambda: closed.append(True)  # type: ignore[method-assign]
+    with DevicePrefetcher(loader, "cpu", depth=1) as pre:
+        assert next(iter(pre))[0].shape == (2, 8)
+    assert closed == [True]
+
+
+def test_a_strided_view_is_pinned_as_its_own_bytes_not_its_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stream batch is a view of the loader's chunk (rows ``stride`` tokens apart): pinning
+    the view pinned its whole span (3 MB for 18 KB of a 32 x 72 batch), and the copy to the
+    device went through a pageable temporary anyway, the pinned view not being dense. CUDA's
+    pinning is faked here (this machine may have no GPU): what is pinned is recorded."""
+    from lading.device import prefetch
+
+    pinned: list[tuple[int, bool]] = []
+
+    def pin(t: torch.Tensor) -> torch.Tensor:
+        pinned.append((t.untyped_storage().nbytes(), t.is_contiguous()))
+        return t.clone()
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin)
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda t: False)
+    chunk = torch.arange(32 * 12161, dtype=torch.int64).view(32, 12161)
+    view = chunk[:, 100:172]
+    out = prefetch.pinned(view)
+    assert torch.equal(out, view) and out.is_contiguous()
+    assert pinned == [(view.numel() * 8, True)]  # the batch's 18,432 bytes, dense

@@ -74,6 +74,26 @@ def tensors(batch: Any) -> list[torch.Tensor]:
     return found
 
 
+def _len_or_none(loader: Any) -> int | None:
+    """``len(loader)``, or None for one without a length (a DataLoader over an
+    ``IterableDataset`` has ``__len__`` and raises ``TypeError`` from it)."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+def pinned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in pinned host memory (a device tensor or a pinned one as it is). A strided view
+    (a stream batch: rows of the loader's chunk, a chunk's width apart) is copied into a dense
+    pinned tensor of its own bytes: pinning the view pins its whole span (~160x the batch for
+    ``Streams``), and the device copy of a pinned tensor that is not dense goes through a
+    pageable temporary, synchronously."""
+    if t.device.type != "cpu" or t.is_pinned():
+        return t
+    return (t if t.is_contiguous() else t.contiguous()).pin_memory()
+
+
 def check_cuda(device: torch.device) -> None:
     """Raise :class:`~lading.errors.DeviceUnavailableError` naming why ``device`` (a CUDA
     device) cannot be used here and what to pass instead, before torch fails deep inside."""
@@ -176,6 +196,16 @@ class DevicePrefetcher:
         self._drop()
         self.loader.load_state_dict(state)
 
+    def __enter__(self) -> DevicePrefetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close the loader (its threads and files) where it has a ``close``."""
+        self._drop()
+        close = getattr(self.loader, "close", None)
+        if callable(close):
+            close()
+
     def __getattr__(self, name: str) -> Any:
         """Anything else (``dataset``, ``corpus``, ``num_workers``…) is the loader's."""
         if name == "loader":  # not set yet (unpickling): no recursion
@@ -201,7 +231,7 @@ class DevicePrefetcher:
                 while self._source is not None and len(self._queue) <= ahead:
                     self._pull()
                     if self._len is None:  # the loader's pass is decided at its first batch
-                        self._len = len(self.loader)
+                        self._len = _len_or_none(self.loader)
                 if not self._queue:
                     return
                 item = self._queue.popleft()
@@ -240,10 +270,6 @@ class DevicePrefetcher:
 
     def _copy(self, batch: Any) -> tuple[Any, Any]:
         """Pin (if needed) and copy ``batch`` on the side stream; the event that ends it."""
-
-        def pinned(t: torch.Tensor) -> torch.Tensor:
-            return t if t.device.type != "cpu" or t.is_pinned() else t.pin_memory()
-
         host = map_tensors(batch, pinned)
         with torch.cuda.stream(self._stream):
             moved = map_tensors(host, lambda t: t.to(self.device, non_blocking=True))
