@@ -17,7 +17,8 @@
 #    from a local store (benchmarks/gpu_remote.py; needs obstore and moto[server], and s3fs for
 #    its DataLoader-worker runs, which read through fsspec after the fork: carry their wheels
 #    where the machine lacks them; RESULTS.md "GPU leg (H200), 2026-11-29" lists the set).
-# PARTS="1 2 5" runs a subset (part 5 needs part 2's data, made when part 2 or 5 is asked).
+# PARTS="1 2 5" runs a subset (parts 3 and 5 need the data part 2 makes, made when part 2, 3
+# or 5 is asked).
 # Each part has its own time limit, so a slow part leaves the next ones their time; what each
 # wrote lands in OUT (at most 8 files: setup.log tests.log train.json train.md runs.jsonl
 # loader.json loader.md remote_train.json).
@@ -46,7 +47,7 @@ timeout "${T_TESTS:-150}" $PY -m pytest -q -p no:cacheprovider -rs --timeout=60 
 tail -3 "$OUT/tests.log"
 fi
 
-if part 2 || part 5; then
+if part 2 || part 3 || part 5; then
 stamp "2 data and model"
 [ -f "$W/model/tokenizer.json" ] || timeout "${T_PREP:-120}" $PY benchmarks/gpu_prep.py "$W" --documents "${DOCS:-10000}" \
   --sessions "${SESSIONS:-100000}" >>"$OUT/setup.log" 2>&1
