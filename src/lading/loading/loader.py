@@ -227,8 +227,10 @@ class Loader:
 
     def _peeked(self) -> bool:
         """Whether the latest pass began at the first batch of an epoch ``set_epoch`` chose
-        and has handed out one batch only, not its epoch's last (a peek, held or dropped):
-        that epoch is not consumed, and the next pass reads it again from its first batch."""
+        and has handed out one batch only (a peek, held or dropped): that epoch is not
+        consumed, and the next pass reads it again from its first batch. An epoch of one batch
+        is consumed only by a pass read to its end (the loop asked for a next batch); one
+        broken off after that batch is a peek, as a DataLoader's epoch would be read again."""
         return self._peek is not None and self._peek is self._cursor and self._peek.batches == 1
 
     def __len__(self) -> int:
