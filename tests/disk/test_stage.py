@@ -142,6 +142,34 @@ def test_the_waiting_ranks_hear_that_local_rank_0_failed(built: Path, tmp_path: 
     assert "the source is damaged" in said[1]
 
 
+def test_a_failure_of_an_earlier_launch_is_not_taken_for_this_ones(
+    built: Path, tmp_path: Path
+) -> None:
+    """A relaunch within a minute of a failed stage (torchrun --max-restarts after an S3
+    timeout): the failed rank 0 left ``DEST.stage-error``, which this launch's rank 0 removes
+    only once it holds the lock, and a waiting rank read it first and raised the old error
+    (6 runs in 8). A failure counts for a waiting rank when its own launch wrote it, or after
+    the rank started."""
+    import threading
+    import time
+
+    dest = tmp_path / "node" / "store"
+    dest.parent.mkdir(parents=True)
+    from lading.disk import stage as staging
+
+    # an earlier launch failed 10 s before this one started (this process stands for it)
+    when = min(time.time(), getattr(staging, "_STARTED", time.time())) - 10
+    old = {"time": when, "error": "no answer from endpoint", "launch": "another"}
+    (dest.parent / "store.stage-error").write_text(json.dumps(old))
+    rank0 = threading.Timer(0.5, stage, (built, dest), {"world": World(0, 2, 0, 2)})
+    rank0.start()
+    try:
+        assert stage(built, dest, world=World(1, 2, 1, 2), timeout=60) == dest
+    finally:
+        rank0.join(60)
+    assert _mark(dest)["fingerprint"]
+
+
 @pytest.fixture(scope="module")
 def s3() -> Iterator[dict[str, str]]:
     """A real S3-compatible server (moto's standalone server) on a free localhost port."""

@@ -49,6 +49,7 @@ from lading.world import World, from_environment
 CHUNK = 1 << 22  # 4 MiB per read: large enough for object stores, small for the progress bar
 WAIT_REPORT_S = 30.0
 _ERROR_SUFFIX = ".stage-error"
+_STARTED = time.time()  # (about) when this process started: lading was imported after it
 
 
 class _Source:
@@ -198,7 +199,8 @@ def stage(
                 _copy(source, files, expected, print_, target, progress)
     except BaseException as e:
         with contextlib.suppress(OSError):  # tell this node's waiting ranks, or they wait on
-            error_file.write_text(json.dumps({"time": time.time(), "error": f"{e}"}))
+            failure = {"time": time.time(), "error": f"{e}", "launch": _launch()}
+            error_file.write_text(json.dumps(failure))
         raise
     return target
 
@@ -299,6 +301,24 @@ def _crc_of(path: Path) -> int:
     return crc
 
 
+def _launch() -> str:
+    """What the local ranks of one launch share and another launch does not: the launcher
+    process (torchrun's agent, mp.spawn's parent, srun's step daemon) and torchrun's restart
+    count (a restart keeps the agent)."""
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "")
+    return f"{socket.gethostname()}:{os.getppid()}:{restart}"
+
+
+def _of_this_launch(failure: dict[str, Any], wall: float) -> bool:
+    """Whether rank 0's ``failure`` is this launch's: written by the same launch within the
+    minute before this rank waited (rank 0 may fail before this rank starts), or after this
+    process started, which no earlier launch's can be. An earlier launch's marker stays until
+    this launch's rank 0 holds the lock and removes it: a waiting rank that believed it
+    raised an old error while rank 0 staged (a relaunch after a timeout)."""
+    when = float(failure["time"])
+    return when >= _STARTED or (failure.get("launch") == _launch() and when >= wall - 60)
+
+
 def _wait_for(dest: Path, print_: str, url: str, timeout: float) -> None:
     """Wait (polling) until local rank 0 publishes a valid copy of ``url`` at ``dest``."""
     started, wall = time.monotonic(), time.time()
@@ -308,7 +328,7 @@ def _wait_for(dest: Path, print_: str, url: str, timeout: float) -> None:
         now = time.monotonic()
         with contextlib.suppress(OSError, ValueError, KeyError):
             failure = json.loads(error_file.read_text(encoding="utf-8"))
-            if failure["time"] >= wall - 60:  # a failure of this run, not an old one
+            if _of_this_launch(failure, wall):
                 raise RuntimeError(
                     f"local rank 0 failed to stage {url} into {dest}: {failure['error']}"
                 )
