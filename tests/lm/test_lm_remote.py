@@ -371,6 +371,20 @@ def test_a_mixture_naming_one_corpus_twice_is_refused(corpora: Corpora) -> None:
         TokenMixture({local: 1.0, Path(str(local) + "/../" + local.name): 1.0})
 
 
+def test_a_mixture_refused_for_a_url_given_twice_opens_nothing(
+    corpora: Corpora, tmp_path: Path
+) -> None:
+    """The members were opened before the check: the refused call made the node cache folder
+    at the default cap, and the user's next open with the cap they meant was refused
+    (this node cache was made with cache_bytes=8,589,934,592)."""
+    cache = tmp_path / "node"
+    twice = {corpora.url: 0.5, corpora.url + "/": 0.25}
+    with pytest.raises(ValueError, match=f"names the corpus {corpora.url} twice"):
+        TokenMixture(twice, cache=cache)
+    assert not cache.exists()
+    TokenCorpus.open(corpora.url, cache=cache, cache_bytes="1M").close()
+
+
 @pytest.mark.parametrize("ahead", [0, 2])
 def test_one_remote_corpus_in_two_loaders_at_other_places(corpora: Corpora, ahead: int) -> None:
     """A corpus first in one mixture and second in another (a train and a validation loader

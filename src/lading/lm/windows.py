@@ -175,22 +175,30 @@ class TokenMixture:
     ) -> None:
         if not weights:
             raise ValueError("TokenMixture needs at least one corpus")
-        self.corpora = [
-            c
-            if isinstance(c, TokenCorpus)
-            else TokenCorpus.open(
-                c, cache=cache, cache_bytes=cache_bytes, storage_options=storage_options
-            )
-            for c in weights
-        ]
-        _refuse_twice(self.corpora, list(weights.values()))
-        _refuse_other_ids(self.corpora)
         raw = np.array([float(w) for w in weights.values()])
         if not np.all(raw > 0) or not np.all(np.isfinite(raw)):
             raise ValueError(f"mixture weights must be finite and > 0, got {raw.tolist()}")
-        self.weights = raw / raw.sum()
         if windows is not None and windows < 1:
             raise ValueError(f"windows must be >= 1, got {windows}")
+        # refused before a member is opened: an open makes the node cache folder, at its cap
+        _refuse_twice([_where(c) for c in weights], list(weights.values()))
+        self.corpora: list[TokenCorpus] = []
+        opened: list[TokenCorpus] = []  # by this call
+        try:
+            for c in weights:
+                if not isinstance(c, TokenCorpus):
+                    c = TokenCorpus.open(
+                        c, cache=cache, cache_bytes=cache_bytes, storage_options=storage_options
+                    )
+                    opened.append(c)
+                self.corpora.append(c)
+            _refuse_twice([_where(c) for c in self.corpora], list(weights.values()))
+            _refuse_other_ids(self.corpora)
+        except BaseException:
+            for corpus in opened:  # (what the caller passed open stays theirs)
+                corpus.close()
+            raise
+        self.weights = raw / raw.sum()
         self.windows = windows
 
     def counts(self, sizes: npt.ArrayLike) -> npt.NDArray[np.int64]:
@@ -212,12 +220,12 @@ class TokenMixture:
         }
 
 
-def _refuse_twice(corpora: list[TokenCorpus], weights: list[float]) -> None:
-    """One corpus given twice (by two spellings of its path, or opened twice) would be read
-    as two, its windows drawn twice over: refused, naming it and the fix."""
+def _refuse_twice(places: list[str], weights: list[float]) -> None:
+    """One corpus given twice (``places``: each member's :func:`_where`: by two spellings of
+    its path, or opened twice) would be read as two, its windows drawn twice over: refused,
+    naming it and the fix."""
     seen: dict[str, int] = {}
-    for i, corpus in enumerate(corpora):
-        where = _where(corpus)
+    for i, where in enumerate(places):
         if where in seen:
             j = seen[where]
             raise ValueError(
@@ -228,9 +236,14 @@ def _refuse_twice(corpora: list[TokenCorpus], weights: list[float]) -> None:
         seen[where] = i
 
 
-def _where(corpus: TokenCorpus) -> str:
-    url = getattr(corpus, "url", None)
-    return url if isinstance(url, str) else str(Path(corpus.path).resolve())
+def _where(corpus: TokenCorpus | str | os.PathLike[str]) -> str:
+    """Where a member is, one spelling for each place: its URL without a trailing slash, or
+    its resolved local path."""
+    if isinstance(corpus, TokenCorpus):
+        url = getattr(corpus, "url", None)
+        return url if isinstance(url, str) else str(Path(corpus.path).resolve())
+    name = os.fspath(corpus)
+    return name.rstrip("/") if "://" in name else str(Path(name).resolve())
 
 
 def _refuse_other_ids(corpora: list[TokenCorpus]) -> None:
