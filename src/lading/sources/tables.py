@@ -63,14 +63,26 @@ def pick_column(
 
 
 def make_record(doc_id: Any, text: Any, fields: Mapping[str, Any]) -> Record:
-    """A Record from column values; RecordError for a null or non-text value."""
+    """A Record from column values, by JSONL's rules: RecordError for a null id or text, an id
+    that is neither a string nor an integer (a float column's ``1.0`` would be stored as the
+    id "1.0", which no lookup of 1 finds), or a field that is neither a string nor null (a null
+    field is absent from the record)."""
     if doc_id is None:
         raise RecordError("null id")
     if isinstance(doc_id, (bytes, bytearray)):
         doc_id = doc_id.decode("utf-8")
+    if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)):
+        hint = "; cast the id column to int64 or string" if isinstance(doc_id, float) else ""
+        raise RecordError(f"id must be a string or an integer, found {doc_id!r:.40}{hint}")
     if not isinstance(text, str):
         raise RecordError(f"text is {type(text).__name__}, not a string")
-    kept = {k: v for k, v in fields.items() if isinstance(v, str)}
+    kept = {}
+    for key, value in fields.items():
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise RecordError(f"field {key!r} must be a string, found {value!r:.40}")
+        kept[key] = value
     return Record(check_id(str(doc_id)), text, kept)
 
 
