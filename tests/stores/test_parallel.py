@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 import time
@@ -166,6 +167,25 @@ def test_shards_refuse_what_they_cannot_split(tmp_path: Path) -> None:
         lading.build_shard(gz, tmp_path / "s", (2, 2), progress=False)
     with pytest.raises(SystemExit):
         main(["build", str(gz), str(tmp_path / "s"), "--shard", "2/2"])
+
+
+def test_the_shard_count_a_refusal_advises_is_one_that_works(tmp_path: Path) -> None:
+    """Three gzip files of nearly one size, the first a few bytes smaller: 4 shards were
+    refused with "use at most 3", and 3 then with "use at most 2" (whole files go to the
+    shard of their first byte, and fewer shards move the runs' bounds)."""
+    folder = tmp_path / "c"
+    for k, pad in enumerate((0, 5, 3)):
+        rows = "".join(f"{k}-{i}\tword {i} {'x' * pad}\n" for i in range(200))
+        write(folder / f"{k}.tsv.gz", gzip.compress(rows.encode(), mtime=0))
+    with pytest.raises(ValueError, match=r"Use at most (\d+) shards") as refused:
+        lading.build_shard(folder, tmp_path / "s", (0, 4), progress=False)
+    most = int(re.search(r"at most (\d+) shards", str(refused.value)).group(1))  # type: ignore[union-attr]
+    for i in range(most):
+        lading.build_shard(folder, tmp_path / "s", (i, most), progress=False)
+    same_content(
+        lading.build_store(folder, tmp_path / "one", progress=False),
+        lading.merge_store(tmp_path / "s"),
+    )
 
 
 def test_a_sharded_store_is_stale_when_an_input_changes(tmp_path: Path) -> None:

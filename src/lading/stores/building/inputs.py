@@ -134,11 +134,34 @@ def check_shard_count(
             f"needs at least one byte to read. Use at most {max(total, 1):,} shards (--shard "
             "I/N with a smaller N), or give more input"
         )
+    splittable = [_splittable(p, size, format, cut) for p, size in zip(files, sizes)]
+    first_empty, reading = _first_empty(sizes, splittable, n)
+    if first_empty is None:
+        return
+    most = reading  # the shards this plan reads: fewer shards move the runs' bounds, so the
+    for _ in range(len(files) + 1):  # count is checked, as a user would try it next
+        if most <= 1 or _first_empty(sizes, splittable, most)[0] is None:
+            break
+        most -= 1
+    raise ValueError(
+        f"{n} shards but {len(files)} input file(s) that cannot all be split at lines "
+        f"(compressed, or not TSV/JSONL): shard {first_empty} would read nothing. Use at "
+        f"most {most} shards, or give more (or uncompressed) files"
+    )
+
+
+def _first_empty(
+    sizes: Sequence[int], splittable: Sequence[bool], n: int
+) -> tuple[int | None, int]:
+    """(the first of ``n`` shards that would read nothing, or None; how many read something):
+    each file's bytes are a run of shards where it may be cut at lines, else its first byte's
+    shard."""
+    total = sum(sizes)
     reading = 0  # shards that read something: a union of runs, files are in byte order
     first_empty, upto, offset = None, -1, 0
-    for path, size in zip(files, sizes):
+    for size, split in zip(sizes, splittable):
         a = _shard_of(offset, total, n)
-        b = _shard_of(offset + size - 1, total, n) if _splittable(path, size, format, cut) else a
+        b = _shard_of(offset + size - 1, total, n) if split else a
         if a > upto + 1 and first_empty is None:
             first_empty = upto + 1
         if b > upto:
@@ -147,12 +170,7 @@ def check_shard_count(
         offset += size
     if upto < n - 1 and first_empty is None:
         first_empty = upto + 1
-    if first_empty is not None:
-        raise ValueError(
-            f"{n} shards but {len(files)} input file(s) that cannot all be split at lines "
-            f"(compressed, or not TSV/JSONL): shard {first_empty} would read nothing. Use at "
-            f"most {reading} shards, or give more (or uncompressed) files"
-        )
+    return first_empty, reading
 
 
 def plan_shard(
