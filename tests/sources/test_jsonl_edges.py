@@ -193,3 +193,12 @@ def test_a_lone_surrogate_escape_is_a_malformed_record(tmp_path: Path, line: byt
         assert reader.skip_reasons == [f"line 2 of {tmp_path / 'c.jsonl'}: {SURROGATES[line]}"]
     else:
         assert (kept, reader.skipped) == (["ok", expected[0]], 0)
+
+
+def test_a_raw_control_character_is_named_once_at_its_column() -> None:
+    """json's message ends in "at" for this case: the error read "... at at column 12"."""
+    from lading.sources.parsers import RecordError, json_object
+
+    with pytest.raises(RecordError) as bad:
+        json_object('{"id": "a\x01"}')
+    assert " at at " not in str(bad.value) and "at column 10" in str(bad.value)

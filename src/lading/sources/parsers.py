@@ -40,7 +40,8 @@ def json_object(text: str) -> dict[str, Any]:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
-        raise RecordError(f"invalid JSON ({e.msg} at column {e.colno})") from None
+        what = e.msg.removesuffix(" at")  # json's own "Invalid control character ... at"
+        raise RecordError(f"invalid JSON ({what} at column {e.colno})") from None
     if not isinstance(obj, dict):
         raise RecordError(f"expected a JSON object, found {type(obj).__name__}")
     return obj
