@@ -62,9 +62,13 @@ exactly once more this epoch. Across the change the set of
 (input, target) pairs is bitwise that of the uninterrupted epoch; the rows that hold them, and
 the hidden state a row carries, are not (reset it: an old row has no counterpart). That holds
 under ``equalize="pad"``; under ``"truncate"`` the new segment is truncated as an epoch is, so
-that every rank reads as many batches: what does not fill the new layout (fewer positions
-than the new ranks' rows, a few windows or a few (input, target) pairs a stream) is left out
-of this epoch, as an uninterrupted epoch leaves out its tail.
+that every rank reads as many batches: what does not fill the new layout (a few windows or a
+few (input, target) pairs a stream) is left out of this epoch, as an uninterrupted epoch
+leaves out its tail. One exception, the core's (:func:`lading.loading.plan.plan`): where
+fewer positions are left than the new layout has readers (ranks, or streams: ranks x rows),
+they are not dropped but padded to one a reader, so each of the ``n`` left is read about
+``readers / n`` times this epoch (a resume near an epoch's end onto more readers loses no
+position).
 """
 
 from __future__ import annotations
