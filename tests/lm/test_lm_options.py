@@ -263,3 +263,19 @@ def test_a_state_of_other_tokens_is_refused_the_same_corpus_resumes(tmp_path: Pa
     assert "start the epoch without the state" in message
     before = {k: v for k, v in state["fingerprint"].items() if k != "content"}
     resumed.load_state_dict({**state, "fingerprint": before})  # saved before content was kept
+
+
+def test_a_setting_left_at_its_default_is_named_so_when_a_resume_is_refused(
+    corpus: TokenCorpus,
+) -> None:
+    """A fingerprint records ``shuffle_documents`` only when it is off: a state saved with
+    the default, loaded with it off, was refused as "loader state has shuffle_documents=None",
+    a value the user never gave."""
+    saved = LanguageModelLoader(corpus, 2, Windows(8), seed=1)
+    next(iter(saved))
+    other = LanguageModelLoader(corpus, 2, Windows(8, shuffle_documents=False), seed=1)
+    with pytest.raises(LoaderStateError) as refused:
+        other.load_state_dict(saved.state_dict())
+    text = str(refused.value)
+    assert "shuffle_documents not set (the default), this loader False" in text
+    assert "None" not in text

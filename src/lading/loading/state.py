@@ -95,9 +95,16 @@ def check(state: Mapping[str, Any], kind: str, fingerprint: Mapping[str, Any]) -
                 continue  # saved before its dataset had an identity: known by length, as then
             raise LoaderStateError(other_data(saved[key], fingerprint.get(key)))
         raise LoaderStateError(
-            f"loader state has {key}={saved.get(key)!r}, this loader "
-            f"{fingerprint.get(key)!r}; resume with the data and settings of the saved run"
+            f"loader state has {key}{_shown(saved, key)}, this loader"
+            f"{_shown(fingerprint, key, ' ')}; resume with the data and settings of the saved run"
         )
+
+
+def _shown(found: Mapping[str, Any], key: str, sign: str = "=") -> str:
+    """``=value``, or, where a fingerprint leaves ``key`` out (its setting at the default,
+    which states recorded only when changed), `` not set (the default)``: not ``None``, a
+    value the user never gave."""
+    return f"{sign}{found[key]!r}" if key in found else " not set (the default)"
 
 
 def other_data(saved: str, now: str | None) -> str:
