@@ -92,10 +92,20 @@ def chunk_trec(stream: IO[bytes]) -> Iterator[Chunk]:
     Raises RecordError (wrapped by the reader with the file and line) for text outside a block.
     A last block that the end of the file cuts off is handed over as it is: the parser refuses
     it (a record error, so ``on_error="skip"`` skips and counts it; nothing follows it).
+
+    A ``<DOC>`` line inside an open block means the block lacks its ``</DOC>`` (a cut or
+    concatenated file): the block is handed over with that line, for the parser to refuse, and a
+    new block opens at that line, so the next document is still read. A chunk holding a second
+    ``<DOC>`` or ``<DOCNO>`` (see :func:`trec_second_mark`) carries the line of that mark, not
+    of its start: the record error names the line where the next document begins.
     """
     parts: list[bytes] = []
     start = first_line = 0
     for number, line_start, pos, raw in numbered_lines(stream):
+        if parts and _DOC_OPEN.match(raw):  # the open block has no </DOC>: refused, see above
+            parts.append(raw)
+            yield _trec_chunk(first_line, start, pos, parts)
+            parts = []
         if not parts:
             if raw.isspace() or not raw:
                 continue
@@ -104,10 +114,41 @@ def chunk_trec(stream: IO[bytes]) -> Iterator[Chunk]:
             start, first_line = line_start, number
         parts.append(raw)
         if _DOC_CLOSE.search(raw):
-            yield Chunk(first_line, start, pos, b"".join(parts))
+            yield _trec_chunk(first_line, start, pos, parts)
             parts = []
     if parts:  # cut off by the end of the file: the parser refuses it, or it is skipped
-        yield Chunk(first_line, start, pos, b"".join(parts))
+        yield _trec_chunk(first_line, start, pos, parts)
+
+
+def _trec_chunk(first_line: int, start: int, end: int, parts: list[bytes]) -> Chunk:
+    """The chunk of one block's lines; at the line of its second mark when it has one."""
+    data = b"".join(parts)
+    mark = trec_second_mark(data)
+    if mark is not None:
+        first_line += data.count(b"\n", 0, mark[0])
+    return Chunk(first_line, start, end, data)
+
+
+_DOC_MARK = re.compile(rb"<DOC(NO)?>", re.IGNORECASE)
+
+
+def trec_second_mark(block: bytes) -> tuple[int, str] | None:
+    """Where one TREC block holds a second document: the offset and name of the first ``<DOC>``
+    after the opening one, or of a second ``<DOCNO>``; None for a block of one document.
+
+    One scan of the block in C: the chunker and the parser of every TREC record call it.
+    """
+    docs = docnos = 0
+    for match in _DOC_MARK.finditer(block):
+        if match.group(1) is None:
+            docs += 1
+            if docs == 2:
+                return match.start(), "<DOC>"
+        else:
+            docnos += 1
+            if docnos == 2:
+                return match.start(), "<DOCNO>"
+    return None
 
 
 class _ChunkError(Exception):

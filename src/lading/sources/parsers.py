@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 from lading.errors import LadingError
+from lading.sources.chunks import trec_second_mark
 
 JSON_ID_FIELDS: tuple[str, ...] = ("id", "doc_id", "docid", "_id", "pid")
 JSON_TEXT_FIELDS: tuple[str, ...] = ("text", "contents", "body")
@@ -301,6 +302,14 @@ def make_trec_parser(options: ParseOptions) -> Parser:
     del options  # TREC documents name their own parts
 
     def parse_trec(raw: bytes) -> Record:
+        second = trec_second_mark(raw)
+        if second is not None:  # the chunk's line is that of this mark
+            raise RecordError(
+                f"a second {second[1]} here, inside the document above it (its </DOC> is "
+                "missing, or </DOC><DOC> share a line: a cut or concatenated file?); close "
+                "every document with a </DOC> line of its own, or pass "
+                "on_error='skip' to leave this block out"
+            )
         doc = _decode(raw).replace("\r\n", "\n")
         match = _DOCNO.search(doc)
         if match is None:
