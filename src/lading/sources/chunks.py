@@ -185,7 +185,9 @@ class _ZstdReader(io.RawIOBase):
     zstandard's ``stream_reader`` ends quietly when the input stops in the middle of a frame,
     which would make an interrupted download look like a shorter corpus. Here every frame must
     reach its end (``decompressobj().eof``); otherwise reading raises ``EOFError``, as gzip and
-    bz2 do.
+    bz2 do. Damaged data (a flipped byte, garbage after the last frame) raises ``OSError``, as
+    gzip and bz2 do, not zstandard's own ``ZstdError``: :func:`reading` turns both into one
+    :class:`~lading.errors.SourceError` naming the file.
     """
 
     def __init__(self, name: str, zstandard: Any) -> None:
@@ -216,7 +218,10 @@ class _ZstdReader(io.RawIOBase):
         out = []
         while data:
             self._in_frame = True
-            out.append(self._obj.decompress(data))
+            try:
+                out.append(self._obj.decompress(data))
+            except self._zstd.ZstdError as e:  # reading() names the file: one line, no trace
+                raise OSError(str(e)) from e
             if not self._obj.eof:
                 break
             self._in_frame = False  # a frame ended; what is left starts the next one
