@@ -3,6 +3,7 @@ never a shorter corpus and never a decompressor's own exception."""
 
 from __future__ import annotations
 
+import bz2
 import gzip
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ def zstd_compress(data: bytes) -> bytes:
 
 COMPRESS: dict[str, Callable[[bytes], bytes]] = {
     "gz": gzip.compress,
+    "bz2": bz2.compress,
     "zst": zstd_compress,
 }
 
@@ -81,3 +83,9 @@ def test_many_members_read_whole(tmp_path: Path, suffix: str) -> None:
     with open_binary(path) as stream:  # line by line, as the chunkers read
         assert b"".join(stream) == b"".join(parts)
     assert len(list(read_records(path))) == sum(part.count(b"\n") for part in parts)
+
+
+def test_a_truncated_bz2_member_is_an_error(tmp_path: Path) -> None:
+    first, second = bz2.compress(rows("a", 1000)), bz2.compress(rows("b", 1000))
+    assert_corrupt(write(tmp_path / "c.tsv.bz2", first + second[: len(second) // 2]))
+    assert_corrupt(write(tmp_path / "d.tsv.bz2", first + second[:3]))  # the header only

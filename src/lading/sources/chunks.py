@@ -1,7 +1,8 @@
 """Opening corpus files and cutting them into records: compression, frames, line and TREC chunks.
 
 This is the byte level under :mod:`lading.sources`: :func:`open_binary` decompresses ``.gz``,
-``.bz2`` and ``.zst`` on the fly (a truncated zstd frame is an error, as in gzip and bz2), the
+``.bz2`` and ``.zst`` on the fly, member after member (a truncated or damaged member, or bytes
+after the last one that do not decompress, is an error in every format), the
 *chunkers* cut the byte stream into raw :class:`Chunk` s with the line each starts on and its
 byte span, and :func:`reading` turns a structural or decompression failure into a
 :class:`~lading.errors.SourceError` naming file and line. Turning a chunk into a record is
@@ -164,22 +165,100 @@ class _ChunkError(Exception):
 
 
 def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
-    """Open ``path`` for reading bytes, decompressing ``.gz``, ``.bz2`` and ``.zst`` on the fly."""
+    """Open ``path`` for reading bytes, decompressing ``.gz``, ``.bz2`` and ``.zst`` on the fly.
+
+    Every kind of damage raises: a truncated stream ``EOFError``, bytes that do not decompress
+    (a flipped byte, a damaged later member, garbage after the last one) ``OSError`` or
+    ``zlib.error``; :func:`reading` turns each into one SourceError naming the file.
+    """
     name = os.fspath(path)
     if name.endswith(".gz"):
         return gzip.open(name, "rb")  # type: ignore[return-value]
     if name.endswith(".bz2"):
-        return bz2.open(name, "rb")
+        return io.BufferedReader(_Bz2Reader(name), buffer_size=_READ)
     if name.endswith(".zst"):
         try:
             import zstandard
         except ImportError:
             raise missing_package(f"{name} (zstd-compressed)", "zstandard", "zstd") from None
-        return io.BufferedReader(_ZstdReader(name, zstandard), buffer_size=1 << 20)
+        return io.BufferedReader(_ZstdReader(name, zstandard), buffer_size=_READ)
     return open(name, "rb")
 
 
-class _ZstdReader(io.RawIOBase):
+_READ = 1 << 20  # compressed bytes read at once, and the buffer the lines are cut from
+_MAX_OUT = 8 << 20  # decompressed bytes made by one bz2 call (a bound on a bz2 bomb's memory)
+
+
+class _Decompressing(io.RawIOBase):
+    """A raw reader of the pieces :meth:`_piece` decompresses, handed out without copying the
+    rest of a piece at each read (a piece is many reads long)."""
+
+    def __init__(self, name: str) -> None:
+        self._file = open(name, "rb")  # noqa: SIM115 - closed in close()
+        self._pending = memoryview(b"")
+        self._at = 0  # what of _pending was handed out
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        while self._at >= len(self._pending):
+            piece = self._piece()
+            if not piece:
+                return 0
+            self._pending, self._at = memoryview(piece), 0
+        n = min(len(view), len(self._pending) - self._at)
+        view[:n] = self._pending[self._at : self._at + n]
+        self._at += n
+        return n
+
+    def _piece(self) -> bytes:
+        """The next decompressed bytes, ``b""`` at the end of the file only."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+class _Bz2Reader(_Decompressing):
+    """Decompresses a ``.bz2`` file member after member (``cat a.bz2 b.bz2``, pbzip2, lbzip2),
+    and fails where bytes left after a member do not decompress.
+
+    Python's ``bz2.open`` takes whatever follows a member and does not decompress as trailing
+    junk and stops there without a word: a damaged later member made half a corpus. Here the
+    bytes after each member start a new one, so damage raises ``OSError`` and a member cut off
+    by the end of the file ``EOFError``, as gzip does.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._obj = bz2.BZ2Decompressor()
+        self._fed = False  # bytes of the current member were fed to _obj
+
+    def _piece(self) -> bytes:
+        while True:
+            if self._obj.eof:  # a member ended: the bytes after it start the next one
+                data = self._obj.unused_data or self._file.read(_READ)
+                if not data:
+                    return b""
+                self._obj, self._fed = bz2.BZ2Decompressor(), False
+            elif self._obj.needs_input:
+                data = self._file.read(_READ)
+                if not data:
+                    if self._fed:
+                        raise EOFError("the bz2 stream ends inside a member (truncated file)")
+                    return b""  # an empty file
+            else:
+                data = b""  # _obj still holds input that it did not decompress for _MAX_OUT
+            self._fed = self._fed or bool(data)
+            out = self._obj.decompress(data, _MAX_OUT)
+            if out:
+                return out
+
+
+class _ZstdReader(_Decompressing):
     """Decompresses a ``.zst`` file frame after frame, and fails on a truncated last frame.
 
     zstandard's ``stream_reader`` ends quietly when the input stops in the middle of a frame,
@@ -191,28 +270,21 @@ class _ZstdReader(io.RawIOBase):
     """
 
     def __init__(self, name: str, zstandard: Any) -> None:
-        self._file = open(name, "rb")  # noqa: SIM115 - closed in close()
+        super().__init__(name)
         self._zstd = zstandard
         self._obj = zstandard.ZstdDecompressor().decompressobj()
         self._in_frame = False  # bytes of the current frame were fed and it has not ended
-        self._pending = b""
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        while not self._pending:
-            data = self._file.read(1 << 20)
+    def _piece(self) -> bytes:
+        while True:
+            data = self._file.read(_READ)
             if not data:
                 if self._in_frame:
                     raise EOFError("the zstd stream ends inside a frame (truncated file)")
-                return 0
-            self._pending = self._feed(data)
-        n = min(len(view), len(self._pending))
-        view[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
-        return n
+                return b""
+            out = self._feed(data)
+            if out:
+                return out
 
     def _feed(self, data: bytes) -> bytes:
         out = []
@@ -228,10 +300,6 @@ class _ZstdReader(io.RawIOBase):
             data = self._obj.unused_data
             self._obj = self._zstd.ZstdDecompressor().decompressobj()
         return b"".join(out)
-
-    def close(self) -> None:
-        self._file.close()
-        super().close()
 
 
 def is_compressed(path: str | os.PathLike[str]) -> bool:
