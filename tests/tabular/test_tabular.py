@@ -410,3 +410,39 @@ def test_lading_train_sessions_resumed_gives_the_uninterrupted_losses(
     assert first == {s: want[s] for s in range(1, stop + 1)}
     got = run("resumed", 12, checkpoint_every=stop, resume=True)
     assert got == want  # the resumed run appended the later steps to the log
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_second_elastic_state_loaded_into_one_loader_reads_its_own_rows(
+    tmp_path: Path, workers: int
+) -> None:
+    """Rolling back to another checkpoint in the same process: two elastic states both resume
+    as the epoch's segment 1, and the chunk cached for the first (keyed by epoch, segment,
+    reader and chunk, not by its rows) served the second's batches (29 of 293 rows read twice,
+    others never)."""
+    path = write_sessions(tmp_path / "s.parquet", 293, 7)
+
+    def make(world: World, batch: int, buffer: int, num_workers: int = 0) -> Any:
+        return PartitionedParquet(
+            path, batch, list_columns={"items": 2}, world=world, seed=11, buffer_rows=buffer,
+            num_workers=num_workers, persistent_workers=num_workers > 0,
+            multiprocessing_context="fork",
+        )  # fmt: skip
+
+    def state_after(k: int) -> dict[str, Any]:  # 2 ranks, batches of 8, stopped after k
+        loader = make(World(0, 2), 8, 24)
+        loader.set_epoch(0)
+        for i, _ in enumerate(loader, 1):
+            if i == k:
+                break
+        return loader.state_dict()
+
+    first, second = state_after(3), state_after(5)
+    fresh = make(World(0, 3), 7, 21)
+    fresh.load_state_dict(second)
+    want = [b["session_id"].tolist() for b in fresh]
+    loader = make(World(0, 3), 7, 21, workers)
+    loader.load_state_dict(first)
+    next(iter(loader))
+    loader.load_state_dict(second)
+    assert [b["session_id"].tolist() for b in loader] == want

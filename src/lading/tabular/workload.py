@@ -82,7 +82,7 @@ class ParquetWorkload(SegmentWorkload):
         self.buffer_rows = -(-wanted // size) * size
         reading.refuse_empty(self.total_rows, "rows")
         self._ordered: tuple[int, list[Piece]] | None = None
-        self._chunks: list[tuple[tuple[int, ...], Any]] = []  # the last two chunks served
+        self._chunks: list[tuple[tuple[Any, ...], Any]] = []  # the last two chunks served
 
     def __getstate__(self) -> dict[str, Any]:
         """What a DataLoader worker gets: no cached chunks (Arrow tables stay behind)."""
@@ -195,7 +195,15 @@ class ParquetWorkload(SegmentWorkload):
     def _chunk(self, key: RowsKey, chunk: int, rows: Runs) -> Any:
         """One chunk of a reader's share, shuffled; the last two are kept (a batch may span
         two, and the next batch of the same reader usually starts in the last one)."""
-        ident = (key.epoch, key.segment, key.reader, chunk)
+        # the rows too: two elastic states loaded in turn both resume as segment 1, other rows
+        ident = (
+            key.epoch,
+            key.segment,
+            key.reader,
+            chunk,
+            rows.starts.tobytes(),
+            rows.stops.tobytes(),
+        )
         for cached, table in self._chunks:
             if cached == ident:
                 return table
