@@ -313,3 +313,26 @@ def test_repartition_refuses_a_foreign_output_folder_before_reading(tmp_path: Pa
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["mine.txt"]
     with pytest.raises(FileExistsError, match="not a lading directory"):
         repartition(tmp_path / "in", tmp_path / "out")
+
+
+@pytest.mark.parametrize("case", ["nullability", "column order"])
+def test_repartition_rewrites_files_the_loader_reads_as_one_schema(
+    tmp_path: Path, case: str
+) -> None:
+    """Files that differ only in ``not null`` flags (pandas-written days beside a rewritten
+    one) or in column order pass the schema check and the loader reads them; repartition
+    failed midway with pyarrow's multi-line "Schema at index 0 was different"."""
+    strict = pa.schema([pa.field("session_id", pa.int64(), nullable=False), ("n", pa.int64())])
+    first = pa.table({"session_id": [0, 1, 2], "n": [5, 6, 7]}, schema=strict)
+    second = pa.table({"session_id": [3, 4], "n": [8, 9]})
+    if case == "column order":
+        first = first.cast(pa.schema([("session_id", pa.int64()), ("n", pa.int64())]))
+        second = second.select(["n", "session_id"])
+    (tmp_path / "in").mkdir()
+    pq.write_table(first, tmp_path / "in" / "a.parquet")
+    pq.write_table(second, tmp_path / "in" / "b.parquet")
+    repartition(tmp_path / "in", tmp_path / "out", row_group_size=2)
+    back = pq.read_table(tmp_path / "out")
+    assert back.column("session_id").to_pylist() == [0, 1, 2, 3, 4]
+    assert back.column("n").to_pylist() == [5, 6, 7, 8, 9]
+    assert back.schema.names == first.schema.names

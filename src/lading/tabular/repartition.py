@@ -175,11 +175,20 @@ def _inputs(src: PathsArg, target: Path) -> tuple[list[Path], list[Piece], Any]:
     return files, pieces, schemas[0]
 
 
-def _batches(files: list[Path]) -> Iterator[Any]:
+def _batches(files: list[Path], schema: Any) -> Iterator[Any]:
+    """Every file's batches in ``schema`` (the first file's): files that differ only in
+    column order or ``not null`` flags, which the schema check and the loader accept, are
+    reordered and cast (the writer takes one schema exactly)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     for file in files:
-        yield from pq.ParquetFile(file).iter_batches(batch_size=READ_BATCH)
+        for batch in pq.ParquetFile(file).iter_batches(batch_size=READ_BATCH):
+            if batch.schema.equals(schema):
+                yield batch
+            else:
+                table = pa.Table.from_batches([batch]).select(schema.names).cast(schema)
+                yield from table.to_batches()
 
 
 def _write(files: list[Path], schema: Any, sizes: list[int], path: Path) -> None:
@@ -191,7 +200,7 @@ def _write(files: list[Path], schema: Any, sizes: list[int], path: Path) -> None
     groups = iter(sizes)
     want = next(groups)
     with pq.ParquetWriter(path, schema) as writer:
-        for batch in _batches(files):
+        for batch in _batches(files, schema):
             pending.append(batch)
             held += batch.num_rows
             while held >= want > 0:
