@@ -91,3 +91,21 @@ def test_one_line_documents_and_well_formed_files_read_as_before(tmp_path: Path)
         "<DOC><DOCNO>1</DOCNO>one</DOC>\n<doc>\n<docno>2</docno>\ntwo\n</doc>\n",
     )
     assert [(r.id, r.text) for r in read_records(path)] == [("1", "one"), ("2", "two")]
+
+
+def test_markup_quoted_inside_a_documents_text_is_text(tmp_path: Path) -> None:
+    """A web page's text may quote ``<doc>`` (or ``<DOCNO>``) inside a line: the first cut of
+    the run-together check counted every such mark and refused (or, under skip, dropped) the
+    document, which the older reader read."""
+    text = (
+        "An XML file starts with <doc> as its root, e.g. <doc><title>x</title></doc>; "
+        "a TREC file names one with <DOCNO>."
+    )
+    path = write(
+        tmp_path / "q.trec",
+        f"<DOC>\n<DOCNO>d1</DOCNO>\n<TEXT>\n{text}\n</TEXT>\n</DOC>\n"
+        "<DOC>\n<DOCNO>d2</DOCNO>\n<TEXT>\nplain\n</TEXT>\n</DOC>\n",
+    )
+    records = read_records(path, format="trec")
+    assert [(r.id, text in r.text) for r in records] == [("d1", True), ("d2", False)]
+    assert records.skipped == 0

@@ -130,25 +130,31 @@ def _trec_chunk(first_line: int, start: int, end: int, parts: list[bytes]) -> Ch
     return Chunk(first_line, start, end, data)
 
 
-_DOC_MARK = re.compile(rb"<DOC(NO)?>", re.IGNORECASE)
+# a mark that opens a document or names one: at a line's start, or right after a </DOC> or a
+# <DOC> on its line; a "<doc>" inside a line of text (markup a web page quotes) is text
+_DOC_MARK = re.compile(
+    rb"(?:^[ \t]*|</DOC>[ \t]*|<DOC>[ \t]*)(<DOC(NO)?>)", re.IGNORECASE | re.MULTILINE
+)
 
 
 def trec_second_mark(block: bytes) -> tuple[int, str] | None:
     """Where one TREC block holds a second document: the offset and name of the first ``<DOC>``
-    after the opening one, or of a second ``<DOCNO>``; None for a block of one document.
+    after the opening one, or of a second ``<DOCNO>``, each counted where it opens or names a
+    document (a line's start, or after ``</DOC>`` or ``<DOC>`` on its line; not markup quoted
+    inside the text); None for a block of one document.
 
     One scan of the block in C: the chunker and the parser of every TREC record call it.
     """
     docs = docnos = 0
     for match in _DOC_MARK.finditer(block):
-        if match.group(1) is None:
+        if match.group(2) is None:
             docs += 1
             if docs == 2:
-                return match.start(), "<DOC>"
+                return match.start(1), "<DOC>"
         else:
             docnos += 1
             if docnos == 2:
-                return match.start(), "<DOCNO>"
+                return match.start(1), "<DOCNO>"
     return None
 
 
