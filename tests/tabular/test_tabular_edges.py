@@ -336,3 +336,15 @@ def test_repartition_rewrites_files_the_loader_reads_as_one_schema(
     assert back.column("session_id").to_pylist() == [0, 1, 2, 3, 4]
     assert back.column("n").to_pylist() == [5, 6, 7, 8, 9]
     assert back.schema.names == first.schema.names
+
+
+def test_repartition_keeps_the_nulls_of_a_file_whose_column_may_hold_them(tmp_path: Path) -> None:
+    """The first file declares ``not null``, a later one holds nulls there: the rewrite cast
+    to the first's schema and failed with "Casting field 'x' with null values to
+    non-nullable", naming no file. The written column is nullable where any file's is."""
+    strict = pa.schema([pa.field("x", pa.int64(), nullable=False)])
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"x": [1, 2]}, schema=strict), tmp_path / "in" / "a.parquet")
+    pq.write_table(pa.table({"x": [3, None]}), tmp_path / "in" / "b.parquet")
+    repartition(tmp_path / "in", tmp_path / "out", row_group_size=2)
+    assert pq.read_table(tmp_path / "out").column("x").to_pylist() == [1, 2, 3, None]

@@ -172,7 +172,17 @@ def _inputs(src: PathsArg, target: Path) -> tuple[list[Path], list[Piece], Any]:
                 f"{file} has column(s) {extra} that {files[0]} lacks; every file must have "
                 "the same columns: rewrite the file, or repartition the files apart"
             )
-    return files, pieces, schemas[0]
+    return files, pieces, _nullable_where_any_is(schemas)
+
+
+def _nullable_where_any_is(schemas: list[Any]) -> Any:
+    """The first file's schema, its fields nullable where any file's field of that name is (a
+    later file's nulls would not cast to the first's ``not null``)."""
+    first = schemas[0]
+    for i, field in enumerate(first):
+        if not field.nullable and any(s.field(field.name).nullable for s in schemas[1:]):
+            first = first.set(i, field.with_nullable(True))
+    return first
 
 
 def _batches(files: list[Path], schema: Any) -> Iterator[Any]:
