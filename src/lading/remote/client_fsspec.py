@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -69,13 +70,19 @@ class FsspecClient:
     async def create_async(self, key: str, data: bytes) -> bool:
         """s3fs's create-only PUT (``If-None-Match: *``); other fsspec filesystems may take
         ``mode="create"`` and overwrite anyway, so they are not asked."""
-        if "s3" not in _protocols(self.fs):
+        pipe = getattr(self.fs, "_pipe_file", None)
+        takes_mode = pipe is not None and "mode" in inspect.signature(pipe).parameters
+        if "s3" not in _protocols(self.fs) or not takes_mode:  # (s3fs before 2024.12: none)
             raise NotImplementedError(f"no create-only PUT through {type(self.fs).__name__}")
         try:
             with self._errors(key, writing=True):
                 await self._on_fs("pipe_file", self._path(key), data, mode="create")
         except FileExistsError:
             return False
+        except OSError as e:
+            if objects.not_implemented(e):  # a server without conditional writes
+                raise NotImplementedError(f"{self.endpoint}: {e}") from None
+            raise
         return True
 
     async def upload_async(

@@ -31,6 +31,7 @@ from lading.remote.objects import (
     denied,
     no_bucket,
     no_object,
+    not_implemented,
     refused,
     split_url,
 )
@@ -214,6 +215,8 @@ class ObstoreClient:
         except AlreadyExistsError:
             return False
         except Exception as e:
+            if not_implemented(e):  # a server without conditional writes
+                raise NotImplementedError(f"{self.endpoint}: {e}") from None
             raise self._error(e, key) from e
         return True
 

@@ -20,6 +20,7 @@ counted is a request sent (:mod:`lading.remote.fetch` retries).
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,6 +154,13 @@ class ObjectClient(Protocol):
 
     def delete(self, key: str) -> None:
         """Remove object ``key`` (absent is fine)."""
+
+
+def not_implemented(error: BaseException) -> bool:
+    """Whether ``error`` is a server's 501 Not Implemented (an S3-compatible server without
+    conditional writes answers ``If-None-Match: *`` so), as obstore and s3fs report it."""
+    text = str(error)
+    return getattr(error, "errno", None) == errno.ENOSYS or "Not Implemented" in text
 
 
 def exists(client: ObjectClient, key: str) -> bool:

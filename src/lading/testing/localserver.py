@@ -97,7 +97,7 @@ class _Proxy:
             ):
                 return await self.get(request)
             op = {"GET": "list", "HEAD": "head"}.get(request.method, "put")
-            fault = self.fault_for(request.path_qs, op)
+            fault = self.fault_for(request.path_qs, op, request.headers)
             if fault is not None:
                 answer = await self.inject(fault, request)
                 if answer is not None:
@@ -180,10 +180,12 @@ class _Proxy:
             return web.Response(status=500, text="injected reset")  # never sent: it is gone
         return None
 
-    def fault_for(self, name: str, op: str = "get") -> dict[str, Any] | None:
+    def fault_for(self, name: str, op: str = "get", headers: Any = None) -> dict[str, Any] | None:
         for rule in self.faults:
             if rule.get("op", "get") not in (op, "any"):
                 continue
+            if rule.get("header") and rule["header"] not in (headers or {}):
+                continue  # aimed at requests carrying that header only
             if rule["times"] > 0 and rule["match"] in name:
                 rule["times"] -= 1
                 self.counts["faults"] += 1
@@ -378,7 +380,8 @@ class LocalS3:
         with ``status``), wait ``delay`` seconds first (``slow``), come back short, end in a
         connection reset (``reset``) or never be answered (``hang``). ``op="list"``,
         ``"head"``, ``"put"`` or ``"any"`` aims the rule at other requests (``match`` is then
-        matched against the path and query)."""
+        matched against the path and query); ``header="If-None-Match"``, at those carrying
+        that header (a conditional PUT) only."""
         self._call("faults", {"match": match, "times": times, "kind": kind, **more})
 
     def make_bucket(self, name: str) -> None:

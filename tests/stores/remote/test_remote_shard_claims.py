@@ -140,3 +140,25 @@ def test_an_fsspec_filesystem_other_than_s3_is_not_asked_for_a_create_only_put(
     with pytest.raises(NotImplementedError, match="create-only"):
         asyncio.run(client.create_async("k", b"first"))
     assert not (tmp_path / "k").exists()
+
+
+@pytest.mark.parametrize("backend", ["obstore", "fsspec"])
+def test_a_server_without_conditional_writes_gets_the_write_and_the_read_back(
+    s3: LocalS3, bucket: str, tmp_path: Path, backend: str
+) -> None:
+    """An S3-compatible server that answers ``If-None-Match: *`` with 501 Not Implemented
+    (conditional writes came to S3 in 2024; not every server has them): the claim writes and
+    reads back, as before the create-only PUT, instead of failing the build."""
+    from lading.remote.settings import RemoteSettings
+    from lading.stores.building.remote_shards import put_build
+
+    a = rows(tmp_path / "a.jsonl", "apple", 30)
+    url = f"s3://{bucket}/no-conditional-{backend}"
+    local = tmp_path / "local"
+    lading.build_shard(a, local, (0, 2), build_id="build-old-server")
+    s3.fault("no-conditional", 100, "error", status=501, op="put", header="If-None-Match")
+    settings = RemoteSettings.of(tmp_path / "w", None, None, backend=backend)
+    client = lading.remote.clients.open_client(url, backend)
+    put_build(client, settings, local, "build-old-server/shard-00000-of-00002", url, 0)
+    assert s3.stats()["faults"] >= 1
+    assert json.loads(client.get("build-old-server/build.json"))["n"] == 2
