@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.remote.ranges import Need
+from lading.step import STEPS_PER_EPOCH
 
 Span = tuple[str, int, int]  # object key, start, end
 _NONE = np.iinfo(np.int64).max
@@ -76,12 +77,11 @@ class Schedule:
         obj, starts, ends, steps = obj[order], starts[order], ends[order], steps[order]
         bounds = np.searchsorted(obj, np.arange(len(keys) + 1))
         self._by_key: dict[str, tuple[Any, ...]] = {}
-        last = np.zeros(n, dtype=np.int64)  # the last step its run of touching reads is read
         for i, key in enumerate(keys):
             lo, hi = int(bounds[i]), int(bounds[i + 1])
             longest = int((ends[lo:hi] - starts[lo:hi]).max()) if hi > lo else 0
             self._by_key[key] = (starts[lo:hi], ends[lo:hi], steps[lo:hi], np.int64(longest))
-            last[lo:hi] = _run_last(starts[lo:hi], ends[lo:hi], steps[lo:hi])
+        last = _run_last(obj, starts, ends, steps)
         by_step = np.argsort(steps, kind="stable")
         code_of = obj[by_step].astype(np.int32)  # (objects are few: 4 bytes a read saved)
         self._step_order = (code_of, starts[by_step], ends[by_step], steps[by_step])
@@ -109,9 +109,9 @@ class Schedule:
 
     def spans(self, first: int, stop: int, used_from: int | None = None) -> list[Span]:
         """The ranges read at steps ``first .. stop - 1``, each once; ``used_from``: only those
-        whose run of touching or overlapping reads has a read at that step or after. Where
-        blocks are coalesced from touching reads only (along a plan), no block of the others
-        is read again."""
+        whose run of touching or overlapping reads within their epoch has a read at that step
+        or after. Where blocks are coalesced from touching reads only (along a plan), no
+        block of the others is read again within the epoch."""
         obj, starts, ends, steps = self._step_order
         lo, hi = np.searchsorted(steps, [first, stop]).tolist()
         keys = self._keys
@@ -150,17 +150,30 @@ class Schedule:
 
 
 def _run_last(
-    starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], steps: npt.NDArray[np.int64]
+    obj: npt.NDArray[np.int64],
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    steps: npt.NDArray[np.int64],
 ) -> npt.NDArray[np.int64]:
-    """For one object's reads sorted by start: the last step of each one's run (the reads
-    joined by touching or overlapping: a read starting after every earlier one ends opens
-    a run)."""
-    if len(starts) == 0:
-        return np.zeros(0, dtype=np.int64)
-    before = np.maximum.accumulate(ends)  # the furthest end of the reads up to each
-    opens = np.flatnonzero(np.concatenate(([True], starts[1:] > before[:-1])))
-    last = np.maximum.reduceat(steps, opens)
-    return np.repeat(last, np.diff(np.append(opens, len(starts))))
+    """For reads sorted by object, start and step: the last step of each one's run within
+    its epoch (the reads of one object and epoch joined by touching or overlapping: a read
+    starting after every earlier one of them ends opens a run)."""
+    n = len(starts)
+    last = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return last
+    epoch = steps // STEPS_PER_EPOCH
+    order = np.lexsort((starts, epoch, obj))  # by object and epoch, each by start
+    group = np.concatenate(([True], (np.diff(obj[order]) != 0) | (np.diff(epoch[order]) != 0)))
+    bounds = np.append(np.flatnonzero(group), n)
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):  # objects x epochs: few
+        at = order[lo:hi]
+        a, b, s = starts[at], ends[at], steps[at]
+        before = np.maximum.accumulate(b)  # the furthest end of the reads up to each
+        opens = np.flatnonzero(np.concatenate(([True], a[1:] > before[:-1])))
+        runs = np.maximum.reduceat(s, opens)
+        last[at] = np.repeat(runs, np.diff(np.append(opens, len(a))))
+    return last
 
 
 def _first_overlapping(

@@ -24,6 +24,13 @@ at a time) turns that into the cache's two inputs:
 - as steps pass (:meth:`Planner.advance`, at each prefetch), the blocks read before the
   current step get their next planned use after it: reads themselves write nothing (a
   DataLoader worker reads at its batch's step, the planner in the main process moves on).
+  A reader of each range once an epoch moves on at each step only the blocks read again
+  within the epoch and less than :data:`HOLD_STEPS` ahead (the window records the later
+  ones' uses when it announces their reads); those read next in a later epoch, when the
+  clock crosses into it. Until then their passed use reads as none to eviction, so the
+  window ahead may take their regions: moving every one on at each step kept its retries
+  from finding room (client CPU a cold document 0.81-0.90x with them left, same epoch-2 hits:
+  benchmarks/RESULTS.md, "Remote: the data plane").
 """
 
 from __future__ import annotations
@@ -36,11 +43,13 @@ from lading.remote.cache.reads import NodeCache
 from lading.remote.fetch import Future
 from lading.remote.ranges import Need
 from lading.remote.schedule import Schedule
+from lading.step import STEPS_PER_EPOCH
 
 AHEAD_SHARE = 0.125  # the window's bytes ahead at most this share of the cap
 _RETRY_STEPS = 4  # what found no room is tried again this many steps' bytes a call
 _RETRY_EVERY = WINDOW  # steps: with an order known, tried again at least this often
 _STEP = operator.attrgetter("step")
+HOLD_STEPS = 2 * WINDOW  # a once-reader moves a block on within an epoch only this near
 
 
 class Planner:
@@ -82,6 +91,11 @@ class Planner:
         self.schedule = schedule
         self._advanced = schedule.first_step
         self._followed = (schedule.first_step, schedule.first_step)
+        self._move_all(schedule, schedule.first_step, self.once)
+
+    def _move_all(self, schedule: Schedule, now: int, order: bool = False) -> None:
+        """Give every cached block of ``schedule``'s objects its first planned use from step
+        ``now`` on (``order``: and record the order in the ledger, :meth:`.Ledger.order`)."""
         cache = self.cache
         objects = {cache.obj(key): key for key in schedule.objects()}
         if not objects:
@@ -91,14 +105,11 @@ class Planner:
             rows = conn.execute(
                 f"SELECT object, start, end FROM blocks WHERE object IN ({marks})", list(objects)
             ).fetchall()
-        steps = schedule.next_use_many(
-            [(objects[o], a, b) for o, a, b in rows], schedule.first_step
-        )
+        steps = schedule.next_use_many([(objects[o], a, b) for o, a, b in rows], now)
         with cache.ledger.write() as conn:
-            now = schedule.first_step
             cache.ledger.set_uses(conn, [(now, s, o, a) for (o, a, _), s in zip(rows, steps)])
-            if self.once:
-                cache.ledger.order(conn, objects, now, schedule.last_step)
+            if order:
+                cache.ledger.order(conn, objects, schedule.first_step, schedule.last_step)
 
     def prefetch(self, needs: list[Need], now: int) -> None:
         """Fetch ``needs`` (ranges and the step each is read at) a window ahead of step
@@ -191,14 +202,20 @@ class Planner:
         if schedule is None or now <= self._advanced:
             return
         upto = min(now, schedule.last_step)
+        if self.once and now < schedule.last_step and _epoch(now) > _epoch(self._advanced):
+            self._advanced = upto  # the clock crossed into an epoch: its reads are next
+            self._move_all(schedule, now)
+            return
         if not schedule.reads_between(self._advanced, upto):
             self._advanced = max(self._advanced, upto)
             return
         # a reader of each range once an epoch (documents) has its blocks coalesced from
         # touching reads only: the ranges whose run of touching reads is not read again
-        # are in blocks with no later use, whose passed next use eviction reads as none
-        # (looking them up was 0.03 of 0.11 ms of main-thread CPU a cold document:
-        # benchmarks/remote_cpu.py)
+        # within the epoch are in blocks with no later use in it, whose passed next use
+        # eviction reads as none until the clock crosses into the next epoch (above):
+        # looking them up was 0.03 of 0.11 ms of main-thread CPU a cold document
+        # (benchmarks/remote_cpu.py), and moving them on to the next epoch's reads at each
+        # step kept the window's retries from finding room (benchmarks/RESULTS.md)
         spans = schedule.spans(self._advanced, upto, now if self.once else None)
         self._advanced = max(self._advanced, upto)
         if not spans:
@@ -213,9 +230,18 @@ class Planner:
             for p in pieces
         }
         steps = schedule.next_use_many(list(blocks.values()), now)
+        rows = [(now, s, o, a) for (o, a), s in zip(blocks, steps)]
+        if self.once:  # read again far ahead: the window records it when announced
+            hold = now + HOLD_STEPS
+            rows = [r for r in rows if r[1] is not None and r[1] < hold]
+            if not rows:
+                return
         with cache.ledger.write() as conn:
-            rows = [(now, s, o, a) for (o, a), s in zip(blocks, steps)]
             cache.ledger.set_uses(conn, rows)
+
+
+def _epoch(step: int) -> int:
+    return step // STEPS_PER_EPOCH
 
 
 def _from(needs: list[Need], now: int) -> list[Need]:
