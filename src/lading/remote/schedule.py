@@ -158,22 +158,31 @@ def _run_last(
     """For reads sorted by object, start and step: the last step of each one's run within
     its epoch (the reads of one object and epoch joined by touching or overlapping: a read
     starting after every earlier one of them ends opens a run)."""
-    n = len(starts)
-    last = np.zeros(n, dtype=np.int64)
-    if n == 0:
-        return last
-    epoch = steps // STEPS_PER_EPOCH
-    order = np.lexsort((starts, epoch, obj))  # by object and epoch, each by start
-    group = np.concatenate(([True], (np.diff(obj[order]) != 0) | (np.diff(epoch[order]) != 0)))
-    bounds = np.append(np.flatnonzero(group), n)
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):  # objects x epochs: few
-        at = order[lo:hi]
-        a, b, s = starts[at], ends[at], steps[at]
-        before = np.maximum.accumulate(b)  # the furthest end of the reads up to each
-        opens = np.flatnonzero(np.concatenate(([True], a[1:] > before[:-1])))
-        runs = np.maximum.reduceat(s, opens)
-        last[at] = np.repeat(runs, np.diff(np.append(opens, len(a))))
+    last = np.zeros(len(obj), dtype=np.int64)
+    bounds = np.flatnonzero(np.diff(obj)) + 1
+    for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(obj)]):  # objects: few
+        if hi == lo:
+            continue
+        epoch = steps[lo:hi] // STEPS_PER_EPOCH
+        if (epoch == epoch[0]).all():
+            last[lo:hi] = _runs(starts[lo:hi], ends[lo:hi], steps[lo:hi])
+            continue
+        order = np.argsort(epoch, kind="stable")  # by epoch, each still by start
+        cuts = np.flatnonzero(np.diff(epoch[order])) + 1
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), hi - lo]):  # epochs: few
+            at = order[a:b] + lo
+            last[at] = _runs(starts[at], ends[at], steps[at])
     return last
+
+
+def _runs(
+    starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], steps: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """For one object's reads of one epoch sorted by start: the last step of each one's run."""
+    before = np.maximum.accumulate(ends)  # the furthest end of the reads up to each
+    opens = np.flatnonzero(np.concatenate(([True], starts[1:] > before[:-1])))
+    last = np.maximum.reduceat(steps, opens)
+    return np.repeat(last, np.diff(np.append(opens, len(starts))))
 
 
 def _first_overlapping(
