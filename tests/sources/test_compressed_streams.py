@@ -89,3 +89,39 @@ def test_a_truncated_bz2_member_is_an_error(tmp_path: Path) -> None:
     first, second = bz2.compress(rows("a", 1000)), bz2.compress(rows("b", 1000))
     assert_corrupt(write(tmp_path / "c.tsv.bz2", first + second[: len(second) // 2]))
     assert_corrupt(write(tmp_path / "d.tsv.bz2", first + second[:3]))  # the header only
+
+
+TEXT_KINDS = {  # a plain text file of lines, and the IR inputs' line formats
+    "text": lambda i: b"line number %d of some running text here\n" % i,
+    "queries": lambda i: b"q%d\tquery number %d\n" % (i, i),
+    "qrels": lambda i: b"q%d 0 d%d 1\n" % (i, i),
+    "run": lambda i: b"q%d Q0 d%d 1 %d.5 sys\n" % (i, i, 30000 - i),
+}
+
+
+def read_kind(kind: str, path: Path) -> int:
+    """Every record of ``path`` read under ``on_error="skip"``: garbled lines that come out of
+    a flipped byte before the stream's check fails are skipped, never the damage itself."""
+    from lading.ir.inputs import read_qrels, read_queries, read_run
+    from lading.lm.texts import Skips, iter_texts
+
+    if kind == "text":
+        return sum(1 for _ in iter_texts(path, split="line", on_error="skip", skipped=Skips()))
+    read = {"queries": read_queries, "qrels": read_qrels, "run": read_run}[kind]
+    return len(read(path, on_error="skip"))
+
+
+@pytest.mark.parametrize("kind", sorted(TEXT_KINDS))
+@pytest.mark.parametrize("damage", ["flipped", "truncated"])
+def test_text_and_ir_inputs_name_the_damaged_file(tmp_path: Path, kind: str, damage: str) -> None:
+    """A token corpus's plain text and the rankers' queries, qrels and runs read compressed
+    files through the same reader: damage is the one SourceError naming the file, not
+    gzip's ``BadGzipFile``/``EOFError`` without a name (a traceback from ``lading lm build``)."""
+    payload = gzip.compress(b"".join(TEXT_KINDS[kind](i) for i in range(20000)))
+    bad = damaged(payload, len(payload) // 2) if damage == "flipped" else payload[:-100]
+    path = write(tmp_path / f"c.{kind}.txt.gz", bad)
+    good = write(tmp_path / f"good.{kind}.txt.gz", payload)
+    assert read_kind(kind, good) == 20000
+    with pytest.raises(SourceError, match="compressed stream is corrupt or truncated") as e:
+        read_kind(kind, path)
+    assert str(path) in str(e.value)

@@ -24,7 +24,7 @@ from lading.sources import (
     json_object,
     open_binary,
 )
-from lading.sources.chunks import numbered_lines
+from lading.sources.chunks import numbered_lines, reading
 
 Queries = dict[str, str]
 Qrels = dict[str, dict[str, int]]
@@ -64,8 +64,9 @@ class _Line(NamedTuple):
 
 def _lines(path: Path) -> Iterator[_Line]:
     """Decoded, non-blank lines without their line ends; BOM dropped; file+line on bad UTF-8."""
-    with open_binary(path) as stream:
+    with reading(path) as where, open_binary(path) as stream:
         for number, _, _, raw in numbered_lines(stream):
+            where[0] = number
             try:
                 text = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as e:

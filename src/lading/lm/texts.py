@@ -31,7 +31,7 @@ from lading.sources import (
     read_records,
     refuse_if_changed,
 )
-from lading.sources.chunks import numbered_lines
+from lading.sources.chunks import numbered_lines, reading
 
 SPLITS: tuple[str, ...] = ("blank", "file", "line")
 TEXTS_ONLY = ParseOptions(keep_fields=(), need_id=False)  # a token corpus keeps no ids, fields
@@ -158,7 +158,7 @@ def file_texts(
             skipped.add(reader.skipped, reader.skip_reasons)
         return
     skips = skipped if skipped is not None else Skips()
-    with open_binary(path) as stream:
+    with reading(path), open_binary(path) as stream:
         head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
     if head.lstrip().startswith(b"<doc "):
         yield from _wikiextractor(path, on_error, skips)
@@ -171,8 +171,9 @@ def _lines(path: Path, on_error: OnError) -> Iterator[tuple[int, str, str | None
     naming it and the fix, or, with ``on_error="skip"``, comes with its bad bytes replaced
     and, instead of None, why it is bad (``"line L of FILE: why"``), for the caller to skip
     the document it is in."""
-    with open_binary(path) as stream:
+    with reading(path) as where, open_binary(path) as stream:
         for number, _, _, raw in numbered_lines(stream):
+            where[0] = number
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
