@@ -563,3 +563,37 @@ def test_yoochoose_sessions_read_the_same_from_a_bucket(
         )
         assert len(remote.files) == len(files)
         same(list(remote), list(PartitionedParquet(files, 512, world=world, **kw)))
+
+
+@pytest.mark.parametrize("cap", [1000, 3 << 20, 4 << 30])
+@pytest.mark.parametrize("largest", [5000, 600_000, 20 << 20])
+def test_the_too_small_warning_names_a_fix_that_fixes(cap: int, largest: int) -> None:
+    """The warning's cap must hold the row group; above the largest region (16 MiB) no cap
+    does, and the warning says so (was: 'raise cache_bytes to 2,663,681,280' at a 4 GiB cap,
+    and '1/16 of the cap' for a region that was 1/256 of it)."""
+    import re
+    import warnings
+    from types import SimpleNamespace
+
+    from lading.remote.cache.regions import MAX_REGION, Layout
+    from lading.tabular.remote import warn_if_too_small
+
+    source = SimpleNamespace(
+        largest_group=lambda: largest,
+        settings=SimpleNamespace(cache_bytes=cap, region_bytes=None),
+    )
+    region = Layout.of(cap).region_bytes
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        warn_if_too_small(source)  # type: ignore[arg-type]
+    if largest <= region:
+        assert not seen
+        return
+    (message,) = (str(w.message) for w in seen)
+    assert f"{region:,} bytes" in message, message
+    if largest > MAX_REGION:
+        assert "raise cache_bytes" not in message and "lading repartition" in message, message
+        return
+    asked = int(re.search(r"raise cache_bytes to ([\d,]+)", message)[1].replace(",", ""))  # type: ignore[index]
+    assert asked > cap and Layout.of(asked).region_bytes >= largest, message
+    assert f"1/{cap // region}" in message or f"1/{Layout.of(cap).regions}" in message, message

@@ -345,22 +345,34 @@ class RemoteRowReader(RowReader):
 def warn_if_too_small(source: RemoteParquet) -> None:
     """Warn, naming the fix, when the node cache's cap cannot hold the largest row group:
     row groups are then read around the cache (fetched at each read, never kept), as the
-    document store reads a document larger than its cap."""
-    from lading.remote.cache.regions import REGIONS, Layout
+    document store reads a document larger than its cap. A block is at most a region, and a
+    region at most :data:`~lading.remote.cache.regions.MAX_REGION`: a row group whose read
+    columns exceed that is never cached at any cap, and the only fix is smaller row groups."""
+    from lading.remote.cache.regions import MAX_REGION, REGIONS, Layout
 
     largest = source.largest_group()
     cap = source.settings.cache_bytes
-    region = Layout.of(cap, source.settings.region_bytes).region_bytes
-    if largest > region:  # a block is at most a region (the unit of eviction)
-        warnings.warn(
-            f"PartitionedParquet: cache_bytes={cap:,} cannot hold one row group (the largest "
-            f"reads {largest:,} bytes; a cached block is at most a region, {region:,} bytes, "
-            f"1/{REGIONS} of the cap): every row group is fetched at each read and never "
-            f"cached; raise cache_bytes to {REGIONS * 8 * largest:,} (8 row groups a window), "
-            "or write smaller row groups (lading repartition)",
-            UserWarning,
-            stacklevel=3,
+    layout = Layout.of(cap, source.settings.region_bytes)
+    if largest <= layout.region_bytes:  # a block is at most a region (the unit of eviction)
+        return
+    if largest > MAX_REGION:
+        fix = (
+            f"no cap can hold it (a region is at most {MAX_REGION:,} bytes): write smaller row "
+            "groups (lading repartition --row-group-size)"
         )
+    else:  # a cap whose regions hold the row group, 8 of them a region's window ahead
+        fix = (
+            f"raise cache_bytes to {REGIONS * 8 * largest:,} (8 row groups a window), or write "
+            "smaller row groups (lading repartition --row-group-size)"
+        )
+    warnings.warn(
+        f"PartitionedParquet: cache_bytes={cap:,} cannot hold one row group (the largest reads "
+        f"{largest:,} bytes; a cached block is at most a region, {layout.region_bytes:,} "
+        f"bytes, 1/{layout.regions} of the cap): every row group that large is fetched at each "
+        f"read and never cached; {fix}",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _leaves(meta: Any, columns: Sequence[str]) -> list[int]:
