@@ -108,3 +108,30 @@ def test_bench_names_a_missing_input_when_the_line_is_read(
         main(["bench", flag, str(tmp_path / "nothing.tsv")])
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2 and f"argument {flag}: " in err[-1] and "does not exist" in err[-1]
+
+
+KIND_LRS = [(LM, "LMConfig", 3e-3), (SESSIONS, "SessionsConfig", 1e-3)]
+KIND_LRS += [(CROSS_ENCODER, "TrainConfig", 2e-5)]
+
+
+@pytest.mark.parametrize(("command", "config", "default"), KIND_LRS)
+def test_lr_not_given_at_a_resume_keeps_the_checkpoints(
+    command: list[str], config: str, default: float, tmp_path: Path
+) -> None:
+    """``lading train ... --lr 5e-4``, killed, then ``... --resume`` without ``--lr`` went on
+    at the kind's default lr (said on stderr, but not what a rerun of the shorter command
+    means); a ``--lr`` given at the resume is still applied."""
+    from lading.cli import build_parser
+    from lading.cli.train import _config, int_list
+    from lading.ir.train import TrainConfig
+    from lading.lm.train import LMConfig
+    from lading.tabular.train import SessionsConfig
+
+    kind = {"LMConfig": LMConfig, "SessionsConfig": SessionsConfig, "TrainConfig": TrainConfig}
+    argv = [part.format(d=tmp_path) for part in command]
+    for extra, lr, keep in [([], default, ("lr",)), (["--lr", "5e-4"], 5e-4, ())]:
+        args = build_parser().parse_args([*argv, "--resume", *extra])
+        if config == "SessionsConfig":  # as the command does before its config
+            args.train_days = int_list(args.train_days)
+        made = _config(kind[config], args, ())
+        assert (made.lr, made.keep_on_resume) == (lr, keep)

@@ -118,11 +118,16 @@ def test_a_save_sweeps_what_a_killed_save_left_and_keeps_a_live_saves(tmp_path: 
     assert checkpoint.load(tmp_path / "checkpoint")["step"] == 1
 
 
-def fit(out: Path, total: int, lr: float, schedule: bool) -> tuple[Any, torch.optim.SGD, Any]:
-    """``total`` steps of SGD at ``lr`` (under a decaying schedule), resumed from ``out``."""
+def fit(
+    out: Path, total: int, lr: float, schedule: bool, keep: tuple[str, ...] = ()
+) -> tuple[Any, torch.optim.SGD, Any]:
+    """``total`` steps of SGD at ``lr`` (under a decaying schedule), resumed from ``out``
+    (keeping the checkpoint's settings named in ``keep``)."""
     model = torch.nn.Linear(1, 1)
     data = lading.loader(list(range(12)), 4, seed=1, world=World())
-    config = LoopConfig(total, out=out, checkpoint_every=3, resume=True, progress=False)
+    config = LoopConfig(
+        total, out=out, checkpoint_every=3, resume=True, progress=False, keep_on_resume=keep
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, weight_decay=0.01)
     decay = None
     if schedule:
@@ -151,6 +156,20 @@ def test_a_changed_lr_on_resume_is_applied_said_and_recorded(
     result, optimizer, _ = fit(tmp_path, 9, 0.5, schedule)  # the same lr: nothing to say
     assert result.resumed == {"step": 6, "changed": {}} and "lr" not in capsys.readouterr().err
     assert optimizer.param_groups[0]["weight_decay"] == 0.01
+
+
+@pytest.mark.parametrize("schedule", [False, True], ids=["constant", "scheduled"])
+def test_a_resume_keeps_the_checkpoints_lr_where_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], schedule: bool
+) -> None:
+    """``keep_on_resume=("lr",)`` (what ``lading train`` asks where ``--lr`` is not given):
+    the first run's lr goes on, whatever this run's optimizer was made with."""
+    fit(tmp_path, 3, 0.1, schedule)
+    capsys.readouterr()
+    result, optimizer, decay = fit(tmp_path, 6, 0.5, schedule, keep=("lr",))
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1 / 7 if schedule else 0.1)
+    assert decay is None or decay.base_lrs == [0.1]
+    assert result.resumed == {"step": 3, "changed": {}} and "lr" not in capsys.readouterr().err
 
 
 def test_the_old_name_of_a_training_task_still_answers_with_a_warning() -> None:

@@ -35,9 +35,12 @@ PARALLEL_HELP = {  # what --parallel's choices mean (a command offers those it s
 
 def _config(config: type[T], args: argparse.Namespace, paths: tuple[str, ...]) -> T:
     """The command's run config: every parsed option the dataclass ``config`` has a field for,
-    the options named in ``paths`` as Paths (where given)."""
+    the options named in ``paths`` as Paths (where given); ``--lr`` not given is the kind's
+    default, and a resume keeps the checkpoint's (``keep_on_resume``)."""
     names = {f.name for f in dataclasses.fields(config)}  # type: ignore[arg-type]
     fields = {k: v for k, v in vars(args).items() if k in names}
+    if "lr" in fields and fields["lr"] is None:  # not given: the kind's, or the checkpoint's
+        fields["lr"], fields["keep_on_resume"] = args.kind_lr, ("lr",)
     for key in paths:
         if fields.get(key) is not None and "://" not in str(fields[key]):  # URLs stay URLs
             fields[key] = Path(fields[key])
@@ -202,7 +205,12 @@ def add_run_args(
         default=epochs,
         help="epochs when --steps is not given (%(default)s)",
     )
-    p.add_argument("--lr", type=float, default=lr, help="peak learning rate (%(default)s)")
+    p.add_argument(
+        "--lr",
+        type=float,
+        help=f"peak learning rate ({lr}; at a --resume, the checkpoint's unless given)",
+    )
+    p.set_defaults(kind_lr=lr)
     p.add_argument("--seed", type=int, default=0, help="fixes every order, draw and initial weight")
     p.add_argument(
         "--parallel",

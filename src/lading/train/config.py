@@ -62,6 +62,9 @@ class RunConfig:
         resume: continue from ``out/checkpoint`` when there is one.
         progress: the progress bar on rank 0 (None: only on a terminal).
         prefetch: on CUDA, copy batches ahead on a side stream (lading.DevicePrefetcher).
+        keep_on_resume: optimizer settings (``"lr"``, ``"weight_decay"``) a resume keeps
+            from the checkpoint instead of setting this config's; by default a resume sets
+            this run's. ``lading train`` keeps ``lr`` where ``--lr`` was not given.
     """
 
     out: Path
@@ -77,3 +80,4 @@ class RunConfig:
     resume: bool = False
     progress: bool | None = None
     prefetch: bool = True
+    keep_on_resume: tuple[str, ...] = ()

@@ -101,7 +101,8 @@ def restore(trainer: Checkpointed) -> Resumed:
     seeded from ``(seed, rank, step)``, on the CPU and CUDA alike. An enabled GradScaler goes on
     from the saved scale and growth counter. The optimizer's
     ``lr`` and ``weight_decay`` are this run's (:func:`keep_configured`), said on rank 0
-    where they differ from the checkpoint's.
+    where they differ from the checkpoint's, but those the config's ``keep_on_resume`` names,
+    which stay the checkpoint's.
     """
     where, world = directory(trainer), trainer.world
     saved = checkpoint.load(where)
@@ -120,6 +121,8 @@ def restore(trainer: Checkpointed) -> Resumed:
         part.load_state_dict(saved[name])
     if scaling(trainer.scaler) and "scaler" in saved:
         trainer.scaler.load_state_dict(saved["scaler"])
+    keep = set(trainer.config.keep_on_resume)  # the checkpoint's, where this run set none
+    configured = [{k: v for k, v in group.items() if k not in keep} for group in configured]
     changed = keep_configured(trainer.optimizer, trainer.scheduler, configured)
     saved_world = len(saved["loaders"])
     loader_state = saved["loaders"][world.rank % saved_world]

@@ -77,6 +77,8 @@ class LoopConfig:
         clip: gradient-norm clipping (None: none).
         prefetch: on CUDA, copy the next batches on a side stream while the step runs
             (:class:`lading.device.DevicePrefetcher`); elsewhere it changes nothing.
+        keep_on_resume: optimizer settings a resume keeps from the checkpoint (see
+            :class:`lading.train.config.RunConfig`); the others are set to this run's.
     """
 
     total: int
@@ -93,12 +95,13 @@ class LoopConfig:
     warmup: int = 0
     clip: float | None = None
     prefetch: bool = True
+    keep_on_resume: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, settings: Any, total: int, **fields: Any) -> LoopConfig:
         """The loop's part of a workload's config: ``out``, ``seed``, ``log_every``,
-        ``checkpoint_every``, ``resume``, ``trace``, ``progress`` and ``prefetch`` where
-        ``settings`` has them, then ``fields``."""
+        ``checkpoint_every``, ``resume``, ``trace``, ``progress``, ``prefetch`` and
+        ``keep_on_resume`` where ``settings`` has them, then ``fields``."""
         shared = {k: getattr(settings, k) for k in _SHARED if hasattr(settings, k)}
         if shared.get("out") is not None:
             shared["out"] = Path(shared["out"])
@@ -114,6 +117,7 @@ _SHARED = (
     "trace",
     "progress",
     "prefetch",
+    "keep_on_resume",
 )
 
 
