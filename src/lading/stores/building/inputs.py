@@ -123,54 +123,86 @@ def check_shard_count(
     cannot be split (compressed, not TSV/JSONL) goes whole to one shard.
 
     Raises:
-        ValueError: naming the first shard that would read nothing, how many shards the input
-            allows, and the fix.
+        ValueError: naming the first shard that would read nothing, the most shards below
+            ``n`` the input allows (:func:`most_shards`: a count that is accepted), and the fix.
     """
     sizes = [p.stat().st_size for p in files]
     total = sum(sizes)
+    splittable = [_splittable(p, size, format, cut) for p, size in zip(files, sizes)]
     if n > max(total, 1):
         raise ValueError(
             f"{n:,} shards but the {len(files)} input file(s) hold {total:,} bytes: each shard "
-            f"needs at least one byte to read. Use at most {max(total, 1):,} shards (--shard "
-            "I/N with a smaller N), or give more input"
+            f"needs at least one byte to read. {_advice(sizes, splittable, n)} (--shard I/N "
+            "with a smaller N), or give more input"
         )
-    splittable = [_splittable(p, size, format, cut) for p, size in zip(files, sizes)]
-    first_empty, reading = _first_empty(sizes, splittable, n)
+    first_empty = _first_empty(sizes, splittable, n)
     if first_empty is None:
         return
-    most = reading  # the shards this plan reads: fewer shards move the runs' bounds, so the
-    for _ in range(len(files) + 1):  # count is checked, as a user would try it next
-        if most <= 1 or _first_empty(sizes, splittable, most)[0] is None:
-            break
-        most -= 1
     raise ValueError(
         f"{n} shards but {len(files)} input file(s) that cannot all be split at lines "
-        f"(compressed, or not TSV/JSONL): shard {first_empty} would read nothing. Use at "
-        f"most {most} shards, or give more (or uncompressed) files"
+        f"(compressed, or not TSV/JSONL): shard {first_empty} would read nothing. "
+        f"{_advice(sizes, splittable, n)}, or give more (or uncompressed) files"
     )
 
 
-def _first_empty(
-    sizes: Sequence[int], splittable: Sequence[bool], n: int
-) -> tuple[int | None, int]:
-    """(the first of ``n`` shards that would read nothing, or None; how many read something):
-    each file's bytes are a run of shards where it may be cut at lines, else its first byte's
-    shard."""
+def _advice(sizes: Sequence[int], splittable: Sequence[bool], n: int) -> str:
+    most, sure = most_shards(sizes, splittable, n)
+    also = f" (any count up to {sure:,} works)" if sure < most else ""
+    return f"Use at most {most:,} shards{also}"
+
+
+_SEARCH_WORK = 100_000  # files looked at while searching for the most shards a refusal names
+
+
+def most_shards(sizes: Sequence[int], splittable: Sequence[bool], n: int) -> tuple[int, int]:
+    """(the most shards below ``n`` of which none would read nothing: a count
+    :func:`check_shard_count` accepts; the count up to which every count is accepted), for
+    files of ``sizes`` laid end to end, ``splittable`` those cut at lines.
+
+    The counts accepted are not a run from 1 (each count moves the runs' bounds): with
+    ``longest`` the bytes of the largest file that goes whole, after its first byte, every
+    count up to ``total // (longest + 1)`` is accepted (each run is longer than that file),
+    none above ``ceil(total / half) - 1`` (``half = (longest + 1) // 2``: a run of at most
+    ``half`` bytes falls inside it); the counts between are tried from the top, then the
+    first from the bottom. Where more than a bounded number of them would be tried (many
+    files, a wide band), the counts are the surest ones: accepted, if not the most.
+    """
     total = sum(sizes)
-    reading = 0  # shards that read something: a union of runs, files are in byte order
-    first_empty, upto, offset = None, -1, 0
+    top = min(n - 1, total)
+    longest = max((size - 1 for size, split in zip(sizes, splittable) if not split), default=0)
+    if top <= 1 or longest < 1:  # every byte is read: any count up to the bytes
+        return max(top, 1), max(top, 1)
+    sure = total // (longest + 1)
+    top = min(top, -(-total // ((longest + 1) // 2)) - 1)
+    tries = max(4, _SEARCH_WORK // len(sizes))
+    most = min(top, sure)
+    for m in range(top, max(sure, top - tries), -1):
+        if _first_empty(sizes, splittable, m) is None:
+            most = m
+            break
+    tries -= top - most
+    while sure < most and tries > 0 and _first_empty(sizes, splittable, sure + 1) is None:
+        sure, tries = sure + 1, tries - 1
+    return most, min(most, sure)
+
+
+def _first_empty(sizes: Sequence[int], splittable: Sequence[bool], n: int) -> int | None:
+    """The first of ``n`` shards that would read nothing, or None: each file's bytes are a run
+    of shards where it may be cut at lines, else its first byte's shard; an empty file is
+    read by none (a last shard given only empty files reads nothing)."""
+    total = sum(sizes)
+    if total == 0:
+        return None  # empty files only: one shard (n <= 1, checked before) reads them all
+    upto, offset = -1, 0  # the last shard that reads something: files are in byte order
     for size, split in zip(sizes, splittable):
+        if size == 0:
+            continue
         a = _shard_of(offset, total, n)
-        b = _shard_of(offset + size - 1, total, n) if split else a
-        if a > upto + 1 and first_empty is None:
-            first_empty = upto + 1
-        if b > upto:
-            reading += b - max(a, upto + 1) + 1
-            upto = b
+        if a > upto + 1:
+            return upto + 1
+        upto = max(upto, _shard_of(offset + size - 1, total, n) if split else a)
         offset += size
-    if upto < n - 1 and first_empty is None:
-        first_empty = upto + 1
-    return first_empty, reading
+    return upto + 1 if upto < n - 1 else None
 
 
 def plan_shard(

@@ -1,0 +1,96 @@
+"""The shard count a refusal advises: ``--shard i/N`` over files that cannot all be cut at
+lines (compressed, not TSV/JSONL) is refused where a shard would read nothing, and the refusal
+names the most shards below N the input allows, a count that is itself accepted."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lading.stores.building.inputs import check_shard_count
+
+
+def jsonl_only(path: Path) -> bool:
+    """Which files a token corpus cuts at lines (plain text and WikiExtractor go whole)."""
+    return path.name.endswith(".jsonl")
+
+
+def accepted(files: list[Path], n: int) -> bool:
+    try:
+        check_shard_count(files, n, None, jsonl_only)
+    except ValueError:
+        return False
+    return True
+
+
+def refused(files: list[Path], n: int) -> str:
+    """The refusal of ``n`` shards."""
+    with pytest.raises(ValueError, match=r"at most [\d,]+ shards") as refusal:
+        check_shard_count(files, n, None, jsonl_only)
+    return str(refusal.value)
+
+
+def advised(files: list[Path], n: int) -> int:
+    """The K of "Use at most K shards" in the refusal of ``n``."""
+    said = re.search(r"at most ([\d,]+) shards", refused(files, n))
+    assert said is not None
+    return int(said.group(1).replace(",", ""))
+
+
+def layout(folder: Path, sizes: list[tuple[str, int]]) -> list[Path]:
+    """Files of these suffixes and sizes, in order (only the bytes count, not what they say)."""
+    folder.mkdir()
+    files = []
+    for k, (suffix, size) in enumerate(sizes):
+        path = folder / f"{k:03d}{suffix}"
+        path.write_bytes(b"x" * size)
+        files.append(path)
+    return files
+
+
+def test_the_reviewed_folder_is_advised_a_count_it_accepts(tmp_path: Path) -> None:
+    """Two small JSONL files around a .jsonl.gz and a large WikiExtractor slice: 50 shards were
+    refused with "at most 6", and 6 with "at most 2" (the search stepped down from the shards
+    the 50-shard plan reads, a few times only)."""
+    files = layout(
+        tmp_path / "c",
+        [(".jsonl", 2_608), (".jsonl.gz", 104_816), (".txt", 232_992), (".jsonl", 72_321)],
+    )
+    for n in (3, 6, 50, 1_000, 10**9):
+        k = advised(files, n)
+        assert accepted(files, k), (n, k)
+        assert not any(accepted(files, m) for m in range(k + 1, min(n, 2_000))), (n, k)
+    assert [n for n in range(1, 60) if accepted(files, n)] == [1, 2]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_advised_count_is_the_most_below_n_that_is_accepted(tmp_path: Path, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    kinds = (".jsonl", ".jsonl.gz", ".txt")
+    sizes = [
+        (kinds[int(rng.integers(3))], int(rng.choice([0, 1, 2, 7, 40, 300, 900])))
+        for _ in range(int(rng.integers(1, 7)))
+    ]
+    files = layout(tmp_path / "c", sizes)
+    total = sum(size for _, size in sizes)
+    ok = [n for n in range(1, total + 2) if accepted(files, n)]
+    for n in sorted({2, 3, 5, 17, 50, 400, total, total + 1, 10 * total + 3}):
+        if n in ok:
+            continue
+        k = advised(files, n)
+        assert k == max(m for m in ok if m < n), (sizes, n, k)
+        sure = re.search(r"any count up to (\d+) works", refused(files, n))
+        if sure:  # said only where a count below k is refused, and up to it all are accepted
+            assert set(range(1, int(sure.group(1)) + 1)) <= set(ok), (sizes, n, sure)
+            assert not set(range(1, k + 1)) <= set(ok), (sizes, n, k)
+
+
+def test_a_last_shard_given_only_an_empty_file_is_refused(tmp_path: Path) -> None:
+    """An empty file after a compressed one went to the last shard, which counted as reading
+    something: 2 shards were accepted, the second reading no record."""
+    files = layout(tmp_path / "c", [(".jsonl.gz", 40), (".jsonl", 0)])
+    assert "shard 1 would read nothing" in refused(files, 2)
+    assert advised(files, 2) == 1
