@@ -5,6 +5,7 @@ anything is planned."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -52,6 +53,22 @@ def test_a_folder_that_gained_a_file_between_tasks_is_refused_at_merge(tmp_path:
     assert "3.tsv" in message and "2 input file(s) against 3" in message
     assert "--build-id" in message and "\n" not in message
     assert not (dest / "meta.json").exists()
+
+
+def test_partial_builds_of_a_file_touched_between_tasks_name_it(tmp_path: Path) -> None:
+    """Without --build-id, shards of an input touched between tasks derive two build ids: the
+    merge names the file that changed, not "other options or another N"."""
+    a = _tsv(tmp_path / "A.tsv", "a", 40)
+    dest = tmp_path / "s"
+    lading.build_shard(a, dest, shard=(0, 2), progress=False)
+    stat = a.stat()
+    os.utime(a, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    lading.build_shard(a, dest, shard=(1, 2), progress=False)
+    with pytest.raises(StoreFormatError) as caught:
+        lading.merge_store(dest)
+    message = str(caught.value)
+    assert "A.tsv" in message and "changed" in message and "\n" not in message, message
+    assert "other options or another N" not in message
 
 
 def test_the_same_inputs_under_one_build_id_still_merge(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from lading.stores.building.shardset import (
     check_same_inputs,
     check_same_options,
     complete_shards,
+    differ,
     is_sink_build,
     ran_after,
     shard_number,
@@ -181,17 +182,40 @@ def builds_record(
 
 
 def _partial_builds(dest: Path, builds: list[str], build: str) -> StoreFormatError:
-    """The error for several builds in ``dest``, none whole: each named with its shards and
-    options (workers given other options or another N derive other build ids)."""
-    said = []
+    """The error for several builds in ``dest``, none whole: each named with its shards, and
+    what each records otherwise than the first (:func:`_how_apart`: an input that changed
+    between the tasks, other options, another N: workers derive their build ids from these)."""
+    said, recipes = [], {}
     for bid in builds:
         n = build_size(dest, bid)
         have = sum(1 for x in shards_present(dest, bid) if shard_number(x, n) is not None)
-        recipe = json.loads((dest / bid / BUILD_FILE).read_text(encoding="utf-8"))
-        said.append(f"{bid} has {have:,} of its {n:,} shards, options {recipe.get('options')}")
-    return StoreFormatError(
-        f"{dest} has {len(builds)} builds and none is whole: {'; '.join(said)}. Workers given "
-        f"other options or another N build apart: run `{build} SOURCE {dest} --shard i/N` "
-        "with the same source, options and N for every i, then merge (remove the builds "
-        "you do not want)"
+        recipes[bid] = json.loads((dest / bid / BUILD_FILE).read_text(encoding="utf-8"))
+        said.append(f"{bid} has {have:,} of its {n:,} shards")
+    first = builds[0]
+    apart = [_how_apart(first, recipes[first], bid, recipes[bid]) for bid in builds[1:]]
+    why = "; ".join(a for a in apart if a) or (
+        "they record the same inputs, options and N (workers given other build ids)"
     )
+    return StoreFormatError(
+        f"{dest} has {len(builds)} builds and none is whole: {'; '.join(said)}. {why}. "
+        f"Run `{build} SOURCE {dest} --shard i/N` with the same source, options and N for "
+        "every i (the shards of inputs as they are now go into one build), then merge "
+        "(remove the builds you do not want)"
+    )
+
+
+def _how_apart(a: str, first: dict[str, Any], b: str, other: dict[str, Any]) -> str:
+    """What builds ``a`` and ``b`` record otherwise (their ``build.json``: inputs' identity,
+    N, options), in a few words; empty when nothing recorded differs."""
+    parts = []
+    mine, theirs = first.get("stats"), other.get("stats")
+    if isinstance(mine, list) and isinstance(theirs, list) and mine != theirs:
+        parts.append(f"their inputs: {differ(mine, theirs)}")
+    if first.get("n") != other.get("n"):
+        parts.append(f"N: {first.get('n')} against {other.get('n')}")
+    ours, yours = first.get("options"), other.get("options")
+    if isinstance(ours, dict) and isinstance(yours, dict) and ours != yours:
+        keys = sorted(k for k in {*ours, *yours} if ours.get(k) != yours.get(k))
+        said = ", ".join(f"{k}={ours.get(k)!r} against {yours.get(k)!r}" for k in keys)
+        parts.append(f"options: {said}")
+    return f"{a} and {b} differ in {'; '.join(parts)}" if parts else ""
