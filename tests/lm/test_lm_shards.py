@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -185,6 +186,28 @@ def test_a_shard_of_other_inputs_is_refused_naming_both(tmp_path: Path) -> None:
     write(src / "d.txt", "a new file\n")  # the input folder gained a file between two tasks
     with pytest.raises(StoreFormatError, match=r"reads other inputs.*d\.txt"):
         TokenCorpus.build_shard(src, dest, (1, 2), tok, build_id="build-fixed", progress=False)
+
+
+def test_a_shard_of_another_single_file_is_refused_in_words_for_a_corpus(tmp_path: Path) -> None:
+    """Shard 1 built from another file than shard 0 (one JSONL each): refused at the claim and,
+    the shard copied in, at the merge, naming both files as another input given, not as "an
+    input folder or glob that gained or lost a file", and a corpus, not a store."""
+    src = inputs(tmp_path)
+    dest, tok = tmp_path / "m", tmp_path / "t.json"
+    a, b = src / "a.jsonl", src / "c.jsonl"
+    TokenCorpus.build_shard(a, dest, (0, 2), tok, build_id="build-y", progress=False)
+    with pytest.raises(StoreFormatError) as claimed:
+        TokenCorpus.build_shard(b, dest, (1, 2), tok, build_id="build-y", progress=False)
+    other = tmp_path / "other"
+    TokenCorpus.build_shard(b, other, (1, 2), tok, build_id="build-y", progress=False)
+    shard = "build-y/shard-00001-of-00002"
+    shutil.copytree(other / shard, dest / shard)
+    with pytest.raises(StoreFormatError) as merged:
+        TokenCorpus.merge(dest)
+    for message in (str(claimed.value), str(merged.value)):
+        assert "a.jsonl" in message and "c.jsonl" in message, message
+        assert "folder or glob" not in message and "another input" in message, message
+    assert "token corpus would mix" in str(merged.value) and "store" not in str(merged.value)
 
 
 def test_a_shard_of_another_count_or_options_under_one_build_id_is_refused(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from conftest import write
 from lading.cli import main
 from lading.errors import StoreFormatError
 from lading.stores.building.parallel import BUILD_FILE
+from lading.stores.building.shardset import differ
 
 
 def _tsv(path: Path, word: str, n: int = 8) -> Path:
@@ -71,6 +73,22 @@ def test_partial_builds_of_a_file_touched_between_tasks_name_it(tmp_path: Path) 
     assert "other options or another N" not in message
 
 
+def test_a_shard_of_another_file_copied_in_is_refused_at_merge(tmp_path: Path) -> None:
+    """A shard of B.tsv copied into a build of A.tsv: both files named, another input given (no
+    folder or glob involved), and the store would mix them."""
+    a, b = _tsv(tmp_path / "A.tsv", "a"), _tsv(tmp_path / "B.tsv", "b")
+    dest, other = tmp_path / "s", tmp_path / "o"
+    lading.build_shard(a, dest, shard=(0, 2), build_id="build-job9", progress=False)
+    lading.build_shard(b, other, shard=(1, 2), build_id="build-job9", progress=False)
+    shard = "build-job9/shard-00001-of-00002"
+    shutil.copytree(other / shard, dest / shard)
+    with pytest.raises(StoreFormatError) as caught:
+        lading.merge_store(dest)
+    message = str(caught.value)
+    assert "A.tsv" in message and "B.tsv" in message and "store would mix" in message
+    assert "folder or glob" not in message and "another input" in message, message
+
+
 def test_the_same_inputs_under_one_build_id_still_merge(tmp_path: Path) -> None:
     a = _tsv(tmp_path / "A.tsv", "a", 40)
     dest = tmp_path / "s"
@@ -121,3 +139,15 @@ def test_a_shard_that_is_not_two_whole_numbers_is_refused(tmp_path: Path, shard:
     with pytest.raises(ValueError, match=r"shard"):
         lading.build_shard(a, tmp_path / "s", shard=shard, progress=False)  # type: ignore[arg-type]
     assert not (tmp_path / "s").exists()
+
+
+def test_how_two_inputs_differ_is_said_for_what_happened() -> None:
+    """Another single file, a folder of other files, a folder that gained one, a file touched."""
+    a, b, c = ["/d/a.tsv", 10, 1, 7], ["/d/b.tsv", 10, 1, 8], ["/d/c.tsv", 4, 2, 9]
+    said = differ([a], [b], ("shard 1", "they"))
+    assert said == "shard 1 reads '/d/a.tsv', they '/d/b.tsv': another input given"
+    assert "folder or glob whose files changed" in differ([a, c], [b, c])
+    assert "2 input file(s) against 3" in differ([a, c], [a, b, c])
+    assert "folder or glob that gained or lost" in differ([a, c], [a, b, c])
+    touched = differ([a], [[*a[:2], 2, 7]])
+    assert touched == "'/d/a.tsv' changed between the two (its size, mtime or inode differs)"

@@ -210,7 +210,7 @@ def _how_apart(a: str, first: dict[str, Any], b: str, other: dict[str, Any]) -> 
     parts = []
     mine, theirs = first.get("stats"), other.get("stats")
     if isinstance(mine, list) and isinstance(theirs, list) and mine != theirs:
-        parts.append(f"their inputs: {differ(mine, theirs)}")
+        parts.append(f"their inputs: {differ(mine, theirs, (a, b))}")
     if first.get("n") != other.get("n"):
         parts.append(f"N: {first.get('n')} against {other.get('n')}")
     ours, yours = first.get("options"), other.get("options")

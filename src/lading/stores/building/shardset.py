@@ -92,17 +92,35 @@ def derive_build_id(files: list[Path], options: dict[str, Any], n: int) -> str:
     return f"{BUILD_PREFIX}{hashlib.sha256(blob.encode('utf-8')).hexdigest()[:16]}"
 
 
-def differ(a: list[Any], b: list[Any]) -> str:
-    """How two lists of :func:`input_stats` differ, in a few words."""
+def differ(a: list[Any], b: list[Any], names: tuple[str, str] = ("one", "the other")) -> str:
+    """How two lists of :func:`input_stats` differ, in a few words, ``names`` saying whose
+    ``a`` and ``b`` are: another input given (other files), a folder or glob that gained or
+    lost files, or a file that changed (its identity) between the two."""
     mine, theirs = {str(x[0]): x for x in a}, {str(x[0]): x for x in b}  # checked lists
-    if set(mine) != set(theirs):
-        extra = sorted(set(theirs) - set(mine)) or sorted(set(mine) - set(theirs))
+    gone, new = sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine))
+    if gone and new:
+        said = f"{names[0]} reads {gone[0]!r}, {names[1]} {new[0]!r}"
+        if len(mine) == len(theirs) == 1:
+            return f"{said}: another input given"
         return (
-            f"{len(mine)} input file(s) against {len(theirs)} ({extra[0]!r} is only in one; an "
-            "input folder or glob that gained or lost a file between the two)"
+            f"{said} (of {len(mine)} and {len(theirs)} files): another input given, or a "
+            "folder or glob whose files changed between the two"
+        )
+    if gone or new:
+        return (
+            f"{len(mine)} input file(s) against {len(theirs)} ({(gone or new)[0]!r} is only in "
+            "one: an input folder or glob that gained or lost a file between the two)"
         )
     changed = next(p for p in mine if mine[p] != theirs[p])
-    return f"{changed!r} differs (size, mtime or inode: the file changed between the two)"
+    return f"{changed!r} changed between the two (its size, mtime or inode differs)"
+
+
+def what_is_built(options: Any) -> str:
+    """What a build with these recorded ``options`` makes: a token corpus (their ``kind``
+    is ``tokens``) or a store."""
+    return (
+        "token corpus" if isinstance(options, dict) and options.get("kind") == "tokens" else "store"
+    )
 
 
 def claim_build(where: Path, recipe: dict[str, Any], shard: int) -> None:
@@ -133,9 +151,9 @@ def claim_build(where: Path, recipe: dict[str, Any], shard: int) -> None:
     if isinstance(theirs, list) and theirs != recipe["stats"]:
         raise StoreFormatError(
             f"shard {shard} reads other inputs than the shards already in {where}: "
-            f"{differ(recipe['stats'], theirs)}. Shards of one build must read the same "
-            f"inputs; build every shard again under a new build id (--build-id), or delete "
-            f"{where} to start this build over"
+            f"{differ(recipe['stats'], theirs, (f'shard {shard}', 'they'))}. Shards of one "
+            "build must read the same inputs; build every shard again under a new build id "
+            f"(--build-id), or delete {where} to start this build over"
         )
     if theirs is None:  # written by a lading that did not record the inputs: record them
         tmp_file = where.parent / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.json"
@@ -173,11 +191,13 @@ def check_same_inputs(dest: Path, shards: Sequence[Any]) -> None:
     for shard, stats in known[1:]:
         first, theirs = known[0]
         if stats != theirs:
+            what = what_is_built(first.record.get("options"))
+            how = differ(theirs, stats, ("the first", "the second"))
             raise StoreFormatError(
                 f"{dest}: shards {dest / first.dir} and {dest / shard.dir} read different "
-                f"inputs ({differ(theirs, stats)}; the input_stats of their shard.json): "
-                "merged, the store would mix two sources. "
-                "Build every shard again under a new build id (--build-id) from one input"
+                f"inputs ({how}; the input_stats of their shard.json): merged, the {what} "
+                "would mix two sources. Build every shard again under a new build id "
+                "(--build-id) from one input"
             )
 
 
