@@ -179,6 +179,25 @@ def test_a_shard_of_another_tokenizer_is_refused_naming_both(tmp_path: Path) -> 
     assert not (dest / "meta.json").exists()
 
 
+def test_a_shard_of_another_tokenizer_copied_in_is_refused_naming_both(tmp_path: Path) -> None:
+    """A shard tokenized with another tokenizer under the build's id (copied in from another
+    build, past the claim's check): the merge names it and a shard of the build's tokenizer,
+    with the two tokenizers (the options check ran first and named one shard and the build)."""
+    src = inputs(tmp_path)
+    dest, tok = tmp_path / "m", tmp_path / "t.json"
+    other = word_tokenizer([*WORDS, "extra"], tmp_path / "other.json")
+    TokenCorpus.build_shard(src, dest, (0, 2), tok, build_id="build-x", progress=False)
+    TokenCorpus.build_shard(src, tmp_path / "o", (1, 2), other, build_id="build-x", progress=False)
+    shard = "build-x/shard-00001-of-00002"
+    shutil.copytree(tmp_path / "o" / shard, dest / shard)
+    with pytest.raises(StoreFormatError) as caught:
+        TokenCorpus.merge(dest)
+    message = str(caught.value)
+    assert str(dest / shard) in message and "shard-00000-of-00002" in message, message
+    assert re.search(r"tokenizer='[0-9a-f]{64}' against '[0-9a-f]{64}'", message), message
+    assert "tokenized otherwise" in message and not (dest / "meta.json").exists()
+
+
 def test_a_shard_of_other_inputs_is_refused_naming_both(tmp_path: Path) -> None:
     src = inputs(tmp_path)
     dest, tok = tmp_path / "m", tmp_path / "t.json"

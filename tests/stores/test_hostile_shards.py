@@ -89,6 +89,22 @@ def test_a_shard_of_another_file_copied_in_is_refused_at_merge(tmp_path: Path) -
     assert "folder or glob" not in message and "another input" in message, message
 
 
+def test_a_shard_of_other_options_copied_in_is_refused_naming_both(tmp_path: Path) -> None:
+    """A shard built with other options under the build's id (copied in, past the claim's
+    check): the merge names it, a shard built with the build's options, and what differs."""
+    a = _tsv(tmp_path / "A.tsv", "a", 40)
+    dest, other = tmp_path / "s", tmp_path / "o"
+    lading.build_shard(a, dest, shard=(0, 2), build_id="build-job8", progress=False)
+    lading.build_shard(a, other, (1, 2), on_error="skip", build_id="build-job8", progress=False)
+    shard = "build-job8/shard-00001-of-00002"
+    shutil.copytree(other / shard, dest / shard)
+    with pytest.raises(StoreFormatError) as caught:
+        lading.merge_store(dest)
+    message = str(caught.value)
+    assert str(dest / shard) in message and "shard-00000-of-00002" in message, message
+    assert "on_error='skip' against 'raise'" in message and "\n" not in message, message
+
+
 def test_the_same_inputs_under_one_build_id_still_merge(tmp_path: Path) -> None:
     a = _tsv(tmp_path / "A.tsv", "a", 40)
     dest = tmp_path / "s"

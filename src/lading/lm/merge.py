@@ -10,7 +10,10 @@ documents.
 The tokenizer stays in the first shard's folder (``tokenizer_file``), the only tokenizer the
 manifest lists (the other shards' copies are never read). Shards must agree on the tokenizer
 (its SHA-256), its dtype and the end-of-text id: a shard tokenized otherwise is refused naming
-both shards.
+both shards. The tokenizer's SHA-256 is one of the build's options, so a shard of another
+tokenizer is refused by the options check that every merge runs first (``check_same_options``
+in :mod:`lading.stores.building.shardset`: it names that shard and one of the build's
+tokenizer); :func:`check_same_tokens` checks what each ``shard.json`` records besides.
 """
 
 from __future__ import annotations

@@ -355,16 +355,34 @@ def ran_after(build_dir: Path, snapshot: str | None) -> bool:
 
 def check_same_options(dest: Path, bid: str, shards: Sequence[Any]) -> dict[str, Any]:
     """The recipe ``dest/bid/build.json`` records, every shard checked to be built with its
-    options (naming the shard, its options and the build's).
+    options: a shard built otherwise is named with a shard built with them (or, none being,
+    the ``build.json``) and the options that differ (a token corpus's ``tokenizer``, its
+    SHA-256, among them: shards tokenized otherwise).
 
     Raises:
         StoreFormatError: a shard built with other options.
     """
     recipe: dict[str, Any] = json.loads((dest / bid / BUILD_FILE).read_text())
-    for shard in shards:
-        if shard.record.get("options") != recipe["options"]:
-            raise StoreFormatError(
-                f"{dest / shard.dir} was built with other options than {bid} records "
-                f"({shard.record.get('options')} vs {recipe['options']}); build it again"
-            )
-    return recipe
+    ours = recipe["options"]
+    odd = next((s for s in shards if s.record.get("options") != ours), None)
+    if odd is None:
+        return recipe
+    theirs = odd.record.get("options")
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        keys = sorted(k for k in {*theirs, *ours} if theirs.get(k) != ours.get(k))
+        said = ", ".join(f"{k}={theirs.get(k)!r} against {ours.get(k)!r}" for k in keys)
+    else:
+        keys, said = [], f"{theirs!r} against {ours!r}"
+    like = next((s for s in shards if s.record.get("options") == ours), None)
+    mark = dest / bid / BUILD_FILE
+    both = (
+        f"shard {dest / odd.dir} was built with other options than shard {dest / like.dir}, "
+        f"whose are those {mark} records"
+        if like is not None
+        else f"shard {dest / odd.dir} was built with other options than {mark} records"
+    )
+    tokens = "tokenized otherwise: merged, their token ids would mean different things; "
+    raise StoreFormatError(
+        f"{dest}: {both} ({said}): {tokens if 'tokenizer' in keys else ''}remove "
+        f"{dest / odd.dir} and build it again with the options of the others"
+    )
