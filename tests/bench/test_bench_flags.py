@@ -225,3 +225,49 @@ def test_precision_reaches_the_train_step_and_the_report() -> None:
     assert "Model" not in batch_line({**results, "options": {"modes": ["loader"]}})
     with pytest.raises(SystemExit):
         plan("--precision", "int8")
+
+
+@pytest.mark.parametrize("modes", ["both", "foo", "loader,both", ","])
+def test_a_mode_that_is_not_loader_or_train_is_refused_naming_the_choices(
+    modes: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--modes both`` once ran one loader cell labelled "both", and any typo a whole grid
+    labelled with it: the parser refuses it, naming the modes there are."""
+    from lading.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["bench", "--modes", modes])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--modes" in err and "loader" in err and "train" in err
+
+
+@pytest.mark.parametrize(
+    ("modes", "parsed"),
+    [("loader", ["loader"]), ("loader,train", ["loader", "train"]), ("train", ["train"])],
+)
+def test_modes_are_a_comma_list_of_loader_and_train(modes: str, parsed: list[str]) -> None:
+    options, _, _ = plan("--modes", modes)  # type: ignore[misc]
+    assert options.modes == parsed
+
+
+def test_the_modes_help_names_a_comma_list() -> None:
+    from lading.cli import build_parser
+
+    bench = build_parser()._subparsers._group_actions[0].choices["bench"]  # type: ignore[union-attr]
+    assert "loader,train" in bench.format_help() and "both" not in bench.format_help()
+
+
+def test_a_cell_of_another_mode_is_refused() -> None:
+    """Through the library too: a cell measures loading or training, nothing else."""
+    from lading.bench.cell import Cell
+
+    with pytest.raises(ValueError, match=r"mode 'both'.*loader.*train"):
+        Cell("packed", 1, "both")
+
+
+def test_the_parser_knows_the_modes_of_a_cell() -> None:
+    from lading.bench.cell import MODES
+    from lading.cli.bench import BENCH_MODES
+
+    assert BENCH_MODES == MODES

@@ -51,6 +51,13 @@ class Cell:
     ramdisk: bool = False
     parallel: str = "ddp"
 
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:  # anything else would be measured as a loader cell
+            raise ValueError(
+                f"Cell mode {self.mode!r}: expected one of {', '.join(MODES)} (a loader cell "
+                "times the data path alone; a train cell adds the model's step)"
+            )
+
     def label(self) -> str:
         extra = [f"workers={self.workers}"] if self.workers else []
         extra += ["pin"] if self.pin_memory else []

@@ -9,6 +9,24 @@ from typing import Any
 
 from lading.cli.inputs import add_precision, existing, nonnegative_int, positive_int
 
+# lading.bench.cell.MODES, spelled here so that a bad --modes is refused when the command line
+# is parsed, not after importing torch (tests/bench/test_bench_flags.py checks they agree)
+BENCH_MODES: tuple[str, ...] = ("loader", "train")
+
+
+def mode_list(text: str) -> list[str]:
+    """``--modes``: comma-separated names of :data:`BENCH_MODES`, or an argparse error naming
+    them (a typo or ``both`` once ran loader cells labelled with it)."""
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    wrong = [m for m in modes if m not in BENCH_MODES]
+    if not modes or wrong:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(map(repr, wrong)) or repr(text)} "
+            f"{'are not modes' if len(wrong) > 1 else 'is not a mode'}; give one or both of "
+            f"{', '.join(BENCH_MODES)} separated by a comma, e.g. --modes {','.join(BENCH_MODES)}"
+        )
+    return list(dict.fromkeys(modes))
+
 
 def int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
@@ -50,7 +68,7 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
     options = GridOptions(
         strategies=args.strategies.split(",") if args.strategies else list(preset.strategies),
         world_sizes=world_sizes,
-        modes=args.modes.split(",") if args.modes else list(preset.modes),
+        modes=args.modes if args.modes else list(preset.modes),
         workers=flag_ints("--workers", args.workers, 0, "DataLoader workers", "0,2"),
         pin_memory=args.pin_memory,
         ramdisk=args.ramdisk,
@@ -61,7 +79,6 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
     if args.remote:  # the packed store, uploaded there and read through the node cache
         options.remote = args.remote
         options.strategies += [] if "remote" in options.strategies else ["remote"]
-    options.modes = [m for m in options.modes if m]
     check_flags(args)
     settings = Settings(
         seconds=args.seconds if args.seconds is not None else preset.seconds,
@@ -278,7 +295,12 @@ def add_bench(sub: Any) -> None:
         "collator",
     )
     p.add_argument("--world-sizes", help="default 1,2; --full: 1,2,4 on CPU, up to 8 GPUs")
-    p.add_argument("--modes", help="loader, train or both (default loader; --full both)")
+    p.add_argument(
+        "--modes",
+        type=mode_list,
+        metavar="MODES",
+        help="loader, train or loader,train: a comma list (default loader; --full loader,train)",
+    )
     p.add_argument("--workers", default="0", help="DataLoader workers, e.g. 0,2,4")
     p.add_argument(
         "--pin-memory", action="store_true", help="also run with pinned memory (CUDA only)"
