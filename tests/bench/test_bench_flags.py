@@ -271,3 +271,48 @@ def test_the_parser_knows_the_modes_of_a_cell() -> None:
     from lading.cli.bench import BENCH_MODES
 
     assert BENCH_MODES == MODES
+
+
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The output folder each ``lading bench`` run is given; nothing is planned or run."""
+    import lading.bench
+    import lading.cli.bench as cli_bench
+
+    outs: list[Path] = []
+    monkeypatch.setattr(cli_bench, "bench_plan", lambda args: (None, None, 1))
+    monkeypatch.setattr(cli_bench, "bench_tokenizer", lambda args: None)
+    monkeypatch.setattr(lading.bench, "run_bench", lambda o, s, out, **kw: outs.append(out))
+    return outs
+
+
+@pytest.mark.parametrize(
+    ("argv", "out"),
+    [
+        (["bench", "ir", "mydir"], "mydir"),
+        (["bench", "ir", "mydir", "--out", "mydir"], "mydir"),
+        (["bench", "--out", "elsewhere"], "elsewhere"),
+        (["bench"], "bench-out"),
+        (["bench", "ir"], "bench-out"),
+    ],
+)
+def test_bench_ir_dir_is_the_output_folder(
+    argv: list[str], out: str, ran: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``lading bench ir DIR`` once wrote to ./bench-out (replacing an earlier run there) and
+    never made DIR: DIR is where the results go, as ``report DIR`` is where they are read."""
+    from lading.cli import main
+
+    assert main(argv) == 0
+    assert ran == [Path(out)]
+    assert f"results in {out} " in capsys.readouterr().out
+
+
+def test_bench_ir_dir_and_another_out_are_refused(
+    ran: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lading.cli import main
+
+    assert main(["bench", "ir", "mydir", "--out", "other"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "mydir" in error and "--out other" in error and ran == []

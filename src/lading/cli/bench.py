@@ -12,6 +12,7 @@ from lading.cli.inputs import add_precision, existing, nonnegative_int, positive
 # lading.bench.cell.MODES, spelled here so that a bad --modes is refused when the command line
 # is parsed, not after importing torch (tests/bench/test_bench_flags.py checks they agree)
 BENCH_MODES: tuple[str, ...] = ("loader", "train")
+DEFAULT_OUT = "bench-out"  # where lading bench ir writes without DIR or --out
 
 
 def mode_list(text: str) -> list[str]:
@@ -227,6 +228,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             raise ValueError("lading bench report DIR: say which folder holds results.json")
         print(render(args.dir))
         return 0
+    out = bench_out(args)  # refused before torch is imported
     print("lading bench: importing torch and planning the grid", file=sys.stderr, flush=True)
     options, settings, passages = bench_plan(args)
     paths = {
@@ -236,13 +238,25 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     run_bench(
         options,
         settings,
-        Path(args.out),
+        out,
         passages=passages,
         tokenizer=bench_tokenizer(args),
         **paths,
     )
-    print(f"results in {args.out} (results.json, report.md, *.png)")
+    print(f"results in {out} (results.json, report.md, *.png)")
     return 0
+
+
+def bench_out(args: argparse.Namespace) -> Path:
+    """Where ``lading bench ir`` writes: ``DIR`` (``lading bench ir DIR``, as ``report DIR``
+    reads it), else ``--out``, else ``bench-out``; DIR and a different ``--out`` are refused
+    (one of them would be ignored)."""
+    if args.dir and args.out and Path(args.dir) != Path(args.out):
+        raise ValueError(
+            f"ir {args.dir} and --out {args.out} name two output folders (DIR is the output "
+            f"folder, as --out is); give one: ir {args.dir}, or --out {args.out}"
+        )
+    return Path(args.dir or args.out or DEFAULT_OUT)
 
 
 def default_world_sizes() -> list[int]:
@@ -261,7 +275,7 @@ def add_bench(sub: Any) -> None:
         "measured on 2 shared CPU cores); --full runs the study's grid (100,000 passages, "
         "every strategy, loader and train, 1/2/4 processes or up to 8 GPUs). Options given "
         "override the grid's. lading bench report DIR re-renders report.md and the plots from "
-        "DIR/results.json.",
+        "DIR/results.json; lading bench ir DIR writes to DIR (as --out DIR).",
     )
     p.add_argument(
         "target",
@@ -270,7 +284,12 @@ def add_bench(sub: Any) -> None:
         default="ir",
         help="ir: run the grid (default); report: re-render DIR's report and plots",
     )
-    p.add_argument("dir", nargs="?", help="with report: the results folder")
+    p.add_argument(
+        "dir",
+        nargs="?",
+        help="with ir: the output folder (as --out; default bench-out); with report: the "
+        "results folder to re-render",
+    )
     p.add_argument(
         "--full", action="store_true", help="the study's full grid (30 cells x 3 repeats)"
     )
@@ -360,4 +379,7 @@ def _add_cell_arguments(p: Any) -> None:
         help="a tokenizer.json (default: --model's own; with 'tiny', trained on the corpus)",
     )
     p.add_argument("--memory-budget", help="e.g. 8G (default: the machine's available RAM)")
-    p.add_argument("--out", default="bench-out", help="folder for results")
+    p.add_argument(
+        "--out",
+        help=f"folder for results (default {DEFAULT_OUT}; lading bench ir DIR says the same)",
+    )
