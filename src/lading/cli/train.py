@@ -157,13 +157,29 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
 
 
 def _cmd_train_lm(args: argparse.Namespace) -> int:
-    from lading.lm.train import LMConfig, train_lm
+    from lading.lm.train import ArchOptionError, LMConfig, train_lm
 
     def say(summary: dict[str, Any]) -> str:
         steps, ppl = summary["steps"], summary["valid_ppl"]
         return f"{args.out}: {steps} steps, validation perplexity {ppl:.2f}"
 
-    return _train(train_lm, _config(LMConfig, args, ("corpus", "out")), say)
+    try:
+        config = _config(LMConfig, args, ("corpus", "out"))
+    except ArchOptionError as e:  # the message with the flags typed, not the config's fields
+        raise ValueError(e.line(_flag_spelling(args), lambda arch: f"--arch {arch}")) from None
+    return _train(train_lm, config, say)
+
+
+def _flag_spelling(args: argparse.Namespace) -> Callable[[str, Any], str]:
+    """How a config field and its value were typed: a switch (``--packed``,
+    ``--no-document-mask``) bare, any other flag with its value (``--heads 3``)."""
+    flags: dict[str, str] = getattr(args, "_flags", {})
+
+    def spell(field: str, value: Any) -> str:
+        flag = flags.get(field, "--" + field.replace("_", "-"))
+        return flag if isinstance(value, bool) else f"{flag} {value}"
+
+    return spell
 
 
 def _cmd_train_sessions(args: argparse.Namespace) -> int:
@@ -312,7 +328,12 @@ def _add_train_lm(kinds: Any) -> None:
         help="a TokenCorpus (lading lm build): a folder or an s3:// URL (node cache in "
         "$LADING_CACHE/remote, cap $LADING_REMOTE_CACHE_BYTES)",
     )
-    p.add_argument("--arch", choices=["lstm", "gpt"], default="lstm", help="an LSTM or a tiny GPT")
+    p.add_argument(
+        "--arch",
+        choices=["lstm", "gpt"],
+        default="lstm",
+        help="an LSTM or a tiny GPT; the flags marked lstm: or gpt: are refused with the other",
+    )
     p.add_argument("--heads", type=positive_int, default=4, help="gpt: attention heads")
     p.add_argument("--packed", action="store_true", help="gpt: pack whole documents")
     p.add_argument(
@@ -324,13 +345,13 @@ def _add_train_lm(kinds: Any) -> None:
     p.add_argument("--valid-fraction", type=float, default=0.02, help="documents held out")
     p.add_argument("--bptt", type=positive_int, default=70, help="tokens a row of a batch (window)")
     p.add_argument("--emb", type=positive_int, default=256, help="embedding width")
-    p.add_argument("--hidden", type=positive_int, default=256, help="hidden width")
+    p.add_argument("--hidden", type=positive_int, default=256, help="lstm: hidden width")
     p.add_argument("--layers", type=positive_int, default=2, help="LSTM or transformer layers")
     p.add_argument("--dropout", type=float, default=0.2, help="dropout probability")
     p.add_argument(
         "--break-continuity",
         action="store_true",
-        help="ablation: shuffle the rows of every batch (the state no longer fits)",
+        help="lstm ablation: shuffle the rows of every batch (the state no longer fits)",
     )
     p.add_argument(
         "--eval-every",

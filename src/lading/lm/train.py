@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from lading.errors import LadingError
 from lading.lm.boundaries import DocumentBatch
 from lading.lm.corpus import TokenCorpus
 from lading.lm.gpt import GPTLanguageModel
@@ -44,6 +46,39 @@ from lading.train import (
 from lading.train.config import RunConfig, data_location
 from lading.world import World
 
+ARCHS: tuple[str, ...] = ("lstm", "gpt")
+# the options only one arch reads (field: that arch); the other would ignore them
+ARCH_OPTIONS: dict[str, str] = {
+    "hidden": "lstm",
+    "break_continuity": "lstm",
+    "heads": "gpt",
+    "packed": "gpt",
+    "document_mask": "gpt",
+}
+
+
+class ArchOptionError(LadingError, ValueError):
+    """An :class:`LMConfig` that sets options of the other ``arch`` (away from their defaults):
+    its ``arch`` would ignore them. ``options`` maps each field to its value;
+    :meth:`line` spells the message as the caller's interface names them."""
+
+    def __init__(self, arch: str, options: dict[str, Any]) -> None:
+        super().__init__(arch, options)  # (args: an instance pickles and unpickles whole)
+        self.arch, self.options = arch, options
+
+    def __str__(self) -> str:
+        return self.line(lambda field, value: f"{field}={value!r}", lambda a: f"arch={a!r}")
+
+    def line(self, option: Callable[[str, Any], str], arch: Callable[[str], str]) -> str:
+        """The message, each option spelled ``option(field, value)``, an arch ``arch(name)``."""
+        other = next(a for a in ARCHS if a != self.arch)
+        given = ", ".join(option(f, v) for f, v in self.options.items())
+        them = "them" if len(self.options) > 1 else "it"
+        return (
+            f"{arch(self.arch)} ignores {given} (read by {arch(other)} only); leave {them} "
+            f"out, or train {arch(other)}"
+        )
+
 
 @dataclass(kw_only=True)
 class LMConfig(RunConfig):
@@ -53,6 +88,10 @@ class LMConfig(RunConfig):
     a string: ``Path()`` merges a URL's slashes), read by ranged GETs through the node cache
     every rank of the node shares, with :func:`lading.open_store`'s defaults (``remote/`` in
     ``$LADING_CACHE``, capped at ``$LADING_REMOTE_CACHE_BYTES``).
+
+    ``hidden`` and ``break_continuity`` are the LSTM's, ``heads``, ``packed`` and
+    ``document_mask`` the GPT's (:data:`ARCH_OPTIONS`): one of the other ``arch`` set away
+    from its default raises :class:`ArchOptionError` rather than being ignored.
     """
 
     corpus: Path | str
@@ -75,7 +114,22 @@ class LMConfig(RunConfig):
     lr: float = 3e-3
 
     def __post_init__(self) -> None:
+        self.check_arch()
         self.corpus = data_location(self.corpus, "corpus")
+
+    def check_arch(self) -> None:
+        """Refuse an unknown ``arch``, and options of the other arch set away from their
+        defaults (:class:`ArchOptionError`): this arch would silently ignore them."""
+        if self.arch not in ARCHS:
+            raise ValueError(f"unknown arch {self.arch!r}; choose 'lstm' or 'gpt'")
+        defaults = {f.name: f.default for f in fields(self)}
+        foreign = {
+            name: getattr(self, name)
+            for name, arch in ARCH_OPTIONS.items()
+            if arch != self.arch and getattr(self, name) != defaults[name]
+        }
+        if foreign:
+            raise ArchOptionError(self.arch, foreign)
 
 
 def split_documents(count: int, valid_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -254,8 +308,7 @@ class GPTStep(TrainingTask):
 
 def train_lm(config: LMConfig) -> dict[str, Any]:
     """Train; return a summary with the validation perplexities (on every rank)."""
-    if config.arch not in ("lstm", "gpt"):
-        raise ValueError(f"unknown arch {config.arch!r}; choose 'lstm' or 'gpt'")
+    config.check_arch()  # again: a config's fields may have been set since it was made
     return ddp.run(config, functools.partial(_train_lm, config))
 
 

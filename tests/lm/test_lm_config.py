@@ -1,0 +1,95 @@
+"""``LMConfig`` refuses the options of the other ``arch``: each was once accepted and ignored.
+
+``break_continuity`` and ``hidden`` belong to the LSTM; ``heads``, ``packed`` and
+``document_mask`` to the GPT. An option left at its default is no choice and is never
+refused. Config-level and command-line-level only: nothing is trained here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+
+def config(tmp_path: Path, **kw: Any) -> Any:
+    from lading.lm.train import LMConfig
+
+    return LMConfig(corpus=tmp_path, out=tmp_path / "out", **kw)
+
+
+@pytest.mark.parametrize(
+    ("arch", "options", "named"),
+    [
+        ("gpt", {"break_continuity": True}, ["break_continuity=True"]),
+        ("gpt", {"hidden": 512}, ["hidden=512"]),
+        ("lstm", {"heads": 3}, ["heads=3"]),
+        ("lstm", {"packed": True}, ["packed=True"]),
+        ("lstm", {"document_mask": False}, ["document_mask=False"]),
+        (
+            "lstm",
+            {"packed": True, "document_mask": False, "heads": 3},
+            ["heads=3", "packed=True", "document_mask=False"],
+        ),
+    ],
+)
+def test_an_option_of_the_other_arch_is_refused(
+    arch: str, options: dict[str, Any], named: list[str], tmp_path: Path
+) -> None:
+    other = "lstm" if arch == "gpt" else "gpt"
+    with pytest.raises(ValueError) as e:
+        config(tmp_path, arch=arch, **options)
+    message = str(e.value)
+    assert f"arch={arch!r}" in message and f"arch={other!r}" in message
+    assert all(n in message for n in named), message
+
+
+@pytest.mark.parametrize(
+    ("arch", "options"),
+    [
+        ("lstm", {}),
+        ("gpt", {}),
+        ("lstm", {"heads": 4, "packed": False, "document_mask": True}),  # the defaults
+        ("gpt", {"hidden": 256, "break_continuity": False}),
+        ("lstm", {"hidden": 64, "break_continuity": True}),
+        ("gpt", {"heads": 2, "packed": True, "document_mask": False}),
+    ],
+)
+def test_defaults_and_options_of_the_arch_are_taken(
+    arch: str, options: dict[str, Any], tmp_path: Path
+) -> None:
+    made = config(tmp_path, arch=arch, **options)
+    assert made.arch == arch
+
+
+def test_an_unknown_arch_is_refused_by_the_config(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"arch 'rnn'.*'lstm' or 'gpt'"):
+        config(tmp_path, arch="rnn")
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--arch", "gpt", "--heads", "2", "--break-continuity"], ["--break-continuity"]),
+        (
+            ["--arch", "lstm", "--packed", "--no-document-mask", "--heads", "3"],
+            ["--heads 3", "--packed", "--no-document-mask"],
+        ),
+        (["--packed"], ["--packed"]),  # --arch left out: the LSTM
+    ],
+)
+def test_the_command_names_the_flags_and_the_arch_that_takes_them(
+    flags: list[str], named: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lading.cli import main
+
+    argv = ["train", "lm", "--corpus", str(tmp_path), "--out", str(tmp_path / "out"), *flags]
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("lading train: --arch "), error
+    assert all(n in error for n in named), error
+    assert "=" not in error and "False" not in error and "True" not in error, error
+    assert not (tmp_path / "out").exists()
