@@ -3,6 +3,7 @@ before any work), and the advice an error gives names a flag the command has."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,34 @@ def test_lr_not_given_at_a_resume_keeps_the_checkpoints(
             args.train_days = int_list(args.train_days)
         made = _config(kind[config], args, ())
         assert (made.lr, made.keep_on_resume) == (lr, keep)
+
+
+@pytest.mark.parametrize("asked", ["100000", "1"])
+def test_lm_tokenizer_prints_the_vocabulary_it_made(
+    asked: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It printed the size asked for: 100,000 for a file whose tokenizer holds 274 entries,
+    1 for one that holds 257 (the byte alphabet and the end-of-text token)."""
+    pytest.importorskip("tokenizers")
+    src = tmp_path / "ok.tsv"
+    src.write_text("d1\thello world\nd2\tsecond doc\n")
+    out = tmp_path / "tok.json"
+    assert main(["lm", "tokenizer", str(src), str(out), "--vocab-size", asked]) == 0
+    made = len(json.loads(out.read_text())["model"]["vocab"])
+    said = capsys.readouterr().out
+    assert f"{made:,} entries" in said and made != int(asked), said
+
+
+@pytest.mark.parametrize("text", ["", "\n\n  \n"])
+def test_lm_tokenizer_refuses_a_source_without_documents(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As ``lading lm build`` does: once it wrote a byte-only tokenizer trained on nothing."""
+    pytest.importorskip("tokenizers")
+    src = tmp_path / "empty.txt"
+    src.write_text(text)
+    out = tmp_path / "tok.json"
+    assert main(["lm", "tokenizer", str(src), str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert str(src) in err and "no documents" in err, err
+    assert not out.exists()

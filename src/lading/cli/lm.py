@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from lading.cli.inputs import add_raise_or_skip, positive_int, tokenizer
@@ -28,9 +29,29 @@ def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
     path = Path(args.out)
     if path.is_dir() or path.suffix != ".json":
         path = path / "tokenizer.json"
-    tok = train_tokenizer(itertools.islice(texts, args.limit), args.kind, args.vocab_size)
+    documents = 0
+
+    def counted_texts() -> Iterator[str]:
+        nonlocal documents
+        for text in itertools.islice(texts, args.limit):
+            documents += 1
+            yield text
+
+    tok = train_tokenizer(counted_texts(), args.kind, args.vocab_size)
+    if documents == 0:  # as lading lm build: a tokenizer of nothing is not one of the source
+        raise ValueError(
+            f"{args.source} holds no documents"
+            + (f" (every record skipped: {skipped.said(args.source)})" if skipped.count else "")
+            + "; nothing to train a tokenizer on, so nothing was written"
+        )
     save_tokenizer(tok, path)
-    print(f"{path}: {args.kind} tokenizer, {args.vocab_size:,} entries")
+    entries = tok.get_vocab_size()
+    asked = f" (--vocab-size {args.vocab_size:,}: " if entries != args.vocab_size else ""
+    if entries < args.vocab_size:
+        asked += "the source has no more)"
+    elif entries > args.vocab_size:
+        asked += "its alphabet and special tokens alone are more)"
+    print(f"{path}: {args.kind} tokenizer, {entries:,} entries{asked}")
     if skipped.count:
         print(skipped.said(args.source))
     return 0
