@@ -167,3 +167,68 @@ def test_lm_tokenizer_refuses_a_source_without_documents(
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert str(src) in err and "no documents" in err, err
     assert not out.exists()
+
+
+@pytest.fixture
+def lm_source(tmp_path: Path) -> tuple[Path, Path]:
+    """A two-document TSV and a byte-level BPE tokenizer trained on it (``<|endoftext|>``)."""
+    pytest.importorskip("tokenizers")
+    src = tmp_path / "ok.tsv"
+    src.write_text("d1\thello world\nd2\tsecond doc\n")
+    tok = tmp_path / "tok.json"
+    assert main(["lm", "tokenizer", str(src), str(tok), "--vocab-size", "300"]) == 0
+    return src, tok
+
+
+def test_lm_build_refuses_an_eos_token_with_no_eos(
+    lm_source: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--no-eos --eos-token X`` built without an end of text, X taken and ignored."""
+    src, tok = lm_source
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["lm", "build", str(src), str(tmp_path / "c"), "--tokenizer", str(tok),
+              "--no-eos", "--eos-token", "<nope>", "--quiet"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_.value.code == 2 and "--no-eos" in err and "--eos-token" in err, err
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("shard", [[], ["--shard", "0/1"]])
+def test_lm_build_names_an_eos_token_the_tokenizer_lacks(
+    shard: list[str],
+    lm_source: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It said "the tokenizer has none of ['<nope>']; pass eos_token=, or append_eos=False":
+    no file, and keywords the command has no flag for."""
+    src, tok = lm_source
+    capsys.readouterr()
+    code = main(["lm", "build", str(src), str(tmp_path / "c"), "--tokenizer", str(tok),
+                 "--eos-token", "<nope>", "--quiet", *shard])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and "--eos-token '<nope>'" in err and str(tok) in err, err
+    assert "--no-eos" in err and "=" not in err and "<|endoftext|>" in err, err
+    assert not (tmp_path / "c").exists()
+
+
+def test_lm_build_names_the_fix_for_a_tokenizer_without_an_eos(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tokenizer with none of the usual end-of-text names (a word-level one here)."""
+    tokenizers = pytest.importorskip("tokenizers")
+
+    src = tmp_path / "ok.txt"
+    src.write_text("alpha beta\n\nbeta gamma\n")
+    vocab = {"[UNK]": 0, "alpha": 1, "beta": 2, "gamma": 3}
+    words = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    words.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok = tmp_path / "words.json"
+    words.save(str(tok))
+    code = main(["lm", "build", str(src), str(tmp_path / "c"), "--tokenizer", str(tok), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and str(tok) in err and "--eos-token" in err and "--no-eos" in err, err
+    assert "=" not in err, err
+    assert main(["lm", "build", str(src), str(tmp_path / "c"), "--tokenizer", str(tok),
+                 "--no-eos", "--quiet"]) == 0  # fmt: skip

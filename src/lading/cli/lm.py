@@ -69,6 +69,8 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
         "progress": not args.quiet,
     }
     refuse_build_id_alone(args)
+    if not args.no_eos:
+        check_eos(args.tokenizer, args.eos_token)
     if args.shard is not None:
         refuse_shard_args(args.source, args.overwrite)  # (--overwrite was taken and ignored)
         with warnings.catch_warnings():
@@ -101,6 +103,33 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
     )
     print_skipped(corpus.meta)
     return 0
+
+
+def check_eos(tokenizer: str, eos_token: str | None) -> None:
+    """Refuse, naming the tokenizer file and the flags that fix it, a tokenizer without the
+    end-of-text token the build would append (``--eos-token``'s, else one of the usual names);
+    the library's own refusal names neither the file nor the command's flags."""
+    from lading.lm.tokenize import EOS_CANDIDATES
+    from lading.stores.tokens import load_tokenizer
+
+    tok = load_tokenizer(tokenizer)
+    if eos_token is None:
+        if any(tok.token_to_id(name) is not None for name in EOS_CANDIDATES):
+            return
+        wanted = (
+            f"{tokenizer} has none of the usual end-of-text tokens "
+            f"({', '.join(EOS_CANDIDATES)}) to end every document with"
+        )
+    elif tok.token_to_id(eos_token) is None:
+        wanted = f"--eos-token {eos_token!r}: {tokenizer} has no such token"
+    else:
+        return
+    specials = sorted(str(t.content) for t in tok.get_added_tokens_decoder().values())
+    held = f" (its special tokens: {', '.join(specials)})" if specials else ""
+    raise ValueError(
+        f"{wanted}{held}; name the tokenizer's end-of-text token with --eos-token, or give "
+        "--no-eos to keep documents unseparated"
+    )
 
 
 def _cmd_lm_merge(args: argparse.Namespace) -> int:
@@ -150,8 +179,13 @@ def add_lm(sub: Any) -> None:
     )
     p.add_argument("--tokenizer", required=True, type=tokenizer, help="tokenizer.json or folder")
     _add_split(p)
-    p.add_argument("--no-eos", action="store_true", help="do not end documents with EOS")
-    p.add_argument("--eos-token", help="name of the end-of-text token")
+    eos = p.add_mutually_exclusive_group()  # (an end-of-text token named, or none at all)
+    eos.add_argument("--no-eos", action="store_true", help="do not end documents with EOS")
+    eos.add_argument(
+        "--eos-token",
+        help="name of the end-of-text token (default: the first usual name the tokenizer "
+        "has, e.g. <|endoftext|> or </s>)",
+    )
     add_shard_options(
         p,
         shard_help="tokenize shard I of N only (any worker, any order); then "
