@@ -232,3 +232,14 @@ def test_lm_build_names_the_fix_for_a_tokenizer_without_an_eos(
     assert "=" not in err, err
     assert main(["lm", "build", str(src), str(tmp_path / "c"), "--tokenizer", str(tok),
                  "--no-eos", "--quiet"]) == 0  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["cross-encoder", "lm", "sessions"])
+def test_resume_help_says_a_run_without_a_checkpoint_starts(
+    kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "continue from OUT/checkpoint", and with none there the run starts at step 0."""
+    with pytest.raises(SystemExit):
+        main(["train", kind, "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "--resume continue from OUT/checkpoint when there is one; else start" in said, said

@@ -251,7 +251,11 @@ def add_run_args(
     p.add_argument(
         "--checkpoint-every", type=nonnegative_int, default=0, help="steps between checkpoints"
     )
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from OUT/checkpoint when there is one; else start at step 0",
+    )
     p.add_argument(
         "--no-prefetch",
         dest="prefetch",
