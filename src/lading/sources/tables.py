@@ -6,7 +6,10 @@ and text columns are named like JSON keys (:class:`~lading.sources.ParseOptions`
 first of :data:`~lading.sources.JSON_ID_FIELDS` / :data:`~lading.sources.JSON_TEXT_FIELDS`
 present).
 Arrow files may be in the IPC *file* format (Feather v2) or the *stream* format (what HF
-``datasets`` writes to its cache): both are read through a memory map.
+``datasets`` writes to its cache): both are read through a memory map. A file pyarrow cannot
+open, or whose rows do not decode, is one :class:`~lading.errors.SourceError` naming it and the
+fix (the other format's ``format=``, or export it again), whatever ``on_error`` says: it is not a
+bad record but a file that is not what its name says.
 
 :class:`RecordStream` turns any callable that yields :class:`~lading.sources.Record` s (an HF
 dataset, a DataFrame, a generator) into a source :func:`lading.build_store` accepts; its
@@ -19,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from lading.errors import SourceError
 from lading.sources.parsers import (
     JSON_ID_FIELDS,
     JSON_TEXT_FIELDS,
@@ -86,8 +90,68 @@ def make_record(doc_id: Any, text: Any, fields: Mapping[str, Any]) -> Record:
     return Record(check_id(str(doc_id)), text, kept)
 
 
+def does_not_decode(error: BaseException) -> bool:
+    """Whether ``error`` (from pyarrow opening or reading a file) says its bytes do not decode:
+    ``ArrowInvalid``, or an ``OSError`` such as "Couldn't deserialize thrift"; not a file
+    missing or unreadable, nor memory, nor a codec pyarrow lacks (raised as they are)."""
+    pa = import_pyarrow()
+    lost = (FileNotFoundError, PermissionError, MemoryError, pa.ArrowNotImplementedError)
+    return isinstance(error, (pa.ArrowInvalid, OSError)) and not isinstance(error, lost)
+
+
+def pyarrow_words(error: BaseException) -> str:
+    """The first line of pyarrow's message (at most 200 characters): what a one-line error
+    quotes of it."""
+    return (str(error).splitlines() or [type(error).__name__])[0][:200]
+
+
+_MAGIC = {"parquet": b"PAR1", "arrow": b"ARROW1"}  # how each file format begins
+
+
+def not_a_table(path: Path, fmt: str, error: BaseException) -> SourceError:
+    """The error for a ``fmt`` file that pyarrow could not open: a file of the other table
+    format (named for the wrong one: pass ``format=``), or one that is not ``fmt`` or is
+    damaged (export it again)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        head = b""
+    for other, magic in _MAGIC.items():
+        if other != fmt and head.startswith(magic):
+            return SourceError(
+                path,
+                None,
+                f"this is {_a(other)} file, not {_a(fmt)} one ({pyarrow_words(error)}); pass "
+                f"format='{other}', or rename it *.{other}",
+            )
+    return SourceError(
+        path,
+        None,
+        f"not {_a(fmt)} file, or a damaged one ({pyarrow_words(error)}); check what it is, "
+        "and export it again from where it came from",
+    )
+
+
+def _a(fmt: str) -> str:
+    return f"{'an' if fmt[0] in 'aeiou' else 'a'} {fmt}"
+
+
 def _batches(path: Path, fmt: str, columns: list[str] | None) -> tuple[list[str], Iterator[Any]]:
-    """Column names of the file and an iterator over its record batches (of ``columns``)."""
+    """Column names of the file and an iterator over its record batches (of ``columns``).
+
+    Raises:
+        SourceError: pyarrow cannot open the file (:func:`not_a_table`).
+    """
+    try:
+        return _open(path, fmt, columns)
+    except Exception as e:
+        if not does_not_decode(e):
+            raise
+        raise not_a_table(path, fmt, e) from e
+
+
+def _open(path: Path, fmt: str, columns: list[str] | None) -> tuple[list[str], Iterator[Any]]:
     pa = import_pyarrow()
     if fmt == "parquet":
         import pyarrow.parquet as pq
@@ -112,6 +176,33 @@ def _batches(path: Path, fmt: str, columns: list[str] | None) -> tuple[list[str]
     return names, (batch.select(columns) for batch in batches)
 
 
+def _decoded(path: Path, batches: Iterator[Any]) -> Iterator[list[list[Any]]]:
+    """Each batch's columns as Python lists.
+
+    Raises:
+        SourceError: a batch's bytes do not decode (a damaged page, text that is not UTF-8),
+            naming the file and the first row of that batch.
+    """
+    row = 0
+    while True:
+        try:
+            batch = next(batches, None)
+            if batch is None:
+                return
+            columns = [column.to_pylist() for column in batch.columns]
+        except Exception as e:
+            if not (does_not_decode(e) or isinstance(e, UnicodeDecodeError)):
+                raise
+            raise SourceError(
+                path,
+                None,
+                f"rows from {row + 1:,} do not decode ({pyarrow_words(e)}); the file is "
+                "damaged: export it again from where it came from",
+            ) from e
+        row += batch.num_rows
+        yield columns
+
+
 def table_columns(path: Path, fmt: str, options: ParseOptions) -> tuple[str, str, list[str]]:
     """The id column, the text column and the kept field columns of a table file."""
     names, _ = _batches(path, fmt, None)
@@ -128,10 +219,8 @@ def iter_table(
     id_col, text_col, kept = table_columns(path, fmt, options)
     _, batches = _batches(path, fmt, [id_col, text_col, *kept])
     row = 0
-    for batch in batches:
-        ids = batch.column(0).to_pylist()
-        texts = batch.column(1).to_pylist()
-        extra = {name: batch.column(2 + i).to_pylist() for i, name in enumerate(kept)}
+    for ids, texts, *fields in _decoded(path, batches):
+        extra = dict(zip(kept, fields))
         for j, (doc_id, text) in enumerate(zip(ids, texts)):
             row += 1
             try:
