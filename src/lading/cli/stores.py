@@ -154,8 +154,13 @@ def _sizes(path: Path, files: dict[str, Any]) -> str:
 
 
 def describe(path: str | Path) -> dict[str, Any]:
-    """What ``lading inspect`` reports of a store, as a dict."""
+    """What ``lading inspect`` reports of a store (or of a token corpus: :func:`describe_corpus`),
+    as a dict."""
+    from lading.disk.meta import declared_format
     from lading.stores import open_store
+
+    if declared_format(path) == "lading.tokens":
+        return describe_corpus(path)
     from lading.stores.layout import column_bytes, shards
 
     store = open_store(path, on_stale="ignore")
@@ -180,10 +185,57 @@ def describe(path: str | Path) -> dict[str, Any]:
     }
 
 
+def describe_corpus(path: str | Path) -> dict[str, Any]:
+    """What ``lading inspect`` reports of a token corpus (``lading lm build``), as a dict:
+    ``kind`` is ``"token corpus"``, ``tokens`` a count (a store's: its tokenizer's settings)."""
+    import numpy as np
+
+    from lading.lm import TokenCorpus
+
+    corpus = TokenCorpus.open(path, on_stale="ignore")
+    try:
+        meta = corpus.meta
+        return {
+            "path": str(corpus.path),
+            "kind": "token corpus",
+            "format": f"{meta['format']} v{meta['version']}",
+            "snapshot": corpus.snapshot,
+            "documents": len(corpus),
+            "tokens": corpus.n_tokens,
+            "dtype": np.dtype(corpus.dtype).name,
+            "vocab_size": corpus.vocab_size,
+            "eos_id": corpus.eos_id,
+            "size": _sizes(corpus.path, meta["files"]),
+            "source": (meta.get("recipe") or {}).get("source"),
+            "stale": corpus.stale,
+            "build": {"seconds": meta.get("seconds"), "skipped": meta.get("skipped", 0)},
+        }
+    finally:
+        corpus.close()
+
+
+def _corpus_lines(info: dict[str, Any]) -> list[str]:
+    eos = "none" if info["eos_id"] is None else info["eos_id"]
+    return [
+        f"corpus     {info['path']} ({info['format']}, a token corpus)",
+        f"snapshot   {info['snapshot']}",
+        f"documents  {info['documents']:,}",
+        f"tokens     {info['tokens']:,} as {info['dtype']} (vocab {info['vocab_size']:,}, "
+        f"end-of-text id {eos})",
+        f"size       {info['size']}",
+        f"source     {info['source'] or '-'}",
+        "stale      " + (f"YES: {info['stale']}" if info["stale"] else "no"),
+        f"build      {info['build']['seconds']}s, skipped {info['build']['skipped']}",
+    ]
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     info = describe(args.store)
     if args.json:
         print(json.dumps(info, indent=2))
+        return 0
+    if info.get("kind") == "token corpus":
+        print("\n".join(_corpus_lines(info)))
         return 0
     tokens = info["tokens"]
     source = info["source"]
@@ -280,8 +332,11 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("--build-id", help="which build, when several are complete")
     p.set_defaults(func=_cmd_merge)
 
-    p = sub.add_parser("inspect", help="counts, sizes, dtypes, fields, source and staleness")
-    p.add_argument("store", help=STORE_HELP)
+    p = sub.add_parser(
+        "inspect",
+        help="counts, sizes, dtypes, fields, source and staleness of a store (or token corpus)",
+    )
+    p.add_argument("store", help=STORE_HELP + "; or a token corpus's directory (lading lm build)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_inspect)
 

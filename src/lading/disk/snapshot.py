@@ -126,7 +126,7 @@ def decode_manifest(raw: bytes, where: str | Path, fmt_name: str) -> dict[str, A
         raise StoreFormatError(f"{where} is not valid JSON ({e}); {fmt.rebuild}") from None
     if not isinstance(meta, dict) or meta.get("format") != fmt_name:
         found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise StoreFormatError(f"{where}: format is {found!r}, expected {fmt_name!r}")
+        raise other_format(where, found, fmt_name)
     check_version(fmt_name, meta.get("version"), where)
     if not isinstance(meta.get("files"), dict):
         raise StoreFormatError(f"{where}: no file list; {fmt.rebuild}")
@@ -134,6 +134,33 @@ def decode_manifest(raw: bytes, where: str | Path, fmt_name: str) -> dict[str, A
         check_name(name, f"a name in the {fmt.what}'s files", where)
     check_layout(meta, fmt_name, where)
     return meta
+
+
+# what reads each format a manifest may be mistaken for (a token corpus given to `lading get`)
+_READ_BY = {
+    "lading.packed": "open it with lading.open_store(path); at the command line `lading "
+    "inspect`, `lading get`, `lading verify`",
+    "lading.tokens": "open it with lading.lm.TokenCorpus.open(path); at the command line "
+    "`lading inspect`, `lading verify`, `lading train lm --corpus`",
+    "lading.offsets": "open it with lading.OffsetStore(path); at the command line `lading verify`",
+}
+
+
+def other_format(where: str | Path, found: object, fmt_name: str) -> StoreFormatError:
+    """The error for a manifest ``where`` of format ``found`` read as ``fmt_name``: another
+    lading format is named as what it is and what reads it; anything else as found."""
+    if not isinstance(found, str) or found not in _READ_BY:
+        return StoreFormatError(f"{where}: format is {found!r}, expected {fmt_name!r}")
+    place = os.fspath(where)
+    folder = place.removesuffix("/" + META_FILE) if place != META_FILE else "."
+    return StoreFormatError(
+        f"{folder} is a lading {disk_format(found).what}, not {_a(disk_format(fmt_name).what)} "
+        f"({META_FILE} says format {found!r}): {_READ_BY[found]}"
+    )
+
+
+def _a(what: str) -> str:
+    return f"{'an' if what[0] in 'aeiou' else 'a'} {what}"
 
 
 def _parse(raw: bytes, where: Path, fmt_name: str) -> dict[str, Any]:
