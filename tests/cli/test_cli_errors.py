@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -392,3 +393,110 @@ def test_a_missing_store_exits_2_from_every_command(
     extra = ["d1"] if command == ["get"] else []
     code, err = run([*command, str(tmp_path / "nope"), *extra], capsys)
     assert code == 2 and "nope" in err and "no such directory" in err
+
+
+def test_cli_spelling_drops_the_librarys_spellings_where_a_flag_says_it() -> None:
+    """A library message names both spellings ("pass tokenizer= (--tokenizer) too"); at the
+    command line each read "--tokenizer (--tokenizer)", a bare "max_length" or a
+    "parse=ParseOptions(...)" was left as it was, and "eos_token=," or "append_eos=False" (the
+    flags are --eos-token and --no-eos) were not seen as keywords at all."""
+    from lading.cli import cli_spelling
+
+    build = {"tokenizer": "--tokenizer", "max_length": "--max-length", "columns": "--columns",
+             "id_field": "--id-field", "text_field": "--text-field"}  # fmt: skip
+    lm = {"eos_token": "--eos-token", "no_eos": "--no-eos", "tokenizer": "--tokenizer"}
+    cases = [
+        (
+            "pass tokenizer= (--tokenizer) too, or leave max_length out",
+            build,
+            "pass --tokenizer too, or leave --max-length out",
+        ),
+        (
+            "e.g. --columns id,url (parse=ParseOptions(columns=('id', 'url'))); a tab inside",
+            build,
+            "e.g. --columns id,url; a tab inside",
+        ),
+        (
+            "name it (parse=ParseOptions(id_field=..., text_field=...), or "
+            "--id-field/--text-field); the defaults",
+            build,
+            "name it (--id-field/--text-field); the defaults",
+        ),
+        (
+            "no id field: expected one of ['id']; name it: parse=ParseOptions(id_field=...) or "
+            "--id-field",
+            build,
+            "no id field: expected one of ['id']; name it: --id-field",
+        ),
+        (
+            "naming the columns (--columns, or parse=ParseOptions(columns=[...]))",
+            build,
+            "naming the columns (--columns)",
+        ),
+        (
+            "none of ['<x>']; pass eos_token=, or append_eos=False to keep documents unseparated",
+            lm,
+            "none of ['<x>']; pass --eos-token, or --no-eos to keep documents unseparated",
+        ),
+        # not a flag of this command, in a path or quoted: left alone
+        (
+            "stage it first (stage_to=); /data/max_length/x 'max_length'",
+            build,
+            "stage it first (stage_to=); /data/max_length/x 'max_length'",
+        ),
+    ]
+    for said, flags, meant in cases:
+        assert cli_spelling(said, flags) == meant
+
+
+def test_boolean_flags_are_spelled_by_what_they_set() -> None:
+    """``--narrow/--no-narrow`` was recorded as its longest option: "narrow=True" read
+    "--no-narrow"; a store_false flag (``--no-prefetch``, dest ``prefetch``) read
+    "prefetch=False" as "--no-prefetch False"."""
+    import argparse
+
+    from lading.cli import build_parser, cli_spelling
+
+    def flags(*path: str) -> dict[str, str]:
+        parser = build_parser()
+        for name in path:
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            parser = sub.choices[name]
+        return dict(parser._defaults["_flags"])
+
+    said = "pass narrow=True, or narrow=False; prefetch=False"
+    cross = flags("train", "cross-encoder")
+    assert cli_spelling(said, cross) == "pass --narrow, or --no-narrow; --no-prefetch"
+    lm = flags("train", "lm")
+    assert cli_spelling("document_mask=False", lm) == "--no-document-mask"
+    assert cli_spelling("document_mask=True", lm) == "document_mask=True"  # (the default)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["build", "{d}/c.tsv", "{d}/s", "--max-length", "3"],
+            "pass --tokenizer too, or leave --max-length out",
+        ),
+        (["build", "{d}/docs.tsv", "{d}/s"], "e.g. --columns id,url,title,text; a tab inside"),
+        (["build", "{d}/n.jsonl", "{d}/s"], "name it: --id-field"),
+    ],
+)
+def test_build_errors_read_in_flag_spelling(
+    files: Path, args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (files / "n.jsonl").write_text('{"key": "1", "text": "one"}\n')
+    code, line = run([a.format(d=files) for a in args], capsys)
+    assert code == 2 and says in line, line
+    assert not re.search(r"\b(parse|tokenizer|max_length|id_field)=|ParseOptions", line), line
+
+
+def test_lm_build_names_its_eos_flags(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("tokenizers")
+    from conftest import word_tokenizer
+
+    tok = word_tokenizer(["hello", "world"], files / "tok.json")
+    args = ["lm", "build", str(files / "c.tsv"), str(files / "c"), "--tokenizer", str(tok)]
+    code, line = run([*args, "--eos-token", "<nope>", "--quiet"], capsys)
+    assert code == 2 and "pass --eos-token, or --no-eos to keep documents" in line, line

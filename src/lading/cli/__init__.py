@@ -154,37 +154,97 @@ def os_error_line(e: OSError) -> str:
 
 
 _KEYWORD = re.compile(
-    r"\b([a-z_]+)=(?:'([^']*)'|\"([^\"]*)\"|(True|False|None|-?\d+(?:\.\d+)?)|(?=\s))"
+    r"\b([a-z_]+)=(?:'([^']*)'|\"([^\"]*)\"|(True|False|None|-?\d+(?:\.\d+)?)|(?=[\s,;)]|$))"
 )
+# an API object spelled for Python (``parse=ParseOptions(...)``), with the "or" that joins it
+# to the flag the message names beside it
+_API_CALL = re.compile(r"\b([a-z_]+)=[A-Z]\w*\(")
+_SAID_TWICE = re.compile(r"(--[a-z][\w-]*) \(\1\)")  # "--tokenizer (--tokenizer)"
+# a library keyword whose False is a ``--no-...`` flag of another name (the flag's dest)
+_NEGATED = {"append_eos": "no_eos"}
 
 
 def cli_spelling(message: str, flags: dict[str, str]) -> str:
-    """``message`` with the library's keyword spellings (``on_error='skip'``) written as the
-    command's flags (``--on-error skip``), for every keyword that is a flag of this command
-    (``flags``: argparse dest -> option string); other text is left as it is."""
+    """``message`` in the command's flag spellings (``flags``: argparse dest -> option string).
+
+    Library messages name a setting the API's way (``on_error='skip'``, ``tokenizer=``), often
+    with the flag beside it (``pass tokenizer= (--tokenizer) too``); at the command line:
+
+    - a keyword that is a flag of this command is written as the flag (``--on-error skip``;
+      ``overwrite=True`` and a bare ``tokenizer=``: the flag alone), a boolean's ``False`` as
+      the ``--no-...`` flag that means it (``append_eos=False``: ``--no-eos``;
+      ``prefetch=False``: ``--no-prefetch``), ``True`` of ``--narrow/--no-narrow`` as
+      ``--narrow`` (the keys ``"dest=True"``, ``"dest=False"`` of ``flags``);
+    - a bare name with an underscore that is a flag (``leave max_length out``) as the flag;
+    - an API object that is not a flag (``parse=ParseOptions(columns=(...))``) is dropped,
+      with the "or" that joins it to the flag named beside it;
+    - a flag then named twice (``--tokenizer (--tokenizer)``) is named once.
+
+    Other text (other keywords, names in paths or quotes) is left as it is.
+    """
 
     def flag(match: re.Match[str]) -> str:
         name = match.group(1)
+        value = next((v for v in match.groups()[1:] if v is not None), None)
+        if f"{name}={value}" in flags:  # a boolean flag's spelling of True or False
+            return flags[f"{name}={value}"]
+        if value == "False" and _NEGATED.get(name, f"no_{name}") in flags:
+            return flags[_NEGATED.get(name, f"no_{name}")]
         if name not in flags:
             return match.group(0)
-        value = next((v for v in match.groups()[1:] if v is not None), None)
         if value is None or value == "True":  # "pass format= one of …": the bare flag
             return flags[name]
         return f"{flags[name]} {value}"
 
-    return _KEYWORD.sub(flag, message)
+    message = _drop_api_calls(message, flags)
+    message = _KEYWORD.sub(flag, message)
+    for name, option in flags.items():
+        if "_" in name and "=" not in name:  # (a plain word such as "tokenizer" may be prose)
+            message = re.sub(rf"(?<![\w/.'\"=-]){name}(?![\w/.'\"=-])", option, message)
+    return _SAID_TWICE.sub(r"\1", message)
+
+
+def _drop_api_calls(message: str, flags: dict[str, str]) -> str:
+    """``message`` without its ``name=Object(...)`` spellings whose name is not a flag, each
+    with the "or" joining it to its neighbour, and without the empty parentheses left."""
+    while True:
+        found = next((m for m in _API_CALL.finditer(message) if m.group(1) not in flags), None)
+        if found is None:
+            return message
+        depth, end = 0, found.end() - 1
+        for end in range(found.end() - 1, len(message)):
+            depth += {"(": 1, ")": -1}.get(message[end], 0)
+            if depth == 0:
+                break
+        before, after = message[: found.start()], message[end + 1 :]
+        joined = re.match(r",?\s+or\s+", after)
+        if joined:
+            after = after[joined.end() :]
+        else:
+            before = re.sub(r",?\s+or\s+$", "", before)
+        if before.endswith("(") and after.startswith(")"):
+            before, after = before[:-1].rstrip(), after[1:]
+        message = before + after
 
 
 def _record_flags(parser: argparse.ArgumentParser) -> None:
-    """Give every subcommand's namespace ``_flags`` (dest -> its long option), so errors can
-    name the flag the user typed (see :func:`cli_spelling`)."""
+    """Give every subcommand's namespace ``_flags`` (dest -> its long option; a boolean's
+    ``"dest=True"`` / ``"dest=False"`` -> the option that sets it so), so errors can name the
+    flag the user typed (see :func:`cli_spelling`)."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 _record_flags(sub)
-    flags = {
-        a.dest: max(a.option_strings, key=len)
-        for a in parser._actions
-        if a.option_strings and a.dest not in ("help", "version")
-    }
+    flags = {}
+    for a in parser._actions:
+        if not a.option_strings or a.dest in ("help", "version"):
+            continue
+        longest = max(a.option_strings, key=len)
+        if isinstance(a, argparse.BooleanOptionalAction):  # --narrow / --no-narrow
+            yes = next(o for o in a.option_strings if not o.startswith("--no-"))
+            flags.update({a.dest: yes, f"{a.dest}=True": yes, f"{a.dest}=False": longest})
+        elif isinstance(a, argparse._StoreFalseAction):  # --no-prefetch: prefetch=False
+            flags[f"{a.dest}=False"] = longest
+        else:
+            flags[a.dest] = longest
     parser.set_defaults(_flags=flags)  # the innermost (sub)command's defaults are the last set
