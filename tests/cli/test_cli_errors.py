@@ -500,3 +500,21 @@ def test_lm_build_names_its_eos_flags(files: Path, capsys: pytest.CaptureFixture
     args = ["lm", "build", str(files / "c.tsv"), str(files / "c"), "--tokenizer", str(tok)]
     code, line = run([*args, "--eos-token", "<nope>", "--quiet"], capsys)
     assert code == 2 and "pass --eos-token, or --no-eos to keep documents" in line, line
+
+
+@pytest.mark.parametrize(
+    ("args", "prefix"),
+    [
+        (["lm", "tokenizer", "{d}/nope.tsv", "{d}/tok.json"], "lading lm tokenizer: "),
+        (["lm", "merge", "{d}/folder"], "lading lm merge: "),
+        (["train", "sessions", "--out", "{d}/o", "--data", "{d}/nope"], "lading train sessions: "),
+        (["build", "{d}/nope.tsv", "{d}/s"], "lading build: "),
+    ],
+)
+def test_an_error_names_the_whole_subcommand(
+    files: Path, args: list[str], prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`lading lm build` and `lading lm tokenizer` both said "lading lm: ..." (the first word
+    of the command only)."""
+    code, line = run([a.format(d=files) for a in args], capsys)
+    assert code == 2 and line.startswith(prefix), line

@@ -96,7 +96,7 @@ def test_train_sessions_names_a_missing_day_object(
     url = _days(bucket, tmp_path / "days", (1,), "one-day")
     assert main(sessions_argv(url, tmp_path / "run")) == 2
     said = capsys.readouterr().err
-    assert said.startswith("lading train: missing [") and f"{url}/2/valid.parquet" in said
+    assert said.startswith("lading train sessions: missing [") and f"{url}/2/valid.parquet" in said
     assert "--data must hold one folder per day" in said
 
 

@@ -120,7 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not line:
                 raise
         flags = getattr(args, "_flags", {})
-        print(f"lading {args.command}: {cli_spelling(line, flags)}", file=sys.stderr)
+        command = getattr(args, "_prog", f"lading {args.command}")  # "lading lm build"
+        print(f"{command}: {cli_spelling(line, flags)}", file=sys.stderr)
         return 2
 
 
@@ -230,7 +231,8 @@ def _drop_api_calls(message: str, flags: dict[str, str]) -> str:
 def _record_flags(parser: argparse.ArgumentParser) -> None:
     """Give every subcommand's namespace ``_flags`` (dest -> its long option; a boolean's
     ``"dest=True"`` / ``"dest=False"`` -> the option that sets it so), so errors can name the
-    flag the user typed (see :func:`cli_spelling`)."""
+    flag the user typed (see :func:`cli_spelling`), and ``_prog``, the command's whole name
+    (``lading lm build``), which begins its error lines."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
@@ -247,4 +249,5 @@ def _record_flags(parser: argparse.ArgumentParser) -> None:
             flags[f"{a.dest}=False"] = longest
         else:
             flags[a.dest] = longest
-    parser.set_defaults(_flags=flags)  # the innermost (sub)command's defaults are the last set
+    # the innermost (sub)command's defaults are the last set; its prog is its whole name
+    parser.set_defaults(_flags=flags, _prog=parser.prog)
