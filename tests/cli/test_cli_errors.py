@@ -518,3 +518,15 @@ def test_an_error_names_the_whole_subcommand(
     of the command only)."""
     code, line = run([a.format(d=files) for a in args], capsys)
     assert code == 2 and line.startswith(prefix), line
+
+
+@pytest.mark.parametrize("command", [["verify"], ["inspect"], ["get"]])
+def test_a_file_given_as_a_store_exits_2_from_every_command(
+    files: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """`lading verify FILE` printed its message with no "lading verify:" and exited 1, the
+    status of damage found; a file is nothing to check, as for inspect and get."""
+    extra = ["d1"] if command == ["get"] else []
+    code, err = run([*command, str(files / "c.tsv"), *extra], capsys)
+    assert code == 2 and err.startswith(f"lading {command[0]}: {files / 'c.tsv'} is a file"), err
+    assert "not a lading store" in err and "lading build" in err, err

@@ -275,17 +275,15 @@ def _cmd_get(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    """Exit 0: intact; 1: damage found (each problem a line); 2: nothing to check there (no
-    such folder, a bucket or endpoint not reached, access denied), as ``inspect`` and ``get``."""
+    """Exit 0: intact; 1: damage found (each problem a line); 2: nothing to check there (a
+    file, no such folder, a bucket or endpoint not reached, access denied), as ``inspect`` and
+    ``get``."""
     from lading.disk.meta import declared_format
-    from lading.disk.remote import meant_url
-    from lading.errors import StoreFormatError
+    from lading.disk.snapshot import check_directory
     from lading.remote.objects import is_remote
 
-    if not is_remote(args.store) and not Path(args.store).exists():
-        raise StoreFormatError(
-            f"{args.store} is not a lading store: no such directory{meant_url(args.store)}"
-        )
+    if not is_remote(args.store):  # a file, or nothing there: exit 2, not a problem found
+        check_directory(Path(args.store), "lading.packed")
 
     if declared_format(args.store) == "lading.tokens":
         from lading.lm.corpus import verify_corpus

@@ -174,17 +174,26 @@ def _parse(raw: bytes, where: Path, fmt_name: str) -> dict[str, Any]:
     return meta
 
 
-def read_current(root: Path, fmt_name: str) -> dict[str, Any]:
-    fmt = disk_format(fmt_name)
+def check_directory(root: Path, fmt_name: str) -> None:
+    """Refuse a ``root`` that is a file or not there: nothing a ``fmt_name`` could be in
+    (``lading verify`` tells this from damage, which is found inside a directory).
+
+    Raises:
+        StoreFormatError: naming ``root`` and the fix.
+    """
+    what = disk_format(fmt_name).what
     if root.is_file():
         raise StoreFormatError(
-            f"{root} is a file, not a lading {fmt.what} (a directory holding {META_FILE}); "
+            f"{root} is a file, not a lading {what} (a directory holding {META_FILE}); "
             f"pass the directory a build wrote (e.g. `lading build {root} DEST`, then DEST)"
         )
     if not root.is_dir():
-        raise StoreFormatError(
-            f"{root} is not a lading {fmt.what}: no such directory{meant_url(root)}"
-        )
+        raise StoreFormatError(f"{root} is not a lading {what}: no such directory{meant_url(root)}")
+
+
+def read_current(root: Path, fmt_name: str) -> dict[str, Any]:
+    fmt = disk_format(fmt_name)
+    check_directory(root, fmt_name)
     try:
         raw = (root / META_FILE).read_bytes()
     except FileNotFoundError:
