@@ -530,3 +530,27 @@ def test_a_file_given_as_a_store_exits_2_from_every_command(
     code, err = run([*command, str(files / "c.tsv"), *extra], capsys)
     assert code == 2 and err.startswith(f"lading {command[0]}: {files / 'c.tsv'} is a file"), err
     assert "not a lading store" in err and "lading build" in err, err
+
+
+@pytest.mark.parametrize(
+    ("source", "flags", "says"),
+    [
+        ("c.tsv", ["--id-field", "nope"], "--id-field names a JSON key or a table column"),
+        ("c.tsv", ["--text-field", "nope"], "has columns, not keys: name them with --columns"),
+        ("c.tsv", ["--id-field", "a", "--text-field", "b"], "--id-field and --text-field name"),
+        ("folder/c.tsv", ["--format", "tsv", "--text-field", "x"], "--text-field names"),
+        ("t.trec", ["--id-field", "x"], "its documents name their own id and text"),
+        ("d.jsonl", ["--columns", "id,url,text"], "name its id and text with --id-field"),
+        ("t.trec", ["--columns", "id,text"], "--columns names the columns of a TSV"),
+    ],
+)
+def test_a_field_flag_the_source_would_ignore_is_refused(
+    files: Path, source: str, flags: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`lading build x.tsv --id-field nope --text-field nope` built the store, exit 0: the
+    field flags apply to JSON and tables only, --columns to TSV only."""
+    (files / "d.jsonl").write_text('{"id": "1", "text": "one"}\n')
+    (files / "t.trec").write_text("<DOC>\n<DOCNO>d1</DOCNO>\n<TEXT>one</TEXT>\n</DOC>\n")
+    code, line = run(["build", str(files / source), str(files / "s"), *flags], capsys)
+    assert code == 2 and line.startswith("lading build: ") and says in line, line
+    assert str(files / source) in line and not (files / "s").exists(), line

@@ -42,6 +42,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         "progress": not args.quiet,
     }
     refuse_build_id_alone(args)
+    refuse_other_formats_fields(args)
     if args.shard is not None:
         refuse_shard_args(args.source, args.overwrite)  # (--overwrite was taken and ignored)
         with warnings.catch_warnings():
@@ -113,6 +114,54 @@ def refuse_build_id_alone(args: argparse.Namespace) -> None:
             "--build-id names the build directory of the shards of `--shard I/N`; a build "
             "without --shard has none: add --shard, or leave --build-id out"
         )
+
+
+KEYED_FORMATS = ("arrow", "beir", "jsonl", "parquet")  # what --id-field / --text-field apply to
+# where the id and text of a source of each other format come from, for the refusals below
+_OWN_ID_AND_TEXT = {
+    "tsv": "has columns, not keys: name them with --columns (e.g. --columns "
+    "id,url,title,text; default id,text)",
+    "trec": "is TREC: its documents name their own id and text (<DOCNO>, <TEXT>)",
+    "irds": "is an ir_datasets dataset: it gives its own ids and texts",
+}
+
+
+def refuse_other_formats_fields(args: argparse.Namespace) -> None:
+    """Refuse ``--id-field`` / ``--text-field`` for a source without keys (TSV, TREC,
+    ir_datasets) and ``--columns`` for one that is not TSV: each was taken and ignored. The
+    format is ``--format``, else the source's (its first file's, for several); a source whose
+    format cannot be told here is left to the build, which names what is wrong with it."""
+    fields = [f for f, v in (("--id-field", args.id_field), ("--text-field", args.text_field)) if v]
+    if not fields and not args.columns:
+        return
+    fmt = args.format or _source_format(args.source)
+    if fields and fmt in _OWN_ID_AND_TEXT:
+        named = " and ".join(fields)
+        verb = "name" if len(fields) > 1 else "names"
+        raise ValueError(
+            f"{named} {verb} a JSON key or a table column (jsonl, parquet, arrow, beir); "
+            f"{args.source} {_OWN_ID_AND_TEXT[fmt]}; leave {named} out"
+        )
+    if args.columns and fmt is not None and fmt != "tsv":
+        how = _OWN_ID_AND_TEXT.get(
+            fmt, "has keys: name its id and text with --id-field/--text-field"
+        )
+        raise ValueError(
+            f"--columns names the columns of a TSV; {args.source} {how}; leave --columns out"
+        )
+
+
+def _source_format(source: str) -> str | None:
+    """The format a build would read ``source`` as (its first file's, for several files); None
+    where it cannot be told (no such file, a name without a known suffix)."""
+    from lading.sources import detect_format
+    from lading.stores.building.inputs import input_files
+
+    try:
+        files = input_files(source)
+        return detect_format(files[0] if files else source)
+    except (OSError, ValueError):
+        return None
 
 
 def add_shard_options(p: argparse.ArgumentParser, *, shard_help: str, build_id_help: str) -> None:
@@ -403,8 +452,12 @@ def _add_build(sub: Any) -> None:
         default="error",
         help="an id twice in the source is an error, or its first or last record is kept",
     )
-    p.add_argument("--id-field", help="JSON key of the id")
-    p.add_argument("--text-field", help="JSON key of the text")
+    p.add_argument(
+        "--id-field", help="JSON key (parquet/Arrow column) of the id; a TSV takes --columns"
+    )
+    p.add_argument(
+        "--text-field", help="JSON key (parquet/Arrow column) of the text; a TSV takes --columns"
+    )
     p.add_argument(
         "--columns",
         help="TSV column names, comma-separated, one per column (default: id,text); a wider "
