@@ -499,7 +499,8 @@ def test_lm_build_names_its_eos_flags(files: Path, capsys: pytest.CaptureFixture
     tok = word_tokenizer(["hello", "world"], files / "tok.json")
     args = ["lm", "build", str(files / "c.tsv"), str(files / "c"), "--tokenizer", str(tok)]
     code, line = run([*args, "--eos-token", "<nope>", "--quiet"], capsys)
-    assert code == 2 and "pass --eos-token, or --no-eos to keep documents" in line, line
+    assert code == 2 and "--eos-token" in line and "--no-eos" in line, line
+    assert "eos_token=" not in line and "append_eos" not in line, line  # no library keyword
 
 
 @pytest.mark.parametrize(
