@@ -104,8 +104,9 @@ def test_damaged_offsets_raise(tmp_path: Path) -> None:
     store, _ = make_store(tmp_path, 3000)  # offsets past the bytes open() spot-checks
     path = store_file(store.path, "text.off")
     offsets = np.fromfile(path, dtype="<u8")
-    offsets[1500] = offsets[-1] * 4  # past the data, then back
-    offsets.tofile(path)
     damaged = lading.PackedStore(store.path, on_stale="ignore")
+    offsets[1500] = offsets[-1] * 4  # past the data, then back
+    with open(path, "r+b") as f:  # damaged after the open (which refuses it: test_damaged_offsets)
+        f.write(offsets.tobytes())  # in place: the map shows it
     with pytest.raises(StoreFormatError, match="not ascending"):
         damaged.texts_range(1400, 1600)

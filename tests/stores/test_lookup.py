@@ -205,9 +205,14 @@ def test_full_buckets_spill_and_every_id_is_still_found(
 
 
 def _column(directory: Path, data: bytes, offsets: list[int]) -> RaggedColumn:
+    """A column of ``data`` opened on offsets in order, then given ``offsets`` in place: a
+    file damaged after the open, which the open's check (offsets never go down) did not see
+    and each read's check of its rows must (the map shows the new bytes)."""
     write_file(directory / "text.bin", data)
-    write_file(directory / "text.off", np.array(offsets, dtype="<u8"))
+    write_file(directory / "text.off", np.array([0] * (len(offsets) - 1) + [len(data)], "<u8"))
     column = RaggedColumn(*column_paths(directory, "text"), random_access=True)
+    with open(directory / "text.off", "r+b") as f:
+        f.write(np.array(offsets, dtype="<u8").tobytes())
     column._read_ahead = False  # warm: a batch takes the C helper where it is built
     return column
 

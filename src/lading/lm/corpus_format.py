@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from lading.disk.ragged import first_descent
 from lading.errors import StoreFormatError
 
 FORMAT_NAME = "lading.tokens"
@@ -14,7 +15,6 @@ TOKENS = "tokens.bin"  # every document's token ids back to back
 OFFSETS = "tokens.off"  # n + 1 uint64 offsets into TOKENS
 TOKENIZER = "tokenizer.json"  # the tokenizer the ids came from
 MERGED_VERSION = 3  # a corpus built in shards: ``parts`` read in place (lading.lm.parts)
-CHECK_CHUNK = 1 << 22  # offsets compared at a time: 32 MiB, whatever the corpus's size
 TOKEN_DTYPES = ("<u2", "<u4", "<i4", "|u1")  # what token_dtype writes (uint16: 65,536 ids)
 
 
@@ -46,8 +46,9 @@ def check_offsets(offsets: Any, tokens: int, meta: dict[str, Any], where: str) -
     going down (``offsets``: an array, or a merged corpus's
     :class:`~lading.lm.parts.PartOffsets`, sliced as one). The open's checksums read a file's
     first and last 4 KiB only: offsets out of order in between opened, and a read of those
-    documents failed in numpy. One pass over the file, a chunk at a time (8 B a document;
-    10M documents, in the page cache: 20-50 ms).
+    documents failed in numpy. One pass over the file, a chunk at a time
+    (:func:`lading.disk.ragged.first_descent`; 8 B a document; 10M documents, in the page
+    cache: 20-50 ms).
 
     Raises:
         StoreFormatError: naming the corpus, the first document out of order and the fix.
@@ -59,13 +60,10 @@ def check_offsets(offsets: Any, tokens: int, meta: dict[str, Any], where: str) -
             f"meta.json's dtype {meta.get('dtype')!r}) and the manifest's documents = "
             f"{meta['documents']!r}; rebuild it with `lading lm build`"
         )
-    for lo in range(0, n - 1, CHECK_CHUNK):
-        part = np.asarray(offsets[lo : lo + CHECK_CHUNK + 1])
-        down = np.flatnonzero(part[1:] < part[:-1])
-        if len(down):
-            i = lo + int(down[0])
-            raise StoreFormatError(
-                f"{where}: {OFFSETS} is not in order: document {i} ends at {int(offsets[i + 1])}, "
-                f"before it starts at {int(offsets[i])}; the file is damaged, rebuild the corpus "
-                "with `lading lm build`"
-            )
+    i = first_descent(offsets)  # the stores' check too (lading.disk.ragged)
+    if i >= 0:
+        raise StoreFormatError(
+            f"{where}: {OFFSETS} is not in order: document {i} ends at {int(offsets[i + 1])}, "
+            f"before it starts at {int(offsets[i])}; the file is damaged, rebuild the corpus "
+            "with `lading lm build`"
+        )

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.disk import OFFSET_DTYPE, MappedFile, RaggedColumn, open_snapshot
+from lading.disk.ragged import check_in_order
 from lading.disk.snapshot import content_id
 from lading.errors import StaleStoreWarning, StoreFormatError
 from lading.sources import Record, fingerprint_changed
@@ -344,6 +345,11 @@ def _column(
         return maps[0]
     mapped = MappedFile(path / spans, random_access=True) if spans else None
     offsets = mapped.array(OFFSET_DTYPE) if mapped is not None else None
-    if offsets is not None and len(offsets) != sum(len(m) for m in maps) + 1:
-        raise StoreFormatError(f"{path / str(spans)} does not describe the shards; rebuild it")
+    if mapped is not None and offsets is not None:  # a store merged before issue 49
+        total = sum(int(m.offsets[-1]) for m in maps)
+        if len(offsets) != sum(len(m) for m in maps) + 1 or (
+            int(offsets[0]) != 0 or int(offsets[-1]) != total
+        ):
+            raise StoreFormatError(f"{path / str(spans)} does not describe the shards; rebuild it")
+        check_in_order(mapped, offsets)  # as each shard's own are (RaggedColumn)
     return ShardedColumn(maps, offsets, mapped)
