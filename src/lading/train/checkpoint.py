@@ -41,10 +41,13 @@ def _flatten(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
         tensors[key] = value.detach().cpu().clone().contiguous()
         return {_TENSOR: key}
     if isinstance(value, dict):
-        if value and all(isinstance(k, int) for k in value):
-            return {_INT_KEYS: {str(k): _flatten(v, tensors) for k, v in value.items()}}
+        # bool is an int, but JSON would write True as "True", which no load reads back
+        if value and all(isinstance(k, int) and not isinstance(k, bool) for k in value):
+            return {_INT_KEYS: {str(int(k)): _flatten(v, tensors) for k, v in value.items()}}
         if not all(isinstance(k, str) for k in value):
-            raise TypeError(f"checkpoint dict keys must be str or int, found {list(value)[:3]}")
+            raise TypeError(
+                f"checkpoint dict keys must be str or int (not bool), found {list(value)[:3]}"
+            )
         return {k: _flatten(v, tensors) for k, v in value.items()}
     if isinstance(value, tuple):
         return {_TUPLE: [_flatten(v, tensors) for v in value]}
@@ -55,18 +58,104 @@ def _flatten(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
     raise TypeError(f"cannot checkpoint a {type(value).__name__} without pickle")
 
 
+class _DamagedError(Exception):
+    """What is wrong in ``state.json``; :attr:`where` gathers the keys leading to it as the
+    exception passes out through :func:`_inside` (innermost first)."""
+
+    def __init__(self, what: str, *where: str | int) -> None:
+        super().__init__(what)
+        self.what = what
+        self.where: list[str | int] = list(where)
+
+    def place(self) -> str:
+        """Where in the state it is, as Python would index the loaded state."""
+        keys = self.where[::-1]
+        if not keys:
+            return "the top"
+        shown = [repr(k) if len(repr(k)) <= 42 else f"{repr(k)[:40]}..." for k in keys]
+        short = isinstance(keys[0], str) and len(keys[0]) <= 40
+        head = shown[0][1:-1] if short else f"[{shown[0]}]"
+        return f"{head}{''.join(f'[{k}]' for k in shown[1:])}"
+
+
 def _restore(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """The state :func:`_flatten` made ``value`` from: every marker checked, since the file is
+    input (a bare ``KeyError: 't9'`` or ``unhashable type`` said nothing of which file).
+
+    Raises:
+        _DamagedError: a marker is malformed, a tensor is not in ``tensors``, an int key is not
+            one ``save`` writes (``str(int(k)) == k``: ``"01"`` would become key 1 beside
+            ``"1"``, the later silently winning; ``int`` also reads ``" 1_0 "`` as 10).
+    """
     if isinstance(value, dict):
-        if _TENSOR in value:
-            return tensors[value[_TENSOR]]
-        if _INT_KEYS in value:
-            return {int(k): _restore(v, tensors) for k, v in value[_INT_KEYS].items()}
-        if _TUPLE in value:
-            return tuple(_restore(v, tensors) for v in value[_TUPLE])
-        return {k: _restore(v, tensors) for k, v in value.items()}
+        marker = _TENSOR if _TENSOR in value else _INT_KEYS if _INT_KEYS in value else None
+        marker = _TUPLE if marker is None and _TUPLE in value else marker
+        if marker is not None and len(value) != 1:
+            raise _DamagedError(f"{marker} beside other keys ({sorted(value)[:4]})")
+        if marker == _TENSOR:
+            return _tensor(value[_TENSOR], tensors)
+        if marker == _INT_KEYS:
+            keys = value[_INT_KEYS]
+            if not isinstance(keys, dict):
+                raise _DamagedError(f"{_INT_KEYS} must be an object, not a {type(keys).__name__}")
+            numbered = ((_int_key(k), v) for k, v in keys.items())
+            return {n: _inside(n, v, tensors) for n, v in numbered}
+        if marker == _TUPLE:
+            items = value[_TUPLE]
+            if not isinstance(items, list):
+                raise _DamagedError(f"{_TUPLE} must be a list, not a {type(items).__name__}")
+            return tuple(_inside(i, v, tensors) for i, v in enumerate(items))
+        return {k: _inside(k, v, tensors) for k, v in value.items()}
     if isinstance(value, list):
-        return [_restore(v, tensors) for v in value]
+        return [_inside(i, v, tensors) for i, v in enumerate(value)]
     return value
+
+
+def _inside(key: str | int, value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """:func:`_restore` of the item ``key`` of a container, naming ``key`` in its error."""
+    try:
+        return _restore(value, tensors)
+    except _DamagedError as e:
+        e.where.append(key)
+        raise
+
+
+def _tensor(name: Any, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    if not isinstance(name, str):
+        raise _DamagedError(f"a tensor reference must be a name, not {repr(name)[:40]}")
+    if name not in tensors:
+        raise _DamagedError(
+            f"it names tensor {name[:40]!r}, which tensors.safetensors does not hold "
+            f"({len(tensors)} tensors)"
+        )
+    return tensors[name]
+
+
+def _int_key(key: str) -> int:
+    """``key`` as :func:`_flatten` wrote it (``str`` of an int), else refused."""
+    try:
+        number = int(key)
+    except ValueError:  # not a number, or more digits than int() reads (4,300)
+        number = None
+    if number is None or str(number) != key:
+        raise _DamagedError(
+            f"{key[:40]!r}{'...' if len(key) > 40 else ''} is not an integer key as a save "
+            "writes them (decimal digits, no sign but '-', no leading zeros)",
+            key,
+        )
+    return number
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refused where a key repeats (``json`` keeps the last)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DamagedError(f"an object holds the key {key[:40]!r} twice")
+            seen.add(key)
+    return out
 
 
 def save(state: dict[str, Any], directory: str | os.PathLike[str]) -> None:
@@ -145,16 +234,44 @@ def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
 
 
 def load(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save`."""
+    """Read a checkpoint written by :func:`save`.
+
+    Raises:
+        FileNotFoundError: ``directory`` holds no ``meta.json``.
+        ValueError: ``meta.json`` or ``state.json`` is damaged or not a lading checkpoint's,
+            naming the file, what is wrong (and where in the state) and the fix.
+    """
     from safetensors.torch import load_file
 
     root = Path(directory)
     meta_path = root / "meta.json"
     if not meta_path.is_file():
         raise FileNotFoundError(f"{root} is not a lading checkpoint (no meta.json)")
-    meta = json.loads(meta_path.read_text())
+    fix = (
+        f"the checkpoint is damaged: resume from another checkpoint, or delete {root} to start over"
+    )
+    try:
+        meta = json.loads(meta_path.read_bytes())
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{meta_path}: not JSON ({e}); {fix}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise ValueError(f"{meta_path}: not a lading checkpoint ({meta})")
+        raise ValueError(f"{meta_path}: not a lading checkpoint ({str(meta)[:200]})")
     check_version(FORMAT_NAME, meta.get("version"), meta_path)  # a ValueError too
     tensors = load_file(str(root / "tensors.safetensors"))
-    return dict(_restore(json.loads((root / "state.json").read_text()), tensors))
+    state_path = root / "state.json"
+    try:
+        state = _restore(
+            json.loads(state_path.read_bytes(), object_pairs_hook=_unique_keys), tensors
+        )
+    except _DamagedError as e:
+        raise ValueError(f"{state_path}: {e.what}, at {e.place()}; {fix}") from None
+    except RecursionError:
+        raise ValueError(f"{state_path}: nested too deep to be a saved state; {fix}") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{state_path}: not JSON ({str(e)[:200]}); {fix}") from None
+    if not isinstance(state, dict):
+        raise ValueError(
+            f"{state_path}: holds a {type(state).__name__}, not an object (a saved state is a "
+            f"dict); {fix}"
+        )
+    return state
