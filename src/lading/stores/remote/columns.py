@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.disk import OFFSET_DTYPE, MappedFile
+from lading.disk.ragged import check_in_order
 from lading.errors import StoreFormatError
 from lading.remote.cache import NodeCache, Span
 from lading.remote.ranges import Need
@@ -57,12 +58,16 @@ class Columns:
             self._firsts[name] = np.array([s.first for s in shards], dtype=np.int64)
 
     def _shard(self, staged: Path, name: str, part: Part) -> _Shard:
-        offsets = MappedFile(staged / part.offsets, random_access=True).array(OFFSET_DTYPE)
+        mapped = MappedFile(staged / part.offsets, random_access=True)
+        offsets = mapped.array(OFFSET_DTYPE)
         if len(offsets) != part.rows + 1 or (len(offsets) and int(offsets[0]) != 0):
             raise StoreFormatError(
                 f"{staged / part.offsets}: {len(offsets) - 1} rows, the manifest says "
                 f"{part.rows}; the staged copy is damaged, delete {staged} to stage it again"
             )
+        # staging checked its CRC, but a reopen reuses the copy after a size check: offsets
+        # that go down (changed in place since) would read other documents' bytes
+        check_in_order(mapped, offsets)
         data = None if is_payload(name) else MappedFile(staged / part.data, random_access=True)
         return _Shard(part.first, part.data, offsets, np.dtype(part.dtype), data)
 
