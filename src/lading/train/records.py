@@ -2,7 +2,11 @@
 
 ``log.jsonl`` (rank 0) has one record per log window: the step, epoch, mean loss over the
 window and the ranks, the throughput summed over ranks and, when asked, every rank's process
-tree memory (``memory``, ``anon_bytes_total``, ``pss_bytes_total``). ``trace-rank{R}.jsonl``
+tree memory (``memory``: each process's :class:`~lading.train.procmem.Memory`) and two totals
+over all of them that count each page once, however many processes map it:
+``pss_anon_bytes_total``, the anonymous memory (heap, an in-memory corpus; no file behind it)
+the run holds, and ``pss_bytes_total``, all its resident memory, the page cache of a
+memory-mapped store included. ``trace-rank{R}.jsonl``
 has one line per step and rank, flushed at once, so a killed run leaves every finished step.
 Where no progress bar is drawn (stderr is a log file or a pipe), rank 0 prints each log record
 as one :class:`ProgressLines` line instead: step, loss, throughput, elapsed time and ETA.
@@ -56,9 +60,25 @@ class Window:
         if memory:
             trees = ddp.gather_objects([m.as_dict() for m in tree_memory()])
             out["memory"] = {f"rank{r}": procs for r, procs in enumerate(trees)}
-            out["anon_bytes_total"] = sum(p["anon"] for procs in trees for p in procs)
-            out["pss_bytes_total"] = sum(p["pss"] for procs in trees for p in procs)
+            out.update(memory_totals([p for procs in trees for p in procs]))
         return out
+
+
+def memory_totals(processes: list[dict[str, int]]) -> dict[str, int]:
+    """Totals of the run's processes (``Memory.as_dict()`` of each), each page counted once.
+
+    ``pss_anon_bytes_total`` sums ``Pss_Anon``: a DataLoader worker forked from its rank maps
+    the rank's heap copy-on-write, and each such page counts 1/N in each of the N processes
+    mapping it, so the sum is the private anonymous memory of every process plus the shared
+    once. (Summing ``RssAnon``, as ``anon_bytes_total`` did before, counted it once per
+    worker.) It is left out where the kernel does not report ``Pss_Anon``.
+    ``pss_bytes_total`` sums PSS likewise, file-backed pages included.
+    """
+    out = {"pss_bytes_total": sum(p["pss"] for p in processes)}
+    anon = sum(p.get("pss_anon", 0) for p in processes)
+    if anon:
+        out["pss_anon_bytes_total"] = anon
+    return out
 
 
 def open_lines(out: Path | None, name: str, wanted: bool) -> IO[str] | None:
