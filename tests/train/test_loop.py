@@ -182,3 +182,18 @@ def test_the_old_name_of_a_training_task_still_answers_with_a_warning() -> None:
     assert old is TrainingTask
     with pytest.raises(AttributeError, match="Nothing"):
         lading.train.Nothing  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_resume_without_a_checkpoint_says_it_starts_at_step_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``resume`` (``--resume``) in a folder with no checkpoint started at step 0 without a
+    word (a mistyped OUT looked like a resumed run); it now says so on stderr, and a run that
+    does resume says nothing of the kind."""
+    result, _, _ = fit(tmp_path, 3, 0.1, schedule=False)
+    err = capsys.readouterr().err
+    assert result.resumed is None
+    said = f"train: resume: no checkpoint in {tmp_path / 'checkpoint'}; starting at step 0\n"
+    assert said in err, err
+    result, _, _ = fit(tmp_path, 6, 0.1, schedule=False)
+    assert result.resumed is not None and "no checkpoint" not in capsys.readouterr().err

@@ -14,6 +14,7 @@ checkpoints still count only the batches the loop received.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,7 +129,9 @@ class Trainer:
         )
 
     def _start(self) -> int:
-        """Seed this rank, then restore the checkpoint if asked and present; the first step."""
+        """Seed this rank, then restore the checkpoint if asked and present; the first step.
+
+        Asked to resume (``--resume``) where there is none, rank 0 says so on stderr."""
         torch.manual_seed(self.config.seed + self.world.rank)  # dropout differs per rank
         if self.config.checkpoint_every or self.config.resume:
             need_safetensors()  # now, not after the steps up to the first checkpoint
@@ -136,6 +139,14 @@ class Trainer:
             resumed = state.restore(self)
             self.resumed = {"step": resumed.step, "changed": resumed.changed}
             return resumed.step
+        if self.config.resume and self.world.rank == 0:  # asked for, but nothing to resume
+            out = self.config.out
+            missing = "no out folder" if out is None else f"no checkpoint in {out / 'checkpoint'}"
+            print(
+                f"{self.config.desc}: resume: {missing}; starting at step 0",
+                file=sys.stderr,
+                flush=True,
+            )
         self.loader.set_epoch(0)
         return 0
 
