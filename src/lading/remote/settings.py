@@ -189,8 +189,17 @@ class RemoteSettings:
 
     def fetcher(self, url: str, pin_every: bool = False) -> Fetcher:
         """A fetcher of ``url``'s objects with these settings, under the node's one cap on
-        requests in flight (``cache/inflight``, shared by every process of the node)."""
+        requests in flight (``cache/inflight``, shared by every process of the node). The
+        first call of every remote open: the cache folder's entries are checked here
+        (:func:`lading.remote.cache.folder.check`), before anything is staged in it.
+
+        Raises:
+            CacheFolderError: an entry lading owns in the cache folder is a link.
+        """
+        from lading.remote.cache.folder import INFLIGHT, check
         from lading.remote.clients import open_client
+
+        check(Path(self.cache))
 
         make = functools.partial(open_client, url, self.backend, self.options, self.timeout)
         return Fetcher(
@@ -198,7 +207,7 @@ class RemoteSettings:
             in_flight=self.in_flight,
             retries=self.retries,
             timeout=self.timeout,
-            node=Path(self.cache) / "inflight",
+            node=Path(self.cache) / INFLIGHT,
             pin_every=pin_every,
         )
 

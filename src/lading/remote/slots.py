@@ -37,9 +37,11 @@ class NodeSlots:
     def _open(self) -> None:
         if self._fds:
             return
+        from lading.remote.cache.folder import open_new  # (the cache package imports this)
+
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._fds = [
-            os.open(self.directory / f"slot-{i:04d}", os.O_RDWR | os.O_CREAT, 0o644)
+        self._fds = [  # never through a link (a shared folder's: lading.remote.cache.folder)
+            open_new(self.directory / f"slot-{i:04d}", os.O_RDWR | os.O_CREAT, 0o644)
             for i in range(self.n)
         ]  # a forked child opens its own: a lock is shared with the file description
         self._held = set()

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lading.errors import LadingError
 from lading.remote.cache import damaged
 from lading.remote.cache.fill import Filler
+from lading.remote.cache.folder import CacheFolderError, check
 from lading.remote.cache.ledger import FORMAT, LEDGER_FILE, Ledger, folder_reset, same_file
 from lading.remote.cache.owners import Owner
 from lading.remote.cache.regions import DATA_FILE, DataFile, Layout
@@ -38,10 +38,6 @@ from lading.threads import SQLITE, register
 
 VERIFIED = 1 << 18  # blocks a process remembers as intact (~15 MB; past it, checked anew)
 COUNT_S = 1.0  # this process's figures reach the node's at most this often (and at close)
-
-
-class CacheFolderError(LadingError, PermissionError):
-    """A cache folder this process may not use (another user's)."""
 
 
 @dataclass
@@ -201,7 +197,8 @@ def node_of(
 
     Raises:
         CacheSettingsError: the folder was made with another cap (``strict``).
-        CacheFolderError: the folder belongs to another user and is not writable.
+        CacheFolderError: the folder belongs to another user and is not writable, or holds
+            a link where lading makes an entry of its own (:mod:`.folder`).
     """
     if cap < 0:
         raise ValueError(f"cache_bytes={cap}: need >= 0 (0 caches nothing)")
@@ -235,11 +232,12 @@ def release(node: Node) -> None:
 
 
 def _folder(directory: Path) -> int:
-    """Make ``directory`` if needed; the mode of the files lading makes in it (group-writable
-    where the folder is).
+    """Make ``directory`` if needed and check its entries (:mod:`.folder`); the mode of the
+    files lading makes in it (group-writable where the folder is).
 
     Raises:
-        CacheFolderError: another user's folder that this process may not write.
+        CacheFolderError: another user's folder that this process may not write, or an entry
+            lading owns in it that is a link.
     """
     directory.mkdir(parents=True, exist_ok=True)
     info = directory.stat()
@@ -256,6 +254,7 @@ def _folder(directory: Path) -> int:
             "own (cache=, or $LADING_CACHE), or share it within a group: chmod 2775 the "
             "folder, owned by that group"
         )
+    check(directory)
     return 0o664 if info.st_mode & stat.S_IWGRP else 0o644
 
 

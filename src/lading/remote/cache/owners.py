@@ -25,8 +25,9 @@ import secrets
 from pathlib import Path
 
 from lading.disk.held import flock_held
+from lading.remote.cache.folder import OWNERS, real_entries
 
-DIR = "owners"
+DIR = OWNERS
 
 
 class Owner:
@@ -62,7 +63,7 @@ class Owner:
         if token.startswith("."):  # a token being made, not yet locked: never a claim's
             return False
         path = self.folder / token
-        held = flock_held(path)
+        held = flock_held(path, follow=False)  # (a link there is no token: never opened)
         if held is None:  # no file (its owner closed it), or it cannot be locked: not alive
             return False
         if held:
@@ -73,11 +74,10 @@ class Owner:
 
     def others_alive(self) -> bool:
         """Whether a process other than this one holds a token in the folder (the files of
-        those gone are removed on the way)."""
-        try:
-            tokens = [p.name for p in self.folder.iterdir()]
-        except OSError:
-            return False
+        those gone are removed on the way). Listed without following a link: one planted as
+        the folder had every file of the folder it pointed at removed, each taken for a dead
+        process's token (:mod:`.folder`)."""
+        tokens = [name for name, _ in real_entries(self.folder)]
         return any(self.alive(t) for t in tokens if t != self._token and not t.startswith("."))
 
     def forked(self) -> None:

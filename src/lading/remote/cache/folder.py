@@ -1,0 +1,120 @@
+"""The node cache folder's own entries: checked to be what lading makes before a process uses it.
+
+A folder shared by a group (``chmod 2775``, as docs/remote-stores.md says) is writable by each
+of its users, so any of them can put something under a name lading uses there, and a symbolic
+link followed there makes lading write or delete what it points to: one planted as ``owners``
+had every file of the folder it pointed at removed, each taken for a dead process's token.
+
+So there is one rule, checked in one place: every entry lading owns in the folder (the names
+it makes at the top, :data:`FILES` and :data:`FOLDERS`, and the entries of the folders it
+walks) is absent or what lading makes there -- a regular file, a real folder -- never a link.
+:func:`check` runs when a process opens the folder (:func:`lading.remote.cache.node.node_of`,
+:meth:`lading.remote.settings.RemoteSettings.fetcher`, the first call of every remote open)
+and refuses it with one error naming the entry and the fix. Where lading creates or deletes
+in the folder it never follows a link even so (:func:`open_new`, :func:`real_entries`): a
+link planted after the check is refused or passed over, not followed. The cache folder itself
+may be a link: the user chose it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from lading.errors import LadingError
+
+OWNERS = "owners"  # a token file a live process (:mod:`.owners`)
+INFLIGHT = "inflight"  # the node's slots for GETs in flight (:mod:`lading.remote.slots`)
+FILES: tuple[str, ...] = ()  # made by lading at the folder's top
+FOLDERS = (OWNERS, INFLIGHT)  # made by lading at the top, walked (no entry may be a link)
+
+
+class CacheFolderError(LadingError, PermissionError):
+    """A cache folder this process may not use: another user's, or one holding an entry that
+    is not what lading makes there (a symbolic link)."""
+
+
+def check(directory: Path) -> None:
+    """Raise :class:`CacheFolderError` where an entry lading owns in cache folder
+    ``directory`` is not what lading makes there (module doc); a folder not made yet holds
+    none. A few ``lstat`` calls and a listing of each walked folder (no ``stat`` an entry:
+    a listing tells a link)."""
+    for name in FILES:
+        _entry(directory / name, stat.S_ISREG, "file")
+    for name in FOLDERS:
+        if _entry(directory / name, stat.S_ISDIR, "folder"):
+            for _ in real_entries(directory / name, refuse=True):
+                pass
+
+
+def real_entries(folder: Path, refuse: bool = False) -> list[tuple[str, bool]]:
+    """The entries of ``folder`` that are no links, ``(name, is a folder)``; none where
+    ``folder`` is missing or is itself a link (it is opened with ``O_NOFOLLOW``: one swapped
+    in after :func:`check` lists nothing). ``refuse``: a link in it raises
+    :class:`CacheFolderError` instead of being passed over."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if refuse and e.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(folder):
+            raise linked(folder) from None
+        return []
+    found = []
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    if refuse:
+                        raise linked(folder / entry.name)
+                    continue
+                found.append((entry.name, entry.is_dir(follow_symlinks=False)))
+    finally:
+        os.close(fd)
+    return found
+
+
+def open_new(path: Path, flags: int, mode: int) -> int:
+    """``os.open`` of an entry lading makes in the folder, never through a link at ``path``
+    (``O_NOFOLLOW``: a link planted there is refused, naming it and the fix)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise linked(path) from None
+        raise
+
+
+def linked(path: Path) -> CacheFolderError:
+    """The error of a link at ``path`` where lading makes an entry of its own."""
+    target = "?"
+    with contextlib.suppress(OSError):
+        target = os.readlink(path)
+    return CacheFolderError(
+        f"{path} is a symbolic link (to {target}) where lading makes an entry of its own in "
+        "its node cache folder; lading never writes or deletes through a link there, so the "
+        f"folder is not used. Remove the link (rm {path}); a shared cache folder's entries "
+        "are lading's own, never links"
+    )
+
+
+def _entry(path: Path, kind: Callable[[int], bool], what: str) -> bool:
+    """Whether ``path`` is there as lading makes it (``kind``: the ``stat.S_IS*`` of a
+    ``what``); raise where it is a link or another kind of entry."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(info.st_mode):
+        raise linked(path)
+    if not kind(info.st_mode):
+        found = "a folder" if stat.S_ISDIR(info.st_mode) else "a file that is no regular file"
+        if stat.S_ISREG(info.st_mode):
+            found = "a file"
+        raise CacheFolderError(
+            f"{path} is {found} where lading makes a {what} of its own in its node cache "
+            f"folder; remove it (a shared cache folder's entries are lading's own)"
+        )
+    return True

@@ -1,0 +1,86 @@
+"""A node cache folder shared by a group (``chmod 2775``, as the docs say): any of its users can
+put something under a name lading uses there. A symbolic link planted so is refused when a
+process opens the folder, naming the entry and the fix, and what it points to is never
+written or deleted (a review planted links as ``owners``, ``stores``, ``blocks.data`` and
+``ledger.sqlite``: each made lading delete, write or add tables to what it pointed at)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lading.remote.cache.node import CacheFolderError, node_of, release
+from lading.remote.cache.owners import Owner
+
+
+def _theirs(folder: Path) -> dict[str, str]:
+    """A folder of a user's own files (what a planted link points to); its files."""
+    files = {name: f"the user's own {name}\n" for name in ("thesis.tex", "notes.md", "train.py")}
+    folder.mkdir(parents=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return files
+
+
+def _still(folder: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in folder.iterdir()}
+
+
+def _refused_naming(error: pytest.ExceptionInfo[CacheFolderError], entry: Path) -> None:
+    text = str(error.value)
+    assert str(entry) in text and "symbolic link" in text, text
+    assert "remove the link" in text.lower() and "\n" not in text, text
+
+
+def test_a_link_planted_as_owners_is_refused_and_its_folder_kept(tmp_path: Path) -> None:
+    """``owners`` a link to a user's folder: opening the cache deleted every file there (each
+    taken for a dead process's token). Now the open is refused, naming the link and the fix."""
+    files = _theirs(tmp_path / "home")
+    cache = tmp_path / "node"
+    cache.mkdir()
+    (cache / "owners").symlink_to(tmp_path / "home")
+    with pytest.raises(CacheFolderError) as refused:
+        node_of(cache, 1 << 20)
+    _refused_naming(refused, cache / "owners")
+    assert _still(tmp_path / "home") == files
+
+
+def test_the_sweep_of_dead_tokens_never_follows_a_link(tmp_path: Path) -> None:
+    """A link planted as ``owners`` after a process checked the folder: the sweep of dead
+    tokens lists nothing through it (it removed every file of the folder linked to)."""
+    files = _theirs(tmp_path / "home")
+    cache = tmp_path / "node"
+    cache.mkdir()
+    (cache / "owners").symlink_to(tmp_path / "home")
+    assert not Owner(cache).others_alive()
+    assert _still(tmp_path / "home") == files
+
+
+def test_a_cache_folder_that_is_itself_a_link_is_used(tmp_path: Path) -> None:
+    """The folder the user gave may be a link (their choice): only the entries in it are
+    lading's own."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "cache").symlink_to(tmp_path / "real")
+    node = node_of(tmp_path / "cache", 1 << 20)
+    _ = node.owner.token
+    release(node)
+    assert (tmp_path / "real" / "blocks.data").is_file()
+
+
+def test_a_link_planted_as_a_slot_of_gets_in_flight_is_never_opened(tmp_path: Path) -> None:
+    """``inflight/slot-0000`` a dangling link: the slot's open (``O_CREAT``) made the file it
+    named, wherever that was. Now the folder's check refuses it, and so does the open."""
+    from lading.remote.settings import RemoteSettings
+    from lading.remote.slots import NodeSlots
+
+    cache = tmp_path / "node"
+    (cache / "inflight").mkdir(parents=True)
+    (cache / "inflight" / "slot-0000").symlink_to(tmp_path / "made-by-lading")
+    with pytest.raises(CacheFolderError) as refused:
+        RemoteSettings.of(cache, "1M").fetcher("s3://bucket/store")
+    _refused_naming(refused, cache / "inflight" / "slot-0000")
+    with pytest.raises(CacheFolderError) as refused:
+        NodeSlots(cache / "inflight", 1)._open()
+    _refused_naming(refused, cache / "inflight" / "slot-0000")
+    assert not (tmp_path / "made-by-lading").exists()
