@@ -10,8 +10,14 @@ from pathlib import Path
 
 import pytest
 
+import lading
+from conftest import write
+from lading.disk import STAGE_MARK
 from lading.remote.cache.node import CacheFolderError, node_of, release
 from lading.remote.cache.owners import Owner
+from lading.remote.cache.regions import folder_bytes
+from lading.remote.stage import keep_within
+from lading.testing import LocalS3
 
 
 def _theirs(folder: Path) -> dict[str, str]:
@@ -84,3 +90,73 @@ def test_a_link_planted_as_a_slot_of_gets_in_flight_is_never_opened(tmp_path: Pa
         NodeSlots(cache / "inflight", 1)._open()
     _refused_naming(refused, cache / "inflight" / "slot-0000")
     assert not (tmp_path / "made-by-lading").exists()
+
+
+def _store(s3: LocalS3, bucket: str, tmp_path: Path, count: int = 300) -> str:
+    """A small store in ``bucket``; its URL."""
+    source = write(
+        tmp_path / "docs.tsv", "".join(f"d{i}\ttext of document {i}\n" for i in range(count))
+    )
+    url = f"s3://{bucket}/docs"
+    lading.build_store(source, url, cache=str(tmp_path / "up"), progress=False)
+    return url
+
+
+def _outside_stores(folder: Path) -> dict[str, str]:
+    """A folder of a user's results, one of them holding a file named as a staged copy's mark
+    (any file of that name: the index budget's sweep removed the folder holding it)."""
+    results = folder / "myproject" / "results"
+    results.mkdir(parents=True)
+    (results / STAGE_MARK).write_text("{}")
+    (results / "weeks_of_work.txt").write_text("important\n" * 1000)
+    return {str(p.relative_to(folder)): p.read_text() for p in results.iterdir()}
+
+
+def _files(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_link_planted_as_stores_is_refused_before_anything_is_staged(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """``stores`` a link to a user's folder: the staged index was written there, and the index
+    budget's sweep removed its folders holding a ``_lading_stage.json``. Now the open is
+    refused before anything is staged, naming the link and the fix."""
+    url = _store(s3, bucket, tmp_path)
+    files = _outside_stores(tmp_path / "theirs")
+    cache = tmp_path / "node"
+    cache.mkdir()
+    (cache / "stores").symlink_to(tmp_path / "theirs")
+    (cache / "filler").write_bytes(b"x" * 2_000_000)  # the folder over its index budget
+    with pytest.raises(CacheFolderError) as refused:
+        lading.open_store(url, cache=cache, cache_bytes="1M", index_bytes=6_800_000)
+    _refused_naming(refused, cache / "stores")
+    assert _files(tmp_path / "theirs") == files
+    (cache / "stores").unlink()  # a link one level down, as a URL's folder: the same
+    (cache / "stores").mkdir()
+    (cache / "stores" / "0123456789abcdef").symlink_to(tmp_path / "theirs")
+    with pytest.raises(CacheFolderError) as refused:
+        lading.open_store(url, cache=cache, cache_bytes="1M", index_bytes=6_800_000)
+    _refused_naming(refused, cache / "stores" / "0123456789abcdef")
+    assert _files(tmp_path / "theirs") == files
+
+
+def test_the_index_budget_sweep_never_follows_a_link(tmp_path: Path) -> None:
+    """Links planted after a process checked the folder (as ``stores``, as a URL's folder in
+    it, as a footer): the sweep removes no file outside the cache folder, and a link's target
+    is not counted as the folder's bytes."""
+    files = _outside_stores(tmp_path / "theirs")
+    big = write(tmp_path / "big.bin", b"x" * 1_000_000)
+    for stores in ("stores", "stores2"):
+        cache = tmp_path / stores
+        cache.mkdir()
+        if stores == "stores":
+            (cache / "stores").symlink_to(tmp_path / "theirs")
+        else:
+            (cache / "stores").mkdir()
+            (cache / "stores" / "0123456789abcdef").symlink_to(tmp_path / "theirs")
+        (cache / "parquet").mkdir()
+        (cache / "parquet" / "0123.footer").symlink_to(big)
+        assert folder_bytes(cache) == (0, 0)
+        keep_within(cache, 0, None)
+        assert _files(tmp_path / "theirs") == files and big.stat().st_size == 1_000_000

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import time
 import zlib
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import Any
 from lading.disk import STAGE_MARK, build_lock, publish, remove_dead_temps, scratch
 from lading.disk.meta import META_FILE
 from lading.errors import RemoteChangedError, StoreFormatError
+from lading.remote.cache.folder import PARQUET, STORES, real_entries
 from lading.remote.cache.ledger import WAL_PAGES
 from lading.remote.cache.regions import folder_bytes
 from lading.remote.fetch import Fetcher
@@ -76,35 +78,58 @@ def keep_within(cache: Path, budget: int, keep: Path | None) -> None:
     log = 0
     for name in ("ledger.sqlite-wal", "ledger.sqlite-shm"):
         with contextlib.suppress(OSError):
-            info = (cache / name).stat()
+            info = (cache / name).lstat()
             log += min(info.st_size, info.st_blocks * 512)  # as folder_bytes counts it
     used += max(0, LEDGER_ROOM - log)
     if used <= budget:
         return
-    found = []
-    for mark in cache.glob(f"stores/*/*/{STAGE_MARK}"):
-        if mark.parent != keep:
-            found.append((mark.parent.stat().st_mtime, mark.parent))
-    fresh = time.time() - 1.0
-    found += [(m, p) for p in cache.glob("parquet/*.footer") if (m := p.stat().st_mtime) < fresh]
-    for _, path in sorted(found, key=lambda f: f[0]):
+    for _, path in sorted(_copies(cache, keep), key=lambda f: f[0]):
         if used <= budget:
             return
-        size = sum(
-            f.stat().st_blocks * 512
-            for f in ([path] if path.is_file() else path.rglob("*"))
-            if f.is_file()
-        )
-        if path.is_file():
-            path.unlink(missing_ok=True)
-        else:
+        if path.suffix == ".footer":
+            with contextlib.suppress(OSError):
+                used -= min(path.lstat().st_size, path.lstat().st_blocks * 512)
+                path.unlink()
+        else:  # (rmtree removes a link in it, never what it points to)
+            used -= sum(folder_bytes(path))
             shutil.rmtree(path, ignore_errors=True)
-        used -= size
+
+
+def _copies(cache: Path, keep: Path | None) -> list[tuple[float, Path]]:
+    """The staged copies :func:`keep_within` may remove, each with the time it was last
+    opened: snapshot folders but ``keep`` (holding a mark), footers not read within the last
+    second. Listed without following a link (:mod:`lading.remote.cache.folder`): one planted
+    as ``stores`` had the sweep remove folders outside the cache that held a file of the
+    mark's name."""
+    found = []
+    stores = cache / STORES
+    for url, url_is_dir in real_entries(stores):
+        for snapshot, is_dir in real_entries(stores / url) if url_is_dir else []:
+            path = stores / url / snapshot
+            if is_dir and path != keep and _is_file(path / STAGE_MARK):
+                with contextlib.suppress(OSError):
+                    found.append((path.lstat().st_mtime, path))
+    fresh = time.time() - 1.0
+    for name, is_dir in real_entries(cache / PARQUET):
+        path = cache / PARQUET / name
+        if not is_dir and name.endswith(".footer"):
+            with contextlib.suppress(OSError):
+                if (at := path.lstat().st_mtime) < fresh:
+                    found.append((at, path))
+    return found
+
+
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file (a link is not)."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def stage_dir(cache: Path, url: str, snapshot: str) -> Path:
     """Where a snapshot of the store at ``url`` is staged in cache directory ``cache``."""
-    return cache / "stores" / hashlib.sha256(url.encode()).hexdigest()[:16] / snapshot
+    return cache / STORES / hashlib.sha256(url.encode()).hexdigest()[:16] / snapshot
 
 
 def stage_index(

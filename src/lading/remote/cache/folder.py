@@ -29,8 +29,12 @@ from lading.errors import LadingError
 
 OWNERS = "owners"  # a token file a live process (:mod:`.owners`)
 INFLIGHT = "inflight"  # the node's slots for GETs in flight (:mod:`lading.remote.slots`)
+STORES = "stores"  # staged indexes, <URL's hash>/<snapshot> (:mod:`lading.remote.stage`)
+PARQUET = "parquet"  # staged parquet footers (:mod:`lading.tabular.remote_files`)
 FILES: tuple[str, ...] = ()  # made by lading at the folder's top
-FOLDERS = (OWNERS, INFLIGHT)  # made by lading at the top, walked (no entry may be a link)
+# made by lading at the top, and how deep each is walked (no entry down to there is a link;
+# below a snapshot's folder nothing is walked: the sweep removes it whole, never following)
+FOLDERS = {OWNERS: 1, INFLIGHT: 1, STORES: 2, PARQUET: 1}
 
 
 class CacheFolderError(LadingError, PermissionError):
@@ -45,10 +49,9 @@ def check(directory: Path) -> None:
     a listing tells a link)."""
     for name in FILES:
         _entry(directory / name, stat.S_ISREG, "file")
-    for name in FOLDERS:
+    for name, depth in FOLDERS.items():
         if _entry(directory / name, stat.S_ISDIR, "folder"):
-            for _ in real_entries(directory / name, refuse=True):
-                pass
+            _walk(directory / name, depth)
 
 
 def real_entries(folder: Path, refuse: bool = False) -> list[tuple[str, bool]]:
@@ -98,6 +101,13 @@ def linked(path: Path) -> CacheFolderError:
         f"folder is not used. Remove the link (rm {path}); a shared cache folder's entries "
         "are lading's own, never links"
     )
+
+
+def _walk(folder: Path, depth: int) -> None:
+    """Refuse a link among the entries of ``folder`` and of its folders ``depth`` deep."""
+    for name, is_dir in real_entries(folder, refuse=True):
+        if is_dir and depth > 1:
+            _walk(folder / name, depth - 1)
 
 
 def _entry(path: Path, kind: Callable[[int], bool], what: str) -> bool:

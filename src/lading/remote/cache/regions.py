@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import stat
 from pathlib import Path
 from typing import NamedTuple
 
@@ -100,13 +101,17 @@ class DataFile:
 
 def folder_bytes(cache: Path) -> tuple[int, int]:
     """``(payload, the rest)``: the bytes the cache folder holds on disk (a file's blocks, the
-    payload's sparse ones left out, at most its size)."""
+    payload's sparse ones left out, at most its size). A link is no bytes of the folder's:
+    neither followed nor counted (the index budget's sweep would remove copies for a big
+    file a link in the folder points to)."""
     payload = rest = 0
-    for root, _, files in os.walk(cache):
+    for root, _, files in os.walk(cache):  # (a link to a folder is never walked into)
         for name in files:
             try:
-                info = (Path(root) / name).stat()
+                info = os.lstat(Path(root) / name)
             except OSError:
+                continue
+            if not stat.S_ISREG(info.st_mode):
                 continue
             size = min(info.st_size, info.st_blocks * 512)  # disk taken (sparse), not rounded
             if root == str(cache) and name == DATA_FILE:
