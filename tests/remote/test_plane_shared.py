@@ -15,7 +15,7 @@ from conftest import write
 from lading.disk import STAGE_MARK
 from lading.remote.cache.node import CacheFolderError, node_of, release
 from lading.remote.cache.owners import Owner
-from lading.remote.cache.regions import folder_bytes
+from lading.remote.cache.regions import DataFile, Layout, folder_bytes
 from lading.remote.stage import keep_within
 from lading.testing import LocalS3
 
@@ -160,3 +160,20 @@ def test_the_index_budget_sweep_never_follows_a_link(tmp_path: Path) -> None:
         assert folder_bytes(cache) == (0, 0)
         keep_within(cache, 0, None)
         assert _files(tmp_path / "theirs") == files and big.stat().st_size == 1_000_000
+
+
+def test_a_link_planted_as_the_payload_file_is_refused_and_its_file_kept(tmp_path: Path) -> None:
+    """``blocks.data`` a link to a user's file: it was cut to the cap and cached blocks were
+    written into it. Now the open is refused, and the payload's own open (``O_NOFOLLOW``)
+    refuses a link planted after the check."""
+    victim = write(tmp_path / "precious.txt", "precious user data\n" * 10)
+    cache = tmp_path / "node"
+    cache.mkdir()
+    (cache / "blocks.data").symlink_to(victim)
+    with pytest.raises(CacheFolderError) as refused:
+        node_of(cache, 1 << 20)
+    _refused_naming(refused, cache / "blocks.data")
+    with pytest.raises(CacheFolderError) as refused:
+        DataFile(cache / "blocks.data", Layout.of(1 << 20))
+    _refused_naming(refused, cache / "blocks.data")
+    assert victim.read_text() == "precious user data\n" * 10

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lading.disk import build_lock
-from lading.remote.cache.regions import DATA_FILE
+from lading.remote.cache.folder import DATA_FILE
 
 FULL_CHECK_BYTES = 64 << 20
 _MAGIC = b"SQLite format 3\x00"

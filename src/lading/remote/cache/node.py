@@ -29,10 +29,10 @@ from typing import Any
 
 from lading.remote.cache import damaged
 from lading.remote.cache.fill import Filler
-from lading.remote.cache.folder import CacheFolderError, check
+from lading.remote.cache.folder import DATA_FILE, CacheFolderError, check
 from lading.remote.cache.ledger import FORMAT, LEDGER_FILE, Ledger, folder_reset, same_file
 from lading.remote.cache.owners import Owner
-from lading.remote.cache.regions import DATA_FILE, DataFile, Layout
+from lading.remote.cache.regions import DataFile, Layout
 from lading.remote.fetch import Future
 from lading.threads import SQLITE, register
 

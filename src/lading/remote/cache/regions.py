@@ -26,10 +26,11 @@ import stat
 from pathlib import Path
 from typing import NamedTuple
 
+from lading.remote.cache.folder import DATA_FILE, open_new
+
 REGIONS = 16  # regions of a small cache: eviction frees a sixteenth of it at a time
 MAX_REGION = 16 << 20  # a region's bytes at most (the largest block, the unit of eviction)
 MIN_REGION = 4 << 10  # ... at least, while there are two regions
-DATA_FILE = "blocks.data"
 
 
 class Layout(NamedTuple):
@@ -57,7 +58,7 @@ class DataFile:
 
     def __init__(self, path: Path, layout: Layout, mode: int = 0o666) -> None:
         self.path, self.layout = path, layout
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+        fd = open_new(path, os.O_RDWR | os.O_CREAT, mode)  # never through a link (.folder)
         try:
             if os.fstat(fd).st_mode & 0o777 != mode and os.fstat(fd).st_size == 0:
                 os.fchmod(fd, mode)  # made now: the folder's mode, whatever the umask
