@@ -6,6 +6,8 @@ written or deleted (a review planted links as ``owners``, ``stores``, ``blocks.d
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 import lading
 from conftest import write
 from lading.disk import STAGE_MARK
+from lading.remote.cache.damaged import DamagedCacheWarning
 from lading.remote.cache.node import CacheFolderError, node_of, release
 from lading.remote.cache.owners import Owner
 from lading.remote.cache.regions import DataFile, Layout, folder_bytes
@@ -177,3 +180,58 @@ def test_a_link_planted_as_the_payload_file_is_refused_and_its_file_kept(tmp_pat
         DataFile(cache / "blocks.data", Layout.of(1 << 20))
     _refused_naming(refused, cache / "blocks.data")
     assert victim.read_text() == "precious user data\n" * 10
+
+
+def _app_db(path: Path) -> Path:
+    """A user's own SQLite database (a table, a row)."""
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("CREATE TABLE bookmarks (url TEXT)")
+        conn.execute("INSERT INTO bookmarks VALUES ('https://example.org')")
+    return path
+
+
+def _tables(path: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        found = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return sorted(name for (name,) in found)
+
+
+@pytest.mark.parametrize("name", ["ledger.sqlite", "ledger.sqlite-wal"])
+def test_a_link_planted_as_the_ledger_is_refused_and_its_database_kept(
+    tmp_path: Path, name: str
+) -> None:
+    """``ledger.sqlite`` a link to a user's database: the ledger's tables were added to it and
+    its rows written there. Now the open is refused (its write-ahead log's name too: SQLite
+    follows a link there as well)."""
+    victim = _app_db(tmp_path / "app.db")
+    cache = tmp_path / "node"
+    cache.mkdir()
+    (cache / name).symlink_to(victim)
+    with pytest.raises(CacheFolderError) as refused:
+        node_of(cache, 1 << 20)
+    _refused_naming(refused, cache / name)
+    assert _tables(victim) == ["bookmarks"]
+
+
+def test_a_database_that_is_no_ledger_is_refused_not_taken_over(tmp_path: Path) -> None:
+    """A user's own database under the ledger's name (a file, no link): its tables were kept
+    and lading's added beside them, since only a ``settings`` table of another format was
+    refused. Now a database holding a table lading never makes is refused, naming the file,
+    the table and the fix; one of lading's own tables only (an older ledger) is set aside."""
+    cache = tmp_path / "node"
+    cache.mkdir()
+    _app_db(cache / "ledger.sqlite")
+    with pytest.raises(CacheFolderError) as refused:
+        node_of(cache, 1 << 20)
+    text = str(refused.value)
+    assert str(cache / "ledger.sqlite") in text and "bookmarks" in text, text
+    assert "move it out" in text and "\n" not in text, text
+    assert _tables(cache / "ledger.sqlite") == ["bookmarks"]
+    older = tmp_path / "older"
+    older.mkdir()
+    with contextlib.closing(sqlite3.connect(older / "ledger.sqlite")) as conn, conn:
+        conn.execute("CREATE TABLE blocks (key TEXT PRIMARY KEY, data BLOB)")
+    with pytest.warns(DamagedCacheWarning, match="ledger.sqlite.damaged"):
+        release(node_of(older, 1 << 20))
+    assert _tables(older / "ledger.sqlite.damaged") == ["blocks"]
+    assert "settings" in _tables(older / "ledger.sqlite")

@@ -27,12 +27,15 @@ from pathlib import Path
 
 from lading.errors import LadingError
 
+LEDGER_FILE = "ledger.sqlite"  # the rows of what is where (:mod:`.ledger`)
 DATA_FILE = "blocks.data"  # the payload, exactly the cap (:mod:`.regions`)
 OWNERS = "owners"  # a token file a live process (:mod:`.owners`)
 INFLIGHT = "inflight"  # the node's slots for GETs in flight (:mod:`lading.remote.slots`)
 STORES = "stores"  # staged indexes, <URL's hash>/<snapshot> (:mod:`lading.remote.stage`)
 PARQUET = "parquet"  # staged parquet footers (:mod:`lading.tabular.remote_files`)
-FILES = (DATA_FILE,)  # made by lading at the folder's top
+# made by lading at the folder's top (SQLite opens the ledger and its WAL files through a
+# link: it has no O_NOFOLLOW a caller can ask for, so this check is the ledger's only guard)
+FILES = (LEDGER_FILE, f"{LEDGER_FILE}-wal", f"{LEDGER_FILE}-shm", DATA_FILE)
 # made by lading at the top, and how deep each is walked (no entry down to there is a link;
 # below a snapshot's folder nothing is walked: the sweep removes it whole, never following)
 FOLDERS = {OWNERS: 1, INFLIGHT: 1, STORES: 2, PARQUET: 1}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -27,10 +28,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from lading.errors import LadingError, OutOfSpaceError
+from lading.remote.cache.folder import LEDGER_FILE
 from lading.remote.cache.regions import Layout
 from lading.threads import SQLITE
 
-LEDGER_FILE = "ledger.sqlite"
 FORMAT = 4  # 4: a CRC32 a block; 3: none; 2: blocks as BLOBs (a ledger of another is set aside)
 WAL_PAGES = 256  # a checkpoint once the WAL holds this many pages (4 KiB: 1 MiB)
 _BATCH = 200  # ranges a batched query (4 parameters each, far below SQLite's 32,766)
@@ -49,6 +50,7 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL)
 CREATE TABLE IF NOT EXISTS orders (object INTEGER PRIMARY KEY, first INTEGER NOT NULL,
     last INTEGER NOT NULL);
 """
+TABLES = frozenset(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA))
 
 # a claim: a block's row before its bytes are in (no CRC32 yet)
 INSERT_CLAIMS = (

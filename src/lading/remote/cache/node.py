@@ -29,8 +29,8 @@ from typing import Any
 
 from lading.remote.cache import damaged
 from lading.remote.cache.fill import Filler
-from lading.remote.cache.folder import DATA_FILE, CacheFolderError, check
-from lading.remote.cache.ledger import FORMAT, LEDGER_FILE, Ledger, folder_reset, same_file
+from lading.remote.cache.folder import DATA_FILE, LEDGER_FILE, CacheFolderError, check
+from lading.remote.cache.ledger import FORMAT, TABLES, Ledger, folder_reset, same_file
 from lading.remote.cache.owners import Owner
 from lading.remote.cache.regions import DataFile, Layout
 from lading.remote.fetch import Future
@@ -259,7 +259,11 @@ def _folder(directory: Path) -> int:
 
 
 def _open_ledger(directory: Path, layout: Layout, strict: bool, mode: int) -> Ledger:
-    """The folder's ledger, a damaged or foreign one set aside and made again."""
+    """The folder's ledger, a damaged one or one of another format set aside and made again.
+
+    Raises:
+        CacheFolderError: the file is a database that is no ledger (:func:`_probe`).
+    """
     path = directory / LEDGER_FILE
     if not path.exists():  # made with the folder's mode: SQLite gives its -wal, -shm the same
         with contextlib.suppress(FileExistsError):
@@ -277,11 +281,25 @@ def _open_ledger(directory: Path, layout: Layout, strict: bool, mode: int) -> Le
 
 
 def _probe(path: Path) -> None:
-    """Raise ``sqlite3.DatabaseError`` when ``path`` is no ledger of this format."""
+    """Raise ``sqlite3.DatabaseError`` when ``path`` is no ledger of this format (damaged, or
+    another lading's: set aside), :class:`CacheFolderError` when it is a database holding a
+    table no ledger has (someone's own, put under the ledger's name: its tables were kept and
+    the ledger's added to them; setting it aside would lose it at the next damage, the one
+    slot being replaced)."""
     damaged.check_header(path)
     with contextlib.closing(sqlite3.connect(path, timeout=120.0)) as conn:
         damaged.check_contents(conn, path)
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        foreign = sorted(t for t in tables - TABLES if not t.startswith("sqlite_"))
+        if foreign:
+            raise CacheFolderError(
+                f"{path} is an SQLite database with tables lading's node cache ledger never "
+                f"has ({', '.join(foreign[:5])}); lading makes this file itself and will not "
+                "write into another database: move it out of the cache folder (or give "
+                "cache= another folder)"
+            )
+        if tables and "settings" not in tables:  # an older lading's, or a half-made one
+            raise sqlite3.DatabaseError(f"no settings table (tables: {sorted(tables)})")
         if "settings" in tables:
             found: Any = conn.execute("SELECT value FROM settings WHERE name = 'format'").fetchone()
             if found is None or found[0] != FORMAT:
