@@ -7,7 +7,10 @@ written or deleted (a review planted links as ``owners``, ``stores``, ``blocks.d
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,7 @@ from lading.disk import STAGE_MARK
 from lading.remote.cache.damaged import DamagedCacheWarning
 from lading.remote.cache.node import CacheFolderError, node_of, release
 from lading.remote.cache.owners import Owner
-from lading.remote.cache.regions import DataFile, Layout, folder_bytes
+from lading.remote.cache.regions import DataFile, Layout, PayloadCutError, folder_bytes
 from lading.remote.stage import keep_within
 from lading.testing import LocalS3
 
@@ -235,3 +238,61 @@ def test_a_database_that_is_no_ledger_is_refused_not_taken_over(tmp_path: Path) 
         release(node_of(older, 1 << 20))
     assert _tables(older / "ledger.sqlite.damaged") == ["blocks"]
     assert "settings" in _tables(older / "ledger.sqlite")
+
+
+CUT = """
+import os, sys, time, warnings
+import lading
+from lading.remote.cache.damaged import DamagedCacheWarning
+
+url, cache, when = sys.argv[1:4]
+ids = [f"d{i}" for i in range(0, 300, 3)]
+store = lading.open_store(url, cache=cache, cache_bytes="1M")
+first = store.get_many(ids)
+time.sleep(0.5)  # filled: the next read copies from the payload file
+if when == "mapped":
+    assert store.get_many(ids) == first  # copied from the payload file: it is mapped now
+os.truncate(os.path.join(cache, "blocks.data"), 0)  # a cleanup script of another user
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    again = store.get_many(ids)
+    store.get_many(ids)
+said = [str(w.message) for w in seen if issubclass(w.category, DamagedCacheWarning)]
+print("equal", again == first, "warned", len(said), said[:1], flush=True)
+store.close()
+"""
+
+
+@pytest.mark.parametrize("when", ["mapped", "before its first map"])
+def test_a_payload_file_cut_under_a_reader_is_refetched_with_a_warning(
+    s3: LocalS3, bucket: str, tmp_path: Path, when: str
+) -> None:
+    """``blocks.data`` truncated while a reader has it mapped: the next read of a cached
+    document killed the interpreter with SIGBUS; cut before its first map, the read raised a
+    bare ``ValueError: mmap length is greater than file size`` naming no file. Now either is
+    the damaged-cache path: one DamagedCacheWarning naming the file, every block fetched
+    again, the documents read equal."""
+    url = _store(s3, bucket, tmp_path)
+    cache = tmp_path / "node"
+    done = subprocess.run(
+        [sys.executable, "-c", CUT, url, str(cache), when],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "equal True warned 1" in done.stdout, done.stdout + done.stderr[-3000:]
+    assert str(cache / "blocks.data") in done.stdout and "cut" in done.stdout, done.stdout
+
+
+def test_a_payload_file_too_short_to_map_is_named(tmp_path: Path) -> None:
+    """Cut between a round's check and its first map: one error naming the file (was
+    ``ValueError: mmap length is greater than file size``), which the read takes as the cut
+    it is (its blocks forgotten, fetched again)."""
+    path = tmp_path / "blocks.data"
+    data = DataFile(path, Layout.of(1 << 20))
+    os.truncate(path, 100)
+    assert data.cut() == 100
+    with pytest.raises(PayloadCutError, match=str(path)):
+        data.view(0, 0, 10)
+    data.restore()
+    assert data.cut() is None and bytes(data.view(0, 0, 10)) == bytes(10)
+    data.close()

@@ -21,6 +21,7 @@ import os
 import sqlite3
 import stat
 import threading
+import warnings
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -72,12 +73,38 @@ class Node:
     def check_current(self) -> None:
         """Raise :class:`~.ledger.CacheFolderResetError` when the folder's ledger or payload
         file is not the one this process opened (asked before each claim: a claim in another
-        folder's ledger would place bytes this process writes to a file no one else reads)."""
+        folder's ledger would place bytes this process writes to a file no one else reads);
+        a payload file cut short is repaired first (:meth:`check_payload`: a claim may copy
+        blocks out of it, carrying them forward)."""
         if not (
             same_file(self.ledger.path, self.ledger.inode or -1)
             and same_file(self.data.path, self.data.inode)
         ):
             raise folder_reset(self.directory)
+        self.check_payload()
+
+    def check_payload(self) -> None:
+        """Before bytes are copied out of the payload file's map (once a read round): a file
+        cut short under the cache is the damaged-cache path, not a SIGBUS at the copy (a
+        review's truncate killed the reading interpreter). Every block is forgotten (their
+        regions' generations raised, so a copy of an earlier lookup is read again), the file
+        is made its size again and a :class:`~.damaged.DamagedCacheWarning` names it; the
+        blocks are fetched again. (A cut between this check and the copy still raises
+        SIGBUS: a window of microseconds, not a read's whole life.)"""
+        size = self.data.cut()
+        if size is None:
+            return
+        self.ledger.forget_blocks()
+        self.data.restore()
+        self.verified.clear()
+        warnings.warn(
+            f"{self.data.path}: the node cache's payload file was cut short under this "
+            f"process ({size:,} of its {self.layout.size:,} bytes: something truncated it; "
+            "leave the cache folder's files to lading); every cached block was dropped and is "
+            "fetched again",
+            damaged.DamagedCacheWarning,
+            stacklevel=2,
+        )
 
     def forked(self) -> None:
         """Per-process state, new in a forked child (the parent's GETs are not its own)."""

@@ -33,7 +33,7 @@ from lading.remote.cache.figures import Figures
 from lading.remote.cache.ledger import Ledger, Piece
 from lading.remote.cache.node import Flight, Node, release
 from lading.remote.cache.places import policy_check
-from lading.remote.cache.regions import folder_bytes
+from lading.remote.cache.regions import PayloadCutError, folder_bytes
 from lading.remote.fetch import REFUSED, ClosedError, Fetcher, Future
 from lading.remote.objects import RemoteReadError, describe
 from lading.remote.ranges import DEFAULT_GAP, DEFAULT_WASTE, NO_STEP, Need
@@ -170,6 +170,7 @@ class NodeCache:
     ) -> list[Key]:
         """One look: copy what is cached, claim and fetch the gaps, wait for the rest; the
         ranges still unread (evicted or taken over meanwhile) come back for another."""
+        self.node.check_payload()  # (a payload file cut short: SIGBUS at the copies below)
         with self.node.lock:  # before the lookup: a block of ours it finds unfilled is here
             flights = dict(self.node.inflight)  # (or claimed since, or carried: looked again)
         with self.ledger.read() as conn:
@@ -190,8 +191,12 @@ class NodeCache:
         parts_of: dict[Key, list[bytes | None]] = {}
         regions: dict[int, int] = {}  # region -> the generation the copies saw
         damaged: dict[Key, list[Piece]] = {}
-        for k, parts in plans.items():
-            parts_of[k] = [self._copy(k, p, regions, damaged) for p in parts]
+        try:
+            for k, parts in plans.items():
+                parts_of[k] = [self._copy(k, p, regions, damaged) for p in parts]
+        except PayloadCutError:  # cut since the check, before the file's first map
+            self.node.check_payload()
+            return todo  # every block was forgotten: looked up (and fetched) again
         again = self._checked(plans, parts_of, regions) | self._forget(damaged)
         for k, parts in plans.items():
             if k in again:
