@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import lading
@@ -296,3 +297,38 @@ def test_a_payload_file_too_short_to_map_is_named(tmp_path: Path) -> None:
     data.restore()
     assert data.cut() is None and bytes(data.view(0, 0, 10)) == bytes(10)
     data.close()
+
+
+def _swap_offsets(staged: Path, row: int, other: int) -> None:
+    """Make row ``row`` of the staged ``text.off`` span row ``other``'s bytes (same size)."""
+    off = next(staged.glob("snap-*/shard-*/text.off"))
+    values = np.memmap(off, dtype="<u8", mode="r+")
+    values[row], values[row + 1] = values[other], values[other + 1]
+    values.flush()
+    del values
+
+
+@pytest.mark.parametrize("row", [5, 1000])
+def test_a_staged_index_changed_in_place_is_found(
+    s3: LocalS3, bucket: str, tmp_path: Path, row: int
+) -> None:
+    """The node's staged ``text.off`` changed in place (same size: another user of the group
+    folder, or a disk): reused after a size check only, it served document 150's text under
+    ``d5``, and ``verify()`` said the store was intact (it skipped the staged files). Now a
+    change within a file's first or last 4 KiB is caught at the next open (their CRC32, as a
+    local store's open checks) and the copy staged again; one in its middle is ``verify()``'s
+    to find, naming the file (its every byte read against its CRC32)."""
+    url = _store(s3, bucket, tmp_path, count=2000)  # text.off: 16 KB, its middle unchecked
+    cache = tmp_path / "node"
+    store = lading.open_store(url, cache=cache, cache_bytes="1M")
+    staged, want = store.path, store.get_many([f"d{row}"])
+    store.close()
+    _swap_offsets(staged, row, 150)
+    store = lading.open_store(url, cache=cache, cache_bytes="1M")
+    problems = store.verify()
+    if row < 500:  # in the first 4 KiB: caught at the open, staged again
+        assert store.get_many([f"d{row}"]) == want and problems == []
+    else:
+        assert len(problems) == 1 and "text.off" in problems[0] and "CRC32" in problems[0]
+        assert str(staged) in problems[0] and "\n" not in problems[0]
+    store.close()

@@ -32,6 +32,7 @@ from typing import Any
 
 from lading.disk import STAGE_MARK, build_lock, publish, remove_dead_temps, scratch
 from lading.disk.meta import META_FILE
+from lading.disk.snapshot import spot_crc32
 from lading.errors import RemoteChangedError, StoreFormatError
 from lading.remote.cache.folder import PARQUET, STORES, real_entries
 from lading.remote.cache.ledger import WAL_PAGES
@@ -127,6 +128,11 @@ def _is_file(path: Path) -> bool:
         return False
 
 
+# (url, snapshot) -> the node copies this process opened: what verify_staged reads (a store's
+# verify() passes no path; one URL opened over two cache folders has two)
+_OPENED: dict[tuple[str, str], set[Path]] = {}
+
+
 def stage_dir(cache: Path, url: str, snapshot: str) -> Path:
     """Where a snapshot of the store at ``url`` is staged in cache directory ``cache``."""
     return cache / STORES / hashlib.sha256(url.encode()).hexdigest()[:16] / snapshot
@@ -152,6 +158,7 @@ def stage_index(
         RemoteReadError: a GET failed for good.
     """
     dest = stage_dir(cache, url, meta["snapshot"])
+    _OPENED.setdefault((url, meta["snapshot"]), set()).add(dest)
     if _is_staged(dest, url, meta):
         os.utime(dest)  # opened now: the last to go (the folder's time; its files untouched)
         return dest
@@ -226,6 +233,11 @@ def _pin_payload(
 
 
 def _is_staged(dest: Path, url: str, meta: dict[str, Any]) -> bool:
+    """Whether ``dest`` holds a whole copy of ``meta``'s staged files: each of its size and
+    with the CRC32 of its first and last 4 KiB the manifest gives (8 KiB read a file, as a
+    local store's open checks its files). Not every byte: that would read the whole index
+    (26-94 B a document, ~90 MB at 1M) at every open of every process of the node; a
+    change in a file's middle is :func:`verify_staged`'s to find (``verify()``)."""
     try:
         mark = json.loads((dest / STAGE_MARK).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -233,19 +245,66 @@ def _is_staged(dest: Path, url: str, meta: dict[str, Any]) -> bool:
     if mark.get("source") != url or mark.get("snapshot") != meta["snapshot"]:
         return False
     for name in mark.get("files", []):
-        path = dest / name
-        if not path.is_file() or path.stat().st_size != int(meta["files"][name]["size"]):
+        path, info = dest / name, meta["files"].get(name)
+        try:
+            if info is None or not _is_file(path) or path.stat().st_size != int(info["size"]):
+                return False
+            if "spot_crc32" in info and spot_crc32(path) != int(info["spot_crc32"]):
+                return False  # changed in place (same size): staged again
+        except OSError:
             return False
     return True
+
+
+def verify_staged(url: str, meta: dict[str, Any]) -> list[str]:
+    """Read every staged file of ``meta``'s snapshot in the node copies this process opened
+    (:func:`stage_index`) and compare its CRC32 with the manifest's; the problems found
+    (empty: intact). A copy removed since (the index budget's) is not read: a later open
+    stages and checks it anew."""
+    problems = []
+    for dest in sorted(_OPENED.get((url, meta["snapshot"]), ())):
+        try:
+            mark = json.loads((dest / STAGE_MARK).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # removed (or being replaced): nothing of it is read any more
+        for name in sorted(set(mark.get("files", [])) & set(meta["files"])):
+            expected = meta["files"][name].get("crc32")
+            try:
+                crc = _file_crc(dest / name)
+            except OSError as e:
+                problems.append(
+                    f"{dest / name}: cannot be read ({e.strerror}): the node's staged copy of "
+                    f"{describe(url, name)} is damaged; remove {dest} (the next open stages it "
+                    "again)"
+                )
+                continue
+            if expected is not None and crc != int(expected):
+                problems.append(
+                    f"{dest / name}: CRC32 {crc:#010x} read, {int(expected):#010x} in its "
+                    f"meta.json: the node's staged copy of {describe(url, name)} was changed "
+                    f"or damaged on this node's disk; remove {dest} (the next open stages it "
+                    "again)"
+                )
+    return problems
+
+
+def _file_crc(path: Path) -> int:
+    """CRC32 of the file at ``path``, read 8 MiB at a time."""
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            crc = zlib.crc32(block, crc)
+    return crc
 
 
 def verify_remote(
     fetcher: Fetcher, url: str, meta: dict[str, Any], etags: dict[str, str | None]
 ) -> list[str]:
     """Read every payload file of ``meta`` (ranged GETs of 8 MiB, pinned to ``etags``) and
-    compare its CRC32 with the manifest's; the problems found (empty: intact). The staged
-    files were checked when they were staged."""
-    problems = []
+    every staged file of the node's copy (:func:`verify_staged`: an open checks their sizes
+    and ends only), and compare each CRC32 with the manifest's; the problems found (empty:
+    intact)."""
+    problems = verify_staged(url, meta)
     for name in sorted(etags):
         info = meta["files"][name]
         try:
