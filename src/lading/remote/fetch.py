@@ -15,7 +15,10 @@ Pinning: a GET of a pinned object sends ``If-Match`` with the ETag the snapshot 
 replaced object is refused, never read. ``get_ranges`` cannot send it, so a call sends one of
 its ranges as its own pinned GET when the object's last check is over :data:`PIN_S` old (the
 first call to an object always): a replaced object is caught at its first read and within a
-second after.
+second after. Calls in that second are not pinned: an object overwritten in place (same
+names, no new manifest) may be read with its new bytes until the next check. Once a check is
+refused, the fetcher remembers the object (:meth:`Fetcher.changed`) and pins every later call
+of it, and the node cache drops its blocks (:meth:`lading.remote.cache.NodeCache.read`).
 
 Deadline (:class:`lading.deadline.Deadline`): a call that fails (a 5xx, a dropped connection,
 a short body) or takes longer than ``timeout`` is retried with backoff for the ranges it has
@@ -41,7 +44,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from lading.deadline import DEFAULT_BACKOFF, DEFAULT_RETRIES, DEFAULT_TIMEOUT, TIMEOUT_ENV, Deadline
-from lading.errors import RemoteNotFoundError
+from lading.errors import RemoteChangedError, RemoteNotFoundError
 from lading.remote.loop import running
 from lading.remote.objects import (
     ObjectClient,
@@ -175,6 +178,7 @@ class Fetcher:
         self._unsettled: set[Future] = set()  # submitted, not yet settled
         self._slots: asyncio.Semaphore | None = None
         self._checked: dict[str, float] = {}  # object -> when a call last sent If-Match
+        self._changed: set[str] = set()  # objects whose pinned GET was refused: pinned always
         self._tasks: set[asyncio.Task[None]] = set()
         self._runs: set[concurrent.futures.Future[object]] = set()  # whole calls waited on
         register(self, "fetch")
@@ -249,7 +253,8 @@ class Fetcher:
                 part = members[lo : lo + size]
                 ranges = [(requests[i][1], requests[i][2]) for i in part]
                 pin, last = etag, self._checked.get(key)
-                if not every and etag is not None and last is not None and now - last < PIN_S:
+                recent = last is not None and now - last < PIN_S and key not in self._changed
+                if not every and etag is not None and recent:
                     pin = None  # checked under a second ago: this call needs no If-Match
                 elif etag is not None:
                     self._checked[key] = now
@@ -308,9 +313,23 @@ class Fetcher:
         try:
             return await self._attempts(what, attempt)
         except RemoteNotFoundError:  # the snapshot opened lists it: gone since
+            self._note_changed(key)
             raise changed(client.url, key, client.endpoint, f"bytes {first}-{last - 1}") from None
         except PermanentError as e:
+            if isinstance(e, RemoteChangedError):
+                self._note_changed(key)
             raise type(e)(f"{what}: {e}") from None
+
+    def _note_changed(self, key: str) -> None:
+        with self._lock:
+            self._changed.add(key)
+
+    def changed(self) -> frozenset[str]:
+        """The objects this fetcher found deleted or replaced since the snapshot opened (a
+        pinned GET refused): every later call of one is pinned, and bytes of it read in the
+        second before the refusal (:data:`PIN_S`) may be another version's."""
+        with self._lock:
+            return frozenset(self._changed)
 
     # -- the rest of the read path: the manifest and the listing, under the same deadline ----
 

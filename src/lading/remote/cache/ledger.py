@@ -321,6 +321,13 @@ class Ledger:
             )
             return conn.total_changes - dropped
 
+    def forget_objects(self, objects: Collection[int]) -> None:
+        """Drop every row of ``objects`` (ready blocks and claims): found replaced in the
+        bucket, their cached bytes may be another version's (a claim's fill then updates no
+        row; a reader waiting on it looks again)."""
+        with self.write() as conn:
+            conn.executemany("DELETE FROM blocks WHERE object = ?", [(o,) for o in objects])
+
     def release(self, keys: Sequence[tuple[int, int]], owner: str | None) -> None:
         """Give claims up (a failed GET, a process leaving, a dead owner's claim): their room
         is free again."""

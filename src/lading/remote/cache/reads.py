@@ -21,12 +21,14 @@ What the reads did is counted per range read (:mod:`.figures`).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lading.errors import RemoteChangedError
 from lading.remote.cache.claims import Claimed, Claims, Part, cut_up
 from lading.remote.cache.damaged import DamagedCacheWarning
 from lading.remote.cache.figures import Figures
@@ -79,6 +81,7 @@ class NodeCache:
         self._names: dict[int, str] = {}
         self.index_bytes: int | None = None  # the folder's budget besides the payload, if set
         self._warned_damage = False
+        self._dropped: set[str] = set()  # objects found replaced, their blocks dropped
         self.forked()
         register(self, "fetch")
 
@@ -127,6 +130,16 @@ class NodeCache:
         """
         if self._closed:  # a cached block too: its node may have let the payload file go
             raise RemoteReadError(REFUSED.format(self.fetcher))
+        self._drop_changed()  # (a GET ahead refused since the last read)
+        try:
+            return self._read(spans, step, planned)
+        except RemoteChangedError:  # refused now: the blocks go before the error does
+            with contextlib.suppress(Exception):  # (the next read tries again)
+                self._drop_changed()
+            raise
+
+    def _read(self, spans: Sequence[Span], step: int | None, planned: bool) -> list[bytes]:
+        """:meth:`read`, its view open."""
         now = current_step() if step is None else step
         where: dict[Key, list[int]] = {}
         for i, (key, start, end) in enumerate(spans):
@@ -158,6 +171,17 @@ class NodeCache:
             for i in places:
                 out[i] = got[k]
         return out
+
+    def _drop_changed(self) -> None:
+        """Drop from the ledger the blocks of objects the fetcher found replaced since the
+        snapshot opened (:meth:`.Fetcher.changed`): read in the second before the refusal
+        (:data:`lading.remote.fetch.PIN_S`), they may hold the new bytes, and kept they were
+        served after the error and after a reopen (two versions mixed). One set difference
+        a read when nothing changed."""
+        found = self.fetcher.changed() - self._dropped
+        if found:
+            self.ledger.forget_objects([self.obj(key) for key in sorted(found)])
+            self._dropped |= found
 
     def _round(
         self,
@@ -367,6 +391,7 @@ class NodeCache:
         closes) and the needs that found no room (``late``)."""
         if not needs:
             return Claimed({}, [], 0, [], [])
+        self._drop_changed()  # (a GET ahead refused: none of its blocks is noted as cached)
         objs = {n.key: self.obj(n.key) for n in needs}
         keys = [(objs[n.key], n.start, n.end) for n in needs]
 
@@ -422,6 +447,8 @@ class NodeCache:
         if self._closed:
             return
         self._closed = True
+        with contextlib.suppress(Exception):  # (a GET ahead refused since the last read)
+            self._drop_changed()
         self.fetcher.close()
         self.node.count(force=True)
         release(self.node)
