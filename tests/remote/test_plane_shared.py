@@ -19,6 +19,7 @@ import pytest
 import lading
 from conftest import write
 from lading.disk import STAGE_MARK
+from lading.errors import StoreFormatError
 from lading.remote.cache.damaged import DamagedCacheWarning
 from lading.remote.cache.node import CacheFolderError, node_of, release
 from lading.remote.cache.owners import Owner
@@ -317,13 +318,23 @@ def test_a_staged_index_changed_in_place_is_found(
     ``d5``, and ``verify()`` said the store was intact (it skipped the staged files). Now a
     change within a file's first or last 4 KiB is caught at the next open (their CRC32, as a
     local store's open checks) and the copy staged again; one in its middle is ``verify()``'s
-    to find, naming the file (its every byte read against its CRC32)."""
+    to find, naming the file (its every byte read against its CRC32), where the open's
+    one-pass order check (offsets that go down) has not refused it first."""
     url = _store(s3, bucket, tmp_path, count=2000)  # text.off: 16 KB, its middle unchecked
     cache = tmp_path / "node"
     store = lading.open_store(url, cache=cache, cache_bytes="1M")
     staged, want = store.path, store.get_many([f"d{row}"])
     store.close()
+    off = next(staged.glob("snap-*/shard-*/text.off"))
+    kept = off.read_bytes()
     _swap_offsets(staged, row, 150)
+    if row >= 500:  # in the middle: offsets that go down, refused at the open
+        with pytest.raises(StoreFormatError, match="out of order") as e:
+            lading.open_store(url, cache=cache, cache_bytes="1M").get_many([f"d{row}"])
+        assert str(off) in str(e.value) and f"delete {staged} to stage it again" in str(e.value)
+        values = np.frombuffer(kept, dtype="<u8").copy()
+        values[row] += 1  # still in order, one byte off: verify()'s to find
+        off.write_bytes(values.tobytes())
     store = lading.open_store(url, cache=cache, cache_bytes="1M")
     problems = store.verify()
     if row < 500:  # in the first 4 KiB: caught at the open, staged again

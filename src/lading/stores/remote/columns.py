@@ -65,9 +65,15 @@ class Columns:
                 f"{staged / part.offsets}: {len(offsets) - 1} rows, the manifest says "
                 f"{part.rows}; the staged copy is damaged, delete {staged} to stage it again"
             )
-        # staging checked its CRC, but a reopen reuses the copy after a size check: offsets
-        # that go down (changed in place since) would read other documents' bytes
-        check_in_order(mapped, offsets)
+        # staging checked its CRC, and a reopen its first and last 4 KiB: offsets that go down
+        # in between (changed in place since) would read other documents' bytes
+        try:
+            check_in_order(mapped, offsets)
+        except StoreFormatError as e:
+            raise StoreFormatError(
+                f"{e.args[0].split(': the file was damaged', 1)[0]}: the node's staged copy "
+                f"was changed after staging; delete {staged} to stage it again"
+            ) from None
         data = None if is_payload(name) else MappedFile(staged / part.data, random_access=True)
         return _Shard(part.first, part.data, offsets, np.dtype(part.dtype), data)
 
