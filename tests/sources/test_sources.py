@@ -213,3 +213,28 @@ def test_a_bom_is_dropped_by_every_line_reader(tmp_path: Path) -> None:
     assert list(run) == ["q1"] and list(run["q1"]) == ["d2"]
     text = write(tmp_path / "t.txt", bom + b"alpha beta\n\ngamma\n")
     assert list(iter_texts(text, "blank")) == ["alpha beta", "gamma"]
+
+
+def test_a_bom_mid_file_is_kept_when_a_part_starts_at_its_line(tmp_path: Path) -> None:
+    """Only byte 0 of the file can hold the BOM that is dropped: a BOM opening a later line
+    (``cat a.tsv b.tsv``, b.tsv written by a Windows editor) is read as the whole-file reader
+    reads it by a part (a shard's range) that starts at that line: TSV keeps it in the id, on
+    the bulk and the per-line path; JSONL refuses the line."""
+    bom = b"\xef\xbb\xbf"
+    tsv = write(tmp_path / "c.tsv", bom + b"d0\tzero\nd1\tone\n" + bom + b"d2\ttwo\nd3\tx\n")
+    at = tsv.read_bytes().index(bom + b"d2")
+    whole = SourceReader(tsv)
+    assert [r.id for r in whole] == ["d0", "d1", "\ufeffd2", "d3"]
+    part = SourceReader(tsv, span=(at, 10**6))
+    assert [r.id for r in part] == ["\ufeffd2", "d3"]
+    assert [r.id for r, _, _ in part.iter_numbered()] == ["\ufeffd2", "d3"]
+    bulk = [b.ids.values() for b in SourceReader(tsv, span=(at, 10**6)).iter_bulk()]
+    assert [i for ids in bulk for i in ids] == ["\ufeffd2".encode(), b"d3"]
+    assert [r.id for r in SourceReader(tsv, span=(0, at))] == ["d0", "d1"]
+    jsonl = write(
+        tmp_path / "c.jsonl", b'{"id": "a", "text": "x"}\n' + bom + b'{"id": "b", "text": "y"}\n'
+    )
+    at = jsonl.read_bytes().index(bom)
+    for span in (None, (at, 10**6)):
+        with pytest.raises(SourceError, match=r"line 2 of .*Unexpected UTF-8 BOM"):
+            list(SourceReader(jsonl, span=span))

@@ -159,6 +159,31 @@ def test_a_shard_of_no_rows_and_a_field_only_some_shards_have(tmp_path: Path) ->
     assert store.field("c", "title") == "only here" and store.field("a", "title") == ""
 
 
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_a_bom_opening_a_shard_mid_file_is_read_as_one_process_reads_it(
+    tmp_path: Path, n: int
+) -> None:
+    """``cat a.tsv b.tsv`` where b.tsv starts with a BOM: the BOM is dropped at byte 0 of the
+    file only, so the id (TSV) and the refusal (JSONL) do not depend on where shards cut (at
+    2 and 4 shards the BOM's line opens a shard's range)."""
+    tsv_lines = [f"d{i}\ttext {i}\n" for i in range(8)]
+    tsv_lines[5] = "\ufeff" + tsv_lines[5]
+    src = write(tmp_path / "c.tsv", "".join(tsv_lines))
+    one = lading.build_store(src, tmp_path / "one", progress=False)
+    assert one.ids()[5] == "\ufeffd5"
+    for i in range(n):
+        lading.build_shard(src, tmp_path / "s", (i, n), progress=False)
+    same_content(one, lading.merge_store(tmp_path / "s"))
+    jsonl_lines = [json.dumps({"id": f"d{i}", "text": f"text {i}"}) + "\n" for i in range(8)]
+    jsonl_lines[5] = "\ufeff" + jsonl_lines[5]
+    bad = write(tmp_path / "c.jsonl", "".join(jsonl_lines))
+    with pytest.raises(lading.SourceError, match=r"line 6 of .*Unexpected UTF-8 BOM"):
+        lading.build_store(bad, tmp_path / "one-jsonl", progress=False)
+    with pytest.raises(lading.SourceError, match=r"line 6 of .*Unexpected UTF-8 BOM"):
+        for i in range(n):
+            lading.build_shard(bad, tmp_path / "sj", (i, n), progress=False)
+
+
 def test_shards_refuse_what_they_cannot_split(tmp_path: Path) -> None:
     gz = write(tmp_path / "c.tsv.gz", gzip.compress(b"1\tx\n2\ty\n"))
     with pytest.raises(ValueError, match=r"shard 1 would read nothing.*at most 1 shards"):

@@ -25,7 +25,7 @@ from typing import IO, Any, NamedTuple
 from lading.errors import SourceError, missing_package
 
 COMPRESSED_SUFFIXES: tuple[str, ...] = (".gz", ".bz2", ".zst")
-BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark: dropped at the start of every source
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark: dropped at byte 0 of every source file only
 
 
 class Chunk(NamedTuple):
@@ -56,8 +56,10 @@ def numbered_lines(
 ) -> Iterator[Chunk]:
     """Every line of ``stream`` (line end included) with its number and byte range: the one
     line reader of the source layer. A UTF-8 BOM at the very start is dropped (the line's
-    range starts after it). ``first_line``/``first_byte`` number a stream that starts inside
-    a file (a block), where no BOM is looked for."""
+    range starts after it) when ``strip_bom``. A stream that starts inside a file (a block, a
+    shard's part) passes False: a BOM there opens a line of the file's text (``cat a b``),
+    which a reader of the whole file does not drop. ``first_line``/``first_byte`` number a
+    block's lines as in the file."""
     return _lines(stream, first_line, first_byte, strip_bom, True)
 
 
@@ -87,8 +89,8 @@ def _lines(
             yield new(Chunk, (number, start, pos, raw))
 
 
-def chunk_trec(stream: IO[bytes]) -> Iterator[Chunk]:
-    """One chunk per ``<DOC>…</DOC>`` block.
+def chunk_trec(stream: IO[bytes], strip_bom: bool = True) -> Iterator[Chunk]:
+    """One chunk per ``<DOC>…</DOC>`` block (``strip_bom``: see :func:`numbered_lines`).
 
     Raises RecordError (wrapped by the reader with the file and line) for text outside a block.
     A last block that the end of the file cuts off is handed over as it is: the parser refuses
@@ -102,7 +104,7 @@ def chunk_trec(stream: IO[bytes]) -> Iterator[Chunk]:
     """
     parts: list[bytes] = []
     start = first_line = 0
-    for number, line_start, pos, raw in numbered_lines(stream):
+    for number, line_start, pos, raw in numbered_lines(stream, strip_bom=strip_bom):
         if parts and _DOC_OPEN.match(raw):  # the open block has no </DOC>: refused, see above
             parts.append(raw)
             yield _trec_chunk(first_line, start, pos, parts)

@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, Protocol
 
 from lading.errors import SourceError
 from lading.sources.chunks import (
@@ -75,11 +75,18 @@ OnError = Literal["raise", "skip"]
 ON_ERROR_MODES: tuple[str, ...] = ("raise", "skip")
 
 
+class Chunker(Protocol):
+    """Cuts a stream into raw records; ``strip_bom``: the stream starts at byte 0 of its file,
+    where a UTF-8 BOM is dropped (nowhere else)."""
+
+    def __call__(self, stream: IO[bytes], *, strip_bom: bool = True) -> Iterator[Chunk]: ...
+
+
 @dataclass(frozen=True)
 class FileFormat:
     """A file format: how to cut it into records and how to parse one."""
 
-    chunker: Callable[[IO[bytes]], Iterator[Chunk]]
+    chunker: Chunker
     make_parser: Callable[[ParseOptions], Parser]
 
 
@@ -288,8 +295,9 @@ class SourceReader:
             )
         parse = self.parser()
         chunker = FILE_FORMATS[self.file_format].chunker
-        with reading(path) as where, (self._part or Whole(path)).open() as stream:
-            for chunk in chunker(stream):
+        part = self._part or Whole(path)
+        with reading(path) as where, part.open() as stream:
+            for chunk in chunker(stream, strip_bom=part.at_file_start):
                 where[0] = chunk.line
                 try:
                     record = parse(chunk.data)
@@ -336,8 +344,10 @@ class SourceReader:
             yield from self.iter_numbered()
             return
         parse = self.parser()
-        with reading(path) as where, (self._part or Whole(path)).open() as stream:
-            for raw, block in scanned_blocks(stream, self.options.columns):
+        part = self._part or Whole(path)
+        with reading(path) as where, part.open() as stream:
+            blocks = scanned_blocks(stream, self.options.columns, strip_bom=part.at_file_start)
+            for raw, block in blocks:
                 where[0] = raw.line
                 if block is not None:
                     yield block

@@ -97,6 +97,8 @@ class Whole:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = path
 
+    at_file_start = True  # its stream starts at byte 0, where a BOM is dropped
+
     def open(self) -> IO[bytes]:
         return open_binary(self.path)
 
@@ -117,6 +119,12 @@ class FilePart:
             )
         self.path, self.start, self.end = Path(name), start, end
         self._before: int | None = None
+
+    @property
+    def at_file_start(self) -> bool:
+        """Whether the part's stream starts at byte 0 of the file, the one place a BOM is
+        dropped (a range starting later starts at the next line start, never at 0)."""
+        return self.start <= 0
 
     def open(self) -> IO[bytes]:
         """The part's bytes as a buffered stream."""

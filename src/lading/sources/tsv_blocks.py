@@ -65,19 +65,29 @@ class TsvBlock(NamedTuple):
     newlines: int = 0
 
 
-def read_blocks(stream: IO[bytes], size: int | None = None) -> Iterator[RawBlock]:
+def read_blocks(
+    stream: IO[bytes], size: int | None = None, strip_bom: bool = True
+) -> Iterator[RawBlock]:
     """Cut a byte stream into blocks of whole lines (a final line without newline included).
 
-    A UTF-8 byte-order mark at the very start is dropped, as the per-line reader does.
+    A UTF-8 byte-order mark at the very start is dropped when ``strip_bom``, as the per-line
+    reader does (see :func:`whole_lines`).
     """
     line = 1
-    for data, start in whole_lines(stream, size):
+    for data, start in whole_lines(stream, size, strip_bom):
         yield RawBlock(data, start, line)
         line += data.count(b"\n")
 
 
-def whole_lines(stream: IO[bytes], size: int | None = None) -> Iterator[tuple[bytes, int]]:
-    """``(bytes, offset)`` of each block of whole lines, about ``size`` bytes each, no BOM.
+def whole_lines(
+    stream: IO[bytes], size: int | None = None, strip_bom: bool = True
+) -> Iterator[tuple[bytes, int]]:
+    """``(bytes, offset)`` of each block of whole lines, about ``size`` bytes each.
+
+    A BOM at the stream's start is dropped when ``strip_bom``: the stream starts at byte 0 of
+    its file. A shard's part that starts later passes False: a BOM there opens a line in the
+    middle of the file (``cat a.tsv b.tsv``), which the one-process build keeps (TSV) or
+    refuses (JSONL), so the part must read it as that build does.
 
     Each block is copied once (the previous read's partial last line joined to this read's
     whole lines); line numbers are the caller's, who may know them without counting.
@@ -94,7 +104,7 @@ def whole_lines(stream: IO[bytes], size: int | None = None) -> Iterator[tuple[by
             return
         if first:
             first = False
-            if data.startswith(BOM):
+            if strip_bom and data.startswith(BOM):
                 data, start = data[len(BOM) :], len(BOM)
                 if not data:
                     continue
@@ -221,9 +231,13 @@ _POWERS = 10 ** np.arange(18, dtype=np.int64)
 
 
 def scanned_blocks(
-    stream: IO[bytes], columns: Sequence[str] = ("id", "text"), ahead: int = 2
+    stream: IO[bytes],
+    columns: Sequence[str] = ("id", "text"),
+    ahead: int = 2,
+    strip_bom: bool = True,
 ) -> Iterator[tuple[RawBlock, TsvBlock | None]]:
-    """Each block of ``stream`` with its scan, read and scanned on a thread ``ahead`` blocks early.
+    """Each block of ``stream`` with its scan, read and scanned on a thread ``ahead`` blocks early
+    (``strip_bom``: see :func:`whole_lines`).
 
     A block that scanned comes with its line and offset only (``data`` empty): the raw bytes are
     kept for the per-line parser of a block that did not.
@@ -239,7 +253,7 @@ def scanned_blocks(
     def produce() -> None:
         line = 1
         try:
-            for data, start in whole_lines(stream):
+            for data, start in whole_lines(stream, strip_bom=strip_bom):
                 raw = RawBlock(data, start, line)
                 scanned = scan_block(raw, columns)
                 line += scanned.newlines if scanned is not None else data.count(b"\n")
