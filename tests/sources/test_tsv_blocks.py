@@ -209,3 +209,29 @@ def test_every_store_reads_the_same_text(tmp_path: Path, content: bytes) -> None
     }
     for name, store in stores.items():
         assert {i: store[i] for i in want} == want, name
+
+
+def test_closing_the_blocks_while_the_reader_waits_to_say_it_is_done_returns(
+    tmp_path: Path,
+) -> None:
+    """The reading thread, done with the file, waited without end to queue its "done" when the
+    queue was full; a consumer that stopped early (a bad line raising) joined it: a hang."""
+    import io
+    import threading
+    import time
+
+    from lading.sources.tsv_blocks import scanned_blocks
+
+    stream = io.BytesIO(b"a\tx\n" * 4)
+    old = lading.sources.tsv_blocks.BLOCK_BYTES
+    lading.sources.tsv_blocks.BLOCK_BYTES = 8  # two blocks
+    try:
+        blocks = scanned_blocks(stream, ahead=1)
+        next(blocks)  # the second block fills the queue; "done" waits behind it
+        time.sleep(0.5)
+        closer = threading.Thread(target=blocks.close, daemon=True)
+        closer.start()
+        closer.join(timeout=10)
+        assert not closer.is_alive()
+    finally:
+        lading.sources.tsv_blocks.BLOCK_BYTES = old

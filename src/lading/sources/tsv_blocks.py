@@ -250,6 +250,17 @@ def scanned_blocks(
     slots: queue.Queue[Any] = queue.Queue(maxsize=ahead)
     stop = threading.Event()
 
+    def offer(item: Any) -> bool:
+        """Queue ``item`` once there is room; False when the consumer stopped first (every
+        put, the last ones too: a consumer that stopped early no longer takes any)."""
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         line = 1
         try:
@@ -259,18 +270,11 @@ def scanned_blocks(
                 line += scanned.newlines if scanned is not None else data.count(b"\n")
                 if scanned is not None:  # its bytes are in the columns now: do not queue them twice
                     raw = RawBlock(b"", start, raw.line)
-                item = (raw, scanned)
-                while not stop.is_set():
-                    try:
-                        slots.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not offer((raw, scanned)):
                     return
-            slots.put(done)
+            offer(done)
         except BaseException as e:  # handed to the consumer, raised there
-            slots.put(e)
+            offer(e)
 
     thread = threading.Thread(target=produce, name="lading-scan", daemon=True)
     thread.start()
