@@ -130,6 +130,27 @@ def test_duplicates_first_or_last_across_shards_as_one_process(tmp_path: Path, k
     assert again.ids() == one.ids() and again.get_many(["d7", "d91"]) == one.get_many(["d7", "d91"])
 
 
+@pytest.mark.parametrize("keep", ["first", "last"])
+def test_a_shard_that_loses_every_row_to_the_merge_dedup_is_merged(
+    tmp_path: Path, keep: str
+) -> None:
+    """Shard 1 holds only an id shard 0 holds too: under ``first`` its copy of the shard's kept
+    rows has none (its id keys an empty table, which crashed writing it); the merge equals
+    the one-process build."""
+    a = write(tmp_path / "a.tsv", "doc-a\tfirst a\ndoc-b\tb\n")
+    b = write(tmp_path / "b.tsv", "doc-a\tsecond a\n")
+    one = lading.build_store([a, b], tmp_path / "one", duplicates=keep, progress=False)
+    dest = tmp_path / "s"
+    for i in range(2):
+        lading.build_shard([a, b], dest, (i, 2), duplicates=keep, progress=False)
+    store = lading.merge_store(dest)
+    assert one["doc-a"] == ("first a" if keep == "first" else "second a")
+    same_content(one, store)
+    assert store.meta["build"]["duplicates_dropped"] == one.meta["build"]["duplicates_dropped"]
+    assert lading.stores.verify_store(dest) == []
+    assert lading.open_store(dest).get_many(["doc-b", "doc-a"]) == one.get_many(["doc-b", "doc-a"])
+
+
 def test_missing_shards_are_named_and_a_rerun_builds_only_those(tmp_path: Path) -> None:
     src = jsonl(tmp_path / "c.jsonl", 0, 300)
     dest = tmp_path / "s"

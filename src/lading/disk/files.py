@@ -18,9 +18,14 @@ def write_file(path: Path, data: bytes | bytearray | memoryview | np.ndarray) ->
     """Write ``data`` to ``path`` and fsync it; return its size and CRC32 for ``meta.json``.
 
     ``data`` may be any C-contiguous buffer (a numpy array too): it is written in place, not
-    copied into a ``bytes`` first (an index table of 100 MB would otherwise exist twice).
+    copied into a ``bytes`` first (an index table of 100 MB would otherwise exist twice). An
+    array is flattened first (a view): ``memoryview.cast`` refuses a shape with a zero in it,
+    such as the ``(0, width)`` id keys of a shard that kept no rows.
     """
-    raw = np.ascontiguousarray(data).data if isinstance(data, np.ndarray) else memoryview(data)
+    if isinstance(data, np.ndarray):
+        raw = np.ascontiguousarray(data).reshape(-1).data
+    else:
+        raw = memoryview(data)
     view = raw.cast("B")
     with open(path, "wb") as f:
         f.write(view)
