@@ -188,6 +188,25 @@ def test_duplicates_error_or_keep_first_or_last(kind: str, tmp_path: Path) -> No
     assert sorted(first.ids()) == ["a", "b"]
 
 
+@pytest.mark.parametrize("keep", ["first", "last"])
+def test_every_store_keeps_duplicates_in_one_order(keep: str, tmp_path: Path) -> None:
+    """The row an id keeps is where its kept occurrence was, on every store: under ``last``
+    the in-memory dict kept the first one's place (ids a, b where the others give b, a)."""
+    src = write(tmp_path / "c.tsv", "a\tA1\nb\tB\na\tA2\nc\tC\nb\tB2\n")
+    stores = [
+        lading.build_store(src, tmp_path / "p", duplicates=keep, progress=False),
+        lading.OffsetStore.build(src, tmp_path / "o", duplicates=keep),
+        lading.InMemoryStore.from_source(src, duplicates=keep),
+    ]
+    order = ["a", "b", "c"] if keep == "first" else ["a", "c", "b"]
+    for store in stores:
+        assert store.ids() == order, store
+        assert store.get_many(["a", "b", "c"]) == (
+            ["A1", "B", "C"] if keep == "first" else ["A2", "B2", "C"]
+        )
+        assert store.find_rows(["a", "b", "c"]).tolist() == [order.index(i) for i in "abc"]
+
+
 def test_skip_reports_the_count(tmp_path: Path) -> None:
     src = write(tmp_path / "c.tsv", "1\tok\nnotab\n2\tok\n\t\n")
     with pytest.warns(SkippedRecordsWarning, match="skipped 2 malformed"):

@@ -57,6 +57,9 @@ class InMemoryStore(DocStore):
                     )
                 if duplicates == "first":
                     continue
+                # "last": the id's row is where its last occurrence is, as in the packed and
+                # offset stores (a dict re-assigned in place keeps the first one's place)
+                del docs[record.id]
             docs[record.id] = record.text
         if not docs:
             from lading.stores.building.writer import empty_source_reason
