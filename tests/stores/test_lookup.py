@@ -276,12 +276,12 @@ def test_an_id_whose_str_empties_the_batch_cannot_upset_the_helper(
     store = build(tmp_path, ["D1", "D2", "D3"])
     batch: list[object] = []
 
-    class Odd:
+    class Odd(int):  # an int subclass: an id, looked up as its str() (an object is no id)
         def __str__(self) -> str:
             batch.clear()  # the helper iterates its own copy of the ids
             return "D1"
 
-    batch += [Odd(), "D2", *["D3"] * 100]
+    batch += [Odd(0), "D2", *["D3"] * 100]
     if route == "c":
         assert store.find_rows(batch).tolist() == [0, 1, *[2] * 100]
     else:

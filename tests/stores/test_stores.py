@@ -77,6 +77,43 @@ def test_numpy_integers_are_ids_everywhere_and_a_str_is_not_a_list(
         store.get_many(b"12")  # type: ignore[arg-type]
 
 
+class _Spelled:
+    """An object whose str() is a stored id: still no id."""
+
+    def __str__(self) -> str:
+        return "1"
+
+
+def test_an_object_that_is_no_id_is_found_by_no_lookup(
+    make: StoreMaker, route: str, tmp_path: Path
+) -> None:
+    """``in`` said False for None, 7.0, b"x" ... (not ids), while ``[]``, ``get`` and
+    ``get_many`` looked them up as ``str(x)`` and found the documents "None", "7.0", "b'x'":
+    now no lookup finds them, on every store and both lookup routes. A bool is an int, so an
+    id, looked up as "True" (not as 1), as before."""
+    text = write(
+        tmp_path / "c.tsv",
+        "7.0\tseven float\nTrue\ttrue\nNone\tnone\n1\tone\nb'x'\tbytes\nFalse\tfalse\n",
+    )
+    ints = write(tmp_path / "i.tsv", "1\tone\n7\tseven\n")  # an integer index
+    for src in (text, ints):
+        store = make(src, tmp_path / src.stem)
+        row = store.find_rows(["1"])[0]
+        for q in (None, 7.0, np.float64(7.0), b"x", np.bool_(True), np.bool_(False), _Spelled()):
+            assert q not in store, repr(q)
+            with pytest.raises(KeyError, match="is not in"):
+                store[q]  # type: ignore[index]
+            assert store.get(q) is None and store.get(q, "d") == "d"  # type: ignore[arg-type]
+            with pytest.raises(KeyError, match="is not in"):
+                store.get_many(["1", q])  # type: ignore[list-item]
+            assert store.find_rows(["1", q]).tolist() == [row, -1]  # type: ignore[list-item]
+            with pytest.raises(KeyError, match="is not in"):
+                store.rows([q])  # type: ignore[list-item]
+        if src == text:
+            assert True in store and store[True] == "true"
+            assert store.get_many([False]) == ["false"]
+
+
 def test_protocol(make: StoreMaker, tiny_tsv: Path, tmp_path: Path) -> None:
     store = make(tiny_tsv, tmp_path)
     assert len(store) == 5

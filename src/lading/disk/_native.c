@@ -50,7 +50,9 @@ static inline uint64_t load64(const unsigned char *p) {
 /* ---- ids ----------------------------------------------------------------------------- */
 
 /* A new reference to the object an id stands for: an int for ints and numpy integers, a str
- * for str (the id itself), str(id) for anything else. NULL with an exception set on error. */
+ * for str (the id itself), str(id) for another int (a bool: "True", not 1); None for an object
+ * that is no id (None, a float, bytes, numpy's bool_: stores.base.is_id), which no lookup
+ * finds, as `in` says. NULL with an exception set on error. */
 static PyObject *id_value(PyObject *id) {
     if (PyLong_CheckExact(id) || PyUnicode_Check(id)) {
         Py_INCREF(id);
@@ -61,7 +63,8 @@ static PyObject *id_value(PyObject *id) {
         if (is_int < 0) return NULL;
         if (is_int) return PyNumber_Index(id);
     }
-    return PyObject_Str(id);
+    if (PyLong_Check(id)) return PyObject_Str(id);
+    Py_RETURN_NONE;
 }
 
 /* The canonical non-negative integer a str spells ("7", not "07", " 7", "+7" or "٧"). */
@@ -97,7 +100,7 @@ static int int_key(PyObject *id, int64_t *out) {
             *out = v;
             found = 1;
         }
-    } else {
+    } else if (PyUnicode_Check(value)) {
         found = parse_canonical(value, out);
     }
     Py_DECREF(value);
@@ -347,7 +350,7 @@ static int64_t hash_candidate(const HashTable *t, const Probe *p) {
 
 /* Fill probe p from id: its UTF-8 key (held in *hold when a new object had to be made), the
  * key's hash under the index's factors and its home among the index's buckets (p->key NULL:
- * an id no key of this width can be). */
+ * an id no key of this width can be, or an object that is no id). */
 static int hash_key_of(PyObject *id, Probe *p, PyObject **hold, Py_ssize_t width,
                        const uint64_t *factors, int64_t buckets) {
     PyObject *value = PyUnicode_Check(id) ? (Py_INCREF(id), id) : id_value(id);

@@ -23,6 +23,15 @@ def is_id(doc_id: object) -> bool:
     return isinstance(doc_id, ID_TYPES)
 
 
+def id_text(doc_id: object) -> str | None:
+    """The id ``doc_id`` spells as the stores hold it (a str; an integer's canonical digits,
+    a bool's ``"True"``), or None for an object that is no id: no store holds None, so a
+    lookup of it finds nothing, as :func:`is_id` says."""
+    if type(doc_id) is str:
+        return doc_id
+    return str(doc_id) if isinstance(doc_id, ID_TYPES) else None
+
+
 def id_list(ids: Sequence[IdLike], call: str = "get_many") -> Sequence[IdLike]:
     """``ids`` if it is a sequence of ids (a list, tuple, range or 1-d numpy array), else a
     TypeError: a str or bytes would be read as one id a character (``get_many("12")`` gave
@@ -129,9 +138,8 @@ class DocStore(ABC):
         """Row codes of ``ids`` in request order, -1 for each absent one."""
         id_list(ids, "find_rows")
         index = self._positions()[1]
-        return np.fromiter(
-            (index.get(i if type(i) is str else str(i), -1) for i in ids), np.int64, len(ids)
-        )
+        found = (index.get(i if type(i) is str else id_text(i), -1) for i in ids)  # type: ignore[arg-type]
+        return np.fromiter(found, np.int64, len(ids))  # id_text's None (no id) is no key: -1
 
     def rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         """Row codes of ``ids`` in request order: a compact handle for datasets to keep.

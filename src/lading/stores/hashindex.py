@@ -51,12 +51,16 @@ def word_multipliers(words: int) -> npt.NDArray[np.uint64]:
 _WORD_MULTIPLIERS = word_multipliers(64)
 
 
-def id_key(doc_id: object) -> int | str:
+def id_key(doc_id: object) -> int | str | None:
     """What a query id stands for: an ``int`` or numpy integer is its value (``np.int64(7)`` is
-    7); a ``str`` is itself; anything else is ``str(doc_id)`` (``True`` is ``"True"``, not 1)."""
+    7); a ``str`` is itself; another int is ``str(doc_id)`` (``True`` is ``"True"``, not 1);
+    None for an object that is no id (None, a float, bytes, numpy's ``bool_``:
+    :func:`lading.stores.base.is_id`), which no lookup finds, as ``in`` says."""
     if type(doc_id) is int or isinstance(doc_id, np.integer):
         return int(doc_id)
-    return doc_id if isinstance(doc_id, str) else str(doc_id)
+    if isinstance(doc_id, str):
+        return doc_id
+    return str(doc_id) if isinstance(doc_id, int) else None
 
 
 def key_width(longest: int) -> int:
@@ -89,22 +93,28 @@ def query_words(
     One spare word catches longer ids: they cannot match and are reported as not fitting
     (numpy would otherwise cut them down to ``width`` bytes, and maybe onto another id). An id
     holding a NUL does not fit either: keys are zero-padded, and no stored id holds one (sources
-    refuse them), so ``"a\\x00"`` must not read as ``"a"``.
+    refuse them), so ``"a\\x00"`` must not read as ``"a"``. An object that is no id
+    (:func:`id_key` None) does not fit.
     """
     dtype = f"S{width + 8}"
+    no_id: list[int] = []
     try:
         joined = "".join(ids)  # type: ignore[arg-type]  # TypeError unless all are str
         fixed = np.array(ids, dtype=dtype)  # numpy encodes ASCII itself, ~2x faster than encode
     except (UnicodeEncodeError, TypeError):
-        texts = [str(id_key(i)) for i in ids]
+        keys = [id_key(i) for i in ids]
+        texts = ["" if k is None else str(k) for k in keys]
         joined = "".join(texts)
         # a lone surrogate is no stored id: its bytes (surrogatepass) match nothing
         fixed = np.array([t.encode("utf-8", "surrogatepass") for t in texts], dtype=dtype)
         ids = texts
+        no_id = [i for i, k in enumerate(keys) if k is None]
     words = fixed.view("<u8").reshape(len(ids), width // 8 + 1)
     fits: npt.NDArray[np.bool_] = words[:, -1] == 0
     if "\x00" in joined:
         fits &= np.fromiter(("\x00" not in str(i) for i in ids), bool, len(ids))
+    if no_id:
+        fits[no_id] = False
     return words[:, :-1], fits
 
 

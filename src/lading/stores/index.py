@@ -26,8 +26,9 @@ the index: a one-process build or a merge of shards):
 
 "Canonical" integer means ASCII digits without a leading zero ("0" itself excepted), at most 18
 digits, so that ``"007"`` and ``"7"`` stay different ids, as they are in the source. A query id
-is an ``int`` or a numpy integer (its value), or a ``str``; any other object is looked up as
-``str(id)`` (:func:`~lading.stores.hashindex.id_key`).
+is an ``int`` or a numpy integer (its value), or a ``str``; another int (a bool) is looked up
+as ``str(id)``; an object that is no id (None, a float, bytes) is absent, as ``in`` says
+(:func:`~lading.stores.hashindex.id_key`).
 
 Two routes give the same rows: the C helper (:mod:`lading.disk.native`, one call a batch) where
 it was built, else numpy (a handful of calls a batch).
@@ -233,7 +234,7 @@ class IdIndex:
         if self.kind in ("hash", "hash-ids"):
             return int(self._hash.rows([doc_id])[0])
         key = id_key(doc_id)
-        value = key if isinstance(key, int) else canonical_int(key)
+        value = key if isinstance(key, int) or key is None else canonical_int(key)
         if value is None or not 0 <= value < 10**_MAX_INT_DIGITS:
             return -1
         if self.kind == "dense":  # a row < 0 (a damaged table) is absent, as in the C helper
@@ -307,7 +308,7 @@ def _int_query(ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
     out = np.full(n, -1, dtype=np.int64)
     for i, doc_id in enumerate(ids):
         key = id_key(doc_id)
-        value = key if isinstance(key, int) else canonical_int(key)
+        value = key if isinstance(key, int) or key is None else canonical_int(key)
         if value is not None and 0 <= value < 10**_MAX_INT_DIGITS:
             out[i] = value
     return out

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.sources import fingerprint, import_ir_datasets, irds_record
-from lading.stores.base import DocStore, IdLike, id_list, is_id
+from lading.stores.base import DocStore, IdLike, id_list, id_text, is_id
 
 _LOCAL = "lading-local/"
 # beside ir_datasets' files in <file>.pklz4: the TSV that docstore was built from
@@ -199,12 +199,12 @@ class IrDatasetsStore(DocStore):
         return [str(doc.doc_id) for doc in self._dataset.docs_iter()]
 
     def get_many(self, ids: Sequence[IdLike]) -> list[str]:
-        keys = [str(i) for i in id_list(ids)]
-        found = self._store().get_many(keys)
+        keys = [id_text(i) for i in id_list(ids)]  # None: no id, found by no lookup
+        found = self._store().get_many([k for k in keys if k is not None])
         out = []
-        for key in keys:
+        for doc_id, key in zip(ids, keys):
             doc = found.get(key)
             if doc is None:
-                raise self.missing(key)
+                raise self.missing(doc_id if key is None else key)
             out.append(irds_record(doc).text)
         return out

@@ -14,7 +14,7 @@ from typing import Any
 
 from lading.errors import SourceError
 from lading.sources import OnError, ParseOptions, SourceReader
-from lading.stores.base import DocStore, IdLike, id_list, is_id
+from lading.stores.base import DocStore, IdLike, id_list, id_text, is_id
 from lading.stores.building.writer import DUPLICATE_MODES, Duplicates
 
 
@@ -106,8 +106,9 @@ class InMemoryStore(DocStore):
         return list(self._docs)
 
     def __getitem__(self, doc_id: IdLike) -> str:
+        key = doc_id if type(doc_id) is str else id_text(doc_id)  # None: no id, no key either
         try:
-            return self._docs[doc_id if type(doc_id) is str else str(doc_id)]
+            return self._docs[key]  # type: ignore[index]
         except KeyError:
             raise self.missing(doc_id) from None
 
