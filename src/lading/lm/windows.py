@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from lading.lm.boundaries import renumber
 from lading.lm.corpus import TokenCorpus
+from lading.lm.narrow import all_documents, narrow
 from lading.lm.packing import Packing, pack
 from lading.lm.parts import locate
 from lading.lm.stream import EpochStream
@@ -76,7 +77,10 @@ class PackedWindows:
         pad_id: int,
     ) -> None:
         self.parts, bases = corpus.parts()  # one token file per shard of a merged corpus
-        self.doc_part, self.doc_start = locate(bases, corpus.offsets[documents].astype(np.int64))
+        part, start = locate(bases, corpus.offsets[documents].astype(np.int64))
+        # per document: its part (none kept for a one-file corpus) and start there, narrow
+        self.doc_part = narrow(part) if len(self.parts) > 1 else None
+        self.doc_start = narrow(start, np.int32)
         self.packing, self.pad_id = packing, pad_id
         self.n = packing.windows
 
@@ -89,7 +93,7 @@ class PackedWindows:
             length = int(p.length[piece])
             document = p.document[piece]
             src = int(self.doc_start[document]) + int(p.start[piece])
-            part = self.parts[self.doc_part[document]]
+            part = self.parts[0 if self.doc_part is None else self.doc_part[document]]
             tokens[filled : filled + length] = part[src : src + length]
             if document_ids is not None:
                 document_ids[filled : filled + length] = segment
@@ -126,7 +130,7 @@ def indexed_window_reads(
         count = last - first
         starts = np.cumsum(count) - count
         piece = np.repeat(first - starts, count) + np.arange(int(count.sum()), dtype=np.int64)
-        src = windows.doc_start[p.document[piece]] + p.start[piece].astype(np.int64)
+        src = windows.doc_start[p.document[piece]].astype(np.int64) + p.start[piece]
         which = np.repeat(np.arange(len(order), dtype=np.int64), count)
         return which, np.stack([np.zeros_like(src), src, src + p.length[piece].astype(np.int64)], 1)
     if isinstance(windows, MixedWindows):
@@ -358,9 +362,11 @@ class EpochWindows:
         shuffle_documents: bool = True,
     ) -> None:
         self.mixture = corpus if isinstance(corpus, TokenMixture) else None
-        self.parts: list[tuple[TokenCorpus, npt.NDArray[np.int64]]]  # corpus, documents read
+        self.parts: list[
+            tuple[TokenCorpus, npt.NDArray[np.signedinteger[Any]]]
+        ]  # corpus, documents read
         if isinstance(corpus, TokenMixture):
-            self.parts = [(c, np.arange(len(c), dtype=np.int64)) for c in corpus.corpora]
+            self.parts = [(c, all_documents(len(c))) for c in corpus.corpora]
         else:
             self.parts = [(corpus, documents)]
         self.mode, self.bptt, self.seed = mode, bptt, seed

@@ -23,6 +23,7 @@ from lading.lm.batches import Batch, chunked_streams
 from lading.lm.corpus import TokenCorpus
 from lading.lm.modes import Mode
 from lading.lm.modes.base import ManyReads
+from lading.lm.narrow import all_documents, narrow
 from lading.lm.resident import ResidentStream, device_streams
 from lading.lm.segment import LMSegment, SegmentBatchKey
 from lading.lm.windows import EpochWindows, TokenMixture
@@ -35,10 +36,10 @@ from lading.loading.workload import SegmentWorkload
 Base = tuple[tuple[int, ...], tuple[int, ...]]  # an elastic segment's base, as a key holds it
 
 
-def check_documents(documents: npt.ArrayLike, count: int) -> npt.NDArray[np.int64]:
-    """``documents`` as int64 when each is a document of a corpus of ``count``; else a
-    ValueError naming the first that is not (before: numpy's IndexError, or for a negative
-    number an error blaming the corpus)."""
+def check_documents(documents: npt.ArrayLike, count: int) -> npt.NDArray[np.signedinteger[Any]]:
+    """``documents`` as int32 (int64 from 2**31 documents) when each is a document of a corpus
+    of ``count``; else a ValueError naming the first that is not (before: numpy's IndexError,
+    or for a negative number an error blaming the corpus)."""
     given = np.asarray(documents)
     shown = given.tolist() if given.size <= 8 else [*given[:8].tolist(), "..."]
     if given.ndim != 1 or (given.size and not np.issubdtype(given.dtype, np.integer)):
@@ -51,7 +52,7 @@ def check_documents(documents: npt.ArrayLike, count: int) -> npt.NDArray[np.int6
             f"documents={shown!r}: {int(bad[0])} is not a document of this corpus (0 to "
             f"{count - 1}); pass document numbers in that range"
         )
-    return given.astype(np.int64)
+    return narrow(given.astype(np.int64, copy=False), np.int32)
 
 
 def base_key(base: Runs | None) -> Base | None:
@@ -85,8 +86,8 @@ class LMWorkload(SegmentWorkload):
             raise ValueError("documents= selects from one corpus; a TokenMixture takes them all")
         self.corpus, self.mode, self.reading, self.resident = corpus, mode, reading, resident
         first = corpus.corpora[0] if isinstance(corpus, TokenMixture) else corpus
-        self.documents = (
-            np.arange(len(first), dtype=np.int64)
+        self.documents = (  # int32 below 2**31 documents: 4 bytes a document, every process
+            all_documents(len(first))
             if documents is None
             else check_documents(documents, len(first))
         )
