@@ -62,9 +62,11 @@ def bytes_per_document(
 @pytest.mark.parametrize(
     ("sequence", "shuffle", "peak_bound", "kept_bound"),
     [
+        (Windows(seq_len=16), True, 60, 26),
+        (Windows(seq_len=16), False, 60, 16),
         (Packed(seq_len=16, boundaries=True), True, 70, 24),
     ],
-    ids=["packed"],
+    ids=["windows", "windows-stored-order", "packed"],
 )
 def test_a_loader_holds_a_few_bytes_per_document(
     corpus: TokenCorpus, sequence: Windows | Packed, shuffle: bool, peak_bound: int, kept_bound: int

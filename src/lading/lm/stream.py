@@ -1,9 +1,9 @@
 """The epoch stream of a token corpus: documents permuted, concatenated, never materialised.
 
 A position of the stream maps to (document, offset) through the cumulative lengths of the
-permuted documents, one int64 per document, so reading any piece of a 4B-token stream costs a
-binary search and a copy of the piece. The stream is a cycle: reads past its end continue
-from its start.
+permuted documents (an int64 per document, beside its start and length, int32 where they
+fit), so reading any piece of a 4B-token stream costs a binary search and a copy of the
+piece. The stream is a cycle: reads past its end continue from its start.
 
 Documents that follow each other in ``tokens.bin`` as they do in the stream (all of them when
 the documents keep their stored order, ``shuffle=False`` or ``Windows(...,
@@ -16,10 +16,13 @@ asks, without reading).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
 from lading.lm.corpus import TokenCorpus
+from lading.lm.narrow import narrow
 from lading.lm.parts import PartTokens
 from lading.loading.order import Salt, permutation
 
@@ -47,21 +50,39 @@ class EpochStream:
         docs = documents[order]
         offsets = corpus.offsets
         self.tokens = corpus.tokens
-        self.doc_start = offsets[docs].astype(np.int64)  # start of each document in tokens
-        self.lengths = offsets[docs + 1].astype(np.int64) - self.doc_start
-        self.cum_end = np.cumsum(self.lengths)  # stream position just past each document
+        doc_start = _int64(offsets[docs])  # start of each document in tokens
+        end = _int64(offsets[docs + 1])
+        del docs
+        lengths = narrow(end - doc_start, np.int32)
+        del end
+        self.cum_end = np.cumsum(lengths, dtype=np.int64)  # stream position past each document
         self.total = int(self.cum_end[-1]) if len(self.cum_end) else 0
         self.backwards = backwards
-        # the runs (start in tokens, length, stream position past each): where none merge
-        # (a shuffle) the documents' own arrays, so a shuffled stream costs no more memory
-        self.run_start, self.run_len = _runs(self.doc_start, self.lengths)
-        merged = len(self.run_start) != len(self.doc_start)
-        self.run_cum = np.cumsum(self.run_len) if merged else self.cum_end
+        # the runs (start in tokens, length, stream position past each): where few merge (a
+        # shuffle) the documents' own arrays, so a shuffled stream costs no more memory; the
+        # per-document arrays are not kept where runs replace them (the stored order)
+        run_start, self.run_len = _runs(doc_start, lengths)
+        self.run_start = narrow(run_start, np.int32)
+        merged = len(self.run_start) != len(doc_start)
+        self.run_cum = np.cumsum(self.run_len, dtype=np.int64) if merged else self.cum_end
+        del doc_start, lengths
         if self.total < 2:
             raise ValueError(
                 f"the {len(documents):,} document(s) read hold {self.total} token(s), fewer than "
                 "2: nothing to predict (documents= selects which are read; all by default)"
             )
+
+    @property
+    def doc_start(self) -> npt.NDArray[np.signedinteger[Any]]:
+        """Where each run of the stream starts in the tokens: each document's start, or where
+        stream-consecutive documents lie back to back in the tokens, their run's (the token
+        ranges of the stream in its order, what a device copy reads)."""
+        return self.run_start
+
+    @property
+    def lengths(self) -> npt.NDArray[np.signedinteger[Any]]:
+        """The tokens of each range of :attr:`doc_start`."""
+        return self.run_len
 
     def _read_forward(self, start: int, out: npt.NDArray[np.int64]) -> None:
         tokens = self.tokens
@@ -144,20 +165,32 @@ class EpochStream:
 
 
 def _runs(
-    doc_start: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    doc_start: npt.NDArray[np.int64], lengths: npt.NDArray[np.signedinteger[Any]]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.signedinteger[Any]]]:
     """``(start, length)`` in ``tokens`` of each run of stream-consecutive documents that are
     consecutive in ``tokens`` too (empty documents dropped): ``doc_start`` and ``lengths``
-    themselves where none merge (a shuffle, but by chance)."""
+    themselves where no document is empty and merging would leave more than half as many
+    runs as documents (a shuffle: the few that merge by chance are read as two slices, where
+    three new arrays of the documents' size would cost more memory than they save reads)."""
     end = doc_start + lengths
     joins = (doc_start[1:] == end[:-1]) | (lengths[1:] == 0)
-    if not joins.any() and (lengths > 0).all():
+    nonempty = bool((lengths > 0).all())
+    if 2 * int(joins.sum()) < len(lengths) and nonempty:
         return doc_start, lengths
-    keep = lengths > 0
-    start, end = doc_start[keep], end[keep]
+    del joins
+    start = doc_start
+    if not nonempty:
+        keep = lengths > 0
+        start, end = doc_start[keep], end[keep]
     if not len(start):
         return start, end - start
     breaks = np.flatnonzero(start[1:] != end[:-1]) + 1
     first = np.concatenate([[0], breaks]).astype(np.int64)
     last = np.concatenate([breaks - 1, [len(start) - 1]]).astype(np.int64)
-    return start[first], end[last] - start[first]
+    return start[first], narrow(end[last] - start[first], np.int32)
+
+
+def _int64(offsets: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """Token offsets as int64: uint64 ones (below 2**63, file positions) viewed, not copied."""
+    found = np.asarray(offsets)
+    return found.view(np.int64) if found.dtype == np.uint64 else found.astype(np.int64)
