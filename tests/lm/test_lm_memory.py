@@ -75,3 +75,29 @@ def test_a_loader_holds_a_few_bytes_per_document(
     peak, kept = bytes_per_document(corpus, sequence, shuffle)
     assert kept <= kept_bound, f"kept {kept:.1f} B a document (bound {kept_bound})"
     assert peak <= peak_bound, f"peak {peak:.1f} B a document (bound {peak_bound})"
+
+
+def test_a_worker_gets_the_packing_instead_of_packing_again(
+    corpus: TokenCorpus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spawned or forkserver DataLoader worker unpickles the workload: the packing made in
+    the parent travels with it (a few narrow integers per piece), so the worker neither
+    repeats the packer's Python loop over every piece nor its transient arrays."""
+    import pickle
+
+    import lading.lm.windows as windows
+
+    loader = LanguageModelLoader(corpus, 4, Packed(seq_len=16), seed=0)
+    data = loader._lm.data  # the loader's EpochWindows (packed when the loader was made)
+    assert 0 in data._packings
+    made = data._packings[0]
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the worker packed again")
+
+    monkeypatch.setattr(windows, "pack", refused)
+    copy = pickle.loads(pickle.dumps(data))
+    got = copy.packing(0)
+    for name in ("ptr", "document", "start", "length"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(made, name))
+    assert copy._epoch is None  # the epoch's reader holds the token map: made again

@@ -346,7 +346,9 @@ class EpochWindows:
     ("windows"/"packed", a mixture or not).
 
     A packing depends on the seed only, so it is computed once per corpus and kept (a few
-    integers per piece); it is not pickled: a DataLoader worker packs again, identically.
+    narrow integers per piece); it is pickled with the rest, so a spawned DataLoader worker
+    gets it rather than packing again (the packer's loop over every piece, and its
+    transient arrays, once per worker). The epoch's reader is not: it holds the token map.
     """
 
     def __init__(
@@ -376,7 +378,7 @@ class EpochWindows:
         self._epoch: tuple[int, WindowReader] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_packings": {}, "_epoch": None}
+        return {**self.__dict__, "_epoch": None}
 
     def packing(self, part: int) -> Packing:
         """The packing of corpus ``part``, into windows of ``bptt + 1`` tokens."""
