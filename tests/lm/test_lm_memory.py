@@ -58,12 +58,12 @@ def bytes_per_document(
     return peak / len(corpus), kept / len(corpus)
 
 
-# (old peak / kept bytes a document: 114 / 56, 74 / 32, 109 / 50; now 43 / 20, 43 / 12, 55 / 17)
+# (old peak / kept bytes a document: 114 / 56, 74 / 32, 109 / 50; now 35 / 20, 35 / 12, 55 / 17)
 @pytest.mark.parametrize(
     ("sequence", "shuffle", "peak_bound", "kept_bound"),
     [
-        (Windows(seq_len=16), True, 60, 26),
-        (Windows(seq_len=16), False, 60, 16),
+        (Windows(seq_len=16), True, 40, 26),
+        (Windows(seq_len=16), False, 40, 16),
         (Packed(seq_len=16, boundaries=True), True, 70, 24),
     ],
     ids=["windows", "windows-stored-order", "packed"],

@@ -48,6 +48,7 @@ class EpochStream:
     ) -> None:
         order = permutation(len(documents), seed, Salt.DOCUMENT_ORDER, epoch, shuffle=shuffle)
         docs = documents[order]
+        del order
         offsets = corpus.offsets
         self.tokens = corpus.tokens
         doc_start = _int64(offsets[docs])  # start of each document in tokens
