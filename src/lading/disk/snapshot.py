@@ -266,6 +266,16 @@ def spot_crc32(path: Path) -> int:
     return zlib.crc32(spots(path))
 
 
+def file_crc32(path: Path, chunk: int = 4 << 20) -> int:
+    """CRC32 of every byte of the file at ``path``, read ``chunk`` bytes at a time (what a
+    manifest's ``crc32`` of a file is; :func:`spot_crc32` reads its ends only)."""
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
 def check_files(
     root: Path,
     manifest: dict[str, Any],

@@ -43,6 +43,7 @@ from lading.disk import (
 from lading.disk.meta import LISTED_FORMATS, META_FILE
 from lading.disk.names import check_layout, check_name, inside
 from lading.disk.remote import RemoteDir, meant_url
+from lading.disk.snapshot import file_crc32
 from lading.errors import StoreFormatError
 from lading.world import World, from_environment
 
@@ -219,7 +220,7 @@ def staged_copy_is_valid(dest: Path, print_: str, full: bool = False) -> bool:
         path = dest / rel
         if not path.is_file() or path.stat().st_size != info["size"]:
             return False
-        if full and _crc_of(path) != info["crc32"]:
+        if full and file_crc32(path) != info["crc32"]:
             return False
     declared = mark.get("format")
     if declared in LISTED_FORMATS:
@@ -264,7 +265,7 @@ def _copy(
                     f"meta.json: the source is damaged (`lading verify` on it says more); "
                     "nothing was staged"
                 )
-            if _crc_of(out) != crc:
+            if file_crc32(out) != crc:
                 raise StoreFormatError(
                     f"{out}: the written copy differs from what was read from {source.url}/{rel}"
                     f" (a failing disk or memory?); nothing was staged to {dest}"
@@ -291,14 +292,6 @@ def _declared_format(directory: Path) -> str | None:
         found = json.loads((directory / META_FILE).read_text(encoding="utf-8")).get("format")
         return str(found) if found is not None else None
     return None
-
-
-def _crc_of(path: Path) -> int:
-    crc = 0
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            crc = zlib.crc32(block, crc)
-    return crc
 
 
 def _launch() -> str:

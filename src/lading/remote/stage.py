@@ -32,7 +32,7 @@ from typing import Any
 
 from lading.disk import STAGE_MARK, build_lock, publish, remove_dead_temps, scratch
 from lading.disk.meta import META_FILE
-from lading.disk.snapshot import spot_crc32
+from lading.disk.snapshot import file_crc32, spot_crc32
 from lading.errors import RemoteChangedError, StoreFormatError
 from lading.remote.cache.folder import PARQUET, STORES, real_entries
 from lading.remote.cache.ledger import WAL_PAGES
@@ -270,7 +270,7 @@ def verify_staged(url: str, meta: dict[str, Any]) -> list[str]:
         for name in sorted(set(mark.get("files", [])) & set(meta["files"])):
             expected = meta["files"][name].get("crc32")
             try:
-                crc = _file_crc(dest / name)
+                crc = file_crc32(dest / name, CHUNK)
             except OSError as e:
                 problems.append(
                     f"{dest / name}: cannot be read ({e.strerror}): the node's staged copy of "
@@ -286,15 +286,6 @@ def verify_staged(url: str, meta: dict[str, Any]) -> list[str]:
                     "again)"
                 )
     return problems
-
-
-def _file_crc(path: Path) -> int:
-    """CRC32 of the file at ``path``, read 8 MiB at a time."""
-    crc = 0
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            crc = zlib.crc32(block, crc)
-    return crc
 
 
 def verify_remote(
