@@ -89,7 +89,7 @@ def test_the_command_names_the_flags_and_the_arch_that_takes_them(
     argv = ["train", "lm", "--corpus", str(tmp_path), "--out", str(tmp_path / "out"), *flags]
     assert main(argv) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert error.startswith("lading train: --arch "), error
+    assert error.startswith("lading train lm: --arch "), error
     assert all(n in error for n in named), error
     assert "=" not in error and "False" not in error and "True" not in error, error
     assert not (tmp_path / "out").exists()

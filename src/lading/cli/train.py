@@ -176,8 +176,9 @@ def _flag_spelling(args: argparse.Namespace) -> Callable[[str, Any], str]:
     flags: dict[str, str] = getattr(args, "_flags", {})
 
     def spell(field: str, value: Any) -> str:
-        flag = flags.get(field, "--" + field.replace("_", "-"))
-        return flag if isinstance(value, bool) else f"{flag} {value}"
+        if isinstance(value, bool):  # the switch that sets it so (``--no-document-mask``)
+            return flags.get(f"{field}={value}", flags.get(field, "--" + field.replace("_", "-")))
+        return f"{flags.get(field, '--' + field.replace('_', '-'))} {value}"
 
     return spell
 
