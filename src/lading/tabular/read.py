@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lading.sources.tables import does_not_decode, pyarrow_words
 from lading.tabular.pad import PADS, pad_lists
 from lading.tabular.plan import Share
 
@@ -22,20 +23,10 @@ FILL_HOW = (
 )
 
 
-def does_not_decode(error: BaseException) -> bool:
-    """Whether ``error`` (from pyarrow reading a row group) says its bytes do not decode:
-    ``ArrowInvalid``, or an ``OSError`` such as "Couldn't deserialize thrift"; not a file
-    missing or unreadable, nor memory, nor a codec pyarrow lacks (raised as they are)."""
-    import pyarrow as pa
-
-    lost = (FileNotFoundError, PermissionError, MemoryError, pa.ArrowNotImplementedError)
-    return isinstance(error, (pa.ArrowInvalid, OSError)) and not isinstance(error, lost)
-
-
 def undecodable(path: str, group: int, error: BaseException, what: str) -> ValueError:
     """The error for row group ``group`` of ``path`` (a ``what``: file, object) whose bytes
     pyarrow could not decode: naming both, the first line of pyarrow's words, and the fix."""
-    first = (str(error).splitlines() or [type(error).__name__])[0][:200]
+    first = pyarrow_words(error)
     return ValueError(
         f"{path}, row group {group}: its bytes do not decode ({first}); the {what} is "
         "damaged: write it again"
