@@ -16,6 +16,7 @@ import pytest
 from conftest import TESTS
 from lading.bench.cell import Cell
 from lading.bench.launched import Coordinators, launched_record, merge_memory
+from lading.bench.monitor import FIELDS
 from lading.world import World
 
 
@@ -23,7 +24,7 @@ def report(rank: int, node: str, *, result: bool = True, peak: int = 100) -> dic
     memory = {
         "samples": 5,
         "processes": 1,
-        **{f"{k}_{f}": peak for k in ("peak", "steady") for f in ("rss", "pss", "uss", "anon")},
+        **{f"{k}_{f}": peak for k in ("peak", "steady") for f in FIELDS},
         "per_process": [{"pid": rank, "role": "rank"}],
     }
     return {

@@ -78,7 +78,8 @@ def predict_oom(cell: Cell, done: list[dict[str, Any]], budget: int | None) -> s
     measured = [r for r in same if r["status"] == "ok" and r["memory"].get("samples")]
     if not measured:
         return None
-    per_rank = max(r["memory"]["peak_anon"] / r["world_size"] for r in measured)
+    # the monitor's budget counts each shared page once (summed Pss_Anon): predict the same
+    per_rank = max(r["memory"]["peak_pss_anon"] / r["world_size"] for r in measured)
     predicted = per_rank * cell.world_size
     if predicted > budget:
         return (

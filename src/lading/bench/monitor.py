@@ -3,6 +3,12 @@
 A background thread reads /proc for each rank and all its descendants every ``interval``
 seconds, keeps per-process peaks and the per-sample totals, and can stop the cell when the
 total anonymous memory passes a budget: an out-of-memory run is recorded, not suffered.
+
+The budget is judged on summed ``Pss_Anon`` (``pss_anon``): a DataLoader worker forked from its
+rank maps the rank's heap until it writes to it, and ``RssAnon`` (``anon``, still reported)
+counts such a page once in every process that maps it, so its sum can pass a budget the
+cell's memory fits. ``Pss_Anon`` divides each shared page among the processes that map it,
+so the sum counts every physical page once.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import psutil
 
 from lading.train.procmem import Memory, process_memory
 
-FIELDS: tuple[str, ...] = ("rss", "pss", "uss", "anon")
+FIELDS: tuple[str, ...] = ("rss", "pss", "uss", "anon", "pss_anon")
 
 
 @dataclass
@@ -30,6 +36,7 @@ class Sample:
     pss: int
     uss: int
     anon: int
+    pss_anon: int
 
 
 @dataclass
@@ -38,7 +45,8 @@ class MemoryMonitor:
 
     Args:
         roots: pids of the cell's rank processes.
-        budget: stop the cell when the total anonymous memory exceeds this many bytes.
+        budget: stop the cell when the anonymous memory of all its processes, each shared page
+            counted once (summed ``pss_anon``), exceeds this many bytes.
         on_budget: called once, from the monitor thread, when that happens.
         interval: seconds between samples.
     """
@@ -99,7 +107,7 @@ class MemoryMonitor:
             *(sum(getattr(m, key) for m in readings) for key in FIELDS),
         )
         self.samples.append(sample)
-        if self.budget is not None and sample.anon > self.budget and not self.over_budget:
+        if self.budget is not None and sample.pss_anon > self.budget and not self.over_budget:
             self.over_budget = True
             if self.on_budget is not None:
                 self.on_budget()
