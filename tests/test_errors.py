@@ -48,3 +48,16 @@ def test_errors_cross_a_process_boundary_whole() -> None:
     assert isinstance(e, SourceError)
     assert (e.path, e.line, e.reason) == ("/data/a.jsonl", 7, "'text' is missing")
     assert str(e) == "line 7 of /data/a.jsonl: 'text' is missing"
+
+
+def test_a_manifest_of_another_format_crosses_a_process_boundary_naming_it() -> None:
+    import pickle
+
+    from lading.disk.snapshot import other_format
+    from lading.errors import OtherFormatError
+
+    e = pickle.loads(
+        pickle.dumps(other_format("s3://b/c/meta.json", "lading.tokens", "lading.packed"))
+    )
+    assert isinstance(e, OtherFormatError) and e.found == "lading.tokens"
+    assert str(e).startswith("s3://b/c is a lading token corpus, not a store")

@@ -45,6 +45,18 @@ class StoreFormatError(LadingError):
     """A store directory is missing, truncated, foreign or of an unsupported version."""
 
 
+class OtherFormatError(StoreFormatError):
+    """A manifest of another lading format than the one read (a token corpus opened as a
+    store): nothing is damaged; ``found`` is the format it declares (``"lading.tokens"``)."""
+
+    def __init__(self, message: str, found: str) -> None:
+        super().__init__(message)
+        self.found = found
+
+    def __reduce__(self) -> tuple[type[OtherFormatError], tuple[str, str]]:
+        return type(self), (str(self), self.found)
+
+
 class StoreNotFoundError(StoreFormatError):
     """No store at a URL (its manifest is not there): nothing to open or check, not damage."""
 

@@ -320,6 +320,35 @@ def test_lading_lm_build_uploads_to_a_url(
     assert built.content_id == corpora.local.content_id
 
 
+def test_lading_verify_and_inspect_read_a_corpus_at_a_url(
+    corpora: Corpora,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from lading.cli import main
+    from lading.remote.clients import open_client
+
+    local = word_corpus(tmp_path / "big", docs=400, lengths=(20, 40), words=300, seed=3)
+    url = f"s3://{BUCKET}/corpora/verified"  # ~12,000 tokens: a file with a middle
+    TokenCorpus.build(tmp_path / "big" / "docs.txt", url, local.tokenizer(), cache=tmp_path / "b")
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "node"))
+    assert main(["inspect", url]) == 0
+    out = capsys.readouterr().out
+    assert "a token corpus" in out and "documents  400" in out, out
+    assert main(["verify", url]) == 0
+    assert "every file matches its checksum" in capsys.readouterr().out
+    client = open_client(url)
+    tokens = next(k for k in client.list() if k.endswith("tokens.bin"))
+    good = client.get(tokens)
+    assert len(good) > 8192  # its middle changed: the spot checksums of its ends still hold
+    client.put(tokens, good[:4096] + bytes(b ^ 1 for b in good[4096:-4096]) + good[-4096:])
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "node2"))
+    assert main(["verify", url]) == 1
+    err = capsys.readouterr().err
+    assert tokens in err and "CRC32" in err, err
+
+
 # ------------------------------------------------------------------ bad input, one line each
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.cli.inputs import add_raise_or_skip, positive_int, tokenizer
+from lading.errors import OtherFormatError
 
 # lading.sources.FORMATS, spelled out so that building the parser imports nothing heavy (a test
 # keeps the two equal)
@@ -202,17 +203,30 @@ def _sizes(path: Path, files: dict[str, Any]) -> str:
     return f"{total / 2**20:,.1f} MiB in {len(files)} files"
 
 
+def _format_of(path: str | Path) -> str | None:
+    """The lading format a local folder's manifest declares; None for a URL (read when it is
+    opened: a wrong guess is an :class:`OtherFormatError` naming the one found)."""
+    from lading.disk.meta import declared_format
+    from lading.remote.objects import is_remote
+
+    return None if is_remote(path) else declared_format(path)
+
+
 def describe(path: str | Path) -> dict[str, Any]:
     """What ``lading inspect`` reports of a store (or of a token corpus: :func:`describe_corpus`),
     as a dict."""
-    from lading.disk.meta import declared_format
     from lading.stores import open_store
 
-    if declared_format(path) == "lading.tokens":
+    if _format_of(path) == "lading.tokens":
         return describe_corpus(path)
     from lading.stores.layout import column_bytes, shards
 
-    store = open_store(path, on_stale="ignore")
+    try:
+        store = open_store(path, on_stale="ignore")
+    except OtherFormatError as e:  # a URL's format is known once its manifest is read
+        if e.found != "lading.tokens":
+            raise
+        return describe_corpus(path)
     meta = store.meta
     return {
         "path": str(store.path),
@@ -327,21 +341,23 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     """Exit 0: intact; 1: damage found (each problem a line); 2: nothing to check there (a
     file, no such folder, a bucket or endpoint not reached, access denied), as ``inspect`` and
     ``get``."""
-    from lading.disk.meta import declared_format
     from lading.disk.snapshot import check_directory
+    from lading.lm.corpus import verify_corpus
     from lading.remote.objects import is_remote
+    from lading.stores import verify_store
 
     if not is_remote(args.store):  # a file, or nothing there: exit 2, not a problem found
         check_directory(Path(args.store), "lading.packed")
 
-    if declared_format(args.store) == "lading.tokens":
-        from lading.lm.corpus import verify_corpus
-
+    if _format_of(args.store) == "lading.tokens":
         problems = verify_corpus(args.store)
     else:
-        from lading.stores import verify_store
-
-        problems = verify_store(args.store)
+        try:
+            problems = verify_store(args.store)
+        except OtherFormatError as e:  # a URL's format is known once its manifest is read
+            if e.found != "lading.tokens":
+                raise
+            problems = verify_corpus(args.store)
     for problem in problems:
         print(problem, file=sys.stderr)
     if not problems:

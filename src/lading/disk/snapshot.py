@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 from lading.disk.formats import check_version, disk_format
 from lading.disk.names import check_inside, check_layout, check_name, inside, refuse
 from lading.disk.remote import meant_url
-from lading.errors import LadingError, StoreFormatError
+from lading.errors import LadingError, OtherFormatError, StoreFormatError
 
 META_FILE = "meta.json"
 MANIFEST = "manifest.json"  # inside snap-<id>/
@@ -148,14 +148,16 @@ _READ_BY = {
 
 def other_format(where: str | Path, found: object, fmt_name: str) -> StoreFormatError:
     """The error for a manifest ``where`` of format ``found`` read as ``fmt_name``: another
-    lading format is named as what it is and what reads it; anything else as found."""
+    lading format is named as what it is and what reads it (an :class:`OtherFormatError`,
+    which a caller reading any format tells from damage); anything else as found."""
     if not isinstance(found, str) or found not in _READ_BY:
         return StoreFormatError(f"{where}: format is {found!r}, expected {fmt_name!r}")
     place = os.fspath(where)
     folder = place.removesuffix("/" + META_FILE) if place != META_FILE else "."
-    return StoreFormatError(
+    return OtherFormatError(
         f"{folder} is a lading {disk_format(found).what}, not {_a(disk_format(fmt_name).what)} "
-        f"({META_FILE} says format {found!r}): {_READ_BY[found]}"
+        f"({META_FILE} says format {found!r}): {_READ_BY[found]}",
+        found,
     )
 
 

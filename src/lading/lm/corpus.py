@@ -420,14 +420,37 @@ class TokenCorpus:
 
 def verify_corpus(path: str | os.PathLike[str]) -> list[str]:
     """Every check :meth:`TokenCorpus.open` makes, then every byte of every file of that
-    snapshot against its CRC32; the problems found (empty: intact)."""
+    snapshot against its CRC32 (at a URL: the objects by ranged GETs, and the node's staged
+    copy of the offsets); the problems found (empty: intact).
+
+    Raises:
+        OtherFormatError: a manifest of another lading format (a document store: check it
+            with :func:`lading.stores.verify_store`); that is no damage.
+        RemoteError: a URL whose corpus could not be reached to check (no bucket, access
+            denied, no answer), as :func:`lading.stores.verify_store`.
+    """
     from lading.disk import verify_checksums
+    from lading.errors import (
+        OtherFormatError,
+        RemoteChangedError,
+        RemoteError,
+        StoreNotFoundError,
+    )
 
     try:
         corpus = TokenCorpus.open(path, on_stale="ignore")
     except (StoreFormatError, ValueError, OSError) as e:
+        if isinstance(e, OtherFormatError | StoreNotFoundError) or (
+            isinstance(e, RemoteError) and not isinstance(e, RemoteChangedError)
+        ):
+            raise  # no damage: another format, or nothing there (no bucket, denied, no answer)
         return [str(e)]
-    return verify_checksums(path, FORMAT_NAME, corpus.meta)
+    if corpus.remote is None:
+        return verify_checksums(path, FORMAT_NAME, corpus.meta)
+    try:
+        return corpus.remote.verify()
+    finally:
+        corpus.close()
 
 
 def _reopen(path: str, snapshot: str) -> TokenCorpus:

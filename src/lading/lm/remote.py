@@ -31,7 +31,7 @@ from lading.disk import OFFSET_DTYPE, MappedFile
 from lading.disk.meta import META_FILE
 from lading.disk.names import check_name, safe_snapshot_id
 from lading.disk.snapshot import decode_manifest
-from lading.errors import LadingError, StoreFormatError
+from lading.errors import LadingError, StoreFormatError, StoreNotFoundError
 from lading.lm.corpus_format import (
     FORMAT_NAME,
     OFFSETS,
@@ -46,6 +46,7 @@ from lading.remote.clients import check_reachable
 from lading.remote.objects import RemoteNotSupportedError
 from lading.remote.settings import RemoteSettings
 from lading.remote.snapshot import open_snapshot
+from lading.remote.stage import verify_remote
 from lading.stores.remote.manifest import MAX_BYTES, no_store
 
 _DTYPES = TOKEN_DTYPES
@@ -197,6 +198,12 @@ class RemoteTokenFiles:
         raw = b"".join(self.cache.fetcher.read(requests))
         return np.frombuffer(raw, dtype=self.dtype), np.asarray(self.offsets)
 
+    def verify(self) -> list[str]:
+        """Read every byte of the corpus's objects in the bucket and of the node's staged copy
+        of its offsets, and compare each file's CRC32 with the manifest's; the problems
+        (empty: intact)."""
+        return verify_remote(self.cache.fetcher, self.url, self.meta, self.cache.etags)
+
     def close(self) -> None:
         """Stop this corpus's GETs (those in flight fail, saying so); nothing is fetched
         after: a read raises, naming the fix (open it again)."""
@@ -346,7 +353,7 @@ def no_corpus(url: str, endpoint: str, error: Exception) -> LadingError:
     found = no_store(url, endpoint, error)
     if not str(found).startswith("no store at"):  # no bucket, access denied, ...
         return found
-    return StoreFormatError(
+    return StoreNotFoundError(
         f"no token corpus at {url}: {url}/{META_FILE} does not exist (endpoint "
         f"{endpoint or 'the default endpoint'}); check the URL, or build one there with "
         f"TokenCorpus.build(SOURCE, {url!r}, tokenizer=...) or `lading lm build SOURCE {url}`"

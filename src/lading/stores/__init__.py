@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from lading.disk import verify_checksums
 from lading.disk.stage import stage
-from lading.errors import RemoteChangedError, RemoteError, StoreFormatError, StoreNotFoundError
+from lading.errors import (
+    OtherFormatError,
+    RemoteChangedError,
+    RemoteError,
+    StoreFormatError,
+    StoreNotFoundError,
+)
 from lading.remote.objects import is_remote
 from lading.stores.base import DocStore
 from lading.stores.building.build import build_shard as build_shard_local
@@ -59,6 +65,8 @@ def verify_store(path: str | os.PathLike[str]) -> list[str]:
     Raises:
         RemoteError: a URL whose store could not be reached to check (no bucket, access
             denied, no answer); an object gone since the manifest was written is a problem.
+        OtherFormatError: a manifest of another lading format (a token corpus: check it with
+            :func:`lading.lm.verify_corpus`); that is no damage.
     """
     from lading.disk.meta import declared_format
 
@@ -68,7 +76,7 @@ def verify_store(path: str | os.PathLike[str]) -> list[str]:
         try:
             remote = open_remote(os.fspath(path))
         except (StoreFormatError, OSError) as e:
-            if isinstance(e, StoreNotFoundError) or (
+            if isinstance(e, StoreNotFoundError | OtherFormatError) or (
                 isinstance(e, RemoteError) and not isinstance(e, RemoteChangedError)
             ):
                 raise  # nothing there to check (no store, no bucket, denied, no answer)
@@ -86,6 +94,8 @@ def verify_store(path: str | os.PathLike[str]) -> list[str]:
         else:
             opened = PackedStore(directory, on_stale="ignore")
             meta = opened.meta
+    except OtherFormatError:
+        raise
     except (StoreFormatError, ValueError, OSError) as e:
         return [str(e)]
     return verify_checksums(directory, meta["format"], meta)
