@@ -29,7 +29,7 @@ from lading.errors import SourceError, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME, MERGED_VERSION, TOKENIZER, TOKENS
 from lading.lm.shards import COMMAND, CorpusShard, read_corpus_shard
 from lading.lm.texts import SKIP_EXAMPLES
-from lading.stores.building.pending import build_to_commit, builds_record
+from lading.stores.building.pending import BuildToCommit, builds_record, merge_in_folder
 
 _CHUNK = 1 << 20  # offsets written per numpy pass
 _SAME = ("tokenizer", "dtype", "eos_id", "vocab_size")  # what every shard must agree on
@@ -46,12 +46,12 @@ def merge_corpus(dest: Path, build_id: str | None = None) -> str:
         StoreFormatError: shards are missing (naming them and the command that builds them),
             read other inputs, or were tokenized otherwise (naming both shards).
     """
-    with BuildContext(dest, FORMAT_NAME, "token corpus") as build:
-        build.check_kind()  # a store there is not replaced by a token corpus
-        merge = build_to_commit(dest, build.previous, build_id, read_corpus_shard, COMMAND)
-        if isinstance(merge, str):
-            return merge
+
+    def commit(build: BuildContext, merge: BuildToCommit[CorpusShard]) -> str:
         return commit_corpus(build, merge.bid, merge.shards, merge.recipe["options"], merge.passed)
+
+    kind = (FORMAT_NAME, "token corpus")
+    return merge_in_folder(dest, kind, build_id, read_corpus_shard, COMMAND, commit)
 
 
 def commit_corpus(

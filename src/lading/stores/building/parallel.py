@@ -30,7 +30,7 @@ from lading.errors import SkippedRecordsWarning, SourceError
 from lading.sources import ParseOptions, SourceReader, refuse_if_changed
 from lading.stores.building.inputs import PiecesReader, check_shard_count, input_files, plan_shard
 from lading.stores.building.merge import Shard, manifest_of, read_shard
-from lading.stores.building.pending import build_to_commit, builds_record
+from lading.stores.building.pending import BuildToCommit, builds_record, merge_in_folder
 from lading.stores.building.shard_work import ShardDone, check_shard
 from lading.stores.building.shardset import BUILD_FILE, claim_shard, derive_build_id
 from lading.stores.building.writer import SHARD_FILE, Duplicates, write_shard
@@ -150,13 +150,13 @@ def merge_store(dest: Path, build_id: str | None = None) -> PackedStore:
         StoreFormatError: shards are missing (naming them and the command that builds them),
             or two shards hold the same id (naming both).
     """
-    with BuildContext(dest, FORMAT_NAME) as build:
-        build.check_kind()  # a token corpus there is not replaced by a store
-        merge = build_to_commit(dest, build.previous, build_id, read_shard)
-        if isinstance(merge, str):
-            return PackedStore(dest, snapshot=merge)
-        commit_shards(build, merge.bid, merge.shards, merge.recipe, merge.passed)
-    return PackedStore(dest, snapshot=build.snapshot)
+
+    def commit(build: BuildContext, merge: BuildToCommit[Shard]) -> str:
+        return commit_shards(build, merge.bid, merge.shards, merge.recipe, merge.passed)
+
+    kind = (FORMAT_NAME, "store")
+    snapshot = merge_in_folder(dest, kind, build_id, read_shard, "lading build", commit)
+    return PackedStore(dest, snapshot=snapshot)
 
 
 def commit_shards(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from lading.disk import BuildContext
 from lading.disk.snapshot import BUILD_PREFIX
 from lading.errors import StoreFormatError
 from lading.stores.building.shardset import (
@@ -128,6 +129,28 @@ def build_to_commit(
     check_same_inputs(dest, shards)
     recipe = check_same_options(dest, bid, shards)
     return BuildToCommit(bid, shards, recipe, passed)
+
+
+def merge_in_folder(
+    dest: Path,
+    kind: tuple[str, str],
+    build_id: str | None,
+    read: Callable[[Path, str], T],
+    build: str,
+    commit: Callable[[BuildContext, BuildToCommit[T]], str],
+) -> str:
+    """Every kind's merge in a folder: under ``dest``'s lock, refuse a snapshot of another
+    kind there, take the build to commit (:func:`build_to_commit`, its shards read by
+    ``read``) and hand it to the kind's ``commit``; the snapshot's id (the current one where
+    that build is committed already). ``kind``: the format name and what it is called in
+    the messages; ``build``: the command that builds a shard, in the messages."""
+    fmt, what = kind
+    with BuildContext(dest, fmt, what) as context:
+        context.check_kind()  # a store there is not replaced by a token corpus, nor back
+        merge = build_to_commit(dest, context.previous, build_id, read, build)
+        if isinstance(merge, str):
+            return merge
+        return commit(context, merge)
 
 
 def merge_candidates(dest: Path) -> list[str]:
