@@ -33,13 +33,12 @@ from lading.lm.shards import (
 )
 from lading.remote.clients import check_reachable
 from lading.remote.settings import RemoteSettings
-from lading.stores.building.bucket_kind import check_bucket_kind, refuse_kind_at
-from lading.stores.building.pending import build_to_commit, builds_record
+from lading.stores.building.bucket_kind import check_bucket_kind
+from lading.stores.building.pending import BuildToCommit, builds_record
 from lading.stores.building.remote_shards import (
     commit_remote,
-    mirror,
+    merge_in_bucket,
     named_as,
-    scratch_folder,
     shard_into_bucket,
 )
 from lading.stores.building.shard_work import check_shard
@@ -82,18 +81,19 @@ def merge_remote(
     """Commit the shards at ``url`` as its new snapshot, in the bucket; its id."""
     check_reachable(url, "TokenCorpus.merge")
     settings = RemoteSettings.of(cache, cache_bytes, storage_options)
-    with scratch_folder(settings, "merge-") as root:
-        previous = mirror(url, settings, root)
-        refuse_kind_at(url, previous, FORMAT_NAME)
+
+    def commit(
+        root: Path, previous: dict[str, Any] | None, merge: BuildToCommit[CorpusShard]
+    ) -> str:
         try:
-            merge = build_to_commit(root, previous, build_id, read_corpus_shard, COMMAND)
-            if isinstance(merge, str):
-                return merge
             return commit_in_bucket(
                 url, settings, root, previous, merge.bid, merge.shards, merge.recipe, merge.passed
             )
         except (StoreFormatError, SourceError) as e:  # named as the bucket, not the mirror
             raise named_as(e, root, url) from None
+
+    read = read_corpus_shard
+    return merge_in_bucket(url, settings, FORMAT_NAME, build_id, read, commit, build=COMMAND)
 
 
 def commit_in_bucket(

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lading.disk.meta import META_FILE
 from lading.disk.snapshot import BUILD_PREFIX
@@ -38,6 +38,11 @@ from lading.stores.building.bucket_kind import refuse_kind_at
 from lading.stores.building.scratch import owned_folder
 from lading.stores.building.shardset import BUILD_FILE, RUN_FILE, SHARD_FILE, claim_build
 from lading.stores.building.upload import put_files
+
+if TYPE_CHECKING:
+    from lading.stores.building.pending import BuildToCommit
+
+T = TypeVar("T")
 
 
 def seed_from_bucket(url: str, settings: RemoteSettings, local: Path, rel: str) -> str | None:
@@ -254,6 +259,37 @@ def shard_into_bucket(
     return replace(report, dest=url, build_id=bid)
 
 
+def merge_in_bucket(
+    url: str,
+    settings: RemoteSettings,
+    fmt: str,
+    build_id: str | None,
+    read: Callable[[Path, str], T],
+    commit: Callable[[Path, dict[str, Any] | None, BuildToCommit[T]], str],
+    *,
+    build: str = "lading build",
+    need: Need | None = None,
+) -> str:
+    """Every kind's merge in a bucket: the bucket mirrored into a scratch folder (``need``: the
+    columns the kind's checks read), a snapshot of another kind there refused, the build to
+    commit taken on the mirror as in a folder (its shards read by ``read``; ``build``: the
+    command that builds a shard, in the messages) and handed to the kind's
+    ``commit(mirror, current manifest, build)``; the snapshot's id (the current one where that
+    build is committed already). Errors of the checks name the bucket, not the mirror."""
+    from lading.stores.building.pending import build_to_commit
+
+    with scratch_folder(settings, "merge-") as root:
+        previous = mirror(url, settings, root, need)
+        refuse_kind_at(url, previous, fmt)
+        try:
+            merge = build_to_commit(root, previous, build_id, read, build)
+        except (StoreFormatError, SourceError) as e:
+            raise named_as(e, root, url) from None
+        if isinstance(merge, str):
+            return merge
+        return commit(root, previous, merge)
+
+
 def store_needs(record: dict[str, Any]) -> list[str]:
     """What a store's merge reads of a shard: its ids (data and offsets) and the offsets of
     the columns read by id (text, tokens)."""
@@ -264,22 +300,17 @@ def store_needs(record: dict[str, Any]) -> list[str]:
 
 def merge_store_remote(url: str, build_id: str | None, settings: RemoteSettings) -> str:
     """Commit the store shards at ``url`` as its new snapshot, in the bucket; its id."""
-    from lading.stores.building.merge import read_shard
-    from lading.stores.building.pending import build_to_commit
+    from lading.stores.building.merge import Shard, read_shard
     from lading.stores.layout import FORMAT_NAME
 
-    with scratch_folder(settings, "merge-") as root:
-        previous = mirror(url, settings, root, store_needs)
-        refuse_kind_at(url, previous, FORMAT_NAME)
-        try:
-            merge = build_to_commit(root, previous, build_id, read_shard)
-        except StoreFormatError as e:
-            raise named_as(e, root, url) from None
-        if isinstance(merge, str):
-            return merge
+    def commit(root: Path, previous: dict[str, Any] | None, merge: BuildToCommit[Shard]) -> str:
         return commit_store_in_bucket(
             url, settings, root, previous, merge.bid, merge.shards, merge.recipe, merge.passed
         )
+
+    return merge_in_bucket(
+        url, settings, FORMAT_NAME, build_id, read_shard, commit, need=store_needs
+    )
 
 
 def commit_store_in_bucket(
