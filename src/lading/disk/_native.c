@@ -267,7 +267,10 @@ typedef struct {
     Py_ssize_t len;
     uint64_t hash;
     int64_t bucket;
-    int64_t row;
+    int64_t row;                  /* the first candidate's row (-1: none) */
+    int64_t at;                   /* hash-ids: the first candidate's slot */
+    const unsigned char *stored;  /* hash-ids: the first candidate's key */
+    Py_ssize_t stored_width;      /* hash-ids: its width */
 } Probe;
 
 /* The hash of hashindex.hash_words: the key's zero padding adds nothing to the sum. */
@@ -378,25 +381,31 @@ static int hash_key_of(PyObject *id, Probe *p, PyObject **hold, Py_ssize_t width
     return 0;
 }
 
-static PyObject *hash_rows(PyObject *self, PyObject *args) {
-    PyObject *ids;
-    Py_buffer table, keys, mult;
-    Py_ssize_t width, buckets, max_spill;
-    if (!PyArg_ParseTuple(args, "Oy*y*nnny*", &ids, &table, &keys, &width, &buckets, &max_spill,
-                          &mult))
-        return NULL;
+/* One kind of hash index as probe_rows() walks it, a phase each (t: the kind's table):
+ * home(t, p) prefetches the home of probe p (hashed, its key set); candidate(t, p) sets p->row
+ * to the first candidate's row (-1: none) and prefetches its key (-1 with the exception set:
+ * damaged); confirm(t, p) is p's row (-1: absent; -2 with the exception set: damaged). */
+typedef void (*ProbeHome)(const void *t, const Probe *p);
+typedef int (*ProbeCandidate)(const void *t, Probe *p);
+typedef int64_t (*ProbeConfirm)(const void *t, const Probe *p);
+
+#if defined(__GNUC__) || defined(__clang__)
+#define INLINE_ALWAYS inline __attribute__((always_inline))
+#else
+#define INLINE_ALWAYS inline
+#endif
+
+/* The rows of ids (start_rows, rows_result) in a hash index of either kind, CHUNK ids at a
+ * time in three phases -- hash each id and prefetch its home, read each first candidate and
+ * prefetch its key, then confirm each key or search on -- so a chunk's cache misses overlap.
+ * Inlined into each kind's entry point: the phases' calls are direct there. NULL with an
+ * exception set on error. */
+static INLINE_ALWAYS PyObject *probe_rows(PyObject *ids, Py_ssize_t width,
+                                          const uint64_t *factors, int64_t homes, const void *t,
+                                          ProbeHome home, ProbeCandidate candidate,
+                                          ProbeConfirm confirm) {
     PyObject *result = NULL, *seq = NULL, *rows = NULL;
     PyObject *hold[CHUNK] = {NULL};
-    /* sizes by division: buckets * 64 from a damaged meta could wrap past 2**64 (and pass); a
-     * spill is at most buckets - 1 (each step moves to the next bucket, and one has room) */
-    if (width < 8 || width % 8 || buckets < 1 || max_spill < 0 || max_spill >= buckets ||
-        table.len / (SLOTS * 8) < buckets || mult.len / 8 < width / 8) {
-        PyErr_SetString(Damaged, "hash index: table or width does not match its meta");
-        goto done;
-    }
-    HashTable t = {(const uint64_t *)table.buf, buckets, (const unsigned char *)keys.buf,
-                   keys.len / width, width, max_spill};
-    const uint64_t *factors = (const uint64_t *)mult.buf;
     int64_t *out;
     if (start_rows(ids, &seq, &rows, &out) < 0) goto done;
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
@@ -405,27 +414,20 @@ static PyObject *hash_rows(PyObject *self, PyObject *args) {
     Probe probe[CHUNK];
     for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
         Py_ssize_t m = (lo + CHUNK < n ? lo + CHUNK : n) - lo;
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 1: hash, prefetch the bucket */
+        for (Py_ssize_t j = 0; j < m; j++) { /* phase 1: hash, prefetch the home */
             Probe *p = &probe[j];
-            if (hash_key_of(items[lo + j], p, &hold[j], width, factors, buckets) < 0) goto done;
-            if (p->key == NULL) continue;
-            PREFETCH(t.table + p->bucket * SLOTS);
+            if (hash_key_of(items[lo + j], p, &hold[j], width, factors, homes) < 0) goto done;
+            if (p->key != NULL) home(t, p);
         }
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 2: the candidate row, prefetch its key */
+        for (Py_ssize_t j = 0; j < m; j++) { /* phase 2: the first candidate, its key */
             Probe *p = &probe[j];
-            p->row = p->key == NULL ? -1 : hash_candidate(&t, p);
-            if (p->row == PAST_KEYS) goto damaged;
-            if (p->row >= 0) PREFETCH(t.keys + p->row * width);
+            p->row = -1;
+            if (p->key != NULL && candidate(t, p) < 0) goto done;
         }
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 3: confirm, or search every slot */
+        for (Py_ssize_t j = 0; j < m; j++) { /* phase 3: confirm, or search on */
             Probe *p = &probe[j];
-            int64_t row = -1;
-            if (p->key != NULL) {
-                if (p->row >= 0 && same_key(t.keys + p->row * width, p->key, p->len, width))
-                    row = p->row;
-                else if ((row = hash_find(&t, p)) == PAST_KEYS)
-                    goto damaged;
-            }
+            int64_t row = p->key == NULL ? -1 : confirm(t, p);
+            if (row == -2) goto done;
             out[lo + j] = row;
             if (row < 0 && first_missing < 0) first_missing = lo + j;
             Py_CLEAR(hold[j]);
@@ -433,13 +435,63 @@ static PyObject *hash_rows(PyObject *self, PyObject *args) {
     }
     result = rows_result(rows, first_missing);
     rows = NULL;
-    goto done;
-damaged:
-    PyErr_Format(Damaged, "a slot names a row past the %lld keys", (long long)t.nkeys);
 done:
     for (int j = 0; j < CHUNK; j++) Py_XDECREF(hold[j]);
     Py_XDECREF(rows);
     Py_XDECREF(seq);
+    return result;
+}
+
+/* The hash kind's phases (probe_rows): a bucket of SLOTS slots is one cache line. */
+static void hash_home(const void *t, const Probe *p) {
+    PREFETCH(((const HashTable *)t)->table + p->bucket * SLOTS);
+}
+
+static int hash_damaged(const HashTable *t) {
+    PyErr_Format(Damaged, "a slot names a row past the %lld keys", (long long)t->nkeys);
+    return -1;
+}
+
+static int hash_first(const void *table, Probe *p) {
+    const HashTable *t = table;
+    p->row = hash_candidate(t, p);
+    if (p->row == PAST_KEYS) return hash_damaged(t);
+    if (p->row >= 0) PREFETCH(t->keys + p->row * t->width);
+    return 0;
+}
+
+/* The home's candidate if its key is p's, else a search of every slot (a spill). */
+static int64_t hash_confirm(const void *table, const Probe *p) {
+    const HashTable *t = table;
+    if (p->row >= 0 && same_key(t->keys + p->row * t->width, p->key, p->len, t->width))
+        return p->row;
+    int64_t row = hash_find(t, p);
+    if (row == PAST_KEYS) {
+        hash_damaged(t);
+        return -2;
+    }
+    return row;
+}
+
+static PyObject *hash_rows(PyObject *self, PyObject *args) {
+    PyObject *ids;
+    Py_buffer table, keys, mult;
+    Py_ssize_t width, buckets, max_spill;
+    if (!PyArg_ParseTuple(args, "Oy*y*nnny*", &ids, &table, &keys, &width, &buckets, &max_spill,
+                          &mult))
+        return NULL;
+    PyObject *result = NULL;
+    /* sizes by division: buckets * 64 from a damaged meta could wrap past 2**64 (and pass); a
+     * spill is at most buckets - 1 (each step moves to the next bucket, and one has room) */
+    if (width < 8 || width % 8 || buckets < 1 || max_spill < 0 || max_spill >= buckets ||
+        table.len / (SLOTS * 8) < buckets || mult.len / 8 < width / 8) {
+        PyErr_SetString(Damaged, "hash index: table or width does not match its meta");
+    } else {
+        HashTable t = {(const uint64_t *)table.buf, buckets, (const unsigned char *)keys.buf,
+                       keys.len / width, width, max_spill};
+        result = probe_rows(ids, width, (const uint64_t *)mult.buf, buckets, &t, hash_home,
+                            hash_first, hash_confirm);
+    }
     PyBuffer_Release(&table);
     PyBuffer_Release(&keys);
     PyBuffer_Release(&mult);
@@ -771,6 +823,32 @@ static int64_t ids_find(const IdsTable *t, const Probe *p, int64_t from) {
     return -1;
 }
 
+/* The hash-ids kind's phases (probe_rows). */
+static void ids_home(const void *table, const Probe *p) {
+    const IdsTable *t = table;
+    const unsigned char *first = t->slots + p->bucket * t->record;
+    PREFETCH(first);
+    PREFETCH(first + 4 * t->record); /* a present id is ~4 slots on: often this line */
+}
+
+static int ids_first(const void *table, Probe *p) {
+    const IdsTable *t = table;
+    p->at = ids_candidate(t, p, p->bucket);
+    if (p->at < 0) return 0;
+    p->row = ids_row(t, p->at);
+    if ((p->stored = ids_key(t, p->row, &p->stored_width)) == NULL) return -1;
+    PREFETCH(p->stored);
+    return 0;
+}
+
+/* The first candidate if its key is p's, else the later slots' (no candidate: absent). */
+static int64_t ids_confirm(const void *table, const Probe *p) {
+    const IdsTable *t = table;
+    if (p->row < 0) return -1;
+    if (ids_same(p, p->stored, p->stored_width)) return p->row;
+    return ids_find(t, p, p->at + 1);
+}
+
 static PyObject *hash_ids_rows(PyObject *self, PyObject *args) {
     PyObject *ids, *keys_arg;
     Py_buffer slots, mult, widths, firsts;
@@ -778,8 +856,7 @@ static PyObject *hash_ids_rows(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "Oy*nnnny*Oy*y*", &ids, &slots, &row_size, &homes, &max_away,
                           &width, &mult, &keys_arg, &widths, &firsts))
         return NULL;
-    PyObject *result = NULL, *seq = NULL, *rows = NULL;
-    PyObject *hold[CHUNK] = {NULL};
+    PyObject *result = NULL;
     IdsTable t = {(const unsigned char *)slots.buf, row_size, 2 + row_size, homes, 0, 0,
                   max_away, {0, NULL, NULL}, (const int64_t *)widths.buf,
                   (const int64_t *)firsts.buf};
@@ -805,56 +882,9 @@ static PyObject *hash_ids_rows(PyObject *self, PyObject *args) {
         }
     }
     t.count = t.firsts[t.keys.n];
-    const uint64_t *factors = (const uint64_t *)mult.buf;
-    int64_t *out;
-    if (start_rows(ids, &seq, &rows, &out) < 0) goto done;
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
-    Py_ssize_t first_missing = -1;
-    Probe probe[CHUNK];
-    int64_t at[CHUNK];
-    const unsigned char *key[CHUNK];
-    Py_ssize_t kwidth[CHUNK];
-    for (Py_ssize_t base = 0; base < n; base += CHUNK) {
-        Py_ssize_t m = (base + CHUNK < n ? base + CHUNK : n) - base;
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 1: hash, prefetch the home's slots */
-            Probe *p = &probe[j];
-            if (hash_key_of(items[base + j], p, &hold[j], width, factors, homes) < 0) goto done;
-            if (p->key == NULL) continue;
-            const unsigned char *first = t.slots + p->bucket * t.record;
-            PREFETCH(first);
-            PREFETCH(first + 4 * t.record); /* a present id is ~4 slots on: often this line */
-        }
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 2: the first candidate, its key */
-            Probe *p = &probe[j];
-            p->row = -1;
-            if (p->key == NULL) continue;
-            at[j] = ids_candidate(&t, p, p->bucket);
-            if (at[j] < 0) continue;
-            p->row = ids_row(&t, at[j]);
-            if ((key[j] = ids_key(&t, p->row, &kwidth[j])) == NULL) goto done;
-            PREFETCH(key[j]);
-        }
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 3: confirm, or try the later slots */
-            Probe *p = &probe[j];
-            int64_t row = -1;
-            if (p->row >= 0) {
-                if (ids_same(p, key[j], kwidth[j]))
-                    row = p->row;
-                else if ((row = ids_find(&t, p, at[j] + 1)) == -2)
-                    goto done;
-            }
-            out[base + j] = row;
-            if (row < 0 && first_missing < 0) first_missing = base + j;
-            Py_CLEAR(hold[j]);
-        }
-    }
-    result = rows_result(rows, first_missing);
-    rows = NULL;
+    result = probe_rows(ids, width, (const uint64_t *)mult.buf, homes, &t, ids_home, ids_first,
+                        ids_confirm);
 done:
-    for (int j = 0; j < CHUNK; j++) Py_XDECREF(hold[j]);
-    Py_XDECREF(rows);
-    Py_XDECREF(seq);
     buffers_release(&t.keys);
     PyBuffer_Release(&slots);
     PyBuffer_Release(&mult);
