@@ -131,6 +131,68 @@ static PyObject *rows_result(PyObject *rows, Py_ssize_t first_missing) {
     return Py_BuildValue("(Nn)", rows, first_missing);
 }
 
+/* ---- one batch walk for every kind of index --------------------------------------------- */
+
+/* One id of a batch as an index kind looks it up. */
+typedef struct {
+    int64_t number;           /* int kinds: the id's integer key (-1: none) */
+    const unsigned char *key; /* hash kinds: UTF-8 bytes of the id (NULL: cannot be in the index) */
+    Py_ssize_t len;
+    uint64_t hash;
+    int64_t bucket;
+    int64_t row;                 /* hash kinds: the first candidate's row (-1: none) */
+    int64_t at;                  /* hash-ids: the first candidate's slot */
+    const unsigned char *stored; /* hash-ids: the first candidate's key */
+    Py_ssize_t stored_width;     /* hash-ids: its width */
+} Probe;
+
+/* An index kind as lookup_rows() walks a batch (t: the kind's table). probe_of(t, id, p, hold)
+ * parses id into probe p (*hold: a new object p's key points into, or left NULL) and
+ * prefetches where its lookup starts: 0, or -1 with an exception set. chunk_rows(t, probe,
+ * out, m) sets out[j] to the row of probe[j] (-1: absent) for a chunk of m probes, in phases
+ * of its own: 0, or -1 with the exception set (damaged). */
+typedef int (*ProbeOf)(const void *t, PyObject *id, Probe *p, PyObject **hold);
+typedef int (*ChunkRows)(const void *t, Probe *probe, int64_t *out, Py_ssize_t m);
+
+#if defined(__GNUC__) || defined(__clang__)
+#define INLINE_ALWAYS inline __attribute__((always_inline))
+#else
+#define INLINE_ALWAYS inline
+#endif
+
+/* The rows of ids (start_rows, rows_result) in an index of any kind, CHUNK ids at a time: every
+ * id parsed (its first cache line prefetched), then the kind's phases over the chunk, so the
+ * chunk's cache misses overlap. Inlined into each kind's entry point: the kind's calls are
+ * direct there. NULL with an exception set on error. */
+static INLINE_ALWAYS PyObject *lookup_rows(PyObject *ids, const void *t, ProbeOf probe_of,
+                                           ChunkRows chunk_rows) {
+    PyObject *result = NULL, *seq = NULL, *rows = NULL;
+    PyObject *hold[CHUNK] = {NULL};
+    int64_t *out;
+    if (start_rows(ids, &seq, &rows, &out) < 0) goto done;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
+    Py_ssize_t first_missing = -1;
+    Probe probe[CHUNK];
+    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
+        Py_ssize_t m = (lo + CHUNK < n ? lo + CHUNK : n) - lo;
+        for (Py_ssize_t j = 0; j < m; j++)
+            if (probe_of(t, items[lo + j], &probe[j], &hold[j]) < 0) goto done;
+        if (chunk_rows(t, probe, out + lo, m) < 0) goto done;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            if (out[lo + j] < 0 && first_missing < 0) first_missing = lo + j;
+            Py_CLEAR(hold[j]);
+        }
+    }
+    result = rows_result(rows, first_missing);
+    rows = NULL;
+done:
+    for (int j = 0; j < CHUNK; j++) Py_XDECREF(hold[j]);
+    Py_XDECREF(rows);
+    Py_XDECREF(seq);
+    return result;
+}
+
 /* ---- dense: table[id] is the row (-1 for a hole) --------------------------------------- */
 
 static int64_t table_row(const unsigned char *table, Py_ssize_t itemsize, int64_t i) {
@@ -144,45 +206,48 @@ static int64_t table_row(const unsigned char *table, Py_ssize_t itemsize, int64_
     return v;
 }
 
+typedef struct {
+    const unsigned char *table;
+    Py_ssize_t itemsize;
+    int64_t size;
+} DenseTable;
+
+/* The dense kind (lookup_rows): the id's entry of the table prefetched, then read. */
+static int dense_probe(const void *table, PyObject *id, Probe *p, PyObject **hold) {
+    const DenseTable *t = table;
+    int64_t key = -1;
+    int found = int_key(id, &key);
+    if (found < 0) return -1;
+    p->number = found && key < t->size ? key : -1;
+    if (p->number >= 0) PREFETCH(t->table + p->number * t->itemsize);
+    return 0;
+}
+
+static int dense_chunk(const void *table, Probe *probe, int64_t *out, Py_ssize_t m) {
+    const DenseTable *t = table;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t row = -1;
+        if (probe[j].number >= 0) {
+            row = table_row(t->table, t->itemsize, probe[j].number);
+            if (row < 0) row = -1;
+        }
+        out[j] = row;
+    }
+    return 0;
+}
+
 static PyObject *dense_rows(PyObject *self, PyObject *args) {
     PyObject *ids;
     Py_buffer table;
     Py_ssize_t itemsize;
     if (!PyArg_ParseTuple(args, "Oy*n", &ids, &table, &itemsize)) return NULL;
-    PyObject *result = NULL, *seq = NULL, *rows = NULL;
+    PyObject *result = NULL;
     if (itemsize != 4 && itemsize != 8) {
         PyErr_SetString(PyExc_ValueError, "row itemsize must be 4 or 8");
-        goto done;
+    } else {
+        DenseTable t = {(const unsigned char *)table.buf, itemsize, table.len / itemsize};
+        result = lookup_rows(ids, &t, dense_probe, dense_chunk);
     }
-    int64_t *out;
-    if (start_rows(ids, &seq, &rows, &out) < 0) goto done;
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
-    const unsigned char *tab = (const unsigned char *)table.buf;
-    int64_t size = table.len / itemsize;
-    Py_ssize_t first_missing = -1;
-    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
-        Py_ssize_t hi = lo + CHUNK < n ? lo + CHUNK : n;
-        for (Py_ssize_t i = lo; i < hi; i++) {
-            int64_t key = -1;
-            int found = int_key(items[i], &key);
-            if (found < 0) goto done;
-            out[i] = found && key < size ? key : -1;
-            if (out[i] >= 0) PREFETCH(tab + out[i] * itemsize);
-        }
-        for (Py_ssize_t i = lo; i < hi; i++) {
-            if (out[i] >= 0) {
-                int64_t row = table_row(tab, itemsize, out[i]);
-                out[i] = row >= 0 ? row : -1;
-            }
-            if (out[i] < 0 && first_missing < 0) first_missing = i;
-        }
-    }
-    result = rows_result(rows, first_missing);
-    rows = NULL;
-done:
-    Py_XDECREF(rows);
-    Py_XDECREF(seq);
     PyBuffer_Release(&table);
     return result;
 }
@@ -206,52 +271,57 @@ static void search(const int64_t *k, int64_t size, int64_t span, int64_t *base,
     }
 }
 
+typedef struct {
+    const int64_t *keys; /* int64 little-endian, mapped aligned */
+    const unsigned char *table;
+    Py_ssize_t itemsize;
+    int64_t size;
+} SortedTable;
+
+/* The sorted kind (lookup_rows): the chunk's searches side by side, then their rows. */
+static int sorted_probe(const void *table, PyObject *id, Probe *p, PyObject **hold) {
+    int64_t key = -1;
+    int found = int_key(id, &key);
+    if (found < 0) return -1;
+    p->number = found ? key : -1;
+    return 0;
+}
+
+static int sorted_chunk(const void *table, Probe *probe, int64_t *out, Py_ssize_t m) {
+    const SortedTable *t = table;
+    int64_t want[CHUNK], base[CHUNK];
+    for (Py_ssize_t j = 0; j < m; j++) {
+        want[j] = probe[j].number;
+        base[j] = 0;
+    }
+    search(t->keys, t->size, t->size, base, want, m);
+    for (Py_ssize_t j = 0; j < m; j++) PREFETCH(t->table + base[j] * t->itemsize);
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t row = -1, b = base[j];
+        if (t->size > 0 && want[j] >= 0 && t->keys[b] == want[j]) {
+            row = table_row(t->table, t->itemsize, b);
+            if (row < 0) row = -1;
+        }
+        out[j] = row;
+    }
+    return 0;
+}
+
 static PyObject *sorted_rows(PyObject *self, PyObject *args) {
     PyObject *ids;
     Py_buffer keys, table;
     Py_ssize_t itemsize;
     if (!PyArg_ParseTuple(args, "Oy*y*n", &ids, &keys, &table, &itemsize)) return NULL;
-    PyObject *result = NULL, *seq = NULL, *rows = NULL;
-    const int64_t *k = (const int64_t *)keys.buf; /* int64 little-endian, mapped aligned */
-    int64_t size = keys.len / 8;
+    PyObject *result = NULL;
     if (itemsize != 4 && itemsize != 8) {
         PyErr_SetString(PyExc_ValueError, "row itemsize must be 4 or 8");
-        goto done;
+    } else {
+        int64_t size = keys.len / 8;
+        if (table.len / itemsize < size) size = table.len / itemsize;
+        SortedTable t = {(const int64_t *)keys.buf, (const unsigned char *)table.buf, itemsize,
+                         size};
+        result = lookup_rows(ids, &t, sorted_probe, sorted_chunk);
     }
-    if (table.len / itemsize < size) size = table.len / itemsize;
-    int64_t *out;
-    if (start_rows(ids, &seq, &rows, &out) < 0) goto done;
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
-    Py_ssize_t first_missing = -1;
-    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
-        Py_ssize_t m = (lo + CHUNK < n ? lo + CHUNK : n) - lo;
-        int64_t want[CHUNK], base[CHUNK];
-        for (Py_ssize_t j = 0; j < m; j++) {
-            int64_t key = -1;
-            int found = int_key(items[lo + j], &key);
-            if (found < 0) goto done;
-            want[j] = found ? key : -1;
-            base[j] = 0;
-        }
-        search(k, size, size, base, want, m);
-        for (Py_ssize_t j = 0; j < m; j++)
-            PREFETCH((const unsigned char *)table.buf + base[j] * itemsize);
-        for (Py_ssize_t j = 0; j < m; j++) {
-            int64_t row = -1, b = base[j];
-            if (size > 0 && want[j] >= 0 && k[b] == want[j]) {
-                row = table_row((const unsigned char *)table.buf, itemsize, b);
-                if (row < 0) row = -1;
-            }
-            out[lo + j] = row;
-            if (row < 0 && first_missing < 0) first_missing = lo + j;
-        }
-    }
-    result = rows_result(rows, first_missing);
-    rows = NULL;
-done:
-    Py_XDECREF(rows);
-    Py_XDECREF(seq);
     PyBuffer_Release(&keys);
     PyBuffer_Release(&table);
     return result;
@@ -261,17 +331,6 @@ done:
 
 static const uint64_t SEED = 0x9E3779B97F4A7C15ULL, MUL = 0xFF51AFD7ED558CCDULL,
                       FIN = 0xC4CEB9FE1A85EC53ULL;
-
-typedef struct {
-    const unsigned char *key; /* UTF-8 bytes of the id (NULL: cannot be in the index) */
-    Py_ssize_t len;
-    uint64_t hash;
-    int64_t bucket;
-    int64_t row;                  /* the first candidate's row (-1: none) */
-    int64_t at;                   /* hash-ids: the first candidate's slot */
-    const unsigned char *stored;  /* hash-ids: the first candidate's key */
-    Py_ssize_t stored_width;      /* hash-ids: its width */
-} Probe;
 
 /* The hash of hashindex.hash_words: the key's zero padding adds nothing to the sum. */
 static uint64_t hash_key(const unsigned char *p, Py_ssize_t len, const uint64_t *mult) {
@@ -308,6 +367,7 @@ typedef struct {
     int64_t nkeys;
     Py_ssize_t width;
     Py_ssize_t max_spill;
+    const uint64_t *factors; /* the hash's word multipliers */
 } HashTable;
 
 #define PAST_KEYS (-2) /* a slot with the probe's tag names a row past the keys: damaged */
@@ -381,96 +441,38 @@ static int hash_key_of(PyObject *id, Probe *p, PyObject **hold, Py_ssize_t width
     return 0;
 }
 
-/* One kind of hash index as probe_rows() walks it, a phase each (t: the kind's table):
- * home(t, p) prefetches the home of probe p (hashed, its key set); candidate(t, p) sets p->row
- * to the first candidate's row (-1: none) and prefetches its key (-1 with the exception set:
- * damaged); confirm(t, p) is p's row (-1: absent; -2 with the exception set: damaged). */
-typedef void (*ProbeHome)(const void *t, const Probe *p);
-typedef int (*ProbeCandidate)(const void *t, Probe *p);
-typedef int64_t (*ProbeConfirm)(const void *t, const Probe *p);
-
-#if defined(__GNUC__) || defined(__clang__)
-#define INLINE_ALWAYS inline __attribute__((always_inline))
-#else
-#define INLINE_ALWAYS inline
-#endif
-
-/* The rows of ids (start_rows, rows_result) in a hash index of either kind, CHUNK ids at a
- * time in three phases -- hash each id and prefetch its home, read each first candidate and
- * prefetch its key, then confirm each key or search on -- so a chunk's cache misses overlap.
- * Inlined into each kind's entry point: the phases' calls are direct there. NULL with an
- * exception set on error. */
-static INLINE_ALWAYS PyObject *probe_rows(PyObject *ids, Py_ssize_t width,
-                                          const uint64_t *factors, int64_t homes, const void *t,
-                                          ProbeHome home, ProbeCandidate candidate,
-                                          ProbeConfirm confirm) {
-    PyObject *result = NULL, *seq = NULL, *rows = NULL;
-    PyObject *hold[CHUNK] = {NULL};
-    int64_t *out;
-    if (start_rows(ids, &seq, &rows, &out) < 0) goto done;
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
-    Py_ssize_t first_missing = -1;
-    Probe probe[CHUNK];
-    for (Py_ssize_t lo = 0; lo < n; lo += CHUNK) {
-        Py_ssize_t m = (lo + CHUNK < n ? lo + CHUNK : n) - lo;
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 1: hash, prefetch the home */
-            Probe *p = &probe[j];
-            if (hash_key_of(items[lo + j], p, &hold[j], width, factors, homes) < 0) goto done;
-            if (p->key != NULL) home(t, p);
-        }
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 2: the first candidate, its key */
-            Probe *p = &probe[j];
-            p->row = -1;
-            if (p->key != NULL && candidate(t, p) < 0) goto done;
-        }
-        for (Py_ssize_t j = 0; j < m; j++) { /* phase 3: confirm, or search on */
-            Probe *p = &probe[j];
-            int64_t row = p->key == NULL ? -1 : confirm(t, p);
-            if (row == -2) goto done;
-            out[lo + j] = row;
-            if (row < 0 && first_missing < 0) first_missing = lo + j;
-            Py_CLEAR(hold[j]);
-        }
-    }
-    result = rows_result(rows, first_missing);
-    rows = NULL;
-done:
-    for (int j = 0; j < CHUNK; j++) Py_XDECREF(hold[j]);
-    Py_XDECREF(rows);
-    Py_XDECREF(seq);
-    return result;
-}
-
-/* The hash kind's phases (probe_rows): a bucket of SLOTS slots is one cache line. */
-static void hash_home(const void *t, const Probe *p) {
-    PREFETCH(((const HashTable *)t)->table + p->bucket * SLOTS);
-}
-
-static int hash_damaged(const HashTable *t) {
-    PyErr_Format(Damaged, "a slot names a row past the %lld keys", (long long)t->nkeys);
-    return -1;
-}
-
-static int hash_first(const void *table, Probe *p) {
+/* The hash kind (lookup_rows): the home bucket (SLOTS slots, one cache line) prefetched; then
+ * each first candidate's key; then each key confirmed, or every slot searched (a spill). */
+static int hash_probe(const void *table, PyObject *id, Probe *p, PyObject **hold) {
     const HashTable *t = table;
-    p->row = hash_candidate(t, p);
-    if (p->row == PAST_KEYS) return hash_damaged(t);
-    if (p->row >= 0) PREFETCH(t->keys + p->row * t->width);
+    if (hash_key_of(id, p, hold, t->width, t->factors, t->buckets) < 0) return -1;
+    if (p->key != NULL) PREFETCH(t->table + p->bucket * SLOTS);
     return 0;
 }
 
-/* The home's candidate if its key is p's, else a search of every slot (a spill). */
-static int64_t hash_confirm(const void *table, const Probe *p) {
+static int hash_chunk(const void *table, Probe *probe, int64_t *out, Py_ssize_t m) {
     const HashTable *t = table;
-    if (p->row >= 0 && same_key(t->keys + p->row * t->width, p->key, p->len, t->width))
-        return p->row;
-    int64_t row = hash_find(t, p);
-    if (row == PAST_KEYS) {
-        hash_damaged(t);
-        return -2;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        Probe *p = &probe[j];
+        p->row = p->key == NULL ? -1 : hash_candidate(t, p);
+        if (p->row == PAST_KEYS) goto damaged;
+        if (p->row >= 0) PREFETCH(t->keys + p->row * t->width);
     }
-    return row;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        Probe *p = &probe[j];
+        int64_t row = -1;
+        if (p->key != NULL) {
+            if (p->row >= 0 && same_key(t->keys + p->row * t->width, p->key, p->len, t->width))
+                row = p->row;
+            else if ((row = hash_find(t, p)) == PAST_KEYS)
+                goto damaged;
+        }
+        out[j] = row;
+    }
+    return 0;
+damaged:
+    PyErr_Format(Damaged, "a slot names a row past the %lld keys", (long long)t->nkeys);
+    return -1;
 }
 
 static PyObject *hash_rows(PyObject *self, PyObject *args) {
@@ -488,9 +490,8 @@ static PyObject *hash_rows(PyObject *self, PyObject *args) {
         PyErr_SetString(Damaged, "hash index: table or width does not match its meta");
     } else {
         HashTable t = {(const uint64_t *)table.buf, buckets, (const unsigned char *)keys.buf,
-                       keys.len / width, width, max_spill};
-        result = probe_rows(ids, width, (const uint64_t *)mult.buf, buckets, &t, hash_home,
-                            hash_first, hash_confirm);
+                       keys.len / width, width, max_spill, (const uint64_t *)mult.buf};
+        result = lookup_rows(ids, &t, hash_probe, hash_chunk);
     }
     PyBuffer_Release(&table);
     PyBuffer_Release(&keys);
@@ -759,6 +760,8 @@ typedef struct {
     Buffers keys;          /* each shard's ids.keys */
     const int64_t *widths; /* each shard's key width */
     const int64_t *firsts; /* each shard's first row, then the row count */
+    Py_ssize_t width;         /* the widest key */
+    const uint64_t *factors; /* the hash's word multipliers */
 } IdsTable;
 
 static int64_t ids_row(const IdsTable *t, int64_t s) {
@@ -823,30 +826,42 @@ static int64_t ids_find(const IdsTable *t, const Probe *p, int64_t from) {
     return -1;
 }
 
-/* The hash-ids kind's phases (probe_rows). */
-static void ids_home(const void *table, const Probe *p) {
+/* The hash-ids kind (lookup_rows): the home's slots prefetched; then each first candidate's
+ * key; then each key confirmed, or the later slots tried (no candidate: absent). */
+static int ids_probe(const void *table, PyObject *id, Probe *p, PyObject **hold) {
     const IdsTable *t = table;
+    if (hash_key_of(id, p, hold, t->width, t->factors, t->homes) < 0) return -1;
+    if (p->key == NULL) return 0;
     const unsigned char *first = t->slots + p->bucket * t->record;
     PREFETCH(first);
     PREFETCH(first + 4 * t->record); /* a present id is ~4 slots on: often this line */
-}
-
-static int ids_first(const void *table, Probe *p) {
-    const IdsTable *t = table;
-    p->at = ids_candidate(t, p, p->bucket);
-    if (p->at < 0) return 0;
-    p->row = ids_row(t, p->at);
-    if ((p->stored = ids_key(t, p->row, &p->stored_width)) == NULL) return -1;
-    PREFETCH(p->stored);
     return 0;
 }
 
-/* The first candidate if its key is p's, else the later slots' (no candidate: absent). */
-static int64_t ids_confirm(const void *table, const Probe *p) {
+static int ids_chunk(const void *table, Probe *probe, int64_t *out, Py_ssize_t m) {
     const IdsTable *t = table;
-    if (p->row < 0) return -1;
-    if (ids_same(p, p->stored, p->stored_width)) return p->row;
-    return ids_find(t, p, p->at + 1);
+    for (Py_ssize_t j = 0; j < m; j++) {
+        Probe *p = &probe[j];
+        p->row = -1;
+        if (p->key == NULL) continue;
+        p->at = ids_candidate(t, p, p->bucket);
+        if (p->at < 0) continue;
+        p->row = ids_row(t, p->at);
+        if ((p->stored = ids_key(t, p->row, &p->stored_width)) == NULL) return -1;
+        PREFETCH(p->stored);
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        Probe *p = &probe[j];
+        int64_t row = -1;
+        if (p->row >= 0) {
+            if (ids_same(p, p->stored, p->stored_width))
+                row = p->row;
+            else if ((row = ids_find(t, p, p->at + 1)) == -2)
+                return -1;
+        }
+        out[j] = row;
+    }
+    return 0;
 }
 
 static PyObject *hash_ids_rows(PyObject *self, PyObject *args) {
@@ -859,7 +874,7 @@ static PyObject *hash_ids_rows(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     IdsTable t = {(const unsigned char *)slots.buf, row_size, 2 + row_size, homes, 0, 0,
                   max_away, {0, NULL, NULL}, (const int64_t *)widths.buf,
-                  (const int64_t *)firsts.buf};
+                  (const int64_t *)firsts.buf, width, (const uint64_t *)mult.buf};
     if ((row_size != 4 && row_size != 8) || width < 8 || width % 8 || homes < 1 ||
         slots.len % t.record || slots.len / t.record < homes || max_away < 0 ||
         max_away >= slots.len / t.record || mult.len / 8 < width / 8) {
@@ -882,8 +897,7 @@ static PyObject *hash_ids_rows(PyObject *self, PyObject *args) {
         }
     }
     t.count = t.firsts[t.keys.n];
-    result = probe_rows(ids, width, (const uint64_t *)mult.buf, homes, &t, ids_home, ids_first,
-                        ids_confirm);
+    result = lookup_rows(ids, &t, ids_probe, ids_chunk);
 done:
     buffers_release(&t.keys);
     PyBuffer_Release(&slots);
