@@ -4,11 +4,12 @@ A background thread reads /proc for each rank and all its descendants every ``in
 seconds, keeps per-process peaks and the per-sample totals, and can stop the cell when the
 total anonymous memory passes a budget: an out-of-memory run is recorded, not suffered.
 
-The budget is judged on summed ``Pss_Anon`` (``pss_anon``): a DataLoader worker forked from its
-rank maps the rank's heap until it writes to it, and ``RssAnon`` (``anon``, still reported)
-counts such a page once in every process that maps it, so its sum can pass a budget the
-cell's memory fits. ``Pss_Anon`` divides each shared page among the processes that map it,
-so the sum counts every physical page once.
+The budget is judged on summed ``Pss_Anon`` (``pss_anon``): a process forked from a rank (a
+DataLoader worker under the fork start method) maps the rank's heap until it writes to it, and
+``RssAnon`` (``anon``, still reported) counts such a page once in every process that maps it,
+so its sum can pass a budget the memory fits. ``Pss_Anon`` divides each shared page among the
+processes that map it, so the sum counts every physical page once. The bench spawns its ranks
+and their workers share nothing: there the two sums agree.
 """
 
 from __future__ import annotations
