@@ -35,12 +35,12 @@ def collection(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
 
 
-def bench(collection: dict[str, str], out: Path, *extra: str) -> dict:  # type: ignore[type-arg]
+def bench(collection: dict[str, str], out: Path, *extra: str, code: int = 0) -> dict:  # type: ignore[type-arg]
     args = ["bench", "--steps", "3", "--warmup", "1", "--seconds", "0", "--out", str(out)]
     args += [] if "--repeats" in extra else ["--repeats", "1"]
     for key, value in collection.items():
         args += [key, value]
-    assert main(args + list(extra)) == 0
+    assert main(args + list(extra)) == code
     return json.loads((out / "results.json").read_text())
 
 
@@ -175,6 +175,19 @@ def test_tiny_budget_gives_oom_cells_and_the_grid_goes_on(
     ]
     assert results["cells"][1].get("predicted") is True  # x2 predicted from x1, not run
     assert "OOM" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_cell_that_fails_makes_the_run_exit_1_naming_it(
+    collection: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 2,000 passages cannot give a group of 3,000 distinct documents: the cell errors
+    extra = ("--strategies", "packed", "--world-sizes", "1", "--modes", "loader")
+    results = bench(collection, tmp_path / "out", *extra, "--group-size", "3000", code=1)
+    [cell] = results["cells"]
+    assert cell["status"] == "error" and "group_size" in cell["reason"]
+    err = capsys.readouterr().err
+    assert "1 of 1 cells failed" in err and "packed" in err and "group_size" in err, err
+    assert "Cells that did not run to the end" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_report_refuses_foreign_files(tmp_path: Path) -> None:

@@ -282,7 +282,12 @@ def ran(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     outs: list[Path] = []
     monkeypatch.setattr(cli_bench, "bench_plan", lambda args: (None, None, 1))
     monkeypatch.setattr(cli_bench, "bench_tokenizer", lambda args: None)
-    monkeypatch.setattr(lading.bench, "run_bench", lambda o, s, out, **kw: outs.append(out))
+
+    def run_bench(options: object, settings: object, out: Path, **kw: object) -> dict[str, list]:
+        outs.append(out)
+        return {"cells": []}
+
+    monkeypatch.setattr(lading.bench, "run_bench", run_bench)
     return outs
 
 
@@ -316,3 +321,10 @@ def test_bench_ir_dir_and_another_out_are_refused(
     assert main(["bench", "ir", "mydir", "--out", "other"]) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert "mydir" in error and "--out other" in error and ran == []
+
+
+@pytest.mark.parametrize("budget", ["0", "0G", "0.0001"])
+def test_a_memory_budget_of_nothing_is_refused(budget: str) -> None:
+    # every cell would be recorded as out of memory, and the run exit 0
+    with pytest.raises(ValueError, match=r"--memory-budget .*: .*at least 1 MiB.* e\.g\. 8G"):
+        plan("--memory-budget", budget)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import sys
-import time
 
 import pytest
 
@@ -28,18 +27,23 @@ pytestmark = pytest.mark.skipif(
 
 
 def _holder(size: int, children: int, own: bool, ready: mp.Queue, done: mp.Event) -> None:
-    """Touch ``size`` bytes of heap, then fork ``children`` that keep it (or write their own)."""
+    """Touch ``size`` bytes of heap, then fork ``children`` that keep it (or write their own);
+    say ready once every child has (a child's write takes a while on a busy machine)."""
     heap = bytearray(os.urandom(1)) * size  # written: anonymous and resident
+    said, told = os.pipe()
     pids = []
     for _ in range(children):
         pid = os.fork()
         if pid == 0:
             mine = bytearray(b"x") * size if own else None  # a private copy, when asked
+            os.write(told, b".")
             done.wait(60)
             del mine
             os._exit(0)
         pids.append(pid)
-    time.sleep(0.3)
+    heard = b""
+    while len(heard) < children:
+        heard += os.read(said, children - len(heard))
     ready.put(len(heap))
     done.wait(60)
     for pid in pids:

@@ -53,7 +53,7 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
 
     The preset is :data:`lading.bench.QUICK`, or :data:`lading.bench.FULL` with ``--full``.
     """
-    from lading.bench import FULL, QUICK, GridOptions, Settings, parse_bytes
+    from lading.bench import FULL, QUICK, GridOptions, Settings
     from lading.bench.launched import launched_world
 
     preset = FULL if args.full else QUICK
@@ -74,7 +74,7 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
         pin_memory=args.pin_memory,
         ramdisk=args.ramdisk,
         parallel=args.parallel,
-        memory_budget=parse_bytes(args.memory_budget) if args.memory_budget else None,
+        memory_budget=memory_budget(args.memory_budget),
     )
     options.strategies = [s for s in options.strategies if s]
     if args.remote:  # the packed store, uploaded there and read through the node cache
@@ -235,7 +235,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         k: Path(getattr(args, k)) if getattr(args, k) else None
         for k in ("corpus", "queries", "qrels", "negatives")
     }
-    run_bench(
+    results = run_bench(
         options,
         settings,
         out,
@@ -244,7 +244,40 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         **paths,
     )
     print(f"results in {out} (results.json, report.md, *.png)")
-    return 0
+    return _failed_cells(results["cells"])
+
+
+def _failed_cells(cells: list[dict[str, Any]]) -> int:
+    """1 (each failed cell a line on stderr) when a cell ended in an error, else 0: a run
+    whose cells failed is no measurement. A cell out of memory is a result, not a failure."""
+    failed = [c for c in cells if c["status"] == "error"]
+    if not failed:
+        return 0
+    print(f"lading bench: {len(failed)} of {len(cells)} cells failed:", file=sys.stderr)
+    for cell in failed:
+        reason = str(cell.get("reason", "")).strip().splitlines()
+        print(
+            f"  {cell['strategy']} x{cell['world_size']} {cell['mode']}, "
+            f"{cell['workers']} workers: {reason[-1] if reason else 'no reason recorded'}",
+            file=sys.stderr,
+        )
+    return 1
+
+
+def memory_budget(text: str | None) -> int | None:
+    """``--memory-budget`` in bytes (None: the RAM available), refused under 1 MiB: every cell
+    would be recorded as out of memory."""
+    from lading.bench import parse_bytes
+
+    if not text:
+        return None
+    budget = parse_bytes(text)
+    if budget < 2**20:
+        raise ValueError(
+            f"--memory-budget {text}: {budget:,} bytes; a budget is at least 1 MiB (the "
+            "memory every cell's processes may hold together), e.g. 8G"
+        )
+    return budget
 
 
 def bench_out(args: argparse.Namespace) -> Path:
