@@ -5,6 +5,7 @@ a thread works, a claim owner in another PID namespace."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import shutil
@@ -504,6 +505,49 @@ def test_a_loader_closes_with_its_block_and_fetches_nothing_after(
     with pytest.raises(lading.LoaderClosedError):  # the pass that close() ended
         next(batches)
     assert faults.stats()["gets"] == gets  # (was: it went on reading, and fetching)
+
+
+@pytest.mark.slow  # a stalled server: ~4 s
+@pytest.mark.filterwarnings("ignore:This DataLoader will create", "ignore:TokenCorpus")
+def test_close_with_workers_on_a_stalled_server_takes_one_deadline_not_one_a_worker(
+    corpora: Corpora, faults: LocalS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three DataLoader workers stuck in GETs the server never answers: ``close`` returns
+    within the one remote deadline (here 2 s), whatever the worker count, and leaves no
+    worker alive. Was: torch's shutdown joined each worker for 5 s in turn before it killed
+    it (2 workers 10 s, 4 workers 19 s at a 3 s deadline)."""
+    monkeypatch.setenv("LADING_REMOTE_TIMEOUT", "2")
+    loader = LanguageModelLoader(
+        corpora.open(timeout=2.0), 2, Windows(12), seed=5, num_workers=3,
+        multiprocessing_context="fork",
+    )  # fmt: skip
+    before = set(multiprocessing.active_children())
+    batches = iter(loader)
+    next(batches)
+    faults.fault("", 100000, "hang", op="any")
+    ended: list[str] = []
+
+    def consume() -> None:
+        try:
+            for _ in batches:
+                pass
+            ended.append("ended")
+        except Exception as e:
+            ended.append(type(e).__name__)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    time.sleep(1.0)  # the workers now wait on GETs that never come back
+    children = set(multiprocessing.active_children()) - before
+    started = time.monotonic()
+    loader.close()
+    elapsed = time.monotonic() - started
+    faults.reset()
+    consumer.join(30)
+    assert elapsed < 3.5, f"close took {elapsed:.1f} s (the deadline is 2 s, 3 workers)"
+    assert len(children) == 3, children
+    assert not [c for c in children if c.is_alive()], "a worker outlived close"
+    assert ended == ["LoaderClosedError"], ended
 
 
 # ------------------------------------------------------------------ fork

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import threading
 import time
 import weakref
 from collections.abc import Callable, Hashable, Iterator
@@ -104,6 +105,34 @@ def _epoch_batches(
     bulk = workload.bulk(copy.copy(cursor))
     batches = map(workload.build, _keys(workload, announce, cursor)) if bulk is None else bulk
     return map(pin_memory, batches) if pin else batches
+
+
+_KILL_S = 2.0  # past the deadline: the most a terminated worker, or torch's shutdown, may take
+
+
+def _shut_down(iterator: Any, shutdown: Callable[[], None], ends: float) -> None:
+    """Run torch's ``_shutdown_workers`` on a thread of close's own, until ``ends``; workers
+    still alive then are terminated (killed if that is not enough), and the thread ends.
+
+    torch joins each worker in turn for 5 s (``MP_STATUS_CHECK_INTERVAL``) before it kills
+    it: a worker stuck on a stalled GET cost close 5 s a worker. Here every worker shares the
+    one deadline; ending them unlocks torch's joins, which then return at once.
+    """
+    thread = threading.Thread(target=shutdown, name="lading-close", daemon=True)
+    thread.start()
+    thread.join(max(0.0, ends - time.monotonic()))
+    if not thread.is_alive():
+        return
+    workers = [w for w in getattr(iterator, "_workers", []) if w.is_alive()]
+    for worker in workers:
+        worker.terminate()
+    until = time.monotonic() + _KILL_S
+    for worker in workers:
+        worker.join(max(0.0, until - time.monotonic()))
+        if worker.is_alive():  # SIGTERM ignored or handled: SIGKILL
+            worker.kill()
+            worker.join(_KILL_S)
+    thread.join(_KILL_S)  # torch's joins now return at once (its pin thread ends by itself)
 
 
 class Loader:
@@ -346,7 +375,7 @@ class Loader:
         iterator = getattr(torch_loader, "_iterator", None)
         shutdown = getattr(iterator, "_shutdown_workers", None)
         if callable(shutdown):
-            shutdown()
+            _shut_down(iterator, shutdown, ends)
             # a thread waiting in the DataLoader for a batch waits for ever on workers marked
             # shut down (torch then takes an empty queue for a slow worker): marked alive
             # again, its next look (within 5 s) finds them gone and raises, which its pass
