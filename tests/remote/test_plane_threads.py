@@ -550,6 +550,57 @@ def test_close_with_workers_on_a_stalled_server_takes_one_deadline_not_one_a_wor
     assert ended == ["LoaderClosedError"], ended
 
 
+@pytest.mark.slow  # a stalled server: ~6 s a case
+@pytest.mark.parametrize("first", [True, False])
+def test_nothing_is_fetched_for_a_closed_loader_on_a_stalled_server(
+    corpora: Corpora, faults: LocalS3, monkeypatch: pytest.MonkeyPatch, first: bool
+) -> None:
+    """The read-ahead thread waits on GETs the server never answers (from the first batch
+    on, or after it) when the loader closes: no request goes out for it after ``close``
+    returns (the attempts in flight end by their timeout, none is retried), and its thread
+    is gone at once, while the
+    corpus (the user's, open) still reads. Was: the corpus's fetcher went on retrying the
+    thread's GETs (+56 to +90 requests in 6 s at a 3 s deadline) and the thread stayed in
+    its GET for 6-9 s."""
+    monkeypatch.setenv("LADING_REMOTE_TIMEOUT", "1.5")
+    remote = corpora.open(timeout=1.5)
+    before = set(threading.enumerate())
+    loader = LanguageModelLoader(remote, 2, Windows(12), seed=6)
+    batches = iter(loader)
+    if not first:
+        next(batches)
+    faults.fault("", 100000, "hang", op="any")
+    ended: list[str] = []
+
+    def consume() -> None:
+        try:
+            for _ in batches:
+                pass
+        except Exception as e:
+            ended.append(type(e).__name__)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    time.sleep(1.0)  # the thread waits on a stalled GET, its first attempt
+    mine = [t for t in set(threading.enumerate()) - before if t.name == "lading-ahead"]
+    assert mine, "no read-ahead thread"
+    loader.close()
+    at_close = faults.stats()
+    time.sleep(0.3)
+    alive = [t for t in mine if t.is_alive()]
+    time.sleep(4.0)  # past the attempts' timeouts (1.5 s), a retry's pause and a second try
+    after = faults.stats()
+    faults.reset()
+    sent = after["requests"] - at_close["requests"]
+    # (a request on its way as close returned may reach the proxy after it; was: one retry
+    # of every GET in flight at close, 24-82 here)
+    assert sent <= 2, f"{sent} requests after close ({at_close['in_flight']} were in flight)"
+    assert not alive, "the read-ahead thread outlived close"
+    consumer.join(10)
+    assert ended == ["LoaderClosedError"], ended
+    assert np.array_equal(remote.document(3), corpora.local["a"].document(3))  # still open
+
+
 # ------------------------------------------------------------------ fork
 
 

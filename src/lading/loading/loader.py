@@ -356,11 +356,13 @@ class Loader:
         return self._ahead.epoch()
 
     def close(self) -> None:
-        """End what this loader runs: its read-ahead thread (returning within one batch's
-        build or the remote deadline) and its DataLoader workers; nothing is fetched for it
-        after. The GETs a workload asked for ahead (the prefetches of a remote token corpus,
-        of a remote store behind a map-style dataset's ``settle`` hook, of parquet row groups:
-        queued in their cache's fetcher) are waited for, within the remote deadline, through
+        """End what this loader runs: its read-ahead thread and the GETs it made (none is
+        sent, queued or retried after: :mod:`lading.remote.cancel`; a build waiting on one
+        ends at once) and its DataLoader workers (those still alive at the remote deadline
+        are terminated); nothing is fetched for it after. The GETs a workload asked for
+        ahead elsewhere (the prefetches of a remote token corpus, of a remote store behind a
+        map-style dataset's ``settle`` hook, of parquet row groups: queued in their cache's
+        fetcher) are waited for, within the remote deadline, through
         the workload's ``settle``. The data it reads (a corpus, a store) stays open, theirs
         to close. A pass the caller still holds ends: its next batch raises
         :class:`~lading.errors.LoaderClosedError` naming where it ended (never a silent end
@@ -370,7 +372,7 @@ class Loader:
         deadline, not one a wait."""
         ends = time.monotonic() + remote_timeout()
         self._ended = self._reading  # its next batch raises, naming where it ended
-        self._drop_ahead()
+        self._drop_ahead(cancel=True)  # its GETs end too: none is sent or retried after
         torch_loader, self._torch = self._torch, None
         iterator = getattr(torch_loader, "_iterator", None)
         shutdown = getattr(iterator, "_shutdown_workers", None)
@@ -395,11 +397,13 @@ class Loader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _drop_ahead(self) -> None:
-        """Stop read_ahead's thread and drop what it built (the next pass starts anew)."""
+    def _drop_ahead(self, cancel: bool = False) -> None:
+        """Stop read_ahead's thread and drop what it built (the next pass starts anew);
+        ``cancel``: the GETs it made too (close: the data it reads stays open, so its
+        fetcher does; the thread's own calls end)."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            ahead.close()
+            ahead.close(cancel)
 
     def _group(self) -> Callable[[Any], Hashable] | None:
         """The workload's grouping of batch keys, where batches of one group share reads and

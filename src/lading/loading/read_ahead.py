@@ -47,6 +47,7 @@ from typing import Any
 
 from lading.deadline import remote_timeout
 from lading.loading.state import Cursor
+from lading.remote.cancel import Cancel, reading_for
 from lading.threads import register
 
 _DONE = object()  # the thread's batches ran out
@@ -83,6 +84,7 @@ class BuiltAhead:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ended = False
+        self.cancel = Cancel()  # the thread's GETs, ended by close(cancel=True)
 
     def __iter__(self) -> BuiltAhead:
         return self
@@ -91,7 +93,12 @@ class BuiltAhead:
         if self._ended:
             raise StopIteration
         if self._thread is None:
-            self._thread = threading.Thread(target=self._build, name="lading-ahead", daemon=True)
+            self._thread = threading.Thread(
+                target=reading_for,
+                args=(self.cancel, self._build),
+                name="lading-ahead",
+                daemon=True,
+            )
             self._thread.start()
         with self._changed:  # bounded waits: a thread that died without a word ends the pass
             while not self._ready:
@@ -146,12 +153,16 @@ class BuiltAhead:
                 self._changed.notify()
         return True
 
-    def close(self) -> None:
+    def close(self, cancel: bool = False) -> None:
         """Stop the thread after the batch it is building and drop what it built ahead;
         returns when it stopped, or after the remote deadline (a build stuck on a stalled
-        GET ends by its own deadline; it hands nothing out after)."""
+        GET ends by its own deadline; it hands nothing out after). ``cancel``: the loader
+        closes, and the thread's GETs with it (:mod:`lading.remote.cancel`): a build waiting
+        on one ends now, and none is sent, queued or retried for it after."""
         self._ended = True
         self._stop.set()
+        if cancel:
+            self.cancel.cancel()
         with self._changed:
             self._changed.notify_all()  # a builder waiting for room stops now
         thread = self._thread
@@ -222,7 +233,7 @@ class Carried:
         taken: their locks may have been held at the fork)."""
         self.built = BuiltAhead(epochs_from(copy.copy(self.at), self._epoch), self._depth)
 
-    def close(self) -> None:
-        """Stop the thread and drop what it built ahead."""
+    def close(self, cancel: bool = False) -> None:
+        """Stop the thread and drop what it built ahead (``cancel``: its GETs too)."""
         self._finalizer.detach()
-        self.built.close()
+        self.built.close(cancel)

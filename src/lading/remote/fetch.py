@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from lading.deadline import DEFAULT_BACKOFF, DEFAULT_RETRIES, DEFAULT_TIMEOUT, TIMEOUT_ENV, Deadline
-from lading.errors import RemoteChangedError, RemoteNotFoundError
+from lading.errors import LoaderClosedError, RemoteChangedError, RemoteNotFoundError
+from lading.remote.cancel import Cancel, current
 from lading.remote.loop import running
 from lading.remote.objects import (
     ObjectClient,
@@ -78,6 +79,12 @@ REFUSED = "{!r} was closed: nothing is fetched after close(); open the store or 
 class ClosedError(RemoteReadError):
     """A GET settled by its fetcher's ``close`` before an answer came: another view of the
     node cache waiting on it reads the block again through its own fetcher."""
+
+
+class CancelledError(ClosedError, LoaderClosedError):
+    """A GET made for a loader that closed (:mod:`lading.remote.cancel`): not sent, not
+    retried, no longer waited for. A node cache's other readers that shared it take it as
+    a :class:`ClosedError`: they read the block again through a call of their own."""
 
 
 Request = tuple[str, int, int, str | None]  # key, start, end, etag (None: not pinned)
@@ -215,6 +222,9 @@ class Fetcher:
     ) -> list[Future]:
         """Start fetching every request (one wake-up of the loop for all of them);
         ``callbacks[i]`` (if given and not None) runs once request ``i`` is settled."""
+        cancel = current()  # the loader these GETs are made for, if any (closes them)
+        if cancel is not None:
+            cancel.refuse()
         client = self.client
         loop = running(client)
         cond = threading.Condition()
@@ -228,7 +238,10 @@ class Fetcher:
                 if self.closed:  # these, and their launch would see "closed": refused here
                     raise RemoteReadError(REFUSED.format(self))
                 self._unsettled.update(futures)
-            loop.call_soon_threadsafe(self._launch, list(requests), futures)
+            if cancel is not None and not cancel.track(self, futures):
+                self.cancelled(futures, cancel.error())  # cancelled just now: none is sent
+                cancel.refuse()
+            loop.call_soon_threadsafe(self._launch, list(requests), futures, cancel)
         return futures
 
     def read(self, requests: Sequence[Request]) -> list[bytes]:
@@ -239,9 +252,11 @@ class Fetcher:
         """
         return [f.result() for f in self.submit_many(requests)]
 
-    def _launch(self, requests: list[Request], futures: list[Future]) -> None:
-        if self.closed:  # submitted just before close: settled by it, never sent
-            return
+    def _launch(
+        self, requests: list[Request], futures: list[Future], cancel: Cancel | None
+    ) -> None:
+        if self.closed or (cancel is not None and cancel.cancelled):  # settled by the close
+            return  # (submitted just before it): never sent
         calls: dict[tuple[str, str | None], list[int]] = {}
         for i, (key, _, _, etag) in enumerate(requests):
             calls.setdefault((key, etag), []).append(i)
@@ -259,22 +274,29 @@ class Fetcher:
                 elif etag is not None:
                     self._checked[key] = now
                 task = asyncio.ensure_future(
-                    self._run(key, pin, ranges, [futures[i] for i in part])
+                    self._run(key, pin, ranges, [futures[i] for i in part], cancel)
                 )
                 self._tasks.add(task)  # a running task must be referenced (asyncio: weak)
                 task.add_done_callback(self._tasks.discard)
 
     async def _run(
-        self, key: str, etag: str | None, ranges: list[tuple[int, int]], futures: list[Future]
+        self,
+        key: str,
+        etag: str | None,
+        ranges: list[tuple[int, int]],
+        futures: list[Future],
+        cancel: Cancel | None,
     ) -> None:
         try:
-            datas = await self._get(key, etag, ranges)
+            datas = await self._get(key, etag, ranges, cancel)
         except BaseException as e:
             self._settle(futures, None, e)
         else:
             self._settle(futures, datas, None)
 
-    async def _get(self, key: str, etag: str | None, ranges: list[tuple[int, int]]) -> list[bytes]:
+    async def _get(
+        self, key: str, etag: str | None, ranges: list[tuple[int, int]], cancel: Cancel | None
+    ) -> list[bytes]:
         """The bytes of ``ranges`` of ``key``: one call an attempt, of the ranges not yet in."""
         if self._slots is None:  # made on the loop's thread, in the process that runs it
             self._slots = asyncio.Semaphore(max(1, self.in_flight // CALL_RANGES))
@@ -289,7 +311,7 @@ class Fetcher:
             async with slots:
                 slot = None if self.node is None else await self.node.acquire()
                 try:
-                    self._refuse_if_closed()  # queued for a slot at close: not sent
+                    self._refuse_if_closed(cancel)  # queued for a slot at close: not sent
                     self.gets += len(asked)
                     datas = await get_ranges(client, key, asked, etag)
                 finally:
@@ -311,7 +333,7 @@ class Fetcher:
         first, last = ranges[0]
         what = f"GET {describe(client.url, key, first, last)}"
         try:
-            return await self._attempts(what, attempt)
+            return await self._attempts(what, attempt, cancel)
         except RemoteNotFoundError:  # the snapshot opened lists it: gone since
             self._note_changed(key)
             raise changed(client.url, key, client.endpoint, f"bytes {first}-{last - 1}") from None
@@ -352,8 +374,11 @@ class Fetcher:
     def run(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """Run ``attempt()`` on the fetch loop under the deadline; this thread waits for the
         outcome (at most the deadline's total and a second)."""
+        cancel = current()
+        if cancel is not None:
+            cancel.refuse()
         loop = running(self.client)
-        future = asyncio.run_coroutine_threadsafe(self._attempts(what, attempt), loop)
+        future = asyncio.run_coroutine_threadsafe(self._attempts(what, attempt, cancel), loop)
         with self._lock:  # (close cancels it: its caller hears "closed" at once)
             if self.closed:
                 future.cancel()
@@ -367,20 +392,22 @@ class Fetcher:
             with self._lock:
                 self._runs.discard(future)
 
-    async def _attempts(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+    async def _attempts(
+        self, what: str, attempt: Callable[[], Awaitable[T]], cancel: Cancel | None = None
+    ) -> T:
         last: BaseException | None = None
         for n, pause in enumerate(self.deadline.pauses()):
             if n:
                 self.retried += 1
                 await asyncio.sleep(pause)
-                self._refuse_if_closed()  # a failed attempt is not retried after close
+                self._refuse_if_closed(cancel)  # a failed attempt is not retried after close
             try:
                 return await _within(attempt(), self.timeout)
-            except PermanentError:
+            except (PermanentError, CancelledError):
                 raise
             except (OSError, asyncio.TimeoutError) as e:
                 last = e
-                if isinstance(e, asyncio.TimeoutError):
+                if isinstance(e, asyncio.TimeoutError) and not _ended(self, cancel):
                     self.deadline.no_answer(what, getattr(self._client, "endpoint", ""), n + 1)
         endpoint = getattr(self._client, "endpoint", "")
         raise RemoteReadError(self.deadline.gave_up(what, endpoint, last))
@@ -420,10 +447,18 @@ class Fetcher:
         for run in runs:  # a whole-object GET or a LIST: its waiter raises ClosedError
             run.cancel()
 
-    def _refuse_if_closed(self) -> None:
-        """Raise, never to be retried, where a call would send a request after close."""
+    def _refuse_if_closed(self, cancel: Cancel | None = None) -> None:
+        """Raise, never to be retried, where a call would send a request after close (of
+        this fetcher, or of the loader it was made for)."""
         if self.closed:
             raise PermanentError(CLOSED.format(self))
+        if cancel is not None:
+            cancel.refuse()
+
+    def cancelled(self, futures: Sequence[Future], error: BaseException) -> None:
+        """Settle ``futures`` (those not settled yet) with ``error``: the loader they were
+        made for closed (:mod:`lading.remote.cancel`); their calls stop at the next send."""
+        self._settle(futures, None, error)
 
     def forked(self) -> None:
         """In a forked child: the parent's client, GETs and slots are not this process's;
@@ -433,6 +468,12 @@ class Fetcher:
         self._runs = set()
         if self.node is not None:
             self.node.forked()
+
+
+def _ended(fetcher: Fetcher, cancel: Cancel | None) -> bool:
+    """Whether a call's attempt is not retried: its fetcher, or the loader it is for, closed
+    (no "retrying" warning then)."""
+    return fetcher.closed or (cancel is not None and cancel.cancelled)
 
 
 async def get_ranges(

@@ -36,6 +36,7 @@ from lading.remote.cache.ledger import Ledger, Piece
 from lading.remote.cache.node import Flight, Node, release
 from lading.remote.cache.places import policy_check
 from lading.remote.cache.regions import PayloadCutError, folder_bytes
+from lading.remote.cancel import current
 from lading.remote.fetch import REFUSED, ClosedError, Fetcher, Future
 from lading.remote.objects import RemoteReadError, describe
 from lading.remote.ranges import DEFAULT_GAP, DEFAULT_WASTE, NO_STEP, Need
@@ -332,7 +333,8 @@ class NodeCache:
             try:
                 data = flight.future.result()
             except ClosedError:
-                if self.fetcher.closed:
+                cancel = current()  # (a loader's thread: its loader closed, the read ends)
+                if self.fetcher.closed or (cancel is not None and cancel.cancelled):
                     raise
                 return self._after_closed(k, key, part, piece, flight)
             return _cut(data, piece.start, part.start, part.end)

@@ -1,0 +1,89 @@
+"""A reader's cancellation: the GETs made on behalf of one loader end when it closes.
+
+A loader reads through data that is not its own (a corpus, a store: the user's, still open
+after the loader closes), so closing the loader cannot close their fetcher. Instead the reads
+its read-ahead thread makes run under a :class:`Cancel` (:func:`reading_for`, a context
+variable the thread sets once); :meth:`lading.remote.fetch.Fetcher.submit_many` and
+:meth:`~lading.remote.fetch.Fetcher.run` capture it at submit. :meth:`Cancel.cancel` (the
+loader's ``close``) settles every GET submitted under it that is not yet settled with
+:class:`~lading.remote.fetch.CancelledError` (a waiter returns at once), and from then on none
+is sent, queued or retried for it: a call in flight ends by its own timeout, nothing follows
+it. The thread's build ends at its next read, which raises it at submit.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lading.remote.objects import RemoteReadError
+
+
+_CURRENT: contextvars.ContextVar[Cancel | None] = contextvars.ContextVar(
+    "lading_cancel", default=None
+)
+
+
+class Cancel:
+    """The flag of one reader (a loader's read-ahead thread) and the GETs made under it."""
+
+    def __init__(self, what: str = "the loader") -> None:
+        self.what = what
+        self.cancelled = False
+        self._lock = threading.Lock()
+        # settle(futures, error) of each fetcher, by fetcher, with the futures it made here
+        self._made: weakref.WeakKeyDictionary[Any, set[Any]] = weakref.WeakKeyDictionary()
+
+    def error(self) -> RemoteReadError:
+        """A :class:`lading.remote.fetch.CancelledError` naming what closed."""
+        from lading.remote.fetch import CancelledError  # (fetch imports this module)
+
+        return CancelledError(
+            f"{self.what} was closed: nothing is fetched for it after close() (the corpus or "
+            "store it read stays open: read it directly, or make a new loader)"
+        )
+
+    def track(self, fetcher: Any, futures: Sequence[Any]) -> bool:
+        """Note ``futures``, just submitted through ``fetcher``; False: cancelled already
+        (the caller settles them, and sends none)."""
+        with self._lock:
+            if self.cancelled:
+                return False
+            made = self._made.setdefault(fetcher, set())
+            if len(made) > 256:  # (kept small: the settled ones go)
+                made.difference_update([f for f in made if f.done()])
+            made.update(futures)
+        return True
+
+    def cancel(self) -> None:
+        """Settle every GET made under this flag as cancelled; send none after."""
+        with self._lock:
+            self.cancelled = True
+            made = [(fetcher, list(futures)) for fetcher, futures in self._made.items()]
+            self._made = weakref.WeakKeyDictionary()
+        error = self.error()
+        for fetcher, futures in made:
+            fetcher.cancelled(futures, error)
+
+    def refuse(self) -> None:
+        """Raise if cancelled (where a GET would be sent, queued or retried)."""
+        if self.cancelled:
+            raise self.error()
+
+
+def current() -> Cancel | None:
+    """The flag the reads of this thread (this context) are made under, if any."""
+    return _CURRENT.get()
+
+
+def reading_for(cancel: Cancel, run: Callable[[], Any]) -> Any:
+    """``run()`` with its GETs made under ``cancel``."""
+    token = _CURRENT.set(cancel)
+    try:
+        return run()
+    finally:
+        _CURRENT.reset(token)
