@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -231,3 +235,52 @@ def test_pin_memory_without_cuda_is_passed_over_with_a_warning_as_a_dataloader_d
     data = loader(Numbers(8), batch_size=4, pin_memory=True, world=World())
     with pytest.warns(UserWarning, match="no CUDA device is available: batches are not pinned"):
         assert [key(b) for b in data] == [key(b) for b in loader(Numbers(8), 4, world=World())]
+
+
+_FORK_WITH_WORKERS = """
+import os, sys, json, time
+import lading
+held = sys.argv[1] == "held"
+loader = lading.loader(list(range(200)), 4, collate_fn=list, num_workers=2,
+                       multiprocessing_context="fork", seed=3, shuffle=False)
+it = iter(loader) if held else None
+head = [next(it) for _ in range(3)] if held else list(loader)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    try:
+        got = list(it) if held else list(loader)
+        out = {"child": [b[0] for b in got]}
+    except BaseException as e:
+        out = {"child": f"{type(e).__name__}: {e}"}
+    os.write(w, json.dumps(out).encode())
+    os._exit(0)
+os.close(w)
+os.waitpid(pid, 0)
+child = json.loads(os.read(r, 1 << 16).decode())["child"]
+got = list(it) if held else list(loader)
+print(json.dumps({"child": child, "parent": [b[0] for b in got]}), flush=True)
+loader.close()
+"""
+
+
+@pytest.mark.slow  # two processes with DataLoader workers each: ~5 s
+@pytest.mark.parametrize("held", [True, False])
+def test_a_fork_with_live_workers_leaves_the_child_its_own_and_the_parent_its_pass(
+    held: bool,
+) -> None:
+    """``os.fork()`` of a process whose loader has live persistent DataLoader workers, a pass
+    held or between passes: the child forgets the parent's DataLoader iterator (its workers,
+    queues) and builds its pass from the position with workers of its own; the parent's
+    pass goes on. Was: the child raised a bare AssertionError (torch's iterator touching the
+    parent's workers) and the parent's held pass then hung."""
+    result = subprocess.run(
+        [sys.executable, "-c", _FORK_WITH_WORKERS, "held" if held else "between"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    rest = list(range(12, 200, 4)) if held else list(range(0, 200, 4))
+    assert got == {"child": rest, "parent": rest}, (got, result.stderr[-2000:])

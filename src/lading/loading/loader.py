@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import threading
 import time
 import weakref
@@ -188,6 +189,7 @@ class Loader:
         self._reading: Cursor | None = None  # the position of the pass in progress, if any
         self._ended: Cursor | None = None  # the pass close() ended (its iterator stops)
         self._torch: DataLoader[Any] | None = None  # made when workers first read
+        self._torch_pid = 0  # the process that made it (a forked child makes its own)
         self._ahead: Carried | None = None  # read_ahead's thread, carried between passes
 
     # ------------------------------------------------------------------ where it is
@@ -341,10 +343,7 @@ class Loader:
         read in this process (in bulk where the workload can)."""
         workload = self._workload
         if self.workers.num_workers:  # the DataLoader pins, in its own thread
-            if self._torch is None:
-                self._torch = self._dataloader()
-            batches: Iterator[Any] = iter(self._torch)  # its sampler: keys from the position
-            return batches if self._group() is None else in_order(batches)
+            return self._from_workers()
         pin = self.workers.pin_memory and pinnable()
         epoch = functools.partial(_epoch_batches, workload, self._announce, pin)
         depth = self.workers.read_ahead
@@ -354,6 +353,32 @@ class Loader:
             self._drop_ahead()
             self._ahead = Carried(self, cursor, epoch, depth)
         return self._ahead.epoch()
+
+    def _from_workers(self) -> Iterator[Any]:
+        """The batches from DataLoader workers, from the position on (their sampler's keys).
+        In a forked child the parent's workers and queues are not this process's: its
+        DataLoader is forgotten (never shut down: that would end the parent's workers) and
+        the pass goes on from the position with workers of the child's own."""
+        while True:
+            if self._torch is not None and self._torch_pid != os.getpid():
+                self._forget_torch()
+            if self._torch is None:
+                self._torch, self._torch_pid = self._dataloader(), os.getpid()
+            pid, batches = self._torch_pid, iter(self._torch)
+            for batch in batches if self._group() is None else in_order(batches):
+                yield batch
+                if os.getpid() != pid:  # forked while the caller held this batch
+                    break
+            else:
+                return
+
+    def _forget_torch(self) -> None:
+        """Drop a DataLoader a parent process made, leaving its workers and queues alone
+        (its iterator is marked shut down, so its finalizer does nothing here)."""
+        torch_loader, self._torch = self._torch, None
+        iterator = getattr(torch_loader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown"):
+            iterator._shutdown = True
 
     def close(self) -> None:
         """End what this loader runs: its read-ahead thread and the GETs it made (none is
@@ -373,6 +398,8 @@ class Loader:
         ends = time.monotonic() + remote_timeout()
         self._ended = self._reading  # its next batch raises, naming where it ended
         self._drop_ahead(cancel=True)  # its GETs end too: none is sent or retried after
+        if self._torch is not None and self._torch_pid != os.getpid():
+            self._forget_torch()  # a forked child's close: the parent's workers are theirs
         torch_loader, self._torch = self._torch, None
         iterator = getattr(torch_loader, "_iterator", None)
         shutdown = getattr(iterator, "_shutdown_workers", None)
