@@ -7,8 +7,8 @@ divides it among them. A budget judged on summed ``RssAnon`` stops a cell that f
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
+import subprocess
 import sys
 
 import pytest
@@ -26,49 +26,51 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _holder(size: int, children: int, own: bool, ready: mp.Queue, done: mp.Event) -> None:
-    """Touch ``size`` bytes of heap, then fork ``children`` that keep it (or write their own);
-    say ready once every child has (a child's write takes a while on a busy machine)."""
-    heap = bytearray(os.urandom(1)) * size  # written: anonymous and resident
-    said, told = os.pipe()
-    pids = []
-    for _ in range(children):
-        pid = os.fork()
-        if pid == 0:
-            mine = bytearray(b"x") * size if own else None  # a private copy, when asked
-            os.write(told, b".")
-            done.wait(60)
-            del mine
-            os._exit(0)
-        pids.append(pid)
-    heard = b""
-    while len(heard) < children:
-        heard += os.read(said, children - len(heard))
-    ready.put(len(heap))
-    done.wait(60)
-    for pid in pids:
-        os.waitpid(pid, 0)
+# a fresh interpreter (not a fork of pytest, whose pages it would share with pytest): 64 MiB of
+# heap written, then 3 forked children that keep it, or each write 64 MiB of their own ("own");
+# "ready" once every child has written, then it waits for a line on stdin
+HOLDER = """
+import os, sys
+size, own = 64 * 2**20, sys.argv[1] == "own"
+heap = bytearray(os.urandom(1)) * size
+said, told = os.pipe()
+pids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        mine = bytearray(b"x") * size if own else None
+        os.write(told, b".")
+        sys.stdin.readline()
+        os._exit(0)
+    pids.append(pid)
+heard = b""
+while len(heard) < 3:
+    heard += os.read(said, 3 - len(heard))
+print("ready", flush=True)
+sys.stdin.readline()
+for pid in pids:
+    os.waitpid(pid, 0)
+"""
 
 
 def _watch(own: bool) -> tuple[MemoryMonitor, int]:
-    """The holder and its three children, sampled once under a budget of the holder's heap + 96 MiB.
-
-    Returns the monitor and the holder's own ``RssAnon`` (its interpreter and the 64 MiB).
-    """
-    ctx = mp.get_context("fork")
-    ready, done = ctx.Queue(), ctx.Event()
-    holder = ctx.Process(target=_holder, args=(64 * MiB, 3, own, ready, done))
-    holder.start()
+    """The holder and its three children, sampled once under a budget of the holder's heap
+    + 96 MiB. Returns the monitor and the holder's own ``RssAnon`` (interpreter and 64 MiB)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, "own" if own else "shared"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        ready.get(timeout=60)
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
         rank = process_memory(holder.pid).anon
         monitor = MemoryMonitor([holder.pid], budget=rank + 96 * MiB)
         sample = monitor.sample()
         assert sample.processes == 4, sample
         return monitor, rank
     finally:
-        done.set()
-        holder.join(60)
+        holder.communicate("\n" * 4, timeout=60)
 
 
 def test_a_heap_the_workers_share_is_counted_once_against_the_budget() -> None:
