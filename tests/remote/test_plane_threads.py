@@ -604,14 +604,15 @@ def test_nothing_is_fetched_for_a_closed_loader_on_a_stalled_server(
 # ------------------------------------------------------------------ fork
 
 
-def test_a_loader_s_prefetches_queued_at_close_are_sent_before_close_returns(
+def test_no_get_a_loader_queued_goes_out_after_its_close_returns(
     corpora: Corpora, faults: LocalS3
 ) -> None:
     """The GETs a loader asked for ahead (its prefetches, handed to the corpus's cache) are
-    sent and answered before ``close`` returns, not after it: one call slot (``in_flight=10``)
-    and slow GETs keep several queued when the loader closes. Before, ``close`` stopped the
-    read-ahead thread only, and the queued GETs went out after it returned (the rare
-    41-vs-36 of the test above: 5 GETs after close)."""
+    settled before ``close`` returns, answered or, those of its read-ahead thread, cancelled;
+    none goes out after it: one call slot (``in_flight=10``) and slow GETs keep several queued
+    when the loader closes. Before, ``close`` stopped the read-ahead thread only, and the
+    queued GETs went out after it returned (the rare 41-vs-36 of the test above: 5 GETs after
+    close)."""
     remote = corpora.open()
     assert remote.remote is not None
     fetcher = remote.remote.cache.fetcher  # one call at a time (slots made again on next use)
