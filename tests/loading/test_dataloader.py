@@ -240,7 +240,7 @@ def test_pin_memory_without_cuda_is_passed_over_with_a_warning_as_a_dataloader_d
 _FORK_WITH_WORKERS = """
 import os, sys, json, time
 import lading
-held = sys.argv[1] == "held"
+held, exit_by = sys.argv[1] == "held", sys.argv[2]
 loader = lading.loader(list(range(200)), 4, collate_fn=list, num_workers=2,
                        multiprocessing_context="fork", seed=3, shuffle=False)
 it = iter(loader) if held else None
@@ -255,6 +255,8 @@ if pid == 0:
     except BaseException as e:
         out = {"child": f"{type(e).__name__}: {e}"}
     os.write(w, json.dumps(out).encode())
+    if exit_by == "sys.exit":  # multiprocessing's exit hook runs: it ends its own children
+        sys.exit(0)
     os._exit(0)
 os.close(w)
 os.waitpid(pid, 0)
@@ -266,17 +268,20 @@ loader.close()
 
 
 @pytest.mark.slow  # two processes with DataLoader workers each: ~5 s
+@pytest.mark.parametrize("exit_by", ["os._exit", "sys.exit"])
 @pytest.mark.parametrize("held", [True, False])
 def test_a_fork_with_live_workers_leaves_the_child_its_own_and_the_parent_its_pass(
-    held: bool,
+    held: bool, exit_by: str
 ) -> None:
     """``os.fork()`` of a process whose loader has live persistent DataLoader workers, a pass
     held or between passes: the child forgets the parent's DataLoader iterator (its workers,
     queues) and builds its pass from the position with workers of its own; the parent's
-    pass goes on. Was: the child raised a bare AssertionError (torch's iterator touching the
-    parent's workers) and the parent's held pass then hung."""
+    pass goes on, however the child exits. Was: the child raised a bare AssertionError
+    (torch's iterator touching the parent's workers) and the parent's held pass then hung;
+    then, a child ending by ``sys.exit`` terminated the parent's workers (multiprocessing's
+    exit hook ends every process it lists as a child, the parent's included)."""
     result = subprocess.run(
-        [sys.executable, "-c", _FORK_WITH_WORKERS, "held" if held else "between"],
+        [sys.executable, "-c", _FORK_WITH_WORKERS, "held" if held else "between", exit_by],
         capture_output=True, text=True, timeout=60,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )  # fmt: skip

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import multiprocessing.process
 import os
 import threading
 import time
@@ -134,6 +135,27 @@ def _shut_down(iterator: Any, shutdown: Callable[[], None], ends: float) -> None
             worker.kill()
             worker.join(_KILL_S)
     thread.join(_KILL_S)  # torch's joins now return at once (its pin thread ends by itself)
+
+
+# loaders that made a DataLoader in this process, for the rule at fork below
+_MADE_WORKERS: weakref.WeakSet[Loader] = weakref.WeakSet()
+
+
+def _disown_parent_workers() -> None:
+    """In a forked child, the DataLoader workers of the parent's loaders are not its children:
+    multiprocessing still lists them (``process._children``), and its exit hook would end them
+    (SIGTERM) when the child exits by ``sys.exit``, crashing the parent's pass. The child
+    forgets them here; its loaders make their own (:meth:`Loader._forget_torch`)."""
+    children = getattr(multiprocessing.process, "_children", None)
+    if not isinstance(children, set):
+        return
+    for loader in list(_MADE_WORKERS):
+        iterator = getattr(loader._torch, "_iterator", None)
+        for worker in getattr(iterator, "_workers", None) or ():
+            children.discard(worker)
+
+
+os.register_at_fork(after_in_child=_disown_parent_workers)
 
 
 class Loader:
@@ -364,6 +386,7 @@ class Loader:
                 self._forget_torch()
             if self._torch is None:
                 self._torch, self._torch_pid = self._dataloader(), os.getpid()
+                _MADE_WORKERS.add(self)
             pid, batches = self._torch_pid, iter(self._torch)
             for batch in batches if self._group() is None else in_order(batches):
                 yield batch
