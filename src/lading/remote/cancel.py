@@ -6,7 +6,8 @@ its read-ahead thread makes run under a :class:`Cancel` (:func:`reading_for`, a 
 variable the thread sets once); :meth:`lading.remote.fetch.Fetcher.submit_many` and
 :meth:`~lading.remote.fetch.Fetcher.run` capture it at submit. :meth:`Cancel.cancel` (the
 loader's ``close``) settles every GET submitted under it that is not yet settled with
-:class:`~lading.remote.fetch.CancelledError` (a waiter returns at once), and from then on none
+:class:`~lading.remote.fetch.CancelledError` (a waiter returns at once; the fetcher makes the error
+from :meth:`Cancel.reason`, so this module needs nothing of it), and from then on none
 is sent, queued or retried for it: a call in flight ends by its own timeout, nothing follows
 it. The thread's build ends at its next read, which raises it at submit.
 """
@@ -17,11 +18,7 @@ import contextvars
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from lading.remote.objects import RemoteReadError
-
+from typing import Any
 
 _CURRENT: contextvars.ContextVar[Cancel | None] = contextvars.ContextVar(
     "lading_cancel", default=None
@@ -38,11 +35,9 @@ class Cancel:
         # settle(futures, error) of each fetcher, by fetcher, with the futures it made here
         self._made: weakref.WeakKeyDictionary[Any, set[Any]] = weakref.WeakKeyDictionary()
 
-    def error(self) -> RemoteReadError:
-        """A :class:`lading.remote.fetch.CancelledError` naming what closed."""
-        from lading.remote.fetch import CancelledError  # (fetch imports this module)
-
-        return CancelledError(
+    def reason(self) -> str:
+        """Why a GET made under this flag fails (:class:`lading.remote.fetch.CancelledError`)."""
+        return (
             f"{self.what} was closed: nothing is fetched for it after close() (the corpus or "
             "store it read stays open: read it directly, or make a new loader)"
         )
@@ -65,14 +60,8 @@ class Cancel:
             self.cancelled = True
             made = [(fetcher, list(futures)) for fetcher, futures in self._made.items()]
             self._made = weakref.WeakKeyDictionary()
-        error = self.error()
         for fetcher, futures in made:
-            fetcher.cancelled(futures, error)
-
-    def refuse(self) -> None:
-        """Raise if cancelled (where a GET would be sent, queued or retried)."""
-        if self.cancelled:
-            raise self.error()
+            fetcher.cancelled(futures, self)
 
 
 def current() -> Cancel | None:

@@ -223,8 +223,7 @@ class Fetcher:
         """Start fetching every request (one wake-up of the loop for all of them);
         ``callbacks[i]`` (if given and not None) runs once request ``i`` is settled."""
         cancel = current()  # the loader these GETs are made for, if any (closes them)
-        if cancel is not None:
-            cancel.refuse()
+        _refuse_if_cancelled(cancel)
         client = self.client
         loop = running(client)
         cond = threading.Condition()
@@ -239,8 +238,8 @@ class Fetcher:
                     raise RemoteReadError(REFUSED.format(self))
                 self._unsettled.update(futures)
             if cancel is not None and not cancel.track(self, futures):
-                self.cancelled(futures, cancel.error())  # cancelled just now: none is sent
-                cancel.refuse()
+                self.cancelled(futures, cancel)  # cancelled just now: none is sent
+                _refuse_if_cancelled(cancel)
             loop.call_soon_threadsafe(self._launch, list(requests), futures, cancel)
         return futures
 
@@ -375,8 +374,7 @@ class Fetcher:
         """Run ``attempt()`` on the fetch loop under the deadline; this thread waits for the
         outcome (at most the deadline's total and a second)."""
         cancel = current()
-        if cancel is not None:
-            cancel.refuse()
+        _refuse_if_cancelled(cancel)
         loop = running(self.client)
         future = asyncio.run_coroutine_threadsafe(self._attempts(what, attempt, cancel), loop)
         with self._lock:  # (close cancels it: its caller hears "closed" at once)
@@ -452,13 +450,12 @@ class Fetcher:
         this fetcher, or of the loader it was made for)."""
         if self.closed:
             raise PermanentError(CLOSED.format(self))
-        if cancel is not None:
-            cancel.refuse()
+        _refuse_if_cancelled(cancel)
 
-    def cancelled(self, futures: Sequence[Future], error: BaseException) -> None:
-        """Settle ``futures`` (those not settled yet) with ``error``: the loader they were
-        made for closed (:mod:`lading.remote.cancel`); their calls stop at the next send."""
-        self._settle(futures, None, error)
+    def cancelled(self, futures: Sequence[Future], cancel: Cancel) -> None:
+        """Settle ``futures`` (those not settled yet) as cancelled: the loader they were made
+        for closed (:mod:`lading.remote.cancel`); their calls stop at the next send."""
+        self._settle(futures, None, CancelledError(cancel.reason()))
 
     def forked(self) -> None:
         """In a forked child: the parent's client, GETs and slots are not this process's;
@@ -468,6 +465,13 @@ class Fetcher:
         self._runs = set()
         if self.node is not None:
             self.node.forked()
+
+
+def _refuse_if_cancelled(cancel: Cancel | None) -> None:
+    """Raise :class:`CancelledError` where a GET would be sent, queued or retried for a loader
+    that closed."""
+    if cancel is not None and cancel.cancelled:
+        raise CancelledError(cancel.reason())
 
 
 def _ended(fetcher: Fetcher, cancel: Cancel | None) -> bool:
