@@ -144,3 +144,29 @@ def test_a_document_ranked_twice_for_a_query_is_refused_naming_both_lines(
     assert (kept["1000"], kept.skipped) == (["d185", "d85", "d295"], 1)
     same = write(tmp_path / "same.txt", "1 Q0 a 1 2.0 t\n1 Q0 b 2 1.0 t\n1 Q0 a 1 2.0 t\n")
     assert read_run(same)["1"] == ["a", "b"]
+
+
+@pytest.mark.parametrize("kind", ["queries", "qrels", "run"])
+def test_many_conflicting_lines_are_skipped_reading_the_file_twice_not_once_each(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each conflicting repeat names the line of its key's first occurrence. That line was
+    found by reading the whole file again for every conflict: a file with many of them (a
+    damaged .gz decodes to such lines) took minutes under ``on_error="skip"``."""
+    import lading.ir.inputs as inputs
+
+    n = 300
+    line = {
+        "queries": lambda i, v: f"q{i % 10}\tquery {i % 10} version {v}\n",
+        "qrels": lambda i, v: f"q{i % 10} 0 d{i % 10} {v % 2}\n",
+        "run": lambda i, v: f"q{i % 10} Q0 d{i % 10} 1 {v}.5 sys\n",
+    }[kind]
+    path = tmp_path / f"{kind}.txt"
+    path.write_text("".join(line(i, i // 10) for i in range(n)))
+    reads = []
+    real = inputs._lines
+    monkeypatch.setattr(inputs, "_lines", lambda file: reads.append(file) or real(file))
+    read = {"queries": inputs.read_queries, "qrels": inputs.read_qrels, "run": inputs.read_run}
+    got = read[kind](path, on_error="skip")
+    assert got.skipped > 0  # the conflicts were found and counted
+    assert len(reads) <= 2, f"{path} read {len(reads)} times"

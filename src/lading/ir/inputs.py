@@ -107,6 +107,7 @@ def read_queries(path: str | os.PathLike[str], on_error: OnError = "raise") -> R
     file = Path(name)
     policy = _Policy(file, on_error)
     parse = _json_query if ".jsonl" in file.name or ".json" in file.name else _tsv_query
+    first_line = _FirstLines(file, lambda t: parse(t)[0])
     for line in _lines(file):
         try:
             qid, text = parse(line.text)
@@ -115,7 +116,7 @@ def read_queries(path: str | os.PathLike[str], on_error: OnError = "raise") -> R
             continue
         before = out.setdefault(qid, text)
         if before != text:  # an exact repeat is one query; another text is a conflict
-            first = _first_line(file, qid, lambda t: parse(t)[0])
+            first = first_line(qid)
             policy.bad(
                 line.number,
                 f"query id {qid!r} again, with another text than on line {first} "
@@ -126,16 +127,25 @@ def read_queries(path: str | os.PathLike[str], on_error: OnError = "raise") -> R
     return out
 
 
-def _first_line(file: Path, key: object, key_of: Callable[[str], object]) -> int | None:
-    """The number of the first line of ``file`` whose key is ``key`` (read again, only when a
-    key is found twice: keeping every key's line number would cost as much as the dict)."""
-    for line in _lines(file):
-        try:
-            if key_of(line.text) == key:
-                return line.number
-        except ValueError:
-            continue
-    return None
+class _FirstLines:
+    """The number of the first line of ``file`` with each key, for the message of a key found
+    twice: the file is read again once, at the first such key, and every key's first line
+    kept from then on (keeping them from the start would cost as much as the dict; reading
+    the file again at every repeat made a file of many repeats quadratic)."""
+
+    def __init__(self, file: Path, key_of: Callable[[str], object]) -> None:
+        self.file, self.key_of = file, key_of
+        self._first: dict[object, int] | None = None
+
+    def __call__(self, key: object) -> int | None:
+        if self._first is None:
+            self._first = {}
+            for line in _lines(self.file):
+                try:
+                    self._first.setdefault(self.key_of(line.text), line.number)
+                except ValueError:
+                    continue
+        return self._first.get(key)
 
 
 def _short(text: str, most: int = 60) -> str:
@@ -171,6 +181,7 @@ def read_qrels(path: str | os.PathLike[str], on_error: OnError = "raise") -> Rea
     file = Path(path)
     policy = _Policy(file, on_error)
     out = ReadQrels()
+    first_line = _FirstLines(file, lambda t: _qrel(t.split())[:2])
     for line in _lines(file):
         parts = line.text.split()
         if line.number == 1 and parts[:2] == ["query-id", "corpus-id"]:
@@ -182,7 +193,7 @@ def read_qrels(path: str | os.PathLike[str], on_error: OnError = "raise") -> Rea
             continue
         before = out.setdefault(qid, {}).setdefault(docid, value)
         if before != value:  # an exact repeat is one judgement; another grade is a conflict
-            first = _first_line(file, (qid, docid), lambda t: _qrel(t.split())[:2])
+            first = first_line((qid, docid))
             policy.bad(
                 line.number,
                 f"query {qid!r} and document {docid!r} judged again: relevance {value} here, "
@@ -234,6 +245,7 @@ def _trec_run(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) ->
     counted); an exact repeat is one entry."""
     scored: dict[str, list[tuple[float, int, str]]] = {}
     seen: dict[tuple[str, str], tuple[float, int, str]] = {}
+    first_line = _FirstLines(policy.path, lambda t: tuple(t.split()[:3:2]))
     for line in itertools.chain([first], rest):
         parts = line.text.split()
         if len(parts) != 6:
@@ -251,7 +263,7 @@ def _trec_run(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) ->
         before = seen.setdefault((qid, docid), key)
         if before is not key:
             if before != key:
-                where = _first_line(policy.path, (qid, docid), lambda t: tuple(t.split()[:3:2]))
+                where = first_line((qid, docid))
                 policy.bad(
                     line.number,
                     f"query {qid!r} ranks document {docid!r} again (rank {rank}, score {score} "
