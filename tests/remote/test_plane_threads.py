@@ -507,6 +507,24 @@ def test_a_loader_closes_with_its_block_and_fetches_nothing_after(
     assert faults.stats()["gets"] == gets  # (was: it went on reading, and fetching)
 
 
+def _consume_in_thread(batches: Iterator[Any]) -> tuple[threading.Thread, list[str]]:
+    """A thread reading ``batches`` to their end, started; how the pass ended (``"ended"``,
+    or the name of the error it raised) is appended to the list."""
+    ended: list[str] = []
+
+    def consume() -> None:
+        try:
+            for _ in batches:
+                pass
+            ended.append("ended")
+        except Exception as e:
+            ended.append(type(e).__name__)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    return consumer, ended
+
+
 @pytest.mark.slow  # a stalled server: ~4 s
 @pytest.mark.filterwarnings("ignore:This DataLoader will create", "ignore:TokenCorpus")
 def test_close_with_workers_on_a_stalled_server_takes_one_deadline_not_one_a_worker(
@@ -525,18 +543,7 @@ def test_close_with_workers_on_a_stalled_server_takes_one_deadline_not_one_a_wor
     batches = iter(loader)
     next(batches)
     faults.fault("", 100000, "hang", op="any")
-    ended: list[str] = []
-
-    def consume() -> None:
-        try:
-            for _ in batches:
-                pass
-            ended.append("ended")
-        except Exception as e:
-            ended.append(type(e).__name__)
-
-    consumer = threading.Thread(target=consume)
-    consumer.start()
+    consumer, ended = _consume_in_thread(batches)
     time.sleep(1.0)  # the workers now wait on GETs that never come back
     children = set(multiprocessing.active_children()) - before
     started = time.monotonic()
@@ -570,17 +577,7 @@ def test_nothing_is_fetched_for_a_closed_loader_on_a_stalled_server(
     if not first:
         next(batches)
     faults.fault("", 100000, "hang", op="any")
-    ended: list[str] = []
-
-    def consume() -> None:
-        try:
-            for _ in batches:
-                pass
-        except Exception as e:
-            ended.append(type(e).__name__)
-
-    consumer = threading.Thread(target=consume, daemon=True)
-    consumer.start()
+    consumer, ended = _consume_in_thread(batches)
     time.sleep(1.0)  # the thread waits on a stalled GET, its first attempt
     mine = [t for t in set(threading.enumerate()) - before if t.name == "lading-ahead"]
     assert mine, "no read-ahead thread"
