@@ -161,3 +161,48 @@ def test_hf_build_store_keeps_fields_of_a_parquet_path(tmp_path: Path) -> None:
         fields=("url",), progress=False,
     )  # fmt: skip
     assert store.fields == ("url",) and store.field("b", "url") == "ub"  # was: title, url dropped
+
+
+TREC = "<DOC>\n<DOCNO>D1</DOCNO>\n<TEXT>Body</TEXT>\n</DOC>\n"
+IGNORED = [  # (file name, contents, options the format would ignore, the option named)
+    ("c.tsv", "D1\tBody\n", ParseOptions(id_field="key"), "id_field"),
+    ("c.tsv", "D1\tBody\n", ParseOptions(text_field="body"), "text_field"),
+    ("c.tsv", "D1\tBody\n", ParseOptions(keep_fields=("url",)), "keep_fields"),
+    ("c.trec", TREC, ParseOptions(id_field="key", text_field="body"), "id_field"),
+    ("c.jsonl", JSONL, ParseOptions(columns=("id", "url", "text")), "columns"),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "parse", "named"), IGNORED)
+@pytest.mark.parametrize("entry", ["build_store", "build_shard", "in_memory", "offset", "read"])
+def test_options_a_format_would_ignore_are_refused_naming_the_file_and_the_fix(
+    tmp_path: Path, name: str, content: str, parse: ParseOptions, named: str, entry: str
+) -> None:
+    """A TSV has columns, TREC names its own id and text, JSON has keys: an option the format
+    does not read was taken and silently ignored (the CLI refused its flags, the library did
+    not). Each entry that reads a source refuses it before anything is written."""
+    path = write(tmp_path / name, content)
+    calls: dict[str, Callable[[], Any]] = {
+        "build_store": lambda: build_store(path, tmp_path / "s", parse=parse, progress=False),
+        "build_shard": lambda: lading.build_shard(path, tmp_path / "s", (0, 1), parse=parse),
+        "in_memory": lambda: InMemoryStore.from_source(path, parse=parse),
+        "offset": lambda: OffsetStore.build(path, tmp_path / "s", parse=parse),
+        "read": lambda: read_records(path, parse=parse),
+    }
+    with pytest.raises(ValueError, match=named) as raised:
+        calls[entry]()
+    message = str(raised.value)
+    assert str(path) in message and "leave" in message, message
+    assert not (tmp_path / "s").exists()
+
+
+def test_options_a_format_reads_are_still_taken(tmp_path: Path) -> None:
+    """The defaults, and what each format does read, pass the check."""
+    tsv = write(tmp_path / "c.tsv", "D1\thttp://x\tBody\n")
+    (record,) = read_records(tsv, parse=ParseOptions(columns=("id", "url", "text")))
+    assert record.text == "Body"
+    trec = write(tmp_path / "c.trec", TREC)
+    (record,) = read_records(trec, parse=ParseOptions())
+    assert (record.id, record.text) == ("D1", "Body")
+    store = build_store(write(tmp_path / "c.jsonl", JSONL), tmp_path / "s", parse=PARSE)
+    assert store["k1"] == "text 1"

@@ -109,6 +109,44 @@ class ParseOptions:
         ``keep_fields`` was recorded were all built with the default."""
         return cls(**{key: record[key] for key in cls.KEYS if key in record})
 
+    def refuse_ignored(self, fmt: str | None, source: object) -> None:
+        """Raise ``ValueError`` naming ``source`` and the fix where these options set one that
+        a ``fmt`` source never reads (it would be taken and silently ignored): ``id_field`` and
+        ``text_field`` for TSV, TREC and ir_datasets (no keys), ``keep_fields`` other than the
+        default there too (TSV keeps every column, TREC its title), ``columns`` other than the
+        default for anything but TSV. Called where a source is read for a build or by
+        :func:`~lading.sources.read_records`, not where a store reopens the options it
+        recorded."""
+        default = ParseOptions()
+        if fmt in _OWN_ID_AND_TEXT:
+            ignored = [
+                f"{name}={getattr(self, name)!r}"
+                for name in ("id_field", "text_field", "keep_fields")
+                if getattr(self, name) != getattr(default, name)
+            ]
+            if ignored:
+                named = ", ".join(ignored)
+                raise ValueError(
+                    f"{source}: ParseOptions({named}) names JSON keys or table columns (jsonl, "
+                    f"parquet, arrow, beir); this {fmt} source {_OWN_ID_AND_TEXT[fmt]}; leave "
+                    f"{named} out"
+                )
+        if fmt != "tsv" and self.columns != default.columns:
+            raise ValueError(
+                f"{source}: ParseOptions(columns={self.columns!r}) names a TSV's columns; this "
+                f"{fmt} source has keys or its own fields: name its id and text with "
+                "id_field=/text_field=, and leave columns out"
+            )
+
+
+# where a source of a format without keys takes its id and text from (ParseOptions.refuse_ignored)
+_OWN_ID_AND_TEXT = {
+    "tsv": "has columns, not keys: name them with columns=(...) (e.g. ('id', 'url', 'title', "
+    "'text'); default ('id', 'text')) and every column is kept",
+    "trec": "is TREC: its documents name their own id, text and title (<DOCNO>, <TEXT>, <TITLE>)",
+    "irds": "is an ir_datasets dataset: it gives its own ids and texts",
+}
+
 
 def check_id(doc_id: str) -> str:
     """Return ``doc_id`` if it is usable as a key, else raise :class:`RecordError` saying why."""

@@ -407,5 +407,8 @@ def read_records(
     parse: ParseOptions | None = None,
 ) -> SourceReader:
     """A reader over the records of ``source``, which ``parse`` says where to find ids, text
-    and fields in (default: :class:`ParseOptions`'s); iterate it, then read ``.skipped``."""
-    return SourceReader(source, format, on_error, parse or ParseOptions())
+    and fields in (default: :class:`ParseOptions`'s); iterate it, then read ``.skipped``.
+    Options the source's format never reads are refused (:meth:`ParseOptions.refuse_ignored`)."""
+    reader = SourceReader(source, format, on_error, parse or ParseOptions())
+    reader.options.refuse_ignored(reader.format, reader.source)
+    return reader

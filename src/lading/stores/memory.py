@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lading.errors import SourceError
-from lading.sources import OnError, ParseOptions, SourceReader
+from lading.sources import OnError, ParseOptions, read_records
 from lading.stores.base import DocStore, IdLike, id_list, id_text, is_id
 from lading.stores.building.writer import DUPLICATE_MODES, Duplicates
 
@@ -45,7 +45,7 @@ class InMemoryStore(DocStore):
             raise ValueError(
                 f"unknown duplicates {duplicates!r}; choose from {sorted(DUPLICATE_MODES)}"
             )
-        reader = SourceReader(source, format, on_error, parse or ParseOptions())
+        reader = read_records(source, format, on_error, parse=parse)
         docs: dict[str, str] = {}
         for record, line, _ in reader.iter_numbered():
             if record.id in docs:

@@ -39,6 +39,7 @@ from lading.sources import (
     SourceReader,
     fingerprint_changed,
     is_compressed,
+    read_records,
     refuse_if_changed,
 )
 from lading.stores.base import DocStore, IdLike, id_list, is_id
@@ -84,7 +85,7 @@ class OffsetStore(DocStore):
         Arguments as :func:`lading.build_store`'s; ``parse`` is recorded in ``meta.json``, since
         every lookup parses its record again with it.
         """
-        reader = SourceReader(source, format, on_error, parse or ParseOptions())
+        reader = read_records(source, format, on_error, parse=parse)
         if reader.path is None or is_compressed(reader.path):
             raise ValueError(
                 f"OffsetStore reads records back by byte offset, which needs an uncompressed "

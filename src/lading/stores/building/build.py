@@ -239,6 +239,7 @@ def _shard_options(source: Any, args: tuple[Any, ...]) -> dict[str, Any]:
     given, tok, max_length, on_error, duplicates, parse = args
     files = source_files(source, given, parse)
     fmt = given or SourceReader(files[0], None, on_error, parse).format
+    parse.refuse_ignored(fmt, files[0])
     return build_options(fmt, on_error, duplicates, parse, tok, max_length)
 
 
@@ -252,11 +253,15 @@ def _reader(source: Any, format: str | None, on_error: OnError, parse: ParseOpti
             )
         return source
     files = input_files(source)
+    reader: PiecesReader | SourceReader
     if files is not None:
-        return PiecesReader(
+        reader = PiecesReader(
             [Piece(path) for path in files], format, on_error, parse or ParseOptions()
         )
-    return SourceReader(source, format, on_error, parse or ParseOptions())
+    else:
+        reader = SourceReader(source, format, on_error, parse or ParseOptions())
+    reader.options.refuse_ignored(reader.format, files[0] if files else source)
+    return reader
 
 
 def build_options(
