@@ -25,8 +25,9 @@ import lading
 from conftest import word_corpus, write
 from lading.ir import TrainingGroups, read_qrels, read_queries
 from lading.lm import LanguageModelLoader, TokenCorpus, Windows
+from lading.remote.cancel import Cancel, reading_for
 from lading.remote.clients import open_client
-from lading.remote.fetch import Fetcher
+from lading.remote.fetch import CancelledError, Fetcher
 from lading.remote.objects import RemoteReadError
 from lading.testing import LocalS3
 
@@ -869,6 +870,54 @@ CLAIMER = """
     sys.stdin.readline()  # the test aims its fault at the next GET, then says go
     corpus.tokens[0:40]  # its GET never comes back: the claim stays, its owner alive
 """
+
+
+def test_a_closed_loaders_read_waiting_on_another_processs_claim_ends_at_once(
+    corpora: Corpora, faults: LocalS3, tmp_path: Path
+) -> None:
+    """A loader's read waits while another live process fills the block it needs (polling
+    the ledger, up to ``wait_limit``, at least 5 s). Once the loader closes (its flag is
+    cancelled) that wait ends at once with ``CancelledError``, as a wait on a GET of its own
+    does (was: the thread polled on for the whole ``wait_limit``, then was refused at
+    submit)."""
+    cache = tmp_path / "shared-node"
+    script = textwrap.dedent(CLAIMER.format(url=corpora.url("a"), cache=str(cache)))
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    claimer = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert claimer.stdin is not None and claimer.stdout is not None
+        assert claimer.stdout.readline().strip() == "opened"
+        faults.fault("corpora/a/", 1, "hang")  # its read's GET: the claim stays, owner alive
+        claimer.stdin.write("go\n")
+        claimer.stdin.flush()
+        wait_for(lambda: faults.stats()["faults"] == 1)
+        reader = TokenCorpus.open(corpora.url("a"), cache=cache, cache_bytes="1M")
+        cancel, outcome = Cancel("the test's loader"), []
+
+        def read() -> None:
+            try:
+                reading_for(cancel, lambda: reader.tokens[0:40])
+                outcome.append("read")
+            except CancelledError as e:
+                outcome.append(e)
+
+        thread = threading.Thread(target=read, daemon=True)
+        thread.start()
+        time.sleep(0.5)  # it waits on the claimer's claim
+        assert thread.is_alive() and not outcome
+        cancelled = time.monotonic()
+        cancel.cancel()
+        thread.join(10)
+        ended = time.monotonic() - cancelled
+        assert outcome and isinstance(outcome[0], CancelledError), outcome
+        assert ended < 1.5, f"the read ended {ended:.1f} s after its loader closed"
+        reader.close()
+    finally:
+        claimer.kill()
+        claimer.wait(30)
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1) (util-linux)")

@@ -223,7 +223,7 @@ class Fetcher:
         """Start fetching every request (one wake-up of the loop for all of them);
         ``callbacks[i]`` (if given and not None) runs once request ``i`` is settled."""
         cancel = current()  # the loader these GETs are made for, if any (closes them)
-        _refuse_if_cancelled(cancel)
+        refuse_if_cancelled(cancel)
         client = self.client
         loop = running(client)
         cond = threading.Condition()
@@ -239,7 +239,7 @@ class Fetcher:
                 self._unsettled.update(futures)
             if cancel is not None and not cancel.track(self, futures):
                 self.cancelled(futures, cancel)  # cancelled just now: none is sent
-                _refuse_if_cancelled(cancel)
+                refuse_if_cancelled(cancel)
             loop.call_soon_threadsafe(self._launch, list(requests), futures, cancel)
         return futures
 
@@ -374,7 +374,7 @@ class Fetcher:
         """Run ``attempt()`` on the fetch loop under the deadline; this thread waits for the
         outcome (at most the deadline's total and a second)."""
         cancel = current()
-        _refuse_if_cancelled(cancel)
+        refuse_if_cancelled(cancel)
         loop = running(self.client)
         future = asyncio.run_coroutine_threadsafe(self._attempts(what, attempt, cancel), loop)
         with self._lock:  # (close cancels it: its caller hears "closed" at once)
@@ -450,7 +450,7 @@ class Fetcher:
         this fetcher, or of the loader it was made for)."""
         if self.closed:
             raise PermanentError(CLOSED.format(self))
-        _refuse_if_cancelled(cancel)
+        refuse_if_cancelled(cancel)
 
     def cancelled(self, futures: Sequence[Future], cancel: Cancel) -> None:
         """Settle ``futures`` (those not settled yet) as cancelled: the loader they were made
@@ -467,9 +467,9 @@ class Fetcher:
             self.node.forked()
 
 
-def _refuse_if_cancelled(cancel: Cancel | None) -> None:
-    """Raise :class:`CancelledError` where a GET would be sent, queued or retried for a loader
-    that closed."""
+def refuse_if_cancelled(cancel: Cancel | None) -> None:
+    """Raise :class:`CancelledError` where a GET would be sent, queued or retried, or a read
+    would wait on another process's fill, for a loader that closed."""
     if cancel is not None and cancel.cancelled:
         raise CancelledError(cancel.reason())
 

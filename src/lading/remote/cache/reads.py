@@ -37,7 +37,7 @@ from lading.remote.cache.node import Flight, Node, release
 from lading.remote.cache.places import policy_check
 from lading.remote.cache.regions import PayloadCutError, folder_bytes
 from lading.remote.cancel import current
-from lading.remote.fetch import REFUSED, ClosedError, Fetcher, Future
+from lading.remote.fetch import REFUSED, ClosedError, Fetcher, Future, refuse_if_cancelled
 from lading.remote.objects import RemoteReadError, describe
 from lading.remote.ranges import DEFAULT_GAP, DEFAULT_WASTE, NO_STEP, Need
 from lading.step import current_step
@@ -346,8 +346,9 @@ class NodeCache:
         """Another view of the node closed its fetcher under the GET of ``piece``: once the
         fill thread gave its claim back, None (look again: this view claims and fetches it);
         past ``wait_limit``, the part read around the cache."""
-        deadline = time.monotonic() + self.wait_limit
+        deadline, cancel = time.monotonic() + self.wait_limit, current()
         while time.monotonic() < deadline:
+            refuse_if_cancelled(cancel)  # a closed loader's read ends here, not at the limit
             with self.node.lock:
                 if self.node.inflight.get((k[0], piece.start)) is not flight:
                     return None
@@ -360,10 +361,11 @@ class NodeCache:
         """Wait while a live owner fills ``piece`` (another process, or a thread of this one
         writing a block it carried forward); a dead one's claim is given up; past
         ``wait_limit``, the part is read around (a second GET beats a stalled batch)."""
-        deadline = time.monotonic() + self.wait_limit
+        deadline, cancel = time.monotonic() + self.wait_limit, current()
         waited = time.perf_counter()
         try:
             while time.monotonic() < deadline:
+                refuse_if_cancelled(cancel)  # a closed loader's read ends here, not at the limit
                 with self.ledger.read() as conn:
                     row = conn.execute(
                         "SELECT owner FROM blocks WHERE object = ? AND start = ?",
