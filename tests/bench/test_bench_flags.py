@@ -328,3 +328,20 @@ def test_a_memory_budget_of_nothing_is_refused(budget: str) -> None:
     # every cell would be recorded as out of memory, and the run exit 0
     with pytest.raises(ValueError, match=r"--memory-budget .*: .*at least 1 MiB.* e\.g\. 8G"):
         plan("--memory-budget", budget)
+
+
+@pytest.mark.parametrize("budget", ["1.2.3G", "8 gigs", "1e3G"])
+def test_a_memory_budget_that_is_no_size_names_the_flag_and_the_forms(budget: str) -> None:
+    """One reader of sizes for the bench's budget and the node cache's cap: a malformed one
+    names the flag and the forms taken (was: ``could not convert string to float`` for
+    ``1.2.3G``, a bench-only message for the others)."""
+    with pytest.raises(ValueError, match=r"--memory-budget=.*expected bytes as a number"):
+        plan("--memory-budget", budget)
+
+
+def test_the_bench_and_the_node_cache_read_sizes_alike() -> None:
+    from lading.bench import parse_bytes
+    from lading.remote.settings import parse_bytes as cache_bytes
+
+    for text in ("8G", "512MiB", "1.5GB", "1048576", " 2 k "):
+        assert parse_bytes(text) == cache_bytes(text), text

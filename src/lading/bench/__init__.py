@@ -10,7 +10,6 @@ with the world size while the others' does not) and :data:`FULL` (``lading bench
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -81,13 +80,13 @@ __all__ = [
 ]
 
 
-def parse_bytes(text: str) -> int:
-    """``"8G"``, ``"512MiB"``, ``"1.5GB"`` or a plain byte count, as bytes."""
-    match = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(i?B)?\s*", text, re.IGNORECASE)
-    if not match:
-        raise ValueError(f"cannot read {text!r} as a size; write e.g. 8G, 512M or 1048576")
-    scale = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[match.group(2).upper()]
-    return int(float(match.group(1)) * scale)
+def parse_bytes(text: str, what: str = "size") -> int:
+    """``"8G"``, ``"512MiB"``, ``"1.5GB"`` or a plain byte count, as bytes: the node cache's
+    reader of sizes (:func:`lading.remote.settings.parse_bytes`), so ``--memory-budget`` and
+    ``cache_bytes=`` take the same forms; a ValueError names ``what`` and the forms."""
+    from lading.remote.settings import parse_bytes as read_size
+
+    return read_size(text, what)
 
 
 def run_bench(

@@ -271,7 +271,7 @@ def memory_budget(text: str | None) -> int | None:
 
     if not text:
         return None
-    budget = parse_bytes(text)
+    budget = parse_bytes(text, "--memory-budget")
     if budget < 2**20:
         raise ValueError(
             f"--memory-budget {text}: {budget:,} bytes; a budget is at least 1 MiB (the "
