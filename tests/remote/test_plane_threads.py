@@ -350,6 +350,36 @@ def test_closing_a_fetcher_ends_a_whole_object_get_at_once(bucket: str, faults: 
     assert out["at"] - started < 2.0
 
 
+def test_a_closed_loaders_whole_object_get_ends_at_once(bucket: str, faults: LocalS3) -> None:
+    """A whole-object GET (``Fetcher.run``: a manifest, a staged index) made for a loader that
+    then closes (its flag cancelled), on a server that never answers: the wait ends at once
+    with ``CancelledError`` and the fetcher stays open for its other readers (was: it waited
+    out its attempt's timeout, 8 s here)."""
+    url = f"s3://{bucket}/objects"
+    open_client(url).put("meta.json", b"{}")
+    fetcher = Fetcher(lambda: open_client(url), timeout=8.0)
+    fetcher.read([])  # (the client made)
+    faults.fault("meta.json", 1, "hang")
+    cancel, out = Cancel("the test's loader"), {}
+
+    def get() -> None:
+        try:
+            out["got"] = reading_for(cancel, lambda: fetcher.get_object("meta.json"))
+        except Exception as e:
+            out["error"], out["at"] = e, time.monotonic()
+
+    waiting = threading.Thread(target=get)
+    waiting.start()
+    wait_for(lambda: faults.stats()["faults"] == 1)
+    started = time.monotonic()
+    cancel.cancel()
+    waiting.join(20)
+    assert isinstance(out.get("error"), CancelledError), out
+    assert out["at"] - started < 2.0
+    assert fetcher.get_object("meta.json") == b"{}"  # another reader's call goes on
+    fetcher.close()
+
+
 def test_a_close_between_a_submits_check_and_its_register_leaves_no_future_unsettled(
     bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

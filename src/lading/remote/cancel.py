@@ -8,8 +8,10 @@ variable the thread sets once); :meth:`lading.remote.fetch.Fetcher.submit_many` 
 loader's ``close``) settles every GET submitted under it that is not yet settled with
 :class:`~lading.remote.fetch.CancelledError` (a waiter returns at once; the fetcher makes the error
 from :meth:`Cancel.reason`, so this module needs nothing of it), and from then on none
-is sent, queued or retried for it: a call in flight ends by its own timeout, nothing follows
-it. The thread's build ends at its next read, which raises it at submit.
+is sent, queued or retried for it: a ranged GET in flight ends by its own timeout, nothing
+follows it (a whole-object call of ``run`` is cancelled on the fetch loop). The thread's build
+ends at its next read, which raises it at submit, or in a wait on another process's fill
+(:mod:`lading.remote.cache.reads`), which checks the flag as it polls.
 """
 
 from __future__ import annotations

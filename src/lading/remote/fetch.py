@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from lading.deadline import DEFAULT_BACKOFF, DEFAULT_RETRIES, DEFAULT_TIMEOUT, TIMEOUT_ENV, Deadline
 from lading.errors import LoaderClosedError, RemoteChangedError, RemoteNotFoundError
@@ -382,9 +382,12 @@ class Fetcher:
                 future.cancel()
                 raise RemoteReadError(REFUSED.format(self))
             self._runs.add(future)  # type: ignore[arg-type]
+        if cancel is not None and not cancel.track(self, [future]):  # closed just now
+            future.cancel()
         try:
             return future.result(self.deadline.total + 1.0)
         except concurrent.futures.CancelledError:
+            refuse_if_cancelled(cancel)  # the loader it was for closed: ends with it
             raise ClosedError(CLOSED.format(self)) from None
         finally:
             with self._lock:
@@ -452,10 +455,16 @@ class Fetcher:
             raise PermanentError(CLOSED.format(self))
         refuse_if_cancelled(cancel)
 
-    def cancelled(self, futures: Sequence[Future], cancel: Cancel) -> None:
+    def cancelled(self, futures: Sequence[Any], cancel: Cancel) -> None:
         """Settle ``futures`` (those not settled yet) as cancelled: the loader they were made
-        for closed (:mod:`lading.remote.cancel`); their calls stop at the next send."""
-        self._settle(futures, None, CancelledError(cancel.reason()))
+        for closed (:mod:`lading.remote.cancel`); their calls stop at the next send. A
+        :meth:`run`'s future among them is cancelled on the loop: its waiter returns at
+        once, its attempt in flight ends."""
+        for future in futures:
+            if isinstance(future, concurrent.futures.Future):
+                future.cancel()
+        ours = [f for f in futures if isinstance(f, Future)]
+        self._settle(ours, None, CancelledError(cancel.reason()))
 
     def forked(self) -> None:
         """In a forked child: the parent's client, GETs and slots are not this process's;
