@@ -112,16 +112,22 @@ def _epoch_batches(
 _KILL_S = 2.0  # past the deadline: the most a terminated worker, or torch's shutdown, may take
 
 
-def _shut_down(iterator: Any, shutdown: Callable[[], None], ends: float) -> None:
-    """Run torch's ``_shutdown_workers`` on a thread of close's own, until ``ends``; workers
-    still alive then are terminated (killed if that is not enough), and the thread ends.
+def _shut_down(
+    iterator: Any, shutdown: Callable[[], None], ends: float, meanwhile: Callable[[], None]
+) -> None:
+    """Run torch's ``_shutdown_workers`` on a thread of close's own, until ``ends``, and
+    ``meanwhile()`` on this one as it runs; workers still alive then are terminated (killed if
+    that is not enough), and the thread ends.
 
     torch joins each worker in turn for 5 s (``MP_STATUS_CHECK_INTERVAL``) before it kills
     it: a worker stuck on a stalled GET cost close 5 s a worker. Here every worker shares the
-    one deadline; ending them unlocks torch's joins, which then return at once.
+    one deadline; ending them unlocks torch's joins, which then return at once. ``meanwhile``
+    (the workload's ``settle``: this process's GETs) shares it too, rather than getting what
+    stuck workers left of it (nothing).
     """
     thread = threading.Thread(target=shutdown, name="lading-close", daemon=True)
     thread.start()
+    meanwhile()
     thread.join(max(0.0, ends - time.monotonic()))
     if not thread.is_alive():
         return
@@ -427,8 +433,18 @@ class Loader:
         torch_loader, self._torch = self._torch, None
         iterator = getattr(torch_loader, "_iterator", None)
         shutdown = getattr(iterator, "_shutdown_workers", None)
-        if callable(shutdown):
-            _shut_down(iterator, shutdown, ends)
+        # GETs it asked for ahead (prefetches handed to a remote corpus's cache) are sent and
+        # answered before close returns, within the remote deadline: none goes out after
+        settle = getattr(self._workload, "settle", None)
+
+        def settled() -> None:
+            if callable(settle):
+                settle(max(0.0, ends - time.monotonic()))
+
+        if not callable(shutdown):
+            settled()
+        else:  # the workers' end and this process's GETs, side by side, one deadline
+            _shut_down(iterator, shutdown, ends, settled)
             # a thread waiting in the DataLoader for a batch waits for ever on workers marked
             # shut down (torch then takes an empty queue for a slow worker): marked alive
             # again, its next look (within 5 s) finds them gone and raises, which its pass
@@ -436,11 +452,6 @@ class Loader:
             status = getattr(iterator, "_workers_status", None)
             if isinstance(status, list):
                 setattr(iterator, "_workers_status", [True] * len(status))  # noqa: B010
-        # GETs it asked for ahead (prefetches handed to a remote corpus's cache) are sent and
-        # answered before close returns, within the remote deadline: none goes out after
-        settle = getattr(self._workload, "settle", None)
-        if callable(settle):
-            settle(max(0.0, ends - time.monotonic()))
 
     def __enter__(self) -> Loader:
         return self
