@@ -323,44 +323,21 @@ def test_closing_a_fetcher_settles_every_future_at_once(bucket: str, faults: Loc
     assert time.monotonic() - started < 5.0
 
 
-def test_closing_a_fetcher_ends_a_whole_object_get_at_once(bucket: str, faults: LocalS3) -> None:
-    """A manifest's GET (``get_object``, through ``Fetcher.run``) the server never answers:
-    ``close`` from another thread ends its wait with "closed" at once (was: it waited for
-    its attempt's timeout, 8 s here, and logged a retry)."""
+@pytest.mark.parametrize("ended_by", ["fetcher", "loader"])
+def test_a_whole_object_get_ends_at_once_when_its_reader_closes(
+    bucket: str, faults: LocalS3, ended_by: str
+) -> None:
+    """A manifest's GET (``get_object``, through ``Fetcher.run``) the server never answers.
+    ``close`` of the fetcher from another thread ends its wait with "closed" at once; so does
+    the close of the loader it was made for (its flag cancelled: ``CancelledError``), which
+    leaves the fetcher open for its other readers. Was: each waited out its attempt's
+    timeout, 8 s here (and the fetcher's close logged a retry)."""
     url = f"s3://{bucket}/objects"
     open_client(url).put("meta.json", b"{}")
     fetcher = Fetcher(lambda: open_client(url), timeout=8.0)
     fetcher.read([])  # (the client made)
     faults.fault("meta.json", 1, "hang")
-    out: dict[str, Any] = {}
-
-    def get() -> None:
-        try:
-            out["got"] = fetcher.get_object("meta.json")
-        except Exception as e:
-            out["error"], out["at"] = e, time.monotonic()
-
-    waiting = threading.Thread(target=get)
-    waiting.start()
-    wait_for(lambda: faults.stats()["faults"] == 1)
-    started = time.monotonic()
-    fetcher.close()
-    waiting.join(20)
-    assert isinstance(out.get("error"), RemoteReadError) and "closed" in str(out["error"]), out
-    assert out["at"] - started < 2.0
-
-
-def test_a_closed_loaders_whole_object_get_ends_at_once(bucket: str, faults: LocalS3) -> None:
-    """A whole-object GET (``Fetcher.run``: a manifest, a staged index) made for a loader that
-    then closes (its flag cancelled), on a server that never answers: the wait ends at once
-    with ``CancelledError`` and the fetcher stays open for its other readers (was: it waited
-    out its attempt's timeout, 8 s here)."""
-    url = f"s3://{bucket}/objects"
-    open_client(url).put("meta.json", b"{}")
-    fetcher = Fetcher(lambda: open_client(url), timeout=8.0)
-    fetcher.read([])  # (the client made)
-    faults.fault("meta.json", 1, "hang")
-    cancel, out = Cancel("the test's loader"), {}
+    cancel, out = Cancel("the test's loader"), dict[str, Any]()
 
     def get() -> None:
         try:
@@ -372,12 +349,18 @@ def test_a_closed_loaders_whole_object_get_ends_at_once(bucket: str, faults: Loc
     waiting.start()
     wait_for(lambda: faults.stats()["faults"] == 1)
     started = time.monotonic()
-    cancel.cancel()
+    if ended_by == "fetcher":
+        fetcher.close()
+    else:
+        cancel.cancel()
     waiting.join(20)
-    assert isinstance(out.get("error"), CancelledError), out
+    if ended_by == "fetcher":
+        assert isinstance(out.get("error"), RemoteReadError) and "closed" in str(out["error"])
+    else:
+        assert isinstance(out.get("error"), CancelledError), out
+        assert fetcher.get_object("meta.json") == b"{}"  # another reader's call goes on
+        fetcher.close()
     assert out["at"] - started < 2.0
-    assert fetcher.get_object("meta.json") == b"{}"  # another reader's call goes on
-    fetcher.close()
 
 
 def test_a_close_between_a_submits_check_and_its_register_leaves_no_future_unsettled(
