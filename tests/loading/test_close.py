@@ -59,3 +59,33 @@ def test_settle_gets_the_remote_deadline_while_stuck_workers_are_shut_down(
     assert elapsed < 3.5, f"close took {elapsed:.1f} s at a 2 s deadline"
     assert data.given and data.given[0] >= 1.5, data.given  # was: 0.0, the workers took it all
     assert not [w for w in workers if w.is_alive()], "a worker outlived close"
+
+
+class SettleFails(StuckAfterTheFirstBatch):
+    """As above, with a ``settle`` hook that raises (a user's, or one interrupted by Ctrl-C)."""
+
+    def settle(self, timeout: float) -> None:
+        raise RuntimeError("settle hook failed")
+
+
+@pytest.mark.slow  # waits out a 2 s deadline
+def test_a_settle_that_raises_still_ends_the_stuck_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LADING_REMOTE_TIMEOUT", "2")
+    loader = lading.loader(
+        SettleFails(),
+        4,
+        collate_fn=list,
+        num_workers=2,
+        multiprocessing_context="fork",
+        prefetch_factor=1,
+    )
+    batches = iter(loader)
+    next(batches)
+    time.sleep(0.5)
+    workers = [w for w in multiprocessing.active_children() if w.pid != os.getpid()]
+    with pytest.raises(RuntimeError, match="settle hook failed"):  # the hook's error is the user's
+        loader.close()
+    # ... and the workers still end with close (were: left alive, stuck for ever)
+    assert not [w for w in workers if w.is_alive()], "a worker outlived close"

@@ -127,7 +127,15 @@ def _shut_down(
     """
     thread = threading.Thread(target=shutdown, name="lading-close", daemon=True)
     thread.start()
-    meanwhile()
+    try:
+        meanwhile()
+    finally:  # a hook that raises (or Ctrl-C) still ends the workers; its error then goes up
+        _end_workers(iterator, thread, ends)
+
+
+def _end_workers(iterator: Any, thread: threading.Thread, ends: float) -> None:
+    """Wait for torch's shutdown ``thread`` until ``ends``; then terminate (kill) the workers
+    it has not ended, which lets its joins return."""
     thread.join(max(0.0, ends - time.monotonic()))
     if not thread.is_alive():
         return
@@ -445,14 +453,16 @@ class Loader:
         if not callable(shutdown):
             settled()
         else:  # the workers' end and this process's GETs, side by side, one deadline
-            _shut_down(iterator, shutdown, ends, settled)
-            # a thread waiting in the DataLoader for a batch waits for ever on workers marked
-            # shut down (torch then takes an empty queue for a slow worker): marked alive
-            # again, its next look (within 5 s) finds them gone and raises, which its pass
-            # turns into LoaderClosedError
-            status = getattr(iterator, "_workers_status", None)
-            if isinstance(status, list):
-                setattr(iterator, "_workers_status", [True] * len(status))  # noqa: B010
+            try:
+                _shut_down(iterator, shutdown, ends, settled)
+            finally:
+                # a thread waiting in the DataLoader for a batch waits for ever on workers
+                # marked shut down (torch then takes an empty queue for a slow worker): marked
+                # alive again, its next look (within 5 s) finds them gone and raises, which
+                # its pass turns into LoaderClosedError
+                status = getattr(iterator, "_workers_status", None)
+                if isinstance(status, list):
+                    setattr(iterator, "_workers_status", [True] * len(status))  # noqa: B010
 
     def __enter__(self) -> Loader:
         return self
