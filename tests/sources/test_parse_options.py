@@ -206,3 +206,21 @@ def test_options_a_format_reads_are_still_taken(tmp_path: Path) -> None:
     assert (record.id, record.text) == ("D1", "Body")
     store = build_store(write(tmp_path / "c.jsonl", JSONL), tmp_path / "s", parse=PARSE)
     assert store["k1"] == "text 1"
+
+
+@pytest.mark.parametrize("recorded", [{"keep_fields": []}, {"id_field": "key"}])
+def test_a_store_recorded_with_an_option_its_format_ignores_is_reused_without_it(
+    tmp_path: Path, recorded: dict[str, Any]
+) -> None:
+    """A TSV store an older lading built with an option TSV never reads (then taken and ignored,
+    now refused): following the refusal's fix, leaving it out, reuses the same store rather than
+    rebuilding it, since the option never changed a byte."""
+    path = write(tmp_path / "c.tsv", "".join(f"d{i}\ttext {i}\n" for i in range(50)))
+    store = build_store(path, tmp_path / "s", progress=False)
+    meta_path = tmp_path / "s" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["build"].update(recorded)  # as that older lading recorded it
+    meta_path.write_text(json.dumps(meta))
+    again = build_store(path, tmp_path / "s", progress=False)
+    assert again.snapshot == store.snapshot  # was: a whole rebuild
+    assert again.meta["build"]["seconds"] == store.meta["build"]["seconds"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, NamedTuple
 
 from lading.errors import LadingError
@@ -109,29 +109,37 @@ class ParseOptions:
         ``keep_fields`` was recorded were all built with the default."""
         return cls(**{key: record[key] for key in cls.KEYS if key in record})
 
+    def read_by(self, fmt: str | None) -> ParseOptions:
+        """These options as a ``fmt`` source reads them: those it never reads set to their
+        defaults (``id_field``, ``text_field`` and ``keep_fields`` for TSV, TREC and
+        ir_datasets, which have no keys; ``columns`` for anything but TSV). Two option sets
+        that a format reads alike build the same store from it."""
+        default = ParseOptions()
+        ignored = ["id_field", "text_field", "keep_fields"] if fmt in _OWN_ID_AND_TEXT else []
+        if fmt != "tsv":
+            ignored.append("columns")
+        return replace(self, **{name: getattr(default, name) for name in ignored})
+
     def refuse_ignored(self, fmt: str | None, source: object) -> None:
         """Raise ``ValueError`` naming ``source`` and the fix where these options set one that
-        a ``fmt`` source never reads (it would be taken and silently ignored): ``id_field`` and
-        ``text_field`` for TSV, TREC and ir_datasets (no keys), ``keep_fields`` other than the
-        default there too (TSV keeps every column, TREC its title), ``columns`` other than the
-        default for anything but TSV. Called where a source is read for a build or by
+        a ``fmt`` source never reads (:meth:`read_by`: it would be taken and silently ignored).
+        Called where a source is read for a build or by
         :func:`~lading.sources.read_records`, not where a store reopens the options it
         recorded."""
-        default = ParseOptions()
-        if fmt in _OWN_ID_AND_TEXT:
-            ignored = [
-                f"{name}={getattr(self, name)!r}"
-                for name in ("id_field", "text_field", "keep_fields")
-                if getattr(self, name) != getattr(default, name)
-            ]
-            if ignored:
-                named = ", ".join(ignored)
-                raise ValueError(
-                    f"{source}: ParseOptions({named}) names JSON keys or table columns (jsonl, "
-                    f"parquet, arrow, beir); this {fmt} source {_OWN_ID_AND_TEXT[fmt]}; leave "
-                    f"{named} out"
-                )
-        if fmt != "tsv" and self.columns != default.columns:
+        read = self.read_by(fmt)
+        ignored = [
+            f"{name}={getattr(self, name)!r}"
+            for name in ("id_field", "text_field", "keep_fields")
+            if getattr(self, name) != getattr(read, name)
+        ]
+        if ignored:
+            named = ", ".join(ignored)
+            raise ValueError(
+                f"{source}: ParseOptions({named}) names JSON keys or table columns (jsonl, "
+                f"parquet, arrow, beir); this {fmt} source {_OWN_ID_AND_TEXT[fmt or '']}; "
+                f"leave {named} out"
+            )
+        if self.columns != read.columns:
             raise ValueError(
                 f"{source}: ParseOptions(columns={self.columns!r}) names a TSV's columns; this "
                 f"{fmt} source has keys or its own fields: name its id and text with "

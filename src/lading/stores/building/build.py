@@ -315,8 +315,11 @@ def reusable(meta: dict[str, Any] | None, reader: Any, options: dict[str, Any]) 
     if meta is None or unnamed_columns(meta):
         return False  # a TSV read with fewer columns named than it has (see unnamed_columns)
     build = meta.get("build", {})
-    if ParseOptions.from_dict(build) != reader.options:
-        return False  # compared as options: a store recorded before keep_fields still matches
+    read = reader.options.read_by(reader.format)
+    if ParseOptions.from_dict(build).read_by(reader.format) != read:
+        # compared as the format reads them: a store recorded before keep_fields, or with an
+        # option its format never read (taken and ignored then, refused now), still matches
+        return False
     if any(build.get(k) != v for k, v in options.items() if k not in ParseOptions.KEYS):
         return False
     recorded = meta.get("sources") or [meta.get("source", {})]
