@@ -92,3 +92,19 @@ def test_cross_encoder_refuses_columns_beside_a_store(
     code = main(args)
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and "--columns" in line and "leave --columns out" in line, line
+
+
+def test_cross_encoder_refuses_columns_beside_a_corpus_that_is_not_tsv(
+    files: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The library's refusal reached the command line in the API's words
+    (``ParseOptions(columns=...)``, ``id_field=/text_field=``, flags this command lacks)."""
+    pytest.importorskip("transformers")
+    (files / "docs.jsonl").write_text('{"id": "D1", "text": "Body one"}\n')
+    args = cross_encoder_args(files, "--columns", "id,url,text")
+    args[args.index("--corpus") + 1] = str(files / "docs.jsonl")
+    code = main(args)
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and "docs.jsonl" in line and "leave --columns out" in line, line
+    assert "ParseOptions" not in line and "_field" not in line, line
+    assert not (files / "out" / "store").exists()  # refused before a tokenizer or a store

@@ -110,6 +110,15 @@ def prepare(config: TrainConfig, world: World) -> tuple[DocStore, Any, CrossEnco
             "--columns names the columns of a TSV --corpus; a --store keeps the ones it was "
             "built with: leave --columns out"
         )
+    if config.columns and config.corpus is not None:
+        from lading.sources import detect_format
+
+        fmt = detect_format(config.corpus)
+        if fmt != "tsv":
+            raise ValueError(
+                f"--columns names the columns of a TSV --corpus; {config.corpus} is {fmt}, "
+                "whose records name their own id and text: leave --columns out"
+            )
     tokenizer: Any = config.tokenizer
     if config.model != "tiny" and tokenizer is None:
         tokenizer = config.model  # a local HF model folder holds tokenizer.json
