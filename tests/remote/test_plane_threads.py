@@ -1005,3 +1005,19 @@ def test_modules_threads_import_on_first_use_are_imported_before_any_fork() -> N
     imports it before any of its threads can (checked in a fresh interpreter)."""
     done = _run("import sys, lading.threads; print('numpy.ma' in sys.modules)", timeout=60)
     assert done.stdout.strip() == "True", done.stdout + done.stderr
+
+
+def test_a_loaders_flag_holds_no_settled_get(bucket: str) -> None:
+    """The GETs made under a loader's flag (so that its close can end them) drop out of it as
+    they settle, ranged and whole-object alike: a settled GET holds its bytes, a block or a
+    parquet row group (was: up to 256 of them, the bytes of each, kept until the next GET)."""
+    url = f"s3://{bucket}/objects"
+    open_client(url).put("blob.bin", os.urandom(1 << 16))
+    fetcher = Fetcher(lambda: open_client(url), timeout=30.0)
+    cancel = Cancel("the test's loader")
+    for _ in range(40):
+        reading_for(cancel, lambda: fetcher.read([("blob.bin", 0, 1 << 16, None)] * 4))
+        reading_for(cancel, lambda: fetcher.get_object("blob.bin"))
+    held = [f for futures in cancel._made.values() for f in futures]
+    assert held == [], f"{len(held)} settled GETs still held by the flag"
+    fetcher.close()

@@ -17,6 +17,7 @@ ends at its next read, which raises it at submit, or in a wait on another proces
 from __future__ import annotations
 
 import contextvars
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -51,10 +52,15 @@ class Cancel:
             if self.cancelled:
                 return False
             made = self._made.setdefault(fetcher, set())
-            if len(made) > 256:  # (kept small: the settled ones go)
-                made.difference_update([f for f in made if f.done()])
             made.update(futures)
+        for future in futures:  # a settled GET holds its bytes: it leaves as it settles
+            future.add_done_callback(functools.partial(self._settled, made))
         return True
+
+    def _settled(self, made: set[Any], future: Any) -> None:
+        """Drop ``future``, settled, from ``made`` (on the fetch loop's thread, or here)."""
+        with self._lock:
+            made.discard(future)
 
     def cancel(self) -> None:
         """Settle every GET made under this flag as cancelled; send none after."""
