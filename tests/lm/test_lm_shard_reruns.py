@@ -144,3 +144,51 @@ def test_one_build_id_given_two_tokenizers_is_refused_at_the_claim(tmp_path: Pat
         TokenCorpus.build_shard(src, dest, (0, 2), b, build_id="build-mine", progress=False)
     with pytest.raises(Exception, match=r"other options than build build-mine .*tokenizer="):
         TokenCorpus.build_shard(src, dest, (1, 2), b, build_id="build-mine", progress=False)
+
+
+def _age(folder: Path, seconds: float) -> None:
+    """Every file and folder under ``folder`` last changed ``seconds`` ago."""
+    import os
+    import time
+
+    then = time.time() - seconds
+    for p in [folder, *folder.rglob("*")]:
+        os.utime(p, (then, then))
+
+
+def test_a_merge_keeps_the_build_it_merges_however_old(tmp_path: Path) -> None:
+    """Shards built on Friday and merged on Monday, into a folder that holds a corpus: the
+    merge commits them (it collected the build as abandoned before it chose one: data lost,
+    and without ``build_id`` the old snapshot came back as if it were the new one)."""
+    src, tok, dest = inputs(tmp_path), tmp_path / "t.json", tmp_path / "c"
+    before = TokenCorpus.build(src, dest, tok, progress=False, append_eos=False)
+    built = shards(src, dest, 2, tok)
+    bid = built[0].build_id  # type: ignore[attr-defined]
+    _age(dest / bid, 25 * 3600)
+    merged = TokenCorpus.merge(dest)
+    assert merged.meta["build_id"] == bid and merged.snapshot != before.snapshot
+    one = TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
+    assert np.array_equal(np.asarray(merged.tokens), np.asarray(one.tokens))
+    assert (dest / bid).is_dir()  # the snapshot's build stays
+
+
+def test_shards_run_again_after_the_grace_take_their_build_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Back to earlier options once the snapshot that used them is past its grace: the
+    shards run again are merged (the merge removed that build as a replaced snapshot's,
+    however recently its shards ran, and kept the newer snapshot without a word)."""
+    import time
+
+    monkeypatch.setenv("LADING_SNAPSHOT_GRACE_S", "1")
+    src, tok, dest = inputs(tmp_path), tmp_path / "t.json", tmp_path / "c"
+    x = shards(src, dest, 2, tok)
+    first = TokenCorpus.merge(dest)
+    shards(src, dest, 2, tok, append_eos=False)
+    TokenCorpus.merge(dest)
+    time.sleep(1.5)  # past the grace: the first snapshot's folders may go
+    again = shards(src, dest, 2, tok)
+    assert again[0].build_id == x[0].build_id  # type: ignore[attr-defined]
+    back = TokenCorpus.merge(dest)
+    assert back.meta["build_id"] == first.meta["build_id"]
+    assert np.array_equal(np.asarray(back.tokens), np.asarray(first.tokens))

@@ -91,3 +91,20 @@ def test_shards_run_again_take_their_build_back_in_a_bucket(
     back = lading.merge_store(url, cache=tmp_path / "m4")
     assert len(back) == 100 and back.meta["build_id"] == x
     assert lading.merge_store(url, cache=tmp_path / "m5").snapshot == back.snapshot
+
+
+def test_a_merge_keeps_the_store_build_it_merges_however_old(tmp_path: Path) -> None:
+    """Shards built a day before the merge, into a folder that holds a store: committed (the
+    merge collected them as an abandoned build before it read them)."""
+    import os
+    import time
+
+    dest = tmp_path / "store"
+    lading.build_store(docs(tmp_path / "old.jsonl", 10), dest)
+    bid = build(docs(tmp_path / "new.jsonl", 50), dest, 2)
+    then = time.time() - 25 * 3600
+    for p in [dest / bid, *(dest / bid).rglob("*")]:
+        os.utime(p, (then, then))
+    merged = lading.merge_store(dest, build_id=bid)
+    assert len(merged) == 50 and merged.meta["build_id"] == bid
+    assert lading.open_store(dest).get("d49") == "doc 49"

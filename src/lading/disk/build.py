@@ -72,16 +72,26 @@ class BuildContext:
         fmt: its snapshot format (``"lading.packed"``...), or None for a directory published
             whole or a shard.
         what: what the user calls it, for the refusal to replace a folder lading did not write.
+        collect: remove old snapshots as the lock is taken (what a build writing its payload
+            frees room with); a merge passes False: the build it is about to commit may look
+            abandoned (shards built a day before), and its commit collects after.
 
     Attributes:
         snapshot: the id this build commits as (its files go under ``DEST/<snapshot>/``).
         previous: the manifest committed before (read under the lock), or None.
     """
 
-    def __init__(self, dest: str | os.PathLike[str], fmt: str | None, what: str = "store") -> None:
+    def __init__(
+        self,
+        dest: str | os.PathLike[str],
+        fmt: str | None,
+        what: str = "store",
+        collect: bool = True,
+    ) -> None:
         self.dest = Path(dest)
         self.fmt = fmt
         self.what = what
+        self.collect = collect
         self.snapshot = new_snapshot_id()
         self.previous: dict[str, Any] | None = None
         self._lock: contextlib.ExitStack | None = None
@@ -94,7 +104,8 @@ class BuildContext:
             remove_dead_temps(self.dest)
             if self.fmt is not None:
                 self.previous = self._current()
-                collect_garbage(self.dest, self.fmt)
+                if self.collect:
+                    collect_garbage(self.dest, self.fmt)
         except BaseException:
             stack.close()
             raise

@@ -167,7 +167,7 @@ class ShardSink(Datasink):
                 "tasks before on_write_start; nothing committed (report it to lading)"
             )
         if self.url is None:
-            with BuildContext(self.dest, self.fmt, self.what) as build:
+            with BuildContext(self.dest, self.fmt, self.what, collect=False) as build:
                 build.check_kind()  # another kind committed meanwhile: not replaced
                 shards = [self.read(self.dest, rel) for rel in rels]
                 self.snapshot = self.commit_local(build, shards)

@@ -145,7 +145,7 @@ def merge_in_folder(
     that build is committed already). ``kind``: the format name and what it is called in
     the messages; ``build``: the command that builds a shard, in the messages."""
     fmt, what = kind
-    with BuildContext(dest, fmt, what) as context:
+    with BuildContext(dest, fmt, what, collect=False) as context:
         context.check_kind()  # a store there is not replaced by a token corpus, nor back
         merge = build_to_commit(dest, context.previous, build_id, read, build)
         if isinstance(merge, str):

@@ -337,7 +337,7 @@ def commit_store_in_bucket(
             "built with duplicates='first'/'last' are merged in a folder (lading merge "
             "DIR), then uploaded"
         )
-    with BuildContext(root, FORMAT_NAME) as build:
+    with BuildContext(root, FORMAT_NAME, collect=False) as build:
         snapshot = commit_shards(build, bid, shards, recipe)
     meta = json.loads((root / META_FILE).read_text())
     for name, info in meta["files"].items():
