@@ -96,6 +96,25 @@ def test_several_files_by_list_folder_or_glob(tmp_path: Path) -> None:
     assert "b.jsonl.gz" in json.dumps(lading.open_store(tmp_path / "n3").meta["shards"])
 
 
+def test_a_source_whose_name_holds_glob_characters_is_that_file(tmp_path: Path) -> None:
+    """``data [v1].jsonl`` that exists is read, not taken for a pattern: one read ``data
+    v.jsonl`` beside it instead (another file's records, silently) or, with none such, was
+    refused as matching no file; so was a folder ``corpus [2024]``."""
+    named = jsonl(tmp_path / "data [v1].jsonl", 0, 30)
+    jsonl(tmp_path / "data v.jsonl", 500, 5)  # what the pattern [v1] matches
+    folder = tmp_path / "corpus [2024]"
+    jsonl(folder / "a.jsonl", 0, 30)
+    for source in (named, str(named), folder):
+        one = lading.build_store(source, tmp_path / f"one-{time.monotonic_ns()}", progress=False)
+        assert len(one) == 30 and one.ids()[0] == "d0", source
+        dest = tmp_path / f"n-{time.monotonic_ns()}"
+        for i in range(2):
+            lading.build_shard(source, dest, (i, 2), progress=False)
+        same_content(one, lading.merge_store(dest))
+    with pytest.raises(FileNotFoundError, match="no file matches"):
+        lading.build_store(str(tmp_path / "nothing*.jsonl"), tmp_path / "x", progress=False)
+
+
 def test_a_duplicate_id_across_shards_names_both(tmp_path: Path) -> None:
     src = write(
         tmp_path / "c.tsv", "".join(f"d{i}\ttext {i}\n" for i in range(100)) + "d7\tagain\n"

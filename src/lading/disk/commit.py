@@ -110,12 +110,12 @@ def collect_garbage(root: Path, fmt_name: str) -> list[str]:
     """Remove what no reader can still be opening (call under the build lock); the names removed.
 
     Kept: the current snapshot, every snapshot replaced less than :func:`grace_seconds` ago,
-    ``build-`` directories no snapshot names that changed within :data:`ABANDONED_S` (a
-    parallel build still under way), and those of replaced snapshots changed since they were
-    replaced (their shards ran again: a merge may take them back). Removed: older snapshots' ``snap-`` directories (their
-    manifest first, so a pinned reader is told it is gone), the ``build-`` directories and
-    version 1 files only they used, and ``snap-`` directories no manifest committed (a build
-    killed between its rename and its commit).
+    ``build-`` directories no snapshot names that changed within :data:`ABANDONED_S` (a parallel
+    build still under way), and those of replaced snapshots changed since they were replaced (their
+    shards ran again: a merge may take them back). Removed: older snapshots' ``snap-`` directories
+    (their manifest first, so a pinned reader is told it is gone), the ``build-`` directories and
+    version 1 files only they used, and ``snap-`` directories no manifest committed (a build killed
+    between its rename and its commit).
     """
     try:
         current = read_current(root, fmt_name)

@@ -1,13 +1,14 @@
 """What a build reads: one source or several files, and the part of them that shard ``i`` of ``n``
 reads.
 
-A source is a file, a BEIR folder, ``irds:<id>``, a reader made elsewhere, or several files: a
-list of paths, a folder of them (not a BEIR folder), or a glob pattern (``corpus/*.jsonl.gz``),
-read in the order given (a folder and a glob: sorted by path). Shards split the files' bytes
-into ``n`` equal runs, in order: an uncompressed TSV or JSONL file is cut inside at line
-boundaries (:mod:`lading.sources.span`), any other file goes whole to the shard its first byte
-falls in. Shards in order therefore read the records in the one-process order, so a store built
-in any number of shards has the same ``ids()`` order, texts, fields and tokens.
+A source is a file, a BEIR folder, ``irds:<id>``, a reader made elsewhere, or several files: a list
+of paths, a folder of them (not a BEIR folder), or a glob pattern (``corpus/*.jsonl.gz``; a name
+that exists is that file or folder, ``[`` in it or not), read in the order given (a folder and a
+glob: sorted by path). Shards split the files' bytes into ``n`` equal runs, in order: an
+uncompressed TSV or JSONL file is cut inside at line boundaries (:mod:`lading.sources.span`), any
+other file goes whole to the shard its first byte falls in. Shards in order therefore read the
+records in the one-process order, so a store built in any number of shards has the same ``ids()``
+order, texts, fields and tokens.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def input_files(source: Any) -> list[Path] | None:
         name = os.fspath(source)
         if name.startswith("irds:"):
             return None
-        if any(ch in name for ch in "*?["):
+        if any(ch in name for ch in "*?[") and not os.path.exists(name):  # a name that is
+            # there is that file or folder (``data [v1].jsonl``), never a pattern of others
             files = sorted(Path(p) for p in glob.glob(name, recursive=True) if os.path.isfile(p))
             if not files:
                 raise FileNotFoundError(f"no file matches {name!r}")
