@@ -125,9 +125,7 @@ def collect_garbage(root: Path, fmt_name: str) -> list[str]:
     return _sweep(root, current, _split_history(current, now)[1], now)
 
 
-def _sweep(
-    root: Path, current: dict[str, Any], expired: dict[str, float], now: float
-) -> list[str]:
+def _sweep(root: Path, current: dict[str, Any], expired: dict[str, float], now: float) -> list[str]:
     kept, also = _split_history(current, now)
     expired = {n: max(expired.get(n, 0.0), also.get(n, 0.0)) for n in expired.keys() | also}
     keep = units(current).union(*(set(h.get("units", [])) for h in kept))
