@@ -115,6 +115,28 @@ def test_a_source_whose_name_holds_glob_characters_is_that_file(tmp_path: Path) 
         lading.build_store(str(tmp_path / "nothing*.jsonl"), tmp_path / "x", progress=False)
 
 
+def test_a_beir_folder_named_by_format_is_built_in_shards(tmp_path: Path) -> None:
+    """``format="beir"`` (as ``lading build --format beir``) deals the folder's corpus.jsonl
+    out at line starts as the detected format does (it was refused: "1 input file(s) that
+    cannot all be split", as if it were compressed)."""
+    folder = tmp_path / "beir"
+    lines = [
+        json.dumps({"_id": f"d{i}", "title": f"t{i}", "text": f"text {i}", "id": f"x{i}"})
+        for i in range(40)
+    ]
+    write(folder / "corpus.jsonl", "\n".join(lines) + "\n")
+    one = lading.build_store(folder, tmp_path / "one", format="beir", progress=False)
+    assert one.ids()[:2] == ["d0", "d1"]  # BEIR's ids are "_id", not "id"
+    for n in (1, 3):
+        dest = tmp_path / f"n{n}"
+        reports = [
+            lading.build_shard(folder, dest, (i, n), format="beir", progress=False)
+            for i in range(n)
+        ]
+        assert all(r.rows > 0 for r in reports)
+        same_content(one, lading.merge_store(dest))
+
+
 def test_a_duplicate_id_across_shards_names_both(tmp_path: Path) -> None:
     src = write(
         tmp_path / "c.tsv", "".join(f"d{i}\ttext {i}\n" for i in range(100)) + "d7\tagain\n"

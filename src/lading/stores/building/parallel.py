@@ -21,7 +21,7 @@ import json
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -98,15 +98,19 @@ def write_one_shard(
     """Write shard ``i`` of ``n`` of the store at ``dest`` (see the module docstring)."""
     i, n = check_shard(shard)
     files = source_files(source, format, parse)
-    check_shard_count(files, n, format)  # before anything is planned or written: n is bounded
-    pieces = plan_shard(files, n, format, i)
+    fmt = format
+    if fmt == "beir":  # its corpus.jsonl, read as a BEIR folder reads it: dealt at lines
+        fmt = "jsonl"
+        parse = parse if parse.id_field is not None else replace(parse, id_field="_id")
+    check_shard_count(files, n, fmt)  # before anything is planned or written: n is bounded
+    pieces = plan_shard(files, n, fmt, i)
     bid, where, stats = claim_shard(dest, files, options, (i, n), build_id, "store", FORMAT_NAME)
     with BuildContext(where, None, "shard") as build:
         if (where / SHARD_FILE).is_file():  # a rerun: this shard is whole already
             record = json.loads((where / SHARD_FILE).read_text())
             return ShardReport.of_record((dest, bid, i, n), record, True)
         with build.scratch() as tmp:
-            reader = PiecesReader(pieces, format, on_error, parse)
+            reader = PiecesReader(pieces, fmt, on_error, parse)
             before = reader.fingerprints()  # before reading: a change while reading is seen
             with byte_bar(f"shard {i}/{n}", reader.total_bytes, progress) as bar:
                 written = write_shard(
