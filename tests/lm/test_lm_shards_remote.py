@@ -48,6 +48,7 @@ def test_shards_upload_as_they_finish_and_the_merge_commits_in_the_bucket(
     merged = TokenCorpus.merge(url, cache=tmp_path / "m")
     assert merged.remote is not None and len(merged.meta["parts"]) == 3
     assert merged.snapshot != old.snapshot
+    assert merged.content_id == one.content_id  # a state of one resumes on the other
     assert len(merged) == len(one) and merged.n_tokens == one.n_tokens
     assert np.array_equal(np.asarray(merged.offsets), np.asarray(one.offsets))
     for x, y in zip(one.token_arrays(), merged.token_arrays()):

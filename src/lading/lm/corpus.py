@@ -142,8 +142,25 @@ class TokenCorpus:
 
     @property
     def content_id(self) -> str:
-        """A digest of this snapshot's files (sizes and CRC32s): equal for two builds of the
-        same tokens, what a loader state or a cache can be keyed on."""
+        """A digest of the tokens, the documents' lengths and the tokenizer
+        (:func:`lading.lm.content.tokens_content_id`): equal for two builds of the same tokens,
+        in one process or in shards, what a loader state or a cache can be keyed on (an older
+        corpus whose manifest has no CRC32 of its tokens: :attr:`files_content_id`). Computed
+        once a corpus (a pass over its offsets)."""
+        found = self.__dict__.get("_content_id")
+        if found is None:
+            from lading.lm.content import tokens_content_id
+
+            offsets = self.offsets
+            parts = offsets.parts if isinstance(offsets, PartOffsets) else [offsets]
+            found = tokens_content_id(self.meta, parts) or self.files_content_id
+            self.__dict__["_content_id"] = found
+        return found
+
+    @property
+    def files_content_id(self) -> str:
+        """The snapshot's file-level id (:func:`lading.disk.snapshot.content_id`: each file's
+        role, size and CRC32): what loader states saved before :attr:`content_id` recorded."""
         from lading.disk.snapshot import content_id
 
         return content_id(self.meta)

@@ -266,7 +266,9 @@ class LMWorkload(SegmentWorkload):
 
     def saved_content(self, saved: Mapping[str, Any]) -> dict[str, Any]:
         """``saved`` (a state's fingerprint) if its corpora hold the tokens this workload
-        reads; a state saved before the content was recorded is taken as this content.
+        reads, in today's ids; a state saved before the content was recorded is taken as this
+        content, one saved with the files' id of this very snapshot (before the id was the
+        tokens') as the tokens' id.
 
         Raises:
             LoaderStateError: a corpus's content differs, naming its path, both ids and the fix.
@@ -277,13 +279,15 @@ class LMWorkload(SegmentWorkload):
         if not isinstance(was, list) or len(was) != len(now):
             return found  # another corpus count: the sizes' comparison names it
         for (corpus, _), old, new in zip(self.data.parts, was, now):
-            if old != new:
+            if old not in (new, corpus.files_content_id):  # (the id states had before)
                 raise LoaderStateError(
                     f"the loader state was saved on other tokens than token corpus "
                     f"{corpus.path} holds now (content {old}, now {new}, snapshot "
-                    f"{corpus.snapshot}): the corpus was rebuilt from other text. Resume on the "
-                    "corpus the state was saved with, or start the epoch without the state"
+                    f"{corpus.snapshot}): the corpus was rebuilt from other text or with another "
+                    "tokenizer (not in another number of shards: that keeps the id). Resume on "
+                    "the corpus the state was saved with, or start the epoch without the state"
                 )
+        found["content"] = now
         return found
 
     def packing_stats(self) -> dict[str, Any]:
