@@ -11,6 +11,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -342,4 +343,38 @@ def test_a_staged_index_changed_in_place_is_found(
     else:
         assert len(problems) == 1 and "text.off" in problems[0] and "CRC32" in problems[0]
         assert str(staged) in problems[0] and "\n" not in problems[0]
+    store.close()
+
+
+def test_a_late_fill_after_a_cut_never_lands_on_another_block(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """A GET in flight when ``blocks.data`` is cut: the repair forgot every block, its claim
+    too, and another document was placed where the claim had been; when the slow GET landed,
+    the fill thread wrote its bytes there, and this process (which trusts what it filled)
+    read the other document as ``AAAA...``. A fill whose claim is gone writes nothing."""
+    import threading
+    import warnings
+
+    texts = {f"d{i}": ("A" if i == 10 else "b") * 600 + f" doc{i}" for i in range(200)}
+    source = write(tmp_path / "docs.tsv", "".join(f"{k}\t{v}\n" for k, v in texts.items()))
+    url = f"s3://{bucket}/late"
+    lading.build_store(source, url, cache=str(tmp_path / "up"), progress=False)
+    cache = tmp_path / "node"
+    store = lading.open_store(url, cache=str(cache), cache_bytes=64 << 10)
+    s3.fault("text.bin", 1, "slow", delay=2.0)
+    late: dict[str, str] = {}
+    reader = threading.Thread(target=lambda: late.update(a=store.get_many(["d10"])[0]))
+    reader.start()
+    deadline = time.monotonic() + 10
+    while not store._columns.cache.node.inflight and time.monotonic() < deadline:
+        time.sleep(0.01)  # the slow GET's claim is taken
+    os.truncate(cache / "blocks.data", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DamagedCacheWarning)
+        assert store.get_many(["d150"]) == [texts["d150"]]
+    reader.join(30)
+    assert late == {"a": texts["d10"]}
+    store._columns.cache.drain()
+    assert store.get_many(["d150", "d10"]) == [texts["d150"], texts["d10"]]
     store.close()

@@ -27,6 +27,10 @@ from lading.remote.ranges import NO_STEP, Block, Need, coalesce
 Key = tuple[int, int, int]  # object id, start, end
 
 
+def _no_bytes() -> bytes:  # a fill's bytes until its GET's are given (Filler.put)
+    return b""
+
+
 class Part(NamedTuple):
     """Bytes ``[start, end)`` of a range, and where they come from."""
 
@@ -136,7 +140,9 @@ class Claims:
         """Start the GETs of claimed blocks (filled in once fetched) and of blocks read around
         the cache (kept by nobody)."""
         fetch = [b for b, _ in placed] + around
-        fills = [Fill(objs[b.key], b.start, region, at, lambda: b"") for b, (region, at) in placed]
+        fills = [
+            Fill(objs[b.key], b.start, b.end, region, at, _no_bytes) for b, (region, at) in placed
+        ]
         futures = self.fetcher.submit_many(
             [(b.key, b.start, b.end, self.etags.get(b.key)) for b in fetch],
             [self._filler(fill) for fill in fills],

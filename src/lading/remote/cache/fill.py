@@ -2,8 +2,9 @@
 
 The fetch loop hands each finished GET of a claimed block to :meth:`Filler.put` (its future);
 the fill thread writes the bytes of as many as have finished into the payload file
-(``pwrite``, at the place the claim reserved) and marks them ready in one ledger transaction;
-the claims of failed GETs are given back. It is the only thread that writes a block's bytes,
+(``pwrite``, at the place the claim reserved, only where the claim still is) and marks them
+ready, in one ledger transaction (:meth:`.ledger.Ledger.fill`); the claims of failed GETs are
+given back. It is the only thread that writes a block's bytes,
 and its transactions, like every one, are held outside a ``fork()``
 (:data:`lading.threads.SQLITE`). Its owner is the node (:class:`.node.Node`), which ends it.
 """
@@ -14,7 +15,6 @@ import contextlib
 import queue
 import threading
 import warnings
-import zlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -27,6 +27,7 @@ class Fill(NamedTuple):
 
     object: int
     start: int
+    end: int
     region: int
     at: int
     bytes_of: Callable[[], bytes]  # the fetched bytes (raises what the GET raised)
@@ -36,19 +37,18 @@ class Filler:
     """The fill thread of ``node`` (started on first use; see the module doc).
 
     Args:
-        write: ``(region, at, bytes)`` into the payload file.
-        mark: ``(filled, failed)``: blocks ``(object, start, crc, region)`` written (the
-            CRC32 of their bytes) and keys ``(object, start)`` of failed GETs: into the ledger.
+        mark: ``(done, failed)``: blocks fetched ``(object, start, region, at, bytes)`` to
+            write where their claims still are and make ready, and ``(object, start, end)``
+            of failed GETs (their claims given back): into the payload file and the ledger.
         trim: after each batch: keep the ledger's WAL short (:meth:`.ledger.Ledger.trim`).
     """
 
     def __init__(
         self,
-        write: Callable[[int, int, bytes], None],
-        mark: Callable[[list[tuple[int, int, int, int]], list[tuple[int, int]]], None],
+        mark: Callable[[list[tuple[int, int, int, int, bytes]], list[tuple[int, int, int]]], None],
         trim: Callable[[], None],
     ) -> None:
-        self.write, self.mark, self.trim = write, mark, trim
+        self.mark, self.trim = mark, trim
         self.forked()
 
     def forked(self) -> None:
@@ -90,30 +90,24 @@ class Filler:
             self._fill(done)
 
     def _fill(self, done: list[Fill]) -> None:
-        filled: list[tuple[int, int, int, int]] = []
-        failed: list[tuple[int, int]] = []
+        fetched: list[tuple[int, int, int, int, bytes]] = []
+        failed: list[tuple[int, int, int]] = []
         for fill in done:
-            key = (fill.object, fill.start)
             try:
                 data = fill.bytes_of()
             except Exception:  # the GET failed (its reader raises it): the claim goes
-                failed.append(key)
+                failed.append((fill.object, fill.start, fill.end))
                 continue
-            try:
-                self.write(fill.region, fill.at, data)
-            except OSError as e:  # a full disk, say: the bytes were read, not kept
-                self._warn(e)
-                failed.append(key)
-            else:
-                filled.append((*key, zlib.crc32(data), fill.region))  # (see Node._mark)
+            fetched.append((fill.object, fill.start, fill.region, fill.at, data))
         try:
-            self.mark(filled, failed)
+            self.mark(fetched, failed)
         except Exception as e:  # the ledger refused (a full disk): the claims time out
-            self._warn(e)
+            self.warn(e)
         with contextlib.suppress(Exception):
             self.trim()
 
-    def _warn(self, error: BaseException) -> None:
+    def warn(self, error: BaseException) -> None:
+        """Say once that a fetched block could not be kept (a full disk, a ledger refusing)."""
         if not self._warned:
             self._warned = True
             warnings.warn(

@@ -22,6 +22,7 @@ import re
 import sqlite3
 import threading
 import time
+import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -307,6 +308,59 @@ class Ledger:
             marks = ",".join("?" * len(regions))
             found = conn.execute(f"SELECT id, gen FROM regions WHERE id IN ({marks})", [*regions])
             return dict(found.fetchall())
+
+    def fill(
+        self,
+        done: Sequence[tuple[int, int, int, int, bytes]],
+        owner: str,
+        write: Callable[[int, int, bytes], None],
+    ) -> tuple[list[tuple[int, int, int, int]], list[tuple[int, int]], dict[int, int]]:
+        """The fill thread's blocks ``(object, start, region, at, bytes)``, fetched for this
+        owner's claims: each still claimed by it at that place is written (``write(region,
+        at, bytes)``) and made ready with the CRC32 of its bytes, in one write transaction. A
+        claim dropped meanwhile (its object found replaced, the payload file cut: every block
+        forgotten) is not written: its region may hold another block now, which a write
+        after the transaction would overwrite (this process, trusting what it filled, read
+        that block as the late one's bytes). The bytes are written under the transaction,
+        not after it, for that reason: no claim transaction can reuse the region meanwhile.
+
+        Returns:
+            the blocks written ``(object, start, crc, region)``, the keys whose write failed
+            (a full disk: their claims are the caller's to give back), and the generations of
+            the regions written (what :meth:`filled` returns).
+        """
+        written: list[tuple[int, int, int, int]] = []
+        failed: list[tuple[int, int]] = []
+        with self.write() as conn:
+            held: set[tuple[int, int, int, int]] = set()
+            for at in range(0, len(done), _BATCH):
+                part = done[at : at + _BATCH]
+                values = ",".join("(?, ?)" for _ in part)
+                held.update(
+                    conn.execute(
+                        "SELECT b.object, b.start, b.region, b.at FROM blocks AS b JOIN "
+                        f"(VALUES {values}) AS v ON b.object = v.column1 AND b.start = "
+                        "v.column2 WHERE b.owner = ?",
+                        [x for obj, start, *_ in part for x in (obj, start)] + [owner],
+                    ).fetchall()
+                )
+            for obj, start, region, at, data in done:
+                if (obj, start, region, at) not in held:
+                    continue  # the claim is gone: its place is not its own any more
+                try:
+                    write(region, at, data)
+                except OSError:
+                    failed.append((obj, start))
+                    continue
+                written.append((obj, start, zlib.crc32(data), region))
+            conn.executemany(
+                "UPDATE blocks SET owner = NULL, crc = ? WHERE object = ? AND start = ?",
+                [(crc, obj, start) for obj, start, crc, _ in written],
+            )
+            regions = {region for *_, region in written}
+            marks = ",".join("?" * len(regions))
+            found = conn.execute(f"SELECT id, gen FROM regions WHERE id IN ({marks})", [*regions])
+            return written, failed, dict(found.fetchall())
 
     def forget_damaged(self, pieces: Sequence[tuple[int, Piece]]) -> int:
         """Drop the rows of ready blocks ``(object, piece)`` whose bytes did not match their

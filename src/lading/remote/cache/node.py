@@ -61,7 +61,7 @@ class Node:
         if self.data.made:  # removed or cut under its ledger: its blocks are gone (were: zeros)
             self.ledger.forget_blocks()
         self.owner = Owner(directory, mode)
-        self.filler = Filler(self.data.write, self._mark, self.ledger.trim)
+        self.filler = Filler(self._mark, self.ledger.trim)
         self.views = 0  # open views (NodeCache); the last to close closes the node
         self.forked()
         _ = self.owner.token  # seen by every process from now (a newcomer keeps these figures)
@@ -110,7 +110,7 @@ class Node:
         """Per-process state, new in a forked child (the parent's GETs are not its own)."""
         self.lock = threading.Lock()  # guards what follows; never held across I/O or a wait
         self.inflight: dict[tuple[int, int], Flight] = {}
-        self._ended: dict[tuple[int, int], bool] = {}  # filled before registered in flight
+        self._ended: dict[tuple[int, int], int] = {}  # filled before in flight: its end
         self.figures: Counter[str] = Counter()  # this process's, since it started
         self._counted: Counter[str] = Counter()  # of which the node has been told
         self._last_count = 0.0
@@ -125,27 +125,49 @@ class Node:
         the fill thread wrote them (one lock for them all)."""
         with self.lock:
             for obj, start, end, future in blocks:
-                if not self._ended.pop((obj, start), False):  # (its fill may already be done)
+                if self._ended.pop((obj, start), None) != end:  # (its fill may be done)
                     self.inflight[obj, start] = Flight(end, future)
 
-    def _mark(self, filled: list[tuple[int, int, int, int]], failed: list[tuple[int, int]]) -> None:
-        """The fill thread's: into the ledger, then no longer in flight here. A block filled
-        is known intact to this process: its CRC32 was computed over the bytes just written
-        (checking it again at the first read was a second pass over every cold byte)."""
-        owner = self.owner.token
-        if filled:
-            done = [(obj, start, crc) for obj, start, crc, _ in filled]
-            gens = self.ledger.filled(done, owner, {region for *_, region in filled})
+    def _mark(
+        self, done: list[tuple[int, int, int, int, bytes]], failed: list[tuple[int, int, int]]
+    ) -> None:
+        """The fill thread's: blocks fetched ``(object, start, region, at, bytes)`` written
+        where this process's claims still are and made ready (:meth:`.Ledger.fill`), the
+        claims of failed GETs ``(object, start, end)`` given back; then none of them in flight
+        here (a flight at the same start that ends elsewhere is a newer claim's: it stays). A
+        block filled is known intact to this process: its CRC32 was computed over the bytes
+        just written (checking it again at the first read was a second pass over every cold
+        byte)."""
+        owner, errors = self.owner.token, []
+
+        def write(region: int, at: int, data: bytes) -> None:
+            try:
+                self.data.write(region, at, data)
+            except OSError as e:  # a full disk, say: the bytes were read, not kept
+                errors.append(e)
+                raise
+
+        ends = {(obj, start): end for obj, start, end in failed}
+        ends.update({(obj, start): start + len(data) for obj, start, _, _, data in done})
+        gone = [(obj, start) for obj, start, _ in failed]
+        if done:
+            filled, unwritten, gens = self.ledger.fill(done, owner, write)
+            if errors:
+                self.filler.warn(errors[0])
+            gone += unwritten
             self.intact(
                 (region, gens[region], obj, start)
                 for obj, start, _, region in filled
                 if region in gens
             )
-        self.ledger.release(failed, owner)
+        self.ledger.release(gone, owner)
         with self.lock:
-            for key in [(obj, start) for obj, start, *_ in filled] + failed:
-                if self.inflight.pop(key, None) is None:
-                    self._ended[key] = True  # done before started() heard of it
+            for key, end in ends.items():
+                flight = self.inflight.get(key)
+                if flight is None:
+                    self._ended[key] = end  # done before started() heard of it
+                elif flight.end == end:
+                    del self.inflight[key]
         self.count()
 
     def intact(self, blocks: Iterable[tuple[int, int, int, int]]) -> None:
