@@ -24,9 +24,10 @@ from lading.errors import RemoteChangedError
 from lading.remote.cache import NodeCache, Planner, node_of
 from lading.remote.cache.claims import Part, cut_up
 from lading.remote.cache.ledger import WAL_PAGES, Ledger, Piece
+from lading.remote.cache.node import Flight
 from lading.remote.cache.places import Space
 from lading.remote.clients import open_client
-from lading.remote.fetch import Fetcher
+from lading.remote.fetch import Fetcher, Future, _settle
 from lading.remote.objects import RemoteReadError
 from lading.remote.ranges import NO_STEP, Need
 from lading.remote.schedule import Schedule
@@ -579,13 +580,13 @@ def test_a_block_filled_while_its_read_looks_it_up_is_taken_from_its_get(
     cache = _local_cache(tmp_path, data, cap=10_000)
     spans = [("text.bin", s, s + 100) for s in range(0, 1000, 200)]
     go = threading.Event()
-    write = cache.node.filler.write
+    write = cache.node.data.write
 
     def held(region: int, at: int, got: bytes) -> None:  # filled once the read looked
         go.wait(HEALTHY_S)
         write(region, at, got)
 
-    cache.node.filler.write = held
+    cache.node.data.write = held  # type: ignore[method-assign]
     cache.fetch_ahead([Need(*s, 1) for s in spans], now=0, near=None)
     lookups = []
     real = Ledger.overlapping
@@ -613,3 +614,46 @@ def test_cut_up_gives_an_empty_range_no_part() -> None:
     assert cut_up((1, 10, 20), []) == [Part(10, 20, None)]
     assert cut_up((1, 10, 20), [block]) == [Part(10, 20, block)]
     assert cut_up((1, 90, 120), [block]) == [Part(90, 100, block), Part(100, 120, None)]
+
+
+def _settled(data: bytes) -> Future:
+    future = Future(threading.Condition())
+    _settle([(future, data)], None)
+    return future
+
+
+def test_a_shorter_flight_at_a_blocks_start_is_not_taken_for_it(tmp_path: Path) -> None:
+    """This process's flight of an older, shorter block at the same start (evicted and
+    claimed again longer, its fill not yet heard of) was taken for the new claim's GET: the
+    read failed with ``block from 0 has 100 bytes, not up to 300`` (three reader threads
+    and a prefetch met it). It waits for the claim it found instead."""
+    data = os.urandom(1000)
+    cache = _local_cache(tmp_path, data, cap=10_000)
+    obj, owner = cache.obj("text.bin"), cache.node.owner.token
+    with cache.ledger.write() as conn:  # this process's claim of [0, 500), its GET under way
+        conn.execute("INSERT INTO blocks VALUES (?, 0, 500, 0, 0, ?, NULL, NULL)", (obj, owner))
+        conn.execute("UPDATE regions SET state = 1, used = 500 WHERE id = 0")
+    with cache.node.lock:  # the flight of [0, 100), filled, not yet taken out
+        cache.node.inflight[obj, 0] = Flight(100, _settled(data[:100]))
+
+    def fill() -> None:  # the new claim's own fill lands a moment later
+        time.sleep(0.2)
+        done = [(obj, 0, 0, 0, data[:500])]
+        cache.ledger.fill(done, owner, cache.node.data.write)
+
+    filler = threading.Thread(target=fill)
+    filler.start()
+    assert cache.read([("text.bin", 100, 300)]) == [data[100:300]]
+    filler.join(5)
+
+
+def test_a_fill_leaves_the_flight_of_a_newer_claim_at_its_start(tmp_path: Path) -> None:
+    """The fill of an older block took out of ``inflight`` whatever flight was at its
+    ``(object, start)``: a newer, longer claim's, whose readers then polled the ledger."""
+    data = os.urandom(1000)
+    cache = _local_cache(tmp_path, data, cap=10_000)
+    obj, newer = cache.obj("text.bin"), Flight(500, _settled(data[:500]))
+    with cache.node.lock:
+        cache.node.inflight[obj, 0] = newer
+    cache.node._mark([(obj, 0, 0, 0, data[:100])], [])  # the older [0, 100)'s fill: unclaimed
+    assert cache.node.inflight.get((obj, 0)) is newer

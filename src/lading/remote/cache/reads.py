@@ -329,6 +329,8 @@ class NodeCache:
         if flight is None or flight.end < part.end:  # claimed since the lookup began
             with self.node.lock:
                 flight = self.node.inflight.get((k[0], piece.start))
+        if flight is not None and flight.end < part.end:  # an older, shorter block's GET
+            flight = None  # (its fill not yet heard of): the claim found is waited for
         if flight is not None:
             try:
                 data = flight.future.result()
