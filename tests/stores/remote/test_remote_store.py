@@ -303,3 +303,20 @@ def test_a_remote_store_under_dataloader_workers_is_warned_against(
         warnings.simplefilter("error")
         _loader(remote, tmp_path)
         _loader(lading.build_store(corpus, tmp_path / "local", progress=False), tmp_path, 2)
+
+
+def test_an_id_asked_twice_in_one_call_is_one_miss_and_hits(
+    bucket: str, corpus: Path, tmp_path: Path
+) -> None:
+    """``hits`` are documents read that caused no GET: an id asked three times in one cold
+    call made one GET and counted three misses."""
+    url = f"s3://{bucket}/twice"
+    lading.build_store(corpus, url, cache=str(tmp_path / "up"), progress=False)
+    store = _open(url, tmp_path)
+    before = store.cache_stats()
+    texts = store.get_many(["D100", "D100", "D100"])
+    assert len(set(texts)) == 1
+    after = store.cache_stats()
+    assert (after["misses"] - before["misses"], after["hits"] - before["hits"]) == (1, 2)
+    assert after["gets"] - before["gets"] == 1
+    store.close()

@@ -48,6 +48,7 @@ class Figures:
         """A read of the ranges ``where`` (each at its places in the call) at step ``now``;
         ``fetched``: the ranges it made a GET for."""
         epoch = None if now is None or now >= NO_STEP else now >> 32
+        fetched = set(fetched)  # the first read of a range fetched now is its miss, not all
         with self._lock:
             c = self.counts
             for k, places in where.items():
@@ -57,6 +58,7 @@ class Figures:
                     # one GET serves every read of its range until one has read it (the
                     # window may have announced it for several steps: a read kept it)
                     miss = k in fetched or k in self._fetched
+                    fetched.discard(k)
                     self._fetched.discard(k)
                     if self._announced[k] > 0:
                         self._announced[k] -= 1
