@@ -261,3 +261,70 @@ def test_an_open_store_keeps_its_tokenizer_when_its_staged_copy_is_evicted(
     assert a.tokens_many(ids)[0].tolist() == load_tokenizer(tokenizer).encode(docs[ids[0]]).ids
     a.close()
     b.close()
+
+
+AS_USER = r"""
+import json, os, sys
+import lading
+url, cache, uid, gid, warm = sys.argv[1:6]
+ids = ["p1", "p2", "p3", "p40"]
+# every module a read imports, imported while the interpreter's own files are readable
+warmed = lading.open_store(url, cache=warm, cache_bytes="1M")
+warmed.get_many(ids), warmed.cache_stats(), warmed.close()
+os.setgroups([int(gid)]); os.setgid(int(gid)); os.setuid(int(uid)); os.umask(0o022)
+try:
+    store = lading.open_store(url, cache=cache, cache_bytes="1M")
+    print(json.dumps({"texts": store.get_many(ids)}))
+    store.close()
+except Exception as e:
+    print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+"""
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0,
+    reason="acting as two users of one group takes root (setuid in a child)",
+)
+def test_a_group_folder_serves_each_user_of_the_group_and_refuses_others(
+    s3: LocalS3, bucket: str, tmp_path: Path, rng: random.Random
+) -> None:
+    """Two users of one group, ``chmod 2775`` on the folder as the docs say, umask 022: the
+    second could not use what the first made (its staged copy's folder: ``PermissionError``
+    at ``os.utime``; the ``owners`` folder: only its maker may chmod it; the slot files of
+    GETs in flight: ``0644``, a read failing 4 times as if the endpoint were down). A user
+    outside the group is refused in one line naming the owner and the fix (it met a bare
+    ``PermissionError`` while staging, before the folder was checked)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    source, docs = _passages(tmp_path, rng, 100)
+    url = f"s3://{bucket}/group"
+    lading.build_store(source, url, cache=str(tmp_path / "up"), progress=False)
+    top = Path(tempfile.mkdtemp(prefix="lading-group-", dir="/tmp"))  # every user may enter
+    try:
+        top.chmod(0o755)
+        shared, group = top / "shared", 4242
+        shared.mkdir()
+        os.chown(shared, 0, group)
+        shared.chmod(0o2775)
+
+        def as_user(uid: int, gid: int, folder: Path) -> dict:
+            warm = top / f"warm-{uid}"
+            done = subprocess.run(
+                [sys.executable, "-c", AS_USER, url, str(folder), str(uid), str(gid), str(warm)],
+                capture_output=True, text=True, timeout=120, cwd="/tmp",
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr[-3000:]
+            return json.loads(done.stdout.strip().splitlines()[-1])
+
+        want = [docs[k] for k in ("p1", "p2", "p3", "p40")]
+        for uid in (5001, 5002, 5001):  # each the group's; the second after the first
+            assert as_user(uid, group, shared) == {"texts": want}, uid
+        refused = as_user(5003, 5003, shared)["error"]
+        assert refused.startswith("CacheFolderError") and "belongs to" in refused, refused
+        assert "chmod 2775" in refused and str(shared) in refused, refused
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -13,6 +13,7 @@ succeeds again, so a process keeps the set of slots it holds and tries only the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import random
@@ -37,13 +38,22 @@ class NodeSlots:
     def _open(self) -> None:
         if self._fds:
             return
-        from lading.remote.cache.folder import open_new  # (the cache package imports this)
+        from lading.remote.cache.folder import (  # (the cache package imports this)
+            make_folders,
+            open_new,
+            shared,
+        )
 
-        self.directory.mkdir(parents=True, exist_ok=True)
+        group = shared(self.directory.parent)  # a group's cache folder: the slots are too
+        make_folders(self.directory, group)
+        mode = 0o664 if group else 0o644
         self._fds = [  # never through a link (a shared folder's: lading.remote.cache.folder)
-            open_new(self.directory / f"slot-{i:04d}", os.O_RDWR | os.O_CREAT, 0o644)
+            open_new(self.directory / f"slot-{i:04d}", os.O_RDWR | os.O_CREAT, mode)
             for i in range(self.n)
         ]  # a forked child opens its own: a lock is shared with the file description
+        for fd in self._fds if group else ():
+            with contextlib.suppress(OSError):  # (one another user made is theirs to chmod)
+                os.fchmod(fd, mode)
         self._held = set()
 
     def _try(self) -> int | None:

@@ -34,7 +34,14 @@ from lading.disk import STAGE_MARK, build_lock, publish, remove_dead_temps, scra
 from lading.disk.meta import META_FILE
 from lading.disk.snapshot import file_crc32, spot_crc32
 from lading.errors import RemoteChangedError, StoreFormatError
-from lading.remote.cache.folder import PARQUET, STORES, real_entries
+from lading.remote.cache.folder import (
+    PARQUET,
+    STORES,
+    make_folders,
+    real_entries,
+    share_tree,
+    shared,
+)
 from lading.remote.cache.ledger import WAL_PAGES
 from lading.remote.cache.regions import folder_bytes
 from lading.remote.fetch import Fetcher
@@ -160,9 +167,11 @@ def stage_index(
     dest = stage_dir(cache, url, meta["snapshot"])
     _OPENED.setdefault((url, meta["snapshot"]), set()).add(dest)
     if _is_staged(dest, url, meta):
-        os.utime(dest)  # opened now: the last to go (the folder's time; its files untouched)
+        with contextlib.suppress(PermissionError):  # (another user's copy: order only)
+            os.utime(dest)  # opened now: the last to go (the folder's time; its files untouched)
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    group = shared(cache)  # a group's cache folder: the copy is the group's too
+    make_folders(dest.parent, group)
     if budget is not None:  # room for the copy first: the folder is within it all along
         keep_within(cache, budget - sum(int(meta["files"][n]["size"]) for n in names), None)
     with build_lock(dest):
@@ -177,6 +186,7 @@ def stage_index(
             etags = _pin_payload(fetcher, url, meta, listing, pinned)
             mark = {"source": url, "snapshot": meta["snapshot"], "files": names, "etags": etags}
             (tmp / STAGE_MARK).write_text(json.dumps(mark, indent=2, sort_keys=True))
+            share_tree(tmp, group)
             publish(tmp, dest)
     if budget is not None:
         keep_within(cache, budget, dest)

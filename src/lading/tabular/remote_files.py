@@ -32,6 +32,7 @@ from typing import Any
 
 from lading.disk import build_lock
 from lading.errors import RemoteNotFoundError
+from lading.remote.cache.folder import make_folders, shared
 from lading.remote.clients import check_reachable
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import RemoteNotSupportedError, describe, split_url
@@ -158,7 +159,7 @@ def stage_footers(
     # together) wait on the lock and find the footers staged
     ident = hashlib.sha256(repr([footer_path(cache, files[i]).name for i in todo]).encode())
     lock = cache / "parquet" / f"staging-{ident.hexdigest()[:16]}"
-    lock.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(lock.parent, shared(cache))  # a group's cache folder: its users' too
     with build_lock(lock):
         todo = _read_staged(files, cache, out, todo)
         _fetch_footers(files, fetchers, cache, out, todo)
@@ -245,6 +246,8 @@ def _stage(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(f"{path.name}.{os.getpid()}.part")
     part.write_bytes(data)
+    if shared(path.parent):  # a group's cache folder: another user may replace it
+        part.chmod(0o664)
     os.replace(part, path)
 
 

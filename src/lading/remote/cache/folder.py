@@ -47,15 +47,71 @@ class CacheFolderError(LadingError, PermissionError):
 
 
 def check(directory: Path) -> None:
-    """Raise :class:`CacheFolderError` where an entry lading owns in cache folder
-    ``directory`` is not what lading makes there (module doc); a folder not made yet holds
-    none. A few ``lstat`` calls and a listing of each walked folder (no ``stat`` an entry:
-    a listing tells a link)."""
+    """Raise :class:`CacheFolderError` where cache folder ``directory`` is another user's
+    that this one may not write (naming the owner and the fix), or an entry lading owns in
+    it is not what lading makes there (module doc); a folder not made yet holds none. A few
+    ``lstat`` calls and a listing of each walked folder (no ``stat`` an entry: a listing
+    tells a link). The first thing every remote open does, before anything is staged."""
+    if directory.exists() and not os.access(directory, os.W_OK | os.X_OK):
+        raise not_writable(directory)
     for name in FILES:
         _entry(directory / name, stat.S_ISREG, "file")
     for name, depth in FOLDERS.items():
         if _entry(directory / name, stat.S_ISDIR, "folder"):
             _walk(directory / name, depth)
+
+
+def not_writable(directory: Path) -> CacheFolderError:
+    """The error of a cache folder this user may not write: its owner, and the fix."""
+    uid = directory.stat().st_uid
+    try:
+        import pwd
+
+        owner = pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        owner = f"uid {uid}"
+    return CacheFolderError(
+        f"{directory}: this node cache folder belongs to {owner} and this user "
+        f"(uid {os.geteuid()}) may not write it; give each user a cache folder of their "
+        "own (cache=, or $LADING_CACHE), or share it within a group: chmod 2775 the "
+        "folder, owned by that group"
+    )
+
+
+def shared(directory: Path) -> bool:
+    """Whether cache folder ``directory`` is a group's (group-writable, ``chmod 2775``):
+    then every folder and file lading makes in it is group-writable too, so that the
+    group's other users can add to it, lock in it and evict from it."""
+    try:
+        return bool(os.stat(directory).st_mode & stat.S_IWGRP)
+    except OSError:
+        return False
+
+
+def make_folders(path: Path, group: bool) -> None:
+    """``path`` and its missing parents made; with ``group``, those made here set ``2775``
+    whatever the umask (one another user made keeps the mode its maker gave it)."""
+    missing, at = [], path
+    while not at.exists() and at != at.parent:
+        missing.append(at)
+        at = at.parent
+    path.mkdir(parents=True, exist_ok=True)
+    for made in missing if group else ():
+        with contextlib.suppress(OSError):  # (made by another process meanwhile)
+            made.chmod(0o2775)
+
+
+def share_tree(path: Path, group: bool) -> None:
+    """With ``group``: every folder under ``path`` (itself too) ``2775`` and every file
+    ``664``, whatever the umask they were written with (a staged copy, before it is
+    published: all its entries are this process's own)."""
+    if not group:
+        return
+    for entry in [path, *path.rglob("*")]:
+        if entry.is_symlink():
+            continue
+        with contextlib.suppress(OSError):
+            entry.chmod(0o2775 if entry.is_dir() else 0o664)
 
 
 def real_entries(folder: Path, refuse: bool = False) -> list[tuple[str, bool]]:

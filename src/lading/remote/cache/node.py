@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import stat
 import threading
 import warnings
 from collections import Counter
@@ -30,7 +29,7 @@ from typing import Any
 
 from lading.remote.cache import damaged
 from lading.remote.cache.fill import Filler
-from lading.remote.cache.folder import DATA_FILE, LEDGER_FILE, CacheFolderError, check
+from lading.remote.cache.folder import DATA_FILE, LEDGER_FILE, CacheFolderError, check, shared
 from lading.remote.cache.ledger import FORMAT, TABLES, Ledger, folder_reset, same_file
 from lading.remote.cache.owners import Owner
 from lading.remote.cache.regions import DataFile, Layout
@@ -281,30 +280,16 @@ def release(node: Node) -> None:
 
 
 def _folder(directory: Path) -> int:
-    """Make ``directory`` if needed and check its entries (:mod:`.folder`); the mode of the
-    files lading makes in it (group-writable where the folder is).
+    """Make ``directory`` if needed and check it and its entries (:func:`.folder.check`); the
+    mode of the files lading makes in it (group-writable where the folder is).
 
     Raises:
         CacheFolderError: another user's folder that this process may not write, or an entry
             lading owns in it that is a link.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    info = directory.stat()
-    if not os.access(directory, os.W_OK | os.X_OK):
-        try:
-            import pwd
-
-            owner = pwd.getpwuid(info.st_uid).pw_name
-        except (ImportError, KeyError):
-            owner = f"uid {info.st_uid}"
-        raise CacheFolderError(
-            f"{directory}: this node cache folder belongs to {owner} and this user "
-            f"(uid {os.geteuid()}) may not write it; give each user a cache folder of their "
-            "own (cache=, or $LADING_CACHE), or share it within a group: chmod 2775 the "
-            "folder, owned by that group"
-        )
     check(directory)
-    return 0o664 if info.st_mode & stat.S_IWGRP else 0o644
+    return 0o664 if shared(directory) else 0o644
 
 
 def _open_ledger(directory: Path, layout: Layout, strict: bool, mode: int) -> Ledger:

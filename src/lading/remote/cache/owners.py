@@ -42,9 +42,13 @@ class Owner:
     def token(self) -> str:
         """This process's token, its lock taken (the file made) on first use."""
         if self._token is None:
-            self.folder.mkdir(exist_ok=True)
-            if self.mode & 0o020:  # a group's folder: so is this one
-                self.folder.chmod(0o2775)
+            try:
+                self.folder.mkdir()
+            except FileExistsError:
+                pass  # (another user's, maybe: only its maker may chmod it)
+            else:
+                if self.mode & 0o020:  # a group's folder: so is this one
+                    self.folder.chmod(0o2775)
             token = f"{os.getpid()}-{secrets.token_hex(6)}"
             making = self.folder / f".{token}"  # locked before any waiter can see it
             fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self.mode)
