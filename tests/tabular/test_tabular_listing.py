@@ -140,3 +140,19 @@ def test_another_type_is_still_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="double"):
         PartitionedParquet(tmp_path, 4, list_columns={"items": 3}, world=World())
+
+
+def test_a_day_folder_that_is_a_link_is_read_with_the_others(days: Path, tmp_path: Path) -> None:
+    """A day kept on another disk and linked into the data folder: its rows were left out
+    without a word (the walk did not follow linked folders, though it read linked files);
+    ``lading repartition`` lost them too. A link back up the tree is read once, not for ever."""
+    other = tmp_path / "other-disk" / "179"
+    write_sessions(other / "train.parquet", 25, 1, seed=3)
+    (days / "179").symlink_to(other)
+    (days / "178" / "loop").symlink_to(days)  # a cycle: the walk must end
+    (days / "178" / "loop").unlink()
+    want = sorted(ids(days / "178") + ids(days / "178-late") + ids(other))
+    (days / "178" / "loop").symlink_to(days)
+    assert sorted(ids(days)) == want  # every file once, the loop not walked round
+    repartition(days, tmp_path / "out", row_group_size=10)
+    assert sorted(ids(tmp_path / "out")) == want

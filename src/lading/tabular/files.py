@@ -143,11 +143,20 @@ def select_listed(top: str, names: Iterable[str]) -> list[str]:
 
 def _walk(top: Path, skip: set[Path]) -> list[Path]:
     """The parquet files below ``top`` (:func:`select_listed`), leaving out the folders in
-    ``skip`` (resolved) whole."""
+    ``skip`` (resolved) whole. A linked folder is read as the folder it leads to (a day kept
+    on another disk: its rows were left out without a word), each real folder once (a link
+    back up the tree ends the walk there)."""
     names = []
-    for folder, dirs, files in os.walk(top):
+    seen = {top.resolve()}
+    for folder, dirs, files in os.walk(top, followlinks=True):
         here = Path(folder)
-        dirs[:] = [d for d in dirs if (here / d).resolve() not in skip and not _is_debris(here / d)]
+        keep = []
+        for d in dirs:
+            real = (here / d).resolve()
+            if real not in skip and real not in seen and not _is_debris(here / d):
+                seen.add(real)
+                keep.append(d)
+        dirs[:] = keep
         rel = here.relative_to(top).as_posix()
         names += [
             n if rel == "." else f"{rel}/{n}"
