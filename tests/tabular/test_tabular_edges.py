@@ -348,3 +348,26 @@ def test_repartition_keeps_the_nulls_of_a_file_whose_column_may_hold_them(tmp_pa
     pq.write_table(pa.table({"x": [3, None]}), tmp_path / "in" / "b.parquet")
     repartition(tmp_path / "in", tmp_path / "out", row_group_size=2)
     assert pq.read_table(tmp_path / "out").column("x").to_pylist() == [1, 2, 3, None]
+
+
+def test_repartition_keeps_a_null_item_of_a_list_another_file_declares_not_null(
+    tmp_path: Path,
+) -> None:
+    """The first file's list items ``not null`` (as pandas writes them), a later file's list
+    holding a null item: the rewrite failed with "Column 'element' is declared non-nullable
+    but contains nulls", naming no file, column or fix. Nested fields are made nullable where
+    any file's is, as top-level ones are."""
+    item = pa.field("element", pa.int64(), nullable=False)
+    first = pa.schema([("session_id", pa.int64()), ("items", pa.list_(item))])
+    (tmp_path / "in").mkdir()
+    pq.write_table(
+        pa.table({"session_id": [0, 1], "items": [[1, 2], [3]]}, schema=first),
+        tmp_path / "in" / "a.parquet",
+    )
+    later = pa.table(
+        {"session_id": [2, 3], "items": pa.array([[4, None], [5]], pa.list_(pa.int64()))}
+    )
+    pq.write_table(later, tmp_path / "in" / "b.parquet")
+    repartition(tmp_path / "in", tmp_path / "out", row_group_size=2)
+    back = pq.read_table(tmp_path / "out")
+    assert back.column("items").to_pylist() == [[1, 2], [3], [4, None], [5]]

@@ -176,13 +176,37 @@ def _inputs(src: PathsArg, target: Path) -> tuple[list[Path], list[Piece], Any]:
 
 
 def _nullable_where_any_is(schemas: list[Any]) -> Any:
-    """The first file's schema, its fields nullable where any file's field of that name is (a
-    later file's nulls would not cast to the first's ``not null``)."""
+    """The first file's schema, its fields nullable where any file's field of that name is,
+    at any depth (a later file's nulls, or null list items, would not cast to the first's
+    ``not null``: pandas writes list items ``not null``)."""
     first = schemas[0]
     for i, field in enumerate(first):
-        if not field.nullable and any(s.field(field.name).nullable for s in schemas[1:]):
-            first = first.set(i, field.with_nullable(True))
+        first = first.set(i, _widened(field, [s.field(field.name) for s in schemas[1:]]))
     return first
+
+
+def _widened(field: Any, others: list[Any]) -> Any:
+    """``field`` nullable where one of ``others`` (the same column in other files) is, and
+    so its list items and struct fields, recursively."""
+    import pyarrow as pa
+
+    kind = field.type
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        items = [o.type.value_field for o in others if hasattr(o.type, "value_field")]
+        item = _widened(kind.value_field, items)
+        kind = pa.list_(item) if pa.types.is_list(kind) else pa.large_list(item)
+    elif pa.types.is_struct(kind):
+        children = []
+        for child in kind:
+            same = [
+                o.type.field(child.name)
+                for o in others
+                if pa.types.is_struct(o.type) and o.type.get_field_index(child.name) >= 0
+            ]
+            children.append(_widened(child, same))
+        kind = pa.struct(children)
+    nullable = field.nullable or any(o.nullable for o in others)
+    return field.with_type(kind).with_nullable(nullable)
 
 
 def _batches(files: list[Path], schema: Any) -> Iterator[Any]:
