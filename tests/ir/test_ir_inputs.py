@@ -170,3 +170,29 @@ def test_many_conflicting_lines_are_skipped_reading_the_file_twice_not_once_each
     got = read[kind](path, on_error="skip")
     assert got.skipped > 0  # the conflicts were found and counted
     assert len(reads) <= 2, f"{path} read {len(reads)} times"
+
+
+def test_a_nan_score_in_a_run_is_refused_naming_the_line(tmp_path: Path) -> None:
+    """``nan`` parsed as a float: the query's documents sorted in no order at all (NaN does
+    not compare), silently, so its top ``depth`` (hard negatives, what rerank scores) was
+    chance. Refused naming file and line, or skipped and counted."""
+    lines = ["1 Q0 d1 1 0.1 t", "1 Q0 d2 2 nan t", "1 Q0 d3 3 0.9 t", "1 Q0 d4 4 0.5 t"]
+    run = write(tmp_path / "nan.run", "\n".join(lines) + "\n")
+    with pytest.raises(SourceError, match=r"line 2 of .*nan\.run.*nan"):
+        read_run(run)
+    skipped = read_run(run, on_error="skip")
+    assert skipped["1"] == ["d3", "d4", "d1"] and skipped.skipped == 1
+
+
+def test_a_beir_header_after_blank_lines_is_a_header(tmp_path: Path) -> None:
+    qrels = write(tmp_path / "qrels.tsv", "\nquery-id\tcorpus-id\tscore\n1\td1\t1\n")
+    assert read_qrels(qrels) == {"1": {"d1": 1}}
+
+
+def test_a_file_with_old_mac_line_ends_is_refused_not_read_as_one_line(tmp_path: Path) -> None:
+    """Lines ended by a bare CR were one line: query 2 lost, query 1's text ``foo\\r2\\tbar``,
+    nothing said."""
+    queries = tmp_path / "q.tsv"
+    queries.write_bytes(b"1\tfoo\r2\tbar\r")
+    with pytest.raises(SourceError, match=r"line 1 of .*q\.tsv.*carriage return"):
+        read_queries(queries)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -71,6 +72,13 @@ def _lines(path: Path) -> Iterator[_Line]:
                 text = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as e:
                 raise SourceError(path, number, f"invalid UTF-8 at byte {e.start}") from None
+            if "\r" in text:  # lines ended by a bare CR (old Mac): the file read as one line
+                raise SourceError(
+                    path,
+                    number,
+                    "a carriage return inside the line: its lines end in a bare CR (\\r), "
+                    "not LF; convert the file's line ends to \\n (e.g. tr '\\r' '\\n')",
+                )
             if text.strip():
                 yield _Line(number, text)
 
@@ -182,10 +190,13 @@ def read_qrels(path: str | os.PathLike[str], on_error: OnError = "raise") -> Rea
     policy = _Policy(file, on_error)
     out = ReadQrels()
     first_line = _FirstLines(file, lambda t: _qrel(t.split())[:2])
+    opening = True  # the first line that is not blank: a BEIR header may be there
     for line in _lines(file):
         parts = line.text.split()
-        if line.number == 1 and parts[:2] == ["query-id", "corpus-id"]:
+        if opening and parts[:2] == ["query-id", "corpus-id"]:
+            opening = False
             continue  # BEIR header
+        opening = False
         try:
             qid, docid, value = _qrel(parts)
         except ValueError as e:
@@ -259,6 +270,9 @@ def _trec_run(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) ->
             key = (-float(score), int(rank), docid)
         except ValueError:
             policy.bad(line.number, f"rank {rank!r} or score {score!r} is not a number")
+            continue
+        if math.isnan(key[0]):  # sorts nowhere: the query's ranking would be chance
+            policy.bad(line.number, f"score {score!r} is not a number (NaN)")
             continue
         before = seen.setdefault((qid, docid), key)
         if before is not key:
