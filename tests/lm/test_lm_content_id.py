@@ -75,3 +75,31 @@ def test_other_lengths_or_another_tokenizer_give_another_id(tmp_path: Path) -> N
     c = TokenCorpus.build(tmp_path / "a.txt", tmp_path / "c", other, False, progress=False)
     assert np.array_equal(a.token_arrays()[0], c.token_arrays()[0])
     assert a.content_id != c.content_id
+
+
+def test_a_version_1_corpus_has_an_id_and_a_state(tmp_path: Path) -> None:
+    """A version 1 corpus (its files at the top, no ``dir``): its id was a ``KeyError``, and
+    with it every ``state_dict``."""
+    import json
+    import shutil
+
+    from conftest import word_tokenizer
+
+    tok = word_tokenizer(["alpha", "beta", "gamma"], tmp_path / "t.json")
+    (tmp_path / "a.txt").write_text("alpha beta\n\ngamma\n")
+    built = TokenCorpus.build(tmp_path / "a.txt", tmp_path / "c", tok, progress=False)
+    root, want = tmp_path / "c", built.content_id
+    meta = json.loads((root / "meta.json").read_text())
+    for f in (root / meta["dir"]).iterdir():  # laid out as version 1 wrote it
+        shutil.move(str(f), root / f.name)
+    (root / meta["dir"]).rmdir()
+    meta["files"] = {k.split("/", 1)[1]: v for k, v in meta["files"].items()}
+    for k in ("dir", "snapshot", "history"):
+        meta.pop(k, None)
+    meta["version"] = 1
+    (root / "meta.json").write_text(json.dumps(meta))
+    old = TokenCorpus.open(root)
+    assert old.content_id == want  # the same tokens, lengths and tokenizer
+    loader = LanguageModelLoader(old, 1, Windows(2), seed=1)
+    next(iter(loader))
+    assert loader.state_dict()["fingerprint"]["content"] == [want]

@@ -75,10 +75,11 @@ def tokens_content_id(
     array for a one-process build); None where the manifest records no CRC32 of a part's
     tokens (an older corpus: its file-level id stands)."""
     files = meta.get("files", {})
-    dirs = [p["dir"] for p in meta["parts"]] if meta.get("parts") else [meta["dir"]]
+    parts = meta.get("parts")
+    dirs = [p["dir"] for p in parts] if parts else [meta.get("dir", "")]  # "": version 1
     tokens_crc, size = 0, 0
     for folder in dirs:
-        info = files.get(f"{folder}/{tokens_file}", {})
+        info = files.get(f"{folder}/{tokens_file}" if folder else tokens_file, {})
         if not isinstance(info.get("crc32"), int) or not isinstance(info.get("size"), int):
             return None
         tokens_crc = crc32_combine(tokens_crc, info["crc32"], info["size"])
