@@ -657,3 +657,24 @@ def test_a_fill_leaves_the_flight_of_a_newer_claim_at_its_start(tmp_path: Path) 
         cache.node.inflight[obj, 0] = newer
     cache.node._mark([(obj, 0, 0, 0, data[:100])], [])  # the older [0, 100)'s fill: unclaimed
     assert cache.node.inflight.get((obj, 0)) is newer
+
+
+def test_a_late_fill_never_lands_on_a_shorter_claim_at_its_place(tmp_path: Path) -> None:
+    """After a repair forgot every block, this process claimed the same start again, shorter,
+    at the same place; the old, longer GET landed: its fill took the new claim for its own
+    (same object, start, region, offset), wrote past its end over the next block and marked
+    it ready with the long bytes' CRC32. A fill's claim must end where its bytes do."""
+    data = os.urandom(1000)
+    cache = _local_cache(tmp_path, data, cap=10_000)
+    obj, me, node = cache.obj("text.bin"), cache.node.owner.token, cache.node
+    with cache.ledger.write() as conn:  # the claim of [0, 300), its GET in flight
+        conn.execute("INSERT INTO blocks VALUES (?, 0, 300, 0, 0, ?, NULL, NULL)", (obj, me))
+        conn.execute("UPDATE regions SET state = 1, used = 300 WHERE id = 0")
+    cache.ledger.forget_blocks()  # a cut payload file repaired
+    with cache.ledger.write() as conn:  # [0, 100) claimed again, at the same place
+        conn.execute("INSERT INTO blocks VALUES (?, 0, 100, 0, 0, ?, NULL, NULL)", (obj, me))
+        conn.execute("UPDATE regions SET state = 1, used = 100 WHERE id = 0")
+    assert cache.read([("text.bin", 100, 300)]) == [data[100:300]]  # placed after [0, 100)
+    cache.drain()
+    node._mark([(obj, 0, 0, 0, os.urandom(300))], [])  # the old GET's bytes land
+    assert cache.read([("text.bin", 0, 300)]) == [data[:300]]

@@ -332,21 +332,21 @@ class Ledger:
         written: list[tuple[int, int, int, int]] = []
         failed: list[tuple[int, int]] = []
         with self.write() as conn:
-            held: set[tuple[int, int, int, int]] = set()
+            held: set[tuple[int, int, int, int, int]] = set()
             for at in range(0, len(done), _BATCH):
                 part = done[at : at + _BATCH]
                 values = ",".join("(?, ?)" for _ in part)
                 held.update(
                     conn.execute(
-                        "SELECT b.object, b.start, b.region, b.at FROM blocks AS b JOIN "
+                        "SELECT b.object, b.start, b.end, b.region, b.at FROM blocks AS b JOIN "
                         f"(VALUES {values}) AS v ON b.object = v.column1 AND b.start = "
                         "v.column2 WHERE b.owner = ?",
                         [x for obj, start, *_ in part for x in (obj, start)] + [owner],
                     ).fetchall()
                 )
             for obj, start, region, at, data in done:
-                if (obj, start, region, at) not in held:
-                    continue  # the claim is gone: its place is not its own any more
+                if (obj, start, start + len(data), region, at) not in held:
+                    continue  # the claim is gone (or another, at the same start and place)
                 try:
                     write(region, at, data)
                 except OSError:
