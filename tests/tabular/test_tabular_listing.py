@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lading.tabular import PartitionedParquet, repartition
+from lading.tabular.files import parquet_files
 from lading.testing import LocalS3
 from lading.world import World
 
@@ -153,6 +154,11 @@ def test_a_day_folder_that_is_a_link_is_read_with_the_others(days: Path, tmp_pat
     (days / "178" / "loop").unlink()
     want = sorted(ids(days / "178") + ids(days / "178-late") + ids(other))
     (days / "178" / "loop").symlink_to(days)
+    (days / "latest").symlink_to(days / "178")  # a second name of a folder read anyway
+    (days / "178-late" / "up").symlink_to(tmp_path)  # leads above: never read from
+    write_sessions(tmp_path / "test-set" / "held-out.parquet", 5, 1, seed=4)
     assert sorted(ids(days)) == want  # every file once, the loop not walked round
+    named = [str(p.relative_to(days)) for p in parquet_files([days])]
+    assert "178/train.parquet" in named and not any(n.startswith("latest") for n in named)
     repartition(days, tmp_path / "out", row_group_size=10)
     assert sorted(ids(tmp_path / "out")) == want

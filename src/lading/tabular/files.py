@@ -144,26 +144,52 @@ def select_listed(top: str, names: Iterable[str]) -> list[str]:
 def _walk(top: Path, skip: set[Path]) -> list[Path]:
     """The parquet files below ``top`` (:func:`select_listed`), leaving out the folders in
     ``skip`` (resolved) whole. A linked folder is read as the folder it leads to (a day kept
-    on another disk: its rows were left out without a word), each real folder once (a link
-    back up the tree ends the walk there)."""
-    names = []
-    seen = {top.resolve()}
-    for folder, dirs, files in os.walk(top, followlinks=True):
+    on another disk: its rows were left out without a word), but not one the walk reaches
+    anyway by its real name (that name is kept), nor one holding ``top`` (a link back up
+    the tree would read what lies beside it), and each such target once."""
+    top_real = top.resolve()
+    names: list[str] = []
+    links: list[tuple[str, Path]] = []  # (name under top, the folder it leads to)
+    covered: set[Path] = set()
+    _walk_real(top, "", skip, names, links, covered)
+    while links:
+        rel, real = links.pop(0)
+        if real in covered or real in skip or real == top_real or real in top_real.parents:
+            continue
+        _walk_real(real, rel, skip, names, links, covered)
+    return [top / name for name in select_listed(str(top), names)]
+
+
+def _walk_real(
+    root: Path,
+    prefix: str,
+    skip: set[Path],
+    names: list[str],
+    links: list[tuple[str, Path]],
+    covered: set[Path],
+) -> None:
+    """The files below ``root`` without following links, named ``prefix/...``; the linked
+    folders met go to ``links`` (followed after every real folder is known: ``covered``)."""
+    for folder, dirs, files in os.walk(root):
         here = Path(folder)
+        covered.add(here.resolve())
+        rel = here.relative_to(root).as_posix()
+        under = "/".join(p for p in (prefix, "" if rel == "." else rel) if p)
         keep = []
-        for d in dirs:
-            real = (here / d).resolve()
-            if real not in skip and real not in seen and not _is_debris(here / d):
-                seen.add(real)
+        for d in sorted(dirs):
+            path = here / d
+            if _is_debris(path) or path.resolve() in skip:
+                continue
+            if path.is_symlink():
+                links.append((f"{under}/{d}" if under else d, path.resolve()))
+            else:
                 keep.append(d)
         dirs[:] = keep
-        rel = here.relative_to(top).as_posix()
         names += [
-            n if rel == "." else f"{rel}/{n}"
+            f"{under}/{n}" if under else n
             for n in files
             if (n.endswith(".parquet") or n == DATASET_MARK) and (here / n).is_file()
         ]
-    return [top / name for name in select_listed(str(top), names)]
 
 
 def _is_debris(folder: Path) -> bool:
