@@ -176,8 +176,8 @@ def test_shards_run_again_after_the_grace_take_their_build_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Back to earlier options once the snapshot that used them is past its grace: the
-    shards run again are merged (the merge removed that build as a replaced snapshot's,
-    however recently its shards ran, and kept the newer snapshot without a word)."""
+    shards run again are merged (the merge collected that build, a replaced snapshot's, as
+    it took its lock, before it chose one, and kept the newer snapshot without a word)."""
     import time
 
     monkeypatch.setenv("LADING_SNAPSHOT_GRACE_S", "1")

@@ -91,18 +91,16 @@ def commit(root: Path, manifest: dict[str, Any], previous: dict[str, Any] | None
 
 def _split_history(
     manifest: dict[str, Any] | None, now: float
-) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """(history entries still within the grace, names only expired entries used -> when the
-    last of those was replaced)."""
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """(history entries still within the grace, names only expired entries used)."""
     history = [h for h in (manifest or {}).get("history", []) if isinstance(h, dict)]
     grace = grace_seconds()
     kept = [h for h in history if now - float(h.get("replaced_at", 0)) < grace]
-    expired: dict[str, float] = {}
+    expired: set[str] = set()
     for h in history:
         if h not in kept:
-            at = float(h.get("replaced_at", 0))
-            for name in [*(str(u) for u in h.get("units", [])), str(h.get("snapshot", ""))]:
-                expired[name] = max(expired.get(name, at), at)
+            expired.update(str(u) for u in h.get("units", []))
+            expired.add(str(h.get("snapshot", "")))
     return kept, expired
 
 
@@ -110,12 +108,11 @@ def collect_garbage(root: Path, fmt_name: str) -> list[str]:
     """Remove what no reader can still be opening (call under the build lock); the names removed.
 
     Kept: the current snapshot, every snapshot replaced less than :func:`grace_seconds` ago,
-    ``build-`` directories no snapshot names that changed within :data:`ABANDONED_S` (a parallel
-    build still under way), and those of replaced snapshots changed since they were replaced (their
-    shards ran again: a merge may take them back). Removed: older snapshots' ``snap-`` directories
-    (their manifest first, so a pinned reader is told it is gone), the ``build-`` directories and
-    version 1 files only they used, and ``snap-`` directories no manifest committed (a build killed
-    between its rename and its commit).
+    and ``build-`` directories no snapshot names that changed within :data:`ABANDONED_S` (a
+    parallel build still under way). Removed: older snapshots' ``snap-`` directories (their
+    manifest first, so a pinned reader is told it is gone), the ``build-`` directories and
+    version 1 files only they used, and ``snap-`` directories no manifest committed (a build
+    killed between its rename and its commit).
     """
     try:
         current = read_current(root, fmt_name)
@@ -125,9 +122,9 @@ def collect_garbage(root: Path, fmt_name: str) -> list[str]:
     return _sweep(root, current, _split_history(current, now)[1], now)
 
 
-def _sweep(root: Path, current: dict[str, Any], expired: dict[str, float], now: float) -> list[str]:
+def _sweep(root: Path, current: dict[str, Any], expired: set[str], now: float) -> list[str]:
     kept, also = _split_history(current, now)
-    expired = {n: max(expired.get(n, 0.0), also.get(n, 0.0)) for n in expired.keys() | also}
+    expired = expired | also
     keep = units(current).union(*(set(h.get("units", [])) for h in kept))
     keep.update(str(h.get("snapshot", "")) for h in kept)
     removed = []
@@ -138,11 +135,7 @@ def _sweep(root: Path, current: dict[str, Any], expired: dict[str, float], now: 
         if is_snapshot_dir(entry):
             (entry / MANIFEST).unlink(missing_ok=True)  # first: a pinned reader learns it is gone
         elif is_build_dir(entry):
-            changed = _newest_mtime(entry)
-            if name in expired:  # a replaced snapshot's: kept if its shards ran since (a
-                if changed > expired[name]:  # merge may take it back, pending.RUN_FILE)
-                    continue
-            elif now - changed < ABANDONED_S:
+            if name not in expired and now - _newest_mtime(entry) < ABANDONED_S:
                 continue
         elif name not in expired or not entry.is_file() or not _V1_FILE.match(name):
             continue  # else only version 1 files that a replaced snapshot listed: never a
