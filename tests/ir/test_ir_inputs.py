@@ -196,3 +196,6 @@ def test_a_file_with_old_mac_line_ends_is_refused_not_read_as_one_line(tmp_path:
     queries.write_bytes(b"1\tfoo\r2\tbar\r")
     with pytest.raises(SourceError, match=r"line 1 of .*q\.tsv.*carriage return"):
         read_queries(queries)
+    # a stray CR inside a text of a file of LF lines is text, as it always was
+    queries.write_bytes(b"q1\thello\rworld\nq2\tsecond\n")
+    assert read_queries(queries) == {"q1": "hello\rworld", "q2": "second"}

@@ -72,12 +72,12 @@ def _lines(path: Path) -> Iterator[_Line]:
                 text = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as e:
                 raise SourceError(path, number, f"invalid UTF-8 at byte {e.start}") from None
-            if "\r" in text:  # lines ended by a bare CR (old Mac): the file read as one line
-                raise SourceError(
+            if number == 1 and "\r" in text and not raw.endswith(b"\n"):  # one line, CRs in
+                raise SourceError(  # it: lines ended by a bare CR (old Mac), read as one
                     path,
                     number,
-                    "a carriage return inside the line: its lines end in a bare CR (\\r), "
-                    "not LF; convert the file's line ends to \\n (e.g. tr '\\r' '\\n')",
+                    "the whole file is one line holding carriage returns: its lines end in a "
+                    "bare CR (\\r), not LF; convert the line ends to \\n (tr '\\r' '\\n')",
                 )
             if text.strip():
                 yield _Line(number, text)
