@@ -74,7 +74,8 @@ class BuildContext:
         what: what the user calls it, for the refusal to replace a folder lading did not write.
         collect: remove old snapshots as the lock is taken (what a build writing its payload
             frees room with); a merge passes False: the build it is about to commit may look
-            abandoned (shards built a day before), and its commit collects after.
+            abandoned (shards built a day before). Its commit collects after (a retried
+            merge that commits nothing leaves that to the next commit).
 
     Attributes:
         snapshot: the id this build commits as (its files go under ``DEST/<snapshot>/``).
