@@ -35,6 +35,7 @@ from lading.sources import ParseOptions, RecordStream
 from lading.stores.building.build import build_options, check_max_length
 from lading.stores.building.merge import read_shard
 from lading.stores.building.parallel import commit_shards
+from lading.stores.building.pending import BuildToCommit
 from lading.stores.building.remote_shards import commit_store_in_bucket, store_needs
 from lading.stores.building.writer import Duplicates, write_shard
 from lading.stores.layout import FORMAT_NAME
@@ -151,10 +152,8 @@ class LadingDatasink(ShardSink):
         self, settings: RemoteSettings, root: Path, previous: Any, shards: list[Any]
     ) -> str:
         assert self.url is not None
-        recipe = self._recipe()
-        return commit_store_in_bucket(
-            self.url, settings, root, previous, self.build_id, shards, recipe
-        )
+        merge = BuildToCommit(self.build_id, shards, self._recipe(), [])
+        return commit_store_in_bucket(self.url, settings, root, previous, merge)
 
 
 __all__ = ["LadingDatasink"]

@@ -38,6 +38,7 @@ from lading.lm.remote_shards import commit_in_bucket
 from lading.lm.shards import finish_shard, read_corpus_shard
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.remote.settings import RemoteSettings
+from lading.stores.building.pending import BuildToCommit
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
 
 
@@ -145,8 +146,8 @@ class LadingTokenDatasink(ShardSink):
         self, settings: RemoteSettings, root: Path, previous: Any, shards: list[Any]
     ) -> str:
         assert self.url is not None
-        recipe = {"options": self.options}
-        return commit_in_bucket(self.url, settings, root, previous, self.build_id, shards, recipe)
+        merge = BuildToCommit(self.build_id, shards, {"options": self.options}, [])
+        return commit_in_bucket(self.url, settings, root, previous, merge)
 
 
 __all__ = ["LadingTokenDatasink"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,9 +85,7 @@ def merge_remote(
         root: Path, previous: dict[str, Any] | None, merge: BuildToCommit[CorpusShard]
     ) -> str:
         try:
-            return commit_in_bucket(
-                url, settings, root, previous, merge.bid, merge.shards, merge.recipe, merge.passed
-            )
+            return commit_in_bucket(url, settings, root, previous, merge)
         except (StoreFormatError, SourceError) as e:  # named as the bucket, not the mirror
             raise named_as(e, root, url) from None
 
@@ -101,18 +98,16 @@ def commit_in_bucket(
     settings: RemoteSettings,
     root: Path,
     previous: dict[str, Any] | None,
-    bid: str,
-    shards: list[CorpusShard],
-    recipe: dict[str, Any],
-    passed: Sequence[str] = (),
+    merge: BuildToCommit[CorpusShard],
 ) -> str:
-    """``shards`` (read from the bucket's mirror ``root``), in this order, checked to be
-    tokenized alike and committed at ``url`` by their manifest, ``meta.json`` last; its id.
-    ``passed``: the complete builds the merge saw (recorded: never merged later by default)."""
-    check_same_tokens(root, shards)
+    """``merge``'s shards (read from the bucket's mirror ``root``), in order, checked to be
+    tokenized alike and committed at ``url`` over its manifest ``previous``, ``meta.json``
+    last; its id."""
+    check_same_tokens(root, merge.shards)
     snapshot = new_snapshot_id()
-    meta = {**manifest(bid, shards, recipe["options"], snapshot), "snapshot": snapshot}
-    meta["builds"] = builds_record(root, previous, bid, passed)
+    options = merge.recipe["options"]
+    meta = {**manifest(merge.bid, merge.shards, options, snapshot), "snapshot": snapshot}
+    meta["builds"] = builds_record(root, previous, merge.bid, merge.passed)
     raw = _with_history(meta, previous)
     local = root / snapshot / MANIFEST
     local.parent.mkdir()

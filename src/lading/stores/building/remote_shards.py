@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
@@ -304,9 +304,7 @@ def merge_store_remote(url: str, build_id: str | None, settings: RemoteSettings)
     from lading.stores.layout import FORMAT_NAME
 
     def commit(root: Path, previous: dict[str, Any] | None, merge: BuildToCommit[Shard]) -> str:
-        return commit_store_in_bucket(
-            url, settings, root, previous, merge.bid, merge.shards, merge.recipe, merge.passed
-        )
+        return commit_store_in_bucket(url, settings, root, previous, merge)
 
     return merge_in_bucket(
         url, settings, FORMAT_NAME, build_id, read_shard, commit, need=store_needs
@@ -318,19 +316,17 @@ def commit_store_in_bucket(
     settings: RemoteSettings,
     root: Path,
     previous: dict[str, Any] | None,
-    bid: str,
-    shards: list[Any],
-    recipe: dict[str, Any],
-    passed: Sequence[str] = (),
+    merge: BuildToCommit[Any],
 ) -> str:
-    """``shards`` (read from the bucket's mirror ``root``, made with :func:`store_needs`), in
-    this order, committed at ``url``: the id index and manifest written on the mirror, then
-    PUT, ``meta.json`` last; the snapshot's id. ``passed``: the complete builds the merge saw
-    (recorded: never merged later by default)."""
+    """``merge``'s shards (read from the bucket's mirror ``root``, made with
+    :func:`store_needs`), in order, committed at ``url`` over its manifest ``previous``: the
+    id index and manifest written on the mirror, then PUT, ``meta.json`` last; the snapshot's
+    id."""
     from lading.disk import BuildContext
     from lading.stores.building.parallel import commit_shards
     from lading.stores.layout import FORMAT_NAME
 
+    bid, shards, recipe = merge.bid, merge.shards, merge.recipe
     if recipe["options"].get("duplicates", "error") != "error":
         raise ValueError(
             f"{url}: a merge in the bucket keeps every row (duplicates='error'); shards "
@@ -349,7 +345,7 @@ def commit_store_in_bucket(
         meta["history"] = [replaced(previous, meta["committed_at"])]
     from lading.stores.building.pending import builds_record
 
-    meta["builds"] = builds_record(root, previous, bid, passed)
+    meta["builds"] = builds_record(root, previous, bid, merge.passed)
     raw = json.dumps(meta, indent=2, sort_keys=True).encode("utf-8")
     (root / snapshot / "manifest.json").write_bytes(raw)
     made = sorted(p for p in (root / snapshot).rglob("*") if p.is_file())
