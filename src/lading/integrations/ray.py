@@ -146,7 +146,7 @@ class LadingDatasink(ShardSink):
         return {"options": self.options, "inputs": [f"ray dataset -> {where}"]}
 
     def commit_local(self, build: BuildContext, shards: list[Any]) -> str:
-        return commit_shards(build, self.build_id, shards, self._recipe())
+        return commit_shards(build, BuildToCommit(self.build_id, shards, self._recipe(), []))
 
     def commit_remote(
         self, settings: RemoteSettings, root: Path, previous: Any, shards: list[Any]

@@ -140,7 +140,8 @@ class LadingTokenDatasink(ShardSink):
         return read_corpus_shard(root, rel)
 
     def commit_local(self, build: BuildContext, shards: list[Any]) -> str:
-        return commit_corpus(build, self.build_id, shards, self.options)
+        merge = BuildToCommit(self.build_id, shards, {"options": self.options}, [])
+        return commit_corpus(build, merge)
 
     def commit_remote(
         self, settings: RemoteSettings, root: Path, previous: Any, shards: list[Any]

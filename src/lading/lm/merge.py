@@ -19,7 +19,6 @@ tokenizer); :func:`check_same_tokens` checks what each ``shard.json`` records be
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,28 +46,18 @@ def merge_corpus(dest: Path, build_id: str | None = None) -> str:
             read other inputs, or were tokenized otherwise (naming both shards).
     """
 
-    def commit(build: BuildContext, merge: BuildToCommit[CorpusShard]) -> str:
-        return commit_corpus(build, merge.bid, merge.shards, merge.recipe["options"], merge.passed)
-
     kind = (FORMAT_NAME, "token corpus")
-    return merge_in_folder(dest, kind, build_id, read_corpus_shard, COMMAND, commit)
+    return merge_in_folder(dest, kind, build_id, read_corpus_shard, COMMAND, commit_corpus)
 
 
-def commit_corpus(
-    build: BuildContext,
-    bid: str,
-    shards: list[CorpusShard],
-    options: dict[str, Any],
-    passed: Sequence[str] = (),
-) -> str:
-    """Under ``build`` (the corpus's build context): ``shards``, in this order, checked to be
-    tokenized alike and committed as the new snapshot (its manifest only); its id.
-    ``passed``: the complete builds the merge saw (recorded: never merged later by default)."""
-    check_same_tokens(build.dest, shards)
+def commit_corpus(build: BuildContext, merge: BuildToCommit[CorpusShard]) -> str:
+    """Under ``build`` (the corpus's build context): ``merge``'s shards, in order, checked to
+    be tokenized alike and committed as the new snapshot (its manifest only); its id."""
+    check_same_tokens(build.dest, merge.shards)
     started = time.perf_counter()
     with build.scratch() as tmp:
-        meta = manifest(bid, shards, options, build.snapshot)
-        meta["builds"] = builds_record(build.dest, build.previous, bid, passed)
+        meta = manifest(merge.bid, merge.shards, merge.recipe["options"], build.snapshot)
+        meta["builds"] = builds_record(build.dest, build.previous, merge.bid, merge.passed)
         meta["seconds"] = round(time.perf_counter() - started, 3)
         return build.commit(tmp, meta)
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -155,24 +154,15 @@ def merge_store(dest: Path, build_id: str | None = None) -> PackedStore:
             or two shards hold the same id (naming both).
     """
 
-    def commit(build: BuildContext, merge: BuildToCommit[Shard]) -> str:
-        return commit_shards(build, merge.bid, merge.shards, merge.recipe, merge.passed)
-
     kind = (FORMAT_NAME, "store")
-    snapshot = merge_in_folder(dest, kind, build_id, read_shard, "lading build", commit)
+    snapshot = merge_in_folder(dest, kind, build_id, read_shard, "lading build", commit_shards)
     return PackedStore(dest, snapshot=snapshot)
 
 
-def commit_shards(
-    build: BuildContext,
-    bid: str,
-    shards: list[Shard],
-    recipe: dict[str, Any],
-    passed: Sequence[str] = (),
-) -> str:
-    """Under ``build`` (the store's build context): the index over ``shards`` and the commit
-    of the new snapshot; its id. ``recipe``: the build's ``options`` and ``inputs``;
-    ``passed``: the complete builds the merge saw (recorded: never merged later by default)."""
+def commit_shards(build: BuildContext, merge: BuildToCommit[Shard]) -> str:
+    """Under ``build`` (the store's build context): the index over ``merge``'s shards and the
+    commit of the new snapshot; its id."""
+    bid, shards, recipe = merge.bid, merge.shards, merge.recipe
     started = time.perf_counter()
     if sum(s.record["rows"] for s in shards) == 0:
         where = recipe["inputs"][0] if recipe.get("inputs") else build.dest
@@ -182,7 +172,7 @@ def commit_shards(
     with build.scratch() as tmp:
         meta = manifest_of(build.dest, tmp, build.snapshot, shards, about)
         meta["build"]["seconds"] = round(time.perf_counter() - started, 3)
-        meta["builds"] = builds_record(build.dest, build.previous, bid, passed)
+        meta["builds"] = builds_record(build.dest, build.previous, bid, merge.passed)
         return build.commit(tmp, meta)
 
 

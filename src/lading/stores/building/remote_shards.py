@@ -326,15 +326,14 @@ def commit_store_in_bucket(
     from lading.stores.building.parallel import commit_shards
     from lading.stores.layout import FORMAT_NAME
 
-    bid, shards, recipe = merge.bid, merge.shards, merge.recipe
-    if recipe["options"].get("duplicates", "error") != "error":
+    if merge.recipe["options"].get("duplicates", "error") != "error":
         raise ValueError(
             f"{url}: a merge in the bucket keeps every row (duplicates='error'); shards "
             "built with duplicates='first'/'last' are merged in a folder (lading merge "
             "DIR), then uploaded"
         )
     with BuildContext(root, FORMAT_NAME, collect=False) as build:
-        snapshot = commit_shards(build, bid, shards, recipe)
+        snapshot = commit_shards(build, merge)
     meta = json.loads((root / META_FILE).read_text())
     for name, info in meta["files"].items():
         if name.startswith(BUILD_PREFIX):  # stand-ins here: the bucket has the bytes
@@ -345,7 +344,7 @@ def commit_store_in_bucket(
         meta["history"] = [replaced(previous, meta["committed_at"])]
     from lading.stores.building.pending import builds_record
 
-    meta["builds"] = builds_record(root, previous, bid, merge.passed)
+    meta["builds"] = builds_record(root, previous, merge.bid, merge.passed)
     raw = json.dumps(meta, indent=2, sort_keys=True).encode("utf-8")
     (root / snapshot / "manifest.json").write_bytes(raw)
     made = sorted(p for p in (root / snapshot).rglob("*") if p.is_file())
