@@ -14,18 +14,22 @@ with the stage they belong to; this module is the only place that hooks ``fork()
   After it, in the parent, it is released; in the child, which has no threads, every
   registered owner's ``forked()`` drops its per-process state (threads, queues, GETs in flight,
   connections), made again on first use: a carried read-ahead pass builds from its cursor.
-- **exit**: one hook, in stage order: read-ahead threads stop first (no new reads), then the
-  node caches' fill threads (their claims handed back), then the fetchers (every GET not yet
-  answered settled, none retried), then the fetch loop (its calls drained: a GET ending on
-  obstore's runtime after the interpreter began to exit aborts the process; its tasks ended:
-  one left pending is reported on stderr as the interpreter exits). Each owner's ``close()``
-  bounds its own waits.
+- **exit**: one hook, in stage order (at ``atexit``; in a ``multiprocessing`` child, such as a
+  DataLoader worker, which ends by ``os._exit`` past ``atexit``, as one of its finalizers: else
+  a worker's last figures, claims and GETs were dropped with it): read-ahead threads stop first
+  (no new reads), then the node caches' fill threads (their claims handed back), then the
+  fetchers (every GET not yet answered settled, none retried), then the fetch loop (its calls
+  drained: a GET ending on obstore's runtime after the interpreter began to exit aborts the
+  process; its tasks ended: one left pending is reported on stderr as the interpreter exits).
+  Each owner's ``close()`` bounds its own waits.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import multiprocessing
+import multiprocessing.util
 import os
 import threading
 import weakref
@@ -92,6 +96,7 @@ def register(owner: Owner, stage: str) -> None:
     if stage not in _OWNERS:
         raise ValueError(f"unknown stage {stage!r}; choose from {list(STAGES)}")
     _OWNERS[stage].add(owner)
+    _close_at_child_exit()
 
 
 def _in_child() -> None:
@@ -115,3 +120,25 @@ def close_all() -> None:
         for owner in list(_OWNERS[stage]):
             with contextlib.suppress(Exception):  # exiting: a report would go nowhere
                 owner.close()
+
+
+_exit_hooked = 0  # the pid whose multiprocessing finalizers close the owners at its exit
+
+
+def _close_at_child_exit(_: object = None) -> None:
+    """In a ``multiprocessing`` child (forked, spawned or from a forkserver), once: close
+    every owner as the child's finalizers run; it exits by ``os._exit``, past ``atexit``."""
+    global _exit_hooked
+    if _exit_hooked == os.getpid() or multiprocessing.parent_process() is None:
+        return
+    _exit_hooked = os.getpid()
+    multiprocessing.util.Finalize(None, close_all, exitpriority=10)
+
+
+class _AfterFork:
+    """What ``multiprocessing`` calls in a child it forked, after clearing the finalizers
+    the parent had (a fork's own hook runs before that)."""
+
+
+_AFTER_FORK = _AfterFork()
+multiprocessing.util.register_after_fork(_AFTER_FORK, _close_at_child_exit)

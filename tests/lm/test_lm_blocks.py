@@ -16,6 +16,7 @@ from conftest import word_corpus
 from lading.lm import LanguageModelLoader, TokenCorpus, TokenMixture, Windows
 from lading.lm.blocks import block_order
 from lading.loading.announce import LOOKAHEAD
+from lading.remote.cache import node as node_module
 from lading.remote.cache.regions import Layout
 from lading.testing import LocalS3
 
@@ -364,3 +365,30 @@ def test_the_window_fetches_a_held_block_for_its_first_batch_only(
             late.append(((a, b), step - read))
     print(f"{len(asked)} pieces asked for, {len(late)} after their block's first read")
     assert asked and not late, late[:10]
+
+
+def test_the_workers_reads_reach_the_nodes_figures(
+    corpus: tuple[TokenCorpus, str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DataLoader worker ends by ``os._exit`` (past ``atexit``): its figures still reach
+    the node as it exits, so after an epoch read by 2 workers the node counts at least the
+    bytes one process reading the same epoch used (they were lost: all but what a worker
+    had told the node in its once-a-second update, here made never: forked workers inherit
+    ``COUNT_S``)."""
+    monkeypatch.setattr(node_module, "COUNT_S", 1e9)
+    local, url, folder = corpus
+    nbytes = local.n_tokens * local.dtype.itemsize
+    mode = Windows(32, shuffle_documents=False, block_tokens=320)
+    alone = TokenCorpus.open(url, cache=folder / "figures-alone", cache_bytes=nbytes // 4)
+    n = sum(1 for _ in LanguageModelLoader(alone, 4, mode, seed=7))
+    read_alone = alone.cache_stats()["node"]
+    remote = TokenCorpus.open(url, cache=folder / "figures-workers", cache_bytes=nbytes // 4)
+    with pytest.warns(UserWarning, match="num_workers"):
+        loader = LanguageModelLoader(remote, 4, mode, seed=7, num_workers=2)
+    assert sum(1 for _ in loader) == n
+    loader.close()
+    node = remote.cache_stats()["node"]
+    print(f"node, 2 workers: {node}; node, one process: {read_alone}")
+    assert node["bytes_used"] >= read_alone["bytes_used"], (node, read_alone)
+    reads = node.get("hits", 0) + node.get("misses", 0)
+    assert reads >= read_alone.get("hits", 0) + read_alone.get("misses", 0)
