@@ -112,6 +112,38 @@ def test_breaking_off_a_pass_stops_its_thread_and_the_next_pass_is_the_next_epoc
     assert len(ahead_threads()) == 1  # read to its end: the next epoch is being built
 
 
+@pytest.mark.parametrize("end", ["dropped", "asked", "collected"])
+def test_an_earlier_pass_ending_late_leaves_the_later_pass_whole(end: str) -> None:
+    """A pass left open (its iterator kept, or in a reference cycle of an exception's
+    traceback) that ends while a later pass reads (dropped, asked for a batch: it is over,
+    or freed by the collector) stops its own reading, not the later pass's: the later
+    pass read 3 of its 25 batches, silently (it ended the thread the later pass read from)."""
+    reference = lading.loader(list(range(200)), 8, collate_fn=list)
+    reference.set_epoch(1)
+    want = list(reference)
+    loader = lading.loader(list(range(200)), 8, collate_fn=list, read_ahead=2)
+    old: Any = iter(loader)
+    next(old)
+    if end == "collected":  # the old pass held only by a cycle, freed when the collector runs
+        gc.disable()
+        holder: list[Any] = [old]
+        holder.append(holder)
+        del old, holder
+    got = []
+    try:
+        for i, batch in enumerate(loader):
+            got.append(batch)
+            if i == 2 and end == "dropped":
+                del old
+            elif i == 2 and end == "asked":
+                assert next(old, None) is None  # another pass ended it
+            elif i == 2:
+                gc.collect()
+    finally:
+        gc.enable()
+    assert got == want and loader.remaining() == 0
+
+
 def test_set_epoch_mid_pass_ends_the_pass_and_its_thread() -> None:
     loader = lading.loader(Counted(30), 2, seed=1, read_ahead=2)
     batches = iter(loader)

@@ -355,10 +355,10 @@ class Loader:
                 self._refuse_after_close(cursor)  # (a worker or thread close() ended, mid-wait)
             raise
         finally:  # ended, broken off (a for loop's break closes it) or dropped
-            if not read_to_end:  # read_ahead's thread was building this epoch: stop it
-                self._drop_ahead()
-            if self._reading is cursor:
+            if self._reading is cursor:  # no later pass began (one may read the thread)
                 self._reading = None
+                if not read_to_end:  # read_ahead's thread was building this epoch: stop it
+                    self._drop_ahead()
 
     def _refuse_after_close(self, cursor: Cursor) -> None:
         """Raise :class:`LoaderClosedError` for a pass that ``close`` ended before its
