@@ -295,6 +295,24 @@ def test_feistel_is_a_permutation() -> None:
     assert feistel_permutation(np.arange(50), 50, 1, 2).tolist() != list(range(50))
 
 
+@pytest.mark.parametrize("n", [8, 10, 14, 20, 100, 167])
+def test_feistel_orders_of_few_positions_look_drawn_at_random(n: int) -> None:
+    """Over 400 seeds the order of ``n`` positions (the locality shuffle's blocks, a few
+    packed windows) leaves about one position in place, as a uniform draw does, is almost
+    never the stored order, and two epochs almost never draw the same: the first round
+    function kept only low bits of a product (n = 8: 2.8 in place, the stored order 19 % of
+    the time, epoch 1 = epoch 0 6 %; n = 100: 4.7 in place)."""
+    index = np.arange(n)
+    fixed = stored = same = 0
+    for seed in range(400):
+        first = feistel_permutation(index, n, seed, 0)
+        fixed += int((first == index).sum())
+        stored += bool((first == index).all())
+        same += bool((first == feistel_permutation(index, n, seed, 1)).all())
+    assert 0.75 <= fixed / 400 <= 1.3, fixed / 400
+    assert stored <= 2 and same <= 2, (stored, same)
+
+
 def test_memory_does_not_grow_with_the_token_count(tmp_path: Path) -> None:
     """Few long documents: iterating allocates chunks of stream and a per-document index only."""
     words = [f"w{i}" for i in range(100)]

@@ -27,6 +27,7 @@ from lading.lm.narrow import all_documents, narrow
 from lading.lm.resident import ResidentStream, device_streams
 from lading.lm.segment import LMSegment, SegmentBatchKey
 from lading.lm.windows import EpochWindows, TokenMixture
+from lading.loading.order import FEISTEL_ROUND
 from lading.loading.reading import Reading
 from lading.loading.runs import Runs
 from lading.loading.segment import Segment
@@ -249,6 +250,8 @@ class LMWorkload(SegmentWorkload):
             "tokens": sum(corpus.n_tokens for corpus, _ in self.data.parts),
         }
         found.update(self.mode.fingerprint())
+        if self._feistel():
+            found["window_order"] = FEISTEL_ROUND
         if isinstance(self.corpus, TokenMixture):
             found.update(self.corpus.fingerprint())
             if not reading.shuffle:  # drawn once (before: each epoch); states of then refused
@@ -262,7 +265,19 @@ class LMWorkload(SegmentWorkload):
         """``state`` with its fingerprint in today's keys (a window mode's ``bptt`` read as
         ``seq_len``), its corpora's content checked (:meth:`saved_content`)."""
         saved = self.mode.saved_fingerprint(state.get("fingerprint", {}), state.get("layout", {}))
+        if self._feistel() and saved.get("window_order") != FEISTEL_ROUND:
+            raise LoaderStateError(
+                "the loader state was saved by a lading whose shuffle of windows drew other "
+                "orders (its permutations of a few dozen windows stayed near the stored order): "
+                "the batches left in its epoch are not the ones this lading draws. Start the "
+                "epoch without the state (set_epoch), or resume with the lading that saved it"
+            )
         return {**state, "fingerprint": self.saved_content(saved)}
+
+    def _feistel(self) -> bool:
+        """Whether the windows are read in a Feistel order (shuffled windows, packed or
+        mixed; streams shuffle documents by a permutation drawn whole)."""
+        return self.reading.shuffle and self.mode.name != "streams"
 
     def saved_content(self, saved: Mapping[str, Any]) -> dict[str, Any]:
         """``saved`` (a state's fingerprint) if its corpora hold the tokens this workload

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +54,7 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> npt.NDAr
 
 
 _MASK32 = np.uint64(0xFFFFFFFF)
+FEISTEL_ROUND = "fmix32"  # the round function (:func:`_mixed`), in LM states: another, other orders
 
 
 @functools.lru_cache(maxsize=4096)
@@ -62,6 +64,17 @@ def _round_keys(seed: int, *key: int) -> tuple[int, int, int, int]:
     keys = generator(seed, Salt.WINDOW_ORDER, *key).integers(0, 2**32, 4, dtype=np.uint64)
     a, b, c, d = (int(k) for k in keys)
     return a, b, c, d
+
+
+def _mixed(right: npt.NDArray[np.uint64], key: npt.NDArray[np.uint64] | np.uint64) -> Any:
+    """The Feistel round function: ``right`` and the round's ``key`` through MurmurHash3's
+    32-bit finaliser, whose every output bit depends on every input bit (the rounds keep the
+    low bits: a round that only multiplied left them a function of ``right``'s low bits, and
+    orders of a few dozen positions came out near the identity, or the same two epochs)."""
+    f = (right * np.uint64(0x9E3779B1) + key) & _MASK32
+    f = ((f ^ (f >> np.uint64(16))) * np.uint64(0x85EBCA6B)) & _MASK32
+    f = ((f ^ (f >> np.uint64(13))) * np.uint64(0xC2B2AE35)) & _MASK32
+    return f ^ (f >> np.uint64(16))
 
 
 def _domain(n: int) -> tuple[int, int]:
@@ -79,10 +92,10 @@ def feistel_value(value: int, n: int, seed: int, *key: int) -> int:
     for _ in range(1000):  # each pass leaves a value outside with probability < 3/4
         left, right = value >> half, value & mask
         for k in keys:
-            f = (right * 0x9E3779B1 + k) & 0xFFFFFFFF
-            f ^= f >> 15
-            f = (f * 0x85EBCA6B) & 0xFFFFFFFF
-            left, right = right, (left ^ f) & mask
+            f = (right * 0x9E3779B1 + k) & 0xFFFFFFFF  # the round function: _mixed
+            f = ((f ^ (f >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
+            f = ((f ^ (f >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
+            left, right = right, (left ^ f ^ (f >> 16)) & mask
         value = (left << half) | right
         if value < n:
             return value
@@ -129,10 +142,7 @@ def feistel_keyed(
         round_keys = keys if keys.ndim == 1 else keys[:, todo]
         left, right = x >> half, x & mask
         for k in round_keys:
-            f = (right * np.uint64(0x9E3779B1) + k) & _MASK32
-            f ^= f >> np.uint64(15)
-            f = (f * np.uint64(0x85EBCA6B)) & _MASK32
-            left, right = right, (left ^ f) & mask
+            left, right = right, (left ^ _mixed(right, k)) & mask
         x = (left << half) | right
         result[todo] = x
         todo = todo[x >= np.uint64(n)]
