@@ -102,6 +102,18 @@ def test_missing_documents_raise_or_are_counted(tmp_path: Path) -> None:
     assert item["doc_ids"][0] in {"d1", "d2"} and item["doc_ids"][1] not in {item["doc_ids"][0]}
 
 
+def test_a_run_document_missing_from_the_store_is_named_with_its_query(tmp_path: Path) -> None:
+    """The error names the first run document the store lacks and its query, as the judged
+    documents' does (it gave only a count: nothing to look up in the run file)."""
+    store = lading.build_store(
+        write(tmp_path / "c.tsv", "d1\tone\nd2\ttwo\nd3\tthree\n"), tmp_path / "s", progress=False
+    )
+    queries, qrels = {"q1": "one", "q2": "two"}, {"q1": {"d1": 1}, "q2": {"d2": 1}}
+    run = {"q1": ["d2", "d3"], "q2": ["d1", "ghost-42", "d3", "ghost-43"]}
+    with pytest.raises(KeyError, match=r"2 run documents .* first 'ghost-42' of query 'q2'"):
+        TrainingGroups(store, queries, qrels, run, group_size=2)
+
+
 def test_a_group_larger_than_the_store_allows_is_refused_naming_group_size() -> None:
     """group_size=30 over 20 documents cannot hold 30 distinct documents (it made groups of
     about 14, repeating negatives, without a word)."""

@@ -115,6 +115,7 @@ class TrainingGroups:
         judged_parts: list[npt.NDArray[np.int64]] = []
         cand_parts: list[npt.NDArray[np.int64]] = []
         no_relevant = no_text = missing_judged = missing_run = none_stored = 0
+        first_missing = ("", "")  # (query, document) of the first run document not stored
         tightest = ("", -1)  # the query with the most relevant documents, and their count
         for qid, judged in qrels.items():
             relevant = [d for d, rel in judged.items() if rel >= min_relevance]
@@ -146,7 +147,9 @@ class TrainingGroups:
                 none_stored += 1
                 continue
             run_codes, missing = self._run_codes(negatives.get(qid, ()), relevant_codes)
-            missing_run += missing
+            if missing and not missing_run:
+                first_missing = (qid, missing[0])
+            missing_run += len(missing)
             if len(relevant_codes) > tightest[1]:
                 tightest = (qid, len(relevant_codes))
             q = len(qids)
@@ -158,8 +161,9 @@ class TrainingGroups:
             cand_parts.append(run_codes)
         if missing_run and on_missing == "raise":
             raise KeyError(
-                f"{missing_run} run documents are not in {self.store!r}; pass "
-                "on_missing='skip' to leave them out"
+                f"{missing_run} run documents are not in {self.store!r}, the first "
+                f"{first_missing[1]!r} of query {first_missing[0]!r}; pass on_missing='skip' "
+                "to leave them out"
             )
         if not pair_query:
             raise ValueError("no query has a relevant document in the store: nothing to train on")
@@ -187,14 +191,14 @@ class TrainingGroups:
 
     def _run_codes(
         self, run: Sequence[str], relevant: npt.NDArray[np.int64]
-    ) -> tuple[npt.NDArray[np.int64], int]:
+    ) -> tuple[npt.NDArray[np.int64], list[str]]:
         """Store codes of a query's first ``depth`` run documents, each once and none of its
-        ``relevant`` codes; and how many of those run documents are not in the store."""
+        ``relevant`` codes; and those of its run documents the store lacks, in run order."""
         ids = list(run)[: self.depth]
         codes = self.store.find_rows(ids) if ids else np.empty(0, np.int64)
         excluded = set(relevant.tolist())
         kept = [c for c in dict.fromkeys(codes[codes >= 0].tolist()) if c not in excluded]
-        return np.array(kept, dtype=np.int64), int((codes < 0).sum())
+        return np.array(kept, dtype=np.int64), [ids[i] for i in np.flatnonzero(codes < 0)]
 
     def _check_group_size(self, qid: str, relevant: int) -> None:
         """Refuse a group_size the store cannot fill with distinct documents for query ``qid``
