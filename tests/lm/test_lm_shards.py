@@ -404,6 +404,49 @@ def test_jsonl_records_without_ids_make_a_corpus(tmp_path: Path) -> None:
     same_reading(want, TokenCorpus.merge(tmp_path / "s"))
 
 
+def test_a_text_field_of_another_name_is_named_by_text_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """JSONL whose text is under another key (The Stack's ``"content"``) builds with
+    ``text_field=`` (``--text-field`` at the command line), one process and in shards, each
+    document its text's words in order; without it the error names the keyword or flag that
+    exists there (it advised a ``--text-field`` that ``lading lm build`` did not have, and
+    ``parse=ParseOptions(...)``, which no LM build takes). Shards of another text field are
+    another build."""
+    docs = texts(np.random.default_rng(SEED), 50)
+    tok = word_tokenizer(WORDS, tmp_path / "t.json")
+    lines = "".join(json.dumps({"id": i, "content": t}) + "\n" for i, t in enumerate(docs))
+    src = write(tmp_path / "code.jsonl", lines)
+    want = [[WORDS.index(w) + 2 for w in t.split()] + [0] for t in docs]
+
+    def read(corpus: TokenCorpus) -> list[list[int]]:
+        return [corpus.document(i).tolist() for i in range(len(corpus))]
+
+    with pytest.raises(SourceError, match=r"line 1 of .*code\.jsonl: no text field") as no:
+        TokenCorpus.build(src, tmp_path / "no", tok, progress=False)
+    assert "text_field=" in str(no.value) and "ParseOptions" not in str(no.value)
+    one = TokenCorpus.build(src, tmp_path / "one", tok, text_field="content", progress=False)
+    assert read(one) == want
+    for i in range(2):
+        TokenCorpus.build_shard(src, tmp_path / "s", (i, 2), tok, text_field="content")
+    assert read(TokenCorpus.merge(tmp_path / "s")) == want
+    with pytest.raises(SourceError, match="no text field"):  # not the shards above, reused
+        TokenCorpus.build_shard(src, tmp_path / "s", (0, 2), tok, progress=False)
+    cli = [str(src), str(tmp_path / "cli"), "--tokenizer", str(tok), "--quiet"]
+    assert main(["lm", "build", *cli]) == 2
+    said = capsys.readouterr().err
+    assert said.rstrip().endswith(
+        "no text field: expected one of ['text', 'contents', 'body']; name it: --text-field"
+    )
+    assert main(["lm", "build", *cli, "--text-field", "content"]) == 0
+    assert read(TokenCorpus.open(tmp_path / "cli")) == want
+    for i in range(2):
+        shard = ["--shard", f"{i}/2", "--text-field", "content"]
+        assert main(["lm", "build", str(src), str(tmp_path / "cs"), *cli[2:], *shard]) == 0
+    assert main(["lm", "merge", str(tmp_path / "cs")]) == 0
+    assert read(TokenCorpus.open(tmp_path / "cs")) == want
+
+
 def test_a_build_that_fails_leaves_no_file_open(tmp_path: Path) -> None:
     """A malformed line stops a token corpus build, one process or a shard: the tokens'
     files are closed as the error is raised (they stayed open while it was held)."""

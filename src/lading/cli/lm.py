@@ -25,7 +25,9 @@ def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
     from lading.stores.tokens import save_tokenizer, train_tokenizer
 
     skipped = Skips()
-    texts = iter_texts(args.source, args.split, on_error=args.on_error, skipped=skipped)
+    texts = iter_texts(
+        args.source, args.split, on_error=args.on_error, skipped=skipped, text_field=args.text_field
+    )
     path = Path(args.out)
     if path.is_dir() or path.suffix != ".json":
         path = path / "tokenizer.json"
@@ -66,6 +68,7 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
         "append_eos": not args.no_eos,
         "eos_token": args.eos_token,
         "split": args.split,
+        "text_field": args.text_field,
         "progress": not args.quiet,
     }
     refuse_build_id_alone(args)
@@ -146,12 +149,19 @@ def _cmd_lm_merge(args: argparse.Namespace) -> int:
 
 
 def _add_split(p: argparse.ArgumentParser) -> None:
-    """``--split``: how plain text divides into documents (the tokenizer's and the build's)."""
+    """``--split``: how plain text divides into documents, and ``--text-field``: which JSON
+    key holds a record's text (the tokenizer's and the build's)."""
     p.add_argument(
         "--split",
         choices=["blank", "line", "file"],
         default="blank",
         help="how plain text divides into documents",
+    )
+    p.add_argument(
+        "--text-field",
+        metavar="KEY",
+        help="JSON key of a JSONL record's text, e.g. content (default: the first of text, "
+        "contents, body the record has)",
     )
 
 

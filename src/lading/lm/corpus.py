@@ -234,6 +234,7 @@ class TokenCorpus:
         shard: Literal["auto"] | None = None,
         build_id: str | None = None,
         on_error: Literal["raise", "skip"] = "raise",
+        text_field: str | None = None,
     ) -> TokenCorpus:
         """Tokenize every document of ``source`` into ``dest``.
 
@@ -264,6 +265,8 @@ class TokenCorpus:
                 left out, counted in ``meta["skipped"]`` (the first
                 few named in ``meta["skip_examples"]``) and a
                 :class:`~lading.errors.SkippedRecordsWarning` naming the first.
+            text_field: the JSON key of a JSONL record's text (The Stack's ``"content"``);
+                default: the first of ``text``, ``contents``, ``body`` the record has.
         """
         if shard not in (None, "auto"):
             raise ValueError(
@@ -281,7 +284,7 @@ class TokenCorpus:
                 refuse_shard_args(source, overwrite)  # (it was taken and ignored)
 
                 local = dict(append_eos=append_eos, eos_token=eos_token, split=split)
-                local.update(on_error=on_error)
+                local.update(on_error=on_error, text_field=text_field)
                 snapshot = build_in_group(source, dest, tokenizer, build_id, progress, local)
                 return cls.open(Path(dest), snapshot=snapshot, on_stale="ignore")
         if is_remote(dest):
@@ -289,7 +292,7 @@ class TokenCorpus:
 
             options: dict[str, Any] = dict(append_eos=append_eos, eos_token=eos_token)
             options.update(split=split, overwrite=overwrite, progress=progress, tokenizer=tokenizer)
-            options.update(on_error=on_error)
+            options.update(on_error=on_error, text_field=text_field)
             where, of_remote = os.fspath(dest), cls.of_remote
             made: TokenCorpus = build_corpus(
                 cls.build, of_remote, source, where, cache, cache_bytes, storage_options, **options
@@ -309,6 +312,8 @@ class TokenCorpus:
         }
         if on_error == "skip":  # a build that raised on a bad record is not one that skipped it
             recipe["on_error"] = on_error
+        if text_field is not None:  # the texts of another key are another corpus
+            recipe["text_field"] = text_field
         with BuildContext(dest, FORMAT_NAME, "token corpus") as build:
             previous = build.previous
             if not overwrite and previous is not None and previous.get("recipe") == recipe:
@@ -317,7 +322,8 @@ class TokenCorpus:
             with build.scratch() as tmp:
                 bar = progress_bar(Path(source).name, progress)
                 skipped = Skips()
-                texts = iter_texts(source, split, identity.get("store"), on_error, skipped)
+                store = identity.get("store")
+                texts = iter_texts(source, split, store, on_error, skipped, text_field)
                 with bar:
                     meta = write_tokens(tmp, texts, tok, info, eos, bar)
                 if meta["documents"] == 0:
@@ -348,6 +354,7 @@ class TokenCorpus:
         eos_token: str | None = None,
         split: str = "blank",
         on_error: Literal["raise", "skip"] = "raise",
+        text_field: str | None = None,
         build_id: str | None = None,
         progress: bool | None = None,
         cache: str | os.PathLike[str] | None = None,
@@ -357,10 +364,12 @@ class TokenCorpus:
         folder, or an object-store URL: the shard is uploaded once whole); once all ``n`` are
         there, :meth:`merge` commits them. Any worker, any order; a shard already there is
         not written again. ``on_error="skip"`` counts malformed JSONL records (and text
-        documents of invalid UTF-8) instead of raising (naming file and line). Returns what was done
+        documents of invalid UTF-8) instead of raising (naming file and line); ``text_field``
+        as :meth:`build`'s (shards of another are another build). Returns what was done
         (:class:`lading.lm.shards.CorpusShardReport`); see :mod:`lading.lm.shards`."""
         options: dict[str, Any] = dict(append_eos=append_eos, eos_token=eos_token, split=split)
         options.update(on_error=on_error, build_id=build_id, progress=progress)
+        options.update(text_field=text_field)
         if is_remote(dest):
             from lading.lm.remote_shards import upload_shard
 

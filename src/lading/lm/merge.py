@@ -119,6 +119,7 @@ def manifest(
             "eos_id": first["eos_id"],
             "split": options.get("split"),
             "shards": len(shards),
+            **({"text_field": options["text_field"]} if "text_field" in options else {}),
         },
         "skipped": sum(s.record["skipped"] for s in shards),
         "skip_examples": [e for s in shards for e in s.record["skip_examples"]][:SKIP_EXAMPLES],

@@ -37,12 +37,12 @@ from lading.disk.names import check_inside, check_name, refuse
 from lading.errors import SkippedRecordsWarning, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME, TOKEN_DTYPES
 from lading.lm.texts import (
-    TEXTS_ONLY,
     Skips,
     file_texts,
     folder_files,
     is_records,
     source_identity,
+    texts_only,
 )
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.sources import OnError, SourceReader, fingerprint, refuse_if_changed
@@ -122,16 +122,21 @@ def is_jsonl(path: Path) -> bool:
 
 
 def shard_texts(
-    inputs: Inputs, pieces: list[Piece], split: str, on_error: OnError
+    inputs: Inputs,
+    pieces: list[Piece],
+    split: str,
+    on_error: OnError,
+    text_field: str | None = None,
 ) -> Iterator[str]:
-    """The texts of ``pieces``, as the one-process build reads them; records skipped
-    (``on_error="skip"``) counted into ``inputs.skipped``, a compressed JSONL's and a text
-    file's (whole to one shard) too."""
+    """The texts of ``pieces``, as the one-process build reads them (a record's text under
+    ``text_field``, by default the usual keys); records skipped (``on_error="skip"``) counted
+    into ``inputs.skipped``, a compressed JSONL's and a text file's (whole to one shard) too."""
+    parse = texts_only(text_field)
     for piece in pieces:
         if piece.span is None and not is_records(piece.path):
-            yield from file_texts(piece.path, split, on_error, inputs.skipped)
+            yield from file_texts(piece.path, split, on_error, inputs.skipped, text_field)
             continue
-        reader = SourceReader(piece.path, "jsonl", on_error, TEXTS_ONLY, span=piece.span)
+        reader = SourceReader(piece.path, "jsonl", on_error, parse, span=piece.span)
         yield from map(attrgetter("text"), reader)  # no Python frame a record
         inputs.skipped.add(reader.skipped, reader.skip_reasons)
 
@@ -159,10 +164,12 @@ def _options(
     split: str,
     on_error: str,
     tokenizer: str,
+    text_field: str | None = None,
 ) -> dict[str, Any]:
     """The options a shard records (and its build id is derived from); ``tokenizer``: its
-    SHA-256 (shards of another tokenizer are another build)."""
-    return {
+    SHA-256 (shards of another tokenizer are another build); ``text_field`` only when named
+    (shards of another text key are another build; the ids of builds without one unchanged)."""
+    options = {
         "kind": "tokens",
         "tokenizer": tokenizer,
         "append_eos": append_eos,
@@ -171,6 +178,9 @@ def _options(
         "on_error": on_error,
         "format": inputs.format,
     }
+    if text_field is not None:
+        options["text_field"] = text_field
+    return options
 
 
 def corpus_build_id(
@@ -182,13 +192,14 @@ def corpus_build_id(
     eos_token: str | None = None,
     split: str = "blank",
     on_error: str = "raise",
+    text_field: str | None = None,
     progress: bool | None = None,
 ) -> str:
     """The build id every worker of an ``n``-shard build of ``source`` with ``tokenizer``
     derives alike."""
     inputs = inputs_of(source)
     sha = describe_tokenizer(load_tokenizer(tokenizer))["sha256"]
-    options = _options(inputs, append_eos, eos_token, split, on_error, sha)
+    options = _options(inputs, append_eos, eos_token, split, on_error, sha, text_field)
     return derive_build_id(inputs.files, options, n)
 
 
@@ -202,6 +213,7 @@ def build_corpus_shard(
     eos_token: str | None = None,
     split: str = "blank",
     on_error: OnError = "raise",
+    text_field: str | None = None,
     build_id: str | None = None,
     progress: bool | None = None,
 ) -> CorpusShardReport:
@@ -215,7 +227,7 @@ def build_corpus_shard(
     tok = load_tokenizer(tokenizer)
     info = describe_tokenizer(tok)
     eos = find_eos(tok, eos_token) if append_eos else None
-    options = _options(inputs, append_eos, eos_token, split, on_error, info["sha256"])
+    options = _options(inputs, append_eos, eos_token, split, on_error, info["sha256"], text_field)
     bid, where, stats = claim_shard(
         dest, inputs.files, options, (i, n), build_id, "token corpus", FORMAT_NAME
     )
@@ -242,7 +254,7 @@ def build_corpus_shard(
             else:
                 planned = plan_shard(inputs.files, n, None, i, is_jsonl)
                 before = [fingerprint(p) for p in dict.fromkeys(x.path for x in planned)]
-                texts = shard_texts(inputs, planned, split, on_error)
+                texts = shard_texts(inputs, planned, split, on_error, text_field)
                 pieces = [p.describe() for p in planned]
             with progress_bar(f"shard {i}/{n}", progress) as bar:
                 meta = write_tokens(tmp, texts, tok, info, eos, bar)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -66,11 +66,13 @@ def iter_texts(
     snapshot: str | None = None,
     on_error: OnError = "raise",
     skipped: Skips | None = None,
+    text_field: str | None = None,
 ) -> Iterator[str]:
     """Every document text of ``source``, in a stable order (a store: its ``snapshot``, by
     default the current one); with ``on_error="skip"``, malformed JSONL records, and the
     documents of text files holding a line of invalid UTF-8, are left out and counted into
-    ``skipped``."""
+    ``skipped``. ``text_field``: the JSON key of a record's text (default: the first of
+    ``text``, ``contents``, ``body`` it has)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose from {sorted(SPLITS)}")
     if on_error == "skip" and skipped is None:
@@ -83,9 +85,9 @@ def iter_texts(
         if not files:
             raise ValueError(f"{path} holds no files")
         for file in files:
-            yield from file_texts(file, split, on_error, skipped)
+            yield from file_texts(file, split, on_error, skipped, text_field)
     elif path.is_file():
-        yield from file_texts(path, split, on_error, skipped)
+        yield from file_texts(path, split, on_error, skipped, text_field)
     else:
         raise FileNotFoundError(f"source {path} does not exist")
 
@@ -146,13 +148,24 @@ def is_records(path: Path) -> bool:
     return path.name.endswith(_JSON_SUFFIXES)
 
 
+def texts_only(text_field: str | None) -> ParseOptions:
+    """How a token corpus reads JSON records: their text under ``text_field`` (default: the
+    usual keys), no id needed, no field kept."""
+    return TEXTS_ONLY if text_field is None else replace(TEXTS_ONLY, text_field=text_field)
+
+
 def file_texts(
-    path: Path, split: str, on_error: OnError = "raise", skipped: Skips | None = None
+    path: Path,
+    split: str,
+    on_error: OnError = "raise",
+    skipped: Skips | None = None,
+    text_field: str | None = None,
 ) -> Iterator[str]:
     """The documents of one file (see the module doc); malformed JSONL records, and documents
-    holding a line of invalid UTF-8, as :func:`iter_texts` says."""
+    holding a line of invalid UTF-8, as :func:`iter_texts` says; ``text_field`` as there."""
     if is_records(path):
-        reader = read_records(path, format="jsonl", on_error=on_error, parse=TEXTS_ONLY)
+        parse = texts_only(text_field)
+        reader = read_records(path, format="jsonl", on_error=on_error, parse=parse)
         yield from map(attrgetter("text"), reader)
         if skipped is not None:
             skipped.add(reader.skipped, reader.skip_reasons)

@@ -67,7 +67,9 @@ class ParseOptions:
         keep_fields: JSON/parquet/Arrow keys kept as fields besides the id and text (default:
             ``title``). TSV keeps every column; TREC keeps its title element.
         need_id: a JSON record without an id is malformed (a store's); a reader of texts alone
-            (a token corpus keeps no ids) passes False, and such a record gets the id ``""``.
+            (a token corpus keeps no ids) passes False, and such a record gets the id ``""``;
+            a record without its text is then told to name the key with that reader's own
+            ``text_field=`` (``--text-field``), not ``parse=``.
             Not recorded by :meth:`to_dict`: a store's records always have ids.
 
     Sequences are stored as tuples, so options compare, hash and pickle as values.
@@ -273,6 +275,12 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
     id_keys = (options.id_field,) if options.id_field else JSON_ID_FIELDS
     text_keys = (options.text_field,) if options.text_field else JSON_TEXT_FIELDS
     keep, need_id = options.keep_fields, options.need_id
+    # the setting that names the key where it exists: a reader of texts alone (a token corpus,
+    # need_id False) takes text_field= itself (--text-field); a store build takes parse=
+    if need_id:
+        name_text_field = "parse=ParseOptions(text_field=...) or --text-field"
+    else:
+        name_text_field = "text_field= (--text-field)"
     # json's C scanner called directly: json.loads's own layers (decode, raw_decode and two
     # white-space matches) were 2 of its 4.8 us a record. A line it does not take whole (white
     # space first, something after the value) goes the long way, which says what is wrong
@@ -305,8 +313,7 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
                 break
         else:
             raise RecordError(
-                f"no text field: expected one of {list(text_keys)}; name it: "
-                "parse=ParseOptions(text_field=...) or --text-field"
+                f"no text field: expected one of {list(text_keys)}; name it: {name_text_field}"
             )
         body = obj[text_key]
         if not isinstance(body, str):
