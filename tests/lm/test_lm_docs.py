@@ -393,6 +393,25 @@ def test_cli_gpt_flags_reach_the_run(repetitive: Path, tmp_path: Path) -> None:
     assert summary["packing"]["capacity"] == 9 and summary["steps"] == 3
 
 
+@pytest.mark.parametrize("split", ["blank", "line", "file", "wikiextractor"])
+def test_a_crlf_file_gives_the_texts_of_its_lf_twin(tmp_path: Path, split: str) -> None:
+    """Windows line ends go as Unix ones do, whatever the split (``"file"``, and WikiExtractor
+    bodies, kept the ``\\r`` of every line: the same text saved on Windows tokenized
+    differently); a lone CR inside a line is text, kept as elsewhere."""
+    from lading.lm.texts import iter_texts
+
+    text = "line one\nline two\n\n  a lone \r CR\nlast\n"
+    if split == "wikiextractor":
+        text = f'<doc id="1" title="t">\n{text}</doc>\n'
+    lf, crlf = tmp_path / "lf.txt", tmp_path / "crlf.txt"
+    lf.write_bytes(text.encode())
+    crlf.write_bytes(text.replace("\n", "\r\n").encode())
+    how = "blank" if split == "wikiextractor" else split
+    want = list(iter_texts(lf, how))
+    assert list(iter_texts(crlf, how)) == want
+    assert all("\r\n" not in t for t in want) and any(" \r CR" in t for t in want)
+
+
 def test_plain_text_keeps_indentation(tmp_path: Path) -> None:
     from lading.lm.texts import iter_texts
 

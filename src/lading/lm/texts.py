@@ -203,13 +203,20 @@ def _lines(path: Path, on_error: OnError) -> Iterator[tuple[int, str, str | None
             yield number, text, None
 
 
+def unix_line(line: str) -> str:
+    """``line`` (its line end included) with a Windows line end made ``"\\n"``, as
+    ``"blank"`` and ``"line"`` read one: a CRLF file gives its LF twin's documents (a lone CR
+    inside a line is text, kept)."""
+    return line[:-2] + "\n" if line.endswith("\r\n") else line
+
+
 def _plain(path: Path, split: str, on_error: OnError, skips: Skips) -> Iterator[str]:
     """The documents of a plain text file; one holding a line of invalid UTF-8 (its
     paragraph, its line, the file) skipped into ``skips`` under ``on_error="skip"``."""
     if split == "file":
         lines = list(_lines(path, on_error))
         bad = next((why for _, _, why in lines if why is not None), None)
-        text = "".join(line for _, line, _ in lines).strip()
+        text = "".join(map(unix_line, (line for _, line, _ in lines))).strip()
         if bad is not None:
             skips.add(1, [bad])
         elif text:
@@ -262,7 +269,7 @@ def _wikiextractor(path: Path, on_error: OnError, skips: Skips) -> Iterator[str]
                 yield text
             body = None
         elif body is not None:
-            body.append(line)
+            body.append(unix_line(line))
             bad = bad or why
     if body is not None:
         raise SourceError(path, start, "<doc> has no </doc> before the end of the file")
