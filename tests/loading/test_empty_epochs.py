@@ -49,6 +49,27 @@ def test_windows_longer_than_the_corpus(small_corpus: TokenCorpus) -> None:
     assert len(LanguageModelLoader(small_corpus, 2, Windows(3), world=World())) == 1
 
 
+def test_a_mixture_member_shorter_than_a_window_is_refused_as_alone(
+    small_corpus: TokenCorpus, tmp_path: Path
+) -> None:
+    """A TokenMixture member without one window of seq_len + 1 tokens is refused as that
+    corpus alone is (an EmptyEpochError, a ValueError too), naming it, the tokens a window
+    needs and the fixes (it was a bare ValueError naming the member by its index)."""
+    words = [f"w{i}" for i in range(20)]
+    text = "\n\n".join(" ".join(words[: 5 + i]) for i in range(10)) + "\n"
+    src = write(tmp_path / "big.txt", text)
+    big = TokenCorpus.build(src, tmp_path / "big", tmp_path / "t.json", progress=False)
+    mixture = lading.lm.TokenMixture({big: 0.5, small_corpus: 0.5})
+    with pytest.raises(EmptyEpochError) as caught:
+        LanguageModelLoader(mixture, 2, Windows(16), world=World())
+    said = str(caught.value)
+    assert isinstance(caught.value, ValueError)
+    assert str(small_corpus.path.resolve()) in said and str(big.path.resolve()) not in said
+    assert "no window of seq_len + 1 = 17 tokens" in said and "7 tokens" in said
+    assert "use a smaller seq_len" in said and "leave it out of the mixture" in said
+    assert len(LanguageModelLoader(mixture, 2, Windows(6), world=World())) > 0
+
+
 def test_lm_modes_refuse_alike(small_corpus: TokenCorpus) -> None:
     with pytest.raises(EmptyEpochError, match=r"7 tokens cannot fill 16 streams"):
         LanguageModelLoader(small_corpus, 8, Streams(4), equalize="truncate", world=World(0, 2))

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from lading.errors import EmptyEpochError
 from lading.lm.boundaries import renumber
 from lading.lm.corpus import TokenCorpus
 from lading.lm.narrow import all_documents, narrow
@@ -315,14 +316,12 @@ def smooth_schedule(counts: tuple[int, ...]) -> tuple[npt.NDArray[Any], npt.NDAr
 
 
 class MixedWindows:
-    """The epoch of a :class:`TokenMixture`: ``counts[i]`` windows of source ``i``."""
+    """The epoch of a :class:`TokenMixture`: ``counts[i]`` windows of source ``i``, every
+    source drawn from holding one at least (:func:`refuse_short_members`)."""
 
     def __init__(
         self, members: list[WindowReader], counts: npt.NDArray[np.int64], seed: int, epoch: int
     ) -> None:
-        empty = [i for i, (s, c) in enumerate(zip(members, counts)) if c and not s.n]
-        if empty:
-            raise ValueError(f"mixture corpora {empty} have no window of this length")
         self.members, self.counts, self.seed, self.epoch = members, counts, seed, epoch
         self.corpus_of, self.rank_of = smooth_schedule(tuple(int(c) for c in counts))
         self.n = int(counts.sum())
@@ -339,6 +338,30 @@ class MixedWindows:
     ) -> None:
         corpus, inner = self.locate(window)
         self.members[corpus].read(inner, tokens, document_ids)
+
+
+def refuse_short_members(
+    corpora: list[TokenCorpus],
+    members: list[WindowReader],
+    counts: npt.NDArray[np.int64],
+    seq_len: int,
+) -> None:
+    """Refuse a mixture whose epoch draws windows from a corpus that holds none (too short
+    for one window of ``seq_len + 1`` tokens), as that corpus alone is refused
+    (:class:`EmptyEpochError`, a ``ValueError`` too): naming each such corpus, its tokens,
+    and the fixes."""
+    short = [
+        f"{_where(corpus)} ({corpus.n_tokens:,} tokens)"
+        for corpus, member, count in zip(corpora, members, counts)
+        if count and not member.n
+    ]
+    if short:
+        which = "corpus" if len(short) == 1 else "corpora"
+        holds, it = ("holds", "it") if len(short) == 1 else ("hold", "them")
+        raise EmptyEpochError(
+            f"TokenMixture {which} {', '.join(short)} {holds} no window of seq_len + 1 = "
+            f"{seq_len + 1} tokens; use a smaller seq_len, or leave {it} out of the mixture"
+        )
 
 
 class EpochWindows:
@@ -407,6 +430,8 @@ class EpochWindows:
             members = [self._part(i, epoch) for i in range(len(self.parts))]
             if self.mixture is not None:
                 counts = self.mixture.counts([s.n for s in members])
+                corpora = [corpus for corpus, _ in self.parts]
+                refuse_short_members(corpora, members, counts, self.bptt)
                 # unshuffled, every epoch reads the windows drawn for epoch 0, in one order
                 # (the seed still picks a down-sampled corpus's windows): the same batches
                 draw = epoch if self.shuffle else 0
