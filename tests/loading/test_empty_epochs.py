@@ -79,6 +79,30 @@ def test_lm_modes_refuse_alike(small_corpus: TokenCorpus) -> None:
     assert len(packed) >= 1  # two documents, padded to two windows: one each
 
 
+def test_packed_refuses_documents_with_nothing_to_score(
+    small_corpus: TokenCorpus, tmp_path: Path
+) -> None:
+    """Documents that are their end-of-text token alone (empty texts) hold no (input, target)
+    pair: packed, every label was IGNORE_INDEX and every loss NaN, without an error. Refused
+    as streams and windows refuse nothing to predict, naming the corpus (a mixture's member)
+    and why; a label across documents (eod_mask_loss=False) is one to score."""
+    src = write(tmp_path / "empty.jsonl", '{"text": ""}\n' * 6)
+    empty = TokenCorpus.build(src, tmp_path / "empty", tmp_path / "t.json", progress=False)
+    assert empty.lengths().tolist() == [1] * 6
+    for packed in (Packed(4), Packed(4, boundaries=True)):
+        with pytest.raises(EmptyEpochError, match="nothing to predict") as caught:
+            LanguageModelLoader(empty, 2, packed, world=World())
+        assert str(empty.path.resolve()) in str(caught.value)
+        assert "1 token" in str(caught.value) and isinstance(caught.value, ValueError)
+    mixture = lading.lm.TokenMixture({small_corpus: 0.5, empty: 0.5})
+    with pytest.raises(EmptyEpochError, match="nothing to predict") as caught:
+        LanguageModelLoader(mixture, 2, Packed(4), world=World())
+    assert str(empty.path.resolve()) in str(caught.value)
+    assert str(small_corpus.path.resolve()) not in str(caught.value)
+    scored = LanguageModelLoader(empty, 2, Packed(4, eod_mask_loss=False), world=World())
+    assert sum(int((y != -100).sum()) for _, y in scored) > 0
+
+
 def test_parquet_refuses_alike(tmp_path: Path) -> None:
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")

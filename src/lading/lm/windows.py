@@ -84,6 +84,18 @@ class PackedWindows:
         self.doc_start = narrow(start, np.int32)
         self.packing, self.pad_id = packing, pad_id
         self.n = packing.windows
+        self.where = _where(corpus)  # what an error about its windows names
+
+    def scores_nothing(self, eod_mask_loss: bool) -> bool:
+        """Whether no window has a label to score: every piece one token (documents of their
+        end-of-text token alone) and, under ``eod_mask_loss``, no label across documents
+        either; without it, a window of one token in all."""
+        p = self.packing
+        if not len(p.length):
+            return True
+        if eod_mask_loss:
+            return int(p.length.max()) < 2
+        return p.tokens < 2
 
     def read(
         self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None

@@ -11,8 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from lading.errors import EmptyEpochError
 from lading.lm.modes.windows import WindowShape, WindowsMode
-from lading.lm.windows import EpochWindows
+from lading.lm.segment import LMSegment
+from lading.lm.windows import EpochWindows, MixedWindows, PackedWindows
+from lading.loading.reading import Reading
 
 
 @dataclass(frozen=True)
@@ -37,3 +40,27 @@ class PackedMode(WindowsMode):
     def packing_stats(self, data: EpochWindows) -> dict[str, Any]:
         """Windows, pieces, tokens and padding, summed over a mixture's corpora."""
         return data.packing_stats()
+
+    def check_epoch(self, first: LMSegment, reading: Reading) -> None:
+        """Refuse, as streams and windows refuse a corpus with nothing to predict, documents
+        (a mixture's corpus) whose windows hold no label to score: each document its
+        end-of-text token alone, every label IGNORE_INDEX and every loss NaN. Naming each."""
+        windows = first.windows
+        members = windows.members if isinstance(windows, MixedWindows) else [windows]
+        packed = [m for m in members if isinstance(m, PackedWindows)]
+        assert len(packed) == len(members)  # (the packed mode reads packed windows only)
+        eod_mask_loss = self.shape.eod_mask_loss
+        empty = [m.where for m in packed if m.scores_nothing(eod_mask_loss)]
+        if empty:
+            why = (
+                "every document read is 1 token (its end-of-text token alone: an empty text), "
+                "and eod_mask_loss scores no label across documents"
+                if eod_mask_loss
+                else "the documents read hold 1 token in all"
+            )
+            raise EmptyEpochError(
+                f"{', '.join(empty)}: {why}, so its packed windows hold no label to score: "
+                "nothing to predict, every loss NaN; build the corpus from texts that are not "
+                "empty, or leave it out (documents= selects which documents are read)"
+            )
+        super().check_epoch(first, reading)
