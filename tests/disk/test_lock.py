@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -18,7 +19,7 @@ from distributed import run_processes
 from lading.bench.synth import synth
 from lading.disk import build_lock, publish, read_meta, remove_dead_temps, scratch
 from lading.disk.lock import FileLock, file_lock, read_holder
-from lading.errors import StoreFormatError
+from lading.errors import OutOfSpaceError, StoreFormatError
 from lading.stores import build_store, open_store
 
 pytestmark = pytest.mark.e2e  # a whole user path: see the e2e marker in pyproject.toml
@@ -195,3 +196,28 @@ def test_a_live_holder_keeps_its_lock_past_the_stale_timeout(tmp_path: Path) -> 
 def test_stale_timeout_must_exceed_two_heartbeats(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="must exceed two heartbeats"):
         FileLock(tmp_path / "x.lock", heartbeat=1.0, stale_after=1.5)
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_a_full_disk_while_taking_the_lock_is_refused_clearly_and_leaves_no_lock_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """The ``O_EXCL`` create can succeed on a full disk (an inode was free) and the write of
+    the holder's name fail. The empty file left would make the next build wait ``stale_after``
+    (60 s) for 'a holder still writing its name'; the error was a bare ``OSError``."""
+    dest = tmp_path / "store"
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr("lading.disk.lock.os.write", full)
+    with pytest.raises(OutOfSpaceError) as caught, build_lock(dest):
+        pytest.fail("the lock was taken on a full disk")
+    assert caught.value.errno == code
+    said = str(caught.value)
+    assert str(dest) in said and "Free space on that filesystem" in said, said
+    assert "not created" in said, said
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    with FileLock(tmp_path / "store.lock", timeout=5):  # taken at once: nothing stale left
+        pass

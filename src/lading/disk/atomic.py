@@ -43,6 +43,8 @@ def build_lock(dest: Path) -> Iterator[None]:
 
     Waiting, it prints the holder's host, pid and age every 30 s. ``LADING_LOCK_STALE_S`` sets
     how long a silent holder on another host keeps it (default 60 s; heartbeat a twelfth).
+    A full disk while the lock file is written raises :class:`OutOfSpaceError` naming
+    ``dest``, and leaves no lock file (an empty one would stall the next build 60 s).
     """
     stale = float(os.environ.get("LADING_LOCK_STALE_S", "") or STALE_AFTER_S)
     lock = FileLock(
@@ -50,7 +52,18 @@ def build_lock(dest: Path) -> Iterator[None]:
         stale_after=stale,
         heartbeat=min(HEARTBEAT_S, stale / 12),
     )
-    lock.acquire()
+    try:
+        lock.acquire()
+    except OSError as e:
+        if e.errno not in _NO_SPACE:
+            raise
+        state = "left as it was" if dest.exists() else "not created"
+        raise OutOfSpaceError(
+            e.errno,
+            f"building {dest}: {_limit_reached(e.errno)} while taking its lock {lock.path} "
+            f"({os.strerror(e.errno)}). Nothing was written and {dest} was {state}. "
+            "Free space on that filesystem or build elsewhere.",
+        ) from None
     try:
         yield
     finally:
@@ -87,14 +100,9 @@ def scratch(dest: Path, inside: bool = False) -> Iterator[Path]:
         # scratch inside, dest itself was made for the build: what counts is a committed manifest
         there = (dest / META_FILE).exists() if inside else dest.exists()
         state = "left as it was" if there else "not created"
-        limit = (
-            "the file size limit (ulimit -f) was reached"
-            if e.errno == errno.EFBIG
-            else "the filesystem is full"
-        )
         raise OutOfSpaceError(
             e.errno,
-            f"building {dest}: {limit} after writing {written:,} bytes "
+            f"building {dest}: {_limit_reached(e.errno)} after writing {written:,} bytes "
             f"({Path(e.filename).name if e.filename else 'writing'}: {os.strerror(e.errno)}). "
             "The partial build was removed "
             f"and {dest} was {state}. Free space on that filesystem or build elsewhere.",
@@ -105,6 +113,13 @@ def scratch(dest: Path, inside: bool = False) -> Iterator[Path]:
 
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _limit_reached(code: int) -> str:
+    """What ran out, for an :class:`OutOfSpaceError` of errno ``code`` (one of ``_NO_SPACE``)."""
+    if code == errno.EFBIG:
+        return "the file size limit (ulimit -f) was reached"
+    return "the filesystem is full"
 
 
 def _size_of(directory: Path) -> int:

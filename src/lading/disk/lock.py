@@ -198,8 +198,14 @@ class FileLock:
             return False
         try:  # not fsynced: the name is what excludes (O_EXCL); see _NO_FSYNC
             os.write(fd, self._content(0))
-        finally:
+        except BaseException:
+            # a full disk can take the create (an inode was free) and fail the write: the
+            # empty file left would hold off every later taker for stale_after seconds
             os.close(fd)
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            raise
+        os.close(fd)
         self._stop.clear()
         self.lost = False
         self._thread = threading.Thread(
