@@ -467,3 +467,27 @@ def test_len_between_passes_is_the_coming_epochs(corpus: TokenCorpus) -> None:
         assert before == read == counts[epoch] and inside == {counts[epoch]}
     next(iter(made))  # a peek at epoch 3: the next pass is epoch 4's
     assert len(made) == sum(1 for _ in made)
+
+
+def test_an_up_to_date_corpus_is_reused_on_a_read_only_mount(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a store: ``TokenCorpus.build`` of the same source and tokenizer on a read-only mount
+    (where ``DEST.lock`` cannot be created) opens the corpus there; a rebuild still locks."""
+    import contextlib
+    import errno
+    import os
+
+    first = word_corpus(tmp_path, docs=5, lengths=(3, 8), words=20, seed=0)
+
+    @contextlib.contextmanager
+    def refused(dest: Path) -> Any:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), f"{dest}.lock")
+        yield
+
+    monkeypatch.setattr("lading.disk.build.build_lock", refused)
+    src, tok = tmp_path / "docs.txt", tmp_path / "t.json"
+    again = TokenCorpus.build(src, first.path, tok, progress=False)
+    assert again.snapshot == first.snapshot and again.n_tokens == first.n_tokens
+    with pytest.raises(OSError, match="Read-only file system"):
+        TokenCorpus.build(src, first.path, tok, append_eos=False, progress=False)

@@ -7,6 +7,7 @@ import os
 import pickle
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -282,6 +283,35 @@ def test_fields_and_records(tmp_path: Path) -> None:
     assert store.fields == ("title",)
     assert store.field("a", "title") == "" and store.field("b", "title") == "Tb"
     assert store.record("b") == lading.Record("b", "y", {"title": "Tb"})
+
+
+def read_only_locks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every build lock fail as on a read-only mount: ``DEST.lock`` cannot be created."""
+    import contextlib
+    import errno
+
+    @contextlib.contextmanager
+    def refused(dest: Path) -> Any:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), f"{dest}.lock")
+        yield
+
+    monkeypatch.setattr("lading.disk.build.build_lock", refused)
+
+
+def test_an_up_to_date_store_is_reused_on_a_read_only_mount(
+    tiny_tsv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prebuilt store on a read-only cluster mount, with ``build_store`` in every job: the
+    reuse is a read, so it needs no lock (the lock file cannot be created there)."""
+    dest = tmp_path / "s"
+    first = lading.build_store(tiny_tsv, dest, progress=False)
+    read_only_locks(monkeypatch)
+    again = lading.build_store(tiny_tsv, dest, progress=False)
+    assert again.snapshot == first.snapshot and len(again) == len(first)
+    with open(tiny_tsv, "a") as f:
+        f.write("99\tnew\n")
+    with pytest.raises(OSError, match="Read-only file system"):  # a rebuild still locks
+        lading.build_store(tiny_tsv, dest, progress=False)
 
 
 def test_reused_when_unchanged_rebuilt_when_source_changes(tiny_tsv: Path, tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ from lading.disk.atomic import (
     remove_dead_temps,
     scratch,
 )
-from lading.disk.build import BuildContext
+from lading.disk.build import BuildContext, committed
 from lading.disk.files import MappedFile, fsync_dir, write_file
 from lading.disk.formats import (
     FORMATS,
@@ -80,6 +80,7 @@ __all__ = [
     "check_version",
     "column_files",
     "column_paths",
+    "committed",
     "current_version",
     "disk_format",
     "fsync_dir",

@@ -2,9 +2,11 @@
 
 ::
 
+    if reusable(committed(dest, "lading.packed")):        # a read: no lock (a read-only mount)
+        return ...the current snapshot...
     with BuildContext(dest, "lading.packed") as build:   # lock, clean, collect old snapshots
-        if reusable(build.previous):                      # read under the lock
-            return build.previous["snapshot"]
+        if reusable(build.previous):                      # again under the lock: a racing
+            return build.previous["snapshot"]             # builder may have just committed it
         with build.scratch() as tmp:                        # DEST/.tmp-<pid>-<hex>, gone on error
             ...write files into tmp, naming them f"{build.snapshot}/..." in the manifest...
             build.commit(tmp, manifest)                   # tmp becomes DEST/snap-<id>; meta.json
@@ -64,6 +66,21 @@ def refuse_other_kind(dest: object, other: str | None, fmt: str | None, what: st
         )
 
 
+def committed(dest: str | os.PathLike[str], fmt: str) -> dict[str, Any] | None:
+    """The manifest of ``dest``'s current snapshot of format ``fmt``; None if there is none
+    or it cannot be read (a build replaces it).
+
+    Read without the lock, as a reader opens it (the manifest is committed by one rename):
+    what a builder checks first, so that a destination already up to date is reused where
+    ``DEST.lock`` cannot be created (a prebuilt dataset on a read-only mount). A build
+    checks again under the lock (:attr:`BuildContext.previous`), where racing builders agree.
+    """
+    try:
+        return load_manifest(Path(dest), fmt)
+    except StoreFormatError:
+        return None
+
+
 class BuildContext:
     """Build ``dest`` under its lock (see the module docstring for the steps).
 
@@ -121,10 +138,7 @@ class BuildContext:
 
     def _current(self) -> dict[str, Any] | None:
         assert self.fmt is not None
-        try:
-            return load_manifest(self.dest, self.fmt)
-        except StoreFormatError:
-            return None  # none yet, or not readable: a build replaces it
+        return committed(self.dest, self.fmt)
 
     def check_ours(self) -> None:
         """Refuse to build into a folder that lading did not write.

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from lading.disk import OFFSET_DTYPE, BuildContext, MappedFile, open_snapshot
+from lading.disk import OFFSET_DTYPE, BuildContext, MappedFile, committed, open_snapshot
 from lading.errors import SkippedRecordsWarning, StaleStoreWarning, StoreFormatError
 from lading.lm.corpus_format import (
     FORMAT_NAME,
@@ -314,8 +314,11 @@ class TokenCorpus:
             recipe["on_error"] = on_error
         if text_field is not None:  # the texts of another key are another corpus
             recipe["text_field"] = text_field
+        current = None if overwrite else committed(dest, FORMAT_NAME)
+        if current is not None and current.get("recipe") == recipe:  # a read: no lock, so
+            return cls.open(dest, snapshot=current["snapshot"])  # also on a read-only mount
         with BuildContext(dest, FORMAT_NAME, "token corpus") as build:
-            previous = build.previous
+            previous = build.previous  # again under the lock: a racing builder's commit
             if not overwrite and previous is not None and previous.get("recipe") == recipe:
                 return cls.open(dest, snapshot=previous["snapshot"])
             build.check_ours()

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from lading.disk import BuildContext, byte_bar
+from lading.disk import BuildContext, byte_bar, committed
 from lading.errors import SkippedRecordsWarning
 from lading.remote.objects import is_remote
 from lading.remote.settings import RemoteSettings
@@ -345,7 +345,13 @@ def _build_locked(
     overwrite: bool,
     progress: bool | None,
 ) -> str:
-    """Build (or reuse) the store under its lock; the snapshot id it is at."""
+    """Build (or reuse) the store under its lock; the snapshot id it is at. A store already
+    up to date is reused without the lock (a read), so also where none can be taken (a
+    read-only mount)."""
+    if not overwrite:
+        current = committed(dest, FORMAT_NAME)
+        if current is not None and reusable(current, reader, options):
+            return str(current["snapshot"])
     started = time.perf_counter()
     with BuildContext(dest, FORMAT_NAME) as build:
         if not overwrite and reusable(build.previous, reader, options):
