@@ -145,6 +145,22 @@ def test_the_cli_builds_shards_and_merges(
     same_reading(one, TokenCorpus.open(dest))
 
 
+def test_an_empty_list_of_sources_is_refused_and_no_empty_shard_written(tmp_path: Path) -> None:
+    """``TokenCorpus.build_shard([], ...)`` (a caller's glob that matched nothing) wrote a shard
+    of 0 documents and told to merge it; refused as a store's build refuses it."""
+    tok = word_tokenizer(WORDS, tmp_path / "t.json")
+    with pytest.raises(ValueError, match=r"empty list of source files.*at least one"):
+        TokenCorpus.build_shard([], tmp_path / "c", (0, 1), tok, progress=False)
+    assert not (tmp_path / "c").exists()
+    with pytest.raises(ValueError, match=r"empty list of source files.*at least one"):
+        TokenCorpus.build([], tmp_path / "c", tok, progress=False)
+    src = write(tmp_path / "a.txt", "w1 w2\n\nw3\n")
+    advice = r"not a list of 1 file.*build_shard\(files, dest, \(0, 1\)"
+    with pytest.raises(TypeError, match=advice):
+        TokenCorpus.build([src], tmp_path / "c", tok, progress=False)  # was a bare TypeError
+    assert not (tmp_path / "c").exists()
+
+
 def test_missing_shards_are_named_and_a_rerun_writes_only_those(tmp_path: Path) -> None:
     src = inputs(tmp_path)
     dest, tok = tmp_path / "m", tmp_path / "t.json"

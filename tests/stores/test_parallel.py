@@ -115,6 +115,19 @@ def test_a_source_whose_name_holds_glob_characters_is_that_file(tmp_path: Path) 
         lading.build_store(str(tmp_path / "nothing*.jsonl"), tmp_path / "x", progress=False)
 
 
+def test_an_empty_list_of_sources_is_refused_as_a_glob_matching_nothing(tmp_path: Path) -> None:
+    """``build_store(glob.glob(...), dest)`` whose pattern matched nothing passes ``[]``: that
+    was a bare ``IndexError`` (the first reader of none). Refused clearly, nothing written."""
+    calls = {
+        "build_store": lambda: lading.build_store([], tmp_path / "s", progress=False),
+        "build_shard": lambda: lading.build_shard((), tmp_path / "t", (0, 1), progress=False),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=r"empty list of source files.*at least one"):
+            call()
+        assert sorted(p.name for p in tmp_path.iterdir()) == [], name
+
+
 def test_a_beir_folder_named_by_format_is_built_in_shards(tmp_path: Path) -> None:
     """``format="beir"`` (as ``lading build --format beir``) deals the folder's corpus.jsonl
     out at line starts as the detected format does (it was refused: "1 input file(s) that

@@ -287,6 +287,16 @@ class TokenCorpus:
                 local.update(on_error=on_error, text_field=text_field)
                 snapshot = build_in_group(source, dest, tokenizer, build_id, progress, local)
                 return cls.open(Path(dest), snapshot=snapshot, on_stale="ignore")
+        if isinstance(source, (list, tuple)):  # (build_shard reads lists; build, one source)
+            from lading.stores.building.inputs import listed_files
+
+            files = listed_files(source, globs=False)  # an empty one: says so
+            raise TypeError(
+                f"TokenCorpus.build reads one source (a file, a folder or a lading store), not "
+                f"a list of {len(files)} file(s): put them in a folder (read sorted by path), or "
+                "build them as one shard: TokenCorpus.build_shard(files, dest, (0, 1), "
+                "tokenizer), then TokenCorpus.merge(dest)"
+            )
         if is_remote(dest):
             from lading.lm.remote import build_corpus
 

@@ -46,7 +46,7 @@ from lading.lm.texts import (
 )
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.sources import OnError, SourceReader, fingerprint, refuse_if_changed
-from lading.stores.building.inputs import Piece, check_shard_count, plan_shard
+from lading.stores.building.inputs import Piece, check_shard_count, listed_files, plan_shard
 from lading.stores.building.shard_work import ShardDone, check_shard
 from lading.stores.building.shardset import (
     SHARD_FILE,
@@ -95,10 +95,10 @@ def inputs_of(source: Any) -> Inputs:
 
     Raises:
         FileNotFoundError: a missing source or listed file.
-        ValueError: a folder without files.
+        ValueError: a folder without files, an empty list.
     """
     if isinstance(source, (list, tuple)):
-        files = [Path(p) for p in source]
+        files = listed_files(source, globs=False)
     else:
         path = Path(source)
         if path.is_dir() and (path / META_FILE).is_file():

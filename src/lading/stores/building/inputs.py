@@ -38,10 +38,10 @@ def input_files(source: Any) -> list[Path] | None:
 
     Raises:
         FileNotFoundError: a glob that matches nothing, a listed file that is missing.
-        ValueError: a folder without files.
+        ValueError: a folder without files, an empty list.
     """
     if isinstance(source, (list, tuple)):
-        files = [Path(p) for p in source]
+        files = listed_files(source)
     elif isinstance(source, (str, os.PathLike)):
         name = os.fspath(source)
         if name.startswith("irds:"):
@@ -67,6 +67,29 @@ def input_files(source: Any) -> list[Path] | None:
         if not path.is_file():
             raise FileNotFoundError(f"source {path} does not exist")
     return files
+
+
+def listed_files(source: list[Any] | tuple[Any, ...], globs: bool = True) -> list[Path]:
+    """The paths of a list (or tuple) of source files, as given.
+
+    Raises:
+        ValueError: an empty list: nothing to build from (a glob expanded by the caller,
+            ``glob.glob(...)``, that matched nothing), where it was the first reader of none
+            (a store) or a shard of no documents (a token corpus). ``globs``: the builder
+            also takes a glob pattern as a string, and the message says so.
+    """
+    if not source:
+        also = (
+            ", or the glob pattern itself as a string ('corpus/*.jsonl.gz'), refused naming "
+            "itself when it matches nothing"
+            if globs
+            else ""
+        )
+        raise ValueError(
+            "an empty list of source files: nothing to build from (a pattern expanded before "
+            f"the call that matched nothing?); pass at least one file{also}"
+        )
+    return [Path(p) for p in source]
 
 
 @dataclass(frozen=True)
