@@ -21,6 +21,7 @@ from lading.disk.stage import stage
 from lading.errors import (
     DeviceUnavailableError,
     EmptyEpochError,
+    IncompleteBuildWarning,
     LadingError,
     LoaderClosedError,
     LoaderStateError,
@@ -72,6 +73,7 @@ __all__ = [
     "DocStore",
     "EmptyEpochError",
     "InMemoryStore",
+    "IncompleteBuildWarning",
     "IrDatasetsStore",
     "LadingError",
     "LoaderClosedError",

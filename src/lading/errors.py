@@ -146,3 +146,9 @@ class StaleStoreWarning(UserWarning):
 
 class SkippedRecordsWarning(UserWarning):
     """Records were skipped because the caller chose ``on_error="skip"``."""
+
+
+class IncompleteBuildWarning(UserWarning):
+    """A merge found a sharded build newer than the current snapshot with shards missing
+    (workers that died): it committed nothing and kept the current snapshot. The message names
+    the build, the shards missing and the command that builds them."""

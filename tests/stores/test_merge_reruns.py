@@ -6,11 +6,15 @@ over for another (``--build-id``), is not pending; a build that is newer is.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
+
+import pytest
 
 import lading
 from conftest import write
 from lading.cli import main
+from lading.errors import IncompleteBuildWarning
 from lading.testing import LocalS3
 
 
@@ -108,3 +112,32 @@ def test_a_merge_keeps_the_store_build_it_merges_however_old(tmp_path: Path) -> 
     merged = lading.merge_store(dest, build_id=bid)
     assert len(merged) == 50 and merged.meta["build_id"] == bid
     assert lading.open_store(dest).get("d49") == "doc 49"
+
+
+def test_a_merge_over_an_incomplete_newer_build_keeps_the_snapshot_and_warns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Workers of a newer build died (shard 0 of 3 written): a retried merge still commits
+    nothing new, but no longer silently: a Slurm ``afterany`` merge reported success with
+    last week's store. An abandoned build older than the snapshot is no news: no warning."""
+    dest = tmp_path / "store"
+    old = lading.build_store(docs(tmp_path / "old.jsonl", 100), dest, progress=False)
+    new = docs(tmp_path / "new.jsonl", 300)
+    bid = lading.build_shard(new, dest, (0, 3)).build_id
+    with pytest.warns(IncompleteBuildWarning) as caught:
+        kept = lading.merge_store(dest)
+    assert kept.snapshot == old.snapshot and len(kept) == 100
+    said = str(caught[0].message)
+    assert f"build {bid} has 1 of its 3 shards; missing 1, 2" in said, said
+    assert f"lading build SOURCE {dest} --shard 1/3" in said, said
+    assert f"kept its current snapshot {old.snapshot}" in said, said
+    assert main(["merge", str(dest)]) == 0  # the command says it on stderr
+    err = capsys.readouterr().err
+    assert err.startswith("lading merge: warning: ") and "missing 1, 2" in err, err
+
+    other = tmp_path / "other"
+    lading.build_shard(new, other, (0, 3))  # abandoned, then a whole build committed
+    lading.build_store(new, other, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(lading.merge_store(other)) == 300

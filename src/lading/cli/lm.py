@@ -8,8 +8,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from lading.cli.inputs import add_raise_or_skip, positive_int, tokenizer
-from lading.cli.stores import add_shard_options, counted, print_skipped, refuse_build_id_alone
-from lading.errors import SkippedRecordsWarning
+from lading.cli.stores import (
+    add_shard_options,
+    counted,
+    print_skipped,
+    refuse_build_id_alone,
+    said_on_stderr,
+)
+from lading.errors import IncompleteBuildWarning, SkippedRecordsWarning
 
 ON_ERROR_HELP = (
     "a malformed JSONL record, or a text document with invalid UTF-8, stops the {what} "
@@ -138,7 +144,8 @@ def check_eos(tokenizer: str, eos_token: str | None) -> None:
 def _cmd_lm_merge(args: argparse.Namespace) -> int:
     from lading.lm.corpus import TokenCorpus
 
-    corpus = TokenCorpus.merge(args.dest, build_id=args.build_id)
+    with said_on_stderr("lading lm merge", IncompleteBuildWarning):
+        corpus = TokenCorpus.merge(args.dest, build_id=args.build_id)
     parts = len(corpus.meta.get("parts") or [None])
     print(
         f"{getattr(corpus, 'url', None) or corpus.path}: {counted(len(corpus), 'document')}, "

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from lading.cli.inputs import add_raise_or_skip, positive_int, tokenizer
-from lading.errors import OtherFormatError
+from lading.errors import IncompleteBuildWarning, OtherFormatError
 
 # lading.sources.FORMATS, spelled out so that building the parser imports nothing heavy (a test
 # keeps the two equal)
@@ -83,7 +85,8 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     from lading.stores import merge_store
 
     started = time.perf_counter()
-    store = merge_store(args.dest, build_id=args.build_id)
+    with said_on_stderr("lading merge", IncompleteBuildWarning):
+        store = merge_store(args.dest, build_id=args.build_id)
     shards = len(store.meta["shards"])
     where = args.dest if is_remote(args.dest) else store.path  # (a URL's: its node cache)
     print(
@@ -172,6 +175,26 @@ def add_shard_options(p: argparse.ArgumentParser, *, shard_help: str, build_id_h
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--shard", type=shard_arg, metavar="I/N", help=shard_help)
     p.add_argument("--build-id", help=build_id_help)
+
+
+@contextlib.contextmanager
+def said_on_stderr(command: str, category: type[Warning]) -> Iterator[None]:
+    """Print each ``category`` warning of the body on stderr as one line, ``COMMAND: warning:
+    ...`` (not Python's ``file:line: Category: ...`` and source line): what a merge that kept
+    the current snapshot over a build with shards missing says, for a job's log to show."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", category)
+        try:
+            yield
+        finally:
+            for said in caught:
+                if issubclass(said.category, category):
+                    print(f"{command}: warning: {said.message}", file=sys.stderr, flush=True)
+                else:  # others as they would have been shown
+                    warnings.showwarning(
+                        said.message, said.category, said.filename, said.lineno, said.file,
+                        said.line,
+                    )  # fmt: skip
 
 
 def print_skipped(record: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ source or options: :data:`.shardset.RUN_FILE`). A build named
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from lading.disk import BuildContext
 from lading.disk.snapshot import BUILD_PREFIX
-from lading.errors import StoreFormatError
+from lading.errors import IncompleteBuildWarning, StoreFormatError
 from lading.stores.building.shardset import (
     BUILD_FILE,
     all_present,
@@ -47,7 +48,9 @@ def pending_build(
     the merge reads and checks them) that no merge of ``dest`` committed or passed over
     (:func:`seen_builds`). None such, and a snapshot committed by a build: that build (the
     merge commits nothing new: a retried merge never goes back to an older build, nor fails
-    on a build left half made); else the builds half made are named with what they lack.
+    on a build left half made, but one whose shards ran after that snapshot was committed is
+    an :class:`~lading.errors.IncompleteBuildWarning` naming the shards it lacks); else the
+    builds half made are named with what they lack.
 
     Raises:
         StoreFormatError: no build to merge (naming the shards missing), or several.
@@ -75,7 +78,18 @@ def pending_build(
             f"one: `{build.replace('build', 'merge')} {dest} --build-id ...`"
         )
     if isinstance(done, str) and done:
-        return done  # nothing new (a retried merge; a build abandoned half way is no error)
+        # nothing new (a retried merge; a build abandoned half way is no error), but a build
+        # that ran since the current commit and lacks shards is said: workers died
+        for bid, missing in partial:
+            if ran_after(dest / bid, current):
+                of = f" (of build {done})" if done != current else ""
+                warnings.warn(
+                    f"{missing}. This merge committed nothing: {dest} kept its current "
+                    f"snapshot {current}{of}, older than these shards",
+                    IncompleteBuildWarning,
+                    stacklevel=2,
+                )
+        return done
     if partial:
         if len(partial) == 1:
             raise partial[0][1]
