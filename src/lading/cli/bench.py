@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lading.cli.inputs import add_precision, existing, nonnegative_int, positive_int
+from lading.cli.inputs import add_choice, add_precision, existing, nonnegative_int, positive_int
 
 # lading.bench.cell.MODES, spelled here so that a bad --modes is refused when the command line
 # is parsed, not after importing torch (tests/bench/test_bench_flags.py checks they agree)
@@ -364,11 +364,11 @@ def add_bench(sub: Any) -> None:
         help="also run strategy 'remote': the packed store uploaded to URL (s3://bucket/prefix) "
         "and read by ranged GETs through the node cache ($LADING_REMOTE_CACHE_BYTES)",
     )
-    p.add_argument(
+    add_choice(
+        p,
         "--parallel",
-        choices=["ddp", "dp"],
-        default="ddp",
-        help="train cells: DistributedDataParallel processes (ddp) or one DataParallel (dp)",
+        ("ddp", "dp"),
+        "train cells: DistributedDataParallel processes (ddp) or one DataParallel (dp)",
     )
     p.add_argument(
         "--seconds", type=float, help="each repeat's timed window, after warm-up (0.5; --full 2)"

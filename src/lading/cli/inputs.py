@@ -6,7 +6,9 @@ naming the flag, with exit code 2."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 def existing(value: str) -> str:
@@ -76,13 +78,22 @@ def _int_at_least(value: str, least: int) -> int:
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
 
 
+def add_choice(
+    p: argparse.ArgumentParser, flag: str, choices: Sequence[str], help: str, **more: Any
+) -> None:
+    """A flag taking one of ``choices``, the first by default (``default=`` in ``more`` for
+    another; the rest of ``more`` as ``add_argument`` takes it)."""
+    more.setdefault("default", choices[0])
+    p.add_argument(flag, choices=list(choices), help=help, **more)
+
+
 def add_precision(p: argparse.ArgumentParser, help: str) -> None:
     """``--precision``: the autocast precision of a train step (``lading train cross-encoder``,
     the bench's train cells), fp32 by default."""
-    p.add_argument("--precision", choices=list(PRECISIONS), default="fp32", help=help)
+    add_choice(p, "--precision", PRECISIONS, help)
 
 
 def add_raise_or_skip(p: argparse.ArgumentParser, flag: str, help: str) -> None:
     """A policy flag for bad input (``--on-error``, ``--on-missing``): ``raise`` (the default)
     stops at the first, naming it; ``skip`` leaves it out and says how much was left out."""
-    p.add_argument(flag, choices=["raise", "skip"], default="raise", help=help)
+    add_choice(p, flag, ("raise", "skip"), help)

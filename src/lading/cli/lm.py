@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from lading.cli.inputs import add_raise_or_skip, positive_int, tokenizer
+from lading.cli.inputs import add_choice, add_raise_or_skip, positive_int, tokenizer
 from lading.cli.stores import (
     add_shard_options,
     counted,
@@ -158,12 +158,7 @@ def _cmd_lm_merge(args: argparse.Namespace) -> int:
 def _add_split(p: argparse.ArgumentParser) -> None:
     """``--split``: how plain text divides into documents, and ``--text-field``: which JSON
     key holds a record's text (the tokenizer's and the build's)."""
-    p.add_argument(
-        "--split",
-        choices=["blank", "line", "file"],
-        default="blank",
-        help="how plain text divides into documents",
-    )
+    add_choice(p, "--split", ("blank", "line", "file"), "how plain text divides into documents")
     p.add_argument(
         "--text-field",
         metavar="KEY",
@@ -179,12 +174,8 @@ def add_lm(sub: Any) -> None:
     p.add_argument("source", help="text file(s), JSONL, WikiExtractor output, folder or store")
     p.add_argument("out", help="tokenizer.json to write (or a folder)")
     p.add_argument("--vocab-size", type=positive_int, default=8000, help="entries (default 8000)")
-    p.add_argument(
-        "--kind",
-        choices=["bpe", "wordpiece"],
-        default="bpe",
-        help="byte-level BPE (GPT-style) or WordPiece (BERT-style)",
-    )
+    what = "byte-level BPE (GPT-style) or WordPiece (BERT-style)"
+    add_choice(p, "--kind", ("bpe", "wordpiece"), what)
     _add_split(p)
     p.add_argument("--limit", type=positive_int, help="train on at most this many documents")
     add_raise_or_skip(p, "--on-error", ON_ERROR_HELP.format(what="training"))

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lading.cli.inputs import add_raise_or_skip, positive_int, tokenizer
+from lading.cli.inputs import add_choice, add_raise_or_skip, positive_int, tokenizer
 from lading.errors import IncompleteBuildWarning, OtherFormatError
 
 # lading.sources.FORMATS, spelled out so that building the parser imports nothing heavy (a test
@@ -485,11 +485,11 @@ def _add_build(sub: Any) -> None:
         "a malformed record stops the build naming file and line (raise), or is skipped and "
         "counted (skip)",
     )
-    p.add_argument(
+    add_choice(
+        p,
         "--duplicates",
-        choices=["error", "first", "last"],
-        default="error",
-        help="an id twice in the source is an error, or its first or last record is kept",
+        ("error", "first", "last"),
+        "an id twice in the source is an error, or its first or last record is kept",
     )
     p.add_argument(
         "--id-field", help="JSON key (parquet/Arrow column) of the id; a TSV takes --columns"

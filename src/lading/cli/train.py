@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from lading.cli.bench import int_list
 from lading.cli.inputs import (
+    add_choice,
     add_precision,
     add_raise_or_skip,
     existing,
@@ -229,12 +230,8 @@ def add_run_args(
     )
     p.set_defaults(kind_lr=lr)
     p.add_argument("--seed", type=int, default=0, help="fixes every order, draw and initial weight")
-    p.add_argument(
-        "--parallel",
-        choices=list(parallel),
-        default="ddp",
-        help=", ".join(PARALLEL_HELP[name] for name in parallel),
-    )
+    said = ", ".join(PARALLEL_HELP[name] for name in parallel)
+    add_choice(p, "--parallel", parallel, said, default="ddp")
     p.add_argument(
         "--num-workers",
         type=nonnegative_int,
@@ -333,11 +330,11 @@ def _add_train_lm(kinds: Any) -> None:
         help="a TokenCorpus (lading lm build): a folder or an s3:// URL (node cache in "
         "$LADING_CACHE/remote, cap $LADING_REMOTE_CACHE_BYTES)",
     )
-    p.add_argument(
+    add_choice(
+        p,
         "--arch",
-        choices=["lstm", "gpt"],
-        default="lstm",
-        help="an LSTM or a tiny GPT; the flags marked lstm: or gpt: are refused with the other",
+        ("lstm", "gpt"),
+        "an LSTM or a tiny GPT; the flags marked lstm: or gpt: are refused with the other",
     )
     p.add_argument("--heads", type=positive_int, default=4, help="gpt: attention heads")
     p.add_argument("--packed", action="store_true", help="gpt: pack whole documents")
@@ -418,17 +415,13 @@ def _add_train_cross_encoder(kinds: Any) -> None:
     )
     p.add_argument("--warmup", type=float, default=0.1, help="share of steps warming up")
     add_precision(p, "autocast precision of the step (bf16/fp16 on CUDA)")
-    p.add_argument(
-        "--loss",
-        choices=["bce", "listwise"],
-        default="bce",
-        help="pointwise binary cross-entropy, or cross-entropy over each group",
-    )
-    p.add_argument(
+    what = "pointwise binary cross-entropy, or cross-entropy over each group"
+    add_choice(p, "--loss", ("bce", "listwise"), what)
+    add_choice(
+        p,
         "--sampling",
-        choices=["run", "random", "run+random"],
-        default="run",
-        help="negatives from the run's top --depth, uniform over the store, or half each",
+        ("run", "random", "run+random"),
+        "negatives from the run's top --depth, uniform over the store, or half each",
     )
     p.add_argument(
         "--depth", type=positive_int, default=100, help="how far down the run negatives come"
