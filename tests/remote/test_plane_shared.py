@@ -346,6 +346,31 @@ def test_a_staged_index_changed_in_place_is_found(
     store.close()
 
 
+def test_verify_reads_the_buckets_index_objects_not_only_the_staged_copy(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """An index object damaged in the bucket after this node staged it (``ids.off``, one bit):
+    ``verify()`` read the node's intact copy only and said the store was intact, where a node
+    staging afresh refuses it; it now reads every object of the store from the bucket, naming
+    the damaged one."""
+    boto3 = pytest.importorskip("boto3")
+    url = _store(s3, bucket, tmp_path)
+    cache = tmp_path / "node"
+    store = lading.open_store(url, cache=cache, cache_bytes="1M")
+    assert store.verify() == []
+    store.close()
+    client = boto3.client("s3", endpoint_url=s3.endpoint)
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]]
+    key = next(k for k in keys if k.endswith("/ids.off"))
+    data = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    data[len(data) // 2] ^= 1
+    client.put_object(Bucket=bucket, Key=key, Body=bytes(data))
+    store = lading.open_store(url, cache=cache, cache_bytes="1M")  # the staged copy reused
+    problems = store.verify()
+    store.close()
+    assert len(problems) == 1 and "ids.off" in problems[0] and "CRC32" in problems[0], problems
+
+
 def test_a_late_fill_after_a_cut_never_lands_on_another_block(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:

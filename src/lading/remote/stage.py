@@ -301,15 +301,17 @@ def verify_staged(url: str, meta: dict[str, Any]) -> list[str]:
 def verify_remote(
     fetcher: Fetcher, url: str, meta: dict[str, Any], etags: dict[str, str | None]
 ) -> list[str]:
-    """Read every payload file of ``meta`` (ranged GETs of 8 MiB, pinned to ``etags``) and
-    every staged file of the node's copy (:func:`verify_staged`: an open checks their sizes
-    and ends only), and compare each CRC32 with the manifest's; the problems found (empty:
-    intact)."""
+    """Read every file of ``meta`` from the bucket (ranged GETs of 8 MiB; the payload pinned
+    to ``etags``) and every staged file of the node's copy (:func:`verify_staged`: an open
+    checks their sizes and ends only), and compare each CRC32 with the manifest's; the
+    problems found (empty: intact). The index objects are read from the bucket too: a copy
+    staged before one was damaged there is intact here, where a node staging afresh refuses
+    the store."""
     problems = verify_staged(url, meta)
-    for name in sorted(etags):
+    for name in sorted(meta["files"]):
         info = meta["files"][name]
         try:
-            crc = _crc(fetcher, name, int(info["size"]), None, etags[name])
+            crc = _crc(fetcher, name, int(info["size"]), None, etags.get(name))
         except RemoteChangedError:  # as a local file gone: the store is damaged
             problems.append(
                 f"{describe(url, name)} is missing or was replaced since its meta.json was "
