@@ -533,6 +533,19 @@ def test_a_file_given_as_a_store_exits_2_from_every_command(
     assert "not a lading store" in err and "lading build" in err, err
 
 
+@pytest.mark.parametrize("command", [["verify"], ["inspect"], ["get"]])
+def test_an_empty_folder_given_as_a_store_exits_2_from_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """`lading verify EMPTY` exited 1 (damage found) with no "lading verify:" prefix, where
+    inspect and get exit 2: a folder holding nothing of a build is no store to check."""
+    extra = ["d1"] if command == ["get"] else []
+    (tmp_path / "empty").mkdir()
+    code, err = run([*command, str(tmp_path / "empty"), *extra], capsys)
+    assert code == 2 and err.startswith(f"lading {command[0]}: {tmp_path / 'empty'}"), err
+    assert "meta.json is missing" in err, err
+
+
 @pytest.mark.parametrize(
     ("source", "flags", "says"),
     [

@@ -191,6 +191,12 @@ def check_directory(root: Path, fmt_name: str) -> None:
         )
     if not root.is_dir():
         raise StoreFormatError(f"{root} is not a lading {what}: no such directory{meant_url(root)}")
+    if not (root / META_FILE).exists() and not any(root.glob("snap-*")):
+        fmt = disk_format(fmt_name)  # nothing of a build there (a store missing its snapshot's
+        raise StoreFormatError(  # meta.json, snapshots there, is damage: verify's to say)
+            f"{root} is not a lading {what}: {META_FILE} is missing (an interrupted build "
+            f"leaves no meta.json); {fmt.rebuild}"
+        )
 
 
 def read_current(root: Path, fmt_name: str) -> dict[str, Any]:
