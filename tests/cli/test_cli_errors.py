@@ -248,6 +248,22 @@ def test_ctrl_c_in_build_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.tsv"]
 
 
+def test_ctrl_c_in_any_command_is_one_line_and_exit_130(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C in a command without a handler of its own (``synth``, ``lm build``) printed a
+    KeyboardInterrupt traceback; it is one line naming the command, exit 130, as ``build``."""
+    import lading.bench.synth
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lading.bench.synth, "synth", interrupted)
+    code = main(["synth", "passages", "10", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 130 and err.strip().splitlines() == ["lading synth: interrupted"], err
+
+
 def test_build_says_what_its_own_flags_accept(
     files: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -107,6 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except KeyboardInterrupt:  # Ctrl-C in a command with no word of its own (build has one)
+        print(f"{getattr(args, '_prog', f'lading {args.command}')}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # the reader went away (`lading inspect STORE | head -1`): as the Python docs advise,
         # point stdout at devnull so the interpreter's final flush does not fail again
