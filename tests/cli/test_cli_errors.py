@@ -264,6 +264,16 @@ def test_ctrl_c_in_any_command_is_one_line_and_exit_130(
     assert code == 130 and err.strip().splitlines() == ["lading synth: interrupted"], err
 
 
+def test_synth_refuses_a_negative_query_count_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--queries -1`` reached numpy ("negative dimensions are not allowed"), naming no flag."""
+    with pytest.raises(SystemExit) as exited:
+        main(["synth", "passages", "10", str(tmp_path / "out"), "--queries", "-1"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "--queries: must be at least 1" in err, err
+
+
 def test_build_says_what_its_own_flags_accept(
     files: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

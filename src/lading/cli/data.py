@@ -78,7 +78,9 @@ def add_synth(sub: Any) -> None:
     )
     p.add_argument("n", type=int, help="number of documents")
     p.add_argument("out", help="folder to write")
-    p.add_argument("--queries", type=int, help="number of queries (default n/100, 10..5000)")
+    p.add_argument(
+        "--queries", type=positive_int, help="number of queries (default n/100, 10..5000)"
+    )
     p.add_argument("--seed", type=int, default=0, help="same seed, same bytes (default 0)")
     p.add_argument(
         "--format",
