@@ -7,6 +7,7 @@ written or deleted (a review planted links as ``owners``, ``stores``, ``blocks.d
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 import subprocess
@@ -284,6 +285,26 @@ def test_a_payload_file_cut_under_a_reader_is_refetched_with_a_warning(
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "equal True warned 1" in done.stdout, done.stdout + done.stderr[-3000:]
     assert str(cache / "blocks.data") in done.stdout and "cut" in done.stdout, done.stdout
+
+
+def test_a_short_write_of_a_block_is_written_on_or_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pwrite`` may write less than asked (a nearly full disk): the rest was never written
+    and the block marked whole, its CRC that of all its bytes, so this process (which trusts
+    its own fills) copied the hole: SIGBUS on tmpfs. The rest is now written on; a write that
+    makes no progress is ENOSPC, the fill's failed write."""
+    data = DataFile(tmp_path / "blocks.data", Layout.of(1 << 20))
+    block = bytes(range(256)) * 40
+    write = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, b, at: write(fd, bytes(b)[:1000], at))
+    data.write(1, 300, block)
+    assert bytes(data.view(1, 300, len(block))) == block
+    monkeypatch.setattr(os, "pwrite", lambda fd, b, at: 0)
+    with pytest.raises(OSError) as full:
+        data.write(2, 0, block)
+    assert full.value.errno == errno.ENOSPC and str(tmp_path / "blocks.data") in str(full.value)
+    data.close()
 
 
 def test_a_payload_file_too_short_to_map_is_named(tmp_path: Path) -> None:

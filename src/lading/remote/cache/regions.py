@@ -20,6 +20,7 @@ of 1,500). A block larger than a region is read around the cache.
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import stat
@@ -78,8 +79,16 @@ class DataFile:
         self._map: mmap.mmap | None = None
 
     def write(self, region: int, at: int, data: bytes | memoryview) -> None:
-        """Write a block's bytes at ``at`` in ``region`` (its place reserved by a claim)."""
-        os.pwrite(self._fd, data, region * self.layout.region_bytes + at)
+        """Write a block's bytes at ``at`` in ``region`` (its place reserved by a claim), all
+        of them: ``pwrite`` may write fewer (a nearly full disk), and a block marked whole
+        with a hole in it was copied out by this process, which trusts its own fills (SIGBUS
+        on tmpfs). A write that makes no progress raises ENOSPC: the fill's failed write."""
+        rest, offset = memoryview(data).cast("B"), region * self.layout.region_bytes + at
+        while len(rest):
+            written = os.pwrite(self._fd, rest, offset)
+            if written <= 0:
+                raise OSError(errno.ENOSPC, "no byte of a cached block written", str(self.path))
+            rest, offset = rest[written:], offset + written
 
     def cut(self) -> int | None:
         """The file's size where it is shorter than its layout, else None: cut under the
