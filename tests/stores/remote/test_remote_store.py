@@ -198,6 +198,24 @@ def test_the_loader_prefetches_what_the_next_batches_read(
     assert s3.stats()["max_in_flight"] > 1
 
 
+def test_the_gets_a_process_makes_ahead_reach_the_nodes_figures(
+    s3: LocalS3, bucket: str, corpus: Path, tmp_path: Path
+) -> None:
+    """A process that only fetches ahead (a loader's main process when DataLoader workers
+    read) told the node its GETs only at its next read: the node's ``gets`` missed them all."""
+    url = f"s3://{bucket}/docs"
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
+    remote = _open(url, tmp_path)
+    ids = remote.ids()
+    before = remote.cache_stats()
+    remote.prefetch([ids[i : i + 8] for i in range(0, 200, 8)])
+    remote._columns.cache.drain()
+    after = remote.cache_stats()
+    made = after["gets"] - before["gets"]
+    assert made > 0
+    assert after["node"].get("gets", 0) - before["node"].get("gets", 0) == made, (before, after)
+
+
 @pytest.mark.e2e
 def test_dataloader_workers_forked_after_the_store_fetched_read_it(
     bucket: str, corpus: Path, tmp_path: Path

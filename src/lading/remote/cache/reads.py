@@ -160,13 +160,7 @@ class NodeCache:
                 "small for the processes sharing it?"
             )
         self.figures.read(where, got, fetched, now)
-        f = self.fetcher
-        news = self.figures.news(
-            {"gets": f.gets, "bytes_fetched": f.bytes_fetched, "retried": f.retried}
-        )
-        with self.node.lock:
-            self.node.figures.update(news)
-        self.node.count()
+        self._tell_node()
         out = [b""] * len(spans)
         for k, places in where.items():
             for i in places:
@@ -413,7 +407,21 @@ class NodeCache:
         late = set(claimed.late)
         fetched = [(objs[n.key], n.start, n.end) for n in claimed.missing if n not in late]
         self.figures.ahead(keys, fetched, len(needs) - len(claimed.missing))
+        self._tell_node()
         return claimed
+
+    def _tell_node(self, force: bool = False) -> None:
+        """Hand the node this view's figures since it last did, the fetcher's GETs with them
+        (at most once a second unless ``force``): told only at a read, the GETs of a process
+        that only fetches ahead (a loader's main process while its workers read) never
+        reached the node's figures."""
+        f = self.fetcher
+        news = self.figures.news(
+            {"gets": f.gets, "bytes_fetched": f.bytes_fetched, "retried": f.retried}
+        )
+        with self.node.lock:
+            self.node.figures.update(news)
+        self.node.count(force)
 
     # -- figures ---------------------------------------------------------------------------
 
@@ -436,7 +444,7 @@ class NodeCache:
         """This process's figures (:meth:`stats`) and, under ``"node"``, the node's: every
         process's summed since the folder was last idle (``since``; a process tells the node
         at most once a second and when it closes), its bytes cached and cap."""
-        self.node.count(force=True)
+        self._tell_node(force=True)
         node = self.ledger.node()
         mine = self.stats()
         return {**mine, "process": dict(mine), "node": {**node, "cap": self.cap}}
@@ -456,7 +464,7 @@ class NodeCache:
         with contextlib.suppress(Exception):  # (a GET ahead refused since the last read)
             self._drop_changed()
         self.fetcher.close()
-        self.node.count(force=True)
+        self._tell_node(force=True)
         release(self.node)
 
 
