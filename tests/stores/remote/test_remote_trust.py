@@ -18,10 +18,12 @@ import random
 import sqlite3
 import sys
 import threading
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 
 import lading
@@ -223,6 +225,33 @@ def test_a_hostile_remote_manifest_is_refused_naming_the_field(
     assert isinstance(found, StoreFormatError), f"{case}: opened"
     assert field in str(found)
     assert list(outside.iterdir()) == []
+
+
+def test_offsets_past_their_data_object_are_refused_at_the_open(
+    built: tuple[str, bytes], tmp_path: Path
+) -> None:
+    """A ``text.off`` whose last offset ends past ``text.bin`` (its CRC32 in the manifest to
+    match, so staging takes it): refused at the open naming both files, not met as a read
+    failed 4 times ("check that the endpoint is up") at the last document."""
+    url, raw = built
+    meta = json.loads(raw)
+    name = _first_file(meta, "text.off")
+    client = open_client(url)
+    kept = client.get(name)
+    offsets = np.frombuffer(kept, dtype="<u8").copy()
+    offsets[-1] += 5000
+    changed = offsets.tobytes()
+    meta["files"][name]["crc32"] = zlib.crc32(changed)
+    meta["snapshot"] = meta["snapshot"] + "x"  # another snapshot: nothing staged is reused
+    try:
+        client.put(name, changed)
+        _put_meta(url, meta)
+        found = _open_watched(url, tmp_path)
+    finally:
+        client.put(name, kept)
+        _put_meta(url, raw)
+    assert isinstance(found, StoreFormatError), "opened"
+    assert "text.off" in str(found) and "text.bin" in str(found), found
 
 
 _JSON = st.recursive(

@@ -52,12 +52,13 @@ class Columns:
         self.count = int(meta["count"])
         self._shards: dict[str, list[_Shard]] = {}
         self._firsts: dict[str, npt.NDArray[np.int64]] = {}
+        sizes = {key: int(info["size"]) for key, info in meta["files"].items()}
         for name, parts in columns(meta).items():
-            shards = [self._shard(staged, name, part) for part in parts]
+            shards = [self._shard(staged, name, part, sizes) for part in parts]
             self._shards[name] = shards
             self._firsts[name] = np.array([s.first for s in shards], dtype=np.int64)
 
-    def _shard(self, staged: Path, name: str, part: Part) -> _Shard:
+    def _shard(self, staged: Path, name: str, part: Part, sizes: dict[str, int]) -> _Shard:
         mapped = MappedFile(staged / part.offsets, random_access=True)
         offsets = mapped.array(OFFSET_DTYPE)
         if len(offsets) != part.rows + 1 or (len(offsets) and int(offsets[0]) != 0):
@@ -74,6 +75,13 @@ class Columns:
                 f"{e.args[0].split(': the file was damaged', 1)[0]}: the node's staged copy "
                 f"was changed after staging; delete {staged} to stage it again"
             ) from None
+        end = int(offsets[-1]) * np.dtype(part.dtype).itemsize if len(offsets) else 0
+        if part.data in sizes and end > sizes[part.data]:  # (a read there fails at its GET)
+            raise StoreFormatError(
+                f"{staged / part.offsets}: its last offset ends at byte {end:,} of "
+                f"{part.data}, which holds {sizes[part.data]:,} bytes in the manifest: the "
+                "store is damaged or its manifest was not written by lading; rebuild it"
+            )
         data = None if is_payload(name) else MappedFile(staged / part.data, random_access=True)
         return _Shard(part.first, part.data, offsets, np.dtype(part.dtype), data)
 
