@@ -216,6 +216,26 @@ def test_the_gets_a_process_makes_ahead_reach_the_nodes_figures(
     assert after["node"].get("gets", 0) - before["node"].get("gets", 0) == made, (before, after)
 
 
+def test_cache_stats_on_a_full_disk_reports_what_it_has(
+    bucket: str, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node's figures could not be written (its disk full): ``cache_stats()`` raised
+    ``OutOfSpaceError``; figures are a report, never a failure."""
+    from lading.errors import OutOfSpaceError
+    from lading.remote.cache.ledger import Ledger
+
+    url = f"s3://{bucket}/docs"
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
+    remote = _open(url, tmp_path)
+    remote.get_many(remote.ids()[:5])
+
+    def full(self: Ledger, deltas: dict[str, float]) -> None:
+        raise OutOfSpaceError(28, f"{tmp_path}: the disk under this node cache is full")
+
+    monkeypatch.setattr(Ledger, "count", full)
+    assert remote.cache_stats()["gets"] > 0
+
+
 @pytest.mark.e2e
 def test_dataloader_workers_forked_after_the_store_fetched_read_it(
     bucket: str, corpus: Path, tmp_path: Path

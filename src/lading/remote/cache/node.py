@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lading.errors import OutOfSpaceError
 from lading.remote.cache import damaged
 from lading.remote.cache.fill import Filler
 from lading.remote.cache.folder import DATA_FILE, LEDGER_FILE, CacheFolderError, check, shared
@@ -195,7 +196,8 @@ class Node:
             }
             self._counted = Counter(self.figures)
             self._last_count = now
-        with contextlib.suppress(sqlite3.Error):  # figures are a report, never a failure
+        # figures are a report, never a failure (a full disk: OutOfSpaceError, not sqlite's)
+        with contextlib.suppress(sqlite3.Error, OutOfSpaceError):
             self.ledger.count(deltas)
 
     def close(self) -> None:
