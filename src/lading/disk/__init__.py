@@ -34,7 +34,7 @@ from lading.disk.atomic import (
     remove_dead_temps,
     scratch,
 )
-from lading.disk.build import BuildContext, committed
+from lading.disk.build import BuildContext, committed, has_debris
 from lading.disk.files import MappedFile, fsync_dir, write_file
 from lading.disk.formats import (
     FORMATS,
@@ -84,6 +84,7 @@ __all__ = [
     "current_version",
     "disk_format",
     "fsync_dir",
+    "has_debris",
     "is_ours_to_replace",
     "left_aside",
     "load_manifest",

@@ -41,7 +41,7 @@ from lading.disk.atomic import (
 )
 from lading.disk.commit import collect_garbage, commit
 from lading.disk.files import fsync_dir
-from lading.disk.snapshot import load_manifest, new_snapshot_id
+from lading.disk.snapshot import TMP_PREFIX, load_manifest, new_snapshot_id
 from lading.errors import StoreFormatError
 
 KINDS = {  # what users call each snapshot format, in the refusal to replace one by another
@@ -79,6 +79,16 @@ def committed(dest: str | os.PathLike[str], fmt: str) -> dict[str, Any] | None:
         return load_manifest(Path(dest), fmt)
     except StoreFormatError:
         return None
+
+
+def has_debris(dest: str | os.PathLike[str]) -> bool:
+    """Whether ``dest`` holds a build's scratch folder (``.tmp-*``: a build killed before its
+    commit), which only a build under the lock removes: a builder that finds one takes the
+    lock (and sweeps it) rather than reusing the current snapshot without it."""
+    try:
+        return any(entry.name.startswith(TMP_PREFIX) for entry in os.scandir(dest))
+    except OSError:
+        return False
 
 
 class BuildContext:
