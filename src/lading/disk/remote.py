@@ -41,6 +41,7 @@ CREDENTIALS = (
 # asked for keys when nothing else gave them: a refusal or an error there means none were found
 _NO_KEYS = ("NoCredentialsError", "PartialCredentialsError")  # botocore's, by name
 _METADATA = ("169.254.169.254", "/latest/api/token", "/latest/meta-data")
+NO_CREDENTIALS = "no credentials"  # what a client says for :func:`denied` when it found none
 
 
 def public_endpoint(endpoint: str) -> str:
@@ -101,7 +102,8 @@ def bucket_of(url: str) -> str:
 def denied(url: str, key: str, endpoint: str, said: str) -> RemoteAccessError:
     """The one line of a call the server refused (401/403), or made without credentials:
     where credentials come from and the bucket's policy; a refusal is never retried."""
-    if any(m in said for m in _METADATA) or "credential" in said.lower():
+    # (a 401 with keys set says "lacked valid authentication credentials": refused, not none)
+    if any(m in said for m in _METADATA) or said == NO_CREDENTIALS:
         return RemoteAccessError(
             f"{_where(url, key, endpoint)}: no credentials found (looked in {CREDENTIALS}); "
             "set them, or for a public bucket pass storage_options={'skip_signature': True}"
@@ -278,7 +280,7 @@ class RemoteDir:
         if isinstance(error, PermissionError) or refused(str(error)):
             return denied(self.url, key, self.endpoint, text)
         if type(error).__name__ in _NO_KEYS:
-            return denied(self.url, key, self.endpoint, "no credentials")
+            return denied(self.url, key, self.endpoint, NO_CREDENTIALS)
         return error
 
     def _once(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -142,7 +142,9 @@ class FsspecClient:
             raise objects.no_object(self.url, key, self.endpoint) from None
         except Exception as e:
             text = f"{type(e).__name__}: {_first_line(e)}"
-            if isinstance(e, PermissionError) or objects.refused(str(e)) or _no_keys(e):
+            if _no_keys(e):
+                raise objects.denied(self.url, key, self.endpoint, objects.NO_CREDENTIALS) from None
+            if isinstance(e, PermissionError) or objects.refused(str(e)):
                 raise objects.denied(self.url, key, self.endpoint, text) from None
             if isinstance(e, OSError):
                 raise

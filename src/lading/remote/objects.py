@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from lading.disk.remote import NO_CREDENTIALS as NO_CREDENTIALS
 from lading.disk.remote import bucket_of as bucket_of
 from lading.disk.remote import changed as changed
 from lading.disk.remote import check_url as check_url

@@ -90,6 +90,22 @@ def test_access_denied_is_said_at_once_naming_the_credentials_and_the_policy(
     assert "raise the timeout" not in message
 
 
+@pytest.mark.parametrize("opener", sorted(OPENERS))
+def test_a_401_with_credentials_set_says_they_were_refused_not_missing(
+    store_url: str, faults: LocalS3, tmp_path: Path, opener: str
+) -> None:
+    """The server refusing the keys it was given (401: "lacked valid authentication
+    credentials") is not "no credentials found": that line sent users looking for keys they
+    had set."""
+    url = store_url if opener != "PartitionedParquet" else "s3://remote-errors/x.parquet"
+    faults.fault("", 99, "error", status=401, op="any")
+    with pytest.raises(RemoteAccessError) as caught:
+        OPENERS[opener](url, tmp_path)
+    message = _one_line(caught.value)
+    assert "no credentials found" not in message, message
+    assert "access denied" in message and "AWS_ACCESS_KEY_ID" in message, message
+
+
 def test_no_credentials_at_all_is_said(
     store_url: str, faults: LocalS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -260,3 +276,21 @@ def test_verify_of_a_missing_remote_store_exits_2_as_a_missing_folder_does(
     code = main(["verify", "s3://remote-errors-nostore/nothing"])
     err = capsys.readouterr().err
     assert code == 2 and "no store at s3://remote-errors-nostore/nothing" in err, err
+
+
+def test_no_credentials_through_fsspec_is_said(
+    store_url: str, s3: LocalS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """botocore's NoCredentialsError (the fsspec backend) is still "no credentials found", now
+    that the word "credentials" in a server's 401 no longer means it."""
+    pytest.importorskip("s3fs")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    client = open_client(store_url, backend="fsspec", options={"endpoint_url": s3.endpoint})
+    with pytest.raises(RemoteAccessError) as caught:
+        client.get("meta.json")
+    message = _one_line(caught.value)
+    assert "no credentials found" in message and "AWS_ACCESS_KEY_ID" in message, message
