@@ -463,6 +463,33 @@ def test_a_text_field_of_another_name_is_named_by_text_field(
     assert read(TokenCorpus.open(tmp_path / "cs")) == want
 
 
+def test_a_text_field_no_file_would_use_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``text_field`` names a key of JSON records: with a plain-text file, a folder of them or
+    a lading store it was ignored and the corpus built from texts the user did not name. It
+    is refused before any tokenizing, one process, in shards and at the command line; a
+    folder holding JSONL beside text files takes it."""
+    import lading
+
+    tok = word_tokenizer(WORDS, tmp_path / "t.json")
+    plain = write(tmp_path / "plain" / "a.txt", "alpha beta\n\ngamma\n")
+    store = tmp_path / "store"
+    lading.build_store(write(tmp_path / "d.tsv", "d1\talpha beta\n"), store, progress=False)
+    for source, what in ((plain, "plain text"), (plain.parent, "plain text"), (store, "store")):
+        with pytest.raises(ValueError, match=f"text_field='content'.*{what}.*drop text_field"):
+            TokenCorpus.build(source, tmp_path / "x", tok, text_field="content", progress=False)
+        with pytest.raises(ValueError, match=f"text_field='content'.*{what}"):
+            TokenCorpus.build_shard(source, tmp_path / "xs", (0, 1), tok, text_field="content")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "xs" / "shard-00000").exists()
+    cli = [str(plain), str(tmp_path / "cli"), "--tokenizer", str(tok), "--quiet"]
+    assert main(["lm", "build", *cli, "--text-field", "content"]) == 2
+    assert "--text-field" in capsys.readouterr().err
+    write(tmp_path / "plain" / "b.jsonl", json.dumps({"content": "delta"}) + "\n")
+    mixed = TokenCorpus.build(plain.parent, tmp_path / "m", tok, text_field="content")
+    assert len(mixed) == 3
+
+
 def test_a_build_that_fails_leaves_no_file_open(tmp_path: Path) -> None:
     """A malformed line stops a token corpus build, one process or a shard: the tokens'
     files are closed as the error is raised (they stayed open while it was held)."""

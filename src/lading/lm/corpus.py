@@ -41,6 +41,7 @@ from lading.lm.texts import (
     Skips,
     iter_texts,
     refuse_if_source_changed,
+    refuse_unused_text_field,
     source_identity,
     stale_reason,
 )
@@ -304,6 +305,7 @@ class TokenCorpus:
                 "build them as one shard: TokenCorpus.build_shard(files, dest, (0, 1), "
                 "tokenizer), then TokenCorpus.merge(dest)"
             )
+        refuse_unused_text_field(text_field, source)
         if is_remote(dest):
             from lading.lm.remote import build_corpus
 

@@ -41,6 +41,7 @@ from lading.lm.texts import (
     file_texts,
     folder_files,
     is_records,
+    refuse_unused_text_field,
     source_identity,
     texts_only,
 )
@@ -222,6 +223,7 @@ def build_corpus_shard(
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error={on_error!r}: choose 'raise' or 'skip'")
     inputs = inputs_of(source)
+    refuse_unused_text_field(text_field, source, inputs.files, inputs.store is not None)
     if inputs.store is None:
         check_shard_count(inputs.files, n, None, is_jsonl)  # n bounded before any planning
     tok = load_tokenizer(tokenizer)

@@ -14,7 +14,7 @@ and lines of nothing but white space separate documents (``"blank"``) or are ski
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from pathlib import Path
@@ -90,6 +90,41 @@ def iter_texts(
         yield from file_texts(path, split, on_error, skipped, text_field)
     else:
         raise FileNotFoundError(f"source {path} does not exist")
+
+
+def refuse_unused_text_field(
+    text_field: str | None,
+    source: Any,
+    files: Iterable[Path] | None = None,
+    store: bool = False,
+) -> None:
+    """Refuse a ``text_field`` that no file of ``source`` would use: it names a key of JSON
+    records, and a lading store or plain-text files have none, so it was ignored and the
+    corpus built from other texts than the user named. ``files``/``store``: what ``source``
+    was resolved to (None: found here from a file, folder or store path; a missing one is
+    left to the reader to say).
+
+    Raises:
+        ValueError: naming the source, what it is, and the fix.
+    """
+    if text_field is None:
+        return
+    if files is None:
+        path = Path(source)
+        if not path.exists():
+            return
+        store = path.is_dir() and (path / META_FILE).is_file()
+        files = folder_files(path) if path.is_dir() and not store else [path]
+    if store:
+        what = "a lading store (its documents' texts are read as they were stored)"
+    elif any(is_records(f) for f in files):
+        return
+    else:
+        what = "plain text, with no JSON records file (.jsonl, .json, .jsonl.gz/.bz2/.zst)"
+    raise ValueError(
+        f"text_field={text_field!r} names the key of a JSON record's text, but {source} is "
+        f"{what}: drop text_field (--text-field), or give the JSONL files"
+    )
 
 
 def folder_files(path: Path) -> list[Path]:
