@@ -267,6 +267,16 @@ def test_a_state_of_the_first_window_order_is_refused(corpus: TokenCorpus, seque
         resumed.load_state_dict(old)
     resumed.load_state_dict(state)
     assert [b[0].tolist() for b in resumed] == rest
+    # saved at its epoch's end (a framework's checkpoint there), no order of it is left to
+    # read: it resumes at the next epoch, as today's state does
+    ended = head.state_dict()
+    old_end = {**ended, "fingerprint": dict(ended["fingerprint"])}
+    del old_end["fingerprint"]["window_order"]
+    today, before = make(), make()
+    today.load_state_dict(ended)
+    before.load_state_dict(old_end)
+    assert [b[0].tolist() for b in before] == [b[0].tolist() for b in today]
+    assert before.state_dict()["epoch"] == ended["epoch"] + 1
 
 
 def test_a_state_of_other_tokens_is_refused_the_same_corpus_resumes(tmp_path: Path) -> None:

@@ -266,6 +266,9 @@ class LMWorkload(SegmentWorkload):
         ``seq_len``), its corpora's content checked (:meth:`saved_content`)."""
         saved = self.mode.saved_fingerprint(state.get("fingerprint", {}), state.get("layout", {}))
         if self._feistel() and saved.get("window_order") != FEISTEL_ROUND:
+            if self._saved_at_its_end(state):  # none of its epoch's order is left to read
+                saved = {**saved, "window_order": FEISTEL_ROUND}
+                return {**state, "fingerprint": self.saved_content(saved)}
             raise LoaderStateError(
                 "the loader state was saved by a lading whose shuffle of windows drew other "
                 "orders (its permutations of a few dozen windows stayed near the stored order): "
@@ -273,6 +276,16 @@ class LMWorkload(SegmentWorkload):
                 "epoch without the state (set_epoch), or resume with the lading that saved it"
             )
         return {**state, "fingerprint": self.saved_content(saved)}
+
+    def _saved_at_its_end(self, state: Mapping[str, Any]) -> bool:
+        """Whether ``state`` was saved with its epoch's segment read to the end (a framework's
+        checkpoint at an epoch's end): it resumes at the next epoch, whose order is today's."""
+        try:
+            base = None if state["base"] is None else Runs.from_dict(state["base"])
+            cursor = Cursor(int(state["epoch"]), int(state["segment"]), base, int(state["batches"]))
+            return self.ended(state["layout"], cursor)
+        except (KeyError, TypeError, ValueError):  # not a state: the loader's check says so
+            return False
 
     def _feistel(self) -> bool:
         """Whether the windows are read in a Feistel order (shuffled windows, packed or
