@@ -86,6 +86,8 @@ def make_example(folder: Path) -> Path:
         timeout=300,
     )
     assert done.returncode == 0, f"lading example failed:\n{done.stderr[-3000:]}"
+    (folder / "said.stdout").write_text(done.stdout)  # what it printed, for a test to read
+    (folder / "said.stderr").write_text(done.stderr)
     return folder
 
 

@@ -227,3 +227,12 @@ def test_example_folder_holds_what_readme_names(readme_example: Path) -> None:
     judged = {line.split()[2] for line in (readme_example / "qrels.txt").open()}
     ranked = {line.split()[2] for line in (readme_example / "bm25.run").open()}
     assert judged & ranked  # the run finds relevant documents: groups have positives and negatives
+
+
+def test_lading_example_prints_its_table_and_nothing_else(readme_example: Path) -> None:
+    """`lading example` printed six blank lines (the tokenizer trainers' progress, with no
+    terminal) and a transformers "Writing model shards" bar on stderr before its table."""
+    out = (readme_example / "said.stdout").read_text().splitlines()
+    assert out and all(line.strip() for line in out), out[:8]
+    assert out[-1].startswith("the examples in README.md and docs/ run in")
+    assert "Writing model shards" not in (readme_example / "said.stderr").read_text()

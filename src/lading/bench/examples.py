@@ -127,6 +127,7 @@ def _hf_folders(tokenizer: Path, folder: Path) -> dict[str, Path]:
     """``bert-tokenizer/`` and ``tiny-bert/`` (tokenizer + a tiny BERT, random weights)."""
     import torch
     from transformers import BertModel
+    from transformers.utils import logging as hf_logging
 
     from lading.ir.model import tiny_bert_config
     from lading.stores.tokens import load_tokenizer
@@ -135,7 +136,13 @@ def _hf_folders(tokenizer: Path, folder: Path) -> dict[str, Path]:
     tiny = hf_tokenizer_folder(tokenizer, folder / "tiny-bert")
     torch.manual_seed(0)  # the same weights every time
     vocab = load_tokenizer(tokenizer).get_vocab_size()
-    BertModel(tiny_bert_config(vocab, max_position=128)).save_pretrained(tiny)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # ("Writing model shards" on stderr: one file, instant)
+    try:
+        BertModel(tiny_bert_config(vocab, max_position=128)).save_pretrained(tiny)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     return {"bert-tokenizer": bert_tokenizer, "tiny-bert": tiny}
 
 

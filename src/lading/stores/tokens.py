@@ -143,13 +143,16 @@ def train_tokenizer(texts: Iterable[str], kind: str = "wordpiece", vocab_size: i
             vocab_size=vocab_size,
             special_tokens=[EOS],
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,  # (a blank line on stdout when it is no terminal)
         )
         tok.train_from_iterator(texts, trainer)
         return tok
     tok = tokenizers.Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(BERT_SPECIAL))
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=list(BERT_SPECIAL), show_progress=False
+    )
     tok.train_from_iterator(texts, trainer)
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
