@@ -40,6 +40,7 @@ from lading.lm.parts import PartOffsets, PartTokens, part_offsets, token_parts
 from lading.lm.texts import (
     Skips,
     iter_texts,
+    listed_texts,
     refuse_if_source_changed,
     refuse_unused_text_field,
     source_identity,
@@ -247,8 +248,9 @@ class TokenCorpus:
         """Tokenize every document of ``source`` into ``dest``.
 
         Args:
-            source: text file(s), JSONL, WikiExtractor output, a folder or a lading store
-                (see :mod:`lading.lm.texts`).
+            source: a text file, JSONL, WikiExtractor output, a folder (its files sorted by
+                path), a list of such files (read in the order given) or a lading store (see
+                :mod:`lading.lm.texts`).
             dest: the corpus directory to create, or an object-store URL
                 (``s3://bucket/corpora/wiki``): built in a scratch folder beside the node
                 cache ``cache``, uploaded (the manifest last) and opened there, every build a
@@ -295,17 +297,8 @@ class TokenCorpus:
                 local.update(on_error=on_error, text_field=text_field)
                 snapshot = build_in_group(source, dest, tokenizer, build_id, progress, local)
                 return cls.open(Path(dest), snapshot=snapshot, on_stale="ignore")
-        if isinstance(source, (list, tuple)):  # (build_shard reads lists; build, one source)
-            from lading.stores.building.inputs import listed_files
-
-            files = listed_files(source, globs=False)  # an empty one: says so
-            raise TypeError(
-                f"TokenCorpus.build reads one source (a file, a folder or a lading store), not "
-                f"a list of {len(files)} file(s): put them in a folder (read sorted by path), or "
-                "build them as one shard: TokenCorpus.build_shard(files, dest, (0, 1), "
-                "tokenizer), then TokenCorpus.merge(dest)"
-            )
-        refuse_unused_text_field(text_field, source)
+        listed = listed_texts(source) if isinstance(source, (list, tuple)) else None
+        refuse_unused_text_field(text_field, source, listed)
         if is_remote(dest):
             from lading.lm.remote import build_corpus
 
@@ -322,7 +315,7 @@ class TokenCorpus:
         eos = find_eos(tok, eos_token) if append_eos else None
         identity = source_identity(source)  # before reading: a change while reading is seen
         recipe = {
-            "source": str(Path(source).resolve()),
+            "source": [str(f.resolve()) for f in listed] if listed else str(Path(source).resolve()),
             "source_identity": identity,  # an edited source is tokenized again
             "tokenizer": info["sha256"],
             "append_eos": append_eos,
@@ -342,7 +335,8 @@ class TokenCorpus:
                 return cls.open(dest, snapshot=previous["snapshot"])
             build.check_ours()
             with build.scratch() as tmp:
-                bar = progress_bar(Path(source).name, progress)
+                name = f"{listed[0].name} (+{len(listed) - 1})" if listed else Path(source).name
+                bar = progress_bar(name, progress)
                 skipped = Skips()
                 store = identity.get("store")
                 texts = iter_texts(source, split, store, on_error, skipped, text_field)

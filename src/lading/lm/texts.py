@@ -35,6 +35,10 @@ from lading.sources.chunks import numbered_lines, reading
 
 SPLITS: tuple[str, ...] = ("blank", "file", "line")
 TEXTS_ONLY = ParseOptions(keep_fields=(), need_id=False)  # a token corpus keeps no ids, fields
+# a file, a folder, a lading store, or a list of files
+TextSource = (
+    str | os.PathLike[str] | list[str | os.PathLike[str]] | tuple[str | os.PathLike[str], ...]
+)
 _JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.bz2", ".jsonl.zst")
 SKIP_EXAMPLES = 10  # the first skipped records kept, as a store build keeps them
 
@@ -61,7 +65,7 @@ class Skips:
 
 
 def iter_texts(
-    source: str | os.PathLike[str],
+    source: TextSource,
     split: str = "blank",
     snapshot: str | None = None,
     on_error: OnError = "raise",
@@ -77,6 +81,10 @@ def iter_texts(
         raise ValueError(f"unknown split {split!r}; choose from {sorted(SPLITS)}")
     if on_error == "skip" and skipped is None:
         raise ValueError("iter_texts(on_error='skip') counts what it skips into skipped=Skips()")
+    if isinstance(source, (list, tuple)):
+        for file in listed_texts(source):
+            yield from file_texts(file, split, on_error, skipped, text_field)
+        return
     path = Path(source)
     if path.is_dir() and (path / META_FILE).is_file():
         yield from _store_texts(path, snapshot)
@@ -127,16 +135,40 @@ def refuse_unused_text_field(
     )
 
 
+def listed_texts(source: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """The files of a list source, read in the order given.
+
+    Raises:
+        ValueError: an empty list, or an entry that is a folder (name the folder itself).
+        FileNotFoundError: an entry that does not exist.
+    """
+    from lading.stores.building.inputs import listed_files
+
+    files = listed_files(list(source), globs=False)  # an empty one: says so
+    for file in files:
+        if file.is_dir():
+            raise ValueError(
+                f"{file} in the list of sources is a folder: a list names files; pass the "
+                "folder itself as the source (its files read sorted by path)"
+            )
+        if not file.is_file():
+            raise FileNotFoundError(f"source {file} (in the list of sources) does not exist")
+    return files
+
+
 def folder_files(path: Path) -> list[Path]:
     """The files of a folder source, in the order they are read (hidden files left out)."""
     return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
 
 
-def source_identity(source: str | os.PathLike[str]) -> dict[str, Any]:
+def source_identity(source: TextSource) -> dict[str, Any]:
     """What identifies the texts of ``source`` for a corpus's reuse decision: a lading store's
     current snapshot; a file's fingerprint (size, mtime, head/tail hash, inode); every file of
     a folder's relative path, size and mtime (a folder of Wikipedia dumps is thousands of files:
-    reading 128 KiB of each would cost more than the check is worth)."""
+    reading 128 KiB of each would cost more than the check is worth); a list of files, each
+    file's fingerprint."""
+    if isinstance(source, (list, tuple)):
+        return {"files": [fingerprint(file) for file in listed_texts(source)]}
     path = Path(source)
     if path.is_dir() and (path / META_FILE).is_file():
         from lading.stores import open_store
@@ -148,11 +180,16 @@ def source_identity(source: str | os.PathLike[str]) -> dict[str, Any]:
     return {"file": fingerprint(path)}
 
 
-def identity_changed(source: str | os.PathLike[str], recorded: dict[str, Any]) -> str | None:
+def identity_changed(source: TextSource, recorded: dict[str, Any]) -> str | None:
     """Why ``source`` no longer holds what ``recorded`` (its :func:`source_identity` at build
     time) described, or None: a file by size, head/tail hash and mtime; a folder by its listing;
     a store by its snapshot. A source that is gone is not a change (the corpus may have been
-    copied to another machine)."""
+    copied to another machine); a list by each file's fingerprint."""
+    if "files" in recorded:
+        files = recorded["files"] if isinstance(recorded["files"], list) else []
+        return next(filter(None, map(fingerprint_changed, files)), None)
+    if isinstance(source, (list, tuple)):  # (recorded of another kind: a manifest is input)
+        return None
     path = Path(source)
     if not path.exists():
         return None
@@ -313,7 +350,7 @@ def _wikiextractor(path: Path, on_error: OnError, skips: Skips) -> Iterator[str]
 def stale_reason(recipe: object) -> str | None:
     """Why the recorded source differs from it now, or None (also when the manifest's recipe
     is not what a build writes: a manifest is input, and staleness is advice)."""
-    if not isinstance(recipe, dict) or not isinstance(recipe.get("source"), str):
+    if not isinstance(recipe, dict) or not isinstance(recipe.get("source"), (str, list)):
         return None
     if not isinstance(recipe.get("source_identity"), dict):
         return None
@@ -323,12 +360,16 @@ def stale_reason(recipe: object) -> str | None:
         return None
 
 
-def refuse_if_source_changed(source: str | os.PathLike[str], before: dict[str, Any]) -> None:
+def refuse_if_source_changed(source: TextSource, before: dict[str, Any]) -> None:
     """Fail a build whose source changed while it was read (a store source is read at the
     snapshot ``before`` names, so it cannot)."""
     if "file" in before:
         refuse_if_changed(before["file"])
+    elif "files" in before:
+        for file in before["files"]:
+            refuse_if_changed(file)
     elif "folder" in before and source_identity(source) != before:
+        assert not isinstance(source, (list, tuple))  # (a list's identity is its "files")
         raise SourceError(
             source,
             None,
