@@ -1,11 +1,12 @@
-"""Documents of a language-model corpus from text files, JSONL, WikiExtractor output, folders and
-lading stores, streamed one document at a time.
+"""Documents of a language-model corpus from text files, JSONL, WikiExtractor output, folders,
+lists of files and lading stores, streamed one document at a time.
 
 Plain text splits into documents at blank lines (``split="blank"``: WikiText paragraphs, Tiny
 Shakespeare speeches), at every line (``"line"``) or not at all (``"file"``). JSONL records give
 their text field (WikiExtractor ``--json`` output included); WikiExtractor's default output,
 ``<doc id=… title=…>…</doc>`` blocks, gives each block's body. A folder gives every file in it,
-sorted by path; a lading store gives its texts in row order. Lines are kept as written
+sorted by path; a list of files gives each in the order listed; a lading store gives its texts
+in row order. Lines are kept as written
 (indentation and inner spaces included: code and verse keep their shape); only line ends go,
 and lines of nothing but white space separate documents (``"blank"``) or are skipped
 (``"line"``).
