@@ -360,10 +360,15 @@ def _cmd_get(args: argparse.Namespace) -> int:
     return 1 if missing else 0
 
 
+VERIFY_EXIT_CODES = (
+    "exit 0: intact; 1: damage found (each problem one line on stderr, naming the file and the "
+    "fix); 2: nothing to check there (a file, no such folder, no meta.json, a bucket or endpoint "
+    "not reached, access denied), as for inspect and get"
+)
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
-    """Exit 0: intact; 1: damage found (each problem a line); 2: nothing to check there (a
-    file, no such folder, a bucket or endpoint not reached, access denied), as ``inspect`` and
-    ``get``."""
+    """Exit as :data:`VERIFY_EXIT_CODES` says (what ``lading verify --help`` prints)."""
     from lading.disk.snapshot import check_directory
     from lading.lm.corpus import verify_corpus
     from lading.remote.objects import is_remote
@@ -384,7 +389,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     for problem in problems:
         print(problem, file=sys.stderr)
     if not problems:
-        print(f"{args.store}: opens, and every file matches its checksum")
+        kept = "" if is_remote(args.store) else ", and the build's records agree with meta.json"
+        print(f"{args.store}: opens, every file matches its checksum{kept}")
     return 1 if problems else 0
 
 
@@ -435,8 +441,13 @@ def add_store_commands(sub: Any) -> None:
         "verify",
         help="make every check an open makes, then read every file of a store (or token "
         "corpus, offsets index) and check its checksum",
+        description="Make every check an open makes, read every file the manifest (meta.json) "
+        "lists and check its CRC32, and (a local directory) check the records a build keeps "
+        "beside them against meta.json: the snapshot's manifest.json, each shard's shard.json, "
+        "each build's build.json.",
+        epilog=VERIFY_EXIT_CODES,
     )
-    p.add_argument("store", help=STORE_HELP)
+    p.add_argument("store", help=STORE_HELP + "; or a token corpus's directory")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("stage", help="copy a store/corpus/parquet folder to node-local disk")

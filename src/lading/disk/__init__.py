@@ -12,6 +12,8 @@ but :mod:`lading.errors`).
 - :mod:`lading.disk.ragged`: ragged arrays (``.bin`` + ``.off``), written in one pass and mapped.
 - :mod:`lading.disk.meta`: ``meta.json`` checked on open (sizes and spot checksums);
   :func:`verify_checksums` reads every byte.
+- :mod:`lading.disk.bookkeeping`: what ``lading verify`` checks beside the listed files: the
+  snapshot's ``manifest.json``, each shard's ``shard.json``, each build's ``build.json``.
 - :mod:`lading.disk.spill`: an int64 array spilled to a scratch file while a build grows it.
 - :mod:`lading.disk.formats`: each format's own version, and the versions still readable.
 - :mod:`lading.disk.files`: durable writes, directory fsync, read-only maps.
@@ -34,6 +36,7 @@ from lading.disk.atomic import (
     remove_dead_temps,
     scratch,
 )
+from lading.disk.bookkeeping import verify_bookkeeping
 from lading.disk.build import BuildContext, committed, has_debris
 from lading.disk.files import MappedFile, fsync_dir, write_file
 from lading.disk.formats import (
@@ -97,6 +100,7 @@ __all__ = [
     "remove_dead_temps",
     "scratch",
     "spot_crc32",
+    "verify_bookkeeping",
     "verify_checksums",
     "write_file",
 ]

@@ -463,7 +463,8 @@ class TokenCorpus:
 def verify_corpus(path: str | os.PathLike[str]) -> list[str]:
     """Every check :meth:`TokenCorpus.open` makes, then every byte of every file of that
     snapshot against its CRC32 (at a URL: the objects by ranged GETs, and the node's staged
-    copy of the offsets); the problems found (empty: intact).
+    copy of the offsets), and in a local directory the records beside it against its manifest
+    (:func:`lading.disk.verify_bookkeeping`); the problems found (empty: intact).
 
     Raises:
         OtherFormatError: a manifest of another lading format (a document store: check it
@@ -471,7 +472,7 @@ def verify_corpus(path: str | os.PathLike[str]) -> list[str]:
         RemoteError: a URL whose corpus could not be reached to check (no bucket, access
             denied, no answer), as :func:`lading.stores.verify_store`.
     """
-    from lading.disk import verify_checksums
+    from lading.disk import verify_bookkeeping, verify_checksums
     from lading.errors import (
         OtherFormatError,
         RemoteChangedError,
@@ -488,7 +489,8 @@ def verify_corpus(path: str | os.PathLike[str]) -> list[str]:
             raise  # no damage: another format, or nothing there (no bucket, denied, no answer)
         return [str(e)]
     if corpus.remote is None:
-        return verify_checksums(path, FORMAT_NAME, corpus.meta)
+        problems = verify_checksums(path, FORMAT_NAME, corpus.meta)
+        return problems + verify_bookkeeping(Path(path), corpus.meta, FORMAT_NAME)
     try:
         return corpus.remote.verify()
     finally:

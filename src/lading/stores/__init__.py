@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lading.disk import verify_checksums
+from lading.disk import verify_bookkeeping, verify_checksums
 from lading.disk.stage import stage
 from lading.errors import (
     OtherFormatError,
@@ -60,7 +60,9 @@ def merge_store(dest: str | os.PathLike[str], **kwargs: Any) -> Any:
 def verify_store(path: str | os.PathLike[str]) -> list[str]:
     """Every check an open makes (a packed store or an offsets index: manifest, sizes, spot
     checksums, row counts, offsets, index), then every byte of every file of that snapshot
-    against its CRC32; the problems found (empty: intact).
+    against its CRC32, and (a local directory) the records beside it against its manifest
+    (:func:`lading.disk.verify_bookkeeping`: ``snap-<id>/manifest.json``, ``shard.json``,
+    ``build.json``); the problems found (empty: intact).
 
     Raises:
         RemoteError: a URL whose store could not be reached to check (no bucket, access
@@ -98,7 +100,8 @@ def verify_store(path: str | os.PathLike[str]) -> list[str]:
         raise
     except (StoreFormatError, ValueError, OSError) as e:
         return [str(e)]
-    return verify_checksums(directory, meta["format"], meta)
+    problems = verify_checksums(directory, meta["format"], meta)
+    return problems + verify_bookkeeping(directory, meta, meta["format"])
 
 
 def open_store(
