@@ -37,7 +37,7 @@ from lading.disk.atomic import (
     scratch,
 )
 from lading.disk.bookkeeping import verify_bookkeeping
-from lading.disk.build import BuildContext, committed, has_debris
+from lading.disk.build import BuildContext, committed, committed_without_lock, has_debris
 from lading.disk.files import MappedFile, fsync_dir, write_file
 from lading.disk.formats import (
     FORMATS,
@@ -84,6 +84,7 @@ __all__ = [
     "column_files",
     "column_paths",
     "committed",
+    "committed_without_lock",
     "current_version",
     "disk_format",
     "fsync_dir",

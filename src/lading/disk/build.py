@@ -2,14 +2,15 @@
 
 ::
 
-    if reusable(committed(dest, "lading.packed")):        # a read: no lock (a read-only mount)
-        return ...the current snapshot...
-    with BuildContext(dest, "lading.packed") as build:   # lock, clean, collect old snapshots
-        if reusable(build.previous):                      # again under the lock: a racing
-            return build.previous["snapshot"]             # builder may have just committed it
+    current = committed_without_lock(dest, "lading.packed")  # a read, no lock (a read-only
+    if reusable(current):                                   # mount); None where a killed
+        return ...the current snapshot...                   # build's .tmp-* asks for the lock
+    with BuildContext(dest, "lading.packed") as build:      # lock, clean, collect old snapshots
+        if reusable(build.previous):                        # again under the lock: a racing
+            return build.previous["snapshot"]               # builder may have just committed it
         with build.scratch() as tmp:                        # DEST/.tmp-<pid>-<hex>, gone on error
             ...write files into tmp, naming them f"{build.snapshot}/..." in the manifest...
-            build.commit(tmp, manifest)                   # tmp becomes DEST/snap-<id>; meta.json
+            build.commit(tmp, manifest)                     # tmp becomes DEST/snap-<id>; meta.json
 
 A snapshot format (packed store, token corpus, offsets index) commits by its manifest
 (:mod:`lading.disk.snapshot`): no file a reader may have open is touched. A directory that other
@@ -89,6 +90,14 @@ def has_debris(dest: str | os.PathLike[str]) -> bool:
         return any(entry.name.startswith(TMP_PREFIX) for entry in os.scandir(dest))
     except OSError:
         return False
+
+
+def committed_without_lock(dest: str | os.PathLike[str], fmt: str) -> dict[str, Any] | None:
+    """The manifest a builder may reuse without taking the lock: ``dest``'s current snapshot
+    of format ``fmt`` (:func:`committed`), or None where nothing is committed or ``dest``
+    holds a killed build's scratch folder (:func:`has_debris`: only a build under the lock
+    removes it, so the builder takes the lock, which sweeps it, and checks again there)."""
+    return None if has_debris(dest) else committed(dest, fmt)
 
 
 class BuildContext:

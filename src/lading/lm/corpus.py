@@ -24,8 +24,7 @@ from lading.disk import (
     OFFSET_DTYPE,
     BuildContext,
     MappedFile,
-    committed,
-    has_debris,
+    committed_without_lock,
     open_snapshot,
 )
 from lading.errors import SkippedRecordsWarning, StaleStoreWarning, StoreFormatError
@@ -326,7 +325,7 @@ class TokenCorpus:
             recipe["on_error"] = on_error
         if text_field is not None:  # the texts of another key are another corpus
             recipe["text_field"] = text_field
-        current = None if overwrite or has_debris(dest) else committed(dest, FORMAT_NAME)
+        current = None if overwrite else committed_without_lock(dest, FORMAT_NAME)
         if current is not None and current.get("recipe") == recipe:  # a read: no lock, so
             return cls.open(dest, snapshot=current["snapshot"])  # also on a read-only mount
         with BuildContext(dest, FORMAT_NAME, "token corpus") as build:

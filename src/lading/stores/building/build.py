@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from lading.disk import BuildContext, byte_bar, committed, has_debris
+from lading.disk import BuildContext, byte_bar, committed_without_lock
 from lading.errors import SkippedRecordsWarning
 from lading.remote.objects import is_remote
 from lading.remote.settings import RemoteSettings
@@ -348,10 +348,9 @@ def _build_locked(
     """Build (or reuse) the store under its lock; the snapshot id it is at. A store already
     up to date is reused without the lock (a read), so also where none can be taken (a
     read-only mount)."""
-    if not overwrite and not has_debris(dest):  # (a killed build's scratch: swept locked)
-        current = committed(dest, FORMAT_NAME)
-        if current is not None and reusable(current, reader, options):
-            return str(current["snapshot"])
+    current = None if overwrite else committed_without_lock(dest, FORMAT_NAME)
+    if current is not None and reusable(current, reader, options):
+        return str(current["snapshot"])
     started = time.perf_counter()
     with BuildContext(dest, FORMAT_NAME) as build:
         if not overwrite and reusable(build.previous, reader, options):
