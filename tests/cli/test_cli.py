@@ -210,3 +210,58 @@ def test_verify_checks_at_least_what_open_checks(
     with pytest.raises((StoreFormatError, ValueError)):
         TokenCorpus.open(tmp_path / "corpus")
     assert main(["verify", str(tmp_path / "corpus")]) == 1
+
+
+def test_a_reused_build_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`lading build` over a store already built from the same input printed "DEST: N
+    documents in 0.0s", as a fresh build does, though nothing was built."""
+    src = tmp_path / "c.tsv"
+    src.write_text("".join(f"d{i}\tpassage {i}\n" for i in range(20)))
+    build = ["build", str(src), str(tmp_path / "s"), "--quiet"]
+    assert main(build) == 0
+    first = capsys.readouterr().out
+    assert ": reused" not in first and "20 documents in" in first
+    assert main(build) == 0
+    again = capsys.readouterr().out
+    assert again.startswith(f"{tmp_path / 's'}: reused, 20 documents"), again
+    assert "already built from the same input" in again and "--overwrite" in again, again
+    assert main([*build, "--overwrite"]) == 0
+    assert ": reused" not in capsys.readouterr().out  # rebuilt
+    src.write_text("d0\tan edited source\n")
+    assert main(build) == 0
+    assert ": reused" not in capsys.readouterr().out  # a changed source is built again
+
+
+def test_a_reused_corpus_build_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`lading lm build` printed a reused corpus as if it were built anew."""
+    pytest.importorskip("tokenizers")
+    from conftest import word_tokenizer, write
+
+    src = write(tmp_path / "docs.txt", "alpha beta\n\nbeta gamma\n")
+    tok = word_tokenizer(["alpha", "beta", "gamma"], tmp_path / "tok.json")
+    build = ["lm", "build", str(src), str(tmp_path / "corpus"), "--tokenizer", str(tok), "--quiet"]
+    assert main(build) == 0
+    assert ": reused" not in capsys.readouterr().out
+    assert main(build) == 0
+    again = capsys.readouterr().out
+    assert again.startswith(f"{tmp_path / 'corpus'}: reused, 2 documents"), again
+    assert "already built from the same input" in again and "--overwrite" in again, again
+
+
+def test_a_reused_stage_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`lading stage` printed "DEST: staged from SRC" over a copy it reused, copying nothing."""
+    src = tmp_path / "c.tsv"
+    src.write_text("".join(f"d{i}\tpassage {i}\n" for i in range(20)))
+    assert main(["build", str(src), str(tmp_path / "s"), "--quiet"]) == 0
+    stage = ["stage", str(tmp_path / "s"), str(tmp_path / "local"), "--quiet"]
+    assert main(stage) == 0
+    assert ": reused" not in capsys.readouterr().out
+    assert main(stage) == 0
+    again = capsys.readouterr().out
+    assert again.startswith(f"{tmp_path / 'local'}: reused"), again
+    assert "already staged from the same" in again and "--verify" in again, again
+    assert main([*stage, "--verify"]) == 0
+    assert "every byte re-read" in capsys.readouterr().out
+    (tmp_path / "local" / "meta.json").write_text("{}")  # a damaged copy is copied again
+    assert main(stage) == 0
+    assert ": reused" not in capsys.readouterr().out

@@ -9,11 +9,13 @@ from typing import Any
 
 from lading.cli.inputs import add_choice, add_raise_or_skip, positive_int, tokenizer
 from lading.cli.stores import (
+    REUSED,
     add_shard_options,
     counted,
     print_skipped,
     refuse_build_id_alone,
     said_on_stderr,
+    snapshot_at,
 )
 from lading.errors import IncompleteBuildWarning, SkippedRecordsWarning
 
@@ -95,6 +97,7 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
             )
         print(report)
         return 0
+    snapshot = snapshot_at(args.dest)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedRecordsWarning)  # the count is printed below
         corpus = TokenCorpus.build(
@@ -105,10 +108,12 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
             on_error=args.on_error,
             **documents,
         )
+    reused = snapshot is not None and corpus.snapshot == snapshot
     print(
-        f"{getattr(corpus, 'url', None) or corpus.path}: {counted(len(corpus), 'document')}, "
-        f"{counted(corpus.n_tokens, 'token')} as {corpus.dtype} "
-        f"({corpus.n_tokens * corpus.dtype.itemsize / 2**20:,.1f} MiB)"
+        f"{getattr(corpus, 'url', None) or corpus.path}: {'reused, ' if reused else ''}"
+        f"{counted(len(corpus), 'document')}, {counted(corpus.n_tokens, 'token')} as "
+        f"{corpus.dtype} ({corpus.n_tokens * corpus.dtype.itemsize / 2**20:,.1f} MiB)"
+        + (f" {REUSED}" if reused else "")
     )
     print_skipped(corpus.meta)
     return 0

@@ -55,7 +55,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
             )
         print(report)
         return 0
-    before = _committed(args.dest)
+    before, snapshot = _committed(args.dest), snapshot_at(args.dest)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the skip count is printed below instead
@@ -71,7 +71,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
         return 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
     seconds = time.perf_counter() - started
     build = store.meta["build"]
-    print(f"{args.dest}: {counted(len(store), 'document')} in {seconds:.1f}s")
+    if snapshot is not None and store.snapshot == snapshot:
+        print(f"{args.dest}: reused, {counted(len(store), 'document')} {REUSED}")
+    else:
+        print(f"{args.dest}: {counted(len(store), 'document')} in {seconds:.1f}s")
     print_skipped(build)
     if build["duplicates_dropped"]:
         print(
@@ -219,6 +222,28 @@ def _committed(dest: str) -> int | None:
         return (Path(dest) / "meta.json").stat().st_mtime_ns
     except OSError:
         return None
+
+
+REUSED = "(already built from the same input and options; --overwrite to rebuild)"
+
+
+def snapshot_at(dest: str) -> str | None:
+    """The snapshot a local ``dest``'s ``meta.json`` names (None: no store there, a URL, a
+    version 1 store): a build that returns this snapshot committed nothing, it reused it."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        found = json.loads((Path(dest) / "meta.json").read_bytes()).get("snapshot")
+        return found if isinstance(found, str) else None
+    return None
+
+
+def _stage_mark(dest: str) -> bytes | None:
+    """The bytes of ``dest``'s staging mark (None: none there): a stage that leaves them as
+    they were copied nothing, it reused the copy (a copy writes a new mark, with its time)."""
+    from lading.disk import STAGE_MARK
+
+    with contextlib.suppress(OSError):
+        return (Path(dest) / STAGE_MARK).read_bytes()
+    return None
 
 
 def _sizes(path: Path, files: dict[str, Any]) -> str:
@@ -406,11 +431,18 @@ def _cmd_stage(args: argparse.Namespace) -> int:
             options[key] = json.loads(value)  # numbers, booleans, objects
         except json.JSONDecodeError:
             options[key] = value
-    started = time.perf_counter()
+    started, mark = time.perf_counter(), _stage_mark(args.dest)
     dest = stage(
         args.src, args.dest, storage_options=options, verify=args.verify, progress=not args.quiet
     )
-    print(f"{dest}: staged from {args.src} ({time.perf_counter() - started:.1f}s)")
+    if mark is not None and _stage_mark(args.dest) == mark:
+        checked = "every byte re-read" if args.verify else "sizes and spot checksums checked"
+        print(
+            f"{dest}: reused (already staged from the same {args.src}, {checked}; a changed "
+            f"source is copied again{'' if args.verify else ', --verify re-reads every byte'})"
+        )
+    else:
+        print(f"{dest}: staged from {args.src} ({time.perf_counter() - started:.1f}s)")
     return 0
 
 
