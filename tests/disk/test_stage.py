@@ -238,3 +238,30 @@ def test_a_damaged_object_in_the_bucket_is_refused(
     assert done.returncode == 2
     assert f"s3://corpora/damaged/store/{big.relative_to(built).as_posix()}: CRC32" in done.stderr
     assert not (tmp_path / "nvme" / "store").exists()
+
+
+@pytest.mark.parametrize("held", ["a file", "a folder of the user's", "a token corpus"])
+def test_a_destination_stage_may_not_replace_is_refused_before_the_copy(
+    built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: str
+) -> None:
+    """`lading stage SRC FILE` copied the whole source into a scratch folder beside FILE, then
+    refused to publish it there: the time (and the room) of a full copy for a refusal it could
+    make at once. What is there is left as it was."""
+    dest = tmp_path / "node0" / "dest"
+    dest.parent.mkdir()
+    if held == "a file":
+        dest.write_text("mine")
+    else:
+        dest.mkdir()
+        name, text = ("notes.txt", "mine") if "user" in held else ("meta.json", "")
+        text = text or json.dumps({"format": "lading.tokens", "version": 2, "files": {}})
+        (dest / name).write_text(text)
+    before = sorted((p.name, p.read_bytes()) for p in dest.parent.rglob("*") if p.is_file())
+    copies: list[object] = []
+    monkeypatch.setattr("lading.disk.stage._copy", lambda *args: copies.append(args))
+    with pytest.raises(FileExistsError, match=f"{dest} .*(refusing|choose another)") as e:
+        stage(built, dest)
+    assert "destination" in str(e.value) and copies == []
+    monkeypatch.undo()
+    after = sorted((p.name, p.read_bytes()) for p in dest.parent.rglob("*") if p.is_file())
+    assert [a for a in after if not a[0].endswith(".stage-error")] == before

@@ -292,6 +292,33 @@ def _lading_made(entry: Path) -> bool:
     )
 
 
+def refuse_to_replace(dest: Path, new: str | None) -> None:
+    """Refuse what :func:`publish` would refuse to replace with a directory of lading format
+    ``new`` (None: a plain folder): a file, a folder lading did not write, a lading directory
+    of another format. What writes a whole copy first (``lading stage``) asks before it.
+
+    Raises:
+        FileExistsError: naming ``dest``, what it holds and the fix.
+    """
+    if dest.is_file():
+        raise FileExistsError(
+            f"{dest} is a file; refusing to replace it with a directory. Choose another "
+            "destination or remove it yourself."
+        )
+    if not is_ours_to_replace(dest):
+        raise FileExistsError(
+            f"{dest} exists and is not a lading directory; refusing to replace it. "
+            "Choose another destination or remove it yourself."
+        )
+    other = lading_format(dest)
+    if other is not None and other != new:  # (a dataset, a checkpoint over a store...)
+        raise FileExistsError(
+            f"{dest} holds a lading {other} directory; refusing to replace it with "
+            f"{'a ' + new + ' one' if new else 'another kind of directory'}. Choose another "
+            "destination or remove it yourself."
+        )
+
+
 def publish(tmp: Path, dest: Path) -> None:
     """Move the finished ``tmp`` to ``dest``, replacing a previous version of it.
 
@@ -302,18 +329,7 @@ def publish(tmp: Path, dest: Path) -> None:
     half-written, and a crash there leaves both versions, which the next holder of the lock
     puts back (:func:`recover_aside`, from :func:`remove_dead_temps`).
     """
-    if not is_ours_to_replace(dest):
-        raise FileExistsError(
-            f"{dest} exists and is not a lading directory; refusing to replace it. "
-            "Choose another destination or remove it yourself."
-        )
-    other, new = lading_format(dest), lading_format(tmp)
-    if other is not None and other != new:  # (a dataset, a checkpoint over a store...)
-        raise FileExistsError(
-            f"{dest} holds a lading {other} directory; refusing to replace it with "
-            f"{'a ' + new + ' one' if new else 'another kind of directory'}. Choose another "
-            "destination or remove it yourself."
-        )
+    refuse_to_replace(dest, lading_format(tmp))
     if dest.exists() and _exchange(tmp, dest):
         fsync_dir(dest.parent)
         shutil.rmtree(tmp, ignore_errors=True)  # now holds the old version

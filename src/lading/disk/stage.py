@@ -28,7 +28,7 @@ import time
 import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from lading.disk import (
     STAGE_MARK,
@@ -40,6 +40,7 @@ from lading.disk import (
     remove_dead_temps,
     scratch,
 )
+from lading.disk.atomic import refuse_to_replace
 from lading.disk.meta import LISTED_FORMATS, META_FILE
 from lading.disk.names import check_layout, check_name, inside
 from lading.disk.remote import RemoteDir, meant_url
@@ -117,10 +118,17 @@ class _Source:
                 yield block
 
 
-def snapshot_of(
-    source: _Source, files: dict[str, dict[str, Any]]
-) -> tuple[str, dict[str, dict[str, Any]], dict[str, int]]:
-    """(fingerprint, files to copy, their expected CRC32s) of this version of the source.
+class Snapshot(NamedTuple):
+    """What :func:`snapshot_of` found of the source: what to copy and how to check it."""
+
+    fingerprint: str  # what the staged copy's mark records: a copy of another is replaced
+    files: dict[str, dict[str, Any]]  # relative path -> {size, version}: what is copied
+    crcs: dict[str, int]  # the CRC32 each file must have (a lading format's); else empty
+    format: str | None  # the lading format its meta.json declares (None: a plain folder)
+
+
+def snapshot_of(source: _Source, files: dict[str, dict[str, Any]]) -> Snapshot:
+    """What to copy of this version of the source (see :class:`Snapshot`).
 
     A lading snapshot format: its ``meta.json``, read once (a rebuild commits a new one), and
     only the files it names (not older snapshots kept beside them), with their CRC32s. Else
@@ -129,6 +137,7 @@ def snapshot_of(
     if META_FILE in files:
         raw = source.read_bytes(META_FILE)
         print_ = "meta:" + hashlib.sha256(raw).hexdigest()
+        fmt = _format_in(raw)
         with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError):
             meta = json.loads(raw)
             if meta.get("format") in LISTED_FORMATS and isinstance(meta.get("files"), dict):
@@ -144,10 +153,19 @@ def snapshot_of(
                 wanted[META_FILE] = {**files[META_FILE], "size": len(raw)}
                 crcs = {name: int(info["crc32"]) for name, info in listed.items()}
                 crcs[META_FILE] = zlib.crc32(raw)
-                return print_, wanted, crcs
-        return print_, files, {}
+                return Snapshot(print_, wanted, crcs, fmt)
+        return Snapshot(print_, files, {}, fmt)
     listing = json.dumps(files, sort_keys=True).encode("utf-8")
-    return "listing:" + hashlib.sha256(listing).hexdigest(), files, {}
+    return Snapshot("listing:" + hashlib.sha256(listing).hexdigest(), files, {}, None)
+
+
+def _format_in(raw: bytes) -> str | None:
+    """The lading format a ``meta.json``'s bytes declare, read as :func:`publish` reads the
+    copy's (:func:`~lading.disk.atomic.lading_format`); None where they declare none."""
+    with contextlib.suppress(ValueError, AttributeError):
+        found = json.loads(raw).get("format")
+        return found if isinstance(found, str) and found.startswith("lading.") else None
+    return None
 
 
 def stage(
@@ -186,7 +204,7 @@ def stage(
     """
     source = _Source(src, storage_options or {}, remote_timeout)
     target = Path(dest)
-    print_, files, expected = snapshot_of(source, source.files())
+    print_, files, expected, fmt = snapshot_of(source, source.files())
     world = world or from_environment(os.environ)  # no torch import just for the local rank
     if world.local_rank != 0:
         _wait_for(target, print_, source.url, timeout)
@@ -196,6 +214,8 @@ def stage(
         with build_lock(target):
             error_file.unlink(missing_ok=True)
             remove_dead_temps(target)
+            # what the publish at the end of a copy would refuse, refused before the copy
+            refuse_to_replace(target, fmt)
             if not staged_copy_is_valid(target, print_, full=verify):
                 _copy(source, files, expected, print_, target, progress)
     except BaseException as e:
