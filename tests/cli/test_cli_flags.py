@@ -243,3 +243,47 @@ def test_resume_help_says_a_run_without_a_checkpoint_starts(
         main(["train", kind, "--help"])
     said = " ".join(capsys.readouterr().out.split())
     assert "--resume continue from OUT/checkpoint when there is one; else start" in said, said
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (["build"], ["--on-error", "(default: raise)"]),
+        (["build"], ["--duplicates", "(default: error)"]),
+        (["build"], ["--max-length", "(default: no limit"]),
+        (["build"], ["--tokenizer", "(default: none"]),
+        (["build"], ["--id-field", "(default: the first of id, doc_id, docid, _id, pid"]),
+        (["build"], ["--text-field", "(default: the first of text, contents, body"]),
+        (["merge"], ["--build-id", "(default: the one"]),
+        (["stage"], ["--verify", "(default: sizes and the first and last 4 KiB"]),
+        (["lm", "build"], ["--on-error", "(default: raise)"]),
+    ],
+)
+def test_help_says_each_flags_default(
+    command: list[str], says: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`lading build --help` listed --on-error {raise,skip}, --duplicates, --max-length,
+    --tokenizer, --id-field and --text-field with no word of what a build does without them
+    (nor `merge --build-id`, `stage --verify`)."""
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    flag, default = says
+    entry: list[str] = []  # the flag's lines: up to the next line that starts an option
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("  -") or not line.startswith(" "):
+            if entry:
+                break
+            if line.strip().split(" ")[0].rstrip(",") == flag:
+                entry.append(line)
+        elif entry:
+            entry.append(line)
+    said = " ".join(" ".join(entry).split())
+    assert said and default in said, said
+
+
+def test_the_json_keys_the_help_names_are_those_a_build_looks_for() -> None:
+    """The parser spells the keys out (building it imports no source reader): kept equal."""
+    from lading.cli.stores import JSON_IDS, JSON_TEXTS
+    from lading.sources.parsers import JSON_ID_FIELDS, JSON_TEXT_FIELDS
+
+    assert (", ".join(JSON_ID_FIELDS), ", ".join(JSON_TEXT_FIELDS)) == (JSON_IDS, JSON_TEXTS)

@@ -82,9 +82,11 @@ def add_choice(
     p: argparse.ArgumentParser, flag: str, choices: Sequence[str], help: str, **more: Any
 ) -> None:
     """A flag taking one of ``choices``, the first by default (``default=`` in ``more`` for
-    another; the rest of ``more`` as ``add_argument`` takes it)."""
+    another; the rest of ``more`` as ``add_argument`` takes it). Its help ends with the
+    default (``(default: raise)``) unless it says it already."""
     more.setdefault("default", choices[0])
-    p.add_argument(flag, choices=list(choices), help=help, **more)
+    said = help if "default" in help else f"{help} (default: {more['default']})"
+    p.add_argument(flag, choices=list(choices), help=said, **more)
 
 
 def add_precision(p: argparse.ArgumentParser, help: str) -> None:

@@ -22,6 +22,10 @@ STORE_HELP = (
     "endpoint and credentials come from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...)"
 )
 SOURCE_FORMATS = ("arrow", "beir", "irds", "jsonl", "parquet", "trec", "tsv")
+# lading.sources.parsers.JSON_ID_FIELDS and JSON_TEXT_FIELDS, the keys a JSON record's id and
+# text are looked for under, spelled out for the same reason (a test keeps them equal)
+JSON_IDS = "id, doc_id, docid, _id, pid"
+JSON_TEXTS = "text, contents, body"
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -453,7 +457,11 @@ def add_store_commands(sub: Any) -> None:
         "merge", help="commit the shards of a parallel build (lading build --shard I/N) as a store"
     )
     p.add_argument("dest", help="the store directory the shards were written to")
-    p.add_argument("--build-id", help="which build, when several are complete")
+    p.add_argument(
+        "--build-id",
+        help="which build, when several are complete (default: the one whose shards are all "
+        "there that no merge took yet, else the current snapshot's: a rerun commits nothing new)",
+    )
     p.set_defaults(func=_cmd_merge)
 
     p = sub.add_parser(
@@ -493,7 +501,12 @@ def add_store_commands(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="fsspec option for a URL source, e.g. endpoint_url=http://host:9000 (repeatable)",
     )
-    p.add_argument("--verify", action="store_true", help="re-read a reused copy in full")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-read a reused copy in full (default: sizes and the first and last 4 KiB of "
+        "each file checked; a copy is always checked in full)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_stage)
 
@@ -517,10 +530,12 @@ def _add_build(sub: Any) -> None:
     p.add_argument(
         "--tokenizer",
         type=tokenizer,
-        help="tokenizer.json or a local HF model folder: pre-tokenize",
+        help="tokenizer.json or a local HF model folder: pre-tokenize (default: none, texts only)",
     )
     p.add_argument(
-        "--max-length", type=positive_int, help="keep at most this many tokens per document"
+        "--max-length",
+        type=positive_int,
+        help="keep at most this many tokens per document (default: no limit)",
     )
     add_raise_or_skip(
         p,
@@ -535,10 +550,14 @@ def _add_build(sub: Any) -> None:
         "an id twice in the source is an error, or its first or last record is kept",
     )
     p.add_argument(
-        "--id-field", help="JSON key (parquet/Arrow column) of the id; a TSV takes --columns"
+        "--id-field",
+        help=f"JSON key (parquet/Arrow column) of the id (default: the first of {JSON_IDS} "
+        "there; _id in BEIR); a TSV takes --columns",
     )
     p.add_argument(
-        "--text-field", help="JSON key (parquet/Arrow column) of the text; a TSV takes --columns"
+        "--text-field",
+        help=f"JSON key (parquet/Arrow column) of the text (default: the first of {JSON_TEXTS} "
+        "there); a TSV takes --columns",
     )
     p.add_argument(
         "--columns",
