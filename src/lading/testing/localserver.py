@@ -206,7 +206,9 @@ class _Proxy:
             whole = {k: v for k, v in _signed(request).items() if k.lower() not in _PARTIAL}
             async with (
                 aiohttp.ClientSession() as session,
-                session.get(f"{self.upstream}/{name}", headers=whole) as response,
+                session.get(
+                    _upstream(self.upstream, request, query=False), headers=whole
+                ) as response,
             ):
                 body = await response.read()
                 if response.status != 200:
@@ -223,7 +225,7 @@ class _Proxy:
         import aiohttp
 
         body = await request.read()
-        url = f"{self.upstream}{request.path_qs}"
+        url = _upstream(self.upstream, request)
         async with (
             aiohttp.ClientSession(auto_decompress=False) as session,
             session.request(
@@ -422,3 +424,12 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _upstream(upstream: str, request: Any, query: bool = True) -> Any:
+    """The URL of ``request``'s object at ``upstream``, its path as the client escaped it: the
+    decoded path would turn a key's ``#`` into a fragment and its ``?`` into a query."""
+    from yarl import URL
+
+    path = request.raw_path if query else request.raw_path.split("?", 1)[0]
+    return URL(f"{upstream}{path}", encoded=True)
