@@ -531,6 +531,30 @@ def test_a_pickled_dataset_reopens_nothing(url: str, s3: LocalS3, tmp_path: Path
     assert s3.stats()["gets"] == 0
 
 
+def test_columns_whose_names_hold_a_dot_read_from_a_bucket(s3: LocalS3, tmp_path: Path) -> None:
+    """A leaf of list column ``item.seq`` is ``item.seq.list.element``: its ranges are those of
+    the top-level field, never of the dot-split ``item`` (whose bytes were never fetched)."""
+    import numpy as np
+
+    folder = tmp_path / "dots"
+    folder.mkdir()
+    n = 300
+    table = pa.table(
+        {
+            "sid": pa.array(np.arange(n), pa.int64()),
+            "item": pa.array(np.arange(n) * 2, pa.int64()),  # beside "item.seq"
+            "item.seq": pa.array([list(range(i % 7)) for i in range(n)], pa.list_(pa.int64())),
+            "price.usd": pa.array(np.arange(n, dtype=np.float64)),
+        }
+    )
+    pq.write_table(table, folder / "a.parquet", row_group_size=100)
+    for i, columns in enumerate([None, ["sid", "item.seq"], ["item.seq", "price.usd"]]):
+        kw: dict[str, Any] = {"list_columns": {"item.seq": 5}, "seed": 1, "columns": columns}
+        want = list(PartitionedParquet(folder, 32, **kw))
+        url = upload(s3, folder, f"parquet-dots-{i}", "p")
+        same(list(PartitionedParquet(url, 32, cache=cold(tmp_path), **kw)), want)
+
+
 # -- real data ----------------------------------------------------------------------------------
 
 

@@ -157,6 +157,43 @@ def null_error(
     )
 
 
+def leaf_fields(schema: Any) -> list[str]:
+    """The top-level field each leaf column (parquet's column chunk ``j``) of ``schema`` (a
+    ``pyarrow.parquet.ParquetSchema``) belongs to.
+
+    A leaf's dotted path cannot say it: list column ``item.seq``'s leaf is
+    ``item.seq.list.element``, which dot-splits to ``item``. Leaves come depth first in field
+    order, so each field owns as many as its Arrow type holds.
+    """
+    arrow = schema.to_arrow_schema()
+    found = [name for name, kind in zip(arrow.names, arrow.types) for _ in range(_leaves_of(kind))]
+    paths = [schema.column(j).path for j in range(len(schema))]
+    if len(found) == len(paths) and all(
+        path == name or path.startswith(f"{name}.") for name, path in zip(found, paths)
+    ):
+        return found
+    # a type counted otherwise than its parquet leaves: the longest field its path starts with
+    names = sorted(arrow.names, key=len, reverse=True)
+    return [
+        next((n for n in names if path == n or path.startswith(f"{n}.")), path) for path in paths
+    ]
+
+
+def _leaves_of(kind: Any) -> int:
+    """How many parquet leaves (column chunks) a field of Arrow type ``kind`` is stored as."""
+    import pyarrow as pa
+
+    if isinstance(kind, pa.ExtensionType):
+        return _leaves_of(kind.storage_type)
+    if pa.types.is_struct(kind):
+        return sum(_leaves_of(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_map(kind):
+        return _leaves_of(kind.key_type) + _leaves_of(kind.item_type)
+    if isinstance(kind, (pa.ListType, pa.LargeListType, pa.FixedSizeListType)):
+        return _leaves_of(kind.value_type)
+    return 1
+
+
 def check_counted_nulls(
     files: Sequence[Any],
     footers: Sequence[Any],
@@ -178,7 +215,7 @@ def check_counted_nulls(
             return pq.ParquetFile(file).read_row_group(group, columns=columns)
 
     for file, metadata in zip(files, footers):
-        leaves = {metadata.schema.column(j).path: j for j in range(metadata.num_columns)}
+        leaves = {name: j for j, name in enumerate(leaf_fields(metadata.schema))}  # flat: one
         wanted = [(name, leaves[name]) for name in flat if name in leaves]
         for group in range(metadata.num_row_groups):
             chunks = metadata.row_group(group)

@@ -39,7 +39,7 @@ from lading.remote.schedule import Schedule
 from lading.remote.settings import RemoteSettings
 from lading.remote.stage import keep_within
 from lading.tabular.plan import Piece
-from lading.tabular.read import RowReader, does_not_decode, undecodable
+from lading.tabular.read import RowReader, does_not_decode, leaf_fields, undecodable
 from lading.tabular.remote_files import (
     FetchedRanges,
     Parts,
@@ -81,6 +81,7 @@ class RemoteParquet:
         self._planners: dict[str, Planner] = {}
         self._meta: dict[str, Any] = {}
         self._spans: dict[tuple[str, int, tuple[str, ...]], list[tuple[int, int]]] = {}
+        self._leaf_fields: dict[str, list[str]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         keep = ("files", "settings", "urls", "_index", "columns", "footer_bytes")
@@ -152,6 +153,12 @@ class RemoteParquet:
             self._meta[url] = pq.read_metadata(pa.BufferReader(footer))
         return self._meta[url]
 
+    def _fields(self, url: str) -> list[str]:
+        """The top-level field of each leaf column of object ``url``."""
+        if url not in self._leaf_fields:
+            self._leaf_fields[url] = leaf_fields(self.metadata(url).schema)
+        return self._leaf_fields[url]
+
     # -- byte ranges -------------------------------------------------------------------------
 
     def spans(self, piece: Piece, columns: Sequence[str] | None = None) -> list[tuple[int, int]]:
@@ -163,7 +170,7 @@ class RemoteParquet:
             meta = self.metadata(piece.path)
             group = meta.row_group(piece.row_group)
             ranges = []
-            for j in _leaves(meta, names):
+            for j in _leaves(self._fields(piece.path), names):
                 chunk = group.column(j)
                 start = chunk.data_page_offset
                 if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
@@ -375,15 +382,11 @@ def warn_if_too_small(source: RemoteParquet) -> None:
     )
 
 
-def _leaves(meta: Any, columns: Sequence[str]) -> list[int]:
-    """Indices of the leaf columns (parquet's column chunks) under the top-level ``columns``."""
+def _leaves(fields: Sequence[str], columns: Sequence[str]) -> list[int]:
+    """Indices of the leaf columns (parquet's column chunks) under the top-level ``columns``,
+    given each leaf's top-level field (:func:`~lading.tabular.read.leaf_fields`)."""
     wanted = set(columns)
-    found = []
-    for j in range(meta.num_columns):
-        path = meta.schema.column(j).path
-        if path in wanted or path.split(".", 1)[0] in wanted:
-            found.append(j)
-    return found
+    return [j for j, field in enumerate(fields) if field in wanted]
 
 
 def _rewritten(error: RemoteReadError) -> RemoteReadError:
