@@ -555,6 +555,38 @@ def test_columns_whose_names_hold_a_dot_read_from_a_bucket(s3: LocalS3, tmp_path
         same(list(PartitionedParquet(url, 32, cache=cold(tmp_path), **kw)), want)
 
 
+def test_a_folder_named_like_a_parquet_object_is_read_as_a_folder(
+    s3: LocalS3, tmp_path: Path
+) -> None:
+    """Spark writes ``out/sessions.parquet/part-*.parquet``: without a trailing slash that URL
+    is the folder when no object has that key (as the local folder of that name is)."""
+    import numpy as np
+
+    from lading.remote.clients import open_client
+
+    folder = tmp_path / "sessions.parquet"
+    folder.mkdir()
+    for i in range(2):
+        ids = pa.array(np.arange(i * 10, i * 10 + 10), pa.int64())
+        pq.write_table(pa.table({"sid": ids}), folder / f"part-0000{i}.snappy.parquet")
+    (folder / "_SUCCESS").write_bytes(b"")
+    want = list(PartitionedParquet(folder, 4, seed=2))
+    s3.make_bucket("parquet-spark")
+    client = open_client("s3://parquet-spark")
+    for path in sorted(folder.iterdir()):
+        client.put(f"out/sessions.parquet/{path.name}", path)
+    for url in (
+        "s3://parquet-spark/out/sessions.parquet",
+        "s3://parquet-spark/out/sessions.parquet/",
+    ):
+        loader = PartitionedParquet(url, 4, seed=2, cache=cold(tmp_path))
+        assert len(loader.files) == 2, url
+        same(list(loader), want)
+    with pytest.raises(FileNotFoundError) as caught:  # no object and no folder: still refused
+        PartitionedParquet("s3://parquet-spark/out/other.parquet", 4, cache=cold(tmp_path))
+    assert "no parquet object at s3://parquet-spark/out/other.parquet" in _one_line(caught.value)
+
+
 # -- real data ----------------------------------------------------------------------------------
 
 

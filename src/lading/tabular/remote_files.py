@@ -2,12 +2,14 @@
 file object over the ranges of one read (what pyarrow decodes a row group from).
 
 ``PartitionedParquet(["s3://b/p/part-0.parquet", ...])`` or ``PartitionedParquet("s3://b/p/")``:
-a URL ending in ``.parquet`` is one object, any other a prefix whose ``*.parquet`` objects
-are read recursively, by the rule of a local folder (:func:`lading.tabular.files.select_listed`):
-sorted by path parts as the folder's files are (``178/`` before ``178-late/``, where a plain key
-sort puts ``178-late/`` first: the bucket copy of a folder gives its batches and takes its
-states), build debris left out, a nested ``lading repartition`` output refused; an object
-reached twice is refused. One LIST per folder named gives every object's size and
+a URL ending in ``.parquet`` is one object (or, where no object has that key, the folder of
+that name: Spark's ``out/sessions.parquet/part-*``), any other a prefix whose ``*.parquet``
+objects are read recursively, by the rule of a local folder
+(:func:`lading.tabular.files.select_listed`): sorted by path parts as the folder's files are
+(``178/`` before ``178-late/``, where a plain key sort puts ``178-late/`` first: the bucket
+copy of a folder gives its batches and takes its states), build debris left out, a nested
+``lading repartition`` output refused; an object reached twice is refused. One LIST per
+folder named gives every object's size and
 ETag (a list of 1,000 objects in one folder is one request, not 1,000 HEADs).
 
 Each object's footer (the parquet metadata: schema, row groups, column chunk offsets; a few KB)
@@ -83,7 +85,8 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
     :func:`lading.tabular.files.select_listed`).
 
     Args:
-        urls: object URLs (ending in ``.parquet``) and prefixes.
+        urls: object URLs (ending in ``.parquet``; a folder of that name where no object has
+            the key) and prefixes.
         fetchers: a fetcher for each root (``s3://bucket``), made by the caller.
 
     Raises:
@@ -105,17 +108,19 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
     for url in urls:
         root, key = split_root(url)
         if key.endswith(".parquet") and not url.endswith("/"):
-            folder = key.rsplit("/", 1)[0] if "/" in key else ""
-            found = listing(root, folder).get(key)
-            if found is None:
+            above = listing(root, key.rsplit("/", 1)[0] if "/" in key else "")
+            found = above.get(key)
+            if found is not None:
+                refuse_twice(reached, url, url, url)
+                files.append(RemoteFile(root, key, *found))
+                continue
+            if not any(k.startswith(f"{key}/") for k in above):
                 raise RemoteNotFoundError(
                     f"no parquet object at {url} (endpoint "
                     f"{fetchers[root].client.endpoint or 'the default'}); check the URL, or "
                     "name the prefix that holds the files"
                 )
-            refuse_twice(reached, url, url, url)
-            files.append(RemoteFile(root, key, *found))
-            continue
+            # no object of that key, but a folder of that name (Spark writes x.parquet/part-*)
         folder = key.rstrip("/")
         listed = listing(root, key)
         start = len(folder) + 1 if folder else 0
