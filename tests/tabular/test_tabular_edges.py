@@ -6,6 +6,9 @@ file, the place and the fix, instead of a KeyError mid-epoch or a silent change 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -371,3 +374,46 @@ def test_repartition_keeps_a_null_item_of_a_list_another_file_declares_not_null(
     repartition(tmp_path / "in", tmp_path / "out", row_group_size=2)
     back = pq.read_table(tmp_path / "out")
     assert back.column("items").to_pylist() == [[1, 2], [3], [4, None], [5]]
+
+
+# ---------------------------------------------------------------- 4. many files
+
+
+def _open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_many_files_hold_a_bounded_number_of_file_handles(tmp_path: Path) -> None:
+    """A folder of more files than the open-file limit reads to its end: the reader keeps a
+    few files open (the ones read last), never one a file read, and closes them with the
+    loader."""
+    for i in range(300):
+        write(tmp_path / f"p{i:05d}.parquet", {"sid": pa.array(np.arange(20) + 20 * i, pa.int64())})
+    loader = PartitionedParquet(tmp_path, 100, seed=0, world=ONE)
+    before = _open_files()
+    most, seen = before, []
+    for batch in loader:
+        most = max(most, _open_files())
+        seen += batch["sid"].tolist()
+    assert sorted(seen) == list(range(6000))
+    assert most - before <= 16, f"{most - before} files held open by one pass"
+    loader.close()
+    assert _open_files() <= before
+
+
+def test_many_files_read_under_a_low_open_file_limit(tmp_path: Path) -> None:
+    """1,200 files under a limit of 256 open files (the reviewer's case: 1,500 under 1,024)."""
+    for i in range(1200):
+        write(tmp_path / f"p{i:05d}.parquet", {"sid": pa.array(np.arange(5) + 5 * i, pa.int64())})
+    code = (
+        "import resource, sys\n"
+        "from lading.tabular import PartitionedParquet\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))\n"
+        "rows = sum(len(b['sid']) for b in PartitionedParquet(sys.argv[1], 100, seed=0))\n"
+        "print('rows', rows)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and "rows 6000" in done.stdout, done.stderr[-2000:]

@@ -173,10 +173,11 @@ class PartitionedParquet(Loader):
         self._parquet = workload
 
     def close(self) -> None:
-        """As :meth:`Loader.close`, and the files this loader opened from URLs (it opened
-        them itself, so they are its own to close): their node caches let go, no thread left
-        for them. A later pass opens them again."""
+        """As :meth:`Loader.close`, and the files this loader opened (it opened them itself,
+        so they are its own to close): local files' handles closed; URLs' node caches let go,
+        no thread left for them. A later pass opens them again."""
         super().close()
+        self._parquet.rows.close()
         if self.remote is not None:
             self.remote.close()
 

@@ -1,12 +1,15 @@
 """Reading planned rows out of parquet files and turning them into tensors.
 
-File handles are per process (reopened after a fork, never shared), and the two row groups
-read last are kept: consecutive chunks of a reader often share the row group between them.
+File handles are per process (reopened after a fork, never shared), and only the
+:data:`OPEN_FILES` read last are kept open (a folder may hold more files than the process may
+open); the two row groups read last are kept: consecutive chunks of a reader often share the
+row group between them.
 """
 
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,6 +24,8 @@ FILL_HOW = (
     "pyarrow.compute.fill_null(column, 0); for a list column's items, "
     "pa.ListArray.from_arrays(column.offsets, pyarrow.compute.fill_null(column.flatten(), 0))"
 )
+
+OPEN_FILES = 8  # files a reader keeps open (the ones read last); reopening costs one footer read
 
 
 def undecodable(path: str, group: int, error: BaseException, what: str) -> ValueError:
@@ -45,23 +50,37 @@ class RowReader:
     ) -> None:
         self.columns, self.list_columns = list(columns), check_list_options(list_columns, pad)
         self.pad, self.pad_value = pad, pad_value
-        self._files: dict[str, Any] = {}
+        self._files: OrderedDict[str, Any] = OrderedDict()  # the OPEN_FILES read last
         self._recent: list[tuple[tuple[str, int], Any]] = []
         self._pid = -1
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_files"], state["_recent"], state["_pid"] = {}, [], -1  # handles stay behind
+        state["_files"], state["_recent"], state["_pid"] = OrderedDict(), [], -1  # stay behind
         return state
 
     def _file(self, path: str) -> Any:
+        """``path`` opened in this process: kept among the :data:`OPEN_FILES` read last, the
+        least recently read one closed to make room (never one handle a file of the folder)."""
         import pyarrow.parquet as pq
 
         if self._pid != os.getpid():  # file handles are per process, never shared over fork
-            self._files, self._recent, self._pid = {}, [], os.getpid()
-        if path not in self._files:
-            self._files[path] = pq.ParquetFile(path)
-        return self._files[path]
+            self._files, self._recent, self._pid = OrderedDict(), [], os.getpid()
+        found = self._files.get(path)
+        if found is not None:
+            self._files.move_to_end(path)
+            return found
+        while len(self._files) >= OPEN_FILES:
+            self._files.popitem(last=False)[1].close()
+        found = self._files[path] = pq.ParquetFile(path)
+        return found
+
+    def close(self) -> None:
+        """Close the files this process holds open (a later read opens them again)."""
+        if self._pid == os.getpid():  # (a forked copy's handles are its parent's)
+            while self._files:
+                self._files.popitem(last=False)[1].close()
+        self._files = OrderedDict()
 
     def _row_group(self, path: str, index: int) -> Any:
         key = (path, index)
