@@ -417,3 +417,28 @@ def test_many_files_read_under_a_low_open_file_limit(tmp_path: Path) -> None:
         [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and "rows 6000" in done.stdout, done.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- 5. options the files refuse
+
+
+def test_a_column_named_like_a_list_columns_lengths_is_refused(tmp_path: Path) -> None:
+    """``items_lengths`` beside list column ``items`` would silently replace the lengths the
+    loader computes (or be replaced by them): refused when the dataset opens, naming both."""
+    n = 8
+    path = write(
+        tmp_path / "a.parquet",
+        {
+            "items": pa.array([[1] * (i % 4) for i in range(n)], pa.list_(pa.int64())),
+            "items_lengths": pa.array(np.full(n, 999), pa.int64()),
+        },
+    )
+    with pytest.raises(ValueError) as caught:
+        PartitionedParquet(tmp_path, n, list_columns={"items": 3}, world=ONE)
+    text = str(caught.value)
+    assert str(path) in text and "'items_lengths'" in text and "'items'" in text
+    assert "columns=" in text and "rename" in text
+    loader = PartitionedParquet(
+        tmp_path, n, columns=["items"], list_columns={"items": 3}, shuffle=False, world=ONE
+    )
+    assert next(iter(loader))["items_lengths"].tolist() == [0, 1, 2, 3, 0, 1, 2, 3]

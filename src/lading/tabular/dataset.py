@@ -52,7 +52,8 @@ class PartitionedParquet(Loader):
         batch_size: rows per batch.
         columns: columns to read (default: all).
         list_columns: ``{name: max_len}`` of ragged list columns: padded or truncated (keeping
-            the most recent items) to ``max_len``, with a ``<name>_lengths`` tensor.
+            the most recent items) to ``max_len``, with a ``<name>_lengths`` tensor (a column
+            read of that name is refused).
         pad: ``"right"`` or ``"left"`` padding of list columns (with ``pad_value``).
         shuffle: shuffle row groups and rows within chunks, from ``(seed, epoch)``.
         seed: fixes every order.

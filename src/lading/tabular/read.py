@@ -306,3 +306,12 @@ def check_columns(
     missing_lists = [n for n in list_columns if n not in columns]
     if missing_lists:
         raise ValueError(f"list_columns {missing_lists} are not among columns={columns}")
+    for name in list_columns:  # the batch's keys are one dict: a column must not replace them
+        lengths = f"{name}_lengths"
+        if lengths in columns:
+            kept = [c for c in columns if c != lengths]
+            raise ValueError(
+                f"{path}: column {lengths!r} would clash with the lengths of list column "
+                f"{name!r} (the batch's {lengths!r} tensor); leave it out (columns={kept!r}) "
+                "or rename it in the files"
+            )
