@@ -442,3 +442,47 @@ def test_a_column_named_like_a_list_columns_lengths_is_refused(tmp_path: Path) -
         tmp_path, n, columns=["items"], list_columns={"items": 3}, shuffle=False, world=ONE
     )
     assert next(iter(loader))["items_lengths"].tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_no_columns_is_refused(tmp_path: Path) -> None:
+    write(tmp_path / "a.parquet", sessions(8))
+    with pytest.raises(ValueError) as caught:
+        PartitionedParquet(tmp_path, 4, columns=[], world=ONE)
+    text = str(caught.value)
+    assert "columns=[]" in text and "session_id" in text and "leave columns= out" in text
+
+
+@pytest.mark.parametrize(
+    ("kind", "pad_value"),
+    [(pa.int64(), -1.5), (pa.uint8(), -1), (pa.uint8(), 256), (pa.int8(), 1000), (pa.bool_(), 2)],
+)
+def test_a_pad_value_the_list_items_cannot_hold_is_refused(
+    tmp_path: Path, kind: Any, pad_value: float
+) -> None:
+    """-1.5 would silently become -1 in an int list, -1 a bare OverflowError at the first
+    batch of a uint8 one: refused when the dataset opens, naming column, dtype and value."""
+    items = pa.array([[1], [0, 1]], pa.list_(pa.int8())).cast(pa.list_(kind))
+    path = write(tmp_path / "a.parquet", {"items": items})
+    with pytest.raises(ValueError) as caught:
+        PartitionedParquet(tmp_path, 2, list_columns={"items": 3}, pad_value=pad_value, world=ONE)
+    text = str(caught.value)
+    assert str(path) in text and "'items'" in text and str(kind) in text
+    assert f"pad_value={pad_value!r}" in text
+
+
+@pytest.mark.parametrize(("kind", "pad_value"), [(pa.uint8(), 255), (pa.int64(), -1.0)])
+def test_a_pad_value_the_items_hold_pads(tmp_path: Path, kind: Any, pad_value: float) -> None:
+    write(tmp_path / "a.parquet", {"items": pa.array([[1], [0, 1]], pa.list_(kind))})
+    loader = PartitionedParquet(
+        tmp_path, 2, list_columns={"items": 3}, pad_value=pad_value, shuffle=False, world=ONE
+    )
+    assert next(iter(loader))["items"].tolist() == [[1, pad_value, pad_value], [0, 1, pad_value]]
+
+
+def test_a_nested_list_is_refused_naming_the_columns_type(tmp_path: Path) -> None:
+    nested = pa.array([[[1]], [[2, 3]]], pa.list_(pa.list_(pa.int64())))
+    path = write(tmp_path / "a.parquet", {"nl": nested})
+    with pytest.raises(ValueError) as caught:
+        PartitionedParquet(tmp_path, 2, list_columns={"nl": 3}, world=ONE)
+    text = str(caught.value)
+    assert f"'nl' is {pq.read_schema(path).field('nl').type}" in text and "items" in text, text

@@ -50,7 +50,7 @@ class PartitionedParquet(Loader):
             once per node; row groups come by ranged GETs through the node cache, fetched
             ahead in the loader's order (:mod:`lading.tabular.remote`).
         batch_size: rows per batch.
-        columns: columns to read (default: all).
+        columns: columns to read (default: all; an empty list is refused).
         list_columns: ``{name: max_len}`` of ragged list columns: padded or truncated (keeping
             the most recent items) to ``max_len``, with a ``<name>_lengths`` tensor (a column
             read of that name is refused).
@@ -63,7 +63,8 @@ class PartitionedParquet(Loader):
         world: rank and world size (default: detected; always the global rank).
         buffer_rows: rows shuffled together (default: the largest row group, at least
             8 batches), rounded up to whole batches.
-        pad_value: fill of list columns.
+        pad_value: fill of list columns; one a list column's items cannot hold as it is
+            (-1.5 in an int list, -1 in a uint8 one) is refused when the dataset opens.
         num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context:
             DataLoader workers build the batches, the same at any count (0: this process
             reads them); each chunk's batches are built by one worker.
@@ -142,7 +143,7 @@ class PartitionedParquet(Loader):
             sizes = None
         self.columns = list(columns) if columns is not None else list(schemas[0].names)
         check_schemas(self.files, schemas, self.columns)
-        check_columns(schemas[0], self.columns, list_columns, self.files[0])
+        check_columns(schemas[0], self.columns, list_columns, self.files[0], pad_value)
         flat = [c for c in self.columns if c not in list_columns]
         if self.remote is None:
             rows = RowReader(self.columns, list_columns, pad, pad_value)

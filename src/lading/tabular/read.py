@@ -276,33 +276,48 @@ def first_null(column: Any) -> tuple[int, str] | None:
 
 
 def check_columns(
-    schema: Any, columns: list[str], list_columns: Mapping[str, int], path: Any
+    schema: Any,
+    columns: list[str],
+    list_columns: Mapping[str, int],
+    path: Any,
+    pad_value: int | float = 0,
 ) -> None:
-    """Raise, naming the file and column, unless every column can become a tensor."""
+    """Raise, naming the file and column, unless every column can become a tensor (and every
+    list column's items can hold ``pad_value``)."""
     import pyarrow as pa
 
+    if not columns:
+        raise ValueError(
+            f"columns=[]: no column to read, every batch would be empty; name some of "
+            f"{schema.names} ({path}), or leave columns= out to read them all"
+        )
     for name in [*columns, *list_columns]:
         if name not in schema.names:
             raise ValueError(f"{path}: no column {name!r}; it has {schema.names}")
     for name in columns:
         kind = schema.field(name).type
+        items = kind
         if name in list_columns:
             if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
                 raise ValueError(
                     f"{path}: {name!r} is {kind}, not a list; drop it from list_columns"
                 )
-            kind = kind.value_type
+            items = kind.value_type
         elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
             raise ValueError(
                 f"{path}: {name!r} is a list column ({kind}); give its max_len in "
                 f"list_columns={{{name!r}: N}}"
             )
         if not (
-            pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+            pa.types.is_integer(items) or pa.types.is_floating(items) or pa.types.is_boolean(items)
         ):
+            what = "" if items is kind else f": its items ({items}) are not numbers or bools, so it"
             raise ValueError(
-                f"{path}: {name!r} is {kind} and cannot become a tensor; leave it out of columns="
+                f"{path}: {name!r} is {kind}{what} and cannot become a tensor; leave it out "
+                "of columns="
             )
+        if name in list_columns:
+            check_pad_value(path, name, items, pad_value)
     missing_lists = [n for n in list_columns if n not in columns]
     if missing_lists:
         raise ValueError(f"list_columns {missing_lists} are not among columns={columns}")
@@ -315,3 +330,30 @@ def check_columns(
                 f"{name!r} (the batch's {lengths!r} tensor); leave it out (columns={kept!r}) "
                 "or rename it in the files"
             )
+
+
+def check_pad_value(path: Any, name: str, items: Any, pad_value: int | float) -> None:
+    """Raise, naming the file, column, dtype and value, unless the items of list column
+    ``name`` (Arrow type ``items``) hold ``pad_value`` as it is: -1.5 would silently become
+    -1 in an int list, -1 a bare OverflowError at the first batch of a uint8 one."""
+    import pyarrow as pa
+
+    dtype = np.dtype(items.to_pandas_dtype())
+    value = float(pad_value)
+    if pa.types.is_boolean(items):
+        holds, which = pad_value in (0, 1), "0 or 1"
+    elif pa.types.is_integer(items):
+        limits = np.iinfo(dtype)
+        holds = value.is_integer() and limits.min <= pad_value <= limits.max
+        which = f"a whole number from {limits.min} to {limits.max}"
+    else:
+        with np.errstate(over="ignore"):
+            holds = not np.isfinite(value) or bool(np.isfinite(np.array(value, dtype=dtype)))
+        which = f"a number within +-{np.finfo(dtype).max}"
+    if not holds:
+        raise ValueError(
+            f"{path}: pad_value={pad_value!r} does not fit list column {name!r}, whose items "
+            f"are {items}{'' if str(items) == str(dtype) else f' ({dtype})'}; give a "
+            f"pad_value {dtype} holds ({which}), or cast the "
+            "column when writing the files"
+        )
