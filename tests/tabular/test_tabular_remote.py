@@ -587,6 +587,25 @@ def test_a_folder_named_like_a_parquet_object_is_read_as_a_folder(
     assert "no parquet object at s3://parquet-spark/out/other.parquet" in _one_line(caught.value)
 
 
+def test_an_object_deleted_mid_run_names_the_parquet_fix(
+    s3: LocalS3, local: Path, tmp_path: Path
+) -> None:
+    """A deleted object is named with a parquet dataset's fix (open PartitionedParquet again,
+    or write the files again), not the document store's "reopen the store, or rebuild it"."""
+    from lading.remote.clients import open_client
+
+    url = upload(s3, local, "parquet-deleted")
+    with pytest.warns(UserWarning, match="cannot hold one row group"):  # every read a GET
+        remote = PartitionedParquet(url, 8, cache=cold(tmp_path), cache_bytes=1000, **KW)
+    list(remote)
+    open_client(url).delete("part-1.parquet")
+    with pytest.raises(RemoteReadError) as caught:
+        list(remote)
+    text = _one_line(caught.value)
+    assert "s3://parquet-deleted/logs/sessions/part-1.parquet" in text
+    assert "PartitionedParquet again" in text and "store" not in text, text
+
+
 # -- real data ----------------------------------------------------------------------------------
 
 

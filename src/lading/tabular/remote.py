@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from lading.errors import RemoteChangedError
 from lading.remote.cache import NodeCache, Planner
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import RemoteReadError
@@ -389,13 +390,24 @@ def _leaves(fields: Sequence[str], columns: Sequence[str]) -> list[int]:
     return [j for j, field in enumerate(fields) if field in wanted]
 
 
+_STORE_FIX = ": reopen the store, or rebuild it"  # lading.disk.remote.changed()'s words
+
+
 def _rewritten(error: RemoteReadError) -> RemoteReadError:
-    """``error``, with the fix where an object was rewritten under a running dataset."""
+    """``error``, with a parquet dataset's fix (not the document store's) where an object was
+    rewritten or deleted under a running dataset."""
     text = str(error)
-    if "ETag changed" not in text and "was replaced" not in text:
-        return error
-    return RemoteReadError(
-        f"{text}. A parquet object was rewritten while this dataset read it: nothing of the "
-        "new version was read. Open PartitionedParquet again to read the new files (a state "
-        "saved before then is refused: its data changed)"
-    )
+    text = text[: -len(_STORE_FIX)] if text.endswith(_STORE_FIX) else text
+    if "ETag changed" in text or "was replaced" in text:
+        return RemoteChangedError(
+            f"{text}. A parquet object was rewritten while this dataset read it: nothing of "
+            "the new version was read. Open PartitionedParquet again to read the new files (a "
+            "state saved before then is refused: its data changed)"
+        )
+    if isinstance(error, RemoteChangedError):  # a 404: deleted since the dataset opened
+        return RemoteChangedError(
+            f"{text}. A parquet object was deleted while this dataset read it: open "
+            "PartitionedParquet again to read the files left (a state saved before then is "
+            "refused: its data changed), or write the missing file again"
+        )
+    return error
