@@ -16,7 +16,13 @@ replaced object is refused, never read. ``get_ranges`` cannot send it, so a call
 its ranges as its own pinned GET when the object's last check is over :data:`PIN_S` old (the
 first call to an object always): a replaced object is caught at its first read and within a
 second after. Calls in that second are not pinned: an object overwritten in place (same
-names, no new manifest) may be read with its new bytes until the next check. Once a check is
+names, no new manifest) may be read with its new bytes until the next check. Each future
+says which it was (:attr:`Future.checked`: when its pinned request was sent, else None), and
+the fetcher when each object's last check passed (:meth:`Fetcher.passed`): the node cache
+keeps a block filled from an unpinned GET as unconfirmed and serves it only once a check of
+its object sent after its bytes came has passed, asking for one (:meth:`Fetcher.confirm`,
+a one-byte pinned GET) when none has (:mod:`lading.remote.cache.reads`): a process that
+stops, or is killed, before its next check leaves no new bytes trusted. Once a check is
 refused, the fetcher remembers the object (:meth:`Fetcher.changed`) and pins every later call
 of it, and the node cache drops its blocks (:meth:`lading.remote.cache.NodeCache.read`).
 
@@ -39,7 +45,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -93,9 +99,16 @@ Request = tuple[str, int, int, str | None]  # key, start, end, etag (None: not p
 class Future:
     """The bytes of one GET, once fetched: ``result()`` waits for them (or raises the GET's
     error). Lighter than ``concurrent.futures.Future`` (one condition per batch of GETs, not
-    one per GET: ~35 us saved a GET). Callbacks run on the fetch loop's thread."""
+    one per GET: ~35 us saved a GET). Callbacks run on the fetch loop's thread.
 
-    __slots__ = ("_callbacks", "_cond", "_data", "_done", "_error")
+    Attributes:
+        checked: once settled with bytes, when (``time.time()``) the ``If-Match`` request
+            that returned them was sent; None where they came from a request without it
+            (of an unpinned call, or beside a call's pinned range): another version's bytes
+            if the object was overwritten in place shortly before.
+    """
+
+    __slots__ = ("_callbacks", "_cond", "_data", "_done", "_error", "checked")
 
     def __init__(self, cond: threading.Condition) -> None:
         self._cond = cond
@@ -103,6 +116,7 @@ class Future:
         self._error: BaseException | None = None
         self._done = False
         self._callbacks: list[Callable[[Future], None]] = []
+        self.checked: float | None = None
 
     def done(self) -> bool:
         return self._done
@@ -186,6 +200,7 @@ class Fetcher:
         self._slots: asyncio.Semaphore | None = None
         self._checked: dict[str, float] = {}  # object -> when a call last sent If-Match
         self._changed: set[str] = set()  # objects whose pinned GET was refused: pinned always
+        self._passed: dict[str, float] = {}  # object -> when its last passed check was sent
         self._tasks: set[asyncio.Task[None]] = set()
         self._runs: set[concurrent.futures.Future[object]] = set()  # whole calls waited on
         register(self, "fetch")
@@ -287,21 +302,24 @@ class Fetcher:
         cancel: Cancel | None,
     ) -> None:
         try:
-            datas = await self._get(key, etag, ranges, cancel)
+            datas, checked = await self._get(key, etag, ranges, cancel)
         except BaseException as e:
             self._settle(futures, None, e)
         else:
-            self._settle(futures, datas, None)
+            self._settle(futures, datas, None, checked)
 
     async def _get(
         self, key: str, etag: str | None, ranges: list[tuple[int, int]], cancel: Cancel | None
-    ) -> list[bytes]:
-        """The bytes of ``ranges`` of ``key``: one call an attempt, of the ranges not yet in."""
+    ) -> tuple[list[bytes], list[float | None]]:
+        """The bytes of ``ranges`` of ``key``: one call an attempt, of the ranges not yet in;
+        and for each, when the ``If-Match`` request that returned it was sent (None: sent
+        without)."""
         if self._slots is None:  # made on the loop's thread, in the process that runs it
             self._slots = asyncio.Semaphore(max(1, self.in_flight // CALL_RANGES))
         client, slots = self._client, self._slots
         assert client is not None
         out: list[bytes | None] = [None] * len(ranges)
+        checked: list[float | None] = [None] * len(ranges)
         todo = list(range(len(ranges)))
 
         async def attempt() -> list[bytes]:
@@ -312,15 +330,20 @@ class Fetcher:
                 try:
                     self._refuse_if_closed(cancel)  # queued for a slot at close: not sent
                     self.gets += len(asked)
+                    sent = time.time()
                     datas = await get_ranges(client, key, asked, etag)
                 finally:
                     if slot is not None and self.node is not None:
                         self.node.release(slot)
+            pinned = pinned_ranges(client, len(asked), etag)
+            if pinned:  # its If-Match passed: the object was the snapshot's when sent
+                self._passed[key] = max(sent, self._passed.get(key, sent))
             short = []
-            for i, (start, end), data in zip(todo, asked, datas):
+            for n, (i, (start, end), data) in enumerate(zip(todo, asked, datas)):
                 self.bytes_fetched += len(data)
                 if len(data) == end - start:
                     out[i] = data
+                    checked[i] = sent if n < pinned else None
                 else:
                     short.append(i)
             todo = short
@@ -332,7 +355,7 @@ class Fetcher:
         first, last = ranges[0]
         what = f"GET {describe(client.url, key, first, last)}"
         try:
-            return await self._attempts(what, attempt, cancel)
+            return await self._attempts(what, attempt, cancel), checked
         except RemoteNotFoundError:  # the snapshot opened lists it: gone since
             self._note_changed(key)
             raise changed(client.url, key, client.endpoint, f"bytes {first}-{last - 1}") from None
@@ -344,6 +367,34 @@ class Fetcher:
     def _note_changed(self, key: str) -> None:
         with self._lock:
             self._changed.add(key)
+
+    def passed(self, key: str) -> float | None:
+        """When (``time.time()``) the last ``If-Match`` request of object ``key`` that passed
+        was sent, None if none did: bytes of it that came before then are the snapshot's."""
+        return self._passed.get(key)
+
+    def confirm(self, checks: Sequence[tuple[str, str]]) -> dict[str, float]:
+        """Check each ``(key, etag)``'s version now, side by side: one GET of its first byte
+        with ``If-Match``, always (a call :meth:`_launch` would leave unpinned), under the
+        deadline; when each check that passed was sent (:meth:`passed` is updated too).
+
+        Raises:
+            RemoteChangedError: an object was deleted or replaced (it joins :meth:`changed`).
+            RemoteReadError: a check failed for good.
+        """
+        if not checks:
+            return {}
+
+        async def check(key: str, etag: str, cancel: Cancel | None) -> tuple[str, float]:
+            self._checked[key] = time.monotonic()  # (the loop's: its next call needs no pin)
+            _, checked = await self._get(key, etag, [(0, 1)], cancel)
+            assert checked[0] is not None  # one range with an etag: its request was pinned
+            return key, checked[0]
+
+        async def checking(cancel: Cancel | None) -> list[tuple[str, float]]:
+            return list(await asyncio.gather(*(check(k, e, cancel) for k, e in checks)))
+
+        return dict(self._on_loop(checking))
 
     def changed(self) -> frozenset[str]:
         """The objects this fetcher found deleted or replaced since the snapshot opened (a
@@ -373,10 +424,16 @@ class Fetcher:
     def run(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """Run ``attempt()`` on the fetch loop under the deadline; this thread waits for the
         outcome (at most the deadline's total and a second)."""
+        return self._on_loop(lambda cancel: self._attempts(what, attempt, cancel))
+
+    def _on_loop(self, make: Callable[[Cancel | None], Coroutine[Any, Any, T]]) -> T:
+        """Run ``make(cancel)`` (attempts under the deadline) on the fetch loop; this thread
+        waits for the outcome (at most the deadline's total and a second). A close, of the
+        fetcher or of the loader it runs for, cancels it: the waiter hears so at once."""
         cancel = current()
         refuse_if_cancelled(cancel)
         loop = running(self.client)
-        future = asyncio.run_coroutine_threadsafe(self._attempts(what, attempt, cancel), loop)
+        future = asyncio.run_coroutine_threadsafe(make(cancel), loop)
         with self._lock:  # (close cancels it: its caller hears "closed" at once)
             if self.closed:
                 future.cancel()
@@ -414,9 +471,17 @@ class Fetcher:
         raise RemoteReadError(self.deadline.gave_up(what, endpoint, last))
 
     def _settle(
-        self, futures: Sequence[Future], datas: Sequence[bytes] | None, error: BaseException | None
+        self,
+        futures: Sequence[Future],
+        datas: Sequence[bytes] | None,
+        error: BaseException | None,
+        checked: Sequence[float | None] | None = None,
     ) -> None:
-        """Complete ``futures`` (one call's, sharing a condition) unless settled already."""
+        """Complete ``futures`` (one call's, sharing a condition) unless settled already
+        (``checked``: when each one's pinned request was sent, None where unpinned)."""
+        if checked is not None:  # (a future settled already, by a close, holds an error)
+            for future, when in zip(futures, checked):
+                future.checked = when
         with self._lock:
             live: Sequence[tuple[Future, bytes | None]] = [
                 (f, None if datas is None else datas[i])
@@ -487,6 +552,15 @@ def _ended(fetcher: Fetcher, cancel: Cancel | None) -> bool:
     """Whether a call's attempt is not retried: its fetcher, or the loader it is for, closed
     (no "retrying" warning then)."""
     return fetcher.closed or (cancel is not None and cancel.cancelled)
+
+
+def pinned_ranges(client: ObjectClient, ranges: int, etag: str | None) -> int:
+    """How many of a call's ``ranges`` (its first ones) :func:`get_ranges` sends with
+    ``If-Match``: none without an etag, the first with a client's ``get_ranges`` (which
+    cannot send it: the first goes as its own pinned GET), else every one."""
+    if etag is None:
+        return 0
+    return 1 if getattr(client, "get_ranges", None) is not None else ranges
 
 
 async def get_ranges(
