@@ -218,7 +218,8 @@ def test_a_claim_whose_owner_died_is_taken_over(tmp_path: Path) -> None:
     dead.wait()
     with cache.ledger.write() as conn:  # the region's place taken, the bytes never written
         conn.execute(
-            "INSERT INTO blocks VALUES (?, 0, 500, 0, 0, ?, NULL, NULL)", (obj, f"{dead.pid}-gone")
+            "INSERT INTO blocks VALUES (?, 0, 500, 0, 0, ?, NULL, NULL, NULL)",
+            (obj, f"{dead.pid}-gone"),
         )
         conn.execute("UPDATE regions SET state = 1, used = 500 WHERE id = 0")
     started = time.monotonic()
@@ -631,14 +632,16 @@ def test_a_shorter_flight_at_a_blocks_start_is_not_taken_for_it(tmp_path: Path) 
     cache = _local_cache(tmp_path, data, cap=10_000)
     obj, owner = cache.obj("text.bin"), cache.node.owner.token
     with cache.ledger.write() as conn:  # this process's claim of [0, 500), its GET under way
-        conn.execute("INSERT INTO blocks VALUES (?, 0, 500, 0, 0, ?, NULL, NULL)", (obj, owner))
+        conn.execute(
+            "INSERT INTO blocks VALUES (?, 0, 500, 0, 0, ?, NULL, NULL, NULL)", (obj, owner)
+        )
         conn.execute("UPDATE regions SET state = 1, used = 500 WHERE id = 0")
     with cache.node.lock:  # the flight of [0, 100), filled, not yet taken out
         cache.node.inflight[obj, 0] = Flight(100, _settled(data[:100]))
 
     def fill() -> None:  # the new claim's own fill lands a moment later
         time.sleep(0.2)
-        done = [(obj, 0, 0, 0, data[:500])]
+        done = [(obj, 0, 0, 0, data[:500], None)]
         cache.ledger.fill(done, owner, cache.node.data.write)
 
     filler = threading.Thread(target=fill)
@@ -655,7 +658,7 @@ def test_a_fill_leaves_the_flight_of_a_newer_claim_at_its_start(tmp_path: Path) 
     obj, newer = cache.obj("text.bin"), Flight(500, _settled(data[:500]))
     with cache.node.lock:
         cache.node.inflight[obj, 0] = newer
-    cache.node._mark([(obj, 0, 0, 0, data[:100])], [])  # the older [0, 100)'s fill: unclaimed
+    cache.node._mark([(obj, 0, 0, 0, data[:100], None)], [])  # the older [0, 100)'s fill: unclaimed
     assert cache.node.inflight.get((obj, 0)) is newer
 
 
@@ -668,13 +671,13 @@ def test_a_late_fill_never_lands_on_a_shorter_claim_at_its_place(tmp_path: Path)
     cache = _local_cache(tmp_path, data, cap=10_000)
     obj, me, node = cache.obj("text.bin"), cache.node.owner.token, cache.node
     with cache.ledger.write() as conn:  # the claim of [0, 300), its GET in flight
-        conn.execute("INSERT INTO blocks VALUES (?, 0, 300, 0, 0, ?, NULL, NULL)", (obj, me))
+        conn.execute("INSERT INTO blocks VALUES (?, 0, 300, 0, 0, ?, NULL, NULL, NULL)", (obj, me))
         conn.execute("UPDATE regions SET state = 1, used = 300 WHERE id = 0")
     cache.ledger.forget_blocks()  # a cut payload file repaired
     with cache.ledger.write() as conn:  # [0, 100) claimed again, at the same place
-        conn.execute("INSERT INTO blocks VALUES (?, 0, 100, 0, 0, ?, NULL, NULL)", (obj, me))
+        conn.execute("INSERT INTO blocks VALUES (?, 0, 100, 0, 0, ?, NULL, NULL, NULL)", (obj, me))
         conn.execute("UPDATE regions SET state = 1, used = 100 WHERE id = 0")
     assert cache.read([("text.bin", 100, 300)]) == [data[100:300]]  # placed after [0, 100)
     cache.drain()
-    node._mark([(obj, 0, 0, 0, os.urandom(300))], [])  # the old GET's bytes land
+    node._mark([(obj, 0, 0, 0, os.urandom(300), None)], [])  # the old GET's bytes land
     assert cache.read([("text.bin", 0, 300)]) == [data[:300]]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import sqlite3
+import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -123,7 +124,9 @@ class Claims:
         for carried in space.carried:  # a region's window blocks, carried to its start
             self.node.data.write(carried.region, carried.at, carried.data)
         if space.carried:
-            ledger.filled([(c.object, c.start, zlib.crc32(c.data)) for c in space.carried], owner)
+            ledger.filled(
+                [(c.object, c.start, zlib.crc32(c.data), c.unpinned) for c in space.carried], owner
+            )
         read_around = [] if prefetch else (blocks if around else deferred)
         try:
             started = self._start(placed, read_around, objs)
@@ -145,7 +148,10 @@ class Claims:
         ]
         futures = self.fetcher.submit_many(
             [(b.key, b.start, b.end, self.etags.get(b.key)) for b in fetch],
-            [self._filler(fill) for fill in fills],
+            [
+                self._filler(fill, self.etags.get(b.key) is not None)
+                for (b, _), fill in zip(placed, fills)
+            ],
         )
         self.node.started(
             (fill.object, block.start, block.end, future)
@@ -156,9 +162,18 @@ class Claims:
             started.setdefault(block.key, []).append((block.start, block.end, future))
         return started
 
-    def _filler(self, fill: Fill) -> Callable[[Future], Any]:
+    def _filler(self, fill: Fill, pinned: bool) -> Callable[[Future], Any]:
+        """The callback that hands ``fill``'s GET to the fill thread once settled (on the
+        fetch loop's thread), with when its bytes came if no ``If-Match`` vouched for them
+        (``pinned``: the object has an ETag to pin; one without is never checked)."""
         put = self.node.filler.put
-        return lambda future: put(fill._replace(bytes_of=future.result))
+
+        def settled(future: Future) -> None:
+            checked = future.checked
+            came = None if checked is not None or not pinned else time.time()
+            put(fill._replace(bytes_of=future.result, unpinned=came, checked=checked))
+
+        return settled
 
 
 def _gaps(needs: Sequence[Need], found: list[list[Piece]]) -> tuple[list[Need], list[Need]]:

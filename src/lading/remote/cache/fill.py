@@ -3,8 +3,9 @@
 The fetch loop hands each finished GET of a claimed block to :meth:`Filler.put` (its future);
 the fill thread writes the bytes of as many as have finished into the payload file
 (``pwrite``, at the place the claim reserved, only where the claim still is) and marks them
-ready, in one ledger transaction (:meth:`.ledger.Ledger.fill`); the claims of failed GETs are
-given back. It is the only thread that writes a block's bytes,
+ready, in one ledger transaction (:meth:`.ledger.Ledger.fill`), a block from an unpinned GET
+marked unconfirmed and the checks the pinned ones passed applied (:mod:`lading.remote.fetch`);
+the claims of failed GETs are given back. It is the only thread that writes a block's bytes,
 and its transactions, like every one, are held outside a ``fork()``
 (:data:`lading.threads.SQLITE`). Its owner is the node (:class:`.node.Node`), which ends it.
 """
@@ -23,7 +24,11 @@ _JOIN_S = 5.0  # how long close() waits for the thread's last transaction
 
 
 class Fill(NamedTuple):
-    """A claimed block's place and the GET (or carried bytes) that fills it."""
+    """A claimed block's place and the GET (or carried bytes) that fills it, and how far
+    its bytes are known to be the snapshot's: ``unpinned``, when they came from a request
+    without ``If-Match`` (None: from a pinned one, or an object with no ETag to pin);
+    ``checked``, when the pinned request that returned them was sent (it passed: the
+    object's blocks that came unpinned before then are confirmed)."""
 
     object: int
     start: int
@@ -31,21 +36,29 @@ class Fill(NamedTuple):
     region: int
     at: int
     bytes_of: Callable[[], bytes]  # the fetched bytes (raises what the GET raised)
+    unpinned: float | None = None
+    checked: float | None = None
+
+
+# a block fetched: object, start, region, at, bytes, when they came unpinned (None: pinned)
+Done = tuple[int, int, int, int, bytes, float | None]
 
 
 class Filler:
     """The fill thread of ``node`` (started on first use; see the module doc).
 
     Args:
-        mark: ``(done, failed)``: blocks fetched ``(object, start, region, at, bytes)`` to
-            write where their claims still are and make ready, and ``(object, start, end)``
-            of failed GETs (their claims given back): into the payload file and the ledger.
+        mark: ``(done, failed, checks)``: blocks fetched ``(object, start, region, at,
+            bytes, unpinned)`` to write where their claims still are and make ready,
+            ``(object, start, end)`` of failed GETs (their claims given back), and the
+            ``(object, sent)`` of the pinned requests that passed: into the payload file and
+            the ledger.
         trim: after each batch: keep the ledger's WAL short (:meth:`.ledger.Ledger.trim`).
     """
 
     def __init__(
         self,
-        mark: Callable[[list[tuple[int, int, int, int, bytes]], list[tuple[int, int, int]]], None],
+        mark: Callable[[list[Done], list[tuple[int, int, int]], list[tuple[int, float]]], None],
         trim: Callable[[], None],
     ) -> None:
         self.mark, self.trim = mark, trim
@@ -90,17 +103,20 @@ class Filler:
             self._fill(done)
 
     def _fill(self, done: list[Fill]) -> None:
-        fetched: list[tuple[int, int, int, int, bytes]] = []
+        fetched: list[Done] = []
         failed: list[tuple[int, int, int]] = []
+        checks: list[tuple[int, float]] = []
         for fill in done:
             try:
                 data = fill.bytes_of()
             except Exception:  # the GET failed (its reader raises it): the claim goes
                 failed.append((fill.object, fill.start, fill.end))
                 continue
-            fetched.append((fill.object, fill.start, fill.region, fill.at, data))
+            fetched.append((fill.object, fill.start, fill.region, fill.at, data, fill.unpinned))
+            if fill.checked is not None:
+                checks.append((fill.object, fill.checked))
         try:
-            self.mark(fetched, failed)
+            self.mark(fetched, failed, checks)
         except Exception as e:  # the ledger refused (a full disk): the claims time out
             self.warn(e)
         with contextlib.suppress(Exception):

@@ -2,13 +2,15 @@
 next needed. No payload: the bytes are in the regions' file (:mod:`.regions`).
 
 Tables: ``blocks`` (one row a cached or claimed block: its object and byte range, its region and
-place there, its owner while it is being fetched (``NULL``: ready), its next planned use),
-``regions`` (generation, bytes used, state: free, open for appends, full), ``objects`` (names),
-``settings`` (the cap and layout the folder was made with), ``counters`` (the node's figures
-since the folder was last idle) and ``orders`` (an object whose reader told the steps ``[first,
-last)`` of an epoch's order and reads each range once an epoch: documents). Every process of the
-node opens the same file: claims are made in one write transaction (SQLite's lock), so a block
-is fetched once a node.
+place there, its owner while it is being fetched (``NULL``: ready), its next planned use, the
+CRC32 of its bytes, and ``unpinned``: when its bytes came from a GET sent without ``If-Match``,
+until a check of its object sent after then passes (``NULL``: confirmed the snapshot's; see
+:mod:`lading.remote.fetch`)), ``regions`` (generation, bytes used, state: free, open for
+appends, full), ``objects`` (names), ``settings`` (the cap and layout the folder was made
+with), ``counters`` (the node's figures since the folder was last idle) and ``orders`` (an
+object whose reader told the steps ``[first, last)`` of an epoch's order and reads each range
+once an epoch: documents). Every process of the node opens the same file: claims are made in
+one write transaction (SQLite's lock), so a block is fetched once a node.
 
 Each thread has its own connection (made again after a fork); every transaction holds
 :data:`lading.threads.SQLITE` shared, so no fork copies a thread inside SQLite.
@@ -33,7 +35,8 @@ from lading.remote.cache.folder import LEDGER_FILE
 from lading.remote.cache.regions import Layout
 from lading.threads import SQLITE
 
-FORMAT = 4  # 4: a CRC32 a block; 3: none; 2: blocks as BLOBs (a ledger of another is set aside)
+FORMAT = 5  # 5: unpinned fills marked; 4: a CRC32 a block; 3: none; 2: blocks as BLOBs (a
+# ledger of another format is set aside: a 4's blocks may hold unpinned bytes no row marks)
 WAL_PAGES = 256  # a checkpoint once the WAL holds this many pages (4 KiB: 1 MiB)
 _BATCH = 200  # ranges a batched query (4 parameters each, far below SQLite's 32,766)
 FREE, OPEN, FULL = 0, 1, 2  # a region's state
@@ -45,8 +48,10 @@ CREATE TABLE IF NOT EXISTS regions (id INTEGER PRIMARY KEY, gen INTEGER NOT NULL
     used INTEGER NOT NULL, state INTEGER NOT NULL, sealed REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS blocks (object INTEGER NOT NULL, start INTEGER NOT NULL,
     end INTEGER NOT NULL, region INTEGER NOT NULL, at INTEGER NOT NULL, owner TEXT,
-    next_use INTEGER, crc INTEGER, PRIMARY KEY (object, start)) WITHOUT ROWID;
+    next_use INTEGER, crc INTEGER, unpinned REAL, PRIMARY KEY (object, start)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS blocks_region ON blocks (region);
+CREATE INDEX IF NOT EXISTS blocks_unpinned ON blocks (object, unpinned)
+    WHERE unpinned IS NOT NULL;
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS orders (object INTEGER PRIMARY KEY, first INTEGER NOT NULL,
     last INTEGER NOT NULL);
@@ -62,7 +67,8 @@ INSERT_CLAIMS = (
 # the blocks overlapping each (i, object, start, end): from the last block starting at or
 # before start (it may reach into the range) to the last one starting before end
 OVERLAPPING = (
-    "SELECT q.column1, b.start, b.end, b.region, b.at, b.owner, r.gen, b.crc FROM (VALUES"
+    "SELECT q.column1, b.start, b.end, b.region, b.at, b.owner, r.gen, b.crc, b.unpinned FROM"
+    " (VALUES"
     " {values})"
     " AS q JOIN blocks AS b ON b.object = q.column2 AND b.start >= coalesce((SELECT"
     " max(start) FROM blocks WHERE object = q.column2 AND start <= q.column3), q.column3)"
@@ -73,7 +79,8 @@ OVERLAPPING = (
 class Piece(NamedTuple):
     """A block overlapping a looked-up range: its bytes ``[start, end)`` of the object, its
     place (``region``, ``at``), its owner while unfilled (None: ready), its region's
-    generation when looked up, the CRC32 of its bytes (None while unfilled)."""
+    generation when looked up, the CRC32 of its bytes (None while unfilled), and when its
+    bytes came from an unpinned GET (None: confirmed; see the module doc)."""
 
     start: int
     end: int
@@ -82,6 +89,7 @@ class Piece(NamedTuple):
     owner: str | None
     gen: int
     crc: int | None = None
+    unpinned: float | None = None
 
 
 class CacheFolderResetError(LadingError, RuntimeError):
@@ -289,19 +297,23 @@ class Ledger:
         conn.executemany(INSERT_CLAIMS, rows)
 
     def filled(
-        self, done: Sequence[tuple[int, int, int]], owner: str, regions: Collection[int] = ()
+        self,
+        done: Sequence[tuple[int, int, int, float | None]],
+        owner: str,
+        regions: Collection[int] = (),
     ) -> dict[int, int]:
-        """Blocks ``(object, start, crc)`` this owner fetched and wrote: ready, with the CRC32
-        of their bytes (a claim taken over meanwhile is not this owner's any more, and stays
+        """Blocks ``(object, start, crc, unpinned)`` this owner fetched (or carried) and
+        wrote: ready, with the CRC32 of their bytes and when they came unpinned (None:
+        confirmed) (a claim taken over meanwhile is not this owner's any more, and stays
         as it is). The generations of ``regions`` (those the blocks are in) when every block
         was still this owner's claim, read in the same transaction (a region holding a live
         owner's claim is not reused: the blocks are in those generations), else none."""
         with self.write() as conn:
             changes = conn.total_changes
             conn.executemany(
-                "UPDATE blocks SET owner = NULL, crc = ? WHERE object = ? AND start = ? AND "
-                "owner = ?",
-                [(crc, obj, start, owner) for obj, start, crc in done],
+                "UPDATE blocks SET owner = NULL, crc = ?, unpinned = ? WHERE object = ? AND "
+                "start = ? AND owner = ?",
+                [(crc, unpinned, obj, start, owner) for obj, start, crc, unpinned in done],
             )
             if not regions or conn.total_changes - changes != len(done):
                 return {}
@@ -311,13 +323,16 @@ class Ledger:
 
     def fill(
         self,
-        done: Sequence[tuple[int, int, int, int, bytes]],
+        done: Sequence[tuple[int, int, int, int, bytes, float | None]],
         owner: str,
         write: Callable[[int, int, bytes], None],
+        checks: Sequence[tuple[int, float]] = (),
     ) -> tuple[list[tuple[int, int, int, int]], list[tuple[int, int]], dict[int, int]]:
-        """The fill thread's blocks ``(object, start, region, at, bytes)``, fetched for this
-        owner's claims: each still claimed by it at that place is written (``write(region,
-        at, bytes)``) and made ready with the CRC32 of its bytes, in one write transaction. A
+        """The fill thread's blocks ``(object, start, region, at, bytes, unpinned)``, fetched
+        for this owner's claims: each still claimed by it at that place is written
+        (``write(region, at, bytes)``) and made ready with the CRC32 of its bytes and when
+        they came unpinned (None: by a pinned request), in one write transaction, with the
+        ``checks`` ``(object, sent)`` the pinned ones passed (:meth:`confirm`). A
         claim dropped meanwhile (its object found replaced, the payload file cut: every block
         forgotten) is not written: its region may hold another block now, which a write
         after the transaction would overwrite (this process, trusting what it filled, read
@@ -344,7 +359,8 @@ class Ledger:
                         [x for obj, start, *_ in part for x in (obj, start)] + [owner],
                     ).fetchall()
                 )
-            for obj, start, region, at, data in done:
+            unpinned: list[float | None] = []
+            for obj, start, region, at, data, came in done:
                 if (obj, start, start + len(data), region, at) not in held:
                     continue  # the claim is gone (or another, at the same start and place)
                 try:
@@ -353,14 +369,38 @@ class Ledger:
                     failed.append((obj, start))
                     continue
                 written.append((obj, start, zlib.crc32(data), region))
+                unpinned.append(came)
             conn.executemany(
-                "UPDATE blocks SET owner = NULL, crc = ? WHERE object = ? AND start = ?",
-                [(crc, obj, start) for obj, start, crc, _ in written],
+                "UPDATE blocks SET owner = NULL, crc = ?, unpinned = ? WHERE object = ? AND "
+                "start = ?",
+                [(crc, came, obj, start) for (obj, start, crc, _), came in zip(written, unpinned)],
             )
+            self.confirm(conn, checks)
             regions = {region for *_, region in written}
             marks = ",".join("?" * len(regions))
             found = conn.execute(f"SELECT id, gen FROM regions WHERE id IN ({marks})", [*regions])
             return written, failed, dict(found.fetchall())
+
+    @staticmethod
+    def confirm(conn: sqlite3.Connection, checks: Iterable[tuple[int, float]]) -> None:
+        """Checks ``(object, sent)`` that passed: a pinned request of the object sent at
+        ``sent`` (``time.time()``) found the snapshot's version, so the blocks whose bytes
+        came unpinned before then are the snapshot's (confirmed; one look along the
+        ``blocks_unpinned`` index each: none when nothing is unconfirmed)."""
+        latest: dict[int, float] = {}
+        for obj, sent in checks:
+            latest[obj] = max(sent, latest.get(obj, sent))
+        conn.executemany(
+            "UPDATE blocks SET unpinned = NULL WHERE object = ? AND unpinned IS NOT NULL AND "
+            "unpinned < ?",
+            list(latest.items()),
+        )
+
+    def confirmed(self, checks: Sequence[tuple[int, float]]) -> None:
+        """:meth:`confirm` in a write transaction of its own (a reader's checks)."""
+        if checks:
+            with self.write() as conn:
+                self.confirm(conn, checks)
 
     def forget_damaged(self, pieces: Sequence[tuple[int, Piece]]) -> int:
         """Drop the rows of ready blocks ``(object, piece)`` whose bytes did not match their

@@ -22,14 +22,14 @@ import sqlite3
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lading.errors import OutOfSpaceError
 from lading.remote.cache import damaged
-from lading.remote.cache.fill import Filler
+from lading.remote.cache.fill import Done, Filler
 from lading.remote.cache.folder import DATA_FILE, LEDGER_FILE, CacheFolderError, check, shared
 from lading.remote.cache.ledger import FORMAT, TABLES, Ledger, folder_reset, same_file
 from lading.remote.cache.owners import Owner
@@ -129,11 +129,15 @@ class Node:
                     self.inflight[obj, start] = Flight(end, future)
 
     def _mark(
-        self, done: list[tuple[int, int, int, int, bytes]], failed: list[tuple[int, int, int]]
+        self,
+        done: list[Done],
+        failed: list[tuple[int, int, int]],
+        checks: Sequence[tuple[int, float]] = (),
     ) -> None:
-        """The fill thread's: blocks fetched ``(object, start, region, at, bytes)`` written
-        where this process's claims still are and made ready (:meth:`.Ledger.fill`), the
-        claims of failed GETs ``(object, start, end)`` given back; then none of them in flight
+        """The fill thread's: blocks fetched ``(object, start, region, at, bytes, unpinned)``
+        written where this process's claims still are and made ready, with the ``checks``
+        ``(object, sent)`` that passed (:meth:`.Ledger.fill`), the claims of failed GETs
+        ``(object, start, end)`` given back; then none of them in flight
         here (a flight at the same start that ends elsewhere is a newer claim's: it stays). A
         block filled is known intact to this process: its CRC32 was computed over the bytes
         just written (checking it again at the first read was a second pass over every cold
@@ -148,10 +152,10 @@ class Node:
                 raise
 
         ends = {(obj, start): end for obj, start, end in failed}
-        ends.update({(obj, start): start + len(data) for obj, start, _, _, data in done})
+        ends.update({(obj, start): start + len(data) for obj, start, _, _, data, _ in done})
         gone = [(obj, start) for obj, start, _ in failed]
-        if done:
-            filled, unwritten, gens = self.ledger.fill(done, owner, write)
+        if done or checks:
+            filled, unwritten, gens = self.ledger.fill(done, owner, write, checks)
             if errors:
                 self.filler.warn(errors[0])
             gone += unwritten

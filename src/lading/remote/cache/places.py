@@ -69,6 +69,7 @@ class Carried(NamedTuple):
     region: int
     at: int
     data: bytes
+    unpinned: float | None  # its row's: a block confirmed or not stays so where it goes
 
 
 def policy_check(name: str) -> str:
@@ -231,19 +232,19 @@ class Space:
         """Empty ``region`` (its generation raised), keeping its window's blocks at its start."""
         conn, window = self.conn, (region, self.now, self.horizon)
         keep = conn.execute(
-            f"SELECT object, start, end, at, next_use FROM blocks WHERE region = ?1 AND {CARRIED}"
-            " ORDER BY at",
+            "SELECT object, start, end, at, next_use, unpinned FROM blocks WHERE region = ?1 AND"
+            f" {CARRIED} ORDER BY at",
             window,
         ).fetchall()
-        datas = [bytes(self.data.view(region, at, end - start)) for _, start, end, at, _ in keep]
+        datas = [bytes(self.data.view(region, at, end - start)) for _, start, end, at, *_ in keep]
         conn.execute("DELETE FROM blocks WHERE region = ?", (region,))
         conn.execute("UPDATE regions SET gen = gen + 1, used = 0 WHERE id = ?", (region,))
         self._open = [region, 0]
         rows = []
-        for (obj, start, end, _, step), data in zip(keep, datas):
+        for (obj, start, end, _, step, unpinned), data in zip(keep, datas):
             _, at = self._take(end - start)
             rows.append((obj, start, end, region, at, self.owner, step))
-            self.carried.append(Carried(obj, start, region, at, data))
+            self.carried.append(Carried(obj, start, region, at, data, unpinned))
         conn.executemany(INSERT_CLAIMS, rows)
 
 

@@ -10,8 +10,15 @@ this process across a GET or a wait (decided in a ledger transaction, waited out
   gaps: the blocks are copied from the payload file (their region's generation checked after
   the copy), this process's GETs in flight are waited for, another process's claim is waited
   for until filled (taken over if its owner died, read around after ``wait_limit``), and the
-  gaps are claimed and fetched now. A range that finds no room (a cap far too small for the
-  processes sharing it, a block larger than a region) is read around the cache, not kept.
+  gaps are claimed and fetched now. A block filled from a GET sent without ``If-Match`` (by
+  any process of the node, one since killed too) is served only once a check of
+  its object sent after its bytes came has passed (:meth:`.Fetcher.passed`), or one passed
+  here under :data:`~lading.remote.fetch.PIN_S` ago (a GET now would be as unpinned); else
+  the read checks the object first (one pinned one-byte GET an object, side by side,
+  :meth:`.Fetcher.confirm`), confirms its blocks in the ledger, or drops them and raises
+  :class:`~lading.errors.RemoteChangedError` where it was replaced. A range that finds no
+  room (a cap far too small for the processes sharing it, a block larger than a region) is
+  read around the cache, not kept.
 - :meth:`fetch_ahead`: the next batches' ranges (what a :class:`~.planner.Planner` sends a
   window ahead): cached ones get their next use, the gaps are claimed and fetched, what finds
   no room comes back for a later call.
@@ -29,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lading.errors import RemoteChangedError
+from lading.remote import fetch
 from lading.remote.cache.claims import Claimed, Claims, Part, cut_up
 from lading.remote.cache.damaged import DamagedCacheWarning
 from lading.remote.cache.figures import Figures
@@ -210,12 +218,14 @@ class NodeCache:
         parts_of: dict[Key, list[bytes | None]] = {}
         regions: dict[int, int] = {}  # region -> the generation the copies saw
         damaged: dict[Key, list[Piece]] = {}
+        unpinned: dict[int, float] = {}  # object -> when its latest unconfirmed copy came
         try:
             for k, parts in plans.items():
-                parts_of[k] = [self._copy(k, p, regions, damaged) for p in parts]
+                parts_of[k] = [self._copy(k, p, regions, damaged, unpinned) for p in parts]
         except PayloadCutError:  # cut since the check, before the file's first map
             self.node.check_payload()
             return todo  # every block was forgotten: looked up (and fetched) again
+        self._confirm(unpinned)  # (raises where an object was replaced: the read's error)
         again = self._checked(plans, parts_of, regions) | self._forget(damaged)
         for k, parts in plans.items():
             if k in again:
@@ -232,19 +242,52 @@ class NodeCache:
         return [k for k in todo if k not in got]
 
     def _copy(
-        self, k: Key, part: Part, regions: dict[int, int], damaged: dict[Key, list[Piece]]
+        self,
+        k: Key,
+        part: Part,
+        regions: dict[int, int],
+        damaged: dict[Key, list[Piece]],
+        unpinned: dict[int, float],
     ) -> bytes | None:
         """A ready block's bytes of ``part`` copied out of the payload file, else None (and
-        the block in ``damaged`` where its bytes do not match its CRC32)."""
+        the block in ``damaged`` where its bytes do not match its CRC32); a block not yet
+        confirmed the snapshot's noted in ``unpinned`` (its object: the latest such)."""
         piece = part.piece
         if piece is None or piece.owner is not None:
             return None
+        if piece.unpinned is not None and piece.unpinned > unpinned.get(k[0], -1.0):
+            unpinned[k[0]] = piece.unpinned
         regions.setdefault(piece.region, piece.gen)
         if not self._intact(k[0], piece):
             damaged.setdefault(k, []).append(piece)
             return None
         at = piece.at + part.start - piece.start
         return bytes(self.node.data.view(piece.region, at, part.end - part.start))
+
+    def _confirm(self, unpinned: dict[int, float]) -> None:
+        """Serve the copies of blocks that came unpinned (``unpinned``: object -> when the
+        latest one's bytes came) only once their objects are the snapshot's: a check of the
+        object sent after then passed (:meth:`.Fetcher.passed`), or one passed under
+        :data:`~lading.remote.fetch.PIN_S` ago (this process's GETs now are as unpinned:
+        the module doc of :mod:`lading.remote.fetch`); else one pinned GET an object now,
+        side by side, and their blocks confirmed in the ledger. At most one check an object
+        a ``PIN_S`` (a passed one counts for the later reads), none when every block is
+        confirmed (one dict lookup a copied block).
+
+        Raises:
+            RemoteChangedError: an object was replaced or deleted (the read drops its blocks).
+        """
+        if not unpinned:
+            return
+        now, checks = time.time(), []
+        for obj, came in unpinned.items():
+            key = self._names[obj]
+            etag, sent = self.etags.get(key), self.fetcher.passed(key)
+            if etag is None or (sent is not None and (sent > came or now - sent < fetch.PIN_S)):
+                continue
+            checks.append((key, etag))
+        passed = self.fetcher.confirm(checks)
+        self.ledger.confirmed([(self.obj(key), sent) for key, sent in passed.items()])
 
     def _intact(self, obj: int, piece: Piece) -> bool:
         """Whether ``piece``'s bytes match the CRC32 its fill kept: checked at this process's
