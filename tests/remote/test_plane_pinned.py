@@ -12,6 +12,8 @@ check is the changed-object error."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +25,7 @@ import lading
 from conftest import write
 from lading.errors import RemoteChangedError
 from lading.remote import fetch
+from lading.remote.cache.damaged import DamagedCacheWarning
 from lading.remote.clients import open_client
 from lading.testing import LocalS3
 
@@ -147,3 +150,25 @@ def test_a_block_filled_unpinned_is_served_once_a_check_passes(
     assert _read(third, ids) == want
     assert third.cache_stats()["gets"] == gets
     third.close()
+
+
+def test_a_ledger_of_the_format_before_unpinned_marks_is_set_aside(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """A format-4 ledger (made before fills were marked unpinned) may hold new-version bytes
+    no row marks: it is set aside with a warning naming it, and the cache starts empty."""
+    url = _store(bucket, tmp_path)
+    cache = tmp_path / "node"
+    store = lading.open_store(url, cache=cache, cache_bytes="1M")
+    assert _read(store, ["d1", "d150"]) == ["text of document 1", "text of document 150"]
+    store.close()
+    with contextlib.closing(sqlite3.connect(cache / "ledger.sqlite")) as conn, conn:
+        conn.execute("UPDATE settings SET value = 4 WHERE name = 'format'")
+    with pytest.warns(DamagedCacheWarning, match="another format"):
+        again = lading.open_store(url, cache=cache, cache_bytes="1M")
+    try:
+        assert again.cache_stats()["blocks"] == 0
+        assert _read(again, ["d1", "d150"]) == ["text of document 1", "text of document 150"]
+    finally:
+        again.close()
+    assert (cache / "ledger.sqlite.damaged").exists()
