@@ -390,11 +390,12 @@ class Ledger:
         latest: dict[int, float] = {}
         for obj, sent in checks:
             latest[obj] = max(sent, latest.get(obj, sent))
-        conn.executemany(
-            "UPDATE blocks SET unpinned = NULL WHERE object = ? AND unpinned IS NOT NULL AND "
-            "unpinned < ?",
-            list(latest.items()),
-        )
+        if latest:
+            conn.executemany(
+                "UPDATE blocks SET unpinned = NULL WHERE object = ? AND unpinned IS NOT NULL"
+                " AND unpinned < ?",
+                list(latest.items()),
+            )
 
     def confirmed(self, checks: Sequence[tuple[int, float]]) -> None:
         """:meth:`confirm` in a write transaction of its own (a reader's checks)."""

@@ -29,13 +29,14 @@ What the reads did is counted per range read (:mod:`.figures`).
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import time
 import warnings
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lading.errors import RemoteChangedError
+from lading.errors import OutOfSpaceError, RemoteChangedError
 from lading.remote import fetch
 from lading.remote.cache.claims import Claimed, Claims, Part, cut_up
 from lading.remote.cache.damaged import DamagedCacheWarning
@@ -287,7 +288,9 @@ class NodeCache:
                 continue
             checks.append((key, etag))
         passed = self.fetcher.confirm(checks)
-        self.ledger.confirmed([(self.obj(key), sent) for key, sent in passed.items()])
+        # (a ledger that cannot be written, a full disk: they stay unconfirmed, checked again)
+        with contextlib.suppress(sqlite3.Error, OutOfSpaceError):
+            self.ledger.confirmed([(self.obj(key), sent) for key, sent in passed.items()])
 
     def _intact(self, obj: int, piece: Piece) -> bool:
         """Whether ``piece``'s bytes match the CRC32 its fill kept: checked at this process's
