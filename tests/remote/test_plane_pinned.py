@@ -26,6 +26,7 @@ from conftest import write
 from lading.errors import RemoteChangedError
 from lading.remote import fetch
 from lading.remote.cache.damaged import DamagedCacheWarning
+from lading.remote.cache.node import node_of, release
 from lading.remote.clients import open_client
 from lading.testing import LocalS3
 
@@ -172,3 +173,25 @@ def test_a_ledger_of_the_format_before_unpinned_marks_is_set_aside(
     finally:
         again.close()
     assert (cache / "ledger.sqlite.damaged").exists()
+
+
+def test_a_passed_check_confirms_only_the_blocks_that_came_before_it(tmp_path: Path) -> None:
+    """The fill of a pinned GET's block (sent at 15) confirms the object's blocks whose bytes
+    came unpinned before then (10), not those that came after (20: the object may have been
+    overwritten between), nor another object's."""
+    node = node_of(tmp_path / "c", 10_000, region_bytes=1000)
+    owner, ledger = node.owner.token, node.ledger
+    with ledger.write() as conn:
+        ledger.insert(conn, [(o, s, s + 100, 0, s, owner, None) for o in (1, 2) for s in (0, 100)])
+        ledger.insert(conn, [(1, 200, 300, 0, 200, owner, None)])
+    ledger.fill(
+        [(o, s, 0, s, b"x" * 100, t) for o in (1, 2) for s, t in ((0, 10.0), (100, 20.0))],
+        owner,
+        node.data.write,
+    )
+    ledger.fill([(1, 200, 0, 200, b"y" * 100, None)], owner, node.data.write, [(1, 15.0)])
+    with ledger.read() as conn:
+        found = ledger.overlapping(conn, [(1, 0, 300), (2, 0, 200)])
+    assert [(p.start, p.unpinned) for p in found[0]] == [(0, None), (100, 20.0), (200, None)]
+    assert [(p.start, p.unpinned) for p in found[1]] == [(0, 10.0), (100, 20.0)]
+    release(node)
