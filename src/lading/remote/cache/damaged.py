@@ -82,6 +82,11 @@ def check_contents(conn: sqlite3.Connection, path: Path) -> None:
         conn.execute(sql).fetchall()
 
 
+class OtherFormatError(sqlite3.DatabaseError):
+    """A sound ledger of another lading's format: set aside as a damaged one is, but said
+    as what it is (an upgrade, not damage)."""
+
+
 def set_aside(path: Path, error: BaseException, probe: Callable[[Path], None]) -> Path:
     """Move the damaged ledger ``path`` (and its WAL files) to ``<path>.damaged`` and warn.
 
@@ -102,8 +107,9 @@ def set_aside(path: Path, error: BaseException, probe: Callable[[Path], None]) -
                 os.replace(source, aside.with_name(aside.name + suffix))
         with contextlib.suppress(FileNotFoundError):  # its places went with it (and a copy
             path.with_name(DATA_FILE).unlink()  # of a cap's bytes would double the folder)
+    what = "was written by another lading" if isinstance(error, OtherFormatError) else "is damaged"
     warnings.warn(
-        f"{path}: the node cache's ledger is damaged ({str(error)[:120]}); it was moved to "
+        f"{path}: the node cache's ledger {what} ({str(error)[:120]}); it was moved to "
         f"{aside} (delete it at will) and this node's cache starts empty: every block is "
         "fetched again from the store",
         DamagedCacheWarning,

@@ -343,4 +343,5 @@ def _probe(path: Path) -> None:
         if "settings" in tables:
             found: Any = conn.execute("SELECT value FROM settings WHERE name = 'format'").fetchone()
             if found is None or found[0] != FORMAT:
-                raise sqlite3.DatabaseError(f"a ledger of another format ({found})")
+                was = "none" if found is None else found[0]
+                raise damaged.OtherFormatError(f"a ledger of another format ({was}, not {FORMAT})")
