@@ -141,8 +141,10 @@ class ObstoreClient:
     async def get_ranges(
         self, key: str, ranges: list[tuple[int, int]], etag: str | None = None
     ) -> list[bytes]:
-        """Bytes of each ``(start, end)`` of ``key``, one GET a range (never merged:
-        ``coalesce=0``), run side by side in Rust for one ``await``. ``get_ranges`` cannot send
+        """Bytes of each ``(start, end)`` of ``key``, one GET a range but where ranges touch
+        or overlap (obstore sends those as one request even at ``coalesce=0``: no byte between
+        ranges is ever fetched; :func:`lading.remote.fetch.requests_sent` counts them), run
+        side by side in Rust for one ``await``. ``get_ranges`` cannot send
         ``If-Match``, so with ``etag`` the first range goes as its own pinned GET beside the
         others: every call checks the object's version once."""
         import obstore

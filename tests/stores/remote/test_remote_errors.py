@@ -294,3 +294,32 @@ def test_no_credentials_through_fsspec_is_said(
         client.get("meta.json")
     message = _one_line(caught.value)
     assert "no credentials found" in message and "AWS_ACCESS_KEY_ID" in message, message
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_the_fetcher_counts_the_requests_it_sends(
+    store_url: str, faults: LocalS3, pinned: bool
+) -> None:
+    """Ranges that touch go out as one request (obstore's ``get_ranges`` merges them even at
+    ``coalesce=0``): the fetcher counted one GET a range (7 counted, 1 sent), so every
+    ``gets`` figure read high where the planner had cut a run at block limits. Pinned, the
+    first range (of the first call to an object) goes alone with its ``If-Match``."""
+    import functools
+
+    from lading.remote.fetch import Fetcher
+
+    fetcher = Fetcher(functools.partial(open_client, store_url, "obstore"), timeout=HEALTHY_S)
+    try:
+        info = fetcher.list()
+        key = next(k for k in info if k.endswith("text.bin"))
+        etag = info[key].etag if pinned else None
+        ranges = [(0, 3), (3, 7), (7, 12), (40, 44), (44, 50)]
+        whole = open_client(store_url).get(key)  # (not by the fetcher: its first call pins)
+        faults.reset()
+        sent = fetcher.gets
+        got = fetcher.read([(key, a, b, etag) for a, b in ranges])
+        assert got == [whole[a:b] for a, b in ranges]
+        want = 3 if pinned else 2  # pinned: (0, 3) alone, then (3, 12) and (40, 50)
+        assert fetcher.gets - sent == faults.stats()["gets"] == want
+    finally:
+        fetcher.close()
