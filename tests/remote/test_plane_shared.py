@@ -424,3 +424,27 @@ def test_a_late_fill_after_a_cut_never_lands_on_another_block(
     store._columns.cache.drain()
     assert store.get_many(["d150", "d10"]) == [texts["d150"], texts["d10"]]
     store.close()
+
+
+def test_a_forked_child_does_not_tell_the_node_its_parents_gets(
+    bucket: str, tmp_path: Path
+) -> None:
+    """A forked child (a DataLoader worker under fork) starts its figures at zero: its fetcher
+    kept the parent's counts while its view's reports began again, so the child told the
+    node every GET its parent had sent, and the node's ``gets`` counted them twice."""
+    source = write(tmp_path / "docs.tsv", "".join(f"d{i}\tdocument {i}\n" for i in range(300)))
+    url = f"s3://{bucket}/docs"
+    lading.build_store(source, url, cache=str(tmp_path / "up"), progress=False)
+    store = lading.open_store(url, cache=tmp_path / "node", cache_bytes="1M")
+    try:
+        assert list(store.get_many(["d1", "d299"])) == ["document 1", "document 299"]
+        mine = store.cache_stats()["gets"]  # (and the node told, forced)
+        pid = os.fork()
+        if pid == 0:
+            code = 0 if store.cache_stats()["gets"] == 0 else 3  # tells the node, forced
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0  # the child's own figures: zero
+        assert store.cache_stats()["node"]["gets"] == mine > 0
+    finally:
+        store.close()

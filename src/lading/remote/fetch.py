@@ -533,7 +533,9 @@ class Fetcher:
 
     def forked(self) -> None:
         """In a forked child: the parent's client, GETs and slots are not this process's;
-        a client is made again on first use."""
+        a client is made again on first use, and the counts start at zero (the parent tells
+        the node its own: kept here, the child told them again)."""
+        self.gets = self.bytes_fetched = self.retried = 0
         self._lock = threading.Lock()
         self._client, self._slots, self._unsettled, self._checked = None, None, set(), {}
         self._runs = set()
