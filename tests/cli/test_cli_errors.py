@@ -594,3 +594,28 @@ def test_a_field_flag_the_source_would_ignore_is_refused(
     code, line = run(["build", str(files / source), str(files / "s"), *flags], capsys)
     assert code == 2 and line.startswith("lading build: ") and says in line, line
     assert str(files / source) in line and not (files / "s").exists(), line
+
+
+SAID_ON_STDERR = """
+import resource, sys, warnings
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # a loop dies, not the machine
+from lading.cli.stores import said_on_stderr
+from lading.errors import IncompleteBuildWarning
+with said_on_stderr("lading merge", IncompleteBuildWarning):
+    warnings.warn("ours", IncompleteBuildWarning)
+    warnings.warn("a ledger set aside", UserWarning)
+print("returned")
+"""
+
+
+def test_a_merge_that_meets_another_warning_shows_it_once_and_returns() -> None:
+    """``lading merge`` printed its own warnings as one line each and showed the others as
+    Python would, but from inside the ``catch_warnings(record=True)`` that collected them:
+    showing one appended it to the list being walked, so any other warning (a node cache's
+    ledger set aside, say) looped for ever, growing to 24 GB until the OOM killer ended it."""
+    done = subprocess.run(
+        [sys.executable, "-c", SAID_ON_STDERR], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "returned", done.stderr[-2000:]
+    assert done.stderr.count("lading merge: warning: ours") == 1, done.stderr
+    assert done.stderr.count("UserWarning: a ledger set aside") == 1, done.stderr

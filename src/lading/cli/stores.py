@@ -189,19 +189,20 @@ def said_on_stderr(command: str, category: type[Warning]) -> Iterator[None]:
     """Print each ``category`` warning of the body on stderr as one line, ``COMMAND: warning:
     ...`` (not Python's ``file:line: Category: ...`` and source line): what a merge that kept
     the current snapshot over a build with shards missing says, for a job's log to show."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", category)
-        try:
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", category)
             yield
-        finally:
-            for said in caught:
-                if issubclass(said.category, category):
-                    print(f"{command}: warning: {said.message}", file=sys.stderr, flush=True)
-                else:  # others as they would have been shown
-                    warnings.showwarning(
-                        said.message, said.category, said.filename, said.lineno, said.file,
-                        said.line,
-                    )  # fmt: skip
+    finally:  # shown once recording ended: inside it, a shown warning is recorded again
+        for said in caught:  # (and this walk never ended: 24 GB, then the OOM killer)
+            if issubclass(said.category, category):
+                print(f"{command}: warning: {said.message}", file=sys.stderr, flush=True)
+            else:  # others as they would have been shown
+                warnings.showwarning(
+                    said.message, said.category, said.filename, said.lineno, said.file,
+                    said.line,
+                )  # fmt: skip
 
 
 def print_skipped(record: dict[str, Any]) -> None:
