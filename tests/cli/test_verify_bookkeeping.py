@@ -65,6 +65,28 @@ def test_intact_stores_and_corpora_still_verify(
         assert "every file matches its checksum" in out
 
 
+def test_a_staged_copy_verifies_without_the_builds_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``lading stage`` copies ``meta.json`` and the files it lists, what a reader opens, and
+    none of a build's records (``snap-*/manifest.json``, ``shard.json``, ``build.json``): an
+    intact staged copy of a store (one process or merged) or a corpus verifies as before (the
+    new checks called every one damaged, exit 1, advising a rebuild that stages the same),
+    while a changed byte of its data is still found."""
+    built = [_one_process_store(tmp_path), _merged_store(tmp_path), *_corpora(tmp_path)]
+    for store in built:
+        staged = tmp_path / f"{store.name}-staged"
+        assert main(["stage", str(store), str(staged), "--quiet"]) == 0
+        code, out, err = _verify(staged, capsys)
+        assert (code, err) == (0, ""), (staged, err)
+        assert "every file matches its checksum" in out
+    meta = json.loads((tmp_path / "s-staged" / "meta.json").read_text())
+    name = next(f for f in meta["files"] if f.endswith(".bin"))
+    data = tmp_path / "s-staged" / name
+    data.write_bytes(b"X" + data.read_bytes()[1:])
+    assert _verify(tmp_path / "s-staged", capsys)[0] == 1
+
+
 def _corpora(tmp_path: Path) -> tuple[Path, Path]:
     from lading.lm import TokenCorpus
 

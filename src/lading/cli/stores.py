@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.cli.inputs import add_choice, add_raise_or_skip, positive_int, tokenizer
+from lading.disk.atomic import STAGE_MARK
 from lading.errors import IncompleteBuildWarning, OtherFormatError
 
 # lading.sources.FORMATS, spelled out so that building the parser imports nothing heavy (a test
@@ -419,7 +420,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     for problem in problems:
         print(problem, file=sys.stderr)
     if not problems:
-        kept = "" if is_remote(args.store) else ", and the build's records agree with meta.json"
+        local = not is_remote(args.store) and not (Path(args.store) / STAGE_MARK).is_file()
+        kept = ", and the build's records agree with meta.json" if local else ""  # (a copy: none)
         print(f"{args.store}: opens, every file matches its checksum{kept}")
     return 1 if problems else 0
 

@@ -17,7 +17,8 @@ readers open later, which a damaged copy would fail only then:
 :func:`verify_bookkeeping` checks that each of these is there where a build always writes it,
 parses, and agrees with ``meta.json``; a record that only some builds write (a one-process
 build's ``shard.json`` in older stores) is checked where it exists. Version 1 directories
-keep none of them.
+keep none of them, nor does a copy made by ``lading stage`` (it copies what a reader opens:
+``meta.json`` and the files it lists).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lading.disk.atomic import STAGE_MARK
 from lading.disk.formats import DiskFormat, disk_format
 from lading.disk.names import inside
 from lading.disk.snapshot import BUILD_MARK, BUILD_PREFIX, MANIFEST, META_FILE, SNAP_PREFIX
@@ -49,6 +51,8 @@ def verify_bookkeeping(root: Path, meta: dict[str, Any], fmt_name: str) -> list[
     fmt = disk_format(fmt_name)
     if not str(meta.get("snapshot", "")).startswith(SNAP_PREFIX):
         return []  # version 1: one flat folder, none of these
+    if (root / STAGE_MARK).is_file():  # a staged copy: meta.json and the files it lists,
+        return []  # what a reader opens; no build wrote (or will read) records there
     return [
         *_snapshot_manifest(root, meta, fmt),
         *_shard_records(root, meta, fmt_name, fmt),
