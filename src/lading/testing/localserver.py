@@ -422,10 +422,6 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_serve(port, args.latency, args.jitter, ready))
 
 
-if __name__ == "__main__":
-    main()
-
-
 def _upstream(upstream: str, request: Any, query: bool = True) -> Any:
     """The URL of ``request``'s object at ``upstream``, its path as the client escaped it: the
     decoded path would turn a key's ``#`` into a fragment and its ``?`` into a query."""
@@ -433,3 +429,7 @@ def _upstream(upstream: str, request: Any, query: bool = True) -> Any:
 
     path = request.raw_path if query else request.raw_path.split("?", 1)[0]
     return URL(f"{upstream}{path}", encoded=True)
+
+
+if __name__ == "__main__":
+    main()
