@@ -49,6 +49,12 @@ class FsspecClient:
     def __repr__(self) -> str:
         return f"FsspecClient({self.url!r}, endpoint={self.endpoint!r})"  # never the options
 
+    @property
+    def pins(self) -> bool:
+        """Whether a read with an ETag sends it (``If-Match``): s3fs only. Elsewhere (gcsfs,
+        adlfs, ...) the read is unpinned, and the node cache keeps its bytes unconfirmed."""
+        return hasattr(self.fs, "_call_s3")
+
     async def _on_fs(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """``fs.<method>(*args, **kwargs)`` from the caller's loop: the async one on fsspec's
         loop, or the sync one in the loop's thread pool."""
@@ -156,7 +162,7 @@ class FsspecClient:
     async def get_range(self, key: str, start: int, end: int, etag: str | None = None) -> bytes:
         path = self._path(key)
         with self._errors(key, pinned=etag is not None):
-            if etag is not None and hasattr(self.fs, "_call_s3"):  # s3fs: the pin is sent
+            if etag is not None and self.pins:  # s3fs: the pin is sent
                 pinned = asyncio.run_coroutine_threadsafe(
                     self._pinned_s3(key, start, end, etag), self.fs.loop
                 )

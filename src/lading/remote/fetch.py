@@ -558,9 +558,11 @@ def _ended(fetcher: Fetcher, cancel: Cancel | None) -> bool:
 
 def pinned_ranges(client: ObjectClient, ranges: int, etag: str | None) -> int:
     """How many of a call's ``ranges`` (its first ones) :func:`get_ranges` sends with
-    ``If-Match``: none without an etag, the first with a client's ``get_ranges`` (which
-    cannot send it: the first goes as its own pinned GET), else every one."""
-    if etag is None:
+    ``If-Match``: none without an etag or with a client that cannot send it (``pins``
+    false: fsspec but for s3fs), the first with a client's ``get_ranges`` (which cannot send
+    it: the first goes as its own pinned GET), else every one. What this counts as pinned
+    confirms the node cache's blocks of the object: it must never count an unpinned read."""
+    if etag is None or not getattr(client, "pins", True):
         return 0
     return 1 if getattr(client, "get_ranges", None) is not None else ranges
 

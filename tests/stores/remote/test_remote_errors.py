@@ -323,3 +323,20 @@ def test_the_fetcher_counts_the_requests_it_sends(
         assert fetcher.gets - sent == faults.stats()["gets"] == want
     finally:
         fetcher.close()
+
+
+def test_only_a_client_that_sends_if_match_counts_its_reads_as_pinned(store_url: str) -> None:
+    """A read counted as pinned confirms the node cache's unpinned blocks of its object; fsspec
+    sends ``If-Match`` through s3fs only, so a gcsfs or memory filesystem's reads (sent without
+    it) must count as unpinned, never as a check that passed."""
+    import fsspec
+
+    from lading.remote.client_fsspec import FsspecClient
+    from lading.remote.fetch import pinned_ranges
+
+    fsspec.filesystem("memory").pipe("/pins/x", b"hello")
+    assert pinned_ranges(FsspecClient("memory://pins"), 3, "an-etag") == 0
+    pytest.importorskip("s3fs")
+    s3fs_client = open_client(store_url, "fsspec")
+    assert pinned_ranges(s3fs_client, 3, "an-etag") == 3  # each range its own pinned GET
+    assert pinned_ranges(open_client(store_url, "obstore"), 3, "an-etag") == 1
