@@ -378,11 +378,14 @@ class Fetcher:
         with ``If-Match``, always (a call :meth:`_launch` would leave unpinned), under the
         deadline; when each check that passed was sent (:meth:`passed` is updated too).
 
+        A client that cannot send ``If-Match`` (``pins`` false: fsspec but for s3fs) checks
+        nothing: none passed, and its blocks are served as every read of it is, unpinned.
+
         Raises:
             RemoteChangedError: an object was deleted or replaced (it joins :meth:`changed`).
             RemoteReadError: a check failed for good.
         """
-        if not checks:
+        if not checks or not getattr(self.client, "pins", True):
             return {}
 
         async def check(key: str, etag: str, cancel: Cancel | None) -> tuple[str, float]:

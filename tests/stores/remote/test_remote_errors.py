@@ -340,3 +340,23 @@ def test_only_a_client_that_sends_if_match_counts_its_reads_as_pinned(store_url:
     s3fs_client = open_client(store_url, "fsspec")
     assert pinned_ranges(s3fs_client, 3, "an-etag") == 3  # each range its own pinned GET
     assert pinned_ranges(open_client(store_url, "obstore"), 3, "an-etag") == 1
+
+
+def test_a_client_that_cannot_send_if_match_is_not_asked_to_check() -> None:
+    """``Fetcher.confirm`` of an object through a client that cannot send ``If-Match``
+    (fsspec but for s3fs) checks nothing and says nothing passed: its reads are all unpinned,
+    and asking one to pin failed an assertion on every read of an unconfirmed block."""
+    import functools
+
+    import fsspec
+
+    from lading.remote.client_fsspec import FsspecClient
+    from lading.remote.fetch import Fetcher
+
+    fsspec.filesystem("memory").pipe("/nopin/x", b"hello")
+    fetcher = Fetcher(functools.partial(FsspecClient, "memory://nopin"), timeout=HEALTHY_S)
+    try:
+        assert fetcher.confirm([("x", "an-etag")]) == {}
+        assert fetcher.gets == 0 and fetcher.passed("x") is None
+    finally:
+        fetcher.close()
