@@ -555,6 +555,32 @@ def test_columns_whose_names_hold_a_dot_read_from_a_bucket(s3: LocalS3, tmp_path
         same(list(PartitionedParquet(url, 32, cache=cold(tmp_path), **kw)), want)
 
 
+def test_a_column_named_like_a_struct_fields_path_reads_from_a_bucket(
+    s3: LocalS3, tmp_path: Path
+) -> None:
+    """Top-level ``meta.x`` beside struct ``meta{x}``: pyarrow reads a name by its dotted path,
+    so ``columns=["meta.x"]`` decodes the struct's leaf as well; its bytes are fetched too,
+    and the bucket gives what the local files give (not "not fetched: the object is damaged")."""
+    import numpy as np
+
+    folder = tmp_path / "shadow"
+    folder.mkdir()
+    n = 120
+    table = pa.table(
+        {
+            "sid": pa.array(np.arange(n), pa.int64()),
+            "meta.x": pa.array(np.arange(n) * 3, pa.int64()),
+            "meta": pa.array([{"x": i * 5} for i in range(n)]),
+        }
+    )
+    pq.write_table(table, folder / "a.parquet", row_group_size=40)
+    kw: dict[str, Any] = {"seed": 3, "columns": ["sid", "meta.x"]}
+    want = list(PartitionedParquet(folder, 16, **kw))
+    assert [int(v) for v in want[0]["meta.x"]] == [3 * int(s) for s in want[0]["sid"]]
+    url = upload(s3, folder, "parquet-shadow", "p")
+    same(list(PartitionedParquet(url, 16, cache=cold(tmp_path), **kw)), want)
+
+
 def test_a_folder_named_like_a_parquet_object_is_read_as_a_folder(
     s3: LocalS3, tmp_path: Path
 ) -> None:

@@ -82,7 +82,7 @@ class RemoteParquet:
         self._planners: dict[str, Planner] = {}
         self._meta: dict[str, Any] = {}
         self._spans: dict[tuple[str, int, tuple[str, ...]], list[tuple[int, int]]] = {}
-        self._leaf_fields: dict[str, list[str]] = {}
+        self._leaf_fields: dict[str, list[tuple[str, str]]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         keep = ("files", "settings", "urls", "_index", "columns", "footer_bytes")
@@ -154,10 +154,12 @@ class RemoteParquet:
             self._meta[url] = pq.read_metadata(pa.BufferReader(footer))
         return self._meta[url]
 
-    def _fields(self, url: str) -> list[str]:
-        """The top-level field of each leaf column of object ``url``."""
+    def _fields(self, url: str) -> list[tuple[str, str]]:
+        """The top-level field and the dotted path of each leaf column of object ``url``."""
         if url not in self._leaf_fields:
-            self._leaf_fields[url] = leaf_fields(self.metadata(url).schema)
+            schema = self.metadata(url).schema
+            paths = [schema.column(j).path for j in range(len(schema))]
+            self._leaf_fields[url] = list(zip(leaf_fields(schema), paths))
         return self._leaf_fields[url]
 
     # -- byte ranges -------------------------------------------------------------------------
@@ -383,11 +385,17 @@ def warn_if_too_small(source: RemoteParquet) -> None:
     )
 
 
-def _leaves(fields: Sequence[str], columns: Sequence[str]) -> list[int]:
-    """Indices of the leaf columns (parquet's column chunks) under the top-level ``columns``,
-    given each leaf's top-level field (:func:`~lading.tabular.read.leaf_fields`)."""
+def _leaves(fields: Sequence[tuple[str, str]], columns: Sequence[str]) -> list[int]:
+    """Indices of the leaf columns (parquet's column chunks) that decoding ``columns`` reads,
+    given each leaf's top-level field (:func:`~lading.tabular.read.leaf_fields`) and dotted
+    path: those under a wanted field, and those pyarrow takes a wanted name to mean by path
+    (``meta.x`` names top-level ``meta.x`` and struct ``meta``'s ``x`` alike: it reads both)."""
     wanted = set(columns)
-    return [j for j, field in enumerate(fields) if field in wanted]
+    return [
+        j
+        for j, (field, path) in enumerate(fields)
+        if field in wanted or any(path == c or path.startswith(f"{c}.") for c in wanted)
+    ]
 
 
 _STORE_FIX = ": reopen the store, or rebuild it"  # lading.disk.remote.changed()'s words
