@@ -69,6 +69,7 @@ SEQUENCES = {
     "streams": Streams(7),
     "windows": Windows(16),
     "windows-boundaries": Windows(16, boundaries=True),
+    "windows-stored": Windows(16, shuffle_documents=False),  # runs across parts' ends
     "packed": Packed(24),
     "packed-boundaries": Packed(seq_len=24, boundaries=True),
 }

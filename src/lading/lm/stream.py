@@ -16,6 +16,7 @@ asks, without reading).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any
 
 import numpy as np
@@ -87,10 +88,22 @@ class EpochStream:
 
     def _read_forward(self, start: int, out: npt.NDArray[np.int64]) -> None:
         tokens = self.tokens
-        span = tokens.span if isinstance(tokens, PartTokens) else None  # a merged corpus
+        pieces = self._pieces_of(start % self.total, len(out))
         filled = 0
-        for a, b in self._pieces_of(start % self.total, len(out)):
-            out[filled : filled + b - a] = tokens[a:b] if span is None else span(a, b)
+        if not isinstance(tokens, PartTokens):
+            for a, b in pieces:
+                out[filled : filled + b - a] = tokens[a:b]
+                filled += b - a
+            return
+        # a merged corpus: each piece's part found here, not by a call a piece (PartTokens.span
+        # cost ~0.9x the one-file read); a run across parts' ends is read by span
+        parts, starts, ends = tokens.parts, tokens._starts, tokens._ends
+        for a, b in pieces:
+            k = bisect_right(starts, a) - 1
+            base = starts[k]
+            out[filled : filled + b - a] = (
+                parts[k][a - base : b - base] if b <= ends[k] else tokens.span(a, b)
+            )
             filled += b - a
 
     def _pieces_of(self, pos: int, n: int) -> list[tuple[int, int]]:
