@@ -199,3 +199,29 @@ def test_a_file_with_old_mac_line_ends_is_refused_not_read_as_one_line(tmp_path:
     # a stray CR inside a text of a file of LF lines is text, as it always was
     queries.write_bytes(b"q1\thello\rworld\nq2\tsecond\n")
     assert read_queries(queries) == {"q1": "hello\rworld", "q2": "second"}
+
+
+def test_a_smart_qrels_file_is_refused_not_read_as_judgements_of_document_0(
+    tmp_path: Path,
+) -> None:
+    """CACM's ``qrels.text`` is ``<qid> <docid> 0 0`` (SMART), four fields like TREC's
+    ``<qid> <iteration> <docid> <rel>``: read as TREC, each query judged document "0"
+    with relevance 0, and its other lines, the same (query, "0", 0) again, were taken as
+    exact repeats: 796 judgements became 52 of a document "0", nothing said. A line whose
+    (query, document, relevance) repeats an earlier one's under another iteration is
+    refused naming both lines and the layout TREC expects."""
+    smart = write(tmp_path / "qrels.text", "01 1410  0 0\n01 1572  0 0\n02 2434  0 0\n")
+    with pytest.raises(
+        SourceError, match=r"line 2 of .*qrels\.text: .*'01'.*'0'.*'1572'.*'1410'.*line 1"
+    ):
+        read_qrels(smart)
+    skipped = read_qrels(smart, on_error="skip")
+    assert skipped.skipped == 1
+    # TREC files repeat lines, and spell iteration 0 as "0" or as a run's "Q0": one judgement
+    same = write(tmp_path / "same.txt", "1 0 d1 1\n1 Q0 d1 1\n1 0 d1 1\n")
+    assert read_qrels(same) == {"1": {"d1": 1}}
+
+
+def test_real_smart_qrels_are_refused(data_dir: Path) -> None:
+    with pytest.raises(SourceError, match=r"line 2 of .*qrels\.text: .*iteration"):
+        read_qrels(data_dir / "ir/raw/cacm/qrels.text")

@@ -139,21 +139,39 @@ class _FirstLines:
     """The number of the first line of ``file`` with each key, for the message of a key found
     twice: the file is read again once, at the first such key, and every key's first line
     kept from then on (keeping them from the start would cost as much as the dict; reading
-    the file again at every repeat made a file of many repeats quadratic)."""
+    the file again at every repeat made a file of many repeats quadratic). ``detail_of``
+    picks what else of that line to keep (:meth:`detail`), such as a qrels line's iteration.
+    """
 
-    def __init__(self, file: Path, key_of: Callable[[str], object]) -> None:
-        self.file, self.key_of = file, key_of
-        self._first: dict[object, int] | None = None
+    def __init__(
+        self,
+        file: Path,
+        key_of: Callable[[str], object],
+        detail_of: Callable[[str], object] | None = None,
+    ) -> None:
+        self.file, self.key_of, self.detail_of = file, key_of, detail_of
+        self._first: dict[object, tuple[int, object]] | None = None
 
-    def __call__(self, key: object) -> int | None:
+    def _found(self, key: object) -> tuple[int, object] | None:
         if self._first is None:
             self._first = {}
             for line in _lines(self.file):
                 try:
-                    self._first.setdefault(self.key_of(line.text), line.number)
+                    key_here = self.key_of(line.text)
+                    detail = self.detail_of(line.text) if self.detail_of else None
                 except ValueError:
                     continue
+                self._first.setdefault(key_here, (line.number, detail))
         return self._first.get(key)
+
+    def __call__(self, key: object) -> int | None:
+        found = self._found(key)
+        return None if found is None else found[0]
+
+    def detail(self, key: object) -> object:
+        """What ``detail_of`` kept of the first line with ``key`` (None where none is)."""
+        found = self._found(key)
+        return None if found is None else found[1]
 
 
 def _short(text: str, most: int = 60) -> str:
@@ -183,13 +201,17 @@ def read_qrels(path: str | os.PathLike[str], on_error: OnError = "raise") -> Rea
     """Judgements from TREC qrels (``qid 0 docid rel``) or BEIR ``qrels/*.tsv``
     (``query-id<TAB>corpus-id<TAB>score`` with a header line).
 
-    A (query, document) judged twice with the same relevance is one judgement (TREC files
-    carry such repeats); with another relevance it is a :class:`~lading.errors.SourceError`
-    naming both lines (``on_error="skip"``: the later line is skipped and counted)."""
+    A (query, document) judged twice with the same relevance and iteration (the second
+    field; a run's ``Q0`` is iteration ``0``) is one judgement (TREC files carry such
+    repeats); with another relevance, or another iteration, it is a
+    :class:`~lading.errors.SourceError` naming both lines (``on_error="skip"``: the later
+    line is skipped and counted). Another iteration is what a SMART file
+    (``qid docid 0 0``, CACM's ``qrels.text``) looks like read as TREC: every line a
+    judgement of document ``"0"``."""
     file = Path(path)
     policy = _Policy(file, on_error)
     out = ReadQrels()
-    first_line = _FirstLines(file, lambda t: _qrel(t.split())[:2])
+    first_line = _FirstLines(file, lambda t: _qrel(t.split())[:2], _iteration_field)
     opening = True  # the first line that is not blank: a BEIR header may be there
     for line in _lines(file):
         parts = line.text.split()
@@ -202,13 +224,27 @@ def read_qrels(path: str | os.PathLike[str], on_error: OnError = "raise") -> Rea
         except ValueError as e:
             policy.bad(line.number, str(e))
             continue
-        before = out.setdefault(qid, {}).setdefault(docid, value)
+        judged = out.setdefault(qid, {})
+        before = judged.get(docid)
+        if before is None:  # the first judgement of (qid, docid): the common case
+            judged[docid] = value
+            continue
         if before != value:  # an exact repeat is one judgement; another grade is a conflict
-            first = first_line((qid, docid))
             policy.bad(
                 line.number,
                 f"query {qid!r} and document {docid!r} judged again: relevance {value} here, "
-                f"{before} on line {first}; keep one of the two lines",
+                f"{before} on line {first_line((qid, docid))}; keep one of the two lines",
+            )
+            continue
+        was = first_line.detail((qid, docid))
+        if len(parts) == 4 and isinstance(was, str) and _iteration(parts[1]) != _iteration(was):
+            policy.bad(
+                line.number,
+                f"query {qid!r} and document {docid!r} judged again, with iteration "
+                f"{parts[1]!r} here and {was!r} on line {first_line((qid, docid))}: a TREC "
+                'qrels line is "<qid> <iteration> <docid> <rel>"; rewrite a file of '
+                '"<qid> <docid> 0 0" lines (SMART, e.g. CACM\'s qrels.text) as '
+                '"<qid> 0 <docid> 1" lines; of a TREC file, keep one of the two lines',
             )
     out.skipped = policy.skipped
     return out
@@ -226,6 +262,17 @@ def _qrel(parts: list[str]) -> tuple[str, str, int]:
         return qid, docid, int(rel)
     except ValueError:
         raise ValueError(f"relevance {rel!r} is not an integer") from None
+
+
+def _iteration_field(text: str) -> str | None:
+    """The second field of a TREC qrels line (its iteration), None for a BEIR line."""
+    parts = text.split()
+    return parts[1] if len(parts) == 4 else None
+
+
+def _iteration(field: str) -> str:
+    """A TREC iteration as compared: a run's ``Q0`` is iteration ``0``, as some qrels spell it."""
+    return field.removeprefix("Q")
 
 
 def read_run(path: str | os.PathLike[str], on_error: OnError = "raise") -> Run:
