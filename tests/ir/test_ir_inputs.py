@@ -225,3 +225,15 @@ def test_a_smart_qrels_file_is_refused_not_read_as_judgements_of_document_0(
 def test_real_smart_qrels_are_refused(data_dir: Path) -> None:
     with pytest.raises(SourceError, match=r"line 2 of .*qrels\.text: .*iteration"):
         read_qrels(data_dir / "ir/raw/cacm/qrels.text")
+
+
+def test_a_folder_given_for_a_file_is_named_a_folder_not_a_corrupt_stream(tmp_path: Path) -> None:
+    """A BEIR folder passed as the queries (``lading train --queries scifact/``: the option
+    takes folders) was "the compressed stream is corrupt or truncated ([Errno 21] Is a
+    directory ...); re-download or recompress it": a fix that fixes nothing."""
+    beir = tmp_path / "scifact"
+    write(beir / "queries.jsonl", '{"_id": "1", "text": "q"}\n')
+    for read in (read_queries, read_qrels, read_run):
+        with pytest.raises(SourceError, match=r"scifact: a folder, not a file") as raised:
+            read(beir)
+        assert "corrupt" not in str(raised.value)

@@ -331,6 +331,10 @@ def reading(path: Path) -> Iterator[list[int]]:
     except OSError as e:
         if isinstance(e, FileNotFoundError):
             raise
+        if isinstance(e, IsADirectoryError):  # (open() of a folder: no stream to call corrupt)
+            raise SourceError(
+                path, None, "a folder, not a file: pass the file in it to read"
+            ) from None
         raise _corrupt(path, where[0], e) from None
 
 
