@@ -237,3 +237,18 @@ def test_a_folder_given_for_a_file_is_named_a_folder_not_a_corrupt_stream(tmp_pa
         with pytest.raises(SourceError, match=r"scifact: a folder, not a file") as raised:
             read(beir)
         assert "corrupt" not in str(raised.value)
+
+
+def test_a_query_of_no_text_is_refused_naming_the_line(tmp_path: Path) -> None:
+    """``3<TAB>`` (a query cut at its tab) was read as the query ``""``: its groups trained
+    the model on ``[CLS] [SEP] document [SEP]`` as relevant, and a rerank scored documents
+    against nothing, nothing said. Such a line is refused naming file and line, or skipped
+    and counted."""
+    tsv = write(tmp_path / "q.tsv", "1\tfirst\n3\t\n4\t  \n5\tfifth\n")
+    with pytest.raises(SourceError, match=r"line 2 of .*q\.tsv: query '3' has no text"):
+        read_queries(tsv)
+    kept = read_queries(tsv, on_error="skip")
+    assert (dict(kept), kept.skipped) == ({"1": "first", "5": "fifth"}, 2)
+    jsonl = write(tmp_path / "q.jsonl", '{"_id": "1", "text": "a"}\n{"_id": "2", "text": ""}\n')
+    with pytest.raises(SourceError, match=r"line 2 of .*q\.jsonl: query '2' has no text"):
+        read_queries(jsonl)

@@ -103,7 +103,8 @@ def read_queries(path: str | os.PathLike[str], on_error: OnError = "raise") -> R
 
     A query id on two lines with the same text is one query; with another text it is a
     :class:`~lading.errors.SourceError` naming both lines (``on_error="skip"``: the later
-    line is skipped and counted)."""
+    line is skipped and counted). A query whose text is empty or white space is one too
+    (skipped and counted)."""
     out = ReadQueries()
     name = os.fspath(path)
     if name.startswith("irds:"):
@@ -121,6 +122,13 @@ def read_queries(path: str | os.PathLike[str], on_error: OnError = "raise") -> R
             qid, text = parse(line.text)
         except ValueError as e:
             policy.bad(line.number, str(e))
+            continue
+        if not text.strip():  # ("3<TAB>": a line cut at its tab) a model would train on nothing
+            policy.bad(
+                line.number,
+                f"query {qid!r} has no text; give it its text, or pass on_error='skip' to "
+                "leave it out",
+            )
             continue
         before = out.setdefault(qid, text)
         if before != text:  # an exact repeat is one query; another text is a conflict
