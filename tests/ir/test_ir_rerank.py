@@ -147,3 +147,25 @@ def test_a_written_run_keeps_the_order_of_scores_that_differ_past_six_decimals(
     ranked = [d for d, _ in sorted(by_docno_reversed, key=lambda r: -r[1])]  # trec_eval's order
     assert ranked == ["d1", "d2", "d0", "d3"]
     assert dict(read) == scores["q1"]  # the scores as given, not rounded
+
+
+def test_lading_rerank_reads_the_qrels_before_the_reranking(
+    tiny: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --qrels that does not read (CISI's ``1 28 0 0.000000``) was read after the whole
+    run was reranked (hours at MS MARCO depth 100), to fail then; it fails first now."""
+    pytest.importorskip("ir_measures")
+    from lading.cli import main
+
+    folder = tmp_path / "model"
+    tiny["model"].save(folder, {"max_length": 64, "max_query_length": 16})
+    (folder / "tokenizer.json").write_bytes(Path(tiny["tokenizer"]).read_bytes())
+    queries = write(tmp_path / "q.tsv", "q\tw1 w2\n")
+    run = write(tmp_path / "run.trec", "q Q0 d1 1 2.0 bm25\nq Q0 d2 2 1.0 bm25\n")
+    qrels = write(tmp_path / "CISI.REL", "     1     28\t0\t0.000000\r\n")
+    out = tmp_path / "r"
+    code = main(["rerank", "--model", str(folder), "--store", str(tiny["store"].path),
+                 "--queries", str(queries), "--run", str(run), "--out", str(out),
+                 "--qrels", str(qrels)])  # fmt: skip
+    assert code == 2 and "line 1 of" in capsys.readouterr().err
+    assert not out.exists(), "the run was reranked before the qrels were read"

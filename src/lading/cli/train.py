@@ -126,6 +126,7 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
     tokenizer = Path(args.model) / "tokenizer.json"
     store = open_store(args.store)
     run = read_run(args.run)
+    qrels = read_qrels(args.qrels) if args.qrels else None  # before hours of reranking
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always", SkippedRecordsWarning)
@@ -146,8 +147,7 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
     print(f"{args.out}: reranked the top {args.depth} of {len(scores)} queries")
     for warning in said:
         print(str(warning.message))
-    if args.qrels:
-        qrels = read_qrels(args.qrels)
+    if qrels is not None:
         ranked = {q: [d for d in run[q][: args.depth] if d in scores[q]] for q in scores}
         before = evaluate(qrels, ranked, args.measures, args.min_relevance)  # the same documents
         after = evaluate(qrels, scores, args.measures, args.min_relevance)
