@@ -252,3 +252,22 @@ def test_a_query_of_no_text_is_refused_naming_the_line(tmp_path: Path) -> None:
     jsonl = write(tmp_path / "q.jsonl", '{"_id": "1", "text": "a"}\n{"_id": "2", "text": ""}\n')
     with pytest.raises(SourceError, match=r"line 2 of .*q\.jsonl: query '2' has no text"):
         read_queries(jsonl)
+
+
+@pytest.mark.parametrize("kind", ["queries", "qrels", "run"])
+def test_a_line_not_in_utf8_is_skipped_and_counted_under_skip(tmp_path: Path, kind: str) -> None:
+    """A Latin-1 byte in one line raised under ``on_error="skip"`` too (the store build skips
+    and counts such a record), and the error named no fix."""
+    lines = {
+        "queries": (b"1\tcaf\xe9\n", b"2\tbread\n"),
+        "qrels": (b"1 0 d\xe9 1\n", b"2 0 d2 1\n"),
+        "run": (b"1 Q0 d\xe9 1 2.0 t\n", b"2 Q0 d2 1 1.0 t\n"),
+    }[kind]
+    path = write(tmp_path / f"{kind}.txt", b"".join(lines))
+    read = {"queries": read_queries, "qrels": read_qrels, "run": read_run}[kind]
+    kept = read(path, on_error="skip")
+    assert list(kept) == ["2"] and kept.skipped == 1
+    with pytest.raises(SourceError, match=r"line 1 of .*: invalid UTF-8 .*on_error='skip'"):
+        read(path)
+    only = write(tmp_path / "only.txt", lines[0])
+    assert read(only, on_error="skip").skipped == 1

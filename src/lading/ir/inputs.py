@@ -61,17 +61,25 @@ class ReadQrels(dict[str, dict[str, int]]):
 class _Line(NamedTuple):
     number: int
     text: str
+    bad: str = ""  # why the line does not read (its bytes are not UTF-8); then text is ""
 
 
 def _lines(path: Path) -> Iterator[_Line]:
-    """Decoded, non-blank lines without their line ends; BOM dropped; file+line on bad UTF-8."""
+    """Decoded, non-blank lines without their line ends; BOM dropped. A line that is not
+    UTF-8 comes as one with ``bad`` saying so, for ``on_error`` to judge (:meth:`_Policy.lines`)."""
     with reading(path) as where, open_binary(path) as stream:
         for number, _, _, raw in numbered_lines(stream):
             where[0] = number
             try:
                 text = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as e:
-                raise SourceError(path, number, f"invalid UTF-8 at byte {e.start}") from None
+                reason = (
+                    f"invalid UTF-8 at byte {e.start} of the line "
+                    f"({e.object[e.start : e.end]!r}); re-encode the file as UTF-8, or pass "
+                    "on_error='skip' to skip such lines"
+                )
+                yield _Line(number, "", reason)
+                continue
             if number == 1 and "\r" in text and not raw.endswith(b"\n"):  # one line, CRs in
                 raise SourceError(  # it: lines ended by a bare CR (old Mac), read as one
                     path,
@@ -96,6 +104,14 @@ class _Policy:
             raise SourceError(self.path, line, reason)
         self.skipped += 1
 
+    def lines(self) -> Iterator[_Line]:
+        """The file's lines (:func:`_lines`), those that do not read judged as bad."""
+        for line in _lines(self.path):
+            if line.bad:
+                self.bad(line.number, line.bad)
+            else:
+                yield line
+
 
 def read_queries(path: str | os.PathLike[str], on_error: OnError = "raise") -> ReadQueries:
     """Queries from TSV (``qid<TAB>text``), JSONL (``_id``/``qid``/``query_id`` and ``text``/
@@ -117,7 +133,7 @@ def read_queries(path: str | os.PathLike[str], on_error: OnError = "raise") -> R
     policy = _Policy(file, on_error)
     parse = _json_query if ".jsonl" in file.name or ".json" in file.name else _tsv_query
     first_line = _FirstLines(file, lambda t: parse(t)[0])
-    for line in _lines(file):
+    for line in policy.lines():
         try:
             qid, text = parse(line.text)
         except ValueError as e:
@@ -164,6 +180,8 @@ class _FirstLines:
         if self._first is None:
             self._first = {}
             for line in _lines(self.file):
+                if line.bad:
+                    continue
                 try:
                     key_here = self.key_of(line.text)
                     detail = self.detail_of(line.text) if self.detail_of else None
@@ -221,7 +239,7 @@ def read_qrels(path: str | os.PathLike[str], on_error: OnError = "raise") -> Rea
     out = ReadQrels()
     first_line = _FirstLines(file, lambda t: _qrel(t.split())[:2], _iteration_field)
     opening = True  # the first line that is not blank: a BEIR header may be there
-    for line in _lines(file):
+    for line in policy.lines():
         parts = line.text.split()
         if opening and parts[:2] == ["query-id", "corpus-id"]:
             opening = False
@@ -290,9 +308,10 @@ def read_run(path: str | os.PathLike[str], on_error: OnError = "raise") -> Run:
     file = Path(path)
     policy = _Policy(file, on_error)
     run = Run()
-    lines = _lines(file)
+    lines = policy.lines()
     first = next(lines, None)
-    if first is None:
+    if first is None:  # (no line, or, under "skip", none that reads: counted)
+        run.skipped = policy.skipped
         return run
     stripped = first.text.lstrip()
     if stripped.startswith("{"):
