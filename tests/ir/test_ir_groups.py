@@ -160,3 +160,23 @@ def test_memory_is_arrays_not_objects(tmp_path: Path) -> None:
         pytest.skip("real data not found")
     groups = pool_groups(shared_data(), tmp_path / "s")  # type: ignore[arg-type]
     assert groups._cands.dtype == np.int64 and groups._pair_doc.dtype == np.int64
+
+
+def test_nothing_to_train_on_says_why() -> None:
+    """Qrels of query ids "01", "02" over queries "1", "2" (CACM's files), judgements all
+    below min_relevance, and relevant documents all missing from the store each ended in
+    the one message "no query has a relevant document in the store", the counts of the
+    report never shown (its warning came after the raise): the cause was left to guess."""
+    store = lading.InMemoryStore({f"d{i}": f"text {i}" for i in range(5)})
+    queries = {"1": "one", "2": "two"}
+    cases = [
+        ({"01": {"d1": 1}, "02": {"d2": 1}}, 1, r"2 have no text in the queries \(first '01'\)"),
+        ({"1": {"d1": 1}, "2": {"d2": 0}}, 2, r"2 have no judgement at or above min_relevanc"),
+        ({"1": {"x1": 1}}, 1, r"1 has none of its relevant documents in the store \(first '1'"),
+    ]
+    for qrels, min_relevance, why in cases:
+        with pytest.raises(ValueError, match=r"nothing to train on: of \d judged queries, " + why):
+            TrainingGroups(
+                store, queries, qrels, sampling="random", group_size=2,
+                min_relevance=min_relevance, on_missing="skip",
+            )  # fmt: skip

@@ -116,11 +116,13 @@ class TrainingGroups:
         cand_parts: list[npt.NDArray[np.int64]] = []
         no_relevant = no_text = missing_judged = missing_run = none_stored = 0
         first_missing = ("", "")  # (query, document) of the first run document not stored
+        first_left_out: dict[str, str] = {}  # why a query was left out -> the first such query
         tightest = ("", -1)  # the query with the most relevant documents, and their count
         for qid, judged in qrels.items():
             relevant = [d for d, rel in judged.items() if rel >= min_relevance]
             if not relevant:
                 no_relevant += 1
+                first_left_out.setdefault("no relevant", qid)
                 continue
             if qid not in queries:
                 if on_missing == "raise":
@@ -129,6 +131,7 @@ class TrainingGroups:
                         "pass on_missing='skip' to leave such queries out"
                     )
                 no_text += 1
+                first_left_out.setdefault("no text", qid)
                 continue
             judged_ids = list(judged)
             codes = self.store.find_rows(judged_ids)
@@ -145,6 +148,7 @@ class TrainingGroups:
             relevant_codes = codes[(codes >= 0) & is_relevant]
             if len(relevant_codes) == 0:  # (all of them absent: skipped above)
                 none_stored += 1
+                first_left_out.setdefault("none stored", qid)
                 continue
             run_codes, missing = self._run_codes(negatives.get(qid, ()), relevant_codes)
             if missing and not missing_run:
@@ -166,7 +170,8 @@ class TrainingGroups:
                 "to leave them out"
             )
         if not pair_query:
-            raise ValueError("no query has a relevant document in the store: nothing to train on")
+            counts = {"no relevant": no_relevant, "no text": no_text, "none stored": none_stored}
+            raise ValueError(_nothing_to_train(len(qrels), counts, first_left_out, min_relevance))
         self._check_group_size(*tightest)
         self.qids, self.query_texts = qids, texts
         text_ids: dict[str, int] = {}  # equal texts of two query ids are one query in a batch
@@ -325,6 +330,38 @@ class TrainingGroups:
         excluded = np.union1d(relevant, picked) if take else relevant  # sorted, distinct
         rest = _random_excluding(rng, self.doc_count, need - take, excluded)
         return np.concatenate([picked, rest])
+
+
+def _nothing_to_train(
+    judged: int, counts: Mapping[str, int], first: Mapping[str, str], min_relevance: int
+) -> str:
+    """Why no (query, relevant document) pair is left: how many judged queries each cause
+    left out and the first of them (the report's counts, which a raise would never show)."""
+    if not judged:
+        return "nothing to train on: the qrels judge no query; pass the qrels of the queries"
+    said = {
+        "no relevant": ("has no judgement", "have no judgement")[counts["no relevant"] > 1]
+        + f" at or above min_relevance={min_relevance}",
+        "no text": ("has", "have")[counts["no text"] > 1] + " no text in the queries",
+        "none stored": ("has none of its", "have none of their")[counts["none stored"] > 1]
+        + " relevant documents in the store",
+    }
+    causes = [
+        f"{counts[why]} {words} (first {first[why]!r})"
+        for why, words in said.items()
+        if counts[why]
+    ]
+    fixes = []
+    if counts["no relevant"]:
+        fixes.append("lower min_relevance to a grade the qrels give")
+    if counts["no text"] or counts["none stored"]:
+        fixes.append(
+            "pass the queries, qrels and store of one collection, their ids spelled alike "
+            "('01' is not '1')"
+        )
+    return f"nothing to train on: of {judged} judged queries, {'; '.join(causes)}: " + (
+        ", or ".join(fixes)
+    )
 
 
 def _random_excluding(
