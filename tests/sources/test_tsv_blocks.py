@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lading.sources.tsv_blocks
-from lading.errors import SourceError
+from lading.errors import SkippedRecordsWarning, SourceError
 from lading.sources import ParseOptions, SourceReader
 from lading.sources.tsv_blocks import Column, TsvBlock, int_values
 from lading.stores.index import canonical_int
@@ -28,6 +28,7 @@ PIECES = [
     b"\xff",
     b"\xc3\xa9",
     b"text",
+    b"id",
     b"\xef\xbb\xbf",
     b"\x0b",
     b"x" * 40,
@@ -235,3 +236,32 @@ def test_closing_the_blocks_while_the_reader_waits_to_say_it_is_done_returns(
         assert not closer.is_alive()
     finally:
         lading.sources.tsv_blocks.BLOCK_BYTES = old
+
+
+@pytest.mark.parametrize("columns", [("id", "text"), ("id", "url", "title", "text")])
+def test_a_header_line_is_refused_not_stored_as_a_document(
+    tmp_path: Path, columns: tuple[str, ...]
+) -> None:
+    """pandas' ``to_csv(sep="\\t")`` writes the column names first: ``id<TAB>text`` was
+    stored as a document of id "id" and text "text", nothing said (and MS MARCO's integer
+    ids, one id now a word, got the string-id index). A line of the column names is refused
+    naming it, or skipped and counted, on either path; so is one inside the file (two such
+    exports joined with ``cat``)."""
+    import lading
+
+    header = "\t".join(columns)
+    rows = ["\t".join(str(i) if c == "id" else f"{c} {i}" for c in columns) for i in range(500)]
+    path = tmp_path / "c.tsv"
+    path.write_text("\n".join([header, *rows[:250], header, *rows[250:]]) + "\n")
+    for bulk in (True, False):
+        refused = outcome(path, "raise", bulk, columns)
+        assert refused[0] == "error" and "line 1 of" in str(refused[1]), refused
+        assert "header" in str(refused[1])
+        kept = outcome(path, "skip", bulk, columns)
+        assert kept[0] == "ok" and kept[2] == 2, kept[2:]
+        assert [row[0] for row in kept[1]] == [str(i) for i in range(500)]  # type: ignore[index]
+    with pytest.warns(SkippedRecordsWarning, match="skipped 2 malformed record"):
+        store = lading.build_store(
+            path, tmp_path / "s", parse=ParseOptions(columns=columns), on_error="skip"
+        )
+    assert "id" not in store and store._maps().index.kind == "dense"

@@ -221,6 +221,7 @@ def make_tsv_parser(options: ParseOptions) -> Parser:
     need = max(id_pos, text_pos) + 1
     expected = "<" + ">\\t<".join(columns) + ">"
     simple = columns == ("id", "text")
+    header = list(columns)
 
     def parse_tsv(raw: bytes) -> Record:
         line = _decode(_strip_line_end(raw))
@@ -229,16 +230,29 @@ def make_tsv_parser(options: ParseOptions) -> Parser:
             if not sep:
                 raise RecordError(f'expected "{expected}", found no tab')
             if "\t" not in rest:
+                if rest == "text" and doc_id == "id":
+                    raise _header_line(columns)
                 return Record(check_id(doc_id), rest, {})
         parts = line.split("\t")
         if len(parts) < need:
             raise RecordError(f'expected "{expected}", found {len(parts)} column(s)')
         if len(parts) > len(columns):
             raise RecordError(_too_many_columns(expected, columns, parts))
+        if parts == header:
+            raise _header_line(columns)
         extra = {columns[i]: v for i, v in enumerate(parts) if i not in (id_pos, text_pos)}
         return Record(check_id(parts[id_pos]), parts[text_pos], extra)
 
     return parse_tsv
+
+
+def _header_line(columns: Sequence[str]) -> RecordError:
+    """The error for a line that is the column names (pandas' ``to_csv(sep="\\t")`` writes
+    them first): stored, it would be a document of id "id" and text "text"."""
+    return RecordError(
+        f"a header line (the column names {', '.join(columns)}), not a document; remove it "
+        "(tail -n +2 FILE > BODY for a first line), or pass on_error='skip' to skip it"
+    )
 
 
 def _too_many_columns(expected: str, columns: Sequence[str], parts: list[str]) -> str:

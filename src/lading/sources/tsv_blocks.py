@@ -169,10 +169,32 @@ def scan_block(block: RawBlock, columns: Sequence[str] = ("id", "text")) -> TsvB
     edges = np.concatenate([arr[id_start], arr[id_end - 1]])
     if np.any((edges <= 32) | (edges >= 127)):
         return None  # an id edge the per-line parser must judge (whitespace, control, non-ASCII)
+    if _names_line(arr, cut, columns):
+        return None  # a header line: the per-line parser refuses it
     cols = {name: _cut(arr, a, b) for name, (a, b) in zip(columns, cut)}
     texts, ids = cols.pop("text"), cols.pop("id")
     end = block.start + len(block.data)
     return TsvBlock(ids, texts, cols, number + block.line, end, newlines)
+
+
+def _names_line(
+    arr: npt.NDArray[np.uint8],
+    cut: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
+    columns: Sequence[str],
+) -> bool:
+    """Whether a line's columns are the column names themselves (a header, as pandas'
+    ``to_csv(sep="\\t")`` writes first). Vectorised over the rows, a byte of a name at a time:
+    a few passes over the lines of the right lengths, none over the block's bytes."""
+    maybe = np.ones(len(cut[0][0]), dtype=bool)
+    for name, (start, end) in zip(columns, cut):
+        maybe &= end - start == len(name)
+    rows = np.flatnonzero(maybe)
+    for name, (start, _) in zip(columns, cut):
+        for k, byte in enumerate(name.encode()):
+            if not len(rows):
+                return False
+            rows = rows[arr[start[rows] + k] == byte]
+    return len(rows) > 0
 
 
 def _cut(
