@@ -116,3 +116,25 @@ def test_queries_are_cut_to_max_query_length(setup: dict[str, Any]) -> None:
     sep = collate.sep_id
     first_sep = int(np.flatnonzero(batch["input_ids"][0].numpy() == sep)[0])
     assert first_sep == 1 + 5
+
+
+def test_tokens_cut_shorter_than_the_rows_are_refused(tmp_path: Path) -> None:
+    """A store built with ``max_length=16`` tokens a document, collated at 64, gave rows of
+    21 tokens where the text path (and the HF tokenizer) gives 64: every document silently
+    cut to the store's 16 tokens (``lading build --max-length 128`` then ``lading train
+    --max-length 512`` trained on a quarter of each passage). Refused, naming both lengths;
+    tokens long enough for the rows are used as before."""
+    texts = [" ".join(f"w{(i * 7 + j) % 40}" for j in range(60)) for i in range(10)]
+    source = tmp_path / "c.tsv"
+    source.write_text("".join(f"d{i}\t{t}\n" for i, t in enumerate(texts)))
+    tok = bert_tokenizer(texts, tmp_path / "tok.json")
+    short = lading.build_store(source, tmp_path / "s", tokenizer=tok, max_length=16)
+    items = [{"query": "w1 w2", "doc_ids": ["d1"], "doc_codes": short.rows(["d1"])}]
+    text_rows = CrossEncoderCollator(short, tok, 64, 16, use_tokens=False)(items)
+    assert int(text_rows["attention_mask"].sum()) == 64
+    with pytest.raises(ValueError, match=r"16 tokens a document.*max_length=64"):
+        CrossEncoderCollator(short, tok, 64, 16)
+    with pytest.raises(ValueError, match=r"16 tokens a document"):
+        CrossEncoderCollator(short, tok, 64, 16, use_tokens=True)
+    fits = CrossEncoderCollator(short, tok, max_length=19, max_query_length=8)(items)
+    assert int(fits["attention_mask"].sum()) == 19  # [CLS] 2 [SEP] 16 would fit 21: cut at 19

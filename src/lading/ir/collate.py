@@ -52,8 +52,10 @@ class CrossEncoderCollator:
             lengths) or ``"rows"`` (query ids + document rows; needs a tokenized store).
 
     Raises:
-        ValueError: the store was tokenized with a different tokenizer than ``tokenizer``;
-            an unknown ``emit``, or ``"rows"`` without tokens.
+        ValueError: the store was tokenized with a different tokenizer than ``tokenizer``,
+            or keeps fewer tokens a document than rows of ``max_length`` hold (documents
+            would be cut shorter than the text path cuts them); an unknown ``emit``, or
+            ``"rows"`` without tokens.
     """
 
     def __init__(
@@ -93,6 +95,15 @@ class CrossEncoderCollator:
             raise ValueError(
                 f"max_length {max_length} leaves no room for a document after a "
                 f"query of up to {max_query_length} tokens"
+            )
+        kept = (store.token_info or {}).get("max_length") if self.use_tokens else None
+        if isinstance(kept, int) and kept < max_length - 3:  # a row: [CLS] q [SEP] d [SEP]
+            raise ValueError(
+                f"{store!r} keeps {kept} tokens a document (built with max_length={kept}), "
+                f"fewer than rows of max_length={max_length} hold (up to {max_length - 3}): "
+                "every document would be cut shorter than its text gives; rebuild the store "
+                f"with max_length={max_length} or more, pass max_length={kept + 3} or less, "
+                "or use_tokens=False to tokenize the text"
             )
         self.store, self.tokenizer = store, tok
         self.max_length, self.max_query_length = max_length, max_query_length
