@@ -295,3 +295,26 @@ def test_triples_of_many_negatives_a_query_read_in_linear_time(tmp_path: Path) -
 
     assert read_run(one)["1"] == [str(i) for i in range(n)]
     assert seconds(one) < 5 * seconds(many) + 0.05
+
+
+def test_an_msmarco_run_is_read_as_a_ranking_not_as_triples(tmp_path: Path) -> None:
+    """Pyserini's ``--output-format msmarco`` run (``qid<TAB>pid<TAB>rank``, MS MARCO's own
+    dev runs) has three tab-separated fields, as id triples do: it was read as triples, each
+    query's negatives the ranks "1", "2", "3" (in MS MARCO, passages 1, 2 and 3, for every
+    query) and its ranked passages taken as positives, nothing said. Such a file is read as
+    the ranking it is, by rank; a document ranked twice is refused naming both lines."""
+    text = "1048585\t7187158\t1\n1048585\t7187157\t2\n1048585\t7187163\t3\n2\t8\t1\n2\t9\t2\n"
+    run = read_run(write(tmp_path / "run.dev.tsv", text))
+    assert run == {"1048585": ["7187158", "7187157", "7187163"], "2": ["8", "9"]}
+    assert run.positives == {} and run.triples == []
+    shuffled = write(tmp_path / "out_of_order.tsv", "5\ta\t1\n5\tb\t2\n5\td\t4\n5\tc\t3\n")
+    assert read_run(shuffled) == {"5": ["a", "b", "c", "d"]}
+    twice = write(tmp_path / "twice.tsv", "5\ta\t1\n5\tb\t2\n5\ta\t3\n")
+    with pytest.raises(SourceError, match=r"line 3 of .*twice\.tsv: query '5' ranks .*'a'.*line 1"):
+        read_run(twice)
+    short = write(tmp_path / "short.tsv", "1\ta\t1\n1\tb\t2\n1\n1\ta\t3\n")
+    skipped = read_run(short, on_error="skip")  # (a line of one field, then a conflict)
+    assert skipped == {"1": ["a", "b"]} and skipped.skipped == 2
+    # id triples whose first negative is an id other than "1": triples as before
+    triples = read_run(write(tmp_path / "t.tsv", "1\t7\t1\n1\t7\t5\n"))
+    assert triples.triples == [("1", "7", "1"), ("1", "7", "5")]

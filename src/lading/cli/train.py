@@ -396,7 +396,9 @@ def _add_train_cross_encoder(kinds: Any) -> None:
     p.add_argument("--queries", required=True, type=existing, help="queries (id<TAB>text)")
     p.add_argument("--qrels", required=True, type=existing, help="judgements (TREC qrels)")
     p.add_argument(
-        "--negatives", type=existing, help="TREC run, hard-negative JSONL or MS MARCO id triples"
+        "--negatives",
+        type=existing,
+        help="TREC or MS MARCO run, hard-negative JSONL or MS MARCO id triples",
     )
     p.add_argument(
         "--model",
@@ -456,7 +458,9 @@ def add_rerank(sub: Any) -> None:
         help="the documents (a lading store: a directory or an s3://... URL)",
     )
     p.add_argument("--queries", required=True, type=existing, help="queries (id<TAB>text)")
-    p.add_argument("--run", required=True, type=existing, help="the run to rerank (TREC format)")
+    p.add_argument(
+        "--run", required=True, type=existing, help="the run to rerank (TREC or MS MARCO format)"
+    )
     p.add_argument("--out", required=True, help="where to write the reranked run")
     p.add_argument(
         "--qrels", type=existing, help="judgements: print measures of both runs (ir-measures)"

@@ -302,9 +302,14 @@ def _iteration(field: str) -> str:
 
 
 def read_run(path: str | os.PathLike[str], on_error: OnError = "raise") -> Run:
-    """A ranking per query from a TREC run (``qid Q0 docid rank score tag``, ordered by score),
-    a hard-negative JSONL (``{"qid", "pos": [...], "neg": [...]}``, negatives in file order),
-    or MS MARCO id triples (``qid<TAB>pos<TAB>neg``)."""
+    """A ranking per query from a TREC run (``qid Q0 docid rank score tag``, ordered by score)
+    or an MS MARCO run (``qid<TAB>docid<TAB>rank``, ordered by rank: Pyserini's
+    ``--output-format msmarco``), a hard-negative JSONL (``{"qid", "pos": [...], "neg":
+    [...]}``, negatives in file order), or MS MARCO id triples (``qid<TAB>pos<TAB>neg``).
+
+    An MS MARCO run and id triples both have three tab-separated fields: a file whose
+    first query's lines end in ranks 1, 2 (or whose second query starts again at 1) is a
+    run."""
     file = Path(path)
     policy = _Policy(file, on_error)
     run = Run()
@@ -317,33 +322,74 @@ def read_run(path: str | os.PathLike[str], on_error: OnError = "raise") -> Run:
     if stripped.startswith("{"):
         _hard_negatives(run, first, lines, policy)
     elif len(first.text.split("\t")) == 3 and len(first.text.split()) == 3:
-        _triples(run, first, lines, policy)
+        second = next(lines, None)
+        rest = lines if second is None else itertools.chain([second], lines)
+        if _ranked(first, second):
+            _ranking(run, first, rest, policy, _MSMARCO_RUN)
+        else:
+            _triples(run, first, rest, policy)
     else:
-        _trec_run(run, first, lines, policy)
+        _ranking(run, first, lines, policy, _TREC_RUN)
     run.skipped = policy.skipped
     return run
 
 
-def _trec_run(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) -> None:
+def _ranked(first: _Line, second: _Line | None) -> bool:
+    """Whether the first two lines of a file of three tab-separated fields are an MS MARCO
+    run's (``qid<TAB>docid<TAB>rank``): ranks 1 then 2 of one query, or 1 then another
+    query's 1. Triples end in document ids, which do not count up from 1 so."""
+    a = first.text.split("\t")
+    if a[2] != "1":
+        return False
+    if second is None:
+        return True
+    b = second.text.split("\t")
+    return len(b) == 3 and b[2] == ("2" if b[0] == a[0] else "1")
+
+
+class _RunLayout(NamedTuple):
+    """Where a run line keeps its fields: how many, at which positions, and how it reads."""
+
+    fields: int
+    qid: int
+    docid: int
+    rank: int
+    score: int | None  # None: ordered by rank alone
+    expected: str
+
+    def key(self, text: str) -> tuple[str, str]:
+        """(query id, document id) of a line of this layout (ValueError for another)."""
+        parts = text.split()
+        if len(parts) != self.fields:
+            raise ValueError(f"{len(parts)} fields")
+        return parts[self.qid], parts[self.docid]
+
+
+_TREC_RUN = _RunLayout(6, 0, 2, 3, 4, "<qid> Q0 <docid> <rank> <score> <tag>")
+_MSMARCO_RUN = _RunLayout(3, 0, 1, 2, None, "<qid>\\t<docid>\\t<rank>")
+
+
+def _ranking(
+    run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy, layout: _RunLayout
+) -> None:
     """A document ranked twice for one query with another rank or score is refused naming
     both lines, as trec_eval refuses it (``on_error="skip"``: the later line skipped and
     counted); an exact repeat is one entry."""
     scored: dict[str, list[tuple[float, int, str]]] = {}
     seen: dict[tuple[str, str], tuple[float, int, str]] = {}
-    first_line = _FirstLines(policy.path, lambda t: tuple(t.split()[:3:2]))
+    first_line = _FirstLines(policy.path, layout.key)
     for line in itertools.chain([first], rest):
         parts = line.text.split()
-        if len(parts) != 6:
-            policy.bad(
-                line.number,
-                f'expected "<qid> Q0 <docid> <rank> <score> <tag>", found {len(parts)} fields',
-            )
+        if len(parts) != layout.fields:
+            policy.bad(line.number, f'expected "{layout.expected}", found {len(parts)} fields')
             continue
-        qid, _, docid, rank, score, _tag = parts
+        qid, docid, rank = parts[layout.qid], parts[layout.docid], parts[layout.rank]
+        score = "0" if layout.score is None else parts[layout.score]
         try:
             key = (-float(score), int(rank), docid)
         except ValueError:
-            policy.bad(line.number, f"rank {rank!r} or score {score!r} is not a number")
+            what = f"rank {rank!r}" + ("" if layout.score is None else f" or score {score!r}")
+            policy.bad(line.number, f"{what} is not a number")
             continue
         if math.isnan(key[0]):  # sorts nowhere: the query's ranking would be chance
             policy.bad(line.number, f"score {score!r} is not a number (NaN)")
@@ -352,16 +398,18 @@ def _trec_run(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) ->
         if before is not key:
             if before != key:
                 where = first_line((qid, docid))
+                here, there = f"rank {rank}", f"rank {before[1]}"
+                if layout.score is not None:
+                    here, there = f"{here}, score {score}", f"{there}, score {-before[0]:g}"
                 policy.bad(
                     line.number,
-                    f"query {qid!r} ranks document {docid!r} again (rank {rank}, score {score} "
-                    f"here; rank {before[1]}, score {-before[0]:g} on line {where}); keep one "
-                    "of the two lines",
+                    f"query {qid!r} ranks document {docid!r} again ({here} here; {there} on "
+                    f"line {where}); keep one of the two lines",
                 )
             continue
         scored.setdefault(qid, []).append(key)
     for qid, entries in scored.items():
-        entries.sort()  # by score descending, then rank, then doc id: as trec_eval orders
+        entries.sort()  # by score descending (TREC), then rank, then doc id
         run[qid] = [docid for _, _, docid in entries]
 
 
