@@ -223,8 +223,12 @@ def test_a_smart_qrels_file_is_refused_not_read_as_judgements_of_document_0(
 
 
 def test_real_smart_qrels_are_refused(data_dir: Path) -> None:
+    """CACM's ``qrels.text`` (``01 1410 0 0``) and CISI's ``CISI.REL`` (``1 28 0 0.000000``,
+    which named no fix: "relevance '0.000000' is not an integer") each say the layout."""
     with pytest.raises(SourceError, match=r"line 2 of .*qrels\.text: .*iteration"):
         read_qrels(data_dir / "ir/raw/cacm/qrels.text")
+    with pytest.raises(SourceError, match=r"line 1 of .*CISI\.REL: .*'0\.000000'.*rewritten"):
+        read_qrels(data_dir / "ir/raw/glasgow/cisi/CISI.REL")
 
 
 def test_a_folder_given_for_a_file_is_named_a_folder_not_a_corrupt_stream(tmp_path: Path) -> None:

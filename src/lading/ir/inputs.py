@@ -287,7 +287,11 @@ def _qrel(parts: list[str]) -> tuple[str, str, int]:
     try:
         return qid, docid, int(rel)
     except ValueError:
-        raise ValueError(f"relevance {rel!r} is not an integer") from None
+        raise ValueError(
+            f'relevance {rel!r} is not an integer: a TREC qrels line is "<qid> <iteration> '
+            '<docid> <grade>", the grade an integer; a SMART .REL file ("<qid> <docid> 0 '
+            '0.000000") must be rewritten as "<qid> 0 <docid> 1" lines'
+        ) from None
 
 
 def _iteration_field(text: str) -> str | None:
