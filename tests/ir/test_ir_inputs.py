@@ -277,28 +277,20 @@ def test_a_line_not_in_utf8_is_skipped_and_counted_under_skip(tmp_path: Path, ki
     assert read(only, on_error="skip").skipped == 1
 
 
-def test_triples_of_many_negatives_a_query_read_in_linear_time(tmp_path: Path) -> None:
-    """Each triple's negative was looked for in its query's list of negatives so far: a query
-    of n negatives cost n²/2 comparisons (MS MARCO's qidpidtriples: ~1,000 negatives for each
-    of 400k queries, an hour). A file of one query with 20,000 negatives now reads about as
-    fast as one of 20,000 queries with one each (it took over 40 times as long)."""
-    import time
-
+def test_triples_of_many_negatives_a_query_keep_first_seen_order_once(tmp_path: Path) -> None:
+    """A query's negatives (and positives) from id triples: each once, in first-seen order,
+    however many the query has. They were a list searched at every triple, n²/2 comparisons
+    for a query of n (20,000 negatives of one query read in 1.7 s against 0.04 s for 20,000
+    queries of one: measured once when it was fixed; no timing here, speed is for
+    benchmarks/): now ordered sets, with the order asserted here unchanged."""
     n = 20_000
-    one = write(tmp_path / "one.tsv", "".join(f"1\t7\t{i}\n" for i in range(n)))
-    many = write(tmp_path / "many.tsv", "".join(f"{i}\t7\t{i}\n" for i in range(n)))
-
-    def seconds(path: Path) -> float:
-        best = float("inf")
-        for _ in range(3):
-            start = time.perf_counter()
-            read = read_run(path)
-            best = min(best, time.perf_counter() - start)
-        assert len(read.triples) == n
-        return best
-
-    assert read_run(one)["1"] == [str(i) for i in range(n)]
-    assert seconds(one) < 5 * seconds(many) + 0.05
+    lines = [f"1\t{7 + i % 3}\t{(i * 7919) % n}\n" for i in range(n)]  # every id once
+    lines += [f"1\t7\t{(i * 7919) % n}\n" for i in range(0, n, 97)]  # repeats, kept once
+    path = write(tmp_path / "one.tsv", "".join(lines))
+    read = read_run(path)
+    assert read["1"] == [str((i * 7919) % n) for i in range(n)]
+    assert read.positives["1"] == ["7", "8", "9"]
+    assert len(read.triples) == len(lines)
 
 
 def test_an_msmarco_run_is_read_as_a_ranking_not_as_triples(tmp_path: Path) -> None:
