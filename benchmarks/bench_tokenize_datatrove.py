@@ -258,10 +258,11 @@ def main() -> None:
                     raise SystemExit(f"{system} ({w} workers) merged other tokens than leg 1")
                 row.update(system=system, workers=w, repeat=r)
                 rows.append(row)
+                imported = ", ".join(row["merge_imported"][:4]) or "nothing"
                 print(
                     f"repeat {r} {system:9s} x{w}: build {row['build_wall']:.2f} s wall "
                     f"{1e9 * row['build_cpu'] / n_tokens:.0f} ns CPU/token, merge "
-                    f"{row['merge_wall']:.3f} s (imported {', '.join(row['merge_imported'][:4]) or 'nothing'}), "
+                    f"{row['merge_wall']:.3f} s (imported {imported}), "
                     f"load {row['load']:.1f}",
                     flush=True,
                 )
