@@ -53,3 +53,17 @@ def test_a_store_sink_missing_its_id_or_text_column_names_the_columns_and_the_fi
         commit(LadingDatasink(tmp_path / "s"), [[rows]])
     commit(LadingDatasink(tmp_path / "s", id_column="docid"), [[rows]])
     assert lading.open_store(tmp_path / "s").get_many(["d0"]) == ["alpha"]
+
+
+@pytest.mark.parametrize(("option", "value"), [("on_error", "ignore"), ("duplicates", "fist")])
+def test_a_store_sink_refuses_an_unknown_option_when_made(
+    tmp_path: Path, option: str, value: str
+) -> None:
+    """Before, ``LadingDatasink(dest, on_error="ignore")`` was accepted: the driver made the
+    build folder and every Ray write task then failed on its first rows with "unknown on_error
+    'ignore'" (the token sink refuses such a value when it is made)."""
+    from lading.integrations.ray import LadingDatasink
+
+    with pytest.raises(ValueError, match=rf"LadingDatasink\({option}={value!r}\).*choose from"):
+        LadingDatasink(tmp_path / "s", **{option: value})  # type: ignore[arg-type]
+    assert not (tmp_path / "s").exists()

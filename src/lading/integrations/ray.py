@@ -31,13 +31,13 @@ from lading.disk import BuildContext
 from lading.errors import SourceError
 from lading.integrations.ray_shards import ShardSink, arrow
 from lading.remote.settings import RemoteSettings
-from lading.sources import ParseOptions, RecordStream
+from lading.sources import ON_ERROR_MODES, ParseOptions, RecordStream
 from lading.stores.building.build import build_options, check_max_length
 from lading.stores.building.merge import read_shard
 from lading.stores.building.parallel import commit_shards
 from lading.stores.building.pending import BuildToCommit
 from lading.stores.building.remote_shards import commit_store_in_bucket, store_needs
-from lading.stores.building.writer import Duplicates, write_shard
+from lading.stores.building.writer import DUPLICATE_MODES, Duplicates, write_shard
 from lading.stores.layout import FORMAT_NAME
 from lading.stores.tokens import load_tokenizer
 
@@ -78,6 +78,13 @@ class LadingDatasink(ShardSink):
         cache: str | os.PathLike[str] | None = None,
         storage_options: Any = None,
     ) -> None:
+        # on the driver, before any task reads a row: each task would otherwise fail on it
+        for name, value, modes in (
+            ("on_error", on_error, ON_ERROR_MODES),
+            ("duplicates", duplicates, DUPLICATE_MODES),
+        ):
+            if value not in modes:
+                raise ValueError(f"LadingDatasink({name}={value!r}): choose from {sorted(modes)}")
         self.columns = (id_column, text_column, tuple(fields))
         check_max_length(tokenizer, max_length)
         tok = load_tokenizer(tokenizer) if tokenizer is not None else None
