@@ -11,7 +11,8 @@ order, as one snapshot. Exactly once, whatever fails:
   task killed mid-write and retried by Ray (``max_retries``) leaves a partial folder, or even a
   whole one, that no return names and the commit never takes (removed after the commit);
 - a task that raises fails the job: ``on_write_complete`` never runs, nothing is committed, the
-  previous snapshot stays current (a local build folder is removed in ``on_write_failed``);
+  previous snapshot stays current (the job's build folder, or its objects in a bucket, are
+  removed in ``on_write_failed``);
 - a job rerun draws a new build id, so nothing of an earlier attempt is taken either, and a
   job that fails before its ``on_write_start`` (Ray 2.60 calls it at the first block to
   write) removes nothing: the last job's build may be the current snapshot's.
@@ -87,7 +88,6 @@ class ShardSink(Datasink):
         refuses writes; draw this job's build (a sink written twice must not share one: the
         second job's cleanup would remove the first's committed shards) and record it."""
         self.build_id = _new_build_id()  # before Ray ships the sink to the write tasks
-        self._started = True
         if self.url is not None:
             from lading.remote.clients import check_reachable
             from lading.stores.building.bucket_kind import check_bucket_kind
@@ -96,7 +96,9 @@ class ShardSink(Datasink):
             check_reachable(self.url, type(self).__name__)
             check_writable(self.url, self.settings())
             check_bucket_kind(self.url, self.settings(), self.fmt)
+            self._started = True  # (a bucket refused: on_write_failed has nothing to remove)
             return
+        self._started = True
         if not is_ours_to_replace(self.dest):
             raise FileExistsError(
                 f"{self.dest} exists and is not a lading {self.what}; refusing to write into it"
@@ -190,9 +192,13 @@ class ShardSink(Datasink):
                 raise named_as(e, root, self.url) from None
         self._remove_unnamed_objects(settings, {rel.split("/")[1] for rel in rels})
 
-    def _remove_unnamed_objects(self, settings: RemoteSettings, named: set[str]) -> None:
-        """After the commit in the bucket: delete what attempts that returned nothing uploaded
-        under this build (a failure to is only warned about: the snapshot is committed)."""
+    def _remove_unnamed_objects(
+        self, settings: RemoteSettings, named: set[str], keep: str | None = BUILD_FILE
+    ) -> None:
+        """Delete what this build holds in the bucket but the folders ``named`` and ``keep``:
+        after the commit, what attempts that returned nothing uploaded; after a failed job
+        (nothing named, nothing kept), every shard and the recipe. A failure to is only warned
+        about: it must not hide the commit, nor the job's own error."""
         import warnings
 
         from lading.remote.clients import open_client
@@ -203,23 +209,56 @@ class ShardSink(Datasink):
             client = open_client(self.url, settings.backend, settings.options, settings.timeout)
             for key in client.list(prefix):
                 folder = key[len(prefix) :].split("/", 1)[0]
-                if folder != BUILD_FILE and folder not in named:
+                if folder != keep and folder not in named:
                     client.delete(key)
-        except Exception as e:  # cleanup after the commit: never undo it
+        except Exception as e:  # cleanup after the commit or the failure: never undo it
             warnings.warn(
                 f"{self.url}/{prefix}: the leftovers of failed task attempts were not all "
-                f"removed ({e!r}); they are not part of snapshot {self.snapshot}",
+                f"removed ({e!r}); they are not part of any snapshot",
                 stacklevel=2,
             )
 
     def on_write_failed(self, error: Exception) -> None:
-        """On the driver: nothing is committed; this job's local build folder goes. A job
-        that failed before its ``on_write_start`` (Ray 2.60 calls it at the first block to
-        write: an error upstream comes first) started no build: nothing is removed (the
-        build id is the last job's, whose snapshot may be current)."""
+        """On the driver: nothing is committed; this job's build goes, its local folder or
+        its objects in the bucket (the shards its finished tasks uploaded, named by no
+        snapshot: they stayed there for good). A job that failed before its
+        ``on_write_start`` (Ray 2.60 calls it at the first block to write: an error upstream
+        comes first) started no build: nothing is removed (the build id is the last job's,
+        whose snapshot may be current)."""
         started, self._started = self._started, False
-        if self.url is None and started:
+        if not started:
+            return
+        if self.url is None:
             shutil.rmtree(self.dest / self.build_id, ignore_errors=True)
+        elif not self._named_by_bucket_meta():
+            self._remove_unnamed_objects(self.settings(), set(), keep=None)
+
+    def _named_by_bucket_meta(self) -> bool:
+        """Whether the bucket's ``meta.json`` names this job's build, or may (it could not be
+        read): a commit whose last PUT failed on this side (its deadline passed) may still
+        have landed, and then its shards are the current snapshot's, never to be removed."""
+        import warnings
+
+        from lading.disk.meta import META_FILE
+        from lading.remote.objects import PermanentError
+
+        assert self.url is not None
+        try:
+            fetcher = self.settings().fetcher(self.url)
+            try:
+                raw: bytes | None = fetcher.get_object(META_FILE)
+            except PermanentError:  # no meta.json: no snapshot at all
+                raw = None
+            finally:
+                fetcher.close()
+        except Exception as e:
+            warnings.warn(
+                f"{self.url}/{META_FILE} could not be read ({e!r}); the failed job's build "
+                f"{self.build_id} is left in the bucket, part of no snapshot unless it names it",
+                stacklevel=3,
+            )
+            return True
+        return raw is not None and self.build_id.encode() in raw  # 16 random hex digits
 
 
 def _new_build_id() -> str:
