@@ -67,3 +67,24 @@ def test_a_store_sink_refuses_an_unknown_option_when_made(
     with pytest.raises(ValueError, match=rf"LadingDatasink\({option}={value!r}\).*choose from"):
         LadingDatasink(tmp_path / "s", **{option: value})  # type: ignore[arg-type]
     assert not (tmp_path / "s").exists()
+
+
+def test_an_id_in_two_tasks_is_refused_naming_both_tasks_or_kept_once(tmp_path: Path) -> None:
+    """Before, the refusal said "duplicate id 'a' in shard 0 (its row 0, read from None) and
+    shard 1 (its row 0, read from None)": no word of which Ray write tasks. With
+    ``duplicates="first"``/``"last"`` (a folder) one of them is kept, as within a task."""
+    from lading.errors import StoreFormatError
+    from lading.integrations.ray import LadingDatasink
+
+    one, two = (
+        pa.table({"id": ["a", "b"], "text": ["x", "y"]}),
+        pa.table({"id": ["a"], "text": ["z"]}),
+    )
+    with pytest.raises(StoreFormatError, match="duplicate id 'a'") as e:
+        commit(LadingDatasink(tmp_path / "s"), [[one], [two]])
+    assert "ray write task 0" in str(e.value) and "ray write task 1" in str(e.value)
+    assert "None" not in str(e.value)
+    for keep, text in (("first", "x"), ("last", "z")):
+        commit(LadingDatasink(tmp_path / keep, duplicates=keep), [[one], [two]])  # type: ignore[arg-type]
+        store = lading.open_store(tmp_path / keep)
+        assert len(store) == 2 and store["a"] == text

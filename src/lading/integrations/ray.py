@@ -12,7 +12,8 @@ store = lading.open_store("msmarco.store")     # or sink.snapshot: the snapshot 
 
 Each write task writes its rows as one shard; ``on_write_complete`` commits the shards the
 tasks returned, in task order, as one snapshot (the id index over all shards, duplicates across
-tasks refused naming both: :func:`lading.stores.building.parallel.commit_shards`); a failed or
+tasks refused naming both, or one kept as ``duplicates=`` says:
+:func:`lading.stores.building.parallel.commit_shards`); a failed or
 killed job commits nothing, a task retried by Ray is taken once
 (:mod:`lading.integrations.ray_shards`). ``dest`` is a folder every Ray node sees or an
 ``s3://`` URL (each task uploads its shard, the driver commits in the bucket). Rows are stored
@@ -51,8 +52,9 @@ class LadingDatasink(ShardSink):
         fields: further string columns kept as store fields where present.
         tokenizer: pre-tokenize with this (as :func:`lading.build_store`'s ``tokenizer``).
         max_length: keep at most this many tokens per document.
-        duplicates: an id repeated within a task: ``"error"``, or keep ``"first"``/``"last"``
-            (a folder ``dest`` only); an id in two tasks is always an error.
+        duplicates: an id repeated, within a task or in two: ``"error"`` (naming both
+            rows and tasks), or keep its ``"first"``/``"last"`` row in the dataset's order
+            (a folder ``dest`` only).
         on_error: a null id or a non-text text stops the write (``"raise"``) or is skipped
             and counted (``"skip"``).
         cache, storage_options: a URL ``dest``'s node cache (each task's scratch folder) and

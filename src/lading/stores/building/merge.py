@@ -205,10 +205,14 @@ def _has_keys(record: dict[str, Any]) -> bool:
 
 
 def _describe(shard: Shard) -> str:
+    """Where a shard's rows came from: its files (and byte ranges), or the Ray write task
+    that wrote it (a Ray sink's shard has no file: ``{"ray_task": n}``)."""
     source = shard.source
     if isinstance(source, list) and source:
         return ", ".join(
-            f"{p.get('path')}" + (f" bytes {p['start']}..{p['end']}" if "start" in p else "")
+            f"ray write task {p['ray_task']}"
+            if "ray_task" in p and p.get("path") is None
+            else f"{p.get('path')}" + (f" bytes {p['start']}..{p['end']}" if "start" in p else "")
             for p in source
         )
     return str(source or shard.dir)
