@@ -112,3 +112,45 @@ def test_a_bucket_that_refuses_writes_stops_the_job_before_any_task(
     with pytest.raises(Exception, match="no-such-bucket"):
         ray.data.from_items(rows(10)).write_datasink(sink)
     assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").iterdir())
+
+
+def test_a_failed_job_into_a_bucket_leaves_the_snapshot_and_no_build(
+    ray_and_s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """Task 1 of 2 meets a null id once task 0 has uploaded its shard: the job fails, the
+    bucket keeps the last snapshot, and task 0's upload under the failed build is removed (it
+    stayed there for good before)."""
+    import time
+
+    from lading.integrations.ray import LadingDatasink
+
+    uploaded = tmp_path / "task-0-uploaded"
+
+    class Ordered(LadingDatasink):  # task 1 raises only after task 0's shard is in the bucket
+        def write(self, blocks: Any, ctx: Any) -> dict[str, Any]:
+            if ctx.task_idx == 1:
+                deadline = time.monotonic() + 60
+                while not uploaded.exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            wrote = LadingDatasink.write(self, blocks, ctx)
+            if ctx.task_idx == 0:
+                uploaded.write_text("")
+            return wrote
+
+    url = f"s3://{bucket}/stores/s"
+    first = LadingDatasink(url, cache=tmp_path / "cache")
+    ray.data.from_items(rows(20)).write_datasink(first)
+    bad: list[dict[str, Any]] = [dict(r) for r in rows(200)]
+    bad[150]["id"] = None
+    failing = Ordered(url, cache=tmp_path / "cache")
+    with pytest.raises(Exception, match="null id"):
+        ray.data.from_items(bad).repartition(2).write_datasink(failing)
+    assert uploaded.exists()
+    store = lading.open_store(url, cache=tmp_path / "r")
+    assert store.snapshot == first.snapshot and len(store) == 20
+    fetcher = RemoteSettings.of(tmp_path / "l", None, None).fetcher(url)
+    try:
+        left = list(fetcher.list(f"{failing.build_id}/"))
+    finally:
+        fetcher.close()
+    assert left == []
