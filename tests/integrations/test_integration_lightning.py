@@ -144,6 +144,60 @@ def test_a_checkpoint_of_another_world_size_is_refused() -> None:
         one.load_state_dict(state)
 
 
+def test_another_world_size_resumes_from_an_epoch_end_checkpoint_as_the_refusal_says(
+    tmp_path: Path,
+) -> None:
+    """The refusal of a step checkpoint of another world size said "or resume from an
+    end-of-epoch checkpoint", and the step checkpoint at the epoch's last batch (step 4 of 4
+    on 2 ranks) is refused as well (Lightning would count 4 of the new 8 batches done). The
+    fix it names is ``ModelCheckpoint(every_n_epochs=...)``'s, which resumes on 1 rank
+    reading the next epochs whole (Lightning restores no loader position there)."""
+    import lightning.pytorch as pl
+
+    import lading
+    from lading.errors import LoaderStateError
+    from lading.integrations.lightning import LadingDataModule
+    from lading.world import World
+    from lightning_job import Items, Regression
+
+    data = Items(N)
+
+    def fit_on(world_size: int, resume: Path | None = None, **every: int) -> list[Any]:
+        callbacks = [
+            pl.callbacks.ModelCheckpoint(
+                dirpath=tmp_path, save_top_k=-1, filename="{epoch}-{step}", **every
+            )
+        ]
+        model = Regression()
+        pl.Trainer(
+            accelerator="cpu",
+            max_epochs=3,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            callbacks=callbacks if every else [],
+            enable_checkpointing=bool(every),
+        ).fit(  # rank 0 of world_size, in this one process
+            model,
+            datamodule=LadingDataModule(
+                train=lambda world: lading.loader(data, BATCH, world=World(0, world_size))
+            ),
+            ckpt_path=resume,
+        )
+        return [s[:2] for s in model.seen]
+
+    fit_on(2, every_n_train_steps=4)  # step=4: the last batch of epoch 0 on 2 ranks
+    with pytest.raises(LoaderStateError, match=r"every_n_epochs") as e:
+        fit_on(1, resume=tmp_path / "epoch=0-step=4.ckpt")
+    assert "saved world size" in str(e.value)
+    (tmp_path / "epoch=0-step=4.ckpt").unlink()
+    fit_on(2, every_n_epochs=1)  # saved at the end of epoch 0
+    want = [s for s in fit_on(1) if s[0] >= 1]
+    assert fit_on(1, resume=tmp_path / "epoch=0-step=4.ckpt") == want
+    assert len(want) == 2 * 8
+
+
 def test_len_is_the_epochs_batches_also_after_a_resume() -> None:
     import lading
     from lading.integrations.lightning import TrainLoader

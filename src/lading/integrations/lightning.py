@@ -71,16 +71,20 @@ class TrainLoader:
 
         Raises:
             LoaderStateError: the state is of other data, or of another layout (world size,
-                batch size, workers), which Lightning's batch counter cannot follow.
+                batch size, workers), which Lightning's batch counter cannot follow. (Lightning
+                calls this only for a checkpoint saved within an epoch, ``every_n_train_steps``
+                even at the epoch's last batch; one of ``every_n_epochs`` resumes on any.)
         """
         self.loader.load_state_dict(state)
         now = self.loader.state_dict()["layout"]
         if dict(state["layout"]) != dict(now):
             raise LoaderStateError(
                 f"the checkpoint's loader was saved with {dict(state['layout'])}, this run has "
-                f"{dict(now)}; Lightning counts the saved epoch's batches itself, so resume "
-                "mid-epoch with the saved world size, batch size and workers, or resume from "
-                "an end-of-epoch checkpoint"
+                f"{dict(now)}; Lightning counts the saved epoch's batches itself (a step "
+                "checkpoint at an epoch's last batch too), so resume it with the saved world "
+                "size, batch size and workers, or resume from a checkpoint saved at an "
+                "epoch's end (ModelCheckpoint(every_n_epochs=...): Lightning then starts the "
+                "next epoch and restores no loader position)"
             )
 
 
