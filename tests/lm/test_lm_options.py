@@ -320,3 +320,38 @@ def test_a_setting_left_at_its_default_is_named_so_when_a_resume_is_refused(
     text = str(refused.value)
     assert "shuffle_documents not set (the default), this loader False" in text
     assert "None" not in text
+
+
+@pytest.mark.parametrize("sequence", [Streams(5), Windows(6), Packed(6)])
+def test_a_state_of_other_documents_of_the_same_count_is_refused(
+    corpus: TokenCorpus, sequence: Any
+) -> None:
+    """``documents=`` selects a split: a state saved reading documents 0-29 was resumed by a
+    loader reading 1-30 (or 0-29 in another base order) without a word, since the
+    fingerprint kept their count only, and the rest of its epoch read other windows (some of
+    the saved split never, some of the other split's). Refused now, naming ``documents=``;
+    the same selection, or the whole corpus given as ``documents=range(n)``, resumes."""
+    n = len(corpus)
+
+    def make(documents: Any) -> LanguageModelLoader:
+        return LanguageModelLoader(corpus, 2, sequence, seed=2, documents=documents)
+
+    saved = make(list(range(30)))
+    batches = iter(saved)
+    next(batches)
+    state = saved.state_dict()
+    rest = [b[0].tolist() for b in batches]
+    for other in (list(range(1, 31)), list(range(29, -1, -1))):
+        with pytest.raises(LoaderStateError, match=r"documents=.*of the saved run"):
+            make(other).load_state_dict(state)
+    same = make(np.arange(30))
+    same.load_state_dict(state)
+    assert [b[0].tolist() for b in same] == rest
+    whole = make(None)
+    next(iter(whole))
+    make(range(n)).load_state_dict(whole.state_dict())  # all documents, in their order
+    old = {**state, "fingerprint": dict(state["fingerprint"])}
+    old["fingerprint"].pop("documents_digest", None)  # saved before the digest was kept
+    resumed = make(list(range(30)))
+    resumed.load_state_dict(old)
+    assert [b[0].tolist() for b in resumed] == rest
