@@ -308,6 +308,27 @@ def test_mixture_is_deterministic_and_refuses_other_weights(mixture_parts: list[
         other.load_state_dict(a.state_dict())
 
 
+def test_a_mixture_listing_its_corpora_in_another_order_is_refused_saying_so(
+    mixture_parts: list[Docs],
+) -> None:
+    """A state of ``TokenMixture({a: 1, b: 1})`` loaded by ``TokenMixture({b: 1, a: 1})`` (the
+    same corpora, untouched) was refused as "saved on other tokens than token corpus b holds
+    now: the corpus was rebuilt from other text", sending the user to rebuild or hunt for a
+    changed corpus. The message now says the mixture lists its corpora in another order."""
+    from lading.lm.windows import TokenMixture
+    from lading.loading import LoaderStateError
+
+    a, b = mixture_parts[0].corpus, mixture_parts[1].corpus
+    saved = loader(TokenMixture({a: 1.0, b: 1.0}), "windows", seq_len=6)
+    next(iter(saved))
+    other = loader(TokenMixture({b: 1.0, a: 1.0}), "windows", seq_len=6)
+    with pytest.raises(LoaderStateError) as refused:
+        other.load_state_dict(saved.state_dict())
+    message = str(refused.value)
+    assert "rebuilt" not in message
+    assert "another order" in message and message.index(str(a.path)) < message.index(str(b.path))
+
+
 def test_invalid_combinations_are_refused(docs: Docs) -> None:
     from lading.lm import LanguageModelLoader, Streams
     from lading.lm.windows import TokenMixture

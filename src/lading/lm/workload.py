@@ -349,6 +349,15 @@ class LMWorkload(SegmentWorkload):
         was = found.setdefault("content", now)
         if not isinstance(was, list) or len(was) != len(now):
             return found  # another corpus count: the sizes' comparison names it
+        if was != now and sorted(map(str, was)) == sorted(now):
+            paths = {content: str(corpus.path) for corpus, content in zip(self.corpora(), now)}
+            raise LoaderStateError(
+                "the loader state was saved on a TokenMixture of these corpora listed in "
+                f"another order (saved: {', '.join(paths[c] for c in was)}; now: "
+                f"{', '.join(paths[c] for c in now)}): the order fixes which corpus each "
+                "position of the epoch draws from. List the corpora (and their weights) in the "
+                "saved run's order, or start the epoch without the state"
+            )
         for (corpus, _), old, new in zip(self.data.parts, was, now):
             if old not in (new, corpus.files_content_id):  # (the id states had before)
                 raise LoaderStateError(
@@ -360,6 +369,10 @@ class LMWorkload(SegmentWorkload):
                 )
         found["content"] = now
         return found
+
+    def corpora(self) -> list[TokenCorpus]:
+        """The corpora read, in order (one, or a mixture's)."""
+        return [corpus for corpus, _ in self.data.parts]
 
     def packing_stats(self) -> dict[str, Any]:
         """``Packed``: windows, pieces, tokens and padding, summed over a mixture's corpora."""
