@@ -103,6 +103,28 @@ def test_packed_refuses_documents_with_nothing_to_score(
     assert sum(int((y != -100).sum()) for _, y in scored) > 0
 
 
+def test_packed_names_documents_that_hold_no_token_as_such(
+    small_corpus: TokenCorpus, tmp_path: Path
+) -> None:
+    """Packed over documents holding no token at all (``documents=[]``, or empty texts built
+    with ``append_eos=False``) was refused as "every document read is 1 token (its end-of-text
+    token alone)" or "hold 1 token in all": a count that was not so, about a token that was
+    not there. It names the documents and their 0 tokens now, as streams and windows do."""
+    src = write(tmp_path / "mixed.jsonl", '{"text": "w1 w2"}\n{"text": ""}\n{"text": ""}\n')
+    bare = TokenCorpus.build(
+        src, tmp_path / "bare", tmp_path / "t.json", append_eos=False, progress=False
+    )
+    assert bare.lengths().tolist() == [2, 0, 0]
+    cases = [(small_corpus, [], 0), (bare, [1, 2], 2)]
+    for corpus, documents, count in cases:
+        for packed in (Packed(4), Packed(4, eod_mask_loss=False)):
+            with pytest.raises(EmptyEpochError, match="nothing to predict") as caught:
+                LanguageModelLoader(corpus, 1, packed, documents=documents, world=World())
+            said = str(caught.value)
+            assert f"the {count} document(s) read hold 0 tokens" in said, said
+            assert "1 token" not in said
+
+
 def test_parquet_refuses_alike(tmp_path: Path) -> None:
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")

@@ -50,17 +50,22 @@ class PackedMode(WindowsMode):
         packed = [m for m in members if isinstance(m, PackedWindows)]
         assert len(packed) == len(members)  # (the packed mode reads packed windows only)
         eod_mask_loss = self.shape.eod_mask_loss
-        empty = [m.where for m in packed if m.scores_nothing(eod_mask_loss)]
+        empty = [m for m in packed if m.scores_nothing(eod_mask_loss)]
         if empty:
-            why = (
-                "every document read is 1 token (its end-of-text token alone: an empty text), "
-                "and eod_mask_loss scores no label across documents"
-                if eod_mask_loss
-                else "the documents read hold 1 token in all"
-            )
+            tokens = sum(m.packing.tokens for m in empty)
+            if not tokens:  # no document, or only documents of no token (no end-of-text)
+                why = f"the {sum(len(m.doc_start) for m in empty)} document(s) read hold 0 tokens"
+            elif eod_mask_loss:
+                why = (
+                    "every document read is 1 token (its end-of-text token alone: an empty "
+                    "text), and eod_mask_loss scores no label across documents"
+                )
+            else:
+                why = "the documents read hold 1 token in all"
             raise EmptyEpochError(
-                f"{', '.join(empty)}: {why}, so its packed windows hold no label to score: "
-                "nothing to predict, every loss NaN; build the corpus from texts that are not "
-                "empty, or leave it out (documents= selects which documents are read)"
+                f"{', '.join(m.where for m in empty)}: {why}, so its packed windows hold no "
+                "label to score: nothing to predict, every loss NaN; build the corpus from "
+                "texts that are not empty, or leave it out (documents= selects which "
+                "documents are read)"
             )
         super().check_epoch(first, reading)
