@@ -7,6 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
+import numpy.typing as npt
+
 from lading.errors import EmptyEpochError
 from lading.lm.bptt import jitter_of, seq_lengths
 from lading.lm.stream import EpochStream
@@ -46,8 +49,15 @@ class LMSegment:
     # batch, its build again): at most ORDERS_KEPT of them, then begun afresh
     orders: dict[tuple[int, int], Any] = field(init=False, default_factory=dict)
 
+    # "streams": where each batch starts in every stream (``seqs`` summed, one int64 a batch
+    # and one more): batch ``k``'s offset is asked once a batch, and summing the ``k``
+    # lengths before it each time made an epoch of B batches cost O(B**2)
+    _starts: npt.NDArray[np.int64] = field(init=False)
+
     def __post_init__(self) -> None:
         self.batches = self.core.batches
+        self._starts = np.zeros(len(self.seqs) + 1, dtype=np.int64)
+        np.cumsum(self.seqs, out=self._starts[1:])
 
     @property
     def base(self) -> Runs:
@@ -58,8 +68,11 @@ class LMSegment:
         return self.core.plan
 
     def offset(self, batch: int) -> int:
-        """Stream position, within every stream, where ``batch`` starts ("streams")."""
-        return self.core.read_after(batch)
+        """Stream position, within every stream, where ``batch`` starts ("streams"; past the
+        last batch, where the segment ends)."""
+        if not self.seqs:
+            return self.core.read_after(batch)
+        return int(self._starts[min(batch, len(self.seqs))])
 
     def share(self, reader: int) -> Runs:
         """The epoch positions ``reader`` reads (kept: every batch of a window mode asks)."""
