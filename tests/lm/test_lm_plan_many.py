@@ -147,3 +147,41 @@ def test_a_mode_that_cannot_say_its_reads_is_planned_batch_by_batch(
     loader = LanguageModelLoader(remote, 3, Windows(12), seed=5, read_ahead=0)
     assert [b[0].tolist() for b in loader] == want
     assert remote.cache_stats()["unplanned"] == 0
+
+
+def test_planning_a_remote_streams_epoch_asks_the_mode_of_no_batch_alone(
+    remote_url: str, corpora: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As windows: an epoch of streams over a remote corpus is planned (this epoch and the
+    next, at its start) by one ``StreamsMode.reads_many``, never ``reads`` a batch (~26 us
+    each, so ~50 s before the first batch of a 900k-batch epoch; it was called 111 times
+    here); the batches equal the local corpus's and every read was planned. After an
+    elastic resume the rows read through the segment's base and the plan still builds each
+    batch with a recorder: the same batches as the local corpus's again."""
+    from lading.lm.modes.streams import StreamsMode
+
+    want = [b[0].tolist() for b in LanguageModelLoader(corpora[0], 3, Streams(7), seed=5)]
+    remote = TokenCorpus.open(remote_url, cache=tmp_path / "c", cache_bytes="1M")
+    calls = {"reads": 0}
+    original = StreamsMode.reads
+
+    def counted(self: Any, *args: Any) -> Any:
+        calls["reads"] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(StreamsMode, "reads", counted)
+    loader = LanguageModelLoader(remote, 3, Streams(7), seed=5, read_ahead=0)
+    got = [b[0].tolist() for b in loader]
+    assert got == want and len(got) > 20
+    assert calls == {"reads": 0}
+    assert remote.cache_stats()["unplanned"] == 0
+    head = LanguageModelLoader(corpora[0], 3, Streams(7), seed=5)
+    batches = iter(head)
+    next(batches)
+    state = head.state_dict()
+    local = LanguageModelLoader(corpora[0], 2, Streams(7), seed=5)
+    local.load_state_dict(state)
+    elastic = LanguageModelLoader(remote, 2, Streams(7), seed=5, read_ahead=0)
+    elastic.load_state_dict(state)
+    rest = [b[0].tolist() for b in local]
+    assert [b[0].tolist() for b in elastic] == rest and len(rest) > 10

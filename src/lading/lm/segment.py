@@ -74,6 +74,10 @@ class LMSegment:
             return self.core.read_after(batch)
         return int(self._starts[min(batch, len(self.seqs))])
 
+    def offsets(self, batches: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """:meth:`offset` of each of ``batches`` ("streams"), at once."""
+        return self._starts[np.minimum(batches, len(self.seqs))]
+
     def share(self, reader: int) -> Runs:
         """The epoch positions ``reader`` reads (kept: every batch of a window mode asks)."""
         if reader not in self._shares:
