@@ -185,3 +185,46 @@ def test_planning_a_remote_streams_epoch_asks_the_mode_of_no_batch_alone(
     elastic.load_state_dict(state)
     rest = [b[0].tolist() for b in local]
     assert [b[0].tolist() for b in elastic] == rest and len(rest) > 10
+
+
+@pytest.mark.parametrize("mode", ["windows", "mixture"])
+def test_a_mixtures_plan_locates_its_windows_together(
+    corpora: tuple[TokenCorpus, TokenCorpus], mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mixture's plan of an epoch (a remote member's, this epoch and the next at its start)
+    found each window's corpus and window a window at a time in Python (``locate``, ~37 us a
+    window against 0.4 us for one corpus's windows: a 4B-token mixture's epoch of 2M windows
+    of 2048 tokens, ~75 s a plan before the first batch). It locates them all at once now:
+    ``locate`` is asked of no window, and the ranges are each window's own (as
+    ``locate`` and the member's reads say, window by window)."""
+    from lading.lm.windows import MixedWindows, window_reads
+
+    a, b = corpora
+    sequence = Windows(6) if mode == "windows" else Packed(6)
+    loader = LanguageModelLoader(TokenMixture({a: 0.7, b: 0.3}), 3, sequence, seed=11)
+    workload = loader._lm
+    keys = list(workload.keys(Cursor())) + list(workload.keys(Cursor(1)))
+    alone = []
+    for key in keys:
+        seg = workload.planned(Cursor(key.epoch))
+        windows = seg.windows
+        assert isinstance(windows, MixedWindows)
+        rows = []
+        for window in workload.mode.order(seg, key, workload.reading).tolist():
+            corpus, inner = windows.locate(window)
+            found = window_reads(windows.members[corpus], np.array([inner]), 7)
+            assert found is not None
+            found[:, 0] = corpus
+            rows.extend(map(tuple, found.tolist()))
+        alone.append(sorted(rows))
+    asked = {"locate": 0}
+    original = MixedWindows.locate
+
+    def counted(self: Any, position: int) -> tuple[int, int]:
+        asked["locate"] += 1
+        return original(self, position)
+
+    monkeypatch.setattr(MixedWindows, "locate", counted)
+    found = workload.reads_many(keys)
+    assert found is not None and asked == {"locate": 0}
+    assert rows_by_key(*found, len(keys)) == alone

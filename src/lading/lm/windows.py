@@ -38,7 +38,7 @@ from lading.lm.narrow import all_documents, narrow
 from lading.lm.packing import Packing, pack
 from lading.lm.parts import locate
 from lading.lm.stream import EpochStream
-from lading.loading.order import Salt, feistel_value
+from lading.loading.order import Salt, feistel_keyed, feistel_value, round_keys_of
 
 
 class WindowReader(Protocol):
@@ -147,15 +147,16 @@ def indexed_window_reads(
         which = np.repeat(np.arange(len(order), dtype=np.int64), count)
         return which, np.stack([np.zeros_like(src), src, src + p.length[piece].astype(np.int64)], 1)
     if isinstance(windows, MixedWindows):
+        corpus_of, inner = windows.locate_many(order)
         whiches, parts = [], []
-        for i, window in enumerate(order.tolist()):
-            corpus, inner = windows.locate(window)
-            member = window_reads(windows.members[corpus], np.array([inner]), width)
+        for corpus in np.unique(corpus_of).tolist():
+            mine = np.flatnonzero(corpus_of == corpus)
+            member = indexed_window_reads(windows.members[corpus], inner[mine], width)
             if member is None:
                 return None
-            member[:, 0] = corpus
-            parts.append(member)
-            whiches.append(np.full(len(member), i, dtype=np.int64))
+            member[1][:, 0] = corpus
+            whiches.append(mine[member[0]])
+            parts.append(member[1])
         if not parts:
             return np.empty(0, dtype=np.int64), np.empty((0, 3), dtype=np.int64)
         return np.concatenate(whiches), np.concatenate(parts)
@@ -344,6 +345,27 @@ class MixedWindows:
         size = self.members[i].n
         key = (int(Salt.MIXTURE_ORDER), self.epoch, i, j // size)
         return i, feistel_value(j % size, size, self.seed, *key)
+
+    def locate_many(
+        self, positions: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """:meth:`locate` of every one of ``positions`` at once (a plan of an epoch): each
+        corpus's windows through one Feistel pass, every pass over it under its own keys
+        (:func:`~lading.loading.order.feistel_keyed`), where a window at a time cost ~37 us."""
+        at = np.asarray(positions, dtype=np.int64)
+        corpus_of = self.corpus_of[at].astype(np.int64)
+        rank = self.rank_of[at].astype(np.int64)
+        inner = np.empty(len(at), dtype=np.int64)
+        for i in np.unique(corpus_of).tolist():
+            mine = np.flatnonzero(corpus_of == i)
+            size = self.members[i].n
+            passes, value = np.divmod(rank[mine], size)
+            groups, which = np.unique(passes, return_inverse=True)
+            salt = int(Salt.MIXTURE_ORDER)
+            keys = [round_keys_of(self.seed, salt, self.epoch, i, g) for g in groups.tolist()]
+            each = np.array(keys, dtype=np.uint64).T[:, which]
+            inner[mine] = feistel_keyed(value, size, each)
+        return corpus_of, inner
 
     def read(
         self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None
