@@ -355,3 +355,38 @@ def test_a_state_of_other_documents_of_the_same_count_is_refused(
     resumed = make(list(range(30)))
     resumed.load_state_dict(old)
     assert [b[0].tolist() for b in resumed] == rest
+
+
+@pytest.mark.parametrize("sequence", [Streams(5), Windows(6), Packed(6)])
+def test_a_damaged_state_is_refused_naming_the_field(corpus: TokenCorpus, sequence: Any) -> None:
+    """A state whose position is no position of this epoch (a checkpoint damaged or edited:
+    a negative count, a base of positions past the epoch's end) was taken as it stood: a
+    negative ``batches`` failed at the next batch with numpy's "boolean index did not match",
+    a negative ``epoch`` with "expected non-negative integer", and a base running past the
+    epoch with "cycle walking did not converge" (windows) or an epoch of millions of
+    positions read round and round a 600-token corpus (streams). Each is refused when
+    loaded, naming the field, what it holds and what it may hold."""
+    import copy
+
+    head = LanguageModelLoader(corpus, 2, sequence, seed=3)
+    next(iter(head))
+    state = head.state_dict()
+    damaged: list[tuple[dict[str, Any], str]] = [
+        ({"batches": -3}, r"batches=-3"),
+        ({"epoch": -1}, r"epoch=-1"),
+        ({"segment": -2}, r"segment=-2"),
+        ({"batches": "two"}, r"batches='two'"),
+        ({"segment": 1, "base": {"starts": [0], "stops": [10**7]}}, r"up to 10,000,000.* 0 to"),
+        ({"segment": 1, "base": {"starts": [-4], "stops": [3]}}, r"base=.*-4"),
+        ({"segment": 1, "base": {"starts": [0, 5], "stops": [3]}}, r"base"),
+    ]
+    for change, said in damaged:
+        bad = copy.deepcopy(state)
+        bad.update(change)
+        with pytest.raises(LoaderStateError, match=said):
+            LanguageModelLoader(corpus, 2, sequence, seed=3).load_state_dict(bad)
+    fine = LanguageModelLoader(corpus, 2, sequence, seed=3)
+    fine.load_state_dict(state)  # the state itself resumes, its ints of numpy's too
+    assert fine.position().batches == 1
+    fine.load_state_dict({**state, "batches": np.int64(1), "epoch": np.int32(0)})
+    assert fine.position().batches == 1

@@ -27,12 +27,13 @@ from lading.lm.modes.base import ManyReads
 from lading.lm.narrow import all_documents, narrow
 from lading.lm.resident import ResidentStream, device_streams
 from lading.lm.segment import LMSegment, SegmentBatchKey
+from lading.lm.stream import EpochStream
 from lading.lm.windows import EpochWindows, TokenMixture
 from lading.loading.order import FEISTEL_ROUND
 from lading.loading.reading import Reading
 from lading.loading.runs import Runs
 from lading.loading.segment import Segment
-from lading.loading.state import Cursor
+from lading.loading.state import Cursor, check_position
 from lading.loading.workload import SegmentWorkload
 
 Base = tuple[tuple[int, ...], tuple[int, ...]]  # an elastic segment's base, as a key holds it
@@ -282,6 +283,8 @@ class LMWorkload(SegmentWorkload):
         """``state`` with its fingerprint in today's keys (a window mode's ``bptt`` read as
         ``seq_len``), its documents (:meth:`saved_documents`) and its corpora's content
         checked (:meth:`saved_content`)."""
+        check_position(state)
+        self._check_base(state)
         saved = self.mode.saved_fingerprint(state.get("fingerprint", {}), state.get("layout", {}))
         saved = self.saved_documents(saved)
         if self._feistel() and saved.get("window_order") != FEISTEL_ROUND:
@@ -295,6 +298,25 @@ class LMWorkload(SegmentWorkload):
                 "epoch without the state (set_epoch), or resume with the lading that saved it"
             )
         return {**state, "fingerprint": self.saved_content(saved)}
+
+    def _check_base(self, state: Mapping[str, Any]) -> None:
+        """Refuse a state whose base (what an elastic resume left of its epoch) runs past
+        this epoch's positions (its stream's tokens, or its windows): read round and round
+        the epoch, or through no window. Raises :class:`LoaderStateError` naming both."""
+        base = state.get("base")
+        if base is None or not len(base["stops"]):
+            return
+        view = self.mode.view(self.data, int(state["epoch"]))
+        n = view.total if isinstance(view, EpochStream) else view.n
+        last = int(np.max(base["stops"]))
+        if last > n:
+            what = "tokens of its stream" if isinstance(view, EpochStream) else "windows"
+            raise LoaderStateError(
+                f"loader state has base positions up to {last:,}, but epoch "
+                f"{state['epoch']} has {n:,} {what} (positions 0 to {n - 1:,}): the state is "
+                "damaged, or of another corpus; resume from another checkpoint or start the "
+                "epoch without it"
+            )
 
     def _saved_at_its_end(self, state: Mapping[str, Any]) -> bool:
         """Whether ``state`` was saved with its epoch's segment read to the end (a framework's

@@ -23,9 +23,12 @@ Every loader's :meth:`state_dict` is the same schema::
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from lading.errors import LoaderStateError
 from lading.loading.runs import Runs
@@ -86,6 +89,7 @@ def check(state: Mapping[str, Any], kind: str, fingerprint: Mapping[str, Any]) -
         raise LoaderStateError(
             f"loader state is of a {state.get('kind')!r} loader, this one is {kind!r}"
         )
+    check_position(state)
     saved = state.get("fingerprint", {})
     for key in sorted(set(saved) | set(fingerprint)):
         if saved.get(key) == fingerprint.get(key):
@@ -97,6 +101,37 @@ def check(state: Mapping[str, Any], kind: str, fingerprint: Mapping[str, Any]) -
         raise LoaderStateError(
             f"loader state has {key}{_shown(saved, key)}, this loader"
             f"{_shown(fingerprint, key, ' ')}; resume with the data and settings of the saved run"
+        )
+
+
+def check_position(state: Mapping[str, Any]) -> None:
+    """Raise :class:`LoaderStateError` unless ``state``'s position is one a loader saves:
+    ``epoch``, ``segment`` and ``batches`` integers >= 0, ``base`` None or runs of positions
+    ``starts[i] <= stops[i]`` from 0 on (a damaged or edited checkpoint failed later, at a
+    batch, with an error of numpy's naming none of them). Integers of numpy, and sequences
+    other than lists (a framework's round trip), pass as they always did."""
+    for key in ("epoch", "segment", "batches"):
+        value = state.get(key)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            raise LoaderStateError(
+                f"loader state has {key}={value!r}: a position is an int >= 0; the state is "
+                "damaged, resume from another checkpoint or start the epoch without it"
+            )
+    base = state.get("base")
+    if base is None:
+        return
+    try:
+        starts, stops = np.asarray(base["starts"]), np.asarray(base["stops"])
+        ints = all(a.size == 0 or np.issubdtype(a.dtype, np.integer) for a in (starts, stops))
+        fine = ints and starts.ndim == 1 and starts.shape == stops.shape
+        fine = fine and bool((starts >= 0).all() and (starts <= stops).all())
+    except (KeyError, TypeError, ValueError, IndexError):
+        fine = False
+    if not fine:
+        raise LoaderStateError(
+            f"loader state has base={base!r}: the positions left of an epoch are "
+            "{'starts': [...], 'stops': [...]}, as many ints of each, 0 <= start <= stop; "
+            "the state is damaged, resume from another checkpoint or start the epoch without it"
         )
 
 
