@@ -122,6 +122,11 @@ def test_a_mode_has_no_field_it_does_not_use(options: type, field: str) -> None:
         (lambda: Streams(0), r"Streams\(bptt=0\): bptt must be an int >= 1"),
         (lambda: Streams(True), r"bptt must be an int >= 1"),
         (lambda: Streams(8, jitter=(6, 4)), r"jitter must be 'fastai', None or \(low, high\)"),
+        # lengths are whole tokens: (2.5, 4) drew rows of 2 (numpy truncates the low end),
+        # and (True, 3) read as (1, 3); both were taken without a word
+        (lambda: Streams(8, jitter=(2.5, 4)), r"jitter=\(2.5, 4\).*ints"),
+        (lambda: Streams(8, jitter=(2, 4.9)), r"jitter=\(2, 4.9\).*ints"),
+        (lambda: Streams(8, jitter=(True, 3)), r"jitter=\(True, 3\).*ints"),
         (lambda: Streams(8, chunk_batches=0), r"chunk_batches must be an int >= 1"),
         (lambda: Windows(-1), r"Windows\(seq_len=-1\): seq_len must be an int >= 1"),
         (lambda: Packed(2.5), r"seq_len must be an int >= 1"),

@@ -7,6 +7,7 @@ probability < 1e-6), as fastai's LanguageModelLoader draws them.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
@@ -16,14 +17,17 @@ JITTER_CAP = 25
 
 
 def check_jitter(jitter: Any) -> Jitter:
-    """``jitter`` if valid, else a ValueError saying what is."""
-    if jitter in ("fastai", None) or (
-        isinstance(jitter, tuple) and len(jitter) == 2 and 1 <= jitter[0] <= jitter[1]
-    ):
+    """``jitter`` if valid, else a ValueError saying what is: a range's ends are ints (not
+    bools), lengths in whole tokens (``(2.5, 4)`` drew rows of 2, below its low end)."""
+    if jitter in ("fastai", None):
         return jitter
+    if isinstance(jitter, tuple) and len(jitter) == 2:
+        ints = all(isinstance(e, numbers.Integral) and not isinstance(e, bool) for e in jitter)
+        if ints and 1 <= jitter[0] <= jitter[1]:
+            return jitter
     raise ValueError(
-        f"Streams(jitter={jitter!r}): jitter must be 'fastai', None or (low, high) with "
-        "1 <= low <= high"
+        f"Streams(jitter={jitter!r}): jitter must be 'fastai', None or (low, high), two ints "
+        "with 1 <= low <= high"
     )
 
 
