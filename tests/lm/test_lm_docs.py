@@ -337,6 +337,11 @@ def test_invalid_combinations_are_refused(docs: Docs) -> None:
         LanguageModelLoader(TokenMixture({docs.corpus: 1.0}), 2, Streams(12), world=World())
     with pytest.raises(ValueError, match="> 0"):
         TokenMixture({docs.corpus: 0.0})
+    # windows= counts windows: 2.5 failed in the loader with "slice indices must be
+    # integers", "10" with "'<' not supported", and True was taken as 1 window
+    for windows in (2.5, "10", True, 0):
+        with pytest.raises(ValueError, match=rf"TokenMixture\(windows={windows!r}\).*int >= 1"):
+            TokenMixture({docs.corpus: 1.0}, windows=windows)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="packing_stats"):
         loader(docs.corpus, "windows").packing_stats()
 

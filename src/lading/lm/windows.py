@@ -23,6 +23,7 @@ shuffles them, checkpoints and resumes them; a workload only says what a positio
 from __future__ import annotations
 
 import functools
+import numbers
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -196,8 +197,12 @@ class TokenMixture:
         raw = np.array([float(w) for w in weights.values()])
         if not np.all(raw > 0) or not np.all(np.isfinite(raw)):
             raise ValueError(f"mixture weights must be finite and > 0, got {raw.tolist()}")
-        if windows is not None and windows < 1:
-            raise ValueError(f"windows must be >= 1, got {windows}")
+        whole = isinstance(windows, numbers.Integral) and not isinstance(windows, bool)
+        if windows is not None and (not whole or windows < 1):
+            raise ValueError(
+                f"TokenMixture(windows={windows!r}): windows (of one epoch of the mixture) must "
+                "be an int >= 1, or None for all windows of all corpora"
+            )
         # refused before a member is opened: an open makes the node cache folder, at its cap
         _refuse_twice([_where(c) for c in weights], list(weights.values()))
         self.corpora: list[TokenCorpus] = []
