@@ -30,3 +30,35 @@ def test_token_corpus_build_and_open_refuse_a_scheme_no_client_reaches(
     assert not (tmp_path / "nosuch:").exists()
     with pytest.raises(LadingError, match=r"cannot reach nosuch://corpora/wiki: no client"):
         TokenCorpus.open("nosuch://corpora/wiki")
+
+
+def test_a_file_url_is_refused_naming_the_path_not_written_to_a_folder_named_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``file:///x`` counted as local and went on as ``Path("file:///x")``: a store or corpus
+    built there landed in ``./file:/x`` under the working directory (on a Ray cluster, under
+    each worker's), nothing said. It is refused in one line naming the path to pass."""
+    import lading
+    from lading.errors import RemoteURLError
+
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "docs.tsv"
+    src.write_text("1\tone document\n2\tanother one\n")
+    url = f"file://{tmp_path / 'store'}"
+    with pytest.raises(RemoteURLError, match=rf"{url}: .*pass the path {tmp_path / 'store'}"):
+        lading.build_store(src, url, progress=False)
+    with pytest.raises(RemoteURLError, match=r"pass the path"):
+        lading.open_store(url)
+    assert not (tmp_path / "file:").exists()
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_file_url_still_stages(tmp_path: Path) -> None:
+    """Staging reads ``file://`` as the path it names (:mod:`lading.disk.stage`): kept."""
+    import lading
+
+    src = tmp_path / "docs.tsv"
+    src.write_text("1\tone document\n2\tanother one\n")
+    lading.build_store(src, tmp_path / "store", progress=False)
+    staged = lading.open_store(f"file://{tmp_path / 'store'}", stage_to=tmp_path / "copies")
+    assert staged.get("2") == "another one"

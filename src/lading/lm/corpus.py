@@ -120,7 +120,8 @@ class TokenCorpus:
             raise ValueError(
                 f"unknown on_stale {on_stale!r}; choose from ['ignore', 'raise', 'warn']"
             )
-        if is_remote(path):
+        staged_file = stage_to is not None and os.fspath(path).startswith("file://")
+        if not staged_file and is_remote(path):  # (file:// stages: lading.disk.stage)
             from lading.lm import remote
 
             if stage_to is not None:

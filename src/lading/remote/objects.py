@@ -52,11 +52,22 @@ class ObjectInfo:
 
 def is_remote(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a URL of object storage (``s3://``, ``gs://``, ...), not a local path.
+    A Windows drive (``C:\\x``) has no ``://``.
 
-    ``file://`` counts as local. A Windows drive (``C:\\x``) has no ``://``.
+    Raises:
+        RemoteURLError: ``path`` is a ``file://`` URL. Every caller takes the local path as
+            given, so ``file:///x`` would be the folder ``./file:/x`` under the working
+            directory (on a cluster, under each worker's); the error names the path to pass.
     """
     text = os.fspath(path)
-    return "://" in text and not text.startswith("file://")
+    if text.startswith("file://"):
+        local = text.removeprefix("file://")
+        raise RemoteURLError(
+            f"{text}: a file:// URL is not taken for a local store, corpus or dataset; pass the "
+            f"path {local} itself (as given, the URL would be a folder named 'file:' under "
+            f"{os.getcwd()})"
+        )
+    return "://" in text
 
 
 class RemoteNotSupportedError(RemoteURLError):

@@ -147,7 +147,7 @@ def open_store(
         StoreFormatError: the directory is not a complete store of a version this lading reads
             (a :class:`~lading.disk.SnapshotGoneError` for a ``snapshot`` no longer kept).
     """
-    if is_remote(path) and stage_to is None:
+    if stage_to is None and is_remote(path):  # (file:// stages: lading.disk.stage)
         if snapshot is not None:
             raise ValueError(
                 f"snapshot= opens a kept snapshot of a local store; {os.fspath(path)} is remote "
