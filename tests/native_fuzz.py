@@ -80,6 +80,15 @@ def sorted_int(query: list[Any], keys: bytes, rows: bytes, itemsize: int) -> Non
 
 
 @S
+@given(ids, st.binary(max_size=240), st.integers(-2, 12) | st.sampled_from([2**58, 2**62]))
+def runs(query: list[Any], table: bytes, count: int) -> None:
+    got = call(C.runs_rows, query, array(table), count)
+    if not isinstance(got, Exception):
+        rows = np.frombuffer(got[0], np.int64)
+        assert len(rows) == len(query) and (rows >= -1).all()
+
+
+@S
 @given(
     ids,
     st.binary(max_size=700),
@@ -161,6 +170,6 @@ def plausible_parts(rows: list[int], texts: list[bytes], cuts: list[int]) -> Non
 if __name__ == "__main__":
     if C is None:
         sys.exit("the C helper is not built here (python setup.py build_ext --inplace)")
-    for fuzz in (dense, sorted_int, hashed, texts, plausible_texts, parts, plausible_parts):
+    for fuzz in (dense, sorted_int, runs, hashed, texts, plausible_texts, parts, plausible_parts):
         fuzz()
         print(fuzz.__name__, "ok", flush=True)

@@ -22,7 +22,7 @@ def test_synth_build_inspect_get(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "500 documents" in capsys.readouterr().out
     assert main(["inspect", str(tmp_path / "s"), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert (info["documents"], info["index"], info["stale"]) == (500, "dense", None)
+    assert (info["documents"], info["index"], info["stale"]) == (500, "runs", None)
     assert main(["get", str(tmp_path / "s"), "3", "nope"]) == 1
     out, err = capsys.readouterr()
     assert json.loads(out)["id"] == "3" and "'nope' is not in" in err

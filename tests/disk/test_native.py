@@ -117,7 +117,7 @@ def test_no_buffer_or_parameters_make_the_helper_crash_or_lie() -> None:
         timeout=600,
     )
     assert done.returncode == 0, (done.returncode, done.stdout[-3000:], done.stderr[-3000:])
-    assert done.stdout.split() == [w for f in ("dense", "sorted_int", "hashed", "texts",
+    assert done.stdout.split() == [w for f in ("dense", "sorted_int", "runs", "hashed", "texts",
                                    "plausible_texts", "parts", "plausible_parts")
                                    for w in (f, "ok")]  # fmt: skip
 
@@ -169,6 +169,7 @@ def test_no_call_leaks_on_success_or_error(tmp_path: Path) -> None:
     many, two = np.tile(rows, 20), np.array([0, 9])
     bad_offsets = np.array([0, 7, 3, 100], "<u8")
     dense_table, sorted_table = np.arange(9, dtype="<i4"), np.arange(9, dtype="<i8")
+    runs_table = np.array([0, 5, 0, 3, 3, 4], dtype="<i8")  # ids 0-2 -> rows 0-2, 5-8 -> 3-6
     lists = [[1, 2, 3], [], [65535, 0] * 50]
     cases: dict[str, Callable[[], object]] = {
         "dense": lambda: c.dense_rows(ids * 10, dense_table, 4),
@@ -176,6 +177,8 @@ def test_no_call_leaks_on_success_or_error(tmp_path: Path) -> None:
         "dense, itemsize": lambda: c.dense_rows(ids, b"", 3),
         "sorted": lambda: c.sorted_rows(ids * 10, sorted_table, b"\0" * 72, 8),
         "sorted, not a sequence": lambda: c.sorted_rows(5, b"", b"", 8),
+        "runs": lambda: c.runs_rows(ids * 10, runs_table, 2),
+        "runs, count": lambda: c.runs_rows(ids, runs_table, 3),
         "hash": lambda: c.hash_rows(ids * 10, t, k, 8, 2, 1, mult),
         "hash, __str__ raises": lambda: c.hash_rows([*ids, _Raises(1)], t, k, 8, 2, 1, mult),
         "hash, damaged": lambda: c.hash_rows(ids, past, k, 8, 2, 1, mult),

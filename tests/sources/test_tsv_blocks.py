@@ -264,4 +264,4 @@ def test_a_header_line_is_refused_not_stored_as_a_document(
         store = lading.build_store(
             path, tmp_path / "s", parse=ParseOptions(columns=columns), on_error="skip"
         )
-    assert "id" not in store and store._maps().index.kind == "dense"
+    assert "id" not in store and store._maps().index.kind == "runs"

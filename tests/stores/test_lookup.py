@@ -4,6 +4,7 @@ absent, damaged files refused. Speed is benchmarks/bench_index.py's, not a test'
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,8 @@ def build(tmp_path: Path, ids: list[str], name: str = "s") -> lading.PackedStore
 
 CORPORA: dict[str, tuple[list[str], str]] = {
     "dense": ([str(i) for i in random.Random(1).sample(range(300), 300)], "dense"),
+    "8..307": ([str(i) for i in range(8, 308)], "runs"),  # one run of consecutive ids
+    "two runs": ([str(i) for i in [*range(5000, 6100), *range(8, 1108)]], "runs"),
     "7i+3": ([str(7 * i + 3) for i in range(300)], "dense"),  # 8 slots per id: still a table
     "sparse": ([str(v) for v in random.Random(2).sample(range(10**12), 300)], "sorted-int"),
     "strings": (
@@ -460,3 +463,41 @@ def test_a_cold_batch_of_a_sharded_store_is_read_ahead_in_every_shard(
     text._read_ahead = False  # warm: no system call per row
     assert text.texts(rows) == [f"text of D{r}" for r in rows.tolist()]
     assert asked == []
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda runs: runs[:, :1],  # fewer runs than the manifest says
+        lambda runs: np.stack((runs[0], runs[1], runs[2] + 1)),  # runs' rows overlap
+        lambda runs: np.stack((runs[0][::-1], runs[1][::-1], runs[2][::-1])),  # out of order
+        lambda runs: np.stack((runs[0], runs[1] + 1, runs[2])),  # row 0 given by no run
+    ],
+)
+def test_a_damaged_runs_index_is_refused_naming_its_file(
+    route: str, tmp_path: Path, damage: Callable[[np.ndarray], np.ndarray]
+) -> None:
+    # integer ids in few runs keep 24 B a run: a damaged file must not send a lookup to a row
+    # no run gives (it would read another document's text). A store's checksums refuse it
+    # first; the index's own check stands where the manifest's checksums were rewritten too
+    store = build(tmp_path, [str(i) for i in [*range(3000, 4200), *range(10, 1210)]])
+    assert (store.meta["index"]["kind"], store.meta["index"]["runs"]) == ("runs", 2)
+    assert store.meta["version"] == 3
+    directory = tmp_path / "s" / index_dir(store.meta)
+    path = directory / "index.runs"
+    runs = np.fromfile(path, dtype="<i8").reshape(3, 2)
+    assert runs.tolist() == [[10, 3000], [1200, 0], [1200, 1200]]
+    assert IdIndex(directory, store.meta["index"]).rows([10, 1209, 1210, 3000]).tolist() == [
+        1200,
+        2399,
+        -1,
+        0,
+    ]
+    path.chmod(0o644)
+    path.write_bytes(np.ascontiguousarray(damage(runs)).astype("<i8").tobytes())
+    with pytest.raises(
+        StoreFormatError, match=r"index\.runs: (its runs|holds 3) .*rebuild the store"
+    ):
+        IdIndex(directory, store.meta["index"])
+    with pytest.raises(StoreFormatError, match=r"index\.runs"):
+        lading.open_store(tmp_path / "s").get_many(["10"])

@@ -327,6 +327,54 @@ static PyObject *sorted_rows(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* ---- runs: integer ids in runs of consecutive values ------------------------------------ */
+
+typedef struct {
+    const int64_t *firsts;  /* each run's first id, ascending */
+    const int64_t *rows;    /* the row of that first id */
+    const int64_t *lengths; /* ids in the run */
+    int64_t size;           /* runs */
+} RunsTable;
+
+/* The runs kind (lookup_rows): the chunk's searches for the last run starting at or before the
+ * id side by side (sorted_probe parses), then the row if the id falls inside that run. */
+static int runs_chunk(const void *table, Probe *probe, int64_t *out, Py_ssize_t m) {
+    const RunsTable *t = table;
+    int64_t want[CHUNK], base[CHUNK];
+    for (Py_ssize_t j = 0; j < m; j++) {
+        want[j] = probe[j].number;
+        base[j] = 0;
+    }
+    search(t->firsts, t->size, t->size, base, want, m);
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t row = -1, b = base[j];
+        if (t->size > 0 && want[j] >= 0 && t->firsts[b] <= want[j]) {
+            int64_t off = want[j] - t->firsts[b];
+            if (off < t->lengths[b] && t->rows[b] >= 0 && t->rows[b] <= INT64_MAX - off)
+                row = t->rows[b] + off;
+        }
+        out[j] = row;
+    }
+    return 0;
+}
+
+static PyObject *runs_rows(PyObject *self, PyObject *args) {
+    PyObject *ids;
+    Py_buffer runs;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "Oy*n", &ids, &runs, &count)) return NULL;
+    PyObject *result = NULL;
+    if (count < 0 || count > runs.len / 24) {
+        PyErr_SetString(PyExc_ValueError, "the runs buffer holds fewer than 3 x count int64");
+    } else {
+        const int64_t *words = (const int64_t *)runs.buf;
+        RunsTable t = {words, words + count, words + 2 * count, count};
+        result = lookup_rows(ids, &t, sorted_probe, runs_chunk);
+    }
+    PyBuffer_Release(&runs);
+    return result;
+}
+
 /* ---- hash: see lading/stores/hashindex.py for the table; the same hash, bit for bit ----- */
 
 static const uint64_t SEED = 0x9E3779B97F4A7C15ULL, MUL = 0xFF51AFD7ED558CCDULL,
@@ -996,6 +1044,9 @@ static PyMethodDef methods[] = {
      "dense_rows(ids, table, itemsize) -> (bytearray of int64 rows, first absent or -1)"},
     {"sorted_rows", sorted_rows, METH_VARARGS,
      "sorted_rows(ids, keys, rows, itemsize) -> (bytearray of int64 rows, first absent or -1)"},
+    {"runs_rows", runs_rows, METH_VARARGS,
+     "runs_rows(ids, runs, count) -> (bytearray of int64 rows, first absent or -1); runs: count "
+     "firsts, then their rows, then their lengths, int64"},
     {"hash_rows", hash_rows, METH_VARARGS,
      "hash_rows(ids, table, keys, width, buckets, max_spill, multipliers) -> (bytearray of int64 "
      "rows, first absent or -1)"},

@@ -54,10 +54,11 @@ FORMATS: dict[str, DiskFormat] = {
     for f in (
         # version 2: immutable files under snap-<id>/ and build-<id>/, a manifest committed
         # last (lading.disk.snapshot); version 1 (a flat folder) is read as one snapshot
-        # lading.packed version 3: a merged store whose id index keeps no keys of its own
-        # (``hash-ids``, read against the ids column; written by merges of string ids only)
+        # version 3 of both: an id index of a kind version 2 did not have (``hash-ids``, read
+        # against the ids column, written by merges of string ids; ``runs``, integer ids in
+        # runs of consecutive values: lading.stores.index.VERSION_3_KINDS)
         _format("lading.packed", 2, "store", "rebuild the store with `lading build`", 1, 3),
-        _format("lading.offsets", 2, "offsets index", "rebuild it with OffsetStore.build", 1),
+        _format("lading.offsets", 2, "offsets index", "rebuild it with OffsetStore.build", 1, 3),
         # lading.tokens version 3: a corpus built in shards, its parts read in place (written
         # by `lading lm merge` only; a one-process build keeps writing version 2)
         _format("lading.tokens", 2, "token corpus", "rebuild it with `lading lm build`", 1, 3),

@@ -39,12 +39,14 @@ INDEX_FILES: dict[str, tuple[str, ...]] = {
     "dense": ("index.dense",),
     "hash": ("index.table", "index.keys"),
     "hash-ids": ("index.slots",),
+    "runs": ("index.runs",),
     "sorted-int": ("index.keys", "index.rows"),
 }
 # whole numbers each kind reads
 INDEX_COUNTS = {
     "hash": ("buckets", "width", "max_spill"),
     "hash-ids": ("homes", "width", "max_away"),
+    "runs": ("runs",),
 }
 INDEX_DTYPES = ("<i4", "<i8")  # rows: int32 while they fit, else int64; int keys: int64
 TOKEN_DTYPES = ("<u2", "<u4")  # token ids: uint16 up to 65,536 entries, else uint32

@@ -39,8 +39,10 @@ is opened: a relative name inside the store, listed in ``files`` (:mod:`lading.d
 which also lists the index files of each index kind: a new kind adds its files there).
 
 Nothing is pickled. Version 1 (every file at the top, one shard, ``meta.json`` listing names)
-is still read, as one snapshot. Version 3 is version 2 with a ``hash-ids`` index (ids not kept
-in the index, read from the ``ids`` column): what a merge of shards under string ids writes.
+is still read, as one snapshot. Version 3 is version 2 with an index of a kind version 2 did
+not have (:data:`lading.stores.index.VERSION_3_KINDS`): ``hash-ids`` (ids not kept in the
+index, read from the ``ids`` column: what a merge of shards under string ids writes) or
+``runs`` (integer ids in runs of consecutive values, 24 B a run).
 """
 
 from __future__ import annotations
@@ -52,9 +54,6 @@ from typing import Any
 from lading.disk import column_files
 
 FORMAT_NAME = "lading.packed"
-# a store merged from shards under string ids: its ``hash-ids`` index is read against the ids
-# column (lading.stores.hashids), which a reader of version 2 would not know to do
-KEYLESS_INDEX_VERSION = 3
 _FIELD_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 

@@ -50,7 +50,7 @@ from lading.stores.building.writer import (
     id_keys,
     unique_rows,
 )
-from lading.stores.index import IdIndex, IntIdCollector, write_index
+from lading.stores.index import IdIndex, IntIdCollector, manifest_version, write_index
 
 FORMAT_NAME = "lading.offsets"
 
@@ -243,7 +243,7 @@ def _write(
     assert reader.path is not None
     return {
         "format": FORMAT_NAME,
-        "version": current_version(FORMAT_NAME),
+        "version": manifest_version(index_meta, current_version(FORMAT_NAME)),
         "dir": snapshot,
         "count": len(keys),
         "file_format": reader.file_format,

@@ -45,8 +45,8 @@ from lading.stores.building.writer import (
     unique_rows,
 )
 from lading.stores.hashids import keys_file
-from lading.stores.index import bytes_keys, write_index
-from lading.stores.layout import FORMAT_NAME, KEYLESS_INDEX_VERSION, field_column
+from lading.stores.index import bytes_keys, manifest_version, write_index
+from lading.stores.layout import FORMAT_NAME, field_column
 from lading.stores.records import check_shard_record
 
 _KEY_CHUNK = 1 << 20  # ids parsed per numpy pass when a merge reads a shard's ids back
@@ -302,9 +302,7 @@ def manifest_of(
         dtypes["tokens"] = first["tokens"]["dtype"]
     return {
         "format": FORMAT_NAME,
-        "version": KEYLESS_INDEX_VERSION
-        if index_meta["kind"] == "hash-ids"
-        else current_version(FORMAT_NAME),
+        "version": manifest_version(index_meta, current_version(FORMAT_NAME)),
         "lading_version": __version__,
         "snapshot": snapshot,
         "build_id": build.pop("build_id"),
