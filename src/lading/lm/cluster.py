@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lading.lm.shards import DocumentOptions
 
 
 def build_in_group(
@@ -21,11 +24,11 @@ def build_in_group(
     tokenizer: Any,
     build_id: str | None,
     progress: bool | None,
-    options: dict[str, Any],
+    documents: DocumentOptions,
 ) -> str:
-    """Rank ``r`` of ``w`` builds shard ``r`` of ``w`` of ``dest``; rank 0 merges; every rank
-    returns the snapshot rank 0 committed (the caller opens it). ``dest`` must be on a
-    filesystem every rank sees."""
+    """Rank ``r`` of ``w`` builds shard ``r`` of ``w`` of ``dest`` (its documents cut and ended
+    as ``documents`` says); rank 0 merges; every rank returns the snapshot rank 0 committed
+    (the caller opens it). ``dest`` must be on a filesystem every rank sees."""
     from lading.lm.merge import merge_corpus
     from lading.lm.shards import build_corpus_shard
     from lading.stores.building.group import shards_in_group
@@ -36,7 +39,7 @@ def build_in_group(
 
     def write(shard: tuple[int, int]) -> None:
         report = build_corpus_shard(
-            source, where, shard, tokenizer, build_id=build_id, progress=progress, **options
+            source, where, shard, tokenizer, documents, build_id=build_id, progress=progress
         )
         ids.append(report.build_id)
 

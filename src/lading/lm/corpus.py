@@ -289,13 +289,12 @@ class TokenCorpus:
 
             if process_group(min_size=2) is not None:
                 from lading.lm.cluster import build_in_group
+                from lading.lm.shards import DocumentOptions
                 from lading.stores.building.build import refuse_shard_args
 
                 refuse_shard_args(source, overwrite)  # (it was taken and ignored)
-
-                local = dict(append_eos=append_eos, eos_token=eos_token, split=split)
-                local.update(on_error=on_error, text_field=text_field)
-                snapshot = build_in_group(source, dest, tokenizer, build_id, progress, local)
+                documents = DocumentOptions(append_eos, eos_token, split, on_error, text_field)
+                snapshot = build_in_group(source, dest, tokenizer, build_id, progress, documents)
                 return cls.open(Path(dest), snapshot=snapshot, on_stale="ignore")
         listed = listed_texts(source) if isinstance(source, (list, tuple)) else None
         refuse_unused_text_field(text_field, source, listed)
@@ -383,17 +382,26 @@ class TokenCorpus:
         documents of invalid UTF-8) instead of raising (naming file and line); ``text_field``
         as :meth:`build`'s (shards of another are another build). Returns what was done
         (:class:`lading.lm.shards.CorpusShardReport`); see :mod:`lading.lm.shards`."""
-        options: dict[str, Any] = dict(append_eos=append_eos, eos_token=eos_token, split=split)
-        options.update(on_error=on_error, build_id=build_id, progress=progress)
-        options.update(text_field=text_field)
+        from lading.lm.shards import DocumentOptions, build_corpus_shard
+
+        documents = DocumentOptions(append_eos, eos_token, split, on_error, text_field)
         if is_remote(dest):
             from lading.lm.remote_shards import upload_shard
 
-            where = os.fspath(dest)
-            return upload_shard(source, where, shard, tokenizer, cache, storage_options, **options)
-        from lading.lm.shards import build_corpus_shard
-
-        return build_corpus_shard(source, Path(dest), shard, tokenizer, **options)
+            return upload_shard(
+                source,
+                os.fspath(dest),
+                shard,
+                tokenizer,
+                cache,
+                storage_options,
+                documents,
+                build_id=build_id,
+                progress=progress,
+            )
+        return build_corpus_shard(
+            source, Path(dest), shard, tokenizer, documents, build_id=build_id, progress=progress
+        )
 
     @classmethod
     def merge(

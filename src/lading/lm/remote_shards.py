@@ -27,7 +27,9 @@ from lading.lm.shards import (
     COMMAND,
     CorpusShard,
     CorpusShardReport,
+    DocumentOptions,
     build_corpus_shard,
+    corpus_build_id,
     read_corpus_shard,
 )
 from lading.remote.clients import check_reachable
@@ -51,20 +53,24 @@ def upload_shard(
     tokenizer: Any,
     cache: str | os.PathLike[str] | None,
     storage_options: Any,
-    **options: Any,
+    documents: DocumentOptions,
+    *,
+    build_id: str | None = None,
+    progress: bool | None = None,
 ) -> CorpusShardReport:
-    """Shard ``(i, n)`` of the corpus at ``url`` (see the module doc)."""
-    from lading.lm.shards import corpus_build_id
-
+    """Shard ``(i, n)`` of the corpus at ``url``, its documents cut and ended as ``documents``
+    says (see the module doc)."""
     check_reachable(url, "TokenCorpus.build_shard")
     i, n = check_shard(shard)
     settings = RemoteSettings.of(cache, None, storage_options)
     check_writable(url, settings)  # before the source is read: a shard may take hours
     check_bucket_kind(url, settings, FORMAT_NAME)
-    bid = options.pop("build_id", None) or corpus_build_id(source, n, tokenizer, **options)
+    bid = build_id or corpus_build_id(source, n, tokenizer, documents)
 
     def write(local: Path) -> CorpusShardReport:
-        return build_corpus_shard(source, local, (i, n), tokenizer, build_id=bid, **options)
+        return build_corpus_shard(
+            source, local, (i, n), tokenizer, documents, build_id=bid, progress=progress
+        )
 
     made: CorpusShardReport = shard_into_bucket(url, (i, n), write, settings, bid, "corpus")
     return made

@@ -158,50 +158,44 @@ def store_texts(store: Path, shard: tuple[int, int]) -> tuple[Iterator[str], dic
     return texts(), {"path": str(store.resolve()), "snapshot": opened.snapshot, "rows": [lo, hi]}
 
 
-def _options(
-    inputs: Inputs,
-    append_eos: bool,
-    eos_token: str | None,
-    split: str,
-    on_error: str,
-    tokenizer: str,
-    text_field: str | None = None,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DocumentOptions:
+    """How a token corpus's documents are cut from its source and ended: ``append_eos``,
+    ``eos_token``, ``split``, ``on_error`` and ``text_field`` as :meth:`TokenCorpus.build
+    <lading.lm.TokenCorpus.build>` takes them. Every shard of a build records them (with its
+    tokenizer and inputs' format): shards made with others are another build."""
+
+    append_eos: bool = True
+    eos_token: str | None = None
+    split: str = "blank"
+    on_error: OnError = "raise"
+    text_field: str | None = None
+
+
+def _options(inputs: Inputs, documents: DocumentOptions, tokenizer: str) -> dict[str, Any]:
     """The options a shard records (and its build id is derived from); ``tokenizer``: its
     SHA-256 (shards of another tokenizer are another build); ``text_field`` only when named
     (shards of another text key are another build; the ids of builds without one unchanged)."""
     options = {
         "kind": "tokens",
         "tokenizer": tokenizer,
-        "append_eos": append_eos,
-        "eos_token": eos_token,
-        "split": split,
-        "on_error": on_error,
+        "append_eos": documents.append_eos,
+        "eos_token": documents.eos_token,
+        "split": documents.split,
+        "on_error": documents.on_error,
         "format": inputs.format,
     }
-    if text_field is not None:
-        options["text_field"] = text_field
+    if documents.text_field is not None:
+        options["text_field"] = documents.text_field
     return options
 
 
-def corpus_build_id(
-    source: Any,
-    n: int,
-    tokenizer: Any,
-    *,
-    append_eos: bool = True,
-    eos_token: str | None = None,
-    split: str = "blank",
-    on_error: str = "raise",
-    text_field: str | None = None,
-    progress: bool | None = None,
-) -> str:
+def corpus_build_id(source: Any, n: int, tokenizer: Any, documents: DocumentOptions) -> str:
     """The build id every worker of an ``n``-shard build of ``source`` with ``tokenizer``
-    derives alike."""
+    and ``documents`` derives alike."""
     inputs = inputs_of(source)
     sha = describe_tokenizer(load_tokenizer(tokenizer))["sha256"]
-    options = _options(inputs, append_eos, eos_token, split, on_error, sha, text_field)
-    return derive_build_id(inputs.files, options, n)
+    return derive_build_id(inputs.files, _options(inputs, documents, sha), n)
 
 
 def build_corpus_shard(
@@ -209,17 +203,15 @@ def build_corpus_shard(
     dest: Path,
     shard: tuple[int, int],
     tokenizer: Any,
+    documents: DocumentOptions,
     *,
-    append_eos: bool = True,
-    eos_token: str | None = None,
-    split: str = "blank",
-    on_error: OnError = "raise",
-    text_field: str | None = None,
     build_id: str | None = None,
     progress: bool | None = None,
 ) -> CorpusShardReport:
-    """Write shard ``i`` of ``n`` of the token corpus at ``dest`` (see the module doc)."""
+    """Write shard ``i`` of ``n`` of the token corpus at ``dest``, its documents cut and ended
+    as ``documents`` says (see the module doc)."""
     i, n = check_shard(shard)
+    on_error, text_field = documents.on_error, documents.text_field
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error={on_error!r}: choose 'raise' or 'skip'")
     inputs = inputs_of(source)
@@ -228,8 +220,8 @@ def build_corpus_shard(
         check_shard_count(inputs.files, n, None, is_jsonl)  # n bounded before any planning
     tok = load_tokenizer(tokenizer)
     info = describe_tokenizer(tok)
-    eos = find_eos(tok, eos_token) if append_eos else None
-    options = _options(inputs, append_eos, eos_token, split, on_error, info["sha256"], text_field)
+    eos = find_eos(tok, documents.eos_token) if documents.append_eos else None
+    options = _options(inputs, documents, info["sha256"])
     bid, where, stats = claim_shard(
         dest, inputs.files, options, (i, n), build_id, "token corpus", FORMAT_NAME
     )
@@ -256,7 +248,7 @@ def build_corpus_shard(
             else:
                 planned = plan_shard(inputs.files, n, None, i, is_jsonl)
                 before = [fingerprint(p) for p in dict.fromkeys(x.path for x in planned)]
-                texts = shard_texts(inputs, planned, split, on_error, text_field)
+                texts = shard_texts(inputs, planned, documents.split, on_error, text_field)
                 pieces = [p.describe() for p in planned]
             with progress_bar(f"shard {i}/{n}", progress) as bar:
                 meta = write_tokens(tmp, texts, tok, info, eos, bar)
