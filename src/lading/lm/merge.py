@@ -35,15 +35,12 @@ _SAME = ("tokenizer", "dtype", "eos_id", "vocab_size")  # what every shard must 
 
 
 def merge_corpus(dest: Path, build_id: str | None = None) -> str:
-    """Commit the shards of a parallel build of ``dest`` as its new snapshot; its id.
-
-    ``build_id``: which build (default: the one whose shards are all there that no merge
-    committed or passed over, else the current snapshot's: a retried merge commits nothing
-    new; :mod:`lading.stores.building.pending`). The current snapshot's build is left as it is.
+    """Commit the shards of build ``build_id`` of ``dest`` (by default the one a merge takes:
+    :func:`~lading.stores.building.pending.merge_in_folder`) as its new snapshot; its id.
 
     Raises:
-        StoreFormatError: shards are missing (naming them and the command that builds them),
-            read other inputs, or were tokenized otherwise (naming both shards).
+        StoreFormatError: shards are missing (naming them and ``lading lm build``), read
+            other inputs, or were tokenized otherwise (naming both shards).
     """
 
     kind = (FORMAT_NAME, "token corpus")

@@ -143,15 +143,13 @@ def write_one_shard(
 
 
 def merge_store(dest: Path, build_id: str | None = None) -> PackedStore:
-    """Commit the shards of a parallel build of ``dest`` as its new snapshot; open it.
-
-    ``build_id``: which build (default: the one whose shards are all there that no merge
-    committed or passed over, else the current snapshot's: a retried merge commits nothing
-    new; :mod:`lading.stores.building.pending`). The current snapshot's build is opened as it is.
+    """Commit the shards of build ``build_id`` of ``dest`` (by default the one a merge takes:
+    :func:`~lading.stores.building.pending.merge_in_folder`) as its new snapshot; open it
+    (the current snapshot, where that build is committed already).
 
     Raises:
-        StoreFormatError: shards are missing (naming them and the command that builds them),
-            or two shards hold the same id (naming both).
+        StoreFormatError: shards are missing (naming them and ``lading build``), or two
+            shards hold the same id (naming both).
     """
 
     kind = (FORMAT_NAME, "store")

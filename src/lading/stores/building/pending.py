@@ -157,7 +157,17 @@ def merge_in_folder(
     kind there, take the build to commit (:func:`build_to_commit`, its shards read by
     ``read``) and hand it to the kind's ``commit``; the snapshot's id (the current one where
     that build is committed already). ``kind``: the format name and what it is called in
-    the messages; ``build``: the command that builds a shard, in the messages."""
+    the messages; ``build``: the command that builds a shard, in the messages.
+
+    ``build_id``: which build (default: the one whose shards are all there that no merge
+    committed or passed over, else the current snapshot's: a retried merge commits nothing
+    new; see the module doc). The current snapshot's build is left as it is.
+
+    Raises:
+        StoreFormatError: no build to merge, shards missing (naming them and ``build``),
+            or shards that do not fit (naming them; the kind's ``read`` and ``commit`` say
+            what else each refuses).
+    """
     fmt, what = kind
     with BuildContext(dest, fmt, what, collect=False) as context:
         context.check_kind()  # a store there is not replaced by a token corpus, nor back
