@@ -287,14 +287,21 @@ static int sorted_probe(const void *table, PyObject *id, Probe *p, PyObject **ho
     return 0;
 }
 
-static int sorted_chunk(const void *table, Probe *probe, int64_t *out, Py_ssize_t m) {
-    const SortedTable *t = table;
-    int64_t want[CHUNK], base[CHUNK];
+/* The chunk's keys (want) and, in base, each one's last position whose key <= it in k[0..size)
+ * (0 where none is): the searches of the sorted and runs kinds. */
+static void search_chunk(const int64_t *k, int64_t size, const Probe *probe, int64_t *want,
+                         int64_t *base, Py_ssize_t m) {
     for (Py_ssize_t j = 0; j < m; j++) {
         want[j] = probe[j].number;
         base[j] = 0;
     }
-    search(t->keys, t->size, t->size, base, want, m);
+    search(k, size, size, base, want, m);
+}
+
+static int sorted_chunk(const void *table, Probe *probe, int64_t *out, Py_ssize_t m) {
+    const SortedTable *t = table;
+    int64_t want[CHUNK], base[CHUNK];
+    search_chunk(t->keys, t->size, probe, want, base, m);
     for (Py_ssize_t j = 0; j < m; j++) PREFETCH(t->table + base[j] * t->itemsize);
     for (Py_ssize_t j = 0; j < m; j++) {
         int64_t row = -1, b = base[j];
@@ -341,11 +348,7 @@ typedef struct {
 static int runs_chunk(const void *table, Probe *probe, int64_t *out, Py_ssize_t m) {
     const RunsTable *t = table;
     int64_t want[CHUNK], base[CHUNK];
-    for (Py_ssize_t j = 0; j < m; j++) {
-        want[j] = probe[j].number;
-        base[j] = 0;
-    }
-    search(t->firsts, t->size, t->size, base, want, m);
+    search_chunk(t->firsts, t->size, probe, want, base, m);
     for (Py_ssize_t j = 0; j < m; j++) {
         int64_t row = -1, b = base[j];
         if (t->size > 0 && want[j] >= 0 && t->firsts[b] <= want[j]) {
@@ -358,19 +361,16 @@ static int runs_chunk(const void *table, Probe *probe, int64_t *out, Py_ssize_t 
     return 0;
 }
 
+/* runs: the runs' firsts, then their rows, then their lengths (int64 each; len / 24 runs, a
+ * trailing partial run ignored). */
 static PyObject *runs_rows(PyObject *self, PyObject *args) {
     PyObject *ids;
     Py_buffer runs;
-    Py_ssize_t count;
-    if (!PyArg_ParseTuple(args, "Oy*n", &ids, &runs, &count)) return NULL;
-    PyObject *result = NULL;
-    if (count < 0 || count > runs.len / 24) {
-        PyErr_SetString(PyExc_ValueError, "the runs buffer holds fewer than 3 x count int64");
-    } else {
-        const int64_t *words = (const int64_t *)runs.buf;
-        RunsTable t = {words, words + count, words + 2 * count, count};
-        result = lookup_rows(ids, &t, sorted_probe, runs_chunk);
-    }
+    if (!PyArg_ParseTuple(args, "Oy*", &ids, &runs)) return NULL;
+    int64_t count = runs.len / 24;
+    const int64_t *words = (const int64_t *)runs.buf;
+    RunsTable t = {words, words + count, words + 2 * count, count};
+    PyObject *result = lookup_rows(ids, &t, sorted_probe, runs_chunk);
     PyBuffer_Release(&runs);
     return result;
 }
@@ -1045,7 +1045,7 @@ static PyMethodDef methods[] = {
     {"sorted_rows", sorted_rows, METH_VARARGS,
      "sorted_rows(ids, keys, rows, itemsize) -> (bytearray of int64 rows, first absent or -1)"},
     {"runs_rows", runs_rows, METH_VARARGS,
-     "runs_rows(ids, runs, count) -> (bytearray of int64 rows, first absent or -1); runs: count "
+     "runs_rows(ids, runs) -> (bytearray of int64 rows, first absent or -1); runs: the runs' "
      "firsts, then their rows, then their lengths, int64"},
     {"hash_rows", hash_rows, METH_VARARGS,
      "hash_rows(ids, table, keys, width, buckets, max_spill, multipliers) -> (bytearray of int64 "

@@ -266,8 +266,8 @@ class IdIndex:
         if self.kind == "runs":
             mapped, self._runs = _read_runs(directory, meta)
             if c is not None:
-                runs, count = mapped.buffer, int(meta["runs"])
-                self._native = lambda ids: c.runs_rows(ids, runs, count)
+                runs = mapped.buffer  # 3 x runs int64, checked
+                self._native = lambda ids: c.runs_rows(ids, runs)
         elif self.kind == "dense":
             dense = MappedFile(directory / "index.dense", True)
             self._table = dense.array(rows_t)
