@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +69,18 @@ def test_local_s3_serves_keys_that_must_be_escaped_in_a_url(s3: LocalS3, key: st
     client.put(key, b"hello " + key.encode())
     assert key in client.list("ds/")
     assert client.get(key) == b"hello " + key.encode()
+
+
+def test_the_local_s3_leaves_no_folder_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server keeps copies of the objects in a temporary folder; it is ended by SIGTERM,
+    which killed it before the folder was removed: every test session left lading-s3-* folders
+    in the system's temp (257 on this machine in a day)."""
+    pytest.importorskip("moto.server", reason="the local S3 needs moto: pip install 'moto[server]'")
+    pytest.importorskip("aiohttp", reason="the local S3's proxy needs aiohttp")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the server's child makes its folder here
+    with LocalS3(latency=0) as s3:
+        s3.make_bucket("kept")
+        assert len(list(tmp_path.glob("lading-s3-*"))) == 1
+    assert list(tmp_path.glob("lading-s3-*")) == []

@@ -32,6 +32,7 @@ import json
 import os
 import random
 import re
+import signal
 import socket
 import struct
 import subprocess
@@ -288,8 +289,10 @@ async def _serve(port: int, latency: float, jitter: float, ready: Any) -> None:
         site = web.TCPSite(runner, "127.0.0.1", port, backlog=1024)
         await site.start()
         ready(f"http://127.0.0.1:{port}")
+        stop = asyncio.Event()  # LocalS3 ends this process by SIGTERM: unwind, so that the
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)  # mirror goes
         try:
-            await asyncio.Event().wait()
+            await stop.wait()
         finally:
             await runner.cleanup()
             moto.stop()
