@@ -5,7 +5,9 @@
 One store of ``n`` documents per kind of id (the texts: MS MARCO passages resampled, as in
 bench_stores.py), ids of row i spelled as:
 
-- ``dense``: ``i`` (a dense table), looked up as ``int`` and, separately, as ``str``;
+- ``runs``: ``i`` (``0..n-1`` in row order: one run, the runs index), looked up as ``int`` and,
+  separately, as ``str``;
+- ``dense``: ``0..n-1`` shuffled (a dense table), looked up as ``int`` and as ``str``;
 - ``sparse``: ``7i+3``, as ``int``; ``very sparse``: distinct random integers below 2**40 (the
   sorted-int index), as ``int``;
 - ``MS MARCO docs``: ``D<number>`` (``D1555982``), and ``ClueWeb``
@@ -40,8 +42,10 @@ from common import HERE, add_write_flag, data_dir, write_section
 
 BATCH = 64
 KINDS: dict[str, tuple[str, str, str]] = {  # kind -> (shown as, store, query spells ids as)
-    "dense-int": ("dense, int ids", "dense", "int"),
-    "dense-str": ("dense, str ids", "dense", "str"),
+    "runs-int": ("0..n-1 in order, int ids", "runs", "int"),
+    "runs-str": ("0..n-1 in order, str ids", "runs", "str"),
+    "dense-int": ("0..n-1 shuffled, int ids", "dense", "int"),
+    "dense-str": ("0..n-1 shuffled, str ids", "dense", "str"),
     "sparse": ("sparse 7i+3, int ids", "sparse", "int"),
     "very-sparse": ("very sparse (random < 2**40), int ids", "very-sparse", "int"),
     "msmarco-docs": ("MS MARCO docs style", "msmarco-docs", "str"),
@@ -52,8 +56,10 @@ KINDS: dict[str, tuple[str, str, str]] = {  # kind -> (shown as, store, query sp
 def spell_ids(store: str, n: int) -> list[str]:
     """The id of each row for a kind of store (distinct, deterministic)."""
     rng = np.random.default_rng(7)
-    if store == "dense":
+    if store == "runs":
         return [str(i) for i in range(n)]
+    if store == "dense":
+        return [str(i) for i in rng.permutation(n).tolist()]
     if store == "sparse":
         return [str(7 * i + 3) for i in range(n)]
     if store == "very-sparse":
