@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import multiprocessing.util
 import os
 import random
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -258,6 +261,30 @@ def bucket(s3: LocalS3) -> str:
     s3.make_bucket(name)
     s3.reset()
     return name
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_temp_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every temporary folder the tests' processes make goes under one folder of this session
+    (``$TMPDIR``, inherited by every child), removed at its end: torchrun never removes its
+    ``torchelastic_*`` folders and a killed process leaves multiprocessing's ``pymp-*`` (351
+    and 128 piled up in the machine's temp in a day of test runs). pytest's own ``tmp_path``
+    folders are placed first, outside it, so a failed test's files are kept as usual."""
+    tmp_path_factory.getbasetemp()
+    multiprocessing.util.get_temp_dir()  # this process's: outside too, its exit hook removes it
+    folder = tempfile.mkdtemp(prefix="lading-tests-")
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = folder
+    tempfile.tempdir = None  # read $TMPDIR again
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved
+        tempfile.tempdir = None
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 _START_METHOD = multiprocessing.get_start_method(allow_none=True)  # the process's, at start
