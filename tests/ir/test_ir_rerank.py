@@ -169,3 +169,56 @@ def test_lading_rerank_reads_the_qrels_before_the_reranking(
                  "--qrels", str(qrels)])  # fmt: skip
     assert code == 2 and "line 1 of" in capsys.readouterr().err
     assert not out.exists(), "the run was reranked before the qrels were read"
+
+
+def test_a_query_rerank_left_out_is_left_out_of_the_measures(tiny: dict[str, Any]) -> None:
+    """A run query without text, skipped under on_missing="skip", was scored 0 by evaluate
+    (ir-measures scores a judged query missing from the run 0): one query of two skipped
+    halved every measure of a run that found everything."""
+    pytest.importorskip("ir_measures")
+    from lading.ir.rerank import evaluate
+
+    queries = {"q1": "w1 w2 w3", "q4": "w4"}
+    run = {"q1": ["d1", "d2"], "q2": ["d3"], "q4": ["gone"]}  # q4: no document to rerank
+    qrels = {"q1": {"d1": 1}, "q2": {"d3": 1}, "q3": {"d4": 1}, "q4": {"gone": 1}}
+    with pytest.warns(SkippedRecordsWarning, match="1 run queries with no text"):
+        scores = rerank(
+            tiny["model"], tiny["store"], queries, run, tiny["tokenizer"], max_length=96,
+            on_missing="skip",
+        )  # fmt: skip
+    assert scores.left_out == ["q2", "q4"]
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        got = evaluate(qrels, scores, ["R@100"])
+    assert got == {"R@100": 0.5}  # q1 found, q3 not (judged, not in the run): q2, q4 out
+    assert [str(w.message) for w in said if w.category is SkippedRecordsWarning] == [
+        "evaluate left out 2 judged queries that rerank left out (first: 'q2'); the means are "
+        "over 2 judged queries"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing left out: nothing said
+        assert evaluate(qrels, run, ["R@100"]) == {"R@100": 0.75}  # all found but q3
+
+
+def test_lading_rerank_scores_both_runs_over_the_queries_it_reranked(
+    tiny: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--on-missing skip printed measures where a skipped query counted 0 in both columns."""
+    pytest.importorskip("ir_measures")
+    from lading.cli import main
+
+    folder = tmp_path / "model"
+    tiny["model"].save(folder, {"max_length": 64, "max_query_length": 16})
+    (folder / "tokenizer.json").write_bytes(Path(tiny["tokenizer"]).read_bytes())
+    queries = write(tmp_path / "q.tsv", "q1\tw1 w2\n")
+    run = write(tmp_path / "run.trec", "q1 Q0 d1 1 2.0 bm25\nq1 Q0 d2 2 1.0 bm25\n"
+                "q2 Q0 d3 1 2.0 bm25\n")  # fmt: skip
+    qrels = write(tmp_path / "qrels.txt", "q1 0 d1 1\nq2 0 d3 1\n")
+    out = tmp_path / "r"
+    code = main(["rerank", "--model", str(folder), "--store", str(tiny["store"].path),
+                 "--queries", str(queries), "--run", str(run), "--out", str(out),
+                 "--qrels", str(qrels), "--measures", "R@100", "--on-missing", "skip"])  # fmt: skip
+    said = capsys.readouterr().out
+    assert code == 0
+    assert "R@100          1.0000     1.0000" in said, said  # q2 was 0 in both: 0.5000
+    assert "over 1 judged query" in said and "'q2'" in said, said

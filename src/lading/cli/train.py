@@ -147,10 +147,14 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
     print(f"{args.out}: reranked the top {args.depth} of {len(scores)} queries")
     for warning in said:
         print(str(warning.message))
-    if qrels is not None:
+    if qrels is not None:  # both runs on the same documents, over the same queries: those
         ranked = {q: [d for d in run[q][: args.depth] if d in scores[q]] for q in scores}
-        before = evaluate(qrels, ranked, args.measures, args.min_relevance)  # the same documents
-        after = evaluate(qrels, scores, args.measures, args.min_relevance)
+        with warnings.catch_warnings(record=True) as noted:  # not reranked are left out
+            warnings.simplefilter("always", SkippedRecordsWarning)
+            before = evaluate(qrels, ranked, args.measures, args.min_relevance, scores.left_out)
+            after = evaluate(qrels, scores, args.measures, args.min_relevance)
+        for message in dict.fromkeys(str(w.message) for w in noted):  # (both say the same)
+            print(message)
         print(f"{'measure':10s} {'input run':>10s} {'reranked':>10s}")
         for name in args.measures:
             print(f"{name:10s} {before[name]:10.4f} {after[name]:10.4f}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,16 @@ from lading.ir.model import CrossEncoder, check_positions
 from lading.stores.base import DocStore
 
 DEFAULT_MEASURES: tuple[str, ...] = ("nDCG@10", "RR@10", "R@100")
+
+
+class Reranked(dict[str, dict[str, float]]):
+    """{qid: {docid: score}} of :func:`rerank`, plus ``left_out``: the run's queries it did
+    not rerank under ``on_missing="skip"`` (no text, or none of the top ``depth`` documents
+    in the store), in run order. :func:`evaluate` keeps them out of its means."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.left_out: list[str] = []
 
 
 @torch.no_grad()
@@ -32,7 +42,7 @@ def rerank(
     max_query_length: int = 64,
     device: str | torch.device = "cpu",
     on_missing: str = "raise",
-) -> dict[str, dict[str, float]]:
+) -> Reranked:
     """Scores of the top ``depth`` documents of each query's run: {qid: {docid: score}}.
 
     ``max_query_length``: query tokens kept, as the model was trained with (its
@@ -40,7 +50,10 @@ def rerank(
     text in ``queries``, or a document of a query's top ``depth`` not in ``store``, is an
     error naming how many and the first; ``on_missing="skip"`` leaves them out, counted in a
     :class:`~lading.errors.SkippedRecordsWarning` (a reranked query then ranks fewer
-    documents than the run's top ``depth``).
+    documents than the run's top ``depth``). The queries not reranked at all (no text, or
+    none of their top ``depth`` documents in the store) are the result's ``left_out``:
+    :func:`evaluate` leaves them out of its means rather than scoring them 0, which would
+    lower every measure for queries the model never ranked.
 
     Raises:
         ValueError: ``max_length`` is longer than the positions ``model`` has; something of
@@ -50,11 +63,13 @@ def rerank(
     left_out = _missing(store, queries, run, depth, on_missing)
     collate = CrossEncoderCollator(store, tokenizer, max_length, max_query_length)
     model.eval().to(device)
-    scores: dict[str, dict[str, float]] = {}
+    scores = Reranked()
     for qid, ranked in run.items():
-        if qid not in queries:
-            continue
-        docs = [d for d in ranked[:depth] if d in store]
+        docs = [d for d in ranked[:depth] if d in store] if qid in queries else []
+        if not docs:
+            scores.left_out.append(qid)
+            if qid not in queries:
+                continue
         codes = store.rows(docs) if collate.use_tokens else None  # only tokens are read by row
         out: dict[str, float] = {}
         for lo in range(0, len(docs), batch_size):
@@ -133,25 +148,49 @@ def evaluate(
     run: Mapping[str, Mapping[str, float]] | Mapping[str, Sequence[str]],
     measures: Sequence[str] = DEFAULT_MEASURES,
     min_relevance: int = 1,
+    leave_out: Collection[str] | None = None,
 ) -> dict[str, float]:
     """Mean of each measure over the judged queries, computed by ir-measures.
 
     A run given as ranked lists is scored by rank. ``min_relevance`` sets the binary threshold
     of the measures that take one (RR, R, P, AP: ``rel=``); nDCG, ERR and the others use the
     graded judgements.
+
+    A judged query the run does not rank scores 0 (ir-measures' rule: a system that returned
+    nothing found nothing), except the queries of ``leave_out`` (default: the run's
+    ``left_out``, the queries :func:`rerank` did not rerank under ``on_missing="skip"``):
+    those are left out of the means, with a :class:`~lading.errors.SkippedRecordsWarning`
+    saying how many judged queries were left out and over how many the means are. Pass
+    ``leave_out=reranked.left_out`` to score the input run over the same queries.
     """
     import ir_measures
 
     parsed = parse_measures(measures, min_relevance)
+    if leave_out is None:
+        leave_out = getattr(run, "left_out", ())
+    left = [q for q in dict.fromkeys(leave_out) if q in qrels]
     scored: dict[str, dict[str, float]] = {}
     for qid, docs in run.items():
         if isinstance(docs, Mapping):
             scored[qid] = {str(d): float(s) for d, s in docs.items()}
         else:
             scored[qid] = {str(d): float(len(docs) - i) for i, d in enumerate(docs)}
-    judged = {q: dict(d) for q, d in qrels.items()}
+    skip = set(left)
+    judged = {q: dict(d) for q, d in qrels.items() if q not in skip}
+    if left:
+        warnings.warn(
+            f"evaluate left out {_queries(len(left), 'judged')} that rerank left out (first: "
+            f"{left[0]!r}); the means are over {_queries(len(judged), 'judged')}",
+            SkippedRecordsWarning,
+            stacklevel=2,
+        )
     result = ir_measures.calc_aggregate(parsed, judged, scored)
     return {name: float(result[m]) for name, m in zip(measures, parsed)}
+
+
+def _queries(n: int, kind: str) -> str:
+    """``"1 judged query"``, ``"2 judged queries"``."""
+    return f"{n:,} {kind} {'query' if n == 1 else 'queries'}"
 
 
 def parse_measures(measures: Sequence[str], min_relevance: int = 1) -> list[Any]:
