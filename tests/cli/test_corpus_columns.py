@@ -108,3 +108,36 @@ def test_cross_encoder_refuses_columns_beside_a_corpus_that_is_not_tsv(
     assert code == 2 and "docs.jsonl" in line and "leave --columns out" in line, line
     assert "ParseOptions" not in line and "_field" not in line, line
     assert not (files / "out" / "store").exists()  # refused before a tokenizer or a store
+
+
+def test_cross_encoder_reads_a_wider_queries_tsv_named_by_query_columns(
+    files: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A queries TSV of a third column (a query type) was read with the type glued to every
+    query's text; it is refused naming the flag that reads it, which the command takes."""
+    pytest.importorskip("transformers")
+    import lading
+    from lading.cli.train import _config
+    from lading.ir.train import TrainConfig, groups_from_files
+
+    (files / "queries.tsv").write_text("q1\tfirst question\tfactoid\nq2\tsecond question\tlist\n")
+    (files / "two.tsv").write_text("D1\tBody one\nD2\tBody two\n")
+    store = lading.build_store(files / "two.tsv", files / "store", progress=False)
+    plain = build_parser().parse_args(
+        cross_encoder_args(files, "--sampling", "random", "--group-size", "2")
+    )
+    config = _config(TrainConfig, plain, ("out", "queries", "qrels", "corpus"))
+    with pytest.raises(lading.SourceError, match=r"line 1 of .*queries.tsv.*--query-columns"):
+        groups_from_files(store, config.queries, config.qrels, None, config)
+    named = cross_encoder_args(
+        files, "--query-columns", "id,text,type", "--sampling", "random", "--group-size", "2"
+    )
+    config = _config(TrainConfig, build_parser().parse_args(named), ("out", "queries", "qrels"))
+    assert config.query_columns == ("id", "text", "type")
+    groups = groups_from_files(store, config.queries, config.qrels, None, config)
+    assert sorted(groups.query_texts) == ["first question", "second question"]
+    with pytest.raises(SystemExit) as exit_:
+        main(cross_encoder_args(files, "--query-columns", "id,query,type"))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --query-columns" in err and "'id' and 'text'" in err, err

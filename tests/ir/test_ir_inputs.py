@@ -314,3 +314,35 @@ def test_an_msmarco_run_is_read_as_a_ranking_not_as_triples(tmp_path: Path) -> N
     # id triples whose first negative is an id other than "1": triples as before
     triples = read_run(write(tmp_path / "t.tsv", "1\t7\t1\n1\t7\t5\n"))
     assert triples.triples == [("1", "7", "1"), ("1", "7", "5")]
+
+
+def test_a_queries_tsv_of_more_columns_is_refused_or_read_by_the_columns_named(
+    tmp_path: Path,
+) -> None:
+    """``qid<TAB>text<TAB>type`` was read with "text<TAB>type" as the query's text: the
+    category glued to every query a model was trained and reranked on, without a word. As the
+    documents' TSV reader does, a line of more columns than named is refused, naming the
+    file, the line, its columns and the columns= to pass; columns= reads the text from its
+    column and leaves the others out."""
+    tsv = write(tmp_path / "queries.tsv", "1\twhat is a cat\tfactoid\n2\tcats or dogs\tlist\n")
+    with pytest.raises(SourceError) as raised:
+        read_queries(tsv)
+    said = str(raised.value)
+    assert said.startswith(f"line 1 of {tsv}: "), said
+    assert "found 3 columns ('1' | 'what is a cat' | 'factoid')" in said, said
+    assert "columns=('id', 'text', 'field2')" in said and "--query-columns id,text,field2" in said
+    kept = read_queries(tsv, on_error="skip")
+    assert (dict(kept), kept.skipped) == ({}, 2)
+    assert read_queries(tsv, columns=("id", "text", "type")) == {
+        "1": "what is a cat",
+        "2": "cats or dogs",
+    }
+    assert read_queries(tsv, columns=("id", "type", "text")) == {"1": "factoid", "2": "list"}
+    short = write(tmp_path / "short.tsv", "1\twhat is a cat\tfactoid\n2\tcats or dogs\n")
+    with pytest.raises(SourceError, match=r"line 2 of .*found 2 columns"):
+        read_queries(short, columns=("id", "type", "text"))
+    with pytest.raises(ValueError, match=r"must name both 'id' and 'text'"):
+        read_queries(tsv, columns=("id", "query"))
+    jsonl = write(tmp_path / "queries.jsonl", '{"_id": "q1", "text": "a"}\n')
+    with pytest.raises(ValueError, match=r"queries.jsonl: columns=.* names a TSV's columns"):
+        read_queries(jsonl, columns=("id", "text", "type"))

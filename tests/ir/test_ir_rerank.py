@@ -222,3 +222,26 @@ def test_lading_rerank_scores_both_runs_over_the_queries_it_reranked(
     assert code == 0
     assert "R@100          1.0000     1.0000" in said, said  # q2 was 0 in both: 0.5000
     assert "over 1 judged query" in said and "'q2'" in said, said
+
+
+def test_lading_rerank_reads_a_wider_queries_tsv_by_query_columns(
+    tiny: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A third column of the queries (a query type) was reranked as part of every query's
+    text; it is refused naming the line and --query-columns, which reads it."""
+    from lading.cli import main
+
+    folder = tmp_path / "model"
+    tiny["model"].save(folder, {"max_length": 64, "max_query_length": 16})
+    (folder / "tokenizer.json").write_bytes(Path(tiny["tokenizer"]).read_bytes())
+    queries = write(tmp_path / "q.tsv", "q\tw1 w2\tfactoid\n")
+    run = write(tmp_path / "run.trec", "q Q0 d1 1 2.0 bm25\nq Q0 d2 2 1.0 bm25\n")
+    out = tmp_path / "r"
+    args = ["rerank", "--model", str(folder), "--store", str(tiny["store"].path),
+            "--queries", str(queries), "--run", str(run), "--out", str(out)]  # fmt: skip
+    assert main(args) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"line 1 of {queries}" in line and "--query-columns id,text,field2" in line, line
+    assert not out.exists()
+    assert main([*args, "--query-columns", "id,text,type"]) == 0
+    assert len(out.read_text().splitlines()) == 2

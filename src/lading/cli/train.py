@@ -77,6 +77,30 @@ def column_names(value: str) -> tuple[str, ...]:
     return names
 
 
+def query_column_names(value: str) -> tuple[str, ...]:
+    """``--query-columns id,text,type`` as the names ``read_queries`` takes (``columns=``),
+    checked while the command line is read (before a model is loaded or trained)."""
+    from lading.ir.inputs import check_query_columns
+
+    names = tuple(value.split(","))
+    try:
+        check_query_columns(names)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{value}: {e}") from None
+    return names
+
+
+def add_query_columns(p: Any) -> None:
+    """``--query-columns``, of every command that reads ``--queries``."""
+    p.add_argument(
+        "--query-columns",
+        type=query_column_names,
+        help="with a TSV --queries: its column names, comma-separated, one per column "
+        "(default: id,text); a wider TSV names every column, e.g. id,text,type (the columns "
+        "but id and text are left out)",
+    )
+
+
 def _cmd_train_cross_encoder(args: argparse.Namespace) -> int:
     from lading.ir.train import TrainConfig, train
 
@@ -114,7 +138,7 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
     import torch
 
     from lading.errors import SkippedRecordsWarning
-    from lading.ir.inputs import read_qrels, read_queries, read_run
+    from lading.ir.inputs import QUERY_COLUMNS, read_qrels, read_queries, read_run
     from lading.ir.model import CrossEncoder, check_positions, trained_inputs
     from lading.ir.rerank import evaluate, rerank, write_trec_run
     from lading.stores import open_store
@@ -133,7 +157,7 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
         scores = rerank(
             model,
             store,
-            read_queries(args.queries),
+            read_queries(args.queries, columns=args.query_columns or QUERY_COLUMNS),
             run,
             tokenizer,
             depth=args.depth,
@@ -398,6 +422,7 @@ def _add_train_cross_encoder(kinds: Any) -> None:
         "id,text); a wider TSV names every column, e.g. id,url,title,text for msmarco-docs.tsv",
     )
     p.add_argument("--queries", required=True, type=existing, help="queries (id<TAB>text)")
+    add_query_columns(p)
     p.add_argument("--qrels", required=True, type=existing, help="judgements (TREC qrels)")
     p.add_argument(
         "--negatives",
@@ -462,6 +487,7 @@ def add_rerank(sub: Any) -> None:
         help="the documents (a lading store: a directory or an s3://... URL)",
     )
     p.add_argument("--queries", required=True, type=existing, help="queries (id<TAB>text)")
+    add_query_columns(p)
     p.add_argument(
         "--run", required=True, type=existing, help="the run to rerank (TREC or MS MARCO format)"
     )

@@ -8,11 +8,12 @@ file and line, or, with ``on_error="skip"``, are skipped and counted on the retu
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,6 +29,7 @@ from lading.sources import (
 from lading.sources.chunks import numbered_lines, reading
 
 Queries = dict[str, str]
+QUERY_COLUMNS: tuple[str, ...] = ("id", "text")  # a queries TSV's columns (read_queries)
 Qrels = dict[str, dict[str, int]]
 
 
@@ -113,16 +115,39 @@ class _Policy:
                 yield line
 
 
-def read_queries(path: str | os.PathLike[str], on_error: OnError = "raise") -> ReadQueries:
+def read_queries(
+    path: str | os.PathLike[str],
+    on_error: OnError = "raise",
+    columns: Sequence[str] = QUERY_COLUMNS,
+) -> ReadQueries:
     """Queries from TSV (``qid<TAB>text``), JSONL (``_id``/``qid``/``query_id`` and ``text``/
     ``query``; BEIR's ``queries.jsonl``), or ``irds:<dataset-id>``.
+
+    ``columns``: a TSV's column names, as the documents' TSV reader takes them
+    (``ParseOptions(columns=...)``): ``"id"`` and ``"text"`` say where the query id and text
+    are, the other columns (a query type, a category) are left out. A line of more columns
+    than named is a :class:`~lading.errors.SourceError` naming its columns and the
+    ``columns=`` to pass (``--query-columns``), never read with the extra columns glued to
+    the text; a tab inside the text of a two-column TSV is refused so too. A line of fewer
+    columns than the text's is one as well.
 
     A query id on two lines with the same text is one query; with another text it is a
     :class:`~lading.errors.SourceError` naming both lines (``on_error="skip"``: the later
     line is skipped and counted). A query whose text is empty or white space is one too
-    (skipped and counted)."""
+    (skipped and counted).
+
+    Raises:
+        ValueError: ``columns`` does not name both ``"id"`` and ``"text"``, or names columns
+            of a file that is not TSV.
+    """
+    columns = check_query_columns(columns)
     out = ReadQueries()
     name = os.fspath(path)
+    if columns != QUERY_COLUMNS and (name.startswith("irds:") or ".json" in Path(name).name):
+        raise ValueError(
+            f"{name}: columns={columns!r} names a TSV's columns; this file's records name "
+            "their own id and text: leave columns out"
+        )
     if name.startswith("irds:"):
         dataset = import_ir_datasets().load(name[len("irds:") :])
         for query in dataset.queries_iter():
@@ -131,7 +156,10 @@ def read_queries(path: str | os.PathLike[str], on_error: OnError = "raise") -> R
         return out
     file = Path(name)
     policy = _Policy(file, on_error)
-    parse = _json_query if ".jsonl" in file.name or ".json" in file.name else _tsv_query
+    if ".jsonl" in file.name or ".json" in file.name:
+        parse = _json_query
+    else:
+        parse = functools.partial(_tsv_query, columns=columns)
     first_line = _FirstLines(file, lambda t: parse(t)[0])
     for line in policy.lines():
         try:
@@ -205,11 +233,58 @@ def _short(text: str, most: int = 60) -> str:
     return repr(text if len(text) <= most else text[: most - 3] + "...")
 
 
-def _tsv_query(text: str) -> tuple[str, str]:
-    qid, sep, rest = text.partition("\t")
-    if not sep:
-        raise ValueError('expected "<qid>\\t<text>", found no tab')
-    return check_id(qid), rest
+def check_query_columns(columns: Sequence[str]) -> tuple[str, ...]:
+    """A queries TSV's ``columns`` (:func:`read_queries`) as a tuple, checked: one string is
+    refused (``tuple("id,text")`` would be its letters), and so are names without ``"id"``
+    and ``"text"``."""
+    if isinstance(columns, str):
+        raise TypeError(
+            f"columns is a sequence of names, not one string: columns={tuple(columns.split(','))!r}"
+        )
+    names = tuple(columns)
+    if "id" not in names or "text" not in names:
+        raise ValueError(
+            f"queries TSV columns {list(names)} must name both 'id' and 'text' (the others "
+            "are left out), e.g. ('id', 'text', 'type')"
+        )
+    return names
+
+
+def _tsv_query(text: str, columns: tuple[str, ...] = QUERY_COLUMNS) -> tuple[str, str]:
+    """(query id, text) of a TSV line of ``columns``; a ValueError says why a line does not
+    read, a line of more columns than named with the columns to name."""
+    if columns == QUERY_COLUMNS:
+        qid, sep, rest = text.partition("\t")
+        if not sep:
+            raise ValueError('expected "<qid>\\t<text>", found no tab')
+        if "\t" not in rest:
+            return check_id(qid), rest
+    parts = text.split("\t")
+    id_pos, text_pos = columns.index("id"), columns.index("text")
+    if len(parts) > len(columns):
+        raise ValueError(_too_many_query_columns(columns, parts))
+    if len(parts) <= max(id_pos, text_pos):
+        expected = "<" + ">\\t<".join(columns) + ">"
+        raise ValueError(f'expected "{expected}", found {len(parts)} columns')
+    return check_id(parts[id_pos]), parts[text_pos]
+
+
+def _too_many_query_columns(columns: tuple[str, ...], parts: list[str]) -> str:
+    """Why a queries line of more columns than named is refused, with its columns and the
+    columns to name (as the documents' TSV reader says it: sources.parsers)."""
+    n = len(parts)
+    shown = " | ".join(repr(p if len(p) <= 24 else p[:23] + "…") for p in parts[:6])
+    expected = "<" + ">\\t<".join(columns) + ">"
+    found = f'expected "{expected}", found {n} columns ({shown}{" | …" if n > 6 else ""})'
+    if columns != QUERY_COLUMNS:
+        return f"{found}, {len(columns)} named ({', '.join(columns)}): name every column"
+    names = ("id", "text", *(f"field{i}" for i in range(2, n)))
+    return (
+        f"{found}: a queries TSV of more than two columns needs every column named, the "
+        f"query's text as 'text', e.g. columns={names!r} (--query-columns {','.join(names)}), "
+        "or only its id and text kept (cut -f1,2 FILE, the text being the second column); a "
+        "tab inside the text of a two-column TSV is refused too"
+    )
 
 
 def _json_query(text: str) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from torch import nn
 from lading.device import ResidentTokens
 from lading.ir.collate import CrossEncoderCollator
 from lading.ir.groups import TrainingGroups
-from lading.ir.inputs import read_qrels, read_queries, read_run
+from lading.ir.inputs import QUERY_COLUMNS, read_qrels, read_queries, read_run
 from lading.ir.layouts import DOC_ROWS, model_inputs
 from lading.ir.model import CrossEncoder, check_positions, ranking_loss, tiny_bert_config
 from lading.loading.map_workload import loader
@@ -47,6 +47,7 @@ class TrainConfig(RunConfig):
     store: Path | str | None = None  # a folder, or an object-store URL (s3://...)
     corpus: Path | None = None
     columns: tuple[str, ...] | None = None  # a TSV --corpus's column names (default: id, text)
+    query_columns: tuple[str, ...] | None = None  # a TSV --queries' (default: id, text)
     negatives: Path | None = None
     model: str = "tiny"
     tokenizer: str | None = None
@@ -171,12 +172,14 @@ def groups_from_files(
     store: DocStore, queries: Path, qrels: Path, negatives: Path | None, settings: Any
 ) -> TrainingGroups:
     """Training groups from the queries, judgements and (optional) negatives files, with the
-    :data:`GROUP_OPTIONS` that ``settings`` has; pairs whose document the store lacks are
-    skipped."""
+    :data:`GROUP_OPTIONS` that ``settings`` has, and the queries TSV's columns where it has
+    ``query_columns``; pairs whose document the store lacks are skipped."""
     options = {k: getattr(settings, k) for k in GROUP_OPTIONS if hasattr(settings, k)}
+    columns = getattr(settings, "query_columns", None) or QUERY_COLUMNS
     negative_run = read_run(negatives) if negatives else None
+    read = read_queries(queries, columns=columns)
     return TrainingGroups(
-        store, read_queries(queries), read_qrels(qrels), negative_run, on_missing="skip", **options
+        store, read, read_qrels(qrels), negative_run, on_missing="skip", **options
     )
 
 
