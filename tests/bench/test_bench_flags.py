@@ -111,13 +111,38 @@ def test_a_hub_id_is_looked_up_in_the_local_cache_only(tmp_path: Path) -> None:
     assert "--model org/absent" in absent.stderr and "Hugging Face cache" in absent.stderr
 
 
-@pytest.mark.parametrize("flag", ["--queries", "--qrels", "--negatives"])
+@pytest.mark.parametrize("flag", ["--queries", "--qrels", "--negatives", "--query-columns"])
 def test_inputs_of_a_corpus_are_refused_without_one(flag: str, collection: Path) -> None:
     """Without --corpus the synthetic collection brings its own queries, qrels and run: a
     --queries/--qrels/--negatives given alone was silently replaced by them."""
-    name = {"--queries": "queries.tsv", "--qrels": "qrels.txt", "--negatives": "run.trec"}[flag]
+    name = {"--queries": "queries.tsv", "--qrels": "qrels.txt", "--negatives": "run.trec"}
+    value = str(collection / name[flag]) if flag in name else "id,text,type"
     with pytest.raises(ValueError, match=rf"{flag} .*without --corpus.*give --corpus"):
-        plan(flag, str(collection / name))
+        plan(flag, value)
+
+
+def test_a_wider_queries_tsv_is_read_by_its_named_columns(collection: Path, tmp_path: Path) -> None:
+    """A queries TSV with a third column is refused naming --query-columns, which the bench
+    takes as train and rerank do: the training groups read the text column only."""
+    from lading.errors import SourceError
+    from lading.ir.train import groups_from_files
+    from lading.stores.memory import InMemoryStore
+
+    wide = tmp_path / "queries3.tsv"
+    lines = (collection / "queries.tsv").read_text().splitlines()
+    wide.write_text("".join(f"{line}\tfactoid\n" for line in lines))
+    flags = corpus_flags(collection)
+    flags[flags.index("--queries") + 1] = str(wide)
+    store = InMemoryStore.from_source(collection / "collection.tsv")
+    _, settings, _ = plan(*flags)
+    with pytest.raises(SourceError, match="--query-columns"):
+        groups_from_files(store, wide, collection / "qrels.txt", None, settings)
+    _, settings, _ = plan(*flags, "--query-columns", "id,text,type")
+    assert settings.query_columns == ("id", "text", "type")  # type: ignore[attr-defined]
+    groups = groups_from_files(store, wide, collection / "qrels.txt", None, settings)
+    plain = groups_from_files(store, collection / "queries.tsv", collection / "qrels.txt", None,
+                              plan(*corpus_flags(collection))[1])  # fmt: skip
+    assert groups.query_texts == plain.query_texts and len(groups) == len(plain) > 0
 
 
 def test_a_corpus_without_queries_is_refused_when_planned(collection: Path) -> None:

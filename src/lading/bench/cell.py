@@ -80,6 +80,8 @@ class Settings:
         repeats: runs of every cell, interleaved over the grid.
         precision: a train cell's autocast precision (``"fp32"``, ``"bf16"``, ``"fp16"``).
         sampling: ``"run"`` when there are negatives (their run's top), else ``"random"``.
+        query_columns: a wider queries TSV's column names (``--query-columns``), None for
+            ``id, text`` (:func:`lading.ir.train.groups_from_files` reads them).
     """
 
     seconds: float = 1.0
@@ -92,6 +94,7 @@ class Settings:
     model: str = "tiny"
     precision: str = "fp32"
     sampling: str = "random"
+    query_columns: tuple[str, ...] | None = None
     seed: int = 0
     timeout_s: float = 900.0
 

@@ -7,7 +7,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lading.cli.inputs import add_choice, add_precision, existing, nonnegative_int, positive_int
+from lading.cli.inputs import (
+    add_choice,
+    add_precision,
+    add_query_columns,
+    existing,
+    nonnegative_int,
+    positive_int,
+)
 
 # lading.bench.cell.MODES, spelled here so that a bad --modes is refused when the command line
 # is parsed, not after importing torch (tests/bench/test_bench_flags.py checks they agree)
@@ -92,6 +99,7 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
         model=args.model,
         precision=args.precision,
         sampling="run" if args.negatives else "random",
+        query_columns=args.query_columns,
     )
     return options, settings, args.passages if args.passages is not None else preset.passages
 
@@ -119,10 +127,13 @@ def check_flags(args: argparse.Namespace) -> None:
     if not args.corpus:
         # the synthetic collection brings its own queries, judgements and run: these would be
         # silently replaced by them
-        for flag in ("queries", "qrels", "negatives"):
+        for flag in ("queries", "qrels", "negatives", "query_columns"):
             if getattr(args, flag):
+                shown = getattr(args, flag)
+                shown = ",".join(shown) if isinstance(shown, tuple) else shown
+                flag = flag.replace("_", "-")
                 raise ValueError(
-                    f"--{flag} {getattr(args, flag)} given without --corpus: the default "
+                    f"--{flag} {shown} given without --corpus: the default "
                     "synthetic collection has its own queries, qrels and run (its negatives "
                     f"come from that run); give --corpus (with --queries and --qrels) to use "
                     f"yours, or leave --{flag} out"
@@ -330,6 +341,7 @@ def add_bench(sub: Any) -> None:
         "--corpus", type=existing, help="a corpus file (default: a synthetic one, cached)"
     )
     p.add_argument("--queries", type=existing, help="with --corpus: queries (TSV)")
+    add_query_columns(p)
     p.add_argument("--qrels", type=existing, help="with --corpus: judgements (TREC qrels)")
     p.add_argument(
         "--negatives",

@@ -99,3 +99,27 @@ def add_raise_or_skip(p: argparse.ArgumentParser, flag: str, help: str) -> None:
     """A policy flag for bad input (``--on-error``, ``--on-missing``): ``raise`` (the default)
     stops at the first, naming it; ``skip`` leaves it out and says how much was left out."""
     add_choice(p, flag, ("raise", "skip"), help)
+
+
+def query_column_names(value: str) -> tuple[str, ...]:
+    """``--query-columns id,text,type`` as the names ``read_queries`` takes (``columns=``),
+    checked while the command line is read (before a model is loaded or trained)."""
+    from lading.ir.inputs import check_query_columns
+
+    names = tuple(value.split(","))
+    try:
+        check_query_columns(names)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{value}: {e}") from None
+    return names
+
+
+def add_query_columns(p: Any) -> None:
+    """``--query-columns``, of every command that reads ``--queries``."""
+    p.add_argument(
+        "--query-columns",
+        type=query_column_names,
+        help="with a TSV --queries: its column names, comma-separated, one per column "
+        "(default: id,text); a wider TSV names every column, e.g. id,text,type (the columns "
+        "but id and text are left out)",
+    )

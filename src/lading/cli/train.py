@@ -14,6 +14,7 @@ from lading.cli.bench import int_list
 from lading.cli.inputs import (
     add_choice,
     add_precision,
+    add_query_columns,
     add_raise_or_skip,
     existing,
     local_model,
@@ -75,30 +76,6 @@ def column_names(value: str) -> tuple[str, ...]:
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"{value}: {e}; e.g. id,url,title,text") from None
     return names
-
-
-def query_column_names(value: str) -> tuple[str, ...]:
-    """``--query-columns id,text,type`` as the names ``read_queries`` takes (``columns=``),
-    checked while the command line is read (before a model is loaded or trained)."""
-    from lading.ir.inputs import check_query_columns
-
-    names = tuple(value.split(","))
-    try:
-        check_query_columns(names)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{value}: {e}") from None
-    return names
-
-
-def add_query_columns(p: Any) -> None:
-    """``--query-columns``, of every command that reads ``--queries``."""
-    p.add_argument(
-        "--query-columns",
-        type=query_column_names,
-        help="with a TSV --queries: its column names, comma-separated, one per column "
-        "(default: id,text); a wider TSV names every column, e.g. id,text,type (the columns "
-        "but id and text are left out)",
-    )
 
 
 def _cmd_train_cross_encoder(args: argparse.Namespace) -> int:
