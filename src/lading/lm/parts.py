@@ -14,6 +14,7 @@ crosses a part's end.
 from __future__ import annotations
 
 import bisect
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,42 @@ class PartOffsets:
         out = self[0 : self.n]
         return out if dtype is None else out.astype(dtype, copy=False)
 
+    def spans(
+        self, documents: npt.ArrayLike
+    ) -> tuple[npt.NDArray[np.signedinteger[Any]], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """(part, first token, end token) of each of ``documents``, the tokens counted in its
+        part's own file (``PartTokens.parts[part][first:end]`` is the document): what the
+        epoch stream reads, found once. Documents in ascending order (every document, a
+        split) are read a part at a time, each part's offsets sliced in order; in another
+        order, gathered part by part as :meth:`__getitem__` does.
+
+        Raises:
+            IndexError: a document out of range.
+        """
+        rows = np.asarray(documents).reshape(-1)  # (int32 documents are not copied wider)
+        if rows.dtype.kind != "i":
+            rows = rows.astype(np.int64)
+        if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self.n - 1):
+            raise IndexError(f"documents out of range [0, {self.n - 1})")
+        part = np.empty(len(rows), dtype=np.int16 if len(self.parts) < 2**15 else np.int32)
+        first = np.empty(len(rows), dtype=np.int64)
+        end = np.empty(len(rows), dtype=np.int64)
+        groups: list[Any]  # the rows of each part: a slice of them, or their indices
+        if rows.size < 2 or bool((rows[1:] >= rows[:-1]).all()):
+            cuts = [0, *np.searchsorted(rows, self.doc_bases[1:-1]).tolist(), len(rows)]
+            groups = [slice(a, b) for a, b in itertools.pairwise(cuts)]
+        else:
+            of = np.searchsorted(self.doc_bases[1:-1], rows, side="right")
+            groups = [np.flatnonzero(of == k) for k in range(len(self.parts))]
+        for k, (offsets, at) in enumerate(zip(self.parts, groups)):
+            local = rows[at] - self.doc_bases[k]
+            if not len(local):
+                continue
+            part[at] = k
+            first[at] = offsets[local]
+            end[at] = offsets[local + 1]
+        return part, first, end
+
 
 def part_offsets(root: Path, meta: dict[str, Any], tokens: PartTokens) -> PartOffsets:
     """The offsets of a local corpus built in shards: each part's ``tokens.off`` mapped,
@@ -192,11 +229,13 @@ def token_parts(root: Path, meta: dict[str, Any], dtype: np.dtype[Any]) -> Any:
     return PartTokens(arrays, dtype)
 
 
-def locate(
-    bases: npt.NDArray[np.int64], starts: npt.NDArray[np.int64]
-) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:
-    """(part, start within the part) of tokens at corpus positions ``starts`` (each the start
-    of a document, which lies wholly in one part). A zero-token document at a part's end is
-    placed in the next part (or the last), where its empty slice is as good."""
-    part = np.searchsorted(bases[1:-1], starts, side="right")
-    return part, starts - bases[part]
+def document_starts(
+    offsets: Any, documents: npt.NDArray[np.signedinteger[Any]]
+) -> tuple[npt.NDArray[np.signedinteger[Any]] | None, npt.NDArray[np.int64]]:
+    """(part, first token) of each of ``documents``, counted in its part's own token file
+    (:meth:`PartOffsets.spans`); for a one-file corpus's ``offsets``, no part (None) and the
+    starts in its one file."""
+    if isinstance(offsets, PartOffsets):
+        part, first, _ = offsets.spans(documents)
+        return part, first
+    return None, np.asarray(offsets[documents], np.int64)

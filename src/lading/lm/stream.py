@@ -11,12 +11,18 @@ shuffle_documents=False)``) are read as one *run*: a read copies one slice a run
 one a document, so a window of a stored-order stream is one slice (one range of a remote
 corpus's ``tokens.bin``) however many documents it spans. :meth:`EpochStream.pieces` gives the
 runs' token ranges many reads touch, computed at once with numpy (what a remote corpus's plan
-asks, without reading).
+asks, without reading), and :meth:`EpochStream.read_many` reads many windows at once the same
+way, a Python step a piece and nothing else.
+
+A corpus built in shards and merged (:mod:`lading.lm.parts`) keeps each run's part beside its
+start in that part's file, found once an epoch (a run never crosses a part's end): a piece is
+then a slice of its part's file, as a piece of a one-file corpus is of its one file.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -24,7 +30,7 @@ import numpy.typing as npt
 
 from lading.lm.corpus import TokenCorpus
 from lading.lm.narrow import narrow
-from lading.lm.parts import PartTokens
+from lading.lm.parts import PartOffsets, PartTokens
 from lading.loading.order import Salt, permutation
 
 
@@ -48,26 +54,36 @@ class EpochStream:
         backwards: bool,
     ) -> None:
         order = permutation(len(documents), seed, Salt.DOCUMENT_ORDER, epoch, shuffle=shuffle)
-        docs = documents[order]
-        del order
-        offsets = corpus.offsets
-        self.tokens = corpus.tokens
-        doc_start = _int64(offsets[docs])  # start of each document in tokens
-        end = _int64(offsets[docs + 1])
-        del docs
-        lengths = narrow(end - doc_start, np.int32)
+        offsets, tokens = corpus.offsets, corpus.tokens
+        # the token files read (one, or one a part) and where each starts in the corpus
+        self.files = tokens.parts if isinstance(tokens, PartTokens) else [tokens]
+        self.bases = tokens.bases if isinstance(tokens, PartTokens) else None
+        part = None
+        if isinstance(offsets, PartOffsets):  # each document's part and span in its file,
+            # found in the documents' own order (ascending: each part's offsets in turn)
+            part, doc_start, end = offsets.spans(documents)
+        else:
+            docs = documents[order]
+            doc_start = _int64(offsets[docs])  # start of each document in tokens
+            end = _int64(offsets[docs + 1])
+            del docs
+        end -= doc_start
+        lengths = narrow(end, np.int32)
         del end
+        if part is not None:  # then put in the stream's order
+            lengths, doc_start, part = lengths[order], doc_start[order], part[order]
+        del order
         self.cum_end = np.cumsum(lengths, dtype=np.int64)  # stream position past each document
         self.total = int(self.cum_end[-1]) if len(self.cum_end) else 0
         self.backwards = backwards
-        # the runs (start in tokens, length, stream position past each): where few merge (a
-        # shuffle) the documents' own arrays, so a shuffled stream costs no more memory; the
-        # per-document arrays are not kept where runs replace them (the stored order)
-        run_start, self.run_len = _runs(doc_start, lengths)
-        self.run_start = narrow(run_start, np.int32)
-        merged = len(self.run_start) != len(doc_start)
-        self.run_cum = np.cumsum(self.run_len, dtype=np.int64) if merged else self.cum_end
-        del doc_start, lengths
+        # the runs (start in their file, length, stream position past each, part): where few
+        # merge (a shuffle) the documents' own arrays, so a shuffled stream costs no more
+        # memory; the per-document arrays are not kept where runs replace them (stored order)
+        run_from, self.run_len, self.run_part = _runs(doc_start, lengths, part)
+        self.run_from = narrow(run_from, np.int32)
+        joined = len(self.run_from) != len(doc_start)
+        self.run_cum = np.cumsum(self.run_len, dtype=np.int64) if joined else self.cum_end
+        del doc_start, lengths, part
         if self.total < 2:
             raise ValueError(
                 f"the {len(documents):,} document(s) read hold {self.total} token(s), fewer than "
@@ -76,39 +92,40 @@ class EpochStream:
 
     @property
     def doc_start(self) -> npt.NDArray[np.signedinteger[Any]]:
-        """Where each run of the stream starts in the tokens: each document's start, or where
-        stream-consecutive documents lie back to back in the tokens, their run's (the token
-        ranges of the stream in its order, what a device copy reads)."""
-        return self.run_start
+        """Where each run of the stream starts in the corpus's tokens: each document's start,
+        or where stream-consecutive documents lie back to back in one file, their run's (the
+        token ranges of the stream in its order, what a device copy reads)."""
+        return self._start(slice(None))
 
     @property
     def lengths(self) -> npt.NDArray[np.signedinteger[Any]]:
         """The tokens of each range of :attr:`doc_start`."""
         return self.run_len
 
+    def _start(self, runs: Any) -> npt.NDArray[np.signedinteger[Any]]:
+        """Where runs ``runs`` start in the corpus's token count (across its parts)."""
+        found = self.run_from[runs]
+        if self.run_part is None or self.bases is None:
+            return found
+        return found + self.bases[self.run_part[runs]]
+
     def _read_forward(self, start: int, out: npt.NDArray[np.int64]) -> None:
-        tokens = self.tokens
         pieces = self._pieces_of(start % self.total, len(out))
-        filled = 0
-        if not isinstance(tokens, PartTokens):
-            for a, b in pieces:
+        files, part, filled = self.files, self.run_part, 0
+        if part is None:
+            tokens = files[0]
+            for _, a, b in pieces:
                 out[filled : filled + b - a] = tokens[a:b]
                 filled += b - a
             return
-        # a merged corpus: each piece's part found here, not by a call a piece (PartTokens.span
-        # cost ~0.9x the one-file read); a run across parts' ends is read by span
-        parts, starts, ends = tokens.parts, tokens._starts, tokens._ends
-        for a, b in pieces:
-            k = bisect_right(starts, a) - 1
-            base = starts[k]
-            out[filled : filled + b - a] = (
-                parts[k][a - base : b - base] if b <= ends[k] else tokens.span(a, b)
-            )
+        for k, a, b in pieces:  # a merged corpus: the piece's part, kept with its run
+            out[filled : filled + b - a] = files[part[k]][a:b]
             filled += b - a
 
-    def _pieces_of(self, pos: int, n: int) -> list[tuple[int, int]]:
-        """The token ranges (runs' pieces) of forward stream positions ``[pos, pos + n)``."""
-        cum, starts, lengths = self.run_cum, self.run_start, self.run_len
+    def _pieces_of(self, pos: int, n: int) -> list[tuple[int, int, int]]:
+        """(run, first token, end token in the run's file) of each piece of forward stream
+        positions ``[pos, pos + n)``."""
+        cum, starts, lengths = self.run_cum, self.run_from, self.run_len
         k = int(np.searchsorted(cum, pos, side="right"))  # once: the rest is k + 1, k + 2…
         found, filled = [], 0
         while filled < n:
@@ -116,7 +133,7 @@ class EpochStream:
             in_run = pos - (int(cum[k]) - length)
             take = min(n - filled, length - in_run)
             src = int(starts[k]) + in_run
-            found.append((src, src + take))
+            found.append((k, src, src + take))
             filled += take
             pos += take
             k += 1
@@ -129,30 +146,82 @@ class EpochStream:
         n)`` of the stream touch, for each ``s`` of ``starts`` (read ``i`` is ``starts[i]``),
         in stream order within a read (a backward read's pieces, forward: it fills reversed).
         Reads that do not wrap are computed with numpy at once, nothing per piece."""
-        at = np.asarray(starts, dtype=np.int64).reshape(-1)
-        total = self.total
-        if self.backwards:
-            at = (total - at - n) % total
-        pos = at % total
-        cum, run_start = self.run_cum, self.run_start
-        wraps = pos + n > total
-        k0 = np.searchsorted(cum, pos, side="right")
-        k1 = np.searchsorted(cum, pos + n - 1, side="right")
-        k1 = np.where(wraps, k0, k1)
-        count = k1 - k0 + 1
+        pos = self._forward(starts, n)
+        wraps = pos + n > self.total
+        k, first, take, count = self._cut(pos, n, wraps)
         read = np.repeat(np.arange(len(pos), dtype=np.int64), count)
-        first = np.cumsum(count) - count
-        k = np.repeat(k0 - first, count) + np.arange(int(count.sum()), dtype=np.int64)
-        run_first = cum[k] - self.run_len[k]  # stream position of run k
-        lo = np.maximum(run_first, pos[read])
-        hi = np.minimum(cum[k], pos[read] + n)
-        out = np.stack([read, run_start[k] + lo - run_first, run_start[k] + hi - run_first], 1)
+        a = self._start(k) + first
+        out = np.stack([read, a, a + take], 1)
         for i in np.flatnonzero(wraps).tolist():  # rare: a stream read past the epoch's end
-            rows = [(i, a, b) for a, b in self._pieces_of(int(pos[i]), n)]
+            found = self._pieces_of(int(pos[i]), n)
+            rows = [(i, *self._global(run, lo, hi)) for run, lo, hi in found]
             out = np.concatenate([out[out[:, 0] != i], np.array(rows, dtype=np.int64)])
         if wraps.any():
             out = out[np.argsort(out[:, 0], kind="stable")]
         return out
+
+    def read_many(self, starts: npt.ArrayLike, out: npt.NDArray[np.int64]) -> None:
+        """:meth:`read` of stream tokens ``[s, s + width)`` into row ``i`` of ``out`` (``[len,
+        width]``) for each ``s`` of ``starts``: the pieces of every read found at once with
+        numpy (:meth:`pieces`' way), then one slice a piece. Reads that wrap, or an ``out``
+        that is not one block of memory, are read one by one."""
+        rows, n = out.shape
+        pos = self._forward(starts, n)
+        if not rows or not out.flags.c_contiguous or bool((pos + n > self.total).any()):
+            for row, start in enumerate(np.asarray(starts).reshape(-1).tolist()):
+                self.read(start, out[row])
+            return
+        k, first, take, _ = self._cut(pos, n)
+        src = (self.run_from[k] + first).tolist()
+        end = np.cumsum(take)  # in ``out`` seen flat: each read fills its row, in order
+        flat = out.reshape(-1)
+        for tokens, a, t, e in zip(self._files(k), src, take.tolist(), end.tolist()):
+            flat[e - t : e] = tokens[a : a + t]
+        if self.backwards:
+            out[:] = out[:, ::-1].copy()
+
+    def _files(self, runs: npt.NDArray[np.int64]) -> Iterator[Any]:
+        """The token file of each of ``runs``, in turn (a merged corpus's: its part's)."""
+        if self.run_part is None:
+            return itertools.repeat(self.files[0], len(runs))
+        return map(self.files.__getitem__, self.run_part[runs].tolist())
+
+    def _forward(self, starts: npt.ArrayLike, n: int) -> npt.NDArray[np.int64]:
+        """Where forward reads of ``n`` tokens start for reads ``[s, s + n)`` of ``starts``
+        (a backward read's piece is the forward stream's, reversed), within the cycle."""
+        at = np.asarray(starts, dtype=np.int64).reshape(-1)
+        total = self.total
+        if self.backwards:
+            at = total - at - n
+        return at % total
+
+    def _cut(
+        self, pos: npt.NDArray[np.int64], n: int, wraps: npt.NDArray[np.bool_] | None = None
+    ) -> tuple[
+        npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
+    ]:
+        """(run, first token within the run, tokens taken) of every piece of the forward
+        reads ``[p, p + n)`` of ``pos``, read by read in stream order, and the pieces of each
+        read; a read of ``wraps`` gets one placeholder piece (read it by :meth:`_pieces_of`)."""
+        cum = self.run_cum
+        k0 = cum.searchsorted(pos, side="right")
+        k1 = cum.searchsorted(pos + (n - 1), side="right")
+        if wraps is not None:
+            k1 = np.where(wraps, k0, k1)
+        count = k1 - k0 + 1
+        first = np.cumsum(count) - count
+        k = np.repeat(k0 - first, count) + np.arange(int(count.sum()), dtype=np.int64)
+        end = cum[k]
+        run_first = end - self.run_len[k]  # stream position of run k
+        at = np.repeat(pos, count)
+        lo = np.maximum(run_first, at)
+        return k, lo - run_first, np.minimum(end, at + n) - lo, count
+
+    def _global(self, run: int, a: int, b: int) -> tuple[int, int]:
+        """``(a, b)`` in run ``run``'s file as positions in the corpus's token count."""
+        part, bases = self.run_part, self.bases
+        base = 0 if part is None or bases is None else int(bases[part[run]])
+        return a + base, b + base
 
     def read(self, start: int, out: npt.NDArray[np.int64]) -> None:
         """Stream tokens ``[start, start + len(out))`` (wrapping at the end) into ``out``."""
@@ -179,29 +248,46 @@ class EpochStream:
 
 
 def _runs(
-    doc_start: npt.NDArray[np.int64], lengths: npt.NDArray[np.signedinteger[Any]]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.signedinteger[Any]]]:
-    """``(start, length)`` in ``tokens`` of each run of stream-consecutive documents that are
-    consecutive in ``tokens`` too (empty documents dropped): ``doc_start`` and ``lengths``
-    themselves where no document is empty and merging would leave more than half as many
-    runs as documents (a shuffle: the few that merge by chance are read as two slices, where
-    three new arrays of the documents' size would cost more memory than they save reads)."""
+    doc_start: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.signedinteger[Any]],
+    part: npt.NDArray[np.signedinteger[Any]] | None,
+) -> tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.signedinteger[Any]],
+    npt.NDArray[np.signedinteger[Any]] | None,
+]:
+    """``(start, length, part)`` of each run of stream-consecutive documents that are
+    consecutive in one token file too (empty documents dropped; ``doc_start`` counts in the
+    file of each document's ``part``, None for a one-file corpus): ``doc_start``, ``lengths``
+    and ``part`` themselves where no document is empty and merging would leave more than half
+    as many runs as documents (a shuffle: the few that merge by chance are read as two
+    slices, where three new arrays of the documents' size would cost more memory than they
+    save reads). A run ends at its part's end: the next part's first document is another
+    file's."""
     end = doc_start + lengths
-    joins = (doc_start[1:] == end[:-1]) | (lengths[1:] == 0)
+    joins = doc_start[1:] == end[:-1]
+    if part is not None:
+        joins &= part[1:] == part[:-1]
+    joins |= lengths[1:] == 0
     nonempty = bool((lengths > 0).all())
     if 2 * int(joins.sum()) < len(lengths) and nonempty:
-        return doc_start, lengths
+        return doc_start, lengths, part
     del joins
     start = doc_start
     if not nonempty:
         keep = lengths > 0
         start, end = doc_start[keep], end[keep]
+        part = None if part is None else part[keep]
     if not len(start):
-        return start, end - start
-    breaks = np.flatnonzero(start[1:] != end[:-1]) + 1
+        return start, end - start, part
+    cut = start[1:] != end[:-1]
+    if part is not None:
+        cut |= part[1:] != part[:-1]
+    breaks = np.flatnonzero(cut) + 1
     first = np.concatenate([[0], breaks]).astype(np.int64)
     last = np.concatenate([breaks - 1, [len(start) - 1]]).astype(np.int64)
-    return start[first], narrow(end[last] - start[first], np.int32)
+    runs = narrow(end[last] - start[first], np.int32)
+    return start[first], runs, None if part is None else part[first]
 
 
 def _int64(offsets: npt.ArrayLike) -> npt.NDArray[np.int64]:

@@ -37,7 +37,7 @@ from lading.lm.boundaries import renumber
 from lading.lm.corpus import TokenCorpus
 from lading.lm.narrow import all_documents, narrow
 from lading.lm.packing import Packing, pack
-from lading.lm.parts import locate
+from lading.lm.parts import document_starts
 from lading.lm.stream import EpochStream
 from lading.loading.order import Salt, feistel_keyed, feistel_value, round_keys_of
 
@@ -78,10 +78,10 @@ class PackedWindows:
         packing: Packing,
         pad_id: int,
     ) -> None:
-        self.parts, bases = corpus.parts()  # one token file per shard of a merged corpus
-        part, start = locate(bases, corpus.offsets[documents].astype(np.int64))
+        self.parts, _ = corpus.parts()  # one token file per shard of a merged corpus
+        part, start = document_starts(corpus.offsets, documents)
         # per document: its part (none kept for a one-file corpus) and start there, narrow
-        self.doc_part = narrow(part) if len(self.parts) > 1 else None
+        self.doc_part = narrow(part) if part is not None and len(self.parts) > 1 else None
         self.doc_start = narrow(start, np.int32)
         self.packing, self.pad_id = packing, pad_id
         self.n = packing.windows

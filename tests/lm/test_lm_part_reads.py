@@ -1,0 +1,166 @@
+"""A merged corpus's reads, found a batch at a time, as a one-file corpus's, token for token.
+
+The epoch stream keeps each run's part beside its start in that part's file
+(:meth:`~lading.lm.parts.PartOffsets.spans`), and the window modes read a batch's pieces found
+at once with numpy (``read_many``). Checked against the one-file corpus of the same tokens and
+against reading one window at a time: parts of no document (between others and at the end),
+documents of no token, runs that would cross a part's end (stored order), backward streams,
+reads past the epoch's end (read one by one) and batches that are not one block of memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import word_tokenizer, write
+from lading.lm import TokenCorpus
+from lading.lm.parts import PartOffsets, PartTokens
+from lading.lm.stream import EpochStream
+
+SEED = int(os.environ.get("LADING_TEST_SEED", "49"))
+
+
+class Tokens:
+    """What the epoch stream reads of a corpus: ``tokens``, ``offsets`` and ``parts()``."""
+
+    parts = TokenCorpus.parts
+
+    def __init__(self, tokens: Any, offsets: Any) -> None:
+        self.tokens, self.offsets = tokens, offsets
+
+
+def corpora(rng: np.random.Generator) -> tuple[Tokens, Tokens]:
+    """(one file, the same documents in parts): parts of 0-40 documents (some of none, one
+    between others and one last), documents of 0-30 tokens (some of none)."""
+    counts = [int(n) for n in rng.integers(0, 41, 5)] + [0, int(rng.integers(1, 30)), 0]
+    parts_tokens, parts_offsets = [], []
+    for count in counts:
+        lengths = rng.integers(0, 31, count)
+        lengths[rng.random(count) < 0.1] = 0
+        offsets = np.zeros(count + 1, dtype=np.uint64)
+        np.cumsum(lengths, out=offsets[1:])
+        parts_offsets.append(offsets)
+        parts_tokens.append(rng.integers(0, 60000, int(offsets[-1])).astype("<u2"))
+    tokens = PartTokens(parts_tokens, np.dtype("<u2"))
+    merged = Tokens(tokens, PartOffsets(parts_offsets, tokens.bases))
+    whole = np.concatenate(parts_tokens)
+    return Tokens(whole, np.asarray(merged.offsets)), merged
+
+
+def forward(stream: EpochStream, whole: np.ndarray) -> np.ndarray:
+    """The whole epoch stream, forward, from the runs' ranges of the concatenated tokens."""
+    pieces = [whole[a : a + n] for a, n in zip(stream.doc_start.tolist(), stream.lengths.tolist())]
+    return np.concatenate(pieces)
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_a_merged_stream_reads_as_the_one_file_stream(shuffle: bool, backwards: bool) -> None:
+    rng = np.random.default_rng(SEED)
+    print(f"seed: LADING_TEST_SEED={SEED}")
+    for _ in range(20):
+        one, merged = corpora(rng)
+        n_docs = len(one.offsets) - 1
+        whole = np.asarray(one.tokens)
+        for documents in (
+            np.arange(n_docs),  # every document, in order: read a part at a time
+            np.sort(rng.choice(n_docs, n_docs // 2, replace=False)),
+            rng.permutation(n_docs)[: n_docs // 2 + 1],  # another order: gathered by part
+        ):
+            try:
+                a = EpochStream(one, documents, 3, 1, shuffle, backwards)  # type: ignore[arg-type]
+            except ValueError:  # fewer than 2 tokens: refused alike
+                with pytest.raises(ValueError, match="nothing to predict"):
+                    EpochStream(merged, documents, 3, 1, shuffle, backwards)  # type: ignore[arg-type]
+                continue
+            b = EpochStream(merged, documents, 3, 1, shuffle, backwards)  # type: ignore[arg-type]
+            assert a.total == b.total
+            # every run lies in one part's file (none crosses a part's end), and the runs'
+            # ranges, in the corpus's count, read the same stream
+            assert b.run_part is not None
+            sizes = np.diff(merged.tokens.bases)
+            ends = b.run_from.astype(np.int64) + b.run_len
+            assert (ends <= sizes[b.run_part]).all()
+            assert np.array_equal(forward(b, whole), forward(a, whole))
+            width = int(rng.integers(1, a.total + 1))
+            inside = rng.integers(0, a.total - width + 1, 12)  # reads within the epoch
+            past = rng.integers(0, 3 * a.total, 12)  # some read past its end: they wrap
+            for starts in (inside, past):
+                want = np.empty((len(starts), width), dtype=np.int64)
+                for row, start in enumerate(starts.tolist()):
+                    a.read(start, want[row])
+                for s in (a, b):
+                    rows = np.empty_like(want)
+                    s.read_many(starts, rows)
+                    assert np.array_equal(rows, want), (starts, width)
+                    for row, start in enumerate(starts.tolist()):
+                        s.read(start, rows[row])
+                        assert np.array_equal(rows[row], want[row]), (start, width)
+                    # the pieces' ranges of the corpus's count read what the rows hold
+                    pieces = s.pieces(starts, width)
+                    for row in range(len(starts)):
+                        ranges = pieces[pieces[:, 0] == row, 1:].tolist()
+                        got = np.concatenate([whole[p:q] for p, q in ranges])
+                        assert np.array_equal(got[::-1] if backwards else got, want[row])
+
+
+def test_spans_find_each_documents_part_in_any_order() -> None:
+    rng = np.random.default_rng(SEED)
+    one, merged = corpora(rng)
+    offsets = merged.offsets
+    assert isinstance(offsets, PartOffsets)
+    flat = np.asarray(one.offsets).astype(np.int64)
+    n_docs = len(flat) - 1
+    bases = merged.tokens.bases
+    for rows in (
+        np.arange(n_docs),
+        np.sort(rng.integers(0, n_docs, 50)),
+        rng.integers(0, n_docs, 50),
+        np.zeros(0, dtype=np.int64),
+    ):
+        part, first, end = offsets.spans(rows)
+        assert np.array_equal(first + bases[part], flat[rows])
+        assert np.array_equal(end + bases[part], flat[rows + 1])
+        assert (offsets.doc_bases[part] <= rows).all()
+        assert (rows < offsets.doc_bases[part + 1]).all()  # a part of no document is never named
+    for bad in ([n_docs], [-1], [0, n_docs]):
+        with pytest.raises(IndexError):
+            offsets.spans(np.array(bad))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[TokenCorpus, TokenCorpus]:
+    """A one-process build and 7 shards merged of a document of 20,000 words, 200 of 1-90 and
+    5 of 1-3: the shards that start inside the long one hold no document."""
+    folder = tmp_path_factory.mktemp("built")
+    rng = np.random.default_rng(SEED)
+    words = [f"w{i}" for i in range(50)]
+    lines = [" ".join(rng.choice(words, 20_000))]
+    lines += [" ".join(rng.choice(words, int(rng.integers(1, 90)))) for _ in range(200)]
+    write(folder / "src" / "a.jsonl", "".join(json.dumps({"text": t}) + "\n" for t in lines))
+    write(folder / "src" / "b.txt", "w1 w2\n\nw3\n\nw4 w5 w6\n\nw7\n\nw8\n")
+    tok = word_tokenizer(words, folder / "t.json")
+    one = TokenCorpus.build(folder / "src", folder / "one", tok, progress=False)
+    for i in range(7):
+        TokenCorpus.build_shard(folder / "src", folder / "m", (i, 7), tok, progress=False)
+    return one, TokenCorpus.merge(folder / "m")
+
+
+def test_a_corpus_of_stored_order_splits_its_runs_at_each_parts_end(
+    built: tuple[TokenCorpus, TokenCorpus],
+) -> None:
+    one, merged = built
+    documents = np.arange(len(one))
+    a = EpochStream(one, documents, 0, 0, False, False)
+    b = EpochStream(merged, documents, 0, 0, False, False)
+    assert len(a.run_len) == 1  # one file: the whole stream is one run
+    holding = np.array([p["documents"] for p in merged.meta["parts"]]) > 0
+    assert isinstance(merged.tokens, PartTokens)
+    assert np.array_equal(b.doc_start, merged.tokens.bases[:-1][holding])  # a run a part
+    whole = merged.token_arrays()[0]
+    assert np.array_equal(forward(a, whole), forward(b, whole))
