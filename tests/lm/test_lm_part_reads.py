@@ -18,9 +18,11 @@ import numpy as np
 import pytest
 
 from conftest import word_tokenizer, write
-from lading.lm import TokenCorpus
+from lading.lm import LanguageModelLoader, Packed, TokenCorpus, Windows
 from lading.lm.parts import PartOffsets, PartTokens
 from lading.lm.stream import EpochStream
+from lading.lm.windows import StreamWindows
+from lading.world import World
 
 SEED = int(os.environ.get("LADING_TEST_SEED", "49"))
 
@@ -149,6 +151,52 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[TokenCorpus, TokenC
     for i in range(7):
         TokenCorpus.build_shard(folder / "src", folder / "m", (i, 7), tok, progress=False)
     return one, TokenCorpus.merge(folder / "m")
+
+
+@pytest.mark.parametrize("shuffle_documents", [True, False])
+def test_stream_windows_of_a_batch_read_as_one_window_at_a_time(
+    built: tuple[TokenCorpus, TokenCorpus], shuffle_documents: bool
+) -> None:
+    rng = np.random.default_rng(SEED)
+    documents = np.arange(len(built[0]))
+    for backwards in (False, True):
+        windows = [
+            StreamWindows(EpochStream(c, documents, 2, 0, shuffle_documents, backwards), 16)
+            for c in built
+        ]
+        order = rng.integers(0, windows[0].n, 8)
+        wanted = np.empty((8, 17), dtype=np.int64)
+        wanted_ids = np.empty_like(wanted)
+        for row, window in enumerate(order.tolist()):
+            windows[0].read(window, wanted[row], wanted_ids[row])
+        for reader in windows:
+            got, ids = np.empty_like(wanted), np.empty_like(wanted)
+            reader.read_many(order, got, ids)
+            assert np.array_equal(got, wanted) and np.array_equal(ids, wanted_ids)
+            wide = np.zeros((8, 20), dtype=np.int64)
+            reader.read_many(order, wide[:, :17], None)
+            assert np.array_equal(wide[:, :17], wanted) and not wide[:, 17:].any()
+
+
+@pytest.mark.parametrize(
+    "sequence",
+    [Windows(16), Windows(16, shuffle_documents=False, backwards=True), Packed(24)],
+    ids=["windows", "windows-stored-backwards", "packed"],
+)
+def test_a_merged_corpus_with_parts_of_no_document_reads_as_the_one_process_build(
+    built: tuple[TokenCorpus, TokenCorpus], sequence: Any
+) -> None:
+    one, merged = built
+    assert 0 in [p["documents"] for p in merged.meta["parts"]][1:-1]
+    for shuffle in (True, False):
+        a = LanguageModelLoader(one, 5, sequence, seed=4, shuffle=shuffle, world=World())
+        b = LanguageModelLoader(merged, 5, sequence, seed=4, shuffle=shuffle, world=World())
+        for epoch in range(2):
+            a.set_epoch(epoch)
+            b.set_epoch(epoch)
+            for x, y in zip(a, b, strict=True):
+                for u, v in zip(x, y, strict=True):
+                    assert np.array_equal(np.asarray(u), np.asarray(v))
 
 
 def test_a_corpus_of_stored_order_splits_its_runs_at_each_parts_end(

@@ -113,8 +113,7 @@ def window_batch(
     rows, width = len(order), seq_len + 1
     padded = boundaries or packed  # packed windows end in padding
     document_ids = np.empty((rows, width), dtype=np.int64) if padded else None
-    for row, window in enumerate(order.tolist()):
-        windows.read(window, x[row, :width], None if document_ids is None else document_ids[row])
+    windows.read_many(order, x[:rows, :width], document_ids)
     if boundaries:
         assert document_ids is not None
         return document_batch(x[:rows, :width], document_ids, eod_mask_loss)

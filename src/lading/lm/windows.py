@@ -52,6 +52,15 @@ class WindowReader(Protocol):
     ) -> None:
         """Fill ``tokens`` (``seq_len + 1``) and, when asked, their document ids (-1: padding)."""
 
+    def read_many(
+        self,
+        windows: npt.NDArray[np.int64],
+        tokens: npt.NDArray[np.int64],
+        document_ids: npt.NDArray[np.int64] | None,
+    ) -> None:
+        """:meth:`read` of each of ``windows`` into its row of ``tokens`` (and of
+        ``document_ids``, when asked): a batch."""
+
 
 class StreamWindows:
     """Windows of ``bptt + 1`` tokens of an epoch stream, every ``bptt`` tokens."""
@@ -66,6 +75,21 @@ class StreamWindows:
         self.stream.read(window * self.bptt, tokens)
         if document_ids is not None:
             document_ids[:] = renumber(self.stream.documents(window * self.bptt, len(tokens)))
+
+    def read_many(
+        self,
+        windows: npt.NDArray[np.int64],
+        tokens: npt.NDArray[np.int64],
+        document_ids: npt.NDArray[np.int64] | None,
+    ) -> None:
+        """:meth:`read` of a batch: every window's pieces found at once
+        (:meth:`EpochStream.read_many`)."""
+        starts = np.asarray(windows, dtype=np.int64) * self.bptt
+        self.stream.read_many(starts, tokens)
+        if document_ids is not None:
+            width = tokens.shape[1]
+            for row, start in enumerate(starts.tolist()):
+                document_ids[row] = renumber(self.stream.documents(start, width))
 
 
 class PackedWindows:
@@ -115,6 +139,16 @@ class PackedWindows:
         tokens[filled:] = self.pad_id
         if document_ids is not None:
             document_ids[filled:] = -1
+
+    def read_many(
+        self,
+        windows: npt.NDArray[np.int64],
+        tokens: npt.NDArray[np.int64],
+        document_ids: npt.NDArray[np.int64] | None,
+    ) -> None:
+        """:meth:`read` of each window in turn."""
+        for row, window in enumerate(np.asarray(windows).tolist()):
+            self.read(window, tokens[row], None if document_ids is None else document_ids[row])
 
 
 def window_reads(
@@ -377,6 +411,16 @@ class MixedWindows:
     ) -> None:
         corpus, inner = self.locate(window)
         self.members[corpus].read(inner, tokens, document_ids)
+
+    def read_many(
+        self,
+        windows: npt.NDArray[np.int64],
+        tokens: npt.NDArray[np.int64],
+        document_ids: npt.NDArray[np.int64] | None,
+    ) -> None:
+        """:meth:`read` of each window in turn (its corpus found a window at a time)."""
+        for row, window in enumerate(np.asarray(windows).tolist()):
+            self.read(window, tokens[row], None if document_ids is None else document_ids[row])
 
 
 def refuse_short_members(
