@@ -19,9 +19,10 @@ import pytest
 
 from conftest import word_tokenizer, write
 from lading.lm import LanguageModelLoader, Packed, TokenCorpus, Windows
+from lading.lm.packing import pack
 from lading.lm.parts import PartOffsets, PartTokens
 from lading.lm.stream import EpochStream
-from lading.lm.windows import StreamWindows
+from lading.lm.windows import PackedWindows, StreamWindows
 from lading.world import World
 
 SEED = int(os.environ.get("LADING_TEST_SEED", "49"))
@@ -151,6 +152,30 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[TokenCorpus, TokenC
     for i in range(7):
         TokenCorpus.build_shard(folder / "src", folder / "m", (i, 7), tok, progress=False)
     return one, TokenCorpus.merge(folder / "m")
+
+
+def test_packed_batches_read_as_one_window_at_a_time(
+    built: tuple[TokenCorpus, TokenCorpus],
+) -> None:
+    rng = np.random.default_rng(SEED)
+    documents = np.arange(len(built[0]))
+    packing = pack(built[0].lengths(), 33, 1)
+    readers = [PackedWindows(c, documents, packing, 0) for c in built]
+    for _ in range(30):
+        order = rng.integers(0, packing.windows, int(rng.integers(1, 9)))
+        wanted = np.empty((len(order), 33), dtype=np.int64)
+        wanted_ids = np.empty_like(wanted)
+        for row, window in enumerate(order.tolist()):
+            readers[0].read(window, wanted[row], wanted_ids[row])
+        for reader in readers:
+            got, ids = np.empty_like(wanted), np.empty_like(wanted)
+            reader.read_many(order, got, ids)
+            assert np.array_equal(got, wanted) and np.array_equal(ids, wanted_ids)
+            reader.read_many(order, got, None)
+            assert np.array_equal(got, wanted)
+            wide = np.zeros((len(order), 40), dtype=np.int64)  # not one block: window by window
+            reader.read_many(order, wide[:, :33], ids)
+            assert np.array_equal(wide[:, :33], wanted) and not wide[:, 33:].any()
 
 
 @pytest.mark.parametrize("shuffle_documents", [True, False])

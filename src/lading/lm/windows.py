@@ -126,12 +126,16 @@ class PackedWindows:
         self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None
     ) -> None:
         p = self.packing
-        filled = 0
-        for segment, piece in enumerate(range(int(p.ptr[window]), int(p.ptr[window + 1]))):
-            length = int(p.length[piece])
-            document = p.document[piece]
-            src = int(self.doc_start[document]) + int(p.start[piece])
-            part = self.parts[0 if self.doc_part is None else self.doc_part[document]]
+        doc_start, doc_part, parts = self.doc_start, self.doc_part, self.parts
+        part, filled = parts[0], 0
+        # a.item(i): a Python int at half the cost of int(a[i]) (~40 ns against ~80-100, four
+        # a piece); a merged corpus's part, one more a piece (~1 us a batch of 8 windows)
+        for segment, piece in enumerate(range(p.ptr.item(window), p.ptr.item(window + 1))):
+            length = p.length.item(piece)
+            document = p.document.item(piece)
+            src = doc_start.item(document) + p.start.item(piece)
+            if doc_part is not None:
+                part = parts[doc_part.item(document)]
             tokens[filled : filled + length] = part[src : src + length]
             if document_ids is not None:
                 document_ids[filled : filled + length] = segment
