@@ -7,7 +7,8 @@ shuffles them, checkpoints and resumes them; a workload only says what a positio
 
 - :class:`StreamWindows`: ``seq_len + 1`` tokens of the epoch stream from ``w * seq_len``
   (consecutive windows share one token, so every pair is predicted once);
-- :class:`PackedWindows`: window ``w`` of a best-fit-decreasing :class:`Packing`;
+- :class:`PackedWindows`: window ``w`` of a best-fit-decreasing :class:`Packing`
+  (these two, one corpus's readers, are in :mod:`lading.lm.readers`);
 - :class:`MixedWindows`: a :class:`TokenMixture`'s epoch. Its ``n`` positions hold
   ``count[i]`` windows of corpus ``i`` (largest-remainder rounding of ``weight[i] * n``),
   spread evenly over the positions (:func:`smooth_schedule`); the ``j``-th of corpus ``i`` is
@@ -26,133 +27,18 @@ import functools
 import numbers
 import os
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from lading.errors import EmptyEpochError
-from lading.lm.boundaries import renumber
 from lading.lm.corpus import TokenCorpus
-from lading.lm.narrow import all_documents, narrow
+from lading.lm.narrow import all_documents
 from lading.lm.packing import Packing, pack
-from lading.lm.parts import document_starts
+from lading.lm.readers import PackedWindows, StreamWindows, WindowReader, where_of
 from lading.lm.stream import EpochStream
 from lading.loading.order import Salt, feistel_keyed, feistel_value, round_keys_of
-
-
-class WindowReader(Protocol):
-    """The windows of one epoch."""
-
-    n: int
-
-    def read(
-        self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None
-    ) -> None:
-        """Fill ``tokens`` (``seq_len + 1``) and, when asked, their document ids (-1: padding)."""
-
-    def read_many(
-        self,
-        windows: npt.NDArray[np.int64],
-        tokens: npt.NDArray[np.int64],
-        document_ids: npt.NDArray[np.int64] | None,
-    ) -> None:
-        """:meth:`read` of each of ``windows`` into its row of ``tokens`` (and of
-        ``document_ids``, when asked): a batch."""
-
-
-class StreamWindows:
-    """Windows of ``bptt + 1`` tokens of an epoch stream, every ``bptt`` tokens."""
-
-    def __init__(self, stream: EpochStream, bptt: int) -> None:
-        self.stream, self.bptt = stream, bptt
-        self.n = (stream.total - 1) // bptt
-
-    def read(
-        self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None
-    ) -> None:
-        self.stream.read(window * self.bptt, tokens)
-        if document_ids is not None:
-            document_ids[:] = renumber(self.stream.documents(window * self.bptt, len(tokens)))
-
-    def read_many(
-        self,
-        windows: npt.NDArray[np.int64],
-        tokens: npt.NDArray[np.int64],
-        document_ids: npt.NDArray[np.int64] | None,
-    ) -> None:
-        """:meth:`read` of a batch: every window's pieces found at once
-        (:meth:`EpochStream.read_many`)."""
-        starts = np.asarray(windows, dtype=np.int64) * self.bptt
-        self.stream.read_many(starts, tokens)
-        if document_ids is not None:
-            width = tokens.shape[1]
-            for row, start in enumerate(starts.tolist()):
-                document_ids[row] = renumber(self.stream.documents(start, width))
-
-
-class PackedWindows:
-    """The windows of ``packing`` over ``documents`` of ``corpus`` (padded with ``pad_id``)."""
-
-    def __init__(
-        self,
-        corpus: TokenCorpus,
-        documents: npt.NDArray[np.int64],
-        packing: Packing,
-        pad_id: int,
-    ) -> None:
-        self.parts, _ = corpus.parts()  # one token file per shard of a merged corpus
-        part, start = document_starts(corpus.offsets, documents)
-        # per document: its part (none kept for a one-file corpus) and start there, narrow
-        self.doc_part = narrow(part) if part is not None and len(self.parts) > 1 else None
-        self.doc_start = narrow(start, np.int32)
-        self.packing, self.pad_id = packing, pad_id
-        self.n = packing.windows
-        self.where = _where(corpus)  # what an error about its windows names
-
-    def scores_nothing(self, eod_mask_loss: bool) -> bool:
-        """Whether no window has a label to score: every piece one token (documents of their
-        end-of-text token alone) and, under ``eod_mask_loss``, no label across documents
-        either; without it, a window of one token in all."""
-        p = self.packing
-        if not len(p.length):
-            return True
-        if eod_mask_loss:
-            return int(p.length.max()) < 2
-        return p.tokens < 2
-
-    def read(
-        self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None
-    ) -> None:
-        p = self.packing
-        doc_start, doc_part, parts = self.doc_start, self.doc_part, self.parts
-        part, filled = parts[0], 0
-        # a.item(i): a Python int at half the cost of int(a[i]) (~40 ns against ~80-100, four
-        # a piece); a merged corpus's part, one more a piece (~1 us a batch of 8 windows)
-        for segment, piece in enumerate(range(p.ptr.item(window), p.ptr.item(window + 1))):
-            length = p.length.item(piece)
-            document = p.document.item(piece)
-            src = doc_start.item(document) + p.start.item(piece)
-            if doc_part is not None:
-                part = parts[doc_part.item(document)]
-            tokens[filled : filled + length] = part[src : src + length]
-            if document_ids is not None:
-                document_ids[filled : filled + length] = segment
-            filled += length
-        tokens[filled:] = self.pad_id
-        if document_ids is not None:
-            document_ids[filled:] = -1
-
-    def read_many(
-        self,
-        windows: npt.NDArray[np.int64],
-        tokens: npt.NDArray[np.int64],
-        document_ids: npt.NDArray[np.int64] | None,
-    ) -> None:
-        """:meth:`read` of each window in turn."""
-        for row, window in enumerate(np.asarray(windows).tolist()):
-            self.read(window, tokens[row], None if document_ids is None else document_ids[row])
 
 
 def window_reads(
@@ -242,7 +128,7 @@ class TokenMixture:
                 "be an int >= 1, or None for all windows of all corpora"
             )
         # refused before a member is opened: an open makes the node cache folder, at its cap
-        _refuse_twice([_where(c) for c in weights], list(weights.values()))
+        _refuse_twice([where_of(c) for c in weights], list(weights.values()))
         self.corpora: list[TokenCorpus] = []
         opened: list[TokenCorpus] = []  # by this call
         try:
@@ -253,7 +139,7 @@ class TokenMixture:
                     )
                     opened.append(c)
                 self.corpora.append(c)
-            _refuse_twice([_where(c) for c in self.corpora], list(weights.values()))
+            _refuse_twice([where_of(c) for c in self.corpora], list(weights.values()))
             _refuse_other_ids(self.corpora)
         except BaseException:
             for corpus in opened:  # (what the caller passed open stays theirs)
@@ -297,16 +183,6 @@ def _refuse_twice(places: list[str], weights: list[float]) -> None:
         seen[where] = i
 
 
-def _where(corpus: TokenCorpus | str | os.PathLike[str]) -> str:
-    """Where a member is, one spelling for each place: its URL without a trailing slash, or
-    its resolved local path."""
-    if isinstance(corpus, TokenCorpus):
-        url = getattr(corpus, "url", None)
-        return url if isinstance(url, str) else str(Path(corpus.path).resolve())
-    name = os.fspath(corpus)
-    return name.rstrip("/") if "://" in name else str(Path(name).resolve())
-
-
 def _refuse_other_ids(corpora: list[TokenCorpus]) -> None:
     """Token ids mean words only under the tokenizer that made them: corpora whose
     vocabularies differ (another size, or another token behind an id) would mix ids of other
@@ -320,7 +196,7 @@ def _refuse_other_ids(corpora: list[TokenCorpus]) -> None:
         elif _sha(first) == _sha(other) or (why := _other_tokens(first, other)) == "":
             continue
         raise ValueError(
-            f"TokenMixture: {_where(first)} and {_where(other)} were tokenized otherwise "
+            f"TokenMixture: {where_of(first)} and {where_of(other)} were tokenized otherwise "
             f"({why}): their ids mean other tokens; build every corpus of a mixture with the "
             f"same tokenizer"
         )
@@ -438,7 +314,7 @@ def refuse_short_members(
     (:class:`EmptyEpochError`, a ``ValueError`` too): naming each such corpus, its tokens,
     and the fixes."""
     short = [
-        f"{_where(corpus)} ({corpus.n_tokens:,} tokens)"
+        f"{where_of(corpus)} ({corpus.n_tokens:,} tokens)"
         for corpus, member, count in zip(corpora, members, counts)
         if count and not member.n
     ]
