@@ -21,8 +21,6 @@ then a slice of its part's file, as a piece of a one-file corpus is of its one f
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -173,18 +171,19 @@ class EpochStream:
             return
         k, first, take, _ = self._cut(pos, n)
         src = (self.run_from[k] + first).tolist()
-        end = np.cumsum(take)  # in ``out`` seen flat: each read fills its row, in order
+        end = np.cumsum(take).tolist()  # in ``out`` seen flat: each read fills its row in turn
         flat = out.reshape(-1)
-        for tokens, a, t, e in zip(self._files(k), src, take.tolist(), end.tolist()):
-            flat[e - t : e] = tokens[a : a + t]
+        if self.run_part is None:
+            tokens = self.files[0]
+            for a, t, e in zip(src, take.tolist(), end):
+                flat[e - t : e] = tokens[a : a + t]
+        else:  # a merged corpus: each piece from its run's part's file (the part looked up in
+            # the loop: a map of the parts, or the file of each, cost ~0.4 us a batch more)
+            files = self.files
+            for f, a, t, e in zip(self.run_part[k].tolist(), src, take.tolist(), end):
+                flat[e - t : e] = files[f][a : a + t]
         if self.backwards:
             out[:] = out[:, ::-1].copy()
-
-    def _files(self, runs: npt.NDArray[np.int64]) -> Iterator[Any]:
-        """The token file of each of ``runs``, in turn (a merged corpus's: its part's)."""
-        if self.run_part is None:
-            return itertools.repeat(self.files[0], len(runs))
-        return map(self.files.__getitem__, self.run_part[runs].tolist())
 
     def _forward(self, starts: npt.ArrayLike, n: int) -> npt.NDArray[np.int64]:
         """Where forward reads of ``n`` tokens start for reads ``[s, s + n)`` of ``starts``
