@@ -10,15 +10,18 @@ reads past the epoch's end (read one by one) and batches that are not one block 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from conftest import word_tokenizer, write
-from lading.lm import LanguageModelLoader, Packed, TokenCorpus, Windows
+from lading.lm import LanguageModelLoader, Packed, TokenCorpus, Windows, parts
+from lading.lm.joined import join_files
 from lading.lm.packing import pack
 from lading.lm.parts import PartOffsets, PartTokens
 from lading.lm.stream import EpochStream
@@ -37,21 +40,39 @@ class Tokens:
         self.tokens, self.offsets = tokens, offsets
 
 
-def corpora(rng: np.random.Generator) -> tuple[Tokens, Tokens]:
-    """(one file, the same documents in parts): parts of 0-40 documents (some of none, one
-    between others and one last), documents of 0-30 tokens (some of none)."""
-    counts = [int(n) for n in rng.integers(0, 41, 5)] + [0, int(rng.integers(1, 30)), 0]
+def corpora(
+    rng: np.random.Generator, folder: Path | None = None, lengths: list[Any] | None = None
+) -> tuple[Tokens, Tokens]:
+    """(one file, the same documents in parts): by default parts of 0-40 documents (some of
+    none, one between others and one last), documents of 0-30 tokens (some of none); or
+    parts of the document lengths given. With ``folder``, the parts are files there, mapped
+    into one range of addresses (:func:`~lading.lm.joined.join_files`) as a local merged
+    corpus's are."""
+    if lengths is None:
+        counts = [int(n) for n in rng.integers(0, 41, 5)] + [0, int(rng.integers(1, 30)), 0]
+        lengths = []
+        for count in counts:
+            part = rng.integers(0, 31, count)
+            part[rng.random(count) < 0.1] = 0
+            lengths.append(part)
     parts_tokens, parts_offsets = [], []
-    for count in counts:
-        lengths = rng.integers(0, 31, count)
-        lengths[rng.random(count) < 0.1] = 0
-        offsets = np.zeros(count + 1, dtype=np.uint64)
-        np.cumsum(lengths, out=offsets[1:])
+    for part in lengths:
+        offsets = np.zeros(len(part) + 1, dtype=np.uint64)
+        np.cumsum(part, out=offsets[1:])
         parts_offsets.append(offsets)
         parts_tokens.append(rng.integers(0, 60000, int(offsets[-1])).astype("<u2"))
-    tokens = PartTokens(parts_tokens, np.dtype("<u2"))
-    merged = Tokens(tokens, PartOffsets(parts_offsets, tokens.bases))
     whole = np.concatenate(parts_tokens)
+    joined = None
+    if folder is not None:
+        paths = [folder / f"{k}.bin" for k in range(len(parts_tokens))]
+        for path, array in zip(paths, parts_tokens):
+            array.tofile(path)
+        joined = join_files(paths, np.dtype("<u2"))
+        if joined is None:
+            pytest.skip("this platform maps token files one by one")
+        parts_tokens = [joined[0][a : a + n] for a, n in zip(joined[1].tolist(), joined[2])]
+    tokens = PartTokens(parts_tokens, np.dtype("<u2"), None if joined is None else joined[:2])
+    merged = Tokens(tokens, PartOffsets(parts_offsets, tokens.bases))
     return Tokens(whole, np.asarray(merged.offsets)), merged
 
 
@@ -59,6 +80,36 @@ def forward(stream: EpochStream, whole: np.ndarray) -> np.ndarray:
     """The whole epoch stream, forward, from the runs' ranges of the concatenated tokens."""
     pieces = [whole[a : a + n] for a, n in zip(stream.doc_start.tolist(), stream.lengths.tolist())]
     return np.concatenate(pieces)
+
+
+def same_stream(
+    a: EpochStream, b: EpochStream, whole: np.ndarray, rng: np.random.Generator, widest: int
+) -> None:
+    """``b`` reads as ``a`` (the one-file stream): the runs' ranges in the corpus's count,
+    reads of many windows at once and one at a time, within the epoch and past its end, and
+    the pieces' ranges of those reads."""
+    assert a.total == b.total
+    assert np.array_equal(forward(b, whole), forward(a, whole))
+    width = int(rng.integers(1, min(a.total, widest) + 1))
+    inside = rng.integers(0, a.total - width + 1, 12)  # reads within the epoch
+    past = rng.integers(0, 3 * a.total, 12)  # some read past its end: they wrap
+    for starts in (inside, past):
+        want = np.empty((len(starts), width), dtype=np.int64)
+        for row, start in enumerate(starts.tolist()):
+            a.read(start, want[row])
+        for s in (a, b):
+            rows = np.empty_like(want)
+            s.read_many(starts, rows)
+            assert np.array_equal(rows, want), (starts, width)
+            for row, start in enumerate(starts.tolist()):
+                s.read(start, rows[row])
+                assert np.array_equal(rows[row], want[row]), (start, width)
+            # the pieces' ranges of the corpus's count read what the rows hold
+            pieces = s.pieces(starts, width)
+            for row in range(len(starts)):
+                ranges = pieces[pieces[:, 0] == row, 1:].tolist()
+                got = np.concatenate([whole[p:q] for p, q in ranges])
+                assert np.array_equal(got[::-1] if a.backwards else got, want[row])
 
 
 @pytest.mark.parametrize("backwards", [False, True])
@@ -69,7 +120,6 @@ def test_a_merged_stream_reads_as_the_one_file_stream(shuffle: bool, backwards: 
     for _ in range(20):
         one, merged = corpora(rng)
         n_docs = len(one.offsets) - 1
-        whole = np.asarray(one.tokens)
         for documents in (
             np.arange(n_docs),  # every document, in order: read a part at a time
             np.sort(rng.choice(n_docs, n_docs // 2, replace=False)),
@@ -82,34 +132,43 @@ def test_a_merged_stream_reads_as_the_one_file_stream(shuffle: bool, backwards: 
                     EpochStream(merged, documents, 3, 1, shuffle, backwards)  # type: ignore[arg-type]
                 continue
             b = EpochStream(merged, documents, 3, 1, shuffle, backwards)  # type: ignore[arg-type]
-            assert a.total == b.total
-            # every run lies in one part's file (none crosses a part's end), and the runs'
-            # ranges, in the corpus's count, read the same stream
+            # not joined: every run lies in one part's file (none crosses a part's end)
             assert b.run_part is not None
             sizes = np.diff(merged.tokens.bases)
             ends = b.run_from.astype(np.int64) + b.run_len
             assert (ends <= sizes[b.run_part]).all()
-            assert np.array_equal(forward(b, whole), forward(a, whole))
-            width = int(rng.integers(1, a.total + 1))
-            inside = rng.integers(0, a.total - width + 1, 12)  # reads within the epoch
-            past = rng.integers(0, 3 * a.total, 12)  # some read past its end: they wrap
-            for starts in (inside, past):
-                want = np.empty((len(starts), width), dtype=np.int64)
-                for row, start in enumerate(starts.tolist()):
-                    a.read(start, want[row])
-                for s in (a, b):
-                    rows = np.empty_like(want)
-                    s.read_many(starts, rows)
-                    assert np.array_equal(rows, want), (starts, width)
-                    for row, start in enumerate(starts.tolist()):
-                        s.read(start, rows[row])
-                        assert np.array_equal(rows[row], want[row]), (start, width)
-                    # the pieces' ranges of the corpus's count read what the rows hold
-                    pieces = s.pieces(starts, width)
-                    for row in range(len(starts)):
-                        ranges = pieces[pieces[:, 0] == row, 1:].tolist()
-                        got = np.concatenate([whole[p:q] for p, q in ranges])
-                        assert np.array_equal(got[::-1] if backwards else got, want[row])
+            same_stream(a, b, np.asarray(one.tokens), rng, a.total)
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_a_stream_of_parts_joined_in_one_array_reads_as_the_one_file_stream(
+    tmp_path: Path, shuffle: bool, backwards: bool
+) -> None:
+    """Parts mapped into one range of addresses, each from a 2 MiB boundary: one of exactly
+    2 MiB (it ends where the next starts: a stored-order run goes on across that end), parts
+    of no document between others and last, documents of no token."""
+    rng = np.random.default_rng(SEED)
+    print(f"seed: LADING_TEST_SEED={SEED}")
+    exact = np.full(4, (2 << 20) // 2 // 4)  # 2 MiB of uint16 tokens in 4 documents
+    small = [rng.integers(0, 31, int(n)) for n in rng.integers(1, 60, 3)]
+    small[1][:3] = 0
+    lengths = [exact, small[0], [], small[1], exact, [], small[2], []]
+    one, merged = corpora(rng, tmp_path, lengths)
+    assert merged.tokens.joined is not None and merged.tokens.joined_starts is not None
+    starts = merged.tokens.joined_starts.tolist()
+    assert all(start % ((2 << 20) // 2) == 0 for start in starts)
+    n_docs = len(one.offsets) - 1
+    for documents in (np.arange(n_docs), rng.permutation(n_docs)[: n_docs // 2 + 1]):
+        a = EpochStream(one, documents, 3, 1, shuffle, backwards)  # type: ignore[arg-type]
+        b = EpochStream(merged, documents, 3, 1, shuffle, backwards)  # type: ignore[arg-type]
+        assert b.run_part is None and b.files[0] is merged.tokens.joined
+        if not shuffle and len(documents) == n_docs:  # the stored order: a run goes on
+            # across each exact part's end into the next part, and stops at the others' (the
+            # rest of their last 2 MiB is padding): 3 runs of 5 parts holding documents
+            assert len(b.run_len) == 3 and len(a.run_len) == 1
+        for _ in range(5):
+            same_stream(a, b, np.asarray(one.tokens), rng, 3000)
 
 
 def test_spans_find_each_documents_part_in_any_order() -> None:
@@ -137,9 +196,11 @@ def test_spans_find_each_documents_part_in_any_order() -> None:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[TokenCorpus, TokenCorpus]:
-    """A one-process build and 7 shards merged of a document of 20,000 words, 200 of 1-90 and
-    5 of 1-3: the shards that start inside the long one hold no document."""
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TokenCorpus]:
+    """A one-process build ("one") and 7 shards merged of a document of 20,000 words, 200 of
+    1-90 and 5 of 1-3: the shards that start inside the long one hold no document. The merged
+    corpus opened with its parts joined in one array ("joined", where the platform can) and
+    mapped one by one ("parts")."""
     folder = tmp_path_factory.mktemp("built")
     rng = np.random.default_rng(SEED)
     words = [f"w{i}" for i in range(50)]
@@ -151,16 +212,49 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[TokenCorpus, TokenC
     one = TokenCorpus.build(folder / "src", folder / "one", tok, progress=False)
     for i in range(7):
         TokenCorpus.build_shard(folder / "src", folder / "m", (i, 7), tok, progress=False)
-    return one, TokenCorpus.merge(folder / "m")
+    joined = TokenCorpus.merge(folder / "m")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(parts, "join_files", lambda *args: None)
+        one_by_one = TokenCorpus.open(folder / "m")
+    assert isinstance(one_by_one.tokens, PartTokens) and one_by_one.tokens.joined is None
+    return {"one": one, "joined": joined, "parts": one_by_one}
 
 
-def test_packed_batches_read_as_one_window_at_a_time(
-    built: tuple[TokenCorpus, TokenCorpus],
+def test_a_local_merged_corpus_maps_its_parts_into_one_array(
+    built: dict[str, TokenCorpus],
 ) -> None:
+    """Each part a view of one read-only array, from a 2 MiB boundary; the range unmapped
+    when the corpus and every array over it are gone."""
+    tokens = built["joined"].tokens
+    assert isinstance(tokens, PartTokens)
+    if tokens.joined is None:
+        pytest.skip("this platform maps token files one by one")
+    assert tokens.joined_starts is not None and not tokens.joined.flags.writeable
+    for part, start in zip(tokens.parts, tokens.joined_starts.tolist()):
+        assert start % ((2 << 20) // tokens.dtype.itemsize) == 0
+        view = tokens.joined[start : start + len(part)]
+        assert np.array_equal(part, view) and (not len(part) or np.shares_memory(part, view))
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        return
+    folder = str(built["joined"].path)
+
+    def mapped() -> int:
+        return sum(folder in line and "tokens.bin" in line for line in maps.read_text().split("\n"))
+
+    before = mapped()
+    opened = TokenCorpus.open(folder)
+    assert mapped() == before + sum(1 for part in tokens.parts if len(part))
+    del opened
+    gc.collect()
+    assert mapped() == before
+
+
+def test_packed_batches_read_as_one_window_at_a_time(built: dict[str, TokenCorpus]) -> None:
     rng = np.random.default_rng(SEED)
-    documents = np.arange(len(built[0]))
-    packing = pack(built[0].lengths(), 33, 1)
-    readers = [PackedWindows(c, documents, packing, 0) for c in built]
+    documents = np.arange(len(built["one"]))
+    packing = pack(built["one"].lengths(), 33, 1)
+    readers = [PackedWindows(c, documents, packing, 0) for c in built.values()]
     for _ in range(30):
         order = rng.integers(0, packing.windows, int(rng.integers(1, 9)))
         wanted = np.empty((len(order), 33), dtype=np.int64)
@@ -180,14 +274,14 @@ def test_packed_batches_read_as_one_window_at_a_time(
 
 @pytest.mark.parametrize("shuffle_documents", [True, False])
 def test_stream_windows_of_a_batch_read_as_one_window_at_a_time(
-    built: tuple[TokenCorpus, TokenCorpus], shuffle_documents: bool
+    built: dict[str, TokenCorpus], shuffle_documents: bool
 ) -> None:
     rng = np.random.default_rng(SEED)
-    documents = np.arange(len(built[0]))
+    documents = np.arange(len(built["one"]))
     for backwards in (False, True):
         windows = [
             StreamWindows(EpochStream(c, documents, 2, 0, shuffle_documents, backwards), 16)
-            for c in built
+            for c in built.values()
         ]
         order = rng.integers(0, windows[0].n, 8)
         wanted = np.empty((8, 17), dtype=np.int64)
@@ -203,19 +297,20 @@ def test_stream_windows_of_a_batch_read_as_one_window_at_a_time(
             assert np.array_equal(wide[:, :17], wanted) and not wide[:, 17:].any()
 
 
+@pytest.mark.parametrize("merged", ["joined", "parts"])
 @pytest.mark.parametrize(
     "sequence",
     [Windows(16), Windows(16, shuffle_documents=False, backwards=True), Packed(24)],
     ids=["windows", "windows-stored-backwards", "packed"],
 )
 def test_a_merged_corpus_with_parts_of_no_document_reads_as_the_one_process_build(
-    built: tuple[TokenCorpus, TokenCorpus], sequence: Any
+    built: dict[str, TokenCorpus], sequence: Any, merged: str
 ) -> None:
-    one, merged = built
-    assert 0 in [p["documents"] for p in merged.meta["parts"]][1:-1]
+    one, other = built["one"], built[merged]
+    assert 0 in [p["documents"] for p in other.meta["parts"]][1:-1]
     for shuffle in (True, False):
         a = LanguageModelLoader(one, 5, sequence, seed=4, shuffle=shuffle, world=World())
-        b = LanguageModelLoader(merged, 5, sequence, seed=4, shuffle=shuffle, world=World())
+        b = LanguageModelLoader(other, 5, sequence, seed=4, shuffle=shuffle, world=World())
         for epoch in range(2):
             a.set_epoch(epoch)
             b.set_epoch(epoch)
@@ -224,16 +319,19 @@ def test_a_merged_corpus_with_parts_of_no_document_reads_as_the_one_process_buil
                     assert np.array_equal(np.asarray(u), np.asarray(v))
 
 
+@pytest.mark.parametrize("merged", ["joined", "parts"])
 def test_a_corpus_of_stored_order_splits_its_runs_at_each_parts_end(
-    built: tuple[TokenCorpus, TokenCorpus],
+    built: dict[str, TokenCorpus], merged: str
 ) -> None:
-    one, merged = built
+    """A run a part holding documents, its start in the corpus's count (here no part's file
+    ends at a 2 MiB boundary, where a joined one's run would go on into the next part)."""
+    one, other = built["one"], built[merged]
     documents = np.arange(len(one))
     a = EpochStream(one, documents, 0, 0, False, False)
-    b = EpochStream(merged, documents, 0, 0, False, False)
+    b = EpochStream(other, documents, 0, 0, False, False)
     assert len(a.run_len) == 1  # one file: the whole stream is one run
-    holding = np.array([p["documents"] for p in merged.meta["parts"]]) > 0
-    assert isinstance(merged.tokens, PartTokens)
-    assert np.array_equal(b.doc_start, merged.tokens.bases[:-1][holding])  # a run a part
-    whole = merged.token_arrays()[0]
+    holding = np.array([p["documents"] for p in other.meta["parts"]]) > 0
+    assert isinstance(other.tokens, PartTokens)
+    assert np.array_equal(b.doc_start, other.tokens.bases[:-1][holding])
+    whole = other.token_arrays()[0]
     assert np.array_equal(forward(a, whole), forward(b, whole))

@@ -6,9 +6,12 @@ a snapshot whose manifest lists ``parts`` (each shard's directory, documents and
 document order) and writes nothing else: each part's ``tokens.bin`` and ``tokens.off`` are
 read in place, the offsets shifted by the tokens of the parts before (:class:`PartOffsets`).
 Documents never span parts, so every slice the LM modes take (a piece of one document) lies
-in one file: they find it by the document (:meth:`TokenCorpus.parts`), and
-:class:`PartTokens` serves ``tokens[a:b]`` for everyone else, copying only a slice that
-crosses a part's end.
+in one file. A local corpus's files are mapped into one range of addresses
+(:mod:`lading.lm.joined`): the modes slice that one array at each document's place in it
+(:func:`document_starts`), as they slice a one-file corpus's map. Where they are not (a remote
+corpus's token files, a platform that cannot), they find each document's part once an epoch
+(:meth:`PartOffsets.spans`) and slice that part's file. :class:`PartTokens` serves
+``tokens[a:b]`` for everyone else, copying only a slice that crosses a part's end.
 """
 
 from __future__ import annotations
@@ -24,16 +27,30 @@ import numpy.typing as npt
 from lading.disk import OFFSET_DTYPE, MappedFile
 from lading.errors import StoreFormatError
 from lading.lm.corpus_format import OFFSETS, TOKENS
+from lading.lm.joined import join_files
 
 
 class PartTokens:
     """Several token arrays (memory maps, or remote token files) read as one: ``tokens[a:b]``,
-    ``tokens[i]``, ``len``, ``dtype``; ``bases[k]`` is where part ``k`` starts."""
+    ``tokens[i]``, ``len``, ``dtype``; ``bases[k]`` is where part ``k`` starts.
+
+    ``joined``, where the parts are local files mapped into one range of addresses
+    (:func:`~lading.lm.joined.join_files`; each part a view of it): that one array, part ``k``
+    from ``joined_starts[k]`` in it, what the LM modes slice a document's tokens from as from
+    a one-file corpus's map. None otherwise (remote token files, or a platform that cannot).
+    """
 
     ndim = 1
 
-    def __init__(self, parts: list[Any], dtype: np.dtype[Any]) -> None:
+    def __init__(
+        self,
+        parts: list[Any],
+        dtype: np.dtype[Any],
+        joined: tuple[npt.NDArray[Any], npt.NDArray[np.int64]] | None = None,
+    ) -> None:
         self.parts, self.dtype = parts, dtype
+        self.joined: npt.NDArray[Any] | None = None if joined is None else joined[0]
+        self.joined_starts: npt.NDArray[np.int64] | None = None if joined is None else joined[1]
         sizes = [len(p) for p in parts]
         self.bases = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self._starts = self.bases[:-1].tolist()
@@ -217,25 +234,35 @@ def token_parts(root: Path, meta: dict[str, Any], dtype: np.dtype[Any]) -> Any:
     parts = meta.get("parts")
     if not parts:
         return MappedFile(root / meta.get("dir", "") / TOKENS).array(dtype)
+    paths = [root / part["dir"] / TOKENS for part in parts]
+    joined = join_files(paths, dtype)  # one range of addresses: one array (None: one by one)
     arrays = []
-    for part in parts:
-        array = MappedFile(root / part["dir"] / TOKENS).array(dtype)
+    for k, (part, path) in enumerate(zip(parts, paths)):
+        if joined is None:
+            array = MappedFile(path).array(dtype)
+        else:
+            start = int(joined[1][k])
+            array = joined[0][start : start + joined[2][k]]
         if len(array) != part["tokens"]:
             raise StoreFormatError(
-                f"{root / part['dir'] / TOKENS} holds {len(array):,} tokens, the manifest says "
+                f"{path} holds {len(array):,} tokens, the manifest says "
                 f"{part['tokens']:,}; rebuild the corpus (`lading lm build ... --shard`, merge)"
             )
         arrays.append(array)
-    return PartTokens(arrays, dtype)
+    return PartTokens(arrays, dtype, None if joined is None else joined[:2])
 
 
 def document_starts(
-    offsets: Any, documents: npt.NDArray[np.signedinteger[Any]]
-) -> tuple[npt.NDArray[np.signedinteger[Any]] | None, npt.NDArray[np.int64]]:
-    """(part, first token) of each of ``documents``, counted in its part's own token file
-    (:meth:`PartOffsets.spans`); for a one-file corpus's ``offsets``, no part (None) and the
-    starts in its one file."""
-    if isinstance(offsets, PartOffsets):
-        part, first, _ = offsets.spans(documents)
-        return part, first
-    return None, np.asarray(offsets[documents], np.int64)
+    tokens: Any, offsets: Any, documents: npt.NDArray[np.signedinteger[Any]]
+) -> tuple[list[Any], npt.NDArray[np.signedinteger[Any]] | None, npt.NDArray[np.int64]]:
+    """(the token arrays the LM modes slice, the array of each of ``documents`` (None: the
+    one), its first token there) for a corpus's ``tokens`` and ``offsets``: a one-file corpus's
+    map; a merged corpus's parts joined in one array (:attr:`PartTokens.joined`), each
+    document's place in it; else its parts, each document's part and start in that part's
+    file (:meth:`PartOffsets.spans`)."""
+    if not isinstance(offsets, PartOffsets) or not isinstance(tokens, PartTokens):
+        return [tokens], None, np.asarray(offsets[documents], np.int64)
+    part, first, _ = offsets.spans(documents)
+    if tokens.joined is None or tokens.joined_starts is None:
+        return tokens.parts, part, first
+    return [tokens.joined], None, first + tokens.joined_starts[part]

@@ -87,9 +87,9 @@ class PackedWindows:
         packing: Packing,
         pad_id: int,
     ) -> None:
-        self.parts, _ = corpus.parts()  # one token file per shard of a merged corpus
-        part, start = document_starts(corpus.offsets, documents)
-        # per document: its part (none kept for a one-file corpus) and start there, narrow
+        # the arrays read (one, or a merged corpus's parts where they are not joined in one)
+        self.parts, part, start = document_starts(corpus.tokens, corpus.offsets, documents)
+        # per document: its array (none kept where there is one) and start there, narrow
         self.doc_part = narrow(part) if part is not None and len(self.parts) > 1 else None
         self.doc_start = narrow(start, np.int32)
         self.packing, self.pad_id = packing, pad_id

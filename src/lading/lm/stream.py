@@ -14,9 +14,12 @@ runs' token ranges many reads touch, computed at once with numpy (what a remote 
 asks, without reading), and :meth:`EpochStream.read_many` reads many windows at once the same
 way, a Python step a piece and nothing else.
 
-A corpus built in shards and merged (:mod:`lading.lm.parts`) keeps each run's part beside its
-start in that part's file, found once an epoch (a run never crosses a part's end): a piece is
-then a slice of its part's file, as a piece of a one-file corpus is of its one file.
+A corpus built in shards and merged (:mod:`lading.lm.parts`) is read as one array where its
+token files are mapped into one range of addresses (:mod:`lading.lm.joined`), each document at
+its place in it: the one-file path, the same Python steps a piece. Where they are not, each
+run keeps its part beside its start in that part's file, found once an epoch (a run never
+crosses a part's end), and a piece is a slice of its part's file. :attr:`EpochStream.doc_start`
+and :meth:`EpochStream.pieces` give positions in the corpus's token count either way.
 """
 
 from __future__ import annotations
@@ -53,24 +56,38 @@ class EpochStream:
     ) -> None:
         order = permutation(len(documents), seed, Salt.DOCUMENT_ORDER, epoch, shuffle=shuffle)
         offsets, tokens = corpus.offsets, corpus.tokens
-        # the token files read (one, or one a part) and where each starts in the corpus
-        self.files = tokens.parts if isinstance(tokens, PartTokens) else [tokens]
-        self.bases = tokens.bases if isinstance(tokens, PartTokens) else None
+        # the token arrays read (the one file, a merged corpus's parts joined in one array, or
+        # its parts), and for a merged corpus where its parts start in the corpus (bases) and
+        # in the joined array (joined_starts, None where they are not joined)
+        self.files: list[Any] = [tokens]
+        self.bases = self.joined_starts = None
         part = None
-        if isinstance(offsets, PartOffsets):  # each document's part and span in its file,
-            # found in the documents' own order (ascending: each part's offsets in turn)
+        if isinstance(offsets, PartOffsets) and isinstance(tokens, PartTokens):
+            # each document's part and span in its file, found in the documents' own order
+            # (ascending: each part's offsets in turn), then put in the stream's
             part, doc_start, end = offsets.spans(documents)
+            self.bases = tokens.bases
+            if tokens.joined is not None and tokens.joined_starts is not None:
+                shift = tokens.joined_starts[part]  # the place in the one array
+                doc_start += shift
+                end += shift
+                del shift
+                part, self.files = None, [tokens.joined]
+                self.joined_starts = tokens.joined_starts
+            else:
+                self.files = tokens.parts
+            end -= doc_start
+            lengths = narrow(end, np.int32)[order]
+            doc_start = doc_start[order]
+            part = None if part is None else part[order]
         else:
             docs = documents[order]
             doc_start = _int64(offsets[docs])  # start of each document in tokens
             end = _int64(offsets[docs + 1])
             del docs
-        end -= doc_start
-        lengths = narrow(end, np.int32)
-        del end
-        if part is not None:  # then put in the stream's order
-            lengths, doc_start, part = lengths[order], doc_start[order], part[order]
-        del order
+            end -= doc_start
+            lengths = narrow(end, np.int32)
+        del end, order
         self.cum_end = np.cumsum(lengths, dtype=np.int64)  # stream position past each document
         self.total = int(self.cum_end[-1]) if len(self.cum_end) else 0
         self.backwards = backwards
@@ -79,8 +96,8 @@ class EpochStream:
         # memory; the per-document arrays are not kept where runs replace them (stored order)
         run_from, self.run_len, self.run_part = _runs(doc_start, lengths, part)
         self.run_from = narrow(run_from, np.int32)
-        joined = len(self.run_from) != len(doc_start)
-        self.run_cum = np.cumsum(self.run_len, dtype=np.int64) if joined else self.cum_end
+        fewer = len(self.run_from) != len(doc_start)
+        self.run_cum = np.cumsum(self.run_len, dtype=np.int64) if fewer else self.cum_end
         del doc_start, lengths, part
         if self.total < 2:
             raise ValueError(
@@ -102,10 +119,21 @@ class EpochStream:
 
     def _start(self, runs: Any) -> npt.NDArray[np.signedinteger[Any]]:
         """Where runs ``runs`` start in the corpus's token count (across its parts)."""
-        found = self.run_from[runs]
-        if self.run_part is None or self.bases is None:
-            return found
-        return found + self.bases[self.run_part[runs]]
+        return self._shift(self.run_from[runs], runs)
+
+    def _shift(self, at: Any, runs: Any) -> Any:
+        """Positions ``at`` in the files of runs ``runs`` as positions in the corpus's token
+        count: the same in a one-file corpus; in a merged one, past its part's base (less
+        where the part starts in the joined array, where it is joined)."""
+        if self.bases is None:
+            return at
+        if self.run_part is not None:
+            return at + self.bases[self.run_part[runs]]
+        if self.joined_starts is None:
+            return at
+        starts = self.joined_starts  # a run's part: the last to start at or before it
+        part = np.searchsorted(starts, self.run_from[runs], side="right") - 1
+        return at + (self.bases[part] - starts[part])
 
     def _read_forward(self, start: int, out: npt.NDArray[np.int64]) -> None:
         pieces = self._pieces_of(start % self.total, len(out))
@@ -218,9 +246,8 @@ class EpochStream:
 
     def _global(self, run: int, a: int, b: int) -> tuple[int, int]:
         """``(a, b)`` in run ``run``'s file as positions in the corpus's token count."""
-        part, bases = self.run_part, self.bases
-        base = 0 if part is None or bases is None else int(bases[part[run]])
-        return a + base, b + base
+        shift = int(self._shift(np.zeros(1, dtype=np.int64), np.array([run]))[0])
+        return a + shift, b + shift
 
     def read(self, start: int, out: npt.NDArray[np.int64]) -> None:
         """Stream tokens ``[start, start + len(out))`` (wrapping at the end) into ``out``."""
