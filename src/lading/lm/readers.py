@@ -5,8 +5,9 @@ best-fit-decreasing :class:`~lading.lm.packing.Packing`), both :class:`WindowRea
 A reader fills one window (``read``: its tokens and, when asked, each token's document in the
 row, -1 for padding) or a batch of them (``read_many``: what the loader calls). A stream's
 batch finds every window's pieces at once (:meth:`EpochStream.read_many`); a packed batch
-reads window by window. A corpus built in shards and merged reads each piece from its part's
-own token file, the part found once an epoch (:mod:`lading.lm.parts`). The epoch's plan, the
+reads window by window. A corpus built in shards and merged is read as one array where its
+token files are joined in one range of addresses, else each piece from its part's own file,
+the part found once an epoch (:func:`~lading.lm.parts.document_starts`). The epoch's plan, the
 mixtures and the rest of a window-mode epoch are in :mod:`lading.lm.windows`.
 """
 
