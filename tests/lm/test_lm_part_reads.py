@@ -13,6 +13,8 @@ from __future__ import annotations
 import gc
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -218,6 +220,34 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TokenCorpus]:
         one_by_one = TokenCorpus.open(folder / "m")
     assert isinstance(one_by_one.tokens, PartTokens) and one_by_one.tokens.joined is None
     return {"one": one, "joined": joined, "parts": one_by_one}
+
+
+def test_the_padding_between_joined_files_reads_as_zeros_not_a_crash(
+    built: dict[str, TokenCorpus],
+) -> None:
+    """No document spans the padding after a file's last page, but a read sent there by a
+    damaged ``tokens.off`` must not kill the process: it reads zeros (the reservation was
+    ``PROT_NONE``: SIGSEGV). In a child, so that a crash is a failed test, not a dead run."""
+    tokens = built["joined"].tokens
+    assert isinstance(tokens, PartTokens)
+    if tokens.joined is None:
+        pytest.skip("this platform maps token files one by one")
+    code = (
+        "import sys; from lading.lm import TokenCorpus\n"
+        "t = TokenCorpus.open(sys.argv[1]).tokens\n"
+        "ends = [int(s) + len(p) for s, p in zip(t.joined_starts, t.parts)]\n"
+        "nexts = [*(int(s) for s in t.joined_starts[1:]), len(t.joined)]\n"
+        "print(sum(int(t.joined[e:n].sum()) for e, n in zip(ends, nexts)), sum(n - e for e, n "
+        "in zip(ends, nexts)) > 500_000)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(built["joined"].path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split() == ["0", "True"]  # zeros, over more than the files' last pages
 
 
 def test_a_local_merged_corpus_maps_its_parts_into_one_array(

@@ -6,11 +6,14 @@ a one-file corpus, one map sliced by numpy, does not take (~1.5 % of a ``Windows
 once each run's part is kept beside it). :func:`join_files` maps every file read-only into one
 reserved range instead, file ``k`` from ``starts[k]`` (in tokens) at a 2 MiB boundary, so the
 LM modes slice one array at a document's place in it, as they slice a one-file corpus's map.
-The tokens between one file's end and the next file's start are padding no document spans
-(zeros, or addresses never read). At 2 MiB boundaries the kernel may map a file's cached huge
+The tokens between one file's end and the next file's start are padding no document spans:
+the reservation is readable (``PROT_READ``, no memory behind it until read, and then the
+kernel's one zero page), so a read that strays there (a damaged ``tokens.off``) gets zeros,
+as a slice past a one-by-one map's end gets nothing, never a crash (``PROT_NONE`` there made
+it SIGSEGV). At 2 MiB boundaries the kernel may map a file's cached huge
 folios as huge pages, as it does a file mapped alone.
 
-POSIX only (``mmap`` of each file with ``MAP_FIXED`` over a ``PROT_NONE`` reservation, called
+POSIX only (``mmap`` of each file with ``MAP_FIXED`` over a read-only reservation, called
 through ctypes): where the C library or a call is missing or fails, None, and the reads find
 each piece's file (:class:`~lading.lm.parts.PartTokens`). The range is unmapped when the last
 array over it is collected.
@@ -31,7 +34,6 @@ import numpy.typing as npt
 
 ALIGN = 2 << 20  # where each file starts in the range: a huge page's size, any page's multiple
 MAP_FIXED = 0x10  # Linux, macOS and the BSDs alike; Python's mmap module does not export it
-PROT_NONE = 0
 
 
 def join_files(
@@ -52,7 +54,7 @@ def join_files(
         at += -(-size // ALIGN) * ALIGN
     length = at + ALIGN  # room to start the range at a 2 MiB boundary
     anonymous = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0)
-    reserved = libc.mmap(None, length, PROT_NONE, anonymous, -1, 0)
+    reserved = libc.mmap(None, length, mmap.PROT_READ, anonymous, -1, 0)
     if reserved is None or reserved == ctypes.c_void_p(-1).value:
         return None
     base = -(-reserved // ALIGN) * ALIGN
