@@ -48,6 +48,26 @@ class WindowReader(Protocol):
         ``document_ids``, when asked): a batch."""
 
 
+class EachInTurn:
+    """``read_many`` of a reader whose windows share no work in a batch: :meth:`read` of each
+    window in turn, into its row of ``tokens`` (and of ``document_ids``)."""
+
+    def read(
+        self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None
+    ) -> None:
+        """One window: each reader's own."""
+        raise NotImplementedError
+
+    def read_many(
+        self,
+        windows: npt.NDArray[np.int64],
+        tokens: npt.NDArray[np.int64],
+        document_ids: npt.NDArray[np.int64] | None,
+    ) -> None:
+        for row, window in enumerate(np.asarray(windows).tolist()):
+            self.read(window, tokens[row], None if document_ids is None else document_ids[row])
+
+
 class StreamWindows:
     """Windows of ``bptt + 1`` tokens of an epoch stream, every ``bptt`` tokens."""
 
@@ -78,7 +98,7 @@ class StreamWindows:
                 document_ids[row] = renumber(self.stream.documents(start, width))
 
 
-class PackedWindows:
+class PackedWindows(EachInTurn):
     """The windows of ``packing`` over ``documents`` of ``corpus`` (padded with ``pad_id``)."""
 
     def __init__(
@@ -129,16 +149,6 @@ class PackedWindows:
         tokens[filled:] = self.pad_id
         if document_ids is not None:
             document_ids[filled:] = -1
-
-    def read_many(
-        self,
-        windows: npt.NDArray[np.int64],
-        tokens: npt.NDArray[np.int64],
-        document_ids: npt.NDArray[np.int64] | None,
-    ) -> None:
-        """:meth:`read` of each window in turn."""
-        for row, window in enumerate(np.asarray(windows).tolist()):
-            self.read(window, tokens[row], None if document_ids is None else document_ids[row])
 
 
 def where_of(corpus: TokenCorpus | str | os.PathLike[str]) -> str:
