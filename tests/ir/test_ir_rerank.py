@@ -245,3 +245,24 @@ def test_lading_rerank_reads_a_wider_queries_tsv_by_query_columns(
     assert not out.exists()
     assert main([*args, "--query-columns", "id,text,type"]) == 0
     assert len(out.read_text().splitlines()) == 2
+
+
+def test_a_query_its_run_ranks_nothing_for_is_scored_not_left_out(tiny: dict[str, Any]) -> None:
+    """A run query of no documents (a first stage that found nothing: ``{"q5": []}``) is not
+    one rerank failed to rerank: it has its text and no document is missing. It was put in
+    ``left_out`` (even under the default on_missing="raise", without a word), and evaluate
+    then left it out of the means, raising them over a query the system found nothing for
+    (ir-measures scores it 0)."""
+    pytest.importorskip("ir_measures")
+    from lading.ir.rerank import evaluate
+
+    queries = {"q1": "w1 w2 w3", "q5": "w4"}
+    run: dict[str, list[str]] = {"q1": ["d1", "d2"], "q5": []}
+    qrels = {"q1": {"d1": 1}, "q5": {"d3": 1}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is missing: nothing said
+        args = (tiny["model"], tiny["store"], queries, run, tiny["tokenizer"])
+        scores = rerank(*args, max_length=96)
+        assert scores.left_out == []
+        assert evaluate(qrels, scores, ["R@100"]) == {"R@100": 0.5}  # q5 found nothing: 0
+    assert scores["q5"] == {}

@@ -65,11 +65,12 @@ def rerank(
     model.eval().to(device)
     scores = Reranked()
     for qid, ranked in run.items():
-        docs = [d for d in ranked[:depth] if d in store] if qid in queries else []
-        if not docs:
+        if qid not in queries:
             scores.left_out.append(qid)
-            if qid not in queries:
-                continue
+            continue
+        docs = [d for d in ranked[:depth] if d in store]
+        if not docs and len(ranked[:depth]):  # (a run of no document: nothing to rerank,
+            scores.left_out.append(qid)  # scored as the run found it, nothing; not left out)
         codes = store.rows(docs) if collate.use_tokens else None  # only tokens are read by row
         out: dict[str, float] = {}
         for lo in range(0, len(docs), batch_size):
