@@ -250,6 +250,37 @@ def test_the_padding_between_joined_files_reads_as_zeros_not_a_crash(
     assert done.stdout.split() == ["0", "True"]  # zeros, over more than the files' last pages
 
 
+def test_a_thread_still_reading_the_joined_array_at_exit_does_not_crash_the_process(
+    built: dict[str, TokenCorpus],
+) -> None:
+    """The range was unmapped at the interpreter's exit (weakref.finalize runs at exit by
+    default) while the arrays over it were still alive: a daemon thread reading them then
+    (a user's, a loader's read-ahead) read unmapped memory, and a run that had finished ended
+    by SIGSEGV (-11), where a one-file corpus's map exits 0. In a child, as above."""
+    tokens = built["joined"].tokens
+    assert isinstance(tokens, PartTokens)
+    if tokens.joined is None:
+        pytest.skip("this platform maps token files one by one")
+    code = (
+        "import sys, threading; from lading.lm import TokenCorpus\n"
+        "joined = TokenCorpus.open(sys.argv[1]).tokens.joined\n"
+        "began = threading.Event()\n"
+        "def read():\n"
+        "    while True:\n"
+        "        joined.sum(); began.set()\n"
+        "threading.Thread(target=read, daemon=True).start()\n"
+        "began.wait(60); print('read')\n"
+    )
+    for _ in range(3):  # (each exit unmapped it under the thread's read before)
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(built["joined"].path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (done.returncode, done.stdout.split()) == (0, ["read"]), done.stderr[-2000:]
+
+
 def test_a_local_merged_corpus_maps_its_parts_into_one_array(
     built: dict[str, TokenCorpus],
 ) -> None:

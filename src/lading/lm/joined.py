@@ -67,7 +67,10 @@ def join_files(
         libc.munmap(reserved, length)
         raise
     region: Any = (ctypes.c_char * max(at, dtype.itemsize)).from_address(base)
-    weakref.finalize(region, libc.munmap, reserved, length)  # when no array uses it any more
+    unmap = weakref.finalize(region, libc.munmap, reserved, length)  # when no array uses it
+    # not at the interpreter's exit: the process's maps go with it, and unmapped there the
+    # range was pulled from under a daemon thread still reading it (SIGSEGV at exit)
+    unmap.atexit = False
     array = np.frombuffer(region, dtype=dtype)  # (its base: the region, kept while it lives)
     array.flags.writeable = False
     counts = [size // dtype.itemsize for size in sizes]
