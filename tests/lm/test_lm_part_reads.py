@@ -281,6 +281,22 @@ def test_a_thread_still_reading_the_joined_array_at_exit_does_not_crash_the_proc
         assert (done.returncode, done.stdout.split()) == (0, ["read"]), done.stderr[-2000:]
 
 
+def test_the_joined_arrays_cannot_be_made_writable(built: dict[str, TokenCorpus]) -> None:
+    """The arrays over a one-file corpus's map refuse ``flags.writeable = True``; the joined
+    one (a ctypes array's buffer, writable) took it, and a write then killed the process
+    (the pages are read-only)."""
+    tokens = built["joined"].tokens
+    assert isinstance(tokens, PartTokens)
+    if tokens.joined is None:
+        pytest.skip("this platform maps token files one by one")
+    for array in (tokens.joined, tokens.parts[0], tokens.joined[5:9]):
+        assert not array.flags.writeable
+        with pytest.raises(ValueError, match="WRITEABLE"):
+            array.flags.writeable = True
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        built["one"].tokens.flags.writeable = True  # as a one-file corpus's map
+
+
 def test_a_local_merged_corpus_maps_its_parts_into_one_array(
     built: dict[str, TokenCorpus],
 ) -> None:

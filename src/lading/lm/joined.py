@@ -71,8 +71,9 @@ def join_files(
     # not at the interpreter's exit: the process's maps go with it, and unmapped there the
     # range was pulled from under a daemon thread still reading it (SIGSEGV at exit)
     unmap.atexit = False
-    array = np.frombuffer(region, dtype=dtype)  # (its base: the region, kept while it lives)
-    array.flags.writeable = False
+    # through a read-only view: a ctypes array's buffer is writable, so the arrays' writeable
+    # flag could be set again, and a write then killed the process (a map's raises ValueError)
+    array = np.frombuffer(memoryview(region).toreadonly(), dtype=dtype)  # (keeps the region)
     counts = [size // dtype.itemsize for size in sizes]
     return array, np.array(offsets, dtype=np.int64) // dtype.itemsize, counts
 
