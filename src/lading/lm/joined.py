@@ -89,8 +89,11 @@ def _map(libc: Any, path: Path, address: int, size: int) -> bool:
 
 
 def _libc() -> Any:
-    """The C library's ``mmap`` and ``munmap`` (ctypes), or None (Windows, or not found)."""
+    """The C library's ``mmap`` and ``munmap`` (ctypes), or None (Windows, a 32-bit process,
+    whose ``off_t`` may not be the 64 bits declared here, or not found)."""
     if sys.platform == "win32" or not hasattr(mmap, "MAP_ANONYMOUS"):
+        return None
+    if ctypes.sizeof(ctypes.c_void_p) < 8:
         return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
