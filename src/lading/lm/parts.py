@@ -156,10 +156,10 @@ class PartOffsets:
         part = np.searchsorted(self.doc_bases[1:-1], rows, side="right")
         local = rows - self.doc_bases[part]
         out = np.empty(rows.shape, dtype=np.uint64)
-        for k, offsets in enumerate(self.parts):
-            mine = part == k
-            if mine.any():
-                out[mine] = offsets[local[mine]] + self.token_bases[k]
+        flat, local_flat = out.reshape(-1), local.reshape(-1)
+        for k, mine in enumerate(by_part(part.reshape(-1), len(self.parts))):
+            if len(mine):
+                flat[mine] = self.parts[k][local_flat[mine]] + self.token_bases[k]
         return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -192,7 +192,7 @@ class PartOffsets:
             groups = [slice(a, b) for a, b in itertools.pairwise(cuts)]
         else:
             of = np.searchsorted(self.doc_bases[1:-1], rows, side="right")
-            groups = [np.flatnonzero(of == k) for k in range(len(self.parts))]
+            groups = by_part(of, len(self.parts))
         for k, (offsets, at) in enumerate(zip(self.parts, groups)):
             local = rows[at] - self.doc_bases[k]
             if not len(local):
@@ -201,6 +201,14 @@ class PartOffsets:
             first[at] = offsets[local]
             end[at] = offsets[local + 1]
         return part, first, end
+
+
+def by_part(of: npt.NDArray[np.integer[Any]], parts: int) -> list[npt.NDArray[np.intp]]:
+    """The positions of ``of`` (each row's part) that hold each of ``parts`` parts, in order:
+    one sort, not a pass over every row a part (a thousand parts made that 1,000 passes)."""
+    order = np.argsort(of, kind="stable")
+    cuts = np.searchsorted(of[order], np.arange(parts + 1)).tolist()
+    return [order[a:b] for a, b in itertools.pairwise(cuts)]
 
 
 def part_offsets(root: Path, meta: dict[str, Any], tokens: PartTokens) -> PartOffsets:
