@@ -220,3 +220,27 @@ def test_a_column_dtype_other_than_the_build_wrote_is_refused(
     # the old code read '>u2' tokens as [512, 768] instead of [2, 3], silently
     with pytest.raises(StoreFormatError, match=rf"dtypes\.{field} = '{re.escape(value)}'"):
         lading.open_store(store).tokens("d1")
+
+
+def test_a_commit_refuses_a_file_reached_through_a_symlink_out(tmp_path: Path) -> None:
+    """The commit checks every file it lists once for symlinks on its way (one look a
+    directory): a build folder that became a link to somewhere else is refused, naming it,
+    and nothing is committed; a plain layout commits."""
+    from lading.disk.commit import commit
+
+    root, outside = tmp_path / "store", tmp_path / "elsewhere"
+    (root / "build-1" / "part-0").mkdir(parents=True)
+    outside.mkdir()
+    for folder in (root / "build-1" / "part-0", outside):
+        (folder / "tokens.bin").write_bytes(b"\1" * 100)
+    files = {"build-1/part-0/tokens.bin": {"size": 100}}
+    manifest = {"format": "lading.tokens", "snapshot": "snap-1", "files": files}
+    commit(root, json.loads(json.dumps(manifest)), None)
+    assert json.loads((root / "meta.json").read_text())["snapshot"] == "snap-1"
+
+    shutil.rmtree(root / "build-1" / "part-0")
+    os.symlink(outside, root / "build-1" / "part-0")
+    bad = {**manifest, "snapshot": "snap-2"}
+    with pytest.raises(StoreFormatError, match="points outside the store"):
+        commit(root, json.loads(json.dumps(bad)), None)
+    assert json.loads((root / "meta.json").read_text())["snapshot"] == "snap-1"

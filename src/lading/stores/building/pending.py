@@ -43,6 +43,7 @@ def pending_build(
     dest: Path,
     previous: dict[str, Any] | None,
     build: str = "lading build",
+    found: dict[str, int | StoreFormatError] | None = None,
 ) -> str:
     """The build to merge: the one whose shards are all there (their ``shard.json`` found;
     the merge reads and checks them) that no merge of ``dest`` committed or passed over
@@ -52,20 +53,20 @@ def pending_build(
     an :class:`~lading.errors.IncompleteBuildWarning` naming the shards it lacks); else the
     builds half made are named with what they lack.
 
+    ``found``: :func:`survey_builds` of ``dest``, where the caller made it already.
+
     Raises:
         StoreFormatError: no build to merge (naming the shards missing), or several.
     """
-    builds = merge_candidates(dest)
+    found = survey_builds(dest, build) if found is None else found
     done = previous.get("build_id") if previous else None
     seen = seen_builds(previous)
     complete, partial = [], []
-    for bid in builds:
-        try:
-            all_present(dest, bid, build)
+    for bid, n in found.items():
+        if isinstance(n, int):
             complete.append(bid)
-        except StoreFormatError as e:
-            if bid not in seen:
-                partial.append((bid, e))
+        elif bid not in seen:
+            partial.append((bid, n))
     current = previous.get("snapshot") if previous else None
     fresh = [  # a build seen before counts again once its shards ran after the current commit
         b for b in complete if b not in seen or (b != done and ran_after(dest / b, current))
@@ -135,11 +136,13 @@ def build_to_commit(
         StoreFormatError: no build to merge, shards missing, or shards that do not fit
             (naming them).
     """
-    bid = build_id or pending_build(dest, previous, build)
+    found = survey_builds(dest, build)  # one look at every build: which are whole, and n
+    bid = build_id or pending_build(dest, previous, build, found)
     if previous is not None and previous.get("build_id") == bid:
         return str(previous["snapshot"])
-    passed = complete_builds(dest)  # now: one completed while this merge runs is newer
-    shards = complete_shards(dest, bid, read, build)
+    passed = [b for b, n in found.items() if isinstance(n, int)]
+    n = found.get(bid)
+    shards = complete_shards(dest, bid, read, build, n if isinstance(n, int) else None)
     check_same_inputs(dest, shards)
     recipe = check_same_options(dest, bid, shards)
     return BuildToCommit(bid, shards, recipe, passed)
@@ -152,12 +155,14 @@ def merge_in_folder(
     read: Callable[[Path, str], T],
     build: str,
     commit: Callable[[BuildContext, BuildToCommit[T]], str],
-) -> str:
+) -> dict[str, Any] | str:
     """Every kind's merge in a folder: under ``dest``'s lock, refuse a snapshot of another
     kind there, take the build to commit (:func:`build_to_commit`, its shards read by
-    ``read``) and hand it to the kind's ``commit``; the snapshot's id (the current one where
-    that build is committed already). ``kind``: the format name and what it is called in
-    the messages; ``build``: the command that builds a shard, in the messages.
+    ``read``) and hand it to the kind's ``commit``; the manifest it committed (its files
+    checked as they were listed: a caller may open it without reading it back), or the
+    current snapshot's id where that build is committed already. ``kind``: the format name
+    and what it is called in the messages; ``build``: the command that builds a shard, in
+    the messages.
 
     ``build_id``: which build (default: the one whose shards are all there that no merge
     committed or passed over, else the current snapshot's: a retried merge commits nothing
@@ -174,7 +179,9 @@ def merge_in_folder(
         merge = build_to_commit(dest, context.previous, build_id, read, build)
         if isinstance(merge, str):
             return merge
-        return commit(context, merge)
+        commit(context, merge)
+        assert context.previous is not None  # (the commit made it the current manifest)
+        return context.previous
 
 
 def merge_candidates(dest: Path) -> list[str]:
@@ -187,17 +194,19 @@ def merge_candidates(dest: Path) -> list[str]:
     ]
 
 
-def complete_builds(dest: Path) -> list[str]:
-    """The builds in ``dest`` whose shards are all there (what a merge passes over when it
-    commits another: recorded in :func:`seen_builds`, never merged later by default)."""
-    complete = []
+def survey_builds(dest: Path, build: str = "lading build") -> dict[str, int | StoreFormatError]:
+    """Every build in ``dest`` a merge may take (:func:`merge_candidates`), in order: its
+    shard count where its shards are all there (those a merge passes over when it commits
+    another are recorded in :func:`seen_builds`, never merged later by default), else the
+    error naming the shards it lacks. One look a build: which build to merge, which were
+    passed over and how many shards to read all come from it."""
+    found: dict[str, int | StoreFormatError] = {}
     for bid in merge_candidates(dest):
         try:
-            all_present(dest, bid)
-            complete.append(bid)
-        except StoreFormatError:
-            continue
-    return complete
+            found[bid] = all_present(dest, bid, build)
+        except StoreFormatError as e:
+            found[bid] = e
+    return found
 
 
 def seen_builds(previous: dict[str, Any] | None) -> set[str]:

@@ -202,15 +202,21 @@ def check_same_inputs(dest: Path, shards: Sequence[Any]) -> None:
 
 
 def complete_shards(
-    dest: Path, bid: str, read: Callable[[Path, str], T], build: str = "lading build"
+    dest: Path,
+    bid: str,
+    read: Callable[[Path, str], T],
+    build: str = "lading build",
+    n: int | None = None,
 ) -> list[T]:
     """Every shard of build ``bid``, read from disk. Time linear in the shards present, not in
-    the ``n`` that ``build.json`` claims.
+    the ``n`` that ``build.json`` claims. ``n``: what :func:`all_present` answered for it,
+    where the caller asked already (each shard is read here either way: one that went
+    missing since is an error).
 
     Raises:
         StoreFormatError: naming the shards that are missing and how to build them.
     """
-    n = all_present(dest, bid, build)
+    n = all_present(dest, bid, build) if n is None else n
     return [read(dest, f"{bid}/{shard_name(i, n)}") for i in range(n)]
 
 
