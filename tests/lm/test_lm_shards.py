@@ -105,6 +105,12 @@ def test_any_shard_count_reads_as_the_one_process_build(tmp_path: Path, n: int) 
     same_reading(one, merged)
     reopened = TokenCorpus.open(dest)
     same_reading(one, reopened)
+    # the merge hands back the manifest it committed, not read back: the same, key for key
+    # and in the same order, as a reader parses it from meta.json
+    assert json.dumps(merged.meta) == json.dumps(reopened.meta)
+    assert (merged.snapshot, merged.stale) == (reopened.snapshot, reopened.stale)
+    again = TokenCorpus.merge(dest)  # a retried merge commits nothing: what is there, opened
+    assert json.dumps(again.meta) == json.dumps(reopened.meta)
     from lading.lm.corpus import verify_corpus
 
     assert verify_corpus(dest) == []

@@ -44,6 +44,7 @@ def build_in_group(
         ids.append(report.build_id)
 
     def merge(n: int) -> str:
-        return merge_corpus(where, ids[0] if ids else build_id)
+        done = merge_corpus(where, ids[0] if ids else build_id)
+        return done if isinstance(done, str) else str(done["snapshot"])
 
     return str(shards_in_group(write, merge, where, resolve_shared_fs(None)))

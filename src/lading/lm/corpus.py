@@ -11,6 +11,7 @@ and compares its source with the one it was built from (:attr:`TokenCorpus.stale
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Mapping
@@ -140,12 +141,22 @@ class TokenCorpus:
             path = stage(path, Path(stage_to) / name)
         root = Path(path)
         corpus = open_snapshot(root, FORMAT_NAME, lambda meta: cls(root, meta), snapshot)
+        return cls._opened(root, corpus, on_stale)
+
+    @classmethod
+    def _opened(
+        cls, root: Path, corpus: TokenCorpus | dict[str, Any], on_stale: OnStale
+    ) -> TokenCorpus:
+        """``corpus`` (or the corpus of manifest ``corpus``, its files checked) with its
+        :attr:`stale` found, and said as ``on_stale`` asks (see :meth:`open`)."""
+        if isinstance(corpus, dict):
+            corpus = cls(root, corpus)
         corpus.stale = stale_reason(corpus.meta.get("recipe"))
         if corpus.stale and on_stale == "raise":
             raise StoreFormatError(f"token corpus {root} is stale: {corpus.stale}; rebuild it")
         if corpus.stale and on_stale == "warn":
             warnings.warn(
-                f"token corpus {root} is stale: {corpus.stale}", StaleStoreWarning, stacklevel=2
+                f"token corpus {root} is stale: {corpus.stale}", StaleStoreWarning, stacklevel=3
             )
         return corpus
 
@@ -425,8 +436,15 @@ class TokenCorpus:
             return cls.open(os.fspath(dest), **remote)
         from lading.lm.merge import merge_corpus
 
-        snapshot = merge_corpus(Path(dest), build_id)
-        return cls.open(Path(dest), snapshot=snapshot, on_stale="ignore")
+        done = merge_corpus(Path(dest), build_id)
+        if isinstance(done, str):  # that build was committed already: open what is there
+            return cls.open(Path(dest), snapshot=done, on_stale="ignore")
+        # the manifest just committed, under the lock, over files the merge checked (names,
+        # symlinks, sizes, the spot checksums it wrote): opened as committed, not read back
+        # and checked again (~0.6 ms of a ~6 ms merge). As a reader parses meta.json: keys
+        # sorted, every value a JSON value.
+        meta = json.loads(json.dumps(done, sort_keys=True))
+        return cls._opened(Path(dest), meta, "ignore")
 
     def __len__(self) -> int:
         return int(self.meta["documents"])

@@ -34,9 +34,10 @@ _CHUNK = 1 << 20  # offsets written per numpy pass
 _SAME = ("tokenizer", "dtype", "eos_id", "vocab_size")  # what every shard must agree on
 
 
-def merge_corpus(dest: Path, build_id: str | None = None) -> str:
+def merge_corpus(dest: Path, build_id: str | None = None) -> dict[str, Any] | str:
     """Commit the shards of build ``build_id`` of ``dest`` (by default the one a merge takes:
-    :func:`~lading.stores.building.pending.merge_in_folder`) as its new snapshot; its id.
+    :func:`~lading.stores.building.pending.merge_in_folder`) as its new snapshot: the manifest
+    committed, or the current snapshot's id where that build is committed already.
 
     Raises:
         StoreFormatError: shards are missing (naming them and ``lading lm build``), read

@@ -153,8 +153,8 @@ def merge_store(dest: Path, build_id: str | None = None) -> PackedStore:
     """
 
     kind = (FORMAT_NAME, "store")
-    snapshot = merge_in_folder(dest, kind, build_id, read_shard, "lading build", commit_shards)
-    return PackedStore(dest, snapshot=snapshot)
+    done = merge_in_folder(dest, kind, build_id, read_shard, "lading build", commit_shards)
+    return PackedStore(dest, snapshot=done if isinstance(done, str) else done["snapshot"])
 
 
 def commit_shards(build: BuildContext, merge: BuildToCommit[Shard]) -> str:
