@@ -84,7 +84,8 @@ class TokenCorpus:
             if isinstance(self.tokens, PartTokens)
             else MappedFile(where / OFFSETS).array(OFFSET_DTYPE)
         )
-        check_offsets(self.offsets, len(self.tokens), meta, str(path))
+        in_order = isinstance(self.offsets, PartOffsets)  # (part_offsets checked each part)
+        check_offsets(self.offsets, len(self.tokens), meta, str(path), in_order)
 
     @classmethod
     def open(

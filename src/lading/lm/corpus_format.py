@@ -41,7 +41,9 @@ def check_dtype(meta: dict[str, Any], where: str) -> np.dtype[Any]:
     return np.dtype(value)
 
 
-def check_offsets(offsets: Any, tokens: int, meta: dict[str, Any], where: str) -> None:
+def check_offsets(
+    offsets: Any, tokens: int, meta: dict[str, Any], where: str, in_order: bool = False
+) -> None:
     """Refuse ``tokens.off`` unless it is ``documents + 1`` offsets from 0 to ``tokens``, never
     going down (``offsets``: an array, or a merged corpus's
     :class:`~lading.lm.parts.PartOffsets`, sliced as one). The open's checksums read a file's
@@ -49,6 +51,9 @@ def check_offsets(offsets: Any, tokens: int, meta: dict[str, Any], where: str) -
     documents failed in numpy. One pass over the file, a chunk at a time
     (:func:`lading.disk.ragged.first_descent`; 8 B a document; 10M documents, in the page
     cache: 20-50 ms).
+
+    ``in_order``: the order was checked already (a merged corpus's, a part at a time, as its
+    parts were mapped: :func:`lading.lm.parts.part_offsets`).
 
     Raises:
         StoreFormatError: naming the corpus, the first document out of order and the fix.
@@ -60,7 +65,7 @@ def check_offsets(offsets: Any, tokens: int, meta: dict[str, Any], where: str) -
             f"meta.json's dtype {meta.get('dtype')!r}) and the manifest's documents = "
             f"{meta['documents']!r}; rebuild it with `lading lm build`"
         )
-    i = first_descent(offsets)  # the stores' check too (lading.disk.ragged)
+    i = -1 if in_order else first_descent(offsets)  # the stores' check too (lading.disk.ragged)
     if i >= 0:
         raise StoreFormatError(
             f"{where}: {OFFSETS} is not in order: document {i} ends at {int(offsets[i + 1])}, "

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.disk import OFFSET_DTYPE, MappedFile
+from lading.disk.ragged import first_descent
 from lading.errors import StoreFormatError
 from lading.lm.corpus_format import OFFSETS, TOKENS
 from lading.lm.joined import join_files
@@ -212,22 +213,36 @@ def by_part(of: npt.NDArray[np.integer[Any]], parts: int) -> list[npt.NDArray[np
 
 
 def part_offsets(root: Path, meta: dict[str, Any], tokens: PartTokens) -> PartOffsets:
-    """The offsets of a local corpus built in shards: each part's ``tokens.off`` mapped,
-    checked to hold its documents and end at its token count.
+    """The offsets of a corpus built in shards (local, or a bucket's staged copy): each
+    part's ``tokens.off`` mapped, checked to hold its documents, to run from 0 to its token
+    count and never to go down (:func:`~lading.disk.ragged.first_descent`, a part's file at a
+    time: the offsets as one are then in order too, with no copy of them made to check).
 
     Raises:
-        StoreFormatError: a part's offsets do not describe its tokens.
+        StoreFormatError: a part's offsets do not describe its tokens, naming its file and
+            the first document (counted in the corpus) out of order.
     """
-    arrays = []
+    arrays, first_document = [], 0
     for part, count in zip(meta["parts"], np.diff(tokens.bases).tolist()):
         path = root / part["dir"] / OFFSETS
         offsets = MappedFile(path).array(OFFSET_DTYPE)
-        if len(offsets) != part["documents"] + 1 or int(offsets[-1]) != count:
+        n = len(offsets)
+        if n != part["documents"] + 1 or int(offsets[-1]) != count or int(offsets[0]) != 0:
+            # (a part starting past 0 ran the document before it into this part's tokens)
             raise StoreFormatError(
-                f"{path} ({len(offsets):,} offsets) does not describe the part's "
-                f"{part['documents']:,} documents of {count:,} tokens; rebuild the corpus"
+                f"{path} ({n:,} offsets, from {int(offsets[0]) if n else None}) does not "
+                f"describe the part's {part['documents']:,} documents of {count:,} tokens "
+                "from 0; rebuild the corpus"
+            )
+        i = first_descent(offsets)
+        if i >= 0:
+            raise StoreFormatError(
+                f"{path} is not in order: document {first_document + i} of the corpus ends at "
+                f"{int(offsets[i + 1])} of its part, before it starts at {int(offsets[i])}; the "
+                "file is damaged, rebuild the corpus (`lading lm build ... --shard`, merge)"
             )
         arrays.append(offsets)
+        first_document += n - 1
     return PartOffsets(arrays, tokens.bases)
 
 
