@@ -6,10 +6,12 @@ import errno
 import io
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -221,3 +223,54 @@ def test_a_full_disk_while_taking_the_lock_is_refused_clearly_and_leaves_no_lock
     monkeypatch.undo()
     with FileLock(tmp_path / "store.lock", timeout=5):  # taken at once: nothing stale left
         pass
+
+
+def test_a_release_never_leaves_the_file_behind_a_beat(tmp_path: Path) -> None:
+    """Release waits for the heartbeat only where it is writing a beat (not joining an idle
+    thread saves a wake-up a build); a beat under way when the lock is released must not put
+    the file back after its removal. Beats every millisecond, released at random moments."""
+    seed = int(os.environ.get("LADING_TEST_SEED", "7"))
+    print(f"LADING_TEST_SEED={seed}")
+    rng = random.Random(seed)
+    path = tmp_path / "x.lock"
+    lock = FileLock(path, heartbeat=0.001, stale_after=1.0)
+    for _ in range(200):
+        lock.acquire()
+        time.sleep(rng.random() * 0.004)
+        lock.release()
+        assert not path.exists()
+    time.sleep(0.02)  # any beat still under way has ended by now
+    assert not path.exists() and not lock.lost
+    assert not list(tmp_path.glob("x.lock.beat-*"))
+
+
+def test_a_release_returns_while_a_beat_hangs_and_the_beat_cleans_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A beat stuck in its write (a hung mount) no longer holds a release for ever (it
+    joined without a timeout: seen on the old code, which waited the whole hang): release
+    returns after its wait, and the beat, once its write returns, removes the file it put
+    back."""
+    path = tmp_path / "x.lock"
+    writing, go_on = threading.Event(), threading.Event()
+    real = Path.write_bytes
+
+    def hung(self: Path, data: bytes) -> int:
+        if ".beat-" in self.name:
+            writing.set()
+            go_on.wait(10)
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", hung)
+    lock = FileLock(path, heartbeat=0.01, stale_after=1.0)
+    monkeypatch.setattr(lock, "_join_s", lambda: 0.2, raising=False)
+    lock.acquire()
+    assert writing.wait(5)
+    started = time.monotonic()
+    lock.release()
+    assert time.monotonic() - started < 2
+    go_on.set()
+    deadline = time.monotonic() + 5
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not path.exists() and not lock.lost

@@ -111,6 +111,8 @@ class FileLock:
         self._started = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._beat_state = threading.Lock()  # guards _writing only: never held across I/O
+        self._writing = False  # the heartbeat thread is writing a beat now
         self.lost = False  # set if another process took the lock over while we held it
 
     def acquire(self) -> None:
@@ -143,11 +145,20 @@ class FileLock:
             time.sleep(POLL_S)
 
     def release(self) -> None:
-        """Stop the heartbeat and remove the lock file (if it is still ours)."""
+        """Stop the heartbeat and remove the lock file (if it is still ours).
+
+        The heartbeat thread ends by itself once told to stop; release waits for it only
+        where it is writing a beat now (which could put the file back after its removal),
+        and then at most :meth:`_join_s` seconds: a beat stuck on a hung mount held the
+        release (and the build) for as long as the mount hung. The thread removes what such
+        a beat put back once its write returns.
+        """
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        thread, self._thread = self._thread, None
+        with self._beat_state:  # after the stop: a beat not yet begun sees it and ends
+            writing = self._writing
+        if thread is not None and writing:
+            thread.join(self._join_s())
         holder = read_holder(self.path)
         if holder is not None and holder.token == self.token:
             with contextlib.suppress(FileNotFoundError):
@@ -178,12 +189,12 @@ class FileLock:
             return True  # a dead process on this very host holds nothing
         return unchanged_for >= self.stale_after
 
-    def _content(self, beat: int) -> bytes:
+    def _content(self, beat: int, token: str | None = None) -> bytes:
         record = {
             "host": _HOST,
             "pid": os.getpid(),
             "started": self._started,
-            "token": self.token,
+            "token": self.token if token is None else token,
             "beat": beat,
         }
         return json.dumps(record).encode("utf-8")
@@ -206,33 +217,64 @@ class FileLock:
                 self.path.unlink()
             raise
         os.close(fd)
-        self._stop.clear()
+        # a stop and a token of this hold's own: a thread of an earlier hold that has not
+        # woken yet still sees its stop, and never writes or removes this hold's file
+        self._stop = threading.Event()
         self.lost = False
         self._thread = threading.Thread(
-            target=self._beat, name="lading-lock-heartbeat", daemon=True
+            target=self._beat,
+            args=(self._stop, self.token),
+            name="lading-lock-heartbeat",
+            daemon=True,
         )
         self._thread.start()
         return True
 
-    def _beat(self) -> None:
+    def _join_s(self) -> float:
+        """How long a release waits for a beat being written: a second, or a heartbeat."""
+        return max(1.0, self.heartbeat)
+
+    def _beat(self, stop: threading.Event, token: str) -> None:
         beat = 0
-        while not self._stop.wait(self.heartbeat):
-            holder = read_holder(self.path)
-            if holder is None or holder.token != self.token:
-                self.lost = True
-                print(
-                    f"lading: the lock {self.path} was taken over by another process "
-                    f"({holder.describe() if holder else 'removed'}); this build goes on, and "
-                    "its atomic publish keeps the result whole",
-                    file=self.report or sys.stderr,
-                    flush=True,
-                )
+        while not stop.wait(self.heartbeat):
+            with self._beat_state:
+                if stop.is_set():  # released meanwhile: the file is not ours to write
+                    return
+                self._writing = True
+            try:
+                self._write_beat(beat := beat + 1, stop, token)
+            finally:
+                with self._beat_state:
+                    self._writing = False
+            if self.lost:
                 return
-            beat += 1
-            tmp = self.path.with_name(f"{self.path.name}.beat-{self.token}")
-            with contextlib.suppress(OSError):  # a missed beat is retried at the next one
-                tmp.write_bytes(self._content(beat))
-                os.replace(tmp, self.path)
+
+    def _write_beat(self, beat: int, stop: threading.Event, token: str) -> None:
+        """Rewrite the lock file with ``beat`` if it is still the hold ``token``'s (else mark
+        the lock lost and say so). A release that did not wait for this write (a hung mount)
+        left the file to it: removed again once written, if it still names that hold."""
+        holder = read_holder(self.path)
+        if holder is None or holder.token != token:
+            if stop.is_set():
+                return  # a released hold's late beat (a hung mount): nothing was lost
+            self.lost = True
+            print(
+                f"lading: the lock {self.path} was taken over by another process "
+                f"({holder.describe() if holder else 'removed'}); this build goes on, and "
+                "its atomic publish keeps the result whole",
+                file=self.report or sys.stderr,
+                flush=True,
+            )
+            return
+        tmp = self.path.with_name(f"{self.path.name}.beat-{token}")
+        with contextlib.suppress(OSError):  # a missed beat is retried at the next one
+            tmp.write_bytes(self._content(beat, token))
+            os.replace(tmp, self.path)
+        if stop.is_set():
+            mine = read_holder(self.path)
+            if mine is not None and mine.token == token:
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
 
     def _take_over(self, judged: Holder | None) -> None:
         aside = self.path.with_name(f"{self.path.name}.stale-{secrets.token_hex(4)}")
