@@ -251,18 +251,23 @@ def shards_present(dest: Path, bid: str) -> set[str]:
 
 
 def build_size(dest: Path, bid: str) -> int:
-    """The ``n`` that ``dest/bid/build.json`` records, checked to be a shard count."""
+    """The ``n`` that ``dest/bid/build.json`` records, checked to be a shard count (the file
+    read once: whether a Ray sink wrote it is told from the same record)."""
     path = dest / bid / BUILD_FILE
-    if is_sink_build(path):
+    try:
+        recipe = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StoreFormatError(f"{dest} has no build {bid}") from None
+    except (OSError, ValueError) as e:
+        raise StoreFormatError(f"{path} is damaged ({e!r}); build the shards again") from None
+    if _is_sink_recipe(recipe):
         raise StoreFormatError(
             f"{dest}: {bid} was written by a Ray Datasink, whose job commits the shards its "
             "tasks return; a merge takes the builds of --shard workers only"
         )
     try:
-        n = json.loads(path.read_text(encoding="utf-8"))["n"]
-    except FileNotFoundError:
-        raise StoreFormatError(f"{dest} has no build {bid}") from None
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        n = recipe["n"]
+    except (KeyError, TypeError) as e:
         raise StoreFormatError(f"{path} is damaged ({e!r}); build the shards again") from None
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise StoreFormatError(f"{path}: n = {n!r} is not a shard count; build the shards again")
@@ -276,6 +281,10 @@ def is_sink_build(path: Path) -> bool:
         recipe = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False  # damaged: the merge names it
+    return _is_sink_recipe(recipe)
+
+
+def _is_sink_recipe(recipe: Any) -> bool:
     return isinstance(recipe, dict) and "n" not in recipe and _options_format(recipe) == "ray"
 
 
