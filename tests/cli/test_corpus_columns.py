@@ -141,3 +141,21 @@ def test_cross_encoder_reads_a_wider_queries_tsv_named_by_query_columns(
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "argument --query-columns" in err and "'id' and 'text'" in err, err
+
+
+def test_cross_encoder_refuses_a_bad_queries_line_before_it_builds_its_store(
+    files: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The queries, judgements and negatives were read after the store was built from
+    --corpus (minutes to hours on MS MARCO): a malformed queries line now stops the run first,
+    with no tokenizer trained and no store written (seen on the old code: out/store built)."""
+    pytest.importorskip("transformers")
+    (files / "two.tsv").write_text("D1\tBody one\nD2\tBody two\n")
+    (files / "queries.tsv").write_text("q1\tfirst question\tfactoid\n")
+    args = cross_encoder_args(files, "--sampling", "random", "--group-size", "2")
+    args[args.index("--corpus") + 1] = str(files / "two.tsv")
+    code = main(args)
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code != 0 and "queries.tsv" in line and "--query-columns" in line, line
+    assert not (files / "out" / "store").exists()
+    assert not (files / "out" / "tokenizer").exists()

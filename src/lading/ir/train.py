@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -174,13 +175,25 @@ def groups_from_files(
     """Training groups from the queries, judgements and (optional) negatives files, with the
     :data:`GROUP_OPTIONS` that ``settings`` has, and the queries TSV's columns where it has
     ``query_columns``; pairs whose document the store lacks are skipped."""
+    return read_group_files(queries, qrels, negatives, settings)(store)
+
+
+def read_group_files(
+    queries: Path, qrels: Path, negatives: Path | None, settings: Any
+) -> Callable[[DocStore], TrainingGroups]:
+    """:func:`groups_from_files` in two steps: the files are read (and a malformed line
+    refused) now, the groups made of them over a store later. Training reads them before it
+    builds or opens its store: a bad queries line was refused only after a store build of
+    minutes to hours."""
     options = {k: getattr(settings, k) for k in GROUP_OPTIONS if hasattr(settings, k)}
     columns = getattr(settings, "query_columns", None) or QUERY_COLUMNS
     negative_run = read_run(negatives) if negatives else None
-    read = read_queries(queries, columns=columns)
-    return TrainingGroups(
-        store, read, read_qrels(qrels), negative_run, on_missing="skip", **options
-    )
+    read, judged = read_queries(queries, columns=columns), read_qrels(qrels)
+
+    def groups(store: DocStore) -> TrainingGroups:
+        return TrainingGroups(store, read, judged, negative_run, on_missing="skip", **options)
+
+    return groups
 
 
 def _linear_schedule(total: int, warmup: float) -> Any:
@@ -249,8 +262,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
 
 def _train(config: TrainConfig, world: World, device: torch.device, out: Path) -> dict[str, Any]:
-    store, tok, model = prepare(config, world)
-    groups = groups_from_files(store, config.queries, config.qrels, config.negatives, config)
+    groups_of = read_group_files(config.queries, config.qrels, config.negatives, config)
+    store, tok, model = prepare(config, world)  # (a store built from --corpus: after the files)
+    groups = groups_of(store)
     narrow = device.type == "cuda" if config.narrow is None else config.narrow
     collate = CrossEncoderCollator(
         store,
