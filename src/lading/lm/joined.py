@@ -22,6 +22,7 @@ array over it is collected.
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
 import sys
@@ -88,9 +89,11 @@ def _map(libc: Any, path: Path, address: int, size: int) -> bool:
     return bool(got == address)
 
 
+@functools.cache
 def _libc() -> Any:
     """The C library's ``mmap`` and ``munmap`` (ctypes), or None (Windows, a 32-bit process,
-    whose ``off_t`` may not be the 64 bits declared here, or not found)."""
+    whose ``off_t`` may not be the 64 bits declared here, or not found). Looked up once a
+    process (20-55 us an open otherwise; the handle stays valid in a forked child)."""
     if sys.platform == "win32" or not hasattr(mmap, "MAP_ANONYMOUS"):
         return None
     if ctypes.sizeof(ctypes.c_void_p) < 8:
