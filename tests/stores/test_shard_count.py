@@ -4,7 +4,11 @@ names the most shards below N the input allows, a count that is itself accepted.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -94,3 +98,45 @@ def test_a_last_shard_given_only_an_empty_file_is_refused(tmp_path: Path) -> Non
     files = layout(tmp_path / "c", [(".jsonl.gz", 40), (".jsonl", 0)])
     assert "shard 1 would read nothing" in refused(files, 2)
     assert advised(files, 2) == 1
+
+
+@pytest.mark.skipif(
+    not os.path.isdir("/proc/self/fd"), reason="lowers RLIMIT_NOFILE in a child (Linux)"
+)
+def test_a_store_of_more_shards_than_open_files_allow_says_what_to_do(tmp_path: Path) -> None:
+    """Each map of a store's files keeps a descriptor (~2 a column a shard): a store merged
+    from a few hundred shards needs more than the 1,024 open files many systems allow, and
+    its open failed with a bare ``[Errno 24] Too many open files``. Now the error names the
+    shards, the files, the limit and the fix (seen bare on the old code). Here 12 shards in
+    a child whose limit leaves room for fewer."""
+    import lading
+
+    src = tmp_path / "c.tsv"
+    src.write_text("".join(f"d{i}\ttext number {i}\n" for i in range(600)))
+    for i in range(12):
+        lading.build_shard(src, tmp_path / "s", (i, 12), progress=False)
+    lading.merge_store(tmp_path / "s")
+    child = textwrap.dedent(
+        f"""
+        import os, resource, sys
+        import lading
+        used = len(os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (used + 20, resource.getrlimit(
+            resource.RLIMIT_NOFILE)[1]))
+        try:
+            lading.open_store({str(tmp_path / "s")!r})
+        except OSError as e:
+            print(e)
+            sys.exit(3)
+        print("opened")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+    said = done.stdout.strip()
+    assert done.returncode == 3, (done.returncode, said, done.stderr[-2000:])
+    assert "12 shards" in said and "ulimit -n" in said and "fewer shards" in said, said
+    # with the limit as it is here, it opens
+    assert lading.open_store(tmp_path / "s").get_many(["d0", "d599"]) == [
+        "text number 0",
+        "text number 599",
+    ]

@@ -13,6 +13,7 @@ snapshot (or is told it was removed).
 
 from __future__ import annotations
 
+import errno
 import os
 import warnings
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ import numpy.typing as npt
 
 from lading.disk import OFFSET_DTYPE, MappedFile, RaggedColumn, open_snapshot
 from lading.disk.ragged import check_in_order
-from lading.disk.snapshot import content_id
+from lading.disk.snapshot import content_id, load_manifest
 from lading.errors import StaleStoreWarning, StoreFormatError
 from lading.sources import Record, fingerprint_changed
 from lading.stores.base import DocStore, IdLike, id_list, is_id
@@ -294,8 +295,51 @@ def unnamed_columns(meta: dict[str, Any]) -> str | None:
 
 
 def _map(path: Path, snapshot: str | None) -> _Mapped:
-    """Map the files of one snapshot of the store at ``path`` (see the module docstring)."""
-    return open_snapshot(path, FORMAT_NAME, lambda meta: _map_snapshot(path, meta), snapshot)
+    """Map the files of one snapshot of the store at ``path`` (see the module docstring).
+
+    Raises:
+        OSError: (``EMFILE``) the maps need more open files than this process may hold
+            (each keeps a descriptor: ~2 a column a shard), naming how many and the fix.
+    """
+    try:
+        return open_snapshot(path, FORMAT_NAME, lambda meta: _map_snapshot(path, meta), snapshot)
+    except OSError as e:
+        if e.errno != errno.EMFILE:
+            raise
+        raise OSError(errno.EMFILE, too_many_files(path)) from None
+
+
+def too_many_files(path: Path) -> str:
+    """What to do where a store's maps meet the limit of open files: each map keeps a file
+    descriptor (Python's ``mmap`` holds one), about two a column a shard, so a store merged
+    from a few hundred shards needs more than the 1,024 many systems allow by default."""
+    try:
+        meta = load_manifest(path, FORMAT_NAME)
+        files = len(meta["files"])
+        shard_count = len(shards(meta))
+    except (StoreFormatError, KeyError, TypeError):
+        files, shard_count = 0, 0
+    soft, hard = _open_files_limit()
+    return (
+        f"{path}: its {shard_count:,} shards' {files:,} files are mapped, each map holding a file "
+        f"descriptor, and this process may hold {soft} open files (hard limit {hard}). Raise "
+        f"the limit before opening it (`ulimit -n {max(4 * files, 4096)}` in the shell, or "
+        "resource.setrlimit(resource.RLIMIT_NOFILE, ...) in Python, up to the hard limit), "
+        "or build it in fewer shards"
+    )
+
+
+def _open_files_limit() -> tuple[str, str]:
+    """This process's (soft, hard) limit of open files, in words."""
+    try:
+        import resource
+
+        limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return "?", "?"
+    infinity = getattr(resource, "RLIM_INFINITY", -1)
+    soft, hard = ("unlimited" if v == infinity else f"{v:,}" for v in limits)
+    return soft, hard
 
 
 def _map_snapshot(path: Path, meta: dict[str, Any]) -> _Mapped:
