@@ -121,7 +121,7 @@ def test_a_store_of_more_shards_than_open_files_allow_says_what_to_do(tmp_path: 
         import os, resource, sys
         import lading
         used = len(os.listdir("/proc/self/fd"))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (used + 20, resource.getrlimit(
+        resource.setrlimit(resource.RLIMIT_NOFILE, (used + 6, resource.getrlimit(
             resource.RLIMIT_NOFILE)[1]))
         try:
             lading.open_store({str(tmp_path / "s")!r})

@@ -306,7 +306,9 @@ def _map(path: Path, snapshot: str | None) -> _Mapped:
     except OSError as e:
         if e.errno != errno.EMFILE:
             raise
-        raise OSError(errno.EMFILE, too_many_files(path)) from None
+    # out of the handler: the error and its frames are gone, and with them the maps made so
+    # far, so their descriptors are free again to read the manifest for the message
+    raise OSError(errno.EMFILE, too_many_files(path))
 
 
 def too_many_files(path: Path) -> str:
@@ -317,7 +319,7 @@ def too_many_files(path: Path) -> str:
         meta = load_manifest(path, FORMAT_NAME)
         files = len(meta["files"])
         shard_count = len(shards(meta))
-    except (StoreFormatError, KeyError, TypeError):
+    except (OSError, StoreFormatError, KeyError, TypeError):
         files, shard_count = 0, 0
     soft, hard = _open_files_limit()
     return (
