@@ -189,12 +189,12 @@ class FileLock:
             return True  # a dead process on this very host holds nothing
         return unchanged_for >= self.stale_after
 
-    def _content(self, beat: int, token: str | None = None) -> bytes:
+    def _content(self, beat: int, token: str) -> bytes:
         record = {
             "host": _HOST,
             "pid": os.getpid(),
             "started": self._started,
-            "token": self.token if token is None else token,
+            "token": token,
             "beat": beat,
         }
         return json.dumps(record).encode("utf-8")
@@ -208,7 +208,7 @@ class FileLock:
         except FileExistsError:
             return False
         try:  # not fsynced: the name is what excludes (O_EXCL); see _NO_FSYNC
-            os.write(fd, self._content(0))
+            os.write(fd, self._content(0, self.token))
         except BaseException:
             # a full disk can take the create (an inode was free) and fail the write: the
             # empty file left would hold off every later taker for stale_after seconds

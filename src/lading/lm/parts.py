@@ -212,6 +212,22 @@ def by_part(of: npt.NDArray[np.integer[Any]], parts: int) -> list[npt.NDArray[np
     return [order[a:b] for a, b in itertools.pairwise(cuts)]
 
 
+def mapped_each(
+    paths: list[Path], dtype: np.dtype[Any]
+) -> tuple[list[npt.NDArray[Any]], tuple[npt.NDArray[Any], npt.NDArray[np.int64]] | None]:
+    """Each file of ``paths`` as an array of ``dtype``: views of one range of addresses
+    (:func:`~lading.lm.joined.join_files`), which holds no file descriptor a file (a map of
+    each keeps one: Python's mmap holds it, and 2,000 shards met a limit of 1,024 open
+    files), else a map of each; and (the joined array, where each file starts in it), or
+    None where the files were mapped one by one."""
+    joined = join_files(paths, dtype)
+    if joined is None:
+        return [MappedFile(path).array(dtype) for path in paths], None
+    whole, starts, counts = joined
+    views = [whole[a : a + n] for a, n in zip(starts.tolist(), counts)]
+    return views, (whole, starts)
+
+
 def part_offsets(root: Path, meta: dict[str, Any], tokens: PartTokens) -> PartOffsets:
     """The offsets of a corpus built in shards (local, or a bucket's staged copy): each
     part's ``tokens.off`` mapped, checked to hold its documents, to run from 0 to its token
@@ -223,19 +239,11 @@ def part_offsets(root: Path, meta: dict[str, Any], tokens: PartTokens) -> PartOf
             the first document (counted in the corpus) out of order.
     """
     paths = [root / part["dir"] / OFFSETS for part in meta["parts"]]
-    # one range for every part's offsets, as for their tokens: a map of its own kept a file
-    # descriptor a part (Python's mmap holds one), and a corpus of 2,000 shards met a limit
-    # of 1,024 open files. None: each part's file mapped alone.
-    joined = join_files(paths, OFFSET_DTYPE)
     arrays, first_document = [], 0
-    for k, (part, count, path) in enumerate(
-        zip(meta["parts"], np.diff(tokens.bases).tolist(), paths)
+    mapped, _ = mapped_each(paths, OFFSET_DTYPE)
+    for part, count, path, offsets in zip(
+        meta["parts"], np.diff(tokens.bases).tolist(), paths, mapped
     ):
-        if joined is None:
-            offsets = MappedFile(path).array(OFFSET_DTYPE)
-        else:
-            start = int(joined[1][k])
-            offsets = joined[0][start : start + joined[2][k]]
         n = len(offsets)
         if n != part["documents"] + 1 or int(offsets[-1]) != count or int(offsets[0]) != 0:
             # (a part starting past 0 ran the document before it into this part's tokens)
@@ -268,21 +276,16 @@ def token_parts(root: Path, meta: dict[str, Any], dtype: np.dtype[Any]) -> Any:
     if not parts:
         return MappedFile(root / meta.get("dir", "") / TOKENS).array(dtype)
     paths = [root / part["dir"] / TOKENS for part in parts]
-    joined = join_files(paths, dtype)  # one range of addresses: one array (None: one by one)
+    mapped, joined = mapped_each(paths, dtype)
     arrays = []
-    for k, (part, path) in enumerate(zip(parts, paths)):
-        if joined is None:
-            array = MappedFile(path).array(dtype)
-        else:
-            start = int(joined[1][k])
-            array = joined[0][start : start + joined[2][k]]
+    for part, path, array in zip(parts, paths, mapped):
         if len(array) != part["tokens"]:
             raise StoreFormatError(
                 f"{path} holds {len(array):,} tokens, the manifest says "
                 f"{part['tokens']:,}; rebuild the corpus (`lading lm build ... --shard`, merge)"
             )
         arrays.append(array)
-    return PartTokens(arrays, dtype, None if joined is None else joined[:2])
+    return PartTokens(arrays, dtype, joined)
 
 
 def document_starts(
