@@ -472,6 +472,7 @@ def test_a_cold_batch_of_a_sharded_store_is_read_ahead_in_every_shard(
         lambda runs: np.stack((runs[0], runs[1], runs[2] + 1)),  # runs' rows overlap
         lambda runs: np.stack((runs[0][::-1], runs[1][::-1], runs[2][::-1])),  # out of order
         lambda runs: np.stack((runs[0], runs[1] + 1, runs[2])),  # row 0 given by no run
+        lambda runs: np.stack((runs[0], runs[1], runs[2] + [5, 0])),  # rows past the last
     ],
 )
 def test_a_damaged_runs_index_is_refused_naming_its_file(
@@ -498,6 +499,6 @@ def test_a_damaged_runs_index_is_refused_naming_its_file(
     with pytest.raises(
         StoreFormatError, match=r"index\.runs: (its runs|holds 3) .*rebuild the store"
     ):
-        IdIndex(directory, store.meta["index"])
+        IdIndex(directory, store.meta["index"], count=store.meta["count"])
     with pytest.raises(StoreFormatError, match=r"index\.runs"):
-        lading.open_store(tmp_path / "s").get_many(["10"])
+        lading.open_store(tmp_path / "s").get_many(["10", "1214"])

@@ -141,7 +141,9 @@ def row_dtype(count: int) -> np.dtype[Any]:
     return np.dtype("<i4") if count < 2**31 - 1 else np.dtype("<i8")
 
 
-def bytes_keys(ids_bin: bytes | mmap.mmap, ids_off: npt.NDArray[np.uint64]) -> np.ndarray:
+def bytes_keys(
+    ids_bin: bytes | memoryview | mmap.mmap, ids_off: npt.NDArray[np.uint64]
+) -> np.ndarray:
     """Fixed-width ``S<width>`` keys of a ragged UTF-8 id column, scattered in numpy.
 
     The width is a whole number of 8-byte words, so the keys also read as uint64 words. Built
@@ -220,31 +222,36 @@ def id_runs(keys: npt.NDArray[np.int64]) -> npt.NDArray[np.int64] | None:
     return np.ascontiguousarray(np.stack((firsts[order], rows[order], lengths[order])))
 
 
-def _read_runs(directory: Path, meta: dict[str, Any]) -> tuple[MappedFile, npt.NDArray[np.int64]]:
+def _read_runs(
+    directory: Path, meta: dict[str, Any], count: int | None
+) -> tuple[MappedFile, npt.NDArray[np.int64]]:
     """``index.runs`` mapped and checked (a damaged file must not send a lookup to a row that
     no run gives): ``runs`` runs of firsts ascending, each past the end of the one before,
-    rows and lengths positive, rows covering ``0..ids`` once."""
+    rows and lengths positive, rows covering ``0..count`` once (where ``count``, the store's
+    rows, is given)."""
     mapped = MappedFile(directory / "index.runs", True)
     table = mapped.array(np.dtype("<i8"))
-    count = meta["runs"]
+    runs = meta["runs"]
     where = directory / "index.runs"
-    if len(table) != 3 * count:
+    if len(table) != 3 * runs:
         raise StoreFormatError(
-            f"{where}: holds {len(table)} int64, its manifest says {count} runs (x3); rebuild "
+            f"{where}: holds {len(table)} int64, its manifest says {runs} runs (x3); rebuild "
             "the store"
         )
-    firsts, rows, lengths = table.reshape(3, count)
+    firsts, rows, lengths = table.reshape(3, runs)
     by_row = np.argsort(rows, kind="stable")
     row_starts, row_ends = rows[by_row], (rows + lengths)[by_row]
-    if count and (
+    if runs and (
         int(firsts[0]) < 0
         or int(lengths.min()) <= 0
         or bool(np.any(firsts[1:] < (firsts + lengths)[:-1]))
         or int(row_starts[0]) != 0
         or bool(np.any(row_starts[1:] != row_ends[:-1]))
+        or (count is not None and int(row_ends[-1]) != count)
     ):
         raise StoreFormatError(
-            f"{where}: its runs overlap, are out of order or leave rows out; rebuild the store"
+            f"{where}: its runs overlap, are out of order, leave rows out or give rows past "
+            f"the store's {count if count is not None else '?'}; rebuild the store"
         )
     return mapped, table
 
@@ -254,9 +261,17 @@ class IdIndex:
 
     ``ids``: the shards' id keys, which a ``hash-ids`` index checks its candidates against
     (:func:`lading.stores.hashids.shard_keys`; the other kinds keep their own and ignore it).
+    ``count``: the store's rows, where known: a ``runs`` index that gives a row past them is
+    refused at open.
     """
 
-    def __init__(self, directory: Path, meta: dict[str, Any], ids: IdKeys | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        meta: dict[str, Any],
+        ids: IdKeys | None = None,
+        count: int | None = None,
+    ) -> None:
         self.kind: str = meta["kind"]
         if self.kind not in INDEX_KINDS:
             raise ValueError(f"unknown index kind {self.kind!r}; choose from {sorted(INDEX_KINDS)}")
@@ -264,7 +279,7 @@ class IdIndex:
         c = native.NATIVE
         self._native: Finder | None = None
         if self.kind == "runs":
-            mapped, self._runs = _read_runs(directory, meta)
+            mapped, self._runs = _read_runs(directory, meta, count)
             if c is not None:
                 runs = mapped.buffer  # 3 x runs int64, checked
                 self._native = lambda ids: c.runs_rows(ids, runs)

@@ -122,7 +122,7 @@ class OffsetStore(DocStore):
             "meta": meta,
             "start": MappedFile(where / "span.start").array("<u8"),
             "length": MappedFile(where / "span.len").array("<u4"),
-            "index": IdIndex(where, meta["index"]),
+            "index": IdIndex(where, meta["index"], count=meta.get("count")),
             "ids": RaggedColumn(*column_paths(where, "ids")),
             "parse": parser,
             "fd": os.open(source["path"], os.O_RDONLY),

@@ -298,8 +298,9 @@ def _map(path: Path, snapshot: str | None) -> _Mapped:
     """Map the files of one snapshot of the store at ``path`` (see the module docstring).
 
     Raises:
-        OSError: (``EMFILE``) the maps need more open files than this process may hold
-            (each keeps a descriptor: ~2 a column a shard), naming how many and the fix.
+        OSError: (``EMFILE``) where maps keep a descriptor each (no C library to map with:
+            :mod:`lading.disk.maps`), the maps need more open files than this process may
+            hold (~2 a column a shard), naming how many and the fix.
     """
     try:
         return open_snapshot(path, FORMAT_NAME, lambda meta: _map_snapshot(path, meta), snapshot)
@@ -312,9 +313,10 @@ def _map(path: Path, snapshot: str | None) -> _Mapped:
 
 
 def too_many_files(path: Path) -> str:
-    """What to do where a store's maps meet the limit of open files: each map keeps a file
-    descriptor (Python's ``mmap`` holds one), about two a column a shard, so a store merged
-    from a few hundred shards needs more than the 1,024 many systems allow by default."""
+    """What to do where a store's maps meet the limit of open files. Maps keep no descriptor
+    where lading maps with the C library (:mod:`lading.disk.maps`); elsewhere Python's
+    ``mmap`` keeps one a map, about two a column a shard, so a store merged from a few
+    hundred shards needs more than the 1,024 many systems allow by default."""
     try:
         meta = load_manifest(path, FORMAT_NAME)
         files = len(meta["files"])
@@ -356,8 +358,8 @@ def _map_snapshot(path: Path, meta: dict[str, Any]) -> _Mapped:
     spans = meta.get("global_offsets", {})
     columns = {name: _column(path, parts, name, types[name], spans.get(name)) for name in names}
     keys = shard_keys(path, meta) if meta["index"]["kind"] == "hash-ids" else None
-    index = IdIndex(path / index_dir(meta), meta["index"], keys)
     count = meta.get("count")
+    index = IdIndex(path / index_dir(meta), meta["index"], keys, count)
     for column in columns.values():
         if len(column) != count:
             raise StoreFormatError(

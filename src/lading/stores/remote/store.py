@@ -81,7 +81,8 @@ class RemoteStore(DocStore):
         try:
             self._columns = Columns(staged, meta, cache)
             keys = shard_keys(staged, meta) if meta["index"]["kind"] == "hash-ids" else None
-            self._index = IdIndex(staged / str(meta["index"].get("dir", "")), meta["index"], keys)
+            index_at = staged / str(meta["index"].get("dir", ""))
+            self._index = IdIndex(index_at, meta["index"], keys, self._columns.count)
         except (KeyError, TypeError, ValueError, OSError) as e:
             raise StoreFormatError(
                 f"{self.url}/meta.json: its index or columns cannot be opened "
