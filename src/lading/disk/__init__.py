@@ -17,6 +17,8 @@ but :mod:`lading.errors`).
 - :mod:`lading.disk.spill`: an int64 array spilled to a scratch file while a build grows it.
 - :mod:`lading.disk.formats`: each format's own version, and the versions still readable.
 - :mod:`lading.disk.files`: durable writes, directory fsync, read-only maps.
+- :mod:`lading.disk.maps`: those maps made through the C library's ``mmap``, keeping no file
+  descriptor (a store of thousands of shards opens under a limit of 1,024 open files).
 - :mod:`lading.disk.progress`: the byte-counting progress bar of builds and copies.
 - :mod:`lading.disk.stage`: copy a finished store to node-local disk once per node (``lading
   stage``); the one module here that also reads :mod:`lading.world`, to know the node.

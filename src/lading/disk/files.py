@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from lading.disk.maps import advise, c_library, map_file
+
 
 def write_file(path: Path, data: bytes | bytearray | memoryview | np.ndarray) -> dict[str, int]:
     """Write ``data`` to ``path`` and fsync it; return its size and CRC32 for ``meta.json``.
@@ -78,8 +80,11 @@ def fsync_dir(directory: Path) -> None:
 class MappedFile:
     """A read-only memory map of one file; an empty file maps to empty bytes.
 
-    Reading a row is a slice of the map (one copy into a new ``bytes``); the pages come from the
-    OS page cache, shared by every process that maps the same file.
+    ``buffer`` is a read-only ``memoryview`` of the map, which keeps no file descriptor
+    (:mod:`lading.disk.maps`; Python's ``mmap``, which keeps one, where the platform has no C
+    library to map with). A slice of it is a view: ``bytes(...)`` or ``str(..., "utf-8")``
+    of a slice is the one copy a row costs. The pages come from the OS page cache, shared by
+    every process that maps the same file.
 
     ``random_access=True`` advises the kernel that reads land anywhere (``MADV_RANDOM``): a page
     fault then reads that page, not the device's whole read-ahead window around it. Measured on
@@ -90,15 +95,26 @@ class MappedFile:
     def __init__(self, path: Path, random_access: bool = False) -> None:
         self.path = path
         self.random_access = random_access
-        size = path.stat().st_size
-        self.buffer: mmap.mmap | bytes
-        if size == 0:
+        self._address: int | None = None
+        self.buffer: memoryview | mmap.mmap | bytes
+        mapped = map_file(path)  # no descriptor kept (see lading.disk.maps)
+        if mapped is not None:
+            self.buffer, self._address = mapped
+        elif c_library() is not None or path.stat().st_size == 0:  # (an empty file)
             self.buffer = b""
-        else:
+        else:  # no C library to map with: Python's map, which keeps a descriptor
             with open(path, "rb") as f:
                 self.buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            if random_access and hasattr(mmap, "MADV_RANDOM"):
-                self.buffer.madvise(mmap.MADV_RANDOM)
+        if random_access and hasattr(mmap, "MADV_RANDOM"):
+            self.advise(mmap.MADV_RANDOM, 0, len(self.buffer))
+
+    def advise(self, advice: int, start: int, length: int) -> None:
+        """``madvise(advice)`` over ``length`` bytes from ``start`` (a multiple of the page
+        size): a hint, a no-op on an empty file or where the platform has no ``madvise``."""
+        if self._address is not None:
+            advise(self._address + start, length, advice)
+        elif isinstance(self.buffer, mmap.mmap) and length > 0:
+            self.buffer.madvise(advice, start, length)
 
     def will_need(self, starts: list[int], ends: list[int]) -> None:
         """Start reading the byte ranges ``[starts[i], ends[i])`` from the device, all at once.
@@ -109,13 +125,12 @@ class MappedFile:
         batches, cold): 6.5-8.7k -> 22-28k docs/s. On pages already cached it costs a system call
         per range (~1.3 us), which :class:`~lading.disk.ragged.RaggedColumn` avoids while warm.
         """
-        if not isinstance(self.buffer, mmap.mmap) or not hasattr(mmap, "MADV_WILLNEED"):
+        if not hasattr(mmap, "MADV_WILLNEED"):
             return
-        advise = self.buffer.madvise
         for a, b in zip(starts, ends):
             if b > a:
                 first = a - a % mmap.PAGESIZE  # madvise takes page-aligned starts
-                advise(mmap.MADV_WILLNEED, first, b - first)
+                self.advise(mmap.MADV_WILLNEED, first, b - first)
 
     def array(self, dtype: npt.DTypeLike) -> np.ndarray:
         """The whole file as a numpy array of ``dtype`` (a view of the map, no copy)."""

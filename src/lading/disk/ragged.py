@@ -10,6 +10,7 @@ their rows this way; :class:`RaggedWriter` writes a column in one streaming pass
 from __future__ import annotations
 
 import os
+import struct
 import time
 import zlib
 from array import array
@@ -27,6 +28,7 @@ from lading.disk.files import MappedFile, start_writeback
 from lading.errors import StoreFormatError
 
 OFFSET_DTYPE = np.dtype("<u8")
+_TWO_OFFSETS = struct.Struct("<QQ").unpack_from  # a row's start and end offsets, little-endian
 _WRITE_BUFFER = 1 << 22  # flush column bytes to disk every 4 MiB
 _OFFSETS_BATCH = _WRITE_BUFFER // 8  # and offsets every 512Ki rows (4 MiB)
 _WRITEBACK_EVERY = 1 << 25  # start the disk on each 32 MiB written (see start_writeback)
@@ -312,10 +314,11 @@ class RaggedColumn:
         """Row ``row`` decoded from UTF-8 (raises as :meth:`texts`)."""
         if not 0 <= row < len(self.offsets) - 1:  # numpy would read -1 as the last offset
             raise IndexError(f"row {row} out of range for {len(self)} rows")
-        start, end = int(self.offsets[row]), int(self.offsets[row + 1])
+        # the two offsets as Python ints in one call (two numpy scalars cost ~130 ns more)
+        start, end = _TWO_OFFSETS(self._offsets_file.buffer, row * OFFSET_DTYPE.itemsize)
         if start > end or end > len(self.data.buffer):
             raise self._damaged(row, start, end)
-        return self.data.buffer[start:end].decode("utf-8")
+        return str(self.data.buffer[start:end], "utf-8")
 
     def bounds(self, rows: npt.NDArray[np.int64]) -> tuple[list[int], list[int]]:
         """Start and end offsets of ``rows`` (in items), each checked as the C helper checks it.
@@ -380,7 +383,7 @@ class RaggedColumn:
         starts, ends = self.bounds(rows)
         if ahead:
             self.data.will_need(starts, ends)
-        out = [buf[a:b].decode("utf-8") for a, b in zip(starts, ends)]
+        out = [str(buf[a:b], "utf-8") for a, b in zip(starts, ends)]
         if batch:
             self._read_ahead = time.perf_counter() - started > _COLD_SECONDS * len(starts)
         return out

@@ -22,16 +22,16 @@ array over it is collected.
 from __future__ import annotations
 
 import ctypes
-import functools
 import mmap
 import os
-import sys
 import weakref
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from lading.disk.maps import MAP_FAILED, c_library
 
 ALIGN = 2 << 20  # where each file starts in the range: a huge page's size, any page's multiple
 MAP_FIXED = 0x10  # Linux, macOS and the BSDs alike; Python's mmap module does not export it
@@ -43,7 +43,7 @@ def join_files(
     """(one read-only array over every file of ``paths``, where each file's first token is in
     it, the tokens of each), or None where this platform cannot map them so (then map them
     one by one)."""
-    libc = _libc()
+    libc = c_library()
     if libc is None or ALIGN % mmap.PAGESIZE or ALIGN % dtype.itemsize:
         return None
     sizes = [os.path.getsize(p) for p in paths]
@@ -56,7 +56,7 @@ def join_files(
     length = at + ALIGN  # room to start the range at a 2 MiB boundary
     anonymous = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0)
     reserved = libc.mmap(None, length, mmap.PROT_READ, anonymous, -1, 0)
-    if reserved is None or reserved == ctypes.c_void_p(-1).value:
+    if reserved is None or reserved == MAP_FAILED:
         return None
     base = -(-reserved // ALIGN) * ALIGN
     try:
@@ -87,31 +87,3 @@ def _map(libc: Any, path: Path, address: int, size: int) -> bool:
     finally:
         os.close(fd)
     return bool(got == address)
-
-
-@functools.cache
-def _libc() -> Any:
-    """The C library's ``mmap`` and ``munmap`` (ctypes), or None (Windows, a 32-bit process,
-    whose ``off_t`` may not be the 64 bits declared here, or not found). Looked up once a
-    process (20-55 us an open otherwise; the handle stays valid in a forked child)."""
-    if sys.platform == "win32" or not hasattr(mmap, "MAP_ANONYMOUS"):
-        return None
-    if ctypes.sizeof(ctypes.c_void_p) < 8:
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        mapper, unmapper = libc.mmap, libc.munmap
-    except (OSError, AttributeError):
-        return None
-    mapper.restype = ctypes.c_void_p
-    mapper.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int64,  # off_t: 64 bits on every 64-bit POSIX platform
-    ]
-    unmapper.restype = ctypes.c_int
-    unmapper.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    return libc

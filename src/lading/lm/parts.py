@@ -216,10 +216,9 @@ def mapped_each(
     paths: list[Path], dtype: np.dtype[Any]
 ) -> tuple[list[npt.NDArray[Any]], tuple[npt.NDArray[Any], npt.NDArray[np.int64]] | None]:
     """Each file of ``paths`` as an array of ``dtype``: views of one range of addresses
-    (:func:`~lading.lm.joined.join_files`), which holds no file descriptor a file (a map of
-    each keeps one: Python's mmap holds it, and 2,000 shards met a limit of 1,024 open
-    files), else a map of each; and (the joined array, where each file starts in it), or
-    None where the files were mapped one by one."""
+    (:func:`~lading.lm.joined.join_files`: one array to slice, as a one-file corpus's), else
+    a map of each; and (the joined array, where each file starts in it), or None where the
+    files were mapped one by one."""
     joined = join_files(paths, dtype)
     if joined is None:
         return [MappedFile(path).array(dtype) for path in paths], None

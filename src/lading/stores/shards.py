@@ -162,7 +162,7 @@ class ShardedColumn:
         if ahead:
             self._data_ahead(part, starts, ends)
         buffers = self._buffers
-        out = [buffers[p][a:b].decode("utf-8") for p, a, b in zip(part, starts, ends)]
+        out = [str(buffers[p][a:b], "utf-8") for p, a, b in zip(part, starts, ends)]
         if batch:
             self._read_ahead = time.perf_counter() - started > _COLD_SECONDS * len(out)
         return out
@@ -223,7 +223,7 @@ class ShardedColumn:
             return copies
         part, starts, ends = self._spans(rows)
         buffers = self._buffers
-        return [buffers[p][a:b] for p, a, b in zip(part, starts, ends)]
+        return [bytes(buffers[p][a:b]) for p, a, b in zip(part, starts, ends)]
 
     def texts_range(self, start: int, stop: int) -> list[str]:
         """Rows ``start .. stop - 1`` decoded (a scan), each shard's part in bulk."""
