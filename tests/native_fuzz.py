@@ -142,8 +142,19 @@ def plausible_texts(rows: list[int], offsets: list[int], data: bytes) -> None:
 def parts(rows: list[int], offsets: bytes, data: list[bytes]) -> None:
     """Rows over several parts (a store built in shards): texts, and slices of byte arrays."""
     query = np.array(rows, np.int64)
-    for fn, seqs in ((C.texts, tuple(map(array, data))), (C.slices, tuple(map(array, data)))):
-        got = call(fn, query, array(offsets), seqs)
+    seqs = tuple(map(array, data))
+    bases = np.cumsum([0, *map(len, data)]).astype("<u8")
+    held = call(C.Parts, seqs)  # the parts held once (a store's shards), as lading passes them
+    for fn, args in (
+        (C.texts, (seqs,)),
+        (C.slices, (seqs,)),
+        (C.slices, (seqs, bases)),
+        (C.slices, (seqs, bases[::-1].copy())),  # bases that do not ascend: refused
+        (C.texts, (held,)),
+        (C.bytes_of, (held,)),
+        (C.bytes_of, (seqs,)),
+    ):
+        got = call(fn, query, array(offsets), *args)
         if not isinstance(got, Exception):
             assert len(got) == len(rows)
 
@@ -162,9 +173,13 @@ def plausible_parts(rows: list[int], texts: list[bytes], cuts: list[int]) -> Non
     bounds = sorted({0, len(whole), *(min(c, len(whole)) for c in cuts)})
     pieces = tuple(array(whole[a:b]) for a, b in itertools.pairwise(bounds)) or (array(b""),)
     got = call(C.slices, np.array(rows, np.int64), offsets, pieces)
+    held = call(C.bytes_of, np.array(rows, np.int64), offsets, C.Parts(pieces))
     if not isinstance(got, Exception):
         want = [whole[offsets[r] : offsets[r + 1]] for r in rows]
         assert [g.tobytes() for g in got] == want
+        assert held == want and all(type(b) is bytes for b in held)
+    else:  # the same refusal, whether the parts are held or given as a tuple
+        assert type(held) is type(got), (held, got)
 
 
 if __name__ == "__main__":

@@ -171,6 +171,8 @@ def test_no_call_leaks_on_success_or_error(tmp_path: Path) -> None:
     dense_table, sorted_table = np.arange(9, dtype="<i4"), np.arange(9, dtype="<i8")
     runs_table = np.array([0, 5, 0, 3, 3, 4], dtype="<i8")  # ids 0-2 -> rows 0-2, 5-8 -> 3-6
     lists = [[1, 2, 3], [], [65535, 0] * 50]
+    held_data, held_offsets = c.Parts((d, d)), c.Parts((o, o))  # each part's own offsets
+    bases, bad_bases = np.array([0, 9, 18], "<u8"), np.array([0, 20, 18], "<u8")
     cases: dict[str, Callable[[], object]] = {
         "dense": lambda: c.dense_rows(ids * 10, dense_table, 4),
         "dense, __str__ raises": lambda: c.dense_rows([*ids, _Raises(1)], b"", 4),
@@ -193,6 +195,15 @@ def test_no_call_leaks_on_success_or_error(tmp_path: Path) -> None:
         "slices": lambda: c.slices(many, o, (d, d)),
         "slices, row": lambda: c.slices(two, o, (d,)),
         "slices, not sliceable": lambda: c.slices(rows, o, (d, 5)),
+        "slices, bases": lambda: c.slices(many, o, (d, d), bases),
+        "slices, bad bases": lambda: c.slices(rows, o, (d, d), bad_bases),
+        "texts, held parts": lambda: c.texts(many, held_offsets, held_data),
+        "texts, held parts, utf-8": lambda: c.texts(np.array([1, 5]), held_offsets, held_data),
+        "bytes_of": lambda: c.bytes_of(many, o, d),
+        "bytes_of, held parts": lambda: c.bytes_of(many, held_offsets, held_data),
+        "bytes_of, held parts damaged": lambda: c.bytes_of(rows, bad_offsets, held_data),
+        "Parts": lambda: c.Parts((d, o, t)),
+        "Parts, not a buffer": lambda: c.Parts((d, 5)),
         "flat_ids": lambda: c.flat_ids(lists, 2, 7),
         "flat_ids, too large": lambda: c.flat_ids(lists, 2, 70000),
         "flat_ids, an id too large": lambda: c.flat_ids([*lists, [1, 70000]], 2, -1),
@@ -214,9 +225,37 @@ def test_no_call_leaks_on_success_or_error(tmp_path: Path) -> None:
         tracemalloc.stop()
         if grown > 64_000 or refs != [sys.getrefcount(x) for x in watched]:
             leaks.append((name, grown))
+    held_data = held_offsets = None  # (they held the maps' buffers: the maps close after)
     for m in maps.values():
         m.close()  # BufferError while a call still holds its buffer
     assert not leaks, leaks
+
+
+@needs_helper
+def test_parts_hold_their_buffers_for_their_life_and_read_as_the_tuple() -> None:
+    """A store's shards' buffers held once (``Parts``) read as the tuple of them does, and
+    stay exported while held: a map under them cannot be closed mid-call."""
+    data = [np.frombuffer(b"abcdef", np.uint8).copy(), np.frombuffer(b"ghij", np.uint8).copy()]
+    views = [memoryview(x) for x in data]
+    held = HELPER.Parts(tuple(views))
+    assert len(held) == 2
+    with pytest.raises(BufferError):
+        views[0].release()  # exported to the Parts
+    offsets = (np.array([0, 2, 6], "<u8"), np.array([0, 4], "<u8"))  # rows: 2 in part 0, 1
+    rows = np.array([2, 0, 1], np.int64)
+    want = HELPER.texts(rows, offsets, tuple(views))
+    assert want == ["ghij", "ab", "cdef"]
+    assert HELPER.texts(rows, HELPER.Parts(offsets), held) == want
+    got = HELPER.bytes_of(rows, HELPER.Parts(offsets), held)
+    assert got == [b"ghij", b"ab", b"cdef"] and all(type(b) is bytes for b in got)
+    with pytest.raises(IndexError):
+        HELPER.texts(np.array([3]), HELPER.Parts(offsets), held)  # 3 rows in all
+    with pytest.raises(ValueError):
+        HELPER.Parts(())
+    with pytest.raises(TypeError):
+        HELPER.Parts(tuple(views), extra=1)
+    del held
+    views[0].release()  # released with the Parts
 
 
 def test_lading_native_0_turns_the_helper_off_and_says_so(

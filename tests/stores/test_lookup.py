@@ -421,6 +421,40 @@ def test_rows_outside_a_sharded_column_raise_as_in_one_shard(route: str, tmp_pat
             damaged.texts(np.array([0, row]))
 
 
+@pytest.mark.parametrize("shards", [1, 12])
+def test_asking_for_pages_is_not_taken_for_a_cold_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shards: int
+) -> None:
+    """The cold rule times a batch's copy: a batch slower than ``_COLD_SECONDS`` a row came
+    from the device, and the next batches ask for their pages first. It timed the asking
+    too (a call a shard and a row, and numpy work over every shard), so a store of 200
+    shards stayed in that mode, ~1 ms a batch of 64 where its pages were long in memory.
+    Here every request for pages costs a second on the clock the rule reads: a batch whose
+    copy is instant leaves the mode (old code: stayed in it)."""
+    from lading.disk import ragged
+    from lading.disk.files import MappedFile
+    from lading.stores import shards as sharded
+
+    src = write(tmp_path / "s.tsv", "".join(f"D{i}\ttext of D{i}\n" for i in range(60)))
+    for i in range(shards):
+        lading.build_shard(src, tmp_path / "s", (i, shards), progress=False)
+    store = lading.merge_store(tmp_path / "s")
+    text = store._maps().text
+    clock = [0.0]
+    for module in (ragged, sharded):
+        monkeypatch.setattr(module.time, "perf_counter", lambda: clock[0])
+
+    def will_need(self: MappedFile, starts: list[int], ends: list[int]) -> None:
+        clock[0] += 1.0  # the request is dear; the copy after it takes no time at all
+
+    monkeypatch.setattr(MappedFile, "will_need", will_need)
+    rows = np.arange(0, 60, 3)
+    text._read_ahead = True  # a cold batch came before
+    assert text.texts(rows) == [f"text of D{r}" for r in rows.tolist()]
+    assert clock[0] > 0  # the pages were asked for
+    assert text._read_ahead is False  # ... and the copy was warm: next batches ask no more
+
+
 def test_a_cold_batch_of_a_sharded_store_is_read_ahead_in_every_shard(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -576,18 +576,95 @@ typedef struct {
     Py_ssize_t n; /* buffers held */
     Py_buffer *views;
     uint64_t *sums; /* n + 1 */
+    int borrowed;   /* views and sums are a Parts object's, held for its life: not released */
 } Buffers;
 
 static void buffers_release(Buffers *b) {
+    if (b->borrowed) return;
     for (Py_ssize_t i = 0; i < b->n; i++) PyBuffer_Release(&b->views[i]);
     PyMem_Free(b->views);
     PyMem_Free(b->sums);
 }
 
-/* Hold ``arg`` (a buffer, or a tuple of 1 to 2**31 - 1 buffers of ``what``); ``rows``: count
- * each buffer's rows of offsets, else its bytes. 0, or -1 with an exception set. */
+/* Parts: a tuple of buffers held once, for many calls (a store's shards' maps): a call given
+ * one takes no buffer of its own, where a tuple costs a PyObject_GetBuffer a buffer a call
+ * (2,000 shards: ~2 x 2,000 a get_many of 64 ids). Holding them keeps every map exported, so
+ * none is closed under a call. */
+typedef struct {
+    PyObject_HEAD
+    Buffers held;   /* sums in bytes */
+    uint64_t *rows; /* n + 1: sums in rows of offsets (k + 1 uint64 hold k rows) */
+} PartsObject;
+
+static int buffers_hold(Buffers *b, PyObject *arg, int rows, const char *what);
+
+static void parts_dealloc(PartsObject *self) {
+    self->held.borrowed = 0;
+    buffers_release(&self->held);
+    PyMem_Free(self->rows);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t parts_length(PartsObject *self) { return self->held.n; }
+
+static PySequenceMethods parts_as_sequence = {(lenfunc)parts_length};
+
+static PyObject *parts_new(PyTypeObject *type, PyObject *args, PyObject *kwds);
+
+static PyTypeObject PartsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "lading.disk._native.Parts",
+    .tp_basicsize = sizeof(PartsObject),
+    .tp_dealloc = (destructor)parts_dealloc,
+    .tp_as_sequence = &parts_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Parts(buffers): a tuple of buffers held for the object's life, passed to texts(), "
+              "slices() and hash_ids_rows() in place of the tuple",
+    .tp_new = parts_new,
+};
+
+static PyObject *parts_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *tuple;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) > 0) {
+        PyErr_SetString(PyExc_TypeError, "Parts() takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &tuple)) return NULL;
+    PartsObject *self = (PartsObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    if (buffers_hold(&self->held, tuple, 0, "parts") < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_ssize_t n = self->held.n;
+    self->rows = PyMem_Calloc(n + 1, sizeof(uint64_t));
+    if (self->rows == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len = self->held.views[i].len;
+        self->rows[i + 1] = self->rows[i] + (len >= 16 ? (uint64_t)(len / 8 - 1) : 0);
+    }
+    return (PyObject *)self;
+}
+
+/* Hold ``arg`` (a buffer, or a tuple of 1 to 2**31 - 1 buffers of ``what``, or a Parts object
+ * holding them already: borrowed, no buffer taken); ``rows``: count each buffer's rows of
+ * offsets, else its bytes. 0, or -1 with an exception set. */
 static int buffers_get(Buffers *b, PyObject *arg, int rows, const char *what) {
+    if (PyObject_TypeCheck(arg, &PartsType)) {
+        PartsObject *parts = (PartsObject *)arg;
+        *b = parts->held;
+        b->sums = rows ? parts->rows : parts->held.sums;
+        b->borrowed = 1;
+        return 0;
+    }
+    return buffers_hold(b, arg, rows, what);
+}
+
+static int buffers_hold(Buffers *b, PyObject *arg, int rows, const char *what) {
     int one = !PyTuple_Check(arg);
+    b->borrowed = 0;
     Py_ssize_t n = one ? 1 : PyTuple_GET_SIZE(arg);
     b->n = 0;
     b->views = PyMem_Calloc(n ? n : 1, sizeof(Py_buffer));
@@ -747,20 +824,38 @@ static PyObject *text_item(const void *ctx, const Spans *s, Py_ssize_t i) {
                                 "strict");
 }
 
-/* texts(rows, offsets, data) -> list of str: rows of a UTF-8 column (data: a buffer, or a tuple
- * of buffers laid end to end; offsets: one buffer over them all, or a tuple of one per part).
- * Checked whole first (row_spans), then each row is decoded (UnicodeDecodeError), its first
- * bytes prefetched a chunk ahead of the decodes. */
-static PyObject *texts(PyObject *self, PyObject *args) {
+/* item() of each of a batch's rows of a column's data (a buffer, a tuple of buffers laid end to
+ * end, or a Parts object holding them; offsets: one buffer over them all, or one per part, or a
+ * Parts object), ahead() a chunk ahead when given: what texts() and bytes_of() share. */
+static PyObject *data_rows(PyObject *args, RowItem item, RowsAhead ahead) {
     Py_buffer rows;
     PyObject *offsets_arg, *data, *list = NULL;
     if (!PyArg_ParseTuple(args, "y*OO", &rows, &offsets_arg, &data)) return NULL;
     Buffers parts = {0, NULL, NULL};
     if (buffers_get(&parts, data, 0, "parts") == 0)
-        list = row_items(&rows, offsets_arg, parts.sums, parts.n, text_item, text_prefetch, &parts);
+        list = row_items(&rows, offsets_arg, parts.sums, parts.n, item, ahead, &parts);
     buffers_release(&parts);
     PyBuffer_Release(&rows);
     return list;
+}
+
+/* texts(rows, offsets, data) -> list of str: rows of a UTF-8 column. Checked whole first
+ * (row_spans), then each row is decoded (UnicodeDecodeError), its first bytes prefetched a
+ * chunk ahead of the decodes. */
+static PyObject *texts(PyObject *self, PyObject *args) {
+    return data_rows(args, text_item, text_prefetch);
+}
+
+static PyObject *bytes_item(const void *ctx, const Spans *s, Py_ssize_t i) {
+    const Buffers *parts = ctx;
+    const char *bytes = (const char *)parts->views[s->part[i]].buf;
+    return PyBytes_FromStringAndSize(bytes + s->start[i], (Py_ssize_t)(s->end[i] - s->start[i]));
+}
+
+/* bytes_of(rows, offsets, data) -> list of bytes: rows of a column as new bytes objects (the
+ * caller's own, not views of the data), checked whole first as texts(). */
+static PyObject *bytes_of(PyObject *self, PyObject *args) {
+    return data_rows(args, bytes_item, NULL);
 }
 
 static PyObject *slice_item(const void *ctx, const Spans *s, Py_ssize_t i) {
@@ -772,9 +867,10 @@ static PyObject *slice_item(const void *ctx, const Spans *s, Py_ssize_t i) {
  * slices of its parts (a tuple of sequences, e.g. numpy arrays of the items: views, no copy;
  * each part's len() is its item count; offsets as in texts()). Checked whole first, as texts(). */
 static PyObject *slices(PyObject *self, PyObject *args) {
-    Py_buffer rows;
+    Py_buffer rows, given = {NULL, NULL};
     PyObject *offsets_arg, *seqs, *list = NULL;
-    if (!PyArg_ParseTuple(args, "y*OO!", &rows, &offsets_arg, &PyTuple_Type, &seqs)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*OO!|y*", &rows, &offsets_arg, &PyTuple_Type, &seqs, &given))
+        return NULL;
     Py_ssize_t nparts = PyTuple_GET_SIZE(seqs);
     uint64_t *bases = PyMem_Calloc(nparts + 1, sizeof(uint64_t));
     if (bases == NULL) {
@@ -785,15 +881,30 @@ static PyObject *slices(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "a column has 1 or more parts");
         goto done;
     }
-    for (Py_ssize_t i = 0; i < nparts; i++) {
-        Py_ssize_t len = PyObject_Length(PyTuple_GET_ITEM(seqs, i));
-        if (len < 0) goto done;
-        bases[i + 1] = bases[i] + (uint64_t)len;
+    if (given.buf != NULL) { /* each part's first item then the count: no len() a part a call */
+        if (given.len != (nparts + 1) * 8) {
+            PyErr_Format(PyExc_ValueError, "%zd bases for %zd parts", given.len / 8, nparts);
+            goto done;
+        }
+        memcpy(bases, given.buf, (nparts + 1) * 8);
+        for (Py_ssize_t i = 0; i < nparts; i++) { /* a slice past a part would be cut short */
+            if (bases[i] > bases[i + 1] || (i == 0 && bases[0] != 0)) {
+                PyErr_SetString(PyExc_ValueError, "bases are not ascending from 0");
+                goto done;
+            }
+        }
+    } else {
+        for (Py_ssize_t i = 0; i < nparts; i++) {
+            Py_ssize_t len = PyObject_Length(PyTuple_GET_ITEM(seqs, i));
+            if (len < 0) goto done;
+            bases[i + 1] = bases[i] + (uint64_t)len;
+        }
     }
     list = row_items(&rows, offsets_arg, bases, nparts, slice_item, NULL, seqs);
 done:
     PyMem_Free(bases);
     PyBuffer_Release(&rows);
+    if (given.buf != NULL) PyBuffer_Release(&given);
     return list;
 }
 
@@ -1056,8 +1167,11 @@ static PyMethodDef methods[] = {
     {"texts", texts, METH_VARARGS,
      "texts(rows, offsets, data) -> list of str (data: a buffer or a tuple of buffers; offsets: "
      "one buffer or one per part)"},
+    {"bytes_of", bytes_of, METH_VARARGS,
+     "bytes_of(rows, offsets, data) -> list of bytes (data and offsets as in texts())"},
     {"slices", slices, METH_VARARGS,
-     "slices(rows, offsets, parts) -> list of parts[p][a:b] (parts: a tuple of sequences)"},
+     "slices(rows, offsets, parts[, bases]) -> list of parts[p][a:b] (parts: a tuple of "
+     "sequences; bases: their first items then the count, uint64, else len() of each)"},
     {"flat_ids", flat_ids, METH_VARARGS,
      "flat_ids(lists, itemsize, tail) -> (ids as little-endian uint of itemsize bytes, int64 "
      "lengths): a tokenizer's id lists back to back, each followed by tail (-1: none)"},
@@ -1074,6 +1188,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (m == NULL) return NULL;
     Damaged = PyErr_NewException("lading.disk._native.Damaged", PyExc_ValueError, NULL);
     if (Damaged == NULL || PyModule_AddObjectRef(m, "Damaged", Damaged) < 0 ||
+        PyType_Ready(&PartsType) < 0 ||
+        PyModule_AddObjectRef(m, "Parts", (PyObject *)&PartsType) < 0 ||
         PyModule_AddStringConstant(m, "SOURCE_SHA256", LADING_SOURCE_SHA256) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -379,10 +379,10 @@ class RaggedColumn:
                 self.bounds(rows)  # raises, naming the row, before asking for pages
             first = (rows * OFFSET_DTYPE.itemsize).tolist()
             self._offsets_file.will_need(first, [f + 2 * OFFSET_DTYPE.itemsize for f in first])
-        started = time.perf_counter()
         starts, ends = self.bounds(rows)
         if ahead:
             self.data.will_need(starts, ends)
+        started = time.perf_counter()  # the copy alone: asking for pages is not a cold read
         out = [str(buf[a:b], "utf-8") for a, b in zip(starts, ends)]
         if batch:
             self._read_ahead = time.perf_counter() - started > _COLD_SECONDS * len(starts)

@@ -95,7 +95,23 @@ def texts_range(column: RaggedColumn, start: int, stop: int) -> list[str]:
 
 
 def bytes_at(column: RaggedColumn, rows: npt.NDArray[np.int64]) -> list[bytes]:
-    """Rows as ``bytes`` (one copy each, the caller's own; no decode), in the order given."""
+    """Rows as ``bytes`` (one copy each, the caller's own; no decode), in the order given: in
+    one call of the C helper where it is built (a byte column), else a slice of the map a row.
+
+    Raises (on either route, the same): IndexError for a row not in the column,
+    StoreFormatError for offsets not within the data (see :meth:`RaggedColumn.bounds`).
+    """
+    helper = column._native
+    if helper is not None:
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        try:
+            found: list[bytes] = helper.bytes_of(
+                rows, column._offsets_file.buffer, column.data.buffer
+            )
+        except helper.Damaged as e:
+            column.bounds(rows)  # raises, naming the row, as the numpy route does
+            raise StoreFormatError(f"{column._offsets_file.path}: {e}; rebuild it") from None
+        return found
     buf = column.data.buffer
     starts, ends = column.bounds(rows)
     return [bytes(buf[a:b]) for a, b in zip(starts, ends)]

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lading.disk import MappedFile, write_file
+from lading.disk import MappedFile, native, write_file
 from lading.errors import StoreFormatError
 from lading.stores.hashindex import (
     bound_finder,
@@ -221,7 +221,12 @@ class HashIdsIndex:
         -> (int64 rows as bytes, -1 where absent; the first absent position or -1)."""
         factors = word_multipliers(self.width // 8).tobytes()
         index = (self._slots_file.buffer, self._row_size, self._homes, self.max_away)
-        keys = (self._ids.keys, self._widths, self._starts.tobytes())
+        # every shard's keys held once for the finder's life (a tuple is a PyObject_GetBuffer
+        # a shard a call: 2,000 shards, 2,000 a batch of 64 ids)
+        held = (
+            tuple(self._ids.keys) if native.NATIVE is None else native.NATIVE.Parts(self._ids.keys)
+        )
+        keys = (held, self._widths, self._starts.tobytes())
         args = (*index, self.width, factors, *keys)
         return bound_finder("hash_ids_rows", args, self._damaged)
 
