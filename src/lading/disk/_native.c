@@ -688,6 +688,20 @@ static int buffers_hold(Buffers *b, PyObject *arg, int rows, const char *what) {
     return 0;
 }
 
+/* The last i in [0, n) with a[i] <= v (a ascending, a[0] <= v; n >= 1), without a branch a
+ * step: the part of a random row is random, and a branchy search over 200 parts mispredicted
+ * about half its 8 steps (get_many(64) of a store of 200 shards: 7.4 us of texts against 4.9
+ * for one build, ~40 ns a row). */
+static Py_ssize_t last_at_most(const uint64_t *a, Py_ssize_t n, uint64_t v) {
+    const uint64_t *at = a;
+    for (Py_ssize_t len = n; len > 1;) {
+        Py_ssize_t half = len / 2;
+        at = at[half] <= v ? at + half : at;
+        len -= half;
+    }
+    return at - a;
+}
+
 /* Fill ``s`` for the rows ``r[0..n)``: the whole batch is checked before anything is read, in
  * the numpy route's order: every row in the column (else IndexError, the first such row), then
  * every row's offsets within the data of its part (else Damaged, the first such row). ``bases``
@@ -722,12 +736,8 @@ static int row_spans(Spans *s, const int64_t *r, Py_ssize_t n, const Buffers *o,
         const unsigned char *at[CHUNK];
         Py_ssize_t in[CHUNK];
         for (Py_ssize_t i = lo; i < hi; i++) {
-            Py_ssize_t q = 0, top = o->n - 1; /* the last offsets array whose first row <= r */
-            while (q < top) {
-                Py_ssize_t mid = (q + top + 1) / 2;
-                if (o->sums[mid] <= (uint64_t)r[i]) q = mid;
-                else top = mid - 1;
-            }
+            /* the last offsets array whose first row <= r */
+            Py_ssize_t q = last_at_most(o->sums, o->n, (uint64_t)r[i]);
             in[i - lo] = q;
             at[i - lo] = (const unsigned char *)o->views[q].buf + (r[i] - (int64_t)o->sums[q]) * 8;
             PREFETCH(at[i - lo]);
@@ -737,13 +747,7 @@ static int row_spans(Spans *s, const int64_t *r, Py_ssize_t n, const Buffers *o,
             uint64_t start = load64(at[i - lo]), end = load64(at[i - lo] + 8), base = 0;
             Py_ssize_t p = in[i - lo];
             if (merged) {
-                Py_ssize_t top = nparts - 1; /* the last part whose base is <= start */
-                p = 0;
-                while (p < top) {
-                    Py_ssize_t mid = (p + top + 1) / 2;
-                    if (bases[mid] <= start) p = mid;
-                    else top = mid - 1;
-                }
+                p = last_at_most(bases, nparts, start); /* the last part whose base <= start */
                 base = bases[p];
             }
             uint64_t size = bases[p + 1] - bases[p];
