@@ -127,8 +127,18 @@ class PartOffsets:
     ndim = 1
     dtype = np.dtype(np.uint64)
 
-    def __init__(self, parts: list[Any], token_bases: npt.NDArray[np.int64]) -> None:
+    def __init__(
+        self,
+        parts: list[Any],
+        token_bases: npt.NDArray[np.int64],
+        joined: tuple[npt.NDArray[Any], npt.NDArray[np.int64]] | None = None,
+    ) -> None:
+        """``joined``: the parts' offsets mapped into one array and where each part's start
+        in it (:func:`mapped_each`), where they were: a gather is then one numpy pass over
+        the documents, not a pass a part (a pass a part cost ~0.6 ms an epoch at 200 parts,
+        ~4 % of a 4,000-document epoch)."""
         self.parts = parts
+        self._joined = joined
         documents = [len(p) - 1 for p in parts]
         self.doc_bases = np.concatenate([[0], np.cumsum(documents)]).astype(np.int64)
         self._doc_starts = self.doc_bases[:-1].tolist()
@@ -156,6 +166,9 @@ class PartOffsets:
             raise IndexError(f"offsets out of range [0, {self.n})")
         part = np.searchsorted(self.doc_bases[1:-1], rows, side="right")
         local = rows - self.doc_bases[part]
+        if self._joined is not None:
+            whole, starts = self._joined
+            return whole[starts[part] + local] + self.token_bases[part]
         out = np.empty(rows.shape, dtype=np.uint64)
         flat, local_flat = out.reshape(-1), local.reshape(-1)
         for k, mine in enumerate(by_part(part.reshape(-1), len(self.parts))):
@@ -184,7 +197,14 @@ class PartOffsets:
             rows = rows.astype(np.int64)
         if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self.n - 1):
             raise IndexError(f"documents out of range [0, {self.n - 1})")
-        part = np.empty(len(rows), dtype=np.int16 if len(self.parts) < 2**15 else np.int32)
+        part_dtype = np.int16 if len(self.parts) < 2**15 else np.int32
+        if self._joined is not None:
+            whole, starts = self._joined
+            of = np.searchsorted(self.doc_bases[1:-1], rows, side="right")
+            at = starts[of] + (rows - self.doc_bases[of])
+            first, end = whole[at].astype(np.int64), whole[at + 1].astype(np.int64)
+            return of.astype(part_dtype), first, end
+        part = np.empty(len(rows), dtype=part_dtype)
         first = np.empty(len(rows), dtype=np.int64)
         end = np.empty(len(rows), dtype=np.int64)
         groups: list[Any]  # the rows of each part: a slice of them, or their indices
@@ -239,7 +259,7 @@ def part_offsets(root: Path, meta: dict[str, Any], tokens: PartTokens) -> PartOf
     """
     paths = [root / part["dir"] / OFFSETS for part in meta["parts"]]
     arrays, first_document = [], 0
-    mapped, _ = mapped_each(paths, OFFSET_DTYPE)
+    mapped, joined = mapped_each(paths, OFFSET_DTYPE)
     for part, count, path, offsets in zip(
         meta["parts"], np.diff(tokens.bases).tolist(), paths, mapped
     ):
@@ -260,7 +280,7 @@ def part_offsets(root: Path, meta: dict[str, Any], tokens: PartTokens) -> PartOf
             )
         arrays.append(offsets)
         first_document += n - 1
-    return PartOffsets(arrays, tokens.bases)
+    return PartOffsets(arrays, tokens.bases, joined)
 
 
 def token_parts(root: Path, meta: dict[str, Any], dtype: np.dtype[Any]) -> Any:
