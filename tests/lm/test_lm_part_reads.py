@@ -64,7 +64,7 @@ def corpora(
         parts_offsets.append(offsets)
         parts_tokens.append(rng.integers(0, 60000, int(offsets[-1])).astype("<u2"))
     whole = np.concatenate(parts_tokens)
-    joined = None
+    joined = joined_offsets = None
     if folder is not None:
         paths = [folder / f"{k}.bin" for k in range(len(parts_tokens))]
         for path, array in zip(paths, parts_tokens):
@@ -73,9 +73,52 @@ def corpora(
         if joined is None:
             pytest.skip("this platform maps token files one by one")
         parts_tokens = [joined[0][a : a + n] for a, n in zip(joined[1].tolist(), joined[2])]
+        parts_offsets, joined_offsets = joined_arrays(folder, "off", parts_offsets)
     tokens = PartTokens(parts_tokens, np.dtype("<u2"), None if joined is None else joined[:2])
-    merged = Tokens(tokens, PartOffsets(parts_offsets, tokens.bases))
+    merged = Tokens(tokens, PartOffsets(parts_offsets, tokens.bases, joined_offsets))
     return Tokens(whole, np.asarray(merged.offsets)), merged
+
+
+def joined_arrays(
+    folder: Path, suffix: str, arrays: list[np.ndarray]
+) -> tuple[list[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """``arrays`` written to files in ``folder`` and mapped into one range (as a local merged
+    corpus's offsets are): the views of each, and (the joined array, where each starts)."""
+    paths = [folder / f"{k}.{suffix}" for k in range(len(arrays))]
+    for path, array in zip(paths, arrays):
+        array.tofile(path)
+    got = join_files(paths, arrays[0].dtype)
+    assert got is not None
+    whole, starts, counts = got
+    return [whole[a : a + n] for a, n in zip(starts.tolist(), counts)], (whole, starts)
+
+
+def test_joined_offsets_gather_as_a_pass_a_part(tmp_path: Path) -> None:
+    """Offsets joined in one range are gathered in one numpy pass (``PartOffsets(joined=)``):
+    the same offsets and spans as the pass a part, for documents in any order, parts of no
+    document included, and the same refusal of a document out of range."""
+    rng = np.random.default_rng(SEED)
+    print("LADING_TEST_SEED", SEED)
+    counts = [0, 3, 0, 7, 1, 0, 12, 0]
+    offsets = []
+    for n in counts:
+        o = np.zeros(n + 1, dtype=np.uint64)
+        np.cumsum(rng.integers(0, 9, n), out=o[1:])
+        offsets.append(o)
+    bases = np.concatenate([[0], np.cumsum([int(o[-1]) for o in offsets])]).astype(np.int64)
+    views, joined = joined_arrays(tmp_path, "off", offsets)
+    by_part, at_once = PartOffsets(offsets, bases), PartOffsets(views, bases, joined)
+    n = sum(counts)
+    for rows in (np.arange(n + 1), rng.integers(0, n + 1, 50), rng.integers(0, n + 1, (4, 6))):
+        assert np.array_equal(at_once[rows], by_part[rows])
+    for documents in (np.arange(n), rng.permutation(n), rng.integers(0, n, 40).astype(np.int32)):
+        got, want = at_once.spans(documents), by_part.spans(documents)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and np.array_equal(g, w)
+    for bad in ([n], [-1]):
+        for table in (at_once, by_part):
+            with pytest.raises(IndexError):
+                table.spans(np.array(bad))
 
 
 def forward(stream: EpochStream, whole: np.ndarray) -> np.ndarray:
