@@ -338,6 +338,18 @@ def test_the_joined_arrays_cannot_be_made_writable(built: dict[str, TokenCorpus]
             array.flags.writeable = True
     with pytest.raises(ValueError, match="WRITEABLE"):
         built["one"].tokens.flags.writeable = True  # as a one-file corpus's map
+    assert_read_only_down(tokens.joined)
+
+
+def assert_read_only_down(array: np.ndarray) -> None:
+    """No object under ``array`` (its bases, a memoryview's owner) exports a writable
+    buffer: a ctypes array there did, and a write through ``array.base.obj`` hit read-only
+    pages and killed the process (a Python map's refuses it). Checked without writing."""
+    seen, obj = 0, array
+    while obj is not None and seen < 10:
+        assert not np.frombuffer(obj, dtype=np.uint8).flags.writeable, type(obj)
+        obj = getattr(obj, "base", None) if isinstance(obj, np.ndarray) else obj.obj
+        seen += 1
 
 
 def test_a_local_merged_corpus_maps_its_parts_into_one_array(

@@ -617,8 +617,9 @@ static PyTypeObject PartsType = {
     .tp_dealloc = (destructor)parts_dealloc,
     .tp_as_sequence = &parts_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Parts(buffers): a tuple of buffers held for the object's life, passed to texts(), "
-              "slices() and hash_ids_rows() in place of the tuple",
+    .tp_doc = "Parts(buffers): a tuple of buffers held for the object's life, passed in place "
+              "of the tuple as the data of texts() and bytes_of(), the offsets of those and of "
+              "slices(), and the keys of hash_ids_rows()",
     .tp_new = parts_new,
 };
 
@@ -885,13 +886,15 @@ static PyObject *slices(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "a column has 1 or more parts");
         goto done;
     }
-    if (given.buf != NULL) { /* each part's first item then the count: no len() a part a call */
+    if (given.obj != NULL) { /* each part's first item then the count: no len() a part a call */
         if (given.len != (nparts + 1) * 8) {
             PyErr_Format(PyExc_ValueError, "%zd bases for %zd parts", given.len / 8, nparts);
             goto done;
         }
         memcpy(bases, given.buf, (nparts + 1) * 8);
-        for (Py_ssize_t i = 0; i < nparts; i++) { /* a slice past a part would be cut short */
+        /* the caller's, not checked against the parts' lengths: a part shorter than its bases
+         * say gives short rows (PySequence_GetSlice clamps; nothing is read outside it) */
+        for (Py_ssize_t i = 0; i < nparts; i++) {
             if (bases[i] > bases[i + 1] || (i == 0 && bases[0] != 0)) {
                 PyErr_SetString(PyExc_ValueError, "bases are not ascending from 0");
                 goto done;
@@ -908,7 +911,7 @@ static PyObject *slices(PyObject *self, PyObject *args) {
 done:
     PyMem_Free(bases);
     PyBuffer_Release(&rows);
-    if (given.buf != NULL) PyBuffer_Release(&given);
+    if (given.obj != NULL) PyBuffer_Release(&given);
     return list;
 }
 

@@ -27,6 +27,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 MAP_FAILED = ctypes.c_void_p(-1).value
 
 
@@ -85,11 +87,29 @@ def map_file(path: Path) -> tuple[memoryview, int] | None:
             raise OSError(err, f"{path}: mmap of {size:,} bytes failed: {os.strerror(err)}")
     finally:
         os.close(fd)
-    region: Any = (ctypes.c_char * size).from_address(address)
-    # unmapped when no view of the region is left, never at the exit (see the module doc)
-    weakref.finalize(region, libc.munmap, address, size).atexit = False
-    # read-only: a ctypes array's own buffer is writable, and a write to these pages is SIGSEGV
-    return memoryview(region).cast("B").toreadonly(), address
+    return owned_view(address, size, (address, size)), address
+
+
+_PyBUF_READ = 0x100
+_memory_view = ctypes.pythonapi.PyMemoryView_FromMemory
+_memory_view.restype = ctypes.py_object
+_memory_view.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int]
+
+
+def owned_view(address: int, size: int, mapped: tuple[int, int]) -> memoryview:
+    """A read-only view of ``size`` bytes from ``address``, whose owner unmaps ``mapped``
+    (its address and length) when the last view or array over it is collected, never at the
+    interpreter's exit (see the module doc).
+
+    Read-only all the way down: the view is made by ``PyMemoryView_FromMemory`` with
+    ``PyBUF_READ`` and owned by a read-only numpy array (which, unlike a memoryview, takes a
+    finalizer). A ctypes array over the pages exported a writable buffer: a write through a
+    view's ``.base.obj`` killed the process (SIGSEGV) where a Python map's raises, and each
+    size was a new ctypes type of ~2.8 KB a map."""
+    libc = c_library()
+    owner = np.frombuffer(_memory_view(address, size, _PyBUF_READ), dtype=np.uint8)
+    weakref.finalize(owner, libc.munmap, *mapped).atexit = False
+    return memoryview(owner)  # type: ignore[arg-type]  # (numpy's stubs: no Buffer)
 
 
 def advise(address: int, length: int, advice: int) -> None:

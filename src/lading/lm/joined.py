@@ -21,17 +21,15 @@ array over it is collected.
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
-import weakref
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from lading.disk.maps import MAP_FAILED, c_library
+from lading.disk.maps import MAP_FAILED, c_library, owned_view
 
 ALIGN = 2 << 20  # where each file starts in the range: a huge page's size, any page's multiple
 MAP_FIXED = 0x10  # Linux, macOS and the BSDs alike; Python's mmap module does not export it
@@ -67,14 +65,11 @@ def join_files(
     except BaseException:
         libc.munmap(reserved, length)
         raise
-    region: Any = (ctypes.c_char * max(at, dtype.itemsize)).from_address(base)
-    unmap = weakref.finalize(region, libc.munmap, reserved, length)  # when no array uses it
-    # not at the interpreter's exit: the process's maps go with it, and unmapped there the
-    # range was pulled from under a daemon thread still reading it (SIGSEGV at exit)
-    unmap.atexit = False
-    # through a read-only view: a ctypes array's buffer is writable, so the arrays' writeable
-    # flag could be set again, and a write then killed the process (a map's raises ValueError)
-    array = np.frombuffer(memoryview(region).toreadonly(), dtype=dtype)  # (keeps the region)
+    # read-only all the way down, unmapped when no array uses it and not at the interpreter's
+    # exit: the process's maps go with it, and unmapped there the range was pulled from under
+    # a daemon thread still reading it (SIGSEGV at exit)
+    view = owned_view(base, max(at, dtype.itemsize), (reserved, length))
+    array = np.frombuffer(view, dtype=dtype)
     counts = [size // dtype.itemsize for size in sizes]
     return array, np.array(offsets, dtype=np.int64) // dtype.itemsize, counts
 

@@ -227,8 +227,8 @@ def _read_runs(
 ) -> tuple[MappedFile, npt.NDArray[np.int64]]:
     """``index.runs`` mapped and checked (a damaged file must not send a lookup to a row that
     no run gives): ``runs`` runs of firsts ascending, each past the end of the one before,
-    rows and lengths positive, rows covering ``0..count`` once (where ``count``, the store's
-    rows, is given)."""
+    rows and lengths positive, rows covering ``0..count`` once where ``count`` (the store's
+    rows) is given, else from 0 without a gap."""
     mapped = MappedFile(directory / "index.runs", True)
     table = mapped.array(np.dtype("<i8"))
     runs = meta["runs"]
@@ -247,11 +247,14 @@ def _read_runs(
         or bool(np.any(firsts[1:] < (firsts + lengths)[:-1]))
         or int(row_starts[0]) != 0
         or bool(np.any(row_starts[1:] != row_ends[:-1]))
-        or (count is not None and int(row_ends[-1]) != count)
     ):
         raise StoreFormatError(
-            f"{where}: its runs overlap, are out of order, leave rows out or give rows past "
-            f"the store's {count if count is not None else '?'}; rebuild the store"
+            f"{where}: its runs overlap, are out of order or leave rows out; rebuild the store"
+        )
+    covered = int(row_ends[-1]) if runs else 0
+    if count is not None and covered != count:  # (no runs at all for rows too)
+        raise StoreFormatError(
+            f"{where}: its runs give rows 0..{covered}, the store has {count}; rebuild the store"
         )
     return mapped, table
 
