@@ -160,9 +160,10 @@ def test_bad_text_raises_naming_task_and_row_and_commits_nothing_then_a_rerun_ho
     first = LadingTokenDatasink(dest, tok)
     ray.data.from_items([{"text": t} for t in texts(50)]).write_datasink(first)
     rows: list[dict[str, Any]] = [{"text": t} for t in texts(400)]
-    rows[250]["text"] = None  # task 2's row 50 (4 tasks of 100)
+    rows[250]["text"] = None  # task 2's 51st record (4 tasks of 100)
     failing = LadingTokenDatasink(dest, tok)
-    with pytest.raises(Exception, match=r"ray write task 2, row 50: 'text' is NoneType"):
+    # numbered from 1, as the store sink (and every file source) numbers its records
+    with pytest.raises(Exception, match=r"of ray write task 2: record 51: 'text' is NoneType"):
         ray.data.from_items(rows).repartition(4).write_datasink(failing)
     kept = TokenCorpus.open(dest)
     assert kept.snapshot == first.snapshot and len(kept) == 50  # the old snapshot, untouched

@@ -109,8 +109,9 @@ class LadingTokenDatasink(ShardSink):
 
     def texts(self, blocks: Iterable[Any], task: int, skipped: list[int]) -> Iterator[str]:
         """The texts of ``blocks`` in order; a null or non-string one raises naming the task
-        and row (0-based within the task), or is counted into ``skipped``."""
-        row = 0
+        and record (numbered from 1 within the task, as the store sink and the file sources
+        number theirs), or is counted into ``skipped``."""
+        number = 0
         for block in blocks:
             table = arrow(block)
             if table.num_rows == 0:
@@ -123,18 +124,18 @@ class LadingTokenDatasink(ShardSink):
                     "LadingTokenDatasink(text_column=...)",
                 )
             for text in table.column(self.text_column).to_pylist():
+                number += 1
                 if isinstance(text, str):
                     yield text
                 elif self.on_error == "skip":
                     skipped[0] += 1
                 else:
                     raise SourceError(
-                        f"ray write task {task}, row {row}",
-                        None,
-                        f"{self.text_column!r} is {type(text).__name__} {text!r:.40}, not a "
+                        f"ray write task {task}",
+                        number,
+                        f"record {number}: {self.text_column!r} is {type(text).__name__} {text!r:.40}, not a "
                         "string; fix the dataset, or pass on_error='skip' to count and skip it",
                     )
-                row += 1
 
     def read(self, root: Path, rel: str) -> Any:
         return read_corpus_shard(root, rel)
