@@ -133,8 +133,9 @@ class LadingTokenDatasink(ShardSink):
                     raise SourceError(
                         f"ray write task {task}",
                         number,
-                        f"record {number}: {self.text_column!r} is {type(text).__name__} {text!r:.40}, not a "
-                        "string; fix the dataset, or pass on_error='skip' to count and skip it",
+                        f"record {number}: {self.text_column!r} is {type(text).__name__} "
+                        f"{text!r:.40}, not a string; fix the dataset, or pass on_error='skip' to "
+                        "count and skip it",
                     )
 
     def read(self, root: Path, rel: str) -> Any:
