@@ -17,6 +17,8 @@
 #    from a local store (benchmarks/gpu_remote.py; needs obstore and moto[server], and s3fs for
 #    its DataLoader-worker runs, which read through fsspec after the fork: carry their wheels
 #    where the machine lacks them; RESULTS.md "GPU leg (H200), 2026-11-29" lists the set).
+# QUERIES=800 makes the data's epochs 25 batches long, not 4 (part 5's 4-worker rows otherwise
+# meet an epoch start every 4th step; RESULTS.md "GPU leg (H200), 2026-12-04").
 # PARTS="1 2 5" runs a subset (parts 3 and 5 need the data part 2 makes, made when part 2, 3
 # or 5 is asked).
 # Each part has its own time limit, so a slow part leaves the next ones their time; what each
@@ -50,7 +52,7 @@ fi
 if part 2 || part 3 || part 5; then
 stamp "2 data and model"
 [ -f "$W/model/tokenizer.json" ] || timeout "${T_PREP:-120}" $PY benchmarks/gpu_prep.py "$W" --documents "${DOCS:-10000}" \
-  --sessions "${SESSIONS:-100000}" >>"$OUT/setup.log" 2>&1
+  --sessions "${SESSIONS:-100000}" ${QUERIES:+--queries "$QUERIES"} >>"$OUT/setup.log" 2>&1
 fi
 D=$W/docs
 if part 2; then

@@ -1,11 +1,13 @@
 """Data and a model for the GPU leg (benchmarks/gpu_leg.sh), made offline from nothing.
 
-    python benchmarks/gpu_prep.py DIR [--documents 20000] [--sessions 200000]
+    python benchmarks/gpu_prep.py DIR [--documents 20000] [--sessions 200000] [--queries N]
 
 Writes into DIR:
 
 - ``docs/``: ``lading synth documents`` (docs.jsonl, queries.tsv, qrels.txt), most documents
-  longer than 512 tokens, so a 32x8x512 batch is full.
+  longer than 512 tokens, so a 32x8x512 batch is full; ``--queries`` queries (default: one a
+  100 documents, so 10,000 documents make epochs of 4 batches of 32 groups, and a run meets an
+  epoch start every 4th step: 800 make epochs of 25).
 - ``model/``: a DistilBERT-sized cross-encoder (a BERT of 6 layers, 768 wide, 12 heads, 62M
   parameters: BERT rather than DistilBERT because the collator's pairs carry token types) with
   random weights,
@@ -54,9 +56,11 @@ def main() -> None:
     parser.add_argument("dir", help="folder to write into")
     parser.add_argument("--documents", type=int, default=20_000, help="synthetic documents")
     parser.add_argument("--sessions", type=int, default=200_000, help="train sessions per day")
+    parser.add_argument("--queries", type=int, default=None, help="default: documents // 100")
     args = parser.parse_args()
     out = Path(args.dir)
-    files = synth("documents", args.documents, out / "docs", workers=os.cpu_count() or 1)
+    files = synth("documents", args.documents, out / "docs", queries=args.queries,
+                  workers=os.cpu_count() or 1)  # fmt: skip
     texts = [r.text for r in itertools.islice(lading.read_records(files.corpus), 5000)]
     wordpiece = train_tokenizer(texts, "wordpiece", 30_522)
     model = CrossEncoder.from_config(bert_6x768(wordpiece.get_vocab_size()))

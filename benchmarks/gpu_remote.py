@@ -72,6 +72,26 @@ def _train(args: argparse.Namespace, prep: Path, store: str, out: Path, env: dic
     return {"windows": windows, "rate": statistics.median(rates), "wall_s": wall}
 
 
+def _write(out: Path, args: argparse.Namespace, documents: int, payload: int, cap: int,
+           runs: list[dict[str, Any]]) -> dict[str, list[float]]:  # fmt: skip
+    """Write ``OUT/remote_train.json`` with the runs so far (after every run: a part's time limit
+    that cuts the script keeps what ran); the S3 / local ratio of each whole pair, by workers."""
+    ratios: dict[str, list[float]] = {}
+    for i in range(0, len(runs) - 1, 2):
+        ratios.setdefault(str(runs[i]["workers"]), []).append(runs[i + 1]["rate"] / runs[i]["rate"])
+    result = {
+        "documents": documents,
+        "payload_bytes": payload,
+        "cache_cap_bytes": cap,
+        "latency_s": args.latency,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("dir", "out")},
+        "runs": runs,
+        "ratios_s3_over_local": ratios,
+    }
+    (out / "remote_train.json").write_text(json.dumps(result, indent=1))
+    return ratios
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dir", help="gpu_prep.py's folder (docs/, model/)")
@@ -115,22 +135,11 @@ def main() -> None:
                                  workers)  # fmt: skip
                     run.update(kind=kind, round=r, workers=workers, gets=s3.stats()["gets"])
                     runs.append(run)
+                    _write(out, args, len(local), payload, cap, runs)  # kept if a limit cuts
                     print(f"{kind} round {r} workers {workers}: {run['rate']:.1f} samples/s "
                           f"(median of windows 2..), {run['gets']} GETs, {run['wall_s']:.1f} s "
                           "wall", flush=True)  # fmt: skip
-    ratios: dict[str, list[float]] = {}  # workers -> S3 / local of each adjacent pair
-    for i in range(0, len(runs) - 1, 2):
-        ratios.setdefault(str(runs[i]["workers"]), []).append(runs[i + 1]["rate"] / runs[i]["rate"])
-    result = {
-        "documents": len(local),
-        "payload_bytes": payload,
-        "cache_cap_bytes": cap,
-        "latency_s": args.latency,
-        "settings": {k: v for k, v in vars(args).items() if k not in ("dir", "out")},
-        "runs": runs,
-        "ratios_s3_over_local": ratios,
-    }
-    (out / "remote_train.json").write_text(json.dumps(result, indent=1))
+    ratios = _write(out, args, len(local), payload, cap, runs)
     for setting, values in ratios.items():
         print(f"S3 / local samples/s at {setting} workers, each pair:",
               ", ".join(f"{x:.3f}" for x in values))  # fmt: skip
