@@ -19,13 +19,17 @@ parses, and agrees with ``meta.json``; a record that only some builds write (a o
 build's ``shard.json`` in older stores) is checked where it exists. Version 1 directories
 keep none of them, nor does a copy made by ``lading stage`` (it copies what a reader opens:
 ``meta.json`` and the files it lists).
+
+The records are read through :class:`Records`: a folder's files (:class:`Folder`), or a
+bucket's objects, where a build in shards straight into object storage keeps the same ones
+(:class:`lading.remote.stage.BucketRecords`, which ``verify`` of a URL passes).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from lading.disk.atomic import STAGE_MARK
 from lading.disk.formats import DiskFormat, disk_format
@@ -40,30 +44,71 @@ _SHARDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "lading.tokens": ("parts", ("documents", "tokens")),
 }
 
-__all__ = ["SHARD_RECORD", "verify_bookkeeping"]
+__all__ = ["SHARD_RECORD", "Folder", "Records", "verify_bookkeeping"]
 
 
-def verify_bookkeeping(root: Path, meta: dict[str, Any], fmt_name: str) -> list[str]:
+class Records(Protocol):
+    """Where a snapshot's records are read: names are relative to the store's root."""
+
+    def at(self, name: str) -> str:
+        """``name`` as a message names it: a path, or the object's URL."""
+
+    def read(self, name: str) -> bytes:
+        """The bytes of ``name``; ``FileNotFoundError`` where there is none."""
+
+    def size(self, folder: str, name: str, where: str) -> int:
+        """The size of ``name`` in ``folder`` ("": the root); ``FileNotFoundError`` where
+        there is none, :class:`~lading.errors.StoreFormatError` (naming ``where``) for a name
+        that leaves the folder."""
+
+    def staged(self) -> bool:
+        """Whether this is a copy made by ``lading stage`` (no build wrote records there)."""
+
+
+class Folder:
+    """The records of a store or corpus in the local folder ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def at(self, name: str) -> str:
+        return str(self.root / name)
+
+    def read(self, name: str) -> bytes:
+        return (self.root / name).read_bytes()
+
+    def size(self, folder: str, name: str, where: str) -> int:
+        base = self.root / folder if folder else self.root
+        return inside(base, name, "a name in files", where).stat().st_size
+
+    def staged(self) -> bool:
+        return (self.root / STAGE_MARK).is_file()
+
+
+def verify_bookkeeping(root: Path | Records, meta: dict[str, Any], fmt_name: str) -> list[str]:
     """The problems with the records beside the snapshot ``meta`` (the manifest read from
     ``root/meta.json``, already checked against the files): its ``snap-<id>/manifest.json``,
     the ``shard.json`` of each shard it reads and the ``build.json`` of each build it reads
-    from, each one line naming the file, what disagrees and the fix (empty: all agree)."""
+    from, each one line naming the file, what disagrees and the fix (empty: all agree).
+    ``root``: a folder, or the :class:`Records` of one (a bucket's objects)."""
+    records = Folder(root) if isinstance(root, Path) else root
     fmt = disk_format(fmt_name)
     if not str(meta.get("snapshot", "")).startswith(SNAP_PREFIX):
         return []  # version 1: one flat folder, none of these
-    if (root / STAGE_MARK).is_file():  # a staged copy: meta.json and the files it lists,
+    if records.staged():  # a staged copy: meta.json and the files it lists,
         return []  # what a reader opens; no build wrote (or will read) records there
     return [
-        *_snapshot_manifest(root, meta, fmt),
-        *_shard_records(root, meta, fmt_name, fmt),
-        *_build_records(root, meta, fmt_name, fmt),
+        *_snapshot_manifest(records, meta, fmt),
+        *_shard_records(records, meta, fmt_name, fmt),
+        *_build_records(records, meta, fmt_name, fmt),
     ]
 
 
-def _read_record(path: Path) -> tuple[Any, str | None]:
-    """(the JSON in ``path``, None), or (None, what is wrong: missing, unreadable, not JSON)."""
+def _read_record(records: Records, name: str) -> tuple[Any, str | None]:
+    """(the JSON in ``name``, None), or (None, what is wrong: missing, unreadable, not JSON)."""
+    path = records.at(name)
     try:
-        raw = path.read_bytes()
+        raw = records.read(name)
     except FileNotFoundError:
         return None, f"{path} is missing"
     except OSError as e:
@@ -85,14 +130,15 @@ def _entry(info: object) -> str:
     return f"size {info.get('size')!r}, CRC32 {_crc(info.get('crc32'))}"
 
 
-def _snapshot_manifest(root: Path, meta: dict[str, Any], fmt: DiskFormat) -> list[str]:
+def _snapshot_manifest(records: Records, meta: dict[str, Any], fmt: DiskFormat) -> list[str]:
     snap = str(meta["snapshot"])
-    path, current = root / snap / MANIFEST, root / META_FILE
+    name = f"{snap}/{MANIFEST}"
+    path, current = records.at(name), records.at(META_FILE)
     restore = (
         f"{current} passed the checks: restore the copy with `cp {current} {path}`, "
         f"or {fmt.rebuild}"
     )
-    copy, wrong = _read_record(path)
+    copy, wrong = _read_record(records, name)
     if wrong is not None:
         return [
             f"{wrong}: it is snapshot {snap}'s own copy of {META_FILE}, which a reader pinned "
@@ -103,14 +149,14 @@ def _snapshot_manifest(root: Path, meta: dict[str, Any], fmt: DiskFormat) -> lis
     if not isinstance(copy, dict):
         said = f"holds a JSON {type(copy).__name__}, not a manifest"
     else:
-        said = "; ".join(_differences(root, copy, meta))
+        said = "; ".join(_differences(records, copy, meta))
     return [
         f"{path} differs from {current} ({said}): it must be the same JSON, snapshot {snap}'s "
         f"own copy, which a reader pinned to the snapshot reopens; {restore}"
     ]
 
 
-def _differences(root: Path, copy: dict[str, Any], meta: dict[str, Any]) -> list[str]:
+def _differences(records: Records, copy: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     """What the manifest ``copy`` says otherwise than ``meta``: each file listed otherwise
     (with its size on disk where the two disagree on it), then the other fields by name."""
     said = []
@@ -130,8 +176,8 @@ def _differences(root: Path, copy: dict[str, Any], meta: dict[str, Any]) -> list
             on_disk = ""
             if not isinstance(mine, dict) or mine.get("size") != theirs.get("size"):
                 try:
-                    on_disk = f"; the file is {(root / name).stat().st_size} bytes"
-                except OSError:
+                    on_disk = f"; the file is {records.size('', name, META_FILE)} bytes"
+                except (OSError, StoreFormatError):
                     on_disk = "; the file is missing"
             said.append(
                 f"it lists {name} with {_entry(mine)}, {META_FILE} with {_entry(theirs)}{on_disk}"
@@ -142,7 +188,9 @@ def _differences(root: Path, copy: dict[str, Any], meta: dict[str, Any]) -> list
     return said
 
 
-def _shard_records(root: Path, meta: dict[str, Any], fmt_name: str, fmt: DiskFormat) -> list[str]:
+def _shard_records(
+    records: Records, meta: dict[str, Any], fmt_name: str, fmt: DiskFormat
+) -> list[str]:
     key, counts = _SHARDS.get(fmt_name, ("", ()))
     shards = meta.get(key) if key else None
     if not isinstance(shards, list):
@@ -152,17 +200,18 @@ def _shard_records(root: Path, meta: dict[str, Any], fmt_name: str, fmt: DiskFor
         rel = shard.get("dir") if isinstance(shard, dict) else None
         if not isinstance(rel, str):
             continue  # (the open checked every shard's dir)
-        path = root / rel / SHARD_RECORD
-        if not rel.startswith(BUILD_PREFIX) and not path.exists():
+        name = f"{rel}/{SHARD_RECORD}"
+        path = records.at(name)
+        record, wrong = _read_record(records, name)
+        if record is None and not rel.startswith(BUILD_PREFIX) and wrong == f"{path} is missing":
             continue  # a one-process build's shard: only newer builds keep a record of it
-        record, wrong = _read_record(path)
         if wrong is None and not isinstance(record, dict):
             wrong = f"{path} holds a JSON {type(record).__name__}, not a shard's record"
         if wrong is None:
-            said = _shard_differences(root, rel, record, shard, counts, meta["files"])
+            said = _shard_differences(records, rel, record, shard, counts, meta["files"])
             if not said:
                 continue
-            wrong = f"{path} disagrees with {root / META_FILE}: {'; '.join(said)}"
+            wrong = f"{path} disagrees with {records.at(META_FILE)}: {'; '.join(said)}"
         problems.append(
             f"{wrong}. It is the shard's own record, which a later merge of its build "
             f"reads again; {fmt.rebuild}"
@@ -171,7 +220,7 @@ def _shard_records(root: Path, meta: dict[str, Any], fmt_name: str, fmt: DiskFor
 
 
 def _shard_differences(
-    root: Path,
+    records: Records,
     rel: str,
     record: dict[str, Any],
     shard: dict[str, Any],
@@ -195,8 +244,7 @@ def _shard_differences(
             said.append(f"files.{name} is {info!r}, not a size and a CRC32")
         elif theirs is None:
             try:
-                where = root / rel / SHARD_RECORD
-                actual = inside(root / rel, name, "a name in files", where).stat().st_size
+                actual = records.size(rel, name, records.at(f"{rel}/{SHARD_RECORD}"))
             except StoreFormatError as e:
                 said.append(str(e))
                 continue
@@ -216,7 +264,9 @@ def _shard_differences(
     return said
 
 
-def _build_records(root: Path, meta: dict[str, Any], fmt_name: str, fmt: DiskFormat) -> list[str]:
+def _build_records(
+    records: Records, meta: dict[str, Any], fmt_name: str, fmt: DiskFormat
+) -> list[str]:
     key = _SHARDS.get(fmt_name, ("", ()))[0]
     shards = meta.get(key) if key else None
     dirs = [s.get("dir") for s in shards if isinstance(s, dict)] if isinstance(shards, list) else []
@@ -224,8 +274,8 @@ def _build_records(root: Path, meta: dict[str, Any], fmt_name: str, fmt: DiskFor
     units = [b for b in builds if b.startswith(BUILD_PREFIX)]
     problems = []
     for unit in units:
-        path = root / unit / BUILD_MARK
-        record, wrong = _read_record(path)
+        path = records.at(f"{unit}/{BUILD_MARK}")
+        record, wrong = _read_record(records, f"{unit}/{BUILD_MARK}")
         if wrong is None and not isinstance(record, dict):
             wrong = f"{path} holds a JSON {type(record).__name__}, not a build's record"
         if wrong is None:
@@ -242,10 +292,10 @@ def _build_records(root: Path, meta: dict[str, Any], fmt_name: str, fmt: DiskFor
                 said.append(f"it says the build has {n!r} shards; {META_FILE} reads {read} of it")
             if not said:
                 continue
-            wrong = f"{path} disagrees with {root / META_FILE}: {'; '.join(said)}"
+            wrong = f"{path} disagrees with {records.at(META_FILE)}: {'; '.join(said)}"
         problems.append(
-            f"{wrong}. It is the record of the build {root / unit} holds (its inputs and shard "
-            f"count), which marks the folder as lading's and which a rerun worker and a later "
-            f"merge read; {fmt.rebuild}"
+            f"{wrong}. It is the record of the build {records.at(unit)} holds (its inputs and "
+            f"shard count), which marks the folder as lading's and which a rerun worker and a "
+            f"later merge read; {fmt.rebuild}"
         )
     return problems

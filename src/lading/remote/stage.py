@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from lading.disk import STAGE_MARK, build_lock, publish, remove_dead_temps, scratch
+from lading.disk.bookkeeping import verify_bookkeeping
 from lading.disk.meta import META_FILE
+from lading.disk.names import check_name
 from lading.disk.snapshot import file_crc32, spot_crc32
 from lading.errors import RemoteChangedError, StoreFormatError
 from lading.remote.cache.folder import (
@@ -45,7 +47,7 @@ from lading.remote.cache.folder import (
 from lading.remote.cache.ledger import WAL_PAGES
 from lading.remote.cache.regions import folder_bytes
 from lading.remote.fetch import Fetcher
-from lading.remote.objects import ObjectInfo, describe
+from lading.remote.objects import ObjectClient, ObjectInfo, describe
 
 CHUNK = 8 << 20  # one GET of a staged file: 8 MiB at ~100 MB/s is ~80 ms, as long as its wait
 SPOT = 4096  # bytes at each end of a file whose CRC32 meta.json keeps (lading.disk.meta)
@@ -303,11 +305,13 @@ def verify_remote(
 ) -> list[str]:
     """Read every file of ``meta`` from the bucket (ranged GETs of 8 MiB; the payload pinned
     to ``etags``) and every staged file of the node's copy (:func:`verify_staged`: an open
-    checks their sizes and ends only), and compare each CRC32 with the manifest's; the
-    problems found (empty: intact). The index objects are read from the bucket too: a copy
+    checks their sizes and ends only), and compare each CRC32 with the manifest's, after the
+    build's records in the bucket (:func:`lading.disk.verify_bookkeeping`, as in a folder);
+    the problems found (empty: intact). The index objects are read from the bucket too: a copy
     staged before one was damaged there is intact here, where a node staging afresh refuses
     the store."""
     problems = verify_staged(url, meta)
+    problems += verify_bookkeeping(BucketRecords(fetcher.client, url), meta, meta["format"])
     for name in sorted(meta["files"]):
         info = meta["files"][name]
         try:
@@ -324,6 +328,32 @@ def verify_remote(
                 "in its meta.json: the object is damaged or was replaced; rebuild the store"
             )
     return problems
+
+
+class BucketRecords:
+    """A build's records (:mod:`lading.disk.bookkeeping`) as objects below ``url``: a build in
+    shards straight into a bucket keeps there what a local one keeps in its folder."""
+
+    def __init__(self, client: ObjectClient, url: str) -> None:
+        self.client, self.url = client, url
+
+    def at(self, name: str) -> str:
+        return describe(self.url, name)
+
+    def read(self, name: str) -> bytes:
+        if self.client.head(name) is None:  # (a GET of none is a refusal that names the fix)
+            raise FileNotFoundError(self.at(name))
+        return self.client.get(name)
+
+    def size(self, folder: str, name: str, where: str) -> int:
+        checked = check_name(name, "a name in files", where)
+        info = self.client.head(f"{folder}/{checked}" if folder else checked)
+        if info is None:
+            raise FileNotFoundError(self.at(f"{folder}/{checked}"))
+        return info.size
+
+    def staged(self) -> bool:
+        return False  # (a bucket is written by builds, never by `lading stage`)
 
 
 def _crc(fetcher: Fetcher, name: str, size: int, out: Any, etag: str | None = None) -> int:
