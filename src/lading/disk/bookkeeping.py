@@ -64,6 +64,9 @@ class Records(Protocol):
     def staged(self) -> bool:
         """Whether this is a copy made by ``lading stage`` (no build wrote records there)."""
 
+    def copy_command(self, source: str, dest: str) -> str:
+        """How to copy record ``source`` over ``dest``: a shell command, in backquotes."""
+
 
 class Folder:
     """The records of a store or corpus in the local folder ``root``."""
@@ -83,6 +86,9 @@ class Folder:
 
     def staged(self) -> bool:
         return (self.root / STAGE_MARK).is_file()
+
+    def copy_command(self, source: str, dest: str) -> str:
+        return f"`cp {self.at(source)} {self.at(dest)}`"
 
 
 def verify_bookkeeping(root: Path | Records, meta: dict[str, Any], fmt_name: str) -> list[str]:
@@ -135,8 +141,8 @@ def _snapshot_manifest(records: Records, meta: dict[str, Any], fmt: DiskFormat) 
     name = f"{snap}/{MANIFEST}"
     path, current = records.at(name), records.at(META_FILE)
     restore = (
-        f"{current} passed the checks: restore the copy with `cp {current} {path}`, "
-        f"or {fmt.rebuild}"
+        f"{current} passed the checks: restore the copy with "
+        f"{records.copy_command(META_FILE, name)}, or {fmt.rebuild}"
     )
     copy, wrong = _read_record(records, name)
     if wrong is not None:

@@ -355,6 +355,13 @@ class BucketRecords:
     def staged(self) -> bool:
         return False  # (a bucket is written by builds, never by `lading stage`)
 
+    def copy_command(self, source: str, dest: str) -> str:
+        tools = {"s3": "aws s3 cp", "gs": "gcloud storage cp"}
+        tool = tools.get(self.url.split("://", 1)[0])
+        if tool is None:
+            return f"your object store's copy of {self.at(source)} to {self.at(dest)}"
+        return f"`{tool} {self.at(source)} {self.at(dest)}`"
+
 
 def _crc(fetcher: Fetcher, name: str, size: int, out: Any, etag: str | None = None) -> int:
     """CRC32 of object ``name`` read by 8 MiB GETs (at most 16 in flight), each block
