@@ -287,3 +287,19 @@ def test_the_json_keys_the_help_names_are_those_a_build_looks_for() -> None:
     from lading.sources.parsers import JSON_ID_FIELDS, JSON_TEXT_FIELDS
 
     assert (", ".join(JSON_ID_FIELDS), ", ".join(JSON_TEXT_FIELDS)) == (JSON_IDS, JSON_TEXTS)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"), [([], None), (["--use-tokens"], True), (["--no-use-tokens"], False)]
+)
+def test_train_cross_encoder_says_whether_to_read_the_stores_tokens(
+    given: list[str], expected: bool | None, tmp_path: Path
+) -> None:
+    """``TrainConfig.use_tokens`` had no flag: a store built with another tokenizer than the
+    model's could be trained on (its text tokenized) from Python only."""
+    from lading.cli import build_parser
+    from lading.cli.train import _config
+    from lading.ir.train import TrainConfig
+
+    args = build_parser().parse_args([*(a.format(d=tmp_path) for a in CROSS_ENCODER), *given])
+    assert _config(TrainConfig, args, ()).use_tokens is expected

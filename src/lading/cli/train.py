@@ -448,6 +448,14 @@ def _add_train_cross_encoder(kinds: Any) -> None:
         default=None,
         help="send ids in the store's dtype + lengths, widened on the device (default: on CUDA)",
     )
+    p.add_argument(
+        "--use-tokens",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="read the token ids the store was built with (default: where it has them); "
+        "--no-use-tokens tokenizes its text with the model's tokenizer (a store built with "
+        "another one)",
+    )
     p.set_defaults(func=_cmd_train_cross_encoder)
 
 

@@ -89,7 +89,8 @@ class CrossEncoderCollator:
             if describe_tokenizer(tok)["sha256"] != built_with:
                 raise ValueError(
                     f"{store!r} was tokenized with another tokenizer than the one given; "
-                    "rebuild the store with the model's tokenizer, or pass use_tokens=False"
+                    "rebuild the store with the model's tokenizer, or pass use_tokens=False "
+                    "(lading train cross-encoder --no-use-tokens) to tokenize its text"
                 )
         if max_length < max_query_length + 4:
             raise ValueError(
@@ -103,7 +104,7 @@ class CrossEncoderCollator:
                 f"fewer than rows of max_length={max_length} hold (up to {max_length - 3}): "
                 "every document would be cut shorter than its text gives; rebuild the store "
                 f"with max_length={max_length} or more, pass max_length={kept + 3} or less, "
-                "or use_tokens=False to tokenize the text"
+                "or use_tokens=False (--no-use-tokens) to tokenize the text"
             )
         self.store, self.tokenizer = store, tok
         self.max_length, self.max_query_length = max_length, max_query_length
