@@ -51,17 +51,22 @@ def _keys(url: str, name: str) -> list[str]:
     return sorted(k for k in open_client(url).list() if k.endswith(name))
 
 
+def _bump(url: str, key: str, field: str, by: int) -> str:
+    """Add ``by`` to ``field`` of the JSON record ``key`` in the bucket; ``key``."""
+    client = open_client(url)
+    record = json.loads(client.get(key))
+    record[field] += by
+    client.put(key, json.dumps(record).encode())
+    return key
+
+
 def test_verify_of_a_bucket_finds_a_damaged_shard_record(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:
     url = f"s3://{bucket}/stores/v"
     _sharded_store(url, tmp_path)
     assert verify_store(url) == []  # every record agrees
-    client = open_client(url)
-    shard = _keys(url, "/shard.json")[1]
-    record = json.loads(client.get(shard))
-    record["rows"] += 1
-    client.put(shard, json.dumps(record).encode())
+    shard = _bump(url, _keys(url, "/shard.json")[1], "rows", 1)
     problems = verify_store(url)
     assert len(problems) == 1, problems
     assert f"{url}/{shard} disagrees with {url}/meta.json: rows" in problems[0]
@@ -73,13 +78,10 @@ def test_verify_of_a_bucket_finds_a_missing_build_record_and_a_changed_snapshot_
 ) -> None:
     url = f"s3://{bucket}/stores/w"
     _sharded_store(url, tmp_path)
-    client = open_client(url)
     (build,) = _keys(url, "/build.json")
-    client.delete(build)
+    open_client(url).delete(build)
     (manifest,) = [k for k in _keys(url, "/manifest.json") if k.startswith("snap-")]
-    copy = json.loads(client.get(manifest))
-    copy["count"] = 7
-    client.put(manifest, json.dumps(copy).encode())
+    _bump(url, manifest, "count", 7)
     problems = verify_store(url)
     assert any(p.startswith(f"{url}/{build} is missing") for p in problems), problems
     (differs,) = [p for p in problems if p.startswith(f"{url}/{manifest} differs from")]
@@ -97,11 +99,7 @@ def test_verify_of_a_token_corpus_in_a_bucket_checks_its_parts_records(
         TokenCorpus.build_shard(src, url, (i, 2), tok, cache=tmp_path / f"w{i}")
     TokenCorpus.merge(url, cache=tmp_path / "m").close()
     assert verify_corpus(url) == []
-    client = open_client(url)
-    part = _keys(url, "/shard.json")[0]
-    record = json.loads(client.get(part))
-    record["tokens"] += 3
-    client.put(part, json.dumps(record).encode())
+    part = _bump(url, _keys(url, "/shard.json")[0], "tokens", 3)
     problems = verify_corpus(url)
     assert len(problems) == 1, problems
     assert f"{url}/{part} disagrees with {url}/meta.json: tokens" in problems[0]
