@@ -46,6 +46,8 @@ _SHARDS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 __all__ = ["SHARD_RECORD", "Folder", "Records", "verify_bookkeeping"]
 
+_MISSING = object()  # what _read_record gives for a record that is not there
+
 
 class Records(Protocol):
     """Where a snapshot's records are read: names are relative to the store's root."""
@@ -111,12 +113,13 @@ def verify_bookkeeping(root: Path | Records, meta: dict[str, Any], fmt_name: str
 
 
 def _read_record(records: Records, name: str) -> tuple[Any, str | None]:
-    """(the JSON in ``name``, None), or (None, what is wrong: missing, unreadable, not JSON)."""
+    """(the JSON in ``name``, None), or (None, what is wrong: unreadable, not JSON), or
+    (:data:`_MISSING`, that it is missing)."""
     path = records.at(name)
     try:
         raw = records.read(name)
     except FileNotFoundError:
-        return None, f"{path} is missing"
+        return _MISSING, f"{path} is missing"
     except OSError as e:
         return None, f"{path} cannot be read ({e.strerror or e})"
     try:
@@ -209,7 +212,7 @@ def _shard_records(
         name = f"{rel}/{SHARD_RECORD}"
         path = records.at(name)
         record, wrong = _read_record(records, name)
-        if record is None and not rel.startswith(BUILD_PREFIX) and wrong == f"{path} is missing":
+        if record is _MISSING and not rel.startswith(BUILD_PREFIX):
             continue  # a one-process build's shard: only newer builds keep a record of it
         if wrong is None and not isinstance(record, dict):
             wrong = f"{path} holds a JSON {type(record).__name__}, not a shard's record"

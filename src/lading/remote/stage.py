@@ -341,9 +341,7 @@ class BucketRecords:
         return describe(self.url, name)
 
     def read(self, name: str) -> bytes:
-        if self.client.head(name) is None:  # (a GET of none is a refusal that names the fix)
-            raise FileNotFoundError(self.at(name))
-        return self.client.get(name)
+        return self.client.get(name)  # none: RemoteNotFoundError, a FileNotFoundError
 
     def size(self, folder: str, name: str, where: str) -> int:
         checked = check_name(name, "a name in files", where)
