@@ -117,3 +117,21 @@ def test_verify_of_stores_and_corpora_built_by_one_process_into_a_bucket_finds_n
     corpus = f"s3://{bucket}/corpora/one"
     TokenCorpus.build(src, corpus, tok, cache=tmp_path / "c").close()
     assert verify_corpus(corpus) == []
+
+
+def test_a_bucket_record_naming_a_file_outside_its_shard_is_a_problem_not_a_read(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """A ``shard.json`` in a bucket listing ``../`` or ``/abs`` names: each refused by name,
+    as in a folder (``check_name``), never looked up."""
+    url = f"s3://{bucket}/stores/h"
+    _sharded_store(url, tmp_path)
+    client = open_client(url)
+    shard = _keys(url, "/shard.json")[0]
+    record = json.loads(client.get(shard))
+    record["files"]["../../meta.json"] = {"size": 1, "crc32": 0}
+    record["files"]["/etc/passwd"] = {"size": 1, "crc32": 0}
+    client.put(shard, json.dumps(record).encode())
+    problems = verify_store(url)
+    assert len(problems) == 1, problems
+    assert "'../../meta.json'" in problems[0] and "'/etc/passwd'" in problems[0], problems[0]
