@@ -242,8 +242,8 @@ def add_run_args(
         type=nonnegative_int,
         default=0,
         help="DataLoader workers per rank; for data in object storage keep 0: batches are then "
-        "built on a thread beside the step (the cross-encoder on an H200: 0.97-1.00x a local "
-        "store's samples/s at 0, 0.61-0.63x at 4)",
+        "built on a thread beside the step (the cross-encoder on an H200: 0.99-1.00x a local "
+        "store's samples/s at 0, 0.70-0.73x at 4)",
     )
     p.add_argument(
         "--log-every",
