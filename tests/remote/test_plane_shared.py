@@ -426,6 +426,36 @@ def test_a_late_fill_after_a_cut_never_lands_on_another_block(
     store.close()
 
 
+def test_a_forked_child_reads_without_its_parents_plan(bucket: str, tmp_path: Path) -> None:
+    """A DataLoader worker under fork is a copy of the store its parent planned: it fetched
+    the parent's window again from that copy at every read (the next 8 batches' ranges claimed
+    in one write transaction a batch, 6-110 ms of a worker's CPU in benchmarks/remote_step.py,
+    beside the parent's own window). The plan is the process's that made it: a forked child
+    fetches only what it reads (in the order the ledger recorded for it)."""
+    source = write(tmp_path / "docs.tsv", "".join(f"d{i}\tdocument {i}\n" for i in range(300)))
+    url = f"s3://{bucket}/planned"
+    lading.build_store(source, url, cache=str(tmp_path / "up"), progress=False)
+    store = lading.open_store(url, cache=tmp_path / "node", cache_bytes="1M")
+    batches = [[f"d{i}" for i in range(b * 10, b * 10 + 10)] for b in range(20)]
+    try:
+        store.plan(batches)  # the order only: nothing fetched yet
+        pid = os.fork()
+        if pid == 0:
+            code = 9
+            try:
+                texts = store.get_many(batches[0], step=0)
+                store._columns.cache.drain(30)  # (any GET it started, answered)
+                stats = store.cache_stats()
+                right = texts == [f"document {i}" for i in range(10)]
+                code = 0 if right and stats["bytes_fetched"] <= stats["bytes_used"] else 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0  # 3: the child fetched ahead
+    finally:
+        store.close()
+
+
 def test_a_forked_child_does_not_tell_the_node_its_parents_gets(
     bucket: str, tmp_path: Path
 ) -> None:

@@ -73,6 +73,16 @@ class Planner:
         self, cache: NodeCache, near: int = 0, share: float = AHEAD_SHARE, once: bool = False
     ) -> None:
         self.cache, self.near, self.share, self.once = cache, near, share, once
+        self.forked()
+        cache.planners.add(self)  # (its fork rule: the cache's, below)
+
+    def forked(self) -> None:
+        """What this process was told, forgotten; at its making, and in a forked child (a
+        DataLoader worker under ``fork``), where the plan and the window are the parent's and
+        its loader goes on telling them: the child reads in the order the ledger recorded
+        (:meth:`.Ledger.order`). Kept, each worker fetched its parent's window again from its
+        copy at every read (:meth:`follow`: 8 batches' ranges claimed in one transaction a
+        batch, 6-110 ms of a worker's CPU in ``benchmarks/remote_step.py``)."""
         self.schedule: Schedule | None = None
         self._pending: list[Need] = []  # announced, not yet tried (sorted by step)
         self._deferred: list[Need] = []  # tried, found no room (sorted by step)

@@ -32,9 +32,10 @@ import contextlib
 import sqlite3
 import time
 import warnings
+import weakref
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from lading.errors import OutOfSpaceError, RemoteChangedError
 from lading.remote import fetch
@@ -56,6 +57,12 @@ Span = tuple[str, int, int]  # object key, start, end
 Key = tuple[int, int, int]  # object id, start, end
 ROUNDS = 8  # a range evicted or taken over between lookups this often: an error, named
 _POLL_S = 0.002  # how often a read looks at a block another process is fetching
+
+
+class Forks(Protocol):
+    """What holds per-process state over a cache (its planners): dropped in a forked child."""
+
+    def forked(self) -> None: ...
 
 
 class NodeCache:
@@ -92,12 +99,16 @@ class NodeCache:
         self.index_bytes: int | None = None  # the folder's budget besides the payload, if set
         self._warned_damage = False
         self._dropped: set[str] = set()  # objects found replaced, their blocks dropped
+        self.planners: weakref.WeakSet[Forks] = weakref.WeakSet()  # what loaders told it
         self.forked()
         register(self, "fetch")
 
     def forked(self) -> None:
-        """This process's figures start at zero (a forked child's are its own)."""
+        """This process's figures start at zero, and its planners forget what they were told
+        (a forked child's are its own)."""
         self.figures = Figures()
+        for planner in list(self.planners):
+            planner.forked()
 
     @property
     def ledger(self) -> Ledger:

@@ -237,7 +237,8 @@ class RemoteStore(DocStore):
         read the window did not bring takes the room of no block needed later this epoch (at
         a cap full of the next epoch's blocks, reads that did gave up whole regions of them:
         0.60x Belady's hits at 0.5 % of 1M passages). A DataLoader worker's store holds no
-        plan: the ledger tells its reads the order the main process's plan recorded."""
+        plan (a forked one's planner forgot its parent's, :meth:`.Planner.forked`): the
+        ledger tells its reads the order the main process's plan recorded."""
         schedule = self._planner.schedule
         return schedule is not None and schedule.covers(step)
 
