@@ -69,7 +69,7 @@ class Workers:
 
 
 REMOTE_WORKERS = (
-    "DataLoader workers wait on the fetches their parent makes ahead and read it at 0.6-0.8x "
+    "DataLoader workers wait on the fetches their parent makes ahead and read it at 0.7-0.9x "
     "of a local copy's speed, where num_workers=0 reads it at 0.97-1.03x (benchmarks/RESULTS.md, "
     "'Workers against a remote store on longer epochs')."
 )

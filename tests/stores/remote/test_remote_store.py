@@ -326,7 +326,7 @@ def test_a_store_built_in_shards_stages_no_merged_offsets_and_reads_as_the_local
 def test_a_remote_store_under_dataloader_workers_is_warned_against(
     bucket: str, corpus: Path, tmp_path: Path
 ) -> None:
-    """Workers read a remote store at 0.6-0.8x of a local copy where the thread reads it at
+    """Workers read a remote store at 0.7-0.9x of a local copy where the thread reads it at
     ~1.0x (benchmarks/RESULTS.md): ``lading.loader`` over groups of it says so with workers
     (the groups' ``remote_url`` hook), and stays silent at 0 workers and for a local store."""
     import warnings
