@@ -240,14 +240,19 @@ def test_a_cache_too_small_for_a_window_reads_around_it_and_says_so(corpora: Cor
     assert remote.cache_stats()["bytes_cached"] <= 8
 
 
+@pytest.mark.parametrize("cap, faults", [("1K", 2), ("1M", 1)])
 @pytest.mark.parametrize("kind", ["reset", "slow", "error"])
-def test_faults_still_give_the_right_batches(corpora: Corpora, kind: str) -> None:
-    remote = corpora.open()
+def test_faults_still_give_the_right_batches(
+    corpora: Corpora, kind: str, cap: str, faults: int
+) -> None:
+    """Faults on the GETs of a window's ranges (a cap under the corpus) and of the one whole
+    block a cap holding the ~2 KB corpus fetches it in (:mod:`lading.remote.whole`)."""
+    remote = corpora.open(cache_bytes=cap)
     corpora.s3.reset()
-    corpora.s3.fault("tokens.bin", 2, kind, **({"delay": 0.3} if kind == "slow" else {}))
+    corpora.s3.fault("tokens.bin", faults, kind, **({"delay": 0.3} if kind == "slow" else {}))
     try:
         got = batches(LanguageModelLoader(remote, 3, Windows(12), seed=9))
-        assert corpora.s3.stats()["faults"] == 2
+        assert corpora.s3.stats()["faults"] == faults
     finally:
         corpora.s3.reset()
     assert got == batches(LanguageModelLoader(corpora.local, 3, Windows(12), seed=9))

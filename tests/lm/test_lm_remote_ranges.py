@@ -14,6 +14,7 @@ from conftest import word_corpus
 from lading.lm import LanguageModelLoader, TokenCorpus, Windows
 from lading.lm.stream import EpochStream
 from lading.loading.announce import LOOKAHEAD
+from lading.remote.whole import PER_REGION
 from lading.testing import LocalS3
 
 pytest.importorskip("tokenizers")
@@ -99,3 +100,41 @@ def test_shuffle_documents_false_keeps_the_windows_and_shuffles_their_order(
     other = LanguageModelLoader(local, 4, Windows(32), seed=5)
     with pytest.raises(Exception, match="shuffle_documents"):
         other.load_state_dict(loader.state_dict())
+
+
+@pytest.mark.parametrize("shuffle_documents", [True, False])
+def test_a_cache_holding_the_corpus_fetches_it_in_whole_blocks(
+    corpora: dict[str, Any], shuffle_documents: bool
+) -> None:
+    """At a cap of twice the corpus, an epoch of shuffled windows (documents permuted or not)
+    fetches each block of ``tokens.bin`` whole, once: GETs <= blocks, not one a window; the
+    bytes fetched are the corpus's; the batches equal the local corpus's; the next epoch
+    fetches nothing. (The code before it sent a GET a window, or 5 a window with documents
+    permuted: 500-2,500 here.)"""
+    local, url, folder = corpora["short"]
+    nbytes = local.n_tokens * local.dtype.itemsize
+    name = f"c-whole-{shuffle_documents}"
+    remote = TokenCorpus.open(url, cache=folder / name, cache_bytes=2 * nbytes)
+    assert remote.remote is not None
+    cache = remote.remote.cache
+    block = cache.max_block // PER_REGION // local.dtype.itemsize * local.dtype.itemsize
+    blocks = -(-nbytes // block)
+    mode = Windows(32, shuffle_documents=shuffle_documents)
+    loader = LanguageModelLoader(remote, 4, mode, seed=5)
+    local_loader = LanguageModelLoader(local, 4, mode, seed=5)
+    for epoch in range(2):
+        before = remote.cache_stats()
+        want = [plain(b) for b in local_loader]
+        got = [plain(b) for b in loader]
+        assert got == want, epoch
+        cache.drain()
+        after = remote.cache_stats()
+        gets = after["gets"] - before["gets"]
+        fetched = after["bytes_fetched"] - before["bytes_fetched"]
+        windows = sum(len(b[0]) for b in got)
+        print(f"epoch {epoch}: {gets} GETs, {fetched} bytes, {blocks} blocks, {windows} windows")
+        if epoch == 0:
+            assert gets <= blocks < windows / 4, (gets, blocks, windows)
+            assert fetched <= nbytes, (fetched, nbytes)
+        else:
+            assert gets == 0 and fetched == 0, (gets, fetched)

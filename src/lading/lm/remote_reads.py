@@ -47,6 +47,7 @@ from lading.remote.cache import Planner
 from lading.remote.cache.planner import AHEAD_SHARE
 from lading.remote.ranges import Need
 from lading.remote.schedule import Schedule
+from lading.remote.whole import Reads, WholeBlocks
 from lading.step import at_step, step_of
 
 Ranges = npt.NDArray[np.int64]  # [k, 3]: (corpus, first token, end token) of a batch's reads
@@ -99,6 +100,7 @@ class RemoteReads:
         self._ranges = Planned()  # of the keys planned last
         self._fetches = Planned()  # ... and what to fetch for them
         self._firsts = Planned()  # ... and of these, what each batch reads first (held)
+        self._whole = WholeBlocks()  # the blocks the plan fetches whole (not held)
         _warn_small_caches(self.remote, workload)
 
     def settle(self, timeout: float) -> None:
@@ -217,7 +219,8 @@ class RemoteReads:
         hold (a region): a block larger than a region, or two neighbouring blocks of one
         buffer joined, were never fetched ahead (the planner leaves a range larger than a
         region to its read) and each batch waited for its GETs (blocks of two regions:
-        0.41M tokens/s against 0.95M)."""
+        0.41M tokens/s against 0.95M); else, where the plan fetches blocks whole
+        (:mod:`lading.remote.whole`), the blocks each range lies in, each once a plan."""
         needs: dict[int, list[Need]] = {part: [] for part in self.remote}
         cut = bool(_block_tokens(self.inner))
         for found, step in zip(ranges, steps):
@@ -226,9 +229,11 @@ class RemoteReads:
                 size, key, mine = tokens.itemsize, tokens.key, needs[part]
                 limit = max(1, tokens.cache.max_block // size) if cut else 0
                 for a, b in zip(starts, ends):
-                    most = limit or max(1, b - a)
-                    for lo in range(a, b, most):
-                        mine.append(Need(key, lo * size, min(b, lo + most) * size, step))
+                    if not cut:  # whole blocks where the plan chose them, else the range
+                        mine.extend(self._whole.needs(key, a * size, b * size, step))
+                        continue
+                    for lo in range(a, b, limit):
+                        mine.append(Need(key, lo * size, min(b, lo + limit) * size, step))
         return needs
 
     def prefetch(self, keys: list[SegmentBatchKey], first_step: int, now: int) -> None:
@@ -244,6 +249,9 @@ class RemoteReads:
             for need in needs:
                 first.setdefault((need.key, need.start, need.end), need)
             self.planners[part].prefetch(list(first.values()), now)
+        told = self._whole.planned()  # reads fetched as whole blocks: planned all the same
+        for tokens in self.remote.values():
+            tokens.cache.announced([span for span in told if span[0] == tokens.key])
 
     def _announced(self, key: SegmentBatchKey) -> Ranges:
         """What the window fetches for batch ``key``: what it fetches, but under the locality
@@ -272,6 +280,7 @@ class RemoteReads:
         which, rows = self._fetches.which, self._fetches.rows
         at = np.asarray(steps, dtype=np.int64)
         firsts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
+        whole: list[Reads] = []
         for part, tokens in self.remote.items():
             mine = rows[:, 0] == part
             if not held:
@@ -286,6 +295,10 @@ class RemoteReads:
                 [tokens.key], one_file, starts * size, ends * size, at[batch], first_step
             )
             self.planners[part].plan(schedule)
+            if not held:
+                span = (tokens.key, tokens.n * size, size, starts * size, ends * size)
+                whole.append(Reads(*span, tokens.cache))
+        self._whole.plan(whole)
         if held:  # one entry a remote file: the first reads of all, by batch
             first_which, first_rows = (np.concatenate(x) for x in zip(*firsts))
             self._firsts = Planned(keys, first_which, first_rows)

@@ -467,6 +467,13 @@ class NodeCache:
         self._tell_node()
         return claimed
 
+    def announced(self, spans: Sequence[Span]) -> None:
+        """Count ``spans`` as announced by a window (not unplanned at their reads) where the
+        window fetched other ranges for them (whole blocks, :mod:`lading.remote.whole`): no
+        GET is made for a range itself, so its read is a hit."""
+        if spans:
+            self.figures.ahead([(self.obj(k), a, b) for k, a, b in spans], [], 0)
+
     def _tell_node(self, force: bool = False) -> None:
         """Hand the node this view's figures since it last did, the fetcher's GETs with them
         (at most once a second unless ``force``): told only at a read, the GETs of a process
