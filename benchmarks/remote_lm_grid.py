@@ -33,6 +33,7 @@ from remote_lm_report import _paired, spread
 SYSTEMS = ("lading@stored", "lading@blocks", "litdata", "mosaic")
 NAMES = {
     "lading@stored": "lading, exact shuffle (one range a window)",
+    "lading": "lading, default windows (documents permuted)",
     "lading@blocks": "lading, locality shuffle (blocks of a region)",
     "litdata": "litdata `TokensLoader`",
     "mosaic": "Mosaic MDS",
@@ -48,7 +49,7 @@ def run_cell(args: argparse.Namespace, doc: int, share: float, n: int) -> Path:
     command = [
         args.python, str(HERE / "bench_remote_lm.py"), "--synthetic", "--tokens", str(args.tokens),
         "--doc-tokens", str(doc), "--share", str(share), "--neighbour", str(n),
-        "--systems", ",".join(SYSTEMS), "--repeats", str(args.repeats), "--no-parquet",
+        "--systems", args.systems, "--repeats", str(args.repeats), "--no-parquet",
         "--ceiling-seconds", "0", "--out", str(out),
     ]  # fmt: skip
     print(f"== {out.name} (load {os.getloadavg()[0]:.1f})", flush=True)
@@ -71,6 +72,7 @@ def _ranked(rows: list[dict[str, Any]], a: str, b: str, key: str, lower: bool) -
 
 def render_cell(results: dict[str, Any]) -> list[str]:
     rows, corpus, given = results["rows"], results["corpus"], results["args"]
+    systems = [s for s in NAMES if s in given["systems"].split(",")]
     neighbours = int(given["neighbour"])
     title = (
         f"#### {int(given['doc_tokens']):,}-token documents, cache {float(given['share']):.0%} "
@@ -81,7 +83,7 @@ def render_cell(results: dict[str, Any]) -> list[str]:
              "| system | tokens/s | client CPU s / M tokens | server CPU s / M tokens | GETs | "
              "fetched / used | cache on disk, MiB | first batch s | resume | load |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]  # fmt: skip
-    for system in SYSTEMS:
+    for system in systems:
         mine = [r for r in rows if r["system"] == system and "error" not in r]
         if not mine:
             why = next((r["error"] for r in rows if r["system"] == system), "not run")
@@ -104,8 +106,8 @@ def render_cell(results: dict[str, Any]) -> list[str]:
         "Paired in each repeat (median [min-max]), and the ranking where spreads allow:",
         "",
     ]
-    for ours in ("lading@blocks", "lading@stored"):
-        for peer in ("litdata", "mosaic"):
+    for ours in [s for s in ("lading@blocks", "lading@stored", "lading") if s in systems]:
+        for peer in [s for s in ("litdata", "mosaic") if s in systems]:
             tps = spread(_paired(rows, ours, peer, "tokens_s"), "{:.2f}")
             cpu = spread(_paired(rows, ours, peer, "cpu_s_per_mtok"), "{:.2f}")
             faster = _ranked(rows, ours, peer, "tokens_s", False)
@@ -147,6 +149,8 @@ def main() -> None:
     parser.add_argument("--shares", default="0.1,1.1", help="node cache / corpus bytes")
     parser.add_argument("--neighbours", default="0,2", help="CPU-bound processes beside")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help=f"of {', '.join(NAMES)}")  # fmt: skip
     parser.add_argument("--python", default=sys.executable,
                         help="an interpreter with mosaicml-streaming and litdata")  # fmt: skip
     parser.add_argument("--out", type=Path, default=OUT.parent / "remote-lm-grid")
