@@ -228,3 +228,34 @@ def test_a_mixtures_plan_locates_its_windows_together(
     found = workload.reads_many(keys)
     assert found is not None and asked == {"locate": 0}
     assert rows_by_key(*found, len(keys)) == alone
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_nodes_reads_are_its_other_ranks_reads(
+    corpora: tuple[TokenCorpus, TokenCorpus], mode: str
+) -> None:
+    """``node_reads_many`` on rank 0 of 3 ranks on one node: the ranges ranks 1 and 2 read of
+    the same keys, as their own loaders plan them; None for ranks on nodes of their own (a
+    node's other ranks are not known) and on one rank."""
+    from lading.world import World
+
+    a, b = corpora
+    data: Any = TokenMixture({a: 0.6, b: 0.4}) if mode == "mixture" else a
+
+    def workload(world: World) -> Any:
+        return LanguageModelLoader(data, 3, MODES[mode](), seed=11, world=world)._lm
+
+    ours = workload(World(0, 3, local_rank=0, local_world_size=3))
+    keys = list(ours.keys(Cursor())) + list(ours.keys(Cursor(1)))
+    found = ours.node_reads_many(keys)
+    if ours.reads_many(keys) is None:  # a mode that cannot say
+        assert found is None
+        return
+    assert found is not None
+    theirs = []
+    for rank in (1, 2):
+        other = workload(World(rank, 3, local_rank=rank, local_world_size=3))
+        theirs += sorted(map(tuple, other.reads_many(keys)[1].tolist()))
+    assert sorted(map(tuple, found[1].tolist())) == sorted(theirs)
+    assert workload(World(0, 3)).node_reads_many(keys) is None
+    assert workload(World(0, 1)).node_reads_many(keys) is None

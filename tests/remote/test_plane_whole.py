@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from lading.remote.ranges import Need
-from lading.remote.whole import PER_REGION, Reads, WholeBlocks, covered
+from lading.remote.whole import PER_REGION, ObjectReads, WholeBlocks, covered
 
 
 def _brute(starts: list[int], ends: list[int], length: int, size: int, waste: float) -> list[bool]:
@@ -43,10 +43,10 @@ def _cache(cap: int, region: int, node: object) -> SimpleNamespace:
     return SimpleNamespace(cap=cap, max_block=region, node=node)
 
 
-def _reads(key: str, length: int, cache: SimpleNamespace, step: int = 8) -> Reads:
-    """Reads of ``step`` bytes each, covering ``[0, length)``."""
+def _reads(key: str, length: int, cache: SimpleNamespace, step: int = 8) -> ObjectReads:
+    """ObjectReads of ``step`` bytes each, covering ``[0, length)``."""
     starts = np.arange(0, length, step, dtype=np.int64)
-    return Reads(key, length, 2, starts, np.minimum(starts + step, length), cache)
+    return ObjectReads(key, length, 2, starts, np.minimum(starts + step, length), cache)
 
 
 def test_blocks_are_chosen_only_where_the_node_holds_the_objects_beside_a_region() -> None:
@@ -74,11 +74,11 @@ def test_blocks_are_chosen_only_where_the_node_holds_the_objects_beside_a_region
 
 
 def test_a_block_read_in_part_is_not_fetched_whole() -> None:
-    """Reads covering half of each block: no block is chosen (fetched whole, each would cost
+    """ObjectReads covering half of each block: no block is chosen (fetched whole, each would cost
     twice the bytes read); the reads' needs are their own ranges."""
     starts = np.arange(0, 1000, 40, dtype=np.int64)
     whole = WholeBlocks()
-    whole.plan([Reads("a", 1000, 2, starts, starts + 20, _cache(4000, 160, object()))])
+    whole.plan([ObjectReads("a", 1000, 2, starts, starts + 20, _cache(4000, 160, object()))])
     assert whole.chosen("a") == 0
     assert whole.needs("a", 40, 60, 3) == [Need("a", 40, 60, 3)]
 
@@ -103,7 +103,7 @@ def test_the_reads_turned_into_blocks_are_handed_back_once() -> None:
     whole = WholeBlocks()
     starts = np.arange(0, 1000, 8, dtype=np.int64)
     ends = np.where(starts < 500, starts + 8, starts + 2)  # the upper half read in part
-    whole.plan([Reads("a", 1000, 2, starts, ends, _cache(4000, 160, object()))])
+    whole.plan([ObjectReads("a", 1000, 2, starts, ends, _cache(4000, 160, object()))])
     whole.needs("a", 0, 8, 1)
     whole.needs("a", 8, 16, 1)
     whole.needs("a", 800, 802, 2)

@@ -13,13 +13,16 @@ workload and
   iteration's start the epoch's whole order of ranges (and the next epoch's) goes to each
   corpus's node cache as its eviction order (a :class:`~lading.remote.cache.Planner` a corpus),
   and every ``LOOKAHEAD`` batches the next ones are fetched ahead;
+- where the node cache holds the corpus, has the window fetch the blocks of ``tokens.bin``
+  its node's ranks read (all of it: this rank's and, with the whole world on this node, the
+  others') whole, once (:mod:`lading.remote.whole`);
 - builds a batch with one read of the cache per corpus (every range of the batch at once, at
   the batch's step), which the build's slices are then served from.
 
 Nothing is shared between builds: two loaders, the read-ahead thread and a reader of the
 corpus in the main thread read at once, each with its own ranges and step. A DataLoader worker
 reads at its batch's step and writes no order: the planner in the main process moves every
-block's next use on as batches are handed out. Reads never depend on what the cache holds:
+block's next use on as batches are handed out. ObjectReads never depend on what the cache holds:
 the same batches come with a cold cache, a cap too small for a window (read around the
 cache), or faults the fetcher retries.
 """
@@ -47,7 +50,7 @@ from lading.remote.cache import Planner
 from lading.remote.cache.planner import AHEAD_SHARE
 from lading.remote.ranges import Need
 from lading.remote.schedule import Schedule
-from lading.remote.whole import Reads, WholeBlocks
+from lading.remote.whole import ObjectReads, WholeBlocks, fits
 from lading.step import at_step, step_of
 
 Ranges = npt.NDArray[np.int64]  # [k, 3]: (corpus, first token, end token) of a batch's reads
@@ -280,7 +283,8 @@ class RemoteReads:
         which, rows = self._fetches.which, self._fetches.rows
         at = np.asarray(steps, dtype=np.int64)
         firsts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
-        whole: list[Reads] = []
+        whole: list[ObjectReads] = []
+        node = None if held else self._node_rows(keys)  # the node's other ranks' reads
         for part, tokens in self.remote.items():
             mine = rows[:, 0] == part
             if not held:
@@ -296,12 +300,26 @@ class RemoteReads:
             )
             self.planners[part].plan(schedule)
             if not held:
+                if node is not None:  # the node's ranks read the blocks together
+                    theirs = node[node[:, 0] == part]
+                    starts = np.concatenate([starts, theirs[:, 1]])
+                    ends = np.concatenate([ends, theirs[:, 2]])
                 span = (tokens.key, tokens.n * size, size, starts * size, ends * size)
-                whole.append(Reads(*span, tokens.cache))
+                whole.append(ObjectReads(*span, tokens.cache))
         self._whole.plan(whole)
         if held:  # one entry a remote file: the first reads of all, by batch
             first_which, first_rows = (np.concatenate(x) for x in zip(*firsts))
             self._firsts = Planned(keys, first_which, first_rows)
+
+    def _node_rows(self, keys: list[SegmentBatchKey]) -> Ranges | None:
+        """``(file, a, b)`` of what the other ranks of this node read of ``keys`` (one node
+        holding the whole world: :meth:`~lading.lm.workload.LMWorkload.node_reads_many`), where
+        its cache may hold the token files (else the blocks are never chosen: not computed)."""
+        files = list(self.remote.values())
+        if not fits([t.n * t.itemsize for t in files], files[0].cache):
+            return None
+        found = self.inner.node_reads_many(keys)
+        return None if found is None else self._by_file(found[1])
 
 
 class Planned:

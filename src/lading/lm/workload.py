@@ -6,11 +6,13 @@ answers the loader (:class:`lading.loading.Loader`) for any position it is asked
 many batches, their keys, one batch, and for whole-epoch streams in this process a bulk read of
 many batches at a time (:func:`~lading.lm.batches.chunked_streams`, or on a device
 :func:`~lading.lm.resident.device_streams`). The mode plans a segment once; the plan is kept
-while the loader stays in that segment.
+while the loader stays in that segment. (Over 400 lines: one class, every answer the loader
+asks of an LM epoch; split, its halves would each reach into the other's plans.)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -202,6 +204,30 @@ class LMWorkload(SegmentWorkload):
         """:meth:`reads` of ``keys`` at once: which key (its index in ``keys``) reads each
         range, and the ranges; None where the mode cannot say."""
         return self._many(keys, self.mode.reads_many)
+
+    def node_reads_many(self, keys: list[SegmentBatchKey]) -> ManyReads | None:
+        """:meth:`reads_many` of ``keys`` by every other rank, where the whole world is on this
+        node (``world_size == local_world_size``: one cache), for a remote corpus's plan
+        (:mod:`lading.remote.whole`); None on one rank, many nodes, or a mode that cannot say."""
+        world = self.reading.world
+        if world.world_size == 1 or world.world_size != world.local_world_size:
+            return None
+        whiches, rows = [], []
+        for rank in sorted(set(range(world.world_size)) - {world.rank}):
+            on = dataclasses.replace(world, rank=rank, local_rank=rank)
+            other = dataclasses.replace(self.reading, world=on)
+
+            def of(
+                seg: LMSegment, ks: list[SegmentBatchKey], _: Reading, o: Reading = other
+            ) -> Any:
+                return self.mode.reads_many(seg, ks, o)
+
+            found = self._many(keys, of)
+            if found is None:
+                return None
+            whiches.append(found[0])
+            rows.append(found[1])
+        return np.concatenate(whiches), np.concatenate(rows)
 
     def fetches_many(self, keys: list[SegmentBatchKey]) -> ManyReads | None:
         """:meth:`fetches` of ``keys`` at once, as :meth:`reads_many`."""

@@ -18,7 +18,7 @@ region (:data:`PER_REGION`), and blocks are chosen only on a node whose cap hold
 the plan reads beside one region (kept for everything else: other readers' ranges, a read that
 came before its block); on another node none is (reads go as planned, one range a window),
 even where the reads cover a part that would fit (a loader over a few of a large corpus's
-documents). Reads themselves do not change: the same bytes, from the cache.
+documents). ObjectReads themselves do not change: the same bytes, from the cache.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from lading.remote.ranges import DEFAULT_WASTE, Need
 PER_REGION = 4  # blocks fetched whole a region: a region's bytes / 4, aligned to the items
 
 
-class Reads(NamedTuple):
+class ObjectReads(NamedTuple):
     """What a plan reads of one object: ``[starts, ends)`` in bytes (any order, may overlap),
     of an object of ``length`` bytes whose items are ``align`` bytes (a block's bounds are
     multiples of it), cached by ``cache`` (a :class:`~lading.remote.cache.NodeCache`)."""
@@ -58,19 +58,19 @@ class WholeBlocks:
         self._asked: set[tuple[str, int]] = set()  # blocks handed to a prefetch this plan
         self._planned: list[tuple[str, int, int]] = []  # reads asked as blocks, not yet told
 
-    def plan(self, reads: Sequence[Reads]) -> None:
+    def plan(self, reads: Sequence[ObjectReads]) -> None:
         """Choose the blocks of a new plan's ``reads`` (the last plan's choice forgotten): on a
         node whose cap holds every object read beside one region, the blocks the reads cover;
         on another, none (nor is coverage computed: an argsort of the plan's reads, 0.4 s for
         the 2M windows of a 4B-token epoch)."""
         self._chosen, self._asked, self._planned = {}, set(), []
-        by_node: dict[int, list[Reads]] = {}
+        by_node: dict[int, list[ObjectReads]] = {}
         for r in reads:
             by_node.setdefault(id(r.cache.node), []).append(r)
         for found in by_node.values():
-            cache = found[0].cache
-            if sum(r.length for r in found) + cache.max_block > cache.cap:
+            if not fits([r.length for r in found], found[0].cache):
                 continue
+            cache = found[0].cache
             for r in found:
                 size = _block_bytes(cache.max_block, r.align)
                 if size and len(r.starts):
@@ -109,6 +109,12 @@ class WholeBlocks:
         a read's figures key on its own range, not on the block fetched for it."""
         out, self._planned = self._planned, []
         return out
+
+
+def fits(lengths: Sequence[int], cache: Any) -> bool:
+    """Whether ``cache``'s node holds objects of ``lengths`` bytes beside one region (where
+    blocks may be chosen: :meth:`WholeBlocks.plan`)."""
+    return sum(lengths) + cache.max_block <= cache.cap
 
 
 def covered(
