@@ -59,6 +59,12 @@ class Corpora:
         kw.setdefault("cache_bytes", "1M")
         return TokenCorpus.open(self.url(name), cache=self.folder / f"node-{self.n}", **kw)
 
+    def open_small(self, name: str = "a", **kw: Any) -> TokenCorpus:
+        """:meth:`open` at a cap under the corpus (~3 KB): its windows are read a range each,
+        so GETs go out at every batch (a cap holding it fetches it in whole blocks, once, at
+        the first batch: :mod:`lading.remote.whole`)."""
+        return self.open(name, cache_bytes="2K", **kw)
+
 
 @pytest.fixture(scope="module")
 def corpora(s3: LocalS3, tmp_path_factory: pytest.TempPathFactory) -> Corpora:
@@ -224,7 +230,7 @@ def test_closing_a_loader_waits_for_its_own_gets_not_another_loaders(
     returns at once while the training loader's prefetches wait on a slow server (was: it
     waited for every GET of the corpus's fetcher, the other loader's too: ~3 s here, up to
     the remote deadline under a loader that keeps fetching)."""
-    remote = corpora.open("a", timeout=10.0)
+    remote = corpora.open_small("a", timeout=10.0)
     valid = LanguageModelLoader(remote, 2, Windows(12), seed=1, read_ahead=0)
     assert plain(next(iter(valid))) == plain(
         next(iter(LanguageModelLoader(corpora.local["a"], 2, Windows(12), seed=1)))
@@ -564,7 +570,7 @@ def test_close_with_workers_on_a_stalled_server_takes_one_deadline_not_one_a_wor
     it (2 workers 10 s, 4 workers 19 s at a 3 s deadline)."""
     monkeypatch.setenv("LADING_REMOTE_TIMEOUT", "2")
     loader = LanguageModelLoader(
-        corpora.open(timeout=2.0), 2, Windows(12), seed=5, num_workers=3,
+        corpora.open_small(timeout=2.0), 2, Windows(12), seed=5, num_workers=3,
         multiprocessing_context="fork",
     )  # fmt: skip
     before = set(multiprocessing.active_children())
@@ -598,7 +604,7 @@ def test_nothing_is_fetched_for_a_closed_loader_on_a_stalled_server(
     thread's GETs (+56 to +90 requests in 6 s at a 3 s deadline) and the thread stayed in
     its GET for 6-9 s."""
     monkeypatch.setenv("LADING_REMOTE_TIMEOUT", "1.5")
-    remote = corpora.open(timeout=1.5)
+    remote = corpora.open_small(timeout=1.5)
     before = set(threading.enumerate())
     loader = LanguageModelLoader(remote, 2, Windows(12), seed=6)
     batches = iter(loader)
