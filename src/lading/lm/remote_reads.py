@@ -59,6 +59,9 @@ Ranges = npt.NDArray[np.int64]  # [k, 3]: (corpus, first token, end token) of a 
 # its GETs (bench_remote_lm.py's windows: 0.27M tokens/s, 10.6 of 15.6 s waiting; 1.57-1.60M
 # at 16, 1.21-1.38M at 8). The next epoch's windows start elsewhere: few of its reads hit.
 NEAR_STEPS = 16
+# the window's bytes ahead where blocks are fetched whole (they fit in the cap by choice): a
+# window of cap / 8 took ~8 blocks a step, and each of the epoch's first steps waited on GETs
+WHOLE_SHARE = 1.0
 
 
 def remote_reads(workload: LMWorkload, readers: int = 1) -> RemoteReads | None:
@@ -94,7 +97,7 @@ class RemoteReads:
                 self._files_of[c] = (len(self.remote), np.asarray(bases, dtype=np.int64))
                 self.remote.update(enumerate(files, start=len(self.remote)))
         self._parts = {id(tokens): part for part, tokens in self.remote.items()}
-        share = _ahead_share(workload, self.remote)
+        self._share = share = _ahead_share(workload, self.remote)
         self.planners = {
             part: Planner(t.cache, NEAR_STEPS, share) for part, t in self.remote.items()
         }
@@ -307,6 +310,9 @@ class RemoteReads:
                 span = (tokens.key, tokens.n * size, size, starts * size, ends * size)
                 whole.append(ObjectReads(*span, tokens.cache))
         self._whole.plan(whole)
+        for part, tokens in self.remote.items():  # whole blocks all fit: fetched ahead at once
+            whole_ahead = self._whole.chosen(tokens.key) > 0
+            self.planners[part].share = WHOLE_SHARE if whole_ahead else self._share
         if held:  # one entry a remote file: the first reads of all, by batch
             first_which, first_rows = (np.concatenate(x) for x in zip(*firsts))
             self._firsts = Planned(keys, first_which, first_rows)
