@@ -44,7 +44,7 @@ def _cache(cap: int, region: int, node: object) -> SimpleNamespace:
 
 
 def _reads(key: str, length: int, cache: SimpleNamespace, step: int = 8) -> ObjectReads:
-    """ObjectReads of ``step`` bytes each, covering ``[0, length)``."""
+    """Reads of ``step`` bytes each, covering ``[0, length)``."""
     starts = np.arange(0, length, step, dtype=np.int64)
     return ObjectReads(key, length, 2, starts, np.minimum(starts + step, length), cache)
 
@@ -74,7 +74,7 @@ def test_blocks_are_chosen_only_where_the_node_holds_the_objects_beside_a_region
 
 
 def test_a_block_read_in_part_is_not_fetched_whole() -> None:
-    """ObjectReads covering half of each block: no block is chosen (fetched whole, each would cost
+    """Reads covering half of each block: no block is chosen (fetched whole, each would cost
     twice the bytes read); the reads' needs are their own ranges."""
     starts = np.arange(0, 1000, 40, dtype=np.int64)
     whole = WholeBlocks()

@@ -22,7 +22,7 @@ workload and
 Nothing is shared between builds: two loaders, the read-ahead thread and a reader of the
 corpus in the main thread read at once, each with its own ranges and step. A DataLoader worker
 reads at its batch's step and writes no order: the planner in the main process moves every
-block's next use on as batches are handed out. ObjectReads never depend on what the cache holds:
+block's next use on as batches are handed out. Reads never depend on what the cache holds:
 the same batches come with a cold cache, a cap too small for a window (read around the
 cache), or faults the fetcher retries.
 """

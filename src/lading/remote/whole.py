@@ -18,7 +18,9 @@ region (:data:`PER_REGION`), and blocks are chosen only on a node whose cap hold
 the plan reads beside one region (kept for everything else: other readers' ranges, a read that
 came before its block); on another node none is (reads go as planned, one range a window),
 even where the reads cover a part that would fit (a loader over a few of a large corpus's
-documents). ObjectReads themselves do not change: the same bytes, from the cache.
+documents). The chosen blocks fit in the cap by this rule, so a loader may fetch them all
+ahead at once (:data:`lading.lm.remote_reads.WHOLE_SHARE`). Reads themselves do not change:
+the same bytes, from the cache.
 """
 
 from __future__ import annotations
