@@ -104,6 +104,8 @@ STORES = {
     "store": "short passages, integer ids",
     "store-marco": "MS MARCO passages, integer ids",
     "store-marco-str": "MS MARCO passages, msmarco_passage_<i> ids",
+    "store-shuffled": "short passages, integer ids 0..n-1 in no order",
+    "store-marco-shuffled": "MS MARCO passages, integer ids 0..n-1 in no order",
 }
 
 
@@ -111,11 +113,13 @@ def store_shards(dest: Path, docs: int, shards: int, kind: str = "store") -> Pat
     """``lading build --shard i/N`` of ``docs`` passages of ``kind`` (:data:`STORES`): short
     synthetic ones, or real MS MARCO passages resampled (:func:`common.make_corpora`; synthetic
     passages where the data is absent) under integer or string ids. Returns the source."""
-    if kind == "store":
+    if kind in ("store", "store-shuffled"):
         src = short_passages(dest.parent / "passages.tsv", docs)
     else:
         int_tsv, str_tsv, _ = make_corpora(docs, dest.parent)
         src = str_tsv if kind.endswith("-str") else int_tsv
+    if kind.endswith("-shuffled"):
+        src = shuffled_ids(src, dest.parent / f"{src.stem}-shuffled.tsv")
     lading = [sys.executable, "-m", "lading", "build", str(src), str(dest), "--quiet", "--shard"]
     procs = [subprocess.Popen([*lading, f"{i}/{shards}"]) for i in range(shards)]
     assert all(p.wait() == 0 for p in procs)
@@ -179,6 +183,17 @@ def short_passages(src: Path, docs: int) -> Path:
     return src
 
 
+def shuffled_ids(src: Path, out: Path) -> Path:
+    """``src`` (a TSV whose ids are ``0..n-1``) with its ids permuted (seed 3): every id once,
+    in no order, so a store of it keeps the ``dense`` index (4 B a document), which a merge
+    writes; the texts stay in their rows."""
+    lines = src.read_text().splitlines(keepends=True)
+    ids = np.random.default_rng(3).permutation(len(lines))
+    with open(out, "w") as f:
+        f.writelines(f"{i}\t{line.split(chr(9), 1)[1]}" for i, line in zip(ids.tolist(), lines))
+    return out
+
+
 STORE_MERGE = (
     "from lading.stores.building.parallel import merge_store as m",
     "m(Path(sys.argv[1]))",
@@ -188,6 +203,8 @@ MERGE = {  # kind -> (the child's imports, the merge it times)
     "store": STORE_MERGE,
     "store-marco": STORE_MERGE,
     "store-marco-str": STORE_MERGE,
+    "store-shuffled": STORE_MERGE,
+    "store-marco-shuffled": STORE_MERGE,
     "floor": ("import lading.lm.merge, lading.stores.building.parallel", "pass"),
 }
 
