@@ -807,7 +807,7 @@ FORK_REMOTE = """
     from lading.lm import LanguageModelLoader, TokenCorpus, Windows
 
     local = TokenCorpus.open({local!r})
-    remote = TokenCorpus.open({url!r}, cache={cache!r}, cache_bytes="1M")
+    remote = TokenCorpus.open({url!r}, cache={cache!r}, cache_bytes={cap!r})
     twin = LanguageModelLoader(local, 3, Windows(12, **{shuffle!r}), seed=5)
     loader = LanguageModelLoader(remote, 3, Windows(12, **{shuffle!r}), seed=5)
     codes = []
@@ -839,19 +839,22 @@ FORK_REMOTE = """
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("cap", ["1M", "2K"])  # whole blocks; windows fetched around the cache
 @pytest.mark.parametrize("shuffle", sorted(SHUFFLES))
 def test_forks_while_the_plane_works_leave_every_child_reading(
-    corpora: Corpora, tmp_path: Path, shuffle: str
+    corpora: Corpora, tmp_path: Path, shuffle: str, cap: str
 ) -> None:
     """Eight forks, each while the loader's read-ahead thread and the node cache's fill
     thread are at work: every child finishes its pass and reads a document right (a thread
     inside SQLite at the fork would leave the child's SQLite locked; a read-ahead thread
-    carried into the child would leave it waiting for ever)."""
+    carried into the child would leave it waiting for ever; at a cap under the corpus, GETs
+    the parent's window started around the cache are not the child's to wait for)."""
     script = FORK_REMOTE.format(
         local=str(corpora.local["a"].path),
         url=corpora.url("a"),
         cache=str(tmp_path / "node"),
         shuffle=SHUFFLES[shuffle],
+        cap=cap,
     )
     done = _run(script, timeout=240)
     assert done.returncode == 0 and "children [0, 0, 0, 0, 0, 0, 0, 0]" in done.stdout, (
@@ -890,6 +893,58 @@ def test_a_forked_childs_close_does_not_wait_for_its_parents_gets(
     script = FORK_CLOSE.format(url=corpora.url("b"), cache=str(tmp_path / "node"))
     done = _run(script, timeout=120)
     assert done.returncode == 0 and "child 0" in done.stdout, done.stdout + done.stderr
+
+
+FORK_AROUND = """
+import os, signal, sys, time
+from lading.lm import LanguageModelLoader, TokenCorpus, Windows
+
+local = TokenCorpus.open({local!r})
+remote = TokenCorpus.open({url!r}, cache={cache!r}, cache_bytes="2K", timeout=30.0)
+mode = Windows(12, shuffle_documents=False)
+want = [b[0].tolist() for b in LanguageModelLoader(local, 2, mode, seed=4)]
+loader = LanguageModelLoader(remote, 2, mode, seed=4, read_ahead=0)
+it = iter(loader)
+got = [next(it)[0].tolist() for _ in range(9)]  # batches 0-8 (their GETs answered)
+print("read", flush=True)
+sys.stdin.readline()  # the test slows every GET from here: 3 s each
+got.append(next(it)[0].tolist())  # batch 9: its window starts batches 16-25's GETs
+pid = os.fork()  # those GETs in flight: none of them is the child's
+if pid == 0:
+    signal.alarm(60)  # a child waiting on its parent's GETs dies of SIGALRM
+    started = time.monotonic()
+    got += [next(it)[0].tolist() for _ in range(7)]  # 10-16: 16's GET was the parent's
+    os._exit(0 if got == want[:17] and time.monotonic() - started < 30 else 3)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+@pytest.mark.slow  # a slow server: ~10 s
+def test_a_forked_child_reads_what_its_parents_window_fetched_around_the_cache_itself(
+    corpora: Corpora, faults: LocalS3, tmp_path: Path
+) -> None:
+    """A fork while GETs a loader's window started around the cache (a cap under the corpus)
+    are in flight: the child's batch that needs one fetches its ranges itself, the parent's
+    GETs never settling there; those answered before the fork are read from memory."""
+    script = FORK_AROUND.format(
+        local=str(corpora.local["a"].path), url=corpora.url("a"), cache=str(tmp_path / "node")
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    child = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        assert child.stdout.readline().strip() == "read"
+        faults.fault("corpora/a/", 1000, "slow", delay=3.0)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 0 and "child 0" in out, out + err
 
 
 # ------------------------------------------------------------------ claims and other users

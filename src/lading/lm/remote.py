@@ -41,7 +41,7 @@ from lading.lm.corpus_format import (
     check_offsets,
     tokenizer_file,
 )
-from lading.remote.cache import NodeCache
+from lading.remote.cache import AroundGets, NodeCache
 from lading.remote.clients import check_reachable
 from lading.remote.objects import RemoteNotSupportedError
 from lading.remote.settings import RemoteSettings
@@ -102,12 +102,19 @@ class RemoteTokens:
             "or call corpus.token_arrays() to read them all by ranged GETs"
         )
 
-    def read(self, ranges: Sequence[tuple[int, int]], step: int | None = None) -> list[np.ndarray]:
+    def read(
+        self,
+        ranges: Sequence[tuple[int, int]],
+        step: int | None = None,
+        around: AroundGets | None = None,
+    ) -> list[np.ndarray]:
         """Tokens ``[a, b)`` of each range, through the node cache, at ``step`` (default: the
-        building thread's, :func:`lading.step.current_step`)."""
+        building thread's, :func:`lading.step.current_step`); ``around``: the reader's GETs
+        of ranges fetched around the cache (:mod:`lading.remote.cache.around`), taken first."""
         size = self.itemsize
         spans = [(self.key, a * size, b * size) for a, b in ranges]
-        return [np.frombuffer(raw, dtype=self.dtype) for raw in self.cache.read(spans, step)]
+        raws = self.cache.read(spans, step, around=around)
+        return [np.frombuffer(raw, dtype=self.dtype) for raw in raws]
 
 
 class Build:

@@ -16,6 +16,10 @@ workload and
 - where the node cache holds the corpus, has the window fetch the blocks of ``tokens.bin``
   its node's ranks read (all of it: this rank's and, with the whole world on this node, the
   others') whole, once (:mod:`lading.remote.whole`);
+- where it does not, and this process builds the batches it announces, has the window fetch
+  around the cache every range but those the next epoch reads first (what the cap can keep
+  until then): read once an epoch, the rest gain nothing from the cache and cost its claims,
+  fills and lookups (:mod:`lading.remote.cache.around`);
 - builds a batch with one read of the cache per corpus (every range of the batch at once, at
   the batch's step), which the build's slices are then served from.
 
@@ -46,12 +50,12 @@ from lading.lm.workload import LMWorkload
 from lading.loading.announce import Announce, announcer
 from lading.loading.hooks import Hooks
 from lading.loading.state import Cursor
-from lading.remote.cache import Planner
+from lading.remote.cache import AroundGets, Planner
 from lading.remote.cache.planner import AHEAD_SHARE
 from lading.remote.ranges import Need
 from lading.remote.schedule import Schedule
 from lading.remote.whole import ObjectReads, WholeBlocks, fits
-from lading.step import at_step, step_of
+from lading.step import STEPS_PER_EPOCH, at_step, step_of
 
 Ranges = npt.NDArray[np.int64]  # [k, 3]: (corpus, first token, end token) of a batch's reads
 # a prefetch this many steps ahead may give up blocks planned for later (the next epoch's):
@@ -107,6 +111,13 @@ class RemoteReads:
         self._fetches = Planned()  # ... and what to fetch for them
         self._firsts = Planned()  # ... and of these, what each batch reads first (held)
         self._whole = WholeBlocks()  # the blocks the plan fetches whole (not held)
+        # a file's ranges fetched around the cache, held for this loader's builds; and of
+        # the files whose reads go around, the ranges the next epoch reads first (kept)
+        self._around = {part: AroundGets() for part in self.remote}
+        for part, tokens in self.remote.items():
+            tokens.cache.planners.add(self._around[part])  # (told at a fork)
+        self._kept: dict[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
+        self._next_kept: dict[int, tuple[int, tuple[Any, Any]]] = {}  # part -> (epoch, kept)
         _warn_small_caches(self.remote, workload)
 
     def settle(self, timeout: float) -> None:
@@ -117,6 +128,8 @@ class RemoteReads:
         ends = time.monotonic() + timeout
         for planner in self.planners.values():
             planner.settle(max(0.0, ends - time.monotonic()))
+        for part, around in self._around.items():
+            around.settle(self.remote[part].cache.fetcher, max(0.0, ends - time.monotonic()))
 
     def __getattr__(self, name: str) -> Any:  # batches, keys, layout, fingerprint, ...
         if name == "inner":  # not set yet (unpickling)
@@ -151,7 +164,8 @@ class RemoteReads:
             for part, tokens in self.remote.items():
                 starts, ends = joined(ranges[ranges[:, 0] == part])
                 spans = list(zip(starts, ends))
-                fetched[id(tokens)] = (starts, ends, tokens.read(spans, step))
+                arrays = tokens.read(spans, step, self._around[part])
+                fetched[id(tokens)] = (starts, ends, arrays)
         token = BUILD.set(Build(self._parts, fetched))
         try:
             with at_step(step):
@@ -254,7 +268,12 @@ class RemoteReads:
             first: dict[tuple[str, int, int], Need] = {}  # a block many batches read: once
             for need in needs:
                 first.setdefault((need.key, need.start, need.end), need)
-            self.planners[part].prefetch(list(first.values()), now)
+            planned, around = list(first.values()), list[Need]()
+            kept = self._kept.get(part)
+            if kept is not None and planned:
+                around, planned = _split(planned, kept, self.remote[part].itemsize)
+            self.planners[part].prefetch(planned, now)  # (few: then the rest, step by step)
+            self.remote[part].cache.fetch_around(around, self._around[part])
         told = self._whole.planned()  # reads fetched as whole blocks: planned all the same
         for tokens in self.remote.values():
             tokens.cache.announced([span for span in told if span[0] == tokens.key])
@@ -310,9 +329,20 @@ class RemoteReads:
                 span = (tokens.key, tokens.n * size, size, starts * size, ends * size)
                 whole.append(ObjectReads(*span, tokens.cache))
         self._whole.plan(whole)
+        self._kept = {}
         for part, tokens in self.remote.items():  # whole blocks all fit: fetched ahead at once
             whole_ahead = self._whole.chosen(tokens.key) > 0
             self.planners[part].share = WHOLE_SHARE if whole_ahead else self._share
+            if not held and not whole_ahead and self.readers == 1:  # (this process builds)
+                mine = rows[:, 0] == part
+                batch, starts, ends = joined_many(which[mine], rows[mine, 1], rows[mine, 2])
+                ranks = max(1, self.inner.reading.world.local_world_size)  # sharing the cache
+                budget = int(tokens.cache.cap * (1 - 2 * self._share)) // tokens.itemsize // ranks
+                epoch = first_step // STEPS_PER_EPOCH
+                kept = _read_first(at[batch], starts, ends, epoch + 1, budget)
+                told, before = self._next_kept.get(part, (-1, kept))  # the plan before's
+                self._kept[part] = _by_start(kept, *([before] if told == epoch else []))
+                self._next_kept[part] = (epoch + 1, kept)
         if held:  # one entry a remote file: the first reads of all, by batch
             first_which, first_rows = (np.concatenate(x) for x in zip(*firsts))
             self._firsts = Planned(keys, first_which, first_rows)
@@ -326,6 +356,46 @@ class RemoteReads:
             return None
         found = self.inner.node_reads_many(keys)
         return None if found is None else self._by_file(found[1])
+
+
+def _read_first(
+    steps: npt.NDArray[np.int64],
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    epoch: int,
+    budget: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The ranges (``[starts, ends)`` read at ``steps``) that ``epoch`` reads first, up to
+    ``budget`` tokens: what the cache can keep for it through the epoch before."""
+    mine = steps // STEPS_PER_EPOCH == epoch
+    order = np.argsort(steps[mine], kind="stable")
+    a, b = starts[mine][order], ends[mine][order]
+    take = int(np.searchsorted(np.cumsum(b - a), budget, side="right"))
+    return a[:take], b[:take]
+
+
+def _by_start(
+    *ranges: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """``ranges`` as ``(starts, the largest end up to each)``, sorted by start (:func:`_split`)."""
+    a, b = (np.concatenate(x) for x in zip(*ranges))
+    order = np.argsort(a, kind="stable")
+    return a[order], np.maximum.accumulate(b[order]) if len(a) else b
+
+
+def _split(
+    needs: list[Need], kept: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]], size: int
+) -> tuple[list[Need], list[Need]]:
+    """``needs`` (byte ranges of one file) as (those no kept range overlaps by more than its
+    first or last token: fetched around the cache; the others: through it)."""
+    starts, ends = kept
+    if not len(starts):
+        return needs, []
+    lo = np.array([n.start for n in needs], dtype=np.int64) // size + 1
+    hi = np.array([n.end for n in needs], dtype=np.int64) // size - 1
+    at = np.searchsorted(starts, hi, side="left") - 1  # the last kept range starting before hi
+    inside = ((at >= 0) & (ends[np.maximum(at, 0)] > lo)).tolist()
+    return [n for n, k in zip(needs, inside) if not k], [n for n, k in zip(needs, inside) if k]
 
 
 class Planned:

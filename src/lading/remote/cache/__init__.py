@@ -8,11 +8,13 @@
 - :mod:`.fill`: the thread that writes fetched blocks in;
 - :mod:`.reads`: one snapshot's view: ranges read at a step, fetched ahead;
 - :mod:`.planner`: what one loader tells it ahead (its order, its window);
+- :mod:`.around`: a loader's GETs of ranges the cache would not keep, held until read;
 - :mod:`.damaged`: a damaged ledger set aside.
 """
 
+from lading.remote.cache.around import AroundGets
 from lading.remote.cache.node import Node, node_of
 from lading.remote.cache.planner import Planner
 from lading.remote.cache.reads import NodeCache, Span
 
-__all__ = ["Node", "NodeCache", "Planner", "Span", "node_of"]
+__all__ = ["AroundGets", "Node", "NodeCache", "Planner", "Span", "node_of"]

@@ -21,7 +21,8 @@ this process across a GET or a wait (decided in a ledger transaction, waited out
   read around the cache, not kept.
 - :meth:`fetch_ahead`: the next batches' ranges (what a :class:`~.planner.Planner` sends a
   window ahead): cached ones get their next use, the gaps are claimed and fetched, what finds
-  no room comes back for a later call.
+  no room comes back for a later call; :meth:`fetch_around`: ranges the cache would not keep
+  (:mod:`.around`), fetched for their reader alone, whose :meth:`read` takes them first.
 
 What the reads did is counted per range read (:mod:`.figures`).
 """
@@ -39,6 +40,7 @@ from typing import Any, Protocol
 
 from lading.errors import OutOfSpaceError, RemoteChangedError
 from lading.remote import fetch
+from lading.remote.cache.around import AroundGets
 from lading.remote.cache.claims import Claimed, Claims, Part, cut_up
 from lading.remote.cache.damaged import DamagedCacheWarning
 from lading.remote.cache.figures import Figures
@@ -136,7 +138,11 @@ class NodeCache:
     # -- reading -----------------------------------------------------------------------------
 
     def read(
-        self, spans: Sequence[Span], step: int | None = None, planned: bool = False
+        self,
+        spans: Sequence[Span],
+        step: int | None = None,
+        planned: bool = False,
+        around: AroundGets | None = None,
     ) -> list[bytes]:
         """Bytes of each ``(key, start, end)``, in order; each ``bytes`` the caller's own.
         ``planned``: the reader told its epoch's order (a :class:`~.planner.Planner` has a
@@ -144,6 +150,8 @@ class NodeCache:
         the window did not bring, takes the room of no block needed later this epoch (it is
         read around the cache instead: its own next use is the next epoch's, Belady's rule
         would not keep it), but that of a region in transit (:meth:`.places.Space.place`).
+        ``around``: the reader's GETs of ranges fetched around the cache
+        (:meth:`fetch_around`), taken first; a range whose GET failed is read as any other.
 
         Raises:
             RemoteReadError: a GET failed for good (naming the object and range), or a range
@@ -153,13 +161,15 @@ class NodeCache:
             raise RemoteReadError(REFUSED.format(self.fetcher))
         self._drop_changed()  # (a GET ahead refused since the last read)
         try:
-            return self._read(spans, step, planned)
+            return self._read(spans, step, planned, around)
         except RemoteChangedError:  # refused now: the blocks go before the error does
             with contextlib.suppress(Exception):  # (the next read tries again)
                 self._drop_changed()
             raise
 
-    def _read(self, spans: Sequence[Span], step: int | None, planned: bool) -> list[bytes]:
+    def _read(
+        self, spans: Sequence[Span], step: int | None, planned: bool, around: AroundGets | None
+    ) -> list[bytes]:
         """:meth:`read`, its view open."""
         now = current_step() if step is None else step
         where: dict[Key, list[int]] = {}
@@ -168,6 +178,8 @@ class NodeCache:
         got: dict[Key, bytes] = {k: b"" for k in where if k[2] <= k[1]}
         fetched: set[Key] = set()
         todo = [k for k in where if k not in got]
+        if around is not None and len(around):
+            todo = self._take_around(around, todo, now, got, fetched)
         for attempt in range(ROUNDS):
             if not todo:
                 break
@@ -186,6 +198,40 @@ class NodeCache:
             for i in places:
                 out[i] = got[k]
         return out
+
+    def _take_around(
+        self,
+        around: AroundGets,
+        todo: list[Key],
+        now: int | None,
+        got: dict[Key, bytes],
+        fetched: set[Key],
+    ) -> list[Key]:
+        """The ranges of ``todo`` whose GETs ``around`` holds, waited for into ``got`` (bytes
+        from an unpinned call served once their object's check passed, as a cached block's
+        are: :meth:`_confirm`); the rest, and those whose GET failed, left to read."""
+        held = around.take(todo, now)
+        if not held:
+            return todo
+        unpinned: dict[int, float] = {}
+        limit = self.fetcher.deadline.total
+        for k, future in held.items():
+            try:
+                data = future.result(limit)
+            except ClosedError:
+                cancel = current()  # (its loader closed, or the store: the read ends)
+                if self.fetcher.closed or (cancel is not None and cancel.cancelled):
+                    raise
+                continue
+            except (RemoteReadError, TimeoutError):  # (read again: the error is the read's)
+                continue
+            if future.checked is None and self.etags.get(self._names[k[0]]) is not None:
+                unpinned[k[0]] = time.time()  # (its bytes came before now: checked after)
+            got[k] = data
+            fetched.add(k)
+            self.figures.add("bytes_bypassed", len(data))
+        self._confirm(unpinned)  # (raises where an object was replaced: the read's error)
+        return [k for k in todo if k not in got]
 
     def _drop_changed(self) -> None:
         """Drop from the ledger the blocks of objects the fetcher found replaced since the
@@ -466,6 +512,21 @@ class NodeCache:
         self.figures.ahead(keys, fetched, len(needs) - len(claimed.missing))
         self._tell_node()
         return claimed
+
+    def fetch_around(self, needs: Sequence[Need], around: AroundGets) -> None:
+        """Start the GETs of ``needs`` (ranges and the step each is read at), held in
+        ``around`` for their reader, claiming nothing (:mod:`.around`): a range the cache
+        would not keep until its next read."""
+        if not needs:
+            return
+        self._drop_changed()
+        keys = [(self.obj(n.key), n.start, n.end) for n in needs]
+        futures = self.fetcher.submit_many(
+            [(n.key, n.start, n.end, self.etags.get(n.key)) for n in needs]
+        )
+        around.hold(keys, futures, [n.step for n in needs])
+        self.figures.ahead(keys, keys, 0)
+        self._tell_node()
 
     def announced(self, spans: Sequence[Span]) -> None:
         """Count ``spans`` as announced by a window (not unplanned at their reads) where the
