@@ -68,12 +68,12 @@ NEAR_STEPS = 16
 WHOLE_SHARE = 1.0
 
 
-def remote_reads(workload: LMWorkload, readers: int = 1) -> RemoteReads | None:
+def remote_reads(workload: LMWorkload, workers: int = 0) -> RemoteReads | None:
     """``workload`` wrapped to plan its remote corpora's reads, or None when all are local;
-    ``readers``: the processes building batches (DataLoader workers, or 1)."""
+    ``workers``: the DataLoader workers building batches (0: this process builds them)."""
     if not any(c.remote is not None for c, _ in workload.data.parts):
         return None
-    return RemoteReads(workload, readers)
+    return RemoteReads(workload, max(1, workers), builds_here=workers == 0)
 
 
 def _same(key: Any) -> Any:
@@ -88,9 +88,11 @@ class RemoteReads:
         announce: what the loader calls with each iteration's batch keys.
     """
 
-    def __init__(self, workload: LMWorkload, readers: int = 1) -> None:
+    def __init__(self, workload: LMWorkload, readers: int = 1, builds_here: bool = False) -> None:
         self.inner = workload
         self.readers = max(1, readers)  # processes building batches: DataLoader workers
+        # whether the process that announces builds the batches (no DataLoader workers): what
+        # its window fetched around the cache is then read by the one that holds it
         # every token file read by GETs, numbered: one a corpus, one a shard of a corpus built
         # in shards (its parts: lading.lm.parts); ranges are (file, a, b) of that file
         self.remote: dict[int, RemoteTokens] = {}
@@ -117,7 +119,8 @@ class RemoteReads:
         for part, tokens in self.remote.items():
             tokens.cache.planners.add(self._around[part])  # (told at a fork)
         self._kept: dict[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
-        self._next_kept: dict[int, tuple[int, tuple[Any, Any]]] = {}  # part -> (epoch, kept)
+        self._firsts_of: dict[int, dict[int, tuple[Any, Any]]] = {}  # part -> epoch -> kept
+        self._builds_here = builds_here
         _warn_small_caches(self.remote, workload)
 
     def settle(self, timeout: float) -> None:
@@ -333,16 +336,18 @@ class RemoteReads:
         for part, tokens in self.remote.items():  # whole blocks all fit: fetched ahead at once
             whole_ahead = self._whole.chosen(tokens.key) > 0
             self.planners[part].share = WHOLE_SHARE if whole_ahead else self._share
-            if not held and not whole_ahead and self.readers == 1:  # (this process builds)
+            if not held and not whole_ahead and self._builds_here:
                 mine = rows[:, 0] == part
                 batch, starts, ends = joined_many(which[mine], rows[mine, 1], rows[mine, 2])
                 ranks = max(1, self.inner.reading.world.local_world_size)  # sharing the cache
-                budget = int(tokens.cache.cap * (1 - 2 * self._share)) // tokens.itemsize // ranks
+                share = max(0.0, 1 - 2 * self._share)
+                budget = int(tokens.cache.cap * share) // tokens.itemsize // ranks
                 epoch = first_step // STEPS_PER_EPOCH
                 kept = _read_first(at[batch], starts, ends, epoch + 1, budget)
-                told, before = self._next_kept.get(part, (-1, kept))  # the plan before's
-                self._kept[part] = _by_start(kept, *([before] if told == epoch else []))
-                self._next_kept[part] = (epoch + 1, kept)
+                # this epoch's first reads, kept by a plan of the epoch before: from the cache
+                before = self._firsts_of.get(part, {}).get(epoch)
+                self._firsts_of[part] = {epoch + 1: kept, **({epoch: before} if before else {})}
+                self._kept[part] = _by_start(kept, *([before] if before else []))
         if held:  # one entry a remote file: the first reads of all, by batch
             first_which, first_rows = (np.concatenate(x) for x in zip(*firsts))
             self._firsts = Planned(keys, first_which, first_rows)
