@@ -29,6 +29,9 @@ reads at its batch's step and writes no order: the planner in the main process m
 block's next use on as batches are handed out. Reads never depend on what the cache holds:
 the same batches come with a cold cache, a cap too small for a window (read around the
 cache), or faults the fetcher retries.
+
+Over 400 lines, as one idea: one loader's remote reads (its plan, its window, its builds)
+share the plan's arrays; which ranges go around the cache is :mod:`lading.lm.remote_kept`.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import numpy.typing as npt
 from lading.lm.modes.base import ManyReads, stacked
 from lading.lm.remote import BUILD, Build, RemoteTokens
 from lading.lm.remote_blocks import HeldBlocks
+from lading.lm.remote_kept import by_start, read_first, split_kept
 from lading.lm.segment import SegmentBatchKey
 from lading.lm.spans import first_reads, joined, joined_many
 from lading.lm.workload import LMWorkload
@@ -274,7 +278,7 @@ class RemoteReads:
             planned, around = list(first.values()), list[Need]()
             kept = self._kept.get(part)
             if kept is not None and planned:
-                around, planned = _split(planned, kept, self.remote[part].itemsize)
+                around, planned = split_kept(planned, kept, self.remote[part].itemsize)
             self.planners[part].prefetch(planned, now)  # (few: then the rest, step by step)
             self.remote[part].cache.fetch_around(around, self._around[part])
         told = self._whole.planned()  # reads fetched as whole blocks: planned all the same
@@ -343,11 +347,11 @@ class RemoteReads:
                 share = max(0.0, 1 - 2 * self._share)
                 budget = int(tokens.cache.cap * share) // tokens.itemsize // ranks
                 epoch = first_step // STEPS_PER_EPOCH
-                kept = _read_first(at[batch], starts, ends, epoch + 1, budget)
+                kept = read_first(at[batch], starts, ends, epoch + 1, budget)
                 # this epoch's first reads, kept by a plan of the epoch before: from the cache
                 before = self._firsts_of.get(part, {}).get(epoch)
                 self._firsts_of[part] = {epoch + 1: kept, **({epoch: before} if before else {})}
-                self._kept[part] = _by_start(kept, *([before] if before else []))
+                self._kept[part] = by_start(kept, *([before] if before else []))
         if held:  # one entry a remote file: the first reads of all, by batch
             first_which, first_rows = (np.concatenate(x) for x in zip(*firsts))
             self._firsts = Planned(keys, first_which, first_rows)
@@ -361,46 +365,6 @@ class RemoteReads:
             return None
         found = self.inner.node_reads_many(keys)
         return None if found is None else self._by_file(found[1])
-
-
-def _read_first(
-    steps: npt.NDArray[np.int64],
-    starts: npt.NDArray[np.int64],
-    ends: npt.NDArray[np.int64],
-    epoch: int,
-    budget: int,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The ranges (``[starts, ends)`` read at ``steps``) that ``epoch`` reads first, up to
-    ``budget`` tokens: what the cache can keep for it through the epoch before."""
-    mine = steps // STEPS_PER_EPOCH == epoch
-    order = np.argsort(steps[mine], kind="stable")
-    a, b = starts[mine][order], ends[mine][order]
-    take = int(np.searchsorted(np.cumsum(b - a), budget, side="right"))
-    return a[:take], b[:take]
-
-
-def _by_start(
-    *ranges: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """``ranges`` as ``(starts, the largest end up to each)``, sorted by start (:func:`_split`)."""
-    a, b = (np.concatenate(x) for x in zip(*ranges))
-    order = np.argsort(a, kind="stable")
-    return a[order], np.maximum.accumulate(b[order]) if len(a) else b
-
-
-def _split(
-    needs: list[Need], kept: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]], size: int
-) -> tuple[list[Need], list[Need]]:
-    """``needs`` (byte ranges of one file) as (those no kept range overlaps by more than its
-    first or last token: fetched around the cache; the others: through it)."""
-    starts, ends = kept
-    if not len(starts):
-        return needs, []
-    lo = np.array([n.start for n in needs], dtype=np.int64) // size + 1
-    hi = np.array([n.end for n in needs], dtype=np.int64) // size - 1
-    at = np.searchsorted(starts, hi, side="left") - 1  # the last kept range starting before hi
-    inside = ((at >= 0) & (ends[np.maximum(at, 0)] > lo)).tolist()
-    return [n for n, k in zip(needs, inside) if not k], [n for n, k in zip(needs, inside) if k]
 
 
 class Planned:
