@@ -78,6 +78,7 @@ class _Proxy:
             "max_in_flight": 0,
             "faults": 0,
             "gets_by_key": {},
+            "get_bytes_by_key": {},
         }
 
     async def handle(self, request: Any) -> Any:
@@ -154,6 +155,7 @@ class _Proxy:
         if fault is not None and fault["kind"] == "short":
             body = body[: len(body) // 2]
         c["get_bytes"] += len(body)
+        c["get_bytes_by_key"][name] = c["get_bytes_by_key"].get(name, 0) + len(body)
         out = dict(headers)
         if status == 206:
             out["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
@@ -372,7 +374,7 @@ class LocalS3:
 
     def stats(self) -> dict[str, Any]:
         """Requests since the last :meth:`reset`: ``gets``, ``get_bytes``, ``max_in_flight``,
-        ``gets_by_key``, ``heads``, ``puts``, ``lists``, ``faults``."""
+        ``gets_by_key``, ``get_bytes_by_key``, ``heads``, ``puts``, ``lists``, ``faults``."""
         found: dict[str, Any] = self._call("stats")
         return found
 
