@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from typing import Any
 
 import numpy as np
 import pytest
 
 from conftest import word_corpus
+from lading.errors import RemoteReadError
 from lading.lm import LanguageModelLoader, TokenCorpus, Windows
 from lading.lm.stream import EpochStream
 from lading.loading.announce import LOOKAHEAD
@@ -206,6 +208,41 @@ def test_with_a_dataloader_worker_the_windows_are_fetched_once_through_the_cache
     print(f"tokens.bin: {fetched} bytes sent for {used} used; around {stats['bytes_bypassed']}")
     assert stats["bytes_bypassed"] == 0
     assert used > 0 and fetched <= 1.1 * used, (fetched, used)
+    remote.close()
+
+
+def test_a_window_fetched_around_the_cache_fails_within_one_deadline_when_the_server_stops(
+    corpora: dict[str, Any], s3: LocalS3
+) -> None:
+    """The server stops answering mid-epoch: the batch whose held GETs (started by the
+    window, around the cache) never come back raises within the remote deadline, naming
+    the object. (Before: each failed held GET's range was read again, with a deadline of its
+    own: 2x the deadline before the error.)"""
+    local, url, folder = corpora["short"]
+    nbytes = local.n_tokens * local.dtype.itemsize
+    limit = 0.4
+    remote = TokenCorpus.open(url, cache=folder / "c-around-hang", timeout=limit,
+                              cache_bytes=max(nbytes // 10, 4096))  # fmt: skip
+    assert remote.remote is not None
+    total = remote.remote.cache.fetcher.deadline.total
+    loader = LanguageModelLoader(remote, 4, Windows(32), seed=5, read_ahead=0)
+    batches = iter(loader)
+    next(batches)
+    s3.reset()
+    s3.fault("tokens.bin", 9999, "hang", delay=60.0)
+    waited = 0.0
+    try:
+        with pytest.raises(RemoteReadError, match=r"tokens\.bin"):
+            for _ in range(4 * LOOKAHEAD):  # the batches announced before the fault
+                started = time.monotonic()
+                next(batches)
+        waited = time.monotonic() - started
+    finally:
+        s3.reset()
+    assert remote.cache_stats()["bytes_bypassed"] > 0  # (the around route was taken)
+    print(f"the failing batch waited {waited:.2f} s; the deadline is {total:.2f} s")
+    assert waited < total + 1.0, (waited, total)
+    loader.close()
     remote.close()
 
 

@@ -209,22 +209,29 @@ class NodeCache:
     ) -> list[Key]:
         """The ranges of ``todo`` whose GETs ``around`` holds, waited for into ``got`` (bytes
         from an unpinned call served once their object's check passed, as a cached block's
-        are: :meth:`_confirm`); the rest, and those whose GET failed, left to read."""
+        are: :meth:`_confirm`); the rest left to read. A held GET that failed is the read's
+        error: it made every attempt the read's own GET would have (reading its range again
+        made a server that stopped answering cost two deadlines before the error)."""
         held = around.take(todo, now)
         if not held:
             return todo
         unpinned: dict[int, float] = {}
-        limit = self.fetcher.deadline.total
+        until = time.monotonic() + self.fetcher.deadline.total  # one deadline for them all
         for k, future in held.items():
             try:
-                data = future.result(limit)
+                data = future.result(max(0.0, until - time.monotonic()))
             except ClosedError:
                 cancel = current()  # (its loader closed, or the store: the read ends)
                 if self.fetcher.closed or (cancel is not None and cancel.cancelled):
                     raise
-                continue
-            except (RemoteReadError, TimeoutError):  # (read again: the error is the read's)
-                continue
+                continue  # (another's close: this read goes on by the cache)
+            except TimeoutError:  # (unanswered past every attempt's deadline: cannot be)
+                obj, start, end = k
+                where = describe(self.fetcher.client.url, self._names[obj], start, end)
+                raise RemoteReadError(
+                    f"{where}: no answer within the remote deadline of "
+                    f"{self.fetcher.deadline.total:.1f} s"
+                ) from None
             if future.checked is None and self.etags.get(self._names[k[0]]) is not None:
                 unpinned[k[0]] = time.time()  # (its bytes came before now: checked after)
             got[k] = data
