@@ -455,6 +455,43 @@ def test_asking_for_pages_is_not_taken_for_a_cold_read(
     assert text._read_ahead is False  # ... and the copy was warm: next batches ask no more
 
 
+@pytest.mark.parametrize("shards", [1, 12])
+@pytest.mark.parametrize("faulted", [False, True])
+def test_a_slow_batch_is_cold_only_if_it_waited_on_the_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shards: int, faulted: bool
+) -> None:
+    """A batch slower than the cold rule's time a row is taken for one read from the device
+    (the next batches ask for their pages first) only if this thread waited on the device
+    for a page meanwhile; one preempted on a loaded machine, its pages in memory, is not
+    (old code: the clock alone, so a busy machine's lookups kept taking the dear route,
+    ~1 ms a batch over 200 shards). Here every clock reading is a second later."""
+    from lading.disk import ragged
+    from lading.stores import shards as sharded
+
+    faults = [0]
+    monkeypatch.setattr(ragged, "_major_faults", lambda: faults[0])
+    src = write(tmp_path / "s.tsv", "".join(f"D{i}\ttext of D{i}\n" for i in range(60)))
+    for i in range(shards):
+        lading.build_shard(src, tmp_path / "s", (i, shards), progress=False)
+    store = lading.merge_store(tmp_path / "s")
+    text = store._maps().text
+    clock = [0.0]
+
+    def slow() -> float:
+        clock[0] += 1.0
+        return clock[0]
+
+    for module in (ragged, sharded):
+        monkeypatch.setattr(module.time, "perf_counter", slow)
+    rows = np.arange(0, 60, 3)
+    for warm_before in (True, False):  # a warm column, and one already reading ahead
+        text._read_ahead = not warm_before
+        if faulted:
+            faults[0] += 1  # (a page of this batch came from the device)
+        assert text.texts(rows) == [f"text of D{r}" for r in rows.tolist()]
+        assert text._read_ahead is faulted, (warm_before, faulted)
+
+
 def test_a_cold_batch_of_a_sharded_store_is_read_ahead_in_every_shard(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.disk import OFFSET_DTYPE, MappedFile, RaggedColumn, native
-from lading.disk.ragged import _COLD_SECONDS, _READ_AHEAD_ROWS
+from lading.disk.ragged import _READ_AHEAD_ROWS, ColdRule
 from lading.errors import StoreFormatError
 from lading.stores.bulk import bytes_at, texts_range
 
@@ -50,6 +50,7 @@ class ShardedColumn:
         self._offsets_file = offsets_file
         # read a batch's rows ahead while its pages come from the device (see texts)
         self._read_ahead = all(p.data.random_access for p in parts)
+        self._cold = ColdRule()
         data_sizes = [int(p.offsets[-1]) for p in parts]
         self._sizes = np.array(data_sizes, dtype=np.uint64)  # items of each shard's data
         self.bases = np.concatenate([[0], np.cumsum(data_sizes)]).astype(np.uint64)
@@ -158,7 +159,7 @@ class ShardedColumn:
             except helper.Damaged as e:
                 raise self._damaged(rows, e) from None
             if batch:
-                self._read_ahead = time.perf_counter() - started > _COLD_SECONDS * len(out)
+                self._read_ahead = self._cold.cold(time.perf_counter() - started, len(out))
             return out
         if ahead:
             if int(rows.view(np.uint64).max()) >= self._count:
@@ -174,7 +175,7 @@ class ShardedColumn:
         buffers = self._buffers
         out = [str(buffers[p][a:b], "utf-8") for p, a, b in zip(part, starts, ends)]
         if batch:
-            self._read_ahead = time.perf_counter() - started > _COLD_SECONDS * len(out)
+            self._read_ahead = self._cold.cold(time.perf_counter() - started, len(out))
         return out
 
     def _call(self, helper: Any, rows: npt.NDArray[np.int64], *data: Any) -> Any:
