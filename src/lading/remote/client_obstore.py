@@ -9,6 +9,10 @@ Fork: obstore runs its requests on a tokio runtime whose threads a ``fork()`` do
 forked child of a process that used obstore hangs on its first request (seen here: a GET in the
 child never returned). :func:`usable_here` says whether this process may use it: the rule at
 fork is :mod:`lading.threads`'s, as every thread's of the plane.
+
+Over 400 lines, as one idea: one class, each call of the client (ranged and whole GETs,
+LIST, PUT, multipart upload, DELETE) and the one translation of obstore's errors into
+lading's.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ one write transaction (SQLite's lock), so a block is fetched once a node.
 
 Each thread has its own connection (made again after a fork); every transaction holds
 :data:`lading.threads.SQLITE` shared, so no fork copies a thread inside SQLite.
+
+Over 400 lines, as one idea: one class, every transaction on these tables, so that which rows
+a transaction touches is read in one place (the claims' choice of what to evict is
+:mod:`.places`, the owners' liveness :mod:`.owners`).
 """
 
 from __future__ import annotations

@@ -25,6 +25,10 @@ this process across a GET or a wait (decided in a ledger transaction, waited out
   (:mod:`.around`), fetched for their reader alone, whose :meth:`read` takes them first.
 
 What the reads did is counted per range read (:mod:`.figures`).
+
+Over 400 lines, as one idea: one class, the read of a range through the cache, whose rounds
+(look up, copy, wait, claim, fetch, confirm) share its state and its errors; the claims
+(:mod:`.claims`), the figures and the GETs held around it (:mod:`.around`) are apart.
 """
 
 from __future__ import annotations
