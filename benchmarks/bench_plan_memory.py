@@ -52,7 +52,7 @@ def routes(
 ) -> dict[str, Callable[[], Any]]:
     return {
         "needs": lambda: Schedule(store._needs(batches, steps, None), steps[0]),
-        "arrays": lambda: store._schedule(batches, steps, None, steps[0]),
+        "arrays": lambda: Schedule.of_arrays(*store._reads(batches, steps, None), steps[0]),
     }
 
 

@@ -358,3 +358,39 @@ def test_an_id_asked_twice_in_one_call_is_one_miss_and_hits(
     assert (after["misses"] - before["misses"], after["hits"] - before["hits"]) == (1, 2)
     assert after["gets"] - before["gets"] == 1
     store.close()
+
+
+# a whole user path (a loader over S3 at a cap under an epoch, 2 epochs): the default run
+@pytest.mark.e2e
+@pytest.mark.parametrize("workers", [0, 1])
+def test_documents_a_cap_under_the_epoch_would_not_keep_are_fetched_around_it(
+    s3: LocalS3, bucket: str, corpus: Path, tmp_path: Path, workers: int
+) -> None:
+    """At a cap under what an epoch reads, a loader that builds its batches in the process
+    that announces them (``num_workers=0``) has its window fetch every document but those
+    the cache keeps (the next epoch's first reads, this epoch's repeated ones) around the
+    cache, held for its reads (``bytes_bypassed``); with a DataLoader worker, whose reads are
+    in another process, nothing goes around (it would be fetched twice). Batches equal the
+    local store's, and the bytes fetched stay within the bytes read. (Old code: nothing went
+    around, ``bytes_bypassed`` 0 at ``num_workers=0``.)"""
+    local = lading.build_store(corpus, tmp_path / "local", progress=False)
+    url = f"s3://{bucket}/docs"
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
+    remote = _open(url, tmp_path, 20_000)  # under the ~30 KB of text an epoch reads
+    local_loader, remote_loader = _loader(local, tmp_path), _loader(remote, tmp_path, workers)
+    s3.reset()
+    used = 0
+    for epoch in range(2):
+        local_loader.set_epoch(epoch)
+        remote_loader.set_epoch(epoch)
+        got = list(remote_loader)
+        assert got == list(local_loader)
+        used += sum(len(text.encode()) for batch in got for group in batch for text in group[1:])
+    remote_loader.close()
+    sent = s3.stats()["get_bytes_by_key"]
+    fetched = sum(n for key, n in sent.items() if key.endswith("/text.bin"))
+    around = remote.cache_stats()["bytes_bypassed"]
+    print(f"workers {workers}: text.bin {fetched} bytes sent for {used} read; around {around}")
+    assert (around == 0) if workers else (around > 0)
+    assert 0 < fetched <= 1.1 * used
+    remote.close()

@@ -16,7 +16,15 @@ from typing import Any
 from lading.remote.ranges import NO_STEP
 
 Key = tuple[int, int, int]  # object id, start, end
-FIGURES = ("hits", "misses", "unplanned", "bytes_used", "bytes_bypassed", "hits_ahead")
+FIGURES = (
+    "hits",
+    "misses",
+    "unplanned",
+    "bytes_used",
+    "bytes_bypassed",
+    "bytes_held",
+    "hits_ahead",
+)
 _FORGET = 65536  # ranges fetched for but never read: past this many, let them go
 
 

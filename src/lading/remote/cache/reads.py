@@ -241,6 +241,7 @@ class NodeCache:
             got[k] = data
             fetched.add(k)
             self.figures.add("bytes_bypassed", len(data))
+            self.figures.add("bytes_held", len(data))
         self._confirm(unpinned)  # (raises where an object was replaced: the read's error)
         return [k for k in todo if k not in got]
 
@@ -527,7 +528,9 @@ class NodeCache:
     def fetch_around(self, needs: Sequence[Need], around: AroundGets) -> None:
         """Start the GETs of ``needs`` (ranges and the step each is read at), held in
         ``around`` for their reader, claiming nothing (:mod:`.around`): a range the cache
-        would not keep until its next read."""
+        would not keep until its next read. An empty range (an empty document) is nothing to
+        fetch: its read answers ``b""`` as it would (a GET of none is refused by the server)."""
+        needs = [n for n in needs if n.end > n.start]
         if not needs:
             return
         self._drop_changed()
@@ -564,9 +567,11 @@ class NodeCache:
     def stats(self) -> dict[str, Any]:
         """This process's figures for these objects: ``gets``, ``bytes_fetched``, ``retried``
         (this fetcher's), ``hits``, ``misses`` and ``unplanned`` (ranges read), ``bytes_used``,
-        ``bytes_bypassed`` (read around the cache), ``wait_s``; the node's ``bytes_cached``
-        and ``cap``; the folder's ``index_bytes`` (its budget besides the payload) and what
-        it holds on disk, ``folder_payload`` (<= ``cap``) and ``folder_index``."""
+        ``bytes_bypassed`` (read around the cache), of which ``bytes_held`` (fetched by the
+        window ahead for the read, :mod:`.around`; the rest by the read), ``wait_s``; the
+        node's ``bytes_cached`` and ``cap``; the folder's ``index_bytes`` (its budget besides
+        the payload) and what it holds on disk, ``folder_payload`` (<= ``cap``) and
+        ``folder_index``."""
         mine = self.figures.mine()
         f = self.fetcher
         mine.update(gets=f.gets, bytes_fetched=f.bytes_fetched, retried=f.retried)

@@ -20,6 +20,7 @@ from lading.disk import OFFSET_DTYPE, MappedFile
 from lading.disk.ragged import check_in_order
 from lading.errors import StoreFormatError
 from lading.remote.cache import NodeCache, Span
+from lading.remote.cache.around import AroundGets
 from lading.remote.ranges import Need
 from lading.stores.remote.manifest import Part, columns, is_payload
 
@@ -147,29 +148,46 @@ class Columns:
         return Reads(keys, which, starts, ends, np.asarray(steps, np.int64))
 
     def read(
-        self, column: str, rows: npt.NDArray[np.int64], now: int | None, planned: bool = False
+        self,
+        column: str,
+        rows: npt.NDArray[np.int64],
+        now: int | None,
+        planned: bool = False,
+        around: AroundGets | None = None,
     ) -> list[bytes]:
         """Bytes of ``rows`` of ``column``: staged columns from the map, others by the cache
-        (``planned``: the reader told the order of its epoch, see :meth:`.NodeCache.read`)."""
+        (``planned``: the reader told the order of its epoch; ``around``: its GETs held
+        around the cache; see :meth:`.NodeCache.read`)."""
         if self._shards[column][0].data is not None:
             return [
                 bytes(shard.data.buffer[a * shard.dtype.itemsize : b * shard.dtype.itemsize])  # type: ignore[union-attr]
                 for shard, a, b in self._locate(column, rows)
             ]
-        return self.cache.read(self.spans(column, rows), now, planned)
+        return self.cache.read(self.spans(column, rows), now, planned, around)
 
     def texts(
-        self, column: str, rows: npt.NDArray[np.int64], now: int | None, planned: bool = False
+        self,
+        column: str,
+        rows: npt.NDArray[np.int64],
+        now: int | None,
+        planned: bool = False,
+        around: AroundGets | None = None,
     ) -> list[str]:
         """``rows`` of a UTF-8 column as ``str``."""
-        return [b.decode("utf-8") for b in self.read(column, rows, now, planned)]
+        return [b.decode("utf-8") for b in self.read(column, rows, now, planned, around)]
 
     def arrays(
-        self, column: str, rows: npt.NDArray[np.int64], now: int | None, planned: bool = False
+        self,
+        column: str,
+        rows: npt.NDArray[np.int64],
+        now: int | None,
+        planned: bool = False,
+        around: AroundGets | None = None,
     ) -> list[np.ndarray]:
         """``rows`` of a fixed-width column (token ids) as read-only arrays of their own."""
         dtype = self._shards[column][0].dtype
-        return [np.frombuffer(b, dtype=dtype) for b in self.read(column, rows, now, planned)]
+        found = self.read(column, rows, now, planned, around)
+        return [np.frombuffer(b, dtype=dtype) for b in found]
 
     def whole(self, column: str) -> tuple[np.ndarray, np.ndarray]:
         """A column's items back to back and its ``n + 1`` offsets (row order), read into

@@ -31,6 +31,7 @@ import numpy.typing as npt
 from lading.disk.snapshot import content_id
 from lading.errors import StoreFormatError
 from lading.remote.cache import Planner
+from lading.remote.cache.around import AroundGets
 from lading.remote.ranges import Need
 from lading.remote.schedule import Schedule
 from lading.remote.settings import RemoteSettings
@@ -43,7 +44,9 @@ from lading.stores.hashids import shard_keys
 from lading.stores.index import IdIndex
 from lading.stores.layout import field_column
 from lading.stores.remote.columns import Columns
+from lading.stores.remote.kept import KEEP_SHARE, Kept
 from lading.stores.remote.manifest import no_store, parse, payload_files, staged_files
+from lading.world import World
 
 AHEAD = 8  # batches fetched ahead along a plan when no loader announces (a plain loop of reads)
 
@@ -95,6 +98,12 @@ class RemoteStore(DocStore):
         self._tokenizer_json = self.tokenizer_path.read_text() if self.tokenizer_path else None
         self._planner = Planner(cache, once=True)
         self._told = False  # a loader announces the batches ahead (else reads pump the plan)
+        # documents the window fetches around the cache, held for this process's reads, once
+        # it read at a step it planned (it builds the batches): :mod:`.kept`
+        self._around = AroundGets()
+        self._kept = Kept()
+        self._reads_here = False
+        cache.planners.add(self._around)  # (its rule at a fork: the cache's)
 
     def __repr__(self) -> str:
         return f"RemoteStore({self.url!r})"
@@ -132,15 +141,22 @@ class RemoteStore(DocStore):
         read so far, else ``tokens`` in a tokenized store and ``text`` otherwise)."""
         self._told = True  # a loader announces: reads do not pump the plan themselves
         now = int(first_step) if now is None else int(now)
-        self._planner.prefetch(
-            self._needs(batches, range(first_step, first_step + len(batches)), columns), now
-        )
+        needs = self._needs(batches, range(first_step, first_step + len(batches)), columns)
+        around: list[Need] = []
+        if self._reads_here:
+            around, needs = self._kept.split(needs)
+        # the kept ones first: behind the window's around GETs, a batch's kept range waited
+        # (an LM loader's windows: 0.76x the tokens/s)
+        self._planner.prefetch(needs, now)
+        self._columns.cache.fetch_around(around, self._around)
 
     def settle(self, timeout: float) -> None:
         """Wait, at most ``timeout`` seconds, until the GETs this store's prefetches started
         are answered (reads wait for their own): a loader over this store calls it as it
-        closes, so that nothing is fetched for the loader after (the store stays open)."""
+        closes, so that nothing is fetched for the loader after (the store stays open); the
+        GETs held around the cache for its reads are let go."""
         self._planner.settle(timeout)
+        self._around.settle(self._columns.cache.fetcher, timeout)
 
     def plan(
         self,
@@ -170,19 +186,24 @@ class RemoteStore(DocStore):
         at = (
             list(steps) if steps is not None else list(range(first_step, first_step + len(batches)))
         )
-        self._planner.plan(self._schedule(batches, at, columns, at[0] if at else first_step))
+        first = at[0] if at else first_step
+        reads = self._reads(batches, at, columns)
+        self._planner.plan(Schedule.of_arrays(*reads, first))
+        ranks = max(1, World.detect().local_world_size)  # (the node's ranks share the cap)
+        budget = int(self._columns.cache.cap * KEEP_SHARE) // ranks
+        self._kept.plan(*reads, first, budget)
 
-    def _schedule(
+    def _reads(
         self,
         batches: Sequence[npt.NDArray[np.int64]],
         steps: Sequence[int],
         columns: Sequence[str] | None,
-        first_step: int,
-    ) -> Schedule:
-        """The plan of ``batches`` of rows of ``columns`` (batch ``j`` read at ``steps[j]``),
-        made from arrays: a plan of a ranker's epoch holds millions of reads, and through a
-        :class:`Need` a read it peaked at 312 bytes and took 3.8 us of CPU a read, against
-        140 and 0.42 this way (benchmarks/bench_plan_memory.py, 2M reads)."""
+    ) -> tuple[list[str], Any, Any, Any, Any]:
+        """The reads of ``batches`` of rows of ``columns`` (batch ``j`` read at ``steps[j]``)
+        as arrays ``(keys, obj, starts, ends, steps)`` (read ``i``: ``keys[obj[i]]``): a plan
+        of a ranker's epoch holds millions of reads, and through a :class:`Need` a read it
+        peaked at 312 bytes and took 3.8 us of CPU a read, against 140 and 0.42 this way
+        (benchmarks/bench_plan_memory.py, 2M reads)."""
         sizes = np.fromiter(map(len, batches), np.int64, len(batches))
         rows = (
             np.concatenate([np.asarray(r, np.int64) for r in batches])
@@ -201,8 +222,7 @@ class RemoteStore(DocStore):
             found = [getattr(p, field) for p in parts]
             return found[0] if len(found) == 1 else np.concatenate(found)
 
-        obj, starts, ends = joined("obj"), joined("starts"), joined("ends")
-        return Schedule.of_arrays(keys, obj, starts, ends, joined("steps"), first_step)
+        return keys, joined("obj"), joined("starts"), joined("ends"), joined("steps")
 
     def _plan_columns(self, columns: Sequence[str] | None) -> list[str]:
         """The columns a plan or prefetch names: ``columns``, else those read so far, else
@@ -242,12 +262,22 @@ class RemoteStore(DocStore):
         schedule = self._planner.schedule
         return schedule is not None and schedule.covers(step)
 
+    def _reading(self, step: int | None) -> tuple[bool, AroundGets | None]:
+        """A read at ``step``: whether planned (:meth:`_planned`), and the GETs held around
+        the cache it takes first. A read at a planned step says this process builds the
+        batches it announces: from then on the window fetches around the cache."""
+        planned = self._planned(step)
+        if planned:
+            self._reads_here = True
+        return planned, self._around if planned else None
+
     def cache_stats(self) -> dict[str, Any]:
         """This process's figures of this store: ``gets``, ``bytes_fetched``, ``retried``,
         ``hits`` (documents read that caused no GET), ``misses`` (that caused one, ahead or
         at the read), ``unplanned`` (read with no window announcing them), ``bytes_used``,
-        ``bytes_bypassed`` (read around the cache), ``wait_s``; the node's ``bytes_cached``
-        and ``cap``; under ``"node"``, the figures of every process that used the cache
+        ``bytes_bypassed`` (read around the cache; of it ``bytes_held``, fetched by the
+        window ahead for the read), ``wait_s``; the node's ``bytes_cached`` and ``cap``;
+        under ``"node"``, the figures of every process that used the cache
         folder since it was last idle (``since``: a Unix time; processes long gone dropped;
         see :meth:`lading.remote.cache.NodeCache.node_stats`)."""
         return self._columns.cache.node_stats()
@@ -294,12 +324,12 @@ class RemoteStore(DocStore):
 
     def texts_at(self, rows: npt.NDArray[np.int64], step: int | None = None) -> list[str]:
         now = self._step(step)
-        return self._columns.texts(self._payload("text"), rows, now, self._planned(now))
+        return self._columns.texts(self._payload("text"), rows, now, *self._reading(now))
 
     def get_many_bytes(self, ids: Sequence[IdLike], step: int | None = None) -> list[bytes]:
         """UTF-8 bytes of ``ids`` in request order, not decoded; each the caller's own."""
         rows, now = self.rows(id_list(ids, "get_many_bytes")), self._step(step)
-        return self._columns.read(self._payload("text"), rows, now, self._planned(now))
+        return self._columns.read(self._payload("text"), rows, now, *self._reading(now))
 
     def texts_range(self, start: int, stop: int) -> list[str]:
         """Texts of rows ``start .. stop - 1`` (neighbours: the planner fetches them together)."""
@@ -365,7 +395,7 @@ class RemoteStore(DocStore):
         if not self.has_tokens:
             raise self.no_tokens()
         now = self._step(step)
-        return self._columns.arrays(self._payload("tokens"), rows, now, self._planned(now))
+        return self._columns.arrays(self._payload("tokens"), rows, now, *self._reading(now))
 
     def token_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Every document's token ids back to back and their ``n + 1`` offsets: read whole
