@@ -421,6 +421,15 @@ def test_rows_outside_a_sharded_column_raise_as_in_one_shard(route: str, tmp_pat
             damaged.texts(np.array([0, row]))
 
 
+def _merged(tmp_path: Path, shards: int, count: int) -> lading.DocStore:
+    """A store of ``count`` documents ``D<i>`` ("text of D<i>") built in ``shards`` and
+    merged."""
+    src = write(tmp_path / "s.tsv", "".join(f"D{i}\ttext of D{i}\n" for i in range(count)))
+    for i in range(shards):
+        lading.build_shard(src, tmp_path / "s", (i, shards), progress=False)
+    return lading.merge_store(tmp_path / "s")
+
+
 @pytest.mark.parametrize("shards", [1, 12])
 def test_asking_for_pages_is_not_taken_for_a_cold_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shards: int
@@ -435,10 +444,7 @@ def test_asking_for_pages_is_not_taken_for_a_cold_read(
     from lading.disk.files import MappedFile
     from lading.stores import shards as sharded
 
-    src = write(tmp_path / "s.tsv", "".join(f"D{i}\ttext of D{i}\n" for i in range(60)))
-    for i in range(shards):
-        lading.build_shard(src, tmp_path / "s", (i, shards), progress=False)
-    store = lading.merge_store(tmp_path / "s")
+    store = _merged(tmp_path, shards, 60)
     text = store._maps().text
     clock = [0.0]
     for module in (ragged, sharded):
@@ -470,10 +476,7 @@ def test_a_slow_batch_is_cold_only_if_it_waited_on_the_device(
 
     faults = [0]
     monkeypatch.setattr(ragged, "_major_faults", lambda: faults[0])
-    src = write(tmp_path / "s.tsv", "".join(f"D{i}\ttext of D{i}\n" for i in range(60)))
-    for i in range(shards):
-        lading.build_shard(src, tmp_path / "s", (i, shards), progress=False)
-    store = lading.merge_store(tmp_path / "s")
+    store = _merged(tmp_path, shards, 60)
     text = store._maps().text
     clock = [0.0]
 

@@ -15,7 +15,7 @@ E = STEPS_PER_EPOCH
 def _plan(kept: Kept, reads: list[tuple[int, int, int]], first_step: int, budget: int) -> None:
     """``reads``: (step, start, end) of one object ``o``, ranges of 10 bytes."""
     steps, starts, ends = (np.array(x, dtype=np.int64) for x in zip(*reads))
-    kept.plan(["o"], np.zeros(len(reads), np.int64), starts, ends, steps, first_step, budget)
+    kept.plan((["o"], np.zeros(len(reads), np.int64), starts, ends, steps), first_step, budget)
 
 
 def test_the_next_epochs_first_reads_up_to_the_budget_and_this_epochs_repeats_are_kept() -> None:

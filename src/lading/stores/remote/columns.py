@@ -45,6 +45,16 @@ class _Shard:
     data: MappedFile | None  # staged columns only
 
 
+class At(NamedTuple):
+    """Where a read of the cache stands: its step (None: no step), whether the reader told
+    the order of its epoch (``planned``), and the GETs its window holds for it around the
+    cache (``around``); see :meth:`.NodeCache.read`."""
+
+    step: int | None
+    planned: bool = False
+    around: AroundGets | None = None
+
+
 class Columns:
     """The columns of one staged snapshot (``staged``: the node's copy; ``meta``: its manifest)."""
 
@@ -147,47 +157,24 @@ class Columns:
         keys = [shard.key for shard in shards]
         return Reads(keys, which, starts, ends, np.asarray(steps, np.int64))
 
-    def read(
-        self,
-        column: str,
-        rows: npt.NDArray[np.int64],
-        now: int | None,
-        planned: bool = False,
-        around: AroundGets | None = None,
-    ) -> list[bytes]:
+    def read(self, column: str, rows: npt.NDArray[np.int64], at: At) -> list[bytes]:
         """Bytes of ``rows`` of ``column``: staged columns from the map, others by the cache
-        (``planned``: the reader told the order of its epoch; ``around``: its GETs held
-        around the cache; see :meth:`.NodeCache.read`)."""
+        at ``at`` (see :class:`At`)."""
         if self._shards[column][0].data is not None:
             return [
                 bytes(shard.data.buffer[a * shard.dtype.itemsize : b * shard.dtype.itemsize])  # type: ignore[union-attr]
                 for shard, a, b in self._locate(column, rows)
             ]
-        return self.cache.read(self.spans(column, rows), now, planned, around)
+        return self.cache.read(self.spans(column, rows), at.step, at.planned, at.around)
 
-    def texts(
-        self,
-        column: str,
-        rows: npt.NDArray[np.int64],
-        now: int | None,
-        planned: bool = False,
-        around: AroundGets | None = None,
-    ) -> list[str]:
+    def texts(self, column: str, rows: npt.NDArray[np.int64], at: At) -> list[str]:
         """``rows`` of a UTF-8 column as ``str``."""
-        return [b.decode("utf-8") for b in self.read(column, rows, now, planned, around)]
+        return [b.decode("utf-8") for b in self.read(column, rows, at)]
 
-    def arrays(
-        self,
-        column: str,
-        rows: npt.NDArray[np.int64],
-        now: int | None,
-        planned: bool = False,
-        around: AroundGets | None = None,
-    ) -> list[np.ndarray]:
+    def arrays(self, column: str, rows: npt.NDArray[np.int64], at: At) -> list[np.ndarray]:
         """``rows`` of a fixed-width column (token ids) as read-only arrays of their own."""
         dtype = self._shards[column][0].dtype
-        found = self.read(column, rows, now, planned, around)
-        return [np.frombuffer(b, dtype=dtype) for b in found]
+        return [np.frombuffer(b, dtype=dtype) for b in self.read(column, rows, at)]
 
     def whole(self, column: str) -> tuple[np.ndarray, np.ndarray]:
         """A column's items back to back and its ``n + 1`` offsets (row order), read into

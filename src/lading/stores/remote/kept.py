@@ -26,6 +26,8 @@ from lading.remote.ranges import Need
 from lading.step import STEPS_PER_EPOCH
 
 Key = tuple[str, int, int]  # object key, start, end
+Array = npt.NDArray[np.int64]
+Reads = tuple[list[str], Array, Array, Array, Array]  # keys, obj, starts, ends, steps
 # the next epoch's first reads kept: this share of the cap. A little over it keeps the cache
 # full (eviction by next use gives up the last of them; the open region and whole regions
 # evicted leave room): at 0.5 % of 200,000 passages, 0.875 of the cap held 0.81 of what the
@@ -40,19 +42,12 @@ class Kept:
         self.keys: set[Key] | None = None  # None: no plan, every range through the cache
         self._firsts: dict[int, set[Key]] = {}  # epoch -> its first reads, kept for it
 
-    def plan(
-        self,
-        keys: list[str],
-        obj: npt.NDArray[np.int64],
-        starts: npt.NDArray[np.int64],
-        ends: npt.NDArray[np.int64],
-        steps: npt.NDArray[np.int64],
-        first_step: int,
-        budget: int,
-    ) -> None:
-        """Take a plan's reads (read ``i``: object ``keys[obj[i]]``, bytes ``[starts[i],
-        ends[i])`` at ``steps[i]``, from ``first_step`` on): keep the next epoch's first reads
-        up to ``budget`` bytes, this epoch's kept by the plan before, and its repeated ones."""
+    def plan(self, reads: Reads, first_step: int, budget: int) -> None:
+        """Take a plan's ``reads`` (``(keys, obj, starts, ends, steps)``; read ``i``: object
+        ``keys[obj[i]]``, bytes ``[starts[i], ends[i])`` at ``steps[i]``, from ``first_step``
+        on): keep the next epoch's first reads up to ``budget`` bytes, this epoch's kept by
+        the plan before, and its repeated ones."""
+        keys, obj, starts, ends, steps = reads
         epoch = first_step // STEPS_PER_EPOCH
         of_epoch = steps // STEPS_PER_EPOCH
         nxt = np.flatnonzero(of_epoch == epoch + 1)

@@ -43,8 +43,8 @@ from lading.stores.base import DocStore, IdLike, id_list, is_id
 from lading.stores.hashids import shard_keys
 from lading.stores.index import IdIndex
 from lading.stores.layout import field_column
-from lading.stores.remote.columns import Columns
-from lading.stores.remote.kept import KEEP_SHARE, Kept
+from lading.stores.remote.columns import At, Columns
+from lading.stores.remote.kept import KEEP_SHARE, Kept, Reads
 from lading.stores.remote.manifest import no_store, parse, payload_files, staged_files
 from lading.world import World
 
@@ -191,14 +191,14 @@ class RemoteStore(DocStore):
         self._planner.plan(Schedule.of_arrays(*reads, first))
         ranks = max(1, World.detect().local_world_size)  # (the node's ranks share the cap)
         budget = int(self._columns.cache.cap * KEEP_SHARE) // ranks
-        self._kept.plan(*reads, first, budget)
+        self._kept.plan(reads, first, budget)
 
     def _reads(
         self,
         batches: Sequence[npt.NDArray[np.int64]],
         steps: Sequence[int],
         columns: Sequence[str] | None,
-    ) -> tuple[list[str], Any, Any, Any, Any]:
+    ) -> Reads:
         """The reads of ``batches`` of rows of ``columns`` (batch ``j`` read at ``steps[j]``)
         as arrays ``(keys, obj, starts, ends, steps)`` (read ``i``: ``keys[obj[i]]``): a plan
         of a ranker's epoch holds millions of reads, and through a :class:`Need` a read it
@@ -262,14 +262,14 @@ class RemoteStore(DocStore):
         schedule = self._planner.schedule
         return schedule is not None and schedule.covers(step)
 
-    def _reading(self, step: int | None) -> tuple[bool, AroundGets | None]:
+    def _reading(self, step: int | None) -> At:
         """A read at ``step``: whether planned (:meth:`_planned`), and the GETs held around
         the cache it takes first. A read at a planned step says this process builds the
         batches it announces: from then on the window fetches around the cache."""
         planned = self._planned(step)
         if planned:
             self._reads_here = True
-        return planned, self._around if planned else None
+        return At(step, planned, self._around if planned else None)
 
     def cache_stats(self) -> dict[str, Any]:
         """This process's figures of this store: ``gets``, ``bytes_fetched``, ``retried``,
@@ -315,7 +315,7 @@ class RemoteStore(DocStore):
         return self._index.rows(id_list(ids, "find_rows"))
 
     def ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
-        return self._columns.texts("ids", rows, None)
+        return self._columns.texts("ids", rows, At(None))
 
     def get_many(self, ids: Sequence[IdLike], step: int | None = None) -> list[str]:
         """Texts of ``ids`` in request order; ``step``: the planned step this read is at
@@ -324,12 +324,12 @@ class RemoteStore(DocStore):
 
     def texts_at(self, rows: npt.NDArray[np.int64], step: int | None = None) -> list[str]:
         now = self._step(step)
-        return self._columns.texts(self._payload("text"), rows, now, *self._reading(now))
+        return self._columns.texts(self._payload("text"), rows, self._reading(now))
 
     def get_many_bytes(self, ids: Sequence[IdLike], step: int | None = None) -> list[bytes]:
         """UTF-8 bytes of ``ids`` in request order, not decoded; each the caller's own."""
         rows, now = self.rows(id_list(ids, "get_many_bytes")), self._step(step)
-        return self._columns.read(self._payload("text"), rows, now, *self._reading(now))
+        return self._columns.read(self._payload("text"), rows, self._reading(now))
 
     def texts_range(self, start: int, stop: int) -> list[str]:
         """Texts of rows ``start .. stop - 1`` (neighbours: the planner fetches them together)."""
@@ -357,7 +357,7 @@ class RemoteStore(DocStore):
         if name not in self.meta["fields"]:
             raise KeyError(f"{self!r} has no field {name!r}; it has {sorted(self.fields)}")
         column = self._payload(field_column(name))
-        return self._columns.texts(column, self.rows([doc_id]), self._step(None))[0]
+        return self._columns.texts(column, self.rows([doc_id]), At(self._step(None)))[0]
 
     def record(self, doc_id: IdLike) -> Record:
         """Id, text and fields of one document."""
@@ -395,7 +395,7 @@ class RemoteStore(DocStore):
         if not self.has_tokens:
             raise self.no_tokens()
         now = self._step(step)
-        return self._columns.arrays(self._payload("tokens"), rows, now, *self._reading(now))
+        return self._columns.arrays(self._payload("tokens"), rows, self._reading(now))
 
     def token_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Every document's token ids back to back and their ``n + 1`` offsets: read whole
