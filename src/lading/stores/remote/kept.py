@@ -9,7 +9,8 @@ are there) and every document this epoch reads more than once. The window ahead 
 of every other document for the process that reads them (:mod:`lading.remote.cache.around`):
 no claim, no fill, no ledger lookup or generation check at the read, and no block the cap keeps
 for a later read given up for one read an epoch away. Each document is still one range: the
-bytes fetched stay the bytes read.
+bytes fetched stay the bytes read. A cap that holds all the next epoch reads keeps everything,
+as before.
 
 Only where this process reads at the steps it planned (a loader with ``num_workers=0``, its
 read-ahead thread included): a loader whose DataLoader workers build the batches reads in other
@@ -25,7 +26,6 @@ import numpy.typing as npt
 from lading.remote.ranges import Need
 from lading.step import STEPS_PER_EPOCH
 
-Key = tuple[str, int, int]  # object key, start, end
 Array = npt.NDArray[np.int64]
 Reads = tuple[list[str], Array, Array, Array, Array]  # keys, obj, starts, ends, steps
 # the next epoch's first reads kept: this share of the cap. A little over it keeps the cache
@@ -36,56 +36,72 @@ KEEP_SHARE = 1.1
 
 
 class Kept:
-    """The ranges a store's plan keeps in the node cache (see the module doc)."""
+    """The ranges a store's plan keeps in the node cache (see the module doc), as sorted arrays
+    of their starts by object: a cap of gigabytes keeps millions of documents, which as Python
+    tuples would cost ~150 B each."""
 
     def __init__(self) -> None:
-        self.keys: set[Key] | None = None  # None: no plan, every range through the cache
-        self._firsts: dict[int, set[Key]] = {}  # epoch -> its first reads, kept for it
+        # object key -> the starts of its ranges kept, sorted; None: every range through the
+        # cache (no plan, or the cap keeps the whole next epoch)
+        self.starts: dict[str, Array] | None = None
+        self._firsts: dict[int, dict[str, Array]] = {}  # epoch -> its first reads, kept
 
     def plan(self, reads: Reads, first_step: int, budget: int) -> None:
         """Take a plan's ``reads`` (``(keys, obj, starts, ends, steps)``; read ``i``: object
         ``keys[obj[i]]``, bytes ``[starts[i], ends[i])`` at ``steps[i]``, from ``first_step``
         on): keep the next epoch's first reads up to ``budget`` bytes, this epoch's kept by
-        the plan before, and its repeated ones."""
+        the plan before, and its repeated ones; where the budget holds every read of the next
+        epoch, keep everything (nothing goes around the cache)."""
         keys, obj, starts, ends, steps = reads
         epoch = first_step // STEPS_PER_EPOCH
         of_epoch = steps // STEPS_PER_EPOCH
         nxt = np.flatnonzero(of_epoch == epoch + 1)
         nxt = nxt[np.argsort(steps[nxt], kind="stable")]
         take = int(np.searchsorted(np.cumsum(ends[nxt] - starts[nxt]), budget, side="right"))
-        firsts = _keys(keys, obj, starts, ends, nxt[:take])
         before = self._firsts.get(epoch)  # (a plan again within an epoch keeps it)
+        if len(nxt) and take == len(nxt):
+            self.starts, self._firsts = None, {}
+            return
+        firsts = _by_object(keys, obj, starts, nxt[:take])
         now = np.flatnonzero(of_epoch == epoch)
-        self.keys = (
-            firsts | (before or set()) | _keys(keys, obj, starts, ends, _repeated(obj, starts, now))
-        )
+        repeated = _by_object(keys, obj, starts, _repeated(obj, starts, now))
+        self.starts = _union(firsts, before or {}, repeated)
         self._firsts = {epoch + 1: firsts, **({epoch: before} if before else {})}
 
     def split(self, needs: list[Need]) -> tuple[list[Need], list[Need]]:
         """``needs`` as (those to fetch around the cache, those to fetch through it)."""
-        kept = self.keys
+        kept = self.starts
         if kept is None:
             return [], needs
-        around = [n for n in needs if (n.key, n.start, n.end) not in kept]
-        through = [n for n in needs if (n.key, n.start, n.end) in kept]
-        return around, through
+        inside = np.zeros(len(needs), dtype=bool)
+        by_key: dict[str, list[int]] = {}
+        for i, need in enumerate(needs):
+            by_key.setdefault(need.key, []).append(i)
+        for key, at in by_key.items():
+            have = kept.get(key)
+            if have is None or not len(have):
+                continue
+            want = np.fromiter((needs[i].start for i in at), np.int64, len(at))
+            found = np.minimum(np.searchsorted(have, want), len(have) - 1)
+            inside[at] = have[found] == want
+        flags = inside.tolist()
+        return [n for n, k in zip(needs, flags) if not k], [n for n, k in zip(needs, flags) if k]
 
-    def forget(self) -> None:
-        """No plan now (a new one comes at the next pass): every range through the cache."""
-        self.keys = None
-        self._firsts = {}
+
+def _by_object(
+    keys: list[str], obj: Array, starts: Array, at: npt.NDArray[np.intp]
+) -> dict[str, Array]:
+    """The starts of reads ``at``, sorted and unique, by object key."""
+    o, a = obj[at], starts[at]
+    return {keys[c]: np.unique(a[o == c]) for c in np.unique(o).tolist()}
 
 
-def _keys(
-    keys: list[str],
-    obj: npt.NDArray[np.int64],
-    starts: npt.NDArray[np.int64],
-    ends: npt.NDArray[np.int64],
-    at: npt.NDArray[np.intp],
-) -> set[Key]:
-    return {
-        (keys[o], a, b) for o, a, b in zip(obj[at].tolist(), starts[at].tolist(), ends[at].tolist())
-    }
+def _union(*parts: dict[str, Array]) -> dict[str, Array]:
+    out: dict[str, Array] = {}
+    for part in parts:
+        for key, starts in part.items():
+            out[key] = np.union1d(out[key], starts) if key in out else starts
+    return out
 
 
 def _repeated(
