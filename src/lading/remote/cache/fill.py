@@ -1,9 +1,9 @@
 """Filling fetched blocks in: one thread a process and cache folder writes bytes, then marks.
 
 The fetch loop hands each finished GET of a claimed block to :meth:`Filler.put` (its future);
-the fill thread writes the bytes of as many as have finished into the payload file
-(``pwrite``, at the place the claim reserved, only where the claim still is) and marks them
-ready, in one ledger transaction (:meth:`.ledger.Ledger.fill`), a block from an unpinned GET
+the fill thread writes the bytes of as many as have finished, and of those finishing within
+:data:`LINGER_S` of the first, into the payload file (``pwrite``, at the place the claim
+reserved, only where the claim still is) and marks them ready, in one ledger transaction (:meth:`.ledger.Ledger.fill`), a block from an unpinned GET
 marked unconfirmed and the checks the pinned ones passed applied (:mod:`lading.remote.fetch`);
 the claims of failed GETs are given back. It is the only thread that writes a block's bytes,
 and its transactions, like every one, are held outside a ``fork()``
@@ -15,12 +15,19 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 _BATCH = 1024  # finished GETs filled in one transaction at the most
 _JOIN_S = 5.0  # how long close() waits for the thread's last transaction
+# After a GET finishes, how long the thread waits for more to fill in the same transaction.
+# A read's calls finish within a few ms of each other: without it a transaction took ~15
+# blocks, with it ~37, and the fill thread's CPU a cold document fell from ~0.030 to ~0.023
+# ms (200,000 passages, a 10 % cap, no plan). The cost: another process waiting on one of
+# these claims sees it ready up to 4 ms later (a GET takes ~30 ms).
+LINGER_S = 0.004
 
 
 class Fill(NamedTuple):
@@ -93,9 +100,10 @@ class Filler:
             if first is None:
                 return
             done = [first]
+            until = time.monotonic() + LINGER_S
             with contextlib.suppress(queue.Empty):
                 while len(done) < _BATCH:
-                    more = self._queue.get_nowait()
+                    more = self._queue.get(timeout=max(0.0, until - time.monotonic()))
                     if more is None:
                         self._queue.put(None)  # end after this batch
                         break
