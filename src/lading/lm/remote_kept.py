@@ -15,25 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.remote.ranges import Need
-from lading.step import STEPS_PER_EPOCH
 
 Kept = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]  # starts, the largest end up to each
-
-
-def read_first(
-    steps: npt.NDArray[np.int64],
-    starts: npt.NDArray[np.int64],
-    ends: npt.NDArray[np.int64],
-    epoch: int,
-    budget: int,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The ranges (``[starts, ends)`` read at ``steps``) that ``epoch`` reads first, up to
-    ``budget`` tokens: what the cache can keep for it through the epoch before."""
-    mine = steps // STEPS_PER_EPOCH == epoch
-    order = np.argsort(steps[mine], kind="stable")
-    a, b = starts[mine][order], ends[mine][order]
-    take = int(np.searchsorted(np.cumsum(b - a), budget, side="right"))
-    return a[:take], b[:take]
 
 
 def by_start(

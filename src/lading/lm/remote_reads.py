@@ -47,7 +47,7 @@ import numpy.typing as npt
 from lading.lm.modes.base import ManyReads, stacked
 from lading.lm.remote import BUILD, Build, RemoteTokens
 from lading.lm.remote_blocks import HeldBlocks
-from lading.lm.remote_kept import by_start, read_first, split_kept
+from lading.lm.remote_kept import by_start, split_kept
 from lading.lm.segment import SegmentBatchKey
 from lading.lm.spans import first_reads, joined, joined_many
 from lading.lm.workload import LMWorkload
@@ -57,7 +57,7 @@ from lading.loading.state import Cursor
 from lading.remote.cache import AroundGets, Planner
 from lading.remote.cache.planner import AHEAD_SHARE
 from lading.remote.ranges import Need
-from lading.remote.schedule import Schedule
+from lading.remote.schedule import Schedule, epoch_firsts
 from lading.remote.whole import ObjectReads, WholeBlocks, fits
 from lading.step import STEPS_PER_EPOCH, at_step, step_of
 
@@ -350,7 +350,8 @@ class RemoteReads:
                 share = max(0.0, 1 - 2 * self._share)
                 budget = int(tokens.cache.cap * share) // tokens.itemsize // ranks
                 epoch = first_step // STEPS_PER_EPOCH
-                kept = read_first(at[batch], starts, ends, epoch + 1, budget)
+                first = epoch_firsts(at[batch], ends - starts, epoch + 1, budget)
+                kept = starts[first], ends[first]
                 # this epoch's first reads, kept by a plan of the epoch before: from the cache
                 before = self._firsts_of.get(part, {}).get(epoch)
                 self._firsts_of[part] = {epoch + 1: kept, **({epoch: before} if before else {})}

@@ -211,3 +211,15 @@ def _first_overlapping(
     least = np.minimum.reduceat(np.where(good, steps[at], _NONE), first)
     out[some] = np.where(least == _NONE, -1, least)
     return out
+
+
+def epoch_firsts(
+    steps: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], epoch: int, budget: int
+) -> npt.NDArray[np.intp]:
+    """The reads (``steps[i]``, ``sizes[i]`` bytes or tokens) that ``epoch`` makes first, in
+    step order, up to ``budget`` in all: what a cap under an epoch can keep for it through the
+    epoch before (documents, :mod:`lading.stores.remote.kept`; LM ranges,
+    :mod:`lading.lm.remote_kept`)."""
+    mine = np.flatnonzero(steps // STEPS_PER_EPOCH == epoch)
+    mine = mine[np.argsort(steps[mine], kind="stable")]
+    return mine[: int(np.searchsorted(np.cumsum(sizes[mine]), budget, side="right"))]

@@ -3,11 +3,12 @@
 The fetch loop hands each finished GET of a claimed block to :meth:`Filler.put` (its future);
 the fill thread writes the bytes of as many as have finished, and of those finishing within
 :data:`LINGER_S` of the first, into the payload file (``pwrite``, at the place the claim
-reserved, only where the claim still is) and marks them ready, in one ledger transaction (:meth:`.ledger.Ledger.fill`), a block from an unpinned GET
-marked unconfirmed and the checks the pinned ones passed applied (:mod:`lading.remote.fetch`);
-the claims of failed GETs are given back. It is the only thread that writes a block's bytes,
-and its transactions, like every one, are held outside a ``fork()``
-(:data:`lading.threads.SQLITE`). Its owner is the node (:class:`.node.Node`), which ends it.
+reserved, only where the claim still is) and marks them ready, in one ledger transaction
+(:meth:`.ledger.Ledger.fill`), a block from an unpinned GET marked unconfirmed and the checks
+the pinned ones passed applied (:mod:`lading.remote.fetch`); the claims of failed GETs are
+given back. It is the only thread that writes a block's bytes, and its transactions, like every
+one, are held outside a ``fork()`` (:data:`lading.threads.SQLITE`). Its owner is the node
+(:class:`.node.Node`), which ends it.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.remote.ranges import Need
+from lading.remote.schedule import epoch_firsts
 from lading.step import STEPS_PER_EPOCH
 
 Array = npt.NDArray[np.int64]
@@ -55,14 +56,12 @@ class Kept:
         keys, obj, starts, ends, steps = reads
         epoch = first_step // STEPS_PER_EPOCH
         of_epoch = steps // STEPS_PER_EPOCH
-        nxt = np.flatnonzero(of_epoch == epoch + 1)
-        nxt = nxt[np.argsort(steps[nxt], kind="stable")]
-        take = int(np.searchsorted(np.cumsum(ends[nxt] - starts[nxt]), budget, side="right"))
+        first = epoch_firsts(steps, ends - starts, epoch + 1, budget)
         before = self._firsts.get(epoch)  # (a plan again within an epoch keeps it)
-        if len(nxt) and take == len(nxt):
+        if len(first) and len(first) == np.count_nonzero(of_epoch == epoch + 1):
             self.starts, self._firsts = None, {}
             return
-        firsts = _by_object(keys, obj, starts, nxt[:take])
+        firsts = _by_object(keys, obj, starts, first)
         now = np.flatnonzero(of_epoch == epoch)
         repeated = _by_object(keys, obj, starts, _repeated(obj, starts, now))
         self.starts = _union(firsts, before or {}, repeated)
