@@ -29,7 +29,8 @@ from lading.lm.stream import EpochStream
 
 
 class WindowReader(Protocol):
-    """The windows of one epoch."""
+    """The windows of one epoch. A reader whose windows share no work in a batch subclasses
+    it and keeps :meth:`read_many`'s default: :meth:`read` of each window in turn."""
 
     n: int
 
@@ -46,24 +47,6 @@ class WindowReader(Protocol):
     ) -> None:
         """:meth:`read` of each of ``windows`` into its row of ``tokens`` (and of
         ``document_ids``, when asked): a batch."""
-
-
-class EachInTurn:
-    """``read_many`` of a reader whose windows share no work in a batch: :meth:`read` of each
-    window in turn, into its row of ``tokens`` (and of ``document_ids``)."""
-
-    def read(
-        self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None
-    ) -> None:
-        """One window: each reader's own."""
-        raise NotImplementedError
-
-    def read_many(
-        self,
-        windows: npt.NDArray[np.int64],
-        tokens: npt.NDArray[np.int64],
-        document_ids: npt.NDArray[np.int64] | None,
-    ) -> None:
         for row, window in enumerate(np.asarray(windows).tolist()):
             self.read(window, tokens[row], None if document_ids is None else document_ids[row])
 
@@ -98,7 +81,7 @@ class StreamWindows:
                 document_ids[row] = renumber(self.stream.documents(start, width))
 
 
-class PackedWindows(EachInTurn):
+class PackedWindows(WindowReader):
     """The windows of ``packing`` over ``documents`` of ``corpus`` (padded with ``pad_id``)."""
 
     def __init__(

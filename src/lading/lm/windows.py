@@ -36,7 +36,7 @@ from lading.errors import EmptyEpochError
 from lading.lm.corpus import TokenCorpus
 from lading.lm.narrow import all_documents
 from lading.lm.packing import Packing, pack
-from lading.lm.readers import EachInTurn, PackedWindows, StreamWindows, WindowReader, where_of
+from lading.lm.readers import PackedWindows, StreamWindows, WindowReader, where_of
 from lading.lm.stream import EpochStream
 from lading.loading.order import Salt, feistel_keyed, feistel_value, round_keys_of
 
@@ -247,7 +247,7 @@ def smooth_schedule(counts: tuple[int, ...]) -> tuple[npt.NDArray[Any], npt.NDAr
     return corpus_of, rank_of
 
 
-class MixedWindows(EachInTurn):
+class MixedWindows(WindowReader):
     """The epoch of a :class:`TokenMixture`: ``counts[i]`` windows of source ``i``, every
     source drawn from holding one at least (:func:`refuse_short_members`)."""
 
