@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -15,12 +16,20 @@ from lading.remote.cache.fill import Fill, Filler, ready
 Marked = list[list[tuple[int, int]]]
 
 
-def _filler(marked: Marked, seen: threading.Event) -> Filler:
-    def mark(done: list, failed: list, checks: list) -> None:  # type: ignore[type-arg]
+def _filler(
+    monkeypatch: pytest.MonkeyPatch, linger: float
+) -> tuple[Filler, Marked, threading.Event]:
+    """A fill thread lingering ``linger`` s, what each of its transactions marked (``(object,
+    start)`` of each block), and an event set at its first."""
+    monkeypatch.setattr(fill, "LINGER_S", linger)
+    marked: Marked = []
+    seen = threading.Event()
+
+    def mark(done: list[Any], failed: list[Any], checks: list[Any]) -> None:
         marked.append([(obj, start) for obj, start, *_ in done])
         seen.set()
 
-    return Filler(mark, lambda: None)
+    return Filler(mark, lambda: None), marked, seen
 
 
 def _fill(start: int) -> Fill:
@@ -30,10 +39,7 @@ def _fill(start: int) -> Fill:
 def test_gets_finishing_within_the_linger_are_filled_in_one_transaction(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(fill, "LINGER_S", 0.5)
-    marked: Marked = []
-    seen = threading.Event()
-    filler = _filler(marked, seen)
+    filler, marked, seen = _filler(monkeypatch, 0.5)
     try:
         filler.put(_fill(0))
         time.sleep(0.05)  # the thread has the first by now: it waits for more
@@ -47,10 +53,7 @@ def test_gets_finishing_within_the_linger_are_filled_in_one_transaction(
 def test_close_fills_what_it_was_given_without_waiting_out_the_linger(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(fill, "LINGER_S", 30.0)
-    marked: Marked = []
-    seen = threading.Event()
-    filler = _filler(marked, seen)
+    filler, marked, _ = _filler(monkeypatch, 30.0)
     filler.put(_fill(0))
     time.sleep(0.05)
     began = time.monotonic()
