@@ -233,7 +233,7 @@ def main() -> None:
                 for system in ("lading", "lading+plan", "obstore"):
                     load = os.getloadavg()[0]
                     if system == "obstore":
-                        row = run_obstore(bare, rows_of[0], sum(sizes[r] for r in orders[0]))
+                        row = run_obstore(bare, rows_of[0], text)
                     else:
                         cache = work / f"node-{time.time_ns()}"
                         row = run_lading(url, cache, cap, epochs, system == "lading+plan", written)
@@ -247,16 +247,11 @@ def main() -> None:
                   write=args.write)  # fmt: skip
 
 
-def _written(row: dict[str, Any]) -> float:
-    """Payload bytes written to the cache's disk over bytes fetched, both epochs."""
-    wrote = row["e0"]["written"] + row["e1"]["written"]
-    return float(wrote / max(1, row["e0"]["fetched"] + row["e1"]["fetched"]))
-
-
-def _wchar(row: dict[str, Any]) -> float:
-    """Every byte the process wrote (``wchar``: the payload, the ledger's WAL and checkpoints,
-    the figures) over bytes fetched, both epochs."""
-    wrote = row["e0"]["wchar"] + row["e1"]["wchar"]
+def _per_fetched(row: dict[str, Any], key: str) -> float:
+    """Bytes ``key`` over bytes fetched, both epochs: ``written``, the payload file's
+    (``pwrite``); ``wchar``, every byte the process wrote (the payload, the ledger's WAL and
+    checkpoints, the figures, the requests)."""
+    wrote = row["e0"][key] + row["e1"][key]
     return float(wrote / max(1, row["e0"]["fetched"] + row["e1"]["fetched"]))
 
 
@@ -303,8 +298,8 @@ def render(rows: list[dict[str, Any]], args: Any, origin: str, seconds: float) -
                 f"{cell(held, '{:.2f}')} | {cell(hits)} | "
                 f"{cell([h / r['belady'] for h, r in zip(hits, mine)], '{:.2f}')} | "
                 f"{_over_lru(hits, mine)} | "
-                f"{cell([_written(r) for r in mine], '{:.2f}')} | "
-                f"{cell([_wchar(r) for r in mine], '{:.1f}')} | "
+                f"{cell([_per_fetched(r, 'written') for r in mine], '{:.2f}')} | "
+                f"{cell([_per_fetched(r, 'wchar') for r in mine], '{:.1f}')} | "
                 f"{cell([r['folder'][0] / r['cap'] for r in mine], '{:.2f}')} | "
                 f"{cell([r['folder'][1] / r['index_bytes'] for r in mine], '{:.2f}')} | "
                 f"{cell([r['load'] for r in mine], '{:.1f}')} |"
