@@ -18,6 +18,7 @@ import random
 import sqlite3
 import sys
 import threading
+import warnings
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -377,6 +378,40 @@ def test_a_damaged_ledger_is_set_aside_and_rebuilt(
     again.close()
     with contextlib.closing(sqlite3.connect(ledger)) as conn:
         assert conn.execute("PRAGMA quick_check").fetchall() == [("ok",)]
+
+
+@pytest.mark.parametrize("how", ["sound", "pages"])
+def test_a_large_ledger_is_probed_table_by_table_and_kept_when_sound(
+    built: tuple[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A ledger over ``FULL_CHECK_BYTES`` gets a query of each table and index, not a
+    ``quick_check``: a sound one is kept, its blocks read again without a GET (a probe named
+    a column the blocks table does not have, so every ledger that large was set aside as
+    damaged at every open, and its cache started empty), damaged pages still set it aside."""
+    from lading.remote.cache import damaged
+
+    monkeypatch.setattr(damaged, "FULL_CHECK_BYTES", 0)  # every ledger is "large"
+    url, _ = built
+    cache, ids = tmp_path / "cache", sorted(DOCS)
+    store = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
+    assert store.get_many(ids) == [DOCS[i] for i in ids]
+    store.close()
+    del store
+    ledger = cache / LEDGER_FILE
+    with contextlib.closing(sqlite3.connect(ledger)) as conn:  # fold the WAL in
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    if how == "pages":
+        _damage(ledger, how)
+        with pytest.warns(DamagedCacheWarning, match=str(ledger)):
+            lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0).close()
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DamagedCacheWarning)
+        again = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
+    assert not (cache / f"{LEDGER_FILE}.damaged").exists()
+    assert again.get_many(ids) == [DOCS[i] for i in ids]
+    assert again.cache_stats()["misses"] == 0  # every block was kept
+    again.close()
 
 
 @pytest.mark.parametrize("how", ["deleted", "truncated"])
