@@ -220,11 +220,21 @@ def test_a_link_planted_as_the_ledger_is_refused_and_its_database_kept(
     assert _tables(victim) == ["bookmarks"]
 
 
-def test_a_database_that_is_no_ledger_is_refused_not_taken_over(tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_a_database_that_is_no_ledger_is_refused_not_taken_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: str
+) -> None:
     """A user's own database under the ledger's name (a file, no link): its tables were kept
     and lading's added beside them, since only a ``settings`` table of another format was
     refused. Now a database holding a table lading never makes is refused, naming the file,
-    the table and the fix; one of lading's own tables only (an older ledger) is set aside."""
+    the table and the fix; one of lading's own tables only (an older ledger) is set aside.
+    ``large``: a file over ``FULL_CHECK_BYTES``, whose contents are probed table by table:
+    the probe of a table it lacks read as damage, and the user's database was set aside (moved,
+    the one ``.damaged`` slot replaced at the next damage) rather than refused."""
+    from lading.remote.cache import damaged
+
+    if size == "large":
+        monkeypatch.setattr(damaged, "FULL_CHECK_BYTES", 0)
     cache = tmp_path / "node"
     cache.mkdir()
     _app_db(cache / "ledger.sqlite")

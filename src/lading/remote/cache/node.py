@@ -328,7 +328,8 @@ def _probe(path: Path) -> None:
     slot being replaced)."""
     damaged.check_header(path)
     with contextlib.closing(sqlite3.connect(path, timeout=120.0)) as conn:
-        damaged.check_contents(conn, path)
+        # whose it is first, then whether it is sound: a large file's contents are probed
+        # table by table, and the probe of a table a user's database lacks read as damage
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         foreign = sorted(t for t in tables - TABLES if not t.startswith("sqlite_"))
         if foreign:
@@ -345,3 +346,4 @@ def _probe(path: Path) -> None:
             if found is None or found[0] != FORMAT:
                 was = "none" if found is None else found[0]
                 raise damaged.OtherFormatError(f"a ledger of another format ({was}, not {FORMAT})")
+        damaged.check_contents(conn, path)
