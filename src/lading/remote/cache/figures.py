@@ -25,7 +25,10 @@ FIGURES = (
     "bytes_held",
     "hits_ahead",
 )
-_FORGET = 65536  # ranges fetched for but never read: past this many, let them go
+# ranges announced or fetched for but not read here: past this many, the oldest are let go
+# (a loader whose DataLoader workers read announces in the main process, where no read
+# consumes them: every range of every epoch was remembered, ~150-200 B each)
+_FORGET = 65536
 
 
 class Figures:
@@ -49,6 +52,11 @@ class Figures:
             self._announced.update(announced)
             self._fetched.update(fetched)
             self.counts["hits_ahead"] += cached
+            if len(self._fetched) > _FORGET:
+                self._fetched = set()
+            if len(self._announced) > _FORGET:  # the newest half kept (a dict keeps order)
+                newest = list(self._announced.items())[-_FORGET // 2 :]
+                self._announced = Counter(dict(newest))
 
     def read(
         self, where: dict[Key, list[int]], got: dict[Key, bytes], fetched: set[Key], now: int | None
@@ -68,8 +76,11 @@ class Figures:
                     miss = k in fetched or k in self._fetched
                     fetched.discard(k)
                     self._fetched.discard(k)
-                    if self._announced[k] > 0:
-                        self._announced[k] -= 1
+                    told = self._announced.get(k, 0)
+                    if told > 1:
+                        self._announced[k] = told - 1
+                    elif told:
+                        del self._announced[k]  # (a count of 0 kept was a range's ~150 B)
                     else:
                         c["unplanned"] += 1
                     c["misses" if miss else "hits"] += 1
@@ -77,9 +88,6 @@ class Figures:
                     if epoch is not None:
                         self.by_epoch.setdefault(epoch, [0, 0])[miss] += 1
             c["reads"] += 1
-            if len(self._fetched) > _FORGET:
-                self._fetched = set()
-                self._announced = Counter({k: v for k, v in self._announced.items() if v > 0})
 
     def news(self, fetcher: dict[str, int]) -> Counter[str]:
         """What the node has not been told yet, this fetcher's figures included."""
