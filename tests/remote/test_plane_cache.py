@@ -174,6 +174,30 @@ def _local_cache(
     return NodeCache(node, fetcher, url, policy=policy)
 
 
+def test_a_plan_over_more_objects_than_sqlite_takes_variables(tmp_path: Path) -> None:
+    """A schedule over more objects (parquet files, a store's shards) than one SQL statement
+    takes parameters (SQLite's limit: 32,766 by default, lowered to 250 here): the plan's
+    lookup of their cached blocks named every object in one ``IN (...)`` and raised "too many
+    SQL variables"; now it goes in batches, and the cached blocks get their planned uses."""
+    (tmp_path / "obj").mkdir()
+    keys = [f"part-{i:04d}.bin" for i in range(300)]
+    for key in keys:
+        (tmp_path / "obj" / key).write_bytes(key.encode() * 4)
+    url = f"file://{tmp_path / 'obj'}"
+    cache = NodeCache(
+        node_of(tmp_path / "cache", 1 << 20), Fetcher(lambda: open_client(url, "fsspec")), url
+    )
+    spans = [(key, 0, 8) for key in keys]
+    assert cache.read(spans) == [key.encode()[:8] for key in keys]
+    cache.drain()
+    cache.ledger.connection().setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 250)
+    planner = Planner(cache)
+    planner.plan(Schedule([Need(key, 0, 8, 5) for key in keys]))
+    with cache.ledger.read() as conn:
+        uses = conn.execute("SELECT next_use FROM blocks").fetchall()
+    assert len(uses) == 300 and {u for (u,) in uses} == {5}
+
+
 @pytest.mark.parametrize(("policy", "hit"), [("next-use", True), ("fifo", False)])
 def test_eviction_keeps_the_block_needed_soonest(tmp_path: Path, policy: str, hit: bool) -> None:
     data = os.urandom(1000)

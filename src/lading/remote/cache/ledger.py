@@ -270,6 +270,19 @@ class Ledger:
         return out
 
     @staticmethod
+    def blocks_of(conn: sqlite3.Connection, objects: Sequence[int]) -> list[tuple[int, int, int]]:
+        """``(object, start, end)`` of every block of ``objects``, in statements of
+        :data:`_BATCH` objects (a plan over more parquet files or shards than SQLite takes
+        parameters raised "too many SQL variables")."""
+        out: list[tuple[int, int, int]] = []
+        for lo in range(0, len(objects), _BATCH):
+            part = objects[lo : lo + _BATCH]
+            marks = ",".join("?" * len(part))
+            sql = f"SELECT object, start, end FROM blocks WHERE object IN ({marks})"
+            out += conn.execute(sql, part).fetchall()
+        return out
+
+    @staticmethod
     def generations(conn: sqlite3.Connection, regions: Iterable[int]) -> dict[int, int]:
         """Each region's generation now."""
         wanted = sorted(set(regions))

@@ -115,11 +115,8 @@ class Planner:
         objects = {cache.obj(key): key for key in schedule.objects()}
         if not objects:
             return
-        marks = ",".join("?" * len(objects))
         with cache.ledger.read() as conn:
-            rows = conn.execute(
-                f"SELECT object, start, end FROM blocks WHERE object IN ({marks})", list(objects)
-            ).fetchall()
+            rows = cache.ledger.blocks_of(conn, list(objects))
         steps = schedule.next_use_many([(objects[o], a, b) for o, a, b in rows], now)
         with cache.ledger.write() as conn:
             cache.ledger.set_uses(conn, [(now, s, o, a) for (o, a, _), s in zip(rows, steps)])
