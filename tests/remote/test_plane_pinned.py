@@ -26,6 +26,7 @@ from conftest import write
 from lading.errors import RemoteChangedError
 from lading.remote import fetch
 from lading.remote.cache.damaged import DamagedCacheWarning
+from lading.remote.cache.ledger import FORMAT
 from lading.remote.cache.node import node_of, release
 from lading.remote.clients import open_client
 from lading.testing import LocalS3
@@ -153,20 +154,22 @@ def test_a_block_filled_unpinned_is_served_once_a_check_passes(
     third.close()
 
 
-def test_a_ledger_of_the_format_before_unpinned_marks_is_set_aside(
-    s3: LocalS3, bucket: str, tmp_path: Path
+@pytest.mark.parametrize("older", [4, 5])
+def test_a_ledger_of_an_older_format_is_set_aside(
+    s3: LocalS3, bucket: str, tmp_path: Path, older: int
 ) -> None:
     """A format-4 ledger (made before fills were marked unpinned) may hold new-version bytes
-    no row marks: it is set aside with a warning naming it, and the cache starts empty."""
+    no row marks, a format-5 one keys its blocks otherwise: either is set aside with a warning
+    naming it, and the cache starts empty."""
     url = _store(bucket, tmp_path)
     cache = tmp_path / "node"
     store = lading.open_store(url, cache=cache, cache_bytes="1M")
     assert _read(store, ["d1", "d150"]) == ["text of document 1", "text of document 150"]
     store.close()
     with contextlib.closing(sqlite3.connect(cache / "ledger.sqlite")) as conn, conn:
-        conn.execute("UPDATE settings SET value = 4 WHERE name = 'format'")
+        conn.execute("UPDATE settings SET value = ? WHERE name = 'format'", (older,))
     with pytest.warns(
-        DamagedCacheWarning, match=r"written by another lading .*format \(4, not 5\)"
+        DamagedCacheWarning, match=rf"written by another lading .*format \({older}, not {FORMAT}\)"
     ):
         again = lading.open_store(url, cache=cache, cache_bytes="1M")
     try:
@@ -183,11 +186,13 @@ def test_a_passed_check_confirms_only_the_blocks_that_came_before_it(tmp_path: P
     overwritten between), nor another object's."""
     node = node_of(tmp_path / "c", 10_000, region_bytes=1000)
     owner, ledger = node.owner.token, node.ledger
-    with ledger.write() as conn:
-        ledger.insert(conn, [(o, s, s + 100, 0, s, owner, None) for o in (1, 2) for s in (0, 100)])
+    with ledger.write() as conn:  # object o's blocks in region o - 1 (a place holds one)
+        ledger.insert(
+            conn, [(o, s, s + 100, o - 1, s, owner, None) for o in (1, 2) for s in (0, 100)]
+        )
         ledger.insert(conn, [(1, 200, 300, 0, 200, owner, None)])
     ledger.fill(
-        [(o, s, 0, s, b"x" * 100, t) for o in (1, 2) for s, t in ((0, 10.0), (100, 20.0))],
+        [(o, s, o - 1, s, b"x" * 100, t) for o in (1, 2) for s, t in ((0, 10.0), (100, 20.0))],
         owner,
         node.data.write,
     )

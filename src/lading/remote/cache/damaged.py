@@ -29,8 +29,8 @@ FULL_CHECK_BYTES = 64 << 20
 _MAGIC = b"SQLite format 3\x00"
 _PROBES = (
     "SELECT count(*) FROM settings",
-    "SELECT max(object), max(start) FROM blocks",  # (was max(id): blocks has no id, so
-    "SELECT max(region) FROM blocks",  # every ledger this large read as damaged)
+    "SELECT max(region), max(at) FROM blocks",  # (was max(id): blocks has no id, so
+    "SELECT max(object) FROM blocks",  # every ledger this large read as damaged)
     "SELECT max(next_use) FROM blocks",
     "SELECT max(id) FROM objects",
     "SELECT max(id), max(gen) FROM regions",
