@@ -36,3 +36,18 @@ def test_a_range_read_as_often_as_announced_is_forgotten_and_counted_planned() -
     assert mine["hits"] == 110 and mine["misses"] == 0
     f.read({keys[0]: [0]}, got, set(), 2)  # a third read: not announced
     assert f.counts["unplanned"] == 1
+
+
+def test_a_reading_process_keeps_every_announcement_until_its_read() -> None:
+    """A process that reads what it announces (no DataLoader workers) with more than
+    ``_FORGET`` ranges announced and not yet read (a window of 16 batches of > 4,096 ranges):
+    none is let go, so each read of them counts as planned."""
+    f = Figures()
+    got = {k: b"x" * 10 for k in _keys(70_001)}
+    f.read({(0, 0, 10): [0]}, got, set(), 0)  # this process reads
+    keys = _keys(70_000, 1)
+    for lo in range(0, len(keys), 500):
+        f.ahead(keys[lo : lo + 500], [], 0)
+    f.read({k: [0] for k in keys}, got, set(), 1)
+    assert f.counts["unplanned"] == 1  # the first read only
+    assert len(f._announced) == 0

@@ -52,7 +52,9 @@ class Figures:
             self._announced.update(announced)
             self._fetched.update(fetched)
             self.counts["hits_ahead"] += cached
-            if len(self._fetched) > _FORGET:
+            if self.counts["reads"]:  # reads here take what is announced: every count exact
+                return
+            if len(self._fetched) > _FORGET:  # announced here, read in other processes
                 self._fetched = set()
             if len(self._announced) > _FORGET:  # the newest half kept (a dict keeps order)
                 newest = list(self._announced.items())[-_FORGET // 2 :]
@@ -88,6 +90,8 @@ class Figures:
                     if epoch is not None:
                         self.by_epoch.setdefault(epoch, [0, 0])[miss] += 1
             c["reads"] += 1
+            if len(self._fetched) > _FORGET:  # fetched for, read under another key
+                self._fetched = set()
 
     def news(self, fetcher: dict[str, int]) -> Counter[str]:
         """What the node has not been told yet, this fetcher's figures included."""
