@@ -7,7 +7,8 @@ hits against Belady, bytes written, the folder against its budgets.
 On the local S3 (30 ms ± 10 a request), ``--passages`` MS MARCO passages (resampled from the
 TREC DL pool in ../shared/data; synthetic without it) in one store. An epoch reads ``--epoch``
 of them, each once, in random batches of 64, twice (the order drawn again); the caps are
-``--shares`` of the text an epoch reads. Per cap and repeat, alternated in one process:
+``--shares`` of the text an epoch reads. Per cap and repeat, in one process, the order
+rotated from one repeat to the next (each leg first, second and third in turn over 3 repeats):
 
 - ``lading``: batches read with no plan (a cold cache), ``get_many`` alone;
 - ``lading+plan``: as ``lading.loader`` drives a store: at each epoch's start the order of it
@@ -47,6 +48,7 @@ from lading.testing import LocalS3
 from remote_cpu import bare_obstore
 
 BATCH, AHEAD = 64, 8
+SYSTEMS = ("lading", "lading+plan", "obstore")  # the legs of a repeat, rotated by repeat
 
 
 def belady(trace: list[int], sizes: list[int], cap: int) -> list[bool]:
@@ -230,7 +232,8 @@ def main() -> None:
             optimum = float(np.mean(belady(trace, sizes, cap)[half:]))
             recent = float(np.mean(lru(trace, sizes, cap)[half:]))
             for repeat in range(args.repeats):
-                for system in ("lading", "lading+plan", "obstore"):
+                order = SYSTEMS[repeat % 3 :] + SYSTEMS[: repeat % 3]  # each place in turn
+                for system in order:
                     load = os.getloadavg()[0]
                     if system == "obstore":
                         row = run_obstore(bare, rows_of[0], text)
@@ -267,7 +270,8 @@ def render(rows: list[dict[str, Any]], args: Any, origin: str, seconds: float) -
         f"{args.passages:,} passages ({origin}) in one store on the local S3 (30 ms ± 10 a "
         f"request); an epoch reads {args.epoch:,} of them once each in random batches of "
         f"{BATCH}, twice; caps are shares of the text an epoch reads. {args.repeats} repeats, "
-        f"the systems alternated in one process, median [min-max]; ratios taken within each "
+        f"the systems in one process, their order rotated a repeat, median [min-max]; ratios "
+        f"taken within each "
         f"repeat; {os.cpu_count()} cores shared with other work (load in the table). "
         f"{seconds:.0f} s in all.", "",
         "| cap | system | client CPU ms / cold doc | x obstore GET | docs held / (cap / mean) | "
@@ -278,7 +282,7 @@ def render(rows: list[dict[str, Any]], args: Any, origin: str, seconds: float) -
     for share in dict.fromkeys(r["share"] for r in rows):
         base = {r["repeat"]: r["e0"]["cpu_ms"] for r in rows if r["share"] == share
                 and r["system"] == "obstore"}  # fmt: skip
-        for system in ("lading", "lading+plan", "obstore"):
+        for system in SYSTEMS:
             mine = [r for r in rows if r["share"] == share and r["system"] == system]
             if not mine:
                 continue
