@@ -414,6 +414,61 @@ def test_a_large_ledger_is_probed_table_by_table_and_kept_when_sound(
     again.close()
 
 
+def _ledger_trees(ledger: Path) -> list[tuple[str, int]]:
+    """Every table and index of ``ledger`` with its root page (its B-tree's first page)."""
+    with contextlib.closing(sqlite3.connect(ledger)) as conn:
+        found = conn.execute(
+            "SELECT name, rootpage FROM sqlite_master WHERE type IN ('table', 'index') "
+            "AND rootpage > 0 ORDER BY name"
+        ).fetchall()
+    return [(str(name), int(root)) for name, root in found]
+
+
+_TREES = [  # the ledger's tables and indexes (a new one fails the test below until listed)
+    "blocks", "blocks_key", "blocks_unpinned", "counters", "objects", "orders", "regions",
+    "settings", "sqlite_autoindex_counters_1", "sqlite_autoindex_objects_1",
+    "sqlite_autoindex_settings_1",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("tree", _TREES)
+def test_a_large_ledger_with_any_tree_damaged_is_set_aside(
+    built: tuple[str, bytes],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tree: str,
+) -> None:
+    """The table-by-table probe of a ledger over ``FULL_CHECK_BYTES`` reads every table and
+    index: garbage in the root page of any one sets the ledger aside at open (the probe read
+    settings, blocks, objects and regions only: garbage in ``orders`` or ``blocks_unpinned``
+    was kept, and the first plan or confirmation of a run raised "database disk image is
+    malformed" mid-epoch)."""
+    from lading.remote.cache import damaged
+
+    monkeypatch.setattr(damaged, "FULL_CHECK_BYTES", 0)  # every ledger is "large"
+    url, _ = built
+    cache = tmp_path / "cache"
+    store = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
+    assert store.get_many(["d1", "d2"]) == [DOCS["d1"], DOCS["d2"]]
+    store.close()
+    del store
+    ledger = cache / LEDGER_FILE
+    with contextlib.closing(sqlite3.connect(ledger)) as conn:  # fold the WAL in
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    trees = dict(_ledger_trees(ledger))
+    assert sorted(trees) == _TREES
+    data = bytearray(ledger.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    at = (trees[tree] - 1) * page
+    data[at : at + page] = b"\xa5" * page
+    ledger.write_bytes(bytes(data))
+    with pytest.warns(DamagedCacheWarning, match=str(ledger)):
+        again = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
+    assert (cache / f"{LEDGER_FILE}.damaged").exists()
+    assert again.get_many(["d1", "d2"]) == [DOCS["d1"], DOCS["d2"]]
+    again.close()
+
+
 @pytest.mark.parametrize("how", ["deleted", "truncated"])
 def test_a_payload_file_gone_under_its_ledger_is_fetched_again(
     built: tuple[str, bytes], tmp_path: Path, how: str

@@ -9,8 +9,9 @@ so a node never piles them up), warns once naming both files, and starts an empt
 What is checked on open, cheaply: the 100-byte header (magic string, page size), the file's
 length against the page count the header gives (a truncated file is short of it), and, for a
 ledger up to :data:`FULL_CHECK_BYTES`, SQLite's ``quick_check`` of every page (~0.1 s for
-64 MiB here). A larger ledger gets a query of each table and index instead: garbage deep in
-its payload pages shows when those blocks are read.
+64 MiB here). A larger ledger gets a query reading each table and index instead (their root
+pages, and every row of the blocks' key index): garbage deep in another tree shows when its
+rows are read.
 """
 
 from __future__ import annotations
@@ -27,13 +28,18 @@ from lading.remote.cache.folder import DATA_FILE
 
 FULL_CHECK_BYTES = 64 << 20
 _MAGIC = b"SQLite format 3\x00"
-_PROBES = (
-    "SELECT count(*) FROM settings",
-    "SELECT max(region), max(at) FROM blocks",  # (was max(id): blocks has no id, so
-    "SELECT max(object) FROM blocks",  # every ledger this large read as damaged)
-    "SELECT max(next_use) FROM blocks",
-    "SELECT max(id) FROM objects",
-    "SELECT max(id), max(gen) FROM regions",
+_PROBES = (  # a query reading each table and index (which one, in its comment)
+    "SELECT count(value) FROM settings",  # the table
+    "SELECT max(name) FROM settings",  # its primary key's index
+    "SELECT max(region), max(at) FROM blocks",  # blocks_key, every row (a covering scan)
+    "SELECT max(next_use) FROM blocks",  # the table (its primary key's tree)
+    "SELECT max(object) FROM blocks INDEXED BY blocks_unpinned WHERE unpinned IS NOT NULL",
+    "SELECT max(id) FROM objects",  # the table
+    "SELECT max(name) FROM objects",  # its names' index
+    "SELECT max(id), max(gen) FROM regions",  # the table
+    "SELECT max(value) FROM counters",  # the table
+    "SELECT max(name) FROM counters",  # its primary key's index
+    "SELECT max(object) FROM orders",  # the table
 )
 
 
