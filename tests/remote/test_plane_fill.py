@@ -63,3 +63,38 @@ def test_close_fills_what_it_was_given_without_waiting_out_the_linger(
     filler.put(_fill(10))  # after close: dropped
     time.sleep(0.05)
     assert marked == [[(0, 0)]]
+
+
+@pytest.mark.parametrize("cause", ["reset", "full"])
+def test_a_block_not_kept_is_said_once_with_its_own_fix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, cause: str
+) -> None:
+    """A fill the ledger refuses is warned once, with the fix that fits the cause: a folder
+    reset under this process names its own (open the store again), a full disk says to free
+    space (the reset's fix was cut off at 160 characters and replaced by "free disk space
+    ... or lower cache_bytes", a fix for another cause)."""
+    import errno
+
+    from lading.remote.cache.ledger import folder_reset
+
+    error = (
+        folder_reset(tmp_path / "a-cache-folder-whose-name-is-long" / ("x" * 80))
+        if cause == "reset"
+        else OSError(errno.ENOSPC, "No space left on device")
+    )
+
+    def mark(done: list[Any], failed: list[Any], checks: list[Any]) -> None:
+        raise error
+
+    filler = Filler(mark, lambda: None)
+    with pytest.warns(RuntimeWarning) as caught:
+        filler.put(_fill(0))
+        filler.put(_fill(10))
+        filler.close()
+    said = [str(w.message) for w in caught if "could not keep" in str(w.message)]
+    assert len(said) == 1, said
+    if cause == "reset":
+        assert "open the store or corpus again" in said[0]
+        assert "free disk space" not in said[0]
+    else:
+        assert "free disk space" in said[0]

@@ -20,6 +20,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from lading.errors import LadingError
+
 _BATCH = 1024  # finished GETs filled in one transaction at the most
 _JOIN_S = 5.0  # how long close() waits for the thread's last transaction
 # After a GET finishes, how long the thread waits for more to fill in the same transaction.
@@ -134,13 +136,19 @@ class Filler:
             self.trim()
 
     def warn(self, error: BaseException) -> None:
-        """Say once that a fetched block could not be kept (a full disk, a ledger refusing)."""
+        """Say once that a fetched block could not be kept (a full disk, a ledger refusing),
+        with the fix: lading's own errors name theirs (a folder reset: open again), whole;
+        anything else is taken for the disk."""
         if not self._warned:
             self._warned = True
+            if isinstance(error, LadingError):
+                what, fix = str(error), ""
+            else:
+                what = str(error)[:160]
+                fix = ": free disk space where the cache folder is, or lower cache_bytes"
             warnings.warn(
                 f"the node cache could not keep a fetched block ({type(error).__name__}: "
-                f"{str(error)[:160]}); reads go on, fetching what it could not keep: free "
-                "disk space where the cache folder is, or lower cache_bytes",
+                f"{what}); reads go on, fetching what it could not keep{fix}",
                 RuntimeWarning,
                 stacklevel=2,
             )
