@@ -705,3 +705,93 @@ def test_the_too_small_warning_names_a_fix_that_fixes(cap: int, largest: int) ->
     asked = int(re.search(r"raise cache_bytes to ([\d,]+)", message)[1].replace(",", ""))  # type: ignore[index]
     assert asked > cap and Layout.of(asked).region_bytes >= largest, message
     assert f"1/{cap // region}" in message or f"1/{Layout.of(cap).regions}" in message, message
+
+
+# -- figures, errors and the node after the edges of a dataset's life -----------------------
+
+
+def test_the_figures_after_close_are_the_runs_and_open_nothing(url: str, tmp_path: Path) -> None:
+    """``cache_stats()`` after ``with loader:`` gives the run's figures, as they were at
+    close, and opens no node cache (it made a new one, which nothing closed, and read its
+    figures: every count 0, ``by_epoch`` empty)."""
+    from lading.remote.cache import node
+
+    folder = cold(tmp_path)
+    with PartitionedParquet(url, 8, cache=folder, cache_bytes="4M", **KW) as loader:
+        list(loader)
+        inside = loader.cache_stats()
+    after = loader.cache_stats()
+    assert folder.absolute() not in node._NODES.by_folder
+    for name in ("gets", "bytes_fetched", "bytes_used", "misses"):  # (the next pass's first
+        assert after[name] >= inside[name] > 0, name  # batches may be read ahead meanwhile)
+    assert after["by_epoch"][0] == inside["by_epoch"][0]
+    assert after["process"]["gets"] == after["gets"]
+
+
+def test_figures_of_several_buckets_are_summed_all_through(
+    s3: LocalS3, local: Path, tmp_path: Path
+) -> None:
+    """Over two buckets, ``"process"`` and ``"by_epoch"`` sum both buckets' reads as the top
+    level does (each was the last bucket's alone)."""
+    one = upload(s3, local, "parquet-sum-one")
+    two = upload(s3, local, "parquet-sum-two", "other/logs")
+    loader = PartitionedParquet(
+        [one, two], 8, cache=cold(tmp_path), cache_bytes="4M", read_ahead=0, **KW
+    )  # (read_ahead=0: no thread reads the next pass between the figures compared)
+    list(loader)
+    assert loader.remote is not None
+    loader.remote.settle(HEALTHY_S)  # (the GETs announced ahead answered)
+    stats = loader.cache_stats()
+    roots = sorted({f.root for f in loader.remote.files})
+    assert len(roots) == 2
+    each = [loader.remote.cache(root).stats() for root in roots]
+    for name in ("gets", "bytes_fetched", "bytes_used", "misses", "hits"):
+        assert stats["process"][name] == stats[name] == sum(e[name] for e in each), name
+    epochs = {e for s in each for e in s["by_epoch"]}
+    want = {e: tuple(map(sum, zip(*(s["by_epoch"].get(e, (0, 0)) for s in each)))) for e in epochs}
+    assert stats["by_epoch"] == want and stats["process"]["by_epoch"] == want
+    assert all(s["by_epoch"] for s in each)  # both buckets were read in an epoch
+    loader.close()
+
+
+def test_an_object_rewritten_while_opening_names_the_parquet_fix(
+    s3: LocalS3, local: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An object replaced between the LIST and its footer's GET is refused with a parquet
+    dataset's fix, as one replaced before a row group's read is (it said "reopen the store,
+    or rebuild it")."""
+    import lading.tabular.remote as remote
+    from lading.remote.clients import open_client
+
+    url = upload(s3, local, "parquet-rewritten-open")
+    listed = remote.list_files
+
+    def racing(urls: Any, fetchers: Any) -> Any:
+        found = listed(urls, fetchers)
+        open_client(url).put("part-0.parquet", (local / "part-1.parquet").read_bytes())
+        return found
+
+    monkeypatch.setattr(remote, "list_files", racing)
+    with pytest.raises(RemoteReadError) as caught:
+        PartitionedParquet(url, 8, cache=cold(tmp_path), **KW)
+    text = _one_line(caught.value)
+    assert "part-0.parquet" in text
+    assert "PartitionedParquet again" in text and "store" not in text, text
+
+
+def test_a_dataset_that_fails_to_open_lets_its_node_cache_go(s3: LocalS3, tmp_path: Path) -> None:
+    """A constructor that raises after reading a row group (a null counted in a footer,
+    checked by reading it) closes the node cache it opened (it stayed, with its files and
+    threads, one more a failed attempt)."""
+    from lading.remote.cache import node
+
+    folder = tmp_path / "nulls"
+    folder.mkdir()
+    scores = pa.array([0.5, None, 1.5, 2.5] * 5, pa.float32())
+    table = pa.table({"session_id": pa.array(range(20), pa.int64()), "score": scores})
+    pq.write_table(table, folder / "part-0.parquet", row_group_size=8)
+    url = upload(s3, folder, "parquet-nulls-closed")
+    cache = cold(tmp_path)
+    with pytest.raises(ValueError, match="fill_null"):
+        PartitionedParquet(url, 4, cache=cache)
+    assert cache.absolute() not in node._NODES.by_folder

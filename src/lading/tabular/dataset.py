@@ -12,6 +12,7 @@ read and resumed).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -127,52 +128,57 @@ class PartitionedParquet(Loader):
         workers = Workers(
             num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
         )
-        urls = remote_urls(paths)
-        self.remote: RemoteParquet | None = None
-        if urls:
-            settings = RemoteSettings.of(cache, cache_bytes, storage_options)
-            self.remote = remote = RemoteParquet.open(urls, settings)
-            self.files: list[Any] = list(remote.urls)
-            footers = [remote.metadata(url) for url in remote.urls]
-            schemas = [f.schema.to_arrow_schema() for f in footers]
-            self.pieces: list[Piece] = pieces_of(remote.urls, footers)
-            sizes: list[int] | None = [f.size for f in remote.files]
-        else:
-            self.files = parquet_files(paths)
-            self.pieces, schemas, footers = scan(self.files)
-            sizes = None
-        self.columns = list(columns) if columns is not None else list(schemas[0].names)
-        check_schemas(self.files, schemas, self.columns)
-        check_columns(schemas[0], self.columns, list_columns, self.files[0], pad_value)
-        flat = [c for c in self.columns if c not in list_columns]
-        if self.remote is None:
-            rows = RowReader(self.columns, list_columns, pad, pad_value)
-            check_counted_nulls(self.files, footers, flat)
-        else:
-            self.remote.columns = list(self.columns)
-            rows = RemoteRowReader(self.remote, self.columns, list_columns, pad, pad_value)
-            check_counted_nulls(self.files, footers, flat, self.remote.read_group)
-            warn_if_too_small(self.remote)
-        workload = ParquetWorkload(
-            self.pieces, rows, footer_digest(self.files, footers, sizes), reading, buffer_rows
-        )
-        announce = None
-        if self.remote is not None:  # the row groups ahead are fetched as keys are handed out
-            # a chunk is read at its first batch and serves buffer_rows / batch_size batches:
-            # announce CHUNKS_AHEAD chunks ahead, so their GETs (~30 ms each) overlap
-            chunk = workload.buffer_rows // batch_size
-            ahead = max(LOOKAHEAD, CHUNKS_AHEAD * chunk)
-            announce = announcer(Hooks.of(self.remote), announced_reads(workload), ahead)
-        workers = (
-            workers.with_read_ahead(read_ahead, default=0)
-            if self.remote is None
-            else workers.for_remote(
-                read_ahead, f"{len(self.files)} parquet files ({self.files[0]}, ...)"
+        with contextlib.ExitStack() as undo:
+            urls = remote_urls(paths)
+            self.remote: RemoteParquet | None = None
+            if urls:
+                settings = RemoteSettings.of(cache, cache_bytes, storage_options)
+                self.remote = remote = RemoteParquet.open(urls, settings)
+                undo.callback(remote.close)  # (a check below refusing: its node let go)
+                self.files: list[Any] = list(remote.urls)
+                footers = [remote.metadata(url) for url in remote.urls]
+                schemas = [f.schema.to_arrow_schema() for f in footers]
+                self.pieces: list[Piece] = pieces_of(remote.urls, footers)
+                sizes: list[int] | None = [f.size for f in remote.files]
+            else:
+                self.files = parquet_files(paths)
+                self.pieces, schemas, footers = scan(self.files)
+                sizes = None
+            self.columns = list(columns) if columns is not None else list(schemas[0].names)
+            check_schemas(self.files, schemas, self.columns)
+            check_columns(schemas[0], self.columns, list_columns, self.files[0], pad_value)
+            flat = [c for c in self.columns if c not in list_columns]
+            if self.remote is None:
+                rows = RowReader(self.columns, list_columns, pad, pad_value)
+                undo.callback(rows.close)
+                check_counted_nulls(self.files, footers, flat)
+            else:
+                self.remote.columns = list(self.columns)
+                rows = RemoteRowReader(self.remote, self.columns, list_columns, pad, pad_value)
+                undo.callback(rows.close)
+                check_counted_nulls(self.files, footers, flat, self.remote.read_group)
+                warn_if_too_small(self.remote)
+            workload = ParquetWorkload(
+                self.pieces, rows, footer_digest(self.files, footers, sizes), reading, buffer_rows
             )
-        )
-        super().__init__(workload, workers, announce=announce)
-        self.total_rows, self.buffer_rows = workload.total_rows, workload.buffer_rows
-        self._parquet = workload
+            announce = None
+            if self.remote is not None:  # row groups ahead are fetched as keys are handed out
+                # a chunk is read at its first batch and serves buffer_rows / batch_size batches:
+                # announce CHUNKS_AHEAD chunks ahead, so their GETs (~30 ms each) overlap
+                chunk = workload.buffer_rows // batch_size
+                ahead = max(LOOKAHEAD, CHUNKS_AHEAD * chunk)
+                announce = announcer(Hooks.of(self.remote), announced_reads(workload), ahead)
+            workers = (
+                workers.with_read_ahead(read_ahead, default=0)
+                if self.remote is None
+                else workers.for_remote(
+                    read_ahead, f"{len(self.files)} parquet files ({self.files[0]}, ...)"
+                )
+            )
+            super().__init__(workload, workers, announce=announce)
+            self.total_rows, self.buffer_rows = workload.total_rows, workload.buffer_rows
+            self._parquet = workload
+            undo.pop_all()  # opened: the loader's own, closed by close()
 
     def close(self) -> None:
         """As :meth:`Loader.close`, and the files this loader opened (it opened them itself,

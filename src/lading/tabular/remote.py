@@ -28,6 +28,7 @@ the one check of its cap beside it (the footers and ranges served are
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 import warnings
@@ -87,6 +88,7 @@ class RemoteParquet:
         self._meta: dict[str, Any] = {}
         self._spans: dict[tuple[str, int, tuple[str, ...]], list[tuple[int, int]]] = {}
         self._leaf_fields: dict[str, list[tuple[str, str]]] = {}
+        self._closed_stats: dict[str, dict[str, Any]] = {}  # a bucket's figures at close
 
     def __getstate__(self) -> dict[str, Any]:
         keep = ("files", "settings", "urls", "_index", "columns", "footer_bytes")
@@ -107,10 +109,17 @@ class RemoteParquet:
             RemoteReadError: a LIST or GET failed for good.
         """
         made = cls([], [], settings)
-        for url in urls:
-            made._fetcher(split_root(url)[0])
-        files = list_files(urls, made._fetchers)
-        footers = stage_footers(files, made._fetchers, Path(settings.cache))
+        try:
+            for url in urls:
+                made._fetcher(split_root(url)[0])
+            files = list_files(urls, made._fetchers)
+            footers = stage_footers(files, made._fetchers, Path(settings.cache))
+        except RemoteReadError as e:  # (an object replaced since the LIST: a parquet fix)
+            made.close()
+            raise _rewritten(e) from None
+        except BaseException:
+            made.close()  # (its clients: nothing else holds them)
+            raise
         keep_within(Path(settings.cache), settings.index_budget(sum(map(len, footers))), None)
         found = cls(files, footers, settings)
         found._fetchers = made._fetchers  # this process's clients, already open
@@ -135,6 +144,7 @@ class RemoteParquet:
                 {f.key: f.etag for f in self.files if f.root == root},
             )
             cache.index_bytes = self.settings.index_budget(self.footer_bytes)
+            self._closed_stats = {}  # (read again: the figures start anew)
         return self._caches[root]
 
     def planner(self, root: str) -> Planner:
@@ -154,7 +164,10 @@ class RemoteParquet:
             if footer is None:  # a pickled copy: the node's staged footer (pinned to the ETag)
                 file = self.files[i]
                 fetchers = {file.root: self._fetcher(file.root)}
-                footer = stage_footers([file], fetchers, Path(self.settings.cache))[0]
+                try:
+                    footer = stage_footers([file], fetchers, Path(self.settings.cache))[0]
+                except RemoteReadError as e:  # (replaced since the dataset opened)
+                    raise _rewritten(e) from None
             self._meta[url] = pq.read_metadata(pa.BufferReader(footer))
         return self._meta[url]
 
@@ -294,22 +307,42 @@ class RemoteParquet:
 
     def cache_stats(self) -> dict[str, Any]:
         """The node cache's figures (:meth:`lading.stores.remote.store.RemoteStore.cache_stats`):
-        this process's summed over the buckets read, the folder's (one for every bucket) and,
-        under ``"node"``, every process's."""
+        this process's summed over the buckets read (``"process"`` and ``"by_epoch"`` too),
+        the folder's (one for every bucket) and, under ``"node"``, every process's. After
+        :meth:`close`, a bucket's figures as they were at close, no cache opened for them (a
+        later read starts its figures anew)."""
         total: dict[str, Any] = {}
+        by_epoch: dict[int, tuple[int, int]] = {}
         for root in sorted({f.root for f in self.files}):
-            found = self.cache(root).node_stats()
+            if root in self._caches or not self._closed_stats:
+                found = self.cache(root).node_stats()
+            elif root in self._closed_stats:
+                found = self._closed_stats[root]
+            else:
+                continue  # (closed, never read: nothing to count, nothing to open)
             for name, value in found.items():
-                if name in _FOLDER or isinstance(value, dict):
-                    total[name] = value  # the one folder's (or the node's)
+                if name == "by_epoch":
+                    for epoch, counts in value.items():
+                        had = by_epoch.get(epoch, (0, 0))
+                        by_epoch[epoch] = (had[0] + counts[0], had[1] + counts[1])
+                elif name == "node" or name in _FOLDER:
+                    total[name] = value  # the one folder's (the node's: every process's)
                 elif isinstance(value, (int, float)) and not isinstance(value, bool):
                     total[name] = total.get(name, 0) + value
+        total["by_epoch"] = by_epoch
+        node = total.pop("node", None)
+        total["process"] = dict(total)  # (what node_stats repeats: this process's)
+        if node is not None:
+            total["node"] = node
         return total
 
     def close(self) -> None:
-        """Stop this process's GETs and let its node caches go (done at exit too); a later
-        read opens them again, with new clients."""
-        for cache in self._caches.values():
+        """Stop this process's GETs and let its node caches go (done at exit too), keeping
+        their figures for :meth:`cache_stats`; a later read opens them again, with new
+        clients."""
+        for root, cache in self._caches.items():
+            with contextlib.suppress(Exception):  # (figures are a report: never a failure)
+                self._closed_stats[root] = cache.node_stats()
             cache.close()
         for fetcher in self._fetchers.values():  # (those that only listed and staged too)
             fetcher.close()
