@@ -515,6 +515,8 @@ class Fetcher:
         _settle([(future, None) for future in live], ClosedError(CLOSED.format(self)))
         for run in runs:  # a whole-object GET or a LIST: its waiter raises ClosedError
             run.cancel()
+        if self.node is not None:  # (its files: at once, or as the last call ends)
+            self.node.close()
 
     def _refuse_if_closed(self, cancel: Cancel | None = None) -> None:
         """Raise, never to be retried, where a call would send a request after close (of
