@@ -240,6 +240,63 @@ def test_a_cache_too_small_for_a_window_reads_around_it_and_says_so(corpora: Cor
     assert remote.cache_stats()["bytes_cached"] <= 8
 
 
+def test_a_cap_whose_regions_are_under_a_window_says_what_binds(corpora: Corpora) -> None:
+    """A cap larger than a window whose regions (a block's most) are smaller is warned of with
+    the region's size: it said the cap itself "cannot hold one window" (a cap of 40 bytes
+    against a window of 26), which a user could check and find false."""
+    remote = corpora.open(cache_bytes=40)  # two regions of 20 bytes; a window of 13 tokens: 26
+    assert remote.remote is not None
+    region = remote.remote.cache.max_block
+    assert region < 26 < remote.remote.cache.cap
+    with pytest.warns(UserWarning) as caught:
+        loader = LanguageModelLoader(remote, 3, Windows(12), seed=5)
+    said = [str(w.message) for w in caught if "cannot hold one window" in str(w.message)]
+    assert len(said) == 1, said
+    assert f"a region, {region} bytes" in said[0] and "(26 bytes" in said[0], said[0]
+    assert batches(loader) == batches(LanguageModelLoader(corpora.local, 3, Windows(12), seed=5))
+
+
+def test_an_elastic_resume_of_streams_builds_a_bounded_plan_before_its_first_batch(
+    corpora: Corpora, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Streams resumed on another world size cannot say a batch's reads at once, so the plan
+    learns them by building batches: it built every batch of the epoch and the next before the
+    first (1,479 builds at 800k tokens; a 900k-batch epoch ~3 minutes, which reads as a hang).
+    Now at most ``PLAN_BUILT`` are built for the plan, and the window's; the batches are the
+    local corpus's."""
+    from lading.lm import remote_reads
+    from lading.lm.workload import LMWorkload
+
+    monkeypatch.setattr(remote_reads, "PLAN_BUILT", 8)
+    built = [0]
+    build = LMWorkload.build
+
+    def counted(self: LMWorkload, key: Any) -> Any:
+        built[0] += 1
+        return build(self, key)
+
+    monkeypatch.setattr(LMWorkload, "build", counted)
+    saved = LanguageModelLoader(corpora.local, 2, Streams(4), seed=7, world=World(0, 2))
+    read = iter(saved)
+    for _ in range(3):
+        next(read)
+    state = saved.state_dict()
+    resumed = LanguageModelLoader(
+        corpora.open(), 2, Streams(4), seed=7, world=World(0, 1), read_ahead=0
+    )
+    resumed.load_state_dict(state)
+    assert len(resumed) > 40  # (more batches than the plan builds)
+    built[0] = 0
+    mine = iter(resumed)
+    first = next(mine)
+    # the plan's 8, the window's (its batches ahead, learnt as they are announced), the first
+    assert built[0] <= 8 + 2 * LOOKAHEAD + 1, built[0]  # batch's own (all 78 before)
+    local = LanguageModelLoader(corpora.local, 2, Streams(4), seed=7, world=World(0, 1))
+    local.load_state_dict(state)
+    want = batches(local)
+    assert [plain(b) for b in [first, *mine]] == want
+
+
 @pytest.mark.parametrize("cap, faults", [("1K", 2), ("1M", 1)])
 @pytest.mark.parametrize("kind", ["reset", "slow", "error"])
 def test_faults_still_give_the_right_batches(

@@ -56,6 +56,7 @@ from lading.loading.hooks import Hooks
 from lading.loading.state import Cursor
 from lading.remote.cache import AroundGets, Planner
 from lading.remote.cache.planner import AHEAD_SHARE
+from lading.remote.cache.regions import MAX_REGION
 from lading.remote.ranges import Need
 from lading.remote.schedule import Schedule, epoch_firsts
 from lading.remote.whole import ObjectReads, WholeBlocks, fits
@@ -306,7 +307,8 @@ class RemoteReads:
         held = self._held is not None  # whole blocks fetched and read: the windows' ranges
         # are not needed; else what a batch fetches is what it reads
         fetches = self.inner.fetches_many(keys) if held else self.inner.reads_many(keys)
-        if fetches is None:  # a batch at a time (built with a recorder)
+        if fetches is None:  # a batch at a time (built with a recorder), the first few only
+            keys, steps = keys[:PLAN_BUILT], steps[:PLAN_BUILT]
             self._fetches = Planned(keys, *stacked([self.fetches(k) for k in keys]))
         else:
             self._fetches = Planned(keys, *self._by_file_of(*fetches))
@@ -371,6 +373,13 @@ class RemoteReads:
         return None if found is None else self._by_file(found[1])
 
 
+# Batches a plan builds to learn their reads where the mode cannot say them at once (Streams
+# after an elastic resume): ~0.2 ms each, all of an epoch and the next were built before the
+# first batch (a 900k-batch epoch: ~3 minutes). The batches past them are read unplanned (the
+# window still fetches them ahead), that epoch only: the next one plans at once again.
+PLAN_BUILT = 1024
+
+
 class Planned:
     """The ranges of the keys of a plan in one array: those of ``keys[j]`` are the rows whose
     ``which`` is ``j`` (kept sorted by it)."""
@@ -422,13 +431,19 @@ def _warn_small_caches(remote: dict[int, RemoteTokens], workload: LMWorkload) ->
     window): its reads go around the cache (right, but every byte fetched at each read)."""
     for tokens in remote.values():
         row = (workload.max_seq + 1) * tokens.itemsize
-        cap = tokens.cache.cap
-        if tokens.cache.max_block < row or cap < row:
+        cap, region = tokens.cache.cap, tokens.cache.max_block
+        if region < row or cap < row:
+            fix = (  # (a region at most MAX_REGION: no cap holds a window past it)
+                f"give cache_bytes of at least {64 * workload.reading.batch_size * row} (8 "
+                "batches a window) to fetch ahead"
+                if row <= MAX_REGION
+                else f"no cap can (a region is at most {MAX_REGION:,} bytes): read shorter windows"
+            )
             warnings.warn(
                 f"cache_bytes={cap} cannot hold one window of {workload.max_seq + 1} tokens "
-                f"({row} bytes) of {tokens.cache.namespace}: its tokens are read around the "
-                f"node cache, fetched at every read; give cache_bytes of at least "
-                f"{64 * workload.reading.batch_size * row} (8 batches a window) to fetch ahead",
+                f"({row} bytes; a cached block is at most a region, {region} bytes) of "
+                f"{tokens.cache.namespace}: its tokens are read around the node cache, fetched "
+                f"at every read; {fix}",
                 UserWarning,
                 stacklevel=5,  # the caller of LanguageModelLoader(...)
             )
