@@ -226,7 +226,7 @@ class FsspecClient:
             if info.get("type") == "directory":
                 continue
             rel = path[len(self.root) + 1 :] if path.startswith(self.root + "/") else path
-            out[rel] = ObjectInfo(int(info["size"]), _etag(info))
+            out[rel] = ObjectInfo(int(info["size"]), _etag(info), _modified(info))
         return out
 
     def head(self, key: str) -> ObjectInfo | None:
@@ -238,7 +238,7 @@ class FsspecClient:
             return None
         if info.get("type") == "directory":
             return None
-        return ObjectInfo(int(info["size"]), _etag(info))
+        return ObjectInfo(int(info["size"]), _etag(info), _modified(info))
 
     def delete(self, key: str) -> None:
         path = self._path(key)
@@ -259,6 +259,18 @@ def _first_line(error: BaseException) -> str:
 def _etag(info: Mapping[str, Any]) -> str | None:
     found = info.get("ETag") or info.get("etag")
     return str(found) if found else None
+
+
+def _modified(info: Mapping[str, Any]) -> str | None:
+    """The modification time an fsspec listing gives where it gives no ETag (``memory://``'s
+    ``created``, a local or SFTP file's ``mtime``, ...), as text; None where it gives none."""
+    if _etag(info) is not None:
+        return None
+    for name in ("mtime", "LastModified", "last_modified", "updated", "modified", "created"):
+        found = info.get(name)
+        if found is not None:
+            return str(found)
+    return None
 
 
 def _no_keys(error: BaseException) -> bool:

@@ -44,10 +44,13 @@ BACKENDS: tuple[str, ...] = ("auto", "fsspec", "obstore")
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """What a listing says of one object: its size and version tag (an ETag, or None)."""
+    """What a listing says of one object: its size and version tag (an ETag, or None), and
+    where a store gives no ETag, its modification time as text (``modified``; None where the
+    store gives neither): a version to tell a rewrite at the same size by, never a pin."""
 
     size: int
     etag: str | None
+    modified: str | None = None
 
 
 def is_remote(path: str | os.PathLike[str]) -> bool:

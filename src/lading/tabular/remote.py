@@ -136,7 +136,11 @@ class RemoteParquet:
     def cache(self, root: str) -> NodeCache:
         """The node cache of bucket ``root``, as this process sees it."""
         if root not in self._caches:
-            mine = sorted((f.key, f.etag or "", f.size) for f in self.files if f.root == root)
+            mine = sorted(  # (a version: its ETag, else where none its modification time)
+                (f.key, f.etag or "", f.size, *([] if f.modified is None else [f.modified]))
+                for f in self.files
+                if f.root == root
+            )
             digest = hashlib.sha256(repr(mine).encode()).hexdigest()[:16]
             cache = self._caches[root] = self.settings.node_cache(
                 self._fetcher(root),

@@ -49,12 +49,15 @@ Parts = list[tuple[int, bytes]]  # (start, bytes) of the ranges read of one row 
 @dataclass(frozen=True)
 class RemoteFile:
     """One parquet object: ``root`` (``s3://bucket``: one client and node cache a bucket),
-    its ``key`` below it, and the size and ETag the listing gave (every GET is pinned to it)."""
+    its ``key`` below it, and the size and ETag the listing gave (every GET is pinned to it);
+    where the store gives no ETag, the modification time it gave (``modified``: part of the
+    object's identity, in its staged footer's name and its blocks' namespace, never a pin)."""
 
     root: str
     key: str
     size: int
     etag: str | None
+    modified: str | None = None
 
     @property
     def url(self) -> str:
@@ -95,12 +98,12 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
             or a nested ``lading repartition`` output; an object is reached twice.
         RemoteReadError: a LIST failed for good (naming the endpoint and the setting).
     """
-    listings: dict[tuple[str, str], dict[str, tuple[int, str | None]]] = {}
+    listings: dict[tuple[str, str], dict[str, tuple[int, str | None, str | None]]] = {}
 
-    def listing(root: str, folder: str) -> dict[str, tuple[int, str | None]]:
+    def listing(root: str, folder: str) -> dict[str, tuple[int, str | None, str | None]]:
         if (root, folder) not in listings:
             found = fetchers[root].list(folder)
-            listings[root, folder] = {k: (v.size, v.etag) for k, v in found.items()}
+            listings[root, folder] = {k: (v.size, v.etag, v.modified) for k, v in found.items()}
         return listings[root, folder]
 
     files: list[RemoteFile] = []
@@ -141,8 +144,10 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
 
 def footer_path(cache: Path, file: RemoteFile) -> Path:
     """Where ``file``'s footer is staged: a name of its URL, ETag and size (a rewritten object
-    gets a new one)."""
+    gets a new one), and its modification time where it has no ETag."""
     ident = f"{file.url}\0{file.etag}\0{file.size}".encode()
+    if file.etag is None and file.modified is not None:
+        ident += f"\0{file.modified}".encode()
     return cache / "parquet" / f"{hashlib.sha256(ident).hexdigest()[:24]}.footer"
 
 
