@@ -101,3 +101,25 @@ def test_a_token_looked_at_while_it_is_made_stays_alive(
     assert asker.others_alive()
     maker.close()
     assert not asker.alive(token)
+
+
+def test_an_empty_cap_variable_asks_for_no_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``LADING_REMOTE_CACHE_BYTES=""`` (a template's blank) is no cap asked, as the variable
+    unset is: an open takes the folder's cap (it asked for the 8 GiB default and was refused
+    against a folder made with 2 MiB)."""
+    from lading.remote.settings import RemoteSettings
+
+    monkeypatch.setenv("LADING_REMOTE_CACHE_BYTES", "")
+    settings = RemoteSettings.of(tmp_path / "cache", None)
+    assert not settings.cap_given
+    node = node_of(tmp_path / "cache", 2 << 20)
+    try:
+        taken = node_of(tmp_path / "cache", settings.cache_bytes, strict=settings.cap_given)
+        assert taken.layout.size == 2 << 20
+        release(taken)
+    finally:
+        release(node)
+    monkeypatch.setenv("LADING_REMOTE_CACHE_BYTES", "3M")
+    assert RemoteSettings.of(tmp_path / "cache", None).cap_given

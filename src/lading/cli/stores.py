@@ -387,7 +387,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
         if doc_id in store:
             print(json.dumps(store.record(doc_id)._asdict(), ensure_ascii=False))
     for doc_id in missing:
-        print(f"lading get: id {doc_id!r} is not in {store.path}", file=sys.stderr)
+        print(f"lading get: id {doc_id!r} is not in {args.store}", file=sys.stderr)
     return 1 if missing else 0
 
 

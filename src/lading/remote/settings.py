@@ -82,9 +82,15 @@ def _check_folder(directory: Path) -> None:
             return
 
 
+def _cap_in_environment() -> bool:
+    """Whether ``$LADING_REMOTE_CACHE_BYTES`` asks for a cap (set, and not blank: a blank is
+    none asked, as :func:`default_cache_bytes` reads it)."""
+    return bool(os.environ.get(CACHE_BYTES_ENV, "").strip())
+
+
 def default_cache_bytes(directory: Path) -> int:
     """``$LADING_REMOTE_CACHE_BYTES``, else 8 GiB or half the free space where the cache is."""
-    env = os.environ.get(CACHE_BYTES_ENV)
+    env = os.environ.get(CACHE_BYTES_ENV, "").strip()
     if env:
         return parse_bytes(env, CACHE_BYTES_ENV)
     probe = directory
@@ -239,7 +245,7 @@ class RemoteSettings:
     def from_environment(cls) -> RemoteSettings:
         """The defaults: the cache directory and cap the environment gives (module doc)."""
         cache = default_cache_dir()
-        return cls(cache, default_cache_bytes(cache), cap_given=CACHE_BYTES_ENV in os.environ)
+        return cls(cache, default_cache_bytes(cache), cap_given=_cap_in_environment())
 
     @classmethod
     def of(
@@ -267,6 +273,6 @@ class RemoteSettings:
             more["index_bytes"] = parse_bytes(more["index_bytes"], "index_bytes")
         if isinstance(more.get("upload_min_rate"), str):
             more["upload_min_rate"] = positive_rate(more["upload_min_rate"])
-        given = cache_bytes is not None or CACHE_BYTES_ENV in os.environ
+        given = cache_bytes is not None or _cap_in_environment()
         made = cls(directory, cap, options=dict(options or {}), cap_given=given)
         return replace(made, **more)

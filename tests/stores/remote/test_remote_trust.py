@@ -688,3 +688,22 @@ def test_inspect_and_get_print_no_secret(
     out = capsys.readouterr()
     assert DOCS["d3"] in out.out and "does not exist" in out.err
     assert SECRET not in out.out + out.err
+
+
+def test_get_of_an_id_not_in_a_bucket_store_names_its_url(
+    built: tuple[str, bytes],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``lading get s3://... MISSING`` names the store's URL, what the user typed (it named
+    the staged copy's folder under the node cache)."""
+    from lading.cli import main
+
+    url, _ = built
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "lc"))
+    assert main(["get", url, "d3", "no-such-id"]) == 1
+    out = capsys.readouterr()
+    assert DOCS["d3"] in out.out
+    assert f"id 'no-such-id' is not in {url}" in out.err, out.err
+    assert str(tmp_path / "lc") not in out.err
