@@ -601,6 +601,56 @@ def test_under_torchrun_every_rank_builds_a_shard_and_rank_0_merges(tmp_path: Pa
     same_reading(one, TokenCorpus.open(tmp_path / "s"))
 
 
+def _auto_url(rank: int, world: int, src: str, dest: str, tok: str, here: str) -> str:
+    os.chdir(here)  # (where a URL taken for a folder would be written: ./s3:/...)
+    try:
+        TokenCorpus.build(src, dest, tok, shard="auto", progress=False)
+    except ValueError as e:
+        return str(e)
+    return "built"
+
+
+@pytest.mark.slow
+def test_shard_auto_into_a_url_is_refused_naming_the_sharded_route(tmp_path: Path) -> None:
+    """``shard="auto"`` under torchrun into ``s3://...`` builds on a filesystem every rank
+    sees, as for stores; it is refused naming ``build_shard`` into the URL and ``merge`` (it
+    built a local folder ``./s3:/bucket/...`` on every rank and said nothing: the bucket stayed
+    empty)."""
+    from distributed import run_processes
+
+    src = inputs(tmp_path)
+    tok = tmp_path / "t.json"
+    here = tmp_path / "cwd"
+    here.mkdir()
+    said = run_processes(
+        _auto_url, 2, str(src), "s3://no-bucket-needed/corpus", str(tok), str(here)
+    )
+    for text in said:
+        assert "build_shard" in text and "merge" in text and "s3://no-bucket-needed" in text, text
+    assert list(here.iterdir()) == []
+
+
+def test_shard_auto_over_several_nodes_names_a_fix_token_corpora_take(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranks over two nodes building a token corpus on what may be node-local disks are
+    refused naming ``LADING_SHARED_FS=1``, the one setting ``TokenCorpus.build`` takes (the
+    stores' message named ``shared_fs=True`` too, which ``TokenCorpus.build`` refused as an
+    unknown argument)."""
+    from lading.lm.cluster import build_in_group
+    from lading.lm.shards import DocumentOptions
+
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # one rank a node: two nodes
+    monkeypatch.delenv("LADING_SHARED_FS", raising=False)
+    src = inputs(tmp_path)
+    with pytest.raises(ValueError) as caught:
+        build_in_group(src, tmp_path / "c", tmp_path / "t.json", None, False, DocumentOptions())
+    text = str(caught.value)
+    assert "LADING_SHARED_FS=1" in text and "shared_fs=True" not in text, text
+
+
 def _auto_overwrite(rank: int, world: int, src: str, dest: str, tok: str) -> str:
     try:
         TokenCorpus.build(src, dest, tok, shard="auto", overwrite=True, progress=False)

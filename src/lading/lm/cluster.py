@@ -47,4 +47,5 @@ def build_in_group(
         done = merge_corpus(where, ids[0] if ids else build_id)
         return done if isinstance(done, str) else str(done["snapshot"])
 
-    return str(shards_in_group(write, merge, where, resolve_shared_fs(None)))
+    shared = resolve_shared_fs(None)  # (TokenCorpus.build takes no shared_fs=: the variable)
+    return str(shards_in_group(write, merge, where, shared, "LADING_SHARED_FS=1"))

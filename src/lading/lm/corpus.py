@@ -295,7 +295,16 @@ class TokenCorpus:
         if shard == "auto":
             from lading.world import process_group
 
-            if process_group(min_size=2) is not None:
+            group = process_group(min_size=2)
+            if group is not None and is_remote(dest):
+                raise ValueError(  # (as build_store's: a URL is not a folder every rank sees)
+                    f"TokenCorpus.build(shard='auto') builds on a filesystem every rank sees; "
+                    f"into {os.fspath(dest)} each worker builds its shard with "
+                    "TokenCorpus.build_shard(source, url, (i, n), tokenizer) (lading lm build "
+                    "SOURCE URL --shard I/N: uploaded once whole), then one "
+                    "TokenCorpus.merge(url) (lading lm merge URL) commits it in the bucket"
+                )
+            if group is not None:
                 from lading.lm.cluster import build_in_group
                 from lading.lm.shards import DocumentOptions
                 from lading.stores.building.build import refuse_shard_args

@@ -108,18 +108,23 @@ def build_in_shards(
 
 
 def shards_in_group(
-    write: Callable[[tuple[int, int]], Any], merge: Callable[[int], str], dest: Any, shared: bool
+    write: Callable[[tuple[int, int]], Any],
+    merge: Callable[[int], str],
+    dest: Any,
+    shared: bool,
+    say_shared: str = "shared_fs=True or LADING_SHARED_FS=1",
 ) -> str:
     """Under a process group, for any kind built in shards: rank ``r`` of ``w`` writes shard
     ``(r, w)``; once every rank wrote its shard, rank 0 runs ``merge(w)`` (the snapshot it
-    committed), which every rank returns. A failure on any rank is raised on every rank."""
+    committed), which every rank returns. A failure on any rank is raised on every rank.
+    ``say_shared``: how the caller's users say ``dest`` is shared (what its build takes)."""
     dist = process_group(min_size=2)
     world = World.detect()
     if not shared and world.local_world_size != world.world_size:
         raise ValueError(
             f"shard='auto' over {world.world_size} ranks on several nodes needs {dest} on a "
-            "filesystem every rank sees (shared_fs=True or LADING_SHARED_FS=1); on node-local "
-            "disks build without shard= (local rank 0 of each node builds its copy)"
+            f"filesystem every rank sees ({say_shared}); on node-local disks build without "
+            "shard= (local rank 0 of each node builds its copy)"
         )
     failure: BaseException | None = None
     try:
