@@ -809,3 +809,27 @@ def test_token_parts_serve_every_slice_as_one_array_would() -> None:
         assert np.array_equal(tokens[c:d:2], whole[c:d:2]), (c, d)
     view = tokens[8:20]  # inside part 3 (from 8 to 38): a view of its array, no copy
     assert np.shares_memory(view, parts[3])
+
+
+def test_a_merge_of_the_other_kinds_shards_names_the_command_that_merges_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``lading merge`` over a token corpus's shards, and ``lading lm merge`` over a store's,
+    name what the shards are and the merge to run (each read the other's shard.json and said
+    it was damaged: "rebuild the store")."""
+    import lading
+    from lading.cli import main
+
+    src = inputs(tmp_path)
+    for i in range(2):
+        TokenCorpus.build_shard(src / "a.jsonl", tmp_path / "c", (i, 2), tmp_path / "t.json")
+        lading.build_shard(src / "a.jsonl", tmp_path / "s", (i, 2), progress=False)
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path / "c")]) == 2
+    said = capsys.readouterr().err
+    assert "token corpus" in said and "lading lm merge" in said and "rebuild" not in said, said
+    assert main(["lm", "merge", str(tmp_path / "s")]) == 2
+    said = capsys.readouterr().err
+    assert "store" in said and "lading merge" in said and "rebuild" not in said, said
+    assert not (tmp_path / "c" / "meta.json").exists()  # nothing committed
+    assert not (tmp_path / "s" / "meta.json").exists()

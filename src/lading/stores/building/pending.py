@@ -34,6 +34,7 @@ from lading.stores.building.shardset import (
     ran_after,
     shard_number,
     shards_present,
+    what_is_built,
 )
 
 T = TypeVar("T")
@@ -140,12 +141,38 @@ def build_to_commit(
     bid = build_id or pending_build(dest, previous, build, found)
     if previous is not None and previous.get("build_id") == bid:
         return str(previous["snapshot"])
+    refuse_other_kind(dest, bid, build)
     passed = [b for b, n in found.items() if isinstance(n, int)]
     n = found.get(bid)
     shards = complete_shards(dest, bid, read, build, n if isinstance(n, int) else None)
     check_same_inputs(dest, shards)
     recipe = check_same_options(dest, bid, shards)
     return BuildToCommit(bid, shards, recipe, passed)
+
+
+_MERGES = {"store": "lading merge", "token corpus": "lading lm merge"}  # what merges a kind
+
+
+def refuse_other_kind(dest: Path, bid: str, build: str) -> None:
+    """Refuse to merge build ``bid`` of ``dest`` when its ``build.json`` says it builds the
+    other kind than the merge's (``build``: the command building this merge's shards), naming
+    what it is and the merge that takes it (read as this kind's, its shards looked damaged).
+
+    Raises:
+        StoreFormatError: the build is of the other kind.
+    """
+    try:
+        recipe = json.loads((dest / bid / BUILD_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # (a build.json unreadable: the shards' own checks name it)
+    built = what_is_built(recipe.get("options") if isinstance(recipe, dict) else None)
+    mine = "token corpus" if build.startswith("lading lm") else "store"
+    if built != mine:
+        raise StoreFormatError(
+            f"{dest / bid}: its shards build a {built} ({dest / bid / BUILD_FILE}), not a "
+            f"{mine}: merge them with {_MERGES[built]} (or "
+            f"{'TokenCorpus.merge' if built == 'token corpus' else 'lading.merge_store'})"
+        )
 
 
 def merge_in_folder(
