@@ -73,3 +73,40 @@ def test_a_store_shard_into_a_missing_bucket_fails_before_reading(
     with pytest.raises(RemoteWriteError, match="bucket 'no-such-bucket-49s' does not exist"):
         lading.build_shard(tmp_path / "c.jsonl", "s3://no-such-bucket-49s/x", (0, 2),
                            cache=tmp_path / "w")  # fmt: skip
+
+
+def _folders(url: str) -> set[str]:
+    """The top-level names under ``url`` in its bucket."""
+    from lading.remote.clients import open_client
+
+    return {key.split("/", 1)[0] for key in open_client(url).list()}
+
+
+def test_merges_into_a_bucket_let_replaced_snapshots_and_their_builds_go(
+    s3: LocalS3, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the grace, a merge into a bucket removes the snapshots it replaced and the builds
+    only they used, as a merge in a folder does (every rebuild kept a whole copy of the shards
+    in the bucket for ever; a one-process build after them too). A build no snapshot names
+    yet (its shards waiting for their merge) is kept."""
+    monkeypatch.setenv("LADING_SNAPSHOT_GRACE_S", "0")
+    url = f"s3://{bucket}/stores/gc"
+    for round_ in range(3):
+        src = jsonl(tmp_path / f"c{round_}.jsonl", 60 + round_)  # other inputs: a new build
+        for i in range(2):
+            lading.build_shard(src, url, (i, 2), cache=tmp_path / f"w{round_}{i}")
+        store = lading.merge_store(url, cache=tmp_path / f"m{round_}")
+    names = _folders(url)
+    builds = {n for n in names if n.startswith("build-")}
+    snaps = {n for n in names if n.startswith("snap-")}
+    assert snaps == {store.snapshot}, names
+    assert builds == {store.meta["build_id"]}, names
+    waiting = jsonl(tmp_path / "c9.jsonl", 99)
+    lading.build_shard(waiting, url, (0, 2), cache=tmp_path / "w9")  # its merge not yet run
+    pending = {n for n in _folders(url) if n.startswith("build-")} - builds
+    assert len(pending) == 1
+    lading.build_store(jsonl(tmp_path / "one.jsonl", 30), url, overwrite=True,
+                       cache=str(tmp_path / "u"), progress=False)  # fmt: skip
+    names = _folders(url)
+    assert not builds & names  # the merged build: its snapshot replaced, past the grace
+    assert pending <= names  # the build under way: kept

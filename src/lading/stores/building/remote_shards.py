@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -37,7 +38,7 @@ from lading.remote.settings import RemoteSettings
 from lading.stores.building.bucket_kind import refuse_kind_at
 from lading.stores.building.scratch import owned_folder
 from lading.stores.building.shardset import BUILD_FILE, RUN_FILE, SHARD_FILE, claim_build
-from lading.stores.building.upload import put_files
+from lading.stores.building.upload import collect_garbage, put_files
 
 if TYPE_CHECKING:
     from lading.stores.building.pending import BuildToCommit
@@ -220,11 +221,17 @@ def commit_remote(
     url: str, settings: RemoteSettings, files: list[tuple[str, Path]], raw: bytes
 ) -> None:
     """PUT the new snapshot's ``files`` (its manifest among them), then ``meta.json``: the
-    commit."""
+    commit; then what no reader can still be opening goes, as after a merge in a folder
+    (:func:`~lading.stores.building.upload.collect_garbage`: replaced snapshots past the grace
+    and the builds only they used)."""
     client = open_client(url, settings.backend, settings.options, settings.timeout)
     sized: list[tuple[str, bytes | Path, int]] = [(k, p, p.stat().st_size) for k, p in files]
     put_files(client, sized, timeout=settings.timeout)
     put_files(client, [(META_FILE, raw, len(raw))], timeout=settings.timeout)
+    try:  # committed: what a failure here leaves is garbage, not damage
+        collect_garbage(client, json.loads(raw), timeout=settings.timeout)
+    except OSError as e:  # RemoteReadError included
+        warnings.warn(f"{url} is committed; its old snapshots stay: {e}", stacklevel=2)
 
 
 def shard_into_bucket(

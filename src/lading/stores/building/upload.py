@@ -40,7 +40,7 @@ from lading.deadline import DEFAULT_RETRIES
 from lading.disk import read_meta
 from lading.disk.commit import units
 from lading.disk.meta import META_FILE
-from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, grace_seconds
+from lading.disk.snapshot import BUILD_PREFIX, MANIFEST, SNAP_PREFIX, grace_seconds
 from lading.remote.clients import open_client
 from lading.remote.fetch import TIMEOUT_ENV, Fetcher
 from lading.remote.objects import (
@@ -314,10 +314,13 @@ def _retries(request: float | None) -> str:
 def collect_garbage(
     client: ObjectClient, current: dict[str, Any], timeout: float | None = None
 ) -> list[str]:
-    """Delete the objects of ``snap-`` folders no snapshot within the grace still uses; the
-    folders removed. A snapshot was replaced when the next one was committed (its manifest's
-    ``committed_at``; its id's UTC time where that is missing). Every call is on the read
-    path (``timeout`` seconds an attempt, default ``$LADING_REMOTE_TIMEOUT``, retried).
+    """Delete the objects of ``snap-`` folders no snapshot within the grace still uses, and of
+    the ``build-`` folders (parallel builds) only they used; the folders removed. A snapshot
+    was replaced when the next one was committed (its manifest's ``committed_at``; its id's UTC
+    time where that is missing); one committed after ``current`` (a commit under way beside
+    this one) is kept, and so is a build no snapshot names (its shards wait for their merge).
+    Every call is on the read path (``timeout`` seconds an attempt, default
+    ``$LADING_REMOTE_TIMEOUT``, retried).
 
     Raises:
         RemoteReadError: a listing, GET or DELETE failed for good.
@@ -346,14 +349,19 @@ def _collect(client: ObjectClient, current: dict[str, Any], fetcher: Fetcher) ->
 
     order = sorted(snaps, key=committed)
     now, grace = time.time(), grace_seconds()
-    keep = {str(current.get("snapshot"))}
+    mine = str(current.get("snapshot"))
+    keep = {mine} | {s for s in snaps if committed(s) > committed(mine)}  # (a commit beside)
     for older, newer in itertools.pairwise(order):
         if now - committed(newer) < grace:
             keep.add(older)
     used = set(units(current))
     for snap in keep:
         used |= units(manifests.get(snap, {}))
-    gone = snaps - keep - used  # build- folders (parallel builds) are left alone
+    gone = snaps - keep - used
+    # a build goes with the last snapshot that named it; one no snapshot names is left alone
+    # (its shards wait for their merge however long; a worker killed for good leaves one)
+    named = set().union(*(units(manifests[s]) for s in gone if s in manifests))
+    gone |= {b for b in named - used if b.startswith(BUILD_PREFIX)}
     doomed = [k for k in listing if k.split("/", 1)[0] in gone]
     doomed.sort(key=lambda k: not k.endswith(MANIFEST))  # a manifest first: pinned readers hear
 
