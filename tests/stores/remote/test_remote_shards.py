@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import lading
-from conftest import write
+from conftest import word_tokenizer, write
 from lading.errors import StoreFormatError
 from lading.remote.objects import RemoteWriteError
 from lading.testing import LocalS3
@@ -110,3 +110,26 @@ def test_merges_into_a_bucket_let_replaced_snapshots_and_their_builds_go(
     names = _folders(url)
     assert not builds & names  # the merged build: its snapshot replaced, past the grace
     assert pending <= names  # the build under way: kept
+
+
+@pytest.mark.parametrize("kind", ["store", "corpus"])
+def test_records_skipped_by_a_shard_built_into_a_bucket_are_said_with_its_url(
+    s3: LocalS3, bucket: str, tmp_path: Path, kind: str
+) -> None:
+    """A shard built into a bucket with ``on_error="skip"`` names the URL in its warning (it
+    named the scratch folder the shard was built in, removed by the time it is read)."""
+    from lading.errors import SkippedRecordsWarning
+    from lading.lm import TokenCorpus
+
+    lines = jsonl(tmp_path / "c.jsonl", 40).read_text().splitlines()
+    lines[25] = "{broken"
+    src = write(tmp_path / "bad.jsonl", "\n".join(lines) + "\n")
+    url = f"s3://{bucket}/skips/{kind}"
+    with pytest.warns(SkippedRecordsWarning) as caught:
+        if kind == "store":
+            lading.build_shard(src, url, (1, 2), on_error="skip", cache=tmp_path / "w")
+        else:
+            tok = word_tokenizer(WORDS, tmp_path / "t.json")
+            TokenCorpus.build_shard(src, url, (1, 2), tok, on_error="skip", cache=tmp_path / "w")
+    said = [str(w.message) for w in caught if issubclass(w.category, SkippedRecordsWarning)]
+    assert said and all(url in s and str(tmp_path / "w") not in s for s in said), said

@@ -257,9 +257,15 @@ def shard_into_bucket(
         local = scratch / name
         current = seed_from_bucket(url, settings, local, rel)  # claimed, or reused, as in a folder
         try:
-            report = write(local)
+            with warnings.catch_warnings(record=True) as said:  # (one thread: the build's)
+                warnings.simplefilter("always")
+                report = write(local)
         except StoreFormatError as e:  # named as the bucket, not the scratch copy
             raise named_as(e, local, url) from None
+        finally:
+            for w in said:  # its warnings too (records skipped: "... building <scratch>")
+                text = str(w.message).replace(str(local), url)
+                warnings.warn_explicit(text, w.category, w.filename, w.lineno)
         if not report.reused:
             upload_shard_folder(local, rel, url, settings, i)
         put_run_mark(url, settings, bid, current)
