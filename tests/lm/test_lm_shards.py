@@ -833,3 +833,18 @@ def test_a_merge_of_the_other_kinds_shards_names_the_command_that_merges_them(
     assert "store" in said and "lading merge" in said and "rebuild" not in said, said
     assert not (tmp_path / "c" / "meta.json").exists()  # nothing committed
     assert not (tmp_path / "s" / "meta.json").exists()
+
+
+def test_too_many_shards_of_text_files_says_only_jsonl_is_cut(tmp_path: Path) -> None:
+    """A token corpus cuts JSONL files at lines and nothing else: more shards than TSV files
+    is refused saying so (it said "cannot all be split at lines (compressed, or not
+    TSV/JSONL)" of files that were TSV)."""
+    src = tmp_path / "src"
+    for i in range(3):
+        write(src / f"f{i}.tsv", "".join(f"d{j}\tw{j} w1\n" for j in range(20)))
+    tok = word_tokenizer(WORDS, tmp_path / "t.json")
+    with pytest.raises(ValueError) as caught:
+        TokenCorpus.build_shard(src, tmp_path / "c", (0, 4), tok, progress=False)
+    text = str(caught.value)
+    assert "shard 3 would read nothing" in text and "TSV" not in text, text
+    assert "JSONL" in text, text

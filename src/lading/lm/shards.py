@@ -217,7 +217,7 @@ def build_corpus_shard(
     inputs = inputs_of(source)
     refuse_unused_text_field(text_field, source, inputs.files, inputs.store is not None)
     if inputs.store is None:
-        check_shard_count(inputs.files, n, None, is_jsonl)  # n bounded before any planning
+        check_shard_count(inputs.files, n, None, is_jsonl, "JSONL")  # n bounded first
     tok = load_tokenizer(tokenizer)
     info = describe_tokenizer(tok)
     eos = find_eos(tok, documents.eos_token) if documents.append_eos else None

@@ -138,14 +138,19 @@ def _shard_of(byte: int, total: int, n: int) -> int:
 
 
 def check_shard_count(
-    files: Sequence[Path], n: int, format: str | None, cut: Cut | None = None
+    files: Sequence[Path],
+    n: int,
+    format: str | None,
+    cut: Cut | None = None,
+    cut_formats: str = "TSV/JSONL",
 ) -> None:
     """Refuse ``n`` shards where one would read nothing, in time linear in the files (not in
     ``n``: ``--shard 0/100000000000`` is answered at once, not after planning every shard).
 
     A shard's run of the input's bytes must hold a line start of a splittable file or the
     first byte of another file: at most one shard per byte of input, and each file that
-    cannot be split (compressed, not TSV/JSONL) goes whole to one shard.
+    cannot be split (compressed, not of ``cut_formats``: what ``cut`` cuts) goes whole to one
+    shard.
 
     Raises:
         ValueError: naming the first shard that would read nothing, the most shards below
@@ -165,7 +170,7 @@ def check_shard_count(
         return
     raise ValueError(
         f"{n} shards but {len(files)} input file(s) that cannot all be split at lines "
-        f"(compressed, or not TSV/JSONL): shard {first_empty} would read nothing. "
+        f"(compressed, or not {cut_formats}): shard {first_empty} would read nothing. "
         f"{_advice(sizes, splittable, n)}, or give more (or uncompressed) files"
     )
 
