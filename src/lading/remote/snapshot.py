@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from lading.disk.meta import META_FILE
-from lading.disk.snapshot import MANIFEST, SNAP_PREFIX
-from lading.errors import StoreFormatError
+from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, grace_seconds
+from lading.errors import RemoteNotFoundError, StoreFormatError
 from lading.remote.cache import NodeCache
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import PermanentError
@@ -86,7 +86,14 @@ def manifest_bytes(
     if snapshot is None or parse(raw, url)["snapshot"] == snapshot:
         return raw
     if snapshot.startswith(SNAP_PREFIX) and "/" not in snapshot:
-        return fetcher.get_object(f"{snapshot}/{MANIFEST}")
+        try:
+            return fetcher.get_object(f"{snapshot}/{MANIFEST}")
+        except RemoteNotFoundError:  # (the store is there: its current manifest was read)
+            raise StoreFormatError(
+                f"{url}: snapshot {snapshot} was replaced and removed since (past its grace, "
+                f"{grace_seconds():.0f} s) and this node has no staged copy of it; open the "
+                "store again to read its current snapshot"
+            ) from None
     raise StoreFormatError(
         f"{url}: snapshot {snapshot} is no longer the current one and this node has no staged "
         "copy of it; open it again to read its current snapshot"

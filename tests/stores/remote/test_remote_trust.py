@@ -707,3 +707,25 @@ def test_get_of_an_id_not_in_a_bucket_store_names_its_url(
     assert DOCS["d3"] in out.out
     assert f"id 'no-such-id' is not in {url}" in out.err, out.err
     assert str(tmp_path / "lc") not in out.err
+
+
+def test_a_pinned_snapshot_removed_since_is_said_so_not_a_missing_store(
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot replaced and removed past its grace, opened again by id on a node without
+    its staged copy (a spawned worker's store, its copy let go under the index budget) is
+    named as gone with the fix (it said "no store at URL ... build a store there" of a store
+    that is there)."""
+    monkeypatch.setenv("LADING_SNAPSHOT_GRACE_S", "0")
+    url = f"s3://{bucket}/gone"
+    src = write(tmp_path / "a.tsv", "d1\tfirst\n")
+    old = lading.build_store(src, url, cache=str(tmp_path / "u1"), progress=False).snapshot
+    for n in range(2):  # replaced, and removed by the commit after
+        write(tmp_path / "a.tsv", f"d1\tnew {n}\n")
+        lading.build_store(tmp_path / "a.tsv", url, overwrite=True, cache=str(tmp_path / "u2"),
+                           progress=False)  # fmt: skip
+    with pytest.raises(StoreFormatError) as caught:
+        RemoteStore(url, RemoteSettings.of(tmp_path / "fresh", "1M", timeout=2.0), snapshot=old)
+    text = str(caught.value)
+    assert old in text and "open" in text and "no store" not in text, text
+    assert lading.open_store(url, cache=tmp_path / "fresh").get_many(["d1"]) == ["new 1"]
