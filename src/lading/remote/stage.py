@@ -34,7 +34,7 @@ from lading.disk import STAGE_MARK, build_lock, publish, remove_dead_temps, scra
 from lading.disk.bookkeeping import verify_bookkeeping
 from lading.disk.meta import META_FILE
 from lading.disk.names import check_name
-from lading.disk.snapshot import file_crc32, spot_crc32
+from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, file_crc32, spot_crc32
 from lading.errors import RemoteChangedError, StoreFormatError
 from lading.remote.cache.folder import (
     PARQUET,
@@ -309,7 +309,13 @@ def verify_remote(
     build's records in the bucket (:func:`lading.disk.verify_bookkeeping`, as in a folder);
     the problems found (empty: intact). The index objects are read from the bucket too: a copy
     staged before one was damaged there is intact here, where a node staging afresh refuses
-    the store."""
+    the store.
+
+    Raises:
+        RemoteChangedError: the snapshot ``meta`` describes was replaced and removed since
+            (past its grace): there is nothing of it left to check, which is no damage.
+    """
+    _refuse_if_removed(fetcher, url, meta)
     problems = verify_staged(url, meta)
     problems += verify_bookkeeping(BucketRecords(fetcher.client, url), meta, meta["format"])
     for name in sorted(meta["files"]):
@@ -328,6 +334,22 @@ def verify_remote(
                 "in its meta.json: the object is damaged or was replaced; rebuild the store"
             )
     return problems
+
+
+def _refuse_if_removed(fetcher: Fetcher, url: str, meta: dict[str, Any]) -> None:
+    """Raise where snapshot ``meta`` is neither the current one nor kept in the bucket (its
+    ``snap-<id>/manifest.json`` gone: replaced and removed past its grace)."""
+    snap = str(meta.get("snapshot", ""))
+    if not snap.startswith(SNAP_PREFIX) or fetcher.client.head(f"{snap}/{MANIFEST}") is not None:
+        return
+    with contextlib.suppress(Exception):  # (an unreadable current manifest: checked below)
+        if json.loads(fetcher.get_object(META_FILE)).get("snapshot") == snap:
+            return
+    raise RemoteChangedError(
+        f"{url}: snapshot {snap}, the one this store read, was replaced and removed since "
+        "(past its grace): nothing of it is left to verify; open the store again to verify "
+        "its current snapshot"
+    )
 
 
 class BucketRecords:

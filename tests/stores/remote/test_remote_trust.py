@@ -729,3 +729,30 @@ def test_a_pinned_snapshot_removed_since_is_said_so_not_a_missing_store(
     text = str(caught.value)
     assert old in text and "open" in text and "no store" not in text, text
     assert lading.open_store(url, cache=tmp_path / "fresh").get_many(["d1"]) == ["new 1"]
+
+
+def test_verify_of_a_store_whose_snapshot_was_removed_says_so_not_damage(
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``verify()`` of an open store whose snapshot was replaced and removed since says that,
+    with the fix (open it again), not damage: it listed every file as "missing or replaced:
+    the store is damaged; rebuild it", and told the user to copy the new meta.json over the
+    old snapshot's manifest."""
+    from lading.errors import RemoteChangedError
+
+    monkeypatch.setenv("LADING_SNAPSHOT_GRACE_S", "0")
+    url = f"s3://{bucket}/verify-gone"
+    src = write(tmp_path / "a.tsv", "d1\tfirst\n")
+    lading.build_store(src, url, cache=str(tmp_path / "u1"), progress=False)
+    store = lading.open_store(url, cache=tmp_path / "c")
+    old = store.snapshot
+    for n in range(2):
+        write(tmp_path / "a.tsv", f"d1\tnew {n}\n")
+        lading.build_store(tmp_path / "a.tsv", url, overwrite=True, cache=str(tmp_path / "u2"),
+                           progress=False)  # fmt: skip
+    with pytest.raises(RemoteChangedError) as caught:
+        store.verify()
+    text = str(caught.value)
+    assert old in text and "open" in text and "rebuild" not in text, text
+    store.close()
+    assert lading.open_store(url, cache=tmp_path / "c").verify() == []
