@@ -756,3 +756,23 @@ def test_verify_of_a_store_whose_snapshot_was_removed_says_so_not_damage(
     assert old in text and "open" in text and "rebuild" not in text, text
     store.close()
     assert lading.open_store(url, cache=tmp_path / "c").verify() == []
+
+
+def test_rows_out_of_range_are_refused_as_a_local_store_refuses_them(
+    built: tuple[str, bytes], tmp_path: Path
+) -> None:
+    """``texts_range`` and ``texts_at`` of a bucket's store take and refuse what a local
+    store's do (a reversed range read as empty, a range past the end named rows it was not
+    given; rows given as a 2-D array, read flat by a local store, raised an unrelated "list
+    assignment index out of range")."""
+    url, _ = built
+    store = lading.open_store(url, cache=tmp_path / "c", cache_bytes="1M")
+    n = len(store)
+    for start, stop in ((5, 3), (n - 2, n + 2), (-1, 2)):
+        with pytest.raises(IndexError, match=rf"rows {start}\.\.{stop} out of range for {n} rows"):
+            store.texts_range(start, stop)
+    assert store.texts_range(1, 1) == [] and store.texts_range(0, 2) == store.texts_at(
+        np.array([0, 1])
+    )
+    assert store.texts_at(np.array([[0, 1]])) == store.texts_at(np.array([0, 1]))  # as local
+    store.close()

@@ -324,7 +324,8 @@ class RemoteStore(DocStore):
 
     def texts_at(self, rows: npt.NDArray[np.int64], step: int | None = None) -> list[str]:
         now = self._step(step)
-        return self._columns.texts(self._payload("text"), rows, self._reading(now))
+        flat = np.asarray(rows, dtype=np.int64).reshape(-1)  # (any shape, read flat: as local)
+        return self._columns.texts(self._payload("text"), flat, self._reading(now))
 
     def get_many_bytes(self, ids: Sequence[IdLike], step: int | None = None) -> list[bytes]:
         """UTF-8 bytes of ``ids`` in request order, not decoded; each the caller's own."""
@@ -332,7 +333,13 @@ class RemoteStore(DocStore):
         return self._columns.read(self._payload("text"), rows, self._reading(now))
 
     def texts_range(self, start: int, stop: int) -> list[str]:
-        """Texts of rows ``start .. stop - 1`` (neighbours: the planner fetches them together)."""
+        """Texts of rows ``start .. stop - 1`` (neighbours: the planner fetches them together).
+
+        Raises:
+            IndexError: the range is not within the store (as a local store's).
+        """
+        if not 0 <= start <= stop <= len(self):
+            raise IndexError(f"rows {start}..{stop} out of range for {len(self)} rows")
         return self.texts_at(np.arange(start, stop, dtype=np.int64))
 
     @property
