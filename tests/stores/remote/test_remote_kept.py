@@ -32,8 +32,26 @@ def test_the_next_epochs_first_reads_up_to_the_budget_and_this_epochs_repeats_ar
     _plan(kept, [(E, 30, 40), (E + 1, 20, 30), (E + 2, 0, 10), (2 * E, 0, 10)], E, 0)
     assert kept.starts is not None
     assert kept.starts["o"].tolist() == [20, 30]  # (budget 0: none of epoch 2's)
-    _plan(kept, [(E + 1, 20, 30), (E + 2, 0, 10)], E + 1, 10)  # again within the epoch
+    again = [(E + 1, 20, 30), (E + 2, 0, 10), (2 * E, 0, 10), (2 * E + 1, 50, 60)]
+    _plan(kept, again, E + 1, 0)  # again within the epoch: what the plan before kept stays
     assert kept.starts is not None and kept.starts["o"].tolist() == [20, 30]
     # a budget that holds the whole next epoch keeps everything: nothing goes around
     _plan(kept, [(E + 1, 20, 30), (2 * E, 0, 10), (2 * E + 1, 50, 60)], E + 1, 20)
     assert kept.starts is None and kept.split(needs) == ([], needs)
+
+
+def test_a_plan_that_tells_no_read_of_the_next_epoch_keeps_everything() -> None:
+    """A plan of one epoch at a time (the next epoch untold) says of no read that it is far:
+    every read goes through the cache, that epoch's and, planned next with its own next
+    epoch, the first reads of the next (they went through: the cap has them). It kept only
+    the repeated reads: at a cap holding the corpus every epoch fetched everything again."""
+    kept = Kept()
+    needs = [Need("o", a, a + 10, 0) for a in (0, 10, 20)]
+    _plan(kept, [(0, 0, 10), (1, 10, 20), (2, 20, 30)], 0, 100)
+    assert kept.starts is None and kept.split(needs) == ([], needs)
+    _plan(kept, [(E, 20, 30), (E + 1, 0, 10), (E + 2, 10, 20), (2 * E, 0, 10),
+                 (2 * E + 1, 10, 20), (2 * E + 2, 20, 30)], E, 10)  # fmt: skip
+    assert kept.starts is None  # epoch 1's reads: all went through the plan before
+    _plan(kept, [(2 * E, 0, 10), (2 * E + 1, 10, 20), (2 * E + 2, 20, 30),
+                 (3 * E, 0, 10), (3 * E + 1, 10, 20)], 2 * E, 10)  # fmt: skip
+    assert kept.starts is not None and kept.starts["o"].tolist() == [0]  # epoch 2: the one

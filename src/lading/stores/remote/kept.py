@@ -45,26 +45,37 @@ class Kept:
         # object key -> the starts of its ranges kept, sorted; None: every range through the
         # cache (no plan, or the cap keeps the whole next epoch)
         self.starts: dict[str, Array] | None = None
-        self._firsts: dict[int, dict[str, Array]] = {}  # epoch -> its first reads, kept
+        # epoch -> its first reads, kept (None: every read of it went through the cache)
+        self._firsts: dict[int, dict[str, Array] | None] = {}
 
     def plan(self, reads: Reads, first_step: int, budget: int) -> None:
         """Take a plan's ``reads`` (``(keys, obj, starts, ends, steps)``; read ``i``: object
         ``keys[obj[i]]``, bytes ``[starts[i], ends[i])`` at ``steps[i]``, from ``first_step``
         on): keep the next epoch's first reads up to ``budget`` bytes, this epoch's kept by
         the plan before, and its repeated ones; where the budget holds every read of the next
-        epoch, keep everything (nothing goes around the cache)."""
+        epoch, or the plan tells none (no read is known to be far), keep everything (nothing
+        goes around the cache)."""
         keys, obj, starts, ends, steps = reads
         epoch = first_step // STEPS_PER_EPOCH
         of_epoch = steps // STEPS_PER_EPOCH
+        following = np.flatnonzero(of_epoch == epoch + 1)
+        if not len(following):  # the next epoch untold (a plan an epoch at a time): no read
+            self.starts, self._firsts = None, {epoch + 1: None}  # is known far: all through
+            return
         first = epoch_firsts(steps, ends - starts, epoch + 1, budget)
-        before = self._firsts.get(epoch)  # (a plan again within an epoch keeps it)
-        if len(first) and len(first) == np.count_nonzero(of_epoch == epoch + 1):
-            self.starts, self._firsts = None, {}
+        if len(first) == len(following):  # the cap keeps the whole next epoch: everything
+            # (and the next epoch's plan knows its first reads are kept: they are)
+            self.starts = None
+            self._firsts = {epoch + 1: _by_object(keys, obj, starts, following)}
             return
         firsts = _by_object(keys, obj, starts, first)
+        before = self._firsts.get(epoch, {})  # (a plan again within an epoch keeps it)
+        if before is None:  # the plan before kept every read through: so this epoch's
+            self.starts, self._firsts = None, {epoch + 1: firsts, epoch: None}  # (cached)
+            return
         now = np.flatnonzero(of_epoch == epoch)
         repeated = _by_object(keys, obj, starts, _repeated(obj, starts, now))
-        self.starts = _union(firsts, before or {}, repeated)
+        self.starts = _union(firsts, before, repeated)
         self._firsts = {epoch + 1: firsts, **({epoch: before} if before else {})}
 
     def split(self, needs: list[Need]) -> tuple[list[Need], list[Need]]:
