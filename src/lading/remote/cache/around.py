@@ -48,6 +48,17 @@ class AroundGets:
             for key, future, step in zip(keys, futures, steps):
                 self._held[key] = (future, step)
 
+    def unheld(self, keys: Sequence[Key], steps: Sequence[int]) -> list[int]:
+        """The indexes of ``keys`` (read at ``steps``) with no GET held for that read: a
+        window announcing a batch again (at each of its steps) fetched it again."""
+        with self._lock:
+            held = self._held
+            return [
+                i
+                for i, (key, step) in enumerate(zip(keys, steps))
+                if key not in held or held[key][1] != step
+            ]
+
     def take(self, keys: Sequence[Key], now: int | None) -> dict[Key, Future]:
         """The held GETs of ``keys``, no longer held; those of steps before ``now`` (a pass
         that moved on, or broke off) are let go."""

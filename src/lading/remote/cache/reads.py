@@ -529,12 +529,18 @@ class NodeCache:
         """Start the GETs of ``needs`` (ranges and the step each is read at), held in
         ``around`` for their reader, claiming nothing (:mod:`.around`): a range the cache
         would not keep until its next read. An empty range (an empty document) is nothing to
-        fetch: its read answers ``b""`` as it would (a GET of none is refused by the server)."""
+        fetch: its read answers ``b""`` as it would (a GET of none is refused by the server);
+        a read already held (announced again) is not fetched again."""
         needs = [n for n in needs if n.end > n.start]
         if not needs:
             return
         self._drop_changed()
         keys = [(self.obj(n.key), n.start, n.end) for n in needs]
+        new = around.unheld(keys, [n.step for n in needs])  # (announced again: held once)
+        if len(new) < len(needs):
+            needs, keys = [needs[i] for i in new], [keys[i] for i in new]
+            if not needs:
+                return
         futures = self.fetcher.submit_many(
             [(n.key, n.start, n.end, self.etags.get(n.key)) for n in needs]
         )
