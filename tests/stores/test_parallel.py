@@ -397,3 +397,19 @@ def test_shard_and_merge_lines_say_how_many_records_were_skipped(
     assert out[1].startswith(f"skipped 3 malformed record(s); first: line 3 of {src}")
     report = lading.build_shard(src, tmp_path / "s", (1, 2), on_error="skip", progress=False)
     assert (report.skipped, report.skip_examples[1][:9]) == (2, "line 9 of")
+
+
+def test_input_files_of_different_formats_are_refused_by_every_shard(tmp_path: Path) -> None:
+    """A folder of a TSV and a JSONL file, built in shards, is refused as a one-process build
+    refuses it, by each shard (a shard holding files of one format built, and the merged
+    store recorded the first file's format for rows parsed as the other)."""
+    tsv = "".join(f"{i}\tdoc {i} from tsv\n" for i in range(20))
+    jsonl = "".join(json.dumps({"id": f"j{i}", "text": f"doc {i}"}) + "\n" for i in range(20))
+    write(tmp_path / "src" / "a.tsv", tsv)
+    write(tmp_path / "src" / "b.jsonl", jsonl)
+    with pytest.raises(ValueError, match="different formats"):
+        lading.build_store(tmp_path / "src", tmp_path / "one", progress=False)
+    for i in range(2):
+        with pytest.raises(ValueError, match=r"different formats \(.*a\.tsv is tsv.*b\.jsonl"):
+            lading.build_shard(tmp_path / "src", tmp_path / "m", (i, 2), progress=False)
+    assert not list((tmp_path / "m").glob("build-*/shard-*/shard.json"))

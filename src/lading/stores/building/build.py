@@ -26,6 +26,7 @@ from lading.sources import (
     OnError,
     ParseOptions,
     SourceReader,
+    detect_format,
     is_compressed,
     refuse_if_changed,
 )
@@ -235,9 +236,21 @@ def refuse_shard_args(source: Any, overwrite: bool) -> None:
 
 
 def _shard_options(source: Any, args: tuple[Any, ...]) -> dict[str, Any]:
-    """The build options a sharded build records (the format detected from the first file)."""
+    """The build options a sharded build records (the format detected from the first file;
+    files of several formats refused, as a one-process build refuses them, by every shard:
+    one holding files of one format only would build)."""
     given, tok, max_length, on_error, duplicates, parse = args
     files = source_files(source, given, parse)
+    if given is None and len(files) > 1:
+        first: dict[str, Path] = {}
+        for path in files:  # (by name: no file opened)
+            first.setdefault(detect_format(path), Path(path))
+        if len(first) > 1:
+            named = ", ".join(f"{path} is {fmt}" for fmt, path in first.items())
+            raise ValueError(
+                f"the input files have different formats ({named}); build from files of one "
+                "format, or pass format="
+            )
     fmt = given or SourceReader(files[0], None, on_error, parse).format
     parse.refuse_ignored(fmt, files[0])
     return build_options(fmt, on_error, duplicates, parse, tok, max_length)
