@@ -40,13 +40,17 @@ def test_the_next_epochs_first_reads_up_to_the_budget_and_this_epochs_repeats_ar
     assert kept.starts is None and kept.split(needs) == ([], needs)
 
 
-def test_a_plan_that_tells_no_read_of_the_next_epoch_keeps_everything() -> None:
-    """A plan of one epoch at a time (the next epoch untold) says of no read that it is far:
-    every read goes through the cache, that epoch's and, planned next with its own next
-    epoch, the first reads of the next (they went through: the cap has them). It kept only
-    the repeated reads: at a cap holding the corpus every epoch fetched everything again."""
+def test_a_plan_that_tells_no_read_of_the_next_epoch_keeps_what_the_budget_holds() -> None:
+    """A plan of one epoch at a time (the next epoch untold) whose epoch the budget holds says
+    of no read that it is far: every read goes through the cache, that epoch's and, planned
+    next with its own next epoch, the first reads of the next (they went through: the cap has
+    them). It kept only the repeated reads: at a cap holding the corpus every epoch fetched
+    everything again. An epoch larger than the budget keeps its repeated reads, as before."""
     kept = Kept()
     needs = [Need("o", a, a + 10, 0) for a in (0, 10, 20)]
+    _plan(kept, [(0, 0, 10), (1, 10, 20), (2, 20, 30), (3, 10, 20)], 0, 20)  # 40 bytes > 20
+    assert kept.starts is not None and kept.starts["o"].tolist() == [10]  # the repeated one
+    kept = Kept()
     _plan(kept, [(0, 0, 10), (1, 10, 20), (2, 20, 30)], 0, 100)
     assert kept.starts is None and kept.split(needs) == ([], needs)
     _plan(kept, [(E, 20, 30), (E + 1, 0, 10), (E + 2, 10, 20), (2 * E, 0, 10),

@@ -53,18 +53,20 @@ class Kept:
         ``keys[obj[i]]``, bytes ``[starts[i], ends[i])`` at ``steps[i]``, from ``first_step``
         on): keep the next epoch's first reads up to ``budget`` bytes, this epoch's kept by
         the plan before, and its repeated ones; where the budget holds every read of the next
-        epoch, or the plan tells none (no read is known to be far), keep everything (nothing
-        goes around the cache)."""
+        epoch, or the plan tells none and the budget holds this epoch's (no read is known to be
+        far), keep everything (nothing goes around the cache)."""
         keys, obj, starts, ends, steps = reads
         epoch = first_step // STEPS_PER_EPOCH
         of_epoch = steps // STEPS_PER_EPOCH
         following = np.flatnonzero(of_epoch == epoch + 1)
-        if not len(following):  # the next epoch untold (a plan an epoch at a time): no read
-            self.starts, self._firsts = None, {epoch + 1: None}  # is known far: all through
+        if not len(following) and int((ends - starts)[of_epoch == epoch].sum()) <= budget:
+            # the next epoch untold (a plan an epoch at a time) and this one's reads within the
+            # budget: none is known to be far, all through (a larger epoch: its repeated reads)
+            self.starts, self._firsts = None, {epoch + 1: None}
             return
         first = epoch_firsts(steps, ends - starts, epoch + 1, budget)
-        if len(first) == len(following):  # the cap keeps the whole next epoch: everything
-            # (and the next epoch's plan knows its first reads are kept: they are)
+        if len(following) and len(first) == len(following):  # the cap keeps the next epoch:
+            # everything (and the next epoch's plan knows its first reads are kept: they are)
             self.starts = None
             self._firsts = {epoch + 1: _by_object(keys, obj, starts, following)}
             return
