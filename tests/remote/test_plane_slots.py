@@ -12,21 +12,13 @@ import os
 from pathlib import Path
 
 import lading
-from conftest import write
+from conftest import files_open_under, write
 from lading.remote.slots import NodeSlots
 
 
 def _slot_files(under: Path) -> list[str]:
     """This process's open descriptors that are slot files under ``under``."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(f"{under}/") and "/inflight/slot-" in target:
-            found.append(target)
-    return found
+    return [f for f in files_open_under(under) if "/inflight/slot-" in f]
 
 
 def test_each_open_and_close_of_a_remote_store_leaves_no_slot_file_open(

@@ -356,12 +356,9 @@ def _damage(ledger: Path, how: str) -> None:
         ledger.write_text("not a database\n")
 
 
-@pytest.mark.parametrize("how", ["garbage", "truncated", "pages", "text"])
-def test_a_damaged_ledger_is_set_aside_and_rebuilt(
-    built: tuple[str, bytes], tmp_path: Path, how: str
-) -> None:
-    url, _ = built
-    cache = tmp_path / "cache"
+def _a_ledger_at_rest(url: str, cache: Path) -> Path:
+    """The ledger of node cache ``cache`` after two documents of ``url`` were read, its WAL
+    folded in (what a damage test then damages)."""
     store = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
     assert store.get_many(["d1", "d2"]) == [DOCS["d1"], DOCS["d2"]]
     store.close()
@@ -369,6 +366,16 @@ def test_a_damaged_ledger_is_set_aside_and_rebuilt(
     ledger = cache / LEDGER_FILE
     with contextlib.closing(sqlite3.connect(ledger)) as conn:  # fold the WAL in
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return ledger
+
+
+@pytest.mark.parametrize("how", ["garbage", "truncated", "pages", "text"])
+def test_a_damaged_ledger_is_set_aside_and_rebuilt(
+    built: tuple[str, bytes], tmp_path: Path, how: str
+) -> None:
+    url, _ = built
+    cache = tmp_path / "cache"
+    ledger = _a_ledger_at_rest(url, cache)
     _damage(ledger, how)
     with pytest.warns(DamagedCacheWarning, match=str(ledger)):
         again = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
@@ -440,21 +447,15 @@ def test_a_large_ledger_with_any_tree_damaged_is_set_aside(
 ) -> None:
     """The table-by-table probe of a ledger over ``FULL_CHECK_BYTES`` reads every table and
     index: garbage in the root page of any one sets the ledger aside at open (the probe read
-    settings, blocks, objects and regions only: garbage in ``orders`` or ``blocks_unpinned``
-    was kept, and the first plan or confirmation of a run raised "database disk image is
-    malformed" mid-epoch)."""
+    settings, blocks, objects and regions only: garbage in ``orders``, ``counters`` or
+    ``blocks_unpinned`` was kept, and with ``orders`` damaged the first plan of a run raised
+    "database disk image is malformed")."""
     from lading.remote.cache import damaged
 
     monkeypatch.setattr(damaged, "FULL_CHECK_BYTES", 0)  # every ledger is "large"
     url, _ = built
     cache = tmp_path / "cache"
-    store = lading.open_store(url, cache=cache, cache_bytes="1M", timeout=2.0)
-    assert store.get_many(["d1", "d2"]) == [DOCS["d1"], DOCS["d2"]]
-    store.close()
-    del store
-    ledger = cache / LEDGER_FILE
-    with contextlib.closing(sqlite3.connect(ledger)) as conn:  # fold the WAL in
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    ledger = _a_ledger_at_rest(url, cache)
     trees = dict(_ledger_trees(ledger))
     assert sorted(trees) == _TREES
     data = bytearray(ledger.read_bytes())
