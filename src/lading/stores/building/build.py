@@ -31,7 +31,12 @@ from lading.sources import (
     refuse_if_changed,
 )
 from lading.stores.building.group import build_in_group, build_in_shards
-from lading.stores.building.inputs import Piece, PiecesReader, input_files
+from lading.stores.building.inputs import (
+    Piece,
+    PiecesReader,
+    input_files,
+    refuse_mixed_formats,
+)
 from lading.stores.building.merge import Shard, manifest_of
 from lading.stores.building.parallel import ShardReport, check_shard, source_files, write_one_shard
 from lading.stores.building.parallel import merge_store as merge_shards
@@ -241,16 +246,8 @@ def _shard_options(source: Any, args: tuple[Any, ...]) -> dict[str, Any]:
     one holding files of one format only would build)."""
     given, tok, max_length, on_error, duplicates, parse = args
     files = source_files(source, given, parse)
-    if given is None and len(files) > 1:
-        first: dict[str, Path] = {}
-        for path in files:  # (by name: no file opened)
-            first.setdefault(detect_format(path), Path(path))
-        if len(first) > 1:
-            named = ", ".join(f"{path} is {fmt}" for fmt, path in first.items())
-            raise ValueError(
-                f"the input files have different formats ({named}); build from files of one "
-                "format, or pass format="
-            )
+    if given is None and len(files) > 1:  # (by name: no file opened)
+        refuse_mixed_formats((Path(path), detect_format(path)) for path in files)
     fmt = given or SourceReader(files[0], None, on_error, parse).format
     parse.refuse_ignored(fmt, files[0])
     return build_options(fmt, on_error, duplicates, parse, tok, max_length)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,6 +258,24 @@ def plan_shard(
     return pieces
 
 
+def refuse_mixed_formats(formats: Iterable[tuple[Path, str]]) -> None:
+    """Refuse input files ``(path, format)`` of more than one format, naming the first file
+    of each (a build reads one format; a sharded one refuses in every shard, as this).
+
+    Raises:
+        ValueError: the files are of several formats.
+    """
+    first: dict[str, Path] = {}
+    for path, fmt in formats:
+        first.setdefault(fmt, path)
+    if len(first) > 1:
+        named = ", ".join(f"{path} is {fmt}" for fmt, path in first.items())
+        raise ValueError(
+            f"the input files have different formats ({named}); build from files of one "
+            "format, or pass format="
+        )
+
+
 @dataclass
 class PiecesReader:
     """The records of several pieces, in order, read the way one :class:`SourceReader` reads
@@ -275,15 +293,9 @@ class PiecesReader:
             SourceReader(p.path, self.format, self.on_error, self.options, span=p.span)
             for p in self.pieces
         ]
-        first: dict[str, Path] = {}
-        for piece, reader in zip(self.pieces, self.readers):
-            first.setdefault(str(reader.format), piece.path)
-        if len(first) > 1:
-            named = ", ".join(f"{path} is {fmt}" for fmt, path in first.items())
-            raise ValueError(
-                f"the input files have different formats ({named}); build from files of one "
-                "format, or pass format="
-            )
+        refuse_mixed_formats(
+            (piece.path, str(reader.format)) for piece, reader in zip(self.pieces, self.readers)
+        )
         self.format = self.readers[0].format
 
     @property
