@@ -9,6 +9,7 @@ own bookkeeping, and check positions, cu_seqlens, masks, loss masks and packing 
 from __future__ import annotations
 
 import itertools
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -548,3 +549,84 @@ def test_unshuffled_mixture_reads_the_same_batches_every_epoch(
     assert rows(8, False, 1)[0] != plain[0]  # the seed picks the windows
     shuffled = rows(7, True, 2)
     assert shuffled[0] != shuffled[1]  # shuffled, each epoch draws anew
+
+
+JSON_LINES = '{"id": "12", "url": "https://w/12", "text": "Anarchism is"}\n{"text": "Autism is"}\n'
+
+
+@pytest.mark.parametrize(
+    "name", ["c4-train.00000-of-01024.json.gz", "owt.ndjson", "owt.ndjson.zst", "wiki_00"]
+)
+def test_json_lines_of_any_name_are_records(tmp_path: Path, name: str) -> None:
+    """JSON lines named as C4 ships them (``.json.gz``), ``.ndjson`` (a store build reads it
+    as JSONL) or with no suffix (WikiExtractor ``--json``'s ``text/AA/wiki_00``) give each
+    record's text: they were read as plain text, one document of JSON syntax (keys, urls)
+    tokenized into the corpus, with no error."""
+    import gzip
+
+    from lading.lm.texts import iter_texts
+
+    path = tmp_path / name
+    body = JSON_LINES.encode()
+    if name.endswith(".gz"):
+        body = gzip.compress(body)
+    elif name.endswith(".zst"):
+        zstandard = pytest.importorskip("zstandard")
+        body = zstandard.ZstdCompressor().compress(body)
+    path.write_bytes(body)
+    assert list(iter_texts(path)) == ["Anarchism is", "Autism is"]
+    assert list(iter_texts(tmp_path)) == ["Anarchism is", "Autism is"]  # in a folder too
+
+
+def test_plain_text_that_only_looks_like_json_stays_text(tmp_path: Path) -> None:
+    """A text file whose first line opens with a brace but is no JSON object (code, a
+    template) is plain text, as before."""
+    from lading.lm.texts import iter_texts
+
+    path = tmp_path / "code"
+    path.write_text("{ not json }\nsecond line\n\n[1, 2]\n")
+    assert list(iter_texts(path)) == ["{ not json }\nsecond line", "[1, 2]"]
+
+
+def test_json_lines_without_a_suffix_build_in_shards_as_in_one_process(tmp_path: Path) -> None:
+    """A WikiExtractor ``--json`` folder (files with no suffix) builds in shards the corpus a
+    one-process build makes, each record's text a document."""
+    from lading.lm import TokenCorpus
+
+    words = ["alpha", "beta", "gamma", "delta"]
+    tok = word_tokenizer(words, tmp_path / "t.json")
+    texts = [f"{words[i % 4]} {words[(i + 1) % 4]}" for i in range(40)]
+    lines = "".join(json.dumps({"title": f"t{i}", "text": t}) + "\n" for i, t in enumerate(texts))
+    write(tmp_path / "text" / "AA" / "wiki_00", lines)
+    write(tmp_path / "text" / "AB" / "wiki_00", lines)
+    one = TokenCorpus.build(tmp_path / "text", tmp_path / "one", tok, progress=False)
+    assert len(one) == 80
+    assert one.document(0).tolist() == [words.index("alpha") + 2, words.index("beta") + 2, 0]
+    for i in range(3):
+        TokenCorpus.build_shard(tmp_path / "text", tmp_path / "s", (i, 3), tok, progress=False)
+    merged = TokenCorpus.merge(tmp_path / "s")
+    assert [merged.document(d).tolist() for d in range(80)] == [
+        one.document(d).tolist() for d in range(80)
+    ]
+
+
+def test_text_outside_wikiextractor_blocks_is_named_or_counted(tmp_path: Path) -> None:
+    """Lines between WikiExtractor's ``<doc>`` blocks (a cut or concatenated file) are no
+    document's: a SourceError names the first with the fix, or, under on_error="skip", each
+    run of them is counted (they were dropped without a word)."""
+    from lading.errors import SourceError
+    from lading.lm.texts import Skips, iter_texts
+
+    path = tmp_path / "wiki_00"
+    path.write_text(
+        '<doc id="1" title="A">\nAlpha text.\n</doc>\n\nstray one\nstray two\n'
+        '<doc id="2" title="B">\nBeta text.\n</doc>\nstray three\n'
+    )
+    with pytest.raises(SourceError, match=r"line 5 of .*wiki_00: text outside a <doc> block"):
+        list(iter_texts(path))
+    skipped = Skips()
+    assert list(iter_texts(path, on_error="skip", skipped=skipped)) == [
+        "Alpha text.",
+        "Beta text.",
+    ]
+    assert skipped.count == 2 and skipped.examples[0].startswith(f"line 5 of {path}: text outside")

@@ -46,7 +46,13 @@ from lading.lm.texts import (
     texts_only,
 )
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
-from lading.sources import OnError, SourceReader, fingerprint, refuse_if_changed
+from lading.sources import (
+    COMPRESSED_SUFFIXES,
+    OnError,
+    SourceReader,
+    fingerprint,
+    refuse_if_changed,
+)
 from lading.stores.building.inputs import Piece, check_shard_count, listed_files, plan_shard
 from lading.stores.building.shard_work import ShardDone, check_shard
 from lading.stores.building.shardset import (
@@ -59,7 +65,6 @@ from lading.stores.building.shardset import (
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
 
 COMMAND = "lading lm build"  # how a missing shard is built, in the merge's messages
-_JSON = (".jsonl", ".json")  # what a shard may cut at line starts (uncompressed)
 _DTYPES = TOKEN_DTYPES
 
 
@@ -118,8 +123,9 @@ def inputs_of(source: Any) -> Inputs:
 
 def is_jsonl(path: Path) -> bool:
     """Whether a shard may cut ``path`` at line starts: JSONL (a record a line); plain text
-    splits into documents at blank lines, WikiExtractor output at ``</doc>``, so it goes whole."""
-    return path.name.endswith(_JSON)
+    splits into documents at blank lines, WikiExtractor output at ``</doc>``, so it goes whole,
+    as does a compressed file (no line start can be found in its bytes)."""
+    return not path.name.endswith(COMPRESSED_SUFFIXES) and is_records(path)
 
 
 def shard_texts(

@@ -14,6 +14,7 @@ and lines of nothing but white space separate documents (``"blank"``) or are ski
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,7 @@ from typing import Any
 from lading.disk.meta import META_FILE
 from lading.errors import SourceError
 from lading.sources import (
+    COMPRESSED_SUFFIXES,
     OnError,
     ParseOptions,
     fingerprint,
@@ -40,7 +42,8 @@ TEXTS_ONLY = ParseOptions(keep_fields=(), need_id=False)  # a token corpus keeps
 TextSource = (
     str | os.PathLike[str] | list[str | os.PathLike[str]] | tuple[str | os.PathLike[str], ...]
 )
-_JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.bz2", ".jsonl.zst")
+_JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")  # after a compression suffix is taken off
+_SNIFF = 1 << 20  # bytes read to see whether a file of no JSON suffix opens with a JSON object
 SKIP_EXAMPLES = 10  # the first skipped records kept, as a store build keeps them
 
 
@@ -129,7 +132,10 @@ def refuse_unused_text_field(
     elif any(is_records(f) for f in files):
         return
     else:
-        what = "plain text, with no JSON records file (.jsonl, .json, .jsonl.gz/.bz2/.zst)"
+        what = (
+            "plain text, with no JSON records file (.jsonl, .json, .ndjson, each also "
+            ".gz/.bz2/.zst, or a file whose first line is a JSON object)"
+        )
     raise ValueError(
         f"text_field={text_field!r} names the key of a JSON record's text, but {source} is "
         f"{what}: drop text_field (--text-field), or give the JSONL files"
@@ -217,8 +223,30 @@ def _store_texts(path: Path, snapshot: str | None) -> Iterator[str]:
 
 
 def is_records(path: Path) -> bool:
-    """Whether ``path`` holds JSON records (a document a record), compressed or not."""
-    return path.name.endswith(_JSON_SUFFIXES)
+    """Whether ``path`` holds JSON records (a document a record), compressed or not: its name
+    says so (``.jsonl``, ``.json``, ``.ndjson``, each also ``.gz``/``.bz2``/``.zst``: C4
+    ships ``.json.gz``), or, whatever its name, its first line that is not blank is a JSON
+    object (WikiExtractor ``--json`` writes ``text/AA/wiki_00``). A file that cannot be read
+    is left to the reader to name."""
+    stem = path.name
+    for suffix in COMPRESSED_SUFFIXES:
+        stem = stem.removesuffix(suffix)
+    if stem.endswith(_JSON_SUFFIXES):
+        return True
+    try:
+        with open_binary(path) as stream:
+            head = stream.read(_SNIFF)
+    except (OSError, EOFError, ValueError, ImportError):
+        return False
+    first = next((line for line in head.splitlines(keepends=True) if line.strip()), b"")
+    if not first.lstrip().startswith(b"{"):
+        return False
+    if not first.endswith(b"\n") and len(head) == _SNIFF:  # a line longer than the sniff
+        return first.lstrip().startswith(b'{"')
+    try:
+        return isinstance(json.loads(first), dict)
+    except ValueError:
+        return False
 
 
 def texts_only(text_field: str | None) -> ParseOptions:
@@ -322,12 +350,19 @@ def _plain(path: Path, split: str, on_error: OnError, skips: Skips) -> Iterator[
 
 def _wikiextractor(path: Path, on_error: OnError, skips: Skips) -> Iterator[str]:
     """The bodies of WikiExtractor's ``<doc>`` blocks; one holding a line of invalid UTF-8
-    skipped into ``skips`` under ``on_error="skip"`` (such a line outside every block is
-    no part of a document: it is left out as the others there are)."""
+    skipped into ``skips`` under ``on_error="skip"``, as is each run of lines of text
+    outside every block (raised otherwise: :func:`_outside_blocks`)."""
     body: list[str] | None = None
     bad: str | None = None
     start = 0
+    stray = False  # in a run of lines outside every block
     for number, line, why in _lines(path, on_error):
+        if body is None and not line.startswith("<doc ") and line.strip():
+            if not stray:
+                _outside_blocks(path, number, on_error, skips)
+            stray = True
+            continue
+        stray = False
         if line.startswith("<doc "):
             if body is not None:
                 raise SourceError(path, number, f"<doc> inside the <doc> of line {start}")
@@ -346,6 +381,20 @@ def _wikiextractor(path: Path, on_error: OnError, skips: Skips) -> Iterator[str]
             bad = bad or why
     if body is not None:
         raise SourceError(path, start, "<doc> has no </doc> before the end of the file")
+
+
+def _outside_blocks(path: Path, number: int, on_error: OnError, skips: Skips) -> None:
+    """Text at line ``number`` outside every ``<doc>`` block is no document's: raise naming
+    it and the fix, or, under ``on_error="skip"``, count its run of lines as one skipped."""
+    why = "text outside a <doc> block (is the file cut, or two files joined?)"
+    if on_error == "raise":
+        raise SourceError(
+            path,
+            number,
+            f"{why}; give WikiExtractor's files as it wrote them, or pass on_error='skip' to "
+            "leave such text out",
+        )
+    skips.add(1, [str(SourceError(path, number, why))])
 
 
 def stale_reason(recipe: object) -> str | None:
