@@ -57,3 +57,39 @@ def test_break_continuity_resumes_exactly(corpus: Path, tmp_path: Path) -> None:
     train_lm(config(corpus, tmp_path / "cut", steps=12, resume=True, break_continuity=True))
     want, got = losses(tmp_path / "ref"), losses(tmp_path / "cut")
     assert sorted(want) == list(range(1, 13)) and got == want
+
+
+@pytest.mark.parametrize("log_every", [5, 0])
+def test_eval_every_is_kept_whatever_log_every(
+    corpus: Path, tmp_path: Path, log_every: int
+) -> None:
+    """A validation every ``eval_every`` steps, whether or not the step logs: they ran only
+    at steps that were also log steps (none with ``log_every=0``); in log.jsonl, one on a
+    step that logs is in its record, another in a record of its own."""
+    from lading.lm.train import train_lm
+
+    out = tmp_path / "run"
+    summary = train_lm(config(corpus, out, steps=12, eval_every=3, log_every=log_every))
+    assert [e["step"] for e in summary["evaluations"]] == [3, 6, 9, 12]
+    if log_every:
+        records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in records if "valid_ppl" in r] == [3, 6, 9, 12]
+        assert [r["step"] for r in records if "loss" in r] == [5, 10, 12]
+
+
+def test_epochs_train_each_epochs_own_batches(corpus: Path, tmp_path: Path) -> None:
+    """``epochs=2`` of jittered streams (the LSTM's default) trains epochs 0 and 1 to their
+    ends, each of its own length (38 and 35 batches here): the steps were epoch 0's length
+    times two (1081 + 1015 batches, then 66 of a third epoch, in the review's run)."""
+    from lading.lm import LanguageModelLoader, Streams, TokenCorpus
+    from lading.lm.train import split_documents, train_lm
+
+    summary = train_lm(config(corpus, tmp_path / "run", epochs=2))
+    train_docs, _ = split_documents(len(TokenCorpus.open(corpus)), 0.1, 0)
+    loader = LanguageModelLoader(TokenCorpus.open(corpus), 4, Streams(8), documents=train_docs)
+    lengths = [loader.batches_in(e) for e in (0, 1)]
+    assert lengths[0] != lengths[1]  # the corpus and seed make the case
+    lines = (tmp_path / "run" / "log.jsonl").read_text().splitlines()
+    epochs = [json.loads(line)["epoch"] for line in lines]
+    assert summary["steps"] == sum(lengths)
+    assert (epochs.count(0), epochs.count(1), epochs.count(2)) == (*lengths, 0)

@@ -205,7 +205,7 @@ class LanguageModelStep(TrainingTask):
     def on_epoch(self, epoch: int) -> None:
         self.hidden = None  # a new epoch starts new streams
 
-    def log_fields(self, step: int) -> dict[str, Any]:
+    def evaluate(self, step: int) -> dict[str, Any]:
         """The validation perplexity every ``eval_every`` steps (all ranks evaluate)."""
         every = self.config.eval_every
         if self.valid is None or not every or step % every:
@@ -295,7 +295,8 @@ class GPTStep(TrainingTask):
         loss, count = gpt_loss(self.net, batch.to(self.device), self.config.document_mask)
         return StepResult(loss, int(count.item()))
 
-    def log_fields(self, step: int) -> dict[str, Any]:
+    def evaluate(self, step: int) -> dict[str, Any]:
+        """The validation perplexity every ``eval_every`` steps (all ranks evaluate)."""
         every = self.config.eval_every
         if self.valid is None or not every or step % every:
             return {}
@@ -361,7 +362,10 @@ def _fit(
     desc: str,
 ) -> LoopResult:
     """The shared loop for ``steps`` (or ``epochs`` epochs) of either architecture."""
-    total = config.steps if config.steps is not None else len(data) * config.epochs
+    total = config.steps
+    if total is None:  # each epoch its own count: jittered streams draw lengths an epoch
+        assert isinstance(data, LanguageModelLoader)
+        total = sum(data.batches_in(epoch) for epoch in range(config.epochs))
     settings = LoopConfig.of(config, total, desc=desc, rate_key="tokens_per_s", clip=config.clip)
     return Trainer(task, data, settings, world, device, model, optimizer).run()
 

@@ -306,6 +306,12 @@ class Loader:
         epoch, that epoch's own count); after an elastic resume, of the epoch's segment."""
         return self._workload.batches(self._coming())
 
+    def batches_in(self, epoch: int) -> int:
+        """Batches on this rank of the whole of ``epoch``, where the loader is left as it is:
+        each epoch its own count where a jittered LM epoch draws its lengths from (seed,
+        epoch), so ``epochs`` epochs are the sum of theirs, not ``len() * epochs``."""
+        return self._workload.batches(Cursor(int(epoch)))
+
     def remaining(self) -> int:
         """Batches left in the current epoch (0 when it was read to its end)."""
         return max(0, self._workload.batches(self._cursor) - self._cursor.batches)

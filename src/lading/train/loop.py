@@ -99,10 +99,13 @@ class Trainer:
                     if trace is not None:
                         write_line(trace, self._trace(step, last, batch, fetch_s))
                     bar.update(1)
+                    measured = self.task.evaluate(step)
                     # the log line first: a run killed between the two resumes from the
                     # previous checkpoint and writes this step's line again, never none
                     if config.log_every and (step % config.log_every == 0 or step >= config.total):
-                        self._log(log, bar, window, step, lines)
+                        self._log(log, bar, window, step, lines, measured)
+                    elif measured and log is not None:
+                        write_line(log, {"step": step, "epoch": self.loader.epoch, **measured})
                     if config.checkpoint_every and step % config.checkpoint_every == 0:
                         self._save(step)
                     if step >= config.total:
@@ -179,13 +182,20 @@ class Trainer:
             state.save(self, step)
 
     def _log(
-        self, log: Any, bar: Any, window: Window, step: int, lines: ProgressLines | None
+        self,
+        log: Any,
+        bar: Any,
+        window: Window,
+        step: int,
+        lines: ProgressLines | None,
+        measured: dict[str, Any],
     ) -> None:
-        """One record from every rank's window (all ranks reduce); rank 0 writes it, and shows
-        it on the bar or, where none is drawn, as a progress line."""
+        """One record from every rank's window (all ranks reduce) and what the task
+        ``measured`` at this step; rank 0 writes it, and shows it on the bar or, where none is
+        drawn, as a progress line."""
         config = self.config
         record = window.record(step, self.loader.epoch, config.rate_key, config.memory, self.device)
-        record.update(self.task.log_fields(step))
+        record.update(measured)
         if log is not None:
             write_line(log, record)
             short = config.rate_key.removesuffix("_per_s") + "_s"

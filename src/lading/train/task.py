@@ -43,8 +43,11 @@ class TrainingTask:
     def on_epoch(self, epoch: int) -> None:
         """The loader has just moved on to ``epoch`` after finishing the previous one."""
 
-    def log_fields(self, step: int) -> dict[str, Any]:
-        """Extra fields of the log record at ``step``; called on every rank (may reduce)."""
+    def evaluate(self, step: int) -> dict[str, Any]:
+        """What is measured at ``step`` (a validation every ``eval_every`` steps), ``{}``
+        where nothing is due; called on every rank after every step (it may reduce). The loop
+        adds it to the step's log record, or writes it as a record of its own where the step
+        logs none."""
         return {}
 
     def state(self) -> dict[str, Any]:
