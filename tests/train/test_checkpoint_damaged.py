@@ -109,3 +109,25 @@ def test_bool_keys_are_refused_on_save(tmp_path: Path) -> None:
     # JSON wrote True as "True", which no load could read back as an int
     with pytest.raises(TypeError, match="str or int"):
         checkpoint.save({"k": {True: 1}}, tmp_path / "ckpt")
+
+
+def test_every_file_of_a_checkpoint_is_on_disk_before_it_replaces_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each file of a new checkpoint is fsynced before the publish that removes the previous
+    one (none was: after a power loss the new one could hold empty files, the old one gone)."""
+    import os
+
+    where = tmp_path / "ckpt"
+    checkpoint.save({"step": 1, "w": torch.ones(3)}, where)
+    synced: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    checkpoint.save({"step": 2, "w": torch.ones(3) * 2}, where)
+    files = {Path(s).name for s in synced if not os.path.isdir(s)}
+    assert files >= {"tensors.safetensors", "state.json", "meta.json"}

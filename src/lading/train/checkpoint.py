@@ -25,6 +25,7 @@ from lading.disk import (
     publish,
     remove_dead_temps,
     scratch,
+    write_file,
 )
 from lading.errors import missing_package
 
@@ -178,10 +179,10 @@ def _write(skeleton: Any, tensors: dict[str, torch.Tensor], dest: Path) -> None:
     """The checkpoint's files into a scratch directory, ``meta.json`` last, then published."""
     with scratch(dest) as tmp:  # a full disk: OutOfSpaceError, the old checkpoint kept
         _save_tensors(tensors, tmp / "tensors.safetensors")
-        (tmp / "state.json").write_text(json.dumps(skeleton))
+        write_file(tmp / "state.json", json.dumps(skeleton).encode())
         meta = {"format": FORMAT_NAME, "version": current_version(FORMAT_NAME)}
-        (tmp / "meta.json").write_text(json.dumps(meta))
-        publish(tmp, dest)
+        write_file(tmp / "meta.json", json.dumps(meta).encode())
+        publish(tmp, dest)  # every file on disk first: the publish removes the previous one
 
 
 def recover(directory: str | os.PathLike[str]) -> None:
@@ -218,13 +219,15 @@ def need_safetensors() -> None:
 
 
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """safetensors' ``save_file``, its I/O failures as the OSError they are: it reports a full
-    disk as its own ``SafetensorError`` with the errno only in the text ("(os error 28)"), which
-    :func:`lading.disk.scratch` could not tell from a bug."""
+    """safetensors' ``save_file``, then an fsync; its I/O failures as the OSError they are:
+    it reports a full disk as its own ``SafetensorError`` with the errno only in the text
+    ("(os error 28)"), which :func:`lading.disk.scratch` could not tell from a bug."""
     from safetensors.torch import save_file
 
     try:
         save_file(tensors, str(path))
+        with open(path, "rb") as written:  # on disk before the publish (save_file does not)
+            os.fsync(written.fileno())
     except Exception as e:
         found = re.search(r"\(os error (\d+)\)", str(e))
         if found is None:
