@@ -80,10 +80,19 @@ def parquet_kind(n: int, tmp: Path, equalize: str = "pad") -> Kind:
     return Kind("parquet", make, lambda b: b["row"].tolist(), n, lambda w, k: w)
 
 
-def lm_kind(n: int, tmp: Path, mode: str, boundaries: bool = False, equalize: str = "pad") -> Kind:
+def lm_kind(
+    n: int,
+    tmp: Path,
+    mode: str,
+    boundaries: bool = False,
+    equalize: str = "pad",
+    jitter: Any = "fastai",
+) -> Kind:
     """One document of unique words: token ``t`` of the stream has id ``t + 2`` (0 is the
     end of the document, the last token), so a batch names its stream positions. Windows
-    ``boundaries=True`` give :class:`~lading.lm.DocumentBatch` es (``input_ids`` first)."""
+    ``boundaries=True`` give :class:`~lading.lm.DocumentBatch` es (``input_ids`` first);
+    streams jitter their lengths by ``jitter`` (None for the frameworks, which size every
+    epoch as the first)."""
     from lading.lm import LanguageModelLoader, Streams, TokenCorpus, Windows
 
     tokens = n if mode == "streams" else n * BPTT + 1  # n positions or n windows
@@ -100,7 +109,11 @@ def lm_kind(n: int, tmp: Path, mode: str, boundaries: bool = False, equalize: st
         return tokens - 1 if token == 0 else token - 2
 
     def make(world: World, workers: int) -> Any:
-        sequence = Streams(BPTT) if mode == "streams" else Windows(BPTT, boundaries=boundaries)
+        sequence = (
+            Streams(BPTT, jitter=jitter)
+            if mode == "streams"
+            else Windows(BPTT, boundaries=boundaries)
+        )
         return LanguageModelLoader(
             corpus, BATCH, sequence, seed=3, world=world, equalize=equalize,
             num_workers=workers, multiprocessing_context="fork",

@@ -341,7 +341,7 @@ def test_every_workload_through_the_datamodule(tmp_path: Path, name: str) -> Non
     kind = {
         "map": lambda: map_kind(40, tmp_path),
         "parquet": lambda: parquet_kind(40, tmp_path),
-        "lm-streams": lambda: lm_kind(400, tmp_path, "streams"),
+        "lm-streams": lambda: lm_kind(400, tmp_path, "streams", jitter=None),
         "lm-windows": lambda: lm_kind(40, tmp_path, "windows"),
     }[name]()
     direct = kind.make(World(), 0)

@@ -49,7 +49,7 @@ def kind_of(name: str, tmp: Path) -> Any:
     return {
         "map": lambda: map_kind(40, tmp, as_dict=True),  # what model(**batch) takes
         "parquet": lambda: parquet_kind(40, tmp),
-        "lm-streams": lambda: lm_kind(400, tmp, "streams"),
+        "lm-streams": lambda: lm_kind(400, tmp, "streams", jitter=None),
         "lm-windows": lambda: lm_kind(40, tmp, "windows"),
         "lm-packed": lambda: packed_kind(40, tmp),
         # DocumentBatch NamedTuples, which the HF Trainer's _prepare_input once crashed on

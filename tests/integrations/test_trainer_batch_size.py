@@ -150,7 +150,7 @@ def test_a_mid_epoch_checkpoint_of_another_world_size_is_refused_naming_both(
     def resumed(state: dict[str, Any]) -> Any:
         loader = lading.loader(list(range(ITEMS)), 4, collate_fn=collate, world=World(0, 2))
         trainer = LadingTrainer(model=Weight.make(), args=args(tmp_path), train_loader=loader)
-        trainer._lading_resume = state  # what train(resume_from_checkpoint=...) reads
+        trainer._lading_resume = (tmp_path, state)  # what train(resume_from_checkpoint=) reads
         return trainer.get_train_dataloader()
 
     with pytest.raises(LoaderStateError, match=r"'world_size': 1.*'world_size': 2.*mid-epoch"):
@@ -177,7 +177,7 @@ def test_a_resume_that_loses_the_epochs_last_accumulation_says_so(tmp_path: Path
         again = lading.loader(list(range(ITEMS)), 4, collate_fn=collate)
         given = args(tmp_path, gradient_accumulation_steps=steps)
         trainer = LadingTrainer(model=Weight.make(), args=given, train_loader=again)
-        trainer._lading_resume = state
+        trainer._lading_resume = (tmp_path, state)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             trainer.get_train_dataloader()
@@ -201,3 +201,35 @@ def test_train_ends_the_loaders_workers_as_the_trainers_own_route_does(tmp_path:
     trainer = LadingTrainer(model=Weight.make(), args=args(tmp_path), train_loader=loader)
     trainer.train()
     assert [p for p in multiprocessing.active_children() if p not in before] == []
+
+
+def test_split_batches_is_refused_naming_the_loaders_batch_size(tmp_path: Path) -> None:
+    """``accelerator_config={"split_batches": True}`` splits each batch over the ranks in the
+    Trainer's own route; the lading loader gives every rank a whole batch, so it was accepted
+    and ignored (a reviewer under torchrun: 8 a rank a step where the stock route read 4, half
+    the steps)."""
+    with pytest.raises(ValueError, match=r"split_batches.*batch_size= the global batch"):
+        lading_trainer(args(tmp_path, accelerator_config={"split_batches": True}), 4)
+
+
+def test_loaders_whose_epochs_differ_in_length_are_refused(tmp_path: Path) -> None:
+    """Jittered streams draw an epoch's lengths from (seed, epoch): their batch count differs
+    an epoch, and the Trainer (as Lightning) sizes every epoch as the first (a reviewer: 3
+    batches of the longest epoch never trained). Refused naming jitter=None, which trains."""
+    from conftest import word_corpus
+    from lading.integrations.hf_trainer import LadingTrainer
+    from lading.lm import LanguageModelLoader, Streams
+
+    corpus = word_corpus(tmp_path / "c", docs=60, lengths=(5, 40), words=50, seed=5)
+    jittered = LanguageModelLoader(corpus, 4, Streams(8))
+    assert len({jittered.batches_in(e) for e in range(3)}) > 1  # the case: lengths differ
+    with pytest.raises(ValueError, match=r"HF Trainer sizes every epoch.*jitter=None"):
+        LadingTrainer(model=Weight.make(), args=args(tmp_path), train_loader=jittered)
+    fixed = LanguageModelLoader(corpus, 4, Streams(8, jitter=None))
+    LadingTrainer(model=Weight.make(), args=args(tmp_path), train_loader=fixed)
+    pytest.importorskip("lightning")
+    from lading.integrations.lightning import TrainLoader
+
+    with pytest.raises(ValueError, match=r"Lightning sizes every epoch.*jitter=None"):
+        TrainLoader(jittered)
+    assert len(TrainLoader(fixed)) == fixed.batches_in(0) == fixed.batches_in(1)

@@ -24,8 +24,11 @@ pytestmark = pytest.mark.e2e  # a framework's trainer: see the e2e marker in pyp
 ITEMS, BATCH, STEPS = 28, 4, 2  # 7 batches an epoch at 2 a step: the docs' example
 
 
-def train(out: Path, resume: Path | None = None) -> tuple[list[int], list[float]]:
-    """Two epochs; the id sum of each batch read, and of the batches each optimizer step holds."""
+def train(
+    out: Path, resume: Path | None = None, epochs: int = 2, warned: bool = True
+) -> tuple[list[int], list[float]]:
+    """``epochs`` epochs; the id sum of each batch read, and of the batches each optimizer
+    step holds (``warned``: a resume says its last accumulation is lost)."""
     import torch
     from transformers import TrainerCallback, TrainingArguments
 
@@ -54,7 +57,7 @@ def train(out: Path, resume: Path | None = None) -> tuple[list[int], list[float]
     )
     args = TrainingArguments(
         str(out),
-        num_train_epochs=2,
+        num_train_epochs=epochs,
         gradient_accumulation_steps=STEPS,
         learning_rate=0.0,  # the gradient does not depend on w anyway
         max_grad_norm=0,
@@ -67,7 +70,7 @@ def train(out: Path, resume: Path | None = None) -> tuple[list[int], list[float]
     )
     trainer = LadingTrainer(model=model, args=args, train_loader=loader)
     trainer.add_callback(Record())
-    with pytest.warns(UserWarning, match="accumulation") if resume else _nothing():
+    with pytest.warns(UserWarning, match="accumulation") if resume and warned else _nothing():
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     return read, stepped
 
@@ -102,3 +105,17 @@ def test_a_resumed_epochs_unstepped_leftover_is_dropped_not_carried(tmp_path: Pa
     again, resumed = train(tmp_path / "resumed", tmp_path / "whole" / "checkpoint-1")
     assert again == read[2:]  # the loader resumed exactly
     assert resumed == stepped[1:3] + stepped[4:]
+
+
+def test_a_resume_after_one_that_lost_a_step_reads_the_loaders_next_epoch(tmp_path: Path) -> None:
+    """A resume that lost a step (the epoch's 7th batch unstepped) leaves the run a step
+    behind the Trainer's count: its checkpoint-7 ends loader epoch 1, and the Trainer takes
+    step 7 for epoch 1 (7 // 4 steps an epoch). Resumed from it, the run read no batch and
+    stopped (the Trainer's epoch 1 was the loader's finished one; a reviewer); now it reads
+    epoch 2 whole, as the uninterrupted run did, and ends there (3 epochs asked)."""
+    read, _ = train(tmp_path / "whole", epochs=3)
+    train(tmp_path / "resumed", tmp_path / "whole" / "checkpoint-1", epochs=3)
+    again, _ = train(
+        tmp_path / "again", tmp_path / "resumed" / "checkpoint-7", epochs=3, warned=False
+    )
+    assert len(read) == 21 and again == read[14:]

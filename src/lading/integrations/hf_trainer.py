@@ -81,6 +81,7 @@ from lading.integrations.trainer_args import (
 )
 from lading.integrations.trainer_resume import (
     DropUnsteppedGradients,
+    as_the_trainer_counts,
     refuse_another_layout_mid_epoch,
     warn_of_a_regrouped_last_step,
 )
@@ -145,7 +146,7 @@ class LadingTrainerMixin:
     args: Any
     _train_batch_size: int
     lading_loader: Resumable | None
-    _lading_resume: dict[str, Any] | None
+    _lading_resume: tuple[str | os.PathLike[str], dict[str, Any]] | None
 
     def setup_lading(self, loader: Resumable | None) -> None:
         self.lading_loader = loader
@@ -176,16 +177,19 @@ class LadingTrainerMixin:
 
     def get_train_dataloader(self) -> Resumable:
         """The lading loader itself (made on first use), at the checkpoint's position when
-        resuming: no DataLoader around it (its old ``.loader`` names this spelling)."""
+        resuming: no DataLoader around it (its old ``.loader`` names this spelling); where the
+        Trainer will count the resumed epoch otherwise, the loader with the Trainer's epochs
+        numbered as its own (:func:`~lading.integrations.trainer_resume.as_the_trainer_counts`)."""
         if self.lading_loader is None:
             made = self.make_lading_loader()
             check_trainer_arguments(self.args, made)
             self.lading_loader = made
         if self._lading_resume is not None:
-            state, self._lading_resume = self._lading_resume, None
+            (checkpoint, state), self._lading_resume = self._lading_resume, None
             self.lading_loader.load_state_dict(state)
             refuse_another_layout_mid_epoch(self.lading_loader, state)
             warn_of_a_regrouped_last_step(self.lading_loader, self.args)
+            return as_the_trainer_counts(self.lading_loader, checkpoint, self.args)
         return self.lading_loader
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
@@ -196,7 +200,8 @@ class LadingTrainerMixin:
                 raise ValueError(f"no checkpoint found in {self.args.output_dir} to resume from")
         if isinstance(resume_from_checkpoint, (str, os.PathLike)):
             # read before the Trainer loads anything, so a checkpoint without it fails first
-            self._lading_resume = load_loader_state(resume_from_checkpoint)
+            state = load_loader_state(resume_from_checkpoint)
+            self._lading_resume = (resume_from_checkpoint, state)
         try:
             return super().train(resume_from_checkpoint=resume_from_checkpoint or None, **kwargs)  # type: ignore[misc]
         finally:  # its workers and threads end with train(), as the Trainer's DataLoader's do

@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - depends on the environment
         "lading.integrations.lightning", "PyTorch Lightning", "lightning"
     ) from None
 
+from lading.integrations.epochs import refuse_epochs_of_varying_length
 from lading.loading.resumable import Resumable
 from lading.world import World
 
@@ -48,6 +49,7 @@ class TrainLoader:
     """A lading loader in Lightning's shape: sized by the epoch, epoch-settable, stateful."""
 
     def __init__(self, loader: Resumable) -> None:
+        refuse_epochs_of_varying_length(loader, "Lightning")
         self.loader = loader
 
     @property
@@ -72,8 +74,9 @@ class TrainLoader:
         Raises:
             LoaderStateError: the state is of other data, or of another layout (world size,
                 batch size, workers), which Lightning's batch counter cannot follow. (Lightning
-                calls this only for a checkpoint saved within an epoch, ``every_n_train_steps``
-                even at the epoch's last batch; one of ``every_n_epochs`` resumes on any.)
+                calls this for a checkpoint saved within an epoch, ``every_n_train_steps``
+                even at the epoch's last batch, and, where it trains ``max_steps``, for every
+                checkpoint; one of ``every_n_epochs`` under ``max_epochs`` resumes on any.)
         """
         self.loader.load_state_dict(state)
         now = self.loader.state_dict()["layout"]
@@ -82,9 +85,10 @@ class TrainLoader:
                 f"the checkpoint's loader was saved with {dict(state['layout'])}, this run has "
                 f"{dict(now)}; Lightning counts the saved epoch's batches itself (a step "
                 "checkpoint at an epoch's last batch too), so resume it with the saved world "
-                "size, batch size and workers, or resume from a checkpoint saved at an "
-                "epoch's end (ModelCheckpoint(every_n_epochs=...): Lightning then starts the "
-                "next epoch and restores no loader position)"
+                "size, batch size and workers, or, training max_epochs, resume from a "
+                "checkpoint saved at an epoch's end (ModelCheckpoint(every_n_epochs=...): "
+                "Lightning then starts the next epoch and restores no loader position; "
+                "training max_steps, it restores the loader from every checkpoint)"
             )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lading.integrations.epochs import refuse_epochs_of_varying_length
 from lading.loading.loader import Workers
 from lading.loading.resumable import Resumable
 
@@ -88,6 +89,22 @@ def check_trainer_arguments(args: Any, loader: Resumable) -> None:
     _check_sampling(args, loader)
     check_batch_size(args, loader)
     check_seeds(args, loader)
+    _check_split_batches(args)
+    refuse_epochs_of_varying_length(loader, "the HF Trainer")
+
+
+def _check_split_batches(args: Any) -> None:
+    """Refuse ``accelerator_config.split_batches``: the Trainer's own route then splits each
+    batch over the ranks, while a lading loader gives every rank a whole batch of its own (the
+    global batch and the steps would be the world size's multiple of what was asked)."""
+    config = getattr(args, "accelerator_config", None)
+    if config is not None and getattr(config, "split_batches", False):
+        raise ValueError(
+            "TrainingArguments(accelerator_config={'split_batches': True}) splits each batch "
+            "over the ranks in the Trainer's own route; a lading loader already gives every "
+            "rank its own batch of batch_size: build it with batch_size= the global batch / "
+            "the world size, and leave split_batches False"
+        )
 
 
 def loader_batch_size(loader: Resumable) -> int | None:

@@ -5,6 +5,10 @@ epoch's batches from the resume, not from the epoch's start. Two consequences li
 
 - a checkpoint of another layout (world size, batch size, workers) mid-epoch is refused
   (:func:`refuse_another_layout_mid_epoch`);
+- the Trainer finds the epoch it resumes in as its global step // the steps of an epoch
+  (``len()``, accumulated); after a resume that lost a step (below) that is not the loader's
+  epoch, so the loader the Trainer reads numbers the Trainer's epochs as its own
+  (:func:`as_the_trainer_counts`);
 - with ``gradient_accumulation_steps`` not dividing the epoch's batch count, the epoch's last,
   partial accumulation is never stepped (the Trainer steps an epoch's last batch only when it
   is batch ``len()`` of the epoch): warned of at the resume
@@ -15,8 +19,12 @@ epoch's batches from the resume, not from the epoch's start. Two consequences li
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from lading.errors import LoaderStateError, missing_package
@@ -105,3 +113,58 @@ def refuse_another_layout_mid_epoch(loader: Resumable, state: Mapping[str, Any])
         "step, so resume a mid-epoch checkpoint with the saved world size, batch size and "
         "workers, or resume from a checkpoint at an epoch's end"
     )
+
+
+class TrainerEpochs:
+    """``loader`` as the HF Trainer reads it where the Trainer numbers epochs ``offset`` below
+    the loader's: ``set_epoch(e)`` goes to the loader's epoch ``e + offset``, and where the
+    run is ``epochs`` epochs long (``num_train_epochs``; None: ``max_steps`` bounds it), an
+    epoch past them is empty (the Trainer then stops, as at the end of its data); everything
+    else is the loader's."""
+
+    def __init__(self, loader: Resumable, offset: int, epochs: int | None) -> None:
+        self.loader, self.offset, self.epochs = loader, offset, epochs
+        self.past = False  # the epoch set is past the run's last
+
+    def set_epoch(self, epoch: int) -> None:
+        own = epoch + self.offset
+        self.past = self.epochs is not None and own >= self.epochs
+        if not self.past:
+            self.loader.set_epoch(own)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(()) if self.past else iter(self.loader)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "loader":  # (not set yet: a copy being made)
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+
+def as_the_trainer_counts(
+    loader: Resumable, checkpoint: str | os.PathLike[str], args: Any
+) -> Resumable | TrainerEpochs:
+    """``loader``, just restored from ``checkpoint``, as the Trainer resuming from it will
+    read it. The Trainer takes the epoch it resumes in to be its global step // the steps of
+    an epoch (``len()`` batches, ``gradient_accumulation_steps`` a step), and calls
+    ``set_epoch`` of it. That is the loader's own epoch (the next one where the state ended
+    its epoch) unless a resume before this one lost a step (:func:`warn_of_a_regrouped_last_step`):
+    the Trainer then counted one epoch short or over, read no batch at all or an epoch twice
+    (a reviewer: 0 batches of epoch 2 resumed from its step 7). There the Trainer's epochs are
+    renumbered to the loader's (:class:`TrainerEpochs`), and the run ends with the loader's
+    last epoch (``num_train_epochs``) or at ``max_steps``, as asked.
+    """
+    state = Path(checkpoint) / "trainer_state.json"
+    try:
+        step = int(json.loads(state.read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return loader  # no state of the Trainer's: it starts at epoch 0 and step 0 too
+    accumulation = max(1, int(args.gradient_accumulation_steps))
+    per_epoch = max(-(-len(loader) // accumulation), 1)  # the Trainer's own rounding
+    own = loader.epoch + (1 if loader.remaining() == 0 else 0)
+    offset = own - step // per_epoch
+    epochs = None if args.max_steps > 0 else math.ceil(args.num_train_epochs)
+    return loader if offset == 0 else TrainerEpochs(loader, offset, epochs)

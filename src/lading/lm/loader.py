@@ -183,6 +183,13 @@ class LanguageModelLoader(Loader):
         return self._lm.mode.name
 
     @property
+    def epochs_alike(self) -> bool:
+        """Whether every epoch has as many batches as the first: not with jittered
+        ``Streams`` (the default), whose lengths each epoch draws from (seed, epoch), so its
+        batch count differs an epoch (:meth:`~lading.loading.Loader.batches_in`)."""
+        return getattr(self.sequence, "jitter", None) is None
+
+    @property
     def max_seq(self) -> int:
         """The longest batch row, in (input, target) pairs."""
         return self._lm.max_seq
