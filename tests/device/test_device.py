@@ -555,3 +555,15 @@ def test_a_strided_view_is_pinned_as_its_own_bytes_not_its_span(
     out = prefetch.pinned(view)
     assert torch.equal(out, view) and out.is_contiguous()
     assert pinned == [(view.numel() * 8, True)]  # the batch's 18,432 bytes, dense
+
+
+@pytest.mark.parametrize("depth", [None, 0, 2])
+def test_batches_arrive_on_a_device_other_than_cuda(depth: int | None) -> None:
+    """Batches "arrive already on ``device``": every device but CUDA (``mps``, ``xpu``; here
+    ``meta``, which every torch has) was passed through as the CPU is, its batches left on the
+    CPU. They are copied there (synchronously: no side stream), in order."""
+    loader = lading.loader(list(range(6)), 2, rows_collate, shuffle=False)
+    got = list(DevicePrefetcher(loader, "meta", depth=depth))
+    assert len(got) == 3
+    assert {t.device.type for b in got for t in (b["ids"], b["x"])} == {"meta"}
+    assert [b["n"] for b in got] == [2, 2, 2]

@@ -120,8 +120,9 @@ class DevicePrefetcher:
             ``epoch``, ``len``, ``remaining``, ``state_dict``/``load_state_dict``) or any
             iterable of batches (then only iteration is passed through).
         device: where the batches go.
-        depth: batches pulled ahead of the caller. ``None``: 2 on CUDA, 0 (a pass-through)
-            elsewhere.
+        depth: batches pulled ahead of the caller. ``None``: 2 on CUDA, 0 elsewhere (on
+            the CPU a pass-through; on another device, ``mps`` or ``xpu``, each batch copied
+            there as it is handed out).
 
     Raises:
         ValueError: ``depth`` is negative.
@@ -262,6 +263,8 @@ class DevicePrefetcher:
             return
         if self.cuda:
             copied, ready = self._copy(batch)
+        elif self.device.type != "cpu":  # mps, xpu...: copied as it comes, no side stream
+            copied, ready = map_tensors(batch, lambda t: t.to(self.device)), None
         elif self.depth:
             copied, ready = map_tensors(batch, lambda t: t.clone()), None
         else:
