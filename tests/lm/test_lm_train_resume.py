@@ -93,3 +93,20 @@ def test_epochs_train_each_epochs_own_batches(corpus: Path, tmp_path: Path) -> N
     epochs = [json.loads(line)["epoch"] for line in lines]
     assert summary["steps"] == sum(lengths)
     assert (epochs.count(0), epochs.count(1), epochs.count(2)) == (*lengths, 0)
+
+
+def test_a_resume_of_another_model_shape_is_refused_naming_the_setting(
+    corpus: Path, tmp_path: Path
+) -> None:
+    """GPT heads change no weight's shape: a checkpoint of 2 heads resumed with 4 trained on,
+    its attention learned for another split (a reviewer). The settings that make the model
+    are saved in the checkpoint; one that differs is refused, naming it and both values; the
+    same settings resume."""
+    from lading.lm.train import train_lm
+
+    out = tmp_path / "run"
+    gpt = {"arch": "gpt", "hidden": 256, "heads": 2, "checkpoint_every": 2}  # (hidden: lstm)
+    train_lm(config(corpus, out, steps=2, **gpt))
+    with pytest.raises(ValueError, match=r"heads.*2.*4.*--out"):
+        train_lm(config(corpus, out, steps=4, resume=True, **{**gpt, "heads": 4}))
+    assert train_lm(config(corpus, out, steps=4, resume=True, **gpt))["resumed"]["step"] == 2

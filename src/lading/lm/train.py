@@ -366,7 +366,13 @@ def _fit(
     if total is None:  # each epoch its own count: jittered streams draw lengths an epoch
         assert isinstance(data, LanguageModelLoader)
         total = sum(data.batches_in(epoch) for epoch in range(config.epochs))
-    settings = LoopConfig.of(config, total, desc=desc, rate_key="tokens_per_s", clip=config.clip)
+    made_by = ("emb", "layers") + (
+        ("heads", "document_mask") if config.arch == "gpt" else ("hidden",)
+    )
+    shape = {"arch": config.arch, **{name: getattr(config, name) for name in made_by}}
+    settings = LoopConfig.of(
+        config, total, desc=desc, rate_key="tokens_per_s", clip=config.clip, model_settings=shape
+    )
     return Trainer(task, data, settings, world, device, model, optimizer).run()
 
 

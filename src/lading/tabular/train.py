@@ -280,7 +280,13 @@ def _train_sessions(
     result = Trainer(
         SessionsStep(model, ddp.wrap(model, config.parallel, device), config, device),
         data,
-        LoopConfig.of(config, total, desc="train sessions", rate_key="sessions_per_s"),
+        LoopConfig.of(
+            config,
+            total,
+            desc="train sessions",
+            rate_key="sessions_per_s",
+            model_settings={k: getattr(config, k) for k in ("dim", "layers", "heads", "max_len")},
+        ),
         world,
         device,
         model,

@@ -40,7 +40,17 @@ class Checkpointed(Protocol):
 
 
 RESERVED: frozenset[str] = frozenset(
-    {"step", "model", "optimizer", "scheduler", "scaler", "loaders", "rng", "cuda_rng"}
+    {
+        "step",
+        "model",
+        "model_settings",
+        "optimizer",
+        "scheduler",
+        "scaler",
+        "loaders",
+        "rng",
+        "cuda_rng",
+    }
 )
 
 
@@ -59,6 +69,7 @@ def save(trainer: Checkpointed, step: int) -> None:
     if trainer.world.rank == 0:
         assert trainer.model is not None, "a checkpoint needs a model"
         saved: dict[str, Any] = {"step": step, "model": trainer.model.state_dict()}
+        saved["model_settings"] = dict(trainer.config.model_settings)
         for name, part in (("optimizer", trainer.optimizer), ("scheduler", trainer.scheduler)):
             if part is not None:
                 saved[name] = part.state_dict()
@@ -85,6 +96,24 @@ def present(trainer: Checkpointed) -> bool:
     return (where / "meta.json").is_file()
 
 
+def refuse_another_model(where: Path, saved: Any, now: dict[str, Any]) -> None:
+    """Refuse a resume whose model settings differ from those ``saved`` in the checkpoint at
+    ``where`` (one written before they were saved has none: nothing to compare).
+
+    Raises:
+        ValueError: naming each setting, both values and the fix.
+    """
+    if not isinstance(saved, dict):
+        return
+    differ = {k: (saved[k], v) for k, v in now.items() if k in saved and saved[k] != v}
+    if differ:
+        said = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in sorted(differ.items()))
+        raise ValueError(
+            f"{where} holds a model of other settings ({said}): resume with the checkpoint's "
+            "settings, or train this model into another --out"
+        )
+
+
 class Resumed(NamedTuple):
     """Where a run resumed, and the optimizer settings it changed: ``{"lr": {"from": the
     checkpoint's, "to": this run's}}``."""
@@ -108,6 +137,7 @@ def restore(trainer: Checkpointed) -> Resumed:
     saved = checkpoint.load(where)
     if trainer.model is None:
         raise ValueError(f"{where}: resuming needs the model the checkpoint was taken of")
+    refuse_another_model(where, saved.get("model_settings", {}), trainer.config.model_settings)
     trainer.model.load_state_dict(saved["model"])
     configured = configured_settings(trainer.optimizer)
     for name, part in (("optimizer", trainer.optimizer), ("scheduler", trainer.scheduler)):

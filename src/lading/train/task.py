@@ -9,7 +9,7 @@ do nothing, so a task overrides only what it needs. (A loader's *workload*,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -82,6 +82,9 @@ class LoopConfig:
             (:class:`lading.device.DevicePrefetcher`); elsewhere it changes nothing.
         keep_on_resume: optimizer settings a resume keeps from the checkpoint (see
             :class:`lading.train.config.RunConfig`); the others are set to this run's.
+        model_settings: what makes the model (its architecture and sizes, by the config's
+            field names): saved in every checkpoint, and a resume whose settings differ is
+            refused naming them (some, such as a GPT's heads, change no weight's shape).
     """
 
     total: int
@@ -99,6 +102,7 @@ class LoopConfig:
     clip: float | None = None
     prefetch: bool = True
     keep_on_resume: tuple[str, ...] = ()
+    model_settings: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, settings: Any, total: int, **fields: Any) -> LoopConfig:
