@@ -71,6 +71,27 @@ def test_trec_run_is_ordered_by_score(tmp_path: Path) -> None:
         read_run(write(tmp_path / "bad.run", "1 Q0 a 1 1.0 x\n1 Q0 b 2 high x\n"))
 
 
+def test_tied_scores_are_ordered_as_trec_eval_orders_them(tmp_path: Path) -> None:
+    """trec_eval and ir-measures read no rank column: tied scores go by document id,
+    descending. lading went by rank, then id ascending, so its rerank candidates and its
+    scores of the input run differed from ir-measures' on the same file (RR 1.0 against
+    0.5 in a reviewer's run of two documents tied at 10.0)."""
+    import ir_measures
+
+    from lading.ir.rerank import evaluate
+
+    lines = "q1 Q0 docA 1 10.0 x\nq1 Q0 docB 2 10.0 x\nq1 Q0 docC 3 9.0 x\n"
+    path, qrels = write(tmp_path / "r.run", lines), write(tmp_path / "qrels", "q1 0 docA 1\n")
+    run = read_run(path)
+    assert run == {"q1": ["docB", "docA", "docC"]}
+    theirs = ir_measures.calc_aggregate(
+        [ir_measures.RR],
+        ir_measures.read_trec_qrels(str(qrels)),
+        ir_measures.read_trec_run(str(path)),
+    )
+    assert evaluate(read_qrels(qrels), run, ["RR"]) == {"RR": theirs[ir_measures.RR]} == {"RR": 0.5}
+
+
 def test_hard_negatives_and_triples(tmp_path: Path) -> None:
     hard = read_run(
         write(tmp_path / "h.jsonl", '{"qid": 7, "query": "q", "pos": ["p"], "neg": ["n1", "n2"]}\n')

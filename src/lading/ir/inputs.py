@@ -381,10 +381,11 @@ def _iteration(field: str) -> str:
 
 
 def read_run(path: str | os.PathLike[str], on_error: OnError = "raise") -> Run:
-    """A ranking per query from a TREC run (``qid Q0 docid rank score tag``, ordered by score)
-    or an MS MARCO run (``qid<TAB>docid<TAB>rank``, ordered by rank: Pyserini's
-    ``--output-format msmarco``), a hard-negative JSONL (``{"qid", "pos": [...], "neg":
-    [...]}``, negatives in file order), or MS MARCO id triples (``qid<TAB>pos<TAB>neg``).
+    """A ranking per query from a TREC run (``qid Q0 docid rank score tag``, ordered by score,
+    tied scores by doc id descending, as trec_eval and ir-measures order them) or an MS MARCO
+    run (``qid<TAB>docid<TAB>rank``, ordered by rank: Pyserini's ``--output-format msmarco``),
+    a hard-negative JSONL (``{"qid", "pos": [...], "neg": [...]}``, negatives in file order),
+    or MS MARCO id triples (``qid<TAB>pos<TAB>neg``).
 
     An MS MARCO run and id triples both have three tab-separated fields: a file whose
     first query's lines end in ranks 1, 2 (or whose second query starts again at 1) is a
@@ -488,7 +489,11 @@ def _ranking(
             continue
         scored.setdefault(qid, []).append(key)
     for qid, entries in scored.items():
-        entries.sort()  # by score descending (TREC), then rank, then doc id
+        if layout.score is None:
+            entries.sort()  # by rank, then doc id
+        else:  # trec_eval's order (it reads no rank): score descending, ties by doc id reversed
+            entries.sort(key=lambda entry: entry[2], reverse=True)
+            entries.sort(key=lambda entry: entry[0])  # (stable: the ties stay reversed)
         run[qid] = [docid for _, _, docid in entries]
 
 
