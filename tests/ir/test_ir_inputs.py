@@ -367,3 +367,42 @@ def test_a_queries_tsv_of_more_columns_is_refused_or_read_by_the_columns_named(
     jsonl = write(tmp_path / "queries.jsonl", '{"_id": "q1", "text": "a"}\n')
     with pytest.raises(ValueError, match=r"queries.jsonl: columns=.* names a TSV's columns"):
         read_queries(jsonl, columns=("id", "text", "type"))
+
+
+TOPICS = """<top>
+<num>1</num><title>
+MEASUREMENT OF DIELECTRIC
+CONSTANT
+</title>
+</top>
+
+<top>
+<num> Number: 301
+<title> Topic: International Organized Crime
+<desc> Description:
+Identify organizations that participate in international criminal activity.
+</top>
+"""
+
+
+def test_trec_topics_give_each_topics_title(tmp_path: Path) -> None:
+    """TREC topic files (``<top>``, ``<num>``, ``<title>``: Vaswani's query-text.trec, the
+    TREC ad hoc topics) give each topic's title as its query (they were read as TSV: "line 1:
+    expected qid<TAB>text, found no tab", with no word of the format). A topic without a title
+    or cut off is named by its line, or skipped and counted."""
+    topics = read_queries(write(tmp_path / "topics.trec", TOPICS))
+    assert topics == {
+        "1": "MEASUREMENT OF DIELECTRIC CONSTANT",
+        "301": "International Organized Crime",
+    }
+    cut = write(tmp_path / "cut.trec", TOPICS + "<top>\n<num>7</num>\n</top>\n<top>\n<num>8\n")
+    with pytest.raises(SourceError, match=r"line 14 of .*cut.trec: topic '7' has no <title>"):
+        read_queries(cut)
+    skipped = read_queries(cut, on_error="skip")
+    assert len(skipped) == 2 and skipped.skipped == 2
+
+
+def test_real_vaswani_topics_read(data_dir: Path) -> None:
+    topics = read_queries(data_dir / "ir" / "raw" / "vaswani" / "query-text.trec")
+    assert len(topics) == 93
+    assert topics["3"].startswith("USE OF DIGITAL COMPUTERS IN THE DESIGN OF BAND PASS")

@@ -13,6 +13,7 @@ import itertools
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -121,7 +122,8 @@ def read_queries(
     columns: Sequence[str] = QUERY_COLUMNS,
 ) -> ReadQueries:
     """Queries from TSV (``qid<TAB>text``), JSONL (``_id``/``qid``/``query_id`` and ``text``/
-    ``query``; BEIR's ``queries.jsonl``), or ``irds:<dataset-id>``.
+    ``query``; BEIR's ``queries.jsonl``), TREC topics (a file opening with ``<top>``: each
+    topic's ``<title>``), or ``irds:<dataset-id>``.
 
     ``columns``: a TSV's column names, as the documents' TSV reader takes them
     (``ParseOptions(columns=...)``): ``"id"`` and ``"text"`` say where the query id and text
@@ -160,16 +162,22 @@ def read_queries(
         parse = _json_query
     else:
         parse = functools.partial(_tsv_query, columns=columns)
-    first_line = _FirstLines(file, lambda t: parse(t)[0])
-    for line in policy.lines():
-        try:
-            qid, text = parse(line.text)
-        except ValueError as e:
-            policy.bad(line.number, str(e))
-            continue
+    first_line: Callable[[str], int | None] = _FirstLines(file, lambda t: parse(t)[0])
+    entries: Iterator[tuple[int, str, str]]
+    lines = policy.lines()
+    opening = next(lines, None)
+    lines = itertools.chain([opening] if opening is not None else [], lines)
+    if opening is not None and opening.text.lstrip().lower().startswith("<top>"):  # TREC topics
+        if columns != QUERY_COLUMNS:
+            raise ValueError(f"{name}: columns= names a TSV's columns; TREC topics have none")
+        starts: dict[str, int] = {}
+        entries, first_line = _trec_topics(policy, lines, starts), starts.get
+    else:
+        entries = _parsed(policy, lines, parse)
+    for number, qid, text in entries:
         if not text.strip():  # ("3<TAB>": a line cut at its tab) a model would train on nothing
             policy.bad(
-                line.number,
+                number,
                 f"query {qid!r} has no text; give it its text, or pass on_error='skip' to "
                 "leave it out",
             )
@@ -178,13 +186,78 @@ def read_queries(
         if before != text:  # an exact repeat is one query; another text is a conflict
             first = first_line(qid)
             policy.bad(
-                line.number,
+                number,
                 f"query id {qid!r} again, with another text than on line {first} "
                 f"({_short(before)} there, {_short(text)} here); keep one of the two lines, "
                 "or give one of the queries another id",
             )
     out.skipped = policy.skipped
     return out
+
+
+def _parsed(
+    policy: _Policy, lines: Iterator[_Line], parse: Callable[[str], tuple[str, str]]
+) -> Iterator[tuple[int, str, str]]:
+    """(line, query id, text) of each of ``lines`` of a TSV or JSONL queries file that
+    parses."""
+    for line in lines:
+        try:
+            qid, text = parse(line.text)
+        except ValueError as e:
+            policy.bad(line.number, str(e))
+            continue
+        yield line.number, qid, text
+
+
+_TOPIC_TAG = re.compile(r"(</?(?:top|num|title|desc|narr)>)", re.IGNORECASE)
+
+
+def _trec_topics(
+    policy: _Policy, lines: Iterator[_Line], starts: dict[str, int]
+) -> Iterator[tuple[int, str, str]]:
+    """(line of its ``<top>``, number, title) of each topic of a TREC topics file
+    (``<top> <num> Number: 301 <title> Topic: ... <desc> ... </top>``; Vaswani's ``<num>1</num>
+    <title>...</title>``): the title is the query, its lines joined by spaces; the
+    description and narrative are left out. ``starts`` gets each number's first line. A topic
+    without a number or a title, or cut off by the end of the file, is ``policy``'s to judge."""
+    start, field = 0, ""  # the open topic's line (0: none) and the field its text goes to
+    fields: dict[str, list[str]] = {}
+    for line in lines:
+        for piece in _TOPIC_TAG.split(line.text):
+            tag = piece.lower()
+            if tag == "<top>":
+                if start:
+                    policy.bad(start, "<top> has no </top> before the next <top>")
+                start, field, fields = line.number, "", {"num": [], "title": []}
+            elif tag == "</top>":
+                if start:
+                    yield from _topic(policy, start, fields, starts)
+                else:
+                    policy.bad(line.number, "</top> without <top>")
+                start, field = 0, ""
+            elif tag.startswith("<"):
+                field = tag.strip("<>") if start and not tag.startswith("</") else ""
+            elif field in fields:
+                fields[field].append(piece)
+    if start:
+        policy.bad(start, "<top> has no </top> before the end of the file")
+
+
+def _topic(
+    policy: _Policy, start: int, fields: dict[str, list[str]], starts: dict[str, int]
+) -> Iterator[tuple[int, str, str]]:
+    """The topic of line ``start`` from its ``fields``, or ``policy``'s judgement of it."""
+    num = " ".join(" ".join(fields["num"]).split())
+    num = re.sub(r"^number:\s*", "", num, flags=re.IGNORECASE)
+    title = " ".join(" ".join(fields["title"]).split())
+    title = re.sub(r"^topic:\s*", "", title, flags=re.IGNORECASE)
+    if not num:
+        policy.bad(start, "a topic has no <num>; give it its number")
+    elif not title:
+        policy.bad(start, f"topic {num!r} has no <title>; give it one, or pass on_error='skip'")
+    else:
+        starts.setdefault(num, start)
+        yield start, num, title
 
 
 class _FirstLines:
