@@ -303,3 +303,41 @@ def test_train_cross_encoder_says_whether_to_read_the_stores_tokens(
 
     args = build_parser().parse_args([*(a.format(d=tmp_path) for a in CROSS_ENCODER), *given])
     assert _config(TrainConfig, args, ()).use_tokens is expected
+
+
+@pytest.mark.parametrize("given", [",", " , ,", ""])
+def test_bench_refuses_strategies_that_name_none(given: str) -> None:
+    """``lading bench --strategies ,`` measured nothing, wrote an empty results.json and
+    exited 0. A list that names no strategy is refused, naming the flag and the choices,
+    before any data is made (bench_plan: the grid is never run here)."""
+    from lading.bench import STRATEGIES
+    from lading.cli import bench_plan, build_parser
+
+    args = build_parser().parse_args(["bench", "--strategies", given])
+    with pytest.raises(ValueError, match=r"^--strategies .*names no strategy") as e:
+        bench_plan(args)
+    assert all(name in str(e.value) for name in STRATEGIES)
+    options = bench_plan(build_parser().parse_args(["bench", "--strategies", ",packed,"]))[0]
+    assert options.strategies == ["packed"]
+
+
+@pytest.mark.parametrize("command", ["build", "tokenizer"])
+def test_lm_split_of_json_records_is_refused_naming_the_fix(
+    lm_source: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """``--split`` divides plain text; JSONL records are a document each, so on them every
+    value built the same corpus, taken and ignored (as ``--text-field`` on plain text is
+    refused). Refused naming the fix; left out, or on plain text, it builds."""
+    _, tok = lm_source
+    records = tmp_path / "d.jsonl"
+    records.write_text('{"text": "hello world\\n\\nsecond doc"}\n{"text": "hello"}\n')
+    out = [str(tmp_path / "c")] if command == "build" else [str(tmp_path / "t.json")]
+    more = ["--tokenizer", str(tok), "--quiet"] if command == "build" else []
+    capsys.readouterr()
+    assert main(["lm", command, str(records), *out, *more, "--split", "line"]) == 2
+    err = capsys.readouterr().err
+    assert "--split line divides plain text" in err and "drop --split" in err, err
+    assert main(["lm", command, str(records), *out, *more]) == 0
+    text = tmp_path / "d.txt"
+    text.write_text("hello world\n\nsecond doc\n")
+    assert main(["lm", command, str(text), out[0] + "2", *more, "--split", "line"]) == 0

@@ -25,6 +25,16 @@ ON_ERROR_HELP = (
 )
 
 
+def _split(args: argparse.Namespace) -> str:
+    """``--split`` as given (refused where no file of the source is plain text), or blank."""
+    from lading.lm.texts import refuse_unused_split
+
+    if args.split is None:
+        return "blank"
+    refuse_unused_split(args.split, args.source, "--split")
+    return str(args.split)
+
+
 def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
     import itertools
     from pathlib import Path
@@ -34,7 +44,11 @@ def _cmd_lm_tokenizer(args: argparse.Namespace) -> int:
 
     skipped = Skips()
     texts = iter_texts(
-        args.source, args.split, on_error=args.on_error, skipped=skipped, text_field=args.text_field
+        args.source,
+        _split(args),
+        on_error=args.on_error,
+        skipped=skipped,
+        text_field=args.text_field,
     )
     path = Path(args.out)
     if path.is_dir() or path.suffix != ".json":
@@ -75,7 +89,7 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
     documents: dict[str, Any] = {
         "append_eos": not args.no_eos,
         "eos_token": args.eos_token,
-        "split": args.split,
+        "split": _split(args),
         "text_field": args.text_field,
         "progress": not args.quiet,
     }
@@ -163,7 +177,14 @@ def _cmd_lm_merge(args: argparse.Namespace) -> int:
 def _add_split(p: argparse.ArgumentParser) -> None:
     """``--split``: how plain text divides into documents, and ``--text-field``: which JSON
     key holds a record's text (the tokenizer's and the build's)."""
-    add_choice(p, "--split", ("blank", "line", "file"), "how plain text divides into documents")
+    add_choice(
+        p,
+        "--split",
+        ("blank", "line", "file"),
+        "how plain text divides into documents (default: blank; refused where no file is "
+        "plain text)",
+        default=None,
+    )
     p.add_argument(
         "--text-field",
         metavar="KEY",

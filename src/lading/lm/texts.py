@@ -142,6 +142,30 @@ def refuse_unused_text_field(
     )
 
 
+def refuse_unused_split(split: str, source: str | os.PathLike[str], flag: str) -> None:
+    """Refuse a ``split`` the user gave (``flag``, as they spelled it) where no file of
+    ``source`` is plain text: it divides plain text into documents, and JSON records (a
+    document each) or a lading store (its rows) have none to divide, so every value built
+    the same corpus. A source that is not there is left to the reader to name.
+
+    Raises:
+        ValueError: naming the split, the source and the fix.
+    """
+    path = Path(source)
+    if not path.exists():
+        return
+    if path.is_dir() and (path / META_FILE).is_file():
+        what = "a lading store (a document a row)"
+    else:
+        files = folder_files(path) if path.is_dir() else [path]
+        if not files or not all(is_records(f) for f in files):
+            return
+        what = "JSON records (a document a record)"
+    raise ValueError(
+        f"{flag} {split} divides plain text into documents, but {source} is {what}: drop {flag}"
+    )
+
+
 def listed_texts(source: Sequence[str | os.PathLike[str]]) -> list[Path]:
     """The files of a list source, read in the order given.
 
