@@ -233,3 +233,22 @@ def test_loaders_whose_epochs_differ_in_length_are_refused(tmp_path: Path) -> No
     with pytest.raises(ValueError, match=r"Lightning sizes every epoch.*jitter=None"):
         TrainLoader(jittered)
     assert len(TrainLoader(fixed)) == fixed.batches_in(0) == fixed.batches_in(1)
+
+
+def test_the_loader_position_goes_where_the_trainer_writes_its_checkpoint(tmp_path: Path) -> None:
+    """A hyperparameter search saves a trial's checkpoints in ``run-<trial>/`` (and a push to
+    the Hub uploads a checkpoint before any ``on_save`` callback): the position was written
+    to ``output_dir/checkpoint-N`` by a callback, so a trial's checkpoint had none ("not
+    written by a trainer with a LoaderStateCallback" at its resume). It is written into the
+    folder the Trainer saves, before the Trainer's own files."""
+    from lading.integrations.hf_trainer import LOADER_FILE
+
+    given = args(tmp_path / "out")
+    given.save_strategy, given.save_steps = "steps", 1
+    trainer = lading_trainer(given, 4)
+    run = tmp_path / "out" / "run-3"
+    trainer._get_output_dir = lambda trial: str(run)  # where a search's trial 3 saves
+    trainer.train()
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint-1", "checkpoint-2"]
+    assert (run / "checkpoint-2" / LOADER_FILE).is_file()
+    assert not (tmp_path / "out" / "checkpoint-2").exists()  # no stray folder beside it

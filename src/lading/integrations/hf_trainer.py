@@ -5,7 +5,7 @@
 rank reads its own disjoint, equal share (the Trainer does not wrap the loader in a sampler of
 its own, nor hand it to Accelerate to shard again), and ``set_epoch`` reshuffles and redraws
 per-epoch negatives. Every checkpoint the Trainer writes gets the loader's ``state_dict()`` as
-``lading_loader.json`` (a :class:`LoaderStateCallback`); ``trainer.train(
+``lading_loader.json``, before the Trainer's own files; ``trainer.train(
 resume_from_checkpoint=...)`` loads it, so the resumed run reads exactly the batches the
 interrupted one had not yet read, in the same order.
 
@@ -107,16 +107,18 @@ def load_loader_state(folder: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(folder) / LOADER_FILE
     if not path.is_file():
         raise FileNotFoundError(
-            f"{folder} has no {LOADER_FILE}: it was not written by a trainer with a "
-            "LoaderStateCallback, so the loader position is unknown. Resume from a checkpoint "
-            "of such a trainer, or start training afresh."
+            f"{folder} has no {LOADER_FILE}: it was not written by a LadingTrainer (or a "
+            "Trainer of LadingTrainerMixin), so the loader position is unknown. Resume from a "
+            "checkpoint of such a trainer, or start training afresh."
         )
     state: dict[str, Any] = json.loads(path.read_text())
     return state
 
 
 class LoaderStateCallback(TrainerCallback):
-    """Saves the trainer's loader position into every checkpoint folder the Trainer writes.
+    """Saves the trainer's loader position into ``output_dir/checkpoint-N`` at every save: for
+    a Trainer of your own with a ``lading_loader``. :class:`LadingTrainerMixin` needs none (it
+    writes the position where the Trainer saves, a search's trial folder included).
 
     The position is the same on every rank (all take the same batches), so the process that
     saves checkpoints (``args.should_save``) writes it, beside ``trainer_state.json``.
@@ -155,8 +157,19 @@ class LadingTrainerMixin:
             self.adopt_batch_size(loader)
         self._lading_resume = None
         self.args.ignore_data_skip = True  # the loader resumes itself; see the module docstring
-        self.add_callback(LoaderStateCallback(self))  # type: ignore[attr-defined]
         self.add_callback(DropUnsteppedGradients(self))  # type: ignore[attr-defined]
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """The Trainer's, with the loader's position written into the folder it saves first:
+        a hyperparameter search's trial saves in ``run-<trial>/`` and a push to the Hub uploads
+        the folder before any ``on_save`` callback runs, so a callback writing into
+        ``output_dir/checkpoint-N`` (:class:`LoaderStateCallback`) left those without it."""
+        loader = self.lading_loader
+        if loader is not None and self.args.should_save:
+            run = self._get_output_dir(trial=trial)  # type: ignore[attr-defined]
+            step = self.state.global_step  # type: ignore[attr-defined]
+            save_loader_state(loader, Path(run) / f"{PREFIX_CHECKPOINT_DIR}-{step}")
+        super()._save_checkpoint(model, trial)  # type: ignore[misc]
 
     def adopt_batch_size(self, loader: Resumable) -> None:
         """``per_device_train_batch_size`` at its default gives way to the loader's batch size
