@@ -265,3 +265,61 @@ def test_a_destination_stage_may_not_replace_is_refused_before_the_copy(
     monkeypatch.undo()
     after = sorted((p.name, p.read_bytes()) for p in dest.parent.rglob("*") if p.is_file())
     assert [a for a in after if not a[0].endswith(".stage-error")] == before
+
+
+def _files_of(directory: Path) -> list[tuple[str, bytes]]:
+    return sorted(
+        (p.relative_to(directory).as_posix(), p.read_bytes())
+        for p in directory.rglob("*")
+        if p.is_file()
+    )
+
+
+def test_staging_a_store_onto_itself_is_refused_and_leaves_it_whole(
+    built: Path, tmp_path: Path
+) -> None:
+    """``open_store(s, stage_to=<the folder holding s>)`` replaced the built store with a copy
+    of its current snapshot: the older snapshots and their manifests were deleted, and a reader
+    pinned to one of them failed. DEST is SRC (or inside it, or holds it): refused at once."""
+    corpus = tmp_path / "c" / "collection.tsv"
+    build_store(corpus, built, overwrite=True)  # a second snapshot, the first kept
+    before = _files_of(built)
+    with pytest.raises(ValueError, match="is the source itself") as e:
+        open_store(built, stage_to=built.parent)
+    assert str(built) in str(e.value) and "Stage to a folder outside" in str(e.value)
+    with pytest.raises(ValueError, match="inside the source") as e:
+        stage(built, built / "copy")
+    assert str(built / "copy") in str(e.value)
+    with pytest.raises(ValueError, match="inside the destination"):
+        stage(built, built.parent)
+    assert _files_of(built) == before
+    assert [p.name for p in built.parent.iterdir()] == ["store"]  # no lock, temp, error file
+
+
+def test_a_built_store_at_the_destination_is_not_replaced(built: Path, tmp_path: Path) -> None:
+    """``lading stage a.store b.store`` with b.store a built store (arguments swapped) replaced
+    it with a copy of a.store and exited 0. Only a staged copy (its mark), an empty folder or
+    nothing is replaced; what a build made is left as it was."""
+    other = synth("passages", 30, tmp_path / "c2")
+    dest = tmp_path / "other.store"
+    build_store(other.corpus, dest)
+    before = _files_of(dest)
+    with pytest.raises(FileExistsError, match="not a staged copy") as e:
+        stage(built, dest)
+    assert str(dest) in str(e.value) and str(built) in str(e.value)
+    assert _files_of(dest) == before and len(open_store(dest)) == 30
+    (tmp_path / "empty").mkdir()
+    assert len(open_store(stage(built, tmp_path / "empty"))) == 400  # an empty folder: filled
+
+
+def test_lading_stage_onto_a_built_store_fails_naming_both(
+    built: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lading.cli import main
+
+    other = synth("passages", 30, tmp_path / "c2")
+    dest = tmp_path / "other.store"
+    build_store(other.corpus, dest)
+    assert main(["stage", str(built), str(dest), "--quiet"]) != 0
+    err = capsys.readouterr().err
+    assert str(dest) in err and str(built) in err and len(open_store(dest)) == 30

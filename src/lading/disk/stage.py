@@ -184,7 +184,9 @@ def stage(
     Args:
         src: a built store, token corpus or parquet folder; ``s3://bucket/prefix`` and other
             fsspec URLs read from object storage (``pip install 'lading[remote]'``).
-        dest: the node-local directory to create (replaced when the source changed).
+        dest: the node-local directory to create (replaced when the source changed). What
+            is there already is replaced only where it is a staged copy (it holds
+            ``_lading_stage.json``) or an empty folder: a built store is never overwritten.
         world: who this process is (default: from the launcher's variables, see
             :mod:`lading.world`); local rank 0 copies.
         storage_options: passed to fsspec (e.g. ``{"endpoint_url": ...}`` for S3).
@@ -201,9 +203,13 @@ def stage(
         RemoteReadError: a call to a URL source failed 4 times (one line: the object, the
             endpoint, the setting); nothing was staged.
         TimeoutError: local rank 0 did not publish the copy within ``timeout``.
+        ValueError: ``dest`` is the source, inside it, or holds it (a local source).
+        FileExistsError: ``dest`` holds something other than a staged copy (a built store,
+            the user's files): it is left as it was.
     """
     source = _Source(src, storage_options or {}, remote_timeout)
     target = Path(dest)
+    _refuse_overlap(source, target)
     print_, files, expected, fmt = snapshot_of(source, source.files())
     world = world or from_environment(os.environ)  # no torch import just for the local rank
     if world.local_rank != 0:
@@ -216,6 +222,7 @@ def stage(
             remove_dead_temps(target)
             # what the publish at the end of a copy would refuse, refused before the copy
             refuse_to_replace(target, fmt)
+            _refuse_unstaged(target, source.url)
             if not staged_copy_is_valid(target, print_, full=verify):
                 _copy(source, files, expected, print_, target, progress)
     except BaseException as e:
@@ -224,6 +231,44 @@ def stage(
             error_file.write_text(json.dumps(failure))
         raise
     return target
+
+
+def _refuse_overlap(source: _Source, target: Path) -> None:
+    """Refuse a destination that is the local source itself, lies inside it or holds it: a
+    copy published there would replace the source (or a folder holding it) with a copy of its
+    current snapshot, deleting older snapshots that pinned readers still use."""
+    if source.remote:
+        return
+    src, dest = source.local.resolve(), target.resolve()
+    fix = (
+        "Stage to a folder outside the source (open_store(stage_to=FOLDER) copies to "
+        "FOLDER/<store name>); the source was left as it was"
+    )
+    if dest == src:
+        problem = f"{target} is the source itself ({source.url}); refusing to stage it onto itself"
+    elif src in dest.parents:
+        problem = f"{target} is inside the source {source.url}; refusing to stage a copy into it"
+    elif dest in src.parents:
+        problem = (
+            f"the source {source.url} is inside the destination {target}; refusing to replace "
+            "a folder that holds the source"
+        )
+    else:
+        return
+    raise ValueError(f"{problem}. {fix}.")
+
+
+def _refuse_unstaged(target: Path, url: str) -> None:
+    """Refuse to replace a non-empty directory that is not a staged copy (no ``STAGE_MARK``):
+    a store someone built there (``lading stage a.store b.store``, arguments swapped) is not
+    ``stage``'s to overwrite."""
+    if not target.is_dir() or (target / STAGE_MARK).is_file() or not any(target.iterdir()):
+        return
+    raise FileExistsError(
+        f"{target} is not a staged copy (no {STAGE_MARK} in it) and is not empty; refusing "
+        f"to replace it with a copy of {url}. Choose another destination, or remove {target} "
+        "yourself if it is meant to go."
+    )
 
 
 def staged_copy_is_valid(dest: Path, print_: str, full: bool = False) -> bool:
