@@ -153,6 +153,59 @@ def test_row_codes_follow_ids_order(make: StoreMaker, tiny_tsv: Path, tmp_path: 
     assert pickle.loads(blob).find_rows(["3"]).tolist() == store.find_rows(["3"]).tolist()
 
 
+def test_rows_outside_the_store_raise_in_every_store(
+    make: StoreMaker, tiny_tsv: Path, tmp_path: Path
+) -> None:
+    """The -1 that find_rows gives an absent id, handed to texts_at or ids_at, came back as the
+    last document in the in-memory, offsets and ir_datasets stores (Python's and numpy's
+    negative indexing); the packed store raised. Every store raises that IndexError."""
+    store = make(tiny_tsv, tmp_path)
+    n = len(store)
+    rows = store.find_rows(["7", "404"])
+    assert rows[1] == -1
+    for call in (store.texts_at, store.ids_at):
+        for bad in ([-1], [0, -2], [n], [3, 2**40]):
+            first = next(r for r in bad if not 0 <= r < n)
+            with pytest.raises(IndexError, match=rf"^row {first} out of range for {n} rows$"):
+                call(np.array(bad))
+        with pytest.raises(IndexError, match=rf"^row -1 out of range for {n} rows$"):
+            call(rows)
+    assert store.texts_at(np.array([n - 1, 0])) == store.get_many([store.ids()[-1], "0"])
+    assert store.ids_at(np.array([], dtype=np.int64)) == []
+
+
+def test_in_agrees_with_lookup_for_near_ids(
+    make: StoreMaker, tiny_tsv: Path, tmp_path: Path
+) -> None:
+    """``id in store`` is True exactly when ``store[id]`` finds it: the ir_datasets store said
+    True for "7\\x00" (its docstore pads keys with NUL and matches them), then raised KeyError."""
+    store = make(tiny_tsv, tmp_path)
+    for near in ("7\x00", "7\x00\x00", "\x00", "7 ", "07", "7" + "\x00" * 40):
+        assert near not in store, repr(near)
+        with pytest.raises(KeyError):
+            store[near]
+    assert "7" in store and 7 in store and store["7"] == "seven"
+
+
+def test_a_pandas_series_of_ids_names_the_absent_one(
+    make: StoreMaker, tiny_tsv: Path, tmp_path: Path
+) -> None:
+    """A column of a shuffled DataFrame keeps its labels: ``ids[i]`` on it is a label lookup,
+    so the KeyError of get_many and rows named another id ("0", the one labelled 1), or the
+    label itself (1) where the labels were strings. The absent id is named by position."""
+    pd = pytest.importorskip("pandas")
+    store = make(tiny_tsv, tmp_path)
+    for labels in ([1, 0], ["a", "b"]):
+        ids = pd.Series(["0", "404"], index=labels)
+        for call in (store.get_many, store.rows):
+            with pytest.raises(KeyError, match=r"^\"id '404' is not in"):
+                call(ids)
+    assert store.get_many(pd.Series(["7", "0"], index=[1, 0])) == ["seven", store["0"]]
+    assert (
+        store.rows(pd.Series(["7", "0"], index=[1, 0])).tolist() == store.rows(["7", "0"]).tolist()
+    )
+
+
 def test_stores_without_tokens_say_so(make: StoreMaker, tiny_tsv: Path, tmp_path: Path) -> None:
     store = make(tiny_tsv, tmp_path)
     assert not store.has_tokens
@@ -312,6 +365,19 @@ def test_an_up_to_date_store_is_reused_on_a_read_only_mount(
         f.write("99\tnew\n")
     with pytest.raises(OSError, match="Read-only file system"):  # a rebuild still locks
         lading.build_store(tiny_tsv, dest, progress=False)
+
+
+def test_a_stale_warning_names_the_users_line(tiny_tsv: Path, tmp_path: Path) -> None:
+    """StaleStoreWarning named ``stores/__init__.py`` (open_store's call of PackedStore), not
+    the line of the user's code that opened the store: its stacklevel counted one frame."""
+    dest = tmp_path / "s"
+    lading.build_store(tiny_tsv, dest, progress=False)
+    with open(tiny_tsv, "a") as f:
+        f.write("99\tnew\n")
+    for opens in (lambda: lading.open_store(dest), lambda: lading.PackedStore(dest)):
+        with pytest.warns(StaleStoreWarning, match="is stale") as caught:
+            opens()
+        assert [w.filename for w in caught] == [__file__]
 
 
 def test_reused_when_unchanged_rebuilt_when_source_changes(tiny_tsv: Path, tmp_path: Path) -> None:

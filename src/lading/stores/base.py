@@ -36,7 +36,9 @@ def id_list(ids: Sequence[IdLike], call: str = "get_many") -> Sequence[IdLike]:
     """``ids`` if it is a sequence of ids (a list, tuple, range or 1-d numpy array), else a
     TypeError: a str or bytes would be read as one id a character (``get_many("12")`` gave
     documents '1' and '2'); a generator has no length and no ``ids[i]`` to name an absent id
-    by; a set or dict has no order for the rows to follow. Every route then refuses alike."""
+    by; a set or dict has no order for the rows to follow. Every route then refuses alike.
+    A pandas Series comes back as its values (a numpy array): its ``ids[i]`` looks ``i`` up
+    as a label, and the KeyError of an absent id named another id."""
     if type(ids) is list or type(ids) is tuple:
         return ids
     if isinstance(ids, (str, bytes)):
@@ -55,7 +57,25 @@ def id_list(ids: Sequence[IdLike], call: str = "get_many") -> Sequence[IdLike]:
             f"{call}() takes a sequence of ids (a list, tuple or 1-d numpy array), not a "
             f"{type(ids).__name__}: pass list(...) of it (in the order the rows should follow)"
         )
+    if hasattr(ids, "iloc") and hasattr(ids, "to_numpy"):  # a pandas Series: ids[i] is a label
+        values: Sequence[IdLike] = ids.to_numpy()
+        return values
     return ids
+
+
+def checked_rows(rows: npt.ArrayLike, count: int) -> npt.NDArray[np.int64]:
+    """``rows`` as int64 row codes, each in ``0..count-1``, as the packed store checks them:
+    numpy and Python read -1 (what :meth:`DocStore.find_rows` gives an absent id) as the last
+    row, and -2 as the one before it.
+
+    Raises:
+        IndexError: ``row R out of range for N rows``, naming the first such row.
+    """
+    codes = np.asarray(rows, dtype=np.int64)
+    outside = codes.view(np.uint64) >= count  # both ends at once: -1 reads as 2**64 - 1
+    if outside.any():
+        raise IndexError(f"row {codes[outside][0]} out of range for {count} rows")
+    return codes
 
 
 _MISSING = object()
@@ -147,18 +167,24 @@ class DocStore(ABC):
         Raises:
             KeyError: naming the first absent id and the store.
         """
-        rows = self.find_rows(id_list(ids, "rows"))
+        ids = id_list(ids, "rows")  # (a Series' values: the absent id is named by position)
+        rows = self.find_rows(ids)
         if len(rows) and rows.min() < 0:
             raise self.missing(ids[int(np.argmin(rows >= 0))])
         return rows
 
     def ids_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
-        """Ids of row codes (as returned by :meth:`rows`)."""
+        """Ids of row codes (as returned by :meth:`rows`).
+
+        Raises:
+            IndexError: a row is not in the store (-1, an absent id's, included).
+        """
         ids = self._positions()[0]
-        return [ids[r] for r in np.asarray(rows, dtype=np.int64).tolist()]
+        return [ids[r] for r in checked_rows(rows, len(ids)).tolist()]
 
     def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
-        """Texts of row codes (as returned by :meth:`rows`)."""
+        """Texts of row codes (as returned by :meth:`rows`); an IndexError for a row outside
+        the store, as :meth:`ids_at`."""
         return self.get_many(self.ids_at(rows))
 
     # -- tokens (the tokenized-store capability) -----------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.sources import fingerprint, import_ir_datasets, irds_record
-from lading.stores.base import DocStore, IdLike, id_list, id_text, is_id
+from lading.stores.base import DocStore, IdLike, id_list, id_text
 
 _LOCAL = "lading-local/"
 # beside ir_datasets' files in <file>.pklz4: the TSV that docstore was built from
@@ -190,9 +190,10 @@ class IrDatasetsStore(DocStore):
         return self._count
 
     def __contains__(self, doc_id: object) -> bool:
-        if not is_id(doc_id):
-            return False
-        return bool(self._store().get_many([str(doc_id)]))
+        """Whether the docstore holds exactly ``doc_id``: its ``get_many`` also answers for a
+        key it pads or cuts to one it holds (``"D1\\x00"`` for ``"D1"``), under that key."""
+        key = id_text(doc_id)
+        return key is not None and key in self._store().get_many([key])
 
     def ids(self) -> list[str]:
         self._store()

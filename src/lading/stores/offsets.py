@@ -42,7 +42,7 @@ from lading.sources import (
     read_records,
     refuse_if_changed,
 )
-from lading.stores.base import DocStore, IdLike, id_list, is_id
+from lading.stores.base import DocStore, IdLike, checked_rows, id_list, is_id
 from lading.stores.building.writer import (
     Duplicates,
     compact,
@@ -188,7 +188,7 @@ class OffsetStore(DocStore):
     def texts_at(self, rows: npt.NDArray[np.int64]) -> list[str]:
         state = self._open()
         fd, parse = state["fd"], state["parse"]
-        rows = np.asarray(rows, dtype=np.int64)
+        rows = checked_rows(rows, len(state["start"]))  # numpy alone reads -1 as the last
         starts = state["start"][rows].tolist()
         lengths = state["length"][rows].tolist()
         return [parse(os.pread(fd, n, s)).text for s, n in zip(starts, lengths)]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,6 +60,23 @@ class _Mapped:
     index: IdIndex
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # .../lading/
+
+
+def users_frame() -> int:
+    """The ``stacklevel`` that makes a warning its caller emits name the first frame outside
+    lading: the user's line, whether it called ``PackedStore(...)`` or ``open_store(...)``
+    (a fixed ``stacklevel=2`` named open_store's own line in ``stores/__init__.py``)."""
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+        _PACKAGE
+    ):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
 class PackedStore(DocStore):
     """A store built by :func:`lading.build_store`, memory-mapped.
 
@@ -95,7 +113,9 @@ class PackedStore(DocStore):
             raise StoreFormatError(f"store {self.path} is stale: {self.stale}; rebuild it")
         if self.stale and on_stale == "warn":
             warnings.warn(
-                f"store {self.path} is stale: {self.stale}", StaleStoreWarning, stacklevel=2
+                f"store {self.path} is stale: {self.stale}",
+                StaleStoreWarning,
+                stacklevel=users_frame(),
             )
 
     def __repr__(self) -> str:
@@ -173,7 +193,8 @@ class PackedStore(DocStore):
 
     def rows(self, ids: Sequence[IdLike]) -> npt.NDArray[np.int64]:
         # the index reports the first absent id itself: no second pass over the rows
-        rows, absent = self._maps().index.lookup(id_list(ids, "rows"))
+        ids = id_list(ids, "rows")  # (a Series' values: ids[absent] is by position)
+        rows, absent = self._maps().index.lookup(ids)
         if absent >= 0:
             raise self.missing(ids[absent])
         return rows
