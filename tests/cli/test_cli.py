@@ -265,3 +265,23 @@ def test_a_reused_stage_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[st
     (tmp_path / "local" / "meta.json").write_text("{}")  # a damaged copy is copied again
     assert main(stage) == 0
     assert ": reused" not in capsys.readouterr().out
+
+
+def test_get_says_a_stale_store_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`lading get` on a stale store printed Python's two-line warning naming lading's own
+    source (stores/__init__.py:170 ... return PackedStore(...)); it says it as other commands
+    say theirs: one line, ``lading get: warning: ...``, and still answers."""
+    src = tmp_path / "s.tsv"
+    src.write_text("1\tone\n")
+    assert main(["build", str(src), str(tmp_path / "s"), "--quiet"]) == 0
+    src.write_text("1\tONE\n2\tx\n")
+    capsys.readouterr()
+    assert main(["get", str(tmp_path / "s"), "1"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["text"] == "one"
+    assert err.splitlines() == [
+        f"lading get: warning: store {tmp_path / 's'} is stale: {src} is now 10 bytes, was 6 "
+        "at build time"
+    ], err

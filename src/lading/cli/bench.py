@@ -55,6 +55,22 @@ def flag_ints(flag: str, text: str, minimum: int, meaning: str, example: str) ->
     return values
 
 
+def strategy_list(text: str) -> list[str]:
+    """``--strategies``: the names of a comma-separated list, blanks dropped, or a ValueError
+    naming the flag and the choices where none is left (``--strategies ,`` measured nothing
+    and exited 0). An unknown name is refused when the grid starts, with the same choices."""
+    from lading.bench import STRATEGIES
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise ValueError(
+            f"--strategies {text!r} names no strategy; give one or more of "
+            f"{', '.join(STRATEGIES)} separated by commas, e.g. --strategies packed,offsets "
+            "(or leave the flag out for the preset's)"
+        )
+    return names
+
+
 def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
     """(GridOptions, Settings, passages) of ``lading bench``: options given, else the preset.
 
@@ -74,7 +90,9 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
     else:
         world_sizes = default_world_sizes()
     options = GridOptions(
-        strategies=args.strategies.split(",") if args.strategies else list(preset.strategies),
+        strategies=strategy_list(args.strategies)
+        if args.strategies is not None
+        else list(preset.strategies),
         world_sizes=world_sizes,
         modes=args.modes if args.modes else list(preset.modes),
         workers=flag_ints("--workers", args.workers, 0, "DataLoader workers", "0,2"),
@@ -83,7 +101,6 @@ def bench_plan(args: argparse.Namespace) -> tuple[Any, Any, int]:
         parallel=args.parallel,
         memory_budget=memory_budget(args.memory_budget),
     )
-    options.strategies = [s for s in options.strategies if s]
     if args.remote:  # the packed store, uploaded there and read through the node cache
         options.remote = args.remote
         options.strategies += [] if "remote" in options.strategies else ["remote"]

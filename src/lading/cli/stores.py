@@ -379,9 +379,11 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_get(args: argparse.Namespace) -> int:
+    from lading.errors import StaleStoreWarning
     from lading.stores import open_store
 
-    store = open_store(args.store)
+    with said_on_stderr("lading get", StaleStoreWarning):  # one line, not Python's two
+        store = open_store(args.store)
     missing = [i for i in args.ids if i not in store]
     for doc_id in args.ids:
         if doc_id in store:
