@@ -142,3 +142,39 @@ def test_process_group_is_none_without_one_and_the_group_when_up(tmp_path: Path)
     finally:
         dist.destroy_process_group()
     assert process_group() is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"rank": 1.0, "world_size": 2}, r"World\(rank=1.0\): rank must be an int"),
+        ({"world_size": "2"}, r"World\(world_size='2'\): world_size must be an int"),
+        ({"rank": True, "world_size": 2}, r"World\(rank=True\): rank must be an int"),
+        ({"node_rank": 0.0}, r"World\(node_rank=0.0\): node_rank must be an int or None"),
+        ({"num_workers": None}, r"World\(num_workers=None\): num_workers must be an int"),
+    ],
+)
+def test_a_world_of_other_than_ints_is_refused_naming_the_field(
+    fields: dict[str, object], says: str
+) -> None:
+    """A World's places are ints: a float, str or bool is refused naming the field (was: taken
+    as it stood, a rank of 1.0 went into the loader's plan and its saved state)."""
+    with pytest.raises(TypeError, match=says) as e:
+        World(**fields)  # type: ignore[arg-type]
+    assert "\n" not in str(e.value)
+
+
+def test_numpy_ints_of_a_world_become_python_ints() -> None:
+    """numpy integers are ints, stored as Python's: the rank and world size go into every
+    loader state, which a checkpoint writes as JSON."""
+    import json
+
+    import numpy as np
+
+    world = World(np.int64(3), np.int32(4), np.int64(1), np.int64(2), node_rank=np.int64(1))
+    fields = (world.rank, world.world_size, world.local_rank, world.local_world_size)
+    assert fields == (3, 4, 1, 2) and world.node_rank == 1
+    assert all(type(v) is int for v in (*fields, world.node_rank, world.num_workers))
+    json.dumps({"rank": world.rank, "node": world.node_rank})
+    assert world.with_worker(np.int64(1), np.int64(2)).worker_id == 1
+    assert type(world.with_worker(np.int64(1), np.int64(2)).num_workers) is int

@@ -24,6 +24,7 @@ supplies local rank and node. A launcher that does not say how many processes sh
 
 from __future__ import annotations
 
+import numbers
 import os
 import re
 import sys
@@ -32,6 +33,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 SHARED_FS_ENV = "LADING_SHARED_FS"
+# a World's integer fields, checked and stored as Python ints when one is made
+_PLACES = (
+    "rank",
+    "world_size",
+    "local_rank",
+    "local_world_size",
+    "worker_id",
+    "num_workers",
+    "node_rank",
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,17 @@ class World:
     launcher: str = "none"
 
     def __post_init__(self) -> None:
+        for name in _PLACES:
+            value = getattr(self, name)
+            if value is None and name == "node_rank":
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                either = " or None" if name == "node_rank" else ""
+                raise TypeError(
+                    f"World({name}={value!r}): {name} must be an int{either} (numpy's are "
+                    "taken), not a float, str or bool"
+                )
+            object.__setattr__(self, name, int(value))  # Python's: states are saved as JSON
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} outside [0, {self.world_size})")
         if not 0 <= self.worker_id < self.num_workers:

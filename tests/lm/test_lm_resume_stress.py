@@ -42,7 +42,7 @@ def make(corpus: TokenCorpus, mode: str, workers: int, persistent: bool = True) 
     sequence = Streams(4) if mode == "streams" else Windows(4)
     return LanguageModelLoader(
         corpus, 3, sequence, seed=5, world=World(1, 2), num_workers=workers,
-        persistent_workers=persistent, multiprocessing_context="fork",
+        persistent_workers=persistent if workers else None, multiprocessing_context="fork",
     )  # fmt: skip
 
 

@@ -152,3 +152,136 @@ def test_the_three_loaders_refuse_a_negative_epoch_at_set_epoch(
         with pytest.raises(ValueError, match=r"set_epoch\(-1\): an epoch is an int >= 0"):
             loader.set_epoch(-1)
         assert loader.epoch == 0, name
+
+
+def test_numpy_integers_give_a_state_that_is_json(
+    corpus: lading.lm.TokenCorpus, sessions: Path
+) -> None:
+    """numpy integers (a config read with numpy, a sweep's ``np.arange``) are taken as
+    Python's where a loader or its world is made: the state a checkpoint writes with
+    ``json.dumps`` holds no ``np.int64`` (was: "Object of type int64 is not JSON
+    serializable" at the first checkpoint, hours into a run)."""
+    import json
+
+    from lading.lm import LanguageModelLoader, TokenMixture, Windows
+    from lading.tabular import PartitionedParquet
+
+    world = World(np.int64(1), np.int64(2), np.int64(0), np.int64(1))
+    assert (type(world.rank), type(world.world_size), type(world.local_rank)) == (int, int, int)
+    mixture = TokenMixture({corpus: 1.0}, windows=np.int64(40))
+    assert type(mixture.windows) is int
+    made = [
+        lading.loader(Numbers(8), 2, world=world),
+        LanguageModelLoader(mixture, 2, Windows(3), world=World()),
+        PartitionedParquet(sessions, 2, columns=["id"], buffer_rows=np.int64(4), world=world),
+    ]
+    for loader in made:
+        next(iter(loader))
+        state = loader.state_dict()
+        assert json.loads(json.dumps(state)) == state
+
+
+@pytest.mark.parametrize(
+    ("buffer_rows", "error"),
+    [(-5, ValueError), (0, ValueError), (2.5, TypeError), ("8", TypeError), (True, TypeError)],
+)
+def test_parquet_buffer_rows_is_refused_when_made(
+    sessions: Path, buffer_rows: object, error: type[Exception]
+) -> None:
+    """A ``buffer_rows`` that is not an int >= 1 (nor None, the default) is refused naming it,
+    when the loader is made (was: -5 and 2.5 failed at the first batch inside pyarrow or with
+    an IndexError, and 0 read as the default)."""
+    from lading.tabular import PartitionedParquet
+
+    bad: Any = buffer_rows
+    with pytest.raises(error, match=rf"buffer_rows={buffer_rows!r}: .*an int >= 1") as e:
+        PartitionedParquet(sessions, 2, columns=["id"], buffer_rows=bad, world=World())
+    assert "\n" not in str(e.value)
+    fine = PartitionedParquet(sessions, 2, columns=["id"], buffer_rows=3, world=World())
+    assert fine.buffer_rows == 4  # rounded up to whole batches
+
+
+@pytest.mark.parametrize("epoch", [1.7, True, "2", None])
+def test_set_epoch_refuses_what_is_not_an_int(epoch: object) -> None:
+    """``set_epoch`` of a float (was: truncated, 1.7 read epoch 1), a bool (read as epoch 1)
+    or a str (was: a TypeError about ``<``) is refused naming set_epoch and what it takes."""
+    loader = lading.loader(Numbers(8), 2, world=World())
+    with pytest.raises(TypeError, match=rf"set_epoch\({epoch!r}\): an epoch is an int >= 0"):
+        loader.set_epoch(epoch)  # type: ignore[arg-type]
+    assert loader.epoch == 0
+    loader.set_epoch(np.int64(2))  # numpy's ints are ints
+    assert loader.epoch == 2 and type(loader.epoch) is int
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "says"),
+    [
+        ({"pin_memory": "no"}, TypeError, r"pin_memory='no': pin_memory must be True or False"),
+        ({"pin_memory": 1}, TypeError, r"pin_memory=1: pin_memory must be True or False"),
+        (
+            {"num_workers": 1, "prefetch_factor": 0},
+            ValueError,
+            r"prefetch_factor=0: .*an int >= 1",
+        ),
+        ({"num_workers": 1, "prefetch_factor": 1.5}, TypeError, r"prefetch_factor=1.5: "),
+        ({"prefetch_factor": 4}, ValueError, r"prefetch_factor=4 with num_workers=0: "),
+        (
+            {"persistent_workers": True},
+            ValueError,
+            r"persistent_workers=True with num_workers=0: ",
+        ),
+        ({"num_workers": 1, "persistent_workers": "yes"}, TypeError, r"persistent_workers='yes'"),
+        ({"num_workers": 1, "read_ahead": 2}, ValueError, r"read_ahead=2 with num_workers=1: "),
+    ],
+)
+def test_worker_options_that_would_be_ignored_are_refused(
+    corpus: lading.lm.TokenCorpus,
+    sessions: Path,
+    kwargs: dict[str, Any],
+    error: type[Exception],
+    says: str,
+) -> None:
+    """Worker options of the wrong type, or that the loader would ignore, are refused by every
+    loader when it is made (was: ``pin_memory="no"`` pinned, being truthy; ``prefetch_factor=0``
+    ran as 2; ``persistent_workers`` and ``prefetch_factor`` without workers, which a
+    DataLoader refuses, and ``read_ahead`` with workers, which only applies without them,
+    were accepted and ignored)."""
+    for name, make in three_loaders(corpus, sessions).items():
+        with pytest.raises(error, match=says) as e:
+            make(world=World(), **kwargs)
+        assert "\n" not in str(e.value), name
+
+
+def test_worker_options_at_their_defaults_or_given_alike_are_taken() -> None:
+    """What a DataLoader takes is taken: ``persistent_workers=False`` and ``read_ahead=0``
+    without effect, numpy's ints and bools as Python's; and a default ``read_ahead`` (2 for
+    data read from object storage) never trips the refusal of ``read_ahead`` with workers: it
+    is 0 there (the warning against workers still says so)."""
+    from lading.loading.workers import Workers
+
+    made = lading.loader(
+        Numbers(8), 2, world=World(), persistent_workers=False, read_ahead=0, num_workers=0
+    )
+    assert made.workers.read_ahead == 0 and made.workers.persistent_workers is False
+    pin: Any = np.bool_(False)
+    workers = Workers(np.int64(2), pin, np.int64(3), True, None, 0)
+    assert (type(workers.num_workers), type(workers.prefetch_factor)) == (int, int)
+    assert type(workers.pin_memory) is bool
+    with pytest.warns(UserWarning, match="is read from object storage with num_workers=2"):
+        remote = Workers(num_workers=2).for_remote(None, "s3://bucket/data")
+    assert remote.read_ahead == 0
+    assert Workers().for_remote(None, "s3://bucket/data").read_ahead == 2
+    with pytest.raises(ValueError, match=r"read_ahead=2 with num_workers=2: "):
+        Workers(num_workers=2).with_read_ahead(2, default=0)
+
+
+@pytest.mark.parametrize("windows", [2.5, True, "40", 0])
+def test_a_mixture_refuses_windows_that_are_not_a_count(
+    corpus: lading.lm.TokenCorpus, windows: object
+) -> None:
+    """``TokenMixture(windows=...)`` takes an int >= 1 (numpy's too, a bool is not one) or
+    None, and refuses anything else naming it."""
+    from lading.lm import TokenMixture
+
+    with pytest.raises(ValueError, match=rf"TokenMixture\(windows={windows!r}\): .* int >= 1"):
+        TokenMixture({corpus: 1.0}, windows=windows)  # type: ignore[arg-type]

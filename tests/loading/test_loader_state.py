@@ -135,3 +135,32 @@ def test_a_state_saved_at_the_last_batch_then_set_to_its_own_epoch_reads_nothing
         resumed.set_epoch(epoch)
         got += [(epoch, b) for b in resumed]
     assert got == reference
+
+
+def test_a_state_past_its_epochs_end_is_refused_as_damaged() -> None:
+    """A state whose ``batches`` is past its epoch's last batch on its own layout is no state
+    a loader saves (a damaged or edited checkpoint): refused, naming the count and the
+    epoch's (was: loaded, and the next pass read the next epoch: the rest of the saved one
+    skipped without a word). A state at the epoch's last batch resumes the next epoch."""
+    import lading
+
+    def made() -> Any:
+        return lading.loader(list(range(20)), 4, collate_fn=list, world=World(0, 2))
+
+    old = made()
+    old.set_epoch(2)
+    next(iter(old))
+    state = old.state_dict()
+    assert len(old) == 3
+    for batches in (4, 999):
+        with pytest.raises(LoaderStateError, match=rf"batches={batches}.* 3 batches") as e:
+            made().load_state_dict({**state, "batches": batches})
+        assert "damaged" in str(e.value) and "\n" not in str(e.value)
+    at_end = made()
+    at_end.load_state_dict({**state, "batches": 3})
+    assert at_end.remaining() == 0
+    next(iter(at_end))
+    assert at_end.epoch == 3
+    elastic = lading.loader(list(range(20)), 4, collate_fn=list, world=World(0, 1))
+    elastic.load_state_dict({**state, "batches": 3})  # another layout: planned anew, as before
+    assert elastic.position().segment == 1

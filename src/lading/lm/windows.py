@@ -146,7 +146,8 @@ class TokenMixture:
                 corpus.close()
             raise
         self.weights = raw / raw.sum()
-        self.windows = windows
+        # Python's int: it goes into the fingerprint of every state, saved as JSON
+        self.windows = None if windows is None else int(windows)
 
     def counts(self, sizes: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Windows each corpus gives one epoch, given each corpus's own window count."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import functools
 import multiprocessing.process
+import numbers
 import os
 import threading
 import time
@@ -267,12 +268,16 @@ class Loader:
         (a loop that checkpoints in its body and resumes with ``set_epoch`` of the saved epoch
         must not read the next epoch under it, then again).
         """
+        says = f"set_epoch({epoch!r}): an epoch is an int >= 0 (the first is 0)"
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
+            raise TypeError(says)  # (a float was truncated, a bool read as epoch 0 or 1)
         if epoch < 0:
-            raise ValueError(f"set_epoch({epoch!r}): an epoch is an int >= 0 (the first is 0)")
+            raise ValueError(says)
+        epoch = int(epoch)
         if self._restored and epoch == self._cursor.epoch:
             self._kept = True
             return
-        self._cursor, self._restored, self._fresh = Cursor(int(epoch)), False, True
+        self._cursor, self._restored, self._fresh = Cursor(epoch), False, True
         self._kept = False
         self._chosen = True
 
@@ -499,7 +504,7 @@ class Loader:
         generator = torch.Generator()
         generator.manual_seed(self.seed)  # worker seeds from here, not the global RNG
         kwargs: dict[str, Any] = {
-            "prefetch_factor": workers.prefetch_factor or 2,
+            "prefetch_factor": 2 if workers.prefetch_factor is None else workers.prefetch_factor,
             "persistent_workers": workers.persistent_workers is not False,
         }
         if workers.multiprocessing_context:
@@ -536,7 +541,8 @@ class Loader:
 
         Raises:
             LoaderStateError: the state belongs to other data (an LM corpus rebuilt from other
-                text: naming the corpus and both content ids), another seed or order.
+                text: naming the corpus and both content ids), another seed or order; or it
+                is damaged (a position no loader saves: one past its epoch's end).
         """
         workload = self._workload
         saved = workload.saved_state(state)  # older keys and layouts in today's terms
@@ -547,6 +553,7 @@ class Loader:
             workload.fingerprint(),
             workload.unread,
             workload.ended,
+            workload.batches,
         )
         self._restored = self._fresh = True
         self._chosen, self._peek, self._kept = False, None, False

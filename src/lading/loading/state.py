@@ -162,6 +162,7 @@ def restore(
     fingerprint: Mapping[str, Any],
     unread: Callable[[Mapping[str, Any], Cursor], Runs],
     ended: Callable[[Mapping[str, Any], Cursor], bool],
+    batches: Callable[[Cursor], int] | None = None,
 ) -> Cursor:
     """The cursor to continue from ``state`` with this run's ``layout``.
 
@@ -171,11 +172,22 @@ def restore(
     A state saved at the end of its epoch goes to the next epoch on any layout, as on its
     own: its new segment is empty, though ``truncate`` or a dropped partial batch left
     positions unread (an epoch under them reads them in no layout).
+
+    ``batches(cursor)``, where given, is the batch count of ``cursor``'s segment on this
+    layout: a state of this layout past it is damaged (was: loaded, and the rest of its epoch
+    skipped without a word), refused. Another layout's count is not known here: its
+    position is the saved layout's ``unread``'s to read.
     """
     check(state, kind, fingerprint)
     base = None if state["base"] is None else Runs.from_dict(state["base"])
     saved = Cursor(int(state["epoch"]), int(state["segment"]), base, int(state["batches"]))
     if dict(state["layout"]) == dict(layout):
+        if batches is not None and saved.batches > (count := batches(saved)):
+            raise LoaderStateError(
+                f"loader state has batches={saved.batches} in epoch {saved.epoch}, whose "
+                f"segment has {count} batches on this layout: the state is damaged, resume "
+                "from another checkpoint or start the epoch without it"
+            )
         return saved
     left = Runs([], []) if ended(state["layout"], saved) else unread(state["layout"], saved)
     return Cursor(saved.epoch, saved.segment + 1, left, 0)

@@ -35,7 +35,7 @@ from lading.tabular.plan import Piece
 from lading.tabular.read import RowReader, check_columns, check_counted_nulls, check_list_options
 from lading.tabular.remote import RemoteParquet, RemoteRowReader, warn_if_too_small
 from lading.tabular.remote_plan import CHUNKS_AHEAD, announced_reads
-from lading.tabular.workload import ParquetWorkload
+from lading.tabular.workload import ParquetWorkload, check_buffer_rows
 from lading.world import World
 
 
@@ -62,8 +62,8 @@ class PartitionedParquet(Loader):
             ``"truncate"`` (leave as many out).
         drop_partial_batch: leave out each reader's last batch when it is not full.
         world: rank and world size (default: detected; always the global rank).
-        buffer_rows: rows shuffled together (default: the largest row group, at least
-            8 batches), rounded up to whole batches.
+        buffer_rows: rows shuffled together, an int >= 1 (default: the largest row group,
+            at least 8 batches), rounded up to whole batches.
         pad_value: fill of list columns; one a list column's items cannot hold as it is
             (-1.5 in an int list, -1 in a uint8 one) is refused when the dataset opens.
         num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context:
@@ -123,6 +123,7 @@ class PartitionedParquet(Loader):
         refuse_drop_last(drop_last, "PartitionedParquet")
         reading = Reading.of(batch_size, shuffle, seed, equalize, drop_partial_batch, world)
         batch_size = reading.batch_size
+        buffer_rows = check_buffer_rows(buffer_rows)  # before a file is opened
         list_columns = check_list_options(list_columns or {}, pad)
         import_pyarrow()  # (or one line naming the extra, not a bare import error later)
         workers = Workers(

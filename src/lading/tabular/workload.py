@@ -41,6 +41,24 @@ from lading.tabular.read import RowReader
 ChunkRows = tuple[int, tuple[int, ...], tuple[int, ...]]  # (chunk, run starts, run stops)
 
 
+def check_buffer_rows(buffer_rows: object) -> int | None:
+    """``buffer_rows`` as a Python int if it is an int >= 1 (numpy's too, a bool is not one),
+    None for the default; else an error naming it (was: -5 and 2.5 failed at the first batch
+    inside pyarrow, 0 read as the default)."""
+    if buffer_rows is None:
+        return None
+    says = (
+        f"buffer_rows={buffer_rows!r}: buffer_rows must be an int >= 1 (rows shuffled "
+        "together, rounded up to whole batches), or None for the default (the largest row "
+        "group, at least 8 batches)"
+    )
+    if isinstance(buffer_rows, bool) or not isinstance(buffer_rows, (int, np.integer)):
+        raise TypeError(says)
+    if buffer_rows < 1:
+        raise ValueError(says)
+    return int(buffer_rows)
+
+
 class RowsKey(NamedTuple):
     """Everything a worker needs to build one batch: rows ``[lo, hi)`` of a reader's share,
     and the epoch positions of each chunk of the share those rows fall in."""
@@ -78,7 +96,8 @@ class ParquetWorkload(SegmentWorkload):
         self.pieces, self.rows, self._data, self.reading = pieces, rows, data, reading
         self.total_rows = sum(p.rows for p in pieces)
         size = reading.batch_size
-        wanted = buffer_rows or max(max(p.rows for p in pieces), 8 * size)
+        asked = check_buffer_rows(buffer_rows)
+        wanted = asked if asked is not None else max(max(p.rows for p in pieces), 8 * size)
         self.buffer_rows = -(-wanted // size) * size
         reading.refuse_empty(self.total_rows, "rows")
         self._ordered: tuple[int, list[Piece]] | None = None
