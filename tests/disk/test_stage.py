@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +17,7 @@ import pytest
 from distributed import free_port, run_processes
 from lading.bench.synth import synth
 from lading.disk import STAGE_MARK
+from lading.disk.snapshot import SnapshotGoneError
 from lading.disk.stage import stage
 from lading.errors import StoreFormatError
 from lading.stores import build_store, open_store
@@ -75,6 +78,130 @@ def test_a_rebuilt_source_is_staged_again(built: Path, tmp_path: Path) -> None:
     stage(built, dest)
     assert _mark(dest)["fingerprint"] != before["fingerprint"]
     assert len(open_store(dest)) == 401 and open_store(dest)["extra-doc"].startswith("a document")
+
+
+def _rebuild(built: Path, tmp_path: Path, doc: str) -> None:
+    """A new snapshot of the shared store: its corpus gains document ``doc``."""
+    corpus = tmp_path / "c" / "collection.tsv"
+    with open(corpus, "a") as f:
+        f.write(f"{doc}\ta document added after the first build\n")
+    build_store(corpus, built)
+
+
+@pytest.mark.filterwarnings("ignore::lading.errors.StaleStoreWarning")  # older snapshots
+def test_a_restage_keeps_the_snapshot_it_replaced_for_the_grace(
+    built: Path, tmp_path: Path
+) -> None:
+    """Job A reads a staged copy and hands it to DataLoader workers pickled; the shared store
+    is rebuilt and job B stages it again. The restage deleted the copy's old snapshot at once:
+    job A's next workers got SnapshotGoneError claiming a rebuild "more than 600s ago". The
+    snapshot a restage replaces stays readable for the grace, as on the shared store."""
+    local = tmp_path / "local"
+    job_a = open_store(built, stage_to=local)
+    ids = job_a.ids()[:20]
+    texts = job_a.get_many(ids)
+    worker = pickle.dumps(job_a)
+    _rebuild(built, tmp_path, "extra-doc")
+    job_b = open_store(built, stage_to=local)
+    assert job_b.path == job_a.path and job_b.snapshot != job_a.snapshot
+    assert len(job_b) == 401 and "extra-doc" in job_b
+    again = pickle.loads(worker)
+    assert again.snapshot == job_a.snapshot and again.get_many(ids) == texts
+    assert len(again) == 400 and "extra-doc" not in again
+    pinned = open_store(job_a.path, snapshot=job_a.snapshot)
+    assert pinned.get_many(ids) == texts
+    # a second restage within the grace keeps both older snapshots
+    _rebuild(built, tmp_path, "extra-doc-2")
+    job_c = open_store(built, stage_to=local)
+    assert len(job_c) == 402
+    assert pickle.loads(worker).get_many(ids) == texts
+    assert len(open_store(job_c.path, snapshot=job_b.snapshot)) == 401
+    assert [p.name for p in local.iterdir()] == ["store"]  # no lock, temp or version aside
+
+
+@pytest.mark.filterwarnings("ignore::lading.errors.StaleStoreWarning")  # older snapshots
+def test_a_staged_snapshot_past_the_grace_is_removed_by_the_next_stage(
+    built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept for the grace, not for ever: once it is over, the next stage of the same copy
+    (a reuse as well as a restage) removes the old snapshot's files, and a reader pinned to it
+    is told it is gone, naming the current snapshot."""
+    dest = tmp_path / "local" / "store"
+    stage(built, dest)
+    first = open_store(dest)
+    worker = pickle.dumps(first)
+    _rebuild(built, tmp_path, "extra-doc")
+    stage(built, dest)
+    assert (dest / first.snapshot).is_dir()
+    monkeypatch.setenv("LADING_SNAPSHOT_GRACE_S", "0")
+    stage(built, dest)  # the same source: a reuse, which collects what is past the grace
+    current = open_store(dest).snapshot
+    assert sorted(p.name for p in dest.iterdir()) == sorted(["meta.json", STAGE_MARK, current])
+    with pytest.raises(SnapshotGoneError, match=f"{first.snapshot} was removed") as e:
+        pickle.loads(worker).get_many(first.ids()[:3])
+    assert current in str(e.value)
+    # it names what replaced it (a restage, how long ago), not a rebuild 600 s ago
+    assert "a new stage of this staged copy replaced it" in str(e.value)
+    assert "600s" not in str(e.value)
+    # a restage past the grace carries nothing older than the copy it replaces
+    _rebuild(built, tmp_path, "extra-doc-2")
+    stage(built, dest)
+    assert not (dest / first.snapshot).exists() and (dest / current).is_dir()
+
+
+@pytest.mark.filterwarnings("ignore::lading.errors.StaleStoreWarning")  # older snapshots
+def test_a_snapshot_a_restage_could_not_keep_is_not_said_to_be_600s_old(
+    built: Path, tmp_path: Path
+) -> None:
+    """A copy an older lading staged kept nothing of what it replaced: the pinned reader's
+    error said a rebuild replaced it "more than 600s ago" (it was 0 s). It names the restage
+    and when the copy was last staged."""
+    dest = tmp_path / "local" / "store"
+    stage(built, dest)
+    first = open_store(dest)
+    worker = pickle.dumps(first)
+    _rebuild(built, tmp_path, "extra-doc")
+    stage(built, dest)
+    # what an older lading left: no kept snapshot beside the copy, no "kept" in its mark
+    shutil.rmtree(dest / first.snapshot)
+    mark = _mark(dest)
+    del mark["kept"]
+    (dest / STAGE_MARK).write_text(json.dumps(mark))
+    with pytest.raises(SnapshotGoneError, match=f"{first.snapshot} was removed") as e:
+        pickle.loads(worker).get_many(first.ids()[:3])
+    message = str(e.value)
+    assert "a new stage of this staged copy replaced it" in message, message
+    assert "more than 600s ago" not in message and "the latest 0s ago" in message
+
+
+@pytest.mark.filterwarnings("ignore::lading.errors.StaleStoreWarning")  # older snapshots
+def test_a_restage_cut_before_its_publish_leaves_the_copy_and_its_kept_snapshots(
+    built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restage killed after linking the kept snapshots into its new copy, before the
+    publish: the copy in place still opens as the snapshot it held, its kept snapshot still
+    opens, nothing half-made is left beside it, and the next stage completes."""
+    dest = tmp_path / "local" / "store"
+    stage(built, dest)
+    first = open_store(dest).snapshot
+    _rebuild(built, tmp_path, "extra-doc")
+    stage(built, dest)
+    second = open_store(dest).snapshot
+
+    def killed(tmp: Path, target: Path) -> None:
+        assert (tmp / first / "manifest.json").is_file()  # the kept snapshots were carried
+        raise KeyboardInterrupt
+
+    _rebuild(built, tmp_path, "extra-doc-2")
+    monkeypatch.setattr("lading.disk.stage.publish", killed)
+    with pytest.raises(KeyboardInterrupt):
+        stage(built, dest)
+    monkeypatch.undo()
+    assert open_store(dest).snapshot == second and len(open_store(dest)) == 401
+    assert len(open_store(dest, snapshot=first)) == 400
+    assert sorted(p.name for p in dest.parent.iterdir() if "stage-error" not in p.name) == ["store"]
+    stage(built, dest)
+    assert len(open_store(dest)) == 402 and len(open_store(dest, snapshot=first)) == 400
 
 
 def test_a_damaged_source_is_refused_and_nothing_is_staged(built: Path, tmp_path: Path) -> None:

@@ -28,11 +28,10 @@ from pathlib import Path
 
 from lading.disk.files import fsync_dir
 from lading.disk.lock import HEARTBEAT_S, STALE_AFTER_S, FileLock
-from lading.disk.snapshot import META_FILE, is_build_dir, is_snapshot_dir
+from lading.disk.snapshot import META_FILE, STAGE_MARK, is_build_dir, is_snapshot_dir
 from lading.errors import OutOfSpaceError
 
 DATASET_MARK = "_lading.json"
-STAGE_MARK = "_lading_stage.json"  # a copy made by ``lading stage`` (of any directory)
 _TMP_MARK = ".tmp-"
 _OLD_MARK = ".old-"
 
@@ -328,6 +327,10 @@ def publish(tmp: Path, dest: Path) -> None:
     first renamed aside (``DEST.old-<pid>-…``): in between, ``dest`` is briefly absent, never
     half-written, and a crash there leaves both versions, which the next holder of the lock
     puts back (:func:`recover_aside`, from :func:`remove_dead_temps`).
+
+    The old version is deleted at once: what a reader may still open of it (a snapshot a
+    pickled store pins) must be in ``tmp`` already, as :mod:`lading.disk.stage` links the
+    snapshots it keeps for the grace into a new staged copy.
     """
     refuse_to_replace(dest, lading_format(tmp))
     if dest.exists() and _exchange(tmp, dest):

@@ -51,6 +51,7 @@ BUILD_PREFIX = "build-"
 BUILD_MARK = "build.json"  # in every build-<id>/ lading made: what a collection may remove
 _SNAP_NAME = re.compile(r"^snap-\d{8}T\d{6}Z-[0-9a-f]{8}$")
 TMP_PREFIX = ".tmp-"
+STAGE_MARK = "_lading_stage.json"  # in a copy made by ``lading stage`` (of any directory)
 SPOT_BYTES = 4096
 GRACE_ENV = "LADING_SNAPSHOT_GRACE_S"
 # How long a replaced snapshot's files stay. An open reads meta.json, then checks and maps the
@@ -242,12 +243,41 @@ def _load(root: Path, fmt_name: str, snapshot: str | None) -> tuple[dict[str, An
 
 
 def gone(root: Path, snapshot: str, current: str) -> SnapshotGoneError:
-    """The error for a pinned snapshot that is no longer kept, saying what to do."""
+    """The error for a pinned snapshot that is no longer kept, saying what replaced it (a
+    rebuild, or a new stage of a staged copy) and what to do."""
     return SnapshotGoneError(
         f"{root}: snapshot {snapshot} was removed; this object was pinned to it (a pickled "
-        f"store reopens the snapshot it was opened on) and a rebuild replaced it more than "
-        f"{grace_seconds():.0f}s ago ({GRACE_ENV}). Open the store again to read its current "
-        f"snapshot {current}."
+        f"store reopens the snapshot it was opened on) and {_replaced_by(root, snapshot)}. "
+        f"Open the store again to read its current snapshot {current}."
+    )
+
+
+def _replaced_by(root: Path, snapshot: str) -> str:
+    """What replaced ``snapshot`` of ``root``, and when, as far as ``root`` tells: a staged
+    copy's mark (:mod:`lading.disk.stage`) says when a restage replaced it (its ``kept``
+    entry) or when the copy was last staged; a built store keeps it for the grace."""
+    grace = f"{grace_seconds():.0f}s ({GRACE_ENV})"
+    try:
+        mark = json.loads((root / STAGE_MARK).read_bytes())
+    except (OSError, ValueError):
+        mark = None
+    if not isinstance(mark, dict):
+        return f"a rebuild replaced it more than {grace} ago"
+    now = time.time()
+    kept = mark.get("kept")
+    for entry in kept if isinstance(kept, list) else []:
+        at = entry.get("replaced_at") if isinstance(entry, dict) else None
+        if entry.get("snapshot") == snapshot and isinstance(at, (int, float)):
+            return (
+                f"a new stage of this staged copy replaced it {now - at:.0f}s ago; a restage "
+                f"keeps the snapshot it replaces {grace}"
+            )
+    staged = mark.get("staged_at")
+    when = f", the latest {now - staged:.0f}s ago" if isinstance(staged, (int, float)) else ""
+    return (
+        f"a new stage of this staged copy replaced it (a restage{when}; one keeps the snapshot "
+        f"it replaces {grace} where it held that snapshot whole: not a version 1 store, nor a "
+        "copy an older lading staged)"
     )
 
 

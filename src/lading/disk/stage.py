@@ -14,6 +14,13 @@ copies a packed store, a token corpus or a parquet folder -- from a path or any 
 - ``_lading_stage.json`` in the copy records the source and its fingerprint (the SHA-256 of its
   ``meta.json``, or of its file listing for a plain folder); a later run whose source has the
   same fingerprint reuses the copy after checking sizes and spot checksums.
+- A restage keeps the snapshot it replaces readable for the grace
+  (:func:`~lading.disk.snapshot.grace_seconds`), as a rebuild does on the store itself: a job
+  still reading the copy hands its workers a store pinned to that snapshot. The new copy
+  carries the old snapshot's files (hard links, else copies) and its ``snap-<id>/manifest.json``
+  (what a pinned reader reopens), and its mark lists it under ``kept`` with the time it was
+  replaced. The first stage of the copy after the grace removes it: a restage carries only
+  the kept snapshots still within it, a reuse deletes the others in place (manifest first).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -41,10 +49,19 @@ from lading.disk import (
     scratch,
 )
 from lading.disk.atomic import refuse_to_replace
+from lading.disk.commit import units
+from lading.disk.files import write_file
 from lading.disk.meta import LISTED_FORMATS, META_FILE
-from lading.disk.names import check_layout, check_name, inside
+from lading.disk.names import check_layout, check_name, inside, safe_snapshot_id
 from lading.disk.remote import RemoteDir, meant_url
-from lading.disk.snapshot import file_crc32
+from lading.disk.snapshot import (
+    MANIFEST,
+    SNAP_PREFIX,
+    check_files,
+    decode_manifest,
+    file_crc32,
+    grace_seconds,
+)
 from lading.errors import StoreFormatError
 from lading.world import World, from_environment
 
@@ -225,6 +242,8 @@ def stage(
             _refuse_unstaged(target, source.url)
             if not staged_copy_is_valid(target, print_, full=verify):
                 _copy(source, files, expected, print_, target, progress)
+            else:
+                _collect_kept(target)
     except BaseException as e:
         with contextlib.suppress(OSError):  # tell this node's waiting ranks, or they wait on
             failure = {"time": time.time(), "error": f"{e}", "launch": _launch()}
@@ -337,7 +356,9 @@ def _copy(
                 )
             crcs[rel] = crc
         fmt = _declared_format(tmp)
+        kept = _carry_kept(dest, tmp, fmt)
         mark = {
+            "kept": kept,
             "source": source.url,
             "fingerprint": print_,
             "format": fmt,
@@ -350,6 +371,149 @@ def _copy(
         if fmt in LISTED_FORMATS:
             read_meta(tmp, fmt)  # the copy opens as the format it claims
         publish(tmp, dest)
+
+
+def _carry_kept(dest: Path, tmp: Path, fmt: str | None) -> list[dict[str, Any]]:
+    """Carry into the new copy ``tmp`` the snapshots of the copy ``dest`` it replaces that a
+    reader may still be opening: ``dest``'s current one, and those its mark keeps that were
+    replaced less than the grace ago. Each one's files are hard-linked (copied where the
+    filesystem has no links) and its manifest written as ``snap-<id>/manifest.json``.
+
+    Returns:
+        The mark's ``kept`` entries (snapshot id, when it was replaced) of what was carried.
+        A snapshot that cannot be carried whole (damaged, not a snapshot lading names, a
+        filesystem error) is left out: a reader pinned to it is told it is gone.
+    """
+    if fmt not in LISTED_FORMATS or not (dest / STAGE_MARK).is_file():
+        return []
+    new = _manifest(tmp / META_FILE, fmt)
+    if new is None:
+        return []
+    mark = _read_mark(dest)
+    grace, now = grace_seconds(), time.time()
+    wanted: list[tuple[Path, float | None]] = [(dest / META_FILE, None)]  # None: replaced now
+    for entry in _kept_entries(mark):
+        if now - entry["replaced_at"] < grace:
+            wanted.append((dest / entry["snapshot"] / MANIFEST, entry["replaced_at"]))
+    carried: list[dict[str, Any]] = []
+    done = {new["snapshot"]}
+    for where, replaced_at in wanted:
+        manifest = _manifest(where, fmt)
+        if manifest is None or manifest["snapshot"] in done:
+            continue
+        if _carry(dest, tmp, manifest, where.read_bytes(), fmt):
+            done.add(manifest["snapshot"])
+            carried.append({"snapshot": manifest["snapshot"], "replaced_at": replaced_at})
+    replaced = time.time()  # the publish follows at once: the old snapshot's grace starts
+    return [
+        {**entry, "replaced_at": replaced if entry["replaced_at"] is None else entry["replaced_at"]}
+        for entry in carried
+    ]
+
+
+def _carry(dest: Path, tmp: Path, manifest: dict[str, Any], raw: bytes, fmt: str) -> bool:
+    """Link (else copy) every file of snapshot ``manifest`` from ``dest`` into ``tmp`` where
+    ``tmp`` has no such file yet, then write its ``snap-<id>/manifest.json`` (``raw``).
+    Whether it was carried whole; if not, what was added for it is removed again."""
+    snap = manifest["snapshot"]
+    added: list[Path] = []
+    try:
+        check_files(dest, manifest, fmt)  # whole as it was committed: sizes, spot checksums
+        for name in manifest["files"]:
+            out = tmp / name
+            if out.exists():
+                continue  # the new snapshot (or one carried before) has it: the same file
+            out.parent.mkdir(parents=True, exist_ok=True)
+            source = inside(dest, name, "a name in the files", dest / snap / MANIFEST)
+            try:
+                os.link(source, out)
+            except OSError:
+                shutil.copy2(source, out)
+            added.append(out)
+        (tmp / snap).mkdir(exist_ok=True)
+        write_file(tmp / snap / MANIFEST, raw)
+        added.append(tmp / snap / MANIFEST)
+        fsync_dir(tmp / snap)
+    except (OSError, StoreFormatError):
+        for path in added:
+            path.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def _manifest(where: Path, fmt: str) -> dict[str, Any] | None:
+    """The manifest of format ``fmt`` at ``where`` (a ``meta.json`` or a kept snapshot's
+    ``manifest.json``) with a snapshot id lading names (``snap-…``); None where there is none
+    or it is not that (a version 1 store's files lie at the top: they cannot be kept aside)."""
+    try:
+        manifest = decode_manifest(where.read_bytes(), where, fmt)
+        snap = safe_snapshot_id(manifest.get("snapshot"), where)
+    except (OSError, StoreFormatError):
+        return None
+    return manifest if snap.startswith(SNAP_PREFIX) else None
+
+
+def _read_mark(dest: Path) -> dict[str, Any]:
+    """The staged copy's mark, or an empty one where it is missing or damaged."""
+    try:
+        mark = json.loads((dest / STAGE_MARK).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return mark if isinstance(mark, dict) else {}
+
+
+def _kept_entries(mark: dict[str, Any]) -> list[dict[str, Any]]:
+    """The well-formed entries of a mark's ``kept`` (a snapshot id lading names, a time);
+    anything else in it (the mark is input too) is ignored."""
+    entries = mark.get("kept")
+    out = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        snap, at = entry.get("snapshot"), entry.get("replaced_at")
+        try:
+            ok = safe_snapshot_id(snap, STAGE_MARK).startswith(SNAP_PREFIX)
+        except StoreFormatError:
+            ok = False
+        if ok and isinstance(at, (int, float)) and not isinstance(at, bool):
+            out.append({"snapshot": snap, "replaced_at": float(at)})
+    return out
+
+
+def _collect_kept(dest: Path) -> list[str]:
+    """Remove from the staged copy ``dest`` (reused as it is, under the lock) the kept
+    snapshots replaced more than the grace ago: each one's manifest first (a reader pinned to
+    it is then told it is gone), then the top-level folders it uses that neither the current
+    snapshot nor a kept one still within the grace uses. Returns the names removed."""
+    mark = _read_mark(dest)
+    fmt = mark.get("format")
+    if not isinstance(fmt, str) or fmt not in LISTED_FORMATS:
+        return []
+    current = _manifest(dest / META_FILE, fmt)
+    if current is None:
+        return []
+    grace, now = grace_seconds(), time.time()
+    live = units(current)
+    expired = []
+    for entry in _kept_entries(mark):
+        manifest = _manifest(dest / entry["snapshot"] / MANIFEST, fmt)
+        if manifest is None or manifest["snapshot"] != entry["snapshot"]:
+            continue
+        if now - entry["replaced_at"] < grace:
+            live |= units(manifest)
+        else:
+            expired.append(manifest)
+    removed = []
+    for manifest in expired:
+        (dest / manifest["snapshot"] / MANIFEST).unlink(missing_ok=True)
+        for unit in sorted(units(manifest) - live):
+            path = dest / unit
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(unit)
+    if removed:
+        fsync_dir(dest)
+    return removed
 
 
 def _declared_format(directory: Path) -> str | None:
