@@ -136,3 +136,83 @@ def test_token_corpus_open_reports_a_changed_source(tmp_path: Path) -> None:
     with pytest.raises(StoreFormatError, match="is stale"):
         TokenCorpus.open(tmp_path / "corpus", on_stale="raise")
     assert len(TokenCorpus.build(text, tmp_path / "corpus", tok, progress=False)) == 3
+
+
+def _corpus(folder: Path, names: tuple[str, ...]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        write(folder / name, f"{Path(name).stem}\tdocument {name}\n")
+    return folder
+
+
+@pytest.mark.parametrize("given", ["folder", "glob"])
+@pytest.mark.parametrize("first", [("1.tsv",), ("1.tsv", "2.tsv")], ids=["one-file", "two-files"])
+def test_a_file_added_to_a_source_folder_or_glob_makes_the_store_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, first: tuple[str, ...]
+) -> None:
+    """A store built from a folder (or a glob) was never stale when a file was added to it:
+    only the files recorded at build time were looked at again, while the next build listed
+    the folder again and rebuilt. Opening sees what the build's reuse decision sees."""
+    monkeypatch.chdir(tmp_path)  # a relative source, as typed at the command line
+    _corpus(tmp_path / "corpus", first)
+    source = "corpus" if given == "folder" else "corpus/*.tsv"
+    store = lading.build_store(source, "s.store", progress=False)
+    assert store.stale is None and len(store) == len(first)
+    write(tmp_path / "corpus" / "3.tsv", "3\tdocument 3.tsv\n")
+    monkeypatch.chdir(tmp_path / "corpus")  # opened from elsewhere: the same folder is listed
+    reopened = lading.open_store(tmp_path / "s.store", on_stale="ignore")
+    assert reopened.stale is not None and "3.tsv" in reopened.stale, reopened.stale
+    with pytest.raises(StoreFormatError, match=r"is stale: .*3\.tsv"):
+        lading.open_store(tmp_path / "s.store", on_stale="raise")
+    monkeypatch.chdir(tmp_path)
+    rebuilt = lading.build_store(source, "s.store", progress=False)
+    assert len(rebuilt) == len(first) + 1 and rebuilt.stale is None
+    # a removed file is a change too (the build would rebuild without it)
+    (tmp_path / "corpus" / "1.tsv").unlink()
+    gone = lading.open_store("s.store", on_stale="ignore").stale
+    assert gone is not None and "1.tsv" in gone, gone
+
+
+def test_a_file_the_build_would_not_read_is_no_change(tmp_path: Path) -> None:
+    """What the build's listing skips (a hidden or ``_`` file in a folder, a name a glob does
+    not match) leaves the store current: the next build would reuse it."""
+    _corpus(tmp_path / "corpus", ("1.tsv", "2.tsv"))
+    by_folder = lading.build_store(tmp_path / "corpus", tmp_path / "f.store", progress=False)
+    by_glob = lading.build_store(f"{tmp_path}/corpus/*.tsv", tmp_path / "g.store", progress=False)
+    write(tmp_path / "corpus" / "_SUCCESS", "")
+    write(tmp_path / "corpus" / ".notes.tsv", "x\ty\n")
+    assert lading.open_store(by_folder.path, on_stale="raise").stale is None
+    write(tmp_path / "corpus" / "readme.txt", "not a corpus file\n")
+    assert lading.open_store(by_glob.path, on_stale="raise").stale is None
+    again = lading.build_store(f"{tmp_path}/corpus/*.tsv", tmp_path / "g.store", progress=False)
+    assert again.snapshot == by_glob.snapshot  # the build reused it: the same rule
+
+
+def test_a_source_folder_that_is_not_here_is_no_change(tmp_path: Path) -> None:
+    """A store copied to another machine (its folder not there) is not stale, as a missing
+    source file is not: nothing can be compared."""
+    _corpus(tmp_path / "corpus", ("1.tsv", "2.tsv"))
+    store = lading.build_store(tmp_path / "corpus", tmp_path / "s.store", progress=False)
+    os.rename(tmp_path / "corpus", tmp_path / "elsewhere")
+    assert lading.open_store(store.path, on_stale="raise").stale is None
+
+
+def test_a_folder_store_built_before_the_folder_was_recorded_opens_as_before(
+    tmp_path: Path,
+) -> None:
+    """A manifest without the folder (a store built by an earlier lading) opens, and keeps
+    its behaviour: only the files it recorded are compared."""
+    import json
+
+    _corpus(tmp_path / "corpus", ("1.tsv", "2.tsv"))
+    store = lading.build_store(tmp_path / "corpus", tmp_path / "s.store", progress=False)
+    meta_path = store.path / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    assert "input" in meta["source"]  # what this lading records
+    del meta["source"]["input"]
+    meta_path.write_text(json.dumps(meta))
+    write(tmp_path / "corpus" / "3.tsv", "3\tdocument 3\n")
+    old = lading.open_store(store.path, on_stale="raise")
+    assert len(old) == 2 and old.stale is None
+    write(tmp_path / "corpus" / "1.tsv", "1\tchanged document, longer than before\n")
+    assert "1.tsv" in str(lading.open_store(store.path, on_stale="ignore").stale)

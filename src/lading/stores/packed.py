@@ -31,6 +31,7 @@ from lading.disk.snapshot import content_id, load_manifest
 from lading.errors import StaleStoreWarning, StoreFormatError
 from lading.sources import Record, fingerprint_changed
 from lading.stores.base import DocStore, IdLike, id_list, is_id
+from lading.stores.building.inputs import spec_paths
 from lading.stores.bulk import contiguous
 from lading.stores.hashids import shard_keys
 from lading.stores.index import IdIndex
@@ -283,6 +284,38 @@ def _stale(meta: dict[str, Any]) -> str | None:
         changed = fingerprint_changed(source)
         if changed:
             return changed
+    return listing_changed(meta)
+
+
+def listing_changed(meta: dict[str, Any]) -> str | None:
+    """Why the folder or glob a store was built from (``source.input``) now lists other files
+    than the build read (``sources``), or None: a file added or removed, which the next
+    build's reuse decision (it lists the folder again) would see. None where no folder or
+    glob was recorded (a file, a list, a store built before lading recorded it), or it lists
+    nothing here (the store copied to another machine, as a missing source file is no
+    change)."""
+    source, sources = meta.get("source"), meta.get("sources")
+    spec = source.get("input") if isinstance(source, dict) else None
+    if not isinstance(spec, dict) or len(spec) != 1 or not isinstance(sources, list):
+        return None
+    kind, value = next(iter(spec.items()))
+    if kind not in ("folder", "glob") or not isinstance(value, str) or not value:
+        return None
+    if "\0" in value or not os.path.isabs(value):
+        return None  # a manifest is input: only an absolute name lading recorded is listed
+    read = {s.get("path") for s in sources if isinstance(s, dict)}
+    where = value if kind == "folder" else f"the files matching {value}"
+    now = set()
+    for path in spec_paths({kind: value}):
+        resolved = str(path.resolve())
+        if resolved not in read:  # the first file the build did not read: no further listing
+            return f"{path} was added to {where} after the build (a build would read it)"
+        now.add(resolved)
+    if not now:
+        return None
+    removed = sorted(str(p) for p in read - now if isinstance(p, str))
+    if removed:
+        return f"{removed[0]} was removed from {where} after the build"
     return None
 
 

@@ -35,6 +35,7 @@ from lading.stores.building.inputs import (
     Piece,
     PiecesReader,
     input_files,
+    input_spec,
     refuse_mixed_formats,
 )
 from lading.stores.building.merge import Shard, manifest_of
@@ -124,10 +125,11 @@ def build_store(
     reader = _reader(source, format, on_error, parse)
     on_error = reader.on_error
     options = build_options(reader.format, on_error, duplicates, reader.options, tok, max_length)
+    spec = input_spec(source)
 
     def build_here() -> str:
         return _build_locked(
-            reader, dest_path, tok, max_length, duplicates, options, overwrite, progress
+            reader, dest_path, tok, max_length, duplicates, options, overwrite, progress, spec
         )
 
     return build_in_group(build_here, dest_path, shared)
@@ -354,10 +356,12 @@ def _build_locked(
     options: dict[str, Any],
     overwrite: bool,
     progress: bool | None,
+    spec: dict[str, str] | None = None,
 ) -> str:
     """Build (or reuse) the store under its lock; the snapshot id it is at. A store already
     up to date is reused without the lock (a read), so also where none can be taken (a
-    read-only mount)."""
+    read-only mount). ``spec``: the folder or glob the files were listed from
+    (:func:`~lading.stores.building.inputs.input_spec`), recorded as ``source.input``."""
     current = None if overwrite else committed_without_lock(dest, FORMAT_NAME)
     if current is not None and reusable(current, reader, options):
         return str(current["snapshot"])
@@ -386,6 +390,8 @@ def _build_locked(
                 source = {**before[0], "format": reader.format}
             else:
                 source = {"path": str(reader.source), "format": reader.format}
+            if spec is not None:  # an open lists it again: a file added there is a change
+                source["input"] = spec
             shard = Shard(f"{build.snapshot}/{where.name}", written.record, written.keys, before)
             recipe = {
                 "build_id": build.snapshot,

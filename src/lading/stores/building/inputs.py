@@ -44,29 +44,69 @@ def input_files(source: Any) -> list[Path] | None:
         files = listed_files(source)
     elif isinstance(source, (str, os.PathLike)):
         name = os.fspath(source)
-        if name.startswith("irds:"):
+        kind = _kind(name)
+        if kind is None:
             return None
-        if any(ch in name for ch in "*?[") and not os.path.exists(name):  # a name that is
-            # there is that file or folder (``data [v1].jsonl``), never a pattern of others
-            files = sorted(Path(p) for p in glob.glob(name, recursive=True) if os.path.isfile(p))
-            if not files:
-                raise FileNotFoundError(f"no file matches {name!r}")
-        elif os.path.isdir(name) and beir_corpus_file(name) is None:
-            files = sorted(
-                p
-                for p in Path(name).rglob("*")
-                if p.is_file() and not p.name.startswith((".", "_"))
-            )
-            if not files:
-                raise ValueError(f"{name} holds no files to build from")
-        else:
-            return None
+        files = spec_files({kind: name})  # the name as given: paths as the user wrote them
+        if not files and kind == "glob":
+            raise FileNotFoundError(f"no file matches {name!r}")
+        if not files:
+            raise ValueError(f"{name} holds no files to build from")
     else:
         return None
     for path in files:
         if not path.is_file():
             raise FileNotFoundError(f"source {path} does not exist")
     return files
+
+
+def input_spec(source: Any) -> dict[str, str] | None:
+    """What a folder or glob ``source`` names, made absolute: ``{"folder": path}`` (not a
+    BEIR folder) or ``{"glob": pattern}``; None for any other source (a file, a list of files,
+    ``irds:``, a reader). A build records it in its manifest (``source.input``), so an open
+    lists it again by :func:`spec_files` and sees a file added or removed as the next build
+    would."""
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    name = os.fspath(source)
+    kind = _kind(name)
+    if kind == "glob":
+        return {"glob": os.path.abspath(name)}
+    if kind == "folder":
+        return {"folder": str(Path(name).resolve())}
+    return None
+
+
+def _kind(name: str) -> str | None:
+    """``"glob"``, ``"folder"`` (not a BEIR folder) or None (a file, ``irds:``...)."""
+    if name.startswith("irds:"):
+        return None
+    if any(ch in name for ch in "*?[") and not os.path.exists(name):  # a name that is
+        # there is that file or folder (``data [v1].jsonl``), never a pattern of others
+        return "glob"
+    if os.path.isdir(name) and beir_corpus_file(name) is None:
+        return "folder"
+    return None
+
+
+def spec_files(spec: dict[str, str]) -> list[Path]:
+    """The files a folder or glob (an :func:`input_spec`) holds now, in reading order: a
+    glob's matches that are files; a folder's files at any depth except hidden and ``_``
+    ones (``.DS_Store``, ``_SUCCESS``); both sorted by path. Empty where there are none."""
+    return sorted(spec_paths(spec))
+
+
+def spec_paths(spec: dict[str, str]) -> Iterator[Path]:
+    """:func:`spec_files` one at a time, unsorted, as the listing finds them: a caller that
+    stops at the first file it did not expect lists no further (an open's staleness check)."""
+    if "glob" in spec:
+        for found in glob.iglob(spec["glob"], recursive=True):
+            if os.path.isfile(found):
+                yield Path(found)
+        return
+    for path in Path(spec["folder"]).rglob("*"):
+        if not path.name.startswith((".", "_")) and path.is_file():
+            yield path
 
 
 def listed_files(source: list[Any] | tuple[Any, ...], globs: bool = True) -> list[Path]:
