@@ -102,6 +102,59 @@ def test_each_document_sees_only_itself(packed_batch: DocumentBatch, attn: str) 
                 start += len(piece)
 
 
+def sliding(kind: str, attn: str) -> Any:
+    """A tiny model whose attention slides over the last 3 tokens: Mistral's every layer, or
+    Gemma 2's every other layer (its ``layer_types``)."""
+    sizes = dict(
+        vocab_size=len(VOCAB) + 2, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        sliding_window=3,
+    )  # fmt: skip
+    if kind == "mistral":
+        config = transformers.MistralConfig(**sizes)
+        model_class: Any = transformers.MistralForCausalLM
+    else:
+        config = transformers.Gemma2Config(**sizes, head_dim=8)
+        model_class = transformers.Gemma2ForCausalLM
+    config._attn_implementation = attn
+    torch.manual_seed(0)
+    return model_class(config).eval()
+
+
+@pytest.mark.parametrize(
+    ("kind", "attn"),
+    [
+        ("mistral", "sdpa"),
+        ("mistral", "eager"),
+        ("gemma2", "eager"),  # (Gemma 2 has no sdpa in transformers)
+        pytest.param("gemma2", "flex_attention", marks=pytest.mark.slow),  # compiles: ~10 s
+    ],
+)
+def test_a_sliding_window_is_kept(packed_batch: DocumentBatch, kind: str, attn: str) -> None:
+    """A model whose attention slides over a window (Mistral, Gemma 2/3, GPT-OSS) gives each
+    document the logits it gives it alone, and the flattening collator's loss: the
+    block-diagonal mask replaced the model's window (every token attended to its whole
+    document: logits 0.19 off in a reviewer's Mistral), now it is cut to it."""
+    from lading.integrations.transformers_lm import model_inputs
+
+    model = sliding(kind, attn)
+    assert max(len(p) for row in range(4) for p in pieces(packed_batch, row)) > 3  # the case
+    with torch.no_grad():
+        kwargs = dict(model_inputs(packed_batch, model, "cpu"))
+        logits = model(**kwargs).logits
+        for row in range(packed_batch.input_ids.shape[0]):
+            start = 0
+            for piece in pieces(packed_batch, row):
+                alone = model(input_ids=torch.tensor([piece])).logits[0]
+                here = logits[row, start : start + len(piece)]
+                assert torch.allclose(here, alone, atol=1e-5), (kind, attn, row, start)
+                start += len(piece)
+        rows = range(packed_batch.input_ids.shape[0])
+        features = [{"input_ids": p} for row in rows for p in pieces(packed_batch, row)]
+        theirs = model(**transformers.DataCollatorWithFlattening()(features), use_cache=False)
+        assert torch.allclose(model(**kwargs).loss, theirs.loss, atol=1e-5)
+
+
 def test_a_bool_mask_in_eager_would_be_wrong(packed_batch: DocumentBatch) -> None:
     # why eager gets an additive mask: the bool mask adds 1s and 0s to the scores
     model = tiny_llama("eager")

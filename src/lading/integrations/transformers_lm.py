@@ -24,6 +24,12 @@ silent: the model trains, on the wrong labels or across document boundaries. So
   ``cu_seq_lens_q/k`` and ``max_length_q/k`` (flash-attention's varlen kwargs, as
   ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)`` gives them).
 
+- a model whose attention slides over a window (``config.sliding_window``: Mistral; with
+  ``layer_types``, Gemma 2/3, GPT-OSS, some layers only) gets the window cut into the mask
+  (``config=`` given), a ``{"full_attention": ..., "sliding_attention": ...}`` mapping where
+  its layers differ, as transformers builds them: a 4D mask or ``BlockMask`` is used as
+  given, so the block-diagonal one alone let every token attend to its whole document.
+  Flash attention applies the window itself.
 - ``use_cache=False``: a cache built from packed rows would let later tokens attend across
   documents; a ``use_cache=True`` request is refused.
 
@@ -84,8 +90,10 @@ def to_hf_kwargs(
     *,
     dtype: torch.dtype = torch.float32,
     use_cache: bool = False,
+    config: Any = None,
 ) -> dict[str, Any]:
-    """``model(**to_hf_kwargs(batch, model.config._attn_implementation))``: see the module doc.
+    """``model(**to_hf_kwargs(batch, model.config._attn_implementation, config=model.config))``:
+    see the module doc.
 
     Args:
         batch: a :class:`~lading.lm.DocumentBatch` (a loader's with ``Packed(..., boundaries=
@@ -94,10 +102,14 @@ def to_hf_kwargs(
         attn_implementation: the model's (``model.config._attn_implementation``).
         dtype: the model's dtype, for the additive mask of ``"eager"``.
         use_cache: must stay False (refused otherwise: see the module doc).
+        config: the model's config, where its attention slides over a window
+            (``sliding_window``, ``layer_types``): the masks keep the window. None: every
+            layer attends to the whole of each document (a model without a window).
 
     Raises:
-        ValueError: an attention implementation this function does not know, or
-            ``use_cache=True``.
+        ValueError: an attention implementation this function does not know,
+            ``use_cache=True``, a layer type of ``config`` it cannot mask, or a Bloom model
+            (its ALiBi bias is built from a 2D padding mask).
     """
     if isinstance(batch, ModelInputs):
         batch = batch.document_batch
@@ -113,19 +125,37 @@ def to_hf_kwargs(
         "position_ids": batch.position_ids,
         "use_cache": False,
     }
-    if attn_implementation == "sdpa":
-        kwargs["attention_mask"] = batch.attention_mask()
-    elif attn_implementation == "eager":
+    window, layers = _window(config)
+    if attn_implementation in ("sdpa", "eager"):
         allowed = batch.attention_mask()
-        additive = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-        kwargs["attention_mask"] = additive.masked_fill(~allowed, torch.finfo(dtype).min)
+
+        def form(mask: torch.Tensor) -> torch.Tensor:
+            if attn_implementation == "sdpa":
+                return mask
+            additive = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+            return additive.masked_fill(~mask, torch.finfo(dtype).min)
+
+        slid: torch.Tensor | None = None
+        if window is not None:
+            at = torch.arange(allowed.shape[-1], device=allowed.device)
+            slid = form(allowed & (at[None, :] > at[:, None] - window))
+        kwargs["attention_mask"] = _per_layer(form(allowed), slid, layers)
     elif attn_implementation == "flex_attention":
         from torch.nn.attention.flex_attention import create_block_mask
 
         b, length = batch.document_ids.shape
         mask_mod = document_mask_mod(batch.document_ids)
         device = batch.document_ids.device
-        kwargs["attention_mask"] = create_block_mask(mask_mod, b, None, length, length, device)
+        whole = create_block_mask(mask_mod, b, None, length, length, device)
+        banded = None
+        if window is not None:
+            reach = window
+
+            def windowed(b: Any, h: Any, q: Any, kv: Any) -> Any:
+                return mask_mod(b, h, q, kv) & (kv > q - reach)
+
+            banded = create_block_mask(windowed, b, None, length, length, device)
+        kwargs["attention_mask"] = _per_layer(whole, banded, layers)
     elif attn_implementation in ("flash_attention_2", "flash_attention_3"):
         kwargs = {key: value.reshape(1, -1) for key, value in kwargs.items() if key != "use_cache"}
         cu = batch.cu_seqlens.to(torch.int32)
@@ -145,6 +175,49 @@ def to_hf_kwargs(
     return kwargs
 
 
+_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def _window(config: Any) -> tuple[int | None, tuple[str, ...]]:
+    """The window ``config``'s attention slides over (None: none, or its layers never
+    slide) and its ``layer_types`` (empty where every layer is alike).
+
+    Raises:
+        ValueError: a Bloom model, or a layer type other than full and sliding attention.
+    """
+    if config is None:
+        return None, ()
+    if getattr(config, "model_type", None) == "bloom":
+        raise ValueError(
+            "Bloom builds its ALiBi bias from a 2D padding mask, and a batch of several "
+            "documents a row needs a 4D one: train Bloom on Windows(seq_len) batches without "
+            "boundaries, or train a model of rotary or learned positions"
+        )
+    layers = tuple(getattr(config, "layer_types", None) or ())
+    other = sorted(set(layers) - set(_LAYER_TYPES))
+    if other:
+        raise ValueError(
+            f"layer_types {other} of {type(config).__name__}: to_hf_kwargs masks full and "
+            "sliding attention only; build this model's masks from batch.document_ids"
+        )
+    window = getattr(config, "sliding_window", None)
+    if window is None or getattr(config, "use_sliding_window", True) is False:
+        return None, layers
+    if layers and "sliding_attention" not in layers:
+        return None, layers  # (Qwen2's window set, used by no layer)
+    return int(window), layers
+
+
+def _per_layer(full: Any, slid: Any, layers: tuple[str, ...]) -> Any:
+    """The mask a model takes: ``full`` where no layer slides (``slid`` None), ``slid`` where
+    every layer does (no ``layer_types``), else the mapping by layer type."""
+    if slid is None:
+        return full
+    if not layers:
+        return slid
+    return {"full_attention": full, "sliding_attention": slid}
+
+
 def model_inputs(batch: DocumentBatch, model: Any, device: torch.device | str) -> Any:
     """What the HF ``Trainer`` hands ``model`` for ``batch``: :func:`to_hf_kwargs` by the
     model's ``config._attn_implementation`` (on ``device``, where a FlexAttention mask must
@@ -157,4 +230,5 @@ def model_inputs(batch: DocumentBatch, model: Any, device: torch.device | str) -
     if implementation is None:
         return moved
     dtype = getattr(model, "dtype", torch.float32)
-    return ModelInputs(to_hf_kwargs(moved, str(implementation), dtype=dtype), moved)
+    kwargs = to_hf_kwargs(moved, str(implementation), dtype=dtype, config=model.config)
+    return ModelInputs(kwargs, moved)
