@@ -119,6 +119,18 @@ def test_a_restage_keeps_the_snapshot_it_replaced_for_the_grace(
     assert [p.name for p in local.iterdir()] == ["store"]  # no lock, temp or version aside
 
 
+def _pinned_then_restaged(built: Path, tmp_path: Path) -> tuple[Path, Any, bytes]:
+    """A staged copy, a store opened on it as a DataLoader worker gets it (pickled), then the
+    source rebuilt and staged again: (the copy, that store, its pickle)."""
+    dest = tmp_path / "local" / "store"
+    stage(built, dest)
+    first = open_store(dest)
+    worker = pickle.dumps(first)
+    _rebuild(built, tmp_path, "extra-doc")
+    stage(built, dest)
+    return dest, first, worker
+
+
 @pytest.mark.filterwarnings("ignore::lading.errors.StaleStoreWarning")  # older snapshots
 def test_a_staged_snapshot_past_the_grace_is_removed_by_the_next_stage(
     built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -126,12 +138,7 @@ def test_a_staged_snapshot_past_the_grace_is_removed_by_the_next_stage(
     """Kept for the grace, not for ever: once it is over, the next stage of the same copy
     (a reuse as well as a restage) removes the old snapshot's files, and a reader pinned to it
     is told it is gone, naming the current snapshot."""
-    dest = tmp_path / "local" / "store"
-    stage(built, dest)
-    first = open_store(dest)
-    worker = pickle.dumps(first)
-    _rebuild(built, tmp_path, "extra-doc")
-    stage(built, dest)
+    dest, first, worker = _pinned_then_restaged(built, tmp_path)
     assert (dest / first.snapshot).is_dir()
     monkeypatch.setenv("LADING_SNAPSHOT_GRACE_S", "0")
     stage(built, dest)  # the same source: a reuse, which collects what is past the grace
@@ -156,12 +163,7 @@ def test_a_snapshot_a_restage_could_not_keep_is_not_said_to_be_600s_old(
     """A copy an older lading staged kept nothing of what it replaced: the pinned reader's
     error said a rebuild replaced it "more than 600s ago" (it was 0 s). It names the restage
     and when the copy was last staged."""
-    dest = tmp_path / "local" / "store"
-    stage(built, dest)
-    first = open_store(dest)
-    worker = pickle.dumps(first)
-    _rebuild(built, tmp_path, "extra-doc")
-    stage(built, dest)
+    dest, first, worker = _pinned_then_restaged(built, tmp_path)
     # what an older lading left: no kept snapshot beside the copy, no "kept" in its mark
     shutil.rmtree(dest / first.snapshot)
     mark = _mark(dest)
