@@ -162,3 +162,32 @@ def test_a_day_folder_that_is_a_link_is_read_with_the_others(days: Path, tmp_pat
     assert "178/train.parquet" in named and not any(n.startswith("latest") for n in named)
     repartition(days, tmp_path / "out", row_group_size=10)
     assert sorted(ids(tmp_path / "out")) == want
+
+
+def test_folders_and_files_of_underscore_or_dot_are_skipped_as_pyarrow_skips_them(
+    s3: LocalS3, days: Path, tmp_path: Path
+) -> None:
+    """Spark leaves a job's attempts in ``_temporary/`` and copies in ``.spark-staging-*/``
+    beside its output; pyarrow, Spark and dask read none of them. They were read as data:
+    every row two or three times, every epoch (and copied so by repartition)."""
+    for debris in ("_temporary/0/attempt_1", ".spark-staging-12"):
+        shutil.copytree(days / "178", days / debris)
+    shutil.copy(days / "178" / "train.parquet", days / "178" / "_part.parquet")
+    assert pq.read_table(days).num_rows == 50  # pyarrow's own reading of the folder
+    assert sorted(ids(days)) == sorted(list(range(30)) + list(range(20)))
+    url = upload_tree(s3, days)
+    assert Counter(ids(url)) == Counter(ids(days))
+    assert repartition(days, tmp_path / "out", world_size=1).rows == 50
+
+
+def test_an_empty_file_pandas_typed_null_is_read_with_the_others(tmp_path: Path) -> None:
+    """An empty split written by pandas has its list column typed ``null`` (no value to infer
+    one from): pyarrow reads the folder, lading refused it as another type (and blamed the
+    good file where the empty one sorted first). A file of no rows is read for none."""
+    table = pa.table({"session_id": [1, 2], "items": [[1, 2], [3]]})
+    pq.write_table(table, tmp_path / "a.parquet")
+    table.to_pandas().iloc[:0].to_parquet(tmp_path / "0_empty.parquet", index=False)
+    assert pq.read_schema(tmp_path / "0_empty.parquet").field("items").type == pa.null()
+    data = PartitionedParquet(tmp_path, 4, list_columns={"items": 3}, shuffle=False, world=World())
+    assert [b["session_id"].tolist() for b in data] == [[1, 2]]
+    assert repartition(tmp_path, tmp_path / "out", world_size=1).rows == 2

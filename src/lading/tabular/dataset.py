@@ -145,9 +145,11 @@ class PartitionedParquet(Loader):
                 self.files = parquet_files(paths)
                 self.pieces, schemas, footers = scan(self.files)
                 sizes = None
-            self.columns = list(columns) if columns is not None else list(schemas[0].names)
-            check_schemas(self.files, schemas, self.columns)
-            check_columns(schemas[0], self.columns, list_columns, self.files[0], pad_value)
+            counts = [f.num_rows for f in footers]
+            first = next((i for i, n in enumerate(counts) if n), 0)  # a file of rows: its types
+            self.columns = list(columns) if columns is not None else list(schemas[first].names)
+            check_schemas(self.files, schemas, self.columns, counts)
+            check_columns(schemas[first], self.columns, list_columns, self.files[first], pad_value)
             flat = [c for c in self.columns if c not in list_columns]
             if self.remote is None:
                 rows = RowReader(self.columns, list_columns, pad, pad_value)

@@ -117,7 +117,9 @@ def select_listed(top: str, names: Iterable[str]) -> list[str]:
     local folders and object-store prefixes.
 
     Files inside build debris (a folder ``*.tmp-<pid>-<hex>`` or ``*.old-<pid>-<hex>``) are
-    left out.
+    left out, and so is every file or folder whose name starts with ``_`` or ``.``, as
+    pyarrow, Spark and dask leave them out (Spark's ``_temporary/`` attempts and
+    ``.spark-staging-*`` copies beside its output: their rows were read again).
 
     Raises:
         ValueError: a folder below ``top`` holds a ``lading repartition`` output (its
@@ -136,9 +138,12 @@ def select_listed(top: str, names: Iterable[str]) -> list[str]:
                 f"once from the copy. Read {here} alone, move it out of {top}, or pass the "
                 "folders or files to read as a list"
             )
-        if parts[-1].endswith(".parquet"):
+        if parts[-1].endswith(".parquet") and not any(p.startswith(_HIDDEN) for p in parts):
             kept.append(parts)
     return ["/".join(parts) for parts in sorted(kept)]
+
+
+_HIDDEN = ("_", ".")  # the names a dataset reader passes over (pyarrow's default)
 
 
 def _walk(top: Path, skip: set[Path]) -> list[Path]:
@@ -180,6 +185,8 @@ def _walk_real(
             path = here / d
             if _is_debris(path) or path.resolve() in skip:
                 continue
+            if d.startswith(_HIDDEN):
+                continue  # (not walked: a Spark _temporary/ may hold many attempts)
             if path.is_symlink():
                 links.append((f"{under}/{d}" if under else d, path.resolve()))
             else:
@@ -239,15 +246,25 @@ def pieces_of(files: Sequence[str], footers: Sequence[Any]) -> list[Piece]:
 
 
 def check_schemas(
-    files: Sequence[str | Path], schemas: Sequence[Any], columns: Sequence[str]
+    files: Sequence[str | Path],
+    schemas: Sequence[Any],
+    columns: Sequence[str],
+    rows: Sequence[int] | None = None,
 ) -> None:
-    """Raise unless every file holds ``columns`` with the first file's types.
+    """Raise unless every file holds ``columns`` with the first file's types; where the
+    files' ``rows`` are given, a file of none is left out (pandas types the list column of
+    an empty split ``null``: nothing of it is ever read).
 
     Only the columns read need to agree: the others are never read. Nullability (``not
     null`` on a column or a list's items) and a list's item name are not compared: a file
     rewritten through pandas drops them, its values the same; the reader refuses an actual
     null itself (:func:`lading.tabular.read.first_null`).
     """
+    if rows is not None:  # what has no rows is read for none: an empty split pandas typed
+        kept = [(f, s) for f, s, n in zip(files, schemas, rows) if n]  # null, say
+        files, schemas = [f for f, _ in kept], [s for _, s in kept]
+    if not schemas:
+        return
     first = schemas[0]
     for file, schema in zip(files[1:], schemas[1:]):
         differ = []

@@ -162,7 +162,10 @@ def _inputs(src: PathsArg, target: Path) -> tuple[list[Path], list[Piece], Any]:
                 "whole (deleting the input); write the output to another folder"
             )
     files = parquet_files(src, exclude=[target])
-    pieces, schemas, _ = scan(files)
+    pieces, schemas, footers = scan(files)
+    if any(f.num_rows for f in footers):  # a file of no rows adds none, nor its types (pandas
+        kept = [i for i, f in enumerate(footers) if f.num_rows]  # types an empty list null)
+        files, schemas = [files[i] for i in kept], [schemas[i] for i in kept]
     names = list(schemas[0].names)
     check_schemas(files, schemas, names)  # the rewrite keeps every column
     for file, schema in zip(files[1:], schemas[1:]):
