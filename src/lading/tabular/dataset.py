@@ -46,7 +46,8 @@ class PartitionedParquet(Loader):
         paths: parquet files and/or folders (read recursively); or object-store URLs
             (``s3://``, ``gs://``, ``az://``, any fsspec protocol): objects ending in
             ``.parquet`` and/or prefixes, whose ``*.parquet`` objects are read as a local
-            folder's files are (sorted by path parts, build debris skipped; a file reached
+            folder's files are (sorted by path parts; build debris and names starting with
+            ``_`` or ``.`` skipped, as pyarrow skips them: Spark's ``_temporary/``; a file reached
             twice, or a nested ``lading repartition`` output, refused). Footers are staged
             once per node; row groups come by ranged GETs through the node cache, fetched
             ahead in the loader's order (:mod:`lading.tabular.remote`).
