@@ -39,6 +39,13 @@ class NextItemTransformer(nn.Module):
         self.encoder = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(dim)
         self.max_len = max_len
+        # small, as GPT-2 and BERT start theirs: the item table is also the output layer, and
+        # at nn.Embedding's N(0, 1) the first logits had a std of ~sqrt(dim) (a loss far above
+        # uniform guessing's; an epoch of YOOCHOOSE ended at the most-popular baseline)
+        for table in (self.items, self.positions):
+            nn.init.normal_(table.weight, std=0.02)
+        with torch.no_grad():
+            self.items.weight[0].zero_()  # the padding item
 
     def forward(self, items: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Hidden states ``[batch, seq, dim]``; :meth:`scores` turns them into item logits."""
