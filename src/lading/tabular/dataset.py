@@ -32,7 +32,13 @@ from lading.tabular.files import (
     scan,
 )
 from lading.tabular.plan import Piece
-from lading.tabular.read import RowReader, check_columns, check_counted_nulls, check_list_options
+from lading.tabular.read import (
+    RowReader,
+    check_columns,
+    check_counted_nulls,
+    check_list_options,
+    stamp_of,
+)
 from lading.tabular.remote import RemoteParquet, RemoteRowReader, warn_if_too_small
 from lading.tabular.remote_plan import CHUNKS_AHEAD, announced_reads
 from lading.tabular.workload import ParquetWorkload, check_buffer_rows
@@ -83,8 +89,10 @@ class PartitionedParquet(Loader):
         ValueError: a column is missing or cannot become a tensor, the files disagree on the
             columns read, a file is not parquet, there are no rows, or fewer rows than ranks
             (the message names the file and says what to change); while reading, a null in a
-            column read (the fix: fill it, e.g. ``pyarrow.compute.fill_null``); URLs and
-            local paths mixed, or a prefix holding no parquet object.
+            column read (the fix: fill it, e.g. ``pyarrow.compute.fill_null``), or a local
+            file rewritten since the loader planned its rows from its footer (named: make
+            the loader again once the files are final); URLs and local paths mixed, or a
+            prefix holding no parquet object.
         RemoteNotSupportedError: a URL whose scheme lading cannot reach.
         RemoteReadError: a remote call failed for good, or an object was rewritten while
             the dataset read it (never read mixed: every GET is pinned to its ETag).
@@ -144,6 +152,7 @@ class PartitionedParquet(Loader):
                 sizes: list[int] | None = [f.size for f in remote.files]
             else:
                 self.files = parquet_files(paths)
+                planned = {str(f): stamp_of(str(f)) for f in self.files}  # before the footers
                 self.pieces, schemas, footers = scan(self.files)
                 sizes = None
             counts = [f.num_rows for f in footers]
@@ -153,7 +162,7 @@ class PartitionedParquet(Loader):
             check_columns(schemas[first], self.columns, list_columns, self.files[first], pad_value)
             flat = [c for c in self.columns if c not in list_columns]
             if self.remote is None:
-                rows = RowReader(self.columns, list_columns, pad, pad_value)
+                rows = RowReader(self.columns, list_columns, pad, pad_value, planned)
                 undo.callback(rows.close)
                 check_counted_nulls(self.files, footers, flat)
             else:

@@ -4,6 +4,13 @@ File handles are per process (reopened after a fork, never shared), and only the
 :data:`OPEN_FILES` read last are kept open (a folder may hold more files than the process may
 open); the two row groups read last are kept: consecutive chunks of a reader often share the
 row group between them.
+
+The rows were planned from the footers read when the loader opened, and a file is opened again
+later, in each process that reads it: each row group read is checked against its plan (the
+footer's row count, then the rows decoded), and a local file against its size, inode and
+modification time when the loader planned it. A file rewritten since is refused by name
+(:func:`changed`) instead of giving short or empty batches, or reading the new bytes through the
+old footer's offsets.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import torch
 
 from lading.sources.tables import does_not_decode, pyarrow_words
 from lading.tabular.pad import PADS, pad_lists
-from lading.tabular.plan import Share
+from lading.tabular.plan import Piece, Share
 
 FILL_HOW = (
     "pyarrow.compute.fill_null(column, 0); for a list column's items, "
@@ -26,6 +33,29 @@ FILL_HOW = (
 )
 
 OPEN_FILES = 8  # files a reader keeps open (the ones read last); reopening costs one footer read
+
+
+def changed(path: str, what: str) -> ValueError:
+    """The error for ``path``, rewritten since the loader planned its rows from its footer:
+    ``what`` differs, and the fix."""
+    return ValueError(
+        f"{path} changed since the loader opened it ({what}): its batches were planned from "
+        "the footer read then, so reading on would leave rows out or read others. Leave the "
+        "files as they are while a loader reads them, and open PartitionedParquet again once "
+        "they are final to read the new version"
+    )
+
+
+Stamp = tuple[int, int, int]  # a local file's (inode, size, mtime in ns)
+
+
+def stamp_of(path: str) -> Stamp | None:
+    """``path``'s inode, size and modification time (ns), or None when it is gone."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_ino, found.st_size, found.st_mtime_ns
 
 
 def undecodable(path: str, group: int, error: BaseException, what: str) -> ValueError:
@@ -47,16 +77,22 @@ class RowReader:
         list_columns: Mapping[str, int],
         pad: str,
         pad_value: int | float,
+        planned: Mapping[str, Stamp | None] | None = None,
     ) -> None:
+        """``planned``: each local file's stamp (:func:`stamp_of`) as the loader planned its
+        rows, what every process's first open compares with (None: its first open's)."""
         self.columns, self.list_columns = list(columns), check_list_options(list_columns, pad)
         self.pad, self.pad_value = pad, pad_value
+        self._planned = dict(planned or {})
         self._files: OrderedDict[str, Any] = OrderedDict()  # the OPEN_FILES read last
         self._recent: list[tuple[tuple[str, int], Any]] = []
+        self._stamps: dict[str, Stamp | None] = {}  # each file as this process first opened it
         self._pid = -1
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_files"], state["_recent"], state["_pid"] = OrderedDict(), [], -1  # stay behind
+        state["_stamps"] = {}
         return state
 
     def _file(self, path: str) -> Any:
@@ -66,14 +102,47 @@ class RowReader:
 
         if self._pid != os.getpid():  # file handles are per process, never shared over fork
             self._files, self._recent, self._pid = OrderedDict(), [], os.getpid()
+            self._stamps = {}
         found = self._files.get(path)
         if found is not None:
             self._files.move_to_end(path)
             return found
         while len(self._files) >= OPEN_FILES:
             self._files.popitem(last=False)[1].close()
-        found = self._files[path] = pq.ParquetFile(path)
+        stamp = stamp_of(path)  # before its footer is read: a rewrite after shows at a read
+        found = pq.ParquetFile(path)  # (a file missing or unreadable raises as it is)
+        seen = self._stamps.setdefault(path, self._planned.get(path, stamp))
+        if seen != stamp:  # rewritten since the plan, or since this process first opened it
+            found.close()
+            raise changed(path, "its size, inode or modification time differ from then")
+        self._files[path] = found
         return found
+
+    def _check_unchanged(self, path: str) -> None:
+        """Raise unless the local file ``path`` is as this process first opened it: an open
+        handle keeps the old footer, whose offsets would read a rewritten file's new bytes."""
+        now = stamp_of(path)
+        if now != self._stamps.get(path, now):
+            what = "it is gone" if now is None else "its size, inode or modification time"
+            raise changed(path, f"{what} since this process opened it")
+
+    def _check_planned(self, piece: Piece) -> None:
+        """Raise unless the file's footer (as opened now) holds ``piece``'s row group with the
+        rows planned: a file rewritten since the plan has other row groups."""
+        metadata = self._metadata(piece.path)
+        groups = metadata.num_row_groups
+        if piece.row_group >= groups:
+            raise changed(
+                piece.path,
+                f"row group {piece.row_group} of {piece.rows} rows was planned; the file "
+                f"holds {groups} row groups now",
+            )
+        rows = metadata.row_group(piece.row_group).num_rows
+        if rows != piece.rows:
+            raise changed(
+                piece.path,
+                f"row group {piece.row_group} holds {rows} rows now, {piece.rows} were planned",
+            )
 
     def close(self) -> None:
         """Close the files this process holds open (a later read opens them again)."""
@@ -82,12 +151,25 @@ class RowReader:
                 self._files.popitem(last=False)[1].close()
         self._files = OrderedDict()
 
-    def _row_group(self, path: str, index: int) -> Any:
-        key = (path, index)
+    def _row_group(self, piece: Piece) -> Any:
+        """``piece``'s row group (the columns read), decoded once for the two read last;
+        checked against its plan when decoded (never per batch).
+
+        Raises:
+            ValueError: the file changed since the rows were planned (:func:`changed`).
+        """
+        key = (piece.path, piece.row_group)
         for cached_key, table in self._recent:
             if cached_key == key:
                 return table
-        table = self._decode(path, index)
+        self._check_planned(piece)
+        table = self._decode(piece.path, piece.row_group)
+        if table.num_rows != piece.rows:  # the last guard: the rows decoded are those planned
+            raise changed(
+                piece.path,
+                f"row group {piece.row_group} decoded to {table.num_rows} rows, "
+                f"{piece.rows} were planned",
+            )
         self._recent = [*self._recent[-1:], (key, table)]
         return table
 
@@ -95,15 +177,19 @@ class RowReader:
         """Row group ``index`` of ``path`` (the columns read) as an Arrow table.
 
         Raises:
-            ValueError: its bytes do not decode (a damaged data page), naming file and group.
+            ValueError: its bytes do not decode (a damaged data page), naming file and group;
+                the file changed since this process opened it (:func:`changed`).
         """
         file = self._file(path)  # (a file missing or unreadable raises as it is)
         try:
-            return file.read_row_group(index, columns=self.columns)
+            table = file.read_row_group(index, columns=self.columns)
         except Exception as e:
+            self._check_unchanged(path)  # rewritten under the open handle: not damaged
             if not does_not_decode(e):
                 raise
             raise undecodable(path, index, e, "file") from None
+        self._check_unchanged(path)  # one stat a row group: what was read is what was opened
+        return table
 
     def _metadata(self, path: str) -> Any:
         """The parquet metadata of ``path``."""
@@ -117,7 +203,7 @@ class RowReader:
 
         tables = []
         for fragment in share.fragments:
-            table = self._row_group(fragment.piece.path, fragment.piece.row_group)
+            table = self._row_group(fragment.piece)
             table = table.slice(fragment.start, fragment.stop - fragment.start)
             for name in self.columns:
                 found = first_null(table.column(name))
