@@ -136,5 +136,10 @@ def test_tokens_cut_shorter_than_the_rows_are_refused(tmp_path: Path) -> None:
         CrossEncoderCollator(short, tok, 64, 16)
     with pytest.raises(ValueError, match=r"16 tokens a document"):
         CrossEncoderCollator(short, tok, 64, 16, use_tokens=True)
+    with pytest.raises(ValueError) as refused:  # the fix it names must itself be taken:
+        CrossEncoderCollator(short, tok, 128, 64)  # max_length=19 alone was refused next
+    assert "max_length=19 or less with max_query_length=15 or less" in str(refused.value)
+    fits = CrossEncoderCollator(short, tok, max_length=19, max_query_length=15)(items)
+    assert int(fits["attention_mask"].sum()) == 19
     fits = CrossEncoderCollator(short, tok, max_length=19, max_query_length=8)(items)
     assert int(fits["attention_mask"].sum()) == 19  # [CLS] 2 [SEP] 16 would fit 21: cut at 19

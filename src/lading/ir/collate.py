@@ -99,11 +99,14 @@ class CrossEncoderCollator:
             )
         kept = (store.token_info or {}).get("max_length") if self.use_tokens else None
         if isinstance(kept, int) and kept < max_length - 3:  # a row: [CLS] q [SEP] d [SEP]
+            shorter = f"max_length={kept + 3} or less"
+            if max_query_length > kept - 1:  # (what max_length's own check would refuse next)
+                shorter += f" with max_query_length={kept - 1} or less"
             raise ValueError(
                 f"{store!r} keeps {kept} tokens a document (built with max_length={kept}), "
                 f"fewer than rows of max_length={max_length} hold (up to {max_length - 3}): "
                 "every document would be cut shorter than its text gives; rebuild the store "
-                f"with max_length={max_length} or more, pass max_length={kept + 3} or less, "
+                f"with max_length={max_length} or more, pass {shorter}, "
                 "or use_tokens=False (--no-use-tokens) to tokenize the text"
             )
         self.store, self.tokenizer = store, tok
