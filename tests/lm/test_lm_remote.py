@@ -398,6 +398,7 @@ def test_lading_verify_and_inspect_read_a_corpus_at_a_url(
     assert main(["inspect", url]) == 0
     out = capsys.readouterr().out
     assert "a token corpus" in out and "documents  400" in out, out
+    assert f"corpus     {url} (" in out and f"staged     {tmp_path / 'node'}" in out, out
     assert main(["verify", url]) == 0
     assert "every file matches its checksum" in capsys.readouterr().out
     client = open_client(url)

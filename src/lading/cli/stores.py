@@ -283,7 +283,7 @@ def describe(path: str | Path) -> dict[str, Any]:
         return describe_corpus(path)
     meta = store.meta
     return {
-        "path": str(store.path),
+        **_where(path, store.path),
         "format": f"{meta['format']} v{meta['version']}",
         "snapshot": store.snapshot,
         "shards": len(shards(meta)),
@@ -302,6 +302,16 @@ def describe(path: str | Path) -> dict[str, Any]:
     }
 
 
+def _where(given: str | Path, opened: Path) -> dict[str, str]:
+    """``path``: the store as the user named it, a URL too; ``staged``: where a URL's
+    snapshot is read from on this node (its staged copy in the node cache)."""
+    from lading.remote.objects import is_remote
+
+    if is_remote(given):
+        return {"path": str(given), "staged": str(opened)}
+    return {"path": str(opened)}
+
+
 def describe_corpus(path: str | Path) -> dict[str, Any]:
     """What ``lading inspect`` reports of a token corpus (``lading lm build``), as a dict:
     ``kind`` is ``"token corpus"``, ``tokens`` a count (a store's: its tokenizer's settings)."""
@@ -313,7 +323,7 @@ def describe_corpus(path: str | Path) -> dict[str, Any]:
     try:
         meta = corpus.meta
         return {
-            "path": str(corpus.path),
+            **_where(path, corpus.path),
             "kind": "token corpus",
             "format": f"{meta['format']} v{meta['version']}",
             "snapshot": corpus.snapshot,
@@ -331,10 +341,16 @@ def describe_corpus(path: str | Path) -> dict[str, Any]:
         corpus.close()
 
 
+def _staged_line(info: dict[str, Any]) -> list[str]:
+    """The line naming a URL's staged copy on this node; none for a local store."""
+    return [f"staged     {info['staged']}"] if "staged" in info else []
+
+
 def _corpus_lines(info: dict[str, Any]) -> list[str]:
     eos = "none" if info["eos_id"] is None else info["eos_id"]
     return [
         f"corpus     {info['path']} ({info['format']}, a token corpus)",
+        *_staged_line(info),
         f"snapshot   {info['snapshot']}",
         f"documents  {info['documents']:,}",
         f"tokens     {info['tokens']:,} as {info['dtype']} (vocab {info['vocab_size']:,}, "
@@ -358,6 +374,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     source = info["source"]
     lines = [
         f"store      {info['path']} ({info['format']})",
+        *_staged_line(info),
         f"snapshot   {info['snapshot']} ({info['shards']} shard(s))",
         f"documents  {info['documents']:,}",
         f"size       {info['size']} (text {info['text_bytes'] / 2**20:,.1f} MiB)",

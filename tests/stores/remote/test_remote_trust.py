@@ -684,6 +684,8 @@ def test_inspect_and_get_print_no_secret(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)  # moto does not check signatures
     monkeypatch.setenv("LADING_CACHE", str(tmp_path / "lc"))
     assert main(["inspect", url]) == 0
+    said = capsys.readouterr().out  # the store named as given, its staged copy beside it
+    assert f"store      {url} (" in said and f"staged     {tmp_path / 'lc'}" in said, said
     assert main(["get", url, "d3"]) == 0
     assert main(["get", "s3://no-such-bucket-x/d", "d3"]) == 2
     out = capsys.readouterr()
