@@ -84,7 +84,7 @@ def test_small_grid(
     assert "## loader mode" in table
     assert "| packed | PackedStore (memory map) | at build (stored ids) |" in table
     assert "| memory | a dict in every rank | collator |" in table
-    assert "## Memory for documents, all ranks together (MiB)" in table
+    assert "## Memory gained by opening the store, all ranks together (MiB)" in table
     for name in ("samples_per_s.png", "memory_anon.png", "memory_pss.png", "memory_store.png"):
         width, height = png_size(tmp_path / "out" / name)
         assert width > 300 and height > 200

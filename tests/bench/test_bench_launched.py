@@ -17,6 +17,7 @@ from conftest import TESTS
 from lading.bench.cell import Cell
 from lading.bench.launched import Coordinators, launched_record, merge_memory
 from lading.bench.monitor import FIELDS
+from lading.bench.stats import cell_load, merge_repeats, rankings
 from lading.world import World
 
 
@@ -45,7 +46,8 @@ def report(rank: int, node: str, *, result: bool = True, peak: int = 100) -> dic
         "error": None if result else "Traceback: boom",
         "memory": memory,
         "over_budget": False,
-        "killed": False,
+        "exitcode": 0,
+        "timed_out": False,
     }
 
 
@@ -152,3 +154,20 @@ def test_a_launched_bench_refuses_the_ram_disk_before_joining(
     options = GridOptions(["packed"], [2], ["loader"], ramdisk=True)
     with pytest.raises(ValueError, match=r"--ramdisk .* across nodes it is not supported"):
         run_bench(options, Settings(), tmp_path / "out")
+
+
+def test_a_launched_cell_records_the_load_it_started_at() -> None:
+    # the rankings widen their band (or decide nothing) from each repeat's load1: a launched
+    # record without it was ranked as if every node were idle
+    reports = [
+        {**report(0, "0"), "load1": 3.0, "cpus": 8},
+        {**report(1, "1"), "load1": 7.0, "cpus": 8},
+    ]
+    record = launched_record(Cell("packed", 2, "loader"), reports)  # type: ignore[arg-type]
+    assert (record["load1"], record["cpus"]) == (7.0, 8)
+    merged = merge_repeats([record, {**record, "load1": 40.0}, record])
+    assert cell_load(merged) == 40.0
+    # on 2 CPUs a load of 40 is busy: the pair is not decided, whatever the medians
+    other = merge_repeats([{**record, "strategy": "memory", "samples_per_s": 1.0}] * 3)
+    (ranking,) = [r for r in rankings([merged, other], cpus=2) if r.scope.startswith("loader")]
+    assert not ranking.decided and "busy" in ranking.why

@@ -32,7 +32,7 @@ def rank(rows: float, seconds: float, wait_s: float, busy_s: float | None = None
 
 def record(*ranks: dict[str, Any]) -> dict[str, Any]:
     cell = Cell("packed", len(ranks), "loader")
-    return cell_record(cell, dict(enumerate(ranks)), [], {"samples": 0}, False, False)
+    return cell_record(cell, dict(enumerate(ranks)), [], {"samples": 0}, False)
 
 
 def test_the_rate_is_the_rows_of_all_ranks_over_the_slowest_window() -> None:

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import socket
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -260,6 +262,7 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
     source = endless(loader, device, cuda and cell.strategy in PREFETCHED)
     trainer = Trainer(workload, source, config, world, device, model, optimizer)
     timed = run_window(trainer, settings.seconds, settings.steps, settings.warmup)
+    kept = workload.kept_host_bytes()  # the replay's batches: no part of the data path
     synthetic = 0.0
     if cell.mode == "train":  # the same step on the same batches, already on the device
         ideal = Trainer(workload.inner, workload.replay(), config, world, device, model, optimizer)
@@ -283,6 +286,7 @@ def _run_rank(cell: Cell, settings: Settings, data: BenchData) -> dict[str, floa
         "strategy_anon": anon_after - anon_before,
         "baseline_anon": anon_before,
         "store_anon": store_anon,
+        "replay_kept_bytes": kept,
     }
 
 
@@ -332,13 +336,22 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
             results[rank] = value
         else:
             errors.append(value)
-    monitor.stop()
+    timed_out = len(results) + len(errors) < cell.world_size and time.monotonic() >= deadline
+    monitor.stop()  # the monitor's own kill (over the budget) is in monitor.over_budget
+    exits = [p.exitcode for p in procs]  # before finish() kills what is left: not the cell's
     finish(procs, pids)
     out.close()
     out.join_thread()
-    killed = any(p.exitcode is not None and p.exitcode < 0 for p in procs)
-    record = cell_record(cell, results, errors, monitor.summary(), monitor.over_budget, killed)
-    return {**record, "load1": load1}
+    record = cell_record(
+        cell,
+        results,
+        errors,
+        monitor.summary(),
+        monitor.over_budget,
+        exits,
+        settings.timeout_s if timed_out else None,
+    )
+    return {**record, "load1": load1, "cpus": os.cpu_count()}
 
 
 def finish(procs: list[Any], pids: list[int], grace_s: float = 10.0) -> None:
@@ -361,26 +374,34 @@ def cell_record(
     errors: list[str],
     memory: dict[str, Any],
     over_budget: bool,
-    killed: bool,
+    exits: Sequence[int | None] = (),
+    timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """A cell's record from what its ranks reported (rank -> result) and its memory.
 
-    Status ``oom`` when the memory passed the budget (or a rank was killed without saying
-    why), ``error`` when a rank failed or did not report, else ``ok`` with the throughput (the
-    rows of all ranks over the group's window: the slowest rank's), the mean wait share (of
-    each rank's own time in its blocks), and E for a training cell.
+    ``exits`` are the ranks' exit codes when the cell ended, before the bench killed what was
+    left (None: still running; negative: the signal); ``timeout_s`` is set when the cell ran
+    past it. Status ``oom`` only when the memory monitor saw the budget passed, or a rank that
+    did not report got a SIGKILL the bench did not send (the kernel's OOM killer); ``error``
+    when a rank failed, died otherwise, or had not reported by the timeout; else ``ok`` with
+    the throughput (the rows of all ranks over the group's window: the slowest rank's), the
+    mean wait share (of each rank's own time in its blocks), and E for a training cell.
     """
-    record: dict[str, Any] = {**asdict(cell), "memory": memory}
-    if over_budget or (killed and not errors and len(results) < cell.world_size):
+    record: dict[str, Any] = {**asdict(cell), "memory": _without_replay(memory, results)}
+    silent = [r for r in range(cell.world_size) if r not in results]
+    sigkilled = [r for r in silent if r < len(exits) and exits[r] == -signal.SIGKILL]
+    if over_budget:
+        record["status"] = "oom"
+        record["reason"] = "anonymous memory passed the budget"
+    elif sigkilled and not errors:
         record["status"] = "oom"
         record["reason"] = (
-            "anonymous memory passed the budget"
-            if over_budget
-            else "a process was killed (out of memory?)"
+            f"rank {sigkilled[0]} got a SIGKILL the bench did not send, under the budget "
+            "(the kernel's OOM killer?)"
         )
-    elif errors or len(results) < cell.world_size:
+    elif errors or silent:
         record["status"] = "error"
-        record["reason"] = errors[0][-2000:] if errors else "timed out or died without a report"
+        record["reason"] = errors[0][-2000:] if errors else _no_report(silent, exits, timeout_s)
     else:
         record["status"] = "ok"
         # what the group delivered: a rank timed on its own clock leaves out its wait for the
@@ -408,3 +429,40 @@ def cell_record(
                 r["synthetic_s"] / r["seconds"] for r in results.values()
             ) / len(results)
     return record
+
+
+def _no_report(silent: list[int], exits: Sequence[int | None], timeout_s: float | None) -> str:
+    """Why ranks ``silent`` never reported: the first that died, else the timeout."""
+    for r in silent:
+        code = exits[r] if r < len(exits) else None
+        if code is not None and code < 0:
+            return f"rank {r} died by {_signal_name(-code)} without a report"
+        if code is not None:
+            return f"rank {r} exited with code {code} without a report"
+    ranks = f"rank {silent[0]}" if len(silent) == 1 else "ranks " + ", ".join(map(str, silent))
+    if timeout_s is not None:
+        return f"timed out after {timeout_s:g} s (no report from {ranks})"
+    return f"no report from {ranks}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _without_replay(memory: dict[str, Any], results: dict[int, dict[str, float]]) -> dict[str, Any]:
+    """``memory`` with the batches a train cell's ranks kept for the replay (up to
+    :data:`~lading.bench.synthetic.KEEP_AT_MOST` each, held from the window to the end) taken
+    out of the peak anonymous memory and PSS the report shows, and given as ``replay_kept``.
+    The budget's figures (``pss_anon``, which OOM is judged and predicted on) keep them: the
+    memory was held."""
+    kept = int(sum(r.get("replay_kept_bytes", 0) for r in results.values()))
+    if not kept or not memory.get("samples"):
+        return memory
+    out = {**memory, "replay_kept": kept}
+    for key in ("peak_anon", "peak_pss"):
+        if key in memory:
+            out[key] = max(0, memory[key] - kept)
+    return out

@@ -33,6 +33,7 @@ from lading.bench.cell import (
 )
 from lading.bench.data import BenchData
 from lading.bench.monitor import FIELDS, MemoryMonitor
+from lading.bench.stats import load_average
 from lading.world import World
 
 POLL_S = 0.5
@@ -102,6 +103,7 @@ class Coordinators:
         import torch.distributed as dist
 
         port = self.agree_port()
+        load1 = load_average()  # this host's, as the one-machine bench records its own
         env = {
             "RANK": str(self.world.rank),
             "WORLD_SIZE": str(self.world.world_size),
@@ -141,7 +143,8 @@ class Coordinators:
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
             if flags[0] or not flags[1] or flags[2]:
                 break
-        monitor.stop()
+        monitor.stop()  # the monitor's own kill (over the budget) is in monitor.over_budget
+        exitcode = child.exitcode  # before finish() kills what is left: not the cell's doing
         finish([child], pids)
         out.close()
         out.join_thread()
@@ -155,7 +158,11 @@ class Coordinators:
             "error": error,
             "memory": monitor.summary(),
             "over_budget": monitor.over_budget,
-            "killed": child.exitcode is not None and child.exitcode < 0,
+            "exitcode": exitcode,
+            "timed_out": bool(flags[2]),
+            "timeout_s": settings.timeout_s,
+            "load1": load1,
+            "cpus": os.cpu_count(),
         }
         reports: list[Any] = [None] * self.world.world_size
         dist.all_gather_object(reports, mine)
@@ -172,10 +179,20 @@ def launched_record(cell: Cell, reports: list[dict[str, Any]]) -> dict[str, Any]
     errors = [f"rank {r['rank']} on {r['host']}: {r['error']}" for r in reports if r["error"]]
     memory = merge_memory([r["memory"] for r in reports], [r["node"] for r in reports])
     over = any(r["over_budget"] for r in reports)
-    killed = any(r["killed"] for r in reports)
-    record = cell_record(cell, results, errors, memory, over, killed)
+    by_rank = {r["rank"]: r for r in reports}
+    exits = [by_rank[i].get("exitcode") if i in by_rank else None for i in range(cell.world_size)]
+    late = [r for r in reports if r.get("timed_out")]
+    timeout_s = late[0].get("timeout_s") if late else None
+    record = cell_record(cell, results, errors, memory, over, exits, timeout_s)
     record["nodes"] = len({r["node"] for r in reports})
     record["hosts"] = sorted({r["host"] for r in reports})
+    # the load the cell started at, as the one-machine bench records it: the busiest host's
+    # (the highest load per CPU), which the rankings' band is widened for (stats.cell_load)
+    loads = [r for r in reports if r.get("load1") is not None]
+    if loads:
+        busiest = max(loads, key=lambda r: r["load1"] / (r.get("cpus") or 1))
+        record["load1"] = busiest["load1"]
+        record["cpus"] = busiest.get("cpus")
     return record
 
 

@@ -31,16 +31,13 @@ def _spread(key: str, scale: float = 1.0) -> Getter:
             m = lo = hi = cell["memory"]["peak_anon"] - cell["baseline_anon"]
         elif key in cell:
             m = lo = hi = cell[key]
+        elif key in cell.get("memory", {}):  # a results file from before memory had spreads
+            m = lo = hi = cell["memory"][key]
         else:
             return None
         return m / scale, lo / scale, hi / scale
 
     return get
-
-
-def _pss(cell: dict[str, Any]) -> tuple[float, float, float]:
-    value = cell["memory"]["peak_pss"] / MiB
-    return value, value, value
 
 
 def title(results: dict[str, Any]) -> str:
@@ -113,10 +110,10 @@ FIGURES: tuple[tuple[str, str, Getter], ...] = (
     ),
     (
         "memory_store.png",
-        "documents' cost: anonymous memory, all ranks (MiB)",
+        "anon. memory gained by opening the store, all ranks (MiB)",
         _spread("store_anon", MiB),
     ),
-    ("memory_pss.png", "peak PSS, all processes (MiB)", _pss),
+    ("memory_pss.png", "peak PSS, all processes (MiB, median, min-max)", _spread("peak_pss", MiB)),
 )
 
 
@@ -180,7 +177,7 @@ def summary_plot(results: dict[str, Any], cells: list[dict[str, Any]], out: Path
         legend.remove()
     _draw(right, cells, _spread("store_anon", MiB), modes)
     left.set_ylabel("samples/s, all ranks")
-    right.set_ylabel("documents' anonymous memory, all ranks (MiB)")
+    right.set_ylabel("anon. memory gained by opening the store, all ranks (MiB)")
     for ax in (left, right):
         ax.set_xlabel("processes (world size)")
     fig.suptitle(title(results), fontsize=8)

@@ -20,6 +20,7 @@ from lading.bench.stats import (
     report_rankings,
     spread_of,
 )
+from lading.bench.synthetic import KEEP_AT_MOST
 
 MiB = 2**20
 
@@ -33,18 +34,30 @@ def _value(cell: dict[str, Any] | None) -> str:
         return "error"
     if cell["status"] == "n/a":
         return "n/a"
-    memory = cell["memory"]
     added = cell.get("store_anon")
-    extra = f" (store +{added / MiB:,.0f})" if added is not None else ""
+    store = [f"store +{added / MiB:,.0f}"] if added is not None else []
     rate = spread_of(cell, "samples_per_s")
     assert rate is not None  # an ok cell has a rate
     ranged = f" ({rate.low:,.0f}-{rate.high:,.0f})" if rate.n > 1 else " (1 run)"
     cost = spread_of(cell, "samples_per_cpu_s")
     per_cpu = f", {cost.median:,.0f}/CPU-s" if cost is not None else ""
     return (
-        f"{rate.median:,.0f}/s{ranged}{per_cpu}, anon {memory['peak_anon'] / MiB:,.0f} MiB{extra}, "
-        f"PSS {memory['peak_pss'] / MiB:,.0f} MiB"
+        f"{rate.median:,.0f}/s{ranged}{per_cpu}, anon {_memory(cell, 'peak_anon', store)}, "
+        f"PSS {_memory(cell, 'peak_pss')}"
     )
+
+
+def _memory(cell: dict[str, Any], key: str, notes: list[str] | None = None) -> str:
+    """A peak of the memory monitor in MiB: the median over the repeats and, in brackets,
+    their range, then ``notes`` (a results file without the spread: its one value)."""
+    spread = spread_of(cell, key)
+    if spread is None or key not in cell.get("spread", {}):
+        median, ranged = cell["memory"][key], []
+    else:
+        median = spread.median
+        ranged = [f"{spread.low / MiB:,.0f}-{spread.high / MiB:,.0f}"] if spread.n > 1 else []
+    inside = "; ".join(ranged + (notes or []))
+    return f"{median / MiB:,.0f} MiB" + (f" ({inside})" if inside else "")
 
 
 def _pinned(cell: dict[str, Any]) -> str:
@@ -132,7 +145,8 @@ def _includes(strategy: str) -> str:
 
 
 def _memory_table(cells: list[dict[str, Any]], sizes: list[int]) -> list[str]:
-    """Anonymous memory the ranks gained by opening their documents, against world size."""
+    """Anonymous memory the ranks gained by opening the store (``store_anon``: taken right
+    after it opened, before any batch), against world size."""
     loader = [c for c in cells if c["mode"] == "loader" and c["status"] == "ok"] or [
         c for c in cells if c["status"] == "ok"
     ]
@@ -141,7 +155,7 @@ def _memory_table(cells: list[dict[str, Any]], sizes: list[int]) -> list[str]:
         return []
     lines = [
         "",
-        "## Memory for documents, all ranks together (MiB)",
+        "## Memory gained by opening the store, all ranks together (MiB)",
         "",
         "A copy per rank grows with the processes; a store shared through the page cache does not.",
         "",
@@ -186,12 +200,19 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"torch {results['machine']['torch']}. {batch_line(results)} Samples/s count the whole "
         f"loop, summed over ranks, after warm-up ({what_is_timed(results)}); memory is the peak "
         "over all ranks and DataLoader workers together (anonymous memory: what each copy "
-        'costs; PSS: shared pages divided among their users); "for documents" is the '
-        "anonymous memory the ranks gained from opening their documents to the end of the run. "
+        "costs; PSS: shared pages divided among their users), median and range over the "
+        'repeats; "store +" and the documents\' memory table are the anonymous memory the ranks '
+        "gained by opening the store (taken right after it opened, before any batch). "
         '"Documents live in" says where a strategy keeps the documents, "tokenized" whether '
         "the loop tokenizes their text (in the collator) or reads token ids stored at build "
         "time: packed and packed-text read the same store, only packed skips the tokenizer.",
     ]
+    if any(c["mode"] == "train" for c in cells):
+        lines[-1] += (
+            " A train cell's peak anonymous memory and PSS leave out the batches each rank "
+            f"kept for its replay (at most {KEEP_AT_MOST} each; memory.replay_kept in "
+            "results.json)."
+        )
     lines += measurement_lines(results)
     lines += [f"\nSkipped: {s} ({why})" for s, why in corpus.get("skipped", {}).items()]
     lines += _launch_lines(corpus.get("launch"), cells)

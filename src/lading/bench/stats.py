@@ -40,6 +40,8 @@ REPEATED: tuple[str, ...] = (
     "wait_share",
     "store_anon",
 )
+# the memory monitor's peaks (``record["memory"]``) merged the same way, into ``spread``
+MEMORY: tuple[str, ...] = ("peak_anon", "peak_pss")
 
 
 class Spread(NamedTuple):
@@ -151,12 +153,14 @@ def merge_repeats(records: list[dict[str, Any]]) -> dict[str, Any]:
             spread = Spread.of(values)
             merged[key] = spread.median
             merged["spread"][key] = [spread.median, spread.low, spread.high]
-    for key, value in (
-        ("peak_anon", lambda r: r["memory"]["peak_anon"]),
-        ("above_baseline", lambda r: r["memory"]["peak_anon"] - r.get("baseline_anon", 0)),
-    ):
-        spread = Spread.of([float(value(r)) for r in records])
-        merged["spread"][key] = [spread.median, spread.low, spread.high]
+    # the memory figures as medians too: ``merged["memory"]`` is the median-rate repeat's own
+    for key in MEMORY:
+        if all(key in r["memory"] for r in records):
+            spread = Spread.of([float(r["memory"][key]) for r in records])
+            merged["spread"][key] = [spread.median, spread.low, spread.high]
+    above = [float(r["memory"]["peak_anon"] - r.get("baseline_anon", 0)) for r in records]
+    spread = Spread.of(above)
+    merged["spread"]["above_baseline"] = [spread.median, spread.low, spread.high]
     return merged
 
 
@@ -164,7 +168,7 @@ def _figures(record: dict[str, Any]) -> dict[str, Any]:
     keep = (*REPEATED, "status", "window_s", "steps", "load1")
     figures = {k: record[k] for k in keep if k in record}
     if record.get("memory", {}).get("samples"):
-        figures["peak_anon"] = record["memory"]["peak_anon"]
+        figures.update({k: record["memory"][k] for k in MEMORY if k in record["memory"]})
     return figures
 
 

@@ -39,6 +39,18 @@ class Recorded(TrainingTask):
     def bytes_per_step(self) -> float:
         return self.bytes / max(1, self.steps)
 
+    def kept_host_bytes(self) -> int:
+        """Bytes the kept batches hold in host memory (their tensors not on a GPU): the bench's
+        own, which a cell's memory figures leave out (:func:`lading.bench.cell.cell_record`)."""
+        from lading.device.prefetch import tensors
+
+        return sum(
+            t.numel() * t.element_size()
+            for batch in self.kept
+            for t in tensors(batch)
+            if t.device.type == "cpu"
+        )
+
     def replay(self) -> Replay:
         """The kept batches with the model's inputs already built on the device."""
         return Replay([self.inner.inputs(b) for b in self.kept])
