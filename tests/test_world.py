@@ -61,6 +61,25 @@ TABLE = [
         ("pmi", 7, 8, 3, 4, None),
     ),
     (
+        "srun --mpi=pmi2 (PMI_RANK/PMI_SIZE alone): Slurm's step says the node",
+        {"PMI_RANK": "4", "PMI_SIZE": "8", "SLURM_PROCID": "4", "SLURM_NTASKS": "8",
+         "SLURM_LOCALID": "0", "SLURM_NODEID": "1", "SLURM_TASKS_PER_NODE": "4(x2)",
+         "SLURM_STEP_ID": "0"},
+        ("pmi", 4, 8, 0, 4, 1),
+    ),
+    (
+        "HPE PALS mpiexec (PMI_LOCAL_RANK)",
+        {"PMI_RANK": "4", "PMI_SIZE": "8", "PMI_LOCAL_RANK": "0", "PMI_LOCAL_SIZE": "4"},
+        ("pmi", 4, 8, 0, 4, None),
+    ),
+    (
+        "RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS exported under srun",
+        {"RANK": "6", "WORLD_SIZE": "8", "SLURM_PROCID": "6", "SLURM_NTASKS": "8",
+         "SLURM_LOCALID": "2", "SLURM_NODEID": "1", "SLURM_TASKS_PER_NODE": "4(x2)",
+         "SLURM_STEP_ID": "0"},
+        ("torchrun", 6, 8, 2, 4, 1),
+    ),
+    (
         "torchrun under srun: torchrun's variables win",
         {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
          "GROUP_RANK": "1", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
@@ -89,6 +108,16 @@ def test_launcher_table(case: str, env: dict[str, str], expected: tuple[object, 
     world = from_environment(env)
     got = (world.launcher, world.rank, world.world_size, world.local_rank)
     assert (*got, world.local_world_size, world.node_rank) == expected, case
+
+
+def test_a_world_size_without_a_rank_is_refused_naming_the_fix() -> None:
+    """Lightning's DDP launcher sets WORLD_SIZE, LOCAL_RANK and NODE_RANK but no RANK until its
+    process group starts: every process was rank 0 (a reviewer: two ranks read the same half
+    of the data, the other half never). Refused, naming the fix; a size of 1 is one process."""
+    env = {"WORLD_SIZE": "2", "LOCAL_RANK": "1", "NODE_RANK": "0"}
+    with pytest.raises(ValueError, match=r"WORLD_SIZE=2 without RANK.*LadingDataModule"):
+        from_environment(env)
+    assert from_environment({"WORLD_SIZE": "1"}).world_size == 1
 
 
 def test_detect_reads_the_given_environment() -> None:

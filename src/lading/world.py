@@ -166,53 +166,97 @@ def resolve_shared_fs(shared_fs: bool | None = None) -> bool:
     raise ValueError(f"{SHARED_FS_ENV}={value!r}: use 1 (shared filesystem) or 0 (node-local)")
 
 
-# (launcher, rank, size, local rank, local size, node rank); None: the launcher does not say
-_LAUNCHERS: tuple[tuple[str, str, str, str | None, str | None, str | None], ...] = (
+# (launcher, rank, size, local rank, local size, node rank): the variables of each, the first
+# set one read; () where the launcher does not say
+_LAUNCHERS: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...] = (
     (
         "lading",
         "LADING_RANK",
         "LADING_WORLD_SIZE",
-        "LADING_LOCAL_RANK",
-        "LADING_LOCAL_WORLD_SIZE",
-        "LADING_NODE_RANK",
+        ("LADING_LOCAL_RANK",),
+        ("LADING_LOCAL_WORLD_SIZE",),
+        ("LADING_NODE_RANK",),
     ),
-    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"),
+    ("torchrun", "RANK", "WORLD_SIZE", ("LOCAL_RANK",), ("LOCAL_WORLD_SIZE",), ("GROUP_RANK",)),
     (
         "openmpi",
         "OMPI_COMM_WORLD_RANK",
         "OMPI_COMM_WORLD_SIZE",
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-        "OMPI_COMM_WORLD_LOCAL_SIZE",
-        None,
+        ("OMPI_COMM_WORLD_LOCAL_RANK",),
+        ("OMPI_COMM_WORLD_LOCAL_SIZE",),
+        (),
     ),
     (
         "mvapich",
         "MV2_COMM_WORLD_RANK",
         "MV2_COMM_WORLD_SIZE",
-        "MV2_COMM_WORLD_LOCAL_RANK",
-        "MV2_COMM_WORLD_LOCAL_SIZE",
-        None,
+        ("MV2_COMM_WORLD_LOCAL_RANK",),
+        ("MV2_COMM_WORLD_LOCAL_SIZE",),
+        (),
     ),
-    ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", None),
+    (  # Hydra (MPICH, Intel MPI), then PMI's own and HPE PALS' (mpiexec on Cray EX)
+        "pmi",
+        "PMI_RANK",
+        "PMI_SIZE",
+        ("MPI_LOCALRANKID", "PMI_LOCAL_RANK", "PALS_LOCAL_RANKID"),
+        ("MPI_LOCALNRANKS", "PMI_LOCAL_SIZE", "PALS_LOCAL_SIZE"),
+        (),
+    ),
 )
 
 
 def from_environment(env: Mapping[str, str]) -> World:
-    """The :class:`World` that ``env``'s launcher variables describe (worker 0 of 1)."""
-    for name, rank_var, size_var, local_var, local_size_var, node_var in _LAUNCHERS:
+    """The :class:`World` that ``env``'s launcher variables describe (worker 0 of 1).
+
+    A launcher that gives no local rank (``srun --mpi=pmi2`` sets ``PMI_RANK``/``PMI_SIZE``
+    alone; ``RANK``/``WORLD_SIZE`` exported from Slurm's) takes the node from the Slurm step
+    it runs in, where its rank is Slurm's; with neither, the processes are taken to share one
+    node.
+
+    Raises:
+        ValueError: a variable that is no integer, values that disagree, or a ``WORLD_SIZE``
+            above 1 without ``RANK`` (Lightning's launcher before its process group starts).
+    """
+    for name, rank_var, size_var, local_vars, local_size_vars, node_vars in _LAUNCHERS:
         if _get(env, rank_var) is None and _get(env, size_var) is None:
             continue
-        rank = _int(env, rank_var, 0)
         size = _int(env, size_var, 1)
-        local = _int(env, local_var, rank) if local_var else rank
-        local_size = _int(env, local_size_var, size) if local_size_var else size
-        node = _int(env, node_var, -1) if node_var else -1
+        if _get(env, rank_var) is None and size > 1:
+            raise ValueError(
+                f"{size_var}={size} without {rank_var}: this process's rank is not known (every "
+                "process would read rank 0's share). Lightning's launcher sets it when its "
+                "process group starts: make the loader in a LadingDataModule (it is given the "
+                "Trainer's ranks) or after the group is up, or pass world=World(rank, size)"
+            )
+        rank = _int(env, rank_var, 0)
+        local_var, local_size_var = _first(env, local_vars), _first(env, local_size_vars)
+        node_var = _first(env, node_vars)
+        slurm = _slurm(env) if local_var is None and _in_slurm_step(env) else None
+        if slurm is not None and slurm.rank == rank:
+            local, local_size = slurm.local_rank, slurm.local_world_size
+            node = -1 if slurm.node_rank is None else slurm.node_rank
+        else:
+            local = _int(env, local_var, rank) if local_var else rank
+            local_size = _int(env, local_size_var, size) if local_size_var else size
+            node = _int(env, node_var, -1) if node_var else -1
         if node < 0:
             node = 0 if local_size >= size else -1  # one node: node 0; else unknown
         return _world(name, rank, size, local, local_size, node)
-    if _get(env, "SLURM_PROCID") is not None and _get(env, "SLURM_STEP_ID", "SLURM_STEPID"):
+    if _in_slurm_step(env):
         return _slurm(env)
     return World()
+
+
+def _in_slurm_step(env: Mapping[str, str]) -> bool:
+    """Whether ``env`` is a Slurm job step's (``srun``): a batch script has no step id."""
+    return _get(env, "SLURM_PROCID") is not None and bool(
+        _get(env, "SLURM_STEP_ID", "SLURM_STEPID")
+    )
+
+
+def _first(env: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    """The first of ``names`` set in ``env``, or None."""
+    return next((name for name in names if _get(env, name) is not None), None)
 
 
 def _slurm(env: Mapping[str, str]) -> World:
