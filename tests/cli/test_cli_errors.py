@@ -38,6 +38,7 @@ def files(tmp_path: Path) -> Path:
         (["build", "{d}/c.tsv", "{d}/s", "--format", "beir"], "reads a BEIR folder"),
         (["build", "{d}/folder", "{d}/s"], "the input files have different formats"),
         (["inspect", "{d}/c.tsv"], "is a file, not a lading store"),
+        (["inspect", "{d}/c.tsv"], "c.tsv DEST`, then DEST"),
         (["build", "{d}/empty.tsv", "{d}/s"], "a store of 0 documents is refused"),
         (["build", "{d}/bad.tsv", "{d}/s", "--on-error", "skip"], "every record was skipped"),
         (["build", "{d}/docs.tsv", "{d}/s"], "line 1 of"),  # msmarco-docs.tsv's shape
@@ -619,3 +620,13 @@ def test_a_merge_that_meets_another_warning_shows_it_once_and_returns() -> None:
     assert done.returncode == 0 and done.stdout.strip() == "returned", done.stderr[-2000:]
     assert done.stderr.count("lading merge: warning: ours") == 1, done.stderr
     assert done.stderr.count("UserWarning: a ledger set aside") == 1, done.stderr
+
+
+def test_a_file_given_as_a_token_corpus_names_the_command_that_builds_one(files: Path) -> None:
+    """The message named `lading build FILE DEST` for every format: followed for a token
+    corpus, it built a store, which `train lm` then refused as not a token corpus."""
+    from lading.errors import StoreFormatError
+    from lading.lm import TokenCorpus
+
+    with pytest.raises(StoreFormatError, match=r"`lading lm build \S+c.tsv DEST --tokenizer"):
+        TokenCorpus.open(files / "c.tsv")

@@ -32,6 +32,8 @@ class DiskFormat:
         readable: every version this lading reads (``version`` among them).
         what: what the user calls it, for messages ("store", "token corpus").
         rebuild: how to make a current one, for messages.
+        made_by: the command that makes one from a source file (``{source}`` in it), for the
+            message of a file given where one is read; empty where none does.
     """
 
     name: str
@@ -39,14 +41,17 @@ class DiskFormat:
     readable: frozenset[int]
     what: str
     rebuild: str
+    made_by: str = ""
 
     def __post_init__(self) -> None:
         if self.version not in self.readable:
             raise ValueError(f"{self.name}: version {self.version} must be among the readable ones")
 
 
-def _format(name: str, version: int, what: str, rebuild: str, *older: int) -> DiskFormat:
-    return DiskFormat(name, version, frozenset({version, *older}), what, rebuild)
+def _format(
+    name: str, version: int, what: str, rebuild: str, *older: int, made_by: str = ""
+) -> DiskFormat:
+    return DiskFormat(name, version, frozenset({version, *older}), what, rebuild, made_by)
 
 
 FORMATS: dict[str, DiskFormat] = {
@@ -57,13 +62,35 @@ FORMATS: dict[str, DiskFormat] = {
         # version 3 of both: an id index of a kind version 2 did not have (``hash-ids``, read
         # against the ids column, written by merges of string ids; ``runs``, integer ids in
         # runs of consecutive values: lading.stores.index.VERSION_3_KINDS)
-        _format("lading.packed", 2, "store", "rebuild the store with `lading build`", 1, 3),
+        _format(
+            "lading.packed",
+            2,
+            "store",
+            "rebuild the store with `lading build`",
+            1,
+            3,
+            made_by="lading build {source} DEST",
+        ),
         _format("lading.offsets", 2, "offsets index", "rebuild it with OffsetStore.build", 1, 3),
         # lading.tokens version 3: a corpus built in shards, its parts read in place (written
         # by `lading lm merge` only; a one-process build keeps writing version 2)
-        _format("lading.tokens", 2, "token corpus", "rebuild it with `lading lm build`", 1, 3),
+        _format(
+            "lading.tokens",
+            2,
+            "token corpus",
+            "rebuild it with `lading lm build`",
+            1,
+            3,
+            made_by="lading lm build {source} DEST --tokenizer TOKENIZER",
+        ),
         _format("lading.train.checkpoint", 1, "checkpoint", "train again from the start"),
-        _format("lading.repartition", 1, "repartition", "run `lading repartition` again"),
+        _format(
+            "lading.repartition",
+            1,
+            "repartition",
+            "run `lading repartition` again",
+            made_by="lading repartition {source} DEST",
+        ),
     )
 }
 

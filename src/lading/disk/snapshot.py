@@ -184,11 +184,12 @@ def check_directory(root: Path, fmt_name: str) -> None:
     Raises:
         StoreFormatError: naming ``root`` and the fix.
     """
-    what = disk_format(fmt_name).what
+    what, made_by = disk_format(fmt_name).what, disk_format(fmt_name).made_by
     if root.is_file():
+        example = f" (e.g. `{made_by.format(source=root)}`, then DEST)" if made_by else ""
         raise StoreFormatError(
             f"{root} is a file, not a lading {what} (a directory holding {META_FILE}); "
-            f"pass the directory a build wrote (e.g. `lading build {root} DEST`, then DEST)"
+            f"pass the directory a build wrote{example}"
         )
     if not root.is_dir():
         raise StoreFormatError(f"{root} is not a lading {what}: no such directory{meant_url(root)}")
