@@ -1,18 +1,24 @@
 """Atomic builds' primitives: a private temporary directory, a file lock, a rename at the end.
 
-A build writes into a temporary directory (``DEST/.tmp-<pid>-<random>`` for a snapshot format,
-which commits by its manifest: :mod:`lading.disk.snapshot`; ``DEST.tmp-<pid>-<random>`` beside a
-directory that is published whole, such as a parquet folder) and moves it into place only when
-every file is written and fsynced, so a crash at any moment leaves the previous complete
-version (or none), plus a temporary directory that the next build under the lock removes.
+A build writes into a temporary directory (``DEST/.tmp-<pid>-<node><random>`` for a snapshot
+format, which commits by its manifest: :mod:`lading.disk.snapshot`;
+``DEST.tmp-<pid>-<node><random>`` beside a directory that is published whole, such as a parquet
+folder) and moves it into place only when every file is written and fsynced, so a crash at any
+moment leaves the previous complete version (or none), plus a temporary directory that the
+next build under the lock removes: at once where its builder was of this very node (``<node>``,
+eight hex digits of :func:`lading.disk.lock.node_tag`: host, boot and PID namespace) and its pid
+is dead; elsewhere (another host, a container of its own) once unchanged for
+:data:`~lading.disk.snapshot.ABANDONED_S`. A pid says nothing outside its namespace, and a
+builder whose lock was taken over (a suspended one) goes on in its directory. Names of the code
+before (``<pid>-<random>``, eight hex digits) are judged by their pid on this host, as then.
 Where no atomic exchange of two directories exists (NFS), a crash between :func:`publish`'s two
 renames leaves no ``DEST`` but its versions beside it, and that next build puts the complete one
 back first (:func:`recover_aside`).
 :mod:`lading.disk.build` puts these steps together for every builder. Processes building the
 same destination, on this host or on other nodes of a shared filesystem, are serialised by
 ``DEST.lock`` (:mod:`lading.disk.lock`: an ``O_EXCL`` file with a heartbeat, not ``flock``,
-which hangs on Lustre and NFS): a killed builder's lock is taken over, at once on the same
-host, after ``LADING_LOCK_STALE_S`` (default 60) seconds elsewhere.
+which hangs on Lustre and NFS): a killed builder's lock is taken over, at once on the same node
+(host, boot and PID namespace), after ``LADING_LOCK_STALE_S`` (default 60) seconds elsewhere.
 """
 
 from __future__ import annotations
@@ -23,12 +29,19 @@ import json
 import os
 import secrets
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from lading.disk.files import fsync_dir
-from lading.disk.lock import HEARTBEAT_S, STALE_AFTER_S, FileLock
-from lading.disk.snapshot import META_FILE, STAGE_MARK, is_build_dir, is_snapshot_dir
+from lading.disk.lock import HEARTBEAT_S, STALE_AFTER_S, FileLock, node_tag
+from lading.disk.snapshot import (
+    ABANDONED_S,
+    META_FILE,
+    STAGE_MARK,
+    is_build_dir,
+    is_snapshot_dir,
+)
 from lading.errors import OutOfSpaceError
 
 DATASET_MARK = "_lading.json"
@@ -70,9 +83,10 @@ def build_lock(dest: Path) -> Iterator[None]:
 
 
 def new_temp_dir(dest: Path, inside: bool = False) -> Path:
-    """A fresh, empty directory beside ``dest`` (``DEST.tmp-<pid>-<hex>``), or with ``inside``
-    in it (``DEST/.tmp-<pid>-<hex>``): on the same filesystem, so its rename is atomic."""
-    name = f"{os.getpid()}-{secrets.token_hex(4)}"
+    """A fresh, empty directory beside ``dest`` (``DEST.tmp-<pid>-<node><hex>``), or with
+    ``inside`` in it (``DEST/.tmp-<pid>-<node><hex>``): on the same filesystem, so its rename
+    is atomic. ``<node>`` names this host, boot and PID namespace (see the module docstring)."""
+    name = _temp_name()
     tmp = dest / f".tmp-{name}" if inside else dest.parent / f"{dest.name}{_TMP_MARK}{name}"
     tmp.mkdir(parents=True)
     return tmp
@@ -129,11 +143,21 @@ def _size_of(directory: Path) -> int:
     return total
 
 
+def _temp_name() -> str:
+    """``<pid>-<node><random>``: sixteen hex digits after the pid, where the code before wrote
+    eight (random); ``<node>`` is random too where this node cannot be named (no ``/proc``):
+    such a directory is then never judged by its pid."""
+    return f"{os.getpid()}-{node_tag() or secrets.token_hex(4)}{secrets.token_hex(4)}"
+
+
 def remove_dead_temps(dest: Path) -> list[Path]:
     """Remove temporary and old directories (and files) left by builders of ``dest`` that are
     not running: ``DEST.tmp-*`` and ``DEST.old-*`` beside it, ``DEST/.tmp-*`` in it.
 
-    Call under :func:`build_lock`. One whose builder pid is alive on this host is kept. First,
+    Call under :func:`build_lock`. One whose builder is alive on this node (or, of the names
+    written before nodes were, whose pid is alive on this host) is kept; one of another node
+    (host, boot or PID namespace) is kept until nothing in it changed for
+    :data:`~lading.disk.snapshot.ABANDONED_S`: its pid cannot be judged here. First,
     where a publisher died between the two renames of :func:`publish` and left no ``dest``,
     the complete copy it left is put back (:func:`recover_aside`), not removed.
     """
@@ -143,7 +167,7 @@ def remove_dead_temps(dest: Path) -> list[Path]:
     found += [(path, path.name[len(_TMP_MARK) :]) for path in _named(dest, (_TMP_MARK,))]
     removed = []
     for path, rest in found:
-        if not _dead(rest):
+        if not _abandoned(path, rest):
             continue
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
@@ -168,7 +192,10 @@ def recover_aside(dest: Path) -> Path | None:
     holding the mark its writer writes last that the old one holds too (the ``meta.json`` of
     the same format: a checkpoint's; a dataset's ``_lading.json``, a staged copy's
     ``_lading_stage.json``). Otherwise the old one does. A version aside whose publisher is
-    alive on this host is left alone (it is between its renames). Call under
+    alive on this node is left alone (it is between its renames); one of another node is put
+    back (its pid cannot be judged here, and under the lock a publisher between its renames
+    was taken over: ``dest`` whole again beats ``dest`` missing, and such a publisher, were it
+    only suspended, fails at its next rename rather than ever leave a half version). Call under
     :func:`build_lock`; the rest is dead temporaries for :func:`remove_dead_temps`.
 
     Returns:
@@ -180,7 +207,7 @@ def recover_aside(dest: Path) -> Path | None:
     """
     if os.path.lexists(dest):
         return None
-    olds = [path for path in left_aside(dest) if _dead(_rest(path, dest, _OLD_MARK))]
+    olds = [path for path in left_aside(dest) if not _alive_here(_rest(path, dest, _OLD_MARK))]
     if not olds:
         return None
     if len(olds) > 1:
@@ -190,11 +217,11 @@ def recover_aside(dest: Path) -> Path | None:
             f"to keep to {dest.name} and remove the others."
         )
     old = olds[0]
-    pid = _rest(old, dest, _OLD_MARK).split("-", 1)[0]
+    owner = _owner(_rest(old, dest, _OLD_MARK))
     news = [
         path
         for path in _named(dest.parent, (f"{dest.name}{_TMP_MARK}",))
-        if _rest(path, dest, _TMP_MARK).split("-", 1)[0] == pid
+        if _owner(_rest(path, dest, _TMP_MARK)) == owner
     ]
     chosen = news[0] if len(news) == 1 and _finished_like(news[0], old) else old
     os.replace(chosen, dest)
@@ -207,11 +234,59 @@ def _rest(path: Path, dest: Path, mark: str) -> str:
     return path.name[len(dest.name) + len(mark) :]
 
 
-def _dead(rest: str) -> bool:
-    """Whether the builder named by ``<pid>-<hex>`` is not running on this host (this process
-    counts as dead: its own leftovers are from a process of the same pid before it)."""
-    pid = rest.split("-", 1)[0]
-    return not (pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)))
+_HEX = frozenset("0123456789abcdef")
+
+
+def _node_of(rest: str) -> str | None:
+    """The node tag of ``<pid>-<node><random>`` (sixteen hex digits), None in a name of the
+    code before (``<pid>-<random>``, eight) or another."""
+    tail = rest.partition("-")[2]
+    return tail[:8] if len(tail) == 16 and set(tail) <= _HEX else None
+
+
+def _owner(rest: str) -> str:
+    """Whose ``<pid>-<hex>`` is: its pid, and its node where the name has one."""
+    return f"{rest.partition('-')[0]}-{_node_of(rest) or ''}"
+
+
+def _foreign(rest: str) -> bool:
+    """Whether ``rest`` names a builder of another node (host, boot or PID namespace), or
+    one whose node is unknown here: its pid says nothing here."""
+    node = _node_of(rest)
+    return node is not None and node != node_tag()
+
+
+def _alive_here(rest: str) -> bool:
+    """Whether the builder named by ``<pid>-<hex>`` is provably running on this node: a name
+    of this node (or of the code before: judged on this host, as then) whose pid is alive.
+    This process counts as dead: its own leftovers are from a process of the same pid before
+    it."""
+    pid = rest.partition("-")[0]
+    if _foreign(rest):
+        return False
+    return pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid))
+
+
+def _abandoned(path: Path, rest: str) -> bool:
+    """Whether ``path`` (``...<pid>-<hex>``) may be removed: its builder, of this node, is
+    dead; of another node, nothing in it changed for :data:`ABANDONED_S`."""
+    if _foreign(rest):
+        return time.time() - _newest_mtime(path) >= ABANDONED_S
+    return not _alive_here(rest)
+
+
+def _newest_mtime(path: Path) -> float:
+    """The latest change time of ``path`` and of anything in it (now where it is gone)."""
+    try:
+        newest = path.lstat().st_mtime
+    except OSError:
+        return time.time()
+    if path.is_dir() and not path.is_symlink():
+        for folder, dirs, files in os.walk(path):
+            for name in (*dirs, *files):
+                with contextlib.suppress(OSError):
+                    newest = max(newest, os.lstat(os.path.join(folder, name)).st_mtime)
+    return newest
 
 
 def _finished_like(new: Path, old: Path) -> bool:
@@ -339,7 +414,7 @@ def publish(tmp: Path, dest: Path) -> None:
         return
     old = None
     if dest.exists():
-        old = dest.parent / f"{dest.name}{_OLD_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+        old = dest.parent / f"{dest.name}{_OLD_MARK}{_temp_name()}"
         os.replace(dest, old)
     try:
         os.replace(tmp, dest)
@@ -349,7 +424,7 @@ def publish(tmp: Path, dest: Path) -> None:
         raise
     fsync_dir(dest.parent)
     if old is not None:  # a DEST.old-* is only ever a whole version: renamed before deleted
-        trash = dest.parent / f"{dest.name}{_TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+        trash = dest.parent / f"{dest.name}{_TMP_MARK}{_temp_name()}"
         os.replace(old, trash)
         shutil.rmtree(trash, ignore_errors=True)
 

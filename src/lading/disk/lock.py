@@ -2,14 +2,19 @@
 
 ``fcntl.flock`` hangs or silently does nothing on several network filesystems (HF datasets #329,
 #6744), so the lock is a file created with ``O_CREAT | O_EXCL`` (atomic on NFSv3+, Lustre, GPFS,
-Weka) holding JSON: host, pid, start time, a random token and a heartbeat counter. A thread of
-the holder rewrites it (write a temporary file, rename it over the lock) every ``heartbeat``
-seconds. A waiter takes the lock over when
+Weka) holding JSON: host, boot id, PID namespace, pid, start time, a random token and a
+heartbeat counter. A thread of the holder rewrites it (write a temporary file, rename it over
+the lock) every ``heartbeat`` seconds. A waiter takes the lock over when
 
-- the holder is on this host and its pid is dead (at once: a SIGKILLed builder), or
+- the holder is on this very node (same host name, boot id and PID namespace) and its pid is
+  dead (at once: a SIGKILLed builder), or
 - the file has not changed for ``stale_after`` seconds of the *waiter's* monotonic clock (a
   holder on another node that died or lost its mount). Clocks of different nodes are never
-  compared, so skew cannot make a live lock look stale.
+  compared, so skew cannot make a live lock look stale. A pid is only judged in the PID
+  namespace it was read in: containers sharing a mount and a host name (``docker --network
+  host``, Kubernetes ``hostNetwork`` pods) have PID namespaces of their own, where a live
+  holder's pid may not exist; a lock file without the boot id and namespace (written by
+  lading before they were) is judged by this rule alone too.
 
 Takeover renames the stale file to a private name, checks it is the very file judged stale (same
 token and beat) and deletes it; then the waiter competes for ``O_EXCL`` like anyone else. The
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import secrets
@@ -47,6 +53,45 @@ REPORT_EVERY_S = 30.0  # a waiter names the holder this often
 _HOST = socket.gethostname()
 
 
+def _read_boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+_BOOT_ID = _read_boot_id()  # "" where unknown (no /proc)
+_LINUX = sys.platform.startswith("linux")
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace (``pid:[4026531836]``), "" where unknown. Read each time:
+    a child forked after its parent's ``unshare(CLONE_NEWPID)`` is in another one."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def this_node() -> tuple[str, str, str] | None:
+    """(host name, boot id, PID namespace): where a pid means the same process; None where
+    this Linux cannot say (no ``/proc``): then no pid is judged as this node's. Elsewhere
+    (macOS) there are no PID namespaces: the host name alone."""
+    here = (_HOST, _BOOT_ID, pid_namespace())
+    if _LINUX and not (here[1] and here[2]):
+        return None
+    return here
+
+
+def node_tag() -> str | None:
+    """Eight hex digits naming :func:`this_node` (temporaries carry it), None where unknown."""
+    here = this_node()
+    if here is None:
+        return None
+    return hashlib.sha256("\0".join(here).encode("utf-8")).hexdigest()[:8]
+
+
 @dataclass(frozen=True)
 class Holder:
     """What a lock file says about the process holding it."""
@@ -56,6 +101,16 @@ class Holder:
     started: float  # wall-clock time.time() of the holder's host
     token: str
     beat: int
+    boot: str | None = None  # None: a lock file written before boot ids were
+    pidns: str | None = None  # None: written before PID namespaces were
+
+    def on_this_node(self) -> bool:
+        """Whether this holder's pid is one of this process's PID namespace on this boot of
+        this host (only then does its pid say whether it is alive)."""
+        here = this_node()
+        if here is None or self.boot is None or self.pidns is None:
+            return False  # a lock file of the code before: whose namespace is unknown
+        return (self.host, self.boot, self.pidns) == here
 
     def describe(self, now: float | None = None) -> str:
         age = (time.time() if now is None else now) - self.started
@@ -72,9 +127,15 @@ def read_holder(path: Path) -> Holder | None:
             float(data["started"]),
             str(data["token"]),
             int(data["beat"]),
+            _optional(data.get("boot")),
+            _optional(data.get("pidns")),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _optional(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 class FileLock:
@@ -185,13 +246,15 @@ class FileLock:
     def _stale(self, holder: Holder | None, unchanged_for: float) -> bool:
         if not self.path.exists():
             return False
-        if holder is not None and holder.host == _HOST and not pid_alive(holder.pid):
-            return True  # a dead process on this very host holds nothing
+        if holder is not None and holder.on_this_node() and not pid_alive(holder.pid):
+            return True  # a dead process of this very namespace, boot and host holds nothing
         return unchanged_for >= self.stale_after
 
     def _content(self, beat: int, token: str) -> bytes:
         record = {
             "host": _HOST,
+            "boot": _BOOT_ID,
+            "pidns": pid_namespace(),
             "pid": os.getpid(),
             "started": self._started,
             "token": token,
