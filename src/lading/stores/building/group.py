@@ -1,18 +1,31 @@
 """Building under an initialised process group: who builds, and every rank on one snapshot.
 
 Without ``shard=``: the builder rank(s) build (global rank 0 on a shared filesystem, local rank
-0 of each node otherwise) while the others wait in a collective; then each rank opens the
-snapshot its builder committed (``all_gather_object`` of what each built), so a rebuild by
-someone else in between does not split the ranks. With ``shard="auto"``: rank ``r`` of ``w``
-builds shard ``r`` of ``w``, rank 0 merges once all are written, and every rank opens the
-snapshot rank 0 committed. Every rank reaches every collective, a failed one too, so a failure
-is raised on every rank instead of hanging the others.
+0 of each node otherwise) while the others wait; then each rank opens the snapshot its builder
+committed, so a rebuild by someone else in between does not split the ranks. With
+``shard="auto"``: rank ``r`` of ``w`` builds shard ``r`` of ``w``, rank 0 merges once all are
+written, and every rank opens the snapshot rank 0 committed. A failure is raised on every rank
+that needed the failed work instead of hanging the others.
+
+The waits are not collectives: a build takes as long as the corpus takes (an MS MARCO-sized
+tokenized build, well over the 10 minutes after which NCCL's default timeout would abort a
+collective and every rank with it). Each rank posts what it built, or the error it met, in the
+process group's key-value store and the others poll it, for ``LADING_BUILD_TIMEOUT_S`` seconds
+at most (default 86400, a day), after which a waiting rank raises :class:`TimeoutError`. Only
+short collectives remain: one as the ranks arrive (who builds what) and, through the store,
+one before they leave (so that no rank's process, rank 0 holding the store for instance,
+exits while another still reads it).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import socket
-from collections.abc import Callable
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,33 +39,74 @@ from lading.stores.building.parallel import (
 from lading.stores.packed import PackedStore
 from lading.world import World, process_group
 
+TIMEOUT_VAR = "LADING_BUILD_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 86400.0  # a day: a waiting rank's bound on a build, see the module doc
+LEAVE_WAIT_S = 60.0  # how long a rank waits for the others to have read the outcome
+REPORT_S = 120.0  # how often a waiting rank says on stderr what it waits for
+_POLL_S = 1.0  # the longest sleep between two looks at the store
+
+
+def build_timeout() -> float:
+    """Seconds a rank waits for another's build: ``LADING_BUILD_TIMEOUT_S``, else a day."""
+    value = os.environ.get(TIMEOUT_VAR, "").strip()
+    if not value:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ValueError(f"{TIMEOUT_VAR}={value!r}: give the seconds to wait, a number above 0")
+    return seconds
+
 
 def build_in_group(build: Callable[[], str], dest: Path, shared: bool) -> PackedStore:
     """Run ``build`` here, or under an initialised process group in the builder rank(s) only,
-    the others waiting at a barrier; then open, on every rank, the snapshot its builder
-    committed (a rebuild by someone else in between does not split the ranks)."""
+    the others waiting for it (outside any collective, see the module doc); then open, on every
+    rank, the snapshot its builder committed (a rebuild by someone else in between does not
+    split the ranks)."""
     dist = process_group(min_size=2)
     if dist is None:
         return PackedStore(dest, snapshot=build())
     world = World.detect()
+    where, builds = _where(dest), world.is_builder(shared)
+    arrived: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(arrived, (where, world.rank, builds, uuid.uuid4().hex))
+    talk = _Exchange(dist, arrived[0][3], world.rank, dest)
+    builders = [rank for _, rank, builder, _ in arrived if builder]
+    mine = builders_rank(arrived, where, shared)
     failure: BaseException | None = None
-    snapshot = None
-    if world.is_builder(shared):
+    if builds:
         try:
-            snapshot = build()
-        except BaseException as e:  # reach the barrier first, or the other ranks hang forever
+            talk.post(f"built/{world.rank}", {"snapshot": build()})
+        except BaseException as e:  # post it first, or the other ranks wait for it in vain
             failure = e
-    # every rank reaches this collective, a failed builder too (it doubles as the barrier)
-    built: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(built, (_where(dest), world.rank, snapshot))
+            talk.post(f"built/{world.rank}", {"error": f"{type(e).__name__}: {e}"})
+    try:
+        outcome = talk.wait([f"built/{rank}" for rank in builders], _who(builders, "build"))
+    except BaseException:
+        talk.leave(wait=False)
+        raise
+    talk.leave()
     if failure is not None:
         raise failure
-    mine = builders_snapshot(built, _where(dest), shared)
+    if mine is None:  # no rank built this rank's copy: open what is there
+        return _open(dest, None, world.rank)
+    theirs = outcome[f"built/{mine}"]
+    if "error" in theirs:
+        raise StoreFormatError(
+            f"rank {world.rank}: the store at {dest} was not built: rank {mine}, which builds "
+            f"it, failed: {theirs['error']}"
+        )
+    return _open(dest, str(theirs["snapshot"]), world.rank)
+
+
+def _open(dest: Path, snapshot: str | None, rank: int) -> PackedStore:
     try:
-        return PackedStore(dest, snapshot=mine)
+        return PackedStore(dest, snapshot=snapshot)
     except StoreFormatError as e:
         raise StoreFormatError(
-            f"rank {world.rank}: the store at {dest} was not built ({e}); the building rank "
+            f"rank {rank}: the store at {dest} was not built ({e}); the building rank "
             "failed, see its error"
         ) from None
 
@@ -63,13 +117,93 @@ def _where(dest: Path) -> str:
     return f"{socket.gethostname()}:{dest.resolve()}"
 
 
-def builders_snapshot(built: list[Any], where: str, shared: bool) -> str | None:
-    """The snapshot committed by this rank's builder: global rank 0's on a shared filesystem,
-    else the one that built the copy this rank reads (same host, same path)."""
-    for theirs, rank, snapshot in built:
-        if snapshot is not None and (rank == 0 if shared else theirs == where):
-            return str(snapshot)
+def builders_rank(arrived: list[Any], where: str, shared: bool) -> int | None:
+    """The rank that builds this rank's copy: global rank 0 on a shared filesystem, else the
+    builder of the copy this rank reads (same host, same path). ``arrived``: ``(where, rank,
+    builds, _)`` of every rank."""
+    for theirs, rank, builds, _ in arrived:
+        if builds and (rank == 0 if shared else theirs == where):
+            return int(rank)
     return None
+
+
+def _who(ranks: list[int], what: str) -> str:
+    """``rank 0 to build``, ``ranks 0, 2 to build``: whom a waiting rank waits for."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} to {what}"
+
+
+class _Exchange:
+    """One build's messages through the process group's key-value store: ``post`` a JSON
+    object under a name, ``wait`` (polling, bounded by :func:`build_timeout`) for names, and
+    ``leave`` once every rank read what it needed. ``key``: the same on every rank (rank 0's
+    pick), different for every build."""
+
+    def __init__(self, dist: Any, key: str, rank: int, dest: Any) -> None:
+        self.store = dist.distributed_c10d._get_default_store()
+        self.prefix = f"lading/build/{key}/"
+        self.rank, self.size, self.dest = rank, int(dist.get_world_size()), dest
+        self.timeout = build_timeout()  # a bad setting refused before anything is built
+
+    def post(self, name: str, value: dict[str, Any]) -> None:
+        self.store.set(self.prefix + name, json.dumps(value))
+
+    def wait(
+        self, names: Iterable[str], who: str, timeout: float | None = None, strict: bool = True
+    ) -> dict[str, Any]:
+        """The objects posted under ``names`` once all are there. Raises TimeoutError when
+        ``timeout`` (default :func:`build_timeout`) passes first (with ``strict``; without, it
+        returns what is there), RuntimeError when the store is gone."""
+        names = list(names)
+        keys = [self.prefix + name for name in names]
+        limit = self.timeout if timeout is None else timeout
+        started = last_report = time.monotonic()
+        pause = 0.05
+        while not self._check(keys, who):
+            now = time.monotonic()
+            if now - started > limit:
+                if not strict:
+                    break
+                raise TimeoutError(
+                    f"rank {self.rank} waited {limit:.0f}s for {who} {self.dest}; is it still "
+                    f"building (see its log), or did it die? For a longer build set "
+                    f"{TIMEOUT_VAR} to the seconds to wait (default {DEFAULT_TIMEOUT_S:.0f})"
+                )
+            if now - last_report >= REPORT_S:
+                last_report = now
+                print(
+                    f"lading: rank {self.rank} has waited {now - started:.0f}s for {who} "
+                    f"{self.dest} (at most {limit:.0f}s, {TIMEOUT_VAR})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, _POLL_S)
+        return {
+            name: json.loads(self.store.get(key))
+            for name, key in zip(names, keys, strict=True)
+            if self._check([key], who)
+        }
+
+    def _check(self, keys: list[str], who: str) -> bool:
+        try:
+            return bool(self.store.check(keys))
+        except RuntimeError as e:
+            raise RuntimeError(
+                f"rank {self.rank} lost the process group's store while waiting for {who} "
+                f"{self.dest} ({e}); the rank holding it (rank 0, or torchrun's agent) stopped: "
+                "see its error"
+            ) from e
+
+    def leave(self, wait: bool = True) -> None:
+        """Say this rank is done reading; with ``wait``, wait (``LEAVE_WAIT_S`` at most) until
+        every rank said so, so that the store outlives everyone's last read."""
+        try:
+            self.post(f"left/{self.rank}", {})
+            if wait:
+                names = [f"left/{rank}" for rank in range(self.size)]
+                self.wait(names, "every rank to have read the outcome of", LEAVE_WAIT_S, False)
+        except RuntimeError:  # the store is gone: nobody is left to read it
+            pass
 
 
 def build_in_shards(
@@ -117,7 +251,8 @@ def shards_in_group(
     """Under a process group, for any kind built in shards: rank ``r`` of ``w`` writes shard
     ``(r, w)``; once every rank wrote its shard, rank 0 runs ``merge(w)`` (the snapshot it
     committed), which every rank returns. A failure on any rank is raised on every rank.
-    ``say_shared``: how the caller's users say ``dest`` is shared (what its build takes)."""
+    ``say_shared``: how the caller's users say ``dest`` is shared (what its build takes).
+    The ranks wait for each other outside any collective (see the module doc)."""
     dist = process_group(min_size=2)
     world = World.detect()
     if not shared and world.local_world_size != world.world_size:
@@ -126,26 +261,40 @@ def shards_in_group(
             f"filesystem every rank sees ({say_shared}); on node-local disks build without "
             "shard= (local rank 0 of each node builds its copy)"
         )
+    key: list[str] = [uuid.uuid4().hex]
+    dist.broadcast_object_list(key, src=0)
+    talk = _Exchange(dist, key[0], world.rank, dest)
     failure: BaseException | None = None
     try:
         write((world.rank, world.world_size))
-    except BaseException as e:  # reach the collectives first, or the other ranks hang
+        talk.post(f"shard/{world.rank}", {})
+    except BaseException as e:  # post it first, or the other ranks wait for it in vain
         failure = e
-    done: list[Any] = [None] * world.world_size
-    dist.all_gather_object(
-        done, None if failure is None else f"{type(failure).__name__}: {failure}"
-    )
-    snapshot: list[str | None] = [None]
-    if not any(done) and world.rank == 0:
-        try:
-            snapshot[0] = merge(world.world_size)
-        except BaseException as e:
-            failure = e
-    dist.broadcast_object_list(snapshot, src=0)
+        talk.post(f"shard/{world.rank}", {"error": f"{type(e).__name__}: {e}"})
+    try:
+        if world.rank == 0:
+            ranks = list(range(world.world_size))
+            written = talk.wait([f"shard/{r}" for r in ranks], _who(ranks, "write a shard of"))
+            errors = [(r, written[f"shard/{r}"].get("error")) for r in ranks]
+            failed = [(r, why) for r, why in errors if why]
+            merged: dict[str, Any] = {"failed": failed}
+            if not failed:
+                try:
+                    merged["snapshot"] = merge(world.world_size)
+                except BaseException as e:
+                    failure = e
+                    merged["error"] = f"{type(e).__name__}: {e}"
+            talk.post("merged", merged)
+        else:
+            merged = talk.wait(["merged"], "rank 0 to merge the shards of")["merged"]
+    except BaseException:
+        talk.leave(wait=False)
+        raise
+    talk.leave()
     if failure is not None:
         raise failure
-    failed = [(r, why) for r, why in enumerate(done) if why]
-    if failed or snapshot[0] is None:
-        rank, why = failed[0] if failed else (0, "the merge failed")
+    failed = merged["failed"]
+    if failed or "snapshot" not in merged:
+        rank, why = failed[0] if failed else (0, f"the merge failed: {merged.get('error')}")
         raise StoreFormatError(f"rank {world.rank}: {dest} was not built: rank {rank}: {why}")
-    return snapshot[0]
+    return str(merged["snapshot"])
