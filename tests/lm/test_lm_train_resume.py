@@ -110,3 +110,70 @@ def test_a_resume_of_another_model_shape_is_refused_naming_the_setting(
     with pytest.raises(ValueError, match=r"heads.*2.*4.*--out"):
         train_lm(config(corpus, out, steps=4, resume=True, **{**gpt, "heads": 4}))
     assert train_lm(config(corpus, out, steps=4, resume=True, **gpt))["resumed"]["step"] == 2
+
+
+@pytest.mark.parametrize("arch", ["lstm", "gpt"])
+def test_the_trained_model_is_kept_in_out_model_and_loads_back(
+    corpus: Path, tmp_path: Path, arch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, without --checkpoint-every OUT held only log.jsonl and summary.json: the
+    trained weights were lost. Now OUT/model holds model.safetensors and config.json (what
+    rebuilds the model), named in the summary; the model loaded back computes what the
+    trained one does."""
+    import lading.lm.train as train
+
+    made: list[torch.nn.Module] = []
+    kind = "GPTLanguageModel" if arch == "gpt" else "LSTMLanguageModel"
+    real = getattr(train, kind)
+
+    def making(*args: Any, **kwargs: Any) -> torch.nn.Module:
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(train, kind, making)
+    out = tmp_path / "run"
+    extra = {"heads": 2, "hidden": 256} if arch == "gpt" else {}  # (hidden: lstm)
+    summary = train.train_lm(config(corpus, out, steps=3, arch=arch, **extra))
+    folder = out / "model"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json",
+        "meta.json",
+        "model.safetensors",
+    ]
+    assert summary["model_dir"] == str(folder)
+    saved = json.loads((folder / "config.json").read_text())
+    assert saved["arch"] == arch and saved["vocab_size"] > 0
+    monkeypatch.undo()
+    loaded = train.load_lm(folder)
+    assert type(loaded) is real
+    trained = made[0].eval()
+    x = torch.randint(0, saved["vocab_size"], (2, 8))
+    with torch.no_grad():
+        want, got = trained(x), loaded.eval()(x)
+    if arch == "lstm":
+        want, got = want[0], got[0]
+    assert torch.equal(want, got)
+    assert not list(out.glob("model.*"))  # no temporary left beside it
+
+
+def test_a_run_replaces_its_model_and_refuses_a_folder_it_did_not_write(
+    corpus: Path, tmp_path: Path
+) -> None:
+    """A second run into the same OUT replaces OUT/model; an OUT/model lading did not write
+    is refused before any step (not after the training), and a folder without the meta.json
+    written last (a save cut short) does not load."""
+    from lading.lm.train import load_lm, train_lm
+
+    out = tmp_path / "run"
+    train_lm(config(corpus, out, steps=1))
+    train_lm(config(corpus, out, steps=2, emb=8, hidden=8))
+    assert load_lm(out / "model").embedding.weight.shape[1] == 8
+    mine = tmp_path / "mine"
+    (mine / "model").mkdir(parents=True)
+    (mine / "model" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"model.*not a lading directory"):
+        train_lm(config(corpus, mine, steps=1))
+    assert not (mine / "log.jsonl").exists()
+    (out / "model" / "meta.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"no meta\.json.*train lm"):
+        load_lm(out / "model")

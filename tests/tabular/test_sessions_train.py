@@ -184,3 +184,111 @@ def test_an_untrained_model_guesses_about_uniformly() -> None:
         loss = float(next_item_loss(model, model(items, lengths), items, lengths))
     assert loss < 1.05 * math.log(5000), loss
     assert not model.items.weight[0].any()  # the padding item's row stays zero
+
+
+def test_the_trained_model_is_kept_in_out_model_and_loads_back(
+    days: tuple[Path, list[list[int]], list[list[int]]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, without --checkpoint-every OUT held only log.jsonl and summary.json. Now
+    OUT/model holds model.safetensors and config.json (what rebuilds the model), named in
+    the summary; the model loaded back computes what the trained one does."""
+    import json
+
+    import lading.tabular.train as train
+
+    made: list[Any] = []
+    real = train.NextItemTransformer
+
+    def making(*args: Any, **kwargs: Any) -> Any:
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(train, "NextItemTransformer", making)
+    out = tmp_path / "run"
+    summary = train.train_sessions(train.SessionsConfig(data=days[0], out=out, **TINY))
+    folder = out / "model"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json",
+        "meta.json",
+        "model.safetensors",
+    ]
+    assert summary["model_dir"] == str(folder)
+    saved = json.loads((folder / "config.json").read_text())
+    assert saved["num_items"] == summary["num_items"] and saved["dim"] == 8
+    monkeypatch.undo()
+    loaded = train.load_sessions_model(folder)
+    assert type(loaded) is real
+    items = torch.randint(1, saved["num_items"], (3, 6))
+    lengths = torch.tensor([6, 4, 2])
+    with torch.no_grad():
+        want = made[0].eval()(items, lengths)
+        got = loaded.eval()(items, lengths)
+    assert torch.equal(want, got)
+    assert not list(out.glob("model.*"))  # no temporary left beside it
+
+
+def odd_columns(data: Path) -> Path:
+    """Days 1 and 2 whose files hold an integer list, a float list and an integer scalar
+    column, as a T4R day's ``item_id-list_seq``, ``et_dayofweek_sin-list_seq`` and
+    ``item_id-count``; the first train file."""
+    table = pa.table(
+        {
+            "item_id-list_seq": pa.array([[1, 2, 3], [4, 5]], pa.list_(pa.int64())),
+            "et_dayofweek_sin-list_seq": pa.array([[0.5, 0.1], [0.2]], pa.list_(pa.float32())),
+            "item_id-count": pa.array([3, 2], pa.int32()),
+        }
+    )
+    for day, split in (("1", "train"), ("2", "train"), ("2", "valid"), ("2", "test")):
+        (data / day).mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, data / day / f"{split}.parquet")
+    return data / "1" / "train.parquet"
+
+
+@pytest.mark.parametrize(
+    "column, said",
+    [
+        ("item_id-count", "is int32, not a list of integers"),
+        ("et_dayofweek_sin-list_seq", "is list<element: float>, not a list of integers"),
+        ("item_id", "has no column 'item_id'"),
+    ],
+)
+def test_a_column_that_is_no_list_of_item_ids_is_refused_naming_flag_file_and_choices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str, said: str
+) -> None:
+    """Before: an AttributeError ('Int32Array' has no attribute 'flatten'), a RuntimeError
+    from torch.embedding, or pyarrow's "No match for FieldRef.Name(item_id)" with the whole
+    schema, naming neither the file nor the flag. Now one line before anything is read:
+    the flag, the first train file, what the column is, the integer-list columns it has."""
+    from lading.cli import main
+
+    first = odd_columns(tmp_path / "days")
+    out = tmp_path / "run"
+    args = ["train", "sessions", "--data", str(tmp_path / "days"), "--out", str(out)]
+    args += ["--train-days", "1", "--eval-day", "2", "--column", column, "--dim", "8"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"--column {column}" in err[0] and str(first) in err[0] and said in err[0], err[0]
+    assert "integer-list columns: item_id-list_seq" in err[0], err[0]
+    assert not (out / "log.jsonl").exists()
+
+
+@pytest.mark.parametrize("given", ["178-181", "178,,x", ","])
+def test_train_days_not_a_list_of_day_numbers_is_refused_naming_the_flag_and_form(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: str
+) -> None:
+    """Before: "invalid literal for int() with base 10: '178-181'", naming neither the flag
+    nor the form expected (and ``,`` trained on no day). Now the parser refuses it, naming
+    --train-days, what it was given and the form, with an example."""
+    from lading.cli import main
+
+    args = ["train", "sessions", "--data", str(tmp_path), "--out", str(tmp_path / "run")]
+    with pytest.raises(SystemExit) as exited:
+        main([*args, "--train-days", given])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--train-days" in err and repr(given) in err, err
+    assert "comma-separated day numbers" in err and "178,179,180,181" in err, err
+    assert "invalid literal" not in err

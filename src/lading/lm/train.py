@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -44,6 +45,7 @@ from lading.train import (
     write_summary,
 )
 from lading.train.config import RunConfig, data_location
+from lading.train.weights import check_replaceable, load_weights, model_dir, save_model
 from lading.world import World
 
 ARCHS: tuple[str, ...] = ("lstm", "gpt")
@@ -314,6 +316,7 @@ def train_lm(config: LMConfig) -> dict[str, Any]:
 
 
 def _train_lm(config: LMConfig, world: World, device: torch.device, out: Path) -> dict[str, Any]:
+    check_replaceable(model_dir(out))  # refused now, not after the training
     # a URL: every rank opens it, and the node's ranks share one node cache (the defaults)
     corpus = TokenCorpus.open(config.corpus)
     train_docs, valid_docs = split_documents(len(corpus), config.valid_fraction, config.seed)
@@ -347,8 +350,53 @@ def _train_lm(config: LMConfig, world: World, device: torch.device, out: Path) -
         "valid_documents": len(valid_docs),
         "config": jsonable(asdict(config)),
     }
+    summary["model_dir"] = _keep_model(model, config, corpus.vocab_size, out, world)
     write_summary(out, summary, world)
     return summary
+
+
+def model_settings(config: LMConfig, vocab_size: int) -> dict[str, Any]:
+    """What rebuilds the model ``config`` trains (``OUT/model/config.json``): its kind, arch
+    and constructor arguments."""
+    sizes: dict[str, Any] = (
+        {"dim": config.emb, "layers": config.layers, "heads": config.heads, "max_len": config.bptt}
+        if config.arch == "gpt"
+        else {"emb": config.emb, "hidden": config.hidden, "layers": config.layers}
+    )
+    sizes["dropout"] = config.dropout
+    return {"kind": "lm", "arch": config.arch, "vocab_size": vocab_size, **sizes}
+
+
+def _keep_model(
+    model: nn.Module, config: LMConfig, vocab_size: int, out: Path, world: World
+) -> str:
+    """Rank 0 writes the trained model to ``OUT/model`` (:func:`load_lm` reads it back);
+    its path."""
+    folder = model_dir(out)
+    if world.rank == 0:
+        save_model(model, folder, model_settings(config, vocab_size))
+    return str(folder)
+
+
+def load_lm(directory: str | os.PathLike[str]) -> LSTMLanguageModel | GPTLanguageModel:
+    """The model a ``lading train lm`` run kept in ``OUT/model`` (``directory``), on the CPU.
+
+    Raises:
+        FileNotFoundError, ValueError: ``directory`` holds no model of ``lading train lm``'s,
+            naming the file and the fix (:func:`lading.train.weights.load_weights`).
+    """
+    saved, state = load_weights(directory, "lm")
+    sizes = {k: v for k, v in saved.items() if k not in ("kind", "arch")}
+    arch = saved.get("arch")
+    if arch not in ARCHS:
+        raise ValueError(
+            f"{Path(directory) / 'config.json'}: arch {arch!r} is not one of {', '.join(ARCHS)}; "
+            "point at the OUT/model folder a `lading train lm` run wrote, or train again"
+        )
+    make = GPTLanguageModel if arch == "gpt" else LSTMLanguageModel
+    model: LSTMLanguageModel | GPTLanguageModel = make(**sizes)
+    model.load_state_dict(state)
+    return model
 
 
 def _fit(
@@ -452,5 +500,7 @@ def _train_gpt(
         "valid_documents": len(valid_docs),
         "config": jsonable(asdict(config)),
     }
-    write_summary(Path(config.out), summary, world)
+    out = Path(config.out)
+    summary["model_dir"] = _keep_model(model, config, corpus.vocab_size, out, world)
+    write_summary(out, summary, world)
     return summary

@@ -44,6 +44,7 @@ from lading.tabular.sessions import (
 )
 from lading.train import LoopConfig, StepResult, Trainer, TrainingTask, ddp, jsonable, write_summary
 from lading.train.config import RunConfig, data_location
+from lading.train.weights import check_replaceable, load_weights, model_dir, save_model
 from lading.world import World
 
 ITEMS = "item_id-list_seq"
@@ -148,6 +149,61 @@ def _objects_below(prefix: str) -> set[str]:
         return {f"{root}/{name}" for name in fetcher.list(key)}
     finally:
         fetcher.close()
+
+
+class ColumnError(LadingError, ValueError):
+    """A ``--column`` the train files do not hold, or that is not a list of integers (item
+    ids): named with the file, what the column is and the columns that would do."""
+
+
+def check_column(file: Path | str, column: str) -> None:
+    """Refuse a ``column`` that ``file`` (the first train file: a path or an object URL, read
+    from its footer) lacks or that is not a list of integers, before anything is read.
+
+    Raises:
+        ColumnError: naming ``--column``, ``file``, the column's type where it has one, and
+            the integer-list columns ``file`` holds.
+    """
+    schema = _schema(file)
+    lists = [f.name for f in schema if _integer_list(f.type)]
+    choices = (
+        f"its integer-list columns: {', '.join(lists)}; pass one with --column"
+        if lists
+        else "it has no integer-list column (item ids); --data must hold session files"
+    )
+    where = schema.get_field_index(column)
+    if where < 0:
+        raise ColumnError(
+            f"--column {column}: {os.fspath(file)} has no column {column!r}; {choices}"
+        )
+    if not _integer_list(schema.field(where).type):
+        raise ColumnError(
+            f"--column {column}: in {os.fspath(file)} it is {schema.field(where).type}, not a "
+            f"list of integers (the item ids of each session); {choices}"
+        )
+
+
+def _schema(file: Path | str) -> Any:
+    """The arrow schema of ``file``: a local parquet file's, or an object's (its footer
+    through the node cache)."""
+    import pyarrow.parquet as pq
+
+    if not is_remote(file):
+        return pq.read_schema(file)
+    remote = RemoteParquet.open([os.fspath(file)], RemoteSettings.of(None, None))
+    try:
+        return remote.metadata(remote.urls[0]).schema.to_arrow_schema()
+    finally:
+        remote.close()
+
+
+def _integer_list(kind: Any) -> bool:
+    """Whether the arrow type ``kind`` is a list (any kind) of integers."""
+    import pyarrow as pa
+
+    nested = pa.types.is_list(kind) or pa.types.is_large_list(kind)
+    nested = nested or pa.types.is_fixed_size_list(kind)
+    return bool(nested and pa.types.is_integer(kind.value_type))
 
 
 def item_stats(files: Sequence[Path | str], column: str) -> tuple[int, int]:
@@ -258,8 +314,10 @@ def train_sessions(config: SessionsConfig) -> dict[str, Any]:
 def _train_sessions(
     config: SessionsConfig, world: World, device: torch.device, out: Path
 ) -> dict[str, Any]:
+    check_replaceable(model_dir(out))  # refused now, not after the training
     train_files = day_files(config.data, config.train_days, ("train",))
     eval_files = day_files(config.data, [config.eval_day], ("train", "valid", "test"))
+    check_column(train_files[0], config.column)  # before a table is read: one line, not pyarrow's
     num_items, width = item_stats(train_files + eval_files, config.column)
     data = PartitionedParquet(  # lists whole: the step strips the padding (recent_items)
         train_files,
@@ -300,8 +358,10 @@ def _train_sessions(
         "num_items": num_items,
         "effective_batch": config.batch_size * world.world_size,
         "resumed": result.resumed,
+        "model_dir": str(model_dir(out)),
     }
     if world.rank == 0:
+        save_model(model, model_dir(out), model_settings(config, num_items))
         ranks, last = evaluate(model, eval_files, config, device, width)
         train_seqs = [
             recent_items(b[config.column], config.max_len)[0].numpy()
@@ -312,3 +372,24 @@ def _train_sessions(
         summary["config"] = jsonable(asdict(config))
     write_summary(out, summary, world)
     return summary
+
+
+def model_settings(config: SessionsConfig, num_items: int) -> dict[str, Any]:
+    """What rebuilds the model ``config`` trains (``OUT/model/config.json``): its kind and
+    :class:`NextItemTransformer`'s arguments."""
+    sizes = {k: getattr(config, k) for k in ("dim", "layers", "heads", "max_len")}
+    return {"kind": "sessions", "arch": "next-item-transformer", "num_items": num_items, **sizes}
+
+
+def load_sessions_model(directory: str | os.PathLike[str]) -> NextItemTransformer:
+    """The model a ``lading train sessions`` run kept in ``OUT/model`` (``directory``), on the
+    CPU.
+
+    Raises:
+        FileNotFoundError, ValueError: ``directory`` holds no model of ``lading train
+            sessions``'s, naming the file and the fix (:func:`lading.train.weights.load_weights`).
+    """
+    saved, state = load_weights(directory, "sessions")
+    model = NextItemTransformer(**{k: v for k, v in saved.items() if k not in ("kind", "arch")})
+    model.load_state_dict(state)
+    return model
