@@ -111,7 +111,7 @@ def test_a_query_whose_relevant_documents_are_none_in_the_store_is_counted(
     """Such a query was left out of the groups and of every count of the report."""
     qrels = {"q1": {"d1": 1}, "q2": {"gone": 1, "d2": 0}}
     queries = {"q1": "w1 w2", "q2": "w3"}
-    with pytest.warns(UserWarning, match="queries_without_relevant_in_store=1"):
+    with pytest.warns(UserWarning, match="1 query with none of its relevant documents in the"):
         groups = TrainingGroups(
             tiny["store"], queries, qrels, group_size=2, sampling="random", on_missing="skip"
         )

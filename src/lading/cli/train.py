@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -88,7 +89,25 @@ def _cmd_train_cross_encoder(args: argparse.Namespace) -> int:
         )
 
     paths = ("out", "queries", "qrels", "store", "corpus", "negatives")
-    return _train(train, _config(TrainConfig, args, paths), say)
+    with _groups_said("lading train cross-encoder"):
+        return _train(train, _config(TrainConfig, args, paths), say)
+
+
+@contextlib.contextmanager
+def _groups_said(command: str) -> Iterator[None]:
+    """What the training groups left out or drew at random, one line on stderr (``COMMAND:
+    warning: ...``, not Python's ``file:line: UserWarning`` and source line), by the process
+    that prints (:func:`_rank0`: every rank builds the same groups)."""
+    from lading.cli.stores import said_on_stderr
+    from lading.ir.groups import GroupsWarning
+
+    if _rank0():
+        with said_on_stderr(command, GroupsWarning):
+            yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GroupsWarning)
+        yield
 
 
 def _check_evaluation(args: argparse.Namespace) -> None:
@@ -117,7 +136,7 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
     from lading.errors import SkippedRecordsWarning
     from lading.ir.inputs import QUERY_COLUMNS, read_qrels, read_queries, read_run
     from lading.ir.model import CrossEncoder, check_positions, trained_inputs
-    from lading.ir.rerank import evaluate, rerank, write_trec_run
+    from lading.ir.rerank import evaluate, rerank, with_tail, write_trec_run
     from lading.stores import open_store
 
     model = CrossEncoder.from_pretrained(args.model)
@@ -128,6 +147,7 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     run = read_run(args.run)
     qrels = read_qrels(args.qrels) if args.qrels else None  # before hours of reranking
+    unranked = _unranked(qrels, run, args) if qrels is not None else []
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always", SkippedRecordsWarning)
@@ -144,22 +164,48 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
             device=device,
             on_missing=args.on_missing,
         )
-    write_trec_run(scores, args.out)
-    print(f"{args.out}: reranked the top {args.depth} of {len(scores)} queries")
+    reranked = with_tail(scores, run, args.depth)  # the input's order below the reranked top
+    write_trec_run(reranked, args.out)
+    print(
+        f"{args.out}: reranked the top {args.depth} of {len(scores)} queries; below rank "
+        f"{args.depth} each keeps the input run's documents in their order"
+    )
     for warning in said:
         print(str(warning.message))
-    if qrels is not None:  # both runs on the same documents, over the same queries: those
-        ranked = {q: [d for d in run[q][: args.depth] if d in scores[q]] for q in scores}
-        with warnings.catch_warnings(record=True) as noted:  # not reranked are left out
-            warnings.simplefilter("always", SkippedRecordsWarning)
+    if qrels is not None:  # both runs on the same documents (the input run as given, less
+        ranked = {q: [d for d in run[q] if d in reranked[q]] for q in reranked}  # any
+        with warnings.catch_warnings(record=True) as noted:  # rerank left out), over the
+            warnings.simplefilter("always", SkippedRecordsWarning)  # same queries
             before = evaluate(qrels, ranked, args.measures, args.min_relevance, scores.left_out)
-            after = evaluate(qrels, scores, args.measures, args.min_relevance)
+            after = evaluate(qrels, reranked, args.measures, args.min_relevance)
         for message in dict.fromkeys(str(w.message) for w in noted):  # (both say the same)
             print(message)
+        if unranked:
+            print(
+                f"{len(unranked):,} of the {len(qrels):,} judged queries of {args.qrels} have "
+                f"no ranking in {args.run} (first {unranked[0]!r}): they score 0 in both columns"
+            )
         print(f"{'measure':10s} {'input run':>10s} {'reranked':>10s}")
         for name in args.measures:
             print(f"{name:10s} {before[name]:10.4f} {after[name]:10.4f}")
     return 0
+
+
+def _unranked(
+    qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Sequence[str]], args: Any
+) -> list[str]:
+    """The judged queries ``run`` does not rank (they score 0 in both columns); none of the
+    run's queries judged is refused: its measures would be 0 without a word."""
+    if not any(q in qrels for q in run):
+        first_run = next(iter(run), None)
+        first_judged = next(iter(qrels), None)
+        raise ValueError(
+            f"--qrels {args.qrels} judges none of the {len(run):,} queries of --run {args.run} "
+            f"(first {first_run!r}); its {len(qrels):,} judged queries are others (first "
+            f"{first_judged!r}): pass the judgements of the run's queries, or leave --qrels "
+            "out to rerank only"
+        )
+    return [q for q in qrels if q not in run]
 
 
 def _cmd_train_lm(args: argparse.Namespace) -> int:
@@ -203,7 +249,7 @@ def _cmd_train_sessions(args: argparse.Namespace) -> int:
             lines.append(f"{name:14s} {m['recall@20']:10.4f} {m['ndcg@20']:10.4f}")
         return "\n".join(lines)
 
-    args.train_days = int_list(args.train_days)
+    args.train_days = int_list(args.train_days)  # (checked as parsed: day_numbers)
     return _train(train_sessions, _config(SessionsConfig, args, ("data", "out")), say)
 
 
@@ -283,6 +329,22 @@ def add_train(sub: Any) -> None:
     _add_train_cross_encoder(kinds)
 
 
+def day_numbers(text: str) -> str:
+    """``--train-days 178,179``, checked while the command line is read: comma-separated day
+    numbers (folders of ``--data``; the command reads them with :func:`int_list`), else one
+    line naming the flag and the form, not Python's "invalid literal for int()" later."""
+    try:
+        days = int_list(text)
+    except ValueError:
+        days = []
+    if not days or min(days) < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected comma-separated day numbers (folders of --data), e.g. "
+            "--train-days 178,179,180,181"
+        )
+    return text
+
+
 def _add_train_sessions(kinds: Any) -> None:
     p = _kind_parser(
         kinds,
@@ -300,7 +362,12 @@ def _add_train_sessions(kinds: Any) -> None:
         help="folder or s3:// prefix holding DAY/train.parquet (valid, test) per day (node "
         "cache in $LADING_CACHE/remote, cap $LADING_REMOTE_CACHE_BYTES)",
     )
-    p.add_argument("--train-days", default="178,179,180,181", help="day folders to train on")
+    p.add_argument(
+        "--train-days",
+        type=day_numbers,
+        default="178,179,180,181",
+        help="day folders to train on, comma-separated (%(default)s)",
+    )
     p.add_argument("--eval-day", type=int, default=182, help="day folder to evaluate on")
     p.add_argument("--column", default="item_id-list_seq", help="the sessions' item list column")
     p.add_argument(
@@ -489,7 +556,12 @@ def add_rerank(sub: Any) -> None:
     p.add_argument(
         "--min-relevance", type=int, default=1, help="judgements at or above this are relevant"
     )
-    p.add_argument("--depth", type=positive_int, default=100, help="documents reranked a query")
+    p.add_argument(
+        "--depth",
+        type=positive_int,
+        default=100,
+        help="documents reranked a query; the rest of its run follows them, in the run's order",
+    )
     p.add_argument("--batch-size", type=positive_int, default=64, help="pairs scored at once")
     p.add_argument(
         "--max-length",

@@ -18,7 +18,7 @@ import hashlib
 import json
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,15 @@ from lading.stores.base import DocStore, store_identity
 
 SAMPLING: tuple[str, ...] = ("random", "run", "run+random")
 ON_MISSING: tuple[str, ...] = ("raise", "skip")
+MIN_JUDGED_STORED = 0.05
+"""The least share of the judged (query, document) pairs a store must hold (under
+``on_missing="skip"``): a store holding fewer is of another collection than the qrels, the
+few ids it shares with them a coincidence (numeric ids of two collections)."""
+
+
+class GroupsWarning(UserWarning):
+    """What building :class:`TrainingGroups` left out, or where negatives fall back to random
+    draws: one line of counts, each with its first id and the file that id came from."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +46,11 @@ class GroupsReport:
     """What building the groups left out, so nothing is dropped silently: queries judged with
     no relevant document, with no text, or whose relevant documents are none of them in the
     store (``queries_without_relevant_in_store``, under ``on_missing="skip"``); judged and run
-    documents not in the store."""
+    documents not in the store. ``queries_without_candidates``: queries trained on whose run
+    gives no negative (``queries_not_in_run`` of them are not in the run at all; the others'
+    top ``depth`` documents are relevant or not in the store): under the ``"run"`` policies
+    their negatives are all drawn at random. ``judged_pairs``: the judged (query, document)
+    pairs looked up in the store. ``first``: the first id of each count, by cause."""
 
     pairs: int
     queries: int
@@ -46,6 +59,10 @@ class GroupsReport:
     judged_missing_from_store: int
     run_docs_missing_from_store: int
     queries_without_relevant_in_store: int = 0
+    queries_without_candidates: int = 0
+    queries_not_in_run: int = 0
+    judged_pairs: int = 0
+    first: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
 
 
 class TrainingGroups:
@@ -66,7 +83,18 @@ class TrainingGroups:
         min_relevance: judgements at or above this count as relevant (TREC DL passages use 2).
         seed: with the epoch and the item, fixes every draw.
         on_missing: a judged or run document absent from the store is an error (``"raise"``)
-            or is left out and counted in :attr:`report` (``"skip"``).
+            or is left out and counted in :attr:`report` (``"skip"``), said in one
+            :class:`GroupsWarning` line.
+        min_judged_stored: under ``"skip"``, a store holding fewer than this share of the
+            judged (query, document) pairs is refused (:data:`MIN_JUDGED_STORED`, 5%: a store
+            of another collection); 0 trains on whatever pairs it holds.
+        sources: the files ``queries``, ``qrels`` and ``negatives`` were read from (those
+            keys), named in errors and warnings.
+
+    Under the ``"run"`` policies, a run of none of the queries trained on (or none of whose
+    top ``depth`` documents is a negative in the store) is refused: every negative would be
+    random. Where only some queries have no run negative, a :class:`GroupsWarning` says how
+    many (:attr:`GroupsReport.queries_without_candidates`) and the first.
 
     Items are dicts: ``qid``, ``query``, ``doc_ids`` (relevant first), ``doc_codes``.
     """
@@ -85,6 +113,8 @@ class TrainingGroups:
         min_relevance: int = 1,
         seed: int = 0,
         on_missing: str = "raise",
+        min_judged_stored: float = MIN_JUDGED_STORED,
+        sources: Mapping[str, str] | None = None,
     ) -> None:
         if sampling not in SAMPLING:
             raise ValueError(f"unknown sampling {sampling!r}; choose from {sorted(SAMPLING)}")
@@ -98,6 +128,14 @@ class TrainingGroups:
         self.group_size, self.sampling, self.depth = group_size, sampling, depth
         self.seed, self.epoch = seed, 0
         self._fingerprint: str | None = None
+        self.min_judged_stored = min_judged_stored
+        self.sources = {
+            "queries": "the queries",
+            "qrels": "the qrels",
+            "negatives": "the run",
+            **(sources or {}),
+            "store": repr(store),
+        }
         self._build(queries, qrels, negatives or {}, min_relevance, on_missing)
 
     def _build(
@@ -115,8 +153,10 @@ class TrainingGroups:
         judged_parts: list[npt.NDArray[np.int64]] = []
         cand_parts: list[npt.NDArray[np.int64]] = []
         no_relevant = no_text = missing_judged = missing_run = none_stored = 0
+        no_candidates = not_in_run = judged_pairs = 0
         first_missing = ("", "")  # (query, document) of the first run document not stored
         first_left_out: dict[str, str] = {}  # why a query was left out -> the first such query
+        first: dict[str, tuple[str, ...]] = {}  # a count of the report -> its first ids
         tightest = ("", -1)  # the query with the most relevant documents, and their count
         for qid, judged in qrels.items():
             relevant = [d for d, rel in judged.items() if rel >= min_relevance]
@@ -135,6 +175,7 @@ class TrainingGroups:
                 continue
             judged_ids = list(judged)
             codes = self.store.find_rows(judged_ids)
+            judged_pairs += len(judged_ids)
             absent = [judged_ids[i] for i in np.flatnonzero(codes < 0)]
             if absent:
                 if on_missing == "raise":
@@ -144,6 +185,7 @@ class TrainingGroups:
                         "on_missing='skip' to leave them out"
                     )
                 missing_judged += len(absent)
+                first.setdefault("judged missing", (absent[0], qid))
             is_relevant = np.array([judged[d] >= min_relevance for d in judged_ids])
             relevant_codes = codes[(codes >= 0) & is_relevant]
             if len(relevant_codes) == 0:  # (all of them absent: skipped above)
@@ -154,6 +196,12 @@ class TrainingGroups:
             if missing and not missing_run:
                 first_missing = (qid, missing[0])
             missing_run += len(missing)
+            if not len(run_codes):
+                no_candidates += 1
+                first.setdefault("without candidates", (qid,))
+                if qid not in negatives:
+                    not_in_run += 1
+                    first.setdefault("not in run", (qid,))
             if len(relevant_codes) > tightest[1]:
                 tightest = (qid, len(relevant_codes))
             q = len(qids)
@@ -172,6 +220,24 @@ class TrainingGroups:
         if not pair_query:
             counts = {"no relevant": no_relevant, "no text": no_text, "none stored": none_stored}
             raise ValueError(_nothing_to_train(len(qrels), counts, first_left_out, min_relevance))
+        first.update({why: (q,) for why, q in first_left_out.items()})
+        if missing_run:
+            first["run missing"] = first_missing[::-1]
+        self.report = GroupsReport(
+            len(pair_query),
+            len(qids),
+            no_relevant,
+            no_text,
+            missing_judged,
+            missing_run,
+            none_stored,
+            no_candidates,
+            not_in_run,
+            judged_pairs,
+            first,
+        )
+        self._check_stored(self.report)
+        self._check_candidates(self.report, negatives)
         self._check_group_size(*tightest)
         self.qids, self.query_texts = qids, texts
         text_ids: dict[str, int] = {}  # equal texts of two query ids are one query in a batch
@@ -182,17 +248,55 @@ class TrainingGroups:
         self._pair_doc = np.array(pair_doc, dtype=np.int64)
         self._relevant, self._relevant_off = _ragged(judged_parts)
         self._cands, self._cands_off = _ragged(cand_parts)
-        self.report = GroupsReport(
-            len(pair_query),
-            len(qids),
-            no_relevant,
-            no_text,
-            missing_judged,
-            missing_run,
-            none_stored,
+        said = [_left_out_line(self.report, self.sources, min_relevance)]
+        if self.sampling != "random":
+            said.append(_fallback_line(self.report, self.sources, self.depth))
+        for line in said:
+            if line:
+                warnings.warn(line, GroupsWarning, stacklevel=3)
+
+    def _check_stored(self, report: GroupsReport) -> None:
+        """Refuse a store holding under ``min_judged_stored`` of the judged pairs: one of
+        another collection, sharing a few ids with the qrels by accident."""
+        present = report.judged_pairs - report.judged_missing_from_store
+        if not report.judged_pairs or present >= self.min_judged_stored * report.judged_pairs:
+            return
+        doc, qid = report.first["judged missing"]
+        raise ValueError(
+            f"only {present:,} of {report.judged_pairs:,} judged (query, document) pairs of "
+            f"{self.sources['qrels']} are in {self.sources['store']}, under the "
+            f"{self.min_judged_stored:.0%} a store of the judged collection holds (the first "
+            f"absent: {doc!r} of query {qid!r}): the ids it shares with the qrels are a "
+            "coincidence of two collections: pass the store (--store, --corpus) of the "
+            "collection the qrels (--qrels) judge"
         )
-        if no_relevant or no_text or missing_judged or missing_run or none_stored:
-            warnings.warn(f"TrainingGroups left out: {self.report}", stacklevel=3)
+
+    def _check_candidates(self, report: GroupsReport, run: Mapping[str, Sequence[str]]) -> None:
+        """Under the ``"run"`` policies, refuse a run that gives no query trained on a
+        negative: every negative would be drawn at random, the run's policy in name only."""
+        if self.sampling == "random" or report.queries_without_candidates < report.queries:
+            return
+        name, qrels = self.sources["negatives"], self.sources["qrels"]
+        ours = report.first["without candidates"][0]
+        theirs = next(iter(run), None)
+        if report.queries_not_in_run == report.queries:
+            why = (
+                f"none of the {report.queries:,} judged queries to train on ({qrels}, first "
+                f"{ours!r}) is in {name}, whose {len(run):,} queries are others"
+                + (f" (first {theirs!r})" if theirs is not None else "")
+            )
+        else:
+            why = (
+                f"none of the {report.queries:,} judged queries to train on ({qrels}, first "
+                f"{ours!r}) has a negative in the top {self.depth} of {name}: "
+                f"{report.queries_not_in_run:,} are not in it, the others' documents there "
+                f"are relevant or not in {self.sources['store']}"
+            )
+        raise ValueError(
+            f"sampling={self.sampling!r} takes negatives from the run, but {why}: pass the run "
+            "of these queries (and their collection), or sampling='random' for negatives "
+            "drawn at random from the store"
+        )
 
     def _run_codes(
         self, run: Sequence[str], relevant: npt.NDArray[np.int64]
@@ -330,6 +434,75 @@ class TrainingGroups:
         excluded = np.union1d(relevant, picked) if take else relevant  # sorted, distinct
         rest = _random_excluding(rng, self.doc_count, need - take, excluded)
         return np.concatenate([picked, rest])
+
+
+def _left_out_line(report: GroupsReport, sources: Mapping[str, str], min_relevance: int) -> str:
+    """What the groups left out, in one line ("" for nothing): each count with what it means
+    and its first id, the file that id came from named."""
+    first = report.first
+    said = []
+    if report.queries_without_relevant:
+        said.append(
+            f"{_count(report.queries_without_relevant, 'judged query', 'judged queries')} with "
+            f"no judgement at or above min_relevance={min_relevance} (first "
+            f"{first['no relevant'][0]!r})"
+        )
+    if report.queries_without_text:
+        said.append(
+            f"{_count(report.queries_without_text, 'judged query', 'judged queries')} with no "
+            f"text in {sources['queries']} (first {first['no text'][0]!r})"
+        )
+    if report.judged_missing_from_store:
+        doc, qid = first["judged missing"]
+        said.append(
+            f"{_count(report.judged_missing_from_store, 'judged document')} of "
+            f"{sources['qrels']} not in {sources['store']} (first {doc!r} of query {qid!r})"
+        )
+    if report.queries_without_relevant_in_store:
+        said.append(
+            f"{_count(report.queries_without_relevant_in_store, 'query', 'queries')} with none "
+            f"of its relevant documents in the store (first {first['none stored'][0]!r})"
+        )
+    if report.run_docs_missing_from_store:
+        doc, qid = first["run missing"]
+        said.append(
+            f"{_count(report.run_docs_missing_from_store, 'run document')} of "
+            f"{sources['negatives']} not in the store (first {doc!r} of query {qid!r})"
+        )
+    if not said:
+        return ""
+    return (
+        f"training groups left out {'; '.join(said)}; training on "
+        f"{_count(report.pairs, '(query, relevant document) pair')} of "
+        f"{_count(report.queries, 'query', 'queries')}"
+    )
+
+
+def _fallback_line(report: GroupsReport, sources: Mapping[str, str], depth: int) -> str:
+    """The queries whose run gives no negative, in one line ("" for none): theirs are drawn
+    at random, whatever the policy."""
+    n = report.queries_without_candidates
+    if not n:
+        return ""
+    name, not_in = sources["negatives"], report.queries_not_in_run
+    parts = []
+    if not_in:
+        parts.append(f"{not_in:,} not in it, first {report.first['not in run'][0]!r}")
+    if n - not_in:
+        parts.append(
+            f"{n - not_in:,} whose top {depth} there are relevant or not in the store"
+            + ("" if not_in else f", first {report.first['without candidates'][0]!r}")
+        )
+    return (
+        f"{n:,} of {_count(report.queries, 'query', 'queries')} trained on have no negative in "
+        f"the top {depth} of {name} ({'; '.join(parts)}): their negatives are drawn at random "
+        "from the store"
+    )
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    """``"1 judged document"``, ``"2 judged documents"``."""
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
 
 
 def _nothing_to_train(

@@ -174,7 +174,9 @@ def groups_from_files(
 ) -> TrainingGroups:
     """Training groups from the queries, judgements and (optional) negatives files, with the
     :data:`GROUP_OPTIONS` that ``settings`` has, and the queries TSV's columns where it has
-    ``query_columns``; pairs whose document the store lacks are skipped."""
+    ``query_columns``; pairs whose document the store lacks are skipped (said in one line),
+    a store of under 5% of the judged pairs refused, and under the run policies so is a run
+    that gives no query a negative (:class:`TrainingGroups`)."""
     return read_group_files(queries, qrels, negatives, settings)(store)
 
 
@@ -189,9 +191,14 @@ def read_group_files(
     columns = getattr(settings, "query_columns", None) or QUERY_COLUMNS
     negative_run = read_run(negatives) if negatives else None
     read, judged = read_queries(queries, columns=columns), read_qrels(qrels)
+    sources = {"queries": str(queries), "qrels": str(qrels)}
+    if negatives:
+        sources["negatives"] = str(negatives)
 
     def groups(store: DocStore) -> TrainingGroups:
-        return TrainingGroups(store, read, judged, negative_run, on_missing="skip", **options)
+        return TrainingGroups(
+            store, read, judged, negative_run, on_missing="skip", sources=sources, **options
+        )
 
     return groups
 
