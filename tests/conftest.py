@@ -320,3 +320,18 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def kept_model(out: Path, summary: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """``out/model`` as a training run keeps it (weights, config, meta.json last), checked
+    against the run's summary; the folder and its config."""
+    import json
+
+    folder = out / "model"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json",
+        "meta.json",
+        "model.safetensors",
+    ]
+    assert summary["model_dir"] == str(folder)
+    return folder, json.loads((folder / "config.json").read_text())

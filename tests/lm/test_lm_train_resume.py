@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import word_corpus
+from conftest import kept_model, word_corpus
 
 pytest.importorskip("tokenizers")
 
@@ -134,14 +134,7 @@ def test_the_trained_model_is_kept_in_out_model_and_loads_back(
     out = tmp_path / "run"
     extra = {"heads": 2, "hidden": 256} if arch == "gpt" else {}  # (hidden: lstm)
     summary = train.train_lm(config(corpus, out, steps=3, arch=arch, **extra))
-    folder = out / "model"
-    assert sorted(p.name for p in folder.iterdir()) == [
-        "config.json",
-        "meta.json",
-        "model.safetensors",
-    ]
-    assert summary["model_dir"] == str(folder)
-    saved = json.loads((folder / "config.json").read_text())
+    folder, saved = kept_model(out, summary)
     assert saved["arch"] == arch and saved["vocab_size"] > 0
     monkeypatch.undo()
     loaded = train.load_lm(folder)

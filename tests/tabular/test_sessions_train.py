@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conftest import kept_model
+
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 torch = pytest.importorskip("torch")
@@ -194,7 +196,6 @@ def test_the_trained_model_is_kept_in_out_model_and_loads_back(
     """Before, without --checkpoint-every OUT held only log.jsonl and summary.json. Now
     OUT/model holds model.safetensors and config.json (what rebuilds the model), named in
     the summary; the model loaded back computes what the trained one does."""
-    import json
 
     import lading.tabular.train as train
 
@@ -208,14 +209,7 @@ def test_the_trained_model_is_kept_in_out_model_and_loads_back(
     monkeypatch.setattr(train, "NextItemTransformer", making)
     out = tmp_path / "run"
     summary = train.train_sessions(train.SessionsConfig(data=days[0], out=out, **TINY))
-    folder = out / "model"
-    assert sorted(p.name for p in folder.iterdir()) == [
-        "config.json",
-        "meta.json",
-        "model.safetensors",
-    ]
-    assert summary["model_dir"] == str(folder)
-    saved = json.loads((folder / "config.json").read_text())
+    folder, saved = kept_model(out, summary)
     assert saved["num_items"] == summary["num_items"] and saved["dim"] == 8
     monkeypatch.undo()
     loaded = train.load_sessions_model(folder)
