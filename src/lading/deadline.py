@@ -28,22 +28,31 @@ _silence_said: dict[str, float] = {}  # endpoint -> when its line was last print
 _silence_lock = threading.Lock()  # held for a dict update only
 
 
+def env_seconds(name: str, default: float) -> float:
+    """The seconds the environment variable ``name`` sets, else ``default`` (unset or empty).
+
+    Raises:
+        ValueError: naming the variable, where it is not a number above 0.
+    """
+    env = os.environ.get(name, "").strip()
+    if not env:
+        return default
+    try:
+        value = float(env)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{name}={env!r}: expected seconds > 0, e.g. 20 or 2.5")
+    return value
+
+
 def remote_timeout() -> float:
     """``$LADING_REMOTE_TIMEOUT`` (seconds a remote call may take per attempt), else 20.
 
     Raises:
         ValueError: the variable is not a positive number.
     """
-    env = os.environ.get(TIMEOUT_ENV)
-    if not env:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(env)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"{TIMEOUT_ENV}={env!r}: expected seconds > 0, e.g. 20 or 2.5")
-    return value
+    return env_seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT)
 
 
 @dataclass(frozen=True)

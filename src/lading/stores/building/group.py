@@ -20,7 +20,6 @@ exits while another still reads it).
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sys
 import time
@@ -29,6 +28,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from lading.deadline import env_seconds
 from lading.errors import StoreFormatError
 from lading.stores.building.parallel import (
     derive_build_id,
@@ -47,17 +47,12 @@ _POLL_S = 1.0  # the longest sleep between two looks at the store
 
 
 def build_timeout() -> float:
-    """Seconds a rank waits for another's build: ``LADING_BUILD_TIMEOUT_S``, else a day."""
-    value = os.environ.get(TIMEOUT_VAR, "").strip()
-    if not value:
-        return DEFAULT_TIMEOUT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise ValueError(f"{TIMEOUT_VAR}={value!r}: give the seconds to wait, a number above 0")
-    return seconds
+    """Seconds a rank waits for another's build: ``LADING_BUILD_TIMEOUT_S``, else a day.
+
+    Raises:
+        ValueError: the variable is not a positive number.
+    """
+    return env_seconds(TIMEOUT_VAR, DEFAULT_TIMEOUT_S)
 
 
 def build_in_group(build: Callable[[], str], dest: Path, shared: bool) -> PackedStore:
