@@ -335,3 +335,22 @@ def kept_model(out: Path, summary: dict[str, Any]) -> tuple[Path, dict[str, Any]
     ]
     assert summary["model_dir"] == str(folder)
     return folder, json.loads((folder / "config.json").read_text())
+
+
+RERANK_WORDS = [f"w{i}" for i in range(40)]
+
+
+def tiny_reranker(tmp: Path) -> dict[str, Any]:
+    """A store of 12 documents of :data:`RERANK_WORDS`, a WordPiece tokenizer trained on them
+    (``tok.json``) and a 2-layer BERT cross-encoder, in ``tmp`` (``tmp`` itself under "tmp")."""
+    import lading
+    from lading.ir.model import CrossEncoder, tiny_bert_config
+    from lading.stores.tokens import save_tokenizer, train_tokenizer
+
+    words = RERANK_WORDS
+    texts = [" ".join(words[(i * 7 + j) % 40] for j in range(20)) for i in range(12)]
+    docs = write(tmp / "docs.tsv", "".join(f"d{i}\t{t}\n" for i, t in enumerate(texts)))
+    tokenizer = save_tokenizer(train_tokenizer(texts, "wordpiece", 200), tmp / "tok.json")
+    store = lading.build_store(docs, tmp / "store", progress=False)
+    model = CrossEncoder.from_config(tiny_bert_config(200, 128))
+    return {"store": store, "tokenizer": tokenizer, "model": model, "tmp": tmp}

@@ -9,29 +9,19 @@ from typing import Any
 
 import pytest
 
-import lading
-from conftest import write
+from conftest import RERANK_WORDS, tiny_reranker, write
 from lading.errors import SkippedRecordsWarning
 from lading.ir import TrainingGroups, rerank
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")
-WORDS = [f"w{i}" for i in range(40)]
+WORDS = RERANK_WORDS
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A store of 12 documents, a WordPiece tokenizer trained on them, a 2-layer BERT."""
-    from lading.ir.model import CrossEncoder, tiny_bert_config
-    from lading.stores.tokens import save_tokenizer, train_tokenizer
-
-    tmp = tmp_path_factory.mktemp("rerank")
-    texts = [" ".join(WORDS[(i * 7 + j) % 40] for j in range(20)) for i in range(12)]
-    docs = write(tmp / "docs.tsv", "".join(f"d{i}\t{t}\n" for i, t in enumerate(texts)))
-    tokenizer = save_tokenizer(train_tokenizer(texts, "wordpiece", 200), tmp / "tok.json")
-    store = lading.build_store(docs, tmp / "store", progress=False)
-    model = CrossEncoder.from_config(tiny_bert_config(200, 128))
-    return {"store": store, "tokenizer": tokenizer, "model": model, "tmp": tmp}
+    return tiny_reranker(tmp_path_factory.mktemp("rerank"))
 
 
 def test_a_run_document_not_in_the_store_is_named_or_skipped_and_counted(

@@ -7,31 +7,21 @@ from pathlib import Path
 
 import pytest
 
-import lading
-from conftest import write
+from conftest import tiny_reranker, write
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")
 pytest.importorskip("ir_measures")
-WORDS = [f"w{i}" for i in range(40)]
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A store of 12 documents and a model folder (2-layer BERT, WordPiece tokenizer)."""
-    from lading.ir.model import CrossEncoder, tiny_bert_config
-    from lading.stores.tokens import save_tokenizer, train_tokenizer
-
-    tmp = tmp_path_factory.mktemp("rerank_checks")
-    texts = [" ".join(WORDS[(i * 7 + j) % 40] for j in range(20)) for i in range(12)]
-    docs = write(tmp / "docs.tsv", "".join(f"d{i}\t{t}\n" for i, t in enumerate(texts)))
-    store = lading.build_store(docs, tmp / "store", progress=False)
-    folder = tmp / "model"
-    CrossEncoder.from_config(tiny_bert_config(200, 128)).save(
-        folder, {"max_length": 64, "max_query_length": 16}
-    )
-    save_tokenizer(train_tokenizer(texts, "wordpiece", 200), folder / "tokenizer.json")
-    return {"store": store.path, "model": folder}
+    tiny = tiny_reranker(tmp_path_factory.mktemp("rerank_checks"))
+    folder = tiny["tmp"] / "model"
+    tiny["model"].save(folder, {"max_length": 64, "max_query_length": 16})
+    (folder / "tokenizer.json").write_bytes(Path(tiny["tokenizer"]).read_bytes())
+    return {"store": tiny["store"].path, "model": folder}
 
 
 def _rerank(model: dict[str, Path], tmp: Path, run: str, qrels: str, *extra: str) -> list[str]:
