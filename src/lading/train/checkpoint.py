@@ -166,23 +166,35 @@ def save(state: dict[str, Any], directory: str | os.PathLike[str]) -> None:
     (a full-size ``checkpoint.tmp-<pid>-*``; a checkpoint a publish renamed aside) is swept or
     put back first (:func:`lading.disk.remove_dead_temps`), a live process's left alone.
     """
-    dest = Path(directory)
     tensors: dict[str, torch.Tensor] = {}
     skeleton = _flatten(state, tensors)
+    meta = {"format": FORMAT_NAME, "version": current_version(FORMAT_NAME)}
+    publish_tensors(
+        Path(directory), tensors, "tensors.safetensors", {"state.json": json.dumps(skeleton)}, meta
+    )
+
+
+def publish_tensors(
+    dest: Path,
+    tensors: dict[str, torch.Tensor],
+    tensor_file: str,
+    texts: dict[str, str],
+    meta: dict[str, Any],
+) -> None:
+    """Replace the folder ``dest`` with ``tensors`` (safetensors, as ``tensor_file``), each
+    text of ``texts`` by its file name and ``meta.json`` last, every file fsynced, published
+    under ``dest``'s build lock: what writes killed before left beside it is swept or put back
+    first (:func:`lading.disk.remove_dead_temps`), a live process's left alone, and a write
+    killed midway leaves the previous folder (or none), never a part that loads."""
     dest.parent.mkdir(parents=True, exist_ok=True)  # for the lock
     with build_lock(dest):
         remove_dead_temps(dest)
-        _write(skeleton, tensors, dest)
-
-
-def _write(skeleton: Any, tensors: dict[str, torch.Tensor], dest: Path) -> None:
-    """The checkpoint's files into a scratch directory, ``meta.json`` last, then published."""
-    with scratch(dest) as tmp:  # a full disk: OutOfSpaceError, the old checkpoint kept
-        _save_tensors(tensors, tmp / "tensors.safetensors")
-        write_file(tmp / "state.json", json.dumps(skeleton).encode())
-        meta = {"format": FORMAT_NAME, "version": current_version(FORMAT_NAME)}
-        write_file(tmp / "meta.json", json.dumps(meta).encode())
-        publish(tmp, dest)  # every file on disk first: the publish removes the previous one
+        with scratch(dest) as tmp:  # a full disk: OutOfSpaceError, the old folder kept
+            _save_tensors(tensors, tmp / tensor_file)
+            for name, text in texts.items():
+                write_file(tmp / name, text.encode())
+            write_file(tmp / "meta.json", json.dumps(meta).encode())
+            publish(tmp, dest)  # every file on disk first: the publish removes the previous one
 
 
 def recover(directory: str | os.PathLike[str]) -> None:

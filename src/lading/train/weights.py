@@ -16,9 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from lading.disk import build_lock, publish, remove_dead_temps, scratch, write_file
 from lading.disk.atomic import refuse_to_replace
-from lading.train.checkpoint import _save_tensors
+from lading.train.checkpoint import publish_tensors
 
 FORMAT_NAME = "lading.train.model"
 VERSION = 1
@@ -44,15 +43,8 @@ def save_model(model: nn.Module, directory: str | os.PathLike[str], config: dict
     dest = Path(directory)
     # copies of their own: tied weights share storage, which safetensors refuses to write
     tensors = {k: v.detach().cpu().clone().contiguous() for k, v in model.state_dict().items()}
-    dest.parent.mkdir(parents=True, exist_ok=True)  # for the lock
-    with build_lock(dest):
-        remove_dead_temps(dest)
-        with scratch(dest) as tmp:
-            _save_tensors(tensors, tmp / MODEL_FILE)
-            write_file(tmp / CONFIG_FILE, json.dumps(config, indent=2).encode())
-            meta = {"format": FORMAT_NAME, "version": VERSION}
-            write_file(tmp / META_FILE, json.dumps(meta).encode())  # last: the folder is whole
-            publish(tmp, dest)
+    texts = {CONFIG_FILE: json.dumps(config, indent=2)}
+    publish_tensors(dest, tensors, MODEL_FILE, texts, {"format": FORMAT_NAME, "version": VERSION})
     return dest
 
 
