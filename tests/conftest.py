@@ -8,7 +8,9 @@ import multiprocessing.util
 import os
 import random
 import shutil
+import signal
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -150,6 +152,24 @@ def write(path: Path, content: str | bytes) -> Path:
         content = content.encode("utf-8")
     path.write_bytes(content)
     return path
+
+
+def wait_child(pid: int, timeout: float = 60.0) -> int:
+    """The exit code of forked child ``pid``, waited for at most ``timeout`` seconds: a child
+    still running then is hung; it is sent SIGABRT (the faulthandler pytest enabled, inherited,
+    prints where it waits on stderr), reaped, and the test fails saying so (a bare ``waitpid``
+    on a hung child held a CI run until its 90 minutes were out)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGABRT)
+    time.sleep(2.0)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"the forked child {pid} was still running after {timeout:.0f} s: hung")
 
 
 @pytest.fixture

@@ -14,6 +14,11 @@ with the stage they belong to; this module is the only place that hooks ``fork()
   After it, in the parent, it is released; in the child, which has no threads, every
   registered owner's ``forked()`` drops its per-process state (threads, queues, GETs in flight,
   connections), made again on first use: a carried read-ahead pass builds from its cursor.
+  What an owner drops there it hands to :func:`carry` first, and the child never frees it:
+  a destructor run in the child meets the parent's state without its threads. obstore's
+  client, freed there, waited for ever on a lock its runtime's threads held at the fork (a
+  fresh-clone CI run's forked child hung 80 minutes at the line that dropped it), and an
+  SQLite connection closed there would act on a WAL the parent still writes.
 - **exit**: one hook, in stage order (at ``atexit``; in a ``multiprocessing`` child, such as a
   DataLoader worker, which ends by ``os._exit`` past ``atexit``, as one of its finalizers: else
   a worker's last figures, claims and GETs were dropped with it): read-ahead threads stop first
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import multiprocessing
 import multiprocessing.util
 import os
@@ -88,6 +94,23 @@ class Gate:
 
 
 SQLITE = Gate()
+# A forked child's copies of its parent's per-process objects: held for the child's life, and
+# past it (one reference more than the list's owners, so not even the interpreter's end frees
+# them: a process forked by hand may exit through it).
+_CARRIED: list[object] = []
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_CARRIED))
+
+
+def carry(*objects: object) -> None:
+    """In a forked child, keep ``objects`` (the parent's: a client, a loop, connections, GETs
+    in flight) from ever being freed here, where what they belong to is gone (module doc).
+    None is skipped: an owner's ``forked()`` that also makes its first state carries nothing
+    then."""
+    kept = tuple(o for o in objects if o is not None)
+    if kept:
+        _CARRIED.append(kept)
+
+
 _OWNERS: dict[str, weakref.WeakSet[Owner]] = {stage: weakref.WeakSet() for stage in STAGES}
 
 

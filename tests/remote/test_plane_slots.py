@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import lading
-from conftest import files_open_under, write
+from conftest import files_open_under, wait_child, write
 from lading.remote.slots import NodeSlots
 
 
@@ -72,8 +72,7 @@ def test_a_forked_child_closes_its_copies_and_the_parents_lock_holds(tmp_path: P
                 os.close(fd)
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0  # 3: copies kept; 4: the lock went
+    assert wait_child(pid) == 0  # 3: copies kept; 4: the lock went
     slots.release(held)
     slots.close()
     assert _slot_files(tmp_path) == []

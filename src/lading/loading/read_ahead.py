@@ -48,7 +48,7 @@ from typing import Any
 from lading.deadline import remote_timeout
 from lading.loading.state import Cursor
 from lading.remote.cancel import Cancel, reading_for
-from lading.threads import register
+from lading.threads import carry, register
 
 _DONE = object()  # the thread's batches ran out
 EPOCH_END = object()  # between one epoch's batches and the next's (Carried)
@@ -230,7 +230,8 @@ class Carried:
     def forked(self) -> None:
         """In a forked child the thread is gone: the pass goes on from :attr:`at`, built by
         a thread of the child's own (the parent's queue and batches built ahead are not
-        taken: their locks may have been held at the fork)."""
+        taken: their locks may have been held at the fork; carried, never freed here)."""
+        carry(self.built)
         self.built = BuiltAhead(epochs_from(copy.copy(self.at), self._epoch), self._depth)
 
     def close(self, cancel: bool = False) -> None:

@@ -62,7 +62,7 @@ from lading.remote.objects import (
     describe,
 )
 from lading.remote.slots import NodeSlots
-from lading.threads import register
+from lading.threads import carry, register
 
 T = TypeVar("T")
 
@@ -539,7 +539,9 @@ class Fetcher:
     def forked(self) -> None:
         """In a forked child: the parent's client, GETs and slots are not this process's;
         a client is made again on first use, and the counts start at zero (the parent tells
-        the node its own: kept here, the child told them again)."""
+        the node its own: kept here, the child told them again). The parent's are carried,
+        never freed here (:func:`lading.threads.carry`)."""
+        carry(self._client, self._slots, self._unsettled, self._checked, self._runs, self._lock)
         self.gets = self.bytes_fetched = self.retried = 0
         self._lock = threading.Lock()
         self._client, self._slots, self._unsettled, self._checked = None, None, set(), {}

@@ -29,7 +29,7 @@ import time
 import weakref
 from typing import Any
 
-from lading.threads import register
+from lading.threads import carry, register
 
 _JOIN_S = 5.0
 
@@ -73,6 +73,9 @@ class _Owner:
         register(self, "loop")
 
     def forked(self) -> None:
+        """No loop and no thread (a forked child's: the parent's loop is carried, never
+        freed, :func:`lading.threads.carry`; its tasks hold the parent's calls)."""
+        carry(getattr(self, "loop", None), getattr(self, "thread", None), self.clients)
         self._lock = threading.Lock()
         self.loop: FetchLoop | None = None
         self.thread: threading.Thread | None = None

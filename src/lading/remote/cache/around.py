@@ -23,6 +23,7 @@ import threading
 from collections.abc import Sequence
 
 from lading.remote.fetch import Fetcher, Future
+from lading.threads import carry
 
 Key = tuple[int, int, int]  # object id, start, end
 
@@ -85,6 +86,8 @@ class AroundGets:
 
     def forked(self) -> None:
         """In a forked child: the parent's GETs in flight never settle here (their ranges are
-        read again when asked); those answered before the fork hold their bytes."""
+        read again when asked); those answered before the fork hold their bytes. The parent's
+        are carried, never freed here."""
+        carry(self._held)
         self._lock = threading.Lock()
         self._held = {k: held for k, held in self._held.items() if held[0].done()}

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from lading.errors import LadingError
+from lading.threads import carry
 
 _BATCH = 1024  # finished GETs filled in one transaction at the most
 _JOIN_S = 5.0  # how long close() waits for the thread's last transaction
@@ -76,7 +77,9 @@ class Filler:
         self.forked()
 
     def forked(self) -> None:
-        """A fresh queue and no thread (a forked child's: the parent's thread is not here)."""
+        """A fresh queue and no thread (a forked child's: the parent's thread is not here;
+        its queue and thread are carried, never freed here)."""
+        carry(getattr(self, "_queue", None), getattr(self, "_thread", None))
         self._queue: queue.SimpleQueue[Fill | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()

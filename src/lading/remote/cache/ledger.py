@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 from lading.errors import LadingError, OutOfSpaceError
 from lading.remote.cache.folder import LEDGER_FILE
 from lading.remote.cache.regions import Layout
-from lading.threads import SQLITE
+from lading.threads import SQLITE, carry
 
 FORMAT = 6  # 6: blocks keyed by place; 5: unpinned fills marked; 4: a CRC32 a block; 3: none;
 # 2: blocks as BLOBs (a ledger of another format is set aside: a 4's blocks may hold unpinned
@@ -189,7 +189,9 @@ class Ledger:
         return conn
 
     def forked(self) -> None:
-        """In a forked child: the parent's connections are not this process's to use."""
+        """In a forked child: the parent's connections are not this process's to use, nor to
+        close (a close acts on the WAL the parent writes): carried, never freed."""
+        carry(self._local)
         self._local = threading.local()
 
     def trim(self) -> None:

@@ -35,7 +35,7 @@ from lading.remote.cache.ledger import FORMAT, TABLES, Ledger, folder_reset, sam
 from lading.remote.cache.owners import Owner
 from lading.remote.cache.regions import DataFile, Layout
 from lading.remote.fetch import Future
-from lading.threads import SQLITE, register
+from lading.threads import SQLITE, carry, register
 
 VERIFIED = 1 << 18  # blocks a process remembers as intact (~15 MB; past it, checked anew)
 COUNT_S = 1.0  # this process's figures reach the node's at most this often (and at close)
@@ -107,7 +107,9 @@ class Node:
         )
 
     def forked(self) -> None:
-        """Per-process state, new in a forked child (the parent's GETs are not its own)."""
+        """Per-process state, new in a forked child (the parent's GETs are not its own: carried,
+        never freed here)."""
+        carry(getattr(self, "inflight", None))
         self.lock = threading.Lock()  # guards what follows; never held across I/O or a wait
         self.inflight: dict[tuple[int, int], Flight] = {}
         self._ended: dict[tuple[int, int], int] = {}  # filled before in flight: its end
