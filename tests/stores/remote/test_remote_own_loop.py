@@ -30,8 +30,11 @@ def _store(bucket: str, tmp_path: Path) -> tuple[str, list[str]]:
 
 
 def _epochs(url: str, ids: list[str], cache: Path, ahead: int) -> list[int]:
-    """GETs of each of 3 epochs: each epoch planned at its start (that epoch only), each step
-    announcing the next ``ahead`` batches, then reading its own."""
+    """GETs of each of 3 epochs that fetched a document's bytes: each epoch planned at its
+    start (that epoch only), each step announcing the next ``ahead`` batches, then reading its
+    own. A one-byte GET is no document's: it confirms blocks filled by unpinned GETs whose
+    object's last check was sent before their bytes came (``lading.remote.fetch``'s pinning),
+    which under load (a CI run at a load of 10) falls in epoch 2 or 3 in 5 runs of 25."""
     rng = random.Random(2)
     store = lading.open_store(url, cache=cache, cache_bytes="64M")
     gets = []
@@ -40,13 +43,15 @@ def _epochs(url: str, ids: list[str], cache: Path, ahead: int) -> list[int]:
         rng.shuffle(order)
         batches = [order[i : i + 10] for i in range(0, DOCS, 10)]
         store.plan(batches, first_step=step_of(epoch, 0))
-        before = store.cache_stats()["gets"]
+        before = store.cache_stats()
         for j, batch in enumerate(batches):
             store.prefetch(batches[j : j + ahead], first_step=step_of(epoch, j))
             got = store.get_many(batch, step=step_of(epoch, j))
             assert all(t.startswith(f"T{d[1:]} ") for t, d in zip(got, batch))
         store._columns.cache.drain(30)
-        gets.append(store.cache_stats()["gets"] - before)
+        after = store.cache_stats()
+        sent, fetched = (after[k] - before[k] for k in ("gets", "bytes_fetched"))
+        gets.append(sent if fetched > sent else 0)  # (some bytes a GET: a document's)
     store.close()
     return gets
 
