@@ -38,6 +38,35 @@ CREDENTIALS = (
     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), storage_options "
     "(key/secret), an instance role"
 )
+# the family of each scheme whose clients read credentials and an endpoint from the environment
+_FAMILY = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "az"}
+_FAMILY.update({"abfss": "az", "adl": "az", "azure": "az"})
+# where each family's clients look for credentials (obstore's variables, as its docs name them)
+_CREDENTIALS = {
+    "s3": CREDENTIALS,
+    "gs": "GOOGLE_APPLICATION_CREDENTIALS (or GOOGLE_SERVICE_ACCOUNT, "
+    "GOOGLE_SERVICE_ACCOUNT_KEY), storage_options (service_account_key; gcsfs: token), "
+    "gcloud's application-default login, the instance's service account",
+    "az": "AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN "
+    "(or AZURE_CLIENT_ID, AZURE_CLIENT_SECRET and AZURE_TENANT_ID), storage_options "
+    "(account_name with account_key or sas_key; adlfs: sas_token), a managed identity",
+}
+# where each family's endpoint is set: the variables each backend reads, first set wins
+ENDPOINT_VARS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("s3", "obstore"): ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"),
+    ("s3", "fsspec"): ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),  # botocore's
+    ("gs", "obstore"): ("GOOGLE_BASE_URL",),
+    ("gs", "fsspec"): ("STORAGE_EMULATOR_HOST",),  # gcsfs's
+    ("az", "obstore"): ("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT"),
+}
+_SET_ENDPOINT = {
+    "s3": "AWS_ENDPOINT_URL, storage_options endpoint_url",
+    "gs": "GOOGLE_BASE_URL (gcsfs: STORAGE_EMULATOR_HOST), storage_options base_url",
+    "az": "AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ENDPOINT, storage_options account_name",
+}
+_ENDPOINT_OPTIONS = ("endpoint_url", "endpoint", "aws_endpoint", "base_url", "account_url")
+# schemes whose URL names the server itself (scheme://host:port/path): that is the endpoint
+_HOST_SCHEMES = ("http", "https", "ftp", "sftp", "ssh", "smb", "hdfs", "webhdfs", "webdav")
 # asked for keys when nothing else gave them: a refusal or an error there means none were found
 _NO_KEYS = ("NoCredentialsError", "PartialCredentialsError")  # botocore's, by name
 _METADATA = ("169.254.169.254", "/latest/api/token", "/latest/meta-data")
@@ -49,6 +78,41 @@ def public_endpoint(endpoint: str) -> str:
     scheme, sep, rest = endpoint.partition("://")
     host = rest.rsplit("@", 1)[-1] if sep else endpoint.rsplit("@", 1)[-1]
     return f"{scheme}{sep}{host}" if sep else host
+
+
+def endpoint_of(url: str, options: Mapping[str, Any] | None = None, backend: str = "fsspec") -> str:
+    """Where a ``backend`` client's calls for ``url`` go, for messages (no credentials in it;
+    ``""`` for the backend's default): the endpoint option given, else the variable that
+    backend reads for the URL's scheme (``AWS_ENDPOINT_URL`` for s3:// only,
+    ``GOOGLE_BASE_URL`` for gs://, ``AZURE_STORAGE_ENDPOINT`` for az://), else the URL's own
+    host for a scheme that names one (``http://host:port``, ``ftp://host``)."""
+    options = options or {}
+    kwargs = options.get("client_kwargs")
+    given = next((options[k] for k in _ENDPOINT_OPTIONS if options.get(k)), None) or (
+        kwargs.get("endpoint_url") if isinstance(kwargs, Mapping) else None
+    )
+    if given:
+        return public_endpoint(str(given))
+    scheme, _, rest = url.partition("://")
+    family = _FAMILY.get(scheme.lower())
+    if family is not None:
+        names = ENDPOINT_VARS.get((family, backend), ())
+        return public_endpoint(next((os.environ[v] for v in names if os.environ.get(v)), ""))
+    host = rest.split("/", 1)[0]
+    return public_endpoint(f"{scheme}://{host}") if scheme in _HOST_SCHEMES and host else ""
+
+
+def _family(url: str) -> str | None:
+    return _FAMILY.get(url.partition("://")[0].lower())
+
+
+def credentials_for(url: str) -> str:
+    """Where the clients of ``url``'s scheme look for credentials (for a message)."""
+    family = _family(url)
+    if family is not None:
+        return _CREDENTIALS[family]
+    scheme = url.partition("://")[0]
+    return f"the storage_options of fsspec's {scheme}:// filesystem (user and password, headers)"
 
 
 # schemes whose URL is bucket/key: an empty segment names nothing (file:///x is a path)
@@ -103,23 +167,37 @@ def denied(url: str, key: str, endpoint: str, said: str) -> RemoteAccessError:
     """The one line of a call the server refused (401/403), or made without credentials:
     where credentials come from and the bucket's policy; a refusal is never retried."""
     # (a 401 with keys set says "lacked valid authentication credentials": refused, not none)
+    family, looked = _family(url), credentials_for(url)
     if any(m in said for m in _METADATA) or said == NO_CREDENTIALS:
+        public = ""
+        if family is not None:
+            noun = "container" if family == "az" else "bucket"
+            public = f", or for a public {noun} pass storage_options={{'skip_signature': True}}"
         return RemoteAccessError(
-            f"{_where(url, key, endpoint)}: no credentials found (looked in {CREDENTIALS}); "
-            "set them, or for a public bucket pass storage_options={'skip_signature': True}"
+            f"{_where(url, key, endpoint)}: no credentials found (looked in {looked}); "
+            f"set them{public}"
         )
+    if family is None:
+        return RemoteAccessError(
+            f"{_where(url, key, endpoint)}: access denied ({said}); check the credentials "
+            f"({looked})"
+        )
+    noun = "container" if family == "az" else "bucket"
     return RemoteAccessError(
         f"{_where(url, key, endpoint)}: access denied ({said}); check the credentials "
-        f"({CREDENTIALS}) and the bucket's policy for {bucket_of(url)!r}"
+        f"({looked}) and the {noun}'s policy for {bucket_of(url)!r}"
     )
 
 
 def no_bucket(url: str, endpoint: str) -> RemoteNotFoundError:
     """The one line of a call to a bucket that is not there."""
+    family = _family(url)
+    noun = "container" if family == "az" else "bucket"
+    setting = f" ({_SET_ENDPOINT[family]})" if family is not None else ""
     return RemoteNotFoundError(
-        f"{url}: bucket {bucket_of(url)!r} does not exist at "
-        f"{endpoint or 'the default endpoint'}; check the URL and the endpoint "
-        "(AWS_ENDPOINT_URL, storage_options endpoint_url), or create the bucket"
+        f"{url}: {noun} {bucket_of(url)!r} does not exist at "
+        f"{endpoint or 'the default endpoint'}; check the URL and the endpoint{setting}, or "
+        f"create the {noun}"
     )
 
 
@@ -182,6 +260,17 @@ def filesystem(
         options["config_kwargs"] = config
     try:
         fs, root = url_to_fs(url.rstrip("/"), **options)
+    except OSError as e:  # a filesystem that connects when made (ftp://, sftp://, ...)
+        said = f"{type(e).__name__}: {_first(e)}"
+        if isinstance(e, PermissionError):
+            raise denied(url, "", endpoint_of(url, options), said) from e
+        if isinstance(e, FileNotFoundError):
+            raise RemoteNotFoundError(f"{doing} {url}: {said}; check the URL") from e
+        host = public_endpoint(url.partition("://")[2].split("/", 1)[0])
+        raise RemoteReadError(
+            f"{doing} {url}: could not reach {host} ({said}); check the host name and port "
+            "in the URL, that the server is up and reachable from here, and the storage_options"
+        ) from e
     except ImportError as e:  # fsspec's own words ("Install s3fs to access S3") name no extra
         raise ImportError(
             f"{doing} {url} needs fsspec's filesystem for it ({e}). To install: pip install "
@@ -204,10 +293,7 @@ class RemoteDir:
     ) -> None:
         self.deadline = Deadline(remote_timeout() if timeout is None else float(timeout), retries)
         self.timeout, self.url = self.deadline.timeout, url.rstrip("/")
-        endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(
-            "endpoint_url"
-        )
-        self.endpoint = public_endpoint(str(endpoint or os.environ.get("AWS_ENDPOINT_URL", "")))
+        self.endpoint = endpoint_of(self.url, options, "fsspec")
         # one attempt each: ours are the retries (botocore's 4 of a 503, with its backoff,
         # spent a whole attempt's time inside it)
         self.options = dict(options)  # their names only ever printed

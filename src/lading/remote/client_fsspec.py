@@ -16,12 +16,11 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from lading.disk.remote import filesystem
+from lading.disk.remote import endpoint_of, filesystem
 from lading.remote import objects
 from lading.remote.objects import ObjectInfo, PermanentError
 
@@ -39,12 +38,8 @@ class FsspecClient:
         # botocore's own timeouts bound a request the fetcher gave up on; the fetcher's
         # asyncio timeout is the deadline callers see
         self.fs, self.root = filesystem(self.url, options, timeout, "reading")
-        from lading.remote.client_obstore import public_endpoint
-
-        endpoint = options.get("endpoint_url") or (options.get("client_kwargs") or {}).get(
-            "endpoint_url"
-        )
-        self.endpoint = public_endpoint(str(endpoint or os.environ.get("AWS_ENDPOINT_URL", "")))
+        # the scheme's own: AWS_ENDPOINT_URL for s3:// only, an http:// URL's host, ...
+        self.endpoint = endpoint_of(self.url, options, "fsspec")
 
     def __repr__(self) -> str:
         return f"FsspecClient({self.url!r}, endpoint={self.endpoint!r})"  # never the options

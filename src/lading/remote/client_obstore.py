@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from lading.disk.remote import public_endpoint as public_endpoint  # (fsspec's uses it too)
+from lading.disk.remote import endpoint_of
 from lading.errors import RemoteURLError, missing_package
 from lading.remote.objects import (
     ObjectInfo,
@@ -41,11 +41,57 @@ from lading.remote.objects import (
 )
 from lading.threads import register
 
+if TYPE_CHECKING:
+    from lading.remote.client_fsspec import FsspecClient
+
 T = TypeVar("T")
 SCHEMES: tuple[str, ...] = ("az", "gs", "s3", "s3a")
+_FAMILY = {"s3a": "s3"}  # a scheme whose keys and variables are another's
+_FSSPEC_PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "az": "adlfs"}  # fsspec's for each scheme
 # fsspec-style option names users already pass to `lading stage -o` -> obstore config keys
 _ALIASES = {"endpoint_url": "endpoint", "key": "access_key_id", "secret": "secret_access_key"}
-_ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT")
+# each scheme's config keys a message suggests, and what it needs from the environment
+_KEYS = {
+    "s3": "endpoint, region, access_key_id, secret_access_key, skip_signature",
+    "gs": "service_account, service_account_key, application_credentials, base_url, skip_signature",
+    "az": "account_name, account_key, sas_key, endpoint, use_emulator, skip_signature",
+}
+_NEEDS = {
+    "s3": "check the AWS variables it read (AWS_REGION, AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, "
+    "...), or pass storage_options (region, endpoint, access_key_id, ...)",
+    "gs": "check the GOOGLE variables it read (GOOGLE_APPLICATION_CREDENTIALS, "
+    "GOOGLE_SERVICE_ACCOUNT, GOOGLE_SERVICE_ACCOUNT_KEY, ...), or pass storage_options "
+    "(service_account_key, application_credentials, ...)",
+    "az": "set AZURE_STORAGE_ACCOUNT_NAME (with AZURE_STORAGE_ACCOUNT_KEY or "
+    "AZURE_STORAGE_SAS_TOKEN), or pass storage_options account_name (with account_key or "
+    "sas_key)",
+}
+# obstore's config keys -> fsspec's storage options, for the fallback of a key obstore cannot
+# name (its other keys have no plain fsspec twin: such a client gets no fallback)
+_TO_FSSPEC: dict[str, dict[str, str]] = {
+    "s3": {
+        "endpoint": "endpoint_url",
+        "aws_endpoint": "endpoint_url",
+        "access_key_id": "key",
+        "aws_access_key_id": "key",
+        "secret_access_key": "secret",
+        "aws_secret_access_key": "secret",
+        "session_token": "token",
+        "aws_session_token": "token",
+        "token": "token",
+        "region": "region",
+        "aws_region": "region",
+        "skip_signature": "anon",
+        "aws_skip_signature": "anon",
+    },
+    "gs": {
+        "service_account": "token",
+        "service_account_path": "token",
+        "application_credentials": "token",
+        "skip_signature": "anon",
+    },
+    "az": {"account_name": "account_name", "account_key": "account_key", "sas_key": "sas_token"},
+}
 UPLOAD_CHUNK = 64 << 20  # bytes a part of a multipart upload: 20 parts for 1.2 GB, not 240
 
 
@@ -97,9 +143,10 @@ class ObstoreClient:
         self.url = url.rstrip("/")
         self._pending: set[asyncio.Future[Any]] = set()  # obstore calls not yet ended
         config = {_ALIASES.get(k, k): v for k, v in (options or {}).items()}
-        endpoint = str(config.get("endpoint") or _env_endpoint())
-        self.endpoint = public_endpoint(endpoint)
-        client: dict[str, Any] = {"allow_http": endpoint.startswith("http://")}
+        self.endpoint = endpoint_of(self.url, config, "obstore")  # the scheme's own variables
+        client: dict[str, Any] = {"allow_http": self.endpoint.startswith("http://")}
+        self._timeout = timeout
+        self._fsspec: FsspecClient | None = None  # made when needed: see _fallback
         _RUNTIME.started = True
         # the read path (ranged GETs, the manifest, the listing): no retries of obstore's own
         # (lading's fetcher retries and counts), and each request ends by itself within the
@@ -140,6 +187,8 @@ class ObstoreClient:
             )
             return bytes(await self._settled(result.bytes_async()))
         except Exception as e:
+            if _unnameable(e) is not None:
+                return await self._fallback(e, "read", key).get_range(key, start, end, etag)
             raise self._error(e, key, pinned=etag is not None) from e
 
     async def get_ranges(
@@ -182,6 +231,10 @@ class ObstoreClient:
         except PermanentError:
             raise
         except Exception as e:
+            if _unnameable(e) is not None:
+                other = self._fallback(e, "read", key)
+                reads = (other.get_range(key, a, b, etag) for a, b in ranges)
+                return list(await asyncio.gather(*reads))
             raise self._error(e, key, pinned=etag is not None) from e
 
     async def get_async(self, key: str) -> bytes:
@@ -192,6 +245,8 @@ class ObstoreClient:
             result = await self._settled(obstore.get_async(self._store, key))
             return bytes(await self._settled(result.bytes_async()))
         except Exception as e:
+            if _unnameable(e) is not None:
+                return await self._fallback(e, "read", key).get_async(key)
             raise self._error(e, key) from e
 
     async def list_async(self, prefix: str = "") -> dict[str, ObjectInfo]:
@@ -201,7 +256,9 @@ class ObstoreClient:
         try:
             metas = await self._settled(obstore.list(self._store, prefix or None).collect_async())
         except Exception as e:
-            raise self._error(e, prefix) from e
+            if _unnameable(e) is None:
+                raise self._error(e, prefix) from e
+            return await self._fallback(e, "list", prefix).list_async(prefix)
         return {m["path"]: ObjectInfo(int(m["size"]), m.get("e_tag")) for m in metas}
 
     async def put_async(self, key: str, data: bytes) -> None:
@@ -314,6 +371,36 @@ class ObstoreClient:
     def _error(self, error: Exception, key: str, pinned: bool = False) -> Exception:
         return _translate(error, self.url, key, self.endpoint, pinned)
 
+    def _fallback(self, error: Exception, doing: str, key: str) -> FsspecClient:
+        """fsspec's client of this URL, for a call obstore cannot make: one naming, or a
+        listing holding, a key with an empty path segment (``logs//run.txt``) or a ``.`` or
+        ``..`` one. S3 stores such keys, and obstore's paths cannot hold them: its whole
+        LIST failed (one stray object made every listing of its prefix fail), where fsspec
+        lists and reads them as any other.
+
+        Raises:
+            PermanentError: fsspec cannot reach this URL here (s3fs, gcsfs or adlfs not
+                installed) or the options have no fsspec twin: names the key and the fix.
+        """
+        if self._fsspec is None:
+            from lading.remote.client_fsspec import FsspecClient
+
+            scheme, _ = split_url(self.url)
+            names = _TO_FSSPEC[_FAMILY.get(scheme, scheme)]
+            try:
+                unknown = sorted(k for k in self._config if k not in names)
+                if unknown:
+                    raise ValueError(f"the options {unknown} have no fsspec twin here")
+                options = _fsspec_options(scheme, {names[k]: v for k, v in self._config.items()})
+                self._fsspec = FsspecClient(self.url, options, self._timeout)
+            except ValueError as e:
+                raise _unnameable_error(self.url, doing, key, error, str(e)) from None
+            except ImportError:
+                package = _FSSPEC_PACKAGES[_FAMILY.get(scheme, scheme)]
+                why = f"{package} is not installed (pip install {package}, or 'lading[remote]')"
+                raise _unnameable_error(self.url, doing, key, error, why) from None
+        return self._fsspec
+
     def __repr__(self) -> str:
         return f"ObstoreClient({self.url!r}, endpoint={self.endpoint!r})"  # never the options
 
@@ -323,6 +410,8 @@ class ObstoreClient:
         try:
             return bytes(obstore.get(self._admin, key).bytes())
         except Exception as e:
+            if _unnameable(e) is not None:
+                return self._fallback(e, "read", key).get(key)
             raise self._error(e, key) from e
 
     def put(self, key: str, data: bytes | Path) -> None:
@@ -334,9 +423,14 @@ class ObstoreClient:
         import obstore
 
         found: dict[str, ObjectInfo] = {}
-        for chunk in obstore.list(self._admin, prefix or None):
-            for meta in chunk:
-                found[meta["path"]] = ObjectInfo(int(meta["size"]), meta.get("e_tag"))
+        try:
+            for chunk in obstore.list(self._admin, prefix or None):
+                for meta in chunk:
+                    found[meta["path"]] = ObjectInfo(int(meta["size"]), meta.get("e_tag"))
+        except Exception as e:
+            if _unnameable(e) is None:
+                raise
+            return self._fallback(e, "list", prefix).list(prefix)
         return found
 
     def head(self, key: str) -> ObjectInfo | None:
@@ -371,8 +465,50 @@ def _forget(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]]
     return done
 
 
-def _env_endpoint() -> str:
-    return next((os.environ[v] for v in _ENDPOINT_VARS if os.environ.get(v)), "")
+def _fsspec_options(scheme: str, options: dict[str, Any]) -> dict[str, Any]:
+    """fsspec's storage options from those :data:`_TO_FSSPEC` renamed (a region and a
+    ``skip_signature`` of s3:// go elsewhere there; gs://'s as ``token="anon"``)."""
+    anon = str(options.pop("anon", "false")).lower() in ("true", "1", "yes")
+    if scheme.startswith("s3"):
+        region = options.pop("region", None)
+        if region is not None:
+            options["client_kwargs"] = {"region_name": region}
+        if anon:
+            options["anon"] = True
+    elif anon:
+        options["token"] = "anon"
+    return options
+
+
+def _unnameable(error: Exception) -> str | None:
+    """The path of an object obstore cannot name, from its error (a listing's
+    ``InvalidPathError``, a call's "Could not parse path"), or None for another error."""
+    from obstore.exceptions import InvalidPathError
+
+    text = str(error)
+    if not isinstance(error, InvalidPathError) and "Could not parse path" not in text:
+        return None
+    found = re.search(r'Path "([^"]*)"', text)
+    return found.group(1) if found else ""
+
+
+def _unnameable_error(url: str, doing: str, key: str, error: Exception, why: str) -> PermanentError:
+    """The one line of a call obstore cannot make (a key it cannot name) that fsspec cannot
+    make instead (``why``): names the object and the fixes; never retried."""
+    scheme, rest = split_url(url)
+    # a listing's error names the path from the bucket (the URL's prefix in it), a read's the key
+    path = _unnameable(error) or key
+    where = f"{scheme}://{rest.split('/', 1)[0]}/{path}" if doing == "list" else f"{url}/{key}"
+    call = f"LIST {url}/{key}".rstrip("/") if doing == "list" else f"GET {url}/{key}"
+    return PermanentError(
+        f"{call}: obstore cannot name the object {where} ({_first(error)}), and fsspec cannot "
+        f"{doing} it instead: {why}. Rename that object (copy it to a key without '//', '.' "
+        "or '..' segments and delete it) or move it out of this prefix"
+    )
+
+
+def _first(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
 
 
 def _translate(
@@ -393,6 +529,11 @@ def _translate(
         return error
     text = str(error)
     first = (text.strip().splitlines() or [type(error).__name__])[0][:300]
+    if _unnameable(error) is not None:  # a key obstore cannot name: no retry names it either
+        return PermanentError(
+            f"{url}/{key}: obstore cannot name this key ({first}); use a key without '//', "
+            "'.' or '..' segments"
+        )
     if "NoSuchBucket" in text:
         return no_bucket(url, endpoint)
     if isinstance(error, (PermissionDeniedError, UnauthenticatedError)) or refused(text):
@@ -407,11 +548,17 @@ def _translate(
 
 
 def _bad_option(error: Exception, url: str, options: Mapping[str, Any] | None) -> Exception:
-    """obstore's refusal of a client option as one line naming the key and the fix."""
-    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
-    given = sorted(options or {})
+    """obstore's refusal to make a client, as one line: with options given, naming them and
+    the scheme's config keys; with none, what the scheme needs from the environment."""
+    first = _first(error).rstrip(".")
+    scheme = _FAMILY.get(split_url(url)[0], split_url(url)[0])
+    if not options:
+        return RemoteURLError(
+            f"{url}: obstore could not make a client from the environment (no client options "
+            f"were given): {first}; {_NEEDS[scheme]}"
+        )
+    aliases = f" or fsspec's {sorted(_ALIASES)}" if scheme == "s3" else ""
     return RemoteURLError(
-        f"{url}: obstore refused the client options {given}: {first} Use obstore's config "
-        "keys (e.g. endpoint, region, access_key_id, secret_access_key, skip_signature) or "
-        f"fsspec's {sorted(_ALIASES)}"
+        f"{url}: obstore refused the client options {sorted(options)}: {first}. Use obstore's "
+        f"config keys for {scheme}:// (e.g. {_KEYS[scheme]}){aliases}"
     )
