@@ -10,7 +10,9 @@ objects are read recursively, by the rule of a local folder
 copy of a folder gives its batches and takes its states), build debris left out, a nested
 ``lading repartition`` output refused; an object reached twice is refused. One LIST per
 folder named gives every object's size and
-ETag (a list of 1,000 objects in one folder is one request, not 1,000 HEADs).
+ETag (a list of 1,000 objects in one folder is one request, not 1,000 HEADs). That LIST is
+recursive: an object named at a bucket's top lists the whole bucket (docs/remote-stores.md
+says to keep a dataset under a prefix of its own).
 
 Each object's footer (the parquet metadata: schema, row groups, column chunk offsets; a few KB)
 is staged to ``<cache>/parquet/<digest of URL, ETag, size>.footer`` by the first process of the
