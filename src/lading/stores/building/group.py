@@ -19,12 +19,14 @@ exits while another still reads it).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ DEFAULT_TIMEOUT_S = 86400.0  # a day: a waiting rank's bound on a build, see the
 LEAVE_WAIT_S = 60.0  # how long a rank waits for the others to have read the outcome
 REPORT_S = 120.0  # how often a waiting rank says on stderr what it waits for
 _POLL_S = 1.0  # the longest sleep between two looks at the store
+_ALONE = contextvars.ContextVar("lading_build_alone", default=False)
 
 
 def build_timeout() -> float:
@@ -55,12 +58,25 @@ def build_timeout() -> float:
     return env_seconds(TIMEOUT_VAR, DEFAULT_TIMEOUT_S)
 
 
+@contextlib.contextmanager
+def alone() -> Iterator[None]:
+    """Within it, :func:`build_in_group` builds here without the process group: for a build
+    one rank makes for itself while the others wait elsewhere (the local copy that rank 0 of a
+    build into a bucket uploads, the others at a barrier), where the group's exchange would
+    wait for ranks that never join it."""
+    token = _ALONE.set(True)
+    try:
+        yield
+    finally:
+        _ALONE.reset(token)
+
+
 def build_in_group(build: Callable[[], str], dest: Path, shared: bool) -> PackedStore:
-    """Run ``build`` here, or under an initialised process group in the builder rank(s) only,
-    the others waiting for it (outside any collective, see the module doc); then open, on every
-    rank, the snapshot its builder committed (a rebuild by someone else in between does not
-    split the ranks)."""
-    dist = process_group(min_size=2)
+    """Run ``build`` here (no process group, or within :func:`alone`), or under an initialised
+    process group in the builder rank(s) only, the others waiting for it (outside any
+    collective, see the module doc); then open, on every rank, the snapshot its builder
+    committed (a rebuild by someone else in between does not split the ranks)."""
+    dist = None if _ALONE.get() else process_group(min_size=2)
     if dist is None:
         return PackedStore(dest, snapshot=build())
     world = World.detect()

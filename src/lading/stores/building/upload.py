@@ -17,7 +17,8 @@ client waited up to 30 minutes before: its timeout is that long so that completi
 multipart upload on a loaded server may take minutes, which the deadline still allows.)
 
 Under torch.distributed every rank may call it with the same arguments: global rank 0 builds
-and uploads while the others wait at a barrier, then all open the store.
+and uploads while the others wait at a barrier, then all open the store. Rank 0's local build
+is its own (:func:`~lading.stores.building.group.alone`): it starts no collective of its own.
 """
 
 from __future__ import annotations
@@ -124,12 +125,14 @@ def _build_and_upload(
 ) -> None:
     check_writable(url, settings)  # before the source is read: a build may take hours
     from lading.stores.building.bucket_kind import check_bucket_kind
+    from lading.stores.building.group import alone
     from lading.stores.building.scratch import owned_folder
 
     check_bucket_kind(url, settings, format_name)  # a corpus never replaces a store
     with owned_folder(settings.cache, "build-") as scratch:  # a killed build's: swept later
         local = scratch / "store"
-        build_local(source, local, *args, **kwargs)
+        with alone():  # this process's copy: no collective while the others are at the barrier
+            build_local(source, local, *args, **kwargs)
         client = open_client(url, settings.backend, settings.options, settings.timeout)
         upload(
             local, client, format_name, timeout=settings.timeout, min_rate=settings.upload_min_rate
