@@ -358,8 +358,14 @@ def _corpus_lines(info: dict[str, Any]) -> list[str]:
         f"size       {info['size']}",
         f"source     {info['source'] or '-'}",
         "stale      " + (f"YES: {info['stale']}" if info["stale"] else "no"),
-        f"build      {info['build']['seconds']}s, skipped {info['build']['skipped']}",
+        f"build      {_seconds(info['build']['seconds'])}, skipped {info['build']['skipped']}",
     ]
+
+
+def _seconds(seconds: float | None) -> str:
+    """A build's time as ``inspect`` prints it; ``-`` where the manifest has none (a corpus
+    merged in a bucket before the merge recorded it)."""
+    return "-" if seconds is None else f"{seconds}s"
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -388,7 +394,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         ),
         f"source     {source.get('path') or source.get('irds')} ({source.get('format')})",
         "stale      " + (f"YES: {info['stale']}" if info["stale"] else "no"),
-        f"build      {info['build']['seconds']}s, skipped {info['build']['skipped']}, "
+        f"build      {_seconds(info['build']['seconds'])}, skipped {info['build']['skipped']}, "
         f"duplicates {info['build']['duplicates']} (dropped {info['build']['duplicates_dropped']})",
     ]
     print("\n".join(lines))

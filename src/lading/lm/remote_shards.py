@@ -110,10 +110,12 @@ def commit_in_bucket(
     tokenized alike and committed at ``url`` over its manifest ``previous``, ``meta.json``
     last; its id."""
     check_same_tokens(root, merge.shards)
+    started = time.perf_counter()
     snapshot = new_snapshot_id()
     options = merge.recipe["options"]
     meta = {**manifest(merge.bid, merge.shards, options, snapshot), "snapshot": snapshot}
     meta["builds"] = builds_record(root, previous, merge.bid, merge.passed)
+    meta["seconds"] = round(time.perf_counter() - started, 3)  # as a local merge records
     raw = _with_history(meta, previous)
     local = root / snapshot / MANIFEST
     local.parent.mkdir()

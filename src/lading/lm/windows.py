@@ -102,6 +102,11 @@ class TokenMixture:
     Pass it as the corpus of a ``LanguageModelLoader`` reading ``Windows(...)`` or
     ``Packed(...)``; weights are shares of the epoch's windows (of its tokens, with ``Windows``).
 
+    The corpora given as paths or URLs are opened by the mixture, so they are its own to close:
+    :meth:`close` (or ``with TokenMixture(...) as mixture:``) closes them (a URL's node cache
+    let go: its files and threads), as a loader leaves open the mixture it reads. A corpus
+    passed as a :class:`TokenCorpus` stays the caller's, open.
+
     Raises:
         ValueError: no corpus, a weight that is not > 0, one corpus named twice, or corpora
             whose ids mean other tokens (another tokenizer or vocabulary size).
@@ -145,9 +150,24 @@ class TokenMixture:
             for corpus in opened:  # (what the caller passed open stays theirs)
                 corpus.close()
             raise
+        self._opened = opened  # its own to close
         self.weights = raw / raw.sum()
         # Python's int: it goes into the fingerprint of every state, saved as JSON
         self.windows = None if windows is None else int(windows)
+
+    def close(self) -> None:
+        """Close the corpora this mixture opened itself (those it was given as paths or URLs:
+        a remote one's GETs stopped, its node cache let go); those passed as
+        :class:`TokenCorpus` objects stay open, the caller's. A second call does nothing."""
+        opened, self._opened = self._opened, []
+        for corpus in opened:
+            corpus.close()
+
+    def __enter__(self) -> TokenMixture:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def counts(self, sizes: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Windows each corpus gives one epoch, given each corpus's own window count."""

@@ -76,6 +76,12 @@ def base_key(base: Runs | None) -> Base | None:
     return None if base is None else (tuple(base.starts.tolist()), tuple(base.stops.tolist()))
 
 
+def _named(corpus: TokenCorpus) -> str:
+    """A corpus as an error names it: the URL it was opened from (not the node's staged copy
+    it reads), else its path."""
+    return corpus.url or str(corpus.path)
+
+
 class LMWorkload(SegmentWorkload):
     """Batches of a token corpus (or mixture) as ``mode`` reads them; see the module docstring.
 
@@ -398,7 +404,7 @@ class LMWorkload(SegmentWorkload):
         if not isinstance(was, list) or len(was) != len(now):
             return found  # another corpus count: the sizes' comparison names it
         if was != now and sorted(map(str, was)) == sorted(now):
-            paths = {content: str(corpus.path) for corpus, content in zip(self.corpora(), now)}
+            paths = {content: _named(corpus) for corpus, content in zip(self.corpora(), now)}
             raise LoaderStateError(
                 "the loader state was saved on a TokenMixture of these corpora listed in "
                 f"another order (saved: {', '.join(paths[c] for c in was)}; now: "
@@ -410,7 +416,7 @@ class LMWorkload(SegmentWorkload):
             if old not in (new, corpus.files_content_id):  # (the id states had before)
                 raise LoaderStateError(
                     f"the loader state was saved on other tokens than token corpus "
-                    f"{corpus.path} holds now (content {old}, now {new}, snapshot "
+                    f"{_named(corpus)} holds now (content {old}, now {new}, snapshot "
                     f"{corpus.snapshot}): the corpus was rebuilt from other text or with another "
                     "tokenizer (not in another number of shards: that keeps the id). Resume on "
                     "the corpus the state was saved with, or start the epoch without the state"
