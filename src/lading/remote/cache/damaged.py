@@ -50,7 +50,11 @@ class DamagedCacheWarning(UserWarning):
 
 def check_header(path: Path) -> None:
     """Raise ``sqlite3.DatabaseError`` when ``path`` is not an SQLite file or is truncated
-    (shorter than the pages its header counts). A missing or empty file is fine (new)."""
+    (shorter than the pages its header counts). A missing or empty file is fine (new).
+
+    Reads the file outside SQLite: call it only where this process has no connection on it
+    (:func:`.ledger.unconnected`), as closing the read's descriptor drops every fcntl lock
+    this process holds on the file, SQLite's included."""
     try:
         with open(path, "rb") as f:
             head = f.read(100)

@@ -20,7 +20,17 @@ commit writes (1M passages, a 10 % cap, no plan: 10.8 KB written to the ledger a
 document, now 5.1 KB; the fill thread's CPU -15 %). A place holds one block, by construction.
 
 Each thread has its own connection (made again after a fork); every transaction holds
-:data:`lading.threads.SQLITE` shared, so no fork copies a thread inside SQLite.
+:data:`lading.threads.SQLITE` shared, so no fork copies a thread inside SQLite. The ledger
+keeps every connection it made, of all its threads, and :meth:`Ledger.close` closes them (the
+node's last view closing): none was closed, and the first was kept for ever, 2 descriptors
+more each time a store was opened and closed.
+
+Closing any descriptor of a file drops every fcntl lock this process holds on it (POSIX), its
+SQLite connections' too: another process closing its last connection then took itself for the
+node's last, removed the WAL and shared memory under this one's, and this process's next
+connection read "disk I/O error" (a healthy ledger set aside as damaged). So the file is
+opened outside SQLite only under :func:`unconnected`, while this process has no connection
+open on it (:data:`_OPEN` counts them, every connection made through :func:`connect`).
 
 Over 400 lines, as one idea: one class, every transaction on these tables, so that which rows
 a transaction touches is read in one place (the claims' choice of what to evict is
@@ -36,6 +46,7 @@ import sqlite3
 import threading
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -128,6 +139,50 @@ def same_file(path: Path, inode: int) -> bool:
         return False
 
 
+# This process's open SQLite connections by ledger file (its real path); the lock guards the
+# counts and is held over a read of the file outside SQLite (:func:`unconnected`). Taken only
+# under SQLITE shared (no fork lands while it is held).
+_FILES = threading.Lock()
+_OPEN: Counter[str] = Counter()
+
+
+def connect(path: Path, **options: Any) -> sqlite3.Connection:
+    """``sqlite3.connect(path, **options)``, counted open on ``path`` until :func:`closed`."""
+    key = os.path.realpath(path)
+    with _FILES:
+        _OPEN[key] += 1
+    try:
+        return sqlite3.connect(path, **options)
+    except BaseException:
+        _uncount(key)
+        raise
+
+
+def closed(path: Path, conn: sqlite3.Connection) -> None:
+    """Close ``conn``, a connection :func:`connect` made on ``path``."""
+    try:
+        conn.close()
+    finally:
+        _uncount(os.path.realpath(path))
+
+
+def _uncount(key: str) -> None:
+    with _FILES:
+        _OPEN[key] -= 1
+        if _OPEN[key] <= 0:
+            del _OPEN[key]
+
+
+@contextmanager
+def unconnected(path: Path) -> Iterator[bool]:
+    """``with unconnected(path) as alone:`` whether this process has no connection open on
+    ``path`` (a forked child counts its parent's, carried); while the body runs none is made,
+    so a body that opens and closes the file outside SQLite when ``alone`` drops no
+    connection's locks (the module doc). The body is brief: every new connection waits."""
+    with _FILES:
+        yield _OPEN[os.path.realpath(path)] == 0
+
+
 class CacheSettingsError(LadingError, ValueError):
     """A cache folder made with other settings than those asked for (a cap, a layout)."""
 
@@ -145,19 +200,25 @@ class Ledger:
     def __init__(self, directory: Path, layout: Layout, strict: bool = True) -> None:
         self.path = directory / LEDGER_FILE
         self._local = threading.local()
+        self._lock = threading.Lock()  # guards _conns; never held across I/O
+        self._conns: list[tuple[threading.Thread, sqlite3.Connection]] = []  # every thread's
         self.inode: int | None = None  # the file this process opened (known once made)
-        with self.write() as conn:
-            for statement in SCHEMA.split(";")[:-1]:  # (executescript would commit first)
-                conn.execute(statement)
-            found = dict(conn.execute("SELECT name, value FROM settings").fetchall())
-            if not found:
-                _init(conn, layout)
+        try:
+            with self.write() as conn:
+                for statement in SCHEMA.split(";")[:-1]:  # (executescript would commit first)
+                    conn.execute(statement)
                 found = dict(conn.execute("SELECT name, value FROM settings").fetchall())
-        if found.get("format") != FORMAT:
-            raise sqlite3.DatabaseError(f"ledger format {found.get('format')!r}, not {FORMAT}")
-        made = Layout(int(found["regions"]), int(found["region_bytes"]))
-        if strict and made != layout:
-            self.refuse(directory, made, layout)
+                if not found:
+                    _init(conn, layout)
+                    found = dict(conn.execute("SELECT name, value FROM settings").fetchall())
+            if found.get("format") != FORMAT:
+                raise sqlite3.DatabaseError(f"ledger format {found.get('format')!r}, not {FORMAT}")
+            made = Layout(int(found["regions"]), int(found["region_bytes"]))
+            if strict and made != layout:
+                self.refuse(directory, made, layout)
+        except BaseException:
+            self.close()
+            raise
         self.layout = made
         self.created = float(found.get("created", 0.0))
         self.inode = os.stat(self.path).st_ino  # a new connection opens this file, or none
@@ -175,24 +236,49 @@ class Ledger:
     # -- connections and transactions -------------------------------------------------------
 
     def connection(self) -> sqlite3.Connection:
-        """This thread's connection (a forked child's threads make their own)."""
+        """This thread's connection (a forked child's threads make their own), kept in the
+        ledger's list too; a new one closes those of ended threads (a loader's read-ahead
+        thread is one a pass: a connection each, else kept until :meth:`close`). Made with
+        ``check_same_thread=False`` so that :meth:`close` and this may close another thread's:
+        one that ended cannot close its own, and one still running must not keep the file
+        open past the node; only its own thread uses it until then."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             if self.inode is not None and not same_file(self.path, self.inode):  # set aside: the
                 raise folder_reset(self.path.parent)  # new file's rows name other bytes
-            conn = sqlite3.connect(self.path, timeout=120.0, isolation_level=None)
+            conn = connect(self.path, timeout=120.0, isolation_level=None, check_same_thread=False)
+            with self._lock:
+                ended = [c for t, c in self._conns if not t.is_alive()]
+                self._conns = [(t, c) for t, c in self._conns if t.is_alive()]
+                self._conns.append((threading.current_thread(), conn))
+            self._local.conn = conn
+            for old in ended:
+                closed(self.path, old)
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")  # a lost cache is refetched
             conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_PAGES}")  # the WAL: ~1 MiB at most
             conn.execute(f"PRAGMA journal_size_limit = {WAL_PAGES * 4096}")  # and at rest
-            self._local.conn = conn
         return conn
+
+    def close(self) -> None:
+        """Close every connection this process made on the ledger, of every thread (the
+        node closing; a thread that uses it later makes a new one). Those of a forked
+        child's parent are not in the list (carried: :meth:`forked`)."""
+        with self._lock:
+            conns, self._conns = self._conns, []
+            self._local = threading.local()
+        with SQLITE.shared():
+            for _, conn in conns:
+                closed(self.path, conn)
 
     def forked(self) -> None:
         """In a forked child: the parent's connections are not this process's to use, nor to
-        close (a close acts on the WAL the parent writes): carried, never freed."""
-        carry(self._local)
+        close (a close acts on the WAL the parent writes): carried, never freed, and the
+        child's list starts empty."""
+        carry(self._local, self._conns)
         self._local = threading.local()
+        self._lock = threading.Lock()
+        self._conns = []
 
     def trim(self) -> None:
         """Truncate the WAL once it holds twice its checkpoint size and no reader needs it

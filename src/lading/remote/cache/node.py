@@ -31,7 +31,16 @@ from lading.errors import OutOfSpaceError
 from lading.remote.cache import damaged
 from lading.remote.cache.fill import Done, Filler
 from lading.remote.cache.folder import DATA_FILE, LEDGER_FILE, CacheFolderError, check, shared
-from lading.remote.cache.ledger import FORMAT, TABLES, Ledger, folder_reset, same_file
+from lading.remote.cache.ledger import (
+    FORMAT,
+    TABLES,
+    Ledger,
+    closed,
+    connect,
+    folder_reset,
+    same_file,
+    unconnected,
+)
 from lading.remote.cache.owners import Owner
 from lading.remote.cache.regions import DataFile, Layout
 from lading.remote.fetch import Future
@@ -57,13 +66,17 @@ class Node:
         mode = _folder(directory)
         self.ledger = _open_ledger(directory, layout, strict, mode)
         self.layout = self.ledger.layout
-        self.data = DataFile(directory / DATA_FILE, self.layout, mode)
-        if self.data.made:  # removed or cut under its ledger: its blocks are gone (were: zeros)
-            self.ledger.forget_blocks()
+        try:
+            self.data = DataFile(directory / DATA_FILE, self.layout, mode)
+            if self.data.made:  # removed or cut under its ledger: its blocks are gone (were: zeros)
+                self.ledger.forget_blocks()
+        except BaseException:
+            self.ledger.close()
+            raise
         self.owner = Owner(directory, mode)
         self.filler = Filler(self._mark, self.ledger.trim)
         self.views = 0  # open views (NodeCache); the last to close closes the node
-        self.forked()
+        self._fresh()  # (not forked(): the ledger's first connection is this process's own)
         _ = self.owner.token  # seen by every process from now (a newcomer keeps these figures)
         if not self.owner.others_alive():  # the folder was idle: its figures are of the gone
             with contextlib.suppress(sqlite3.Error):
@@ -107,9 +120,16 @@ class Node:
         )
 
     def forked(self) -> None:
-        """Per-process state, new in a forked child (the parent's GETs are not its own: carried,
-        never freed here)."""
-        carry(getattr(self, "inflight", None))
+        """Per-process state, new in a forked child (the parent's GETs and ledger connections
+        are not its own: carried, never freed here)."""
+        carry(self.inflight)
+        self._fresh()
+        self.ledger.forked()
+        self.owner.forked()
+        self.filler.forked()
+
+    def _fresh(self) -> None:
+        """This process's own state, made empty (at the start, and in a forked child)."""
         self.lock = threading.Lock()  # guards what follows; never held across I/O or a wait
         self.inflight: dict[tuple[int, int], Flight] = {}
         self._ended: dict[tuple[int, int], int] = {}  # filled before in flight: its end
@@ -118,9 +138,6 @@ class Node:
         self._last_count = 0.0
         # blocks this process checked or filled: hashes of (region, generation, object, start)
         self.verified: set[int] = set()
-        self.ledger.forked()
-        self.owner.forked()
-        self.filler.forked()
 
     def started(self, blocks: Iterable[tuple[int, int, int, Future]]) -> None:
         """Claimed blocks' GETs started, ``(object, start, end, future)``: in flight until
@@ -208,7 +225,8 @@ class Node:
 
     def close(self) -> None:
         """End the fill thread, give back the claims still being fetched, count, give the
-        owner token up (every process at exit; see :mod:`lading.threads`)."""
+        owner token up, close the ledger's connections (the last view closing, see
+        :func:`release`; every process at exit, see :mod:`lading.threads`)."""
         self.filler.close()
         with self.lock:
             pending, self.inflight = list(self.inflight), {}
@@ -218,6 +236,8 @@ class Node:
             self.count(force=True)
         self.owner.close()
         self.data.close()
+        with contextlib.suppress(sqlite3.Error):
+            self.ledger.close()
 
 
 class _Nodes:
@@ -308,7 +328,8 @@ def _open_ledger(directory: Path, layout: Layout, strict: bool, mode: int) -> Le
     """
     path = directory / LEDGER_FILE
     if not path.exists():  # made with the folder's mode: SQLite gives its -wal, -shm the same
-        with contextlib.suppress(FileExistsError):
+        # (a new file: no connection of this process is on it; none opens it meanwhile)
+        with SQLITE.shared(), unconnected(path), contextlib.suppress(FileExistsError):
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
             os.fchmod(fd, mode)  # the folder's mode, whatever the umask
             os.close(fd)
@@ -327,9 +348,15 @@ def _probe(path: Path) -> None:
     another lading's: set aside), :class:`CacheFolderError` when it is a database holding a
     table no ledger has (someone's own, put under the ledger's name: its tables were kept and
     the ledger's added to them; setting it aside would lose it at the next damage, the one
-    slot being replaced)."""
-    damaged.check_header(path)
-    with contextlib.closing(sqlite3.connect(path, timeout=120.0)) as conn:
+    slot being replaced). The header is read only while this process has no connection on
+    the file: reading it outside SQLite then would drop their locks (:mod:`.ledger`); a file
+    this process (or the parent it was forked from) opened was checked before its first
+    connection."""
+    with unconnected(path) as alone:
+        if alone:
+            damaged.check_header(path)
+    conn = connect(path, timeout=120.0)
+    try:
         # whose it is first, then whether it is sound: a large file's contents are probed
         # table by table, and the probe of a table a user's database lacks read as damage
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -349,3 +376,5 @@ def _probe(path: Path) -> None:
                 was = "none" if found is None else found[0]
                 raise damaged.OtherFormatError(f"a ledger of another format ({was}, not {FORMAT})")
         damaged.check_contents(conn, path)
+    finally:
+        closed(path, conn)
