@@ -67,19 +67,20 @@ class _Owner:
     """The process's loop and thread, and the clients whose calls must end before exit."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.clients: weakref.WeakSet[Any] = weakref.WeakSet()
-        self.forked()
+        self._fresh()
         register(self, "loop")
 
     def forked(self) -> None:
         """No loop and no thread (a forked child's: the parent's loop is carried, never
         freed, :func:`lading.threads.carry`; its tasks hold the parent's calls)."""
-        carry(getattr(self, "loop", None), getattr(self, "thread", None), self.clients)
+        carry(self.loop, self.thread, self.clients)
+        self._fresh()
+
+    def _fresh(self) -> None:
         self._lock = threading.Lock()
         self.loop: FetchLoop | None = None
         self.thread: threading.Thread | None = None
-        self.clients = weakref.WeakSet()
+        self.clients: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def running(self) -> FetchLoop:
         with self._lock:
