@@ -152,25 +152,31 @@ def _end_workers(iterator: Any, thread: threading.Thread, ends: float) -> None:
     thread.join(_KILL_S)  # torch's joins now return at once (its pin thread ends by itself)
 
 
-# loaders that made a DataLoader in this process, for the rule at fork below
-_MADE_WORKERS: weakref.WeakSet[Loader] = weakref.WeakSet()
-
-
 def _disown_parent_workers() -> None:
-    """In a forked child, the DataLoader workers of the parent's loaders are not its children:
-    multiprocessing still lists them (``process._children``), and its exit hook would end them
-    (SIGTERM) when the child exits by ``sys.exit``, crashing the parent's pass. The child
-    forgets them here; its loaders make their own (:meth:`Loader._forget_torch`)."""
+    """In a forked child, the processes its parent started (the DataLoader workers of its
+    loaders, persistent or not, and any other) are not its children: multiprocessing still
+    lists them (``process._children``), and its exit hook would end them (SIGTERM) when the
+    child exits by ``sys.exit``, crashing the parent's pass. A freshly forked child has no
+    children: it forgets every one listed; its loaders make their own
+    (:meth:`Loader._forget_torch`)."""
     children = getattr(multiprocessing.process, "_children", None)
     if not isinstance(children, set):
         return
-    for loader in list(_MADE_WORKERS):
-        iterator = getattr(loader._torch, "_iterator", None)
-        for worker in getattr(iterator, "_workers", None) or ():
-            children.discard(worker)
+    pid = os.getpid()
+    for process in list(children):
+        if getattr(process, "_parent_pid", None) != pid:
+            children.discard(process)
 
 
 os.register_at_fork(after_in_child=_disown_parent_workers)
+
+
+def _leave_alone(iterator: Any) -> None:
+    """Mark a parent process's DataLoader iterator shut down in a forked child, so its
+    finalizer does nothing here (run here, it would end the parent's workers: their done
+    event and index queues are shared)."""
+    if iterator is not None and hasattr(iterator, "_shutdown"):
+        iterator._shutdown = True
 
 
 class Loader:
@@ -227,6 +233,9 @@ class Loader:
         self._ended: Cursor | None = None  # the pass close() ended (its iterator stops)
         self._torch: DataLoader[Any] | None = None  # made when workers first read
         self._torch_pid = 0  # the process that made it (a forked child makes its own)
+        # the DataLoader iterator of the latest pass (weakly: the pass holds it); torch keeps
+        # none for workers that are not persistent, and close() ends this one's workers
+        self._pass: weakref.ref[Any] | None = None
         self._ahead: Carried | None = None  # read_ahead's thread, carried between passes
 
     # ------------------------------------------------------------------ where it is
@@ -411,22 +420,31 @@ class Loader:
                 self._forget_torch()
             if self._torch is None:
                 self._torch, self._torch_pid = self._dataloader(), os.getpid()
-                _MADE_WORKERS.add(self)
             pid, batches = self._torch_pid, iter(self._torch)
-            for batch in batches if self._group() is None else in_order(batches):
-                yield batch
-                if os.getpid() != pid:  # forked while the caller held this batch
-                    break
-            else:
-                return
+            self._pass = weakref.ref(batches)
+            try:
+                for batch in batches if self._group() is None else in_order(batches):
+                    yield batch
+                    if os.getpid() != pid:  # forked while the caller held this batch
+                        break
+                else:
+                    return
+            finally:  # broken off or dropped in a forked child: the parent's, left alone
+                if os.getpid() != pid:
+                    _leave_alone(batches)
 
     def _forget_torch(self) -> None:
         """Drop a DataLoader a parent process made, leaving its workers and queues alone
-        (its iterator is marked shut down, so its finalizer does nothing here)."""
+        (its iterators, persistent or the pass's, are marked shut down, so their finalizers
+        do nothing here: one run here would end the parent's workers)."""
         torch_loader, self._torch = self._torch, None
-        iterator = getattr(torch_loader, "_iterator", None)
-        if iterator is not None and hasattr(iterator, "_shutdown"):
-            iterator._shutdown = True
+        _leave_alone(getattr(torch_loader, "_iterator", None))
+        _leave_alone(self._iterator())
+        self._pass = None
+
+    def _iterator(self) -> Any:
+        """The DataLoader iterator of the latest pass, while one holds it (else None)."""
+        return None if self._pass is None else self._pass()
 
     def close(self) -> None:
         """End what this loader runs: its read-ahead thread and the GETs it made (none is
@@ -451,7 +469,11 @@ class Loader:
         if self._torch is not None and self._torch_pid != os.getpid():
             self._forget_torch()  # a forked child's close: the parent's workers are theirs
         torch_loader, self._torch = self._torch, None
+        # persistent workers' iterator is the DataLoader's; others', only the pass's
         iterator = getattr(torch_loader, "_iterator", None)
+        if iterator is None:  # (no truth test: torch's iterator has a __len__)
+            iterator = self._iterator()
+        self._pass = None
         shutdown = getattr(iterator, "_shutdown_workers", None)
         # GETs it asked for ahead (prefetches handed to a remote corpus's cache) are sent and
         # answered before close returns, within the remote deadline: none goes out after
