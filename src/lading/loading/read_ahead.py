@@ -54,6 +54,9 @@ _DONE = object()  # the thread's batches ran out
 EPOCH_END = object()  # between one epoch's batches and the next's (Carried)
 _POLL_S = 0.05  # how often a waiting side checks whether the other stopped (or a fork came)
 _LATE_S = 0.002  # the longest a built batch waits for a caller that waits for it (see below)
+# Threads that never wait for the read-ahead's: the fetch loop's and the fill threads settle
+# the GETs a build waits on (a GC there ran a finalizer that froze every GET 35-40 s).
+_NEVER_JOINS = ("lading-fetch", "lading-fill")
 
 
 class BuiltAhead:
@@ -83,7 +86,7 @@ class BuiltAhead:
         self._caller_waits = self._builder_waits = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._ended = False
+        self._ended = self._gave_up = False
         self.cancel = Cancel()  # the thread's GETs, ended by close(cancel=True)
 
     def __iter__(self) -> BuiltAhead:
@@ -153,21 +156,35 @@ class BuiltAhead:
                 self._changed.notify()
         return True
 
-    def close(self, cancel: bool = False) -> None:
+    def close(self, cancel: bool = False, finalizing: bool = False) -> None:
         """Stop the thread after the batch it is building and drop what it built ahead;
         returns when it stopped, or after the remote deadline (a build stuck on a stalled
         GET ends by its own deadline; it hands nothing out after). ``cancel``: the loader
         closes, and the thread's GETs with it (:mod:`lading.remote.cancel`): a build waiting
-        on one ends now, and none is sent, queued or retried for it after."""
+        on one ends now, and none is sent, queued or retried for it after.
+
+        ``finalizing`` (a finalizer: the GC may run it on any thread, inside any lock): the
+        GETs are cancelled from a thread of their own. The thread is never joined on the
+        fetch loop's or a fill thread (a build may wait on what only they settle: a GC
+        there froze every GET of the process), nor a second time once a close gave up."""
         self._ended = True
         self._stop.set()
-        if cancel:
+        if cancel and not finalizing:
             self.cancel.cancel()
+        elif cancel:  # (its locks may be held by the very frame the GC interrupted)
+            threading.Thread(target=self.cancel.cancel, name="lading-cancel", daemon=True).start()
         with self._changed:
             self._changed.notify_all()  # a builder waiting for room stops now
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        here = threading.current_thread()
+        if (
+            thread is not None
+            and thread is not here
+            and here.name not in _NEVER_JOINS
+            and not self._gave_up
+        ):
             thread.join(remote_timeout())
+            self._gave_up = thread.is_alive()  # (its build ends by its own deadline)
         with self._changed:  # what was built ahead is not handed out: let it go now
             self._ready.clear()
 
@@ -201,7 +218,9 @@ class Carried:
         self.at = copy.copy(cursor)
         self._epoch, self._depth = epoch, depth
         self.built = BuiltAhead(epochs_from(copy.copy(cursor), epoch), depth)
-        self._finalizer = weakref.finalize(owner, self.close)  # (holds this, not the owner)
+        # (holds this, not the owner); never at exit: close_all closes it, in stage order
+        self._finalizer = weakref.finalize(owner, self._dropped)
+        self._finalizer.atexit = False
         register(self, "ahead")
 
     def starts(self, cursor: Cursor) -> bool:
@@ -234,7 +253,14 @@ class Carried:
         carry(self.built)
         self.built = BuiltAhead(epochs_from(copy.copy(self.at), self._epoch), self._depth)
 
-    def close(self, cancel: bool = False) -> None:
-        """Stop the thread and drop what it built ahead (``cancel``: its GETs too)."""
+    def close(self, cancel: bool = True) -> None:
+        """Stop the thread and drop what it built ahead (``cancel``: its GETs too; a plain
+        ``close()`` is the exit's, :func:`lading.threads.close_all`: they end at once, so
+        the exit waits for no deadline)."""
         self._finalizer.detach()
         self.built.close(cancel)
+
+    def _dropped(self) -> None:
+        """The owner was garbage-collected (on whatever thread the GC ran: the fetch loop's,
+        perhaps): stop and cancel; joined only where :meth:`BuiltAhead.close` may wait."""
+        self.built.close(cancel=True, finalizing=True)

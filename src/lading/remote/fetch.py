@@ -466,6 +466,13 @@ class Fetcher:
                 return await _within(attempt(), self.timeout)
             except (PermanentError, CancelledError):
                 raise
+            except asyncio.CancelledError as e:  # a client's own (a cancelled fsspec future)
+                if _cancelled_here(self, cancel):
+                    raise  # this task's cancellation (a close, the exit): it ends here
+                if _ended(self, cancel):
+                    raise ClosedError(CLOSED.format(self)) from None
+                last = OSError(f"the client's call was cancelled ({e!r})")
+                continue  # not this task's: a failed attempt, retried
             except (OSError, asyncio.TimeoutError) as e:
                 last = e
                 if isinstance(e, asyncio.TimeoutError) and not _ended(self, cancel):
@@ -561,6 +568,18 @@ def _ended(fetcher: Fetcher, cancel: Cancel | None) -> bool:
     """Whether a call's attempt is not retried: its fetcher, or the loader it is for, closed
     (no "retrying" warning then)."""
     return fetcher.closed or (cancel is not None and cancel.cancelled)
+
+
+def _cancelled_here(fetcher: Fetcher, cancel: Cancel | None) -> bool:
+    """Whether an ``asyncio.CancelledError`` the running task caught is its own cancellation
+    (``Task.cancelling``, 3.11+; on 3.10, whether its fetcher or loader closed), not one a
+    client's call raised from a future of its own that something else cancelled: that one
+    would settle the GET with a ``BaseException`` (the fill thread died of it)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None:
+        return bool(cancelling())
+    return _ended(fetcher, cancel)
 
 
 def pinned_ranges(client: ObjectClient, ranges: int, etag: str | None) -> int:

@@ -125,7 +125,10 @@ class Filler:
         for fill in done:
             try:
                 data = fill.bytes_of()
-            except Exception:  # the GET failed (its reader raises it): the claim goes
+            except BaseException:  # the GET failed (its reader raises it): the claim goes
+                # (any BaseException too: what bytes_of raises is the GET's outcome, never a
+                # signal to this thread, which is not the main one: an asyncio.CancelledError
+                # from a client's cancelled future killed it, leaving later claims held)
                 failed.append((fill.object, fill.start, fill.end))
                 continue
             fetched.append((fill.object, fill.start, fill.region, fill.at, data, fill.unpinned))
