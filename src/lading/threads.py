@@ -17,8 +17,9 @@ with the stage they belong to; this module is the only place that hooks ``fork()
   What an owner drops there it hands to :func:`carry` first, and the child never frees it:
   a destructor run in the child meets the parent's state without its threads. obstore's
   client, freed there, waited for ever on a lock its runtime's threads held at the fork (a
-  fresh-clone CI run's forked child hung 80 minutes at the line that dropped it), and an
-  SQLite connection closed there would act on a WAL the parent still writes.
+  fresh-clone CI run's forked child hung 80 minutes at the line that dropped it). SQLite's
+  connections are the exception: the ledger closes the parent's in the child, as SQLite's
+  locks must be the child's own (:meth:`lading.remote.cache.ledger.Ledger.forked`).
 - **exit**: one hook, in stage order (at ``atexit``; in a ``multiprocessing`` child, such as a
   DataLoader worker, which ends by ``os._exit`` past ``atexit``, as one of its finalizers: else
   a worker's last figures, claims and GETs were dropped with it): read-ahead threads stop first
@@ -102,8 +103,8 @@ ctypes.pythonapi.Py_IncRef(ctypes.py_object(_CARRIED))
 
 
 def carry(*objects: object) -> None:
-    """In a forked child, keep ``objects`` (the parent's: a client, a loop, connections, GETs
-    in flight) from ever being freed here, where what they belong to is gone (module doc).
+    """In a forked child, keep ``objects`` (the parent's: a client, a loop, GETs in flight)
+    from ever being freed here, where what they belong to is gone (module doc).
     None is skipped: an owner's ``forked()`` that also makes its first state carries nothing
     then."""
     kept = tuple(o for o in objects if o is not None)

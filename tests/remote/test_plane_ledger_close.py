@@ -167,3 +167,97 @@ def test_a_store_read_by_spawned_workers_keeps_its_cache_when_opened_again(
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.split()[-2:] == ["gets", "0"], done.stdout + done.stderr[-2000:]
+
+
+def test_closing_the_ledger_leaves_a_live_threads_connection_to_it(tmp_path: Path) -> None:
+    """``Ledger.close`` closed every thread's connection, a live thread's too: that thread's
+    next statement met a closed database, and one closed while its statement ran crashed the
+    process (a review: the fill thread waiting on another process's write lock, SIGSEGV). A
+    live thread keeps its connection; the caller's is closed."""
+    import threading
+
+    node = node_of(tmp_path / "c", 1 << 20)
+    ledger = node.ledger
+    has_one, closed_now = threading.Event(), threading.Event()
+    got: list[object] = []
+
+    def reader() -> None:
+        conn = ledger.connection()
+        has_one.set()
+        closed_now.wait(30)
+        try:
+            got.append(conn.execute("SELECT COUNT(*) FROM settings").fetchone()[0])
+        except Exception as e:  # (the old code: "Cannot operate on a closed database")
+            got.append(e)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    assert has_one.wait(30)
+    mine = ledger.connection()
+    try:
+        ledger.close()
+        closed_now.set()
+        thread.join(30)
+        assert len(got) == 1 and isinstance(got[0], int) and got[0] > 0, got
+        with pytest.raises(Exception, match="closed"):
+            mine.execute("SELECT 1")  # the caller's own: closed
+    finally:
+        closed_now.set()
+        release(node)
+
+
+CHILD_AFTER_PARENT_CLOSED = """
+import os, subprocess, sys, time
+from lading.remote.cache.node import node_of, release
+folder = sys.argv[1]
+node = node_of(folder, 1 << 20)
+def put(v):
+    with node.ledger.write() as conn:
+        conn.execute("INSERT OR REPLACE INTO settings VALUES ('probe', ?)", (v,))
+put(1)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    signal_code = 9
+    try:
+        os.close(w)
+        put(10)  # the child's own connection
+        os.read(r, 1)
+        put(100)
+        signal_code = 0
+    finally:
+        os._exit(signal_code)
+os.close(r)
+time.sleep(0.5)
+release(node)  # the parent's last view: its connections closed
+third = (
+    "import sys; from lading.remote.cache.node import node_of, release; "
+    f"n = node_of({folder!r}, 1 << 20); release(n)"
+)
+subprocess.run([sys.executable, "-c", third], check=True, timeout=60)  # opens and closes
+os.write(w, b"x")
+_, status = os.waitpid(pid, 0)
+late = node_of(folder, 1 << 20)
+with late.ledger.read() as conn:
+    value = conn.execute("SELECT value FROM settings WHERE name = 'probe'").fetchone()[0]
+release(late)
+print("child", os.waitstatus_to_exitcode(status), "probe", value)
+"""
+
+
+def test_a_forked_childs_writes_outlive_its_parents_close(tmp_path: Path) -> None:
+    """A forked child that kept its parent's connections open held no SQLite lock of its own
+    (SQLite's lock records are per process: the child's new connection took the parent's for
+    its own): after the parent closed its node, a third process's last close removed the WAL
+    under the child, and the child's write was lost (a review's repro: 10 read, not 100). The
+    child closes its parent's connections at the fork."""
+    script = tmp_path / "child.py"
+    script.write_text(CHILD_AFTER_PARENT_CLOSED)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "c")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "child 0 probe 100" in done.stdout, done.stdout + done.stderr

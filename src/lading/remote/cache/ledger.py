@@ -19,11 +19,12 @@ fill and of an evicted region dirtied a page of its own, and each dirty page is 
 commit writes (1M passages, a 10 % cap, no plan: 10.8 KB written to the ledger a 364-byte
 document, now 5.1 KB; the fill thread's CPU -15 %). A place holds one block, by construction.
 
-Each thread has its own connection (made again after a fork); every transaction holds
-:data:`lading.threads.SQLITE` shared, so no fork copies a thread inside SQLite. The ledger
-keeps every connection it made, of all its threads, and :meth:`Ledger.close` closes them (the
-node's last view closing): none was closed, and the first was kept for ever, 2 descriptors
-more each time a store was opened and closed.
+Each thread has its own connection; every transaction holds :data:`lading.threads.SQLITE`
+shared, so no fork copies a thread inside SQLite. The ledger keeps every connection it made,
+of all its threads: :meth:`Ledger.close` (the node's last view closing) closes its caller's
+and those of threads that ended, a new connection those of threads that ended (none was
+closed before: 2 descriptors more each time a store was opened and closed), and a forked
+child closes its parent's at once (:meth:`Ledger.forked`).
 
 Closing any descriptor of a file drops every fcntl lock this process holds on it (POSIX), its
 SQLite connections' too: another process closing its last connection then took itself for the
@@ -39,6 +40,7 @@ a transaction touches is read in one place (the claims' choice of what to evict 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -55,7 +57,7 @@ from typing import Any, NamedTuple
 from lading.errors import LadingError, OutOfSpaceError
 from lading.remote.cache.folder import LEDGER_FILE
 from lading.remote.cache.regions import Layout
-from lading.threads import SQLITE, carry
+from lading.threads import SQLITE
 
 FORMAT = 6  # 6: blocks keyed by place; 5: unpinned fills marked; 4: a CRC32 a block; 3: none;
 # 2: blocks as BLOBs (a ledger of another format is set aside: a 4's blocks may hold unpinned
@@ -261,24 +263,35 @@ class Ledger:
         return conn
 
     def close(self) -> None:
-        """Close every connection this process made on the ledger, of every thread (the
-        node closing; a thread that uses it later makes a new one). Those of a forked
-        child's parent are not in the list (carried: :meth:`forked`)."""
+        """Close this thread's connection and those of threads that ended (the node closing;
+        a thread that uses the ledger later makes a new one). A live thread's is left to it:
+        closed from here while its transaction ran, the process crashed (CPython's close
+        clears the handle the other thread's step reads next: a review's fill thread waiting
+        on another process's write lock, SIGSEGV); it is dropped with the ledger, on the
+        thread that held it last."""
+        here = threading.current_thread()
         with self._lock:
-            conns, self._conns = self._conns, []
+            ours = [(t, c) for t, c in self._conns if t is here or not t.is_alive()]
+            self._conns = [(t, c) for t, c in self._conns if t is not here and t.is_alive()]
             self._local = threading.local()
         with SQLITE.shared():
-            for _, conn in conns:
+            for _, conn in ours:
                 closed(self.path, conn)
 
     def forked(self) -> None:
-        """In a forked child: the parent's connections are not this process's to use, nor to
-        close (a close acts on the WAL the parent writes): carried, never freed, and the
-        child's list starts empty."""
-        carry(self._local, self._conns)
+        """In a forked child (one thread; none was inside SQLite at the fork,
+        :data:`lading.threads.SQLITE`): the parent's connections are closed here. Kept open,
+        SQLite's per-process lock records said this process held the file, so the child's
+        own connections took no lock of their own: once the parent's closed, another
+        process's last close removed the WAL under the child, whose writes were lost (a
+        review's repro). Closed here, the child's copies release nothing of the parent's
+        (its locks are its own, not inherited by the child)."""
+        conns, self._conns = self._conns, []
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._conns = []
+        for _, conn in conns:
+            with contextlib.suppress(sqlite3.Error):
+                closed(self.path, conn)
 
     def trim(self) -> None:
         """Truncate the WAL once it holds twice its checkpoint size and no reader needs it
