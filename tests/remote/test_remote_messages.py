@@ -120,6 +120,38 @@ def test_without_fsspec_the_stray_key_is_named_at_once_not_retried(
     assert s3.stats()["lists"] == 1
 
 
+def test_a_pinned_read_is_not_made_unpinned_through_a_fallback_that_cannot_pin(
+    strays: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pinned read of a key obstore cannot name goes through fsspec only where fsspec
+    sends the pin (s3fs): gcsfs and adlfs drop it, and this client counts its reads pinned,
+    so the node cache would trust bytes of another version as checked. Refused, naming why."""
+    bucket, _ = strays
+    client = open_client(f"s3://{bucket}/sessions", "obstore", timeout=10)
+    real = client._fallback
+
+    class Unpinned:  # gcsfs's part: reads, but sends no If-Match
+        pins = False
+        fs = type("GCSFileSystem", (), {})()
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def get_range(self, *args: Any) -> bytes:
+            data: bytes = await self.inner.get_range(*args)
+            return data
+
+    monkeypatch.setattr(client, "_fallback", lambda *a: Unpinned(real(*a)))
+    etag = open_client(f"s3://{bucket}/sessions", "fsspec").list()["logs//run.txt"].etag
+    assert asyncio.run(client.get_range("logs//run.txt", 2, 6)) == b"log "  # unpinned: read
+    for read in (
+        lambda: client.get_range("logs//run.txt", 0, 1, etag),
+        lambda: client.get_ranges("logs//run.txt", [(0, 1), (2, 5)], etag),
+    ):
+        with pytest.raises(RemotePermanentError, match="GCSFileSystem cannot pin"):
+            asyncio.run(read())
+
+
 @pytest.fixture
 def no_cloud_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """No AZURE_ or GOOGLE_ variables; AWS_ENDPOINT_URL set (as a local S3 sets it)."""

@@ -188,7 +188,7 @@ class ObstoreClient:
             return bytes(await self._settled(result.bytes_async()))
         except Exception as e:
             if _unnameable(e) is not None:
-                return await self._fallback(e, "read", key).get_range(key, start, end, etag)
+                return await self._read_through(e, key, etag).get_range(key, start, end, etag)
             raise self._error(e, key, pinned=etag is not None) from e
 
     async def get_ranges(
@@ -214,10 +214,9 @@ class ObstoreClient:
                     )
                 )
                 return [bytes(b) for b in found]
-            pinned = self.get_range(key, ranges[0][0], ranges[0][1], etag)
             if len(ranges) == 1:
-                return [await pinned]
-            rest = self._settled(
+                return [await self.get_range(key, ranges[0][0], ranges[0][1], etag)]
+            rest = self._settled(  # (first: where it raises, no coroutine is left unawaited)
                 obstore.get_ranges_async(
                     self._store,
                     key,
@@ -226,13 +225,14 @@ class ObstoreClient:
                     coalesce=0,
                 )
             )
+            pinned = self.get_range(key, ranges[0][0], ranges[0][1], etag)
             first, others = await asyncio.gather(pinned, rest)
             return [first, *(bytes(b) for b in others)]
         except PermanentError:
             raise
         except Exception as e:
             if _unnameable(e) is not None:
-                other = self._fallback(e, "read", key)
+                other = self._read_through(e, key, etag)
                 reads = (other.get_range(key, a, b, etag) for a, b in ranges)
                 return list(await asyncio.gather(*reads))
             raise self._error(e, key, pinned=etag is not None) from e
@@ -400,6 +400,16 @@ class ObstoreClient:
                 why = f"{package} is not installed (pip install {package}, or 'lading[remote]')"
                 raise _unnameable_error(self.url, doing, key, error, why) from None
         return self._fsspec
+
+    def _read_through(self, error: Exception, key: str, etag: str | None) -> FsspecClient:
+        """:meth:`_fallback` for a ranged read, refused where it is pinned (``etag``) and
+        fsspec's filesystem cannot send the pin (gcsfs, adlfs: only s3fs does): this client
+        counts its reads as pinned, and an unpinned one would be trusted as checked."""
+        other = self._fallback(error, "read", key)
+        if etag is not None and not other.pins:
+            why = f"{type(other.fs).__name__} cannot pin a read to the object's ETag"
+            raise _unnameable_error(self.url, "read", key, error, why)
+        return other
 
     def __repr__(self) -> str:
         return f"ObstoreClient({self.url!r}, endpoint={self.endpoint!r})"  # never the options
