@@ -261,3 +261,20 @@ def test_a_forked_childs_writes_outlive_its_parents_close(tmp_path: Path) -> Non
     )
     assert done.returncode == 0, done.stderr
     assert "child 0 probe 100" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_node_that_fails_to_open_leaves_no_ledger_file_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node whose owner token cannot be made (a folder it may not write, say) raised with
+    the ledger's connection and the payload file left open (a review of a44d674)."""
+    from lading.remote.cache import node as node_module
+
+    class Refused:
+        def __init__(self, *args: object) -> None:
+            raise PermissionError("owners/: permission denied")
+
+    monkeypatch.setattr(node_module, "Owner", Refused)
+    with pytest.raises(PermissionError):
+        node_of(tmp_path / "c", 1 << 20)
+    assert _ledger_fds(tmp_path / "c") == []

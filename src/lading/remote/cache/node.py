@@ -70,14 +70,18 @@ class Node:
             self.data = DataFile(directory / DATA_FILE, self.layout, mode)
             if self.data.made:  # removed or cut under its ledger: its blocks are gone (were: zeros)
                 self.ledger.forget_blocks()
-        except BaseException:
+            self.owner = Owner(directory, mode)
+            self.filler = Filler(self._mark, self.ledger.trim)
+            self.views = 0  # open views (NodeCache); the last to close closes the node
+            self._fresh()  # (not forked(): the ledger's first connection is this process's own)
+            _ = self.owner.token  # seen by every process from now (a newcomer keeps these)
+        except BaseException:  # what was opened closes: no descriptor outlives a failed open
+            for part in (getattr(self, "owner", None), getattr(self, "data", None)):
+                if part is not None:
+                    with contextlib.suppress(Exception):
+                        part.close()
             self.ledger.close()
             raise
-        self.owner = Owner(directory, mode)
-        self.filler = Filler(self._mark, self.ledger.trim)
-        self.views = 0  # open views (NodeCache); the last to close closes the node
-        self._fresh()  # (not forked(): the ledger's first connection is this process's own)
-        _ = self.owner.token  # seen by every process from now (a newcomer keeps these figures)
         if not self.owner.others_alive():  # the folder was idle: its figures are of the gone
             with contextlib.suppress(sqlite3.Error):
                 self.ledger.restart_counters()
