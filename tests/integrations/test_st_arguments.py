@@ -67,7 +67,8 @@ def trainers(
     return ours, theirs
 
 
-@pytest.mark.parametrize("drop_last", [False, True])
+# drop_last=False trains two whole ST runs (~13 s): in the slow set, its twin in the default
+@pytest.mark.parametrize("drop_last", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_drop_last_gives_the_batches_and_steps_of_st_own_route(
     drop_last: bool, data_dir: Path, tmp_path: Path
 ) -> None:

@@ -375,8 +375,8 @@ def gpt_config(corpus: Path, out: Path, **kw: Any) -> Any:
     return LMConfig(**{**fields, **kw})
 
 
-@pytest.mark.e2e  # whole training runs (lading train lm --arch gpt)
-@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.e2e  # whole training runs (lading train lm --arch gpt); packed in the slow set
+@pytest.mark.parametrize("packed", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_gpt_trains_end_to_end(repetitive: Path, tmp_path: Path, packed: bool) -> None:
     from lading.lm.train import train_lm
 
@@ -387,7 +387,8 @@ def test_gpt_trains_end_to_end(repetitive: Path, tmp_path: Path, packed: bool) -
     assert (later["packing"] is not None) == packed
 
 
-@pytest.mark.e2e  # three whole training runs
+@pytest.mark.slow  # three whole training runs (~9 s: the default run stays under 10 minutes)
+@pytest.mark.e2e
 def test_gpt_resumed_run_equals_uninterrupted(repetitive: Path, tmp_path: Path) -> None:
     import json
 
