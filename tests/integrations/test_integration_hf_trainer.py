@@ -73,6 +73,7 @@ def make_trainer(
     return CrossEncoderTrainer(model=model, args=targs, train_loader=loader, callbacks=[StopAt()])
 
 
+@pytest.mark.slow  # two Trainer runs on the real data (~11 s): the default run under 10 minutes
 def test_resume_from_a_trainer_checkpoint_sees_the_same_batches(
     data_dir: Path, tmp_path: Path
 ) -> None:

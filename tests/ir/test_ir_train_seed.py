@@ -61,6 +61,7 @@ def train(files: dict[str, Path], out: Path, seed: int) -> dict[str, torch.Tenso
     return load_file(str(out / "model" / "model.safetensors"))
 
 
+@pytest.mark.slow  # two whole training runs (~6 s): the default run under 10 minutes
 def test_one_seed_trains_one_model_from_a_hf_folder(files: dict[str, Path], tmp_path: Path) -> None:
     first, again = train(files, tmp_path / "a", 1), train(files, tmp_path / "b", 1)
     assert sorted(first) == sorted(again)
