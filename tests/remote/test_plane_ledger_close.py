@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import lading
-from conftest import write
+from conftest import files_open_under, write
 from lading.remote.cache.node import Node, node_of, release
 from lading.stores.remote.store import RemoteStore
 
@@ -37,15 +37,8 @@ def _source(folder: Path, docs: dict[str, str]) -> Path:
 def _ledger_fds(cache: Path) -> list[str]:
     """This process's descriptors open on ``cache``'s ledger files (by real path)."""
     wanted = {os.path.realpath(cache / name) for name in LEDGER_FILES}
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.removesuffix(" (deleted)") in wanted:
-            found.append(target)
-    return found
+    opened = files_open_under(Path(os.path.realpath(cache)))
+    return [target for target in opened if target.removesuffix(" (deleted)") in wanted]
 
 
 def test_opening_and_closing_a_store_leaves_no_ledger_file_open(

@@ -29,6 +29,7 @@ from lading.remote.cache.node import CacheFolderError, node_of, release
 from lading.remote.cache.owners import Owner
 from lading.remote.cache.regions import DataFile, Layout, PayloadCutError, folder_bytes
 from lading.remote.stage import keep_within
+from lading.stores.remote.store import RemoteStore
 from lading.testing import LocalS3
 
 
@@ -467,18 +468,24 @@ def test_a_forked_child_reads_without_its_parents_plan(bucket: str, tmp_path: Pa
         store.close()
 
 
+def _read_once(bucket: str, tmp_path: Path) -> RemoteStore:
+    """A store of 300 documents in ``bucket``, opened over a node cache, two of them read."""
+    source = write(tmp_path / "docs.tsv", "".join(f"d{i}\tdocument {i}\n" for i in range(300)))
+    url = f"s3://{bucket}/docs"
+    lading.build_store(source, url, cache=str(tmp_path / "up"), progress=False)
+    store = lading.open_store(url, cache=tmp_path / "node", cache_bytes="1M")
+    assert list(store.get_many(["d1", "d299"])) == ["document 1", "document 299"]
+    return store
+
+
 def test_a_forked_child_does_not_tell_the_node_its_parents_gets(
     bucket: str, tmp_path: Path
 ) -> None:
     """A forked child (a DataLoader worker under fork) starts its figures at zero: its fetcher
     kept the parent's counts while its view's reports began again, so the child told the
     node every GET its parent had sent, and the node's ``gets`` counted them twice."""
-    source = write(tmp_path / "docs.tsv", "".join(f"d{i}\tdocument {i}\n" for i in range(300)))
-    url = f"s3://{bucket}/docs"
-    lading.build_store(source, url, cache=str(tmp_path / "up"), progress=False)
-    store = lading.open_store(url, cache=tmp_path / "node", cache_bytes="1M")
+    store = _read_once(bucket, tmp_path)
     try:
-        assert list(store.get_many(["d1", "d299"])) == ["document 1", "document 299"]
         mine = store.cache_stats()["gets"]  # (and the node told, forced)
         pid = os.fork()
         if pid == 0:
@@ -496,12 +503,8 @@ def test_a_forked_child_frees_none_of_its_parents_objects(bucket: str, tmp_path:
     held at the fork (a fresh-clone CI run hung 80 minutes in this file's fork test, at the
     line dropping it: 1 fork in ~15 on 2 loaded cores). The child keeps the client alive.
     (SQLite's connections are closed there instead: tests/remote/test_plane_ledger_close.py.)"""
-    source = write(tmp_path / "docs.tsv", "".join(f"d{i}\tdocument {i}\n" for i in range(300)))
-    url = f"s3://{bucket}/docs"
-    lading.build_store(source, url, cache=str(tmp_path / "up"), progress=False)
-    store = lading.open_store(url, cache=tmp_path / "node", cache_bytes="1M")
+    store = _read_once(bucket, tmp_path)
     try:
-        assert list(store.get_many(["d1", "d299"])) == ["document 1", "document 299"]
         client = weakref.ref(store._columns.cache.fetcher.client)  # the one that sent those GETs
         pid = os.fork()
         if pid == 0:
