@@ -261,7 +261,7 @@ def filesystem(
     try:
         fs, root = url_to_fs(url.rstrip("/"), **options)
     except OSError as e:  # a filesystem that connects when made (ftp://, sftp://, ...)
-        said = f"{type(e).__name__}: {_first(e)}"
+        said = f"{type(e).__name__}: {first_line(e)}"
         if isinstance(e, PermissionError):
             raise denied(url, "", endpoint_of(url, options), said) from e
         if isinstance(e, FileNotFoundError):
@@ -337,7 +337,7 @@ class RemoteDir:
             except TypeError as e:  # s3fs passes storage options on to botocore's session
                 raise RemoteURLError(
                     f"{self.url}: the storage options {sorted(self.options)} were not all "
-                    f"understood ({_first(e)}); check their names in the docs of "
+                    f"understood ({first_line(e)}); check their names in the docs of "
                     f"{type(self.fs).__name__}"
                 ) from None
             except Exception as e:  # botocore's and aiohttp's errors are not all OSErrors
@@ -357,7 +357,7 @@ class RemoteDir:
     def _final(self, error: BaseException, path: object) -> BaseException:
         """A failure retrying cannot fix, as one line of the remote family where it is one
         (no bucket, no object, access denied, no credentials)."""
-        text = f"{type(error).__name__}: {_first(error)}"
+        text = f"{type(error).__name__}: {first_line(error)}"
         key = str(path)[len(self.root) + 1 :] if str(path).startswith(self.root + "/") else ""
         if isinstance(error, FileNotFoundError):
             if "bucket" in str(error).lower():
@@ -385,5 +385,6 @@ class RemoteDir:
             raise
 
 
-def _first(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """An error's first line (300 characters at most; its type's name where it says nothing)."""
     return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]

@@ -26,7 +26,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lading.disk.remote import endpoint_of
+from lading.disk.remote import endpoint_of, first_line
 from lading.errors import RemoteURLError, missing_package
 from lading.remote.objects import (
     ObjectInfo,
@@ -511,14 +511,10 @@ def _unnameable_error(url: str, doing: str, key: str, error: Exception, why: str
     where = f"{scheme}://{rest.split('/', 1)[0]}/{path}" if doing == "list" else f"{url}/{key}"
     call = f"LIST {url}/{key}".rstrip("/") if doing == "list" else f"GET {url}/{key}"
     return PermanentError(
-        f"{call}: obstore cannot name the object {where} ({_first(error)}), and fsspec cannot "
+        f"{call}: obstore cannot name the object {where} ({first_line(error)}), and fsspec cannot "
         f"{doing} it instead: {why}. Rename that object (copy it to a key without '//', '.' "
         "or '..' segments and delete it) or move it out of this prefix"
     )
-
-
-def _first(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
 
 
 def _translate(
@@ -538,7 +534,7 @@ def _translate(
     if isinstance(error, PermanentError):
         return error
     text = str(error)
-    first = (text.strip().splitlines() or [type(error).__name__])[0][:300]
+    first = first_line(error)
     if _unnameable(error) is not None:  # a key obstore cannot name: no retry names it either
         return PermanentError(
             f"{url}/{key}: obstore cannot name this key ({first}); use a key without '//', "
@@ -560,7 +556,7 @@ def _translate(
 def _bad_option(error: Exception, url: str, options: Mapping[str, Any] | None) -> Exception:
     """obstore's refusal to make a client, as one line: with options given, naming them and
     the scheme's config keys; with none, what the scheme needs from the environment."""
-    first = _first(error).rstrip(".")
+    first = first_line(error).rstrip(".")
     scheme = _FAMILY.get(split_url(url)[0], split_url(url)[0])
     if not options:
         return RemoteURLError(

@@ -124,8 +124,8 @@ class Node:
         )
 
     def forked(self) -> None:
-        """Per-process state, new in a forked child (the parent's GETs and ledger connections
-        are not its own: carried, never freed here)."""
+        """Per-process state, new in a forked child (the parent's GETs are not its own:
+        carried, never freed here; its ledger connections are closed, :meth:`Ledger.forked`)."""
         carry(self.inflight)
         self._fresh()
         self.ledger.forked()
