@@ -21,6 +21,7 @@ from lading.disk.stage import stage
 from lading.errors import (
     DeviceUnavailableError,
     EmptyEpochError,
+    EmptyTextWarning,
     IncompleteBuildWarning,
     LadingError,
     LoaderClosedError,
@@ -72,6 +73,7 @@ __all__ = [
     "DeviceUnavailableError",
     "DocStore",
     "EmptyEpochError",
+    "EmptyTextWarning",
     "InMemoryStore",
     "IncompleteBuildWarning",
     "IrDatasetsStore",

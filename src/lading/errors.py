@@ -148,6 +148,12 @@ class SkippedRecordsWarning(UserWarning):
     """Records were skipped because the caller chose ``on_error="skip"``."""
 
 
+class EmptyTextWarning(UserWarning):
+    """A build stored documents whose text is empty while a field of theirs (a title) is not:
+    a model reads a store's text alone, so it would see nothing of them. The message counts
+    them and names ``prefix_fields=`` (``--prefix-fields``), which puts the field first."""
+
+
 class IncompleteBuildWarning(UserWarning):
     """A merge found a sharded build newer than the current snapshot with shards missing
     (workers that died): it committed nothing and kept the current snapshot. The message names

@@ -39,6 +39,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         id_field=args.id_field,
         text_field=args.text_field,
         columns=args.columns.split(",") if args.columns else ("id", "text"),
+        prefix_fields=args.prefix_fields.split(",") if args.prefix_fields else (),
     )
     options: dict[str, Any] = {  # what a shard's build and a whole build share
         "format": args.format,
@@ -591,6 +592,12 @@ def _add_build(sub: Any) -> None:
         "--columns",
         help="TSV column names, comma-separated, one per column (default: id,text); a wider "
         "TSV names every column, e.g. id,url,title,text for msmarco-docs.tsv",
+    )
+    p.add_argument(
+        "--prefix-fields",
+        help="fields put before each document's text, comma-separated, e.g. title (a "
+        "model then reads title and body, as BEIR's readers give them; CACM keeps half its "
+        "documents' words in titles); a JSON key, table column, named TSV column or TREC title",
     )
     add_shard_options(
         p,

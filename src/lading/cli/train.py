@@ -465,6 +465,13 @@ def _add_train_cross_encoder(kinds: Any) -> None:
         help="with a TSV --corpus: its column names, comma-separated, one per column (default: "
         "id,text); a wider TSV names every column, e.g. id,url,title,text for msmarco-docs.tsv",
     )
+    p.add_argument(
+        "--prefix-fields",
+        type=lambda value: tuple(value.split(",")),
+        default=(),
+        help="with --corpus: fields put before each document's text, comma-separated, e.g. "
+        "title (CACM keeps half its documents' words in titles)",
+    )
     p.add_argument("--queries", required=True, type=existing, help="queries (id<TAB>text)")
     add_query_columns(p)
     p.add_argument("--qrels", required=True, type=existing, help="judgements (TREC qrels)")

@@ -48,6 +48,7 @@ class TrainConfig(RunConfig):
     store: Path | str | None = None  # a folder, or an object-store URL (s3://...)
     corpus: Path | None = None
     columns: tuple[str, ...] | None = None  # a TSV --corpus's column names (default: id, text)
+    prefix_fields: tuple[str, ...] = ()  # a --corpus's fields put before its texts (title)
     query_columns: tuple[str, ...] | None = None  # a TSV --queries' (default: id, text)
     negatives: Path | None = None
     model: str = "tiny"
@@ -112,6 +113,11 @@ def prepare(config: TrainConfig, world: World) -> tuple[DocStore, Any, CrossEnco
             "--columns names the columns of a TSV --corpus; a --store keeps the ones it was "
             "built with: leave --columns out"
         )
+    if config.prefix_fields and config.corpus is None:
+        raise ValueError(
+            "--prefix-fields says what a --corpus's build puts before each text; a --store "
+            "keeps the texts it was built with: leave --prefix-fields out, or rebuild the store"
+        )
     if config.columns and config.corpus is not None:
         from lading.sources import detect_format
 
@@ -125,7 +131,9 @@ def prepare(config: TrainConfig, world: World) -> tuple[DocStore, Any, CrossEnco
     if config.model != "tiny" and tokenizer is None:
         tokenizer = config.model  # a local HF model folder holds tokenizer.json
     if config.corpus is not None:
-        parse = ParseOptions(columns=config.columns) if config.columns else None
+        parse = ParseOptions(
+            columns=config.columns or ("id", "text"), prefix_fields=config.prefix_fields
+        )
         if tokenizer is None:  # tiny: learn a vocabulary from the corpus head, offline
             from lading.sources import read_records
 

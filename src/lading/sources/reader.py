@@ -51,6 +51,8 @@ from lading.sources.parsers import (
     make_jsonl_parser,
     make_trec_parser,
     make_tsv_parser,
+    prefixed,
+    with_prefix,
 )
 from lading.sources.span import FilePart, Whole
 from lading.sources.tables import iter_table
@@ -255,7 +257,7 @@ class SourceReader:
         options = self.options
         if self.format == "beir" and options.id_field is None:
             options = replace(options, id_field="_id")
-        return FILE_FORMATS[self.file_format].make_parser(options)
+        return prefixed(FILE_FORMATS[self.file_format].make_parser(options), options.prefix_fields)
 
     def fingerprint(self) -> dict[str, Any]:
         """Identity of the source for staleness checks."""
@@ -265,7 +267,9 @@ class SourceReader:
 
     def __iter__(self) -> Iterator[Record]:
         if self.format == "irds":
-            return _iter_irds(os.fspath(self.source)[len("irds:") :])
+            records = _iter_irds(os.fspath(self.source)[len("irds:") :])
+            fields = self.options.prefix_fields
+            return (with_prefix(r, fields) for r in records) if fields else records
         if self.format in ("arrow", "parquet"):
             return (record for record, _, _ in self.iter_numbered())
         return self._parsed(_RECORDS)
@@ -278,7 +282,8 @@ class SourceReader:
         if self.format in ("arrow", "parquet"):
             assert self.path is not None
             rows = iter_table(self.path, self.format, self.options, self._bad)
-            return ((record, row, 0) for record, row in rows)
+            fields = self.options.prefix_fields
+            return ((with_prefix(record, fields), row, 0) for record, row in rows)
         return self._parsed(_NUMBERED)
 
     def iter_spans(self) -> Iterator[tuple[Record, Chunk]]:
@@ -311,9 +316,11 @@ class SourceReader:
 
     @property
     def bulk(self) -> bool:
-        """Whether :meth:`iter_bulk` can take whole blocks: TSV, every column named once."""
+        """Whether :meth:`iter_bulk` can take whole blocks: TSV, every column named once, no
+        field put before the text (a record at a time then)."""
         columns = self.options.columns
-        return self.format == "tsv" and len(set(columns)) == len(columns)
+        unique = len(set(columns)) == len(columns)
+        return self.format == "tsv" and unique and not self.options.prefix_fields
 
     def iter_bulk(self) -> Iterator[TsvBlock]:
         """Every record, in blocks of columns (one shape for every format): clean blocks of a

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,7 +32,7 @@ from lading.disk import (
     column_files,
     write_file,
 )
-from lading.errors import SourceError
+from lading.errors import EmptyTextWarning, SourceError
 from lading.sources import SourceReader
 from lading.sources.tsv_blocks import TsvBlock
 from lading.stores.building.shardset import SHARD_FILE
@@ -52,6 +53,8 @@ class BuildStats:
     rows: int = 0
     bytes_read: int = 0
     duplicates_dropped: int = 0
+    # documents of an empty text whose field is not, by field (EmptyTextWarning)
+    empty_texts: dict[str, int] = field(default_factory=dict)
 
 
 class _Columns:
@@ -188,11 +191,21 @@ def write_shard(
         "skipped": reader.skipped,
         "skip_examples": reader.skip_reasons,
         "duplicates_dropped": stats.duplicates_dropped,
+        **({"empty_texts": stats.empty_texts} if stats.empty_texts else {}),
         "seconds": round(time.perf_counter() - started, 3),
         "files": files,
         **(about or {}),
     }
     write_file(directory / SHARD_FILE, json.dumps(record, indent=2, sort_keys=True).encode())
+    for name, count in stats.empty_texts.items():
+        warnings.warn(
+            f"{reader.source}: {count:,} of {rows:,} documents have an empty text and a "
+            f"{name}; a model reads a store's text only, so it sees nothing of them. To read "
+            f"the {name} first: parse=ParseOptions(prefix_fields=({name!r},)) "
+            f"(--prefix-fields {name})",
+            EmptyTextWarning,
+            stacklevel=2,
+        )
     return WrittenShard(record, keys)
 
 
@@ -214,6 +227,8 @@ def _stream_rows(
     number to the spill files, its text to the encoder."""
     for block in reader.iter_bulk():
         columns.add_block(block)
+        if block.fields:
+            _count_empty_texts(block, stats)
         int_ids.add_many(block.ids)
         lines.extend(block.lines)
         if encoder is not None:
@@ -222,6 +237,17 @@ def _stream_rows(
         if progress is not None and end > stats.bytes_read:
             progress.update(end - stats.bytes_read)
             stats.bytes_read = end
+
+
+def _count_empty_texts(block: TsvBlock, stats: BuildStats) -> None:
+    """Count, by field, the rows of ``block`` whose text is empty and whose field is not."""
+    empty = block.texts.lengths == 0
+    if not empty.any():
+        return
+    for name, column in block.fields.items():
+        counted = int(np.count_nonzero(empty & (column.lengths > 0)))
+        if counted:
+            stats.empty_texts[name] = stats.empty_texts.get(name, 0) + counted
 
 
 class _Encoder:
