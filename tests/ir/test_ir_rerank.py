@@ -256,3 +256,13 @@ def test_a_query_its_run_ranks_nothing_for_is_scored_not_left_out(tiny: dict[str
         assert scores.left_out == []
         assert evaluate(qrels, scores, ["R@100"]) == {"R@100": 0.5}  # q5 found nothing: 0
     assert scores["q5"] == {}
+
+
+def test_what_the_docs_name_is_exported_from_lading_ir() -> None:
+    """docs/cross-encoder.md names ``with_tail`` and ``GroupsWarning`` by ``lading.ir``."""
+    import lading.ir
+    from lading.ir.groups import GroupsWarning
+    from lading.ir.rerank import with_tail
+
+    assert lading.ir.with_tail is with_tail and lading.ir.GroupsWarning is GroupsWarning
+    assert {"with_tail", "GroupsWarning"} <= set(lading.ir.__all__)
