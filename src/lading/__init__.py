@@ -19,6 +19,7 @@ from lading._lazy import lazy_attributes
 from lading._version import __version__
 from lading.disk.stage import stage
 from lading.errors import (
+    BuilderGoneError,
     DeviceUnavailableError,
     EmptyEpochError,
     EmptyTextWarning,
@@ -69,6 +70,7 @@ __getattr__ = lazy_attributes(
 
 
 __all__ = [
+    "BuilderGoneError",
     "DevicePrefetcher",
     "DeviceUnavailableError",
     "DocStore",

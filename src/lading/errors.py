@@ -148,6 +148,13 @@ class SkippedRecordsWarning(UserWarning):
     """Records were skipped because the caller chose ``on_error="skip"``."""
 
 
+class BuilderGoneError(LadingError, RuntimeError):
+    """A rank this one waited for, under a process group's build
+    (:mod:`lading.stores.building.group`), stopped posting its heartbeat in the middle of its
+    part (killed, out of memory, crashed: it posted no error); the message names it, its host
+    and pid, what it was doing, and how long ago it was last heard from."""
+
+
 class EmptyTextWarning(UserWarning):
     """A build stored documents whose text is empty while a field of theirs (a title) is not:
     a model reads a store's text alone, so it would see nothing of them. The message counts

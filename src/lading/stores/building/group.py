@@ -15,6 +15,19 @@ at most (default 86400, a day), after which a waiting rank raises :class:`Timeou
 short collectives remain: one as the ranks arrive (who builds what) and, through the store,
 one before they leave (so that no rank's process, rank 0 holding the store for instance,
 exits while another still reads it).
+
+A rank that dies silently (SIGKILL, the OOM killer, a segfault: nothing posted) is seen without
+waiting out that day, under any launcher (torchrun's agent would end the group; Slurm's srun,
+mpirun or a user's own spawn do not): while a rank does its part (builds its copy, writes its
+shard, waits for the shards and merges on rank 0) a daemon thread of its own posts a heartbeat
+(it adds one to a counter, ``alive/<rank>``, next to its host, pid and what it does) every
+sixth of ``LADING_BUILD_HEARTBEAT_S`` seconds (default 60). A rank waiting for that part reads
+the counter as it polls and, where it stood still for longer than that bound on the waiting
+rank's own monotonic clock (no clocks of two hosts compared), raises :class:`BuilderGoneError`
+naming the rank, its host and pid, what it was doing, when it was last heard from, and what to
+do. A rank stopped or starved for longer than the bound is taken for dead too; a live rank's
+thread needs the interpreter for a moment every few seconds, which a build gets from Python's
+forced switching (a C call holding the GIL for a minute would not give it).
 """
 
 from __future__ import annotations
@@ -22,16 +35,19 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import os
 import socket
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from lading.deadline import env_seconds
-from lading.errors import StoreFormatError
+from lading.errors import BuilderGoneError, StoreFormatError
 from lading.stores.building.parallel import (
     derive_build_id,
     merge_store,
@@ -46,6 +62,11 @@ DEFAULT_TIMEOUT_S = 86400.0  # a day: a waiting rank's bound on a build, see the
 LEAVE_WAIT_S = 60.0  # how long a rank waits for the others to have read the outcome
 REPORT_S = 120.0  # how often a waiting rank says on stderr what it waits for
 _POLL_S = 1.0  # the longest sleep between two looks at the store
+HEARTBEAT_VAR = "LADING_BUILD_HEARTBEAT_S"
+DEFAULT_HEARTBEAT_S = 60.0  # a building rank silent this long is taken for dead (module doc)
+_BEATS_PER_BOUND = 6  # a building rank beats this often within the bound
+_LOOKS_PER_BOUND = 4  # a waiting rank reads the heartbeats of its builders this often in it
+_JOIN_S = 5.0  # the longest a rank waits for its heartbeat thread to end (a store call hung)
 _ALONE = contextvars.ContextVar("lading_build_alone", default=False)
 
 
@@ -56,6 +77,16 @@ def build_timeout() -> float:
         ValueError: the variable is not a positive number.
     """
     return env_seconds(TIMEOUT_VAR, DEFAULT_TIMEOUT_S)
+
+
+def heartbeat_bound() -> float:
+    """Seconds a building rank's heartbeat may stand still before a rank waiting for it takes it
+    for dead: ``LADING_BUILD_HEARTBEAT_S``, else a minute.
+
+    Raises:
+        ValueError: the variable is not a positive number.
+    """
+    return env_seconds(HEARTBEAT_VAR, DEFAULT_HEARTBEAT_S)
 
 
 @contextlib.contextmanager
@@ -83,24 +114,19 @@ def build_in_group(build: Callable[[], str], dest: Path, shared: bool) -> Packed
     where, builds = _where(dest), world.is_builder(shared)
     arrived: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(arrived, (where, world.rank, builds, uuid.uuid4().hex))
-    talk = _Exchange(dist, arrived[0][3], world.rank, dest)
+    talk = _Exchange(dist, arrived[0][3], world.rank, dest, "the store is built anew")
     builders = [rank for _, rank, builder, _ in arrived if builder]
     mine = builders_rank(arrived, where, shared)
-    failure: BaseException | None = None
-    if builds:
-        try:
-            talk.post(f"built/{world.rank}", {"snapshot": build()})
-        except BaseException as e:  # post it first, or the other ranks wait for it in vain
-            failure = e
-            talk.post(f"built/{world.rank}", {"error": f"{type(e).__name__}: {e}"})
-    try:
-        outcome = talk.wait([f"built/{rank}" for rank in builders], _who(builders, "build"))
-    except BaseException:
-        talk.leave(wait=False)
-        raise
-    talk.leave()
-    if failure is not None:
-        raise failure
+    built = {f"built/{rank}": rank for rank in builders}
+    with talk.leaving():
+        if builds:
+            copy = str(dest) if shared else f"its node's copy of {dest}"
+            with _Heartbeat(talk, f"building {copy}"):
+                try:
+                    talk.post(f"built/{world.rank}", {"snapshot": build()})
+                except BaseException as e:  # post it, or the other ranks wait for it in vain
+                    talk.fail(f"built/{world.rank}", e)
+        outcome = talk.wait(list(built), _who(builders, "build"), watch=built)
     if mine is None:  # no rank built this rank's copy: open what is there
         return _open(dest, None, world.rank)
     theirs = outcome[f"built/{mine}"]
@@ -145,29 +171,66 @@ def _who(ranks: list[int], what: str) -> str:
 
 class _Exchange:
     """One build's messages through the process group's key-value store: ``post`` a JSON
-    object under a name, ``wait`` (polling, bounded by :func:`build_timeout`) for names, and
-    ``leave`` once every rank read what it needed. ``key``: the same on every rank (rank 0's
-    pick), different for every build."""
+    object under a name, ``wait`` (polling, bounded by :func:`build_timeout`, and by the
+    heartbeats of the ranks it waits for) for names, and ``leave`` once every rank read what it
+    needed. ``key``: the same on every rank (rank 0's pick), different for every build.
+    ``rerun``: what a rerun does after a rank died (said in :class:`BuilderGoneError`)."""
 
-    def __init__(self, dist: Any, key: str, rank: int, dest: Any) -> None:
+    def __init__(self, dist: Any, key: str, rank: int, dest: Any, rerun: str) -> None:
         self.store = dist.distributed_c10d._get_default_store()
         self.prefix = f"lading/build/{key}/"
         self.rank, self.size, self.dest = rank, int(dist.get_world_size()), dest
+        self.rerun = rerun
         self.timeout = build_timeout()  # a bad setting refused before anything is built
+        self.heartbeat = heartbeat_bound()
+        self.failure: BaseException | None = None  # this rank's own, raised once it has left
+        self._counted: set[str] = set()  # heartbeat counters known to exist (:meth:`_counts`)
 
     def post(self, name: str, value: dict[str, Any]) -> None:
         self.store.set(self.prefix + name, json.dumps(value))
 
+    def alive(self, rank: int) -> str:
+        """The key of ``rank``'s heartbeat counter (:class:`_Heartbeat`)."""
+        return f"{self.prefix}alive/{rank}"
+
+    def fail(self, name: str, error: BaseException) -> None:
+        """Post ``error`` under ``name`` for the ranks waiting for it, and keep it to raise
+        here once this rank has left (:meth:`leaving`)."""
+        self.failure = error
+        self.post(name, {"error": f"{type(error).__name__}: {error}"})
+
+    @contextlib.contextmanager
+    def leaving(self) -> Iterator[None]:
+        """The block (this rank's part and its waits), then :meth:`leave`: at once where the
+        block raised (its error goes on), else once every rank has read the outcome, and then
+        this rank's own failure (:meth:`fail`), if any, is raised."""
+        try:
+            yield
+        except BaseException:
+            self.leave(wait=False)
+            raise
+        self.leave()
+        if self.failure is not None:
+            raise self.failure
+
     def wait(
-        self, names: Iterable[str], who: str, timeout: float | None = None, strict: bool = True
+        self,
+        names: Iterable[str],
+        who: str,
+        timeout: float | None = None,
+        strict: bool = True,
+        watch: Mapping[str, int] | None = None,
     ) -> dict[str, Any]:
         """The objects posted under ``names`` once all are there. Raises TimeoutError when
         ``timeout`` (default :func:`build_timeout`) passes first (with ``strict``; without, it
-        returns what is there), RuntimeError when the store is gone."""
+        returns what is there), RuntimeError when the store is gone, and
+        :class:`BuilderGoneError` when a rank that posts one of ``names`` (``watch``: name ->
+        rank) stops its heartbeat before posting it."""
         names = list(names)
         keys = [self.prefix + name for name in names]
         limit = self.timeout if timeout is None else timeout
         started = last_report = time.monotonic()
+        silence = _Silence(self, {self.prefix + name: r for name, r in (watch or {}).items()}, who)
         pause = 0.05
         while not self._check(keys, who):
             now = time.monotonic()
@@ -179,6 +242,7 @@ class _Exchange:
                     f"building (see its log), or did it die? For a longer build set "
                     f"{TIMEOUT_VAR} to the seconds to wait (default {DEFAULT_TIMEOUT_S:.0f})"
                 )
+            silence.look(now)
             if now - last_report >= REPORT_S:
                 last_report = now
                 print(
@@ -199,11 +263,37 @@ class _Exchange:
         try:
             return bool(self.store.check(keys))
         except RuntimeError as e:
-            raise RuntimeError(
-                f"rank {self.rank} lost the process group's store while waiting for {who} "
-                f"{self.dest} ({e}); the rank holding it (rank 0, or torchrun's agent) stopped: "
-                "see its error"
-            ) from e
+            raise self._lost(e, who) from e
+
+    def _read(self, key: str, who: str) -> dict[str, Any] | None:
+        """The object posted under ``key`` (the full key), None where nothing is yet."""
+        if not self._check([key], who):
+            return None
+        try:
+            return dict(json.loads(self.store.get(key)))
+        except RuntimeError as e:
+            raise self._lost(e, who) from e
+
+    def _counts(self, keys: list[str], who: str) -> list[int]:
+        """The counters under ``keys`` (full keys; 0 where none was yet), in one call to the
+        store once each exists: every waiting rank reads every builder's, so at 512 ranks and
+        64 node builders a call a key would be ~2,000 calls a second on the store, where one
+        call a look is ~34. The first read of a key creates it (``add`` of 0: a ``get`` or
+        ``multi_get`` of a key not yet there would wait the store's timeout)."""
+        try:
+            if not all(key in self._counted for key in keys):
+                self._counted.update(keys)
+                return [int(self.store.add(key, 0)) for key in keys]
+            return [int(value) for value in self.store.multi_get(keys)]
+        except RuntimeError as e:
+            raise self._lost(e, who) from e
+
+    def _lost(self, e: RuntimeError, who: str) -> RuntimeError:
+        return RuntimeError(
+            f"rank {self.rank} lost the process group's store while waiting for {who} "
+            f"{self.dest} ({e}); the rank holding it (rank 0, or torchrun's agent) stopped: "
+            "see its error"
+        )
 
     def leave(self, wait: bool = True) -> None:
         """Say this rank is done reading; with ``wait``, wait (``LEAVE_WAIT_S`` at most) until
@@ -215,6 +305,124 @@ class _Exchange:
                 self.wait(names, "every rank to have read the outcome of", LEAVE_WAIT_S, False)
         except RuntimeError:  # the store is gone: nobody is left to read it
             pass
+
+
+class _Heartbeat:
+    """This rank's heartbeat for the span of a ``with`` block (its part of the build, which
+    other ranks wait for): the counter ``alive/<rank>``, incremented on entering, then every
+    ``bound / 6`` seconds by a daemon thread that the block owns (started on entering, stopped
+    and joined on leaving, ``_JOIN_S`` at most: a store call that hangs leaves the daemon
+    behind), and ``doing/<rank>``, this rank's host, pid and what it does (for the message of a
+    rank that finds it gone). A post that fails (the store gone) ends the beats, not the build.
+    A forked child inherits no thread and posts nothing: the heartbeat speaks for the process
+    that entered the block only."""
+
+    def __init__(self, talk: _Exchange, doing: str) -> None:
+        self.talk, self.doing = talk, doing
+        self.period = talk.heartbeat / _BEATS_PER_BOUND
+        self.owner = os.getpid()
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Heartbeat:
+        self.doing_now(self.doing)
+        self.thread = threading.Thread(
+            target=self._run, name=f"lading-heartbeat-rank{self.talk.rank}", daemon=True
+        )
+        self.thread.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop.set()
+        if self.thread is not None and os.getpid() == self.owner:
+            self.thread.join(timeout=_JOIN_S)
+
+    def doing_now(self, doing: str) -> None:
+        """Say, with a beat, that this rank now does ``doing`` (``merging the shards of ...``)."""
+        self.doing = doing
+        said = {"host": socket.gethostname(), "pid": self.owner, "doing": doing}
+        if self._posted(lambda: self.talk.post(f"doing/{self.talk.rank}", said)):
+            self.beat()
+
+    def beat(self) -> bool:
+        """Add one to this rank's counter; False where it could not be (the store gone, or a
+        forked child of the rank, which does not speak for it)."""
+        return self._posted(lambda: self.talk.store.add(self.talk.alive(self.talk.rank), 1))
+
+    def _posted(self, post: Callable[[], Any]) -> bool:
+        if os.getpid() != self.owner:
+            return False
+        try:
+            post()
+        except Exception:  # the store gone (RuntimeError) or refusing: the build goes on
+            return False
+        return True
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.period) and self.beat():
+            pass
+
+
+class _Silence:
+    """A waiting rank's watch over the heartbeats of the ranks it waits for (``watch``: full key
+    awaited -> the rank that posts it): :meth:`look` raises :class:`BuilderGoneError` where
+    one's counter has stood still, on this rank's monotonic clock, for longer than the bound
+    while its key is still missing."""
+
+    def __init__(self, talk: _Exchange, watch: Mapping[str, int], who: str) -> None:
+        self.talk, self.who = talk, who
+        self.waiting = dict(watch)  # the keys not yet posted, whose ranks must be alive
+        self.seen: dict[int, tuple[int, float]] = {}  # rank -> its counter, seen since when
+        self.every = talk.heartbeat / _LOOKS_PER_BOUND
+        self.last_look = -float("inf")
+
+    def look(self, now: float) -> None:
+        """Read the counters (every quarter of the bound at most, in one store call); raise
+        for the ranks silent too long whose key is still missing."""
+        if not self.waiting or now - self.last_look < self.every:
+            return
+        self.last_look = now
+        gone: list[tuple[int, float]] = []
+        waiting = list(self.waiting.items())
+        counters = [self.talk.alive(rank) for _, rank in waiting]
+        for (key, rank), count in zip(waiting, self.talk._counts(counters, self.who)):
+            last, since = self.seen.get(rank, (-1, now))
+            if count != last:
+                self.seen[rank] = (count, now)
+            elif now - since > self.talk.heartbeat:
+                if self.talk._check([key], self.who):
+                    del self.waiting[key]  # posted, then its beats ended: it is done
+                else:
+                    gone.append((rank, now - since))
+        if gone:
+            raise BuilderGoneError(self._message(gone))
+
+    def _message(self, gone: list[tuple[int, float]]) -> str:
+        said = []
+        for rank, silent in gone:
+            what = self.talk._read(f"{self.talk.prefix}doing/{rank}", self.who)
+            if what is None:
+                said.append(f"rank {rank} (never heard from: no heartbeat in {silent:.1f}s)")
+            else:
+                said.append(
+                    f"rank {rank} (host {what.get('host')}, pid {what.get('pid')}), which was "
+                    f"{what.get('doing')} and was last heard from {silent:.1f}s ago"
+                )
+        ranks = ", ".join(str(rank) for rank, _ in gone)
+        several = len(gone) > 1
+        return (
+            f"rank {self.talk.rank} waited for {self.who} {self.talk.dest}, but "
+            f"{'; '.join(said)}: {'their heartbeats' if several else 'its heartbeat'} stopped "
+            f"for longer than {HEARTBEAT_VAR}={self.talk.heartbeat:g}s with no error posted: "
+            f"killed, out of memory, crashed (or stopped). See the log of "
+            f"rank{'s' if several else ''} {ranks} (and the host's kernel log, for the OOM "
+            f"killer) for why; then rerun the job: {self.talk.rerun}"
+        )
 
 
 def build_in_shards(
@@ -274,38 +482,46 @@ def shards_in_group(
         )
     key: list[str] = [uuid.uuid4().hex]
     dist.broadcast_object_list(key, src=0)
-    talk = _Exchange(dist, key[0], world.rank, dest)
-    failure: BaseException | None = None
-    try:
-        write((world.rank, world.world_size))
-        talk.post(f"shard/{world.rank}", {})
-    except BaseException as e:  # post it first, or the other ranks wait for it in vain
-        failure = e
-        talk.post(f"shard/{world.rank}", {"error": f"{type(e).__name__}: {e}"})
-    try:
-        if world.rank == 0:
-            ranks = list(range(world.world_size))
-            written = talk.wait([f"shard/{r}" for r in ranks], _who(ranks, "write a shard of"))
-            errors = [(r, written[f"shard/{r}"].get("error")) for r in ranks]
-            failed = [(r, why) for r, why in errors if why]
-            merged: dict[str, Any] = {"failed": failed}
-            if not failed:
-                try:
-                    merged["snapshot"] = merge(world.world_size)
-                except BaseException as e:
-                    failure = e
-                    merged["error"] = f"{type(e).__name__}: {e}"
-            talk.post("merged", merged)
-        else:
-            merged = talk.wait(["merged"], "rank 0 to merge the shards of")["merged"]
-    except BaseException:
-        talk.leave(wait=False)
-        raise
-    talk.leave()
-    if failure is not None:
-        raise failure
+    rank, size = world.rank, world.world_size
+    talk = _Exchange(dist, key[0], rank, dest, "the shards already written are reused")
+    with talk.leaving():
+        with _Heartbeat(talk, f"writing shard {rank}/{size} of {dest}") as heart:
+            try:
+                write((rank, size))
+                talk.post(f"shard/{rank}", {})
+            except BaseException as e:  # post it, or the other ranks wait for it in vain
+                talk.fail(f"shard/{rank}", e)
+            if rank == 0:  # its heartbeat goes on: the others wait for its merge
+                merged = _merge_once_written(talk, heart, merge, size)
+        if rank != 0:
+            who = "rank 0 to merge the shards of"
+            merged = talk.wait(["merged"], who, watch={"merged": 0})["merged"]
     failed = merged["failed"]
     if failed or "snapshot" not in merged:
-        rank, why = failed[0] if failed else (0, f"the merge failed: {merged.get('error')}")
-        raise StoreFormatError(f"rank {world.rank}: {dest} was not built: rank {rank}: {why}")
+        bad, why = failed[0] if failed else (0, f"the merge failed: {merged.get('error')}")
+        raise StoreFormatError(f"rank {rank}: {dest} was not built: rank {bad}: {why}")
     return str(merged["snapshot"])
+
+
+def _merge_once_written(
+    talk: _Exchange, heart: _Heartbeat, merge: Callable[[int], str], size: int
+) -> dict[str, Any]:
+    """Rank 0's part after its shard: wait for every rank's, then ``merge(size)`` where none
+    failed; post and return the outcome (``failed``: ``(rank, error)`` of the failed shards,
+    and ``snapshot`` or the merge's ``error``)."""
+    ranks = list(range(size))
+    shards = {f"shard/{r}": r for r in ranks}
+    heart.doing_now(f"waiting for the shards of {talk.dest}")
+    written = talk.wait(list(shards), _who(ranks, "write a shard of"), watch=shards)
+    errors = [(r, written[f"shard/{r}"].get("error")) for r in ranks]
+    failed = [(r, why) for r, why in errors if why]
+    merged: dict[str, Any] = {"failed": failed}
+    if not failed:
+        heart.doing_now(f"merging the shards of {talk.dest}")
+        try:
+            merged["snapshot"] = merge(size)
+        except BaseException as e:  # raised here once left; the others get it in the outcome
+            talk.failure = e
+            merged["error"] = f"{type(e).__name__}: {e}"
+    talk.post("merged", merged)
+    return merged
