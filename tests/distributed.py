@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -86,11 +86,43 @@ def run_processes(
                 raise AssertionError(f"rank {rank} failed:\n{value}")
             results[rank] = value
     finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+        end_processes(procs)
     return [results[r] for r in range(world)]
+
+
+def end_processes(procs: Sequence[Any]) -> None:
+    """Join ``procs`` (10 s each at most), killing the ones still alive then."""
+    for p in procs:
+        p.join(timeout=10)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=10)
+
+
+def join_group(
+    rank: int, world: int, port: int, per_node: int, env: dict[str, str], timeout_s: float
+) -> None:
+    """Join a gloo group of ``world`` ranks on ``port`` with a collective timeout of
+    ``timeout_s``, the launcher's variables set as for ``per_node`` ranks a (simulated) node,
+    and ``env`` added to this process's environment."""
+    import datetime
+
+    import torch.distributed as dist
+
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank % per_node),
+        LOCAL_WORLD_SIZE=str(per_node),
+        **env,
+    )
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
 
 
 def run_cli(

@@ -10,7 +10,6 @@ Real spawned processes in a gloo group on CPU; the dying rank kills itself with 
 
 from __future__ import annotations
 
-import datetime
 import multiprocessing as mp
 import os
 import queue
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from distributed import free_port
+from distributed import end_processes, free_port, join_group
 from lading.bench.synth import synth
 
 slow = pytest.mark.slow  # spawned ranks in a gloo group, one of them killed
@@ -51,22 +50,7 @@ def _rank(
     """One rank of a gloo group of ``world`` (``per_node`` to a simulated node), whose result,
     ``fn(rank, *args)`` (a name in this module), goes on the queue ``out``."""
     try:
-        import torch.distributed as dist
-
-        os.environ.update(
-            RANK=str(rank),
-            WORLD_SIZE=str(world),
-            LOCAL_RANK=str(rank % per_node),
-            LOCAL_WORLD_SIZE=str(per_node),
-            **env,
-        )
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world,
-            timeout=datetime.timedelta(seconds=RESULT_S),
-        )
+        join_group(rank, world, port, per_node, env, RESULT_S)
         out.put((rank, "ok", globals()[fn](rank, *args)))
     except BaseException:
         out.put((rank, "error", traceback.format_exc()))
@@ -101,11 +85,7 @@ def _run(
             assert status == "ok", f"rank {rank} failed:\n{value}"
             results[rank] = value
     finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=10)
+        end_processes(procs)
     return results, [int(p.pid or 0) for p in procs]
 
 

@@ -7,8 +7,6 @@ a gloo group whose timeout is scaled down to 3 s and makes the build take 6 s.
 
 from __future__ import annotations
 
-import datetime
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from typing import Any
 import pytest
 
 import lading
-from distributed import free_port, run_processes
+from distributed import free_port, join_group, run_processes
 from lading.bench.synth import synth
 
 pytestmark = pytest.mark.slow
@@ -32,20 +30,7 @@ def _in_group(
     ``GROUP_TIMEOUT_S``; run ``fn`` (a name in this module); leave the group."""
     import torch.distributed as dist
 
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank % per_node),
-        LOCAL_WORLD_SIZE=str(per_node),
-        **env,
-    )
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S),
-    )
+    join_group(rank, world, port, per_node, env, GROUP_TIMEOUT_S)
     try:
         return globals()[fn](rank, *args)
     finally:
