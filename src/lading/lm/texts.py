@@ -34,7 +34,7 @@ from lading.sources import (
     read_records,
     refuse_if_changed,
 )
-from lading.sources.chunks import numbered_lines, reading
+from lading.sources.chunks import BOM, numbered_lines, reading
 
 SPLITS: tuple[str, ...] = ("blank", "file", "line")
 TEXTS_ONLY = ParseOptions(keep_fields=(), need_id=False)  # a token corpus keeps no ids, fields
@@ -262,6 +262,7 @@ def is_records(path: Path) -> bool:
             head = stream.read(_SNIFF)
     except (OSError, EOFError, ValueError, ImportError):
         return False
+    head = head.removeprefix(BOM)  # a file saved by a Windows tool: the readers drop it too
     first = next((line for line in head.splitlines(keepends=True) if line.strip()), b"")
     if not first.lstrip().startswith(b"{"):
         return False
@@ -297,8 +298,8 @@ def file_texts(
         return
     skips = skipped if skipped is not None else Skips()
     with reading(path), open_binary(path) as stream:
-        head = stream.peek(64)[:64] if hasattr(stream, "peek") else b""
-    if head.lstrip().startswith(b"<doc "):
+        head = stream.peek(64)[: 64 + len(BOM)] if hasattr(stream, "peek") else b""
+    if head.removeprefix(BOM).lstrip().startswith(b"<doc "):
         yield from _wikiextractor(path, on_error, skips)
     else:
         yield from _plain(path, split, on_error, skips)

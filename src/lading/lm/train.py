@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lading.errors import LadingError
+from lading.errors import EmptyEpochError, LadingError
 from lading.lm.boundaries import DocumentBatch
 from lading.lm.corpus import TokenCorpus
 from lading.lm.gpt import GPTLanguageModel
@@ -446,9 +446,18 @@ def _loaders(
     )
     if not len(valid_docs):
         return data, None
-    valid = LanguageModelLoader(
-        corpus, config.batch_size, modes[1], shuffle=False, documents=valid_docs, world=world
-    )
+    try:
+        valid = LanguageModelLoader(
+            corpus, config.batch_size, modes[1], shuffle=False, documents=valid_docs, world=world
+        )
+    except EmptyEpochError as e:  # the corpus has windows; the documents held out have none
+        tokens = int(np.asarray(corpus.lengths())[valid_docs].sum())
+        raise EmptyEpochError(
+            f"the validation split holds no batch: --valid-fraction {config.valid_fraction:g} "
+            f"holds out {len(valid_docs):,} of {len(corpus):,} documents, {tokens:,} tokens, "
+            f"with no window of --bptt {config.bptt} + 1 tokens; raise --valid-fraction, "
+            "lower --bptt, or pass --valid-fraction 0 to train without one"
+        ) from e
     return data, valid
 
 

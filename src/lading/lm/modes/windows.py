@@ -165,8 +165,9 @@ class WindowsMode(Mode):
     def check_epoch(self, first: LMSegment, reading: Reading) -> None:
         if first.n == 0 and not self.padded:
             raise EmptyEpochError(
-                "an epoch of 0 batches on every rank: the corpus holds no window of seq_len + 1 "
-                f"= {self.length() + 1} tokens; use a smaller seq_len"
+                "an epoch of 0 batches on every rank: the documents read (the corpus, or those "
+                f"documents= chose) hold no window of seq_len + 1 = {self.length() + 1} tokens; "
+                "use a smaller seq_len, or more documents"
             )
         reading.refuse_empty(first.n, "windows")
 

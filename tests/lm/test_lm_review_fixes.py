@@ -1,0 +1,76 @@
+"""What a review of the local language-model workload found (each seen failing first).
+
+- A WikiExtractor file (no suffix: ``text/AA/wiki_00``) re-saved with a UTF-8 byte order mark
+  was read as plain text: its JSON syntax, or its ``<doc ...>`` tag lines, became the
+  documents. The readers drop the mark; the sniffs that pick the format now do too.
+- ``lading train lm`` whose held-out documents have no window stopped saying "the corpus
+  holds no window" of a corpus of hundreds of windows; it now names the validation split.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import word_corpus, word_tokenizer, write
+from lading.errors import EmptyEpochError
+from lading.lm import LanguageModelLoader, TokenCorpus, Windows
+from lading.lm.texts import iter_texts
+
+BOM = b"\xef\xbb\xbf"
+ARTICLES = [("1", "Anarchism", "w1 w2 w3"), ("2", "Autism", "w4 w5")]
+
+
+def test_a_suffixless_jsonl_file_with_a_byte_order_mark_reads_its_records(
+    tmp_path: Path,
+) -> None:
+    body = "".join(
+        json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in ARTICLES
+    ).encode()
+    plain, marked = tmp_path / "wiki_00", tmp_path / "wiki_01"
+    plain.write_bytes(body)
+    marked.write_bytes(BOM + body)
+    assert list(iter_texts(marked)) == list(iter_texts(plain)) == ["w1 w2 w3", "w4 w5"]
+    tokenizer = word_tokenizer([f"w{i}" for i in range(8)], tmp_path / "t.json")
+    corpus = TokenCorpus.build(marked, tmp_path / "c", tokenizer, progress=False)
+    assert len(corpus) == 2
+
+
+def test_a_wikiextractor_file_with_a_byte_order_mark_reads_its_documents(
+    tmp_path: Path,
+) -> None:
+    body = "".join(
+        f'<doc id="{i}" url="http://x/{i}" title="{t}">\n{t}\n\n{x}\n</doc>\n'
+        for i, t, x in ARTICLES
+    ).encode()
+    plain, marked = tmp_path / "wiki_00", tmp_path / "wiki_01"
+    plain.write_bytes(body)
+    marked.write_bytes(BOM + body)
+    texts = list(iter_texts(marked))
+    assert texts == list(iter_texts(plain)) and len(texts) == 2
+    assert not any("<doc" in text for text in texts)
+
+
+def test_documents_without_a_window_are_not_called_the_corpus(tmp_path: Path) -> None:
+    corpus = word_corpus(tmp_path, docs=30, lengths=(5, 40), words=50, seed=3)
+    short = [d for d in range(len(corpus)) if corpus.lengths()[d] < 20][:1]
+    with pytest.raises(EmptyEpochError, match="documents= chose"):
+        LanguageModelLoader(corpus, 2, Windows(32), documents=short, shuffle=False)
+
+
+def test_train_lm_names_a_validation_split_without_a_window(tmp_path: Path) -> None:
+    from distributed import run_cli
+
+    texts = [" ".join([f"w{i % 7}"] * (400 if i % 10 == 0 else 3)) for i in range(60)]
+    src = write(tmp_path / "docs.txt", "\n\n".join(texts) + "\n")
+    tokenizer = word_tokenizer([f"w{i}" for i in range(7)], tmp_path / "t.json")
+    TokenCorpus.build(src, tmp_path / "corpus", tokenizer, progress=False)
+    argv = ["train", "lm", "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "r")]
+    argv += ["--arch", "gpt", "--parallel", "none", "--steps", "2", "--batch-size", "2"]
+    argv += ["--bptt", "32", "--emb", "8", "--heads", "2", "--layers", "1", "--seed", "0"]
+    done = run_cli(argv, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "the validation split holds no batch: --valid-fraction 0.02" in done.stderr
+    assert "--valid-fraction 0" in done.stderr and "corpus holds no window" not in done.stderr
