@@ -99,7 +99,7 @@ def test_hard_negatives_and_triples(tmp_path: Path) -> None:
     assert hard == {"7": ["n1", "n2"]} and hard.positives == {"7": ["p"]}
     triples = read_run(write(tmp_path / "t.tsv", "1\tp1\tn1\n1\tp1\tn2\n2\tp2\tn1\n"))
     assert triples == {"1": ["n1", "n2"], "2": ["n1"]}
-    assert triples.triples[1] == ("1", "p1", "n2")
+    assert triples.positives == {"1": ["p1"], "2": ["p2"]}
 
 
 def test_bad_ids_in_triples_and_jsonl_queries_are_named_or_counted(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_bad_ids_in_triples_and_jsonl_queries_are_named_or_counted(tmp_path: Pat
     with pytest.raises(SourceError, match=r"line 2 of .*t\.tsv: .*empty id"):
         read_run(triples)
     kept = read_run(triples, on_error="skip")
-    assert kept == {"q1": ["n1"]} and kept.skipped == 3 and kept.triples == [("q1", "p1", "n1")]
+    assert kept == {"q1": ["n1"]} and kept.skipped == 3 and kept.positives == {"q1": ["p1"]}
     queries = write(
         tmp_path / "q.jsonl",
         '{"_id": 1, "text": "a"}\n{"_id": true, "text": "b"}\n{"_id": 1.5, "text": "c"}\n'
@@ -310,8 +310,7 @@ def test_triples_of_many_negatives_a_query_keep_first_seen_order_once(tmp_path: 
     path = write(tmp_path / "one.tsv", "".join(lines))
     read = read_run(path)
     assert read["1"] == [str((i * 7919) % n) for i in range(n)]
-    assert read.positives["1"] == ["7", "8", "9"]
-    assert len(read.triples) == len(lines)
+    assert read.positives == {"1": ["7", "8", "9"]}
 
 
 def test_an_msmarco_run_is_read_as_a_ranking_not_as_triples(tmp_path: Path) -> None:
@@ -323,7 +322,7 @@ def test_an_msmarco_run_is_read_as_a_ranking_not_as_triples(tmp_path: Path) -> N
     text = "1048585\t7187158\t1\n1048585\t7187157\t2\n1048585\t7187163\t3\n2\t8\t1\n2\t9\t2\n"
     run = read_run(write(tmp_path / "run.dev.tsv", text))
     assert run == {"1048585": ["7187158", "7187157", "7187163"], "2": ["8", "9"]}
-    assert run.positives == {} and run.triples == []
+    assert run.positives == {}
     shuffled = write(tmp_path / "out_of_order.tsv", "5\ta\t1\n5\tb\t2\n5\td\t4\n5\tc\t3\n")
     assert read_run(shuffled) == {"5": ["a", "b", "c", "d"]}
     twice = write(tmp_path / "twice.tsv", "5\ta\t1\n5\tb\t2\n5\ta\t3\n")
@@ -334,7 +333,7 @@ def test_an_msmarco_run_is_read_as_a_ranking_not_as_triples(tmp_path: Path) -> N
     assert skipped == {"1": ["a", "b"]} and skipped.skipped == 2
     # id triples whose first negative is an id other than "1": triples as before
     triples = read_run(write(tmp_path / "t.tsv", "1\t7\t1\n1\t7\t5\n"))
-    assert triples.triples == [("1", "7", "1"), ("1", "7", "5")]
+    assert triples == {"1": ["1", "5"]} and triples.positives == {"1": ["7"]}
 
 
 def test_a_queries_tsv_of_more_columns_is_refused_or_read_by_the_columns_named(

@@ -160,6 +160,14 @@ def check_flags(args: argparse.Namespace) -> None:
             f"--corpus {args.corpus} needs --queries and --qrels too (the training groups "
             "pair judged queries with documents); --negatives is optional"
         )
+    elif args.passages is not None:
+        # the size of the synthetic collection: the bench runs on every document of --corpus
+        raise ValueError(
+            f"--passages {args.passages} given with --corpus {args.corpus}: --passages sizes "
+            "the default synthetic collection, and the bench reads every document of "
+            "--corpus; leave --passages out (or --corpus, to bench a synthetic collection of "
+            f"{args.passages} passages)"
+        )
     if args.seconds is not None and args.seconds < 0:
         raise ValueError(f"--seconds {args.seconds}: expected a window of 0 seconds or more")
     tokenizer = bench_tokenizer(args)  # a model without one is refused now, not after stores

@@ -141,7 +141,10 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
 
     model = CrossEncoder.from_pretrained(args.model)
     trained = {"max_length": 512, "max_query_length": 64, **trained_inputs(args.model)}
-    max_length = args.max_length or trained["max_length"]
+    max_length = int(args.max_length or trained["max_length"])
+    use_tokens = args.use_tokens  # not given: a model trained on text reranks from text
+    if use_tokens is None and trained.get("use_tokens") is False:  # (tokens and text give
+        use_tokens = False  # the same rows: one trained on tokens reads them where they are)
     check_positions(model, max_length, args.model)  # before the store, queries and run
     tokenizer = Path(args.model) / "tokenizer.json"
     store = open_store(args.store)
@@ -160,9 +163,10 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
             depth=args.depth,
             batch_size=args.batch_size,
             max_length=max_length,
-            max_query_length=args.max_query_length or trained["max_query_length"],
+            max_query_length=int(args.max_query_length or trained["max_query_length"]),
             device=device,
             on_missing=args.on_missing,
+            use_tokens=use_tokens,
         )
     reranked = with_tail(scores, run, args.depth)  # the input's order below the reranked top
     write_trec_run(reranked, args.out)
@@ -585,5 +589,14 @@ def add_rerank(sub: Any) -> None:
         "--on-missing",
         "a run query without text or a top document not in the store: stop (naming them), or "
         "rerank what is there and say what was left out",
+    )
+    p.add_argument(
+        "--use-tokens",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="read the token ids the store was built with (default: where it has them, unless "
+        "the model's lading.json says it was trained on text); --no-use-tokens tokenizes its "
+        "text with the model's tokenizer (a store built with another one, as lading train "
+        "cross-encoder --no-use-tokens does)",
     )
     p.set_defaults(func=_cmd_rerank)

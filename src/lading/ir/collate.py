@@ -90,7 +90,8 @@ class CrossEncoderCollator:
                 raise ValueError(
                     f"{store!r} was tokenized with another tokenizer than the one given; "
                     "rebuild the store with the model's tokenizer, or pass use_tokens=False "
-                    "(lading train cross-encoder --no-use-tokens) to tokenize its text"
+                    "(--no-use-tokens, in lading train cross-encoder and lading rerank) to "
+                    "tokenize its text"
                 )
         if max_length < max_query_length + 4:
             raise ValueError(

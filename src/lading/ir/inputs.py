@@ -37,15 +37,16 @@ Qrels = dict[str, dict[str, int]]
 class Run(dict[str, list[str]]):
     """Ranked document ids per query, best first, plus optional judged negatives and positives.
 
-    A plain ``dict[qid, list[docid]]`` with three extras: ``positives`` (from hard-negative
-    files, ``{"pos": …}``), ``triples`` (MS MARCO id triples kept as (qid, pos, neg)) and
-    ``skipped`` (lines skipped under ``on_error="skip"``).
+    A plain ``dict[qid, list[docid]]`` with two extras: ``positives`` (from hard-negative
+    files, ``{"pos": …}``, and MS MARCO id triples, their second field) and ``skipped``
+    (lines skipped under ``on_error="skip"``). Id triples are not kept line by line: each
+    query's negatives and positives, once each, are what training reads (a list of the
+    lines held 183 B a line, 68 GiB for the 397M lines of ``qidpidtriples.train.full``).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.positives: dict[str, list[str]] = {}
-        self.triples: list[tuple[str, str, str]] = []
         self.skipped = 0
 
 
@@ -371,9 +372,29 @@ def _json_query(text: str) -> tuple[str, str]:
     return _json_id(qid, "query id"), body
 
 
+_TREC_QRELS = '"<qid> 0 <docid> <rel>" lines (TREC, 4 fields)'
+_BEIR_QRELS = (
+    'a first line "query-id<TAB>corpus-id<TAB>score", then "<qid><TAB><docid><TAB><score>" '
+    "lines (BEIR, 3 fields)"
+)
+_SMART_CODES = frozenset({"-1", "1", "2", "3", "4"})  # Cranfield's cranqrel: 1 best .. 4, -1
+
+
 def read_qrels(path: str | os.PathLike[str], on_error: OnError = "raise") -> ReadQrels:
     """Judgements from TREC qrels (``qid 0 docid rel``) or BEIR ``qrels/*.tsv``
     (``query-id<TAB>corpus-id<TAB>score`` with a header line).
+
+    The first line that is not blank says which: the BEIR header (its first two fields
+    ``query-id`` and ``corpus-id``), or a TREC line. Lines of three fields are read only
+    after the BEIR header: without it they are refused (a
+    :class:`~lading.errors.SourceError`, under ``on_error="skip"`` too: the file's layout,
+    not one bad line) naming both layouts lading reads, and SMART's where the third fields
+    look like its codes (Cranfield's ``cranqrel``: ``qid docid code``, 1 the most relevant
+    .. 4 the least, -1 not relevant; read as grades, its least relevant documents would
+    rank highest). A line of three fields in a file of four (a TREC line missing its
+    iteration or its grade), or of four in one of three, is an error naming the line, the
+    file's first line of the other count and both layouts (``on_error="skip"``: skipped
+    and counted).
 
     A (query, document) judged twice with the same relevance and iteration (the second
     field; a run's ``Q0`` is iteration ``0``) is one judgement (TREC files carry such
@@ -385,16 +406,27 @@ def read_qrels(path: str | os.PathLike[str], on_error: OnError = "raise") -> Rea
     file = Path(path)
     policy = _Policy(file, on_error)
     out = ReadQrels()
-    first_line = _FirstLines(file, lambda t: _qrel(t.split())[:2], _iteration_field)
-    opening = True  # the first line that is not blank: a BEIR header may be there
+    layout: list[int] = []  # the file's (fields a line, first line of them), once a line says
+    first_line = _FirstLines(
+        file, lambda t: _qrel(t.split(), layout[0] if layout else 0)[:2], _iteration_field
+    )
+    opening, header = True, 0  # the first line that is not blank: a BEIR header may be there
     for line in policy.lines():
         parts = line.text.split()
-        if opening and parts[:2] == ["query-id", "corpus-id"]:
+        if opening:
             opening = False
-            continue  # BEIR header
-        opening = False
+            if parts[:2] == ["query-id", "corpus-id"]:
+                header = line.number
+                continue  # BEIR header
+        if len(parts) in (3, 4) and not layout:
+            if len(parts) == 3 and not header:
+                raise SourceError(file, line.number, _no_beir_header(file))
+            layout += [len(parts), line.number]
+        elif len(parts) in (3, 4) and len(parts) != layout[0]:
+            policy.bad(line.number, _mixed_qrels(parts, layout, header))
+            continue
         try:
-            qid, docid, value = _qrel(parts)
+            qid, docid, value = _qrel(parts, layout[0] if layout else (3 if header else 4))
         except ValueError as e:
             policy.bad(line.number, str(e))
             continue
@@ -424,12 +456,67 @@ def read_qrels(path: str | os.PathLike[str], on_error: OnError = "raise") -> Rea
     return out
 
 
-def _qrel(parts: list[str]) -> tuple[str, str, int]:
-    """(query id, document id, relevance) of a TREC (4 fields) or BEIR (3) qrels line."""
-    if len(parts) == 4:
-        qid, _, docid, rel = parts
+def _no_beir_header(file: Path) -> str:
+    """Why a qrels file of three-field lines without the BEIR header is refused: the layouts
+    lading reads, and SMART's where the third fields are all among its codes with -1 or 4
+    among them (grades 0 .. 3 have a 0; BEIR's 1 and 2 alone are not taken for codes)."""
+    codes: set[str] = set()
+    for line in _lines(file):
+        parts = line.text.split()
+        if len(parts) == 3:
+            codes.add(parts[2])
+            if not codes <= _SMART_CODES:
+                break
+    said = (
+        f"3 fields a line and no BEIR header: lading reads qrels of {_TREC_QRELS} or of "
+        f"{_BEIR_QRELS}; put the header first in a BEIR file, or rewrite the lines as TREC's"
+    )
+    if codes <= _SMART_CODES and codes & {"-1", "4"}:
+        said += (
+            f"; its third fields are all among {', '.join(sorted(codes, key=int))}, as in "
+            'SMART qrels (Cranfield\'s cranqrel: "<qid> <docid> <code>", code 1 the most '
+            "relevant .. 4 the least, -1 not relevant), where a smaller code is more relevant: "
+            "read as grades they would rank the least relevant documents highest; rewrite them "
+            f"as TREC grades, e.g. awk '{{print $1, 0, $2, ($3 < 0 ? 0 : 5 - $3)}}' {file.name}"
+        )
+    return said
+
+
+def _mixed_qrels(parts: list[str], layout: list[int], header: int) -> str:
+    """Why a qrels line of three fields in a file of four, or four in one of three, is
+    refused, with what the line likely lacks."""
+    fields, first = layout
+    lacks = ""
+    if len(parts) == 3 and not _is_int(parts[2]):
+        lacks = ": a TREC line without its grade, it seems"
     elif len(parts) == 3:
+        lacks = ': a TREC line without its iteration ("<qid> 0 <docid> <rel>"), it seems'
+    theirs = f"BEIR, after the header on line {header}" if fields == 3 else "TREC"
+    return (
+        f"{len(parts)} fields in a file whose lines have {fields} (from line {first}: "
+        f"{theirs}){lacks}; lading reads qrels of {_TREC_QRELS} or of {_BEIR_QRELS}, not both "
+        "in one file: give the line the layout of the others, or pass on_error='skip' to "
+        "skip such lines"
+    )
+
+
+def _is_int(field: str) -> bool:
+    try:
+        int(field)
+    except ValueError:
+        return False
+    return True
+
+
+def _qrel(parts: list[str], fields: int = 0) -> tuple[str, str, int]:
+    """(query id, document id, relevance) of a TREC (4 fields) or BEIR (3) qrels line;
+    ``fields``: the file's count (0: either), a line of another count a ValueError."""
+    if len(parts) == 4 and fields in (0, 4):
+        qid, _, docid, rel = parts
+    elif len(parts) == 3 and fields in (0, 3):
         qid, docid, rel = parts
+    elif fields == 3:
+        raise ValueError(f'expected "<qid>\\t<docid>\\t<score>", found {len(parts)} fields')
     else:
         raise ValueError(f'expected "<qid> 0 <docid> <rel>", found {len(parts)} fields')
     try:
@@ -455,14 +542,17 @@ def _iteration(field: str) -> str:
 
 def read_run(path: str | os.PathLike[str], on_error: OnError = "raise") -> Run:
     """A ranking per query from a TREC run (``qid Q0 docid rank score tag``, ordered by score,
-    tied scores by doc id descending, as trec_eval and ir-measures order them) or an MS MARCO
+    tied scores by doc id descending, as trec_eval orders them) or an MS MARCO
     run (``qid<TAB>docid<TAB>rank``, ordered by rank: Pyserini's ``--output-format msmarco``),
     a hard-negative JSONL (``{"qid", "pos": [...], "neg": [...]}``, negatives in file order),
     or MS MARCO id triples (``qid<TAB>pos<TAB>neg``).
 
     An MS MARCO run and id triples both have three tab-separated fields: a file whose
-    first query's lines end in ranks 1, 2 (or whose second query starts again at 1) is a
-    run."""
+    first query's lines end in ranks counting up by one from 0 or 1 (0, 1, 2, … or 1, 2, 3,
+    …, in any order; a query of one line: the next query's starting again at its rank) is a
+    run. Where they count up by one from another number (a run cut after its top 10, ranks
+    from 11), the file is refused, naming its first line: read as triples, its ranks would
+    be taken as negatives."""
     file = Path(path)
     policy = _Policy(file, on_error)
     run = Run()
@@ -475,9 +565,9 @@ def read_run(path: str | os.PathLike[str], on_error: OnError = "raise") -> Run:
     if stripped.startswith("{"):
         _hard_negatives(run, first, lines, policy)
     elif len(first.text.split("\t")) == 3 and len(first.text.split()) == 3:
-        second = next(lines, None)
-        rest = lines if second is None else itertools.chain([second], lines)
-        if _ranked(first, second):
+        head, after = _first_query(first, lines)
+        rest = itertools.chain(head[1:], [after] if after is not None else [], lines)
+        if _ranked(policy.path, head, after):
             _ranking(run, first, rest, policy, _MSMARCO_RUN)
         else:
             _triples(run, first, rest, policy)
@@ -487,17 +577,80 @@ def read_run(path: str | os.PathLike[str], on_error: OnError = "raise") -> Run:
     return run
 
 
-def _ranked(first: _Line, second: _Line | None) -> bool:
-    """Whether the first two lines of a file of three tab-separated fields are an MS MARCO
-    run's (``qid<TAB>docid<TAB>rank``): ranks 1 then 2 of one query, or 1 then another
-    query's 1. Triples end in document ids, which do not count up from 1 so."""
-    a = first.text.split("\t")
-    if a[2] != "1":
+_LOOKAHEAD = 100_000  # lines of the first query read ahead to tell a run from triples
+
+
+def _rank_field(line: _Line) -> int | None:
+    """The third tab-separated field of ``line`` as a rank (digits, no sign and no leading
+    zero: ``"007"`` is an id), None where it is not one or the line has not three fields."""
+    parts = line.text.split("\t")
+    if len(parts) != 3:
+        return None
+    field = parts[2]  # (at most 18 digits: int() refuses thousands)
+    if not (field.isascii() and field.isdigit() and len(field) <= 18):
+        return None
+    return int(field) if str(int(field)) == field else None
+
+
+def _first_query(first: _Line, lines: Iterator[_Line]) -> tuple[list[_Line], _Line | None]:
+    """The lines of the file's first query (from ``first``, while they end in a rank, at most
+    :data:`_LOOKAHEAD`), and the line after them (None at the end of the file), read ahead
+    of ``lines``."""
+    head = [first]
+    if _rank_field(first) is None:
+        return head, None  # (ids, not ranks: the next line changes nothing)
+    qid = first.text.split("\t")[0]
+    for line in lines:
+        if line.text.split("\t")[0] != qid or _rank_field(line) is None:
+            return head, line
+        head.append(line)
+        if len(head) >= _LOOKAHEAD:
+            break
+    return head, None
+
+
+def _ranked(path: Path, head: list[_Line], after: _Line | None) -> bool:
+    """Whether a file of three tab-separated fields whose first query's lines are ``head``
+    (``after``: the line after them) is an MS MARCO run (``qid<TAB>docid<TAB>rank``): the
+    first query's ranks count up by one from 0 or 1, in file order from its first line or
+    once sorted (each rank once); a query of one line is a run's where the next query starts
+    again at its rank. Triples end in document ids, which do not count up so. First ranks
+    counting up by one from another number are refused (:class:`SourceError`): a run whose
+    ranks would be read as negatives."""
+    ranks = [_rank_field(line) for line in head]
+    if ranks[0] is None:
         return False
-    if second is None:
+    numbers = [r for r in ranks if r is not None]  # (all are: _first_query stops at others)
+    if len(numbers) == 1:
+        if numbers[0] not in (0, 1):
+            return False
+        if after is None:
+            return True
+        return after.text.split("\t")[0] != head[0].text.split("\t")[0] and (
+            _rank_field(after) == numbers[0]
+        )
+    low = min(numbers)
+    contiguous = sorted(numbers) == list(range(low, low + len(numbers)))  # shuffled ranks too
+    counts_up = numbers[1] == numbers[0] + 1  # (a rank left out further down, or repeated)
+    if (contiguous and low in (0, 1)) or (counts_up and numbers[0] in (0, 1)):
         return True
-    b = second.text.split("\t")
-    return len(b) == 3 and b[2] == ("2" if b[0] == a[0] else "1")
+    if not (contiguous or counts_up):
+        return False
+    start = low if contiguous else numbers[0]
+    qid, where = head[0].text.split("\t")[0], f"{head[0].number}-{head[-1].number}"
+    shown = ", ".join(map(str, numbers[:3])) + (", …" if len(numbers) > 3 else "")
+    raise SourceError(
+        path,
+        head[0].number,
+        f"the lines of query {qid!r} (lines {where}) end in numbers counting up by one from "
+        f'{start} ({shown}): an MS MARCO run ("<qid>\\t<docid>\\t<rank>") whose ranks '
+        f'start at {start}, not id triples ("<qid>\\t<pos docid>\\t<neg docid>"), which '
+        "would take its ranks for negatives; lading reads a run of three fields whose first "
+        "query ranks from 0 or 1: renumber each query's ranks from 1 (a file in rank order: "
+        "awk -F'\\t' -v OFS='\\t' '{print $1, $2, ++n[$1]}'), or write it as a TREC run "
+        '("<qid> Q0 <docid> <rank> <score> <tag>"); if these are id triples, put a line '
+        "of another negative first",
+    )
 
 
 class _RunLayout(NamedTuple):
@@ -634,7 +787,6 @@ def _triples(run: Run, first: _Line, rest: Iterator[_Line], policy: _Policy) -> 
         except RecordError as e:  # as the hard-negative and store readers check theirs
             policy.bad(line.number, f"{e} (a triple is <qid>\t<pos docid>\t<neg docid>)")
             continue
-        run.triples.append((qid, pos, neg))
         negatives.setdefault(qid, {})[neg] = None
         positives.setdefault(qid, {})[pos] = None
     _keep_in_order(run, negatives, positives)

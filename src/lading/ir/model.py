@@ -93,11 +93,12 @@ class CrossEncoder(nn.Module):
         return cls(_backbone(_transformers().AutoModel.from_pretrained, name_or_path), dropout)
 
     def save(
-        self, directory: str | os.PathLike[str], inputs: Mapping[str, int] | None = None
+        self, directory: str | os.PathLike[str], inputs: Mapping[str, int | bool] | None = None
     ) -> None:
         """Write ``config.json``, ``model.safetensors`` and ``lading.json`` (no pickle), which
         keeps ``inputs``: how the training cut its rows (``max_length``,
-        ``max_query_length``), what reranking with it cuts them to by default
+        ``max_query_length``) and whether it read the store's token ids or tokenized its
+        text (``use_tokens``), what reranking with it does by default
         (:func:`trained_inputs`)."""
         from safetensors.torch import save_file
 
@@ -157,9 +158,11 @@ def check_positions(model: CrossEncoder, max_length: int, name: str | None = Non
         )
 
 
-def trained_inputs(path: str | os.PathLike[str]) -> dict[str, int]:
+def trained_inputs(path: str | os.PathLike[str]) -> dict[str, int | bool]:
     """The ``max_length`` and ``max_query_length`` a model saved by :meth:`CrossEncoder.save`
-    was trained with (those its ``lading.json`` keeps; none for another model folder)."""
+    was trained with, and ``use_tokens`` (True: it read the store's token ids; False: it
+    tokenized the documents' text), those its ``lading.json`` keeps (none for another
+    model folder)."""
     meta_path = Path(path) / "lading.json"
     try:
         meta = json.loads(meta_path.read_text())
@@ -167,5 +170,12 @@ def trained_inputs(path: str | os.PathLike[str]) -> dict[str, int]:
         return {}
     if not isinstance(meta, dict):
         return {}
-    keys = ("max_length", "max_query_length")
-    return {k: int(meta[k]) for k in keys if isinstance(meta.get(k), int)}
+    lengths = ("max_length", "max_query_length")
+    kept: dict[str, int | bool] = {
+        k: int(meta[k])
+        for k in lengths
+        if isinstance(meta.get(k), int) and not isinstance(meta[k], bool)
+    }
+    if isinstance(meta.get("use_tokens"), bool):
+        kept["use_tokens"] = meta["use_tokens"]
+    return kept

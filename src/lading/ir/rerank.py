@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Collection, Mapping, Sequence
@@ -14,6 +15,7 @@ from lading.errors import SkippedRecordsWarning, missing_package
 from lading.ir.collate import CrossEncoderCollator
 from lading.ir.model import CrossEncoder, check_positions
 from lading.stores.base import DocStore
+from lading.stores.tokens import describe_tokenizer, load_tokenizer
 
 DEFAULT_MEASURES: tuple[str, ...] = ("nDCG@10", "RR@10", "R@100")
 
@@ -42,6 +44,7 @@ def rerank(
     max_query_length: int = 64,
     device: str | torch.device = "cpu",
     on_missing: str = "raise",
+    use_tokens: bool | None = None,
 ) -> Reranked:
     """Scores of the top ``depth`` documents of each query's run: {qid: {docid: score}}.
 
@@ -55,13 +58,23 @@ def rerank(
     :func:`evaluate` leaves them out of its means rather than scoring them 0, which would
     lower every measure for queries the model never ranked.
 
+    ``use_tokens``: as the model was trained (``lading train cross-encoder --use-tokens`` or
+    ``--no-use-tokens``; its ``lading.json`` says, where it was recorded): ``None`` reads the
+    token ids of a store that has them, ``False`` tokenizes the documents' text with
+    ``tokenizer`` (a store tokenized by another tokenizer), ``True`` requires the tokens.
+
     Raises:
         ValueError: ``max_length`` is longer than the positions ``model`` has; something of
-            the run is missing (above).
+            the run is missing (above); the store's tokens are another tokenizer's than
+            ``tokenizer`` (without ``use_tokens=False``); the model scores a (query,
+            document) NaN or infinite (a diverged run), naming them.
     """
     check_positions(model, max_length)
     left_out = _missing(store, queries, run, depth, on_missing)
-    collate = CrossEncoderCollator(store, tokenizer, max_length, max_query_length)
+    tokenizer = _tokenizer_of(store, tokenizer, use_tokens)
+    collate = CrossEncoderCollator(
+        store, tokenizer, max_length, max_query_length, use_tokens=use_tokens
+    )
     model.eval().to(device)
     scores = Reranked()
     for qid, ranked in run.items():
@@ -89,11 +102,48 @@ def rerank(
                 batch["attention_mask"].to(device),
                 batch["token_type_ids"].to(device),
             )
-            out.update(zip(chunk, logits.float().cpu().tolist()))
+            scored = logits.float().cpu()
+            if not bool(torch.isfinite(scored).all()):
+                _not_finite(qid, chunk, scored)
+            out.update(zip(chunk, scored.tolist()))
         scores[qid] = out
     if left_out:
         warnings.warn(f"rerank left out {left_out}", SkippedRecordsWarning, stacklevel=2)
     return scores
+
+
+def _tokenizer_of(store: DocStore, tokenizer: Any, use_tokens: bool | None) -> Any:
+    """``tokenizer`` loaded (None stays None: a tokenized store's own is used), checked
+    against the store's tokens where they would be read. The collator checks so too, but its
+    refusal names ``lading train cross-encoder``'s flag; this one names ``use_tokens=False``
+    and the flag beside it, which ``lading rerank`` prints as its own ``--no-use-tokens``
+    (:func:`lading.cli.cli_spelling`)."""
+    if tokenizer is None:
+        return None
+    tok = load_tokenizer(tokenizer)
+    if use_tokens is False or not store.has_tokens:
+        return tok
+    if describe_tokenizer(tok)["sha256"] != (store.token_info or {}).get("sha256"):
+        raise ValueError(
+            f"{store!r} was tokenized with another tokenizer than the model's; pass "
+            "use_tokens=False (--no-use-tokens) to tokenize its text with the model's "
+            "tokenizer (how a model trained on this store with --no-use-tokens read it), or "
+            "rerank on a store built with the model's tokenizer"
+        )
+    return tok
+
+
+def _not_finite(qid: str, docs: Sequence[str], scores: torch.Tensor) -> None:
+    """Refuse the first NaN or infinite score of ``scores`` (those of ``docs`` for query
+    ``qid``), naming them and the likely cause: written to the run, they ranked nothing
+    (NaN sorts nowhere) and made a file that read_run refuses."""
+    bad = int((~torch.isfinite(scores)).nonzero()[0, 0])
+    raise ValueError(
+        f"the model scores query {qid!r} and document {docs[bad]!r} {float(scores[bad])} "
+        "(not a finite number): its weights have likely diverged (an fp16 or bf16 run whose "
+        "loss went to NaN); rerank with a model trained in fp32 (--precision fp32), or with an "
+        "earlier checkpoint whose loss was finite"
+    )
 
 
 def with_tail(scores: Reranked, run: Mapping[str, Sequence[str]], depth: int) -> Reranked:
@@ -153,14 +203,36 @@ def write_trec_run(
     """Write ``{qid: {docid: score}}`` as a TREC run, each query's documents by score.
 
     Scores are written as Python writes a float, digits enough to read back the same value:
-    trec_eval and ir-measures rank by the score in the file (ties by docno, reversed), so a
-    rounded score could tie two documents the model told apart and reorder them."""
+    trec_eval and ir-measures rank by the score in the file (trec_eval ties by docno,
+    reversed), so a rounded score could tie two documents the model told apart and reorder
+    them. The rank
+    column follows trec_eval's order (:func:`trec_order`: tied scores by doc id descending),
+    the order :func:`~lading.ir.read_run` reads the file back in. A NaN score is refused
+    naming its query and document (nothing is written): it ranks nowhere, and read_run
+    refuses a file holding one."""
+    ranked_runs = {qid: trec_order(docs) for qid, docs in scores.items()}
+    for qid, ranked in ranked_runs.items():
+        for docid, score in ranked:
+            if math.isnan(score):
+                raise ValueError(
+                    f"the score of query {qid!r} and document {docid!r} is NaN, which "
+                    "ranks nowhere (and read_run refuses a run holding one): leave the "
+                    "document out, or score it with a model whose scores are finite"
+                )
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
-        for qid, docs in scores.items():
-            ranked = sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))
+        for qid, ranked in ranked_runs.items():
             for rank, (docid, score) in enumerate(ranked, start=1):
-                f.write(f"{qid} Q0 {docid} {rank} {float(score)!r} {tag}\n")
+                f.write(f"{qid} Q0 {docid} {rank} {score!r} {tag}\n")
+
+
+def trec_order(docs: Mapping[str, float]) -> list[tuple[str, float]]:
+    """``docs`` ({docid: score}) as trec_eval ranks them: score descending, tied scores by
+    doc id descending (trec_eval, pytrec_eval and :func:`~lading.ir.read_run` order so; a
+    file's rank column is not read)."""
+    ranked = sorted(((str(d), float(s)) for d, s in docs.items()), reverse=True)  # ties: id desc
+    ranked.sort(key=lambda entry: -entry[1])  # (stable: tied scores keep the ids reversed)
+    return ranked
 
 
 def evaluate(
@@ -172,9 +244,12 @@ def evaluate(
 ) -> dict[str, float]:
     """Mean of each measure over the judged queries, computed by ir-measures.
 
-    A run given as ranked lists is scored by rank. ``min_relevance`` sets the binary threshold
-    of the measures that take one (RR, R, P, AP: ``rel=``); nDCG, ERR and the others use the
-    graded judgements.
+    A run given as ranked lists is scored by rank; one given as scores is ranked as trec_eval
+    ranks it (:func:`trec_order`: tied scores by doc id descending) and scored by that rank,
+    for every measure: ir-measures hands tied scores to providers that break ties apart
+    (RR@10 by doc id ascending, RR, P and nDCG descending: RR@10 1.0 and RR 0.5 of one run).
+    ``min_relevance`` sets the binary threshold of the measures that take one (RR, R, P, AP:
+    ``rel=``); nDCG, ERR and the others use the graded judgements.
 
     A judged query the run does not rank scores 0 (ir-measures' rule: a system that returned
     nothing found nothing), except the queries of ``leave_out`` (default: the run's
@@ -191,10 +266,8 @@ def evaluate(
     left = [q for q in dict.fromkeys(leave_out) if q in qrels]
     scored: dict[str, dict[str, float]] = {}
     for qid, docs in run.items():
-        if isinstance(docs, Mapping):
-            scored[qid] = {str(d): float(s) for d, s in docs.items()}
-        else:
-            scored[qid] = {str(d): float(len(docs) - i) for i, d in enumerate(docs)}
+        ranked = [d for d, _ in trec_order(docs)] if isinstance(docs, Mapping) else docs
+        scored[qid] = {str(d): float(len(ranked) - i) for i, d in enumerate(ranked)}
     skip = set(left)
     judged = {q: dict(d) for q, d in qrels.items() if q not in skip}
     if left:

@@ -332,7 +332,11 @@ def _train(config: TrainConfig, world: World, device: torch.device, out: Path) -
     if world.rank == 0:
         model.save(
             out / "model",
-            {"max_length": config.max_length, "max_query_length": config.max_query_length},
+            {
+                "max_length": config.max_length,
+                "max_query_length": config.max_query_length,
+                "use_tokens": collate.use_tokens,  # lading rerank's default with this model
+            },
         )
         tok.save(str(out / "model" / "tokenizer.json"))
     write_summary(out, summary, world)
