@@ -24,9 +24,11 @@ from lading.loading.reading import Reading, refuse_drop_last
 from lading.remote.settings import RemoteSettings
 from lading.sources.tables import import_pyarrow
 from lading.tabular.files import (
+    PathsArg,
     check_schemas,
     footer_digest,
     parquet_files,
+    path_list,
     pieces_of,
     remote_urls,
     scan,
@@ -49,7 +51,9 @@ class PartitionedParquet(Loader):
     """Parquet rows as dicts of tensors, the same number of batches on every rank.
 
     Args:
-        paths: parquet files and/or folders (read recursively); or object-store URLs
+        paths: parquet files and/or folders (read recursively): one, or any iterable of them
+            in the order to read (a list; a generator is listed once: sort ``Path.glob``'s,
+            whose order is the file system's); or object-store URLs
             (``s3://``, ``gs://``, ``az://``, any fsspec protocol): objects ending in
             ``.parquet`` and/or prefixes, whose ``*.parquet`` objects are read as a local
             folder's files are (sorted by path parts; build debris and names starting with
@@ -100,7 +104,7 @@ class PartitionedParquet(Loader):
 
     def __init__(
         self,
-        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        paths: PathsArg,
         batch_size: int,
         *,
         columns: Sequence[str] | None = None,
@@ -138,6 +142,7 @@ class PartitionedParquet(Loader):
         workers = Workers(
             num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context
         )
+        paths = path_list(paths)  # read twice below: a generator (Path.glob) listed once
         with contextlib.ExitStack() as undo:
             urls = remote_urls(paths)
             self.remote: RemoteParquet | None = None

@@ -32,7 +32,18 @@ from lading.tabular.plan import Piece
 # the names lading.disk gives a build's scratch and replaced directories
 _BUILD_DEBRIS = re.compile(r"\.(tmp|old)-\d+-[0-9a-f]+$")
 
-PathsArg = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+# one path, or any iterable of them: a list, or a generator such as ``Path.glob``'s
+PathsArg = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
+
+
+def path_list(paths: PathsArg) -> list[str | os.PathLike[str]]:
+    """``paths`` as a list, read once: a str or path is one path; any other iterable (a
+    generator such as ``Path.glob``'s, which a second pass would find empty) is listed.
+
+    Whatever reads ``paths`` more than once lists it first (PartitionedParquet and
+    repartition check the paths before they list the files).
+    """
+    return [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
 
 
 def parquet_files(paths: PathsArg, exclude: Iterable[Path] = ()) -> list[Path]:
@@ -47,7 +58,7 @@ def parquet_files(paths: PathsArg, exclude: Iterable[Path] = ()) -> list[Path]:
         FileNotFoundError: a path does not exist.
         ValueError: a folder holds no parquet file, or holds a nested repartition output.
     """
-    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    items = path_list(paths)
     skip = {Path(p).resolve() for p in exclude}
     files: list[Path] = []
     reached: dict[Path, tuple[str, str]] = {}  # resolved path: (the file, the input reaching it)
@@ -85,7 +96,7 @@ def remote_urls(paths: PathsArg) -> list[str]:
     Raises:
         ValueError: local paths and URLs mixed (one line naming the fix).
     """
-    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    items = path_list(paths)
     urls = [os.fspath(p) for p in items if is_remote(p)]
     if urls and len(urls) != len(items):
         local = next(os.fspath(p) for p in items if not is_remote(p))

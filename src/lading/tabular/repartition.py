@@ -19,7 +19,7 @@ from typing import Any
 
 from lading.disk import DATASET_MARK, BuildContext, current_version, is_ours_to_replace
 from lading.sources.tables import import_pyarrow
-from lading.tabular.files import PathsArg, check_schemas, parquet_files, scan
+from lading.tabular.files import PathsArg, check_schemas, parquet_files, path_list, scan
 from lading.tabular.plan import Piece
 
 FORMAT_NAME = "lading.repartition"  # of the _lading.json written beside the parquet
@@ -54,14 +54,33 @@ def group_sizes(rows: int, groups: int) -> list[int]:
     return [base + 1] * extra + [base] * (groups - extra)
 
 
-def plan_groups(rows: int, current: int, multiple: int, row_group_size: int | None) -> int:
-    """How many row groups to write: a multiple of ``multiple``, at most one per row."""
+def plan_groups(
+    rows: int,
+    current: int,
+    multiple: int,
+    row_group_size: int | None,
+    settings: str = "",
+) -> int:
+    """How many row groups to write: a multiple of ``multiple``, at most one per row.
+
+    The groups wanted (``rows / row_group_size``, or the ``current`` count) are rounded up to
+    the multiple, or down where that would make more groups than rows (5 rows for 2 readers
+    in groups of 1: 4 groups of 1-2 rows, not 6).
+
+    Raises:
+        ValueError: fewer rows than ``multiple`` (every reader needs a row of its own),
+            naming the numbers and ``settings`` (how ``multiple`` was set).
+    """
     wanted = -(-rows // row_group_size) if row_group_size is not None else max(current, 1)
     groups = -(-wanted // multiple) * multiple
     if groups > rows:
+        groups = rows // multiple * multiple
+    if groups < 1:
+        how = f" ({settings})" if settings else ""
         raise ValueError(
-            f"{rows} rows cannot fill {groups} row groups (a multiple of "
-            f"{multiple} = world_size x workers); use fewer processes or workers"
+            f"{rows} rows cannot fill {multiple} row groups, one for each of the {multiple} "
+            f"readers{how}: the group count must be a multiple of the readers; use at most "
+            f"{rows} readers (fewer processes or workers)"
         )
     return groups
 
@@ -76,22 +95,25 @@ def repartition(
     """Rewrite the parquet under ``src`` into ``dst/part-0.parquet`` (see the module docstring).
 
     Args:
-        src: parquet files or folders, all with the same schema. ``dst`` may lie inside a
+        src: parquet files or folders, all with the same schema: one, or any iterable of
+            them (a generator such as ``Path.glob``'s is listed once). ``dst`` may lie inside a
             folder of ``src``: it is left out of the listing (with the scratch folders of
             killed runs), so a second run reads the same rows as the first.
         dst: the folder to create, replaced atomically (never mixed with old files) if it
             holds an earlier repartition; any other non-empty folder is refused.
+        world_size, workers: the row-group count becomes a multiple of their product;
+            ``world_size`` at least 1, ``workers`` at least 0 (0: the DataLoader reads in
+            the main process, one reader a rank, as 1 worker).
+        row_group_size: rows per group wanted, at least 1 (default: keep the current number
+            of groups); the group count is rounded up to the multiple, or down where
+            rounding up would make more groups than rows.
 
     Raises:
         FileExistsError: ``dst`` holds files lading did not write.
         ValueError: an input lies inside ``dst``, files differ in schema, a folder has no
             parquet, or holds another repartition output (see
-            :func:`lading.tabular.files.parquet_files`).
-        world_size, workers: the row-group count becomes a multiple of their product;
-            ``world_size`` at least 1, ``workers`` at least 0 (0: the DataLoader reads in
-            the main process, one reader a rank, as 1 worker).
-        row_group_size: rows per group wanted, at least 1 (default: keep the current number
-            of groups, rounded up to the multiple).
+            :func:`lading.tabular.files.parquet_files`); fewer rows than
+            ``world_size x workers`` readers.
     """
     _check_count("world_size", world_size, 1)
     _check_count("workers", workers, 0)
@@ -99,10 +121,13 @@ def repartition(
         _check_count("row_group_size", row_group_size, 1)
     import_pyarrow()  # one line naming the extra, not a bare import error later
     target = Path(dst)
-    files, pieces, schema = _inputs(src, target)
+    files, pieces, schema = _inputs(path_list(src), target)  # a generator (glob) read once
     rows = sum(p.rows for p in pieces)
     multiple = world_size * max(1, workers)  # 0 workers: the main process, one reader
-    sizes = group_sizes(rows, plan_groups(rows, len(pieces), multiple, row_group_size))
+    settings = f"world_size={world_size} x workers={workers}"
+    settings += ", 0 workers reading as 1" if workers == 0 else ""
+    groups = plan_groups(rows, len(pieces), multiple, row_group_size, settings)
+    sizes = group_sizes(rows, groups)
     # a parquet dataset other tools read whole: written beside it, swapped in by one rename
     with BuildContext(target, None, "directory") as build, build.scratch() as tmp:
         out = tmp / "part-0.parquet"
@@ -142,7 +167,7 @@ def _check_count(name: str, value: int, least: int) -> None:
         )
 
 
-def _inputs(src: PathsArg, target: Path) -> tuple[list[Path], list[Piece], Any]:
+def _inputs(src: list[str | os.PathLike[str]], target: Path) -> tuple[list[Path], list[Piece], Any]:
     """The files, row groups and schema to rewrite into ``target``, checked before any write.
 
     ``target`` (an earlier output of this command) and its build debris are left out of the
@@ -154,7 +179,7 @@ def _inputs(src: PathsArg, target: Path) -> tuple[list[Path], list[Piece], Any]:
             "Choose another destination or remove it yourself."
         )
     resolved = target.resolve()
-    for item in [src] if isinstance(src, (str, os.PathLike)) else list(src):
+    for item in src:
         path = Path(item).resolve()
         if path == resolved or resolved in path.parents:
             raise ValueError(

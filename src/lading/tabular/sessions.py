@@ -88,16 +88,26 @@ def next_item_loss(
 def last_item_ranks(
     model: NextItemTransformer, items: torch.Tensor, lengths: torch.Tensor
 ) -> torch.Tensor:
-    """1-based rank of each session's last item given the items before it (padding id 0 never
-    proposed)."""
+    """1-based rank of each session's last item given the items before it, among the items
+    proposed (every id but the padding, 0).
+
+    Ties count against the model: the rank is the number of items scored above the target or
+    tied with it, the target included, so a model scoring every item alike ranks each target
+    last, not first. An item scored NaN counts as above the target, and a target scored NaN
+    or infinite ranks last: a diverged model's NaN compares False with everything, and
+    ranked every target first (Recall@20 = NDCG@20 = 1.0). Scores without ties rank as the
+    items scored strictly higher, plus one.
+    """
     prefix_len = lengths - 1
     hidden = model(items, prefix_len.clamp(min=1))
     rows = torch.arange(items.shape[0], device=items.device)
     scores = model.scores(hidden[rows, (prefix_len - 1).clamp(min=0)])
-    scores[:, 0] = -math.inf
     target = items[rows, prefix_len]
     target_score = scores[rows, target]
-    return (scores > target_score[:, None]).sum(dim=1) + 1
+    ahead = (scores >= target_score[:, None]) | scores.isnan()
+    ahead[:, 0] = False  # the padding item is never proposed
+    last = scores.shape[1] - 1
+    return torch.where(target_score.isfinite(), ahead.sum(dim=1), last)
 
 
 def metrics(ranks: npt.NDArray[np.int64], k: int = 20) -> dict[str, float]:
