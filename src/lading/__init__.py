@@ -21,6 +21,7 @@ from lading.disk.stage import stage
 from lading.errors import (
     BuilderGoneError,
     DeviceUnavailableError,
+    DivergedError,
     EmptyEpochError,
     EmptyTextWarning,
     IncompleteBuildWarning,
@@ -73,6 +74,7 @@ __all__ = [
     "BuilderGoneError",
     "DevicePrefetcher",
     "DeviceUnavailableError",
+    "DivergedError",
     "DocStore",
     "EmptyEpochError",
     "EmptyTextWarning",

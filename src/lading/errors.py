@@ -140,6 +140,15 @@ class DeviceUnavailableError(LadingError, RuntimeError):
     """The device asked for is not in this process (no CUDA build, no GPU, a bad index)."""
 
 
+class DivergedError(LadingError, RuntimeError):
+    """Training diverged: a step's loss was NaN or infinite and the model's weights are no
+    longer finite (a GradScaler's skipped step, whose weights stay finite, is none). Raised
+    by the shared training loop (:class:`lading.train.Trainer`) on every rank together at the
+    next step that logs, checkpoints or ends the run, before any checkpoint, model or summary
+    of the diverged model is written; names the first step whose loss was not finite, that
+    loss, the rank that saw it, the learning rate and the fix."""
+
+
 class StaleStoreWarning(UserWarning):
     """The source a store was built from has changed since the build."""
 

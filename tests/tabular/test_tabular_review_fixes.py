@@ -149,6 +149,7 @@ def test_a_diverged_run_stops_naming_the_step_and_the_loss(
     step the loss first went non-finite, the loss and the fix, and neither evaluates nor keeps
     the model."""
     import lading.tabular.train as train
+    from lading.errors import DivergedError
 
     loss = train.next_item_loss
     taken: list[int] = []
@@ -163,11 +164,11 @@ def test_a_diverged_run_stops_naming_the_step_and_the_loss(
     config = train.SessionsConfig(
         data=tmp_path / "days", out=out, lr=1e6, log_every=log_every, **TINY
     )
-    with pytest.raises(train.DivergedError) as raised:
+    with pytest.raises(DivergedError) as raised:
         train.train_sessions(config)
     message = str(raised.value)
     assert "loss nan at step 2" in message, message
-    assert "lr=1000000.0" in message and "lower lr=" in message, message
+    assert "lr= 1000000.0" in message and "lower lr=" in message, message
     assert not (out / "summary.json").exists() and not (out / "model").exists()
     assert len(taken) == steps
 
@@ -175,7 +176,8 @@ def test_a_diverged_run_stops_naming_the_step_and_the_loss(
 def test_no_checkpoint_holds_a_diverged_model(tmp_path: Path) -> None:
     """Checkpoints every step: the last kept is that of step 1, the last finite loss; a step
     whose loss was not finite is never checkpointed (and ``--resume`` restarts from it)."""
-    from lading.tabular.train import DivergedError, SessionsConfig, train_sessions
+    from lading.errors import DivergedError
+    from lading.tabular.train import SessionsConfig, train_sessions
 
     pytest.importorskip("safetensors")
     _write_days(tmp_path / "days")

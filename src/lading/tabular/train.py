@@ -275,20 +275,14 @@ def _whole(
     )
 
 
-class DivergedError(LadingError, RuntimeError):
-    """The training loss went NaN or infinite: the model diverged, and its weights are no
-    result to evaluate or keep (a NaN weight scores every item NaN). Named with the step, the
-    loss, the learning rate and the fix."""
-
-
 class SessionsStep(TrainingTask):
     """A next-item step: sessions of two items or more (their ``max_len`` most recent real
     items, :func:`recent_items`), loss at (some) positions of each.
 
-    A run whose loss goes NaN or infinite is stopped (:class:`DivergedError`) at the next
-    step that logs, checkpoints or ends the run (``total``), every rank together, so that no
-    checkpoint, model or metrics of a diverged model are written. Each step's loss is checked
-    on the device, with no sync; the steps that log sync anyway.
+    A run whose model diverges (its loss NaN or infinite, its weights no longer finite) is
+    stopped by the shared loop (:class:`lading.errors.DivergedError`) at the next step that
+    logs, checkpoints or ends the run, every rank together, so that no checkpoint, model or
+    metrics of a diverged model are written.
     """
 
     def __init__(
@@ -297,14 +291,8 @@ class SessionsStep(TrainingTask):
         net: nn.Module,
         config: SessionsConfig,
         device: torch.device,
-        total: int | None = None,
     ) -> None:
         self.model, self.net, self.config, self.device = model, net, config, device
-        self.total = total
-        self._loss: torch.Tensor | None = None  # the last step's, not yet checked
-        # the first step whose loss was not finite (-1: none yet) and that loss, on the device
-        self._bad_step = torch.full((), -1, dtype=torch.int64, device=device)
-        self._bad_loss = torch.zeros((), dtype=torch.float64, device=device)
 
     def step(self, batch: dict[str, torch.Tensor]) -> StepResult:
         column = self.config.column
@@ -317,52 +305,11 @@ class SessionsStep(TrainingTask):
             # gradient all-reduce. Lengths of at least 1 keep every attention row unmasked.
             hidden = self.net(items, lengths.clamp(min=1))
             zero = hidden.sum() * 0.0  # NaN where the model diverged: checked as any loss
-            self._loss = zero.detach()
             return StepResult(zero, 0)
         items, lengths = items[keep], lengths[keep]
         scores = self.net(items, lengths)
         loss = next_item_loss(self.model, scores, items, lengths, self.config.positions or None)
-        self._loss = loss.detach()
         return StepResult(loss, len(items))
-
-    def evaluate(self, step: int) -> dict[str, Any]:
-        """Note whether ``step``'s loss was finite (on the device); at a step that logs,
-        checkpoints or is the last, stop a run whose loss was not (:meth:`check_finite`)."""
-        if self._loss is not None:
-            first = (self._bad_step < 0) & ~self._loss.isfinite()
-            self._bad_step = torch.where(first, step, self._bad_step)
-            self._bad_loss = torch.where(first, self._loss.to(torch.float64), self._bad_loss)
-            self._loss = None
-        config = self.config
-        due = self.total is not None and step >= self.total
-        for every in (config.log_every, config.checkpoint_every):
-            due = due or bool(every and step % every == 0)
-        if due:
-            self.check_finite()
-        return {}
-
-    def check_finite(self) -> None:
-        """Raise on every rank where any rank's loss has not been finite (every rank must
-        call it: it reduces over ranks).
-
-        Raises:
-            DivergedError: naming the first step whose loss was not finite, the loss, the
-                learning rate and what to do.
-        """
-        first = int(self._bad_step)
-        if not ddp.sum_over_ranks([float(first >= 0)], self.device)[0]:
-            return
-        found = ddp.gather_objects((first, float(self._bad_loss)))
-        rank, (step, loss) = min(
-            ((r, f) for r, f in enumerate(found) if f[0] >= 0), key=lambda rf: (rf[1][0], rf[0])
-        )
-        where = f" on rank {rank}" if len(found) > 1 else ""
-        kept = " nor checkpointed from that step on" if self.config.checkpoint_every else ""
-        raise DivergedError(
-            f"training diverged: loss {loss} at step {step}{where} (lr={self.config.lr}); "
-            f"the model is neither evaluated nor kept{kept}. Train again with a lower lr= "
-            "(10x lower to start)"
-        )
 
 
 def train_sessions(config: SessionsConfig) -> dict[str, Any]:
@@ -396,7 +343,7 @@ def _train_sessions(
     total = config.steps if config.steps is not None else len(data) * config.epochs
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     result = Trainer(
-        SessionsStep(model, ddp.wrap(model, config.parallel, device), config, device, total),
+        SessionsStep(model, ddp.wrap(model, config.parallel, device), config, device),
         data,
         LoopConfig.of(
             config,

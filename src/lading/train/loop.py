@@ -10,6 +10,11 @@ Throughput counts the whole loop: waiting for the batch, the copy and the step. 
 loader is wrapped in a :class:`~lading.device.DevicePrefetcher` (unless ``config.prefetch`` is
 off): batches arrive on the device, copied on a side stream during the previous step, and
 checkpoints still count only the batches the loop received.
+
+A run whose model diverged (a loss NaN or infinite, and weights no longer finite) stops with
+:class:`~lading.errors.DivergedError` at its next step that logs, checkpoints or ends the run,
+every rank together, before anything of it is saved (:mod:`lading.train.diverged`); a step a
+GradScaler skipped is no divergence.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from lading.device import DevicePrefetcher
 from lading.loading.resumable import Resumable
 from lading.train import ddp, state
 from lading.train.checkpoint import need_safetensors
+from lading.train.diverged import Advice, DivergenceWatch
 from lading.train.records import ProgressLines, Window, open_lines, write_line
 from lading.train.task import LoopConfig, LoopResult, StepResult, TrainingTask
 from lading.world import World
@@ -67,9 +73,16 @@ class Trainer:
             self.loader = DevicePrefetcher(self.loader, self.device)
 
     def run(self) -> LoopResult:
-        """Train from scratch or the checkpoint to ``config.total`` steps; this rank's result."""
+        """Train from scratch or the checkpoint to ``config.total`` steps; this rank's result.
+
+        Raises:
+            DivergedError: on every rank, at the first step that logs, checkpoints or is the
+                last after a loss went NaN or infinite, where the weights are no longer finite
+                (:mod:`lading.train.diverged`); nothing is checkpointed from that step on.
+        """
         config = self.config
         step = self._start()
+        watch = DivergenceWatch(self.device)
         trace = open_lines(config.out, f"trace-rank{self.world.rank}.jsonl", config.trace)
         log = open_lines(config.out, "log.jsonl", self.world.rank == 0 and config.log_every > 0)
         bar = self._bar(step)
@@ -94,6 +107,8 @@ class Trainer:
                     last = self.task.step(batch)
                     self._update(last.loss)
                     step += 1
+                    if self.optimizer is not None:  # (no update: nothing to diverge)
+                        watch.note(step, last.loss)
                     window.add(last.loss, last.rows)
                     timed.rows += last.rows if timed.running else 0
                     if trace is not None:
@@ -102,12 +117,18 @@ class Trainer:
                     measured = self.task.evaluate(step)
                     # the log line first: a run killed between the two resumes from the
                     # previous checkpoint and writes this step's line again, never none
-                    if config.log_every and (step % config.log_every == 0 or step >= config.total):
+                    logs = config.log_every and (
+                        step % config.log_every == 0 or step >= config.total
+                    )
+                    if logs:
                         self._log(log, bar, window, step, lines, measured)
                     elif measured and log is not None:
                         write_line(log, {"step": step, "epoch": self.loader.epoch, **measured})
                     if config.checkpoint_every and step % config.checkpoint_every == 0:
+                        self._check(watch, step)  # before the checkpoint is saved
                         self._save(step)
+                    elif logs and step < config.total:  # (the last: after the clock stops)
+                        self._check(watch, step)
                     if step >= config.total:
                         break
                     waited = time.perf_counter()
@@ -124,6 +145,8 @@ class Trainer:
                 if file is not None:
                     file.close()
         seconds = timed.stop()
+        if watch.checked_at != step:  # the last step, before the run returns or saves
+            self._check(watch, step)
         if config.checkpoint_every:
             self._save(step)
         loss = float(last.loss.item()) if last.loss is not None else float("nan")
@@ -171,6 +194,23 @@ class Trainer:
             self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
+
+    def _check(self, watch: DivergenceWatch, step: int) -> None:
+        """Stop a diverged run (:meth:`DivergenceWatch.check`); every rank calls it at the
+        same steps. A run without updates (no optimizer) has nothing to check."""
+        if self.optimizer is not None:
+            watch.check(step, self._parameters, self._advice)
+
+    def _parameters(self) -> list[torch.Tensor]:
+        """The weights a diverged run leaves non-finite: the model's, else the optimizer's."""
+        if self.model is not None:
+            return list(self.model.parameters())
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def _advice(self) -> Advice:
+        scaler = self.scaler
+        fp16 = scaler is not None and bool(getattr(scaler, "is_enabled", lambda: True)())
+        return Advice(self.optimizer, self.config.clip, fp16, bool(self.config.checkpoint_every))
 
     def _trace(self, step: int, result: StepResult, batch: Any, fetch_s: float) -> dict[str, Any]:
         loss = float(result.loss.item()) if result.loss is not None else None
