@@ -32,7 +32,8 @@ def test_an_explicit_build_id_given_another_n_or_source_is_refused_before_tokeni
             src, url, (i, 2), tok, build_id="build-job42", cache=tmp_path / "w", progress=False
         )
     assert str(report).startswith(f"{url}: shard 1/2 of build-job42: ")
-    assert str(report).endswith(f"once all 2 are built: lading lm merge {url}")
+    said = f"once all 2 are built: lading lm merge {url} --build-id {report.build_id}"
+    assert str(report).endswith(said)
     first = TokenCorpus.merge(url, cache=tmp_path / "m1")
     with pytest.raises(StoreFormatError, match="records 2 shards") as e:
         TokenCorpus.build_shard(

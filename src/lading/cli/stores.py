@@ -602,8 +602,8 @@ def _add_build(sub: Any) -> None:
     add_shard_options(
         p,
         shard_help="write shard I of N only (0-based; a Slurm array: "
-        "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT), then `lading merge DEST` once all N are "
-        "written",
+        "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT), then `lading merge DEST --build-id ID` "
+        "once all N are written (ID: the one each shard prints, or the one given them)",
         build_id_help="with --shard: the build directory the shards share (default: derived from "
         "the inputs, options and N, the same in every worker)",
     )

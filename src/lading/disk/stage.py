@@ -36,6 +36,7 @@ import time
 import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any, NamedTuple
 
 from lading.disk import (
@@ -57,6 +58,7 @@ from lading.disk.remote import RemoteDir, meant_url
 from lading.disk.snapshot import (
     MANIFEST,
     SNAP_PREFIX,
+    TMP_PREFIX,
     check_files,
     decode_manifest,
     file_crc32,
@@ -97,16 +99,40 @@ class _Source:
         return self.url.rstrip("/").rsplit("/", 1)[-1]
 
     def files(self) -> dict[str, dict[str, Any]]:
-        """Every file under the source: relative path -> {size, version (mtime or ETag)}."""
+        """Every file under the source: relative path -> {size, version (mtime or ETag)}. A
+        local folder is walked less what a writer there has not finished (``.tmp-*`` entries,
+        lock files: :func:`_unfinished`), and what vanishes while it is walked is left out (a
+        builder renaming its temporary folder into place meanwhile is no error)."""
         if self.remote:
             return self.objects.files()
         out: dict[str, dict[str, Any]] = {}
-        for path in sorted(self.local.rglob("*")):
-            if path.is_file():
-                st = path.stat()
-                rel = path.relative_to(self.local).as_posix()
-                out[rel] = {"size": st.st_size, "version": st.st_mtime_ns}
-        return out
+        for top, folders, names in os.walk(self.local):  # a folder gone meanwhile: skipped
+            folders[:] = [name for name in folders if not _unfinished(name)]
+            for name in names:
+                info = None if _unfinished(name) else _file_info(Path(top, name))
+                if info is not None:
+                    out[Path(top, name).relative_to(self.local).as_posix()] = info
+        return dict(sorted(out.items()))
+
+    def named(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        """The files of ``names`` (relative paths, checked to stay inside) that are there, as
+        :meth:`files` gives them: a local source's each looked at, nothing else walked."""
+        if self.remote:
+            every = self.objects.files()
+            return {name: every[name] for name in names if name in every}
+        found = {name: _file_info(self.local / name) for name in names}
+        return {name: info for name, info in found.items() if info is not None}
+
+    def meta_bytes(self, listing: dict[str, dict[str, Any]] | None) -> bytes | None:
+        """The source's ``meta.json`` as read now, None where it has none (a plain folder);
+        ``listing``: a URL source's :meth:`files`, where the caller listed it already."""
+        if self.remote:
+            every = self.objects.files() if listing is None else listing
+            return self.objects.read(META_FILE) if META_FILE in every else None
+        try:
+            return (self.local / META_FILE).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
 
     def check(self, meta: dict[str, Any]) -> None:
         """Refuse a manifest naming a file outside the source (``..``, absolute, a symlink out
@@ -135,6 +161,23 @@ class _Source:
                 yield block
 
 
+def _unfinished(name: str) -> bool:
+    """Whether a name in a source folder is a writer's, not yet (or no longer) part of it: a
+    ``.tmp-*`` file or folder (a builder's scratch, renamed into place or removed once done)
+    or a ``*.lock`` file (a build's or a shard's lock)."""
+    return name.startswith(TMP_PREFIX) or name.endswith(".lock")
+
+
+def _file_info(path: Path) -> dict[str, Any] | None:
+    """A regular file's size and version (its mtime), or None where ``path`` is none (gone,
+    never there, or not a regular file)."""
+    try:
+        st = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return {"size": st.st_size, "version": st.st_mtime_ns} if S_ISREG(st.st_mode) else None
+
+
 class Snapshot(NamedTuple):
     """What :func:`snapshot_of` found of the source: what to copy and how to check it."""
 
@@ -144,15 +187,18 @@ class Snapshot(NamedTuple):
     format: str | None  # the lading format its meta.json declares (None: a plain folder)
 
 
-def snapshot_of(source: _Source, files: dict[str, dict[str, Any]]) -> Snapshot:
+def snapshot_of(source: _Source) -> Snapshot:
     """What to copy of this version of the source (see :class:`Snapshot`).
 
     A lading snapshot format: its ``meta.json``, read once (a rebuild commits a new one), and
-    only the files it names (not older snapshots kept beside them), with their CRC32s. Else
-    every file, fingerprinted by names, sizes and versions.
+    only the files it names (not older snapshots kept beside them, nor a rebuild's temporary
+    folders: a local source is not walked, so a rebuild running meanwhile is no error), with
+    their CRC32s. Else every file (:meth:`_Source.files`), fingerprinted by names, sizes and
+    versions.
     """
-    if META_FILE in files:
-        raw = source.read_bytes(META_FILE)
+    listing = source.files() if source.remote else None  # a bucket: one listing serves all
+    raw = source.meta_bytes(listing)
+    if raw is not None:
         print_ = "meta:" + hashlib.sha256(raw).hexdigest()
         fmt = _format_in(raw)
         with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError):
@@ -160,6 +206,8 @@ def snapshot_of(source: _Source, files: dict[str, dict[str, Any]]) -> Snapshot:
             if meta.get("format") in LISTED_FORMATS and isinstance(meta.get("files"), dict):
                 listed = meta["files"]
                 source.check(meta)  # every name it uses stays inside: nothing else is copied
+                names = [*listed, META_FILE]
+                files = source.named(names) if listing is None else listing
                 wanted = {name: files[name] for name in listed if name in files}
                 missing = sorted(set(listed) - set(wanted))
                 if missing:
@@ -167,13 +215,14 @@ def snapshot_of(source: _Source, files: dict[str, dict[str, Any]]) -> Snapshot:
                         f"{source.url}: {missing[0]} (named in its meta.json) is missing; "
                         "the source is incomplete, nothing was staged"
                     )
-                wanted[META_FILE] = {**files[META_FILE], "size": len(raw)}
+                wanted[META_FILE] = {**files.get(META_FILE, {}), "size": len(raw)}
                 crcs = {name: int(info["crc32"]) for name, info in listed.items()}
                 crcs[META_FILE] = zlib.crc32(raw)
                 return Snapshot(print_, wanted, crcs, fmt)
-        return Snapshot(print_, files, {}, fmt)
-    listing = json.dumps(files, sort_keys=True).encode("utf-8")
-    return Snapshot("listing:" + hashlib.sha256(listing).hexdigest(), files, {}, None)
+        return Snapshot(print_, source.files() if listing is None else listing, {}, fmt)
+    files = source.files() if listing is None else listing
+    said = json.dumps(files, sort_keys=True).encode("utf-8")
+    return Snapshot("listing:" + hashlib.sha256(said).hexdigest(), files, {}, None)
 
 
 def _format_in(raw: bytes) -> str | None:
@@ -227,7 +276,7 @@ def stage(
     source = _Source(src, storage_options or {}, remote_timeout)
     target = Path(dest)
     _refuse_overlap(source, target)
-    print_, files, expected, fmt = snapshot_of(source, source.files())
+    print_, files, expected, fmt = snapshot_of(source)
     world = world or from_environment(os.environ)  # no torch import just for the local rank
     if world.local_rank != 0:
         _wait_for(target, print_, source.url, timeout)

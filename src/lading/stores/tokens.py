@@ -89,16 +89,29 @@ def _read_tokenizer(tokenizers: Any, path: Path) -> Any:
 
 
 def describe_tokenizer(tok: Any) -> dict[str, Any]:
-    """What a store records of its tokenizer: vocabulary size and a hash of its definition."""
+    """What a store records of its tokenizer: its vocabulary size, the number of ids it may
+    give (its largest id + 1, or its entry count where that is more: a vocabulary with gaps,
+    ``{"[UNK]": 0, "hello": 1, "world": 70000}``, gives ids up to 70,000 from 3 entries), which
+    sizes the token dtype and an embedding; and a hash of its definition (its identity)."""
     definition = tok.to_str().encode("utf-8")
     return {
-        "vocab_size": int(tok.get_vocab_size(with_added_tokens=True)),
+        "vocab_size": id_count(tok),
         "sha256": hashlib.sha256(definition).hexdigest(),
     }
 
 
+def id_count(tok: Any) -> int:
+    """How many ids ``tok`` may give: its largest id + 1 (added tokens included), at least its
+    entry count (``get_vocab_size``, the count, is less than the largest id + 1 where the ids
+    have gaps; sized by the count, a store's uint16 tokens would not hold an id past 65,535)."""
+    count = int(tok.get_vocab_size(with_added_tokens=True))
+    ids = tok.get_vocab(with_added_tokens=True).values()
+    return max(count, max(ids, default=-1) + 1)
+
+
 def token_dtype(vocab_size: int) -> np.dtype[Any]:
-    """uint16 when every id fits (vocab ≤ 65,536, e.g. BERT's 30,522), else uint32."""
+    """uint16 when every id fits (``vocab_size``, the ids a tokenizer may give, at most 65,536,
+    e.g. BERT's 30,522: :func:`describe_tokenizer`), else uint32."""
     return np.dtype("<u2") if vocab_size <= UINT16_VOCAB else np.dtype("<u4")
 
 

@@ -37,7 +37,7 @@ def test_another_source_or_n_under_one_build_id_is_refused_in_the_bucket(
         report = lading.build_shard(a, url, (i, 2), build_id="build-wiki", cache=tmp_path / "w")
     assert str(report) == (
         f"{url}: shard 1/2 of build-wiki: {report.rows} documents; once all 2 are built: "
-        f"lading merge {url}"
+        f"lading merge {url} --build-id build-wiki"
     )
     first = lading.merge_store(url, cache=tmp_path / "m")
     for i in range(2):
@@ -63,7 +63,9 @@ def test_the_cli_prints_the_url_it_was_given(s3: LocalS3, bucket: str, tmp_path:
 
     for i in range(2):
         said = cli("build", str(a), url, "--shard", f"{i}/2", "--quiet")
-    assert said.startswith(f"{url}: shard 1/2 of build-") and said.endswith(f"lading merge {url}")
+    bid = said.split(" of ", 1)[1].split(":", 1)[0]  # the merge it prints names its build
+    assert said.startswith(f"{url}: shard 1/2 of build-")
+    assert said.endswith(f"lading merge {url} --build-id {bid}"), said
     assert cli(*said.rsplit(": ", 1)[1].split()[1:]).startswith(f"{url}: 20 documents from 2")
     assert not (tmp_path / "s3:").exists()
 

@@ -81,13 +81,16 @@ def build_store(
         format: the source format; detected from the name when None.
         tokenizer: pre-tokenize with this (a ``tokenizers.Tokenizer``, a HF fast tokenizer, a
             ``tokenizer.json`` path or a local model folder); tokens stored without special
-            tokens, as uint16 when the vocabulary has at most 65,536 entries.
+            tokens, as uint16 when every id it may give is below 65,536 (its largest id,
+            not its entry count: a vocabulary may have gaps), else uint32.
         max_length: keep at most this many tokens per document.
         on_error: ``"raise"`` (default) stops at the first malformed record naming file and
             line; ``"skip"`` skips malformed records, warns with their count and records it in
             ``meta.json``.
         duplicates: a repeated id is an error (``"error"``), or keep its ``"first"``/``"last"``
-            (within a shard: an id in two shards is always an error).
+            occurrence in source order. Built in shards, the same: an id in two shards is
+            refused naming both under ``"error"``, else the merge keeps the same row a
+            one-process build keeps.
         parse: where ids, text and fields are in the records: JSON/parquet keys, TSV columns,
             fields kept (default: :class:`~lading.sources.ParseOptions`'s). Recorded in
             ``meta.json``: a store built with other options is rebuilt, not reused.
@@ -302,7 +305,13 @@ def merge_store(
     ``build_shard(..., (i, n))`` or ``lading build ... --shard i/N``) as the store's new
     snapshot, and open it. See :func:`lading.stores.building.parallel.merge_store`. A URL
     ``dest``: the merge is committed in the bucket (``meta.json`` last) and the store opened
-    there through the node cache ``cache`` (:mod:`lading.stores.building.remote_shards`)."""
+    there through the node cache ``cache`` (:mod:`lading.stores.building.remote_shards`).
+
+    ``build_id``: the build to commit (a shard's report names it: ``report.build_id``); by
+    default the one complete build whose shards ran since the current snapshot was committed
+    (or were never merged), refused where there are several, the current one's included
+    (:func:`lading.stores.building.pending.pending_build`). A pipeline that names its own
+    build never commits another's left unmerged in ``dest``."""
     if is_remote(dest):
         from lading.stores.building.remote_shards import merge_store_remote
         from lading.stores.remote.store import RemoteStore

@@ -10,7 +10,8 @@ from the inputs' identity (path, size, mtime, inode of every file), the build op
 (or given: ``build_id=``). Each shard is written under the shard's own lock into a temporary
 directory and renamed into ``build-<id>/shard-<i>-of-<n>`` once whole, so a killed worker leaves
 nothing a merge would take, and a rerun rebuilds only the shards that are missing. The merge
-(under the store's lock) checks that the shards fit together and that no id is in two of them,
+(under the store's lock) checks that the shards fit together, refuses an id in two of them
+under ``duplicates="error"`` (``"first"``/``"last"`` keep one, as a one-process build does),
 writes the global id index and commits the snapshot (:mod:`lading.stores.building.merge`).
 Under torchrun every rank builds its shard and rank 0 merges: :func:`build_in_shards`.
 """

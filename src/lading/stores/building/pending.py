@@ -6,8 +6,11 @@ build it commits, those recorded before and the complete builds it left, as long
 folders are there), so a merge run again (a pipeline's retry) commits nothing new, never an
 older build, in a folder or a bucket (whose mirror holds the same folders), unless its
 shards ran again after the current snapshot was committed (a user going back to an earlier
-source or options: :data:`.shardset.RUN_FILE`). A build named
-(``--build-id``) is merged whatever it is. A Ray sink's build is its job's to commit.
+source or options: :data:`.shardset.RUN_FILE`). The current snapshot's build counts so too:
+a pipeline whose shards ran again (found whole) beside another's complete build left
+unmerged is refused, naming both, rather than committing the other's. A build named
+(``--build-id``, as each shard's report line says) is merged whatever it is. A Ray sink's
+build is its job's to commit.
 """
 
 from __future__ import annotations
@@ -48,11 +51,15 @@ def pending_build(
 ) -> str:
     """The build to merge: the one whose shards are all there (their ``shard.json`` found;
     the merge reads and checks them) that no merge of ``dest`` committed or passed over
-    (:func:`seen_builds`). None such, and a snapshot committed by a build: that build (the
-    merge commits nothing new: a retried merge never goes back to an older build, nor fails
-    on a build left half made, but one whose shards ran after that snapshot was committed is
-    an :class:`~lading.errors.IncompleteBuildWarning` naming the shards it lacks); else the
-    builds half made are named with what they lack.
+    (:func:`seen_builds`), or whose shards ran after the current snapshot was committed (its
+    workers run again, each writing its shard or finding it whole: :func:`.shardset.ran_after`),
+    the current snapshot's own build included: where that one is the only such build, the
+    merge commits nothing new; where another is one too (another pipeline's shards, their
+    merge never run), both are named and neither is taken. None such, and a snapshot
+    committed by a build: that build (the merge commits nothing new: a retried merge never
+    goes back to an older build, nor fails on a build left half made, but one whose shards
+    ran after that snapshot was committed is an :class:`~lading.errors.IncompleteBuildWarning`
+    naming the shards it lacks); else the builds half made are named with what they lack.
 
     ``found``: :func:`survey_builds` of ``dest``, where the caller made it already.
 
@@ -69,15 +76,19 @@ def pending_build(
         elif bid not in seen:
             partial.append((bid, n))
     current = previous.get("snapshot") if previous else None
-    fresh = [  # a build seen before counts again once its shards ran after the current commit
-        b for b in complete if b not in seen or (b != done and ran_after(dest / b, current))
-    ]
+    # a build seen before counts again once its shards ran after the current commit (every
+    # build_shard call, writing its shard or finding it whole, records the snapshot current
+    # then: RUN_FILE), the current build's own among them: a pipeline run again beside
+    # another's leftover build is two candidates, named, never the other's taken silently
+    fresh = [b for b in complete if b not in seen or ran_after(dest / b, current)]
     if len(fresh) == 1:
         return fresh[0]
     if fresh:
+        again = f"; {done} is the current snapshot's, its shards ran again" if done in fresh else ""
         raise StoreFormatError(
-            f"{dest} has {len(fresh)} complete builds not merged ({', '.join(fresh)}); name "
-            f"one: `{build.replace('build', 'merge')} {dest} --build-id ...`"
+            f"{dest} has {len(fresh)} complete builds a merge may take ({', '.join(fresh)}"
+            f"{again}); name one: "
+            f"`{build.replace('build', 'merge')} {dest} --build-id ...`"
         )
     if isinstance(done, str) and done:
         # nothing new (a retried merge; a build abandoned half way is no error), but a build

@@ -38,8 +38,8 @@ class ShardWork:
         did = "already built" if reused else f"{documents:,} documents"
         line = (
             f"{self.dest}: shard {self.shard}/{self.shards} of {self.build_id}: {did}; once all "
-            f"{self.shards} are built: {merge} {self.dest}"
-        )
+            f"{self.shards} are built: {merge} {self.dest} --build-id {self.build_id}"
+        )  # (its own build named: a merge never commits another left unmerged in dest)
         return f"{line}\n{skipped_line(skipped, skip_examples)}" if skipped else line
 
 

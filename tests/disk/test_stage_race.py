@@ -1,0 +1,71 @@
+"""Staging while something else writes in the source folder: a builder's ``.tmp-*`` folder
+that vanishes (renamed into place, or removed) while the stage lists the source is no error.
+
+The race is made deterministic: ``os.scandir`` of such a folder removes it first, as the
+builder's rename does when it lands between the listing of the parent and that of the folder
+(what ``lading stage`` met as a bare FileNotFoundError naming ``store/.tmp-…``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import write
+from lading.disk import STAGE_MARK
+from lading.disk.stage import stage
+from lading.stores import build_store, open_store
+
+
+def vanish_on_scandir(monkeypatch: pytest.MonkeyPatch, doomed: Callable[[str], bool]) -> list[str]:
+    """Make ``os.scandir`` of a folder that ``doomed`` names remove that folder first; the
+    names removed (to check the race was met where a walk happens)."""
+    real, removed = os.scandir, []
+
+    def scandir(path: Any = ".") -> Any:
+        if isinstance(path, int):  # a directory's descriptor (shutil.rmtree's walk)
+            return real(path)
+        where = os.fspath(path)
+        if doomed(os.path.basename(where.rstrip("/"))) and os.path.isdir(where):
+            shutil.rmtree(where)
+            removed.append(where)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    return removed
+
+
+def test_staging_a_store_while_a_builder_temp_folder_vanishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = write(tmp_path / "a.tsv", "".join(f"{i}\tA{i}\n" for i in range(200)))
+    store = tmp_path / "store"
+    build_store(src, store, progress=False)
+    write(store / ".tmp-4242-deadbeef" / "text.bin", b"half a rebuild")  # a builder's scratch
+    write(store / "other.lock", b"")
+    vanish_on_scandir(monkeypatch, lambda name: name.startswith(".tmp-"))
+    dest = stage(store, tmp_path / "node" / "store")
+    assert open_store(dest).get_many(["0", "199"]) == ["A0", "A199"]
+    staged = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
+    assert not any(".tmp-" in name or name.endswith(".lock") for name in staged), staged
+
+
+def test_staging_a_plain_folder_skips_temp_and_lock_files_and_what_vanishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "folder"
+    write(src / "a.parquet", b"a")
+    write(src / "part" / "b.parquet", b"bb")
+    write(src / ".tmp-1-ab" / "c.parquet", b"scratch")
+    write(src / "folder.lock", b"")
+    write(src / "gone" / "d.parquet", b"going")  # removed while the stage lists the source
+    removed = vanish_on_scandir(monkeypatch, lambda name: name in ("gone", ".tmp-1-ab"))
+    dest = stage(src, tmp_path / "node" / "folder")
+    assert removed  # the race was met (a plain folder is walked)
+    staged = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
+    assert staged == {"a.parquet", "part/b.parquet", STAGE_MARK}, staged
+    assert stage(src, dest) == dest  # listed alike again: the copy is reused
