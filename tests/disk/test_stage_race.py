@@ -54,18 +54,28 @@ def test_staging_a_store_while_a_builder_temp_folder_vanishes(
     assert not any(".tmp-" in name or name.endswith(".lock") for name in staged), staged
 
 
-def test_staging_a_plain_folder_skips_temp_and_lock_files_and_what_vanishes(
+def test_staging_a_plain_folder_copies_every_file_and_leaves_out_what_vanishes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A plain folder (no ``meta.json``) is the user's: their ``poetry.lock`` or
+    ``.tmp-notes`` are staged like any file (only a lading folder's writers leave ``.tmp-*``
+    and locks behind), and a folder removed while the stage walks is no error."""
     src = tmp_path / "folder"
     write(src / "a.parquet", b"a")
     write(src / "part" / "b.parquet", b"bb")
-    write(src / ".tmp-1-ab" / "c.parquet", b"scratch")
-    write(src / "folder.lock", b"")
+    write(src / "poetry.lock", b"lock")
+    write(src / "part" / ".tmp-notes", b"notes")
     write(src / "gone" / "d.parquet", b"going")  # removed while the stage lists the source
-    removed = vanish_on_scandir(monkeypatch, lambda name: name in ("gone", ".tmp-1-ab"))
+    removed = vanish_on_scandir(monkeypatch, lambda name: name == "gone")
     dest = stage(src, tmp_path / "node" / "folder")
     assert removed  # the race was met (a plain folder is walked)
     staged = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
-    assert staged == {"a.parquet", "part/b.parquet", STAGE_MARK}, staged
+    assert staged == {
+        "a.parquet",
+        "part/b.parquet",
+        "poetry.lock",
+        "part/.tmp-notes",
+        STAGE_MARK,
+    }, staged
+    assert (dest / "poetry.lock").read_bytes() == b"lock"
     assert stage(src, dest) == dest  # listed alike again: the copy is reused

@@ -43,6 +43,9 @@ def test_a_run_whose_ranks_do_not_start_at_0_or_1_is_refused_not_read_as_triples
     triples = read_run(write(tmp_path / "t.tsv", "1\t7\t1\n1\t7\t5\n1\t8\t44\n2\t9\t3\n"))
     assert triples == {"1": ["1", "5", "44"], "2": ["3"]}
     assert triples.positives == {"1": ["7", "8"], "2": ["9"]}
+    # two negatives one apart are not enough to call a file a run: triples, as before
+    pair = read_run(write(tmp_path / "p.tsv", "1\t7\t3\n1\t7\t4\n2\t8\t9\n"))
+    assert pair == {"1": ["3", "4"], "2": ["9"]}
 
 
 def test_id_triples_are_not_kept_line_by_line(tmp_path: Path) -> None:

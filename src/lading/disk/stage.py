@@ -100,16 +100,20 @@ class _Source:
 
     def files(self) -> dict[str, dict[str, Any]]:
         """Every file under the source: relative path -> {size, version (mtime or ETag)}. A
-        local folder is walked less what a writer there has not finished (``.tmp-*`` entries,
-        lock files: :func:`_unfinished`), and what vanishes while it is walked is left out (a
-        builder renaming its temporary folder into place meanwhile is no error)."""
+        local folder is walked, and what vanishes while it is walked is left out (a builder
+        renaming its temporary folder into place meanwhile is no error); in a lading folder
+        (one with a ``meta.json``) so is what a writer there has not finished (``.tmp-*``
+        entries, lock files: :func:`_unfinished`). A plain folder's files are every one of
+        them: a user's ``poetry.lock`` or ``.tmp-notes`` is theirs to copy."""
         if self.remote:
             return self.objects.files()
+        ours = (self.local / META_FILE).is_file()
+        skip = _unfinished if ours else (lambda name: False)
         out: dict[str, dict[str, Any]] = {}
         for top, folders, names in os.walk(self.local):  # a folder gone meanwhile: skipped
-            folders[:] = [name for name in folders if not _unfinished(name)]
+            folders[:] = [name for name in folders if not skip(name)]
             for name in names:
-                info = None if _unfinished(name) else _file_info(Path(top, name))
+                info = None if skip(name) else _file_info(Path(top, name))
                 if info is not None:
                     out[Path(top, name).relative_to(self.local).as_posix()] = info
         return dict(sorted(out.items()))

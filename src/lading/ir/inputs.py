@@ -550,9 +550,9 @@ def read_run(path: str | os.PathLike[str], on_error: OnError = "raise") -> Run:
     An MS MARCO run and id triples both have three tab-separated fields: a file whose
     first query's lines end in ranks counting up by one from 0 or 1 (0, 1, 2, … or 1, 2, 3,
     …, in any order; a query of one line: the next query's starting again at its rank) is a
-    run. Where they count up by one from another number (a run cut after its top 10, ranks
-    from 11), the file is refused, naming its first line: read as triples, its ranks would
-    be taken as negatives."""
+    run. Where three or more of them count up by one from another number, each once (a run
+    cut after its top 10, ranks from 11), the file is refused, naming its first line: read as
+    triples, its ranks would be taken as negatives."""
     file = Path(path)
     policy = _Policy(file, on_error)
     run = Run()
@@ -614,9 +614,10 @@ def _ranked(path: Path, head: list[_Line], after: _Line | None) -> bool:
     (``after``: the line after them) is an MS MARCO run (``qid<TAB>docid<TAB>rank``): the
     first query's ranks count up by one from 0 or 1, in file order from its first line or
     once sorted (each rank once); a query of one line is a run's where the next query starts
-    again at its rank. Triples end in document ids, which do not count up so. First ranks
-    counting up by one from another number are refused (:class:`SourceError`): a run whose
-    ranks would be read as negatives."""
+    again at its rank. Triples end in document ids, which do not count up so. Three or more
+    first ranks counting up by one from another number, each once, are refused
+    (:class:`SourceError`): a run whose ranks would be read as negatives (two ids one apart
+    stay triples)."""
     ranks = [_rank_field(line) for line in head]
     if ranks[0] is None:
         return False
@@ -634,9 +635,9 @@ def _ranked(path: Path, head: list[_Line], after: _Line | None) -> bool:
     counts_up = numbers[1] == numbers[0] + 1  # (a rank left out further down, or repeated)
     if (contiguous and low in (0, 1)) or (counts_up and numbers[0] in (0, 1)):
         return True
-    if not (contiguous or counts_up):
+    if not (contiguous and len(numbers) >= 3):  # two ids one apart: triples, as before
         return False
-    start = low if contiguous else numbers[0]
+    start = low
     qid, where = head[0].text.split("\t")[0], f"{head[0].number}-{head[-1].number}"
     shown = ", ".join(map(str, numbers[:3])) + (", …" if len(numbers) > 3 else "")
     raise SourceError(
