@@ -453,10 +453,14 @@ def _left_out_line(report: GroupsReport, sources: Mapping[str, str], min_relevan
             f"text in {sources['queries']} (first {first['no text'][0]!r})"
         )
     if report.judged_missing_from_store:
-        doc, qid = first["judged missing"]
         said.append(
-            f"{_count(report.judged_missing_from_store, 'judged document')} of "
-            f"{sources['qrels']} not in {sources['store']} (first {doc!r} of query {qid!r})"
+            _missing_line(
+                report.judged_missing_from_store,
+                "judged document",
+                sources["qrels"],
+                sources["store"],
+                first["judged missing"],
+            )
         )
     if report.queries_without_relevant_in_store:
         said.append(
@@ -464,10 +468,14 @@ def _left_out_line(report: GroupsReport, sources: Mapping[str, str], min_relevan
             f"of its relevant documents in the store (first {first['none stored'][0]!r})"
         )
     if report.run_docs_missing_from_store:
-        doc, qid = first["run missing"]
         said.append(
-            f"{_count(report.run_docs_missing_from_store, 'run document')} of "
-            f"{sources['negatives']} not in the store (first {doc!r} of query {qid!r})"
+            _missing_line(
+                report.run_docs_missing_from_store,
+                "run document",
+                sources["negatives"],
+                "the store",
+                first["run missing"],
+            )
         )
     if not said:
         return ""
@@ -476,6 +484,13 @@ def _left_out_line(report: GroupsReport, sources: Mapping[str, str], min_relevan
         f"{_count(report.pairs, '(query, relevant document) pair')} of "
         f"{_count(report.queries, 'query', 'queries')}"
     )
+
+
+def _missing_line(n: int, what: str, named_in: str, store: str, first: tuple[str, ...]) -> str:
+    """One cause of :func:`_left_out_line`: ``n`` documents that the file ``named_in`` names
+    and ``store`` lacks, with the first of them and its query (``first``: document, query)."""
+    doc, qid = first
+    return f"{_count(n, what)} of {named_in} not in {store} (first {doc!r} of query {qid!r})"
 
 
 def _fallback_line(report: GroupsReport, sources: Mapping[str, str], depth: int) -> str:
