@@ -294,3 +294,52 @@ def test_diverged_error_is_exported_from_lading() -> None:
     from lading.errors import DivergedError, LadingError
 
     assert lading.DivergedError is DivergedError and issubclass(DivergedError, LadingError)
+
+
+# ------------------------------------------------------------------------ the fix it names
+
+
+@pytest.mark.parametrize("kind", ["cross-encoder", "sessions", "lm"])
+def test_every_train_command_takes_the_clipping_the_divergence_message_names(
+    kind: str, tmp_path: Path
+) -> None:
+    """The message of a diverged run says "gradient clipping"; before, only the language model
+    clipped (LMConfig.clip), and neither `lading train cross-encoder` nor `sessions` had a flag
+    or a field for it: the fix it named could not be taken. Now every kind's config has `clip`,
+    the command line's `--clip` sets it (0: none) and the shared loop is given it."""
+    from lading.cli import build_parser
+    from lading.cli.bench import int_list
+    from lading.cli.train import _config
+    from lading.ir.train import TrainConfig
+    from lading.lm.train import LMConfig
+    from lading.tabular.train import SessionsConfig
+    from lading.train.task import LoopConfig
+
+    def parsed(argv: list[str]) -> Any:
+        args = build_parser().parse_args(argv)
+        if kind == "sessions":  # as the command reads them before its config
+            args.train_days = int_list(args.train_days)
+        return args
+
+    config_of = {"cross-encoder": TrainConfig, "sessions": SessionsConfig, "lm": LMConfig}[kind]
+    flag = {"cross-encoder": "--store", "sessions": "--data", "lm": "--corpus"}[kind]
+    base = ["train", kind, "--out", str(tmp_path / "o"), flag, str(tmp_path)]
+    if kind == "cross-encoder":
+        (tmp_path / "q.tsv").write_text("1\tq\n")
+        (tmp_path / "qrels").write_text("1 0 d 1\n")
+        base += ["--queries", str(tmp_path / "q.tsv"), "--qrels", str(tmp_path / "qrels")]
+    for given, wanted in ((["--clip", "0.5"], 0.5), (["--clip", "0"], None)):
+        config = _config(config_of, parsed(base + given), ())
+        assert config.clip == wanted, (kind, given, config.clip)
+        assert LoopConfig.of(config, 10).clip == wanted
+    default = _config(config_of, parsed(base), ())
+    assert default.clip == (0.25 if kind == "lm" else None)  # each kind's default as before
+
+
+def test_the_message_names_the_clip_option() -> None:
+    from lading.train.diverged import Advice
+
+    message = Advice(None, None, fp16=False, checkpoints=False).message(3, float("nan"), "")
+    assert "gradient clipping (clip=1.0, --clip 1.0)" in message, message
+    clipped = Advice(None, 1.0, fp16=False, checkpoints=False).message(3, float("nan"), "")
+    assert "clipping" not in clipped, clipped

@@ -62,6 +62,19 @@ def nonnegative_int(value: str) -> int:
     return _int_at_least(value, 0)
 
 
+def clip_norm(value: str) -> float | None:
+    """``--clip``: the gradients' largest norm, a finite number of at least 0 (0: no clipping)."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not number >= 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a gradient norm; pass a number such as 1.0 (0: no clipping)"
+        )
+    return number or None
+
+
 def _int_at_least(value: str, least: int) -> int:
     try:
         number = int(value)

@@ -17,6 +17,7 @@ from lading.cli.inputs import (
     add_precision,
     add_query_columns,
     add_raise_or_skip,
+    clip_norm,
     existing,
     local_model,
     model_or_tiny,
@@ -265,6 +266,7 @@ def add_run_args(
     epochs: int = 1,
     log_every: int = 50,
     parallel: tuple[str, ...] = ("ddp", "dp", "none"),
+    clip: float | None = None,
 ) -> None:
     """The options every ``lading train`` command takes (lading.train.config.RunConfig)."""
     p.add_argument("--out", required=True, help="folder for model, checkpoints and logs")
@@ -284,6 +286,12 @@ def add_run_args(
         help=f"peak learning rate ({lr}; at a --resume, the checkpoint's unless given)",
     )
     p.set_defaults(kind_lr=lr)
+    p.add_argument(
+        "--clip",
+        type=clip_norm,
+        default=clip,
+        help=f"clip the gradients' norm to this before each update ({clip or 0}; 0: none)",
+    )
     p.add_argument("--seed", type=int, default=0, help="fixes every order, draw and initial weight")
     said = ", ".join(PARALLEL_HELP[name] for name in parallel)
     add_choice(p, "--parallel", parallel, said, default="ddp")
@@ -398,6 +406,7 @@ def _add_train_lm(kinds: Any) -> None:
         batch_size=32,
         lr=3e-3,
         parallel=("ddp", "none"),
+        clip=0.25,
     )
     p.add_argument(
         "--corpus",

@@ -99,7 +99,7 @@ class LMConfig(RunConfig):
     corpus: Path | str
     valid_fraction: float = 0.02
     bptt: int = 70
-    clip: float = 0.25
+    clip: float | None = 0.25
     emb: int = 256
     hidden: int = 256
     layers: int = 2
@@ -419,7 +419,7 @@ def _fit(
     )
     shape = {"arch": config.arch, **{name: getattr(config, name) for name in made_by}}
     settings = LoopConfig.of(
-        config, total, desc=desc, rate_key="tokens_per_s", clip=config.clip, model_settings=shape
+        config, total, desc=desc, rate_key="tokens_per_s", model_settings=shape
     )
     return Trainer(task, data, settings, world, device, model, optimizer).run()
 

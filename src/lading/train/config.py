@@ -62,6 +62,7 @@ class RunConfig:
         resume: continue from ``out/checkpoint`` when there is one.
         progress: the progress bar on rank 0 (None: only on a terminal).
         prefetch: on CUDA, copy batches ahead on a side stream (lading.DevicePrefetcher).
+        clip: the gradients' largest norm, clipped to it before each update (None: none).
         keep_on_resume: optimizer settings (``"lr"``, ``"weight_decay"``) a resume keeps
             from the checkpoint instead of setting this config's; by default a resume sets
             this run's. ``lading train`` keeps ``lr`` where ``--lr`` was not given.
@@ -80,4 +81,5 @@ class RunConfig:
     resume: bool = False
     progress: bool | None = None
     prefetch: bool = True
+    clip: float | None = None
     keep_on_resume: tuple[str, ...] = ()

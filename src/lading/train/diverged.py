@@ -97,7 +97,7 @@ class Advice:
         kept = ", nor checkpointed from that step on" if self.checkpoints else ""
         fixes = ["a lower lr= (10x lower to start)"]
         if self.clip is None:
-            fixes.append("gradient clipping")
+            fixes.append("gradient clipping (clip=1.0, --clip 1.0)")
         if self.fp16:
             fixes.append("precision='bf16' or precision='fp32' rather than fp16")
         fix = ", ".join(fixes[:-1]) + (" or " if len(fixes) > 1 else "") + fixes[-1]

@@ -107,7 +107,7 @@ class LoopConfig:
     @classmethod
     def of(cls, settings: Any, total: int, **fields: Any) -> LoopConfig:
         """The loop's part of a workload's config: ``out``, ``seed``, ``log_every``,
-        ``checkpoint_every``, ``resume``, ``trace``, ``progress``, ``prefetch`` and
+        ``checkpoint_every``, ``resume``, ``trace``, ``progress``, ``prefetch``, ``clip`` and
         ``keep_on_resume`` where ``settings`` has them, then ``fields``."""
         shared = {k: getattr(settings, k) for k in _SHARED if hasattr(settings, k)}
         if shared.get("out") is not None:
@@ -124,6 +124,7 @@ _SHARED = (
     "trace",
     "progress",
     "prefetch",
+    "clip",
     "keep_on_resume",
 )
 
