@@ -141,3 +141,38 @@ def test_a_merge_over_an_incomplete_newer_build_keeps_the_snapshot_and_warns(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(lading.merge_store(other)) == 300
+
+
+@pytest.mark.parametrize("hostile", ["not json", "list", "number", "folder", "link", "huge"])
+def test_a_damaged_or_hostile_run_mark_never_takes_a_build_back(
+    tmp_path: Path, hostile: str
+) -> None:
+    """`ran.json` is a hint a merge reads from a folder others write: whatever it holds (not
+    JSON, another shape, a folder, a link, a file too large to be a mark), the merge neither
+    fails nor takes an old build back on its word. Before, a link was followed: one pointing
+    at a mark that names the current snapshot (here: the newer build's own) took the old
+    build back, and a link to a device or a huge file was read whole."""
+    dest, x_src = tmp_path / "store", docs(tmp_path / "x.jsonl", 100)
+    x = build(x_src, dest, 2)
+    assert len(lading.merge_store(dest)) == 100
+    y = build(docs(tmp_path / "y.jsonl", 150), dest, 2)
+    assert len(lading.merge_store(dest)) == 150
+    mark = dest / x / "ran.json"
+    current = lading.open_store(dest).snapshot
+    good = json.dumps({"after": current})  # what a rerun of x's workers would write
+    mark.unlink()
+    if hostile == "not json":
+        mark.write_text("{after:")
+    elif hostile == "list":
+        mark.write_text(json.dumps([current]))
+    elif hostile == "number":
+        mark.write_text(json.dumps({"after": 7}))
+    elif hostile == "folder":
+        mark.mkdir()
+    elif hostile == "link":
+        (tmp_path / "elsewhere.json").write_text(good)
+        mark.symlink_to(tmp_path / "elsewhere.json")
+    else:
+        mark.write_text(good + " " * (1 << 20))  # a valid mark padded past any mark's size
+    kept = lading.merge_store(dest)
+    assert kept.meta["build_id"] == y and kept.snapshot == current, hostile

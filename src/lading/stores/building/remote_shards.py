@@ -37,7 +37,13 @@ from lading.remote.objects import ObjectClient, PermanentError, describe
 from lading.remote.settings import RemoteSettings
 from lading.stores.building.bucket_kind import refuse_kind_at
 from lading.stores.building.scratch import owned_folder
-from lading.stores.building.shardset import BUILD_FILE, RUN_FILE, SHARD_FILE, claim_build
+from lading.stores.building.shardset import (
+    BUILD_FILE,
+    RUN_FILE,
+    RUN_MARK_MOST,
+    SHARD_FILE,
+    claim_build,
+)
 from lading.stores.building.upload import collect_garbage, put_files
 
 if TYPE_CHECKING:
@@ -180,6 +186,8 @@ def mirror(
                 continue
             path = root / key
             path.parent.mkdir(parents=True, exist_ok=True)
+            if path.name == RUN_FILE and info.size > RUN_MARK_MOST:
+                continue  # not a mark (a hint only: never read whole)
             if path.name in (BUILD_FILE, SHARD_FILE, RUN_FILE):
                 path.write_bytes(fetcher.get_object(key))
             else:

@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ SHARD_FILE = "shard.json"  # in each finished shard: what it holds (written last
 # (a merge takes again a build it committed or passed over once its shards run after the
 # snapshot now current: a user going back to an earlier source)
 RUN_FILE = "ran.json"
+RUN_MARK_MOST = 4096  # bytes: a run mark is ~60; a larger file is not one
 T = TypeVar("T")
 
 
@@ -361,8 +363,13 @@ def mark_run(build_dir: Path, snapshot: str | None) -> None:
 def ran_after(build_dir: Path, snapshot: str | None) -> bool:
     """Whether shards of ``build_dir``'s build ran while ``snapshot`` was the destination's
     (so after it was committed)."""
-    try:
-        mark = json.loads((build_dir / RUN_FILE).read_text(encoding="utf-8"))
+    try:  # a hint in a folder others write: a regular file, not followed, a mark's size
+        fd = os.open(build_dir / RUN_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            raw = os.read(fd, RUN_MARK_MOST + 1) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        finally:
+            os.close(fd)
+        mark = json.loads(raw) if 0 < len(raw) <= RUN_MARK_MOST else None
     except (OSError, ValueError):
         return False
     return snapshot is not None and isinstance(mark, dict) and mark.get("after") == snapshot
