@@ -10,6 +10,7 @@ Real spawned processes in a gloo group on CPU; the dying rank kills itself with 
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import queue
@@ -200,3 +201,61 @@ def test_the_heartbeat_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> No
         monkeypatch.setenv("LADING_BUILD_HEARTBEAT_S", bad)
         with pytest.raises(ValueError, match="LADING_BUILD_HEARTBEAT_S"):
             heartbeat_bound()
+
+
+def _fork_inside_heartbeat(rank: int) -> dict[str, Any]:
+    """In a group of one: enter a heartbeat, fork; the child beats, says what it does, and
+    leaves the block (which joins nothing of its own), then reports through a pipe. The
+    counter before the fork, after the child has done all that, and after the parent's own
+    beat and the block's end."""
+    import torch.distributed as dist
+
+    from lading.stores.building.group import _Exchange, _Heartbeat
+
+    talk = _Exchange(dist, "fork-test", rank, "dest", "rerun")
+    counter = talk.alive(rank)
+    with _Heartbeat(talk, "writing shard 1/1 of dest") as heart:
+        before = int(talk.store.add(counter, 0))
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: no thread of the parent's, speaks for nobody
+            try:
+                started = time.monotonic()
+                beat = heart.beat()
+                heart.doing_now("something else")
+                heart.__exit__(None, None, None)
+                os.write(write, f"{beat} {time.monotonic() - started:.3f}".encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        said = os.read(read, 100).decode().split()
+        os.waitpid(pid, 0)
+        after_child = int(talk.store.add(counter, 0))
+        doing = json.loads(talk.store.get(talk.prefix + f"doing/{rank}"))["doing"]
+        assert heart.beat()
+    return {
+        "child_beat": said[0],
+        "child_s": float(said[1]),
+        "before": before,
+        "after_child": after_child,
+        "after": int(talk.store.add(counter, 0)),
+        "doing": doing,
+        "thread_alive": heart.thread is not None and heart.thread.is_alive(),
+    }
+
+
+@slow
+def test_a_child_forked_inside_a_heartbeat_posts_nothing_and_leaves_at_once(
+    tmp_path: Path,
+) -> None:
+    """A rank that forks while its heartbeat runs (a tokenizer's process pool, a user's
+    fork): the child does not beat for the rank (it could hide the rank's death), does not
+    say what the rank does, and leaves the block without waiting on a thread it does not
+    have; the parent's heartbeat goes on and ends with its block."""
+    results, _ = _run(1, "_fork_inside_heartbeat", survivors=[0])
+    got = results[0]
+    assert got["child_beat"] == "False", got
+    assert got["child_s"] < 1.0, got  # no join of a thread the child does not have
+    assert got["doing"] == "writing shard 1/1 of dest", got  # the child's word is not posted
+    assert got["after"] > got["after_child"], got  # the parent's own beat counted
+    assert not got["thread_alive"], got  # the block's end stopped and joined it
