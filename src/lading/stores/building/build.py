@@ -36,6 +36,7 @@ from lading.stores.building.inputs import (
     PiecesReader,
     input_files,
     input_spec,
+    refuse_dest_in_source,
     refuse_mixed_formats,
 )
 from lading.stores.building.merge import Shard, manifest_of
@@ -109,6 +110,7 @@ def build_store(
     Returns:
         The opened store.
     """
+    refuse_dest_in_source(source, dest)
     shared = resolve_shared_fs(shared_fs)
     dest_path = Path(dest)
     check_max_length(tokenizer, max_length)
@@ -170,6 +172,7 @@ def build_shard(
         What this worker did (rows written, or reused), printable as the next step to take.
     """
     refuse_shard_args(source, False)
+    refuse_dest_in_source(source, dest)
     check_max_length(tokenizer, max_length)
     settings = None
     if is_remote(dest):  # a bucket that refuses writes: one line before the source is read

@@ -32,6 +32,32 @@ from lading.sources.tsv_blocks import TsvBlock
 SPLITTABLE = ("tsv", "jsonl")  # uncompressed, cut at line starts
 
 
+def refuse_dest_in_source(source: Any, dest: Any) -> None:
+    """Refuse a local ``dest`` that is a folder ``source`` or lies below it: a folder source
+    is read recursively, so the build would read its own output (its lock, its shards, a
+    snapshot) as input on the next run, or on another worker's. A lading store as the source
+    is read as a store, not as files, and URLs are no folders: neither is refused.
+
+    Raises:
+        ValueError: naming both folders and the fix.
+    """
+    from lading.disk.meta import META_FILE
+    from lading.remote.objects import is_remote
+
+    if not isinstance(source, (str, os.PathLike)) or is_remote(dest) or is_remote(source):
+        return
+    folder = Path(source)
+    if not folder.is_dir() or (folder / META_FILE).is_file():
+        return
+    inside, within = Path(dest).resolve(), folder.resolve()
+    if inside == within or inside.is_relative_to(within):
+        raise ValueError(
+            f"{os.fspath(dest)} is inside the source folder {os.fspath(source)}: a folder "
+            "source is read with everything below it, so the build would read its own output "
+            "as input; build into a folder outside it"
+        )
+
+
 def input_files(source: Any) -> list[Path] | None:
     """The files of a several-file source in reading order; None for a single source (a file,
     a BEIR folder, ``irds:``, a reader).
