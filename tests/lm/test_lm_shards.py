@@ -601,6 +601,31 @@ def test_under_torchrun_every_rank_builds_a_shard_and_rank_0_merges(tmp_path: Pa
     same_reading(one, TokenCorpus.open(tmp_path / "s"))
 
 
+def _auto_skip(rank: int, world: int, src: str, dest: str, tok: str) -> list[str]:
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        TokenCorpus.build(src, dest, tok, shard="auto", on_error="skip", progress=False)
+    return [str(w.message) for w in said if issubclass(w.category, SkippedRecordsWarning)]
+
+
+@pytest.mark.slow
+def test_under_torchrun_rank_0_says_what_every_shard_skipped(tmp_path: Path) -> None:
+    """A malformed line in shard 1 of 2: its rank warned of its own shard, and rank 0 (whose
+    log is the one read) returned a corpus with ``skipped = 1`` and said nothing, where a
+    one-process build warns. Rank 0 now warns of the whole corpus's skips."""
+    from distributed import run_processes
+
+    src = inputs(tmp_path)
+    lines = (src / "a.jsonl").read_text().splitlines(keepends=True)
+    lines[650] = '{"text": "w1 w2", oops\n'
+    (src / "a.jsonl").write_text("".join(lines))
+    tok = tmp_path / "t.json"
+    said = run_processes(_auto_skip, 2, str(src), str(tmp_path / "s"), str(tok))
+    assert TokenCorpus.open(tmp_path / "s").meta["skipped"] == 1
+    assert any("skipped 1 malformed record(s)" in m and "line 651" in m for m in said[0]), said
+    assert any("shard 1/2" in m for m in said[1]), said  # the shard's own worker, as before
+
+
 def _auto_url(rank: int, world: int, src: str, dest: str, tok: str, here: str) -> str:
     os.chdir(here)  # (where a URL taken for a folder would be written: ./s3:/...)
     try:

@@ -286,6 +286,9 @@ class TokenCorpus:
             text_field: the JSON key of a JSONL record's text (The Stack's ``"content"``);
                 default: the first of ``text``, ``contents``, ``body`` the record has.
         """
+        from lading.stores.building.inputs import refuse_dest_in_source
+
+        refuse_dest_in_source(source, dest)
         if shard not in (None, "auto"):
             raise ValueError(
                 f"TokenCorpus.build(shard={shard!r}): one shard of a parallel build is "
@@ -312,7 +315,15 @@ class TokenCorpus:
                 refuse_shard_args(source, overwrite)  # (it was taken and ignored)
                 documents = DocumentOptions(append_eos, eos_token, split, on_error, text_field)
                 snapshot = build_in_group(source, dest, tokenizer, build_id, progress, documents)
-                return cls.open(Path(dest), snapshot=snapshot, on_stale="ignore")
+                built = cls.open(Path(dest), snapshot=snapshot, on_stale="ignore")
+                left_out = int(built.meta.get("skipped") or 0)
+                if left_out and group.get_rank() == 0:  # (each shard's rank warned of its own)
+                    skips = Skips(left_out, list(built.meta.get("skip_examples") or []))
+                    shards = f"{group.get_world_size()} shards of {source}"
+                    warnings.warn(
+                        skips.said(f"{shards} building {dest}"), SkippedRecordsWarning, stacklevel=2
+                    )
+                return built
         listed = listed_texts(source) if isinstance(source, (list, tuple)) else None
         refuse_unused_text_field(text_field, source, listed)
         if is_remote(dest):
@@ -400,7 +411,9 @@ class TokenCorpus:
         as :meth:`build`'s (shards of another are another build). Returns what was done
         (:class:`lading.lm.shards.CorpusShardReport`); see :mod:`lading.lm.shards`."""
         from lading.lm.shards import DocumentOptions, build_corpus_shard
+        from lading.stores.building.inputs import refuse_dest_in_source
 
+        refuse_dest_in_source(source, dest)
         documents = DocumentOptions(append_eos, eos_token, split, on_error, text_field)
         if is_remote(dest):
             from lading.lm.remote_shards import upload_shard
