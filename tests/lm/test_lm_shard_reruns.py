@@ -192,3 +192,31 @@ def test_shards_run_again_after_the_grace_take_their_build_back(
     back = TokenCorpus.merge(dest)
     assert back.meta["build_id"] == first.meta["build_id"]
     assert np.array_equal(np.asarray(back.tokens), np.asarray(first.tokens))
+
+
+def test_a_half_built_build_names_its_own_kinds_commands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A token corpus's build with a shard missing, merged by `lading merge` (the stores'),
+    said "Build each with `lading build SOURCE half --shard 1/2`": following it wrote a store's
+    shard under another build. The message now names the commands of the build's own kind,
+    whichever merge met it (and a store's half build, met by `lading lm merge`, the stores')."""
+    src, tok = inputs(tmp_path), tmp_path / "t.json"
+    half = tmp_path / "half"
+    TokenCorpus.build_shard(src, half, (0, 2), tok, progress=False)
+    for merge in (["merge"], ["lm", "merge"]):
+        capsys.readouterr()
+        assert main([*merge, str(half)]) == 2
+        said = capsys.readouterr().err
+        assert f"`lading lm build SOURCE {half} --shard 1/2`" in said, said
+        assert f"`lading lm merge {half}`" in said, said
+    import lading
+
+    store = tmp_path / "store"
+    lading.build_shard(src / "a.jsonl", store, (1, 3), progress=False)
+    for merge in (["merge"], ["lm", "merge"]):
+        capsys.readouterr()
+        assert main([*merge, str(store)]) == 2
+        said = capsys.readouterr().err
+        assert f"`lading build SOURCE {store} --shard 0/3`" in said, said
+        assert f"`lading merge {store}`" in said, said

@@ -239,12 +239,26 @@ def all_present(dest: Path, bid: str, build: str = "lading build") -> int:
         i += 1
     if missing:
         listed = ", ".join(str(i) for i in missing[:8]) + (" ..." if len(missing) > 8 else "")
+        build = _builds_own_command(dest, bid, build)
         raise StoreFormatError(
             f"{dest}: build {bid} has {have:,} of its {n:,} shards; missing {listed}. "
             f"Build each with `{build} SOURCE {dest} --shard {missing[0]}/{n}` (the same "
-            "source and options), then merge"
+            f"source and options), then `{build.replace('build', 'merge')} {dest}`"
         )
     return n
+
+
+def _builds_own_command(dest: Path, bid: str, build: str) -> str:
+    """The command that builds a shard of ``dest/bid``'s kind (as its ``build.json`` says),
+    whichever kind's merge met it; ``build`` where the record does not say."""
+    try:
+        recipe = json.loads((dest / bid / BUILD_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return build
+    options = recipe.get("options") if isinstance(recipe, dict) else None
+    if not isinstance(options, dict):
+        return build
+    return "lading lm build" if what_is_built(options) == "token corpus" else "lading build"
 
 
 def shards_present(dest: Path, bid: str) -> set[str]:
