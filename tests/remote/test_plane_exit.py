@@ -168,3 +168,36 @@ def test_a_fill_whose_get_raised_a_base_exception_gives_the_claim_back() -> None
         assert marked[1:] == [([(2, 0, 0, 0, b"abc", None)], [], [])]
     finally:
         filler.close()
+
+
+@pytest.mark.slow  # a stalled server: ~8 s
+def test_nothing_is_fetched_for_a_loader_after_its_close_on_a_stalled_server(
+    s3: LocalS3, bucket: str, faults: LocalS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state loaded mid-pass plans its prefetches from this thread (not the read-ahead's,
+    whose GETs a close cancels); the server stalls; ``close`` waits one deadline for them, as
+    documented, then returned with them still pending: the fetcher retried them after (84
+    GETs sent in the 5 s after close returned, 168 by 10 s, in a reviewer's script). Now the
+    ones unanswered at the end of the wait are given up: none is sent after close."""
+    monkeypatch.setenv("LADING_REMOTE_TIMEOUT", "2")
+    url = _corpus(tmp_path, s3, bucket)
+    remote = TokenCorpus.open(url, cache=tmp_path / "node", cache_bytes="16K")
+    try:
+        loader = LanguageModelLoader(remote, 8, Windows(16), seed=1)
+        state = loader.state_dict()
+        it = iter(loader)
+        next(it)
+        faults.fault("corpus/", 100000, "hang")
+        loader.load_state_dict(state)  # plans again: prefetches sent from this thread
+        time.sleep(0.5)
+        started = time.monotonic()
+        loader.close()
+        took = time.monotonic() - started
+        sent = faults.stats()["gets"]
+        time.sleep(5.0)  # two attempts' timeouts and their pauses: any retry is sent by now
+        after = faults.stats()["gets"] - sent
+    finally:
+        faults.reset()
+        remote.close()
+    assert took < 2.0 + 1.5, took  # one deadline's wait at most
+    assert after == 0, f"{after} GETs sent after close() returned"

@@ -45,7 +45,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -302,18 +302,24 @@ class Fetcher:
         cancel: Cancel | None,
     ) -> None:
         try:
-            datas, checked = await self._get(key, etag, ranges, cancel)
+            datas, checked = await self._get(key, etag, ranges, cancel, futures)
         except BaseException as e:
             self._settle(futures, None, e)
         else:
             self._settle(futures, datas, None, checked)
 
     async def _get(
-        self, key: str, etag: str | None, ranges: list[tuple[int, int]], cancel: Cancel | None
+        self,
+        key: str,
+        etag: str | None,
+        ranges: list[tuple[int, int]],
+        cancel: Cancel | None,
+        futures: Sequence[Future] = (),
     ) -> tuple[list[bytes], list[float | None]]:
         """The bytes of ``ranges`` of ``key``: one call an attempt, of the ranges not yet in;
         and for each, when the ``If-Match`` request that returned it was sent (None: sent
-        without)."""
+        without). An attempt whose ``futures`` are all settled already (given up by their
+        reader: :meth:`abandon`, a close) is not sent."""
         if self._slots is None:  # made on the loop's thread, in the process that runs it
             self._slots = asyncio.Semaphore(max(1, self.in_flight // CALL_RANGES))
         client, slots = self._client, self._slots
@@ -329,6 +335,7 @@ class Fetcher:
                 slot = None if self.node is None else await self.node.acquire()
                 try:
                     self._refuse_if_closed(cancel)  # queued for a slot at close: not sent
+                    self._refuse_if_abandoned(futures)
                     self.gets += requests_sent(client, asked, etag)
                     sent = time.time()
                     datas = await get_ranges(client, key, asked, etag)
@@ -531,6 +538,22 @@ class Fetcher:
         if self.closed:
             raise PermanentError(CLOSED.format(self))
         refuse_if_cancelled(cancel)
+
+    def abandon(self, futures: Iterable[Future], reason: str) -> None:
+        """Settle ``futures`` (those not settled yet) with :class:`CancelledError` (``reason``):
+        their reader stopped waiting (a loader's close, after the wait its deadline allows).
+        A call whose every future is settled sends no further attempt: nothing is fetched or
+        retried for them after."""
+        self._settle(list(futures), None, CancelledError(reason))
+
+    def _refuse_if_abandoned(self, futures: Sequence[Future]) -> None:
+        """Raise where every one of a call's ``futures`` was settled before it was sent (by
+        :meth:`abandon` or a cancel): nobody waits for its bytes."""
+        if futures:
+            with self._lock:
+                waited = any(f in self._unsettled for f in futures)
+            if not waited:
+                raise CancelledError("no reader waits for this GET any more: not sent")
 
     def cancelled(self, futures: Sequence[Any], cancel: Cancel) -> None:
         """Settle ``futures`` (those not settled yet) as cancelled: the loader they were made

@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from lading.remote.cancel import Cancel
 from lading.remote.fetch import Fetcher, Future
 from lading.threads import carry
 
@@ -73,10 +74,13 @@ class AroundGets:
 
     def settle(self, fetcher: Fetcher, timeout: float) -> bool:
         """Wait, at most ``timeout`` seconds, until every held GET is answered, then let them
-        go (the loader closes: nothing it started runs on after); whether they all were."""
+        go (the loader closes: nothing it started runs on after, the unanswered given up);
+        whether they all were."""
         with self._lock:
             futures = {future for future, _ in self._held.values()}
         done = fetcher.wait_settled(timeout, futures)
+        if not done:  # a stalled server: given up, never sent again for this loader
+            fetcher.abandon(futures, Cancel().reason())
         self.clear()
         return done
 

@@ -42,6 +42,7 @@ import operator
 
 from lading.remote.cache.places import WINDOW
 from lading.remote.cache.reads import NodeCache
+from lading.remote.cancel import Cancel
 from lading.remote.fetch import Future
 from lading.remote.ranges import Need
 from lading.remote.schedule import Schedule
@@ -169,8 +170,13 @@ class Planner:
         """Wait, at most ``timeout`` seconds, until the GETs this planner's prefetches started
         are answered (not those of another loader reading the same objects: a loader closing
         beside a training loader that keeps fetching would wait out its deadline); whether
-        they all are."""
-        return self.cache.fetcher.wait_settled(timeout, self._started.copy())
+        they all are. Those still unanswered then are given up (:meth:`Fetcher.abandon`): a
+        stalled server's GET is neither sent again nor retried for a loader that closed."""
+        fetcher, started = self.cache.fetcher, self._started.copy()
+        if fetcher.wait_settled(timeout, started):
+            return True
+        fetcher.abandon(started, Cancel().reason())
+        return False
 
     def follow(self, now: int, ahead: int) -> None:
         """With no loader announcing (a loop of reads along the plan): :meth:`prefetch` the
