@@ -103,6 +103,8 @@ def keep_within(cache: Path, budget: int, keep: Path | None) -> None:
         else:  # (rmtree removes a link in it, never what it points to)
             used -= sum(folder_bytes(path))
             shutil.rmtree(path, ignore_errors=True)
+            with contextlib.suppress(OSError):  # its URL's last: the URL's folder goes too
+                path.parent.rmdir()  # (refused where another snapshot, or a new one, is in it)
 
 
 def _copies(cache: Path, keep: Path | None) -> list[tuple[float, Path]]:
