@@ -91,3 +91,4 @@ def test_a_bucket_that_refuses_writes_fails_before_any_tokenizing(
         )  # fmt: skip
     message = str(caught.value)
     assert "bucket 'no-such-bucket-49' does not exist" in message and "\n" not in message
+    assert message.startswith("cannot write the token corpus to s3://no-such-bucket-49/c"), message

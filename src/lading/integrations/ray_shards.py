@@ -19,7 +19,10 @@ order, as one snapshot. Exactly once, whatever fails:
 
 A local ``dest`` must be on a filesystem every Ray node sees; an ``s3://`` one is written by
 each task through its node's cache folder (one shard at a time on local disk) and committed by
-the driver in the bucket, ``meta.json`` last (:mod:`lading.stores.building.remote_shards`).
+the driver in the bucket, ``meta.json`` last and only over the manifest the commit read
+(:func:`lading.stores.building.remote_shards.swap_meta`): a merge that committed there
+meanwhile (another job's, a ``lading merge``) fails this job's commit, which removes its
+snapshot's objects, and the job fails as above, never overwriting the other's commit.
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ class ShardSink(Datasink):
             from lading.stores.building.upload import check_writable
 
             check_reachable(self.url, type(self).__name__)
-            check_writable(self.url, self.settings())
+            check_writable(self.url, self.settings(), self.what)
             check_bucket_kind(self.url, self.settings(), self.fmt)
             self._started = True  # (a bucket refused: on_write_failed has nothing to remove)
             return
@@ -146,11 +149,17 @@ class ShardSink(Datasink):
     def commit_remote(
         self, settings: RemoteSettings, root: Path, previous: Any, shards: list[Any]
     ) -> str:
+        """Commit ``shards`` (read from the bucket's mirror ``root``) over the bucket's manifest
+        ``previous``, ``meta.json`` swapped only where ``previous`` is still current; the
+        snapshot's id."""
         raise NotImplementedError
 
     def on_write_complete(self, write_result: Any) -> None:
         """On the driver: the shards the tasks' returns name, in task order, committed as one
-        snapshot (``self.snapshot``); folders of failed attempts are removed."""
+        snapshot (``self.snapshot``); folders of failed attempts are removed. In a bucket the
+        commit is a compare-and-swap of ``meta.json`` over the manifest mirrored here: where
+        another commit landed since, :class:`~lading.errors.StoreFormatError` names it and
+        this job committed nothing (Ray then calls :meth:`on_write_failed`)."""
         returns = sorted(write_result.write_returns, key=lambda r: r["task"])
         if not returns:
             from lading.errors import SourceError

@@ -6,7 +6,8 @@ writable and the build claimed as in a folder (from the bucket's ``build.json``)
 tokenizing, the shard tokenized beside the node cache and uploaded once whole (its
 ``shard.json`` last; a rerun skips it), the merge checked as a local merge
 (:mod:`lading.lm.merge`) on a mirror of the small files and committed by PUTs, ``meta.json``
-last: a reader opening meanwhile sees the last snapshot, never a mixture. A merged corpus's
+last, swapped only over the manifest the merge mirrored (two merges at once: one commits):
+a reader opening meanwhile sees the last snapshot, never a mixture. A merged corpus's
 manifest names the shards' files in place, so the merge uploads its manifest only.
 """
 
@@ -63,7 +64,7 @@ def upload_shard(
     check_reachable(url, "TokenCorpus.build_shard")
     i, n = check_shard(shard)
     settings = RemoteSettings.of(cache, None, storage_options)
-    check_writable(url, settings)  # before the source is read: a shard may take hours
+    check_writable(url, settings, "token corpus")  # before the source is read (hours)
     check_bucket_kind(url, settings, FORMAT_NAME)
     bid = build_id or corpus_build_id(source, n, tokenizer, documents)
 
@@ -108,7 +109,14 @@ def commit_in_bucket(
 ) -> str:
     """``merge``'s shards (read from the bucket's mirror ``root``), in order, checked to be
     tokenized alike and committed at ``url`` over its manifest ``previous``, ``meta.json``
-    last; its id."""
+    last and only where ``previous`` is still current
+    (:func:`~lading.stores.building.remote_shards.commit_remote`); its id (another merge's of
+    the same build where that one committed first).
+
+    Raises:
+        StoreFormatError: another merge committed another build meanwhile (this one committed
+            nothing), or the shards do not fit.
+    """
     check_same_tokens(root, merge.shards)
     started = time.perf_counter()
     snapshot = new_snapshot_id()
@@ -120,8 +128,7 @@ def commit_in_bucket(
     local = root / snapshot / MANIFEST
     local.parent.mkdir()
     local.write_bytes(raw)
-    commit_remote(url, settings, [(f"{snapshot}/{MANIFEST}", local)], raw)
-    return snapshot
+    return commit_remote(url, settings, [(f"{snapshot}/{MANIFEST}", local)], raw, previous)
 
 
 def _with_history(meta: dict[str, Any], previous: dict[str, Any] | None) -> bytes:

@@ -144,6 +144,21 @@ class ObjectClient(Protocol):
             NotImplementedError: the backend sends no create-only PUT.
         """
 
+    async def replace_async(self, key: str, data: bytes, etag: str) -> bool:
+        """Write small object ``key`` only where its current ETag is ``etag`` (S3's
+        ``If-Match``), one attempt: True where this call replaced it, False where the object
+        is another version or gone (HTTP 412 or 404; its bytes unchanged), so that of two
+        writers replacing the same version exactly one wins (a compare-and-swap).
+
+        Raises:
+            NotImplementedError: the backend sends no conditional PUT (an fsspec filesystem
+                other than s3fs, a botocore that has no ``IfMatch``, a server answering 501).
+        """
+
+    async def head_async(self, key: str) -> ObjectInfo | None:
+        """Size and ETag of ``key`` on the read path (one attempt, retried by the fetcher), or
+        None where it does not exist."""
+
     async def upload_async(
         self, key: str, data: bytes | Path, timeout: float, request: float | None = None
     ) -> None:
@@ -173,7 +188,8 @@ class ObjectClient(Protocol):
 
 def not_implemented(error: BaseException) -> bool:
     """Whether ``error`` is a server's 501 Not Implemented (an S3-compatible server without
-    conditional writes answers ``If-None-Match: *`` so), as obstore and s3fs report it."""
+    conditional writes answers ``If-None-Match: *`` or ``If-Match`` so), as obstore and s3fs
+    report it."""
     text = str(error)
     return getattr(error, "errno", None) == errno.ENOSYS or "Not Implemented" in text
 

@@ -15,25 +15,41 @@ A merge lists the bucket and mirrors what the checks read into a scratch folder:
 offsets), and every other object as a sparse stand-in of its size; the kind's own merge runs
 on the mirror, and its new files go up with ``meta.json`` last, so a reader sees the last
 snapshot or the new one, never a mixture. A merge of a build already committed commits nothing.
+
+A bucket has no build lock, so ``meta.json`` is swapped, not overwritten (:func:`swap_meta`):
+PUT only where the manifest the merge mirrored is still the current one (``If-Match`` its
+ETag, or ``If-None-Match: *`` where there was none). Of two merges started together (a Slurm
+``afterok`` merge beside a user's own, a retried pipeline step) one commits; the other, where
+the winner committed the same build, returns the winner's snapshot and removes its own
+objects (as a second merge in a folder commits nothing new), and fails naming the winner's
+snapshot where it committed another build. A backend without conditional PUTs keeps the
+plain PUT (see :func:`swap_meta`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lading.disk.meta import META_FILE
 from lading.disk.snapshot import BUILD_PREFIX
-from lading.errors import SourceError, StoreFormatError
+from lading.errors import RemoteChangedError, SourceError, StoreFormatError
 from lading.remote.clients import open_client
 from lading.remote.fetch import Fetcher
-from lading.remote.objects import ObjectClient, PermanentError, describe
+from lading.remote.objects import (
+    ObjectClient,
+    PermanentError,
+    RemoteReadError,
+    RemoteWriteError,
+    describe,
+)
 from lading.remote.settings import RemoteSettings
 from lading.stores.building.bucket_kind import refuse_kind_at
 from lading.stores.building.scratch import owned_folder
@@ -226,20 +242,169 @@ def named_as(
 
 
 def commit_remote(
-    url: str, settings: RemoteSettings, files: list[tuple[str, Path]], raw: bytes
-) -> None:
-    """PUT the new snapshot's ``files`` (its manifest among them), then ``meta.json``: the
-    commit; then what no reader can still be opening goes, as after a merge in a folder
-    (:func:`~lading.stores.building.upload.collect_garbage`: replaced snapshots past the grace
-    and the builds only they used)."""
+    url: str,
+    settings: RemoteSettings,
+    files: list[tuple[str, Path]],
+    raw: bytes,
+    previous: dict[str, Any] | None,
+) -> str:
+    """PUT the new snapshot's ``files`` (its manifest among them), then ``meta.json`` (``raw``):
+    the commit, a compare-and-swap over ``previous``, the manifest the merge mirrored and built
+    on (:func:`swap_meta`); then what no reader can still be opening goes, as after a merge in a
+    folder (:func:`~lading.stores.building.upload.collect_garbage`: replaced snapshots past the
+    grace and the builds only they used). The snapshot current after it: this one's, or,
+    where another merge committed the same build first (two merges of one build started
+    together), that merge's: this one's objects are removed, and it commits nothing, as a
+    second merge in a folder does under the build lock.
+
+    Raises:
+        StoreFormatError: another merge committed another build (or rewrote ``meta.json``)
+            since this one mirrored the bucket: naming it; this merge committed nothing.
+        RemoteWriteError: a PUT failed.
+    """
     client = open_client(url, settings.backend, settings.options, settings.timeout)
     sized: list[tuple[str, bytes | Path, int]] = [(k, p, p.stat().st_size) for k, p in files]
     put_files(client, sized, timeout=settings.timeout)
-    put_files(client, [(META_FILE, raw, len(raw))], timeout=settings.timeout)
+    meta = json.loads(raw)
+    ours = str(meta["snapshot"])
+    try:
+        theirs = swap_meta(url, settings, raw, previous)
+    except StoreFormatError:
+        _remove_objects(url, settings, ours, [k for k, _ in files])
+        raise
+    if theirs is not None and theirs.get("snapshot") != ours:  # (ours: a retry's 412)
+        _remove_objects(url, settings, ours, [k for k, _ in files])
+        if theirs.get("snapshot") and theirs.get("build_id") == meta.get("build_id"):
+            return str(theirs["snapshot"])
+        raise _lost(url, theirs, meta)
     try:  # committed: what a failure here leaves is garbage, not damage
-        collect_garbage(client, json.loads(raw), timeout=settings.timeout)
+        collect_garbage(client, meta, timeout=settings.timeout)
     except OSError as e:  # RemoteReadError included
         warnings.warn(f"{url} is committed; its old snapshots stay: {e}", stacklevel=2)
+    return ours
+
+
+def swap_meta(
+    url: str, settings: RemoteSettings, raw: bytes, previous: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """PUT ``raw`` as the bucket's ``meta.json`` only where ``previous`` (the manifest the
+    merge mirrored; None: there was none) is still the current one: the current manifest is
+    read race-free (a HEAD for its ETag, then a GET pinned to it), checked to commit the
+    same snapshot as ``previous``, and replaced by a PUT with ``If-Match`` that ETag (where
+    there is none, a create-only PUT, ``If-None-Match: *``). None where this call committed
+    ``raw``; else the current manifest another writer committed first (``{}`` where it is
+    gone or names no snapshot).
+
+    Where the client sends no such PUT (``If-Match`` goes to ``s3://`` buckets only, not to
+    ``gs://`` or ``az://`` ones; neither goes through an fsspec filesystem other than s3fs,
+    nor to a server answering 501) or gives no ETag, ``meta.json`` is PUT unconditionally,
+    as before: a commit landing between the look
+    and the PUT is then overwritten (the last PUT wins, and the other merge's snapshot is
+    current for no one); only one landing before the look is caught. A server that takes
+    ``If-Match`` on a PUT and ignores it is not told apart either."""
+    fetcher = settings.fetcher(url)
+    try:
+        client = fetcher.client
+        found = _current(url, fetcher, client)
+        if _snapshot(found.meta) != _snapshot(previous):
+            return found.meta or {}
+        where = describe(client.url, META_FILE)
+        etag = found.etag
+        try:
+            if not found.present:
+                swapped = fetcher.run(
+                    f"PUT {where} (create-only)", lambda: client.create_async(META_FILE, raw)
+                )
+            elif etag is None:
+                raise NotImplementedError(f"{where} has no ETag")
+            else:
+                swap = functools.partial(client.replace_async, META_FILE, raw, etag)
+                swapped = fetcher.run(f"PUT {where} (If-Match {etag})", swap)
+        except NotImplementedError:
+            put_files(client, [(META_FILE, raw, len(raw))], timeout=settings.timeout)
+            return None
+        except RemoteReadError as e:  # the fetcher's words, of a PUT: a write failed
+            raise RemoteWriteError(str(e)) from None
+        return None if swapped else (_current(url, fetcher, client).meta or {})
+    finally:
+        fetcher.close()
+
+
+@dataclass(frozen=True)
+class _Current:
+    """The bucket's ``meta.json`` as one version: whether there is one, its ETag (None where
+    the backend gives none) and its manifest (None where unreadable)."""
+
+    present: bool
+    etag: str | None
+    meta: dict[str, Any] | None
+
+
+_LOOKS = 5  # HEAD-then-GET reads of meta.json replaced in between, before giving up
+
+
+def _current(url: str, fetcher: Fetcher, client: ObjectClient) -> _Current:
+    """The current ``meta.json``, its bytes those of the ETag its HEAD gave (the GET pinned
+    to it: a version replaced in between is looked at again)."""
+    where = describe(client.url, META_FILE)
+    for _ in range(_LOOKS):
+        info = fetcher.run(f"HEAD {where}", lambda: client.head_async(META_FILE))
+        if info is None:
+            return _Current(False, None, None)
+        etag = info.etag
+        if info.size == 0:
+            return _Current(True, etag, None)
+        try:
+            read = functools.partial(client.get_range, META_FILE, 0, info.size, etag)
+            data = fetcher.run(f"GET {where}", read)
+        except RemoteChangedError:
+            continue  # replaced since the HEAD (or gone): look again
+        try:
+            meta = json.loads(data)
+        except ValueError:
+            meta = None
+        return _Current(True, etag, meta if isinstance(meta, dict) else None)
+    raise StoreFormatError(
+        f"{url}: {META_FILE} was replaced {_LOOKS} times while this merge read it: other "
+        "merges are committing here; this merge committed nothing (run it again)"
+    )
+
+
+def _snapshot(meta: dict[str, Any] | None) -> str | None:
+    found = meta.get("snapshot") if meta else None
+    return found if isinstance(found, str) else None
+
+
+def _lost(url: str, theirs: dict[str, Any], ours: dict[str, Any]) -> StoreFormatError:
+    """The one line of a merge whose commit lost to another's of another build."""
+    snapshot, build = _snapshot(theirs), theirs.get("build_id")
+    if snapshot is None:
+        other = f"another writer replaced or removed {META_FILE}"
+    else:
+        other = f"another merge committed snapshot {snapshot} (build {build})"
+    bid = ours.get("build_id")
+    return StoreFormatError(
+        f"{url}: {other} while this merge of build {bid} ran, so this merge committed "
+        f"nothing (its snapshot {ours['snapshot']} is removed): run the merge again to see "
+        f"what is pending now, or name this build to commit it over that one (--build-id {bid})"
+    )
+
+
+def _remove_objects(url: str, settings: RemoteSettings, snapshot: str, keys: list[str]) -> None:
+    """Delete the objects of ``snapshot``, a commit that did not happen (nothing names them),
+    best effort: a failure is warned about (garbage, not damage)."""
+    fetcher = settings.fetcher(url)
+    try:
+        client = fetcher.client
+        for key in keys:
+            what = f"DELETE {describe(client.url, key)}"
+            fetcher.run(what, functools.partial(client.delete_async, key))
+    except OSError as e:  # RemoteReadError included
+        warnings.warn(
+            f"{url}: snapshot {snapshot} was not committed; its objects stay: {e}", stacklevel=3
+        )
+    finally:
+        fetcher.close()
 
 
 def shard_into_bucket(
@@ -296,7 +461,8 @@ def merge_in_bucket(
     commit taken on the mirror as in a folder (its shards read by ``read``; ``build``: the
     command that builds a shard, in the messages) and handed to the kind's
     ``commit(mirror, current manifest, build)``; the snapshot's id (the current one where that
-    build is committed already). Errors of the checks name the bucket, not the mirror."""
+    build is committed already, or where another merge committed it first: see
+    :func:`commit_remote`). Errors of the checks name the bucket, not the mirror."""
     from lading.stores.building.pending import build_to_commit
 
     with scratch_folder(settings, "merge-") as root:
@@ -341,8 +507,9 @@ def commit_store_in_bucket(
 ) -> str:
     """``merge``'s shards (read from the bucket's mirror ``root``, made with
     :func:`store_needs`), in order, committed at ``url`` over its manifest ``previous``: the
-    id index and manifest written on the mirror, then PUT, ``meta.json`` last; the snapshot's
-    id."""
+    id index and manifest written on the mirror, then PUT, ``meta.json`` last and only over
+    ``previous`` (:func:`commit_remote`); the snapshot's id (another merge's of the same build
+    where that one committed first)."""
     from lading.disk import BuildContext
     from lading.stores.building.parallel import commit_shards
     from lading.stores.layout import FORMAT_NAME
@@ -370,5 +537,4 @@ def commit_store_in_bucket(
     (root / snapshot / "manifest.json").write_bytes(raw)
     made = sorted(p for p in (root / snapshot).rglob("*") if p.is_file())
     files = [(p.relative_to(root).as_posix(), p) for p in made]
-    commit_remote(url, settings, files, raw)
-    return snapshot
+    return commit_remote(url, settings, files, raw, previous)

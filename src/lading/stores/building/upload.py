@@ -123,7 +123,8 @@ def _build_and_upload(
     kwargs: dict[str, Any],
     format_name: str = FORMAT_NAME,
 ) -> None:
-    check_writable(url, settings)  # before the source is read: a build may take hours
+    what = "store" if format_name == FORMAT_NAME else "token corpus"
+    check_writable(url, settings, what)  # before the source is read: a build may take hours
     from lading.stores.building.bucket_kind import check_bucket_kind
     from lading.stores.building.group import alone
     from lading.stores.building.scratch import owned_folder
@@ -139,8 +140,9 @@ def _build_and_upload(
         )
 
 
-def check_writable(url: str, settings: RemoteSettings) -> None:
-    """Write and delete a small probe object below ``url``, under the read path's timeout.
+def check_writable(url: str, settings: RemoteSettings, what: str = "store") -> None:
+    """Write and delete a small probe object below ``url``, under the read path's timeout
+    (``what``: the kind being built, ``"store"`` or ``"token corpus"``, for the message).
 
     Raises:
         RemoteWriteError: one line naming the bucket or endpoint and the fix (no bucket,
@@ -161,10 +163,10 @@ def check_writable(url: str, settings: RemoteSettings) -> None:
             if "bucket does not exist" in str(e)
             else str(e)
         )
-        raise RemoteWriteError(f"cannot write the store to {url}: {why}") from None
+        raise RemoteWriteError(f"cannot write the {what} to {url}: {why}") from None
     except Exception as e:  # a client's own error: its first line only
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        raise RemoteWriteError(f"cannot write the store to {url}: {first}") from None
+        raise RemoteWriteError(f"cannot write the {what} to {url}: {first}") from None
     finally:
         fetcher.close()
 
