@@ -180,10 +180,15 @@ def test_figures_say_per_document_whether_a_get_was_made(
     first = store.cache_stats()
     assert first["hits"] + first["misses"] == 20 * 32 and first["misses"] >= first["gets"] > 0
     s3.reset()
-    for step, ids in enumerate(batches, 20):  # all cached now: every read a hit, no GET
+    for step, ids in enumerate(batches, 20):  # all cached now: every read a hit
         store.get_many(ids, step=step)
     second = store.cache_stats()
-    assert s3.stats()["gets"] == 0
+    # no GET of a document's bytes; at most the designed check of an object whose blocks came
+    # unpinned after its last pinned GET (one one-byte GET an object: lading.remote.cache.reads,
+    # timing-dependent: under load the first pass's last fills may come unpinned)
+    sent = s3.stats()
+    assert sent["get_bytes"] == sent["gets"], sent
+    assert all(n == 1 for n in sent["gets_by_key"].values()), sent
     assert second["hits"] - first["hits"] == 20 * 32 and second["misses"] == first["misses"]
     assert second["node"]["hits"] >= second["hits"]  # every process's, since the folder was made
 
