@@ -827,3 +827,20 @@ def test_an_object_with_no_etag_rewritten_at_its_size_is_read_anew(tmp_path: Pat
     fs.pipe_file(f"{url}a.parquet", new)
     with PartitionedParquet(url, 40, cache=cache, shuffle=False, read_ahead=0) as again:
         assert sorted(next(iter(again))["session_id"].tolist()) == list(range(1000, 1040))
+
+
+def test_an_object_named_that_is_not_a_parquet_file(s3: LocalS3, tmp_path: Path) -> None:
+    """A URL naming an existing object without the .parquet suffix (a user's meta.json, a
+    .csv) was taken for a prefix: "no *.parquet objects below s3://.../meta.json/", a folder
+    that does not exist. Now the object is named as not a parquet file."""
+    from lading.remote.clients import open_client
+
+    s3.make_bucket("parquet-named")
+    client = open_client("s3://parquet-named")
+    client.put("logs/meta.json", b"{}")
+    client.put("logs/day.parquet", b"PAR1")
+    with pytest.raises(ValueError) as caught:
+        PartitionedParquet("s3://parquet-named/logs/meta.json", 8, cache=cold(tmp_path))
+    text = _one_line(caught.value)
+    assert "s3://parquet-named/logs/meta.json is an object, not parquet files" in text, text
+    assert "below s3://parquet-named/logs/meta.json/" not in text, text

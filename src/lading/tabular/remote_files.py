@@ -131,6 +131,11 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
         start = len(folder) + 1 if folder else 0
         below = {k[start:]: k for k in listed if not folder or k.startswith(folder + "/")}
         chosen = select_listed(f"{root}/{folder}" if folder else root, below)
+        if not chosen and folder and folder in listing(root, folder.rpartition("/")[0]):
+            raise ValueError(
+                f"{root}/{folder} is an object, not parquet files (its name does not end in "
+                ".parquet); name the parquet objects, or the prefix that holds them"
+            )
         if not chosen:
             raise ValueError(
                 f"no *.parquet objects below {root}/{key}/ (endpoint "
