@@ -517,17 +517,3 @@ def test_a_forked_child_frees_none_of_its_parents_objects(bucket: str, tmp_path:
         assert wait_child(pid) == 0  # 3: the client freed in the child
     finally:
         store.close()
-
-
-def test_the_index_budget_sweep_leaves_no_empty_folder_of_a_url(tmp_path: Path) -> None:
-    """The sweep removed a URL's last staged snapshot and left its folder, empty: one folder
-    more a URL ever read, for ever. A URL's folder that still holds a snapshot stays."""
-    cache = tmp_path / "node"
-    gone = cache / "stores" / "0123456789abcdef" / "snap-1"
-    kept = cache / "stores" / "fedcba9876543210"
-    for snapshot in (gone, kept / "snap-2", kept / "snap-3"):
-        write(snapshot / "index.bin", b"x" * 100_000)
-        write(snapshot / STAGE_MARK, "")  # staged whole (what the sweep may take)
-    keep_within(cache, 0, kept / "snap-3")
-    assert not gone.parent.exists()
-    assert kept.is_dir() and (kept / "snap-3" / "index.bin").is_file()

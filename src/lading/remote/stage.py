@@ -102,9 +102,9 @@ def keep_within(cache: Path, budget: int, keep: Path | None) -> None:
                 path.unlink()
         else:  # (rmtree removes a link in it, never what it points to)
             used -= sum(folder_bytes(path))
+            # (its URL's folder stays, empty or not: a process that just made it to stage
+            # into, 2775 in a group's cache, would make it again with its umask's mode)
             shutil.rmtree(path, ignore_errors=True)
-            with contextlib.suppress(OSError):  # its URL's last: the URL's folder goes too
-                path.parent.rmdir()  # (refused where another snapshot, or a new one, is in it)
 
 
 def _copies(cache: Path, keep: Path | None) -> list[tuple[float, Path]]:
