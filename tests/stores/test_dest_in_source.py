@@ -79,3 +79,15 @@ def test_a_store_used_as_a_source_may_hold_its_corpus_beside_it(tmp_path: Path) 
     tok = word_tokenizer(["alpha", "beta"] + [str(i) for i in range(40)], tmp_path / "t.json")
     corpus = TokenCorpus.build(store.path, tmp_path / "store" / "corpus", tok, progress=False)
     assert len(corpus) == 40
+
+
+def test_a_store_inside_a_beir_folder_is_built(tmp_path: Path) -> None:
+    """A BEIR folder is read as BEIR (its corpus file, nothing below it), so a store built
+    inside it is no input of its rebuild: built, as before this check, and built again."""
+    beir = tmp_path / "scifact"
+    lines = [json.dumps({"_id": f"d{i}", "title": "", "text": f"alpha {i}"}) for i in range(10)]
+    write(beir / "corpus.jsonl", "\n".join(lines) + "\n")
+    write(beir / "queries.jsonl", json.dumps({"_id": "q1", "text": "alpha"}) + "\n")
+    assert len(lading.build_store(beir, beir / "store", progress=False)) == 10
+    assert len(lading.build_store(beir, beir / "store", progress=False)) == 10
+    assert main(["build", str(beir), str(beir / "store2")]) == 0

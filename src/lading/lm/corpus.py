@@ -288,7 +288,7 @@ class TokenCorpus:
         """
         from lading.stores.building.inputs import refuse_dest_in_source
 
-        refuse_dest_in_source(source, dest)
+        refuse_dest_in_source(source, dest, every_file=True)
         if shard not in (None, "auto"):
             raise ValueError(
                 f"TokenCorpus.build(shard={shard!r}): one shard of a parallel build is "
@@ -413,7 +413,7 @@ class TokenCorpus:
         from lading.lm.shards import DocumentOptions, build_corpus_shard
         from lading.stores.building.inputs import refuse_dest_in_source
 
-        refuse_dest_in_source(source, dest)
+        refuse_dest_in_source(source, dest, every_file=True)
         documents = DocumentOptions(append_eos, eos_token, split, on_error, text_field)
         if is_remote(dest):
             from lading.lm.remote_shards import upload_shard

@@ -32,11 +32,13 @@ from lading.sources.tsv_blocks import TsvBlock
 SPLITTABLE = ("tsv", "jsonl")  # uncompressed, cut at line starts
 
 
-def refuse_dest_in_source(source: Any, dest: Any) -> None:
-    """Refuse a local ``dest`` that is a folder ``source`` or lies below it: a folder source
-    is read recursively, so the build would read its own output (its lock, its shards, a
-    snapshot) as input on the next run, or on another worker's. A lading store as the source
-    is read as a store, not as files, and URLs are no folders: neither is refused.
+def refuse_dest_in_source(source: Any, dest: Any, every_file: bool = False) -> None:
+    """Refuse a local ``dest`` that is a folder ``source`` or lies below it where the source
+    is read as a folder of files, recursively: the build would read its own output (its
+    lock, its shards, a snapshot) as input on the next run, or on another worker's. A store
+    build reads a BEIR folder's corpus file only (a store inside it is no input); a token
+    corpus reads every file of a folder (``every_file``). A lading store as the source is
+    read as a store, and URLs are no folders: neither is refused.
 
     Raises:
         ValueError: naming both folders and the fix.
@@ -49,6 +51,8 @@ def refuse_dest_in_source(source: Any, dest: Any) -> None:
     folder = Path(source)
     if not folder.is_dir() or (folder / META_FILE).is_file():
         return
+    if not every_file and _kind(os.fspath(source)) != "folder":
+        return  # (a BEIR folder: its corpus file is read, nothing below it)
     inside, within = Path(dest).resolve(), folder.resolve()
     if inside == within or inside.is_relative_to(within):
         raise ValueError(
