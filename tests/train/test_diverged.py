@@ -343,3 +343,21 @@ def test_the_message_names_the_clip_option() -> None:
     assert "gradient clipping (clip=1.0, --clip 1.0)" in message, message
     clipped = Advice(None, 1.0, fp16=False, checkpoints=False).message(3, float("nan"), "")
     assert "clipping" not in clipped, clipped
+
+
+def test_clip_zero_means_none_and_a_bad_norm_is_refused() -> None:
+    """``clip=0`` in a config (the docs: 0 for none) reached ``clip_grad_norm_(.., 0)``, which
+    sets every gradient to 0: the model never trained. 0 is None now, in the config as on the
+    command line; a negative, NaN or infinite norm is refused in one line, on both."""
+    import argparse
+
+    from lading.cli.inputs import clip_norm
+    from lading.train.task import LoopConfig
+
+    assert LoopConfig(10, clip=0).clip is None and LoopConfig(10, clip=0.5).clip == 0.5
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite number of at least 0"):
+            LoopConfig(10, clip=bad)
+    for text in ("-1", "nan", "inf", "abc"):
+        with pytest.raises(argparse.ArgumentTypeError, match="not a gradient norm"):
+            clip_norm(text)

@@ -62,7 +62,8 @@ class RunConfig:
         resume: continue from ``out/checkpoint`` when there is one.
         progress: the progress bar on rank 0 (None: only on a terminal).
         prefetch: on CUDA, copy batches ahead on a side stream (lading.DevicePrefetcher).
-        clip: the gradients' largest norm, clipped to it before each update (None: none).
+        clip: the gradients' largest norm, clipped to it before each update (None or 0:
+            none).
         keep_on_resume: optimizer settings (``"lr"``, ``"weight_decay"``) a resume keeps
             from the checkpoint instead of setting this config's; by default a resume sets
             this run's. ``lading train`` keeps ``lr`` where ``--lr`` was not given.

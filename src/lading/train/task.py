@@ -9,6 +9,7 @@ do nothing, so a task overrides only what it needs. (A loader's *workload*,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -77,7 +78,7 @@ class LoopConfig:
         rate_key: the log field of the summed throughput, e.g. ``"tokens_per_s"``.
         memory: log the memory of every rank's process tree (a gather per record).
         warmup: steps before the clock of :class:`LoopResult` starts.
-        clip: gradient-norm clipping (None: none).
+        clip: gradient-norm clipping (None or 0: none).
         prefetch: on CUDA, copy the next batches on a side stream while the step runs
             (:class:`lading.device.DevicePrefetcher`); elsewhere it changes nothing.
         keep_on_resume: optimizer settings a resume keeps from the checkpoint (see
@@ -103,6 +104,15 @@ class LoopConfig:
     prefetch: bool = True
     keep_on_resume: tuple[str, ...] = ()
     model_settings: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.clip is not None:
+            if not (0 <= self.clip < math.inf):
+                raise ValueError(
+                    f"clip={self.clip!r}: the gradients' largest norm is a finite number of at "
+                    "least 0 (0 or None: no clipping)"
+                )
+            self.clip = float(self.clip) or None  # 0 clipped every gradient to nothing
 
     @classmethod
     def of(cls, settings: Any, total: int, **fields: Any) -> LoopConfig:
