@@ -624,6 +624,8 @@ def test_under_torchrun_rank_0_says_what_every_shard_skipped(tmp_path: Path) -> 
     assert TokenCorpus.open(tmp_path / "s").meta["skipped"] == 1
     assert any("skipped 1 malformed record(s)" in m and "line 651" in m for m in said[0]), said
     assert any("shard 1/2" in m for m in said[1]), said  # the shard's own worker, as before
+    again = run_processes(_auto_skip, 2, str(src), str(tmp_path / "s"), str(tok))
+    assert again[0] == [], again  # a rerun that commits nothing new: as a one-process rerun
 
 
 def _auto_url(rank: int, world: int, src: str, dest: str, tok: str, here: str) -> str:

@@ -313,11 +313,15 @@ class TokenCorpus:
                 from lading.stores.building.build import refuse_shard_args
 
                 refuse_shard_args(source, overwrite)  # (it was taken and ignored)
+                from lading.stores.building.shardset import current_snapshot
+
                 documents = DocumentOptions(append_eos, eos_token, split, on_error, text_field)
+                before = current_snapshot(Path(dest))
                 snapshot = build_in_group(source, dest, tokenizer, build_id, progress, documents)
                 built = cls.open(Path(dest), snapshot=snapshot, on_stale="ignore")
-                left_out = int(built.meta.get("skipped") or 0)
-                if left_out and group.get_rank() == 0:  # (each shard's rank warned of its own)
+                left_out = int(built.meta.get("skipped") or 0) if snapshot != before else 0
+                if left_out and group.get_rank() == 0:  # (each shard's rank warned of its own;
+                    # a rerun that committed nothing new says nothing, as a one-process one)
                     skips = Skips(left_out, list(built.meta.get("skip_examples") or []))
                     shards = f"{group.get_world_size()} shards of {source}"
                     warnings.warn(
