@@ -171,7 +171,9 @@ class Planner:
         are answered (not those of another loader reading the same objects: a loader closing
         beside a training loader that keeps fetching would wait out its deadline); whether
         they all are. Those still unanswered then are given up (:meth:`Fetcher.abandon`): a
-        stalled server's GET is neither sent again nor retried for a loader that closed."""
+        stalled server's GET is neither sent again nor retried for a loader that closed. (A
+        remote store's planner is the store object's, shared by the loaders over it: a close
+        on a stalled server gives up theirs too, and their reads fetch those ranges again.)"""
         fetcher, started = self.cache.fetcher, self._started.copy()
         if fetcher.wait_settled(timeout, started):
             return True
