@@ -207,6 +207,41 @@ def test_a_sharded_column_answers_alike_on_both_routes(
     """Texts, bytes and views of rows across shards (empty shards and rows too), the same
     values or the same error on the C route and the numpy route, with each shard's own
     offsets or with merged ones (older merges), damaged or not."""
+    _answers_alike(tmp_path_factory, parts, merged_offsets, damage, data)
+
+
+@SETTINGS
+@given(
+    parts=st.lists(  # up to 60 rows a shard: buckets of several rows, a shard's start inside
+        st.integers(0, 60).flatmap(
+            lambda k: st.lists(st.binary(max_size=2), min_size=k, max_size=k)
+        )
+        | st.just([]),
+        min_size=8,
+        max_size=24,
+    ),
+    damage=st.lists(st.tuples(st.integers(0, 1500), st.integers(0, 200)), max_size=1),
+    data=st.data(),
+)
+def test_a_column_of_many_shards_finds_each_rows_shard_through_its_row_index(
+    tmp_path_factory: pytest.TempPathFactory,
+    parts: list[list[bytes]],
+    damage: list[tuple[int, int]],
+    data: st.DataObject,
+) -> None:
+    """From 8 shards the helper finds a row's shard through a row index (a bucket's shard,
+    then a step or two) instead of a search over every shard's first row: runs of empty
+    shards, shards of one row and uneven sizes answer as the numpy route does."""
+    _answers_alike(tmp_path_factory, parts, False, damage, data)
+
+
+def _answers_alike(
+    tmp_path_factory: pytest.TempPathFactory,
+    parts: list[list[bytes]],
+    merged_offsets: bool,
+    damage: list[tuple[int, int]],
+    data: st.DataObject,
+) -> None:
     helper = native.load()
     if helper is None:
         pytest.skip("the C helper is not built here: nothing to compare the numpy route with")

@@ -577,6 +577,8 @@ typedef struct {
     Py_buffer *views;
     uint64_t *sums; /* n + 1 */
     int borrowed;   /* views and sums are a Parts object's, held for its life: not released */
+    const int32_t *index; /* of rows: a Parts object's (part_of), or NULL */
+    int shift;
 } Buffers;
 
 static void buffers_release(Buffers *b) {
@@ -594,14 +596,19 @@ typedef struct {
     PyObject_HEAD
     Buffers held;   /* sums in bytes */
     uint64_t *rows; /* n + 1: sums in rows of offsets (k + 1 uint64 hold k rows) */
+    int32_t *row_index; /* the part of each bucket of 2**row_shift rows' first row (or NULL) */
+    int row_shift;
 } PartsObject;
 
 static int buffers_hold(Buffers *b, PyObject *arg, int rows, const char *what);
+static int part_index(PartsObject *self);
+static Py_ssize_t last_at_most(const uint64_t *a, Py_ssize_t n, uint64_t v);
 
 static void parts_dealloc(PartsObject *self) {
     self->held.borrowed = 0;
     buffers_release(&self->held);
     PyMem_Free(self->rows);
+    PyMem_Free(self->row_index);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -646,7 +653,41 @@ static PyObject *parts_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         Py_ssize_t len = self->held.views[i].len;
         self->rows[i + 1] = self->rows[i] + (len >= 16 ? (uint64_t)(len / 8 - 1) : 0);
     }
+    if (part_index(self) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
+}
+
+/* The row index of a Parts object of many parts (a store built in shards): for each bucket of
+ * 2**shift rows, the part of its first row, with ~INDEX_PER_PART buckets a part, so that a
+ * row's part is found by two loads and, in the few buckets where a part starts, a step or two
+ * (part_of) instead of a search over every part's first row, ~8 dependent steps at 200 parts
+ * (a merged store of 200 shards looked up at 0.94-0.96x one build's). None for few parts. */
+#define INDEX_FROM_PARTS 8
+#define INDEX_PER_PART 16
+static int part_index(PartsObject *self) {
+    Py_ssize_t n = self->held.n;
+    uint64_t total = self->rows[n];
+    self->row_index = NULL;
+    self->row_shift = 0;
+    if (n < INDEX_FROM_PARTS || total == 0) return 0;
+    int shift = 0;
+    while ((total >> shift) > (uint64_t)n * INDEX_PER_PART) shift++;
+    Py_ssize_t buckets = (Py_ssize_t)((total - 1) >> shift) + 2; /* + the bucket past the last */
+    int32_t *index = PyMem_Malloc(buckets * sizeof(int32_t));
+    if (index == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < buckets; k++) {
+        uint64_t first = (uint64_t)k << shift;
+        index[k] = (int32_t)last_at_most(self->rows, n, first < total ? first : total - 1);
+    }
+    self->row_index = index;
+    self->row_shift = shift;
+    return 0;
 }
 
 /* Hold ``arg`` (a buffer, or a tuple of 1 to 2**31 - 1 buffers of ``what``, or a Parts object
@@ -657,6 +698,8 @@ static int buffers_get(Buffers *b, PyObject *arg, int rows, const char *what) {
         PartsObject *parts = (PartsObject *)arg;
         *b = parts->held;
         b->sums = rows ? parts->rows : parts->held.sums;
+        b->index = rows ? parts->row_index : NULL;
+        b->shift = parts->row_shift;
         b->borrowed = 1;
         return 0;
     }
@@ -666,6 +709,8 @@ static int buffers_get(Buffers *b, PyObject *arg, int rows, const char *what) {
 static int buffers_hold(Buffers *b, PyObject *arg, int rows, const char *what) {
     int one = !PyTuple_Check(arg);
     b->borrowed = 0;
+    b->index = NULL;
+    b->shift = 0;
     Py_ssize_t n = one ? 1 : PyTuple_GET_SIZE(arg);
     b->n = 0;
     b->views = PyMem_Calloc(n ? n : 1, sizeof(Py_buffer));
@@ -703,6 +748,16 @@ static Py_ssize_t last_at_most(const uint64_t *a, Py_ssize_t n, uint64_t v) {
     return at - a;
 }
 
+/* The last offsets array of ``o`` whose first row <= row (row < o->sums[o->n]): through the
+ * row index where ``o`` has one (its bucket's part and the next bucket's bound the answer:
+ * mostly the same part), else a search over every array's first row. */
+static inline Py_ssize_t part_of(const Buffers *o, uint64_t row) {
+    if (o->index == NULL) return last_at_most(o->sums, o->n, row);
+    uint64_t k = row >> o->shift;
+    Py_ssize_t lo = o->index[k], hi = o->index[k + 1];
+    return lo + last_at_most(o->sums + lo, hi - lo + 1, row);
+}
+
 /* Fill ``s`` for the rows ``r[0..n)``: the whole batch is checked before anything is read, in
  * the numpy route's order: every row in the column (else IndexError, the first such row), then
  * every row's offsets within the data of its part (else Damaged, the first such row). ``bases``
@@ -738,7 +793,7 @@ static int row_spans(Spans *s, const int64_t *r, Py_ssize_t n, const Buffers *o,
         Py_ssize_t in[CHUNK];
         for (Py_ssize_t i = lo; i < hi; i++) {
             /* the last offsets array whose first row <= r */
-            Py_ssize_t q = last_at_most(o->sums, o->n, (uint64_t)r[i]);
+            Py_ssize_t q = part_of(o, (uint64_t)r[i]);
             in[i - lo] = q;
             at[i - lo] = (const unsigned char *)o->views[q].buf + (r[i] - (int64_t)o->sums[q]) * 8;
             PREFETCH(at[i - lo]);
