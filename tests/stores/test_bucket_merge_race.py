@@ -128,6 +128,7 @@ def test_two_merges_of_one_corpus_build_commit_it_once(
     assert snapshots_in(url) == {a.snapshot}
 
 
+@pytest.mark.slow  # a sharded build into the local S3 and two merges: ~5-9 s
 def test_a_merge_whose_bucket_got_another_build_committed_meanwhile_fails(
     s3: LocalS3, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,6 +151,7 @@ def test_a_merge_whose_bucket_got_another_build_committed_meanwhile_fails(
     assert current(url)["snapshot"] == again.snapshot and len(again) == 40
 
 
+@pytest.mark.slow  # a sharded build into the local S3 and two merges: ~5-9 s
 @pytest.mark.parametrize("backend", ["obstore", "fsspec"])
 def test_the_conditional_put_itself_refuses_a_manifest_replaced_after_the_check(
     s3: LocalS3, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
@@ -169,6 +171,7 @@ def test_the_conditional_put_itself_refuses_a_manifest_replaced_after_the_check(
     assert snapshots_in(url) == {first, a.snapshot}
 
 
+@pytest.mark.slow  # a sharded build into the local S3 and two merges: ~5-9 s
 def test_a_swap_that_landed_but_was_not_answered_is_this_merges_commit(
     s3: LocalS3, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -222,6 +225,7 @@ def test_an_fsspec_filesystem_other_than_s3_sends_no_conditional_replace(tmp_pat
     assert (tmp_path / "k").read_bytes() == b"one"
 
 
+@pytest.mark.slow  # a sharded build into the local S3 and two merges: ~5-9 s
 @pytest.mark.parametrize("backend", ["obstore", "fsspec"])
 def test_a_server_without_conditional_puts_still_commits_unguarded(
     s3: LocalS3, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
