@@ -37,6 +37,7 @@ def test_a_retried_merge_keeps_the_newest_build(tmp_path: Path) -> None:
     assert TokenCorpus.open(dest).snapshot == y.snapshot
 
 
+@pytest.mark.slow  # buckets on the local S3 (30 ms a request): ~5-11 s
 def test_a_retried_merge_in_a_bucket_keeps_the_newest_build(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:

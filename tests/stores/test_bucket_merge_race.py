@@ -91,6 +91,7 @@ def beside_swap(
     return ran
 
 
+@pytest.mark.slow  # buckets on the local S3 (30 ms a request): ~5-11 s
 def test_two_merges_of_one_store_build_commit_it_once(
     s3: LocalS3, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -54,6 +54,7 @@ def test_a_build_passed_over_is_not_merged_later(tmp_path: Path) -> None:
     assert lading.merge_store(dest).meta["build_id"] == z
 
 
+@pytest.mark.slow  # buckets on the local S3 (30 ms a request): ~5-11 s
 def test_a_retried_merge_in_a_bucket_keeps_the_newest_build(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:
@@ -82,6 +83,7 @@ def test_shards_run_again_take_their_build_back(tmp_path: Path) -> None:
     assert lading.merge_store(dest).snapshot == back.snapshot
 
 
+@pytest.mark.slow  # buckets on the local S3 (30 ms a request): ~5-11 s
 def test_shards_run_again_take_their_build_back_in_a_bucket(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:

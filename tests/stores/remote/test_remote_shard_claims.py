@@ -28,6 +28,7 @@ def rows(path: Path, word: str, n: int) -> Path:
     return write(path, "\n".join(lines) + "\n")
 
 
+@pytest.mark.slow  # buckets on the local S3 (30 ms a request): ~5-11 s
 def test_another_source_or_n_under_one_build_id_is_refused_in_the_bucket(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:

@@ -82,6 +82,7 @@ def _folders(url: str) -> set[str]:
     return {key.split("/", 1)[0] for key in open_client(url).list()}
 
 
+@pytest.mark.slow  # buckets on the local S3 (30 ms a request): ~5-11 s
 def test_merges_into_a_bucket_let_replaced_snapshots_and_their_builds_go(
     s3: LocalS3, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

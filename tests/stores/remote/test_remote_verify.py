@@ -60,6 +60,7 @@ def _bump(url: str, key: str, field: str, by: int) -> str:
     return key
 
 
+@pytest.mark.slow  # buckets on the local S3 (30 ms a request): ~5-11 s
 def test_verify_of_a_bucket_finds_a_damaged_shard_record(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:
@@ -73,6 +74,7 @@ def test_verify_of_a_bucket_finds_a_damaged_shard_record(
     assert "a later merge of its build reads again" in problems[0]
 
 
+@pytest.mark.slow  # buckets on the local S3 (30 ms a request): ~5-11 s
 def test_verify_of_a_bucket_finds_a_missing_build_record_and_a_changed_snapshot_copy(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:
@@ -119,6 +121,7 @@ def test_verify_of_stores_and_corpora_built_by_one_process_into_a_bucket_finds_n
     assert verify_corpus(corpus) == []
 
 
+@pytest.mark.slow  # buckets on the local S3 (30 ms a request): ~5-11 s
 def test_a_bucket_record_naming_a_file_outside_its_shard_is_a_problem_not_a_read(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:
