@@ -205,19 +205,14 @@ def test_a_half_built_build_names_its_own_kinds_commands(
     src, tok = inputs(tmp_path), tmp_path / "t.json"
     half = tmp_path / "half"
     TokenCorpus.build_shard(src, half, (0, 2), tok, progress=False)
-    for merge in (["merge"], ["lm", "merge"]):
-        capsys.readouterr()
-        assert main([*merge, str(half)]) == 2
-        said = capsys.readouterr().err
-        assert f"`lading lm build SOURCE {half} --shard 1/2`" in said, said
-        assert f"`lading lm merge {half}`" in said, said
     import lading
 
     store = tmp_path / "store"
     lading.build_shard(src / "a.jsonl", store, (1, 3), progress=False)
-    for merge in (["merge"], ["lm", "merge"]):
-        capsys.readouterr()
-        assert main([*merge, str(store)]) == 2
-        said = capsys.readouterr().err
-        assert f"`lading build SOURCE {store} --shard 0/3`" in said, said
-        assert f"`lading merge {store}`" in said, said
+    for dest, kind, missing in ((half, "lading lm", "1/2"), (store, "lading", "0/3")):
+        for merge in (["merge"], ["lm", "merge"]):
+            capsys.readouterr()
+            assert main([*merge, str(dest)]) == 2
+            said = capsys.readouterr().err
+            assert f"`{kind} build SOURCE {dest} --shard {missing}`" in said, said
+            assert f"`{kind} merge {dest}`" in said, said
