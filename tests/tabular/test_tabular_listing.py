@@ -191,3 +191,33 @@ def test_an_empty_file_pandas_typed_null_is_read_with_the_others(tmp_path: Path)
     data = PartitionedParquet(tmp_path, 4, list_columns={"items": 3}, shuffle=False, world=World())
     assert [b["session_id"].tolist() for b in data] == [[1, 2]]
     assert repartition(tmp_path, tmp_path / "out", world_size=1).rows == 2
+
+
+def test_one_object_named_is_found_by_one_head_not_a_listing_of_its_bucket(
+    s3: LocalS3, days: Path
+) -> None:
+    """An object at a bucket's top (or in a folder holding much else) is found by a HEAD of its
+    key: a LIST of what is above it would walk the whole bucket. Several objects of one folder
+    are found by one LIST of it (one request, not a HEAD each); a Spark folder named
+    ``x.parquet`` is found by a LIST of that folder alone."""
+    from lading.remote.clients import open_client
+
+    url = upload_tree(s3, days)
+    bucket = url.split("/")[2]
+    client = open_client(f"s3://{bucket}")
+    client.put("top.parquet", days / "178" / "train.parquet")
+    client.put("spark.parquet/part-0.parquet", days / "178-late" / "train.parquet")
+    s3.reset()
+    assert sorted(ids(f"s3://{bucket}/top.parquet")) == list(range(30))
+    assert (s3.stats()["lists"], s3.stats()["heads"]) == (0, 1)
+    s3.reset()
+    assert sorted(ids(f"s3://{bucket}/spark.parquet")) == list(range(20))
+    assert s3.stats()["lists"] == 1  # the folder's own, after the HEAD found no object
+    client.put("pair/a.parquet", days / "178" / "train.parquet")
+    client.put("pair/b.parquet", days / "178-late" / "train.parquet")
+    s3.reset()
+    pair = [f"s3://{bucket}/pair/a.parquet", f"s3://{bucket}/pair/b.parquet"]
+    assert sorted(ids(pair)) == sorted(list(range(30)) + list(range(20)))
+    assert (s3.stats()["lists"], s3.stats()["heads"]) == (1, 0)
+    with pytest.raises(FileNotFoundError, match="no parquet object at"):
+        ids(f"s3://{bucket}/missing.parquet")

@@ -10,9 +10,9 @@ objects are read recursively, by the rule of a local folder
 copy of a folder gives its batches and takes its states), build debris left out, a nested
 ``lading repartition`` output refused; an object reached twice is refused. One LIST per
 folder named gives every object's size and
-ETag (a list of 1,000 objects in one folder is one request, not 1,000 HEADs). That LIST is
-recursive: an object named at a bucket's top lists the whole bucket (docs/remote-stores.md
-says to keep a dataset under a prefix of its own).
+ETag (a list of 1,000 objects in one folder is one request, not 1,000 HEADs); an object named
+alone is found by a HEAD of its key (a LIST of its folder is recursive: for an object at a
+bucket's top it would walk the whole bucket).
 
 Each object's footer (the parquet metadata: schema, row groups, column chunk offsets; a few KB)
 is staged to ``<cache>/parquet/<digest of URL, ETag, size>.footer`` by the first process of the
@@ -29,6 +29,7 @@ import hashlib
 import io
 import os
 import struct
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,18 +109,27 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
             listings[root, folder] = {k: (v.size, v.etag, v.modified) for k, v in found.items()}
         return listings[root, folder]
 
+    def head(root: str, key: str) -> tuple[int, str | None, str | None] | None:
+        client = fetchers[root].client
+        info = fetchers[root].run(f"HEAD {root}/{key}", lambda: client.head_async(key))
+        return None if info is None else (info.size, info.etag, info.modified)
+
+    objects = [split_root(u) for u in urls if u.endswith(".parquet")]
+    named_in = Counter((root, _above(key)) for root, key in objects)
     files: list[RemoteFile] = []
     reached: dict[str, tuple[str, str]] = {}
     for url in urls:
         root, key = split_root(url)
         if key.endswith(".parquet") and not url.endswith("/"):
-            above = listing(root, key.rsplit("/", 1)[0] if "/" in key else "")
-            found = above.get(key)
+            # one object: a HEAD of it; several of a folder: one LIST of the folder (a LIST of
+            # what is above one object would walk the whole bucket for an object at its top)
+            above = _above(key)
+            found = listing(root, above).get(key) if named_in[root, above] > 1 else head(root, key)
             if found is not None:
                 refuse_twice(reached, url, url, url)
                 files.append(RemoteFile(root, key, *found))
                 continue
-            if not any(k.startswith(f"{key}/") for k in above):
+            if not listing(root, key):
                 raise RemoteNotFoundError(
                     f"no parquet object at {url} (endpoint "
                     f"{fetchers[root].client.endpoint or 'the default'}); check the URL, or "
@@ -131,7 +141,7 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
         start = len(folder) + 1 if folder else 0
         below = {k[start:]: k for k in listed if not folder or k.startswith(folder + "/")}
         chosen = select_listed(f"{root}/{folder}" if folder else root, below)
-        if not chosen and folder and folder in listing(root, folder.rpartition("/")[0]):
+        if not chosen and folder and head(root, folder) is not None:
             raise ValueError(
                 f"{root}/{folder} is an object, not parquet files (its name does not end in "
                 ".parquet); name the parquet objects, or the prefix that holds them"
@@ -147,6 +157,11 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
             refuse_twice(reached, file.url, file.url, url)
             files.append(file)
     return files
+
+
+def _above(key: str) -> str:
+    """The folder holding ``key`` ("" at the bucket's top)."""
+    return key.rsplit("/", 1)[0] if "/" in key else ""
 
 
 def footer_path(cache: Path, file: RemoteFile) -> Path:
