@@ -605,7 +605,11 @@ def _auto_skip(rank: int, world: int, src: str, dest: str, tok: str) -> list[str
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         TokenCorpus.build(src, dest, tok, shard="auto", on_error="skip", progress=False)
-    return [str(w.message) for w in said if issubclass(w.category, SkippedRecordsWarning)]
+    return [
+        f"{w.message} @{Path(w.filename).name}"  # (the line a user's log points at)
+        for w in said
+        if issubclass(w.category, SkippedRecordsWarning)
+    ]
 
 
 @pytest.mark.slow
@@ -623,6 +627,7 @@ def test_under_torchrun_rank_0_says_what_every_shard_skipped(tmp_path: Path) -> 
     said = run_processes(_auto_skip, 2, str(src), str(tmp_path / "s"), str(tok))
     assert TokenCorpus.open(tmp_path / "s").meta["skipped"] == 1
     assert any("skipped 1 malformed record(s)" in m and "line 651" in m for m in said[0]), said
+    assert all(m.endswith(f"@{Path(__file__).name}") for m in said[0]), said
     assert any("shard 1/2" in m for m in said[1]), said  # the shard's own worker, as before
     again = run_processes(_auto_skip, 2, str(src), str(tmp_path / "s"), str(tok))
     assert again[0] == [], again  # a rerun that commits nothing new: as a one-process rerun

@@ -329,6 +329,47 @@ def test_under_torchrun_every_rank_builds_a_shard_and_rank_0_merges(tmp_path: Pa
     same_content(one, lading.open_store(tmp_path / "s"))
 
 
+def _auto_skip(rank: int, world: int, src: str, dest: str) -> list[str]:
+    import warnings
+
+    from lading.errors import SkippedRecordsWarning
+
+    said = []
+    for _ in range(2):  # a build, then a rerun that commits nothing new
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lading.build_store(src, dest, shard="auto", on_error="skip", progress=False)
+        said.append(
+            [
+                f"{w.message} @{Path(w.filename).name}"  # (the line a user's log points at)
+                for w in caught
+                if issubclass(w.category, SkippedRecordsWarning)
+            ]
+        )
+    return said
+
+
+@pytest.mark.slow
+def test_under_torchrun_rank_0_says_what_every_shard_skipped(tmp_path: Path) -> None:
+    """A malformed line in shard 1 of 2 under ``on_error="skip"``: its rank warned of its own
+    shard, and rank 0 (whose log is the one read) returned a store with ``skipped = 1`` and
+    said nothing, where a one-process build warns. Rank 0 now warns of the whole store's skips
+    (a rerun that commits nothing new says nothing, as a one-process rerun)."""
+    from distributed import run_processes
+
+    src = jsonl(tmp_path / "c.jsonl", 0, 200)
+    lines = src.read_text().splitlines(keepends=True)
+    lines[180] = '{"id": "bad", oops\n'
+    src.write_text("".join(lines))
+    said = run_processes(_auto_skip, 2, str(src), str(tmp_path / "s"))
+    assert lading.open_store(tmp_path / "s").meta["build"]["skipped"] == 1
+    first, rerun = said[0]
+    assert any("skipped 1 malformed record(s)" in m and "line 181" in m for m in first), said
+    assert all(m.endswith(f"@{Path(__file__).name}") for m in first), said
+    assert rerun == [], said
+    assert any("shard 1/2" in m for m in said[1][0]), said  # the shard's own rank, as before
+
+
 @pytest.mark.slow
 def test_a_worker_killed_mid_shard_commits_nothing_and_a_rerun_completes(tmp_path: Path) -> None:
     # killed as soon as its scratch folder appears: this shard goes from that folder to its

@@ -313,20 +313,14 @@ class TokenCorpus:
                 from lading.stores.building.build import refuse_shard_args
 
                 refuse_shard_args(source, overwrite)  # (it was taken and ignored)
+                from lading.stores.building.group import say_group_skips
                 from lading.stores.building.shardset import current_snapshot
 
                 documents = DocumentOptions(append_eos, eos_token, split, on_error, text_field)
                 before = current_snapshot(Path(dest))
                 snapshot = build_in_group(source, dest, tokenizer, build_id, progress, documents)
                 built = cls.open(Path(dest), snapshot=snapshot, on_stale="ignore")
-                left_out = int(built.meta.get("skipped") or 0) if snapshot != before else 0
-                if left_out and group.get_rank() == 0:  # (each shard's rank warned of its own;
-                    # a rerun that committed nothing new says nothing, as a one-process one)
-                    skips = Skips(left_out, list(built.meta.get("skip_examples") or []))
-                    shards = f"{group.get_world_size()} shards of {source}"
-                    warnings.warn(
-                        skips.said(f"{shards} building {dest}"), SkippedRecordsWarning, stacklevel=2
-                    )
+                say_group_skips(built.meta, before, snapshot, source, dest, stacklevel=3)
                 return built
         listed = listed_texts(source) if isinstance(source, (list, tuple)) else None
         refuse_unused_text_field(text_field, source, listed)

@@ -41,19 +41,21 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from lading.deadline import env_seconds
-from lading.errors import BuilderGoneError, StoreFormatError
+from lading.errors import BuilderGoneError, SkippedRecordsWarning, StoreFormatError
 from lading.stores.building.parallel import (
     derive_build_id,
     merge_store,
     source_files,
     write_one_shard,
 )
+from lading.stores.building.shardset import current_snapshot
 from lading.stores.packed import PackedStore
 from lading.world import World, process_group
 
@@ -457,7 +459,37 @@ def build_in_shards(
         bid = build_id or derive_build_id(source_files(source, fmt, parse), options, n)
         return merge_store(dest, bid).snapshot
 
-    return PackedStore(dest, snapshot=shards_in_group(write, merge, dest, shared))
+    before = current_snapshot(dest)
+    store = PackedStore(dest, snapshot=shards_in_group(write, merge, dest, shared))
+    say_group_skips(store.meta["build"], before, store.snapshot, source, dest, stacklevel=5)
+    return store
+
+
+def say_group_skips(
+    record: Mapping[str, Any],
+    before: str | None,
+    snapshot: str,
+    source: Any,
+    dest: Any,
+    stacklevel: int,
+) -> None:
+    """Rank 0's warning of what every shard of a build under ``shard="auto"`` skipped (each
+    shard's rank warned of its own; rank 0's log is the one read), worded as a one-process
+    build's: ``record``'s ``skipped`` and ``skip_examples`` (the merged manifest's). Nothing
+    where the run committed nothing new (``snapshot == before``: a rerun, as silent as a
+    one-process rerun). ``stacklevel``: this function's, counted to the user's call."""
+    skipped = int(record.get("skipped") or 0)
+    dist = process_group(min_size=2)
+    if not skipped or snapshot == before or dist is None or dist.get_rank() != 0:
+        return
+    examples = list(record.get("skip_examples") or [])
+    first = f"; first: {examples[0]}" if examples else ""
+    shards = f"{dist.get_world_size()} shards of {source} building {dest}"
+    warnings.warn(
+        f"skipped {skipped} malformed record(s) of {shards}{first}",
+        SkippedRecordsWarning,
+        stacklevel=stacklevel,
+    )
 
 
 def shards_in_group(
