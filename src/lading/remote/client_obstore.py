@@ -235,6 +235,10 @@ class ObstoreClient:
                 other = self._read_through(e, key, etag)
                 reads = (other.get_range(key, a, b, etag) for a, b in ranges)
                 return list(await asyncio.gather(*reads))
+            if type(e).__name__ == "RustPanic":  # obstore slicing touching ranges out of a
+                # reply shorter than asked panics; a range at a time, a short one is named
+                reads = (self.get_range(key, a, b, etag) for a, b in ranges)
+                return list(await asyncio.gather(*reads))
             raise self._error(e, key, pinned=etag is not None) from e
 
     async def get_async(self, key: str) -> bytes:
