@@ -173,6 +173,7 @@ HOLD_BEATING = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # ~4-6 s: the default run keeps under its 10 minutes
 def test_a_live_holder_keeps_its_lock_past_the_stale_timeout(tmp_path: Path) -> None:
     """The holder beats every 0.1 s, 30 times a stale timeout (no load starves it that long),
     and holds until the waiter has waited past that timeout: the waiter gives up, the holder

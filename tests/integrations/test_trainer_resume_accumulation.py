@@ -107,6 +107,7 @@ def test_a_resumed_epochs_unstepped_leftover_is_dropped_not_carried(tmp_path: Pa
     assert resumed == stepped[1:3] + stepped[4:]
 
 
+@pytest.mark.slow  # ~4-6 s: the default run keeps under its 10 minutes
 def test_a_resume_after_one_that_lost_a_step_reads_the_loaders_next_epoch(tmp_path: Path) -> None:
     """A resume that lost a step (the epoch's 7th batch unstepped) leaves the run a step
     behind the Trainer's count: its checkpoint-7 ends loader epoch 1, and the Trainer takes

@@ -686,6 +686,7 @@ def test_a_fill_leaves_the_flight_of_a_newer_claim_at_its_start(tmp_path: Path) 
     assert cache.node.inflight.get((obj, 0)) is newer
 
 
+@pytest.mark.slow  # ~4-6 s: the default run keeps under its 10 minutes
 def test_a_late_fill_never_lands_on_a_shorter_claim_at_its_place(tmp_path: Path) -> None:
     """After a repair forgot every block, this process claimed the same start again, shorter,
     at the same place; the old, longer GET landed: its fill took the new claim for its own

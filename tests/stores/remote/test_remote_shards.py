@@ -33,6 +33,7 @@ def jsonl(path: Path, n: int) -> Path:
     return write(path, "\n".join(lines) + "\n")
 
 
+@pytest.mark.slow  # ~4-6 s: the default run keeps under its 10 minutes
 def test_store_shards_upload_and_the_merge_commits_in_the_bucket(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:
