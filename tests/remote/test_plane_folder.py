@@ -141,6 +141,43 @@ def test_six_processes_keep_the_folder_within_the_least_index_budget(
     assert watch.worst[0] <= cap and watch.worst[1] <= least, (watch.worst, least)
 
 
+def test_a_stage_that_finds_its_snapshot_published_meanwhile_never_sweeps_it(
+    s3: LocalS3, bucket: str, tmp_path: Path, rng: random.Random, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six ranks opening one snapshot at the least ``index_bytes``: one looked for the copy
+    before another published it, then made room for its own copy by sweeping the folder with
+    nothing kept, and removed that very copy; the rank that had staged it failed reading its
+    mark (FileNotFoundError, seen in the slow set's six-process test). The sweep before a
+    stage keeps the copy it is about to make. The race is set here by a first look that
+    misses the copy (the look is what the other rank's publish raced)."""
+    import re
+
+    from lading.disk import STAGE_MARK
+    from lading.remote import stage
+
+    source, _ = _passages(tmp_path / "src", rng, 300)
+    url, cache, cap = f"s3://{bucket}/race", tmp_path / "node", 65_536
+    lading.build_store(source, url, cache=str(tmp_path / "up"), progress=False)
+    with pytest.raises(ValueError, match="give at least") as refused:
+        lading.open_store(url, cache=tmp_path / "probe", cache_bytes=cap, index_bytes=1)
+    least = int(re.sub(r"\D", "", str(refused.value).split("give at least")[1].split()[0]))
+    first = lading.open_store(url, cache=cache, cache_bytes=cap, index_bytes=least)
+    (staged,) = (cache / stage.STORES).glob("*/snap-*")
+    mark = (staged / STAGE_MARK).stat().st_ino
+    real, looks = stage._is_staged, []
+
+    def late(*args: object) -> bool:  # the first look misses it; the next see what is there
+        looks.append(args)
+        return len(looks) > 1 and real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stage, "_is_staged", late)
+    second = lading.open_store(url, cache=cache, cache_bytes=cap, index_bytes=least)
+    assert (staged / STAGE_MARK).stat().st_ino == mark  # the copy was never removed
+    assert second["p7"] == first["p7"]
+    first.close()
+    second.close()
+
+
 @pytest.mark.slow  # larger data: ~7 s
 def test_the_payload_holds_cap_over_document_bytes_documents(
     s3: LocalS3, bucket: str, tmp_path: Path, rng: random.Random

@@ -177,7 +177,9 @@ def stage_index(
     group = shared(cache)  # a group's cache folder: the copy is the group's too
     make_folders(dest.parent, group)
     if budget is not None:  # room for the copy first: the folder is within it all along
-        keep_within(cache, budget - sum(int(meta["files"][n]["size"]) for n in names), None)
+        # (``dest`` kept: another process may have published it since the look above, and a
+        # process of the node that staged it reads its mark next)
+        keep_within(cache, budget - sum(int(meta["files"][n]["size"]) for n in names), dest)
     with build_lock(dest):
         if _is_staged(dest, url, meta):  # another process of the node staged it meanwhile
             return dest
