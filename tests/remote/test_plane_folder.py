@@ -31,6 +31,16 @@ def _passages(folder: Path, rng: random.Random, count: int) -> tuple[Path, dict[
     return write(folder / "docs.tsv", "".join(f"{k}\t{v}\n" for k, v in docs.items())), docs
 
 
+def _least_index_bytes(url: str, probe: Path, cap: int) -> int:
+    """The least ``index_bytes`` an open of ``url`` at ``cap`` accepts (what the refusal of
+    one byte names)."""
+    import re
+
+    with pytest.raises(ValueError, match="give at least") as refused:
+        lading.open_store(url, cache=probe, cache_bytes=cap, index_bytes=1)
+    return int(re.sub(r"\D", "", str(refused.value).split("give at least")[1].split()[0]))
+
+
 class _Watch:
     """The most the folder held (payload, the rest), sampled every 50 ms on a thread."""
 
@@ -109,16 +119,13 @@ def test_six_processes_keep_the_folder_within_the_least_index_budget(
     """The least index_bytes accepted holds the ledger while six processes write it: its WAL,
     trimmed only when no reader holds it, grew past the 2 MiB the room allowed (2.4 MB)."""
     import json
-    import re
     import subprocess
     import sys
 
     source, docs = _passages(tmp_path / "src", rng, 3000)
     url, cache, cap = f"s3://{bucket}/six", tmp_path / "node", 65_536
     lading.build_store(source, url, cache=str(tmp_path / "up"), progress=False)
-    with pytest.raises(ValueError, match="give at least") as refused:
-        lading.open_store(url, cache=tmp_path / "probe", cache_bytes=cap, index_bytes=1)
-    least = int(re.sub(r"\D", "", str(refused.value).split("give at least")[1].split()[0]))
+    least = _least_index_bytes(url, tmp_path / "probe", cap)
     (tmp_path / "docs.json").write_text(json.dumps(docs))
     (tmp_path / "reader.py").write_text(_READER)
     args = [str(tmp_path / "reader.py"), url, str(cache), str(cap), str(least)]
@@ -150,17 +157,13 @@ def test_a_stage_that_finds_its_snapshot_published_meanwhile_never_sweeps_it(
     mark (FileNotFoundError, seen in the slow set's six-process test). The sweep before a
     stage keeps the copy it is about to make. The race is set here by a first look that
     misses the copy (the look is what the other rank's publish raced)."""
-    import re
-
     from lading.disk import STAGE_MARK
     from lading.remote import stage
 
     source, _ = _passages(tmp_path / "src", rng, 300)
     url, cache, cap = f"s3://{bucket}/race", tmp_path / "node", 65_536
     lading.build_store(source, url, cache=str(tmp_path / "up"), progress=False)
-    with pytest.raises(ValueError, match="give at least") as refused:
-        lading.open_store(url, cache=tmp_path / "probe", cache_bytes=cap, index_bytes=1)
-    least = int(re.sub(r"\D", "", str(refused.value).split("give at least")[1].split()[0]))
+    least = _least_index_bytes(url, tmp_path / "probe", cap)
     first = lading.open_store(url, cache=cache, cache_bytes=cap, index_bytes=least)
     (staged,) = (cache / stage.STORES).glob("*/snap-*")
     mark = (staged / STAGE_MARK).stat().st_ino
