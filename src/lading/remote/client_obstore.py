@@ -37,6 +37,7 @@ from lading.remote.objects import (
     no_object,
     not_implemented,
     refused,
+    sent_more,
     split_url,
 )
 from lading.threads import register
@@ -233,10 +234,12 @@ class ObstoreClient:
         except Exception as e:
             if _unnameable(e) is not None:
                 other = self._read_through(e, key, etag)
+                sent_more(len(ranges))
                 reads = (other.get_range(key, a, b, etag) for a, b in ranges)
                 return list(await asyncio.gather(*reads))
             if type(e).__name__ == "RustPanic":  # obstore slicing touching ranges out of a
                 # reply shorter than asked panics; a range at a time, a short one is named
+                sent_more(len(ranges))
                 reads = (self.get_range(key, a, b, etag) for a, b in ranges)
                 return list(await asyncio.gather(*reads))
             raise self._error(e, key, pinned=etag is not None) from e

@@ -54,6 +54,7 @@ from lading.errors import LoaderClosedError, RemoteChangedError, RemoteNotFoundE
 from lading.remote.cancel import Cancel, current
 from lading.remote.loop import running
 from lading.remote.objects import (
+    EXTRA_REQUESTS,
     ObjectClient,
     ObjectInfo,
     PermanentError,
@@ -337,8 +338,13 @@ class Fetcher:
                     self._refuse_if_closed(cancel)  # queued for a slot at close: not sent
                     self._refuse_if_abandoned(futures)
                     self.gets += requests_sent(client, asked, etag)
-                    sent = time.time()
-                    datas = await get_ranges(client, key, asked, etag)
+                    sent, more = time.time(), [0]
+                    counting = EXTRA_REQUESTS.set(more)  # (this task's: a fallback's GETs)
+                    try:
+                        datas = await get_ranges(client, key, asked, etag)
+                    finally:
+                        EXTRA_REQUESTS.reset(counting)
+                        self.gets += more[0]
                 finally:
                     if slot is not None and self.node is not None:
                         self.node.release(slot)

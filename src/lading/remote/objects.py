@@ -20,6 +20,7 @@ counted is a request sent (:mod:`lading.remote.fetch` retries).
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import os
 from dataclasses import dataclass
@@ -40,6 +41,20 @@ from lading.errors import RemoteURLError
 from lading.errors import RemoteWriteError as RemoteWriteError
 
 BACKENDS: tuple[str, ...] = ("auto", "fsspec", "obstore")
+
+# requests a client's call sent beyond those the call stands for (a fallback's, a range at a
+# time), counted into the tally its caller set here: the fetcher's ``gets`` is requests sent
+EXTRA_REQUESTS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "lading_extra_requests", default=None
+)
+
+
+def sent_more(n: int) -> None:
+    """Count ``n`` requests a client's call sent beyond those it stands for (its caller's
+    tally in :data:`EXTRA_REQUESTS`, if any)."""
+    tally = EXTRA_REQUESTS.get()
+    if tally is not None:
+        tally[0] += n
 
 
 @dataclass(frozen=True)

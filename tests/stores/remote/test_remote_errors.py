@@ -391,3 +391,31 @@ def test_a_reply_shorter_than_touching_ranges_is_named_short_not_a_rust_panic(
         assert fetcher.read([(key, a, b, None) for a, b in ranges]) == [whole[0:32], whole[32:58]]
     finally:
         fetcher.close()
+
+
+def test_every_get_a_short_reply_costs_is_counted_in_the_fetchers_gets(
+    store_url: str, faults: LocalS3
+) -> None:
+    """A call of touching ranges whose reply came back short is read again a range at a
+    time; those GETs are sent, so ``gets`` (what ``cache_stats()`` and the benchmarks report)
+    counts them, as the server does: it counted the first request alone."""
+    import functools
+
+    from lading.remote.fetch import Fetcher
+
+    fetcher = Fetcher(
+        functools.partial(open_client, store_url, "obstore"), timeout=HEALTHY_S, retries=1
+    )
+    try:
+        key = next(k for k in fetcher.list() if k.endswith("text.bin"))
+        whole = open_client(store_url).get(key)
+        ranges = [(0, 32), (32, 58)]  # one request of 58 bytes: 29 come back
+        faults.reset()
+        before = fetcher.gets
+        faults.fault("text.bin", 1, "short")  # once: the ranges read again come whole
+        assert fetcher.read([(key, a, b, None) for a, b in ranges]) == [whole[0:32], whole[32:58]]
+        sent = faults.stats()["gets"]
+        assert sent == 3, sent  # the short reply, then a range at a time
+        assert fetcher.gets - before == sent
+    finally:
+        fetcher.close()
