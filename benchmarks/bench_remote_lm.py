@@ -25,9 +25,10 @@ CPU per million tokens (this process's own CPU time, every thread, and its DataL
 workers'; the server excluded), the server's CPU (the local S3's process tree), bytes fetched
 (the proxy's counter) / bytes used (windows x (seq_len + 1) x bytes a token), and the resume
 each offers, tested: read k batches, save the loader's state, resume in a fresh reader with
-a cold cache, compare the next two batches. Parquet: ``PartitionedParquet`` sessions/s, the
-files on the bucket vs on local disk. The server's own ceiling (lading's fetcher alone, random
-small ranges) in the same run.
+a cold cache, compare the next two batches. ``--epochs 2``: the same reader reads a second
+epoch, measured apart (``"later"`` in its row: what a cache that outlives an epoch saves).
+Parquet: ``PartitionedParquet`` sessions/s, the files on the bucket vs on local disk. The
+server's own ceiling (lading's fetcher alone, random small ranges) in the same run.
 
     python benchmarks/bench_remote_lm.py --repeats 3 --write        # Wikipedia ../shared/data
     python benchmarks/bench_remote_lm.py --synthetic --repeats 3     # synthetic tokens
@@ -210,6 +211,8 @@ def one_system(s3: LocalS3, system: str, env: dict[str, Any], args: Any,
             loader = lading_loader(env, remote, cache, workers, stored)
             row.update(measure(s3, lading_batches(loader), env, cache if remote else None,
                                args.warm, step, opened))  # fmt: skip
+            row["later"] = [measure(s3, lading_batches(loader), env, cache if remote else None,
+                                    0.0, step) for _ in range(args.epochs - 1)]  # fmt: skip
             del loader  # its read-ahead thread (building the next epoch) stops
             gc.collect()
             if repeat == 0 and args.resume_after and "+" not in system:
@@ -226,6 +229,8 @@ def one_system(s3: LocalS3, system: str, env: dict[str, Any], args: Any,
             opened = time.perf_counter()
             loader = open_fn(env, setup, cache)
             row.update(measure(s3, batches_fn(loader), env, cache, args.warm, step, opened))
+            row["later"] = [measure(s3, batches_fn(loader), env, cache, 0.0, step)
+                            for _ in range(args.epochs - 1)]  # fmt: skip
             del loader
             if repeat == 0 and args.resume_after and "+" not in system:
                 row["resume"] = tested(lambda: resume_fn(env, setup, args.resume_after))
@@ -308,6 +313,8 @@ def main() -> None:
                         help="lading@blocks: a block's bytes, in regions")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--warm", type=float, default=0.1, help="share of the epoch skipped")
+    parser.add_argument("--epochs", type=int, default=1,
+                        help="epochs a reader reads (later ones: the row's 'later')")  # fmt: skip
     parser.add_argument("--resume-after", type=int, default=3,
                         help="batches before saving (0: no resume check)")  # fmt: skip
     parser.add_argument("--systems", default="lading-local,lading,mosaic,litdata,"

@@ -60,6 +60,41 @@ def _lm_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _later(rows: list[dict[str, Any]]) -> list[str]:
+    """The second epoch of each reader (``--epochs 2``): what its cache kept for it, with
+    client CPU paired against the first system's in each repeat."""
+    later = [r for r in rows if r.get("later") and "error" not in r]
+    if not later:
+        return []
+    first = later[0]["system"]
+    lines = [
+        "",
+        "The second epoch of the same reader (its cache as the first epoch left it):",
+        "",
+        f"| system | tokens/s | client CPU s / M tokens | {first} / system, paired | GETs | "
+        "bytes fetched / used | cache on disk |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    by = {(r["system"], r["repeat"]): r["later"][0] for r in later}
+    for system in dict.fromkeys(r["system"] for r in later):
+        mine = [e for (s, _), e in by.items() if s == system]
+        paired = [
+            by[(first, n)]["cpu_s_per_mtok"] / e["cpu_s_per_mtok"]
+            for (s, n), e in by.items()
+            if s == system and (first, n) in by
+        ]
+
+        def cell(key: str, fmt: str, mine: list[Any] = mine) -> str:
+            return spread([e[key] for e in mine], fmt)
+
+        lines.append(
+            f"| {system} | {cell('tokens_s', '{:,.0f}')} | {cell('cpu_s_per_mtok', '{:.4f}')} | "
+            f"{spread(paired, '{:.2f}')} | {cell('gets', '{:,.0f}')} | "
+            f"{cell('fetched_used', '{:.3f}')} | {cell('disk', '{:,.0f}')} |"
+        )
+    return lines
+
+
 def _ratios(rows: list[dict[str, Any]], consume: str) -> list[str]:
     lines = ["", "Ratios within each repeat (median [min-max] over repeats):", ""]
     ratio: Callable[[str, str, str], str] = lambda a, b, k: spread(_paired(rows, a, b, k), "{:.3g}")  # noqa: E731
@@ -140,7 +175,7 @@ def render(results: dict[str, Any]) -> str:
         f"shared with other work (load in the table); {results['seconds']:.0f} s in all."
     )
     consume = f"{float(args.get('consume', 0)):,.0f}"
-    lines = [head, "", *_lm_table(lm), *_ratios(lm, consume)]
+    lines = [head, "", *_lm_table(lm), *_ratios(lm, consume), *_later(lm)]
     lines += ["", "Resume, as tested here (k batches, save, a fresh reader with a cold cache, "
               "the next two batches compared):", ""]  # fmt: skip
     for system in dict.fromkeys(r["system"] for r in lm):
