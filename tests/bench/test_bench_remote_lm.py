@@ -70,3 +70,25 @@ def test_the_peers_measure_an_epoch_and_resume(tmp_path: Path) -> None:
         assert row["windows"] > 0 and row["gets"] > 0
         assert 0.9 < row["fetched_used"] < 3, row
         assert row["resume"] == "exact", row
+
+
+@pytest.mark.slow  # the script's run over the local S3 (~10 s)
+def test_a_second_epoch_is_measured_apart_and_a_cache_over_the_corpus_serves_it(
+    tmp_path: Path,
+) -> None:
+    """``--epochs 2``: the same reader's second epoch in the row's ``later``, every window
+    read again; at a cache above the corpus it fetches (nearly) nothing, and the report's
+    table of second epochs says so."""
+    results = run_bench(tmp_path / "out", "--systems", "lading@blocks", "--no-parquet",
+                        "--share", "1.1", "--epochs", "2", "--resume-after", "0")  # fmt: skip
+    row = results["rows"][0]
+    assert "error" not in row, row
+    (second,) = row["later"]
+    assert second["windows"] == row["windows"] > 0
+    assert row["fetched_used"] > 0.9  # the first epoch fetched the corpus
+    assert second["fetched_used"] < 0.2, second  # the second read it from the cache
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from remote_lm_report import render
+
+    later = render(results).split("The second epoch of the same reader")[1]
+    assert "| lading@blocks |" in later, later
