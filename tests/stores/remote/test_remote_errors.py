@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -363,59 +364,55 @@ def test_a_client_that_cannot_send_if_match_is_not_asked_to_check() -> None:
         fetcher.close()
 
 
+@pytest.fixture
+def obstore_fetcher(store_url: str) -> Iterator[tuple[Any, str, bytes]]:
+    """A fetcher through obstore (one retry), the store's ``text.bin`` key and its bytes."""
+    import functools
+
+    from lading.remote.fetch import Fetcher
+
+    fetcher = Fetcher(
+        functools.partial(open_client, store_url, "obstore"), timeout=HEALTHY_S, retries=1
+    )
+    try:
+        key = next(k for k in fetcher.list() if k.endswith("text.bin"))
+        yield fetcher, key, open_client(store_url).get(key)
+    finally:
+        fetcher.close()
+
+
+TOUCHING = [(0, 32), (32, 58)]  # one request of 58 bytes: a short reply gives 29
+
+
 def test_a_reply_shorter_than_touching_ranges_is_named_short_not_a_rust_panic(
-    store_url: str, faults: LocalS3
+    obstore_fetcher: tuple[Any, str, bytes], faults: LocalS3
 ) -> None:
     """Touching ranges go out as one request; a reply cut short before the second range's
     start made obstore panic while slicing it ("range start must not be greater than end"),
     and every try failed as ``RustPanic: rust future panicked: unknown error``. Such a call
     is now read again a range at a time: a short reply is named as one, and a fault that
     passes is recovered from."""
-    import functools
-
-    from lading.remote.fetch import Fetcher
-
-    fetcher = Fetcher(
-        functools.partial(open_client, store_url, "obstore"), timeout=HEALTHY_S, retries=1
-    )
-    try:
-        key = next(k for k in fetcher.list() if k.endswith("text.bin"))
-        whole = open_client(store_url).get(key)
-        ranges = [(0, 32), (32, 58)]  # one request of 58 bytes: 29 come back
-        faults.fault("text.bin", 99, "short")
-        with pytest.raises(RemoteReadError, match="came back short") as caught:
-            fetcher.read([(key, a, b, None) for a, b in ranges])
-        assert "RustPanic" not in str(caught.value)
-        faults.reset()
-        faults.fault("text.bin", 1, "short")  # once: the next try reads them whole
-        assert fetcher.read([(key, a, b, None) for a, b in ranges]) == [whole[0:32], whole[32:58]]
-    finally:
-        fetcher.close()
+    fetcher, key, whole = obstore_fetcher
+    faults.fault("text.bin", 99, "short")
+    with pytest.raises(RemoteReadError, match="came back short") as caught:
+        fetcher.read([(key, a, b, None) for a, b in TOUCHING])
+    assert "RustPanic" not in str(caught.value)
+    faults.reset()
+    faults.fault("text.bin", 1, "short")  # once: the next try reads them whole
+    assert fetcher.read([(key, a, b, None) for a, b in TOUCHING]) == [whole[0:32], whole[32:58]]
 
 
 def test_every_get_a_short_reply_costs_is_counted_in_the_fetchers_gets(
-    store_url: str, faults: LocalS3
+    obstore_fetcher: tuple[Any, str, bytes], faults: LocalS3
 ) -> None:
     """A call of touching ranges whose reply came back short is read again a range at a
     time; those GETs are sent, so ``gets`` (what ``cache_stats()`` and the benchmarks report)
     counts them, as the server does: it counted the first request alone."""
-    import functools
-
-    from lading.remote.fetch import Fetcher
-
-    fetcher = Fetcher(
-        functools.partial(open_client, store_url, "obstore"), timeout=HEALTHY_S, retries=1
-    )
-    try:
-        key = next(k for k in fetcher.list() if k.endswith("text.bin"))
-        whole = open_client(store_url).get(key)
-        ranges = [(0, 32), (32, 58)]  # one request of 58 bytes: 29 come back
-        faults.reset()
-        before = fetcher.gets
-        faults.fault("text.bin", 1, "short")  # once: the ranges read again come whole
-        assert fetcher.read([(key, a, b, None) for a, b in ranges]) == [whole[0:32], whole[32:58]]
-        sent = faults.stats()["gets"]
-        assert sent == 3, sent  # the short reply, then a range at a time
-        assert fetcher.gets - before == sent
-    finally:
-        fetcher.close()
+    fetcher, key, whole = obstore_fetcher
+    faults.reset()
+    before = fetcher.gets
+    faults.fault("text.bin", 1, "short")  # once: the ranges read again come whole
+    assert fetcher.read([(key, a, b, None) for a, b in TOUCHING]) == [whole[0:32], whole[32:58]]
+    sent = faults.stats()["gets"]
+    assert sent == 3, sent  # the short reply, then a range at a time
+    assert fetcher.gets - before == sent
