@@ -57,6 +57,18 @@ class OtherFormatError(StoreFormatError):
         return type(self), (str(self), self.found)
 
 
+class DuplicateIdError(StoreFormatError):
+    """One id in two rows of a store being merged: ``found`` names both, ``fix`` what to do
+    (the merge's route decides which fixes it can take)."""
+
+    def __init__(self, found: str, fix: str) -> None:
+        super().__init__(f"{found}. {fix}")
+        self.found, self.fix = found, fix
+
+    def __reduce__(self) -> tuple[type[DuplicateIdError], tuple[str, str]]:
+        return type(self), (self.found, self.fix)
+
+
 class StoreNotFoundError(StoreFormatError):
     """No store at a URL (its manifest is not there): nothing to open or check, not damage."""
 

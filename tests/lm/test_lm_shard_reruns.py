@@ -209,10 +209,28 @@ def test_a_half_built_build_names_its_own_kinds_commands(
 
     store = tmp_path / "store"
     lading.build_shard(src / "a.jsonl", store, (1, 3), progress=False)
-    for dest, kind, missing in ((half, "lading lm", "1/2"), (store, "lading", "0/3")):
+    for dest, kind, missing in (
+        (half, "lading lm", "1/2`"),
+        (store, "lading", "I/3` for I in 0, 2"),
+    ):
         for merge in (["merge"], ["lm", "merge"]):
             capsys.readouterr()
             assert main([*merge, str(dest)]) == 2
             said = capsys.readouterr().err
-            assert f"`{kind} build SOURCE {dest} --shard {missing}`" in said, said
+            assert f"`{kind} build SOURCE {dest} --shard {missing}" in said, said
             assert f"`{kind} merge {dest}`" in said, said
+
+
+def test_a_build_missing_several_shards_names_the_command_for_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Shards 1 and 2 of 3 missing: the merge said "missing 1, 2. Build each with `... --shard
+    1/3`", a command for the first alone; it now names the command with ``I`` and the shards
+    ``I`` stands for."""
+    src, tok = inputs(tmp_path), tmp_path / "t.json"
+    dest = tmp_path / "third"
+    TokenCorpus.build_shard(src, dest, (0, 3), tok, progress=False)
+    assert main(["lm", "merge", str(dest)]) == 2
+    said = capsys.readouterr().err
+    assert "missing 1, 2" in said, said
+    assert f"`lading lm build SOURCE {dest} --shard I/3` for I in 1, 2" in said, said

@@ -92,3 +92,25 @@ def test_a_bucket_that_refuses_writes_fails_before_any_tokenizing(
     message = str(caught.value)
     assert "bucket 'no-such-bucket-49' does not exist" in message and "\n" not in message
     assert message.startswith("cannot write the token corpus to s3://no-such-bucket-49/c"), message
+
+
+def test_a_shard_whose_put_fails_says_what_is_unchanged_and_that_a_rerun_goes_on(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """A PUT refused while a token corpus's shard uploads: the error said "the store there is
+    unchanged" (of a corpus) and no fix; it now says nothing there is committed and that the
+    same command run again goes on, which it does."""
+    src, tok = inputs(tmp_path), tmp_path / "t.json"
+    url = f"s3://{bucket}/c"
+    s3.fault("shard-00001-of-00002/tokens.bin", 50, "error", op="put")
+    try:
+        with pytest.raises(RemoteWriteError) as caught:
+            TokenCorpus.build_shard(src, url, (1, 2), tok, cache=tmp_path / "w", progress=False)
+    finally:
+        s3.reset()
+    message = str(caught.value)
+    assert "store" not in message, message
+    assert "run the same command again" in message, message
+    for i in (1, 0):
+        TokenCorpus.build_shard(src, url, (i, 2), tok, cache=tmp_path / "w", progress=False)
+    assert len(TokenCorpus.merge(url, cache=tmp_path / "m")) == 800

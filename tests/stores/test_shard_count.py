@@ -160,3 +160,15 @@ def test_where_maps_keep_descriptors_too_many_shards_say_what_to_do(tmp_path: Pa
     said = done.stdout.strip()
     assert done.returncode == 3, (done.returncode, said, done.stderr[-2000:])
     assert "12 shards" in said and "ulimit -n" in said and "fewer shards" in said, said
+
+
+def test_empty_input_is_named_empty_not_given_a_shard_count(tmp_path: Path) -> None:
+    """Files of 0 bytes in shards: the refusal said "each shard needs at least one byte ...
+    Use at most 1 shards", as if one shard would build; it now says the input is empty."""
+    empty = tmp_path / "a.jsonl"
+    empty.write_bytes(b"")
+    with pytest.raises(ValueError) as refusal:
+        check_shard_count([empty], 2, None, jsonl_only)
+    said = str(refusal.value)
+    assert "Use at most" not in said, said
+    assert "hold no bytes" in said and str(empty) in said, said

@@ -135,3 +135,35 @@ def test_records_skipped_by_a_shard_built_into_a_bucket_are_said_with_its_url(
             TokenCorpus.build_shard(src, url, (1, 2), tok, on_error="skip", cache=tmp_path / "w")
     said = [str(w.message) for w in caught if issubclass(w.category, SkippedRecordsWarning)]
     assert said and all(url in s and str(tmp_path / "w") not in s for s in said), said
+
+
+def test_shards_for_a_bucket_that_would_drop_duplicates_are_refused_before_reading(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """A merge in a bucket keeps every row, so a shard built into one with
+    ``duplicates='first'`` or ``'last'`` could never be merged: refused before the source is
+    read (it was refused at the merge, after every shard of the array was built), naming the
+    route that keeps one row: a folder, merged there, then uploaded."""
+    missing = tmp_path / "not-read.jsonl"  # never opened: the refusal comes first
+    url = f"s3://{bucket}/stores/dup"
+    for keep in ("first", "last"):
+        with pytest.raises(ValueError, match=rf"{url}: .*keeps every row.*lading merge") as e:
+            lading.build_shard(missing, url, (0, 2), duplicates=keep, cache=tmp_path / "w")
+        assert f"duplicates={keep!r}" in str(e.value)
+
+
+def test_a_duplicate_id_across_shards_in_a_bucket_names_the_fix_a_bucket_takes(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """Two shards holding one id: the merge in the bucket names both rows and a fix it can
+    take (the source's duplicate removed, its shards built again), not ``duplicates='first'``,
+    which a bucket's shards refuse."""
+    lines = [json.dumps({"id": f"d{i % 5 if i == 7 else i}", "text": f"t {i}"}) for i in range(10)]
+    src = write(tmp_path / "c.jsonl", "\n".join(lines) + "\n")  # d2 at lines 3 and 8
+    url = f"s3://{bucket}/stores/dupid"
+    for i in range(2):
+        lading.build_shard(src, url, (i, 2), cache=tmp_path / f"w{i}")
+    with pytest.raises(StoreFormatError, match="duplicate id 'd2'") as e:
+        lading.merge_store(url, cache=tmp_path / "m")
+    assert "duplicates='first'" not in str(e.value), str(e.value)
+    assert "Remove the duplicate from the source" in str(e.value)

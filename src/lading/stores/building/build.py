@@ -171,6 +171,10 @@ def build_shard(
     Returns:
         What this worker did (rows written, or reused), printable as the next step to take.
     """
+    if is_remote(dest):  # shards a bucket's merge would refuse: before anything is read
+        from lading.stores.building.remote_shards import refuse_dropping_duplicates
+
+        refuse_dropping_duplicates(os.fspath(dest), duplicates)
     refuse_shard_args(source, False)
     refuse_dest_in_source(source, dest)
     check_max_length(tokenizer, max_length)

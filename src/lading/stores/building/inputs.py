@@ -228,6 +228,12 @@ def check_shard_count(
     """
     sizes = [p.stat().st_size for p in files]
     total = sum(sizes)
+    if not total and n > 1:  # (no count of shards reads anything: not a count's advice)
+        shown = ", ".join(str(p) for p in files[:3]) + (" ..." if len(files) > 3 else "")
+        raise ValueError(
+            f"{n:,} shards but the {len(files)} input file(s) hold no bytes ({shown}): there is "
+            "nothing to build; check the input path"
+        )
     splittable = [_splittable(p, size, format, cut) for p, size in zip(files, sizes)]
     if n > max(total, 1):
         raise ValueError(

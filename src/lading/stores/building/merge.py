@@ -36,7 +36,7 @@ from lading.disk import (
     current_version,
     write_file,
 )
-from lading.errors import StoreFormatError
+from lading.errors import DuplicateIdError, StoreFormatError
 from lading.sources.tsv_blocks import Column, int_values
 from lading.stores.building.shardset import check_shard_files, shard_record
 from lading.stores.building.writer import (
@@ -128,11 +128,12 @@ def check_unique(keys: np.ndarray, shards: list[Shard]) -> None:
     a, b = (int(np.searchsorted(starts, r, side="right")) - 1 for r in (first, again))
     key = ordered[same[0]]
     shown = key.rstrip(b"\0").decode("utf-8") if isinstance(key, bytes) else str(key)
-    raise StoreFormatError(
+    raise DuplicateIdError(
         f"duplicate id {shown!r} in shard {a} (its row {first - starts[a]}, read from "
         f"{_describe(shards[a])}) and shard {b} (its row {again - starts[b]}, read from "
-        f"{_describe(shards[b])}): ids must be unique over the store. Remove the duplicate from "
-        "the source, or build every shard with duplicates='first' or 'last' to keep one"
+        f"{_describe(shards[b])}): ids must be unique over the store",
+        "Remove the duplicate from the source, or build every shard with duplicates='first' "
+        "or 'last' to keep one",
     )
 
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lading.disk.meta import META_FILE
 from lading.disk.snapshot import BUILD_PREFIX
-from lading.errors import RemoteChangedError, SourceError, StoreFormatError
+from lading.errors import DuplicateIdError, RemoteChangedError, SourceError, StoreFormatError
 from lading.remote.clients import open_client
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import (
@@ -498,6 +498,20 @@ def merge_store_remote(url: str, build_id: str | None, settings: RemoteSettings)
     )
 
 
+def refuse_dropping_duplicates(url: str, duplicates: str) -> None:
+    """Refuse ``duplicates='first'`` or ``'last'`` for a store built into ``url``, before any
+    row is read: a merge in a bucket keeps every row (keeping one of two would rewrite a
+    shard's files, which the bucket's merge never does), so shards built so could never be
+    merged there (they were refused at the merge, after a whole array had built them)."""
+    if duplicates != "error":
+        raise ValueError(
+            f"{url}: a store merged in a bucket keeps every row (duplicates='error'), so its "
+            f"shards cannot be built with duplicates={duplicates!r}: remove the duplicates from "
+            "the source, or build the shards into a folder with that option, merge them there "
+            "(lading merge DIR) and upload the store"
+        )
+
+
 def commit_store_in_bucket(
     url: str,
     settings: RemoteSettings,
@@ -514,14 +528,14 @@ def commit_store_in_bucket(
     from lading.stores.building.parallel import commit_shards
     from lading.stores.layout import FORMAT_NAME
 
-    if merge.recipe["options"].get("duplicates", "error") != "error":
-        raise ValueError(
-            f"{url}: a merge in the bucket keeps every row (duplicates='error'); shards "
-            "built with duplicates='first'/'last' are merged in a folder (lading merge "
-            "DIR), then uploaded"
-        )
-    with BuildContext(root, FORMAT_NAME, collect=False) as build:
-        snapshot = commit_shards(build, merge)
+    refuse_dropping_duplicates(url, merge.recipe["options"].get("duplicates", "error"))
+    try:
+        with BuildContext(root, FORMAT_NAME, collect=False) as build:
+            snapshot = commit_shards(build, merge)
+    except DuplicateIdError as e:  # (a bucket's shards cannot be built to keep one)
+        raise DuplicateIdError(
+            e.found, "Remove the duplicate from the source and build the shards again"
+        ) from None
     meta = json.loads((root / META_FILE).read_text())
     for name, info in meta["files"].items():
         if name.startswith(BUILD_PREFIX):  # stand-ins here: the bucket has the bytes

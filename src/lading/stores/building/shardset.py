@@ -240,10 +240,14 @@ def all_present(dest: Path, bid: str, build: str = "lading build") -> int:
     if missing:
         listed = ", ".join(str(i) for i in missing[:8]) + (" ..." if len(missing) > 8 else "")
         build = _builds_own_command(dest, bid, build)
+        each = (
+            f"Build it with `{build} SOURCE {dest} --shard {missing[0]}/{n}`"
+            if len(missing) == 1
+            else f"Build each with `{build} SOURCE {dest} --shard I/{n}` for I in {listed}"
+        )
         raise StoreFormatError(
-            f"{dest}: build {bid} has {have:,} of its {n:,} shards; missing {listed}. "
-            f"Build each with `{build} SOURCE {dest} --shard {missing[0]}/{n}` (the same "
-            f"source and options), then `{build.replace('build', 'merge')} {dest}`"
+            f"{dest}: build {bid} has {have:,} of its {n:,} shards; missing {listed}. {each} "
+            f"(the same source and options), then `{build.replace('build', 'merge')} {dest}`"
         )
     return n
 

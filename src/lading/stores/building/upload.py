@@ -295,7 +295,10 @@ async def _put(
     request = None if part is None else put_deadline(min(size, part), base, rate)
     deadline = put_deadline(size, base, rate) + DEFAULT_RETRIES * (request or 0.0)
     where = f"PUT {describe(client.url, key)} (endpoint {client.endpoint or 'the default'})"
-    unchanged = "the store there is unchanged (its manifest is written last)"
+    unchanged = (  # (a store's, a token corpus's or a shard's files: their manifest last)
+        "nothing there is committed (the manifest is written last): run the same command again "
+        "once the endpoint takes writes"
+    )
     try:
         await asyncio.wait_for(client.upload_async(key, data, deadline, request), deadline)
     except asyncio.TimeoutError:
