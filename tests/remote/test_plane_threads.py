@@ -632,6 +632,37 @@ def test_nothing_is_fetched_for_a_closed_loader_on_a_stalled_server(
     assert np.array_equal(remote.document(3), corpora.local["a"].document(3))  # still open
 
 
+@pytest.mark.slow  # a stalled server: ~6 s
+def test_a_close_from_another_thread_ends_the_callers_own_wait_at_once(
+    corpora: Corpora, faults: LocalS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``read_ahead=0`` the thread that iterates builds the batches itself; a ``close``
+    from another thread while that build waits on GETs the server never answers ends the
+    wait at once, and nothing is sent for the loader after ``close`` returns. Was: the build
+    went on to the remote deadline, its GETs retried (16 requests after close, the
+    LoaderClosedError 8.4 s after it, where the read-ahead thread's ended at once)."""
+    monkeypatch.setenv("LADING_REMOTE_TIMEOUT", "1.5")
+    remote = corpora.open_small(timeout=1.5)
+    loader = LanguageModelLoader(remote, 2, Windows(12), seed=6, read_ahead=0)
+    batches = iter(loader)
+    next(batches)
+    faults.fault("", 100000, "hang", op="any")
+    consumer, ended = _consume_in_thread(batches)
+    time.sleep(1.0)  # the consumer's own build waits on a stalled GET, its first attempt
+    assert consumer.is_alive() and not ended, ended
+    loader.close()
+    closed, at_close = time.monotonic(), faults.stats()
+    consumer.join(10)
+    waited = time.monotonic() - closed
+    time.sleep(4.0)  # past the attempts' timeouts (1.5 s), a retry's pause and a second try
+    sent = faults.stats()["requests"] - at_close["requests"]
+    faults.reset()
+    assert ended == ["LoaderClosedError"], ended
+    assert waited < 1.0, f"the caller's build ended {waited:.1f} s after close"
+    assert sent <= 2, f"{sent} requests after close ({at_close['in_flight']} were in flight)"
+    assert np.array_equal(remote.document(3), corpora.local["a"].document(3))  # still open
+
+
 # ------------------------------------------------------------------ fork
 
 

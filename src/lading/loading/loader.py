@@ -50,6 +50,7 @@ from lading.loading.read_ahead import Carried
 from lading.loading.state import Cursor
 from lading.loading.workers import Workers, pinnable  # Workers is imported from here too
 from lading.loading.workload import Workload
+from lading.remote.cancel import Cancel, reading_for
 
 
 def _as_built(batch: Any) -> Any:
@@ -100,14 +101,28 @@ def _keys(workload: Workload, announce: Announce | None, cursor: Cursor) -> Iter
 
 
 def _epoch_batches(
-    workload: Workload, announce: Announce | None, pin: bool, cursor: Cursor
+    workload: Workload,
+    announce: Announce | None,
+    pin: bool,
+    cursor: Cursor,
+    cancel: Cancel | None = None,
 ) -> Iterator[Any]:
     """The batches of ``cursor``'s epoch from its position, built in this process (in bulk
     where the workload can); a function of its arguments only (read_ahead's thread runs it,
-    holding no reference to the loader)."""
+    holding no reference to the loader). ``cancel``: each build's GETs are made under it
+    (the iterating thread's builds, which ``close`` from another thread ends; the
+    announcer's prefetches, which ``close`` waits for through ``settle``, are not)."""
     bulk = workload.bulk(copy.copy(cursor))
-    batches = map(workload.build, _keys(workload, announce, cursor)) if bulk is None else bulk
+    build = workload.build
+    if cancel is not None:
+        build = functools.partial(_build_under, cancel, build)
+    batches = map(build, _keys(workload, announce, cursor)) if bulk is None else bulk
     return map(pin_memory, batches) if pin else batches
+
+
+def _build_under(cancel: Cancel, build: Callable[[Any], Any], key: Any) -> Any:
+    """``build(key)`` with its GETs made under ``cancel``."""
+    return reading_for(cancel, functools.partial(build, key))
 
 
 _KILL_S = 2.0  # past the deadline: the most a terminated worker, or torch's shutdown, may take
@@ -237,6 +252,9 @@ class Loader:
         # none for workers that are not persistent, and close() ends this one's workers
         self._pass: weakref.ref[Any] | None = None
         self._ahead: Carried | None = None  # read_ahead's thread, carried between passes
+        # the GETs of the batches a pass builds on the iterating thread (read_ahead=0): a
+        # close from another thread ends them, as it ends the read-ahead thread's
+        self._cancel: Cancel | None = None
 
     # ------------------------------------------------------------------ where it is
 
@@ -371,8 +389,10 @@ class Loader:
         except Exception as e:
             # (no ``except LoaderClosedError`` clause: at interpreter exit a pass left open is
             # closed after this module's globals are None, and a clause naming one raises)
-            if self._ended is cursor and not isinstance(e, LoaderClosedError):
-                self._refuse_after_close(cursor)  # (a worker or thread close() ended, mid-wait)
+            if self._ended is cursor and type(e) is not LoaderClosedError:
+                # (a worker or thread close() ended, mid-wait; or a GET of this pass's build
+                # close() cancelled: its error names the loader, not where the pass ended)
+                self._refuse_after_close(cursor)
             raise
         finally:  # ended, broken off (a for loop's break closes it) or dropped
             if self._reading is cursor:  # no later pass began (one may read the thread)
@@ -404,7 +424,8 @@ class Loader:
         epoch = functools.partial(_epoch_batches, workload, self._announce, pin)
         depth = self.workers.read_ahead
         if not depth:
-            return epoch(copy.copy(cursor))
+            self._cancel = Cancel()
+            return epoch(copy.copy(cursor), self._cancel)
         if self._ahead is None or not self._ahead.starts(cursor):
             self._drop_ahead()
             self._ahead = Carried(self, cursor, epoch, depth)
@@ -466,6 +487,9 @@ class Loader:
         ends = time.monotonic() + remote_timeout()
         self._ended = self._reading  # its next batch raises, naming where it ended
         self._drop_ahead(cancel=True)  # its GETs end too: none is sent or retried after
+        cancel, self._cancel = self._cancel, None
+        if cancel is not None:  # the batches built on the iterating thread: theirs too
+            cancel.cancel()
         if self._torch is not None and self._torch_pid != os.getpid():
             self._forget_torch()  # a forked child's close: the parent's workers are theirs
         torch_loader, self._torch = self._torch, None
