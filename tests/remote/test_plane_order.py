@@ -365,7 +365,7 @@ def test_a_loop_over_the_plan_hands_each_planned_read_to_the_window_once(
     rng = np.random.default_rng(1)
     batches = [[f"D{i}" for i in rng.choice(400, 8, replace=False)] for _ in range(20)]
     store.plan(batches, first_step=10)
-    cache = store._planner.cache
+    cache = store.readers.own.planner.cache
     handed: list[Need] = []
     fetch_ahead = cache.fetch_ahead
 
@@ -376,7 +376,7 @@ def test_a_loop_over_the_plan_hands_each_planned_read_to_the_window_once(
     cache.fetch_ahead = counting  # type: ignore[method-assign]
     for step, ids in enumerate(batches, 10):
         assert store.get_many(ids, step=step) == local.get_many(ids)
-    planned = store._planner.schedule.needs(10, 30)  # type: ignore[union-attr]
+    planned = store.readers.own.planner.schedule.needs(10, 30)  # type: ignore[union-attr]
     assert sorted(handed) == sorted(planned)  # every planned read handed once, none again
     assert store.cache_stats()["unplanned"] == 0
 
@@ -403,7 +403,9 @@ def test_the_loader_plans_each_epoch_and_names_each_step(bucket: str, tmp_path: 
     for epoch in range(2):
         loader.set_epoch(epoch)
         for batch, _ in enumerate(loader):
-            schedule = store._planner.schedule
+            mine = store.readers.of(loader._workload)  # the loader's plan, not the store's own
+            assert mine is not None and store.readers.own.planner.schedule is None
+            schedule = mine.planner.schedule
             assert schedule is not None and schedule.first_step == epoch << 32
             assert schedule.covers(((epoch + 1) << 32) + len(loader) - 1)  # and the next epoch
             assert steps[-1] == (epoch << 32) + batch  # the build's reads carried its step
@@ -468,7 +470,7 @@ def test_a_store_that_knows_the_order_keeps_the_next_epochs_blocks_until_read(
     reads = store
     if reader == "another":  # its reads learn the order from the ledger
         reads = lading.open_store(url, cache=tmp_path / "node", cache_bytes=int(96 * mean))
-        assert reads._planner.schedule is None
+        assert reads.readers.own.planner.schedule is None
     rng = np.random.default_rng(0)
     orders = [rng.permutation(count) for _ in range(2)]
     epochs = [[[f"D{i}" for i in o[j : j + batch]] for j in range(0, count, batch)] for o in orders]

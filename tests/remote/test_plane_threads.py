@@ -705,7 +705,7 @@ def test_a_map_style_loader_s_prefetches_are_sent_before_close_returns(
         store, read_queries(folder / "queries.tsv"), read_qrels(folder / "qrels.tsv"),
         group_size=4, sampling="random", seed=0,
     )  # fmt: skip
-    fetcher = store._planner.cache.fetcher  # type: ignore[attr-defined]
+    fetcher = store.readers.own.planner.cache.fetcher  # type: ignore[attr-defined]
     fetcher.in_flight, fetcher._slots = 10, None  # one call at a time
     s3.fault(f"{bucket}/groups", 1000, "slow", delay=0.05)
     try:

@@ -27,6 +27,7 @@ bitwise with its saved layout and refuses another.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sized
 from typing import Any, NamedTuple
 
@@ -44,7 +45,7 @@ from lading.loading.runs import Runs
 from lading.loading.segment import Segment
 from lading.loading.state import Cursor, LoaderStateError
 from lading.loading.workload import SegmentWorkload
-from lading.step import at_step, step_of
+from lading.step import as_reader, at_step, step_of
 from lading.world import World
 
 __all__ = ["BATCHING", "EpochIndex", "MapBatch", "MapWorkload", "loader"]
@@ -210,7 +211,7 @@ class MapWorkload(SegmentWorkload):
         step = step_of(key.epoch, key.batch) if key.batch >= 0 else None
         if hooks.at_step is not None and step is not None:  # the reads below are this batch's
             hooks.at_step(step)
-        with at_step(step):
+        with at_step(step), as_reader(self):
             if hooks.getitems is not None:
                 return self.collate(hooks.getitems(items))
             dataset = self.dataset
@@ -220,7 +221,25 @@ class MapWorkload(SegmentWorkload):
         """The dataset's ``settle`` hook, where it has one (a loader that closes calls this:
         what its ``prefetch`` asked for is fetched before ``close`` returns)."""
         if self.hooks.settle is not None:
-            self.hooks.settle(timeout)
+            with as_reader(self):
+                self.hooks.settle(timeout)
+
+    def announced(self) -> Hooks:
+        """The hooks the announcer calls, each as this loader's (:func:`lading.step.as_reader`:
+        a store read by two loaders keeps a plan and a window for each)."""
+        hooks = self.hooks
+        return dataclasses.replace(
+            hooks,
+            prefetch=None if hooks.prefetch is None else self._as_mine(hooks.prefetch),
+            plan=None if hooks.plan is None else self._as_mine(hooks.plan),
+        )
+
+    def _as_mine(self, hook: Callable[..., Any]) -> Callable[..., Any]:
+        def mine(*args: Any, **kwargs: Any) -> Any:
+            with as_reader(self):
+                return hook(*args, **kwargs)
+
+        return mine
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings', the sample count and the dataset's identity (where it has one)."""
@@ -309,6 +328,6 @@ def loader(
         if remote is None
         else workers.for_remote(read_ahead, remote, default=0)
     )
-    made = Loader(workload, workers, announce=announcer(workload.hooks, workload.items))
+    made = Loader(workload, workers, announce=announcer(workload.announced(), workload.items))
     made.dataset = dataset
     return made

@@ -30,8 +30,6 @@ import numpy.typing as npt
 
 from lading.disk.snapshot import content_id
 from lading.errors import StoreFormatError
-from lading.remote.cache import Planner
-from lading.remote.cache.around import AroundGets
 from lading.remote.ranges import Need
 from lading.remote.schedule import Schedule
 from lading.remote.settings import RemoteSettings
@@ -44,8 +42,9 @@ from lading.stores.hashids import shard_keys
 from lading.stores.index import IdIndex
 from lading.stores.layout import field_column
 from lading.stores.remote.columns import At, Columns
-from lading.stores.remote.kept import KEEP_SHARE, Kept, Reads
+from lading.stores.remote.kept import KEEP_SHARE, Reads
 from lading.stores.remote.manifest import no_store, parse, payload_files, staged_files
+from lading.stores.remote.readers import Readers
 from lading.world import World
 
 AHEAD = 8  # batches fetched ahead along a plan when no loader announces (a plain loop of reads)
@@ -96,14 +95,8 @@ class RemoteStore(DocStore):
         self.path = staged  # the node's copy of the index (what store_identity reads)
         # read now: the staged copy may be evicted while this store is open (its maps stay open)
         self._tokenizer_json = self.tokenizer_path.read_text() if self.tokenizer_path else None
-        self._planner = Planner(cache, once=True)
-        self._told = False  # a loader announces the batches ahead (else reads pump the plan)
-        # documents the window fetches around the cache, held for this process's reads, once
-        # it read at a step it planned (it builds the batches): :mod:`.kept`
-        self._around = AroundGets()
-        self._kept = Kept()
-        self._reads_here = False
-        cache.planners.add(self._around)  # (its rule at a fork: the cache's)
+        # each loader's plan, window and kept ranges, and the store's own: :mod:`.readers`
+        self.readers = Readers(cache)
 
     def __repr__(self) -> str:
         return f"RemoteStore({self.url!r})"
@@ -139,24 +132,26 @@ class RemoteStore(DocStore):
     ) -> None:
         """:meth:`prefetch` by row codes; ``columns``: which payload columns (default: those
         read so far, else ``tokens`` in a tokenized store and ``text`` otherwise)."""
-        self._told = True  # a loader announces: reads do not pump the plan themselves
+        reader = self.readers.current(hint=True)
+        reader.told = True  # a loader announces: reads do not pump the plan themselves
         now = int(first_step) if now is None else int(now)
         needs = self._needs(batches, range(first_step, first_step + len(batches)), columns)
         around: list[Need] = []
-        if self._reads_here:
-            around, needs = self._kept.split(needs)
+        if reader.reads_here:
+            around, needs = reader.kept.split(needs)
         # the kept ones first: behind the window's around GETs, a batch's kept range waited
         # (an LM loader's windows: 0.76x the tokens/s)
-        self._planner.prefetch(needs, now)
-        self._columns.cache.fetch_around(around, self._around)
+        reader.planner.prefetch(needs, now)
+        self._columns.cache.fetch_around(around, reader.around)
 
     def settle(self, timeout: float) -> None:
         """Wait, at most ``timeout`` seconds, until the GETs this store's prefetches started
         are answered (reads wait for their own): a loader over this store calls it as it
         closes, so that nothing is fetched for the loader after (the store stays open); the
         GETs held around the cache for its reads are let go."""
-        self._planner.settle(timeout)
-        self._around.settle(self._columns.cache.fetcher, timeout)
+        reader = self.readers.current()
+        reader.planner.settle(timeout)
+        reader.around.settle(self._columns.cache.fetcher, timeout)
 
     def plan(
         self,
@@ -171,7 +166,8 @@ class RemoteStore(DocStore):
         or, with no loader announcing, :data:`AHEAD` batches ahead of each read). A read says
         its step: ``get_many(ids, step=s)``, or the step of the batch a loader is building.
         Ids not in the store are skipped (the read will name them). A new plan replaces the
-        last one."""
+        last one of the same loader: each loader over this store keeps its own, and a call
+        outside any loader is the store's own (:mod:`lading.stores.remote.readers`)."""
         rows = [r[r >= 0] for r in (self.find_rows(list(b)) for b in batches)]
         self.plan_rows(rows, first_step, steps=steps)
 
@@ -188,10 +184,11 @@ class RemoteStore(DocStore):
         )
         first = at[0] if at else first_step
         reads = self._reads(batches, at, columns)
-        self._planner.plan(Schedule.of_arrays(*reads, first))
+        reader = self.readers.current(hint=True)
+        reader.planner.plan(Schedule.of_arrays(*reads, first))
         ranks = max(1, World.detect().local_world_size)  # (the node's ranks share the cap)
         budget = int(self._columns.cache.cap * KEEP_SHARE) // ranks
-        self._kept.plan(reads, first, budget)
+        reader.kept.plan(reads, first, budget)
 
     def _reads(
         self,
@@ -248,28 +245,27 @@ class RemoteStore(DocStore):
         """The step a read is at (given, else the building batch's); with a plan and no
         loader announcing, the plan's next batches are fetched ahead of it."""
         step = current_step() if step is None else int(step)
-        if step is not None and not self._told:
-            self._planner.follow(step, AHEAD)
+        reader = self.readers.current()
+        if step is not None and not reader.told:
+            reader.planner.follow(step, AHEAD)
         return step
 
-    def _planned(self, step: int | None) -> bool:
-        """Whether this process's plan holds ``step``: a document is read once an epoch, so a
-        read the window did not bring takes the room of no block needed later this epoch (at
-        a cap full of the next epoch's blocks, reads that did gave up whole regions of them:
-        0.60x Belady's hits at 0.5 % of 1M passages). A DataLoader worker's store holds no
-        plan (a forked one's planner forgot its parent's, :meth:`.Planner.forked`): the
-        ledger tells its reads the order the main process's plan recorded."""
-        schedule = self._planner.schedule
-        return schedule is not None and schedule.covers(step)
-
     def _reading(self, step: int | None) -> At:
-        """A read at ``step``: whether planned (:meth:`_planned`), and the GETs held around
-        the cache it takes first. A read at a planned step says this process builds the
-        batches it announces: from then on the window fetches around the cache."""
-        planned = self._planned(step)
+        """A read at ``step``: whether its loader's plan (this thread's reader's) holds the
+        step, and the GETs held around the cache it takes first. Planned: a document is read
+        once an epoch, so a read the window did not bring takes the room of no block needed
+        later this epoch (at a cap full of the next epoch's blocks, reads that did gave up
+        whole regions of them: 0.60x Belady's hits at 0.5 % of 1M passages). A DataLoader
+        worker's store holds no plan (a forked one's planner forgot its parent's,
+        :meth:`.Planner.forked`): the ledger tells its reads the order the main process's
+        plan recorded. A read at a planned step says this process builds the batches its
+        loader announces: from then on its window fetches around the cache."""
+        reader = self.readers.current()
+        schedule = reader.planner.schedule
+        planned = schedule is not None and schedule.covers(step)
         if planned:
-            self._reads_here = True
-        return At(step, planned, self._around if planned else None)
+            reader.reads_here = True
+        return At(step, planned, reader.around if planned else None)
 
     def cache_stats(self) -> dict[str, Any]:
         """This process's figures of this store: ``gets``, ``bytes_fetched``, ``retried``,
