@@ -44,7 +44,7 @@ from lading.stores.layout import field_column
 from lading.stores.remote.columns import At, Columns
 from lading.stores.remote.kept import KEEP_SHARE, Reads
 from lading.stores.remote.manifest import no_store, parse, payload_files, staged_files
-from lading.stores.remote.readers import Readers
+from lading.stores.remote.readers import Reader, Readers
 from lading.world import World
 
 AHEAD = 8  # batches fetched ahead along a plan when no loader announces (a plain loop of reads)
@@ -241,26 +241,27 @@ class RemoteStore(DocStore):
                 needs += self._columns.needs(column, [np.asarray(rows, dtype=np.int64)], step)
         return needs
 
-    def _step(self, step: int | None) -> int | None:
-        """The step a read is at (given, else the building batch's); with a plan and no
-        loader announcing, the plan's next batches are fetched ahead of it."""
+    def _step(self, step: int | None) -> tuple[int | None, Reader]:
+        """The step a read is at (given, else the building batch's) and this thread's
+        reader; with a plan and no loader announcing, the plan's next batches are fetched
+        ahead of it."""
         step = current_step() if step is None else int(step)
         reader = self.readers.current()
         if step is not None and not reader.told:
             reader.planner.follow(step, AHEAD)
-        return step
+        return step, reader
 
     def _reading(self, step: int | None) -> At:
-        """A read at ``step``: whether its loader's plan (this thread's reader's) holds the
-        step, and the GETs held around the cache it takes first. Planned: a document is read
-        once an epoch, so a read the window did not bring takes the room of no block needed
-        later this epoch (at a cap full of the next epoch's blocks, reads that did gave up
-        whole regions of them: 0.60x Belady's hits at 0.5 % of 1M passages). A DataLoader
-        worker's store holds no plan (a forked one's planner forgot its parent's,
-        :meth:`.Planner.forked`): the ledger tells its reads the order the main process's
-        plan recorded. A read at a planned step says this process builds the batches its
-        loader announces: from then on its window fetches around the cache."""
-        reader = self.readers.current()
+        """A read at ``step`` (:meth:`_step`): whether its loader's plan (this thread's
+        reader's) holds the step, and the GETs held around the cache it takes first. Planned:
+        a document is read once an epoch, so a read the window did not bring takes the room
+        of no block needed later this epoch (at a cap full of the next epoch's blocks, reads
+        that did gave up whole regions of them: 0.60x Belady's hits at 0.5 % of 1M passages).
+        A DataLoader worker's store holds no plan (a forked one's planner forgot its
+        parent's, :meth:`.Planner.forked`): the ledger tells its reads the order the main
+        process's plan recorded. A read at a planned step says this process builds the
+        batches its loader announces: from then on its window fetches around the cache."""
+        step, reader = self._step(step)
         schedule = reader.planner.schedule
         planned = schedule is not None and schedule.covers(step)
         if planned:
@@ -319,14 +320,13 @@ class RemoteStore(DocStore):
         return self.texts_at(self.rows(id_list(ids, "get_many")), step)
 
     def texts_at(self, rows: npt.NDArray[np.int64], step: int | None = None) -> list[str]:
-        now = self._step(step)
         flat = np.asarray(rows, dtype=np.int64).reshape(-1)  # (any shape, read flat: as local)
-        return self._columns.texts(self._payload("text"), flat, self._reading(now))
+        return self._columns.texts(self._payload("text"), flat, self._reading(step))
 
     def get_many_bytes(self, ids: Sequence[IdLike], step: int | None = None) -> list[bytes]:
         """UTF-8 bytes of ``ids`` in request order, not decoded; each the caller's own."""
-        rows, now = self.rows(id_list(ids, "get_many_bytes")), self._step(step)
-        return self._columns.read(self._payload("text"), rows, self._reading(now))
+        rows = self.rows(id_list(ids, "get_many_bytes"))
+        return self._columns.read(self._payload("text"), rows, self._reading(step))
 
     def texts_range(self, start: int, stop: int) -> list[str]:
         """Texts of rows ``start .. stop - 1`` (neighbours: the planner fetches them together).
@@ -360,7 +360,7 @@ class RemoteStore(DocStore):
         if name not in self.meta["fields"]:
             raise KeyError(f"{self!r} has no field {name!r}; it has {sorted(self.fields)}")
         column = self._payload(field_column(name))
-        return self._columns.texts(column, self.rows([doc_id]), At(self._step(None)))[0]
+        return self._columns.texts(column, self.rows([doc_id]), At(self._step(None)[0]))[0]
 
     def record(self, doc_id: IdLike) -> Record:
         """Id, text and fields of one document."""
@@ -397,8 +397,7 @@ class RemoteStore(DocStore):
         """Token ids of rows, each a read-only array of its own (``step``: see :meth:`plan`)."""
         if not self.has_tokens:
             raise self.no_tokens()
-        now = self._step(step)
-        return self._columns.arrays(self._payload("tokens"), rows, self._reading(now))
+        return self._columns.arrays(self._payload("tokens"), rows, self._reading(step))
 
     def token_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Every document's token ids back to back and their ``n + 1`` offsets: read whole
