@@ -88,7 +88,7 @@ class Deadline:
         reason = "timed out" if timed_out else first
         return (
             f"{what} (endpoint {endpoint or 'the default endpoint'}) failed {self.retries + 1} "
-            f"times, each allowed {self.timeout:g}s (timeout=, env {TIMEOUT_ENV}; "
+            f"times, each allowed {self.timeout:g}s (timeout= or ${TIMEOUT_ENV}; "
             f"retries={self.retries}); last: {reason}. Check that the endpoint is up and "
             f"reachable, or raise the timeout{note}"
         )
@@ -108,7 +108,7 @@ class Deadline:
             _silence_said[where] = now
         print(
             f"lading: no answer from {where} after {self.timeout:g} s ({what}), retrying "
-            f"{attempt}/{self.retries} (timeout=, env {TIMEOUT_ENV})",
+            f"{attempt}/{self.retries} (a longer wait: timeout= or ${TIMEOUT_ENV})",
             file=sys.stderr,
             flush=True,
         )

@@ -242,7 +242,9 @@ def filesystem(
 ) -> tuple[Any, str]:
     """fsspec's filesystem of ``url`` and its root path (``doing``: what needs it, named when
     fsspec is missing). On S3, botocore's own bounds (60 s each by default) are put under
-    ``timeout`` (connect: at most 10 s) and its tries to ``attempts`` (None: its default)."""
+    ``timeout`` (connect: at most 10 s) and its tries to ``attempts`` (None: its default),
+    botocore's and s3fs's own loops alike (the instance is then this caller's, not fsspec's
+    shared one, whose tries are its other users')."""
     try:
         from fsspec.core import url_to_fs
     except ImportError:  # pragma: no cover - torch depends on fsspec
@@ -251,12 +253,15 @@ def filesystem(
         ) from None
     check_url(url)
     options = dict(options)
+    tries = None  # s3fs's own loop's, where this caller sets them (on an instance of its own)
     if timeout is not None and url.startswith(("s3://", "s3a://")):
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("connect_timeout", min(timeout, 10.0))
         config.setdefault("read_timeout", timeout)
         if attempts is not None:
-            config.setdefault("retries", {"max_attempts": attempts})
+            config.setdefault("retries", {"total_max_attempts": attempts})  # (not max_attempts)
+            options.setdefault("skip_instance_cache", True)
+            tries = attempts
         options["config_kwargs"] = config
     try:
         fs, root = url_to_fs(url.rstrip("/"), **options)
@@ -277,6 +282,8 @@ def filesystem(
             "'lading[remote]' (s3:// through obstore or s3fs; other schemes: fsspec's package "
             "for them, such as gcsfs or adlfs)"
         ) from None
+    if tries is not None and isinstance(getattr(fs, "retries", None), int):
+        fs.retries = tries  # s3fs's loop around botocore's (a timeout, a reset, SlowDown)
     return fs, str(root).rstrip("/")
 
 

@@ -38,8 +38,11 @@ class FsspecClient:
         self.url = url.rstrip("/")
         options = dict(options or {})
         # botocore's own timeouts bound a request the fetcher gave up on; the fetcher's
-        # asyncio timeout is the deadline callers see
-        self.fs, self.root = filesystem(self.url, options, timeout, "reading")
+        # asyncio timeout is the deadline callers see. One try each, as obstore's: the
+        # fetcher retries and counts; with botocore's own, each of its attempts at a 503 sent
+        # 4-5 GETs it never counted and waited out the attempt's timeout (a forked worker's
+        # error came after 8.4 s where obstore's came after 0.4)
+        self.fs, self.root = filesystem(self.url, options, timeout, "reading", 1)
         # the scheme's own: AWS_ENDPOINT_URL for s3:// only, an http:// URL's host, ...
         self.endpoint = endpoint_of(self.url, options, "fsspec")
 

@@ -390,3 +390,35 @@ def test_the_fsspec_backend_keeps_the_same_deadline(
         store.close()
     hung = min(times, 4) if kind == "hang" else 0
     assert time.monotonic() - started < hung * limit + LOADED_S + 1
+
+
+@pytest.mark.parametrize("match", ["meta.json", "text.bin"])
+def test_the_fsspec_backend_sends_each_attempt_once_under_errors(
+    store_url: str, faults: LocalS3, tmp_path: Path, match: str
+) -> None:
+    """A forked DataLoader worker reads through fsspec: there a 503 on every GET was retried
+    by botocore and s3fs inside each of the fetcher's attempts, so every attempt ran to its
+    timeout ("no answer after 2 s", 8.4 s to the error at LADING_REMOTE_TIMEOUT=2 where
+    obstore took 0.4 s) and the server saw GETs the fetcher never counted. Now each attempt is
+    one request that fails at once: the error comes after the fetcher's backoffs."""
+    pytest.importorskip("s3fs")
+    from lading.remote.settings import RemoteSettings
+
+    settings = RemoteSettings.of(tmp_path / "c", "1M", backend="fsspec", timeout=HEALTHY_S)
+    store = None
+    if match != "meta.json":
+        store = RemoteStore(store_url, settings)  # (its open reads text.bin's ends)
+        faults.reset()
+    faults.fault(match, 99, "error", status=503)
+    started = time.monotonic()
+    with pytest.raises(RemoteReadError):
+        if store is None:
+            RemoteStore(store_url, settings)
+        else:
+            store.get_many(list(DOCS)[:3])
+    took = time.monotonic() - started
+    sent = sum(n for key, n in faults.stats()["gets_by_key"].items() if match in key)
+    if store is not None:
+        store.close()
+    assert sent == 4, f"{sent} GETs of {match} reached the server for the fetcher's 4 attempts"
+    assert took < HEALTHY_S, f"{took:.1f} s to a 503's error: an attempt waited for its timeout"
