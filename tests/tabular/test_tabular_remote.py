@@ -441,10 +441,13 @@ def test_a_prefix_holding_no_parquet(s3: LocalS3, tmp_path: Path) -> None:
     assert "no *.parquet objects below s3://parquet-empty/logs/" in text and "point at" in text
 
 
-def test_a_missing_object_and_one_that_is_not_parquet(url: str, tmp_path: Path) -> None:
+def test_a_missing_object_and_one_that_is_not_parquet(
+    url: str, local: Path, tmp_path: Path
+) -> None:
     """A missing object is a RemoteNotFoundError (docs/remote-stores.md: every failure talking
     to object storage is a lading.RemoteError; still a FileNotFoundError); a junk or empty
-    object is named as not parquet, with no GET retried against the endpoint."""
+    object, or one whose footer does not decode (was: pyarrow's "Couldn't deserialize thrift",
+    naming no object), is named as not parquet, with no GET retried against the endpoint."""
     from lading.errors import RemoteNotFoundError
 
     with pytest.raises(RemoteNotFoundError) as missing:
@@ -455,7 +458,10 @@ def test_a_missing_object_and_one_that_is_not_parquet(url: str, tmp_path: Path) 
     )
     from lading.remote.clients import open_client
 
-    for body in (b"not parquet at all", b""):
+    good = bytearray((local / "part-0.parquet").read_bytes())
+    footer = len(good) - 8 - int.from_bytes(good[-8:-4], "little")
+    good[footer + 10 : footer + 60] = b"\xff" * 50  # its length and PAR1 kept
+    for body in (b"not parquet at all", b"", bytes(good)):
         open_client(url).put("broken.parquet", body)
         try:
             with pytest.raises(ValueError) as broken:
@@ -611,6 +617,42 @@ def test_a_folder_named_like_a_parquet_object_is_read_as_a_folder(
     with pytest.raises(FileNotFoundError) as caught:  # no object and no folder: still refused
         PartitionedParquet("s3://parquet-spark/out/other.parquet", 4, cache=cold(tmp_path))
     assert "no parquet object at s3://parquet-spark/out/other.parquet" in _one_line(caught.value)
+
+
+def test_folder_markers_are_folders_not_empty_objects(s3: LocalS3, tmp_path: Path) -> None:
+    """The S3 console and Hadoop's S3A keep a 0-byte ``name/`` key for each folder; obstore
+    lists it as ``name``. A Spark output's marker ``out/a.parquet/`` was taken for an empty
+    parquet object ("not a parquet file (0 bytes ...); remove it"), reading the prefix above
+    or two outputs named side by side (one LIST of their folder)."""
+    import urllib.request
+
+    import numpy as np
+
+    from lading.remote.clients import open_client
+
+    folder = tmp_path / "spark"
+    want_files = []
+    for name in ("a.parquet", "b.parquet"):
+        (folder / name).mkdir(parents=True)
+        for i in range(2):
+            ids = pa.array(np.arange(i * 10, i * 10 + 10) + (100 if name == "b.parquet" else 0))
+            want_files.append(folder / name / f"part-0000{i}.parquet")
+            pq.write_table(pa.table({"sid": ids}), want_files[-1])
+    want = list(PartitionedParquet(want_files, 4, seed=2))
+    s3.make_bucket("parquet-markers")
+    client = open_client("s3://parquet-markers")
+    for key in ("out/", "out/a.parquet/", "out/b.parquet/"):  # raw PUTs: the slash kept
+        put = urllib.request.Request(f"{s3.endpoint}/parquet-markers/{key}", b"", method="PUT")
+        urllib.request.urlopen(put, timeout=HEALTHY_S).close()
+    for path in want_files:
+        client.put(f"out/{path.parent.name}/{path.name}", path)
+    root = "s3://parquet-markers/out"
+    for urls in ([f"{root}/"], [f"{root}/a.parquet", f"{root}/b.parquet"]):
+        loader = PartitionedParquet(urls, 4, seed=2, cache=cold(tmp_path))
+        assert [f.rsplit("/", 2)[-2] for f in map(str, loader.files)] == ["a.parquet"] * 2 + [
+            "b.parquet"
+        ] * 2, urls
+        same(list(loader), want)
 
 
 def test_an_object_deleted_mid_run_names_the_parquet_fix(

@@ -50,6 +50,7 @@ from lading.tabular.remote_files import (
     FetchedRanges,
     Parts,
     RemoteFile,
+    decode_footer,
     list_files,
     split_root,
     stage_footers,
@@ -160,9 +161,6 @@ class RemoteParquet:
     def metadata(self, url: str) -> Any:
         """The parquet metadata of object ``url`` (from its staged footer)."""
         if url not in self._meta:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
             i = self._index[url]
             footer = self.footers[i]
             if footer is None:  # a pickled copy: the node's staged footer (pinned to the ETag)
@@ -172,7 +170,7 @@ class RemoteParquet:
                     footer = stage_footers([file], fetchers, Path(self.settings.cache))[0]
                 except RemoteReadError as e:  # (replaced since the dataset opened)
                     raise _rewritten(e) from None
-            self._meta[url] = pq.read_metadata(pa.BufferReader(footer))
+            self._meta[url] = decode_footer(footer, url)
         return self._meta[url]
 
     def _fields(self, url: str) -> list[tuple[str, str]]:

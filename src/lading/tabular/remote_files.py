@@ -25,6 +25,7 @@ pinned to the ETag listed (:mod:`lading.tabular.remote`).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import io
 import os
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from lading.disk import build_lock
+from lading.disk.remote import first_line
 from lading.errors import RemoteNotFoundError
 from lading.remote.cache.folder import make_folders, shared
 from lading.remote.clients import check_reachable
@@ -106,7 +108,10 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
     def listing(root: str, folder: str) -> dict[str, tuple[int, str | None, str | None]]:
         if (root, folder) not in listings:
             found = fetchers[root].list(folder)
-            listings[root, folder] = {k: (v.size, v.etag, v.modified) for k, v in found.items()}
+            markers = folder_markers({k: v.size for k, v in found.items()})
+            listings[root, folder] = {
+                k: (v.size, v.etag, v.modified) for k, v in found.items() if k not in markers
+            }
         return listings[root, folder]
 
     def head(root: str, key: str) -> tuple[int, str | None, str | None] | None:
@@ -157,6 +162,20 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
             refuse_twice(reached, file.url, file.url, url)
             files.append(file)
     return files
+
+
+def folder_markers(sizes: dict[str, int]) -> set[str]:
+    """The keys of ``sizes`` (key -> bytes) that mark a folder: 0 bytes, with keys below them.
+    The S3 console and Hadoop's S3A keep a ``name/`` key for a folder, which obstore lists as
+    ``name``: a Spark output's ``out/a.parquet/`` read as an empty parquet object."""
+    keys = sorted(sizes)
+    found = set()
+    for key, size in sizes.items():
+        if size == 0:
+            at = bisect.bisect_left(keys, key + "/")
+            if at < len(keys) and keys[at].startswith(key + "/"):
+                found.add(key)
+    return found
 
 
 def _above(key: str) -> str:
@@ -262,7 +281,24 @@ def _footer(file: RemoteFile, tail: bytes, fetcher: Fetcher) -> bytes:
         start = file.size - length - 8
         more = fetcher.submit(file.key, start, file.size - len(tail), file.etag).result()
         tail = more + tail
-    return tail[-(length + 8) :]
+    footer = tail[-(length + 8) :]
+    decode_footer(footer, describe(file.root, file.key))  # never staged unless it decodes
+    return footer
+
+
+def decode_footer(footer: bytes, where: str) -> Any:
+    """The parquet metadata in ``footer`` (its thrift and trailer), or a ValueError naming
+    ``where`` (an object whose footer was damaged or cut: pyarrow's own error names none)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_metadata(pa.BufferReader(footer))
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(
+            f"{where} is not a parquet file (its footer does not decode: {first_line(e)}); "
+            "remove it or write it again"
+        ) from None
 
 
 def _complete(data: bytes) -> bool:
