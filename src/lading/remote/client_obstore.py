@@ -51,6 +51,29 @@ _FAMILY = {"s3a": "s3"}  # a scheme whose keys and variables are another's
 _FSSPEC_PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "az": "adlfs"}  # fsspec's for each scheme
 # fsspec-style option names users already pass to `lading stage -o` -> obstore config keys
 _ALIASES = {"endpoint_url": "endpoint", "key": "access_key_id", "secret": "secret_access_key"}
+# obstore's client options (its ClientConfig), apart from each scheme's store config keys
+_CLIENT_KEYS = frozenset(
+    [
+        "allow_http",
+        "allow_invalid_certificates",
+        "connect_timeout",
+        "default_content_type",
+        "default_headers",
+        "http1_only",
+        "http2_keep_alive_interval",
+        "http2_keep_alive_timeout",
+        "http2_keep_alive_while_idle",
+        "http2_only",
+        "pool_idle_timeout",
+        "pool_max_idle_per_host",
+        "proxy_ca_certificate",
+        "proxy_excludes",
+        "proxy_url",
+        "randomize_addresses",
+        "timeout",
+        "user_agent",
+    ]
+)
 # each scheme's config keys a message suggests, and what it needs from the environment
 _KEYS = {
     "s3": "endpoint, region, access_key_id, secret_access_key, skip_signature",
@@ -144,8 +167,9 @@ class ObstoreClient:
         self.url = url.rstrip("/")
         self._pending: set[asyncio.Future[Any]] = set()  # obstore calls not yet ended
         config = {_ALIASES.get(k, k): v for k, v in (options or {}).items()}
+        given = _client_options(config)  # (moved out of config)
         self.endpoint = endpoint_of(self.url, config, "obstore")  # the scheme's own variables
-        client: dict[str, Any] = {"allow_http": self.endpoint.startswith("http://")}
+        client: dict[str, Any] = {"allow_http": self.endpoint.startswith("http://"), **given}
         self._timeout = timeout
         self._fsspec: FsspecClient | None = None  # made when needed: see _fallback
         _RUNTIME.started = True
@@ -161,6 +185,10 @@ class ObstoreClient:
                 self.url, client_options=reader, retry_config={"max_retries": 0}, **config
             )
         except Exception as e:  # an unknown key: obstore's text ends in a Rust debug dump
+            raise _bad_option(e, self.url, options) from None
+        except BaseException as e:  # a key its Rust side panics on: not an Exception
+            if type(e).__name__ != "PanicException":
+                raise
             raise _bad_option(e, self.url, options) from None
         # the sync calls (put, get, list, head, delete: tools, tests, the bench's publish)
         # keep obstore's own retries (a multipart upload of a 1.2 GB file whose one part
@@ -594,7 +622,19 @@ def _translate(
     return OSError(f"{type(error).__name__}: {first}")
 
 
-def _bad_option(error: Exception, url: str, options: Mapping[str, Any] | None) -> Exception:
+def _client_options(config: dict[str, Any]) -> dict[str, Any]:
+    """The HTTP client's options among a store's ``config`` (removed from it): obstore takes
+    them apart, and one among the store's keys (``allow_http``, ``aws_allow_http``) panicked
+    in its Rust side. Named bare or with the scheme's prefix, as its variables are."""
+    found = {}
+    for key in list(config):
+        bare = key.lower().removeprefix("aws_").removeprefix("google_").removeprefix("azure_")
+        if bare in _CLIENT_KEYS:
+            found[bare] = config.pop(key)
+    return found
+
+
+def _bad_option(error: BaseException, url: str, options: Mapping[str, Any] | None) -> Exception:
     """obstore's refusal to make a client, as one line: with options given, naming them and
     the scheme's config keys; with none, what the scheme needs from the environment."""
     first = first_line(error).rstrip(".")

@@ -168,6 +168,19 @@ def test_an_unknown_client_option_is_named(store_url: str, tmp_path: Path) -> No
     assert "bogus_key" in _one_line(caught.value)
 
 
+@pytest.mark.parametrize("key", ["allow_http", "aws_allow_http"])
+def test_an_http_client_option_is_taken_not_a_rust_panic(
+    store_url: str, s3: LocalS3, tmp_path: Path, key: str
+) -> None:
+    """``allow_http`` (MinIO's users set it, and AWS_ALLOW_HTTP) is one of obstore's client
+    options: passed among the store's config keys it raised a Rust panic (a BaseException, past
+    every ``except Exception``) after a 60-frame backtrace on stderr."""
+    options = {"endpoint_url": s3.endpoint, key: "true"}
+    store = _open(store_url, tmp_path, storage_options=options)
+    assert len(store) > 0
+    store.close()
+
+
 def _stage(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     started = time.monotonic()
     code = main(["stage", *argv, "--quiet"])
