@@ -502,6 +502,26 @@ def test_a_damaged_row_group_is_named(local: Path, s3: LocalS3, tmp_path: Path) 
     assert "s3://parquet-damaged/part-0.parquet, row group" in text and "write it again" in text
 
 
+def test_row_groups_past_the_objects_end_are_named_damaged_not_a_short_reply(
+    local: Path, s3: LocalS3, tmp_path: Path
+) -> None:
+    """Bytes cut from an object's middle (a botched concatenation), its footer intact: its
+    column chunks lie past its end. Each GET of them came back short and was retried as a
+    network fault ("check that the endpoint is up"); the local route says the file is
+    damaged."""
+    from lading.remote.clients import open_client
+
+    data = (local / "part-1.parquet").read_bytes()
+    s3.make_bucket("parquet-cut")
+    open_client("s3://parquet-cut").put("part-1.parquet", data[:4] + data[4 + 3000 :])
+    started = time.monotonic()
+    with pytest.raises(ValueError) as caught:
+        list(PartitionedParquet("s3://parquet-cut/", 8, cache=cold(tmp_path), **KW))
+    text = _one_line(caught.value)
+    assert "s3://parquet-cut/part-1.parquet, row group" in text and "write it again" in text
+    assert "endpoint" not in text and time.monotonic() - started < HEALTHY_S
+
+
 def test_repartition_refuses_a_url(tmp_path: Path) -> None:
     from lading.tabular import repartition
 
@@ -768,6 +788,11 @@ def test_the_figures_after_close_are_the_runs_and_open_nothing(url: str, tmp_pat
         assert after[name] >= inside[name] > 0, name  # batches may be read ahead meanwhile)
     assert after["by_epoch"][0] == inside["by_epoch"][0]
     assert after["process"]["gets"] == after["gets"]
+    unread = cold(tmp_path)
+    never = PartitionedParquet(url, 8, cache=unread, cache_bytes="4M", **KW)
+    never.close()  # closed before any read: nothing to count, nothing to open (was: opened
+    assert never.cache_stats()["gets"] == 0  # the node cache, its ledger and data file, and
+    assert unread.absolute() not in node._NODES.by_folder  # left them open)
 
 
 def test_figures_of_several_buckets_are_summed_all_through(

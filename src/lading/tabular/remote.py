@@ -90,6 +90,7 @@ class RemoteParquet:
         self._spans: dict[tuple[str, int, tuple[str, ...]], list[tuple[int, int]]] = {}
         self._leaf_fields: dict[str, list[tuple[str, str]]] = {}
         self._closed_stats: dict[str, dict[str, Any]] = {}  # a bucket's figures at close
+        self._closed = False  # closed, and not read since
 
     def __getstate__(self) -> dict[str, Any]:
         keep = ("files", "settings", "urls", "_index", "columns", "footer_bytes")
@@ -137,20 +138,25 @@ class RemoteParquet:
     def cache(self, root: str) -> NodeCache:
         """The node cache of bucket ``root``, as this process sees it."""
         if root not in self._caches:
-            mine = sorted(  # (a version: its ETag, else where none its modification time)
-                (f.key, f.etag or "", f.size, *([] if f.modified is None else [f.modified]))
-                for f in self.files
-                if f.root == root
-            )
-            digest = hashlib.sha256(repr(mine).encode()).hexdigest()[:16]
-            cache = self._caches[root] = self.settings.node_cache(
-                self._fetcher(root),
-                f"{root}@parquet-{digest}",  # another version of an object: other blocks
-                {f.key: f.etag for f in self.files if f.root == root},
-            )
-            cache.index_bytes = self.settings.index_budget(self.footer_bytes)
-            self._closed_stats = {}  # (read again: the figures start anew)
+            self._caches[root] = self._view(root)
+            self._closed_stats, self._closed = {}, False  # (read again: figures anew)
         return self._caches[root]
+
+    def _view(self, root: str) -> NodeCache:
+        """A new view of bucket ``root``'s node cache, for these objects' versions."""
+        mine = sorted(  # (a version: its ETag, else where none its modification time)
+            (f.key, f.etag or "", f.size, *([] if f.modified is None else [f.modified]))
+            for f in self.files
+            if f.root == root
+        )
+        digest = hashlib.sha256(repr(mine).encode()).hexdigest()[:16]
+        view = self.settings.node_cache(
+            self._fetcher(root),
+            f"{root}@parquet-{digest}",  # another version of an object: other blocks
+            {f.key: f.etag for f in self.files if f.root == root},
+        )
+        view.index_bytes = self.settings.index_budget(self.footer_bytes)
+        return view
 
     def planner(self, root: str) -> Planner:
         """What this process's loader tells the node cache of bucket ``root`` ahead."""
@@ -204,8 +210,21 @@ class RemoteParquet:
                     found[-1] = (found[-1][0], max(found[-1][1], end))
                 else:
                     found.append((start, end))
+            self._check_within(piece, found, meta)
             self._spans[piece.path, piece.row_group, names] = found
         return found
+
+    def _check_within(self, piece: Piece, spans: list[tuple[int, int]], meta: Any) -> None:
+        """Refuse column chunks that the footer places past the object's data (bytes cut
+        from its middle, its footer kept): each GET of them came back short, and was retried
+        as a network fault."""
+        data_end = self._file(piece.path).size - meta.serialized_size - 8
+        if spans and spans[-1][1] > data_end:
+            raise ValueError(
+                f"{piece.path}, row group {piece.row_group}: its footer puts column chunks at "
+                f"bytes {spans[-1][0]}-{spans[-1][1]}, past the object's data (bytes 0-"
+                f"{data_end}); the file is damaged: write it again"
+            )
 
     def largest_group(self) -> int:
         """Bytes of the largest row group's ranges (what one read must hold)."""
@@ -316,12 +335,17 @@ class RemoteParquet:
         total: dict[str, Any] = {}
         by_epoch: dict[int, tuple[int, int]] = {}
         for root in sorted({f.root for f in self.files}):
-            if root in self._caches or not self._closed_stats:
+            if root in self._caches or not self._closed:
                 found = self.cache(root).node_stats()
             elif root in self._closed_stats:
                 found = self._closed_stats[root]
-            else:
-                continue  # (closed, never read: nothing to count, nothing to open)
+            else:  # closed before it was read: the node's figures, its view let go at once
+                view = self._view(root)
+                try:
+                    found = view.node_stats()
+                finally:
+                    view.close()  # (and its fetcher)
+                    self._fetchers.pop(root, None)
             for name, value in found.items():
                 if name == "by_epoch":
                     for epoch, counts in value.items():
@@ -349,6 +373,7 @@ class RemoteParquet:
         for fetcher in self._fetchers.values():  # (those that only listed and staged too)
             fetcher.close()
         self._caches, self._planners, self._fetchers = {}, {}, {}
+        self._closed = True
 
 
 class RemoteRowReader(RowReader):
