@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -124,3 +125,38 @@ def test_a_refused_state_names_the_url_of_a_remote_corpus(
     assert str(tmp_path) not in text, text
     one.close()
     other.close()
+
+
+def test_a_loader_resumed_after_an_outage_reads_again_at_once(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """An outage (503s past every retry) ends a pass; the server recovers and the loop
+    resumes the same loader from its state. The window's GETs that failed were still held
+    for their reads, and each resume raised one of them again ("failed 4 times", though no
+    GET failed now): 8 resumes before one read to the end. Now a failed GET is not held:
+    the read sends it again."""
+    from lading.errors import RemoteReadError
+
+    url, tok = f"s3://{bucket}/outage", tokenizer(tmp_path)
+    texts = source(tmp_path / "src", 2, docs=300)
+    TokenCorpus.build(texts, url, tok, cache=tmp_path / "build", progress=False).close()
+    local = TokenCorpus.build(texts, tmp_path / "local", tok, progress=False)
+    want = [_plain(b) for b in LanguageModelLoader(local, 3, Windows(16), seed=1)]
+    corpus = TokenCorpus.open(url, cache=tmp_path / "node", cache_bytes="1K")
+    loader = LanguageModelLoader(corpus, 3, Windows(16), seed=1)  # read_ahead=2: the default
+    got = []
+    with pytest.raises(RemoteReadError):
+        for i, batch in enumerate(loader):
+            got.append(_plain(batch))
+            if i == 3:
+                s3.fault("outage/", 10**6, "error", status=503)
+    s3.reset()  # the outage ends
+    loader.load_state_dict(loader.state_dict())
+    got += [_plain(b) for b in loader]  # (raised the outage's error again, here)
+    assert got == want
+    loader.close()
+    corpus.close()
+
+
+def _plain(batch: Any) -> list[Any]:
+    return [part.tolist() for part in batch]

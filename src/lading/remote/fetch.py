@@ -122,6 +122,10 @@ class Future:
     def done(self) -> bool:
         return self._done
 
+    def failed(self) -> bool:
+        """Whether it settled with an error (never waits)."""
+        return self._done and self._error is not None
+
     def result(self, timeout: float | None = None) -> bytes:
         """The bytes, waiting up to ``timeout`` seconds (None: until the GET's deadline
         settles it, or its fetcher closes).

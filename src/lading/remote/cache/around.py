@@ -51,14 +51,15 @@ class AroundGets:
                 self._held[key] = (future, step)
 
     def unheld(self, keys: Sequence[Key], steps: Sequence[int]) -> list[int]:
-        """The indexes of ``keys`` (read at ``steps``) with no GET held for that read: a
-        window announcing a batch again (at each of its steps) fetched it again."""
+        """The indexes of ``keys`` (read at ``steps``) with no GET held for that read, or one
+        that failed: a window announcing a batch again (at each of its steps) fetched it
+        again."""
         with self._lock:
             held = self._held
             return [
                 i
                 for i, (key, step) in enumerate(zip(keys, steps))
-                if key not in held or held[key][1] != step
+                if key not in held or held[key][1] != step or held[key][0].failed()
             ]
 
     def take(self, keys: Sequence[Key], now: int | None) -> dict[Key, Future]:
@@ -83,6 +84,13 @@ class AroundGets:
             fetcher.abandon(futures, Cancel().reason())
         self.clear()
         return done
+
+    def drop_failed(self) -> None:
+        """Let the GETs that failed go: a read that raised one ended its pass, and the next
+        pass (the server may be back) sends their ranges again."""
+        with self._lock:
+            for key in [k for k, (future, _) in self._held.items() if future.failed()]:
+                del self._held[key]
 
     def clear(self) -> None:
         with self._lock:

@@ -215,7 +215,9 @@ class NodeCache:
         from an unpinned call served once their object's check passed, as a cached block's
         are: :meth:`_confirm`); the rest left to read. A held GET that failed is the read's
         error: it made every attempt the read's own GET would have (reading its range again
-        made a server that stopped answering cost two deadlines before the error)."""
+        made a server that stopped answering cost two deadlines before the error), and the
+        pass's: the reader's other failed GETs are let go with it (each was raised again at a
+        resume after the server came back, one a pass)."""
         held = around.take(todo, now)
         if not held:
             return todo
@@ -229,7 +231,11 @@ class NodeCache:
                 if self.fetcher.closed or (cancel is not None and cancel.cancelled):
                     raise
                 continue  # (another's close: this read goes on by the cache)
+            except RemoteReadError:  # the read's error, once: the other failed GETs held
+                around.drop_failed()  # are sent again by the next pass (a server back up)
+                raise
             except TimeoutError:  # (unanswered past every attempt's deadline: cannot be)
+                around.drop_failed()
                 obj, start, end = k
                 where = describe(self.fetcher.client.url, self._names[obj], start, end)
                 raise RemoteReadError(
