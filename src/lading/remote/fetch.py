@@ -355,9 +355,9 @@ class Fetcher:
             pinned = pinned_ranges(client, len(asked), etag)
             if pinned:  # its If-Match passed: the object was the snapshot's when sent
                 self._passed[key] = max(sent, self._passed.get(key, sent))
+            self.bytes_fetched += bytes_received(client, asked, datas, etag)
             short = []
             for n, (i, (start, end), data) in enumerate(zip(todo, asked, datas)):
-                self.bytes_fetched += len(data)
                 if len(data) == end - start:
                     out[i] = data
                     checked[i] = sent if n < pinned else None
@@ -641,6 +641,23 @@ def requests_sent(client: ObjectClient, ranges: list[tuple[int, int]], etag: str
             sent += 1
         end = max(end, stop)
     return sent
+
+
+def bytes_received(
+    client: ObjectClient, ranges: list[tuple[int, int]], datas: list[bytes], etag: str | None
+) -> int:
+    """How many bytes the server sent for ``ranges`` (answered by ``datas``): where requests
+    merge touching ranges (:func:`requests_sent`), the overlapping ones' shared bytes once
+    (windows that share a token: counted a range, 0.02-3 % over the server's bytes)."""
+    if getattr(client, "get_ranges", None) is None:
+        return sum(map(len, datas))
+    pinned = pinned_ranges(client, len(ranges), etag)
+    total, end = sum(len(d) for d in datas[:pinned]), -1
+    got = sorted((a, a + len(d)) for (a, _), d in zip(ranges[pinned:], datas[pinned:]))
+    for start, stop in got:
+        total += max(0, stop - max(start, end))
+        end = max(end, stop)
+    return total
 
 
 async def get_ranges(
