@@ -7,9 +7,9 @@ forked child the loop is dropped (a fork copies no threads; the next use starts 
 (:mod:`lading.threads`, last: after the read-ahead and fill threads and the fetchers, which
 settle their GETs and retry none) every client's calls are drained, the tasks still pending
 (a call waiting out a retry's pause, or queued for a slot) cancelled and ended, and the loop
-stopped. A task left pending as the loop stops is reported as the interpreter exits ("Task
-was destroyed but it is pending!": seen at 6 of 7 exits while GETs waited out a retry's pause,
-whichever of the loop and the fetchers, then closed in one stage, went first).
+stopped and closed. A task left pending as the loop stops is reported as the interpreter
+exits ("Task was destroyed but it is pending!": seen at 6 of 7 exits while GETs waited out a
+retry's pause, whichever of the loop and the fetchers, then closed in one stage, went first).
 
 Why the drain: obstore completes a call on one of tokio's threads, which hands the result to
 this loop with ``call_soon_threadsafe``, queuing the callback and then waking the loop with the
@@ -108,6 +108,8 @@ class _Owner:
         loop.call_soon_threadsafe(loop.stop)
         if thread is not threading.current_thread():
             thread.join(_JOIN_S)
+        if not thread.is_alive():  # closed here, not by the collector at exit: there its
+            loop.close()  # self-pipe's sockets may go first ("Invalid file descriptor: -1")
 
 
 async def _end_tasks() -> None:
