@@ -911,3 +911,18 @@ def test_an_object_named_that_is_not_a_parquet_file(s3: LocalS3, tmp_path: Path)
     text = _one_line(caught.value)
     assert "s3://parquet-named/logs/meta.json is an object, not parquet files" in text, text
     assert "below s3://parquet-named/logs/meta.json/" not in text, text
+
+
+def test_a_cache_folder_made_with_another_cap_is_refused_at_construction(
+    url: str, tmp_path: Path
+) -> None:
+    """A review: the refusal came at the first batch (inside a DataLoader worker, wrapped in
+    its traceback), where a document store refuses it as it opens."""
+    from lading.remote.cache.ledger import CacheSettingsError
+
+    folder = cold(tmp_path)
+    with PartitionedParquet(url, 8, cache=folder, cache_bytes="4M", **KW) as loader:
+        next(iter(loader))
+    with pytest.raises(CacheSettingsError) as caught:
+        PartitionedParquet(url, 8, cache=folder, cache_bytes="8M", **KW)
+    assert "cache_bytes=4,194,304" in _one_line(caught.value)

@@ -241,6 +241,19 @@ class RemoteSettings:
             max_waste=self.max_waste,
         )
 
+    def check_cap(self) -> None:
+        """Refuse, before any request, a cache folder made with another cap than the one
+        given (a reader that opens its node cache at its first read, as parquet datasets do,
+        met the refusal at its first batch, in a DataLoader worker wrapped in its traceback).
+
+        Raises:
+            CacheSettingsError: the folder was made with another cap.
+        """
+        if self.cap_given:
+            from lading.remote.cache.node import node_of, release
+
+            release(node_of(self.cache, self.cache_bytes, True, self.region_bytes))
+
     @classmethod
     def from_environment(cls) -> RemoteSettings:
         """The defaults: the cache directory and cap the environment gives (module doc)."""

@@ -109,7 +109,9 @@ class RemoteParquet:
             FileNotFoundError, ValueError: an object missing, a prefix without parquet, an
                 object that is not parquet (one line naming it and the fix).
             RemoteReadError: a LIST or GET failed for good.
+            CacheSettingsError: the cache folder was made with another cap.
         """
+        settings.check_cap()
         made = cls([], [], settings)
         try:
             for url in urls:
