@@ -60,3 +60,37 @@ def test_mp_spawn_tutorial_pattern(tmp_path: Path) -> None:
     assert [r[:3] for r in results] == [(0, 0, 50), (1, 1, 50)]
     seen = sorted(x for r in results for batch in r[3] for x in batch)
     assert seen == list(range(10))  # disjoint shares that cover the data
+
+
+def _made_before_the_group(rank: int, world: int, port: int) -> str:
+    """The tutorial's order reversed: the loader first, ``init_process_group`` after."""
+    import os
+
+    import torch.distributed as dist
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
+        os.environ.pop(name, None)
+    loader = lading.loader(Numbers(12), batch_size=2, shuffle=False, collate_fn=list)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        next(iter(loader))
+    except lading.WorldChangedError as e:
+        return str(e)
+    finally:
+        dist.destroy_process_group()
+    return "read: every rank takes the whole dataset"
+
+
+@pytest.mark.slow
+def test_a_loader_made_before_the_process_group_is_refused_not_read_whole_by_every_rank() -> None:
+    """A review: made before ``init_process_group`` (no launcher variables), a loader took its
+    process for rank 0 of 1 and kept it, and every rank read all 12 items, with no error
+    (DistributedSampler raises there). Its first pass now refuses, naming the fix."""
+    from distributed import free_port
+
+    said = run_processes(_made_before_the_group, 2, free_port(), gloo=False)
+    for rank, text in enumerate(said):
+        assert "made before torch.distributed.init_process_group" in text, text
+        assert f"rank {rank} of 2" in text and "world=lading.World(" in text, text

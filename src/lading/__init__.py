@@ -44,6 +44,7 @@ from lading.errors import (
     StaleStoreWarning,
     StoreFormatError,
     StoreNotFoundError,
+    WorldChangedError,
 )
 from lading.sources import ParseOptions, Record, read_records
 from lading.stores import (
@@ -106,6 +107,7 @@ __all__ = [
     "StoreFormatError",
     "StoreNotFoundError",
     "World",
+    "WorldChangedError",
     "__version__",
     "build_shard",
     "build_store",

@@ -148,6 +148,13 @@ class LoaderClosedError(LadingError, RuntimeError):
     after it is closed. Names where the pass ended (its epoch and batch) and how to go on."""
 
 
+class WorldChangedError(LadingError, RuntimeError):
+    """A loader's first pass found a process group that the loader, made before it, did not
+    see: it took this process for rank 0 of 1, and every rank would read the whole dataset
+    (DDP's ``DistributedSampler`` raises there too). Names both worlds and the fix: make the
+    loader after ``init_process_group``, or pass ``world=``."""
+
+
 class DeviceUnavailableError(LadingError, RuntimeError):
     """The device asked for is not in this process (no CUDA build, no GPU, a bad index)."""
 

@@ -363,6 +363,7 @@ class Loader:
         between ``iter()`` and it (as Lightning calls them) is heeded, and a ``set_epoch``, a
         loaded state or another pass after it ends this pass (its batches belong to the old
         position)."""
+        self.reading.check_world()  # (a group started after the loader was made)
         chosen = (self._fresh and self._chosen) or self._peeked()
         self._cursor = cursor = self._next_pass()
         self._fresh = self._restored = self._kept = False

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from lading.errors import WorldChangedError
 from lading.loading.plan import check_epoch, check_equalize
-from lading.world import World
+from lading.world import World, process_group
 
 
 def check_batch_size(batch_size: object) -> int:
@@ -71,6 +72,7 @@ class Reading:
         shuffle: draw the orders from ``(seed, epoch)``; False reads the data in its order.
         equalize: ``"pad"`` or ``"truncate"`` the shares to equal sizes.
         drop_partial_batch: leave out each reader's last batch when it is not full.
+        detected: ``world`` was detected, not given (:meth:`check_world` then checks it).
         rank, world_size: the world's (not arguments).
     """
 
@@ -80,6 +82,7 @@ class Reading:
     shuffle: bool = True
     equalize: str = "pad"
     drop_partial_batch: bool = False
+    detected: bool = field(default=False, repr=False, compare=False)
     rank: int = field(init=False, repr=False, compare=False, default=0)
     world_size: int = field(init=False, repr=False, compare=False, default=1)
 
@@ -117,7 +120,31 @@ class Reading:
     ) -> Reading:
         """The settings a loader was given, in its keywords' order, ``world`` detected when left
         out (each loader refuses DataLoader's ``drop_last`` first: :func:`refuse_drop_last`)."""
-        return cls(batch_size, world or World.detect(), seed, shuffle, equalize, drop_partial_batch)
+        found = world or World.detect()
+        return cls(batch_size, found, seed, shuffle, equalize, drop_partial_batch, world is None)
+
+    def check_world(self) -> None:
+        """Refuse to read where the world was detected and a process group started since
+        says another rank or size (a loader made before ``init_process_group``, with no
+        launcher variables: each rank took itself for rank 0 of 1 and read everything).
+
+        Raises:
+            WorldChangedError: naming both worlds and the fix.
+        """
+        if not self.detected:
+            return
+        group = process_group()
+        if group is None:
+            return
+        rank, size = group.get_rank(), group.get_world_size()
+        if (rank, size) != (self.rank, self.world_size):
+            raise WorldChangedError(
+                f"this loader was made before torch.distributed.init_process_group: it took "
+                f"this process for rank {self.rank} of {self.world_size}, and the process "
+                f"group now says rank {rank} of {size} (each rank would read the whole "
+                "dataset). Make the loader after init_process_group, or pass "
+                "world=lading.World(rank, world_size)"
+            )
 
     def layout(self) -> dict[str, Any]:
         """What these settings fix of who reads what (a state of another resumes elastically)."""
