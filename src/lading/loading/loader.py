@@ -437,22 +437,23 @@ class Loader:
         In a forked child the parent's workers and queues are not this process's: its
         DataLoader is forgotten (never shut down: that would end the parent's workers) and
         the pass goes on from the position with workers of the child's own."""
+        getpid = os.getpid  # (a pass dropped at exit ends after the os module's teardown)
         while True:
-            if self._torch is not None and self._torch_pid != os.getpid():
+            if self._torch is not None and self._torch_pid != getpid():
                 self._forget_torch()
             if self._torch is None:
-                self._torch, self._torch_pid = self._dataloader(), os.getpid()
+                self._torch, self._torch_pid = self._dataloader(), getpid()
             pid, batches = self._torch_pid, iter(self._torch)
             self._pass = weakref.ref(batches)
             try:
                 for batch in batches if self._group() is None else in_order(batches):
                     yield batch
-                    if os.getpid() != pid:  # forked while the caller held this batch
+                    if getpid() != pid:  # forked while the caller held this batch
                         break
                 else:
                     return
             finally:  # broken off or dropped in a forked child: the parent's, left alone
-                if os.getpid() != pid:
+                if getpid() != pid:
                     _leave_alone(batches)
 
     def _forget_torch(self) -> None:
