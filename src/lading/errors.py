@@ -36,6 +36,14 @@ class SourceError(LadingError, ValueError):
         return type(self), (self.path, self.line, self.reason)
 
 
+class ParquetError(LadingError, ValueError):
+    """A parquet file or object that cannot be read as asked: not parquet, damaged (a footer
+    or row group that does not decode, chunks past its end), changed while a loader reads it,
+    a null where a tensor is built, a column missing or of a type no tensor holds, files
+    whose columns differ, or no rows at all. Names the file (and row group, row, column)
+    and the fix."""
+
+
 class LoaderStateError(LadingError, ValueError):
     """A saved loader state that this loader cannot continue from (message says why: another
     kind of loader, a newer state version, other data or settings)."""

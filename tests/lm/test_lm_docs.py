@@ -461,6 +461,18 @@ BAD_TEXT = b"good line\nnext\n\nbad \xff line\nsame doc\n\nlast\n"
 KEPT = {"blank": ["good line\nnext", "last"], "line": ["good line", "next", "same doc", "last"]}
 
 
+def test_an_empty_source_is_a_source_error_naming_it(tmp_path: Path) -> None:
+    """A review: a source of no documents raised a bare ValueError, not a LadingError."""
+    from lading.errors import SourceError
+    from lading.lm import TokenCorpus
+
+    empty = write(tmp_path / "empty.txt", "\n\n")
+    tok = word_tokenizer(["a"], tmp_path / "t.json")
+    with pytest.raises(SourceError, match=r"empty\.txt: holds no documents"):
+        TokenCorpus.build(empty, tmp_path / "corpus", tok, progress=False)
+    assert not (tmp_path / "corpus" / "meta.json").exists()
+
+
 @pytest.mark.parametrize("split", ["blank", "line", "file"])
 def test_invalid_utf8_in_plain_text_is_named_with_the_fix_or_its_document_skipped(
     tmp_path: Path, split: str

@@ -306,6 +306,36 @@ def test_impossible_requests_fail_at_construction(tmp_path: Path) -> None:
         PartitionedParquet(path, columns=["nope"], batch_size=2, world=World())
 
 
+def test_bad_files_are_lading_errors_naming_the_file(tmp_path: Path) -> None:
+    """A review: files that are not parquet, that lack a column or differ from the others
+    raised a bare ValueError, which an ``except lading.LadingError`` missed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lading import LadingError, ParquetError
+
+    path = write_sessions(tmp_path / "s.parquet", 3, 1)
+    junk = tmp_path / "junk" / "x.parquet"
+    junk.parent.mkdir()
+    junk.write_bytes(b"not parquet")
+    other = tmp_path / "o.parquet"
+    pq.write_table(pq.read_table(path).drop_columns(["items"]), other)
+    floats = tmp_path / "f.parquet"
+    table = pq.read_table(path)
+    sid = table.column("session_id").cast(pa.float64())
+    pq.write_table(table.set_column(0, "session_id", sid), floats)
+    cases = [
+        ([junk], {}, "x.parquet is not a parquet file"),
+        ([path], {"columns": ["nope"]}, "no column 'nope'"),
+        ([path, floats], {"list_columns": {"items": 2}}, "f.parquet does not match"),
+        ([other], {"list_columns": {"items": 2}}, "no column 'items'"),
+    ]
+    for paths, kw, said in cases:
+        with pytest.raises(ParquetError, match=said) as caught:
+            PartitionedParquet(paths, batch_size=2, world=World(), **kw)
+        assert isinstance(caught.value, LadingError) and isinstance(caught.value, ValueError)
+
+
 def test_pad_lists_keeps_the_most_recent_items() -> None:
     values = np.array([1, 2, 3, 4, 5, 6, 7])
     offsets = np.array([0, 5, 5, 7])

@@ -28,7 +28,12 @@ from lading.disk import (
     committed_without_lock,
     open_snapshot,
 )
-from lading.errors import SkippedRecordsWarning, StaleStoreWarning, StoreFormatError
+from lading.errors import (
+    SkippedRecordsWarning,
+    SourceError,
+    StaleStoreWarning,
+    StoreFormatError,
+)
 from lading.lm.corpus_format import (
     FORMAT_NAME,
     OFFSETS,
@@ -368,7 +373,7 @@ class TokenCorpus:
                 with bar:
                     meta = write_tokens(tmp, texts, tok, info, eos, bar)
                 if meta["documents"] == 0:
-                    raise ValueError(f"{source} holds no documents")
+                    raise SourceError(source, None, "holds no documents; a corpus of 0 is refused")
                 meta["recipe"], meta["skipped"] = recipe, skipped.count
                 meta["skip_examples"] = skipped.examples
                 refuse_if_source_changed(source, identity)

@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lading.disk import DATASET_MARK
+from lading.errors import ParquetError
 from lading.remote.objects import is_remote, refuse_remote
 from lading.tabular.plan import Piece
 
@@ -230,7 +231,7 @@ def scan(files: Sequence[Path]) -> tuple[list[Piece], list[Any], list[Any]]:
         try:
             footer = pq.ParquetFile(file)
         except (pa.ArrowInvalid, OSError) as e:
-            raise ValueError(
+            raise ParquetError(
                 f"{file} is not a parquet file ({e}); remove it or write it again"
             ) from e
         schemas.append(footer.schema_arrow)
@@ -252,7 +253,7 @@ def pieces_of(files: Sequence[str], footers: Sequence[Any]) -> list[Piece]:
                 pieces.append(Piece(file, i, rows))
     if not pieces:
         shown = ", ".join(str(f) for f in files[:3]) + (", ..." if len(files) > 3 else "")
-        raise ValueError(f"no rows in {len(files)} parquet file(s): {shown}")
+        raise ParquetError(f"no rows in {len(files)} parquet file(s): {shown}")
     return pieces
 
 
@@ -290,7 +291,7 @@ def check_schemas(
             elif _bare(schema.field(name).type) != _bare(want.type):
                 differ.append(f"{name!r} is {schema.field(name).type}, not {want.type}")
         if differ:
-            raise ValueError(
+            raise ParquetError(
                 f"{file} does not match {files[0]}: {'; '.join(differ)}. Every file must hold "
                 "the columns read with one type: rewrite the file, cast the column (e.g. "
                 "table.cast), or read only the columns they share (columns=[...])"

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lading.errors import ParquetError
 from lading.sources.tables import does_not_decode, pyarrow_words
 from lading.tabular.pad import PADS, pad_lists
 from lading.tabular.plan import Piece, Share
@@ -35,10 +36,10 @@ FILL_HOW = (
 OPEN_FILES = 8  # files a reader keeps open (the ones read last); reopening costs one footer read
 
 
-def changed(path: str, what: str) -> ValueError:
+def changed(path: str, what: str) -> ParquetError:
     """The error for ``path``, rewritten since the loader planned its rows from its footer:
     ``what`` differs, and the fix."""
-    return ValueError(
+    return ParquetError(
         f"{path} changed since the loader opened it ({what}): its batches were planned from "
         "the footer read then, so reading on would leave rows out or read others. Leave the "
         "files as they are while a loader reads them, and open PartitionedParquet again once "
@@ -58,11 +59,11 @@ def stamp_of(path: str) -> Stamp | None:
     return found.st_ino, found.st_size, found.st_mtime_ns
 
 
-def undecodable(path: str, group: int, error: BaseException, what: str) -> ValueError:
+def undecodable(path: str, group: int, error: BaseException, what: str) -> ParquetError:
     """The error for row group ``group`` of ``path`` (a ``what``: file, object) whose bytes
     pyarrow could not decode: naming both, the first line of pyarrow's words, and the fix."""
     first = pyarrow_words(error)
-    return ValueError(
+    return ParquetError(
         f"{path}, row group {group}: its bytes do not decode ({first}); the {what} is "
         "damaged: write it again"
     )
@@ -254,7 +255,7 @@ def null_error(
     """The error for a null at ``row`` of a row group: a tensor has no null, and the only way
     to hold one would be a float NaN, silently changing an int column's dtype."""
     before = sum(metadata.row_group(i).num_rows for i in range(row_group))
-    return ValueError(
+    return ParquetError(
         f"{path}, row group {row_group}, row {row} of it (row {before + row} of the "
         f"file): column {name!r} {what}; a tensor cannot hold a null (it would turn "
         f"into NaN and the column into float64). Fill the nulls when writing the file "
@@ -379,18 +380,18 @@ def check_columns(
         )
     for name in [*columns, *list_columns]:
         if name not in schema.names:
-            raise ValueError(f"{path}: no column {name!r}; it has {schema.names}")
+            raise ParquetError(f"{path}: no column {name!r}; it has {schema.names}")
     for name in columns:
         kind = schema.field(name).type
         items = kind
         if name in list_columns:
             if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
-                raise ValueError(
+                raise ParquetError(
                     f"{path}: {name!r} is {kind}, not a list; drop it from list_columns"
                 )
             items = kind.value_type
         elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
-            raise ValueError(
+            raise ParquetError(
                 f"{path}: {name!r} is a list column ({kind}); give its max_len in "
                 f"list_columns={{{name!r}: N}}"
             )
@@ -398,7 +399,7 @@ def check_columns(
             pa.types.is_integer(items) or pa.types.is_floating(items) or pa.types.is_boolean(items)
         ):
             what = "" if items is kind else f": its items ({items}) are not numbers or bools, so it"
-            raise ValueError(
+            raise ParquetError(
                 f"{path}: {name!r} is {kind}{what} and cannot become a tensor; leave it out "
                 "of columns="
             )

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lading.errors import RemoteChangedError
+from lading.errors import ParquetError, RemoteChangedError
 from lading.remote.cache import NodeCache, Planner
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import RemoteReadError
@@ -222,7 +222,7 @@ class RemoteParquet:
         as a network fault."""
         data_end = self._file(piece.path).size - meta.serialized_size - 8
         if spans and spans[-1][1] > data_end:
-            raise ValueError(
+            raise ParquetError(
                 f"{piece.path}, row group {piece.row_group}: its footer puts column chunks at "
                 f"bytes {spans[-1][0]}-{spans[-1][1]}, past the object's data (bytes 0-"
                 f"{data_end}); the file is damaged: write it again"

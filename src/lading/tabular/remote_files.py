@@ -38,7 +38,7 @@ from typing import Any
 
 from lading.disk import build_lock
 from lading.disk.remote import first_line
-from lading.errors import RemoteNotFoundError
+from lading.errors import ParquetError, RemoteNotFoundError
 from lading.remote.cache.folder import make_folders, shared
 from lading.remote.clients import check_reachable
 from lading.remote.fetch import Fetcher
@@ -259,8 +259,8 @@ def _fetch_footers(
         out[i] = data
 
 
-def _not_parquet(file: RemoteFile) -> ValueError:
-    return ValueError(
+def _not_parquet(file: RemoteFile) -> ParquetError:
+    return ParquetError(
         f"{describe(file.root, file.key)} is not a parquet file ({file.size} bytes, no "
         f"{MAGIC.decode()} at its end); remove it or write it again"
     )
@@ -273,7 +273,7 @@ def _footer(file: RemoteFile, tail: bytes, fetcher: Fetcher) -> bytes:
         raise _not_parquet(file)
     length = struct.unpack("<I", tail[-8:-4])[0]
     if length + 8 > file.size - 4:
-        raise ValueError(
+        raise ParquetError(
             f"{describe(file.root, file.key)} is not a parquet file (its footer length "
             f"{length} does not fit its {file.size} bytes); remove it or write it again"
         )
@@ -295,7 +295,7 @@ def decode_footer(footer: bytes, where: str) -> Any:
     try:
         return pq.read_metadata(pa.BufferReader(footer))
     except (pa.ArrowException, OSError) as e:
-        raise ValueError(
+        raise ParquetError(
             f"{where} is not a parquet file (its footer does not decode: {first_line(e)}); "
             "remove it or write it again"
         ) from None
