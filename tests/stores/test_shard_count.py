@@ -172,3 +172,12 @@ def test_empty_input_is_named_empty_not_given_a_shard_count(tmp_path: Path) -> N
     said = str(refusal.value)
     assert "Use at most" not in said, said
     assert "hold no bytes" in said and str(empty) in said, said
+
+
+def test_a_refusal_says_what_the_count_is_under_shard_auto(tmp_path: Path) -> None:
+    """Under ``shard="auto"`` the count of shards is the world size: a review found the
+    refusal advising only "--shard I/N with a smaller N", which a torchrun user cannot pass."""
+    tiny = layout(tmp_path / "tiny", [(".jsonl", 3)])
+    packed = layout(tmp_path / "packed", [(".jsonl.gz", 500), (".jsonl.gz", 500)])
+    for files, n in ((tiny, 5), (packed, 3)):
+        assert "under shard='auto', as many ranks at most" in refused(files, n)

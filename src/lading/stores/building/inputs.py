@@ -239,7 +239,7 @@ def check_shard_count(
         raise ValueError(
             f"{n:,} shards but the {len(files)} input file(s) hold {total:,} bytes: each shard "
             f"needs at least one byte to read. {_advice(sizes, splittable, n)} (--shard I/N "
-            "with a smaller N), or give more input"
+            "with a smaller N; under shard='auto', as many ranks at most), or give more input"
         )
     first_empty = _first_empty(sizes, splittable, n)
     if first_empty is None:
@@ -247,7 +247,8 @@ def check_shard_count(
     raise ValueError(
         f"{n} shards but {len(files)} input file(s) that cannot all be split at lines "
         f"(compressed, or not {cut_formats}): shard {first_empty} would read nothing. "
-        f"{_advice(sizes, splittable, n)}, or give more (or uncompressed) files"
+        f"{_advice(sizes, splittable, n)} (under shard='auto', as many ranks at most), or "
+        "give more (or uncompressed) files"
     )
 
 
