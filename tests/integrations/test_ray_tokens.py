@@ -22,6 +22,7 @@ from ray_cluster import ray_cluster
 
 from conftest import word_tokenizer, write
 from lading.lm import TokenCorpus
+from lading.lm.texts import Skips
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("tokenizers")
@@ -162,8 +163,9 @@ def test_bad_text_raises_naming_task_and_row_and_commits_nothing_then_a_rerun_ho
     rows: list[dict[str, Any]] = [{"text": t} for t in texts(400)]
     rows[250]["text"] = None  # task 2's 51st record (4 tasks of 100)
     failing = LadingTokenDatasink(dest, tok)
-    # numbered from 1, as the store sink (and every file source) numbers its records
-    with pytest.raises(Exception, match=r"of ray write task 2: record 51: 'text' is NoneType"):
+    # numbered from 1, as the store sink (and every file source) numbers its records; once
+    # (it said "line 51 of ray write task 2: record 51: ...")
+    with pytest.raises(Exception, match=r"ray write task 2, row 51: 'text' is NoneType"):
         ray.data.from_items(rows).repartition(4).write_datasink(failing)
     kept = TokenCorpus.open(dest)
     assert kept.snapshot == first.snapshot and len(kept) == 50  # the old snapshot, untouched
@@ -172,6 +174,9 @@ def test_bad_text_raises_naming_task_and_row_and_commits_nothing_then_a_rerun_ho
     ray.data.from_items(rows).repartition(4).write_datasink(skipping)
     skipped = TokenCorpus.open(dest)
     assert len(skipped) == 399 and skipped.meta["skipped"] == 1
+    assert skipped.meta["skip_examples"] == [  # (was []: a file build names its lines)
+        "ray write task 2, row 51: 'text' is NoneType None, not a string"
+    ]
     rerun = LadingTokenDatasink(dest, tok)  # the job again, the row fixed
     rows[250]["text"] = texts(1, first=250)[0]
     ray.data.from_items(rows).repartition(4).write_datasink(rerun)
@@ -195,7 +200,7 @@ def test_a_task_killed_and_retried_by_ray_is_taken_once(
         os.kill(os.getpid(), signal.SIGKILL)
 
     class Dying(LadingTokenDatasink):
-        def texts(self, blocks: Any, task: int, skipped: list[int]) -> Iterator[str]:
+        def texts(self, blocks: Any, task: int, skipped: Skips) -> Iterator[str]:
             for i, text in enumerate(LadingTokenDatasink.texts(self, blocks, task, skipped)):
                 if when == "mid-write" and task == 1 and i == 1500 and not marker.exists():
                     die()

@@ -36,6 +36,7 @@ from lading.lm.corpus_format import FORMAT_NAME
 from lading.lm.merge import commit_corpus
 from lading.lm.remote_shards import commit_in_bucket
 from lading.lm.shards import finish_shard, read_corpus_shard
+from lading.lm.texts import Skips
 from lading.lm.tokenize import find_eos, progress_bar, write_tokens
 from lading.remote.settings import RemoteSettings
 from lading.stores.building.pending import BuildToCommit
@@ -95,7 +96,7 @@ class LadingTokenDatasink(ShardSink):
         from tokenizers import Tokenizer
 
         tok = Tokenizer.from_str(self.tokenizer_json)
-        skipped = [0]
+        skipped = Skips()
         texts = self.texts(blocks, task, skipped)
         with progress_bar(f"ray write task {task}", False) as bar:
             meta = write_tokens(tmp, texts, tok, self.info, self.eos, bar)
@@ -104,13 +105,15 @@ class LadingTokenDatasink(ShardSink):
             "source_path": None,
             "source_identity": {},
         }
-        finish_shard(tmp, meta, self.info["sha256"], self.options, {**about, "skipped": skipped[0]})
-        return {"documents": meta["documents"], "skipped": skipped[0]}
+        skips = {"skipped": skipped.count, "skip_examples": skipped.examples}
+        finish_shard(tmp, meta, self.info["sha256"], self.options, {**about, **skips})
+        return {"documents": meta["documents"], "skipped": skipped.count}
 
-    def texts(self, blocks: Iterable[Any], task: int, skipped: list[int]) -> Iterator[str]:
+    def texts(self, blocks: Iterable[Any], task: int, skipped: Skips) -> Iterator[str]:
         """The texts of ``blocks`` in order; a null or non-string one raises naming the task
-        and record (numbered from 1 within the task, as the store sink and the file sources
-        number theirs), or is counted into ``skipped``."""
+        and row (numbered from 1 within the task, as the store sink and the file sources
+        number theirs), or is counted into ``skipped`` (the first few named, as a file
+        build names its lines: the manifest's ``skip_examples``)."""
         number = 0
         for block in blocks:
             table = arrow(block)
@@ -127,15 +130,16 @@ class LadingTokenDatasink(ShardSink):
                 number += 1
                 if isinstance(text, str):
                     yield text
-                elif self.on_error == "skip":
-                    skipped[0] += 1
+                    continue
+                where = f"ray write task {task}, row {number}"
+                why = f"{self.text_column!r} is {type(text).__name__} {text!r:.40}, not a string"
+                if self.on_error == "skip":
+                    skipped.add(1, [f"{where}: {why}"])
                 else:
                     raise SourceError(
-                        f"ray write task {task}",
-                        number,
-                        f"record {number}: {self.text_column!r} is {type(text).__name__} "
-                        f"{text!r:.40}, not a string; fix the dataset, or pass on_error='skip' to "
-                        "count and skip it",
+                        where,
+                        None,
+                        f"{why}; fix the dataset, or pass on_error='skip' to count and skip it",
                     )
 
     def read(self, root: Path, rel: str) -> Any:
