@@ -171,6 +171,25 @@ class LadingTrainerMixin:
             save_loader_state(loader, Path(run) / f"{PREFIX_CHECKPOINT_DIR}-{step}")
         super()._save_checkpoint(model, trial)  # type: ignore[misc]
 
+    def _save(self, output_dir: str | None = None, state_dict: Any = None) -> None:
+        """The Trainer's, but a collator's ``tokenizers.Tokenizer`` (lading's collators',
+        as ``data_collator``) saved as its ``tokenizer.json``: the Trainer calls
+        ``save_pretrained`` on it, which it lacks, and the first checkpoint failed half
+        written (no ``trainer_state.json``)."""
+        collator = getattr(self, "data_collator", None)
+        tok = getattr(collator, "tokenizer", None)
+        plain = tok is not None and not hasattr(tok, "save_pretrained")
+        if not plain or getattr(self, "processing_class", None) is not None:
+            super()._save(output_dir, state_dict)  # type: ignore[misc]
+            return
+        self.data_collator = None  # (the Trainer's rule skipped for it; set back below)
+        try:
+            super()._save(output_dir, state_dict)  # type: ignore[misc]
+        finally:
+            self.data_collator = collator
+        if self.args.should_save and tok is not None:
+            tok.save(str(Path(output_dir or self.args.output_dir) / "tokenizer.json"))
+
     def adopt_batch_size(self, loader: Resumable) -> None:
         """``per_device_train_batch_size`` at its default gives way to the loader's batch size
         (another value is refused): in a copy of the arguments, so that the Trainer's logs,
@@ -242,6 +261,13 @@ def not_keywords(batch: Any, model: nn.Module) -> str:
         "(Windows(seq_len, boundaries=True) or Packed(seq_len, boundaries=True)), give the "
         "loader a collate_fn that returns a dict, or override compute_loss"
     )
+
+
+def _per_group(found: Any, size: int) -> Any:
+    """``found`` (a tensor of one value a row) as ``[groups, size]``; anything else as is."""
+    if torch.is_tensor(found) and found.numel() % size == 0:
+        return found.reshape(-1, size)
+    return found
 
 
 class LadingTrainer(LadingTrainerMixin, Trainer):  # type: ignore[misc]
@@ -336,7 +362,30 @@ class LadingTrainer(LadingTrainerMixin, Trainer):  # type: ignore[misc]
                 loss = loss * (
                     self.accelerator.num_processes // self.get_tp_size() if gpus <= 1 else gpus
                 )
-        return (loss, outputs) if return_outputs else loss
+        if not return_outputs:
+            return loss
+        # a model output, as the Trainer's prediction step reads one: a bare tensor there was
+        # cut as ``outputs[1:]`` (the loss's place), dropping the first score of every batch
+        return loss, (outputs if isinstance(outputs, Mapping) else {"logits": logits})
+
+    def prediction_step(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Any],
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None,
+    ) -> Any:
+        """The Trainer's, with a batch of groups' scores and labels as one row a group
+        (``[groups, group_size]``): the Trainer and Accelerate take the first dimension for
+        the dataset's items, and cut the last batch of an epoch to the items left, so rows
+        there lost all but the first group's (37 scores for 40 rows)."""
+        loss, logits, labels = super().prediction_step(
+            model, inputs, prediction_loss_only, ignore_keys=ignore_keys
+        )
+        size = inputs.get("group_size") if isinstance(inputs, Mapping) else None
+        if isinstance(size, int) and size > 0:
+            logits, labels = (_per_group(t, size) for t in (logits, labels))
+        return loss, logits, labels
 
     def summed_ranking_loss(
         self, logits: torch.Tensor, labels: torch.Tensor, group_size: int
