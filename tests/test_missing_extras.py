@@ -97,6 +97,21 @@ def test_checkpoints_without_safetensors_are_refused_before_the_first_step(
         need_safetensors()
 
 
+def test_a_run_that_saves_its_model_without_safetensors_is_refused_before_it_trains(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A review: `lading train lm` and `train sessions` with `lading` or `lading[parquet]`
+    alone ran every step, then failed to save the model ("No module named 'safetensors'"),
+    the run wasted; the check before training (the model's folder) now asks for it too."""
+    from lading.train.weights import check_replaceable
+
+    check_replaceable(tmp_path / "out" / "model")  # installed here: nothing to say
+    hide(monkeypatch, "safetensors")
+    with pytest.raises(ImportError, match=r"the trained model \(.*\) needs safetensors") as e:
+        check_replaceable(tmp_path / "out" / "model")
+    assert "pip install 'lading[train]'" in str(e.value)
+
+
 def test_a_max_length_past_the_models_positions_is_refused_naming_both() -> None:
     """The example's tiny-bert has 128 positions; ``--max-length`` defaults to 512 and failed
     deep in the embeddings ("size of tensor a (136) must match ... (128)")."""

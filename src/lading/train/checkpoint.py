@@ -222,12 +222,13 @@ def recover(directory: str | os.PathLike[str]) -> None:
         )
 
 
-def need_safetensors() -> None:
-    """Refuse, naming the extra, where safetensors (every checkpoint's tensors) is missing."""
+def need_safetensors(what: str = "checkpoints (--checkpoint-every, --resume)") -> None:
+    """Refuse, naming ``what`` needs it and the extra, where safetensors (every checkpoint's
+    and saved model's tensors) is missing."""
     import importlib.util
 
     if importlib.util.find_spec("safetensors") is None:
-        raise missing_package("checkpoints (--checkpoint-every, --resume)", "safetensors", "train")
+        raise missing_package(what, "safetensors", "train")
 
 
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:

@@ -33,7 +33,12 @@ def model_dir(out: Path) -> Path:
 
 def check_replaceable(directory: str | os.PathLike[str]) -> None:
     """Refuse, before a run trains, a ``directory`` its model could not replace at the end: a
-    file, or a folder lading did not write (a ``FileExistsError`` naming it and the fix)."""
+    file, or a folder lading did not write (a ``FileExistsError`` naming it and the fix), or
+    safetensors missing to write it (an ``ImportError`` naming the extra: it failed after the
+    last step, the run lost)."""
+    from lading.train.checkpoint import need_safetensors
+
+    need_safetensors(f"the trained model ({directory})")
     refuse_to_replace(Path(directory), FORMAT_NAME)
 
 
