@@ -643,3 +643,17 @@ def test_text_outside_wikiextractor_blocks_is_named_or_counted(tmp_path: Path) -
         "Beta text.",
     ]
     assert skipped.count == 2 and skipped.examples[0].startswith(f"line 5 of {path}: text outside")
+
+
+def test_a_folders_readme_and_licence_are_not_documents(tmp_path: Path) -> None:
+    """A review: `lading lm build` of WikiText-2's folder took its README for 2 documents."""
+    from lading.lm import TokenCorpus
+
+    folder = tmp_path / "wikitext"
+    write(folder / "train.txt", "one two\n\nthree four\n")
+    write(folder / "README", "About this dataset\n\nIts licence\n")
+    write(folder / "LICENSE.txt", "licence words\n")
+    write(folder / "sub" / "notes.md", "# notes\n")
+    tok = word_tokenizer(["one", "two", "three", "four"], tmp_path / "t.json")
+    corpus = TokenCorpus.build(folder, tmp_path / "corpus", tok, progress=False)
+    assert len(corpus) == 2
