@@ -71,9 +71,9 @@ AFTER_A_GOOD_LINE: dict[int, tuple[str, str] | str | None] = {
     16: "empty id",
     17: "id 'nu\\x00l' contains a NUL character",
     18: BAD_UTF8 + ", or pass on_error='skip' to skip such records",
-    19: "invalid JSON (Expecting value at column 1)",
+    19: "invalid JSON (Expecting value at column 21)",  # cut at its end (it said column 1)
     20: BOM_JSON,
-    21: "invalid JSON (Expecting value at column 1)",
+    21: "invalid JSON (Expecting value at column 3)",
     22: ("crlf", "y"),
     23: ("i", "t"),
     24: ("-3", "neg"),

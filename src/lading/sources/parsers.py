@@ -41,6 +41,11 @@ def json_object(text: str) -> dict[str, Any]:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
+        if e.lineno > 1 and not text.rstrip("\r\n").count("\n"):  # at the line's end: cut
+            try:  # the record's own column (json's was 1 of the line after its newline)
+                json.loads(text.rstrip("\r\n"))
+            except json.JSONDecodeError as at_end:
+                e = at_end
         what = e.msg.removesuffix(" at")  # json's own "Invalid control character ... at"
         raise RecordError(f"invalid JSON ({what} at column {e.colno})") from None
     if not isinstance(obj, dict):
