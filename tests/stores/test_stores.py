@@ -433,7 +433,9 @@ def test_verify_finds_a_flipped_byte(tiny_tsv: Path, tmp_path: Path) -> None:
     data = bytearray(text.read_bytes())
     data[0] ^= 0xFF
     text.write_bytes(bytes(data))
-    assert [p.split(":")[0] for p in verify_checksums(dest)] == [str(text)]
+    found = verify_checksums(dest)
+    assert [p.split(":")[0] for p in found] == [str(text)]
+    assert found[0].endswith("rebuild the store with `lading build`")  # the fix (a review)
 
 
 @pytest.mark.parametrize("name", ["text.bin", "text.off", "ids.bin"])

@@ -17,6 +17,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from lading.disk.formats import FORMATS
 from lading.disk.snapshot import (
     META_FILE,
     SPOT_BYTES,
@@ -90,5 +91,8 @@ def verify_checksums(
         expected = info.get("crc32") if isinstance(info, dict) else None
         if crc != expected:
             shown = f"{expected:#010x}" if isinstance(expected, int) else repr(expected)
-            problems.append(f"{path}: CRC32 {crc:#010x}, expected {shown}")
+            problems.append(
+                f"{path}: CRC32 {crc:#010x}, expected {shown}: the file changed since it was "
+                f"written, or its disk damaged it; {FORMATS[fmt].rebuild}"
+            )
     return problems
