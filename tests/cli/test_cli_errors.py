@@ -171,6 +171,12 @@ def test_cli_spelling_rewrites_only_this_commands_flags() -> None:
     assert cli_spelling(said, flags) == (
         "pass --on-error skip, or --overwrite, --max-length 512; seed=3 stays"
     )
+    # a flag named beside its keyword, with where it is a flag: once (a review read "pass
+    # --no-use-tokens (--no-use-tokens, in lading train cross-encoder ...)")
+    said = "or pass use_tokens=False (--no-use-tokens, in lading rerank) to tokenize its text"
+    assert cli_spelling(said, {"use_tokens=False": "--no-use-tokens"}) == (
+        "or pass --no-use-tokens (in lading rerank) to tokenize its text"
+    )
 
 
 @pytest.mark.parametrize(

@@ -164,6 +164,7 @@ _KEYWORD = re.compile(
 # to the flag the message names beside it
 _API_CALL = re.compile(r"\b([a-z_]+)=[A-Z]\w*\(")
 _SAID_TWICE = re.compile(r"(--[a-z][\w-]*) \(\1\)")  # "--tokenizer (--tokenizer)"
+_SAID_TWICE_WHERE = re.compile(r"(--[a-z][\w-]*) \(\1, ")  # "--x (--x, in lading rerank)"
 # a library keyword whose False is a ``--no-...`` flag of another name (the flag's dest)
 _NEGATED = {"append_eos": "no_eos"}
 
@@ -182,7 +183,8 @@ def cli_spelling(message: str, flags: dict[str, str]) -> str:
     - a bare name with an underscore that is a flag (``leave max_length out``) as the flag;
     - an API object that is not a flag (``parse=ParseOptions(columns=(...))``) is dropped,
       with the "or" that joins it to the flag named beside it;
-    - a flag then named twice (``--tokenizer (--tokenizer)``) is named once.
+    - a flag then named twice (``--tokenizer (--tokenizer)``, ``--x (--x, in lading rerank)``)
+      is named once.
 
     Other text (other keywords, names in paths or quotes) is left as it is.
     """
@@ -205,7 +207,7 @@ def cli_spelling(message: str, flags: dict[str, str]) -> str:
     for name, option in flags.items():
         if "_" in name and "=" not in name:  # (a plain word such as "tokenizer" may be prose)
             message = re.sub(rf"(?<![\w/.'\"=-]){name}(?![\w/.'\"=-])", option, message)
-    return _SAID_TWICE.sub(r"\1", message)
+    return _SAID_TWICE_WHERE.sub(r"\1 (", _SAID_TWICE.sub(r"\1", message))
 
 
 def _drop_api_calls(message: str, flags: dict[str, str]) -> str:
