@@ -83,6 +83,35 @@ def _made_before_the_group(rank: int, world: int, port: int) -> str:
     return "read: every rank takes the whole dataset"
 
 
+def _given_by_override(rank: int, world: int, port: int) -> list[list[int]]:
+    """A data-parallel group inside a larger one: LADING_RANK/LADING_WORLD_SIZE say the
+    loader's world (rank 0 of 2 here), the process group another (of 1)."""
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(LADING_RANK="0", LADING_WORLD_SIZE="2")
+    loader = lading.loader(Numbers(12), batch_size=2, shuffle=False, collate_fn=list)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        return [list(b) for b in loader]
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_world_set_by_lading_rank_is_never_refused() -> None:
+    """A review: the check below refused the documented override too (tensor or pipeline
+    parallel runs set LADING_RANK to their data-parallel rank)."""
+    from distributed import free_port
+
+    (got,) = run_processes(_given_by_override, 1, free_port(), gloo=False)
+    share = lading.loader(Numbers(12), 2, shuffle=False, collate_fn=list, world=World(0, 2))
+    assert got == [list(b) for b in share] and len(got) == 3  # rank 0 of 2's share
+
+
 @pytest.mark.slow
 def test_a_loader_made_before_the_process_group_is_refused_not_read_whole_by_every_rank() -> None:
     """A review: made before ``init_process_group`` (no launcher variables), a loader took its

@@ -95,3 +95,19 @@ def test_a_checkpoint_with_lading_collator_as_data_collator_is_whole(tmp_path: P
     assert (checkpoint / "trainer_state.json").is_file()
     saved = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
     assert saved.to_str() == collate.tokenizer.to_str()
+
+
+def test_only_a_score_a_row_is_reshaped_to_groups() -> None:
+    """A review: any tensor whose size divided by the group size was reshaped, so a model's
+    several logits a row (the Trainer's own loss, ``compute_loss_func``) were mixed across
+    rows, and a model's several outputs left as they were beside reshaped labels."""
+    import torch
+
+    from lading.integrations.hf_trainer import _a_score_a_row
+
+    labels = torch.zeros(12)
+    assert _a_score_a_row(torch.zeros(12), labels, 4)
+    assert _a_score_a_row(torch.zeros(12, 1), labels, 4)
+    assert not _a_score_a_row(torch.zeros(12, 4), labels, 4)  # 4 logits a row
+    assert not _a_score_a_row((torch.zeros(12), torch.zeros(12, 8)), labels, 4)
+    assert not _a_score_a_row(torch.zeros(12), torch.zeros(3, 4), 4)

@@ -653,7 +653,8 @@ def test_a_folders_readme_and_licence_are_not_documents(tmp_path: Path) -> None:
     write(folder / "train.txt", "one two\n\nthree four\n")
     write(folder / "README", "About this dataset\n\nIts licence\n")
     write(folder / "LICENSE.txt", "licence words\n")
-    write(folder / "sub" / "notes.md", "# notes\n")
+    write(folder / "sub" / "README.md", "# notes\n")
+    write(folder / "sub" / "guide.md", "one four\n")  # a corpus of markdown is one: read
     tok = word_tokenizer(["one", "two", "three", "four"], tmp_path / "t.json")
     corpus = TokenCorpus.build(folder, tmp_path / "corpus", tok, progress=False)
-    assert len(corpus) == 2
+    assert len(corpus) == 3

@@ -263,11 +263,14 @@ def not_keywords(batch: Any, model: nn.Module) -> str:
     )
 
 
-def _per_group(found: Any, size: int) -> Any:
-    """``found`` (a tensor of one value a row) as ``[groups, size]``; anything else as is."""
-    if torch.is_tensor(found) and found.numel() % size == 0:
-        return found.reshape(-1, size)
-    return found
+def _a_score_a_row(logits: Any, labels: Any, size: int) -> bool:
+    """Whether ``logits`` and ``labels`` are one value a row of whole groups of ``size`` (a
+    ranker's): a model's several outputs, or several logits a row, are left as they are."""
+    if not (torch.is_tensor(logits) and torch.is_tensor(labels)):
+        return False
+    rows = labels.numel()
+    flat = logits.dim() == 1 or (logits.dim() == 2 and logits.shape[1] == 1)
+    return labels.dim() == 1 and flat and logits.shape[0] == rows and rows % size == 0
 
 
 class LadingTrainer(LadingTrainerMixin, Trainer):  # type: ignore[misc]
@@ -383,8 +386,9 @@ class LadingTrainer(LadingTrainerMixin, Trainer):  # type: ignore[misc]
             model, inputs, prediction_loss_only, ignore_keys=ignore_keys
         )
         size = inputs.get("group_size") if isinstance(inputs, Mapping) else None
-        if isinstance(size, int) and size > 0:
-            logits, labels = (_per_group(t, size) for t in (logits, labels))
+        if isinstance(size, int) and size > 0 and _a_score_a_row(logits, labels, size):
+            assert logits is not None and labels is not None  # (tensors, checked)
+            logits, labels = logits.reshape(-1, size), labels.reshape(-1, size)
         return loss, logits, labels
 
     def summed_ranking_loss(

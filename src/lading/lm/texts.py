@@ -189,15 +189,14 @@ def listed_texts(source: Sequence[str | os.PathLike[str]]) -> list[Path]:
 
 def folder_files(path: Path) -> list[Path]:
     """The files of a folder source, in the order they are read: hidden files and a folder's
-    notes (README, LICENSE, ``*.md``) left out. A dataset's folder holds its README beside
-    the data (WikiText's: 2 of 2,482 documents its text), where WikiExtractor's files have no
-    suffix: every other file is read."""
+    README and LICENSE (any suffix) left out. A dataset's folder holds its README beside the
+    data (WikiText's: 2 of 2,482 documents its text), where WikiExtractor's files have no
+    suffix: every other file is read (``*.md`` too: a corpus of markdown is one)."""
     return sorted(p for p in path.rglob("*") if p.is_file() and not _not_data(p.name))
 
 
 def _not_data(name: str) -> bool:
-    stem = name.split(".", 1)[0].upper()
-    return name.startswith(".") or stem in ("README", "LICENSE") or name.lower().endswith(".md")
+    return name.startswith(".") or name.split(".", 1)[0].upper() in ("README", "LICENSE")
 
 
 def source_identity(source: TextSource) -> dict[str, Any]:

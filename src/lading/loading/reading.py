@@ -121,12 +121,15 @@ class Reading:
         """The settings a loader was given, in its keywords' order, ``world`` detected when left
         out (each loader refuses DataLoader's ``drop_last`` first: :func:`refuse_drop_last`)."""
         found = world or World.detect()
-        return cls(batch_size, found, seed, shuffle, equalize, drop_partial_batch, world is None)
+        detected = world is None and found.launcher != "lading"  # (LADING_RANK: given)
+        return cls(batch_size, found, seed, shuffle, equalize, drop_partial_batch, detected)
 
     def check_world(self) -> None:
         """Refuse to read where the world was detected and a process group started since
         says another rank or size (a loader made before ``init_process_group``, with no
-        launcher variables: each rank took itself for rank 0 of 1 and read everything).
+        launcher variables: each rank took itself for rank 0 of 1 and read everything). A
+        world set by ``LADING_RANK``/``LADING_WORLD_SIZE`` is a world given (a data-parallel
+        group inside a larger one), never checked.
 
         Raises:
             WorldChangedError: naming both worlds and the fix.
@@ -141,9 +144,10 @@ class Reading:
             raise WorldChangedError(
                 f"this loader was made before torch.distributed.init_process_group: it took "
                 f"this process for rank {self.rank} of {self.world_size}, and the process "
-                f"group now says rank {rank} of {size} (each rank would read the whole "
-                "dataset). Make the loader after init_process_group, or pass "
-                "world=lading.World(rank, world_size)"
+                f"group now says rank {rank} of {size} (its ranks would read the shares of "
+                "another world; of a world of 1, each the whole dataset). Make the loader after "
+                "init_process_group, or pass world=lading.World(rank, world_size) (or set "
+                "LADING_RANK and LADING_WORLD_SIZE)"
             )
 
     def layout(self) -> dict[str, Any]:
