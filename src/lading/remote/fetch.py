@@ -635,12 +635,7 @@ def requests_sent(client: ObjectClient, ranges: list[tuple[int, int]], etag: str
     if getattr(client, "get_ranges", None) is None:
         return len(ranges)
     pinned = pinned_ranges(client, len(ranges), etag)
-    sent, end = pinned, -1
-    for start, stop in sorted(ranges[pinned:]):
-        if start > end:  # a gap: another request
-            sent += 1
-        end = max(end, stop)
-    return sent
+    return pinned + len(_merged(ranges[pinned:]))
 
 
 def bytes_received(
@@ -652,12 +647,20 @@ def bytes_received(
     if getattr(client, "get_ranges", None) is None:
         return sum(map(len, datas))
     pinned = pinned_ranges(client, len(ranges), etag)
-    total, end = sum(len(d) for d in datas[:pinned]), -1
-    got = sorted((a, a + len(d)) for (a, _), d in zip(ranges[pinned:], datas[pinned:]))
-    for start, stop in got:
-        total += max(0, stop - max(start, end))
-        end = max(end, stop)
-    return total
+    got = [(a, a + len(d)) for (a, _), d in zip(ranges[pinned:], datas[pinned:])]
+    return sum(map(len, datas[:pinned])) + sum(b - a for a, b in _merged(got))
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` sorted, those that touch or overlap joined: what one request of a client's
+    ``get_ranges`` carries each (:func:`requests_sent`, :func:`bytes_received`)."""
+    out: list[tuple[int, int]] = []
+    for start, stop in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], stop))
+        else:
+            out.append((start, stop))
+    return out
 
 
 async def get_ranges(

@@ -168,13 +168,15 @@ def folder_markers(sizes: dict[str, int]) -> set[str]:
     """The keys of ``sizes`` (key -> bytes) that mark a folder: 0 bytes, with keys below them.
     The S3 console and Hadoop's S3A keep a ``name/`` key for a folder, which obstore lists as
     ``name``: a Spark output's ``out/a.parquet/`` read as an empty parquet object."""
+    empty = [key for key, size in sizes.items() if size == 0]
+    if not empty:  # (the usual listing: nothing to sort)
+        return set()
     keys = sorted(sizes)
     found = set()
-    for key, size in sizes.items():
-        if size == 0:
-            at = bisect.bisect_left(keys, key + "/")
-            if at < len(keys) and keys[at].startswith(key + "/"):
-                found.add(key)
+    for key in empty:
+        at = bisect.bisect_left(keys, key + "/")
+        if at < len(keys) and keys[at].startswith(key + "/"):
+            found.add(key)
     return found
 
 
@@ -287,7 +289,7 @@ def _footer(file: RemoteFile, tail: bytes, fetcher: Fetcher) -> bytes:
 
 
 def decode_footer(footer: bytes, where: str) -> Any:
-    """The parquet metadata in ``footer`` (its thrift and trailer), or a ValueError naming
+    """The parquet metadata in ``footer`` (its thrift and trailer), or a ParquetError naming
     ``where`` (an object whose footer was damaged or cut: pyarrow's own error names none)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
