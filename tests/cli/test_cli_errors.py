@@ -636,3 +636,31 @@ def test_a_file_given_as_a_token_corpus_names_the_command_that_builds_one(files:
 
     with pytest.raises(StoreFormatError, match=r"`lading lm build \S+c.tsv DEST --tokenizer"):
         TokenCorpus.open(files / "c.tsv")
+
+
+@pytest.mark.parametrize("kind", ["store", "token corpus"])
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_a_folder_of_unmerged_shards_names_the_merge(
+    files: Path, capsys: pytest.CaptureFixture[str], kind: str, command: str
+) -> None:
+    """`lading verify`/`inspect` of a folder holding one shard of a parallel `lading lm build`
+    said "meta.json is missing (an interrupted build ...); rebuild the store with `lading
+    build`": a token corpus's user was sent to the store command, and a folder waiting for its
+    merge was called broken. The line names the build waiting and the merge that commits it."""
+    from conftest import word_tokenizer
+
+    dest, inputs = files / "out", files / "two"
+    inputs.mkdir()
+    for i in range(2):
+        (inputs / f"{i}.jsonl").write_text(f'{{"id": "d{i}", "text": "hello world"}}\n')
+    build = ["build", str(inputs), str(dest)]
+    if kind == "token corpus":
+        tok = word_tokenizer(["hello", "world"], files / "tok.json")
+        build = ["lm", *build, "--tokenizer", str(tok)]
+    assert main([*build, "--shard", "0/2", "--quiet"]) == 0
+    capsys.readouterr()
+    code, err = run([command, str(dest)], capsys)
+    merge = "lading lm merge" if kind == "token corpus" else "lading merge"
+    assert code == 2 and err.startswith(f"lading {command}: {dest}"), err
+    assert "not merged" in err and "build-" in err and f"`{merge} {dest}`" in err, err
+    assert "lading build`" not in err and "interrupted" not in err, err

@@ -194,23 +194,51 @@ def check_directory(root: Path, fmt_name: str) -> None:
     if not root.is_dir():
         raise StoreFormatError(f"{root} is not a lading {what}: no such directory{meant_url(root)}")
     if not (root / META_FILE).exists() and not any(root.glob("snap-*")):
-        fmt = disk_format(fmt_name)  # nothing of a build there (a store missing its snapshot's
-        raise StoreFormatError(  # meta.json, snapshots there, is damage: verify's to say)
-            f"{root} is not a lading {what}: {META_FILE} is missing (an interrupted build "
-            f"leaves no meta.json); {fmt.rebuild}"
+        # nothing committed there (a store missing its snapshot's meta.json, snapshots there,
+        # is damage: verify's to say)
+        raise no_manifest(root, fmt_name)
+
+
+def no_manifest(root: Path, fmt_name: str) -> StoreFormatError:
+    """The error for a ``root`` with no ``meta.json``: where a parallel build's shards wait
+    there (``build-<id>/``), the merge that commits them (which names any shard missing);
+    else an interrupted build, and the fix ``fmt_name``'s format names."""
+    fmt = disk_format(fmt_name)
+    waiting = {
+        p.name: _merge_command(p / BUILD_MARK) for p in sorted(root.glob(f"{BUILD_PREFIX}*"))
+    }
+    if waiting:
+        builds, kinds = ", ".join(waiting), set(waiting.values())
+        merges = " or ".join(f"`{m} {root}`" for m in sorted(kinds))
+        what = fmt.what if len(kinds) > 1 else "token corpus" if "lm" in merges else "store"
+        return StoreFormatError(
+            f"{root} is not a lading {what} yet: it holds the shards of a parallel build "
+            f"not merged ({builds}); {merges} commits them, or names the shards still to build"
         )
+    return StoreFormatError(
+        f"{root} is not a lading {fmt.what}: {META_FILE} is missing (an interrupted build "
+        f"leaves no meta.json); {fmt.rebuild}"
+    )
+
+
+def _merge_command(record: Path) -> str:
+    """The command merging the build whose ``build.json`` is ``record``: ``lading lm merge``
+    where its options say it makes a token corpus, ``lading merge`` otherwise (unreadable too:
+    that merge reads it and says what is wrong)."""
+    try:
+        options = json.loads(record.read_text(encoding="utf-8")).get("options")
+    except (OSError, ValueError, AttributeError):
+        options = None
+    tokens = isinstance(options, dict) and options.get("kind") == "tokens"
+    return "lading lm merge" if tokens else "lading merge"
 
 
 def read_current(root: Path, fmt_name: str) -> dict[str, Any]:
-    fmt = disk_format(fmt_name)
     check_directory(root, fmt_name)
     try:
         raw = (root / META_FILE).read_bytes()
     except FileNotFoundError:
-        raise StoreFormatError(
-            f"{root} is not a lading {fmt.what}: {META_FILE} is missing (an interrupted build "
-            f"leaves no meta.json); {fmt.rebuild}"
-        ) from None
+        raise no_manifest(root, fmt_name) from None
     return _parse(raw, root / META_FILE, fmt_name)
 
 
