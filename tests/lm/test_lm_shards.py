@@ -152,6 +152,49 @@ def test_the_cli_builds_shards_and_merges(
     same_reading(one, TokenCorpus.open(dest))
 
 
+def test_a_glob_builds_as_the_files_it_matches_in_shards_and_in_one_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`lading lm build 'src/*.jsonl' DEST --shard i/N` (a Slurm array's line, as `lading
+    build` takes it) said "src/*.jsonl: no such file or folder": a token corpus took no glob.
+    It reads the files the pattern matches, sorted by path, in shards and in one process
+    alike, and is the same build as that list of files."""
+    src = inputs(tmp_path)
+    tok = str(tmp_path / "t.json")
+    pattern = str(src / "*.jsonl")
+    for i in range(2):
+        args = ["lm", "build", pattern, str(tmp_path / "m"), "--tokenizer", tok, "--quiet"]
+        assert main([*args, "--shard", f"{i}/2"]) == 0
+    assert main(["lm", "merge", str(tmp_path / "m")]) == 0
+    assert main(["lm", "build", pattern, str(tmp_path / "g"), "--tokenizer", tok, "--quiet"]) == 0
+    capsys.readouterr()
+    listed = [src / "a.jsonl", src / "c.jsonl"]  # b.txt is no match
+    one = TokenCorpus.build(listed, tmp_path / "one", tok, progress=False)
+    same_reading(one, TokenCorpus.open(tmp_path / "m"))
+    same_reading(one, TokenCorpus.open(tmp_path / "g"))
+    assert TokenCorpus.build(pattern, tmp_path / "g", tok).snapshot == (  # the same build:
+        TokenCorpus.open(tmp_path / "g").snapshot  # reused, not made again
+    )
+    assert main(["lm", "tokenizer", pattern, str(tmp_path / "t2.json"), "--vocab-size", "300"]) == 0
+    assert (
+        main(["lm", "build", str(src / "*.parquet"), str(tmp_path / "x"), "--tokenizer", tok]) == 2
+    )
+    assert "no file matches" in capsys.readouterr().err
+    assert (
+        main(["lm", "build", pattern, str(tmp_path / "x"), "--tokenizer", tok, "--split", "line"])
+        == 2
+    )
+    assert "is JSON records" in capsys.readouterr().err  # the flag refused, as for a folder
+
+
+def test_a_list_of_files_holding_no_document_is_refused_naming_them(tmp_path: Path) -> None:
+    """A list of empty files raised TypeError (os.fspath of the list) building its message."""
+    tok = word_tokenizer(WORDS, tmp_path / "t.json")
+    empty = [write(tmp_path / "e1.txt", ""), write(tmp_path / "e2.txt", "")]
+    with pytest.raises(SourceError, match=r"e1.txt \(\+1 listed\): holds no documents"):
+        TokenCorpus.build(empty, tmp_path / "c", tok, progress=False)
+
+
 def test_an_empty_list_of_sources_is_refused_and_no_empty_shard_written(tmp_path: Path) -> None:
     """``TokenCorpus.build_shard([], ...)`` (a caller's glob that matched nothing) wrote a shard
     of 0 documents and told to merge it; refused as a store's build refuses it."""

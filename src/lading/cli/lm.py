@@ -19,6 +19,10 @@ from lading.cli.stores import (
 )
 from lading.errors import IncompleteBuildWarning, SkippedRecordsWarning
 
+SOURCE_HELP = (
+    "a text, JSONL or WikiExtractor file, a folder, a glob in quotes ('wiki/*.jsonl.gz': the "
+    "files it matches, sorted by path) or a lading store"
+)
 ON_ERROR_HELP = (
     "a malformed JSONL record, or a text document with invalid UTF-8, stops the {what} "
     "(naming file and line) or is counted and skipped"
@@ -197,7 +201,7 @@ def add_lm(sub: Any) -> None:
     lm = sub.add_parser("lm", help="language-model corpora: train a tokenizer, build a corpus")
     kinds = lm.add_subparsers(dest="lm_command", required=True)
     p = kinds.add_parser("tokenizer", help="train a tokenizer locally (byte-level BPE default)")
-    p.add_argument("source", help="text file(s), JSONL, WikiExtractor output, folder or store")
+    p.add_argument("source", help=SOURCE_HELP)
     p.add_argument("out", help="tokenizer.json to write (or a folder)")
     p.add_argument("--vocab-size", type=positive_int, default=8000, help="entries (default 8000)")
     what = "byte-level BPE (GPT-style) or WordPiece (BERT-style)"
@@ -207,7 +211,7 @@ def add_lm(sub: Any) -> None:
     add_raise_or_skip(p, "--on-error", ON_ERROR_HELP.format(what="training"))
     p.set_defaults(func=_cmd_lm_tokenizer)
     p = kinds.add_parser("build", help="tokenize a corpus into a memory-mapped TokenCorpus")
-    p.add_argument("source", help="text file(s), JSONL, WikiExtractor output, folder or store")
+    p.add_argument("source", help=SOURCE_HELP)
     p.add_argument(
         "dest", help="TokenCorpus directory to create, or an s3://... URL (built, then uploaded)"
     )

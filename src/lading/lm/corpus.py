@@ -44,6 +44,8 @@ from lading.lm.corpus_format import (
 from lading.lm.parts import PartOffsets, PartTokens, part_offsets, token_parts
 from lading.lm.texts import (
     Skips,
+    TextSource,
+    expand_glob,
     iter_texts,
     listed_texts,
     refuse_if_source_changed,
@@ -241,7 +243,7 @@ class TokenCorpus:
     @classmethod
     def build(
         cls,
-        source: str | os.PathLike[str],
+        source: TextSource,
         dest: str | os.PathLike[str],
         tokenizer: Any,
         append_eos: bool = True,
@@ -262,6 +264,7 @@ class TokenCorpus:
 
         Args:
             source: a text file, JSONL, WikiExtractor output, a folder (its files sorted by
+                path), a glob pattern (``"wiki/*.jsonl.gz"``: the files it matches, sorted by
                 path), a list of such files (read in the order given) or a lading store (see
                 :mod:`lading.lm.texts`).
             dest: the corpus directory to create, or an object-store URL
@@ -293,6 +296,7 @@ class TokenCorpus:
         """
         from lading.stores.building.inputs import refuse_dest_in_source
 
+        source = expand_glob(source)
         refuse_dest_in_source(source, dest, every_file=True)
         if shard not in (None, "auto"):
             raise ValueError(
@@ -328,6 +332,7 @@ class TokenCorpus:
                 say_group_skips(built.meta, before, snapshot, source, dest, stacklevel=3)
                 return built
         listed = listed_texts(source) if isinstance(source, (list, tuple)) else None
+        one = "" if isinstance(source, (list, tuple)) else source  # (a file, folder or store)
         refuse_unused_text_field(text_field, source, listed)
         if is_remote(dest):
             from lading.lm.remote import build_corpus
@@ -345,7 +350,7 @@ class TokenCorpus:
         eos = find_eos(tok, eos_token) if append_eos else None
         identity = source_identity(source)  # before reading: a change while reading is seen
         recipe = {
-            "source": [str(f.resolve()) for f in listed] if listed else str(Path(source).resolve()),
+            "source": [str(f.resolve()) for f in listed] if listed else str(Path(one).resolve()),
             "source_identity": identity,  # an edited source is tokenized again
             "tokenizer": info["sha256"],
             "append_eos": append_eos,
@@ -365,7 +370,7 @@ class TokenCorpus:
                 return cls.open(dest, snapshot=previous["snapshot"])
             build.check_ours()
             with build.scratch() as tmp:
-                name = f"{listed[0].name} (+{len(listed) - 1})" if listed else Path(source).name
+                name = f"{listed[0].name} (+{len(listed) - 1})" if listed else Path(one).name
                 bar = progress_bar(name, progress)
                 skipped = Skips()
                 store = identity.get("store")
@@ -373,7 +378,8 @@ class TokenCorpus:
                 with bar:
                     meta = write_tokens(tmp, texts, tok, info, eos, bar)
                 if meta["documents"] == 0:
-                    raise SourceError(source, None, "holds no documents; a corpus of 0 is refused")
+                    where = f"{listed[0]} (+{len(listed) - 1} listed)" if listed else os.fspath(one)
+                    raise SourceError(where, None, "holds no documents; a corpus of 0 is refused")
                 meta["recipe"], meta["skipped"] = recipe, skipped.count
                 meta["skip_examples"] = skipped.examples
                 refuse_if_source_changed(source, identity)
@@ -416,6 +422,7 @@ class TokenCorpus:
         from lading.lm.shards import DocumentOptions, build_corpus_shard
         from lading.stores.building.inputs import refuse_dest_in_source
 
+        source = expand_glob(source)
         refuse_dest_in_source(source, dest, every_file=True)
         documents = DocumentOptions(append_eos, eos_token, split, on_error, text_field)
         if is_remote(dest):

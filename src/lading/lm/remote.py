@@ -41,6 +41,7 @@ from lading.lm.corpus_format import (
     check_offsets,
     tokenizer_file,
 )
+from lading.lm.texts import TextSource
 from lading.remote.cache import AroundGets, NodeCache
 from lading.remote.clients import check_reachable
 from lading.remote.objects import RemoteNotSupportedError
@@ -235,7 +236,7 @@ def open_files(
 def build_corpus(
     build_local: Callable[..., Any],
     wrap: Callable[[RemoteTokenFiles], Any],
-    source: str | os.PathLike[str],
+    source: TextSource,
     url: str,
     cache: str | os.PathLike[str] | None = None,
     cache_bytes: int | str | None = None,

@@ -5,8 +5,9 @@ Plain text splits into documents at blank lines (``split="blank"``: WikiText par
 Shakespeare speeches), at every line (``"line"``) or not at all (``"file"``). JSONL records give
 their text field (WikiExtractor ``--json`` output included); WikiExtractor's default output,
 ``<doc id=… title=…>…</doc>`` blocks, gives each block's body. A folder gives every file in it,
-sorted by path; a list of files gives each in the order listed; a lading store gives its texts
-in row order. Lines are kept as written
+sorted by path; a glob pattern (``"wiki/*.jsonl.gz"``) the files it matches, sorted by path
+(read as that list of files); a list of files gives each in the order listed; a lading store
+gives its texts in row order. Lines are kept as written
 (indentation and inner spaces included: code and verse keep their shape); only line ends go,
 and lines of nothing but white space separate documents (``"blank"``) or are skipped
 (``"line"``).
@@ -38,7 +39,7 @@ from lading.sources.chunks import BOM, numbered_lines, reading
 
 SPLITS: tuple[str, ...] = ("blank", "file", "line")
 TEXTS_ONLY = ParseOptions(keep_fields=(), need_id=False)  # a token corpus keeps no ids, fields
-# a file, a folder, a lading store, or a list of files
+# a file, a folder, a glob pattern, a lading store, or a list of files
 TextSource = (
     str | os.PathLike[str] | list[str | os.PathLike[str]] | tuple[str | os.PathLike[str], ...]
 )
@@ -85,6 +86,7 @@ def iter_texts(
         raise ValueError(f"unknown split {split!r}; choose from {sorted(SPLITS)}")
     if on_error == "skip" and skipped is None:
         raise ValueError("iter_texts(on_error='skip') counts what it skips into skipped=Skips()")
+    source = expand_glob(source)
     if isinstance(source, (list, tuple)):
         for file in listed_texts(source):
             yield from file_texts(file, split, on_error, skipped, text_field)
@@ -104,6 +106,22 @@ def iter_texts(
         raise FileNotFoundError(f"source {path} does not exist")
 
 
+def expand_glob(source: TextSource) -> TextSource:
+    """``source``, or where it is a glob pattern the files it matches sorted by path (a build
+    reads and records them as that list: an open sees a listed file change, not a new match).
+
+    Raises:
+        FileNotFoundError: a pattern that matches no file, naming it.
+    """
+    from lading.stores.building.inputs import glob_matches
+
+    matches = glob_matches(source)
+    if matches is None:
+        return source
+    files: list[str | os.PathLike[str]] = list(matches)
+    return files
+
+
 def refuse_unused_text_field(
     text_field: str | None,
     source: Any,
@@ -121,6 +139,9 @@ def refuse_unused_text_field(
     """
     if text_field is None:
         return
+    source = expand_glob(source)
+    if files is None and isinstance(source, (list, tuple)):
+        files = [Path(f) for f in source]
     if files is None:
         path = Path(source)
         if not path.exists():
@@ -142,7 +163,7 @@ def refuse_unused_text_field(
     )
 
 
-def refuse_unused_split(split: str, source: str | os.PathLike[str], flag: str) -> None:
+def refuse_unused_split(split: str, source: TextSource, flag: str) -> None:
     """Refuse a ``split`` the user gave (``flag``, as they spelled it) where no file of
     ``source`` is plain text: it divides plain text into documents, and JSON records (a
     document each) or a lading store (its rows) have none to divide, so every value built
@@ -151,16 +172,24 @@ def refuse_unused_split(split: str, source: str | os.PathLike[str], flag: str) -
     Raises:
         ValueError: naming the split, the source and the fix.
     """
-    path = Path(source)
-    if not path.exists():
-        return
-    if path.is_dir() and (path / META_FILE).is_file():
-        what = "a lading store (a document a row)"
-    else:
-        files = folder_files(path) if path.is_dir() else [path]
-        if not files or not all(is_records(f) for f in files):
+    expanded = expand_glob(source)
+    files: list[Path]
+    if isinstance(expanded, (list, tuple)):
+        store, files = False, [Path(f) for f in expanded]
+        if not all(f.is_file() for f in files):
             return
+    else:
+        path = Path(expanded)
+        if not path.exists():
+            return
+        store = path.is_dir() and (path / META_FILE).is_file()
+        files = [] if store else folder_files(path) if path.is_dir() else [path]
+    if store:
+        what = "a lading store (a document a row)"
+    elif files and all(is_records(f) for f in files):
         what = "JSON records (a document a record)"
+    else:
+        return
     raise ValueError(
         f"{flag} {split} divides plain text into documents, but {source} is {what}: drop {flag}"
     )

@@ -62,6 +62,22 @@ def refuse_dest_in_source(source: Any, dest: Any, every_file: bool = False) -> N
         )
 
 
+def glob_matches(source: Any) -> list[Path] | None:
+    """The files a glob pattern ``source`` (``"corpus/*.jsonl.gz"``) matches, sorted by path;
+    None where ``source`` is no pattern (a file, folder or ``[v1]`` name that exists, a list,
+    a reader).
+
+    Raises:
+        FileNotFoundError: a pattern that matches no file, naming it.
+    """
+    if not isinstance(source, (str, os.PathLike)) or _kind(os.fspath(source)) != "glob":
+        return None
+    files = spec_files({"glob": os.fspath(source)})  # the name as given: paths as written
+    if not files:
+        raise FileNotFoundError(f"no file matches {os.fspath(source)!r}")
+    return files
+
+
 def input_files(source: Any) -> list[Path] | None:
     """The files of a several-file source in reading order; None for a single source (a file,
     a BEIR folder, ``irds:``, a reader).
@@ -77,9 +93,7 @@ def input_files(source: Any) -> list[Path] | None:
         kind = _kind(name)
         if kind is None:
             return None
-        files = spec_files({kind: name})  # the name as given: paths as the user wrote them
-        if not files and kind == "glob":
-            raise FileNotFoundError(f"no file matches {name!r}")
+        files = glob_matches(name) or spec_files({kind: name})  # paths as the user wrote them
         if not files:
             raise ValueError(f"{name} holds no files to build from")
     else:
