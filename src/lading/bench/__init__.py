@@ -24,7 +24,7 @@ from lading.bench.data import (
     default_collection,
     prepare,
 )
-from lading.bench.grid import GridOptions, run_grid
+from lading.bench.grid import GridInterrupted, GridOptions, run_grid
 from lading.bench.peers import PEER_STRATEGIES, unavailable
 from lading.bench.report import render
 
@@ -158,6 +158,10 @@ def run_bench(
         }
     try:
         results = run_grid(options, settings, data, out, info, coordinators=coordinators)
+    except GridInterrupted as cut:  # the report of what was measured, marked interrupted
+        if cut.runs and (coordinators is None or coordinators.leader):
+            render(out)
+        raise
     finally:
         if coordinators is not None:
             coordinators.leave()

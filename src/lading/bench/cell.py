@@ -13,14 +13,16 @@ step brought to the device.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -174,8 +176,6 @@ def rank_main(
     grid. Progress bars get a thread lock instead of tqdm's multiprocessing one, whose
     semaphore would otherwise be reported leaked by the parent's resource tracker.
     """
-    import threading
-
     from tqdm import tqdm
 
     tqdm.set_lock(threading.RLock())
@@ -302,6 +302,22 @@ def kill_tree(pids: list[int]) -> None:
             continue
 
 
+@contextlib.contextmanager
+def ctrl_c_to_parent_only() -> Iterator[None]:
+    """Processes started inside ignore SIGINT (a disposition kept across the spawn's exec; an
+    ignored SIGINT is one Python leaves ignored): Ctrl-C reaches the whole foreground process
+    group, and each rank printed a KeyboardInterrupt traceback, mid-import or mid-step, where
+    the parent alone stops the run, killing the cell's processes, and says so in one line."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # (signal handlers are set from the main thread only)
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None) -> dict[str, Any]:
     """Run ``cell`` in fresh processes; its record (status ok, oom, error or n/a)."""
     why = unavailable(cell.strategy, cell.pin_memory)
@@ -318,24 +334,32 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
         )
         for r in range(cell.world_size)
     ]
-    for p in procs:
-        p.start()
+    with ctrl_c_to_parent_only():
+        for p in procs:
+            p.start()
     pids = [p.pid for p in procs if p.pid is not None]
     monitor = MemoryMonitor(pids, budget=budget, on_budget=lambda: kill_tree(pids)).start()
     results: dict[int, Any] = {}
     errors: list[str] = []
     deadline = time.monotonic() + settings.timeout_s
-    while len(results) + len(errors) < cell.world_size and time.monotonic() < deadline:
-        try:
-            rank, status, value = out.get(timeout=0.5)
-        except Exception:  # queue.Empty: check whether a rank died without reporting
-            if any(p.exitcode not in (None, 0) for p in procs) and not out.qsize():
-                break
-            continue
-        if status == "ok":
-            results[rank] = value
-        else:
-            errors.append(value)
+    try:
+        while len(results) + len(errors) < cell.world_size and time.monotonic() < deadline:
+            try:
+                rank, status, value = out.get(timeout=0.5)
+            except Exception:  # queue.Empty: check whether a rank died without reporting
+                if any(p.exitcode not in (None, 0) for p in procs) and not out.qsize():
+                    break
+                continue
+            if status == "ok":
+                results[rank] = value
+            else:
+                errors.append(value)
+    except BaseException:  # Ctrl-C (the ranks ignore it): the cell's processes go with it
+        monitor.stop()
+        kill_tree(pids)
+        finish(procs, pids, grace_s=5.0)
+        out.cancel_join_thread()
+        raise
     timed_out = len(results) + len(errors) < cell.world_size and time.monotonic() >= deadline
     monitor.stop()  # the monitor's own kill (over the budget) is in monitor.over_budget
     exits = [p.exitcode for p in procs]  # before finish() kills what is left: not the cell's

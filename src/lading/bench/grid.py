@@ -42,6 +42,15 @@ class GridOptions:
     remote: str | None = None  # where strategy "remote" reads the packed store (s3://...)
 
 
+class GridInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a grid: ``runs`` of its ``of`` runs done (their records written, the
+    results marked interrupted, where any was done)."""
+
+    def __init__(self, runs: int, of: int) -> None:
+        super().__init__(f"after {runs} of {of} runs")
+        self.runs, self.of = runs, of
+
+
 def grid_cells(options: GridOptions) -> list[Cell]:
     """The cells to run, main grid first, in an order that lets OOM be predicted."""
     first_workers = options.workers[0]
@@ -118,21 +127,30 @@ def run_grid(
     leader = coordinators is None or coordinators.leader
     repeats = max(1, settings.repeats)
     bar = tqdm(total=len(cells) * repeats, desc="lading bench", unit="run", disable=not leader)
-    for repeat in range(repeats):
-        for i, cell in enumerate(cells):
-            bar.set_postfix_str(f"{cell.label()}, repeat {repeat + 1}/{repeats}")
-            if runs[i] and runs[i][-1]["status"] != "ok":
+    try:
+        for repeat in range(repeats):
+            for i, cell in enumerate(cells):
+                bar.set_postfix_str(f"{cell.label()}, repeat {repeat + 1}/{repeats}")
+                if runs[i] and runs[i][-1]["status"] != "ok":
+                    bar.update(1)
+                    continue
+                record = _one(cell, settings, data, options, results["cells"], coordinators)
+                runs[i].append(record)
+                load["cells"].append(record.get("load1", load_average()))
+                results["cells"] = [merge_repeats(r) for r in runs if r]
+                if leader:
+                    write_results(results, out)
+                if on_cell is not None:
+                    on_cell(record)
                 bar.update(1)
-                continue
-            record = _one(cell, settings, data, options, results["cells"], coordinators)
-            runs[i].append(record)
-            load["cells"].append(record.get("load1", load_average()))
-            results["cells"] = [merge_repeats(r) for r in runs if r]
-            if leader:
-                write_results(results, out)
-            if on_cell is not None:
-                on_cell(record)
-            bar.update(1)
+    except KeyboardInterrupt:
+        bar.close()
+        done = sum(map(len, runs))
+        if leader and done:  # the report says the run was cut short, and where
+            results["interrupted"] = {"runs": done, "of": len(cells) * repeats}
+            load["after"], results["finished"] = load_average(), _now()
+            write_results(results, out)
+        raise GridInterrupted(done, len(cells) * repeats) from None
     bar.close()
     load["after"] = load_average()
     results["finished"] = _now()

@@ -82,6 +82,20 @@ def what_is_timed(results: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _times_run(results: dict[str, Any]) -> str:
+    """How many times each cell ran: as asked, or where the run was interrupted (Ctrl-C),
+    how far it got and the repeats the cells have."""
+    asked, cut = results["settings"]["repeats"], results.get("interrupted")
+    if not cut:
+        return f"Each cell ran {asked} times"
+    ran = sorted({len(c.get("repeats") or [None]) for c in results["cells"]})
+    times = f"{ran[0]}" if len(ran) == 1 else f"{ran[0]}-{ran[-1]}"
+    return (
+        f"**Interrupted after {cut['runs']} of {cut['of']} runs**: each cell was to run {asked} "
+        f"times; the cells here ran {times} time(s) (a cell not reached is absent)"
+    )
+
+
 def measurement_lines(results: dict[str, Any]) -> list[str]:
     """How the figures were taken and how sure they are: window, repeats, load, warning."""
     settings, load = results["settings"], results.get("load")
@@ -95,7 +109,7 @@ def measurement_lines(results: dict[str, Any]) -> list[str]:
         "",
         "## How the figures were taken",
         "",
-        f"Each cell ran {settings['repeats']} times, in rounds over the whole grid (so a change "
+        f"{_times_run(results)}, in rounds over the whole grid (so a change "
         "of load hits every strategy alike), each time in fresh processes: "
         f"{settings['warmup']} untimed warm-up steps, then a timed window of "
         f"{settings['seconds']:g} s (at least {settings['steps']} steps). Figures are the median "

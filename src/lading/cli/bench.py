@@ -258,6 +258,7 @@ def bench_tokenizer(args: argparse.Namespace) -> str | None:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from lading.bench import render, run_bench
+    from lading.bench.grid import GridInterrupted
 
     if args.target == "report":
         if not args.dir:
@@ -271,14 +272,25 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         k: Path(getattr(args, k)) if getattr(args, k) else None
         for k in ("corpus", "queries", "qrels", "negatives")
     }
-    results = run_bench(
-        options,
-        settings,
-        out,
-        passages=passages,
-        tokenizer=bench_tokenizer(args),
-        **paths,
-    )
+    try:
+        results = run_bench(
+            options,
+            settings,
+            out,
+            passages=passages,
+            tokenizer=bench_tokenizer(args),
+            **paths,
+        )
+    except GridInterrupted as cut:
+        kept = (
+            f"what was measured is in {out} (report.md, marked interrupted; results.json)"
+            if cut.runs
+            else "nothing was measured"
+        )
+        print(
+            f"lading bench: interrupted after {cut.runs} of {cut.of} runs; {kept}", file=sys.stderr
+        )
+        return 130
     print(f"results in {out} (results.json, report.md, *.png)")
     return _failed_cells(results["cells"])
 
