@@ -27,6 +27,8 @@ from lading.lm.packing import Packing
 from lading.lm.parts import document_starts
 from lading.lm.stream import EpochStream
 
+Int64s = npt.NDArray[np.int64]  # window numbers, token rows, document ids
+
 
 class WindowReader(Protocol):
     """The windows of one epoch. A reader whose windows share no work in a batch subclasses
@@ -34,17 +36,10 @@ class WindowReader(Protocol):
 
     n: int
 
-    def read(
-        self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None
-    ) -> None:
+    def read(self, window: int, tokens: Int64s, document_ids: Int64s | None) -> None:
         """Fill ``tokens`` (``seq_len + 1``) and, when asked, their document ids (-1: padding)."""
 
-    def read_many(
-        self,
-        windows: npt.NDArray[np.int64],
-        tokens: npt.NDArray[np.int64],
-        document_ids: npt.NDArray[np.int64] | None,
-    ) -> None:
+    def read_many(self, windows: Int64s, tokens: Int64s, document_ids: Int64s | None) -> None:
         """:meth:`read` of each of ``windows`` into its row of ``tokens`` (and of
         ``document_ids``, when asked): a batch."""
         for row, window in enumerate(np.asarray(windows).tolist()):
@@ -58,19 +53,12 @@ class StreamWindows:
         self.stream, self.bptt = stream, bptt
         self.n = (stream.total - 1) // bptt
 
-    def read(
-        self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None
-    ) -> None:
+    def read(self, window: int, tokens: Int64s, document_ids: Int64s | None) -> None:
         self.stream.read(window * self.bptt, tokens)
         if document_ids is not None:
             document_ids[:] = renumber(self.stream.documents(window * self.bptt, len(tokens)))
 
-    def read_many(
-        self,
-        windows: npt.NDArray[np.int64],
-        tokens: npt.NDArray[np.int64],
-        document_ids: npt.NDArray[np.int64] | None,
-    ) -> None:
+    def read_many(self, windows: Int64s, tokens: Int64s, document_ids: Int64s | None) -> None:
         """:meth:`read` of a batch: every window's pieces found at once
         (:meth:`EpochStream.read_many`)."""
         starts = np.asarray(windows, dtype=np.int64) * self.bptt
@@ -87,7 +75,7 @@ class PackedWindows(WindowReader):
     def __init__(
         self,
         corpus: TokenCorpus,
-        documents: npt.NDArray[np.int64],
+        documents: Int64s,
         packing: Packing,
         pad_id: int,
     ) -> None:
@@ -111,9 +99,7 @@ class PackedWindows(WindowReader):
             return int(p.length.max()) < 2
         return p.tokens < 2
 
-    def read(
-        self, window: int, tokens: npt.NDArray[np.int64], document_ids: npt.NDArray[np.int64] | None
-    ) -> None:
+    def read(self, window: int, tokens: Int64s, document_ids: Int64s | None) -> None:
         p = self.packing
         doc_start, doc_part, parts = self.doc_start, self.doc_part, self.parts
         part, filled = parts[0], 0
