@@ -163,6 +163,50 @@ def test_repartition_names_the_differing_column(tmp_path: Path) -> None:
         repartition(tmp_path / "d", tmp_path / "out")
 
 
+def test_repartition_names_no_columns_option_it_does_not_have(tmp_path: Path) -> None:
+    """`lading repartition` of files whose columns differ advised "or read only the columns
+    they share (columns=[...])": repartition has no such option (it keeps every column)."""
+    write(tmp_path / "d" / "a.parquet", {"a": pa.array([1], pa.int64()), "b": [2]})
+    write(tmp_path / "d" / "b.parquet", {"a": pa.array([1], pa.int64())})
+    with pytest.raises(ValueError, match=r"b\.parquet.*'b' is missing") as refused:
+        repartition(tmp_path / "d", tmp_path / "out")
+    assert "columns=" not in str(refused.value), refused.value
+    with pytest.raises(ValueError, match=r"columns=\[\.\.\.\]"):  # the loader has it
+        PartitionedParquet(tmp_path / "d", 4, world=ONE)
+
+
+@pytest.mark.parametrize(
+    ("kind", "listed", "says"),
+    [
+        (pa.list_(pa.list_(pa.int64())), False, r"items \(list<\w+: int64>\) are not numbers"),
+        (pa.list_(pa.list_(pa.int64())), True, r"items \(list<\w+: int64>\) are not numbers"),
+        (pa.list_(pa.int64(), 2), False, r"a fixed-size list"),
+        (pa.list_(pa.int64(), 2), True, r"a fixed-size list"),
+    ],
+)
+def test_a_list_column_no_tensor_holds_is_refused_once_in_words(
+    tmp_path: Path, kind: Any, listed: bool, says: str
+) -> None:
+    """A list of lists was told "give its max_len in list_columns={...}", then, given it,
+    "... are not numbers or bools, so it and cannot become a tensor"; a fixed-size list in
+    list_columns was "not a list; drop it from list_columns", then, dropped, "cannot become
+    a tensor". Each is refused once, in a sentence, whatever list_columns says."""
+    values = [[[1], [2, 3]], [[4], [5]]] if pa.types.is_list(kind.value_type) else [[1, 2], [3, 4]]
+    write(tmp_path / "d" / "a.parquet", {"nn": pa.array(values, kind), "id": [1, 2]})
+    with pytest.raises(ValueError, match=says) as refused:
+        PartitionedParquet(tmp_path / "d", 2, list_columns={"nn": 3} if listed else None, world=ONE)
+    said = str(refused.value)
+    assert "list_columns=" not in said and "so it and" not in said, said
+    assert "leave it out of columns=" in said, said
+
+
+def test_a_bool_pad_value_for_an_int_list_is_refused(tmp_path: Path) -> None:
+    """pad_value=True padded an int list with 1, unsaid (-1.5 is refused)."""
+    write(tmp_path / "d" / "a.parquet", sessions(3))
+    with pytest.raises(ValueError, match=r"pad_value=True does not fit list column 'items'"):
+        PartitionedParquet(tmp_path / "d", 2, list_columns={"items": 3}, pad_value=True, world=ONE)
+
+
 # ---------------------------------------------------------------- empty inputs
 
 

@@ -262,6 +262,7 @@ def check_schemas(
     schemas: Sequence[Any],
     columns: Sequence[str],
     rows: Sequence[int] | None = None,
+    choose: bool = True,
 ) -> None:
     """Raise unless every file holds ``columns`` with the first file's types; where the
     files' ``rows`` are given, a file of none is left out (pandas types the list column of
@@ -270,7 +271,8 @@ def check_schemas(
     Only the columns read need to agree: the others are never read. Nullability (``not
     null`` on a column or a list's items) and a list's item name are not compared: a file
     rewritten through pandas drops them, its values the same; the reader refuses an actual
-    null itself (:func:`lading.tabular.read.first_null`).
+    null itself (:func:`lading.tabular.read.first_null`). ``choose``: the caller reads the
+    columns its user names (a loader's ``columns=``), so the error offers that way out.
     """
     if rows is not None:  # what has no rows is read for none: an empty split pandas typed
         kept = [(f, s) for f, s, n in zip(files, schemas, rows) if n]  # null, say
@@ -294,7 +296,8 @@ def check_schemas(
             raise ParquetError(
                 f"{file} does not match {files[0]}: {'; '.join(differ)}. Every file must hold "
                 "the columns read with one type: rewrite the file, cast the column (e.g. "
-                "table.cast), or read only the columns they share (columns=[...])"
+                "table.cast)"
+                + (", or read only the columns they share (columns=[...])" if choose else "")
             )
 
 

@@ -383,25 +383,26 @@ def check_columns(
             raise ParquetError(f"{path}: no column {name!r}; it has {schema.names}")
     for name in columns:
         kind = schema.field(name).type
-        items = kind
-        if name in list_columns:
-            if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
-                raise ParquetError(
-                    f"{path}: {name!r} is {kind}, not a list; drop it from list_columns"
-                )
-            items = kind.value_type
-        elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        is_list = pa.types.is_list(kind) or pa.types.is_large_list(kind)
+        items = kind.value_type if is_list else kind
+        why = ""  # why no tensor holds it, where none does
+        if pa.types.is_fixed_size_list(kind):
+            why = "a fixed-size list, which lading does not pad (cast it to a list to read it)"
+        elif not (
+            pa.types.is_integer(items) or pa.types.is_floating(items) or pa.types.is_boolean(items)
+        ):
+            why = f"its items ({items}) are not numbers or bools" if is_list else "not a number"
+        if why:
+            raise ParquetError(
+                f"{path}: {name!r} is {kind}: {why}, so it cannot become a tensor; leave it out "
+                "of columns="
+            )
+        if name in list_columns and not is_list:
+            raise ParquetError(f"{path}: {name!r} is {kind}, not a list; drop it from list_columns")
+        if is_list and name not in list_columns:
             raise ParquetError(
                 f"{path}: {name!r} is a list column ({kind}); give its max_len in "
                 f"list_columns={{{name!r}: N}}"
-            )
-        if not (
-            pa.types.is_integer(items) or pa.types.is_floating(items) or pa.types.is_boolean(items)
-        ):
-            what = "" if items is kind else f": its items ({items}) are not numbers or bools, so it"
-            raise ParquetError(
-                f"{path}: {name!r} is {kind}{what} and cannot become a tensor; leave it out "
-                "of columns="
             )
         if name in list_columns:
             check_pad_value(path, name, items, pad_value)
@@ -429,6 +430,8 @@ def check_pad_value(path: Any, name: str, items: Any, pad_value: int | float) ->
     value = float(pad_value)
     if pa.types.is_boolean(items):
         holds, which = pad_value in (0, 1), "0 or 1"
+    elif isinstance(pad_value, bool):  # True pads an int list with 1, a float one with 1.0
+        holds, which = False, "a number, not a bool"
     elif pa.types.is_integer(items):
         limits = np.iinfo(dtype)
         holds = value.is_integer() and limits.min <= pad_value <= limits.max

@@ -192,7 +192,7 @@ def _inputs(src: list[str | os.PathLike[str]], target: Path) -> tuple[list[Path]
         kept = [i for i, f in enumerate(footers) if f.num_rows]  # types an empty list null)
         files, schemas = [files[i] for i in kept], [schemas[i] for i in kept]
     names = list(schemas[0].names)
-    check_schemas(files, schemas, names)  # the rewrite keeps every column
+    check_schemas(files, schemas, names, choose=False)  # the rewrite keeps every column
     for file, schema in zip(files[1:], schemas[1:]):
         extra = [n for n in schema.names if n not in names]
         if extra:
