@@ -191,6 +191,12 @@ class BuilderGoneError(LadingError, RuntimeError):
     and pid, what it was doing, and how long ago it was last heard from."""
 
 
+class SkippedFilesWarning(UserWarning):
+    """A folder (or prefix) read as parquet holds files that look like parquet but are not
+    named ``*.parquet``, so they are not read: the message names them and the fix (rename
+    them, or pass them as a list)."""
+
+
 class EmptyTextWarning(UserWarning):
     """A build stored documents whose text is empty while a field of theirs (a title) is not:
     a model reads a store's text alone, so it would see nothing of them. The message counts

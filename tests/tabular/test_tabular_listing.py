@@ -221,3 +221,30 @@ def test_one_object_named_is_found_by_one_head_not_a_listing_of_its_bucket(
     assert (s3.stats()["lists"], s3.stats()["heads"]) == (1, 0)
     with pytest.raises(FileNotFoundError, match="no parquet object at"):
         ids(f"s3://{bucket}/missing.parquet")
+
+
+def test_parquet_not_named_dot_parquet_is_said_not_read_local_bucket_and_cli(
+    s3: LocalS3, days: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Hive table's files (``000000_0``, ``part-00001``: no suffix) and ``*.parq`` beside
+    ``*.parquet`` were passed over without a word: a loader read 24 % of the rows, and
+    `lading repartition` wrote a copy without the rest. They are named, with the fix; a
+    README or a CSV beside the data is not."""
+    from lading.cli import main
+    from lading.errors import SkippedFilesWarning
+
+    shutil.copy(days / "178" / "train.parquet", days / "178" / "part-00001")
+    shutil.copy(days / "178" / "train.parquet", days / "178-late" / "b.parq")
+    (days / "README.txt").write_text("about the days\n")
+    (days / "178" / "extra.csv").write_text("a,b\n1,2\n")
+    for source in (days, upload_tree(s3, days)):
+        with pytest.warns(SkippedFilesWarning) as said:
+            assert len(ids(source)) == 50  # (what is read is unchanged: the *.parquet files)
+        assert len(said) == 1, [str(w.message) for w in said]
+        line = str(said[0].message)
+        assert "2 " in line and "178/part-00001" in line and "178-late/b.parq" in line, line
+        assert "README" not in line and "extra.csv" not in line, line
+        assert "rename them *.parquet, or pass them as a list" in line, line
+    assert main(["repartition", str(days), str(tmp_path / "out"), "--world-size", "1"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith(f"lading repartition: warning: {days}: 2 file(s) hold parquet"), err

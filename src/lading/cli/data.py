@@ -27,17 +27,19 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _cmd_repartition(args: argparse.Namespace) -> int:
+    from lading.cli.stores import said_on_stderr
+    from lading.errors import SkippedFilesWarning
     from lading.tabular.repartition import repartition
 
-    print(
-        repartition(
+    with said_on_stderr("lading repartition", SkippedFilesWarning):  # one line each
+        done = repartition(
             args.src,
             args.dst,
             world_size=args.world_size,
             workers=args.workers,
             row_group_size=args.row_group_size,
         )
-    )
+    print(done)
     return 0
 
 

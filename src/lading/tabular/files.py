@@ -21,12 +21,13 @@ import hashlib
 import json
 import os
 import re
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lading.disk import DATASET_MARK
-from lading.errors import ParquetError
+from lading.errors import ParquetError, SkippedFilesWarning
 from lading.remote.objects import is_remote, refuse_remote
 from lading.tabular.plan import Piece
 
@@ -156,6 +157,45 @@ def select_listed(top: str, names: Iterable[str]) -> list[str]:
 
 
 _HIDDEN = ("_", ".")  # the names a dataset reader passes over (pyarrow's default)
+MAGIC = b"PAR1"  # a parquet file's first and last 4 bytes
+_PARQUET_LOOKING = (".parq", ".pq")  # other names parquet writers give (Hive's and Impala's
+# files have no suffix at all: ``000000_0``, ``part-00001``)
+
+
+def passed_over(names: Iterable[str]) -> list[str]:
+    """The names among ``names`` (as :func:`select_listed` takes them) that it passes over
+    though nothing marks them as not data: not ``*.parquet``, not hidden, not build debris."""
+    return [
+        name
+        for name in names
+        if not name.endswith(".parquet")
+        and not any(p.startswith(_HIDDEN) for p in name.split("/"))
+        and not any(_BUILD_DEBRIS.search(folder) for folder in name.split("/")[:-1])
+    ]
+
+
+def looks_like_parquet(name: str) -> bool:
+    """Whether an object's name is one parquet writers give besides ``*.parquet``: no suffix
+    (Hive, Impala) or ``.parq``/``.pq`` (what a listing tells without reading the object)."""
+    last = name.rsplit("/", 1)[-1]
+    return "." not in last or last.endswith(_PARQUET_LOOKING)
+
+
+def warn_unread(top: str, unread: Sequence[str], what: str = "file") -> None:
+    """Say which parquet ``what``s below ``top`` are not read (their names do not end in
+    ``.parquet``): a folder read without them lost their rows without a word (76 % of a
+    Hive table's, and `lading repartition` wrote the copy without them)."""
+    if not unread:
+        return
+    shown = ", ".join(unread[:3]) + (f", ... ({len(unread)} in all)" if len(unread) > 3 else "")
+    warnings.warn(
+        SkippedFilesWarning(
+            f"{top}: {len(unread)} {what}(s) hold parquet but are not named *.parquet, so "
+            f"they are not read: {shown}; rename them *.parquet, or pass them as a list "
+            f"of {what}s"
+        ),
+        stacklevel=4,
+    )
 
 
 def _walk(top: Path, skip: set[Path]) -> list[Path]:
@@ -174,7 +214,21 @@ def _walk(top: Path, skip: set[Path]) -> list[Path]:
         if real in covered or real in skip or real == top_real or real in top_real.parents:
             continue
         _walk_real(real, rel, skip, names, links, covered)
+    others = passed_over(names)[:_SNIFFED]
+    warn_unread(str(top), [n for n in others if _parquet_magic(top / n)])
     return [top / name for name in select_listed(str(top), names)]
+
+
+_SNIFFED = 1000  # files not named *.parquet read for parquet's magic, at most, a folder
+
+
+def _parquet_magic(path: Path) -> bool:
+    """Whether ``path`` starts with parquet's magic bytes (``PAR1``)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == MAGIC
+    except OSError:
+        return False
 
 
 def _walk_real(
@@ -207,7 +261,7 @@ def _walk_real(
         names += [
             f"{under}/{n}" if under else n
             for n in files
-            if (n.endswith(".parquet") or n == DATASET_MARK) and (here / n).is_file()
+            if (n == DATASET_MARK or not n.startswith(_HIDDEN)) and (here / n).is_file()
         ]
 
 

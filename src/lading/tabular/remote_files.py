@@ -43,9 +43,15 @@ from lading.remote.cache.folder import make_folders, shared
 from lading.remote.clients import check_reachable
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import RemoteNotSupportedError, describe, split_url
-from lading.tabular.files import refuse_twice, select_listed
+from lading.tabular.files import (
+    MAGIC,
+    looks_like_parquet,
+    passed_over,
+    refuse_twice,
+    select_listed,
+    warn_unread,
+)
 
-MAGIC = b"PAR1"
 TAIL = 64 << 10  # bytes of an object's end fetched first: most footers fit (~1-20 KB)
 
 Parts = list[tuple[int, bytes]]  # (start, bytes) of the ranges read of one row group
@@ -145,7 +151,9 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
         listed = listing(root, key)
         start = len(folder) + 1 if folder else 0
         below = {k[start:]: k for k in listed if not folder or k.startswith(folder + "/")}
-        chosen = select_listed(f"{root}/{folder}" if folder else root, below)
+        top = f"{root}/{folder}" if folder else root
+        chosen = select_listed(top, below)
+        warn_unread(top, [n for n in passed_over(below) if looks_like_parquet(n)], "object")
         if not chosen and folder and head(root, folder) is not None:
             raise ValueError(
                 f"{root}/{folder} is an object, not parquet files (its name does not end in "
