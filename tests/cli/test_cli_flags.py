@@ -341,3 +341,22 @@ def test_lm_split_of_json_records_is_refused_naming_the_fix(
     text = tmp_path / "d.txt"
     text.write_text("hello world\n\nsecond doc\n")
     assert main(["lm", command, str(text), out[0] + "2", *more, "--split", "line"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "unit"),
+    [
+        ("cross-encoder", "groups (a query and its --group-size"),
+        ("lm", "windows"),
+        ("sessions", "sessions"),
+    ],
+)
+def test_batch_size_help_says_what_one_unit_of_it_is(
+    kind: str, unit: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every `lading train` kind said "--batch-size: rows per step per rank"; a cross-encoder's
+    batch counts groups, each --group-size rows (8 x 8 = 64 rows at the defaults)."""
+    with pytest.raises(SystemExit):
+        main(["train", kind, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"--batch-size BATCH_SIZE {unit}" in text, text

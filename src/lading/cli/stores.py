@@ -14,7 +14,12 @@ from typing import Any
 
 from lading.cli.inputs import add_choice, add_raise_or_skip, positive_int, tokenizer
 from lading.disk.atomic import STAGE_MARK
-from lading.errors import IncompleteBuildWarning, OtherFormatError
+from lading.errors import (
+    EmptyTextWarning,
+    IncompleteBuildWarning,
+    OtherFormatError,
+    SkippedRecordsWarning,
+)
 
 # lading.sources.FORMATS, spelled out so that building the parser imports nothing heavy (a test
 # keeps the two equal)
@@ -54,8 +59,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
     refuse_other_formats_fields(args)
     if args.shard is not None:
         refuse_shard_args(args.source, args.overwrite)  # (--overwrite was taken and ignored)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the skip count is in the shard's report (printed)
+        with said_on_stderr("lading build", EmptyTextWarning), warnings.catch_warnings():
+            # the skip count is in the shard's report (printed)
+            warnings.simplefilter("ignore", SkippedRecordsWarning)
             report = build_shard(
                 args.source, args.dest, args.shard, **options, build_id=args.build_id
             )
@@ -63,8 +69,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
         return 0
     before, snapshot = _committed(args.dest), snapshot_at(args.dest)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the skip count is printed below instead
+        with said_on_stderr("lading build", EmptyTextWarning), warnings.catch_warnings():
+            warnings.simplefilter("ignore", SkippedRecordsWarning)  # the count: printed below
             store = build_store(args.source, args.dest, **options, overwrite=args.overwrite)
     except KeyboardInterrupt:  # Ctrl-C: the scratch folder is gone, the manifest untouched
         said = (
@@ -187,14 +193,18 @@ def add_shard_options(p: argparse.ArgumentParser, *, shard_help: str, build_id_h
 
 
 @contextlib.contextmanager
-def said_on_stderr(command: str, category: type[Warning]) -> Iterator[None]:
-    """Print each ``category`` warning of the body on stderr as one line, ``COMMAND: warning:
-    ...`` (not Python's ``file:line: Category: ...`` and source line): what a merge that kept
-    the current snapshot over a build with shards missing says, for a job's log to show."""
+def said_on_stderr(
+    command: str, category: type[Warning] | tuple[type[Warning], ...]
+) -> Iterator[None]:
+    """Print each ``category`` warning of the body (one class or a tuple) on stderr as one
+    line, ``COMMAND: warning: ...`` (not Python's ``file:line: Category: ...`` and source
+    line): what a merge that kept the current snapshot over a build with shards missing says,
+    for a job's log to show."""
     caught: list[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", category)
+            for each in category if isinstance(category, tuple) else (category,):
+                warnings.simplefilter("always", each)
             yield
     finally:  # shown once recording ended: inside it, a shown warning is recorded again
         for said in caught:  # (and this walk never ended: 24 GB, then the OOM killer)

@@ -100,14 +100,16 @@ def _groups_said(command: str) -> Iterator[None]:
     warning: ...``, not Python's ``file:line: UserWarning`` and source line), by the process
     that prints (:func:`_rank0`: every rank builds the same groups)."""
     from lading.cli.stores import said_on_stderr
+    from lading.errors import EmptyTextWarning
     from lading.ir.groups import GroupsWarning
 
-    if _rank0():
-        with said_on_stderr(command, GroupsWarning):
+    if _rank0():  # (and what a build of --corpus stored empty: the fix is a flag of its own)
+        with said_on_stderr(command, (GroupsWarning, EmptyTextWarning)):
             yield
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GroupsWarning)
+        warnings.simplefilter("ignore", EmptyTextWarning)
         yield
 
 
@@ -267,11 +269,16 @@ def add_run_args(
     log_every: int = 50,
     parallel: tuple[str, ...] = ("ddp", "dp", "none"),
     clip: float | None = None,
+    rows: str = "rows",
 ) -> None:
-    """The options every ``lading train`` command takes (lading.train.config.RunConfig)."""
+    """The options every ``lading train`` command takes (lading.train.config.RunConfig);
+    ``rows``: what one unit of ``--batch-size`` is for this kind."""
     p.add_argument("--out", required=True, help="folder for model, checkpoints and logs")
     p.add_argument(
-        "--batch-size", type=positive_int, default=batch_size, help="rows per step per rank"
+        "--batch-size",
+        type=positive_int,
+        default=batch_size,
+        help=f"{rows} per step per rank (%(default)s)",
     )
     p.add_argument("--steps", type=positive_int, help="optimizer steps (default: --epochs epochs)")
     p.add_argument(
@@ -365,6 +372,7 @@ def _add_train_sessions(kinds: Any) -> None:
         "torchrun --nproc_per_node N -m lading train sessions ... for DDP; --parallel dp for "
         "nn.DataParallel (batch size = total).",
         batch_size=256,
+        rows="sessions",
         lr=1e-3,
         epochs=3,
     )
@@ -404,6 +412,7 @@ def _add_train_lm(kinds: Any) -> None:
         "a language model on a TokenCorpus: LSTM (BPTT continuity) or a tiny GPT",
         "torchrun --nproc_per_node N -m lading train lm ... for DDP.",
         batch_size=32,
+        rows="windows (rows of --bptt tokens)",
         lr=3e-3,
         parallel=("ddp", "none"),
         clip=0.25,
@@ -458,6 +467,7 @@ def _add_train_cross_encoder(kinds: Any) -> None:
         "Launch with torchrun --nproc_per_node N -m lading train cross-encoder ... for DDP "
         "(NCCL on GPU, gloo on CPU).",
         batch_size=8,
+        rows="groups (a query and its --group-size documents: group-size rows each)",
         lr=2e-5,
         log_every=10,
     )
