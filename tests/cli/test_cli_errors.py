@@ -681,3 +681,26 @@ def test_build_says_documents_stored_with_an_empty_text_beside_a_title(
     err = capsys.readouterr().err.strip().splitlines()
     said = [line for line in err if line.startswith("lading build: warning: ")]
     assert len(said) == 1 and "1 of 2" in said[0] and "--prefix-fields" in said[0], err
+
+
+@pytest.mark.parametrize("inside", ["nothing", "a store", "a killed build"])
+def test_a_folder_without_meta_json_is_described_by_what_it_holds(
+    files: Path, capsys: pytest.CaptureFixture[str], inside: str
+) -> None:
+    """`lading inspect runs/ce` (a train OUT folder, its store in runs/ce/store) or `verify` of
+    a model folder said "an interrupted build leaves no meta.json; rebuild the store with
+    `lading build`" of any folder: the interrupted build only where one left its scratch, the
+    store inside where there is one."""
+    folder = files / "out"
+    folder.mkdir()
+    if inside == "a store":
+        assert main(["build", str(files / "c.tsv"), str(folder / "store"), "--quiet"]) == 0
+    elif inside == "a killed build":
+        (folder / ".tmp-123-abcd").mkdir()
+    capsys.readouterr()
+    code, err = run(["inspect", str(folder)], capsys)
+    assert code == 2 and "meta.json is missing" in err, err
+    assert ("interrupted build" in err) == (inside == "a killed build"), err
+    assert (f"{folder / 'store'} holds one" in err) == (inside == "a store"), err
+    if inside == "nothing":
+        assert "a build makes one: `lading build SOURCE DEST`" in err, err

@@ -215,9 +215,21 @@ def no_manifest(root: Path, fmt_name: str) -> StoreFormatError:
             f"{root} is not a lading {what} yet: it holds the shards of a parallel build "
             f"not merged ({builds}); {merges} commits them, or names the shards still to build"
         )
+    if any(root.glob(f"{TMP_PREFIX}*")):  # a killed build's scratch
+        return StoreFormatError(
+            f"{root} is not a lading {fmt.what}: {META_FILE} is missing (an interrupted build "
+            f"leaves no meta.json); {fmt.rebuild}"
+        )
+    inner = sorted(p.parent for p in root.glob(f"*/{META_FILE}"))
+    if inner:  # (`lading train`'s OUT folder: its store is OUT/store)
+        return StoreFormatError(
+            f"{root} is not a lading {fmt.what}: {META_FILE} is missing; {inner[0]} holds one "
+            "(pass that folder)"
+        )
+    build = f"; a build makes one: `{fmt.made_by.format(source='SOURCE')}`" if fmt.made_by else ""
     return StoreFormatError(
-        f"{root} is not a lading {fmt.what}: {META_FILE} is missing (an interrupted build "
-        f"leaves no meta.json); {fmt.rebuild}"
+        f"{root} is not a lading {fmt.what}: {META_FILE} is missing (pass the folder a build "
+        f"wrote){build}"
     )
 
 
