@@ -214,6 +214,35 @@ def test_lading_rerank_scores_both_runs_over_the_queries_it_reranked(
     assert "over 1 judged query" in said and "'q2'" in said, said
 
 
+def test_a_run_nothing_of_which_can_be_reranked_is_refused_even_when_skipping(
+    tiny: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`lading rerank --on-missing skip` over a store of another collection scored no
+    document, printed "reranked the top 5 of 53 queries", wrote the run less its top 5 and a
+    table of NaN, and exited 0. Nothing to rerank is refused; what was reranked is counted."""
+    from lading.cli import main
+
+    queries = {"q1": "w1 w2", "q2": "w4"}
+    other = {"q1": ["x1", "x2"], "q2": ["x3"]}  # the documents of another collection
+    args = (tiny["model"], tiny["store"], queries, other, tiny["tokenizer"])
+    with pytest.raises(ValueError, match=r"nothing of the run can be reranked .*'x1'"):
+        rerank(*args, max_length=96, on_missing="skip")
+    folder = tmp_path / "model"
+    tiny["model"].save(folder, {"max_length": 64, "max_query_length": 16})
+    (folder / "tokenizer.json").write_bytes(Path(tiny["tokenizer"]).read_bytes())
+    q = write(tmp_path / "q.tsv", "q1\tw1 w2\n")
+    run = write(tmp_path / "run.trec", "q1 Q0 d1 1 2.0 bm25\nq2 Q0 d3 1 2.0 bm25\n")
+    common = ["rerank", "--model", str(folder), "--store", str(tiny["store"].path),
+              "--queries", str(q), "--run", str(run), "--on-missing", "skip"]  # fmt: skip
+    assert main([*common, "--out", str(tmp_path / "r")]) == 0  # q2 has no text: skipped
+    assert "reranked the top 100 of 1 queries (of the run's 2)" in capsys.readouterr().out
+    gone = write(tmp_path / "gone.trec", "q1 Q0 x1 1 2.0 bm25\n")
+    assert main([*common[:-4], "--run", str(gone), "--on-missing", "skip",
+                 "--out", str(tmp_path / "g")]) == 2  # fmt: skip
+    assert "nothing of the run can be reranked" in capsys.readouterr().err
+    assert not (tmp_path / "g").exists()
+
+
 def test_lading_rerank_reads_a_wider_queries_tsv_by_query_columns(
     tiny: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -173,9 +173,11 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
         )
     reranked = with_tail(scores, run, args.depth)  # the input's order below the reranked top
     write_trec_run(reranked, args.out)
+    done = sum(1 for out in scores.values() if out)  # (a query left out scored nothing)
     print(
-        f"{args.out}: reranked the top {args.depth} of {len(scores)} queries; below rank "
-        f"{args.depth} each keeps the input run's documents in their order"
+        f"{args.out}: reranked the top {args.depth} of {done:,} queries (of the run's "
+        f"{len(run):,}); below rank {args.depth} each keeps the input run's documents in "
+        "their order"
     )
     for warning in said:
         print(str(warning.message))

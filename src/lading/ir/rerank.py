@@ -194,6 +194,14 @@ def _missing(
             f"cannot rerank {' and '.join(said)}; pass the queries and store the run was made "
             "with, or on_missing='skip' to rerank what is there"
         )
+    if said and not any(
+        q in queries and any(d in store for d in ranked[:depth]) for q, ranked in run.items()
+    ):  # skip, and nothing is there: a run whose every query scores nothing, exit 0
+        raise ValueError(
+            f"nothing of the run can be reranked ({' and '.join(said)}): no query has its "
+            f"text and one of its top {depth} documents in the store; pass the queries and "
+            "store the run was made with"
+        )
     return "; ".join(said)
 
 
