@@ -1039,6 +1039,59 @@ def test_a_closed_loaders_read_waiting_on_another_processs_claim_ends_at_once(
         claimer.wait(30)
 
 
+STORE_CLAIMER = """
+    import sys
+    import lading
+    store = lading.open_store({url!r}, cache={cache!r}, cache_bytes="1M", timeout=120)
+    print("opened", flush=True)
+    sys.stdin.readline()  # the test aims its fault at the next GETs, then says go
+    store.get_many({ids!r})  # its GETs never come back: the claims stay, their owner alive
+"""
+
+
+def test_a_read_over_many_stalled_claims_waits_once_then_reads_them_around(
+    s3: LocalS3, faults: LocalS3, tmp_path: Path
+) -> None:
+    """Another live process holds the claims of the blocks a read needs and its GETs stall.
+    The read waits ``wait_limit`` (5 s) once, then reads every such part around the cache in
+    one call (was: 5 s a part, one after another: 4 documents 20 s, a batch of 128 over
+    ten minutes); those documents count as GETs, never as hits (each needed one)."""
+    docs = {f"d{i}": f"{i} " + "x" * 2000 for i in range(400)}
+    source = write(tmp_path / "docs.tsv", "".join(f"{k}\t{v}\n" for k, v in docs.items()))
+    s3.make_bucket("stalled-claims")
+    url = "s3://stalled-claims/docs"
+    lading.build_store(source, url, cache=str(tmp_path / "build-cache"), progress=False)
+    ids = ["d0", "d100", "d200", "d300"]  # 200 KB apart: four blocks, four claims
+    cache = tmp_path / "shared-node"
+    script = textwrap.dedent(STORE_CLAIMER.format(url=url, cache=str(cache), ids=ids))
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    claimer = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert claimer.stdin is not None and claimer.stdout is not None
+        assert claimer.stdout.readline().strip() == "opened"
+        faults.fault("text.bin", 99, "hang")
+        claimer.stdin.write("go\n")
+        claimer.stdin.flush()
+        wait_for(lambda: faults.stats()["faults"] >= 1)
+        time.sleep(0.5)  # (every GET of its read sent, and stalled)
+        faults.reset()  # the claimer's GETs stay stalled; the reader's are answered
+        reader = lading.open_store(url, cache=cache, cache_bytes="1M")
+        started = time.monotonic()
+        got = reader.get_many(ids)
+        took = time.monotonic() - started
+        assert got == [docs[i] for i in ids]
+        assert took < 2 * 5.0 + 2, f"{took:.1f} s for {len(ids)} documents"  # wait_limit: 5 s
+        stats = reader.cache_stats()
+        assert stats["hits"] == 0 and stats["bytes_bypassed"] > 0, stats
+        reader.close()
+    finally:
+        claimer.kill()
+        claimer.wait(30)
+
+
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1) (util-linux)")
 def test_a_claim_of_a_process_in_another_pid_namespace_is_taken_over_once_it_dies(
     corpora: Corpora, faults: LocalS3, tmp_path: Path

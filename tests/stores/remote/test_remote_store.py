@@ -213,7 +213,15 @@ def test_the_gets_a_process_makes_ahead_reach_the_nodes_figures(
     after = remote.cache_stats()
     made = after["gets"] - before["gets"]
     assert made > 0
-    assert after["node"].get("gets", 0) - before["node"].get("gets", 0) == made, (before, after)
+    assert after["node"]["gets"] - before["node"]["gets"] == made, (before, after)
+    # every figure of the process's is the node's too, an int where it counts: a node that
+    # had made no GET had no "gets" (KeyError), its counts were floats (8.0), its wait in us
+    assert before["node"]["misses"] == 0 and before["node"]["hits"] == 0, before
+    counts = set(after["process"]) - {"by_epoch", "wait_s", "index_bytes", "cap"}
+    counts -= {"folder_payload", "folder_index"}  # (this process's view of the folder)
+    for name in counts:
+        assert type(after["node"][name]) is int, (name, after["node"])
+    assert isinstance(after["node"]["wait_s"], float) and "wait_us" not in after["node"]
 
 
 def test_cache_stats_on_a_full_disk_reports_what_it_has(

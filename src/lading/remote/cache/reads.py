@@ -47,7 +47,7 @@ from lading.remote import fetch
 from lading.remote.cache.around import AroundGets
 from lading.remote.cache.claims import Claimed, Claims, Part, cut_up
 from lading.remote.cache.damaged import DamagedCacheWarning
-from lading.remote.cache.figures import Figures
+from lading.remote.cache.figures import FIGURES, Figures
 from lading.remote.cache.ledger import Ledger, Piece
 from lading.remote.cache.node import Flight, Node, release
 from lading.remote.cache.places import policy_check
@@ -63,6 +63,13 @@ Span = tuple[str, int, int]  # object key, start, end
 Key = tuple[int, int, int]  # object id, start, end
 ROUNDS = 8  # a range evicted or taken over between lookups this often: an error, named
 _POLL_S = 0.002  # how often a read looks at a block another process is fetching
+
+
+class _Stalled:
+    """What a wait on another owner's GET answers past the round's deadline."""
+
+
+_STALLED = _Stalled()  # (a part to read around the cache, with the round's others)
 
 
 class Forks(Protocol):
@@ -303,19 +310,43 @@ class NodeCache:
             return todo  # every block was forgotten: looked up (and fetched) again
         self._confirm(unpinned)  # (raises where an object was replaced: the read's error)
         again = self._checked(plans, parts_of, regions) | self._forget(damaged)
+        deadline = time.monotonic() + self.wait_limit  # one wait a round, whatever the parts
+        stalled: list[tuple[Key, int, Part]] = []  # waited past it: read around, together
         for k, parts in plans.items():
             if k in again:
                 continue
             for n, part in enumerate(parts):
                 if parts_of[k][n] is None:
-                    data = self._wait(k, part, claimed, fetched, flights)
+                    data = self._wait(k, part, claimed, fetched, flights, deadline)
                     if data is None:
                         again.add(k)
                         break
-                    parts_of[k][n] = data
-            else:
+                    if isinstance(data, _Stalled):
+                        stalled.append((k, n, part))
+                    else:
+                        parts_of[k][n] = data
+        stalled = [s for s in stalled if s[0] not in again]
+        if stalled:
+            for (k, n, _), data in zip(stalled, self._read_around(stalled)):
+                parts_of[k][n] = data
+                fetched.add(k)  # a GET of its own: no hit
+        for k in plans:
+            if k not in again:
                 got[k] = b"".join(parts_of[k])  # type: ignore[arg-type]  # every part is in
         return [k for k in todo if k not in got]
+
+    def _read_around(self, stalled: Sequence[tuple[Key, int, Part]]) -> list[bytes]:
+        """The parts another owner's stalled GET (or a closed view's) has held past the
+        wait: fetched by this process in one call, around the cache (a second GET beats a
+        stalled batch)."""
+        data = self.fetcher.read(
+            [
+                (self._names[k[0]], part.start, part.end, self.etags.get(self._names[k[0]]))
+                for k, _, part in stalled
+            ]
+        )
+        self.figures.add("bytes_bypassed", sum(map(len, data)))
+        return data
 
     def _copy(
         self,
@@ -428,12 +459,14 @@ class NodeCache:
         claimed: Claimed | None,
         fetched: set[Key],
         flights: dict[tuple[int, int], Flight],
-    ) -> bytes | None:
+        deadline: float,
+    ) -> bytes | _Stalled | None:
         """The bytes of a part not in the payload file: from a GET of this process (started
         now or before: ``flights``, those in flight before the lookup, whose fill may have
         ended since; a poll of the ledger and a second round for each such block cost ~0.1
         ms of CPU a cold document read along a plan), or once another process filled it;
-        None: look again."""
+        None: look again; :data:`_STALLED`: its owner's GET held it past ``deadline`` (the
+        round's), to be read around."""
         key = self._names[k[0]]
         if part.piece is None:  # a gap: claimed (or read around) by this round
             assert claimed is not None
@@ -453,32 +486,31 @@ class NodeCache:
                 cancel = current()  # (a loader's thread: its loader closed, the read ends)
                 if self.fetcher.closed or (cancel is not None and cancel.cancelled):
                     raise
-                return self._after_closed(k, key, part, piece, flight)
+                return self._after_closed(k, piece, flight, deadline)
             return _cut(data, piece.start, part.start, part.end)
-        return self._wait_other(k, key, part, piece)  # (this process's: filled, or carried)
+        return self._wait_other(k, piece, deadline)  # (this process's: filled, or carried)
 
     def _after_closed(
-        self, k: Key, key: str, part: Part, piece: Piece, flight: Flight
-    ) -> bytes | None:
+        self, k: Key, piece: Piece, flight: Flight, deadline: float
+    ) -> _Stalled | None:
         """Another view of the node closed its fetcher under the GET of ``piece``: once the
         fill thread gave its claim back, None (look again: this view claims and fetches it);
-        past ``wait_limit``, the part read around the cache."""
-        deadline, cancel = time.monotonic() + self.wait_limit, current()
+        past ``deadline``, :data:`_STALLED` (read around the cache)."""
+        cancel = current()
         while time.monotonic() < deadline:
             refuse_if_cancelled(cancel)  # a closed loader's read ends here, not at the limit
             with self.node.lock:
                 if self.node.inflight.get((k[0], piece.start)) is not flight:
                     return None
             time.sleep(_POLL_S)
-        data = self.fetcher.read([(key, part.start, part.end, self.etags.get(key))])[0]
-        self.figures.add("bytes_bypassed", len(data))
-        return data
+        return _STALLED
 
-    def _wait_other(self, k: Key, key: str, part: Part, piece: Piece) -> bytes | None:
+    def _wait_other(self, k: Key, piece: Piece, deadline: float) -> _Stalled | None:
         """Wait while a live owner fills ``piece`` (another process, or a thread of this one
         writing a block it carried forward); a dead one's claim is given up; past
-        ``wait_limit``, the part is read around (a second GET beats a stalled batch)."""
-        deadline, cancel = time.monotonic() + self.wait_limit, current()
+        ``deadline`` (``wait_limit`` after the round's waits began), :data:`_STALLED`: the
+        part is read around (a second GET beats a stalled batch)."""
+        cancel = current()
         waited = time.perf_counter()
         try:
             while time.monotonic() < deadline:
@@ -494,9 +526,7 @@ class NodeCache:
                     self.ledger.release([(k[0], piece.start)], row[0])  # its owner died
                     return None
                 time.sleep(_POLL_S)
-            data = self.fetcher.read([(key, part.start, part.end, self.etags.get(key))])[0]
-            self.figures.add("bytes_bypassed", len(data))
-            return data
+            return _STALLED
         finally:
             self.figures.add("wait_us", int(1e6 * (time.perf_counter() - waited)))
 
@@ -600,7 +630,18 @@ class NodeCache:
         self._tell_node(force=True)
         node = self.ledger.node()
         mine = self.stats()
-        return {**mine, "process": dict(mine), "node": {**node, "cap": self.cap}}
+        # the process's names and kinds: every count there (0 where no process counted it,
+        # an int though the ledger sums in REAL), the wait in seconds
+        counted = {k: int(node.get(k, 0)) for k in (*FIGURES, "gets", "bytes_fetched", "retried")}
+        whole = {
+            **counted,
+            "wait_s": node.get("wait_us", 0) / 1e6,
+            "since": node["since"],
+            "bytes_cached": node["bytes_cached"],
+            "blocks": node["blocks"],
+            "cap": self.cap,
+        }
+        return {**mine, "process": dict(mine), "node": whole}
 
     def drain(self, timeout: float = 60.0) -> None:
         """Wait until this process's GETs in flight are filled in (tests, benchmarks)."""
