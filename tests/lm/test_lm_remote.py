@@ -232,6 +232,23 @@ def test_the_folder_stays_within_its_budgets_at_every_batch(
     assert remote.cache_stats()["bytes_cached"] > cap // 4  # the cap is put to use
 
 
+def test_an_open_naming_no_cap_budgets_the_index_by_the_folders_cap(
+    corpora: Corpora, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process giving no cap takes the folder's (made at 1 MiB here), but its index budget
+    was a quarter of the default cap: 2 GiB of staged copies allowed beside a 1 MiB cache,
+    and cache_stats() said so."""
+    monkeypatch.delenv("LADING_REMOTE_CACHE_BYTES", raising=False)
+    cache = corpora.cache()
+    capped = corpora.open("1M", cache=cache)
+    said = capped.cache_stats()["index_bytes"]
+    capped.close()
+    uncapped = TokenCorpus.open(corpora.url, cache=cache)
+    stats = uncapped.cache_stats()
+    uncapped.close()
+    assert stats["cap"] == 1 << 20 and stats["index_bytes"] == said < 64 << 20, (stats, said)
+
+
 def test_a_cache_too_small_for_a_window_reads_around_it_and_says_so(corpora: Corpora) -> None:
     remote = corpora.open(cache_bytes=8)  # a window of 13 tokens is 26 bytes
     with pytest.warns(UserWarning, match=r"cache_bytes=8 cannot hold one window .* give"):

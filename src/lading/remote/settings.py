@@ -222,7 +222,21 @@ class RemoteSettings:
         bytes (:func:`lading.remote.stage.index_budget`)."""
         from lading.remote.stage import index_budget
 
-        return index_budget(self.index_bytes, self.cache_bytes, staged)
+        return index_budget(self.index_bytes, self.folder_cap(), staged)
+
+    def folder_cap(self) -> int:
+        """The cap the cache folder holds to: the one given, else the folder's own (made
+        before, by its first user: a process that names no cap takes it), else the default
+        it will be made with."""
+        if self.cap_given:
+            return self.cache_bytes
+        from lading.remote.cache.node import node_of, release
+
+        node = node_of(self.cache, self.cache_bytes, False, self.region_bytes)
+        try:
+            return node.layout.size
+        finally:
+            release(node)
 
     def node_cache(
         self, fetcher: Fetcher, namespace: str, etags: Mapping[str, str | None]
