@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import random
 import stat
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 import lading
 from conftest import write
-from lading.remote.cache.node import CacheFolderError, node_of
+from lading.remote.cache.node import CacheFolderError, node_of, release
 from lading.remote.cache.regions import folder_bytes
 from lading.remote.settings import RemoteSettings
 from lading.remote.stage import LEDGER_ROOM
@@ -373,3 +374,34 @@ def test_a_group_folder_serves_each_user_of_the_group_and_refuses_others(
         assert "chmod 2775" in refused and str(shared) in refused, refused
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_folder_on_a_read_only_filesystem_is_refused_naming_it_and_the_fix(
+    tmp_path: Path,
+) -> None:
+    """A cache folder on a read-only mount (a filled cache bind-mounted read-only into a job)
+    was called another user's ("belongs to root ... chmod 2775"), and a folder to make below
+    one failed with a bare "OSError: [Errno 30] Read-only file system" naming neither
+    ``cache=`` nor ``$LADING_CACHE``. A real read-only bind mount (skipped where the machine
+    allows none)."""
+    source, mount = tmp_path / "filled", tmp_path / "ro"
+    source.mkdir()
+    mount.mkdir()
+    release(node_of(source, 1 << 20))  # a cache folder made there, filled with its files
+    made = subprocess.run(["mount", "--bind", str(source), str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"no bind mount here: {made.stderr.decode().strip()}")
+    try:
+        ro = subprocess.run(
+            ["mount", "-o", "remount,bind,ro", str(mount)], capture_output=True, text=True
+        )
+        if ro.returncode != 0:
+            pytest.skip(f"no read-only remount here: {ro.stderr.strip()}")
+        for folder in (mount, mount / "sub"):
+            with pytest.raises(CacheFolderError) as refused:
+                node_of(folder, 1 << 20)
+            text = str(refused.value)
+            assert str(folder) in text and "read-only filesystem" in text, text
+            assert "$LADING_CACHE" in text and "belongs to" not in text, text
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)

@@ -52,6 +52,7 @@ def check(directory: Path) -> None:
     it is not what lading makes there (module doc); a folder not made yet holds none. A few
     ``lstat`` calls and a listing of each walked folder (no ``stat`` an entry: a listing
     tells a link). The first thing every remote open does, before anything is staged."""
+    refuse_read_only(directory)
     if directory.exists() and not os.access(directory, os.W_OK | os.X_OK):
         raise not_writable(directory)
     for name in FILES:
@@ -59,6 +60,26 @@ def check(directory: Path) -> None:
     for name, depth in FOLDERS.items():
         if _entry(directory / name, stat.S_ISDIR, "folder"):
             _walk(directory / name, depth)
+
+
+def refuse_read_only(directory: Path) -> None:
+    """Raise :class:`CacheFolderError` where cache folder ``directory`` (or, not made yet, the
+    folder it would be made in) is on a filesystem mounted read-only: no mode bit helps."""
+    place = next(p for p in (directory, *directory.parents) if p.exists())
+    if _read_only(place):
+        raise CacheFolderError(
+            f"{directory}: this node cache folder is on a read-only filesystem ({place}), "
+            "and lading writes its cache there (its ledger, the blocks, staged indexes); "
+            "give a folder on a writable disk of this node (cache=, or $LADING_CACHE)"
+        )
+
+
+def _read_only(path: Path) -> bool:
+    """Whether ``path`` lies on a filesystem mounted read-only (where no mode bit helps)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # (no statvfs: Windows)
+        return False
 
 
 def not_writable(directory: Path) -> CacheFolderError:

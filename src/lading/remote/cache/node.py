@@ -30,7 +30,14 @@ from typing import Any
 from lading.errors import OutOfSpaceError
 from lading.remote.cache import damaged
 from lading.remote.cache.fill import Done, Filler
-from lading.remote.cache.folder import DATA_FILE, LEDGER_FILE, CacheFolderError, check, shared
+from lading.remote.cache.folder import (
+    DATA_FILE,
+    LEDGER_FILE,
+    CacheFolderError,
+    check,
+    refuse_read_only,
+    shared,
+)
 from lading.remote.cache.ledger import (
     FORMAT,
     TABLES,
@@ -319,6 +326,7 @@ def _folder(directory: Path) -> int:
         CacheFolderError: another user's folder that this process may not write, or an entry
             lading owns in it that is a link.
     """
+    refuse_read_only(directory)  # (a folder below a read-only mount: named, not made)
     directory.mkdir(parents=True, exist_ok=True)
     check(directory)
     return 0o664 if shared(directory) else 0o644
