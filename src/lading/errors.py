@@ -163,6 +163,13 @@ class WorldChangedError(LadingError, RuntimeError):
     loader after ``init_process_group``, or pass ``world=``."""
 
 
+class RanksDisagreeError(LadingError, RuntimeError):
+    """At a loader's first pass under a process group, another rank's loader planned other
+    epochs (other files, another order of them, other settings): the shares would overlap
+    and the batch counts differ, rows read twice or a DDP hang. Names the first setting or
+    digest that differs, both values, and the fix (:mod:`lading.loading.agree`)."""
+
+
 class DeviceUnavailableError(LadingError, RuntimeError):
     """The device asked for is not in this process (no CUDA build, no GPU, a bad index)."""
 

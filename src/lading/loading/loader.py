@@ -44,6 +44,7 @@ from torch.utils.data._utils.pin_memory import pin_memory
 from lading.deadline import remote_timeout
 from lading.errors import LoaderClosedError
 from lading.loading import state as loader_state
+from lading.loading.agree import check_ranks_agree
 from lading.loading.announce import Announce
 from lading.loading.deal import Dealt, deal, in_order
 from lading.loading.read_ahead import Carried
@@ -231,6 +232,7 @@ class Loader:
         self.equalize, self.drop_partial_batch = reading.equalize, reading.drop_partial_batch
         self.world = reading.world
         self._announce = announce
+        self._agreed = False  # this loader's plan compared with the other ranks' (agree.py)
         self._cursor = Cursor()
         # the position was just set (made, set_epoch, load_state_dict) and no pass has read
         # from it: the next pass starts there (else at the next epoch, as a DataLoader's)
@@ -364,6 +366,12 @@ class Loader:
         loaded state or another pass after it ends this pass (its batches belong to the old
         position)."""
         self.reading.check_world()  # (a group started after the loader was made)
+        if not self._agreed:  # every rank's loader plans the same epochs (once: its first)
+            self._agreed = True
+            workload, world = self._workload, self.world
+            plan = {"kind": workload.kind, "fingerprint": workload.fingerprint()}
+            plan["layout"] = workload.layout()
+            check_ranks_agree(plan, world.rank, world.world_size)
         chosen = (self._fresh and self._chosen) or self._peeked()
         self._cursor = cursor = self._next_pass()
         self._fresh = self._restored = self._kept = False

@@ -1,0 +1,76 @@
+"""Ranks of a process group whose loaders plan other epochs are refused at the first pass,
+naming what differs; ranks that agree read as before. Real processes in a gloo group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from distributed import run_processes
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+def _days(folder: Path) -> list[str]:
+    """Three parquet files of 40, 70 and 25 rows (ids 0..134), in path order."""
+    files, start = [], 0
+    for name, rows in (("a", 40), ("b", 70), ("c", 25)):
+        path = folder / f"{name}.parquet"
+        ids = list(range(start, start + rows))
+        pq.write_table(pa.table({"id": ids}), path, row_group_size=16)
+        files.append(str(path))
+        start += rows
+    return files
+
+
+def _read(rank: int, world: int, files: list[str], case: str) -> Any:
+    """One epoch of ``files`` as this rank sees them (``case``: how rank 1's differ)."""
+    import torch.distributed as dist
+
+    from lading.errors import RanksDisagreeError
+    from lading.tabular import PartitionedParquet
+
+    mine = list(files)
+    batch = 8
+    if rank == 1 and case == "order":
+        mine.reverse()  # a listing's order, not sorted
+    elif rank == 1 and case == "subset":
+        mine = mine[:-1]  # one node's copy lacks a file
+    elif rank == 1 and case == "batch":
+        batch = 16
+    loader = PartitionedParquet(mine, batch, shuffle=True, seed=3)
+    try:
+        ids = [int(i) for b in loader for i in b["id"]]
+    except RanksDisagreeError as e:
+        return ("refused", str(e))
+    counts = [0] * world
+    dist.all_gather_object(counts, len(ids))  # the DDP step that would hang at uneven counts
+    return ("read", sorted(ids), counts)
+
+
+@pytest.mark.parametrize("case", ["order", "subset", "batch"])
+def test_ranks_whose_loaders_plan_other_epochs_are_refused_at_the_first_pass(
+    tmp_path: Path, case: str
+) -> None:
+    """Rank 1 given the files in another order read 1,344 of 3,506 rows twice and left as
+    many unread, without a word; given one file fewer, its batch count differed (28 and 17)
+    and the job hung at the first collective after rank 1's last batch. Both ranks are
+    refused before any batch, naming what differs and the fix."""
+    results = run_processes(_read, 2, _days(tmp_path), case, timeout=120)
+    for rank, (status, said) in enumerate(results):
+        assert status == "refused", (rank, results[rank])
+        what = "batch_size" if case == "batch" else "data"
+        assert f"layout.{what}" in said or f"fingerprint.{what}" in said or what in said, said
+        assert "on rank 0" in said and "on rank 1" in said, said
+        assert "sorted(glob.glob(...))" in said, said
+
+
+def test_ranks_that_agree_read_disjoint_complete_shares_as_before(tmp_path: Path) -> None:
+    results = run_processes(_read, 2, _days(tmp_path), "same", timeout=120)
+    (s0, ids0, counts0), (s1, ids1, _) = results
+    assert s0 == s1 == "read" and counts0[0] == counts0[1]
+    # every row, once but for the one equalize="pad" repeats (135 rows over 2 ranks)
+    assert set(ids0) | set(ids1) == set(range(135)) and len(ids0) == len(ids1) == 68
