@@ -269,6 +269,15 @@ class CrossEncoderStep(TrainingTask):
         return {"pairs": batch["pairs"], "input_sum": int(ids.to(torch.int64).sum())}
 
 
+def data_settings(config: TrainConfig) -> dict[str, Any]:
+    """What makes the training groups besides the files, by flag (a resume whose loader
+    refuses the checkpoint's state names those that differ: :mod:`lading.train.state`)."""
+    names = ("group_size", "sampling", "depth", "min_relevance")
+    found: dict[str, Any] = {k: getattr(config, k) for k in names if hasattr(config, k)}
+    found["negatives"] = None if config.negatives is None else Path(config.negatives).name
+    return found
+
+
 def train(config: TrainConfig) -> dict[str, Any]:
     """Run training; return a summary (steps, final loss, epoch, world size) on every rank."""
     if config.precision not in PRECISION:
@@ -313,7 +322,9 @@ def _train(config: TrainConfig, world: World, device: torch.device, out: Path) -
     result = Trainer(
         CrossEncoderStep(net, device, config.precision, config.loss),
         data,
-        LoopConfig.of(config, total, desc="train cross-encoder"),
+        LoopConfig.of(
+            config, total, desc="train cross-encoder", data_settings=data_settings(config)
+        ),
         world,
         device,
         model,

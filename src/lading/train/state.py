@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from lading.errors import LoaderStateError
 from lading.loading.order import Salt, generator
 from lading.loading.resumable import Resumable
 from lading.train import checkpoint, ddp
@@ -44,6 +45,7 @@ RESERVED: frozenset[str] = frozenset(
         "step",
         "model",
         "model_settings",
+        "data_settings",
         "optimizer",
         "scheduler",
         "scaler",
@@ -70,6 +72,7 @@ def save(trainer: Checkpointed, step: int) -> None:
         assert trainer.model is not None, "a checkpoint needs a model"
         saved: dict[str, Any] = {"step": step, "model": trainer.model.state_dict()}
         saved["model_settings"] = dict(trainer.config.model_settings)
+        saved["data_settings"] = dict(trainer.config.data_settings)
         for name, part in (("optimizer", trainer.optimizer), ("scheduler", trainer.scheduler)):
             if part is not None:
                 saved[name] = part.state_dict()
@@ -103,15 +106,21 @@ def refuse_another_model(where: Path, saved: Any, now: dict[str, Any]) -> None:
     Raises:
         ValueError: naming each setting, both values and the fix.
     """
-    if not isinstance(saved, dict):
-        return
-    differ = {k: (saved[k], v) for k, v in now.items() if k in saved and saved[k] != v}
-    if differ:
-        said = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in sorted(differ.items()))
+    said = _differences(saved, now)
+    if said:
         raise ValueError(
             f"{where} holds a model of other settings ({said}): resume with the checkpoint's "
             "settings, or train this model into another --out"
         )
+
+
+def _differences(saved: Any, now: dict[str, Any]) -> str:
+    """The settings of ``now`` that differ from those ``saved`` in a checkpoint, in words
+    (``name: 8 there, 4 now``); "" where none does, or none were saved (an older one's)."""
+    if not isinstance(saved, dict):
+        return ""
+    differ = {k: (saved[k], v) for k, v in now.items() if k in saved and saved[k] != v}
+    return ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in sorted(differ.items()))
 
 
 class Resumed(NamedTuple):
@@ -156,7 +165,16 @@ def restore(trainer: Checkpointed) -> Resumed:
     changed = keep_configured(trainer.optimizer, trainer.scheduler, configured)
     saved_world = len(saved["loaders"])
     loader_state = saved["loaders"][world.rank % saved_world]
-    trainer.loader.load_state_dict(loader_state)
+    try:
+        trainer.loader.load_state_dict(loader_state)
+    except LoaderStateError:  # (it names a digest of the data: the settings say why)
+        said = _differences(saved.get("data_settings"), trainer.config.data_settings)
+        if not said:
+            raise
+        raise LoaderStateError(
+            f"{where} was taken reading other data ({said}), and its loader state is of "
+            "that data: resume with the checkpoint's settings, or train into another --out"
+        ) from None
     step = int(saved["step"])
     # bit for bit only with the saved data layout (world size, batch size, …; loading.state):
     # another layout gives rows (LM streams) and ranks no saved counterpart

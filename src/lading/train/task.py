@@ -86,6 +86,10 @@ class LoopConfig:
         model_settings: what makes the model (its architecture and sizes, by the config's
             field names): saved in every checkpoint, and a resume whose settings differ is
             refused naming them (some, such as a GPT's heads, change no weight's shape).
+        data_settings: what makes the loader's data (a cross-encoder's group size, sampling,
+            negatives...; the flags' names): saved in every checkpoint, and where a resume's
+            loader refuses the checkpoint's state, those that differ are named with it (the
+            state names only a digest of the data).
     """
 
     total: int
@@ -104,6 +108,7 @@ class LoopConfig:
     prefetch: bool = True
     keep_on_resume: tuple[str, ...] = ()
     model_settings: dict[str, Any] = field(default_factory=dict)
+    data_settings: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.clip is not None:
