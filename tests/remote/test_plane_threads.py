@@ -991,6 +991,21 @@ CLAIMER = """
 """
 
 
+def _claimer(script: str) -> subprocess.Popen[str]:
+    """``script`` (a CLAIMER) in a process of its own, once it has opened its data."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    claimer = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert claimer.stdout is not None
+    said = claimer.stdout.readline().strip()
+    if said != "opened":
+        claimer.kill()
+        raise AssertionError(f"the claimer did not open its data: {said!r}")
+    return claimer
+
+
 def test_a_closed_loaders_read_waiting_on_another_processs_claim_ends_at_once(
     corpora: Corpora, faults: LocalS3, tmp_path: Path
 ) -> None:
@@ -1000,15 +1015,9 @@ def test_a_closed_loaders_read_waiting_on_another_processs_claim_ends_at_once(
     does (was: the thread polled on for the whole ``wait_limit``, then was refused at
     submit)."""
     cache = tmp_path / "shared-node"
-    script = textwrap.dedent(CLAIMER.format(url=corpora.url("a"), cache=str(cache)))
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    claimer = subprocess.Popen(
-        [sys.executable, "-c", script],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+    claimer = _claimer(CLAIMER.format(url=corpora.url("a"), cache=str(cache)))
     try:
-        assert claimer.stdin is not None and claimer.stdout is not None
-        assert claimer.stdout.readline().strip() == "opened"
+        assert claimer.stdin is not None
         faults.fault("corpora/a/", 1, "hang")  # its read's GET: the claim stays, owner alive
         claimer.stdin.write("go\n")
         claimer.stdin.flush()
@@ -1063,15 +1072,9 @@ def test_a_read_over_many_stalled_claims_waits_once_then_reads_them_around(
     lading.build_store(source, url, cache=str(tmp_path / "build-cache"), progress=False)
     ids = ["d0", "d100", "d200", "d300"]  # 200 KB apart: four blocks, four claims
     cache = tmp_path / "shared-node"
-    script = textwrap.dedent(STORE_CLAIMER.format(url=url, cache=str(cache), ids=ids))
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    claimer = subprocess.Popen(
-        [sys.executable, "-c", script],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+    claimer = _claimer(STORE_CLAIMER.format(url=url, cache=str(cache), ids=ids))
     try:
-        assert claimer.stdin is not None and claimer.stdout is not None
-        assert claimer.stdout.readline().strip() == "opened"
+        assert claimer.stdin is not None
         faults.fault("text.bin", 99, "hang")
         claimer.stdin.write("go\n")
         claimer.stdin.flush()
