@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 import threading
 import warnings
 from collections.abc import Mapping
@@ -35,9 +36,16 @@ _passes = itertools.count()  # loaders that started a first pass under a group, 
 _lock = threading.Lock()
 
 
-def check_ranks_agree(plan: Mapping[str, Any], rank: int, world_size: int) -> None:
+def check_ranks_agree(
+    plan: Mapping[str, Any], rank: int, world_size: int, node: int | None = None
+) -> None:
     """Post ``plan`` (what fixes this loader's epochs) as rank ``rank`` of ``world_size`` and
     compare it with every other rank's; nothing outside a process group of that rank and size.
+    ``node``: this rank's node (the launcher's; None: this host's name). Ranks on one node
+    compare all of it; ranks on two compare all but ``fingerprint.data``, the identity of a
+    copy: each node may read a copy of its own, built or staged on its disk (a store's
+    snapshot digests differ between two builds of one source), as ``build_store`` makes one
+    per node where the filesystem is not shared.
 
     Raises:
         RanksDisagreeError: another rank's plan differs, naming the first key and both values.
@@ -53,7 +61,8 @@ def check_ranks_agree(plan: Mapping[str, Any], rank: int, world_size: int) -> No
         return
     with _lock:
         n = next(_passes)
-    mine = json.dumps(dict(plan), sort_keys=True, default=str)
+    here = socket.gethostname() if node is None else f"node {node}"
+    mine = json.dumps({"node": here, "plan": dict(plan)}, sort_keys=True, default=str)
     store.set(f"{_PREFIX}/{n}/{rank}", mine)
     for other in range(world_size):
         if other == rank:
@@ -70,8 +79,14 @@ def check_ranks_agree(plan: Mapping[str, Any], rank: int, world_size: int) -> No
                 stacklevel=4,
             )
             continue
-        if theirs != mine:
-            raise RanksDisagreeError(_differs(json.loads(theirs), json.loads(mine), other, rank))
+        if theirs == mine:
+            continue
+        a, b = json.loads(theirs), json.loads(mine)
+        if a["node"] != b["node"]:  # (a copy of each node's own: its identity apart)
+            for side in (a, b):
+                side["plan"].get("fingerprint", {}).pop("data", None)
+        if a["plan"] != b["plan"]:
+            raise RanksDisagreeError(_differs(a["plan"], b["plan"], other, rank))
 
 
 def _differs(theirs: Mapping[str, Any], mine: Mapping[str, Any], other: int, rank: int) -> str:

@@ -371,7 +371,7 @@ class Loader:
             workload, world = self._workload, self.world
             plan = {"kind": workload.kind, "fingerprint": workload.fingerprint()}
             plan["layout"] = workload.layout()
-            check_ranks_agree(plan, world.rank, world.world_size)
+            check_ranks_agree(plan, world.rank, world.world_size, world.node_rank)
         chosen = (self._fresh and self._chosen) or self._peeked()
         self._cursor = cursor = self._next_pass()
         self._fresh = self._restored = self._kept = False
