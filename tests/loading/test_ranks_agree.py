@@ -10,6 +10,7 @@ import pytest
 
 from distributed import run_processes
 
+pytestmark = pytest.mark.slow  # two spawned ranks in a gloo group: ~5 s a case
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 

@@ -1058,6 +1058,7 @@ STORE_CLAIMER = """
 """
 
 
+@pytest.mark.slow  # a stalled server: ~5 s, ~20 s before
 def test_a_read_over_many_stalled_claims_waits_once_then_reads_them_around(
     s3: LocalS3, faults: LocalS3, tmp_path: Path
 ) -> None:
