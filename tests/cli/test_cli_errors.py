@@ -649,7 +649,8 @@ def test_a_folder_of_unmerged_shards_names_the_merge(
     merge was called broken. The line names the build waiting and the merge that commits it."""
     from conftest import word_tokenizer
 
-    dest, inputs = files / "out", files / "two"
+    # a store's folder whose name holds "lm" was called a token corpus's
+    dest, inputs = files / ("films" if kind == "store" else "out"), files / "two"
     inputs.mkdir()
     for i in range(2):
         (inputs / f"{i}.jsonl").write_text(f'{{"id": "d{i}", "text": "hello world"}}\n')
@@ -663,6 +664,7 @@ def test_a_folder_of_unmerged_shards_names_the_merge(
     merge = "lading lm merge" if kind == "token corpus" else "lading merge"
     assert code == 2 and err.startswith(f"lading {command}: {dest}"), err
     assert "not merged" in err and "build-" in err and f"`{merge} {dest}`" in err, err
+    assert f"not a lading {kind} yet" in err, err
     assert "lading build`" not in err and "interrupted" not in err, err
 
 

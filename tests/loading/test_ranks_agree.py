@@ -75,3 +75,50 @@ def test_ranks_that_agree_read_disjoint_complete_shares_as_before(tmp_path: Path
     assert s0 == s1 == "read" and counts0[0] == counts0[1]
     # every row, once but for the one equalize="pad" repeats (135 rows over 2 ranks)
     assert set(ids0) | set(ids1) == set(range(135)) and len(ids0) == len(ids1) == 68
+
+
+class _Copy:
+    """A map dataset whose identity names its copy (a store's snapshot, an HF dataset's
+    fingerprint drawn at random after an unhashable transform): another on every rank."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def __len__(self) -> int:
+        return 50
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+    def data_fingerprint(self) -> str:
+        return f"copy-of-rank-{self.rank}"
+
+
+def _read_copies(rank: int, world: int) -> list[int]:
+    import lading
+
+    return [int(i) for b in lading.loader(_Copy(rank), 5, seed=1) for i in b]
+
+
+def test_map_datasets_whose_identity_names_a_copy_are_compared_by_length_and_settings() -> None:
+    """An HF dataset mapped with a function ``datasets`` cannot hash gets a random fingerprint
+    in each process; a store built on each node's disk, another snapshot: the same data,
+    refused as "other files" by the first version of this check."""
+    first, second = run_processes(_read_copies, 2, timeout=120)
+    assert sorted(first + second) == list(range(50)) and len(first) == len(second)
+
+
+def test_a_backend_without_a_store_reads_as_before(tmp_path: Path) -> None:
+    """The ``fake`` backend (and MPI) has no key-value store to compare through: the first
+    pass raised "Not implemented" from the store; it reads, unchecked."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from lading.tabular import PartitionedParquet
+
+    dist.init_process_group("fake", rank=1, world_size=4, store=FakeStore())
+    try:
+        loader = PartitionedParquet(_days(tmp_path), 8, shuffle=False)
+        assert len([b for b in loader]) == len(loader) > 0
+    finally:
+        dist.destroy_process_group()

@@ -236,6 +236,8 @@ def test_parquet_not_named_dot_parquet_is_said_not_read_local_bucket_and_cli(
     shutil.copy(days / "178" / "train.parquet", days / "178" / "part-00001")
     shutil.copy(days / "178" / "train.parquet", days / "178-late" / "b.parq")
     (days / "README.txt").write_text("about the days\n")
+    (days / "LICENSE").write_text("CC BY 4.0\n")  # no suffix, as a Hive file has none
+    (days / "178" / "empty").write_bytes(b"")  # (an object store's folder marker: 0 bytes)
     (days / "178" / "extra.csv").write_text("a,b\n1,2\n")
     for source in (days, upload_tree(s3, days)):
         with pytest.warns(SkippedFilesWarning) as said:
@@ -244,6 +246,7 @@ def test_parquet_not_named_dot_parquet_is_said_not_read_local_bucket_and_cli(
         line = str(said[0].message)
         assert "2 " in line and "178/part-00001" in line and "178-late/b.parq" in line, line
         assert "README" not in line and "extra.csv" not in line, line
+        assert "LICENSE" not in line and "empty" not in line, line
         assert "rename them *.parquet, or pass them as a list" in line, line
     assert main(["repartition", str(days), str(tmp_path / "out"), "--world-size", "1"]) == 0
     err = capsys.readouterr().err.strip().splitlines()

@@ -338,11 +338,12 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
         for p in procs:
             p.start()
     pids = [p.pid for p in procs if p.pid is not None]
-    monitor = MemoryMonitor(pids, budget=budget, on_budget=lambda: kill_tree(pids)).start()
+    monitor: MemoryMonitor | None = None
     results: dict[int, Any] = {}
     errors: list[str] = []
     deadline = time.monotonic() + settings.timeout_s
-    try:
+    try:  # (from the start: the ranks ignore Ctrl-C, so they go with the parent on any exit)
+        monitor = MemoryMonitor(pids, budget=budget, on_budget=lambda: kill_tree(pids)).start()
         while len(results) + len(errors) < cell.world_size and time.monotonic() < deadline:
             try:
                 rank, status, value = out.get(timeout=0.5)
@@ -354,16 +355,17 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
                 results[rank] = value
             else:
                 errors.append(value)
-    except BaseException:  # Ctrl-C (the ranks ignore it): the cell's processes go with it
-        monitor.stop()
+        timed_out = len(results) + len(errors) < cell.world_size and time.monotonic() >= deadline
+        monitor.stop()  # the monitor's own kill (over the budget) is in monitor.over_budget
+        exits = [p.exitcode for p in procs]  # before finish() kills what is left: not the cell's
+        finish(procs, pids)
+    except BaseException:  # Ctrl-C: the cell's processes go with it
+        if monitor is not None:
+            monitor.stop()
         kill_tree(pids)
         finish(procs, pids, grace_s=5.0)
         out.cancel_join_thread()
         raise
-    timed_out = len(results) + len(errors) < cell.world_size and time.monotonic() >= deadline
-    monitor.stop()  # the monitor's own kill (over the budget) is in monitor.over_budget
-    exits = [p.exitcode for p in procs]  # before finish() kills what is left: not the cell's
-    finish(procs, pids)
     out.close()
     out.join_thread()
     record = cell_record(

@@ -210,7 +210,8 @@ def no_manifest(root: Path, fmt_name: str) -> StoreFormatError:
     if waiting:
         builds, kinds = ", ".join(waiting), set(waiting.values())
         merges = " or ".join(f"`{m} {root}`" for m in sorted(kinds))
-        what = fmt.what if len(kinds) > 1 else "token corpus" if "lm" in merges else "store"
+        tokens = kinds == {"lading lm merge"}
+        what = fmt.what if len(kinds) > 1 else "token corpus" if tokens else "store"
         return StoreFormatError(
             f"{root} is not a lading {what} yet: it holds the shards of a parallel build "
             f"not merged ({builds}); {merges} commits them, or names the shards still to build"

@@ -11,17 +11,22 @@ what fixes its epochs (its kind, fingerprint and layout: the same on every rank 
 loader) in the group's key-value store, under the number of loaders that started a first pass
 on this rank before it, and compares the others' with its own, refusing a difference
 (:class:`~lading.errors.RanksDisagreeError`, naming the first key that differs on both
-sides). It waits at most :data:`WAIT_S` for a rank that has not posted (one that makes this
-loader later, or never: a warning says nothing was checked); nothing is posted or waited for
-outside a group, and no collective is issued (the group's own operations keep their order).
+sides). What identifies a copy of the data rather than its content is left out by the loader
+(a store's snapshot digest: each node may build its own; an HF dataset's fingerprint: random
+in each process after a transform ``datasets`` cannot hash): a parquet loader's footer digest
+and a token corpus's document digest are content, and compared. It waits at most
+:data:`WAIT_S` in all for ranks that have not posted (one that makes this loader later, or
+never: a warning says nothing was checked with it); nothing is posted or waited for outside a
+group or where its store cannot be used, and no collective is issued (the group's own
+operations keep their order).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import socket
 import threading
+import time
 import warnings
 from collections.abc import Mapping
 from datetime import timedelta
@@ -30,22 +35,17 @@ from typing import Any
 from lading.errors import RanksDisagreeError
 from lading.world import process_group
 
-WAIT_S = 60.0  # how long a first pass waits for the other ranks' posts
+WAIT_S = 60.0  # how long, in all, a first pass waits for the other ranks' posts
 _PREFIX = "lading/agree"
 _passes = itertools.count()  # loaders that started a first pass under a group, this process
 _lock = threading.Lock()
 
 
-def check_ranks_agree(
-    plan: Mapping[str, Any], rank: int, world_size: int, node: int | None = None
-) -> None:
-    """Post ``plan`` (what fixes this loader's epochs) as rank ``rank`` of ``world_size`` and
-    compare it with every other rank's; nothing outside a process group of that rank and size.
-    ``node``: this rank's node (the launcher's; None: this host's name). Ranks on one node
-    compare all of it; ranks on two compare all but ``fingerprint.data``, the identity of a
-    copy: each node may read a copy of its own, built or staged on its disk (a store's
-    snapshot digests differ between two builds of one source), as ``build_store`` makes one
-    per node where the filesystem is not shared.
+def check_ranks_agree(plan: Mapping[str, Any], rank: int, world_size: int) -> None:
+    """Post ``plan`` (what fixes this loader's epochs, the same on every rank that reads the
+    same data: no identity of a copy in it) as rank ``rank`` of ``world_size`` and compare it
+    with every other rank's; nothing outside a process group of that rank and size, nor
+    where the group's store cannot be used (the ``fake`` and MPI backends have none).
 
     Raises:
         RanksDisagreeError: another rank's plan differs, naming the first key and both values.
@@ -53,23 +53,24 @@ def check_ranks_agree(
     dist = process_group(min_size=2)
     if dist is None or (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
         return  # (a world given that is not the group's: a group inside it, or none)
+    mine = json.dumps(dict(plan), sort_keys=True, default=str)
+    with _lock:
+        n = next(_passes)
     try:
         from torch.distributed.distributed_c10d import _get_default_store
 
         store = _get_default_store()
-    except Exception:  # (no store this torch exposes: nothing to compare through)
+        store.set(f"{_PREFIX}/{n}/{rank}", mine)
+    except Exception:  # (no store this backend or torch offers: nothing to compare through)
         return
-    with _lock:
-        n = next(_passes)
-    here = socket.gethostname() if node is None else f"node {node}"
-    mine = json.dumps({"node": here, "plan": dict(plan)}, sort_keys=True, default=str)
-    store.set(f"{_PREFIX}/{n}/{rank}", mine)
+    end = time.monotonic() + WAIT_S  # one wait in all, whatever the number of ranks
     for other in range(world_size):
         if other == rank:
             continue
         key = f"{_PREFIX}/{n}/{other}"
         try:
-            store.wait([key], timedelta(seconds=WAIT_S))
+            left = max(0.001, end - time.monotonic())
+            store.wait([key], timedelta(seconds=left))
             theirs = store.get(key).decode()
         except Exception:  # (the store's timeout: that rank made no such loader yet)
             warnings.warn(
@@ -79,14 +80,8 @@ def check_ranks_agree(
                 stacklevel=4,
             )
             continue
-        if theirs == mine:
-            continue
-        a, b = json.loads(theirs), json.loads(mine)
-        if a["node"] != b["node"]:  # (a copy of each node's own: its identity apart)
-            for side in (a, b):
-                side["plan"].get("fingerprint", {}).pop("data", None)
-        if a["plan"] != b["plan"]:
-            raise RanksDisagreeError(_differs(a["plan"], b["plan"], other, rank))
+        if theirs != mine:
+            raise RanksDisagreeError(_differs(json.loads(theirs), json.loads(mine), other, rank))
 
 
 def _differs(theirs: Mapping[str, Any], mine: Mapping[str, Any], other: int, rank: int) -> str:

@@ -42,7 +42,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from lading.deadline import remote_timeout
-from lading.errors import LoaderClosedError
+from lading.errors import LoaderClosedError, RanksDisagreeError
 from lading.loading import state as loader_state
 from lading.loading.agree import check_ranks_agree
 from lading.loading.announce import Announce
@@ -232,7 +232,8 @@ class Loader:
         self.equalize, self.drop_partial_batch = reading.equalize, reading.drop_partial_batch
         self.world = reading.world
         self._announce = announce
-        self._agreed = False  # this loader's plan compared with the other ranks' (agree.py)
+        # this loader's plan compared with the other ranks' (agree.py): True, or the refusal
+        self._agreed: bool | RanksDisagreeError = False
         self._cursor = Cursor()
         # the position was just set (made, set_epoch, load_state_dict) and no pass has read
         # from it: the next pass starts there (else at the next epoch, as a DataLoader's)
@@ -357,6 +358,24 @@ class Loader:
 
     # ------------------------------------------------------------------ iteration
 
+    def _agree(self) -> None:
+        """:func:`~lading.loading.agree.check_ranks_agree` of this loader's plan, once: its
+        data's identity left out where it names a copy, not content (a map dataset's: a
+        store's snapshot, an HF dataset's fingerprint, random after an unhashable transform)."""
+        if isinstance(self._agreed, RanksDisagreeError):
+            raise self._agreed
+        workload, world = self._workload, self.world
+        fingerprint = dict(workload.fingerprint())
+        if workload.kind == "map":
+            fingerprint.pop("data", None)
+        plan = {"kind": workload.kind, "fingerprint": fingerprint, "layout": workload.layout()}
+        try:
+            check_ranks_agree(plan, world.rank, world.world_size)
+        except RanksDisagreeError as refused:
+            self._agreed = refused
+            raise
+        self._agreed = True
+
     def __iter__(self) -> Iterator[Any]:
         """This rank's batches of a new epoch (epoch + 1), as a DataLoader reads a new epoch
         each time; from a just-set position instead (made, ``set_epoch``, a loaded state) to
@@ -366,12 +385,8 @@ class Loader:
         loaded state or another pass after it ends this pass (its batches belong to the old
         position)."""
         self.reading.check_world()  # (a group started after the loader was made)
-        if not self._agreed:  # every rank's loader plans the same epochs (once: its first)
-            self._agreed = True
-            workload, world = self._workload, self.world
-            plan = {"kind": workload.kind, "fingerprint": workload.fingerprint()}
-            plan["layout"] = workload.layout()
-            check_ranks_agree(plan, world.rank, world.world_size, world.node_rank)
+        if self._agreed is not True:  # every rank's loader plans the same epochs: checked
+            self._agree()  # at its first pass (a refusal raised again at every later one)
         chosen = (self._fresh and self._chosen) or self._peeked()
         self._cursor = cursor = self._next_pass()
         self._fresh = self._restored = self._kept = False

@@ -176,23 +176,29 @@ def passed_over(names: Iterable[str]) -> list[str]:
 
 def looks_like_parquet(name: str) -> bool:
     """Whether an object's name is one parquet writers give besides ``*.parquet``: no suffix
-    (Hive, Impala) or ``.parq``/``.pq`` (what a listing tells without reading the object)."""
+    (Hive, Impala) or ``.parq``/``.pq`` (what a listing tells without reading the object);
+    not a README, LICENSE, NOTICE or Makefile, nor s3n's ``$folder$`` marker."""
     last = name.rsplit("/", 1)[-1]
+    if "$folder$" in last or last.split(".", 1)[0].upper() in _NOT_DATA:
+        return False
     return "." not in last or last.endswith(_PARQUET_LOOKING)
 
 
-def warn_unread(top: str, unread: Sequence[str], what: str = "file") -> None:
+_NOT_DATA = ("README", "LICENSE", "NOTICE", "MAKEFILE", "CHANGES", "AUTHORS")
+
+
+def warn_unread(top: str, unread: Sequence[str], what: str = "file", held: str = "") -> None:
     """Say which parquet ``what``s below ``top`` are not read (their names do not end in
     ``.parquet``): a folder read without them lost their rows without a word (76 % of a
     Hive table's, and `lading repartition` wrote the copy without them)."""
     if not unread:
         return
+    held = held or ("hold parquet" if what == "file" else "look like parquet files")
     shown = ", ".join(unread[:3]) + (f", ... ({len(unread)} in all)" if len(unread) > 3 else "")
     warnings.warn(
         SkippedFilesWarning(
-            f"{top}: {len(unread)} {what}(s) hold parquet but are not named *.parquet, so "
-            f"they are not read: {shown}; rename them *.parquet, or pass them as a list "
-            f"of {what}s"
+            f"{top}: {len(unread)} {what}(s) {held} but are not named *.parquet, so they "
+            f"are not read: {shown}; rename them *.parquet, or pass them as a list of {what}s"
         ),
         stacklevel=4,
     )

@@ -153,7 +153,8 @@ def list_files(urls: Sequence[str], fetchers: dict[str, Fetcher]) -> list[Remote
         below = {k[start:]: k for k in listed if not folder or k.startswith(folder + "/")}
         top = f"{root}/{folder}" if folder else root
         chosen = select_listed(top, below)
-        warn_unread(top, [n for n in passed_over(below) if looks_like_parquet(n)], "object")
+        unread = [n for n in passed_over(below) if listed[below[n]][0] >= _SMALLEST]
+        warn_unread(top, [n for n in unread if looks_like_parquet(n)], "object")
         if not chosen and folder and head(root, folder) is not None:
             raise ValueError(
                 f"{root}/{folder} is an object, not parquet files (its name does not end in "
@@ -267,6 +268,10 @@ def _fetch_footers(
         data = _footer(file, future.result(), fetchers[file.root])
         _stage(footer_path(cache, file), data)
         out[i] = data
+
+
+_SMALLEST = 12  # bytes of the least parquet file (magic, footer length, magic): a smaller
+# object (a folder marker, an empty file) is no unread data
 
 
 def _not_parquet(file: RemoteFile) -> ParquetError:

@@ -167,14 +167,14 @@ def restore(trainer: Checkpointed) -> Resumed:
     loader_state = saved["loaders"][world.rank % saved_world]
     try:
         trainer.loader.load_state_dict(loader_state)
-    except LoaderStateError:  # (it names a digest of the data: the settings say why)
+    except LoaderStateError as refused:  # (it names a digest of the data: the settings
         said = _differences(saved.get("data_settings"), trainer.config.data_settings)
-        if not said:
+        if not said:  # say why, the loader's own words chained)
             raise
         raise LoaderStateError(
             f"{where} was taken reading other data ({said}), and its loader state is of "
             "that data: resume with the checkpoint's settings, or train into another --out"
-        ) from None
+        ) from refused
     step = int(saved["step"])
     # bit for bit only with the saved data layout (world size, batch size, …; loading.state):
     # another layout gives rows (LM streams) and ranks no saved counterpart

@@ -72,6 +72,20 @@ class _Stalled:
 _STALLED = _Stalled()  # (a part to read around the cache, with the round's others)
 
 
+class _Deadline:
+    """A round's wait on other owners: ``limit`` seconds from the first look at one (a wait
+    on this process's own GETs before it does not count)."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit, self.end = limit, float("inf")
+
+    def passed(self) -> bool:
+        now = time.monotonic()
+        if self.end == float("inf"):
+            self.end = now + self.limit
+        return now >= self.end
+
+
 class Forks(Protocol):
     """What holds per-process state over a cache (its planners): dropped in a forked child."""
 
@@ -310,7 +324,7 @@ class NodeCache:
             return todo  # every block was forgotten: looked up (and fetched) again
         self._confirm(unpinned)  # (raises where an object was replaced: the read's error)
         again = self._checked(plans, parts_of, regions) | self._forget(damaged)
-        deadline = time.monotonic() + self.wait_limit  # one wait a round, whatever the parts
+        deadline = _Deadline(self.wait_limit)  # one wait a round on others, whatever the parts
         stalled: list[tuple[Key, int, Part]] = []  # waited past it: read around, together
         for k, parts in plans.items():
             if k in again:
@@ -459,7 +473,7 @@ class NodeCache:
         claimed: Claimed | None,
         fetched: set[Key],
         flights: dict[tuple[int, int], Flight],
-        deadline: float,
+        deadline: _Deadline,
     ) -> bytes | _Stalled | None:
         """The bytes of a part not in the payload file: from a GET of this process (started
         now or before: ``flights``, those in flight before the lookup, whose fill may have
@@ -491,29 +505,31 @@ class NodeCache:
         return self._wait_other(k, piece, deadline)  # (this process's: filled, or carried)
 
     def _after_closed(
-        self, k: Key, piece: Piece, flight: Flight, deadline: float
+        self, k: Key, piece: Piece, flight: Flight, deadline: _Deadline
     ) -> _Stalled | None:
         """Another view of the node closed its fetcher under the GET of ``piece``: once the
         fill thread gave its claim back, None (look again: this view claims and fetches it);
         past ``deadline``, :data:`_STALLED` (read around the cache)."""
         cancel = current()
-        while time.monotonic() < deadline:
+        while True:  # looked at once at least, however late
             refuse_if_cancelled(cancel)  # a closed loader's read ends here, not at the limit
             with self.node.lock:
                 if self.node.inflight.get((k[0], piece.start)) is not flight:
                     return None
+            if deadline.passed():
+                return _STALLED
             time.sleep(_POLL_S)
-        return _STALLED
 
-    def _wait_other(self, k: Key, piece: Piece, deadline: float) -> _Stalled | None:
+    def _wait_other(self, k: Key, piece: Piece, deadline: _Deadline) -> _Stalled | None:
         """Wait while a live owner fills ``piece`` (another process, or a thread of this one
         writing a block it carried forward); a dead one's claim is given up; past
-        ``deadline`` (``wait_limit`` after the round's waits began), :data:`_STALLED`: the
-        part is read around (a second GET beats a stalled batch)."""
+        ``deadline`` (``wait_limit`` after the round's first wait on another owner began;
+        the ledger looked at once at least), :data:`_STALLED`: the part is read around (a
+        second GET beats a stalled batch)."""
         cancel = current()
         waited = time.perf_counter()
         try:
-            while time.monotonic() < deadline:
+            while True:
                 refuse_if_cancelled(cancel)  # a closed loader's read ends here, not at the limit
                 with self.ledger.read() as conn:
                     row = conn.execute(
@@ -525,8 +541,9 @@ class NodeCache:
                 if not self.node.owner.alive(row[0]):
                     self.ledger.release([(k[0], piece.start)], row[0])  # its owner died
                     return None
+                if deadline.passed():
+                    return _STALLED
                 time.sleep(_POLL_S)
-            return _STALLED
         finally:
             self.figures.add("wait_us", int(1e6 * (time.perf_counter() - waited)))
 
