@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 import time
 import warnings
 from collections.abc import Mapping
@@ -37,8 +36,9 @@ from lading.world import process_group
 
 WAIT_S = 60.0  # how long, in all, a first pass waits for the other ranks' posts
 _PREFIX = "lading/agree"
-_passes = itertools.count()  # loaders that started a first pass under a group, this process
-_lock = threading.Lock()
+# loaders that started a first pass under a group, this process (next() of a count is one
+# step under the GIL: no two threads draw one number)
+_passes = itertools.count()
 
 
 def check_ranks_agree(plan: Mapping[str, Any], rank: int, world_size: int) -> None:
@@ -54,8 +54,7 @@ def check_ranks_agree(plan: Mapping[str, Any], rank: int, world_size: int) -> No
     if dist is None or (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
         return  # (a world given that is not the group's: a group inside it, or none)
     mine = json.dumps(dict(plan), sort_keys=True, default=str)
-    with _lock:
-        n = next(_passes)
+    n = next(_passes)
     try:
         from torch.distributed.distributed_c10d import _get_default_store
 

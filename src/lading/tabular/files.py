@@ -151,7 +151,7 @@ def select_listed(top: str, names: Iterable[str]) -> list[str]:
                 f"once from the copy. Read {here} alone, move it out of {top}, or pass the "
                 "folders or files to read as a list"
             )
-        if parts[-1].endswith(".parquet") and not any(p.startswith(_HIDDEN) for p in parts):
+        if parts[-1].endswith(".parquet") and _data_name(parts):
             kept.append(parts)
     return ["/".join(parts) for parts in sorted(kept)]
 
@@ -165,13 +165,14 @@ _PARQUET_LOOKING = (".parq", ".pq")  # other names parquet writers give (Hive's 
 def passed_over(names: Iterable[str]) -> list[str]:
     """The names among ``names`` (as :func:`select_listed` takes them) that it passes over
     though nothing marks them as not data: not ``*.parquet``, not hidden, not build debris."""
-    return [
-        name
-        for name in names
-        if not name.endswith(".parquet")
-        and not any(p.startswith(_HIDDEN) for p in name.split("/"))
-        and not any(_BUILD_DEBRIS.search(folder) for folder in name.split("/")[:-1])
-    ]
+    return [n for n in names if not n.endswith(".parquet") and _data_name(n.split("/"))]
+
+
+def _data_name(parts: list[str]) -> bool:
+    """Whether a file at path ``parts`` may be data by :func:`select_listed`'s rules: no part
+    hidden (``_``, ``.``), no folder build debris."""
+    hidden = any(p.startswith(_HIDDEN) for p in parts)
+    return not hidden and not any(_BUILD_DEBRIS.search(folder) for folder in parts[:-1])
 
 
 def looks_like_parquet(name: str) -> bool:
@@ -187,13 +188,13 @@ def looks_like_parquet(name: str) -> bool:
 _NOT_DATA = ("README", "LICENSE", "NOTICE", "MAKEFILE", "CHANGES", "AUTHORS")
 
 
-def warn_unread(top: str, unread: Sequence[str], what: str = "file", held: str = "") -> None:
+def warn_unread(top: str, unread: Sequence[str], what: str = "file") -> None:
     """Say which parquet ``what``s below ``top`` are not read (their names do not end in
     ``.parquet``): a folder read without them lost their rows without a word (76 % of a
     Hive table's, and `lading repartition` wrote the copy without them)."""
     if not unread:
         return
-    held = held or ("hold parquet" if what == "file" else "look like parquet files")
+    held = "hold parquet" if what == "file" else "look like parquet files"  # (sniffed or named)
     shown = ", ".join(unread[:3]) + (f", ... ({len(unread)} in all)" if len(unread) > 3 else "")
     warnings.warn(
         SkippedFilesWarning(
