@@ -25,6 +25,7 @@ import lading
 from conftest import word_corpus, write
 from lading.ir import TrainingGroups, read_qrels, read_queries
 from lading.lm import LanguageModelLoader, TokenCorpus, Windows
+from lading.remote.cache.reads import _Deadline
 from lading.remote.cancel import Cancel, reading_for
 from lading.remote.clients import open_client
 from lading.remote.fetch import CancelledError, Fetcher
@@ -1094,6 +1095,17 @@ def test_a_read_over_many_stalled_claims_waits_once_then_reads_them_around(
     finally:
         claimer.kill()
         claimer.wait(30)
+
+
+def test_a_rounds_wait_on_other_owners_starts_at_its_first_look_at_one() -> None:
+    """A round's ``wait_limit`` counts from its first look at another owner's claim: a slow
+    GET of this process's own before it (here a sleep past the limit) does not use the wait
+    up, so the other owner's block is still looked at and waited for before reading around."""
+    deadline = _Deadline(0.2)
+    time.sleep(0.3)  # this process's own GET, slower than the limit
+    assert not deadline.passed()  # the first look: the wait starts here
+    time.sleep(0.25)
+    assert deadline.passed()
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1) (util-linux)")
