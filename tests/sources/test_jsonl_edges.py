@@ -75,7 +75,8 @@ AFTER_A_GOOD_LINE: dict[int, tuple[str, str] | str | None] = {
     20: BOM_JSON,
     21: "invalid JSON (Expecting value at column 3)",
     22: ("crlf", "y"),
-    23: ("i", "t"),
+    23: "two id fields differ: 'id' is 'i' and 'doc_id' is 'd'; name the one that is the "
+    "record's id: parse=ParseOptions(id_field='doc_id') or --id-field doc_id, or the other",
     24: ("-3", "neg"),
     25: ("last", "no line end"),
 }
@@ -107,7 +108,6 @@ def test_every_iterator_gives_the_same_records_lines_spans_and_skips(tmp_path: P
         ("7", "int id", {}, 5, 49, 77),
         ("f2", "x", {}, 15, 243, 284),
         ("crlf", "y", {}, 23, 455, 484),
-        ("i", "t", {}, 24, 484, 541),
         ("-3", "neg", {}, 25, 541, 568),
         ("last", "no line end", {}, 26, 568, 605),
     ]
@@ -115,14 +115,14 @@ def test_every_iterator_gives_the_same_records_lines_spans_and_skips(tmp_path: P
     got = [(r.id, r.text, dict(r.fields), c.line, c.start, c.end) for r, c in reader.iter_spans()]
     assert got == spans
     assert all(c.data == path.read_bytes()[c.start : c.end] for _, c in reader.iter_spans())
-    assert reader.skipped == 2 * 16
+    assert reader.skipped == 2 * 17
     numbered = SourceReader(path, "jsonl", "skip")
     assert [(r.id, line, end) for r, line, end in numbered.iter_numbered()] == [
         (s[0], s[3], s[5]) for s in spans
     ]
     plain = SourceReader(path, "jsonl", "skip")
     assert [tuple(r) for r in plain] == [s[:3] for s in spans]
-    assert numbered.skipped == plain.skipped == 16
+    assert numbered.skipped == plain.skipped == 17
     assert len(plain.skip_reasons) == 10
     assert plain.skip_reasons[0] == f"line 6 of {path}: {NOT_ID} True"
 
@@ -134,8 +134,8 @@ def test_a_part_starting_mid_line_numbers_as_the_file_does_in_its_errors(tmp_pat
     assert [(r.id, line, end) for r, line, end in first.iter_numbered()] == [("f2", 10, 207)]
     assert first.skipped == 10 and first.skip_reasons[0] == f"line 6 of {path}: {NOT_ID} True"
     rest = SourceReader(path, "jsonl", "skip", span=(300, 10**6))
-    assert [r.id for r in rest] == ["crlf", "i", "-3", "last"]
-    assert rest.skipped == 6
+    assert [r.id for r in rest] == ["crlf", "-3", "last"]
+    assert rest.skipped == 7
     assert rest.skip_reasons[2] == f"line 19 of {path}: {BAD_UTF8}"
     assert [r.id for r in SourceReader(path, "jsonl", span=(0, 60))] == ["a", "7"]
     assert list(SourceReader(path, "jsonl", span=(44, 45))) == []
@@ -202,3 +202,30 @@ def test_a_raw_control_character_is_named_once_at_its_column() -> None:
     with pytest.raises(RecordError) as bad:
         json_object('{"id": "a\x01"}')
     assert " at at " not in str(bad.value) and "at column 10" in str(bad.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (b'{"id": 5, "docid": "5", "text": "same id twice"}\n', ("5", "same id twice")),
+        (  # MS MARCO v2's passages: their document's id and their own
+            b'{"docid": "D1", "pid": "P1", "text": "v2"}\n',
+            "two id fields differ: 'docid' is 'D1' and 'pid' is 'P1'; name the one that is the "
+            "record's id: parse=ParseOptions(id_field='pid') or --id-field pid, or the other",
+        ),
+    ],
+)
+def test_two_id_fields_read_as_one_id_only_where_they_agree(
+    tmp_path: Path, line: bytes, expected: tuple[str, str] | str
+) -> None:
+    after_a_good_line(tmp_path, line, expected)
+
+
+def test_a_named_id_field_reads_its_id_beside_another_id_field(tmp_path: Path) -> None:
+    """The fix the refusal of two differing id fields names: ``id_field=`` picks one."""
+    from lading.sources import ParseOptions
+
+    path = tmp_path / "v2.jsonl"
+    path.write_bytes(b'{"docid": "D1", "pid": "P1", "text": "x"}\n')
+    records = SourceReader(path, "jsonl", options=ParseOptions(id_field="pid"))
+    assert [(r.id, r.text) for r in records] == [("P1", "x")]

@@ -56,3 +56,26 @@ def test_a_kept_field_that_is_not_a_string_is_refused_and_a_null_one_is_absent(
     store = lading.build_store(nulls, tmp_path / "n", progress=False)
     assert store.record("1").fields == {"title": "t"}
     assert store.record("2").fields == {"title": ""}  # absent, as a JSONL line without it
+
+
+def test_a_table_with_two_id_columns_is_read_only_where_they_agree(tmp_path: Path) -> None:
+    """MS MARCO v2's passages in a table: ``docid`` (their document's, shared) and ``pid``
+    (their own). The first default present was taken silently: every passage of a document
+    got its document's id. Now a row where they differ is refused naming both and the fix;
+    columns that say the same id read as one."""
+    v2 = parquet(tmp_path / "v2.parquet", docid=["D1", "D1"], pid=["P1", "P2"], text=["a", "b"])
+    with pytest.raises(
+        SourceError,
+        match=r"v2\.parquet: row 1: two id fields differ: 'docid' is 'D1' "
+        r"and 'pid' is 'P1'; .*id_field='pid'",
+    ):
+        lading.build_store(v2, tmp_path / "s", progress=False)
+    named = lading.build_store(
+        v2, tmp_path / "p", parse=lading.ParseOptions(id_field="pid"), progress=False
+    )
+    assert named.get_many(["P1", "P2"]) == ["a", "b"]
+    same = parquet(tmp_path / "same.parquet", id=[1, 2], docid=["1", "2"], text=["a", "b"])
+    assert lading.build_store(same, tmp_path / "q", progress=False).get_many(["1", "2"]) == [
+        "a",
+        "b",
+    ]

@@ -591,7 +591,8 @@ def _add_build(sub: Any) -> None:
     p.add_argument(
         "--id-field",
         help=f"JSON key (parquet/Arrow column) of the id (default: the first of {JSON_IDS} "
-        "there; _id in BEIR); a TSV takes --columns",
+        "there; _id in BEIR; a record where another of them holds a different id is refused: "
+        "name one); a TSV takes --columns",
     )
     p.add_argument(
         "--text-field",

@@ -63,7 +63,8 @@ class ParseOptions:
 
     Attributes:
         id_field: JSON/parquet/Arrow key of the id (default: the first of ``JSON_ID_FIELDS``
-            present).
+            present; a record where another of them holds a different value is refused,
+            naming both: MS MARCO v2's passages hold ``docid`` and ``pid``).
         text_field: key of the text (default: the first of ``JSON_TEXT_FIELDS`` present).
         columns: TSV column names; must contain ``"id"`` and ``"text"``. The other named
             columns become fields. A line with more columns than named is a malformed record
@@ -341,6 +342,19 @@ def _json_scalar_id(value: Any, key: str) -> str:
     return check_id(str(value))
 
 
+def same_id(record: Mapping[str, Any], key: str, others: Sequence[str]) -> None:
+    """Refuse a record whose id fields after ``key`` (the first present of the defaults)
+    hold another id: which one is the record's is the user's to say. MS MARCO v2's passages
+    hold ``docid`` (their document's, shared by its passages) and ``pid`` (their own)."""
+    for other in others:
+        if other in record and str(record[other]) != str(record[key]):
+            raise RecordError(
+                f"two id fields differ: {key!r} is {record[key]!r:.40} and {other!r} is "
+                f"{record[other]!r:.40}; name the one that is the record's id: "
+                f"parse=ParseOptions(id_field={other!r}) or --id-field {other}, or the other"
+            )
+
+
 def make_jsonl_parser(options: ParseOptions) -> Parser:
     """Parser of one JSON object per line into a Record.
 
@@ -351,6 +365,7 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
     id_keys = (options.id_field,) if options.id_field else JSON_ID_FIELDS
     text_keys = (options.text_field,) if options.text_field else JSON_TEXT_FIELDS
     keep, need_id = options.keep_fields, options.need_id
+    later = {key: id_keys[n + 1 :] for n, key in enumerate(id_keys)}  # checked by same_id
     # the setting that names the key where it exists: a reader of texts alone (a token corpus,
     # need_id False) takes text_field= itself (--text-field); a store build takes parse=
     if need_id:
@@ -376,6 +391,9 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
             obj = json_object(_decode(raw))
         for id_key in id_keys:
             if id_key in obj:
+                for other in later[id_key]:  # (the defaults: no other may say another id)
+                    if other in obj:
+                        same_id(obj, id_key, later[id_key])
                 break
         else:
             if need_id:

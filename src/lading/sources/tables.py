@@ -30,6 +30,7 @@ from lading.sources.parsers import (
     Record,
     RecordError,
     check_id,
+    same_id,
 )
 
 TABLE_FORMATS: tuple[str, ...] = ("arrow", "parquet")
@@ -203,27 +204,41 @@ def _decoded(path: Path, batches: Iterator[Any]) -> Iterator[list[list[Any]]]:
         yield columns
 
 
-def table_columns(path: Path, fmt: str, options: ParseOptions) -> tuple[str, str, list[str]]:
-    """The id column, the text column and the kept field columns of a table file."""
-    names, _ = _batches(path, fmt, None)
+def table_columns(names: list[str], options: ParseOptions) -> tuple[str, str, list[str]]:
+    """The id column, the text column and the kept field columns of a table of ``names``."""
     id_col = pick_column(names, options.id_field, JSON_ID_FIELDS, "id")
     text_col = pick_column(names, options.text_field, JSON_TEXT_FIELDS, "text")
     kept = [n for n in options.keep_fields if n in names and n not in (id_col, text_col)]
     return id_col, text_col, kept
 
 
+def other_id_columns(names: Iterable[str], id_col: str) -> list[str]:
+    """The default id columns after ``id_col`` that a table also has: each row's values there
+    must say the same id (:func:`lading.sources.parsers.same_id`)."""
+    after = JSON_ID_FIELDS[JSON_ID_FIELDS.index(id_col) + 1 :] if id_col in JSON_ID_FIELDS else ()
+    present = set(names)
+    return [name for name in after if name in present]
+
+
 def iter_table(
     path: Path, fmt: str, options: ParseOptions, bad: Callable[[Path, int, str], None]
 ) -> Iterator[tuple[Record, int]]:
     """Records of a parquet/Arrow file with their 1-based row numbers; ``bad`` judges errors."""
-    id_col, text_col, kept = table_columns(path, fmt, options)
-    _, batches = _batches(path, fmt, [id_col, text_col, *kept])
+    names, _ = _batches(path, fmt, None)
+    id_col, text_col, kept = table_columns(names, options)
+    others = [] if options.id_field else other_id_columns(names, id_col)
+    _, batches = _batches(path, fmt, [id_col, text_col, *kept, *others])
     row = 0
-    for ids, texts, *fields in _decoded(path, batches):
+    for ids, texts, *rest in _decoded(path, batches):
+        fields, also = rest[: len(kept)], rest[len(kept) :]
         extra = dict(zip(kept, fields))
         for j, (doc_id, text) in enumerate(zip(ids, texts)):
             row += 1
             try:
+                if also:
+                    same_id(
+                        {id_col: doc_id} | {o: v[j] for o, v in zip(others, also)}, id_col, others
+                    )
                 record = make_record(doc_id, text, {k: v[j] for k, v in extra.items()})
             except RecordError as e:
                 bad(path, row, f"row {row}: {e}")
