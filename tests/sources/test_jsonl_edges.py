@@ -229,3 +229,5 @@ def test_a_named_id_field_reads_its_id_beside_another_id_field(tmp_path: Path) -
     path.write_bytes(b'{"docid": "D1", "pid": "P1", "text": "x"}\n')
     records = SourceReader(path, "jsonl", options=ParseOptions(id_field="pid"))
     assert [(r.id, r.text) for r in records] == [("P1", "x")]
+    texts = SourceReader(path, "jsonl", options=ParseOptions(need_id=False))  # a token corpus's
+    assert [r.text for r in texts] == ["x"]  # (no id asked for: no refusal over which)

@@ -365,7 +365,9 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
     id_keys = (options.id_field,) if options.id_field else JSON_ID_FIELDS
     text_keys = (options.text_field,) if options.text_field else JSON_TEXT_FIELDS
     keep, need_id = options.keep_fields, options.need_id
-    later = {key: id_keys[n + 1 :] for n, key in enumerate(id_keys)}  # checked by same_id
+    # the id fields after each (checked by same_id); none where no id is asked for (a token
+    # corpus's texts: which id a record has is no matter there)
+    later = {key: id_keys[n + 1 :] if need_id else () for n, key in enumerate(id_keys)}
     # the setting that names the key where it exists: a reader of texts alone (a token corpus,
     # need_id False) takes text_field= itself (--text-field); a store build takes parse=
     if need_id:

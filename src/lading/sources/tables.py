@@ -226,7 +226,7 @@ def iter_table(
     """Records of a parquet/Arrow file with their 1-based row numbers; ``bad`` judges errors."""
     names, _ = _batches(path, fmt, None)
     id_col, text_col, kept = table_columns(names, options)
-    others = [] if options.id_field else other_id_columns(names, id_col)
+    others = [] if options.id_field or not options.need_id else other_id_columns(names, id_col)
     _, batches = _batches(path, fmt, [id_col, text_col, *kept, *others])
     row = 0
     for ids, texts, *rest in _decoded(path, batches):
