@@ -59,6 +59,40 @@ def assert_batches_kept(
     assert [key(batch) for batch in kept] == want, "a kept batch was overwritten by a later one"
 
 
+def tensors_of(batch: Any) -> list[Any]:
+    """Every tensor in ``batch`` (a tensor, a tuple or list, a dict, a NamedTuple)."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    if isinstance(batch, dict):
+        return [t for v in batch.values() for t in tensors_of(v)]
+    if isinstance(batch, (tuple, list)):
+        return [t for v in batch for t in tensors_of(v)]
+    return []
+
+
+def assert_batches_independent(
+    make_loader: MakeLoader, world: World, num_workers: int, key: Callable[[Any], list[Any]]
+) -> None:
+    """A batch the caller changes in place (``y[y == eos] = -100``) changes no other batch:
+    each batch's keys, taken as it comes while every earlier batch was zeroed, are the keys
+    of a run where none was touched (and the same at any ``num_workers``)."""
+    clean = make_loader(world, num_workers)
+    clean.set_epoch(1)
+    want = batches_of(clean, key)
+    touched = make_loader(world, num_workers)
+    touched.set_epoch(1)
+    got = []
+    for batch in touched:
+        got.append(key(batch))
+        for tensor in tensors_of(batch):
+            tensor.zero_()  # the caller's own, to change
+    assert len(got) == len(want) > 0
+    changed = [i for i, (a, b) in enumerate(zip(got, want)) if a != b]
+    assert not changed, f"batches {changed[:5]} changed by an in-place edit of an earlier one"
+
+
 def assert_exact_partition(
     make_loader: MakeLoader,
     world_size: int,

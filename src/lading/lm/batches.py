@@ -37,7 +37,12 @@ def chunked_streams(
     rows, length, stream = chunk[0], seg.plan.each, seg.stream
     assert stream is not None
     buf = np.empty((0, 0), dtype=np.int64)  # the chunk being read; none yet
+    # the labels: the chunk shifted by one column, a copy of its own. A y over the chunk
+    # itself would end on the next batch's first column (y[y == eos] = -100 changed the next
+    # batch's x, and only without workers)
+    ybuf = np.empty((0, 0), dtype=np.int64)
     spare: npt.NDArray[np.int64] | None = None  # the chunk before it, to recycle if free
+    yspare: npt.NDArray[np.int64] | None = None  # its labels
     # a chunk is free when its reference count is that of an array held by one local name
     # here (measured, not assumed: the count's baseline differs between Python versions);
     # every live batch adds one (its tensor keeps a view whose base is the chunk). Recycling
@@ -54,20 +59,25 @@ def chunked_streams(
             fresh = spare if spare is not None and sys.getrefcount(spare) == free else None
             if fresh is None:
                 fresh = np.empty(chunk, dtype=np.int64)
+            yfresh = yspare if yspare is not None and sys.getrefcount(yspare) == free else None
+            if yfresh is None:
+                yfresh = np.empty(chunk, dtype=np.int64)
             if keep > 0:
                 fresh[:, :keep] = buf[:, offset - base : filled]
             spare, buf = (buf if buf.size else None), fresh
-            fresh = None  # only `buf` and `spare` may refer to the chunks now
+            yspare, ybuf = (ybuf if ybuf.size else None), yfresh
+            fresh = yfresh = None  # only `buf`, `ybuf` and the spares may refer to chunks now
             want = min(chunk[1], length + 1 - offset)
             for row in range(rows):
                 start = (first_stream + row) * length + offset + keep
                 stream.read(start, buf[row, keep:want])
+            ybuf[:, : want - 1] = buf[:, 1:want]
             base, filled = offset, want
         col = offset - base
         offset += seq
-        # views of this chunk, which no later batch overwrites (numpy slicing + from_numpy
-        # measured faster than slicing a torch view); y is x shifted by one, as in fastai
-        yield chunk_view(buf[:, col : col + seq]), chunk_view(buf[:, col + 1 : col + seq + 1])
+        # views of this chunk and of its labels, which no later batch overwrites or shares
+        # (numpy slicing + from_numpy measured faster than slicing a torch view)
+        yield chunk_view(buf[:, col : col + seq]), chunk_view(ybuf[:, col : col + seq])
 
 
 def stream_batch(
