@@ -16,7 +16,7 @@ import pytest
 
 from conftest import word_corpus, word_tokenizer, write
 from lading.errors import EmptyEpochError
-from lading.lm import LanguageModelLoader, TokenCorpus, Windows
+from lading.lm import LanguageModelLoader, Streams, TokenCorpus, Windows
 from lading.lm.texts import iter_texts
 
 BOM = b"\xef\xbb\xbf"
@@ -74,3 +74,22 @@ def test_train_lm_names_a_validation_split_without_a_window(tmp_path: Path) -> N
     assert done.returncode == 2, done.stderr
     assert "the validation split holds no batch: --valid-fraction 0.02" in done.stderr
     assert "--valid-fraction 0" in done.stderr and "corpus holds no window" not in done.stderr
+
+
+def test_a_validation_loss_past_what_exp_holds_is_an_infinite_perplexity(tmp_path: Path) -> None:
+    """A run at a too high ``--lr`` whose loss stayed finite (~1,600 a token) raised
+    ``OverflowError`` from ``math.exp`` at its last validation: a traceback, exit 1, no model
+    and no summary. Its perplexity is ``inf`` now, its loss the finite mean."""
+    import torch
+
+    from lading.lm.model import LSTMLanguageModel
+    from lading.lm.train import evaluate, perplexity
+    from lading.world import World
+
+    corpus = word_corpus(tmp_path, docs=20, lengths=(20, 40), words=50, seed=0)
+    model = LSTMLanguageModel(corpus.vocab_size, 8, 8, 1, 0.0)
+    with torch.no_grad():
+        model.decoder.weight.copy_(1e4 * torch.randn_like(model.decoder.weight))
+    valid = LanguageModelLoader(corpus, 2, Streams(8, jitter=None), world=World())
+    assert evaluate(model, valid, torch.device("cpu"), 2) == float("inf")
+    assert perplexity(2.0, 1.0) == pytest.approx(7.389056)

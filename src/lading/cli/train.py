@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import math
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -222,7 +223,8 @@ def _cmd_train_lm(args: argparse.Namespace) -> int:
 
     def say(summary: dict[str, Any]) -> str:
         steps, ppl = summary["steps"], summary["valid_ppl"]
-        return f"{args.out}: {steps} steps, validation perplexity {ppl:.2f}"
+        hint = " (the mean loss passed what exp holds: lower --lr)" if ppl == math.inf else ""
+        return f"{args.out}: {steps} steps, validation perplexity {ppl:.2f}{hint}"
 
     try:
         config = _config(LMConfig, args, ("corpus", "out"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -142,6 +143,17 @@ def split_documents(count: int, valid_fraction: float, seed: int) -> tuple[np.nd
 
 
 @torch.no_grad()
+def perplexity(total: float, tokens: float) -> float:
+    """``exp`` of the mean loss a token; ``inf`` past what a float holds (a run at a too
+    high ``--lr`` whose loss stayed finite, ~1,600 a token: ``math.exp`` raised
+    ``OverflowError`` at the last validation, and the run kept no model or summary)."""
+    mean = total / max(tokens, 1.0)
+    return math.exp(mean) if mean < _LOG_MAX else math.inf
+
+
+_LOG_MAX = math.log(sys.float_info.max)
+
+
 def evaluate(
     model: nn.Module,
     loader: LanguageModelLoader,
@@ -166,7 +178,7 @@ def evaluate(
         count += y.numel()
     model.train()
     total, tokens = ddp.sum_over_ranks([loss_sum, float(count)], device)
-    return math.exp(total / max(tokens, 1.0))
+    return perplexity(total, tokens)
 
 
 class LanguageModelStep(TrainingTask):
@@ -276,7 +288,7 @@ def evaluate_gpt(
         loss_sum, count = loss_sum + summed.item(), count + n.item()
     model.train()
     total, tokens = ddp.sum_over_ranks([loss_sum, count], device)
-    return math.exp(total / max(tokens, 1.0))
+    return perplexity(total, tokens)
 
 
 class GPTStep(TrainingTask):
