@@ -166,8 +166,9 @@ def refuse_unused_text_field(
 def refuse_unused_split(split: str, source: TextSource, flag: str) -> None:
     """Refuse a ``split`` the user gave (``flag``, as they spelled it) where no file of
     ``source`` is plain text: it divides plain text into documents, and JSON records (a
-    document each) or a lading store (its rows) have none to divide, so every value built
-    the same corpus. A source that is not there is left to the reader to name.
+    document each), WikiExtractor's ``<doc>`` blocks (one each) or a lading store (its rows)
+    have none to divide, so every value built the same corpus. A source that is not there
+    is left to the reader to name.
 
     Raises:
         ValueError: naming the split, the source and the fix.
@@ -184,12 +185,15 @@ def refuse_unused_split(split: str, source: TextSource, flag: str) -> None:
             return
         store = path.is_dir() and (path / META_FILE).is_file()
         files = [] if store else folder_files(path) if path.is_dir() else [path]
+    kinds = set() if store else {_kind_of(f) for f in files}
     if store:
         what = "a lading store (a document a row)"
-    elif files and all(is_records(f) for f in files):
-        what = "JSON records (a document a record)"
-    else:
+    elif not files or "plain text" in kinds:
         return
+    elif len(kinds) == 1:
+        what = kinds.pop()
+    else:
+        what = "JSON records and WikiExtractor output (a document a record, a <doc> block)"
     raise ValueError(
         f"{flag} {split} divides plain text into documents, but {source} is {what}: drop {flag}"
     )
@@ -282,6 +286,26 @@ def _store_texts(path: Path, snapshot: str | None) -> Iterator[str]:
         yield from store.texts_at(np.arange(lo, min(lo + 10_000, len(store))))
 
 
+def _kind_of(path: Path) -> str:
+    """What documents ``path`` holds, in the words of :func:`refuse_unused_split`."""
+    if is_records(path):
+        return "JSON records (a document a record)"
+    if is_doc_blocks(path):
+        return "WikiExtractor output (a document a <doc> block)"
+    return "plain text"
+
+
+def is_doc_blocks(path: Path) -> bool:
+    """Whether ``path`` is WikiExtractor's default output: ``<doc id=… title=…>`` blocks (a
+    document each), compressed or not. A file that cannot be read is left to the reader."""
+    try:
+        with open_binary(path) as stream:
+            head = stream.read(64 + len(BOM))
+    except (OSError, EOFError, ValueError, ImportError):
+        return False
+    return head.removeprefix(BOM).lstrip().startswith(b"<doc ")
+
+
 def is_records(path: Path) -> bool:
     """Whether ``path`` holds JSON records (a document a record), compressed or not: its name
     says so (``.jsonl``, ``.json``, ``.ndjson``, each also ``.gz``/``.bz2``/``.zst``: C4
@@ -333,9 +357,9 @@ def file_texts(
             skipped.add(reader.skipped, reader.skip_reasons)
         return
     skips = skipped if skipped is not None else Skips()
-    with reading(path), open_binary(path) as stream:
-        head = stream.peek(64)[: 64 + len(BOM)] if hasattr(stream, "peek") else b""
-    if head.removeprefix(BOM).lstrip().startswith(b"<doc "):
+    with reading(path), open_binary(path):
+        pass  # (one that cannot be opened: named here)
+    if is_doc_blocks(path):
         yield from _wikiextractor(path, on_error, skips)
     else:
         yield from _plain(path, split, on_error, skips)
