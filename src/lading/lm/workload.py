@@ -35,7 +35,7 @@ from lading.loading.order import FEISTEL_ROUND
 from lading.loading.reading import Reading
 from lading.loading.runs import Runs
 from lading.loading.segment import Segment
-from lading.loading.state import Cursor, check_position
+from lading.loading.state import Cursor, base_of, check_position
 from lading.loading.workload import SegmentWorkload
 
 Base = tuple[tuple[int, ...], tuple[int, ...]]  # an elastic segment's base, as a key holds it
@@ -335,12 +335,12 @@ class LMWorkload(SegmentWorkload):
         """Refuse a state whose base (what an elastic resume left of its epoch) runs past
         this epoch's positions (its stream's tokens, or its windows): read round and round
         the epoch, or through no window. Raises :class:`LoaderStateError` naming both."""
-        base = state.get("base")
-        if base is None or not len(base["stops"]):
+        base = base_of(state.get("base"))
+        if base is None or not len(base.stops):
             return
         view = self.mode.view(self.data, int(state["epoch"]))
         n = view.total if isinstance(view, EpochStream) else view.n
-        last = int(np.max(base["stops"]))
+        last = int(np.max(base.stops))
         if last > n:
             what = "tokens of its stream" if isinstance(view, EpochStream) else "windows"
             raise LoaderStateError(
@@ -354,7 +354,7 @@ class LMWorkload(SegmentWorkload):
         """Whether ``state`` was saved with its epoch's segment read to the end (a framework's
         checkpoint at an epoch's end): it resumes at the next epoch, whose order is today's."""
         try:
-            base = None if state["base"] is None else Runs.from_dict(state["base"])
+            base = base_of(state["base"])
             cursor = Cursor(int(state["epoch"]), int(state["segment"]), base, int(state["batches"]))
             return self.ended(state["layout"], cursor)
         except (KeyError, TypeError, ValueError):  # not a state: the loader's check says so

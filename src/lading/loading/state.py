@@ -3,7 +3,7 @@
 Every loader's :meth:`state_dict` is the same schema::
 
     {"format": "lading.loader-state", "version": 2, "kind": "map" | "lm" | "parquet",
-     "epoch": int, "segment": int, "base": {"starts": [...], "stops": [...]} | None,
+     "epoch": int, "segment": int, "base": {"all": bool, "starts": [...], "stops": [...]},
      "batches": int, "consumed": int, "layout": {...}, "fingerprint": {...}}
 
 - ``fingerprint``: what fixes the data and its orders (sizes, seed, shuffle, equalize…). A
@@ -15,8 +15,12 @@ Every loader's :meth:`state_dict` is the same schema::
   resumes bitwise: ``batches`` are skipped. Another layout resumes *elastically*: the positions
   the saved layout left unread become the ``base`` of a new *segment* of the epoch, planned over
   this run's readers (:mod:`lading.loading.plan`).
-- ``base``: the epoch positions the current segment reads (``None``: all of them); ``segment``
-  counts elastic resumes within the epoch and salts any draw that depends on the layout.
+- ``base``: the epoch positions the current segment reads (``all``: all of them, ``starts``
+  and ``stops`` empty); ``segment`` counts elastic resumes within the epoch and salts any
+  draw that depends on the layout. Its keys are the same in every state, so that
+  ``torch.distributed.checkpoint``, which loads into a fresh loader's state's keys, loads a
+  state saved after an elastic resume (a ``None`` there, against two lists, was refused as
+  "Missing key loader.base."). A state of ``"base": None`` (saved before) still loads.
 - ``batches``: batches this rank received in the current segment (the same on every rank);
   ``consumed``: positions read so far this segment, over all ranks (for humans and logs).
 """
@@ -69,12 +73,34 @@ def state_dict(
         "kind": kind,
         "epoch": cursor.epoch,
         "segment": cursor.segment,
-        "base": None if cursor.base is None else cursor.base.to_dict(),
+        "base": base_form(cursor.base),
         "batches": cursor.batches,
         "consumed": consumed,
         "layout": dict(layout),
         "fingerprint": dict(fingerprint),
     }
+
+
+def base_form(base: Runs | None) -> dict[str, Any]:
+    """The saved form of a cursor's ``base``: the same keys whether it is the whole epoch
+    (``None``) or the runs an elastic resume left (see the module docstring)."""
+    if base is None:
+        return {"all": True, "starts": [], "stops": []}
+    return {"all": False, **base.to_dict()}
+
+
+def base_of(saved: Any) -> Runs | None:
+    """A cursor's ``base`` from its saved form (:func:`base_form`, or ``None`` as states
+    saved it before); :func:`check_position` has checked it."""
+    if saved is None or _whole(saved):
+        return None
+    return Runs.from_dict(saved)
+
+
+def _whole(saved: Any) -> bool:
+    """Whether a saved base says the whole epoch (``all`` true: a bool, or numpy's)."""
+    flag = saved.get("all", False) if isinstance(saved, Mapping) else False
+    return isinstance(flag, (bool, np.bool_)) and bool(flag)
 
 
 def check(state: Mapping[str, Any], kind: str, fingerprint: Mapping[str, Any]) -> None:
@@ -118,7 +144,7 @@ def check_position(state: Mapping[str, Any]) -> None:
                 "damaged, resume from another checkpoint or start the epoch without it"
             )
     base = state.get("base")
-    if base is None:
+    if base is None or _whole(base):
         return
     try:
         starts, stops = np.asarray(base["starts"]), np.asarray(base["stops"])
@@ -179,7 +205,7 @@ def restore(
     position is the saved layout's ``unread``'s to read.
     """
     check(state, kind, fingerprint)
-    base = None if state["base"] is None else Runs.from_dict(state["base"])
+    base = base_of(state["base"])
     saved = Cursor(int(state["epoch"]), int(state["segment"]), base, int(state["batches"]))
     if dict(state["layout"]) == dict(layout):
         if batches is not None and saved.batches > (count := batches(saved)):
