@@ -508,6 +508,25 @@ def test_prefetcher_without_cuda_names_the_fix() -> None:
     assert list(DevicePrefetcher([1, 2], "cpu")) == [1, 2]
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where CUDA is absent")
+@pytest.mark.parametrize("device", ["cuda", "cuda:1"])
+def test_every_device_entry_without_cuda_names_the_fix(corpus: TokenCorpus, device: str) -> None:
+    """A loader's ``device=``, ``to_device`` and ``expand`` raised torch's bare
+    ``AssertionError: Torch not compiled with CUDA enabled`` on a CPU build, where the
+    prefetcher's refusal names the build and ``device='cpu'``; now each raises that."""
+    from lading.errors import DeviceUnavailableError
+
+    refusal = r"CUDA is not available.*device='cpu'"
+    with pytest.raises(DeviceUnavailableError, match=refusal):
+        LanguageModelLoader(corpus, 2, Streams(8), world=World(), device=device)
+    with pytest.raises(DeviceUnavailableError, match=refusal):
+        to_device(corpus, device)
+    narrow = {"input_ids": torch.ones(2, 4, dtype=torch.int16), "lengths": torch.tensor([4, 3]),
+              "segment_starts": torch.tensor([2, 2])}  # fmt: skip
+    with pytest.raises(DeviceUnavailableError, match=refusal):
+        expand(narrow, device)
+
+
 @pytest.mark.parametrize("depth", [None, 0, 2])
 def test_an_iterable_without_a_len_is_passed_through(depth: int | None) -> None:
     """The docstring takes "any iterable of batches"; one without ``len()`` (a DataLoader

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from lading.errors import DeviceUnavailableError
+from lading.device.check import check_cuda
 from lading.loading.resumable import Resumable
 
 
@@ -92,24 +92,6 @@ def pinned(t: torch.Tensor) -> torch.Tensor:
     if t.device.type != "cpu" or t.is_pinned():
         return t
     return (t if t.is_contiguous() else t.contiguous()).pin_memory()
-
-
-def check_cuda(device: torch.device) -> None:
-    """Raise :class:`~lading.errors.DeviceUnavailableError` naming why ``device`` (a CUDA
-    device) cannot be used here and what to pass instead, before torch fails deep inside."""
-    if not torch.cuda.is_available():
-        built = f"built with CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU build"
-        raise DeviceUnavailableError(
-            f"device {str(device)!r}: CUDA is not available in this process (torch "
-            f"{torch.__version__}, {built}); pass device='cpu' (batches are then handed out "
-            "as they come), or run where a GPU and a CUDA build of torch are"
-        )
-    count = torch.cuda.device_count()
-    if device.index is not None and not 0 <= device.index < count:
-        raise DeviceUnavailableError(
-            f"device {str(device)!r}: this process sees {count} CUDA device(s), 0 to "
-            f"{count - 1}; pass one of them (under torchrun: f'cuda:{{local_rank}}')"
-        )
 
 
 class DevicePrefetcher:

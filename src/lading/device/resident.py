@@ -20,6 +20,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from lading.device.check import usable_device
+
 CHUNK = 1 << 26  # tokens per host-to-device copy while making a store resident
 
 
@@ -89,8 +91,9 @@ def to_device(source: Any, device: torch.device | str) -> ResidentTokens:
     Raises:
         TypeError: ``source`` has no token ids.
         ValueError: the ids are of a type wider than 32 bits.
+        DeviceUnavailableError: ``device`` is a CUDA device this process cannot use.
     """
-    device = torch.device(device)
+    device = usable_device(device)
     tokens, offsets = ragged_tokens(source)
     dtype = np.dtype(tokens.dtype)
     if dtype.itemsize > 4:

@@ -24,6 +24,7 @@ import numpy.typing as npt
 import torch
 
 from lading.device import ResidentTokens, to, widen
+from lading.device.check import usable_device
 
 MODEL_INPUTS: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
 LAYOUTS: tuple[str, ...] = ("wide", "narrow", "rows")
@@ -78,7 +79,7 @@ def expand(batch: Mapping[str, Any], device: torch.device | str) -> dict[str, An
     """``batch`` on ``device`` with the model's int64 inputs, built there from a narrow batch's
     ids, lengths and segment starts. A wide batch is only moved; a rows batch needs
     :func:`assemble` (or :func:`model_inputs` with the resident tokens)."""
-    out = to(batch, torch.device(device))
+    out = to(batch, usable_device(device))
     if layout(out) == "rows":
         raise ValueError(
             "a rows batch (CrossEncoderCollator(emit='rows')) is built from the store's tokens "
