@@ -361,3 +361,25 @@ def test_clip_zero_means_none_and_a_bad_norm_is_refused() -> None:
     for text in ("-1", "nan", "inf", "abc"):
         with pytest.raises(argparse.ArgumentTypeError, match="not a gradient norm"):
             clip_norm(text)
+
+
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="checks the refusal where CUDA is absent"
+)
+def test_fp16_without_cuda_is_refused_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--precision fp16`` on the CPU ran fp16 autocast with the GradScaler off (it scales
+    on CUDA only): gradients free to underflow, without a word. Refused now, naming bf16."""
+    pytest.importorskip("transformers")
+    from lading.bench.synth import synth
+    from lading.cli import main
+
+    files = synth("passages", 20, tmp_path / "c", queries=3)
+    code = main(["train", "cross-encoder", "--parallel", "none", "--out", str(tmp_path / "r"),
+                 "--corpus", str(files.corpus), "--queries", str(files.queries),
+                 "--qrels", str(files.qrels), "--steps", "1", "--precision", "fp16"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "--precision fp16 on cpu" in err and "--precision bf16" in err, err
+    assert not (tmp_path / "r" / "model").exists()

@@ -523,7 +523,9 @@ def _add_train_cross_encoder(kinds: Any) -> None:
         help="documents a group: 1 relevant + negatives",
     )
     p.add_argument("--warmup", type=float, default=0.1, help="share of steps warming up")
-    add_precision(p, "autocast precision of the step (bf16/fp16 on CUDA)")
+    add_precision(
+        p, "autocast precision of the step (bf16/fp16 on CUDA; fp16 is refused elsewhere)"
+    )
     what = "pointwise binary cross-entropy, or cross-entropy over each group"
     add_choice(p, "--loss", ("bce", "listwise"), what)
     add_choice(

@@ -286,6 +286,12 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
 
 def _train(config: TrainConfig, world: World, device: torch.device, out: Path) -> dict[str, Any]:
+    if config.precision == "fp16" and device.type != "cuda":  # (before any file is read)
+        raise ValueError(
+            f"--precision fp16 on {device}: its loss scaling (a GradScaler) runs on CUDA only, "
+            "and unscaled fp16 gradients underflow; use --precision bf16 (autocast's type on "
+            "the CPU) or fp32 here, fp16 where a GPU is"
+        )
     groups_of = read_group_files(config.queries, config.qrels, config.negatives, config)
     store, tok, model = prepare(config, world)  # (a store built from --corpus: after the files)
     groups = groups_of(store)
