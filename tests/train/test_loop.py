@@ -197,3 +197,30 @@ def test_resume_without_a_checkpoint_says_it_starts_at_step_0(
     assert said in err, err
     result, _, _ = fit(tmp_path, 6, 0.1, schedule=False)
     assert result.resumed is not None and "no checkpoint" not in capsys.readouterr().err
+
+
+def resume_as(out: Path, desc: str, model: torch.nn.Module) -> None:
+    """Resume ``out``'s checkpoint with another task's label and model."""
+    data = lading.loader(list(range(12)), 4, seed=1, world=World())
+    config = LoopConfig(6, out=out, checkpoint_every=3, resume=True, progress=False, desc=desc)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    Trainer(Events(model), data, config, World(), torch.device("cpu"), model, optimizer).run()
+
+
+def test_a_checkpoint_of_another_kind_of_run_is_refused_naming_both(tmp_path: Path) -> None:
+    """``lading train sessions --resume`` into the ``--out`` of a cross-encoder raised torch's
+    ``Missing key(s) ... Unexpected key(s)`` in a traceback. The checkpoint names the run
+    that wrote it now; one written before it did is refused at its weights, in one line."""
+    run(tmp_path, 3)  # `lading train` (the loop's default label), a Linear(1, 1)
+    with pytest.raises(ValueError, match=r"written by `lading train`, this is `lading train "
+                       r"sessions`: delete it or train into another --out"):  # fmt: skip
+        resume_as(tmp_path, "train sessions", torch.nn.Linear(1, 1))
+    from lading.train import checkpoint
+
+    where = tmp_path / "checkpoint"
+    saved = checkpoint.load(where)
+    del saved["task"]  # a checkpoint of before the task was saved
+    checkpoint.save(saved, where)
+    with pytest.raises(ValueError, match=r"holds weights of another model \(.*\): it was "
+                       r"written by another kind of run"):  # fmt: skip
+        resume_as(tmp_path, "train sessions", torch.nn.Bilinear(2, 2, 1))

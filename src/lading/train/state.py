@@ -43,6 +43,7 @@ class Checkpointed(Protocol):
 RESERVED: frozenset[str] = frozenset(
     {
         "step",
+        "task",
         "model",
         "model_settings",
         "data_settings",
@@ -70,7 +71,8 @@ def save(trainer: Checkpointed, step: int) -> None:
     gathered = {key: ddp.gather_objects(value) for key, value in sorted(extra.items())}
     if trainer.world.rank == 0:
         assert trainer.model is not None, "a checkpoint needs a model"
-        saved: dict[str, Any] = {"step": step, "model": trainer.model.state_dict()}
+        saved: dict[str, Any] = {"step": step, "task": trainer.config.desc}
+        saved["model"] = trainer.model.state_dict()
         saved["model_settings"] = dict(trainer.config.model_settings)
         saved["data_settings"] = dict(trainer.config.data_settings)
         for name, part in (("optimizer", trainer.optimizer), ("scheduler", trainer.scheduler)):
@@ -114,6 +116,27 @@ def refuse_another_model(where: Path, saved: Any, now: dict[str, Any]) -> None:
         )
 
 
+def refuse_another_task(where: Path, saved: Any, now: str) -> None:
+    """Refuse a resume from a checkpoint another kind of run wrote (``lading train sessions``
+    into the ``--out`` of a cross-encoder's): torch's own ``load_state_dict`` said only
+    "Missing key(s) ... Unexpected key(s)" in a traceback. One of before the task was saved
+    has none: nothing to compare.
+
+    Raises:
+        ValueError: naming both runs and the fix.
+    """
+    if isinstance(saved, str) and saved != now:
+        raise ValueError(
+            f"{where} was written by `lading {saved}`, this is `lading {now}`: delete it or "
+            "train into another --out"
+        )
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message, cut at 200 characters."""
+    return (str(error).splitlines() or [type(error).__name__])[0][:200]
+
+
 def _differences(saved: Any, now: dict[str, Any]) -> str:
     """The settings of ``now`` that differ from those ``saved`` in a checkpoint, in words
     (``name: 8 there, 4 now``); "" where none does, or none were saved (an older one's)."""
@@ -146,8 +169,15 @@ def restore(trainer: Checkpointed) -> Resumed:
     saved = checkpoint.load(where)
     if trainer.model is None:
         raise ValueError(f"{where}: resuming needs the model the checkpoint was taken of")
+    refuse_another_task(where, saved.get("task"), trainer.config.desc)
     refuse_another_model(where, saved.get("model_settings", {}), trainer.config.model_settings)
-    trainer.model.load_state_dict(saved["model"])
+    try:
+        trainer.model.load_state_dict(saved["model"])
+    except RuntimeError as e:  # (a checkpoint of before the task was saved, or edited)
+        raise ValueError(
+            f"{where} holds weights of another model ({_first_line(e)}): it was written by "
+            "another kind of run; delete it or train into another --out"
+        ) from e
     configured = configured_settings(trainer.optimizer)
     for name, part in (("optimizer", trainer.optimizer), ("scheduler", trainer.scheduler)):
         if part is None:
