@@ -272,9 +272,11 @@ class CrossEncoderStep(TrainingTask):
 def data_settings(config: TrainConfig) -> dict[str, Any]:
     """What makes the training groups besides the files, by flag (a resume whose loader
     refuses the checkpoint's state names those that differ: :mod:`lading.train.state`)."""
-    names = ("group_size", "sampling", "depth", "min_relevance")
+    names = ("group_size", "sampling", "depth", "min_relevance", "seed")
     found: dict[str, Any] = {k: getattr(config, k) for k in names if hasattr(config, k)}
-    found["negatives"] = None if config.negatives is None else Path(config.negatives).name
+    for flag in ("negatives", "queries", "qrels", "store", "corpus"):  # by name: a copy of
+        value = getattr(config, flag)  # the same files elsewhere resumes (the loader's check)
+        found[flag] = None if value is None else Path(str(value)).name
     return found
 
 

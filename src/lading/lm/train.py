@@ -430,8 +430,12 @@ def _fit(
         ("heads", "document_mask") if config.arch == "gpt" else ("hidden",)
     )
     shape = {"arch": config.arch, **{name: getattr(config, name) for name in made_by}}
+    # what draws the documents and splits them (a resume whose loader refuses the state
+    # names those that differ: the loader's own words name a digest of the documents)
+    drawn: dict[str, Any] = {"seed": config.seed, "valid_fraction": config.valid_fraction}
+    drawn["corpus"] = Path(str(config.corpus)).name
     settings = LoopConfig.of(
-        config, total, desc=desc, rate_key="tokens_per_s", model_settings=shape
+        config, total, desc=desc, rate_key="tokens_per_s", model_settings=shape, data_settings=drawn
     )
     return Trainer(task, data, settings, world, device, model, optimizer).run()
 
