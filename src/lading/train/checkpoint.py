@@ -27,6 +27,7 @@ from lading.disk import (
     scratch,
     write_file,
 )
+from lading.disk.snapshot import file_crc32
 from lading.errors import missing_package
 
 FORMAT_NAME = "lading.train.checkpoint"
@@ -182,7 +183,9 @@ def publish_tensors(
     meta: dict[str, Any],
 ) -> None:
     """Replace the folder ``dest`` with ``tensors`` (safetensors, as ``tensor_file``), each
-    text of ``texts`` by its file name and ``meta.json`` last, every file fsynced, published
+    text of ``texts`` by its file name and ``meta.json`` last (``meta`` and the tensor file's
+    size and CRC32, which :func:`check_files` checks; the JSON files are checked as they are
+    read, and may be edited by hand), every file fsynced, published
     under ``dest``'s build lock: what writes killed before left beside it is swept or put back
     first (:func:`lading.disk.remove_dead_temps`), a live process's left alone, and a write
     killed midway leaves the previous folder (or none), never a part that loads."""
@@ -193,7 +196,8 @@ def publish_tensors(
             _save_tensors(tensors, tmp / tensor_file)
             for name, text in texts.items():
                 write_file(tmp / name, text.encode())
-            write_file(tmp / "meta.json", json.dumps(meta).encode())
+            files = {tensor_file: _record(tmp / tensor_file)}  # (the JSON: checked as read)
+            write_file(tmp / "meta.json", json.dumps({**meta, FILES: files}).encode())
             publish(tmp, dest)  # every file on disk first: the publish removes the previous one
 
 
@@ -220,6 +224,53 @@ def recover(directory: str | os.PathLike[str]) -> None:
             f"(pid after '.old-') is still running on this host. Stop it, or rename the "
             f"checkpoint to keep to {dest.name}, then resume."
         )
+
+
+FILES = "files"  # meta.json's record of each file: {"size": bytes, "crc32": int}
+
+
+def _record(path: Path) -> dict[str, int]:
+    return {"size": path.stat().st_size, "crc32": file_crc32(path)}
+
+
+def check_files(root: Path, meta: dict[str, Any], fix: str) -> None:
+    """Refuse a folder :func:`publish_tensors` wrote whose files are not as ``meta.json``
+    records them (zeroed by a crash, cut short, edited): a checkpoint's tensors zeroed on disk
+    loaded and trained on without a word, and one cut short raised safetensors' own
+    ``incomplete metadata``. One written before the record has none: nothing to check.
+
+    Raises:
+        ValueError: naming the file, what differs and ``fix``.
+    """
+    files = meta.get(FILES)
+    if not isinstance(files, dict):
+        return
+    for name, want in sorted(files.items()):
+        path = root / name
+        if not isinstance(want, dict) or not path.is_file():
+            raise ValueError(f"{path}: missing, or not a file, where meta.json lists it; {fix}")
+        size = path.stat().st_size
+        if size != want.get("size"):
+            raise ValueError(f"{path}: {size:,} bytes, meta.json says {want.get('size')}; {fix}")
+        if file_crc32(path) != want.get("crc32"):
+            raise ValueError(
+                f"{path}: its CRC32 is not the one meta.json records (its bytes changed on "
+                f"disk since it was written); {fix}"
+            )
+
+
+def load_tensors(path: Path, fix: str) -> dict[str, torch.Tensor]:
+    """safetensors' ``load_file``, its refusal of a damaged file as a ValueError naming the
+    file and ``fix`` (it raised its own ``SafetensorError: incomplete metadata``)."""
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except OSError:
+        raise
+    except Exception as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0][:200]
+        raise ValueError(f"{path}: not a whole safetensors file ({first}); {fix}") from e
 
 
 def need_safetensors(what: str = "checkpoints (--checkpoint-every, --resume)") -> None:
@@ -255,10 +306,9 @@ def load(directory: str | os.PathLike[str]) -> dict[str, Any]:
     Raises:
         FileNotFoundError: ``directory`` holds no ``meta.json``.
         ValueError: ``meta.json`` or ``state.json`` is damaged or not a lading checkpoint's,
-            naming the file, what is wrong (and where in the state) and the fix.
+            or a file is not as ``meta.json`` records it (:func:`check_files`), naming the
+            file, what is wrong (and where in the state) and the fix.
     """
-    from safetensors.torch import load_file
-
     root = Path(directory)
     meta_path = root / "meta.json"
     if not meta_path.is_file():
@@ -273,7 +323,8 @@ def load(directory: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise ValueError(f"{meta_path}: not a lading checkpoint ({str(meta)[:200]})")
     check_version(FORMAT_NAME, meta.get("version"), meta_path)  # a ValueError too
-    tensors = load_file(str(root / "tensors.safetensors"))
+    check_files(root, meta, fix)
+    tensors = load_tensors(root / "tensors.safetensors", fix)
     state_path = root / "state.json"
     try:
         state = _restore(

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from lading.disk.atomic import refuse_to_replace
-from lading.train.checkpoint import publish_tensors
+from lading.train.checkpoint import check_files, load_tensors, publish_tensors
 
 FORMAT_NAME = "lading.train.model"
 VERSION = 1
@@ -64,8 +64,6 @@ def load_weights(
         ValueError: a file is not what :func:`save_model` writes, or the model is of
             another kind; naming the file and the fix.
     """
-    from safetensors.torch import load_file
-
     root = Path(directory)
     fix = f"point at the OUT/model folder a `lading train {kind}` run wrote, or train again"
     meta_path = root / META_FILE
@@ -82,7 +80,8 @@ def load_weights(
         raise ValueError(
             f"{root / CONFIG_FILE}: a model of kind {config.get('kind')!r}, not {kind!r}; {fix}"
         )
-    return config, load_file(str(root / MODEL_FILE))
+    check_files(root, meta, fix)
+    return config, load_tensors(root / MODEL_FILE, fix)
 
 
 def _json(path: Path, fix: str) -> dict[str, Any]:
