@@ -93,3 +93,17 @@ def test_a_validation_loss_past_what_exp_holds_is_an_infinite_perplexity(tmp_pat
     valid = LanguageModelLoader(corpus, 2, Streams(8, jitter=None), world=World())
     assert evaluate(model, valid, torch.device("cpu"), 2) == float("inf")
     assert perplexity(2.0, 1.0) == pytest.approx(7.389056)
+
+
+def test_a_build_whose_every_document_was_skipped_says_so(tmp_path: Path) -> None:
+    """``on_error="skip"`` over a file whose one document holds invalid UTF-8 said "holds no
+    documents": the file holds one, skipped. The refusal names the skips and the first."""
+    from lading.errors import SourceError
+
+    src = tmp_path / "bad.txt"
+    src.write_bytes(b"w1 w2 \xff w3\n")
+    tokenizer = word_tokenizer([f"w{i}" for i in range(8)], tmp_path / "t.json")
+    with pytest.raises(SourceError, match=r"holds no documents \(all 1 skipped as malformed; "
+                       r"first: line 1 of .*bad\.txt.*UTF-8"):  # fmt: skip
+        TokenCorpus.build(src, tmp_path / "c", tokenizer, split="file", on_error="skip",
+                          progress=False)  # fmt: skip

@@ -379,7 +379,12 @@ class TokenCorpus:
                     meta = write_tokens(tmp, texts, tok, info, eos, bar)
                 if meta["documents"] == 0:
                     where = f"{listed[0]} (+{len(listed) - 1} listed)" if listed else os.fspath(one)
-                    raise SourceError(where, None, "holds no documents; a corpus of 0 is refused")
+                    first = f"; first: {skipped.examples[0]}" if skipped.examples else ""
+                    every = f" (all {skipped.count} skipped as malformed{first})"
+                    every = every if skipped.count else ""
+                    raise SourceError(
+                        where, None, f"holds no documents{every}; a corpus of 0 is refused"
+                    )
                 meta["recipe"], meta["skipped"] = recipe, skipped.count
                 meta["skip_examples"] = skipped.examples
                 refuse_if_source_changed(source, identity)
