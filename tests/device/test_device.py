@@ -331,6 +331,24 @@ def test_resident_store_gather_equals_the_host_batch(
     assert_same_inputs(assemble(rows, resident), wide)
 
 
+def test_a_rows_batch_assembled_on_another_stores_tokens_is_refused(
+    ir: dict[str, Any], tmp_path: Path
+) -> None:
+    """``assemble`` took any resident tokens: a store of the same ids in another row order
+    gave a batch of other documents without a word (a smaller store, an IndexError). A rows
+    batch carries its store's content id now; tokens of another store are refused."""
+    corpus = tmp_path / "reversed.tsv"
+    store = ir["tokens"]
+    texts = store.texts_range(0, len(store))
+    corpus.write_text("".join(f"{i}\t{t}\n" for i, t in reversed(list(zip(store.ids(), texts)))))
+    other = lading.build_store(corpus, tmp_path / "rev", tokenizer=ir["tok"], progress=False)
+    rows = collated(ir, "tokens", "rows", 64)
+    with pytest.raises(ValueError, match=r"another store's rows.*to_device\(the collator's"):
+        assemble(rows, to_device(other, "cpu"))
+    assert_same_inputs(assemble(rows, to_device(ir["tokens"], "cpu")), collated(ir, "tokens",
+                       "wide", 64))  # fmt: skip
+
+
 def test_one_dispatcher_takes_every_layout_to_the_model_inputs(ir: dict[str, Any]) -> None:
     """``model_inputs`` (what the training step calls) gives the wide batch from each layout,
     and a rows batch without the resident tokens is refused, naming the fix."""

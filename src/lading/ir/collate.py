@@ -123,6 +123,8 @@ class CrossEncoderCollator:
         if emit == "rows" and not self.use_tokens:
             raise ValueError("emit='rows' sends store rows: it needs a store with tokens")
         self.emit = emit
+        content = getattr(store, "content_id", None) if emit == "rows" else None
+        self._content = content if isinstance(content, str) else None  # (assemble checks it)
         self.id_dtype = narrow_dtype(tok.get_vocab_size()) if emit != "wide" else np.dtype(np.int64)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -197,6 +199,7 @@ class CrossEncoderCollator:
             layouts.DOC_LENGTHS: torch.from_numpy(d_len.astype(np.int32)),
             layouts.SPECIAL: (self.cls_id, self.sep_id, self.pad_id),
             layouts.WIDTH: width,
+            layouts.STORE: self._content,
         }
 
     def _assemble(

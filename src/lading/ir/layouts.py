@@ -39,6 +39,7 @@ QUERY_IDS = "query_ids"  # [groups, longest query] narrow ids, padded
 QUERY_LENGTHS = "query_lengths"  # query tokens of each group
 SPECIAL = "special"  # (cls, sep, pad) ids
 WIDTH = "width"  # the padded row length
+STORE = "store_content"  # a rows batch's store's content id: its rows mean rows of that store
 
 
 def layout(batch: Mapping[str, Any]) -> str:
@@ -97,9 +98,21 @@ def expand(batch: Mapping[str, Any], device: torch.device | str) -> dict[str, An
 
 def assemble(batch: Mapping[str, Any], resident: ResidentTokens) -> dict[str, Any]:
     """The model inputs of a rows batch built on the resident tokens' device, equal to the
-    collator's wide batch. The batch's other entries are moved there as they are."""
+    collator's wide batch. The batch's other entries are moved there as they are.
+
+    Raises:
+        ValueError: ``resident`` holds the tokens of another store than the batch's (both
+            content ids known): its rows would gather other documents.
+    """
     device = resident.device
     out = to(batch, device)
+    made_of, held = out.pop(STORE, None), resident.content
+    if made_of is not None and held is not None and made_of != held:
+        raise ValueError(
+            f"a rows batch of the store whose content is {made_of[:12]}…, and resident tokens "
+            f"of {held[:12]}…: its rows are another store's rows (the wrong documents, or "
+            "rows past the end); pass lading.device.to_device(the collator's store)"
+        )
     rows = out.pop(DOC_ROWS).to(torch.int64)
     d_len = out.pop(DOC_LENGTHS).to(torch.int64)
     query = widen(out.pop(QUERY_IDS))
