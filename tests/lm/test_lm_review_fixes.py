@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from conftest import word_corpus, word_tokenizer, write
 from lading.errors import EmptyEpochError
 from lading.lm import LanguageModelLoader, Streams, TokenCorpus, Windows
 from lading.lm.texts import iter_texts
+from lading.world import World
 
 BOM = b"\xef\xbb\xbf"
 ARTICLES = [("1", "Anarchism", "w1 w2 w3"), ("2", "Autism", "w4 w5")]
@@ -93,6 +95,25 @@ def test_a_validation_loss_past_what_exp_holds_is_an_infinite_perplexity(tmp_pat
     valid = LanguageModelLoader(corpus, 2, Streams(8, jitter=None), world=World())
     assert evaluate(model, valid, torch.device("cpu"), 2) == float("inf")
     assert perplexity(2.0, 1.0) == pytest.approx(7.389056)
+    assert math.isnan(perplexity(float("nan"), 1.0))  # a NaN loss is not an overflow
+
+
+def test_lstm_validation_builds_no_autograd_graph(tmp_path: Path) -> None:
+    """``evaluate`` runs under ``torch.no_grad``: the LSTM's state is carried from batch to
+    batch undetached, so with autograd on its graph grew over the whole validation pass
+    (a review caught the decorator moved onto a helper inserted above it)."""
+    import torch
+
+    from lading.lm.model import LSTMLanguageModel
+    from lading.lm.train import evaluate
+
+    corpus = word_corpus(tmp_path, docs=20, lengths=(20, 40), words=50, seed=0)
+    model = LSTMLanguageModel(corpus.vocab_size, 8, 8, 1, 0.0)
+    seen: list[bool] = []
+    model.decoder.register_forward_hook(lambda m, i, o: seen.append(o.requires_grad))
+    valid = LanguageModelLoader(corpus, 2, Streams(8, jitter=None), world=World())
+    evaluate(model, valid, torch.device("cpu"), 3)
+    assert seen and not any(seen)
 
 
 def test_a_build_whose_every_document_was_skipped_says_so(tmp_path: Path) -> None:

@@ -142,18 +142,21 @@ def split_documents(count: int, valid_fraction: float, seed: int) -> tuple[np.nd
     return np.sort(order[n_valid:]), np.sort(order[:n_valid])
 
 
-@torch.no_grad()
 def perplexity(total: float, tokens: float) -> float:
     """``exp`` of the mean loss a token; ``inf`` past what a float holds (a run at a too
     high ``--lr`` whose loss stayed finite, ~1,600 a token: ``math.exp`` raised
-    ``OverflowError`` at the last validation, and the run kept no model or summary)."""
+    ``OverflowError`` at the last validation, and the run kept no model or summary); NaN
+    for a NaN loss."""
     mean = total / max(tokens, 1.0)
+    if math.isnan(mean):
+        return mean
     return math.exp(mean) if mean < _LOG_MAX else math.inf
 
 
 _LOG_MAX = math.log(sys.float_info.max)
 
 
+@torch.no_grad()
 def evaluate(
     model: nn.Module,
     loader: LanguageModelLoader,
