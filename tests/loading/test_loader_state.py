@@ -27,8 +27,7 @@ def test_a_state_is_json_and_says_where_the_loader_is() -> None:
     state = data.state_dict()
     assert json.loads(json.dumps(state)) == state  # no pickle: JSON through and through
     assert state["version"] == STATE_VERSION and state["kind"] == "map"
-    assert (state["epoch"], state["segment"], state["batches"]) == (3, 0, 2)
-    assert state["base"] == {"all": True, "starts": [], "stops": []}  # the whole epoch
+    assert (state["epoch"], state["segment"], state["batches"], state["base"]) == (3, 0, 2, None)
     assert state["consumed"] == 2 * 4 * 2  # batches x batch size x ranks
     assert state["layout"] == {"world_size": 2, "batch_size": 4}
     assert state["fingerprint"]["n"] == 40 and state["fingerprint"]["seed"] == 1

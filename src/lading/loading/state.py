@@ -3,7 +3,7 @@
 Every loader's :meth:`state_dict` is the same schema::
 
     {"format": "lading.loader-state", "version": 2, "kind": "map" | "lm" | "parquet",
-     "epoch": int, "segment": int, "base": {"all": bool, "starts": [...], "stops": [...]},
+     "epoch": int, "segment": int, "base": None | [[starts...], [stops...]],
      "batches": int, "consumed": int, "layout": {...}, "fingerprint": {...}}
 
 - ``fingerprint``: what fixes the data and its orders (sizes, seed, shuffle, equalize…). A
@@ -15,12 +15,13 @@ Every loader's :meth:`state_dict` is the same schema::
   resumes bitwise: ``batches`` are skipped. Another layout resumes *elastically*: the positions
   the saved layout left unread become the ``base`` of a new *segment* of the epoch, planned over
   this run's readers (:mod:`lading.loading.plan`).
-- ``base``: the epoch positions the current segment reads (``all``: all of them, ``starts``
-  and ``stops`` empty); ``segment`` counts elastic resumes within the epoch and salts any
-  draw that depends on the layout. Its keys are the same in every state, so that
-  ``torch.distributed.checkpoint``, which loads into a fresh loader's state's keys, loads a
-  state saved after an elastic resume (a ``None`` there, against two lists, was refused as
-  "Missing key loader.base."). A state of ``"base": None`` (saved before) still loads.
+- ``base``: the epoch positions the current segment reads (``None``: all of them), as one
+  value, two lists ``[starts, stops]``, so that ``torch.distributed.checkpoint``, which loads
+  into a fresh loader's state's keys (its ``None``), loads a state saved after an elastic
+  resume (a dict there, ``{"starts", "stops"}``, was two keys no fresh state has: "Missing
+  key loader.base.starts"). A state of that dict form (saved before) still loads.
+  ``segment`` counts elastic resumes within the epoch and salts any draw that depends on the
+  layout.
 - ``batches``: batches this rank received in the current segment (the same on every rank);
   ``consumed``: positions read so far this segment, over all ranks (for humans and logs).
 """
@@ -81,26 +82,23 @@ def state_dict(
     }
 
 
-def base_form(base: Runs | None) -> dict[str, Any]:
-    """The saved form of a cursor's ``base``: the same keys whether it is the whole epoch
-    (``None``) or the runs an elastic resume left (see the module docstring)."""
+def base_form(base: Runs | None) -> list[list[int]] | None:
+    """The saved form of a cursor's ``base``: ``None`` (the whole epoch), or the runs an
+    elastic resume left as one value, ``[starts, stops]`` (see the module docstring)."""
     if base is None:
-        return {"all": True, "starts": [], "stops": []}
-    return {"all": False, **base.to_dict()}
+        return None
+    return [base.starts.tolist(), base.stops.tolist()]
 
 
 def base_of(saved: Any) -> Runs | None:
-    """A cursor's ``base`` from its saved form (:func:`base_form`, or ``None`` as states
-    saved it before); :func:`check_position` has checked it."""
-    if saved is None or _whole(saved):
+    """A cursor's ``base`` from its saved form (:func:`base_form`, or the dict
+    ``{"starts", "stops"}`` states saved before); :func:`check_position` has checked it."""
+    if saved is None:
         return None
-    return Runs.from_dict(saved)
-
-
-def _whole(saved: Any) -> bool:
-    """Whether a saved base says the whole epoch (``all`` true: a bool, or numpy's)."""
-    flag = saved.get("all", False) if isinstance(saved, Mapping) else False
-    return isinstance(flag, (bool, np.bool_)) and bool(flag)
+    if isinstance(saved, Mapping):
+        return Runs.from_dict(dict(saved))
+    starts, stops = saved
+    return Runs(starts, stops)
 
 
 def check(state: Mapping[str, Any], kind: str, fingerprint: Mapping[str, Any]) -> None:
@@ -133,8 +131,9 @@ def check(state: Mapping[str, Any], kind: str, fingerprint: Mapping[str, Any]) -
 def check_position(state: Mapping[str, Any]) -> None:
     """Raise :class:`LoaderStateError` unless ``state``'s position is one a loader saves:
     ``epoch``, ``segment`` and ``batches`` integers >= 0, ``base`` None or runs of positions
-    ``starts[i] <= stops[i]`` from 0 on (a damaged or edited checkpoint failed later, at a
-    batch, with an error of numpy's naming none of them). Integers of numpy, and sequences
+    ``[starts, stops]`` (or the dict of before), ``starts[i] <= stops[i]`` from 0 on (a
+    damaged or edited checkpoint failed later, at a batch, with an error of numpy's naming
+    none of them). Integers of numpy, and sequences
     other than lists (a framework's round trip), pass as they always did."""
     for key in ("epoch", "segment", "batches"):
         value = state.get(key)
@@ -144,10 +143,11 @@ def check_position(state: Mapping[str, Any]) -> None:
                 "damaged, resume from another checkpoint or start the epoch without it"
             )
     base = state.get("base")
-    if base is None or _whole(base):
+    if base is None:
         return
     try:
-        starts, stops = np.asarray(base["starts"]), np.asarray(base["stops"])
+        pair = (base["starts"], base["stops"]) if isinstance(base, Mapping) else tuple(base)
+        starts, stops = (np.asarray(part) for part in pair)
         ints = all(a.size == 0 or np.issubdtype(a.dtype, np.integer) for a in (starts, stops))
         fine = ints and starts.ndim == 1 and starts.shape == stops.shape
         fine = fine and bool((starts >= 0).all() and (starts <= stops).all())
@@ -156,7 +156,7 @@ def check_position(state: Mapping[str, Any]) -> None:
     if not fine:
         raise LoaderStateError(
             f"loader state has base={base!r}: the positions left of an epoch are "
-            "{'starts': [...], 'stops': [...]}, as many ints of each, 0 <= start <= stop; "
+            "[[starts...], [stops...]], as many ints of each, 0 <= start <= stop; "
             "the state is damaged, resume from another checkpoint or start the epoch without it"
         )
 
