@@ -79,3 +79,19 @@ def test_a_table_with_two_id_columns_is_read_only_where_they_agree(tmp_path: Pat
         "a",
         "b",
     ]
+
+
+def test_an_id_column_also_kept_as_a_field_is_compared_by_its_name(tmp_path: Path) -> None:
+    """Parquet reads a column asked for twice once: with ``docid`` kept as a field too, the
+    check of the other id columns paired names with the wrong values (a row of ``id`` P1
+    and ``docid`` D1 read silently; another named the wrong column in its fix)."""
+    v2 = parquet(tmp_path / "v2.parquet", id=["P1"], docid=["D1"], text=["a"])
+    with pytest.raises(SourceError, match=r"'id' is 'P1' and 'docid' is 'D1'"):
+        lading.build_store(
+            v2, tmp_path / "s", parse=lading.ParseOptions(keep_fields=("docid",)), progress=False
+        )
+    three = parquet(tmp_path / "t.parquet", id=["a"], docid=["a"], pid=["Z"], text=["x"])
+    with pytest.raises(SourceError, match=r"'id' is 'a' and 'pid' is 'Z'; .*id_field='pid'"):
+        lading.build_store(
+            three, tmp_path / "t", parse=lading.ParseOptions(keep_fields=("docid",)), progress=False
+        )

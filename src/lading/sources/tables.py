@@ -227,18 +227,21 @@ def iter_table(
     names, _ = _batches(path, fmt, None)
     id_col, text_col, kept = table_columns(names, options)
     others = [] if options.id_field or not options.need_id else other_id_columns(names, id_col)
-    _, batches = _batches(path, fmt, [id_col, text_col, *kept, *others])
+    # each column once (parquet reads a name given twice once: an id column also kept as a
+    # field), found by name
+    wanted = list(dict.fromkeys([id_col, text_col, *kept, *others]))
+    at = {name: i for i, name in enumerate(wanted)}
+    _, batches = _batches(path, fmt, wanted)
     row = 0
-    for ids, texts, *rest in _decoded(path, batches):
-        fields, also = rest[: len(kept)], rest[len(kept) :]
-        extra = dict(zip(kept, fields))
+    for columns in _decoded(path, batches):
+        ids, texts = columns[at[id_col]], columns[at[text_col]]
+        extra = {k: columns[at[k]] for k in kept}
+        also = {o: columns[at[o]] for o in others}
         for j, (doc_id, text) in enumerate(zip(ids, texts)):
             row += 1
             try:
                 if also:
-                    same_id(
-                        {id_col: doc_id} | {o: v[j] for o, v in zip(others, also)}, id_col, others
-                    )
+                    same_id({id_col: doc_id} | {o: v[j] for o, v in also.items()}, id_col, others)
                 record = make_record(doc_id, text, {k: v[j] for k, v in extra.items()})
             except RecordError as e:
                 bad(path, row, f"row {row}: {e}")
