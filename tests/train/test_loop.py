@@ -209,18 +209,21 @@ def resume_as(out: Path, desc: str, model: torch.nn.Module) -> None:
 
 def test_a_checkpoint_of_another_kind_of_run_is_refused_naming_both(tmp_path: Path) -> None:
     """``lading train sessions --resume`` into the ``--out`` of a cross-encoder raised torch's
-    ``Missing key(s) ... Unexpected key(s)`` in a traceback. The checkpoint names the run
-    that wrote it now; one written before it did is refused at its weights, in one line."""
+    ``Missing key(s) ... Unexpected key(s)`` in a traceback. The refusal is one line now,
+    with torch's first detail and, where the checkpoint names the run that wrote it, both
+    runs; a label alone (the same model under another ``desc``) is no refusal."""
     run(tmp_path, 3)  # `lading train` (the loop's default label), a Linear(1, 1)
-    with pytest.raises(ValueError, match=r"written by `lading train`, this is `lading train "
-                       r"sessions`: delete it or train into another --out"):  # fmt: skip
-        resume_as(tmp_path, "train sessions", torch.nn.Linear(1, 1))
+    with pytest.raises(ValueError, match=r"its weights do not fit this run's model \(size "
+                       r"mismatch.*written by `lading train`, this is `lading train sessions`; "
+                       r"resume with"):  # fmt: skip
+        resume_as(tmp_path, "train sessions", torch.nn.Bilinear(2, 2, 1))
+    resume_as(tmp_path, "train another label", torch.nn.Linear(1, 1))  # the same model
     from lading.train import checkpoint
 
     where = tmp_path / "checkpoint"
     saved = checkpoint.load(where)
-    del saved["task"]  # a checkpoint of before the task was saved
+    del saved["written_by"]  # a checkpoint of before the run was recorded
     checkpoint.save(saved, where)
-    with pytest.raises(ValueError, match=r"holds weights of another model \(.*\): it was "
-                       r"written by another kind of run"):  # fmt: skip
-        resume_as(tmp_path, "train sessions", torch.nn.Bilinear(2, 2, 1))
+    with pytest.raises(ValueError, match=r"do not fit this run's model \(.*\): it holds "
+                       r"another model, or one of other sizes"):  # fmt: skip
+        resume_as(tmp_path, "train sessions", torch.nn.Linear(2, 2))

@@ -43,7 +43,7 @@ class Checkpointed(Protocol):
 RESERVED: frozenset[str] = frozenset(
     {
         "step",
-        "task",
+        "written_by",
         "model",
         "model_settings",
         "data_settings",
@@ -71,7 +71,7 @@ def save(trainer: Checkpointed, step: int) -> None:
     gathered = {key: ddp.gather_objects(value) for key, value in sorted(extra.items())}
     if trainer.world.rank == 0:
         assert trainer.model is not None, "a checkpoint needs a model"
-        saved: dict[str, Any] = {"step": step, "task": trainer.config.desc}
+        saved: dict[str, Any] = {"step": step, "written_by": trainer.config.desc}
         saved["model"] = trainer.model.state_dict()
         saved["model_settings"] = dict(trainer.config.model_settings)
         saved["data_settings"] = dict(trainer.config.data_settings)
@@ -116,25 +116,22 @@ def refuse_another_model(where: Path, saved: Any, now: dict[str, Any]) -> None:
         )
 
 
-def refuse_another_task(where: Path, saved: Any, now: str) -> None:
-    """Refuse a resume from a checkpoint another kind of run wrote (``lading train sessions``
-    into the ``--out`` of a cross-encoder's): torch's own ``load_state_dict`` said only
-    "Missing key(s) ... Unexpected key(s)" in a traceback. One of before the task was saved
-    has none: nothing to compare.
-
-    Raises:
-        ValueError: naming both runs and the fix.
-    """
-    if isinstance(saved, str) and saved != now:
-        raise ValueError(
-            f"{where} was written by `lading {saved}`, this is `lading {now}`: delete it or "
-            "train into another --out"
-        )
-
-
-def _first_line(error: BaseException) -> str:
-    """The first line of ``error``'s message, cut at 200 characters."""
-    return (str(error).splitlines() or [type(error).__name__])[0][:200]
+def another_model(where: Path, error: RuntimeError, written_by: Any, now: str) -> str:
+    """Why the weights at ``where`` do not load into this run's model, in one line: torch's
+    first detail (its first line only names the model class) and, where the checkpoint
+    records another run (``lading train sessions`` into a cross-encoder's ``--out``), both;
+    else another model or other sizes (a checkpoint of before its settings were recorded).
+    torch's own error came as a traceback."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    detail = (lines[1] if len(lines) > 1 else lines[0] if lines else type(error).__name__)[:200]
+    if isinstance(written_by, str) and written_by != now:
+        whose = f"it was written by `lading {written_by}`, this is `lading {now}`"
+    else:
+        whose = "it holds another model, or one of other sizes"
+    return (
+        f"{where}: its weights do not fit this run's model ({detail}): {whose}; resume with "
+        "the checkpoint's settings, or train into another --out"
+    )
 
 
 def _differences(saved: Any, now: dict[str, Any]) -> str:
@@ -169,15 +166,12 @@ def restore(trainer: Checkpointed) -> Resumed:
     saved = checkpoint.load(where)
     if trainer.model is None:
         raise ValueError(f"{where}: resuming needs the model the checkpoint was taken of")
-    refuse_another_task(where, saved.get("task"), trainer.config.desc)
     refuse_another_model(where, saved.get("model_settings", {}), trainer.config.model_settings)
     try:
         trainer.model.load_state_dict(saved["model"])
-    except RuntimeError as e:  # (a checkpoint of before the task was saved, or edited)
-        raise ValueError(
-            f"{where} holds weights of another model ({_first_line(e)}): it was written by "
-            "another kind of run; delete it or train into another --out"
-        ) from e
+    except RuntimeError as e:  # (settings not recorded, or recorded alike: say what torch saw)
+        said = another_model(where, e, saved.get("written_by"), trainer.config.desc)
+        raise ValueError(said) from e
     configured = configured_settings(trainer.optimizer)
     for name, part in (("optimizer", trainer.optimizer), ("scheduler", trainer.scheduler)):
         if part is None:

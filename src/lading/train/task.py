@@ -74,7 +74,8 @@ class LoopConfig:
         resume: continue from ``out/checkpoint`` when one is there.
         trace: one JSON line per step and rank (loss, rows, fetch time, the workload's fields).
         progress: the progress bar on rank 0 (None: only on a terminal).
-        desc: the progress bar's label.
+        desc: the progress bar's label; checkpoints record it (``written_by``), to name the run
+            that wrote one whose weights do not fit a resumed run's model.
         rate_key: the log field of the summed throughput, e.g. ``"tokens_per_s"``.
         memory: log the memory of every rank's process tree (a gather per record).
         warmup: steps before the clock of :class:`LoopResult` starts.
