@@ -379,9 +379,10 @@ class TokenCorpus:
                     meta = write_tokens(tmp, texts, tok, info, eos, bar)
                 if meta["documents"] == 0:
                     where = f"{listed[0]} (+{len(listed) - 1} listed)" if listed else os.fspath(one)
-                    first = f"; first: {skipped.examples[0]}" if skipped.examples else ""
-                    every = f" (all {skipped.count} skipped as malformed{first})"
-                    every = every if skipped.count else ""
+                    every = ""
+                    if skipped.count:
+                        first = f"; first: {skipped.examples[0]}" if skipped.examples else ""
+                        every = f" (all {skipped.count} skipped as malformed{first})"
                     raise SourceError(
                         where, None, f"holds no documents{every}; a corpus of 0 is refused"
                     )

@@ -303,6 +303,11 @@ def is_doc_blocks(path: Path) -> bool:
             head = stream.read(64 + len(BOM))
     except (OSError, EOFError, ValueError, ImportError):
         return False
+    return _opens_a_doc_block(head)
+
+
+def _opens_a_doc_block(head: bytes) -> bool:
+    """Whether a file's first bytes open a WikiExtractor ``<doc`` block (a BOM before it)."""
     return head.removeprefix(BOM).lstrip().startswith(b"<doc ")
 
 
@@ -357,9 +362,9 @@ def file_texts(
             skipped.add(reader.skipped, reader.skip_reasons)
         return
     skips = skipped if skipped is not None else Skips()
-    with reading(path), open_binary(path):
-        pass  # (one that cannot be opened: named here)
-    if is_doc_blocks(path):
+    with reading(path), open_binary(path) as stream:  # (one that cannot be opened: named)
+        head = stream.peek(64)[: 64 + len(BOM)] if hasattr(stream, "peek") else b""
+    if _opens_a_doc_block(head):
         yield from _wikiextractor(path, on_error, skips)
     else:
         yield from _plain(path, split, on_error, skips)

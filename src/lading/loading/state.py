@@ -133,8 +133,8 @@ def check_position(state: Mapping[str, Any]) -> None:
     ``epoch``, ``segment`` and ``batches`` integers >= 0, ``base`` None or runs of positions
     ``[starts, stops]`` (or the dict of before), ``starts[i] <= stops[i]`` from 0 on (a
     damaged or edited checkpoint failed later, at a batch, with an error of numpy's naming
-    none of them). Integers of numpy, and sequences
-    other than lists (a framework's round trip), pass as they always did."""
+    none of them). Integers of numpy, and sequences other than lists (a framework's round
+    trip), pass as they always did."""
     for key in ("epoch", "segment", "batches"):
         value = state.get(key)
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:

@@ -395,7 +395,8 @@ def make_jsonl_parser(options: ParseOptions) -> Parser:
             if id_key in obj:
                 for other in later[id_key]:  # (the defaults: no other may say another id)
                     if other in obj:
-                        same_id(obj, id_key, later[id_key])
+                        same_id(obj, id_key, later[id_key])  # (checks every other)
+                        break
                 break
         else:
             if need_id:
