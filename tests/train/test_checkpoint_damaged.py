@@ -167,3 +167,19 @@ def test_a_checkpoint_written_before_the_record_still_loads(tmp_path: Path) -> N
     del meta["files"]
     (where / "meta.json").write_text(json.dumps(meta))
     assert torch.equal(checkpoint.load(where)["w"], torch.ones(3))
+
+
+@pytest.mark.parametrize("name", ["../outside.bin", "/etc/hostname", "..", "sub/x"])
+def test_a_meta_json_naming_a_file_outside_the_folder_is_refused_unread(
+    tmp_path: Path, name: str
+) -> None:
+    """``meta.json``'s record of files is read from disk: a crafted one naming ``../`` or an
+    absolute path had the check read (and CRC) a file outside the checkpoint. Refused, the
+    file unread."""
+    where = tmp_path / "ckpt"
+    checkpoint.save({"w": torch.ones(3)}, where)
+    meta = json.loads((where / "meta.json").read_text())
+    meta["files"] = {name: {"size": 1, "crc32": 0}}
+    (where / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"not a file of this folder"):
+        checkpoint.load(where)

@@ -246,6 +246,10 @@ def check_files(root: Path, meta: dict[str, Any], fix: str) -> None:
     if not isinstance(files, dict):
         return
     for name, want in sorted(files.items()):
+        if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
+            raise ValueError(  # ("../x", "/etc/x": nothing outside the folder is read)
+                f"{root / 'meta.json'}: lists {name!r}, not a file of this folder; {fix}"
+            )
         path = root / name
         if not isinstance(want, dict) or not path.is_file():
             raise ValueError(f"{path}: missing, or not a file, where meta.json lists it; {fix}")
