@@ -150,12 +150,30 @@ def test_a_loader_resumed_after_an_outage_reads_again_at_once(
             got.append(_plain(batch))
             if i == 3:
                 s3.fault("outage/", 10**6, "error", status=503)
+    _outlast(s3)  # the outage outlasts the GETs in flight when the pass ended (their retries)
     s3.reset()  # the outage ends
     loader.load_state_dict(loader.state_dict())
     got += [_plain(b) for b in loader]  # (raised the outage's error again, here)
     assert got == want
     loader.close()
     corpus.close()
+
+
+def _outlast(s3: LocalS3, quiet: float = 1.0, limit: float = 60.0) -> None:
+    """Wait until no GET has met the injected fault for ``quiet`` seconds (every GET sent
+    during the outage has failed out of its retries), at most ``limit``. Ended at once, a
+    GET of the read-ahead still retrying failed after the server came back, and the resumed
+    read that joined it raised the outage's error (a race of the test, not a held failure)."""
+    import time
+
+    seen, still, end = -1, time.monotonic(), time.monotonic() + limit
+    while time.monotonic() < end:
+        now = s3.stats()["faults"]
+        if now != seen:
+            seen, still = now, time.monotonic()
+        elif time.monotonic() - still >= quiet:
+            return
+        time.sleep(0.05)
 
 
 def _plain(batch: Any) -> list[Any]:
