@@ -107,9 +107,12 @@ class Future:
             that returned them was sent; None where they came from a request without it
             (of an unpinned call, or beside a call's pinned range): another version's bytes
             if the object was overwritten in place shortly before.
+        sent: when (``time.monotonic()``) its latest attempt was sent; 0.0 before the first.
+            A read that joins the GET and sees it fail sends it again where this is before
+            the read began (:mod:`lading.remote.cache.reads`).
     """
 
-    __slots__ = ("_callbacks", "_cond", "_data", "_done", "_error", "checked")
+    __slots__ = ("_callbacks", "_cond", "_data", "_done", "_error", "checked", "sent")
 
     def __init__(self, cond: threading.Condition) -> None:
         self._cond = cond
@@ -118,6 +121,7 @@ class Future:
         self._done = False
         self._callbacks: list[Callable[[Future], None]] = []
         self.checked: float | None = None
+        self.sent = 0.0
 
     def done(self) -> bool:
         return self._done
@@ -342,7 +346,9 @@ class Fetcher:
                     self._refuse_if_closed(cancel)  # queued for a slot at close: not sent
                     self._refuse_if_abandoned(futures)
                     self.gets += requests_sent(client, asked, etag)
-                    sent, more = time.time(), [0]
+                    sent, more, now = time.time(), [0], time.monotonic()
+                    for future in futures:
+                        future.sent = now
                     counting = EXTRA_REQUESTS.set(more)  # (this task's: a fallback's GETs)
                     try:
                         datas = await get_ranges(client, key, asked, etag)

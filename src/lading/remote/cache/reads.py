@@ -42,7 +42,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from lading.errors import OutOfSpaceError, RemoteChangedError
+from lading.errors import OutOfSpaceError, RemoteChangedError, RemotePermanentError
 from lading.remote import fetch
 from lading.remote.cache.around import AroundGets
 from lading.remote.cache.claims import Claimed, Claims, Part, cut_up
@@ -197,6 +197,7 @@ class NodeCache:
     ) -> list[bytes]:
         """:meth:`read`, its view open."""
         now = current_step() if step is None else step
+        began = time.monotonic()  # a joined GET whose last attempt went before: sent again
         where: dict[Key, list[int]] = {}
         for i, (key, start, end) in enumerate(spans):
             where.setdefault((self.obj(key), start, end), []).append(i)
@@ -204,11 +205,11 @@ class NodeCache:
         fetched: set[Key] = set()
         todo = [k for k in where if k not in got]
         if around is not None and len(around):
-            todo = self._take_around(around, todo, now, got, fetched)
+            todo = self._take_around(around, todo, now, got, fetched, began)
         for attempt in range(ROUNDS):
             if not todo:
                 break
-            todo = self._round(todo, got, fetched, now, attempt >= 2, planned)
+            todo = self._round(todo, got, fetched, now, attempt >= 2, planned, began)
         if todo:
             obj, start, end = todo[0]
             raise RemoteReadError(
@@ -231,14 +232,16 @@ class NodeCache:
         now: int | None,
         got: dict[Key, bytes],
         fetched: set[Key],
+        began: float,
     ) -> list[Key]:
         """The ranges of ``todo`` whose GETs ``around`` holds, waited for into ``got`` (bytes
         from an unpinned call served once their object's check passed, as a cached block's
-        are: :meth:`_confirm`); the rest left to read. A held GET that failed is the read's
-        error: it made every attempt the read's own GET would have (reading its range again
-        made a server that stopped answering cost two deadlines before the error), and the
-        pass's: the reader's other failed GETs are let go with it (each was raised again at a
-        resume after the server came back, one a pass)."""
+        are: :meth:`_confirm`); the rest left to read. A held GET that failed after the read
+        ``began`` is the read's error: it made every attempt the read's own GET would have
+        (reading its range again made a server that stopped answering cost two deadlines
+        before the error), and the pass's: the reader's other failed GETs are let go with it
+        (each was raised again at a resume after the server came back, one a pass). One whose
+        last attempt went before (:func:`_failed_before`) is read again, as any range."""
         held = around.take(todo, now)
         if not held:
             return todo
@@ -252,7 +255,9 @@ class NodeCache:
                 if self.fetcher.closed or (cancel is not None and cancel.cancelled):
                     raise
                 continue  # (another's close: this read goes on by the cache)
-            except RemoteReadError:  # the read's error, once: the other failed GETs held
+            except RemoteReadError as e:  # the read's error, once: the other failed GETs held
+                if _failed_before(future, e, began):  # (an outage's past: read again)
+                    continue
                 around.drop_failed()  # are sent again by the next pass (a server back up)
                 raise
             except TimeoutError:  # (unanswered past every attempt's deadline: cannot be)
@@ -291,9 +296,11 @@ class NodeCache:
         now: int | None,
         around: bool,
         planned: bool,
+        began: float,
     ) -> list[Key]:
         """One look: copy what is cached, claim and fetch the gaps, wait for the rest; the
-        ranges still unread (evicted or taken over meanwhile) come back for another."""
+        ranges still unread (evicted or taken over meanwhile) come back for another (the
+        read ``began`` then: :meth:`_wait`)."""
         self.node.check_payload()  # (a payload file cut short: SIGBUS at the copies below)
         with self.node.lock:  # before the lookup: a block of ours it finds unfilled is here
             flights = dict(self.node.inflight)  # (or claimed since, or carried: looked again)
@@ -331,7 +338,7 @@ class NodeCache:
                 continue
             for n, part in enumerate(parts):
                 if parts_of[k][n] is None:
-                    data = self._wait(k, part, claimed, fetched, flights, deadline)
+                    data = self._wait(k, part, claimed, fetched, flights, deadline, began)
                     if data is None:
                         again.add(k)
                         break
@@ -474,13 +481,16 @@ class NodeCache:
         fetched: set[Key],
         flights: dict[tuple[int, int], Flight],
         deadline: _Deadline,
+        began: float,
     ) -> bytes | _Stalled | None:
         """The bytes of a part not in the payload file: from a GET of this process (started
         now or before: ``flights``, those in flight before the lookup, whose fill may have
         ended since; a poll of the ledger and a second round for each such block cost ~0.1
         ms of CPU a cold document read along a plan), or once another process filled it;
         None: look again; :data:`_STALLED`: its owner's GET held it past ``deadline`` (the
-        round's), to be read around."""
+        round's), to be read around. A GET of this process that failed is the read's error,
+        unless its last attempt went before the read ``began`` (:func:`_failed_before`): then
+        the range is claimed and fetched again once the fill thread gave it back."""
         key = self._names[k[0]]
         if part.piece is None:  # a gap: claimed (or read around) by this round
             assert claimed is not None
@@ -500,16 +510,21 @@ class NodeCache:
                 cancel = current()  # (a loader's thread: its loader closed, the read ends)
                 if self.fetcher.closed or (cancel is not None and cancel.cancelled):
                     raise
-                return self._after_closed(k, piece, flight, deadline)
+                return self._after_lost(k, piece, flight, deadline)
+            except RemoteReadError as e:
+                if not _failed_before(flight.future, e, began):
+                    raise
+                return self._after_lost(k, piece, flight, deadline)
             return _cut(data, piece.start, part.start, part.end)
         return self._wait_other(k, piece, deadline)  # (this process's: filled, or carried)
 
-    def _after_closed(
+    def _after_lost(
         self, k: Key, piece: Piece, flight: Flight, deadline: _Deadline
     ) -> _Stalled | None:
-        """Another view of the node closed its fetcher under the GET of ``piece``: once the
-        fill thread gave its claim back, None (look again: this view claims and fetches it);
-        past ``deadline``, :data:`_STALLED` (read around the cache)."""
+        """The GET of ``piece`` this read joined is lost to it (another view of the node
+        closed its fetcher under it, or it failed before the read began): once the fill
+        thread gave its claim back, None (look again: this view claims and fetches it); past
+        ``deadline``, :data:`_STALLED` (read around the cache)."""
         cancel = current()
         while True:  # looked at once at least, however late
             refuse_if_cancelled(cancel)  # a closed loader's read ends here, not at the limit
@@ -677,6 +692,16 @@ class NodeCache:
         self.fetcher.close()
         self._tell_node(force=True)
         release(self.node)
+
+
+def _failed_before(future: Future, error: RemoteReadError, began: float) -> bool:
+    """Whether a GET joined by a read that ``began`` then failed for a reason that may be
+    gone (an outage, a timeout: not a refusal, a change or a close) in an attempt sent
+    before the read began: the read sends it again, once (a resume right after a server
+    came back raised the outage's error of a GET still in its last attempt). One sent
+    since spent the read's own time: its error is the read's."""
+    transient = not isinstance(error, RemotePermanentError | ClosedError)
+    return transient and future.sent < began
 
 
 def _joined(started: list[tuple[int, int, Future]], start: int, end: int) -> bytes | None:
