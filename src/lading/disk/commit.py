@@ -70,9 +70,7 @@ def commit(root: Path, manifest: dict[str, Any], previous: dict[str, Any] | None
     snapshots that are still kept.
     """
     now = time.time()
-    kept, expired = _split_history(previous, now)
-    if previous is not None:
-        kept.append(replaced(previous, now))
+    kept, expired = history_after(previous, now)
     snap = manifest["snapshot"]
     files = manifest["files"]
     field, where = "a name in the directory's files", root / META_FILE
@@ -94,6 +92,28 @@ def commit(root: Path, manifest: dict[str, Any], previous: dict[str, Any] | None
     os.replace(tmp, root / META_FILE)  # the commit: readers see the old manifest or this one
     fsync_dir(root)
     return _sweep(root, manifest, expired, now)
+
+
+def history_after(
+    previous: dict[str, Any] | None, now: float
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """The ``history`` of a manifest committed at ``now`` over ``previous`` (the current one's
+    entries still within the grace, and ``previous`` itself, replaced now), and the names
+    only its expired entries used (to remove: no reader can still be opening them)."""
+    kept, expired = _split_history(previous, now)
+    if previous is not None and previous.get("snapshot") is not None:
+        kept.append(replaced(previous, now))
+    return kept, expired
+
+
+def stamped(manifest: dict[str, Any], previous: dict[str, Any] | None, now: float) -> bytes:
+    """``manifest``'s bytes as the commit at ``now`` over ``previous`` writes them (a bucket's,
+    stamped right before its ``meta.json`` PUT): ``committed_at`` and ``history``
+    (:func:`history_after`) set, so a replaced snapshot's grace counts from its replacement,
+    however long the upload before it took."""
+    manifest["committed_at"] = now
+    manifest["history"] = history_after(previous, now)[0]
+    return json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
 
 
 def _split_history(

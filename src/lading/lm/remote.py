@@ -259,7 +259,7 @@ def build_corpus(
         cache_bytes=cache_bytes,
         storage_options=storage_options,
         format_name=FORMAT_NAME,
-        opener=lambda at, settings: wrap(RemoteTokenFiles(at, settings)),
+        opener=lambda at, settings, snapshot: wrap(RemoteTokenFiles(at, settings, snapshot)),
         **kwargs,
     )
 

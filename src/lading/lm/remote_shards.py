@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lading.disk.commit import replaced
 from lading.disk.snapshot import MANIFEST, new_snapshot_id
 from lading.errors import SourceError, StoreFormatError
 from lading.lm.corpus_format import FORMAT_NAME
@@ -124,19 +123,8 @@ def commit_in_bucket(
     meta = {**manifest(merge.bid, merge.shards, options, snapshot), "snapshot": snapshot}
     meta["builds"] = builds_record(root, previous, merge.bid, merge.passed)
     meta["seconds"] = round(time.perf_counter() - started, 3)  # as a local merge records
-    raw = _with_history(meta, previous)
+    raw = json.dumps(meta, indent=2, sort_keys=True).encode("utf-8")  # (stamped at the commit)
     local = root / snapshot / MANIFEST
     local.parent.mkdir()
     local.write_bytes(raw)
     return commit_remote(url, settings, [(f"{snapshot}/{MANIFEST}", local)], raw, previous)
-
-
-def _with_history(meta: dict[str, Any], previous: dict[str, Any] | None) -> bytes:
-    """The manifest's bytes, the snapshot it replaces in its history (kept within the grace,
-    as a local commit keeps it)."""
-    now = time.time()
-    history = []
-    if previous is not None and previous.get("snapshot"):
-        history.append(replaced(previous, now))
-    meta.update(history=history, committed_at=now)
-    return json.dumps(meta, indent=2, sort_keys=True).encode("utf-8")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import json
 import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lading.disk.meta import META_FILE
-from lading.disk.snapshot import BUILD_PREFIX
+from lading.disk.snapshot import BUILD_PREFIX, MANIFEST
 from lading.errors import DuplicateIdError, RemoteChangedError, SourceError, StoreFormatError
 from lading.remote.clients import open_client
 from lading.remote.fetch import Fetcher
@@ -51,6 +52,7 @@ from lading.remote.objects import (
     describe,
 )
 from lading.remote.settings import RemoteSettings
+from lading.stores.building.bucket_gc import collect_garbage
 from lading.stores.building.bucket_kind import refuse_kind_at
 from lading.stores.building.scratch import owned_folder
 from lading.stores.building.shardset import (
@@ -60,7 +62,7 @@ from lading.stores.building.shardset import (
     SHARD_FILE,
     claim_build,
 )
-from lading.stores.building.upload import collect_garbage, put_files
+from lading.stores.building.upload import put_files
 
 if TYPE_CHECKING:
     from lading.stores.building.pending import BuildToCommit
@@ -248,10 +250,12 @@ def commit_remote(
     raw: bytes,
     previous: dict[str, Any] | None,
 ) -> str:
-    """PUT the new snapshot's ``files`` (its manifest among them), then ``meta.json`` (``raw``):
-    the commit, a compare-and-swap over ``previous``, the manifest the merge mirrored and built
+    """PUT the new snapshot's ``files``, then its manifest and ``meta.json`` (``raw``, stamped
+    as committed now over ``previous``: :func:`~lading.disk.commit.stamped`, so the snapshot
+    it replaces is kept for the grace from now, however long the PUTs before took): the
+    commit, a compare-and-swap over ``previous``, the manifest the merge mirrored and built
     on (:func:`swap_meta`); then what no reader can still be opening goes, as after a merge in a
-    folder (:func:`~lading.stores.building.upload.collect_garbage`: replaced snapshots past the
+    folder (:func:`~lading.stores.building.bucket_gc.collect_garbage`: replaced snapshots past the
     grace and the builds only they used). The snapshot current after it: this one's, or,
     where another merge committed the same build first (two merges of one build started
     together), that merge's: this one's objects are removed, and it commits nothing, as a
@@ -262,11 +266,21 @@ def commit_remote(
             since this one mirrored the bucket: naming it; this merge committed nothing.
         RemoteWriteError: a PUT failed.
     """
+    from lading.disk.commit import stamped
+
     client = open_client(url, settings.backend, settings.options, settings.timeout)
-    sized: list[tuple[str, bytes | Path, int]] = [(k, p, p.stat().st_size) for k, p in files]
-    put_files(client, sized, timeout=settings.timeout)
     meta = json.loads(raw)
     ours = str(meta["snapshot"])
+    manifest = f"{ours}/{MANIFEST}"
+    sized: list[tuple[str, bytes | Path, int]] = [
+        (k, p, p.stat().st_size) for k, p in files if k != manifest
+    ]
+    put_files(client, sized, timeout=settings.timeout)
+    raw = stamped(meta, previous, time.time())
+    for k, p in files:
+        if k == manifest:  # (the mirror's copy, as committed)
+            p.write_bytes(raw)
+    put_files(client, [(manifest, raw, len(raw))], timeout=settings.timeout)
     try:
         theirs = swap_meta(url, settings, raw, previous)
     except StoreFormatError:
@@ -540,10 +554,6 @@ def commit_store_in_bucket(
     for name, info in meta["files"].items():
         if name.startswith(BUILD_PREFIX):  # stand-ins here: the bucket has the bytes
             info.pop("spot_crc32", None)
-    if previous is not None and previous.get("snapshot"):
-        from lading.disk.commit import replaced
-
-        meta["history"] = [replaced(previous, meta["committed_at"])]
     from lading.stores.building.pending import builds_record
 
     meta["builds"] = builds_record(root, previous, merge.bid, merge.passed)

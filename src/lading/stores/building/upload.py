@@ -24,24 +24,20 @@ is its own (:func:`~lading.stores.building.group.alone`): it starts no collectiv
 from __future__ import annotations
 
 import asyncio
-import calendar
-import contextlib
 import functools
-import itertools
 import json
 import secrets
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from lading.deadline import DEFAULT_RETRIES
 from lading.disk import read_meta
-from lading.disk.commit import units
 from lading.disk.meta import META_FILE
-from lading.disk.snapshot import BUILD_PREFIX, MANIFEST, SNAP_PREFIX, grace_seconds
+from lading.disk.snapshot import MANIFEST
+from lading.errors import RemoteNotFoundError
 from lading.remote.clients import open_client
 from lading.remote.fetch import TIMEOUT_ENV, Fetcher
 from lading.remote.objects import (
@@ -58,11 +54,13 @@ from lading.remote.settings import (
     default_upload_rate,
     positive_rate,
 )
+from lading.stores.building.bucket_gc import collect_garbage
 from lading.stores.layout import FORMAT_NAME
 from lading.stores.remote.store import RemoteStore
 from lading.world import process_group
 
 UPLOADS_AT_ONCE = 8
+
 _PROBE = ".lading-write-probe-"  # the object a build writes and deletes before it starts
 
 
@@ -75,15 +73,17 @@ def build_remote(
     cache_bytes: int | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     format_name: str = FORMAT_NAME,
-    opener: Callable[[str, RemoteSettings], Any] = RemoteStore,
+    opener: Callable[..., Any] = RemoteStore,
     timeout: float | None = None,
     upload_min_rate: int | str | None = None,
     **kwargs: Any,
 ) -> Any:
     """Build ``source`` with ``build_local(source, local_dir, *args, **kwargs)``, upload it
-    to ``url`` (manifest last) and open it there with ``opener(url, settings)`` (a store by
-    default; ``format_name`` is what the local build makes: see the module docstring;
-    ``timeout``, ``upload_min_rate``: :class:`~lading.remote.settings.RemoteSettings`)."""
+    to ``url`` (manifest last) and open the snapshot it uploaded there with ``opener(url,
+    settings, snapshot)`` (a store by default; ``format_name`` is what the local build makes:
+    see the module docstring; ``timeout``, ``upload_min_rate``:
+    :class:`~lading.remote.settings.RemoteSettings`). Pinned to it: a build committed right
+    after (two builds at once) does not change what this one hands back."""
     if kwargs.get("shard") is not None:
         raise ValueError(
             f"build_store(shard=...) builds on a filesystem every rank sees; into {url} each "
@@ -100,18 +100,25 @@ def build_remote(
     kwargs.pop("shared_fs", None)  # the local build is this process's alone
     dist = process_group(min_size=2)
     failure: BaseException | None = None
+    snapshot: str | None = None
     if dist is None or dist.get_rank() == 0:
         try:
-            _build_and_upload(build_local, source, url, settings, args, kwargs, format_name)
+            snapshot = _build_and_upload(
+                build_local, source, url, settings, args, kwargs, format_name
+            )
         except BaseException as e:  # reach the barrier first, or the other ranks hang forever
             if dist is None:
                 raise
             failure = e
     if dist is not None:
-        dist.barrier()
+        built = [snapshot]
+        dist.broadcast_object_list(built, src=0)  # (the barrier: rank 0 has committed)
         if failure is not None:
             raise failure
-    return opener(url, settings)
+        if built[0] is None:
+            raise RuntimeError(f"rank 0's build of {url} failed (its error is in its log)")
+        snapshot = built[0]
+    return opener(url, settings, snapshot=snapshot)
 
 
 def _build_and_upload(
@@ -122,7 +129,8 @@ def _build_and_upload(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     format_name: str = FORMAT_NAME,
-) -> None:
+) -> str:
+    """Check, build and upload (see :func:`build_remote`); the snapshot's id."""
     what = "store" if format_name == FORMAT_NAME else "token corpus"
     check_writable(url, settings, what)  # before the source is read: a build may take hours
     from lading.stores.building.bucket_kind import check_bucket_kind
@@ -135,7 +143,7 @@ def _build_and_upload(
         with alone():  # this process's copy: no collective while the others are at the barrier
             build_local(source, local, *args, **kwargs)
         client = open_client(url, settings.backend, settings.options, settings.timeout)
-        upload(
+        return upload(
             local, client, format_name, timeout=settings.timeout, min_rate=settings.upload_min_rate
         )
 
@@ -189,10 +197,12 @@ def upload(
     *,
     timeout: float | None = None,
     min_rate: int | str | None = None,
-) -> None:
+) -> str:
     """Upload the store at ``local`` through ``client``: every file under it (what the
-    manifest lists, and any per-snapshot manifest), then ``meta.json``, each PUT within
-    :func:`put_deadline` of its bytes.
+    manifest lists), then the snapshot's manifest and ``meta.json``, stamped as committed
+    then over the bucket's current manifest (:func:`~lading.disk.commit.stamped`: the
+    snapshot replaced is kept for the grace from its replacement), each PUT within
+    :func:`put_deadline` of its bytes; the snapshot's id.
 
     Args:
         format_name: what ``local`` must be (a token corpus is ``lading.tokens``).
@@ -205,31 +215,52 @@ def upload(
         RemoteWriteError: a PUT failed or passed its deadline: one line naming the object,
             the endpoint and the settings; the manifest was not written.
     """
+    from lading.disk.commit import stamped
+
     read_meta(local, format_name)  # a complete store, or the error says what is wrong
     base = default_timeout() if timeout is None else float(timeout)
     rate = default_upload_rate() if min_rate is None else positive_rate(min_rate)
+    meta = json.loads((local / META_FILE).read_bytes())
+    manifest = f"{meta['snapshot']}/{MANIFEST}"
     names = sorted(
         p.relative_to(local).as_posix()
         for p in local.rglob("*")
         if p.is_file() and p.name != META_FILE and not p.name.startswith(".")
     )
     files: list[tuple[str, bytes | Path, int]] = [
-        (name, local / name, (local / name).stat().st_size) for name in names
+        (name, local / name, (local / name).stat().st_size) for name in names if name != manifest
     ]
-    raw = (local / META_FILE).read_bytes()
-    longest = sum(put_deadline(n, base, rate) for _, _, n in [*files, ("", raw, len(raw))])
+    stamped_size = (local / META_FILE).stat().st_size + 65536  # (a history added)
+    longest = sum(put_deadline(n, base, rate) for _, _, n in files)
+    longest += 2 * put_deadline(stamped_size, base, rate)  # the manifest, then meta.json
     # the fetcher hosts the calls on its loop (and waits for obstore's at exit); its own
     # timeout never fires first: each PUT has its deadline
     fetcher = Fetcher(lambda: client, in_flight=UPLOADS_AT_ONCE, retries=0, timeout=longest + 1)
     try:
         _run(fetcher, lambda: _put_all(client, files, base, rate))
+        raw = stamped(meta, _current(client, base), time.time())
+        _run(fetcher, lambda: _put_all(client, [(manifest, raw, len(raw))], base, rate))
         _run(fetcher, lambda: _put_all(client, [(META_FILE, raw, len(raw))], base, rate))
     finally:
         fetcher.close()
     try:  # committed: what a failure here leaves is garbage, not damage
-        collect_garbage(client, json.loads(raw), timeout=base)
+        collect_garbage(client, meta, timeout=base)
     except OSError as e:  # RemoteReadError included
         warnings.warn(f"{client.url} is committed; its old snapshots stay: {e}", stacklevel=2)
+    return str(meta["snapshot"])
+
+
+def _current(client: ObjectClient, timeout: float) -> dict[str, Any] | None:
+    """The bucket's current manifest (read on the read path, retried), or None where there is
+    none or it is no manifest (what the commit replaces: its history's next entry)."""
+    fetcher = Fetcher(lambda: client, timeout=timeout)
+    try:
+        found = json.loads(fetcher.get_object(META_FILE))
+    except (RemoteNotFoundError, ValueError):
+        return None
+    finally:
+        fetcher.close()
+    return found if isinstance(found, dict) and found.get("snapshot") else None
 
 
 def put_files(
@@ -317,74 +348,3 @@ def _retries(request: float | None) -> str:
     if request is None:
         return ""
     return f", + {DEFAULT_RETRIES} retries of a stalled request of {request:.3g}s"
-
-
-def collect_garbage(
-    client: ObjectClient, current: dict[str, Any], timeout: float | None = None
-) -> list[str]:
-    """Delete the objects of ``snap-`` folders no snapshot within the grace still uses, and of
-    the ``build-`` folders (parallel builds) only they used; the folders removed. A snapshot
-    was replaced when the next one was committed (its manifest's ``committed_at``; its id's UTC
-    time where that is missing); one committed after ``current`` (a commit under way beside
-    this one) is kept, and so is a build no snapshot names (its shards wait for their merge).
-    Every call is on the read path (``timeout`` seconds an attempt, default
-    ``$LADING_REMOTE_TIMEOUT``, retried).
-
-    Raises:
-        RemoteReadError: a listing, GET or DELETE failed for good.
-    """
-    fetcher = Fetcher(
-        lambda: client, in_flight=UPLOADS_AT_ONCE, timeout=timeout or default_timeout()
-    )
-    try:
-        return _collect(client, current, fetcher)
-    finally:
-        fetcher.close()
-
-
-def _collect(client: ObjectClient, current: dict[str, Any], fetcher: Fetcher) -> list[str]:
-    listing = fetcher.list()
-    manifests: dict[str, dict[str, Any]] = {}
-    for key in listing:
-        snap, _, rest = key.partition("/")
-        if snap.startswith(SNAP_PREFIX) and rest == MANIFEST:
-            with contextlib.suppress(Exception):  # unreadable: judged by its id's time
-                manifests[snap] = json.loads(fetcher.get_object(key))
-    snaps = {k.split("/", 1)[0] for k in listing if k.startswith(SNAP_PREFIX)}
-
-    def committed(snap: str) -> float:
-        return float(manifests.get(snap, {}).get("committed_at") or _time(snap))
-
-    order = sorted(snaps, key=committed)
-    now, grace = time.time(), grace_seconds()
-    mine = str(current.get("snapshot"))
-    keep = {mine} | {s for s in snaps if committed(s) > committed(mine)}  # (a commit beside)
-    for older, newer in itertools.pairwise(order):
-        if now - committed(newer) < grace:
-            keep.add(older)
-    used = set(units(current))
-    for snap in keep:
-        used |= units(manifests.get(snap, {}))
-    gone = snaps - keep - used
-    # a build goes with the last snapshot that named it; one no snapshot names is left alone
-    # (its shards wait for their merge however long; a worker killed for good leaves one)
-    named = set().union(*(units(manifests[s]) for s in gone if s in manifests))
-    gone |= {b for b in named - used if b.startswith(BUILD_PREFIX)}
-    doomed = [k for k in listing if k.split("/", 1)[0] in gone]
-    doomed.sort(key=lambda k: not k.endswith(MANIFEST))  # a manifest first: pinned readers hear
-
-    def delete(key: str) -> None:
-        fetcher.run(f"DELETE {describe(client.url, key)}", lambda: client.delete_async(key))
-
-    with ThreadPoolExecutor(UPLOADS_AT_ONCE, thread_name_prefix="lading-gc") as pool:
-        list(pool.map(delete, doomed))
-    return sorted(gone)
-
-
-def _time(snapshot: str) -> float:
-    """The UTC time in a snapshot id (``snap-20261126T061759Z-f2041710``); 0 if none."""
-    try:
-        stamp = snapshot.removeprefix(SNAP_PREFIX).split("-", 1)[0]
-        return float(calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ")))
-    except ValueError:
-        return 0.0

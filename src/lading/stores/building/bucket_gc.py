@@ -1,0 +1,112 @@
+"""Garbage in a bucket after a commit: the snapshots no reader can still be opening, and the
+builds only they used.
+
+A bucket keeps no lock and no clock of its own, so what was replaced when is what the commits
+wrote: each manifest's ``history`` names the snapshots it replaced and when (stamped right
+before its ``meta.json`` PUT: :func:`lading.disk.commit.stamped`). A replaced snapshot is kept
+for :func:`~lading.disk.snapshot.grace_seconds` from its replacement; a snapshot no history
+names was never current as far as the bucket tells (a build uploading beside, a killed one's
+leftovers) and is kept a day from its start. The local counterpart, under a folder's build
+lock, is :mod:`lading.disk.commit`.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from lading.disk.commit import units
+from lading.disk.snapshot import ABANDONED_S, BUILD_PREFIX, MANIFEST, SNAP_PREFIX, grace_seconds
+from lading.remote.fetch import Fetcher
+from lading.remote.objects import ObjectClient, describe
+from lading.remote.settings import default_timeout
+
+DELETES_AT_ONCE = 8  # DELETEs (and GETs of manifests) at once
+
+
+def collect_garbage(
+    client: ObjectClient, current: dict[str, Any], timeout: float | None = None
+) -> list[str]:
+    """Delete the objects of ``snap-`` folders no snapshot within the grace still uses, and of
+    the ``build-`` folders (parallel builds) only they used; the folders removed. A snapshot
+    was replaced when the commit after it said so: an entry of the ``history`` of ``current``
+    or of any manifest listed, stamped at that commit (:func:`~lading.disk.commit.stamped`);
+    it is kept for the grace from then. A snapshot no history names was never current as far
+    as the bucket tells (a build uploading beside this one, one killed before its commit, a
+    commit landing after ``current``, or one of a lading that kept no history in a bucket):
+    kept until :data:`~lading.disk.snapshot.ABANDONED_S` past its start (its manifest's
+    ``committed_at``, else its id's UTC time). A build no snapshot names is kept too (its
+    shards wait for their merge).
+    Every call is on the read path (``timeout`` seconds an attempt, default
+    ``$LADING_REMOTE_TIMEOUT``, retried).
+
+    Raises:
+        RemoteReadError: a listing, GET or DELETE failed for good.
+    """
+    fetcher = Fetcher(
+        lambda: client, in_flight=DELETES_AT_ONCE, timeout=timeout or default_timeout()
+    )
+    try:
+        return _collect(client, current, fetcher)
+    finally:
+        fetcher.close()
+
+
+def _collect(client: ObjectClient, current: dict[str, Any], fetcher: Fetcher) -> list[str]:
+    listing = fetcher.list()
+    manifests: dict[str, dict[str, Any]] = {}
+    for key in listing:
+        snap, _, rest = key.partition("/")
+        if snap.startswith(SNAP_PREFIX) and rest == MANIFEST:
+            with contextlib.suppress(Exception):  # unreadable: judged by its id's time
+                manifests[snap] = json.loads(fetcher.get_object(key))
+    snaps = {k.split("/", 1)[0] for k in listing if k.startswith(SNAP_PREFIX)}
+
+    def started(snap: str) -> float:
+        return float(manifests.get(snap, {}).get("committed_at") or _time(snap))
+
+    replaced: dict[str, float] = {}  # snapshot -> when the commit after it was made
+    for manifest in (current, *manifests.values()):
+        for entry in manifest.get("history", []):
+            with contextlib.suppress(KeyError, TypeError, ValueError):  # (a foreign entry)
+                name, at = str(entry["snapshot"]), float(entry["replaced_at"])
+                replaced[name] = max(at, replaced.get(name, at))
+    now, grace = time.time(), grace_seconds()
+    mine = str(current.get("snapshot"))
+    keep = {mine}
+    for snap in snaps - keep:
+        if snap in replaced:
+            if now - replaced[snap] < grace:
+                keep.add(snap)  # replaced within the grace: readers opened it
+        elif now - started(snap) < ABANDONED_S:
+            keep.add(snap)  # never current as far as we know: under way, or swept later
+    used = set(units(current))
+    for snap in keep:
+        used |= units(manifests.get(snap, {}))
+    gone = snaps - keep - used
+    # a build goes with the last snapshot that named it; one no snapshot names is left alone
+    # (its shards wait for their merge however long; a worker killed for good leaves one)
+    named = set().union(*(units(manifests[s]) for s in gone if s in manifests))
+    gone |= {b for b in named - used if b.startswith(BUILD_PREFIX)}
+    doomed = [k for k in listing if k.split("/", 1)[0] in gone]
+    doomed.sort(key=lambda k: not k.endswith(MANIFEST))  # a manifest first: pinned readers hear
+
+    def delete(key: str) -> None:
+        fetcher.run(f"DELETE {describe(client.url, key)}", lambda: client.delete_async(key))
+
+    with ThreadPoolExecutor(DELETES_AT_ONCE, thread_name_prefix="lading-gc") as pool:
+        list(pool.map(delete, doomed))
+    return sorted(gone)
+
+
+def _time(snapshot: str) -> float:
+    """The UTC time in a snapshot id (``snap-20261126T061759Z-f2041710``); 0 if none."""
+    try:
+        stamp = snapshot.removeprefix(SNAP_PREFIX).split("-", 1)[0]
+        return float(calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ")))
+    except ValueError:
+        return 0.0
