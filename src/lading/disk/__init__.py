@@ -39,7 +39,7 @@ from lading.disk.atomic import (
     scratch,
 )
 from lading.disk.bookkeeping import verify_bookkeeping
-from lading.disk.build import BuildContext, committed, committed_without_lock, has_debris
+from lading.disk.build import BuildContext, committed, committed_without_lock, has_debris, intact
 from lading.disk.files import MappedFile, fsync_dir, write_file
 from lading.disk.formats import (
     FORMATS,
@@ -91,6 +91,7 @@ __all__ = [
     "disk_format",
     "fsync_dir",
     "has_debris",
+    "intact",
     "is_ours_to_replace",
     "left_aside",
     "load_manifest",

@@ -42,7 +42,7 @@ from lading.disk.atomic import (
 )
 from lading.disk.commit import collect_garbage, commit
 from lading.disk.files import fsync_dir
-from lading.disk.snapshot import TMP_PREFIX, load_manifest, new_snapshot_id
+from lading.disk.snapshot import TMP_PREFIX, check_files, load_manifest, new_snapshot_id
 from lading.errors import StoreFormatError
 
 KINDS = {  # what users call each snapshot format, in the refusal to replace one by another
@@ -90,6 +90,17 @@ def has_debris(dest: str | os.PathLike[str]) -> bool:
         return any(entry.name.startswith(TMP_PREFIX) for entry in os.scandir(dest))
     except OSError:
         return False
+
+
+def intact(dest: str | os.PathLike[str], manifest: dict[str, Any], fmt: str) -> bool:
+    """Whether every file ``manifest`` lists is in ``dest`` at its size and spot checksum (what
+    an open checks): a damaged snapshot of the same source is built again, never reused (its
+    open's error says to rebuild: reusing it made that advice fail the same way)."""
+    try:
+        check_files(Path(dest), manifest, fmt)
+    except StoreFormatError:  # (a missing file included)
+        return False
+    return True
 
 
 def committed_without_lock(dest: str | os.PathLike[str], fmt: str) -> dict[str, Any] | None:

@@ -26,6 +26,7 @@ from lading.disk import (
     BuildContext,
     MappedFile,
     committed_without_lock,
+    intact,
     open_snapshot,
 )
 from lading.errors import (
@@ -362,11 +363,20 @@ class TokenCorpus:
         if text_field is not None:  # the texts of another key are another corpus
             recipe["text_field"] = text_field
         current = None if overwrite else committed_without_lock(dest, FORMAT_NAME)
-        if current is not None and current.get("recipe") == recipe:  # a read: no lock, so
+        if (
+            current is not None
+            and current.get("recipe") == recipe
+            and intact(dest, current, FORMAT_NAME)  # (damaged: built again, not reused)
+        ):  # a read: no lock, so
             return cls.open(dest, snapshot=current["snapshot"])  # also on a read-only mount
         with BuildContext(dest, FORMAT_NAME, "token corpus") as build:
             previous = build.previous  # again under the lock: a racing builder's commit
-            if not overwrite and previous is not None and previous.get("recipe") == recipe:
+            if (
+                not overwrite
+                and previous is not None
+                and previous.get("recipe") == recipe
+                and intact(dest, previous, FORMAT_NAME)
+            ):
                 return cls.open(dest, snapshot=previous["snapshot"])
             build.check_ours()
             with build.scratch() as tmp:

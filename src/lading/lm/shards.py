@@ -60,6 +60,7 @@ from lading.stores.building.shardset import (
     check_shard_files,
     claim_shard,
     derive_build_id,
+    finished_shard,
     shard_record,
 )
 from lading.stores.tokens import describe_tokenizer, load_tokenizer
@@ -232,8 +233,8 @@ def build_corpus_shard(
         dest, inputs.files, options, (i, n), build_id, "token corpus", FORMAT_NAME
     )
     with BuildContext(where, None, "shard") as build:
-        if (where / SHARD_FILE).is_file():  # a rerun: this shard is whole already
-            record = json.loads((where / SHARD_FILE).read_text())
+        record = finished_shard(where)
+        if record is not None:  # a rerun: this shard is whole already
             if record.get("tokenizer") != info["sha256"]:  # (a build.json without options)
                 raise StoreFormatError(
                     f"{where} was tokenized with another tokenizer (SHA-256 "

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from lading.disk import BuildContext, byte_bar, committed_without_lock
+from lading.disk import BuildContext, byte_bar, committed_without_lock, intact
 from lading.errors import SkippedRecordsWarning
 from lading.remote.objects import is_remote
 from lading.remote.settings import RemoteSettings
@@ -379,13 +379,19 @@ def _build_locked(
     read-only mount). ``spec``: the folder or glob the files were listed from
     (:func:`~lading.stores.building.inputs.input_spec`), recorded as ``source.input``."""
     current = None if overwrite else committed_without_lock(dest, FORMAT_NAME)
-    if current is not None and reusable(current, reader, options):
+    if (
+        current is not None
+        and reusable(current, reader, options)
+        and intact(dest, current, FORMAT_NAME)
+    ):
         return str(current["snapshot"])
     started = time.perf_counter()
     with BuildContext(dest, FORMAT_NAME) as build:
-        if not overwrite and reusable(build.previous, reader, options):
-            assert build.previous is not None
-            return str(build.previous["snapshot"])
+        previous = build.previous
+        if not overwrite and reusable(previous, reader, options):
+            assert previous is not None
+            if intact(dest, previous, FORMAT_NAME):  # (damaged: built again, not reused)
+                return str(previous["snapshot"])
         build.check_ours()
         with build.scratch() as tmp:
             where = tmp / shard_name(0, 1)

@@ -18,7 +18,6 @@ Under torchrun every rank builds its shard and rank 0 merges: :func:`build_in_sh
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -32,8 +31,13 @@ from lading.stores.building.inputs import PiecesReader, check_shard_count, input
 from lading.stores.building.merge import Shard, manifest_of, read_shard
 from lading.stores.building.pending import BuildToCommit, builds_record, merge_in_folder
 from lading.stores.building.shard_work import ShardDone, check_shard
-from lading.stores.building.shardset import BUILD_FILE, claim_shard, derive_build_id
-from lading.stores.building.writer import SHARD_FILE, Duplicates, write_shard
+from lading.stores.building.shardset import (
+    BUILD_FILE,
+    claim_shard,
+    derive_build_id,
+    finished_shard,
+)
+from lading.stores.building.writer import Duplicates, write_shard
 from lading.stores.layout import FORMAT_NAME
 from lading.stores.packed import PackedStore
 
@@ -106,8 +110,8 @@ def write_one_shard(
     pieces = plan_shard(files, n, fmt, i)
     bid, where, stats = claim_shard(dest, files, options, (i, n), build_id, "store", FORMAT_NAME)
     with BuildContext(where, None, "shard") as build:
-        if (where / SHARD_FILE).is_file():  # a rerun: this shard is whole already
-            record = json.loads((where / SHARD_FILE).read_text())
+        record = finished_shard(where)
+        if record is not None:  # a rerun: this shard is whole already
             return ShardReport.of_record((dest, bid, i, n), record, True)
         with build.scratch() as tmp:
             reader = PiecesReader(pieces, fmt, on_error, parse)

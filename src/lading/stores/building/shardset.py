@@ -69,11 +69,42 @@ def check_shard_files(root: Path, rel: str, path: Path, files: dict[str, Any]) -
         try:
             size = (root / rel / name).stat().st_size
         except FileNotFoundError:
-            raise StoreFormatError(f"{root / rel / name} (in {path}) is missing") from None
+            raise StoreFormatError(
+                f"{root / rel / name} (in {path}) is missing: run that shard's worker again "
+                "(the same command): it builds the shard anew"
+            ) from None
         if size != info["size"]:
             raise StoreFormatError(
-                f"{root / rel / name} is {size} bytes, its shard says {info['size']}"
+                f"{root / rel / name} is {size} bytes, its shard says {info['size']}: the shard "
+                "was damaged after it was built; run its worker again (the same command): it "
+                "builds the shard anew"
             )
+
+
+def finished_shard(where: Path) -> dict[str, Any] | None:
+    """A worker's look at its own shard folder ``where``, under its lock: the record of a
+    finished shard whose files are as it lists them; None where it is not finished, or where
+    a file is missing or of another size (damaged since: the folder is removed, so the
+    worker builds it anew; it said "already built", and the merge refused the shard). A
+    record alone, none of its files beside it, is a bucket's shard (its record copied here
+    for the claim: :func:`~lading.stores.building.remote_shards.seed_from_bucket`), and a
+    record that lists no files is taken as it is (the merge judges both)."""
+    path = where / SHARD_FILE
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text(encoding="utf-8"))
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict) or not all(
+        isinstance(i, dict) and "size" in i for i in files.values()
+    ):
+        return record
+    if any((where / name).exists() for name in files):
+        try:
+            check_shard_files(where.parent, where.name, path, files)
+        except StoreFormatError:
+            shutil.rmtree(where)
+            return None
+    return record
 
 
 def input_stats(files: list[Path]) -> list[list[Any]]:

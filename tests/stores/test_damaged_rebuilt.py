@@ -1,0 +1,86 @@
+"""A damaged store, token corpus or shard is built again by the command its error names.
+
+Found by a review (2026-12-07): a store whose ``text.bin`` was cut said "... is 1216478 bytes,
+expected 1216488 ...; rebuild the store with `lading build`", and `lading build` with the same
+source reused the damaged snapshot (the reuse read ``meta.json`` alone) and failed the same
+way; a shard worker run again over a cut shard said "already built", and the merge then
+refused the shard with no fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import lading
+from conftest import word_tokenizer, write
+from lading.errors import StoreFormatError
+from lading.lm import TokenCorpus
+
+WORDS = ["alpha", "beta", "gamma", "delta"]
+
+
+def _source(tmp_path: Path, docs: int = 200) -> Path:
+    lines = (
+        f"d{i}\t{' '.join(WORDS[(i + k) % 4] for k in range(i % 5 + 1))}\n" for i in range(docs)
+    )
+    return write(tmp_path / "c.tsv", "".join(lines))
+
+
+def _cut(root: Path, name: str, by: int = 10) -> None:
+    """Cut ``by`` bytes off the one file ``name`` under ``root`` (a damaged disk, a bad copy)."""
+    (path,) = [p for p in root.rglob(name) if p.is_file()]
+    data = path.read_bytes()
+    path.write_bytes(data[:-by])
+
+
+def test_a_store_built_again_over_its_damaged_snapshot_is_rebuilt(tmp_path: Path) -> None:
+    src = _source(tmp_path)
+    want = lading.build_store(src, tmp_path / "one", progress=False)
+    ids = want.ids()
+    lading.build_store(src, tmp_path / "s", progress=False)
+    _cut(tmp_path / "s", "text.bin")
+    with pytest.raises(StoreFormatError, match="rebuild"):
+        lading.open_store(tmp_path / "s")
+    again = lading.build_store(src, tmp_path / "s", progress=False)  # as the error says
+    assert again.get_many(ids) == want.get_many(ids)
+
+
+def test_a_token_corpus_built_again_over_its_damaged_snapshot_is_rebuilt(tmp_path: Path) -> None:
+    src = write(tmp_path / "c.txt", "".join(f"{w} {w} beta\n\n" for w in WORDS * 20))
+    tok = word_tokenizer(WORDS, tmp_path / "tok.json")
+    want = TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
+    TokenCorpus.build(src, tmp_path / "c", tok, progress=False)
+    _cut(tmp_path / "c", "tokens.bin", by=4)
+    with pytest.raises(StoreFormatError):
+        TokenCorpus.open(tmp_path / "c")
+    again = TokenCorpus.build(src, tmp_path / "c", tok, progress=False)
+    assert again.tokens[:].tolist() == want.tokens[:].tolist()
+
+
+def test_a_damaged_shard_is_built_again_by_its_worker_run_again(tmp_path: Path) -> None:
+    src = _source(tmp_path)
+    want = lading.build_store(src, tmp_path / "one", progress=False)
+    ids = want.ids()
+    for i in range(2):
+        lading.build_shard(src, tmp_path / "s", (i, 2), progress=False)
+    (shard,) = [p for p in (tmp_path / "s").rglob("shard-00001-of-00002") if p.is_dir()]
+    _cut(shard, "text.bin")
+    with pytest.raises(StoreFormatError, match="run its worker again"):
+        lading.merge_store(tmp_path / "s")
+    report = lading.build_shard(src, tmp_path / "s", (1, 2), progress=False)
+    assert not report.reused  # it was "already built" before
+    assert lading.merge_store(tmp_path / "s").get_many(ids) == want.get_many(ids)
+
+
+def test_a_damaged_token_shard_is_built_again_by_its_worker_run_again(tmp_path: Path) -> None:
+    src = write(tmp_path / "c.jsonl", "".join(f'{{"text": "{w} beta {w}"}}\n' for w in WORDS * 30))
+    tok = word_tokenizer(WORDS, tmp_path / "tok.json")
+    want = TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
+    for i in range(2):
+        TokenCorpus.build_shard(src, tmp_path / "c", (i, 2), tok, progress=False)
+    (shard,) = [p for p in (tmp_path / "c").rglob("shard-00001-of-00002") if p.is_dir()]
+    _cut(shard, "tokens.bin", by=4)
+    report = TokenCorpus.build_shard(src, tmp_path / "c", (1, 2), tok, progress=False)
+    assert not report.reused
+    assert TokenCorpus.merge(tmp_path / "c").tokens[:].tolist() == want.tokens[:].tolist()
