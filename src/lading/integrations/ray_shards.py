@@ -89,7 +89,9 @@ class ShardSink(Datasink):
     def on_write_start(self, schema: Any = None) -> None:
         """On the driver, before any task runs: refuse a foreign folder or a bucket that
         refuses writes; draw this job's build (a sink written twice must not share one: the
-        second job's cleanup would remove the first's committed shards) and record it."""
+        second job's cleanup would remove the first's committed shards) and record it; refuse
+        a job that Ray may finish without a task that raised (:func:`_refuse_dropped_tasks`)."""
+        _refuse_dropped_tasks()
         self.build_id = _new_build_id()  # before Ray ships the sink to the write tasks
         if self.url is not None:
             from lading.remote.clients import check_reachable
@@ -268,6 +270,24 @@ class ShardSink(Datasink):
             )
             return True
         return raw is not None and self.build_id.encode() in raw  # 16 random hex digits
+
+
+def _refuse_dropped_tasks() -> None:
+    """Refuse a write job that Ray may finish without some of its tasks: under
+    ``DataContext.max_errored_blocks`` > 0 (or < 0: any number), a task that raised is dropped
+    and the others' shards committed, the dropped task's rows missing from the snapshot and
+    said nowhere (a review: 200 of 300 rows committed, one bad row costing 99 good ones)."""
+    from ray.data import DataContext
+
+    allowed = DataContext.get_current().max_errored_blocks
+    if allowed != 0:
+        raise ValueError(
+            f"ray.data.DataContext.max_errored_blocks = {allowed} lets Ray drop a write task "
+            "that raised and finish the job: its rows would be missing from the committed "
+            "snapshot, said nowhere. A lading sink commits every row once or nothing: set it "
+            "to 0 (Ray's default) for this write; to skip malformed rows with a count, pass "
+            "on_error='skip' to the sink"
+        )
 
 
 def _new_build_id() -> str:
