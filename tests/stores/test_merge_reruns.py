@@ -178,3 +178,23 @@ def test_a_damaged_or_hostile_run_mark_never_takes_a_build_back(
         mark.write_text(good + " " * (1 << 20))  # a valid mark padded past any mark's size
     kept = lading.merge_store(dest)
     assert kept.meta["build_id"] == y and kept.snapshot == current, hostile
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["--build-id", "derived"])
+def test_the_missing_shards_command_keeps_the_build_id_the_workers_were_given(
+    tmp_path: Path, given: bool
+) -> None:
+    """Workers given ``--build-id`` with a shard missing: the merge's advice named the command
+    without it, and following it built the shard under the derived build (then "2 builds and
+    none is whole"). A build under its derived id is told the plain command."""
+    src, dest = docs(tmp_path / "c.jsonl", 100), tmp_path / "store"
+    kw = {"build_id": "build-0000000000000001"} if given else {}
+    bid = lading.build_shard(src, dest, (0, 2), **kw).build_id  # type: ignore[arg-type]
+    with pytest.raises(lading.errors.StoreFormatError) as refused:
+        lading.merge_store(dest)
+    said = str(refused.value)
+    flag = f" --build-id {bid}"
+    assert (f"--shard 1/2{flag}`" in said) == given and "--shard 1/2" in said, said
+    if given:  # the advice, followed, completes the build
+        lading.build_shard(src, dest, (1, 2), build_id=bid)
+        assert len(lading.merge_store(dest)) == 100

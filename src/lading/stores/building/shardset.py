@@ -120,7 +120,10 @@ def input_stats(files: list[Path]) -> list[list[Any]]:
 def derive_build_id(files: list[Path], options: dict[str, Any], n: int) -> str:
     """The build directory's name every worker computes alike: a digest of the inputs'
     identity (:func:`input_stats`), options and n."""
-    stats = input_stats(files)
+    return _build_id_of(input_stats(files), options, n)
+
+
+def _build_id_of(stats: list[Any], options: dict[str, Any], n: int) -> str:
     blob = json.dumps({"inputs": stats, "options": options, "n": n}, sort_keys=True, default=str)
     return f"{BUILD_PREFIX}{hashlib.sha256(blob.encode('utf-8')).hexdigest()[:16]}"
 
@@ -270,11 +273,12 @@ def all_present(dest: Path, bid: str, build: str = "lading build") -> int:
         i += 1
     if missing:
         listed = ", ".join(str(i) for i in missing[:8]) + (" ..." if len(missing) > 8 else "")
-        build = _builds_own_command(dest, bid, build)
+        build, given = _builds_own_command(dest, bid, build)
+        named = f" --build-id {bid}" if given else ""  # (its workers were given it)
         each = (
-            f"Build it with `{build} SOURCE {dest} --shard {missing[0]}/{n}`"
+            f"Build it with `{build} SOURCE {dest} --shard {missing[0]}/{n}{named}`"
             if len(missing) == 1
-            else f"Build each with `{build} SOURCE {dest} --shard I/{n}` for I in {listed}"
+            else f"Build each with `{build} SOURCE {dest} --shard I/{n}{named}` for I in {listed}"
         )
         raise StoreFormatError(
             f"{dest}: build {bid} has {have:,} of its {n:,} shards; missing {listed}. {each} "
@@ -283,17 +287,24 @@ def all_present(dest: Path, bid: str, build: str = "lading build") -> int:
     return n
 
 
-def _builds_own_command(dest: Path, bid: str, build: str) -> str:
+def _builds_own_command(dest: Path, bid: str, build: str) -> tuple[str, bool]:
     """The command that builds a shard of ``dest/bid``'s kind (as its ``build.json`` says),
-    whichever kind's merge met it; ``build`` where the record does not say."""
+    whichever kind's merge met it (``build`` where the record does not say), and whether its
+    workers were given the build's id (``--build-id``: not the one derived from the inputs
+    its record lists, which a worker without the flag would build under)."""
     try:
         recipe = json.loads((dest / bid / BUILD_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return build
+        return build, False
     options = recipe.get("options") if isinstance(recipe, dict) else None
     if not isinstance(options, dict):
-        return build
-    return "lading lm build" if what_is_built(options) == "token corpus" else "lading build"
+        return build, False
+    try:
+        given = _build_id_of(recipe["stats"], options, int(recipe["n"])) != bid
+    except (KeyError, TypeError, ValueError):
+        given = False
+    kind = "lading lm build" if what_is_built(options) == "token corpus" else "lading build"
+    return kind, given
 
 
 def shards_present(dest: Path, bid: str) -> set[str]:
