@@ -131,7 +131,13 @@ class RemoteAccessError(RemotePermanentError, PermissionError):
 
 
 class RemoteNotFoundError(RemotePermanentError, FileNotFoundError):
-    """No such bucket or object at the endpoint: names which, the endpoint and the fix."""
+    """No such bucket or object at the endpoint: names which, the endpoint and the fix.
+
+    Attributes:
+        no_bucket: the bucket itself is missing (not only the object).
+    """
+
+    no_bucket: bool = False
 
 
 class RemoteChangedError(RemotePermanentError):

@@ -194,11 +194,13 @@ def no_bucket(url: str, endpoint: str) -> RemoteNotFoundError:
     family = _family(url)
     noun = "container" if family == "az" else "bucket"
     setting = f" ({_SET_ENDPOINT[family]})" if family is not None else ""
-    return RemoteNotFoundError(
+    error = RemoteNotFoundError(
         f"{url}: {noun} {bucket_of(url)!r} does not exist at "
         f"{endpoint or 'the default endpoint'}; check the URL and the endpoint{setting}, or "
         f"create the {noun}"
     )
+    error.no_bucket = True
+    return error
 
 
 def no_object(url: str, key: str, endpoint: str) -> RemoteNotFoundError:

@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 from lading.disk.formats import check_version, disk_format
 from lading.disk.names import check_inside, check_layout, check_name, inside, refuse
 from lading.disk.remote import meant_url
-from lading.errors import LadingError, OtherFormatError, StoreFormatError
+from lading.errors import LadingError, OtherFormatError, StoreFormatError, StoreNotFoundError
 
 META_FILE = "meta.json"
 MANIFEST = "manifest.json"  # inside snap-<id>/
@@ -205,17 +205,11 @@ def no_manifest(root: Path, fmt_name: str) -> StoreFormatError:
     else an interrupted build, and the fix ``fmt_name``'s format names."""
     fmt = disk_format(fmt_name)
     waiting = {
-        p.name: _merge_command(p / BUILD_MARK) for p in sorted(root.glob(f"{BUILD_PREFIX}*"))
+        p.name: merge_command(_read_or_none(p / BUILD_MARK))
+        for p in sorted(root.glob(f"{BUILD_PREFIX}*"))
     }
     if waiting:
-        builds, kinds = ", ".join(waiting), set(waiting.values())
-        merges = " or ".join(f"`{m} {root}`" for m in sorted(kinds))
-        tokens = kinds == {"lading lm merge"}
-        what = fmt.what if len(kinds) > 1 else "token corpus" if tokens else "store"
-        return StoreFormatError(
-            f"{root} is not a lading {what} yet: it holds the shards of a parallel build "
-            f"not merged ({builds}); {merges} commits them, or names the shards still to build"
-        )
+        return unmerged(str(root), waiting, fmt.what)
     if any(root.glob(f"{TMP_PREFIX}*")):  # a killed build's scratch
         return StoreFormatError(
             f"{root} is not a lading {fmt.what}: {META_FILE} is missing (an interrupted build "
@@ -234,13 +228,34 @@ def no_manifest(root: Path, fmt_name: str) -> StoreFormatError:
     )
 
 
-def _merge_command(record: Path) -> str:
-    """The command merging the build whose ``build.json`` is ``record``: ``lading lm merge``
-    where its options say it makes a token corpus, ``lading merge`` otherwise (unreadable too:
-    that merge reads it and says what is wrong)."""
+def unmerged(where: str, waiting: dict[str, str], what: str) -> StoreNotFoundError:
+    """The error for ``where`` (a folder or a URL) with no manifest but the shards of parallel
+    builds waiting there (``waiting``: build id -> the command that merges it; ``what``: the
+    kind named where the builds are of both kinds)."""
+    builds, kinds = ", ".join(waiting), set(waiting.values())
+    merges = " or ".join(f"`{m} {where}`" for m in sorted(kinds))
+    tokens = kinds == {"lading lm merge"}
+    what = what if len(kinds) > 1 else "token corpus" if tokens else "store"
+    return StoreNotFoundError(
+        f"{where} is not a lading {what} yet: it holds the shards of a parallel build "
+        f"not merged ({builds}); {merges} commits them, or names the shards still to build"
+    )
+
+
+def _read_or_none(path: Path) -> bytes | None:
     try:
-        options = json.loads(record.read_text(encoding="utf-8")).get("options")
-    except (OSError, ValueError, AttributeError):
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def merge_command(record: bytes | None) -> str:
+    """The command merging the build whose ``build.json`` holds ``record``: ``lading lm
+    merge`` where its options say it makes a token corpus, ``lading merge`` otherwise
+    (unreadable too: that merge reads it and says what is wrong)."""
+    try:
+        options = json.loads(record or b"").get("options")
+    except (ValueError, AttributeError):
         options = None
     tokens = isinstance(options, dict) and options.get("kind") == "tokens"
     return "lading lm merge" if tokens else "lading merge"

@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from lading.disk.meta import META_FILE
-from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, grace_seconds
-from lading.errors import RemoteNotFoundError, StoreFormatError
+from lading.disk.snapshot import (
+    BUILD_MARK,
+    BUILD_PREFIX,
+    MANIFEST,
+    SNAP_PREFIX,
+    grace_seconds,
+    merge_command,
+    unmerged,
+)
+from lading.errors import RemoteNotFoundError, StoreFormatError, StoreNotFoundError
 from lading.remote.cache import NodeCache
 from lading.remote.fetch import Fetcher
 from lading.remote.objects import PermanentError
@@ -63,7 +71,12 @@ def open_snapshot(
     try:
         raw = manifest_bytes(fetcher, url, settings.cache, snapshot, parse)
     except PermanentError as e:
-        raise missing(url, getattr(fetcher.client, "endpoint", ""), e) from None
+        error = missing(url, getattr(fetcher.client, "endpoint", ""), e)
+        if isinstance(error, StoreNotFoundError) and snapshot is None:
+            waiting = _waiting_builds(fetcher)
+            if waiting:  # shards of a parallel build wait for their merge: that is the fix
+                raise unmerged(url, waiting, "store or token corpus") from None
+        raise error from None
     meta = parse(raw, f"{url}/{META_FILE}")
     staged, pinned = files(meta)
     budget = settings.index_budget(sum(int(meta["files"][n]["size"]) for n in staged))
@@ -98,3 +111,23 @@ def manifest_bytes(
         f"{url}: snapshot {snapshot} is no longer the current one and this node has no staged "
         "copy of it; open it again to read its current snapshot"
     )
+
+
+def _waiting_builds(fetcher: Fetcher, most: int = 8) -> dict[str, str]:
+    """The parallel builds whose shards wait in the bucket (a ``build-<id>/build.json``
+    there), at most ``most`` of them, each with the command that merges it: an open that
+    found no manifest names them, as a folder's does (it said "no store ... build a store
+    there", to a user whose workers had built every shard)."""
+    found = sorted(
+        key.split("/", 1)[0]
+        for key in fetcher.list()  # (an error path: one listing)
+        if key.startswith(BUILD_PREFIX) and key.count("/") == 1 and key.endswith(f"/{BUILD_MARK}")
+    )
+    waiting = {}
+    for bid in found[:most]:
+        try:
+            record: bytes | None = fetcher.get_object(f"{bid}/{BUILD_MARK}")
+        except PermanentError:  # (gone since the listing: its merge reads and says)
+            record = None
+        waiting[bid] = merge_command(record)
+    return waiting

@@ -207,8 +207,9 @@ def payload_bytes(meta: dict[str, Any]) -> int:
 def no_store(url: str, endpoint: str, error: Exception) -> LadingError:
     """The one-line error of an open whose manifest is not there: which bucket or object."""
     endpoint = endpoint or "the default endpoint"
-    if isinstance(error, RemoteNotFoundError) and "bucket" in str(error):
-        return error  # the bucket: named, with its endpoint and fix
+    if isinstance(error, RemoteNotFoundError) and error.no_bucket:
+        return error  # the bucket: named, with its endpoint and fix (a bucket named
+        # "bucket-1" said nothing of the store missing in it)
     if not isinstance(error, RemoteNotFoundError):  # access denied, a gone object, ...
         if isinstance(error, RemotePermanentError):
             return error
