@@ -154,3 +154,34 @@ def test_a_failed_job_into_a_bucket_leaves_the_snapshot_and_no_build(
     finally:
         fetcher.close()
     assert left == []
+
+
+def test_a_job_whose_commit_loses_to_another_merge_says_to_run_it_again(
+    ray_and_s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """Another merge commits in the bucket while the job's commit runs: the job commits
+    nothing, its build is removed, and its error says to run the job again. It said to name
+    the job's build with --build-id, a build the failed job had just removed."""
+    from lading.integrations.ray import LadingDatasink
+
+    url = f"s3://{bucket}/stores/lost"
+    src = write(tmp_path / "o.jsonl", "".join(json.dumps(r) + "\n" for r in rows(30)))
+    for i in range(2):  # another build's shards, waiting for their merge
+        lading.build_shard(src, url, (i, 2), cache=tmp_path / "w", progress=False)
+
+    class Racing(LadingDatasink):  # that merge commits as this job's commit begins
+        def commit_remote(self, settings: Any, root: Path, previous: Any, shards: Any) -> str:
+            lading.merge_store(url, cache=tmp_path / "m")
+            return LadingDatasink.commit_remote(self, settings, root, previous, shards)
+
+    job = Racing(url, cache=tmp_path / "cache")
+    with pytest.raises(Exception, match="while this Ray job committed") as failed:
+        ray.data.from_items(rows(100)).repartition(2).write_datasink(job)
+    assert "--build-id" not in str(failed.value) and "run the job again" in str(failed.value)
+    store = lading.open_store(url, cache=tmp_path / "r")
+    assert len(store) == 30  # the other merge's snapshot
+    fetcher = RemoteSettings.of(tmp_path / "l", None, None).fetcher(url)
+    try:
+        assert list(fetcher.list(f"{job.build_id}/")) == []  # the job's build: removed
+    finally:
+        fetcher.close()

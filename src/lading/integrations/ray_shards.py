@@ -189,7 +189,12 @@ class ShardSink(Datasink):
             return
         from lading.errors import SourceError, StoreFormatError
         from lading.stores.building.bucket_kind import refuse_kind_at
-        from lading.stores.building.remote_shards import mirror, named_as, scratch_folder
+        from lading.stores.building.remote_shards import (
+            CommitLostError,
+            mirror,
+            named_as,
+            scratch_folder,
+        )
 
         settings = self.settings()
         with scratch_folder(settings, "ray-merge-") as root:
@@ -199,6 +204,12 @@ class ShardSink(Datasink):
                 shards = [self.read(root, rel) for rel in rels]
                 self.snapshot = self.commit_remote(settings, root, previous, shards)
                 self._started = False  # committed: its build is a snapshot's
+            except CommitLostError as e:  # (this job's build goes in on_write_failed)
+                raise StoreFormatError(
+                    f"{self.url}: {e.other} while this Ray job committed, so it committed "
+                    "nothing (its shards are removed as it fails): run the job again to write "
+                    "over that snapshot"
+                ) from None
             except (StoreFormatError, SourceError) as e:  # named as the bucket, not the mirror
                 raise named_as(e, root, self.url) from None
         self._remove_unnamed_objects(settings, {rel.split("/")[1] for rel in rels})

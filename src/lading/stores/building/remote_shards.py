@@ -389,7 +389,16 @@ def _snapshot(meta: dict[str, Any] | None) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def _lost(url: str, theirs: dict[str, Any], ours: dict[str, Any]) -> StoreFormatError:
+class CommitLostError(StoreFormatError):
+    """A commit in a bucket lost to another writer's (:func:`commit_remote`): nothing of it
+    was committed. ``other`` says what the other writer did (a Ray job words its own fix)."""
+
+    def __init__(self, message: str, other: str) -> None:
+        super().__init__(message)
+        self.other = other
+
+
+def _lost(url: str, theirs: dict[str, Any], ours: dict[str, Any]) -> CommitLostError:
     """The one line of a merge whose commit lost to another's of another build."""
     snapshot, build = _snapshot(theirs), theirs.get("build_id")
     if snapshot is None:
@@ -397,10 +406,11 @@ def _lost(url: str, theirs: dict[str, Any], ours: dict[str, Any]) -> StoreFormat
     else:
         other = f"another merge committed snapshot {snapshot} (build {build})"
     bid = ours.get("build_id")
-    return StoreFormatError(
+    return CommitLostError(
         f"{url}: {other} while this merge of build {bid} ran, so this merge committed "
         f"nothing (its snapshot {ours['snapshot']} is removed): run the merge again to see "
-        f"what is pending now, or name this build to commit it over that one (--build-id {bid})"
+        f"what is pending now, or name this build to commit it over that one (--build-id {bid})",
+        other,
     )
 
 
