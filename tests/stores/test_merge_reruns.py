@@ -198,3 +198,23 @@ def test_the_missing_shards_command_keeps_the_build_id_the_workers_were_given(
     if given:  # the advice, followed, completes the build
         lading.build_shard(src, dest, (1, 2), build_id=bid)
         assert len(lading.merge_store(dest)) == 100
+
+
+def test_a_merge_of_a_stale_store_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A merge run again after the source changed: the store it hands back is stale, and
+    the command printed Python's two-line warning (``/.../lading:6: StaleStoreWarning: ...``
+    and the source line); now one line, as `lading get` says it."""
+    import os
+    import time
+
+    src, dest = docs(tmp_path / "c.jsonl", 50), tmp_path / "store"
+    build(src, dest, 2)
+    assert main(["merge", str(dest)]) == 0
+    capsys.readouterr()
+    later = time.time() + 5
+    os.utime(src, (later, later))  # the source edited since the build
+    assert main(["merge", str(dest)]) == 0
+    err = capsys.readouterr().err
+    assert "lading merge: warning: " in err and "StaleStoreWarning" not in err, err

@@ -17,7 +17,7 @@ from lading.cli.stores import (
     said_on_stderr,
     snapshot_at,
 )
-from lading.errors import IncompleteBuildWarning, SkippedRecordsWarning
+from lading.errors import IncompleteBuildWarning, SkippedRecordsWarning, StaleStoreWarning
 
 SOURCE_HELP = (
     "a text, JSONL or WikiExtractor file, a folder, a glob in quotes ('wiki/*.jsonl.gz': the "
@@ -167,7 +167,7 @@ def check_eos(tokenizer: str, eos_token: str | None) -> None:
 def _cmd_lm_merge(args: argparse.Namespace) -> int:
     from lading.lm.corpus import TokenCorpus
 
-    with said_on_stderr("lading lm merge", IncompleteBuildWarning):
+    with said_on_stderr("lading lm merge", (IncompleteBuildWarning, StaleStoreWarning)):
         corpus = TokenCorpus.merge(args.dest, build_id=args.build_id)
     parts = len(corpus.meta.get("parts") or [None])
     print(

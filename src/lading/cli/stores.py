@@ -19,6 +19,7 @@ from lading.errors import (
     IncompleteBuildWarning,
     OtherFormatError,
     SkippedRecordsWarning,
+    StaleStoreWarning,
 )
 
 # lading.sources.FORMATS, spelled out so that building the parser imports nothing heavy (a test
@@ -100,7 +101,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     from lading.stores import merge_store
 
     started = time.perf_counter()
-    with said_on_stderr("lading merge", IncompleteBuildWarning):
+    with said_on_stderr("lading merge", (IncompleteBuildWarning, StaleStoreWarning)):
         store = merge_store(args.dest, build_id=args.build_id)
     shards = len(store.meta["shards"])
     where = args.dest if is_remote(args.dest) else store.path  # (a URL's: its node cache)
@@ -413,7 +414,6 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_get(args: argparse.Namespace) -> int:
-    from lading.errors import StaleStoreWarning
     from lading.stores import open_store
 
     with said_on_stderr("lading get", StaleStoreWarning):  # one line, not Python's two
