@@ -91,6 +91,21 @@ def test_a_duplicate_across_tasks_commits_nothing(tmp_path: Path, local_ray: Non
     assert "shard" in str(caught.value)
     with pytest.raises(StoreFormatError):
         lading.open_store(tmp_path / "s")
+    assert not (tmp_path / "s").exists()  # the job made it: an empty folder was left
+
+
+def test_a_failed_job_leaves_a_folder_it_found_with_what_it_held(
+    tmp_path: Path, local_ray: None
+) -> None:
+    from lading.integrations.ray import LadingDatasink
+
+    ray.data.from_items(rows(50)).write_datasink(LadingDatasink(tmp_path / "s"))
+    before = sorted(p.name for p in (tmp_path / "s").iterdir())
+    data = rows(200) + rows(1, first=5)
+    with pytest.raises(Exception, match="duplicate id 'd5'"):
+        ray.data.from_items(data).repartition(3).write_datasink(LadingDatasink(tmp_path / "s"))
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == before
+    assert len(lading.open_store(tmp_path / "s")) == 50
 
 
 def test_parquet_sessions_written_by_ray_open_with_partitioned_parquet(

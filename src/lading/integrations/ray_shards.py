@@ -27,6 +27,7 @@ snapshot's objects, and the job fails as above, never overwriting the other's co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -77,6 +78,7 @@ class ShardSink(Datasink):
         self.storage_options = dict(storage_options) if storage_options else None
         self.build_id = _new_build_id()  # each job draws its own: on_write_start
         self._started = False  # this job's on_write_start ran (its build is its own)
+        self._made_dest = False  # ... and made the destination folder
         self.snapshot: str | None = None
 
     def settings(self) -> RemoteSettings:
@@ -104,6 +106,7 @@ class ShardSink(Datasink):
             self._started = True  # (a bucket refused: on_write_failed has nothing to remove)
             return
         self._started = True
+        self._made_dest = not self.dest.exists()  # (a failed job removes it again)
         if not is_ours_to_replace(self.dest):
             raise FileExistsError(
                 f"{self.dest} exists and is not a lading {self.what}; refusing to write into it"
@@ -252,6 +255,9 @@ class ShardSink(Datasink):
             return
         if self.url is None:
             shutil.rmtree(self.dest / self.build_id, ignore_errors=True)
+            if self._made_dest:  # the folder this job made, left empty
+                with contextlib.suppress(OSError):  # (not empty: another writer's is there)
+                    self.dest.rmdir()
         elif not self._named_by_bucket_meta():
             self._remove_unnamed_objects(self.settings(), set(), keep=None)
 
