@@ -24,6 +24,7 @@ from lading.remote.cache.around import AroundGets
 from lading.remote.cache.node import Flight
 from lading.remote.clients import open_client
 from lading.remote.fetch import Fetcher, Future, _settle
+from lading.testing import LocalS3
 
 
 def _cache(tmp_path: Path, data: bytes) -> NodeCache:
@@ -112,3 +113,22 @@ def test_a_held_get_that_failed_before_its_read_is_sent_again(tmp_path: Path) ->
         assert cache.read([("text.bin", 100, 300)], 0, around=around) == [data[100:300]]
     finally:
         cache.close()
+
+
+def test_an_attempt_queued_for_a_slot_counts_as_begun(s3: LocalS3, bucket: str) -> None:
+    """A read-ahead GET whose attempt waits for a slot behind a hung one began (``sent``)
+    when it was queued: a read that joins it later and sees it fail raises its error rather
+    than sending it again (a GET that never got a slot kept ``sent == 0.0`` and was sent
+    again: two deadlines against a server that stopped answering)."""
+    url = f"s3://{bucket}/queued"
+    open_client(url).put("a.bin", os.urandom(1000))
+    s3.fault("a.bin", 10, "hang", delay=30.0)
+    fetcher = Fetcher(lambda: open_client(url), in_flight=1, retries=0, timeout=1.0)
+    try:
+        first = fetcher.submit("a.bin", 0, 100)  # holds the one slot
+        queued = fetcher.submit("a.bin", 100, 200)
+        time.sleep(0.3)
+        assert first.sent > 0.0 and queued.sent > 0.0 and not queued.done()
+    finally:
+        fetcher.close()
+        s3.reset()

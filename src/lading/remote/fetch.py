@@ -107,9 +107,9 @@ class Future:
             that returned them was sent; None where they came from a request without it
             (of an unpinned call, or beside a call's pinned range): another version's bytes
             if the object was overwritten in place shortly before.
-        sent: when (``time.monotonic()``) its latest attempt was sent; 0.0 before the first.
-            A read that joins the GET and sees it fail sends it again where this is before
-            the read began (:mod:`lading.remote.cache.reads`).
+        sent: when (``time.monotonic()``) its latest attempt began (queued for a slot, or
+            sent); 0.0 before the first. A read that joins the GET and sees it fail sends it
+            again where this is before the read began (:mod:`lading.remote.cache.reads`).
     """
 
     __slots__ = ("_callbacks", "_cond", "_data", "_done", "_error", "checked", "sent")
@@ -340,15 +340,16 @@ class Fetcher:
         async def attempt() -> list[bytes]:
             nonlocal todo
             asked = [ranges[i] for i in todo]
+            began = time.monotonic()  # (before the wait for a slot: a queued attempt counts)
+            for future in futures:
+                future.sent = began
             async with slots:
                 slot = None if self.node is None else await self.node.acquire()
                 try:
                     self._refuse_if_closed(cancel)  # queued for a slot at close: not sent
                     self._refuse_if_abandoned(futures)
                     self.gets += requests_sent(client, asked, etag)
-                    sent, more, now = time.time(), [0], time.monotonic()
-                    for future in futures:
-                        future.sent = now
+                    sent, more = time.time(), [0]
                     counting = EXTRA_REQUESTS.set(more)  # (this task's: a fallback's GETs)
                     try:
                         datas = await get_ranges(client, key, asked, etag)

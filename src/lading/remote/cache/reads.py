@@ -696,10 +696,11 @@ class NodeCache:
 
 def _failed_before(future: Future, error: RemoteReadError, began: float) -> bool:
     """Whether a GET joined by a read that ``began`` then failed for a reason that may be
-    gone (an outage, a timeout: not a refusal, a change or a close) in an attempt sent
-    before the read began: the read sends it again, once (a resume right after a server
-    came back raised the outage's error of a GET still in its last attempt). One sent
-    since spent the read's own time: its error is the read's."""
+    gone (an outage, a timeout: not a refusal, a change or a close) in an attempt that began
+    before the read did (:attr:`Future.sent`, queued for a slot included): the read sends it
+    again, once (a resume right after a server came back raised the outage's error of a GET
+    still in its last attempt); the read waited at most that attempt's remainder first. One
+    whose last attempt began since spent the read's own time: its error is the read's."""
     transient = not isinstance(error, RemotePermanentError | ClosedError)
     return transient and future.sent < began
 
