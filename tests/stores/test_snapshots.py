@@ -203,3 +203,17 @@ def test_a_forked_worker_keeps_the_parents_maps(tmp_path: Path, no_grace: None) 
     assert out.get(timeout=60) == "A text 3"
     child.join(timeout=60)
     assert child.exitcode == 0
+
+
+def test_a_version_1_store_uploads_as_it_is(bucket: str, tmp_path: Path) -> None:
+    """A version 1 store has no snapshot of its own (its id is made when it is read): its
+    upload raised ``KeyError: 'snapshot'`` once uploads stamped a snapshot's manifest."""
+    from lading.remote.clients import open_client
+    from lading.stores.building.upload import upload
+
+    dest = tmp_path / "s"
+    lading.build_store(_source(tmp_path / "a.tsv", "A"), dest, progress=False)
+    _as_version_1(dest)
+    assert upload(dest, open_client(f"s3://{bucket}/v1")) is None
+    remote = lading.open_store(f"s3://{bucket}/v1", cache=tmp_path / "c")
+    assert remote.snapshot.startswith("v1-") and remote["a5"] == "A text 5"

@@ -5,6 +5,8 @@ file, fsynced, renamed over it: the commit point). The manifest being replaced e
 ``history`` of the new one with the time it was replaced; :func:`collect_garbage` removes a
 replaced snapshot once that is longer ago than :func:`~lading.disk.snapshot.grace_seconds`
 (see :data:`~lading.disk.snapshot.GRACE_S` for why 600 s). Both run under the build lock.
+A bucket's commits write their history the same way (:func:`stamped`, right before their
+``meta.json`` PUT), with no lock: :mod:`lading.stores.building.bucket_gc` collects there.
 """
 
 from __future__ import annotations

@@ -104,3 +104,42 @@ def test_a_build_into_a_bucket_returns_its_own_snapshot(
     assert len(mine) == 50 and mine.get_many(["d0"]) == ["mine 0"]
     assert lading.open_store(url, cache=tmp_path / "c").get_many(["d0"]) == ["other 0"]
     mine.close()
+
+
+def _ranked_build(rank: int, world: int, src: str, url: str, cache: str) -> tuple[str, int]:
+    """One rank of a group in which every rank calls ``build_store`` into ``url``."""
+    store = lading.build_store(src, url, cache=f"{cache}/{rank}", progress=False, overwrite=True)
+    return store.snapshot, len(store)
+
+
+def _ranked_failing(rank: int, world: int, src: str, url: str, cache: str) -> str:
+    try:
+        lading.build_store(src, url, cache=f"{cache}/{rank}", progress=False)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return "built"
+
+
+@pytest.mark.slow  # two spawned ranks in a gloo group: ~10 s
+def test_every_rank_opens_the_snapshot_rank_0_built(
+    s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """Under a process group rank 0 builds and uploads, then every rank opens the snapshot
+    rank 0 committed (its id shared through the group's store, not a collective of
+    tensors); rank 0's failure is said on every rank, as a lading error."""
+    from distributed import run_processes
+
+    url = f"s3://{bucket}/ranks"
+    src = _tsv(tmp_path / "a.tsv", 40, "ranked")
+    got = run_processes(_ranked_build, 2, str(src), url, str(tmp_path / "c"))
+    assert got[0] == got[1] and got[0][1] == 40 and got[0][0].startswith("snap-")
+    bad = write_bad(tmp_path / "bad.tsv")
+    said = run_processes(_ranked_failing, 2, str(bad), f"s3://{bucket}/fails", str(tmp_path / "f"))
+    assert said[0].startswith("SourceError") and "bad.tsv" in said[0], said
+    assert said[1].startswith("RemoteWriteError") and "rank 0's build failed" in said[1], said
+    assert "bad.tsv" in said[1], said
+
+
+def write_bad(path: Path) -> Path:
+    path.write_text("d1\tfine\nno tab on this line\n")
+    return path

@@ -34,8 +34,9 @@ def collect_garbage(
     """Delete the objects of ``snap-`` folders no snapshot within the grace still uses, and of
     the ``build-`` folders (parallel builds) only they used; the folders removed. A snapshot
     was replaced when the commit after it said so: an entry of the ``history`` of ``current``
-    or of any manifest listed, stamped at that commit (:func:`~lading.disk.commit.stamped`);
-    it is kept for the grace from then. A snapshot no history names was never current as far
+    or of a snapshot that history names, and so on back (manifests that were current),
+    stamped at that commit (:func:`~lading.disk.commit.stamped`); it is kept for the grace
+    from then. A snapshot no history names was never current as far
     as the bucket tells (a build uploading beside this one, one killed before its commit, a
     commit landing after ``current``, or one of a lading that kept no history in a bucket):
     kept until :data:`~lading.disk.snapshot.ABANDONED_S` past its start (its manifest's
@@ -69,14 +70,23 @@ def _collect(client: ObjectClient, current: dict[str, Any], fetcher: Fetcher) ->
     def started(snap: str) -> float:
         return float(manifests.get(snap, {}).get("committed_at") or _time(snap))
 
-    replaced: dict[str, float] = {}  # snapshot -> when the commit after it was made
-    for manifest in (current, *manifests.values()):
-        for entry in manifest.get("history", []):
-            with contextlib.suppress(KeyError, TypeError, ValueError):  # (a foreign entry)
-                name, at = str(entry["snapshot"]), float(entry["replaced_at"])
-                replaced[name] = max(at, replaced.get(name, at))
     now, grace = time.time(), grace_seconds()
     mine = str(current.get("snapshot"))
+    # snapshot -> when the commit after it was made, from the histories of the snapshots that
+    # were current: the current one's, then those its history names, and so on (a killed
+    # upload's manifest, never current, is not taken at its word)
+    replaced: dict[str, float] = {}
+    trusted, seen = [current], {mine}
+    while trusted:
+        for entry in trusted.pop().get("history", []):
+            try:
+                name, at = str(entry["snapshot"]), float(entry["replaced_at"])
+            except (KeyError, TypeError, ValueError):  # (a foreign entry)
+                continue
+            replaced[name] = max(at, replaced.get(name, at))
+            if name not in seen and name in manifests:
+                seen.add(name)
+                trusted.append(manifests[name])
     keep = {mine}
     for snap in snaps - keep:
         if snap in replaced:

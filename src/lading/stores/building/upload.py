@@ -17,7 +17,8 @@ client waited up to 30 minutes before: its timeout is that long so that completi
 multipart upload on a loaded server may take minutes, which the deadline still allows.)
 
 Under torch.distributed every rank may call it with the same arguments: global rank 0 builds
-and uploads while the others wait at a barrier, then all open the store. Rank 0's local build
+and uploads while the others wait at a barrier, then all open the snapshot rank 0 committed
+(its id shared through the group's key-value store). Rank 0's local build
 is its own (:func:`~lading.stores.building.group.alone`): it starts no collective of its own.
 """
 
@@ -36,7 +37,7 @@ from typing import Any
 from lading.deadline import DEFAULT_RETRIES
 from lading.disk import read_meta
 from lading.disk.meta import META_FILE
-from lading.disk.snapshot import MANIFEST
+from lading.disk.snapshot import MANIFEST, SNAP_PREFIX
 from lading.errors import RemoteNotFoundError
 from lading.remote.clients import open_client
 from lading.remote.fetch import TIMEOUT_ENV, Fetcher
@@ -111,14 +112,39 @@ def build_remote(
                 raise
             failure = e
     if dist is not None:
-        built = [snapshot]
-        dist.broadcast_object_list(built, src=0)  # (the barrier: rank 0 has committed)
-        if failure is not None:
-            raise failure
-        if built[0] is None:
-            raise RuntimeError(f"rank 0's build of {url} failed (its error is in its log)")
-        snapshot = built[0]
+        snapshot = _shared_outcome(dist, url, snapshot, failure)
     return opener(url, settings, snapshot=snapshot)
+
+
+def _shared_outcome(
+    dist: Any, url: str, snapshot: str | None, failure: BaseException | None
+) -> str | None:
+    """Every rank past the barrier with rank 0's outcome, through the group's key-value store
+    (no collective of tensors: a device each backend would pick): the snapshot it
+    committed, which every rank then opens pinned; its failure, raised on rank 0 as it was
+    and on the others as a :class:`RemoteWriteError` saying it. None where the backend has no
+    store (the current snapshot is opened, as before)."""
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        store = _get_default_store()
+    except (ImportError, RuntimeError, ValueError):
+        store = None
+    key = f"lading/build_remote/{url}"
+    if store is not None and dist.get_rank() == 0:
+        said = f"error:{failure}" if failure is not None else f"snapshot:{snapshot or ''}"
+        store.set(key, said)
+    dist.barrier()  # (rank 0 has committed, or failed)
+    if failure is not None:
+        raise failure
+    if store is None:
+        return snapshot
+    said = store.get(key).decode("utf-8")
+    if said.startswith("error:"):
+        raise RemoteWriteError(
+            f"{url}: rank 0's build failed, so nothing was committed: {said[len('error:') :]}"
+        )
+    return said[len("snapshot:") :] or None
 
 
 def _build_and_upload(
@@ -129,8 +155,9 @@ def _build_and_upload(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     format_name: str = FORMAT_NAME,
-) -> str:
-    """Check, build and upload (see :func:`build_remote`); the snapshot's id."""
+) -> str | None:
+    """Check, build and upload (see :func:`build_remote`); the snapshot's id (a fresh build
+    is never a version 1 store: always one)."""
     what = "store" if format_name == FORMAT_NAME else "token corpus"
     check_writable(url, settings, what)  # before the source is read: a build may take hours
     from lading.stores.building.bucket_kind import check_bucket_kind
@@ -197,12 +224,13 @@ def upload(
     *,
     timeout: float | None = None,
     min_rate: int | str | None = None,
-) -> str:
+) -> str | None:
     """Upload the store at ``local`` through ``client``: every file under it (what the
     manifest lists), then the snapshot's manifest and ``meta.json``, stamped as committed
     then over the bucket's current manifest (:func:`~lading.disk.commit.stamped`: the
     snapshot replaced is kept for the grace from its replacement), each PUT within
-    :func:`put_deadline` of its bytes; the snapshot's id.
+    :func:`put_deadline` of its bytes; the snapshot's id (None for a version 1 store, which
+    has none of its own: uploaded as it is).
 
     Args:
         format_name: what ``local`` must be (a token corpus is ``lading.tokens``).
@@ -214,14 +242,20 @@ def upload(
     Raises:
         RemoteWriteError: a PUT failed or passed its deadline: one line naming the object,
             the endpoint and the settings; the manifest was not written.
+        RemoteReadError: the bucket's current manifest could not be read (its history is
+            carried into the new one); nothing was committed.
     """
     from lading.disk.commit import stamped
 
     read_meta(local, format_name)  # a complete store, or the error says what is wrong
     base = default_timeout() if timeout is None else float(timeout)
     rate = default_upload_rate() if min_rate is None else positive_rate(min_rate)
-    meta = json.loads((local / META_FILE).read_bytes())
-    manifest = f"{meta['snapshot']}/{MANIFEST}"
+    raw = (local / META_FILE).read_bytes()
+    meta = json.loads(raw)
+    snapshot = meta.get("snapshot")
+    # (a version 1 store has no snapshot of its own: its manifest goes up as it is)
+    versioned = isinstance(snapshot, str) and snapshot.startswith(SNAP_PREFIX)
+    manifest = f"{snapshot}/{MANIFEST}" if versioned else None
     names = sorted(
         p.relative_to(local).as_posix()
         for p in local.rglob("*")
@@ -238,8 +272,9 @@ def upload(
     fetcher = Fetcher(lambda: client, in_flight=UPLOADS_AT_ONCE, retries=0, timeout=longest + 1)
     try:
         _run(fetcher, lambda: _put_all(client, files, base, rate))
-        raw = stamped(meta, _current(client, base), time.time())
-        _run(fetcher, lambda: _put_all(client, [(manifest, raw, len(raw))], base, rate))
+        if manifest is not None:
+            raw = stamped(meta, _current(client, base), time.time())
+            _run(fetcher, lambda: _put_all(client, [(manifest, raw, len(raw))], base, rate))
         _run(fetcher, lambda: _put_all(client, [(META_FILE, raw, len(raw))], base, rate))
     finally:
         fetcher.close()
@@ -247,7 +282,7 @@ def upload(
         collect_garbage(client, meta, timeout=base)
     except OSError as e:  # RemoteReadError included
         warnings.warn(f"{client.url} is committed; its old snapshots stay: {e}", stacklevel=2)
-    return str(meta["snapshot"])
+    return str(snapshot) if versioned else None
 
 
 def _current(client: ObjectClient, timeout: float) -> dict[str, Any] | None:
