@@ -66,7 +66,7 @@ def test_a_damaged_shard_is_built_again_by_its_worker_run_again(tmp_path: Path) 
         lading.build_shard(src, tmp_path / "s", (i, 2), progress=False)
     (shard,) = [p for p in (tmp_path / "s").rglob("shard-00001-of-00002") if p.is_dir()]
     _cut(shard, "text.bin")
-    with pytest.raises(StoreFormatError, match="run its worker again"):
+    with pytest.raises(StoreFormatError, match="build that shard again"):
         lading.merge_store(tmp_path / "s")
     report = lading.build_shard(src, tmp_path / "s", (1, 2), progress=False)
     assert not report.reused  # it was "already built" before
@@ -84,3 +84,39 @@ def test_a_damaged_token_shard_is_built_again_by_its_worker_run_again(tmp_path: 
     report = TokenCorpus.build_shard(src, tmp_path / "c", (1, 2), tok, progress=False)
     assert not report.reused
     assert TokenCorpus.merge(tmp_path / "c").tokens[:].tolist() == want.tokens[:].tolist()
+
+
+def test_a_shard_with_every_file_gone_is_built_again(tmp_path: Path) -> None:
+    """Its ``shard.json`` alone left: the worker run again took it for whole (a bucket's
+    record copied down looked the same) and the merge refused it again and again."""
+    src = _source(tmp_path)
+    want = lading.build_store(src, tmp_path / "one", progress=False)
+    for i in range(2):
+        lading.build_shard(src, tmp_path / "s", (i, 2), progress=False)
+    (shard,) = [p for p in (tmp_path / "s").rglob("shard-00001-of-00002") if p.is_dir()]
+    for path in shard.iterdir():
+        if path.name != "shard.json":
+            path.unlink()
+    assert not lading.build_shard(src, tmp_path / "s", (1, 2), progress=False).reused
+    assert lading.merge_store(tmp_path / "s").get_many(want.ids()) == want.get_many(want.ids())
+
+
+def test_a_shard_damaged_in_a_bucket_is_built_again(bucket: str, tmp_path: Path) -> None:
+    """An object of a shard in a bucket deleted: the worker run again said "already built"
+    (it judged the shard by its shard.json alone) and the merge refused it."""
+    from lading.remote.clients import open_client
+
+    src = _source(tmp_path)
+    want = lading.build_store(src, tmp_path / "one", progress=False)
+    url = f"s3://{bucket}/damaged"
+    for i in range(2):
+        lading.build_shard(src, url, (i, 2), cache=tmp_path / "w", progress=False)
+    client = open_client(url)
+    (key,) = [k for k in client.list() if "shard-00001-of-00002/text.bin" in k]
+    client.delete(key)
+    with pytest.raises(StoreFormatError):
+        lading.merge_store(url, cache=tmp_path / "m")
+    report = lading.build_shard(src, url, (1, 2), cache=tmp_path / "w2", progress=False)
+    assert not report.reused
+    merged = lading.merge_store(url, cache=tmp_path / "m2")
+    assert merged.get_many(want.ids()) == want.get_many(want.ids())

@@ -59,6 +59,7 @@ from lading.stores.building.shardset import (
     BUILD_FILE,
     RUN_FILE,
     RUN_MARK_MOST,
+    SEEDED_FILE,
     SHARD_FILE,
     claim_build,
 )
@@ -83,8 +84,13 @@ def seed_from_bucket(url: str, settings: RemoteSettings, local: Path, rel: str) 
             raw = _get_or_none(fetcher, key)
             if raw is None:
                 break  # (no build.json: no shard of this build either)
+            record = key.endswith(f"/{SHARD_FILE}")
+            if record and not _whole_in_bucket(fetcher, rel, raw):
+                break  # (damaged there: built and uploaded again, its shard.json last)
             (local / key).parent.mkdir(parents=True, exist_ok=True)
             (local / key).write_bytes(raw)
+            if record:
+                (local / rel / SEEDED_FILE).write_bytes(b"")
         meta = _get_or_none(fetcher, META_FILE)
     finally:
         fetcher.close()
@@ -93,6 +99,23 @@ def seed_from_bucket(url: str, settings: RemoteSettings, local: Path, rel: str) 
     except (ValueError, AttributeError):
         return None
     return snapshot if isinstance(snapshot, str) else None
+
+
+def _whole_in_bucket(fetcher: Fetcher, rel: str, raw: bytes) -> bool:
+    """Whether every file shard ``rel``'s record (``raw``) lists is in the bucket at its size
+    (one listing): a shard whose object went missing or was cut is built again by its worker
+    run again, as in a folder (it said "already built", and the merge refused it)."""
+    try:
+        files = json.loads(raw).get("files")
+    except (ValueError, AttributeError):
+        return True  # (the merge reads it and says what is wrong)
+    if not isinstance(files, dict):
+        return True
+    there = {key.rsplit("/", 1)[-1]: info.size for key, info in fetcher.list(f"{rel}/").items()}
+    return all(
+        isinstance(info, dict) and there.get(name) == info.get("size")
+        for name, info in files.items()
+    )
 
 
 def put_run_mark(url: str, settings: RemoteSettings, bid: str, snapshot: str | None) -> None:

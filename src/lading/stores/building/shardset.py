@@ -31,6 +31,8 @@ from lading.stores.layout import shard_name
 
 BUILD_FILE = BUILD_MARK  # in build-<id>/: the inputs, options and n every shard was made with
 SHARD_FILE = "shard.json"  # in each finished shard: what it holds (written last)
+# beside a shard.json copied from a bucket for a worker's claim, its objects checked whole there
+SEEDED_FILE = ".from-bucket"
 # in build-<id>/: the snapshot that was the destination's when shards of this build last ran
 # (a merge takes again a build it committed or passed over once its shards run after the
 # snapshot now current: a user going back to an earlier source)
@@ -70,14 +72,14 @@ def check_shard_files(root: Path, rel: str, path: Path, files: dict[str, Any]) -
             size = (root / rel / name).stat().st_size
         except FileNotFoundError:
             raise StoreFormatError(
-                f"{root / rel / name} (in {path}) is missing: run that shard's worker again "
-                "(the same command): it builds the shard anew"
+                f"{root / rel / name} (in {path}) is missing: build that shard again (its "
+                "worker, run again with the same command, rebuilds it)"
             ) from None
         if size != info["size"]:
             raise StoreFormatError(
                 f"{root / rel / name} is {size} bytes, its shard says {info['size']}: the shard "
-                "was damaged after it was built; run its worker again (the same command): it "
-                "builds the shard anew"
+                "was damaged after it was built; build that shard again (its worker, run again "
+                "with the same command, rebuilds it)"
             )
 
 
@@ -86,24 +88,24 @@ def finished_shard(where: Path) -> dict[str, Any] | None:
     finished shard whose files are as it lists them; None where it is not finished, or where
     a file is missing or of another size (damaged since: the folder is removed, so the
     worker builds it anew; it said "already built", and the merge refused the shard). A
-    record alone, none of its files beside it, is a bucket's shard (its record copied here
-    for the claim: :func:`~lading.stores.building.remote_shards.seed_from_bucket`), and a
-    record that lists no files is taken as it is (the merge judges both)."""
+    bucket's shard (its record copied here for the claim, :data:`SEEDED_FILE` beside it,
+    once its objects were found whole there:
+    :func:`~lading.stores.building.remote_shards.seed_from_bucket`) and a record that lists
+    no files are taken as they are (the merge judges the latter)."""
     path = where / SHARD_FILE
     if not path.is_file():
         return None
     record = json.loads(path.read_text(encoding="utf-8"))
     files = record.get("files") if isinstance(record, dict) else None
-    if not isinstance(files, dict) or not all(
-        isinstance(i, dict) and "size" in i for i in files.values()
-    ):
+    if (where / SEEDED_FILE).is_file() or not isinstance(files, dict):
         return record
-    if any((where / name).exists() for name in files):
-        try:
-            check_shard_files(where.parent, where.name, path, files)
-        except StoreFormatError:
-            shutil.rmtree(where)
-            return None
+    if not all(isinstance(i, dict) and "size" in i for i in files.values()):
+        return record
+    try:
+        check_shard_files(where.parent, where.name, path, files)
+    except StoreFormatError:
+        shutil.rmtree(where)
+        return None
     return record
 
 
