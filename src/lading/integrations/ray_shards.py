@@ -91,9 +91,7 @@ class ShardSink(Datasink):
     def on_write_start(self, schema: Any = None) -> None:
         """On the driver, before any task runs: refuse a foreign folder or a bucket that
         refuses writes; draw this job's build (a sink written twice must not share one: the
-        second job's cleanup would remove the first's committed shards) and record it; refuse
-        a job that Ray may finish without a task that raised (:func:`_refuse_dropped_tasks`)."""
-        _refuse_dropped_tasks()
+        second job's cleanup would remove the first's committed shards) and record it."""
         self.build_id = _new_build_id()  # before Ray ships the sink to the write tasks
         if self.url is not None:
             from lading.remote.clients import check_reachable
@@ -118,10 +116,15 @@ class ShardSink(Datasink):
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> dict[str, Any]:
         """In a task: this attempt's rows as one shard of its own; returns where it is."""
+        from ray.data import DataContext
+
         task = int(ctx.task_idx)
         rel = f"{self.build_id}/task-{task:05d}-{secrets.token_hex(4)}"  # this attempt's
+        # the dataset's own setting, as this task runs under it (see _refuse_dropped_tasks)
+        dropping = {"max_errored_blocks": DataContext.get_current().max_errored_blocks}
         if self.url is None:
-            return {"task": task, "dir": rel, **self._write_local(self.dest, rel, blocks, task)}
+            wrote = self._write_local(self.dest, rel, blocks, task)
+            return {"task": task, "dir": rel, **dropping, **wrote}
         from lading.stores.building.remote_shards import scratch_folder, upload_shard_folder
 
         settings = self.settings()
@@ -131,7 +134,7 @@ class ShardSink(Datasink):
             write_file(local / self.build_id / BUILD_FILE, self.recipe())
             wrote = self._write_local(local, rel, blocks, task)
             upload_shard_folder(local, rel, self.url, settings)
-        return {"task": task, "dir": rel, **wrote}
+        return {"task": task, "dir": rel, **dropping, **wrote}
 
     def _write_local(
         self, root: Path, rel: str, blocks: Iterable[Any], task: int
@@ -172,6 +175,7 @@ class ShardSink(Datasink):
             raise SourceError(
                 self.url or self.dest, None, "the Ray dataset had no rows; nothing committed"
             )
+        _refuse_dropped_tasks([r.get("max_errored_blocks", 0) for r in returns])
         tasks = [r["task"] for r in returns]
         if len(set(tasks)) != len(tasks):
             raise RuntimeError(f"Ray returned two results for one write task: tasks {tasks}")
@@ -289,14 +293,14 @@ class ShardSink(Datasink):
         return raw is not None and self.build_id.encode() in raw  # 16 random hex digits
 
 
-def _refuse_dropped_tasks() -> None:
-    """Refuse a write job that Ray may finish without some of its tasks: under
-    ``DataContext.max_errored_blocks`` > 0 (or < 0: any number), a task that raised is dropped
-    and the others' shards committed, the dropped task's rows missing from the snapshot and
-    said nowhere (a review: 200 of 300 rows committed, one bad row costing 99 good ones)."""
-    from ray.data import DataContext
-
-    allowed = DataContext.get_current().max_errored_blocks
+def _refuse_dropped_tasks(settings: list[int]) -> None:
+    """Commit nothing of a write job that Ray may have finished without some of its tasks:
+    under ``DataContext.max_errored_blocks`` > 0 (or < 0: any number), a task that raised is
+    dropped and the others' shards committed, its rows missing from the snapshot and said
+    nowhere (a review: 200 of 300 rows committed, one bad row costing 99 good ones).
+    ``settings``: the value each finished task ran under (the dataset's own copy of the
+    context, which the driver's ``DataContext.get_current()`` is not)."""
+    allowed = next((s for s in settings if s != 0), 0)
     if allowed != 0:
         raise ValueError(
             f"ray.data.DataContext.max_errored_blocks = {allowed} lets Ray drop a write task "
