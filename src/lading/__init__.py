@@ -19,6 +19,7 @@ from lading._lazy import lazy_attributes
 from lading._version import __version__
 from lading.disk.stage import stage
 from lading.errors import (
+    AbandonedBuildWarning,
     BuilderGoneError,
     DeviceUnavailableError,
     DivergedError,
@@ -76,6 +77,7 @@ __getattr__ = lazy_attributes(
 
 
 __all__ = [
+    "AbandonedBuildWarning",
     "BuilderGoneError",
     "DevicePrefetcher",
     "DeviceUnavailableError",

@@ -216,6 +216,14 @@ class EmptyTextWarning(UserWarning):
     them and names ``prefix_fields=`` (``--prefix-fields``), which puts the field first."""
 
 
+class AbandonedBuildWarning(UserWarning):
+    """A commit into a bucket found a parallel build that no snapshot names and in which
+    nothing was written for a day (a job killed before its merge, workers whose merge was
+    never run). It is left in place: a bucket has no build lock, so removing it could race a
+    late merge of it. The message names its folder, objects and bytes, the merge command that
+    commits it and the removal that frees it."""
+
+
 class IncompleteBuildWarning(UserWarning):
     """A merge found a sharded build newer than the current snapshot with shards missing
     (workers that died): it committed nothing and kept the current snapshot. The message names

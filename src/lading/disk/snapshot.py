@@ -48,6 +48,7 @@ META_FILE = "meta.json"
 MANIFEST = "manifest.json"  # inside snap-<id>/
 SNAP_PREFIX = "snap-"
 BUILD_PREFIX = "build-"
+WRITE_PROBE = ".lading-write-probe-"  # a bucket build writes and deletes it before it starts
 BUILD_MARK = "build.json"  # in every build-<id>/ lading made: what a collection may remove
 _SNAP_NAME = re.compile(r"^snap-\d{8}T\d{6}Z-[0-9a-f]{8}$")
 TMP_PREFIX = ".tmp-"

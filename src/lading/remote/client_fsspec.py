@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from lading.disk.remote import endpoint_of, filesystem
 from lading.remote import objects
-from lading.remote.objects import ObjectInfo, PermanentError
+from lading.remote.objects import ObjectInfo, PermanentError, written_at
 
 T = TypeVar("T")
 
@@ -148,7 +148,7 @@ class FsspecClient:
             return None
         if info.get("type") == "directory":
             return None
-        return ObjectInfo(int(info["size"]), _etag(info), _modified(info))
+        return _info(info)
 
     async def upload_async(
         self, key: str, data: bytes | Path, timeout: float, request: float | None = None
@@ -285,7 +285,7 @@ class FsspecClient:
             if info.get("type") == "directory":
                 continue
             rel = path[len(self.root) + 1 :] if path.startswith(self.root + "/") else path
-            out[rel] = ObjectInfo(int(info["size"]), _etag(info), _modified(info))
+            out[rel] = _info(info)
         return out
 
     def head(self, key: str) -> ObjectInfo | None:
@@ -297,7 +297,7 @@ class FsspecClient:
             return None
         if info.get("type") == "directory":
             return None
-        return ObjectInfo(int(info["size"]), _etag(info), _modified(info))
+        return _info(info)
 
     def delete(self, key: str) -> None:
         path = self._path(key)
@@ -333,12 +333,27 @@ def _etag(info: Mapping[str, Any]) -> str | None:
     return str(found) if found else None
 
 
+def _info(info: Mapping[str, Any]) -> ObjectInfo:
+    """A listing's or ``info``'s entry: size, version tag and time of last write."""
+    written = None
+    for name in _WRITTEN:
+        written = written_at(info.get(name))
+        if written is not None:
+            break
+    return ObjectInfo(int(info["size"]), _etag(info), _modified(info), written)
+
+
+# where fsspec's filesystems put an object's time of last write: local and SFTP, s3fs, adlfs,
+# gcsfs, others, memory://
+_WRITTEN = ("mtime", "LastModified", "last_modified", "updated", "modified", "created")
+
+
 def _modified(info: Mapping[str, Any]) -> str | None:
     """The modification time an fsspec listing gives where it gives no ETag (``memory://``'s
     ``created``, a local or SFTP file's ``mtime``, ...), as text; None where it gives none."""
     if _etag(info) is not None:
         return None
-    for name in ("mtime", "LastModified", "last_modified", "updated", "modified", "created"):
+    for name in _WRITTEN:
         found = info.get(name)
         if found is not None:
             return str(found)

@@ -39,6 +39,7 @@ from lading.remote.objects import (
     refused,
     sent_more,
     split_url,
+    written_at,
 )
 from lading.threads import register
 
@@ -294,7 +295,7 @@ class ObstoreClient:
             if _unnameable(e) is None:
                 raise self._error(e, prefix) from e
             return await self._fallback(e, "list", prefix).list_async(prefix)
-        return {m["path"]: ObjectInfo(int(m["size"]), m.get("e_tag")) for m in metas}
+        return {m["path"]: _info(m) for m in metas}
 
     async def put_async(self, key: str, data: bytes) -> None:
         import obstore
@@ -350,7 +351,7 @@ class ObstoreClient:
             return None
         except Exception as e:
             raise self._error(e, key) from e
-        return ObjectInfo(int(meta["size"]), meta.get("e_tag"))
+        return _info(meta)
 
     @property
     def part_bytes(self) -> int:
@@ -505,7 +506,7 @@ class ObstoreClient:
         try:
             for chunk in obstore.list(self._admin, prefix or None):
                 for meta in chunk:
-                    found[meta["path"]] = ObjectInfo(int(meta["size"]), meta.get("e_tag"))
+                    found[meta["path"]] = _info(meta)
         except Exception as e:
             if _unnameable(e) is None:
                 raise
@@ -520,12 +521,19 @@ class ObstoreClient:
             meta = obstore.head(self._admin, key)
         except (NotFoundError, FileNotFoundError):
             return None
-        return ObjectInfo(int(meta["size"]), meta.get("e_tag"))
+        return _info(meta)
 
     def delete(self, key: str) -> None:
         import obstore
 
         obstore.delete(self._admin, key)
+
+
+def _info(meta: Mapping[str, Any]) -> ObjectInfo:
+    """A listing's or a HEAD's entry: size, ETag and time of last write."""
+    return ObjectInfo(
+        int(meta["size"]), meta.get("e_tag"), written=written_at(meta.get("last_modified"))
+    )
 
 
 def _pow2(seconds: float) -> float:

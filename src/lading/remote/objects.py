@@ -21,9 +21,10 @@ counted is a request sent (:mod:`lading.remote.fetch` retries).
 from __future__ import annotations
 
 import contextvars
+import datetime
 import errno
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -61,11 +62,32 @@ def sent_more(n: int) -> None:
 class ObjectInfo:
     """What a listing says of one object: its size and version tag (an ETag, or None), and
     where a store gives no ETag, its modification time as text (``modified``; None where the
-    store gives neither): a version to tell a rewrite at the same size by, never a pin."""
+    store gives neither): a version to tell a rewrite at the same size by, never a pin.
+    ``written``: when the store says the object was last written, POSIX seconds (S3's
+    ``LastModified``; None where the listing gives no time): how old a bucket's leftovers
+    are (:mod:`lading.stores.building.bucket_gc`), never part of a version."""
 
     size: int
     etag: str | None
     modified: str | None = None
+    written: float | None = field(default=None, compare=False)
+
+
+def written_at(value: object) -> float | None:
+    """A listing's time of last write as POSIX seconds: a ``datetime`` (naive taken as UTC),
+    a number of seconds, or ISO 8601 text (``2026-12-07T02:37:13.000Z``); None otherwise."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            value = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        return value.timestamp()
+    return None
 
 
 def is_remote(path: str | os.PathLike[str]) -> bool:

@@ -6,8 +6,16 @@ wrote: each manifest's ``history`` names the snapshots it replaced and when (sta
 before its ``meta.json`` PUT: :func:`lading.disk.commit.stamped`). A replaced snapshot is kept
 for :func:`~lading.disk.snapshot.grace_seconds` from its replacement; a snapshot no history
 names was never current as far as the bucket tells (a build uploading beside, a killed one's
-leftovers) and is kept a day from its start. The local counterpart, under a folder's build
-lock, is :mod:`lading.disk.commit`.
+leftovers) and is kept until a day after its last write. The local counterpart, under a
+folder's build lock, is :mod:`lading.disk.commit`.
+
+Where the listing gives each object's time of last write (S3's ``LastModified``), two more
+leftovers are judged by it: a killed build's write probe (``.lading-write-probe-*``) goes a day
+after it was written, and a parallel build no snapshot names (the shards of a job killed before
+its merge, or of workers whose merge was never run) is named in an
+:class:`~lading.errors.AbandonedBuildWarning` once nothing in it was written for a day. It is
+not removed: a folder's merge holds the build lock, which a bucket does not have, so a late
+merge of that build could commit a manifest naming shards deleted under it.
 """
 
 from __future__ import annotations
@@ -16,13 +24,24 @@ import calendar
 import contextlib
 import json
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lading.disk.commit import units
-from lading.disk.snapshot import ABANDONED_S, BUILD_PREFIX, MANIFEST, SNAP_PREFIX, grace_seconds
+from lading.disk.snapshot import (
+    ABANDONED_S,
+    BUILD_MARK,
+    BUILD_PREFIX,
+    MANIFEST,
+    SNAP_PREFIX,
+    WRITE_PROBE,
+    grace_seconds,
+    merge_command,
+)
+from lading.errors import AbandonedBuildWarning
 from lading.remote.fetch import Fetcher
-from lading.remote.objects import ObjectClient, describe
+from lading.remote.objects import ObjectClient, ObjectInfo, describe
 from lading.remote.settings import default_timeout
 
 DELETES_AT_ONCE = 8  # DELETEs (and GETs of manifests) at once
@@ -39,9 +58,12 @@ def collect_garbage(
     from then. A snapshot no history names was never current as far
     as the bucket tells (a build uploading beside this one, one killed before its commit, a
     commit landing after ``current``, or one of a lading that kept no history in a bucket):
-    kept until :data:`~lading.disk.snapshot.ABANDONED_S` past its start (its manifest's
+    kept until :data:`~lading.disk.snapshot.ABANDONED_S` past its last write (the newest of
+    its objects' times in the listing; where the listing gives none, its manifest's
     ``committed_at``, else its id's UTC time). A build no snapshot names is kept too (its
-    shards wait for their merge).
+    shards wait for their merge), and named in an :class:`~lading.errors.AbandonedBuildWarning`
+    once nothing in it was written for that long; a write probe
+    (:func:`~lading.stores.building.upload.check_writable`) that old is deleted.
     Every call is on the read path (``timeout`` seconds an attempt, default
     ``$LADING_REMOTE_TIMEOUT``, retried).
 
@@ -58,7 +80,7 @@ def collect_garbage(
 
 
 def _collect(client: ObjectClient, current: dict[str, Any], fetcher: Fetcher) -> list[str]:
-    listing = fetcher.list()
+    listing: dict[str, ObjectInfo] = fetcher.list()
     manifests: dict[str, dict[str, Any]] = {}
     for key in listing:
         snap, _, rest = key.partition("/")
@@ -67,7 +89,11 @@ def _collect(client: ObjectClient, current: dict[str, Any], fetcher: Fetcher) ->
                 manifests[snap] = json.loads(fetcher.get_object(key))
     snaps = {k.split("/", 1)[0] for k in listing if k.startswith(SNAP_PREFIX)}
 
-    def started(snap: str) -> float:
+    written = _last_writes(listing)
+
+    def last_write(snap: str) -> float:
+        if snap in written:
+            return written[snap]
         return float(manifests.get(snap, {}).get("committed_at") or _time(snap))
 
     now, grace = time.time(), grace_seconds()
@@ -92,7 +118,7 @@ def _collect(client: ObjectClient, current: dict[str, Any], fetcher: Fetcher) ->
         if snap in replaced:
             if now - replaced[snap] < grace:
                 keep.add(snap)  # replaced within the grace: readers opened it
-        elif now - started(snap) < ABANDONED_S:
+        elif now - last_write(snap) < ABANDONED_S:
             keep.add(snap)  # never current as far as we know: under way, or swept later
     used = set(units(current))
     for snap in keep:
@@ -103,6 +129,11 @@ def _collect(client: ObjectClient, current: dict[str, Any], fetcher: Fetcher) ->
     named = set().union(*(units(manifests[s]) for s in gone if s in manifests))
     gone |= {b for b in named - used if b.startswith(BUILD_PREFIX)}
     doomed = [k for k in listing if k.split("/", 1)[0] in gone]
+    doomed += [
+        k for k in listing if k.startswith(WRITE_PROBE) and now - written.get(k, now) >= ABANDONED_S
+    ]
+    named_anywhere = used.union(*(units(m) for m in manifests.values()))
+    _warn_abandoned(client.url, fetcher, listing, written, named_anywhere, now)
     doomed.sort(key=lambda k: not k.endswith(MANIFEST))  # a manifest first: pinned readers hear
 
     def delete(key: str) -> None:
@@ -111,6 +142,52 @@ def _collect(client: ObjectClient, current: dict[str, Any], fetcher: Fetcher) ->
     with ThreadPoolExecutor(DELETES_AT_ONCE, thread_name_prefix="lading-gc") as pool:
         list(pool.map(delete, doomed))
     return sorted(gone)
+
+
+def _last_writes(listing: dict[str, ObjectInfo]) -> dict[str, float]:
+    """Top-level name (a ``snap-``/``build-`` folder, or an object) -> the newest time of last
+    write of the objects under it, where the listing gives their times."""
+    newest: dict[str, float] = {}
+    for key, info in listing.items():
+        if info.written is not None:
+            top = key.split("/", 1)[0]
+            newest[top] = max(info.written, newest.get(top, info.written))
+    return newest
+
+
+def _warn_abandoned(
+    url: str,
+    fetcher: Fetcher,
+    listing: dict[str, ObjectInfo],
+    written: dict[str, float],
+    named: set[str],
+    now: float,
+) -> None:
+    """Name the parallel builds no manifest names in which nothing was written for
+    :data:`ABANDONED_S` (see the module doc: they are left in place)."""
+    old = sorted(
+        top
+        for top, at in written.items()
+        if top.startswith(BUILD_PREFIX) and top not in named and now - at >= ABANDONED_S
+    )
+    for build in old[:8]:
+        keys = [k for k in listing if k.startswith(f"{build}/")]
+        size = sum(listing[k].size for k in keys)
+        record = None
+        with contextlib.suppress(Exception):  # unreadable: the merge reads it and says why
+            record = fetcher.get_object(f"{build}/{BUILD_MARK}")
+        bid = build.removeprefix(BUILD_PREFIX)
+        days = (now - written[build]) / 86400
+        warnings.warn(
+            f"{url}/{build}/ holds a parallel build no snapshot names, untouched for "
+            f"{days:.1f} days ({len(keys)} objects, {size / 2**20:.1f} MiB): shards of a job "
+            f"killed before its merge, or of workers whose merge was never run. "
+            f"`{merge_command(record)} {url} --build-id {bid}` commits it (or names the shards "
+            f"still to build); if it is not wanted, delete every object under {url}/{build}/ "
+            "(lading leaves it: a bucket has no lock to remove it safely beside a late merge)",
+            AbandonedBuildWarning,
+            stacklevel=4,
+        )
 
 
 def _time(snapshot: str) -> float:

@@ -37,7 +37,7 @@ from typing import Any
 from lading.deadline import DEFAULT_RETRIES
 from lading.disk import read_meta
 from lading.disk.meta import META_FILE
-from lading.disk.snapshot import MANIFEST, SNAP_PREFIX
+from lading.disk.snapshot import MANIFEST, SNAP_PREFIX, WRITE_PROBE
 from lading.errors import RemoteNotFoundError
 from lading.remote.clients import open_client
 from lading.remote.fetch import TIMEOUT_ENV, Fetcher
@@ -61,8 +61,6 @@ from lading.stores.remote.store import RemoteStore
 from lading.world import process_group
 
 UPLOADS_AT_ONCE = 8
-
-_PROBE = ".lading-write-probe-"  # the object a build writes and deletes before it starts
 
 
 def build_remote(
@@ -185,7 +183,7 @@ def check_writable(url: str, settings: RemoteSettings, what: str = "store") -> N
     """
     make = functools.partial(open_client, url, settings.backend, settings.options, settings.timeout)
     fetcher = Fetcher(make, in_flight=1, retries=settings.retries, timeout=settings.timeout)
-    key = f"{_PROBE}{secrets.token_hex(4)}"
+    key = f"{WRITE_PROBE}{secrets.token_hex(4)}"
     try:
         client = fetcher.client
         fetcher.run(f"PUT {describe(url, key)}", lambda: client.put_async(key, b""))
