@@ -5,8 +5,15 @@ on Lustre and 42.8 s after preloading), and a bucket cannot be memory-mapped at 
 copies a packed store, a token corpus or a parquet folder -- from a path or any fsspec URL
 (``s3://``, ``gs://``, ...) -- to a local directory (NVMe, ``/dev/shm``):
 
-- Local rank 0 of each node copies; the node's other ranks wait until the copy is published
-  (a file-based wait: no process group needed, so it also works before ``init_process_group``).
+- One local rank of each node copies, under the build lock of ``dest``: every rank takes it
+  (a file lock: no process group needed, so it also works before ``init_process_group``), and
+  the first copies while the others wait, then reuse its copy. A rank that finds the copy
+  published takes no lock; one that finds the holder dead (SIGKILL, out of memory) takes the
+  lock over and copies; one whose lock cannot be made (a read-only or full disk) fails as the
+  first did; one that finds a failure another rank of this launch recorded raises it. (Before,
+  ranks other than 0 polled for the copy only: they waited the whole timeout, an hour, for a
+  rank 0 killed mid-copy, for one that could not write its failure beside ``dest``, and for a
+  copy of a snapshot rank 0 had not read, a rebuild landing between their starts.)
 - Every byte read is CRC32-checked against the source's ``meta.json`` (lading formats) and every
   written file is read back and compared, so neither a damaged source nor a bad local write
   goes unnoticed. The copy goes to a temporary directory, published by an atomic rename under
@@ -31,7 +38,6 @@ import json
 import os
 import shutil
 import socket
-import sys
 import time
 import zlib
 from collections.abc import Iterator, Mapping
@@ -68,7 +74,6 @@ from lading.errors import StoreFormatError
 from lading.world import World, from_environment
 
 CHUNK = 1 << 22  # 4 MiB per read: large enough for object stores, small for the progress bar
-WAIT_REPORT_S = 30.0
 _ERROR_SUFFIX = ".stage-error"
 _STARTED = time.time()  # (about) when this process started: lading was imported after it
 
@@ -189,44 +194,79 @@ class Snapshot(NamedTuple):
     files: dict[str, dict[str, Any]]  # relative path -> {size, version}: what is copied
     crcs: dict[str, int]  # the CRC32 each file must have (a lading format's); else empty
     format: str | None  # the lading format its meta.json declares (None: a plain folder)
+    raw: bytes | None = None  # a lading format's meta.json as read: the copy's, not read again
 
 
 def snapshot_of(source: _Source) -> Snapshot:
     """What to copy of this version of the source (see :class:`Snapshot`).
 
-    A lading snapshot format: its ``meta.json``, read once (a rebuild commits a new one), and
-    only the files it names (not older snapshots kept beside them, nor a rebuild's temporary
-    folders: a local source is not walked, so a rebuild running meanwhile is no error), with
-    their CRC32s. Else every file (:meth:`_Source.files`), fingerprinted by names, sizes and
-    versions.
+    A lading snapshot format: its ``meta.json``, read once (a rebuild commits a new one, and
+    the copy is of the snapshot read here: its files stay for the grace), and only the files
+    it names (not older snapshots kept beside them, nor a rebuild's temporary folders: a
+    local source is not walked, so a rebuild running meanwhile is no error), with their
+    CRC32s. Else every file (:meth:`_Source.files`), fingerprinted by names, sizes and
+    versions. A ``meta.json`` that is no JSON object, or declares a listed lading format
+    without a well-formed file list, is refused: copied as a plain folder, nothing of it
+    would be checked.
     """
     listing = source.files() if source.remote else None  # a bucket: one listing serves all
     raw = source.meta_bytes(listing)
     if raw is not None:
         print_ = "meta:" + hashlib.sha256(raw).hexdigest()
+        meta = _meta_in(raw, source.url)
         fmt = _format_in(raw)
-        with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError):
-            meta = json.loads(raw)
-            if meta.get("format") in LISTED_FORMATS and isinstance(meta.get("files"), dict):
-                listed = meta["files"]
-                source.check(meta)  # every name it uses stays inside: nothing else is copied
-                names = [*listed, META_FILE]
-                files = source.named(names) if listing is None else listing
-                wanted = {name: files[name] for name in listed if name in files}
-                missing = sorted(set(listed) - set(wanted))
-                if missing:
-                    raise StoreFormatError(
-                        f"{source.url}: {missing[0]} (named in its meta.json) is missing; "
-                        "the source is incomplete, nothing was staged"
-                    )
-                wanted[META_FILE] = {**files.get(META_FILE, {}), "size": len(raw)}
-                crcs = {name: int(info["crc32"]) for name, info in listed.items()}
-                crcs[META_FILE] = zlib.crc32(raw)
-                return Snapshot(print_, wanted, crcs, fmt)
+        if meta.get("format") in LISTED_FORMATS:
+            listed = _listed_files(meta, source.url)
+            source.check(meta)  # every name it uses stays inside: nothing else is copied
+            names = [*listed, META_FILE]
+            files = source.named(names) if listing is None else listing
+            wanted = {name: files[name] for name in listed if name in files}
+            missing = sorted(set(listed) - set(wanted))
+            if missing:
+                raise StoreFormatError(
+                    f"{source.url}: {missing[0]} (named in its meta.json) is missing; "
+                    "the source is incomplete, nothing was staged"
+                )
+            wanted[META_FILE] = {**files.get(META_FILE, {}), "size": len(raw)}
+            crcs = {name: crc for name, crc in listed.items()}
+            crcs[META_FILE] = zlib.crc32(raw)
+            return Snapshot(print_, wanted, crcs, fmt, raw)
         return Snapshot(print_, source.files() if listing is None else listing, {}, fmt)
     files = source.files() if listing is None else listing
     said = json.dumps(files, sort_keys=True).encode("utf-8")
     return Snapshot("listing:" + hashlib.sha256(said).hexdigest(), files, {}, None)
+
+
+def _meta_in(raw: bytes, url: str) -> dict[str, Any]:
+    """A source's ``meta.json`` as a JSON object, refused naming the file where it is not one."""
+    try:
+        meta = json.loads(raw)
+    except ValueError as e:
+        meta, why = None, f"is not valid JSON ({e})"
+    else:
+        why = f"holds a JSON {type(meta).__name__}, not an object"
+    if not isinstance(meta, dict):
+        raise StoreFormatError(
+            f"{url}/{META_FILE} {why}: a damaged store or token corpus (`lading verify {url}` "
+            "says more; rebuild it), or a file of another tool's (rename it to stage the "
+            "folder as plain files); nothing was staged"
+        )
+    return meta
+
+
+def _listed_files(meta: dict[str, Any], url: str) -> dict[str, int]:
+    """Name -> CRC32 of every file a listed format's manifest names, refused naming the
+    manifest where its list is not well-formed."""
+    listed = meta.get("files")
+    try:
+        assert isinstance(listed, dict)
+        return {str(name): int(info["crc32"]) for name, info in listed.items()}
+    except (AssertionError, KeyError, TypeError, ValueError):
+        raise StoreFormatError(
+            f'{url}/{META_FILE} declares {meta.get("format")} but its "files" is not a list '
+            "of files with their sizes and CRC32s: the manifest is damaged (`lading verify "
+            f"{url}` says more; rebuild it); nothing was staged"
+        ) from None
 
 
 def _format_in(raw: bytes) -> str | None:
@@ -258,12 +298,12 @@ def stage(
             is there already is replaced only where it is a staged copy (it holds
             ``_lading_stage.json``) or an empty folder: a built store is never overwritten.
         world: who this process is (default: from the launcher's variables, see
-            :mod:`lading.world`); local rank 0 copies.
+            :mod:`lading.world`); a local rank other than 0 first looks for rank 0's copy.
         storage_options: passed to fsspec (e.g. ``{"endpoint_url": ...}`` for S3).
         verify: on reuse, re-read every staged byte against its checksum, not just sizes and
             the first and last 4 KiB of each file.
         progress: show a progress bar with MB/s (default: when stderr is a terminal).
-        timeout: seconds the other local ranks wait for local rank 0's copy.
+        timeout: seconds a local rank other than 0 waits for the lock of the rank copying.
         remote_timeout: seconds each attempt of a call to a URL source may take (the
             listing, ``meta.json``, each 4 MiB range; 3 retries), default
             ``$LADING_REMOTE_TIMEOUT`` or 20, as for a remote store.
@@ -272,7 +312,8 @@ def stage(
         StoreFormatError: a source file does not match its checksum, or the copy does not.
         RemoteReadError: a call to a URL source failed 4 times (one line: the object, the
             endpoint, the setting); nothing was staged.
-        TimeoutError: local rank 0 did not publish the copy within ``timeout``.
+        TimeoutError: another local rank held the lock, alive, for more than ``timeout``.
+        RuntimeError: another local rank of this launch failed to stage it (its error).
         ValueError: ``dest`` is the source, inside it, or holds it (a local source).
         FileExistsError: ``dest`` holds something other than a staged copy (a built store,
             the user's files): it is left as it was.
@@ -280,29 +321,58 @@ def stage(
     source = _Source(src, storage_options or {}, remote_timeout)
     target = Path(dest)
     _refuse_overlap(source, target)
-    print_, files, expected, fmt = snapshot_of(source)
+    snap = snapshot_of(source)
     world = world or from_environment(os.environ)  # no torch import just for the local rank
-    if world.local_rank != 0:
-        _wait_for(target, print_, source.url, timeout)
-        return target
+    if world.local_rank != 0 and staged_copy_is_valid(target, snap.fingerprint):
+        return target  # rank 0's copy, published: no lock taken
     error_file = target.parent / f"{target.name}{_ERROR_SUFFIX}"
-    try:
-        with build_lock(target):
-            error_file.unlink(missing_ok=True)
+    started = time.time()
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(build_lock(target, timeout=timeout if world.local_rank else None))
+        except TimeoutError:
+            raise TimeoutError(
+                f"waited {timeout:.0f}s for another local rank to stage {source.url} into "
+                f"{target} (it holds {target.name}.lock and is alive: is it still copying? see "
+                "its progress bar); pass a longer timeout, or stage before the launch"
+            ) from None
+        _raise_failure_of_this_launch(error_file, source.url, target, started)
+        try:
+            with contextlib.suppress(OSError):  # (one that cannot go is never read as ours)
+                error_file.unlink(missing_ok=True)
             remove_dead_temps(target)
             # what the publish at the end of a copy would refuse, refused before the copy
-            refuse_to_replace(target, fmt)
+            refuse_to_replace(target, snap.format)
             _refuse_unstaged(target, source.url)
-            if not staged_copy_is_valid(target, print_, full=verify):
-                _copy(source, files, expected, print_, target, progress)
-            else:
+            full = verify and world.local_rank == 0  # (one full re-read a node)
+            if staged_copy_is_valid(target, snap.fingerprint, full=full):
                 _collect_kept(target)
-    except BaseException as e:
-        with contextlib.suppress(OSError):  # tell this node's waiting ranks, or they wait on
-            failure = {"time": time.time(), "error": f"{e}", "launch": _launch()}
-            error_file.write_text(json.dumps(failure))
-        raise
+            else:
+                _copy(source, snap, target, progress)
+        except BaseException as e:
+            with contextlib.suppress(OSError):  # tell this node's ranks waiting on the lock
+                failure = {
+                    "time": time.time(),
+                    "error": f"{e}",
+                    "launch": _launch(),
+                    "pid": os.getpid(),
+                    "rank": world.local_rank,
+                }
+                error_file.write_text(json.dumps(failure))
+            raise
     return target
+
+
+def _raise_failure_of_this_launch(error_file: Path, url: str, dest: Path, since: float) -> None:
+    """Raise the failure another local rank of this launch recorded while this one waited for
+    the lock (each rank trying the same copy again would fail as it did, one after another)."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        failure = json.loads(error_file.read_text(encoding="utf-8"))
+        if failure.get("pid") != os.getpid() and _of_this_launch(failure, since):
+            raise RuntimeError(
+                f"local rank {failure.get('rank', '?')} failed to stage {url} into {dest}: "
+                f"{failure['error']}"
+            )
 
 
 def _refuse_overlap(source: _Source, target: Path) -> None:
@@ -368,14 +438,11 @@ def staged_copy_is_valid(dest: Path, print_: str, full: bool = False) -> bool:
     return True
 
 
-def _copy(
-    source: _Source,
-    files: dict[str, dict[str, Any]],
-    expected: dict[str, int],
-    print_: str,
-    dest: Path,
-    progress: bool | None,
-) -> None:
+def _copy(source: _Source, snap: Snapshot, dest: Path, progress: bool | None) -> None:
+    """Copy the files of ``snap`` to a scratch folder, each checked, and publish it at
+    ``dest``. A lading format's ``meta.json`` is the bytes :func:`snapshot_of` read: a rebuild
+    committing meanwhile keeps the files of the snapshot being copied for the grace."""
+    files, expected = snap.files, snap.crcs
     total = sum(int(info["size"]) for info in files.values())
     crcs: dict[str, int] = {}
     order = sorted(files, key=lambda rel: rel == META_FILE)  # the manifest last, as in a build
@@ -383,19 +450,19 @@ def _copy(
         for rel in order:
             out = tmp / rel
             out.parent.mkdir(parents=True, exist_ok=True)
-            crc = 0
+            size = int(files[rel]["size"])
+            blocks = [snap.raw] if rel == META_FILE and snap.raw is not None else None
+            crc = read = 0
             with open(out, "wb") as writer:
-                for block in source.blocks(rel, int(files[rel]["size"])):
+                for block in blocks or source.blocks(rel, size):
                     crc = zlib.crc32(block, crc)
+                    read += len(block)
                     writer.write(block)
                     bar.update(len(block))
                 writer.flush()
                 os.fsync(writer.fileno())
-            if rel == META_FILE and rel in expected and crc != expected[rel]:
-                raise StoreFormatError(
-                    f"{source.url} was rebuilt while it was staged (its {META_FILE} changed); "
-                    "nothing was staged: stage it again"
-                )
+            if blocks is None:
+                _unchanged(source, rel, files[rel], read)
             if rel in expected and crc != expected[rel]:
                 raise StoreFormatError(
                     f"{source.url}/{rel}: CRC32 {crc:#010x} read, {expected[rel]:#010x} in its "
@@ -413,7 +480,7 @@ def _copy(
         mark = {
             "kept": kept,
             "source": source.url,
-            "fingerprint": print_,
+            "fingerprint": snap.fingerprint,
             "format": fmt,
             "host": socket.gethostname(),
             "staged_at": time.time(),
@@ -424,6 +491,20 @@ def _copy(
         if fmt in LISTED_FORMATS:
             read_meta(tmp, fmt)  # the copy opens as the format it claims
         publish(tmp, dest)
+
+
+def _unchanged(source: _Source, rel: str, listed: dict[str, Any], read: int) -> None:
+    """Refuse a file that changed while it was copied: another size read than listed, or
+    (a local file) another size or modification time now (a plain folder has no checksums
+    to catch it, and its copy's mark records what was listed)."""
+    now = source.named([rel]).get(rel) if not source.remote else None
+    if read == int(listed["size"]) and (source.remote or now == listed):
+        return
+    raise StoreFormatError(
+        f"{source.url}/{rel} changed while it was staged ({listed['size']} bytes listed, "
+        f"{read} read): something writes the source; nothing was staged. Stage it again once "
+        "it is written (a store or corpus: stage what its build committed)"
+    )
 
 
 def _carry_kept(dest: Path, tmp: Path, fmt: str | None) -> list[dict[str, Any]]:
@@ -592,31 +673,3 @@ def _of_this_launch(failure: dict[str, Any], wall: float) -> bool:
     raised an old error while rank 0 staged (a relaunch after a timeout)."""
     when = float(failure["time"])
     return when >= _STARTED or (failure.get("launch") == _launch() and when >= wall - 60)
-
-
-def _wait_for(dest: Path, print_: str, url: str, timeout: float) -> None:
-    """Wait (polling) until local rank 0 publishes a valid copy of ``url`` at ``dest``."""
-    started, wall = time.monotonic(), time.time()
-    last_report = started
-    error_file = dest.parent / f"{dest.name}{_ERROR_SUFFIX}"
-    while not staged_copy_is_valid(dest, print_):
-        now = time.monotonic()
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            failure = json.loads(error_file.read_text(encoding="utf-8"))
-            if _of_this_launch(failure, wall):
-                raise RuntimeError(
-                    f"local rank 0 failed to stage {url} into {dest}: {failure['error']}"
-                )
-        if now - started > timeout:
-            raise TimeoutError(
-                f"waited {timeout:.0f}s for local rank 0 to stage {url} into {dest}; is it "
-                "still copying (see its progress bar), or did it never start?"
-            )
-        if now - last_report >= WAIT_REPORT_S:
-            last_report = now
-            print(
-                f"lading: waiting {now - started:.0f}s for local rank 0 to stage {url} to {dest}",
-                file=sys.stderr,
-                flush=True,
-            )
-        time.sleep(0.2)
