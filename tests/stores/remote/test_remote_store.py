@@ -244,6 +244,75 @@ def test_cache_stats_on_a_full_disk_reports_what_it_has(
     assert remote.cache_stats()["gets"] > 0
 
 
+def test_a_read_whose_claim_meets_a_full_disk_fetches_around_the_cache(
+    bucket: str, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger could not be written while a read claimed its gaps (the disk under the
+    cache folder filled, another job's files): the read raised ``OutOfSpaceError`` and the
+    run died mid-epoch (a review, 2026-12-07), where a fill the ledger refuses only warns.
+    Now the read fetches what it needs around the cache, and says so once."""
+    from lading.errors import OutOfSpaceError
+    from lading.remote.cache.claims import Claims
+
+    url = f"s3://{bucket}/docs"
+    local = lading.build_store(corpus, tmp_path / "local", progress=False)
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
+    remote = _open(url, tmp_path)
+    ids = remote.ids()
+
+    def full(self: Claims, *args: object, **kwargs: object) -> None:
+        raise OutOfSpaceError(28, f"{tmp_path}: the disk under this node cache is full")
+
+    monkeypatch.setattr(Claims, "claim", full)
+    with pytest.warns(RuntimeWarning, match="could not keep") as said:
+        assert remote.get_many(ids[:40]) == local.get_many(ids[:40])
+        assert remote.get_many(ids[40:80]) == local.get_many(ids[40:80])
+    assert len([w for w in said if "could not keep" in str(w.message)]) == 1
+
+
+def test_a_loader_over_a_store_whose_cache_disk_is_full_reads_every_batch(
+    bucket: str, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same under a loader, whose plan and window write next uses and claim ahead: each
+    of those hints is given up (said once) and every batch comes, as on local files."""
+    from lading.errors import OutOfSpaceError
+    from lading.remote.cache.claims import Claims
+    from lading.remote.cache.ledger import Ledger
+
+    url = f"s3://{bucket}/docs"
+    local = lading.build_store(corpus, tmp_path / "local", progress=False)
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
+    remote = _open(url, tmp_path)
+    expected = list(_loader(local, tmp_path))
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OutOfSpaceError(28, f"{tmp_path}: the disk under this node cache is full")
+
+    monkeypatch.setattr(Claims, "claim", full)
+    monkeypatch.setattr(Ledger, "set_uses", staticmethod(full))
+    with pytest.warns(RuntimeWarning, match="could not keep"):
+        assert list(_loader(remote, tmp_path)) == expected
+
+
+def test_a_cap_above_the_disks_free_space_is_said_when_the_cache_is_made(
+    bucket: str, corpus: Path, tmp_path: Path
+) -> None:
+    """The payload file is sparse: a cap above what the disk has free was taken without a
+    word, and the run met the full disk mid-epoch (a review, 2026-12-07)."""
+    import os
+
+    url = f"s3://{bucket}/docs"
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
+    (tmp_path / "big").mkdir()
+    st = os.statvfs(tmp_path / "big")
+    cap = st.f_bavail * st.f_frsize + (1 << 30)
+    with pytest.warns(RuntimeWarning, match="more than its disk has free") as said:
+        remote = _open(url, tmp_path, cap=cap, name="big")
+        assert len(remote.get_many(remote.ids()[:5])) == 5
+    assert str(tmp_path / "big") in str(said[0].message)
+    remote.close()
+
+
 @pytest.mark.e2e
 def test_dataloader_workers_forked_after_the_store_fetched_read_it(
     bucket: str, corpus: Path, tmp_path: Path

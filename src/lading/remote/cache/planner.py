@@ -38,8 +38,12 @@ at a time) turns that into the cache's two inputs:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import operator
+from collections.abc import Iterator
 
+from lading.errors import OutOfSpaceError
+from lading.remote.cache.claims import Claimed
 from lading.remote.cache.places import WINDOW
 from lading.remote.cache.reads import NodeCache
 from lading.remote.cancel import Cancel
@@ -119,7 +123,7 @@ class Planner:
         with cache.ledger.read() as conn:
             rows = cache.ledger.blocks_of(conn, list(objects))
         steps = schedule.next_use_many([(objects[o], a, b) for o, a, b in rows], now)
-        with cache.ledger.write() as conn:
+        with _hint(cache), cache.ledger.write() as conn:
             cache.ledger.set_uses(conn, [(now, s, o, a) for (o, a, _), s in zip(rows, steps)])
             if order:
                 cache.ledger.order(conn, objects, schedule.first_step, schedule.last_step)
@@ -155,7 +159,9 @@ class Planner:
             retry += 1
         near = None if self.schedule is None else self.near
         tries = sorted([*deferred[:retry], *pending[:take]], key=_STEP)
-        claimed = self.cache.fetch_ahead(tries, now, near, self.once)
+        claimed = Claimed({}, [], 0, tries, tries)  # (nothing claimed: tried again later)
+        with _hint(self.cache):
+            claimed = self.cache.fetch_ahead(tries, now, near, self.once)
         later = claimed.late
         for gets in claimed.started.values():
             for _, _, future in gets:
@@ -257,8 +263,19 @@ class Planner:
             rows = [r for r in rows if r[1] is not None and r[1] < hold]
             if not rows:
                 return
-        with cache.ledger.write() as conn:
+        with _hint(cache), cache.ledger.write() as conn:
             cache.ledger.set_uses(conn, rows)
+
+
+@contextlib.contextmanager
+def _hint(cache: NodeCache) -> Iterator[None]:
+    """A plan's or a window's write to the ledger, given up where the disk under the cache
+    is full (said once, as a fill the ledger refuses is): the reads go on without it, and a
+    read's own claim that meets the same fetches around the cache (:class:`.NodeCache`)."""
+    try:
+        yield
+    except OutOfSpaceError as e:
+        cache.node.filler.warn(e)
 
 
 def _epoch(step: int) -> int:

@@ -316,8 +316,12 @@ class NodeCache:
         near = 0 if planned else None  # (a read: near only says an order is known)
         claimed = None
         if gaps:
-            objs = {n.key: self.obj(n.key) for n in gaps}
-            claimed = self.claims.claim(gaps, objs, now, False, around, near, once=planned)
+            try:
+                objs = {n.key: self.obj(n.key) for n in gaps}
+                claimed = self.claims.claim(gaps, objs, now, False, around, near, once=planned)
+            except OutOfSpaceError as e:  # the ledger cannot be written (its disk full)
+                self.node.filler.warn(e)  # (once a process, with the fix)
+                claimed = self._fetched_around(gaps)
             self.figures.add("bytes_bypassed", claimed.bypassed)
         parts_of: dict[Key, list[bytes | None]] = {}
         regions: dict[int, int] = {}  # region -> the generation the copies saw
@@ -355,6 +359,18 @@ class NodeCache:
             if k not in again:
                 got[k] = b"".join(parts_of[k])  # type: ignore[arg-type]  # every part is in
         return [k for k in todo if k not in got]
+
+    def _fetched_around(self, gaps: Sequence[Need]) -> Claimed:
+        """The GETs of ``gaps`` started for this read alone, around the cache: a claim that
+        the ledger refused (a full disk under the cache folder) leaves the read to fetch what
+        it needs, as a fill the ledger refuses does, where it ended the run."""
+        futures = self.fetcher.submit_many(
+            [(n.key, n.start, n.end, self.etags.get(n.key)) for n in gaps]
+        )
+        started: dict[str, list[tuple[int, int, Future]]] = {}
+        for n, future in zip(gaps, futures):
+            started.setdefault(n.key, []).append((n.start, n.end, future))
+        return Claimed(started, [], sum(n.end - n.start for n in gaps), list(gaps), [])
 
     def _read_around(self, stalled: Sequence[tuple[Key, int, Part]]) -> list[bytes]:
         """The parts another owner's stalled GET (or a closed view's) has held past the

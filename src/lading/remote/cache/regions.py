@@ -24,6 +24,7 @@ import errno
 import mmap
 import os
 import stat
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -54,6 +55,24 @@ class Layout(NamedTuple):
         return self.regions * self.region_bytes
 
 
+def _warn_if_no_room(fd: int, path: Path, size: int) -> None:
+    """Say when the disk under a payload file just made has less room than its cap: the file
+    is sparse, so the cap is taken as blocks come, and a disk that fills first (a cap set too
+    high, another job's files) keeps no more of them (reads then go around the cache)."""
+    with contextlib.suppress(OSError):
+        st = os.fstatvfs(fd)
+        free = st.f_bavail * st.f_frsize
+        if free < size:
+            warnings.warn(
+                f"{path.parent}: this node cache's cap ({size / 2**20:,.0f} MiB of payload) is "
+                f"more than its disk has free ({free / 2**20:,.0f} MiB): once the disk is full "
+                "it keeps nothing more and reads fetch around it. Lower cache_bytes (or "
+                "$LADING_REMOTE_CACHE_BYTES), or point cache= at a disk with room",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+
+
 class PayloadCutError(LadingError, OSError):
     """The payload file is shorter than its layout: cut under the cache (mapping it failed)."""
 
@@ -71,6 +90,7 @@ class DataFile:
             self.made = os.fstat(fd).st_size != layout.size  # new, gone or cut: none of
             if self.made:  # the blocks a ledger lists is here
                 os.ftruncate(fd, layout.size)  # made (again): sparse
+                _warn_if_no_room(fd, path, layout.size)
         except BaseException:
             os.close(fd)
             raise
