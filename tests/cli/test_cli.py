@@ -267,6 +267,35 @@ def test_a_reused_stage_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert ": reused" not in capsys.readouterr().out
 
 
+@pytest.mark.slow  # two CLI processes, one held stopped while the other reaches the lock: ~8 s
+def test_of_two_stages_at_once_one_says_it_copied_and_the_other_reused(tmp_path: Path) -> None:
+    """Two processes staging at once both said "staged from" (a review, 2026-12-07): the
+    second waited for the first's lock and reused its copy. The first is stopped while it
+    holds the lock, so the second surely starts before the copy is published."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    src = tmp_path / "c.tsv"
+    src.write_text("".join(f"d{i}\tpassage {i}\n" for i in range(2_000)))
+    assert main(["build", str(src), str(tmp_path / "s"), "--quiet"]) == 0
+    stage = [sys.executable, "-m", "lading", "stage", str(tmp_path / "s"), str(tmp_path / "l")]
+    first = subprocess.Popen([*stage, "--quiet"], stdout=subprocess.PIPE, text=True)
+    lock, waited = tmp_path / "l.lock", time.monotonic()
+    while not lock.exists() and first.poll() is None and time.monotonic() - waited < 60:
+        time.sleep(0.001)
+    first.send_signal(signal.SIGSTOP)  # (may have published already: then both say reused)
+    try:
+        second = subprocess.Popen([*stage, "--quiet"], stdout=subprocess.PIPE, text=True)
+        time.sleep(5)  # its imports, its look at the source, then the lock: held
+    finally:
+        first.send_signal(signal.SIGCONT)
+    said = [run.communicate(timeout=120)[0] for run in (first, second)]
+    assert first.returncode == 0 and second.returncode == 0
+    assert ": staged from" in said[0] and ": reused" in said[1], said
+
+
 def test_get_says_a_stale_store_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 import warnings
@@ -254,13 +255,15 @@ def snapshot_at(dest: str) -> str | None:
     return None
 
 
-def _stage_mark(dest: str) -> bytes | None:
-    """The bytes of ``dest``'s staging mark (None: none there): a stage that leaves them as
-    they were copied nothing, it reused the copy (a copy writes a new mark, with its time)."""
+def _stage_mark(dest: str) -> dict[str, Any] | None:
+    """``dest``'s staging mark (None: none there, or unreadable): who copied it (``pid``)
+    and when (``staged_at``) tell a stage that copied from one that reused the copy (there
+    before, or copied by another process while this one waited for the lock)."""
     from lading.disk import STAGE_MARK
 
-    with contextlib.suppress(OSError):
-        return (Path(dest) / STAGE_MARK).read_bytes()
+    with contextlib.suppress(OSError, ValueError):
+        mark = json.loads((Path(dest) / STAGE_MARK).read_bytes())
+        return mark if isinstance(mark, dict) else None
     return None
 
 
@@ -474,11 +477,13 @@ def _cmd_stage(args: argparse.Namespace) -> int:
             options[key] = json.loads(value)  # numbers, booleans, objects
         except json.JSONDecodeError:
             options[key] = value
-    started, mark = time.perf_counter(), _stage_mark(args.dest)
+    started, wall = time.perf_counter(), time.time()
     dest = stage(
         args.src, args.dest, storage_options=options, verify=args.verify, progress=not args.quiet
     )
-    if mark is not None and _stage_mark(args.dest) == mark:
+    mark = _stage_mark(args.dest) or {}
+    copied = mark.get("pid") == os.getpid() and float(mark.get("staged_at") or 0) >= wall
+    if not copied:  # (already there, or another process copied it while this one waited)
         checked = "every byte re-read" if args.verify else "sizes and spot checksums checked"
         print(
             f"{dest}: reused (already staged from the same {args.src}, {checked}; a changed "

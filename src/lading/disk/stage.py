@@ -483,6 +483,7 @@ def _copy(source: _Source, snap: Snapshot, dest: Path, progress: bool | None) ->
             "fingerprint": snap.fingerprint,
             "format": fmt,
             "host": socket.gethostname(),
+            "pid": os.getpid(),  # (with staged_at: whether a caller's call copied, or reused)
             "staged_at": time.time(),
             "files": {rel: {"size": files[rel]["size"], "crc32": crcs[rel]} for rel in files},
         }
