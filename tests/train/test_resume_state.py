@@ -94,6 +94,27 @@ def test_an_elastic_resume_reseeds_the_cuda_generator_rather_than_restore_it(
     assert fake.set == [] and seeds == [state.elastic_seed(0, 0, 3)]
 
 
+def test_a_resume_on_another_world_size_says_the_global_batch_changed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint of 2 ranks resumed on 1 went on with half the rows a step and no word
+    (a review, 2026-12-07): the rows a step, before and now, are said on stderr."""
+    first = trainer(tmp_path, 3)
+    first.loader.set_epoch(0)
+    state.save(first, 3)
+    saved = checkpoint.load(tmp_path / "checkpoint")
+    for key in ("loaders", "rng"):  # as two ranks wrote it
+        saved[key] = saved[key] * 2
+    checkpoint.save(saved, tmp_path / "checkpoint")
+    capsys.readouterr()
+    resumed = trainer(tmp_path, 6)
+    assert state.restore(resumed).step == 3
+    rows = resumed.loader.batch_size
+    said = capsys.readouterr().err
+    assert "resumed at step 3 on 1 ranks, saved on 2" in said, said
+    assert f"a step now takes {rows} rows" in said and f"it took {2 * rows}" in said, said
+
+
 def test_a_checkpoint_without_a_cuda_state_resumes_as_before(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -215,6 +215,22 @@ def restore(trainer: Checkpointed) -> Resumed:
         torch.manual_seed(elastic_seed(trainer.config.seed, world.rank, step))
     trainer.task.load_state(saved, exact)
     if world.rank == 0:
+        if saved_world != world.world_size:
+            rows = getattr(trainer.loader, "batch_size", None)
+            took = (
+                f": a step now takes {rows * world.world_size} rows ({rows} a rank), it took "
+                f"{rows * saved_world}"
+                if isinstance(rows, int)
+                else ": the rows a step changed with them"
+            )
+            print(
+                f"{trainer.config.desc}: resumed at step {step} on {world.world_size} ranks, "
+                f"saved on {saved_world}{took}; each row of the epoch is still read once (an "
+                "elastic resume). Scale the learning rate yourself if it should follow the "
+                "global batch",
+                file=sys.stderr,
+                flush=True,
+            )
         for key, change in changed.items():
             print(
                 f"{trainer.config.desc}: resumed at step {step} with {key} "
