@@ -65,7 +65,10 @@ def test_ranks_whose_loaders_plan_other_epochs_are_refused_at_the_first_pass(
         assert status == "refused", (rank, results[rank])
         what = "batch_size" if case == "batch" else "data"
         assert f"layout.{what}" in said or f"fingerprint.{what}" in said or what in said, said
-        assert "on rank 0" in said and "on rank 1" in said, said
+        assert "on rank 0 (" in said and "on rank 1 (" in said, said
+        import socket
+
+        assert said.count(f"host {socket.gethostname()}") == 2, said  # which node holds which
         assert "sorted(glob.glob(...))" in said, said
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 import time
 import warnings
 from collections.abc import Mapping
@@ -54,12 +55,13 @@ def check_ranks_agree(plan: Mapping[str, Any], rank: int, world_size: int) -> No
     if dist is None or (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
         return  # (a world given that is not the group's: a group inside it, or none)
     mine = json.dumps(dict(plan), sort_keys=True, default=str)
+    posted = json.dumps({"plan": json.loads(mine), "host": socket.gethostname()})
     n = next(_passes)
     try:
         from torch.distributed.distributed_c10d import _get_default_store
 
         store = _get_default_store()
-        store.set(f"{_PREFIX}/{n}/{rank}", mine)
+        store.set(f"{_PREFIX}/{n}/{rank}", posted)
     except Exception:  # (no store this backend or torch offers: nothing to compare through)
         return
     end = time.monotonic() + WAIT_S  # one wait in all, whatever the number of ranks
@@ -70,7 +72,7 @@ def check_ranks_agree(plan: Mapping[str, Any], rank: int, world_size: int) -> No
         try:
             left = max(0.001, end - time.monotonic())
             store.wait([key], timedelta(seconds=left))
-            theirs = store.get(key).decode()
+            theirs = json.loads(store.get(key).decode())
         except Exception:  # (the store's timeout: that rank made no such loader yet)
             warnings.warn(
                 f"rank {other} started no pass of a loader #{n} within {WAIT_S:g} s of this "
@@ -79,12 +81,20 @@ def check_ranks_agree(plan: Mapping[str, Any], rank: int, world_size: int) -> No
                 stacklevel=4,
             )
             continue
-        if theirs != mine:
-            raise RanksDisagreeError(_differs(json.loads(theirs), json.loads(mine), other, rank))
+        if theirs["plan"] != json.loads(mine):
+            where = (str(theirs.get("host")), socket.gethostname())
+            raise RanksDisagreeError(_differs(theirs["plan"], json.loads(mine), other, rank, where))
 
 
-def _differs(theirs: Mapping[str, Any], mine: Mapping[str, Any], other: int, rank: int) -> str:
-    """The error's words: the first key whose value differs, both values, and the fix."""
+def _differs(
+    theirs: Mapping[str, Any],
+    mine: Mapping[str, Any],
+    other: int,
+    rank: int,
+    hosts: tuple[str, str] = ("?", "?"),
+) -> str:
+    """The error's words: the first key whose value differs, both values (and each rank's
+    host: which node holds the other copy), and the fix."""
     flat_theirs, flat_mine = _flat(theirs), _flat(mine)
     key = next(
         k
@@ -94,9 +104,10 @@ def _differs(theirs: Mapping[str, Any], mine: Mapping[str, Any], other: int, ran
     data = " (the files it reads, their order or their contents)" if key.endswith("data") else ""
     return (
         f"the ranks of this loader plan different epochs: {key}{data} is "
-        f"{_shown(flat_theirs.get(key))} on rank {other} and {_shown(flat_mine.get(key))} on "
-        f"rank {rank} (this one), so their shares would overlap and their batch counts differ "
-        "(rows read twice, others never, or a DDP hang at the epoch's end). Every rank must "
+        f"{_shown(flat_theirs.get(key))} on rank {other} (host {hosts[0]}) and "
+        f"{_shown(flat_mine.get(key))} on rank {rank} (this one, host {hosts[1]}), so their "
+        "shares would overlap and their batch counts differ (rows read twice, others never, "
+        "or a DDP hang at the epoch's end). Every rank must "
         "read the same data with the same settings: the same list of files in the same order "
         "(sorted(glob.glob(...)), not a listing's order), the same copy on every node"
     )
