@@ -218,3 +218,13 @@ def test_a_merge_of_a_stale_store_says_so_in_one_line(
     assert main(["merge", str(dest)]) == 0
     err = capsys.readouterr().err
     assert "lading merge: warning: " in err and "StaleStoreWarning" not in err, err
+
+
+def test_a_build_id_without_its_prefix_is_refused_naming_one_that_works(tmp_path: Path) -> None:
+    """``--build-id mine`` said only "expected build-<letters, digits>" (a review,
+    2026-12-07), which ``--help`` did not explain: the message now names the id that works."""
+    src = tmp_path / "c.tsv"
+    src.write_text("".join(f"d{i}\tpassage {i}\n" for i in range(10)))
+    with pytest.raises(ValueError, match=r"e\.g\. build-mine") as said:
+        lading.build_shard(src, tmp_path / "s", (0, 2), build_id="mine", progress=False)
+    assert "the same one" in str(said.value)

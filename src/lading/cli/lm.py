@@ -228,7 +228,8 @@ def add_lm(sub: Any) -> None:
         p,
         shard_help="tokenize shard I of N only (any worker, any order); then "
         "`lading lm merge DEST`",
-        build_id_help="with --shard: the build directory the shards share",
+        build_id_help="with --shard: the build directory the shards share, build-<letters, "
+        "digits> (e.g. build-$SLURM_ARRAY_JOB_ID)",
     )
     add_raise_or_skip(p, "--on-error", ON_ERROR_HELP.format(what="build"))
     p.set_defaults(func=_cmd_lm_build)

@@ -620,7 +620,8 @@ def _add_build(sub: Any) -> None:
         shard_help="write shard I of N only (0-based; a Slurm array: "
         "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT), then `lading merge DEST --build-id ID` "
         "once all N are written (ID: the one each shard prints, or the one given them)",
-        build_id_help="with --shard: the build directory the shards share (default: derived from "
-        "the inputs, options and N, the same in every worker)",
+        build_id_help="with --shard: the build directory the shards share, build-<letters, "
+        "digits> (e.g. build-$SLURM_ARRAY_JOB_ID; default: derived from the inputs, options "
+        "and N, the same in every worker)",
     )
     p.set_defaults(func=_cmd_build)

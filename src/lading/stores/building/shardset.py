@@ -385,7 +385,11 @@ def claim_shard(
     i, n = shard
     bid = build_id or derive_build_id(files, options, n)
     if not bid.startswith(BUILD_PREFIX) or "/" in bid:
-        raise ValueError(f"build_id {bid!r}: expected {BUILD_PREFIX}<letters, digits>")
+        raise ValueError(
+            f"build_id {bid!r}: a build id is {BUILD_PREFIX!r} and letters or digits (e.g. "
+            f"{BUILD_PREFIX}{bid.replace('/', '-')}, or {BUILD_PREFIX}$SLURM_ARRAY_JOB_ID); give "
+            "every shard and the merge the same one"
+        )
     from lading.disk.atomic import is_ours_to_replace, lading_format
     from lading.disk.build import refuse_other_kind
 
