@@ -169,7 +169,7 @@ def test_a_plain_file_that_grows_mid_copy_is_refused(
     assert not dest.exists()
 
 
-@pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
+@pytest.mark.parametrize("text", ['{"format": "lading.packed", not json', '["lading.packed"]'])
 def test_a_store_whose_meta_json_is_damaged_is_refused_not_copied_as_plain_files(
     built: Path, tmp_path: Path, text: str
 ) -> None:
@@ -187,3 +187,72 @@ def test_a_listed_format_with_a_damaged_file_list_is_refused(built: Path, tmp_pa
     (built / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(StoreFormatError, match="is not a list of files"):
         stage(built, tmp_path / "node" / "store")
+
+
+def test_a_stage_run_again_after_another_commands_failure_copies(
+    built: Path, tmp_path: Path
+) -> None:
+    """Every rank now reads the failure file: a `lading stage` run again from the same shell
+    within a minute of a failed one (the same launcher, the shell) raised that old failure,
+    and a long-lived process kept raising another's interrupted stage (a review of this
+    change). A process alone reads none; an interrupt is never recorded."""
+    dest = tmp_path / "node" / "store"
+    dest.parent.mkdir()
+    old = {
+        "time": time.time(),
+        "error": "StoreFormatError: the source is damaged",
+        "launch": staging._launch(),
+        "pid": os.getpid() + 1,
+        "rank": 0,
+    }
+    (dest.parent / "store.stage-error").write_text(json.dumps(old))
+    assert stage(built, dest, world=World(0, 1, 0, 1)) == dest
+    assert len(open_store(dest)) == 300
+
+
+def test_an_interrupted_stage_records_no_failure(
+    built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(*args: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(staging, "_copy", interrupted)
+    dest = tmp_path / "node" / "store"
+    with pytest.raises(KeyboardInterrupt):
+        stage(built, dest, world=World(0, 2, 0, 2))
+    assert not (tmp_path / "node" / "store.stage-error").exists()
+
+
+def test_an_object_of_a_bucket_rewritten_mid_copy_is_refused(
+    s3: Any, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bucket's plain folder: the ranged reads stop at the listed size, so an object
+    rewritten larger meanwhile was staged cut, with exit 0 (a review of this change)."""
+    from lading.remote.clients import open_client
+
+    url = f"s3://{bucket}/plain"
+    client = open_client(url)
+    client.put("a.parquet", b"a" * 100_000)
+    real = staging.snapshot_of
+
+    def then_rewritten(source: Any) -> Any:
+        found = real(source)
+        client.put("a.parquet", b"b" * 150_000)
+        return found
+
+    monkeypatch.setattr(staging, "snapshot_of", then_rewritten)
+    dest = tmp_path / "node" / "plain"
+    with pytest.raises(StoreFormatError, match=r"a\.parquet changed while it was staged"):
+        stage(url, dest)
+    assert not dest.exists()
+
+
+def test_a_plain_folder_with_another_tools_meta_json_stages(tmp_path: Path) -> None:
+    """Another tool's ``meta.json`` (a JSON list here) is a plain file: the folder stages."""
+    src = tmp_path / "plain"
+    src.mkdir()
+    (src / "meta.json").write_text("[1, 2, 3]")
+    (src / "a.parquet").write_bytes(b"x" * 1000)
+    dest = tmp_path / "node" / "plain"
+    stage(src, dest)
+    assert (dest / "meta.json").read_text() == "[1, 2, 3]"

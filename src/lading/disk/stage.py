@@ -205,15 +205,15 @@ def snapshot_of(source: _Source) -> Snapshot:
     it names (not older snapshots kept beside them, nor a rebuild's temporary folders: a
     local source is not walked, so a rebuild running meanwhile is no error), with their
     CRC32s. Else every file (:meth:`_Source.files`), fingerprinted by names, sizes and
-    versions. A ``meta.json`` that is no JSON object, or declares a listed lading format
-    without a well-formed file list, is refused: copied as a plain folder, nothing of it
-    would be checked.
+    versions. A ``meta.json`` that names a lading format (``"lading.``) but is no JSON
+    object, or declares a listed format without a well-formed file list, is refused: copied
+    as a plain folder, nothing of it would be checked (another tool's is a plain file).
     """
     listing = source.files() if source.remote else None  # a bucket: one listing serves all
     raw = source.meta_bytes(listing)
     if raw is not None:
         print_ = "meta:" + hashlib.sha256(raw).hexdigest()
-        meta = _meta_in(raw, source.url)
+        meta = _meta_in(raw, source.url) if b'"lading.' in raw else {}  # (else another tool's)
         fmt = _format_in(raw)
         if meta.get("format") in LISTED_FORMATS:
             listed = _listed_files(meta, source.url)
@@ -326,7 +326,6 @@ def stage(
     if world.local_rank != 0 and staged_copy_is_valid(target, snap.fingerprint):
         return target  # rank 0's copy, published: no lock taken
     error_file = target.parent / f"{target.name}{_ERROR_SUFFIX}"
-    started = time.time()
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(build_lock(target, timeout=timeout if world.local_rank else None))
@@ -336,7 +335,8 @@ def stage(
                 f"{target} (it holds {target.name}.lock and is alive: is it still copying? see "
                 "its progress bar); pass a longer timeout, or stage before the launch"
             ) from None
-        _raise_failure_of_this_launch(error_file, source.url, target, started)
+        if world.local_world_size > 1:  # (a process alone has no rank to hear from)
+            _raise_failure_of_this_launch(error_file, source.url, target)
         try:
             with contextlib.suppress(OSError):  # (one that cannot go is never read as ours)
                 error_file.unlink(missing_ok=True)
@@ -349,11 +349,11 @@ def stage(
                 _collect_kept(target)
             else:
                 _copy(source, snap, target, progress)
-        except BaseException as e:
+        except Exception as e:  # (an interrupt or exit is this process's, not the copy's)
             with contextlib.suppress(OSError):  # tell this node's ranks waiting on the lock
                 failure = {
                     "time": time.time(),
-                    "error": f"{e}",
+                    "error": f"{type(e).__name__}: {e}",
                     "launch": _launch(),
                     "pid": os.getpid(),
                     "rank": world.local_rank,
@@ -363,12 +363,13 @@ def stage(
     return target
 
 
-def _raise_failure_of_this_launch(error_file: Path, url: str, dest: Path, since: float) -> None:
+def _raise_failure_of_this_launch(error_file: Path, url: str, dest: Path) -> None:
     """Raise the failure another local rank of this launch recorded while this one waited for
-    the lock (each rank trying the same copy again would fail as it did, one after another)."""
+    the lock (each rank trying the same copy again would fail as it did, one after another).
+    Never this process's own (a retry of it copies again), nor another launch's."""
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         failure = json.loads(error_file.read_text(encoding="utf-8"))
-        if failure.get("pid") != os.getpid() and _of_this_launch(failure, since):
+        if failure.get("pid") != os.getpid() and _of_this_launch(failure):
             raise RuntimeError(
                 f"local rank {failure.get('rank', '?')} failed to stage {url} into {dest}: "
                 f"{failure['error']}"
@@ -475,6 +476,8 @@ def _copy(source: _Source, snap: Snapshot, dest: Path, progress: bool | None) ->
                     f" (a failing disk or memory?); nothing was staged to {dest}"
                 )
             crcs[rel] = crc
+        if source.remote and not expected:  # a bucket's plain files: versions, one listing
+            _unchanged_listing(source, files)
         fmt = _declared_format(tmp)
         kept = _carry_kept(dest, tmp, fmt)
         mark = {
@@ -506,6 +509,20 @@ def _unchanged(source: _Source, rel: str, listed: dict[str, Any], read: int) -> 
         f"{read} read): something writes the source; nothing was staged. Stage it again once "
         "it is written (a store or corpus: stage what its build committed)"
     )
+
+
+def _unchanged_listing(source: _Source, files: dict[str, dict[str, Any]]) -> None:
+    """Refuse a URL source's plain files whose size or version (ETag) the listing gives
+    otherwise after the copy than before it: its ranged reads stop at the listed size, so an
+    object rewritten meanwhile was copied cut, or mixed."""
+    now = source.files()
+    for rel, listed in files.items():
+        if now.get(rel) != listed:
+            raise StoreFormatError(
+                f"{source.url}/{rel} changed while it was staged (listed as {listed}, now "
+                f"{now.get(rel, 'gone')}): something writes the source; nothing was staged. "
+                "Stage it again once it is written"
+            )
 
 
 def _carry_kept(dest: Path, tmp: Path, fmt: str | None) -> list[dict[str, Any]]:
@@ -666,11 +683,10 @@ def _launch() -> str:
     return f"{socket.gethostname()}:{os.getppid()}:{restart}"
 
 
-def _of_this_launch(failure: dict[str, Any], wall: float) -> bool:
-    """Whether rank 0's ``failure`` is this launch's: written by the same launch within the
-    minute before this rank waited (rank 0 may fail before this rank starts), or after this
-    process started, which no earlier launch's can be. An earlier launch's marker stays until
-    this launch's rank 0 holds the lock and removes it: a waiting rank that believed it
-    raised an old error while rank 0 staged (a relaunch after a timeout)."""
-    when = float(failure["time"])
-    return when >= _STARTED or (failure.get("launch") == _launch() and when >= wall - 60)
+def _of_this_launch(failure: dict[str, Any]) -> bool:
+    """Whether a recorded ``failure`` is this launch's: written by the same launch (the same
+    launcher process, host and restart) after the minute before this process started. An
+    earlier launch's, or another command's run from the same shell a while ago, is not: a
+    waiting rank raised an old error while rank 0 staged (a relaunch after a timeout), and a
+    stage run again after a failure raised that failure for good."""
+    return failure.get("launch") == _launch() and float(failure["time"]) >= _STARTED - 60
