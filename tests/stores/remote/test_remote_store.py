@@ -270,6 +270,42 @@ def test_a_read_whose_claim_meets_a_full_disk_fetches_around_the_cache(
     assert len([w for w in said if "could not keep" in str(w.message)]) == 1
 
 
+@pytest.mark.parametrize("refused", ["claim", "object"])
+def test_a_full_cache_disk_reads_around_in_as_few_gets_as_a_claim(
+    s3: LocalS3,
+    bucket: str,
+    corpus: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    refused: str,
+) -> None:
+    """A review of this change: a store opened after the disk filled could not give its
+    objects ids in the ledger, and the read raised ``OutOfSpaceError`` there; and a refused
+    claim's read-around sent a GET a range (307 GETs for 15 reads, against 23). Both read
+    around the cache now, their ranges coalesced as a claim's are."""
+    from lading.errors import OutOfSpaceError
+    from lading.remote.cache.claims import Claims
+    from lading.remote.cache.ledger import Ledger
+
+    url = f"s3://{bucket}/docs"
+    local = lading.build_store(corpus, tmp_path / "local", progress=False)
+    lading.build_store(corpus, url, cache=str(tmp_path / "b"), progress=False)
+    remote = _open(url, tmp_path)
+    ids = remote.ids()
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OutOfSpaceError(28, f"{tmp_path}: the disk under this node cache is full")
+
+    monkeypatch.setattr(Claims, "claim", full)
+    if refused == "object":
+        monkeypatch.setattr(Ledger, "object_id", full)
+    s3.reset()
+    with pytest.warns(RuntimeWarning, match="could not keep"):
+        assert remote.get_many(ids[:60]) == local.get_many(ids[:60])
+    # 60 neighbouring documents: coalesced as a claim's, 1 GET here (a GET a range: 6)
+    assert s3.stats()["gets"] <= 2, s3.stats()["gets"]
+
+
 def test_a_loader_over_a_store_whose_cache_disk_is_full_reads_every_batch(
     bucket: str, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

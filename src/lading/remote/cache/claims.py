@@ -12,6 +12,7 @@ thread when its GET returns (:mod:`.fill`). No lock of this process is held acro
 from __future__ import annotations
 
 import bisect
+import contextlib
 import sqlite3
 import time
 import zlib
@@ -121,18 +122,26 @@ class Claims:
                 space.claim((objs[block.key], block.start, block.end, *place, owner, step))
                 placed.append((block, place))
             space.close()
-        for carried in space.carried:  # a region's window blocks, carried to its start
-            self.node.data.write(carried.region, carried.at, carried.data)
-        if space.carried:
-            ledger.filled(
-                [(c.object, c.start, zlib.crc32(c.data), c.unpinned) for c in space.carried], owner
-            )
         read_around = [] if prefetch else (blocks if around else deferred)
         try:
+            for carried in space.carried:  # a region's window blocks, carried to its start
+                self.node.data.write(carried.region, carried.at, carried.data)
+            if space.carried:
+                ledger.filled(
+                    [(c.object, c.start, zlib.crc32(c.data), c.unpinned) for c in space.carried],
+                    owner,
+                )
             started = self._start(placed, read_around, objs)
-        except BaseException:  # refused (the fetcher closed meanwhile): the claims go, or
-            ledger.release([(objs[b.key], b.start) for b, _ in placed], owner)  # every
-            raise  # reader of the node would wait on them for as long as this process lives
+        except BaseException:  # refused (the fetcher closed meanwhile, a full disk): the
+            # claims go, or every reader of the node would wait on them for as long as this
+            # process lives (a read that meets a full disk goes on, around the cache)
+            with contextlib.suppress(Exception):  # (the ledger refusing this too: as it was)
+                ledger.release(
+                    [(objs[b.key], b.start) for b, _ in placed]
+                    + [(c.object, c.start) for c in space.carried],
+                    owner,
+                )
+            raise
         late = inside(missing, deferred) if prefetch else []
         left = [] if read_around else deferred
         return Claimed(started, left, sum(b.size for b in read_around), missing, late)

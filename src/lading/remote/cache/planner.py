@@ -49,7 +49,7 @@ from lading.remote.cache.reads import NodeCache
 from lading.remote.cancel import Cancel
 from lading.remote.fetch import Future
 from lading.remote.ranges import Need
-from lading.remote.schedule import Schedule
+from lading.remote.schedule import Schedule, Span
 from lading.step import STEPS_PER_EPOCH
 
 AHEAD_SHARE = 0.125  # the window's bytes ahead at most this share of the cap
@@ -116,6 +116,10 @@ class Planner:
     def _move_all(self, schedule: Schedule, now: int, order: bool = False) -> None:
         """Give every cached block of ``schedule``'s objects its first planned use from step
         ``now`` on (``order``: and record the order in the ledger, :meth:`.Ledger.order`)."""
+        with _hint(self.cache):
+            self._moved_all(schedule, now, order)
+
+    def _moved_all(self, schedule: Schedule, now: int, order: bool) -> None:
         cache = self.cache
         objects = {cache.obj(key): key for key in schedule.objects()}
         if not objects:
@@ -123,7 +127,7 @@ class Planner:
         with cache.ledger.read() as conn:
             rows = cache.ledger.blocks_of(conn, list(objects))
         steps = schedule.next_use_many([(objects[o], a, b) for o, a, b in rows], now)
-        with _hint(cache), cache.ledger.write() as conn:
+        with cache.ledger.write() as conn:
             cache.ledger.set_uses(conn, [(now, s, o, a) for (o, a, _), s in zip(rows, steps)])
             if order:
                 cache.ledger.order(conn, objects, schedule.first_step, schedule.last_step)
@@ -247,6 +251,11 @@ class Planner:
         self._advanced = max(self._advanced, upto)
         if not spans:
             return
+        with _hint(self.cache):
+            self._moved_on(spans, schedule, now)
+
+    def _moved_on(self, spans: list[Span], schedule: Schedule, now: int) -> None:
+        """:meth:`advance`'s ledger work: the next uses of the blocks of ``spans``."""
         cache = self.cache
         keys = [(cache.obj(key), a, b) for key, a, b in spans]
         with cache.ledger.read() as conn:
@@ -263,7 +272,7 @@ class Planner:
             rows = [r for r in rows if r[1] is not None and r[1] < hold]
             if not rows:
                 return
-        with _hint(cache), cache.ledger.write() as conn:
+        with cache.ledger.write() as conn:
             cache.ledger.set_uses(conn, rows)
 
 

@@ -55,7 +55,7 @@ from lading.remote.cache.regions import PayloadCutError, folder_bytes
 from lading.remote.cancel import current
 from lading.remote.fetch import REFUSED, ClosedError, Fetcher, Future, refuse_if_cancelled
 from lading.remote.objects import RemoteReadError, describe
-from lading.remote.ranges import DEFAULT_GAP, DEFAULT_WASTE, NO_STEP, Need
+from lading.remote.ranges import DEFAULT_GAP, DEFAULT_WASTE, NO_STEP, Need, coalesce
 from lading.step import current_step
 from lading.threads import register
 
@@ -191,6 +191,9 @@ class NodeCache:
             with contextlib.suppress(Exception):  # (the next read tries again)
                 self._drop_changed()
             raise
+        except OutOfSpaceError as e:  # an object the ledger could not record (its disk full)
+            self.node.filler.warn(e)
+            return self._unrecorded(spans)
 
     def _read(
         self, spans: Sequence[Span], step: int | None, planned: bool, around: AroundGets | None
@@ -361,16 +364,48 @@ class NodeCache:
         return [k for k in todo if k not in got]
 
     def _fetched_around(self, gaps: Sequence[Need]) -> Claimed:
-        """The GETs of ``gaps`` started for this read alone, around the cache: a claim that
-        the ledger refused (a full disk under the cache folder) leaves the read to fetch what
-        it needs, as a fill the ledger refuses does, where it ended the run."""
+        """The GETs of ``gaps`` started for this read alone, around the cache, coalesced as a
+        claim's would be: a claim that the ledger refused (a full disk under the cache
+        folder) leaves the read to fetch what it needs, as a fill the ledger refuses does,
+        where it ended the run."""
+        blocks = coalesce(gaps, self.claims.max_gap, self.claims.max_waste, self.claims.max_block)
         futures = self.fetcher.submit_many(
-            [(n.key, n.start, n.end, self.etags.get(n.key)) for n in gaps]
+            [(b.key, b.start, b.end, self.etags.get(b.key)) for b in blocks]
         )
         started: dict[str, list[tuple[int, int, Future]]] = {}
-        for n, future in zip(gaps, futures):
-            started.setdefault(n.key, []).append((n.start, n.end, future))
-        return Claimed(started, [], sum(n.end - n.start for n in gaps), list(gaps), [])
+        for b, future in zip(blocks, futures):
+            started.setdefault(b.key, []).append((b.start, b.end, future))
+        return Claimed(started, [], sum(b.size for b in blocks), list(gaps), [])
+
+    def _unrecorded(self, spans: Sequence[Span]) -> list[bytes]:
+        """Every span of a read fetched around the cache, the ledger untouched: one of its
+        objects could not be given an id there (a full disk), so no block of it can be."""
+        blocks = coalesce(
+            [Need(k, a, b, NO_STEP) for k, a, b in spans if b > a],
+            self.claims.max_gap,
+            self.claims.max_waste,
+            self.claims.max_block,
+        )
+        data = self.fetcher.read([(b.key, b.start, b.end, self.etags.get(b.key)) for b in blocks])
+        self.figures.add("bytes_bypassed", sum(map(len, data)))
+        fetched = [(blk.key, blk.start, got) for blk, got in zip(blocks, data)]
+        out = []
+        for key, start, end in spans:
+            found = next(
+                (
+                    bytes(got[start - at : end - at])
+                    for k, at, got in fetched
+                    if k == key and at <= start and end <= at + len(got)
+                ),
+                None,
+            )
+            if found is None and end > start:  # (coalesce covers every need: never here)
+                raise RemoteReadError(
+                    f"{describe(self.fetcher.client.url, key, start, end)}: "
+                    "not in the GETs made for it"
+                )
+            out.append(found or b"")
+        return out
 
     def _read_around(self, stalled: Sequence[tuple[Key, int, Part]]) -> list[bytes]:
         """The parts another owner's stalled GET (or a closed view's) has held past the
