@@ -211,3 +211,30 @@ def test_hf_strategy_runs_as_a_column_beside_the_others(
     assert cells["hf"]["samples_per_s"] > 0 and cells["hf"]["store_anon"] > 0
     report = (tmp_path / "out" / "report.md").read_text()
     assert "| hf | HF datasets (Arrow, memory map) + an id map per rank | collator |" in report
+
+
+def test_a_rerun_into_the_same_folder_keeps_the_earlier_results(
+    collection: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A quick rerun into a folder holding a run's results replaced them without a word (a
+    review, 2026-12-07: a full run's 24 cells became 1). They are moved aside, renderable."""
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "cache"))
+    extra = ("--world-sizes", "1", "--modes", "loader")
+    first = bench(collection, tmp_path / "out", "--strategies", "memory,packed", *extra)
+    second = bench(collection, tmp_path / "out", "--strategies", "packed", *extra)
+    assert len(first["cells"]) == 2 and len(second["cells"]) == 1
+    [kept] = list((tmp_path / "out").glob("earlier-*"))
+    assert json.loads((kept / "results.json").read_text()) == first
+    assert (kept / "report.md").is_file() and "moved to" in capsys.readouterr().err
+    assert "memory" in render(kept)
+
+
+def test_a_cut_results_file_is_named(tmp_path: Path) -> None:
+    from lading.bench.results import load_results
+
+    (tmp_path / "results.json").write_text('{"schema": "lading.bench/2", "cells": [')
+    with pytest.raises(ValueError, match=r"results\.json is not valid JSON"):
+        load_results(tmp_path)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -22,7 +23,7 @@ from typing import Any
 from lading.bench.cell import Cell, Settings, run_cell
 from lading.bench.data import BenchData, to_ramdisk
 from lading.bench.launched import Coordinators
-from lading.bench.results import new_results, write_results
+from lading.bench.results import keep_earlier, new_results, write_results
 from lading.bench.stats import load_average, merge_repeats
 
 
@@ -125,6 +126,15 @@ def run_grid(
     cells = grid_cells(options)
     runs: list[list[dict[str, Any]]] = [[] for _ in cells]
     leader = coordinators is None or coordinators.leader
+    if leader:
+        kept = keep_earlier(out)
+        if kept is not None:
+            print(
+                f"lading bench: the earlier run's results in {out} moved to {kept} "
+                f"(`lading bench report {kept}` renders them again)",
+                file=sys.stderr,
+                flush=True,
+            )
     repeats = max(1, settings.repeats)
     bar = tqdm(total=len(cells) * repeats, desc="lading bench", unit="run", disable=not leader)
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,26 @@ def new_results(
     }
 
 
+def keep_earlier(out: Path) -> Path | None:
+    """Move an earlier run's ``results.json`` in ``out`` (with its ``report.md`` and plots)
+    into ``out/earlier-<its UTC time>/`` before a new run writes there, so that a quick rerun
+    into the same folder never replaces hours of measurement (``lading bench report`` renders
+    that folder again); the folder it went to, or None where there was none."""
+    found = out / "results.json"
+    if not found.is_file():
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(found.stat().st_mtime))
+    kept, n = out / f"earlier-{stamp}", 1
+    while kept.exists():
+        n += 1
+        kept = out / f"earlier-{stamp}-{n}"
+    kept.mkdir()
+    for path in [found, out / "report.md", *sorted(out.glob("*.png"))]:
+        if path.is_file():
+            path.replace(kept / path.name)
+    return kept
+
+
 def write_results(results: dict[str, Any], out: Path) -> Path:
     """Write ``out/results.json`` atomically."""
     out.mkdir(parents=True, exist_ok=True)
@@ -97,4 +118,11 @@ def load_results(directory: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(directory) / "results.json"
     if not path.is_file():
         raise FileNotFoundError(f"no results.json in {directory}; run `lading bench --out DIR`")
-    return validate(json.loads(path.read_text()))
+    try:
+        found = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(
+            f"{path} is not valid JSON ({e}): cut short or edited; run the bench again into "
+            "another --out, or restore the file"
+        ) from None
+    return validate(found)

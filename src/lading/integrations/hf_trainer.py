@@ -18,7 +18,7 @@ multiple of it the last, partial accumulation of that epoch is not applied as a 
 of at the resume; its gradient is dropped at the epoch's end, not carried into the next
 epoch's first step: :mod:`lading.integrations.trainer_resume`), and the epoch the Trainer logs
 counts from the resume; pick equal multiples when exact resumes matter. A mid-epoch
-checkpoint of another layout (world size, batch size, workers) is refused: the Trainer would
+checkpoint of another layout (world size, batch size; not workers) is refused: the Trainer would
 skip what the re-dealt loader has left.
 
 :class:`LadingTrainerMixin` holds all of it for other ``Trainer`` subclasses (the

@@ -73,7 +73,7 @@ class TrainLoader:
 
         Raises:
             LoaderStateError: the state is of other data, or of another layout (world size,
-                batch size, workers), which Lightning's batch counter cannot follow. (Lightning
+                batch size; not workers), which Lightning's batch counter cannot follow. (Lightning
                 calls this for a checkpoint saved within an epoch, ``every_n_train_steps``
                 even at the epoch's last batch, and, where it trains ``max_steps``, for every
                 checkpoint; one of ``every_n_epochs`` under ``max_epochs`` resumes on any.)
@@ -85,7 +85,7 @@ class TrainLoader:
                 f"the checkpoint's loader was saved with {dict(state['layout'])}, this run has "
                 f"{dict(now)}; Lightning counts the saved epoch's batches itself (a step "
                 "checkpoint at an epoch's last batch too), so resume it with the saved world "
-                "size, batch size and workers, or, training max_epochs, resume from a "
+                "size and batch size (any workers), or, training max_epochs, resume from a "
                 "checkpoint saved at an epoch's end (ModelCheckpoint(every_n_epochs=...): "
                 "Lightning then starts the next epoch and restores no loader position; "
                 "training max_steps, it restores the loader from every checkpoint)"

@@ -3,7 +3,7 @@
 The lading loader resumes itself (``ignore_data_skip=True``), so the Trainer counts a resumed
 epoch's batches from the resume, not from the epoch's start. Two consequences live here:
 
-- a checkpoint of another layout (world size, batch size, workers) mid-epoch is refused
+- a checkpoint of another layout (world size, batch size; workers may change) mid-epoch is refused
   (:func:`refuse_another_layout_mid_epoch`);
 - the Trainer finds the epoch it resumes in as its global step // the steps of an epoch
   (``len()``, accumulated); after a resume that lost a step (below) that is not the loader's
@@ -94,7 +94,7 @@ def warn_of_a_regrouped_last_step(loader: Resumable, args: Any) -> None:
 
 
 def refuse_another_layout_mid_epoch(loader: Resumable, state: Mapping[str, Any]) -> None:
-    """Refuse a mid-epoch ``state`` of another layout (world size, batch size, workers): the
+    """Refuse a mid-epoch ``state`` of another layout (world size, batch size): the
     loader would read what that layout left, re-dealt (an elastic resume), but the Trainer
     counts the epoch from ``len()`` and its global step, and skipped the rest of the epoch
     (a reviewer's 1-process checkpoint at step 5 of 13, resumed on 2 ranks: rank 0 read 0 of
@@ -110,8 +110,8 @@ def refuse_another_layout_mid_epoch(loader: Resumable, state: Mapping[str, Any])
     raise LoaderStateError(
         f"the checkpoint's loader was saved with {dict(state.get('layout', {}))}, this run has "
         f"{dict(now)}; the HF Trainer counts the epoch's steps from len() and its global "
-        "step, so resume a mid-epoch checkpoint with the saved world size, batch size and "
-        "workers, or resume from a checkpoint at an epoch's end"
+        "step, so resume a mid-epoch checkpoint with the saved world size and batch size "
+        "(any workers), or resume from a checkpoint at an epoch's end"
     )
 
 
