@@ -58,8 +58,8 @@ def build_lock(dest: Path, timeout: float | None = None) -> Iterator[None]:
     how long a silent holder on another host keeps it (default 60 s; heartbeat a twelfth).
     A full disk while the lock file is written raises :class:`OutOfSpaceError` naming
     ``dest``, and leaves no lock file (an empty one would stall the next build 60 s); a
-    folder this process may not write in, an ``OSError`` of the same kind naming the lock
-    and the fix.
+    folder this process may not write in, the system's error naming the lock file (the CLI
+    says it in one line with the fix).
     """
     stale = float(os.environ.get("LADING_LOCK_STALE_S", "") or STALE_AFTER_S)
     lock = FileLock(
@@ -71,12 +71,6 @@ def build_lock(dest: Path, timeout: float | None = None) -> Iterator[None]:
     try:
         lock.acquire()
     except OSError as e:
-        if e.errno in _NOT_WRITABLE:
-            raise type(e)(
-                e.errno,
-                f"{dest}: cannot create its lock {lock.path} ({os.strerror(e.errno)}); nothing "
-                "was written. Give a folder on a disk this process may write to",
-            ) from None
         if e.errno not in _NO_SPACE:
             raise
         state = "left as it was" if dest.exists() else "not created"
@@ -136,7 +130,6 @@ def scratch(dest: Path, inside: bool = False) -> Iterator[Path]:
 
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def _limit_reached(code: int) -> str:
