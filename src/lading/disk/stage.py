@@ -205,15 +205,16 @@ def snapshot_of(source: _Source) -> Snapshot:
     it names (not older snapshots kept beside them, nor a rebuild's temporary folders: a
     local source is not walked, so a rebuild running meanwhile is no error), with their
     CRC32s. Else every file (:meth:`_Source.files`), fingerprinted by names, sizes and
-    versions. A ``meta.json`` that names a lading format (``"lading.``) but is no JSON
-    object, or declares a listed format without a well-formed file list, is refused: copied
-    as a plain folder, nothing of it would be checked (another tool's is a plain file).
+    versions. A ``meta.json`` that is no JSON (nor JSON Lines), or names a lading format but
+    is no JSON object, or declares a listed format without a well-formed file list, is
+    refused: copied as a plain folder, nothing of it would be checked (another tool's, a
+    JSON list or JSON Lines, is a plain file).
     """
     listing = source.files() if source.remote else None  # a bucket: one listing serves all
     raw = source.meta_bytes(listing)
     if raw is not None:
         print_ = "meta:" + hashlib.sha256(raw).hexdigest()
-        meta = _meta_in(raw, source.url) if b'"lading.' in raw else {}  # (else another tool's)
+        meta = _meta_in(raw, source.url)
         fmt = _format_in(raw)
         if meta.get("format") in LISTED_FORMATS:
             listed = _listed_files(meta, source.url)
@@ -238,20 +239,36 @@ def snapshot_of(source: _Source) -> Snapshot:
 
 
 def _meta_in(raw: bytes, url: str) -> dict[str, Any]:
-    """A source's ``meta.json`` as a JSON object, refused naming the file where it is not one."""
+    """A source's ``meta.json`` as a JSON object; another tool's (a JSON list, JSON Lines:
+    the folder is then plain files) as an empty one. Bytes that are no JSON at all are
+    refused, naming the file: a lading manifest cut short (its format named past the cut)
+    would be staged as plain files, nothing of it checked."""
     try:
         meta = json.loads(raw)
     except ValueError as e:
-        meta, why = None, f"is not valid JSON ({e})"
-    else:
-        why = f"holds a JSON {type(meta).__name__}, not an object"
-    if not isinstance(meta, dict):
+        if not _json_lines(raw):
+            raise StoreFormatError(
+                f"{url}/{META_FILE} is not valid JSON ({e}): a damaged store or token corpus "
+                f"(`lading verify {url}` says more; rebuild it), or a file of another tool's "
+                "(rename it to stage the folder as plain files); nothing was staged"
+            ) from None
+        return {}
+    if not isinstance(meta, dict) and b'"lading.' in raw:
         raise StoreFormatError(
-            f"{url}/{META_FILE} {why}: a damaged store or token corpus (`lading verify {url}` "
-            "says more; rebuild it), or a file of another tool's (rename it to stage the "
-            "folder as plain files); nothing was staged"
+            f"{url}/{META_FILE} names a lading format but holds a JSON "
+            f"{type(meta).__name__}, not an object: a damaged store or token corpus "
+            f"(`lading verify {url}` says more; rebuild it); nothing was staged"
         )
-    return meta
+    return meta if isinstance(meta, dict) else {}
+
+
+def _json_lines(raw: bytes) -> bool:
+    """Whether ``raw`` is JSON Lines: every non-empty line a JSON value (at least two)."""
+    lines = [line for line in raw.splitlines() if line.strip()]
+    try:
+        return len(lines) > 1 and all(json.loads(line) is not None for line in lines)
+    except ValueError:
+        return False
 
 
 def _listed_files(meta: dict[str, Any], url: str) -> dict[str, int]:
