@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
 import sqlite3
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from lading.errors import OutOfSpaceError
 from lading.remote.cache.fill import Fill
 from lading.remote.cache.ledger import Piece
 from lading.remote.cache.node import Node
@@ -132,15 +134,21 @@ class Claims:
                     owner,
                 )
             started = self._start(placed, read_around, objs)
-        except BaseException:  # refused (the fetcher closed meanwhile, a full disk): the
-            # claims go, or every reader of the node would wait on them for as long as this
-            # process lives (a read that meets a full disk goes on, around the cache)
+        except BaseException as e:  # refused (the fetcher closed meanwhile, a full disk):
+            # the claims go, or every reader of the node would wait on them for as long as
+            # this process lives (a read that meets a full disk goes on, around the cache)
             with contextlib.suppress(Exception):  # (the ledger refusing this too: as it was)
                 ledger.release(
                     [(objs[b.key], b.start) for b, _ in placed]
                     + [(c.object, c.start) for c in space.carried],
                     owner,
                 )
+            if isinstance(e, OSError) and not isinstance(e, OutOfSpaceError) and full(e):
+                raise OutOfSpaceError(
+                    e.errno,
+                    f"{self.node.data.path.parent}: the disk under this node cache is full "
+                    f"({e.strerror}); free space there, or lower cache_bytes",
+                ) from e
             raise
         late = inside(missing, deferred) if prefetch else []
         left = [] if read_around else deferred
@@ -183,6 +191,11 @@ class Claims:
             put(fill._replace(bytes_of=future.result, unpinned=came, checked=checked))
 
         return settled
+
+
+def full(error: OSError) -> bool:
+    """Whether ``error`` says the disk (or the user's quota, or the file's size limit) is full."""
+    return error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def _gaps(needs: Sequence[Need], found: list[list[Piece]]) -> tuple[list[Need], list[Need]]:

@@ -69,6 +69,7 @@ class _Stalled:
     """What a wait on another owner's GET answers past the round's deadline."""
 
 
+_UNLIMITED = 1 << 62  # a block size no merge of overlapping spans reaches
 _STALLED = _Stalled()  # (a part to read around the cache, with the round's others)
 
 
@@ -380,11 +381,11 @@ class NodeCache:
     def _unrecorded(self, spans: Sequence[Span]) -> list[bytes]:
         """Every span of a read fetched around the cache, the ledger untouched: one of its
         objects could not be given an id there (a full disk), so no block of it can be."""
-        blocks = coalesce(
+        blocks = coalesce(  # no block limit: nothing is kept, and a span is one block's
             [Need(k, a, b, NO_STEP) for k, a, b in spans if b > a],
             self.claims.max_gap,
             self.claims.max_waste,
-            self.claims.max_block,
+            _UNLIMITED,
         )
         data = self.fetcher.read([(b.key, b.start, b.end, self.etags.get(b.key)) for b in blocks])
         self.figures.add("bytes_bypassed", sum(map(len, data)))
