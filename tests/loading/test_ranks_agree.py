@@ -125,3 +125,38 @@ def test_a_backend_without_a_store_reads_as_before(tmp_path: Path) -> None:
         assert len([b for b in loader]) == len(loader) > 0
     finally:
         dist.destroy_process_group()
+
+
+def _old_beside_new(rank: int, world: int, same: bool) -> str:
+    """Rank 1 posts as a lading of before this change did (the plan alone, under its key);
+    rank 0 checks with this one."""
+    import json
+
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    from lading.errors import RanksDisagreeError
+    from lading.loading.agree import check_ranks_agree
+
+    plan = {"kind": "map", "layout": {"batch_size": 8, "world_size": 2}}
+    if rank == 1:
+        theirs = plan if same else {**plan, "layout": {"batch_size": 4, "world_size": 2}}
+        _get_default_store().set("lading/agree/0/1", json.dumps(theirs, sort_keys=True))
+        return "posted"
+    try:
+        check_ranks_agree(plan, 0, 2)
+    except RanksDisagreeError as e:
+        return f"refused: {e}"
+    return "agreed"
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_a_rank_of_an_older_lading_is_checked_as_before(same: bool) -> None:
+    """The hosts' naming first posted ``{"plan", "host"}`` under the plan's key: a rank of an
+    older lading, its plan the same, ended this one with ``KeyError('plan')`` (a review of
+    this change). The host has a key of its own; the plan's key holds what it held."""
+    said = run_processes(_old_beside_new, 2, same, timeout=120)[0]
+    if same:
+        assert said == "agreed", said
+    else:
+        assert said.startswith("refused:") and "layout.batch_size" in said, said
+        assert "on rank 1 (host ?)" in said, said

@@ -55,13 +55,15 @@ def check_ranks_agree(plan: Mapping[str, Any], rank: int, world_size: int) -> No
     if dist is None or (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
         return  # (a world given that is not the group's: a group inside it, or none)
     mine = json.dumps(dict(plan), sort_keys=True, default=str)
-    posted = json.dumps({"plan": json.loads(mine), "host": socket.gethostname()})
     n = next(_passes)
     try:
         from torch.distributed.distributed_c10d import _get_default_store
 
         store = _get_default_store()
-        store.set(f"{_PREFIX}/{n}/{rank}", posted)
+        # the host under a key of its own, first: the plan's key keeps what lading always
+        # posted there, so ranks of an older lading compare with this one as before
+        store.set(f"{_PREFIX}/{n}/{rank}/host", socket.gethostname())
+        store.set(f"{_PREFIX}/{n}/{rank}", mine)
     except Exception:  # (no store this backend or torch offers: nothing to compare through)
         return
     end = time.monotonic() + WAIT_S  # one wait in all, whatever the number of ranks
@@ -72,7 +74,7 @@ def check_ranks_agree(plan: Mapping[str, Any], rank: int, world_size: int) -> No
         try:
             left = max(0.001, end - time.monotonic())
             store.wait([key], timedelta(seconds=left))
-            theirs = json.loads(store.get(key).decode())
+            theirs = store.get(key).decode()
         except Exception:  # (the store's timeout: that rank made no such loader yet)
             warnings.warn(
                 f"rank {other} started no pass of a loader #{n} within {WAIT_S:g} s of this "
@@ -81,9 +83,19 @@ def check_ranks_agree(plan: Mapping[str, Any], rank: int, world_size: int) -> No
                 stacklevel=4,
             )
             continue
-        if theirs["plan"] != json.loads(mine):
-            where = (str(theirs.get("host")), socket.gethostname())
-            raise RanksDisagreeError(_differs(theirs["plan"], json.loads(mine), other, rank, where))
+        if theirs != mine:
+            where = (_host(store, f"{key}/host"), socket.gethostname())
+            raise RanksDisagreeError(
+                _differs(json.loads(theirs), json.loads(mine), other, rank, where)
+            )
+
+
+def _host(store: Any, key: str) -> str:
+    """The host a rank posted (``?`` where it posted none: an older lading)."""
+    try:
+        return str(store.get(key).decode()) if store.check([key]) else "?"
+    except Exception:
+        return "?"
 
 
 def _differs(
