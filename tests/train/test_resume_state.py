@@ -111,8 +111,29 @@ def test_a_resume_on_another_world_size_says_the_global_batch_changed(
     assert state.restore(resumed).step == 3
     rows = resumed.loader.batch_size
     said = capsys.readouterr().err
-    assert "resumed at step 3 on 1 ranks, saved on 2" in said, said
-    assert f"a step now takes {rows} rows" in said and f"it took {2 * rows}" in said, said
+    assert f"resumed at step 3 with {rows} rows a step (1 ranks x {rows})" in said, said
+    assert f"saved at {2 * rows} (2 x {rows})" in said, said
+
+
+def test_a_resume_with_another_batch_size_says_the_saved_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The message took this run's batch size for the checkpoint's: 2 ranks of 4 resumed on
+    1 of 2 said "it took 4" for 8 (a review of this change)."""
+    first = trainer(tmp_path, 3)
+    first.loader.set_epoch(0)
+    state.save(first, 3)
+    saved = checkpoint.load(tmp_path / "checkpoint")
+    rows = first.loader.batch_size
+    for key in ("loaders", "rng"):  # as two ranks of twice the batch wrote it
+        saved[key] = saved[key] * 2
+    for loader in saved["loaders"]:
+        loader["layout"] = {**loader["layout"], "batch_size": 2 * rows, "world_size": 2}
+    checkpoint.save(saved, tmp_path / "checkpoint")
+    capsys.readouterr()
+    state.restore(trainer(tmp_path, 6))
+    said = capsys.readouterr().err
+    assert f"saved at {4 * rows} (2 x {2 * rows})" in said, said
 
 
 def test_a_checkpoint_without_a_cuda_state_resumes_as_before(

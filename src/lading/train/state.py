@@ -215,22 +215,20 @@ def restore(trainer: Checkpointed) -> Resumed:
         torch.manual_seed(elastic_seed(trainer.config.seed, world.rank, step))
     trainer.task.load_state(saved, exact)
     if world.rank == 0:
-        if saved_world != world.world_size:
-            rows = getattr(trainer.loader, "batch_size", None)
-            took = (
-                f": a step now takes {rows * world.world_size} rows ({rows} a rank), it took "
-                f"{rows * saved_world}"
-                if isinstance(rows, int)
-                else ": the rows a step changed with them"
-            )
-            print(
-                f"{trainer.config.desc}: resumed at step {step} on {world.world_size} ranks, "
-                f"saved on {saved_world}{took}; each row of the epoch is still read once (an "
-                "elastic resume). Scale the learning rate yourself if it should follow the "
-                "global batch",
-                file=sys.stderr,
-                flush=True,
-            )
+        rows = getattr(trainer.loader, "batch_size", None)
+        saved_rows = dict(loader_state.get("layout") or {}).get("batch_size", rows)
+        if isinstance(rows, int) and isinstance(saved_rows, int):
+            before, now = saved_rows * saved_world, rows * world.world_size
+            if before != now:
+                print(
+                    f"{trainer.config.desc}: resumed at step {step} with {now} rows a step "
+                    f"({world.world_size} ranks x {rows}); it was saved at {before} "
+                    f"({saved_world} x {saved_rows}); each row of the epoch is still read "
+                    "once (an elastic resume). Scale the learning rate yourself if it should "
+                    "follow the global batch",
+                    file=sys.stderr,
+                    flush=True,
+                )
         for key, change in changed.items():
             print(
                 f"{trainer.config.desc}: resumed at step {step} with {key} "
