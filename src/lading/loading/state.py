@@ -12,9 +12,10 @@ Every loader's :meth:`state_dict` is the same schema::
   (:func:`lading.loading.hooks.identity_of`); a state saved without one (``None``,
   or before it was recorded) is checked by length only, as it was then.
 - ``layout``: what fixes who reads what (world size, batch size…; not the worker count:
-  the batches are the same whatever the workers). The same layout resumes bitwise: ``batches`` are skipped. Another layout resumes *elastically*: the positions
-  the saved layout left unread become the ``base`` of a new *segment* of the epoch, planned over
-  this run's readers (:mod:`lading.loading.plan`).
+  the batches are the same whatever the workers). The same layout resumes bitwise:
+  ``batches`` are skipped. Another layout resumes *elastically*: the positions the saved
+  layout left unread become the ``base`` of a new *segment* of the epoch, planned over this
+  run's readers (:mod:`lading.loading.plan`).
 - ``base``: the epoch positions the current segment reads (``None``: all of them), as one
   value, two lists ``[starts, stops]``, so that ``torch.distributed.checkpoint``, which loads
   into a fresh loader's state's keys (its ``None``), loads a state saved after an elastic

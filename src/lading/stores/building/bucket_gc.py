@@ -133,7 +133,12 @@ def _collect(client: ObjectClient, current: dict[str, Any], fetcher: Fetcher) ->
         k for k in listing if k.startswith(WRITE_PROBE) and now - written.get(k, now) >= ABANDONED_S
     ]
     named_anywhere = used.union(*(units(m) for m in manifests.values()))
-    _warn_abandoned(client.url, fetcher, listing, written, named_anywhere, now)
+    abandoned = {  # build -> seconds since its last write
+        top: now - at
+        for top, at in written.items()
+        if top.startswith(BUILD_PREFIX) and top not in named_anywhere and now - at >= ABANDONED_S
+    }
+    _warn_abandoned(client.url, fetcher, listing, abandoned)
     doomed.sort(key=lambda k: not k.endswith(MANIFEST))  # a manifest first: pinned readers hear
 
     def delete(key: str) -> None:
@@ -156,28 +161,19 @@ def _last_writes(listing: dict[str, ObjectInfo]) -> dict[str, float]:
 
 
 def _warn_abandoned(
-    url: str,
-    fetcher: Fetcher,
-    listing: dict[str, ObjectInfo],
-    written: dict[str, float],
-    named: set[str],
-    now: float,
+    url: str, fetcher: Fetcher, listing: dict[str, ObjectInfo], abandoned: dict[str, float]
 ) -> None:
     """Name the parallel builds no manifest names in which nothing was written for
-    :data:`ABANDONED_S` (see the module doc: they are left in place)."""
-    old = sorted(
-        top
-        for top, at in written.items()
-        if top.startswith(BUILD_PREFIX) and top not in named and now - at >= ABANDONED_S
-    )
-    for build in old[:8]:
+    :data:`ABANDONED_S` (``abandoned``: each one's seconds since; see the module doc: they
+    are left in place)."""
+    for build in sorted(abandoned)[:8]:
         keys = [k for k in listing if k.startswith(f"{build}/")]
         size = sum(listing[k].size for k in keys)
         record = None
         with contextlib.suppress(Exception):  # unreadable: the merge reads it and says why
             record = fetcher.get_object(f"{build}/{BUILD_MARK}")
         bid = build.removeprefix(BUILD_PREFIX)
-        days = (now - written[build]) / 86400
+        days = abandoned[build] / 86400
         warnings.warn(
             f"{url}/{build}/ holds a parallel build no snapshot names, untouched for "
             f"{days:.1f} days ({len(keys)} objects, {size / 2**20:.1f} MiB): shards of a job "
