@@ -61,6 +61,7 @@ def test_the_listing_carries_each_objects_time_of_last_write(s3: LocalS3, bucket
     assert ObjectInfo(3, "e", None, 1.0) == ObjectInfo(3, "e", None, 2.0)
 
 
+@pytest.mark.slow  # objects aged for real past a 2 s 'day': ~5-9 s
 def test_a_killed_builds_write_probe_goes_a_day_after_it_was_written(
     s3: LocalS3, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -79,6 +80,7 @@ def test_a_killed_builds_write_probe_goes_a_day_after_it_was_written(
     assert f"{WRITE_PROBE}live" in keys
 
 
+@pytest.mark.slow  # objects aged for real past a 2 s 'day': ~5-9 s
 def test_a_snapshot_still_uploading_is_dated_by_its_last_write_not_its_start(
     s3: LocalS3, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -112,6 +114,7 @@ def _warned(said: list[warnings.WarningMessage]) -> list[str]:
     return [str(w.message) for w in said if issubclass(w.category, AbandonedBuildWarning)]
 
 
+@pytest.mark.slow  # objects aged for real past a 2 s 'day': ~5-9 s
 def test_a_build_no_snapshot_names_is_named_once_untouched_for_a_day(
     s3: LocalS3, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -134,6 +137,7 @@ def test_a_build_no_snapshot_names_is_named_once_untouched_for_a_day(
     assert any(k.startswith(f"{build}/") for k in _keys(url))  # left in place
 
 
+@pytest.mark.slow  # objects aged for real past a 2 s 'day': ~5-9 s
 def test_an_old_build_a_snapshot_names_is_not_named(
     s3: LocalS3, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
