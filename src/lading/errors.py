@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 
@@ -81,10 +82,13 @@ class StoreNotFoundError(StoreFormatError):
     """No store at a URL (its manifest is not there): nothing to open or check, not damage."""
 
 
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # the errnos of a full disk (or quota, size)
+
+
 class OutOfSpaceError(LadingError, OSError):
     """A build ran out of disk space (or hit a file size limit); nothing was published.
 
-    ``errno`` is that of the failed write (``ENOSPC``, ``EDQUOT`` or ``EFBIG``).
+    ``errno`` is that of the failed write (one of :data:`NO_SPACE`).
     """
 
     def __str__(self) -> str:

@@ -42,7 +42,7 @@ from lading.disk.snapshot import (
     is_build_dir,
     is_snapshot_dir,
 )
-from lading.errors import OutOfSpaceError
+from lading.errors import NO_SPACE, OutOfSpaceError
 
 DATASET_MARK = "_lading.json"
 _TMP_MARK = ".tmp-"
@@ -71,7 +71,7 @@ def build_lock(dest: Path, timeout: float | None = None) -> Iterator[None]:
     try:
         lock.acquire()
     except OSError as e:
-        if e.errno not in _NO_SPACE:
+        if e.errno not in NO_SPACE:
             raise
         state = "left as it was" if dest.exists() else "not created"
         raise OutOfSpaceError(
@@ -112,7 +112,7 @@ def scratch(dest: Path, inside: bool = False) -> Iterator[Path]:
     except OSError as e:
         written = _size_of(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
-        if e.errno not in _NO_SPACE:
+        if e.errno not in NO_SPACE:
             raise
         # scratch inside, dest itself was made for the build: what counts is a committed manifest
         there = (dest / META_FILE).exists() if inside else dest.exists()
@@ -129,11 +129,9 @@ def scratch(dest: Path, inside: bool = False) -> Iterator[Path]:
         raise
 
 
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
 def _limit_reached(code: int) -> str:
-    """What ran out, for an :class:`OutOfSpaceError` of errno ``code`` (one of ``_NO_SPACE``)."""
+    """What ran out, for an :class:`OutOfSpaceError` of errno ``code`` (one of
+    :data:`~lading.errors.NO_SPACE`)."""
     if code == errno.EFBIG:
         return "the file size limit (ulimit -f) was reached"
     return "the filesystem is full"

@@ -229,7 +229,7 @@ def snapshot_of(source: _Source) -> Snapshot:
                     "the source is incomplete, nothing was staged"
                 )
             wanted[META_FILE] = {**files.get(META_FILE, {}), "size": len(raw)}
-            crcs = {name: crc for name, crc in listed.items()}
+            crcs = dict(listed)
             crcs[META_FILE] = zlib.crc32(raw)
             return Snapshot(print_, wanted, crcs, fmt, raw)
         return Snapshot(print_, source.files() if listing is None else listing, {}, fmt)
@@ -275,15 +275,14 @@ def _listed_files(meta: dict[str, Any], url: str) -> dict[str, int]:
     """Name -> CRC32 of every file a listed format's manifest names, refused naming the
     manifest where its list is not well-formed."""
     listed = meta.get("files")
-    try:
-        assert isinstance(listed, dict)
-        return {str(name): int(info["crc32"]) for name, info in listed.items()}
-    except (AssertionError, KeyError, TypeError, ValueError):
-        raise StoreFormatError(
-            f'{url}/{META_FILE} declares {meta.get("format")} but its "files" is not a list '
-            "of files with their sizes and CRC32s: the manifest is damaged (`lading verify "
-            f"{url}` says more; rebuild it); nothing was staged"
-        ) from None
+    with contextlib.suppress(AttributeError, KeyError, TypeError, ValueError):
+        if isinstance(listed, dict):
+            return {str(name): int(info["crc32"]) for name, info in listed.items()}
+    raise StoreFormatError(
+        f'{url}/{META_FILE} declares {meta.get("format")} but its "files" is not a list '
+        "of files with their sizes and CRC32s: the manifest is damaged (`lading verify "
+        f"{url}` says more; rebuild it); nothing was staged"
+    )
 
 
 def _format_in(raw: bytes) -> str | None:

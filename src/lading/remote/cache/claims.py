@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import errno
 import sqlite3
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from lading.errors import OutOfSpaceError
+from lading.errors import NO_SPACE, OutOfSpaceError
 from lading.remote.cache.fill import Fill
 from lading.remote.cache.ledger import Piece
 from lading.remote.cache.node import Node
@@ -143,7 +142,11 @@ class Claims:
                     + [(c.object, c.start) for c in space.carried],
                     owner,
                 )
-            if isinstance(e, OSError) and not isinstance(e, OutOfSpaceError) and full(e):
+            if (
+                isinstance(e, OSError)
+                and not isinstance(e, OutOfSpaceError)
+                and e.errno in NO_SPACE
+            ):
                 raise OutOfSpaceError(
                     e.errno,
                     f"{self.node.data.path.parent}: the disk under this node cache is full "
@@ -191,11 +194,6 @@ class Claims:
             put(fill._replace(bytes_of=future.result, unpinned=came, checked=checked))
 
         return settled
-
-
-def full(error: OSError) -> bool:
-    """Whether ``error`` says the disk (or the user's quota, or the file's size limit) is full."""
-    return error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def _gaps(needs: Sequence[Need], found: list[list[Piece]]) -> tuple[list[Need], list[Need]]:

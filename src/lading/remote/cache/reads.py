@@ -69,7 +69,6 @@ class _Stalled:
     """What a wait on another owner's GET answers past the round's deadline."""
 
 
-_UNLIMITED = 1 << 62  # a block size no merge of overlapping spans reaches
 _STALLED = _Stalled()  # (a part to read around the cache, with the round's others)
 
 
@@ -381,31 +380,17 @@ class NodeCache:
     def _unrecorded(self, spans: Sequence[Span]) -> list[bytes]:
         """Every span of a read fetched around the cache, the ledger untouched: one of its
         objects could not be given an id there (a full disk), so no block of it can be."""
-        blocks = coalesce(  # no block limit: nothing is kept, and a span is one block's
-            [Need(k, a, b, NO_STEP) for k, a, b in spans if b > a],
-            self.claims.max_gap,
-            self.claims.max_waste,
-            _UNLIMITED,
-        )
-        data = self.fetcher.read([(b.key, b.start, b.end, self.etags.get(b.key)) for b in blocks])
-        self.figures.add("bytes_bypassed", sum(map(len, data)))
-        fetched = [(blk.key, blk.start, got) for blk, got in zip(blocks, data)]
+        claimed = self._fetched_around([Need(k, a, b, NO_STEP) for k, a, b in spans if b > a])
+        self.figures.add("bytes_bypassed", claimed.bypassed)
         out = []
         for key, start, end in spans:
-            found = next(
-                (
-                    bytes(got[start - at : end - at])
-                    for k, at, got in fetched
-                    if k == key and at <= start and end <= at + len(got)
-                ),
-                None,
-            )
-            if found is None and end > start:  # (coalesce covers every need: never here)
+            found = b"" if end <= start else _joined(claimed.started.get(key, []), start, end)
+            if found is None:  # (the GETs cover every span: never here)
                 raise RemoteReadError(
                     f"{describe(self.fetcher.client.url, key, start, end)}: "
                     "not in the GETs made for it"
                 )
-            out.append(found or b"")
+            out.append(bytes(found))
         return out
 
     def _read_around(self, stalled: Sequence[tuple[Key, int, Part]]) -> list[bytes]:
