@@ -25,6 +25,8 @@ import lading
 from conftest import word_corpus, write
 from lading.ir import TrainingGroups, read_qrels, read_queries
 from lading.lm import LanguageModelLoader, TokenCorpus, Windows
+from lading.remote.cache import NodeCache, node_of
+from lading.remote.cache.around import AroundGets
 from lading.remote.cache.reads import _Deadline
 from lading.remote.cancel import Cancel, reading_for
 from lading.remote.clients import open_client
@@ -374,6 +376,92 @@ def test_a_whole_object_get_ends_at_once_when_its_reader_closes(
         assert fetcher.get_object("meta.json") == b"{}"  # another reader's call goes on
         fetcher.close()
     assert out["at"] - started < 2.0
+
+
+def test_a_loaders_close_ends_its_builds_wait_on_a_get_it_did_not_make(
+    bucket: str, faults: LocalS3
+) -> None:
+    """A build under a loader's flag waits on a GET made outside it (its announcer's
+    prefetch, held for the read): the loader's ``close`` ends that wait at once with
+    ``CancelledError``, and leaves the GET itself to its maker, unsettled. Was: the wait
+    went on until the GET's deadline (CI's slow set: the build ended 3.7 s after close)."""
+    url = f"s3://{bucket}/objects"
+    open_client(url).put("text.bin", os.urandom(1000))
+    fetcher = Fetcher(lambda: open_client(url), timeout=8.0)
+    fetcher.read([])  # (the client made)
+    faults.fault("text.bin", 1, "hang")
+    future = fetcher.submit("text.bin", 0, 100)  # made outside the flag
+    cancel, out = Cancel("the test's loader"), dict[str, Any]()
+
+    def wait() -> None:
+        try:
+            out["got"] = reading_for(cancel, lambda: future.result(20.0))
+        except Exception as e:
+            out["error"], out["at"] = e, time.monotonic()
+
+    waiting = threading.Thread(target=wait)
+    waiting.start()
+    wait_for(lambda: faults.stats()["faults"] == 1)
+    started = time.monotonic()
+    cancel.cancel()
+    waiting.join(20)
+    assert isinstance(out.get("error"), CancelledError), out
+    assert out["at"] - started < 1.0, f"the wait ended {out['at'] - started:.1f} s after close"
+    assert not future.done()  # the GET is its maker's: not cancelled by another's close
+    fetcher.close()
+
+
+@pytest.mark.parametrize("how", ["taken", "let-go"])
+def test_a_held_get_is_not_sent_again_after_its_loaders_close(
+    bucket: str, faults: LocalS3, tmp_path: Path, how: str
+) -> None:
+    """A window's GET held for its read (:class:`AroundGets`), which the server never answers.
+    ``taken``: a read under the loader's flag took it and waits on it; ``let-go``: a read at a
+    later step let it go unread. Either way it is no longer held, so the loader's ``settle``
+    cannot give it up: the loader's close must (the read's wait ends at once), and its call
+    is neither retried nor sent again after. Was: it retried past close with nobody waiting
+    (CI's slow set: 20 requests after close, the build ending 3.7 s after it)."""
+    url = f"s3://{bucket}/objects"
+    open_client(url).put("text.bin", os.urandom(1000))
+    fetcher = Fetcher(lambda: open_client(url), timeout=1.0, backoff=0.1)
+    cache = NodeCache(node_of(tmp_path / "cache", 10_000), fetcher, url)
+    cancel, out, around = Cancel("the test's loader"), dict[str, Any](), AroundGets()
+    faults.fault("text.bin", 100, "hang")
+    try:
+        [future] = fetcher.submit_many([("text.bin", 100, 300, None)])
+        around.hold([(cache.obj("text.bin"), 100, 300)], [future], [0])
+        wait_for(lambda: faults.stats()["faults"] == 1)
+        if how == "taken":
+
+            def read() -> None:
+                try:
+                    span = [("text.bin", 100, 300)]
+                    reading_for(cancel, lambda: cache.read(span, 0, around=around))
+                except Exception as e:
+                    out["error"], out["at"] = e, time.monotonic()
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            wait_for(lambda: not len(around))  # taken: its read waits on it
+            time.sleep(0.2)
+        else:
+            faults.reset()  # the read at step 1 fetches its own range; step 0's is let go
+            assert reading_for(cancel, lambda: cache.read([("text.bin", 0, 10)], 1, around=around))
+            faults.fault("text.bin", 100, "hang")
+            assert not len(around)
+        started = time.monotonic()
+        cancel.cancel()
+        around.settle(fetcher, 0.1)  # the loader's settle: nothing held to give up
+        if how == "taken":
+            reader.join(20)
+            assert isinstance(out.get("error"), CancelledError), out
+            assert out["at"] - started < 1.0, f"the read ended {out['at'] - started:.1f} s after"
+        requests = faults.stats()["requests"]
+        time.sleep(2.5)  # past the attempt's timeout (1 s), a retry's pause and another try
+        assert faults.stats()["requests"] == requests, "the held GET was sent again after close"
+    finally:
+        faults.reset()
+        cache.close()
 
 
 def test_a_close_between_a_submits_check_and_its_register_leaves_no_future_unsettled(

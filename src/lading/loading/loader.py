@@ -494,9 +494,9 @@ class Loader:
 
     def close(self) -> None:
         """End what this loader runs: its read-ahead thread and the GETs it made (none is
-        sent, queued or retried after: :mod:`lading.remote.cancel`; a build waiting on one,
-        or on another process's fill of a block, ends at once, one waiting on a GET another
-        thread's reader made ends with that GET) and its
+        sent, queued or retried after: :mod:`lading.remote.cancel`; a build waiting on a GET,
+        its own or one made by another (its announcer, another loader: that GET goes on for
+        its maker), or on another process's fill of a block, ends at once) and its
         DataLoader workers (those still alive at the remote deadline are terminated);
         nothing is fetched for it after. The GETs a workload asked for
         ahead elsewhere (the prefetches of a remote token corpus, of a remote store behind a

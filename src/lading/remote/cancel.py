@@ -10,17 +10,19 @@ loader's ``close``) settles every GET submitted under it that is not yet settled
 from :meth:`Cancel.reason`, so this module needs nothing of it), and from then on none
 is sent, queued or retried for it: a ranged GET in flight ends by its own timeout, nothing
 follows it (a whole-object call of ``run`` is cancelled on the fetch loop). The thread's build
-ends at its next read, which raises it at submit, or in a wait on another process's fill
+ends at its next read, which raises it at submit, in a wait on a GET it did not make (its
+loader's prefetch: :meth:`Cancel.waking` wakes it), or in a wait on another process's fill
 (:mod:`lading.remote.cache.reads`), which checks the flag as it polls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 _CURRENT: contextvars.ContextVar[Cancel | None] = contextvars.ContextVar(
@@ -37,6 +39,7 @@ class Cancel:
         self._lock = threading.Lock()
         # settle(futures, error) of each fetcher, by fetcher, with the futures it made here
         self._made: weakref.WeakKeyDictionary[Any, set[Any]] = weakref.WeakKeyDictionary()
+        self._waits: list[threading.Condition] = []  # of the waits under it (woken at cancel)
 
     def reason(self) -> str:
         """Why a GET made under this flag fails (:class:`lading.remote.fetch.CancelledError`)."""
@@ -62,14 +65,33 @@ class Cancel:
         with self._lock:
             made.discard(future)
 
+    @contextlib.contextmanager
+    def waking(self, cond: threading.Condition) -> Iterator[None]:
+        """While in it, :meth:`cancel` notifies ``cond`` (held by the caller, who waits on
+        it with ``cancelled`` in its predicate): a wait under this flag on a GET made outside
+        it (a prefetch of its loader's announcer) ends at the close, the GET left to its
+        maker. A wait that enters after the cancel sees ``cancelled`` set already."""
+        with self._lock:
+            self._waits.append(cond)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._waits.remove(cond)
+
     def cancel(self) -> None:
-        """Settle every GET made under this flag as cancelled; send none after."""
+        """Settle every GET made under this flag as cancelled; send none after; wake every
+        wait under it."""
         with self._lock:
             self.cancelled = True
             made = [(fetcher, list(futures)) for fetcher, futures in self._made.items()]
             self._made = weakref.WeakKeyDictionary()
+            waits = list(self._waits)
         for fetcher, futures in made:
             fetcher.cancelled(futures, self)
+        for cond in waits:  # (not under our lock: a waiter takes it while holding cond)
+            with cond:
+                cond.notify_all()
 
 
 def current() -> Cancel | None:

@@ -134,14 +134,28 @@ class Future:
         """The bytes, waiting up to ``timeout`` seconds (None: until the GET's deadline
         settles it, or its fetcher closes).
 
+        A wait in a loader's read (under its :class:`~lading.remote.cancel.Cancel`) ends when
+        the loader closes, though another made the GET (its announcer's prefetch): the GET
+        goes on for its maker.
+
         Raises:
             RemoteReadError: the GET failed for good, or its fetcher closed.
+            CancelledError: the loader this thread reads for closed first.
             TimeoutError: not fetched within ``timeout``.
         """
         if not self._done:
+            cancel = current()
             with self._cond:
-                if not self._cond.wait_for(lambda: self._done, timeout):
-                    raise TimeoutError(f"a GET is still running after {timeout}s")
+                if cancel is None:
+                    if not self._cond.wait_for(lambda: self._done, timeout):
+                        raise TimeoutError(f"a GET is still running after {timeout}s")
+                else:
+                    with cancel.waking(self._cond):
+                        ended = self._cond.wait_for(lambda: self._done or cancel.cancelled, timeout)
+                    if not ended:
+                        raise TimeoutError(f"a GET is still running after {timeout}s")
+                    if not self._done:
+                        raise CancelledError(cancel.reason())
         if self._error is not None:
             raise self._error
         assert self._data is not None

@@ -62,15 +62,19 @@ class AroundGets:
                 if key not in held or held[key][1] != step or held[key][0].failed()
             ]
 
-    def take(self, keys: Sequence[Key], now: int | None) -> dict[Key, Future]:
-        """The held GETs of ``keys``, no longer held; those of steps before ``now`` (a pass
-        that moved on, or broke off) are let go."""
+    def take(self, keys: Sequence[Key], now: int | None, fetcher: Fetcher) -> dict[Key, Future]:
+        """The held GETs of ``keys``, no longer held (the taker's to wait for: a loader's read
+        ties them to its flag, :mod:`lading.remote.cancel`); those of steps before ``now`` (a
+        pass that moved on, or broke off) are given up (``fetcher``'s :meth:`~.Fetcher.abandon`):
+        unheld, nobody would read them, and no close could stop their retries."""
         with self._lock:
             got = {k: self._held.pop(k)[0] for k in keys if k in self._held}
+            passed = []
             if now is not None:
-                passed = [k for k, (_, step) in self._held.items() if step < now]
-                for k in passed:
-                    del self._held[k]
+                for k in [k for k, (_, step) in self._held.items() if step < now]:
+                    passed.append(self._held.pop(k)[0])
+        if passed:
+            fetcher.abandon(passed, "its read's step passed: nobody reads it")
         return got
 
     def settle(self, fetcher: Fetcher, timeout: float) -> bool:

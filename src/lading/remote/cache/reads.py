@@ -245,9 +245,13 @@ class NodeCache:
         before the error), and the pass's: the reader's other failed GETs are let go with it
         (each was raised again at a resume after the server came back, one a pass). One whose
         last attempt went before (:func:`_failed_before`) is read again, as any range."""
-        held = around.take(todo, now)
+        held = around.take(todo, now, self.fetcher)
         if not held:
             return todo
+        cancel = current()  # a loader's read: its close settles them, none is sent after
+        if cancel is not None and not cancel.track(self.fetcher, list(held.values())):
+            self.fetcher.abandon(held.values(), cancel.reason())
+            raise fetch.CancelledError(cancel.reason())
         unpinned: dict[int, float] = {}
         until = time.monotonic() + self.fetcher.deadline.total  # one deadline for them all
         for k, future in held.items():
