@@ -17,7 +17,12 @@ from lading.cli.stores import (
     said_on_stderr,
     snapshot_at,
 )
-from lading.errors import IncompleteBuildWarning, SkippedRecordsWarning, StaleStoreWarning
+from lading.errors import (
+    AbandonedBuildWarning,
+    IncompleteBuildWarning,
+    SkippedRecordsWarning,
+    StaleStoreWarning,
+)
 
 SOURCE_HELP = (
     "a text, JSONL or WikiExtractor file, a folder, a glob in quotes ('wiki/*.jsonl.gz': the "
@@ -116,7 +121,7 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
         print(report)
         return 0
     snapshot = snapshot_at(args.dest)
-    with warnings.catch_warnings():
+    with said_on_stderr("lading lm build", AbandonedBuildWarning), warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedRecordsWarning)  # the count is printed below
         corpus = TokenCorpus.build(
             args.source,
@@ -167,7 +172,9 @@ def check_eos(tokenizer: str, eos_token: str | None) -> None:
 def _cmd_lm_merge(args: argparse.Namespace) -> int:
     from lading.lm.corpus import TokenCorpus
 
-    with said_on_stderr("lading lm merge", (IncompleteBuildWarning, StaleStoreWarning)):
+    with said_on_stderr(
+        "lading lm merge", (IncompleteBuildWarning, StaleStoreWarning, AbandonedBuildWarning)
+    ):
         corpus = TokenCorpus.merge(args.dest, build_id=args.build_id)
     parts = len(corpus.meta.get("parts") or [None])
     print(

@@ -16,6 +16,7 @@ from typing import Any
 from lading.cli.inputs import add_choice, add_raise_or_skip, positive_int, tokenizer
 from lading.disk.atomic import STAGE_MARK
 from lading.errors import (
+    AbandonedBuildWarning,
     EmptyTextWarning,
     IncompleteBuildWarning,
     OtherFormatError,
@@ -61,7 +62,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
     refuse_other_formats_fields(args)
     if args.shard is not None:
         refuse_shard_args(args.source, args.overwrite)  # (--overwrite was taken and ignored)
-        with said_on_stderr("lading build", EmptyTextWarning), warnings.catch_warnings():
+        with (
+            said_on_stderr("lading build", (EmptyTextWarning, AbandonedBuildWarning)),
+            warnings.catch_warnings(),
+        ):
             # the skip count is in the shard's report (printed)
             warnings.simplefilter("ignore", SkippedRecordsWarning)
             report = build_shard(
@@ -71,7 +75,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
         return 0
     before, snapshot = _committed(args.dest), snapshot_at(args.dest)
     try:
-        with said_on_stderr("lading build", EmptyTextWarning), warnings.catch_warnings():
+        with (
+            said_on_stderr("lading build", (EmptyTextWarning, AbandonedBuildWarning)),
+            warnings.catch_warnings(),
+        ):
             warnings.simplefilter("ignore", SkippedRecordsWarning)  # the count: printed below
             store = build_store(args.source, args.dest, **options, overwrite=args.overwrite)
     except KeyboardInterrupt:  # Ctrl-C: the scratch folder is gone, the manifest untouched
@@ -102,7 +109,9 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     from lading.stores import merge_store
 
     started = time.perf_counter()
-    with said_on_stderr("lading merge", (IncompleteBuildWarning, StaleStoreWarning)):
+    with said_on_stderr(
+        "lading merge", (IncompleteBuildWarning, StaleStoreWarning, AbandonedBuildWarning)
+    ):
         store = merge_store(args.dest, build_id=args.build_id)
     shards = len(store.meta["shards"])
     where = args.dest if is_remote(args.dest) else store.path  # (a URL's: its node cache)

@@ -10,6 +10,7 @@ named by nothing; and a snapshot still uploading beside another commit was dated
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -37,6 +38,11 @@ def _commit(tmp_path: Path, url: str, word: str) -> list[warnings.WarningMessage
         warnings.simplefilter("always")
         lading.build_store(src, url, cache=str(tmp_path / f"c-{word}"), progress=False).close()
     return said
+
+
+def _shown_on_stderr(message: Any, category: Any, filename: str, lineno: int, *_: Any) -> None:
+    """Python's own display of a warning (which pytest replaces by its record)."""
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno))
 
 
 def _keys(url: str) -> set[str]:
@@ -130,9 +136,8 @@ def test_a_build_no_snapshot_names_is_named_once_untouched_for_a_day(
     time.sleep(DAY_S + 1.2)
     said = _warned(_commit(tmp_path, url, "second"))
     assert len(said) == 1, said
-    bid = build.removeprefix("build-")
     assert f"{url}/{build}/" in said[0]
-    assert f"`lading merge {url} --build-id {bid}`" in said[0]
+    assert f"`lading merge {url} --build-id {build}`" in said[0]  # the id its workers print
     assert "delete every object under" in said[0]
     assert any(k.startswith(f"{build}/") for k in _keys(url))  # left in place
 
@@ -153,3 +158,50 @@ def test_an_old_build_a_snapshot_names_is_not_named(
         merged: Any = lading.merge_store(url, cache=tmp_path / "m")
     assert len(merged) == 30
     assert _warned(said) == []
+
+
+@pytest.mark.slow  # objects aged for real past a 2 s 'day': ~5-9 s
+@pytest.mark.parametrize("command", ["build", "merge"])
+def test_the_cli_says_an_abandoned_build_in_one_line(
+    s3: LocalS3,
+    bucket: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+) -> None:
+    """``lading build`` and ``lading merge`` into a bucket say an abandoned build as they say
+    their other warnings, ``lading build: warning: ...`` on one line of a job's log, not
+    Python's ``file:line: AbandonedBuildWarning`` and a source line."""
+    from lading.cli import main
+
+    monkeypatch.setattr(bucket_gc, "ABANDONED_S", DAY_S)
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "cache"))
+    url = f"s3://{bucket}/cli-{command}"
+    src = _tsv(tmp_path / "s.tsv", 30, "shard")
+    lading.build_shard(src, url, (0, 2), cache=tmp_path / "killed", progress=False)
+    abandoned = next(k.split("/")[0] for k in _keys(url) if k.startswith("build-"))
+    if command == "merge":  # a whole build of other inputs, merged later than the day
+        other = _tsv(tmp_path / "o.tsv", 30, "other")
+        for i in range(2):
+            lading.build_shard(other, url, (i, 2), cache=tmp_path / f"w{i}", progress=False)
+        done = {k.split("/")[0] for k in _keys(url) if k.startswith("build-")} - {abandoned}
+        args = ["merge", url, "--build-id", done.pop()]
+    else:
+        args = ["build", str(src), url, "--quiet"]
+    time.sleep(DAY_S + 1.2)
+    capsys.readouterr()
+    with warnings.catch_warnings():  # shown as a user's run shows them (not pytest's record)
+        warnings.simplefilter("default")
+        warnings.showwarning = _shown_on_stderr
+        assert main(args) == 0
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if abandoned in line]
+    assert len(said) == 1 and said[0].startswith(f"lading {command}: warning: "), err
+    assert "AbandonedBuildWarning" not in err, err
+    if command == "build":  # the merge it names is one that runs
+        merge = said[0].split("`")[1].split()
+        assert merge[:2] == ["lading", "merge"] and merge[-2:] == ["--build-id", abandoned]
+        assert main(merge[1:]) == 2  # its one shard of two: the merge names the other
+        err = capsys.readouterr().err
+        assert "has no build" not in err and "shard 1/2" in err, err

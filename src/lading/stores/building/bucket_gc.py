@@ -172,13 +172,12 @@ def _warn_abandoned(
         record = None
         with contextlib.suppress(Exception):  # unreadable: the merge reads it and says why
             record = fetcher.get_object(f"{build}/{BUILD_MARK}")
-        bid = build.removeprefix(BUILD_PREFIX)
         days = abandoned[build] / 86400
         warnings.warn(
             f"{url}/{build}/ holds a parallel build no snapshot names, untouched for "
             f"{days:.1f} days ({len(keys)} objects, {size / 2**20:.1f} MiB): shards of a job "
             f"killed before its merge, or of workers whose merge was never run. "
-            f"`{merge_command(record)} {url} --build-id {bid}` commits it (or names the shards "
+            f"`{merge_command(record)} {url} --build-id {build}` commits it (or names the shards "
             f"still to build); if it is not wanted, delete every object under {url}/{build}/ "
             "(lading leaves it: a bucket has no lock to remove it safely beside a late merge)",
             AbandonedBuildWarning,
