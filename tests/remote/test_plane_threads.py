@@ -411,6 +411,7 @@ def test_a_loaders_close_ends_its_builds_wait_on_a_get_it_did_not_make(
     fetcher.close()
 
 
+@pytest.mark.slow  # waits past a retry: ~4 s each
 @pytest.mark.parametrize("how", ["taken", "let-go"])
 def test_a_held_get_is_not_sent_again_after_its_loaders_close(
     bucket: str, faults: LocalS3, tmp_path: Path, how: str
