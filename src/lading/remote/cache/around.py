@@ -44,11 +44,25 @@ class AroundGets:
     def __len__(self) -> int:
         return len(self._held)
 
-    def hold(self, keys: Sequence[Key], futures: Sequence[Future], steps: Sequence[int]) -> None:
-        """Hold ``futures`` (the GET of each range of ``keys``, read at ``steps``)."""
+    def hold(
+        self,
+        keys: Sequence[Key],
+        futures: Sequence[Future],
+        steps: Sequence[int],
+        fetcher: Fetcher | None = None,
+    ) -> None:
+        """Hold ``futures`` (the GET of each range of ``keys``, read at ``steps``). A range held
+        for another step (announced again: :meth:`unheld`) has its older GET given up through
+        ``fetcher`` (unheld, nobody would read it, and no close could stop its retries)."""
+        replaced = []
         with self._lock:
             for key, future, step in zip(keys, futures, steps):
+                old = self._held.get(key)
+                if old is not None and old[0] is not future and not old[0].done():
+                    replaced.append(old[0])
                 self._held[key] = (future, step)
+        if replaced and fetcher is not None:
+            fetcher.abandon(replaced, "its range was fetched again for a later read")
 
     def unheld(self, keys: Sequence[Key], steps: Sequence[int]) -> list[int]:
         """The indexes of ``keys`` (read at ``steps``) with no GET held for that read, or one

@@ -653,7 +653,7 @@ class NodeCache:
         futures = self.fetcher.submit_many(
             [(n.key, n.start, n.end, self.etags.get(n.key)) for n in needs]
         )
-        around.hold(keys, futures, [n.step for n in needs])
+        around.hold(keys, futures, [n.step for n in needs], self.fetcher)
         self.figures.ahead(keys, keys, 0)
         self._tell_node()
 
