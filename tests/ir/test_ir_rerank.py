@@ -44,6 +44,33 @@ def test_a_run_document_not_in_the_store_is_named_or_skipped_and_counted(
         rerank(*args[:3], {"q1": ["d1", "d2"]}, tiny["tokenizer"], max_length=96)
 
 
+@pytest.mark.parametrize("kind", ["trec", "msmarco", "jsonl"])
+def test_what_a_run_file_lacks_is_named_with_its_file_and_line(
+    tiny: dict[str, Any], tmp_path: Path, kind: str
+) -> None:
+    """Read from a file, the first query without text and the first document not in the
+    store are named with the run's path and line, for the user to look at (the error named
+    the ids only: which of the runs given, and where, was theirs to find)."""
+    from lading.ir import read_run
+
+    queries = {"q1": "w1 w2 w3", "q2": "w4 w5"}
+    rows = [("q1", "d1"), ("q1", "d2"), ("q2", "d3"), ("q2", "gone"), ("q9", "d4")]
+    if kind == "trec":
+        text = "".join(f"{q} Q0 {d} {i + 1} {9 - i} t\n" for i, (q, d) in enumerate(rows))
+    elif kind == "msmarco":
+        ranks = [1, 2, 1, 2, 1]
+        text = "".join(f"{q}\t{d}\t{r}\n" for (q, d), r in zip(rows, ranks))
+    else:
+        text = "".join(f'{{"qid": "{q}", "pos": [], "neg": ["{d}"]}}\n' for q, d in rows)
+    path = write(tmp_path / f"run.{kind}", text)
+    run = read_run(path)
+    with pytest.raises(ValueError) as raised:
+        rerank(tiny["model"], tiny["store"], queries, run, tiny["tokenizer"], max_length=96)
+    said = str(raised.value)
+    assert f"'q9' (line 5 of {path})" in said, said
+    assert f"'gone' of query 'q2' (line 4 of {path})" in said, said
+
+
 def test_the_query_length_the_model_was_trained_with_is_kept_and_used(
     tiny: dict[str, Any],
 ) -> None:

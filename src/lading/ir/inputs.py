@@ -48,6 +48,19 @@ class Run(dict[str, list[str]]):
         super().__init__()
         self.positives: dict[str, list[str]] = {}
         self.skipped = 0
+        self.source: Path | None = None  # the file read (read_run), for errors to name
+
+    def where(self, qid: str, docid: str | None = None) -> str:
+        """`` (line N of FILE)``: the first line of the file read that names query ``qid``
+        (and document ``docid``), for an error about them; ``""`` for a run not read from a
+        file (or a line not found: the file changed since). Reads the file again: for the
+        error path only."""
+        if self.source is None:
+            return ""
+        for line in _lines(self.source):
+            if _names(line.text, qid, docid):
+                return f" (line {line.number:,} of {self.source})"
+        return ""
 
 
 class ReadQueries(dict[str, str]):
@@ -66,6 +79,16 @@ class _Line(NamedTuple):
     number: int
     text: str
     bad: str = ""  # why the line does not read (its bytes are not UTF-8); then text is ""
+
+
+def _names(text: str, qid: str, docid: str | None) -> bool:
+    """Whether a run's line ``text`` is of query ``qid`` (and names ``docid``): its first
+    field (a TREC or MS MARCO run, id triples), or a JSON line's quoted ids."""
+    fields = text.split()
+    if fields and fields[0] == qid:
+        return docid is None or docid in fields[1:]
+    quoted = f'"{qid}"' in text and text.lstrip().startswith("{")
+    return quoted and (docid is None or f'"{docid}"' in text)
 
 
 def _lines(path: Path) -> Iterator[_Line]:
@@ -556,6 +579,7 @@ def read_run(path: str | os.PathLike[str], on_error: OnError = "raise") -> Run:
     file = Path(path)
     policy = _Policy(file, on_error)
     run = Run()
+    run.source = file
     lines = policy.lines()
     first = next(lines, None)
     if first is None:  # (no line, or, under "skip", none that reads: counted)

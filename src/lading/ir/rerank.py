@@ -180,14 +180,17 @@ def _missing(
     absent = [(q, d) for q, ranked in run.items() if q in queries for d in ranked[:depth]]
     absent = [(q, d) for q, d in absent if d not in store]
     said = []
+    where = getattr(run, "where", None)  # a run read from a file names its lines
     if no_text:
+        at = where(no_text[0]) if callable(where) else ""
         said.append(
-            f"{len(no_text):,} run queries with no text in the queries (first: {no_text[0]!r})"
+            f"{len(no_text):,} run queries with no text in the queries (first: {no_text[0]!r}{at})"
         )
     if absent:
+        at = where(*absent[0]) if callable(where) else ""
         said.append(
             f"{len(absent):,} documents of the runs' top {depth} not in the store (first: "
-            f"{absent[0][1]!r} of query {absent[0][0]!r})"
+            f"{absent[0][1]!r} of query {absent[0][0]!r}{at})"
         )
     if said and on_missing == "raise":
         raise ValueError(
