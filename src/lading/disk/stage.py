@@ -366,6 +366,8 @@ def stage(
             else:
                 _copy(source, snap, target, progress)
         except Exception as e:  # (an interrupt or exit is this process's, not the copy's)
+            if world.local_world_size <= 1:  # no rank of this node waits to hear of it
+                raise
             with contextlib.suppress(OSError):  # tell this node's ranks waiting on the lock
                 failure = {
                     "time": time.time(),
