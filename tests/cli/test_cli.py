@@ -12,6 +12,13 @@ import pytest
 from lading.cli import main
 
 
+def _listed(store: str) -> set[str]:
+    """The names of the files a store's manifest lists."""
+    from lading.stores import open_store
+
+    return {Path(name).name for name in open_store(store).meta["files"]}
+
+
 def test_synth_build_inspect_get(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["synth", "passages", "500", str(tmp_path / "c")]) == 0
     for name in ("collection.tsv", "queries.tsv", "qrels.txt", "run.trec"):
@@ -23,6 +30,9 @@ def test_synth_build_inspect_get(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["inspect", str(tmp_path / "s"), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert (info["documents"], info["index"], info["stale"]) == (500, "runs", None)
+    on_disk = [p for p in Path(info["path"]).rglob("*") if p.is_file()]
+    files = {p.name: p.stat().st_size for p in on_disk if p.name in _listed(info["path"])}
+    assert (info["bytes"], info["files"]) == (sum(files.values()), len(files)), info  # numbers
     assert main(["get", str(tmp_path / "s"), "3", "nope"]) == 1
     out, err = capsys.readouterr()
     assert json.loads(out)["id"] == "3" and "'nope' is not in" in err

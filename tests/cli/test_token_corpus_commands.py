@@ -39,6 +39,9 @@ def test_inspect_reports_a_token_corpus(corpus: Path, capsys: pytest.CaptureFixt
     info = json.loads(capsys.readouterr().out)
     assert info["documents"] == 7 and info["tokens"] == opened.n_tokens
     assert info["format"] == "lading.tokens v2" and info["snapshot"] == opened.snapshot
+    listed = opened.meta["files"]
+    assert info["bytes"] == sum(int(f["size"]) for f in listed.values()) > 0
+    assert info["files"] == len(listed) and isinstance(info["bytes"], int)
 
 
 def test_get_on_a_token_corpus_names_what_it_is_and_what_reads_it(

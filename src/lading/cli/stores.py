@@ -276,9 +276,15 @@ def _stage_mark(dest: str) -> dict[str, Any] | None:
     return None
 
 
-def _sizes(path: Path, files: dict[str, Any]) -> str:
+def _sizes(files: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``files``' sizes: ``bytes`` and ``files`` as numbers (for a script
+    reading ``--json``), ``size`` in words (the text view's line)."""
     total = sum(int(info["size"]) for info in files.values())
-    return f"{total / 2**20:,.1f} MiB in {len(files)} files"
+    return {
+        "size": f"{total / 2**20:,.1f} MiB in {len(files)} files",
+        "bytes": total,
+        "files": len(files),
+    }
 
 
 def _format_of(path: str | Path) -> str | None:
@@ -312,7 +318,7 @@ def describe(path: str | Path) -> dict[str, Any]:
         "snapshot": store.snapshot,
         "shards": len(shards(meta)),
         "documents": meta["count"],
-        "size": _sizes(store.path, meta["files"]),
+        **_sizes(meta["files"]),
         "text_bytes": column_bytes(meta, "text"),
         "index": meta["index"]["kind"],
         "fields": meta["fields"],
@@ -356,7 +362,7 @@ def describe_corpus(path: str | Path) -> dict[str, Any]:
             "dtype": np.dtype(corpus.dtype).name,
             "vocab_size": corpus.vocab_size,
             "eos_id": corpus.eos_id,
-            "size": _sizes(corpus.path, meta["files"]),
+            **_sizes(meta["files"]),
             "source": (meta.get("recipe") or {}).get("source"),
             "stale": corpus.stale,
             "build": {"seconds": meta.get("seconds"), "skipped": meta.get("skipped", 0)},
