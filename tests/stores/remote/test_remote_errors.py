@@ -235,6 +235,29 @@ def test_an_object_deleted_since_the_open_is_said_and_verify_says_damaged(
     assert code == 1 and "text.bin" in err and "rebuild" in err, err
 
 
+def test_an_object_overwritten_in_place_says_reopening_will_not_help(
+    s3: LocalS3, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    """A snapshot's object written over in place (lading never does: another program did).
+    ``lading get`` opens the store just now, so "reopen the store" (the advice for an object
+    deleted under an open store) would be no fix: its open's spot check says the object was
+    replaced and that the store must be rebuilt (review A of 2026-12-07 asked; this holds
+    it)."""
+    source = write(tmp_path / "docs.tsv", "".join(f"{k}\t{v}\n" for k, v in DOCS.items()))
+    s3.make_bucket("remote-errors-over")
+    url = "s3://remote-errors-over/docs"
+    lading.build_store(source, url, cache=str(tmp_path / "build-cache"), progress=False)
+    client = open_client(url)
+    key = next(k for k in client.list() if k.endswith("text.bin"))
+    client.put(key, b"x" * len(client.get(key)))
+    monkeypatch.setenv("LADING_CACHE", str(tmp_path / "cache"))
+    code = main(["get", url, "d3"])
+    err = capsys.readouterr().err
+    assert code == 2 and "text.bin" in err and "\n" not in err.strip(), err
+    assert "replaced or damaged after the build" in err and "rebuild" in err, err
+    assert "reopen the store" not in err, err
+
+
 def test_every_remote_error_is_one_family() -> None:
     from lading.errors import RemoteReadError, RemoteWriteError
     from lading.remote.objects import PermanentError, RemoteNotSupportedError
