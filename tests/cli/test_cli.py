@@ -324,3 +324,39 @@ def test_get_says_a_stale_store_in_one_line(
         f"lading get: warning: store {tmp_path / 's'} is stale: {src} is now 10 bytes, was 6 "
         "at build time"
     ], err
+
+
+def test_inspect_and_verify_read_a_staged_folder_of_plain_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``lading stage`` copies a folder of plain files (a parquet dataset) as well as a store;
+    ``inspect`` and ``verify`` of that copy said "not a lading store ... a build makes one"
+    (exit 2), where the copy has a record of every file it holds (review A of 2026-12-07).
+    Now inspect says what it is and where from, and verify checks each file's size and
+    CRC32 against that record, naming a damaged or missing one (exit 1)."""
+    src = tmp_path / "sessions"
+    (src / "day=1").mkdir(parents=True)
+    (src / "day=1" / "part-0.parquet").write_bytes(b"PAR1" + bytes(range(200)) + b"PAR1")
+    (src / "notes.txt").write_text("plain\n")
+    dest = tmp_path / "node" / "sessions"
+    assert main(["stage", str(src), str(dest), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(dest)]) == 0
+    out = capsys.readouterr().out
+    assert "staged copy of plain files" in out and f"from {src}" in out, out
+    assert "files      2" in out and "PartitionedParquet" in out, out
+    assert main(["inspect", str(dest), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["kind"], info["source"], info["files"]) == ("staged files", str(src), 2)
+    assert info["bytes"] == 208 + 6
+    assert main(["verify", str(dest)]) == 0
+    assert "every file matches its checksum" in capsys.readouterr().out
+    part = dest / "day=1" / "part-0.parquet"
+    data = bytearray(part.read_bytes())
+    data[50] ^= 0xFF
+    part.write_bytes(bytes(data))
+    (dest / "notes.txt").unlink()
+    assert main(["verify", str(dest)]) == 1
+    err = capsys.readouterr().err
+    assert f"{part}: " in err and "CRC32" in err, err
+    assert f"{dest / 'notes.txt'}: missing" in err and "lading stage" in err, err

@@ -399,6 +399,9 @@ def _seconds(seconds: float | None) -> str:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    plain = _plain_copy(args.store)
+    if plain is not None:
+        return _inspect_plain(*plain, args.json)
     info = describe(args.store)
     if args.json:
         print(json.dumps(info, indent=2))
@@ -431,6 +434,42 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plain_copy(store: str) -> tuple[Path, dict[str, Any]] | None:
+    """``store`` and its staging mark where it is a staged copy of plain files (a parquet
+    folder: :mod:`lading.disk.staged_files`), else None."""
+    from lading.disk.staged_files import plain_mark
+    from lading.remote.objects import is_remote
+
+    if is_remote(store):
+        return None
+    mark = plain_mark(Path(store))
+    return None if mark is None else (Path(store), mark)
+
+
+def _inspect_plain(dest: Path, mark: dict[str, Any], as_json: bool) -> int:
+    from lading.disk.staged_files import describe_plain
+
+    info = describe_plain(dest, mark)
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return 0
+    when = info["staged_at"]
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when)) if when else "-"
+    print(
+        "\n".join(
+            [
+                f"copy       {dest} (a staged copy of plain files, from {info['source']})",
+                f"files      {info['files']:,}",
+                f"size       {info['bytes'] / 2**20:,.1f} MiB",
+                f"staged     {at}",
+                "read as    its files (a parquet folder: lading.tabular.PartitionedParquet"
+                f"({str(dest)!r}))",
+            ]
+        )
+    )
+    return 0
+
+
 def _cmd_get(args: argparse.Namespace) -> int:
     from lading.stores import open_store
 
@@ -459,6 +498,16 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from lading.remote.objects import is_remote
     from lading.stores import verify_store
 
+    plain = _plain_copy(args.store)
+    if plain is not None:  # a staged copy of plain files: checked against its mark
+        from lading.disk.staged_files import check_plain
+
+        problems = check_plain(*plain)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        if not problems:
+            print(f"{args.store}: every file matches its checksum (a staged copy)")
+        return 1 if problems else 0
     if not is_remote(args.store):  # a file, or nothing there: exit 2, not a problem found
         check_directory(Path(args.store), "lading.packed")
 
