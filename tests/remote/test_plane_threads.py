@@ -778,6 +778,30 @@ def test_a_close_from_another_thread_ends_the_callers_own_wait_at_once(
 # ------------------------------------------------------------------ fork
 
 
+def test_a_loaders_flag_forked_while_a_thread_held_it_is_the_childs_own() -> None:
+    """A fork lands while another thread of the parent holds a loader's cancellation flag's
+    lock (a build tying GETs to it, a wait registering): the child's close of that loader
+    cancels the flag all the same, rather than waiting for ever on a lock whose holder the
+    child does not have (the review of the held-GET fix: the flag had no rule at fork)."""
+    cancel = Cancel("the test's loader")
+    cancel._lock.acquire()  # as a thread of the parent would hold it at the fork
+    pid = os.fork()
+    if pid == 0:  # (no thread here holds it: the child's close must not wait for one)
+        done = threading.Event()
+        threading.Thread(target=lambda: (cancel.cancel(), done.set()), daemon=True).start()
+        os._exit(0 if done.wait(5.0) and cancel.cancelled else 3)
+    cancel._lock.release()
+    for _ in range(100):
+        ended, status = os.waitpid(pid, os.WNOHANG)
+        if ended:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's cancel waited on the lock"
+
+
 def test_no_get_a_loader_queued_goes_out_after_its_close_returns(
     corpora: Corpora, faults: LocalS3
 ) -> None:

@@ -25,6 +25,8 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from lading.threads import carry, register
+
 _CURRENT: contextvars.ContextVar[Cancel | None] = contextvars.ContextVar(
     "lading_cancel", default=None
 )
@@ -40,6 +42,19 @@ class Cancel:
         # settle(futures, error) of each fetcher, by fetcher, with the futures it made here
         self._made: weakref.WeakKeyDictionary[Any, set[Any]] = weakref.WeakKeyDictionary()
         self._waits: list[threading.Condition] = []  # of the waits under it (woken at cancel)
+        register(self, "ahead")  # (its lock and GETs at a fork: forked())
+
+    def forked(self) -> None:
+        """In a forked child: the parent's GETs and waits are not this process's (its
+        fetchers drop theirs), and a parent thread may have held the lock at the fork: both
+        made anew, ``cancelled`` kept (a loader the parent closed stays closed)."""
+        carry(self._made, self._waits, self._lock)
+        self._lock = threading.Lock()
+        self._made = weakref.WeakKeyDictionary()
+        self._waits = []
+
+    def close(self) -> None:
+        """Nothing of its own to end at exit: the GETs are their fetchers', closed after."""
 
     def reason(self) -> str:
         """Why a GET made under this flag fails (:class:`lading.remote.fetch.CancelledError`)."""
