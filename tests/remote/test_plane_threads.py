@@ -338,6 +338,22 @@ def test_closing_a_fetcher_settles_every_future_at_once(bucket: str, faults: Loc
     assert time.monotonic() - started < 5.0
 
 
+def _under_flag(cancel: Cancel, call: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    """A thread running ``call()`` under the loader's flag ``cancel``, started; its outcome
+    goes to the dict: ``got``, or ``error`` and when it came (``at``)."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["got"] = reading_for(cancel, call)
+        except Exception as e:
+            out["error"], out["at"] = e, time.monotonic()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
+
+
 @pytest.mark.parametrize("ended_by", ["fetcher", "loader"])
 def test_a_whole_object_get_ends_at_once_when_its_reader_closes(
     bucket: str, faults: LocalS3, ended_by: str
@@ -352,16 +368,8 @@ def test_a_whole_object_get_ends_at_once_when_its_reader_closes(
     fetcher = Fetcher(lambda: open_client(url), timeout=8.0)
     fetcher.read([])  # (the client made)
     faults.fault("meta.json", 1, "hang")
-    cancel, out = Cancel("the test's loader"), dict[str, Any]()
-
-    def get() -> None:
-        try:
-            out["got"] = reading_for(cancel, lambda: fetcher.get_object("meta.json"))
-        except Exception as e:
-            out["error"], out["at"] = e, time.monotonic()
-
-    waiting = threading.Thread(target=get)
-    waiting.start()
+    cancel = Cancel("the test's loader")
+    waiting, out = _under_flag(cancel, lambda: fetcher.get_object("meta.json"))
     wait_for(lambda: faults.stats()["faults"] == 1)
     started = time.monotonic()
     if ended_by == "fetcher":
@@ -391,16 +399,8 @@ def test_a_loaders_close_ends_its_builds_wait_on_a_get_it_did_not_make(
     fetcher.read([])  # (the client made)
     faults.fault("text.bin", 1, "hang")
     future = fetcher.submit("text.bin", 0, 100)  # made outside the flag
-    cancel, out = Cancel("the test's loader"), dict[str, Any]()
-
-    def wait() -> None:
-        try:
-            out["got"] = reading_for(cancel, lambda: future.result(20.0))
-        except Exception as e:
-            out["error"], out["at"] = e, time.monotonic()
-
-    waiting = threading.Thread(target=wait)
-    waiting.start()
+    cancel = Cancel("the test's loader")
+    waiting, out = _under_flag(cancel, lambda: future.result(20.0))
     wait_for(lambda: faults.stats()["faults"] == 1)
     started = time.monotonic()
     cancel.cancel()
@@ -427,22 +427,15 @@ def test_a_held_get_is_not_sent_again_after_its_loaders_close(
     fetcher = Fetcher(lambda: open_client(url), timeout=1.0, backoff=0.1)
     cache = NodeCache(node_of(tmp_path / "cache", 10_000), fetcher, url)
     cancel, out, around = Cancel("the test's loader"), dict[str, Any](), AroundGets()
+    reader: threading.Thread | None = None
     faults.fault("text.bin", 100, "hang")
     try:
         [future] = fetcher.submit_many([("text.bin", 100, 300, None)])
         around.hold([(cache.obj("text.bin"), 100, 300)], [future], [0])
         wait_for(lambda: faults.stats()["faults"] == 1)
         if how == "taken":
-
-            def read() -> None:
-                try:
-                    span = [("text.bin", 100, 300)]
-                    reading_for(cancel, lambda: cache.read(span, 0, around=around))
-                except Exception as e:
-                    out["error"], out["at"] = e, time.monotonic()
-
-            reader = threading.Thread(target=read)
-            reader.start()
+            span = [("text.bin", 100, 300)]
+            reader, out = _under_flag(cancel, lambda: cache.read(span, 0, around=around))
             wait_for(lambda: not len(around))  # taken: its read waits on it
             time.sleep(0.2)
         else:
@@ -454,6 +447,7 @@ def test_a_held_get_is_not_sent_again_after_its_loaders_close(
         cancel.cancel()
         around.settle(fetcher, 0.1)  # the loader's settle: nothing held to give up
         if how == "taken":
+            assert reader is not None
             reader.join(20)
             assert isinstance(out.get("error"), CancelledError), out
             assert out["at"] - started < 2.0, f"the read ended {out['at'] - started:.1f} s after"
