@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -338,17 +339,18 @@ def test_inspect_and_verify_read_a_staged_folder_of_plain_files(
     (src / "day=1").mkdir(parents=True)
     (src / "day=1" / "part-0.parquet").write_bytes(b"PAR1" + bytes(range(200)) + b"PAR1")
     (src / "notes.txt").write_text("plain\n")
+    (src / "meta.json").write_text('{"format": "parquet"}')  # another tool's: a plain file
     dest = tmp_path / "node" / "sessions"
     assert main(["stage", str(src), str(dest), "--quiet"]) == 0
     capsys.readouterr()
     assert main(["inspect", str(dest)]) == 0
     out = capsys.readouterr().out
     assert "staged copy of plain files" in out and f"from {src}" in out, out
-    assert "files      2" in out and "PartitionedParquet" in out, out
+    assert "files      3" in out and "1 parquet: lading.tabular.PartitionedParquet" in out, out
     assert main(["inspect", str(dest), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert (info["kind"], info["source"], info["files"]) == ("staged files", str(src), 2)
-    assert info["bytes"] == 208 + 6
+    assert (info["kind"], info["source"], info["files"]) == ("staged files", str(src), 3)
+    assert info["bytes"] == 208 + 6 + 21
     assert main(["verify", str(dest)]) == 0
     assert "every file matches its checksum" in capsys.readouterr().out
     part = dest / "day=1" / "part-0.parquet"
@@ -360,3 +362,12 @@ def test_inspect_and_verify_read_a_staged_folder_of_plain_files(
     err = capsys.readouterr().err
     assert f"{part}: " in err and "CRC32" in err, err
     assert f"{dest / 'notes.txt'}: missing" in err and "lading stage" in err, err
+    mark_path = dest / "_lading_stage.json"  # a damaged mark: never read outside the copy
+    outside = tmp_path / "node" / "outside.txt"
+    outside.write_text("not the copy's")
+    mark = json.loads(mark_path.read_text())
+    mark["files"] = {"../outside.txt": {"size": 14, "crc32": zlib.crc32(outside.read_bytes())}}
+    mark_path.write_text(json.dumps(mark))
+    assert main(["verify", str(dest)]) == 1
+    err = capsys.readouterr().err
+    assert "its entry for '../outside.txt' is damaged" in err, err

@@ -455,18 +455,20 @@ def _inspect_plain(dest: Path, mark: dict[str, Any], as_json: bool) -> int:
         return 0
     when = info["staged_at"]
     at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when)) if when else "-"
-    print(
-        "\n".join(
-            [
-                f"copy       {dest} (a staged copy of plain files, from {info['source']})",
-                f"files      {info['files']:,}",
-                f"size       {info['bytes'] / 2**20:,.1f} MiB",
-                f"staged     {at}",
-                "read as    its files (a parquet folder: lading.tabular.PartitionedParquet"
-                f"({str(dest)!r}))",
-            ]
-        )
+    parquet = info["parquet"]
+    read = (
+        f"its files ({parquet:,} parquet: lading.tabular.PartitionedParquet({str(dest)!r}))"
+        if parquet
+        else "its files"
     )
+    lines = [
+        f"copy       {dest} (a staged copy of plain files, from {info['source']})",
+        f"files      {info['files']:,}",
+        f"size       {info['bytes'] / 2**20:,.1f} MiB",
+        f"copied at  {at}",
+        f"read as    {read}",
+    ]
+    print("\n".join(lines))
     return 0
 
 
