@@ -71,6 +71,35 @@ def test_what_a_run_file_lacks_is_named_with_its_file_and_line(
     assert f"'gone' of query 'q2' (line 4 of {path})" in said, said
 
 
+def test_the_line_named_is_the_one_that_ranks_the_document(
+    tiny: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each id is looked for in its own field: a TREC line whose rank and tag are "2" does
+    not rank document "2", and a JSON line naming "b" among its ids is not query "b"'s. A
+    run file gone since it was read leaves the error without a line, never another error;
+    under on_missing="skip" the file is not read again (the review of the first version)."""
+    from lading.ir import read_run
+
+    queries = {"q1": "w1 w2 w3"}
+    trec = write(tmp_path / "run.trec", "q1 Q0 d1 2 9.0 2\nq1 Q0 2 3 8.0 t\n")
+    args = (tiny["model"], tiny["store"], queries)
+    with pytest.raises(ValueError, match=rf"'2' of query 'q1' \(line 2 of {trec}\)"):
+        rerank(*args, read_run(trec), tiny["tokenizer"], max_length=96)
+    jsonl = write(
+        tmp_path / "run.jsonl",
+        '{"qid": "q1", "pos": ["b"], "neg": ["d1"]}\n{"qid": "b", "pos": [], "neg": ["d2"]}\n',
+    )
+    with pytest.raises(ValueError, match=rf"'b' \(line 2 of {jsonl}\)"):
+        rerank(*args, read_run(jsonl), tiny["tokenizer"], max_length=96)
+    run = read_run(trec)
+    trec.unlink()
+    with pytest.raises(ValueError, match=r"not in the store \(first: '2' of query 'q1'\);"):
+        rerank(*args, run, tiny["tokenizer"], max_length=96)
+    monkeypatch.setattr(type(run), "where", lambda *a: pytest.fail("read the run again"))
+    with pytest.warns(SkippedRecordsWarning):
+        rerank(*args, run, tiny["tokenizer"], max_length=96, on_missing="skip")
+
+
 def test_the_query_length_the_model_was_trained_with_is_kept_and_used(
     tiny: dict[str, Any],
 ) -> None:

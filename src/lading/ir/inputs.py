@@ -53,13 +53,16 @@ class Run(dict[str, list[str]]):
     def where(self, qid: str, docid: str | None = None) -> str:
         """`` (line N of FILE)``: the first line of the file read that names query ``qid``
         (and document ``docid``), for an error about them; ``""`` for a run not read from a
-        file (or a line not found: the file changed since). Reads the file again: for the
-        error path only."""
+        file, or a line not found (the file changed or went since). Reads the file again:
+        for an error about to be raised only."""
         if self.source is None:
             return ""
-        for line in _lines(self.source):
-            if _names(line.text, qid, docid):
-                return f" (line {line.number:,} of {self.source})"
+        try:
+            for line in _lines(self.source):
+                if _names(line.text, qid, docid):
+                    return f" (line {line.number:,} of {self.source})"
+        except (OSError, ValueError):  # (gone, or unreadable now: the error goes on without)
+            return ""
         return ""
 
 
@@ -82,13 +85,23 @@ class _Line(NamedTuple):
 
 
 def _names(text: str, qid: str, docid: str | None) -> bool:
-    """Whether a run's line ``text`` is of query ``qid`` (and names ``docid``): its first
-    field (a TREC or MS MARCO run, id triples), or a JSON line's quoted ids."""
+    """Whether a run's line ``text`` is of query ``qid`` (and ranks ``docid``), each id read
+    from its own field: a TREC run's first and third, an MS MARCO run's or id triple's first
+    and second or third, a hard-negative JSON line's ``qid`` and ``pos``/``neg``."""
+    if text.lstrip().startswith("{"):
+        try:
+            found, pos, neg = _hard_negative_line(text)
+        except ValueError:
+            return False
+        return found == qid and (docid is None or docid in pos or docid in neg)
     fields = text.split()
-    if fields and fields[0] == qid:
-        return docid is None or docid in fields[1:]
-    quoted = f'"{qid}"' in text and text.lstrip().startswith("{")
-    return quoted and (docid is None or f'"{docid}"' in text)
+    if not fields or fields[0] != qid:
+        return False
+    if docid is None:
+        return True
+    if len(fields) == _TREC_RUN.fields:
+        return fields[_TREC_RUN.docid] == docid
+    return docid in fields[1:3]
 
 
 def _lines(path: Path) -> Iterator[_Line]:

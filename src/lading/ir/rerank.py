@@ -180,7 +180,8 @@ def _missing(
     absent = [(q, d) for q, ranked in run.items() if q in queries for d in ranked[:depth]]
     absent = [(q, d) for q, d in absent if d not in store]
     said = []
-    where = getattr(run, "where", None)  # a run read from a file names its lines
+    # a run read from a file names its lines, looked up only for an error (a read of the file)
+    where = getattr(run, "where", None) if on_missing == "raise" else None
     if no_text:
         at = where(no_text[0]) if callable(where) else ""
         said.append(
