@@ -123,10 +123,22 @@ def register(owner: Owner, stage: str) -> None:
     _close_at_child_exit()
 
 
+def _owners(stage: str) -> list[Owner]:
+    """The live owners of ``stage``, listed while other threads may register more (a loader
+    pass starting makes a flag): a WeakSet that grows while listed raises, so it is tried
+    again (a registration is a moment's work)."""
+    for _ in range(100):
+        try:
+            return list(_OWNERS[stage])
+        except RuntimeError:  # ("Set changed size during iteration")
+            continue
+    return list(_OWNERS[stage].copy())
+
+
 def _in_child() -> None:
     SQLITE.after_fork_child()
     for stage in STAGES:
-        for owner in list(_OWNERS[stage]):
+        for owner in _owners(stage):
             owner.forked()
 
 
@@ -141,7 +153,7 @@ os.register_at_fork(
 def close_all() -> None:
     """Close every owner of this process, stage by stage (see the module doc)."""
     for stage in STAGES:
-        for owner in list(_OWNERS[stage]):
+        for owner in _owners(stage):
             with contextlib.suppress(Exception):  # exiting: a report would go nowhere
                 owner.close()
 

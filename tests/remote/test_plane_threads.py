@@ -796,6 +796,42 @@ def test_a_loaders_flag_forked_while_a_thread_held_it_is_the_childs_own() -> Non
     assert os.waitstatus_to_exitcode(status) == 0, "the child's cancel waited on the lock"
 
 
+def test_the_exit_lists_its_owners_while_another_thread_registers_more() -> None:
+    """The exit's and the fork's list of owners is taken while other threads may register
+    more (a loader pass starting makes a cancellation flag, an owner): a plain ``list()`` of
+    the WeakSet raised "Set changed size during iteration" (10 of 2,000 listings here),
+    which at exit skipped closing every owner (the review of the flag's fork rule)."""
+    from lading import threads
+
+    class Owner:
+        def forked(self) -> None: ...
+
+        def close(self) -> None: ...
+
+    owners = [Owner() for _ in range(2000)]
+    for owner in owners[:1000]:
+        threads._OWNERS["ahead"].add(owner)
+    stop = threading.Event()
+
+    def register_more() -> None:
+        while not stop.is_set():
+            for owner in owners[1000:]:
+                threads._OWNERS["ahead"].add(owner)
+            for owner in owners[1000:]:
+                threads._OWNERS["ahead"].discard(owner)
+
+    registering = threading.Thread(target=register_more, daemon=True)
+    registering.start()
+    try:
+        for _ in range(2000):
+            assert len(threads._owners("ahead")) >= 1000
+    finally:
+        stop.set()
+        registering.join(10)
+        for owner in owners:
+            threads._OWNERS["ahead"].discard(owner)
+
+
 def test_no_get_a_loader_queued_goes_out_after_its_close_returns(
     corpora: Corpora, faults: LocalS3
 ) -> None:

@@ -58,10 +58,7 @@ class Cancel:
 
     def reason(self) -> str:
         """Why a GET made under this flag fails (:class:`lading.remote.fetch.CancelledError`)."""
-        return (
-            f"{self.what} was closed: nothing is fetched for it after close() (the corpus or "
-            "store it read stays open: read it directly, or make a new loader)"
-        )
+        return closed_reason(self.what)
 
     def track(self, fetcher: Any, futures: Sequence[Any]) -> bool:
         """Note ``futures``, just submitted through ``fetcher``; False: cancelled already
@@ -107,6 +104,15 @@ class Cancel:
         for cond in waits:  # (not under our lock: a waiter takes it while holding cond)
             with cond:
                 cond.notify_all()
+
+
+def closed_reason(what: str = "the loader") -> str:
+    """Why a GET of a closed loader (``what``) fails; for a GET given up without a flag too
+    (a loader's settle past its deadline), which needs no :class:`Cancel` made for it."""
+    return (
+        f"{what} was closed: nothing is fetched for it after close() (the corpus or store it "
+        "read stays open: read it directly, or make a new loader)"
+    )
 
 
 def current() -> Cancel | None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from lading.remote.cancel import Cancel
+from lading.remote.cancel import closed_reason
 from lading.remote.fetch import Fetcher, Future
 from lading.threads import carry
 
@@ -99,7 +99,7 @@ class AroundGets:
             futures = {future for future, _ in self._held.values()}
         done = fetcher.wait_settled(timeout, futures)
         if not done:  # a stalled server: given up, never sent again for this loader
-            fetcher.abandon(futures, Cancel().reason())
+            fetcher.abandon(futures, closed_reason())
         self.clear()
         return done
 

@@ -46,7 +46,7 @@ from lading.errors import OutOfSpaceError
 from lading.remote.cache.claims import Claimed
 from lading.remote.cache.places import WINDOW
 from lading.remote.cache.reads import NodeCache
-from lading.remote.cancel import Cancel
+from lading.remote.cancel import closed_reason
 from lading.remote.fetch import Future
 from lading.remote.ranges import Need
 from lading.remote.schedule import Schedule, Span
@@ -187,7 +187,7 @@ class Planner:
         fetcher, started = self.cache.fetcher, self._started.copy()
         if fetcher.wait_settled(timeout, started):
             return True
-        fetcher.abandon(started, Cancel().reason())
+        fetcher.abandon(started, closed_reason())
         return False
 
     def follow(self, now: int, ahead: int) -> None:
