@@ -15,7 +15,9 @@ from typing import Any
 
 from lading.disk import STAGE_MARK
 from lading.disk.meta import LISTED_FORMATS
+from lading.disk.names import inside
 from lading.disk.snapshot import file_crc32
+from lading.errors import StoreFormatError
 
 
 def plain_mark(dest: Path) -> dict[str, Any] | None:
@@ -32,12 +34,14 @@ def plain_mark(dest: Path) -> dict[str, Any] | None:
     return mark if isinstance(files, dict) else None
 
 
-def _entry(rel: str, info: Any) -> tuple[int, int] | None:
+def _entry(dest: Path, rel: str, info: Any) -> tuple[int, int] | None:
     """A file's ``(size, crc32)`` as the mark records it; None where the entry is damaged:
-    not two integers, or a name that is absolute or climbs out of the copy (``..``): the
-    mark is read as input, and a check never reads outside the copy."""
-    name = Path(rel)
-    if name.is_absolute() or ".." in name.parts or not rel:
+    not two integers, or a name that does not stay inside the copy (absolute, ``..``, a
+    symlink leading out: the stores' own rule, :func:`lading.disk.names.inside`): the mark
+    is read as input, and a check never reads outside the copy."""
+    try:
+        inside(dest, rel, "files", dest / STAGE_MARK)
+    except StoreFormatError:
         return None
     if not isinstance(info, dict):
         return None
@@ -52,7 +56,7 @@ def _entry(rel: str, info: Any) -> tuple[int, int] | None:
 def describe_plain(dest: Path, mark: dict[str, Any]) -> dict[str, Any]:
     """What ``lading inspect`` reports of the copy (``mark``: :func:`plain_mark`'s)."""
     files = mark["files"]
-    entries = [_entry(rel, info) for rel, info in files.items()]
+    entries = [_entry(dest, rel, info) for rel, info in files.items()]
     when = mark.get("staged_at")
     return {
         "path": str(dest.resolve()),
@@ -72,7 +76,7 @@ def check_plain(dest: Path, mark: dict[str, Any]) -> list[str]:
     again = f"stage it again: lading stage {mark.get('source')} {dest}"
     problems = []
     for rel, info in sorted(mark["files"].items()):
-        path, entry = dest / rel, _entry(rel, info)
+        path, entry = dest / rel, _entry(dest, rel, info)
         if entry is None:
             problems.append(
                 f"{dest / STAGE_MARK}: its entry for {rel!r} is damaged (not a size and CRC32 "
