@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import settings
 
 if TYPE_CHECKING:
     from lading.lm import TokenCorpus
@@ -35,6 +36,10 @@ SEED = int(os.environ.get("LADING_TEST_SEED") or random.SystemRandom().randrange
 # exceed it (obstore waits 30 s an attempt, s3fs for ever).
 HEALTHY_S = 5.0
 LOADED_S = 10.0
+# No test is timed (speed lives in benchmarks/): hypothesis's default deadline of 200 ms an
+# example failed a property test that took 304 ms once on this 2-core machine under load.
+settings.register_profile("lading", deadline=None)
+settings.load_profile("lading")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -166,6 +166,13 @@ class LoaderClosedError(LadingError, RuntimeError):
     after it is closed. Names where the pass ended (its epoch and batch) and how to go on."""
 
 
+class PassEndedError(LadingError, RuntimeError):
+    """A pass read on after its loader moved to another position (a newer ``iter()`` of the
+    same loader, ``set_epoch``, ``load_state_dict``): a loader reads one pass at a time, and
+    the old one's next batches were never to be read. Names where it ended and what moved it
+    (it ended without a word before, its epoch short)."""
+
+
 class WorldChangedError(LadingError, RuntimeError):
     """A loader's first pass found a process group that the loader, made before it, did not
     see: it took this process for rank 0 of 1, and every rank would read the whole dataset

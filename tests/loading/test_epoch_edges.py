@@ -94,3 +94,39 @@ def test_an_epoch_of_one_batch_set_by_set_epoch_and_read_whole_is_consumed() -> 
     loader.set_epoch(0)
     assert [list(loader), list(loader)] == [list(twin), list(twin)]
     assert loader.epoch == 1
+
+
+@pytest.mark.parametrize("kind", ["map", "parquet", "lm-windows"])
+@pytest.mark.parametrize("move", ["iter", "set_epoch", "load_state_dict"])
+def test_a_pass_read_on_after_the_loader_moved_on_says_so(
+    kind: str, move: str, data_dir: Path
+) -> None:
+    """A pass whose loader moved on (a look at one batch by a second ``iter()``, a
+    ``set_epoch``, a loaded state) and is read again raises, naming where it ended and what
+    moved it: it ended without a word, its epoch short (a review read 1 of 20 batches, no
+    error). The moved-to position reads as before: the look's batch is the next epoch's
+    first, the set epoch's first, the state's next."""
+    from lading.errors import PassEndedError
+
+    loader = EVENED[kind](61, data_dir, "pad").make(World(0, 1), 0)
+    training = iter(loader)
+    next(training)
+    state = loader.state_dict()
+    fresh = EVENED[kind](61, data_dir, "pad").make(World(0, 1), 0)
+    if move == "iter":
+        fresh.set_epoch(1)
+        expected, moved = next(iter(fresh)), r"a newer iter\(\) of this loader"
+        got = next(iter(loader))
+    elif move == "set_epoch":
+        fresh.set_epoch(3)
+        expected, moved = next(iter(fresh)), r"set_epoch\(3\)"
+        loader.set_epoch(3)
+        got = next(iter(loader))
+    else:
+        fresh.load_state_dict(state)
+        expected, moved = next(iter(fresh)), r"load_state_dict\(\)"
+        loader.load_state_dict(state)
+        got = next(iter(loader))
+    with pytest.raises(PassEndedError, match=rf"after {moved} .* after batch 1 of epoch 0"):
+        next(training)
+    assert repr(got) == repr(expected)

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import lading
+from lading.errors import PassEndedError
 from lading.loading.loader import Workers
 from lading.loading.read_ahead import BuiltAhead
 
@@ -136,7 +137,8 @@ def test_an_earlier_pass_ending_late_leaves_the_later_pass_whole(end: str) -> No
             if i == 2 and end == "dropped":
                 del old
             elif i == 2 and end == "asked":
-                assert next(old, None) is None  # another pass ended it
+                with pytest.raises(PassEndedError, match="newer iter"):
+                    next(old)  # another pass ended it: said
             elif i == 2:
                 gc.collect()
     finally:
@@ -149,7 +151,8 @@ def test_set_epoch_mid_pass_ends_the_pass_and_its_thread() -> None:
     batches = iter(loader)
     next(batches)
     loader.set_epoch(4)
-    assert next(batches, None) is None  # the pass belonged to the old position
+    with pytest.raises(PassEndedError, match=r"set_epoch\(4\)"):
+        next(batches)  # the pass belonged to the old position
     assert not ahead_threads()
     assert plain(loader) == plain(_epoch(4))
     del loader, batches

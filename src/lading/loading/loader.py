@@ -42,7 +42,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from lading.deadline import remote_timeout
-from lading.errors import LoaderClosedError, RanksDisagreeError
+from lading.errors import LoaderClosedError, PassEndedError, RanksDisagreeError
 from lading.loading import state as loader_state
 from lading.loading.agree import check_ranks_agree
 from lading.loading.announce import Announce
@@ -307,6 +307,7 @@ class Loader:
         if self._restored and epoch == self._cursor.epoch:
             self._kept = True
             return
+        self._leave(f"set_epoch({epoch})")
         self._cursor, self._restored, self._fresh = Cursor(epoch), False, True
         self._kept = False
         self._chosen = True
@@ -388,6 +389,7 @@ class Loader:
         if self._agreed is not True:  # every rank's loader plans the same epochs: checked
             self._agree()  # at its first pass (a refusal raised again at every later one)
         chosen = (self._fresh and self._chosen) or self._peeked()
+        self._leave("a newer iter() of this loader")
         self._cursor = cursor = self._next_pass()
         self._fresh = self._restored = self._kept = False
         self._peek = cursor if chosen and cursor.batches == 0 else None
@@ -401,8 +403,9 @@ class Loader:
                 if self._cursor is not cursor:
                     # moved while the caller held the batch (set_epoch, a loaded state,
                     # another pass): this pass is over, before it takes a batch of the new
-                    # position from the persistent workers' iterator the two share
-                    return
+                    # position from the persistent workers' iterator the two share; said, not
+                    # a silent short epoch (a look at one batch by iter() lost the rest)
+                    raise self._ended_error(cursor)
                 if self._ended is cursor:  # closed: nothing is read for it after
                     break
             if self._ended is cursor:  # closed here, or from another thread while it waited
@@ -429,6 +432,21 @@ class Loader:
         epoch's last batch (after it, the pass is whole: nothing to raise)."""
         if cursor.batches < self._workload.batches(cursor):
             raise self._closed_error(cursor) from None
+
+    def _leave(self, why: str) -> None:
+        """The pass being read, if one is, is left by ``why`` (the first that moved it on):
+        said if it is read on."""
+        if self._reading is not None and not self._reading.left_by:
+            self._reading.left_by = why
+
+    def _ended_error(self, cursor: Cursor) -> PassEndedError:
+        return PassEndedError(
+            f"this pass of {type(self).__name__} was read on after {cursor.left_by} moved the "
+            f"loader on: it ended after batch {cursor.batches} of epoch {cursor.epoch} (of "
+            f"{len(self)}). A loader reads one pass at a time and its state_dict() follows the "
+            "newest; finish or leave a pass before starting another, and take a look at a "
+            "batch from a second loader"
+        )
 
     def _closed_error(self, cursor: Cursor) -> LoaderClosedError:
         return LoaderClosedError(
@@ -626,6 +644,7 @@ class Loader:
             workload.ended,
             workload.batches,
         )
+        self._leave("load_state_dict()")
         self._restored = self._fresh = True
         self._chosen, self._peek, self._kept = False, None, False
         self._drop_ahead()  # built for the old position and layout

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,8 @@ class Cursor:
     segment: int = 0
     base: Runs | None = None
     batches: int = 0
+    # what moved its loader on while a pass read from it (said if that pass is read on)
+    left_by: str = field(default="", compare=False, repr=False)
 
     def start_epoch(self, epoch: int) -> None:
         """Go to the first batch of ``epoch`` (any elastic remainder belonged to another)."""
