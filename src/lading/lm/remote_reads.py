@@ -111,7 +111,8 @@ class RemoteReads:
             part: Planner(t.cache, NEAR_STEPS, share) for part, t in self.remote.items()
         }
         self.announce: Announce | None = announcer(Hooks.of(self), _same)
-        self._held = HeldBlocks(_block_buffer(workload)) if _block_tokens(workload) else None
+        block = _block_tokens(workload)
+        self._held = HeldBlocks(_block_buffer(workload), block) if block else None
         self._ranges = Planned()  # of the keys planned last
         self._fetches = Planned()  # ... and what to fetch for them
         self._firsts = Planned()  # ... and of these, what each batch reads first (held)
