@@ -645,6 +645,31 @@ def test_text_outside_wikiextractor_blocks_is_named_or_counted(tmp_path: Path) -
     assert skipped.count == 2 and skipped.examples[0].startswith(f"line 5 of {path}: text outside")
 
 
+def test_the_files_of_hidden_folders_are_not_documents(tmp_path: Path) -> None:
+    """A review: a dataset repository cloned with git fed its ``.git`` hooks and config into
+    the corpus (125 of 130 documents), and a notebook's ``.ipynb_checkpoints`` copy was read
+    twice: only a file's own name was checked for a leading dot. Hidden folders are left out
+    with all below them, at any depth; the corpus reads only the data (and its sharded build
+    lists the same files)."""
+    from lading.lm import TokenCorpus
+    from lading.lm.texts import folder_files
+
+    folder = tmp_path / "repo"
+    write(folder / "train.txt", "one two\n\nthree four\n")
+    write(folder / "sub" / "more.txt", "one four\n")
+    write(folder / ".git" / "hooks" / "pre-commit.sample", "#!/bin/sh\n\necho two\n")
+    write(folder / ".git" / "config", "[core]\n")
+    write(folder / ".ipynb_checkpoints" / "train-checkpoint.txt", "one two\n")
+    write(folder / "sub" / ".cache" / "log.txt", "three\n")
+    write(folder / ".notes.txt", "four\n")
+    assert [p.relative_to(folder).as_posix() for p in folder_files(folder)] == [
+        "sub/more.txt", "train.txt"
+    ]  # fmt: skip
+    tok = word_tokenizer(["one", "two", "three", "four"], tmp_path / "t.json")
+    corpus = TokenCorpus.build(folder, tmp_path / "corpus", tok, progress=False)
+    assert len(corpus) == 3
+
+
 def test_a_folders_readme_and_licence_are_not_documents(tmp_path: Path) -> None:
     """A review: `lading lm build` of WikiText-2's folder took its README for 2 documents."""
     from lading.lm import TokenCorpus

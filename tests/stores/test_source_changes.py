@@ -188,6 +188,20 @@ def test_a_file_the_build_would_not_read_is_no_change(tmp_path: Path) -> None:
     assert again.snapshot == by_glob.snapshot  # the build reused it: the same rule
 
 
+def test_the_files_of_hidden_and_underscore_folders_are_not_read(tmp_path: Path) -> None:
+    """A folder's ``.git`` and ``_temporary`` (Spark's) are left out with all below them, as
+    hidden and ``_`` files are: a review's build read a cloned repository's git files (only
+    a file's own name was checked); a file added there later leaves the store current."""
+    _corpus(tmp_path / "corpus", ("1.tsv", "sub/2.tsv"))
+    write(tmp_path / "corpus" / ".git" / "x.tsv", "g1\tgit object\n")
+    write(tmp_path / "corpus" / "_temporary" / "0" / "part.tsv", "t1\ttemporary\n")
+    write(tmp_path / "corpus" / "sub" / ".cache" / "c.tsv", "c1\tcached\n")
+    store = lading.build_store(tmp_path / "corpus", tmp_path / "s.store", progress=False)
+    assert sorted(store.ids()) == ["1", "2"]
+    write(tmp_path / "corpus" / ".git" / "y.tsv", "g2\tanother\n")
+    assert lading.open_store(store.path, on_stale="raise").stale is None
+
+
 def test_a_source_folder_that_is_not_here_is_no_change(tmp_path: Path) -> None:
     """A store copied to another machine (its folder not there) is not stale, as a missing
     source file is not: nothing can be compared."""

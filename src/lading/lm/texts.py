@@ -36,6 +36,7 @@ from lading.sources import (
     refuse_if_changed,
 )
 from lading.sources.chunks import BOM, numbered_lines, reading
+from lading.sources.folders import data_files
 
 SPLITS: tuple[str, ...] = ("blank", "file", "line")
 TEXTS_ONLY = ParseOptions(keep_fields=(), need_id=False)  # a token corpus keeps no ids, fields
@@ -221,15 +222,16 @@ def listed_texts(source: Sequence[str | os.PathLike[str]]) -> list[Path]:
 
 
 def folder_files(path: Path) -> list[Path]:
-    """The files of a folder source, in the order they are read: hidden files and a folder's
-    README and LICENSE (any suffix) left out. A dataset's folder holds its README beside the
-    data (WikiText's: 2 of 2,482 documents its text), where WikiExtractor's files have no
-    suffix: every other file is read (``*.md`` too: a corpus of markdown is one)."""
-    return sorted(p for p in path.rglob("*") if p.is_file() and not _not_data(p.name))
+    """The files of a folder source, in the order they are read: hidden files and folders
+    (:func:`~lading.sources.folders.data_files`) and a folder's README and LICENSE (any
+    suffix) left out. A dataset's folder holds its README beside the data (WikiText's: 2 of
+    2,482 documents its text), where WikiExtractor's files have no suffix: every other file
+    is read (``*.md`` too: a corpus of markdown is one)."""
+    return sorted(p for p in data_files(path, (".",)) if not _not_data(p.name))
 
 
 def _not_data(name: str) -> bool:
-    return name.startswith(".") or name.split(".", 1)[0].upper() in ("README", "LICENSE")
+    return name.split(".", 1)[0].upper() in ("README", "LICENSE")
 
 
 def source_identity(source: TextSource) -> dict[str, Any]:

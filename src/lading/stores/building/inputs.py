@@ -27,6 +27,7 @@ from lading.sources import (
     detect_format,
     is_compressed,
 )
+from lading.sources.folders import data_files
 from lading.sources.tsv_blocks import TsvBlock
 
 SPLITTABLE = ("tsv", "jsonl")  # uncompressed, cut at line starts
@@ -136,7 +137,8 @@ def _kind(name: str) -> str | None:
 def spec_files(spec: dict[str, str]) -> list[Path]:
     """The files a folder or glob (an :func:`input_spec`) holds now, in reading order: a
     glob's matches that are files; a folder's files at any depth except hidden and ``_``
-    ones (``.DS_Store``, ``_SUCCESS``); both sorted by path. Empty where there are none."""
+    ones and those in such folders (``.DS_Store``, ``_SUCCESS``, ``.git/``, ``_temporary/``:
+    :func:`~lading.sources.folders.data_files`); both sorted by path. Empty where there are none."""
     return sorted(spec_paths(spec))
 
 
@@ -148,9 +150,7 @@ def spec_paths(spec: dict[str, str]) -> Iterator[Path]:
             if os.path.isfile(found):
                 yield Path(found)
         return
-    for path in Path(spec["folder"]).rglob("*"):
-        if not path.name.startswith((".", "_")) and path.is_file():
-            yield path
+    yield from data_files(Path(spec["folder"]), (".", "_"))
 
 
 def listed_files(source: list[Any] | tuple[Any, ...], globs: bool = True) -> list[Path]:
