@@ -670,6 +670,35 @@ def test_the_files_of_hidden_folders_are_not_documents(tmp_path: Path) -> None:
     assert len(corpus) == 3
 
 
+@pytest.mark.parametrize("kind", ["parquet", "xz"])
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_file_that_is_not_text_is_refused_naming_what_it_looks_like(
+    tmp_path: Path, kind: str, on_error: str
+) -> None:
+    """A review: a parquet file (or an ``.xz`` one, a compression lading does not read) was
+    read as plain text; the error suggested ``on_error='skip'``, under which its runs of valid
+    UTF-8 became 106 documents with NUL bytes in them. Refused in both modes, naming the
+    file, what it looks like and the fix."""
+    import lzma
+
+    from lading.errors import SourceError
+    from lading.lm import TokenCorpus
+
+    if kind == "parquet":
+        pa = pytest.importorskip("pyarrow")
+        pq = pytest.importorskip("pyarrow.parquet")
+        path = tmp_path / "b.parquet"
+        pq.write_table(pa.table({"text": ["one two"] * 5}), path, compression="none")
+        fix = "build a lading store from it"
+    else:
+        path = tmp_path / "c.txt.xz"
+        path.write_bytes(lzma.compress(b"one two\n\ntwo one\n"))
+        fix = r"decompress it \(xz -d\)"
+    tok = word_tokenizer(["one", "two"], tmp_path / "t.json")
+    with pytest.raises(SourceError, match=rf"{path.name}: is not text .*{fix}"):
+        TokenCorpus.build(path, tmp_path / "corpus", tok, on_error=on_error, progress=False)
+
+
 def test_a_folders_readme_and_licence_are_not_documents(tmp_path: Path) -> None:
     """A review: `lading lm build` of WikiText-2's folder took its README for 2 documents."""
     from lading.lm import TokenCorpus

@@ -39,7 +39,9 @@ LINES = [
     b'{"id": -3, "text": "neg"} \n',
     b'{"id": "last", "text": "no line end"}',
 ]
-BOM_JSON = "invalid JSON (Unexpected UTF-8 BOM (decode using utf-8-sig) at column 1)"
+FIX_JSON = "; fix the line (a JSON object a line), or pass on_error='skip' to skip such records"
+FIX_OBJECT = "; give each line one object, or pass on_error='skip' to skip such records"
+BOM_JSON = "invalid JSON (Unexpected UTF-8 BOM (decode using utf-8-sig) at column 1)" + FIX_JSON
 NOT_ID = "id field 'id' must be a string or an integer, found"
 NO_ID = (
     "no id field: expected one of ['id', 'doc_id', 'docid', '_id', 'pid']; name it: "
@@ -59,9 +61,9 @@ AFTER_A_GOOD_LINE: dict[int, tuple[str, str] | str | None] = {
     4: ("7", "int id"),
     5: f"{NOT_ID} True",
     6: f"{NOT_ID} 1.5",
-    7: "expected a JSON object, found list",
-    8: "expected a JSON object, found str",
-    9: "expected a JSON object, found NoneType",
+    7: "expected a JSON object, found list" + FIX_OBJECT,
+    8: "expected a JSON object, found str" + FIX_OBJECT,
+    9: "expected a JSON object, found NoneType" + FIX_OBJECT,
     10: NO_ID,
     11: NO_TEXT,
     12: "text field 'text' must be a string, found 5",
@@ -71,9 +73,9 @@ AFTER_A_GOOD_LINE: dict[int, tuple[str, str] | str | None] = {
     16: "empty id",
     17: "id 'nu\\x00l' contains a NUL character",
     18: BAD_UTF8 + ", or pass on_error='skip' to skip such records",
-    19: "invalid JSON (Expecting value at column 21)",  # cut at its end (it said column 1)
+    19: "invalid JSON (Expecting value at column 21)" + FIX_JSON,  # cut at its end (not 1)
     20: BOM_JSON,
-    21: "invalid JSON (Expecting value at column 3)",
+    21: None,  # white space alone holds no record, as an empty line (it was invalid JSON)
     22: ("crlf", "y"),
     23: "two id fields differ: 'id' is 'i' and 'doc_id' is 'd'; name the one that is the "
     "record's id: parse=ParseOptions(id_field='doc_id') or --id-field doc_id, or the other",
@@ -115,14 +117,14 @@ def test_every_iterator_gives_the_same_records_lines_spans_and_skips(tmp_path: P
     got = [(r.id, r.text, dict(r.fields), c.line, c.start, c.end) for r, c in reader.iter_spans()]
     assert got == spans
     assert all(c.data == path.read_bytes()[c.start : c.end] for _, c in reader.iter_spans())
-    assert reader.skipped == 2 * 17
+    assert reader.skipped == 2 * 16
     numbered = SourceReader(path, "jsonl", "skip")
     assert [(r.id, line, end) for r, line, end in numbered.iter_numbered()] == [
         (s[0], s[3], s[5]) for s in spans
     ]
     plain = SourceReader(path, "jsonl", "skip")
     assert [tuple(r) for r in plain] == [s[:3] for s in spans]
-    assert numbered.skipped == plain.skipped == 17
+    assert numbered.skipped == plain.skipped == 16
     assert len(plain.skip_reasons) == 10
     assert plain.skip_reasons[0] == f"line 6 of {path}: {NOT_ID} True"
 
@@ -135,7 +137,7 @@ def test_a_part_starting_mid_line_numbers_as_the_file_does_in_its_errors(tmp_pat
     assert first.skipped == 10 and first.skip_reasons[0] == f"line 6 of {path}: {NOT_ID} True"
     rest = SourceReader(path, "jsonl", "skip", span=(300, 10**6))
     assert [r.id for r in rest] == ["crlf", "-3", "last"]
-    assert rest.skipped == 7
+    assert rest.skipped == 6
     assert rest.skip_reasons[2] == f"line 19 of {path}: {BAD_UTF8}"
     assert [r.id for r in SourceReader(path, "jsonl", span=(0, 60))] == ["a", "7"]
     assert list(SourceReader(path, "jsonl", span=(44, 45))) == []
@@ -149,9 +151,9 @@ def test_a_part_starting_mid_line_numbers_as_the_file_does_in_its_errors(tmp_pat
 AROUND_THE_VALUE: dict[bytes, tuple[str, str] | str] = {
     b'  {"id": "lead", "text": "white space first"}\n': ("lead", "white space first"),
     b'{"id": "tail", "text": "x"} \t \n': ("tail", "x"),
-    b'{"id": "g", "text": "x"} x\n': "invalid JSON (Extra data at column 26)",
+    b'{"id": "g", "text": "x"} x\n': "invalid JSON (Extra data at column 26)" + FIX_JSON,
     b'{"id": "g2", "text": "x"}{"id": "g3", "text": "y"}\n': (
-        "invalid JSON (Extra data at column 26)"
+        "invalid JSON (Extra data at column 26)" + FIX_JSON
     ),
     b'{"id": "n", "text": "x", "score": NaN}\n': ("n", "x"),
 }

@@ -46,6 +46,7 @@ TextSource = (
 )
 _JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")  # after a compression suffix is taken off
 _SNIFF = 1 << 20  # bytes read to see whether a file of no JSON suffix opens with a JSON object
+_PROBE = 8192  # a text file's first bytes with no NUL in them (git's test for binary files)
 SKIP_EXAMPLES = 10  # the first skipped records kept, as a store build keeps them
 
 
@@ -365,11 +366,40 @@ def file_texts(
         return
     skips = skipped if skipped is not None else Skips()
     with reading(path), open_binary(path) as stream:  # (one that cannot be opened: named)
-        head = stream.peek(64)[: 64 + len(BOM)] if hasattr(stream, "peek") else b""
-    if _opens_a_doc_block(head):
+        head = stream.read(_PROBE)
+    refuse_binary(path, head)
+    if _opens_a_doc_block(head[: 64 + len(BOM)]):
         yield from _wikiextractor(path, on_error, skips)
     else:
         yield from _plain(path, split, on_error, skips)
+
+
+# what a file that is not text most often is, by its first bytes, and what to do with it
+_BINARY = (
+    (b"PAR1", "a parquet file: build a lading store from it (lading build FILE STORE), then "
+     "the corpus from the store"),
+    (b"\xfd7zXZ\x00", "compressed with xz, which lading does not read: decompress it (xz -d) "
+     "or recompress it with gzip, bzip2 or zstd"),
+    (b"PK\x03\x04", "a zip archive: extract it and build from its files"),
+)  # fmt: skip
+
+
+def refuse_binary(path: Path, head: bytes) -> None:
+    """Refuse ``path`` whose first (decompressed) bytes ``head`` hold a NUL byte: not text,
+    whatever ``on_error`` says (its runs of valid UTF-8 became documents under ``skip``, a
+    parquet file's pages with its NUL bytes in them), named with what it looks like."""
+    at = head.find(b"\x00")
+    if at < 0:
+        return
+    what = next((hint for magic, hint in _BINARY if head.startswith(magic)), None)
+    raise SourceError(
+        path,
+        None,
+        f"is not text (a NUL byte at byte {at}): "
+        + (what or "a binary file; leave it out of the source")
+        + ". A token corpus reads text, JSONL and WikiExtractor files (.gz, .bz2, .zst too) "
+        "and lading stores",
+    )
 
 
 def _lines(path: Path, on_error: OnError) -> Iterator[tuple[int, str, str | None]]:

@@ -70,8 +70,22 @@ def chunk_lines(
     return _lines(stream, first_line, first_byte, strip_bom, False)
 
 
+def chunk_json_lines(
+    stream: IO[bytes], first_line: int = 1, first_byte: int = 0, strip_bom: bool = True
+) -> Iterator[Chunk]:
+    """One chunk per line holding more than white space: JSON allows white space around a
+    value, so a line of spaces or tabs holds no record, as an empty line holds none (it was
+    refused as invalid JSON, where an empty line was passed over)."""
+    return _lines(stream, first_line, first_byte, strip_bom, False, True)
+
+
 def _lines(
-    stream: IO[bytes], first_line: int, first_byte: int, strip_bom: bool, blank: bool
+    stream: IO[bytes],
+    first_line: int,
+    first_byte: int,
+    strip_bom: bool,
+    blank: bool,
+    space: bool = False,
 ) -> Iterator[Chunk]:
     """:func:`numbered_lines` (``blank``) or :func:`chunk_lines`: one loop, no generator
     stacked on another (this runs once a record of every TSV and JSONL source)."""
@@ -85,7 +99,9 @@ def _lines(
             start += len(BOM)
         # a blank line (nothing but line ends) separates nothing and holds nothing; a line
         # whose first byte is no line end is not blank, known without copying it
-        if blank or (raw and (raw[0] not in b"\r\n" or raw.rstrip(b"\r\n"))):
+        if blank or (
+            raw and (raw[0] not in b"\r\n" or raw.rstrip(b"\r\n")) and not (space and raw.isspace())
+        ):
             yield new(Chunk, (number, start, pos, raw))
 
 

@@ -47,9 +47,15 @@ def json_object(text: str) -> dict[str, Any]:
             except json.JSONDecodeError as at_end:
                 e = at_end
         what = e.msg.removesuffix(" at")  # json's own "Invalid control character ... at"
-        raise RecordError(f"invalid JSON ({what} at column {e.colno})") from None
+        raise RecordError(
+            f"invalid JSON ({what} at column {e.colno}); fix the line (a JSON object a line), "
+            "or pass on_error='skip' to skip such records"
+        ) from None
     if not isinstance(obj, dict):
-        raise RecordError(f"expected a JSON object, found {type(obj).__name__}")
+        raise RecordError(
+            f"expected a JSON object, found {type(obj).__name__}; give each line one object, "
+            "or pass on_error='skip' to skip such records"
+        )
     return obj
 
 

@@ -38,6 +38,7 @@ from lading.errors import SourceError
 from lading.sources.chunks import (
     COMPRESSED_SUFFIXES,
     Chunk,
+    chunk_json_lines,
     chunk_lines,
     chunk_trec,
     reading,
@@ -94,7 +95,7 @@ class FileFormat:
 
 FILE_FORMATS: dict[str, FileFormat] = {
     "tsv": FileFormat(chunk_lines, make_tsv_parser),
-    "jsonl": FileFormat(chunk_lines, make_jsonl_parser),
+    "jsonl": FileFormat(chunk_json_lines, make_jsonl_parser),
     "trec": FileFormat(chunk_trec, make_trec_parser),
 }
 FORMATS: tuple[str, ...] = ("arrow", "beir", "irds", "jsonl", "parquet", "trec", "tsv")
