@@ -685,6 +685,22 @@ def test_build_says_documents_stored_with_an_empty_text_beside_a_title(
     assert len(said) == 1 and "1 of 2" in said[0] and "--prefix-fields" in said[0], err
 
 
+@pytest.mark.parametrize("command", ["inspect", "verify"])
+def test_a_killed_token_corpus_build_is_named_with_its_own_rebuild(
+    files: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """A review: `lading inspect` and `verify` of a killed `lading lm build` (its scratch
+    holding tokens.bin) named the store's rebuild, `lading build`; they name `lading lm
+    build`, as TokenCorpus.open does."""
+    scratch = files / "corpus" / ".tmp-123-abcd"
+    scratch.mkdir(parents=True)
+    (scratch / "tokens.bin").write_bytes(b"\0" * 8)
+    capsys.readouterr()
+    code, err = run([command, str(files / "corpus")], capsys)
+    assert code == 2 and "interrupted build" in err, err
+    assert "`lading lm build`" in err and "token corpus" in err, err
+
+
 @pytest.mark.parametrize("inside", ["nothing", "a store", "a killed build"])
 def test_a_folder_without_meta_json_is_described_by_what_it_holds(
     files: Path, capsys: pytest.CaptureFixture[str], inside: str

@@ -211,7 +211,11 @@ def no_manifest(root: Path, fmt_name: str) -> StoreFormatError:
     }
     if waiting:
         return unmerged(str(root), waiting, fmt.what)
-    if any(root.glob(f"{TMP_PREFIX}*")):  # a killed build's scratch
+    scratch = list(root.glob(f"{TMP_PREFIX}*"))
+    if scratch:  # a killed build's: its files say what it was building (`lading inspect`
+        # and `verify` of a killed `lading lm build` named the store's command)
+        if any((p / "tokens.bin").exists() for p in scratch):
+            fmt = disk_format("lading.tokens")
         return StoreFormatError(
             f"{root} is not a lading {fmt.what}: {META_FILE} is missing (an interrupted build "
             f"leaves no meta.json); {fmt.rebuild}"
