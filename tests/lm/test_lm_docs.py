@@ -645,6 +645,40 @@ def test_text_outside_wikiextractor_blocks_is_named_or_counted(tmp_path: Path) -
     assert skipped.count == 2 and skipped.examples[0].startswith(f"line 5 of {path}: text outside")
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "why"),
+    [
+        (
+            '<doc id="1" title="A">\nAlpha.\n<doc id="2" title="B">\nBeta.\n</doc>\n',
+            3,
+            r"<doc> inside the <doc> of line 1",
+        ),
+        (
+            '<doc id="2" title="B">\nBeta.\n</doc>\n<doc id="1" title="A">\nAlpha.\n',
+            4,
+            "<doc> has no </doc> before the end of the file",
+        ),
+    ],
+    ids=["nested", "cut"],
+)
+def test_a_cut_wikiextractor_block_is_named_with_the_fix_or_counted(
+    tmp_path: Path, text: str, line: int, why: str
+) -> None:
+    """A review: a ``<doc>`` block cut or nested (a truncated or joined file) stopped the
+    build under on_error="skip" too, with no fix named, where a cut JSONL line is counted.
+    Raised naming line and fix; under "skip" the cut block is counted and the rest read."""
+    from lading.errors import SourceError
+    from lading.lm.texts import Skips, iter_texts
+
+    path = tmp_path / "wiki_00"
+    path.write_text(text)
+    with pytest.raises(SourceError, match=rf"line {line} of .*wiki_00: {why}.*on_error='skip'"):
+        list(iter_texts(path))
+    skipped = Skips()
+    assert list(iter_texts(path, on_error="skip", skipped=skipped)) == ["Beta."]
+    assert skipped.count == 1 and skipped.examples[0].startswith(f"line {line} of {path}: ")
+
+
 def test_the_files_of_hidden_folders_are_not_documents(tmp_path: Path) -> None:
     """A review: a dataset repository cloned with git fed its ``.git`` hooks and config into
     the corpus (125 of 130 documents), and a notebook's ``.ipynb_checkpoints`` copy was read

@@ -486,12 +486,12 @@ def _wikiextractor(path: Path, on_error: OnError, skips: Skips) -> Iterator[str]
             continue
         stray = False
         if line.startswith("<doc "):
-            if body is not None:
-                raise SourceError(path, number, f"<doc> inside the <doc> of line {start}")
+            if body is not None:  # the open block is cut: left out under "skip"
+                why_cut = f"<doc> inside the <doc> of line {start} (its </doc> is missing)"
+                _broken_block(path, number, why_cut, on_error, skips)
             body, start, bad = [], number, why
         elif line.startswith("</doc>"):
-            if body is None:
-                raise SourceError(path, number, "</doc> without <doc>")
+            assert body is not None  # (a stray one is text outside a block: above)
             text, bad = "".join(body).strip(), bad or why
             if bad is not None:
                 skips.add(1, [bad])
@@ -502,13 +502,22 @@ def _wikiextractor(path: Path, on_error: OnError, skips: Skips) -> Iterator[str]
             body.append(unix_line(line))
             bad = bad or why
     if body is not None:
-        raise SourceError(path, start, "<doc> has no </doc> before the end of the file")
+        why_cut = "<doc> has no </doc> before the end of the file"
+        _broken_block(path, start, why_cut, on_error, skips)
 
 
 def _outside_blocks(path: Path, number: int, on_error: OnError, skips: Skips) -> None:
     """Text at line ``number`` outside every ``<doc>`` block is no document's: raise naming
     it and the fix, or, under ``on_error="skip"``, count its run of lines as one skipped."""
-    why = "text outside a <doc> block (is the file cut, or two files joined?)"
+    _broken_block(path, number, "text outside a <doc> block", on_error, skips)
+
+
+def _broken_block(path: Path, number: int, why: str, on_error: OnError, skips: Skips) -> None:
+    """A ``<doc>`` block cut or joined at line ``number`` (text outside every block, one opened
+    inside another, one left open at the end): raise naming it
+    and the fix, or, under ``on_error="skip"``, count it skipped (a cut block stopped the
+    build whatever on_error said, where a cut JSONL line was counted)."""
+    why = f"{why} (is the file cut, or two files joined?)"
     if on_error == "raise":
         raise SourceError(
             path,
