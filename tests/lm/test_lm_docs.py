@@ -679,6 +679,24 @@ def test_a_cut_wikiextractor_block_is_named_with_the_fix_or_counted(
     assert skipped.count == 1 and skipped.examples[0].startswith(f"line {line} of {path}: ")
 
 
+def test_a_text_file_opening_with_a_json_line_is_read_as_text(tmp_path: Path) -> None:
+    """A review: notes.txt whose first line is a JSON object was taken for JSON records (its
+    prose "no text field", or under on_error="skip" all of it left out). A name that says
+    plain text is read as text; a file of no suffix is still sniffed (WikiExtractor --json's
+    wiki_00)."""
+    from lading.lm.texts import iter_texts
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text('{"name": "config", "version": 2}\nFirst paragraph.\n\nSecond one.\n')
+    assert list(iter_texts(notes)) == [
+        '{"name": "config", "version": 2}\nFirst paragraph.',
+        "Second one.",
+    ]
+    wiki = tmp_path / "wiki_00"
+    wiki.write_text('{"id": "1", "text": "Alpha."}\n{"id": "2", "text": "Beta."}\n')
+    assert list(iter_texts(wiki)) == ["Alpha.", "Beta."]
+
+
 def test_the_files_of_hidden_folders_are_not_documents(tmp_path: Path) -> None:
     """A review: a dataset repository cloned with git fed its ``.git`` hooks and config into
     the corpus (125 of 130 documents), and a notebook's ``.ipynb_checkpoints`` copy was read

@@ -45,6 +45,9 @@ TextSource = (
     str | os.PathLike[str] | list[str | os.PathLike[str]] | tuple[str | os.PathLike[str], ...]
 )
 _JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")  # after a compression suffix is taken off
+# a name that says plain text: never sniffed for JSON (a .txt whose first line is a JSON object
+# was read as JSON records, its prose refused, or under on_error="skip" all of it left out)
+_TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst")
 _SNIFF = 1 << 20  # bytes read to see whether a file of no JSON suffix opens with a JSON object
 _PROBE = 8192  # a text file's first bytes with no NUL in them (git's test for binary files)
 SKIP_EXAMPLES = 10  # the first skipped records kept, as a store build keeps them
@@ -317,14 +320,16 @@ def _opens_a_doc_block(head: bytes) -> bool:
 def is_records(path: Path) -> bool:
     """Whether ``path`` holds JSON records (a document a record), compressed or not: its name
     says so (``.jsonl``, ``.json``, ``.ndjson``, each also ``.gz``/``.bz2``/``.zst``: C4
-    ships ``.json.gz``), or, whatever its name, its first line that is not blank is a JSON
-    object (WikiExtractor ``--json`` writes ``text/AA/wiki_00``). A file that cannot be read
-    is left to the reader to name."""
+    ships ``.json.gz``), or, unless its name says plain text (``.txt``, ``.md``, ...), its
+    first line that is not blank is a JSON object (WikiExtractor ``--json`` writes
+    ``text/AA/wiki_00``). A file that cannot be read is left to the reader to name."""
     stem = path.name
     for suffix in COMPRESSED_SUFFIXES:
         stem = stem.removesuffix(suffix)
     if stem.endswith(_JSON_SUFFIXES):
         return True
+    if stem.lower().endswith(_TEXT_SUFFIXES):
+        return False
     try:
         with open_binary(path) as stream:
             head = stream.read(_SNIFF)
