@@ -92,6 +92,33 @@ def test_prefetcher_yields_the_loaders_batches_in_order(device: str, depth: int 
         assert all(t.device.type == device for t in tensors(batch))
 
 
+@pytest.mark.parametrize("depth", [0, 1, 2])
+@pytest.mark.parametrize("move", ["iter", "set_epoch", "load_state_dict"])
+@pytest.mark.parametrize("at", ["first", "last"])
+def test_a_prefetched_pass_read_on_after_a_move_says_so(depth: int, move: str, at: str) -> None:
+    """As a loader's own pass: read on after a move (a second ``iter()``, ``set_epoch``, a
+    loaded state) a prefetched pass raises PassEndedError where batches were left, and ends
+    where the caller held its last batch. It ended without a word after its first batch (a
+    review of this change: 1 of 10 batches, in all three moves)."""
+    from lading.errors import PassEndedError
+
+    pre = DevicePrefetcher(lading.loader(list(range(40)), 4, collate_fn=list), "cpu", depth)
+    training = iter(pre)
+    for _ in range(1 if at == "first" else len(pre)):
+        next(training)
+    if move == "iter":
+        next(iter(pre))
+    elif move == "set_epoch":
+        pre.set_epoch(3)
+    else:
+        pre.load_state_dict(pre.state_dict())
+    if at == "last":
+        assert list(training) == []
+        return
+    with pytest.raises(PassEndedError, match="ended after its batch 1, batches left"):
+        next(training)
+
+
 @pytest.mark.parametrize("depth", [1, 2, 4])
 @pytest.mark.parametrize("stop", [1, 5, 12, 14])
 def test_state_counts_only_the_batches_handed_out(depth: int, stop: int) -> None:

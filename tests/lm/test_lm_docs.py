@@ -722,7 +722,7 @@ def test_the_files_of_hidden_folders_are_not_documents(tmp_path: Path) -> None:
     assert len(corpus) == 3
 
 
-@pytest.mark.parametrize("kind", ["parquet", "xz"])
+@pytest.mark.parametrize("kind", ["parquet", "xz", "utf-16"])
 @pytest.mark.parametrize("on_error", ["raise", "skip"])
 def test_a_file_that_is_not_text_is_refused_naming_what_it_looks_like(
     tmp_path: Path, kind: str, on_error: str
@@ -742,10 +742,14 @@ def test_a_file_that_is_not_text_is_refused_naming_what_it_looks_like(
         path = tmp_path / "b.parquet"
         pq.write_table(pa.table({"text": ["one two"] * 5}), path, compression="none")
         fix = "build a lading store from it"
-    else:
+    elif kind == "xz":
         path = tmp_path / "c.txt.xz"
         path.write_bytes(lzma.compress(b"one two\n\ntwo one\n"))
         fix = r"decompress it \(xz -d\)"
+    else:  # Notepad's "Unicode": it was named a binary file to leave out (a diff review)
+        path = tmp_path / "notes.txt"
+        path.write_bytes("one two\n\ntwo one\n".encode("utf-16"))
+        fix = "text saved as UTF-16: re-encode it as UTF-8"
     tok = word_tokenizer(["one", "two"], tmp_path / "t.json")
     with pytest.raises(SourceError, match=rf"{path.name}: is not text .*{fix}"):
         TokenCorpus.build(path, tmp_path / "corpus", tok, on_error=on_error, progress=False)

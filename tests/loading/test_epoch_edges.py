@@ -130,3 +130,42 @@ def test_a_pass_read_on_after_the_loader_moved_on_says_so(
     with pytest.raises(PassEndedError, match=rf"after {moved} .* after batch 1 of epoch 0"):
         next(training)
     assert repr(got) == repr(expected)
+
+
+@pytest.mark.parametrize("move", ["set_epoch", "load_state_dict"])
+def test_a_move_at_a_passs_last_batch_ends_it_whole(move: str) -> None:
+    """A loop that moves its loader while holding the epoch's last batch (a checkpoint's
+    set_epoch or load_state_dict in its body) ends as before: every batch was handed out
+    (the first version of the error raised here, a review of this change found)."""
+    loader = lading.loader(list(range(8)), 4, collate_fn=list)
+    seen = []
+    for batch in loader:
+        seen.append(batch)
+        if len(seen) == len(loader):
+            if move == "set_epoch":
+                loader.set_epoch(5)
+            else:
+                loader.load_state_dict(loader.state_dict())
+    assert len(seen) == 2
+
+
+def test_the_error_counts_the_batches_of_the_epoch_that_ended(data_dir: Path) -> None:
+    """Epochs of an LM stream of jittered lengths differ in batches: the error names those
+    of the epoch the pass read (it named the epoch moved to's, len() of the new position)."""
+    from conftest import word_corpus
+    from lading.errors import PassEndedError
+    from lading.lm import LanguageModelLoader, Streams
+
+    corpus = word_corpus(data_dir / "jittered", docs=60, lengths=(3, 30), words=50, seed=2)
+    loader = LanguageModelLoader(corpus, 2, Streams(8, jitter=(2, 40)), seed=1)
+    sizes = {}
+    for epoch in range(12):
+        loader.set_epoch(epoch)
+        sizes[epoch] = len(loader)
+    other = next(e for e in sizes if sizes[e] != sizes[0])
+    loader.set_epoch(0)
+    training = iter(loader)
+    next(training)
+    loader.set_epoch(other)
+    with pytest.raises(PassEndedError, match=rf"after batch 1 of epoch 0 \(of {sizes[0]}\)"):
+        next(training)

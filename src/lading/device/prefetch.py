@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import torch
 
 from lading.device.check import check_cuda
+from lading.errors import PassEndedError
 from lading.loading.resumable import Resumable
 
 
@@ -72,6 +73,25 @@ def tensors(batch: Any) -> list[torch.Tensor]:
 
     map_tensors(batch, keep)
     return found
+
+
+def _whole_or_raise(source: Iterator[Any], ended: bool, queued: int, error: Exception) -> None:
+    """A pass dropped while the caller held a batch (the loader's pass ``source``; ``ended``:
+    it had said it ended; ``queued``: batches pulled ahead and dropped): return where the
+    held batch was the pass's last, else raise (``error``, or the loader's own: a closed
+    loader's). With nothing pulled past the held batch, the loader's pass says which: it ends,
+    or raises where it was cut short, or, a loader that was not moved, gives a batch."""
+    if queued:
+        raise error
+    if ended:
+        return
+    try:
+        next(source)
+    except StopIteration:
+        return
+    except PassEndedError:
+        raise error from None
+    raise error
 
 
 def _len_or_none(loader: Any) -> int | None:
@@ -130,6 +150,7 @@ class DevicePrefetcher:
         self._queue: deque[_InFlight] = deque()
         self._source: Iterator[Any] | None = None  # the loader's live iteration
         self._pass = 0  # counts passes and drops: an older pass stops at its next batch
+        self._left_by = ""  # what dropped the last pass (said if it is read on)
         self._handed: Any = None  # the loader's position after the last batch handed out
         self._len: int | None = None  # the loader's len() of the pass being read
         # a lading loader gives a cheap position with each batch pulled ahead and its state as
@@ -144,7 +165,7 @@ class DevicePrefetcher:
 
     def set_epoch(self, epoch: int) -> None:
         """Drop the batches in flight (they belong to the old position) and pass it on."""
-        self._drop()
+        self._drop(f"set_epoch({epoch})")
         self.loader.set_epoch(epoch)
 
     def __len__(self) -> int:
@@ -176,7 +197,7 @@ class DevicePrefetcher:
         return dict(self.loader.state_dict(at=at))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._drop()
+        self._drop("load_state_dict()")
         self.loader.load_state_dict(state)
 
     def __enter__(self) -> DevicePrefetcher:
@@ -184,7 +205,7 @@ class DevicePrefetcher:
 
     def __exit__(self, *exc: object) -> None:
         """Close the loader (its threads and files) where it has a ``close``."""
-        self._drop()
+        self._drop("close()")
         close = getattr(self.loader, "close", None)
         if callable(close):
             close()
@@ -205,10 +226,10 @@ class DevicePrefetcher:
         anyway): a pass abandoned after it, a peek, has read one batch of the loader, as
         without the prefetcher, so the loader's rule for a peek holds (after ``set_epoch(e)``
         it does not consume epoch ``e``: :meth:`lading.loading.Loader.__iter__`)."""
-        self._drop()
+        self._drop("a newer iter() of this prefetcher")
         this = self._pass
-        self._source = iter(self.loader)
-        ahead = 0  # batches pulled ahead of the one handed: none for the first
+        self._source = source = iter(self.loader)
+        ahead, handed = 0, 0  # batches pulled ahead of the one handed: none for the first
         try:
             while True:
                 while self._source is not None and len(self._queue) <= ahead:
@@ -219,10 +240,13 @@ class DevicePrefetcher:
                     return
                 item = self._queue.popleft()
                 self._handed = item.state
+                ended, queued = self._source is None, len(self._queue)
+                handed += 1
                 yield self._hand(item)
                 ahead = self.depth
-                if self._pass != this:
-                    return  # dropped (set_epoch, a loaded state, another pass) while held
+                if self._pass != this:  # dropped (set_epoch, a loaded state, another pass)
+                    _whole_or_raise(source, ended, queued, self._ended_error(handed))
+                    return
         finally:
             if self._pass == this:  # ended or broken off: the loader's pass ends with it (the
                 self._source = None  # batches in flight stay, for state_dict, until the next)
@@ -272,7 +296,18 @@ class DevicePrefetcher:
                 t.record_stream(compute)
         return item.batch
 
-    def _drop(self) -> None:
+    def _ended_error(self, handed: int) -> PassEndedError:
+        return PassEndedError(
+            f"this pass of DevicePrefetcher was read on after {self._left_by} moved it on: it "
+            f"ended after its batch {handed}, batches left. A loader reads one pass at a time; "
+            "finish or leave a pass before starting another, and take a look at a batch from "
+            "a second loader"
+        )
+
+    def _drop(self, why: str) -> None:
+        """Drop the batches in flight and end the pass being read (``why``: what moved it
+        on, said if that pass is read on)."""
+        self._left_by = why
         self._pass += 1
         self._queue.clear()
         self._source = None

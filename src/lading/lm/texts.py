@@ -397,6 +397,12 @@ def refuse_binary(path: Path, head: bytes) -> None:
     if at < 0:
         return
     what = next((hint for magic, hint in _BINARY if head.startswith(magic)), None)
+    pairs = head[:64]
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (
+        len(pairs) >= 8 and (pairs[1::2].count(0) == len(pairs) // 2 or not any(pairs[::2]))
+    ):  # a BOM, or every other byte a NUL: text saved as UTF-16 (Notepad's "Unicode")
+        what = "text saved as UTF-16: re-encode it as UTF-8 (iconv -f UTF-16 -t UTF-8)"
+
     raise SourceError(
         path,
         None,

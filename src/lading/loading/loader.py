@@ -403,9 +403,12 @@ class Loader:
                 if self._cursor is not cursor:
                     # moved while the caller held the batch (set_epoch, a loaded state,
                     # another pass): this pass is over, before it takes a batch of the new
-                    # position from the persistent workers' iterator the two share; said, not
-                    # a silent short epoch (a look at one batch by iter() lost the rest)
-                    raise self._ended_error(cursor)
+                    # position from the persistent workers' iterator the two share; said
+                    # where batches were left, not a silent short epoch (a look at one batch
+                    # by iter() lost the rest); moved at its last batch, it was whole
+                    if cursor.batches < self._workload.batches(cursor):
+                        raise self._ended_error(cursor)
+                    return
                 if self._ended is cursor:  # closed: nothing is read for it after
                     break
             if self._ended is cursor:  # closed here, or from another thread while it waited
@@ -443,7 +446,8 @@ class Loader:
         return PassEndedError(
             f"this pass of {type(self).__name__} was read on after {cursor.left_by} moved the "
             f"loader on: it ended after batch {cursor.batches} of epoch {cursor.epoch} (of "
-            f"{len(self)}). A loader reads one pass at a time and its state_dict() follows the "
+            f"{self._workload.batches(cursor)}). A loader reads one pass at a time and its "
+            "state_dict() follows the "
             "newest; finish or leave a pass before starting another, and take a look at a "
             "batch from a second loader"
         )
