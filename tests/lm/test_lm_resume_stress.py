@@ -90,7 +90,10 @@ def test_peeks_during_a_pass_never_count_into_its_state(corpus: TokenCorpus, wor
     for 75): another pass over the loader while one is held (three peeks, say). Each used to
     continue the held pass's epoch on the same position, counting its batch into it (and with
     persistent workers taking it from the one DataLoader iterator the passes share, so the
-    held pass also skipped it). Now each pass is an epoch of its own, and the held pass ends."""
+    held pass also skipped it). Now each pass is an epoch of its own, and the held pass,
+    read on, says it ended (PassEndedError: it ended without a word, its epoch short)."""
+    from lading.errors import PassEndedError
+
     loader = make(corpus, "streams", workers)
     loader.set_epoch(1)
     held = iter(loader)
@@ -99,4 +102,5 @@ def test_peeks_during_a_pass_never_count_into_its_state(corpus: TokenCorpus, wor
     for epoch in (2, 3, 4):
         next(iter(loader))
         assert (loader.state_dict()["epoch"], loader.state_dict()["batches"]) == (epoch, 1)
-    assert list(held) == []  # over: its batches belong to the position it was displaced from
+    with pytest.raises(PassEndedError, match="after batch 75 of epoch 1"):
+        next(held)  # over: its batches belong to the position it was displaced from
