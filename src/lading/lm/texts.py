@@ -402,7 +402,6 @@ def refuse_binary(path: Path, head: bytes) -> None:
         len(pairs) >= 8 and (pairs[1::2].count(0) == len(pairs) // 2 or not any(pairs[::2]))
     ):  # a BOM, or every other byte a NUL: text saved as UTF-16 (Notepad's "Unicode")
         what = "text saved as UTF-16: re-encode it as UTF-8 (iconv -f UTF-16 -t UTF-8)"
-
     raise SourceError(
         path,
         None,
@@ -525,9 +524,9 @@ def _outside_blocks(path: Path, number: int, on_error: OnError, skips: Skips) ->
 
 def _broken_block(path: Path, number: int, why: str, on_error: OnError, skips: Skips) -> None:
     """A ``<doc>`` block cut or joined at line ``number`` (text outside every block, one opened
-    inside another, one left open at the end): raise naming it
-    and the fix, or, under ``on_error="skip"``, count it skipped (a cut block stopped the
-    build whatever on_error said, where a cut JSONL line was counted)."""
+    inside another, one left open at the end): raise naming it and the fix, or, under
+    ``on_error="skip"``, count it skipped (a cut block stopped the build whatever on_error
+    said, where a cut JSONL line was counted)."""
     why = f"{why} (is the file cut, or two files joined?)"
     if on_error == "raise":
         raise SourceError(

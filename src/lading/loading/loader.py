@@ -447,9 +447,8 @@ class Loader:
             f"this pass of {type(self).__name__} was read on after {cursor.left_by} moved the "
             f"loader on: it ended after batch {cursor.batches} of epoch {cursor.epoch} (of "
             f"{self._workload.batches(cursor)}). A loader reads one pass at a time and its "
-            "state_dict() follows the "
-            "newest; finish or leave a pass before starting another, and take a look at a "
-            "batch from a second loader"
+            "state_dict() follows the newest; finish or leave a pass before starting another, "
+            "and take a look at a batch from a second loader"
         )
 
     def _closed_error(self, cursor: Cursor) -> LoaderClosedError:
