@@ -65,20 +65,6 @@ class TsvBlock(NamedTuple):
     newlines: int = 0
 
 
-def read_blocks(
-    stream: IO[bytes], size: int | None = None, strip_bom: bool = True
-) -> Iterator[RawBlock]:
-    """Cut a byte stream into blocks of whole lines (a final line without newline included).
-
-    A UTF-8 byte-order mark at the very start is dropped when ``strip_bom``, as the per-line
-    reader does (see :func:`whole_lines`).
-    """
-    line = 1
-    for data, start in whole_lines(stream, size, strip_bom):
-        yield RawBlock(data, start, line)
-        line += data.count(b"\n")
-
-
 def whole_lines(
     stream: IO[bytes], size: int | None = None, strip_bom: bool = True
 ) -> Iterator[tuple[bytes, int]]:

@@ -196,16 +196,6 @@ class Piece:
         return out
 
 
-def plan_shards(files: Sequence[Path], n: int, format: str | None) -> list[list[Piece]]:
-    """The pieces each of ``n`` shards reads, in order (see the module docstring).
-
-    Raises:
-        ValueError: a shard would read nothing (see :func:`check_shard_count`).
-    """
-    check_shard_count(files, n, format)
-    return [plan_shard(files, n, format, i) for i in range(n)]
-
-
 Cut = Callable[[Path], bool]  # whether a file may be cut at line starts (default: TSV, JSONL)
 
 
