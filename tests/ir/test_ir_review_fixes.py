@@ -218,3 +218,18 @@ def test_non_finite_scores_are_refused_naming_the_query_and_document(
     with pytest.raises(ValueError, match=r"query 'q' .*document 'b'.*NaN"):
         write_trec_run({"q": {"a": 1.0, "b": float("nan")}}, tmp_path / "nan.trec")
     assert not (tmp_path / "nan.trec").exists()
+
+
+@pytest.mark.parametrize("header", ["qid\tquery", "id\ttext", "query_id\ttext"])
+def test_a_queries_header_line_is_refused_not_read_as_a_query(tmp_path: Path, header: str) -> None:
+    """``qid<TAB>query`` first was kept as a query of id "qid" (the documents' reader refused
+    ``id<TAB>text``): now both refuse a line that names the columns, naming it and the
+    line; under ``on_error="skip"`` it is skipped and counted."""
+    from lading.ir import read_queries
+
+    path = tmp_path / "queries.tsv"
+    path.write_text(f"{header}\n1\tfoo bar\n2\tbaz\n")
+    with pytest.raises(SourceError, match=r"line 1 of .*a header line \(column names: "):
+        read_queries(path)
+    kept = read_queries(path, on_error="skip")
+    assert dict(kept) == {"1": "foo bar", "2": "baz"} and kept.skipped == 1

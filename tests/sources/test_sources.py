@@ -238,3 +238,70 @@ def test_a_bom_mid_file_is_kept_when_a_part_starts_at_its_line(tmp_path: Path) -
     for span in (None, (at, 10**6)):
         with pytest.raises(SourceError, match=r"line 2 of .*Unexpected UTF-8 BOM"):
             list(SourceReader(jsonl, span=span))
+
+
+def test_an_ir_datasets_download_that_fails_is_one_line_naming_the_dataset_and_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no network ``lading build irds:vaswani`` printed ir_datasets' 40-line traceback
+    ending in ``RuntimeError('All download sources failed', [...])``; now one line names the
+    dataset, what was tried and the fix, for documents and queries, and no store is left."""
+    pytest.importorskip("ir_datasets")
+    import lading
+    import lading.sources.reader as reader
+    from lading.errors import LadingError
+    from lading.ir import read_queries
+
+    class Url:
+        url = "https://mirror.example/vaswani.tar.gz"
+
+    def offline() -> object:
+        raise RuntimeError("All download sources failed", [(Url(), OSError("no route"))])
+
+    class Dataset:
+        def has_docs(self) -> bool:
+            return True
+
+        def docs_iter(self) -> object:
+            return iter(offline, None)  # (raises on the first read, as ir_datasets does)
+
+        queries_iter = docs_iter
+
+    class Irds:
+        @staticmethod
+        def load(dataset_id: str) -> Dataset:
+            return Dataset()
+
+    monkeypatch.setattr(reader, "import_ir_datasets", lambda: Irds)
+    monkeypatch.setattr("lading.ir.inputs.import_ir_datasets", lambda: Irds)
+    message = r"irds:vaswani: ir_datasets could not download its {} \(tried https://mirror"
+    with pytest.raises(LadingError, match=message.format("documents")) as e:
+        lading.build_store("irds:vaswani", tmp_path / "s", progress=False)
+    assert "IR_DATASETS_HOME" in str(e.value) and not (tmp_path / "s").exists()
+    with pytest.raises(LadingError, match=message.format("queries")):
+        read_queries("irds:vaswani")
+
+
+@pytest.mark.parametrize("bad", ["a\tb", "a\nb", "a\rb"])
+def test_an_id_holding_a_tab_or_a_line_break_is_refused_in_jsonl_and_parquet(
+    tmp_path: Path, bad: str
+) -> None:
+    """A JSONL or parquet id of ``a<TAB>b`` was stored, yet no qrels, run or TSV line can name
+    it (each is split there): every judgement of it missed, nothing said. It is refused
+    naming the record and the fix; under ``skip`` it is counted."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    ids = ["d1", bad, "d3"]
+    jsonl = write(
+        tmp_path / "c.jsonl", "".join(json.dumps({"id": d, "text": f"t {d}"}) + "\n" for d in ids)
+    )
+    parquet = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"id": ids, "text": [f"t {d}" for d in ids]}), parquet)
+    for path, where in ((jsonl, "line 2 of"), (parquet, "row 2:")):
+        with pytest.raises(SourceError, match="holds a tab or a line break") as e:
+            list(read_records(path))
+        assert where in str(e.value), str(e.value)
+        reader = read_records(path, on_error="skip")
+        kept = [r.id for r in reader]
+        assert kept == ["d1", "d3"] and reader.skipped == 1

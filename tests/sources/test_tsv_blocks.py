@@ -265,3 +265,46 @@ def test_a_header_line_is_refused_not_stored_as_a_document(
             path, tmp_path / "s", parse=ParseOptions(columns=columns), on_error="skip"
         )
     assert "id" not in store and store._maps().index.kind == "runs"
+
+
+@pytest.mark.parametrize(
+    ("header", "columns"),
+    [
+        ("pid\tpassage", ("id", "text")),
+        ("docid\ttext", ("id", "text")),
+        ("doc_id\tcontents", ("id", "text")),
+        ("_id\ttext", ("id", "text")),
+        ("ID\tTEXT", ("id", "text")),
+        ("docid\turl\ttitle\tbody", ("id", "url", "title", "text")),
+    ],
+)
+def test_an_exports_header_is_refused_not_stored_as_a_document(
+    tmp_path: Path, header: str, columns: tuple[str, ...]
+) -> None:
+    """A header is refused only where it was the column names to the letter: ``pid<TAB>passage``
+    (an MS MARCO export), ``docid<TAB>text``, ``ID<TAB>TEXT`` were stored as a document of id
+    "pid", drawn as a negative, and moved an all-integer corpus off the integer index. A
+    first line whose id and text are the usual names of such columns is a header on both
+    paths (refused naming it, or skipped and counted)."""
+    rows = ["\t".join(str(i) if c == "id" else f"{c} {i}" for c in columns) for i in range(300)]
+    path = tmp_path / "c.tsv"
+    path.write_text("\n".join([header, *rows]) + "\n")
+    for bulk in (True, False):
+        refused = outcome(path, "raise", bulk, columns)
+        assert refused[0] == "error" and "line 1 of" in str(refused[1]), refused
+        assert "a header line" in str(refused[1]) and header.split("\t")[0] in str(refused[1])
+        kept = outcome(path, "skip", bulk, columns)
+        assert kept[0] == "ok" and kept[2] == 1, kept[2:]
+        assert [row[0] for row in kept[1]] == [str(i) for i in range(300)]  # type: ignore[index]
+
+
+def test_documents_that_only_look_like_names_are_kept(tmp_path: Path) -> None:
+    """The header rule wants every field a name: a document whose id is a word but whose text
+    is prose, or whose text is a name but whose id is a number, is a document."""
+    lines = ["id\tthe text of the first document", "pid\tcat", "1\ttext", "title\tpassage 2"]
+    path = tmp_path / "c.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    for bulk in (True, False):
+        kept = outcome(path, "raise", bulk, ("id", "text"))
+        assert kept[0] == "ok", kept
+        assert [row[0] for row in kept[1]] == ["id", "pid", "1", "title"]  # type: ignore[index]

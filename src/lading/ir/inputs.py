@@ -28,6 +28,8 @@ from lading.sources import (
     open_binary,
 )
 from lading.sources.chunks import numbered_lines, reading
+from lading.sources.parsers import HEADER_NAME_BYTES, is_header
+from lading.sources.reader import irds_download
 
 Queries = dict[str, str]
 QUERY_COLUMNS: tuple[str, ...] = ("id", "text")  # a queries TSV's columns (read_queries)
@@ -189,9 +191,10 @@ def read_queries(
         )
     if name.startswith("irds:"):
         dataset = import_ir_datasets().load(name[len("irds:") :])
-        for query in dataset.queries_iter():
-            text = getattr(query, "text", None)
-            out[str(query.query_id)] = text if isinstance(text, str) else query.default_text()
+        with irds_download(name[len("irds:") :], "queries"):
+            for query in dataset.queries_iter():
+                text = getattr(query, "text", None)
+                out[str(query.query_id)] = text if isinstance(text, str) else query.default_text()
         return out
     file = Path(name)
     policy = _Policy(file, on_error)
@@ -368,6 +371,8 @@ def _tsv_query(text: str, columns: tuple[str, ...] = QUERY_COLUMNS) -> tuple[str
         if not sep:
             raise ValueError('expected "<qid>\\t<text>", found no tab')
         if "\t" not in rest:
+            if len(rest) <= HEADER_NAME_BYTES and is_header([qid, rest], columns):
+                raise ValueError(_query_header(qid, rest))
             return check_id(qid), rest
     parts = text.split("\t")
     id_pos, text_pos = columns.index("id"), columns.index("text")
@@ -376,7 +381,18 @@ def _tsv_query(text: str, columns: tuple[str, ...] = QUERY_COLUMNS) -> tuple[str
     if len(parts) <= max(id_pos, text_pos):
         expected = "<" + ">\\t<".join(columns) + ">"
         raise ValueError(f'expected "{expected}", found {len(parts)} columns')
+    if is_header(parts, columns):
+        raise ValueError(_query_header(*parts))
     return check_id(parts[id_pos]), parts[text_pos]
+
+
+def _query_header(*names: str) -> str:
+    """Why a queries line that names its columns (``qid<TAB>query``) is refused: kept, it
+    would be a query of id "qid" (as the documents' TSV reader refuses one)."""
+    return (
+        f"a header line (column names: {', '.join(names)}), not a query; remove it "
+        "(tail -n +2 FILE > BODY), or pass on_error='skip' to skip it"
+    )
 
 
 def _too_many_query_columns(columns: tuple[str, ...], parts: list[str]) -> str:

@@ -23,6 +23,19 @@ from lading.sources.chunks import trec_second_mark
 JSON_ID_FIELDS: tuple[str, ...] = ("id", "doc_id", "docid", "_id", "pid")
 JSON_TEXT_FIELDS: tuple[str, ...] = ("text", "contents", "body")
 
+# What a TSV's header line calls its id and text columns (lowercased): lading's JSON keys and
+# the usual names of MS MARCO, BEIR, TREC and ir_datasets exports. A first line whose id and
+# text are among them, and whose other columns read as names, is a header, not a document
+# ("pid<TAB>passage" was stored as document "pid").
+HEADER_ID_NAMES = frozenset(
+    (*JSON_ID_FIELDS, "qid", "query_id", "query-id", "corpus-id", "docno", "passage_id", "topic")
+)
+HEADER_TEXT_NAMES = frozenset(
+    (*JSON_TEXT_FIELDS, "passage", "document", "doc", "content", "query", "question", "title")
+)
+HEADER_NAME_BYTES = 24  # the longest column name looked at (a field past it is data)
+_COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,23}")
+
 
 class Record(NamedTuple):
     """One document: its id, its text and any extra named fields (``title``, extra columns)."""
@@ -237,6 +250,11 @@ def check_id(doc_id: str) -> str:
         )
     if "\x00" in doc_id:
         raise RecordError(f"id {doc_id!r} contains a NUL character")
+    if "\t" in doc_id or "\n" in doc_id or "\r" in doc_id:
+        raise RecordError(
+            f"id {doc_id!r} holds a tab or a line break: no TSV, qrels or run file can name "
+            "it (each line is split there); replace it in the source"
+        )
     return doc_id
 
 
@@ -290,7 +308,6 @@ def make_tsv_parser(options: ParseOptions) -> Parser:
     need = max(id_pos, text_pos) + 1
     expected = "<" + ">\\t<".join(columns) + ">"
     simple = columns == ("id", "text")
-    header = list(columns)
 
     def parse_tsv(raw: bytes) -> Record:
         line = _decode(_strip_line_end(raw))
@@ -299,27 +316,47 @@ def make_tsv_parser(options: ParseOptions) -> Parser:
             if not sep:
                 raise RecordError(f'expected "{expected}", found no tab')
             if "\t" not in rest:
-                if rest == "text" and doc_id == "id":
-                    raise _header_line(columns)
+                if len(rest) <= HEADER_NAME_BYTES and is_header([doc_id, rest], columns):
+                    raise _header_line([doc_id, rest])
                 return Record(check_id(doc_id), rest, {})
         parts = line.split("\t")
         if len(parts) < need:
             raise RecordError(f'expected "{expected}", found {len(parts)} column(s)')
         if len(parts) > len(columns):
             raise RecordError(_too_many_columns(expected, columns, parts))
-        if parts == header:
-            raise _header_line(columns)
+        if is_header(parts, columns):
+            raise _header_line(parts)
         extra = {columns[i]: v for i, v in enumerate(parts) if i not in (id_pos, text_pos)}
         return Record(check_id(parts[id_pos]), parts[text_pos], extra)
 
     return parse_tsv
 
 
-def _header_line(columns: Sequence[str]) -> RecordError:
-    """The error for a line that is the column names (pandas' ``to_csv(sep="\\t")`` writes
-    them first): stored, it would be a document of id "id" and text "text"."""
+def is_header(parts: Sequence[str], columns: Sequence[str]) -> bool:
+    """Whether a TSV line of ``columns`` is their names (pandas' ``to_csv(sep="\\t")``, an
+    export's ``pid<TAB>passage``): its id and text are names of such columns
+    (:data:`HEADER_ID_NAMES`, :data:`HEADER_TEXT_NAMES`, or the columns' own, in any case)
+    and its other fields are names too (a word of letters, digits, ``_.-``, no space)."""
+    if len(parts) != len(columns):
+        return False
+    for part, name in zip(parts, columns):
+        low = part.lower()
+        if name == "id":
+            if low not in HEADER_ID_NAMES:
+                return False
+        elif name == "text":
+            if low not in HEADER_TEXT_NAMES:
+                return False
+        elif low != name.lower() and not _COLUMN_NAME.fullmatch(part):
+            return False
+    return True
+
+
+def _header_line(parts: Sequence[str]) -> RecordError:
+    """The error for a line that names columns (:func:`is_header`): stored, it would be a
+    document of id "pid" and text "passage"."""
     return RecordError(
-        f"a header line (the column names {', '.join(columns)}), not a document; remove it "
+        f"a header line (column names: {', '.join(parts)}), not a document; remove it "
         "(tail -n +2 FILE > BODY for a first line), or pass on_error='skip' to skip it"
     )
 

@@ -26,6 +26,7 @@ Deliberate choices, so nothing happens by accident:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
-from lading.errors import SourceError
+from lading.errors import LadingError, SourceError
 from lading.sources.chunks import (
     COMPRESSED_SUFFIXES,
     Chunk,
@@ -382,8 +383,32 @@ def _iter_irds(dataset_id: str) -> Iterator[Record]:
     dataset = import_ir_datasets().load(dataset_id)
     if not dataset.has_docs():
         raise ValueError(f"ir_datasets dataset {dataset_id!r} has no documents")
-    for doc in dataset.docs_iter():
+    with irds_download(dataset_id, "documents"):
+        docs = iter(dataset.docs_iter())
+        first = next(docs, None)  # (ir_datasets downloads on the first read)
+    if first is not None:
+        yield irds_record(first)
+    for doc in docs:
         yield irds_record(doc)
+
+
+@contextlib.contextmanager
+def irds_download(dataset_id: str, what: str) -> Iterator[None]:
+    """Turn ir_datasets' failed download of ``dataset_id``'s ``what`` (``RuntimeError('All
+    download sources failed', [...])``, a traceback of 40 lines with no network) into one
+    line naming the dataset and the fix."""
+    try:
+        yield
+    except RuntimeError as e:
+        if not e.args or e.args[0] != "All download sources failed":
+            raise
+        sources = e.args[1] if len(e.args) > 1 and isinstance(e.args[1], list) else []
+        tried = ", ".join(str(getattr(src, "url", src)) for src, _ in sources[:2]) or "?"
+        raise LadingError(
+            f"irds:{dataset_id}: ir_datasets could not download its {what} (tried {tried}): "
+            "no network here? Read it once where there is one, then copy its folder "
+            "(~/.ir_datasets, or $IR_DATASETS_HOME) to this machine"
+        ) from None
 
 
 def irds_record(doc: Any) -> Record:

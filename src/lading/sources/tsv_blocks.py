@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lading.sources.chunks import BOM
+from lading.sources.parsers import HEADER_ID_NAMES, HEADER_NAME_BYTES, HEADER_TEXT_NAMES, is_header
 
 BLOCK_BYTES = 1 << 23  # 8 MiB: numpy calls amortised, memory bounded
 
@@ -168,19 +169,22 @@ def _names_line(
     cut: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
     columns: Sequence[str],
 ) -> bool:
-    """Whether a line's columns are the column names themselves (a header, as pandas'
-    ``to_csv(sep="\\t")`` writes first). Vectorised over the rows, a byte of a name at a time:
-    a few passes over the lines of the right lengths, none over the block's bytes."""
+    """Whether a line of the block names its columns (:func:`~lading.sources.parsers.is_header`:
+    pandas' ``to_csv(sep="\\t")``, an export's ``pid<TAB>passage``). Vectorised over the rows:
+    only a line whose id starts with a letter or ``_`` and whose fields are all short enough
+    to be names is decoded and asked (a numeric id never is)."""
+    longest = {"id": max(map(len, HEADER_ID_NAMES)), "text": max(map(len, HEADER_TEXT_NAMES))}
     maybe = np.ones(len(cut[0][0]), dtype=bool)
     for name, (start, end) in zip(columns, cut):
-        maybe &= end - start == len(name)
-    rows = np.flatnonzero(maybe)
-    for name, (start, _) in zip(columns, cut):
-        for k, byte in enumerate(name.encode()):
-            if not len(rows):
-                return False
-            rows = rows[arr[start[rows] + k] == byte]
-    return len(rows) > 0
+        maybe &= end - start <= longest.get(name, HEADER_NAME_BYTES)
+    id_start, _ = cut[columns.index("id")]
+    first = arr[id_start] | 0x20  # ASCII letters lowercased (and "_" to 0x7F, kept apart)
+    maybe &= ((first >= ord("a")) & (first <= ord("z"))) | (arr[id_start] == ord("_"))
+    for row in np.flatnonzero(maybe).tolist():
+        parts = [arr[a[row] : b[row]].tobytes().decode("utf-8", "replace") for a, b in cut]
+        if is_header(parts, columns):
+            return True
+    return False
 
 
 def _cut(
