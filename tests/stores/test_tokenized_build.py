@@ -83,3 +83,81 @@ def test_a_build_that_fails_leaves_no_file_open_and_no_thread(tmp_path: Path) ->
     names = [t.name for t in threading.enumerate()]
     assert not [n for n in names if n.startswith(("lading-write", "lading-tokenize"))], names
     assert caught.value.line == 5001
+
+
+def _unigram(texts: list[str]) -> Any:
+    """A SentencePiece-style Unigram tokenizer (Metaspace, NFKC), trained here."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.train_from_iterator(
+        texts, trainers.UnigramTrainer(vocab_size=300, unk_token="<unk>", special_tokens=["<unk>"])
+    )
+    return tok
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe", "unigram"])
+def test_max_length_encodes_a_long_text_from_a_prefix_with_the_whole_texts_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Under ``max_length`` a long text was encoded whole, then cut: one 15 MB line took 11.4 s
+    and 1.24 GB to keep 512 tokens. Now the tokenizer is given a prefix of about 8 characters
+    a kept token, and the ids stored are still the whole text's first ``max_length``, for
+    every kind of text: words, runs of white space and punctuation, digits at 1-2 characters
+    a token (too few tokens from the prefix: encoded whole), a text with no white space
+    (no cut), accents and CJK, and texts just past the length where a prefix is taken."""
+    pytest.importorskip("tokenizers")
+    from lading.stores.building import writer
+    from lading.stores.tokens import load_tokenizer, train_tokenizer
+
+    rng = np.random.default_rng(11)
+    words = [*WORDS, "Ünïcödé", "日本語", "--", "...", "(x)", "\u00a0"]
+
+    gaps = [" ", "  ", " \u3000 ", ". "]  # (a TSV text holds no tab or newline)
+
+    def prose(n: int) -> str:
+        return "".join(str(w) + str(rng.choice(gaps)) for w in rng.choice(words, n))
+
+    texts = [
+        prose(40),
+        prose(3000),  # ~20k characters
+        " ".join(str(int(d)) for d in rng.integers(0, 10, 6000)),  # digits: few characters a token
+        "x" * 30_000,  # no white space at all
+        prose(10) + "y" * 20_000 + prose(500),  # white space only past the cut window
+        " ".join(["Q" * 150] * 200),  # WordPiece: a token (unknown) a 151 characters
+        *(prose(int(n)) for n in rng.integers(60, 400, 40)),
+    ]
+    trained = _unigram(texts[:50]) if kind == "unigram" else train_tokenizer(texts[:50], kind, 300)
+    path = tmp_path / "tok.json"
+    trained.save(str(path))
+    asked: list[int] = []
+
+    class Sized:
+        def __init__(self, tok: Any) -> None:
+            self._tok = tok
+
+        def __getattr__(self, name: str) -> Any:
+            found = getattr(self._tok, name)
+            if not name.startswith("encode_batch"):
+                return found
+
+            def encode(batch: list[str], **kw: Any) -> Any:
+                asked.extend(len(t) for t in batch)
+                return found(batch, **kw)
+
+            return encode
+
+    monkeypatch.setattr(build_module, "load_tokenizer", lambda spec: Sized(load_tokenizer(spec)))
+    src = write(tmp_path / "c.tsv", "".join(f"d{i}\t{t}\n" for i, t in enumerate(texts)))
+    m = 16
+    store = lading.build_store(src, tmp_path / "s", tokenizer=path, max_length=m, progress=False)
+    want = [e.ids[:m] for e in trained.encode_batch(texts, add_special_tokens=False)]
+    assert [t.tolist() for t in store.tokens_many([f"d{i}" for i in range(len(texts))])] == want
+    prefix = writer.PREFIX_CHARS_A_TOKEN * (m + writer.PREFIX_MARGIN)
+    assert len(texts[1]) > 10 * prefix
+    assert len(texts[1]) not in asked and asked[1] <= prefix  # a prefix, not the text
+    assert asked.count(len(texts[3])) == 1  # no white space: encoded whole, once
+    if kind == "wordpiece":  # too few tokens from the prefix: encoded again, whole
+        assert asked[5] <= prefix and asked.count(len(texts[5])) == 1
