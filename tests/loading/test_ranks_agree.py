@@ -160,3 +160,58 @@ def test_a_rank_of_an_older_lading_is_checked_as_before(same: bool) -> None:
     else:
         assert said.startswith("refused:") and "layout.batch_size" in said, said
         assert "on rank 1 (host ?)" in said, said
+
+
+def _resume(rank: int, world: int, case: str) -> Any:
+    """Each rank resumes a map loader as ``case`` says, then reads on with a collective a
+    batch (DDP's gradient all-reduce)."""
+    import torch
+    import torch.distributed as dist
+
+    import lading
+    from lading.errors import RanksDisagreeError
+
+    saved = lading.loader(list(range(40)), 4, collate_fn=list)
+    states, it = [], iter(saved)
+    for _ in range(3):
+        next(it)
+        states.append(saved.state_dict())
+    loader = lading.loader(list(range(40)), 4, collate_fn=list)
+    if case == "one_rank" and rank == 1:
+        loader.load_state_dict(states[2])  # only rank 1 found the checkpoint
+    elif case == "different_steps":
+        loader.load_state_dict(states[1 + rank])  # each rank its own step's state
+    elif case == "epoch":
+        loader.set_epoch(rank)
+    elif case == "same":
+        loader.load_state_dict(states[1])
+    try:
+        seen = []
+        for batch in loader:
+            dist.all_reduce(torch.ones(1))
+            seen.extend(batch)
+    except RanksDisagreeError as e:
+        return ("refused", str(e))
+    return ("read", seen)
+
+
+@pytest.mark.parametrize(
+    ("case", "key"),
+    [("one_rank", "start.batches"), ("different_steps", "start.batches"), ("epoch", "start.epoch")],
+)
+def test_ranks_that_start_their_first_pass_elsewhere_are_refused(case: str, key: str) -> None:
+    """Rank 1 loading a state that rank 0 did not (or another step's) read 2 batches where
+    rank 0 read 5 (3 and 2): its epoch-end collective met rank 0's batch 3 and gloo aborted
+    the job, no lading error (a review's repro). Where the first pass starts is part of the
+    plan the ranks compare: both are refused before any batch, naming it and the fix."""
+    results = run_processes(_resume, 2, case, timeout=120)
+    for rank, (status, said) in enumerate(results):
+        assert status == "refused", (rank, results[rank])
+        assert key in said and "where its first pass starts" in said, said
+        assert "load_state_dict() of one state" in said, said
+
+
+def test_ranks_that_load_one_state_read_on_as_before() -> None:
+    (s0, seen0), (s1, seen1) = run_processes(_resume, 2, "same", timeout=120)
+    assert s0 == s1 == "read" and len(seen0) == len(seen1) > 0
+    assert not set(seen0) & set(seen1)

@@ -7,11 +7,11 @@ counts differ: rows read twice and others never, without a word, or a DDP hang a
 epoch's end when one rank runs out of batches first.
 
 At its first pass, a loader that reads as this rank of the initialised process group posts
-what fixes its epochs (its kind, fingerprint and layout: the same on every rank of one
-loader) in the group's key-value store, under the number of loaders that started a first pass
-on this rank before it, and compares the others' with its own, refusing a difference
-(:class:`~lading.errors.RanksDisagreeError`, naming the first key that differs on both
-sides). What identifies a copy of the data rather than its content is left out by the loader
+what fixes its epochs (its kind, fingerprint and layout, and where the pass starts: the same
+on every rank of one loader) in the group's key-value store, under the number of loaders that
+started a first pass on this rank before it, and compares the others' with its own, refusing
+a difference (:class:`~lading.errors.RanksDisagreeError`, naming the first key that differs on
+both sides). What identifies a copy of the data rather than its content is left out by the loader
 (a store's snapshot digest: each node may build its own; an HF dataset's fingerprint: random
 in each process after a transform ``datasets`` cannot hash): a parquet loader's footer digest
 and a token corpus's document digest are content, and compared. It waits at most
@@ -114,14 +114,24 @@ def _differs(
         if flat_theirs.get(k) != flat_mine.get(k)
     )
     data = " (the files it reads, their order or their contents)" if key.endswith("data") else ""
+    fix = (
+        "Every rank must read the same data with the same settings: the same list of files in "
+        "the same order (sorted(glob.glob(...)), not a listing's order), the same copy on "
+        "every node"
+    )
+    if key.startswith("start."):
+        data = " (where its first pass starts)"
+        fix = (
+            "Every rank must start where the others do: load_state_dict() of one state (saved "
+            "at one step: every rank's is the same) on every rank, or on none, and the same "
+            "set_epoch() on every rank"
+        )
     return (
         f"the ranks of this loader plan different epochs: {key}{data} is "
         f"{_shown(flat_theirs.get(key))} on rank {other} (host {hosts[0]}) and "
         f"{_shown(flat_mine.get(key))} on rank {rank} (this one, host {hosts[1]}), so their "
         "shares would overlap and their batch counts differ (rows read twice, others never, "
-        "or a DDP hang at the epoch's end). Every rank must "
-        "read the same data with the same settings: the same list of files in the same order "
-        "(sorted(glob.glob(...)), not a listing's order), the same copy on every node"
+        f"or a DDP hang at the epoch's end). {fix}"
     )
 
 

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import multiprocessing.process
 import numbers
 import os
 import threading
 import time
 import weakref
+import zlib
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
@@ -48,7 +50,7 @@ from lading.loading.agree import check_ranks_agree
 from lading.loading.announce import Announce
 from lading.loading.deal import Dealt, deal, in_order
 from lading.loading.read_ahead import Carried
-from lading.loading.state import Cursor
+from lading.loading.state import Cursor, base_form
 from lading.loading.workers import Workers, pinnable  # Workers is imported from here too
 from lading.loading.workload import Workload
 from lading.remote.cancel import Cancel, reading_for
@@ -359,17 +361,31 @@ class Loader:
 
     # ------------------------------------------------------------------ iteration
 
-    def _agree(self) -> None:
+    def _agree(self, start: Cursor) -> None:
         """:func:`~lading.loading.agree.check_ranks_agree` of this loader's plan, once: its
         data's identity left out where it names a copy, not content (a map dataset's: a
-        store's snapshot, an HF dataset's fingerprint, random after an unhashable transform)."""
+        store's snapshot, an HF dataset's fingerprint, random after an unhashable transform),
+        and where its first pass starts (``start``: a state loaded, an epoch set; ranks that
+        loaded other states got other batch counts, and DDP broke at the first collective
+        after the shorter rank's last batch)."""
         if isinstance(self._agreed, RanksDisagreeError):
             raise self._agreed
         workload, world = self._workload, self.world
         fingerprint = dict(workload.fingerprint())
         if workload.kind == "map":
             fingerprint.pop("data", None)
-        plan = {"kind": workload.kind, "fingerprint": fingerprint, "layout": workload.layout()}
+        base = json.dumps(base_form(start.base), sort_keys=True).encode()
+        plan = {
+            "kind": workload.kind,
+            "fingerprint": fingerprint,
+            "layout": workload.layout(),
+            "start": {
+                "epoch": start.epoch,
+                "segment": start.segment,
+                "batches": start.batches,
+                "base": None if start.base is None else zlib.crc32(base),
+            },
+        }
         try:
             check_ranks_agree(plan, world.rank, world.world_size)
         except RanksDisagreeError as refused:
@@ -387,7 +403,7 @@ class Loader:
         position)."""
         self.reading.check_world()  # (a group started after the loader was made)
         if self._agreed is not True:  # every rank's loader plans the same epochs: checked
-            self._agree()  # at its first pass (a refusal raised again at every later one)
+            self._agree(self._next_pass())  # at its first pass (a refusal: at every later one)
         chosen = (self._fresh and self._chosen) or self._peeked()
         self._leave("a newer iter() of this loader")
         self._cursor = cursor = self._next_pass()
