@@ -93,3 +93,43 @@ def test_the_command_names_the_flags_and_the_arch_that_takes_them(
     assert all(n in error for n in named), error
     assert "=" not in error and "False" not in error and "True" not in error, error
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fraction", [1.0, 1.5, -0.1])
+def test_a_valid_fraction_outside_0_to_1_is_refused(tmp_path: Path, fraction: float) -> None:
+    """``--valid-fraction 1.5`` was taken: every document went to validation, and the error
+    that followed named ``documents=``, a keyword the command line never shows."""
+    with pytest.raises(ValueError, match=rf"--valid-fraction {fraction:g}: .* below 1"):
+        config(tmp_path, valid_fraction=fraction)
+
+
+def test_a_split_that_leaves_nothing_to_train_on_names_valid_fraction() -> None:
+    """A corpus of one document at the default 0.02 held that document out (at least one is
+    held out): the loader then said "documents= selects which are read"."""
+    from lading.lm.train import split_documents
+
+    with pytest.raises(ValueError, match=r"holds out 1 of the corpus's 1 document.*0 to train"):
+        split_documents(1, 0.02, 0)
+    train, valid = split_documents(1, 0.0, 0)
+    assert train.tolist() == [0] and valid.tolist() == []
+    train, valid = split_documents(3, 0.02, 0)
+    assert len(train) == 2 and len(valid) == 1
+
+
+def test_a_run_without_a_validation_split_says_so_not_perplexity_nan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--valid-fraction 0`` ended "validation perplexity nan", a diverged run's look."""
+    pytest.importorskip("tokenizers")
+    from conftest import word_corpus
+    from lading.cli import main
+
+    corpus = word_corpus(tmp_path / "c", docs=20, lengths=(20, 40), words=30, seed=0)
+    out = tmp_path / "run"
+    code = main(["train", "lm", "--corpus", str(corpus.path), "--out", str(out),
+                 "--batch-size", "4", "--bptt", "8", "--emb", "8", "--hidden", "8",
+                 "--layers", "1", "--steps", "2", "--valid-fraction", "0",
+                 "--parallel", "none", "--log-every", "0"])  # fmt: skip
+    said = capsys.readouterr().out
+    assert code == 0 and f"{out}: 2 steps, no validation split (--valid-fraction 0)" in said, said
+    assert "nan" not in said

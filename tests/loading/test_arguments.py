@@ -42,6 +42,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> lading.lm.TokenCorpus:
         ([-1, 3], r"documents=\[-1, 3\]: -1 is not a document of this corpus \(0 to 39\)"),
         ([[0, 1]], r"documents= must be a flat list of document numbers"),
         ([], r"the 0 document\(s\) read hold 0 token\(s\).*documents= selects"),
+        # (read that many times an epoch, where a parquet file given twice is refused)
+        ([1, 1, 2], r"documents=\[1, 1, 2\]: document 1 is given 2 times \(1 repeats in all\)"),
+        ([5, 3, 5, 3, 5], r"document 3 is given 2 times \(3 repeats in all\).*np.unique"),
     ],
 )
 def test_lm_documents_outside_the_corpus_are_named(
@@ -285,3 +288,29 @@ def test_a_mixture_refuses_windows_that_are_not_a_count(
 
     with pytest.raises(ValueError, match=rf"TokenMixture\(windows={windows!r}\): .* int >= 1"):
         TokenMixture({corpus: 1.0}, windows=windows)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("weight", "fix"), [(0.0, True), (-1.0, False), (float("nan"), False)])
+def test_a_mixture_weight_not_above_0_names_its_member(
+    corpus: lading.lm.TokenCorpus, tmp_path: Path, weight: float, fix: bool
+) -> None:
+    """A weight of 0 (an ablation) was refused as "mixture weights must be finite and > 0,
+    got [1.0, 0.0]", naming neither the member nor the fix."""
+    from lading.lm import TokenMixture
+
+    other = word_corpus(tmp_path / "other", docs=10, lengths=(3, 9), words=30, seed=2)
+    with pytest.raises(ValueError, match=r"must be finite and > 0") as e:
+        TokenMixture({corpus: 1.0, other: weight})
+    said = str(e.value)
+    assert repr(other) in said and f"has {weight:g}" in said, said
+    assert ("leave it out of the mixture" in said) == fix, said
+
+
+def test_a_boolean_mask_as_documents_names_flatnonzero(corpus: lading.lm.TokenCorpus) -> None:
+    from lading.lm import LanguageModelLoader, Streams
+
+    mask = np.arange(40) % 2 == 0
+    with pytest.raises(ValueError, match=r"flat list of .*pass np.flatnonzero\(mask\)"):
+        LanguageModelLoader(corpus, 2, Streams(4), documents=mask, world=World())
+    ok = LanguageModelLoader(corpus, 2, Streams(4), documents=np.flatnonzero(mask), world=World())
+    assert len(ok) >= 1

@@ -225,6 +225,8 @@ def _cmd_train_lm(args: argparse.Namespace) -> int:
     def say(summary: dict[str, Any]) -> str:
         steps, ppl = summary["steps"], summary["valid_ppl"]
         hint = " (the mean loss passed what exp holds: lower --lr)" if ppl == math.inf else ""
+        if args.valid_fraction == 0:  # (NaN there read as a diverged run)
+            return f"{args.out}: {steps} steps, no validation split (--valid-fraction 0)"
         return f"{args.out}: {steps} steps, validation perplexity {ppl:.2f}{hint}"
 
     try:

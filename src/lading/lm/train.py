@@ -119,6 +119,11 @@ class LMConfig(RunConfig):
     def __post_init__(self) -> None:
         self.check_arch()
         self.corpus = data_location(self.corpus, "corpus")
+        if not 0 <= self.valid_fraction < 1:  # (1.5 held out every document, said nothing)
+            raise ValueError(
+                f"--valid-fraction {self.valid_fraction:g}: the share of documents held out "
+                "for validation is at least 0 and below 1 (0: no validation split)"
+            )
 
     def check_arch(self) -> None:
         """Refuse an unknown ``arch``, and options of the other arch set away from their
@@ -139,6 +144,14 @@ def split_documents(count: int, valid_fraction: float, seed: int) -> tuple[np.nd
     """(train, valid) document indices: a fixed random ``valid_fraction`` held out."""
     order = permutation(count, seed, Salt.HOLDOUT)
     n_valid = max(1, round(count * valid_fraction)) if valid_fraction > 0 else 0
+    if (
+        n_valid and n_valid >= count
+    ):  # (the loader said "documents= selects...", a flag never typed)
+        raise ValueError(
+            f"--valid-fraction {valid_fraction:g} holds out {n_valid:,} of the corpus's "
+            f"{count:,} document(s) for validation, leaving none to train on: lower it, or "
+            "pass --valid-fraction 0 to train without a validation split"
+        )
     return np.sort(order[n_valid:]), np.sort(order[:n_valid])
 
 

@@ -125,7 +125,14 @@ class TokenMixture:
             raise ValueError("TokenMixture needs at least one corpus")
         raw = np.array([float(w) for w in weights.values()])
         if not np.all(raw > 0) or not np.all(np.isfinite(raw)):
-            raise ValueError(f"mixture weights must be finite and > 0, got {raw.tolist()}")
+            bad = int(np.flatnonzero(~(raw > 0) | ~np.isfinite(raw))[0])
+            member = list(weights)[bad]
+            named = repr(member) if isinstance(member, TokenCorpus) else os.fspath(member)
+            fix = " (to read none of it, leave it out of the mixture)" if raw[bad] == 0 else ""
+            raise ValueError(
+                f"mixture weights must be finite and > 0, got {raw.tolist()}: {named} has "
+                f"{raw[bad]:g}{fix}"
+            )
         whole = isinstance(windows, numbers.Integral) and not isinstance(windows, bool)
         if windows is not None and (not whole or windows < 1):
             raise ValueError(

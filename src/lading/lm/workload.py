@@ -43,19 +43,31 @@ Base = tuple[tuple[int, ...], tuple[int, ...]]  # an elastic segment's base, as 
 
 def check_documents(documents: npt.ArrayLike, count: int) -> npt.NDArray[np.signedinteger[Any]]:
     """``documents`` as int32 (int64 from 2**31 documents) when each is a document of a corpus
-    of ``count``; else a ValueError naming the first that is not (before: numpy's IndexError,
-    or for a negative number an error blaming the corpus)."""
+    of ``count``, given once; else a ValueError naming the first that is not (before: numpy's
+    IndexError, or for a negative number an error blaming the corpus), or the first repeated."""
     given = np.asarray(documents)
     shown = given.tolist() if given.size <= 8 else [*given[:8].tolist(), "..."]
     if given.ndim != 1 or (given.size and not np.issubdtype(given.dtype, np.integer)):
+        mask = given.dtype == np.bool_  # (a mask of the documents to read: say how)
+        hint = "; for a mask of the documents to read, pass np.flatnonzero(mask)" if mask else ""
         raise ValueError(
-            f"documents= must be a flat list of document numbers (ints), got {shown!r}"
+            f"documents= must be a flat list of document numbers (ints), got {shown!r}{hint}"
         )
     bad = given[(given < 0) | (given >= count)]
     if bad.size:
         raise ValueError(
             f"documents={shown!r}: {int(bad[0])} is not a document of this corpus (0 to "
             f"{count - 1}); pass document numbers in that range"
+        )
+    ordered = np.sort(given, kind="stable")
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    if repeated.size:  # (a split drawn with replacement, two splits joined that overlap)
+        first = int(repeated[0])
+        raise ValueError(
+            f"documents={shown!r}: document {first} is given "
+            f"{int(np.count_nonzero(given == first))} times ({repeated.size} repeats in all): "
+            "its tokens would be read that many times an epoch, as a parquet file given twice "
+            "is refused; pass each document once (np.unique(documents))"
         )
     return narrow(given.astype(np.int64, copy=False), np.int32)
 
