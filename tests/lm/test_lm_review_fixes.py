@@ -128,3 +128,24 @@ def test_a_build_whose_every_document_was_skipped_says_so(tmp_path: Path) -> Non
                        r"first: line 1 of .*bad\.txt.*UTF-8"):  # fmt: skip
         TokenCorpus.build(src, tmp_path / "c", tokenizer, split="file", on_error="skip",
                           progress=False)  # fmt: skip
+
+
+def test_an_empty_text_is_left_out_and_counted_not_a_document_of_eos_alone(
+    tmp_path: Path,
+) -> None:
+    """A JSONL record of ``"text": ""`` became a document of the end-of-text token alone
+    (``"   "``, of white-space tokens and EOS), uncounted; a blank-line split never makes
+    one. Both are left out now, counted in an EmptyTextWarning, in a sharded build too."""
+    from lading.errors import EmptyTextWarning
+
+    tokenizer = word_tokenizer(["a", "b", "c"], tmp_path / "tok.json")
+    records = ["a b", "", "   ", "c", "\t"]
+    source = write(tmp_path / "d.jsonl", "".join(json.dumps({"text": t}) + "\n" for t in records))
+    with pytest.warns(EmptyTextWarning, match="left out 3 document"):
+        corpus = TokenCorpus.build(source, tmp_path / "c", tokenizer, progress=False)
+    assert [corpus.document(i).tolist() for i in range(len(corpus))] == [[2, 3, 0], [4, 0]]
+    with pytest.warns(EmptyTextWarning):
+        for i in range(2):
+            TokenCorpus.build_shard(source, tmp_path / "s", (i, 2), tokenizer, progress=False)
+    merged = TokenCorpus.merge(tmp_path / "s")
+    assert merged.content_id == corpus.content_id and len(merged) == 2

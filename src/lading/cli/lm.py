@@ -19,6 +19,7 @@ from lading.cli.stores import (
 )
 from lading.errors import (
     AbandonedBuildWarning,
+    EmptyTextWarning,
     IncompleteBuildWarning,
     SkippedRecordsWarning,
     StaleStoreWarning,
@@ -107,7 +108,7 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
         check_eos(args.tokenizer, args.eos_token)
     if args.shard is not None:
         refuse_shard_args(args.source, args.overwrite)  # (--overwrite was taken and ignored)
-        with warnings.catch_warnings():
+        with said_on_stderr("lading lm build", EmptyTextWarning), warnings.catch_warnings():
             warnings.simplefilter("ignore", SkippedRecordsWarning)  # in the report (printed)
             report = TokenCorpus.build_shard(
                 args.source,
@@ -121,7 +122,8 @@ def _cmd_lm_build(args: argparse.Namespace) -> int:
         print(report)
         return 0
     snapshot = snapshot_at(args.dest)
-    with said_on_stderr("lading lm build", AbandonedBuildWarning), warnings.catch_warnings():
+    said = (AbandonedBuildWarning, EmptyTextWarning)
+    with said_on_stderr("lading lm build", said), warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedRecordsWarning)  # the count is printed below
         corpus = TokenCorpus.build(
             args.source,

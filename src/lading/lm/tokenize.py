@@ -11,12 +11,14 @@ has it (``tokenizers`` >= 0.20: no offsets computed; the ids are the same), else
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from lading._version import __version__
 from lading.disk import RaggedWriter, current_version, write_file
+from lading.errors import EmptyTextWarning
 from lading.lm.corpus_format import FORMAT_NAME, TOKENIZER
 from lading.stores.tokens import flat_ids, token_dtype
 
@@ -52,7 +54,8 @@ def write_tokens(
 ) -> dict[str, Any]:
     """Tokenize ``texts`` into ``directory``; the manifest fields of what was written
     (``documents``, ``tokens``, ``dtype``, ``vocab_size``, ``eos_id``, ``seconds``, ``files``).
-    ``bar``: a progress bar (``update(documents)``)."""
+    A text that is empty or white space only is left out, counted in an
+    :class:`~lading.errors.EmptyTextWarning`. ``bar``: a progress bar (``update(documents)``)."""
     started = time.perf_counter()
     dtype = token_dtype(info["vocab_size"])
     column = RaggedWriter(directory, "tokens", dtype.itemsize)
@@ -66,8 +69,12 @@ def write_tokens(
         bar.update(len(pending))
         pending.clear()
 
+    empty = 0
     try:
         for text in texts:
+            if not text or text.isspace():  # (a JSONL record's "": a document of EOS alone)
+                empty += 1
+                continue
             pending.append(text)
             if len(pending) >= BATCH_DOCS:
                 flush()
@@ -76,6 +83,14 @@ def write_tokens(
     except BaseException:  # a bad line: the files closed as the error is raised
         column.abort()
         raise
+    if empty:
+        warnings.warn(
+            EmptyTextWarning(
+                f"left out {empty:,} document(s) of empty or white-space-only text (a JSONL "
+                "record's empty text was a document of the end-of-text token alone)"
+            ),
+            stacklevel=2,
+        )
     files = column.finish()
     files[TOKENIZER] = write_file(directory / TOKENIZER, tok.to_str().encode())
     return {
