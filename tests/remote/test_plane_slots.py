@@ -104,3 +104,22 @@ def test_a_remote_corpus_dropped_without_close_lets_its_slot_files_go(
         del loader, corpus
         gc.collect()
         assert _slot_files(tmp_path) == []
+
+
+def test_a_slot_set_whose_init_raised_is_dropped_quietly(tmp_path: Path) -> None:
+    """``__del__`` of a slot set whose ``__init__`` raised printed "Exception ignored ...
+    AttributeError: no attribute '_fds'" (a review of the change that added it)."""
+    import gc
+    import sys
+
+    import pytest
+
+    seen: list[object] = []
+    old, sys.unraisablehook = sys.unraisablehook, seen.append
+    try:
+        with pytest.raises(TypeError):
+            NodeSlots(tmp_path / "inflight", "x")  # type: ignore[arg-type]
+        gc.collect()
+    finally:
+        sys.unraisablehook = old
+    assert seen == []

@@ -40,7 +40,7 @@ class NodeSlots:
         """Dropped unclosed (a remote corpus or store its owner never closed): the files go
         with it. No call holds a slot of an object no one refers to. Without this a corpus
         dropped after a loader read it kept 12 descriptors, ~80 opens to EMFILE."""
-        fds, self._fds = self._fds, []
+        fds, self._fds = getattr(self, "_fds", []), []  # (an __init__ that raised made none)
         _close(fds)
 
     def forked(self) -> None:

@@ -175,8 +175,8 @@ def _names_line(
     to be names is decoded and asked (a numeric id never is)."""
     longest = {"id": max(map(len, HEADER_ID_NAMES)), "text": max(map(len, HEADER_TEXT_NAMES))}
     maybe = np.ones(len(cut[0][0]), dtype=bool)
-    for name, (start, end) in zip(columns, cut):
-        maybe &= end - start <= longest.get(name, HEADER_NAME_BYTES)
+    for name, (start, end) in zip(columns, cut):  # (a column's own name, of any length)
+        maybe &= end - start <= longest.get(name, max(HEADER_NAME_BYTES, len(name.encode())))
     id_start, _ = cut[columns.index("id")]
     first = arr[id_start] | 0x20  # ASCII letters lowercased (and "_" to 0x7F, kept apart)
     maybe &= ((first >= ord("a")) & (first <= ord("z"))) | (arr[id_start] == ord("_"))
