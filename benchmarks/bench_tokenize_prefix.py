@@ -11,7 +11,7 @@ Each repeat builds the store with token ids (the first ``max_length`` of each ar
 special tokens) twice, each in a fresh process, in alternating order:
 
 - prefix: ``lading.build_store(..., tokenizer=, max_length=)`` as it is (a long text encoded
-  from a prefix cut at white space, :mod:`lading.stores.building.writer`);
+  from a prefix cut before a space, :func:`lading.stores.tokens.encode_first`);
 - whole: the same call with ``PREFIX_CHARS_A_TOKEN`` set past every text's length, so every
   text is encoded whole and cut, as every build did before.
 
@@ -38,9 +38,9 @@ from common import HERE, add_write_flag, data_dir, write_section
 ROUTES = ("prefix", "whole")
 CHILD = """
 import sys, lading
-from lading.stores.building import writer
+from lading.stores import tokens
 if {whole!r}:
-    writer.PREFIX_CHARS_A_TOKEN = 1 << 40  # no text is long enough to be cut: encoded whole
+    tokens.PREFIX_CHARS_A_TOKEN = 1 << 40  # no text is long enough to be cut: encoded whole
 lading.build_store({src!r}, {dest!r}, tokenizer={tok!r}, max_length={m}, overwrite=True,
                    progress=False)
 # KiB: this process's peak RSS (VmHWM: ru_maxrss keeps the forking parent's across exec)

@@ -109,7 +109,7 @@ def test_max_length_encodes_a_long_text_from_a_prefix_with_the_whole_texts_ids(
     a token (too few tokens from the prefix: encoded whole), a text with no white space
     (no cut), accents and CJK, and texts just past the length where a prefix is taken."""
     pytest.importorskip("tokenizers")
-    from lading.stores.building import writer
+    from lading.stores import tokens as writer  # (the prefix constants)
     from lading.stores.tokens import load_tokenizer, train_tokenizer
 
     rng = np.random.default_rng(11)
@@ -161,3 +161,97 @@ def test_max_length_encodes_a_long_text_from_a_prefix_with_the_whole_texts_ids(
     assert asked.count(len(texts[3])) == 1  # no white space: encoded whole, once
     if kind == "wordpiece":  # too few tokens from the prefix: encoded again, whole
         assert asked[5] <= prefix and asked.count(len(texts[5])) == 1
+
+
+def _texts_that_fool_a_prefix(rng: np.random.Generator) -> list[str]:
+    """Texts whose prefix is tokenized otherwise than the whole by some tokenizers (a review):
+    a run Unigram segments by its whole length, a parenthesis closed past the cut, a word
+    joined by characters Python calls white space and BERT drops."""
+    words = [
+        "the",
+        "of",
+        "and",
+        "to",
+        "in",
+        "a",
+        "is",
+        "that",
+        "for",
+        "it",
+        "as",
+        "was",
+        "with",
+        "be",
+        "by",
+        "on",
+        "not",
+        "he",
+        "this",
+        "are",
+    ]
+
+    def prose(n: int) -> str:
+        return " ".join(str(w) for w in rng.choice(words, n))
+
+    return [
+        *("the " * int(n) for n in rng.integers(300, 900, 8)),
+        *(f"{prose(5)} ({prose(200)}) {prose(300)}" for _ in range(8)),
+        *(f"{prose(6)} " + "\x1f".join(["a"] * 400) + f" {prose(300)}" for _ in range(4)),
+    ]
+
+
+@pytest.mark.parametrize(
+    "setup", ["unigram-unsplit", "replace-regex", "split-removed", "no-pre-tokenizer", "bert"]
+)
+def test_a_tokenizer_whose_prefix_may_differ_encodes_every_text_whole(setup: str) -> None:
+    """A Unigram over ``Metaspace(split=False)`` stored other ids than the whole text's for 49
+    of 100 texts, a regex ``Replace`` or ``Split`` for 50 of 50 (a review): the prefix is
+    taken only where the tokenizer ends a pre-token at every space before anything else runs
+    and changes characters one by one (:func:`~lading.stores.tokens.cuts_at_spaces`); the
+    ids stored are the whole text's first ``max_length`` for every one of these."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    from lading.stores.tokens import cuts_at_spaces, encode_first
+
+    texts = _texts_that_fool_a_prefix(np.random.default_rng(7))
+    if setup in ("unigram-unsplit", "no-pre-tokenizer"):
+        tok = Tokenizer(models.Unigram())
+        if setup == "unigram-unsplit":
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(split=False)
+        trainer: Any = trainers.UnigramTrainer(vocab_size=200, special_tokens=["<unk>"])
+    else:
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        if setup == "replace-regex":
+            tok.normalizer = normalizers.Replace(Regex(r"\([^)]*\)"), "")
+        elif setup == "split-removed":
+            tok.pre_tokenizer = pre_tokenizers.Sequence(
+                [pre_tokenizers.Split(Regex(r"\([^)]*\)"), "removed"), pre_tokenizers.Whitespace()]
+            )
+        else:
+            tok.normalizer = normalizers.BertNormalizer()
+            tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        trainer = trainers.WordPieceTrainer(vocab_size=200, special_tokens=["[UNK]"])
+    tok.train_from_iterator(texts, trainer)
+    assert cuts_at_spaces(tok) == (setup == "bert")  # BERT: safe, its cut only at a space
+    m = 16
+    want = [e.ids[:m] for e in tok.encode_batch(texts, add_special_tokens=False)]
+    got = encode_first(tok.encode_batch, texts, m, cuts_at_spaces(tok))
+    assert [e.ids[:m] for e in got] == want
+
+
+def test_which_tokenizers_a_prefix_serves() -> None:
+    """The three kinds lading trains (and GPT-2's, BERT's and SentencePiece's shapes) take
+    the prefix; BPE with dropout (random ids) does not."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models
+
+    from lading.stores.tokens import cuts_at_spaces, train_tokenizer
+
+    texts = [" ".join(WORDS[i : i + 20]) for i in range(0, 280, 20)]
+    for kind in ("wordpiece", "bpe"):
+        assert cuts_at_spaces(train_tokenizer(texts, kind, 300)), kind
+    assert cuts_at_spaces(_unigram(texts))
+    assert not cuts_at_spaces(Tokenizer(models.BPE(dropout=0.1)))
+    assert not cuts_at_spaces(object())

@@ -39,16 +39,17 @@ from lading.stores.building.shardset import SHARD_FILE
 from lading.stores.hashids import keys_file
 from lading.stores.index import IntIdCollector, bytes_keys
 from lading.stores.layout import field_column
-from lading.stores.tokens import describe_tokenizer, flat_ids, token_dtype
+from lading.stores.tokens import (
+    cuts_at_spaces,
+    describe_tokenizer,
+    encode_first,
+    flat_ids,
+    token_dtype,
+)
 
 Duplicates = Literal["error", "first", "last"]
 DUPLICATE_MODES: tuple[str, ...] = ("error", "first", "last")
 TOKENIZE_BATCH = 1024  # documents per encode_batch call: enough to keep its thread pool busy
-# Under max_length, a text longer than this many characters a kept token is encoded from a
-# prefix cut at white space, kept where it gives PREFIX_MARGIN tokens past the cut (else the
-# whole text is encoded): a 15 MB line cost 11.4 s and 1.24 GB to keep 512 tokens.
-PREFIX_CHARS_A_TOKEN = 8
-PREFIX_MARGIN = 32
 
 
 @dataclass
@@ -270,6 +271,7 @@ class _Encoder:
         assert columns.tokens is not None and columns.tokens_dtype is not None
         self.tokenizer, self.max_length = tokenizer, max_length
         self.encode = getattr(tokenizer, "encode_batch_fast", None) or tokenizer.encode_batch
+        self.prefixes = max_length is not None and cuts_at_spaces(tokenizer)
         self.out, self.dtype = columns.tokens, columns.tokens_dtype
         self.pending: list[str] = []
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lading-tokenize")
@@ -290,38 +292,11 @@ class _Encoder:
             self._write(self.encoding.pop(0).result())
 
     def _encode(self, texts: list[str]) -> list[Any]:
-        """The encodings of ``texts``, each holding at least its first ``max_length`` tokens.
-
-        Under ``max_length`` a long text is encoded from a prefix: its first
-        ``PREFIX_CHARS_A_TOKEN * max_length`` characters or so, cut before a white-space
-        character. The prefix's first ``max_length`` tokens are the whole text's where it has
-        :data:`PREFIX_MARGIN` tokens more: what the cut changes (the last word's tokens) lies
-        past them, as a tokenizer's output depends on the text near a token only (its
-        normalizer, pre-tokenizer and model look a word or a few characters ahead). A
-        prefix that gives fewer (digits, code: a few characters a token) and a text with no
-        white space where it would be cut are encoded whole, as every text was: the cost of
-        a text is then bounded by ``max_length``, not by its length."""
-        m = self.max_length
-        if m is None:
+        """The encodings of ``texts``, each holding at least its first ``max_length`` tokens
+        (a long text's from a prefix where the tokenizer allows: :func:`encode_first`)."""
+        if self.max_length is None:
             return list(self.encode(texts, add_special_tokens=False))
-        size = PREFIX_CHARS_A_TOKEN * (m + PREFIX_MARGIN)
-        cut: dict[int, str] = {}
-        for i, text in enumerate(texts):
-            if len(text) > 2 * size:
-                end = _space_before(text, size)
-                if end:
-                    cut[i] = text[:end]
-        if not cut:
-            return list(self.encode(texts, add_special_tokens=False))
-        out = list(
-            self.encode([cut.get(i, t) for i, t in enumerate(texts)], add_special_tokens=False)
-        )
-        short = [i for i in cut if len(out[i].ids) < m + PREFIX_MARGIN]
-        if short:
-            whole = self.encode([texts[i] for i in short], add_special_tokens=False)
-            for i, encoding in zip(short, whole):
-                out[i] = encoding
-        return out
+        return encode_first(self.encode, texts, self.max_length, self.prefixes)
 
     def _write(self, encodings: list[Any]) -> None:
         """The encodings' ids, each cut to ``max_length``, as rows of the tokens column: laid
@@ -344,16 +319,6 @@ class _Encoder:
         while self.encoding:
             self._write(self.encoding.pop(0).result())
         self.pool.shutdown()
-
-
-def _space_before(text: str, size: int) -> int:
-    """Where to cut ``text`` near ``size`` characters: before the last white-space character
-    of ``text[size // 2:size]`` (0: none there)."""
-    window = text[size // 2 : size]
-    for k in range(len(window) - 1, -1, -1):
-        if window[k].isspace():
-            return size // 2 + k
-    return 0
 
 
 def _finish_rows(
