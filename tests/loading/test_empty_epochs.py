@@ -82,12 +82,15 @@ def test_lm_modes_refuse_alike(small_corpus: TokenCorpus) -> None:
 def test_packed_refuses_documents_with_nothing_to_score(
     small_corpus: TokenCorpus, tmp_path: Path
 ) -> None:
-    """Documents that are their end-of-text token alone (empty texts) hold no (input, target)
+    """Documents of one token each (built from empty texts, their end-of-text token alone,
+    before empty texts were left out; one word without EOS here) hold no (input, target)
     pair: packed, every label was IGNORE_INDEX and every loss NaN, without an error. Refused
     as streams and windows refuse nothing to predict, naming the corpus (a mixture's member)
     and why; a label across documents (eod_mask_loss=False) is one to score."""
-    src = write(tmp_path / "empty.jsonl", '{"text": ""}\n' * 6)
-    empty = TokenCorpus.build(src, tmp_path / "empty", tmp_path / "t.json", progress=False)
+    src = write(tmp_path / "empty.jsonl", '{"text": "w1"}\n' * 6)
+    empty = TokenCorpus.build(
+        src, tmp_path / "empty", tmp_path / "t.json", append_eos=False, progress=False
+    )
     assert empty.lengths().tolist() == [1] * 6
     for packed in (Packed(4), Packed(4, boundaries=True)):
         with pytest.raises(EmptyEpochError, match="nothing to predict") as caught:
@@ -106,16 +109,12 @@ def test_packed_refuses_documents_with_nothing_to_score(
 def test_packed_names_documents_that_hold_no_token_as_such(
     small_corpus: TokenCorpus, tmp_path: Path
 ) -> None:
-    """Packed over documents holding no token at all (``documents=[]``, or empty texts built
-    with ``append_eos=False``) was refused as "every document read is 1 token (its end-of-text
-    token alone)" or "hold 1 token in all": a count that was not so, about a token that was
-    not there. It names the documents and their 0 tokens now, as streams and windows do."""
-    src = write(tmp_path / "mixed.jsonl", '{"text": "w1 w2"}\n{"text": ""}\n{"text": ""}\n')
-    bare = TokenCorpus.build(
-        src, tmp_path / "bare", tmp_path / "t.json", append_eos=False, progress=False
-    )
-    assert bare.lengths().tolist() == [2, 0, 0]
-    cases = [(small_corpus, [], 0), (bare, [1, 2], 2)]
+    """Packed over documents holding no token at all (``documents=[]``; empty texts built with
+    ``append_eos=False`` were such documents before empty texts were left out) was refused
+    as "every document read is 1 token (its end-of-text token alone)" or "hold 1 token in
+    all": a count that was not so, about a token that was not there. It names the documents
+    and their 0 tokens now, as streams and windows do."""
+    cases = [(small_corpus, [], 0)]
     for corpus, documents, count in cases:
         for packed in (Packed(4), Packed(4, eod_mask_loss=False)):
             with pytest.raises(EmptyEpochError, match="nothing to predict") as caught:
