@@ -165,24 +165,36 @@ def test_a_rank_of_an_older_lading_is_checked_as_before(same: bool) -> None:
 def _resume(rank: int, world: int, case: str) -> Any:
     """Each rank resumes a map loader as ``case`` says, then reads on with a collective a
     batch (DDP's gradient all-reduce)."""
+    import warnings
+
     import torch
     import torch.distributed as dist
 
     import lading
+    import lading.loading.agree
     from lading.errors import RanksDisagreeError
 
+    lading.loading.agree.WAIT_S = 5.0  # (a rank that never posts: warned of after this)
     saved = lading.loader(list(range(40)), 4, collate_fn=list)
     states, it = [], iter(saved)
     for _ in range(3):
         next(it)
         states.append(saved.state_dict())
     loader = lading.loader(list(range(40)), 4, collate_fn=list)
-    if case == "one_rank" and rank == 1:
-        loader.load_state_dict(states[2])  # only rank 1 found the checkpoint
-    elif case == "different_steps":
+    if case == "one_rank":  # only rank 1 found the checkpoint: rank 1 is told, after WAIT_S
+        if rank == 0:
+            return ("skipped", [])
+        loader.load_state_dict(states[2])
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            next(iter(loader))
+        return ("warned", [str(w.message) for w in said])
+    if case == "different_steps":
         loader.load_state_dict(states[1 + rank])  # each rank its own step's state
-    elif case == "epoch":
-        loader.set_epoch(rank)
+    elif case == "peek":  # rank 0 logs a sample batch first, then every rank resumes
+        if rank == 0:
+            next(iter(loader))
+        loader.load_state_dict(states[1])
     elif case == "same":
         loader.load_state_dict(states[1])
     try:
@@ -195,23 +207,30 @@ def _resume(rank: int, world: int, case: str) -> Any:
     return ("read", seen)
 
 
-@pytest.mark.parametrize(
-    ("case", "key"),
-    [("one_rank", "start.batches"), ("different_steps", "start.batches"), ("epoch", "start.epoch")],
-)
-def test_ranks_that_start_their_first_pass_elsewhere_are_refused(case: str, key: str) -> None:
-    """Rank 1 loading a state that rank 0 did not (or another step's) read 2 batches where
-    rank 0 read 5 (3 and 2): its epoch-end collective met rank 0's batch 3 and gloo aborted
-    the job, no lading error (a review's repro). Where the first pass starts is part of the
-    plan the ranks compare: both are refused before any batch, naming it and the fix."""
-    results = run_processes(_resume, 2, case, timeout=120)
+def test_ranks_that_resume_from_other_steps_are_refused() -> None:
+    """Each rank loading its own step's state read 3 and 2 batches: rank 1's epoch-end
+    collective met rank 0's batch 3 and gloo aborted the job, no lading error (a review's
+    repro). Where the first pass after a load starts is compared: both are refused before
+    any batch, naming it and the fix."""
+    results = run_processes(_resume, 2, "different_steps", timeout=120)
     for rank, (status, said) in enumerate(results):
         assert status == "refused", (rank, results[rank])
-        assert key in said and "where its first pass starts" in said, said
+        assert "start.batches" in said and "the pass after load_state_dict()" in said, said
         assert "load_state_dict() of one state" in said, said
 
 
-def test_ranks_that_load_one_state_read_on_as_before() -> None:
-    (s0, seen0), (s1, seen1) = run_processes(_resume, 2, "same", timeout=120)
+def test_a_state_loaded_on_one_rank_only_is_warned_of() -> None:
+    """Rank 0 found no checkpoint and starts fresh: it never posts a start to compare, so rank
+    1 cannot be refused, but is told (it read 2 batches where rank 0 read 10, silently)."""
+    _, (status, said) = run_processes(_resume, 2, "one_rank", timeout=120)
+    assert status == "warned", said
+    assert any("rank 0 started no pass after the same load_state_dict()" in w for w in said), said
+
+
+@pytest.mark.parametrize("case", ["same", "peek"])
+def test_ranks_that_load_one_state_read_on_as_before(case: str) -> None:
+    """One state on every rank reads on; so does a rank 0 that peeked at a batch before the
+    load (refused by the first version of this check, which compared the first pass)."""
+    (s0, seen0), (s1, seen1) = run_processes(_resume, 2, case, timeout=120)
     assert s0 == s1 == "read" and len(seen0) == len(seen1) > 0
     assert not set(seen0) & set(seen1)

@@ -236,6 +236,9 @@ class Loader:
         self._announce = announce
         # this loader's plan compared with the other ranks' (agree.py): True, or the refusal
         self._agreed: bool | RanksDisagreeError = False
+        self._agree_key: str | None = None  # its key there, for the checks at loads
+        self._loads = 0  # load_state_dict calls: the k-th load's start is compared
+        self._resumed = False  # a state was loaded and no pass has started from it
         self._cursor = Cursor()
         # the position was just set (made, set_epoch, load_state_dict) and no pass has read
         # from it: the next pass starts there (else at the next epoch, as a DataLoader's)
@@ -361,37 +364,44 @@ class Loader:
 
     # ------------------------------------------------------------------ iteration
 
-    def _agree(self, start: Cursor) -> None:
+    def _agree(self) -> None:
         """:func:`~lading.loading.agree.check_ranks_agree` of this loader's plan, once: its
         data's identity left out where it names a copy, not content (a map dataset's: a
-        store's snapshot, an HF dataset's fingerprint, random after an unhashable transform),
-        and where its first pass starts (``start``: a state loaded, an epoch set; ranks that
-        loaded other states got other batch counts, and DDP broke at the first collective
-        after the shorter rank's last batch)."""
+        store's snapshot, an HF dataset's fingerprint, random after an unhashable transform)."""
         if isinstance(self._agreed, RanksDisagreeError):
             raise self._agreed
         workload, world = self._workload, self.world
         fingerprint = dict(workload.fingerprint())
         if workload.kind == "map":
             fingerprint.pop("data", None)
-        base = json.dumps(base_form(start.base), sort_keys=True).encode()
-        plan = {
-            "kind": workload.kind,
-            "fingerprint": fingerprint,
-            "layout": workload.layout(),
-            "start": {
-                "epoch": start.epoch,
-                "segment": start.segment,
-                "batches": start.batches,
-                "base": None if start.base is None else zlib.crc32(base),
-            },
-        }
+        plan = {"kind": workload.kind, "fingerprint": fingerprint, "layout": workload.layout()}
         try:
-            check_ranks_agree(plan, world.rank, world.world_size)
+            self._agree_key = check_ranks_agree(plan, world.rank, world.world_size)
         except RanksDisagreeError as refused:
             self._agreed = refused
             raise
         self._agreed = True
+
+    def _agree_resumed(self, start: Cursor) -> None:
+        """Where the first pass after the ``k``-th ``load_state_dict`` starts, compared with
+        the other ranks' first pass after theirs (under this loader's key): ranks that loaded
+        other steps' states got batch counts of 5 and 2, and gloo aborted the job at the
+        shorter rank's epoch end. Compared at loads, not at every first pass: a rank that
+        peeked at a batch before the load (a sample logged on rank 0) starts elsewhere then,
+        and reads as the others after it."""
+        self._resumed = False
+        if self._agree_key is None:  # (no group, or none compared: nothing to compare with)
+            return
+        base = json.dumps(base_form(start.base), sort_keys=True).encode()
+        state = {
+            "epoch": start.epoch,
+            "segment": start.segment,
+            "batches": start.batches,
+            "base": None if start.base is None else zlib.crc32(base),
+        }
+        world = self.world
+        key = f"{self._agree_key}/load{self._loads}"
+        check_ranks_agree({"start": state}, world.rank, world.world_size, key=key)
 
     def __iter__(self) -> Iterator[Any]:
         """This rank's batches of a new epoch (epoch + 1), as a DataLoader reads a new epoch
@@ -403,7 +413,9 @@ class Loader:
         position)."""
         self.reading.check_world()  # (a group started after the loader was made)
         if self._agreed is not True:  # every rank's loader plans the same epochs: checked
-            self._agree(self._next_pass())  # at its first pass (a refusal: at every later one)
+            self._agree()  # at its first pass (a refusal raised again at every later one)
+        if self._resumed:  # and resumes from the same state: at the first pass after a load
+            self._agree_resumed(self._next_pass())
         chosen = (self._fresh and self._chosen) or self._peeked()
         self._leave("a newer iter() of this loader")
         self._cursor = cursor = self._next_pass()
@@ -664,6 +676,7 @@ class Loader:
             workload.batches,
         )
         self._leave("load_state_dict()")
-        self._restored = self._fresh = True
+        self._restored = self._fresh = self._resumed = True
+        self._loads += 1
         self._chosen, self._peek, self._kept = False, None, False
         self._drop_ahead()  # built for the old position and layout
