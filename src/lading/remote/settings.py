@@ -59,11 +59,11 @@ def parse_bytes(value: int | str, what: str = "cache_bytes") -> int:
 
 
 def default_cache_dir() -> Path:
-    """``remote/`` in ``$LADING_CACHE``, else in ``$XDG_CACHE_HOME/lading``, else in
-    ``~/.cache/lading`` (the rule of ``lading.bench.data.cache_dir``)."""
+    """``remote/`` in ``$LADING_CACHE`` (``~`` expanded), else in ``$XDG_CACHE_HOME/lading``,
+    else in ``~/.cache/lading`` (the rule of ``lading.bench.data.cache_dir``)."""
     env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env) / "remote"
+    if env:  # (~ expanded: "~/x" made ./~/x in the current folder)
+        return Path(env).expanduser() / "remote"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "lading" / "remote"
 
@@ -291,7 +291,13 @@ class RemoteSettings:
         unknown = sorted(set(more) - known)
         if unknown:
             raise TypeError(f"unknown remote store settings {unknown}; known: {sorted(known)}")
-        directory = Path(cache) if cache is not None else default_cache_dir()
+        if cache is not None and not os.fspath(cache).strip():  # (the current folder was it)
+            raise ValueError(
+                f"cache={cache!r}: an empty path would make the current folder the node "
+                f"cache; name a folder on node-local disk, or leave cache out for "
+                f"{default_cache_dir()}"
+            )
+        directory = Path(cache).expanduser() if cache is not None else default_cache_dir()
         _check_folder(directory)
         cap = (
             parse_bytes(cache_bytes) if cache_bytes is not None else default_cache_bytes(directory)
