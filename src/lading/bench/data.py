@@ -9,6 +9,7 @@ docstore (when ir_datasets is installed). A real collection can be given instead
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -19,6 +20,7 @@ from pathlib import Path
 from lading.bench.peers import DOCUMENTS_LIVE_IN as PEERS_LIVE_IN
 from lading.bench.peers import PEER_STRATEGIES, build_peer
 from lading.bench.synth import synth
+from lading.sources.fingerprint import fingerprint, fingerprint_changed
 
 STRATEGIES: tuple[str, ...] = ("irds", "memory", "offsets", "packed", "packed-text")
 # what each strategy includes: where the documents live, and where their text is tokenized
@@ -137,6 +139,33 @@ def default_collection(passages: int) -> tuple[Path, Path, Path, Path]:
     )
 
 
+def _of(recorded: Path, corpus: Path) -> bool:
+    """Whether the fingerprint in the file ``recorded`` is of ``corpus`` as it is now."""
+    try:
+        said = json.loads(recorded.read_text())
+    except (OSError, ValueError):
+        return False
+    return _same_source(said, corpus)
+
+
+def _same_source(said: object, corpus: Path) -> bool:
+    """Whether ``said`` (a fingerprint) names ``corpus``, unchanged since it was taken."""
+    if not isinstance(said, dict) or said.get("path") != str(corpus.resolve()):
+        return False
+    return fingerprint_changed(said) is None
+
+
+def _indexes(offsets: Path, corpus: Path) -> bool:
+    """Whether the offsets index at ``offsets`` indexes ``corpus`` as it is now: a second
+    ``--corpus`` into one ``--out`` benched the first corpus's index, nothing said, and an
+    edited corpus failed the cell as a stale index (a review's repros)."""
+    try:
+        said = json.loads((offsets / "meta.json").read_text()).get("source")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return _same_source(said, corpus)
+
+
 def prepare(
     corpus: Path,
     queries: Path,
@@ -156,9 +185,11 @@ def prepare(
     work.mkdir(parents=True, exist_ok=True)
     if tokenizer is None:
         tok_path = work / "tokenizer" / "tokenizer.json"
-        if not tok_path.is_file():
+        trained_on = tok_path.parent / "trained_on.json"  # the corpus it was trained on
+        if not (tok_path.is_file() and _of(trained_on, corpus)):
             texts = [r.text for _, r in zip(range(20_000), read_records(corpus))]
             save_tokenizer(train_tokenizer(texts, "wordpiece", 8000), tok_path)
+            trained_on.write_text(json.dumps(fingerprint(corpus)))
     else:
         tok_path = Path(tokenizer)
         if tok_path.is_dir():
@@ -171,8 +202,8 @@ def prepare(
             raise ValueError("strategy 'remote' reads the packed store from --remote URL")
         _publish(packed, remote)
     offsets = work / "offsets"
-    if "offsets" in strategies and not (offsets / "meta.json").is_file():
-        OffsetStore.build(corpus, offsets)
+    if "offsets" in strategies and not _indexes(offsets, corpus):
+        OffsetStore.build(corpus, offsets)  # (another --corpus's, or this one's before an edit)
     irds_tsv = None
     if "irds" in strategies:
         from lading.stores import IrDatasetsStore

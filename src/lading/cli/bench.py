@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,9 @@ def strategy_list(text: str) -> list[str]:
             f"{', '.join(STRATEGIES)} separated by commas, e.g. --strategies packed,offsets "
             "(or leave the flag out for the preset's)"
         )
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:  # (the report ranked packed against packed)
+        raise ValueError(f"--strategies {text!r} names {', '.join(twice)} twice: name each once")
     return names
 
 
@@ -168,8 +172,10 @@ def check_flags(args: argparse.Namespace) -> None:
             "--corpus; leave --passages out (or --corpus, to bench a synthetic collection of "
             f"{args.passages} passages)"
         )
-    if args.seconds is not None and args.seconds < 0:
-        raise ValueError(f"--seconds {args.seconds}: expected a window of 0 seconds or more")
+    if args.seconds is not None and not 0 <= args.seconds < math.inf:  # (nan ran for ever)
+        raise ValueError(
+            f"--seconds {args.seconds}: expected a window of 0 seconds or more, finite"
+        )
     tokenizer = bench_tokenizer(args)  # a model without one is refused now, not after stores
     if tokenizer is not None and args.model != "tiny":
         check_vocabulary(tokenizer, args.model)
