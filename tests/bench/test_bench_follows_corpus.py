@@ -64,3 +64,17 @@ def test_a_window_that_never_ends_or_a_strategy_named_twice_is_refused(
 
     with pytest.raises(ValueError, match=says.replace("(", r"\(")):
         bench_plan(build_parser().parse_args(["bench", *flags]))
+
+
+def test_parallel_dp_is_refused_without_cuda(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On CPU ``--parallel dp`` ran DDP rank processes and results.json said ``dp``."""
+    import torch
+
+    from lading.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["bench", "--parallel", "dp", "--out", "unused"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("lading bench: --parallel dp") and "no CUDA device" in error

@@ -137,6 +137,15 @@ def check_flags(args: argparse.Namespace) -> None:
                 "has none (torch.cuda.is_available() is False): nothing would be pinned. "
                 "Leave --pin-memory out on CPU"
             )
+    if getattr(args, "parallel", None) == "dp":
+        import torch
+
+        if not torch.cuda.is_available():  # (DDP ran, and results.json said dp)
+            raise ValueError(
+                "--parallel dp runs one process driving every GPU (nn.DataParallel), and this "
+                "machine has no CUDA device: the cells would run DDP and be labelled dp. "
+                "Leave --parallel out on CPU"
+            )
     if args.model != "tiny" and model_folder(args.model) is None:
         raise ValueError(
             f"--model {args.model}: no model folder with config.json there (nor a model of "
