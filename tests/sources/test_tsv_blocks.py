@@ -311,3 +311,19 @@ def test_documents_that_only_look_like_names_are_kept(tmp_path: Path) -> None:
         kept = outcome(path, "raise", bulk, ("id", "text"))
         assert kept[0] == "ok", kept
         assert [row[0] for row in kept[1]] == ["id", "pid", "1", "title"]  # type: ignore[index]
+
+
+def test_an_id_holding_a_cr_is_refused_on_both_paths(tmp_path: Path) -> None:
+    """``1\\r1<TAB>text``: the per-line parser refuses an id holding a CR (no qrels or run line
+    can name it), and the bulk path stored it; the property check found them apart. A CRLF
+    file's line ends are not ids' CRs."""
+    path = tmp_path / "c.tsv"
+    path.write_bytes(b"1\t\xc3\xa0 a\r\n1\r1\tb\r\n2\tc\r\n")
+    for bulk in (True, False):
+        refused = outcome(path, "raise", bulk)
+        assert refused[0] == "error" and "line 2 of" in str(refused[1]), refused
+        kept = outcome(path, "skip", bulk)
+        assert kept[0] == "ok" and kept[2] == 1, kept
+        assert [row[0] for row in kept[1]] == ["1", "2"]  # type: ignore[index]
+    path.write_bytes(b"1\ta\r\n2\tb\r\n")
+    assert outcome(path, "raise", True) == outcome(path, "raise", False)

@@ -23,6 +23,8 @@ from lading.sources.chunks import BOM
 from lading.sources.parsers import HEADER_ID_NAMES, HEADER_NAME_BYTES, HEADER_TEXT_NAMES, is_header
 
 BLOCK_BYTES = 1 << 23  # 8 MiB: numpy calls amortised, memory bounded
+# the longest id and text a header line may name (:func:`_names_line`)
+_LONGEST_NAME = {"id": max(map(len, HEADER_ID_NAMES)), "text": max(map(len, HEADER_TEXT_NAMES))}
 
 
 class RawBlock(NamedTuple):
@@ -156,12 +158,23 @@ def scan_block(block: RawBlock, columns: Sequence[str] = ("id", "text")) -> TsvB
     edges = np.concatenate([arr[id_start], arr[id_end - 1]])
     if np.any((edges <= 32) | (edges >= 127)):
         return None  # an id edge the per-line parser must judge (whitespace, control, non-ASCII)
+    if buf.find(b"\r") >= 0 and _cr_inside(arr, id_start, id_end):
+        return None  # an id holding a CR: the per-line parser refuses it (check_id)
     if _names_line(arr, cut, columns):
         return None  # a header line: the per-line parser refuses it
     cols = {name: _cut(arr, a, b) for name, (a, b) in zip(columns, cut)}
     texts, ids = cols.pop("text"), cols.pop("id")
     end = block.start + len(block.data)
     return TsvBlock(ids, texts, cols, number + block.line, end, newlines)
+
+
+def _cr_inside(
+    arr: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+) -> bool:
+    """Whether a CR byte lies inside any span ``[starts[i], ends[i])`` (asked only of a block
+    holding a CR: a CRLF file's, whose line ends were cut off before)."""
+    crs = np.flatnonzero(arr == 13)
+    return bool(np.any(np.searchsorted(crs, ends) > np.searchsorted(crs, starts)))
 
 
 def _names_line(
@@ -173,10 +186,10 @@ def _names_line(
     pandas' ``to_csv(sep="\\t")``, an export's ``pid<TAB>passage``). Vectorised over the rows:
     only a line whose id starts with a letter or ``_`` and whose fields are all short enough
     to be names is decoded and asked (a numeric id never is)."""
-    longest = {"id": max(map(len, HEADER_ID_NAMES)), "text": max(map(len, HEADER_TEXT_NAMES))}
     maybe = np.ones(len(cut[0][0]), dtype=bool)
     for name, (start, end) in zip(columns, cut):  # (a column's own name, of any length)
-        maybe &= end - start <= longest.get(name, max(HEADER_NAME_BYTES, len(name.encode())))
+        longest = _LONGEST_NAME.get(name, max(HEADER_NAME_BYTES, len(name.encode())))
+        maybe &= end - start <= longest
     id_start, _ = cut[columns.index("id")]
     first = arr[id_start] | 0x20  # ASCII letters lowercased (and "_" to 0x7F, kept apart)
     maybe &= ((first >= ord("a")) & (first <= ord("z"))) | (arr[id_start] == ord("_"))
