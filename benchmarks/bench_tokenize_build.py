@@ -25,13 +25,12 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import HERE, add_write_flag, bert_vocabulary, make_corpora, write_section
+from common import HERE, add_write_flag, bert_vocabulary, make_corpora, spread, write_section
 
 ROUTES = ("lading", "hf")
 CHILD = (
@@ -56,13 +55,6 @@ def timed(route: str, tsv: Path, dest: Path, tok: Path) -> dict[str, float]:
         "cpu": _children_cpu() - cpu,
         "load": (load + os.getloadavg()[0]) / 2,
     }
-
-
-def spread(values: list[float], digits: int = 2) -> str:
-    return (
-        f"{statistics.median(values):.{digits}f} "
-        f"({min(values):.{digits}f}-{max(values):.{digits}f})"
-    )
 
 
 def main() -> None:

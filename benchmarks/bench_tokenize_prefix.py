@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import HERE, add_write_flag, data_dir, write_section
+from common import HERE, add_write_flag, data_dir, spread, write_section
 
 ROUTES = ("prefix", "whole")
 CHILD = """
@@ -59,12 +59,6 @@ def timed(route: str, src: Path, dest: Path, tok: Path, m: int) -> dict[str, flo
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     peak = int(done.stdout.split()[-1]) / 1024
     return {"wall": wall, "cpu": cpu, "peak": peak, "load": os.getloadavg()[0]}
-
-
-def spread(values: list[float], digits: int = 2) -> str:
-    ordered = sorted(values)
-    mid = ordered[len(ordered) // 2]
-    return f"{mid:.{digits}f} ({ordered[0]:.{digits}f}-{ordered[-1]:.{digits}f})"
 
 
 def main() -> None:

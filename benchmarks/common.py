@@ -105,6 +105,14 @@ def write_section(path: Path, title: str, body: str, command: str, *, write: boo
     return target
 
 
+def spread(values: list[float], digits: int = 2) -> str:
+    """``median (min-max)`` of ``values`` with ``digits`` decimals: a table cell of repeats."""
+    return (
+        f"{statistics.median(values):.{digits}f} "
+        f"({min(values):.{digits}f}-{max(values):.{digits}f})"
+    )
+
+
 def cell(values: list[float], fmt: str = "{:.3f}") -> str:
     """``median [min-max]`` of ``values``, each as ``fmt``: a table cell of repeats."""
     mid = statistics.median(values)

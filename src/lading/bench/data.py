@@ -139,31 +139,19 @@ def default_collection(passages: int) -> tuple[Path, Path, Path, Path]:
     )
 
 
-def _of(recorded: Path, corpus: Path) -> bool:
-    """Whether the fingerprint in the file ``recorded`` is of ``corpus`` as it is now."""
+def _records(file: Path, corpus: Path, key: str | None = None) -> bool:
+    """Whether the fingerprint in the JSON ``file`` (under ``key``: an index's ``meta.json``
+    ``source``) names ``corpus``, unchanged since it was taken: a second ``--corpus`` into
+    one ``--out`` benched the first corpus's offsets index, nothing said, and an edited
+    corpus failed the cell as a stale index (a review's repros)."""
     try:
-        said = json.loads(recorded.read_text())
-    except (OSError, ValueError):
+        said = json.loads(file.read_text())
+        said = said.get(key) if key is not None else said
+    except (OSError, ValueError, AttributeError):
         return False
-    return _same_source(said, corpus)
-
-
-def _same_source(said: object, corpus: Path) -> bool:
-    """Whether ``said`` (a fingerprint) names ``corpus``, unchanged since it was taken."""
     if not isinstance(said, dict) or said.get("path") != str(corpus.resolve()):
         return False
     return fingerprint_changed(said) is None
-
-
-def _indexes(offsets: Path, corpus: Path) -> bool:
-    """Whether the offsets index at ``offsets`` indexes ``corpus`` as it is now: a second
-    ``--corpus`` into one ``--out`` benched the first corpus's index, nothing said, and an
-    edited corpus failed the cell as a stale index (a review's repros)."""
-    try:
-        said = json.loads((offsets / "meta.json").read_text()).get("source")
-    except (OSError, ValueError, AttributeError):
-        return False
-    return _same_source(said, corpus)
 
 
 def prepare(
@@ -186,7 +174,7 @@ def prepare(
     if tokenizer is None:
         tok_path = work / "tokenizer" / "tokenizer.json"
         trained_on = tok_path.parent / "trained_on.json"  # the corpus it was trained on
-        if not (tok_path.is_file() and _of(trained_on, corpus)):
+        if not (tok_path.is_file() and _records(trained_on, corpus)):
             texts = [r.text for _, r in zip(range(20_000), read_records(corpus))]
             save_tokenizer(train_tokenizer(texts, "wordpiece", 8000), tok_path)
             trained_on.write_text(json.dumps(fingerprint(corpus)))
@@ -202,7 +190,7 @@ def prepare(
             raise ValueError("strategy 'remote' reads the packed store from --remote URL")
         _publish(packed, remote)
     offsets = work / "offsets"
-    if "offsets" in strategies and not _indexes(offsets, corpus):
+    if "offsets" in strategies and not _records(offsets / "meta.json", corpus, "source"):
         OffsetStore.build(corpus, offsets)  # (another --corpus's, or this one's before an edit)
     irds_tsv = None
     if "irds" in strategies:
