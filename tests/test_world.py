@@ -207,3 +207,23 @@ def test_numpy_ints_of_a_world_become_python_ints() -> None:
     json.dumps({"rank": world.rank, "node": world.node_rank})
     assert world.with_worker(np.int64(1), np.int64(2)).worker_id == 1
     assert type(world.with_worker(np.int64(1), np.int64(2)).num_workers) is int
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "2"},
+         "LOCAL_RANK=3 and LOCAL_WORLD_SIZE=2"),
+        ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+          "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "1"},
+         "OMPI_COMM_WORLD_LOCAL_RANK=1 and OMPI_COMM_WORLD_LOCAL_SIZE=1"),
+    ],
+)  # fmt: skip
+def test_a_local_rank_past_the_local_size_is_refused_naming_both(
+    env: dict[str, str], names: str
+) -> None:
+    """A launcher's local rank at or past its local size (a hand-written job script) was taken
+    as a node of ``local_rank + 1`` processes, with nothing said: the node cache's cap was
+    shared among ranks that do not exist (a review's find)."""
+    with pytest.raises(ValueError, match=names):
+        from_environment(env)

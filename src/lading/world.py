@@ -239,6 +239,13 @@ def from_environment(env: Mapping[str, str]) -> World:
             local = _int(env, local_var, rank) if local_var else rank
             local_size = _int(env, local_size_var, size) if local_size_var else size
             node = _int(env, node_var, -1) if node_var else -1
+            if local_var and local_size_var and not 0 <= local < local_size:
+                raise ValueError(
+                    f"{local_var}={local} and {local_size_var}={local_size}: a local rank is "
+                    f"in [0, {local_size}) on a node of {local_size} processes; set both "
+                    "as the launcher gives them (or leave both out: the job is then taken "
+                    "as one node)"
+                )
         if node < 0:
             node = 0 if local_size >= size else -1  # one node: node 0; else unknown
         return _world(name, rank, size, local, local_size, node)
