@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -82,15 +83,17 @@ class Deadline:
         return (self.retries + 1) * self.timeout + self.backoff * 1.5 * (2**self.retries)
 
     def gave_up(self, what: str, endpoint: str, last: BaseException | None, note: str = "") -> str:
-        """The one line of a call that failed every attempt: what, where, the setting, the fix."""
+        """The one line of a call that failed every attempt: what, where, the setting, the fix
+        (a longer timeout only where the last attempt timed out: a refused connection or an
+        unknown host is not helped by waiting longer)."""
         timed_out = isinstance(last, (asyncio.TimeoutError, concurrent.futures.TimeoutError))
-        first = (str(last).strip().splitlines() or [type(last).__name__])[0][:300]
-        reason = "timed out" if timed_out else first
+        reason = "timed out" if timed_out else failure(last)
+        fix = ", or raise the timeout" if timed_out or "timed out" in reason else " at that address"
         return (
             f"{what} (endpoint {endpoint or 'the default endpoint'}) failed {self.retries + 1} "
             f"times, each allowed {self.timeout:g}s (timeout= or ${TIMEOUT_ENV}; "
             f"retries={self.retries}); last: {reason}. Check that the endpoint is up and "
-            f"reachable, or raise the timeout{note}"
+            f"reachable{fix}{note}"
         )
 
     def no_answer(self, what: str, endpoint: str, attempt: int) -> None:
@@ -112,3 +115,15 @@ class Deadline:
             file=sys.stderr,
             flush=True,
         )
+
+
+def failure(error: BaseException | None) -> str:
+    """The first line of ``error`` (at most 300 characters), with the operating system's
+    reason where a client's debug dump holds it further down: obstore says "error sending
+    request" and, 20 lines below, ``message: "Connection refused"``."""
+    text = str(error).strip() if error is not None else ""
+    first = (text.splitlines() or [type(error).__name__])[0][:300]
+    found = re.findall(r'message: "([^"\n]{1,120})"', text)
+    if found and found[-1] not in first:
+        first += f" ({found[-1]})"
+    return first

@@ -244,3 +244,32 @@ def test_an_unreachable_host_of_another_scheme_is_a_remote_error(
     message = str(caught.value)
     assert "ftp://nohost.invalid/st" in message and "nohost.invalid" in message, message
     assert isinstance(caught.value.__cause__ or caught.value.__context__, socket.gaierror)
+
+
+@pytest.mark.parametrize("backend", ["obstore", "fsspec"])
+def test_a_refused_connection_says_so_and_offers_no_longer_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """A port nothing listens on is refused at once: the error named obstore's "error sending
+    request" only (the reason was 20 lines down its debug dump), and advised a longer
+    timeout, which cannot help (a review's find)."""
+    pytest.importorskip(backend if backend == "obstore" else "s3fs")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("LADING_REMOTE_TIMEOUT", "2")
+    from lading.stores.remote.store import open_remote
+
+    with pytest.raises(lading.RemoteError) as caught:
+        open_remote("s3://refused/st", cache=tmp_path / "c", cache_bytes="1M", backend=backend)
+    message = str(caught.value)
+    assert "raise the timeout" not in message and "reachable at that address" in message, message
+    if backend == "obstore":
+        assert "Connection refused" in message, message
+
+
+def test_a_call_that_timed_out_is_offered_a_longer_timeout() -> None:
+    from lading.deadline import Deadline
+
+    said = Deadline(2.0, 1).gave_up("GET s3://b/k", "http://e", asyncio.TimeoutError())
+    assert "last: timed out" in said and "or raise the timeout" in said, said

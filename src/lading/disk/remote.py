@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from lading.deadline import DEFAULT_RETRIES, Deadline, remote_timeout
+from lading.deadline import DEFAULT_RETRIES, Deadline, failure, remote_timeout
 from lading.errors import (
     RemoteAccessError,
     RemoteChangedError,
@@ -395,5 +395,7 @@ class RemoteDir:
 
 
 def first_line(error: BaseException) -> str:
-    """An error's first line (300 characters at most; its type's name where it says nothing)."""
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    """An error's first line (300 characters at most; its type's name where it says nothing),
+    with the operating system's reason where a client's debug dump holds it further down
+    (:func:`lading.deadline.failure`)."""
+    return failure(error)
