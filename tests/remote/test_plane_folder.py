@@ -243,12 +243,36 @@ def test_another_users_folder_is_refused_naming_the_fix(
     folder.mkdir()
     real = os.access
     monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != folder and real(p, mode))
+    mine = folder.stat().st_uid
+    monkeypatch.setattr(os, "geteuid", lambda: mine + 1)  # (this user: another than its owner)
     with pytest.raises(CacheFolderError) as refused:
         node_of(folder, 1 << 20)
     text = str(refused.value)
     assert (
         str(folder) in text and "belongs to" in text and "chmod 2775" in text and "\n" not in text
     )
+
+
+def test_a_folder_of_ones_own_made_read_only_is_refused_naming_its_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This user's own folder with its write bit off (``chmod 555``) was called another
+    user's, and the fix offered was a folder of one's own or a group's (a review's find): it
+    names the mode and ``chmod u+w`` now."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    folder.chmod(0o555)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != folder and real(p, mode))
+    monkeypatch.setattr(os, "geteuid", lambda: folder.stat().st_uid)
+    try:
+        with pytest.raises(CacheFolderError) as refused:
+            node_of(folder, 1 << 20)
+    finally:
+        folder.chmod(0o755)
+    text = str(refused.value)
+    assert str(folder) in text and "yours" in text and "chmod u+rwx" in text, text
+    assert "belongs to" not in text and "0o555" in text and "\n" not in text, text
 
 
 def test_a_group_folder_makes_group_writable_files(tmp_path: Path) -> None:

@@ -83,8 +83,17 @@ def _read_only(path: Path) -> bool:
 
 
 def not_writable(directory: Path) -> CacheFolderError:
-    """The error of a cache folder this user may not write: its owner, and the fix."""
-    uid = directory.stat().st_uid
+    """The error of a cache folder this user may not write: its owner, and the fix (this
+    user's own folder with its write bit off: its mode and ``chmod u+rwx``)."""
+    found = directory.stat()
+    uid = found.st_uid
+    if uid == os.geteuid():
+        return CacheFolderError(
+            f"{directory}: this node cache folder is yours, but its mode "
+            f"({oct(stat.S_IMODE(found.st_mode))}) does not let you write in it; make it "
+            f"writable (chmod u+rwx {directory}) or give another folder (cache=, or "
+            "$LADING_CACHE)"
+        )
     try:
         import pwd
 
