@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 import pytest
 
 from conftest import word_corpus, word_tokenizer, write
 from lading.errors import EmptyEpochError
-from lading.lm import LanguageModelLoader, Streams, TokenCorpus, Windows
+from lading.lm import LanguageModelLoader, Streams, TokenCorpus, TokenMixture, Windows
 from lading.lm.texts import iter_texts
 from lading.world import World
 
@@ -149,3 +150,23 @@ def test_an_empty_text_is_left_out_and_counted_not_a_document_of_eos_alone(
             TokenCorpus.build_shard(source, tmp_path / "s", (i, 2), tokenizer, progress=False)
     merged = TokenCorpus.merge(tmp_path / "s")
     assert merged.content_id == corpus.content_id and len(merged) == 2
+
+
+def test_a_mixture_of_members_ending_their_documents_otherwise_is_warned(
+    tmp_path: Path,
+) -> None:
+    """A member built without an end-of-text token beside one built with it mixed without a
+    word: the model learns document ends from one member only (a review's find)."""
+    words = ["alpha", "beta", "gamma"]
+    tok = word_tokenizer(words, tmp_path / "tok.json")
+    src = write(
+        tmp_path / "a.jsonl", "".join(f'{{"text": "alpha beta gamma {i}"}}\n' for i in range(8))
+    )
+    with_end = TokenCorpus.build(src, tmp_path / "with", tok, progress=False)
+    without = TokenCorpus.build(src, tmp_path / "without", tok, append_eos=False, progress=False)
+    with pytest.warns(UserWarning, match=r"end their documents otherwise.*has none.*--no-eos"):
+        TokenMixture({with_end: 0.5, without: 0.5})
+    also = TokenCorpus.build(src, tmp_path / "also", tok, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # members that agree: nothing said
+        TokenMixture({with_end: 0.5, also: 0.5})

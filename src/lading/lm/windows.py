@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import numbers
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -153,6 +154,7 @@ class TokenMixture:
                 self.corpora.append(c)
             _refuse_twice([where_of(c) for c in self.corpora], list(weights.values()))
             _refuse_other_ids(self.corpora)
+            _warn_other_ends(self.corpora)
         except BaseException:
             for corpus in opened:  # (what the caller passed open stays theirs)
                 corpus.close()
@@ -228,6 +230,31 @@ def _refuse_other_ids(corpora: list[TokenCorpus]) -> None:
             f"({why}): their ids mean other tokens; build every corpus of a mixture with the "
             f"same tokenizer"
         )
+
+
+def _warn_other_ends(corpora: list[TokenCorpus]) -> None:
+    """Warn where the members end their documents otherwise: one built without an
+    end-of-text token (``append_eos=False``, ``lading lm build --no-eos``) beside one built
+    with it, or two with other ids. A model trained on the mixture then learns document ends
+    from some members only, and a window of the other runs from one document into the next
+    with nothing between; said once, naming both members and the fix."""
+    first = corpora[0]
+    for other in corpora[1:]:
+        if other.eos_id == first.eos_id:
+            continue
+        said = [
+            f"{where_of(c)} "
+            + ("has none" if c.eos_id is None else f"ends them with id {c.eos_id}")
+            for c in (first, other)
+        ]
+        warnings.warn(
+            f"TokenMixture: its members end their documents otherwise ({said[0]}, {said[1]}): "
+            "a model trained on it learns where a document ends from some members only; "
+            "build every member with the same end-of-text token (append_eos=, --no-eos)",
+            UserWarning,
+            stacklevel=3,
+        )
+        return
 
 
 def _sha(corpus: TokenCorpus) -> str | None:
