@@ -68,6 +68,14 @@ def test_missing_tab_names_file_and_line(tmp_path: Path) -> None:
         ids_texts(path)
 
 
+def test_a_txt_file_of_texts_alone_is_told_how_it_is_read(tmp_path: Path) -> None:
+    """``lading build docs.txt`` of one text a line said "expected <id>\\t<text>, found no
+    tab", no word of why a .txt is a TSV nor what to do (a review's find)."""
+    path = write(tmp_path / "docs.txt", "The first document.\nThe second.\n")
+    with pytest.raises(SourceError, match=r"line 1 of .*docs\.txt: .*found no tab: .*\.txt.*an id"):
+        ids_texts(path)
+
+
 def test_invalid_utf8_raises_or_is_skipped_and_counted(tmp_path: Path) -> None:
     path = write(tmp_path / "c.tsv", b"1\tok\n2\tbad \xff byte\n3\tok too\n")
     with pytest.raises(SourceError, match=r"line 2 .*invalid UTF-8 at byte 6"):

@@ -314,7 +314,11 @@ def make_tsv_parser(options: ParseOptions) -> Parser:
         if simple:
             doc_id, sep, rest = line.partition("\t")
             if not sep:
-                raise RecordError(f'expected "{expected}", found no tab')
+                raise RecordError(
+                    f'expected "{expected}", found no tab: a line of a TSV (or .txt) file is '
+                    "an id, a tab and the text (a file of texts alone: give each line an id, "
+                    "e.g. its line number, or write JSONL with an id field)"
+                )
             if "\t" not in rest:
                 if len(rest) <= HEADER_NAME_BYTES and is_header([doc_id, rest], columns):
                     raise _header_line([doc_id, rest])
