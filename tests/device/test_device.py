@@ -631,3 +631,22 @@ def test_batches_arrive_on_a_device_other_than_cuda(depth: int | None) -> None:
     assert len(got) == 3
     assert {t.device.type for b in got for t in (b["ids"], b["x"])} == {"meta"}
     assert [b["n"] for b in got] == [2, 2, 2]
+
+
+@pytest.mark.parametrize("depth", [0, 2])
+def test_a_pass_read_on_after_its_with_block_says_the_block_closed_it(depth: int) -> None:
+    """A pass read on after ``with prefetcher:`` ended: with batches pulled ahead it said that
+    close() moved it on and to finish one pass before starting another (a review's find);
+    it names the block now, and without batches ahead the loader's own closed error says it."""
+    from lading.errors import LoaderClosedError, PassEndedError
+
+    pre = DevicePrefetcher(lading.loader(list(range(40)), 4, collate_fn=list), "cpu", depth)
+    with pre:
+        training = iter(pre)
+        next(training)
+        next(training)
+    with pytest.raises((PassEndedError, LoaderClosedError)) as ended:
+        next(training)
+    said = str(ended.value)
+    assert "the end of its with block closed it" in said or "nothing is read after close()" in said
+    assert "one pass at a time" not in said, said

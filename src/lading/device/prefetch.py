@@ -32,6 +32,8 @@ from lading.device.check import check_cuda
 from lading.errors import PassEndedError
 from lading.loading.resumable import Resumable
 
+_CLOSED = "the end of its with block"  # what moved a pass on at __exit__
+
 
 class _InFlight(NamedTuple):
     """A batch pulled from the loader: its copy on the device, the loader's state after it, the
@@ -205,7 +207,7 @@ class DevicePrefetcher:
 
     def __exit__(self, *exc: object) -> None:
         """Close the loader (its threads and files) where it has a ``close``."""
-        self._drop("close()")
+        self._drop(_CLOSED)
         close = getattr(self.loader, "close", None)
         if callable(close):
             close()
@@ -297,6 +299,12 @@ class DevicePrefetcher:
         return item.batch
 
     def _ended_error(self, handed: int) -> PassEndedError:
+        if self._left_by == _CLOSED:
+            return PassEndedError(
+                f"this pass of DevicePrefetcher was read on after {_CLOSED} closed it (and its "
+                f"loader): it ended after its batch {handed}, batches left. Read the pass "
+                "inside the block"
+            )
         return PassEndedError(
             f"this pass of DevicePrefetcher was read on after {self._left_by} moved it on: it "
             f"ended after its batch {handed}, batches left. A loader reads one pass at a time; "
