@@ -186,7 +186,7 @@ def test_a_cell_that_fails_makes_the_run_exit_1_naming_it(
     [cell] = results["cells"]
     assert cell["status"] == "error" and "group_size" in cell["reason"]
     err = capsys.readouterr().err
-    assert "1 of 1 cells failed" in err and "packed" in err and "group_size" in err, err
+    assert "1 of 1 cell failed" in err and "packed" in err and "group_size" in err, err
     assert "Cells that did not run to the end" in (tmp_path / "out" / "report.md").read_text()
 
 

@@ -22,9 +22,10 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TextIO
 
 import psutil
 
@@ -41,6 +42,7 @@ from lading.bench.peers import PEER_STRATEGIES, open_peer, preload
 from lading.bench.stats import load_average
 
 MODES: tuple[str, ...] = ("loader", "train")
+DEAD_RANK_GRACE_S = 2.0  # what a dead rank put before it died: waited for this long at most
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,24 @@ def collator_for(strategy: str, store: Any, tokenizer: Any, settings: Settings) 
 def rank_main(
     rank: int, cell: Cell, settings: Settings, data: BenchData, env: dict[str, str], out: Any
 ) -> None:
-    """Entry point of one rank (spawned), joining its cell's group through ``env``.
+    """Entry point of one rank (spawned), joining its cell's group through ``env``
+    (:func:`serve_rank` reports what it measured, or its error, and its warnings)."""
+
+    def work() -> dict[str, float]:
+        quiet_ir_datasets()
+        os.environ.update(env)  # ddp.setup joins the group from these
+        return _run_rank(cell, settings, data)
+
+    serve_rank(rank, out, work)
+
+
+def serve_rank(rank: int, out: Any, work: Callable[[], dict[str, float]]) -> None:
+    """Run ``work`` in a rank process and put its report in ``out``: ``(rank, "ok", result)``
+    or ``(rank, "error", traceback)``, after a ``(rank, "warning", text)`` for each distinct
+    warning it raised, sent when raised (a rank that dies later has its warnings told). The
+    bench shows each once, however many cells and ranks raise it (:mod:`lading.bench.warned`):
+    every rank of every cell building the same groups printed the same warnings, 72 times
+    on one grid.
 
     Once its report is in the pipe the rank leaves with ``os._exit``: tearing down torch at
     interpreter exit costs ~1 s per process on a busy 2-core machine, 24 times in the quick
@@ -179,17 +198,47 @@ def rank_main(
     from tqdm import tqdm
 
     tqdm.set_lock(threading.RLock())
-    try:
-        quiet_ir_datasets()
-        os.environ.update(env)  # ddp.setup joins the group from these
-        out.put((rank, "ok", _run_rank(cell, settings, data)))
-    except BaseException:
-        out.put((rank, "error", traceback.format_exc()))
+    with warnings_to(lambda text: out.put((rank, "warning", text))):
+        try:
+            out.put((rank, "ok", work()))
+        except BaseException:
+            out.put((rank, "error", traceback.format_exc()))
     out.close()
     out.join_thread()  # the report has left this process
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+@contextlib.contextmanager
+def warnings_to(send: Callable[[str], None]) -> Iterator[None]:
+    """Send the warnings this process shows to ``send``, each distinct one once, as the text
+    Python would print (``file:line: Category: message`` and the source line), instead of
+    printing them; the filters still decide what is shown. A process forked inside (a
+    DataLoader worker) prints its own warnings as before: it must not write to the rank's
+    queue, which a worker killed mid-write would leave locked."""
+    pid, sent = os.getpid(), set()
+    with warnings.catch_warnings():
+        show = warnings.showwarning
+
+        def to_send(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: TextIO | None = None,
+            line: str | None = None,
+        ) -> None:
+            if os.getpid() != pid:
+                show(message, category, filename, lineno, file, line)
+                return
+            text = warnings.formatwarning(message, category, filename, lineno, line)
+            if text not in sent:
+                sent.add(text)
+                send(text)
+
+        warnings.showwarning = to_send
+        yield
 
 
 def _train_parts(cell: Cell, settings: Settings, vocab: int, device: Any) -> tuple[Any, Any, Any]:
@@ -341,6 +390,8 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
     monitor: MemoryMonitor | None = None
     results: dict[int, Any] = {}
     errors: list[str] = []
+    warned: list[str] = []  # the ranks' distinct warnings, in the order raised
+    died_at = 0.0  # when a rank was first seen dead
     deadline = time.monotonic() + settings.timeout_s
     try:  # (from the start: the ranks ignore Ctrl-C, so they go with the parent on any exit)
         monitor = MemoryMonitor(pids, budget=budget, on_budget=lambda: kill_tree(pids)).start()
@@ -348,10 +399,16 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
             try:
                 rank, status, value = out.get(timeout=0.5)
             except Exception:  # queue.Empty: check whether a rank died without reporting
-                if any(p.exitcode not in (None, 0) for p in procs) and not out.qsize():
-                    break
+                if any(p.exitcode not in (None, 0) for p in procs):
+                    # what it put arrives within a moment; a rank killed right after a put
+                    # (a warning) counts it in qsize() but never sends it
+                    died_at = died_at or time.monotonic()
+                    if not out.qsize() or time.monotonic() - died_at > DEAD_RANK_GRACE_S:
+                        break
                 continue
-            if status == "ok":
+            if status == "warning":
+                warned.append(value)
+            elif status == "ok":
                 results[rank] = value
             else:
                 errors.append(value)
@@ -377,7 +434,13 @@ def run_cell(cell: Cell, settings: Settings, data: BenchData, budget: int | None
         exits,
         settings.timeout_s if timed_out else None,
     )
-    return {**record, "load1": load1, "cpus": os.cpu_count()}
+    return {**record, "load1": load1, "cpus": os.cpu_count(), **_warnings(warned)}
+
+
+def _warnings(texts: list[str]) -> dict[str, Any]:
+    """A record's ``warnings`` (its ranks' distinct warnings, which the grid shows once and
+    takes out of the record), absent without any."""
+    return {"warnings": list(dict.fromkeys(texts))} if texts else {}
 
 
 def finish(procs: list[Any], pids: list[int], grace_s: float = 10.0) -> None:

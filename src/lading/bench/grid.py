@@ -5,7 +5,9 @@ pinned memory and a RAM disk at world size 1. A cell whose anonymous memory, ext
 the same strategy at smaller world sizes (per-rank cost x ranks), would pass the budget is
 recorded as OOM without being run; one that passes it while running is stopped and recorded.
 Every cell runs ``repeats`` times, in rounds over the grid; results are written after every
-run, so an interrupted grid keeps what it measured.
+run, so an interrupted grid keeps what it measured. The cells' warnings are shown once each
+(:mod:`lading.bench.warned`), and kept in ``results["warnings"]`` with the cells that raised
+them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from lading.bench.data import BenchData, to_ramdisk
 from lading.bench.launched import Coordinators
 from lading.bench.results import keep_earlier, new_results, write_results
 from lading.bench.stats import load_average, merge_repeats
+from lading.bench.warned import CellWarnings
 
 
 @dataclass
@@ -136,6 +139,7 @@ def run_grid(
                 flush=True,
             )
     repeats = max(1, settings.repeats)
+    warned = CellWarnings(len(cells))  # the cells' warnings, each shown once
     bar = tqdm(total=len(cells) * repeats, desc="lading bench", unit="run", disable=not leader)
     try:
         for repeat in range(repeats):
@@ -145,6 +149,11 @@ def run_grid(
                     bar.update(1)
                     continue
                 record = _one(cell, settings, data, options, results["cells"], coordinators)
+                for line in warned.add(cell.label(), record.pop("warnings", [])):
+                    if leader:  # above the bar, which is drawn again below
+                        bar.write(line, file=sys.stderr)
+                if warned.as_json():
+                    results["warnings"] = warned.as_json()
                 runs[i].append(record)
                 load["cells"].append(record.get("load1", load_average()))
                 results["cells"] = [merge_repeats(r) for r in runs if r]
@@ -162,6 +171,9 @@ def run_grid(
             write_results(results, out)
         raise GridInterrupted(done, len(cells) * repeats) from None
     bar.close()
+    if leader:
+        for line in warned.summary():
+            print(line, file=sys.stderr, flush=True)
     load["after"] = load_average()
     results["finished"] = _now()
     if leader:

@@ -124,11 +124,14 @@ class Coordinators:
         monitor = MemoryMonitor(pids, budget=share, on_budget=lambda: kill_tree(pids)).start()
         result: dict[str, float] | None = None
         error: str | None = None
+        warned: list[str] = []
         deadline = time.monotonic() + settings.timeout_s
         while True:
             try:
                 _, status, value = out.get(timeout=POLL_S)
-                if status == "ok":
+                if status == "warning":  # shown once by the leader, however many ranks raise it
+                    warned.append(value)
+                elif status == "ok":
                     result = value
                 else:
                     error = value
@@ -163,6 +166,7 @@ class Coordinators:
             "timeout_s": settings.timeout_s,
             "load1": load1,
             "cpus": os.cpu_count(),
+            "warnings": warned,
         }
         reports: list[Any] = [None] * self.world.world_size
         dist.all_gather_object(reports, mine)
@@ -186,6 +190,9 @@ def launched_record(cell: Cell, reports: list[dict[str, Any]]) -> dict[str, Any]
     record = cell_record(cell, results, errors, memory, over, exits, timeout_s)
     record["nodes"] = len({r["node"] for r in reports})
     record["hosts"] = sorted({r["host"] for r in reports})
+    warned = [text for r in reports for text in r.get("warnings", [])]
+    if warned:  # every rank's, each once: the grid shows them and takes them out
+        record["warnings"] = list(dict.fromkeys(warned))
     # the load the cell started at, as the one-machine bench records it: the busiest host's
     # (the highest load per CPU), which the rankings' band is widened for (stats.cell_load)
     loads = [r for r in reports if r.get("load1") is not None]

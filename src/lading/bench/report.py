@@ -21,6 +21,7 @@ from lading.bench.stats import (
     spread_of,
 )
 from lading.bench.synthetic import KEEP_AT_MOST
+from lading.bench.words import counted, times
 
 MiB = 2**20
 
@@ -87,13 +88,25 @@ def _times_run(results: dict[str, Any]) -> str:
     how far it got and the repeats the cells have."""
     asked, cut = results["settings"]["repeats"], results.get("interrupted")
     if not cut:
-        return f"Each cell ran {asked} times"
+        return f"Each cell ran {times(asked)}"
     ran = sorted({len(c.get("repeats") or [None]) for c in results["cells"]})
-    times = f"{ran[0]}" if len(ran) == 1 else f"{ran[0]}-{ran[-1]}"
+    ran_text = times(ran[0]) if len(ran) == 1 else f"{ran[0]}-{ran[-1]} times"
     return (
-        f"**Interrupted after {cut['runs']} of {cut['of']} runs**: each cell was to run {asked} "
-        f"times; the cells here ran {times} time(s) (a cell not reached is absent)"
+        f"**Interrupted after {cut['runs']} of {counted(cut['of'], 'run')}**: each cell was to "
+        f"run {times(asked)}; the cells here ran {ran_text} (a cell not reached is absent)"
     )
+
+
+def _count(n: Any, noun: str, plural: str | None = None) -> str:
+    """:func:`counted` where ``n`` is a count; what a results file holds instead (``?``, a
+    missing figure) as it is, before the plural."""
+    if isinstance(n, int) and not isinstance(n, bool):
+        return counted(n, noun, plural)
+    return f"{n} {plural or noun + 's'}"
+
+
+def _processes(w: int) -> str:
+    return counted(w, "process", "processes")
 
 
 def measurement_lines(results: dict[str, Any]) -> list[str]:
@@ -102,8 +115,9 @@ def measurement_lines(results: dict[str, Any]) -> list[str]:
     if load is None:  # schema 1: one run per cell, a window of steps
         return [
             "",
-            f"One run per cell, {settings.get('steps')} timed steps after "
-            f"{settings.get('warmup')} warm-up steps: no repeats, no spread; rank nothing on it.",
+            f"One run per cell, {_count(settings.get('steps'), 'timed step')} after "
+            f"{_count(settings.get('warmup'), 'warm-up step')}: no repeats, no spread; rank "
+            "nothing on it.",
         ]
     lines = [
         "",
@@ -111,13 +125,14 @@ def measurement_lines(results: dict[str, Any]) -> list[str]:
         "",
         f"{_times_run(results)}, in rounds over the whole grid (so a change "
         "of load hits every strategy alike), each time in fresh processes: "
-        f"{settings['warmup']} untimed warm-up steps, then a timed window of "
-        f"{settings['seconds']:g} s (at least {settings['steps']} steps). Figures are the median "
+        f"{_count(settings['warmup'], 'untimed warm-up step')}, then a timed window of "
+        f"{settings['seconds']:g} s (at least {_count(settings['steps'], 'step')}). Figures are "
+        "the median "
         "of the repeats, in brackets their range (min-max) in this run; runs repeated back to "
         "back drift more than one run's repeats spread (benchmarks/RESULTS.md, 'Bench "
         f"stability'): read a median to the +-{NOISE_FLOOR:.0%} the rankings use. "
         "Load average (1 min) on "
-        f"{load['cpus']} CPUs: {load['before']:.2f} before, "
+        f"{_count(load['cpus'], 'CPU')}: {load['before']:.2f} before, "
         f"{min(load['cells'] or [0]):.2f}-{max(load['cells'] or [0]):.2f} as cells started, "
         f"{load.get('after', float('nan')):.2f} after; run {results.get('started', '?')} to "
         f"{results.get('finished', '?')}.",
@@ -173,7 +188,7 @@ def _memory_table(cells: list[dict[str, Any]], sizes: list[int]) -> list[str]:
         "",
         "A copy per rank grows with the processes; a store shared through the page cache does not.",
         "",
-        "| strategy | " + " | ".join(f"{w} process{'es' if w > 1 else ''}" for w in sizes) + " |",
+        "| strategy | " + " | ".join(_processes(w) for w in sizes) + " |",
         "|---|" + "---:|" * len(sizes),
     ]
     for s in strategies:
@@ -189,8 +204,9 @@ def batch_line(results: dict[str, Any]) -> str:
     """The batch each step took and, with train cells, the model and its precision."""
     st = results.get("settings", {})
     line = (
-        f"Batches: {st.get('batch_size', '?')} groups x {st.get('group_size', '?')} documents "
-        f"per rank, max length {st.get('max_length', '?')}."
+        f"Batches: {_count(st.get('batch_size', '?'), 'group')} x "
+        f"{_count(st.get('group_size', '?'), 'document')} per rank, max length "
+        f"{st.get('max_length', '?')}."
     )
     if "train" in results.get("options", {}).get("modes", []):
         line += f" Model: {st.get('model', '?')}, {st.get('precision', 'fp32')}."
@@ -204,13 +220,14 @@ def render_markdown(results: dict[str, Any]) -> str:
     strategies = list(dict.fromkeys(c["strategy"] for c in cells))
     corpus = results["corpus"]
     docs = corpus.get("documents")  # counted from the packed store, when the grid built one
-    counted = f"{docs:,} documents" if isinstance(docs, int) else "documents not counted"
+    documents = counted(docs, "document") if isinstance(docs, int) else "documents not counted"
     lines = [
         "# lading bench",
         "",
-        f"Corpus: {counted} ({corpus.get('name', '?')}), "
+        f"Corpus: {documents} ({corpus.get('name', '?')}), "
         f"text {corpus.get('text_bytes', 0) / MiB:,.0f} MiB. Machine: "
-        f"{results['machine']['cpus']} CPUs, GPUs: {results['machine']['gpus'] or 'none'}, "
+        f"{_count(results['machine']['cpus'], 'CPU')}, "
+        f"GPUs: {results['machine']['gpus'] or 'none'}, "
         f"torch {results['machine']['torch']}. {batch_line(results)} Samples/s count the whole "
         f"loop, summed over ranks, after warm-up ({what_is_timed(results)}); memory is the peak "
         "over all ranks and DataLoader workers together (anonymous memory: what each copy "
@@ -237,7 +254,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             f"## {mode} mode",
             "",
             "| strategy | documents live in | tokenized | "
-            + " | ".join(f"{w} process{'es' if w > 1 else ''}" for w in sizes)
+            + " | ".join(_processes(w) for w in sizes)
             + " |",
             "|---|---|---|" + "---:|" * len(sizes),
         ]
@@ -253,7 +270,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     if variants:
         lines += [
             "",
-            "## Workers, pinned memory, RAM disk (1 process, loader mode)",
+            f"## Workers, pinned memory, RAM disk ({_variant_processes(variants)}, loader mode)",
             "",
             "| strategy | documents live in | tokenized | workers | pin memory | RAM disk "
             "| result |",
@@ -267,6 +284,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             )
     lines += ranking_lines(results, cells)
     lines += efficiency_markdown(cells)
+    lines += warning_lines(results)
     problems = [c for c in results["cells"] if c["status"] != "ok"]
     if problems:
         lines += ["", "## Cells that did not run to the end", ""]
@@ -279,13 +297,36 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def warning_lines(results: dict[str, Any]) -> list[str]:
+    """The warnings the cells raised (``results["warnings"]``), each once, with how many of
+    the grid's cells raised it; none without warnings."""
+    found = results.get("warnings") or []
+    if not found:
+        return []
+    lines = ["", "## Warnings the cells raised", ""]
+    for w in found:
+        raised = f"{len(w['cells'])} of {counted(len(results['cells']), 'cell')}"
+        text = "\n".join(f"    {line}" for line in str(w["warning"]).splitlines())
+        lines += [f"Raised in {raised}:", "", text, ""]
+    return lines[:-1]
+
+
+def _variant_processes(variants: list[dict[str, Any]]) -> str:
+    """The world size the variants ran at (1; a launched bench: all its processes)."""
+    sizes = sorted({c["world_size"] for c in variants})
+    if len(sizes) == 1:
+        return _processes(sizes[0])
+    return f"{'/'.join(map(str, sizes))} processes"
+
+
 def _launch_lines(launch: dict[str, Any] | None, cells: list[dict[str, Any]]) -> list[str]:
     """For a launched bench: how many processes on how many nodes, and memory per node."""
     if not launch:
         return []
     lines = [
         "",
-        f"Launched by {launch['launcher']}: {launch['world_size']} processes, "
+        f"Launched by {launch['launcher']}: "
+        f"{_count(launch['world_size'], 'process', 'processes')}, "
         f"{launch['processes_per_node']} per node; memory per node is the sum of its ranks' "
         "peaks (an upper bound of the node's peak).",
         "",
@@ -328,7 +369,7 @@ def efficiency_markdown(cells: list[dict[str, Any]]) -> list[str]:
         "waiting for batches; H2D: bytes per step that reach the device (on a CPU nothing is "
         "copied: the bytes the step reads).",
         "",
-        "| strategy | " + " | ".join(f"{w} process{'es' if w > 1 else ''}" for w in sizes) + " |",
+        "| strategy | " + " | ".join(_processes(w) for w in sizes) + " |",
         "|---|" + "---:|" * len(sizes),
     ]
     for strategy in dict.fromkeys(c["strategy"] for c in rated):

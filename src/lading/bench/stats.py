@@ -18,6 +18,8 @@ import statistics
 from itertools import combinations
 from typing import Any, NamedTuple
 
+from lading.bench.words import counted
+
 # the resolution of a ranking: every range is widened to at least this share of its median
 # on either side before two are compared. With 3 repeats, two cells drawn from one distribution
 # have disjoint min-max ranges 1 time in 10 (2 of the 20 orders of 6 draws), so the ranges
@@ -111,7 +113,7 @@ class Ranking(NamedTuple):
         a, b = self.first_spread, self.second_spread
         unit = UNITS.get(self.key, self.key)
         ranges = f"{_range(a)} vs {_range(b)} {unit}"
-        at = f"load {self.load:.1f} on {self.cpus} CPUs" if self.load is not None else ""
+        at = f"load {self.load:.1f} on {_cpus(self.cpus)}" if self.load is not None else ""
         if not self.decided:
             wide = f" at {at} (band +-{self.band:.0%})" if self.band > NOISE_FLOOR else ""
             verdict = self.why or f"within noise{wide}"
@@ -125,6 +127,11 @@ class Ranking(NamedTuple):
 
 
 UNITS = {"samples_per_s": "samples/s", "samples_per_cpu_s": "samples per CPU-second"}
+
+
+def _cpus(n: Any) -> str:
+    """``1 CPU``, ``4 CPUs`` (``None CPUs`` where a file lacks the count)."""
+    return counted(n, "CPU") if isinstance(n, int) else f"{n} CPUs"
 
 
 def _range(s: Spread) -> str:
@@ -209,7 +216,7 @@ def rankings(
         if s is None:
             continue
         w, load = c["world_size"], cell_load(c)
-        processes = f"{w} process{'es' if w > 1 else ''}"
+        processes = counted(w, "process", "processes")
         groups.setdefault((f"{c['mode']}, {processes}", "strategy"), []).append(
             (c["strategy"], w, s, load)
         )
@@ -243,7 +250,7 @@ def _ranked(
     band = noise_floor(load / cpus if load is not None and cpus else None)
     if band is None:
         why = (
-            f"not decided: the machine was busy (load {load:.1f} on {cpus} CPUs, "
+            f"not decided: the machine was busy (load {load:.1f} on {_cpus(cpus)}, "
             f"{BUSY_CONTENTION:g} a CPU or more)"
         )
         return Ranking(scope, a, b, False, sa, sb, key, why, NOISE_FLOOR, load, cpus)
@@ -251,7 +258,7 @@ def _ranked(
     free = max(free_cpus, 0.0) if free_cpus is not None else None
     if kind == "size" and key == "samples_per_s" and free is not None and max(wa, wb) > free:
         decided = False
-        why = f"not ranked: {max(wa, wb)} processes, {free:.1f} CPUs free"
+        why = f"not ranked: {counted(max(wa, wb), 'process', 'processes')}, {free:.1f} CPUs free"
     return Ranking(scope, a, b, decided, sa, sb, key, why, band, load, cpus)
 
 
@@ -290,7 +297,7 @@ def busy_warning(load: dict[str, Any]) -> str | None:
     before, highest = load.get("before", 0.0), max(load.get("cells", [0.0]) or [0.0])
     reasons = []
     if before >= 0.5 * cpus:
-        reasons.append(f"load average {before:.2f} before the first cell on {cpus} CPUs")
+        reasons.append(f"load average {before:.2f} before the first cell on {_cpus(cpus)}")
     if highest > cpus:
         reasons.append(f"up to {highest:.2f} while cells ran")
     if not reasons:

@@ -302,8 +302,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             if cut.runs
             else "nothing was measured"
         )
+        from lading.bench.words import counted
+
         print(
-            f"lading bench: interrupted after {cut.runs} of {cut.of} runs; {kept}", file=sys.stderr
+            f"lading bench: interrupted after {cut.runs} of {counted(cut.of, 'run')}; {kept}",
+            file=sys.stderr,
         )
         return 130
     print(f"results in {out} (results.json, report.md, *.png)")
@@ -313,15 +316,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _failed_cells(cells: list[dict[str, Any]]) -> int:
     """1 (each failed cell a line on stderr) when a cell ended in an error, else 0: a run
     whose cells failed is no measurement. A cell out of memory is a result, not a failure."""
+    from lading.bench.words import counted
+
     failed = [c for c in cells if c["status"] == "error"]
     if not failed:
         return 0
-    print(f"lading bench: {len(failed)} of {len(cells)} cells failed:", file=sys.stderr)
+    print(f"lading bench: {len(failed)} of {counted(len(cells), 'cell')} failed:", file=sys.stderr)
     for cell in failed:
         reason = str(cell.get("reason", "")).strip().splitlines()
         print(
             f"  {cell['strategy']} x{cell['world_size']} {cell['mode']}, "
-            f"{cell['workers']} workers: {reason[-1] if reason else 'no reason recorded'}",
+            f"{counted(cell['workers'], 'worker')}: "
+            f"{reason[-1] if reason else 'no reason recorded'}",
             file=sys.stderr,
         )
     return 1
