@@ -51,8 +51,8 @@ def routes(
     store: RemoteStore, batches: list[Any], steps: list[int]
 ) -> dict[str, Callable[[], Any]]:
     return {
-        "needs": lambda: Schedule(store._needs(batches, steps, None), steps[0]),
-        "arrays": lambda: Schedule.of_arrays(*store._reads(batches, steps, None), steps[0]),
+        "needs": lambda: Schedule(store._needs(batches, steps, ["text"]), steps[0]),
+        "arrays": lambda: Schedule.of_arrays(*store._reads(batches, steps, ["text"]), steps[0]),
     }
 
 

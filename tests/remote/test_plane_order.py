@@ -224,13 +224,14 @@ def test_a_store_plans_the_reads_its_needs_name(bucket: str, tmp_path: Path) -> 
     gen = np.random.default_rng(7)
     batches = [gen.integers(0, 300, int(gen.integers(0, 9))) for _ in range(40)]
     steps = list(range(500, 540))
-    for columns in (None, ["text"]):
+    for named in (None, ["text"]):  # (None: the columns a plan naming none reads)
+        columns = store._plan_columns(named, store.readers.own)
         got = Schedule.of_arrays(*store._reads(batches, steps, columns), 500)
         want = Schedule(store._needs(batches, steps, columns), 500)
         assert got.needs(0, 1_000) == want.needs(0, 1_000) and want.needs(0, 1_000)
         assert got.objects() == want.objects() and len(got.objects()) >= 2
     with pytest.raises(IndexError, match="out of range"):
-        store._reads([np.array([300])], [1], None)
+        store._reads([np.array([300])], [1], ["text"])
 
 
 def test_the_spans_used_again_are_those_of_runs_read_later(rng: random.Random) -> None:

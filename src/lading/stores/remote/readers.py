@@ -14,6 +14,10 @@ and ``read_ahead``; 1.30x in ``tests/remote/test_plane_readers.py``, 1.00x now).
 from __future__ import annotations
 
 import weakref
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
 
 from lading.remote.cache import NodeCache, Planner
 from lading.remote.cache.around import AroundGets
@@ -21,12 +25,25 @@ from lading.step import current_reader
 from lading.stores.remote.kept import Kept
 
 
+class Asked(NamedTuple):
+    """A plan that named no columns: its batches of rows, the step of each, and the columns
+    planned for it (those the reader had read, else a guess), kept to plan again when the
+    reader's reads name others."""
+
+    batches: list[npt.NDArray[np.int64]]
+    steps: list[int]
+    columns: list[str]
+
+
 class Reader:
     """One loader's plan of a store (a :class:`~lading.remote.cache.Planner`), whether it
     announces its batches (``told``: else reads move the window along the plan), the
     documents its window fetched around the cache for it (``around``), which ranges its plan
     keeps in the cache (``kept``), and whether it reads where it plans (``reads_here``: its
-    window then fetches around the cache)."""
+    window then fetches around the cache). ``columns``: the payload columns its reads named,
+    in order; ``asked``: its last plan that named none; ``announced``: the last step its
+    prefetches named. A plan, a prefetch and a loader's reads come from the loader's one
+    building thread (:mod:`lading.loading.announce`)."""
 
     def __init__(self, cache: NodeCache) -> None:
         self.planner = Planner(cache, once=True)
@@ -34,6 +51,9 @@ class Reader:
         self.around = AroundGets()
         self.kept = Kept()
         self.reads_here = False
+        self.columns: dict[str, None] = {}
+        self.asked: Asked | None = None
+        self.announced = -1
         cache.planners.add(self.around)  # (its rule at a fork: the cache's)
 
 

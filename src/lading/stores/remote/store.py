@@ -44,7 +44,7 @@ from lading.stores.layout import field_column
 from lading.stores.remote.columns import At, Columns
 from lading.stores.remote.kept import KEEP_SHARE, Reads
 from lading.stores.remote.manifest import no_store, parse, payload_files, staged_files
-from lading.stores.remote.readers import Reader, Readers
+from lading.stores.remote.readers import Asked, Reader, Readers
 from lading.world import World
 
 AHEAD = 8  # batches fetched ahead along a plan when no loader announces (a plain loop of reads)
@@ -131,11 +131,19 @@ class RemoteStore(DocStore):
         columns: Sequence[str] | None = None,
     ) -> None:
         """:meth:`prefetch` by row codes; ``columns``: which payload columns (default: those
-        read so far, else ``tokens`` in a tokenized store and ``text`` otherwise)."""
+        this loader's reads named so far, else those of any read of the store, else
+        ``tokens`` in a tokenized store and ``text`` otherwise). Where its reads named other
+        columns since its plan (a collate reading the texts of a tokenized store), the plan
+        is made again for them and the batches already announced are fetched again for the
+        columns they lacked."""
         reader = self.readers.current(hint=True)
         reader.told = True  # a loader announces: reads do not pump the plan themselves
         now = int(first_step) if now is None else int(now)
-        needs = self._needs(batches, range(first_step, first_step + len(batches)), columns)
+        chosen = self._plan_columns(columns, reader)
+        needs = self._replanned(reader, now) if columns is None else []
+        needs += self._needs(batches, range(first_step, first_step + len(batches)), chosen)
+        if len(batches):
+            reader.announced = max(reader.announced, first_step + len(batches) - 1)
         around: list[Need] = []
         if reader.reads_here:
             around, needs = reader.kept.split(needs)
@@ -143,6 +151,21 @@ class RemoteStore(DocStore):
         # (an LM loader's windows: 0.76x the tokens/s)
         reader.planner.prefetch(needs, now)
         self._columns.cache.fetch_around(around, reader.around)
+
+    def _replanned(self, reader: Reader, now: int) -> list[Need]:
+        """Where ``reader``'s reads named other columns than its last plan (which named none:
+        a guess, ``tokens``, and the collate reads ``text``), plan its batches again for them
+        and return the ranges of the new columns of the batches announced from step ``now``
+        on. Reading the texts of a tokenized store through a loader waited 13.0 s where the
+        store without tokens waited 1.95 s: the plan kept, and the window fetched, tokens
+        nobody read (a review's measure)."""
+        asked, read = reader.asked, list(reader.columns)
+        if asked is None or not read or set(read) == set(asked.columns):
+            return []
+        self._plan(reader, asked.batches, asked.steps, None)
+        new = [c for c in read if c not in asked.columns]
+        ahead = [j for j, s in enumerate(asked.steps) if now <= s <= reader.announced]
+        return self._needs([asked.batches[j] for j in ahead], [asked.steps[j] for j in ahead], new)
 
     def settle(self, timeout: float) -> None:
         """Wait, at most ``timeout`` seconds, until the GETs this store's prefetches started
@@ -182,19 +205,32 @@ class RemoteStore(DocStore):
         at = (
             list(steps) if steps is not None else list(range(first_step, first_step + len(batches)))
         )
-        first = at[0] if at else first_step
-        reads = self._reads(batches, at, columns)
-        reader = self.readers.current(hint=True)
+        self._plan(self.readers.current(hint=True), list(batches), at, columns)
+
+    def _plan(
+        self,
+        reader: Reader,
+        batches: list[npt.NDArray[np.int64]],
+        at: list[int],
+        columns: Sequence[str] | None,
+    ) -> None:
+        """``reader``'s plan: ``batches`` read at steps ``at``, of ``columns`` (None: those
+        :meth:`_plan_columns` chooses, kept in ``reader.asked`` to plan again when its reads
+        name others)."""
+        first = at[0] if at else 0
+        chosen = self._plan_columns(columns, reader)
+        reads = self._reads(batches, at, chosen)
         reader.planner.plan(Schedule.of_arrays(*reads, first))
         ranks = max(1, World.detect().local_world_size)  # (the node's ranks share the cap)
         budget = int(self._columns.cache.cap * KEEP_SHARE) // ranks
         reader.kept.plan(reads, first, budget)
+        reader.asked = None if columns is not None else Asked(batches, at, chosen)
 
     def _reads(
         self,
         batches: Sequence[npt.NDArray[np.int64]],
         steps: Sequence[int],
-        columns: Sequence[str] | None,
+        columns: list[str],
     ) -> Reads:
         """The reads of ``batches`` of rows of ``columns`` (batch ``j`` read at ``steps[j]``)
         as arrays ``(keys, obj, starts, ends, steps)`` (read ``i``: ``keys[obj[i]]``): a plan
@@ -210,7 +246,7 @@ class RemoteStore(DocStore):
         at = np.repeat(np.asarray(steps, np.int64), sizes)
         keys: list[str] = []
         parts = []
-        for column in self._plan_columns(columns):
+        for column in columns:
             found = self._columns.reads(column, rows, at)
             parts.append(found._replace(obj=found.obj + len(keys)))
             keys += found.keys
@@ -221,22 +257,24 @@ class RemoteStore(DocStore):
 
         return keys, joined("obj"), joined("starts"), joined("ends"), joined("steps")
 
-    def _plan_columns(self, columns: Sequence[str] | None) -> list[str]:
-        """The columns a plan or prefetch names: ``columns``, else those read so far, else
-        ``tokens`` in a tokenized store and ``text`` otherwise."""
+    def _plan_columns(self, columns: Sequence[str] | None, reader: Reader) -> list[str]:
+        """The columns a plan or prefetch names: ``columns``, else those ``reader``'s reads
+        named, else those any read of this store named, else ``tokens`` in a tokenized
+        store and ``text`` otherwise."""
         if columns is not None:
             return list(columns)
-        return list(self._read_columns) or ["tokens" if self.has_tokens else "text"]
+        found = reader.columns or self._read_columns
+        return list(found) or ["tokens" if self.has_tokens else "text"]
 
     def _needs(
         self,
         batches: Sequence[npt.NDArray[np.int64]],
         steps: Sequence[int],
-        columns: Sequence[str] | None,
+        columns: list[str],
     ) -> list[Need]:
         """The ranges of ``batches`` of rows of ``columns``, batch ``j`` read at ``steps[j]``."""
         needs: list[Need] = []
-        for column in self._plan_columns(columns):
+        for column in columns:
             for rows, step in zip(batches, steps):
                 needs += self._columns.needs(column, [np.asarray(rows, dtype=np.int64)], step)
         return needs
@@ -276,7 +314,9 @@ class RemoteStore(DocStore):
         window ahead for the read), ``wait_s``; the node's ``bytes_cached`` and ``cap``;
         under ``"node"``, the figures of every process that used the cache
         folder since it was last idle (``since``: a Unix time; processes long gone dropped;
-        see :meth:`lading.remote.cache.NodeCache.node_stats`)."""
+        see :meth:`lading.remote.cache.NodeCache.node_stats`). A loader's DataLoader workers
+        read in processes of their own: with workers, this process's reads are few or none,
+        and the workers' figures are in ``"node"``."""
         return self._columns.cache.node_stats()
 
     def verify(self) -> list[str]:
@@ -291,7 +331,9 @@ class RemoteStore(DocStore):
         self._columns.cache.close()
 
     def _payload(self, column: str) -> str:
+        """``column``, recorded as read by this store and by this thread's reader."""
         self._read_columns.setdefault(column, None)
+        self.readers.current().columns.setdefault(column, None)
         return column
 
     # -- the store protocol ---------------------------------------------------------------------
