@@ -42,7 +42,10 @@ def test_a_line_per_log_record_when_no_bar_is_shown(
 ) -> None:
     run_loop(tmp_path, progress=None)  # stderr is no terminal here: tqdm draws no bar
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines[0] == "train demo: 20 steps from step 0; progress every 5 steps", lines
+    assert lines[0] == (
+        "train demo: 20 steps from step 0; progress every 5 steps (its loss: the mean over "
+        "those steps, of every rank)"
+    ), lines  # (a newcomer read the last line's loss and the summary's as disagreeing)
     steps = [int(m.group(1)) for m in map(LINE.match, lines[1:]) if m]
     assert steps == [5, 10, 15, 20], lines
     assert lines[-1].endswith("ETA 0:00:00")

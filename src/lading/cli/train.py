@@ -87,7 +87,8 @@ def _cmd_train_cross_encoder(args: argparse.Namespace) -> int:
     def say(summary: dict[str, Any]) -> str:
         return (
             f"{args.out}: {summary['steps']} steps, the last step's loss "
-            f"{summary['last_loss']:.4f} (the log's: a mean over its window); "
+            f"{summary['last_loss']:.4f} (that step's alone: a progress line's is the mean "
+            "over its steps); "
             f"model in {Path(args.out) / 'model'}"
         )
 

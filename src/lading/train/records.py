@@ -123,7 +123,10 @@ class ProgressLines:
         self.desc, self.total, self.first = desc, total, first
         self.rate = rate_key.removesuffix("_per_s") + "/s"
         self.began = time.perf_counter()
-        self.say(f"{total} steps from step {first}; progress every {every} steps")
+        self.say(
+            f"{total} steps from step {first}; progress every {every} steps (its loss: the "
+            "mean over those steps, of every rank)"
+        )
 
     def say(self, text: str) -> None:
         print(f"{self.desc}: {text}", file=sys.stderr, flush=True)
