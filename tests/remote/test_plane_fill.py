@@ -98,3 +98,20 @@ def test_a_block_not_kept_is_said_once_with_its_own_fix(
         assert "free disk space" not in said[0]
     else:
         assert "free disk space" in said[0]
+
+
+def test_a_ledger_refused_for_want_of_descriptors_names_them_not_the_disk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At its descriptor limit SQLite says "unable to open database file", and the warning
+    told the user to free disk space (a review's find, open corpora held ~115 sockets each):
+    near the limit it names the descriptors and the fix; elsewhere the disk, as before."""
+    import sqlite3
+
+    refused = sqlite3.OperationalError("unable to open database file")
+    monkeypatch.setattr(fill, "descriptors", lambda: (1020, 1024))
+    with pytest.warns(RuntimeWarning, match=r"1,020 of its 1,024 file descriptors.*ulimit -n"):
+        Filler(lambda *a: None, lambda: None).warn(refused)
+    monkeypatch.setattr(fill, "descriptors", lambda: (40, 1024))
+    with pytest.warns(RuntimeWarning, match="free disk space"):
+        Filler(lambda *a: None, lambda: None).warn(refused)

@@ -215,7 +215,10 @@ class TokenCorpus:
     def cache_stats(self) -> dict[str, Any]:
         """A corpus opened from a URL: the node cache's figures (``gets``, ``bytes_fetched``,
         ``bytes_used``, ``hits``, ``misses``, ``bytes_cached``, ``cap``, ...: see
-        :meth:`lading.remote.cache.NodeCache.node_stats`); empty for a local corpus."""
+        :meth:`lading.remote.cache.NodeCache.node_stats`); empty for a local corpus. The
+        top-level figures are this process's: with DataLoader workers the reads (``hits``,
+        ``bytes_used``) are theirs, while the GETs the window sends ahead are this
+        process's, so compare ``bytes_fetched`` with ``bytes_used`` under ``"node"``."""
         return {} if self.remote is None else self.remote.cache_stats()
 
     def token_arrays(self) -> tuple[npt.NDArray[Any], npt.NDArray[np.uint64]]:

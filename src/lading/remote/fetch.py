@@ -219,6 +219,7 @@ class Fetcher:
         self.closed = False
         self._lock = threading.Lock()
         self._client: ObjectClient | None = None
+        self._said: str | None = None  # what it was, once closed (its client let go)
         self._unsettled: set[Future] = set()  # submitted, not yet settled
         self._slots: asyncio.Semaphore | None = None
         self._checked: dict[str, float] = {}  # object -> when a call last sent If-Match
@@ -247,7 +248,7 @@ class Fetcher:
             return self._client
 
     def __repr__(self) -> str:
-        return f"Fetcher({self._client!r})"
+        return f"Fetcher({self._client!r})" if self._said is None else self._said
 
     def submit(self, key: str, start: int, end: int, etag: str | None = None) -> Future:
         """Start fetching bytes ``[start, end)`` of ``key``; the future holds the bytes."""
@@ -557,6 +558,9 @@ class Fetcher:
             self.closed = True
             live, self._unsettled = list(self._unsettled), set()
             runs, self._runs = list(self._runs), set()
+            # its connection pool goes with it, at once (calls in flight hold their own):
+            # kept, every socket it opened lived until a cycle collection dropped this
+            self._said, self._client = repr(self), None
         _settle([(future, None) for future in live], ClosedError(CLOSED.format(self)))
         for run in runs:  # a whole-object GET or a LIST: its waiter raises ClosedError
             run.cancel()

@@ -14,6 +14,7 @@ one, are held outside a ``fork()`` (:data:`lading.threads.SQLITE`). Its owner is
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
 import warnings
@@ -147,8 +148,16 @@ class Filler:
         anything else is taken for the disk."""
         if not self._warned:
             self._warned = True
+            crowded = descriptors()
             if isinstance(error, LadingError):
                 what, fix = str(error), ""
+            elif crowded is not None and crowded[0] >= 0.9 * crowded[1]:  # (EMFILE, as SQLite
+                what = str(error)[:160]  # says it: "unable to open database file")
+                fix = (
+                    f": this process has {crowded[0]:,} of its {crowded[1]:,} file "
+                    "descriptors open (ulimit -n); close the stores and corpora it no longer "
+                    "reads, or raise the limit"
+                )
             else:
                 what = str(error)[:160]
                 fix = ": free disk space where the cache folder is, or lower cache_bytes"
@@ -179,3 +188,16 @@ class Filler:
 def ready(data: bytes) -> Callable[[], Any]:
     """``bytes_of`` for bytes already in hand (a block carried forward)."""
     return lambda: data
+
+
+def descriptors() -> tuple[int, int] | None:
+    """This process's open file descriptors and its limit on them (``ulimit -n``), where it
+    can tell (Linux: ``/proc/self/fd``), else None."""
+    try:
+        import resource
+
+        opened = len(os.listdir("/proc/self/fd"))
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError):
+        return None
+    return (opened, int(limit)) if limit > 0 else None
