@@ -210,6 +210,9 @@ def test_lading_example_in_the_first_commands_venv_says_what_it_left_out(
     ], done.stdout
     assert (tmp_path / "x" / "tiny-bert" / "config.json").is_file()
     assert not (tmp_path / "x" / "sessions").exists()
+    made = {p.name for p in (tmp_path / "x").iterdir()}
+    listed = done.stdout + guide_of_example()
+    assert all(name in listed for name in made), (made, done.stdout)  # (code.txt was not)
     guide = (REPO / "docs" / "getting-started.md").read_text()
     guide = guide.split("## The example folder", 1)[1].split("\n## ", 1)[0]
     assert "`.[hf,irds,bench]`" in guide and "lading[parquet]" in guide
@@ -236,3 +239,9 @@ def test_lading_example_prints_its_table_and_nothing_else(readme_example: Path) 
     assert out and all(line.strip() for line in out), out[:8]
     assert out[-1].startswith("the examples in README.md and docs/ run in")
     assert "Writing model shards" not in (readme_example / "said.stderr").read_text()
+
+
+def guide_of_example() -> str:
+    """getting-started.md's section on the example folder."""
+    guide = (REPO / "docs" / "getting-started.md").read_text()
+    return guide.split("## The example folder", 1)[1].split("\n## ", 1)[0]

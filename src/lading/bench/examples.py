@@ -176,6 +176,7 @@ def _language_model(docs: Path, folder: Path) -> dict[str, Path]:
         "wiki.jsonl": wiki,
         "wiki/tokenizer.json": tok,
         "wiki/corpus": corpus.path,
+        "code.txt": code,
         "code/corpus": mix.path,
     }
 

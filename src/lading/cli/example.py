@@ -37,7 +37,7 @@ def add_example(sub: Any) -> None:
         description="lading example DIR writes into DIR what the examples of README.md and "
         "docs/ read, under the names they use: collection.tsv, docs.tsv, docs.jsonl, "
         "queries.tsv, qrels.txt, bm25.run, tokenizer.json, bert-tokenizer/, tiny-bert/, "
-        "wiki.jsonl, wiki/, code/, sessions/. "
+        "wiki.jsonl, wiki/, code.txt, code/, sessions/. "
         "Nothing is downloaded; the model is built from a config with random weights.",
     )
     p.add_argument("dir", help="folder to write into (created; files of the same names replaced)")
