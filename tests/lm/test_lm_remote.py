@@ -251,8 +251,11 @@ def test_an_open_naming_no_cap_budgets_the_index_by_the_folders_cap(
 
 def test_a_cache_too_small_for_a_window_reads_around_it_and_says_so(corpora: Corpora) -> None:
     remote = corpora.open(cache_bytes=8)  # a window of 13 tokens is 26 bytes
-    with pytest.warns(UserWarning, match=r"cache_bytes=8 cannot hold one window .* give"):
+    with pytest.warns(UserWarning, match=r"cache_bytes=8 cannot hold one window .* give") as w:
         loader = LanguageModelLoader(remote, 3, Windows(12), seed=5)
+    said = next(str(x.message) for x in w if "cannot hold one window" in str(x.message))
+    # the cap it asks for, and why that one (was: "(8 batches a window)", a review's puzzle)
+    assert f"at least {64 * 3 * 26:,} to fetch ahead (the window, 8 batches of 3 rows" in said
     assert batches(loader) == batches(LanguageModelLoader(corpora.local, 3, Windows(12), seed=5))
     assert remote.cache_stats()["bytes_cached"] <= 8
 

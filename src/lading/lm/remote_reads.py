@@ -435,14 +435,15 @@ def _warn_small_caches(remote: dict[int, RemoteTokens], workload: LMWorkload) ->
         cap, region = tokens.cache.cap, tokens.cache.max_block
         if region < row or cap < row:
             fix = (  # (a region at most MAX_REGION: no cap holds a window past it)
-                f"give cache_bytes of at least {64 * workload.reading.batch_size * row} (8 "
-                "batches a window) to fetch ahead"
+                f"give cache_bytes of at least {64 * workload.reading.batch_size * row:,} "
+                f"to fetch ahead (the window, 8 batches of {workload.reading.batch_size} rows, "
+                "is at most an eighth of the cap)"
                 if row <= MAX_REGION
                 else f"no cap can (a region is at most {MAX_REGION:,} bytes): read shorter windows"
             )
             warnings.warn(
-                f"cache_bytes={cap} cannot hold one window of {workload.max_seq + 1} tokens "
-                f"({row} bytes; a cached block is at most a region, {region} bytes) of "
+                f"cache_bytes={cap:,} cannot hold one window of {workload.max_seq + 1} tokens "
+                f"({row:,} bytes; a cached block is at most a region, {region:,} bytes) of "
                 f"{tokens.cache.namespace}: its tokens are read around the node cache, fetched "
                 f"at every read; {fix}",
                 UserWarning,
