@@ -239,9 +239,14 @@ class RemoteSettings:
             release(node)
 
     def node_cache(
-        self, fetcher: Fetcher, namespace: str, etags: Mapping[str, str | None]
+        self,
+        fetcher: Fetcher,
+        namespace: str,
+        etags: Mapping[str, str | None],
+        versions: Mapping[str, str] | None = None,
     ) -> NodeCache:
-        """The view of the node cache these settings name for one snapshot's objects."""
+        """The view of the node cache these settings name for one snapshot's objects
+        (``versions``: each object's, where the namespace does not fix it)."""
         from lading.remote.cache import NodeCache, node_of
 
         node = node_of(self.cache, self.cache_bytes, self.cap_given, self.region_bytes)
@@ -250,6 +255,7 @@ class RemoteSettings:
             fetcher,
             namespace,
             etags,
+            versions=versions,
             policy=self.policy,
             max_gap=self.max_gap,
             max_waste=self.max_waste,

@@ -86,8 +86,9 @@ class PartitionedParquet(Loader):
         cache, cache_bytes, storage_options: for URLs: the node cache's folder and cap (as
             ``lading.open_store``'s; defaults from ``$LADING_CACHE`` and
             ``$LADING_REMOTE_CACHE_BYTES``), the client's options (credentials from the
-            environment). A cap that cannot hold one row group warns: row groups are then
-            read around the cache, fetched at every read.
+            environment). A cap whose region (the largest block it keeps) is smaller than a
+            row group warns: such row groups are read around the cache, fetched at every
+            read.
 
     Raises:
         ValueError: a column is missing or cannot become a tensor, the files disagree on the

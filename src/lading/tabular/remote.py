@@ -29,7 +29,6 @@ the one check of its cap beside it (the footers and ranges served are
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 import warnings
 from collections.abc import Iterable, Sequence
@@ -145,17 +144,18 @@ class RemoteParquet:
         return self._caches[root]
 
     def _view(self, root: str) -> NodeCache:
-        """A new view of bucket ``root``'s node cache, for these objects' versions."""
-        mine = sorted(  # (a version: its ETag, else where none its modification time)
-            (f.key, f.etag or "", f.size, *([] if f.modified is None else [f.modified]))
-            for f in self.files
-            if f.root == root
-        )
-        digest = hashlib.sha256(repr(mine).encode()).hexdigest()[:16]
+        """A new view of bucket ``root``'s node cache, its blocks named by each object's
+        version (its ETag, else where none its size and modification time): a dataset of
+        other files of the bucket (a validation day beside the training days) shares the
+        blocks of those it holds too. Named by the whole list of files, every other list
+        fetched and kept every row group again (``lading train sessions``, which opens four
+        lists, fetched 1.9x the bytes: a review's measure)."""
+        mine = [f for f in self.files if f.root == root]
         view = self.settings.node_cache(
             self._fetcher(root),
-            f"{root}@parquet-{digest}",  # another version of an object: other blocks
-            {f.key: f.etag for f in self.files if f.root == root},
+            f"{root}@parquet",
+            {f.key: f.etag for f in mine},
+            {f.key: _version(f) for f in mine},
         )
         view.index_bytes = self.settings.index_budget(self.footer_bytes)
         return view
@@ -442,10 +442,10 @@ def warn_if_too_small(source: RemoteParquet) -> None:
             "smaller row groups (lading repartition --row-group-size)"
         )
     warnings.warn(
-        f"PartitionedParquet: cache_bytes={cap:,} cannot hold one row group (the largest reads "
-        f"{largest:,} bytes; a cached block is at most a region, {layout.region_bytes:,} "
-        f"bytes, 1/{layout.regions} of the cap): every row group that large is fetched at each "
-        f"read and never cached; {fix}",
+        f"PartitionedParquet: cache_bytes={cap:,} caches no row group past "
+        f"{layout.region_bytes:,} bytes (a cached block is at most a region, "
+        f"1/{layout.regions} of the cap), and the largest reads {largest:,} bytes: every row "
+        f"group that large is fetched at each read and never cached; {fix}",
         UserWarning,
         stacklevel=3,
     )
@@ -485,3 +485,11 @@ def _rewritten(error: RemoteReadError) -> RemoteReadError:
             "refused: its data changed), or write the missing file again"
         )
     return error
+
+
+def _version(file: RemoteFile) -> str:
+    """What names a version of ``file`` in the node cache: its ETag, else its size and
+    modification time (a store that lists no ETag: fsspec's ``memory://``, ``file://``)."""
+    if file.etag:
+        return f"etag:{file.etag}"
+    return f"size:{file.size}:{'' if file.modified is None else file.modified}"

@@ -62,7 +62,7 @@ class RemoteFile:
     """One parquet object: ``root`` (``s3://bucket``: one client and node cache a bucket),
     its ``key`` below it, and the size and ETag the listing gave (every GET is pinned to it);
     where the store gives no ETag, the modification time it gave (``modified``: part of the
-    object's identity, in its staged footer's name and its blocks' namespace, never a pin)."""
+    object's identity, in its staged footer's name and its blocks' names, never a pin)."""
 
     root: str
     key: str

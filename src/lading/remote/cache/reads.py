@@ -100,6 +100,9 @@ class NodeCache:
         fetcher: issues the GETs of these objects.
         namespace: what makes object names unique in the folder (the URL and snapshot).
         etags: object key -> its ETag in this snapshot (GETs are pinned to it).
+        versions: object key -> its version, where the namespace does not fix it (a
+            parquet dataset's objects: their ETags, else sizes and modification times); its
+            blocks are named by it, so views over other sets of the same objects share them.
         policy: eviction policy, ``"next-use"`` or ``"fifo"`` (:mod:`.places`).
         max_gap, max_waste: coalescing limits (:func:`lading.remote.ranges.coalesce`).
     """
@@ -111,6 +114,7 @@ class NodeCache:
         namespace: str,
         etags: Mapping[str, str | None] | None = None,
         *,
+        versions: Mapping[str, str] | None = None,
         policy: str = "next-use",
         max_gap: int = DEFAULT_GAP,
         max_waste: float = DEFAULT_WASTE,
@@ -118,6 +122,7 @@ class NodeCache:
         self.node, self.fetcher = node, fetcher
         self._closed = False  # (its own: a view made over a closed fetcher still holds a node)
         self.namespace, self.etags = namespace.rstrip("/"), dict(etags or {})
+        self.versions = dict(versions or {})
         self.claims = Claims(node, fetcher, self.etags, policy_check(policy), max_gap, max_waste)
         # waiting longer than this on another process's GET: read the range ourselves
         self.wait_limit = max(5.0, fetcher.timeout / 4)
@@ -153,10 +158,12 @@ class NodeCache:
         return self.node.layout.size
 
     def obj(self, key: str) -> int:
-        """The ledger's id of object ``key`` of this snapshot."""
+        """The ledger's id of object ``key`` of this snapshot (of its version, where given)."""
         found = self._ids.get(key)
         if found is None:
-            found = self._ids[key] = self.ledger.object_id(f"{self.namespace}/{key}")
+            version = self.versions.get(key)
+            name = f"{self.namespace}/{key}" + ("" if version is None else f"@{version}")
+            found = self._ids[key] = self.ledger.object_id(name)
             self._names[found] = key
         return found
 
