@@ -37,12 +37,36 @@ def test_a_second_cap_that_differs_is_refused_naming_both(tmp_path: Path) -> Non
             node_of(tmp_path / "cache", 2 << 20)
         message = str(caught.value)
         assert "1,048,576" in message and "2,097,152" in message
+        assert "this process uses it" in message, message
         assert isinstance(caught.value, LadingError)  # one except catches lading's errors
         taken = node_of(tmp_path / "cache", 2 << 20, strict=False)  # no cap asked: the folder's
         assert taken.layout.size == 1 << 20
         release(taken)
     finally:
         release(node)
+
+
+def test_another_cap_is_refused_with_a_fix_that_fits_who_uses_the_folder(tmp_path: Path) -> None:
+    """A build or an inspect made the folder at the default cap and ended; the training run
+    that asked for its own cap was told to "delete this one when no process uses it", with no
+    word that none did (a review: the guide's own order, build then train with
+    LADING_REMOTE_CACHE_BYTES). The refusal says who uses the folder, and the fix for that."""
+    from lading.remote.cache.owners import Owner
+
+    folder = tmp_path / "cache"
+    release(node_of(folder, 8 << 20))  # (a build's, at a default cap, gone)
+    with pytest.raises(CacheSettingsError) as caught:
+        node_of(folder, 1 << 20)
+    said = str(caught.value)
+    assert "no process uses it now" in said and f"rm -r {folder}" in said, said
+    assert "cache_bytes=8388608" in said and "\n" not in said, said
+    other = Owner(folder)  # another process, alive
+    _ = other.token
+    try:
+        with pytest.raises(CacheSettingsError, match="another process uses it at that cap"):
+            node_of(folder, 1 << 20)
+    finally:
+        other.close()
 
 
 def test_the_node_figures_drop_processes_long_gone(tmp_path: Path) -> None:

@@ -226,13 +226,29 @@ class Ledger:
         self.inode = os.stat(self.path).st_ino  # a new connection opens this file, or none
 
     @staticmethod
-    def refuse(directory: Path, made: Layout, asked: Layout) -> None:
-        """Raise the error of a folder made with another cap than ``asked``."""
-        raise CacheSettingsError(
+    def refuse(directory: Path, made: Layout, asked: Layout, here: bool = False) -> None:
+        """Raise the error of a folder made with another cap than ``asked``, saying who uses
+        it now (``here``: this process has it open), so the fix offered is one that works: a
+        build or an ``inspect`` made the folder at the default cap and ended, and the training
+        run after it was told to "delete this one when no process uses it"."""
+        from lading.remote.cache.owners import Owner
+
+        head = (
             f"{directory}: this node cache was made with cache_bytes={made.size:,} "
             f"({made.regions} regions of {made.region_bytes:,} bytes), not the {asked.size:,} "
-            "asked for now; every process sharing a cache folder uses one cap: pass the same "
-            "cache_bytes, use another cache folder, or delete this one when no process uses it"
+            "asked for now"
+        )
+        if here or Owner(directory).others_alive():
+            who = "this process" if here else "another process"
+            raise CacheSettingsError(
+                f"{head}, and {who} uses it at that cap; every process sharing a cache folder "
+                f"uses one cap: pass cache_bytes={made.size} (or none: the folder's), or use "
+                "another cache folder"
+            )
+        raise CacheSettingsError(
+            f"{head}; no process uses it now (whatever made it, a build or an inspect at the "
+            f"default cap, has ended): remove it (rm -r {directory}) to make it at the new "
+            f"cap, pass cache_bytes={made.size}, or use another cache folder"
         )
 
     # -- connections and transactions -------------------------------------------------------

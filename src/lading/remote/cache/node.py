@@ -303,7 +303,7 @@ def node_of(
         made.close()
     assert found is not None
     if refused:
-        Ledger.refuse(path, found.layout, layout)
+        Ledger.refuse(path, found.layout, layout, here=True)
     return found
 
 
