@@ -220,6 +220,7 @@ class Fetcher:
         self._lock = threading.Lock()
         self._client: ObjectClient | None = None
         self._said: str | None = None  # what it was, once closed (its client let go)
+        self._endpoint = ""  # its client's, kept past close for the messages of calls in flight
         self._unsettled: set[Future] = set()  # submitted, not yet settled
         self._slots: asyncio.Semaphore | None = None
         self._checked: dict[str, float] = {}  # object -> when a call last sent If-Match
@@ -245,6 +246,7 @@ class Fetcher:
                 raise RemoteReadError(REFUSED.format(self))
             if self._client is None:
                 self._client = self.make_client()
+                self._endpoint = str(getattr(self._client, "endpoint", "") or "")
             return self._client
 
     def __repr__(self) -> str:
@@ -347,6 +349,8 @@ class Fetcher:
         if self._slots is None:  # made on the loop's thread, in the process that runs it
             self._slots = asyncio.Semaphore(max(1, self.in_flight // CALL_RANGES))
         client, slots = self._client, self._slots
+        if client is None:  # closed since the call was queued (close lets the client go)
+            self._refuse_if_closed()
         assert client is not None
         out: list[bytes | None] = [None] * len(ranges)
         checked: list[float | None] = [None] * len(ranges)
@@ -515,8 +519,8 @@ class Fetcher:
             except (OSError, asyncio.TimeoutError) as e:
                 last = e
                 if isinstance(e, asyncio.TimeoutError) and not _ended(self, cancel):
-                    self.deadline.no_answer(what, getattr(self._client, "endpoint", ""), n + 1)
-        endpoint = getattr(self._client, "endpoint", "")
+                    self.deadline.no_answer(what, self._endpoint, n + 1)
+        endpoint = self._endpoint
         raise RemoteReadError(self.deadline.gave_up(what, endpoint, last))
 
     def _settle(
