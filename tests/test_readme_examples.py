@@ -184,6 +184,7 @@ def test_lading_example_refuses_too_few_passages(tmp_path: Path) -> None:
     assert done.returncode == 2 and "--passages" in done.stderr, done.stderr
 
 
+@pytest.mark.slow  # lading example in a subprocess: ~6 s
 def test_lading_example_in_the_first_commands_venv_says_what_it_left_out(
     tmp_path: Path,
 ) -> None:

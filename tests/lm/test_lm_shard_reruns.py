@@ -96,6 +96,7 @@ def test_a_shard_switched_to_another_tokenizer_midway_is_not_stuck(tmp_path: Pat
     assert main(["lm", "merge", str(dest)]) == 0
 
 
+@pytest.mark.slow  # shards built twice in the local S3: ~4 s
 def test_shards_rerun_in_a_bucket_with_another_tokenizer_are_built_again(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:

@@ -94,6 +94,7 @@ def test_a_bucket_that_refuses_writes_fails_before_any_tokenizing(
     assert message.startswith("cannot write the token corpus to s3://no-such-bucket-49/c"), message
 
 
+@pytest.mark.slow  # shards in the local S3 with a failing PUT: ~6 s
 def test_a_shard_whose_put_fails_says_what_is_unchanged_and_that_a_rerun_goes_on(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:

@@ -22,6 +22,7 @@ from lading.testing import LocalS3
 pytest.importorskip("tokenizers")
 
 
+@pytest.mark.slow  # shard builds over the local S3: ~4 s
 def test_an_explicit_build_id_given_another_n_or_source_is_refused_before_tokenizing(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:

@@ -107,6 +107,7 @@ def test_two_merges_of_one_store_build_commit_it_once(
     assert snapshots_in(url) == {first, a.snapshot}  # the loser's objects are gone
 
 
+@pytest.mark.slow  # two merges racing over the local S3: ~3 s
 def test_two_merges_of_one_corpus_build_commit_it_once(
     s3: LocalS3, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

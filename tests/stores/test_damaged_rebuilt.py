@@ -101,6 +101,7 @@ def test_a_shard_with_every_file_gone_is_built_again(tmp_path: Path) -> None:
     assert lading.merge_store(tmp_path / "s").get_many(want.ids()) == want.get_many(want.ids())
 
 
+@pytest.mark.slow  # shards built twice in the local S3: ~3 s
 def test_a_shard_damaged_in_a_bucket_is_built_again(bucket: str, tmp_path: Path) -> None:
     """An object of a shard in a bucket deleted: the worker run again said "already built"
     (it judged the shard by its shard.json alone) and the merge refused it."""

@@ -107,6 +107,7 @@ def test_the_ray_token_sink_refuses_a_store_folder(tmp_path: Path) -> None:
     assert len(lading.open_store(late)) == 60 and len(lading.open_store(store)) == 60
 
 
+@pytest.mark.slow  # builds in the local S3: ~3 s
 def test_a_bucket_holding_a_store_refuses_a_token_corpus(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:
@@ -127,6 +128,7 @@ def test_a_bucket_holding_a_store_refuses_a_token_corpus(
         assert len(lading.open_store(where, cache=tmp_path / "r")) == 60
 
 
+@pytest.mark.slow  # builds in the local S3: ~3 s
 def test_a_bucket_holding_a_token_corpus_refuses_store_shards(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:

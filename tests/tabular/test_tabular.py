@@ -258,6 +258,7 @@ def test_elastic_resume_reads_every_row_once(
     assert_elastic(make, old, new, workers, 3, rows, key, max_repeats=readers - 1, epoch=1)
 
 
+@pytest.mark.slow  # chains of elastic resumes: ~3.5 s each
 @pytest.mark.parametrize("equalize", ["pad", "truncate"])
 def test_chained_elastic_resumes(tmp_path: Path, equalize: str) -> None:
     """4 ranks x 2 workers, then 2 x 0, then 3 x 1 with other batch sizes, then the same

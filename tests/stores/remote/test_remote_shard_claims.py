@@ -51,6 +51,7 @@ def test_another_source_or_n_under_one_build_id_is_refused_in_the_bucket(
     assert lading.merge_store(url, cache=tmp_path / "m2").snapshot == first.snapshot
 
 
+@pytest.mark.slow  # the CLI in subprocesses over the local S3: ~4 s
 def test_the_cli_prints_the_url_it_was_given(s3: LocalS3, bucket: str, tmp_path: Path) -> None:
     a = rows(tmp_path / "a.jsonl", "apple", 20)
     url = f"s3://{bucket}/store"

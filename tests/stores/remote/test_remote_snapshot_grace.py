@@ -47,6 +47,7 @@ def test_an_upload_longer_than_the_grace_keeps_the_snapshot_it_replaces(
     reader.close()
 
 
+@pytest.mark.slow  # a build killed mid-upload: ~4 s
 def test_a_killed_builds_snapshot_is_no_successor(
     s3: LocalS3, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
