@@ -151,6 +151,20 @@ def test_the_corpus_reads_what_the_local_one_holds(corpora: Corpora) -> None:
     assert np.array_equal(copy.document(5), local.document(5))
 
 
+@pytest.mark.parametrize(
+    "index", [slice(3, 90, 7), slice(90, 3, -4), slice(None, 40, 3), slice(5, 5, 2)]
+)
+def test_strided_slices_of_the_tokens_read_what_the_local_ones_do(
+    corpora: Corpora, index: slice
+) -> None:
+    """``tokens[a:b:k]`` (a reversed one too) reads as the local memory map does (was:
+    IndexError 'read by ranges'); the answer is an array of its own, not a view of the span."""
+    got = corpora.open().tokens[index]
+    want = np.asarray(corpora.local.tokens[index])
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert got.base is None or got.flags.owndata or len(got) == 0
+
+
 def test_streams_on_a_device_stage_the_corpus_whole(corpora: Corpora) -> None:
     """``device=``: the remote corpus's tokens are read whole by ranged GETs and put there."""
     want = batches(LanguageModelLoader(corpora.local, 3, Streams(7), seed=2, device="cpu"))

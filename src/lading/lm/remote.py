@@ -56,7 +56,8 @@ CHUNK = 8 << 20  # bytes a GET of a whole-corpus read (token_arrays) carries
 
 class RemoteTokens:
     """``tokens.bin`` of a remote corpus, read the way the LM modes read a memory map:
-    ``tokens[a:b]`` (and ``len``, ``dtype``); each read is an array of its own.
+    ``tokens[a:b]`` (``tokens[a:b:k]`` too: the span that holds them is read; and ``len``,
+    ``dtype``); each read is an array of its own.
 
     Shared by every thread and loader of the process, it holds no state of any read: a read
     outside a batch's build goes to the node cache at once (at the building thread's step, if
@@ -81,8 +82,13 @@ class RemoteTokens:
     def __getitem__(self, index: slice | int) -> Any:
         if isinstance(index, slice):
             start, stop, stride = index.indices(self.n)
-            if stride != 1:
-                raise IndexError("a remote corpus's tokens are read by ranges: tokens[a:b]")
+            if stride != 1:  # the span that holds them, read as one range
+                picked = range(start, stop, stride)
+                if not picked:
+                    return np.empty(0, self.dtype)
+                low = min(picked[0], picked[-1])
+                span = self[low : max(picked[0], picked[-1]) + 1]
+                return span[picked[0] - low :: stride].copy()
             stop = max(start, stop)
             build = BUILD.get()
             found = None if build is None else build.slice(self, start, stop)
