@@ -210,7 +210,7 @@ def write_sessions(
             )
             path = folder / str(day) / f"{split}.parquet"
             path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(table, path, row_group_size=-(-n // 4))
+            pq.write_table(table, path, row_group_size=-(-n // 4), write_page_checksum=True)
     return folder
 
 

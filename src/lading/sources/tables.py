@@ -157,7 +157,7 @@ def _open(path: Path, fmt: str, columns: list[str] | None) -> tuple[list[str], I
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        parquet = pq.ParquetFile(path)
+        parquet = pq.ParquetFile(path, page_checksum_verification=True)
         names = list(parquet.schema_arrow.names)
         if columns is None:
             return names, iter(())

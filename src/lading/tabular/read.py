@@ -111,7 +111,8 @@ class RowReader:
         while len(self._files) >= OPEN_FILES:
             self._files.popitem(last=False)[1].close()
         stamp = stamp_of(path)  # before its footer is read: a rewrite after shows at a read
-        found = pq.ParquetFile(path)  # (a file missing or unreadable raises as it is)
+        # (a file missing or unreadable raises as it is); pages written with a CRC are checked
+        found = pq.ParquetFile(path, page_checksum_verification=True)
         seen = self._stamps.setdefault(path, self._planned.get(path, stamp))
         if seen != stamp:  # rewritten since the plan, or since this process first opened it
             found.close()
@@ -318,7 +319,9 @@ def check_counted_nulls(
     if read_group is None:
 
         def read_group(file: Any, group: int, columns: list[str]) -> Any:
-            return pq.ParquetFile(file).read_row_group(group, columns=columns)
+            return pq.ParquetFile(file, page_checksum_verification=True).read_row_group(
+                group, columns=columns
+            )
 
     for file, metadata in zip(files, footers):
         leaves = {name: j for j, name in enumerate(leaf_fields(metadata.schema))}  # flat: one

@@ -276,9 +276,9 @@ class RemoteParquet:
         ranges = FetchedRanges(self._file(piece.path), parts)
         meta = self.metadata(piece.path)
         try:
-            return pq.ParquetFile(ranges, metadata=meta, pre_buffer=False).read_row_group(
-                piece.row_group, columns=list(columns)
-            )
+            return pq.ParquetFile(
+                ranges, metadata=meta, pre_buffer=False, page_checksum_verification=True
+            ).read_row_group(piece.row_group, columns=list(columns))
         except Exception as e:
             if not does_not_decode(e):
                 raise

@@ -245,7 +245,9 @@ def _batches(files: list[Path], schema: Any) -> Iterator[Any]:
     import pyarrow.parquet as pq
 
     for file in files:
-        for batch in pq.ParquetFile(file).iter_batches(batch_size=READ_BATCH):
+        for batch in pq.ParquetFile(file, page_checksum_verification=True).iter_batches(
+            batch_size=READ_BATCH
+        ):
             if batch.schema.equals(schema):
                 yield batch
             else:
@@ -261,7 +263,8 @@ def _write(files: list[Path], schema: Any, sizes: list[int], path: Path) -> None
     held = 0
     groups = iter(sizes)
     want = next(groups)
-    with pq.ParquetWriter(path, schema) as writer:
+    # a CRC a page: every read of the output checks it (a bit lost is refused, not decoded)
+    with pq.ParquetWriter(path, schema, write_page_checksum=True) as writer:
         for batch in _batches(files, schema):
             pending.append(batch)
             held += batch.num_rows

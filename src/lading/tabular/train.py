@@ -226,7 +226,7 @@ def _column_tables(files: Sequence[Path | str], column: str) -> Iterator[Any]:
 
     if not files or not is_remote(files[0]):
         for file in files:
-            yield pq.read_table(file, columns=[column])
+            yield pq.read_table(file, columns=[column], page_checksum_verification=True)
         return
     remote = RemoteParquet.open([os.fspath(f) for f in files], RemoteSettings.of(None, None))
     try:
