@@ -327,3 +327,26 @@ def test_an_id_holding_a_cr_is_refused_on_both_paths(tmp_path: Path) -> None:
         assert [row[0] for row in kept[1]] == ["1", "2"]  # type: ignore[index]
     path.write_bytes(b"1\ta\r\n2\tb\r\n")
     assert outcome(path, "raise", True) == outcome(path, "raise", False)
+
+
+@pytest.mark.parametrize("columns", [("id", "text"), ("id", "url", "title", "text")])
+def test_lines_ended_by_a_lone_cr_are_named_not_read_as_one_record(
+    tmp_path: Path, columns: tuple[str, ...]
+) -> None:
+    """A classic Mac OS file (lines ended by CR alone): three records read as one line. With
+    two columns it was called a TSV of more columns ("--columns id,url,title,text"), and with
+    those columns it was stored as one document of id 1 (a review's find). Both paths name
+    the line ends now; a CR inside a text with no column after it stays text."""
+    path = tmp_path / "c.tsv"
+    path.write_bytes(b"1\tfirst doc\r2\tsecond doc\r3\tthird doc\r")
+    for bulk in (True, False):
+        refused = outcome(path, "raise", bulk, columns)
+        assert refused[0] == "error", refused
+        text = str(refused[1])
+        assert "line 1 of" in text and "lone CR" in text and "tr '\\r' '\\n'" in text, text
+        skipped = outcome(path, "skip", bulk, columns)
+        assert skipped[0] == "ok" and skipped[1] == [] and skipped[2] == 1, skipped
+    path.write_bytes(b"1\tsee\rthis\n2\tb\n")
+    kept = outcome(path, "raise", True)
+    assert kept == outcome(path, "raise", False)
+    assert kept[0] == "ok" and [row[1] for row in kept[1]] == ["see\rthis", "b"], kept  # type: ignore[index]

@@ -158,8 +158,10 @@ def scan_block(block: RawBlock, columns: Sequence[str] = ("id", "text")) -> TsvB
     edges = np.concatenate([arr[id_start], arr[id_end - 1]])
     if np.any((edges <= 32) | (edges >= 127)):
         return None  # an id edge the per-line parser must judge (whitespace, control, non-ASCII)
-    if buf.find(b"\r") >= 0 and _cr_inside(arr, id_start, id_end):
-        return None  # an id holding a CR: the per-line parser refuses it (check_id)
+    if buf.find(b"\r") >= 0 and (
+        _cr_inside(arr, id_start, id_end) or _cr_inside(arr, starts, bounds[seps])
+    ):  # an id holding a CR, or a CR before a line's last tab (lines ended by a lone CR):
+        return None  # the per-line parser refuses them (check_id, LONE_CR)
     if _names_line(arr, cut, columns):
         return None  # a header line: the per-line parser refuses it
     cols = {name: _cut(arr, a, b) for name, (a, b) in zip(columns, cut)}
