@@ -227,6 +227,12 @@ class EmptyTextWarning(UserWarning):
     them and names ``prefix_fields=`` (``--prefix-fields``), which puts the field first."""
 
 
+class LongIdWarning(UserWarning):
+    """A build's longest id is far longer than the rest: every id's index key is as wide as
+    it (fixed-width keys), so the index, and the build's memory, grow by that width times the
+    count. The message names the id's row, its start and bytes, and the index's size."""
+
+
 class AbandonedBuildWarning(UserWarning):
     """A commit into a bucket found a parallel build that no snapshot names and in which
     nothing was written for a day (a job killed before its merge, workers whose merge was

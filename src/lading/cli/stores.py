@@ -19,6 +19,7 @@ from lading.errors import (
     AbandonedBuildWarning,
     EmptyTextWarning,
     IncompleteBuildWarning,
+    LongIdWarning,
     OtherFormatError,
     SkippedRecordsWarning,
     StaleStoreWarning,
@@ -35,6 +36,9 @@ SOURCE_FORMATS = ("arrow", "beir", "irds", "jsonl", "parquet", "trec", "tsv")
 # text are looked for under, spelled out for the same reason (a test keeps them equal)
 JSON_IDS = "id, doc_id, docid, _id, pid"
 JSON_TEXTS = "text, contents, body"
+
+
+_SAID = (EmptyTextWarning, AbandonedBuildWarning, LongIdWarning)  # one line each on stderr
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -63,7 +67,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.shard is not None:
         refuse_shard_args(args.source, args.overwrite)  # (--overwrite was taken and ignored)
         with (
-            said_on_stderr("lading build", (EmptyTextWarning, AbandonedBuildWarning)),
+            said_on_stderr("lading build", _SAID),
             warnings.catch_warnings(),
         ):
             # the skip count is in the shard's report (printed)
@@ -76,7 +80,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     before, snapshot = _committed(args.dest), snapshot_at(args.dest)
     try:
         with (
-            said_on_stderr("lading build", (EmptyTextWarning, AbandonedBuildWarning)),
+            said_on_stderr("lading build", _SAID),
             warnings.catch_warnings(),
         ):
             warnings.simplefilter("ignore", SkippedRecordsWarning)  # the count: printed below
@@ -110,7 +114,8 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     with said_on_stderr(
-        "lading merge", (IncompleteBuildWarning, StaleStoreWarning, AbandonedBuildWarning)
+        "lading merge",
+        (IncompleteBuildWarning, StaleStoreWarning, AbandonedBuildWarning, LongIdWarning),
     ):
         store = merge_store(args.dest, build_id=args.build_id)
     shards = len(store.meta["shards"])

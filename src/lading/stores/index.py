@@ -151,8 +151,11 @@ def bytes_keys(
     77 MB for MS MARCO's 3.2M document ids) is the only allocation that grows with the count.
     """
     count = len(ids_off) - 1
-    longest = int(np.diff(ids_off).max()) if count else 1
+    lengths = np.diff(ids_off)
+    longest = int(lengths.max()) if count else 1
     width = key_width(longest)
+    if count and count * width > max(_WIDE_KEYS_BYTES, _WIDE_KEYS_TIMES * int(ids_off[-1])):
+        _warn_long_id(ids_bin, ids_off, int(lengths.argmax()), count * width)
     keys = np.zeros(count, dtype=f"S{width}")
     table = keys.view(np.uint8).reshape(count, width)
     data = np.frombuffer(ids_bin, dtype=np.uint8)
@@ -166,6 +169,34 @@ def bytes_keys(
         cols = np.arange(last - first) - np.repeat(bounds[:-1] - first, lengths)
         table[rows, cols] = data[first:last]
     return keys
+
+
+_WIDE_KEYS_BYTES = 4 << 20  # keys this large, and ...
+_WIDE_KEYS_TIMES = 16  # ... this many times the ids' own bytes: one id widens them all
+
+
+def _warn_long_id(
+    ids_bin: bytes | memoryview | mmap.mmap,
+    ids_off: npt.NDArray[np.uint64],
+    row: int,
+    size: int,
+) -> None:
+    """Warn that the id of ``row`` sets every key's width (``size`` bytes of keys)."""
+    import warnings
+
+    from lading.errors import LongIdWarning
+
+    a, b = int(ids_off[row]), int(ids_off[row + 1])
+    start = bytes(memoryview(ids_bin)[a : min(b, a + 24)]).decode("utf-8", "replace")
+    warnings.warn(
+        LongIdWarning(
+            f"the id of row {row} ({start!r}{'…' if b - a > 24 else ''}, {b - a:,} bytes) sets "
+            f"the width of every id's index key: {size:,} bytes of keys for {len(ids_off) - 1:,} "
+            f"ids that hold {int(ids_off[-1]):,}, in the index and in the build's memory; an "
+            "id that long is likely a text in the id column: check that row, or shorten it"
+        ),
+        stacklevel=2,
+    )
 
 
 def write_index(
