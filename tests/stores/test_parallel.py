@@ -184,6 +184,24 @@ def test_duplicates_first_or_last_across_shards_as_one_process(tmp_path: Path, k
     assert again.ids() == one.ids() and again.get_many(["d7", "d91"]) == one.get_many(["d7", "d91"])
 
 
+def test_lading_merge_says_what_duplicates_it_dropped_as_a_build_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--duplicates last`` with a duplicate across shards: the one-process build prints
+    "dropped 1 duplicate id(s), kept the last"; the merge printed the skipped count only (a
+    review's find: the count was in ``lading inspect``, the two builds reported otherwise)."""
+    src = write(tmp_path / "c.tsv", "".join(f"d{i}\ttext {i}\n" for i in range(40)) + "d3\tx\n")
+    assert main(["build", str(src), str(tmp_path / "one"), "--duplicates", "last", "--quiet"]) == 0
+    built = [line for line in capsys.readouterr().out.splitlines() if "duplicate" in line]
+    for i in range(2):
+        shard = ["build", str(src), str(tmp_path / "s"), "--shard", f"{i}/2", "--quiet"]
+        assert main([*shard, "--duplicates", "last"]) == 0
+    capsys.readouterr()
+    assert main(["merge", str(tmp_path / "s")]) == 0
+    merged = [line for line in capsys.readouterr().out.splitlines() if "duplicate" in line]
+    assert built == merged == ["dropped 1 duplicate id(s), kept the last"], (built, merged)
+
+
 @pytest.mark.parametrize("keep", ["first", "last"])
 def test_a_shard_that_loses_every_row_to_the_merge_dedup_is_merged(
     tmp_path: Path, keep: str

@@ -101,10 +101,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     else:
         print(f"{args.dest}: {counted(len(store), 'document')} in {seconds:.1f}s")
     print_skipped(build)
-    if build["duplicates_dropped"]:
-        print(
-            f"dropped {build['duplicates_dropped']:,} duplicate id(s), kept the {args.duplicates}"
-        )
+    print_dropped(build)
     return 0
 
 
@@ -125,7 +122,18 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         f"{store.snapshot} ({time.perf_counter() - started:.1f}s)"
     )
     print_skipped(store.meta["build"])  # the shards' skips, summed
+    print_dropped(store.meta["build"])  # theirs and the merge's own, across shards
     return 0
+
+
+def print_dropped(record: dict[str, Any]) -> None:
+    """The line of a build that dropped duplicate ids (``record``: its manifest's
+    ``duplicates_dropped`` and ``duplicates``, the one kept); none when it dropped none."""
+    if record.get("duplicates_dropped"):
+        print(
+            f"dropped {record['duplicates_dropped']:,} duplicate id(s), "
+            f"kept the {record['duplicates']}"
+        )
 
 
 def shard_arg(value: str) -> tuple[int, int]:
