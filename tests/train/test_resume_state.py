@@ -111,8 +111,8 @@ def test_a_resume_on_another_world_size_says_the_global_batch_changed(
     assert state.restore(resumed).step == 3
     rows = resumed.loader.batch_size
     said = capsys.readouterr().err
-    assert f"resumed at step 3 with {rows} rows a step (1 ranks x {rows})" in said, said
-    assert f"saved at {2 * rows} (2 x {rows})" in said, said
+    assert f"resumed at step 3 with {rows} rows a step (1 rank x {rows})" in said, said
+    assert f"saved with {2 * rows} (2 ranks x {rows})" in said, said
 
 
 def test_a_resume_with_another_batch_size_says_the_saved_one(
@@ -133,7 +133,7 @@ def test_a_resume_with_another_batch_size_says_the_saved_one(
     capsys.readouterr()
     state.restore(trainer(tmp_path, 6))
     said = capsys.readouterr().err
-    assert f"saved at {4 * rows} (2 x {2 * rows})" in said, said
+    assert f"saved with {4 * rows} (2 ranks x {2 * rows})" in said, said
 
 
 def test_a_checkpoint_without_a_cuda_state_resumes_as_before(
@@ -234,3 +234,29 @@ def test_dropout_after_a_resume_continues_the_uninterrupted_stream(
     assert len(whole) == 6 and len(head) == 3 and len(tail) == 3
     for step, (expected, got) in enumerate(zip(whole, head + tail), 1):
         assert torch.equal(expected, got), f"step {step} differs"
+
+
+def test_a_resume_of_a_finished_run_trains_nothing_and_keeps_its_last_loss(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--resume`` of a run that reached its last step: no step ran, and the result's loss
+    was NaN, which summary.json then held as the non-JSON ``NaN`` (a review's find). The
+    checkpoint keeps the last step's loss; the resume says there is nothing to train."""
+    import json
+    import math
+
+    from lading.train.records import write_summary
+
+    done = trainer(tmp_path, 6).run()
+    assert done.steps == 6 and math.isfinite(done.last_loss)
+    capsys.readouterr()
+    again = trainer(tmp_path, 6).run()
+    assert (again.steps, again.last_loss) == (6, done.last_loss)
+    said = capsys.readouterr().err
+    assert "at step 6, this run's last" in said and "nothing to train" in said, said
+    write_summary(tmp_path, {"last_loss": math.nan, "steps": 0}, World())
+    strict = json.loads(
+        (tmp_path / "summary.json").read_text(),
+        parse_constant=lambda c: pytest.fail(f"summary.json holds {c}"),
+    )
+    assert strict == {"last_loss": None, "steps": 0}

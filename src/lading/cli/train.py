@@ -85,11 +85,16 @@ def _cmd_train_cross_encoder(args: argparse.Namespace) -> int:
     from lading.ir.train import TrainConfig, train
 
     def say(summary: dict[str, Any]) -> str:
+        loss = summary["last_loss"]
+        known = isinstance(loss, float) and math.isfinite(loss)
         return (
             f"{args.out}: {summary['steps']} steps, the last step's loss "
-            f"{summary['last_loss']:.4f} (that step's alone: a progress line's is the mean "
-            "over its steps); "
-            f"model in {Path(args.out) / 'model'}"
+            + (
+                f"{loss:.4f} (that step's alone: a progress line's is the mean over its steps); "
+                if known
+                else "not known (its checkpoint predates the loss being saved in one); "
+            )
+            + f"model in {Path(args.out) / 'model'}"
         )
 
     paths = ("out", "queries", "qrels", "store", "corpus", "negatives")

@@ -19,6 +19,7 @@ GradScaler skipped is no divergence.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ class Trainer:
     scheduler: Any = None
     scaler: Any = None
     resumed: dict[str, Any] | None = field(default=None, init=False)
+    # the checkpoint's last loss: the result's where no step runs after the resume
+    _resumed_loss: float = field(default=math.nan, init=False, repr=False)
 
     def __post_init__(self) -> None:
         cuda = torch.device(self.device).type == "cuda"
@@ -126,7 +129,7 @@ class Trainer:
                         write_line(log, {"step": step, "epoch": self.loader.epoch, **measured})
                     if config.checkpoint_every and step % config.checkpoint_every == 0:
                         self._check(watch, step)  # before the checkpoint is saved
-                        self._save(step)
+                        self._save(step, last)
                     elif logs and step < config.total:  # (the last: after the clock stops)
                         self._check(watch, step)
                     if step >= config.total:
@@ -148,8 +151,8 @@ class Trainer:
         if watch.checked_at != step:  # the last step, before the run returns or saves
             self._check(watch, step)
         if config.checkpoint_every:
-            self._save(step)
-        loss = float(last.loss.item()) if last.loss is not None else float("nan")
+            self._save(step, last)
+        loss = self._resumed_loss if last.loss is None else float(last.loss.item())
         return LoopResult(
             step, self.loader.epoch, loss, timed.rows, seconds, timed.wait_s, self.resumed
         )
@@ -164,6 +167,16 @@ class Trainer:
         if self.config.resume and self.config.out is not None and state.present(self):
             resumed = state.restore(self)
             self.resumed = {"step": resumed.step, "changed": resumed.changed}
+            if resumed.last_loss is not None:
+                self._resumed_loss = resumed.last_loss
+            if resumed.step >= self.config.total and self.world.rank == 0:
+                print(
+                    f"{self.config.desc}: resume: the checkpoint is at step {resumed.step}, "
+                    f"this run's last ({self.config.total} steps): nothing to train; give "
+                    "more steps (--steps, --epochs) to train on",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return resumed.step
         if self.config.resume and self.world.rank == 0:  # asked for, but nothing to resume
             out = self.config.out
@@ -217,9 +230,10 @@ class Trainer:
         head = {"step": step, "epoch": self.loader.epoch, "loss": loss, "rows": result.rows}
         return {**head, **self.task.trace(batch), "fetch_s": fetch_s}
 
-    def _save(self, step: int) -> None:
+    def _save(self, step: int, last: StepResult) -> None:
         if self.config.out is not None and self.model is not None:
-            state.save(self, step)
+            loss = None if last.loss is None else float(last.loss.item())
+            state.save(self, step, self._resumed_loss if loss is None else loss)
 
     def _log(
         self,

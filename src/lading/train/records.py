@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -109,8 +110,11 @@ def jsonable(value: Any) -> Any:
 
 def write_summary(out: Path, summary: dict[str, Any], world: World) -> None:
     """Rank 0 writes ``out/summary.json``; every rank waits for it."""
-    if world.rank == 0:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if world.rank == 0:  # a NaN (a loss no step gave) is null: JSON has no NaN
+        kept = {
+            k: None if isinstance(v, float) and math.isnan(v) else v for k, v in summary.items()
+        }
+        (out / "summary.json").write_text(json.dumps(kept, indent=2))
     ddp.barrier()
 
 

@@ -12,6 +12,7 @@ resume, which reseeds the RNGs instead of restoring them. A checkpoint without `
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -57,8 +58,9 @@ RESERVED: frozenset[str] = frozenset(
 )
 
 
-def save(trainer: Checkpointed, step: int) -> None:
-    """Gather every rank's loader, RNG and task state into ``out/checkpoint`` at ``step``:
+def save(trainer: Checkpointed, step: int, last_loss: float | None = None) -> None:
+    """Gather every rank's loader, RNG and task state into ``out/checkpoint`` at ``step``
+    (``last_loss``: that step's, rank 0's, for a resume with no step left to report):
     rank 0 writes it; every rank waits until it has."""
     loaders = ddp.gather_objects(trainer.loader.state_dict())
     rngs = ddp.gather_objects(torch.get_rng_state())
@@ -72,6 +74,8 @@ def save(trainer: Checkpointed, step: int) -> None:
     if trainer.world.rank == 0:
         assert trainer.model is not None, "a checkpoint needs a model"
         saved: dict[str, Any] = {"step": step, "written_by": trainer.config.desc}
+        if last_loss is not None and math.isfinite(last_loss):
+            saved["last_loss"] = last_loss
         saved["model"] = trainer.model.state_dict()
         saved["model_settings"] = dict(trainer.config.model_settings)
         saved["data_settings"] = dict(trainer.config.data_settings)
@@ -144,11 +148,12 @@ def _differences(saved: Any, now: dict[str, Any]) -> str:
 
 
 class Resumed(NamedTuple):
-    """Where a run resumed, and the optimizer settings it changed: ``{"lr": {"from": the
-    checkpoint's, "to": this run's}}``."""
+    """Where a run resumed, the optimizer settings it changed (``{"lr": {"from": the
+    checkpoint's, "to": this run's}}``) and the loss of its last step."""
 
     step: int
     changed: dict[str, dict[str, float]]
+    last_loss: float | None = None  # the loss of the step it was taken at (None: not saved)
 
 
 def restore(trainer: Checkpointed) -> Resumed:
@@ -222,8 +227,8 @@ def restore(trainer: Checkpointed) -> Resumed:
             if before != now:
                 print(
                     f"{trainer.config.desc}: resumed at step {step} with {now} rows a step "
-                    f"({world.world_size} ranks x {rows}); it was saved at {before} "
-                    f"({saved_world} x {saved_rows}); each row of the epoch is still read "
+                    f"({_ranks(world.world_size)} x {rows}); it was saved with {before} "
+                    f"({_ranks(saved_world)} x {saved_rows}); each row of the epoch is still read "
                     "once (an elastic resume). Scale the learning rate yourself if it should "
                     "follow the global batch",
                     file=sys.stderr,
@@ -237,7 +242,12 @@ def restore(trainer: Checkpointed) -> Resumed:
                 file=sys.stderr,
                 flush=True,
             )
-    return Resumed(step, changed)
+    loss = saved.get("last_loss")
+    return Resumed(step, changed, float(loss) if isinstance(loss, (int, float)) else None)
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
 
 
 SETTINGS = ("lr", "weight_decay")  # what a run's options set in its optimizer's groups
