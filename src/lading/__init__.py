@@ -50,6 +50,7 @@ from lading.errors import (
     StaleStoreWarning,
     StoreFormatError,
     StoreNotFoundError,
+    UnrankedQueriesWarning,
     WorldChangedError,
 )
 from lading.sources import ParseOptions, Record, read_records
@@ -118,6 +119,7 @@ __all__ = [
     "StaleStoreWarning",
     "StoreFormatError",
     "StoreNotFoundError",
+    "UnrankedQueriesWarning",
     "World",
     "WorldChangedError",
     "__version__",

@@ -233,6 +233,12 @@ class LongIdWarning(UserWarning):
     count. The message names the id's row, its start and bytes, and the index's size."""
 
 
+class UnrankedQueriesWarning(UserWarning):
+    """An evaluation's judgements name queries its run does not rank: they score 0 in every
+    measure (ir-measures' rule), which pulls the means down. The message counts them and
+    names the first."""
+
+
 class AbandonedBuildWarning(UserWarning):
     """A commit into a bucket found a parallel build that no snapshot names and in which
     nothing was written for a day (a job killed before its merge, workers whose merge was

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from conftest import RERANK_WORDS, tiny_reranker, write
-from lading.errors import SkippedRecordsWarning
+from lading.errors import SkippedRecordsWarning, UnrankedQueriesWarning
 from lading.ir import TrainingGroups, rerank
 
 pytest.importorskip("tokenizers")
@@ -151,6 +151,25 @@ def test_every_measure_evaluates_at_a_relevance_threshold(name: str) -> None:
         assert got[name] == (0.0 if name == "P@1" else 0.5)
 
 
+def test_evaluate_refuses_qrels_that_judge_none_of_the_runs_queries_and_warns_of_unranked() -> None:
+    """The guide says judgements of another collection are refused in Python as on the CLI:
+    ``evaluate`` gave nDCG@10 0.0 without a word (a review's find). Judged queries the run
+    does not rank (a pool's qrels of two years for one year's run: 0.22 for 0.51) score 0 as
+    ir-measures scores them, and are now warned, as the CLI's line says them."""
+    pytest.importorskip("ir_measures")
+    from lading.ir.rerank import evaluate
+
+    run = {"q1": ["a", "b"], "q2": ["c"]}
+    with pytest.raises(ValueError, match=r"judge none of the run's 2 queries \(first 'q1'\)"):
+        evaluate({"x1": {"a": 1}, "x2": {"b": 1}}, run)
+    with pytest.warns(UnrankedQueriesWarning, match=r"1 of the 2 judged queries .* \(first 'x9'\)"):
+        got = evaluate({"q1": {"a": 1}, "x9": {"b": 1}}, run, ["P@1"])
+    assert got["P@1"] == 0.5  # x9 scores 0, as before
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert evaluate({"q1": {"a": 1}, "q2": {"c": 1}}, run, ["P@1"])["P@1"] == 1.0
+
+
 def test_a_query_whose_relevant_documents_are_none_in_the_store_is_counted(
     tiny: dict[str, Any],
 ) -> None:
@@ -242,8 +261,9 @@ def test_a_query_rerank_left_out_is_left_out_of_the_measures(tiny: dict[str, Any
         "over 2 judged queries"
     ]
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # nothing left out: nothing said
-        assert evaluate(qrels, run, ["R@100"]) == {"R@100": 0.75}  # all found but q3
+        warnings.simplefilter("error", SkippedRecordsWarning)  # nothing left out: not said
+        with pytest.warns(UnrankedQueriesWarning, match="first 'q3'"):  # judged, not ranked
+            assert evaluate(qrels, run, ["R@100"]) == {"R@100": 0.75}  # all found but q3
 
 
 def test_lading_rerank_scores_both_runs_over_the_queries_it_reranked(

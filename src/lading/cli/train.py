@@ -144,7 +144,7 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
     _check_evaluation(args)
     import torch
 
-    from lading.errors import SkippedRecordsWarning
+    from lading.errors import SkippedRecordsWarning, UnrankedQueriesWarning
     from lading.ir.inputs import QUERY_COLUMNS, read_qrels, read_queries, read_run
     from lading.ir.model import CrossEncoder, check_positions, trained_inputs
     from lading.ir.rerank import evaluate, rerank, with_tail, write_trec_run
@@ -193,6 +193,7 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
         ranked = {q: [d for d in run[q] if d in reranked[q]] for q in reranked}  # any
         with warnings.catch_warnings(record=True) as noted:  # rerank left out), over the
             warnings.simplefilter("always", SkippedRecordsWarning)  # same queries
+            warnings.simplefilter("ignore", UnrankedQueriesWarning)  # (said below, once)
             before = evaluate(qrels, ranked, args.measures, args.min_relevance, scores.left_out)
             after = evaluate(qrels, reranked, args.measures, args.min_relevance)
         for message in dict.fromkeys(str(w.message) for w in noted):  # (both say the same)

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from lading.errors import SkippedRecordsWarning, missing_package
+from lading.errors import SkippedRecordsWarning, UnrankedQueriesWarning, missing_package
 from lading.ir.collate import CrossEncoderCollator
 from lading.ir.model import CrossEncoder, check_positions
 from lading.stores.base import DocStore
@@ -282,6 +282,7 @@ def evaluate(
         scored[qid] = {str(d): float(len(ranked) - i) for i, d in enumerate(ranked)}
     skip = set(left)
     judged = {q: dict(d) for q, d in qrels.items() if q not in skip}
+    _check_ranked(judged, scored)
     if left:
         warnings.warn(
             f"evaluate left out {_queries(len(left), 'judged')} that rerank left out (first: "
@@ -291,6 +292,28 @@ def evaluate(
         )
     result = ir_measures.calc_aggregate(parsed, judged, scored)
     return {name: float(result[m]) for name, m in zip(measures, parsed)}
+
+
+def _check_ranked(judged: Mapping[str, Any], scored: Mapping[str, Any]) -> None:
+    """Refuse judgements of none of the run's queries (another collection's or year's: every
+    measure would be 0); warn of judged queries the run does not rank (each scores 0)."""
+    unranked = [q for q in judged if q not in scored]
+    if judged and scored and len(unranked) == len(judged):
+        raise ValueError(
+            f"the qrels judge none of the run's {len(scored):,} "
+            f"{'query' if len(scored) == 1 else 'queries'} "
+            f"(first {next(iter(scored))!r}); their {_queries(len(judged), 'judged')} are "
+            f"others (first {unranked[0]!r}): pass the judgements of the run's queries"
+        )
+    if unranked:
+        warnings.warn(
+            UnrankedQueriesWarning(
+                f"{len(unranked):,} of the {_queries(len(judged), 'judged')} have no ranking in "
+                f"the run (first {unranked[0]!r}): each scores 0 in every measure "
+                "(ir-measures' rule); pass the qrels of the run's queries alone to leave them out"
+            ),
+            stacklevel=3,
+        )
 
 
 def _queries(n: int, kind: str) -> str:
