@@ -26,9 +26,13 @@ def _files(tmp_path: Path, run: str, qrels: str | None = None) -> dict[str, Path
     }
 
 
-def _groups(files: dict[str, Path], sampling: str = "run") -> lading.ir.TrainingGroups:
+def _groups(
+    files: dict[str, Path], sampling: str = "run", min_relevance: int = 1
+) -> lading.ir.TrainingGroups:
     store = lading.InMemoryStore({f"d{i}": f"text {i}" for i in range(40)})
-    settings = SimpleNamespace(group_size=4, sampling=sampling, depth=100, min_relevance=1, seed=0)
+    settings = SimpleNamespace(
+        group_size=4, sampling=sampling, depth=100, min_relevance=min_relevance, seed=0
+    )
     return groups_from_files(store, files["queries"], files["qrels"], files["run"], settings)
 
 
@@ -84,6 +88,21 @@ def test_what_was_left_out_is_one_readable_line_naming_the_first_id_and_its_file
     assert "1 judged document" in line and "'zz9' of query 'q3'" in line, line
     assert str(files["qrels"]) in line and str(files["run"]) in line, line
     assert "'ghost' of query 'q1'" in line, line
+
+
+def test_judged_documents_left_out_say_how_many_of_them_were_relevant(tmp_path: Path) -> None:
+    """MS MARCO's pool at min_relevance=2: "left out 11,292 judged documents" read as 11k
+    training pairs lost, where 1,280 were relevant and the rest judged not relevant, never a
+    positive (a review's count). The line says how many could have been positives."""
+    qrels = "q1 0 d1 2\nq2 0 d2 2\nq3 0 d3 2\nq3 0 zz9 0\nq1 0 zz8 1\nq2 0 zz7 2\n"
+    run = "".join(f"q{q} Q0 d{10 + r} {r} {10 - r} bm25\n" for q in (1, 2, 3) for r in range(1, 4))
+    files = _files(tmp_path, run, qrels)
+    with pytest.warns(GroupsWarning) as said:
+        groups = _groups(files, min_relevance=2)
+    (line,) = [str(w.message) for w in said]
+    assert "3 judged documents" in line, line
+    assert "1 of them relevant at min_relevance=2, 2 judged below it (never positives)" in line
+    assert groups.report.relevant_missing_from_store == 1
 
 
 def test_a_store_of_almost_none_of_the_judged_documents_is_refused(tmp_path: Path) -> None:

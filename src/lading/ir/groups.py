@@ -50,7 +50,9 @@ class GroupsReport:
     gives no negative (``queries_not_in_run`` of them are not in the run at all; the others'
     top ``depth`` documents are relevant or not in the store): under the ``"run"`` policies
     their negatives are all drawn at random. ``judged_pairs``: the judged (query, document)
-    pairs looked up in the store. ``first``: the first id of each count, by cause."""
+    pairs looked up in the store. ``first``: the first id of each count, by cause.
+    ``relevant_missing_from_store``: of ``judged_missing_from_store``, those judged at or above
+    ``min_relevance`` (the others were never positives)."""
 
     pairs: int
     queries: int
@@ -63,6 +65,7 @@ class GroupsReport:
     queries_not_in_run: int = 0
     judged_pairs: int = 0
     first: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
+    relevant_missing_from_store: int = 0
 
 
 class TrainingGroups:
@@ -153,7 +156,7 @@ class TrainingGroups:
         judged_parts: list[npt.NDArray[np.int64]] = []
         cand_parts: list[npt.NDArray[np.int64]] = []
         no_relevant = no_text = missing_judged = missing_run = none_stored = 0
-        no_candidates = not_in_run = judged_pairs = 0
+        no_candidates = not_in_run = judged_pairs = missing_relevant = 0
         first_missing = ("", "")  # (query, document) of the first run document not stored
         first_left_out: dict[str, str] = {}  # why a query was left out -> the first such query
         first: dict[str, tuple[str, ...]] = {}  # a count of the report -> its first ids
@@ -185,6 +188,7 @@ class TrainingGroups:
                         "on_missing='skip' to leave them out"
                     )
                 missing_judged += len(absent)
+                missing_relevant += sum(judged[d] >= min_relevance for d in absent)
                 first.setdefault("judged missing", (absent[0], qid))
             is_relevant = np.array([judged[d] >= min_relevance for d in judged_ids])
             relevant_codes = codes[(codes >= 0) & is_relevant]
@@ -235,6 +239,7 @@ class TrainingGroups:
             not_in_run,
             judged_pairs,
             first,
+            missing_relevant,
         )
         self._check_stored(self.report)
         self._check_candidates(self.report, negatives)
@@ -453,13 +458,16 @@ def _left_out_line(report: GroupsReport, sources: Mapping[str, str], min_relevan
             f"text in {sources['queries']} (first {first['no text'][0]!r})"
         )
     if report.judged_missing_from_store:
+        n, relevant = report.judged_missing_from_store, report.relevant_missing_from_store
         said.append(
             _missing_line(
-                report.judged_missing_from_store,
-                "judged document",
-                sources["qrels"],
-                sources["store"],
-                first["judged missing"],
+                n, "judged document", sources["qrels"], sources["store"], first["judged missing"]
+            )
+            + (
+                f", {relevant:,} of them relevant at min_relevance={min_relevance}, "
+                f"{n - relevant:,} judged below it (never positives)"
+                if relevant < n
+                else ""
             )
         )
     if report.queries_without_relevant_in_store:
