@@ -111,6 +111,48 @@ def test_map_datasets_whose_identity_names_a_copy_are_compared_by_length_and_set
     assert sorted(first + second) == list(range(50)) and len(first) == len(second)
 
 
+def _read_groups(rank: int, world: int, case: str) -> Any:
+    """One epoch of TrainingGroups over an in-memory store (``case``: how rank 1's differ)."""
+    import lading
+    from lading.errors import RanksDisagreeError
+    from lading.ir import TrainingGroups
+
+    store = lading.InMemoryStore({f"d{i}": f"text {i}" for i in range(60)})
+    queries = {f"q{i}": f"query {i}" for i in range(12)}
+    qrels = {f"q{i}": {f"d{i}": 1} for i in range(12)}
+    run = {f"q{i}": [f"d{(i + k) % 60}" for k in range(1, 9)] for i in range(12)}
+    size, seed = 4, 0
+    if rank == 1 and case == "group_size":
+        size = 5
+    elif rank == 1 and case == "seed":
+        seed = 1
+    elif rank == 1 and case == "run":
+        run = {q: docs[::-1] for q, docs in run.items()}
+    groups = TrainingGroups(store, queries, qrels, run, group_size=size, seed=seed)
+    try:
+        return ("read", [b for b in lading.loader(groups, 3, seed=1, collate_fn=list)])
+    except RanksDisagreeError as e:
+        return ("refused", str(e))
+
+
+@pytest.mark.parametrize("case", ["group_size", "seed", "run"])
+def test_training_groups_of_other_settings_or_negatives_are_refused(case: str) -> None:
+    """Rank 1 with groups of 5 where rank 0 made groups of 4, another groups seed or another
+    run file (the negatives): both read 50 batches of other groups without a word (a review's
+    find), since a map dataset was compared by length and settings only. TrainingGroups tells
+    the loader what every rank holds alike (``ranks_fingerprint``: its settings and groups,
+    not the store's copy), and such ranks are refused."""
+    results = run_processes(_read_groups, 2, case, timeout=120)
+    for rank, (status, said) in enumerate(results):
+        assert status == "refused", (rank, results[rank])
+        assert "fingerprint.data" in said, said
+
+
+def test_training_groups_alike_on_every_rank_read_as_before() -> None:
+    (s0, b0), (s1, b1) = run_processes(_read_groups, 2, "same", timeout=120)
+    assert s0 == s1 == "read" and len(b0) == len(b1) and b0 != b1
+
+
 def test_a_backend_without_a_store_reads_as_before(tmp_path: Path) -> None:
     """The ``fake`` backend (and MPI) has no key-value store to compare through: the first
     pass raised "Not implemented" from the store; it reads, unchecked."""

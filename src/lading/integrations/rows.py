@@ -91,6 +91,12 @@ class GroupRows:
         method = getattr(self.groups, "data_fingerprint", None)
         return f"{method()}:{self.fmt}" if callable(method) else None
 
+    def ranks_fingerprint(self) -> str | None:
+        """The groups' (what every rank holds alike) and the row format, None where the
+        groups have none (:mod:`lading.loading.agree` compares it across ranks)."""
+        method = getattr(self.groups, "ranks_fingerprint", None)
+        return f"{method()}:{self.fmt}" if callable(method) else None
+
     def duplicate_keys(self, items: Any, epoch: int) -> Any:
         """The groups' keys (for ``batching="no_duplicates"``): a group's rows are one unit."""
         return self.groups.duplicate_keys(items, epoch)

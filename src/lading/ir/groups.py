@@ -131,6 +131,7 @@ class TrainingGroups:
         self.group_size, self.sampling, self.depth = group_size, sampling, depth
         self.seed, self.epoch = seed, 0
         self._fingerprint: str | None = None
+        self._ranks_fingerprint: str | None = None
         self.min_judged_stored = min_judged_stored
         self.sources = {
             "queries": "the queries",
@@ -394,6 +395,19 @@ class TrainingGroups:
         a string), else None."""
         url: str | None = getattr(self.store, "remote_url", None)
         return url
+
+    def ranks_fingerprint(self) -> str:
+        """What every rank's groups hold alike where they read the same data with the same
+        settings (:mod:`lading.loading.agree` compares it): the sampling settings, the queries
+        and the judged and candidate documents by row, not the store's identity (each node
+        may build its own copy). Ranks of another group size, seed or run are refused."""
+        if self._ranks_fingerprint is None:
+            settings = [len(self.store), self.group_size, self.sampling, self.depth, self.seed]
+            digest = hashlib.sha256(json.dumps([settings, self.qids, self.query_texts]).encode())
+            for array in (self._pair_query, self._pair_doc, self._relevant, self._cands):
+                digest.update(np.ascontiguousarray(array).tobytes())
+            self._ranks_fingerprint = digest.hexdigest()
+        return self._ranks_fingerprint
 
     def data_fingerprint(self) -> str:
         """A digest of what the groups hold (computed once): the store's content (a lading

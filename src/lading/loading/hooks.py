@@ -28,6 +28,10 @@ hook                                    what the loader does with it
                                         no two samples of a batch may share one
 ``data_fingerprint() -> str | None``    when the loader is made: the dataset's identity, put in
                                         the loader's state (a state of other data is refused)
+``ranks_fingerprint() -> str | None``   at a first pass under a process group: what every rank
+                                        that reads the same data with the same settings holds
+                                        alike (no copy's identity), compared across the ranks
+                                        (:mod:`lading.loading.agree`)
 ``remote_url: str | None``              where the items are read from, when that is object
                                         storage: a loader made with DataLoader workers warns
                                         (:meth:`lading.loading.workers.Workers.for_remote`)
@@ -94,6 +98,7 @@ class Hooks:
         settle: ``settle``.
         duplicate_keys: ``duplicate_keys``.
         identity: the dataset's identity (:func:`identity_of`), computed when made.
+        ranks: ``ranks_fingerprint`` (called at a first pass in a process group only).
         remote_url: ``remote_url``, where it is a string.
     """
 
@@ -106,6 +111,7 @@ class Hooks:
     settle: Callable[[float], Any] | None = None
     duplicate_keys: DuplicateKeys | None = None
     identity: str | None = None
+    ranks: Callable[[], Any] | None = None
     remote_url: str | None = None
 
     @classmethod
@@ -128,6 +134,7 @@ class Hooks:
             settle=method("settle"),
             duplicate_keys=method("duplicate_keys"),
             identity=identity_of(dataset, method("data_fingerprint")),
+            ranks=method("ranks_fingerprint"),
             remote_url=remote if isinstance(remote, str) else None,
         )
 

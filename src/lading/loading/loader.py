@@ -367,13 +367,19 @@ class Loader:
     def _agree(self) -> None:
         """:func:`~lading.loading.agree.check_ranks_agree` of this loader's plan, once: its
         data's identity left out where it names a copy, not content (a map dataset's: a
-        store's snapshot, an HF dataset's fingerprint, random after an unhashable transform)."""
+        store's snapshot, an HF dataset's fingerprint, random after an unhashable transform),
+        and a map dataset's ``ranks_fingerprint()`` compared in its place where it has one
+        (TrainingGroups: its settings and groups)."""
         if isinstance(self._agreed, RanksDisagreeError):
             raise self._agreed
         workload, world = self._workload, self.world
         fingerprint = dict(workload.fingerprint())
         if workload.kind == "map":
             fingerprint.pop("data", None)
+            ranks = getattr(getattr(workload, "hooks", None), "ranks", None)
+            found = ranks() if ranks is not None and world.world_size > 1 else None
+            if found is not None:
+                fingerprint["data"] = str(found)
         plan = {"kind": workload.kind, "fingerprint": fingerprint, "layout": workload.layout()}
         try:
             self._agree_key = check_ranks_agree(plan, world.rank, world.world_size)
