@@ -582,3 +582,32 @@ def test_a_nested_list_is_refused_naming_the_columns_type(tmp_path: Path) -> Non
         PartitionedParquet(tmp_path, 2, list_columns={"nl": 3}, world=ONE)
     text = str(caught.value)
     assert f"'nl' is {pq.read_schema(path).field('nl').type}" in text and "items" in text, text
+
+
+@pytest.mark.parametrize("pad", ["right", "left"])
+def test_lists_the_files_already_pad_are_stripped_of_it_with_padded_with(
+    tmp_path: Path, pad: str
+) -> None:
+    """T4R's files pad every item list to 20 with 0 at its end. Read with list_columns alone,
+    every session's ``_lengths`` was 20 and a cut to 10 kept the trailing zeros: 46,783 of
+    48,960 sessions of days 178-179 came back with no item (a review's count). With
+    ``padded_with=0`` a list's trailing run of 0 is not items: lengths are the sessions',
+    the cut keeps their most recent items, and left padding puts the last item last."""
+    items = [[5, 6, 7, 0, 0, 0], [9, 0, 0, 0, 0, 0], [1, 2, 3, 4, 5, 6], [0] * 6, [4, 0, 8, 0, 0, 0]]
+    path = write(
+        tmp_path / "d" / "s.parquet",
+        {"session_id": np.arange(5), "items": pa.array(items, pa.list_(pa.int64()))},
+    )
+    read = PartitionedParquet(
+        path, 5, list_columns={"items": 4}, pad=pad, shuffle=False, world=ONE, padded_with=0
+    )
+    (batch,) = list(read)
+    assert batch["items_lengths"].tolist() == [3, 1, 4, 0, 3]
+    kept = [[5, 6, 7], [9], [3, 4, 5, 6], [], [4, 0, 8]]  # a 0 inside a list is an item
+    rows = batch["items"].tolist()
+    for row, want, n in zip(rows, kept, batch["items_lengths"].tolist()):
+        assert (row[:n] if pad == "right" else row[len(row) - n :]) == want, rows
+        assert (row[n:] if pad == "right" else row[: len(row) - n]) == [0] * (4 - n), rows
+    plain = PartitionedParquet(path, 5, list_columns={"items": 4}, shuffle=False, world=ONE)
+    (batch,) = list(plain)  # without it, the files' lists as they are (the padding is items)
+    assert batch["items_lengths"].tolist() == [4] * 5

@@ -77,6 +77,11 @@ class PartitionedParquet(Loader):
             at least 8 batches), rounded up to whole batches.
         pad_value: fill of list columns; one a list column's items cannot hold as it is
             (-1.5 in an int list, -1 in a uint8 one) is refused when the dataset opens.
+        padded_with: the value the files' lists already end with as padding (the T4R
+            preprocessing pads item lists to 20 with 0): a list's trailing run of it is
+            dropped before it is truncated, padded and counted, so ``<name>_lengths`` is the
+            session's length and a cut keeps its most recent items (default None: every
+            entry is an item).
         num_workers, pin_memory, prefetch_factor, persistent_workers, multiprocessing_context:
             DataLoader workers build the batches, the same at any count (0: this process
             reads them); each chunk's batches are built by one worker.
@@ -118,6 +123,7 @@ class PartitionedParquet(Loader):
         world: World | None = None,
         buffer_rows: int | None = None,
         pad_value: int | float = 0,
+        padded_with: int | float | None = None,
         num_workers: int = 0,
         pin_memory: bool = False,
         prefetch_factor: int | None = None,
@@ -168,12 +174,17 @@ class PartitionedParquet(Loader):
             check_columns(schemas[first], self.columns, list_columns, self.files[first], pad_value)
             flat = [c for c in self.columns if c not in list_columns]
             if self.remote is None:
-                rows = RowReader(self.columns, list_columns, pad, pad_value, planned)
+                rows = RowReader(
+                    self.columns, list_columns, pad, pad_value, planned, padded_with=padded_with
+                )
                 undo.callback(rows.close)
                 check_counted_nulls(self.files, footers, flat)
             else:
                 self.remote.columns = list(self.columns)
-                rows = RemoteRowReader(self.remote, self.columns, list_columns, pad, pad_value)
+                rows = RemoteRowReader(
+                    self.remote, self.columns, list_columns, pad, pad_value,
+                    padded_with=padded_with,
+                )  # fmt: skip
                 undo.callback(rows.close)
                 check_counted_nulls(self.files, footers, flat, self.remote.read_group)
                 warn_if_too_small(self.remote)

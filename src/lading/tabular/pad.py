@@ -21,11 +21,13 @@ def pad_lists(
     max_len: int,
     pad: str = "right",
     fill: int | float = 0,
+    padded_with: int | float | None = None,
 ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
     """``(padded [rows, max_len], lengths [rows])`` of a ragged array given as values + offsets.
 
-    Row ``i`` is ``values[offsets[i]:offsets[i+1]]``; longer rows keep their last ``max_len``
-    items; ``lengths`` are the kept counts.
+    Row ``i`` is ``values[offsets[i]:offsets[i+1]]``, less its trailing run of
+    ``padded_with`` where given (lists the files already padded: T4R's end in 0s); longer rows
+    keep their last ``max_len`` items; ``lengths`` are the kept counts.
     """
     if pad not in PADS:
         raise ValueError(f"unknown pad {pad!r}; choose from {sorted(PADS)}")
@@ -33,6 +35,8 @@ def pad_lists(
         raise ValueError(f"max_len must be >= 1, got {max_len}")
     rows = len(offsets) - 1
     full = np.diff(offsets).astype(np.int64)
+    if padded_with is not None and rows and len(values):
+        full = _without_trailing(values, offsets, full, padded_with)
     lengths = np.minimum(full, max_len)
     out = np.full((rows, max_len), fill, dtype=values.dtype)
     if rows == 0 or lengths.sum() == 0:
@@ -44,3 +48,20 @@ def pad_lists(
     column = within if pad == "right" else within + (max_len - lengths)[row_of]
     out[row_of, column] = values[source]
     return out, lengths
+
+
+def _without_trailing(
+    values: npt.NDArray[Any],
+    offsets: npt.NDArray[np.int64],
+    full: npt.NDArray[np.int64],
+    padded_with: int | float,
+) -> npt.NDArray[np.int64]:
+    """Each row's length less its trailing run of ``padded_with``: up to its last other item
+    (a row of padding alone: 0)."""
+    starts = offsets[:-1].astype(np.int64)
+    end = int(offsets[-1])
+    positions = np.where(values[:end] != padded_with, np.arange(end), -1)
+    nonempty = full > 0
+    last = np.full(len(full), -1, dtype=np.int64)  # each row's last item that is not padding
+    last[nonempty] = np.maximum.reduceat(positions, starts[nonempty])
+    return np.where(last >= starts, last - starts + 1, 0)

@@ -79,11 +79,14 @@ class RowReader:
         pad: str,
         pad_value: int | float,
         planned: Mapping[str, Stamp | None] | None = None,
+        *,
+        padded_with: int | float | None = None,
     ) -> None:
         """``planned``: each local file's stamp (:func:`stamp_of`) as the loader planned its
-        rows, what every process's first open compares with (None: its first open's)."""
+        rows, what every process's first open compares with (None: its first open's).
+        ``padded_with``: the value the files' lists already end with as padding (dropped)."""
         self.columns, self.list_columns = list(columns), check_list_options(list_columns, pad)
-        self.pad, self.pad_value = pad, pad_value
+        self.pad, self.pad_value, self.padded_with = pad, pad_value, padded_with
         self._planned = dict(planned or {})
         self._files: OrderedDict[str, Any] = OrderedDict()  # the OPEN_FILES read last
         self._recent: list[tuple[tuple[str, int], Any]] = []
@@ -227,7 +230,12 @@ class RowReader:
                 offsets = np.asarray(column.offsets, dtype=np.int64)
                 values = column.flatten().to_numpy(zero_copy_only=False)
                 padded, lengths = pad_lists(
-                    values, offsets - offsets[0], self.list_columns[name], self.pad, self.pad_value
+                    values,
+                    offsets - offsets[0],
+                    self.list_columns[name],
+                    self.pad,
+                    self.pad_value,
+                    self.padded_with,
                 )
                 out[name] = torch.from_numpy(padded)
                 out[f"{name}_lengths"] = torch.from_numpy(lengths)

@@ -382,9 +382,9 @@ class RemoteRowReader(RowReader):
     """:class:`~lading.tabular.read.RowReader` over remote objects: a chunk's row groups are
     read in one cache read at the chunk's step, then decoded from memory."""
 
-    def __init__(self, files: RemoteParquet, *reading: Any) -> None:
-        """``files``: the objects read; ``reading``: :class:`RowReader`'s arguments."""
-        super().__init__(*reading)
+    def __init__(self, files: RemoteParquet, *reading: Any, **options: Any) -> None:
+        """``files``: the objects read; ``reading``, ``options``: :class:`RowReader`'s."""
+        super().__init__(*reading, **options)
         self.files = files
         self._fetched: dict[tuple[str, int], Parts] = {}
 
