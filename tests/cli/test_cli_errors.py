@@ -471,6 +471,11 @@ def test_cli_spelling_drops_the_librarys_spellings_where_a_flag_says_it() -> Non
             lm,
             "none of ['<x>']; pass --eos-token, or --no-eos to keep documents unseparated",
         ),
+        (  # a flag with its value named twice (a review: "--clip 1.0, --clip 1.0")
+            "or gradient clipping (clip=1.0, --clip 1.0)",
+            {"clip": "--clip", "lr": "--lr"},
+            "or gradient clipping (--clip 1.0)",
+        ),
         # not a flag of this command, in a path or quoted: left alone
         (
             "stage it first (stage_to=); /data/max_length/x 'max_length'",

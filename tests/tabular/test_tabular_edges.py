@@ -593,7 +593,13 @@ def test_lists_the_files_already_pad_are_stripped_of_it_with_padded_with(
     48,960 sessions of days 178-179 came back with no item (a review's count). With
     ``padded_with=0`` a list's trailing run of 0 is not items: lengths are the sessions',
     the cut keeps their most recent items, and left padding puts the last item last."""
-    items = [[5, 6, 7, 0, 0, 0], [9, 0, 0, 0, 0, 0], [1, 2, 3, 4, 5, 6], [0] * 6, [4, 0, 8, 0, 0, 0]]
+    items = [
+        [5, 6, 7, 0, 0, 0],
+        [9, 0, 0, 0, 0, 0],
+        [1, 2, 3, 4, 5, 6],
+        [0] * 6,
+        [4, 0, 8, 0, 0, 0],
+    ]
     path = write(
         tmp_path / "d" / "s.parquet",
         {"session_id": np.arange(5), "items": pa.array(items, pa.list_(pa.int64()))},

@@ -260,3 +260,18 @@ def test_a_resume_of_a_finished_run_trains_nothing_and_keeps_its_last_loss(
         parse_constant=lambda c: pytest.fail(f"summary.json holds {c}"),
     )
     assert strict == {"last_loss": None, "steps": 0}
+
+
+def test_log_lines_hold_no_nan_or_infinity_that_strict_json_refuses(tmp_path: Path) -> None:
+    """A diverged run's log.jsonl held a bare ``"loss": NaN``, which jq and strict readers
+    refuse (a review's find): a loss that is not finite is written as null."""
+    import json
+    import math
+
+    from lading.train.records import write_line
+
+    with open(tmp_path / "log.jsonl", "w") as file:
+        write_line(file, {"step": 2, "loss": math.nan, "lr": math.inf, "rows": 4})
+    line = (tmp_path / "log.jsonl").read_text()
+    strict = json.loads(line, parse_constant=lambda c: pytest.fail(f"log.jsonl holds {c}"))
+    assert strict == {"step": 2, "loss": None, "lr": None, "rows": 4}

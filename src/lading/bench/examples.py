@@ -14,8 +14,9 @@ in a folder this module fills, under the names README uses:
   ``wiki/corpus`` (a :class:`lading.lm.TokenCorpus`), and ``code/corpus`` (small Python
   functions in the same tokenizer) to mix with it;
 - ``sessions/<day>/{train,valid,test}.parquet`` for days 178-182 (``session_id`` and a ragged
-  ``item_id-list_seq``: YOOCHOOSE's columns, its lists not padded as the T4R files' are), needing ``pyarrow``: without it the
-  rest is made and an :class:`ExampleLeftOutWarning` names what was not and the extra.
+  ``item_id-list_seq``: YOOCHOOSE's columns, its lists not padded as the T4R files' are),
+  needing ``pyarrow``: without it the rest is made and an :class:`ExampleLeftOutWarning`
+  names what was not and the extra.
 
 Same (passages, seed), same texts, runs, model weights and sessions; the WordPiece vocabulary
 may number entries of equal frequency in another order from run to run (``tokenizers``' trainer

@@ -165,6 +165,7 @@ _KEYWORD = re.compile(
 _API_CALL = re.compile(r"\b([a-z_]+)=[A-Z]\w*\(")
 _SAID_TWICE = re.compile(r"(--[a-z][\w-]*) \(\1\)")  # "--tokenizer (--tokenizer)"
 _SAID_TWICE_WHERE = re.compile(r"(--[a-z][\w-]*) \(\1, ")  # "--x (--x, in lading rerank)"
+_PAIR_TWICE = re.compile(r"\((--[a-z][\w-]*(?: [^\s,()]+)?), \1\)")  # "(--clip 1, --clip 1)"
 # a library keyword whose False is a ``--no-...`` flag of another name (the flag's dest)
 _NEGATED = {"append_eos": "no_eos"}
 
@@ -207,7 +208,8 @@ def cli_spelling(message: str, flags: dict[str, str]) -> str:
     for name, option in flags.items():
         if "_" in name and "=" not in name:  # (a plain word such as "tokenizer" may be prose)
             message = re.sub(rf"(?<![\w/.'\"=-]){name}(?![\w/.'\"=-])", option, message)
-    return _SAID_TWICE_WHERE.sub(r"\1 (", _SAID_TWICE.sub(r"\1", message))
+    once = _SAID_TWICE_WHERE.sub(r"\1 (", _SAID_TWICE.sub(r"\1", message))
+    return _PAIR_TWICE.sub(r"(\1)", once)
 
 
 def _drop_api_calls(message: str, flags: dict[str, str]) -> str:

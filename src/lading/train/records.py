@@ -93,8 +93,16 @@ def open_lines(out: Path | None, name: str, wanted: bool) -> IO[str] | None:
 def write_line(file: IO[str] | None, record: dict[str, Any]) -> None:
     """Append one JSON line and flush it (a killed run keeps every line written)."""
     if file is not None:
-        file.write(json.dumps(record) + "\n")
+        file.write(json.dumps(finite(record)) + "\n")
         file.flush()
+
+
+def finite(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with each float that is not finite (a diverged loss) as None: JSON has no
+    NaN or Infinity, and strict readers (jq) refuse Python's spelling of them."""
+    return {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()
+    }
 
 
 def jsonable(value: Any) -> Any:
@@ -111,10 +119,7 @@ def jsonable(value: Any) -> Any:
 def write_summary(out: Path, summary: dict[str, Any], world: World) -> None:
     """Rank 0 writes ``out/summary.json``; every rank waits for it."""
     if world.rank == 0:  # a NaN (a loss no step gave) is null: JSON has no NaN
-        kept = {
-            k: None if isinstance(v, float) and math.isnan(v) else v for k, v in summary.items()
-        }
-        (out / "summary.json").write_text(json.dumps(kept, indent=2))
+        (out / "summary.json").write_text(json.dumps(finite(summary), indent=2))
     ddp.barrier()
 
 
