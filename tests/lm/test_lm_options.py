@@ -193,6 +193,14 @@ def test_a_mixture_compares_vocabularies_not_tokenizer_files(tmp_path: Path) -> 
     assert len(LanguageModelLoader(TokenMixture({plain: 1, post: 1}), 1, Windows(3))) > 0
     with pytest.raises(ValueError, match=r"'w0' is id 2 against 3"):
         TokenMixture({plain: 1, swap: 1})
+    extra = {**{k: v for k, v in vocab.items() if k != "w19"}, "w99": 21}  # (as many ids)
+    tok = Tokenizer(models.WordLevel(extra, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "extra.json"))
+    more = TokenCorpus.build(text, tmp_path / "extra", tmp_path / "extra.json")
+    with pytest.raises(ValueError, match=r"'w19' is in the first's vocabulary \(id 21\), "
+                       r"not the second's"):  # fmt: skip  (was: "is id 21 against None")
+        TokenMixture({plain: 1, more: 1})
 
 
 def test_the_options_survive_a_worker(corpus: TokenCorpus) -> None:

@@ -272,11 +272,14 @@ def _other_tokens(a: TokenCorpus, b: TokenCorpus) -> str:
     except (OSError, ValueError, AttributeError, ImportError):
         return ""
     for token in sorted(ours.keys() ^ theirs.keys()) or sorted(ours):
-        if ours.get(token) != theirs.get(token):
-            return (
-                f"tokenizers {(_sha(a) or '?')[:12]} and {(_sha(b) or '?')[:12]}: "
-                f"{token!r} is id {ours.get(token)} against {theirs.get(token)}"
-            )
+        mine, other = ours.get(token), theirs.get(token)
+        if mine != other:
+            named = f"tokenizers {(_sha(a) or '?')[:12]} and {(_sha(b) or '?')[:12]}: {token!r}"
+            if mine is None or other is None:  # in one vocabulary only
+                has, lacks = ("second's", "first's") if mine is None else ("first's", "second's")
+                found = other if mine is None else mine
+                return f"{named} is in the {has} vocabulary (id {found}), not the {lacks}"
+            return f"{named} is id {mine} against {other}"
     return ""
 
 
