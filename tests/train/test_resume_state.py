@@ -33,11 +33,14 @@ class Square(TrainingTask):
         return StepResult((self.model.weight**2).sum(), len(batch))
 
 
-def trainer(out: Path, total: int, device: str = "cpu", scaler: Any = None) -> Trainer:
+def trainer(
+    out: Path, total: int, device: str = "cpu", scaler: Any = None, resume: bool = True
+) -> Trainer:
     """A trainer of a 1x1 linear model over 12 rows in batches of 4, checkpointing every 3."""
     model = torch.nn.Linear(1, 1)
     data = lading.loader(list(range(12)), 4, seed=1, world=World())
-    config = LoopConfig(total, out=out, checkpoint_every=3, resume=True, progress=False)
+    config = LoopConfig(total, out=out, checkpoint_every=3, resume=resume, progress=False)
+    config.log_every = 1
     config.prefetch = False  # a faked CUDA device: the batches stay where they are
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     parts = (model, optimizer, None, scaler)
@@ -275,3 +278,44 @@ def test_log_lines_hold_no_nan_or_infinity_that_strict_json_refuses(tmp_path: Pa
     line = (tmp_path / "log.jsonl").read_text()
     strict = json.loads(line, parse_constant=lambda c: pytest.fail(f"log.jsonl holds {c}"))
     assert strict == {"step": 2, "loss": None, "lr": None, "rows": 4}
+
+
+def _logged_steps(out: Path) -> list[int]:
+    import json
+
+    return [json.loads(line)["step"] for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+def test_a_resume_after_a_kill_logs_each_step_once(tmp_path: Path) -> None:
+    """A run killed after it logged step 8 but before its checkpoint at 9, resumed from its
+    checkpoint at 6: log.jsonl read 1..8, 7, 8, 9 (a review's find: "15, 15" after a kill past
+    the checkpoint at 10). A resume drops the records after its checkpoint first."""
+    import json
+
+    trainer(tmp_path, 6).run()
+    with open(tmp_path / "log.jsonl", "a") as log:  # what the killed run logged past step 6
+        for step in (7, 8):
+            log.write(json.dumps({"step": step, "loss": 0.5}) + "\n")
+    trainer(tmp_path, 9).run()
+    assert _logged_steps(tmp_path) == list(range(1, 10))
+
+
+def test_a_fresh_run_into_a_folder_holding_a_run_is_refused_not_mixed_with_it(
+    tmp_path: Path,
+) -> None:
+    """A run without --resume into an --out holding another run's checkpoint went on with no
+    word: log.jsonl read steps 1, 2, 3, 1, 2, and the folder's checkpoint stayed the old run's,
+    which a later --resume would continue (a review's find). It is refused, naming --resume
+    and the folder; a fresh run into a folder with a log and no checkpoint starts its log anew."""
+    trainer(tmp_path, 3).run()
+    with pytest.raises(ValueError, match=r"holds a run.*resume=True"):
+        trainer(tmp_path, 2, resume=False).run()
+    without = trainer(tmp_path, 2, resume=False)
+    without.config.checkpoint_every = 0  # (a run that saves none would leave the old one)
+    with pytest.raises(ValueError, match=r"holds a run.*resume=True"):
+        without.run()
+    import shutil
+
+    shutil.rmtree(tmp_path / "checkpoint")
+    trainer(tmp_path, 2, resume=False).run()
+    assert _logged_steps(tmp_path) == [1, 2]

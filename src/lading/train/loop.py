@@ -86,8 +86,9 @@ class Trainer:
         config = self.config
         step = self._start()
         watch = DivergenceWatch(self.device)
-        trace = open_lines(config.out, f"trace-rank{self.world.rank}.jsonl", config.trace)
-        log = open_lines(config.out, "log.jsonl", self.world.rank == 0 and config.log_every > 0)
+        at = None if self.resumed is None else step  # a resume keeps the records up to here
+        trace = open_lines(config.out, f"trace-rank{self.world.rank}.jsonl", config.trace, at)
+        log = open_lines(config.out, "log.jsonl", self.world.rank == 0 and config.log_every > 0, at)
         bar = self._bar(step)
         lines = self._lines(bar, log, step)
         window, timed = Window(), _Clock(self.device)
@@ -178,6 +179,12 @@ class Trainer:
                     flush=True,
                 )
             return resumed.step
+        if not self.config.resume and self.config.out is not None and state.present(self):
+            raise ValueError(  # another run's: a fresh one would mix its files with it
+                f"{self.config.out} holds a run already (its checkpoint in "
+                f"{state.directory(self)}): pass resume=True to go on from it, or train into "
+                "another folder (or remove that one)"
+            )
         if self.config.resume and self.world.rank == 0:  # asked for, but nothing to resume
             out = self.config.out
             missing = "no out folder" if out is None else f"no checkpoint in {out / 'checkpoint'}"

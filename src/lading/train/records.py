@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -82,12 +83,39 @@ def memory_totals(processes: list[dict[str, int]]) -> dict[str, int]:
     return out
 
 
-def open_lines(out: Path | None, name: str, wanted: bool) -> IO[str] | None:
-    """``out/name`` opened for appending when ``wanted`` (a resumed run adds to it)."""
+def open_lines(
+    out: Path | None, name: str, wanted: bool, resumed_at: int | None = None
+) -> IO[str] | None:
+    """``out/name`` opened when ``wanted``: a run resumed from its checkpoint at step
+    ``resumed_at`` adds to it, once the records of later steps are dropped (a killed run wrote
+    them after its last checkpoint: they are stepped and written again); any other run starts
+    it anew."""
     if out is None or not wanted:
         return None
     out.mkdir(parents=True, exist_ok=True)
-    return open(out / name, "a")
+    path = out / name
+    if resumed_at is None:
+        return open(path, "w")
+    if path.is_file():
+        kept = [line for line in path.read_text().splitlines(True) if _step(line) <= resumed_at]
+        replace_text(path, "".join(kept))
+    return open(path, "a")
+
+
+def _step(line: str) -> int:
+    """A record's step (a line that holds none, or is cut short by a kill: 0, kept)."""
+    try:
+        step = json.loads(line).get("step", 0)
+    except (ValueError, AttributeError):
+        return 0
+    return step if isinstance(step, int) else 0
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Write ``path`` whole through a file beside it, renamed over it (a kill leaves either)."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(text)
+    os.replace(part, path)
 
 
 def write_line(file: IO[str] | None, record: dict[str, Any]) -> None:
