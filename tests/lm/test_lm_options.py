@@ -198,8 +198,11 @@ def test_a_mixture_compares_vocabularies_not_tokenizer_files(tmp_path: Path) -> 
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "extra.json"))
     more = TokenCorpus.build(text, tmp_path / "extra", tmp_path / "extra.json")
-    with pytest.raises(ValueError, match=r"'w19' is in the first's vocabulary \(id 21\), "
-                       r"not the second's"):  # fmt: skip  (was: "is id 21 against None")
+    with pytest.raises(
+        ValueError,
+        match=r"'w19' is in the first's vocabulary \(id 21\), "
+        r"not the second's",
+    ):  # fmt: skip  (was: "is id 21 against None")
         TokenMixture({plain: 1, more: 1})
 
 
