@@ -161,6 +161,11 @@ class EmptyEpochError(LadingError, ValueError):
     """
 
 
+class NoRowsError(ParquetError, EmptyEpochError):
+    """Parquet files that hold no row at all: a :class:`ParquetError` naming them and an
+    :class:`EmptyEpochError` (an empty source), whichever a caller catches."""
+
+
 class LoaderClosedError(LadingError, RuntimeError):
     """A pass read on after its loader's ``close()``: nothing is read or fetched for a loader
     after it is closed. Names where the pass ended (its epoch and batch) and how to go on."""

@@ -218,9 +218,15 @@ def test_a_folder_without_parquet_is_named(tmp_path: Path) -> None:
 
 
 def test_parquet_files_without_rows_are_a_clear_error(tmp_path: Path) -> None:
+    """loaders.md names an empty source among the settings that raise EmptyEpochError: a
+    folder of files without rows raised a ParquetError only, which an ``except
+    EmptyEpochError`` missed (a review's find). It is both."""
+    from lading.errors import EmptyEpochError, ParquetError
+
     write(tmp_path / "d" / "a.parquet", sessions(0))
-    with pytest.raises(ValueError, match=r"no rows.*a\.parquet"):
+    with pytest.raises(EmptyEpochError, match=r"no rows.*a\.parquet") as caught:
         PartitionedParquet(tmp_path / "d", 4, list_columns={"items": 2}, world=ONE)
+    assert isinstance(caught.value, ParquetError)
     with pytest.raises(ValueError, match=r"no rows.*a\.parquet"):
         repartition(tmp_path / "d", tmp_path / "out")
 

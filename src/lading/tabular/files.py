@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lading.disk import DATASET_MARK
-from lading.errors import ParquetError, SkippedFilesWarning
+from lading.errors import NoRowsError, ParquetError, SkippedFilesWarning
 from lading.remote.objects import is_remote, refuse_remote
 from lading.tabular.plan import Piece
 
@@ -314,7 +314,7 @@ def pieces_of(files: Sequence[str], footers: Sequence[Any]) -> list[Piece]:
                 pieces.append(Piece(file, i, rows))
     if not pieces:
         shown = ", ".join(str(f) for f in files[:3]) + (", ..." if len(files) > 3 else "")
-        raise ParquetError(f"no rows in {len(files)} parquet file(s): {shown}")
+        raise NoRowsError(f"no rows in {len(files)} parquet file(s): {shown}")
     return pieces
 
 
