@@ -69,6 +69,27 @@ def test_a_file_reached_twice_is_refused_naming_it_and_both_inputs(
     assert "train.parquet" in message and given[0] in message and given[1] in message
 
 
+@pytest.mark.parametrize("link", ["symlink", "hard link"])
+def test_a_folder_holding_one_file_twice_by_a_link_names_the_link(
+    days: Path, link: str
+) -> None:
+    """A folder holding a link to one of its own files: refused saying "the folder is given
+    twice" (it was given once); a hard link was not seen at all, its rows read twice every
+    epoch (a review's finds). Both name the two paths as one file."""
+    again = days / "178-late" / "again.parquet"
+    target = days / "178" / "train.parquet"
+    if link == "symlink":
+        again.symlink_to(target)
+    else:
+        os.link(target, again)
+    with pytest.raises(ValueError, match="twice") as e:
+        ids([str(days)])
+    message = str(e.value)
+    assert "is given twice" not in message, message
+    assert "again.parquet" in message and "178/train.parquet" in message, message
+    assert "one file" in message, message
+
+
 def test_repartition_of_overlapping_inputs_is_refused(days: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="twice"):
         repartition([days / "178", days / "178" / "train.parquet"], tmp_path / "rep")

@@ -83,8 +83,9 @@ def parquet_files(paths: PathsArg, exclude: Iterable[Path] = ()) -> list[Path]:
             found = [path]
         else:
             raise FileNotFoundError(f"no parquet file or folder at {path}")
-        for file in found:
-            refuse_twice(reached, file.resolve(), str(file), os.fspath(item))
+        for file in found:  # (one file by a symlink or a hard link: one device and inode)
+            stat = file.stat()
+            refuse_twice(reached, (stat.st_dev, stat.st_ino), str(file), os.fspath(item))
         files += found
     if not files:
         raise ValueError("no parquet files given: paths is empty")
@@ -111,10 +112,17 @@ def remote_urls(paths: PathsArg) -> list[str]:
 
 
 def refuse_twice(reached: dict[Any, tuple[str, str]], key: Any, file: str, item: str) -> None:
-    """Record that input ``item`` reaches ``file`` (``key``: its resolved path or URL); raise
-    when an earlier input reached it already: its rows would be read twice every epoch."""
+    """Record that input ``item`` reaches ``file`` (``key``: a local file's device and inode,
+    an object's URL); raise when an earlier input, or this one by another path, reached it
+    already: its rows would be read twice every epoch."""
     if key in reached:
         seen, first = reached[key]
+        if first == item and seen != file:  # one input reaches one file by two paths
+            raise ValueError(
+                f"{seen} and {file}, both under {item!r}, are one file (a link to it, or a "
+                "hard link): its rows would be read twice every epoch. Remove the link, or "
+                "give the files to read as a list"
+            )
         how = f"{item!r} is given twice" if first == item else f"by {first!r} and by {item!r}"
         also = "" if seen == file else f" (as {seen} before)"
         raise ValueError(
