@@ -42,6 +42,9 @@ NOT_RUN = {
     "docs/cross-encoder.md: With HF Accelerate or the HF Trainer #1": "the loop of "
     "tests/accelerate_job.py, which tests/test_accelerate.py runs under accelerate launch with "
     "2 processes",
+    "docs/language-models.md: Transformers: document boundaries, packing, mixtures #2": "a "
+    "fragment over a model and batch defined elsewhere; "
+    "tests/integrations/test_transformers_lm.py runs its lines on a tiny Llama",
     "docs/multi-node.md: Training on several nodes #1": "several nodes (and Slurm); "
     "tests/test_multinode.py runs 2 simulated nodes",
     "docs/multi-node.md: The bench across nodes #1": "several nodes (and Slurm); "

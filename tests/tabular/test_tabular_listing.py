@@ -70,9 +70,7 @@ def test_a_file_reached_twice_is_refused_naming_it_and_both_inputs(
 
 
 @pytest.mark.parametrize("link", ["symlink", "hard link"])
-def test_a_folder_holding_one_file_twice_by_a_link_names_the_link(
-    days: Path, link: str
-) -> None:
+def test_a_folder_holding_one_file_twice_by_a_link_names_the_link(days: Path, link: str) -> None:
     """A folder holding a link to one of its own files: refused saying "the folder is given
     twice" (it was given once); a hard link was not seen at all, its rows read twice every
     epoch (a review's finds). Both name the two paths as one file."""
