@@ -350,3 +350,11 @@ def test_lines_ended_by_a_lone_cr_are_named_not_read_as_one_record(
     kept = outcome(path, "raise", True)
     assert kept == outcome(path, "raise", False)
     assert kept[0] == "ok" and [row[1] for row in kept[1]] == ["see\rthis", "b"], kept  # type: ignore[index]
+    # a stray CR in a middle column of an LF file is that column's text (a diff review: it
+    # was refused as lone-CR line ends, whose fix would have cut the record in two)
+    path.write_bytes(b"D1\thttp://a\tTitle with\ra CR\tbody one\nD2\thttp://b\tplain\tbody two\n")
+    wide = ("id", "url", "title", "text")
+    for bulk in (True, False):
+        kept = outcome(path, "raise", bulk, wide)
+        assert kept[0] == "ok", kept
+        assert kept[1][0][2]["title"] == "Title with\ra CR", kept  # type: ignore[index]

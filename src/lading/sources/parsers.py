@@ -35,7 +35,9 @@ HEADER_TEXT_NAMES = frozenset(
 )
 HEADER_NAME_BYTES = 24  # the longest column name looked at (a field past it is data)
 _COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,23}")
-_CR_THEN_COLUMN = re.compile(r"\r[^\t]*\t")  # a CR with a column after it: a line's end
+# a CR with a column after it, in a line with no LF at its end (a file of lone-CR line ends
+# is one such line): taken for a line's end. A CR inside a column of an LF line stays text
+_CR_THEN_COLUMN = re.compile(r"\r[^\t]*\t")
 LONE_CR = (
     "a carriage return inside the line with more columns after it: the file's lines end "
     "with a lone CR (classic Mac OS), so its records read as one line; give it LF line "
@@ -329,8 +331,8 @@ def make_tsv_parser(options: ParseOptions) -> Parser:
                 if len(rest) <= HEADER_NAME_BYTES and is_header([doc_id, rest], columns):
                     raise _header_line([doc_id, rest])
                 return Record(check_id(doc_id), rest, {})
-        if "\r" in line and _CR_THEN_COLUMN.search(line):
-            raise RecordError(LONE_CR)
+        if "\r" in line and not raw.endswith(b"\n") and _CR_THEN_COLUMN.search(line):
+            raise RecordError(LONE_CR)  # (a file of CR line ends is one line, with no LF)
         parts = line.split("\t")
         if len(parts) < need:
             raise RecordError(f'expected "{expected}", found {len(parts)} column(s)')

@@ -158,10 +158,12 @@ def scan_block(block: RawBlock, columns: Sequence[str] = ("id", "text")) -> TsvB
     edges = np.concatenate([arr[id_start], arr[id_end - 1]])
     if np.any((edges <= 32) | (edges >= 127)):
         return None  # an id edge the per-line parser must judge (whitespace, control, non-ASCII)
-    if buf.find(b"\r") >= 0 and (
-        _cr_inside(arr, id_start, id_end) or _cr_inside(arr, starts, bounds[seps])
-    ):  # an id holding a CR, or a CR before a line's last tab (lines ended by a lone CR):
-        return None  # the per-line parser refuses them (check_id, LONE_CR)
+    if buf.find(b"\r") >= 0:  # (a CRLF file's line ends were cut off above)
+        crs = np.flatnonzero(arr == 13)
+        if _cr_inside(crs, id_start, id_end) or _cr_inside(crs, starts, bounds[seps]):
+            # an id holding a CR, or a CR before a line's last tab (lone-CR line ends, or a
+            # stray CR in a column): the per-line parser judges them (check_id, LONE_CR)
+            return None
     if _names_line(arr, cut, columns):
         return None  # a header line: the per-line parser refuses it
     cols = {name: _cut(arr, a, b) for name, (a, b) in zip(columns, cut)}
@@ -171,11 +173,10 @@ def scan_block(block: RawBlock, columns: Sequence[str] = ("id", "text")) -> TsvB
 
 
 def _cr_inside(
-    arr: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+    crs: npt.NDArray[np.int64], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
 ) -> bool:
-    """Whether a CR byte lies inside any span ``[starts[i], ends[i])`` (asked only of a block
-    holding a CR: a CRLF file's, whose line ends were cut off before)."""
-    crs = np.flatnonzero(arr == 13)
+    """Whether a CR byte (at the sorted positions ``crs``) lies inside any span
+    ``[starts[i], ends[i])``."""
     return bool(np.any(np.searchsorted(crs, ends) > np.searchsorted(crs, starts)))
 
 
