@@ -319,3 +319,65 @@ def test_a_fresh_run_into_a_folder_holding_a_run_is_refused_not_mixed_with_it(
     shutil.rmtree(tmp_path / "checkpoint")
     trainer(tmp_path, 2, resume=False).run()
     assert _logged_steps(tmp_path) == [1, 2]
+
+
+def test_a_fresh_run_is_refused_before_its_workload_writes_into_the_folder(
+    tmp_path: Path,
+) -> None:
+    """The refusal came from the training loop, after the workload had rebuilt ``OUT/store``
+    from another corpus beside the old run's checkpoint (a diff review's find): every
+    ``lading train`` command refuses in ``ddp.run``, before its body writes anything."""
+    from lading.train import ddp
+    from lading.train.config import RunConfig
+
+    trainer(tmp_path, 3).run()
+    ran: list[bool] = []
+    config = RunConfig(out=tmp_path, parallel="none")
+    with pytest.raises(ValueError, match=r"holds a run.*resume=True"):
+        ddp.run(config, lambda world, device, out: ran.append(True))
+    assert ran == []
+    config.resume = True
+    ddp.run(config, lambda world, device, out: ran.append(True))
+    assert ran == [True]
+
+
+def test_a_summary_holds_no_nan_or_infinity_at_any_depth(tmp_path: Path) -> None:
+    """The LM's summary nests its evaluations (``[{"valid_ppl": inf}]``: a perplexity past
+    what a float holds), the sessions' its metrics: NaN and Infinity stayed there (a diff
+    review's find). Every depth is JSON's null now."""
+    import json
+    import math
+
+    from lading.train.records import write_summary
+
+    summary = {"evaluations": [{"step": 5, "valid_ppl": math.inf}], "model": {"ndcg": math.nan}}
+    write_summary(tmp_path, summary, World())
+    strict = json.loads(
+        (tmp_path / "summary.json").read_text(),
+        parse_constant=lambda c: pytest.fail(f"summary.json holds {c}"),
+    )
+    assert strict == {"evaluations": [{"step": 5, "valid_ppl": None}], "model": {"ndcg": None}}
+
+
+def test_a_log_line_a_kill_cut_short_is_dropped_not_glued_to_the_next(tmp_path: Path) -> None:
+    """A kill mid-write left ``{"step": 7, "lo`` with no newline; the resume kept it and
+    appended the next record to it, so step 7's record was lost in an unparseable line (a
+    diff review's find)."""
+    import json
+
+    trainer(tmp_path, 6).run()
+    with open(tmp_path / "log.jsonl", "a") as log:
+        log.write('{"step": 7, "lo')
+    trainer(tmp_path, 9).run()
+    lines = (tmp_path / "log.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == list(range(1, 10))
+
+
+def test_a_tasks_state_may_not_take_the_last_loss_key(tmp_path: Path) -> None:
+    """The checkpoint's ``last_loss`` is the trainer's: a task state of that name overwrote
+    it with a list of every rank's, and a resume read None (a diff review's find)."""
+    first = trainer(tmp_path, 3)
+    first.task.state = lambda: {"last_loss": 1.0}  # type: ignore[method-assign]
+    first.loader.set_epoch(0)
+    with pytest.raises(ValueError, match="reserved"):
+        state.save(first, 3, 0.5)

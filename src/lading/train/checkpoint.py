@@ -226,6 +226,23 @@ def recover(directory: str | os.PathLike[str]) -> None:
         )
 
 
+def refuse_a_fresh_run_over(directory: str | os.PathLike[str], out: Path) -> None:
+    """Refuse a run that does not resume into ``out`` where checkpoint ``directory`` is (or
+    a save that did not finish left one beside it): another run's, whose log its own would
+    mix with and which a later resume would continue. Every rank calls it before the run
+    writes into ``out`` (a store built there, a log).
+
+    Raises:
+        ValueError: naming the folder and the fix.
+    """
+    where = Path(directory)
+    if (where / "meta.json").is_file() or left_aside(where):
+        raise ValueError(
+            f"{out} holds a run already (its checkpoint in {where}): pass resume=True to go "
+            "on from it, or train into another folder (or remove that one)"
+        )
+
+
 FILES = "files"  # meta.json's record of each file: {"size": bytes, "crc32": int}
 
 

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from lading.train import checkpoint
 from lading.train.config import RunConfig
 from lading.world import World
 
@@ -87,6 +88,8 @@ def run(config: RunConfig, body: Callable[[World, torch.device, Path], R]) -> R:
     group (joined for the call, see :func:`joined`), ``out`` the run's folder, made."""
     with joined(config.parallel) as (world, device):
         out = Path(config.out)
+        if not config.resume:  # before anything is written there (a store, a log)
+            checkpoint.refuse_a_fresh_run_over(out / "checkpoint", out)
         out.mkdir(parents=True, exist_ok=True)
         return body(world, device, out)
 

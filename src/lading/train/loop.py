@@ -30,7 +30,7 @@ from torch import nn
 
 from lading.device import DevicePrefetcher
 from lading.loading.resumable import Resumable
-from lading.train import ddp, state
+from lading.train import checkpoint, ddp, state
 from lading.train.checkpoint import need_safetensors
 from lading.train.diverged import Advice, DivergenceWatch
 from lading.train.records import ProgressLines, Window, open_lines, write_line
@@ -179,12 +179,8 @@ class Trainer:
                     flush=True,
                 )
             return resumed.step
-        if not self.config.resume and self.config.out is not None and state.present(self):
-            raise ValueError(  # another run's: a fresh one would mix its files with it
-                f"{self.config.out} holds a run already (its checkpoint in "
-                f"{state.directory(self)}): pass resume=True to go on from it, or train into "
-                "another folder (or remove that one)"
-            )
+        if not self.config.resume and self.config.out is not None:  # another run's there
+            checkpoint.refuse_a_fresh_run_over(state.directory(self), self.config.out)
         if self.config.resume and self.world.rank == 0:  # asked for, but nothing to resume
             out = self.config.out
             missing = "no out folder" if out is None else f"no checkpoint in {out / 'checkpoint'}"

@@ -96,14 +96,14 @@ def open_lines(
     path = out / name
     if resumed_at is None:
         return open(path, "w")
-    if path.is_file():
-        kept = [line for line in path.read_text().splitlines(True) if _step(line) <= resumed_at]
-        replace_text(path, "".join(kept))
+    if path.is_file():  # (a last line a kill cut short, no newline: dropped, never glued to)
+        lines = [line for line in path.read_text().splitlines(True) if line.endswith("\n")]
+        replace_text(path, "".join(line for line in lines if _step(line) <= resumed_at))
     return open(path, "a")
 
 
 def _step(line: str) -> int:
-    """A record's step (a line that holds none, or is cut short by a kill: 0, kept)."""
+    """A record's step (0 for a line that holds none: kept)."""
     try:
         step = json.loads(line).get("step", 0)
     except (ValueError, AttributeError):
@@ -125,12 +125,17 @@ def write_line(file: IO[str] | None, record: dict[str, Any]) -> None:
         file.flush()
 
 
-def finite(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` with each float that is not finite (a diverged loss) as None: JSON has no
-    NaN or Infinity, and strict readers (jq) refuse Python's spelling of them."""
-    return {
-        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()
-    }
+def finite(value: Any) -> Any:
+    """``value`` with each float that is not finite (a diverged loss, a perplexity past what
+    a float holds), at any depth of its dicts and lists, as None: JSON has no NaN or
+    Infinity, and strict readers (jq) refuse Python's spelling of them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def jsonable(value: Any) -> Any:

@@ -54,6 +54,7 @@ RESERVED: frozenset[str] = frozenset(
         "loaders",
         "rng",
         "cuda_rng",
+        "last_loss",
     }
 )
 
