@@ -66,3 +66,28 @@ def test_one_long_id_that_widens_every_key_is_warned_naming_it(tmp_path: Path) -
         source.write_text("".join(f"d{i:04d}\ttext\n" for i in range(2000)))
         build_store(source, tmp_path / "even")
     assert not [w for w in quiet if issubclass(w.category, LongIdWarning)]
+
+
+def test_a_merge_warns_of_a_long_id_once_naming_its_shard_and_row(tmp_path: Path) -> None:
+    """A 10-shard build of the same file said nothing, though the merge widens every shard's
+    keys to the longest id's (each shard alone was under the 4 MiB floor); and a shard that
+    did warn named a row of its own as if of the store (a diff review's finds). The merge
+    warns once, naming the shard and the row within it."""
+    import warnings
+
+    from lading.errors import LongIdWarning
+    from lading.stores import build_shard, merge_store
+
+    source = tmp_path / "docs.tsv"
+    lines = [f"d{i}\ttext {i}" for i in range(4000)]
+    lines[3000] = "y" * 4000 + "\tthe long one"
+    source.write_text("\n".join(lines) + "\n")
+    for i in range(10):
+        build_shard(source, tmp_path / "s", (i, 10), progress=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        store = merge_store(tmp_path / "s")
+    said = [str(w.message) for w in caught if issubclass(w.category, LongIdWarning)]
+    assert len(said) == 1, said
+    assert "4,000 bytes" in said[0] and "/shard-00006-of-00010" in said[0], said[0]
+    assert store["y" * 4000] == "the long one"

@@ -142,20 +142,28 @@ def row_dtype(count: int) -> np.dtype[Any]:
 
 
 def bytes_keys(
-    ids_bin: bytes | memoryview | mmap.mmap, ids_off: npt.NDArray[np.uint64]
+    ids_bin: bytes | memoryview | mmap.mmap,
+    ids_off: npt.NDArray[np.uint64],
+    where: str | None = "",
 ) -> np.ndarray:
     """Fixed-width ``S<width>`` keys of a ragged UTF-8 id column, scattered in numpy.
 
     The width is a whole number of 8-byte words, so the keys also read as uint64 words. Built
     in 32Ki-row chunks without a Python object per id: the result (``width`` bytes per id,
     77 MB for MS MARCO's 3.2M document ids) is the only allocation that grows with the count.
+    One id far longer than the rest warns (:class:`~lading.errors.LongIdWarning`), its row
+    named with ``where`` (``" of shard-00002-of-00008"``; None: no warning, the caller checks
+    the keys it puts together, :func:`warn_if_wide`).
     """
     count = len(ids_off) - 1
     lengths = np.diff(ids_off)
     longest = int(lengths.max()) if count else 1
     width = key_width(longest)
-    if count and count * width > max(_WIDE_KEYS_BYTES, _WIDE_KEYS_TIMES * int(ids_off[-1])):
-        _warn_long_id(ids_bin, ids_off, int(lengths.argmax()), count * width)
+    if where is not None and wide_keys(count, width, int(ids_off[-1]) if count else 0):
+        row = int(lengths.argmax())
+        a, b = int(ids_off[row]), int(ids_off[row + 1])
+        start = bytes(memoryview(ids_bin)[a : min(b, a + 24)])
+        warn_long_id(start, b - a, f"row {row}{where}", count, width, int(ids_off[-1]))
     keys = np.zeros(count, dtype=f"S{width}")
     table = keys.view(np.uint8).reshape(count, width)
     data = np.frombuffer(ids_bin, dtype=np.uint8)
@@ -175,28 +183,47 @@ _WIDE_KEYS_BYTES = 4 << 20  # keys this large, and ...
 _WIDE_KEYS_TIMES = 16  # ... this many times the ids' own bytes: one id widens them all
 
 
-def _warn_long_id(
-    ids_bin: bytes | memoryview | mmap.mmap,
-    ids_off: npt.NDArray[np.uint64],
-    row: int,
-    size: int,
+def wide_keys(count: int, width: int, id_bytes: int) -> bool:
+    """Whether ``count`` keys of ``width`` bytes are far more than the ids' own ``id_bytes``
+    (one id widens them all)."""
+    return count > 0 and count * width > max(_WIDE_KEYS_BYTES, _WIDE_KEYS_TIMES * id_bytes)
+
+
+def warn_long_id(
+    start: bytes, length: int, row: str, count: int, width: int, id_bytes: int
 ) -> None:
-    """Warn that the id of ``row`` sets every key's width (``size`` bytes of keys)."""
+    """Warn that the id of ``row`` (its first bytes ``start``, ``length`` bytes in all) sets
+    the width of ``count`` keys that hold ``id_bytes`` of ids."""
     import warnings
 
     from lading.errors import LongIdWarning
 
-    a, b = int(ids_off[row]), int(ids_off[row + 1])
-    start = bytes(memoryview(ids_bin)[a : min(b, a + 24)]).decode("utf-8", "replace")
+    shown = start[:24].decode("utf-8", "replace")
     warnings.warn(
         LongIdWarning(
-            f"the id of row {row} ({start!r}{'…' if b - a > 24 else ''}, {b - a:,} bytes) sets "
-            f"the width of every id's index key: {size:,} bytes of keys for {len(ids_off) - 1:,} "
-            f"ids that hold {int(ids_off[-1]):,}, in the index and in the build's memory; an "
+            f"the id of {row} ({shown!r}{'…' if length > 24 else ''}, {length:,} bytes) sets "
+            f"the width of every id's index key: {count * width:,} bytes of keys for "
+            f"{count:,} ids that hold {id_bytes:,}, in the index and in the build's memory; an "
             "id that long is likely a text in the id column: check that row, or shorten it"
         ),
-        stacklevel=2,
+        stacklevel=3,
     )
+
+
+def warn_if_wide(parts: Sequence[np.ndarray], names: Sequence[str], width: int) -> None:
+    """Warn (:func:`warn_long_id`) where ``parts``, every shard's ``S<width>`` keys (a merge
+    puts them together, each named by ``names``), are far wider than their ids."""
+    count = sum(len(p) for p in parts)
+    if count * width <= _WIDE_KEYS_BYTES:
+        return  # (the ids' lengths are counted only where the keys are large)
+    lengths = [np.char.str_len(p) for p in parts]
+    if not wide_keys(count, width, int(sum(int(n.sum()) for n in lengths))):
+        return
+    at = max(range(len(parts)), key=lambda i: int(lengths[i].max()) if len(parts[i]) else -1)
+    row = int(lengths[at].argmax())
+    key = bytes(parts[at][row])
+    id_bytes = int(sum(int(n.sum()) for n in lengths))
+    warn_long_id(key, len(key), f"row {row} of {names[at]}", count, width, id_bytes)
 
 
 def write_index(

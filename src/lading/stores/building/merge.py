@@ -45,7 +45,7 @@ from lading.stores.building.writer import (
     unique_rows,
 )
 from lading.stores.hashids import keys_file
-from lading.stores.index import bytes_keys, manifest_version, write_index
+from lading.stores.index import bytes_keys, manifest_version, warn_if_wide, write_index
 from lading.stores.layout import FORMAT_NAME, field_column
 from lading.stores.records import check_shard_record
 
@@ -86,8 +86,8 @@ def shard_keys(root: Path, shard: Shard, as_bytes: bool) -> np.ndarray:
     files = shard.record["columns"]["ids"]
     data = MappedFile(shard.base(root) / files["data"]).buffer
     offsets = MappedFile(shard.base(root) / files["offsets"]).array(OFFSET_DTYPE)
-    if as_bytes:
-        return bytes_keys(data, offsets)
+    if as_bytes:  # (their width, the store's, is checked once: global_keys)
+        return bytes_keys(data, offsets, where=None)
     out = np.empty(len(offsets) - 1, dtype=np.int64)
     for lo in range(0, len(out), _KEY_CHUNK):
         hi = min(lo + _KEY_CHUNK, len(out))
@@ -108,6 +108,8 @@ def global_keys(root: Path, shards: list[Shard]) -> tuple[np.ndarray, bool]:
     parts = [shard_keys(root, s, not is_int) for s in shards]
     if not is_int:
         width = max(p.dtype.itemsize for p in parts)
+        if len(parts) > 1:  # (one shard's writer warned of its own keys)
+            warn_if_wide(parts, [s.dir for s in shards], width)
         parts = [p if p.dtype.itemsize == width else p.astype(f"S{width}") for p in parts]
     return (parts[0] if len(parts) == 1 else np.concatenate(parts)), is_int
 

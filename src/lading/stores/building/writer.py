@@ -361,7 +361,8 @@ def id_keys(directory: Path, int_ids: IntIdCollector) -> np.ndarray:
     bin_name, off_name = column_files("ids")
     data = MappedFile(directory / bin_name).buffer
     offsets = MappedFile(directory / off_name).array(OFFSET_DTYPE)
-    return bytes_keys(data, offsets)
+    one = directory.name.endswith("-of-00001")  # a one-process build: rows are the store's
+    return bytes_keys(data, offsets, where="" if one else f" of {directory.name}")
 
 
 def unique_rows(
