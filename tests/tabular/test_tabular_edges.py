@@ -623,3 +623,22 @@ def test_lists_the_files_already_pad_are_stripped_of_it_with_padded_with(
     plain = PartitionedParquet(path, 5, list_columns={"items": 4}, shuffle=False, world=ONE)
     (batch,) = list(plain)  # without it, the files' lists as they are (the padding is items)
     assert batch["items_lengths"].tolist() == [4] * 5
+
+
+def test_padded_with_is_checked_like_pad_value_and_strips_nan(tmp_path: Path) -> None:
+    """``padded_with=nan`` over NaN-padded float lists stripped nothing (NaN equals nothing),
+    a value the items cannot hold (300 in uint8 lists) did nothing silently, and without list
+    columns it was ignored (a diff review's finds)."""
+    floats = pa.array([[0.5, 1.5, float("nan")], [2.5, float("nan"), float("nan")]])
+    path = write(tmp_path / "f" / "s.parquet", {"v": floats})
+    read = PartitionedParquet(
+        path, 2, list_columns={"v": 3}, shuffle=False, world=ONE, padded_with=float("nan")
+    )
+    (batch,) = list(read)
+    assert batch["v_lengths"].tolist() == [2, 1]
+    small = pa.array([[1, 2, 0], [3, 0, 0]], pa.list_(pa.uint8()))
+    path = write(tmp_path / "u" / "s.parquet", {"v": small})
+    with pytest.raises(ValueError, match=r"padded_with=300 does not fit list column 'v'"):
+        PartitionedParquet(path, 2, list_columns={"v": 3}, world=ONE, padded_with=300)
+    with pytest.raises(ValueError, match=r"list_columns= names none"):
+        PartitionedParquet(path, 2, columns=["v"], world=ONE, padded_with=0)

@@ -171,7 +171,15 @@ class PartitionedParquet(Loader):
             first = next((i for i, n in enumerate(counts) if n), 0)  # a file of rows: its types
             self.columns = list(columns) if columns is not None else list(schemas[first].names)
             check_schemas(self.files, schemas, self.columns, counts)
-            check_columns(schemas[first], self.columns, list_columns, self.files[first], pad_value)
+            if padded_with is not None and not list_columns:
+                raise ValueError(
+                    f"padded_with={padded_with!r} strips the padding of list columns, and "
+                    "list_columns= names none: name them, or leave padded_with out"
+                )
+            check_columns(
+                schemas[first], self.columns, list_columns, self.files[first], pad_value,
+                padded_with,
+            )  # fmt: skip
             flat = [c for c in self.columns if c not in list_columns]
             if self.remote is None:
                 rows = RowReader(

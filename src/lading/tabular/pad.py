@@ -60,7 +60,11 @@ def _without_trailing(
     (a row of padding alone: 0)."""
     starts = offsets[:-1].astype(np.int64)
     end = int(offsets[-1])
-    positions = np.where(values[:end] != padded_with, np.arange(end), -1)
+    if isinstance(padded_with, float) and np.isnan(padded_with):  # (NaN equals nothing)
+        items = ~np.isnan(values[:end])
+    else:
+        items = values[:end] != padded_with
+    positions = np.where(items, np.arange(end), -1)
     nonempty = full > 0
     last = np.full(len(full), -1, dtype=np.int64)  # each row's last item that is not padding
     last[nonempty] = np.maximum.reduceat(positions, starts[nonempty])

@@ -379,9 +379,10 @@ def check_columns(
     list_columns: Mapping[str, int],
     path: Any,
     pad_value: int | float = 0,
+    padded_with: int | float | None = None,
 ) -> None:
     """Raise, naming the file and column, unless every column can become a tensor (and every
-    list column's items can hold ``pad_value``)."""
+    list column's items can hold ``pad_value`` and ``padded_with``)."""
     import pyarrow as pa
 
     if not columns:
@@ -417,6 +418,8 @@ def check_columns(
             )
         if name in list_columns:
             check_pad_value(path, name, items, pad_value)
+            if padded_with is not None:  # (a value the items cannot hold would strip nothing)
+                check_pad_value(path, name, items, padded_with, "padded_with")
     missing_lists = [n for n in list_columns if n not in columns]
     if missing_lists:
         raise ValueError(f"list_columns {missing_lists} are not among columns={columns}")
@@ -431,10 +434,13 @@ def check_columns(
             )
 
 
-def check_pad_value(path: Any, name: str, items: Any, pad_value: int | float) -> None:
+def check_pad_value(
+    path: Any, name: str, items: Any, pad_value: int | float, keyword: str = "pad_value"
+) -> None:
     """Raise, naming the file, column, dtype and value, unless the items of list column
-    ``name`` (Arrow type ``items``) hold ``pad_value`` as it is: -1.5 would silently become
-    -1 in an int list, -1 a bare OverflowError at the first batch of a uint8 one."""
+    ``name`` (Arrow type ``items``) hold ``pad_value`` (the value of ``keyword``) as it is:
+    -1.5 would silently become -1 in an int list, -1 a bare OverflowError at the first batch
+    of a uint8 one."""
     import pyarrow as pa
 
     dtype = np.dtype(items.to_pandas_dtype())
@@ -453,8 +459,8 @@ def check_pad_value(path: Any, name: str, items: Any, pad_value: int | float) ->
         which = f"a number within +-{np.finfo(dtype).max}"
     if not holds:
         raise ValueError(
-            f"{path}: pad_value={pad_value!r} does not fit list column {name!r}, whose items "
+            f"{path}: {keyword}={pad_value!r} does not fit list column {name!r}, whose items "
             f"are {items}{'' if str(items) == str(dtype) else f' ({dtype})'}; give a "
-            f"pad_value {dtype} holds ({which}), or cast the "
+            f"{keyword} {dtype} holds ({which}), or cast the "
             "column when writing the files"
         )
