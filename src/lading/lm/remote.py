@@ -56,8 +56,8 @@ CHUNK = 8 << 20  # bytes a GET of a whole-corpus read (token_arrays) carries
 
 class RemoteTokens:
     """``tokens.bin`` of a remote corpus, read the way the LM modes read a memory map:
-    ``tokens[a:b]`` (``tokens[a:b:k]`` too: the span that holds them is read; and ``len``,
-    ``dtype``); each read is an array of its own.
+    ``tokens[a:b]`` (``tokens[a:b:k]`` too: the span that holds them is read whole, so
+    ``tokens[::k]`` reads every token; and ``len``, ``dtype``); each read is an array of its own.
 
     Shared by every thread and loader of the process, it holds no state of any read: a read
     outside a batch's build goes to the node cache at once (at the building thread's step, if
