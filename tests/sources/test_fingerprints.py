@@ -131,3 +131,16 @@ def test_groups_to_dataset_sees_a_rebuilt_store(tmp_path: Path) -> None:
     assert all("beta" in row["positive"] for row in new)
     again = groups_to_dataset(groups, "triplet", cache_dir=cache)
     assert again.cache_files == new.cache_files  # the same snapshot: the cached file is reused
+
+
+def test_a_hostile_recorded_size_is_said_in_one_line(tmp_path: Path) -> None:
+    """A manifest whose recorded size was a newline made the stale store's refusal two lines
+    (the hostile-manifest fuzz, LADING_FUZZ_SEED=3030156583, in a full run): the recorded
+    value is quoted as Python writes it."""
+    from lading.sources.fingerprint import fingerprint, fingerprint_changed
+
+    path = tmp_path / "docs.tsv"
+    path.write_text("1\ta\n")
+    recorded = {**fingerprint(str(path)), "size": "\n"}
+    said = fingerprint_changed(recorded)
+    assert said is not None and "\n" not in said and "was '\\n' at build time" in said, said

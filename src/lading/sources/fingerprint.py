@@ -101,7 +101,7 @@ def fingerprint_changed(recorded: Mapping[str, Any]) -> str | None:
         return None  # a manifest is input: only a regular file is read (never a FIFO, a device)
     now = fingerprint(path)
     if now["size"] != recorded.get("size"):
-        return f"{path} is now {now['size']} bytes, was {recorded.get('size')} at build time"
+        return f"{path} is now {now['size']} bytes, was {recorded.get('size')!r} at build time"
     if now["head_tail_sha256"] != recorded.get("head_tail_sha256"):
         return f"{path} has different content than at build time"
     if "mtime_ns" in recorded and now["mtime_ns"] != recorded["mtime_ns"]:
