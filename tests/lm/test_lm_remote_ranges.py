@@ -269,6 +269,7 @@ remote.close()
 """
 
 
+@pytest.mark.slow  # ranks of one node over the local S3: ~4 s
 def test_the_ranks_of_one_node_fetch_its_blocks_whole_together(corpora: dict[str, Any]) -> None:
     """Two ranks of one node (``world_size == local_world_size``), two processes reading at
     once through one cache folder at a cap of twice the corpus: each plans the blocks the

@@ -351,6 +351,7 @@ except Exception as e:
 """
 
 
+@pytest.mark.slow  # two users in setuid children: ~4 s, kept under the default run's 10 minutes
 @pytest.mark.skipif(
     not hasattr(os, "geteuid") or os.geteuid() != 0,
     reason="acting as two users of one group takes root (setuid in a child)",

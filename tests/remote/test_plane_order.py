@@ -444,8 +444,9 @@ def test_the_needs_left_for_later_are_those_overlapping_a_deferred_block() -> No
         assert inside(needs, blocks) == plain
 
 
+@pytest.mark.slow  # both readers: ~5 s each, kept under the default run's 10 minutes
 @pytest.mark.parametrize(
-    "reader", ["planner", pytest.param("another", marks=pytest.mark.slow)]
+    "reader", ["planner", "another"]
 )  # another: a store with no plan of its own on the folder reads (a DataLoader worker's)
 def test_a_store_that_knows_the_order_keeps_the_next_epochs_blocks_until_read(
     bucket: str, tmp_path: Path, reader: str

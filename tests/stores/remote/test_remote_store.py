@@ -306,6 +306,7 @@ def test_a_full_cache_disk_reads_around_in_as_few_gets_as_a_claim(
     assert s3.stats()["gets"] <= 2, s3.stats()["gets"]
 
 
+@pytest.mark.slow  # a full cache disk over the local S3: ~4 s
 def test_a_loader_over_a_store_whose_cache_disk_is_full_reads_every_batch(
     bucket: str, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
