@@ -217,12 +217,12 @@ def warn_if_wide(parts: Sequence[np.ndarray], names: Sequence[str], width: int) 
     if count * width <= _WIDE_KEYS_BYTES:
         return  # (the ids' lengths are counted only where the keys are large)
     lengths = [np.char.str_len(p) for p in parts]
-    if not wide_keys(count, width, int(sum(int(n.sum()) for n in lengths))):
+    id_bytes = sum(int(n.sum()) for n in lengths)
+    if not wide_keys(count, width, id_bytes):
         return
     at = max(range(len(parts)), key=lambda i: int(lengths[i].max()) if len(parts[i]) else -1)
     row = int(lengths[at].argmax())
     key = bytes(parts[at][row])
-    id_bytes = int(sum(int(n.sum()) for n in lengths))
     warn_long_id(key, len(key), f"row {row} of {names[at]}", count, width, id_bytes)
 
 
