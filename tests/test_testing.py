@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 import urllib.request
@@ -13,6 +14,32 @@ import pytest
 
 import lading
 from lading.testing import LocalS3
+
+
+def test_the_local_s3_binds_ports_it_holds_not_ones_it_found_free() -> None:
+    """The server picked "free" ports (bind, close) and bound them later: a CI run lost one to
+    another process in between ("address already in use", the server never started). A port
+    found free that is taken by the time it is bound stands in for that race here."""
+    pytest.importorskip("moto.server", reason="the local S3 needs moto: pip install 'moto[server]'")
+    pytest.importorskip("aiohttp", reason="the local S3's proxy needs aiohttp")
+    script = (
+        "import socket, lading.testing.localserver as m\n"
+        "taken = socket.socket(); taken.bind(('127.0.0.1', 0)); taken.listen()\n"
+        "m.free_port = lambda *a: taken.getsockname()[1]\n"
+        "m.main(['--port', '0', '--latency', '0'])\n"
+    )
+    server = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        said, _, _ = select.select([server.stdout], [], [], 60)  # it hung for ever before
+        url = server.stdout.readline().strip() if said else "nothing in 60 s"
+        assert url.startswith("http://127.0.0.1:"), f"the server did not start: {url!r}"
+        request = urllib.request.Request(f"{url}/demo", method="PUT", data=b"")
+        with urllib.request.urlopen(request, timeout=30):
+            pass
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 @pytest.mark.parametrize("module", ["lading.testing", "lading.testing.localserver"])

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from distributed import free_port, run_processes
+from distributed import run_processes
 from lading.bench.synth import synth
 from lading.disk import STAGE_MARK
 from lading.disk.snapshot import SnapshotGoneError
@@ -304,12 +304,13 @@ def test_a_failure_of_an_earlier_launch_is_not_taken_for_this_ones(
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[dict[str, str]]:
-    """A real S3-compatible server (moto's standalone server) on a free localhost port."""
+    """A real S3-compatible server (moto's standalone server) on a port the kernel picks as it
+    binds (one found free earlier can be taken by then, and moto's start then waits for ever)."""
     pytest.importorskip("s3fs", reason="S3 staging needs s3fs: pip install 'lading[remote]'")
     server_mod = pytest.importorskip(
         "moto.server", reason="the local S3 server needs moto: pip install 'moto[server]'"
     )
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     env = {

@@ -32,6 +32,7 @@ import json
 import os
 import random
 import re
+import select
 import signal
 import socket
 import struct
@@ -44,6 +45,7 @@ from typing import Any
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 _HOP = {"transfer-encoding", "connection", "content-length", "content-encoding", "keep-alive"}
+_START_S = 120.0  # how long LocalS3 waits for its server's first line
 _KEEP = ("ETag", "Last-Modified", "Content-Type")
 _PARTIAL = {"range", "if-match", "if-none-match", "if-modified-since", "if-unmodified-since"}
 
@@ -272,14 +274,16 @@ def _answer(response: Any, body: bytes) -> Any:
     return web.Response(status=response.status, body=body, headers=headers)
 
 
-async def _serve(port: int, latency: float, jitter: float, ready: Any) -> None:
+async def _serve(listener: socket.socket, latency: float, jitter: float, ready: Any) -> None:
     import logging
 
     from aiohttp import web
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto logs every request otherwise
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    # Port 0: the kernel picks a port as it binds. A port found free earlier can be taken by
+    # the time it is bound, and moto's thread then dies while start() waits for it for ever.
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     moto.start()
     host, moto_port = moto.get_host_and_port()
     with tempfile.TemporaryDirectory(prefix="lading-s3-") as mirror:
@@ -288,9 +292,9 @@ async def _serve(port: int, latency: float, jitter: float, ready: Any) -> None:
         app.router.add_route("*", "/{tail:.*}", proxy.handle)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", port, backlog=1024)
+        site = web.SockSite(runner, listener)
         await site.start()
-        ready(f"http://127.0.0.1:{port}")
+        ready(f"http://127.0.0.1:{listener.getsockname()[1]}")
         stop = asyncio.Event()  # LocalS3 ends this process by SIGTERM: unwind, so that the
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)  # mirror goes
         try:
@@ -341,7 +345,8 @@ class LocalS3:
         command += ["--latency", str(self.latency), "--jitter", str(self.jitter)]
         self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         assert self._process.stdout is not None
-        line = self._process.stdout.readline()
+        started, _, _ = select.select([self._process.stdout], [], [], _START_S)
+        line = self._process.stdout.readline() if started else f"nothing in {_START_S:.0f} s"
         if not line.startswith("http://"):
             self._process.kill()
             raise RuntimeError(f"the local S3 server did not start (it said {line!r})")
@@ -418,13 +423,22 @@ def main(argv: list[str] | None = None) -> None:
         need_packages()
     except ImportError as e:
         sys.exit(f"python -m lading.testing: {e}")
-    port = args.port or free_port()
+    listener = _listening(args.port)  # held from here on: no other process can take it
 
     def ready(url: str) -> None:
         print(url, flush=True)
 
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(port, args.latency, args.jitter, ready))
+        asyncio.run(_serve(listener, args.latency, args.jitter, ready))
+
+
+def _listening(port: int) -> socket.socket:
+    """A socket listening on 127.0.0.1:``port`` (0: one the kernel picks as it binds)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(1024)
+    return listener
 
 
 def _upstream(upstream: str, request: Any, query: bool = True) -> Any:
