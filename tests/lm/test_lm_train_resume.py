@@ -77,6 +77,28 @@ def test_eval_every_is_kept_whatever_log_every(
         assert [r["step"] for r in records if "loss" in r] == [5, 10, 12]
 
 
+@pytest.mark.parametrize("arch", ["lstm", "gpt"])
+def test_a_resumed_summary_keeps_the_evaluations_made_before_the_checkpoint(
+    corpus: Path, tmp_path: Path, arch: str
+) -> None:
+    """``summary.json``'s evaluations listed only those of the process that wrote it: a run
+    resumed at step 7 said ``[9, 12]`` where the uninterrupted one said ``[3, 6, 9, 12]``,
+    and resuming a finished run said ``[]``. They travel in the checkpoint now."""
+    from lading.lm.train import train_lm
+
+    kw: dict[str, Any] = {"eval_every": 3, "arch": arch}
+    if arch == "gpt":
+        kw["hidden"] = 256
+    want = train_lm(config(corpus, tmp_path / "ref", steps=12, **kw))["evaluations"]
+    assert [e["step"] for e in want] == [3, 6, 9, 12]
+    cut = tmp_path / "cut"
+    train_lm(config(corpus, cut, steps=7, checkpoint_every=1, **kw))
+    assert train_lm(config(corpus, cut, steps=12, resume=True, **kw))["evaluations"] == want
+    again = train_lm(config(corpus, cut, steps=12, resume=True, **kw))  # nothing left to train
+    assert again["evaluations"] == want
+    assert json.loads((cut / "summary.json").read_text())["evaluations"] == want
+
+
 def test_epochs_train_each_epochs_own_batches(corpus: Path, tmp_path: Path) -> None:
     """``epochs=2`` of jittered streams (the LSTM's default) trains epochs 0 and 1 to their
     ends, each of its own length (38 and 35 batches here): the steps were epoch 0's length

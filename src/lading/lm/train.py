@@ -248,11 +248,16 @@ class LanguageModelStep(TrainingTask):
         """The hidden state and the row shuffles' generator (its bit generator's state: plain
         numbers, JSON in the checkpoint) of this rank."""
         hidden = [t.detach().cpu() for t in self.hidden] if self.hidden is not None else None
-        return {"hidden": hidden, "row_order": self.shuffle_rng.bit_generator.state}
+        return {
+            "hidden": hidden,
+            "row_order": self.shuffle_rng.bit_generator.state,
+            "evaluations": self.evaluations,
+        }
 
     def load_state(self, saved: dict[str, Any], exact: bool) -> None:
         """This rank's saved state where the streams are the same (``exact``); otherwise no
         hidden state and, as the loop's torch RNG, shuffles reseeded from the step."""
+        self.evaluations = saved_evaluations(saved)
         ranks = len(saved["loaders"])
         kept = saved.get("hidden", [None] * ranks)[self.world.rank] if exact else None
         self.hidden = (kept[0].to(self.device), kept[1].to(self.device)) if kept else None
@@ -335,6 +340,21 @@ class GPTStep(TrainingTask):
         )
         self.evaluations.append({"step": step, "valid_ppl": ppl})
         return {"valid_ppl": ppl}
+
+    def state(self) -> dict[str, Any]:
+        """The validations so far (the summary lists a resumed run's earlier ones too)."""
+        return {"evaluations": self.evaluations}
+
+    def load_state(self, saved: dict[str, Any], exact: bool) -> None:
+        """Take back the validations made before the checkpoint."""
+        self.evaluations = saved_evaluations(saved)
+
+
+def saved_evaluations(saved: dict[str, Any]) -> list[dict[str, float]]:
+    """The validations a checkpoint holds (rank 0's: every rank evaluates the same), none in
+    one written before they were saved."""
+    ranks = saved.get("evaluations") or [[]]
+    return [dict(e) for e in ranks[0]]
 
 
 def train_lm(config: LMConfig) -> dict[str, Any]:
