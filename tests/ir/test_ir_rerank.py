@@ -371,3 +371,18 @@ def test_what_the_docs_name_is_exported_from_lading_ir() -> None:
 
     assert lading.ir.with_tail is with_tail and lading.ir.GroupsWarning is GroupsWarning
     assert {"with_tail", "GroupsWarning"} <= set(lading.ir.__all__)
+
+
+def test_a_top_document_rerank_could_not_score_stays_in_the_written_run_below_the_head() -> None:
+    """Under ``--on-missing skip`` a top document not in the store was dropped from the
+    written run (a reviewer's ``NOPE`` at rank 4 of 5: one line fewer than the input, and a
+    relevant one so lost would lower recall). It stays, in the run's order, below the
+    documents the model scored and above the tail: a reranker reorders, it does not drop."""
+    from lading.ir.rerank import Reranked, with_tail
+
+    scores = Reranked()
+    scores["q1"] = {"d1": 0.5, "d3": 0.9}  # d2 (rank 2) was not in the store
+    run = {"q1": ["d1", "d2", "d3", "d4", "d5"]}
+    merged = with_tail(scores, run, depth=3)["q1"]
+    assert sorted(merged, key=merged.__getitem__, reverse=True) == ["d3", "d1", "d2", "d4", "d5"]
+    assert merged["d3"] == 0.9 and merged["d1"] == 0.5  # the model's scores, as they were

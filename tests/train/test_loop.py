@@ -199,6 +199,25 @@ def test_resume_without_a_checkpoint_says_it_starts_at_step_0(
     assert result.resumed is not None and "no checkpoint" not in capsys.readouterr().err
 
 
+def test_resume_with_no_checkpoint_and_none_to_be_saved_is_refused(tmp_path: Path) -> None:
+    """``--resume`` without ``--checkpoint-every`` (0, the default: no checkpoint, not even at
+    the end): a run killed at step 20 left none, and its ``--resume`` began at step 0 again
+    with a one-line note (a reviewer lost every step so). Where there is no checkpoint and
+    this run would write none, resuming cannot be what was meant: refused, naming the flag."""
+    model = torch.nn.Linear(1, 1)
+    data = lading.loader(list(range(12)), 4, seed=1, world=World())
+    config = LoopConfig(6, out=tmp_path, resume=True, progress=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    trainer = Trainer(Events(model), data, config, World(), torch.device("cpu"), model, optimizer)
+    with pytest.raises(ValueError, match=r"no checkpoint in .*--checkpoint-every"):
+        trainer.run()
+    assert not (tmp_path / "log.jsonl").exists()
+    run(tmp_path, 3)  # with checkpoints, as before
+    config = LoopConfig(6, out=tmp_path, resume=True, progress=False)  # one to resume: goes on
+    result = Trainer(Events(model), data, config, World(), torch.device("cpu"), model, optimizer)
+    assert result.run().resumed is not None
+
+
 def resume_as(out: Path, desc: str, model: torch.nn.Module) -> None:
     """Resume ``out``'s checkpoint with another task's label and model."""
     data = lading.loader(list(range(12)), 4, seed=1, world=World())

@@ -101,7 +101,8 @@ def test_a_resume_on_another_world_size_says_the_global_batch_changed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A checkpoint of 2 ranks resumed on 1 went on with half the rows a step and no word
-    (a review, 2026-12-07): the rows a step, before and now, are said on stderr."""
+    (a review, 2026-12-07): the global batch, before and now, is said on stderr, in the
+    loader's own unit (it said "4 rows a step" of 4 groups of 8 rows)."""
     first = trainer(tmp_path, 3)
     first.loader.set_epoch(0)
     state.save(first, 3)
@@ -114,7 +115,8 @@ def test_a_resume_on_another_world_size_says_the_global_batch_changed(
     assert state.restore(resumed).step == 3
     rows = resumed.loader.batch_size
     said = capsys.readouterr().err
-    assert f"resumed at step 3 with {rows} rows a step (1 rank x {rows})" in said, said
+    assert f"resumed at step 3 with a global batch of {rows} (1 rank x batch size {rows})" in said
+    assert "rows" not in said, said  # a batch counts groups of rows where the loader does
     assert f"saved with {2 * rows} (2 ranks x {rows})" in said, said
 
 

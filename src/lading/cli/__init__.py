@@ -55,7 +55,27 @@ def build_parser() -> argparse.ArgumentParser:
     add_synth(sub)
     add_example(sub)
     _record_flags(parser)
+    _say_defaults(parser)
     return parser
+
+
+def _say_defaults(parser: argparse.ArgumentParser) -> None:
+    """Add ``(default: VALUE)`` to the help of every option of ``parser`` and its
+    subcommands that has a value by default and whose help does not already say it (in
+    words, or as ``(VALUE`` as many do); a user reads what a run does without the flag."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _say_defaults(sub)
+            continue
+        value, text = action.default, action.help
+        if not action.option_strings or text is None or text == argparse.SUPPRESS:
+            continue
+        if value in (None, argparse.SUPPRESS, [], ()) or isinstance(value, bool):
+            continue
+        if "%(default)" in text or "default" in text or f"({value}" in text:
+            continue
+        action.help = f"{text} (default: %(default)s)"
 
 
 def run() -> NoReturn:

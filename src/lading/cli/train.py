@@ -189,9 +189,9 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
     )
     for warning in said:
         print(str(warning.message))
-    if qrels is not None:  # both runs on the same documents (the input run as given, less
-        ranked = {q: [d for d in run[q] if d in reranked[q]] for q in reranked}  # any
-        with warnings.catch_warnings(record=True) as noted:  # rerank left out), over the
+    if qrels is not None:  # both runs on the same documents (the input run as given: the
+        ranked = {q: [d for d in run[q] if d in reranked[q]] for q in reranked}  # written
+        with warnings.catch_warnings(record=True) as noted:  # one keeps them all), over the
             warnings.simplefilter("always", SkippedRecordsWarning)  # same queries
             warnings.simplefilter("ignore", UnrankedQueriesWarning)  # (said below, once)
             before = evaluate(qrels, ranked, args.measures, args.min_relevance, scores.left_out)
@@ -331,12 +331,17 @@ def add_run_args(
         help="steps between OUT/log.jsonl records and progress lines (%(default)s; 0: none)",
     )
     p.add_argument(
-        "--checkpoint-every", type=nonnegative_int, default=0, help="steps between checkpoints"
+        "--checkpoint-every",
+        type=nonnegative_int,
+        default=0,
+        help="steps between checkpoints in OUT/checkpoint, and one at the end (%(default)s: "
+        "none at all, so a killed run cannot be resumed)",
     )
     p.add_argument(
         "--resume",
         action="store_true",
-        help="continue from OUT/checkpoint when there is one; else start at step 0",
+        help="continue from OUT/checkpoint when there is one; else start at step 0 (with "
+        "--checkpoint-every, or it is refused: nothing would ever be saved to resume)",
     )
     p.add_argument(
         "--no-prefetch",
@@ -623,7 +628,8 @@ def add_rerank(sub: Any) -> None:
         p,
         "--on-missing",
         "a run query without text or a top document not in the store: stop (naming them), or "
-        "rerank what is there and say what was left out",
+        "rerank what is there and say what was left out (such a document stays in the "
+        "written run, below the reranked ones, in the run's order)",
     )
     p.add_argument(
         "--use-tokens",

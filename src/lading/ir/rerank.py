@@ -151,14 +151,15 @@ def with_tail(scores: Reranked, run: Mapping[str, Sequence[str]], depth: int) ->
     run's order and scored below the reranked head: the usual convention (a reranker of the
     top N reorders those N; what the run found below them stays, where it was), so measures
     past N (R@100 after ``depth=20``) are the input run's, not those of a run cut to N.
-    Documents of the top ``depth`` that :func:`rerank` left out (not in the store) stay out;
-    ``left_out`` is kept."""
+    Documents of the top ``depth`` that :func:`rerank` could not score (not in the store,
+    under ``on_missing="skip"``) stay too, in the run's order, right below the scored ones
+    and above the tail; ``left_out`` is kept."""
     out = Reranked()
     out.left_out = list(scores.left_out)
     for qid, head in scores.items():
         merged = dict(head)
         floor = min(head.values(), default=0.0)
-        for d in run.get(qid, ())[depth:]:
+        for d in run.get(qid, ()):  # (the head's unscored ones come first: run order)
             if d not in merged:  # (a document the run ranks twice: its first place)
                 merged[d] = floor - (len(merged) - len(head) + 1)
         out[qid] = merged

@@ -181,9 +181,16 @@ class Trainer:
             return resumed.step
         if not self.config.resume and self.config.out is not None:  # another run's there
             checkpoint.refuse_a_fresh_run_over(state.directory(self), self.config.out)
+        out = self.config.out
+        missing = "no out folder" if out is None else f"no checkpoint in {out / 'checkpoint'}"
+        if self.config.resume and not self.config.checkpoint_every:  # (every rank: the same)
+            raise ValueError(
+                f"{self.config.desc}: resume: {missing}, and this run would save none either "
+                "(checkpoint_every is 0: none, not even at the end), so a kill would leave "
+                "nothing to resume; give --checkpoint-every N (checkpoint_every=N) to resume "
+                "this run later, or leave out --resume"
+            )
         if self.config.resume and self.world.rank == 0:  # asked for, but nothing to resume
-            out = self.config.out
-            missing = "no out folder" if out is None else f"no checkpoint in {out / 'checkpoint'}"
             print(
                 f"{self.config.desc}: resume: {missing}; starting at step 0",
                 file=sys.stderr,

@@ -227,11 +227,11 @@ def restore(trainer: Checkpointed) -> Resumed:
             before, now = saved_rows * saved_world, rows * world.world_size
             if before != now:
                 print(
-                    f"{trainer.config.desc}: resumed at step {step} with {now} rows a step "
-                    f"({_ranks(world.world_size)} x {rows}); it was saved with {before} "
-                    f"({_ranks(saved_world)} x {saved_rows}); each row of the epoch is still read "
-                    "once (an elastic resume). Scale the learning rate yourself if it should "
-                    "follow the global batch",
+                    f"{trainer.config.desc}: resumed at step {step} with a global batch of "
+                    f"{now} ({_ranks(world.world_size)} x batch size {rows}); it was saved with "
+                    f"{before} ({_ranks(saved_world)} x {saved_rows}); each sample of the epoch "
+                    "is still read once (an elastic resume). Scale the learning rate yourself "
+                    "if it should follow the global batch",
                     file=sys.stderr,
                     flush=True,
                 )
