@@ -703,7 +703,7 @@ def test_a_killed_token_corpus_build_is_named_with_its_own_rebuild(
     capsys.readouterr()
     code, err = run([command, str(files / "corpus")], capsys)
     assert code == 2 and "interrupted build" in err, err
-    assert "`lading lm build`" in err and "token corpus" in err, err
+    assert "`lading lm build --overwrite`" in err and "token corpus" in err, err
 
 
 @pytest.mark.parametrize("inside", ["nothing", "a store", "a killed build"])

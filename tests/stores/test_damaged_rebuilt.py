@@ -121,3 +121,62 @@ def test_a_shard_damaged_in_a_bucket_is_built_again(bucket: str, tmp_path: Path)
     assert not report.reused
     merged = lading.merge_store(url, cache=tmp_path / "m2")
     assert merged.get_many(want.ids()) == want.get_many(want.ids())
+
+
+def _zero(root: Path, name: str, at: float, size: int) -> None:
+    """Zero ``size`` bytes of the one file ``name`` under ``root`` at ``at`` of its length."""
+    (path,) = [p for p in root.rglob(name) if p.is_file()]
+    data = bytearray(path.read_bytes())
+    start = int(len(data) * at)
+    data[start : start + size] = bytes(size)
+    path.write_bytes(bytes(data))
+
+
+def test_a_store_its_open_refuses_is_built_again_not_reused(tmp_path: Path) -> None:
+    """Zeroed offsets in the middle of ``text.off`` (sizes and end pages intact): the open
+    refused ("offsets out of order ... rebuild the store"), and a build with the same source
+    reused the snapshot and failed the same way (a review, 2026-12-08)."""
+    src = _source(tmp_path, docs=2_000)  # text.off of 16 KB: its middle is past the end pages
+    want = lading.build_store(src, tmp_path / "one", progress=False)
+    ids = want.ids()
+    lading.build_store(src, tmp_path / "s", progress=False)
+    _zero(tmp_path / "s", "text.off", 0.5, 24)
+    with pytest.raises(StoreFormatError, match="rebuild"):
+        lading.open_store(tmp_path / "s")
+    again = lading.build_store(src, tmp_path / "s", progress=False)  # as the error says
+    assert again.get_many(ids) == want.get_many(ids)
+
+
+def test_damage_only_a_full_check_sees_names_the_rebuild_that_replaces_it(tmp_path: Path) -> None:
+    """A flipped bit in the middle of ``text.bin`` opens (an open checks sizes and the end
+    pages, not every byte), and a build of the same source reuses the snapshot: ``lading
+    verify`` said "rebuild the store with `lading build`", which reused it (exit 0, the
+    damaged text served on). The fix it names now is ``--overwrite``, which rebuilds."""
+    from lading.stores import verify_store
+
+    src = _source(tmp_path, docs=2_000)
+    want = lading.build_store(src, tmp_path / "one", progress=False)
+    ids = want.ids()
+    lading.build_store(src, tmp_path / "s", progress=False)
+    (text,) = [p for p in (tmp_path / "s").rglob("text.bin") if p.is_file()]
+    data = bytearray(text.read_bytes())
+    data[len(data) // 2] ^= 0x20
+    text.write_bytes(bytes(data))
+    problems = verify_store(tmp_path / "s")
+    assert problems and all("--overwrite" in p for p in problems), problems
+    again = lading.build_store(src, tmp_path / "s", progress=False, overwrite=True)
+    assert again.get_many(ids) == want.get_many(ids) and not verify_store(tmp_path / "s")
+
+
+def test_a_token_corpus_its_open_refuses_is_built_again_not_reused(tmp_path: Path) -> None:
+    """As for a store: zeroed offsets in the middle of ``tokens.off`` (past the end pages an
+    open checks the checksum of): the open refuses, so a build of the same source rebuilds."""
+    src = write(tmp_path / "c.txt", "".join(f"{w} {w} beta\n\n" for w in WORDS * 800))
+    tok = word_tokenizer(WORDS, tmp_path / "tok.json")
+    want = TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
+    TokenCorpus.build(src, tmp_path / "c", tok, progress=False)
+    _zero(tmp_path / "c", "tokens.off", 0.5, 24)
+    with pytest.raises(StoreFormatError, match="(?i)rebuild"):
+        TokenCorpus.open(tmp_path / "c")
+    again = TokenCorpus.build(src, tmp_path / "c", tok, progress=False)
+    assert again.tokens[:].tolist() == want.tokens[:].tolist()

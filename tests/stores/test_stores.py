@@ -435,7 +435,7 @@ def test_verify_finds_a_flipped_byte(tiny_tsv: Path, tmp_path: Path) -> None:
     text.write_bytes(bytes(data))
     found = verify_checksums(dest)
     assert [p.split(":")[0] for p in found] == [str(text)]
-    assert found[0].endswith("rebuild the store with `lading build`")  # the fix (a review)
+    assert found[0].endswith("rebuild the store with `lading build --overwrite`")  # the fix
 
 
 @pytest.mark.parametrize("name", ["text.bin", "text.off", "ids.bin"])

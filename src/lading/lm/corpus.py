@@ -366,21 +366,16 @@ class TokenCorpus:
         if text_field is not None:  # the texts of another key are another corpus
             recipe["text_field"] = text_field
         current = None if overwrite else committed_without_lock(dest, FORMAT_NAME)
-        if (
-            current is not None
-            and current.get("recipe") == recipe
-            and intact(dest, current, FORMAT_NAME)  # (damaged: built again, not reused)
-        ):  # a read: no lock, so
-            return cls.open(dest, snapshot=current["snapshot"])  # also on a read-only mount
+        if current is not None and current.get("recipe") == recipe:
+            reused = cls._reopened(dest, current)  # a read: no lock, so also on a
+            if reused is not None:  # read-only mount
+                return reused
         with BuildContext(dest, FORMAT_NAME, "token corpus") as build:
             previous = build.previous  # again under the lock: a racing builder's commit
-            if (
-                not overwrite
-                and previous is not None
-                and previous.get("recipe") == recipe
-                and intact(dest, previous, FORMAT_NAME)
-            ):
-                return cls.open(dest, snapshot=previous["snapshot"])
+            if not overwrite and previous is not None and previous.get("recipe") == recipe:
+                reused = cls._reopened(dest, previous)
+                if reused is not None:
+                    return reused
             build.check_ours()
             with build.scratch() as tmp:
                 name = f"{listed[0].name} (+{len(listed) - 1})" if listed else Path(one).name
@@ -412,6 +407,21 @@ class TokenCorpus:
                 stacklevel=2,
             )
         return cls.open(dest, snapshot=build.snapshot)
+
+    @classmethod
+    def _reopened(
+        cls, dest: str | os.PathLike[str], manifest: dict[str, Any]
+    ) -> TokenCorpus | None:
+        """The corpus at ``manifest``'s snapshot, to reuse, or None where it is damaged as an
+        open sees (a file's size or end pages, offsets out of order): such a corpus is built
+        again, never reused, as its open's error advises. Damage only a full read finds
+        (``lading verify``) is not seen; its fix is a build with ``overwrite``."""
+        if not intact(dest, manifest, FORMAT_NAME):
+            return None
+        try:
+            return cls.open(dest, snapshot=manifest["snapshot"])
+        except StoreFormatError:
+            return None
 
     @classmethod
     def build_shard(

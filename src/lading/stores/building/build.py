@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lading.disk import BuildContext, byte_bar, committed_without_lock, intact
-from lading.errors import SkippedRecordsWarning
+from lading.errors import SkippedRecordsWarning, StoreFormatError
 from lading.remote.objects import is_remote
 from lading.remote.settings import RemoteSettings
 from lading.sources import (
@@ -363,6 +363,21 @@ def fingerprints(reader: Any) -> list[dict[str, Any]]:
     return list(many()) if many is not None else [reader.fingerprint()]
 
 
+def _opens(dest: Path, manifest: dict[str, Any]) -> bool:
+    """Whether the snapshot ``manifest`` names passes every check an open makes: its files'
+    sizes and end pages (:func:`~lading.disk.intact`), then the open's own (offsets in order,
+    an id index that fits): a snapshot its open refuses, with advice to rebuild, is built
+    again, never reused. Damage inside a file that only a full read finds (``lading
+    verify``) is not seen here; its fix is a build with ``overwrite``."""
+    if not intact(dest, manifest, FORMAT_NAME):
+        return False
+    try:
+        PackedStore(dest, snapshot=str(manifest["snapshot"]))
+    except StoreFormatError:
+        return False
+    return True
+
+
 def _build_locked(
     reader: Any,
     dest: Path,
@@ -379,18 +394,14 @@ def _build_locked(
     read-only mount). ``spec``: the folder or glob the files were listed from
     (:func:`~lading.stores.building.inputs.input_spec`), recorded as ``source.input``."""
     current = None if overwrite else committed_without_lock(dest, FORMAT_NAME)
-    if (
-        current is not None
-        and reusable(current, reader, options)
-        and intact(dest, current, FORMAT_NAME)
-    ):
+    if current is not None and reusable(current, reader, options) and _opens(dest, current):
         return str(current["snapshot"])
     started = time.perf_counter()
     with BuildContext(dest, FORMAT_NAME) as build:
         previous = build.previous
         if not overwrite and reusable(previous, reader, options):
             assert previous is not None
-            if intact(dest, previous, FORMAT_NAME):  # (damaged: built again, not reused)
+            if _opens(dest, previous):  # (damaged: built again, not reused)
                 return str(previous["snapshot"])
         build.check_ours()
         with build.scratch() as tmp:
