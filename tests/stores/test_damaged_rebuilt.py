@@ -176,7 +176,7 @@ def test_a_token_corpus_its_open_refuses_is_built_again_not_reused(tmp_path: Pat
     want = TokenCorpus.build(src, tmp_path / "one", tok, progress=False)
     TokenCorpus.build(src, tmp_path / "c", tok, progress=False)
     _zero(tmp_path / "c", "tokens.off", 0.5, 24)
-    with pytest.raises(StoreFormatError, match="(?i)rebuild"):
+    with pytest.raises(StoreFormatError, match=r"(?i)rebuild"):
         TokenCorpus.open(tmp_path / "c")
     again = TokenCorpus.build(src, tmp_path / "c", tok, progress=False)
     assert again.tokens[:].tolist() == want.tokens[:].tolist()
