@@ -738,6 +738,54 @@ def test_nothing_is_fetched_for_a_closed_loader_on_a_stalled_server(
     assert np.array_equal(remote.document(3), corpora.local["a"].document(3))  # still open
 
 
+@pytest.mark.slow  # a stalled server: ~4 s a case
+@pytest.mark.parametrize("leave", ["load_state_dict", "pass closed"])
+def test_leaving_a_pass_on_a_stalled_server_ends_the_read_ahead_threads_gets_at_once(
+    corpora: Corpora, faults: LocalS3, monkeypatch: pytest.MonkeyPatch, leave: str
+) -> None:
+    """The read-ahead thread waits on GETs the server never answers when the pass it builds
+    for is left (``load_state_dict``, or the pass's iterator closed: a ``break``, a dropped
+    iterator): the call returns at once, the thread is gone and nothing is sent for it after.
+    Was (a review): ``load_state_dict`` joined the thread for the whole remote deadline
+    without cancelling its GETs, then left it running: its retries went on (1,250 requests,
+    some after the loader's ``close``, which took another deadline), and a dropped iterator
+    waited a deadline before the loader's ``close`` began."""
+    monkeypatch.setenv("LADING_REMOTE_TIMEOUT", "3")
+    remote = corpora.open_small(timeout=3.0)
+    before = set(threading.enumerate())
+    loader = LanguageModelLoader(remote, 2, Windows(12), seed=6, read_ahead=1)
+    batches = iter(loader)
+    next(batches)
+    time.sleep(1.0)  # the thread built the next batch, and waits for room
+    faults.fault("", 100000, "hang", op="any")
+    next(batches)  # (the one built): the thread goes on to the next, whose GETs stall
+    state = loader.state_dict()
+    time.sleep(1.0)  # the thread waits on a stalled GET, its first attempt
+    mine = [t for t in set(threading.enumerate()) - before if t.name == "lading-ahead"]
+    assert mine, "no read-ahead thread"
+    started = time.monotonic()
+    if leave == "load_state_dict":
+        loader.load_state_dict(state)
+    else:
+        batches.close()  # (what a for loop's break does to its pass)
+    elapsed = time.monotonic() - started
+    time.sleep(0.3)
+    alive = [t for t in mine if t.is_alive()]
+    started = time.monotonic()
+    loader.close()
+    closing = time.monotonic() - started
+    at_close = faults.stats()
+    time.sleep(4.0)  # past the attempts' timeouts (3 s) and a retry's pause
+    after = faults.stats()
+    faults.reset()
+    sent = after["requests"] - at_close["requests"]
+    assert elapsed < 1.5, f"{leave} took {elapsed:.1f} s (the remote deadline is 3 s)"
+    assert not alive, f"the read-ahead thread outlived {leave}"
+    assert closing < 3.5, f"close took {closing:.1f} s after {leave} (one deadline: 3 s)"
+    assert sent <= 2, f"{sent} requests after close ({at_close['in_flight']} were in flight)"
+    assert np.array_equal(remote.document(3), corpora.local["a"].document(3))  # still open
+
+
 @pytest.mark.slow  # a stalled server: ~6 s
 def test_a_close_from_another_thread_ends_the_callers_own_wait_at_once(
     corpora: Corpora, faults: LocalS3, monkeypatch: pytest.MonkeyPatch

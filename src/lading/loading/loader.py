@@ -462,7 +462,7 @@ class Loader:
             if self._reading is cursor:  # no later pass began (one may read the thread)
                 self._reading = None
                 if not read_to_end:  # read_ahead's thread was building this epoch: stop it
-                    self._drop_ahead()
+                    self._drop_ahead(anywhere=True)  # (a dropped pass: the GC may end it)
 
     def _refuse_after_close(self, cursor: Cursor) -> None:
         """Raise :class:`LoaderClosedError` for a pass that ``close`` ended before its
@@ -566,7 +566,7 @@ class Loader:
         deadline, not one a wait."""
         ends = time.monotonic() + remote_timeout()
         self._ended = self._reading  # its next batch raises, naming where it ended
-        self._drop_ahead(cancel=True)  # its GETs end too: none is sent or retried after
+        self._drop_ahead()  # its GETs end too: none is sent or retried after
         cancel, self._cancel = self._cancel, None
         if cancel is not None:  # the batches built on the iterating thread: theirs too
             cancel.cancel()
@@ -607,13 +607,17 @@ class Loader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _drop_ahead(self, cancel: bool = False) -> None:
-        """Stop read_ahead's thread and drop what it built (the next pass starts anew);
-        ``cancel``: the GETs it made too (close: the data it reads stays open, so its
-        fetcher does; the thread's own calls end)."""
+    def _drop_ahead(self, anywhere: bool = False) -> None:
+        """Stop read_ahead's thread and drop what it built (the next pass starts anew), its
+        GETs with it: a build waiting on one ends now, and none is retried for it after (the
+        data it reads stays open, and so does its fetcher: only the thread's own calls end).
+        Without the cancel, a pass left on a stalled server (``load_state_dict``, a
+        ``break``) waited the remote deadline for the thread, then left it retrying.
+        ``anywhere``: called where the GC may run it (a pass's end), on any thread and inside
+        any lock: the GETs are cancelled from a thread of their own."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            ahead.close(cancel)
+            ahead.close(cancel=True, finalizing=anywhere)
 
     def _group(self) -> Callable[[Any], Hashable] | None:
         """The workload's grouping of batch keys, where batches of one group share reads and

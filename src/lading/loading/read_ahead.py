@@ -253,12 +253,13 @@ class Carried:
         carry(self.built)
         self.built = BuiltAhead(epochs_from(copy.copy(self.at), self._epoch), self._depth)
 
-    def close(self, cancel: bool = True) -> None:
+    def close(self, cancel: bool = True, finalizing: bool = False) -> None:
         """Stop the thread and drop what it built ahead (``cancel``: its GETs too; a plain
         ``close()`` is the exit's, :func:`lading.threads.close_all`: they end at once, so
-        the exit waits for no deadline)."""
+        the exit waits for no deadline; ``finalizing``: called where the GC may run it, as
+        :meth:`BuiltAhead.close` says)."""
         self._finalizer.detach()
-        self.built.close(cancel)
+        self.built.close(cancel, finalizing)
 
     def _dropped(self) -> None:
         """The owner was garbage-collected (on whatever thread the GC ran: the fetch loop's,
