@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
@@ -355,6 +356,7 @@ class Fetcher:
         out: list[bytes | None] = [None] * len(ranges)
         checked: list[float | None] = [None] * len(ranges)
         todo = list(range(len(ranges)))
+        ends = time.monotonic() + self.deadline.total  # queued or sent, the GET's bound
 
         async def attempt() -> list[bytes]:
             nonlocal todo
@@ -362,22 +364,30 @@ class Fetcher:
             began = time.monotonic()  # (before the wait for a slot: a queued attempt counts)
             for future in futures:
                 future.sent = began
-            async with slots:
-                slot = None if self.node is None else await self.node.acquire()
+            if slots.locked():  # (free: no timer, the common case costs nothing more)
+                await _queued(slots.acquire(), ends, "the fetcher's request slots")
+            else:
+                await slots.acquire()
+            try:
+                slot = None
+                if self.node is not None:
+                    slot = await _queued(self.node.acquire(ends), ends, "the node's slots")
                 try:
                     self._refuse_if_closed(cancel)  # queued for a slot at close: not sent
                     self._refuse_if_abandoned(futures)
                     self.gets += requests_sent(client, asked, etag)
                     sent, more = time.time(), [0]
                     counting = EXTRA_REQUESTS.set(more)  # (this task's: a fallback's GETs)
-                    try:
-                        datas = await get_ranges(client, key, asked, etag)
+                    try:  # timed from here: the wait for a slot is no attempt's
+                        datas = await _within(get_ranges(client, key, asked, etag), self.timeout)
                     finally:
                         EXTRA_REQUESTS.reset(counting)
                         self.gets += more[0]
                 finally:
                     if slot is not None and self.node is not None:
                         self.node.release(slot)
+            finally:
+                slots.release()
             pinned = pinned_ranges(client, len(asked), etag)
             if pinned:  # its If-Match passed: the object was the snapshot's when sent
                 self._passed[key] = max(sent, self._passed.get(key, sent))
@@ -398,7 +408,7 @@ class Fetcher:
         first, last = ranges[0]
         what = f"GET {describe(client.url, key, first, last)}"
         try:
-            return await self._attempts(what, attempt, cancel), checked
+            return await self._attempts(what, attempt, cancel, timed=False), checked
         except RemoteNotFoundError:  # the snapshot opened lists it: gone since
             self._note_changed(key)
             raise changed(client.url, key, client.endpoint, f"bytes {first}-{last - 1}") from None
@@ -497,8 +507,17 @@ class Fetcher:
                 self._runs.discard(future)
 
     async def _attempts(
-        self, what: str, attempt: Callable[[], Awaitable[T]], cancel: Cancel | None = None
+        self,
+        what: str,
+        attempt: Callable[[], Awaitable[T]],
+        cancel: Cancel | None = None,
+        timed: bool = True,
     ) -> T:
+        """``attempt()`` until one succeeds, under the deadline's pauses; each within the
+        timeout, or (``timed`` False) timed by ``attempt`` itself from when its request is
+        sent: a ranged GET waits for one of the fetcher's slots first, and a wait behind a
+        slow server's answers is no attempt of its (it timed out unsent and was retried
+        beside the calls still running: a review saw 227 in flight for 120 slots)."""
         last: BaseException | None = None
         for n, pause in enumerate(self.deadline.pauses()):
             if n:
@@ -506,7 +525,7 @@ class Fetcher:
                 await asyncio.sleep(pause)
                 self._refuse_if_closed(cancel)  # a failed attempt is not retried after close
             try:
-                return await _within(attempt(), self.timeout)
+                return await (_within(attempt(), self.timeout) if timed else attempt())
             except (PermanentError, CancelledError):
                 raise
             except asyncio.CancelledError as e:  # a client's own (a cancelled fsspec future)
@@ -702,6 +721,35 @@ async def get_ranges(
         found: list[bytes] = await many(key, ranges, etag)
         return found
     return list(await asyncio.gather(*(client.get_range(key, a, b, etag) for a, b in ranges)))
+
+
+class QueuedPastDeadlineError(PermanentError):
+    """A GET waited for a request slot until its whole remote deadline had passed (every slot
+    held by calls a slow or silent server has not answered): never sent, and not retried."""
+
+
+async def _queued(acquire: Awaitable[T], ends: float, what: str) -> T:
+    """``await acquire`` (a request slot), at most until ``ends`` (``time.monotonic()``): the
+    wait for a slot counts against the GET's whole deadline (``Deadline.total`` from its
+    first queueing), not against an attempt's timeout, which starts as the request is sent.
+    A GET that has its slot before ``ends`` is sent with a whole attempt's time: at most
+    ``total + timeout`` in all.
+
+    Raises:
+        QueuedPastDeadlineError: ``ends`` passed first."""
+    left = ends - time.monotonic()
+    try:
+        if left <= 0:
+            raise asyncio.TimeoutError
+        return await _within(acquire, left)
+    except asyncio.TimeoutError:
+        if inspect.iscoroutine(acquire):
+            acquire.close()  # (never awaited where the deadline had passed already)
+        raise QueuedPastDeadlineError(
+            f"waited for one of {what} past the remote deadline (every one held by requests "
+            f"the server had not answered); not sent. A slow endpoint: a longer timeout "
+            f"(timeout= or ${TIMEOUT_ENV}), or fewer GETs ahead"
+        ) from None
 
 
 async def _within(call: Awaitable[T], timeout: float) -> T:

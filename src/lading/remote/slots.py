@@ -18,6 +18,7 @@ import fcntl
 import os
 import random
 import threading
+import time
 from pathlib import Path
 
 _WAIT_S = 0.002  # between tries while every slot is held
@@ -93,13 +94,20 @@ class NodeSlots:
                 return i
         return None
 
-    async def acquire(self) -> int | None:
-        """A slot of the node's, waiting while every one is held (on the fetch loop); None
-        once closed (the call is refused by its fetcher, closed too)."""
+    async def acquire(self, until: float | None = None) -> int | None:
+        """A slot of the node's, waiting while every one is held (on the fetch loop), until
+        ``until`` (``time.monotonic()``) at most; None once closed (the call is refused by
+        its fetcher, closed too).
+
+        Raises:
+            TimeoutError: ``until`` passed with every slot held (another process's requests
+                unanswered, or that process stopped while it held them)."""
         while not self._closing:
             self._open()
             if (slot := self._try()) is not None:
                 return slot
+            if until is not None and time.monotonic() >= until:
+                raise asyncio.TimeoutError
             await asyncio.sleep(_WAIT_S)
         return None
 
