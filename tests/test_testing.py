@@ -16,6 +16,7 @@ import lading
 from lading.testing import LocalS3
 
 
+@pytest.mark.slow  # a server started: ~3 s
 def test_the_local_s3_binds_ports_it_holds_not_ones_it_found_free() -> None:
     """The server picked "free" ports (bind, close) and bound them later: a CI run lost one to
     another process in between ("address already in use", the server never started). A port

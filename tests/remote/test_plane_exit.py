@@ -98,6 +98,34 @@ def test_an_exit_while_the_read_ahead_waits_on_a_stalled_server_is_prompt(
     assert "retrying" not in err, err[-3000:]
 
 
+OPEN_PASS_AT_EXIT = """
+    import pathlib, sys
+    from conftest import word_corpus
+    from lading.lm import LanguageModelLoader, Windows
+
+    corpus = word_corpus(pathlib.Path(sys.argv[1]), docs=37, lengths=(3, 40), words=500, seed=0)
+    loader = LanguageModelLoader(corpus, 2, Windows(5), seed=0, read_ahead=2)
+    batches = iter(loader)  # a module's global: ended as the interpreter finalizes
+    next(batches)
+    print("exiting with a pass open", flush=True)
+"""
+
+
+@pytest.mark.slow  # a child process: ~5 s
+def test_a_pass_left_open_in_a_modules_globals_lets_the_process_exit(tmp_path: Path) -> None:
+    """A pass's end cancels the read-ahead thread's GETs from a thread of its own (the GC
+    may end a pass inside any lock); ended as the interpreter finalizes, that thread never
+    starts, and ``Thread.start`` waited for it for ever (a review of the change: the script
+    below hung at exit)."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO / 'tests'}"}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(OPEN_PASS_AT_EXIT), str(tmp_path / "c")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "exiting with a pass open", done.stdout
+
+
 class _Holder:
     """A trainer's object in a reference cycle, holding a loader and its pass."""
 

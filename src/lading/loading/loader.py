@@ -128,6 +128,7 @@ def _build_under(cancel: Cancel, build: Callable[[Any], Any], key: Any) -> Any:
     return reading_for(cancel, functools.partial(build, key))
 
 
+_LEAVE_S = 0.5  # a read-ahead thread a pass left may end by itself before its GETs are cancelled
 _KILL_S = 2.0  # past the deadline: the most a terminated worker, or torch's shutdown, may take
 
 
@@ -566,7 +567,7 @@ class Loader:
         deadline, not one a wait."""
         ends = time.monotonic() + remote_timeout()
         self._ended = self._reading  # its next batch raises, naming where it ended
-        self._drop_ahead()  # its GETs end too: none is sent or retried after
+        self._drop_ahead(grace=0.0)  # its GETs end too: none is sent or retried after
         cancel, self._cancel = self._cancel, None
         if cancel is not None:  # the batches built on the iterating thread: theirs too
             cancel.cancel()
@@ -607,17 +608,19 @@ class Loader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _drop_ahead(self, anywhere: bool = False) -> None:
-        """Stop read_ahead's thread and drop what it built (the next pass starts anew), its
-        GETs with it: a build waiting on one ends now, and none is retried for it after (the
-        data it reads stays open, and so does its fetcher: only the thread's own calls end).
+    def _drop_ahead(self, anywhere: bool = False, grace: float = _LEAVE_S) -> None:
+        """Stop read_ahead's thread and drop what it built (the next pass starts anew); a
+        thread not ended within ``grace`` seconds (a build waiting on a stalled server) has
+        its GETs cancelled: that build ends now, and none is retried for it after (the data
+        it reads stays open, and so does its fetcher: only the thread's own calls end).
         Without the cancel, a pass left on a stalled server (``load_state_dict``, a
-        ``break``) waited the remote deadline for the thread, then left it retrying.
+        ``break``) waited the remote deadline for the thread, then left it retrying; with it
+        at once, a healthy server's GETs, wanted by the next pass, were thrown away.
         ``anywhere``: called where the GC may run it (a pass's end), on any thread and inside
         any lock: the GETs are cancelled from a thread of their own."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            ahead.close(cancel=True, finalizing=anywhere)
+            ahead.close(cancel=True, finalizing=anywhere, grace=grace)
 
     def _group(self) -> Callable[[Any], Hashable] | None:
         """The workload's grouping of batch keys, where batches of one group share reads and

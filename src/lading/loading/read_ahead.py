@@ -38,6 +38,7 @@ and builds ahead only when asked (``read_ahead=2``).
 from __future__ import annotations
 
 import copy
+import sys
 import threading
 import time
 import weakref
@@ -156,12 +157,15 @@ class BuiltAhead:
                 self._changed.notify()
         return True
 
-    def close(self, cancel: bool = False, finalizing: bool = False) -> None:
+    def close(self, cancel: bool = False, finalizing: bool = False, grace: float = 0.0) -> None:
         """Stop the thread after the batch it is building and drop what it built ahead;
         returns when it stopped, or after the remote deadline (a build stuck on a stalled
-        GET ends by its own deadline; it hands nothing out after). ``cancel``: the loader
-        closes, and the thread's GETs with it (:mod:`lading.remote.cancel`): a build waiting
-        on one ends now, and none is sent, queued or retried for it after.
+        GET ends by its own deadline; it hands nothing out after). ``cancel``: the thread's
+        GETs end with it (:mod:`lading.remote.cancel`): a build waiting on one ends now, and
+        none is sent, queued or retried for it after; ``grace``: seconds the thread may take
+        to end by itself first (a pass left early: on a healthy server its build ends, and
+        the GETs it made fill the cache for the next pass; on a stalled one the cancel ends
+        it after ``grace``, not after the remote deadline).
 
         ``finalizing`` (a finalizer: the GC may run it on any thread, inside any lock): the
         GETs are cancelled from a thread of their own. The thread is never joined on the
@@ -169,20 +173,28 @@ class BuiltAhead:
         there froze every GET of the process), nor a second time once a close gave up."""
         self._ended = True
         self._stop.set()
-        if cancel and not finalizing:
-            self.cancel.cancel()
-        elif cancel:  # (its locks may be held by the very frame the GC interrupted)
-            threading.Thread(target=self.cancel.cancel, name="lading-cancel", daemon=True).start()
         with self._changed:
             self._changed.notify_all()  # a builder waiting for room stops now
         thread = self._thread
         here = threading.current_thread()
-        if (
+        joins = (
             thread is not None
             and thread is not here
             and here.name not in _NEVER_JOINS
             and not self._gave_up
-        ):
+        )
+        if cancel and grace > 0 and joins:
+            assert thread is not None
+            thread.join(grace)
+            cancel = thread.is_alive()  # ended by itself: its GETs go on for the cache
+        if cancel and not finalizing:
+            self.cancel.cancel()
+        elif cancel and not sys.is_finalizing():  # (its locks may be held by the frame the
+            # GC interrupted); as the interpreter finalizes no thread starts (a start waits
+            # for ever): the plane's exit hooks have ended every GET by then
+            threading.Thread(target=self.cancel.cancel, name="lading-cancel", daemon=True).start()
+        if joins:
+            assert thread is not None
             thread.join(remote_timeout())
             self._gave_up = thread.is_alive()  # (its build ends by its own deadline)
         with self._changed:  # what was built ahead is not handed out: let it go now
@@ -253,13 +265,13 @@ class Carried:
         carry(self.built)
         self.built = BuiltAhead(epochs_from(copy.copy(self.at), self._epoch), self._depth)
 
-    def close(self, cancel: bool = True, finalizing: bool = False) -> None:
+    def close(self, cancel: bool = True, finalizing: bool = False, grace: float = 0.0) -> None:
         """Stop the thread and drop what it built ahead (``cancel``: its GETs too; a plain
         ``close()`` is the exit's, :func:`lading.threads.close_all`: they end at once, so
-        the exit waits for no deadline; ``finalizing``: called where the GC may run it, as
+        the exit waits for no deadline; ``finalizing`` and ``grace``: as
         :meth:`BuiltAhead.close` says)."""
         self._finalizer.detach()
-        self.built.close(cancel, finalizing)
+        self.built.close(cancel, finalizing, grace)
 
     def _dropped(self) -> None:
         """The owner was garbage-collected (on whatever thread the GC ran: the fetch loop's,
