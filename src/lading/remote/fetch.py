@@ -412,7 +412,7 @@ class Fetcher:
         except RemoteNotFoundError:  # the snapshot opened lists it: gone since
             self._note_changed(key)
             raise changed(client.url, key, client.endpoint, f"bytes {first}-{last - 1}") from None
-        except PermanentError as e:
+        except (PermanentError, QueuedPastDeadlineError) as e:  # (named: which GET)
             if isinstance(e, RemoteChangedError):
                 self._note_changed(key)
             raise type(e)(f"{what}: {e}") from None
@@ -526,7 +526,7 @@ class Fetcher:
                 self._refuse_if_closed(cancel)  # a failed attempt is not retried after close
             try:
                 return await (_within(attempt(), self.timeout) if timed else attempt())
-            except (PermanentError, CancelledError):
+            except (PermanentError, CancelledError, QueuedPastDeadlineError):
                 raise
             except asyncio.CancelledError as e:  # a client's own (a cancelled fsspec future)
                 if _cancelled_here(self, cancel):
@@ -723,9 +723,11 @@ async def get_ranges(
     return list(await asyncio.gather(*(client.get_range(key, a, b, etag) for a, b in ranges)))
 
 
-class QueuedPastDeadlineError(PermanentError):
+class QueuedPastDeadlineError(RemoteReadError):
     """A GET waited for a request slot until its whole remote deadline had passed (every slot
-    held by calls a slow or silent server has not answered): never sent, and not retried."""
+    held by calls a slow or silent server has not answered): never sent, and not retried by
+    its fetcher (its time is spent). Not permanent: a read that joined it as a prefetch sends
+    its ranges again, once, in its own time (:func:`lading.remote.cache.reads._failed_before`)."""
 
 
 async def _queued(acquire: Awaitable[T], ends: float, what: str) -> T:
