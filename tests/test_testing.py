@@ -32,7 +32,9 @@ def test_the_local_s3_binds_ports_it_holds_not_ones_it_found_free() -> None:
     server = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
-        said, _, _ = select.select([server.stdout], [], [], 60)  # it hung for ever before
+        ready = select.poll()  # (not select.select: this process may hold fds past 1024)
+        ready.register(server.stdout, select.POLLIN)
+        said = ready.poll(60_000)  # it hung for ever before
         url = server.stdout.readline().strip() if said else "nothing in 60 s"
         assert url.startswith("http://127.0.0.1:"), f"the server did not start: {url!r}"
         request = urllib.request.Request(f"{url}/demo", method="PUT", data=b"")

@@ -345,7 +345,9 @@ class LocalS3:
         command += ["--latency", str(self.latency), "--jitter", str(self.jitter)]
         self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         assert self._process.stdout is not None
-        started, _, _ = select.select([self._process.stdout], [], [], _START_S)
+        ready = select.poll()  # (not select.select: a process may hold fds past 1024)
+        ready.register(self._process.stdout, select.POLLIN)
+        started = ready.poll(_START_S * 1000)
         line = self._process.stdout.readline() if started else f"nothing in {_START_S:.0f} s"
         if not line.startswith("http://"):
             self._process.kill()
