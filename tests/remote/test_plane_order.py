@@ -210,6 +210,7 @@ def test_a_schedule_of_arrays_answers_as_the_schedule_of_its_needs(rng: random.R
         assert got.next_use_many(blocks, lo) == want.next_use_many(blocks, lo)
 
 
+@pytest.mark.slow  # ~3-6 s over the local S3 (the default tier's 10 minutes)
 def test_a_store_plans_the_reads_its_needs_name(bucket: str, tmp_path: Path) -> None:
     """A remote store's plan (``plan_rows``: made from arrays) holds the reads that its
     per-batch needs name, over several shards, batches empty or repeating rows included; a

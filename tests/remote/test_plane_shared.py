@@ -405,6 +405,7 @@ def test_verify_reads_the_buckets_index_objects_not_only_the_staged_copy(
     assert len(problems) == 1 and "ids.off" in problems[0] and "CRC32" in problems[0], problems
 
 
+@pytest.mark.slow  # ~3-6 s over the local S3 (the default tier's 10 minutes)
 def test_a_late_fill_after_a_cut_never_lands_on_another_block(
     s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:
@@ -497,6 +498,7 @@ def test_a_forked_child_does_not_tell_the_node_its_parents_gets(
         store.close()
 
 
+@pytest.mark.slow  # ~3-6 s over the local S3 (the default tier's 10 minutes)
 def test_a_forked_child_frees_none_of_its_parents_objects(bucket: str, tmp_path: Path) -> None:
     """At a fork the child drops its parent's client, loop and GETs in flight, and must never
     free them: freed there, obstore's client waited for ever on a lock its runtime's threads

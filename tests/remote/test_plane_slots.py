@@ -11,6 +11,8 @@ import fcntl
 import os
 from pathlib import Path
 
+import pytest
+
 import lading
 from conftest import files_open_under, wait_child, word_tokenizer, write
 from lading.remote.slots import NodeSlots
@@ -78,6 +80,7 @@ def test_a_forked_child_closes_its_copies_and_the_parents_lock_holds(tmp_path: P
     assert _slot_files(tmp_path) == []
 
 
+@pytest.mark.slow  # ~3-6 s over the local S3 (the default tier's 10 minutes)
 def test_a_remote_corpus_dropped_without_close_lets_its_slot_files_go(
     bucket: str, tmp_path: Path
 ) -> None:

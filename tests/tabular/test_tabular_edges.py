@@ -504,6 +504,7 @@ def test_many_files_hold_a_bounded_number_of_file_handles(tmp_path: Path) -> Non
     assert _open_files() <= before
 
 
+@pytest.mark.slow  # ~3-6 s over the local S3 (the default tier's 10 minutes)
 def test_many_files_read_under_a_low_open_file_limit(tmp_path: Path) -> None:
     """1,200 files under a limit of 256 open files (the reviewer's case: 1,500 under 1,024)."""
     for i in range(1200):

@@ -154,6 +154,7 @@ def _loader(store: Any, tmp: Path, workers: int = 0) -> Any:
 
 
 # a whole user path (a loader over S3, 5 s): the default run, not the unit tier
+@pytest.mark.slow  # ~3-6 s over the local S3 (the default tier's 10 minutes)
 @pytest.mark.e2e
 def test_the_loader_reads_a_remote_store_as_a_local_one_within_the_cap(
     s3: LocalS3, bucket: str, corpus: Path, tmp_path: Path
@@ -363,6 +364,7 @@ def test_dataloader_workers_forked_after_the_store_fetched_read_it(
 
 
 # a whole user path (rebuilt and re-uploaded while open, 3 s): not the unit tier
+@pytest.mark.slow  # ~3-6 s over the local S3 (the default tier's 10 minutes)
 @pytest.mark.e2e
 def test_an_open_store_keeps_its_snapshot_while_the_store_is_rebuilt(
     bucket: str, corpus: Path, tmp_path: Path, rng: random.Random, monkeypatch: pytest.MonkeyPatch
@@ -476,6 +478,7 @@ def test_an_id_asked_twice_in_one_call_is_one_miss_and_hits(
 
 
 # a whole user path (a loader over S3 at a cap under an epoch, 2 epochs): the default run
+@pytest.mark.slow  # ~3-6 s over the local S3 (the default tier's 10 minutes)
 @pytest.mark.e2e
 @pytest.mark.parametrize("workers", [0, 1])
 def test_documents_a_cap_under_the_epoch_would_not_keep_are_fetched_around_it(
